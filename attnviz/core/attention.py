@@ -1,0 +1,244 @@
+"""The attention data model.
+
+One *site* is one attention operation in the graph (one layer's self- or cross-attention).
+Its probabilities are a map ``[batch, heads, query, key]`` float32.  Sites of the same
+(stack, kind) with the same query/key axes form a *block* ``[layer, head, query, key]``
+for one batch item, which is what every view and figure consumes.
+
+Maps may be dense (an array) or recomputed per head on demand (long inputs), so views ask
+a :class:`MapSource` for one head at a time and only call ``array()`` when they need all.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+STACKS = ("encoder", "decoder")
+KINDS = ("self", "cross")
+
+
+@dataclass(frozen=True)
+class SiteInfo:
+    """Where one attention map came from."""
+
+    stack: str  # "encoder" | "decoder"
+    kind: str  # "self" | "cross"
+    layer: int  # 0-based within its stack and kind
+    heads: int
+    node: str  # source node name in the ONNX graph
+    method: str  # how the probabilities were obtained, e.g. "softmax", "onnx-attention"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SiteInfo":
+        return cls(**{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")})
+
+    @property
+    def label(self) -> str:
+        return f"{self.stack} {self.kind} L{self.layer}"
+
+
+@runtime_checkable
+class MapSource(Protocol):
+    """One site's probabilities, ``[B, H, Tq, Tk]``, dense or on demand."""
+
+    shape: tuple[int, int, int, int]
+
+    def head(self, b: int, h: int) -> np.ndarray:  # [Tq, Tk] float32
+        ...
+
+    def array(self) -> np.ndarray:  # [B, H, Tq, Tk] float32, may be costly
+        ...
+
+
+class DenseMap:
+    """A map held in memory."""
+
+    def __init__(self, a: np.ndarray):
+        a = np.asarray(a, dtype=np.float32)
+        if a.ndim != 4:
+            raise ValueError(f"attention map must be [B,H,Tq,Tk], got shape {a.shape}")
+        self._a = a
+        self.shape = tuple(int(s) for s in a.shape)
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        return self._a[b, h]
+
+    def array(self) -> np.ndarray:
+        return self._a
+
+    @property
+    def nbytes(self) -> int:
+        return self._a.nbytes
+
+
+@dataclass
+class TokenAxis:
+    """Labels along one side of a map (tokens, generated words, or patches)."""
+
+    labels: list[str]
+    special: list[bool] | None = None  # True for [CLS]/[SEP]/<pad>/BOS/EOS and other non-content positions
+
+    def __post_init__(self):
+        self.labels = [str(x) for x in self.labels]
+        if self.special is None:
+            self.special = [False] * len(self.labels)
+        if len(self.special) != len(self.labels):
+            raise ValueError("special mask and labels differ in length")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @classmethod
+    def positions(cls, n: int, prefix: str = "") -> "TokenAxis":
+        return cls([f"{prefix}{i}" for i in range(n)])
+
+
+@dataclass
+class PatchGrid:
+    """How key positions of an image encoder map onto the image.
+
+    Positions ``offset .. offset + rows*cols`` are patches in row-major order; the ``offset``
+    leading positions (CLS, registers) are not.
+    """
+
+    rows: int
+    cols: int
+    offset: int = 0
+
+    @property
+    def n(self) -> int:
+        return self.rows * self.cols
+
+    @classmethod
+    def infer(cls, n_keys: int, hint: tuple[int, int] | None = None) -> "PatchGrid | None":
+        """Guess a grid from the key count: metadata hint first, else square with 0..4 extra tokens."""
+        if hint is not None:
+            r, c = hint
+            extra = n_keys - r * c
+            if 0 <= extra <= 8:
+                return cls(r, c, extra)
+        for extra in (0, 1, 2, 3, 4, 5):
+            side = int(round((n_keys - extra) ** 0.5))
+            if side > 0 and side * side == n_keys - extra:
+                return cls(side, side, extra)
+        return None
+
+    def to_image(self, row: np.ndarray) -> np.ndarray:
+        """Take one query row over keys and return the ``[rows, cols]`` patch map."""
+        return np.asarray(row[self.offset : self.offset + self.n], dtype=np.float32).reshape(self.rows, self.cols)
+
+
+@dataclass
+class Block:
+    """All sites of one (stack, kind) as ``[layer, head, query, key]`` for one batch item."""
+
+    stack: str
+    kind: str
+    sites: list[int]  # indices into AttentionResult.maps
+    query_axis: TokenAxis
+    key_axis: TokenAxis
+    result: "AttentionResult" = field(repr=False)
+    batch: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack} {self.kind}-attention"
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.sites)
+
+    @property
+    def n_heads(self) -> int:
+        return max(self.result.maps[i].shape[1] for i in self.sites)
+
+    def heads_in(self, layer: int) -> int:
+        return self.result.maps[self.sites[layer]].shape[1]
+
+    def head(self, layer: int, head: int) -> np.ndarray:
+        """``[Tq, Tk]`` float32 for one layer and head."""
+        return self.result.maps[self.sites[layer]].head(self.batch, head)
+
+    def layer(self, layer: int) -> np.ndarray:
+        """``[H, Tq, Tk]``."""
+        src = self.result.maps[self.sites[layer]]
+        if isinstance(src, DenseMap):
+            return src.array()[self.batch]
+        return np.stack([src.head(self.batch, h) for h in range(src.shape[1])])
+
+    def stacked(self) -> np.ndarray:
+        """``[L, H, Tq, Tk]``; every layer must have the same head count."""
+        return np.stack([self.layer(i) for i in range(self.n_layers)])
+
+    def site_info(self, layer: int) -> SiteInfo:
+        return self.result.sites[self.sites[layer]]
+
+
+@dataclass
+class AttentionResult:
+    """Everything one run produced: the maps in canonical order plus axes and run facts."""
+
+    maps: list[MapSource]
+    sites: list[SiteInfo]
+    tokens: TokenAxis | None = None  # encoder / only sequence (queries of self-attention)
+    key_tokens: TokenAxis | None = None  # second sequence: decoder tokens for enc-dec, generated words
+    patch_grid: PatchGrid | None = None  # when the encoder input is an image
+    image: np.ndarray | None = None  # [H, W, 3] uint8, the image as the model saw it (resized)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)  # the model's ordinary graph outputs
+    generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)
+    prompt_len: int = 0  # decoder positions that were given, not generated
+    info: dict = field(default_factory=dict)  # provider, timings, model name, mode
+
+    def __post_init__(self):
+        if len(self.maps) != len(self.sites):
+            raise ValueError("maps and sites differ in length")
+
+    # -- axes --------------------------------------------------------------
+    def _axes_for(self, stack: str, kind: str, tq: int, tk: int) -> tuple[TokenAxis, TokenAxis]:
+        enc = self.tokens
+        dec = self.key_tokens
+        has_decoder = any(s.stack == "decoder" for s in self.sites) and any(s.stack == "encoder" for s in self.sites)
+        if stack == "encoder" or not has_decoder:
+            q_ax = enc if enc is not None and len(enc) == tq else None
+            k_ax = enc if enc is not None and len(enc) == tk else None
+        elif kind == "self":
+            q_ax = dec if dec is not None and len(dec) == tq else None
+            k_ax = dec if dec is not None and len(dec) == tk else None
+        else:
+            q_ax = dec if dec is not None and len(dec) == tq else None
+            k_ax = enc if enc is not None and len(enc) == tk else None
+        if q_ax is None:
+            q_ax = TokenAxis.positions(tq)
+        if k_ax is None:
+            k_ax = TokenAxis.positions(tk)
+        return q_ax, k_ax
+
+    def blocks(self, batch: int = 0) -> list[Block]:
+        """Group sites into blocks, keeping canonical order (encoder, decoder self, decoder cross)."""
+        groups: dict[tuple, list[int]] = {}
+        for i, s in enumerate(self.sites):
+            _, _, tq, tk = self.maps[i].shape
+            groups.setdefault((s.stack, s.kind, tq, tk), []).append(i)
+        order = {("encoder", "self"): 0, ("encoder", "cross"): 1, ("decoder", "self"): 2, ("decoder", "cross"): 3}
+        out = []
+        for (stack, kind, tq, tk), idx in sorted(groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])):
+            q_ax, k_ax = self._axes_for(stack, kind, tq, tk)
+            out.append(Block(stack, kind, idx, q_ax, k_ax, self, batch))
+        return out
+
+    @property
+    def batch_size(self) -> int:
+        return self.maps[0].shape[0] if self.maps else 0
+
+    def dense(self) -> list[np.ndarray]:
+        return [m.array() for m in self.maps]
+
+    def sites_json(self) -> str:
+        return json.dumps([s.to_dict() for s in self.sites])

@@ -1,0 +1,65 @@
+"""Reductions over heads and layers: mean/max/min, attention rollout, thresholds, row filtering."""
+
+from __future__ import annotations
+
+import numpy as np
+
+HEAD_AGGREGATES = ("mean", "max", "min")
+
+
+def aggregate_heads(layer_maps: np.ndarray, how: str = "mean") -> np.ndarray:
+    """``[H, Tq, Tk]`` -> ``[Tq, Tk]``."""
+    fn = {"mean": np.mean, "max": np.max, "min": np.min}.get(how)
+    if fn is None:
+        raise ValueError(f"unknown head aggregate {how!r}; use one of {', '.join(HEAD_AGGREGATES)}")
+    return fn(np.asarray(layer_maps, dtype=np.float32), axis=0)
+
+
+def rollout(layers: list[np.ndarray] | np.ndarray, head_fusion: str = "mean", residual: float = 0.5) -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema 2020) over ``[L, H, T, T]`` self-attention.
+
+    Each layer's fused heads are mixed with the identity for the residual path
+    (``residual * I + (1 - residual) * A``, the paper's 0.5), rows renormalised, then multiplied
+    from the first layer up.  Returns ``[T, T]``: row i says how much input token j flows into
+    position i at the top.
+    """
+    mats = [aggregate_heads(l, head_fusion) for l in layers]
+    if not mats:
+        raise ValueError("rollout needs at least one layer")
+    t = mats[0].shape[0]
+    if any(m.shape != (t, t) for m in mats):
+        raise ValueError("rollout needs square self-attention maps of one size")
+    eye = np.eye(t, dtype=np.float64)
+    out = eye
+    for a in mats:
+        a = residual * eye + (1.0 - residual) * a.astype(np.float64)
+        a = a / np.maximum(a.sum(axis=-1, keepdims=True), 1e-12)
+        out = a @ out
+    return out.astype(np.float32)
+
+
+def keep_mass(m: np.ndarray, fraction: float) -> np.ndarray:
+    """Keep, per row, the largest weights that together hold ``fraction`` of the row's mass; zero the rest."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError("fraction must be in (0, 1]")
+    m = np.asarray(m, dtype=np.float32)
+    if fraction >= 1.0:
+        return m.copy()
+    order = np.argsort(-m, axis=-1)
+    sorted_vals = np.take_along_axis(m, order, axis=-1)
+    total = sorted_vals.sum(axis=-1, keepdims=True)
+    csum = np.cumsum(sorted_vals, axis=-1)
+    # keep an entry while the mass before it is still below the target
+    keep_sorted = (csum - sorted_vals) < fraction * total
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=-1)
+    return np.where(keep, m, 0.0).astype(np.float32)
+
+
+def drop_positions(m: np.ndarray, drop_q: np.ndarray, drop_k: np.ndarray, renormalize: bool = True) -> np.ndarray:
+    """Remove query rows / key columns (e.g. special tokens); optionally make rows sum to 1 again."""
+    m = np.asarray(m, dtype=np.float32)[~np.asarray(drop_q, bool)][:, ~np.asarray(drop_k, bool)]
+    if renormalize:
+        s = m.sum(axis=-1, keepdims=True)
+        m = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
+    return m
