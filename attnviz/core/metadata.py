@@ -1,0 +1,57 @@
+"""The ``attnviz.*`` keys of ONNX ``metadata_props`` that make a model self-describing.
+
+Written by ``attnviz.training.export``; read by the runtime's input adapters.  All values are strings;
+the structured ones are JSON.
+
+=======================  =====================================================================
+key                      value
+=======================  =====================================================================
+attnviz.task             task name: sequence-classification, forecasting, vit-classification,
+                         translation, captioning (or anything; unknown tasks use generic adapters)
+attnviz.vocab            JSON list (index = id) for a shared vocabulary, or
+                         ``{"source": [...], "target": [...]}`` for translation
+attnviz.tokenizer        optional: a whole HF ``tokenizer.json`` (string) for the encoder/only input
+attnviz.target_tokenizer optional: the same for the decoder side
+attnviz.tokenize         how to split text for a vocab without tokenizer: "whitespace" | "chars"
+attnviz.labels           JSON list of class names (classification heads)
+attnviz.image            JSON ``{"size": [H, W], "channels": C, "mean": [...], "std": [...],
+                         "grid": [rows, cols], "offset": n_leading_non_patch_tokens}``
+attnviz.special          JSON ``{"pad": id, "bos": id, "eos": id, "cls": id, "unk": id, "sep": id}``
+                         (any subset; for translation the ids refer to the target vocab for bos/eos)
+attnviz.inputs           JSON ``{onnx_input_name: role}``; roles: tokens, mask, token_types, positions,
+                         decoder_tokens, decoder_mask, image, series
+attnviz.sample           optional: JSON ``{"text": ..., "text_pair": ..., "image": "resources/..."}``
+                         a sample input the GUI opens the model with
+attnviz.config           JSON of the training config (model + task), for reproduction
+attnviz.metrics          JSON of held-out metrics measured at export time
+=======================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+
+PREFIX = "attnviz."
+JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics")
+INPUT_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask", "image", "series")
+
+
+def parse(props: dict[str, str]) -> dict:
+    """``{"attnviz.x": "..."}`` -> ``{"x": parsed}``; bad JSON is kept as the raw string."""
+    out = {}
+    for k, v in props.items():
+        if not k.startswith(PREFIX):
+            continue
+        key = k[len(PREFIX) :]
+        if key in JSON_KEYS:
+            try:
+                v = json.loads(v)
+            except (TypeError, ValueError):
+                pass
+        out[key] = v
+    return out
+
+
+def dump(meta: dict) -> dict[str, str]:
+    """Inverse of :func:`parse`."""
+    return {PREFIX + k: (v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items()}
