@@ -1,0 +1,5 @@
+import sys
+
+from attnviz.cli import main
+
+sys.exit(main())
