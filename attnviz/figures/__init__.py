@@ -24,7 +24,7 @@ _LAZY = {
     "applicable_views": "attnviz.figures.render",
     "why_not": "attnviz.figures.render",
     "style": "attnviz.figures.render",
-    "Recipe": "attnviz.figures.recipe",
+    "make_recipe": "attnviz.figures.recipe",
     "load_recipe": "attnviz.figures.recipe",
     "write_recipe": "attnviz.figures.recipe",
     "recipe_path_for": "attnviz.figures.recipe",
