@@ -2,10 +2,10 @@
 
 Examples::
 
-    attnviz figure models/bert.onnx --text "the cat sat" --view heatmap --layer 2 --head 1 --width single --out fig.pdf
-    attnviz figure --maps maps.npz --view overview --out overview.svg
-    attnviz figure --recipe fig.pdf.recipe.json              # the same bytes again
-    attnviz figure models/bert.onnx --text "the cat sat" --all-heads --out heads/ --format png
+  attnviz figure models/bert.onnx --text "the cat sat" --view heatmap --layer 2 --head 1 --width single --out fig.pdf
+  attnviz figure --maps maps.npz --view overview --out overview.svg
+  attnviz figure --recipe fig.pdf.recipe.json              # the same bytes again
+  attnviz figure models/bert.onnx --text "the cat sat" --all-heads --out heads/ --format png
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.figures.spec import AGGREGATES, FORMATS, VIEWS, WIDTH_PRESETS
+from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
@@ -35,6 +35,8 @@ def _heads(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "views:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items()) + "\n" + __doc__.split("Examples::")[1]
     src = p.add_argument_group("source (one of)")
     src.add_argument("model", nargs="?", help="ONNX model file")
     src.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
@@ -47,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     inp.add_argument("--generate", type=int, metavar="N", help="greedy generation steps (decoder models)")
     inp.add_argument("--provider", choices=("auto", "cpu", "cuda"), help="onnxruntime execution provider (default auto)")
     view = p.add_argument_group("view")
-    view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap): " + "; ".join(VIEWS))
+    view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
     view.add_argument("--layer", type=int, help="layer (default: the last)")
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
@@ -148,9 +150,11 @@ def run(args) -> int:
         raise AttnvizError("give a model file, --maps MAPS.npz or --recipe R.json")
     spec_d.update(_spec_overrides(args))
     spec = FigureSpec(**spec_d)
+    if args.all_heads and spec.view == "overview":
+        raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")
     out = args.out or recipe_out_default
     if not out:
-        raise AttnvizError("give --out FILE.pdf|.svg|.png")
+        raise AttnvizError("give --out FOLDER for --all-heads" if args.all_heads else "give --out FILE.pdf|.svg|.png")
     if not args.all_heads:
         figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
         for kind in ("image", "feeds"):
@@ -173,8 +177,6 @@ def run(args) -> int:
         print(f"wrote {path}")
         return 0
 
-    if spec.view == "overview":
-        raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")
     if args.recipe_out:
         raise AttnvizError("--recipe-out names one file; with --all-heads every figure gets FILE.recipe.json beside it")
     bi, block = resolve_block(result, spec.block)

@@ -88,6 +88,9 @@ def token_ticks(ax, which: str, labels: list[str], special: list[bool] | None, l
 
 
 def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool = True) -> Figure:
+    # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
+    width = max(1, round(width * spec.dpi)) / spec.dpi
+    height = max(1, round(height * spec.dpi)) / spec.dpi
     fig = Figure(figsize=(width, height), dpi=spec.dpi, layout="constrained" if constrained else None)
     FigureCanvasAgg(fig)
     if constrained:

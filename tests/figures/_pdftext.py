@@ -10,23 +10,35 @@ from __future__ import annotations
 import re
 import zlib
 
-_OBJ = re.compile(rb"(\d+) 0 obj\s*(.*?)\s*endobj", re.S)
-_STREAM = re.compile(rb"stream\r?\n(.*?)\r?\nendstream", re.S)
+_OBJ = re.compile(rb"(\d+) 0 obj\s*")
+_INT_OBJ = re.compile(rb"(\d+) 0 obj\s*(\d+)\s*endobj")
 
 
 def _objects(data: bytes) -> dict[int, tuple[bytes, bytes | None]]:
+    """object id -> (dictionary text, inflated stream or None); streams are cut by their /Length."""
+    ints = {int(a): int(b) for a, b in _INT_OBJ.findall(data)}
     out = {}
-    for m in _OBJ.finditer(data):
-        body = m.group(2)
-        sm = _STREAM.search(body)
-        stream = None
-        head = body
-        if sm:
-            head = body[: sm.start()]
-            stream = sm.group(1)
+    pos = 0
+    while True:
+        m = _OBJ.search(data, pos)
+        if not m:
+            break
+        end = data.find(b"endobj", m.end())
+        st = data.find(b"stream", m.end())
+        if st != -1 and (end == -1 or st < end):
+            head = data[m.end() : st]
+            lm = re.search(rb"/Length (\d+)( 0 R)?", head)
+            n = ints[int(lm.group(1))] if lm.group(2) else int(lm.group(1))
+            start = st + len(b"stream")
+            start += 2 if data[start : start + 2] == b"\r\n" else 1
+            stream = data[start : start + n]
             if b"/FlateDecode" in head:
                 stream = zlib.decompress(stream)
-        out[int(m.group(1))] = (head, stream)
+            out[int(m.group(1))] = (head, stream)
+            pos = data.find(b"endobj", start + n) + 6
+        else:
+            out[int(m.group(1))] = (data[m.end() : end], None)
+            pos = end + 6
     return out
 
 
