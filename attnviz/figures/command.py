@@ -36,7 +36,7 @@ def _heads(text: str) -> list[int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = "views:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items()) + "\n" + __doc__.split("Examples::")[1]
+    p.epilog = "views:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items()) + "\n\nexamples:" + __doc__.split("Examples::")[1]
     src = p.add_argument_group("source (one of)")
     src.add_argument("model", nargs="?", help="ONNX model file")
     src.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
