@@ -20,6 +20,7 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.figures import select as sel_
 from attnviz.figures.layout import (
+    FIT,
     LINE,
     PT,
     clamp,
@@ -28,6 +29,7 @@ from attnviz.figures.layout import (
     fit_title,
     make_title,
     new_figure,
+    nice_step,
     shrink,
     text_width_in,
     title_height,
@@ -38,6 +40,7 @@ from attnviz.figures.spec import FigureSpec
 # Okabe & Ito (2008) colour-blind-safe qualitative palette, for overlaid heads
 HEAD_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 CBAR_IN = 0.6  # colour bar + its tick labels
+LINK_MIN = 0.05  # links view: weights below this fraction of the top weight are not drawn
 
 
 def _cmap(spec: FigureSpec):
@@ -202,12 +205,21 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
 # overview grid
 
 
+def _grid_cols(n: int) -> int:
+    """Columns for n panels: near square, preferring a layout without empty cells (12 -> 4x3, 8 -> 4x2)."""
+    lo = max(1, math.ceil(math.sqrt(n)))
+    for c in range(lo, min(n, 2 * lo) + 1):
+        if n % c == 0:
+            return c
+    return min(n, math.ceil(math.sqrt(n * 1.5)))
+
+
 def draw_overview(result: AttentionResult, spec: FigureSpec):
     bi, block = sel_.resolve_block(result, spec.block)
     if spec.layer is not None:
-        sel_.check_layer(block, spec.layer)
-    L, H = block.n_layers, block.n_heads
-    layers = [sel_.check_layer(block, spec.layer)] if spec.layer is not None else list(range(L))
+        layers = [sel_.check_layer(block, spec.layer)]
+    else:
+        layers = list(range(block.n_layers))
     rows = np.arange(len(block.query_axis))
     cols = np.arange(len(block.key_axis))
     maps: dict[tuple[int, int], np.ndarray] = {}
@@ -215,45 +227,60 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         for h in range(block.heads_in(li)):
             m = np.asarray(block.head(li, h), np.float32)
             if spec.hide_special:
-                m2, r2, c2 = sel_.hide(m, block.query_axis, block.key_axis, rows, cols)
-                m = m2
+                m = sel_.hide(m, block.query_axis, block.key_axis, rows, cols)[0]
             maps[(li, h)] = m
+    H = max(block.heads_in(li) for li in layers)
+    # panels: one row per layer; a single layer wraps its heads into a near-square grid
+    if len(layers) == 1:
+        ncols = _grid_cols(H)
+        cells = [(divmod(h, ncols), layers[0], h) for h in range(H)]
+    else:
+        ncols = H
+        cells = [((r, h), li, h) for r, li in enumerate(layers) for h in range(H)]
+    nrows = max(rc[0] for rc, _, _ in cells) + 1
     nq, nk = next(iter(maps.values())).shape
     fs = float(spec.font_size)
     aspect = clamp(nq / nk, 0.25, 4.0)
-    left, right, gap, bottom = 0.32, CBAR_IN + 0.3, 0.05, 0.08
-    title = make_title(result, spec, block.name, ("all layers and heads" if spec.layer is None else f"layer {layers[0]}")
-                       + (", special tokens hidden" if spec.hide_special else ""), "one colour scale")
-    width = spec.fixed_width or clamp(left + right + H * 0.62 + (H - 1) * gap, 2.4, 16.0)
+    one = len(layers) == 1
+    left = 0.08 if one else 0.32
+    right, gap, bottom = CBAR_IN + 0.3, 0.05, 0.08
+    head_lab = fs * 1.5 * PT  # "H3" above each panel (single layer) or each column
+    what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
+    if spec.hide_special:
+        what += ", special tokens hidden"
+    title = make_title(result, spec, block.name, what, "one colour scale")
+    width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
     title = fit_title(title, width, fs + 1)
-    top = title_height(title, fs + 1) + fs * 1.6 * PT
-    pw = max((width - left - right - (H - 1) * gap) / H, 0.05)
+    top = title_height(title, fs + 1) + head_lab
+    pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
     ph = pw * aspect
-    height = top + bottom + len(layers) * ph + (len(layers) - 1) * gap
+    row_h = ph + (head_lab if one else 0.0)
+    grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
+    height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
     vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for m in maps.values()), 1e-6)
     norm = Normalize(0.0, vmax)
     cmap = _cmap(spec)
     px = max(2, int(pw * spec.dpi * 2))
     im = None
-    for r, li in enumerate(layers):
-        y0 = height - top - (r + 1) * ph - r * gap
-        fig.text((left - 0.06) / width, (y0 + ph / 2) / height, f"L{li}", ha="right", va="center", fontsize=fs)
-        for h in range(H):
-            x0 = left + h * (pw + gap)
-            ax = fig.add_axes((x0 / width, y0 / height, pw / width, ph / height))
-            ax.set_xticks([])
-            ax.set_yticks([])
-            for s in ax.spines.values():
-                s.set_linewidth(0.3)
-            if r == 0:
-                ax.set_title(f"H{h}", fontsize=fs, pad=1.5)
-            if (li, h) not in maps:  # fewer heads in this layer
-                ax.set_axis_off()
-                continue
-            im = ax.imshow(shrink(maps[(li, h)], px, px), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
-    grid_h = len(layers) * ph + (len(layers) - 1) * gap
-    cax = fig.add_axes(((width - right + 0.1) / width, bottom / height, 0.07 / width, grid_h / height))
+    for (r, c), li, h in cells:
+        y0 = height - top - r * (row_h + gap) - ph
+        x0 = left + c * (pw + gap)
+        if c == 0 and not one:
+            fig.text((left - 0.06) / width, (y0 + ph / 2) / height, f"L{li}", ha="right", va="center", fontsize=fs)
+        ax = fig.add_axes((x0 / width, y0 / height, pw / width, ph / height))
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for sp in ax.spines.values():
+            sp.set_linewidth(0.3)
+        if r == 0 or one:
+            ax.set_title(f"H{h}", fontsize=fs, pad=1.5)
+        if (li, h) not in maps:  # fewer heads in this layer
+            ax.set_axis_off()
+            continue
+        im = ax.imshow(shrink(maps[(li, h)], px, px), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    cb_h = max(grid_h, 0.9)
+    cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
     cb = fig.colorbar(im, cax=cax)
     cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
     cb.outline.set_linewidth(0.5)
@@ -316,18 +343,18 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     title = fit_title(title, width, fs + 1)
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / 4) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 1.6 * PT
-    height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
+    height = clamp(top + legend_in + 0.1 + (n + 1) * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
     ax = fig.add_axes((lab_q / width + 0.05 / width, (legend_in + 0.05) / height,
                        (width - lab_q - lab_k - 0.1) / width, span_h / height))
     ax.set_axis_off()
     ax.set_xlim(0, 1)
-    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_ylim(n - 0.5, -1.5)  # one row of room on top for the column headers
     # centre the shorter column against the longer one
     yq = np.arange(nq) + (n - nq) / 2
     yk = np.arange(nk) + (n - nk) / 2
-    step = max(1, math.ceil(n * pitch / max(span_h, 1e-3) - 1e-9))
+    step = nice_step(max(1, math.ceil((n + 1) * fs * FIT * PT / max(span_h, 1e-3) - 1e-9)))
     x0, x1 = 0.02, 0.98
     for i, (lab, y) in enumerate(zip(q_labels, yq)):
         if i % step == 0 or i == q_only:
@@ -340,16 +367,18 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     for c, (name, m) in enumerate(items):
         colour = to_rgba(HEAD_COLOURS[c % len(HEAD_COLOURS)] if len(items) > 1 else "#0072B2")
         rr = [q_only] if q_only is not None else range(nq)
+        # overlaid heads sit side by side (a fraction of a row apart) instead of blending into one line
+        dy = (c - (len(items) - 1) / 2) * min(0.5 / len(items), 0.15)
         segs, cols_rgba, widths = [], [], []
         for i in rr:
             for j in range(nk):
                 w = float(m[i, j]) / vmax
-                if w < 0.02:
+                if w < LINK_MIN:  # faint links only add clutter (and file size)
                     continue
                 w = min(w, 1.0)
-                segs.append(((x0, yq[i]), (x1, yk[j])))
-                cols_rgba.append((*colour[:3], 0.15 + 0.75 * w))
-                widths.append(0.25 + 2.0 * w)
+                segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
+                cols_rgba.append((*colour[:3], 0.08 + 0.8 * w))
+                widths.append(0.2 + 2.0 * w)
         if segs:
             ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
     if len(items) > 1:
@@ -358,10 +387,8 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         fig.legend(handles=handles, loc="lower center", ncol=min(4, len(items)), fontsize=fs, frameon=False,
                    handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
     qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
-    fig.text((lab_q * 0.5 + 0.05) / width, 1 - top / height + 0.02 / height, qt, ha="center", va="bottom",
-             fontsize=fs, style="italic")
-    fig.text(1 - (lab_k * 0.5 + 0.05) / width, 1 - top / height + 0.02 / height, kt, ha="center", va="bottom",
-             fontsize=fs, style="italic")
+    ax.text(x0 - 0.01, -1.1, qt, ha="right", va="center", fontsize=fs, style="italic", clip_on=False)
+    ax.text(x1 + 0.01, -1.1, kt, ha="left", va="center", fontsize=fs, style="italic", clip_on=False)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
