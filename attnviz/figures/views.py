@@ -15,6 +15,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+from matplotlib.transforms import offset_copy
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, Block
@@ -41,6 +42,8 @@ from attnviz.figures.spec import FigureSpec
 HEAD_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 CBAR_IN = 0.6  # colour bar + its tick labels
 LINK_MIN = 0.05  # links view: weights below this fraction of the top weight are not drawn
+LINKS_PER_ROW = 12  # links view: at most this many (the strongest) links per query token and head
+LINKS_ALL_HEADS_MAX = 64  # links view: overlay every head by default only up to this many tokens (else the mean)
 
 
 def _cmap(spec: FigureSpec):
@@ -301,7 +304,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         heads = [sel_.check_head(block, layer, h) for h in spec.heads]
     elif spec.head is not None:
         heads = [sel_.check_head(block, layer, spec.head)]
-    elif spec.agg is None and block.heads_in(layer) <= len(HEAD_COLOURS):
+    elif spec.agg is None and block.heads_in(layer) <= len(HEAD_COLOURS) and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX:
         heads = list(range(block.heads_in(layer)))
     else:
         heads = []
@@ -342,19 +345,19 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     width = spec.fixed_width or clamp(lab_q + lab_k + 1.8, 2.4, 10.0)
     title = fit_title(title, width, fs + 1)
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / 4) if len(items) > 1 else 0.0
-    top = title_height(title, fs + 1) + fs * 1.6 * PT
-    height = clamp(top + legend_in + 0.1 + (n + 1) * pitch, 1.5, 22.0)
+    top = title_height(title, fs + 1) + fs * 2.2 * PT
+    height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
     ax = fig.add_axes((lab_q / width + 0.05 / width, (legend_in + 0.05) / height,
                        (width - lab_q - lab_k - 0.1) / width, span_h / height))
     ax.set_axis_off()
     ax.set_xlim(0, 1)
-    ax.set_ylim(n - 0.5, -1.5)  # one row of room on top for the column headers
+    ax.set_ylim(n - 0.5, -0.5)
     # centre the shorter column against the longer one
     yq = np.arange(nq) + (n - nq) / 2
     yk = np.arange(nk) + (n - nk) / 2
-    step = nice_step(max(1, math.ceil((n + 1) * fs * FIT * PT / max(span_h, 1e-3) - 1e-9)))
+    step = nice_step(max(1, math.ceil(n * fs * FIT * PT / max(span_h, 1e-3) - 1e-9)))
     x0, x1 = 0.02, 0.98
     for i, (lab, y) in enumerate(zip(q_labels, yq)):
         if i % step == 0 or i == q_only:
@@ -371,9 +374,10 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         dy = (c - (len(items) - 1) / 2) * min(0.5 / len(items), 0.15)
         segs, cols_rgba, widths = [], [], []
         for i in rr:
+            strongest = set(np.argsort(-m[i], kind="stable")[:LINKS_PER_ROW].tolist())
             for j in range(nk):
                 w = float(m[i, j]) / vmax
-                if w < LINK_MIN:  # faint links only add clutter (and file size)
+                if w < LINK_MIN or j not in strongest:  # faint links only add clutter (and file size)
                     continue
                 w = min(w, 1.0)
                 segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
@@ -387,8 +391,10 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         fig.legend(handles=handles, loc="lower center", ncol=min(4, len(items)), fontsize=fs, frameon=False,
                    handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
     qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
-    ax.text(x0 - 0.01, -1.1, qt, ha="right", va="center", fontsize=fs, style="italic", clip_on=False)
-    ax.text(x1 + 0.01, -1.1, kt, ha="left", va="center", fontsize=fs, style="italic", clip_on=False)
+    # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
+    above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
+    ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
+    ax.text(x1 + 0.01, 1.0, kt, ha="left", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
