@@ -67,7 +67,7 @@ def build(arch: str):
         m = T.BertModel.from_pretrained(path, attn_implementation="eager")
         tok = T.PreTrainedTokenizerFast(tokenizer_file=str(Path(path) / "tokenizer.json"))
         enc = tok(["attention is all you need", "a short one"], padding=True, return_tensors="pt")
-        kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "token_type_ids": enc["token_type_ids"]}
+        kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "token_type_ids": torch.zeros_like(enc["input_ids"])}
         out = "last_hidden_state"
     elif arch == "gpt2":
         m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_implementation="eager"))
