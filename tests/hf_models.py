@@ -55,6 +55,7 @@ def _canon(enc=(), dec_self=(), cross=()):
 
 def build(arch: str):
     T = transformers
+    torch.manual_seed(0)  # the same weights every time: tests rebuild the torch twin of an exported model
     if arch == "bert":
         m = T.BertModel(T.BertConfig(vocab_size=99, num_hidden_layers=2, **TINY, attn_implementation="eager"))
         ids = _ids(2, 7, 99); mask = torch.ones_like(ids); mask[1, 5:] = 0

@@ -421,6 +421,14 @@ def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
         return True
     if any(PAST_RE.search(n) for n in g.input_names):
         return True
+    # a causal mask compares two position ranges (j > i): Greater/Less on Range-derived tensors
+    from_range: set[str] = set()
+    for n in g.nodes:
+        if n.op_type == "Range" or (n.op_type in ("Unsqueeze", "Reshape", "Cast", "Expand", "Add", "Sub") and n.input and n.input[0] in from_range):
+            from_range.update(o for o in n.output if o)
+        if n.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual") and len(n.input) == 2 \
+                and n.input[0] in from_range and n.input[1] in from_range:
+            return True
     for n in g.nodes:
         if n.op_type == "Trilu":
             return True
