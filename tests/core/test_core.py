@@ -74,7 +74,7 @@ def test_head_stats_on_known_patterns():
     for i in range(1, t):
         prev[i, i - 1] = 1
     s = head_stats(prev)
-    assert s["prev"] == pytest.approx((t - 1) / t) and s["entropy"] == pytest.approx(0.0)
+    assert s["prev"] == pytest.approx(1.0) and s["entropy"] == pytest.approx(0.0)
     assert s["distance"] == pytest.approx((t - 1) / t)
     uniform = np.full((t, t), 1 / t, np.float32)
     s = head_stats(uniform, np.array([True] + [False] * (t - 1)))
