@@ -21,7 +21,7 @@ HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe 
 
 # FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
 _SPEC_ARGS = ("view", "block", "layer", "head", "heads", "agg", "query", "cmap", "width", "width_in", "dpi",
-              "hide_special", "title", "vmax", "font_size")
+              "hide_special", "title", "vmax", "font_size", "keep", "log", "step")
 
 
 def _heads(text: str) -> list[int]:
@@ -32,6 +32,14 @@ def _heads(text: str) -> list[int]:
     if not out:
         raise argparse.ArgumentTypeError("empty head list")
     return out
+
+
+def _layer_range(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(t) for t in text.split("-", 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {text!r}") from None
+    return lo, hi
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,11 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
     view.add_argument("--layer", type=int, help="layer (default: the last)")
+    view.add_argument("--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)")
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
     view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--hide-special", action="store_true", default=None, help="drop special tokens and renormalise rows")
+    view.add_argument("--keep", type=float, metavar="F", help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)")
+    view.add_argument("--log", action="store_true", default=None, help="logarithmic colour scale")
+    view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
     size = p.add_argument_group("size and output")
@@ -88,6 +100,10 @@ def _spec_overrides(args) -> dict:
         if k == "block" and isinstance(v, str) and v.strip().isdigit():
             v = int(v)
         d[k] = v
+    if getattr(args, "layers", None) is not None:
+        if args.layer is not None:
+            raise AttnvizError("give --layer or --layers LO-HI, not both")
+        d["layer_from"], d["layer"] = args.layers
     if "agg" in d:  # an aggregate on the command line replaces a recipe's head(s)
         d.setdefault("head", None)
         d.setdefault("heads", None)

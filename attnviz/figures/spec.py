@@ -36,6 +36,7 @@ class FigureSpec:
     view: str = "heatmap"  # one of VIEWS
     block: int | str | None = None  # index into result.blocks() or a name like "encoder self"; None: the view's default
     layer: int | None = None  # 0-based; None: the last layer
+    layer_from: int | None = None  # aggregates over a layer range layer_from..layer (rollout default: from 0)
     head: int | None = None  # one head; None: the aggregate `agg` (or, for links, every head overlaid)
     heads: list[int] | None = None  # links only: these heads overlaid in distinct colours
     agg: str | None = None  # mean|max|min|rollout over heads; None with head None: mean
@@ -45,6 +46,9 @@ class FigureSpec:
     width_in: float | None = None  # explicit width in inches (wins over `width`)
     dpi: int = 300  # raster resolution (PNG size = width_in * dpi)
     hide_special: bool = False  # drop special tokens ([CLS], [SEP], <pad>...) and renormalise rows
+    keep: float = 1.0  # keep, per row, the largest weights holding this fraction of the mass (1: all)
+    log: bool = False  # logarithmic colour scale
+    step: int | None = None  # generation step: only the decoder positions that existed when word `step` was chosen
     title: str | None = None  # None: automatic (model, block, layer, head); "": no title
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
@@ -74,6 +78,10 @@ class FigureSpec:
             raise AttnvizError(f"dpi {self.dpi} is out of range; use 10..2400")
         if not (3 <= float(self.font_size) <= 30):
             raise AttnvizError(f"font size {self.font_size} is out of range; use 3..30 pt")
+        if not (0.0 < float(self.keep) <= 1.0):
+            raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
+        if self.step is not None and int(self.step) < 0:
+            raise AttnvizError(f"step {self.step} must be 0 or more")
         if self.vmax is not None and not float(self.vmax) > 0:
             raise AttnvizError(f"vmax {self.vmax} must be > 0")
         return self

@@ -7,18 +7,20 @@ returns None when the view can be drawn for that result, else the reason (one li
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
-from matplotlib.colors import Normalize, to_rgba
+from matplotlib.colors import LogNorm, Normalize, to_rgba
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.transforms import offset_copy
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.reduce import keep_mass
 from attnviz.figures import select as sel_
 from attnviz.figures.layout import (
     FIT,
@@ -100,7 +102,7 @@ def _heatmap_figure(
     fig = new_figure(spec, width, height)
     ax = fig.add_subplot()
     vmax = float(spec.vmax) if spec.vmax else max(float(np.nanmax(m)) if m.size else 1.0, 1e-6)
-    im = ax.imshow(m, cmap=_cmap(spec), vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    im = ax.imshow(m, cmap=_cmap(spec), norm=_norm(spec, vmax), aspect="auto", interpolation="nearest")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -120,8 +122,16 @@ def _heatmap_figure(
     return fig
 
 
+def _norm(spec: FigureSpec, vmax: float):
+    """Linear 0..vmax, or logarithmic over three decades below vmax (zeros show as the lowest colour)."""
+    if spec.log:
+        return LogNorm(vmin=vmax * 1e-3, vmax=vmax, clip=True)
+    return Normalize(0.0, vmax)
+
+
 def _cbar_label(spec: FigureSpec) -> str:
-    return "attention (special tokens removed, rows renormalised)" if spec.hide_special else "attention weight"
+    label = "attention (special tokens removed, rows renormalised)" if spec.hide_special else "attention weight"
+    return label + (" (log scale)" if spec.log else "")
 
 
 def _q_k_titles(block: Block) -> tuple[str, str]:
@@ -131,7 +141,7 @@ def _q_k_titles(block: Block) -> tuple[str, str]:
 
 
 def draw_heatmap(result: AttentionResult, spec: FigureSpec):
-    s = sel_.select(result, spec.block, spec.layer, spec.head, spec.agg, spec.hide_special)
+    s = sel_.select(result, spec)
     hl = None
     if spec.query is not None:
         q = sel_.check_query(s.block, spec.query)
@@ -140,7 +150,7 @@ def draw_heatmap(result: AttentionResult, spec: FigureSpec):
             raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query")
         hl = int(where[0])
     xl, yl = _q_k_titles(s.block)
-    title = make_title(result, spec, sel_.block_label(s.block), f"layer {s.layer}", s.what)
+    title = make_title(result, spec, sel_.block_label(s.block), s.layers, s.what, *s.notes)
     return _heatmap_figure(
         spec, s.matrix, display_labels(s.query_axis.labels), display_labels(s.key_axis.labels),
         s.query_axis.special, s.key_axis.special, title, xl, yl, _cbar_label(spec), hl,
@@ -174,11 +184,16 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
     if why and spec.block is None:
         raise AttnvizError(why)
     bi = sel_.first_block(result, kind="cross") if spec.block is None else spec.block
-    s = sel_.select(result, bi, spec.layer, spec.head, spec.agg, False)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     if s.block.kind != "cross":
         raise AttnvizError(f"the alignment view needs a cross-attention block; block {sel_.block_label(s.block)!r} is "
                            f"self-attention (blocks: {_blocks_text(result)})")
     rows = sel_.generation_rows(result, s.block)
+    notes = []
+    step = sel_.check_step(result, spec.step)
+    if step is not None:
+        rows = rows[: step + 1]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
     cols = np.arange(len(s.block.key_axis))
     r_idx = np.array([r for r, _ in rows])
     words = [w for _, w in rows]
@@ -195,9 +210,12 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
             w_special = [False] * len(words)
             cols = cols[keep_c]
             k_special = [False] * len(cols)
+    if spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+        notes.append(f"top {round(spec.keep * 100)}% mass")
     k_labels = [s.block.key_axis.labels[i] for i in cols]
     target = "generated" if result.generated else "target"
-    title = make_title(result, spec, "cross-attention", f"layer {s.layer}", s.what)
+    title = make_title(result, spec, "cross-attention", s.layers, s.what, *notes)
     return _heatmap_figure(
         spec, m, display_labels(words), display_labels(k_labels), w_special, k_special,
         title, "source", target, _cbar_label(spec),
@@ -206,6 +224,39 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
 
 # ---------------------------------------------------------------------------------------------
 # overview grid
+
+
+def _positions(result: AttentionResult, block: Block, spec: FigureSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Query rows / key columns a multi-map view keeps (generation step, special tokens) and title notes."""
+    rows = np.arange(len(block.query_axis))
+    cols = np.arange(len(block.key_axis))
+    notes = []
+    step = sel_.check_step(result, spec.step)
+    n = sel_.step_positions(result, block, step)
+    if n is not None:
+        rows = rows[:n]
+        if block.kind == "self":
+            cols = cols[:n]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
+    if spec.hide_special:
+        q_sp = np.asarray(block.query_axis.special, bool)[rows]
+        k_sp = np.asarray(block.key_axis.special, bool)[cols]
+        if not q_sp.all() and not k_sp.all():
+            rows, cols = rows[~q_sp], cols[~k_sp]
+    if spec.keep < 1.0:
+        notes.append(f"top {round(spec.keep * 100)}% mass")
+    return rows, cols, notes
+
+
+def _filtered(m: np.ndarray, block: Block, spec: FigureSpec, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """One map cut to ``rows``/``cols`` (rows renormalised when special tokens were dropped), top mass kept."""
+    m = np.asarray(m, np.float32)[np.ix_(rows, cols)]
+    if spec.hide_special:
+        s = m.sum(-1, keepdims=True)
+        m = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
+    if spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+    return m
 
 
 def _grid_cols(n: int) -> int:
@@ -223,15 +274,11 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         layers = [sel_.check_layer(block, spec.layer)]
     else:
         layers = list(range(block.n_layers))
-    rows = np.arange(len(block.query_axis))
-    cols = np.arange(len(block.key_axis))
+    rows, cols, notes = _positions(result, block, spec)
     maps: dict[tuple[int, int], np.ndarray] = {}
     for li in layers:
         for h in range(block.heads_in(li)):
-            m = np.asarray(block.head(li, h), np.float32)
-            if spec.hide_special:
-                m = sel_.hide(m, block.query_axis, block.key_axis, rows, cols)[0]
-            maps[(li, h)] = m
+            maps[(li, h)] = _filtered(np.asarray(block.head(li, h), np.float32), block, spec, rows, cols)
     H = max(block.heads_in(li) for li in layers)
     # panels: one row per layer; a single layer wraps its heads into a near-square grid
     if len(layers) == 1:
@@ -251,7 +298,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
     if spec.hide_special:
         what += ", special tokens hidden"
-    title = make_title(result, spec, block.name, what, "one colour scale")
+    title = make_title(result, spec, block.name, what, *notes, "one colour scale")
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
     title = fit_title(title, width, fs + 1)
     top = title_height(title, fs + 1) + head_lab
@@ -262,7 +309,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
     vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for m in maps.values()), 1e-6)
-    norm = Normalize(0.0, vmax)
+    norm = _norm(spec, vmax)
     cmap = _cmap(spec)
     px = max(2, int(pw * spec.dpi * 2))
     im = None
@@ -287,7 +334,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     cb = fig.colorbar(im, cax=cax)
     cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
     cb.outline.set_linewidth(0.5)
-    cb.set_label("attention weight", fontsize=fs)
+    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -311,19 +358,15 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     items: list[tuple[str, np.ndarray]] = []
     if heads:
         items = [(f"head {h}", np.asarray(block.head(layer, h), np.float32)) for h in heads]
+        layers_txt = f"layer {layer}"
     else:
         agg = spec.agg or "mean"
-        m = sel_.head_or_aggregate(block, layer, None, agg)
-        items = [(sel_.describe(block, layer, None, agg), m)]
-    rows = np.arange(len(block.query_axis))
-    cols = np.arange(len(block.key_axis))
-    if spec.hide_special:
-        out = []
-        for name, m in items:
-            m2, r2, c2 = sel_.hide(m, block.query_axis, block.key_axis, np.arange(len(rows)), np.arange(len(cols)))
-            out.append((name, m2))
-        rows, cols = r2, c2
-        items = out
+        lf = sel_.check_layer_from(block, layer, spec.layer_from)
+        m = sel_.head_or_aggregate(block, layer, None, agg, lf)
+        items = [(sel_.describe(block, layer, None, agg, lf), m)]
+        layers_txt = sel_.layer_text(layer, None, agg, lf)
+    rows, cols, notes = _positions(result, block, spec)
+    items = [(name, _filtered(m, block, spec, rows, cols)) for name, m in items]
     q_only = None
     if spec.query is not None:
         q = sel_.check_query(block, spec.query)
@@ -341,7 +384,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     pitch = fs * LINE * PT
     lab_q, lab_k = text_width_in(q_labels, fs), text_width_in(k_labels, fs)
     what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
-    title = make_title(result, spec, sel_.block_label(block), f"layer {layer}", what)
+    title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)
     width = spec.fixed_width or clamp(lab_q + lab_k + 1.8, 2.4, 10.0)
     title = fit_title(title, width, fs + 1)
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / 4) if len(items) > 1 else 0.0
@@ -479,7 +522,7 @@ def _overlay(ax, image: np.ndarray, patch: np.ndarray, cmap, vmax: float):
 
 def draw_image(result: AttentionResult, spec: FigureSpec):
     bi, block = _image_block(result, spec, prefer_cross=False)
-    s = sel_.select(result, bi, spec.layer, spec.head, spec.agg, False)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     g = result.patch_grid
     if spec.query is not None:
         query = sel_.check_query(block, spec.query)
@@ -492,7 +535,7 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     width = spec.fixed_width or 3.0
-    title = fit_title(make_title(result, spec, sel_.block_label(block), f"layer {s.layer}", s.what, qtext), width, fs + 1)
+    title = fit_title(make_title(result, spec, sel_.block_label(block), s.layers, s.what, qtext), width, fs + 1)
     title_in = title_height(title, fs + 1)
     pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
     img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
@@ -528,8 +571,11 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
     if why:
         raise AttnvizError(why)
     bi, block = _image_block(result, spec, prefer_cross=True)
-    s = sel_.select(result, bi, spec.layer, spec.head, spec.agg, False)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     rows = sel_.generation_rows(result, block)
+    step = sel_.check_step(result, spec.step)
+    if step is not None:
+        rows = rows[: step + 1]
     image = np.asarray(result.image)
     ih, iw = image.shape[:2]
     fs = float(spec.font_size)
@@ -540,7 +586,7 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
     pw = width / ncols
     img_h = (pw - 0.08) * ih / iw
     word_in = fs * 2.2 * PT
-    title = make_title(result, spec, sel_.block_label(block), f"layer {s.layer}", s.what)
+    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
     height = title_in + nrows * (img_h + word_in) + 0.05
