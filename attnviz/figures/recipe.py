@@ -25,9 +25,16 @@ RECIPE_SUFFIX = ".recipe.json"
 _FILE_KEYS = (("source", "model"), ("source", "maps"), ("inputs", "image"), ("inputs", "feeds"))
 
 
+_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
+
+
 def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
     try:
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        if key in _HASHES:
+            return _HASHES[key]
+        h = hashlib.sha256()
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
@@ -35,7 +42,8 @@ def file_sha256(path: str | os.PathLike) -> str:
         raise AttnvizError(f"{path}: no such file") from None
     except OSError as e:
         raise AttnvizError(f"cannot read {path}: {e.strerror}") from None
-    return h.hexdigest()
+    _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
 
 
 def recipe_path_for(figure_path: str | os.PathLike) -> Path:
