@@ -393,7 +393,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
     ax = fig.add_axes((lab_q / width + 0.05 / width, (legend_in + 0.05) / height,
-                       (width - lab_q - lab_k - 0.1) / width, span_h / height))
+                       max(width - lab_q - lab_k - 0.1, 0.3) / width, span_h / height))
     ax.set_axis_off()
     ax.set_xlim(0, 1)
     ax.set_ylim(n - 0.5, -0.5)
