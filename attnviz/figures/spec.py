@@ -109,3 +109,28 @@ class FigureSpec:
         if unknown:
             raise AttnvizError(f"unknown figure option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+# the GUI's view names -> figure views
+GUI_VIEWS = {"head": "heatmap", "head map": "heatmap", "token links": "links", "image regions": "image"}
+
+
+def spec_from_gui(kind: str, block: int = 0, layer: int = 0, head: int = 0, mode: str = "head",
+                  layer_range: tuple[int, int] = (0, -1), keep: float = 1.0, log: bool = False,
+                  hide_special: bool = False, step: int = -1, query: int | None = None, **options) -> FigureSpec:
+    """A FigureSpec from the GUI's selection (mode "head" or an aggregate over ``layer_range``, -1 = last layer).
+
+    ``options`` are further FigureSpec fields (width, width_in, dpi, cmap, title...).
+    """
+    view = GUI_VIEWS.get(str(kind).lower(), str(kind).lower())
+    d = dict(view=view, block=block, hide_special=bool(hide_special), keep=float(keep), log=bool(log),
+             step=None if step is None or step < 0 else int(step), query=query)
+    if mode == "head":
+        d.update(layer=layer, head=head)
+    else:
+        lo, hi = layer_range
+        d.update(agg=mode, layer=None if hi is None or hi < 0 else hi, layer_from=lo)
+    if view == "overview":  # the grid shows every head of every layer
+        d.update(layer=None, head=None, agg=None, layer_from=None)
+    d.update(options)
+    return FigureSpec(**d)

@@ -217,3 +217,17 @@ def test_selection_api_matches_the_drawn_matrix():
     fig = render_figure(result, spec)
     np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), s.matrix)
     assert s.query_axis.labels == TEXT_TOKENS[1:-1]
+
+
+def test_spec_from_gui_selection():
+    from attnviz.figures import spec_from_gui
+
+    s = spec_from_gui("head", block=0, layer=1, head=2, mode="head", layer_range=(0, -1), step=-1, width="single")
+    assert (s.view, s.layer, s.head, s.agg, s.step, s.width) == ("heatmap", 1, 2, None, None, "single")
+    s = spec_from_gui("links", layer=1, head=0, mode="max", layer_range=(0, 1), keep=0.9, log=True, step=2)
+    assert (s.view, s.layer, s.layer_from, s.head, s.agg, s.keep, s.log, s.step) == ("links", 1, 0, None, "max", 0.9, True, 2)
+    s = spec_from_gui("overview", layer=1, head=2, mode="mean")
+    assert (s.view, s.layer, s.head, s.agg) == ("overview", None, None, None)
+    result = text_result()
+    fig = render_figure(result, spec_from_gui("head", mode="rollout", layer_range=(0, -1)))
+    assert "rollout" in "\n".join(svg_texts(figure_bytes(fig, "svg")))
