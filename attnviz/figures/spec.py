@@ -16,7 +16,7 @@ VIEW_HELP = {
     "links": "two token columns joined by lines weighted by attention; several heads overlaid",
     "alignment": "cross-attention alignment: generated/target tokens x source tokens",
     "image": "one query's attention over the image patches, smoothed and overlaid on the image",
-    "strip": "'Show, Attend and Tell' strip: one image panel per generated word, the word under it",
+    "strip": "'Show, Attend and Tell' strip: one panel per generated word, the word under it (image or shaded source)",
 }
 VIEWS = tuple(VIEW_HELP)
 

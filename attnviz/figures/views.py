@@ -555,27 +555,43 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     return fig
 
 
+def _image_strip_ok(result: AttentionResult) -> bool:
+    return _why_not_image(result) is None and any(
+        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks())
+
+
 def _why_not_strip(result: AttentionResult) -> str | None:
-    why = _why_not_image(result)
-    if why:
-        return why.replace("the image view", "the strip view")
     if not result.generated:
-        return "the strip view needs generated words; run with --generate N (an image-captioning model)"
-    if not any(b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks()):
-        return "the strip view needs cross-attention from the generated words to the image patches"
+        return "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+    if _image_strip_ok(result):
+        return None
+    if not any(b.stack == "decoder" for b in result.blocks()):
+        return "the strip view needs a decoder: attention from the generated words"
     return None
 
 
 def draw_strip(result: AttentionResult, spec: FigureSpec):
+    """Image models: the image, then one overlay per generated word.  Text models: the source (or the
+    tokens so far) once per generated word, each token shaded by its weight."""
     why = _why_not_strip(result)
     if why:
         raise AttnvizError(why)
-    bi, block = _image_block(result, spec, prefer_cross=True)
-    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    if spec.block is None and _image_strip_ok(result) or (
+            spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1])):
+        return _image_strip(result, spec)
+    return _text_strip(result, spec)
+
+
+def _strip_rows(result: AttentionResult, spec: FigureSpec, block: Block) -> list[tuple[int, str]]:
     rows = sel_.generation_rows(result, block)
     step = sel_.check_step(result, spec.step)
-    if step is not None:
-        rows = rows[: step + 1]
+    return rows[: step + 1] if step is not None else rows
+
+
+def _image_strip(result: AttentionResult, spec: FigureSpec):
+    bi, block = _image_block(result, spec, prefer_cross=True)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    rows = _strip_rows(result, spec, block)
     image = np.asarray(result.image)
     ih, iw = image.shape[:2]
     fs = float(spec.font_size)
@@ -609,6 +625,102 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
             _overlay(ax, image, patch, cmap, max(float(patch.max()), 1e-6))
         fig.text((x0 + (pw - 0.08) / 2) / width, (y0 - 0.03) / height, word, ha="center", va="top",
                  fontsize=fs + 1, fontweight=weight)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+def _text_width_pt(s: str, fs: float) -> float:
+    """Exact advance width of ``s`` at ``fs`` points in the figure font (no renderer needed)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    w, _, _ = TextToPath().get_text_width_height_descent(s.replace("\\$", "$"), FontProperties(size=fs), ismath=False)
+    return float(w)
+
+
+def _text_strip(result: AttentionResult, spec: FigureSpec):
+    if spec.block is None:
+        bi = sel_.first_block(result, kind="cross", stack="decoder")
+        if bi is None:
+            bi = sel_.first_block(result, kind="self", stack="decoder")
+    else:
+        bi = spec.block
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    block = s.block
+    if block.stack != "decoder":
+        raise AttnvizError(f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})")
+    rows = _strip_rows(result, spec, block)
+    fs = float(spec.font_size)
+    k_labels = display_labels(block.key_axis.labels)
+    k_special = list(block.key_axis.special)
+    panels = []
+    for row, word in rows:
+        cols = np.arange(len(k_labels))
+        if block.kind == "self":  # a decoder sees only the tokens up to its own position
+            cols = cols[: row + 1]
+        w = np.asarray(s.matrix[row], np.float32)[cols]
+        if spec.hide_special:
+            keep = ~np.asarray([k_special[j] for j in cols], bool)
+            if keep.any():
+                cols, w = cols[keep], w[keep]
+                w = w / max(float(w.sum()), 1e-12)
+        if spec.keep < 1.0:
+            w = keep_mass(w[None], spec.keep)[0]
+        panels.append((display_label(word), cols, w))
+    vmax = float(spec.vmax) if spec.vmax else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    norm = _norm(spec, vmax)
+    # light-to-dark for shading text: unattended tokens stay on a near-white background
+    cmap = _cmap(spec if spec.cmap else replace(spec, cmap="magma_r"))
+    width = spec.fixed_width or 3.5
+    pad_pt, gap_pt, line_pt = 1.6, 1.5, fs * 1.75
+    avail_pt = (width - 0.2) * 72
+    # lay every panel's tokens out in lines (wrapping at the figure width)
+    layouts = []
+    for word, cols, w in panels:
+        x, y, boxes = 0.0, 0, []
+        for j, wt in zip(cols, w):
+            tw = _text_width_pt(k_labels[j], fs) + 2 * pad_pt
+            if x > 0 and x + tw > avail_pt:
+                x, y = 0.0, y + 1
+            boxes.append((x, y, tw, k_labels[j], float(wt), k_special[j]))
+            x += tw + gap_pt
+        # centre each line under the figure's width
+        for line in range(y + 1):
+            mine = [b for b in boxes if b[1] == line]
+            shift = (avail_pt - (mine[-1][0] + mine[-1][2])) / 2
+            boxes = [(b[0] + shift, *b[1:]) if b[1] == line else b for b in boxes]
+        layouts.append((word, boxes, y + 1))
+    word_pt = fs * 2.0
+    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
+    title = fit_title(title, width, fs + 1)
+    title_in = title_height(title, fs + 1)
+    cbar_in = 0.42
+    body_pt = sum(n_lines * line_pt + word_pt + 4 for _, _, n_lines in layouts)
+    height = title_in + body_pt / 72 + cbar_in + 0.05
+    fig = new_figure(spec, width, height, constrained=False)
+    ax = fig.add_axes((0.1 / width, (cbar_in + 0.02) / height, (width - 0.2) / width, (body_pt / 72) / height))
+    ax.set_xlim(0, avail_pt)
+    ax.set_ylim(body_pt, 0)
+    ax.set_axis_off()
+    y0 = 0.0
+    for word, boxes, n_lines in layouts:
+        for x, line, tw, lab, wt, special in boxes:
+            top = y0 + line * line_pt
+            face = cmap(norm(max(wt, 1e-12) if spec.log else wt))
+            ax.add_patch(Rectangle((x, top + 0.8), tw, line_pt - 1.6, facecolor=face, edgecolor="none"))
+            lum = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2]
+            ax.text(x + tw / 2, top + line_pt / 2, lab, ha="center", va="center_baseline", fontsize=fs,
+                    color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"))
+        y0 += n_lines * line_pt
+        ax.text(avail_pt / 2, y0 + word_pt * 0.55, word, ha="center", va="center_baseline", fontsize=fs + 1,
+                fontweight="bold")
+        y0 += word_pt + 4
+    cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
+    cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

@@ -119,7 +119,7 @@ BAD = [
     (["--block", "3"], "block 3 is out of range"),
     (["--view", "alignment"], "needs cross-attention"),
     (["--view", "image"], "needs the input image"),
-    (["--view", "strip"], "needs the input image"),
+    (["--view", "strip"], "the strip view needs generated words"),
     (["--cmap", "nope"], "unknown colormap 'nope'"),
     (["--width-in", "0.1"], "out of range; use 0.5..50 inches"),
     (["--view", "overview", "--all-heads"], "does not apply to the overview"),

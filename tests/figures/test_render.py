@@ -25,6 +25,7 @@ CASES = {
     "alignment": (encdec_result, {}, ["Haus", "klein", "house", "small"]),
     "image": (vision_result, {"head": 0}, ["tiny-vit", "[CLS]"]),
     "strip": (lambda: vision_result(decoder=True), {}, CAPTION[:3]),
+    "strip-text": (encdec_result, {"hide_special": True}, ["das", "Haus", "klein", "house", "small"]),
 }
 
 
@@ -231,3 +232,14 @@ def test_spec_from_gui_selection():
     result = text_result()
     fig = render_figure(result, spec_from_gui("head", mode="rollout", layer_range=(0, -1)))
     assert "rollout" in "\n".join(svg_texts(figure_bytes(fig, "svg")))
+
+
+def test_text_strip_has_one_shaded_source_row_per_generated_word():
+    result = encdec_result()
+    fig = render_figure(result, FigureSpec(view="strip", dpi=72))
+    texts = svg_texts(figure_bytes(fig, "svg"))
+    for w in TARGET_GEN:
+        assert w in texts
+    assert texts.count("Haus") == len(TARGET_GEN)  # the source once per generated word
+    fig = render_figure(result, FigureSpec(view="strip", step=1, dpi=72))
+    assert svg_texts(figure_bytes(fig, "svg")).count("Haus") == 2
