@@ -224,3 +224,18 @@ def test_spec_validation_messages():
         FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
     with pytest.raises(AttnvizError, match="rollout needs square self-attention"):
         render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
+
+
+def test_bytes_do_not_depend_on_the_process(maps, tmp_path):
+    """A fresh interpreter with another hash seed writes the same PDF (set/dict order never leaks into files)."""
+    import subprocess
+    import sys
+
+    a = tmp_path / "a.pdf"
+    assert fig("--maps", maps["mt"], "--view", "strip", "--out", a, "--no-recipe") == 0
+    b = tmp_path / "b.pdf"
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-m", "attnviz", "figure", "--maps", str(maps["mt"]), "--view", "strip",
+                    "--out", str(b), "--no-recipe"], check=True, env=env, cwd=root, capture_output=True)
+    assert a.read_bytes() == b.read_bytes()
