@@ -495,6 +495,22 @@ def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) 
     return bi, b
 
 
+def _rgb(image) -> np.ndarray:
+    """``[H, W, 3]`` uint8 from grey, RGBA or float [0, 1] images."""
+    img = np.asarray(image)
+    if img.ndim == 3 and img.shape[-1] == 1:
+        img = img[..., 0]
+    if img.ndim == 2:
+        img = np.stack([img] * 3, axis=-1)
+    if img.ndim != 3 or img.shape[-1] not in (3, 4):
+        raise AttnvizError(f"the result's image has shape {img.shape}; expected height x width x 3")
+    img = img[..., :3]
+    if img.dtype != np.uint8:
+        f = img.astype(np.float32)
+        img = np.clip(f * 255.0 if f.max() <= 1.0 else f, 0, 255).round().astype(np.uint8)
+    return img
+
+
 def _grey(image: np.ndarray) -> np.ndarray:
     """Lightened luminance of an RGB image: a neutral base that does not fight the heat colours."""
     img = np.asarray(image, np.float32)
@@ -531,7 +547,7 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     else:
         query = 0 if g.offset > 0 else None
     patch, qtext = _patch_row(result, block, s.matrix, query)
-    image = np.asarray(result.image)
+    image = _rgb(result.image)
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     width = spec.fixed_width or 3.0
@@ -592,7 +608,7 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     bi, block = _image_block(result, spec, prefer_cross=True)
     s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     rows = _strip_rows(result, spec, block)
-    image = np.asarray(result.image)
+    image = _rgb(result.image)
     ih, iw = image.shape[:2]
     fs = float(spec.font_size)
     n = len(rows) + 1  # the input image first, as in Xu et al. (2015)

@@ -243,3 +243,13 @@ def test_text_strip_has_one_shaded_source_row_per_generated_word():
     assert texts.count("Haus") == len(TARGET_GEN)  # the source once per generated word
     fig = render_figure(result, FigureSpec(view="strip", step=1, dpi=72))
     assert svg_texts(figure_bytes(fig, "svg")).count("Haus") == 2
+
+
+@pytest.mark.parametrize("convert", [lambda im: im[..., 0], lambda im: im / 255.0,
+                                     lambda im: np.concatenate([im, np.full(im.shape[:2] + (1,), 255, np.uint8)], -1)])
+def test_image_views_accept_grey_float_and_rgba_images(convert):
+    result = vision_result(decoder=True)
+    result.image = convert(result.image)
+    for view in ("image", "strip"):
+        fig = render_figure(result, FigureSpec(view=view, dpi=40))
+        assert fig.axes[0].images[0].get_array().shape[:2] == (64, 64)
