@@ -65,9 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
-    view.add_argument("--hide-special", action="store_true", default=None, help="drop special tokens and renormalise rows")
+    view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,
+                      help="drop special tokens and renormalise rows")
     view.add_argument("--keep", type=float, metavar="F", help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)")
-    view.add_argument("--log", action="store_true", default=None, help="logarithmic colour scale")
+    view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
     view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
