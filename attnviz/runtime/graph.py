@@ -523,7 +523,7 @@ def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense", i
             s.probs = n.input[0]
             if len(n.input) > 3 and n.input[3]:
                 ex["mask_index"] = n.input[3]
-        if mode == "ondemand" and s.method == "softmax":
+        if mode == "ondemand" and can_recompute(g0, s):
             ex["q"], ex["k"] = s.q, s.k
             for name in epilogue_side_inputs(g0, s):
                 ex.setdefault("side", []).append(name)
@@ -556,6 +556,15 @@ def _set_attr(node, name, value) -> None:
             node.attribute.remove(a)
             break
     node.attribute.append(helper.make_attribute(name, value))
+
+
+def can_recompute(g: Graph, s: Site) -> bool:
+    """Per-head recompute needs a plain Q·Kᵀ MatMul and an elementwise epilogue (no reshapes)."""
+    if s.method != "softmax" or not s.qk or s.qk not in g.producer:
+        return False
+    if g.nodes[g.producer[s.qk]].op_type not in ("MatMul", "FusedMatMul"):
+        return False
+    return all(g.nodes[i].op_type in ELEMENTWISE for i in s.epilogue)
 
 
 def epilogue_side_inputs(g: Graph, s: Site) -> list[str]:
@@ -593,7 +602,7 @@ def epilogue_model(g: Graph, s: Site, opset_imports, dtypes: dict[str, tuple]) -
         arr = g.const_value(t)
         inits.append(numpy_helper.from_array(arr, name=t))
     # keep only the nodes on the path to probs (drop side branches that leave the epilogue)
-    # dtypes: name -> (numpy dtype, rank) of the arrays that will be fed
+    # dtypes: name -> (numpy dtype, rank) of the arrays that will be fed (side inputs are fed as rank 4)
     def vi(t):
         dt, rank = dtypes[t]
         return helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), [None] * rank)
