@@ -87,16 +87,17 @@ def _heatmap_figure(
     fixed = spec.fixed_width
     if fixed is not None:
         width = fixed
-        cell = max((width - frame_w) / nk, 0.002)
-    else:
-        cell = pitch
-        width = clamp(frame_w + nk * cell, 2.4, 16.0)
-        cell = (width - frame_w) / nk
+    else:  # sized so every key label fits
+        width = clamp(frame_w + nk * pitch, 2.4, 16.0)
+    map_w = max(width - frame_w, 0.1)
+    cell = map_w / nk
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
     frame_h = title_in + xlab_in + 0.1
-    height = frame_h + nq * cell
-    height = clamp(height, 1.4, max(1.4, frame_h + 1.6 * (width - frame_w)))
+    # square cells, unless that makes the map much taller than wide: then rows shrink, but not below
+    # the label pitch (a tall alignment of many generated words stays readable)
+    row = min(cell, max(pitch, 1.6 * map_w / nq))
+    height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
 
     fig = new_figure(spec, width, height)
@@ -382,7 +383,8 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     n = max(nq, nk)
     fs = float(spec.font_size)
     pitch = fs * LINE * PT
-    lab_q, lab_k = text_width_in(q_labels, fs), text_width_in(k_labels, fs)
+    qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
+    lab_q, lab_k = text_width_in(q_labels + [qt], fs), text_width_in(k_labels + [kt], fs)
     what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
     title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)
     width = spec.fixed_width or clamp(lab_q + lab_k + 1.8, 2.4, 10.0)
@@ -433,7 +435,6 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
                    for c, (name, _) in enumerate(items)]
         fig.legend(handles=handles, loc="lower center", ncol=min(4, len(items)), fontsize=fs, frameon=False,
                    handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
-    qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
     # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
     ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
