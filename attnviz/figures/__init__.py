@@ -19,6 +19,7 @@ from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PR
 _LAZY = {
     "render_figure": "attnviz.figures.render",
     "save_figure": "attnviz.figures.render",
+    "export_figure": "attnviz.figures.render",
     "figure_bytes": "attnviz.figures.render",
     "figure_format": "attnviz.figures.render",
     "applicable_views": "attnviz.figures.render",

@@ -155,3 +155,19 @@ def _umask_mode(p: str) -> None:
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(p, 0o666 & ~mask)
+
+
+def export_figure(result: AttentionResult, path: str | os.PathLike, spec: FigureSpec,
+                  recipe_sources: dict | None = None) -> Path:
+    """Render, save atomically and (given ``recipe_sources``) write ``PATH.recipe.json`` beside it.
+
+    ``recipe_sources``: the :func:`attnviz.figures.recipe.make_recipe` keywords saying where the result came from,
+    e.g. ``{"model": "m.onnx", "text": "the cat sat", "generate": 0}`` or ``{"maps": "maps.npz"}``.
+    """
+    from attnviz.figures.recipe import make_recipe, recipe_path_for, write_recipe
+
+    figure_format(path)
+    out = save_figure(render_figure(result, spec), path)
+    if recipe_sources is not None:
+        write_recipe(make_recipe(spec, output=out, **recipe_sources), recipe_path_for(out))
+    return out

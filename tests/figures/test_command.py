@@ -239,3 +239,15 @@ def test_bytes_do_not_depend_on_the_process(maps, tmp_path):
     subprocess.run([sys.executable, "-m", "attnviz", "figure", "--maps", str(maps["mt"]), "--view", "strip",
                     "--out", str(b), "--no-recipe"], check=True, env=env, cwd=root, capture_output=True)
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_export_figure_writes_figure_and_recipe_for_the_gui(maps, tmp_path):
+    from attnviz.figures import export_figure
+
+    out = export_figure(text_result(), tmp_path / "g.svg", FigureSpec(view="links", dpi=50),
+                        recipe_sources={"maps": maps["text"]})
+    assert out.read_bytes().startswith(b"<?xml")
+    r = json.loads((tmp_path / "g.svg.recipe.json").read_text())
+    assert r["view"]["view"] == "links" and r["source"]["maps"]["sha256"]
+    with pytest.raises(AttnvizError, match="cannot tell the figure format"):
+        export_figure(text_result(), tmp_path / "g.bmp", FigureSpec())
