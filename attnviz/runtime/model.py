@@ -178,10 +178,10 @@ class AttentionModel:
         t0 = time.perf_counter()
         self.path = Path(path)
         self.name = self.path.stem
-        self.proto = gr.load_model(self.path)
+        self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
-        self.graph = gr.Graph(self.proto)
+        self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
@@ -289,7 +289,7 @@ class AttentionModel:
                     data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
-            sess, note = make_session(data, self.requested_provider, self.threads)
+            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
