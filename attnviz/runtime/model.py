@@ -196,6 +196,7 @@ class AttentionModel:
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
         self._stack_confirmed = False
+        self._probed = False
         self.timings = {"load_s": time.perf_counter() - t0}
 
     # -- description -----------------------------------------------------------
@@ -230,8 +231,9 @@ class AttentionModel:
 
         Returns False (and changes nothing) when dummy inputs cannot be built or the run fails.
         """
-        if self._stack_confirmed and all(s.heads for s in self._sites):
-            return True
+        if (self._stack_confirmed and all(s.heads for s in self._sites)) or self._probed:
+            return self._stack_confirmed
+        self._probed = True
         feeds = {}
         for i in self.inputs:
             role = self.roles[i.name]
