@@ -75,7 +75,7 @@ class Site:
 class Graph:
     """Index of a GraphProto: producers, consumers, initializers."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None):
         self.model = model
         g = model.graph
         self.nodes = list(g.node)
@@ -89,12 +89,14 @@ class Graph:
                 if t:
                     self.consumers.setdefault(t, []).append((i, j))
         self.initializers = {t.name: t for t in g.initializer}
+        self.external_dir = external_dir
         self.inputs = [i for i in g.input if i.name not in self.initializers]
         self.input_names = [i.name for i in self.inputs]
 
     def const_value(self, name: str) -> np.ndarray | None:
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            # weights in external data files stay on disk until needed (base_dir is set by load_model)
+            return numpy_helper.to_array(self.initializers[name], base_dir=self.external_dir or "")
         i = self.producer.get(name)
         if i is not None and self.nodes[i].op_type == "Constant":
             for a in self.nodes[i].attribute:
@@ -104,8 +106,13 @@ class Graph:
 
 
 # --------------------------------------------------------------------------- loading
-def load_model(path: str | Path) -> onnx.ModelProto:
-    """Parse an ONNX file safely: clear one-line errors, external data confined to the model's folder."""
+def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
+    """Parse an ONNX file safely: clear one-line errors, external data confined to the model's folder.
+
+    Returns the model and, when it has external data, the folder that data is relative to.  The weights
+    are left on disk: onnxruntime reads them itself and the graph we instrument stays small (which is
+    also how models over protobuf's 2 GB limit work).
+    """
     path = Path(path)
     if not path.exists():
         raise AttnvizError(f"{path}: no such file")
@@ -139,11 +146,18 @@ def load_model(path: str | Path) -> onnx.ModelProto:
             if not target.exists():
                 raise AttnvizError(f"{path}: external data file {loc!r} is missing; copy it beside the model")
     if has_external:
-        try:
-            onnx.load_external_data_for_model(model, str(base))
-        except Exception as e:
-            raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
-    return model
+        # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
+        from onnx.external_data_helper import load_external_data_for_tensor
+
+        for t in _all_tensors(model):
+            if t.data_location == TensorProto.EXTERNAL and int(np.prod(t.dims or [1])) <= 4096:
+                try:
+                    load_external_data_for_tensor(t, str(base))
+                except Exception as e:
+                    raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
+                t.data_location = TensorProto.DEFAULT
+                del t.external_data[:]
+    return model, (str(base) if has_external else None)
 
 
 def _all_tensors(model: onnx.ModelProto):

@@ -178,10 +178,10 @@ class AttentionModel:
         t0 = time.perf_counter()
         self.path = Path(path)
         self.name = self.path.stem
-        self.proto = gr.load_model(self.path)
+        self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
-        self.graph = gr.Graph(self.proto)
+        self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
@@ -196,6 +196,7 @@ class AttentionModel:
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
         self._stack_confirmed = False
+        self._probed = False
         self.timings = {"load_s": time.perf_counter() - t0}
 
     # -- description -----------------------------------------------------------
@@ -223,15 +224,18 @@ class AttentionModel:
 
     @property
     def provider(self) -> str:
-        return self._session("plain")[0].get_providers()[0]
+        """The execution provider actually used (creates the session that runs need anyway)."""
+        sess = next(iter(self._sessions.values()))[0] if self._sessions else self._session("dense")[0]
+        return sess.get_providers()[0]
 
     def probe(self) -> bool:
         """One short run on dummy inputs to confirm labels (causal => decoder) and read head counts.
 
         Returns False (and changes nothing) when dummy inputs cannot be built or the run fails.
         """
-        if self._stack_confirmed and all(s.heads for s in self._sites):
-            return True
+        if (self._stack_confirmed and all(s.heads for s in self._sites)) or self._probed:
+            return self._stack_confirmed
+        self._probed = True
         feeds = {}
         for i in self.inputs:
             role = self.roles[i.name]
@@ -289,7 +293,7 @@ class AttentionModel:
                     data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
-            sess, note = make_session(data, self.requested_provider, self.threads)
+            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
