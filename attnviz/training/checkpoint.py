@@ -24,9 +24,16 @@ STATE = "checkpoint.json"
 CONFIG = "config.json"
 
 
+def _umask_mode() -> int:
+    um = os.umask(0)
+    os.umask(um)
+    return 0o666 & ~um
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, _umask_mode())  # mkstemp makes 0600; published files get the usual permissions
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -48,6 +55,7 @@ def temp_path(path: Path) -> Path:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix="." + path.stem + ".", suffix=path.suffix + ".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, _umask_mode())
     return Path(tmp)
 
 
