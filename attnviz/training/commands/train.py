@@ -88,6 +88,14 @@ def run(args) -> int:
     summary = {"task": task.name, "preset": args.preset, "seed": tcfg.seed, "steps": tcfg.steps,
                "train_seconds": round(train_s, 1), "device": str(trainer.device),
                "metrics": result["metrics"], "parity": result["parity"], "model": str(out / "model.onnx")}
+    if hasattr(task, "sample_image"):  # the image named by attnviz.sample, for opening the model in the GUI
+        from PIL import Image
+
+        from attnviz.training.checkpoint import temp_path
+
+        tmp = temp_path(out / "sample.png")
+        Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
+        tmp.replace(out / "sample.png")
     atomic_write_json(out / "metrics.json", summary)
     print(json.dumps(summary, indent=2))
     return 0
