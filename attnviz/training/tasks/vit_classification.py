@@ -111,6 +111,9 @@ class VitClassification(Task):
         }
 
     def sample_image(self, mcfg) -> np.ndarray:
-        """The sample input (``[H, W, 3]`` uint8) written next to a shipped model."""
-        imgs, _ = generate(1, split_seed(self.name, "sample"), mcfg.image_size)
-        return imgs[0]
+        """The sample input (``[H, W, 3]`` uint8): the first triangle clear of the border, from the sample seed."""
+        rng = np.random.default_rng(split_seed(self.name, "sample"))
+        while True:
+            img, label, (x0, y0, x1, y1) = render(rng, mcfg.image_size)
+            if LABELS[label] == "triangle" and min(x0, y0) >= 3 and max(x1, y1) <= mcfg.image_size - 4:
+                return img
