@@ -100,6 +100,9 @@ class Trainer:
                 "total": self.tcfg.steps, "finished": self.finished, "losses": self.losses, "metrics": self.metrics}
 
     def _resume_or_start(self, restart: bool) -> None:
+        if restart:  # a stale checkpoint must not be mistaken for this run's after an early interruption
+            for name in (ckpt.STATE, ckpt.TENSORS):
+                (self.out / name).unlink(missing_ok=True)
         prev = None if restart else ckpt.load_state(self.out)
         if prev is not None:
             where = self.out / ckpt.STATE
