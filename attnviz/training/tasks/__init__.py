@@ -139,8 +139,16 @@ def _registry() -> dict[str, Task]:
     return {t.name: t for t in tasks}
 
 
-# name -> Task instance.  translation / captioning are added here by their modules.
+# name -> Task instance.  New tasks: add them to _registry() above (or call register() at import time).
 TASKS: dict[str, Task] = _registry()
+
+
+def register(task: Task) -> Task:
+    """Add (or replace) a task in :data:`TASKS`; returns it."""
+    if not task.name:
+        raise ValueError("a task needs a name")
+    TASKS[task.name] = task
+    return task
 
 
 def get_task(name: str) -> Task:
