@@ -526,7 +526,7 @@ def _grey(image: np.ndarray) -> np.ndarray:
 def _overlay(ax, image: np.ndarray, patch: np.ndarray, cmap, vmax: float):
     """Grey image + smoothed heat of one patch map; returns the heat's AxesImage."""
     ih, iw = image.shape[:2]
-    ax.imshow(_grey(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="bilinear")
+    ax.imshow(_grey(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="auto")  # crisp pixels when upsampled, smooth when shrunk
     heat = _heat_on_image(image, patch)
     norm = Normalize(0.0, vmax, clip=True)
     rgba = cmap(norm(heat))
@@ -632,7 +632,7 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
         ax = fig.add_axes((x0 / width, y0 / height, (pw - 0.08) / width, img_h / height))
         ax.set_axis_off()
         if k == 0:
-            ax.imshow(image, interpolation="bilinear")
+            ax.imshow(image, interpolation="auto")
             word, weight = "(input)", "normal"
         else:
             row, word = rows[k - 1]
