@@ -253,3 +253,14 @@ def test_image_views_accept_grey_float_and_rgba_images(convert):
     for view in ("image", "strip"):
         fig = render_figure(result, FigureSpec(view=view, dpi=40))
         assert fig.axes[0].images[0].get_array().shape[:2] == (64, 64)
+
+
+def test_applicable_views_for_menus():
+    from attnviz.figures import applicable_views
+
+    text = applicable_views(text_result())
+    assert list(text) == ["heatmap", "overview", "links", "alignment", "image", "strip"]
+    assert text["heatmap"] is None and "cross-attention" in text["alignment"] and "image" in text["image"]
+    assert "generated words" in text["strip"]
+    cap = applicable_views(vision_result(decoder=True))
+    assert all(v is None for v in cap.values())
