@@ -94,9 +94,11 @@ def _heatmap_figure(
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
     frame_h = title_in + xlab_in + 0.1
-    # square cells, unless that makes the map much taller than wide: then rows shrink, but not below
-    # the label pitch (a tall alignment of many generated words stays readable)
+    # square cells, unless that makes the map much taller than wide; rows that could all be labelled
+    # within a page get the label pitch (a tall alignment of many generated words stays readable)
     row = min(cell, max(pitch, 1.6 * map_w / nq))
+    if nq * pitch <= max(1.6 * map_w, 6.0):
+        row = max(row, pitch)
     height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
 
