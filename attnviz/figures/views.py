@@ -475,7 +475,11 @@ def _patch_row(result: AttentionResult, block: Block, m: np.ndarray, query: int 
     g = result.patch_grid
     if query is None:
         return g.to_image(m.mean(axis=0)), "all queries (mean)"
-    return g.to_image(m[query]), f"query {query} {display_label(block.query_axis.labels[query])}".strip()
+    text = f"query {query} {display_label(block.query_axis.labels[query])}".strip()
+    produced = dict(sel_.generation_rows(result, block)) if block.stack == "decoder" and result.generated else {}
+    if query in produced:  # a decoder row is where the next word was chosen: say which
+        text += f" → {display_label(produced[query])}"
+    return g.to_image(m[query]), text
 
 
 def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) -> tuple[int, Block]:
@@ -616,8 +620,8 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     fs = float(spec.font_size)
     n = len(rows) + 1  # the input image first, as in Xu et al. (2015)
     width = spec.fixed_width or clamp(min(n, 6) * 1.15, 2.4, 7.16)
-    ncols = max(1, min(n, int(width // 0.9)))
-    nrows = math.ceil(n / ncols)
+    nrows = math.ceil(n / max(1, min(n, int(width // 0.9))))
+    ncols = math.ceil(n / nrows)  # balanced rows: 9 panels -> 5 + 4, not 7 + 2
     pw = width / ncols
     img_h = (pw - 0.08) * ih / iw
     word_in = fs * 2.2 * PT
