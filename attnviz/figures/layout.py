@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -41,10 +42,25 @@ def display_labels(labels) -> list[str]:
     return [display_label(t) for t in labels]
 
 
+@functools.lru_cache(maxsize=8192)
+def _advance_pt(s: str, fs: float, family: str) -> float:
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    w, _, _ = TextToPath().get_text_width_height_descent(s, FontProperties(family=family, size=fs), ismath=False)
+    return float(w)
+
+
+def text_width_pt(s: str, fs: float) -> float:
+    """Advance width of ``s`` at ``fs`` points in the current figure font (exact, no renderer needed)."""
+    import matplotlib as mpl
+
+    return _advance_pt(s.replace("\\$", "$"), float(fs), str(mpl.rcParams["font.sans-serif"][0]))
+
+
 def text_width_in(labels: list[str], fs: float) -> float:
-    """Estimated width in inches of the longest label at ``fs`` points."""
-    n = max((len(s.replace("\\$", "$")) for s in labels), default=1)
-    return n * fs * CHAR_W * PT
+    """Width in inches of the widest label at ``fs`` points."""
+    return max((text_width_pt(s, fs) for s in labels), default=fs * CHAR_W) * PT
 
 
 def label_step(n: int, length_in: float, fs: float) -> int:

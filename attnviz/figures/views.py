@@ -23,6 +23,7 @@ from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.reduce import keep_mass
 from attnviz.figures import select as sel_
 from attnviz.figures.layout import (
+    CHAR_W,
     FIT,
     LINE,
     PT,
@@ -35,6 +36,7 @@ from attnviz.figures.layout import (
     nice_step,
     shrink,
     text_width_in,
+    text_width_pt,
     title_height,
     token_ticks,
 )
@@ -389,15 +391,17 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     lab_q, lab_k = text_width_in(q_labels + [qt], fs), text_width_in(k_labels + [kt], fs)
     what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
     title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)
-    width = spec.fixed_width or clamp(lab_q + lab_k + 1.8, 2.4, 10.0)
+    width = spec.fixed_width or clamp(lab_q + lab_k + 1.9, 2.8, 10.0)
     title = fit_title(title, width, fs + 1)
-    legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / 4) if len(items) > 1 else 0.0
+    entry_in = (max(len(name) for name, _ in items) * CHAR_W * fs + 3.5 * fs) * PT  # handle + text + spacing
+    legend_cols = max(1, min(len(items), int((width - 0.2) / entry_in)))
+    legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / legend_cols) if len(items) > 1 else 0.0
     top = title_height(title, fs + 1) + fs * 2.2 * PT
     height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
-    ax = fig.add_axes((lab_q / width + 0.05 / width, (legend_in + 0.05) / height,
-                       max(width - lab_q - lab_k - 0.1, 0.3) / width, span_h / height))
+    ax = fig.add_axes(((lab_q + 0.1) / width, (legend_in + 0.05) / height,
+                       max(width - lab_q - lab_k - 0.2, 0.3) / width, span_h / height))
     ax.set_axis_off()
     ax.set_xlim(0, 1)
     ax.set_ylim(n - 0.5, -0.5)
@@ -435,7 +439,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     if len(items) > 1:
         handles = [Line2D([], [], color=HEAD_COLOURS[c % len(HEAD_COLOURS)], lw=1.5, label=name)
                    for c, (name, _) in enumerate(items)]
-        fig.legend(handles=handles, loc="lower center", ncol=min(4, len(items)), fontsize=fs, frameon=False,
+        fig.legend(handles=handles, loc="lower center", ncol=legend_cols, fontsize=fs, frameon=False,
                    handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
     # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
@@ -653,15 +657,6 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     return fig
 
 
-def _text_width_pt(s: str, fs: float) -> float:
-    """Exact advance width of ``s`` at ``fs`` points in the figure font (no renderer needed)."""
-    from matplotlib.font_manager import FontProperties
-    from matplotlib.textpath import TextToPath
-
-    w, _, _ = TextToPath().get_text_width_height_descent(s.replace("\\$", "$"), FontProperties(size=fs), ismath=False)
-    return float(w)
-
-
 def _text_strip(result: AttentionResult, spec: FigureSpec):
     if spec.block is None:
         bi = sel_.first_block(result, kind="cross", stack="decoder")
@@ -703,7 +698,7 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
     for word, cols, w in panels:
         x, y, boxes = 0.0, 0, []
         for j, wt in zip(cols, w):
-            tw = _text_width_pt(k_labels[j], fs) + 2 * pad_pt
+            tw = text_width_pt(k_labels[j], fs) + 2 * pad_pt
             if x > 0 and x + tw > avail_pt:
                 x, y = 0.0, y + 1
             boxes.append((x, y, tw, k_labels[j], float(wt), k_special[j]))
