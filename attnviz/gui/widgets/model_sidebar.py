@@ -1,0 +1,84 @@
+"""Model sidebar: inputs, outputs, metadata, attention sites, device and timings (Netron's ModelSidebar)."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
+
+
+def _short(v, n: int = 120) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, default=str)
+    s = s.replace("\n", " ")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+class ModelSidebar(QTreeWidget):
+    def __init__(self, session, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.setHeaderLabels(["property", "value"])
+        self.setColumnWidth(0, 150)
+        self.setAlternatingRowColors(True)
+        session.model_changed.connect(self.rebuild)
+        session.result_changed.connect(self.rebuild)
+        self.rebuild()
+
+    def section(self, title: str) -> QTreeWidgetItem | None:
+        for i in range(self.topLevelItemCount()):
+            it = self.topLevelItem(i)
+            if it.text(0) == title:
+                return it
+        return None
+
+    def values(self, title: str) -> dict[str, str]:
+        it = self.section(title)
+        if it is None:
+            return {}
+        return {it.child(i).text(0): it.child(i).text(1) for i in range(it.childCount())}
+
+    def _add(self, title: str, rows, expanded: bool = True) -> None:
+        top = QTreeWidgetItem([title, ""])
+        self.addTopLevelItem(top)
+        for k, v in rows:
+            child = QTreeWidgetItem([str(k), _short(v)])
+            child.setToolTip(1, v if isinstance(v, str) else json.dumps(v, default=str, indent=1)[:4000])
+            top.addChild(child)
+        top.setExpanded(expanded)
+
+    def rebuild(self) -> None:
+        self.clear()
+        m = self.session.model
+        r = self.session.result
+        if m is None and r is None:
+            self._add("Model", [("", "no model open")])
+            return
+        if m is not None:
+            self._add("Model", [("name", getattr(m, "name", "")), ("file", str(getattr(m, "path", ""))),
+                                ("kind", getattr(m, "kind", "")), ("device", getattr(m, "provider", ""))])
+            self._add("Inputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "inputs", [])])
+            self._add("Outputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "outputs", [])], expanded=False)
+            sites = list(getattr(m, "sites", []) or [])
+            if sites:
+                self._add("Attention sites", [(s.label, f"{s.heads} heads · {s.method} · {s.node}") for s in sites], expanded=False)
+            else:
+                why = getattr(m, "no_attention_reason", None) or "no attention found"
+                self._add("Attention sites", [("none", why)])
+            meta = dict(getattr(m, "metadata", {}) or {})
+            self._add("Metadata", sorted(meta.items()), expanded=False)
+        if r is not None:
+            info = dict(r.info or {})
+            rows = []
+            if "provider" in info:
+                rows.append(("device used", info["provider"]))
+            for k, v in (info.get("timings") or {}).items():
+                rows.append((k, f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
+            rows.append(("maps", f"{len(r.maps)} sites, " + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks)))
+            if r.tokens is not None:
+                rows.append(("tokens", str(len(r.tokens))))
+            if r.generated:
+                rows.append(("generated", " ".join(r.generated)))
+            for k, v in info.items():
+                if k not in ("provider", "timings"):
+                    rows.append((k, v))
+            self._add("Run", rows)
