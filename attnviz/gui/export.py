@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from PySide6.QtCore import QMarginsF, QRect, QSize
+from PySide6.QtCore import QMarginsF, QPoint, QRect, QSizeF
 from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
 from PySide6.QtWidgets import QWidget
 
@@ -41,6 +41,18 @@ def _finish(tmp: str, path: Path, ok: bool) -> Path:
     return path
 
 
+def _render(widget: QWidget, device) -> bool:
+    """Paint ``widget`` on ``device``; the painter always ends before the device goes away."""
+    p = QPainter(device)
+    if not p.isActive():
+        return False
+    try:
+        QWidget.render(widget, p, QPoint(0, 0))  # the QWidget overload, also for QGraphicsViews
+    finally:
+        ok = p.end()
+    return ok
+
+
 def export_widget(widget: QWidget, path: str | os.PathLike) -> Path:
     """Render ``widget`` to PNG / SVG / PDF by extension (GUI thread only)."""
     path = Path(path)
@@ -62,21 +74,21 @@ def export_widget(widget: QWidget, path: str | os.PathLike) -> Path:
             gen.setSize(size)
             gen.setViewBox(QRect(0, 0, size.width(), size.height()))
             gen.setTitle("attnviz")
-            p = QPainter(gen)
-            widget.render(p)
-            ok = p.end()
+            ok = _render(widget, gen)
+            del gen
         else:
             w = QPdfWriter(tmp)
             w.setResolution(96)
-            w.setPageSize(QPageSize(QSize(size.width(), size.height()), QPageSize.Point))
-            w.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Point)
-            p = QPainter(w)
-            widget.render(p)
-            ok = p.end()
+            # 96 dpi device pixels -> points, so the page is exactly the widget
+            w.setPageSize(QPageSize(QSizeF(size.width() * 0.75, size.height() * 0.75), QPageSize.Unit.Point))
+            w.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Unit.Point)
+            ok = _render(widget, w)
+            del w  # QPdfWriter writes the file when it is destroyed
     except AttnvizError:
         raise
-    except Exception:
-        ok = False
+    except Exception as e:  # noqa: BLE001 -- reported as a message, never a crash
+        Path(tmp).unlink(missing_ok=True)
+        raise AttnvizError(f"could not export {path.name}: {type(e).__name__}: {e}") from None
     return _finish(tmp, path, ok)
 
 

@@ -35,9 +35,15 @@ VIEW_CLASSES = (OverviewView, HeadMapView, TokenLinksView, AlignmentView, ImageR
 
 
 def _default_opener(path, provider="auto"):
+    """Open with the runtime (in a worker): also start the session and read head counts now,
+    so the GUI thread never waits on onnxruntime."""
     from attnviz.runtime import open_model
 
-    return open_model(path, provider=provider)
+    m = open_model(path, provider=provider)
+    _ = m.provider  # creates the inference session
+    if m.sites and not all(s.heads for s in m.sites) and hasattr(m, "probe"):
+        m.probe()
+    return m
 
 
 def analyze(model, values: dict, progress=None, cancelled=None):
@@ -272,7 +278,7 @@ class MainWindow(QMainWindow):
         if not p.exists():
             self.show_error(f"cannot open {p}: no such file")
             return
-        if fn is self.open_model:
+        if fn == self.open_model:
             fn(p, **values)
         else:
             fn(p)
@@ -303,9 +309,11 @@ class MainWindow(QMainWindow):
             self.show_error(f"{path.name}: no attention to show — {why}")
             return
         values = self.sample_input(model)
+        if str(getattr(model, "kind", "")).startswith("vision") and not values.get("image") and self.inputs.image.text():
+            values["image"] = self.inputs.image.text()  # keep the image the user already chose
         values.update(given)
         self.inputs.set_values(text=values.get("text", ""), text_pair=values.get("text_pair", ""),
-                               image=values.get("image", ""), generate=values.get("generate", self.default_generate(model)))
+                               image=values.get("image"), generate=values.get("generate", self.default_generate(model)))
         self.statusBar().showMessage(f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}")
         if run:
             self.run_analysis(self.inputs.values())
@@ -389,7 +397,7 @@ class MainWindow(QMainWindow):
         self.session.set_result(result)
         info = result.info or {}
         t = (info.get("timings") or {})
-        total = t.get("analyze (wall)") or t.get("total")
+        total = info.get("total_s") or t.get("analyze (wall)")
         dev = info.get("provider") or getattr(self.session.model, "provider", "")
         self.status_device.setText(f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else ""))
         n = len(result.maps)

@@ -93,17 +93,29 @@ def n_steps(result: AttentionResult | None) -> int:
     return len(result.generated) if result is not None else 0
 
 
-def step_rows(result: AttentionResult, block: Block, step: int) -> int | None:
-    """How many decoder positions are visible after ``step`` generated tokens (None = all).
+def producing_row(result: AttentionResult, tq: int, k: int) -> int:
+    """Decoder query row whose output chose generated token ``k`` (0-based).
 
-    Decoder axes hold the prompt followed by the generated tokens; step ``s`` shows the
-    positions that existed when the ``s``-th token was chosen.
+    The query at decoder position ``p`` predicts the token at ``p + 1``, so token ``k`` was chosen
+    by row ``prompt_len - 1 + k``.  Without a known prompt length assume the axis ends with the
+    generated tokens except the last (the runtime does not feed the final token back).
+    """
+    g = n_steps(result)
+    if result.prompt_len > 0:
+        return result.prompt_len - 1 + k
+    return tq - g + k
+
+
+def step_rows(result: AttentionResult, block: Block, step: int) -> int | None:
+    """How many decoder positions are visible at generation step ``step`` (None = all).
+
+    Step ``s`` shows the positions that existed when the ``s``-th generated token was chosen.
     """
     g = n_steps(result)
     if step < 0 or g == 0 or block.stack != "decoder" or step >= g:
         return None
-    n = len(block.query_axis) - (g - step)
-    return max(1, n)
+    tq = blk_len(block, 0)
+    return max(1, min(tq, producing_row(result, tq, step) + 1))
 
 
 def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
@@ -178,20 +190,18 @@ def downsample(m: np.ndarray, max_side: int = 64) -> np.ndarray:
 
 
 def alignment_rows(result: AttentionResult, blk: Block) -> tuple[np.ndarray, list[str]]:
-    """Decoder query rows that *produced* each generated token, and those tokens.
+    """Decoder query rows that *produced* each generated token, and those tokens (see :func:`producing_row`).
 
-    The query at decoder position ``p`` predicts the token at ``p + 1``; generated token ``k``
-    (0-based) sits at position ``len(axis) - g + k`` when the axis ends with the generated tokens,
-    so it was chosen by the row one before.  Falls back to all rows with their own labels.
+    Falls back to all rows with their own labels when nothing was generated.
     """
     g = n_steps(result)
     tq = blk_len(blk, 0)
     if g == 0:
         return np.arange(tq), [clean_label(x) for x in blk.query_axis.labels]
-    start = len(blk.query_axis) - g - 1
-    if len(blk.query_axis) == tq and start >= 0:
-        rows = np.arange(start, start + g)
-    else:
-        rows = np.arange(max(0, tq - g), tq)
-    labels = [clean_label(w) for w in result.generated[-len(rows):]] if len(rows) else []
-    return rows, labels
+    rows, labels = [], []
+    for k in range(g):
+        r = producing_row(result, tq, k)
+        if 0 <= r < tq:
+            rows.append(r)
+            labels.append(clean_label(result.generated[k]))
+    return np.asarray(rows, dtype=int), labels

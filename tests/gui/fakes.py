@@ -98,8 +98,8 @@ class FakeModel:
             g = int(generate or 0) or 1
             vocab = ["le", "chat", "est", "sur", "le", "tapis", "."] if self.kind == "encoder-decoder" else ["a", "red", "square", "on", "blue", "."]
             gen = [vocab[i % len(vocab)] for i in range(g)]
-            dl = ["<s>"] + gen
-            dec_ax = TokenAxis(dl, [True] + [False] * g)
+            dl = ["<s>"] + gen[:-1]  # like the runtime: the last generated token is not fed back
+            dec_ax = TokenAxis(dl, [True] + [False] * (len(dl) - 1))
             T = len(dl)
             dmaps = []
             for _ in range(L):

@@ -59,11 +59,12 @@ class InputPanel(QWidget):
         self.browse.clicked.connect(self._browse)
 
     def values(self) -> dict:
+        # fields the current model does not take are disabled and not sent
         return {
-            "text": self.text.text() or None,
-            "text_pair": self.text_pair.text() or None,
-            "image": self.image.text().strip() or None,
-            "generate": int(self.generate.value()),
+            "text": (self.text.text() or None) if self.text.isEnabled() else None,
+            "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
+            "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
+            "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
         }
 
     def set_values(self, text=None, text_pair=None, image=None, generate=None) -> None:
@@ -82,7 +83,8 @@ class InputPanel(QWidget):
         vision = kind.startswith("vision")
         self.image.setEnabled(vision or model is None)
         self.browse.setEnabled(vision or model is None)
-        self.text.setEnabled(not vision or kind == "vision-decoder" or model is None)
+        self.text.setEnabled(not vision or model is None)
+        self.text_pair.setEnabled(not vision or model is None)
         self.generate.setEnabled(kind in ("decoder", "encoder-decoder", "vision-decoder") or model is None)
 
     def request_run(self) -> None:

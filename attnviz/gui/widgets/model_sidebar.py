@@ -78,7 +78,14 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("tokens", str(len(r.tokens))))
             if r.generated:
                 rows.append(("generated", " ".join(r.generated)))
+            timings = dict(getattr(self.session.model, "timings", {}) or {})
+            for k, v in timings.items():
+                rows.append((f"model {k}", f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
             for k, v in info.items():
-                if k not in ("provider", "timings"):
+                if k in ("provider", "timings") or v in (None, "", [], {}):
+                    continue
+                if k.endswith("_s") and isinstance(v, (int, float)):
+                    rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))
+                else:
                     rows.append((k, v))
             self._add("Run", rows)
