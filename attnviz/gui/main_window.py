@@ -40,8 +40,17 @@ def _default_opener(path, provider="auto"):
     from attnviz.runtime import open_model
 
     m = open_model(path, provider=provider)
-    _ = m.provider  # creates the inference session
-    if m.sites and not all(s.heads for s in m.sites) and hasattr(m, "probe"):
+    if not m.sites:
+        return m  # nothing to run; the window explains why
+    try:
+        _ = m.provider  # creates the inference session
+    except AttnvizError:
+        raise
+    except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
+        msg = str(e).replace("\n", " ")
+        msg = msg.split(" : ")[-1].split(") ")[-1].strip() if "ONNXRuntimeError" in msg else msg
+        raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {msg[:200]}") from None
+    if not all(s.heads for s in m.sites) and hasattr(m, "probe"):
         m.probe()
     return m
 

@@ -153,6 +153,7 @@ def build_no_attention(folder: Path) -> Path:
         "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w1, w2])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what onnxruntime 1.2x reads
     path = folder / "mlp.onnx"
     onnx.save(model, str(path))
     return path
