@@ -55,6 +55,7 @@ def _canon(enc=(), dec_self=(), cross=()):
 
 def build(arch: str):
     T = transformers
+    torch.manual_seed(0)  # the same weights every time: tests rebuild the torch twin of an exported model
     if arch == "bert":
         m = T.BertModel(T.BertConfig(vocab_size=99, num_hidden_layers=2, **TINY, attn_implementation="eager"))
         ids = _ids(2, 7, 99); mask = torch.ones_like(ids); mask[1, 5:] = 0
@@ -67,7 +68,7 @@ def build(arch: str):
         m = T.BertModel.from_pretrained(path, attn_implementation="eager")
         tok = T.PreTrainedTokenizerFast(tokenizer_file=str(Path(path) / "tokenizer.json"))
         enc = tok(["attention is all you need", "a short one"], padding=True, return_tensors="pt")
-        kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "token_type_ids": enc["token_type_ids"]}
+        kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "token_type_ids": torch.zeros_like(enc["input_ids"])}
         out = "last_hidden_state"
     elif arch == "gpt2":
         m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_implementation="eager"))

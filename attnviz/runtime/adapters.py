@@ -103,6 +103,8 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
     if generate < 0:
         raise AttnvizError("--generate must be 0 or more steps")
+    if not model._stack_confirmed and len({s.stack for s in model._sites}) == 1:
+        model.probe()  # a causal map marks a decoder; static guesses can miss hand-built masks
     kind = model.kind
     roles = model.roles
     if isinstance(feeds, (str, Path)):
@@ -168,10 +170,10 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
             src_axis = TokenAxis(enc.tokens, enc.special)
         else:
             raise AttnvizError(f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})")
-    elif tok_in is not None and tok_in.name in f and not decoder_is_tokens:
+    elif tok_in is not None and tok_in.name in f and np.ndim(f[tok_in.name]) == 2 and not decoder_is_tokens:
         src_tok, tgt_tok = _tokenizers_or_none(model)
         src_axis = _labels(src_tok, f[tok_in.name][0])
-    elif series_in is not None and series_in.name in f:
+    elif series_in is not None and series_in.name in f and np.ndim(f[series_in.name]) >= 2:
         src_axis = TokenAxis([f"{v:g}" for v in np.ravel(f[series_in.name][0])])
 
     # decoder prompt ---------------------------------------------------------------
@@ -179,7 +181,7 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         if src_tok is None and tgt_tok is None:
             src_tok, tgt_tok = _tokenizers_or_none(model)
         tgt_tok = tgt_tok or src_tok
-        if dec_in.name in f and prompt is None:
+        if dec_in.name in f and prompt is None and np.ndim(f[dec_in.name]) == 2:
             prompt = [int(x) for x in f[dec_in.name][0]]
         elif prompt is None:
             start = sp.get("decoder_start", sp.get("bos"))

@@ -421,6 +421,14 @@ def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
         return True
     if any(PAST_RE.search(n) for n in g.input_names):
         return True
+    # a causal mask compares two position ranges (j > i): Greater/Less on Range-derived tensors
+    from_range: set[str] = set()
+    for n in g.nodes:
+        if n.op_type == "Range" or (n.op_type in ("Unsqueeze", "Reshape", "Cast", "Expand", "Add", "Sub") and n.input and n.input[0] in from_range):
+            from_range.update(o for o in n.output if o)
+        if n.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual") and len(n.input) == 2 \
+                and n.input[0] in from_range and n.input[1] in from_range:
+            return True
     for n in g.nodes:
         if n.op_type == "Trilu":
             return True
@@ -443,12 +451,16 @@ class Exposed:
     site_extra: list[dict]  # per site: extra fetched tensor names (mask_index for packed attention)
 
 
-def _add_output(model: onnx.ModelProto, name: str, seen: set[str]) -> None:
+def _add_output(model: onnx.ModelProto, name: str, seen: set[str], elem_type: int | None = None) -> None:
     if name in seen:
         return
     seen.add(name)
-    # symbolic dims: onnx.checker rejects outputs without a shape
-    model.graph.output.append(helper.make_empty_tensor_value_info(name))
+    if elem_type:
+        # outputs new to a node (ORT ops with several allowed types) need an explicit type; the rank is unknown
+        vi = helper.make_tensor_value_info(name, elem_type, None)
+    else:
+        vi = helper.make_empty_tensor_value_info(name)  # existing tensors: onnxruntime infers the type
+    model.graph.output.append(vi)
 
 
 def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -> Exposed:
@@ -499,13 +511,22 @@ def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -
                     _add_output(m, name, seen)
         else:
             if s.probs not in existing:
-                _add_output(m, s.probs, seen)
+                new = s.method in ("onnx-attention", "mha-qk", "gqa-qk")
+                _add_output(m, s.probs, seen, _float_type(model, n) if new else None)
         for name in ([ex["mask_index"]] if "mask_index" in ex else []):
             if name not in existing and Graph(model).producer.get(name) is not None:
                 _add_output(m, name, seen)
         outs.append(s.probs)
         extras.append(ex)
     return Exposed(m, outs, extras)
+
+
+def _float_type(model: onnx.ModelProto, node) -> int:
+    """The element type of a fused node's first input when declared (fp16 models), else float32."""
+    for v in list(model.graph.value_info) + list(model.graph.input):
+        if v.name == node.input[0] and v.type.tensor_type.elem_type:
+            return v.type.tensor_type.elem_type
+    return TensorProto.FLOAT
 
 
 def _set_attr(node, name, value) -> None:

@@ -69,6 +69,7 @@ class TextEncoder:
 
 class HFTokenizer(TextEncoder):
     def __init__(self, tok, source: str):
+        tok.no_padding()  # one sequence at a time: padding would only add [PAD] columns to every map
         self.tok = tok
         self.source = source
         self._special = set()
