@@ -101,9 +101,9 @@ def export_npz(result, path: str | os.PathLike) -> Path:
 
 
 def figures_renderer():
-    """``attnviz.figures.render_figure`` when the figures package is available, else None."""
+    """``attnviz.figures.render_figure`` when the figures package (and matplotlib) is available, else None."""
     try:
-        from attnviz.figures import render_figure  # type: ignore[attr-defined]
-    except Exception:
+        from attnviz.figures import render_figure
+    except Exception:  # noqa: BLE001 -- no matplotlib: fall back to rendering the widgets
         return None
     return render_figure

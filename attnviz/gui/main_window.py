@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.gui import style
 from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_renderer
+from attnviz.gui.selection import clamp
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.head_map import HeadMapView
@@ -75,6 +76,14 @@ def analyze(model, values: dict, progress=None, cancelled=None):
     if isinstance(result.info["timings"], dict):
         result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)
     return result
+
+
+def render_and_save(result, spec, path):
+    """Worker: draw a figure with :mod:`attnviz.figures` and write it atomically."""
+    from attnviz.figures import render_figure, save_figure
+
+    fig = render_figure(result, spec)
+    return save_figure(fig, path)
 
 
 class MainWindow(QMainWindow):
@@ -472,32 +481,74 @@ class MainWindow(QMainWindow):
             self.show_error("nothing to export yet: open a model and run an input first")
             return
         view = self.current_view()
-        render = figures_renderer()
-        spec = self.figure_spec(view)
-        if render is not None and spec is not None:
-            self._start_export(lambda: render(self.session.result, path=path, **spec), path)
+        spec = self.figure_spec(view) if figures_renderer() is not None else None
+        if spec is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
+            result = self.session.result
+            self._start_export(lambda: render_and_save(result, spec, path), path)
             return
         try:
             self.last_export = export_widget(view.export_target(), path)
         except AttnvizError as e:
             self.show_error(str(e))
             return
-        self.statusBar().showMessage(f"Exported {path}")
+        self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
 
-    def figure_spec(self, view) -> dict | None:
-        """Keyword arguments describing the current view for ``attnviz.figures.render_figure``."""
-        sel = self.session.sel
-        kinds = {"Overview": "overview", "Head map": "head", "Token links": "links",
-                 "Alignment": "alignment", "Image regions": "image", "Head stats": None}
-        kind = kinds.get(view.title)
-        if kind is None:
+    def figure_spec(self, view):
+        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows, or None when the
+        renderer cannot show exactly that (keep-mass, log scale, a generation step, a multi-layer
+        range, the stats table); then the export renders the view itself."""
+        try:
+            from attnviz.figures import FigureSpec
+        except ImportError:
             return None
-        spec = dict(kind=kind, block=sel.block, layer=sel.layer, head=sel.head, mode=sel.mode,
-                    layer_range=(sel.layer_lo, sel.layer_hi), keep=sel.keep, log=sel.log,
-                    hide_special=sel.hide_special, step=sel.step)
+        s = self.session
+        sel = s.sel
+        if s.block is None or sel.keep < 1.0 or sel.log or sel.step >= 0:
+            return None
+
+        def spec_kw(sel):
+            blk = s.blocks[sel.block]
+            lo, hi = sel.layer_lo, (blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
+            kw = dict(block=sel.block, hide_special=sel.hide_special)
+            if sel.mode == "head":
+                kw.update(layer=sel.layer, head=sel.head)
+            elif sel.mode == "rollout":
+                if lo != 0:
+                    return None
+                kw.update(layer=hi, agg="rollout")
+            else:
+                if lo != hi:
+                    return None
+                kw.update(layer=lo, agg=sel.mode)
+            return kw
+
+        if view is self.overview:
+            return FigureSpec(view="overview", block=sel.block)
+        if view is self.head_map:
+            kw = spec_kw(sel)
+            return FigureSpec(view="heatmap", **kw) if kw else None
+        if view is self.links:
+            kw = spec_kw(sel)
+            if kw and sel.mode == "head":
+                kw.pop("head")
+                kw["heads"] = sorted(self.links.checked)
+            return FigureSpec(view="links", **kw) if kw else None
+        if view is self.alignment:
+            b = self.alignment.cross_block()
+            if b is None:
+                return None
+            sel2 = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
+            kw = spec_kw(sel2)
+            return FigureSpec(view="alignment", **kw) if kw else None
         if view is self.image_regions and self.image_regions.queries:
-            spec["query"] = self.image_regions.queries[self.image_regions.query][1]
-        return spec
+            src = self.image_regions.source()
+            row = self.image_regions.queries[self.image_regions.query][1]
+            if src is None or row < 0:
+                return None
+            mode = "mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode
+            kw = spec_kw(clamp(sel.with_(block=src[0], mode=mode, hide_special=False), s.blocks))
+            return FigureSpec(view="image", query=int(row), **kw) if kw else None
+        return None
 
     def export_maps(self, path) -> None:
         if self.session.result is None:

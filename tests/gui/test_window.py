@@ -303,3 +303,24 @@ def test_drop_files_and_recent_menu(qtbot, window, files):
     with qtbot.waitSignal(window.result_shown, timeout=10000):
         window.recent_menu.actions()[1].trigger()
     assert window.session.model.name == "cap"
+
+
+def test_export_uses_figure_renderer_when_exact(qtbot, window, files, tmp_path):
+    pytest.importorskip("matplotlib")
+    from attnviz.figures import FigureSpec
+
+    open_and_wait(qtbot, window, files["mt.onnx"], generate=3)
+    for view, want in (("overview", "overview"), ("head", "heatmap"), ("links", "links"), ("alignment", "alignment")):
+        window.select_view(view)
+        spec = window.figure_spec(window.current_view())
+        assert isinstance(spec, FigureSpec) and spec.view == want
+        out = tmp_path / f"{view}.svg"
+        window.export_view(out)
+        qtbot.waitUntil(lambda: window.last_export == out, timeout=30000)
+        data = out.read_bytes()
+        assert b"<svg" in data[:400] and b"<rdf:RDF" in data[:2000] and b"Qt SVG" not in data  # matplotlib's SVG
+    window.select_view("stats")
+    assert window.figure_spec(window.current_view()) is None  # the table is exported as shown
+    window.select_view("head")
+    window.controls.log.setChecked(True)
+    assert window.figure_spec(window.current_view()) is None  # log scale: the screen rendering
