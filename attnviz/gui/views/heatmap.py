@@ -23,6 +23,8 @@ class TokenAxis(pg.AxisItem):
         self.enableAutoSIPrefix(False)
 
     def set_labels(self, labels: list[str]) -> None:
+        if list(labels) == self.labels:
+            return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
         self.picture = None
         self.update()

@@ -52,6 +52,7 @@ class OverviewView(View):
         self.vb.addItem(self.focus_box, ignoreBounds=True)
         self.levels = (0.0, 1.0)
         self._drawn_key = None
+        self._thumb_cache = None
         self.glw.scene().sigMouseClicked.connect(self._on_click)
 
     # -- structure ---------------------------------------------------------------
@@ -92,9 +93,12 @@ class OverviewView(View):
         self._drawn_key = None
 
     # -- drawing -------------------------------------------------------------------
-    def thumbnail_maps(self) -> dict[tuple[int, int, int], np.ndarray]:
-        """Downsampled maps of every head (the step filter applies to decoder blocks)."""
+    def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
+        """Downsampled maps of every head (the step filter applies to decoder blocks), cached per result and step."""
         s = self.session
+        key = (id(s.result), s.sel.step)
+        if use_cache and self._thumb_cache is not None and self._thumb_cache[0] == key:
+            return self._thumb_cache[1]
         out = {}
         for bi, blk in enumerate(s.blocks):
             n = step_rows(s.result, blk, s.sel.step)
@@ -105,11 +109,12 @@ class OverviewView(View):
                 small = downsample(a, THUMB)
                 for h in range(small.shape[0]):
                     out[(bi, layer, h)] = small[h]
+        self._thumb_cache = (key, out)
         return out
 
-    def redraw(self) -> None:
-        """Recompute and redraw every thumbnail on one shared scale."""
-        maps = self.thumbnail_maps()
+    def redraw(self, use_cache: bool = True) -> None:
+        """Redraw every thumbnail on one shared scale (``use_cache=False`` also recomputes the pooling)."""
+        maps = self.thumbnail_maps(use_cache)
         vmax = max((float(m.max()) for m in maps.values()), default=1.0) or 1.0
         log = self.session.sel.log
         self.levels = style.display_levels(np.array([0.0, vmax]), log)
