@@ -17,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit")
     p.add_argument("--view", default=None, help="tab to show first (overview, head, links, alignment, image, stats)")
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
+    p.add_argument("--layer", type=int, default=None, help="layer to focus first")
+    p.add_argument("--head", type=int, default=None, help="head to focus first")
+    p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
 
 
 def run(args) -> int:
@@ -49,6 +52,13 @@ def run(args) -> int:
     if args.view:
         win.select_view(args.view)
     win.show()
+    focus = {k: getattr(args, k) for k in ("block", "layer", "head") if getattr(args, k) is not None}
+    if focus:
+        def apply_focus():
+            win.session.select(**focus)
+            win.result_shown.disconnect(apply_focus)
+
+        win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {k: getattr(args, k) for k in ("text", "text_pair", "image", "generate") if getattr(args, k) is not None}
     taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
     if target is None:

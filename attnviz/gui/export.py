@@ -33,10 +33,21 @@ def _tmp_beside(path: Path) -> str:
     return tmp
 
 
+def _umask_mode(p: str) -> None:
+    """mkstemp creates 0600 files; give the export the permissions a normal file would get."""
+    mask = os.umask(0)
+    os.umask(mask)
+    try:
+        os.chmod(p, 0o666 & ~mask)
+    except OSError:
+        pass
+
+
 def _finish(tmp: str, path: Path, ok: bool) -> Path:
     if not ok or not Path(tmp).exists() or Path(tmp).stat().st_size == 0:
         Path(tmp).unlink(missing_ok=True)
         raise AttnvizError(f"could not write {path}; check the folder is writable and has space")
+    _umask_mode(tmp)
     os.replace(tmp, path)
     return path
 

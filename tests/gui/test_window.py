@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
@@ -211,6 +213,10 @@ def test_export_view(qtbot, window, files, tmp_path, suffix):
     head = out.read_bytes()[:5]
     assert {".png": b"\x89PNG\r", ".svg": b"<?xml", ".pdf": b"%PDF-"}[suffix] == head
     assert not list(tmp_path.glob(".attnviz-*"))  # no temp files left behind
+    if suffix == ".png":  # Qt-rendered: the file gets normal permissions, not mkstemp's 0600
+        mask = os.umask(0)
+        os.umask(mask)
+        assert out.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_export_npz_and_reopen(qtbot, window, files, tmp_path):

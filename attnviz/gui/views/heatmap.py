@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QToolTip, QVBoxLayout, QWidget
 
 from attnviz.gui import style
@@ -15,25 +15,36 @@ from attnviz.gui.selection import MapView
 
 
 class TokenAxis(pg.AxisItem):
-    """Axis whose ticks are token labels at cell centres, thinned so labels never overlap."""
+    """Axis whose ticks are token labels at cell centres, thinned so labels never overlap.
 
-    def __init__(self, orientation, **kw):
+    ``share`` splits the labels of one axis between two AxisItems (bottom + top): when they do
+    not all fit on one side, alternate labels go to the other, doubling the room.
+    ``share`` is None (one axis), "even" (the main axis) or "odd" (its partner).
+    """
+
+    def __init__(self, orientation, share: str | None = None, **kw):
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
+        self.share = share
         self.enableAutoSIPrefix(False)
+        self._fm = QFontMetrics(QFont())
 
     def set_labels(self, labels: list[str]) -> None:
         if list(labels) == self.labels:
             return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
+        self._longest = max((self._fm.horizontalAdvance(self._short(s)) for s in self.labels), default=10)
         self.picture = None
         self.update()
 
+    @staticmethod
+    def _short(s: str) -> str:
+        return s if len(s) <= 14 else s[:13] + "…"
+
     def _label_px(self) -> float:
         if self.orientation in ("left", "right"):
-            return 13.0
-        longest = max((len(s) for s in self.labels), default=1)
-        return 7.0 * min(longest, 14) + 8.0
+            return self._fm.height() + 1.0
+        return getattr(self, "_longest", 40) + 10.0
 
     def tickValues(self, minVal, maxVal, size):
         n = len(self.labels)
@@ -47,16 +58,22 @@ class TokenAxis(pg.AxisItem):
             return []
         visible = hi - lo + 1
         fit = max(1, int(size / self._label_px()))
-        step = max(1, math.ceil(visible / fit))
-        start = (lo + step - 1) // step * step
-        return [(float(step), [i + 0.5 for i in range(start, hi + 1, step)])]
+        if self.share is None or visible <= fit:
+            if self.share == "odd":
+                return []
+            step = max(1, math.ceil(visible / fit))
+            start = (lo + step - 1) // step * step
+            return [(float(step), [i + 0.5 for i in range(start, hi + 1, step)])]
+        step = max(1, math.ceil(visible / (2 * fit)))
+        phase = 0 if self.share == "even" else 1
+        vals = [i + 0.5 for i in range(lo, hi + 1) if i % step == 0 and (i // step) % 2 == phase]
+        return [(float(2 * step), vals)]
 
     def tickStrings(self, values, scale, spacing):
         out = []
         for v in values:
             i = int(v)
-            s = self.labels[i] if 0 <= i < len(self.labels) else ""
-            out.append(s if len(s) <= 14 else s[:13] + "…")
+            out.append(self._short(self.labels[i]) if 0 <= i < len(self.labels) else "")
         return out
 
 
@@ -78,12 +95,14 @@ class HeatmapWidget(QWidget):
         self.mv: MapView | None = None
         self.shown: np.ndarray | None = None  # values as drawn (log or linear)
         self.log = False
-        self.x_axis = TokenAxis("bottom")
+        self.x_axis = TokenAxis("bottom", share="even")
+        self.x_axis_top = TokenAxis("top", share="odd")  # the key labels that do not fit below
         self.y_axis = TokenAxis("left")
-        self.plot = pg.PlotWidget(axisItems={"bottom": self.x_axis, "left": self.y_axis})
+        self.plot = pg.PlotWidget(axisItems={"bottom": self.x_axis, "left": self.y_axis, "top": self.x_axis_top})
         self.plot.setMinimumSize(200, 200)
         pi = self.plot.getPlotItem()
         pi.invertY(True)
+        pi.showAxis("top")
         pi.setLabel("bottom", x_title)
         pi.setLabel("left", y_title)
         pi.hideButtons()
@@ -134,6 +153,7 @@ class HeatmapWidget(QWidget):
         self.colorbar.setLevels((lo, hi))
         self.colorbar.axis.setLabel("log₁₀ weight" if log else "weight")
         self.x_axis.set_labels(mv.k_labels)
+        self.x_axis_top.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         self.plot.getPlotItem().setTitle(mv.title, size="10pt")
         if reset_view or not same_shape:

@@ -54,7 +54,7 @@ class LinksCanvas(QWidget):
                         if m[i, j] > 0:
                             self.links.append((li, i, int(j), float(m[i, j])))
             else:
-                ii, jj = np.nonzero(m >= 0.01 * vmax)
+                ii, jj = np.nonzero(m >= 0.02 * vmax)
                 self.links.extend((li, int(i), int(j), float(m[i, j])) for i, j in zip(ii, jj))
         fm = QFontMetrics(self.font_)
         self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
@@ -126,9 +126,9 @@ class LinksCanvas(QWidget):
         for li, i, j, w in self.visible_links():
             c = QColor(self.layers[li][0])
             a = min(1.0, w / self._vmax)
-            c.setAlphaF(0.08 + 0.85 * a)
+            c.setAlphaF(min(1.0, 0.04 + 0.9 * a ** 1.2))
             pen = QPen(c)
-            pen.setWidthF(0.6 + 4.0 * a)
+            pen.setWidthF(0.5 + 3.5 * a)
             p.setPen(pen)
             p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
         focus = self.focus

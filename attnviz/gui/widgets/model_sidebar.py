@@ -80,9 +80,12 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("generated", " ".join(r.generated)))
             timings = dict(getattr(self.session.model, "timings", {}) or {})
             for k, v in timings.items():
-                rows.append((f"model {k}", f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
+                name = k[:-2] if k.endswith("_s") else k
+                rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
             for k, v in info.items():
-                if k in ("provider", "timings") or v in (None, "", [], {}):
+                # already shown above (model section / input panel) or internal
+                if k in ("provider", "timings", "model", "model_path", "kind", "text", "text_pair", "image", "generated_ids") \
+                        or v in (None, "", [], {}):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):
                     rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))
