@@ -35,12 +35,12 @@ MAX_RECENT = 10
 VIEW_CLASSES = (OverviewView, HeadMapView, TokenLinksView, AlignmentView, ImageRegionsView, StatsView)
 
 
-def _default_opener(path, provider="auto"):
+def _default_opener(path, provider="auto", tokenizer=None):
     """Open with the runtime (in a worker): also start the session and read head counts now,
     so the GUI thread never waits on onnxruntime."""
     from attnviz.runtime import open_model
 
-    m = open_model(path, provider=provider)
+    m = open_model(path, provider=provider, tokenizer=tokenizer)
     if not m.sites:
         return m  # nothing to run; the window explains why
     try:
@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
         self.last_export: Path | None = None
+        self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
 
         # views
         self.tabs = QTabWidget()
@@ -167,6 +168,7 @@ class MainWindow(QMainWindow):
         fm.addAction(a)
         fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
         fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
+        fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
         self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
@@ -305,7 +307,8 @@ class MainWindow(QMainWindow):
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
-        w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open")
+        kw = {"tokenizer": str(self.tokenizer)} if self.tokenizer else {}
+        w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open", **kw)
         self._latest["open"] = w.request_id
         given = {k: v for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items() if v is not None}
         self._context[w.request_id] = (path, given, run)
@@ -442,6 +445,23 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getOpenFileName(self, "Open attention maps", "", "attnviz maps (*.npz)")
         if path:
             self.open_path(path)
+
+    def choose_tokenizer_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
+        if path:
+            self.set_tokenizer(path)
+
+    def set_tokenizer(self, path) -> None:
+        """Use this tokenizer.json from now on; re-open the current model with it."""
+        p = Path(path)
+        if not p.is_file() or p.suffix.lower() != ".json":
+            self.show_error(f"{p.name}: choose a Hugging Face tokenizer.json file")
+            return
+        self.tokenizer = p
+        self.statusBar().showMessage(f"Tokenizer: {p}")
+        m = self.session.model
+        if m is not None and getattr(m, "path", None):
+            self.open_model(m.path, **{k: v for k, v in self.inputs.values().items() if v not in (None, "")})
 
     def export_view_dialog(self) -> None:
         title = self.tabs.tabText(self.tabs.currentIndex()).lower().replace(" ", "-")

@@ -113,13 +113,15 @@ class FakeModel:
 def make_opener(models: dict):
     """An opener like ``attnviz.runtime.open_model`` that serves FakeModels by file name."""
 
-    def opener(path, provider="auto"):
+    def opener(path, provider="auto", tokenizer=None):
         p = Path(path)
         if p.suffix != ".onnx":
             raise AttnvizError(f"{p.name}: not an ONNX model")
         spec = models.get(p.name)
         if spec is None:
             raise AttnvizError(f"{p.name}: not a valid ONNX file (protobuf parse failed); re-export the model")
-        return FakeModel(p, **spec)
+        m = FakeModel(p, **spec)
+        m.tokenizer = tokenizer
+        return m
 
     return opener

@@ -111,3 +111,18 @@ def test_screenshot_bad_model_exits_2(onnx_dir, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 2
     assert "no attention" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_plain_attnviz_opens_the_demo(tmp_path):
+    """`attnviz` with no argument opens the bundled demo model (or says clearly that it is missing)."""
+    from attnviz.gui.app import demo_model
+
+    shot = tmp_path / "demo.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    p = subprocess.run([sys.executable, "-m", "attnviz", "open", "--screenshot", str(shot)],
+                       capture_output=True, text=True, timeout=180, env=env)
+    if demo_model() is None:
+        assert p.returncode == 2 and "demo models are missing" in p.stderr
+    else:
+        assert p.returncode == 0, p.stderr
+        assert shot.stat().st_size > 10_000

@@ -330,3 +330,26 @@ def test_export_uses_figure_renderer_when_exact(qtbot, window, files, tmp_path):
     window.select_view("head")
     window.controls.log.setChecked(True)
     assert window.figure_spec(window.current_view()) is None  # log scale: the screen rendering
+
+
+def test_choose_tokenizer_reopens_model(qtbot, window, files, tmp_path):
+    open_and_wait(qtbot, window, files["text.onnx"])
+    with qtbot.waitSignal(window.error_shown):
+        window.set_tokenizer(files["txt"])
+    assert "tokenizer.json" in window.last_error
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text("{}")
+    with qtbot.waitSignal(window.result_shown, timeout=10000):
+        window.set_tokenizer(tok)
+    assert window.session.model.tokenizer == str(tok)
+
+
+def test_demo_model_preference(tmp_path):
+    from attnviz.gui.app import demo_model
+
+    assert demo_model(tmp_path / "missing") is None
+    for n in ("sequence-classification.onnx", "captioning.onnx"):
+        (tmp_path / n).write_bytes(b"x")
+    assert demo_model(tmp_path).name == "captioning.onnx"
+    (tmp_path / "translation.onnx").write_bytes(b"x")
+    assert demo_model(tmp_path).name == "translation.onnx"
