@@ -75,6 +75,13 @@ def analyze(model, values: dict, progress=None, cancelled=None):
     result.info.setdefault("timings", {})
     if isinstance(result.info["timings"], dict):
         result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)
+    # the overview's max-pooled thumbnails, computed here so the GUI thread only draws them
+    if progress is not None:
+        progress(-1, "preparing thumbnails…")
+    from attnviz.gui.selection import thumbnails
+    from attnviz.gui.views.overview import THUMB
+
+    result.gui_thumbnails = thumbnails(result, -1, THUMB)
     return result
 
 

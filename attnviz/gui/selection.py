@@ -196,6 +196,26 @@ def downsample(m: np.ndarray, max_side: int = 64) -> np.ndarray:
     return m
 
 
+def thumbnails(result: AttentionResult, step: int = -1, max_side: int = 64, blocks: list[Block] | None = None) -> dict:
+    """``{(block, layer, head): [<=max_side, <=max_side]}`` max-pooled maps of every head.
+
+    Runs in the inference worker for a new result (so the GUI thread only uploads small images)
+    and again on the GUI thread when the generation step changes.
+    """
+    blocks = blocks if blocks is not None else result.blocks()
+    out = {}
+    for bi, blk in enumerate(blocks):
+        n = step_rows(result, blk, step)
+        for layer in range(blk.n_layers):
+            a = blk.layer(layer)  # [H, Tq, Tk]
+            if n is not None:
+                a = a[:, :n, :n] if blk.kind == "self" else a[:, :n]
+            small = downsample(a, max_side)
+            for h in range(small.shape[0]):
+                out[(bi, layer, h)] = np.ascontiguousarray(small[h])
+    return out
+
+
 def alignment_rows(result: AttentionResult, blk: Block) -> tuple[np.ndarray, list[str]]:
     """Decoder query rows that *produced* each generated token, and those tokens (see :func:`producing_row`).
 

@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout
 
 from attnviz.gui import style
-from attnviz.gui.selection import downsample, step_rows
+from attnviz.gui.selection import thumbnails
 from attnviz.gui.views.base import View
 
 THUMB = 64  # max thumbnail side in pixels of data
@@ -94,21 +94,19 @@ class OverviewView(View):
 
     # -- drawing -------------------------------------------------------------------
     def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
-        """Downsampled maps of every head (the step filter applies to decoder blocks), cached per result and step."""
+        """Downsampled maps of every head (the step filter applies to decoder blocks), cached per result and step.
+
+        For a new result the inference worker has usually computed them already (``result.gui_thumbnails``).
+        """
         s = self.session
         key = (id(s.result), s.sel.step)
         if use_cache and self._thumb_cache is not None and self._thumb_cache[0] == key:
             return self._thumb_cache[1]
-        out = {}
-        for bi, blk in enumerate(s.blocks):
-            n = step_rows(s.result, blk, s.sel.step)
-            for layer in range(blk.n_layers):
-                a = blk.layer(layer)  # [H, Tq, Tk]
-                if n is not None:
-                    a = a[:, :n, :n] if blk.kind == "self" else a[:, :n]
-                small = downsample(a, THUMB)
-                for h in range(small.shape[0]):
-                    out[(bi, layer, h)] = small[h]
+        pre = getattr(s.result, "gui_thumbnails", None)
+        if use_cache and pre is not None and s.sel.step < 0:
+            out = pre
+        else:
+            out = thumbnails(s.result, s.sel.step, THUMB, s.blocks)
         self._thumb_cache = (key, out)
         return out
 
