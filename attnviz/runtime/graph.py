@@ -463,14 +463,35 @@ def _add_output(model: onnx.ModelProto, name: str, seen: set[str], elem_type: in
     model.graph.output.append(vi)
 
 
-def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -> Exposed:
-    """Copy the model and add graph outputs for every site.
+def instrumented_bytes(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -> tuple[bytes, Exposed]:
+    """Serialize the model with the extra outputs, without keeping a second copy of its weights.
+
+    The outputs and node changes are applied to ``model`` in place, serialized, and reverted
+    (a deep copy would hold the weights twice: +90 MB for MiniLM, more for real models).
+    """
+    n_out = len(model.graph.output)
+    touched = {s.node_index for s in sites if s.method in ("onnx-attention", "mha-qk", "gqa-qk")}
+    saved = {i: copy.deepcopy(model.graph.node[i]) for i in touched}
+    try:
+        exposed = instrument(model, sites, mode, in_place=True)
+        data = model.SerializeToString()
+    finally:
+        del model.graph.output[n_out:]
+        for i, n in saved.items():
+            model.graph.node[i].CopyFrom(n)
+    exposed.model = None
+    return data, exposed
+
+
+def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense", in_place: bool = False) -> Exposed:
+    """Add graph outputs for every site (to a copy unless ``in_place``).
 
     dense: the probabilities (or what they are computed from for fused ops).
     ondemand: Q and K operands of the QK MatMul plus the epilogue's side inputs.
     """
-    m = copy.deepcopy(model)
-    nodes = list(m.graph.node)
+    g0 = Graph(model)
+    m = model if in_place else copy.deepcopy(model)
+    nodes = m.graph.node
     seen = {o.name for o in m.graph.output}
     existing = set(seen)
     outs: list[str] = []
@@ -504,17 +525,17 @@ def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -
                 ex["mask_index"] = n.input[3]
         if mode == "ondemand" and s.method == "softmax":
             ex["q"], ex["k"] = s.q, s.k
-            for name in epilogue_side_inputs(Graph(model), s):
+            for name in epilogue_side_inputs(g0, s):
                 ex.setdefault("side", []).append(name)
             for name in [ex["q"], ex["k"], *ex.get("side", [])]:
-                if name not in existing and name not in {i.name for i in m.graph.initializer}:
+                if name not in existing and name not in g0.initializers:
                     _add_output(m, name, seen)
         else:
             if s.probs not in existing:
                 new = s.method in ("onnx-attention", "mha-qk", "gqa-qk")
                 _add_output(m, s.probs, seen, _float_type(model, n) if new else None)
         for name in ([ex["mask_index"]] if "mask_index" in ex else []):
-            if name not in existing and Graph(model).producer.get(name) is not None:
+            if name not in existing and g0.producer.get(name) is not None:
                 _add_output(m, name, seen)
         outs.append(s.probs)
         extras.append(ex)

@@ -269,11 +269,12 @@ class AttentionModel:
         if mode not in self._sessions:
             t0 = time.perf_counter()
             if mode == "plain":
-                model, exposed = self.proto, None
+                data, exposed = _serialize(self.proto), None
             else:
-                exposed = gr.instrument(self.proto, self._sites, mode)
-                model = exposed.model
-            data = _serialize(model)
+                try:
+                    data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
+                except ValueError as e:
+                    raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
             sess, note = make_session(data, self.requested_provider, self.threads)
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
@@ -417,7 +418,7 @@ class AttentionModel:
             sess = None
         else:
             m = gr.epilogue_model(self.graph, s, self.proto.opset_import, dtypes)
-            sess = None if m is None else make_session(_serialize(m), "cpu")[0]
+            sess = None if m is None else make_session(_serialize(m), "cpu", threads=1, arena=False)[0]
         self._epilogues[s.node_index] = sess
         return sess
 

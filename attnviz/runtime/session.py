@@ -13,8 +13,9 @@ CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 
 
-def session_options(threads: int | None = None) -> ort.SessionOptions:
+def session_options(threads: int | None = None, arena: bool = True) -> ort.SessionOptions:
     so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = arena  # off for small helper sessions: the arena would keep their peak forever
     # spin-waiting threads steal the cores of a GUI / torch in the same process (measured 2-7x slowdowns)
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
@@ -24,7 +25,7 @@ def session_options(threads: int | None = None) -> ort.SessionOptions:
     return so
 
 
-def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None) -> tuple[ort.InferenceSession, str]:
+def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None, arena: bool = True) -> tuple[ort.InferenceSession, str]:
     """Create a session; return it and a note when the provider differs from what was asked."""
     if provider not in PROVIDERS:
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
@@ -33,7 +34,7 @@ def make_session(model: bytes | str, provider: str = "auto", threads: int | None
     want_cuda = provider == "cuda" or (provider == "auto" and CUDA in available and gpu_present())
     if provider == "cuda" and CUDA not in available:
         raise AttnvizError("CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu")
-    so = session_options(threads)
+    so = session_options(threads, arena)
     if want_cuda:
         try:
             ort.preload_dlls()  # finds CUDA/cuDNN from nvidia-* pip wheels when present
