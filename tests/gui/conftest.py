@@ -95,7 +95,7 @@ def onnx_dir(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("onnx")
     out = {"text": om.build_bert(d), "mt": om.build_bart(d), "vit": om.build_vit(d), "mlp": om.build_no_attention(d),
-           "image": om.sample_image(d)}
+           "gpt": om.build_gpt2(d), "captioner": om.build_captioner(d), "image": om.sample_image(d)}
     return out
 
 

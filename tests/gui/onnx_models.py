@@ -168,3 +168,63 @@ def sample_image(folder: Path) -> Path:
     path = folder / "square.png"
     Image.fromarray(a).save(path)
     return path
+
+
+def build_gpt2(folder: Path) -> Path:
+    import torch
+    import transformers as T
+
+    torch.manual_seed(0)
+    vocab = len(WORDS) + 4
+    m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                       attn_implementation="eager")).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    ids = torch.tensor([[5, 6, 7, 8]])
+    path = folder / "gpt.onnx"
+    dyn = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask")}
+    _export(W().eval(), (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"], ["logits"], path, dyn)
+    word_tokenizer(folder / "gpt.tokenizer.json", pair_template=False)
+    _set_meta(path, {"task": "language-model", "sample": {"text": "the cat sat"}})
+    return path
+
+
+def build_captioner(folder: Path) -> Path:
+    """ViT encoder + GPT-2 decoder with cross-attention (VisionEncoderDecoder), image 32 px, 4x4 patches + CLS."""
+    import torch
+    import transformers as T
+
+    torch.manual_seed(0)
+    vocab = len(WORDS) + 4
+    enc = T.ViTConfig(image_size=32, patch_size=8, num_channels=3, num_hidden_layers=2, hidden_size=32,
+                      num_attention_heads=4, intermediate_size=64)
+    dec = T.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True,
+                       is_decoder=True)
+    cfg = T.VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    cfg._attn_implementation = "eager"
+    m = T.VisionEncoderDecoderModel(cfg)
+    m.set_attn_implementation("eager")
+    m.eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, pixel_values, decoder_input_ids):
+            return self.m(pixel_values=pixel_values, decoder_input_ids=decoder_input_ids).logits
+
+    path = folder / "captioner.onnx"
+    _export(W().eval(), (torch.randn(1, 3, 32, 32), torch.tensor([[2, 5, 6]])), ["pixel_values", "decoder_input_ids"],
+            ["logits"], path, {"pixel_values": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "tgt"}})
+    word_tokenizer(folder / "captioner.tokenizer.json", pair_template=False)
+    _set_meta(path, {"task": "captioning", "special": {"bos": 2, "eos": 3, "pad": 0, "decoder_start": 2},
+                     "image": {"size": [32, 32], "channels": 3, "mean": [0.5] * 3, "std": [0.5] * 3, "grid": [4, 4], "offset": 1}})
+    return path

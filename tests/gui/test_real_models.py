@@ -126,3 +126,34 @@ def test_plain_attnviz_opens_the_demo(tmp_path):
     else:
         assert p.returncode == 0, p.stderr
         assert shot.stat().st_size > 10_000
+
+
+def test_decoder_only_generation_steps(qtbot, real_window, onnx_dir):
+    w = real_window
+    open_and_wait(qtbot, w, onnx_dir["gpt"], generate=3)
+    r = w.session.result
+    assert w.session.model.kind == "decoder" and r.prompt_len == 3 and len(r.generated) == 3
+    assert [b.name for b in w.session.blocks] == ["decoder self-attention"]
+    w.select_view("head")
+    hm = w.head_map.heatmap
+    assert hm.mv.matrix.shape == (5, 5)  # prompt + generated except the last
+    assert np.allclose(np.triu(hm.mv.matrix, 1), 0, atol=1e-6)  # causal
+    w.controls.step.setValue(0)  # the step that chose the first generated token
+    assert hm.mv.matrix.shape == (3, 3) and hm.y_axis.labels == ["the", "cat", "sat"]
+    w.select_view("alignment")
+    assert "needs cross-attention" in w.alignment.message
+
+
+def test_captioning_image_words(qtbot, real_window, onnx_dir):
+    w = real_window
+    open_and_wait(qtbot, w, onnx_dir["captioner"], image=str(onnx_dir["image"]), generate=3)
+    r = w.session.result
+    assert w.session.model.kind == "vision-decoder"
+    w.select_view("image")
+    v = w.image_regions
+    assert [q for q, _ in v.queries] == r.generated
+    assert len(v.strip) == len(r.generated)
+    assert v.patch_map.shape == (4, 4)
+    assert v.info.text().startswith(f"query “{r.generated[-1]}” · decoder cross-attention")
+    w.select_view("alignment")
+    assert w.alignment.mv.k_labels[0] == "[CLS]" and len(w.alignment.mv.k_labels) == 17
