@@ -617,6 +617,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, ev):
         self.workers.cancel()
         self.workers.wait(5000)
+        self.stats.workers.wait(5000)
         if self.error_box is not None:
             self.error_box.close()
         super().closeEvent(ev)

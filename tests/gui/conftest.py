@@ -68,7 +68,8 @@ def _window(qtbot, opener, settings):
     qtbot.waitExposed(w)
     yield w
     w.workers.cancel()
-    w.workers.wait(5000)
+    assert w.workers.wait(10000), "a worker thread was left running"
+    assert w.stats.workers.wait(10000)
     if w.error_box is not None:
         w.error_box.close()
 

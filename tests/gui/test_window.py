@@ -136,7 +136,7 @@ def test_stats_table_sort_and_focus(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     window.select_view("stats")
     t = window.stats.table
-    assert t.rowCount() == 72
+    qtbot.waitUntil(lambda: t.rowCount() == 72, timeout=10000)  # computed in a worker
     t.sortItems(window.stats.columns.index("entropy"), Qt.AscendingOrder)
     ent = window.stats.column_values("entropy")
     assert ent == sorted(ent)
