@@ -181,7 +181,8 @@ def test_vision_image_regions(qtbot, window, files):
     v = window.image_regions
     assert [q for q, _ in v.queries] == ["CLS", "all patches (mean)"]
     assert v.patch_map.shape == (4, 4)
-    assert v.image_item.image.shape[:2] == (32, 32) and v.overlay_item.image.shape == (32, 32, 4)
+    assert v.image_item.image.shape[:2] == (32, 32) and v.overlay_item.image.shape == (448, 448, 4)
+    assert v.overlay_item.mapRectToParent(v.overlay_item.boundingRect()).width() == 32  # drawn over the image
     want = window.session.blocks[0].head(0, 0)[0, 1:].reshape(4, 4)
     np.testing.assert_allclose(v.patch_map, want)
     window.controls.mode.setCurrentIndex(window.controls.mode.findData("rollout"))

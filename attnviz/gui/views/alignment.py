@@ -6,7 +6,7 @@ import numpy as np
 from PySide6.QtWidgets import QLabel, QVBoxLayout
 
 from attnviz.gui.selection import MapView, alignment_rows, compute_map
-from attnviz.gui.views.base import View
+from attnviz.gui.views.base import View, info_label
 from attnviz.gui.views.heatmap import HeatmapWidget
 
 
@@ -16,7 +16,7 @@ class AlignmentView(View):
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
         self.heatmap = HeatmapWidget(x_title="source", y_title="generated")
-        self.step_label = QLabel(" ")
+        self.step_label = info_label()
         self.step_label.setObjectName("step_label")
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)

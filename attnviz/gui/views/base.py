@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
+
+
+def info_label() -> QLabel:
+    """A one-line status label that wraps instead of widening the window when its text is long."""
+    lab = QLabel(" ")
+    lab.setWordWrap(True)
+    lab.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+    lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+    return lab
 
 
 class View(QWidget):

@@ -8,7 +8,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPen
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from attnviz.gui import style
 from attnviz.gui.selection import MapView
@@ -133,6 +133,7 @@ class HeatmapWidget(QWidget):
         self.vb.addItem(self.mark_box, ignoreBounds=True)
         self.hover_label = QLabel(" ")
         self.hover_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.hover_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot, 1)

@@ -17,9 +17,10 @@ from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QPushButton, QS
 from attnviz.core.attention import PatchGrid
 from attnviz.gui import style
 from attnviz.gui.selection import alignment_rows, compute_map
-from attnviz.gui.views.base import View
+from attnviz.gui.views.base import View, info_label
 
 THUMB_PX = 96
+OVERLAY_PX = 448  # the heat overlay is computed at least this large
 
 
 def patch_grid_for(result, n_keys: int) -> PatchGrid | None:
@@ -47,13 +48,14 @@ def heat_rgba(patch_map: np.ndarray, size: tuple[int, int], cmap: str = style.HE
     h, w = size
     m = np.asarray(patch_map, np.float32)
     lo, hi = float(m.min()), float(m.max())
+    # min-max: shows where this query attends *relatively*; the info line gives the absolute range
     m = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
     im = Image.fromarray(np.ascontiguousarray(m, dtype=np.float32)).resize((w, h), Image.BICUBIC)
     cell = max(1.0, min(h / max(1, m.shape[0]), w / max(1, m.shape[1])))
     u = np.clip(gaussian_blur(np.asarray(im, np.float32), cell / 3), 0, 1)
     lut = style.lut(cmap)  # [256, 3 or 4]
     rgb = lut[(u * 255).astype(np.uint8)][..., :3]
-    alpha = (40 + 200 * u).astype(np.uint8)
+    alpha = (215 * u ** 1.5).astype(np.uint8)  # weak attention fades out, the peak is nearly opaque
     return np.dstack([rgb, alpha]).astype(np.uint8)
 
 
@@ -100,7 +102,7 @@ class ImageRegionsView(View):
         self.strip_scroll.setWidgetResizable(True)
         self.strip_scroll.setWidget(swrap)
         self.strip_scroll.setFixedHeight(THUMB_PX + 48)
-        self.info = QLabel(" ")
+        self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(qscroll)
@@ -214,14 +216,18 @@ class ImageRegionsView(View):
         self.patch_map = self.patch_map_for(self.query)
         h, w = img.shape[:2]
         self.image_item.setImage(img, autoLevels=False, levels=(0, 255))
-        self.overlay_item.setImage(heat_rgba(self.patch_map, (h, w)), autoLevels=False, levels=(0, 255))
+        # the overlay is smoothed at screen resolution, not at the (often 32-224 px) model input size
+        k = max(1, int(np.ceil(OVERLAY_PX / max(h, w))))
+        self.overlay_item.setImage(heat_rgba(self.patch_map, (h * k, w * k)), autoLevels=False, levels=(0, 255))
+        self.overlay_item.setRect(QRectF(0, 0, w, h))
         self.vb.setRange(QRectF(0, 0, w, h), padding=0)
         blk = s.blocks[bi]
         label, _ = self.queries[self.query]
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
         self.info.setText(
             f"query “{label}” · {blk.name} · {s.sel.mode if s.sel.mode != 'head' else f'layer {s.sel.layer} head {s.sel.head}'}"
-            f" · grid {grid.rows}×{grid.cols} (+{grid.offset} non-patch) · peak at patch ({r}, {c})")
+            f" · grid {grid.rows}×{grid.cols} (+{grid.offset} non-patch) · peak at patch ({r}, {c})"
+            f" · weights {self.patch_map.min():.3g}–{self.patch_map.max():.3g} (colours span this range)")
         self._draw_strip(grid, img, kind)
 
     def _draw_strip(self, grid, img, kind) -> None:

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout
 
 from attnviz.gui import style
 from attnviz.gui.selection import thumbnails
-from attnviz.gui.views.base import View
+from attnviz.gui.views.base import View, info_label
 
 THUMB = 64  # max thumbnail side in pixels of data
 GAP = 0.12  # gap between thumbnails, in cell units
@@ -35,7 +35,7 @@ class OverviewView(View):
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=style.colormap(), interactive=False, width=14)
         self.colorbar.axis.enableAutoSIPrefix(False)
         self.glw.addItem(self.colorbar, row=0, col=1)
-        self.info = QLabel(" ")
+        self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidg
 
 from attnviz.core.stats import STAT_COLUMNS, head_stats
 from attnviz.gui.selection import step_rows
-from attnviz.gui.views.base import View
+from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
 
 import numpy as np
@@ -65,7 +65,7 @@ class StatsView(View):
         self.table.sortByColumn(0, Qt.AscendingOrder)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
         self.table.cellClicked.connect(self._on_click)
-        self.info = QLabel(" ")
+        self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)

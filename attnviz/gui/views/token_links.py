@@ -8,7 +8,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from attnviz.gui import style
-from attnviz.gui.views.base import View
+from attnviz.gui.views.base import View, info_label
 
 ROW_H = 22
 LINK_SPAN = 380  # max horizontal distance between the token columns, px
@@ -151,7 +151,7 @@ class TokenLinksView(View):
         self.canvas = LinksCanvas()
         self.heads_bar = QHBoxLayout()
         self.head_boxes: list[QCheckBox] = []
-        self.info = QLabel(" ")
+        self.info = info_label()
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.canvas)
