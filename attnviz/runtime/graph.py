@@ -75,7 +75,7 @@ class Site:
 class Graph:
     """Index of a GraphProto: producers, consumers, initializers."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None):
         self.model = model
         g = model.graph
         self.nodes = list(g.node)
@@ -89,12 +89,14 @@ class Graph:
                 if t:
                     self.consumers.setdefault(t, []).append((i, j))
         self.initializers = {t.name: t for t in g.initializer}
+        self.external_dir = external_dir
         self.inputs = [i for i in g.input if i.name not in self.initializers]
         self.input_names = [i.name for i in self.inputs]
 
     def const_value(self, name: str) -> np.ndarray | None:
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            # weights in external data files stay on disk until needed (base_dir is set by load_model)
+            return numpy_helper.to_array(self.initializers[name], base_dir=self.external_dir or "")
         i = self.producer.get(name)
         if i is not None and self.nodes[i].op_type == "Constant":
             for a in self.nodes[i].attribute:
@@ -104,8 +106,13 @@ class Graph:
 
 
 # --------------------------------------------------------------------------- loading
-def load_model(path: str | Path) -> onnx.ModelProto:
-    """Parse an ONNX file safely: clear one-line errors, external data confined to the model's folder."""
+def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
+    """Parse an ONNX file safely: clear one-line errors, external data confined to the model's folder.
+
+    Returns the model and, when it has external data, the folder that data is relative to.  The weights
+    are left on disk: onnxruntime reads them itself and the graph we instrument stays small (which is
+    also how models over protobuf's 2 GB limit work).
+    """
     path = Path(path)
     if not path.exists():
         raise AttnvizError(f"{path}: no such file")
@@ -139,11 +146,18 @@ def load_model(path: str | Path) -> onnx.ModelProto:
             if not target.exists():
                 raise AttnvizError(f"{path}: external data file {loc!r} is missing; copy it beside the model")
     if has_external:
-        try:
-            onnx.load_external_data_for_model(model, str(base))
-        except Exception as e:
-            raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
-    return model
+        # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
+        from onnx.external_data_helper import load_external_data_for_tensor
+
+        for t in _all_tensors(model):
+            if t.data_location == TensorProto.EXTERNAL and int(np.prod(t.dims or [1])) <= 4096:
+                try:
+                    load_external_data_for_tensor(t, str(base))
+                except Exception as e:
+                    raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
+                t.data_location = TensorProto.DEFAULT
+                del t.external_data[:]
+    return model, (str(base) if has_external else None)
 
 
 def _all_tensors(model: onnx.ModelProto):
@@ -523,7 +537,7 @@ def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense", i
             s.probs = n.input[0]
             if len(n.input) > 3 and n.input[3]:
                 ex["mask_index"] = n.input[3]
-        if mode == "ondemand" and s.method == "softmax":
+        if mode == "ondemand" and can_recompute(g0, s):
             ex["q"], ex["k"] = s.q, s.k
             for name in epilogue_side_inputs(g0, s):
                 ex.setdefault("side", []).append(name)
@@ -556,6 +570,15 @@ def _set_attr(node, name, value) -> None:
             node.attribute.remove(a)
             break
     node.attribute.append(helper.make_attribute(name, value))
+
+
+def can_recompute(g: Graph, s: Site) -> bool:
+    """Per-head recompute needs a plain Q·Kᵀ MatMul and an elementwise epilogue (no reshapes)."""
+    if s.method != "softmax" or not s.qk or s.qk not in g.producer:
+        return False
+    if g.nodes[g.producer[s.qk]].op_type not in ("MatMul", "FusedMatMul"):
+        return False
+    return all(g.nodes[i].op_type in ELEMENTWISE for i in s.epilogue)
 
 
 def epilogue_side_inputs(g: Graph, s: Site) -> list[str]:
@@ -593,7 +616,7 @@ def epilogue_model(g: Graph, s: Site, opset_imports, dtypes: dict[str, tuple]) -
         arr = g.const_value(t)
         inits.append(numpy_helper.from_array(arr, name=t))
     # keep only the nodes on the path to probs (drop side branches that leave the epilogue)
-    # dtypes: name -> (numpy dtype, rank) of the arrays that will be fed
+    # dtypes: name -> (numpy dtype, rank) of the arrays that will be fed (side inputs are fed as rank 4)
     def vi(t):
         dt, rank = dtypes[t]
         return helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), [None] * rank)

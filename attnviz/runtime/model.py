@@ -87,7 +87,8 @@ class RecomputeMap:
             k = np.swapaxes(k, -1, -2)
         self.q, self.k = q, k
         self.alpha = float(matmul_attrs.get("alpha", 1.0))
-        self.side = side
+        # side inputs (masks, biases) broadcast right-aligned against [B, H, Tq, Tk]: make them 4-D to slice
+        self.side = {n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v for n, v in side.items()}
         self.sess = epi_session
         self.qk_name = qk_name
         self.batch = batch
@@ -95,18 +96,31 @@ class RecomputeMap:
         self.shape = (batch, int(heads), int(q.shape[-2]), int(k.shape[-1]))
         self.out_name = epi_session.get_outputs()[0].name
 
+    CHUNK_ELEMS = 1 << 22  # rows per epilogue call so that one chunk of scores is ~16 MB
+
     def head(self, b: int, h: int) -> np.ndarray:
         qh = self.q[b if self.q.shape[0] > 1 else 0, h if self.q.shape[1] > 1 else 0]
         kh = self.k[b if self.k.shape[0] > 1 else 0, h * self.k.shape[1] // self.shape[1]]
-        scores = (qh @ kh) * self.alpha if self.alpha != 1.0 else qh @ kh
-        feeds = {self.qk_name: scores[None, None].astype(self.q.dtype)}
+        tq, tk = self.shape[2], self.shape[3]
+        side = {}
         for name, v in self.side.items():
             if v.ndim == 4:
                 v = v[b : b + 1] if v.shape[0] == self.batch and self.batch > 1 else v[:1]
                 v = v[:, h : h + 1] if v.shape[1] == self.shape[1] and self.shape[1] > 1 else v[:, :1]
-            feeds[name] = v
-        out = self.sess.run([self.out_name], feeds)[0]
-        return np.asarray(out, np.float32).reshape(self.shape[2], self.shape[3])
+            side[name] = v
+        out = np.empty((tq, tk), np.float32)
+        step = max(1, self.CHUNK_ELEMS // max(tk, 1))
+        # softmax is per row: the epilogue runs on row blocks, so a head never needs more than ~3 chunks at once
+        for r0 in range(0, tq, step):
+            r1 = min(tq, r0 + step)
+            scores = qh[r0:r1] @ kh
+            if self.alpha != 1.0:
+                scores *= self.alpha
+            feeds = {self.qk_name: scores[None, None].astype(self.q.dtype, copy=False)}
+            for name, v in side.items():
+                feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
+            out[r0:r1] = np.asarray(self.sess.run([self.out_name], feeds)[0], np.float32).reshape(r1 - r0, tk)
+        return out
 
     def array(self) -> np.ndarray:
         return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
@@ -164,10 +178,10 @@ class AttentionModel:
         t0 = time.perf_counter()
         self.path = Path(path)
         self.name = self.path.stem
-        self.proto = gr.load_model(self.path)
+        self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
-        self.graph = gr.Graph(self.proto)
+        self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
@@ -275,7 +289,7 @@ class AttentionModel:
                     data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
-            sess, note = make_session(data, self.requested_provider, self.threads)
+            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
@@ -343,7 +357,8 @@ class AttentionModel:
             raise AttnvizError(f"unknown mode {mode!r}; use auto, dense or ondemand")
         if self.estimate_mb(feeds) <= DENSE_LIMIT_MB:
             return "dense"
-        return "ondemand" if all(s.method == "softmax" for s in self._sites) else "dense"
+        # sites that cannot be recomputed per head stay dense inside the on-demand session
+        return "ondemand" if any(gr.can_recompute(self.graph, s) for s in self._sites) else "dense"
 
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
         """Run on raw feeds; return maps in canonical order plus the model's own outputs."""
@@ -384,8 +399,7 @@ class AttentionModel:
                 node = self.graph.nodes[self.graph.producer[s.qk]]
                 attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
                 return RecomputeMap(got[ex["q"]], got[ex["k"]], side, epi, s.qk, batch, attrs)
-            # epilogue not sliceable per head: fall back to a dense session for this model
-            return DenseMap(to_bhqk(self._dense_probs(s, got), batch))
+            raise AttnvizError(f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use --mode dense")
         if s.method == "mha-qk":
             return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
         if s.method == "recompute-packed":
@@ -401,9 +415,6 @@ class AttentionModel:
             return pm if mode == "ondemand" else DenseMap(pm.array())
         return DenseMap(to_bhqk(got[s.probs], batch))
 
-    def _dense_probs(self, s, got):
-        raise AttnvizError(f"site {s.node_name!r} cannot be recomputed per head; run with mode dense")
-
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
             return self._epilogues[s.node_index]
@@ -411,10 +422,8 @@ class AttentionModel:
         qv = got[s.q]
         dtypes = {s.qk: (qv.dtype, 4)}
         for n in side:
-            v = got[n]
-            dtypes[n] = (v.dtype, v.ndim)
-        # per-head slicing needs 4-D side inputs (or scalars / vectors that broadcast)
-        if any(got[n].ndim not in (0, 1, 4) for n in side) or self.graph.nodes[self.graph.producer[s.qk]].op_type == "Einsum":
+            dtypes[n] = (got[n].dtype, 4)
+        if any(got[n].ndim > 4 for n in side):
             sess = None
         else:
             m = gr.epilogue_model(self.graph, s, self.proto.opset_import, dtypes)

@@ -95,8 +95,20 @@ def test_external_data_outside_folder(tiny, tmp_path, capsys):
 
 def test_external_data_inside_folder_works(tiny, tmp_path, capsys):
     m = onnx.load(str(tiny))
-    onnx.save(m, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.data", size_threshold=0)
-    assert main(["inspect", str(tmp_path / "ext.onnx")]) == 0
+    sub = tmp_path / "ext"
+    sub.mkdir()
+    onnx.save(m, str(sub / "ext.onnx"), save_as_external_data=True, location="ext.data", size_threshold=0)
+    assert main(["inspect", str(sub / "ext.onnx")]) == 0
+    for model, out in ((tiny, "a.npz"), (sub / "ext.onnx", "b.npz")):
+        assert main(["extract", str(model), "--text", "the cat sat", "--out", str(tmp_path / out)]) == 0
+    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
+    np.testing.assert_array_equal(a["attn_001"], b["attn_001"])
+    # a truncated data file is a clear error, not a crash
+    data = (sub / "ext.data").read_bytes()
+    (sub / "ext.data").write_bytes(data[: len(data) // 2])
+    rc, err = run_cli(capsys, "extract", sub / "ext.onnx", "--text", "the cat", "--out", tmp_path / "c.npz")
+    assert rc == 2
+    one_line_error(err)
 
 
 def _npz(tmp_path, **arrays):
