@@ -47,7 +47,7 @@ class FakeModel:
         self.inputs = [IO("pixel_values", "float32", [1, 3, 32, 32])] if vision else [IO("input_ids", "int64", ["batch", "seq"])]
         self.outputs = [IO("logits", "float32", ["batch", "seq", 10])]
         self.metadata = {"attnviz.task": kind, "attnviz.sample": '{"text": "the cat sat on the mat"}'}
-        self.meta = {"task": kind, "sample": {"text": "the cat sat on the mat"}}
+        self.meta = {"task": kind, "sample": {"text": "the cat sat on the mat"}, "labels": ["negative", "positive"]}
         if kind == "none":
             self.sites, self.no_attention_reason = [], "the graph has no Softmax over a QK^T MatMul (a CNN?)"
         else:
@@ -105,7 +105,9 @@ class FakeModel:
             for _ in range(L):
                 dmaps += [DenseMap(softmax_maps(rng, H, T, T, causal=True)), DenseMap(softmax_maps(rng, H, T, S))]
             maps = maps + dmaps
+        outputs = {"logits": np.array([[0.2, 1.5]], np.float32)} if self.kind == "encoder" else {}
         return AttentionResult(maps=maps, sites=list(self.sites), tokens=src, key_tokens=dec_ax, patch_grid=grid, image=img,
+                               outputs=outputs,
                                generated=gen, prompt_len=1 if gen else 0,
                                info={"provider": self.provider, "timings": {"run": 0.003}, "model": self.name})
 

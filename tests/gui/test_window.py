@@ -34,6 +34,7 @@ def test_open_text_model_shows_overview_and_sidebar(qtbot, window, files):
     assert len(levels) == 1
     assert window.sidebar.values("Model")["kind"] == "encoder"
     assert window.sidebar.values("Run")["device used"] == "CPUExecutionProvider"
+    assert window.sidebar.values("Run")["prediction"] == "positive (p = 0.79)"  # labels from the metadata
     assert "attention maps" in window.statusBar().currentMessage()
     assert window.inputs.text.text() == "the cat sat on the mat"  # the model's sample input
     assert window.recent_files()[0].endswith("text.onnx")

@@ -13,6 +13,24 @@ def _short(v, n: int = 120) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def prediction(result, meta: dict) -> str | None:
+    """``"B (p = 0.63)"`` for a classifier whose metadata names its labels, else None."""
+    import numpy as np
+
+    labels = meta.get("labels")
+    if not isinstance(labels, list) or not labels:
+        return None
+    for v in (result.outputs or {}).values():
+        a = np.asarray(v)
+        if a.ndim == 2 and a.shape[-1] == len(labels) and np.issubdtype(a.dtype, np.floating):
+            z = a[0].astype(np.float64)
+            p = np.exp(z - z.max())
+            p /= p.sum()
+            i = int(np.argmax(p))
+            return f"{labels[i]} (p = {p[i]:.2f})"
+    return None
+
+
 class ModelSidebar(QTreeWidget):
     def __init__(self, session, parent=None):
         super().__init__(parent)
@@ -78,6 +96,9 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("tokens", str(len(r.tokens))))
             if r.generated:
                 rows.append(("generated", " ".join(r.generated)))
+            pred = prediction(r, getattr(self.session.model, "meta", None) or {})
+            if pred:
+                rows.append(("prediction", pred))
             timings = dict(getattr(self.session.model, "timings", {}) or {})
             for k, v in timings.items():
                 name = k[:-2] if k.endswith("_s") else k
