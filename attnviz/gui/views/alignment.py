@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtWidgets import QLabel, QVBoxLayout
+from PySide6.QtWidgets import QVBoxLayout
 
 from attnviz.gui.selection import MapView, alignment_rows, compute_map
 from attnviz.gui.views.base import View, info_label

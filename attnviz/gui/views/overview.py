@@ -10,7 +10,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Signal
 from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
 
 from attnviz.gui import style
 from attnviz.gui.selection import thumbnails
