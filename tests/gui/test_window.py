@@ -355,3 +355,15 @@ def test_demo_model_preference(tmp_path):
     assert demo_model(tmp_path).name == "captioning.onnx"
     (tmp_path / "translation.onnx").write_bytes(b"x")
     assert demo_model(tmp_path).name == "translation.onnx"
+
+
+def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
+    open_and_wait(qtbot, window, files["text.onnx"])
+    ov = window.overview
+    assert ov.colorbar.axis.labelText == "weight" and ov.levels[0] == 0.0
+    window.controls.log.setChecked(True)
+    assert ov.colorbar.axis.labelText == "log₁₀ weight" and ov.levels == (-4.0, 0.0)
+    img = ov.thumbs[(0, 0, 0)].image
+    assert img.max() <= 0.0 and img.min() >= -4.0
+    qtbot.keyClick(window, Qt.Key_3, Qt.ControlModifier)  # View ▸ Token links
+    assert window.tabs.currentWidget() is window.links
