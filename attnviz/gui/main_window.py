@@ -166,6 +166,7 @@ class MainWindow(QMainWindow):
         self.session.selection_changed.connect(self._update_title)
         self._build_menus()
         self._build_keys()
+        self._restore_layout()
         self.statusBar().showMessage("Open an ONNX model: File ▸ Open model…, or drop an .onnx file on the window.")
 
     # -- menus ---------------------------------------------------------------------
@@ -614,7 +615,20 @@ class MainWindow(QMainWindow):
         else:
             self.open_path(urls[0])
 
+    def _restore_layout(self) -> None:
+        geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")
+        try:
+            if geo is not None:
+                self.restoreGeometry(geo)
+            if state is not None:
+                self.restoreState(state)
+        except TypeError:  # a settings file from elsewhere: keep the defaults
+            pass
+
     def closeEvent(self, ev):
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+        self.settings.sync()
         self.workers.cancel()
         self.workers.wait(5000)
         self.stats.workers.wait(5000)
