@@ -98,3 +98,38 @@ def no_attention_model(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return Path(path)
+
+
+def gqa_model(path: Path, seq: int = 5, heads: int = 4, kv_heads: int = 2, d: int = 8, seed: int = 0):
+    """One com.microsoft GroupQueryAttention node (what onnxruntime's LLM exports use) and its numpy reference.
+
+    Returns (path, feeds, reference probabilities [1, heads, seq, seq]).
+    """
+    B, S, H, Hkv = 1, seq, heads, kv_heads
+
+    def vi(n, t, s):
+        return helper.make_tensor_value_info(n, t, s)
+
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens_k", "total_len"],
+                            ["out", "present_k", "present_v"], domain="com.microsoft", num_heads=H, kv_num_heads=Hkv, name="gqa0")
+    proj = helper.make_node("MatMul", ["out", "W"], ["y"])
+    g = helper.make_graph(
+        [node, proj], "gqa",
+        [vi("q", TensorProto.FLOAT, [B, "s", H * d]), vi("k", TensorProto.FLOAT, [B, "s", Hkv * d]),
+         vi("v", TensorProto.FLOAT, [B, "s", Hkv * d]), vi("pk", TensorProto.FLOAT, [B, Hkv, "p", d]),
+         vi("pv", TensorProto.FLOAT, [B, Hkv, "p", d]), vi("seqlens_k", TensorProto.INT32, [B]), vi("total_len", TensorProto.INT32, [])],
+        [vi("y", TensorProto.FLOAT, [B, "s", H * d])], initializer=[_init("W", np.eye(H * d, dtype=np.float32))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, S, H * d)).astype(np.float32)
+    k = rng.standard_normal((B, S, Hkv * d)).astype(np.float32)
+    v = rng.standard_normal((B, S, Hkv * d)).astype(np.float32)
+    feeds = dict(q=q, k=k, v=v, pk=np.zeros((B, Hkv, 0, d), np.float32), pv=np.zeros((B, Hkv, 0, d), np.float32),
+                 seqlens_k=np.array([S - 1], np.int32), total_len=np.array(S, np.int32))
+    qh = q.reshape(B, S, H, d).transpose(0, 2, 1, 3)
+    kh = np.repeat(k.reshape(B, S, Hkv, d).transpose(0, 2, 1, 3), H // Hkv, axis=1)
+    s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(d) + np.triu(np.full((S, S), -np.inf), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return Path(path), feeds, (p / p.sum(-1, keepdims=True)).astype(np.float32)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import importlib
 
-from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS, FigureSpec
+from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS, FigureSpec, spec_from_gui
 
 _LAZY = {
     "render_figure": "attnviz.figures.render",
     "save_figure": "attnviz.figures.render",
+    "export_figure": "attnviz.figures.render",
     "figure_bytes": "attnviz.figures.render",
     "figure_format": "attnviz.figures.render",
     "applicable_views": "attnviz.figures.render",
@@ -30,7 +31,7 @@ _LAZY = {
     "recipe_path_for": "attnviz.figures.recipe",
 }
 
-__all__ = ["AGGREGATES", "FORMATS", "VIEWS", "VIEW_HELP", "WIDTH_PRESETS", "FigureSpec", *_LAZY]
+__all__ = ["AGGREGATES", "FORMATS", "VIEWS", "VIEW_HELP", "WIDTH_PRESETS", "FigureSpec", "spec_from_gui", *_LAZY]
 
 
 def __getattr__(name: str):

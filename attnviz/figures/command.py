@@ -21,7 +21,7 @@ HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe 
 
 # FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
 _SPEC_ARGS = ("view", "block", "layer", "head", "heads", "agg", "query", "cmap", "width", "width_in", "dpi",
-              "hide_special", "title", "vmax", "font_size")
+              "hide_special", "title", "vmax", "font_size", "keep", "log", "step")
 
 
 def _heads(text: str) -> list[int]:
@@ -34,31 +34,39 @@ def _heads(text: str) -> list[int]:
     return out
 
 
+def _layer_range(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(t) for t in text.split("-", 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {text!r}") from None
+    return lo, hi
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from attnviz.runtime.commands.common import add_input_arguments
+
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = "views:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items()) + "\n\nexamples:" + __doc__.split("Examples::")[1]
-    src = p.add_argument_group("source (one of)")
-    src.add_argument("model", nargs="?", help="ONNX model file")
-    src.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
-    src.add_argument("--recipe", metavar="R.json", help="regenerate the figure a recipe describes (options given here override it)")
-    inp = p.add_argument_group("inputs (with MODEL)")
-    inp.add_argument("--text", help="input text")
-    inp.add_argument("--text-pair", help="second text (sentence pairs)")
-    inp.add_argument("--image", metavar="PATH", help="input image")
-    inp.add_argument("--inputs", metavar="F.npz", help="raw model inputs, one array per graph input")
-    inp.add_argument("--generate", type=int, metavar="N", help="greedy generation steps (decoder models)")
-    inp.add_argument("--provider", choices=("auto", "cpu", "cuda"), help="onnxruntime execution provider (default auto)")
+    p.add_argument("model", nargs="?", metavar="MODEL", help="ONNX model file (or use --maps / --recipe)")
+    p.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
+    p.add_argument("--recipe", metavar="R.json", help="regenerate the figure a recipe describes (view options given here override it)")
+    add_input_arguments(p, model_required=False)
     view = p.add_argument_group("view")
     view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
     view.add_argument("--layer", type=int, help="layer (default: the last)")
+    view.add_argument("--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)")
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
     view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
+    view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
+    view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,
+                      help="drop special tokens and renormalise rows")
+    view.add_argument("--keep", type=float, metavar="F", help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)")
+    view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
-    view.add_argument("--hide-special", action="store_true", default=None, help="drop special tokens and renormalise rows")
-    view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
+    view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     size = p.add_argument_group("size and output")
     size.add_argument("--width", choices=tuple(WIDTH_PRESETS), help="column width preset: single 3.5 in, double 7.16 in")
     size.add_argument("--width-in", type=float, metavar="W", help="figure width in inches")
@@ -69,6 +77,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--all-heads", action="store_true", help="one file per layer x head of the block")
     size.add_argument("--recipe-out", metavar="R.json", help="where to write the recipe (default OUT.recipe.json)")
     size.add_argument("--no-recipe", action="store_true", help="do not write a recipe")
+
+
+# run options a recipe records besides the inputs (defaults as in attnviz.runtime.commands.common)
+_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None}
+
+
+def _option(args, k):
+    v = getattr(args, k, _OPTION_DEFAULTS[k])
+    return list(v) if isinstance(v, (list, tuple)) else v
+
+
+def _sources_from_args(args) -> dict:
+    src = {"model": args.model, "maps": args.maps, "text": args.text, "text_pair": args.text_pair, "image": args.image,
+           "feeds": args.inputs, "tokenizer": args.tokenizer, "generate": args.generate or 0}
+    src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
+    return src
+
+
+def _sources_from_recipe(r: dict, args) -> dict:
+    s, i, o = r["source"], r["inputs"], r.get("options") or {}
+
+    def path(entry):
+        return entry["path"] if entry else None
+
+    src = {"model": path(s.get("model")), "maps": path(s.get("maps")), "text": i.get("text"),
+           "text_pair": i.get("text_pair"), "image": path(i.get("image")), "feeds": path(i.get("feeds")),
+           "tokenizer": path(i.get("tokenizer")), "generate": int(i.get("generate") or 0)}
+    for k, d in _OPTION_DEFAULTS.items():  # an option given on the command line wins over the recipe's
+        v = _option(args, k)
+        src[k] = v if v != d else o.get(k, d)
+    return src
 
 
 def _spec_overrides(args) -> dict:
@@ -88,6 +127,10 @@ def _spec_overrides(args) -> dict:
         if k == "block" and isinstance(v, str) and v.strip().isdigit():
             v = int(v)
         d[k] = v
+    if getattr(args, "layers", None) is not None:
+        if args.layer is not None:
+            raise AttnvizError("give --layer or --layers LO-HI, not both")
+        d["layer_from"], d["layer"] = args.layers
     if "agg" in d:  # an aggregate on the command line replaces a recipe's head(s)
         d.setdefault("head", None)
         d.setdefault("heads", None)
@@ -125,24 +168,14 @@ def run(args) -> int:
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
 
-    src = {"model": args.model, "maps": args.maps, "text": args.text, "text_pair": args.text_pair,
-           "image": args.image, "feeds": args.inputs, "generate": args.generate or 0, "provider": args.provider or "auto"}
+    src = _sources_from_args(args)
     spec_d: dict = {}
     recipe_out_default = None
     if args.recipe:
-        if args.model or args.maps or any(getattr(args, k) for k in ("text", "text_pair", "image", "inputs", "generate")):
-            raise AttnvizError("--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--generate")
+        if args.model or args.maps or any(getattr(args, k) for k in ("text", "text_pair", "image", "inputs", "tokenizer", "generate")):
+            raise AttnvizError("--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate")
         r = load_recipe(args.recipe)
-        s, i = r["source"], r["inputs"]
-        src = {
-            "model": s["model"]["path"] if s.get("model") else None,
-            "maps": s["maps"]["path"] if s.get("maps") else None,
-            "text": i.get("text"), "text_pair": i.get("text_pair"),
-            "image": i["image"]["path"] if i.get("image") else None,
-            "feeds": i["feeds"]["path"] if i.get("feeds") else None,
-            "generate": int(i.get("generate") or 0),
-            "provider": args.provider or (r.get("options") or {}).get("provider", "auto"),
-        }
+        src = _sources_from_recipe(r, args)
         spec_d = dict(r["view"])
         if r.get("output"):
             recipe_out_default = r["output"]["path"]
@@ -157,15 +190,16 @@ def run(args) -> int:
         raise AttnvizError("give --out FOLDER for --all-heads" if args.all_heads else "give --out FILE.pdf|.svg|.png")
     if not args.all_heads:
         figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
-        for kind in ("image", "feeds"):
+        for kind in ("image", "feeds", "tokenizer"):
             if src[kind] is not None and not Path(src[kind]).is_file():
                 raise AttnvizError(f"{src[kind]}: no such file")
     result = load_result(**src)
 
     def recipe_for(spec_, path):
-        return make_recipe(spec_, model=src["model"], maps=src["maps"], text=src["text"], text_pair=src["text_pair"],
-                           image=src["image"], feeds=src["feeds"], generate=src["generate"], provider=src["provider"],
-                           output=path)
+        r = make_recipe(spec_, output=path, **src)
+        # for the record: where the maps were computed (a CUDA run may differ from a CPU run in the last bits)
+        r["run"] = {"provider_used": (result.info or {}).get("provider")}
+        return r
 
     if not args.all_heads:
         fig = render_figure(result, spec)

@@ -22,12 +22,19 @@ from attnviz.figures.spec import FigureSpec
 
 RECIPE_FORMAT = 1
 RECIPE_SUFFIX = ".recipe.json"
-_FILE_KEYS = (("source", "model"), ("source", "maps"), ("inputs", "image"), ("inputs", "feeds"))
+_FILE_KEYS = (("source", "model"), ("source", "maps"), ("inputs", "image"), ("inputs", "feeds"), ("inputs", "tokenizer"))
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
     try:
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        if key in _HASHES:
+            return _HASHES[key]
+        h = hashlib.sha256()
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
@@ -35,7 +42,8 @@ def file_sha256(path: str | os.PathLike) -> str:
         raise AttnvizError(f"{path}: no such file") from None
     except OSError as e:
         raise AttnvizError(f"cannot read {path}: {e.strerror}") from None
-    return h.hexdigest()
+    _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
 
 
 def recipe_path_for(figure_path: str | os.PathLike) -> Path:
@@ -60,9 +68,10 @@ def make_recipe(
     text_pair: str | None = None,
     image: str | os.PathLike | None = None,
     feeds: str | os.PathLike | None = None,
+    tokenizer: str | os.PathLike | None = None,
     generate: int = 0,
-    provider: str = "auto",
     output: str | os.PathLike | None = None,
+    **options,
 ) -> dict:
     """Describe how a figure was made (paths absolute; :func:`write_recipe` makes them relative)."""
     if (model is None) == (maps is None):
@@ -73,6 +82,7 @@ def make_recipe(
         "text_pair": text_pair,
         "image": _file_entry(image),
         "feeds": _file_entry(feeds),
+        "tokenizer": _file_entry(tokenizer),
         "generate": int(generate or 0),
     }
     out = None
@@ -84,7 +94,8 @@ def make_recipe(
         "attnviz_version": __version__,
         "source": source,
         "inputs": inputs,
-        "options": {"provider": provider},
+        # run options (provider, mode, image_size/mean/std): kept as given, defaults included
+        "options": {"provider": "auto", **{k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items()}},
         "view": spec.to_dict(),
         "output": out,
     }
@@ -165,7 +176,7 @@ def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
         raise AttnvizError(f"{path}: recipe format {r['attnviz_recipe']} is newer than this attnviz understands "
                            f"({RECIPE_FORMAT}); update attnviz")
     base = path.parent.resolve()
-    names = {"model": "model file", "maps": "maps file", "image": "image", "feeds": "feeds file"}
+    names = {"model": "model file", "maps": "maps file", "image": "image", "feeds": "feeds file", "tokenizer": "tokenizer"}
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes)

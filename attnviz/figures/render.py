@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib as mpl
+from matplotlib import font_manager
 from matplotlib.figure import Figure
 
 from attnviz import AttnvizError, __version__
@@ -22,10 +24,22 @@ from attnviz.core.attention import AttentionResult
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
 from attnviz.figures.views import VIEW_DRAWERS
 
+# fonts tried after DejaVu Sans for glyphs it lacks (CJK...), where installed; matplotlib falls back per glyph
+FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK KR", "Source Han Sans", "WenQuanYi Zen Hei",
+                  "Droid Sans Fallback", "Noto Sans", "Noto Sans Arabic", "Noto Sans Hebrew", "Noto Sans Devanagari",
+                  "Microsoft YaHei", "PingFang SC", "Hiragino Sans", "Arial Unicode MS")
+
+
+def _installed(names) -> list[str]:
+    have = {f.name for f in font_manager.fontManager.ttflist}
+    return [n for n in names if n in have]
+
+
 # style and output settings applied while drawing and while saving (never changed globally)
 RC = {
     "font.family": "sans-serif",
-    "font.sans-serif": ["DejaVu Sans"],  # ships with matplotlib: same metrics everywhere, wide Unicode coverage
+    # DejaVu Sans ships with matplotlib: same metrics everywhere, wide Unicode coverage
+    "font.sans-serif": ["DejaVu Sans", *_installed(FALLBACK_FONTS)],
     "font.size": 7.0,
     "axes.linewidth": 0.5,
     "axes.titlepad": 3.0,
@@ -52,10 +66,14 @@ _METADATA = {
 }
 
 
+# rc_context swaps matplotlib's global rcParams: one figure is drawn or saved at a time (GUI worker threads)
+_LOCK = threading.RLock()
+
+
 @contextmanager
 def style():
     """The rc settings figures are drawn and saved with (a context; global rcParams are restored after)."""
-    with mpl.rc_context(RC):
+    with _LOCK, mpl.rc_context(RC):
         yield
 
 
@@ -137,3 +155,19 @@ def _umask_mode(p: str) -> None:
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(p, 0o666 & ~mask)
+
+
+def export_figure(result: AttentionResult, path: str | os.PathLike, spec: FigureSpec,
+                  recipe_sources: dict | None = None) -> Path:
+    """Render, save atomically and (given ``recipe_sources``) write ``PATH.recipe.json`` beside it.
+
+    ``recipe_sources``: the :func:`attnviz.figures.recipe.make_recipe` keywords saying where the result came from,
+    e.g. ``{"model": "m.onnx", "text": "the cat sat", "generate": 0}`` or ``{"maps": "maps.npz"}``.
+    """
+    from attnviz.figures.recipe import make_recipe, recipe_path_for, write_recipe
+
+    figure_format(path)
+    out = save_figure(render_figure(result, spec), path)
+    if recipe_sources is not None:
+        write_recipe(make_recipe(spec, output=out, **recipe_sources), recipe_path_for(out))
+    return out

@@ -6,13 +6,13 @@ Every range problem is an :class:`AttnvizError` that names the valid range.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
-from attnviz.core.reduce import aggregate_heads, drop_positions, rollout
+from attnviz.core.reduce import aggregate_heads, drop_positions, keep_mass, rollout
 
 
 def block_label(block: Block) -> str:
@@ -88,37 +88,70 @@ class Selection:
     key_axis: TokenAxis
     rows: np.ndarray  # original query positions kept (after hiding special tokens)
     cols: np.ndarray  # original key positions kept
+    layer_from: int | None = None
+    notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" ...
 
     @property
     def what(self) -> str:
-        return describe(self.block, self.layer, self.head, self.agg)
+        return describe(self.block, self.layer, self.head, self.agg, self.layer_from)
 
     @property
-    def where(self) -> str:
-        return f"{block_label(self.block)} layer {self.layer}"
+    def layers(self) -> str:
+        return layer_text(self.layer, self.head, self.agg, self.layer_from)
 
 
-def describe(block: Block, layer: int, head: int | None, agg: str | None) -> str:
-    """``"head 3"``, ``"mean of 12 heads"``, ``"rollout of layers 0-5"``."""
+def layer_span(layer: int, agg: str | None, layer_from: int | None) -> tuple[int, int]:
+    """Inclusive layer range an aggregate covers: rollout starts at 0, head aggregates at ``layer``."""
+    if layer_from is not None:
+        return layer_from, layer
+    return (0, layer) if agg == "rollout" else (layer, layer)
+
+
+def describe(block: Block, layer: int, head: int | None, agg: str | None, layer_from: int | None = None) -> str:
+    """What a map aggregates: ``"head 3"``, ``"mean of 12 heads"``, ``"max of heads"`` (layer range), ``"rollout"``."""
     if head is not None:
         return f"head {head}"
     agg = agg or "mean"
+    lo, hi = layer_span(layer, agg, layer_from)
     if agg == "rollout":
-        return f"rollout of layers 0-{layer}"
-    return f"{agg} of {block.heads_in(layer)} heads"
+        return "rollout"
+    if lo == hi:
+        return f"{agg} of {block.heads_in(layer)} heads"
+    return f"{agg} of heads"
 
 
-def head_or_aggregate(block: Block, layer: int, head: int | None, agg: str | None) -> np.ndarray:
-    """``[Tq, Tk]`` for one head, a head aggregate, or attention rollout up to ``layer``."""
+def layer_text(layer: int, head: int | None, agg: str | None, layer_from: int | None = None) -> str:
+    """``"layer 3"`` or, for aggregates over a range (and rollout), ``"layers 0-3"``."""
+    if head is None:
+        lo, hi = layer_span(layer, agg or "mean", layer_from)
+        if lo != hi:
+            return f"layers {lo}-{hi}"
+    return f"layer {layer}"
+
+
+def check_layer_from(block: Block, layer: int, layer_from: int | None) -> int | None:
+    if layer_from is None:
+        return None
+    layer_from = int(layer_from)
+    if not 0 <= layer_from <= layer:
+        raise AttnvizError(f"layer range {layer_from}-{layer} is invalid; {block.name} has layers 0..{block.n_layers - 1} "
+                           f"and the range must run low to high")
+    return layer_from
+
+
+def head_or_aggregate(block: Block, layer: int, head: int | None, agg: str | None,
+                      layer_from: int | None = None) -> np.ndarray:
+    """``[Tq, Tk]`` for one head, a head aggregate (over one layer or a layer range), or attention rollout."""
     if head is not None:
         return np.asarray(block.head(layer, check_head(block, layer, head)), dtype=np.float32)
     agg = agg or "mean"
+    lo, hi = layer_span(layer, agg, check_layer_from(block, layer, layer_from))
     if agg == "rollout":
         tq, tk = len(block.query_axis), len(block.key_axis)
         if block.kind != "self" or tq != tk:
             raise AttnvizError(f"rollout needs square self-attention; {block.name} is {tq}x{tk}; use --agg mean|max|min")
-        return rollout(np.stack([block.layer(i) for i in range(layer + 1)]))
-    return aggregate_heads(block.layer(layer), agg)
+        return rollout(np.stack([block.layer(i) for i in range(lo, hi + 1)]))
+    return aggregate_heads(np.concatenate([block.layer(i) for i in range(lo, hi + 1)], axis=0), agg)
 
 
 def _special(axis: TokenAxis) -> np.ndarray:
@@ -126,7 +159,10 @@ def _special(axis: TokenAxis) -> np.ndarray:
 
 
 def hide(matrix: np.ndarray, q_axis: TokenAxis, k_axis: TokenAxis, rows: np.ndarray, cols: np.ndarray):
-    """Drop special query rows / key columns and renormalise rows; returns the new matrix, axes and positions."""
+    """Drop special query rows / key columns and renormalise rows.
+
+    ``matrix`` is indexed by ``rows``/``cols`` (original positions); returns the new matrix and positions.
+    """
     dq = _special(q_axis)[rows] if len(q_axis) else np.zeros(0, bool)
     dk = _special(k_axis)[cols] if len(k_axis) else np.zeros(0, bool)
     if dq.all() or dk.all():  # nothing left: keep everything rather than draw an empty map
@@ -140,28 +176,57 @@ def sub_axis(axis: TokenAxis, positions: np.ndarray, labels: list[str] | None = 
     return TokenAxis(labs, [axis.special[i] for i in positions])
 
 
-def select(
-    result: AttentionResult,
-    block: int | str | None = None,
-    layer: int | None = None,
-    head: int | None = None,
-    agg: str | None = None,
-    hide_special: bool = False,
-    default_block: int = 0,
-) -> Selection:
-    """Resolve and validate block/layer/head and compute the map to draw."""
-    bi, b = resolve_block(result, block, default_block)
-    layer = check_layer(b, layer)
-    m = head_or_aggregate(b, layer, head, agg)
+def check_step(result: AttentionResult, step: int | None) -> int | None:
+    if step is None:
+        return None
+    g = len(result.generated or [])
+    if g == 0:
+        raise AttnvizError("--step needs generated words; run with --generate N")
+    step = int(step)
+    if not 0 <= step < g:
+        raise AttnvizError(f"step {step} is out of range; {g} words were generated (steps 0..{g - 1})")
+    return step
+
+
+def step_positions(result: AttentionResult, block: Block, step: int | None) -> int | None:
+    """Decoder positions that existed when generated word ``step`` was chosen (None: all, or not a decoder block)."""
+    if step is None or block.stack != "decoder" or not result.generated:
+        return None
+    rows = generation_rows(result, block)
+    return min(len(block.query_axis), rows[min(step, len(rows) - 1)][0] + 1)
+
+
+def select(result: AttentionResult, spec, block: int | str | None = None, default_block: int = 0,
+           hide_special: bool | None = None) -> Selection:
+    """Resolve and validate block/layer/head(s)/aggregate/step from ``spec`` (a FigureSpec) and compute the map.
+
+    ``block`` overrides ``spec.block``; ``hide_special`` overrides ``spec.hide_special``.
+    Order: aggregate -> generation step -> hide special tokens -> keep the top mass per row.
+    """
+    bi, b = resolve_block(result, spec.block if block is None else block, default_block)
+    layer = check_layer(b, spec.layer)
+    layer_from = check_layer_from(b, layer, spec.layer_from)
+    step = check_step(result, spec.step)
+    m = head_or_aggregate(b, layer, spec.head, spec.agg, layer_from)
     rows = np.arange(m.shape[0])
     cols = np.arange(m.shape[1])
-    if hide_special:
+    notes = []
+    n = step_positions(result, b, step)
+    if n is not None:
+        rows = rows[:n]
+        if b.kind == "self":
+            cols = cols[:n]
+        m = m[np.ix_(rows, cols)]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
+    if spec.hide_special if hide_special is None else hide_special:
         m, rows, cols = hide(m, b.query_axis, b.key_axis, rows, cols)
-    else:
-        m = m[rows][:, cols]
+    if spec.keep is not None and spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+        notes.append(f"top {round(spec.keep * 100)}% mass")
+    head = None if spec.head is None else int(spec.head)
     return Selection(
-        bi, b, layer, head, None if head is not None else (agg or "mean"), np.asarray(m, np.float32),
-        sub_axis(b.query_axis, rows), sub_axis(b.key_axis, cols), rows, cols,
+        bi, b, layer, head, None if head is not None else (spec.agg or "mean"), np.asarray(m, np.float32),
+        sub_axis(b.query_axis, rows), sub_axis(b.key_axis, cols), rows, cols, layer_from, notes,
     )
 
 

@@ -16,7 +16,7 @@ VIEW_HELP = {
     "links": "two token columns joined by lines weighted by attention; several heads overlaid",
     "alignment": "cross-attention alignment: generated/target tokens x source tokens",
     "image": "one query's attention over the image patches, smoothed and overlaid on the image",
-    "strip": "'Show, Attend and Tell' strip: one image panel per generated word, the word under it",
+    "strip": "'Show, Attend and Tell' strip: one panel per generated word, the word under it (image or shaded source)",
 }
 VIEWS = tuple(VIEW_HELP)
 
@@ -36,6 +36,7 @@ class FigureSpec:
     view: str = "heatmap"  # one of VIEWS
     block: int | str | None = None  # index into result.blocks() or a name like "encoder self"; None: the view's default
     layer: int | None = None  # 0-based; None: the last layer
+    layer_from: int | None = None  # aggregates over a layer range layer_from..layer (rollout default: from 0)
     head: int | None = None  # one head; None: the aggregate `agg` (or, for links, every head overlaid)
     heads: list[int] | None = None  # links only: these heads overlaid in distinct colours
     agg: str | None = None  # mean|max|min|rollout over heads; None with head None: mean
@@ -45,6 +46,9 @@ class FigureSpec:
     width_in: float | None = None  # explicit width in inches (wins over `width`)
     dpi: int = 300  # raster resolution (PNG size = width_in * dpi)
     hide_special: bool = False  # drop special tokens ([CLS], [SEP], <pad>...) and renormalise rows
+    keep: float = 1.0  # keep, per row, the largest weights holding this fraction of the mass (1: all)
+    log: bool = False  # logarithmic colour scale
+    step: int | None = None  # generation step: only the decoder positions that existed when word `step` was chosen
     title: str | None = None  # None: automatic (model, block, layer, head); "": no title
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
@@ -74,6 +78,10 @@ class FigureSpec:
             raise AttnvizError(f"dpi {self.dpi} is out of range; use 10..2400")
         if not (3 <= float(self.font_size) <= 30):
             raise AttnvizError(f"font size {self.font_size} is out of range; use 3..30 pt")
+        if not (0.0 < float(self.keep) <= 1.0):
+            raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
+        if self.step is not None and int(self.step) < 0:
+            raise AttnvizError(f"step {self.step} must be 0 or more")
         if self.vmax is not None and not float(self.vmax) > 0:
             raise AttnvizError(f"vmax {self.vmax} must be > 0")
         return self
@@ -101,3 +109,28 @@ class FigureSpec:
         if unknown:
             raise AttnvizError(f"unknown figure option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+# the GUI's view names -> figure views
+GUI_VIEWS = {"head": "heatmap", "head map": "heatmap", "token links": "links", "image regions": "image"}
+
+
+def spec_from_gui(kind: str, block: int = 0, layer: int = 0, head: int = 0, mode: str = "head",
+                  layer_range: tuple[int, int] = (0, -1), keep: float = 1.0, log: bool = False,
+                  hide_special: bool = False, step: int = -1, query: int | None = None, **options) -> FigureSpec:
+    """A FigureSpec from the GUI's selection (mode "head" or an aggregate over ``layer_range``, -1 = last layer).
+
+    ``options`` are further FigureSpec fields (width, width_in, dpi, cmap, title...).
+    """
+    view = GUI_VIEWS.get(str(kind).lower(), str(kind).lower())
+    d = dict(view=view, block=block, hide_special=bool(hide_special), keep=float(keep), log=bool(log),
+             step=None if step is None or step < 0 else int(step), query=query)
+    if mode == "head":
+        d.update(layer=layer, head=head)
+    else:
+        lo, hi = layer_range
+        d.update(agg=mode, layer=None if hi is None or hi < 0 else hi, layer_from=lo)
+    if view == "overview":  # the grid shows every head of every layer
+        d.update(layer=None, head=None, agg=None, layer_from=None)
+    d.update(options)
+    return FigureSpec(**d)

@@ -7,18 +7,20 @@ returns None when the view can be drawn for that result, else the reason (one li
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
-from matplotlib.colors import Normalize, to_rgba
+from matplotlib.colors import LogNorm, Normalize, to_rgba
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.transforms import offset_copy
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.reduce import keep_mass
 from attnviz.figures import select as sel_
 from attnviz.figures.layout import (
     FIT,
@@ -85,22 +87,23 @@ def _heatmap_figure(
     fixed = spec.fixed_width
     if fixed is not None:
         width = fixed
-        cell = max((width - frame_w) / nk, 0.002)
-    else:
-        cell = pitch
-        width = clamp(frame_w + nk * cell, 2.4, 16.0)
-        cell = (width - frame_w) / nk
+    else:  # sized so every key label fits
+        width = clamp(frame_w + nk * pitch, 2.4, 16.0)
+    map_w = max(width - frame_w, 0.1)
+    cell = map_w / nk
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
     frame_h = title_in + xlab_in + 0.1
-    height = frame_h + nq * cell
-    height = clamp(height, 1.4, max(1.4, frame_h + 1.6 * (width - frame_w)))
+    # square cells, unless that makes the map much taller than wide: then rows shrink, but not below
+    # the label pitch (a tall alignment of many generated words stays readable)
+    row = min(cell, max(pitch, 1.6 * map_w / nq))
+    height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
 
     fig = new_figure(spec, width, height)
     ax = fig.add_subplot()
     vmax = float(spec.vmax) if spec.vmax else max(float(np.nanmax(m)) if m.size else 1.0, 1e-6)
-    im = ax.imshow(m, cmap=_cmap(spec), vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    im = ax.imshow(m, cmap=_cmap(spec), norm=_norm(spec, vmax), aspect="auto", interpolation="nearest")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -120,8 +123,16 @@ def _heatmap_figure(
     return fig
 
 
+def _norm(spec: FigureSpec, vmax: float):
+    """Linear 0..vmax, or logarithmic over three decades below vmax (zeros show as the lowest colour)."""
+    if spec.log:
+        return LogNorm(vmin=vmax * 1e-3, vmax=vmax, clip=True)
+    return Normalize(0.0, vmax)
+
+
 def _cbar_label(spec: FigureSpec) -> str:
-    return "attention (special tokens removed, rows renormalised)" if spec.hide_special else "attention weight"
+    label = "attention (special tokens removed, rows renormalised)" if spec.hide_special else "attention weight"
+    return label + (" (log scale)" if spec.log else "")
 
 
 def _q_k_titles(block: Block) -> tuple[str, str]:
@@ -131,7 +142,7 @@ def _q_k_titles(block: Block) -> tuple[str, str]:
 
 
 def draw_heatmap(result: AttentionResult, spec: FigureSpec):
-    s = sel_.select(result, spec.block, spec.layer, spec.head, spec.agg, spec.hide_special)
+    s = sel_.select(result, spec)
     hl = None
     if spec.query is not None:
         q = sel_.check_query(s.block, spec.query)
@@ -140,7 +151,7 @@ def draw_heatmap(result: AttentionResult, spec: FigureSpec):
             raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query")
         hl = int(where[0])
     xl, yl = _q_k_titles(s.block)
-    title = make_title(result, spec, sel_.block_label(s.block), f"layer {s.layer}", s.what)
+    title = make_title(result, spec, sel_.block_label(s.block), s.layers, s.what, *s.notes)
     return _heatmap_figure(
         spec, s.matrix, display_labels(s.query_axis.labels), display_labels(s.key_axis.labels),
         s.query_axis.special, s.key_axis.special, title, xl, yl, _cbar_label(spec), hl,
@@ -174,11 +185,16 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
     if why and spec.block is None:
         raise AttnvizError(why)
     bi = sel_.first_block(result, kind="cross") if spec.block is None else spec.block
-    s = sel_.select(result, bi, spec.layer, spec.head, spec.agg, False)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     if s.block.kind != "cross":
         raise AttnvizError(f"the alignment view needs a cross-attention block; block {sel_.block_label(s.block)!r} is "
                            f"self-attention (blocks: {_blocks_text(result)})")
     rows = sel_.generation_rows(result, s.block)
+    notes = []
+    step = sel_.check_step(result, spec.step)
+    if step is not None:
+        rows = rows[: step + 1]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
     cols = np.arange(len(s.block.key_axis))
     r_idx = np.array([r for r, _ in rows])
     words = [w for _, w in rows]
@@ -195,9 +211,12 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
             w_special = [False] * len(words)
             cols = cols[keep_c]
             k_special = [False] * len(cols)
+    if spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+        notes.append(f"top {round(spec.keep * 100)}% mass")
     k_labels = [s.block.key_axis.labels[i] for i in cols]
     target = "generated" if result.generated else "target"
-    title = make_title(result, spec, "cross-attention", f"layer {s.layer}", s.what)
+    title = make_title(result, spec, "cross-attention", s.layers, s.what, *notes)
     return _heatmap_figure(
         spec, m, display_labels(words), display_labels(k_labels), w_special, k_special,
         title, "source", target, _cbar_label(spec),
@@ -206,6 +225,39 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
 
 # ---------------------------------------------------------------------------------------------
 # overview grid
+
+
+def _positions(result: AttentionResult, block: Block, spec: FigureSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Query rows / key columns a multi-map view keeps (generation step, special tokens) and title notes."""
+    rows = np.arange(len(block.query_axis))
+    cols = np.arange(len(block.key_axis))
+    notes = []
+    step = sel_.check_step(result, spec.step)
+    n = sel_.step_positions(result, block, step)
+    if n is not None:
+        rows = rows[:n]
+        if block.kind == "self":
+            cols = cols[:n]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
+    if spec.hide_special:
+        q_sp = np.asarray(block.query_axis.special, bool)[rows]
+        k_sp = np.asarray(block.key_axis.special, bool)[cols]
+        if not q_sp.all() and not k_sp.all():
+            rows, cols = rows[~q_sp], cols[~k_sp]
+    if spec.keep < 1.0:
+        notes.append(f"top {round(spec.keep * 100)}% mass")
+    return rows, cols, notes
+
+
+def _filtered(m: np.ndarray, block: Block, spec: FigureSpec, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """One map cut to ``rows``/``cols`` (rows renormalised when special tokens were dropped), top mass kept."""
+    m = np.asarray(m, np.float32)[np.ix_(rows, cols)]
+    if spec.hide_special:
+        s = m.sum(-1, keepdims=True)
+        m = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
+    if spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+    return m
 
 
 def _grid_cols(n: int) -> int:
@@ -223,15 +275,11 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         layers = [sel_.check_layer(block, spec.layer)]
     else:
         layers = list(range(block.n_layers))
-    rows = np.arange(len(block.query_axis))
-    cols = np.arange(len(block.key_axis))
+    rows, cols, notes = _positions(result, block, spec)
     maps: dict[tuple[int, int], np.ndarray] = {}
     for li in layers:
         for h in range(block.heads_in(li)):
-            m = np.asarray(block.head(li, h), np.float32)
-            if spec.hide_special:
-                m = sel_.hide(m, block.query_axis, block.key_axis, rows, cols)[0]
-            maps[(li, h)] = m
+            maps[(li, h)] = _filtered(np.asarray(block.head(li, h), np.float32), block, spec, rows, cols)
     H = max(block.heads_in(li) for li in layers)
     # panels: one row per layer; a single layer wraps its heads into a near-square grid
     if len(layers) == 1:
@@ -251,7 +299,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
     if spec.hide_special:
         what += ", special tokens hidden"
-    title = make_title(result, spec, block.name, what, "one colour scale")
+    title = make_title(result, spec, block.name, what, *notes, "one colour scale")
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
     title = fit_title(title, width, fs + 1)
     top = title_height(title, fs + 1) + head_lab
@@ -262,7 +310,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
     vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for m in maps.values()), 1e-6)
-    norm = Normalize(0.0, vmax)
+    norm = _norm(spec, vmax)
     cmap = _cmap(spec)
     px = max(2, int(pw * spec.dpi * 2))
     im = None
@@ -287,7 +335,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     cb = fig.colorbar(im, cax=cax)
     cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
     cb.outline.set_linewidth(0.5)
-    cb.set_label("attention weight", fontsize=fs)
+    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -311,19 +359,15 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     items: list[tuple[str, np.ndarray]] = []
     if heads:
         items = [(f"head {h}", np.asarray(block.head(layer, h), np.float32)) for h in heads]
+        layers_txt = f"layer {layer}"
     else:
         agg = spec.agg or "mean"
-        m = sel_.head_or_aggregate(block, layer, None, agg)
-        items = [(sel_.describe(block, layer, None, agg), m)]
-    rows = np.arange(len(block.query_axis))
-    cols = np.arange(len(block.key_axis))
-    if spec.hide_special:
-        out = []
-        for name, m in items:
-            m2, r2, c2 = sel_.hide(m, block.query_axis, block.key_axis, np.arange(len(rows)), np.arange(len(cols)))
-            out.append((name, m2))
-        rows, cols = r2, c2
-        items = out
+        lf = sel_.check_layer_from(block, layer, spec.layer_from)
+        m = sel_.head_or_aggregate(block, layer, None, agg, lf)
+        items = [(sel_.describe(block, layer, None, agg, lf), m)]
+        layers_txt = sel_.layer_text(layer, None, agg, lf)
+    rows, cols, notes = _positions(result, block, spec)
+    items = [(name, _filtered(m, block, spec, rows, cols)) for name, m in items]
     q_only = None
     if spec.query is not None:
         q = sel_.check_query(block, spec.query)
@@ -339,9 +383,10 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     n = max(nq, nk)
     fs = float(spec.font_size)
     pitch = fs * LINE * PT
-    lab_q, lab_k = text_width_in(q_labels, fs), text_width_in(k_labels, fs)
+    qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
+    lab_q, lab_k = text_width_in(q_labels + [qt], fs), text_width_in(k_labels + [kt], fs)
     what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
-    title = make_title(result, spec, sel_.block_label(block), f"layer {layer}", what)
+    title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)
     width = spec.fixed_width or clamp(lab_q + lab_k + 1.8, 2.4, 10.0)
     title = fit_title(title, width, fs + 1)
     legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / 4) if len(items) > 1 else 0.0
@@ -350,7 +395,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
     ax = fig.add_axes((lab_q / width + 0.05 / width, (legend_in + 0.05) / height,
-                       (width - lab_q - lab_k - 0.1) / width, span_h / height))
+                       max(width - lab_q - lab_k - 0.1, 0.3) / width, span_h / height))
     ax.set_axis_off()
     ax.set_xlim(0, 1)
     ax.set_ylim(n - 0.5, -0.5)
@@ -390,7 +435,6 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
                    for c, (name, _) in enumerate(items)]
         fig.legend(handles=handles, loc="lower center", ncol=min(4, len(items)), fontsize=fs, frameon=False,
                    handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
-    qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
     # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
     ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
@@ -452,6 +496,22 @@ def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) 
     return bi, b
 
 
+def _rgb(image) -> np.ndarray:
+    """``[H, W, 3]`` uint8 from grey, RGBA or float [0, 1] images."""
+    img = np.asarray(image)
+    if img.ndim == 3 and img.shape[-1] == 1:
+        img = img[..., 0]
+    if img.ndim == 2:
+        img = np.stack([img] * 3, axis=-1)
+    if img.ndim != 3 or img.shape[-1] not in (3, 4):
+        raise AttnvizError(f"the result's image has shape {img.shape}; expected height x width x 3")
+    img = img[..., :3]
+    if img.dtype != np.uint8:
+        f = img.astype(np.float32)
+        img = np.clip(f * 255.0 if f.max() <= 1.0 else f, 0, 255).round().astype(np.uint8)
+    return img
+
+
 def _grey(image: np.ndarray) -> np.ndarray:
     """Lightened luminance of an RGB image: a neutral base that does not fight the heat colours."""
     img = np.asarray(image, np.float32)
@@ -479,7 +539,7 @@ def _overlay(ax, image: np.ndarray, patch: np.ndarray, cmap, vmax: float):
 
 def draw_image(result: AttentionResult, spec: FigureSpec):
     bi, block = _image_block(result, spec, prefer_cross=False)
-    s = sel_.select(result, bi, spec.layer, spec.head, spec.agg, False)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     g = result.patch_grid
     if spec.query is not None:
         query = sel_.check_query(block, spec.query)
@@ -488,11 +548,11 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     else:
         query = 0 if g.offset > 0 else None
     patch, qtext = _patch_row(result, block, s.matrix, query)
-    image = np.asarray(result.image)
+    image = _rgb(result.image)
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     width = spec.fixed_width or 3.0
-    title = fit_title(make_title(result, spec, sel_.block_label(block), f"layer {s.layer}", s.what, qtext), width, fs + 1)
+    title = fit_title(make_title(result, spec, sel_.block_label(block), s.layers, s.what, qtext), width, fs + 1)
     title_in = title_height(title, fs + 1)
     pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
     img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
@@ -512,25 +572,44 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     return fig
 
 
+def _image_strip_ok(result: AttentionResult) -> bool:
+    return _why_not_image(result) is None and any(
+        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks())
+
+
 def _why_not_strip(result: AttentionResult) -> str | None:
-    why = _why_not_image(result)
-    if why:
-        return why.replace("the image view", "the strip view")
     if not result.generated:
-        return "the strip view needs generated words; run with --generate N (an image-captioning model)"
-    if not any(b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks()):
-        return "the strip view needs cross-attention from the generated words to the image patches"
+        return "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+    if _image_strip_ok(result):
+        return None
+    if not any(b.stack == "decoder" for b in result.blocks()):
+        return "the strip view needs a decoder: attention from the generated words"
     return None
 
 
 def draw_strip(result: AttentionResult, spec: FigureSpec):
+    """Image models: the image, then one overlay per generated word.  Text models: the source (or the
+    tokens so far) once per generated word, each token shaded by its weight."""
     why = _why_not_strip(result)
     if why:
         raise AttnvizError(why)
-    bi, block = _image_block(result, spec, prefer_cross=True)
-    s = sel_.select(result, bi, spec.layer, spec.head, spec.agg, False)
+    if spec.block is None and _image_strip_ok(result) or (
+            spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1])):
+        return _image_strip(result, spec)
+    return _text_strip(result, spec)
+
+
+def _strip_rows(result: AttentionResult, spec: FigureSpec, block: Block) -> list[tuple[int, str]]:
     rows = sel_.generation_rows(result, block)
-    image = np.asarray(result.image)
+    step = sel_.check_step(result, spec.step)
+    return rows[: step + 1] if step is not None else rows
+
+
+def _image_strip(result: AttentionResult, spec: FigureSpec):
+    bi, block = _image_block(result, spec, prefer_cross=True)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    rows = _strip_rows(result, spec, block)
+    image = _rgb(result.image)
     ih, iw = image.shape[:2]
     fs = float(spec.font_size)
     n = len(rows) + 1  # the input image first, as in Xu et al. (2015)
@@ -540,7 +619,7 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
     pw = width / ncols
     img_h = (pw - 0.08) * ih / iw
     word_in = fs * 2.2 * PT
-    title = make_title(result, spec, sel_.block_label(block), f"layer {s.layer}", s.what)
+    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
     height = title_in + nrows * (img_h + word_in) + 0.05
@@ -563,6 +642,102 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
             _overlay(ax, image, patch, cmap, max(float(patch.max()), 1e-6))
         fig.text((x0 + (pw - 0.08) / 2) / width, (y0 - 0.03) / height, word, ha="center", va="top",
                  fontsize=fs + 1, fontweight=weight)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+def _text_width_pt(s: str, fs: float) -> float:
+    """Exact advance width of ``s`` at ``fs`` points in the figure font (no renderer needed)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    w, _, _ = TextToPath().get_text_width_height_descent(s.replace("\\$", "$"), FontProperties(size=fs), ismath=False)
+    return float(w)
+
+
+def _text_strip(result: AttentionResult, spec: FigureSpec):
+    if spec.block is None:
+        bi = sel_.first_block(result, kind="cross", stack="decoder")
+        if bi is None:
+            bi = sel_.first_block(result, kind="self", stack="decoder")
+    else:
+        bi = spec.block
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    block = s.block
+    if block.stack != "decoder":
+        raise AttnvizError(f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})")
+    rows = _strip_rows(result, spec, block)
+    fs = float(spec.font_size)
+    k_labels = display_labels(block.key_axis.labels)
+    k_special = list(block.key_axis.special)
+    panels = []
+    for row, word in rows:
+        cols = np.arange(len(k_labels))
+        if block.kind == "self":  # a decoder sees only the tokens up to its own position
+            cols = cols[: row + 1]
+        w = np.asarray(s.matrix[row], np.float32)[cols]
+        if spec.hide_special:
+            keep = ~np.asarray([k_special[j] for j in cols], bool)
+            if keep.any():
+                cols, w = cols[keep], w[keep]
+                w = w / max(float(w.sum()), 1e-12)
+        if spec.keep < 1.0:
+            w = keep_mass(w[None], spec.keep)[0]
+        panels.append((display_label(word), cols, w))
+    vmax = float(spec.vmax) if spec.vmax else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    norm = _norm(spec, vmax)
+    # light-to-dark for shading text: unattended tokens stay on a near-white background
+    cmap = _cmap(spec if spec.cmap else replace(spec, cmap="magma_r"))
+    width = spec.fixed_width or 3.5
+    pad_pt, gap_pt, line_pt = 1.6, 1.5, fs * 1.75
+    avail_pt = (width - 0.2) * 72
+    # lay every panel's tokens out in lines (wrapping at the figure width)
+    layouts = []
+    for word, cols, w in panels:
+        x, y, boxes = 0.0, 0, []
+        for j, wt in zip(cols, w):
+            tw = _text_width_pt(k_labels[j], fs) + 2 * pad_pt
+            if x > 0 and x + tw > avail_pt:
+                x, y = 0.0, y + 1
+            boxes.append((x, y, tw, k_labels[j], float(wt), k_special[j]))
+            x += tw + gap_pt
+        # centre each line under the figure's width
+        for line in range(y + 1):
+            mine = [b for b in boxes if b[1] == line]
+            shift = (avail_pt - (mine[-1][0] + mine[-1][2])) / 2
+            boxes = [(b[0] + shift, *b[1:]) if b[1] == line else b for b in boxes]
+        layouts.append((word, boxes, y + 1))
+    word_pt = fs * 2.0
+    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
+    title = fit_title(title, width, fs + 1)
+    title_in = title_height(title, fs + 1)
+    cbar_in = 0.42
+    body_pt = sum(n_lines * line_pt + word_pt + 4 for _, _, n_lines in layouts)
+    height = title_in + body_pt / 72 + cbar_in + 0.05
+    fig = new_figure(spec, width, height, constrained=False)
+    ax = fig.add_axes((0.1 / width, (cbar_in + 0.02) / height, (width - 0.2) / width, (body_pt / 72) / height))
+    ax.set_xlim(0, avail_pt)
+    ax.set_ylim(body_pt, 0)
+    ax.set_axis_off()
+    y0 = 0.0
+    for word, boxes, n_lines in layouts:
+        for x, line, tw, lab, wt, special in boxes:
+            top = y0 + line * line_pt
+            face = cmap(norm(max(wt, 1e-12) if spec.log else wt))
+            ax.add_patch(Rectangle((x, top + 0.8), tw, line_pt - 1.6, facecolor=face, edgecolor="none"))
+            lum = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2]
+            ax.text(x + tw / 2, top + line_pt / 2, lab, ha="center", va="center_baseline", fontsize=fs,
+                    color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"))
+        y0 += n_lines * line_pt
+        ax.text(avail_pt / 2, y0 + word_pt * 0.55, word, ha="center", va="center_baseline", fontsize=fs + 1,
+                fontweight="bold")
+        y0 += word_pt + 4
+    cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
+    cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

@@ -196,6 +196,7 @@ class AttentionModel:
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
         self._stack_confirmed = False
+        self._probed = False
         self.timings = {"load_s": time.perf_counter() - t0}
 
     # -- description -----------------------------------------------------------
@@ -223,15 +224,18 @@ class AttentionModel:
 
     @property
     def provider(self) -> str:
-        return self._session("plain")[0].get_providers()[0]
+        """The execution provider actually used (creates the session that runs need anyway)."""
+        sess = next(iter(self._sessions.values()))[0] if self._sessions else self._session("dense")[0]
+        return sess.get_providers()[0]
 
     def probe(self) -> bool:
         """One short run on dummy inputs to confirm labels (causal => decoder) and read head counts.
 
         Returns False (and changes nothing) when dummy inputs cannot be built or the run fails.
         """
-        if self._stack_confirmed and all(s.heads for s in self._sites):
-            return True
+        if (self._stack_confirmed and all(s.heads for s in self._sites)) or self._probed:
+            return self._stack_confirmed
+        self._probed = True
         feeds = {}
         for i in self.inputs:
             role = self.roles[i.name]

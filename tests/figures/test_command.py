@@ -119,7 +119,7 @@ BAD = [
     (["--block", "3"], "block 3 is out of range"),
     (["--view", "alignment"], "needs cross-attention"),
     (["--view", "image"], "needs the input image"),
-    (["--view", "strip"], "needs the input image"),
+    (["--view", "strip"], "the strip view needs generated words"),
     (["--cmap", "nope"], "unknown colormap 'nope'"),
     (["--width-in", "0.1"], "out of range; use 0.5..50 inches"),
     (["--view", "overview", "--all-heads"], "does not apply to the overview"),
@@ -224,3 +224,30 @@ def test_spec_validation_messages():
         FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
     with pytest.raises(AttnvizError, match="rollout needs square self-attention"):
         render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
+
+
+def test_bytes_do_not_depend_on_the_process(maps, tmp_path):
+    """A fresh interpreter with another hash seed writes the same PDF (set/dict order never leaks into files)."""
+    import subprocess
+    import sys
+
+    a = tmp_path / "a.pdf"
+    assert fig("--maps", maps["mt"], "--view", "strip", "--out", a, "--no-recipe") == 0
+    b = tmp_path / "b.pdf"
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-m", "attnviz", "figure", "--maps", str(maps["mt"]), "--view", "strip",
+                    "--out", str(b), "--no-recipe"], check=True, env=env, cwd=root, capture_output=True)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_export_figure_writes_figure_and_recipe_for_the_gui(maps, tmp_path):
+    from attnviz.figures import export_figure
+
+    out = export_figure(text_result(), tmp_path / "g.svg", FigureSpec(view="links", dpi=50),
+                        recipe_sources={"maps": maps["text"]})
+    assert out.read_bytes().startswith(b"<?xml")
+    r = json.loads((tmp_path / "g.svg.recipe.json").read_text())
+    assert r["view"]["view"] == "links" and r["source"]["maps"]["sha256"]
+    with pytest.raises(AttnvizError, match="cannot tell the figure format"):
+        export_figure(text_result(), tmp_path / "g.bmp", FigureSpec())

@@ -25,6 +25,7 @@ CASES = {
     "alignment": (encdec_result, {}, ["Haus", "klein", "house", "small"]),
     "image": (vision_result, {"head": 0}, ["tiny-vit", "[CLS]"]),
     "strip": (lambda: vision_result(decoder=True), {}, CAPTION[:3]),
+    "strip-text": (encdec_result, {"hide_special": True}, ["das", "Haus", "klein", "house", "small"]),
 }
 
 
@@ -144,7 +145,7 @@ def test_tokens_are_cleaned_for_print():
 
 def test_rollout_and_aggregates_are_titled():
     result = text_result()
-    for agg, word in (("rollout", "rollout of layers 0-1"), ("max", "max of 3 heads")):
+    for agg, word in (("rollout", "layers 0-1 · rollout"), ("max", "max of 3 heads")):
         texts = svg_texts(figure_bytes(render_figure(result, FigureSpec(agg=agg, dpi=72)), "svg"))
         assert any(word in t for t in texts), texts
 
@@ -182,3 +183,73 @@ def test_render_leaves_global_rcparams_alone():
     before = dict(mpl.rcParams)
     figure_bytes(render_figure(*_spec("heatmap", dpi=50)), "pdf")
     assert dict(mpl.rcParams) == before
+
+
+def test_layer_range_keep_mass_log_scale_and_step():
+    from matplotlib.colors import LogNorm
+
+    from attnviz.core.reduce import aggregate_heads, keep_mass
+
+    result = text_result()
+    b = result.blocks()[0]
+    fig = render_figure(result, FigureSpec(agg="max", layer_from=0, layer=1, keep=0.5, log=True, dpi=72))
+    im = fig.axes[0].images[0]
+    want = keep_mass(aggregate_heads(np.concatenate([b.layer(0), b.layer(1)]), "max"), 0.5)
+    np.testing.assert_allclose(im.get_array(), want, atol=1e-6)
+    assert isinstance(im.norm, LogNorm)
+    texts = "\n".join(svg_texts(figure_bytes(fig, "svg")))
+    assert "layers 0-1" in texts and "max of heads" in texts and "top 50% mass" in texts and "log scale" in texts
+    # step: the alignment keeps the words chosen so far; a decoder heatmap keeps the positions that existed
+    mt = encdec_result()
+    fig = render_figure(mt, FigureSpec(view="alignment", step=1, dpi=72))
+    assert fig.axes[0].images[0].get_array().shape == (2, len(SOURCE))
+    fig = render_figure(mt, FigureSpec(block="decoder self", step=1, dpi=72))
+    assert fig.axes[0].images[0].get_array().shape == (2, 2)
+    with pytest.raises(Exception, match=r"step 9 is out of range; 5 words were generated \(steps 0..4\)"):
+        render_figure(mt, FigureSpec(view="alignment", step=9))
+
+
+def test_selection_api_matches_the_drawn_matrix():
+    from attnviz.figures.select import select
+
+    result = text_result()
+    spec = FigureSpec(layer=0, head=2, hide_special=True)
+    s = select(result, spec)
+    fig = render_figure(result, spec)
+    np.testing.assert_array_equal(fig.axes[0].images[0].get_array(), s.matrix)
+    assert s.query_axis.labels == TEXT_TOKENS[1:-1]
+
+
+def test_spec_from_gui_selection():
+    from attnviz.figures import spec_from_gui
+
+    s = spec_from_gui("head", block=0, layer=1, head=2, mode="head", layer_range=(0, -1), step=-1, width="single")
+    assert (s.view, s.layer, s.head, s.agg, s.step, s.width) == ("heatmap", 1, 2, None, None, "single")
+    s = spec_from_gui("links", layer=1, head=0, mode="max", layer_range=(0, 1), keep=0.9, log=True, step=2)
+    assert (s.view, s.layer, s.layer_from, s.head, s.agg, s.keep, s.log, s.step) == ("links", 1, 0, None, "max", 0.9, True, 2)
+    s = spec_from_gui("overview", layer=1, head=2, mode="mean")
+    assert (s.view, s.layer, s.head, s.agg) == ("overview", None, None, None)
+    result = text_result()
+    fig = render_figure(result, spec_from_gui("head", mode="rollout", layer_range=(0, -1)))
+    assert "rollout" in "\n".join(svg_texts(figure_bytes(fig, "svg")))
+
+
+def test_text_strip_has_one_shaded_source_row_per_generated_word():
+    result = encdec_result()
+    fig = render_figure(result, FigureSpec(view="strip", dpi=72))
+    texts = svg_texts(figure_bytes(fig, "svg"))
+    for w in TARGET_GEN:
+        assert w in texts
+    assert texts.count("Haus") == len(TARGET_GEN)  # the source once per generated word
+    fig = render_figure(result, FigureSpec(view="strip", step=1, dpi=72))
+    assert svg_texts(figure_bytes(fig, "svg")).count("Haus") == 2
+
+
+@pytest.mark.parametrize("convert", [lambda im: im[..., 0], lambda im: im / 255.0,
+                                     lambda im: np.concatenate([im, np.full(im.shape[:2] + (1,), 255, np.uint8)], -1)])
+def test_image_views_accept_grey_float_and_rgba_images(convert):
+    result = vision_result(decoder=True)
+    result.image = convert(result.image)
+    for view in ("image", "strip"):
+        fig = render_figure(result, FigureSpec(view=view, dpi=40))
+        assert fig.axes[0].images[0].get_array().shape[:2] == (64, 64)
