@@ -44,7 +44,10 @@ def test_open_text_model_shows_overview_and_sidebar(qtbot, window, files):
 def test_type_text_and_hover_head_map(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     window.select_view("head")
-    run_and_wait(qtbot, window, text="dogs chase cats")
+    window.inputs.text.clear()
+    qtbot.keyClicks(window.inputs.text, "dogs chase cats")  # typed, then Enter runs it
+    with qtbot.waitSignal(window.result_shown, timeout=10000):
+        qtbot.keyClick(window.inputs.text, Qt.Key_Return)
     hm = window.head_map.heatmap
     assert hm.y_axis.labels == ["[CLS]", "dogs", "chase", "cats", "[SEP]"]
     assert hm.x_axis.labels == hm.y_axis.labels
