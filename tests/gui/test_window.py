@@ -11,7 +11,7 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from attnviz.core.io import load_npz
-from conftest import open_and_wait, run_and_wait
+from conftest import open_and_wait
 
 
 def visible_message_boxes():
