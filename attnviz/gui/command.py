@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layer", type=int, default=None, help="layer to focus first")
     p.add_argument("--head", type=int, default=None, help="head to focus first")
     p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
+    p.add_argument("--mode", choices=("head", "mean", "max", "min", "rollout"), default=None,
+                   help="show one head (default) or an aggregate over heads / rollout")
 
 
 def run(args) -> int:
@@ -52,7 +54,7 @@ def run(args) -> int:
     if args.view:
         win.select_view(args.view)
     win.show()
-    focus = {k: getattr(args, k) for k in ("block", "layer", "head") if getattr(args, k) is not None}
+    focus = {k: getattr(args, k) for k in ("block", "layer", "head", "mode") if getattr(args, k) is not None}
     if focus:
         def apply_focus():
             win.session.select(**focus)

@@ -55,7 +55,7 @@ def heat_rgba(patch_map: np.ndarray, size: tuple[int, int], cmap: str = style.HE
     u = np.clip(gaussian_blur(np.asarray(im, np.float32), cell / 3), 0, 1)
     lut = style.lut(cmap)  # [256, 3 or 4]
     rgb = lut[(u * 255).astype(np.uint8)][..., :3]
-    alpha = (215 * u ** 1.5).astype(np.uint8)  # weak attention fades out, the peak is nearly opaque
+    alpha = (30 + 200 * u).astype(np.uint8)  # weak attention lets the image show, the peak is nearly opaque
     return np.dstack([rgb, alpha]).astype(np.uint8)
 
 

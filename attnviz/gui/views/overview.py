@@ -18,7 +18,9 @@ from attnviz.gui.views.base import View, info_label
 
 THUMB = 64  # max thumbnail side in pixels of data
 GAP = 0.12  # gap between thumbnails, in cell units
-BLOCK_GAP = 1.25  # extra rows between blocks (room for the block title)
+BLOCK_GAP = 0.9  # least rows of space above a block (grown to fit its title and head labels)
+TITLE_PX = 46.0  # pixels needed above a block: head labels plus the block title
+HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
 
 
 class OverviewView(View):
@@ -54,6 +56,8 @@ class OverviewView(View):
         self._drawn_key = None
         self._thumb_cache = None
         self.glw.scene().sigMouseClicked.connect(self._on_click)
+        self.vb.sigRangeChanged.connect(self._place_titles)
+        self.vb.sigResized.connect(self._place_titles)
 
     # -- structure ---------------------------------------------------------------
     def on_result(self) -> None:
@@ -62,13 +66,16 @@ class OverviewView(View):
         self.thumbs.clear()
         self.cells.clear()
         self._labels = []
+        blocks = self.session.blocks
+        gap = self._block_gap(blocks)
+        self._titles = []
         y = 0.0
-        for bi, blk in enumerate(self.session.blocks):
+        for bi, blk in enumerate(blocks):
             title = pg.TextItem(f"{blk.name}  ({blk.n_layers} layers × {blk.n_heads} heads)", color="k", anchor=(0, 1))
-            title.setPos(0, y + 0.6)
             self.vb.addItem(title)
             self._labels.append(title)
-            y += BLOCK_GAP
+            y += gap
+            self._titles.append((title, y))
             for layer in range(blk.n_layers):
                 lab = pg.TextItem(f"L{layer}", color="#444", anchor=(1, 0.5))
                 lab.setPos(-0.05, y + layer + 0.5)
@@ -90,7 +97,29 @@ class OverviewView(View):
         self.colorbar.setImageItem(list(self.thumbs.values()))
         width = max((b.n_heads for b in self.session.blocks), default=1)
         self.vb.setRange(QRectF(-0.8, 0, width + 0.8, y), padding=0.02)
+        self._place_titles()
         self._drawn_key = None
+
+    def _block_gap(self, blocks) -> float:
+        """Rows of space above each block for its title and head labels (text has a fixed pixel size)."""
+        vw = max(200, self.glw.width() - 80)
+        vh = max(200, self.glw.height())
+        heads = max((b.n_heads for b in blocks), default=1)
+        layers = sum(b.n_layers + 0.3 for b in blocks)
+        gap = BLOCK_GAP
+        for _ in range(4):  # the cell size depends on the gap and the gap on the cell size
+            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), vw / (heads + 0.8))
+            gap = min(3.0, max(BLOCK_GAP, TITLE_PX / max(cell_px, 1.0)))
+        return gap
+
+    def _place_titles(self, *_) -> None:
+        """Keep each block title just above its head labels, whatever the zoom."""
+        titles = getattr(self, "_titles", [])
+        if not titles:
+            return
+        ph = abs(self.vb.viewPixelSize()[1]) or 0.02
+        for title, y_top in titles:
+            title.setPos(0, y_top - HEAD_LABEL_PX * ph)
 
     # -- drawing -------------------------------------------------------------------
     def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
