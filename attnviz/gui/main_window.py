@@ -349,7 +349,8 @@ class MainWindow(QMainWindow):
 
     @staticmethod
     def default_generate(model) -> int:
-        return 8 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder", "decoder") else 0
+        # translation and captioning generate by default; decoder-only graphs may be forecasters (no token input)
+        return 8 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder") else 0
 
     @staticmethod
     def sample_input(model) -> dict:

@@ -46,8 +46,9 @@ class FakeModel:
         vision = kind.startswith("vision")
         self.inputs = [IO("pixel_values", "float32", [1, 3, 32, 32])] if vision else [IO("input_ids", "int64", ["batch", "seq"])]
         self.outputs = [IO("logits", "float32", ["batch", "seq", 10])]
-        self.metadata = {"attnviz.task": kind, "attnviz.sample": '{"text": "the cat sat on the mat"}'}
-        self.meta = {"task": kind, "sample": {"text": "the cat sat on the mat"}, "labels": ["negative", "positive"]}
+        task = "sequence-classification" if kind == "encoder" else kind
+        self.metadata = {"attnviz.task": task, "attnviz.sample": '{"text": "the cat sat on the mat"}'}
+        self.meta = {"task": task, "sample": {"text": "the cat sat on the mat"}, "labels": ["negative", "positive"]}
         if kind == "none":
             self.sites, self.no_attention_reason = [], "the graph has no Softmax over a QK^T MatMul (a CNN?)"
         else:

@@ -14,20 +14,34 @@ def _short(v, n: int = 120) -> str:
 
 
 def prediction(result, meta: dict) -> str | None:
-    """``"B (p = 0.63)"`` for a classifier whose metadata names its labels, else None."""
+    """What the model said, from its ordinary outputs and metadata.
+
+    Classifiers (``attnviz.task`` ending in "classification" with ``attnviz.labels``): ``"B (p = 0.63)"``;
+    forecasters: the first predicted values.  None for anything else.
+    """
     import numpy as np
 
-    labels = meta.get("labels")
-    if not isinstance(labels, list) or not labels:
+    task = str(meta.get("task") or "")
+    outputs = [np.asarray(v) for v in (result.outputs or {}).values()]
+    outputs = [a for a in outputs if a.size and np.issubdtype(a.dtype, np.floating)]
+    if not outputs:
         return None
-    for v in (result.outputs or {}).values():
-        a = np.asarray(v)
-        if a.ndim == 2 and a.shape[-1] == len(labels) and np.issubdtype(a.dtype, np.floating):
-            z = a[0].astype(np.float64)
-            p = np.exp(z - z.max())
-            p /= p.sum()
-            i = int(np.argmax(p))
-            return f"{labels[i]} (p = {p[i]:.2f})"
+    if task.endswith("classification"):
+        labels = meta.get("labels")
+        if not isinstance(labels, list) or not labels:
+            return None
+        for a in outputs:
+            if a.ndim == 2 and a.shape[-1] == len(labels):
+                z = a[0].astype(np.float64)
+                p = np.exp(z - z.max())
+                p /= p.sum()
+                i = int(np.argmax(p))
+                return f"{labels[i]} (p = {p[i]:.2f})"
+        return None
+    if task == "forecasting":
+        v = np.ravel(outputs[0][0])
+        shown = " ".join(f"{x:.3g}" for x in v[:8])
+        return f"forecast {shown}" + (" …" if v.size > 8 else "")
     return None
 
 
