@@ -50,24 +50,38 @@ class TokenAxis(pg.AxisItem):
         n = len(self.labels)
         if minVal > maxVal:  # inverted view (queries run top to bottom)
             minVal, maxVal = maxVal, minVal
-        if n == 0 or size <= 0:
+        if n == 0 or size <= 0 or maxVal <= minVal:
             return []
         lo = max(0, int(math.floor(minVal)))
         hi = min(n - 1, int(math.ceil(maxVal)))
         if hi < lo:
             return []
-        visible = hi - lo + 1
-        fit = max(1, int(size / self._label_px()))
-        if self.share is None or visible <= fit:
-            if self.share == "odd":
-                return []
+        if self.orientation in ("left", "right"):
+            visible = hi - lo + 1
+            fit = max(1, int(size / self._label_px()))
             step = max(1, math.ceil(visible / fit))
             start = (lo + step - 1) // step * step
             return [(float(step), [i + 0.5 for i in range(start, hi + 1, step)])]
-        step = max(1, math.ceil(visible / (2 * fit)))
-        phase = 0 if self.share == "even" else 1
-        vals = [i + 0.5 for i in range(lo, hi + 1) if i % step == 0 and (i // step) % 2 == phase]
-        return [(float(2 * step), vals)]
+        lane = {None: 0, "even": 0, "odd": 1}[self.share]
+        lanes = 1 if self.share is None else 2
+        vals = [i + 0.5 for i in self._lanes(lo, hi, minVal, maxVal, size, lanes)[lane]]
+        return [(1.0, vals)]
+
+    def _lanes(self, lo, hi, vmin, vmax, size, lanes):
+        """Greedy placement by real text width: each label goes to the first lane (bottom, then top)
+        where it does not touch its neighbour; the ones that fit nowhere are skipped."""
+        px = size / (vmax - vmin)
+        right = [-1e9] * lanes
+        out = [[] for _ in range(lanes)]
+        for i in range(lo, hi + 1):
+            x = (i + 0.5 - vmin) * px
+            half = self._fm.horizontalAdvance(self._short(self.labels[i])) / 2 + 3
+            for k in range(lanes):
+                if x - half >= right[k]:
+                    out[k].append(i)
+                    right[k] = x + half
+                    break
+        return out
 
     def tickStrings(self, values, scale, spacing):
         out = []
