@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", type=int, default=None, help="head to focus first")
     p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
     p.add_argument("--mode", choices=("head", "mean", "max", "min", "rollout"), default=None,
-                   help="show one head (default) or an aggregate over heads / rollout")
+                   help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout")
 
 
 def run(args) -> int:
@@ -55,6 +55,8 @@ def run(args) -> int:
         win.select_view(args.view)
     win.show()
     focus = {k: getattr(args, k) for k in ("block", "layer", "head", "mode") if getattr(args, k) is not None}
+    if args.mode in ("mean", "max", "min") and args.layer is not None:
+        focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
     if focus:
         def apply_focus():
             win.session.select(**focus)

@@ -350,7 +350,7 @@ class MainWindow(QMainWindow):
     @staticmethod
     def default_generate(model) -> int:
         # translation and captioning generate by default; decoder-only graphs may be forecasters (no token input)
-        return 8 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder") else 0
+        return 32 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder") else 0  # stops at EOS
 
     @staticmethod
     def sample_input(model) -> dict:
