@@ -153,6 +153,9 @@ def test_captioning_image_words(qtbot, real_window, onnx_dir):
     assert [q for q, _ in v.queries] == r.generated
     assert len(v.strip) == len(r.generated)
     assert v.patch_map.shape == (4, 4)
-    assert v.info.text().startswith(f"query “{r.generated[-1]}” · decoder cross-attention")
+    # it opens on the word whose attention is most focused
+    peaks = [v.patch_map_for(i).max() for i in range(len(v.queries))]
+    assert v.query == int(np.argmax(peaks))
+    assert v.info.text().startswith(f"query “{r.generated[v.query]}” · decoder cross-attention")
     w.select_view("alignment")
     assert w.alignment.mv.k_labels[0] == "[CLS]" and len(w.alignment.mv.k_labels) == 17

@@ -101,7 +101,8 @@ class ImageRegionsView(View):
         self.strip_scroll = QScrollArea()
         self.strip_scroll.setWidgetResizable(True)
         self.strip_scroll.setWidget(swrap)
-        self.strip_scroll.setFixedHeight(THUMB_PX + 48)
+        self.strip_scroll.setFixedHeight(THUMB_PX + 64)
+        self.strip_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -164,7 +165,13 @@ class ImageRegionsView(View):
             self.query_group.addButton(b)
             self.query_bar.addWidget(b)
             self.query_buttons.append(b)
-        self.query = 0 if kind == "self" else max(0, len(self.queries) - 1 if s.sel.step < 0 else min(s.sel.step, len(self.queries) - 1))
+        if kind == "self" or not self.queries:
+            self.query = 0
+        elif s.sel.step >= 0:
+            self.query = min(s.sel.step, len(self.queries) - 1)
+        else:  # all steps shown: start on the word whose attention is most focused
+            peaks = [float(self.patch_map_for(qi).max()) for qi in range(len(self.queries))]
+            self.query = int(np.argmax(peaks))
 
     def on_result(self) -> None:
         self._struct_key = None
