@@ -370,3 +370,18 @@ def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     assert img.max() <= 0.0 and img.min() >= -4.0
     qtbot.keyClick(window, Qt.Key_3, Qt.ControlModifier)  # View ▸ Token links
     assert window.tabs.currentWidget() is window.links
+
+
+def test_switching_views_and_heads_reruns_nothing(qtbot, window, files):
+    open_and_wait(qtbot, window, files["mt.onnx"], generate=4)
+    model = window.session.model
+    calls = model.calls
+    for view in ("overview", "head", "links", "alignment", "image", "stats", "head"):
+        window.select_view(view)
+        QApplication.processEvents()
+        window.step_head(1)
+        window.step_layer(1)
+    window.controls.mode.setCurrentIndex(window.controls.mode.findData("mean"))
+    window.controls.step.setValue(1)
+    window.controls.block.setCurrentIndex(2)
+    assert model.calls == calls  # only the session's arrays were re-sliced
