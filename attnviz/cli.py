@@ -44,8 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv:  # plain `attnviz`: the app on the bundled demo model
-        argv = ["open"]
+    # plain `attnviz` (or `attnviz MODEL.onnx --text ...`, `attnviz --screenshot x.png`): the app
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["open", *argv]
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_unavailable", None):

@@ -24,6 +24,10 @@ import time
 import warnings
 from pathlib import Path
 
+# torch's OpenMP threads spin after each op and steal the cores of the next onnxruntime call in the same
+# process (and vice versa): measured 2-7x distortions. Passive waiting must be set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import numpy as np
 
 warnings.filterwarnings("ignore")
@@ -88,8 +92,10 @@ def timing_table(model_path: Path, lengths, rounds: int, threads: int):
         for _ in range(3):  # warm-up
             for fn in cases.values():
                 fn()
-        for _ in range(rounds):  # interleaved so drift hits every case alike
-            for k, fn in cases.items():
+        keys = list(cases)
+        for r in range(rounds):  # interleaved, order rotated each round, so drift and warm caches hit every case alike
+            for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+                fn = cases[k]
                 t0 = time.perf_counter()
                 fn()
                 times[k].append((time.perf_counter() - t0) * 1000)

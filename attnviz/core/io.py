@@ -49,6 +49,9 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the permissions a plain open() would
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)

@@ -97,7 +97,7 @@ def _special(model) -> dict:
 
 
 def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0, mode="auto",
-            image_size=None, image_mean=None, image_std=None) -> AttentionResult:
+            image_size=None, image_mean=None, image_std=None, progress=None, cancelled=None) -> AttentionResult:
     t0 = time.perf_counter()
     if not model._sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
@@ -215,7 +215,13 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         lname = _logits_name(model)
         eos = sp.get("eos")
         ids = list(prompt)
-        for _ in range(generate):
+        for step in range(generate):
+            if cancelled is not None and cancelled():
+                from attnviz.runtime.model import Cancelled
+
+                raise Cancelled("cancelled")
+            if progress is not None:
+                progress(int(100 * step / generate), f"generating: step {step + 1} of {generate}")
             g = model.check_feeds(dec_feeds(ids))
             try:
                 logits = sess.run([lname], g)[0]
@@ -238,6 +244,8 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
     else:
         _fill_auxiliary(model, f, None)
 
+    if progress is not None:
+        progress(100 if generate else -1, "extracting attention…")
     result = model.run(f, mode=mode)
 
     # axes -------------------------------------------------------------------------------

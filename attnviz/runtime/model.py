@@ -171,6 +171,10 @@ class PackedMap:
         return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
 
 
+class Cancelled(AttnvizError):
+    """The caller's ``cancelled()`` returned True between generation steps."""
+
+
 class AttentionModel:
     """A loaded model with its attention sites found and labelled.  Sessions are created lazily."""
 
@@ -462,12 +466,18 @@ class AttentionModel:
 
     def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
                 generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
-                image_mean: list[float] | None = None, image_std: list[float] | None = None) -> AttentionResult:
-        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes."""
+                image_mean: list[float] | None = None, image_std: list[float] | None = None,
+                progress=None, cancelled=None) -> AttentionResult:
+        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
+
+        ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
+        steps and raises :class:`Cancelled` (onnxruntime itself cannot be interrupted mid-run).
+        """
         from attnviz.runtime.adapters import analyze
 
         return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                       image_size=image_size, image_mean=image_mean, image_std=image_std)
+                       image_size=image_size, image_mean=image_mean, image_std=image_std,
+                       progress=progress, cancelled=cancelled)
 
 
 def _serialize(model: onnx.ModelProto) -> bytes:

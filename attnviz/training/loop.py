@@ -128,7 +128,7 @@ class Trainer:
 
         rng = np.random.default_rng([self.tcfg.seed, step])
         idx = rng.integers(0, self.n_train, size=self.tcfg.batch_size)
-        b = take(self.train_data, idx)
+        b = self.task.collate(take(self.train_data, idx))
         return {k: torch.as_tensor(v).to(self.device) for k, v in b.items()}
 
     def evaluate(self) -> dict:

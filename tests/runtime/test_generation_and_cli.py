@@ -89,3 +89,33 @@ def test_inspect_json_lists_sites(tmp_path, capsys):
     assert d["kind"] == "encoder" and [s["layer"] for s in d["sites"]] == [0, 1]
     assert d["inputs"][0]["role"] == "tokens" and d["sites"][0]["heads"] == 2
     assert d["metadata"]["attnviz.task"] == "sequence-classification"
+
+
+def test_generation_progress_and_cancel(tmp_path):
+    from attnviz.runtime.model import Cancelled
+
+    m = open_model(tiny_text_model(tmp_path / "lm.onnx", causal=True, classifier=False), provider="cpu")
+    seen = []
+    m.analyze(text="the cat", generate=3, progress=lambda p, t: seen.append(p))
+    assert seen[:3] == [0, 33, 66] and seen[-1] == 100
+    calls = []
+
+    def cancel_after_two():
+        calls.append(1)
+        return len(calls) > 2
+
+    with pytest.raises(Cancelled):
+        m.analyze(text="the cat", generate=10, cancelled=cancel_after_two)
+    assert len(calls) == 3
+
+
+def test_bare_attnviz_arguments_mean_open(monkeypatch):
+    pytest.importorskip("PySide6")
+    import attnviz.gui.command as gc
+    from attnviz.cli import main as cli_main
+
+    seen = []
+    monkeypatch.setattr(gc, "run", lambda args: seen.append(args) or 0)
+    assert cli_main(["--screenshot", "x.png"]) == 0 and seen[-1].screenshot == "x.png"
+    assert cli_main(["m.onnx", "--text", "hi"]) == 0 and seen[-1].model == "m.onnx" and seen[-1].text == "hi"
+    assert cli_main([]) == 0 and seen[-1].model is None

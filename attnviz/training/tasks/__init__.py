@@ -44,8 +44,22 @@ Subclass :class:`Task` and set/implement:
     A small batch (≥ 2 examples, ideally different lengths) the export traces and checks parity on.
     Default: the first 3 test examples.
 
-``target_key`` (optional class attribute) names the metric ``attnviz train`` prints last; ``target`` says
-what the shipped model must reach (documentation only).
+``collate(batch) -> batch`` (optional)
+    Applied to each training batch (numpy) before it becomes tensors.  Default :func:`trim_padding` drops
+    trailing all-padding columns (source: ``attention_mask``; target: ``labels == -100``), so long padded
+    splits (translation) train at the cost of each batch's longest example.
+
+``target`` (optional class attribute) says what the shipped model must reach (documentation only).
+
+Helpers: :func:`predict` (logits over a split), :func:`greedy_decode` (generation through ``runner.logits``),
+:func:`attention_groups` (canonical maps -> encoder / decoder self / cross lists per layer, e.g. for AER or the
+pointing game), :func:`split_seed` (fixed data seeds), :func:`register` (add a task to :data:`TASKS`).
+
+Encoder-decoder specifics: ``ModelConfig.vocab_size`` is the source vocabulary and ``tgt_vocab_size`` the
+target one; ``decoder_input_ids`` = ``[bos] + target`` (right-padded), ``labels`` = ``target + [eos]`` then
+``-100``; ``max_len`` must cover the longest source and target.  Metadata ``vocab`` may be
+``{"source": [...], "target": [...]}`` and ``special`` ids (bos/eos) refer to the target vocabulary; a HF
+``tokenizer.json`` can go in ``tokenizer`` / ``target_tokenizer`` (strings).
 """
 
 from __future__ import annotations
@@ -90,6 +104,40 @@ class Task:
     def example_feeds(self, mcfg: ModelConfig, tcfg: TrainConfig) -> dict[str, np.ndarray]:
         data = self.make_split("test", mcfg, tcfg)
         return feeds_of(take(data, slice(0, 3)), mcfg)
+
+    def collate(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Last step before a training batch becomes tensors; default: :func:`trim_padding`."""
+        return trim_padding(batch)
+
+
+def trim_padding(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Drop trailing columns that are padding in every example of a right-padded batch.
+
+    Source side: columns after the longest ``attention_mask``; target side (``decoder_input_ids`` and
+    per-position ``labels``): columns after the last label that is not ``-100``.  Masks and causal attention
+    make the result independent of the trimmed columns, so this only saves time on long padded splits.
+    """
+    out = dict(batch)
+    if "attention_mask" in out and "input_ids" in out:
+        n = max(1, int(out["attention_mask"].sum(1).max()))
+        out["input_ids"], out["attention_mask"] = out["input_ids"][:, :n], out["attention_mask"][:, :n]
+    lab = out.get("labels")
+    if "decoder_input_ids" in out and lab is not None and lab.ndim == 2:
+        cols = np.nonzero((lab != -100).any(0))[0]
+        n = int(cols[-1]) + 1 if len(cols) else 1
+        out["decoder_input_ids"], out["labels"] = out["decoder_input_ids"][:, :n], lab[:, :n]
+    return out
+
+
+def attention_groups(maps: list, mcfg: ModelConfig) -> dict[str, list]:
+    """Split canonical-order maps into ``{"encoder": [...], "decoder_self": [...], "cross": [...]}`` (per layer)."""
+    if mcfg.arch == "decoder":
+        return {"encoder": [], "decoder_self": list(maps), "cross": []}
+    if mcfg.arch not in ("encoder-decoder", "image-decoder"):
+        return {"encoder": list(maps), "decoder_self": [], "cross": []}
+    n_enc = len(maps) - 2 * mcfg.n_dec_layers
+    dec = maps[n_enc:]
+    return {"encoder": list(maps[:n_enc]), "decoder_self": list(dec[0::2]), "cross": list(dec[1::2])}
 
 
 def feeds_of(batch: dict[str, np.ndarray], mcfg: ModelConfig) -> dict[str, np.ndarray]:

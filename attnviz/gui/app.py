@@ -1,0 +1,50 @@
+"""QApplication set-up, the bundled demo model, and the screenshot mode."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import attnviz
+
+DEMO_PREFERENCE = ("translation.onnx", "captioning.onnx", "sequence-classification.onnx", "vit-classification.onnx",
+                   "forecasting.onnx")
+
+
+def models_dir() -> Path:
+    return Path(attnviz.__file__).resolve().parents[1] / "models"
+
+
+def demo_model(folder: Path | None = None) -> Path | None:
+    """The bundled demo: translation first, then the others in a fixed order."""
+    folder = folder or models_dir()
+    if not folder.is_dir():
+        return None
+    found = sorted(folder.glob("*.onnx"))
+    for name in DEMO_PREFERENCE:
+        for p in found:
+            if p.name == name:
+                return p
+    return found[0] if found else None
+
+
+def make_app(argv=None):
+    """The QApplication (created once), with pyqtgraph configured."""
+    from PySide6.QtWidgets import QApplication
+
+    from attnviz.gui import style
+
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(list(argv or sys.argv[:1]))
+        app.setApplicationName("attnviz")
+        app.setOrganizationName("attnviz")
+    style.configure()
+    return app
+
+
+def ensure_platform(screenshot: bool) -> None:
+    """Screenshots render offscreen when there is no display."""
+    if screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

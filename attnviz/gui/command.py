@@ -1,0 +1,81 @@
+"""``attnviz open [MODEL]``: the desktop app (plain ``attnviz`` opens the bundled demo model)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help="ONNX model, image or .npz attention maps (default: bundled demo model)")
+    p.add_argument("--text", help="input text")
+    p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
+    p.add_argument("--image", help="image file for vision / captioning models")
+    p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
+    p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)")
+    p.add_argument("--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit")
+    p.add_argument("--view", default=None, help="tab to show first (overview, head, links, alignment, image, stats)")
+    p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
+    p.add_argument("--layer", type=int, default=None, help="layer to focus first")
+    p.add_argument("--head", type=int, default=None, help="head to focus first")
+    p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
+    p.add_argument("--mode", choices=("head", "mean", "max", "min", "rollout"), default=None,
+                   help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from attnviz import AttnvizError
+    from attnviz.gui.app import demo_model, ensure_platform, make_app
+
+    ensure_platform(bool(args.screenshot))
+    target = Path(args.model) if args.model else demo_model()
+    if target is not None and not target.exists():
+        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image or an .npz file")
+    if args.screenshot:
+        shot = Path(args.screenshot)
+        if shot.suffix.lower() != ".png":
+            raise AttnvizError(f"--screenshot {shot}: use a .png file name")
+        if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
+            raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
+    try:
+        w, h = (int(x) for x in args.size.lower().split("x"))
+    except ValueError:
+        raise AttnvizError(f"--size {args.size}: use WxH, e.g. 1400x900") from None
+
+    app = make_app()
+    from attnviz.gui.main_window import MainWindow
+    from attnviz.gui.screenshot import ScreenshotTaker
+
+    win = MainWindow(provider=args.provider)
+    win.resize(w, h)
+    if args.view:
+        win.select_view(args.view)
+    win.show()
+    focus = {k: getattr(args, k) for k in ("block", "layer", "head", "mode") if getattr(args, k) is not None}
+    if args.mode in ("mean", "max", "min") and args.layer is not None:
+        focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
+    if focus:
+        def apply_focus():
+            win.session.select(**focus)
+            win.result_shown.disconnect(apply_focus)
+
+        win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
+    values = {k: getattr(args, k) for k in ("text", "text_pair", "image", "generate") if getattr(args, k) is not None}
+    taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
+    if target is None:
+        win.statusBar().showMessage("No bundled demo model found: open one with File ▸ Open model… or drop an .onnx file here.")
+        if taker is not None:
+            taker.fail_later("no model to open: the bundled demo models are missing; pass a MODEL")
+    elif target.suffix.lower() == ".onnx":
+        win.open_model(target, **values)
+    else:
+        win.open_path(target)
+    app.exec()
+    if taker is not None:
+        if taker.error:
+            raise AttnvizError(taker.error)
+        print(f"saved {taker.path}")
+    return 0

@@ -1,0 +1,120 @@
+"""Exports: a view as PNG / SVG / PDF, the maps as .npz -- always written atomically.
+
+Vector and publication figures go through the shared matplotlib renderer
+(:mod:`attnviz.figures`) when it is installed; otherwise the view is rendered with Qt
+(PNG by grab, SVG with QSvgGenerator, PDF with QPdfWriter).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from PySide6.QtCore import QMarginsF, QPoint, QRect, QSizeF
+from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
+from PySide6.QtWidgets import QWidget
+
+from attnviz import AttnvizError
+from attnviz.core.io import save_npz
+
+VIEW_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _tmp_beside(path: Path) -> str:
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=path.suffix, dir=parent)
+    except OSError as e:
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable folder") from None
+    os.close(fd)
+    return tmp
+
+
+def _umask_mode(p: str) -> None:
+    """mkstemp creates 0600 files; give the export the permissions a normal file would get."""
+    mask = os.umask(0)
+    os.umask(mask)
+    try:
+        os.chmod(p, 0o666 & ~mask)
+    except OSError:
+        pass
+
+
+def _finish(tmp: str, path: Path, ok: bool) -> Path:
+    if not ok or not Path(tmp).exists() or Path(tmp).stat().st_size == 0:
+        Path(tmp).unlink(missing_ok=True)
+        raise AttnvizError(f"could not write {path}; check the folder is writable and has space")
+    _umask_mode(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _render(widget: QWidget, device) -> bool:
+    """Paint ``widget`` on ``device``; the painter always ends before the device goes away."""
+    p = QPainter(device)
+    if not p.isActive():
+        return False
+    try:
+        QWidget.render(widget, p, QPoint(0, 0))  # the QWidget overload, also for QGraphicsViews
+    finally:
+        ok = p.end()
+    return ok
+
+
+def export_widget(widget: QWidget, path: str | os.PathLike) -> Path:
+    """Render ``widget`` to PNG / SVG / PDF by extension (GUI thread only)."""
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in VIEW_FORMATS:
+        raise AttnvizError(f"cannot export to {path.name}: use a .png, .svg or .pdf file name (or .npz for the maps)")
+    tmp = _tmp_beside(path)
+    ok = False
+    try:
+        size = widget.size()
+        if ext == ".png":
+            pm = widget.grab()
+            ok = pm.save(tmp, "PNG")
+        elif ext == ".svg":
+            from PySide6.QtSvg import QSvgGenerator
+
+            gen = QSvgGenerator()
+            gen.setFileName(tmp)
+            gen.setSize(size)
+            gen.setViewBox(QRect(0, 0, size.width(), size.height()))
+            gen.setTitle("attnviz")
+            ok = _render(widget, gen)
+            del gen
+        else:
+            w = QPdfWriter(tmp)
+            w.setResolution(96)
+            # 96 dpi device pixels -> points, so the page is exactly the widget
+            w.setPageSize(QPageSize(QSizeF(size.width() * 0.75, size.height() * 0.75), QPageSize.Unit.Point))
+            w.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Unit.Point)
+            ok = _render(widget, w)
+            del w  # QPdfWriter writes the file when it is destroyed
+    except AttnvizError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- reported as a message, never a crash
+        Path(tmp).unlink(missing_ok=True)
+        raise AttnvizError(f"could not export {path.name}: {type(e).__name__}: {e}") from None
+    return _finish(tmp, path, ok)
+
+
+def export_npz(result, path: str | os.PathLike) -> Path:
+    """The raw maps in the ``attnviz extract`` format (worker-safe)."""
+    path = Path(path)
+    if path.suffix.lower() != ".npz":
+        path = path.with_suffix(".npz")
+    return save_npz(result, path)
+
+
+def figures_renderer():
+    """``attnviz.figures.render_figure`` when the figures package (and matplotlib) is available, else None."""
+    try:
+        from attnviz.figures import render_figure
+    except Exception:  # noqa: BLE001 -- no matplotlib: fall back to rendering the widgets
+        return None
+    return render_figure

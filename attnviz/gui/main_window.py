@@ -1,0 +1,638 @@
+"""The main window: menus, docks, tabbed views, workers, errors, drag and drop, recent files."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget,
+)
+
+from attnviz import AttnvizError
+from attnviz.gui import style
+from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_renderer
+from attnviz.gui.selection import clamp
+from attnviz.gui.session import Session
+from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.head_map import HeadMapView
+from attnviz.gui.views.image_regions import ImageRegionsView
+from attnviz.gui.views.overview import OverviewView
+from attnviz.gui.views.stats_table import StatsView
+from attnviz.gui.views.token_links import TokenLinksView
+from attnviz.gui.widgets.controls import Controls
+from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
+from attnviz.gui.widgets.model_sidebar import ModelSidebar
+from attnviz.gui.workers import WorkerPool, error_text
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+MAX_RECENT = 10
+# the tabs, in order (registry, not if/elif)
+VIEW_CLASSES = (OverviewView, HeadMapView, TokenLinksView, AlignmentView, ImageRegionsView, StatsView)
+
+
+def _default_opener(path, provider="auto", tokenizer=None):
+    """Open with the runtime (in a worker): also start the session and read head counts now,
+    so the GUI thread never waits on onnxruntime."""
+    from attnviz.runtime import open_model
+
+    m = open_model(path, provider=provider, tokenizer=tokenizer)
+    if not m.sites:
+        return m  # nothing to run; the window explains why
+    try:
+        _ = m.provider  # creates the inference session
+    except AttnvizError:
+        raise
+    except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
+        msg = str(e).replace("\n", " ")
+        msg = msg.split(" : ")[-1].split(") ")[-1].strip() if "ONNXRuntimeError" in msg else msg
+        raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {msg[:200]}") from None
+    if not all(s.heads for s in m.sites) and hasattr(m, "probe"):
+        m.probe()
+    return m
+
+
+def analyze(model, values: dict, progress=None, cancelled=None):
+    """Run one analysis off the GUI thread; passes progress/cancel through when the runtime takes them."""
+    kwargs = {k: values.get(k) for k in ("text", "text_pair", "image", "generate")}
+    kwargs["generate"] = int(kwargs.get("generate") or 0)
+    try:
+        params = inspect.signature(model.analyze).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if progress is not None and "progress" in params:
+        kwargs["progress"] = progress
+    if cancelled is not None and "cancelled" in params:
+        kwargs["cancelled"] = cancelled
+    if progress is not None:
+        progress(-1, "running the model…" if not kwargs["generate"] else f"generating {kwargs['generate']} steps…")
+    t0 = time.perf_counter()
+    result = model.analyze(**kwargs)
+    result.info.setdefault("timings", {})
+    if isinstance(result.info["timings"], dict):
+        result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)
+    # the overview's max-pooled thumbnails, computed here so the GUI thread only draws them
+    if progress is not None:
+        progress(-1, "preparing thumbnails…")
+    from attnviz.gui.selection import thumbnails
+    from attnviz.gui.views.overview import THUMB
+
+    result.gui_thumbnails = thumbnails(result, -1, THUMB)
+    return result
+
+
+def render_and_save(result, spec, path):
+    """Worker: draw a figure with :mod:`attnviz.figures` and write it atomically."""
+    from attnviz.figures import render_figure, save_figure
+
+    fig = render_figure(result, spec)
+    return save_figure(fig, path)
+
+
+class MainWindow(QMainWindow):
+    """Signals: ``result_shown()`` after a new result has been drawn; ``error_shown(str)``."""
+
+    result_shown = Signal()
+    error_shown = Signal(str)
+
+    def __init__(self, opener=None, settings: QSettings | None = None, provider: str = "auto", parent=None):
+        super().__init__(parent)
+        style.configure()
+        self.setWindowTitle("attnviz")
+        self.resize(1400, 900)
+        self.setAcceptDrops(True)
+        self.opener = opener or _default_opener
+        self.provider = provider
+        self.settings = settings if settings is not None else QSettings("attnviz", "attnviz")
+        self.session = Session(self)
+        self.workers = WorkerPool(max_threads=2, parent=self)
+        self._context: dict[int, tuple] = {}  # request id -> what the request was about
+        self.workers.returned.connect(self._on_worker_returned)
+        self.workers.errored.connect(self._on_worker_errored)
+        self.workers.progress.connect(self._on_worker_progress)
+        self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
+        self._latest = {"open": 0, "run": 0, "export": 0}
+        self.pending_values: dict | None = None
+        self.last_error: str | None = None
+        self.error_box: QMessageBox | None = None
+        self.last_export: Path | None = None
+        self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
+
+        # views
+        self.tabs = QTabWidget()
+        self.views = {}
+        for cls in VIEW_CLASSES:
+            v = cls(self.session)
+            self.views[cls.title] = v
+            self.tabs.addTab(v, cls.title)
+        self.setCentralWidget(self.tabs)
+        self.overview: OverviewView = self.views["Overview"]
+        self.head_map: HeadMapView = self.views["Head map"]
+        self.links: TokenLinksView = self.views["Token links"]
+        self.alignment: AlignmentView = self.views["Alignment"]
+        self.image_regions: ImageRegionsView = self.views["Image regions"]
+        self.stats: StatsView = self.views["Head stats"]
+        self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
+        self.stats.picked.connect(self._focus_from_stats)
+
+        # docks
+        self.inputs = InputPanel()
+        self.controls = Controls(self.session)
+        left = QWidget()
+        lv = QVBoxLayout(left)
+        lv.setContentsMargins(0, 0, 0, 0)
+        lv.addWidget(self.inputs)
+        lv.addWidget(self.controls, 1)
+        self.left_dock = QDockWidget("Input && view", self)
+        self.left_dock.setObjectName("input_dock")
+        self.left_dock.setWidget(left)
+        self.left_dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable)
+        self.addDockWidget(Qt.LeftDockWidgetArea, self.left_dock)
+        self.sidebar = ModelSidebar(self.session)
+        self.right_dock = QDockWidget("Model", self)
+        self.right_dock.setObjectName("model_dock")
+        self.right_dock.setWidget(self.sidebar)
+        self.addDockWidget(Qt.RightDockWidgetArea, self.right_dock)
+        self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Horizontal)
+
+        self.status_device = QLabel("")
+        self.statusBar().addPermanentWidget(self.status_device)
+        self.inputs.run_requested.connect(self.run_analysis)
+        self.inputs.cancel_requested.connect(self.cancel)
+        self.session.selection_changed.connect(self._update_title)
+        self._build_menus()
+        self._build_keys()
+        self._restore_layout()
+        self.statusBar().showMessage("Open an ONNX model: File ▸ Open model…, or drop an .onnx file on the window.")
+
+    # -- menus ---------------------------------------------------------------------
+    def _build_menus(self) -> None:
+        fm = self.menuBar().addMenu("&File")
+        a = QAction("&Open model…", self, shortcut=QKeySequence.Open, triggered=self.open_model_dialog)
+        fm.addAction(a)
+        fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
+        fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
+        fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
+        self.recent_menu = fm.addMenu("Open &recent")
+        fm.addSeparator()
+        self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
+        fm.addAction(self.export_view_action)
+        fm.addAction(QAction("Export &maps (.npz)…", self, shortcut="Ctrl+Shift+E", triggered=self.export_npz_dialog))
+        fm.addSeparator()
+        fm.addAction(QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close))
+        vm = self.menuBar().addMenu("&View")
+        for i, title in enumerate(self.views):
+            act = QAction(title, self, shortcut=f"Ctrl+{i + 1}")
+            act.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
+            vm.addAction(act)
+        vm.addSeparator()
+        vm.addAction(self.left_dock.toggleViewAction())
+        vm.addAction(self.right_dock.toggleViewAction())
+        self._rebuild_recent()
+
+    def _build_keys(self) -> None:
+        for key, fn in ((Qt.Key_Left, lambda: self.step_head(-1)), (Qt.Key_Right, lambda: self.step_head(1)),
+                        (Qt.Key_Up, lambda: self.step_layer(-1)), (Qt.Key_Down, lambda: self.step_layer(1))):
+            sc = QShortcut(QKeySequence(key), self.tabs)
+            sc.setContext(Qt.WidgetWithChildrenShortcut)
+            sc.activated.connect(fn)
+
+    def step_head(self, d: int) -> None:
+        s = self.session
+        if s.block is None:
+            return
+        sel = s.sel
+        h = sel.head + d
+        layer = sel.layer
+        if h < 0 and layer > 0:  # wrap into the previous / next layer
+            layer -= 1
+            h = s.block.heads_in(layer) - 1
+        elif h >= s.block.heads_in(layer) and layer < s.block.n_layers - 1:
+            layer += 1
+            h = 0
+        s.select(head=h, layer=layer, mode="head")
+
+    def step_layer(self, d: int) -> None:
+        if self.session.block is not None:
+            self.session.select(layer=self.session.sel.layer + d, mode="head")
+
+    def _focus_from_stats(self, layer: int, head: int) -> None:
+        self.session.select(layer=layer, head=head, mode="head")
+        self.tabs.setCurrentWidget(self.head_map)
+
+    def _update_title(self) -> None:
+        m = self.session.model
+        name = getattr(m, "name", None) or (self.session.result.info.get("model") if self.session.result else None)
+        self.setWindowTitle(f"attnviz — {name}" if name else "attnviz")
+
+    # -- recent files ----------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        v = self.settings.value("recent", [])
+        if isinstance(v, str):
+            v = [v]
+        return [str(x) for x in (v or [])]
+
+    def add_recent(self, path) -> None:
+        p = str(Path(path).resolve())
+        items = [p] + [x for x in self.recent_files() if x != p]
+        self.settings.setValue("recent", items[:MAX_RECENT])
+        self.settings.sync()
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        files = self.recent_files()
+        for p in files:
+            self.recent_menu.addAction(QAction(p, self, triggered=lambda _=False, p=p: self.open_path(p)))
+        self.recent_menu.setEnabled(bool(files))
+
+    # -- errors ----------------------------------------------------------------------
+    def show_error(self, text: str, title: str = "attnviz") -> None:
+        """One readable message: status bar + a non-modal dialog (replacing any previous one)."""
+        self.last_error = text
+        self.statusBar().showMessage(f"Error: {text}")
+        if self.error_box is not None:
+            self.error_box.close()
+            self.error_box.deleteLater()
+        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
+        box.setModal(False)
+        box.setAttribute(Qt.WA_DeleteOnClose, False)
+        box.show()
+        self.error_box = box
+        self.error_shown.emit(text)
+
+    def _on_worker_returned(self, kind: str, rid: int, value) -> None:
+        ctx = self._context.get(rid, ())
+        if kind == "open" and ctx:
+            self._on_model(rid, value, *ctx)
+        elif kind == "run":
+            self._on_result(rid, value)
+        elif kind == "export" and ctx:
+            self._on_exported(rid, value or ctx[0])
+
+    def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
+        self._on_error(kind, rid, exc)
+
+    def _on_worker_progress(self, kind: str, rid: int, percent: int, text: str) -> None:
+        if kind == "run" and rid == self._latest["run"]:
+            self.inputs.set_progress(percent, text)
+
+    def _on_error(self, kind: str, rid: int, exc) -> None:
+        if rid != self._latest.get(kind):
+            return  # superseded
+        self.inputs.set_busy(False, "error" if error_text(exc) != "cancelled" else "cancelled")
+        if error_text(exc) == "cancelled":
+            self.statusBar().showMessage("Cancelled.")
+            return
+        if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
+            print(exc.__attnviz_traceback__)
+        self.show_error(error_text(exc))
+
+    # -- opening ---------------------------------------------------------------------
+    def open_path(self, path, **values) -> None:
+        """Open by extension: .onnx model, image, or .npz attention maps."""
+        p = Path(path)
+        handlers = {".onnx": self.open_model, ".npz": self.open_npz}
+        handlers.update({s: self.open_image for s in IMAGE_SUFFIXES})
+        fn = handlers.get(p.suffix.lower())
+        if fn is None:
+            self.show_error(f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
+                            "and attention maps (.npz from 'attnviz extract')")
+            return
+        if not p.exists():
+            self.show_error(f"cannot open {p}: no such file")
+            return
+        if fn == self.open_model:
+            fn(p, **values)
+        else:
+            fn(p)
+
+    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True) -> None:
+        """Load a model in a worker; on success show its sidebar and run the given or sample input."""
+        path = Path(path)
+        self.workers.cancel("open")
+        kw = {"tokenizer": str(self.tokenizer)} if self.tokenizer else {}
+        w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open", **kw)
+        self._latest["open"] = w.request_id
+        given = {k: v for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items() if v is not None}
+        self._context[w.request_id] = (path, given, run)
+        self.inputs.set_busy(True, f"opening {path.name}…")
+        self.statusBar().showMessage(f"Opening {path}…")
+
+    def _on_model(self, rid, model, path: Path, given: dict, run: bool) -> None:
+        if rid != self._latest["open"]:
+            return
+        self.inputs.set_busy(False)
+        self.session.set_result(None)
+        self.session.set_model(model)
+        self.inputs.configure_for(model)
+        self.add_recent(path)
+        self._update_title()
+        self.status_device.setText(f"device: {getattr(model, 'provider', '?')}")
+        if not getattr(model, "sites", None):
+            why = getattr(model, "no_attention_reason", None) or "no attention operations were found"
+            self.show_error(f"{path.name}: no attention to show — {why}")
+            return
+        values = self.sample_input(model)
+        if str(getattr(model, "kind", "")).startswith("vision") and not values.get("image") and self.inputs.image.text():
+            values["image"] = self.inputs.image.text()  # keep the image the user already chose
+        values.update(given)
+        self.inputs.set_values(text=values.get("text", ""), text_pair=values.get("text_pair", ""),
+                               image=values.get("image"), generate=values.get("generate", self.default_generate(model)))
+        self.statusBar().showMessage(f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}")
+        if run:
+            self.run_analysis(self.inputs.values())
+
+    @staticmethod
+    def default_generate(model) -> int:
+        # translation and captioning generate by default; decoder-only graphs may be forecasters (no token input)
+        return 32 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder") else 0  # stops at EOS
+
+    @staticmethod
+    def sample_input(model) -> dict:
+        """The model's ``attnviz.sample`` input, with relative image paths resolved."""
+        meta = getattr(model, "meta", None) or {}
+        sample = meta.get("sample") or {}
+        if not isinstance(sample, dict):
+            return {}
+        out = {k: sample[k] for k in ("text", "text_pair", "image", "generate") if sample.get(k) not in (None, "")}
+        img = out.get("image")
+        if img and not Path(img).is_absolute():
+            mp = Path(getattr(model, "path", "."))
+            for base in (mp.parent, mp.parent.parent, Path.cwd()):
+                if (base / img).exists():
+                    out["image"] = str(base / img)
+                    break
+        return out
+
+    def open_image(self, path) -> None:
+        m = self.session.model
+        if m is None:
+            self.show_error(f"open a vision or captioning model first, then the image {Path(path).name}")
+            return
+        if not getattr(m, "kind", "vision").startswith("vision"):
+            self.show_error(f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}")
+            return
+        self.inputs.set_values(image=str(path))
+        self.add_recent(path)
+        self.run_analysis(self.inputs.values())
+
+    def open_npz(self, path) -> None:
+        from attnviz.core.io import load_npz
+
+        try:
+            result = load_npz(path)
+        except AttnvizError as e:
+            self.show_error(str(e))
+            return
+        self.session.set_model(None)
+        self.add_recent(path)
+        self._show_result(result)
+
+    # -- running -----------------------------------------------------------------------
+    def run_analysis(self, values: dict | None = None) -> None:
+        m = self.session.model
+        values = values if values is not None else self.inputs.values()
+        if m is None:
+            self.show_error("no model open: use File ▸ Open model… or drop an .onnx file on the window")
+            return
+        if not getattr(m, "sites", None):
+            self.show_error(f"{getattr(m, 'name', 'this model')}: no attention to show — "
+                            f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}")
+            return
+        self.workers.cancel("run")  # the older run's result will be dropped
+        w = self.workers.start(analyze, m, dict(values), kind="run")
+        self._latest["run"] = w.request_id
+        self.inputs.set_busy(True, "running…")
+        self.statusBar().showMessage("Running…")
+
+    def cancel(self) -> None:
+        for kind in ("run", "open", "export"):
+            self.workers.cancel(kind)
+            self._latest[kind] = -1  # drop whatever comes back
+        self.inputs.set_busy(False, "cancelled")
+        self.statusBar().showMessage("Cancelled.")
+
+    def _on_result(self, rid, result) -> None:
+        if rid != self._latest["run"]:
+            return
+        self.inputs.set_busy(False, "done")
+        self._show_result(result)
+
+    def _show_result(self, result) -> None:
+        self.session.set_result(result)
+        info = result.info or {}
+        t = (info.get("timings") or {})
+        total = info.get("total_s") or t.get("analyze (wall)")
+        dev = info.get("provider") or getattr(self.session.model, "provider", "")
+        self.status_device.setText(f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else ""))
+        n = len(result.maps)
+        if n == 0:
+            self.show_error("the model ran but returned no attention maps")
+            return
+        gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
+        self.statusBar().showMessage(f"{n} attention maps{gen}")
+        self._update_title()
+        QTimer.singleShot(0, self.result_shown.emit)
+
+    # -- dialogs -------------------------------------------------------------------------
+    def open_model_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", "", "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.open_path(path)
+
+    def open_image_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open image", "", IMAGE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def open_npz_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open attention maps", "", "attnviz maps (*.npz)")
+        if path:
+            self.open_path(path)
+
+    def choose_tokenizer_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
+        if path:
+            self.set_tokenizer(path)
+
+    def set_tokenizer(self, path) -> None:
+        """Use this tokenizer.json from now on; re-open the current model with it."""
+        p = Path(path)
+        if not p.is_file() or p.suffix.lower() != ".json":
+            self.show_error(f"{p.name}: choose a Hugging Face tokenizer.json file")
+            return
+        self.tokenizer = p
+        self.statusBar().showMessage(f"Tokenizer: {p}")
+        m = self.session.model
+        if m is not None and getattr(m, "path", None):
+            self.open_model(m.path, **{k: v for k, v in self.inputs.values().items() if v not in (None, "")})
+
+    def export_view_dialog(self) -> None:
+        title = self.tabs.tabText(self.tabs.currentIndex()).lower().replace(" ", "-")
+        path, _ = QFileDialog.getSaveFileName(self, "Export view", f"attnviz-{title}.png",
+                                              "PNG image (*.png);;SVG vector (*.svg);;PDF (*.pdf)")
+        if path:
+            self.export_view(path)
+
+    def export_npz_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export maps", "attention.npz", "attnviz maps (*.npz)")
+        if path:
+            self.export_maps(path)
+
+    # -- export ------------------------------------------------------------------------------
+    VIEW_ALIASES = {"overview": "Overview", "head": "Head map", "links": "Token links", "alignment": "Alignment",
+                    "image": "Image regions", "stats": "Head stats"}
+
+    def select_view(self, name: str) -> None:
+        title = self.VIEW_ALIASES.get(name.lower(), name)
+        if title not in self.views:
+            raise AttnvizError(f"unknown view {name!r}; use one of {', '.join(self.VIEW_ALIASES)}")
+        self.tabs.setCurrentWidget(self.views[title])
+
+    def current_view(self):
+        return self.tabs.currentWidget()
+
+    def export_view(self, path) -> None:
+        """Current view to PNG/SVG/PDF: the matplotlib renderer when available (in a worker), else a Qt render."""
+        path = Path(path)
+        if path.suffix.lower() == ".npz":
+            self.export_maps(path)
+            return
+        if path.suffix.lower() not in VIEW_FORMATS:
+            self.show_error(f"cannot export to {path.name}: use .png, .svg, .pdf (or .npz for the raw maps)")
+            return
+        if self.session.result is None:
+            self.show_error("nothing to export yet: open a model and run an input first")
+            return
+        view = self.current_view()
+        spec = self.figure_spec(view) if figures_renderer() is not None else None
+        if spec is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
+            result = self.session.result
+            self._start_export(lambda: render_and_save(result, spec, path), path)
+            return
+        try:
+            self.last_export = export_widget(view.export_target(), path)
+        except AttnvizError as e:
+            self.show_error(str(e))
+            return
+        self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
+
+    def figure_spec(self, view):
+        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows, or None when the
+        renderer cannot show exactly that (keep-mass, log scale, a generation step, a multi-layer
+        range, the stats table); then the export renders the view itself."""
+        try:
+            from attnviz.figures import FigureSpec
+        except ImportError:
+            return None
+        s = self.session
+        sel = s.sel
+        if s.block is None or sel.keep < 1.0 or sel.log or sel.step >= 0:
+            return None
+
+        def spec_kw(sel):
+            blk = s.blocks[sel.block]
+            lo, hi = sel.layer_lo, (blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
+            kw = dict(block=sel.block, hide_special=sel.hide_special)
+            if sel.mode == "head":
+                kw.update(layer=sel.layer, head=sel.head)
+            elif sel.mode == "rollout":
+                if lo != 0:
+                    return None
+                kw.update(layer=hi, agg="rollout")
+            else:
+                if lo != hi:
+                    return None
+                kw.update(layer=lo, agg=sel.mode)
+            return kw
+
+        if view is self.overview:
+            return FigureSpec(view="overview", block=sel.block)
+        if view is self.head_map:
+            kw = spec_kw(sel)
+            return FigureSpec(view="heatmap", **kw) if kw else None
+        if view is self.links:
+            kw = spec_kw(sel)
+            if kw and sel.mode == "head":
+                kw.pop("head")
+                kw["heads"] = sorted(self.links.checked)
+            return FigureSpec(view="links", **kw) if kw else None
+        if view is self.alignment:
+            b = self.alignment.cross_block()
+            if b is None:
+                return None
+            sel2 = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
+            kw = spec_kw(sel2)
+            return FigureSpec(view="alignment", **kw) if kw else None
+        if view is self.image_regions and self.image_regions.queries:
+            src = self.image_regions.source()
+            row = self.image_regions.queries[self.image_regions.query][1]
+            if src is None or row < 0:
+                return None
+            mode = "mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode
+            kw = spec_kw(clamp(sel.with_(block=src[0], mode=mode, hide_special=False), s.blocks))
+            return FigureSpec(view="image", query=int(row), **kw) if kw else None
+        return None
+
+    def export_maps(self, path) -> None:
+        if self.session.result is None:
+            self.show_error("nothing to export yet: open a model and run an input first")
+            return
+        result = self.session.result
+        self._start_export(lambda: export_npz(result, path), Path(path))
+
+    def _start_export(self, fn, path: Path) -> None:
+        w = self.workers.start(fn, kind="export")
+        self._latest["export"] = w.request_id
+        self._context[w.request_id] = (path,)
+        self.statusBar().showMessage(f"Exporting {path}…")
+
+    def _on_exported(self, rid, path) -> None:
+        if rid != self._latest["export"]:
+            return
+        self.last_export = Path(path)
+        self.statusBar().showMessage(f"Exported {path}")
+
+    # -- drag and drop ---------------------------------------------------------------------
+    def dragEnterEvent(self, ev):
+        if ev.mimeData().hasUrls():
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev):
+        urls = [u.toLocalFile() for u in ev.mimeData().urls() if u.isLocalFile()]
+        if not urls:
+            return
+        ev.acceptProposedAction()
+        # a model first, then an image dropped with it
+        urls.sort(key=lambda p: 0 if p.lower().endswith(".onnx") else 1)
+        images = [u for u in urls[1:] if Path(u).suffix.lower() in IMAGE_SUFFIXES]
+        if urls[0].lower().endswith(".onnx") and images:
+            self.open_path(urls[0], image=images[0])
+        else:
+            self.open_path(urls[0])
+
+    def _restore_layout(self) -> None:
+        geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")
+        try:
+            if geo is not None:
+                self.restoreGeometry(geo)
+            if state is not None:
+                self.restoreState(state)
+        except TypeError:  # a settings file from elsewhere: keep the defaults
+            pass
+
+    def closeEvent(self, ev):
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+        self.settings.sync()
+        self.workers.cancel()
+        self.workers.wait(5000)
+        self.stats.workers.wait(5000)
+        if self.error_box is not None:
+            self.error_box.close()
+        super().closeEvent(ev)

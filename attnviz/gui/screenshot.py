@@ -1,0 +1,47 @@
+"""``--screenshot``: save the window once the first result is drawn, then quit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from attnviz.gui.export import export_widget
+
+TIMEOUT_MS = 120_000
+
+
+class ScreenshotTaker:
+    def __init__(self, window, path: Path):
+        self.window = window
+        self.path = path
+        self.error: str | None = None
+        window.result_shown.connect(self._soon)
+        window.error_shown.connect(self._on_error)
+        QTimer.singleShot(TIMEOUT_MS, lambda: self.fail_later("no result within 120 s"))
+
+    def _soon(self) -> None:
+        QTimer.singleShot(400, self._take)  # let the views lay out and paint
+
+    def _take(self) -> None:
+        try:
+            export_widget(self.window, self.path)
+        except Exception as e:  # noqa: BLE001
+            self.error = f"could not save the screenshot {self.path}: {e}"
+        QApplication.instance().quit()
+
+    def _on_error(self, text: str) -> None:
+        self.error = text
+        QTimer.singleShot(300, self._save_and_quit)
+
+    def _save_and_quit(self) -> None:
+        try:
+            export_widget(self.window, self.path)  # the window with its message, for the record
+        except Exception:  # noqa: BLE001
+            pass
+        QApplication.instance().quit()
+
+    def fail_later(self, text: str) -> None:
+        self.error = self.error or text
+        QTimer.singleShot(0, QApplication.instance().quit)

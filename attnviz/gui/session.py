@@ -1,0 +1,73 @@
+"""The document the views share: the open model, the current result and the selection.
+
+Views take a :class:`Session`, connect to its signals and redraw themselves from it; nothing
+in a view re-runs the model, so switching views or heads only re-slices arrays in memory.
+
+Signals
+-------
+model_changed()       a model was opened (``model`` may be None for a loaded .npz)
+result_changed()      a new :class:`~attnviz.core.AttentionResult` arrived
+selection_changed()   block / layer / head / aggregation / filters / step changed
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from attnviz.core.attention import AttentionResult
+from attnviz.gui.selection import MapView, Selection, clamp, compute_map
+
+
+class Session(QObject):
+    model_changed = Signal()
+    result_changed = Signal()
+    selection_changed = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.model = None
+        self.result: AttentionResult | None = None
+        self.blocks = []
+        self.sel = Selection()
+        self._map_cache: tuple | None = None
+
+    # -- state changes -------------------------------------------------------
+    def set_model(self, model) -> None:
+        self.model = model
+        self.model_changed.emit()
+
+    def set_result(self, result: AttentionResult | None) -> None:
+        self.result = result
+        self.blocks = result.blocks() if result is not None else []
+        self._map_cache = None
+        # keep the user's focus when the new result has the same shape; show all steps
+        self.sel = clamp(self.sel.with_(step=-1), self.blocks)
+        self.result_changed.emit()
+        self.selection_changed.emit()
+
+    def select(self, **changes) -> None:
+        new = clamp(self.sel.with_(**changes), self.blocks)
+        if new != self.sel:
+            self.sel = new
+            self.selection_changed.emit()
+
+    # -- derived -------------------------------------------------------------
+    @property
+    def block(self):
+        return self.blocks[self.sel.block] if self.blocks else None
+
+    def current_map(self, sel: Selection | None = None) -> MapView:
+        """The selected map (cached for the last selection; raises ValueError when undefined)."""
+        sel = self.sel if sel is None else sel
+        key = (id(self.result), sel)
+        if self._map_cache is not None and self._map_cache[0] == key:
+            return self._map_cache[1]
+        mv = compute_map(self.result, sel, self.blocks)
+        self._map_cache = (key, mv)
+        return mv
+
+    def block_index(self, stack: str, kind: str) -> int | None:
+        for i, b in enumerate(self.blocks):
+            if b.stack == stack and b.kind == kind:
+                return i
+        return None

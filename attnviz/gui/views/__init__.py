@@ -1,0 +1,1 @@
+"""The main window's tabs: each view draws the shared :class:`~attnviz.gui.session.Session`."""

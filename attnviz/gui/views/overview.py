@@ -1,0 +1,196 @@
+"""Model overview: every layer × head as a thumbnail, one shared colour scale, one ViewBox.
+
+All thumbnails are ImageItems placed on a grid inside a single ViewBox (72 PlotItems would be
+slow and trip a PySide6 6.12 bug).  Long inputs are max-pooled to at most THUMB pixels a side.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Signal
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
+
+from attnviz.gui import style
+from attnviz.gui.selection import thumbnails
+from attnviz.gui.views.base import View, info_label
+
+THUMB = 64  # max thumbnail side in pixels of data
+GAP = 0.12  # gap between thumbnails, in cell units
+BLOCK_GAP = 0.9  # least rows of space above a block (grown to fit its title and head labels)
+TITLE_PX = 46.0  # pixels needed above a block: head labels plus the block title
+HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
+
+
+class OverviewView(View):
+    """Signals: ``picked(block, layer, head)`` when a thumbnail is clicked."""
+
+    title = "Overview"
+    picked = Signal(int, int, int)
+
+    def __init__(self, session, parent=None):
+        super().__init__(session, parent)
+        style.configure()
+        self.glw = pg.GraphicsLayoutWidget()
+        self.vb = self.glw.addViewBox(row=0, col=0, lockAspect=True, invertY=True, enableMenu=False)
+        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=style.colormap(), interactive=False, width=14)
+        self.colorbar.axis.enableAutoSIPrefix(False)
+        self.glw.addItem(self.colorbar, row=0, col=1)
+        self.info = info_label()
+        lay = QVBoxLayout(self.body)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.info)
+        lay.addWidget(self.glw, 1)
+        self.thumbs: dict[tuple[int, int, int], pg.ImageItem] = {}
+        self.cells: dict[tuple[int, int, int], QRectF] = {}
+        self._labels: list = []
+        pen = QPen(QColor(255, 40, 40))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.5)
+        self.focus_box = QGraphicsRectItem()
+        self.focus_box.setPen(pen)
+        self.focus_box.setZValue(20)
+        self.vb.addItem(self.focus_box, ignoreBounds=True)
+        self.levels = (0.0, 1.0)
+        self._drawn_key = None
+        self._thumb_cache = None
+        self.glw.scene().sigMouseClicked.connect(self._on_click)
+        self.vb.sigRangeChanged.connect(self._place_titles)
+        self.vb.sigResized.connect(self._place_titles)
+
+    # -- structure ---------------------------------------------------------------
+    def on_result(self) -> None:
+        for it in list(self.thumbs.values()) + self._labels:
+            self.vb.removeItem(it)
+        self.thumbs.clear()
+        self.cells.clear()
+        self._labels = []
+        blocks = self.session.blocks
+        gap = self._block_gap(blocks)
+        self._titles = []
+        y = 0.0
+        for bi, blk in enumerate(blocks):
+            title = pg.TextItem(f"{blk.name}  ({blk.n_layers} layers × {blk.n_heads} heads)", color="k", anchor=(0, 1))
+            self.vb.addItem(title)
+            self._labels.append(title)
+            y += gap
+            self._titles.append((title, y))
+            for layer in range(blk.n_layers):
+                lab = pg.TextItem(f"L{layer}", color="#444", anchor=(1, 0.5))
+                lab.setPos(-0.05, y + layer + 0.5)
+                self.vb.addItem(lab)
+                self._labels.append(lab)
+                for h in range(blk.heads_in(layer)):
+                    img = pg.ImageItem(axisOrder="row-major")
+                    rect = QRectF(h, y + layer, 1 - GAP, 1 - GAP)
+                    img.setRect(rect)
+                    self.vb.addItem(img)
+                    self.thumbs[(bi, layer, h)] = img
+                    self.cells[(bi, layer, h)] = rect
+            for h in range(blk.n_heads):
+                lab = pg.TextItem(f"H{h}", color="#444", anchor=(0.5, 1))
+                lab.setPos(h + 0.45, y)
+                self.vb.addItem(lab)
+                self._labels.append(lab)
+            y += blk.n_layers + 0.3
+        self.colorbar.setImageItem(list(self.thumbs.values()))
+        width = max((b.n_heads for b in self.session.blocks), default=1)
+        self.vb.setRange(QRectF(-0.8, 0, width + 0.8, y), padding=0.02)
+        self._place_titles()
+        self._drawn_key = None
+
+    def _block_gap(self, blocks) -> float:
+        """Rows of space above each block for its title and head labels (text has a fixed pixel size)."""
+        vw = max(200, self.glw.width() - 80)
+        vh = max(200, self.glw.height())
+        heads = max((b.n_heads for b in blocks), default=1)
+        layers = sum(b.n_layers + 0.3 for b in blocks)
+        gap = BLOCK_GAP
+        for _ in range(4):  # the cell size depends on the gap and the gap on the cell size
+            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), vw / (heads + 0.8))
+            gap = min(3.0, max(BLOCK_GAP, TITLE_PX / max(cell_px, 1.0)))
+        return gap
+
+    def _place_titles(self, *_) -> None:
+        """Keep each block title just above its head labels, whatever the zoom."""
+        titles = getattr(self, "_titles", [])
+        if not titles:
+            return
+        ph = abs(self.vb.viewPixelSize()[1]) or 0.02
+        for title, y_top in titles:
+            title.setPos(0, y_top - HEAD_LABEL_PX * ph)
+
+    # -- drawing -------------------------------------------------------------------
+    def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
+        """Downsampled maps of every head (the step filter applies to decoder blocks), cached per result and step.
+
+        For a new result the inference worker has usually computed them already (``result.gui_thumbnails``).
+        """
+        s = self.session
+        key = (id(s.result), s.sel.step)
+        if use_cache and self._thumb_cache is not None and self._thumb_cache[0] == key:
+            return self._thumb_cache[1]
+        pre = getattr(s.result, "gui_thumbnails", None)
+        if use_cache and pre is not None and s.sel.step < 0:
+            out = pre
+        else:
+            out = thumbnails(s.result, s.sel.step, THUMB, s.blocks)
+        self._thumb_cache = (key, out)
+        return out
+
+    def redraw(self, use_cache: bool = True) -> None:
+        """Redraw every thumbnail on one shared scale (``use_cache=False`` also recomputes the pooling)."""
+        maps = self.thumbnail_maps(use_cache)
+        vmax = max((float(m.max()) for m in maps.values()), default=1.0) or 1.0
+        log = self.session.sel.log
+        self.levels = style.display_levels(np.array([0.0, vmax]), log)
+        for key, img in self.thumbs.items():
+            m = maps.get(key)
+            if m is None:
+                continue
+            img.setImage(style.display_values(m, log), autoLevels=False, levels=self.levels)
+            img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
+        self.colorbar.setLevels(self.levels)
+        self.colorbar.axis.setLabel("log₁₀ weight" if log else "weight")
+
+    def draw(self) -> None:
+        s = self.session
+        key = (id(s.result), s.sel.step, s.sel.log)
+        if key != self._drawn_key:
+            self.redraw()
+            self._drawn_key = key
+        self.update_focus()
+
+    def update_focus(self) -> None:
+        s = self.session.sel
+        rect = self.cells.get((s.block, s.layer, s.head))
+        if rect is None:
+            self.focus_box.hide()
+            return
+        pad = 0.04
+        self.focus_box.setRect(rect.adjusted(-pad, -pad, pad, pad))
+        self.focus_box.show()
+        blk = self.session.block
+        self.info.setText(
+            f"{len(self.thumbs)} heads · shared scale 0–{self.levels[1]:.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
+            "  (click a thumbnail; ←/→ heads, ↑/↓ layers)")
+
+    # -- picking -------------------------------------------------------------------
+    def key_at_view(self, x: float, y: float):
+        for key, r in self.cells.items():
+            if r.contains(x, y):
+                return key
+        return None
+
+    def _on_click(self, ev) -> None:
+        if not self.vb.sceneBoundingRect().contains(ev.scenePos()):
+            return
+        p = self.vb.mapSceneToView(ev.scenePos())
+        key = self.key_at_view(p.x(), p.y())
+        if key is not None:
+            self.picked.emit(*key)
+
+    def widget_pos_of(self, block: int, layer: int, head: int):
+        r = self.cells[(block, layer, head)]
+        return self.glw.mapFromScene(self.vb.mapViewToScene(r.center()))

@@ -1,0 +1,135 @@
+"""Head statistics: a sortable table, one row per (layer, head) of the current block."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
+
+from attnviz.core.stats import STAT_COLUMNS, head_stats
+from attnviz.gui.selection import step_rows
+from attnviz.gui.views.base import View, info_label
+from attnviz.gui.workers import WorkerPool, error_text
+
+
+
+def compute_stats(result, blk, step: int) -> list[dict]:
+    """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
+    n = step_rows(result, blk, step)
+    special = np.asarray(blk.key_axis.special, bool)
+    out = []
+    for layer in range(blk.n_layers):
+        a = blk.layer(layer)
+        if n is not None:
+            a = a[:, :n, :n] if blk.kind == "self" else a[:, :n]
+        sp = special[: a.shape[-1]] if len(special) >= a.shape[-1] else None
+        for h in range(a.shape[0]):
+            row = {"layer": layer, "head": h}
+            row.update(head_stats(a[h], sp))
+            out.append(row)
+    return out
+
+
+class NumItem(QTableWidgetItem):
+    """Sorts by value, not by text."""
+
+    def __init__(self, value: float, text: str):
+        super().__init__(text)
+        self.value = value
+        self.setData(Qt.UserRole, value)
+        self.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+
+    def __lt__(self, other):
+        return self.value < getattr(other, "value", 0)
+
+
+class StatsView(View):
+    """Signals: ``picked(layer, head)`` when a row is clicked."""
+
+    title = "Head stats"
+    picked = Signal(int, int)
+
+    def __init__(self, session, parent=None):
+        super().__init__(session, parent)
+        self.columns = ["layer", "head"] + list(STAT_COLUMNS)
+        self.table = QTableWidget(0, len(self.columns))
+        self.table.setHorizontalHeaderLabels(["layer", "head"] + [STAT_COLUMNS[c][0] for c in STAT_COLUMNS])
+        for i, c in enumerate(STAT_COLUMNS):
+            self.table.horizontalHeaderItem(i + 2).setToolTip(STAT_COLUMNS[c][1])
+        self.table.setSortingEnabled(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.sortByColumn(0, Qt.AscendingOrder)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.table.cellClicked.connect(self._on_click)
+        self.info = info_label()
+        lay = QVBoxLayout(self.body)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.info)
+        lay.addWidget(self.table, 1)
+        self.rows: list[dict] = []
+        self._key = None
+        self._pending = None
+        self.workers = WorkerPool(max_threads=1, parent=self)
+        self.workers.returned.connect(self._on_stats)
+        self.workers.errored.connect(self._on_stats_error)
+
+    def compute(self) -> list[dict]:
+        return compute_stats(self.session.result, self.session.block, self.session.sel.step)
+
+    def draw(self) -> None:
+        """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
+        s = self.session
+        key = (id(s.result), s.sel.block, s.sel.step)
+        if key != self._key:
+            self._key = key
+            self.table.setRowCount(0)
+            self.info.setText(f"{s.block.name}: computing head statistics…")
+            self.workers.cancel()
+            w = self.workers.start(compute_stats, s.result, s.block, s.sel.step, kind="stats")
+            self._pending = (w.request_id, key)
+            return
+        self.select_current()
+
+    def _on_stats(self, kind: str, rid: int, rows) -> None:
+        if self._pending is None or rid != self._pending[0] or self._pending[1] != self._key:
+            return  # superseded by a newer result, block or step
+        self._pending = None
+        self.rows = rows
+        t = self.table
+        t.setSortingEnabled(False)
+        t.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            t.setItem(r, 0, NumItem(row["layer"], str(row["layer"])))
+            t.setItem(r, 1, NumItem(row["head"], str(row["head"])))
+            for c, name in enumerate(STAT_COLUMNS):
+                t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
+        t.setSortingEnabled(True)
+        self.info.setText(f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head.")
+        self.select_current()
+
+    def _on_stats_error(self, kind: str, rid: int, exc) -> None:
+        if self._pending is not None and rid == self._pending[0]:
+            self._pending = None
+            self.info.setText(f"head statistics failed: {error_text(exc)}")
+
+    def select_current(self) -> None:
+        sel = self.session.sel
+        t = self.table
+        for r in range(t.rowCount()):
+            if int(t.item(r, 0).value) == sel.layer and int(t.item(r, 1).value) == sel.head:
+                t.blockSignals(True)
+                t.selectRow(r)
+                t.scrollToItem(t.item(r, 0))
+                t.blockSignals(False)
+                break
+
+    def column_values(self, name: str) -> list[float]:
+        c = self.columns.index(name)
+        return [self.table.item(r, c).value for r in range(self.table.rowCount())]
+
+    def _on_click(self, r: int, c: int) -> None:
+        self.picked.emit(int(self.table.item(r, 0).value), int(self.table.item(r, 1).value))

@@ -1,0 +1,237 @@
+"""Token links: query tokens on the left, key tokens on the right, joined by weighted lines (BertViz head view)."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from attnviz.gui import style
+from attnviz.gui.views.base import View, info_label
+
+ROW_H = 22
+LINK_SPAN = 380  # max horizontal distance between the token columns, px
+LONG_INPUT = 40  # above this many tokens only the top-k links per query are drawn
+TOP_K = 5
+
+
+class LinksCanvas(QWidget):
+    """Paints the two token columns and the links.
+
+    Signals
+    -------
+    hovered(str, int)   side ("query"/"key"/"") and index of the token under the cursor
+    """
+
+    hovered = Signal(str, int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setMouseTracking(True)
+        self.q_labels: list[str] = []
+        self.k_labels: list[str] = []
+        self.layers: list[tuple[str, np.ndarray]] = []  # (colour, [Tq, Tk])
+        self.links: list[tuple[int, int, int, float]] = []  # (layer, q, k, weight) after top-k
+        self.focus: tuple[str, int] | None = None
+        self.top_k: int | None = None
+        self.font_ = QFont()
+        self.font_.setPointSize(10)
+        self._col_w = 80
+
+    def set_data(self, q_labels, k_labels, layers) -> None:
+        self.q_labels, self.k_labels, self.layers = list(q_labels), list(k_labels), list(layers)
+        n = max(len(self.q_labels), len(self.k_labels))
+        self.top_k = TOP_K if n > LONG_INPUT else None
+        self.links = []
+        vmax = max((float(m.max()) for _, m in self.layers if m.size), default=1.0) or 1.0
+        self._vmax = vmax
+        for li, (_, m) in enumerate(self.layers):
+            if self.top_k is not None and m.shape[1] > self.top_k:
+                idx = np.argpartition(-m, self.top_k - 1, axis=1)[:, : self.top_k]
+                for i in range(m.shape[0]):
+                    for j in idx[i]:
+                        if m[i, j] > 0:
+                            self.links.append((li, i, int(j), float(m[i, j])))
+            else:
+                ii, jj = np.nonzero(m >= 0.02 * vmax)
+                self.links.extend((li, int(i), int(j), float(m[i, j])) for i, j in zip(ii, jj))
+        fm = QFontMetrics(self.font_)
+        self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
+        self.setMinimumHeight(n * ROW_H + 2 * ROW_H)
+        self.setMinimumWidth(2 * self._col_w + 160)
+        if self.focus is not None:
+            side, i = self.focus
+            if i >= len(self.q_labels if side == "query" else self.k_labels):
+                self.focus = None
+        self.update()
+
+    def visible_links(self) -> list[tuple[int, int, int, float]]:
+        if self.focus is None:
+            return self.links
+        side, i = self.focus
+        pos = 1 if side == "query" else 2
+        return [lk for lk in self.links if lk[pos] == i]
+
+    def set_focus(self, side: str | None, index: int = -1) -> None:
+        new = (side, index) if side else None
+        if new != self.focus:
+            self.focus = new
+            self.update()
+            self.hovered.emit(side or "", index)
+
+    # geometry
+    def _x0(self) -> float:
+        # keep the link span readable on wide windows (BertViz-like proportions), centred
+        used = min(self.width(), 2 * self._col_w + LINK_SPAN)
+        return (self.width() - used) / 2.0
+
+    def _x_left(self) -> float:
+        return self._x0() + self._col_w
+
+    def _x_right(self) -> float:
+        return self.width() - self._x0() - self._col_w
+
+    def _y(self, i: int) -> float:
+        return ROW_H * (i + 1) + ROW_H / 2
+
+    def token_at(self, pos: QPointF) -> tuple[str, int] | None:
+        i = int((pos.y() - ROW_H) // ROW_H)
+        if self._x0() <= pos.x() <= self._x_left() + 6 and 0 <= i < len(self.q_labels):
+            return "query", i
+        if self._x_right() - 6 <= pos.x() <= self.width() - self._x0() and 0 <= i < len(self.k_labels):
+            return "key", i
+        return None
+
+    def token_pos(self, side: str, i: int) -> QPointF:
+        x = self._x_left() - 20 if side == "query" else self._x_right() + 20
+        return QPointF(x, self._y(i))
+
+    def mouseMoveEvent(self, ev):
+        hit = self.token_at(ev.position())
+        self.set_focus(*(hit if hit else (None, -1)))
+
+    def leaveEvent(self, ev):
+        self.set_focus(None)
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        p.fillRect(self.rect(), QColor("white"))
+        p.setFont(self.font_)
+        xl, xr = self._x_left(), self._x_right()
+        p.setPen(QColor("#555"))
+        p.drawText(QRectF(self._x0(), 0, self._col_w, ROW_H), Qt.AlignRight | Qt.AlignVCenter, "query ")
+        p.drawText(QRectF(xr, 0, self._col_w, ROW_H), Qt.AlignLeft | Qt.AlignVCenter, " key")
+        for li, i, j, w in self.visible_links():
+            c = QColor(self.layers[li][0])
+            a = min(1.0, w / self._vmax)
+            c.setAlphaF(min(1.0, 0.04 + 0.9 * a ** 1.2))
+            pen = QPen(c)
+            pen.setWidthF(0.5 + 3.5 * a)
+            p.setPen(pen)
+            p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
+        focus = self.focus
+        for side, labels, x0, align in (("query", self.q_labels, self._x0(), Qt.AlignRight), ("key", self.k_labels, xr, Qt.AlignLeft)):
+            for i, s in enumerate(labels):
+                r = QRectF(x0 + (0 if side == "query" else 6), ROW_H * (i + 1), self._col_w - 6, ROW_H)
+                hot = focus is not None and focus == (side, i)
+                if hot:
+                    p.fillRect(r, QColor(255, 230, 150))
+                p.setPen(QColor("black"))
+                p.drawText(r, align | Qt.AlignVCenter, s)
+        p.end()
+
+
+class TokenLinksView(View):
+    title = "Token links"
+
+    def __init__(self, session, parent=None):
+        super().__init__(session, parent)
+        self.canvas = LinksCanvas()
+        self.heads_bar = QHBoxLayout()
+        self.head_boxes: list[QCheckBox] = []
+        self.info = info_label()
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.canvas)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("heads:"))
+        top.addLayout(self.heads_bar)
+        top.addStretch(1)
+        lay = QVBoxLayout(self.body)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(top)
+        lay.addWidget(self.info)
+        lay.addWidget(scroll, 1)
+        self.checked: set[int] = set()
+        self._layer_key = None
+        self.canvas.hovered.connect(self._on_hover)
+
+    def export_target(self):
+        return self.canvas
+
+    def _rebuild_heads(self, n: int) -> None:
+        for b in self.head_boxes:
+            self.heads_bar.removeWidget(b)
+            b.deleteLater()
+        self.head_boxes = []
+        for h in range(n):
+            b = QCheckBox(f"{h}")
+            b.setStyleSheet(f"QCheckBox {{ color: {style.head_color(h)}; font-weight: bold; }}")
+            b.toggled.connect(lambda on, h=h: self._toggle(h, on))
+            self.heads_bar.addWidget(b)
+            self.head_boxes.append(b)
+
+    def _toggle(self, h: int, on: bool) -> None:
+        if on:
+            self.checked.add(h)
+        else:
+            self.checked.discard(h)
+        if not self.checked:  # always show at least the focused head
+            self.checked = {self.session.sel.head}
+        self.draw()
+
+    def set_heads(self, heads) -> None:
+        self.checked = set(heads)
+        self.draw()
+
+    def draw(self) -> None:
+        s = self.session
+        sel = s.sel
+        blk = s.block
+        n = blk.heads_in(sel.layer)
+        if len(self.head_boxes) != n:
+            self._rebuild_heads(n)
+        layer_key = (id(s.result), sel.block, sel.layer)
+        if layer_key != self._layer_key or len(self.checked) <= 1:
+            self.checked = {sel.head}
+            self._layer_key = layer_key
+        self.checked = {h for h in self.checked if h < n} or {sel.head}
+        if sel.mode == "head":
+            layers = []
+            mv = None
+            for h in sorted(self.checked):
+                mv = s.current_map(sel.with_(head=h)) if h != sel.head else s.current_map()
+                layers.append((style.head_color(h), mv.matrix))
+            for h, b in enumerate(self.head_boxes):
+                b.blockSignals(True)
+                b.setChecked(h in self.checked)
+                b.setEnabled(True)
+                b.blockSignals(False)
+            mv0 = s.current_map()
+        else:
+            mv0 = s.current_map()
+            layers = [("#3b4cc0", mv0.matrix)]
+            for b in self.head_boxes:
+                b.setEnabled(False)
+        self.canvas.set_data(mv0.q_labels, mv0.k_labels, layers)
+        heads = ", ".join(str(h) for h in sorted(self.checked)) if sel.mode == "head" else sel.mode
+        extra = f"; top {self.canvas.top_k} links per query (long input)" if self.canvas.top_k else ""
+        self.info.setText(f"{mv0.block.name} · layer {sel.layer} · heads {heads}{extra}. Hover a token to show only its links.")
+
+    def _on_hover(self, side: str, i: int) -> None:
+        if not side:
+            return
+        labels = self.canvas.q_labels if side == "query" else self.canvas.k_labels
+        self.info.setText(f"{side} “{labels[i]}”: {len(self.canvas.visible_links())} links")

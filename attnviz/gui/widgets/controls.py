@@ -1,0 +1,122 @@
+"""View controls: block, layer, head, aggregation, layer range, mass threshold, scale, special tokens, step."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSlider, QSpinBox, QWidget,
+)
+
+from attnviz.gui.selection import MODE_TITLES, MODES
+
+
+class Controls(QWidget):
+    """Edits ``session.sel``; mirrors it back when it changes elsewhere (keyboard, clicks)."""
+
+    def __init__(self, session, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.block = QComboBox()
+        self.layer = QSpinBox()
+        self.head = QSpinBox()
+        self.mode = QComboBox()
+        for m in MODES:
+            self.mode.addItem(MODE_TITLES[m], m)
+        self.layer_lo = QSpinBox()
+        self.layer_hi = QSpinBox()
+        self.keep = QDoubleSpinBox()
+        self.keep.setRange(1, 100)
+        self.keep.setSuffix(" %")
+        self.keep.setDecimals(0)
+        self.keep.setValue(100)
+        self.keep.setToolTip("keep, per row, the largest weights holding this share of the row's mass")
+        self.log = QCheckBox("log scale")
+        self.hide_special = QCheckBox("hide special tokens")
+        self.hide_special.setToolTip("drop [CLS]/[SEP]/BOS/EOS/pad rows and columns and renormalise rows")
+        self.step = QSlider(Qt.Horizontal)
+        self.step.setRange(0, 0)
+        self.step_label = QLabel("step –")
+        g = QGridLayout(self)
+        g.setContentsMargins(4, 4, 4, 4)
+        rows = [
+            ("block", self.block), ("layer", self.layer), ("head", self.head), ("show", self.mode),
+            ("layers from", self.layer_lo), ("layers to", self.layer_hi), ("keep mass", self.keep),
+        ]
+        for r, (name, w) in enumerate(rows):
+            g.addWidget(QLabel(name), r, 0)
+            g.addWidget(w, r, 1)
+        r = len(rows)
+        g.addWidget(self.log, r, 0, 1, 2)
+        g.addWidget(self.hide_special, r + 1, 0, 1, 2)
+        g.addWidget(self.step_label, r + 2, 0)
+        g.addWidget(self.step, r + 2, 1)
+        g.setRowStretch(r + 3, 1)
+        self.block.currentIndexChanged.connect(lambda i: self._set(block=i))
+        self.layer.valueChanged.connect(lambda v: self._set(layer=v))
+        self.head.valueChanged.connect(lambda v: self._set(head=v))
+        self.mode.currentIndexChanged.connect(lambda i: self._set(mode=self.mode.itemData(i)))
+        self.layer_lo.valueChanged.connect(lambda v: self._set(layer_lo=v))
+        self.layer_hi.valueChanged.connect(lambda v: self._set(layer_hi=v))
+        self.keep.valueChanged.connect(lambda v: self._set(keep=v / 100.0))
+        self.log.toggled.connect(lambda on: self._set(log=on))
+        self.hide_special.toggled.connect(lambda on: self._set(hide_special=on))
+        self.step.valueChanged.connect(self._on_step)
+        session.result_changed.connect(self.rebuild)
+        session.selection_changed.connect(self.sync)
+        self._syncing = False
+        self.rebuild()
+
+    def _set(self, **changes) -> None:
+        if not self._syncing:
+            self.session.select(**changes)
+
+    def _on_step(self, v: int) -> None:
+        g = len(self.session.result.generated) if self.session.result is not None else 0
+        self._set(step=-1 if v >= g else v)
+
+    def rebuild(self) -> None:
+        self._syncing = True
+        try:
+            self.block.clear()
+            for b in self.session.blocks:
+                self.block.addItem(f"{b.name} ({b.n_layers}×{b.n_heads})")
+            g = len(self.session.result.generated) if self.session.result is not None else 0
+            self.step.setRange(0, max(0, g))
+            self.step.setValue(g)
+            self.step.setEnabled(g > 0)
+        finally:
+            self._syncing = False
+        self.sync()
+
+    def sync(self) -> None:
+        s = self.session
+        sel = s.sel
+        blk = s.block
+        self._syncing = True
+        try:
+            enabled = blk is not None
+            for w in (self.block, self.layer, self.head, self.mode, self.layer_lo, self.layer_hi, self.keep):
+                w.setEnabled(enabled)
+            if blk is None:
+                return
+            self.block.setCurrentIndex(sel.block)
+            self.layer.setRange(0, blk.n_layers - 1)
+            self.layer.setValue(sel.layer)
+            self.head.setRange(0, blk.heads_in(sel.layer) - 1)
+            self.head.setValue(sel.head)
+            self.head.setEnabled(sel.mode == "head")
+            self.layer.setEnabled(sel.mode == "head")
+            self.mode.setCurrentIndex(MODES.index(sel.mode))
+            for w in (self.layer_lo, self.layer_hi):
+                w.setRange(0, blk.n_layers - 1)
+                w.setEnabled(sel.mode != "head")
+            self.layer_lo.setValue(sel.layer_lo)
+            self.layer_hi.setValue(blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
+            self.keep.setValue(round(sel.keep * 100))
+            self.log.setChecked(sel.log)
+            self.hide_special.setChecked(sel.hide_special)
+            g = len(s.result.generated)
+            self.step.setValue(g if sel.step < 0 else sel.step)
+            self.step_label.setText(f"step {g if sel.step < 0 else sel.step + 1}/{g}" if g else "step –")
+        finally:
+            self._syncing = False

@@ -1,0 +1,113 @@
+"""Input panel: text, text pair, image, number of generation steps, run / cancel, progress."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar, QPushButton, QSpinBox, QWidget,
+)
+
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
+
+
+class InputPanel(QWidget):
+    """Signals: ``run_requested(dict)`` with keys text, text_pair, image, generate; ``cancel_requested()``."""
+
+    run_requested = Signal(dict)
+    cancel_requested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.text = QLineEdit()
+        self.text.setPlaceholderText("input text (Enter runs)")
+        self.text_pair = QLineEdit()
+        self.text_pair.setPlaceholderText("optional second sentence")
+        self.image = QLineEdit()
+        self.image.setPlaceholderText("image file for vision / captioning models")
+        self.browse = QPushButton("…")
+        self.browse.setFixedWidth(28)
+        self.generate = QSpinBox()
+        self.generate.setRange(0, 512)
+        self.generate.setToolTip("greedy generation steps for decoder / encoder-decoder models (0 = just run)")
+        self.run_button = QPushButton("Run")
+        self.run_button.setDefault(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 100)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("idle")
+        self.progress.setValue(0)
+        img_row = QHBoxLayout()
+        img_row.addWidget(self.image, 1)
+        img_row.addWidget(self.browse)
+        btn_row = QHBoxLayout()
+        btn_row.addWidget(self.run_button)
+        btn_row.addWidget(self.cancel_button)
+        form = QFormLayout(self)
+        form.addRow("text", self.text)
+        form.addRow("text pair", self.text_pair)
+        form.addRow("image", img_row)
+        form.addRow("generate", self.generate)
+        form.addRow(btn_row)
+        form.addRow(self.progress)
+        self.text.returnPressed.connect(self.request_run)
+        self.text_pair.returnPressed.connect(self.request_run)
+        self.image.returnPressed.connect(self.request_run)
+        self.run_button.clicked.connect(self.request_run)
+        self.cancel_button.clicked.connect(self.cancel_requested)
+        self.browse.clicked.connect(self._browse)
+
+    def values(self) -> dict:
+        # fields the current model does not take are disabled and not sent
+        return {
+            "text": (self.text.text() or None) if self.text.isEnabled() else None,
+            "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
+            "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
+            "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
+        }
+
+    def set_values(self, text=None, text_pair=None, image=None, generate=None) -> None:
+        if text is not None:
+            self.text.setText(text)
+        if text_pair is not None:
+            self.text_pair.setText(text_pair)
+        if image is not None:
+            self.image.setText(str(image))
+        if generate is not None:
+            self.generate.setValue(int(generate))
+
+    def configure_for(self, model) -> None:
+        """Show the inputs the model can take."""
+        kind = getattr(model, "kind", "") if model is not None else ""
+        vision = kind.startswith("vision")
+        self.image.setEnabled(vision or model is None)
+        self.browse.setEnabled(vision or model is None)
+        self.text.setEnabled(not vision or model is None)
+        self.text_pair.setEnabled(not vision or model is None)
+        self.generate.setEnabled(kind in ("decoder", "encoder-decoder", "vision-decoder") or model is None)
+
+    def request_run(self) -> None:
+        self.run_requested.emit(self.values())
+
+    def set_busy(self, busy: bool, text: str = "") -> None:
+        self.cancel_button.setEnabled(busy)
+        if busy:
+            self.progress.setRange(0, 0)  # busy indicator until a percentage arrives
+            self.progress.setFormat(text or "running…")
+        else:
+            self.progress.setRange(0, 100)
+            self.progress.setValue(100 if text == "done" else 0)
+            self.progress.setFormat(text or "idle")
+
+    def set_progress(self, percent: int, text: str) -> None:
+        if percent >= 0:
+            self.progress.setRange(0, 100)
+            self.progress.setValue(percent)
+        self.progress.setFormat(text or "%p%")
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose an image", "", IMAGE_FILTER)
+        if path:
+            self.image.setText(path)
+            self.request_run()

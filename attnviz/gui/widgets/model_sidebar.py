@@ -1,0 +1,129 @@
+"""Model sidebar: inputs, outputs, metadata, attention sites, device and timings (Netron's ModelSidebar)."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
+
+
+def _short(v, n: int = 120) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, default=str)
+    s = s.replace("\n", " ")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def prediction(result, meta: dict) -> str | None:
+    """What the model said, from its ordinary outputs and metadata.
+
+    Classifiers (``attnviz.task`` ending in "classification" with ``attnviz.labels``): ``"B (p = 0.63)"``;
+    forecasters: the first predicted values.  None for anything else.
+    """
+    import numpy as np
+
+    task = str(meta.get("task") or "")
+    outputs = [np.asarray(v) for v in (result.outputs or {}).values()]
+    outputs = [a for a in outputs if a.size and np.issubdtype(a.dtype, np.floating)]
+    if not outputs:
+        return None
+    if task.endswith("classification"):
+        labels = meta.get("labels")
+        if not isinstance(labels, list) or not labels:
+            return None
+        for a in outputs:
+            if a.ndim == 2 and a.shape[-1] == len(labels):
+                z = a[0].astype(np.float64)
+                p = np.exp(z - z.max())
+                p /= p.sum()
+                i = int(np.argmax(p))
+                return f"{labels[i]} (p = {p[i]:.2f})"
+        return None
+    if task == "forecasting":
+        v = np.ravel(outputs[0][0])
+        shown = " ".join(f"{x:.3g}" for x in v[:8])
+        return f"forecast {shown}" + (" …" if v.size > 8 else "")
+    return None
+
+
+class ModelSidebar(QTreeWidget):
+    def __init__(self, session, parent=None):
+        super().__init__(parent)
+        self.session = session
+        self.setHeaderLabels(["property", "value"])
+        self.setColumnWidth(0, 150)
+        self.setAlternatingRowColors(True)
+        session.model_changed.connect(self.rebuild)
+        session.result_changed.connect(self.rebuild)
+        self.rebuild()
+
+    def section(self, title: str) -> QTreeWidgetItem | None:
+        for i in range(self.topLevelItemCount()):
+            it = self.topLevelItem(i)
+            if it.text(0) == title:
+                return it
+        return None
+
+    def values(self, title: str) -> dict[str, str]:
+        it = self.section(title)
+        if it is None:
+            return {}
+        return {it.child(i).text(0): it.child(i).text(1) for i in range(it.childCount())}
+
+    def _add(self, title: str, rows, expanded: bool = True) -> None:
+        top = QTreeWidgetItem([title, ""])
+        self.addTopLevelItem(top)
+        for k, v in rows:
+            child = QTreeWidgetItem([str(k), _short(v)])
+            child.setToolTip(1, v if isinstance(v, str) else json.dumps(v, default=str, indent=1)[:4000])
+            top.addChild(child)
+        top.setExpanded(expanded)
+
+    def rebuild(self) -> None:
+        self.clear()
+        m = self.session.model
+        r = self.session.result
+        if m is None and r is None:
+            self._add("Model", [("", "no model open")])
+            return
+        if m is not None:
+            self._add("Model", [("name", getattr(m, "name", "")), ("file", str(getattr(m, "path", ""))),
+                                ("kind", getattr(m, "kind", "")), ("device", getattr(m, "provider", ""))])
+            self._add("Inputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "inputs", [])])
+            self._add("Outputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "outputs", [])], expanded=False)
+            sites = list(getattr(m, "sites", []) or [])
+            if sites:
+                self._add("Attention sites", [(s.label, f"{s.heads} heads · {s.method} · {s.node}") for s in sites], expanded=False)
+            else:
+                why = getattr(m, "no_attention_reason", None) or "no attention found"
+                self._add("Attention sites", [("none", why)])
+            meta = dict(getattr(m, "metadata", {}) or {})
+            self._add("Metadata", sorted(meta.items()), expanded=False)
+        if r is not None:
+            info = dict(r.info or {})
+            rows = []
+            if "provider" in info:
+                rows.append(("device used", info["provider"]))
+            for k, v in (info.get("timings") or {}).items():
+                rows.append((k, f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
+            rows.append(("maps", f"{len(r.maps)} sites, " + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks)))
+            if r.tokens is not None:
+                rows.append(("tokens", str(len(r.tokens))))
+            if r.generated:
+                rows.append(("generated", " ".join(r.generated)))
+            pred = prediction(r, getattr(self.session.model, "meta", None) or {})
+            if pred:
+                rows.append(("prediction", pred))
+            timings = dict(getattr(self.session.model, "timings", {}) or {})
+            for k, v in timings.items():
+                name = k[:-2] if k.endswith("_s") else k
+                rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
+            for k, v in info.items():
+                # already shown above (model section / input panel) or internal
+                if k in ("provider", "timings", "model", "model_path", "kind", "text", "text_pair", "image", "generated_ids") \
+                        or v in (None, "", [], {}):
+                    continue
+                if k.endswith("_s") and isinstance(v, (int, float)):
+                    rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))
+                else:
+                    rows.append((k, v))
+            self._add("Run", rows)

@@ -1,0 +1,167 @@
+"""Background work on a QThreadPool: QRunnable workers with QObject signals.
+
+A QRunnable is not a QObject, so each :class:`Worker` owns a :class:`WorkerSignals`
+(the superqt pattern).  The callable runs off the GUI thread and must not touch widgets;
+it may accept ``progress`` (``progress(percent, text)``) and ``cancelled`` (``cancelled() -> bool``)
+keyword arguments, which are passed only when its signature names them.
+
+Every worker carries a ``request_id``; the window drops results whose id is not the newest,
+so a newer request supersedes an older one even though onnxruntime cannot be interrupted.
+
+Signals
+-------
+progress(int, int, str) request id, percent (0-100, -1 = unknown) and a short text
+returned(int, object)   request id and the callable's return value
+errored(int, object)    request id and the exception
+finished(int)           request id, always last
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import traceback
+
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+
+
+class WorkerSignals(QObject):
+    progress = Signal(int, int, str)
+    returned = Signal(int, object)
+    errored = Signal(int, object)
+    finished = Signal(int)
+
+
+class Cancelled(Exception):
+    """Raised by a callable that noticed ``cancelled()``."""
+
+
+class Worker(QRunnable):
+    def __init__(self, fn, *args, request_id: int = 0, kind: str = "", **kwargs):
+        super().__init__()
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.request_id = request_id
+        self.kind = kind
+        self.signals = WorkerSignals()
+        self._cancel = threading.Event()
+        self.setAutoDelete(False)  # the window keeps a reference until `finished`
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        if "progress" in params:
+            self.kwargs["progress"] = self._progress
+        if "cancelled" in params:
+            self.kwargs["cancelled"] = self._cancel.is_set
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def _progress(self, percent: int, text: str = "") -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+        self.signals.progress.emit(self.request_id, int(percent), str(text))
+
+    def run(self) -> None:  # called on a pool thread
+        rid = self.request_id
+        try:
+            out = self.fn(*self.args, **self.kwargs)
+        except Cancelled as e:
+            self.signals.errored.emit(rid, e)
+        except BaseException as e:  # noqa: BLE001 -- every failure becomes a message, never a crash
+            e.__attnviz_traceback__ = traceback.format_exc()
+            self.signals.errored.emit(rid, e)
+        else:
+            self.signals.returned.emit(rid, out)
+        finally:
+            self.signals.finished.emit(rid)
+
+
+class WorkerPool(QObject):
+    """Starts workers, keeps them alive until finished, hands out request ids, and relays
+    every worker's signals on the GUI thread (its own slots are queued there) tagged with the kind.
+
+    Signals
+    -------
+    progress(str, int, int, str)   kind, request id, percent, text
+    returned(str, int, object)     kind, request id, value
+    errored(str, int, object)      kind, request id, exception
+    finished(str, int)             kind, request id
+    """
+
+    progress = Signal(str, int, int, str)
+    returned = Signal(str, int, object)
+    errored = Signal(str, int, object)
+    finished = Signal(str, int)
+
+    def __init__(self, max_threads: int = 2, parent=None):
+        super().__init__(parent)
+        self.pool = QThreadPool()
+        self.pool.setMaxThreadCount(max_threads)
+        self._live: dict[int, Worker] = {}
+        self._next = 0
+
+    def new_id(self) -> int:
+        self._next += 1
+        return self._next
+
+    def start(self, fn, *args, kind: str = "", request_id: int | None = None, **kwargs) -> Worker:
+        rid = self.new_id() if request_id is None else request_id
+        w = Worker(fn, *args, request_id=rid, kind=kind, **kwargs)
+        self._live[rid] = w
+        w.signals.progress.connect(self._on_progress, Qt.QueuedConnection)
+        w.signals.returned.connect(self._on_returned, Qt.QueuedConnection)
+        w.signals.errored.connect(self._on_errored, Qt.QueuedConnection)
+        w.signals.finished.connect(self._on_finished, Qt.QueuedConnection)
+        self.pool.start(w)
+        return w
+
+    def _kind(self, rid: int) -> str:
+        w = self._live.get(rid)
+        return w.kind if w is not None else ""
+
+    @Slot(int, int, str)
+    def _on_progress(self, rid, p, t):
+        self.progress.emit(self._kind(rid), rid, p, t)
+
+    @Slot(int, object)
+    def _on_returned(self, rid, value):
+        self.returned.emit(self._kind(rid), rid, value)
+
+    @Slot(int, object)
+    def _on_errored(self, rid, exc):
+        self.errored.emit(self._kind(rid), rid, exc)
+
+    @Slot(int)
+    def _on_finished(self, rid):
+        kind = self._kind(rid)
+        self._live.pop(rid, None)
+        self.finished.emit(kind, rid)
+
+    def live(self, kind: str | None = None) -> list[Worker]:
+        return [w for w in self._live.values() if kind is None or w.kind == kind]
+
+    def cancel(self, kind: str | None = None) -> None:
+        for w in self.live(kind):
+            w.cancel()
+
+    def wait(self, msecs: int = 30000) -> bool:
+        return self.pool.waitForDone(msecs)
+
+
+def error_text(e: BaseException) -> str:
+    """One readable line for any exception (AttnvizError already is one)."""
+    from attnviz import AttnvizError
+
+    if isinstance(e, AttnvizError):
+        return str(e)
+    if isinstance(e, Cancelled):
+        return "cancelled"
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__

@@ -1,0 +1,112 @@
+"""GUI test fixtures: an isolated window (fake or real runtime), tiny real ONNX models, sample files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+pytest.importorskip("pyqtgraph")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fakes import make_opener  # noqa: E402
+
+FAKE_MODELS = {
+    "text.onnx": dict(kind="encoder", layers=6, heads=12),
+    "mt.onnx": dict(kind="encoder-decoder", layers=2, heads=4),
+    "vit.onnx": dict(kind="vision", layers=2, heads=4),
+    "cap.onnx": dict(kind="vision-decoder", layers=2, heads=4),
+    "cnn.onnx": dict(kind="none"),
+    "broken.onnx": dict(kind="broken"),
+    "slow.onnx": dict(kind="encoder", delay=0.4),
+    "long.onnx": dict(kind="encoder", layers=2, heads=3),
+}
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Placeholder model files for the fake opener, a real PNG, a corrupt image and a text file."""
+    import numpy as np
+    from PIL import Image
+
+    out = {}
+    for name in FAKE_MODELS:
+        p = tmp_path / name
+        p.write_bytes(b"fake")
+        out[name] = p
+    a = np.zeros((48, 48, 3), np.uint8)
+    a[8:24, 24:44] = (220, 30, 30)
+    Image.fromarray(a).save(tmp_path / "square.png")
+    out["image"] = tmp_path / "square.png"
+    (tmp_path / "corrupt.png").write_bytes(b"\x89PNG not really")
+    out["corrupt"] = tmp_path / "corrupt.png"
+    (tmp_path / "notes.txt").write_text("hello")
+    out["txt"] = tmp_path / "notes.txt"
+    (tmp_path / "garbage.onnx").write_bytes(b"nope")
+    out["garbage"] = tmp_path / "garbage.onnx"
+    return out
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+
+
+def _window(qtbot, opener, settings):
+    from attnviz.gui.main_window import MainWindow
+
+    w = MainWindow(opener=opener, settings=settings)
+    qtbot.addWidget(w)
+    w.resize(1300, 850)
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w.workers.cancel()
+    assert w.workers.wait(10000), "a worker thread was left running"
+    assert w.stats.workers.wait(10000)
+    if w.error_box is not None:
+        w.error_box.close()
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    """A main window whose runtime is the synthetic FakeModel."""
+    yield from _window(qtbot, make_opener(FAKE_MODELS), settings)
+
+
+@pytest.fixture
+def real_window(qtbot, settings):
+    """A main window on the real runtime."""
+    pytest.importorskip("onnxruntime")
+    yield from _window(qtbot, None, settings)
+
+
+@pytest.fixture(scope="session")
+def onnx_dir(tmp_path_factory):
+    """Tiny real models (built once per session)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import onnx_models as om
+
+    d = tmp_path_factory.mktemp("onnx")
+    out = {"text": om.build_bert(d), "mt": om.build_bart(d), "vit": om.build_vit(d), "mlp": om.build_no_attention(d),
+           "gpt": om.build_gpt2(d), "captioner": om.build_captioner(d), "image": om.sample_image(d)}
+    return out
+
+
+def open_and_wait(qtbot, w, path, timeout=30000, **values):
+    """Open a model as a user would and wait until its first result is drawn."""
+    with qtbot.waitSignal(w.result_shown, timeout=timeout):
+        w.open_path(path, **values)
+
+
+def run_and_wait(qtbot, w, timeout=30000, **values):
+    with qtbot.waitSignal(w.result_shown, timeout=timeout):
+        w.inputs.set_values(**values)
+        w.inputs.run_button.click()
