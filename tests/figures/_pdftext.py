@@ -1,4 +1,4 @@
-"""A minimal PDF text extractor: proves that text in a figure is real, searchable text.
+"""Minimal PDF and SVG text extractors: prove that text in a figure is real, searchable text.
 
 It does what a PDF viewer's search does: inflate the streams, read each font's /ToUnicode CMap,
 then decode the strings shown by Tj/TJ in the page content with the font selected by Tf.
@@ -147,3 +147,11 @@ def pdf_text(data: bytes) -> list[str]:
                     codes = list(raw)
                 chunk.append("".join(table.get(c, "\ufffd") for c in codes))
     return texts
+
+
+def svg_texts(data: bytes) -> list[str]:
+    """The content of every SVG ``<text>`` element."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(data)
+    return ["".join(t.itertext()) for t in root.iter("{http://www.w3.org/2000/svg}text")]

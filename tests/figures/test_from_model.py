@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from PIL import Image
 pytest.importorskip("onnxruntime")
 onnx_builders = pytest.importorskip("onnx_builders")
 
-from _pdftext import pdf_text  # noqa: E402
+from _pdftext import pdf_text, svg_texts  # noqa: E402
 from attnviz.cli import main  # noqa: E402
 
 
@@ -61,3 +62,24 @@ def test_model_feeds_input_and_all_heads(model, tmp_path):
     assert len(list(out.glob("*.png"))) == 4
     r = json.loads(next(out.glob("*.recipe.json")).read_text())
     assert len(r["inputs"]["feeds"]["sha256"]) == 64
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMOS = {  # demo model -> (input arguments, view, words that must be searchable text)
+    "vit-classification": (["--image", "resources/samples/vit-classification.png"], "image", ["[CLS]"]),
+    "translation": (["--text", "Ἀσὰφ δὲ ἐγέννησεν τὸν Ἰωσαφάτ", "--generate", "6"], "alignment", ["source"]),
+    "captioning": (["--image", "resources/samples/captioning.png", "--generate", "8"], "strip", ["(input)"]),
+}
+
+
+@pytest.mark.parametrize("name", list(DEMOS))
+def test_demo_models_render(name, tmp_path):
+    model = ROOT / "models" / f"{name}.onnx"
+    args, view, words = DEMOS[name]
+    if not model.exists() or ("--image" in args and not (ROOT / args[1]).exists()):
+        pytest.skip(f"demo model {name} not built")
+    args = [str(ROOT / a) if a.startswith("resources/") else a for a in args]
+    out = tmp_path / f"{name}.svg"
+    assert fig(model, *args, "--view", view, "--width", "single", "--out", out) == 0
+    texts = "\n".join(svg_texts(out.read_bytes()))
+    assert all(w in texts for w in words), texts

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import io
 import re
-import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from _pdftext import pdf_text
+from _pdftext import pdf_text, svg_texts
 from conftest import CAPTION, SOURCE, TARGET_GEN, TEXT_TOKENS, encdec_result, text_result, vision_result
 from attnviz.figures import FigureSpec, figure_bytes, render_figure, save_figure
-
-SVG_NS = "{http://www.w3.org/2000/svg}"
 
 # view -> (result factory, spec kwargs, words that must appear as text)
 CASES = {
@@ -33,11 +30,6 @@ def _spec(case, **kw):
     factory, extra, _ = CASES[case]
     view = case.split("-")[0]
     return factory(), FigureSpec(view=view, **{**extra, **kw})
-
-
-def svg_texts(data: bytes) -> list[str]:
-    root = ET.fromstring(data)
-    return ["".join(t.itertext()) for t in root.iter(f"{SVG_NS}text")]
 
 
 @pytest.mark.parametrize("case", list(CASES))
