@@ -100,7 +100,7 @@ def render_figure(result: AttentionResult, spec: FigureSpec) -> Figure:
     with style():
         fig = draw(result, spec)
     fig.set_dpi(spec.dpi)
-    fig.attnviz_spec = spec  # what it shows, for save_figure's default dpi and for recipes
+    fig.attnviz_spec = spec  # the spec it was drawn from, for callers that want it back
     return fig
 
 
