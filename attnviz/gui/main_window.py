@@ -524,31 +524,26 @@ class MainWindow(QMainWindow):
 
     def figure_spec(self, view):
         """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows, or None when the
-        renderer cannot show exactly that (keep-mass, log scale, a generation step, a multi-layer
-        range, the stats table); then the export renders the view itself."""
+        renderer has no such view (the stats table); then the export renders the view itself."""
         try:
             from attnviz.figures import FigureSpec
         except ImportError:
             return None
         s = self.session
         sel = s.sel
-        if s.block is None or sel.keep < 1.0 or sel.log or sel.step >= 0:
+        if s.block is None:
             return None
 
         def spec_kw(sel):
+            # the renderer takes the same selection as the screen: layer range, keep-mass, log scale, step
             blk = s.blocks[sel.block]
             lo, hi = sel.layer_lo, (blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
-            kw = dict(block=sel.block, hide_special=sel.hide_special)
+            kw = dict(block=sel.block, hide_special=sel.hide_special, keep=float(sel.keep), log=bool(sel.log),
+                      step=None if sel.step < 0 else int(sel.step))
             if sel.mode == "head":
                 kw.update(layer=sel.layer, head=sel.head)
-            elif sel.mode == "rollout":
-                if lo != 0:
-                    return None
-                kw.update(layer=hi, agg="rollout")
             else:
-                if lo != hi:
-                    return None
-                kw.update(layer=lo, agg=sel.mode)
+                kw.update(layer=hi, layer_from=lo, agg=sel.mode)
             return kw
 
         if view is self.overview:

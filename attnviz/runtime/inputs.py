@@ -186,7 +186,10 @@ def find_tokenizers(model_path: Path, meta: dict, explicit: str | None = None) -
     if isinstance(meta.get("target_tokenizer"), str) and meta["target_tokenizer"].strip().startswith("{"):
         tgt = HFTokenizer.from_str(meta["target_tokenizer"], f"{model_path.name} metadata")
     if src is None:
-        for cand in (model_path.with_suffix(".tokenizer.json"), model_path.parent / "tokenizer.json", model_path.parent.parent / "tokenizer.json"):
+        cands = [model_path.with_suffix(".tokenizer.json"), model_path.parent / "tokenizer.json"]
+        if model_path.parent.name == "onnx":  # Hugging Face repos keep onnx/model.onnx beside the tokenizer
+            cands.append(model_path.parent.parent / "tokenizer.json")
+        for cand in cands:
             if cand.exists():
                 src = HFTokenizer.from_file(cand)
                 break

@@ -332,9 +332,21 @@ def test_export_uses_figure_renderer_when_exact(qtbot, window, files, tmp_path):
         assert b"<svg" in data[:400] and b"<rdf:RDF" in data[:2000] and b"Qt SVG" not in data  # matplotlib's SVG
     window.select_view("stats")
     assert window.figure_spec(window.current_view()) is None  # the table is exported as shown
+    # log scale, an aggregate over a layer range and keep-mass go to the renderer too, and it draws
+    # exactly the numbers on screen
+    from attnviz.figures.select import select
+
     window.select_view("head")
     window.controls.log.setChecked(True)
-    assert window.figure_spec(window.current_view()) is None  # log scale: the screen rendering
+    window.controls.mode.setCurrentIndex(window.controls.mode.findData("max"))
+    window.controls.keep.setValue(80)
+    spec = window.figure_spec(window.current_view())
+    assert spec is not None and spec.log and spec.agg == "max" and spec.keep == pytest.approx(0.8)
+    np.testing.assert_allclose(select(window.session.result, spec).matrix, window.session.current_map().matrix, atol=1e-6)
+    out = tmp_path / "log.pdf"
+    window.export_view(out)
+    qtbot.waitUntil(lambda: window.last_export == out, timeout=30000)
+    assert out.read_bytes()[:5] == b"%PDF-"
 
 
 def test_choose_tokenizer_reopens_model(qtbot, window, files, tmp_path):
