@@ -154,16 +154,22 @@ def test_bad_output_paths(maps, tmp_path, capsys, out, msg):
 
 
 def test_unwritable_folder_leaves_no_file(maps, tmp_path, capsys):
-    if os.geteuid() == 0:
-        pytest.skip("root can write anywhere")
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
-    try:
-        rc = fig("--maps", maps["text"], "--out", ro / "f.png")
-    finally:
-        ro.chmod(0o700)
-    assert rc == 2 and "cannot write" in capsys.readouterr().err
+    # a "folder" that is a regular file cannot be written into, even by root (CI runs as root)
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_bytes(b"user data")
+    rc = fig("--maps", maps["text"], "--out", blocker / "f.png")
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("attnviz: error:") and err.count("\n") == 1
+    assert blocker.read_bytes() == b"user data"
+    if os.geteuid() != 0:  # a read-only folder as well, where permissions apply
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        try:
+            rc = fig("--maps", maps["text"], "--out", ro / "f.png")
+        finally:
+            ro.chmod(0o700)
+        assert rc == 2 and "cannot write" in capsys.readouterr().err and not list(ro.iterdir())
 
 
 def test_permission_denied_is_a_clear_error(tmp_path, monkeypatch):
