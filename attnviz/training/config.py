@@ -1,0 +1,136 @@
+"""Configuration dataclasses for models and training runs, plus named presets.
+
+Every field carries a comment; presets are plain dicts of overrides (``tiny`` for tests and CI,
+``demo`` for the models shipped in ``models/``).  Tasks start from a preset and add their own
+sizes (vocabulary, classes, image size) in :meth:`attnviz.training.tasks.Task.configs`.
+Configs round-trip through JSON (``to_dict`` / ``from_dict``) so a checkpoint or an ONNX file
+can rebuild its model without any other file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from attnviz import AttnvizError
+
+ARCHS = ("encoder", "decoder", "encoder-decoder", "vit", "image-decoder")
+POSITIONS = ("sinusoidal", "learned")
+IMAGE_ENCODERS = ("vit", "cnn")
+INPUT_KINDS = ("tokens", "series")
+HEADS = ("classify", "lm", "forecast")
+POOLS = ("mean", "cls", "last")
+
+
+@dataclass
+class ModelConfig:
+    """The architecture of one model."""
+
+    arch: str = "encoder"  # "encoder" | "decoder" (causal) | "encoder-decoder" | "vit" | "image-decoder"
+    d_model: int = 64  # width of the residual stream
+    n_heads: int = 4  # attention heads per layer (d_model must divide by it)
+    n_layers: int = 2  # encoder layers (for arch "decoder": the decoder's layers); 0 = none (cnn image encoder)
+    n_dec_layers: int = 2  # decoder layers of "encoder-decoder" / "image-decoder"; unused otherwise
+    d_ff: int = 128  # hidden width of each feed-forward block
+    dropout: float = 0.0  # dropout on attention probabilities, residual branches and embeddings (training only)
+    positions: str = "sinusoidal"  # "sinusoidal" (fixed table) | "learned" (trained embedding per position)
+    max_len: int = 64  # longest sequence the position table covers (source and target)
+    vocab_size: int = 16  # input vocabulary (encoder / only stack); ignored for series and image inputs
+    tgt_vocab_size: int = 0  # decoder vocabulary for "encoder-decoder" / "image-decoder"; 0 = same as vocab_size
+    input_kind: str = "tokens"  # encoder/only-stack input: "tokens" (int64 ids) | "series" (float32 values)
+    head: str = "classify"  # output head: "classify" (one label per sequence) | "lm" (logits per position) | "forecast"
+    n_classes: int = 2  # labels of a "classify" head
+    pool: str = "mean"  # how "classify" reads the sequence: "mean" over real tokens | "cls" (position 0) | "last"
+    horizon: int = 8  # values predicted at once by a "forecast" head
+    image_size: int = 32  # square input images, pixels per side ("vit", "image-decoder")
+    channels: int = 3  # image channels
+    patch_size: int = 8  # ViT patch side in pixels; grid = image_size // patch_size per side
+    image_encoder: str = "vit"  # "image-decoder" only: "vit" (patches + self-attention) | "cnn" (conv feature grid)
+    cls_token: bool = True  # "vit": prepend a learned CLS token (grid offset 1) and classify from it
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        for name, allowed in (("arch", ARCHS), ("positions", POSITIONS), ("image_encoder", IMAGE_ENCODERS),
+                              ("input_kind", INPUT_KINDS), ("head", HEADS), ("pool", POOLS)):
+            if getattr(self, name) not in allowed:
+                raise AttnvizError(f"model config: {name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        if self.d_model % self.n_heads:
+            raise AttnvizError(f"model config: d_model={self.d_model} does not divide into n_heads={self.n_heads}")
+        if self.arch in ("vit", "image-decoder") and self.image_size % self.patch_size:
+            raise AttnvizError(f"model config: image_size={self.image_size} is not a multiple of patch_size={self.patch_size}")
+
+    @property
+    def target_vocab(self) -> int:
+        return self.tgt_vocab_size or self.vocab_size
+
+    @property
+    def grid(self) -> int:
+        """Patches (or CNN cells) per image side."""
+        return self.image_size // self.patch_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class TrainConfig:
+    """How one model is trained."""
+
+    task: str = "sequence-classification"  # registry name in attnviz.training.tasks.TASKS
+    preset: str = "demo"  # preset the configs came from (recorded for reproduction)
+    steps: int = 1000  # optimizer steps in total (--epochs N sets it from the training-set size)
+    batch_size: int = 64  # examples per step
+    lr: float = 1e-3  # peak learning rate (AdamW), reached after warmup
+    warmup: int = 50  # linear warmup steps, then cosine decay to lr * 0.05
+    weight_decay: float = 0.01  # AdamW weight decay
+    grad_clip: float = 1.0  # clip the gradient norm to this; 0 = off
+    seed: int = 0  # seeds parameters, batches and dropout (data sets have their own fixed seeds)
+    device: str = "auto"  # "auto" (CUDA when available, else CPU) | "cpu" | "cuda"
+    log_every: int = 10  # emit a progress event every this many steps
+    eval_every: int = 0  # also measure held-out metrics every this many steps; 0 = only at the end
+    checkpoint_every: int = 200  # save a resumable checkpoint every this many steps (and on interrupt)
+    n_train: int = 20000  # training examples generated
+    n_test: int = 2000  # held-out examples generated (a separate seed; never trained on)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        return cls(**_known(cls, d))
+
+
+def _known(cls, d: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+# Size presets shared by all tasks; a task adds its own fields on top (see Task.configs).
+MODEL_PRESETS: dict[str, dict] = {
+    # tests and CI: a few thousand parameters, exports in well under a second
+    "tiny": dict(d_model=16, n_heads=2, n_layers=1, n_dec_layers=1, d_ff=32, dropout=0.0),
+    # shipped demo models: small enough to train in minutes on 2 CPU cores, a few hundred kB on disk
+    "demo": dict(d_model=64, n_heads=4, n_layers=2, n_dec_layers=2, d_ff=128, dropout=0.0),
+}
+TRAIN_PRESETS: dict[str, dict] = {
+    "tiny": dict(steps=30, batch_size=32, lr=3e-3, warmup=5, log_every=5, checkpoint_every=1000, n_train=512, n_test=128),
+    "demo": dict(steps=1500, batch_size=64, lr=1e-3, warmup=100, log_every=10, checkpoint_every=250),
+}
+PRESETS = tuple(MODEL_PRESETS)
+
+
+def preset_configs(preset: str, model: dict | None = None, train: dict | None = None) -> tuple[ModelConfig, TrainConfig]:
+    """Build (ModelConfig, TrainConfig) from a named preset plus task-specific overrides."""
+    if preset not in MODEL_PRESETS:
+        raise AttnvizError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    mc = ModelConfig(**{**MODEL_PRESETS[preset], **(model or {})})
+    tc = TrainConfig(**{**TRAIN_PRESETS[preset], **(train or {}), "preset": preset})
+    return mc, tc
+
+
+__all__ = ["ModelConfig", "TrainConfig", "MODEL_PRESETS", "TRAIN_PRESETS", "PRESETS", "preset_configs"]

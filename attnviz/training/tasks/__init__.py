@@ -1,0 +1,150 @@
+"""Training tasks and their registry.
+
+A task owns its data (generated or read offline, fixed seeds, held-out test split), its loss, its metrics
+and the ``attnviz.*`` metadata that makes its exported model self-describing.  The loop, the export and the
+``train`` / ``eval`` commands only talk to tasks through :class:`Task`; adding a task = one module with a
+``Task`` subclass + one line in :data:`TASKS`.
+
+The interface
+-------------
+Subclass :class:`Task` and set/implement:
+
+``name`` (str), ``summary`` (one line for ``attnviz train --help``)
+
+``configs(preset) -> (ModelConfig, TrainConfig)``
+    Architecture and training settings for ``"tiny"`` (tests: trains in seconds) and ``"demo"`` (shipped
+    model).  Start from :func:`attnviz.training.config.preset_configs` and add task fields (vocab sizes,
+    classes, head, image size, steps...).  ``TrainConfig.task`` must be ``self.name``.
+
+``make_split(split, mcfg, tcfg) -> dict[str, np.ndarray]``
+    ``split`` is ``"train"`` or ``"test"``.  Deterministic (fixed seeds, the test split never overlaps the
+    training data).  Keys: the model's input names (``attnviz.training.model.input_names(mcfg)``:
+    ``input_ids``, ``attention_mask``, ``series``, ``pixel_values``, ``decoder_input_ids``) with the dtypes
+    of the exported graph (int64 ids/masks, float32 values/pixels), plus target keys, all with the same
+    first dimension (examples).  Targets used by the default :meth:`loss`: ``labels`` – int64 class per
+    example (classify head) or int64 next-token per position with ``-100`` = ignore (lm heads,
+    encoder-decoder, image-decoder); ``targets`` – float32 ``[N, horizon]`` (forecast head).  Extra keys
+    (gold alignments, boxes...) are allowed and travel along in batches.
+
+``loss(logits, batch) -> torch scalar`` (optional)
+    Default: cross-entropy / MSE chosen from the model head (see above).
+
+``evaluate(runner, data, mcfg) -> dict[str, float | ...]``
+    Held-out metrics (JSON-serialisable) computed only through ``runner.logits(feeds)`` and
+    ``runner.attention(feeds)`` (:mod:`attnviz.training.runners`), so the same code scores the PyTorch model
+    during training and the ONNX file in ``attnviz eval``.  Use :func:`feeds_of` to cut feeds from a batch
+    and :func:`greedy_decode` for generation.
+
+``metadata(mcfg) -> dict``
+    The ``attnviz.*`` keys the task knows (see :mod:`attnviz.core.metadata`): ``vocab``, ``labels``,
+    ``special``, ``tokenize``, ``image``, ``sample``...  The export adds ``task``, ``inputs``, ``config``
+    and ``metrics`` itself.
+
+``example_feeds(mcfg) -> dict[str, np.ndarray]`` (optional)
+    A small batch (≥ 2 examples, ideally different lengths) the export traces and checks parity on.
+    Default: the first 3 test examples.
+
+``target_key`` (optional class attribute) names the metric ``attnviz train`` prints last; ``target`` says
+what the shipped model must reach (documentation only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.training.config import ModelConfig, TrainConfig
+from attnviz.training.model import input_names
+from attnviz.training.runners import batched, take
+
+
+class Task:
+    name: str = ""
+    summary: str = ""
+    target: str = ""  # the held-out result the demo model must reach, for the docs
+
+    # -- must implement --------------------------------------------------------
+    def configs(self, preset: str) -> tuple[ModelConfig, TrainConfig]:
+        raise NotImplementedError
+
+    def make_split(self, split: str, mcfg: ModelConfig, tcfg: TrainConfig) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def evaluate(self, runner, data: dict[str, np.ndarray], mcfg: ModelConfig) -> dict:
+        raise NotImplementedError
+
+    def metadata(self, mcfg: ModelConfig) -> dict:
+        return {}
+
+    # -- defaults --------------------------------------------------------------
+    def loss(self, logits, batch):
+        import torch.nn.functional as F
+
+        if "targets" in batch:  # forecast
+            return F.mse_loss(logits, batch["targets"])
+        labels = batch["labels"]
+        if logits.dim() == 3:  # (B, T, V) per-position
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+        return F.cross_entropy(logits, labels)
+
+    def example_feeds(self, mcfg: ModelConfig, tcfg: TrainConfig) -> dict[str, np.ndarray]:
+        data = self.make_split("test", mcfg, tcfg)
+        return feeds_of(take(data, slice(0, 3)), mcfg)
+
+
+def feeds_of(batch: dict[str, np.ndarray], mcfg: ModelConfig) -> dict[str, np.ndarray]:
+    """The model inputs of a batch (drops targets and extras)."""
+    return {k: batch[k] for k in input_names(mcfg)}
+
+
+def predict(runner, data: dict[str, np.ndarray], mcfg: ModelConfig, batch_size: int = 256) -> np.ndarray:
+    """``runner.logits`` over a whole split, concatenated along the first axis."""
+    n = len(next(iter(data.values())))
+    return np.concatenate([runner.logits(feeds_of(take(data, s), mcfg)) for s in batched(n, batch_size)])
+
+
+def greedy_decode(runner, feeds: dict[str, np.ndarray], bos: int, eos: int, max_len: int) -> np.ndarray:
+    """Greedy generation for encoder-decoder / image-decoder models.
+
+    ``feeds`` holds the encoder-side inputs (no ``decoder_input_ids``).  Returns ``[B, max_len + 1]`` int64
+    ids starting with ``bos``; positions after a sequence's ``eos`` repeat ``eos``.
+    """
+    b = len(next(iter(feeds.values())))
+    out = np.full((b, 1), bos, dtype=np.int64)
+    done = np.zeros(b, dtype=bool)
+    for _ in range(max_len):
+        logits = runner.logits({**feeds, "decoder_input_ids": out})  # (B, T, V)
+        nxt = logits[:, -1].argmax(-1).astype(np.int64)
+        nxt[done] = eos
+        out = np.concatenate([out, nxt[:, None]], axis=1)
+        done |= nxt == eos
+        if done.all():
+            break
+    return out
+
+
+def split_seed(task: str, split: str) -> int:
+    """Fixed data seed per (task, split); train and test never share one."""
+    base = sum(ord(c) * (i + 1) for i, c in enumerate(task)) % 100_000
+    return base * 10 + {"train": 1, "test": 2, "sample": 3}[split]
+
+
+def _registry() -> dict[str, Task]:
+    from attnviz.training.tasks.forecasting import Forecasting
+    from attnviz.training.tasks.sequence_classification import SequenceClassification
+    from attnviz.training.tasks.toy import ToyCaption, ToyReverse
+    from attnviz.training.tasks.vit_classification import VitClassification
+
+    tasks = [SequenceClassification(), Forecasting(), VitClassification(), ToyReverse(), ToyCaption()]
+    return {t.name: t for t in tasks}
+
+
+# name -> Task instance.  translation / captioning are added here by their modules.
+TASKS: dict[str, Task] = _registry()
+
+
+def get_task(name: str) -> Task:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise AttnvizError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}") from None

@@ -1,0 +1,64 @@
+"""``forecasting``: continue a sum of sinusoids, all future values at once.
+
+f(t) = sum_i a_i sin(w_i t + phi_i), 1-3 components, a_i in [0.3, 1], w_i in [0.1, 0.8] rad/step, plus
+observation noise (sigma 0.02).  Given a ``context``-step window the model predicts the next ``horizon``
+values in one shot.  A causal decoder reads the series (one value per position) and predicts from its last
+position.  Metric: MSE against the naive last-value baseline (repeat the last observed value).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz.training.config import preset_configs
+from attnviz.training.tasks import Task, predict, split_seed
+
+CONTEXT = 48  # observed values
+HORIZON = 8  # values to predict
+NOISE = 0.02
+
+
+def generate(n: int, seed: int, context: int = CONTEXT, horizon: int = HORIZON) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(context + horizon, dtype=np.float64)
+    k = rng.integers(1, 4, size=n)
+    amp = rng.uniform(0.3, 1.0, size=(n, 3)) * (np.arange(3)[None] < k[:, None])  # unused components = 0
+    freq = rng.uniform(0.1, 0.8, size=(n, 3))
+    phase = rng.uniform(0, 2 * np.pi, size=(n, 3))
+    y = (amp[:, :, None] * np.sin(freq[:, :, None] * t[None, None] + phase[:, :, None])).sum(1)  # (N, T)
+    y = y + rng.normal(0, NOISE, size=y.shape)
+    y = y.astype(np.float32)
+    return y[:, :context], y[:, context:]
+
+
+class Forecasting(Task):
+    name = "forecasting"
+    summary = f"sums of sinusoids: from {CONTEXT} values predict the next {HORIZON} at once (causal decoder)"
+    target = "MSE <= 0.2 x the naive last-value baseline on held-out series"
+
+    def configs(self, preset):
+        model = dict(arch="decoder", input_kind="series", head="forecast", horizon=HORIZON, pool="last",
+                     max_len=64, positions="learned")
+        train = dict(task=self.name)
+        if preset == "demo":
+            train.update(steps=2500, batch_size=64, lr=1e-3, n_train=20000, n_test=2000)
+        return preset_configs(preset, model, train)
+
+    def make_split(self, split, mcfg, tcfg):
+        n = tcfg.n_train if split == "train" else tcfg.n_test
+        x, y = generate(n, split_seed(self.name, split), horizon=mcfg.horizon)
+        return {"series": x, "targets": y}
+
+    def evaluate(self, runner, data, mcfg):
+        pred = predict(runner, data, mcfg)
+        y = data["targets"]
+        mse = float(((pred - y) ** 2).mean())
+        base = float(((data["series"][:, -1:] - y) ** 2).mean())
+        return {"mse": mse, "baseline_mse": base, "ratio_to_baseline": mse / base, "n": int(len(y))}
+
+    def metadata(self, mcfg):
+        x, _ = generate(1, split_seed(self.name, "sample"))
+        return {
+            "labels": [f"t+{i + 1}" for i in range(mcfg.horizon)],
+            "sample": {"series": [round(float(v), 4) for v in x[0]]},
+        }
