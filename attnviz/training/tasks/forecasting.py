@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.training.config import preset_configs
 from attnviz.training.tasks import Task, predict, split_seed
 
-CONTEXT = 48  # observed values
+CONTEXT = 32  # observed values
 HORIZON = 8  # values to predict
 NOISE = 0.02
 
@@ -38,10 +38,10 @@ class Forecasting(Task):
 
     def configs(self, preset):
         model = dict(arch="decoder", input_kind="series", head="forecast", horizon=HORIZON, pool="last",
-                     max_len=64, positions="learned")
+                     max_len=CONTEXT + 16, positions="learned")
         train = dict(task=self.name)
         if preset == "demo":
-            train.update(steps=2500, batch_size=64, lr=1e-3, n_train=20000, n_test=2000)
+            train.update(steps=1200, batch_size=64, lr=2e-3, warmup=100, n_train=20000, n_test=2000)
         return preset_configs(preset, model, train)
 
     def make_split(self, split, mcfg, tcfg):
@@ -60,5 +60,6 @@ class Forecasting(Task):
         x, _ = generate(1, split_seed(self.name, "sample"))
         return {
             "labels": [f"t+{i + 1}" for i in range(mcfg.horizon)],
-            "sample": {"series": [round(float(v), 4) for v in x[0]]},
+            # the runtime reads a series from text: numbers separated by spaces
+            "sample": {"text": " ".join(f"{float(v):.3f}" for v in x[0])},
         }

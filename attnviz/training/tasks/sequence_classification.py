@@ -51,7 +51,7 @@ class SequenceClassification(Task):
                      max_len=MAX_LEN + 4, positions="sinusoidal")
         train = dict(task=self.name)
         if preset == "demo":
-            train.update(steps=2000, batch_size=64, lr=1e-3, n_train=20000, n_test=2000)
+            train.update(steps=1000, batch_size=64, lr=1e-3, n_train=20000, n_test=2000)
         return preset_configs(preset, model, train)
 
     def make_split(self, split, mcfg, tcfg):

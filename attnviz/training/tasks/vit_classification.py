@@ -84,7 +84,7 @@ class VitClassification(Task):
         train = dict(task=self.name)
         if preset == "demo":
             model.update(image_size=32, patch_size=4)
-            train.update(steps=3000, batch_size=64, lr=1e-3, warmup=200, n_train=20000, n_test=2000)
+            train.update(steps=1500, batch_size=64, lr=1e-3, warmup=100, eval_every=500, n_train=20000, n_test=2000)
         else:
             model.update(image_size=16, patch_size=4)
         return preset_configs(preset, model, train)

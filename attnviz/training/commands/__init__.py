@@ -1,0 +1,1 @@
+"""CLI commands of the training backend: ``attnviz train`` and ``attnviz eval``."""

@@ -1,0 +1,38 @@
+"""``attnviz eval MODEL.onnx``: score an exported model with onnxruntime on its task's held-out data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "run a model exported by 'attnviz train' on its task's held-out data and print the metrics as JSON"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL.onnx", help="a model written by 'attnviz train' (metadata names its task)")
+    p.add_argument("--n", type=int, default=None, metavar="N", help="score only the first N held-out examples")
+    p.add_argument("--provider", default="cpu", choices=("cpu", "cuda"), help="onnxruntime execution provider")
+
+
+def run(args) -> int:
+    import time
+
+    from attnviz import AttnvizError
+    from attnviz.training.export import read_config
+    from attnviz.training.runners import OnnxRunner, take
+    from attnviz.training.tasks import get_task
+
+    name, mcfg, tcfg, _ = read_config(args.model)
+    task = get_task(name)
+    runner = OnnxRunner(args.model, provider=args.provider)
+    data = task.make_split("test", mcfg, tcfg)
+    if args.n is not None:
+        if args.n < 1:
+            raise AttnvizError("--n must be at least 1")
+        data = take(data, slice(0, args.n))
+    t0 = time.perf_counter()
+    metrics = task.evaluate(runner, data, mcfg)
+    out = {"model": args.model, "task": name, "split": "test", "metrics": metrics,
+           "seconds": round(time.perf_counter() - t0, 2)}
+    print(json.dumps(out, indent=2))
+    return 0

@@ -1,0 +1,101 @@
+"""``attnviz train TASK --out DIR``: train a model on a built-in task and export it to DIR/model.onnx."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
+
+# kept here (not imported from tasks) so `attnviz --help` does not import torch
+TASK_NAMES = "sequence-classification, forecasting, vit-classification, translation, captioning, toy-reverse, toy-caption"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", metavar="TASK", help=f"task name ({TASK_NAMES})")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json")
+    p.add_argument("--preset", default="demo", choices=("tiny", "demo"), help="model/training size (default: demo)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=int, metavar="N", help="train N passes over the training set (sets --steps)")
+    g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
+    p.add_argument("--seed", type=int, default=None, help="seed for parameters, batches and dropout (default 0)")
+    p.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
+    p.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in DIR and start over")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _bar(ev, width: int = 28) -> str:
+    frac = ev.step / max(1, ev.total)
+    filled = int(frac * width)
+    eta = ev.elapsed / max(frac, 1e-9) - ev.elapsed if frac > 0 else 0.0
+    return (f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} "
+            f"{ev.elapsed:5.0f}s eta {eta:4.0f}s")
+
+
+def run(args) -> int:
+    from attnviz import AttnvizError
+    from attnviz.training.checkpoint import atomic_write_json, ensure_writable_dir
+    from attnviz.training.export import export
+    from attnviz.training.loop import Trainer, steps_for_epochs
+    from attnviz.training.tasks import get_task
+
+    task = get_task(args.task)
+    mcfg, tcfg = task.configs(args.preset)
+    if args.seed is not None:
+        tcfg.seed = args.seed
+    if args.device is not None:
+        tcfg.device = args.device
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise AttnvizError("--epochs must be at least 1")
+        tcfg.steps = steps_for_epochs(args.epochs, tcfg)
+    elif args.steps is not None:
+        if args.steps < 1:
+            raise AttnvizError("--steps must be at least 1")
+        tcfg.steps = args.steps
+    tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
+    out = ensure_writable_dir(args.out)
+    tty = sys.stderr.isatty() and not args.quiet
+    trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart)
+    print(f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
+          f"parameters) for {tcfg.steps} steps on {trainer.device}, seed {tcfg.seed}", file=sys.stderr)
+    t0 = time.perf_counter()
+    events = trainer.events()
+    last = None
+    try:
+        for ev in events:
+            last = ev
+            if ev.message:
+                print(ev.message, file=sys.stderr)
+            elif ev.done:
+                pass
+            elif tty:
+                print(_bar(ev), end="", file=sys.stderr, flush=True)
+            elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
+                print(_bar(ev).strip(), file=sys.stderr)
+    except KeyboardInterrupt:
+        events.close()
+        raise AttnvizError(f"training interrupted at step {trainer.step}/{tcfg.steps}; checkpoint saved in {out}, "
+                           f"run the same command again to resume") from None
+    if tty:
+        print(file=sys.stderr)
+    train_s = time.perf_counter() - t0
+    print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(last.metrics)}", file=sys.stderr)
+    result = export(trainer.model, task, mcfg, tcfg, out / "model.onnx", evaluate=True)
+    summary = {"task": task.name, "preset": args.preset, "seed": tcfg.seed, "steps": tcfg.steps,
+               "train_seconds": round(train_s, 1), "device": str(trainer.device),
+               "metrics": result["metrics"], "parity": result["parity"], "model": str(out / "model.onnx")}
+    if hasattr(task, "sample_image"):  # the image named by attnviz.sample, for opening the model in the GUI
+        from PIL import Image
+
+        from attnviz.training.checkpoint import temp_path
+
+        tmp = temp_path(out / "sample.png")
+        Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
+        tmp.replace(out / "sample.png")
+    atomic_write_json(out / "metrics.json", summary)
+    print(json.dumps(summary, indent=2))
+    return 0

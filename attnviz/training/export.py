@@ -1,0 +1,197 @@
+"""Export a trained model to a self-describing ONNX file and check it against PyTorch.
+
+Exporter choice: the TorchScript-based exporter (``torch.onnx.export(..., dynamo=False)``, opset 17).  For
+these models it is the robust one: about a second per model, dynamic batch/sequence axes from
+``dynamic_axes``, and node names that keep the module path (``/model/encoder/layers.0/self_attn/Softmax``),
+which attnviz's engine reads as a layer hint.  The dynamo exporter keeps scopes only in metadata and loses
+them when it down-converts to opset 17 (see shared/reference/onnx-attention-findings.md).
+
+The graph's outputs are ``logits`` only; attention probabilities stay internal ``Softmax`` tensors that the
+engine finds.  After export, :func:`check_parity` compares onnxruntime's logits with PyTorch's and every
+attention map the engine extracts (:func:`attnviz.runtime.open_model`) with the model's own probabilities.
+Nothing is written at ``path`` unless the check passes (temp file + ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError, __version__
+from attnviz.core import metadata as meta_keys
+from attnviz.training.checkpoint import temp_path
+from attnviz.training.config import ModelConfig, TrainConfig
+from attnviz.training.model import ROLES, input_names
+from attnviz.training.runners import OnnxRunner, TorchRunner
+
+OPSET = 17
+ATOL = 1e-4  # absolute tolerance on logits and probabilities (float32, different kernels)
+
+_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "series": {0: "batch", 1: "sequence"},
+    "pixel_values": {0: "batch"},
+    "decoder_input_ids": {0: "batch", 1: "target_sequence"},
+}
+
+
+def _logit_axes(mcfg: ModelConfig) -> dict:
+    if mcfg.arch in ("encoder-decoder", "image-decoder"):
+        return {0: "batch", 1: "target_sequence"}
+    if mcfg.head == "lm" and mcfg.arch in ("encoder", "decoder"):
+        return {0: "batch", 1: "sequence"}
+    return {0: "batch"}
+
+
+def _wrap(model, names):
+    import torch
+
+    class Exported(torch.nn.Module):
+        """Positional inputs in ONNX order -> the model's keyword forward; returns logits only."""
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            return self.model(**dict(zip(names, args)))
+
+    return Exported()
+
+
+def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | None) -> dict:
+    names = input_names(mcfg)
+    meta = {
+        "task": task.name,
+        "inputs": {n: ROLES[n] for n in names},
+        "config": {"task": task.name, "model": mcfg.to_dict(), "train": tcfg.to_dict(), "attnviz": __version__},
+    }
+    meta.update(task.metadata(mcfg))
+    if metrics is not None:
+        meta["metrics"] = metrics
+    return meta
+
+
+def write_metadata(path: Path, meta: dict) -> None:
+    import onnx
+
+    m = onnx.load(str(path))
+    del m.metadata_props[:]
+    for k, v in meta_keys.dump(meta).items():
+        p = m.metadata_props.add()
+        p.key, p.value = k, v
+    m.producer_name = "attnviz"
+    m.producer_version = __version__
+    m.doc_string = f"attnviz {meta.get('task', '')} model ({meta['config']['model']['arch']})"
+    onnx.save(m, str(path))
+
+
+def export_graph(model, mcfg: ModelConfig, feeds: dict[str, np.ndarray], path: Path) -> None:
+    """``torch.onnx.export`` of ``model`` (CPU, eval mode) to ``path``; graph output ``logits`` first."""
+    import torch
+
+    names = input_names(mcfg)
+    m = copy.deepcopy(model).cpu().eval()
+    args = tuple(torch.as_tensor(np.asarray(feeds[n])) for n in names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # legacy-exporter deprecation and tracer warnings
+        torch.onnx.export(_wrap(m, names), args, str(path), input_names=list(names), output_names=["logits"],
+                          dynamic_axes={**{n: _AXES[n] for n in names}, "logits": _logit_axes(mcfg)},
+                          opset_version=OPSET, dynamo=False, do_constant_folding=True)
+
+
+def _probe_softmax_maps(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Fallback when attnviz.runtime is not installed: expose each attention Softmax (one feeding a MatMul)."""
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(path))
+    consumers: dict[str, list] = {}
+    for n in m.graph.node:
+        for i, name in enumerate(n.input):
+            consumers.setdefault(name, []).append((n, i))
+    outs = [n.output[0] for n in m.graph.node if n.op_type == "Softmax"
+            and any(c.op_type == "MatMul" and i == 0 for c, i in consumers.get(n.output[0], []))]
+    for o in outs:
+        m.graph.output.append(onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, ["b", "h", "q", "k"]))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    res = sess.run(outs, {i.name: np.asarray(feeds[i.name]) for i in sess.get_inputs()})
+    return [np.asarray(r) for r in res]
+
+
+def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = ATOL) -> dict:
+    """ONNX vs PyTorch on logits and every attention map; raises AttnvizError on a mismatch."""
+    onnx_run = OnnxRunner(str(path))
+    torch_run = TorchRunner(copy.deepcopy(model).cpu().eval(), device="cpu")
+    lo, lt = onnx_run.logits(feeds), torch_run.logits(feeds)
+    if lo.shape != lt.shape:
+        raise AttnvizError(f"export check failed: ONNX logits {lo.shape} vs PyTorch {lt.shape}")
+    logit_diff = float(np.abs(lo - lt).max())
+    ref = torch_run.attention(feeds)
+    try:
+        import attnviz.runtime  # noqa: F401
+        engine = "attnviz.runtime"
+        got = onnx_run.attention(feeds)
+    except ImportError:
+        engine = "softmax-probe"
+        got = _probe_softmax_maps(Path(path), feeds)
+    if len(got) != len(ref):
+        raise AttnvizError(f"export check failed: the engine found {len(got)} attention sites, the model has {len(ref)}")
+    attn_diff = 0.0
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if g.shape != r.shape:
+            raise AttnvizError(f"export check failed: attention site {i} has shape {g.shape} in ONNX, {r.shape} in PyTorch")
+        attn_diff = max(attn_diff, float(np.abs(g - r).max()))
+    report = {"logits_max_diff": logit_diff, "attention_max_diff": attn_diff, "sites": len(ref), "engine": engine}
+    if logit_diff > atol * max(1.0, float(np.abs(lt).max())) or attn_diff > atol:
+        raise AttnvizError(f"export check failed: ONNX and PyTorch differ ({json.dumps(report)})")
+    return report
+
+
+def export(model, task, mcfg: ModelConfig, tcfg: TrainConfig, path: str | Path, metrics: dict | None = None,
+           evaluate: bool = False, check: bool = True) -> dict:
+    """Export, optionally measure held-out metrics on the ONNX file, write metadata, check, then publish.
+
+    Returns ``{"path", "metrics", "parity"}``.  ``evaluate=True`` measures ``task.evaluate`` with
+    onnxruntime (what ``attnviz eval`` prints) and stores it as ``attnviz.metrics``.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise AttnvizError(f"output folder {path.parent} does not exist")
+    feeds = task.example_feeds(mcfg, tcfg)
+    tmp = temp_path(path)
+    try:
+        export_graph(model, mcfg, feeds, tmp)
+        if evaluate:
+            metrics = task.evaluate(OnnxRunner(str(tmp)), task.make_split("test", mcfg, tcfg), mcfg)
+        write_metadata(tmp, build_metadata(task, mcfg, tcfg, metrics))
+        parity = check_parity(tmp, model, feeds) if check else None
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return {"path": str(path), "metrics": metrics, "parity": parity}
+
+
+def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
+    """(task name, ModelConfig, TrainConfig, parsed attnviz metadata) of an exported model."""
+    import onnx
+
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise AttnvizError(f"no such model file: {path}") from None
+    except Exception as e:  # protobuf DecodeError etc.
+        raise AttnvizError(f"{path} is not a readable ONNX file ({type(e).__name__}); re-export it with 'attnviz train'") from None
+    meta = meta_keys.parse({p.key: p.value for p in m.metadata_props})
+    cfg = meta.get("config")
+    if not isinstance(cfg, dict) or "model" not in cfg or "train" not in cfg:
+        raise AttnvizError(f"{path} has no attnviz training config in its metadata; "
+                           "'attnviz eval' only scores models exported by 'attnviz train'")
+    return meta.get("task", cfg.get("task", "")), ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"]), meta

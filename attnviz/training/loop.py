@@ -1,0 +1,197 @@
+"""The training loop, written as a generator of :class:`Progress` events.
+
+The CLI draws a progress bar from the events; a GUI can plot them and stop training by closing the
+generator (``events.close()``), which saves a checkpoint at the last finished step.
+
+Reproducibility: parameters are initialised from ``TrainConfig.seed``; batch ``s`` is drawn from
+``np.random.default_rng([seed, s])`` and dropout is seeded with ``(seed, s)``, so a resumed run sees the same
+batches as an uninterrupted one and needs no saved RNG state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.training import checkpoint as ckpt
+from attnviz.training.config import ModelConfig, TrainConfig
+from attnviz.training.runners import TorchRunner, take
+
+# TrainConfig fields that may differ between an interrupted run and its resumption
+_RESUME_FREE = {"log_every", "eval_every", "checkpoint_every", "device"}
+
+
+@dataclass
+class Progress:
+    """One progress report of a training run."""
+
+    step: int  # optimizer steps done so far
+    total: int  # steps of the whole run
+    loss: float  # training loss averaged since the previous event
+    metrics: dict = field(default_factory=dict)  # lr; held-out metrics on eval steps and at the end
+    elapsed: float = 0.0  # seconds of training in this process
+    done: bool = False  # the last event of a finished run (metrics hold the final held-out results)
+    message: str = ""  # e.g. "resumed from step 400"
+
+
+def pick_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AttnvizError("device 'cuda' requested but PyTorch sees no CUDA GPU; use --device cpu or auto")
+    return torch.device(name)
+
+
+def lr_at(step: int, tc: TrainConfig) -> float:
+    """Linear warmup to ``lr``, then cosine decay to 5 % of it."""
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    frac = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
+    return tc.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def steps_for_epochs(epochs: int, tc: TrainConfig) -> int:
+    return max(1, epochs * math.ceil(tc.n_train / tc.batch_size))
+
+
+class Trainer:
+    """Holds the model, data and optimizer of one run; :meth:`events` trains.
+
+    With ``out`` set, the run lives in that folder: ``config.json`` at start, checkpoints every
+    ``checkpoint_every`` steps, on interruption and at the end.  An unfinished checkpoint with the same
+    configuration there is resumed; a different configuration, a finished run or a damaged checkpoint raise
+    :class:`AttnvizError` unless ``restart=True``.
+    """
+
+    def __init__(self, task, mcfg: ModelConfig, tcfg: TrainConfig, out: str | Path | None = None,
+                 restart: bool = False):
+        import torch
+
+        from attnviz.training.model import AttnModel
+
+        self.task, self.mcfg, self.tcfg = task, mcfg, tcfg
+        self.out = ckpt.ensure_writable_dir(out) if out is not None else None
+        self.device = pick_device(tcfg.device)
+        torch.manual_seed(tcfg.seed)
+        self.model = AttnModel(mcfg).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+        self.step = 0
+        self.losses: list[list[float]] = []  # [step, loss] per event, for plots
+        self.metrics: dict = {}
+        self.message = ""
+        self.finished = False
+        if self.out is not None:
+            self._resume_or_start(restart)
+        self.train_data = task.make_split("train", mcfg, tcfg)
+        self.test_data = task.make_split("test", mcfg, tcfg)
+        self.n_train = len(next(iter(self.train_data.values())))
+
+    # -- run folder ------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"task": self.task.name, "model": self.mcfg.to_dict(), "train": self.tcfg.to_dict(),
+                "total": self.tcfg.steps, "finished": self.finished, "losses": self.losses, "metrics": self.metrics}
+
+    def _resume_or_start(self, restart: bool) -> None:
+        prev = None if restart else ckpt.load_state(self.out)
+        if prev is not None:
+            where = self.out / ckpt.STATE
+            if prev.get("task") != self.task.name or prev.get("model") != self.mcfg.to_dict() or _strip(prev.get("train")) != _strip(self.tcfg.to_dict()):
+                raise AttnvizError(f"{self.out} holds a run with a different task or configuration ({where}); "
+                                   f"pass --restart to overwrite it or choose another --out")
+            if prev.get("finished"):
+                raise AttnvizError(f"{self.out} already holds a finished run; pass --restart to train again or choose another --out")
+            self.step = int(prev["step"])
+            ckpt.load_tensors(self.out, self.model, self.optimizer, self.step)
+            self.losses = prev.get("losses", [])
+            self.message = f"resumed from step {self.step}/{self.tcfg.steps} ({where})"
+        ckpt.atomic_write_json(self.out / ckpt.CONFIG, {"task": self.task.name, "model": self.mcfg.to_dict(),
+                                                       "train": self.tcfg.to_dict()})
+
+    def save(self) -> None:
+        if self.out is not None:
+            ckpt.save(self.out, self.model, self.optimizer, self.step, self._state())
+
+    # -- training --------------------------------------------------------------
+    def _batch(self, step: int):
+        import torch
+
+        rng = np.random.default_rng([self.tcfg.seed, step])
+        idx = rng.integers(0, self.n_train, size=self.tcfg.batch_size)
+        b = take(self.train_data, idx)
+        return {k: torch.as_tensor(v).to(self.device) for k, v in b.items()}
+
+    def evaluate(self) -> dict:
+        return self.task.evaluate(TorchRunner(self.model, self.device), self.test_data, self.mcfg)
+
+    def events(self) -> Iterator[Progress]:
+        """Train to ``TrainConfig.steps``, yielding progress; closing the generator stops after a checkpoint."""
+        import torch
+
+        tc = self.tcfg
+        names = self.model.input_names
+        t0 = time.perf_counter()
+        running, count = 0.0, 0
+        consistent = True  # False only while the optimizer updates parameters
+        if self.message:
+            yield Progress(self.step, tc.steps, float("nan"), {}, 0.0, message=self.message)
+        try:
+            self.model.train()
+            while self.step < tc.steps:
+                s = self.step
+                torch.manual_seed(tc.seed * 1_000_003 + s)  # dropout pattern of this step
+                lr = lr_at(s, tc)
+                for g in self.optimizer.param_groups:
+                    g["lr"] = lr
+                batch = self._batch(s)
+                logits = self.model(**{k: batch[k] for k in names})
+                loss = self.task.loss(logits, batch)
+                if not torch.isfinite(loss):
+                    raise AttnvizError(f"training diverged at step {s} (loss {loss.item()}); lower the learning rate")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if tc.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
+                consistent = False
+                self.optimizer.step()
+                self.step = s + 1
+                consistent = True
+                running += loss.item()
+                count += 1
+                metrics = {"lr": lr}
+                if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
+                    metrics.update(self.evaluate())
+                    self.model.train()
+                if self.out is not None and tc.checkpoint_every and self.step % tc.checkpoint_every == 0:
+                    self.save()
+                if self.step % tc.log_every == 0 or self.step == tc.steps or len(metrics) > 1:
+                    avg = running / count
+                    self.losses.append([self.step, avg])
+                    running, count = 0.0, 0
+                    yield Progress(self.step, tc.steps, avg, metrics, time.perf_counter() - t0)
+            self.model.eval()
+            self.metrics = self.evaluate()
+            self.finished = True
+            self.save()
+            last = self.losses[-1][1] if self.losses else float("nan")
+            yield Progress(self.step, tc.steps, last, dict(self.metrics), time.perf_counter() - t0, done=True)
+        except BaseException:  # KeyboardInterrupt, GeneratorExit (stop button), errors: keep what was done
+            if consistent and not self.finished and self.step > 0:
+                self.save()
+            raise
+
+
+def _strip(train: dict | None) -> dict:
+    return {k: v for k, v in (train or {}).items() if k not in _RESUME_FREE}
+
+
+def train(task, mcfg: ModelConfig, tcfg: TrainConfig, out=None, restart: bool = False) -> Iterator[Progress]:
+    """Convenience: ``Trainer(...).events()``."""
+    return Trainer(task, mcfg, tcfg, out, restart).events()

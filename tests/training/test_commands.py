@@ -1,0 +1,87 @@
+"""`attnviz train` / `attnviz eval` end to end, and their one-line errors."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from attnviz.cli import main  # noqa: E402
+
+
+def test_train_then_eval(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "sequence-classification", "--preset", "tiny", "--steps", "20", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["parity"]["sites"] == 1 and "accuracy" in summary["metrics"]
+    assert {p.name for p in out.iterdir()} == {"model.onnx", "checkpoint.safetensors", "checkpoint.json",
+                                              "config.json", "metrics.json"}
+    assert main(["eval", str(out / "model.onnx")]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["task"] == "sequence-classification"
+    assert ev["metrics"] == summary["metrics"]  # eval reproduces the numbers stored at export time
+
+
+def test_unknown_task(tmp_path, capsys):
+    assert main(["train", "nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task 'nope'" in err and "sequence-classification" in err and len(err.strip().splitlines()) == 1
+
+
+def test_unwritable_out(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("")
+    assert main(["train", "forecasting", "--preset", "tiny", "--out", str(f / "x")]) == 2
+    assert "cannot write to output folder" in capsys.readouterr().err
+
+
+def test_eval_bad_files(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not an onnx file at all")
+    assert main(["eval", str(bad)]) == 2
+    assert "not a readable ONNX file" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "missing.onnx")]) == 2
+    assert "no such model file" in capsys.readouterr().err
+    import onnx
+
+    g = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
+                               [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                               [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    plain = tmp_path / "plain.onnx"
+    onnx.save(onnx.helper.make_model(g), str(plain))
+    assert main(["eval", str(plain)]) == 2
+    assert "no attnviz training config" in capsys.readouterr().err
+
+
+def test_interrupted_training_resumes(tmp_path, capsys, monkeypatch):
+    from attnviz.training.tasks import get_task
+
+    task = get_task("sequence-classification")
+    real_loss = type(task).loss
+    calls = {"n": 0}
+
+    def flaky_loss(self, logits, batch):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise KeyboardInterrupt
+        return real_loss(self, logits, batch)
+
+    monkeypatch.setattr(type(task), "loss", flaky_loss)
+    out = tmp_path / "run"
+    args = ["train", "sequence-classification", "--preset", "tiny", "--steps", "12", "--out", str(out), "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "interrupted at step 7/12" in err and "run the same command again to resume" in err
+    assert not (out / "model.onnx").exists()  # nothing half-written where the model is expected
+    assert main(args) == 0
+    assert "resumed from step 7/12" in capsys.readouterr().err
+    assert (out / "model.onnx").exists()
+
+
+def test_corrupt_checkpoint_cli(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint.json").write_text("{oops")
+    assert main(["train", "sequence-classification", "--preset", "tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt" in err and "--restart" in err
