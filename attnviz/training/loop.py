@@ -126,6 +126,8 @@ class Trainer:
         rng = np.random.default_rng([self.tcfg.seed, step])
         idx = rng.integers(0, self.n_train, size=self.tcfg.batch_size)
         b = take(self.train_data, idx)
+        if hasattr(self.task, "prepare_batch"):  # e.g. cut padding columns that no row of this batch uses
+            b = self.task.prepare_batch(b)
         return {k: torch.as_tensor(v).to(self.device) for k, v in b.items()}
 
     def evaluate(self) -> dict:
