@@ -100,6 +100,9 @@ class Trainer:
                 "total": self.tcfg.steps, "finished": self.finished, "losses": self.losses, "metrics": self.metrics}
 
     def _resume_or_start(self, restart: bool) -> None:
+        if restart:  # a stale checkpoint must not be mistaken for this run's after an early interruption
+            for name in (ckpt.STATE, ckpt.TENSORS):
+                (self.out / name).unlink(missing_ok=True)
         prev = None if restart else ckpt.load_state(self.out)
         if prev is not None:
             where = self.out / ckpt.STATE
@@ -125,9 +128,7 @@ class Trainer:
 
         rng = np.random.default_rng([self.tcfg.seed, step])
         idx = rng.integers(0, self.n_train, size=self.tcfg.batch_size)
-        b = take(self.train_data, idx)
-        if hasattr(self.task, "prepare_batch"):  # e.g. cut padding columns that no row of this batch uses
-            b = self.task.prepare_batch(b)
+        b = self.task.collate(take(self.train_data, idx))
         return {k: torch.as_tensor(v).to(self.device) for k, v in b.items()}
 
     def evaluate(self) -> dict:

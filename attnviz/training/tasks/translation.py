@@ -132,21 +132,6 @@ class _TranslationBase(Task):
             return self.encode(pairs, self.max_train_tokens, drop_long=True)
         return self.encode(pairs, mcfg.max_len, drop_long=False)
 
-    @staticmethod
-    def prepare_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Cut the padding columns no row of this batch uses (training pads to the longest pair: ~2x work).
-
-        Called by the training loop on each numpy batch; the model sees the same tokens either way.
-        """
-        ts = max(1, int(batch["attention_mask"].sum(1).max()))
-        tt = max(1, int((batch["labels"] != IGNORE).sum(1).max()))
-        out = dict(batch)
-        for k in ("input_ids", "attention_mask", "src_word_ids"):
-            out[k] = batch[k][:, :ts]
-        for k in ("decoder_input_ids", "labels", "tgt_word_ids"):
-            out[k] = batch[k][:, :tt]
-        return out
-
     # -- evaluation ------------------------------------------------------------
     def translate(self, runner, data: dict[str, np.ndarray], max_new: int | None = None, batch_size: int = 64) -> list[str]:
         """Greedy translations (detokenised text) of every row of ``data``."""
