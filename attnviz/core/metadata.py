@@ -17,7 +17,10 @@ attnviz.labels           JSON list of class names (classification heads)
 attnviz.image            JSON ``{"size": [H, W], "channels": C, "mean": [...], "std": [...],
                          "grid": [rows, cols], "offset": n_leading_non_patch_tokens}``
 attnviz.special          JSON ``{"pad": id, "bos": id, "eos": id, "cls": id, "unk": id, "sep": id}``
-                         (any subset; for translation the ids refer to the target vocab for bos/eos)
+                         (any subset).  Text built from a vocab (no tokenizer.json): "cls" is prepended
+                         and "sep" appended to encoder text.  Decoder generation starts from "bos" and
+                         stops at "eos"; for translation bos/eos/pad are ids of the TARGET vocab (source
+                         ids, if needed, go under "source": {"pad": id, "eos": id, ...}).
 attnviz.inputs           JSON ``{onnx_input_name: role}``; roles: tokens, mask, token_types, positions,
                          decoder_tokens, decoder_mask, image, series
 attnviz.sample           optional: JSON ``{"text": ..., "text_pair": ..., "image": "resources/..."}``

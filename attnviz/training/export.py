@@ -136,13 +136,19 @@ def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = 
     ref = torch_run.attention(feeds)
     try:
         import attnviz.runtime  # noqa: F401
-        engine = "attnviz.runtime"
-        got = onnx_run.attention(feeds)
-    except ImportError:
-        engine = "softmax-probe"
+    except ImportError:  # the training extra without the engine: probe the Softmax nodes directly
+        engine, layout = "softmax-probe", None
         got = _probe_softmax_maps(Path(path), feeds)
+    else:
+        engine = "attnviz.runtime"
+        res = onnx_run.attention_result(feeds)
+        got = [m.array() for m in res.maps]
+        layout = [(s.stack, s.kind, s.layer) for s in res.sites]
     if len(got) != len(ref):
         raise AttnvizError(f"export check failed: the engine found {len(got)} attention sites, the model has {len(ref)}")
+    expected = [tuple(x) for x in model.attention_layout()]
+    if layout is not None and layout != expected:
+        raise AttnvizError(f"export check failed: the engine labels the sites {layout}, the model has {expected}")
     attn_diff = 0.0
     for i, (g, r) in enumerate(zip(got, ref)):
         if g.shape != r.shape:

@@ -81,14 +81,17 @@ class OnnxRunner:
     def logits(self, feeds):
         return self.session.run(None, {k: np.asarray(feeds[k]) for k in self.input_names})[0]
 
-    def attention(self, feeds):
-        """Maps found by attnviz's engine (:func:`attnviz.runtime.open_model`)."""
+    def attention_result(self, feeds):
+        """The engine's :class:`~attnviz.core.AttentionResult` (:func:`attnviz.runtime.open_model`)."""
         if self._engine is None:
             from attnviz.runtime import open_model
 
             self._engine = open_model(self.path, provider="cpu")
-        res = self._engine.run({k: np.asarray(feeds[k]) for k in self.input_names})
-        return [m.array() for m in res.maps]
+        return self._engine.run({k: np.asarray(feeds[k]) for k in self.input_names})
+
+    def attention(self, feeds):
+        """Maps found by attnviz's engine, canonical order."""
+        return [m.array() for m in self.attention_result(feeds).maps]
 
 
 def batched(n: int, size: int):

@@ -83,3 +83,28 @@ def test_toy_reverse_targets():
     for ids, mask, lab in zip(data["input_ids"][:50], data["attention_mask"][:50], data["labels"][:50]):
         n = int(mask.sum())
         assert list(lab[:n]) == list(ids[:n][::-1]) and lab[n] == 2
+
+
+def test_trim_padding_keeps_real_tokens():
+    from attnviz.training.tasks import trim_padding
+
+    data, _, _ = _split("toy-reverse", "train")
+    b = {k: v[:4] for k, v in data.items()}
+    t = trim_padding(b)
+    n = int(b["attention_mask"].sum(1).max())
+    assert t["input_ids"].shape[1] == n and (t["input_ids"] == b["input_ids"][:, :n]).all()
+    assert (b["attention_mask"][:, n:] == 0).all()
+    m = t["labels"].shape[1]
+    assert (b["labels"][:, m:] == -100).all() and (t["labels"] != -100).any(0).all()
+    assert t["decoder_input_ids"].shape[1] == m
+
+
+def test_attention_groups():
+    from attnviz.training.config import ModelConfig
+    from attnviz.training.tasks import attention_groups
+
+    mc = ModelConfig(arch="encoder-decoder", n_layers=3, n_dec_layers=2)
+    g = attention_groups(["e0", "e1", "e2", "s0", "c0", "s1", "c1"], mc)
+    assert g == {"encoder": ["e0", "e1", "e2"], "decoder_self": ["s0", "s1"], "cross": ["c0", "c1"]}
+    mc = ModelConfig(arch="image-decoder", image_encoder="cnn", n_dec_layers=2)
+    assert attention_groups(["s0", "c0", "s1", "c1"], mc)["cross"] == ["c0", "c1"]

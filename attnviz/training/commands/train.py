@@ -72,6 +72,9 @@ def run(args) -> int:
                 print(ev.message, file=sys.stderr)
             elif ev.done:
                 pass
+            elif len(ev.metrics) > 1 and not args.quiet:  # a held-out evaluation (eval_every)
+                held = {k: v for k, v in ev.metrics.items() if k != "lr"}
+                print(("\n" if tty else "") + f"step {ev.step}: held-out {json.dumps(held)}", file=sys.stderr)
             elif tty:
                 print(_bar(ev), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):

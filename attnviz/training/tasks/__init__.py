@@ -91,6 +91,40 @@ class Task:
         data = self.make_split("test", mcfg, tcfg)
         return feeds_of(take(data, slice(0, 3)), mcfg)
 
+    def collate(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Last step before a training batch becomes tensors; default: :func:`trim_padding`."""
+        return trim_padding(batch)
+
+
+def trim_padding(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Drop trailing columns that are padding in every example of a right-padded batch.
+
+    Source side: columns after the longest ``attention_mask``; target side (``decoder_input_ids`` and
+    per-position ``labels``): columns after the last label that is not ``-100``.  Masks and causal attention
+    make the result independent of the trimmed columns, so this only saves time on long padded splits.
+    """
+    out = dict(batch)
+    if "attention_mask" in out and "input_ids" in out:
+        n = max(1, int(out["attention_mask"].sum(1).max()))
+        out["input_ids"], out["attention_mask"] = out["input_ids"][:, :n], out["attention_mask"][:, :n]
+    lab = out.get("labels")
+    if "decoder_input_ids" in out and lab is not None and lab.ndim == 2:
+        cols = np.nonzero((lab != -100).any(0))[0]
+        n = int(cols[-1]) + 1 if len(cols) else 1
+        out["decoder_input_ids"], out["labels"] = out["decoder_input_ids"][:, :n], lab[:, :n]
+    return out
+
+
+def attention_groups(maps: list, mcfg: ModelConfig) -> dict[str, list]:
+    """Split canonical-order maps into ``{"encoder": [...], "decoder_self": [...], "cross": [...]}`` (per layer)."""
+    if mcfg.arch == "decoder":
+        return {"encoder": [], "decoder_self": list(maps), "cross": []}
+    if mcfg.arch not in ("encoder-decoder", "image-decoder"):
+        return {"encoder": list(maps), "decoder_self": [], "cross": []}
+    n_enc = len(maps) - 2 * mcfg.n_dec_layers
+    dec = maps[n_enc:]
+    return {"encoder": list(maps[:n_enc]), "decoder_self": list(dec[0::2]), "cross": list(dec[1::2])}
+
 
 def feeds_of(batch: dict[str, np.ndarray], mcfg: ModelConfig) -> dict[str, np.ndarray]:
     """The model inputs of a batch (drops targets and extras)."""
@@ -142,8 +176,16 @@ def _registry() -> dict[str, Task]:
     return {t.name: t for t in tasks}
 
 
-# name -> Task instance.  translation / captioning are added here by their modules.
+# name -> Task instance.  New tasks: add them to _registry() above (or call register() at import time).
 TASKS: dict[str, Task] = _registry()
+
+
+def register(task: Task) -> Task:
+    """Add (or replace) a task in :data:`TASKS`; returns it."""
+    if not task.name:
+        raise ValueError("a task needs a name")
+    TASKS[task.name] = task
+    return task
 
 
 def get_task(name: str) -> Task:

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
-from attnviz.training.tasks import Task, feeds_of, greedy_decode, split_seed
+from attnviz.training.tasks import Task, attention_groups, feeds_of, greedy_decode, split_seed
 from attnviz.training.tasks.vit_classification import LABELS as SHAPES
 from attnviz.training.tasks.vit_classification import MEAN, STD, draw_shape, to_pixels
 
@@ -70,7 +70,7 @@ class ToyReverse(Task):
             b = take(data, s)
             enc = {k: b[k] for k in ("input_ids", "attention_mask")}
             exact.append(_exact(greedy_decode(runner, enc, BOS, EOS, self.max_len + 1), b["labels"]))
-            cross = runner.attention(feeds_of(b, mcfg))[-1].mean(1)  # (B, Tt, Ts) last decoder layer's cross
+            cross = attention_groups(runner.attention(feeds_of(b, mcfg)), mcfg)["cross"][-1].mean(1)  # (B, Tt, Ts) last layer
             lens = b["attention_mask"].sum(1)
             for i, t in enumerate(lens):
                 pred = cross[i, :t, :t].argmax(-1)  # decoder position j predicts target j

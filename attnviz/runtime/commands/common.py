@@ -1,0 +1,39 @@
+"""Arguments shared by commands that run a model on an input (extract, figure, open)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    if model_required:
+        p.add_argument("model", metavar="MODEL", help="ONNX model file")
+    src = p.add_argument_group("input (one of)")
+    src.add_argument("--inputs", metavar="FEEDS.npz", help="raw feeds: .npz keyed by ONNX input name")
+    src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")
+    src.add_argument("--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders")
+    src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
+    p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy generation steps for decoder / encoder-decoder models")
+    p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)")
+    p.add_argument("--mode", choices=("auto", "dense", "ondemand"), default="auto",
+                   help="dense keeps all maps; ondemand keeps Q/K and recomputes heads (long inputs); auto picks by memory")
+    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W (default: metadata / input shape)")
+    p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean (default: metadata, else 0.5)")
+    p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std (default: metadata, else 0.5)")
+
+
+def analyze_from_args(args):
+    """Open args.model and run it on the input the arguments name; returns (model, result)."""
+    from attnviz import AttnvizError
+    from attnviz.runtime import open_model
+
+    given = [x for x in (args.inputs, args.text, args.image) if x is not None]
+    if not given:
+        raise AttnvizError("no input: give --text T, --image PATH or --inputs FEEDS.npz")
+    model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
+    result = model.analyze(text=args.text, text_pair=args.text_pair, image=args.image, feeds=args.inputs,
+                           generate=args.generate, mode=args.mode,
+                           image_size=tuple(args.image_size) if args.image_size else None,
+                           image_mean=args.image_mean, image_std=args.image_std)
+    return model, result

@@ -1,0 +1,36 @@
+"""attnviz extract MODEL (--inputs | --text | --image) --out OUT.npz"""
+
+from __future__ import annotations
+
+HELP = "run a model and save every attention map to .npz (attn_000... [B,H,Tq,Tk] + sites JSON)"
+
+
+def add_arguments(p):
+    from attnviz.runtime.commands.common import add_input_arguments
+
+    add_input_arguments(p)
+    p.add_argument("--out", required=True, metavar="OUT.npz", help="output file")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from attnviz import AttnvizError
+    from attnviz.core.io import save_npz
+    from attnviz.runtime.commands.common import analyze_from_args
+
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        raise AttnvizError(f"--out {out}: must end in .npz")
+    if out.resolve() == Path(args.model).resolve():
+        raise AttnvizError("--out would overwrite the model; choose another file")
+    model, result = analyze_from_args(args)
+    save_npz(result, out)
+    mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20
+    dev = result.info.get("provider", "?")
+    note = result.info.get("provider_note")
+    print(f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {model.path.name} on {dev}"
+          f"{' (' + note + ')' if note else ''}; run {result.info.get('run_s', 0) * 1000:.1f} ms")
+    if result.generated:
+        print("generated: " + " ".join(result.generated))
+    return 0

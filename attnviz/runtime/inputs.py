@@ -1,0 +1,289 @@
+"""Input adapters: text (HF tokenizer.json or a vocab from metadata), images, raw feeds."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+
+# HF naming conventions for inputs; metadata attnviz.inputs overrides
+NAME_ROLES = [
+    (re.compile(r"^decoder_input_ids$|^decoder_.*ids$"), "decoder_tokens"),
+    (re.compile(r"^decoder_attention_mask$"), "decoder_mask"),
+    (re.compile(r"input_ids$|^ids$|^tokens?$|^src$|^source$|^x_ids$"), "tokens"),
+    (re.compile(r"attention_mask$|^mask$|padding_mask$"), "mask"),
+    (re.compile(r"token_type_ids$|segment_ids$"), "token_types"),
+    (re.compile(r"position_ids$"), "positions"),
+    (re.compile(r"^cache_position$"), "cache_position"),
+    (re.compile(r"pixel_values$|^image|^images?$|^pixels$"), "image"),
+    (re.compile(r"past_key_values|^past_|\.key$|\.value$"), "past"),
+    (re.compile(r"encoder_hidden_states|encoder_outputs?"), "encoder_states"),
+    (re.compile(r"^tgt$|^target$|^target_ids$"), "decoder_tokens"),
+]
+
+
+def guess_role(name: str, dtype: str, rank: int) -> str:
+    for rx, role in NAME_ROLES:
+        if rx.search(name):
+            return role
+    if dtype.startswith("float") and rank == 4:
+        return "image"
+    if dtype.startswith("float") and rank == 3:
+        return "series"
+    if dtype.startswith("int") and rank == 2:
+        return "tokens"
+    return "unknown"
+
+
+@dataclass
+class Encoded:
+    ids: list[int]
+    tokens: list[str]
+    special: list[bool]
+    type_ids: list[int]
+
+
+class TextEncoder:
+    """What the runtime needs from a tokenizer."""
+
+    unk_id: int | None = None
+
+    def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> Encoded:  # pragma: no cover
+        raise NotImplementedError
+
+    def label(self, i: int) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def is_special(self, i: int) -> bool:
+        return False
+
+    @property
+    def size(self) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+
+class HFTokenizer(TextEncoder):
+    def __init__(self, tok, source: str):
+        tok.no_padding()  # one sequence at a time: padding would only add [PAD] columns to every map
+        self.tok = tok
+        self.source = source
+        self._special = set()
+        try:
+            for t in tok.get_added_tokens_decoder().values():
+                if t.special:
+                    self._special.add(t.content)
+        except Exception:
+            pass
+
+    @classmethod
+    def from_file(cls, path: Path) -> "HFTokenizer":
+        from tokenizers import Tokenizer
+
+        try:
+            return cls(Tokenizer.from_file(str(path)), str(path))
+        except Exception as e:
+            raise AttnvizError(f"{path}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0][:120]}); give a tokenizer.json with --tokenizer") from None
+
+    @classmethod
+    def from_str(cls, s: str, source: str) -> "HFTokenizer":
+        from tokenizers import Tokenizer
+
+        try:
+            return cls(Tokenizer.from_str(s), source)
+        except Exception as e:
+            raise AttnvizError(f"{source}: embedded tokenizer is invalid ({str(e)[:120]}); re-export the model") from None
+
+    def encode(self, text, pair=None, add_special=True):
+        enc = self.tok.encode(text, pair, add_special_tokens=add_special)
+        sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
+        return Encoded(list(enc.ids), [clean_token(t) for t in enc.tokens], [bool(x) for x in sm], list(enc.type_ids))
+
+    def label(self, i):
+        t = self.tok.id_to_token(int(i))
+        return clean_token(t) if t is not None else f"<{i}>"
+
+    def is_special(self, i):
+        return self.tok.id_to_token(int(i)) in self._special
+
+    @property
+    def size(self):
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+
+class VocabTokenizer(TextEncoder):
+    """A vocabulary list from metadata: whitespace (or character) split, exact lookup."""
+
+    def __init__(self, vocab: list[str], special: dict | None = None, split: str = "whitespace", encoder_side: bool = True):
+        self.vocab = [str(v) for v in vocab]
+        self.index = {v: i for i, v in enumerate(self.vocab)}
+        self.special = {k: v for k, v in (special or {}).items() if isinstance(v, int)}
+        self.special_ids = set(self.special.values())
+        self.split = split
+        self.encoder_side = encoder_side
+        self.unk_id = self.special.get("unk")
+
+    def encode(self, text, pair=None, add_special=True):
+        def pieces(t):
+            return list(t.replace(" ", "")) if self.split == "chars" else t.split()
+
+        words = pieces(text) + (pieces(pair) if pair else [])
+        ids = []
+        for w in words:
+            i = self.index.get(w)
+            if i is None:
+                i = self.index.get(w.lower())
+            if i is None:
+                if self.unk_id is None:
+                    near = ", ".join(v for v in self.vocab[:12] if v not in ("",))
+                    raise AttnvizError(f"unknown token {w!r}: not in the model's vocabulary of {len(self.vocab)} "
+                                       f"(e.g. {near}, ...); use only known tokens")
+                i = self.unk_id
+            ids.append(i)
+        if add_special and self.encoder_side:
+            if "cls" in self.special:
+                ids = [self.special["cls"]] + ids
+            if "sep" in self.special:
+                ids = ids + [self.special["sep"]]
+        return Encoded(ids, [self.label(i) for i in ids], [i in self.special_ids for i in ids], [0] * len(ids))
+
+    def label(self, i):
+        i = int(i)
+        return self.vocab[i] if 0 <= i < len(self.vocab) else f"<{i}>"
+
+    def is_special(self, i):
+        return int(i) in self.special_ids
+
+    @property
+    def size(self):
+        return len(self.vocab)
+
+
+def clean_token(t: str) -> str:
+    """Readable labels: byte-level BPE 'Ġ' and sentencepiece '▁' mark a leading space."""
+    if t is None:
+        return ""
+    return t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n").strip() or t
+
+
+def find_tokenizers(model_path: Path, meta: dict, explicit: str | None = None) -> tuple[TextEncoder | None, TextEncoder | None]:
+    """(encoder-side, decoder-side) tokenizers: --tokenizer, metadata, tokenizer.json beside the model, vocab."""
+    special = meta.get("special") if isinstance(meta.get("special"), dict) else {}
+    split = str(meta.get("tokenize", "whitespace"))
+    src = tgt = None
+    if explicit:
+        p = Path(explicit)
+        if not p.exists():
+            raise AttnvizError(f"tokenizer {p}: no such file")
+        src = tgt = HFTokenizer.from_file(p)
+        return src, tgt
+    if isinstance(meta.get("tokenizer"), str) and meta["tokenizer"].strip().startswith("{"):
+        src = HFTokenizer.from_str(meta["tokenizer"], f"{model_path.name} metadata")
+    if isinstance(meta.get("target_tokenizer"), str) and meta["target_tokenizer"].strip().startswith("{"):
+        tgt = HFTokenizer.from_str(meta["target_tokenizer"], f"{model_path.name} metadata")
+    if src is None:
+        for cand in (model_path.with_suffix(".tokenizer.json"), model_path.parent / "tokenizer.json", model_path.parent.parent / "tokenizer.json"):
+            if cand.exists():
+                src = HFTokenizer.from_file(cand)
+                break
+    vocab = meta.get("vocab")
+    if src is None and vocab is not None:
+        if isinstance(vocab, dict):
+            src_special = special.get("source", {}) if isinstance(special.get("source"), dict) else {}
+            src = VocabTokenizer(vocab.get("source", []), src_special, split)
+            if tgt is None:
+                tgt = VocabTokenizer(vocab.get("target", []), special, split, encoder_side=False)
+        elif isinstance(vocab, list):
+            src = VocabTokenizer(vocab, special, split)
+    if tgt is None and isinstance(vocab, list) and src is not None and not isinstance(src, HFTokenizer):
+        tgt = VocabTokenizer(vocab, special, split, encoder_side=False)
+    if tgt is None:
+        tgt = src
+    return src, tgt
+
+
+# --------------------------------------------------------------------------- images
+@dataclass
+class ImageSpec:
+    height: int
+    width: int
+    channels: int
+    mean: list[float]
+    std: list[float]
+    source: str  # where these numbers came from
+
+
+def image_spec(meta: dict, input_shape: list, size: tuple[int, int] | None = None,
+               mean: list[float] | None = None, std: list[float] | None = None) -> ImageSpec:
+    im = meta.get("image") if isinstance(meta.get("image"), dict) else {}
+    ch = int(im.get("channels") or (input_shape[1] if len(input_shape) == 4 and isinstance(input_shape[1], int) else 3))
+    src = "metadata" if im else "defaults"
+    if size is None:
+        if im.get("size"):
+            s = im["size"]
+            size = (int(s[0]), int(s[1])) if isinstance(s, (list, tuple)) else (int(s), int(s))
+        elif len(input_shape) == 4 and all(isinstance(d, int) and d > 0 for d in input_shape[2:]):
+            size = (int(input_shape[2]), int(input_shape[3]))
+            src = "input shape"
+        else:
+            size = (224, 224)
+    m = mean or im.get("mean") or [0.5] * ch
+    s = std or im.get("std") or [0.5] * ch
+    return ImageSpec(size[0], size[1], ch, [float(x) for x in m], [float(x) for x in s], src)
+
+
+def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Return (pixel array [1, C, H, W] float32 normalised, the resized image [H, W, 3] uint8)."""
+    from PIL import Image, UnidentifiedImageError
+
+    p = Path(path)
+    if not p.exists():
+        raise AttnvizError(f"image {p}: no such file")
+    try:
+        with Image.open(p) as im:
+            im.load()
+            img = im.convert("L" if spec.channels == 1 else "RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise AttnvizError(f"image {p}: cannot open it as an image ({type(e).__name__}); use a PNG or JPEG file") from None
+    img = img.resize((spec.width, spec.height), Image.BICUBIC)
+    a = np.asarray(img, dtype=np.float32) / 255.0
+    if a.ndim == 2:
+        a = a[:, :, None]
+    x = (a - np.asarray(spec.mean, np.float32)) / np.asarray(spec.std, np.float32)
+    shown = np.asarray(img.convert("RGB"), dtype=np.uint8)
+    return x.transpose(2, 0, 1)[None].astype(np.float32), shown
+
+
+def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.exists():
+        raise AttnvizError(f"inputs {p}: no such file")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:
+        raise AttnvizError(f"inputs {p}: not a readable .npz ({type(e).__name__}); save feeds with numpy.savez(name=array, ...)") from None
+
+
+def parse_series(text: str) -> np.ndarray:
+    try:
+        vals = [float(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+    except ValueError:
+        raise AttnvizError("this model takes a numeric series: give numbers separated by spaces or commas") from None
+    if not vals:
+        raise AttnvizError("empty series: give numbers separated by spaces or commas")
+    return np.asarray(vals, np.float32)
+
+
+def meta_json(meta: dict, key: str):
+    v = meta.get(key)
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return None
+    return v

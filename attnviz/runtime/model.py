@@ -1,0 +1,500 @@
+"""Open an ONNX model, find its attention, run it and return core objects."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from attnviz import AttnvizError
+from attnviz.core import metadata as md
+from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.runtime import graph as gr
+from attnviz.runtime import inputs as ip
+from attnviz.runtime.session import make_session
+
+DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
+ONNX_DTYPES = {
+    1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64", 16: "bfloat16",
+}
+
+
+@dataclass
+class IOInfo:
+    name: str
+    dtype: str
+    shape: list  # ints for fixed dims, strings for symbolic ones
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+
+def _io(v) -> IOInfo:
+    t = v.type.tensor_type
+    dims = []
+    for d in t.shape.dim:
+        dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?"))
+    return IOInfo(v.name, ONNX_DTYPES.get(t.elem_type, f"type{t.elem_type}"), dims)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x.astype(np.float32)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(x - m)
+    s = e.sum(axis=axis, keepdims=True)
+    return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+
+
+def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
+    """Normalise a probability tensor to ``[B, H, Tq, Tk]`` float32."""
+    a = np.asarray(a)
+    if a.ndim == 4:
+        out = a
+    elif a.ndim == 3:
+        out = a.reshape(batch, a.shape[0] // batch, *a.shape[1:]) if a.shape[0] % batch == 0 else a[None]
+    elif a.ndim == 2:
+        out = a[None, None]
+    elif a.ndim == 5:  # grouped heads [B, Hkv, G, Tq, Tk]
+        out = a.reshape(a.shape[0], a.shape[1] * a.shape[2], *a.shape[3:])
+    else:
+        raise AttnvizError(f"attention tensor has unexpected rank {a.ndim} (shape {a.shape})")
+    if out.shape[0] != batch and out.shape[0] == 1:
+        out = np.broadcast_to(out, (batch, *out.shape[1:]))
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class RecomputeMap:
+    """One site kept as Q and Kᵀ; a head's probabilities are recomputed through the graph's own epilogue."""
+
+    def __init__(self, q: np.ndarray, k: np.ndarray, side: dict[str, np.ndarray], epi_session, qk_name: str, batch: int, matmul_attrs: dict):
+        q = np.asarray(q)
+        k = np.asarray(k)
+        if q.ndim == 3:
+            q = q.reshape(batch, -1, *q.shape[1:])
+        if k.ndim == 3:
+            k = k.reshape(batch, -1, *k.shape[1:])
+        if matmul_attrs.get("transA"):
+            q = np.swapaxes(q, -1, -2)
+        if matmul_attrs.get("transB"):
+            k = np.swapaxes(k, -1, -2)
+        self.q, self.k = q, k
+        self.alpha = float(matmul_attrs.get("alpha", 1.0))
+        # side inputs (masks, biases) broadcast right-aligned against [B, H, Tq, Tk]: make them 4-D to slice
+        self.side = {n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v for n, v in side.items()}
+        self.sess = epi_session
+        self.qk_name = qk_name
+        self.batch = batch
+        heads = max(q.shape[1], k.shape[1])
+        self.shape = (batch, int(heads), int(q.shape[-2]), int(k.shape[-1]))
+        self.out_name = epi_session.get_outputs()[0].name
+
+    CHUNK_ELEMS = 1 << 22  # rows per epilogue call so that one chunk of scores is ~16 MB
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        qh = self.q[b if self.q.shape[0] > 1 else 0, h if self.q.shape[1] > 1 else 0]
+        kh = self.k[b if self.k.shape[0] > 1 else 0, h * self.k.shape[1] // self.shape[1]]
+        tq, tk = self.shape[2], self.shape[3]
+        side = {}
+        for name, v in self.side.items():
+            if v.ndim == 4:
+                v = v[b : b + 1] if v.shape[0] == self.batch and self.batch > 1 else v[:1]
+                v = v[:, h : h + 1] if v.shape[1] == self.shape[1] and self.shape[1] > 1 else v[:, :1]
+            side[name] = v
+        out = np.empty((tq, tk), np.float32)
+        step = max(1, self.CHUNK_ELEMS // max(tk, 1))
+        # softmax is per row: the epilogue runs on row blocks, so a head never needs more than ~3 chunks at once
+        for r0 in range(0, tq, step):
+            r1 = min(tq, r0 + step)
+            scores = qh[r0:r1] @ kh
+            if self.alpha != 1.0:
+                scores *= self.alpha
+            feeds = {self.qk_name: scores[None, None].astype(self.q.dtype, copy=False)}
+            for name, v in side.items():
+                feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
+            out[r0:r1] = np.asarray(self.sess.run([self.out_name], feeds)[0], np.float32).reshape(r1 - r0, tk)
+        return out
+
+    def array(self) -> np.ndarray:
+        return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.k.nbytes
+
+
+class PackedMap:
+    """onnxruntime's packed com.microsoft.Attention: probabilities recomputed from X and the QKV weights."""
+
+    def __init__(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, heads: int, mask: np.ndarray | None, extra: dict):
+        b, t, _ = x.shape
+        sizes = extra.get("qkv_hidden_sizes") or [w.shape[1] // 3] * 3
+        qw, kw = w[:, : sizes[0]], w[:, sizes[0] : sizes[0] + sizes[1]]
+        q = x @ qw
+        k = x @ kw
+        if bias is not None:
+            q = q + bias[: sizes[0]]
+            k = k + bias[sizes[0] : sizes[0] + sizes[1]]
+        d = sizes[0] // heads
+        self.q = q.reshape(b, t, heads, d).transpose(0, 2, 1, 3)  # (B, H, T, d)
+        self.k = k.reshape(b, t, heads, sizes[1] // heads).transpose(0, 2, 1, 3)
+        self.scale = extra.get("scale") or 1.0 / np.sqrt(d)
+        fill = extra.get("mask_filter_value", -10000.0)
+        bias_add = np.zeros((b, 1, t, t), np.float32)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.ndim == 2:  # [B, T] 1 = keep
+                bias_add += ((1 - mask.astype(np.float32)) * fill)[:, None, None, :]
+            elif mask.ndim == 1:  # [B] right-padded lengths (or [2B] end/start)
+                lens = mask[:b]
+                keep = np.arange(t)[None, :] < lens[:, None]
+                bias_add += np.where(keep, 0.0, fill)[:, None, None, :]
+            elif mask.ndim == 3:
+                bias_add += ((1 - mask.astype(np.float32)) * fill)[:, None]
+        if extra.get("unidirectional"):
+            bias_add = bias_add + np.triu(np.full((t, t), fill, np.float32), 1)[None, None]
+        self.bias = bias_add
+        self.shape = (b, heads, t, t)
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        s = (self.q[b, h] @ self.k[b, h].T) * self.scale + self.bias[b, 0]
+        return softmax(s)
+
+    def array(self) -> np.ndarray:
+        return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
+
+
+class AttentionModel:
+    """A loaded model with its attention sites found and labelled.  Sessions are created lazily."""
+
+    def __init__(self, path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
+        t0 = time.perf_counter()
+        self.path = Path(path)
+        self.name = self.path.stem
+        self.proto, self.external_dir = gr.load_model(self.path)
+        self.metadata = {p.key: p.value for p in self.proto.metadata_props}
+        self.meta = md.parse(self.metadata)
+        self.graph = gr.Graph(self.proto, self.external_dir)
+        self.inputs = [_io(v) for v in self.graph.inputs]
+        self.outputs = [_io(v) for v in self.proto.graph.output]
+        sites, self.no_attention_reason = gr.find_sites(self.graph)
+        self._sites = gr.label_sites(self.graph, sites, self.meta)
+        for s in self._sites:
+            s.heads = gr.static_heads(self.graph, s)
+        self.requested_provider = provider
+        self.threads = threads
+        self._tokenizer_arg = tokenizer
+        self._tokenizers = None
+        self._sessions: dict[str, tuple] = {}
+        self._epilogues: dict[int, object] = {}
+        self.provider_note = ""
+        self._stack_confirmed = False
+        self._probed = False
+        self.timings = {"load_s": time.perf_counter() - t0}
+
+    # -- description -----------------------------------------------------------
+    @property
+    def sites(self) -> list[SiteInfo]:
+        return [s.info() for s in self._sites]
+
+    @property
+    def roles(self) -> dict[str, str]:
+        given = self.meta.get("inputs") if isinstance(self.meta.get("inputs"), dict) else {}
+        return {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
+
+    @property
+    def kind(self) -> str:
+        roles = set(self.roles.values())
+        stacks = {s.stack for s in self._sites}
+        has_cross = any(s.kind == "cross" for s in self._sites)
+        if "image" in roles:
+            return "vision-decoder" if has_cross or "decoder" in stacks else "vision"
+        if has_cross or ("encoder" in stacks and "decoder" in stacks):
+            return "encoder-decoder"
+        if stacks == {"decoder"}:
+            return "decoder"
+        return "encoder"
+
+    @property
+    def provider(self) -> str:
+        return self._session("plain")[0].get_providers()[0]
+
+    def probe(self) -> bool:
+        """One short run on dummy inputs to confirm labels (causal => decoder) and read head counts.
+
+        Returns False (and changes nothing) when dummy inputs cannot be built or the run fails.
+        """
+        if (self._stack_confirmed and all(s.heads for s in self._sites)) or self._probed:
+            return self._stack_confirmed
+        self._probed = True
+        feeds = {}
+        for i in self.inputs:
+            role = self.roles[i.name]
+            shape = []
+            for ax, d in enumerate(i.shape):
+                if isinstance(d, int) and d > 0:
+                    shape.append(d)
+                elif ax == 0:
+                    shape.append(1)
+                else:
+                    shape.append(0 if role == "past" else 6)
+            dt = np.dtype(i.dtype) if i.dtype in ("float32", "float16", "int64", "int32", "bool") else None
+            if dt is None:
+                return False
+            if role == "image" or dt.kind == "f":
+                feeds[i.name] = np.random.default_rng(0).standard_normal(shape).astype(dt)
+            elif role in ("mask", "decoder_mask"):
+                feeds[i.name] = np.ones(shape, dt)
+            elif role in ("positions", "cache_position"):
+                feeds[i.name] = np.broadcast_to(np.arange(shape[-1], dtype=dt), shape).copy()
+            elif dt == np.bool_:
+                feeds[i.name] = np.zeros(shape, dt)
+            else:
+                feeds[i.name] = np.full(shape, 1, dt)
+        try:
+            r = self.run(feeds, mode="dense")
+        except Exception:
+            return False
+        for s, m in zip(self._sites, r.maps):
+            s.heads = int(m.shape[1])
+        return True
+
+    def describe(self) -> dict:
+        return {
+            "model": str(self.path),
+            "kind": self.kind,
+            "inputs": [vars(i) | {"role": self.roles[i.name]} for i in self.inputs],
+            "outputs": [vars(o) for o in self.outputs],
+            "metadata": {k: (v if len(v) <= 200 else v[:200] + f"... ({len(v)} chars)") for k, v in self.metadata.items()},
+            "producer": f"{self.proto.producer_name} {self.proto.producer_version}".strip(),
+            "opsets": {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import},
+            "sites": [s.to_dict() for s in self.sites],
+            "no_attention_reason": self.no_attention_reason,
+        }
+
+    # -- sessions ----------------------------------------------------------------
+    def _session(self, mode: str):
+        """mode: plain (no extra outputs) | dense | ondemand."""
+        if mode not in self._sessions:
+            t0 = time.perf_counter()
+            if mode == "plain":
+                data, exposed = _serialize(self.proto), None
+            else:
+                try:
+                    data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
+                except ValueError as e:
+                    raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
+            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
+            self.provider_note = note or self.provider_note
+            self._sessions[mode] = (sess, exposed)
+            self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
+        return self._sessions[mode]
+
+    # -- feeds ---------------------------------------------------------------------
+    def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        names = {i.name for i in self.inputs}
+        for k in feeds:
+            if k not in names:
+                raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(names))}")
+        for i in self.inputs:
+            if i.name not in feeds:
+                raise AttnvizError(f"missing input {i.name!r} ({i.describe()}); add it to the feeds")
+            a = np.asarray(feeds[i.name])
+            if a.ndim != i.rank:
+                raise AttnvizError(f"input {i.name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
+            for ax, (want, got) in enumerate(zip(i.shape, a.shape)):
+                if isinstance(want, int) and want > 0 and want != got:
+                    raise AttnvizError(f"input {i.name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}")
+            want = np.dtype(i.dtype) if i.dtype in ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8") else None
+            if want is not None and a.dtype != want:
+                if want.kind in "iu" and a.dtype.kind == "f":
+                    if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+                        raise AttnvizError(f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
+                if want.kind == "f" and a.dtype.kind not in "fiub":
+                    raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
+                a = a.astype(want)
+            out[i.name] = a
+        self._check_ids(out)
+        return out
+
+    def _check_ids(self, feeds):
+        """Token ids beyond the embedding table crash inside onnxruntime: say so plainly instead."""
+        for name, a in feeds.items():
+            if a.dtype.kind not in "iu" or a.size == 0:
+                continue
+            for ci, j in self.graph.consumers.get(name, []):
+                n = self.graph.nodes[ci]
+                if n.op_type == "Gather" and j == 1:
+                    table = self.graph.initializers.get(n.input[0])
+                    if table is not None and table.dims:
+                        size = int(table.dims[0])
+                        bad = a[(a >= size) | (a < -size)]
+                        if bad.size:
+                            raise AttnvizError(f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {size} entries")
+
+    # -- running ---------------------------------------------------------------------
+    def estimate_mb(self, feeds: dict[str, np.ndarray]) -> float:
+        b = max((a.shape[0] for a in feeds.values() if np.ndim(a) >= 1), default=1)
+        t = max((a.shape[-1] for n, a in feeds.items() if np.ndim(a) == 2), default=0)
+        for n, a in feeds.items():
+            if np.ndim(a) == 4:
+                t = max(t, (a.shape[-1] // 16) * (a.shape[-2] // 16) + 1)
+            elif np.ndim(a) == 3 and a.dtype.kind == "f":
+                t = max(t, a.shape[1])
+        heads = [s.heads or 12 for s in self._sites]
+        return sum(b * h * t * t * 4 for h in heads) / 2**20
+
+    def choose_mode(self, feeds, mode: str = "auto") -> str:
+        if mode in ("dense", "ondemand"):
+            return mode
+        if mode != "auto":
+            raise AttnvizError(f"unknown mode {mode!r}; use auto, dense or ondemand")
+        if self.estimate_mb(feeds) <= DENSE_LIMIT_MB:
+            return "dense"
+        # sites that cannot be recomputed per head stay dense inside the on-demand session
+        return "ondemand" if any(gr.can_recompute(self.graph, s) for s in self._sites) else "dense"
+
+    def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
+        """Run on raw feeds; return maps in canonical order plus the model's own outputs."""
+        if not self._sites:
+            raise AttnvizError(f"{self.path.name}: {self.no_attention_reason}")
+        feeds = self.check_feeds(feeds)
+        mode = self.choose_mode(feeds, mode)
+        sess, exposed = self._session(mode)
+        own = [o.name for o in self.outputs]
+        fetch = list(own)
+        for s, ex in zip(self._sites, exposed.site_extra):
+            names = [ex["q"], ex["k"], *ex.get("side", [])] if "q" in ex else [s.probs]
+            names += [ex["mask_index"]] if "mask_index" in ex else []
+            fetch += [n for n in names if n not in fetch]
+        t0 = time.perf_counter()
+        try:
+            values = sess.run(fetch, feeds)
+        except Exception as e:
+            raise AttnvizError(f"the model failed to run: {_ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)") from None
+        run_s = time.perf_counter() - t0
+        got = dict(zip(fetch, values))
+        batch = next(iter(feeds.values())).shape[0] if feeds else 1
+        maps = []
+        for s, ex in zip(self._sites, exposed.site_extra):
+            maps.append(self._site_map(s, ex, got, batch, mode))
+        sites = [s.info(m.shape[1]) for s, m in zip(self._sites, maps)]
+        self._confirm_stack(sites, maps)
+        sites = [s.info(m.shape[1]) for s, m in zip(self._sites, maps)]
+        info = {"provider": sess.get_providers()[0], "provider_note": self.provider_note, "mode": mode,
+                "run_s": run_s, "model": self.name, "model_path": str(self.path)}
+        return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
+
+    def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
+        if "q" in ex:
+            epi = self._epilogue_session(s, got)
+            if epi is not None:
+                side = {n: got[n] for n in ex.get("side", [])}
+                node = self.graph.nodes[self.graph.producer[s.qk]]
+                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                return RecomputeMap(got[ex["q"]], got[ex["k"]], side, epi, s.qk, batch, attrs)
+            raise AttnvizError(f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use --mode dense")
+        if s.method == "mha-qk":
+            return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
+        if s.method == "recompute-packed":
+            node = self.graph.nodes[s.node_index]
+            w = self.graph.const_value(node.input[1]).astype(np.float32)
+            bias = self.graph.const_value(node.input[2]).astype(np.float32) if len(node.input) > 2 and node.input[2] else None
+            mask = None
+            if "mask_index" in ex:
+                mask = got.get(ex["mask_index"])
+                if mask is None:
+                    mask = self.graph.const_value(ex["mask_index"])
+            pm = PackedMap(got[s.probs].astype(np.float32), w, bias, s.heads, mask, s.extra)
+            return pm if mode == "ondemand" else DenseMap(pm.array())
+        return DenseMap(to_bhqk(got[s.probs], batch))
+
+    def _epilogue_session(self, s: gr.Site, got: dict):
+        if s.node_index in self._epilogues:
+            return self._epilogues[s.node_index]
+        side = gr.epilogue_side_inputs(self.graph, s)
+        qv = got[s.q]
+        dtypes = {s.qk: (qv.dtype, 4)}
+        for n in side:
+            dtypes[n] = (got[n].dtype, 4)
+        if any(got[n].ndim > 4 for n in side):
+            sess = None
+        else:
+            m = gr.epilogue_model(self.graph, s, self.proto.opset_import, dtypes)
+            sess = None if m is None else make_session(_serialize(m), "cpu", threads=1, arena=False)[0]
+        self._epilogues[s.node_index] = sess
+        return sess
+
+    def _confirm_stack(self, sites: list[SiteInfo], maps) -> None:
+        """Single-stack graphs: a causal map (nothing above the diagonal) means a decoder."""
+        if self._stack_confirmed or any(s.kind == "cross" for s in self._sites):
+            return
+        if len({s.stack for s in self._sites}) != 1:
+            return
+        m = maps[0]
+        _, _, tq, tk = m.shape
+        if tq < 3 or tq != tk:
+            return
+        h = m.head(0, 0)
+        upper = float(np.abs(np.triu(h, 1)).sum())
+        causal = upper < 1e-6
+        want = "decoder" if causal else "encoder"
+        for s in self._sites:
+            s.stack = want
+        self._stack_confirmed = True
+
+    # -- high level ---------------------------------------------------------------------
+    @property
+    def tokenizers(self):
+        if self._tokenizers is None:
+            self._tokenizers = ip.find_tokenizers(self.path, self.meta, self._tokenizer_arg)
+        return self._tokenizers
+
+    def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
+                generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
+                image_mean: list[float] | None = None, image_std: list[float] | None = None) -> AttentionResult:
+        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes."""
+        from attnviz.runtime.adapters import analyze
+
+        return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
+                       image_size=image_size, image_mean=image_mean, image_std=image_std)
+
+
+def _serialize(model: onnx.ModelProto) -> bytes:
+    try:
+        return model.SerializeToString()
+    except ValueError as e:  # > 2 GB: protobuf cannot serialize in one piece
+        raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
+
+
+def _ort_message(e: Exception) -> str:
+    s = str(e).strip().replace("\n", " ")
+    for marker in ("] ", ": "):
+        if s.startswith("[ONNXRuntimeError]") and marker in s:
+            s = s.split(marker, 2)[-1]
+            break
+    return s[:240]
+
+
+def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None) -> AttentionModel:
+    return AttentionModel(path, provider=provider, tokenizer=tokenizer, threads=threads)
+
+
+def grid_for(model: AttentionModel, n_keys: int) -> PatchGrid | None:
+    im = model.meta.get("image") if isinstance(model.meta.get("image"), dict) else {}
+    hint = tuple(im["grid"]) if im.get("grid") else None
+    g = PatchGrid.infer(n_keys, hint)
+    if g is not None and im.get("offset") is not None and hint is not None:
+        g = PatchGrid(int(hint[0]), int(hint[1]), int(im["offset"]))
+    return g
+
+
+__all__ = ["AttentionModel", "IOInfo", "open_model", "TokenAxis", "DenseMap"]

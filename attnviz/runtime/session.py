@@ -1,0 +1,90 @@
+"""onnxruntime sessions: provider choice, the provider actually used, no spin-waiting."""
+
+from __future__ import annotations
+
+import os
+
+import onnxruntime as ort
+
+from attnviz import AttnvizError
+
+PROVIDERS = ("auto", "cpu", "cuda")
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+
+def session_options(threads: int | None = None, arena: bool = True) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = arena  # off for small helper sessions: the arena would keep their peak forever
+    # spin-waiting threads steal the cores of a GUI / torch in the same process (measured 2-7x slowdowns)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    so.log_severity_level = 3
+    return so
+
+
+def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None, arena: bool = True,
+                 external_dir: str | None = None) -> tuple[ort.InferenceSession, str]:
+    """Create a session; return it and a note when the provider differs from what was asked."""
+    if provider not in PROVIDERS:
+        raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
+    available = ort.get_available_providers()
+    note = ""
+    want_cuda = provider == "cuda" or (provider == "auto" and CUDA in available and gpu_present())
+    if provider == "cuda" and CUDA not in available:
+        raise AttnvizError("CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu")
+    so = session_options(threads, arena)
+    if external_dir:  # a model given as bytes reads its external weights from here
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_dir)
+    if want_cuda:
+        try:
+            ort.preload_dlls()  # finds CUDA/cuDNN from nvidia-* pip wheels when present
+        except Exception:
+            pass
+        # onnxruntime-gpu falls back to CPU silently (only a log line) when CUDA libraries are missing:
+        # keep the loader noise quiet and check what was really used instead
+        prev = _quiet()
+        try:
+            sess = ort.InferenceSession(model, so, providers=[CUDA, CPU])
+        finally:
+            _restore(prev)
+        used = sess.get_providers()[0]
+        if used != CUDA:
+            if provider == "cuda":
+                raise AttnvizError(
+                    "CUDA was requested but onnxruntime could not use it (CUDA/cuDNN libraries missing or no GPU); "
+                    "use --provider cpu, or install the CUDA 12/13 runtime wheels"
+                )
+            note = "CUDA provider unavailable (no GPU or CUDA libraries); running on CPU"
+        return sess, note
+    if provider == "auto" and CUDA in available:
+        note = "no NVIDIA GPU found; running on CPU"
+    sess = ort.InferenceSession(model, so, providers=[CPU])
+    return sess, note
+
+
+def gpu_present() -> bool:
+    """Cheap check before asking onnxruntime for CUDA (which prints loader errors on machines without one)."""
+    if os.environ.get("ATTNVIZ_FORCE_CPU"):
+        return False
+    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")) or os.name == "nt"
+
+
+def _quiet():
+    ort.set_default_logger_severity(4)
+    return 2
+
+
+def _restore(prev):
+    ort.set_default_logger_severity(prev)
+
+
+def device_label(provider: str) -> str:
+    return {CUDA: "CUDA (GPU)", CPU: "CPU"}.get(provider, provider)
+
+
+def default_threads() -> int | None:
+    v = os.environ.get("ATTNVIZ_THREADS")
+    return int(v) if v else None

