@@ -38,13 +38,14 @@ class Captioning(Task):
     sample_path = "resources/samples/captioning.png"
 
     def configs(self, preset):
-        model = dict(arch="image-decoder", image_encoder="cnn", vocab_size=len(VOCAB), tgt_vocab_size=len(VOCAB),
+        # ViT patches (8x8 px -> an 8x8 grid) + one encoder layer: the patch tokens stay local enough for the
+        # pointing game; the CNN grid (image_encoder="cnn") trained 5x slower here and pointed worse
+        model = dict(arch="image-decoder", image_encoder="vit", n_layers=1, vocab_size=len(VOCAB), tgt_vocab_size=len(VOCAB),
                      head="lm", max_len=MAX_WORDS + 5, image_size=IMAGE_SIZE, patch_size=8, channels=3,
                      positions="sinusoidal")
         train = dict(task=self.name)
         if preset == "demo":
-            model.update(d_model=64, n_heads=4, n_dec_layers=2, d_ff=128)
-            train.update(steps=3000, batch_size=64, lr=1e-3, warmup=200, n_train=20000, n_test=500)
+            train.update(steps=6000, batch_size=64, lr=2e-3, warmup=300, n_train=16000, n_test=500)
         else:  # the same 64x64 image and 8x8 grid, tiny widths
             train.update(n_train=256, n_test=32)
         return preset_configs(preset, model, train)

@@ -226,10 +226,12 @@ class Translation(_TranslationBase):
         vs, vt = self.vocab_sizes()
         model = dict(arch="encoder-decoder", head="lm", vocab_size=vs, tgt_vocab_size=vt, max_len=self.max_len,
                      positions="sinusoidal")
-        train = dict(task=self.name, n_train=0, n_test=0)  # 0 = the whole split
+        sp = self._split()
+        train = dict(task=self.name, n_train=len(sp.train), n_test=len(sp.test))  # the whole NT split
         if preset == "demo":
-            model.update(d_model=128, n_heads=4, n_layers=3, n_dec_layers=3, d_ff=256, dropout=0.1)
-            train.update(steps=6000, batch_size=32, lr=1e-3, warmup=300)
+            # sized for ~25 min on one CPU thread (2 shared cores); the data is small (7.4k verses)
+            model.update(d_model=96, n_heads=4, n_layers=3, n_dec_layers=3, d_ff=192, dropout=0.1)
+            train.update(steps=3000, batch_size=32, lr=1.5e-3, warmup=300, checkpoint_every=500)
         else:
             train.update(n_train=256, n_test=32)
         return preset_configs(preset, model, train)
@@ -252,7 +254,7 @@ class TranslationSynthetic(_TranslationBase):
     def configs(self, preset):
         vs, vt = self.vocab_sizes()
         model = dict(arch="encoder-decoder", head="lm", vocab_size=vs, tgt_vocab_size=vt, max_len=self.max_len)
-        train = dict(task=self.name, n_train=0, n_test=0)
+        train = dict(task=self.name, n_train=4000, n_test=300)
         if preset == "demo":
             train.update(steps=1500, batch_size=64, lr=2e-3, warmup=100)
         else:
