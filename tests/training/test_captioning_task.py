@@ -35,7 +35,9 @@ class OracleRunner:
                     cx, cy = size - 1 - cx, size - 1 - cy  # point at the mirrored spot
                 cross[b, :, w, int(cy * g / size) * g + int(cx * g / size)] = 1.0
         cross /= cross.sum(-1, keepdims=True)
-        maps = []
+        n_patch = g * g
+        n_enc = self.mcfg.n_layers if self.mcfg.image_encoder == "vit" else 0
+        maps = [np.full((B, H, n_patch, n_patch), 1.0 / n_patch, np.float32) for _ in range(n_enc)]
         for _ in range(self.mcfg.n_dec_layers):
             maps += [np.full((B, H, T, T), 1.0 / T, np.float32), cross]
         return maps

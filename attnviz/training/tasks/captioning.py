@@ -94,11 +94,15 @@ class Captioning(Task):
                 samples.append({"attn": cross[i], "targets": targets})
         g = mcfg.grid
         table = M.pointing_table(samples, (mcfg.image_size, mcfg.image_size), (g, g))
+        # the other convention: the row where the word is the decoder's input (it then predicts the next word)
+        shifted = M.pointing_table([{"attn": s["attn"], "targets": [(q + 1, b) for q, b in s["targets"]]} for s in samples],
+                                   (mcfg.image_size, mcfg.image_size), (g, g))
         nouns = M.pointing_table([{"attn": s["attn"], "targets": s["targets"][1::2]} for s in samples],
                                  (mcfg.image_size, mcfg.image_size), (g, g))
         return {"exact_match": float(np.mean(exact)), "pointing_best_layer": table["best_layer"]["accuracy"],
                 "pointing_best_head": table["best_head"]["accuracy"], "pointing_average": table["average"],
                 "pointing": table, "pointing_shape_words": {"layers": nouns["layers"], "best_head": nouns["best_head"]},
+                "pointing_input_convention": {"layers": shifted["layers"], "best_head": shifted["best_head"]},
                 "n": n}
 
     def metadata(self, mcfg):
