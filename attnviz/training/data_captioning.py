@@ -1,7 +1,7 @@
 """Synthetic scenes with captions and gold object boxes for the ``captioning`` task.
 
 A scene is a small RGB canvas (default 64×64, dark background) with two coloured shapes that do not touch: one
-*large* (side 20–26 px) and one *small* (side 11–15 px).  Its caption names both and their spatial relation,
+*large* (side 22–28 px) and one *small* (side 14–18 px).  Its caption names both and their spatial relation,
 always mentioning the large object first, so the caption is a function of the image:
 
     "a red circle to the left of a blue square"      (relations: to the left of / to the right of / above / below)
@@ -35,8 +35,8 @@ SHAPES = ("circle", "square", "triangle", "cross")
 RELATIONS = ("to the left of", "to the right of", "above", "below")
 BACKGROUND = (24, 24, 24)
 
-LARGE = (20, 26)  # side range (inclusive) of the first-mentioned object
-SMALL = (11, 15)
+LARGE = (22, 28)  # side range (inclusive) of the first-mentioned object
+SMALL = (14, 18)
 
 
 def vocabulary() -> list[str]:

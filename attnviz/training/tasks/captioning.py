@@ -45,7 +45,7 @@ class Captioning(Task):
                      positions="sinusoidal")
         train = dict(task=self.name)
         if preset == "demo":
-            train.update(steps=6000, batch_size=64, lr=2e-3, warmup=300, n_train=16000, n_test=500)
+            train.update(steps=8000, batch_size=64, lr=2e-3, warmup=300, n_train=16000, n_test=500)
         else:  # the same 64x64 image and 8x8 grid, tiny widths
             train.update(n_train=256, n_test=32)
         return preset_configs(preset, model, train)

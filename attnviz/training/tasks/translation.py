@@ -182,10 +182,17 @@ class _TranslationBase(Task):
         bleu = M.corpus_bleu(hyps, refs)
         table = M.alignment_table(self.alignment_samples(runner, data, mcfg, shift=0))
         table_in = M.alignment_table(self.alignment_samples(runner, data, mcfg, shift=1))
+        # context: link target word j to the source word at the same relative position
+        diag = M.AERCounter()
+        for i in data["index"]:
+            p = pairs[int(i)]
+            ns, nt = len(p.src), len(p.tgt)
+            skip = p.tgt_skip or (False,) * nt
+            diag.add({(min(ns - 1, int((j + 0.5) * ns / nt)), j) for j in range(nt) if not skip[j]}, p.links)
         return {
             "bleu": bleu["bleu"], "bleu_detail": {k: bleu[k] for k in ("precisions", "bp", "ratio")},
             "aer_best_head": table["best_head"]["aer"], "aer_best_layer": table["best_layer"]["aer"],
-            "aer_average": table["average"], "aer": table,
+            "aer_average": table["average"], "aer_diagonal_baseline": diag.aer, "aer": table,
             "aer_input_convention": {"best_head": table_in["best_head"], "best_layer": table_in["best_layer"],
                                      "average": table_in["average"]},
             "examples": [{"reference": r, "translation": h} for r, h in list(zip(refs, hyps))[:3]],
