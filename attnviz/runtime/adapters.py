@@ -210,7 +210,8 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
     gen_s = 0.0
     if dec_in is not None and generate:
         tg = time.perf_counter()
-        sess, _ = model._session("plain")
+        # the instrumented session asked for logits only: no second copy of the weights, no maps per step
+        sess, _ = model._session("dense")
         lname = _logits_name(model)
         eos = sp.get("eos")
         ids = list(prompt)

@@ -477,6 +477,14 @@ def _add_output(model: onnx.ModelProto, name: str, seen: set[str], elem_type: in
     model.graph.output.append(vi)
 
 
+# fused ops whose 4th output carries the probabilities (or scores): attribute to set, output name prefix
+FUSED_OUTPUT = {
+    "onnx-attention": (("qk_matmul_output_mode", 3), "probs"),  # ONNX Attention: post-softmax probabilities
+    "mha-qk": (None, "qk"),  # com.microsoft MultiHeadAttention: scaled QK + mask, softmax applied in numpy
+    "gqa-qk": (("qk_output", 2), "qk"),  # com.microsoft GroupQueryAttention: 2 = after softmax
+}
+
+
 def instrumented_bytes(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -> tuple[bytes, Exposed]:
     """Serialize the model with the extra outputs, without keeping a second copy of its weights.
 
@@ -484,7 +492,7 @@ def instrumented_bytes(model: onnx.ModelProto, sites: list[Site], mode: str = "d
     (a deep copy would hold the weights twice: +90 MB for MiniLM, more for real models).
     """
     n_out = len(model.graph.output)
-    touched = {s.node_index for s in sites if s.method in ("onnx-attention", "mha-qk", "gqa-qk")}
+    touched = {s.node_index for s in sites if s.method in FUSED_OUTPUT}
     saved = {i: copy.deepcopy(model.graph.node[i]) for i in touched}
     try:
         exposed = instrument(model, sites, mode, in_place=True)
@@ -513,25 +521,14 @@ def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense", i
     for s in sites:
         n = nodes[s.node_index]
         ex: dict = {}
-        if s.method == "onnx-attention":
-            _set_attr(n, "qk_matmul_output_mode", 3)
+        if s.method in FUSED_OUTPUT:
+            attr, prefix = FUSED_OUTPUT[s.method]
+            if attr:
+                _set_attr(n, *attr)
             while len(n.output) < 4:
                 n.output.append("")
             if not n.output[3]:
-                n.output[3] = f"attnviz_probs_{s.node_index}"
-            s.probs = n.output[3]
-        elif s.method == "mha-qk":
-            while len(n.output) < 4:
-                n.output.append("")
-            if not n.output[3]:
-                n.output[3] = f"attnviz_qk_{s.node_index}"
-            s.probs = n.output[3]
-        elif s.method == "gqa-qk":
-            _set_attr(n, "qk_output", 2)
-            while len(n.output) < 4:
-                n.output.append("")
-            if not n.output[3]:
-                n.output[3] = f"attnviz_qk_{s.node_index}"
+                n.output[3] = f"attnviz_{prefix}_{s.node_index}"
             s.probs = n.output[3]
         elif s.method == "recompute-packed":
             s.probs = n.input[0]
@@ -546,7 +543,7 @@ def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense", i
                     _add_output(m, name, seen)
         else:
             if s.probs not in existing:
-                new = s.method in ("onnx-attention", "mha-qk", "gqa-qk")
+                new = s.method in FUSED_OUTPUT
                 _add_output(m, s.probs, seen, _float_type(model, n) if new else None)
         for name in ([ex["mask_index"]] if "mask_index" in ex else []):
             if name not in existing and g0.producer.get(name) is not None:

@@ -224,7 +224,9 @@ class AttentionModel:
 
     @property
     def provider(self) -> str:
-        return self._session("plain")[0].get_providers()[0]
+        """The execution provider actually used (creates the session that runs need anyway)."""
+        sess = next(iter(self._sessions.values()))[0] if self._sessions else self._session("dense")[0]
+        return sess.get_providers()[0]
 
     def probe(self) -> bool:
         """One short run on dummy inputs to confirm labels (causal => decoder) and read head counts.

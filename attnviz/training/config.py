@@ -83,7 +83,8 @@ class TrainConfig:
 
     task: str = "sequence-classification"  # registry name in attnviz.training.tasks.TASKS
     preset: str = "demo"  # preset the configs came from (recorded for reproduction)
-    steps: int = 1000  # optimizer steps in total (--epochs N sets it from the training-set size)
+    steps: int = 1000  # optimizer steps in total
+    epochs: int = 0  # when > 0: steps was set to this many passes over the training set (--epochs N)
     batch_size: int = 64  # examples per step
     lr: float = 1e-3  # peak learning rate (AdamW), reached after warmup
     warmup: int = 50  # linear warmup steps, then cosine decay to lr * 0.05

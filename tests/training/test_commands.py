@@ -85,3 +85,12 @@ def test_corrupt_checkpoint_cli(tmp_path, capsys):
     assert main(["train", "sequence-classification", "--preset", "tiny", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "corrupt" in err and "--restart" in err
+
+
+def test_epochs_set_steps(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "forecasting", "--preset", "tiny", "--epochs", "1", "--out", str(out), "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 16  # 512 training series / batch 32
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["train"]["epochs"] == 1 and cfg["train"]["steps"] == 16

@@ -52,6 +52,7 @@ def run(args) -> int:
         if args.epochs < 1:
             raise AttnvizError("--epochs must be at least 1")
         tcfg.steps = steps_for_epochs(args.epochs, tcfg)
+        tcfg.epochs = args.epochs
     elif args.steps is not None:
         if args.steps < 1:
             raise AttnvizError("--steps must be at least 1")

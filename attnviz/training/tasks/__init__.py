@@ -44,8 +44,22 @@ Subclass :class:`Task` and set/implement:
     A small batch (≥ 2 examples, ideally different lengths) the export traces and checks parity on.
     Default: the first 3 test examples.
 
-``target_key`` (optional class attribute) names the metric ``attnviz train`` prints last; ``target`` says
-what the shipped model must reach (documentation only).
+``collate(batch) -> batch`` (optional)
+    Applied to each training batch (numpy) before it becomes tensors.  Default :func:`trim_padding` drops
+    trailing all-padding columns (source: ``attention_mask``; target: ``labels == -100``), so long padded
+    splits (translation) train at the cost of each batch's longest example.
+
+``target`` (optional class attribute) says what the shipped model must reach (documentation only).
+
+Helpers: :func:`predict` (logits over a split), :func:`greedy_decode` (generation through ``runner.logits``),
+:func:`attention_groups` (canonical maps -> encoder / decoder self / cross lists per layer, e.g. for AER or the
+pointing game), :func:`split_seed` (fixed data seeds), :func:`register` (add a task to :data:`TASKS`).
+
+Encoder-decoder specifics: ``ModelConfig.vocab_size`` is the source vocabulary and ``tgt_vocab_size`` the
+target one; ``decoder_input_ids`` = ``[bos] + target`` (right-padded), ``labels`` = ``target + [eos]`` then
+``-100``; ``max_len`` must cover the longest source and target.  Metadata ``vocab`` may be
+``{"source": [...], "target": [...]}`` and ``special`` ids (bos/eos) refer to the target vocabulary; a HF
+``tokenizer.json`` can go in ``tokenizer`` / ``target_tokenizer`` (strings).
 """
 
 from __future__ import annotations

@@ -1,0 +1,41 @@
+"""Publication figures with matplotlib (Agg only, no pyplot state, no Qt, no torch).
+
+Public API (the CLI ``attnviz figure`` and the GUI's Export menu both use it)::
+
+    from attnviz.figures import FigureSpec, render_figure, save_figure
+    fig = render_figure(result, FigureSpec(view="heatmap", layer=2, head=1, width="single"))
+    save_figure(fig, "fig.pdf")                       # atomic; format from the suffix (pdf/svg/png)
+
+``FigureSpec``, ``VIEWS``, ``WIDTH_PRESETS`` and the recipe helpers import without matplotlib;
+``render_figure``/``save_figure`` load it on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS, FigureSpec, spec_from_gui
+
+_LAZY = {
+    "render_figure": "attnviz.figures.render",
+    "save_figure": "attnviz.figures.render",
+    "export_figure": "attnviz.figures.render",
+    "figure_bytes": "attnviz.figures.render",
+    "figure_format": "attnviz.figures.render",
+    "applicable_views": "attnviz.figures.render",
+    "why_not": "attnviz.figures.render",
+    "style": "attnviz.figures.render",
+    "make_recipe": "attnviz.figures.recipe",
+    "load_recipe": "attnviz.figures.recipe",
+    "write_recipe": "attnviz.figures.recipe",
+    "recipe_path_for": "attnviz.figures.recipe",
+}
+
+__all__ = ["AGGREGATES", "FORMATS", "VIEWS", "VIEW_HELP", "WIDTH_PRESETS", "FigureSpec", "spec_from_gui", *_LAZY]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'attnviz.figures' has no attribute {name!r}")
+    return getattr(importlib.import_module(mod), name)

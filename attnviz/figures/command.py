@@ -1,0 +1,236 @@
+"""``attnviz figure``: publication figures (PDF/SVG/PNG) of any view, headless, with a recipe beside each.
+
+Examples::
+
+  attnviz figure models/bert.onnx --text "the cat sat" --view heatmap --layer 2 --head 1 --width single --out fig.pdf
+  attnviz figure --maps maps.npz --view overview --out overview.svg
+  attnviz figure --recipe fig.pdf.recipe.json              # the same bytes again
+  attnviz figure models/bert.onnx --text "the cat sat" --all-heads --out heads/ --format png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnviz import AttnvizError
+from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS
+
+HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
+
+# FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
+_SPEC_ARGS = ("view", "block", "layer", "head", "heads", "agg", "query", "cmap", "width", "width_in", "dpi",
+              "hide_special", "title", "vmax", "font_size", "keep", "log", "step")
+
+
+def _heads(text: str) -> list[int]:
+    try:
+        out = [int(t) for t in text.split(",") if t.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"head must be a number or a comma list like 0,3,5, not {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("empty head list")
+    return out
+
+
+def _layer_range(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (int(t) for t in text.split("-", 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"layer range must look like 2-5, not {text!r}") from None
+    return lo, hi
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from attnviz.runtime.commands.common import add_input_arguments
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "views:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items()) + "\n\nexamples:" + __doc__.split("Examples::")[1]
+    p.add_argument("model", nargs="?", metavar="MODEL", help="ONNX model file (or use --maps / --recipe)")
+    p.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
+    p.add_argument("--recipe", metavar="R.json", help="regenerate the figure a recipe describes (view options given here override it)")
+    add_input_arguments(p, model_required=False)
+    view = p.add_argument_group("view")
+    view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
+    view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
+    view.add_argument("--layer", type=int, help="layer (default: the last)")
+    view.add_argument("--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)")
+    view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
+    view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
+    view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
+    view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
+    view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,
+                      help="drop special tokens and renormalise rows")
+    view.add_argument("--keep", type=float, metavar="F", help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)")
+    view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
+    view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
+    view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
+    view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
+    size = p.add_argument_group("size and output")
+    size.add_argument("--width", choices=tuple(WIDTH_PRESETS), help="column width preset: single 3.5 in, double 7.16 in")
+    size.add_argument("--width-in", type=float, metavar="W", help="figure width in inches")
+    size.add_argument("--dpi", type=int, help="raster resolution (default 300): PNG width = width x dpi")
+    size.add_argument("--font-size", type=float, metavar="PT", help="tick-label size in points (default 7)")
+    size.add_argument("--out", help="output file .pdf/.svg/.png (with --all-heads: a folder, or a name pattern)")
+    size.add_argument("--format", choices=FORMATS, help="file format for --all-heads into a folder (default png)")
+    size.add_argument("--all-heads", action="store_true", help="one file per layer x head of the block")
+    size.add_argument("--recipe-out", metavar="R.json", help="where to write the recipe (default OUT.recipe.json)")
+    size.add_argument("--no-recipe", action="store_true", help="do not write a recipe")
+
+
+# run options a recipe records besides the inputs (defaults as in attnviz.runtime.commands.common)
+_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None}
+
+
+def _option(args, k):
+    v = getattr(args, k, _OPTION_DEFAULTS[k])
+    return list(v) if isinstance(v, (list, tuple)) else v
+
+
+def _sources_from_args(args) -> dict:
+    src = {"model": args.model, "maps": args.maps, "text": args.text, "text_pair": args.text_pair, "image": args.image,
+           "feeds": args.inputs, "tokenizer": args.tokenizer, "generate": args.generate or 0}
+    src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
+    return src
+
+
+def _sources_from_recipe(r: dict, args) -> dict:
+    s, i, o = r["source"], r["inputs"], r.get("options") or {}
+
+    def path(entry):
+        return entry["path"] if entry else None
+
+    src = {"model": path(s.get("model")), "maps": path(s.get("maps")), "text": i.get("text"),
+           "text_pair": i.get("text_pair"), "image": path(i.get("image")), "feeds": path(i.get("feeds")),
+           "tokenizer": path(i.get("tokenizer")), "generate": int(i.get("generate") or 0)}
+    for k, d in _OPTION_DEFAULTS.items():  # an option given on the command line wins over the recipe's
+        v = _option(args, k)
+        src[k] = v if v != d else o.get(k, d)
+    return src
+
+
+def _spec_overrides(args) -> dict:
+    d = {}
+    for k in _SPEC_ARGS:
+        if k == "heads":
+            continue
+        v = getattr(args, k, None)
+        if v is None:
+            continue
+        if k == "head":
+            if len(v) == 1:
+                d["head"], d["heads"] = v[0], None
+            else:
+                d["head"], d["heads"] = None, v
+            continue
+        if k == "block" and isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        d[k] = v
+    if getattr(args, "layers", None) is not None:
+        if args.layer is not None:
+            raise AttnvizError("give --layer or --layers LO-HI, not both")
+        d["layer_from"], d["layer"] = args.layers
+    if "agg" in d:  # an aggregate on the command line replaces a recipe's head(s)
+        d.setdefault("head", None)
+        d.setdefault("heads", None)
+    elif "head" in d:
+        d["agg"] = None
+    return d
+
+
+def _progress(i: int, n: int, label: str, stream=None) -> None:
+    stream = stream or sys.stderr
+    width = 30
+    done = int(width * i / max(n, 1))
+    end = "\n" if i >= n else ""
+    stream.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label:<14}{end}")
+    stream.flush()
+
+
+def _all_heads_targets(out: str, fmt: str | None, view: str, block_label: str) -> tuple[Path, str, str]:
+    """(folder, name prefix, format) for --all-heads; OUT is a folder or a pattern like figs/attn.pdf."""
+    p = Path(out)
+    suffix = p.suffix.lower().lstrip(".")
+    if suffix in FORMATS:
+        if fmt and fmt != suffix:
+            raise AttnvizError(f"--format {fmt} contradicts --out {out}; drop one")
+        return (p.parent if str(p.parent) else Path(".")), p.stem + "_", suffix
+    if suffix and not p.is_dir():
+        raise AttnvizError(f"--out {out}: end it in .pdf/.svg/.png or give a folder for --all-heads")
+    return p, f"{view}_{block_label.replace(' ', '-')}_", fmt or "png"
+
+
+def run(args) -> int:
+    from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
+    from attnviz.figures.render import figure_format, render_figure, save_figure
+    from attnviz.figures.select import block_label, resolve_block
+    from attnviz.figures.sources import load_result
+    from attnviz.figures.spec import FigureSpec
+
+    src = _sources_from_args(args)
+    spec_d: dict = {}
+    recipe_out_default = None
+    if args.recipe:
+        if args.model or args.maps or any(getattr(args, k) for k in ("text", "text_pair", "image", "inputs", "tokenizer", "generate")):
+            raise AttnvizError("--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate")
+        r = load_recipe(args.recipe)
+        src = _sources_from_recipe(r, args)
+        spec_d = dict(r["view"])
+        if r.get("output"):
+            recipe_out_default = r["output"]["path"]
+    elif not (args.model or args.maps):
+        raise AttnvizError("give a model file, --maps MAPS.npz or --recipe R.json")
+    spec_d.update(_spec_overrides(args))
+    spec = FigureSpec(**spec_d)
+    if args.all_heads and spec.view == "overview":
+        raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")
+    out = args.out or recipe_out_default
+    if not out:
+        raise AttnvizError("give --out FOLDER for --all-heads" if args.all_heads else "give --out FILE.pdf|.svg|.png")
+    if not args.all_heads:
+        figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
+        for kind in ("image", "feeds", "tokenizer"):
+            if src[kind] is not None and not Path(src[kind]).is_file():
+                raise AttnvizError(f"{src[kind]}: no such file")
+    result = load_result(**src)
+
+    def recipe_for(spec_, path):
+        r = make_recipe(spec_, output=path, **src)
+        # for the record: where the maps were computed (a CUDA run may differ from a CPU run in the last bits)
+        r["run"] = {"provider_used": (result.info or {}).get("provider")}
+        return r
+
+    if not args.all_heads:
+        fig = render_figure(result, spec)
+        path = save_figure(fig, out)
+        if not args.no_recipe:
+            rpath = Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
+            if not (args.recipe and Path(args.recipe).resolve() == rpath.resolve()):
+                write_recipe(recipe_for(spec, path), rpath)
+        print(f"wrote {path}")
+        return 0
+
+    if args.recipe_out:
+        raise AttnvizError("--recipe-out names one file; with --all-heads every figure gets FILE.recipe.json beside it")
+    bi, block = resolve_block(result, spec.block)
+    folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
+    if not folder.exists():
+        try:
+            folder.mkdir(parents=True)
+        except OSError as e:
+            raise AttnvizError(f"cannot create folder {folder}: {e.strerror}; choose another --out") from None
+    jobs = [(l, h) for l in range(block.n_layers) for h in range(block.heads_in(l))]
+    if spec.layer is not None:
+        from attnviz.figures.select import check_layer
+
+        jobs = [(l, h) for l, h in jobs if l == check_layer(block, spec.layer)]
+    for k, (l, h) in enumerate(jobs):
+        _progress(k, len(jobs), f"L{l} H{h}")
+        one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
+        path = save_figure(render_figure(result, one), folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}")
+        if not args.no_recipe:
+            write_recipe(recipe_for(one, path), recipe_path_for(path))
+    _progress(len(jobs), len(jobs), "done")
+    print(f"wrote {len(jobs)} figures to {folder}")
+    return 0

@@ -1,0 +1,190 @@
+"""Figure recipes: a JSON file beside a figure that says exactly how to make it again.
+
+A recipe records the source (model file or ``attnviz extract`` maps file, each with its sha256),
+the inputs (text, text pair, image + sha256, feeds file + sha256, generation steps), the view
+(:class:`FigureSpec`), run options and the attnviz version.  ``attnviz figure --recipe R.json``
+checks the hashes and renders the same bytes again.
+
+Paths are stored relative to the recipe's folder (so a folder of figures, recipes and inputs
+can move as a whole) plus the absolute path as a fallback.  Matplotlib-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from attnviz import AttnvizError, __version__
+from attnviz.figures.spec import FigureSpec
+
+RECIPE_FORMAT = 1
+RECIPE_SUFFIX = ".recipe.json"
+_FILE_KEYS = (("source", "model"), ("source", "maps"), ("inputs", "image"), ("inputs", "feeds"), ("inputs", "tokenizer"))
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    try:
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        if key in _HASHES:
+            return _HASHES[key]
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except FileNotFoundError:
+        raise AttnvizError(f"{path}: no such file") from None
+    except OSError as e:
+        raise AttnvizError(f"cannot read {path}: {e.strerror}") from None
+    _HASHES[key] = h.hexdigest()
+    return _HASHES[key]
+
+
+def recipe_path_for(figure_path: str | os.PathLike) -> Path:
+    """``fig.pdf`` -> ``fig.pdf.recipe.json`` (one recipe per output file, formats never collide)."""
+    p = Path(figure_path)
+    return p.with_name(p.name + RECIPE_SUFFIX)
+
+
+def _file_entry(path) -> dict | None:
+    if path is None:
+        return None
+    p = Path(path).expanduser().resolve()
+    return {"path": str(p), "sha256": file_sha256(p)}
+
+
+def make_recipe(
+    spec: FigureSpec,
+    *,
+    model: str | os.PathLike | None = None,
+    maps: str | os.PathLike | None = None,
+    text: str | None = None,
+    text_pair: str | None = None,
+    image: str | os.PathLike | None = None,
+    feeds: str | os.PathLike | None = None,
+    tokenizer: str | os.PathLike | None = None,
+    generate: int = 0,
+    output: str | os.PathLike | None = None,
+    **options,
+) -> dict:
+    """Describe how a figure was made (paths absolute; :func:`write_recipe` makes them relative)."""
+    if (model is None) == (maps is None):
+        raise AttnvizError("a recipe needs exactly one source: a model file or an 'attnviz extract' maps file")
+    source = {"model": _file_entry(model)} if model is not None else {"maps": _file_entry(maps)}
+    inputs = {
+        "text": text,
+        "text_pair": text_pair,
+        "image": _file_entry(image),
+        "feeds": _file_entry(feeds),
+        "tokenizer": _file_entry(tokenizer),
+        "generate": int(generate or 0),
+    }
+    out = None
+    if output is not None:
+        o = Path(output).expanduser().resolve()
+        out = {"path": str(o), "format": o.suffix.lower().lstrip(".")}
+    return {
+        "attnviz_recipe": RECIPE_FORMAT,
+        "attnviz_version": __version__,
+        "source": source,
+        "inputs": inputs,
+        # run options (provider, mode, image_size/mean/std): kept as given, defaults included
+        "options": {"provider": "auto", **{k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items()}},
+        "view": spec.to_dict(),
+        "output": out,
+    }
+
+
+def _relativise(entry: dict | None, base: Path) -> dict | None:
+    if not entry:
+        return entry
+    e = dict(entry)
+    e["abs_path"] = e["path"]
+    try:
+        e["path"] = os.path.relpath(e["path"], base)
+    except ValueError:  # another drive (Windows)
+        pass
+    return e
+
+
+def write_recipe(recipe: dict, path: str | os.PathLike) -> Path:
+    """Write the recipe as sorted, indented JSON, atomically; file paths relative to its folder."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another path")
+    base = parent.resolve()
+    r = json.loads(json.dumps(recipe))  # deep copy
+    for sec, key in _FILE_KEYS:
+        if r.get(sec) and r[sec].get(key):
+            r[sec][key] = _relativise(r[sec][key], base)
+    if r.get("output"):
+        r["output"] = _relativise(r["output"], base)
+    text = json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as e:
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable folder") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable folder") from None
+    return path
+
+
+def _resolve(entry: dict | None, base: Path, what: str, check: bool) -> dict | None:
+    if not entry:
+        return None
+    cands = [base / entry["path"]]
+    if entry.get("abs_path"):
+        cands.append(Path(entry["abs_path"]))
+    found = next((c for c in cands if c.is_file()), None)
+    if found is None:
+        raise AttnvizError(f"the recipe's {what} {entry['path']} is missing (looked in {', '.join(str(c) for c in cands)}); "
+                           f"put it back or edit the recipe")
+    out = dict(entry, path=str(found.resolve()))
+    if check and entry.get("sha256") and file_sha256(found) != entry["sha256"]:
+        raise AttnvizError(f"the recipe's {what} {found} has changed since the recipe was written (sha256 differs); "
+                           f"the figure cannot be reproduced exactly from it")
+    return out
+
+
+def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
+    """Read a recipe; file paths become absolute and (by default) their sha256 is verified."""
+    path = Path(path)
+    try:
+        r = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AttnvizError(f"{path}: no such recipe file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise AttnvizError(f"{path}: not a readable JSON recipe ({type(e).__name__}); write one with 'attnviz figure ... --out F'") from None
+    if not isinstance(r, dict) or r.get("attnviz_recipe") is None:
+        raise AttnvizError(f"{path}: not an attnviz figure recipe (no 'attnviz_recipe' key)")
+    if int(r["attnviz_recipe"]) > RECIPE_FORMAT:
+        raise AttnvizError(f"{path}: recipe format {r['attnviz_recipe']} is newer than this attnviz understands "
+                           f"({RECIPE_FORMAT}); update attnviz")
+    base = path.parent.resolve()
+    names = {"model": "model file", "maps": "maps file", "image": "image", "feeds": "feeds file", "tokenizer": "tokenizer"}
+    for sec, key in _FILE_KEYS:
+        if r.get(sec) and r[sec].get(key):
+            r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes)
+    if r.get("output"):
+        o = r["output"]
+        r["output"] = dict(o, path=str((base / o["path"]).resolve()))
+    source = r.get("source") or {}
+    if not (source.get("model") or source.get("maps")):
+        raise AttnvizError(f"{path}: the recipe names no model or maps file")
+    r["view"] = FigureSpec.from_dict(r.get("view") or {}).to_dict()
+    return r

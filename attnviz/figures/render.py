@@ -1,0 +1,173 @@
+"""The one figure renderer behind ``attnviz figure`` and the GUI's Export menu.
+
+Figures are plain :class:`matplotlib.figure.Figure` objects on an Agg canvas (no pyplot state,
+no GUI toolkit).  Text stays text: TrueType fonts are embedded as Type 42 in PDF/PS and SVG
+keeps ``<text>`` elements, so the tokens in a figure can be searched and copied.
+Output is reproducible byte for byte: no dates or tool versions are written into the files.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib as mpl
+from matplotlib import font_manager
+from matplotlib.figure import Figure
+
+from attnviz import AttnvizError, __version__
+from attnviz.core.attention import AttentionResult
+from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
+from attnviz.figures.views import VIEW_DRAWERS
+
+# fonts tried after DejaVu Sans for glyphs it lacks (CJK...), where installed; matplotlib falls back per glyph
+FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK KR", "Source Han Sans", "WenQuanYi Zen Hei",
+                  "Droid Sans Fallback", "Noto Sans", "Noto Sans Arabic", "Noto Sans Hebrew", "Noto Sans Devanagari",
+                  "Microsoft YaHei", "PingFang SC", "Hiragino Sans", "Arial Unicode MS")
+
+
+def _installed(names) -> list[str]:
+    have = {f.name for f in font_manager.fontManager.ttflist}
+    return [n for n in names if n in have]
+
+
+# style and output settings applied while drawing and while saving (never changed globally)
+RC = {
+    "font.family": "sans-serif",
+    # DejaVu Sans ships with matplotlib: same metrics everywhere, wide Unicode coverage
+    "font.sans-serif": ["DejaVu Sans", *_installed(FALLBACK_FONTS)],
+    "font.size": 7.0,
+    "axes.linewidth": 0.5,
+    "axes.titlepad": 3.0,
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+    "savefig.edgecolor": "white",
+    "savefig.transparent": False,
+    "savefig.bbox": None,  # keep the asked size: PNG pixels = width_in * dpi
+    "savefig.dpi": "figure",
+    "text.usetex": False,
+    "pdf.fonttype": 42,  # embed TrueType (subset) fonts: text stays searchable and editable
+    "ps.fonttype": 42,
+    "svg.fonttype": "none",  # SVG keeps <text> elements
+    "svg.hashsalt": "attnviz",  # stable clip-path ids -> byte-identical SVG
+    "svg.image_inline": True,
+    "image.resample": True,
+}
+
+# per-format metadata: drop dates and versions so the same figure gives the same bytes
+_METADATA = {
+    "png": {"Software": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": f"attnviz {__version__}"},
+    "svg": {"Date": None, "Creator": f"attnviz {__version__}"},
+}
+
+
+# rc_context swaps matplotlib's global rcParams: one figure is drawn or saved at a time (GUI worker threads)
+_LOCK = threading.RLock()
+
+
+@contextmanager
+def style():
+    """The rc settings figures are drawn and saved with (a context; global rcParams are restored after)."""
+    with _LOCK, mpl.rc_context(RC):
+        yield
+
+
+def why_not(result: AttentionResult, view: str) -> str | None:
+    """None when ``view`` can be drawn for ``result``; otherwise a one-line reason."""
+    if view not in VIEW_DRAWERS:
+        return f"unknown view {view!r}; use one of {', '.join(VIEWS)}"
+    return VIEW_DRAWERS[view][1](result)
+
+
+def applicable_views(result: AttentionResult) -> dict[str, str | None]:
+    """``{view: None | reason}`` for every view, in menu order (for the GUI's Export menu)."""
+    return {v: why_not(result, v) for v in VIEWS}
+
+
+def render_figure(result: AttentionResult, spec: FigureSpec) -> Figure:
+    """Draw ``spec.view`` of ``result``; raises :class:`AttnvizError` for anything the user can fix."""
+    if not isinstance(spec, FigureSpec):
+        raise TypeError("spec must be a FigureSpec")
+    spec.validate()
+    if not result.maps:
+        raise AttnvizError("this result holds no attention maps; nothing to draw")
+    draw, _ = VIEW_DRAWERS[spec.view]
+    with style():
+        fig = draw(result, spec)
+    fig.set_dpi(spec.dpi)
+    fig.attnviz_spec = spec  # what it shows, for save_figure's default dpi and for recipes
+    return fig
+
+
+def figure_format(path: str | os.PathLike) -> str:
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        shown = f"'.{suffix}'" if suffix else "no suffix"
+        raise AttnvizError(f"cannot tell the figure format of {Path(path).name} ({shown}); end the file name in .pdf, .svg or .png")
+    return suffix
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> bytes:
+    """The encoded figure (pdf|svg|png) in memory, e.g. for a clipboard or a preview."""
+    if fmt not in FORMATS:
+        raise AttnvizError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
+    buf = io.BytesIO()
+    with style():
+        fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
+    return buf.getvalue()
+
+
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) -> Path:
+    """Write ``fig`` to ``path`` (format from the suffix) atomically: temp file in the same folder + rename.
+
+    A failed write never leaves a half-written file or touches an existing one.
+    """
+    path = Path(path)
+    fmt = figure_format(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
+    if not parent.is_dir():
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+    data = figure_bytes(fig, fmt, dpi)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as e:
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        _umask_mode(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+    return path
+
+
+def _umask_mode(p: str) -> None:
+    """mkstemp makes 0600 files; give the result the usual permissions of a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(p, 0o666 & ~mask)
+
+
+def export_figure(result: AttentionResult, path: str | os.PathLike, spec: FigureSpec,
+                  recipe_sources: dict | None = None) -> Path:
+    """Render, save atomically and (given ``recipe_sources``) write ``PATH.recipe.json`` beside it.
+
+    ``recipe_sources``: the :func:`attnviz.figures.recipe.make_recipe` keywords saying where the result came from,
+    e.g. ``{"model": "m.onnx", "text": "the cat sat", "generate": 0}`` or ``{"maps": "maps.npz"}``.
+    """
+    from attnviz.figures.recipe import make_recipe, recipe_path_for, write_recipe
+
+    figure_format(path)
+    out = save_figure(render_figure(result, spec), path)
+    if recipe_sources is not None:
+        write_recipe(make_recipe(spec, output=out, **recipe_sources), recipe_path_for(out))
+    return out

@@ -1,0 +1,72 @@
+"""Where a figure's attention comes from: a model run by the runtime, or an ``attnviz extract`` .npz."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attnviz import AttnvizError
+from attnviz.core.attention import AttentionResult
+
+
+def load_feeds(path: str | os.PathLike) -> dict:
+    """Raw model inputs from an .npz (one array per graph input name)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise AttnvizError(f"{path}: no such inputs file") from None
+    except Exception as e:
+        raise AttnvizError(f"{path}: not a readable .npz of model inputs ({type(e).__name__})") from None
+
+
+def load_result(
+    model: str | os.PathLike | None = None,
+    maps: str | os.PathLike | None = None,
+    text: str | None = None,
+    text_pair: str | None = None,
+    image: str | os.PathLike | None = None,
+    feeds: str | os.PathLike | None = None,
+    tokenizer: str | os.PathLike | None = None,
+    generate: int = 0,
+    provider: str = "auto",
+    mode: str = "auto",
+    image_size=None,
+    image_mean=None,
+    image_std=None,
+) -> AttentionResult:
+    """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file."""
+    if maps is not None:
+        if model is not None:
+            raise AttnvizError("give a model or --maps, not both")
+        if any(v for v in (text, text_pair, image, feeds, tokenizer, generate)):
+            raise AttnvizError("--maps already holds the attention; drop --text/--text-pair/--image/--inputs/--tokenizer/--generate")
+        from attnviz.core.io import load_npz
+
+        return load_npz(maps)
+    if model is None:
+        raise AttnvizError("give a model file (MODEL.onnx) or --maps MAPS.npz from 'attnviz extract'")
+    if text_pair is not None and text is None:
+        raise AttnvizError("--text-pair needs --text")
+    if feeds is not None and (text is not None or image is not None):
+        raise AttnvizError("give --inputs or --text/--image, not both")
+    try:
+        from attnviz.runtime import open_model
+    except ImportError as e:
+        raise AttnvizError(f"running a model needs the attnviz runtime ({e}); use --maps from 'attnviz extract'") from None
+    m = open_model(str(model), provider=provider, tokenizer=str(tokenizer) if tokenizer is not None else None)
+    result = m.analyze(
+        text=text,
+        text_pair=text_pair,
+        image=str(image) if image is not None else None,
+        feeds=load_feeds(feeds) if feeds is not None else None,
+        generate=int(generate or 0),
+        mode=mode or "auto",
+        image_size=tuple(image_size) if image_size else None,
+        image_mean=list(image_mean) if image_mean else None,
+        image_std=list(image_std) if image_std else None,
+    )
+    result.info.setdefault("model", Path(model).stem)
+    return result

@@ -1,0 +1,754 @@
+"""One draw function per view: ``draw(result, spec) -> Figure``, plus a check saying whether it applies.
+
+The registry :data:`VIEW_DRAWERS` maps the view name to ``(draw, why_not)`` where ``why_not(result)``
+returns None when the view can be drawn for that result, else the reason (one line).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.collections import LineCollection
+from matplotlib.colors import LogNorm, Normalize, to_rgba
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+from matplotlib.transforms import offset_copy
+
+from attnviz import AttnvizError
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.reduce import keep_mass
+from attnviz.figures import select as sel_
+from attnviz.figures.layout import (
+    FIT,
+    LINE,
+    PT,
+    clamp,
+    display_label,
+    display_labels,
+    fit_title,
+    make_title,
+    new_figure,
+    nice_step,
+    shrink,
+    text_width_in,
+    title_height,
+    token_ticks,
+)
+from attnviz.figures.spec import FigureSpec
+
+# Okabe & Ito (2008) colour-blind-safe qualitative palette, for overlaid heads
+HEAD_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+CBAR_IN = 0.6  # colour bar + its tick labels
+LINK_MIN = 0.05  # links view: weights below this fraction of the top weight are not drawn
+LINKS_PER_ROW = 12  # links view: at most this many (the strongest) links per query token and head
+LINKS_ALL_HEADS_MAX = 64  # links view: overlay every head by default only up to this many tokens (else the mean)
+
+
+def _cmap(spec: FigureSpec):
+    name = spec.colormap
+    if name not in colormaps:
+        close = [c for c in sorted(colormaps) if c.lower().startswith(name.lower()[:3])][:6]
+        hint = f" (close: {', '.join(close)})" if close else ""
+        raise AttnvizError(f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name")
+    return colormaps[name]
+
+
+def _blocks_text(result: AttentionResult) -> str:
+    return ", ".join(f"{i} ({sel_.block_label(b)})" for i, b in enumerate(result.blocks())) or "none"
+
+
+# ---------------------------------------------------------------------------------------------
+# heatmap-shaped views (heatmap, alignment)
+
+
+def _heatmap_figure(
+    spec: FigureSpec,
+    m: np.ndarray,
+    q_labels: list[str],
+    k_labels: list[str],
+    q_special: list[bool] | None,
+    k_special: list[bool] | None,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    cbar_label: str,
+    highlight_row: int | None = None,
+):
+    fs = float(spec.font_size)
+    nq, nk = m.shape
+    pitch = fs * LINE * PT  # inches per legible label
+    ylab_in = text_width_in(q_labels, fs) + 0.3  # y tick labels + axis label
+    xlab_in = text_width_in(k_labels, fs) + 0.3
+    frame_w = ylab_in + CBAR_IN + 0.1
+    fixed = spec.fixed_width
+    if fixed is not None:
+        width = fixed
+    else:  # sized so every key label fits
+        width = clamp(frame_w + nk * pitch, 2.4, 16.0)
+    map_w = max(width - frame_w, 0.1)
+    cell = map_w / nk
+    title = fit_title(title, width, fs + 1)
+    title_in = title_height(title, fs + 1)
+    frame_h = title_in + xlab_in + 0.1
+    # square cells, unless that makes the map much taller than wide: then rows shrink, but not below
+    # the label pitch (a tall alignment of many generated words stays readable)
+    row = min(cell, max(pitch, 1.6 * map_w / nq))
+    height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
+    map_h = max(height - frame_h, 0.1)
+
+    fig = new_figure(spec, width, height)
+    ax = fig.add_subplot()
+    vmax = float(spec.vmax) if spec.vmax else max(float(np.nanmax(m)) if m.size else 1.0, 1e-6)
+    im = ax.imshow(m, cmap=_cmap(spec), norm=_norm(spec, vmax), aspect="auto", interpolation="nearest")
+    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs)
+    token_ticks(ax, "y", q_labels, q_special, map_h, fs)
+    ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
+    ax.set_xlabel(xlabel, fontsize=fs, labelpad=2)
+    ax.set_ylabel(ylabel, fontsize=fs, labelpad=2)
+    for s in ax.spines.values():
+        s.set_linewidth(0.5)
+    if highlight_row is not None:
+        ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="white", linewidth=1.0))
+        ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="black", linewidth=0.5))
+    cb = fig.colorbar(im, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5)))
+    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label(cbar_label, fontsize=fs)
+    if title:
+        ax.set_title(title, fontsize=fs + 1, loc="center")
+    return fig
+
+
+def _norm(spec: FigureSpec, vmax: float):
+    """Linear 0..vmax, or logarithmic over three decades below vmax (zeros show as the lowest colour)."""
+    if spec.log:
+        return LogNorm(vmin=vmax * 1e-3, vmax=vmax, clip=True)
+    return Normalize(0.0, vmax)
+
+
+def _cbar_label(spec: FigureSpec) -> str:
+    label = "attention (special tokens removed, rows renormalised)" if spec.hide_special else "attention weight"
+    return label + (" (log scale)" if spec.log else "")
+
+
+def _q_k_titles(block: Block) -> tuple[str, str]:
+    if block.kind == "cross":
+        return "source (key)", "target (query)"
+    return "key", "query"
+
+
+def draw_heatmap(result: AttentionResult, spec: FigureSpec):
+    s = sel_.select(result, spec)
+    hl = None
+    if spec.query is not None:
+        q = sel_.check_query(s.block, spec.query)
+        where = np.nonzero(s.rows == q)[0]
+        if not len(where):
+            raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query")
+        hl = int(where[0])
+    xl, yl = _q_k_titles(s.block)
+    title = make_title(result, spec, sel_.block_label(s.block), s.layers, s.what, *s.notes)
+    return _heatmap_figure(
+        spec, s.matrix, display_labels(s.query_axis.labels), display_labels(s.key_axis.labels),
+        s.query_axis.special, s.key_axis.special, title, xl, yl, _cbar_label(spec), hl,
+    )
+
+
+def _why_not_alignment(result: AttentionResult) -> str | None:
+    if sel_.first_block(result, kind="cross") is None:
+        return (f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
+                f"{_blocks_text(result)}; use --view heatmap")
+    return None
+
+
+def _looks_special(label: str) -> bool:
+    s = str(label)
+    return (s.startswith("<") and s.endswith(">")) or (s.startswith("[") and s.endswith("]"))
+
+
+def _word_special(result: AttentionResult, block: Block, row: int, word: str) -> bool:
+    """Is the word produced from query ``row`` a special token (EOS...)?  It sits at decoder position row + 1."""
+    ax = block.query_axis
+    if result.generated and row + 1 < len(ax) and ax.labels[row + 1] == word:
+        return bool(ax.special[row + 1])
+    if not result.generated:
+        return bool(ax.special[row])
+    return _looks_special(word)
+
+
+def draw_alignment(result: AttentionResult, spec: FigureSpec):
+    why = _why_not_alignment(result)
+    if why and spec.block is None:
+        raise AttnvizError(why)
+    bi = sel_.first_block(result, kind="cross") if spec.block is None else spec.block
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    if s.block.kind != "cross":
+        raise AttnvizError(f"the alignment view needs a cross-attention block; block {sel_.block_label(s.block)!r} is "
+                           f"self-attention (blocks: {_blocks_text(result)})")
+    rows = sel_.generation_rows(result, s.block)
+    notes = []
+    step = sel_.check_step(result, spec.step)
+    if step is not None:
+        rows = rows[: step + 1]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
+    cols = np.arange(len(s.block.key_axis))
+    r_idx = np.array([r for r, _ in rows])
+    words = [w for _, w in rows]
+    w_special = [_word_special(result, s.block, r, w) for r, w in rows]
+    m = s.matrix[r_idx]
+    k_special = list(s.block.key_axis.special)
+    if spec.hide_special:
+        keep_r = ~np.asarray(w_special, bool)
+        keep_c = ~np.asarray(k_special, bool)
+        if keep_r.any() and keep_c.any():
+            m = m[keep_r][:, keep_c]
+            m = m / np.maximum(m.sum(-1, keepdims=True), 1e-12)
+            words = [w for w, k in zip(words, keep_r) if k]
+            w_special = [False] * len(words)
+            cols = cols[keep_c]
+            k_special = [False] * len(cols)
+    if spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+        notes.append(f"top {round(spec.keep * 100)}% mass")
+    k_labels = [s.block.key_axis.labels[i] for i in cols]
+    target = "generated" if result.generated else "target"
+    title = make_title(result, spec, "cross-attention", s.layers, s.what, *notes)
+    return _heatmap_figure(
+        spec, m, display_labels(words), display_labels(k_labels), w_special, k_special,
+        title, "source", target, _cbar_label(spec),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# overview grid
+
+
+def _positions(result: AttentionResult, block: Block, spec: FigureSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Query rows / key columns a multi-map view keeps (generation step, special tokens) and title notes."""
+    rows = np.arange(len(block.query_axis))
+    cols = np.arange(len(block.key_axis))
+    notes = []
+    step = sel_.check_step(result, spec.step)
+    n = sel_.step_positions(result, block, step)
+    if n is not None:
+        rows = rows[:n]
+        if block.kind == "self":
+            cols = cols[:n]
+        notes.append(f"step {step + 1}/{len(result.generated)}")
+    if spec.hide_special:
+        q_sp = np.asarray(block.query_axis.special, bool)[rows]
+        k_sp = np.asarray(block.key_axis.special, bool)[cols]
+        if not q_sp.all() and not k_sp.all():
+            rows, cols = rows[~q_sp], cols[~k_sp]
+    if spec.keep < 1.0:
+        notes.append(f"top {round(spec.keep * 100)}% mass")
+    return rows, cols, notes
+
+
+def _filtered(m: np.ndarray, block: Block, spec: FigureSpec, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """One map cut to ``rows``/``cols`` (rows renormalised when special tokens were dropped), top mass kept."""
+    m = np.asarray(m, np.float32)[np.ix_(rows, cols)]
+    if spec.hide_special:
+        s = m.sum(-1, keepdims=True)
+        m = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
+    if spec.keep < 1.0:
+        m = keep_mass(m, spec.keep)
+    return m
+
+
+def _grid_cols(n: int) -> int:
+    """Columns for n panels: near square, preferring a layout without empty cells (12 -> 4x3, 8 -> 4x2)."""
+    lo = max(1, math.ceil(math.sqrt(n)))
+    for c in range(lo, min(n, 2 * lo) + 1):
+        if n % c == 0:
+            return c
+    return min(n, math.ceil(math.sqrt(n * 1.5)))
+
+
+def draw_overview(result: AttentionResult, spec: FigureSpec):
+    bi, block = sel_.resolve_block(result, spec.block)
+    if spec.layer is not None:
+        layers = [sel_.check_layer(block, spec.layer)]
+    else:
+        layers = list(range(block.n_layers))
+    rows, cols, notes = _positions(result, block, spec)
+    maps: dict[tuple[int, int], np.ndarray] = {}
+    for li in layers:
+        for h in range(block.heads_in(li)):
+            maps[(li, h)] = _filtered(np.asarray(block.head(li, h), np.float32), block, spec, rows, cols)
+    H = max(block.heads_in(li) for li in layers)
+    # panels: one row per layer; a single layer wraps its heads into a near-square grid
+    if len(layers) == 1:
+        ncols = _grid_cols(H)
+        cells = [(divmod(h, ncols), layers[0], h) for h in range(H)]
+    else:
+        ncols = H
+        cells = [((r, h), li, h) for r, li in enumerate(layers) for h in range(H)]
+    nrows = max(rc[0] for rc, _, _ in cells) + 1
+    nq, nk = next(iter(maps.values())).shape
+    fs = float(spec.font_size)
+    aspect = clamp(nq / nk, 0.25, 4.0)
+    one = len(layers) == 1
+    left = 0.08 if one else 0.32
+    right, gap, bottom = CBAR_IN + 0.3, 0.05, 0.08
+    head_lab = fs * 1.5 * PT  # "H3" above each panel (single layer) or each column
+    what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
+    if spec.hide_special:
+        what += ", special tokens hidden"
+    title = make_title(result, spec, block.name, what, *notes, "one colour scale")
+    width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
+    title = fit_title(title, width, fs + 1)
+    top = title_height(title, fs + 1) + head_lab
+    pw = max((width - left - right - (ncols - 1) * gap) / ncols, 0.05)
+    ph = pw * aspect
+    row_h = ph + (head_lab if one else 0.0)
+    grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
+    height = top + bottom + max(grid_h, 0.9)
+    fig = new_figure(spec, width, height, constrained=False)
+    vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for m in maps.values()), 1e-6)
+    norm = _norm(spec, vmax)
+    cmap = _cmap(spec)
+    px = max(2, int(pw * spec.dpi * 2))
+    im = None
+    for (r, c), li, h in cells:
+        y0 = height - top - r * (row_h + gap) - ph
+        x0 = left + c * (pw + gap)
+        if c == 0 and not one:
+            fig.text((left - 0.06) / width, (y0 + ph / 2) / height, f"L{li}", ha="right", va="center", fontsize=fs)
+        ax = fig.add_axes((x0 / width, y0 / height, pw / width, ph / height))
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for sp in ax.spines.values():
+            sp.set_linewidth(0.3)
+        if r == 0 or one:
+            ax.set_title(f"H{h}", fontsize=fs, pad=1.5)
+        if (li, h) not in maps:  # fewer heads in this layer
+            ax.set_axis_off()
+            continue
+        im = ax.imshow(shrink(maps[(li, h)], px, px), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+    cb_h = max(grid_h, 0.9)
+    cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
+    cb = fig.colorbar(im, cax=cax)
+    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# token links
+
+
+def draw_links(result: AttentionResult, spec: FigureSpec):
+    bi, block = sel_.resolve_block(result, spec.block)
+    layer = sel_.check_layer(block, spec.layer)
+    if spec.heads is not None:
+        heads = [sel_.check_head(block, layer, h) for h in spec.heads]
+    elif spec.head is not None:
+        heads = [sel_.check_head(block, layer, spec.head)]
+    elif spec.agg is None and block.heads_in(layer) <= len(HEAD_COLOURS) and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX:
+        heads = list(range(block.heads_in(layer)))
+    else:
+        heads = []
+    items: list[tuple[str, np.ndarray]] = []
+    if heads:
+        items = [(f"head {h}", np.asarray(block.head(layer, h), np.float32)) for h in heads]
+        layers_txt = f"layer {layer}"
+    else:
+        agg = spec.agg or "mean"
+        lf = sel_.check_layer_from(block, layer, spec.layer_from)
+        m = sel_.head_or_aggregate(block, layer, None, agg, lf)
+        items = [(sel_.describe(block, layer, None, agg, lf), m)]
+        layers_txt = sel_.layer_text(layer, None, agg, lf)
+    rows, cols, notes = _positions(result, block, spec)
+    items = [(name, _filtered(m, block, spec, rows, cols)) for name, m in items]
+    q_only = None
+    if spec.query is not None:
+        q = sel_.check_query(block, spec.query)
+        where = np.nonzero(rows == q)[0]
+        if not len(where):
+            raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query")
+        q_only = int(where[0])
+    q_labels = display_labels([block.query_axis.labels[i] for i in rows])
+    k_labels = display_labels([block.key_axis.labels[i] for i in cols])
+    q_special = [block.query_axis.special[i] for i in rows]
+    k_special = [block.key_axis.special[i] for i in cols]
+    nq, nk = len(q_labels), len(k_labels)
+    n = max(nq, nk)
+    fs = float(spec.font_size)
+    pitch = fs * LINE * PT
+    qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
+    lab_q, lab_k = text_width_in(q_labels + [qt], fs), text_width_in(k_labels + [kt], fs)
+    what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
+    title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)
+    width = spec.fixed_width or clamp(lab_q + lab_k + 1.8, 2.4, 10.0)
+    title = fit_title(title, width, fs + 1)
+    legend_in = (fs * 1.8 * PT) * math.ceil(len(items) / 4) if len(items) > 1 else 0.0
+    top = title_height(title, fs + 1) + fs * 2.2 * PT
+    height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
+    fig = new_figure(spec, width, height, constrained=False)
+    span_h = height - top - legend_in - 0.1
+    ax = fig.add_axes((lab_q / width + 0.05 / width, (legend_in + 0.05) / height,
+                       max(width - lab_q - lab_k - 0.1, 0.3) / width, span_h / height))
+    ax.set_axis_off()
+    ax.set_xlim(0, 1)
+    ax.set_ylim(n - 0.5, -0.5)
+    # centre the shorter column against the longer one
+    yq = np.arange(nq) + (n - nq) / 2
+    yk = np.arange(nk) + (n - nk) / 2
+    step = nice_step(max(1, math.ceil(n * fs * FIT * PT / max(span_h, 1e-3) - 1e-9)))
+    x0, x1 = 0.02, 0.98
+    for i, (lab, y) in enumerate(zip(q_labels, yq)):
+        if i % step == 0 or i == q_only:
+            ax.text(x0 - 0.01, y, lab, ha="right", va="center", fontsize=fs,
+                    color="0.45" if q_special[i] else "black", fontweight="bold" if i == q_only else "normal")
+    for j, (lab, y) in enumerate(zip(k_labels, yk)):
+        if j % step == 0:
+            ax.text(x1 + 0.01, y, lab, ha="left", va="center", fontsize=fs, color="0.45" if k_special[j] else "black")
+    vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for _, m in items), 1e-6)
+    for c, (name, m) in enumerate(items):
+        colour = to_rgba(HEAD_COLOURS[c % len(HEAD_COLOURS)] if len(items) > 1 else "#0072B2")
+        rr = [q_only] if q_only is not None else range(nq)
+        # overlaid heads sit side by side (a fraction of a row apart) instead of blending into one line
+        dy = (c - (len(items) - 1) / 2) * min(0.5 / len(items), 0.15)
+        segs, cols_rgba, widths = [], [], []
+        for i in rr:
+            strongest = set(np.argsort(-m[i], kind="stable")[:LINKS_PER_ROW].tolist())
+            for j in range(nk):
+                w = float(m[i, j]) / vmax
+                if w < LINK_MIN or j not in strongest:  # faint links only add clutter (and file size)
+                    continue
+                w = min(w, 1.0)
+                segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
+                cols_rgba.append((*colour[:3], 0.08 + 0.8 * w))
+                widths.append(0.2 + 2.0 * w)
+        if segs:
+            ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
+    if len(items) > 1:
+        handles = [Line2D([], [], color=HEAD_COLOURS[c % len(HEAD_COLOURS)], lw=1.5, label=name)
+                   for c, (name, _) in enumerate(items)]
+        fig.legend(handles=handles, loc="lower center", ncol=min(4, len(items)), fontsize=fs, frameon=False,
+                   handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
+    # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
+    above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
+    ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
+    ax.text(x1 + 0.01, 1.0, kt, ha="left", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# image overlay and strip
+
+
+def _why_not_image(result: AttentionResult) -> str | None:
+    if result.image is None:
+        return "the image view needs the input image; this result has none (run on an image with --image)"
+    if result.patch_grid is None:
+        return "the image view needs the image patch grid; this result has none (not an image model?)"
+    if sel_.patch_block(result) is None:
+        g = result.patch_grid
+        return f"no attention block has {g.offset + g.n} keys matching the {g.rows}x{g.cols} patch grid"
+    return None
+
+
+def _heat_on_image(image: np.ndarray, patch_map: np.ndarray) -> np.ndarray:
+    """Upsample a ``[rows, cols]`` patch map to the image size with bicubic smoothing (Pillow)."""
+    from PIL import Image
+
+    h, w = image.shape[:2]
+    src = Image.fromarray(np.ascontiguousarray(patch_map, dtype=np.float32), mode="F")
+    up = np.asarray(src.resize((w, h), Image.Resampling.BICUBIC), dtype=np.float32)
+    return np.clip(up, 0.0, None)
+
+
+def _patch_row(result: AttentionResult, block: Block, m: np.ndarray, query: int | None):
+    g = result.patch_grid
+    if query is None:
+        return g.to_image(m.mean(axis=0)), "all queries (mean)"
+    return g.to_image(m[query]), f"query {query} {display_label(block.query_axis.labels[query])}".strip()
+
+
+def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) -> tuple[int, Block]:
+    why = _why_not_image(result)
+    if why:
+        raise AttnvizError(why)
+    if spec.block is None:
+        idx = None
+        if prefer_cross:
+            idx = next((i for i, b in enumerate(result.blocks()) if b.kind == "cross" and sel_.keys_are_patches(result, b)),
+                       None)
+        if idx is None:
+            idx = sel_.patch_block(result)
+        return sel_.resolve_block(result, idx)
+    bi, b = sel_.resolve_block(result, spec.block)
+    if not sel_.keys_are_patches(result, b):
+        raise AttnvizError(f"block {sel_.block_label(b)!r} does not attend to image patches; "
+                           f"use a block over the {result.patch_grid.rows}x{result.patch_grid.cols} patches "
+                           f"(blocks: {_blocks_text(result)})")
+    return bi, b
+
+
+def _rgb(image) -> np.ndarray:
+    """``[H, W, 3]`` uint8 from grey, RGBA or float [0, 1] images."""
+    img = np.asarray(image)
+    if img.ndim == 3 and img.shape[-1] == 1:
+        img = img[..., 0]
+    if img.ndim == 2:
+        img = np.stack([img] * 3, axis=-1)
+    if img.ndim != 3 or img.shape[-1] not in (3, 4):
+        raise AttnvizError(f"the result's image has shape {img.shape}; expected height x width x 3")
+    img = img[..., :3]
+    if img.dtype != np.uint8:
+        f = img.astype(np.float32)
+        img = np.clip(f * 255.0 if f.max() <= 1.0 else f, 0, 255).round().astype(np.uint8)
+    return img
+
+
+def _grey(image: np.ndarray) -> np.ndarray:
+    """Lightened luminance of an RGB image: a neutral base that does not fight the heat colours."""
+    img = np.asarray(image, np.float32)
+    if img.ndim == 2:
+        lum = img
+    else:
+        lum = img[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32)
+    lum = lum / 255.0 if img.max() > 1.0 else lum
+    return 0.25 + 0.75 * np.clip(lum, 0.0, 1.0)
+
+
+def _overlay(ax, image: np.ndarray, patch: np.ndarray, cmap, vmax: float):
+    """Grey image + smoothed heat of one patch map; returns the heat's AxesImage."""
+    ih, iw = image.shape[:2]
+    ax.imshow(_grey(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="bilinear")
+    heat = _heat_on_image(image, patch)
+    norm = Normalize(0.0, vmax, clip=True)
+    rgba = cmap(norm(heat))
+    # opacity grows with the weight: unattended regions keep the image visible
+    rgba[..., 3] = 0.2 + 0.7 * norm(heat)
+    ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
+    ax.set_axis_off()
+    return ScalarMappable(norm=norm, cmap=cmap)
+
+
+def draw_image(result: AttentionResult, spec: FigureSpec):
+    bi, block = _image_block(result, spec, prefer_cross=False)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    g = result.patch_grid
+    if spec.query is not None:
+        query = sel_.check_query(block, spec.query)
+    elif block.kind == "cross":
+        query = sel_.generation_rows(result, block)[0][0]
+    else:
+        query = 0 if g.offset > 0 else None
+    patch, qtext = _patch_row(result, block, s.matrix, query)
+    image = _rgb(result.image)
+    fs = float(spec.font_size)
+    ih, iw = image.shape[:2]
+    width = spec.fixed_width or 3.0
+    title = fit_title(make_title(result, spec, sel_.block_label(block), s.layers, s.what, qtext), width, fs + 1)
+    title_in = title_height(title, fs + 1)
+    pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
+    img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
+    img_h = img_w * ih / iw
+    height = title_in + img_h + 2 * pad
+    fig = new_figure(spec, width, height, constrained=False)
+    ax = fig.add_axes((pad / width, pad / height, img_w / width, img_h / height))
+    vmax = float(spec.vmax) if spec.vmax else max(float(patch.max()), 1e-6)
+    ov = _overlay(ax, image, patch, _cmap(spec), vmax)
+    cax = fig.add_axes(((pad + img_w + cbar_gap) / width, pad / height, cbar_w / width, img_h / height))
+    cb = fig.colorbar(ov, cax=cax)
+    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label("attention weight", fontsize=fs)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+def _image_strip_ok(result: AttentionResult) -> bool:
+    return _why_not_image(result) is None and any(
+        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks())
+
+
+def _why_not_strip(result: AttentionResult) -> str | None:
+    if not result.generated:
+        return "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+    if _image_strip_ok(result):
+        return None
+    if not any(b.stack == "decoder" for b in result.blocks()):
+        return "the strip view needs a decoder: attention from the generated words"
+    return None
+
+
+def draw_strip(result: AttentionResult, spec: FigureSpec):
+    """Image models: the image, then one overlay per generated word.  Text models: the source (or the
+    tokens so far) once per generated word, each token shaded by its weight."""
+    why = _why_not_strip(result)
+    if why:
+        raise AttnvizError(why)
+    if spec.block is None and _image_strip_ok(result) or (
+            spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1])):
+        return _image_strip(result, spec)
+    return _text_strip(result, spec)
+
+
+def _strip_rows(result: AttentionResult, spec: FigureSpec, block: Block) -> list[tuple[int, str]]:
+    rows = sel_.generation_rows(result, block)
+    step = sel_.check_step(result, spec.step)
+    return rows[: step + 1] if step is not None else rows
+
+
+def _image_strip(result: AttentionResult, spec: FigureSpec):
+    bi, block = _image_block(result, spec, prefer_cross=True)
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    rows = _strip_rows(result, spec, block)
+    image = _rgb(result.image)
+    ih, iw = image.shape[:2]
+    fs = float(spec.font_size)
+    n = len(rows) + 1  # the input image first, as in Xu et al. (2015)
+    width = spec.fixed_width or clamp(min(n, 6) * 1.15, 2.4, 7.16)
+    ncols = max(1, min(n, int(width // 0.9)))
+    nrows = math.ceil(n / ncols)
+    pw = width / ncols
+    img_h = (pw - 0.08) * ih / iw
+    word_in = fs * 2.2 * PT
+    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
+    title = fit_title(title, width, fs + 1)
+    title_in = title_height(title, fs + 1)
+    height = title_in + nrows * (img_h + word_in) + 0.05
+    fig = new_figure(spec, width, height, constrained=False)
+    cmap = _cmap(spec)
+    for k in range(n):
+        r, c = divmod(k, ncols)
+        x0 = c * pw + 0.04
+        y0 = height - title_in - (r + 1) * (img_h + word_in) + word_in
+        ax = fig.add_axes((x0 / width, y0 / height, (pw - 0.08) / width, img_h / height))
+        ax.set_axis_off()
+        if k == 0:
+            ax.imshow(image, interpolation="bilinear")
+            word, weight = "(input)", "normal"
+        else:
+            row, word = rows[k - 1]
+            word, weight = display_label(word), "bold"
+            patch = result.patch_grid.to_image(s.matrix[row])
+            # each panel on its own scale, as in Xu et al.: where does this word look?
+            _overlay(ax, image, patch, cmap, max(float(patch.max()), 1e-6))
+        fig.text((x0 + (pw - 0.08) / 2) / width, (y0 - 0.03) / height, word, ha="center", va="top",
+                 fontsize=fs + 1, fontweight=weight)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+def _text_width_pt(s: str, fs: float) -> float:
+    """Exact advance width of ``s`` at ``fs`` points in the figure font (no renderer needed)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    w, _, _ = TextToPath().get_text_width_height_descent(s.replace("\\$", "$"), FontProperties(size=fs), ismath=False)
+    return float(w)
+
+
+def _text_strip(result: AttentionResult, spec: FigureSpec):
+    if spec.block is None:
+        bi = sel_.first_block(result, kind="cross", stack="decoder")
+        if bi is None:
+            bi = sel_.first_block(result, kind="self", stack="decoder")
+    else:
+        bi = spec.block
+    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    block = s.block
+    if block.stack != "decoder":
+        raise AttnvizError(f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})")
+    rows = _strip_rows(result, spec, block)
+    fs = float(spec.font_size)
+    k_labels = display_labels(block.key_axis.labels)
+    k_special = list(block.key_axis.special)
+    panels = []
+    for row, word in rows:
+        cols = np.arange(len(k_labels))
+        if block.kind == "self":  # a decoder sees only the tokens up to its own position
+            cols = cols[: row + 1]
+        w = np.asarray(s.matrix[row], np.float32)[cols]
+        if spec.hide_special:
+            keep = ~np.asarray([k_special[j] for j in cols], bool)
+            if keep.any():
+                cols, w = cols[keep], w[keep]
+                w = w / max(float(w.sum()), 1e-12)
+        if spec.keep < 1.0:
+            w = keep_mass(w[None], spec.keep)[0]
+        panels.append((display_label(word), cols, w))
+    vmax = float(spec.vmax) if spec.vmax else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    norm = _norm(spec, vmax)
+    # light-to-dark for shading text: unattended tokens stay on a near-white background
+    cmap = _cmap(spec if spec.cmap else replace(spec, cmap="magma_r"))
+    width = spec.fixed_width or 3.5
+    pad_pt, gap_pt, line_pt = 1.6, 1.5, fs * 1.75
+    avail_pt = (width - 0.2) * 72
+    # lay every panel's tokens out in lines (wrapping at the figure width)
+    layouts = []
+    for word, cols, w in panels:
+        x, y, boxes = 0.0, 0, []
+        for j, wt in zip(cols, w):
+            tw = _text_width_pt(k_labels[j], fs) + 2 * pad_pt
+            if x > 0 and x + tw > avail_pt:
+                x, y = 0.0, y + 1
+            boxes.append((x, y, tw, k_labels[j], float(wt), k_special[j]))
+            x += tw + gap_pt
+        # centre each line under the figure's width
+        for line in range(y + 1):
+            mine = [b for b in boxes if b[1] == line]
+            shift = (avail_pt - (mine[-1][0] + mine[-1][2])) / 2
+            boxes = [(b[0] + shift, *b[1:]) if b[1] == line else b for b in boxes]
+        layouts.append((word, boxes, y + 1))
+    word_pt = fs * 2.0
+    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
+    title = fit_title(title, width, fs + 1)
+    title_in = title_height(title, fs + 1)
+    cbar_in = 0.42
+    body_pt = sum(n_lines * line_pt + word_pt + 4 for _, _, n_lines in layouts)
+    height = title_in + body_pt / 72 + cbar_in + 0.05
+    fig = new_figure(spec, width, height, constrained=False)
+    ax = fig.add_axes((0.1 / width, (cbar_in + 0.02) / height, (width - 0.2) / width, (body_pt / 72) / height))
+    ax.set_xlim(0, avail_pt)
+    ax.set_ylim(body_pt, 0)
+    ax.set_axis_off()
+    y0 = 0.0
+    for word, boxes, n_lines in layouts:
+        for x, line, tw, lab, wt, special in boxes:
+            top = y0 + line * line_pt
+            face = cmap(norm(max(wt, 1e-12) if spec.log else wt))
+            ax.add_patch(Rectangle((x, top + 0.8), tw, line_pt - 1.6, facecolor=face, edgecolor="none"))
+            lum = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2]
+            ax.text(x + tw / 2, top + line_pt / 2, lab, ha="center", va="center_baseline", fontsize=fs,
+                    color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"))
+        y0 += n_lines * line_pt
+        ax.text(avail_pt / 2, y0 + word_pt * 0.55, word, ha="center", va="center_baseline", fontsize=fs + 1,
+                fontweight="bold")
+        y0 += word_pt + 4
+    cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
+    cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
+    cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs - 1, labelpad=1)
+    if title:
+        fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
+    return fig
+
+
+# view name -> (draw(result, spec) -> Figure, why_not(result) -> str | None)
+VIEW_DRAWERS = {
+    "heatmap": (draw_heatmap, lambda r: None),
+    "overview": (draw_overview, lambda r: None),
+    "links": (draw_links, lambda r: None),
+    "alignment": (draw_alignment, _why_not_alignment),
+    "image": (draw_image, _why_not_image),
+    "strip": (draw_strip, _why_not_strip),
+}

@@ -1,0 +1,253 @@
+"""``attnviz figure`` end to end on maps files; recipes regenerate identical bytes; bad input gives one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from PIL import Image
+
+from conftest import encdec_result, text_result, vision_result
+from attnviz import AttnvizError
+from attnviz.cli import main
+from attnviz.core.io import save_npz
+from attnviz.figures import FigureSpec, render_figure, save_figure
+from attnviz.figures.recipe import load_recipe
+
+
+@pytest.fixture
+def maps(tmp_path):
+    paths = {}
+    for name, r in (("text", text_result()), ("mt", encdec_result()), ("cap", vision_result(decoder=True))):
+        paths[name] = save_npz(r, tmp_path / f"{name}.npz")
+    return paths
+
+
+def fig(*argv):
+    return main(["figure", *map(str, argv)])
+
+
+def test_figure_writes_file_and_recipe_and_recipe_regenerates_identical_png(maps, tmp_path, capsys):
+    out = tmp_path / "a" / "heat.png"
+    out.parent.mkdir()
+    assert fig("--maps", maps["text"], "--view", "heatmap", "--layer", 1, "--head", 2, "--width", "single",
+               "--dpi", 120, "--out", out) == 0
+    recipe = out.with_name("heat.png.recipe.json")
+    r = json.loads(recipe.read_text())
+    assert r["view"]["layer"] == 1 and r["view"]["head"] == 2 and r["view"]["width"] == "single"
+    assert r["source"]["maps"]["path"] == "../text.npz" and len(r["source"]["maps"]["sha256"]) == 64
+    assert r["attnviz_version"] and r["output"]["path"] == "heat.png"
+    assert Image.open(out).size[0] == 420
+    again = tmp_path / "again.png"
+    assert fig("--recipe", recipe, "--out", again) == 0
+    assert again.read_bytes() == out.read_bytes()
+    # and without --out it rewrites the recorded output with the same bytes
+    before = out.read_bytes()
+    out.unlink()
+    assert fig("--recipe", recipe) == 0
+    assert out.read_bytes() == before
+    assert json.loads(recipe.read_text()) == r
+
+
+@pytest.mark.parametrize("fmt", ["pdf", "svg"])
+def test_vector_recipes_also_regenerate_identical_bytes(maps, tmp_path, fmt):
+    out = tmp_path / f"mt.{fmt}"
+    assert fig("--maps", maps["mt"], "--view", "alignment", "--agg", "max", "--out", out) == 0
+    again = tmp_path / f"again.{fmt}"
+    assert fig("--recipe", f"{out}.recipe.json", "--out", again) == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_recipe_moves_with_its_folder_and_detects_changed_inputs(maps, tmp_path):
+    out = tmp_path / "h.png"
+    assert fig("--maps", maps["text"], "--out", out, "--dpi", 50) == 0
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for p in (maps["text"], out, tmp_path / "h.png.recipe.json"):
+        os.replace(p, moved / p.name)
+    r = load_recipe(moved / "h.png.recipe.json")
+    assert r["source"]["maps"]["path"] == str(moved / "text.npz")
+    save_npz(encdec_result(), moved / "text.npz")  # different content under the same name
+    with pytest.raises(AttnvizError, match="has changed since the recipe was written"):
+        load_recipe(moved / "h.png.recipe.json")
+
+
+def test_recipe_options_can_be_overridden(maps, tmp_path):
+    out = tmp_path / "h.png"
+    assert fig("--maps", maps["text"], "--head", 1, "--out", out, "--dpi", 50) == 0
+    out2 = tmp_path / "h2.png"
+    assert fig("--recipe", f"{out}.recipe.json", "--agg", "max", "--dpi", 60, "--out", out2) == 0
+    r = json.loads((tmp_path / "h2.png.recipe.json").read_text())
+    assert r["view"]["agg"] == "max" and r["view"]["head"] is None and r["view"]["dpi"] == 60
+
+
+def test_all_heads_writes_one_file_per_layer_and_head_with_progress(maps, tmp_path, capsys):
+    out = tmp_path / "heads"
+    assert fig("--maps", maps["text"], "--all-heads", "--out", out, "--format", "svg", "--dpi", 50) == 0
+    names = sorted(p.name for p in out.glob("*.svg"))
+    assert names == [f"heatmap_encoder-self_L{l:02d}_H{h:02d}.svg" for l in range(2) for h in range(3)]
+    assert len(list(out.glob("*.recipe.json"))) == 6
+    err = capsys.readouterr().err
+    assert "6/6" in err and "#" in err
+    # a name pattern and one layer
+    assert fig("--maps", maps["mt"], "--block", "decoder cross", "--view", "links", "--layer", 0, "--all-heads",
+               "--no-recipe", "--out", tmp_path / "x" / "cross.pdf", "--dpi", 50) == 0
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["cross_L00_H00.pdf", "cross_L00_H01.pdf"]
+
+
+def test_output_files_get_normal_permissions(maps, tmp_path):
+    out = tmp_path / "p.png"
+    old = os.umask(0o022)
+    try:
+        assert fig("--maps", maps["text"], "--out", out, "--dpi", 40) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+# ---- bad input: one line, exit code 2, the valid range or the fix named ------------------------
+
+BAD = [
+    (["--view", "bogus"], "invalid choice"),  # argparse
+    (["--layer", "5"], "layer 5 is out of range; encoder self-attention has layers 0..1"),
+    (["--head", "3"], "head 3 is out of range; encoder self-attention layer 1 has heads 0..2"),
+    (["--head", "0", "--agg", "max"], "not both"),
+    (["--query", "40", "--view", "links"], "query 40 is out of range; encoder self-attention has query positions 0..8"),
+    (["--block", "decoder cross"], "no block 'decoder cross'; this model has blocks 0 (encoder self)"),
+    (["--block", "3"], "block 3 is out of range"),
+    (["--view", "alignment"], "needs cross-attention"),
+    (["--view", "image"], "needs the input image"),
+    (["--view", "strip"], "the strip view needs generated words"),
+    (["--cmap", "nope"], "unknown colormap 'nope'"),
+    (["--width-in", "0.1"], "out of range; use 0.5..50 inches"),
+    (["--view", "overview", "--all-heads"], "does not apply to the overview"),
+]
+
+
+@pytest.mark.parametrize("extra,msg", BAD)
+def test_bad_input_gives_one_clear_line(maps, tmp_path, capsys, extra, msg):
+    out = tmp_path / "f.png"
+    with_out = [] if "--all-heads" in extra else ["--out", out]
+    try:
+        rc = fig("--maps", maps["text"], *extra, *with_out, "--dpi", 40)
+    except SystemExit as e:  # argparse
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert msg in err
+    assert "Traceback" not in err
+    if "invalid choice" not in msg:
+        assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("out,msg", [
+    ("fig.jpg", "cannot tell the figure format of fig.jpg"),
+    ("fig", "end the file name in .pdf, .svg or .png"),
+    ("missing/dir/fig.png", "folder"),
+])
+def test_bad_output_paths(maps, tmp_path, capsys, out, msg):
+    rc = fig("--maps", maps["text"], "--out", tmp_path / out)
+    assert rc == 2 and msg in capsys.readouterr().err
+
+
+def test_unwritable_folder_leaves_no_file(maps, tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root can write anywhere")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        rc = fig("--maps", maps["text"], "--out", ro / "f.png")
+    finally:
+        ro.chmod(0o700)
+    assert rc == 2 and "cannot write" in capsys.readouterr().err
+
+
+def test_permission_denied_is_a_clear_error(tmp_path, monkeypatch):
+    import attnviz.figures.render as render
+
+    def denied(**kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(render.tempfile, "mkstemp", denied)
+    with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable --out"):
+        save_figure(render_figure(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
+
+
+def test_failed_save_keeps_existing_file(tmp_path, monkeypatch):
+    target = tmp_path / "keep.png"
+    target.write_bytes(b"old figure")
+    f = render_figure(text_result(), FigureSpec(dpi=40))
+    import attnviz.figures.render as render
+
+    def boom(path, fmt_path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render.os, "replace", boom)
+    with pytest.raises(AttnvizError, match="No space left on device"):
+        save_figure(f, target)
+    assert target.read_bytes() == b"old figure"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.png"]  # no temp file left behind
+
+
+def test_recipe_errors(tmp_path, capsys):
+    bad = tmp_path / "r.json"
+    bad.write_text("{not json")
+    assert fig("--recipe", bad) == 2
+    assert "not a readable JSON recipe" in capsys.readouterr().err
+    assert fig("--recipe", tmp_path / "none.json") == 2
+    assert "no such recipe file" in capsys.readouterr().err
+    bad.write_text(json.dumps({"attnviz_recipe": 1, "source": {"maps": {"path": "gone.npz", "sha256": "0"}},
+                               "inputs": {}, "view": {}}))
+    assert fig("--recipe", bad, "--out", tmp_path / "x.png") == 2
+    assert "maps file gone.npz is missing" in capsys.readouterr().err
+
+
+def test_source_errors(maps, tmp_path, capsys):
+    assert fig("--out", tmp_path / "x.png") == 2
+    assert "give a model file, --maps" in capsys.readouterr().err
+    assert fig("--maps", maps["text"], "--text", "hi", "--out", tmp_path / "x.png") == 2
+    assert "drop --text" in capsys.readouterr().err
+    assert fig("--maps", tmp_path / "nope.npz", "--out", tmp_path / "x.png") == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_spec_validation_messages():
+    with pytest.raises(AttnvizError, match="unknown view 'pie'; use one of heatmap, overview, links, alignment, image, strip"):
+        FigureSpec(view="pie")
+    with pytest.raises(AttnvizError, match="unknown width preset"):
+        FigureSpec(width="triple")
+    with pytest.raises(AttnvizError, match="unknown figure option"):
+        FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
+    with pytest.raises(AttnvizError, match="rollout needs square self-attention"):
+        render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
+
+
+def test_bytes_do_not_depend_on_the_process(maps, tmp_path):
+    """A fresh interpreter with another hash seed writes the same PDF (set/dict order never leaks into files)."""
+    import subprocess
+    import sys
+
+    a = tmp_path / "a.pdf"
+    assert fig("--maps", maps["mt"], "--view", "strip", "--out", a, "--no-recipe") == 0
+    b = tmp_path / "b.pdf"
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-m", "attnviz", "figure", "--maps", str(maps["mt"]), "--view", "strip",
+                    "--out", str(b), "--no-recipe"], check=True, env=env, cwd=root, capture_output=True)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_export_figure_writes_figure_and_recipe_for_the_gui(maps, tmp_path):
+    from attnviz.figures import export_figure
+
+    out = export_figure(text_result(), tmp_path / "g.svg", FigureSpec(view="links", dpi=50),
+                        recipe_sources={"maps": maps["text"]})
+    assert out.read_bytes().startswith(b"<?xml")
+    r = json.loads((tmp_path / "g.svg.recipe.json").read_text())
+    assert r["view"]["view"] == "links" and r["source"]["maps"]["sha256"]
+    with pytest.raises(AttnvizError, match="cannot tell the figure format"):
+        export_figure(text_result(), tmp_path / "g.bmp", FigureSpec())
