@@ -45,6 +45,7 @@ class _TranslationBase(Task):
     greek = True  # source normalisation: lower-case + strip accents
     max_train_tokens = 64  # training pairs longer than this (either side, with BOS/EOS) are left out
     max_len = 128  # position table; held-out pairs are truncated to it
+    sample_id = ""  # held-out pair whose source is the model's sample input (default: the first)
 
     def __init__(self):
         self.tokenizers: dt.TranslationTokenizers | None = None
@@ -204,7 +205,8 @@ class _TranslationBase(Task):
         tok = self._tok()
         src_vocab = sorted(tok.source.get_vocab().items(), key=lambda kv: kv[1])
         tgt_vocab = sorted(tok.target.get_vocab().items(), key=lambda kv: kv[1])
-        sample = self._split().test[0]
+        test = self._split().test
+        sample = next((p for p in test if p.id == self.sample_id), test[0])
         return {
             "vocab": {"source": [t for t, _ in src_vocab], "target": [t for t, _ in tgt_vocab]},
             "tokenizer": tok.source.to_str(),
@@ -225,6 +227,7 @@ class Translation(_TranslationBase):
                "needs `pip install --no-deps bible-alignments`")
     target = "BLEU and cross-attention AER per layer/head vs the gold (eflomal: AER ~0.34)"
     target_key = "bleu"
+    sample_id = "40005008"  # Matthew 5:8, held out: "Blessed are the pure in heart, for they will see God."
 
     def load_split(self):
         return dt.split_pairs(dt.load_bible())
