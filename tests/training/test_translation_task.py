@@ -104,3 +104,19 @@ def test_cross_indices():
     class C:
         n_layers, n_dec_layers = 2, 3
     assert cross_indices(C) == [3, 5, 7]
+
+
+def test_configs_without_the_bible_data(monkeypatch):
+    from attnviz import AttnvizError
+    from attnviz.training import data_translation as dt
+    from attnviz.training.tasks.translation import Translation
+
+    def missing():
+        raise AttnvizError(f"the Greek-English alignment data is not installed: run `{dt.INSTALL_HINT}`")
+
+    monkeypatch.setattr(dt, "bible_data_dir", missing)
+    task = Translation()
+    mc, tc = task.configs("demo")
+    assert (mc.vocab_size, mc.tgt_vocab_size) == (3000, 3000) and tc.n_test == 528
+    with pytest.raises(AttnvizError, match="pip install --no-deps bible-alignments"):
+        task.make_split("train", mc, tc)

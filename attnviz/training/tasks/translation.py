@@ -77,8 +77,19 @@ class _TranslationBase(Task):
         self.tokenizers = dt.TranslationTokenizers(Tokenizer.from_str(src), Tokenizer.from_str(tgt))
 
     def vocab_sizes(self) -> tuple[int, int]:
-        t = self._tok()
+        """Vocabulary sizes of the tokenizers; the requested sizes when the data is not installed (so the
+        configs can be listed anywhere; building the data then raises the install hint)."""
+        try:
+            t = self._tok()
+        except AttnvizError:
+            return self.src_vocab, self.tgt_vocab
         return t.source.get_vocab_size(), t.target.get_vocab_size()
+
+    def _check_vocab(self, mcfg) -> None:
+        have = self.vocab_sizes()
+        if (mcfg.vocab_size, mcfg.target_vocab) != have:
+            raise AttnvizError(f"{self.name}: the model expects vocabularies of {mcfg.vocab_size}/{mcfg.target_vocab} "
+                               f"pieces but the tokenizers have {have[0]}/{have[1]}; retrain with `attnviz train {self.name}`")
 
     def encode(self, pairs: list[dt.AlignedPair], max_tokens: int, drop_long: bool) -> dict[str, np.ndarray]:
         """Padded arrays for the model plus the word maps and gold links the evaluation needs.
@@ -125,6 +136,7 @@ class _TranslationBase(Task):
 
     def make_split(self, split, mcfg, tcfg):
         sp = self._split()
+        self._check_vocab(mcfg)
         pairs = sp.train if split == "train" else sp.test
         n = tcfg.n_train if split == "train" else tcfg.n_test
         pairs = pairs[:n] if n and n < len(pairs) else pairs
@@ -236,8 +248,12 @@ class Translation(_TranslationBase):
         vs, vt = self.vocab_sizes()
         model = dict(arch="encoder-decoder", head="lm", vocab_size=vs, tgt_vocab_size=vt, max_len=self.max_len,
                      positions="sinusoidal")
-        sp = self._split()
-        train = dict(task=self.name, n_train=len(sp.train), n_test=len(sp.test))  # the whole NT split
+        try:
+            sp = self._split()
+            n_train, n_test = len(sp.train), len(sp.test)
+        except AttnvizError:  # not installed: list the configs anyway; training says how to install it
+            n_train, n_test = 7391, 528
+        train = dict(task=self.name, n_train=n_train, n_test=n_test)  # the whole NT split
         if preset == "demo":
             # ~25 min on one CPU thread (2 shared cores); the data is small (7.4k verses, 26 epochs)
             model.update(d_model=96, n_heads=4, n_layers=3, n_dec_layers=3, d_ff=192, dropout=0.1)
