@@ -22,8 +22,10 @@ def run(args) -> int:
     from attnviz.training.runners import OnnxRunner, take
     from attnviz.training.tasks import get_task
 
-    name, mcfg, tcfg, _ = read_config(args.model)
+    name, mcfg, tcfg, meta = read_config(args.model)
     task = get_task(name)
+    if hasattr(task, "restore"):  # tasks whose state lives in the model (translation: its trained tokenizers)
+        task.restore(meta)
     runner = OnnxRunner(args.model, provider=args.provider)
     data = task.make_split("test", mcfg, tcfg)
     if args.n is not None:

@@ -10,7 +10,8 @@ import time
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
 
 # kept here (not imported from tasks) so `attnviz --help` does not import torch
-TASK_NAMES = "sequence-classification, forecasting, vit-classification, translation, captioning, toy-reverse, toy-caption"
+TASK_NAMES = ("sequence-classification, forecasting, vit-classification, translation, captioning, "
+              "translation-synthetic, toy-reverse, toy-caption")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

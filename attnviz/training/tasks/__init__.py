@@ -182,8 +182,11 @@ def _registry() -> dict[str, Task]:
     from attnviz.training.tasks.sequence_classification import SequenceClassification
     from attnviz.training.tasks.toy import ToyCaption, ToyReverse
     from attnviz.training.tasks.vit_classification import VitClassification
+    from attnviz.training.tasks.translation import Translation, TranslationSynthetic
+    from attnviz.training.tasks.captioning import Captioning
 
-    tasks = [SequenceClassification(), Forecasting(), VitClassification(), ToyReverse(), ToyCaption()]
+    tasks = [SequenceClassification(), Forecasting(), VitClassification(), Translation(), Captioning(),
+             TranslationSynthetic(), ToyReverse(), ToyCaption()]
     return {t.name: t for t in tasks}
 
 

@@ -1,0 +1,344 @@
+"""Parallel data with gold word alignments for the ``translation`` task.
+
+Two sources, one shape (:class:`AlignedPair`):
+
+* **Greek → English New Testament** (:func:`load_bible`): SBL Greek New Testament words, Berean Standard
+  Bible words and the Biblica team's *manual* word alignments between them, as shipped by the PyPI package
+  ``bible-alignments`` (CC-BY-4.0; SBLGNT © 2010 Society of Biblical Literature and Logos Bible Software;
+  BSB public domain).  Install it with ``pip install --no-deps bible-alignments``: its own requirements
+  (django, jupyterlab, pandas...) are only needed by its Python API, which we never import; we read its data
+  files, which land in a top-level ``site-packages/data/`` folder:
+
+  - ``data/sources/SBLGNT.tsv``: one Greek word a row; ``id`` = ``nBBCCCVVVWWW`` (book, chapter, verse, word).
+  - ``data/eng/targets/BSB/nt_BSB.tsv``: one English token a row (punctuation included); ``id`` =
+    ``BBCCCVVVWWW``; ``source_verse`` = the Greek verse it belongs to (differs from the id's verse for a few
+    re-versified tokens); ``exclude = y`` marks punctuation that annotators never align; ``skip_space_after``.
+  - ``data/eng/alignments/BSB/SBLGNT-BSB-manual.json``: Scripture Burrito records
+    ``{"source": [greek ids], "target": [english ids]}``; a record links every source id to every target id.
+
+  Verses are grouped by Greek verse; the 80 records that link across a verse boundary merge those verses into
+  one unit (``id = "44005039+44005040"``).  Units without any alignment are dropped: 7,9xx units, ~190k links.
+
+* **Synthetic pair** (:func:`synthetic_pairs`): an English-like SVO source with adjectives before nouns and a
+  target language with its own vocabulary, SOV order, adjectives after nouns and no articles.  Gold links are
+  known by construction, so CI can train a tiny model for seconds and still check the alignment pipeline.
+
+Tokenisation: :func:`train_tokenizer` trains a small WordPiece vocabulary (``tokenizers``) on the word lists;
+:func:`encode_words` encodes a pre-split word list and returns the subword ids plus the subword → word map
+(``word_ids``), which :mod:`attnviz.training.metrics` uses to merge attention back to words.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import random
+import sys
+import sysconfig
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnviz import AttnvizError
+
+INSTALL_HINT = "pip install --no-deps bible-alignments"
+
+# relative paths inside the package's top-level data/ folder
+SOURCE_TSV = "sources/SBLGNT.tsv"
+TARGET_TSV = "eng/targets/BSB/nt_BSB.tsv"
+ALIGNMENT_JSON = "eng/alignments/BSB/SBLGNT-BSB-manual.json"
+
+# special tokens, in id order (ids 0..4 in every vocabulary we train)
+PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
+SPECIALS = [PAD, UNK, BOS, EOS]
+
+
+@dataclass(frozen=True)
+class AlignedPair:
+    """One sentence pair with gold word alignment.
+
+    ``links`` are ``(src_word_index, tgt_word_index)`` pairs (sure links; this data has no "possible" ones).
+    ``tgt_skip[j]`` is True for target words outside the alignment task (punctuation the annotators never
+    align); AER ignores them on both sides.
+    """
+
+    id: str
+    src: tuple[str, ...]
+    tgt: tuple[str, ...]
+    links: frozenset[tuple[int, int]]
+    tgt_skip: tuple[bool, ...] = ()
+    tgt_text: str = ""  # detokenised target (spacing as printed); " ".join(tgt) when empty
+
+    def text(self) -> str:
+        return self.tgt_text or " ".join(self.tgt)
+
+
+@dataclass
+class Split:
+    train: list[AlignedPair] = field(default_factory=list)
+    test: list[AlignedPair] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Greek -> English New Testament
+
+
+def bible_data_dir() -> Path:
+    """The ``data/`` folder of the installed ``bible-alignments`` package, or a one-line AttnvizError."""
+    candidates: list[Path] = []
+    spec = importlib.util.find_spec("bible_alignments")
+    if spec is not None and spec.origin:
+        candidates.append(Path(spec.origin).resolve().parent.parent / "data")
+    for key in ("purelib", "platlib"):
+        candidates.append(Path(sysconfig.get_paths()[key]) / "data")
+    candidates += [Path(p) / "data" for p in sys.path if p.endswith("site-packages")]
+    for d in candidates:
+        if (d / ALIGNMENT_JSON).is_file() and (d / SOURCE_TSV).is_file() and (d / TARGET_TSV).is_file():
+            return d
+    raise AttnvizError(
+        f"the Greek-English alignment data is not installed: run `{INSTALL_HINT}` "
+        "(the package's data/ folder with SBLGNT.tsv, nt_BSB.tsv and SBLGNT-BSB-manual.json was not found)"
+    )
+
+
+def _read_tsv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def _detok(words: list[str], no_space_after: list[bool]) -> str:
+    out = []
+    for w, tight in zip(words, no_space_after):
+        out.append(w if tight else w + " ")
+    return "".join(out).strip()
+
+
+def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
+    """All aligned NT verse units, in canonical (book, chapter, verse) order."""
+    d = Path(data_dir) if data_dir is not None else bible_data_dir()
+    try:
+        src_rows = _read_tsv(d / SOURCE_TSV)
+        tgt_rows = _read_tsv(d / TARGET_TSV)
+        with open(d / ALIGNMENT_JSON, encoding="utf-8") as f:
+            records = json.load(f)["records"]
+    except (OSError, ValueError, KeyError) as e:
+        raise AttnvizError(f"cannot read the bible-alignments data in {d}: {e}; reinstall with `{INSTALL_HINT}`") from e
+
+    src_verse = {r["id"]: r["id"][1:9] for r in src_rows}  # n40001001001 -> 40001001
+    tgt_verse = {r["id"]: (r["source_verse"] or r["id"][:8]) for r in tgt_rows}
+
+    # union-find over verses joined by a cross-verse record
+    parent: dict[str, str] = {}
+
+    def find(v: str) -> str:
+        while parent.get(v, v) != v:
+            v = parent[v]
+        return v
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    for rec in records:
+        vs = {src_verse[s] for s in rec["source"] if s in src_verse} | {tgt_verse[t] for t in rec["target"] if t in tgt_verse}
+        vs_list = sorted(vs)
+        for v in vs_list[1:]:
+            union(vs_list[0], v)
+
+    # words of each unit, in order
+    unit_src: dict[str, list[str]] = defaultdict(list)
+    unit_tgt: dict[str, list[dict[str, str]]] = defaultdict(list)
+    unit_members: dict[str, set[str]] = defaultdict(set)
+    for r in src_rows:
+        u = find(src_verse[r["id"]])
+        unit_src[u].append(r["id"])
+        unit_members[u].add(src_verse[r["id"]])
+    for r in tgt_rows:
+        u = find(tgt_verse[r["id"]])
+        unit_tgt[u].append(r)
+        unit_members[u].add(tgt_verse[r["id"]])
+    src_text = {r["id"]: r["text"] for r in src_rows}
+
+    unit_links: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for rec in records:
+        for s in rec["source"]:
+            if s not in src_verse:
+                continue
+            u = find(src_verse[s])
+            for t in rec["target"]:
+                if t in tgt_verse:
+                    unit_links[u].add((s, t))
+
+    pairs = []
+    for u in sorted(unit_links):
+        s_ids = sorted(unit_src[u])
+        t_rows = sorted(unit_tgt[u], key=lambda r: r["id"])
+        if not s_ids or not t_rows:
+            continue
+        s_index = {s: i for i, s in enumerate(s_ids)}
+        t_index = {r["id"]: j for j, r in enumerate(t_rows)}
+        links = frozenset((s_index[s], t_index[t]) for s, t in unit_links[u] if s in s_index and t in t_index)
+        if not links:
+            continue
+        tgt_words = [r["text"] for r in t_rows]
+        pairs.append(
+            AlignedPair(
+                id="+".join(sorted(unit_members[u])),
+                src=tuple(src_text[s] for s in s_ids),
+                tgt=tuple(tgt_words),
+                links=links,
+                tgt_skip=tuple(r["exclude"] == "y" for r in t_rows),
+                tgt_text=_detok(tgt_words, [r["skip_space_after"] == "y" for r in t_rows]),
+            )
+        )
+    return pairs
+
+
+def split_pairs(pairs: list[AlignedPair], every: int = 15, offset: int = 7) -> Split:
+    """Deterministic held-out split: every ``every``-th unit (in canonical order) goes to test.
+
+    With 7,9xx units and ``every=15`` that is 528 held-out verses spread evenly over all 27 books.
+    """
+    out = Split()
+    for i, p in enumerate(pairs):
+        (out.test if i % every == offset else out.train).append(p)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# synthetic language pair with gold alignment by construction
+
+_NOUNS = ["cat", "dog", "bird", "fish", "horse", "child", "farmer", "king", "queen", "teacher", "apple", "river"]
+_ADJS = ["big", "small", "red", "old", "young", "happy", "quiet", "green"]
+_VERBS = ["sees", "likes", "follows", "finds", "helps", "paints", "hears", "calls"]
+_DETS = ["the", "a"]
+_PREPS = ["near", "behind", "under"]
+# target vocabulary: one made-up word per source content word (the articles have no counterpart)
+_LEX = {
+    **{w: t for w, t in zip(_NOUNS, ["miko", "dashu", "pira", "selo", "wando", "kibi", "turo", "raja", "rani", "sensi", "ringo", "kawa"])},
+    **{w: t for w, t in zip(_ADJS, ["oki", "chisa", "aka", "furu", "waka", "gena", "shizu", "mido"])},
+    **{w: t for w, t in zip(_VERBS, ["miru", "suku", "otto", "mitsu", "tasu", "kaku", "kiku", "yobu"])},
+    **{w: t for w, t in zip(_PREPS, ["chika", "ushiro", "shita"])},
+}
+
+
+def _noun_phrase(rng: random.Random) -> list[tuple[str, str]]:
+    """[(word, role)] for "det adj* noun" (role: det|adj|noun)."""
+    words = [(rng.choice(_DETS), "det")]
+    for _ in range(rng.choice([0, 0, 1, 1, 2])):
+        words.append((rng.choice(_ADJS), "adj"))
+    words.append((rng.choice(_NOUNS), "noun"))
+    return words
+
+
+def _reorder_np(np_idx: list[int], roles: list[str]) -> list[int]:
+    """Target order of a noun phrase: noun, then adjectives in source order; articles dropped."""
+    nouns = [i for i in np_idx if roles[i] == "noun"]
+    adjs = [i for i in np_idx if roles[i] == "adj"]
+    return nouns + adjs
+
+
+def synthetic_pair(rng: random.Random, pid: str = "") -> AlignedPair:
+    """One sentence: ``det adj* N V det adj* N [prep det adj* N]`` -> ``N adj* N adj* [N adj* prep'] V``.
+
+    Subject noun phrase, then object noun phrase, then the optional prepositional phrase as a postposition,
+    then the verb (SOV).  Every content word has exactly one translation; articles are unaligned.
+    """
+    subj, obj = _noun_phrase(rng), _noun_phrase(rng)
+    verb = [(rng.choice(_VERBS), "verb")]
+    pp: list[tuple[str, str]] = []
+    if rng.random() < 0.4:
+        pp = [(rng.choice(_PREPS), "prep")] + _noun_phrase(rng)
+    src_words = subj + verb + obj + pp
+    roles = [r for _, r in src_words]
+    n_s, n_o = len(subj), len(obj)
+    i_subj = list(range(n_s))
+    i_verb = n_s
+    i_obj = list(range(n_s + 1, n_s + 1 + n_o))
+    order = _reorder_np(i_subj, roles) + _reorder_np(i_obj, roles)
+    if pp:
+        p0 = n_s + 1 + n_o
+        order += _reorder_np(list(range(p0 + 1, len(src_words))), roles) + [p0]
+    order.append(i_verb)
+    tgt = tuple(_LEX[src_words[i][0]] for i in order)
+    links = frozenset((i, j) for j, i in enumerate(order))
+    return AlignedPair(id=pid, src=tuple(w for w, _ in src_words), tgt=tgt, links=links, tgt_skip=(False,) * len(tgt))
+
+
+def synthetic_pairs(n: int, seed: int = 0) -> list[AlignedPair]:
+    rng = random.Random(seed)
+    return [synthetic_pair(rng, f"syn{seed}-{i}") for i in range(n)]
+
+
+def synthetic_split(n_train: int = 2000, n_test: int = 200, seed: int = 0) -> Split:
+    """Train and test drawn from different seeds (the same sentence may occur in both; the space is large)."""
+    return Split(train=synthetic_pairs(n_train, seed), test=synthetic_pairs(n_test, seed + 10_007))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# subword tokenizers
+
+
+def train_tokenizer(sentences: list[tuple[str, ...]] | list[list[str]], vocab_size: int = 4000, lowercase: bool = False,
+                    strip_accents: bool = False, min_frequency: int = 2):
+    """A WordPiece tokenizer (``##`` continuation prefix) trained on pre-split sentences.
+
+    Specials ``[PAD] [UNK] [BOS] [EOS]`` get ids 0..3.  The pre-tokenizer splits on whitespace and
+    punctuation (so raw text typed in the viewer splits like the training words); the decoder joins ``##``
+    pieces and tidies punctuation spacing.  No post-processor: the model code adds BOS/EOS itself.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
+    norms = [normalizers.NFD()] if strip_accents else [normalizers.NFC()]
+    if strip_accents:
+        norms.append(normalizers.StripAccents())
+    if lowercase:
+        norms.append(normalizers.Lowercase())
+    tok.normalizer = normalizers.Sequence(norms)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS,
+                                        continuing_subword_prefix="##", show_progress=False)
+    tok.train_from_iterator((" ".join(s) for s in sentences), trainer=trainer, length=len(sentences))
+    return tok
+
+
+def encode_words(tok, words: tuple[str, ...] | list[str]) -> tuple[list[int], list[int]]:
+    """Subword ids of a pre-split sentence and, for each subword, the index of the word it came from."""
+    enc = tok.encode(list(words), is_pretokenized=True, add_special_tokens=False)
+    word_ids = [-1 if w is None else int(w) for w in enc.word_ids]
+    return list(enc.ids), word_ids
+
+
+@dataclass
+class TranslationTokenizers:
+    source: object  # tokenizers.Tokenizer
+    target: object
+
+    def encode_pair(self, pair: AlignedPair) -> dict[str, list[int]]:
+        """Ids for the model plus subword->word maps.
+
+        ``src_ids``: source subwords (no specials); ``tgt_ids``: ``[BOS] + target subwords + [EOS]``.
+        ``src_words`` / ``tgt_words``: word index per position, -1 for specials.
+        """
+        s_ids, s_w = encode_words(self.source, pair.src)
+        t_ids, t_w = encode_words(self.target, pair.tgt)
+        bos, eos = self.target.token_to_id(BOS), self.target.token_to_id(EOS)
+        return {"src_ids": s_ids, "src_words": s_w, "tgt_ids": [bos] + t_ids + [eos], "tgt_words": [-1] + t_w + [-1]}
+
+
+def train_tokenizers(pairs: list[AlignedPair], src_vocab: int = 4000, tgt_vocab: int = 4000,
+                     greek: bool = True) -> TranslationTokenizers:
+    """Source (Greek: lower-cased, accents stripped; the NT is small) and target (cased) tokenizers."""
+    return TranslationTokenizers(
+        source=train_tokenizer([p.src for p in pairs], src_vocab, lowercase=greek, strip_accents=greek),
+        target=train_tokenizer([p.tgt for p in pairs], tgt_vocab),
+    )
+
+
+def stable_hash(s: str) -> int:
+    return zlib.crc32(s.encode("utf-8"))

@@ -1,0 +1,48 @@
+"""The shipped translation and captioning models: self-described, measured, and runnable by the engine."""
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from attnviz.core import metadata  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name):
+    import onnx
+
+    path = ROOT / "models" / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    meta = metadata.parse({p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props})
+    assert meta["task"] == name and name in (ROOT / "models" / "README.md").read_text()
+    return path, meta
+
+
+def test_captioning_demo():
+    from attnviz.runtime import open_model
+
+    path, meta = _load("captioning")
+    m = meta["metrics"]
+    assert m["pointing_best_layer"] >= 0.9 and m["exact_match"] >= 0.9
+    assert meta["image"]["grid"] == [8, 8]
+    sample = str(ROOT / meta["sample"]["image"])
+    res = open_model(path, provider="cpu").analyze(image=sample, generate=14)
+    assert res.generated[:3] == ["a", "blue", "triangle"] and res.generated[-1] == "<eos>"
+    assert res.patch_grid.rows == 8 and [s.kind for s in res.sites].count("cross") == 2
+
+
+def test_translation_demo():
+    from attnviz.runtime import open_model
+
+    path, meta = _load("translation")
+    m = meta["metrics"]
+    assert len(m["aer"]["heads"]) == 3 and all(len(r) == 4 for r in m["aer"]["heads"])
+    assert m["aer_average"] < m["aer_diagonal_baseline"] and m["bleu"] > 5
+    assert {"tokenizer", "target_tokenizer"} <= set(meta) and set(meta["vocab"]) == {"source", "target"}
+    res = open_model(path, provider="cpu").analyze(text=meta["sample"]["text"], generate=30)
+    assert res.generated[0] == "Blessed" and res.generated[-1] == "[EOS]"
+    assert [s.kind for s in res.sites].count("cross") == 3
