@@ -110,6 +110,7 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
     if isinstance(feeds, (str, Path)):
         feeds = ip.load_feeds(feeds)
     f: dict[str, np.ndarray] = dict(feeds or {})
+    notes: list[str] = []
     src_axis = None
     shown = None
     src_tok = tgt_tok = None
@@ -168,6 +169,9 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
                 raise AttnvizError("the text gives no tokens; type some words")
             _fill_text_inputs(model, f, enc.ids, enc.type_ids, {r: r for r in ENCODER_TEXT_ROLES})
             src_axis = TokenAxis(enc.tokens, enc.special)
+            limit = getattr(src_tok, "max_length", None)
+            if limit and len(enc.ids) > limit:
+                notes.append(f"{len(enc.ids)} tokens: longer than the tokenizer's configured limit of {limit}; kept them all")
         else:
             raise AttnvizError(f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})")
     elif tok_in is not None and tok_in.name in f and np.ndim(f[tok_in.name]) == 2 and not decoder_is_tokens:
@@ -246,7 +250,14 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
 
     if progress is not None:
         progress(100 if generate else -1, "extracting attention…")
-    result = model.run(f, mode=mode)
+    try:
+        result = model.run(f, mode=mode)
+    except AttnvizError as e:
+        if notes:  # e.g. positions beyond the model's table: say why
+            raise AttnvizError(f"{e} ({'; '.join(notes)})") from None
+        raise
+    if notes:
+        result.info["notes"] = notes
 
     # axes -------------------------------------------------------------------------------
     dec_axis = _labels(tgt_tok, final) if dec_in is not None else None

@@ -70,6 +70,11 @@ class TextEncoder:
 class HFTokenizer(TextEncoder):
     def __init__(self, tok, source: str):
         tok.no_padding()  # one sequence at a time: padding would only add [PAD] columns to every map
+        # tokenizer.json truncation is a training-time choice (MiniLM's says 128 though its positions go to 512);
+        # a viewer of long inputs keeps every token and says when the text is longer than that limit
+        trunc = tok.truncation
+        self.max_length = int(trunc["max_length"]) if trunc else None
+        tok.no_truncation()
         self.tok = tok
         self.source = source
         self._special = set()

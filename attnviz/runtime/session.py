@@ -21,7 +21,7 @@ def session_options(threads: int | None = None, arena: bool = True) -> ort.Sessi
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if threads:
         so.intra_op_num_threads = int(threads)
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures become one-line AttnvizErrors; the C++ log would repeat them on stderr
     return so
 
 

