@@ -9,19 +9,6 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult
 
 
-def load_feeds(path: str | os.PathLike) -> dict:
-    """Raw model inputs from an .npz (one array per graph input name)."""
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such inputs file") from None
-    except Exception as e:
-        raise AttnvizError(f"{path}: not a readable .npz of model inputs ({type(e).__name__})") from None
-
-
 def load_result(
     model: str | os.PathLike | None = None,
     maps: str | os.PathLike | None = None,
@@ -61,7 +48,7 @@ def load_result(
         text=text,
         text_pair=text_pair,
         image=str(image) if image is not None else None,
-        feeds=load_feeds(feeds) if feeds is not None else None,
+        feeds=str(feeds) if feeds is not None else None,  # the runtime loads and checks the .npz
         generate=int(generate or 0),
         mode=mode or "auto",
         image_size=tuple(image_size) if image_size else None,
