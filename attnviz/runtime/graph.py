@@ -320,7 +320,7 @@ def node_scope(g: Graph, n) -> str:
     return n.name or ""
 
 
-def _ancestry(g: Graph, roots: list[str]) -> dict[str, int]:
+def _ancestry(g: Graph) -> dict[str, int]:
     """Bit mask of graph inputs each tensor depends on (past/cache inputs ignored)."""
     bit = {name: 1 << i for i, name in enumerate(g.input_names) if not PAST_RE.search(name)}
     anc: dict[str, int] = dict(bit)
@@ -339,7 +339,7 @@ def _ancestry(g: Graph, roots: list[str]) -> dict[str, int]:
 def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[Site]:
     """Assign stack / kind / layer and return the sites in canonical order."""
     meta = meta or {}
-    anc = _ancestry(g, g.input_names)
+    anc = _ancestry(g)
     roles = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
     dec_bits = 0
     enc_bits = 0
@@ -400,7 +400,7 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
         for s in sites:
             if s.stack == "":
                 s.stack = guess
-    # a cross site's stack is always the decoder; self sites whose queries flow from a cross site too
+    # a cross site's stack is always the decoder, whatever the names said
     for s in sites:
         if s.kind == "cross":
             s.stack = "decoder"
@@ -430,8 +430,9 @@ def _cross_check_layers(sites: list[Site]) -> None:
 
 def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
     """Static guess whether a single-stack graph is a (causal) decoder; the runtime confirms on the maps."""
-    task = str(meta.get("task", ""))
-    if task in ("forecasting",) or "decoder" in str(meta.get("config", "")).lower() and "arch" in str(meta.get("config", "")) and '"decoder"' in str(meta.get("config", "")):
+    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    arch = (cfg.get("model") or {}).get("arch") if isinstance(cfg.get("model"), dict) else None
+    if arch == "decoder":  # attnviz's own exports say what they are
         return True
     if any(PAST_RE.search(n) for n in g.input_names):
         return True
