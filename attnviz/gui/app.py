@@ -13,7 +13,10 @@ DEMO_PREFERENCE = ("translation.onnx", "captioning.onnx", "sequence-classificati
 
 
 def models_dir() -> Path:
-    return Path(attnviz.__file__).resolve().parents[1] / "models"
+    """The demo models: ``attnviz/demos`` in an installed wheel, else the checkout's ``models/`` (editable install)."""
+    pkg = Path(attnviz.__file__).resolve().parent
+    packaged = pkg / "demos"
+    return packaged if packaged.is_dir() else pkg.parent / "models"
 
 
 def demo_model(folder: Path | None = None) -> Path | None:
