@@ -48,6 +48,10 @@ def make_app(argv=None):
 
 
 def ensure_platform(screenshot: bool) -> None:
-    """Screenshots render offscreen when there is no display."""
+    """Screenshots render offscreen when there is no display; otherwise check the window system before Qt
+    starts (Qt aborts the process when an xcb library or the display is missing)."""
     if screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from attnviz.gui.platform_check import check_platform
+
+    check_platform()
