@@ -1,4 +1,4 @@
-"""Command line: ``attnviz [open|inspect|extract|figure|train|eval] ...``.
+"""Command line: ``attnviz [open|inspect|extract|figure|train|eval|export-hf] ...``.
 
 Each subcommand lives in its own module exposing ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int``; modules keep heavy imports (torch, Qt, onnxruntime) inside ``run`` so
@@ -22,6 +22,7 @@ COMMANDS = {
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
+    "export-hf": "attnviz.training.commands.export_hf",
 }
 
 
