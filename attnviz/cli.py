@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnviz: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `attnviz inspect --json | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
+        return 0
     except Exception as e:  # never a traceback to the user; ATTNVIZ_DEBUG=1 shows it
         if os.environ.get("ATTNVIZ_DEBUG"):
             raise

@@ -32,6 +32,17 @@ def demo_model(folder: Path | None = None) -> Path | None:
     return found[0] if found else None
 
 
+def make_settings():
+    """The app's QSettings: ``ATTNVIZ_SETTINGS=FILE.ini`` redirects them (the test suite sets it, so it never
+    touches the user's recent files, window layout or session)."""
+    from PySide6.QtCore import QSettings
+
+    path = os.environ.get("ATTNVIZ_SETTINGS")
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings("attnviz", "attnviz")
+
+
 def make_app(argv=None):
     """The QApplication (created once), with pyqtgraph configured."""
     from PySide6.QtWidgets import QApplication

@@ -15,7 +15,9 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.gui import style
-from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_renderer
+from attnviz.gui.app import make_settings
+from attnviz.gui.export import (VIEW_FORMATS, export_npz, export_widget, figures_renderer, maps_dialog_start,
+                                remember_export, view_dialog_start)
 from attnviz.gui.selection import clamp
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
@@ -107,7 +109,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.opener = opener or _default_opener
         self.provider = provider
-        self.settings = settings if settings is not None else QSettings("attnviz", "attnviz")
+        self.settings = settings if settings is not None else make_settings()
         self.session = Session(self)
         self.workers = WorkerPool(max_threads=2, parent=self)
         self._context: dict[int, tuple] = {}  # request id -> what the request was about
@@ -474,14 +476,16 @@ class MainWindow(QMainWindow):
 
     def export_view_dialog(self) -> None:
         title = self.tabs.tabText(self.tabs.currentIndex()).lower().replace(" ", "-")
-        path, _ = QFileDialog.getSaveFileName(self, "Export view", f"attnviz-{title}.png",
-                                              "PNG image (*.png);;SVG vector (*.svg);;PDF (*.pdf)")
+        start, filters, selected = view_dialog_start(self.settings, f"attnviz-{title}")  # last folder and format
+        path, _ = QFileDialog.getSaveFileName(self, "Export view", start, filters, selected)
         if path:
+            remember_export(self.settings, path)
             self.export_view(path)
 
     def export_npz_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export maps", "attention.npz", "attnviz maps (*.npz)")
+        path, _ = QFileDialog.getSaveFileName(self, "Export maps", maps_dialog_start(self.settings), "attnviz maps (*.npz)")
         if path:
+            remember_export(self.settings, path)
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------

@@ -1,0 +1,67 @@
+"""Researcher habits: settings never leak from tests, the export dialog remembers folder and format,
+`open --tokenizer` exists (the runtime's hint names it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from test_window import open_and_wait
+
+from attnviz.cli import main
+
+
+def test_suite_settings_are_a_temp_file_not_the_users():
+    from attnviz.gui.app import make_settings
+
+    path = Path(make_settings().fileName())
+    assert path == Path(os.environ["ATTNVIZ_SETTINGS"])
+    assert not path.is_relative_to(Path.home() / ".config")
+
+
+def test_default_window_settings_follow_the_override(qtbot, tmp_path, monkeypatch):
+    from attnviz.gui.main_window import MainWindow
+
+    ini = tmp_path / "mine.ini"
+    monkeypatch.setenv("ATTNVIZ_SETTINGS", str(ini))
+    w = MainWindow(opener=lambda *a, **k: None)
+    qtbot.addWidget(w)
+    w.add_recent(tmp_path / "x.onnx")
+    assert ini.exists() and "x.onnx" in ini.read_text()
+
+
+def test_export_dialog_remembers_folder_and_format(qtbot, window, files, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    open_and_wait(qtbot, window, files["text.onnx"])
+    window.select_view("head")
+    calls = []
+    target = tmp_path / "figs"
+    target.mkdir()
+
+    def fake_dialog(parent, caption, start, filters, selected=""):
+        calls.append((start, filters, selected))
+        return str(target / "first.svg"), "SVG vector (*.svg)"
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(fake_dialog))
+    window.export_view_dialog()
+    qtbot.waitUntil(lambda: (target / "first.svg").exists(), timeout=20000)
+    assert calls[0][0] == "attnviz-head-map.png" and calls[0][2] == "PNG image (*.png)"  # nothing remembered yet
+    window.export_view_dialog()  # the next dialog starts in figs/ with SVG selected
+    start, filters, selected = calls[1]
+    assert Path(start) == target.resolve() / "attnviz-head-map.svg"
+    assert selected == "SVG vector (*.svg)" and filters.split(";;")[0] == selected
+    # remembered in the settings, so a new window (the app reopened) starts there too
+    from attnviz.gui.export import maps_dialog_start, view_dialog_start
+
+    assert Path(maps_dialog_start(window.settings)) == target.resolve() / "attention.npz"
+    for p in target.iterdir():
+        p.unlink()
+    target.rmdir()  # a folder that has gone: back to the default start
+    assert view_dialog_start(window.settings, "x")[0] == "x.svg"
+
+
+def test_open_tokenizer_flag_is_checked(capsys, tmp_path):
+    assert main(["open", "--tokenizer", str(tmp_path / "nope.json"), "--screenshot", str(tmp_path / "s.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--tokenizer" in err and "no such file" in err
