@@ -80,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # run options a recipe records besides the inputs (defaults as in attnviz.runtime.commands.common)
-_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None}
+_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None,
+                    "max_tokens": None}
 
 
 def _option(args, k):
@@ -193,6 +194,14 @@ def run(args) -> int:
         for kind in ("image", "feeds", "tokenizer"):
             if src[kind] is not None and not Path(src[kind]).is_file():
                 raise AttnvizError(f"{src[kind]}: no such file")
+    if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "feeds")):
+        from attnviz.runtime.sample import sample_for_path
+
+        sample = sample_for_path(src["model"])  # the model's own sample input, as the app opens it
+        if sample:
+            src.update({k: v for k, v in sample.items() if k != "generate"})
+            src["generate"] = src["generate"] or int(sample.get("generate") or 0)
+            print(f"attnviz: no input given; using the model's sample input ({', '.join(sorted(sample))})", file=sys.stderr)
     result = load_result(**src)
 
     def recipe_for(spec_, path):

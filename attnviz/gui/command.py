@@ -14,6 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", help="image file for vision / captioning models")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
     p.add_argument("--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)")
     p.add_argument("--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit")
     p.add_argument("--view", default=None, help="tab to show first (overview, head, links, alignment, image, stats)")
@@ -41,6 +42,8 @@ def run(args) -> int:
             raise AttnvizError(f"--screenshot {shot}: use a .png file name")
         if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
             raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise AttnvizError(f"--max-tokens {args.max_tokens}: give at least 1")
     if args.tokenizer and not Path(args.tokenizer).is_file():
         raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
     try:
@@ -55,6 +58,8 @@ def run(args) -> int:
     win = MainWindow(provider=args.provider)
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
+    if args.max_tokens:
+        win.inputs.set_values(max_tokens=args.max_tokens)
     win.resize(w, h)
     if args.view:
         win.select_view(args.view)

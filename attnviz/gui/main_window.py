@@ -70,6 +70,8 @@ def analyze(model, values: dict, progress=None, cancelled=None):
         kwargs["progress"] = progress
     if cancelled is not None and "cancelled" in params:
         kwargs["cancelled"] = cancelled
+    if values.get("max_tokens") and "max_tokens" in params:
+        kwargs["max_tokens"] = int(values["max_tokens"])
     if progress is not None:
         progress(-1, "running the model…" if not kwargs["generate"] else f"generating {kwargs['generate']} steps…")
     t0 = time.perf_counter()
@@ -292,7 +294,21 @@ class MainWindow(QMainWindow):
             return
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
             print(exc.__attnviz_traceback__)
+        if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
+            self.offer_truncation(exc.n, exc.limit)
+            return
         self.show_error(error_text(exc))
+
+    def offer_truncation(self, n: int, limit) -> None:
+        """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
+        self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+        button = self.error_box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.AcceptRole)
+
+        def truncate():
+            self.inputs.set_values(max_tokens=limit.tokens)
+            self.run_analysis(self.inputs.values())
+
+        button.clicked.connect(truncate)
 
     # -- opening ---------------------------------------------------------------------
     def open_path(self, path, **values) -> None:
@@ -357,19 +373,9 @@ class MainWindow(QMainWindow):
     @staticmethod
     def sample_input(model) -> dict:
         """The model's ``attnviz.sample`` input, with relative image paths resolved."""
-        meta = getattr(model, "meta", None) or {}
-        sample = meta.get("sample") or {}
-        if not isinstance(sample, dict):
-            return {}
-        out = {k: sample[k] for k in ("text", "text_pair", "image", "generate") if sample.get(k) not in (None, "")}
-        img = out.get("image")
-        if img and not Path(img).is_absolute():
-            mp = Path(getattr(model, "path", "."))
-            for base in (mp.parent, mp.parent.parent, Path.cwd()):
-                if (base / img).exists():
-                    out["image"] = str(base / img)
-                    break
-        return out
+        from attnviz.runtime.sample import sample_input
+
+        return sample_input(getattr(model, "meta", None) or {}, getattr(model, "path", "."))
 
     def open_image(self, path) -> None:
         m = self.session.model

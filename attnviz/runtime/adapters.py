@@ -96,8 +96,23 @@ def _special(model) -> dict:
     return sp if isinstance(sp, dict) else {}
 
 
+def _fit_positions(model, enc, max_tokens, notes):
+    """Truncate to ``max_tokens`` when asked; refuse (offering the flag) more tokens than the model has positions."""
+    from attnviz.runtime.limits import InputTooLong, position_limit, truncate
+
+    n = len(enc.ids)
+    if max_tokens is not None and n > max_tokens:
+        enc = truncate(enc, int(max_tokens))
+        notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
+    limit = position_limit(model)
+    if limit is not None and len(enc.ids) > limit.tokens:
+        raise InputTooLong(len(enc.ids), limit)
+    return enc
+
+
 def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0, mode="auto",
-            image_size=None, image_mean=None, image_std=None, progress=None, cancelled=None) -> AttentionResult:
+            image_size=None, image_mean=None, image_std=None, progress=None, cancelled=None,
+            max_tokens=None) -> AttentionResult:
     t0 = time.perf_counter()
     if not model._sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
@@ -158,7 +173,7 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
             if tok is None:
                 raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
             enc = tok.encode(text, add_special=kind == "decoder" and False)
-            prompt = enc.ids
+            prompt = _fit_positions(model, enc, max_tokens, notes).ids
         elif tok_in is not None:
             src_tok, tgt_tok = model.tokenizers
             if src_tok is None:
@@ -167,11 +182,9 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
             enc = src_tok.encode(text, pair)
             if not enc.ids:
                 raise AttnvizError("the text gives no tokens; type some words")
+            enc = _fit_positions(model, enc, max_tokens, notes)
             _fill_text_inputs(model, f, enc.ids, enc.type_ids, {r: r for r in ENCODER_TEXT_ROLES})
             src_axis = TokenAxis(enc.tokens, enc.special)
-            limit = getattr(src_tok, "max_length", None)
-            if limit and len(enc.ids) > limit:
-                notes.append(f"{len(enc.ids)} tokens: longer than the tokenizer's configured limit of {limit}; kept them all")
         else:
             raise AttnvizError(f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})")
     elif tok_in is not None and tok_in.name in f and np.ndim(f[tok_in.name]) == 2 and not decoder_is_tokens:

@@ -467,7 +467,7 @@ class AttentionModel:
     def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
                 generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
                 image_mean: list[float] | None = None, image_std: list[float] | None = None,
-                progress=None, cancelled=None) -> AttentionResult:
+                progress=None, cancelled=None, max_tokens: int | None = None) -> AttentionResult:
         """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
@@ -477,7 +477,7 @@ class AttentionModel:
 
         return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
                        image_size=image_size, image_mean=image_mean, image_std=image_std,
-                       progress=progress, cancelled=cancelled)
+                       progress=progress, cancelled=cancelled, max_tokens=max_tokens)
 
 
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -263,6 +263,16 @@ def reference_maps(model, kw: dict) -> tuple[list[np.ndarray], list[tuple[str, s
     return maps, labels, out.numpy()
 
 
+def _max_positions(config) -> int | None:
+    """How many positions the text side has (BERT/BART max_position_embeddings, GPT-2 n_positions)."""
+    for c in (getattr(config, "decoder", None), config):  # vision->text: the decoder's
+        for attr in ("max_position_embeddings", "n_positions"):
+            v = getattr(c, attr, None) if c is not None else None
+            if isinstance(v, int) and v > 0:
+                return v
+    return None
+
+
 def _output_name(model, kw) -> str:
     import torch
 
@@ -386,6 +396,9 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, te
                    "family": fam.name, "output": output, "opset": opset, "transformers": transformers.__version__,
                    "attnviz": __version__},
     }
+    positions = _max_positions(config)
+    if positions and fam.text:
+        meta["max_positions"] = positions
     if task.endswith("classification") and id2label:
         meta["labels"] = [id2label[i] if i in id2label else id2label.get(str(i), str(i)) for i in range(len(id2label))]
     if image is not None:

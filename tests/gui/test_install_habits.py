@@ -65,3 +65,29 @@ def test_open_tokenizer_flag_is_checked(capsys, tmp_path):
     assert main(["open", "--tokenizer", str(tmp_path / "nope.json"), "--screenshot", str(tmp_path / "s.png")]) == 2
     err = capsys.readouterr().err
     assert "--tokenizer" in err and "no such file" in err
+
+
+def test_too_long_text_offers_truncation_and_reruns(qtbot, window, files, monkeypatch):
+    import attnviz.gui.main_window as mw
+    from attnviz.runtime.limits import InputTooLong, PositionLimit
+
+    open_and_wait(qtbot, window, files["text.onnx"])
+    real = mw.analyze
+    seen = []
+
+    def limited(model, values, progress=None, cancelled=None):  # a model whose positions stop at 4
+        seen.append(values.get("max_tokens"))
+        if not values.get("max_tokens"):
+            raise InputTooLong(9, PositionLimit(4, "position table pos.weight"))
+        return real(model, values, progress, cancelled)
+
+    monkeypatch.setattr(mw, "analyze", limited)
+    with qtbot.waitSignal(window.error_shown, timeout=20000) as sig:
+        window.run_analysis({"text": "one two three four five six seven", "generate": 0})
+    assert sig.args[0] == "9 tokens; this model's positions stop at 4 (position table pos.weight)."
+    assert "--max-tokens" not in sig.args[0]  # no flag the window lacks
+    button = next(b for b in window.error_box.buttons() if b.text() == "Truncate to 4 tokens")
+    with qtbot.waitSignal(window.result_shown, timeout=20000):
+        button.click()
+    assert seen == [None, 4] and window.inputs.max_tokens.value() == 4
+    assert window.inputs.values()["max_tokens"] == 4

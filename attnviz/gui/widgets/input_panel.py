@@ -11,7 +11,7 @@ IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
 
 
 class InputPanel(QWidget):
-    """Signals: ``run_requested(dict)`` with keys text, text_pair, image, generate; ``cancel_requested()``."""
+    """Signals: ``run_requested(dict)`` with keys text, text_pair, image, generate, max_tokens; ``cancel_requested()``."""
 
     run_requested = Signal(dict)
     cancel_requested = Signal()
@@ -29,6 +29,11 @@ class InputPanel(QWidget):
         self.generate = QSpinBox()
         self.generate.setRange(0, 512)
         self.generate.setToolTip("greedy generation steps for decoder / encoder-decoder models (0 = just run)")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(0, 1_000_000)
+        self.max_tokens.setSpecialValueText("all")  # 0: keep every token (the model's position limit is checked)
+        self.max_tokens.setToolTip("keep only the first N tokens of the text (all: every token; a text longer than "
+                                   "the model's positions offers to truncate)")
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
         self.cancel_button = QPushButton("Cancel")
@@ -49,6 +54,7 @@ class InputPanel(QWidget):
         form.addRow("text pair", self.text_pair)
         form.addRow("image", img_row)
         form.addRow("generate", self.generate)
+        form.addRow("max tokens", self.max_tokens)
         form.addRow(btn_row)
         form.addRow(self.progress)
         self.text.returnPressed.connect(self.request_run)
@@ -65,9 +71,10 @@ class InputPanel(QWidget):
             "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
             "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
+            "max_tokens": int(self.max_tokens.value()) or None if self.max_tokens.isEnabled() else None,
         }
 
-    def set_values(self, text=None, text_pair=None, image=None, generate=None) -> None:
+    def set_values(self, text=None, text_pair=None, image=None, generate=None, max_tokens=None) -> None:
         if text is not None:
             self.text.setText(text)
         if text_pair is not None:
@@ -76,6 +83,8 @@ class InputPanel(QWidget):
             self.image.setText(str(image))
         if generate is not None:
             self.generate.setValue(int(generate))
+        if max_tokens is not None:
+            self.max_tokens.setValue(int(max_tokens))
 
     def configure_for(self, model) -> None:
         """Show the inputs the model can take."""
@@ -85,6 +94,7 @@ class InputPanel(QWidget):
         self.browse.setEnabled(vision or model is None)
         self.text.setEnabled(not vision or model is None)
         self.text_pair.setEnabled(not vision or model is None)
+        self.max_tokens.setEnabled(not vision or model is None)
         self.generate.setEnabled(kind in ("decoder", "encoder-decoder", "vision-decoder") or model is None)
 
     def request_run(self) -> None:
