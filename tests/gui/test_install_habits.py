@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from test_window import open_and_wait
+from conftest import open_and_wait
 
 from attnviz.cli import main
 
