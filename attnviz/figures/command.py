@@ -208,6 +208,8 @@ def run(args) -> int:
         r = make_recipe(spec_, output=path, **src)
         # for the record: where the maps were computed (a CUDA run may differ from a CPU run in the last bits)
         r["run"] = {"provider_used": (result.info or {}).get("provider")}
+        if (result.info or {}).get("image_preprocessing"):  # which normalisation the image got (preset, stats, size)
+            r["run"]["image_preprocessing"] = result.info["image_preprocessing"]
         return r
 
     if not args.all_heads:

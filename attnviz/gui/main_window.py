@@ -70,8 +70,9 @@ def analyze(model, values: dict, progress=None, cancelled=None):
         kwargs["progress"] = progress
     if cancelled is not None and "cancelled" in params:
         kwargs["cancelled"] = cancelled
-    if values.get("max_tokens") and "max_tokens" in params:
-        kwargs["max_tokens"] = int(values["max_tokens"])
+    for k in ("max_tokens", "image_mean", "image_std", "image_size"):  # only what the user set
+        if values.get(k) and k in params:
+            kwargs[k] = values[k]
     if progress is not None:
         progress(-1, "running the model…" if not kwargs["generate"] else f"generating {kwargs['generate']} steps…")
     t0 = time.perf_counter()

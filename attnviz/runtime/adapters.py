@@ -128,6 +128,7 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
     notes: list[str] = []
     src_axis = None
     shown = None
+    image_info = None
     src_tok = tgt_tok = None
     sp = _special(model)
 
@@ -137,6 +138,10 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         if img_in is None:
             raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
         spec = ip.image_spec(model.meta, img_in.shape, image_size, image_mean, image_std)
+        image_info = spec.describe()  # recorded in the run info (sidebar, figure recipes)
+        if spec.source.startswith("default"):
+            notes.append(f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
+                         "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those")
         if isinstance(image, np.ndarray):
             from PIL import Image as _I
             import tempfile, os
@@ -271,6 +276,8 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         raise
     if notes:
         result.info["notes"] = notes
+    if image_info is not None:
+        result.info["image_preprocessing"] = image_info
 
     # axes -------------------------------------------------------------------------------
     dec_axis = _labels(tgt_tok, final) if dec_in is not None else None

@@ -25,6 +25,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
+from attnviz.core import preprocess
 
 OPSET = 17
 ATOL = 1e-4
@@ -32,13 +33,8 @@ SAMPLE_TEXTS = ("attention shows where a model looks", "a longer second sentence
 # files copied beside model.onnx (the runtime finds tokenizer.json there; the rest documents the source)
 COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "preprocessor_config.json",
           "config.json", "generation_config.json")
-# image normalisation presets; the one used is recorded in the metadata
-IMAGE_PRESETS = {
-    "imagenet": ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-    "clip": ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]),
-    "0.5": ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
-    "none": ([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
-}
+# image normalisation presets (ImageNet, CLIP, 0.5, none); the one matched is recorded in the metadata
+IMAGE_PRESETS = {k: (list(p.mean), list(p.std)) for k, p in preprocess.PRESETS.items()}
 
 
 @dataclass(frozen=True)
@@ -195,8 +191,7 @@ def image_settings(model_dir: Path, config) -> dict:
         mean, std = pre.get("image_mean", IMAGE_PRESETS["0.5"][0]), pre.get("image_std", IMAGE_PRESETS["0.5"][1])
         if pre.get("do_normalize") is False:
             mean, std = IMAGE_PRESETS["none"]
-        named = [k for k, (m, s) in IMAGE_PRESETS.items() if np.allclose(m, mean[:3], atol=1e-4) and np.allclose(s, std[:3], atol=1e-4)]
-        preset = named[0] if named else "custom"
+        preset = preprocess.name_of(mean, std)
         s = pre.get("size")
         if isinstance(s, dict) and "height" in s and "width" in s:
             size = [int(s["height"]), int(s["width"])]

@@ -275,3 +275,6 @@ def test_figure_without_input_uses_the_models_sample(tmp_path, capsys):
     sample = root / "resources" / "samples" / "vit-classification.png"
     assert cli(["figure", str(model), "--image", str(sample), "--view", "image", "--out", str(tmp_path / "b.png")]) == 0
     assert Image.open(tmp_path / "a.png").tobytes() == Image.open(tmp_path / "b.png").tobytes()
+    # the recipe says how the image was normalised (the demo's metadata: the 0.5 preset at 32x32)
+    r = load_recipe(tmp_path / "a.png.recipe.json")
+    assert r["run"]["image_preprocessing"] == "0.5 (mean 0.5/0.5/0.5, std 0.5/0.5/0.5), 32×32, from metadata"

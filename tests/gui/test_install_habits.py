@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from conftest import open_and_wait
 
 from attnviz.cli import main
@@ -91,3 +92,28 @@ def test_too_long_text_offers_truncation_and_reruns(qtbot, window, files, monkey
         button.click()
     assert seen == [None, 4] and window.inputs.max_tokens.value() == 4
     assert window.inputs.values()["max_tokens"] == 4
+
+
+def test_image_preset_and_size_reach_the_runtime(qtbot, window, files):
+    import attnviz.gui.main_window as mw
+    from attnviz.core import preprocess
+
+    open_and_wait(qtbot, window, files["vit.onnx"], image=str(files["image"]))
+    panel = window.inputs
+    assert panel.preprocess.isEnabled() and panel.preprocess.currentData() is None  # model default
+    assert "image_mean" not in panel.values()
+    panel.preprocess.setCurrentIndex(panel.preprocess.findData("clip"))
+    panel.image_size.setValue(48)
+    v = panel.values()
+    assert (v["image_mean"], v["image_std"]) == preprocess.stats("clip") and v["image_size"] == (48, 48)
+
+    class Probe:  # records what the window's worker function hands the runtime
+        def analyze(self, text=None, text_pair=None, image=None, generate=0, image_mean=None, image_std=None,
+                    image_size=None):
+            self.got = dict(image_mean=image_mean, image_std=image_std, image_size=image_size)
+            raise RuntimeError("probe")
+
+    probe = Probe()
+    with pytest.raises(RuntimeError):
+        mw.analyze(probe, v)
+    assert probe.got == {"image_mean": v["image_mean"], "image_std": v["image_std"], "image_size": (48, 48)}
