@@ -75,7 +75,12 @@ def run(args) -> int:
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {k: getattr(args, k) for k in ("text", "text_pair", "image", "generate") if getattr(args, k) is not None}
     taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
-    if target is None:
+    from attnviz.gui import restore
+
+    last = restore.load(win.settings) if not (args.model or args.screenshot or values or focus or args.view) else None
+    if last is not None:  # plain `attnviz`: where the user left off
+        restore.restore(win, last)
+    elif target is None:
         win.statusBar().showMessage("No bundled demo model found: open one with File ▸ Open model… or drop an .onnx file here.")
         if taker is not None:
             taker.fail_later("no model to open: the bundled demo models are missing; pass a MODEL")

@@ -633,6 +633,9 @@ class MainWindow(QMainWindow):
             pass
 
     def closeEvent(self, ev):
+        from attnviz.gui import restore
+
+        restore.save(self)  # last model, input, view, selection: `attnviz` reopens them
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         self.settings.sync()

@@ -117,3 +117,32 @@ def test_image_preset_and_size_reach_the_runtime(qtbot, window, files):
     with pytest.raises(RuntimeError):
         mw.analyze(probe, v)
     assert probe.got == {"image_mean": v["image_mean"], "image_std": v["image_std"], "image_size": (48, 48)}
+
+
+def test_session_restore_reopens_model_input_view_and_selection(qtbot, window, files, settings):
+    from fakes import make_opener
+
+    from attnviz.gui import restore
+    from attnviz.gui.main_window import MainWindow
+    from conftest import FAKE_MODELS
+
+    open_and_wait(qtbot, window, files["text.onnx"], text="the cat sat on the mat")
+    window.select_view("head")
+    window.session.select(layer=3, head=5)
+    window.close()  # closing saves the session
+    state = restore.load(settings)
+    assert state["model"] == str(files["text.onnx"].resolve()) and state["view"] == "Head map"
+
+    again = MainWindow(opener=make_opener(FAKE_MODELS), settings=settings)  # the app reopened
+    qtbot.addWidget(again)
+    again.show()
+    with qtbot.waitSignal(again.result_shown, timeout=30000):
+        restore.restore(again, restore.load(settings))
+    qtbot.waitUntil(lambda: again.session.sel.layer == 3, timeout=5000)
+    assert again.session.model.path == files["text.onnx"]
+    assert again.inputs.text.text() == "the cat sat on the mat"
+    assert again.tabs.tabText(again.tabs.currentIndex()) == "Head map"
+    assert (again.session.sel.layer, again.session.sel.head) == (3, 5)
+    again.close()
+    files["text.onnx"].unlink()  # the model is gone: nothing to restore, the demo opens instead
+    assert restore.load(settings) is None
