@@ -134,5 +134,8 @@ def truncate(enc, n: int):
     keep = list(range(n))
     if enc.special and enc.special[-1] and n > 1:
         keep = list(range(n - 1)) + [len(enc.ids) - 1]
-    pick = lambda xs: [xs[i] for i in keep] if xs is not None and len(xs) == len(enc.ids) else xs  # noqa: E731
+
+    def pick(xs):
+        return [xs[i] for i in keep] if xs is not None and len(xs) == len(enc.ids) else xs
+
     return type(enc)(ids=pick(enc.ids), tokens=pick(enc.tokens), special=pick(enc.special), type_ids=pick(enc.type_ids))

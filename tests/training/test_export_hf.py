@@ -11,11 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import hf_models  # noqa: E402
+import hf_models
 
-from attnviz.cli import main  # noqa: E402
-from attnviz.core import metadata as md  # noqa: E402
-from attnviz.runtime import open_model  # noqa: E402
+from attnviz.cli import main
+from attnviz.runtime import open_model
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 ARCHS = {  # arch -> (task written, model kind attnviz reports)
