@@ -25,3 +25,21 @@ def hf_export(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def optimum_export(tmp_path_factory):
+    """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export); per session.
+
+    Exports run in a second venv (transformers<4.58 + optimum-onnx) built once under ~/.cache/attnviz-tests.
+    """
+    cache = {}
+
+    def get(arch):
+        if arch not in cache:
+            import optimum_env
+
+            cache[arch] = optimum_env.export(arch, tmp_path_factory.mktemp(f"optimum-{arch}"))
+        return cache[arch]
+
+    return get

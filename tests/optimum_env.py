@@ -49,3 +49,43 @@ def run(script: str, *args: str, timeout: int = 600) -> str:
 
 if __name__ == "__main__":
     print(python())
+
+
+# Runs inside the venv: a random-init tiny model (2 layers, hidden 32) and a word-level tokenizer saved to
+# OUT/hf, then optimum's exporter (``optimum-cli export onnx``) on that local folder into OUT/onnx (offline, no hub access).
+EXPORT_SCRIPT = r'''
+import sys
+from pathlib import Path
+import torch, transformers as T
+from tokenizers import Tokenizer, models, pre_tokenizers
+arch, out = sys.argv[1], Path(sys.argv[2])
+src = out / "hf"
+src.mkdir(parents=True, exist_ok=True)
+torch.manual_seed(0)
+vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + [f"w{i}" for i in range(96)])}
+tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+fast = T.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+if arch == "marian":
+    cfg = T.MarianConfig(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=512,
+                         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None)
+    model, task = T.MarianMTModel(cfg), "text2text-generation-with-past"
+elif arch == "gpt2":
+    cfg = T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=512, bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    model, task = T.GPT2LMHeadModel(cfg), "text-generation-with-past"
+else:
+    raise SystemExit(f"unknown arch {arch}")
+model.save_pretrained(src)
+fast.save_pretrained(src)
+from optimum.exporters.onnx import main_export  # what ``optimum-cli export onnx`` runs
+
+# validation re-runs both models on random inputs: the tests compare against transformers themselves
+main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
+'''
+
+
+def export(arch: str, out: Path) -> Path:
+    """Export a random-init tiny ``arch`` (marian | gpt2) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    run(EXPORT_SCRIPT, arch, str(out))
+    return out
