@@ -59,6 +59,7 @@ from pathlib import Path
 import torch, transformers as T
 from tokenizers import Tokenizer, models, pre_tokenizers
 arch, out = sys.argv[1], Path(sys.argv[2])
+hidden, layers, heads = (int(x) for x in sys.argv[3:6]) if len(sys.argv) > 5 else (32, 2, 4)
 src = out / "hf"
 src.mkdir(parents=True, exist_ok=True)
 torch.manual_seed(0)
@@ -67,12 +68,12 @@ tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
 tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 fast = T.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 if arch == "marian":
-    cfg = T.MarianConfig(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=512,
+    cfg = T.MarianConfig(vocab_size=99, d_model=hidden, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+                         decoder_attention_heads=heads, encoder_ffn_dim=2 * hidden, decoder_ffn_dim=2 * hidden, max_position_embeddings=512,
                          pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None)
     model, task = T.MarianMTModel(cfg), "text2text-generation-with-past"
 elif arch == "gpt2":
-    cfg = T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=512, bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    cfg = T.GPT2Config(vocab_size=99, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=512, bos_token_id=1, eos_token_id=1, pad_token_id=0)
     model, task = T.GPT2LMHeadModel(cfg), "text-generation-with-past"
 else:
     raise SystemExit(f"unknown arch {arch}")
@@ -85,7 +86,7 @@ main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
 '''
 
 
-def export(arch: str, out: Path) -> Path:
-    """Export a random-init tiny ``arch`` (marian | gpt2) with optimum; returns OUT (hf/ and onnx/ inside)."""
-    run(EXPORT_SCRIPT, arch, str(out))
+def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
+    """Export a random-init ``arch`` (marian | gpt2) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
     return out

@@ -219,8 +219,9 @@ class ModelSet:
         states = enc_out.get("last_hidden_state", next(v for k, v in enc_out.items() if k != "result"))
         mask = feeds.get("attention_mask", np.ones_like(feeds["input_ids"]))
         f = {}
+        roles = model.roles
         for i in model.inputs:
-            role = model.roles[i.name]
+            role = roles[i.name]
             if role == "tokens":
                 f[i.name] = feeds["decoder_input_ids"]
             elif role == "encoder_states":
@@ -269,6 +270,7 @@ class FolderCache:
     def __init__(self, ms: ModelSet, past_model: AttentionModel, order: list[int]):
         self.ms, self.past_model, self.order = ms, past_model, order
         self.n_enc = len(ms.encoder.sites)
+        self.past_names = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         self.cache: dict[str, np.ndarray] = {}
         self.feeds: dict = {}
 
@@ -291,13 +293,10 @@ class FolderCache:
         enc_ran, enc_out = self.ms._encode(self.feeds, "dense")
         enc = enc_ran or enc_out["result"]
         r = self.ms.decoder.run(self.ms._decoder_feeds(self.ms.decoder, self.feeds, enc_out), mode="dense")
-        self.cache = {p: r.outputs[present_name(p)] for p in self._past_names()}
+        self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
         maps = {j: m.array() for j, m in enumerate(enc.maps)}
         maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
         return StepOut(r.outputs["logits"][:, -1], maps, r.info)
-
-    def _past_names(self) -> list[str]:
-        return [i.name for i in self.past_model.inputs if self.past_model.roles[i.name] == "past"]
 
     def step(self, tokens: list[int]) -> StepOut:
         f = {"decoder_input_ids": np.asarray([[t] for t in tokens], np.int64), "input_ids": self.feeds["input_ids"]}
@@ -307,7 +306,7 @@ class FolderCache:
         g = self.ms._decoder_feeds(self.past_model, f, enc_out)
         g.update(self.cache)
         r = self.past_model.run(g, mode="dense")
-        for p in self._past_names():  # the encoder half of the cache is not an output here: it stays
+        for p in self.past_names:  # the encoder half of the cache is not an output here: it stays
             name = present_name(p)
             if name in r.outputs:
                 self.cache[p] = r.outputs[name]

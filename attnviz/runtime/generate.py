@@ -135,7 +135,8 @@ class FileCache:
 
     def __init__(self, model, site_order: list[int] | None = None):
         self.model = model
-        self.past = [i.name for i in model.inputs if model.roles[i.name] == "past"]
+        self.roles = dict(model.roles)  # read once: the property re-derives them on every access
+        self.past = [i.name for i in model.inputs if self.roles[i.name] == "past"]
         self.order = site_order  # this file's site j is canonical site order[j]
         self.feeds: dict[str, np.ndarray] = {}
         self.length = 0
@@ -159,13 +160,13 @@ class FileCache:
 
     def _decoder_roles(self) -> tuple[str, str]:
         """(token role, mask role) of the decoder side: a decoder-only graph's are the plain ones."""
-        roles = set(self.model.roles.values())
+        roles = set(self.roles.values())
         return ("decoder_tokens", "decoder_mask") if "decoder_tokens" in roles else ("tokens", "mask")
 
     def start(self, feeds: dict) -> StepOut:
         self.feeds = dict(feeds)
         tok_role = self._decoder_roles()[0]
-        tok = next(i.name for i in self.model.inputs if self.model.roles[i.name] == tok_role)
+        tok = next(i.name for i in self.model.inputs if self.roles[i.name] == tok_role)
         self.length = feeds[tok].shape[1]
         return self._run(self.feeds)
 
@@ -174,7 +175,7 @@ class FileCache:
         b = len(tokens)
         tok_role, mask_role = self._decoder_roles()
         for i in self.model.inputs:
-            role = self.model.roles[i.name]
+            role = self.roles[i.name]
             dt = np.dtype(i.dtype) if i.dtype != "bool" else np.bool_
             if role == tok_role:
                 f[i.name] = np.asarray([[t] for t in tokens], dt)
