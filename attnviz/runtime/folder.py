@@ -92,7 +92,8 @@ class ModelSet:
         t0 = time.perf_counter()
         self.layout = layout
         self.path = layout.folder
-        self.name = layout.folder.name
+        # "onnx" says little: optimum's README layout is MODEL/onnx/
+        self.name = layout.folder.parent.name if layout.folder.name == "onnx" and layout.folder.parent.name else layout.folder.name
         kw = dict(provider=provider, tokenizer=tokenizer, threads=threads)
         self.encoder = AttentionModel(layout.encoder, **kw)
         self.decoder = AttentionModel(layout.decoder, **kw)
