@@ -8,6 +8,7 @@ It is built once under ``~/.cache/attnviz-tests`` (keyed on the pins and the Pyt
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -31,9 +32,12 @@ def python() -> Path:
     done = d / ".complete"
     if not done.exists():
         d.parent.mkdir(parents=True, exist_ok=True)
-        venv.EnvBuilder(system_site_packages=True, clear=True, with_pip=True).create(d)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *PINS], check=True)
-        done.write_text(" ".join(PINS))
+        with open(d.parent / f"{d.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # several test runs on one machine: one builds, the others wait
+            if not done.exists():
+                venv.EnvBuilder(system_site_packages=True, clear=True, with_pip=True).create(d)
+                subprocess.run([str(py), "-m", "pip", "install", "-q", *PINS], check=True)
+                done.write_text(" ".join(PINS))
     return py
 
 
