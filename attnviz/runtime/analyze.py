@@ -43,7 +43,7 @@ def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled
                           req.generate, eos, progress, cancelled)
 
 
-def _from_steps(model, maps: dict, outputs_of) -> AttentionResult:
+def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
     """The cached steps' assembled maps as a result, in the model's canonical site order."""
     sites = model.sites
     missing = [i for i in range(len(sites)) if i not in maps]
@@ -51,7 +51,7 @@ def _from_steps(model, maps: dict, outputs_of) -> AttentionResult:
         raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
     dense = [DenseMap(maps[i]) for i in range(len(sites))]
     infos = [type(s)(**{**s.to_dict(), "heads": int(m.shape[1])}) for s, m in zip(sites, dense)]
-    return AttentionResult(maps=dense, sites=infos, outputs=outputs_of, info={"mode": "dense"})
+    return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
 
 def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:

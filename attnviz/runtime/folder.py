@@ -22,7 +22,7 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import analyze as engine
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.generate import FileCache, StepOut, present_name
+from attnviz.runtime.generate import StepOut, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.request import AnalyzeRequest
 
@@ -116,12 +116,12 @@ class ModelSet:
         if self._dec_names["tokens"] is None or self._dec_names["states"] is None:
             raise AttnvizError(f"{layout.decoder.name}: expected input_ids and encoder_hidden_states inputs "
                                f"(it has {', '.join(dec_in)}); open the files one by one instead")
-        enc_tok = self.encoder.inputs[[self.encoder.roles[i.name] for i in self.encoder.inputs].index("tokens")] \
-            if "tokens" in self.encoder.roles.values() else None
+        enc_roles = self.encoder.roles
+        enc_tok = next((i for i in self.encoder.inputs if enc_roles[i.name] == "tokens"), None)
         if enc_tok is None:
             raise AttnvizError(f"{layout.encoder.name}: no token input; open the files one by one instead")
         self.inputs = [IOInfo("input_ids", enc_tok.dtype, ["batch", "encoder_sequence"])]
-        if "mask" in self.encoder.roles.values():
+        if "mask" in enc_roles.values():
             self.inputs.append(IOInfo("attention_mask", "int64", ["batch", "encoder_sequence"]))
         dec_tok = dec_in[self._dec_names["tokens"]]
         self.inputs.append(IOInfo("decoder_input_ids", dec_tok.dtype, ["batch", "decoder_sequence"]))
