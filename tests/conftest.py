@@ -28,18 +28,16 @@ def hf_export(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def optimum_export(tmp_path_factory):
-    """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export); per session.
+def optimum_export():
+    """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
 
-    Exports run in a second venv (transformers<4.58 + optimum-onnx) built once under ~/.cache/attnviz-tests.
+    Exports run in a second venv (transformers<4.58 + optimum-onnx); venv and exports are built once per machine
+    under ~/.cache/attnviz-tests (keyed on the export script and pins), so later runs only read them.
     """
-    cache = {}
 
     def get(arch):
-        if arch not in cache:
-            import optimum_env
+        import optimum_env
 
-            cache[arch] = optimum_env.export(arch, tmp_path_factory.mktemp(f"optimum-{arch}"))
-        return cache[arch]
+        return optimum_env.cached_export(arch)
 
     return get

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -93,4 +94,20 @@ main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
     """Export a random-init ``arch`` (marian | gpt2) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
+    return out
+
+
+def cached_export(arch: str, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
+    """:func:`export` once per machine: seeded, so the same script and pins give the same files (tests only read them)."""
+    key = hashlib.sha1((EXPORT_SCRIPT + " ".join(PINS) + sys.version + arch + repr(size)).encode()).hexdigest()[:10]
+    out = CACHE / f"export-{arch}-{key}"
+    done = out / ".complete"
+    if not done.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with open(CACHE / f"export-{arch}-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                shutil.rmtree(out, ignore_errors=True)  # a half-written export from an interrupted run
+                export(arch, out, size)
+                done.write_text(arch)
     return out
