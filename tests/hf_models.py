@@ -15,7 +15,9 @@ import numpy as np
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
 
-from attnviz.training.hf_export import onnx_export  # noqa: E402
+from attnviz.training.hf_export import HFWrapper, onnx_export  # noqa: E402
+
+Wrap = HFWrapper  # positional inputs -> the HF model's keywords, one output tensor (the package's wrapper)
 
 warnings.filterwarnings("ignore")
 torch.manual_seed(0)
