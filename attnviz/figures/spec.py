@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
+from attnviz.core.view import MAP_CMAP, OVERLAY_CMAP
 
 # view name -> one-line description (the renderer's registry in render.py has the same keys)
 VIEW_HELP = {
@@ -25,8 +26,9 @@ WIDTH_PRESETS = {"single": 3.5, "double": 7.16}
 AGGREGATES = ("mean", "max", "min", "rollout")
 FORMATS = ("pdf", "svg", "png")
 # colour-blind-safe, perceptually uniform defaults
-DEFAULT_CMAP = {"image": "magma", "strip": "magma"}
-FALLBACK_CMAP = "viridis"
+# the view model's choice, shared with the screen
+DEFAULT_CMAP = {"image": OVERLAY_CMAP, "strip": OVERLAY_CMAP}
+FALLBACK_CMAP = MAP_CMAP
 
 
 @dataclass
