@@ -22,6 +22,10 @@ from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 
+class ViewError(AttnvizError, ValueError):
+    """A selection the view model cannot draw (rollout over cross-attention, no image, ...)."""
+
+
 # "head" shows one head; the others reduce over heads (and layers in the layer range)
 MODES = ("head", "mean", "max", "min", "rollout")
 MODE_TITLES = {
@@ -41,6 +45,13 @@ LOG_DECADES = 3  # log scale spans this many decades below the top weight
 # -- token links ------------------------------------------------------------------------------
 LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (clutter)
 LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
+
+
+def link_alpha(w: float) -> float:
+    """Opacity of a link of relative weight ``w`` in [0, 1] (screen and print)."""
+    return 0.08 + 0.8 * w
+
+
 # -- overview ---------------------------------------------------------------------------------
 THUMB = 64  # overview maps are max-pooled to at most this many cells a side (screen and figure)
 # -- labels -----------------------------------------------------------------------------------
@@ -250,7 +261,7 @@ def result_blocks(result: AttentionResult, sel: Selection, blocks: list[Block] |
     if blocks is not None and (not blocks or blocks[0].batch == sel.batch):
         return blocks
     if not 0 <= sel.batch < max(1, result.batch_size):
-        raise AttnvizError(f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}",
+        raise ViewError(f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}",
                         param="batch")
     return result.blocks(sel.batch)
 
@@ -266,10 +277,10 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
         return reduce.aggregate_heads(np.concatenate(per_layer, axis=0), sel.mode), f"{rng} · {sel.mode} over heads"
     if sel.mode == "rollout":
         if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
-            raise AttnvizError("rollout needs square self-attention; pick an encoder or decoder self-attention block "
-                            "or a mean/max/min aggregate", param="aggregate")
+            raise ViewError("rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
+                            "self-attention block or a mean/max/min aggregate", param="aggregate")
         return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), f"rollout {rng}"
-    raise AttnvizError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
+    raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
 
 
 def _special(axis, positions: np.ndarray, n_full: int) -> np.ndarray:
@@ -287,7 +298,7 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
     """The matrix ``sel`` points at.  Order: aggregate -> generation step -> hide special -> keep mass."""
     blocks = result_blocks(result, sel, blocks)
     if not blocks:
-        raise AttnvizError("this result has no attention maps; nothing to draw", param="model")
+        raise ViewError("this result has no attention maps; nothing to draw", param="model")
     sel = clamp(sel, blocks)
     blk = blocks[sel.block]
     m, what = head_matrix(blk, sel)
@@ -346,7 +357,7 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
     blocks = result_blocks(result, sel, blocks)
     b = cross_block(blocks, sel)
     if b is None:
-        raise AttnvizError("the alignment view needs cross-attention (an encoder-decoder model); this model has "
+        raise ViewError("the alignment view needs cross-attention (an encoder-decoder model); this model has "
                         "only self-attention", param="view")
     blk = blocks[b]
     s = clamp(sel.with_(block=b, step=-1, hide_special=False, keep=1.0,
@@ -580,7 +591,7 @@ def overlay_view(result: AttentionResult, sel: Selection, size: tuple[int, int] 
     blocks = result_blocks(result, sel, blocks)
     src = image_source(result, blocks, sel.block)
     if src is None:
-        raise AttnvizError("image regions need an image input (a vision or captioning model); this result has no image "
+        raise ViewError("image regions need an image input (a vision or captioning model); this result has no image "
                         "patches", param="image")
     bi, grid, kind = src
     s = clamp(sel.with_(block=bi, step=-1, hide_special=False, keep=1.0,

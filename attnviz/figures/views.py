@@ -209,7 +209,8 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         layers = list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     _, _, sel = sel_.core_selection(result, replace(spec, layer=None, layer_from=None, head=None, agg=None), block=bi)
-    thumbs = vm.thumbnails(result, sel, vm.THUMB, only_block=bi)
+    thumbs = vm.thumbnails(result, sel, vm.THUMB)  # every block: the screen's overview shares one scale over all
+    top = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.compute_map(result, sel.with_(mode="mean")).notes
     notes = [n for n in notes if n != "special tokens hidden"]
@@ -242,8 +243,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
     height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
-    vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for m in maps.values()), 1e-6)
-    norm = _norm(spec, vmax)
+    norm = _norm(spec, max(top, 1e-6))
     cmap = _cmap(spec)
     im = None
     for (r, c), li, h in cells:
@@ -351,7 +351,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         segs, cols_rgba, widths = by_item.setdefault(c, ([], [], []))
         colour = to_rgba(colours[c])
         segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
-        cols_rgba.append((*colour[:3], 0.08 + 0.8 * w))
+        cols_rgba.append((*colour[:3], vm.link_alpha(w)))
         widths.append(0.2 + 2.0 * w)
     for segs, cols_rgba, widths in by_item.values():
         ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
@@ -436,7 +436,7 @@ def _overlay_selection(result: AttentionResult, spec: FigureSpec, bi: int) -> vm
 
 
 def draw_image(result: AttentionResult, spec: FigureSpec):
-    bi, block = _image_block(result, spec, prefer_cross=False)
+    bi, block = _image_block(result, spec, prefer_cross=True)  # the screen's default too
     sel = _overlay_selection(result, spec, bi)
     if spec.query is not None:
         sel = sel.with_(query=sel_.check_query(block, spec.query))

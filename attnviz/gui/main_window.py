@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.gui import style
 from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_renderer
-from attnviz.gui.selection import clamp
+from attnviz.core.view import clamp
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.head_map import HeadMapView
@@ -78,8 +78,7 @@ def analyze(model, values: dict, progress=None, cancelled=None):
     # the overview's max-pooled thumbnails, computed here so the GUI thread only draws them
     if progress is not None:
         progress(-1, "preparing thumbnails…")
-    from attnviz.gui.selection import thumbnails
-    from attnviz.gui.views.overview import THUMB
+    from attnviz.core.view import THUMB, thumbnails
 
     result.gui_thumbnails = thumbnails(result, -1, THUMB)
     return result
@@ -130,6 +129,7 @@ class MainWindow(QMainWindow):
             self.views[cls.title] = v
             self.tabs.addTab(v, cls.title)
         self.setCentralWidget(self.tabs)
+        self.tabs.currentChanged.connect(self._follow_view_block)
         self.overview: OverviewView = self.views["Overview"]
         self.head_map: HeadMapView = self.views["Head map"]
         self.links: TokenLinksView = self.views["Token links"]
@@ -219,6 +219,23 @@ class MainWindow(QMainWindow):
     def step_layer(self, d: int) -> None:
         if self.session.block is not None:
             self.session.select(layer=self.session.sel.layer + d, mode="head")
+
+    def _follow_view_block(self, _index: int = -1) -> None:
+        """Alignment and Image regions show one block (cross-attention, the image block): select it, so the
+        block box names what is drawn instead of the block another tab was on."""
+        s = self.session
+        view = self.current_view()
+        if s.result is None or not s.blocks:
+            return
+        want = None
+        if view is self.alignment:
+            want = self.alignment.cross_block()
+        elif view is self.image_regions:
+            src = self.image_regions.source()
+            want = src[0] if src is not None else None
+        if want is not None and want != s.sel.block:
+            mode = "mean" if s.sel.mode == "rollout" and s.blocks[want].kind == "cross" else s.sel.mode
+            s.select(block=want, mode=mode)
 
     def _focus_from_stats(self, layer: int, head: int) -> None:
         self.session.select(layer=layer, head=head, mode="head")
@@ -425,6 +442,7 @@ class MainWindow(QMainWindow):
 
     def _show_result(self, result) -> None:
         self.session.set_result(result)
+        self._follow_view_block()
         info = result.info or {}
         t = (info.get("timings") or {})
         total = info.get("total_s") or t.get("analyze (wall)")
@@ -523,56 +541,34 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
 
     def figure_spec(self, view):
-        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows, or None when the
-        renderer has no such view (the stats table); then the export renders the view itself."""
+        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows (the session's selection plus
+        what the view itself holds: checked heads, image query), or None for the stats table, which the
+        export then renders from the widget."""
         try:
-            from attnviz.figures import FigureSpec
+            from attnviz.figures import spec_from_selection
         except ImportError:
             return None
         s = self.session
-        sel = s.sel
-        if s.block is None:
+        if s.block is None or view is self.stats:
             return None
-
-        def spec_kw(sel):
-            # the renderer takes the same selection as the screen: layer range, keep-mass, log scale, step
-            blk = s.blocks[sel.block]
-            lo, hi = sel.layer_lo, (blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
-            kw = dict(block=sel.block, hide_special=sel.hide_special, keep=float(sel.keep), log=bool(sel.log),
-                      step=None if sel.step < 0 else int(sel.step))
-            if sel.mode == "head":
-                kw.update(layer=sel.layer, head=sel.head)
-            else:
-                kw.update(layer=hi, layer_from=lo, agg=sel.mode)
-            return kw
-
-        if view is self.overview:
-            return FigureSpec(view="overview", block=sel.block)
-        if view is self.head_map:
-            kw = spec_kw(sel)
-            return FigureSpec(view="heatmap", **kw) if kw else None
-        if view is self.links:
-            kw = spec_kw(sel)
-            if kw and sel.mode == "head":
-                kw.pop("head")
-                kw["heads"] = sorted(self.links.checked)
-            return FigureSpec(view="links", **kw) if kw else None
+        name = {self.overview: "overview", self.head_map: "heatmap", self.links: "links",
+                self.alignment: "alignment", self.image_regions: "image"}.get(view)
+        if name is None:
+            return None
+        sel = s.sel
         if view is self.alignment:
             b = self.alignment.cross_block()
             if b is None:
                 return None
-            sel2 = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
-            kw = spec_kw(sel2)
-            return FigureSpec(view="alignment", **kw) if kw else None
-        if view is self.image_regions and self.image_regions.queries:
+            sel = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
+        if view is self.image_regions:
             src = self.image_regions.source()
-            row = self.image_regions.queries[self.image_regions.query][1]
-            if src is None or row < 0:
+            if src is None or not self.image_regions.queries:
                 return None
-            mode = "mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode
-            kw = spec_kw(clamp(sel.with_(block=src[0], mode=mode, hide_special=False), s.blocks))
-            return FigureSpec(view="image", query=int(row), **kw) if kw else None
-        return None
+            row = self.image_regions.queries[self.image_regions.query][1]
+            sel = clamp(sel.with_(block=src[0], query=None if row < 0 else int(row),
+                                  mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode), s.blocks)
+        return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
 
     def export_maps(self, path) -> None:
         if self.session.result is None:

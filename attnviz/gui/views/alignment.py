@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtWidgets import QVBoxLayout
 
-from attnviz.gui.selection import MapView, alignment_rows, compute_map
+from attnviz.core import view as vm
+from attnviz.core.view import MapView
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.views.heatmap import HeatmapWidget
 
@@ -25,12 +26,7 @@ class AlignmentView(View):
         self.mv: MapView | None = None
 
     def cross_block(self) -> int | None:
-        s = self.session
-        cur = s.block
-        if cur is not None and cur.kind == "cross":
-            return s.sel.block
-        idx = [i for i, b in enumerate(s.blocks) if b.kind == "cross"]
-        return idx[-1] if idx else None
+        return vm.cross_block(self.session.blocks, self.session.sel)
 
     def reason(self) -> str | None:
         why = super().reason()
@@ -44,21 +40,8 @@ class AlignmentView(View):
         return None
 
     def alignment_map(self) -> MapView:
-        s = self.session
-        b = self.cross_block()
-        sel = s.sel.with_(block=b, step=-1)
-        if sel.mode == "rollout":
-            sel = sel.with_(mode="mean")
-        full = compute_map(s.result, sel, s.blocks)
-        rows, words = alignment_rows(s.result, s.blocks[b])
-        keep = [i for i, p in enumerate(full.q_pos) if p in set(int(r) for r in rows)]
-        pos_to_word = {int(r): w for r, w in zip(rows, words)}
-        m = full.matrix[keep]
-        q_pos = full.q_pos[keep]
-        labels = [pos_to_word.get(int(p), full.q_labels[i]) for i, p in zip(keep, q_pos)]
-        return MapView(m, labels, full.k_labels, np.asarray(q_pos), full.k_pos,
-                       full.title.replace(s.blocks[b].name, "alignment (cross-attention)"), full.block,
-                       [full.q_special[i] for i in keep], full.k_special)
+        """The view model's alignment (the figure draws the same :class:`MapView`)."""
+        return vm.alignment_map(self.session.result, self.session.sel, self.session.blocks)
 
     def draw(self) -> None:
         self.mv = mv = self.alignment_map()
