@@ -210,7 +210,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     _, _, sel = sel_.core_selection(result, replace(spec, layer=None, layer_from=None, head=None, agg=None), block=bi)
     thumbs = vm.thumbnails(result, sel, vm.THUMB)  # every block: the screen's overview shares one scale over all
-    top = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+    top_weight = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.compute_map(result, sel.with_(mode="mean")).notes
     notes = [n for n in notes if n != "special tokens hidden"]
@@ -243,7 +243,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
     height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
-    norm = _norm(spec, max(top, 1e-6))
+    norm = _norm(spec, max(top_weight, 1e-6))
     cmap = _cmap(spec)
     im = None
     for (r, c), li, h in cells:
