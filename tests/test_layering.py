@@ -22,7 +22,9 @@ sys.meta_path.insert(0, Block())
 
 
 def test_runtime_runs_without_qt_torch_matplotlib(tmp_path):
-    code = BLOCK + f"""
+    code = (
+        BLOCK
+        + f"""
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from onnx_builders import tiny_text_model
 import attnviz.core, attnviz.runtime
@@ -33,6 +35,7 @@ assert len(r.maps) == 2
 assert main(['inspect', str(p)]) == 0
 print('ok')
 """
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
 
@@ -51,13 +54,16 @@ def test_import_contracts_hold():
     assert "0 broken" in out.stdout
 
 
-@pytest.mark.parametrize("module,line,contract", [
-    ("core/reduce.py", "import attnviz.gui", "layers"),
-    ("core/reduce.py", "import attnviz.runtime.model", "layers"),
-    ("runtime/graph.py", "import matplotlib", "matplotlib only in attnviz.figures"),
-    ("figures/layout.py", "import PySide6", "Qt only in attnviz.gui"),
-    ("core/stats.py", "import torch", "torch only in attnviz.training"),
-])
+@pytest.mark.parametrize(
+    "module,line,contract",
+    [
+        ("core/reduce.py", "import attnviz.gui", "layers"),
+        ("core/reduce.py", "import attnviz.runtime.model", "layers"),
+        ("runtime/graph.py", "import matplotlib", "matplotlib only in attnviz.figures"),
+        ("figures/layout.py", "import PySide6", "Qt only in attnviz.gui"),
+        ("core/stats.py", "import torch", "torch only in attnviz.training"),
+    ],
+)
 def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line, contract):
     """The contracts can fail: one forbidden import in a copy of the package is reported as broken."""
     shutil.copytree(PKG, tmp_path / "attnviz", ignore=shutil.ignore_patterns("__pycache__"))

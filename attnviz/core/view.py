@@ -22,6 +22,7 @@ from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 
+
 class ViewError(AttnvizError, ValueError):
     """A selection the view model cannot draw (rollout over cross-attention, no image, ...)."""
 
@@ -76,7 +77,7 @@ class Selection:
     batch: int = 0  # batch row
     query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
 
-    def with_(self, **changes) -> "Selection":
+    def with_(self, **changes) -> Selection:
         return replace(self, **changes)
 
 
@@ -162,13 +163,13 @@ def nice_ticks(lo: float, hi: float, n: int = CBAR_TICKS) -> list[float]:
 def log_ticks(vmax: float) -> list[float]:
     """Decade ticks for the log scale (``LOG_DECADES`` below ``vmax``)."""
     top = math.floor(math.log10(max(vmax, 1e-30)))
-    return [10.0 ** e for e in range(top - LOG_DECADES + 1, top + 1)]
+    return [10.0**e for e in range(top - LOG_DECADES + 1, top + 1)]
 
 
 def colour_range(matrix_max: float, log: bool, vmax: float | None = None) -> tuple[float, float]:
     """``(vmin, vmax)`` of a colour scale: linear from 0, or ``LOG_DECADES`` decades below the top."""
     top = float(vmax) if vmax else max(float(matrix_max), 1e-6)
-    return (top * 10.0 ** -LOG_DECADES, top) if log else (0.0, top)
+    return (top * 10.0**-LOG_DECADES, top) if log else (0.0, top)
 
 
 def weight_label(log: bool, hide_special: bool = False) -> str:
@@ -237,10 +238,11 @@ def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]
 def word_special(result: AttentionResult, blk: Block, row: int, word: str) -> bool:
     """Is the word chosen at query ``row`` a special token (EOS...)?  It sits at decoder position row + 1."""
     ax = blk.query_axis
+    special = list(ax.special or [])
     if not n_steps(result):
-        return bool(ax.special[row]) if row < len(ax) else False
-    if row + 1 < len(ax) and ax.labels[row + 1] == word:
-        return bool(ax.special[row + 1])
+        return bool(special[row]) if row < len(special) else False
+    if row + 1 < len(special) and ax.labels[row + 1] == word:
+        return bool(special[row + 1])
     s = str(word)
     return (s.startswith("<") and s.endswith(">")) or (s.startswith("[") and s.endswith("]"))
 
@@ -261,8 +263,9 @@ def result_blocks(result: AttentionResult, sel: Selection, blocks: list[Block] |
     if blocks is not None and (not blocks or blocks[0].batch == sel.batch):
         return blocks
     if not 0 <= sel.batch < max(1, result.batch_size):
-        raise ViewError(f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}",
-                        param="batch")
+        raise ViewError(
+            f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}", param="batch"
+        )
     return result.blocks(sel.batch)
 
 
@@ -277,8 +280,11 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
         return reduce.aggregate_heads(np.concatenate(per_layer, axis=0), sel.mode), f"{rng} · {sel.mode} over heads"
     if sel.mode == "rollout":
         if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
-            raise ViewError("rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
-                            "self-attention block or a mean/max/min aggregate", param="aggregate")
+            raise ViewError(
+                "rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
+                "self-attention block or a mean/max/min aggregate",
+                param="aggregate",
+            )
         return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), f"rollout {rng}"
     raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
 
@@ -357,11 +363,15 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
     blocks = result_blocks(result, sel, blocks)
     b = cross_block(blocks, sel)
     if b is None:
-        raise ViewError("the alignment view needs cross-attention (an encoder-decoder model); this model has "
-                        "only self-attention", param="view")
+        raise ViewError(
+            "the alignment view needs cross-attention (an encoder-decoder model); this model has only self-attention",
+            param="view",
+        )
     blk = blocks[b]
-    s = clamp(sel.with_(block=b, step=-1, hide_special=False, keep=1.0,
-                        mode="mean" if sel.mode == "rollout" else sel.mode), blocks)
+    s = clamp(
+        sel.with_(block=b, step=-1, hide_special=False, keep=1.0, mode="mean" if sel.mode == "rollout" else sel.mode),
+        blocks,
+    )
     m, what = head_matrix(blk, s)
     m = np.asarray(m, np.float32)
     rows = generation_rows(result, blk)
@@ -386,8 +396,20 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         notes.append(f"top {round(sel.keep * 100)}% mass")
     target = "generated" if n_steps(result) else "target"
     title = " · ".join(["alignment (cross-attention)", what, *notes])
-    return MapView(m, [clean_label(w) for w in words], [clean_label(blk.key_axis.labels[i]) for i in k_pos],
-                   q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), "source", target, notes)
+    return MapView(
+        m,
+        [clean_label(w) for w in words],
+        [clean_label(blk.key_axis.labels[i]) for i in k_pos],
+        q_pos,
+        k_pos,
+        title,
+        blk,
+        q_sp.tolist(),
+        k_sp.tolist(),
+        "source",
+        target,
+        notes,
+    )
 
 
 def row_story(result: AttentionResult, blk: Block, row: int) -> str:
@@ -423,8 +445,13 @@ def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:
     return m
 
 
-def thumbnails(result: AttentionResult, sel: Selection | int = -1, max_side: int = THUMB,
-               blocks: list[Block] | None = None, only_block: int | None = None) -> dict:
+def thumbnails(
+    result: AttentionResult,
+    sel: Selection | int = -1,
+    max_side: int = THUMB,
+    blocks: list[Block] | None = None,
+    only_block: int | None = None,
+) -> dict:
     """``{(block, layer, head): [<=max_side, <=max_side]}``: every head after the step, special-token
     and kept-mass filters, max-pooled.  Runs in the inference worker for a new result (the GUI
     thread then only uploads small images) and again when a filter changes.
@@ -479,7 +506,9 @@ class LinksView:
     x_titles: tuple[str, str] = ("query", "key")
 
 
-def strongest_links(mats: list[np.ndarray], vmax: float | None = None) -> tuple[list[tuple[int, int, int, float]], float]:
+def strongest_links(
+    mats: list[np.ndarray], vmax: float | None = None
+) -> tuple[list[tuple[int, int, int, float]], float]:
     """The links worth drawing: per query row and matrix the ``LINKS_PER_ROW`` strongest weights of at
     least ``LINK_MIN`` of the top weight, as ``(matrix, row, column, weight / vmax)``."""
     top = float(vmax) if vmax else max((float(m.max()) for m in mats if m.size), default=1.0) or 1.0
@@ -494,8 +523,9 @@ def strongest_links(mats: list[np.ndarray], vmax: float | None = None) -> tuple[
     return out, top
 
 
-def links_view(result: AttentionResult, sel: Selection, heads: list[int] | None = None,
-               blocks: list[Block] | None = None) -> LinksView:
+def links_view(
+    result: AttentionResult, sel: Selection, heads: list[int] | None = None, blocks: list[Block] | None = None
+) -> LinksView:
     """Token links for ``sel``: one head, several heads overlaid (``heads``) or the selected aggregate."""
     blocks = result_blocks(result, sel, blocks)
     sel = clamp(sel, blocks)
@@ -514,8 +544,9 @@ def links_view(result: AttentionResult, sel: Selection, heads: list[int] | None 
     links, vmax = strongest_links([m for _, _, m in items])
     mv0 = mvs[0]
     ends = ("target", "source") if blk.kind == "cross" else ("query", "key")
-    return LinksView(mv0.q_labels, mv0.k_labels, mv0.q_special, mv0.k_special, items, links, vmax, title, blk,
-                     mv0.q_pos, ends)
+    return LinksView(
+        mv0.q_labels, mv0.k_labels, mv0.q_special, mv0.k_special, items, links, vmax, title, blk, mv0.q_pos, ends
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,7 +586,7 @@ def image_source(result: AttentionResult, blocks: list[Block], prefer: int | Non
     def grid_of(i):
         return patch_grid_for(result, blk_len(blocks[i], 1))
 
-    order = ([prefer] if prefer is not None and 0 <= prefer < len(blocks) else [])
+    order = [prefer] if prefer is not None and 0 <= prefer < len(blocks) else []
     order += [i for i, b in enumerate(blocks) if b.kind == "cross"]
     order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "encoder"]
     for i in order:
@@ -585,17 +616,28 @@ def upsample(patch: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.stack([np.interp(xs, np.arange(c), rows[i]) for i in range(h)], axis=0).astype(np.float32)
 
 
-def overlay_view(result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None,
-                 blocks: list[Block] | None = None) -> OverlayView:
+def overlay_view(
+    result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None, blocks: list[Block] | None = None
+) -> OverlayView:
     """The image-regions overlay: ``sel.query`` row (None: the default query) of the image block."""
     blocks = result_blocks(result, sel, blocks)
     src = image_source(result, blocks, sel.block)
     if src is None:
-        raise ViewError("image regions need an image input (a vision or captioning model); this result has no image "
-                        "patches", param="image")
+        raise ViewError(
+            "image regions need an image input (a vision or captioning model); this result has no image patches",
+            param="image",
+        )
     bi, grid, kind = src
-    s = clamp(sel.with_(block=bi, step=-1, hide_special=False, keep=1.0,
-                        mode="mean" if kind == "cross" and sel.mode == "rollout" else sel.mode), blocks)
+    s = clamp(
+        sel.with_(
+            block=bi,
+            step=-1,
+            hide_special=False,
+            keep=1.0,
+            mode="mean" if kind == "cross" and sel.mode == "rollout" else sel.mode,
+        ),
+        blocks,
+    )
     mv = compute_map(result, s, blocks)
     queries = image_queries(result, blocks[bi], grid)
     rows = [r for _, r in queries]
@@ -606,15 +648,16 @@ def overlay_view(result: AttentionResult, sel: Selection, size: tuple[int, int] 
         else:
             query = rows[0]
     if query < 0:
-        vec, label = mv.matrix[grid.offset:].mean(axis=0), "all patches (mean)"
+        vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
     else:
         vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
     patch = grid.to_image(vec)
     vmax = max(float(patch.max()), 1e-6)
     if size is None:
-        size = (np.asarray(result.image).shape[:2] if result.image is not None else (grid.rows * 16, grid.cols * 16))
-    heat = np.clip(upsample(patch, tuple(size)) / vmax, 0.0, 1.0)
+        shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
+        size = (int(shape[0]), int(shape[1]))
+    heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = 0.2 + 0.7 * heat  # opacity grows with the weight
     title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title)

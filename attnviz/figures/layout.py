@@ -69,8 +69,16 @@ def nice_step(k: int) -> int:
     return 10 * mag
 
 
-def token_ticks(ax, which: str, labels: list[str], special: list[bool] | None, length_in: float, fs: float,
-                rotation=90, focus: int | None = None):
+def token_ticks(
+    ax,
+    which: str,
+    labels: list[str],
+    special: list[bool] | None,
+    length_in: float,
+    fs: float,
+    rotation=90,
+    focus: int | None = None,
+):
     """Real-text tick labels along ``which`` ('x'|'y'); when they would overlap, the view model's rule
     (:func:`attnviz.core.view.tick_indices`: first, last, an even stride, the focused token)."""
     n = len(labels)

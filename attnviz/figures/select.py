@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core import view
+from attnviz.core.attention import AttentionResult, Block, TokenAxis
 
 
 def block_label(block: Block) -> str:
@@ -62,7 +62,9 @@ def check_head(block: Block, layer: int, head: int) -> int:
     n = block.heads_in(layer)
     head = int(head)
     if not 0 <= head < n:
-        raise AttnvizError(f"head {head} is out of range; {block.name} layer {layer} has heads 0..{n - 1}", param="head")
+        raise AttnvizError(
+            f"head {head} is out of range; {block.name} layer {layer} has heads 0..{n - 1}", param="head"
+        )
     return head
 
 
@@ -70,7 +72,9 @@ def check_query(block: Block, query: int, what: str = "query") -> int:
     n = len(block.query_axis)
     query = int(query)
     if not 0 <= query < n:
-        raise AttnvizError(f"{what} {query} is out of range; {block.name} has query positions 0..{n - 1}", param="query")
+        raise AttnvizError(
+            f"{what} {query} is out of range; {block.name} has query positions 0..{n - 1}", param="query"
+        )
     return query
 
 
@@ -135,8 +139,11 @@ def check_layer_from(block: Block, layer: int, layer_from: int | None) -> int | 
         return None
     layer_from = int(layer_from)
     if not 0 <= layer_from <= layer:
-        raise AttnvizError(f"layer range {layer_from}-{layer} is invalid; {block.name} has layers 0..{block.n_layers - 1} "
-                           f"and the range must run low to high", param="layer")
+        raise AttnvizError(
+            f"layer range {layer_from}-{layer} is invalid; {block.name} has layers 0..{block.n_layers - 1} "
+            f"and the range must run low to high",
+            param="layer",
+        )
     return layer_from
 
 
@@ -152,8 +159,13 @@ def check_step(result: AttentionResult, step: int | None) -> int | None:
     return step
 
 
-def core_selection(result: AttentionResult, spec, block: int | str | None = None, default_block: int = 0,
-                   hide_special: bool | None = None) -> tuple[int, Block, view.Selection]:
+def core_selection(
+    result: AttentionResult,
+    spec,
+    block: int | str | None = None,
+    default_block: int = 0,
+    hide_special: bool | None = None,
+) -> tuple[int, Block, view.Selection]:
     """Validate ``spec`` (a FigureSpec) and translate it into the view model's :class:`~attnviz.core.view.Selection`.
 
     The figure and the screen then go through the same :func:`attnviz.core.view.compute_map`.
@@ -163,8 +175,15 @@ def core_selection(result: AttentionResult, spec, block: int | str | None = None
     layer_from = check_layer_from(b, layer, spec.layer_from)
     step = check_step(result, spec.step)
     hs = spec.hide_special if hide_special is None else hide_special
-    common = dict(block=bi, keep=float(spec.keep), log=bool(spec.log), hide_special=bool(hs),
-                  step=-1 if step is None else step, batch=int(getattr(spec, "batch", 0) or 0), query=spec.query)
+    common = dict(
+        block=bi,
+        keep=float(spec.keep),
+        log=bool(spec.log),
+        hide_special=bool(hs),
+        step=-1 if step is None else step,
+        batch=int(getattr(spec, "batch", 0) or 0),
+        query=spec.query,
+    )
     if spec.head is not None:
         return bi, b, view.Selection(mode="head", layer=layer, head=check_head(b, layer, spec.head), **common)
     agg = spec.agg or "mean"
@@ -172,8 +191,13 @@ def core_selection(result: AttentionResult, spec, block: int | str | None = None
     return bi, b, view.Selection(mode=agg, layer=layer, layer_lo=lo, layer_hi=hi, **common)
 
 
-def select(result: AttentionResult, spec, block: int | str | None = None, default_block: int = 0,
-           hide_special: bool | None = None) -> Selection:
+def select(
+    result: AttentionResult,
+    spec,
+    block: int | str | None = None,
+    default_block: int = 0,
+    hide_special: bool | None = None,
+) -> Selection:
     """Resolve and validate block/layer/head(s)/aggregate/step from ``spec`` (a FigureSpec) and compute the map.
 
     ``block`` overrides ``spec.block``; ``hide_special`` overrides ``spec.hide_special``.
@@ -182,9 +206,19 @@ def select(result: AttentionResult, spec, block: int | str | None = None, defaul
     mv = view.compute_map(result, sel)
     head = None if spec.head is None else int(spec.head)
     return Selection(
-        bi, mv.block or b, sel.layer, head, None if head is not None else (spec.agg or "mean"), mv.matrix,
-        TokenAxis(mv.q_labels, mv.q_special), TokenAxis(mv.k_labels, mv.k_special), mv.q_pos, mv.k_pos,
-        check_layer_from(b, sel.layer, spec.layer_from), list(mv.notes), mv,
+        bi,
+        mv.block or b,
+        sel.layer,
+        head,
+        None if head is not None else (spec.agg or "mean"),
+        mv.matrix,
+        TokenAxis(mv.q_labels, mv.q_special),
+        TokenAxis(mv.k_labels, mv.k_special),
+        mv.q_pos,
+        mv.k_pos,
+        check_layer_from(b, sel.layer, spec.layer_from),
+        list(mv.notes),
+        mv,
     )
 
 

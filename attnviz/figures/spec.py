@@ -59,7 +59,7 @@ class FigureSpec:
     def __post_init__(self):
         self.validate()
 
-    def validate(self) -> "FigureSpec":
+    def validate(self) -> FigureSpec:
         """Check the fields that need no result; raise AttnvizError naming the fix."""
         if self.view not in VIEW_HELP:
             raise AttnvizError(f"unknown view {self.view!r}; use one of {', '.join(VIEWS)}")
@@ -74,7 +74,9 @@ class FigureSpec:
             if self.agg is not None:
                 raise AttnvizError("give heads or an aggregate (--head or --agg), not both")
         if self.width is not None and self.width not in WIDTH_PRESETS:
-            raise AttnvizError(f"unknown width preset {self.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in")
+            raise AttnvizError(
+                f"unknown width preset {self.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in"
+            )
         if self.width_in is not None and not (0.5 <= float(self.width_in) <= 50):
             raise AttnvizError(f"width {self.width_in} in is out of range; use 0.5..50 inches")
         if not (10 <= int(self.dpi) <= 2400):
@@ -106,7 +108,7 @@ class FigureSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FigureSpec":
+    def from_dict(cls, d: dict) -> FigureSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -125,8 +127,16 @@ def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = Non
     (width, width_in, dpi, cmap, title...).  This is all "export this view" needs.
     """
     view = GUI_VIEWS.get(str(view).lower(), str(view).lower())
-    d: dict = dict(view=view, block=sel.block, hide_special=bool(sel.hide_special), keep=float(sel.keep),
-                   log=bool(sel.log), step=None if sel.step < 0 else int(sel.step), query=sel.query, batch=sel.batch)
+    d: dict = dict(
+        view=view,
+        block=sel.block,
+        hide_special=bool(sel.hide_special),
+        keep=float(sel.keep),
+        log=bool(sel.log),
+        step=None if sel.step < 0 else int(sel.step),
+        query=sel.query,
+        batch=sel.batch,
+    )
     if sel.mode == "head":
         d.update(layer=sel.layer, head=sel.head)
         if view == "links" and heads:
@@ -139,11 +149,33 @@ def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = Non
     return FigureSpec(**d)
 
 
-def spec_from_gui(kind: str, block: int = 0, layer: int = 0, head: int = 0, mode: str = "head",
-                  layer_range: tuple[int, int] = (0, -1), keep: float = 1.0, log: bool = False,
-                  hide_special: bool = False, step: int = -1, query: int | None = None, **options) -> FigureSpec:
+def spec_from_gui(
+    kind: str,
+    block: int = 0,
+    layer: int = 0,
+    head: int = 0,
+    mode: str = "head",
+    layer_range: tuple[int, int] = (0, -1),
+    keep: float = 1.0,
+    log: bool = False,
+    hide_special: bool = False,
+    step: int = -1,
+    query: int | None = None,
+    **options,
+) -> FigureSpec:
     """:func:`spec_from_selection` from loose keywords (mode "head" or an aggregate over ``layer_range``)."""
     lo, hi = layer_range
-    sel = Selection(block=block, layer=layer, head=head, mode=mode, layer_lo=lo, layer_hi=-1 if hi is None else hi,
-                    keep=keep, log=log, hide_special=hide_special, step=-1 if step is None else step, query=query)
+    sel = Selection(
+        block=block,
+        layer=layer,
+        head=head,
+        mode=mode,
+        layer_lo=lo,
+        layer_hi=-1 if hi is None else hi,
+        keep=keep,
+        log=log,
+        hide_special=hide_special,
+        step=-1 if step is None else step,
+        query=query,
+    )
     return spec_from_selection(kind, sel, **options)

@@ -51,7 +51,9 @@ def _cmap(spec: FigureSpec):
     if name not in colormaps:
         close = [c for c in sorted(colormaps) if c.lower().startswith(name.lower()[:3])][:6]
         hint = f" (close: {', '.join(close)})" if close else ""
-        raise AttnvizError(f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name")
+        raise AttnvizError(
+            f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name"
+        )
     return colormaps[name]
 
 
@@ -114,8 +116,9 @@ def _heatmap_figure(
     if highlight_row is not None:
         ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="white", linewidth=1.0))
         ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="black", linewidth=0.5))
-    _colorbar(fig, im, spec, fs, cbar_label, map_h, ax=ax, fraction=0.08, pad=0.02,
-              aspect=max(10, 20 * min(1.0, map_h / 2.5)))
+    _colorbar(
+        fig, im, spec, fs, cbar_label, map_h, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5))
+    )
     if title:
         ax.set_title(title, fontsize=fs + 1, loc="center")
     return fig
@@ -143,13 +146,28 @@ def _cbar_label(spec: FigureSpec) -> str:
     return vm.weight_label(spec.log, spec.hide_special)
 
 
-def _map_figure(result: AttentionResult, spec: FigureSpec, mv: vm.MapView, block_text: str, what: str,
-                highlight_row: int | None = None):
+def _map_figure(
+    result: AttentionResult,
+    spec: FigureSpec,
+    mv: vm.MapView,
+    block_text: str,
+    what: str,
+    highlight_row: int | None = None,
+):
     """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers and labels the screen draws."""
     title = make_title(result, spec, block_text, what, *mv.notes)
     return _heatmap_figure(
-        spec, mv.matrix, display_labels(mv.q_labels), display_labels(mv.k_labels), mv.q_special, mv.k_special,
-        title, mv.x_title, mv.y_title, _cbar_label(spec), highlight_row,
+        spec,
+        mv.matrix,
+        display_labels(mv.q_labels),
+        display_labels(mv.k_labels),
+        mv.q_special,
+        mv.k_special,
+        title,
+        mv.x_title,
+        mv.y_title,
+        _cbar_label(spec),
+        highlight_row,
     )
 
 
@@ -160,15 +178,20 @@ def draw_heatmap(result: AttentionResult, spec: FigureSpec):
         q = sel_.check_query(s.block, spec.query)
         where = np.nonzero(s.rows == q)[0]
         if not len(where):
-            raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query", param="query")
+            raise AttnvizError(
+                f"query {q} is a special token hidden by hide_special; pick another query", param="query"
+            )
         hl = int(where[0])
+    assert s.map_view is not None  # select() always fills it
     return _map_figure(result, spec, s.map_view, sel_.block_label(s.block), f"{s.layers} · {s.what}", hl)
 
 
 def _why_not_alignment(result: AttentionResult) -> str | None:
     if sel_.first_block(result, kind="cross") is None:
-        return (f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
-                f"{_blocks_text(result)}; use the heatmap view")
+        return (
+            f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
+            f"{_blocks_text(result)}; use the heatmap view"
+        )
     return None
 
 
@@ -179,12 +202,18 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
     bi = sel_.first_block(result, kind="cross") if spec.block is None else spec.block
     _, blk, sel = sel_.core_selection(result, replace(spec, step=None), block=bi)
     if blk.kind != "cross":
-        raise AttnvizError(f"the alignment view needs a cross-attention block; block {sel_.block_label(blk)!r} is "
-                           f"self-attention (blocks: {_blocks_text(result)})", param="block")
+        raise AttnvizError(
+            f"the alignment view needs a cross-attention block; block {sel_.block_label(blk)!r} is "
+            f"self-attention (blocks: {_blocks_text(result)})",
+            param="block",
+        )
     step = sel_.check_step(result, spec.step)
     mv = vm.alignment_map(result, sel.with_(step=-1 if step is None else step))
-    what = sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from) + " · " + sel_.describe(
-        blk, sel.layer, spec.head, spec.agg, spec.layer_from)
+    what = (
+        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
+        + " · "
+        + sel_.describe(blk, sel.layer, spec.head, spec.agg, spec.layer_from)
+    )
     return _map_figure(result, spec, mv, "cross-attention", what)
 
 
@@ -281,13 +310,18 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         heads = [sel_.check_head(block, layer, h) for h in spec.heads]
     elif spec.head is not None:
         heads = [sel_.check_head(block, layer, spec.head)]
-    elif spec.agg is None and block.heads_in(layer) <= len(vm.HEAD_COLOURS) and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX:
+    elif (
+        spec.agg is None
+        and block.heads_in(layer) <= len(vm.HEAD_COLOURS)
+        and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX
+    ):
         heads = list(range(block.heads_in(layer)))
     else:
         heads = []
     if heads:
-        _, _, sel = sel_.core_selection(result, replace(spec, heads=None, head=heads[0], agg=None, layer_from=None),
-                                        block=bi)
+        _, _, sel = sel_.core_selection(
+            result, replace(spec, heads=None, head=heads[0], agg=None, layer_from=None), block=bi
+        )
     else:
         _, _, sel = sel_.core_selection(result, replace(spec, heads=None), block=bi)
     lv = vm.links_view(result, sel, heads or None)
@@ -296,9 +330,11 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     q_only = None
     if spec.query is not None:
         q = sel_.check_query(block, spec.query)
-        where = np.nonzero(lv.q_pos == q)[0]
+        where = np.nonzero(np.asarray(lv.q_pos) == q)[0]
         if not len(where):
-            raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query", param="query")
+            raise AttnvizError(
+                f"query {q} is a special token hidden by hide_special; pick another query", param="query"
+            )
         q_only = int(where[0])
     q_labels, k_labels = display_labels(lv.q_labels), display_labels(lv.k_labels)
     q_special, k_special = lv.q_special, lv.k_special
@@ -321,8 +357,14 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
-    ax = fig.add_axes(((lab_q + 0.1) / width, (legend_in + 0.05) / height,
-                       max(width - lab_q - lab_k - 0.2, 0.3) / width, span_h / height))
+    ax = fig.add_axes(
+        (
+            (lab_q + 0.1) / width,
+            (legend_in + 0.05) / height,
+            max(width - lab_q - lab_k - 0.2, 0.3) / width,
+            span_h / height,
+        )
+    )
     ax.set_axis_off()
     ax.set_xlim(0, 1)
     ax.set_ylim(n - 0.5, -0.5)
@@ -335,8 +377,16 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     k_shown = set(vm.tick_indices(nk, max(2, fit * max(nk, 1) // max(nq, 1))))
     for i, (lab, y) in enumerate(zip(q_labels, yq)):
         if i in q_shown:
-            ax.text(x0 - 0.01, y, lab, ha="right", va="center", fontsize=fs,
-                    color="0.45" if q_special[i] else "black", fontweight="bold" if i == q_only else "normal")
+            ax.text(
+                x0 - 0.01,
+                y,
+                lab,
+                ha="right",
+                va="center",
+                fontsize=fs,
+                color="0.45" if q_special[i] else "black",
+                fontweight="bold" if i == q_only else "normal",
+            )
     for j, (lab, y) in enumerate(zip(k_labels, yk)):
         if j in k_shown:
             ax.text(x1 + 0.01, y, lab, ha="left", va="center", fontsize=fs, color="0.45" if k_special[j] else "black")
@@ -357,8 +407,16 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
     if len(items) > 1:
         handles = [Line2D([], [], color=colours[c], lw=1.5, label=name) for c, (name, _) in enumerate(items)]
-        fig.legend(handles=handles, loc="lower center", ncol=legend_cols, fontsize=fs, frameon=False,
-                   handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=legend_cols,
+            fontsize=fs,
+            frameon=False,
+            handlelength=1.5,
+            columnspacing=1.0,
+            borderaxespad=0.1,
+        )
     # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
     ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
@@ -390,16 +448,21 @@ def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) 
     if spec.block is None:
         idx = None
         if prefer_cross:
-            idx = next((i for i, b in enumerate(result.blocks()) if b.kind == "cross" and sel_.keys_are_patches(result, b)),
-                       None)
+            idx = next(
+                (i for i, b in enumerate(result.blocks()) if b.kind == "cross" and sel_.keys_are_patches(result, b)),
+                None,
+            )
         if idx is None:
             idx = sel_.patch_block(result)
         return sel_.resolve_block(result, idx)
     bi, b = sel_.resolve_block(result, spec.block)
-    if not sel_.keys_are_patches(result, b):
-        raise AttnvizError(f"block {sel_.block_label(b)!r} does not attend to image patches; "
-                           f"use a block over the {result.patch_grid.rows}x{result.patch_grid.cols} patches "
-                           f"(blocks: {_blocks_text(result)})")
+    g = result.patch_grid
+    if g is None or not sel_.keys_are_patches(result, b):
+        raise AttnvizError(
+            f"block {sel_.block_label(b)!r} does not attend to image patches; "
+            f"use a block over the {g.rows if g else '?'}x{g.cols if g else '?'} patches "
+            f"(blocks: {_blocks_text(result)})"
+        )
     return bi, b
 
 
@@ -431,7 +494,9 @@ def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
 
 
 def _overlay_selection(result: AttentionResult, spec: FigureSpec, bi: int) -> vm.Selection:
-    _, _, sel = sel_.core_selection(result, replace(spec, step=None, keep=1.0, query=None), block=bi, hide_special=False)
+    _, _, sel = sel_.core_selection(
+        result, replace(spec, step=None, keep=1.0, query=None), block=bi, hide_special=False
+    )
     return sel
 
 
@@ -445,8 +510,11 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     width = spec.fixed_width or 3.0
-    what = sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from) + " · " + sel_.describe(
-        block, sel.layer, spec.head, spec.agg, spec.layer_from)
+    what = (
+        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
+        + " · "
+        + sel_.describe(block, sel.layer, spec.head, spec.agg, spec.layer_from)
+    )
     title = fit_title(make_title(result, spec, sel_.block_label(block), what, f"query {ov.query_label}"), width, fs + 1)
     title_in = title_height(title, fs + 1)
     pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
@@ -465,12 +533,15 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
 
 def _image_strip_ok(result: AttentionResult) -> bool:
     return _why_not_image(result) is None and any(
-        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks())
+        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks()
+    )
 
 
 def _why_not_strip(result: AttentionResult) -> str | None:
     if not result.generated:
-        return "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+        return (
+            "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+        )
     if _image_strip_ok(result):
         return None
     if not any(b.stack == "decoder" for b in result.blocks()):
@@ -484,8 +555,11 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
     why = _why_not_strip(result)
     if why:
         raise AttnvizError(why)
-    if spec.block is None and _image_strip_ok(result) or (
-            spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1])):
+    if (
+        spec.block is None
+        and _image_strip_ok(result)
+        or (spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1]))
+    ):
         return _image_strip(result, spec)
     return _text_strip(result, spec)
 
@@ -510,8 +584,11 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     pw = width / ncols
     img_h = (pw - 0.08) * ih / iw
     word_in = fs * 2.2 * PT
-    what = sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from) + " · " + sel_.describe(
-        block, sel.layer, spec.head, spec.agg, spec.layer_from)
+    what = (
+        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
+        + " · "
+        + sel_.describe(block, sel.layer, spec.head, spec.agg, spec.layer_from)
+    )
     title = make_title(result, spec, sel_.block_label(block), what)
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
@@ -532,28 +609,36 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
             word, weight = display_label(word), "bold"
             # each panel on its own scale, as in Xu et al.: where does this word look?
             _overlay(ax, image, vm.overlay_view(result, sel.with_(query=row), image.shape[:2]), cmap)
-        fig.text((x0 + (pw - 0.08) / 2) / width, (y0 - 0.03) / height, word, ha="center", va="top",
-                 fontsize=fs + 1, fontweight=weight)
+        fig.text(
+            (x0 + (pw - 0.08) / 2) / width,
+            (y0 - 0.03) / height,
+            word,
+            ha="center",
+            va="top",
+            fontsize=fs + 1,
+            fontweight=weight,
+        )
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
 
 
 def _text_strip(result: AttentionResult, spec: FigureSpec):
-    if spec.block is None:
+    bi: int | str | None = spec.block
+    if bi is None:
         bi = sel_.first_block(result, kind="cross", stack="decoder")
         if bi is None:
             bi = sel_.first_block(result, kind="self", stack="decoder")
-    else:
-        bi = spec.block
     s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     block = s.block
     if block.stack != "decoder":
-        raise AttnvizError(f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})")
+        raise AttnvizError(
+            f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})"
+        )
     rows = _strip_rows(result, spec, block)
     fs = float(spec.font_size)
     k_labels = display_labels(block.key_axis.labels)
-    k_special = list(block.key_axis.special)
+    k_special = list(block.key_axis.special or [])
     panels = []
     for row, word in rows:
         cols = np.arange(len(k_labels))
@@ -568,7 +653,11 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
         if spec.keep < 1.0:
             w = keep_mass(w[None], spec.keep)[0]
         panels.append((display_label(word), cols, w))
-    vmax = float(spec.vmax) if spec.vmax else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    vmax = (
+        float(spec.vmax)
+        if spec.vmax
+        else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    )
     norm = _norm(spec, vmax)
     # light-to-dark for shading text: unattended tokens stay on a near-white background
     cmap = _cmap(spec if spec.cmap else replace(spec, cmap="magma_r"))
@@ -610,11 +699,25 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
             face = cmap(norm(max(wt, 1e-12) if spec.log else wt))
             ax.add_patch(Rectangle((x, top + 0.8), tw, line_pt - 1.6, facecolor=face, edgecolor="none"))
             lum = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2]
-            ax.text(x + tw / 2, top + line_pt / 2, lab, ha="center", va="center_baseline", fontsize=fs,
-                    color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"))
+            ax.text(
+                x + tw / 2,
+                top + line_pt / 2,
+                lab,
+                ha="center",
+                va="center_baseline",
+                fontsize=fs,
+                color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"),
+            )
         y0 += n_lines * line_pt
-        ax.text(avail_pt / 2, y0 + word_pt * 0.55, word, ha="center", va="center_baseline", fontsize=fs + 1,
-                fontweight="bold")
+        ax.text(
+            avail_pt / 2,
+            y0 + word_pt * 0.55,
+            word,
+            ha="center",
+            va="center_baseline",
+            fontsize=fs + 1,
+            fontweight="bold",
+        )
         y0 += word_pt + 4
     cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")

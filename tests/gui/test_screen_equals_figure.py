@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from fakes import FakeModel, softmax_maps  # noqa: E402
+from fakes import FakeModel, softmax_maps
 
-from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis  # noqa: E402
-from attnviz.figures import render_figure  # noqa: E402
+from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+from attnviz.figures import render_figure
 
 
 def decoder_result(batch: int = 1) -> AttentionResult:
@@ -23,8 +23,7 @@ def decoder_result(batch: int = 1) -> AttentionResult:
     prompt, gen = ["<|bos|>", "Blessed", "are"], ["the", "pure", "in", "heart"]
     labels = prompt + gen[:-1]  # the last generated word is not fed back
     t = len(labels)
-    maps = [DenseMap(np.concatenate([softmax_maps(rng, 3, t, t, causal=True) for _ in range(batch)]))
-            for _ in range(2)]
+    maps = [DenseMap(np.concatenate([softmax_maps(rng, 3, t, t, causal=True) for _ in range(batch)])) for _ in range(2)]
     sites = [SiteInfo("decoder", "self", i, 3, f"/h.{i}/attn/Softmax", "softmax") for i in range(2)]
     axis = TokenAxis(labels, [True] + [False] * (t - 1))
     return AttentionResult(maps, sites, tokens=axis, generated=gen, prompt_len=len(prompt), info={"model": "gpt"})
@@ -130,8 +129,13 @@ def _check_links(w, fig):
     fig_colours = sorted({tuple(np.round(c[:3], 4)) for coll in colls for c in coll.get_colors()})
     from matplotlib.colors import to_rgb
 
-    gui_colours = sorted({tuple(np.round(to_rgb(colour), 4)) for li, (colour, _) in enumerate(cv.layers)
-                          if any(lk[0] == li for lk in cv.links)})
+    gui_colours = sorted(
+        {
+            tuple(np.round(to_rgb(colour), 4))
+            for li, (colour, _) in enumerate(cv.layers)
+            if any(lk[0] == li for lk in cv.links)
+        }
+    )
     assert fig_colours == gui_colours
 
 
@@ -169,11 +173,21 @@ def test_screen_and_figure_draw_the_same(qtbot, window, results, model):
     assert ("image" in views) == (model in ("vision", "captioning"))
     checked = 0
     for bi, blk in enumerate(w.session.blocks):
-        for name, changes in SETTINGS:
+        for _name, changes in SETTINGS:
             if changes.get("step", -1) >= 0 and not result.generated:
                 continue
-            w.session.select(block=bi, **{"layer_lo": 0, "layer_hi": -1, "step": -1, "keep": 1.0, "log": False,
-                                          "hide_special": False, **changes})
+            w.session.select(
+                block=bi,
+                **{
+                    "layer_lo": 0,
+                    "layer_hi": -1,
+                    "step": -1,
+                    "keep": 1.0,
+                    "log": False,
+                    "hide_special": False,
+                    **changes,
+                },
+            )
             for view in views:
                 w.select_view(view)
                 widget = w.current_view()
@@ -181,11 +195,13 @@ def test_screen_and_figure_draw_the_same(qtbot, window, results, model):
                     assert changes["mode"] == "rollout" and (blk.kind == "cross" or view == "alignment")
                     continue
                 fig = _figure(w, widget)
-                {"head": lambda: _check_map(w.head_map.heatmap, fig),
-                 "alignment": lambda: _check_map(w.alignment.heatmap, fig),
-                 "overview": lambda: _check_overview(w, fig),
-                 "links": lambda: _check_links(w, fig),
-                 "image": lambda: _check_image(w, fig)}[view]()
+                {
+                    "head": lambda: _check_map(w.head_map.heatmap, fig),
+                    "alignment": lambda: _check_map(w.alignment.heatmap, fig),
+                    "overview": lambda: _check_overview(w, fig),
+                    "links": lambda: _check_links(w, fig),
+                    "image": lambda: _check_image(w, fig),
+                }[view]()
                 checked += 1
     assert checked >= 12
 

@@ -33,8 +33,10 @@ class AlignmentView(View):
         if why:
             return why
         if self.cross_block() is None:
-            return ("Alignment needs cross-attention (an encoder-decoder model such as the translation demo); "
-                    "this model has only self-attention.")
+            return (
+                "Alignment needs cross-attention (an encoder-decoder model such as the translation demo); "
+                "this model has only self-attention."
+            )
         if not self.session.result.generated:
             return "Alignment shows generated tokens: set “generate” to a number of steps and run."
         return None
@@ -53,6 +55,7 @@ class AlignmentView(View):
         if 0 <= row < mv.matrix.shape[0] and mv.matrix.shape[1]:
             j = int(np.argmax(mv.matrix[row]))
             self.step_label.setText(
-                f"step {row + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})")
+                f"step {row + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"
+            )
         else:
             self.step_label.setText(" ")

@@ -10,9 +10,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
-from attnviz.gui import style
 from attnviz.core import view as vm
 from attnviz.core.view import MapView
+from attnviz.gui import style
 
 
 class TokenAxis(pg.AxisItem):

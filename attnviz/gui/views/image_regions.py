@@ -114,7 +114,9 @@ class ImageRegionsView(View):
             b = QPushButton(label)
             b.setCheckable(True)
             b.setFlat(True)
-            b.setStyleSheet("QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }")
+            b.setStyleSheet(
+                "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
+            )
             b.clicked.connect(lambda _=False, qi=qi: self.set_query(qi))
             self.query_group.addButton(b)
             self.query_bar.addWidget(b)
@@ -180,7 +182,8 @@ class ImageRegionsView(View):
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
         self.info.setText(
             f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} (+{grid.offset} non-patch) · peak at patch ({r}, {c})"
-            f" · colours span 0–{ov.vmax:.3g}")
+            f" · colours span 0–{ov.vmax:.3g}"
+        )
         self.block_name = blk.name
         self._draw_strip(grid, img, kind)
 

@@ -12,8 +12,8 @@ from PySide6.QtCore import QRectF, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
 
-from attnviz.gui import style
 from attnviz.core import view as vm
+from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
 
 THUMB = vm.THUMB  # max thumbnail side in cells (the figure pools to the same size)
@@ -175,7 +175,8 @@ class OverviewView(View):
         blk = self.session.block
         self.info.setText(
             f"{len(self.thumbs)} heads · shared scale 0–{getattr(self, 'vmax', 1.0):.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
-            "  (click a thumbnail; ←/→ heads, ↑/↓ layers)")
+            "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
+        )
 
     # -- picking -------------------------------------------------------------------
     def key_at_view(self, x: float, y: float):

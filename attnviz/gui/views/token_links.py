@@ -122,7 +122,10 @@ class LinksCanvas(QWidget):
             p.setPen(pen)
             p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
         focus = self.focus
-        for side, labels, x0, align in (("query", self.q_labels, self._x0(), Qt.AlignRight), ("key", self.k_labels, xr, Qt.AlignLeft)):
+        for side, labels, x0, align in (
+            ("query", self.q_labels, self._x0(), Qt.AlignRight),
+            ("key", self.k_labels, xr, Qt.AlignLeft),
+        ):
             for i, s in enumerate(labels):
                 r = QRectF(x0 + (0 if side == "query" else 6), ROW_H * (i + 1), self._col_w - 6, ROW_H)
                 hot = focus is not None and focus == (side, i)
@@ -208,8 +211,10 @@ class TokenLinksView(View):
         self.canvas.set_data(lv)
         heads = ", ".join(str(h) for h in sorted(self.checked)) if sel.mode == "head" else vm.MODE_TITLES[sel.mode]
         self.info.setText(f"layer {sel.layer} · heads {heads}. Hover a token to show only its links.")
-        self.info.setToolTip(f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
-                             f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)")
+        self.info.setToolTip(
+            f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
+            f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)"
+        )
 
     def _on_hover(self, side: str, i: int) -> None:
         if not side:
@@ -217,6 +222,12 @@ class TokenLinksView(View):
         labels = self.canvas.q_labels if side == "query" else self.canvas.k_labels
         text = f"“{labels[i]}”"
         lv = getattr(self, "lv", None)
-        if side == "query" and lv is not None and lv.block is not None and lv.block.stack == "decoder" and lv.q_pos is not None:
+        if (
+            side == "query"
+            and lv is not None
+            and lv.block is not None
+            and lv.block.stack == "decoder"
+            and lv.q_pos is not None
+        ):
             text = vm.row_story(lv.block.result, lv.block, int(lv.q_pos[i]))  # the token it reads → the word it chose
         self.info.setText(f"{side} {text}: {len(self.canvas.visible_links())} links")
