@@ -12,6 +12,7 @@ from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
 
 
+
 def compute_stats(result, blk, step: int) -> list[dict]:
     """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
     n = step_rows(result, blk, step)
@@ -107,9 +108,7 @@ class StatsView(View):
             for c, name in enumerate(STAT_COLUMNS):
                 t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
         t.setSortingEnabled(True)
-        self.info.setText(
-            f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head."
-        )
+        self.info.setText(f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head.")
         self.select_current()
 
     def _on_stats_error(self, kind: str, rid: int, exc) -> None:
