@@ -10,20 +10,13 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QDockWidget,
-    QFileDialog,
-    QLabel,
-    QMainWindow,
-    QMessageBox,
-    QTabWidget,
-    QVBoxLayout,
-    QWidget,
+    QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from attnviz import AttnvizError
-from attnviz.core.view import clamp
 from attnviz.gui import style
 from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_renderer
+from attnviz.core.view import clamp
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.head_map import HeadMapView
@@ -186,9 +179,7 @@ class MainWindow(QMainWindow):
         fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
-        self.export_view_action = QAction(
-            "&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog
-        )
+        self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
         fm.addAction(self.export_view_action)
         fm.addAction(QAction("Export &maps (.npz)…", self, shortcut="Ctrl+Shift+E", triggered=self.export_npz_dialog))
         fm.addSeparator()
@@ -204,12 +195,8 @@ class MainWindow(QMainWindow):
         self._rebuild_recent()
 
     def _build_keys(self) -> None:
-        for key, fn in (
-            (Qt.Key_Left, lambda: self.step_head(-1)),
-            (Qt.Key_Right, lambda: self.step_head(1)),
-            (Qt.Key_Up, lambda: self.step_layer(-1)),
-            (Qt.Key_Down, lambda: self.step_layer(1)),
-        ):
+        for key, fn in ((Qt.Key_Left, lambda: self.step_head(-1)), (Qt.Key_Right, lambda: self.step_head(1)),
+                        (Qt.Key_Up, lambda: self.step_layer(-1)), (Qt.Key_Down, lambda: self.step_layer(1))):
             sc = QShortcut(QKeySequence(key), self.tabs)
             sc.setContext(Qt.WidgetWithChildrenShortcut)
             sc.activated.connect(fn)
@@ -330,10 +317,8 @@ class MainWindow(QMainWindow):
         handlers.update({s: self.open_image for s in IMAGE_SUFFIXES})
         fn = handlers.get(p.suffix.lower())
         if fn is None:
-            self.show_error(
-                f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
-                "and attention maps (.npz from 'attnviz extract')"
-            )
+            self.show_error(f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
+                            "and attention maps (.npz from 'attnviz extract')")
             return
         if not p.exists():
             self.show_error(f"cannot open {p}: no such file")
@@ -350,11 +335,7 @@ class MainWindow(QMainWindow):
         kw = {"tokenizer": str(self.tokenizer)} if self.tokenizer else {}
         w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open", **kw)
         self._latest["open"] = w.request_id
-        given = {
-            k: v
-            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items()
-            if v is not None
-        }
+        given = {k: v for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items() if v is not None}
         self._context[w.request_id] = (path, given, run)
         self.inputs.set_busy(True, f"opening {path.name}…")
         self.statusBar().showMessage(f"Opening {path}…")
@@ -374,22 +355,12 @@ class MainWindow(QMainWindow):
             self.show_error(f"{path.name}: no attention to show — {why}")
             return
         values = self.sample_input(model)
-        if (
-            str(getattr(model, "kind", "")).startswith("vision")
-            and not values.get("image")
-            and self.inputs.image.text()
-        ):
+        if str(getattr(model, "kind", "")).startswith("vision") and not values.get("image") and self.inputs.image.text():
             values["image"] = self.inputs.image.text()  # keep the image the user already chose
         values.update(given)
-        self.inputs.set_values(
-            text=values.get("text", ""),
-            text_pair=values.get("text_pair", ""),
-            image=values.get("image"),
-            generate=values.get("generate", self.default_generate(model)),
-        )
-        self.statusBar().showMessage(
-            f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}"
-        )
+        self.inputs.set_values(text=values.get("text", ""), text_pair=values.get("text_pair", ""),
+                               image=values.get("image"), generate=values.get("generate", self.default_generate(model)))
+        self.statusBar().showMessage(f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}")
         if run:
             self.run_analysis(self.inputs.values())
 
@@ -421,9 +392,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"open a vision or captioning model first, then the image {Path(path).name}")
             return
         if not getattr(m, "kind", "vision").startswith("vision"):
-            self.show_error(
-                f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}"
-            )
+            self.show_error(f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}")
             return
         self.inputs.set_values(image=str(path))
         self.add_recent(path)
@@ -449,10 +418,8 @@ class MainWindow(QMainWindow):
             self.show_error("no model open: use File ▸ Open model… or drop an .onnx file on the window")
             return
         if not getattr(m, "sites", None):
-            self.show_error(
-                f"{getattr(m, 'name', 'this model')}: no attention to show — "
-                f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}"
-            )
+            self.show_error(f"{getattr(m, 'name', 'this model')}: no attention to show — "
+                            f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}")
             return
         self.workers.cancel("run")  # the older run's result will be dropped
         w = self.workers.start(analyze, m, dict(values), kind="run")
@@ -477,12 +444,10 @@ class MainWindow(QMainWindow):
         self.session.set_result(result)
         self._follow_view_block()
         info = result.info or {}
-        t = info.get("timings") or {}
+        t = (info.get("timings") or {})
         total = info.get("total_s") or t.get("analyze (wall)")
         dev = info.get("provider") or getattr(self.session.model, "provider", "")
-        self.status_device.setText(
-            f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else "")
-        )
+        self.status_device.setText(f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else ""))
         n = len(result.maps)
         if n == 0:
             self.show_error("the model ran but returned no attention maps")
@@ -527,9 +492,8 @@ class MainWindow(QMainWindow):
 
     def export_view_dialog(self) -> None:
         title = self.tabs.tabText(self.tabs.currentIndex()).lower().replace(" ", "-")
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export view", f"attnviz-{title}.png", "PNG image (*.png);;SVG vector (*.svg);;PDF (*.pdf)"
-        )
+        path, _ = QFileDialog.getSaveFileName(self, "Export view", f"attnviz-{title}.png",
+                                              "PNG image (*.png);;SVG vector (*.svg);;PDF (*.pdf)")
         if path:
             self.export_view(path)
 
@@ -539,14 +503,8 @@ class MainWindow(QMainWindow):
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
-    VIEW_ALIASES = {
-        "overview": "Overview",
-        "head": "Head map",
-        "links": "Token links",
-        "alignment": "Alignment",
-        "image": "Image regions",
-        "stats": "Head stats",
-    }
+    VIEW_ALIASES = {"overview": "Overview", "head": "Head map", "links": "Token links", "alignment": "Alignment",
+                    "image": "Image regions", "stats": "Head stats"}
 
     def select_view(self, name: str) -> None:
         title = self.VIEW_ALIASES.get(name.lower(), name)
@@ -593,13 +551,8 @@ class MainWindow(QMainWindow):
         s = self.session
         if s.block is None or view is self.stats:
             return None
-        name = {
-            self.overview: "overview",
-            self.head_map: "heatmap",
-            self.links: "links",
-            self.alignment: "alignment",
-            self.image_regions: "image",
-        }.get(view)
+        name = {self.overview: "overview", self.head_map: "heatmap", self.links: "links",
+                self.alignment: "alignment", self.image_regions: "image"}.get(view)
         if name is None:
             return None
         sel = s.sel
@@ -613,14 +566,8 @@ class MainWindow(QMainWindow):
             if src is None or not self.image_regions.queries:
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
-            sel = clamp(
-                sel.with_(
-                    block=src[0],
-                    query=None if row < 0 else int(row),
-                    mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode,
-                ),
-                s.blocks,
-            )
+            sel = clamp(sel.with_(block=src[0], query=None if row < 0 else int(row),
+                                  mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode), s.blocks)
         return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
 
     def export_maps(self, path) -> None:
