@@ -41,11 +41,11 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     arrays["info"] = np.array(json.dumps(result.info, default=str))
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another output file", param="output")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".npz", dir=parent)
     except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -55,7 +55,7 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     return path
 
 

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import importlib
 
-from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS, FigureSpec, spec_from_gui, spec_from_selection
+from attnviz.figures.spec import (
+    AGGREGATES,
+    FORMATS,
+    VIEW_HELP,
+    VIEWS,
+    WIDTH_PRESETS,
+    FigureSpec,
+    spec_from_gui,
+    spec_from_selection,
+)
 
 _LAZY = {
     "render_figure": "attnviz.figures.render",

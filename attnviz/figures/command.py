@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument("--layer", type=int, help="layer (default: the last)")
     view.add_argument("--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)")
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
-    view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
+    view.add_argument("--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
     view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
     view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,

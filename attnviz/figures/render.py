@@ -148,12 +148,12 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
     if path.is_dir():
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another output file", param="output")
     data = figure_bytes(fig, fmt, dpi)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -161,7 +161,7 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     return path
 
 

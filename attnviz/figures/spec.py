@@ -66,13 +66,13 @@ class FigureSpec:
         if self.agg is not None and self.agg not in AGGREGATES:
             raise AttnvizError(f"unknown head aggregate {self.agg!r}; use one of {', '.join(AGGREGATES)}")
         if self.head is not None and self.agg is not None:
-            raise AttnvizError("give a head or an aggregate (--head or --agg), not both")
+            raise AttnvizError("give a head or an aggregate, not both", param="aggregate")
         if self.heads is not None:
             self.heads = [int(h) for h in self.heads]
             if not self.heads:
                 raise AttnvizError("heads list is empty; give at least one head")
             if self.agg is not None:
-                raise AttnvizError("give heads or an aggregate (--head or --agg), not both")
+                raise AttnvizError("give heads or an aggregate, not both", param="aggregate")
         if self.width is not None and self.width not in WIDTH_PRESETS:
             raise AttnvizError(
                 f"unknown width preset {self.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in"

@@ -432,7 +432,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
 
 def _why_not_image(result: AttentionResult) -> str | None:
     if result.image is None:
-        return "the image view needs the input image; this result has none (run on an image with --image)"
+        return "the image view needs the input image; this result has none (run the model on an image)"
     if result.patch_grid is None:
         return "the image view needs the image patch grid; this result has none (not an image model?)"
     if sel_.patch_block(result) is None:
@@ -444,7 +444,7 @@ def _why_not_image(result: AttentionResult) -> str | None:
 def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) -> tuple[int, Block]:
     why = _why_not_image(result)
     if why:
-        raise AttnvizError(why)
+        raise AttnvizError(why, param="image")
     if spec.block is None:
         idx = None
         if prefer_cross:
@@ -540,7 +540,7 @@ def _image_strip_ok(result: AttentionResult) -> bool:
 def _why_not_strip(result: AttentionResult) -> str | None:
     if not result.generated:
         return (
-            "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+            "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
         )
     if _image_strip_ok(result):
         return None
@@ -554,7 +554,7 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
     tokens so far) once per generated word, each token shaded by its weight."""
     why = _why_not_strip(result)
     if why:
-        raise AttnvizError(why)
+        raise AttnvizError(why, param="generate")
     if (
         spec.block is None
         and _image_strip_ok(result)

@@ -268,8 +268,19 @@ class MainWindow(QMainWindow):
         self.recent_menu.setEnabled(bool(files))
 
     # -- errors ----------------------------------------------------------------------
-    def show_error(self, text: str, title: str = "attnviz") -> None:
-        """One readable message: status bar + a non-modal dialog (replacing any previous one)."""
+    def param_widget(self, param: str | None):
+        """The control that fixes an :class:`AttnvizError` about ``param`` (the CLI maps the same names to flags)."""
+        c, i = self.controls, self.inputs
+        widgets = {"text": i.text, "text_pair": i.text_pair, "image": i.image, "generate": i.generate,
+                   "block": c.block, "layer": c.layer, "head": c.head, "aggregate": c.mode, "step": c.step}
+        return widgets.get(param or "")
+
+    def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> None:
+        """One readable message: status bar + a non-modal dialog (replacing any previous one); the control
+        that fixes it (``param``, from :class:`AttnvizError`) gets the keyboard focus and a red frame."""
+        w = self.param_widget(param)
+        if w is not None:
+            self._mark_widget(w)
         self.last_error = text
         self.statusBar().showMessage(f"Error: {text}")
         if self.error_box is not None:
@@ -307,7 +318,17 @@ class MainWindow(QMainWindow):
             return
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
             print(exc.__attnviz_traceback__)
-        self.show_error(error_text(exc))
+        self.show_error(error_text(exc), param=getattr(exc, "param", None))
+
+    def _mark_widget(self, w) -> None:
+        """Focus the control to fix and frame it in red until its value changes."""
+        w.setFocus()
+        w.setStyleSheet("border: 2px solid #d62728;")
+        self.marked_widget = w
+        for sig in ("textChanged", "valueChanged", "currentIndexChanged"):
+            if hasattr(w, sig):
+                getattr(w, sig).connect(lambda *_a, w=w: w.setStyleSheet(""))
+                break
 
     # -- opening ---------------------------------------------------------------------
     def open_path(self, path, **values) -> None:
@@ -503,8 +524,9 @@ class MainWindow(QMainWindow):
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
-    VIEW_ALIASES = {"overview": "Overview", "head": "Head map", "links": "Token links", "alignment": "Alignment",
-                    "image": "Image regions", "stats": "Head stats"}
+    # the figure's view names (attnviz figure --view), plus "head" (the old name of heatmap) and "stats"
+    VIEW_ALIASES = {"overview": "Overview", "heatmap": "Head map", "head": "Head map", "links": "Token links",
+                    "alignment": "Alignment", "image": "Image regions", "stats": "Head stats"}
 
     def select_view(self, name: str) -> None:
         title = self.VIEW_ALIASES.get(name.lower(), name)
