@@ -228,7 +228,7 @@ def test_spec_validation_messages():
         FigureSpec(width="triple")
     with pytest.raises(AttnvizError, match="unknown figure option"):
         FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
-    with pytest.raises(AttnvizError, match="rollout needs square self-attention"):
+    with pytest.raises(AttnvizError, match="rollout needs self-attention over one sequence"):
         render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
 
 
