@@ -35,6 +35,10 @@ class TokenAxis(pg.AxisItem):
             return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
         self._longest = max((self._fm.horizontalAdvance(s) for s in self.labels), default=10)
+        if self.orientation in ("top", "bottom"):
+            # the first and last labels are centred on the edge cells: let them reach past the axis ends
+            # (pyqtgraph hides labels that leave the axis rectangle)
+            self.setStyle(hideOverlappingLabels=int(self._longest / 2 + 4))
         self.picture = None
         self.update()
 
