@@ -472,7 +472,9 @@ def thumbnails(
         k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
         dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
         for layer in range(blk.n_layers):
-            a = np.asarray(blk.layer(layer), np.float32)[:, q_pos][:, :, k_pos]  # [H, Tq, Tk]
+            a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
+            if n is not None:  # slice (a view), never copy the full layer when no step is chosen
+                a = a[:, : len(q_pos), : len(k_pos)]
             if dq.any() or dk.any():
                 a = a[:, ~dq][:, :, ~dk]
                 s = a.sum(-1, keepdims=True)
