@@ -14,7 +14,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.session import make_session
+from attnviz.runtime.session import make_session, ort_values
 
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
@@ -185,7 +185,11 @@ class AttentionModel:
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
-        self.graph = gr.Graph(self.proto, self.external_dir)
+        # weights leave the proto once (numpy arrays): instrumented copies stay small and onnxruntime gets the
+        # arrays by reference instead of parsing a re-serialised copy (peak memory near plain inference)
+        self.weights = gr.take_weights(self.proto)
+        self._ort_weights = None
+        self.graph = gr.Graph(self.proto, self.external_dir, weights=self.weights)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
@@ -294,10 +298,13 @@ class AttentionModel:
                 data, exposed = _serialize(self.proto), None
             else:
                 try:
-                    data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
+                    data, exposed = gr.instrumented_bytes(self.graph, self._sites, mode)
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
-            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
+            if self._ort_weights is None:
+                self._ort_weights = ort_values(self.weights)  # shared by every session of this model, never copied
+            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir,
+                                      initializers=self._ort_weights)
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
@@ -389,15 +396,49 @@ class AttentionModel:
         run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
-        maps = []
-        for s, ex in zip(self._sites, exposed.site_extra):
-            maps.append(self._site_map(s, ex, got, batch, mode))
-        sites = [s.info(m.shape[1]) for s, m in zip(self._sites, maps)]
-        self._confirm_stack(sites, maps)
-        sites = [s.info(m.shape[1]) for s, m in zip(self._sites, maps)]
+        kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
+        sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
+        self._confirm_stack(sites, maps, kept)
+        sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         info = {"provider": sess.get_providers()[0], "provider_note": self.provider_note, "mode": mode,
                 "run_s": run_s, "model": self.name, "model_path": str(self.path)}
+        if notes:
+            info["notes"] = notes
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
+
+    def _collect_maps(self, exposed, got: dict, batch: int, mode: str) -> tuple[list[gr.Site], list, list[str]]:
+        """Maps in canonical order, with the sites they belong to.
+
+        A site in a ``Loop``/``Scan`` body gives one map per iteration (its layers, numbered on); a site in an
+        ``If`` branch that did not run (an empty placeholder) gives none; a Softmax found not to normalise the
+        key axis is refused with a note, never shown as attention.
+        """
+        kept: list[gr.Site] = []
+        maps: list = []
+        notes: list[str] = []
+        for s, ex in zip(self._sites, exposed.site_extra):
+            raw = got.get(s.probs) if "q" not in ex else None
+            if raw is not None and raw.size == 0 and s.g is not None and s.g.path:
+                continue  # the If branch holding this site did not run
+            if raw is not None and not _normalises_keys(s, raw):
+                notes.append(f"site {s.node_name!r} skipped: its Softmax normalises axis {s.extra['softmax_axis']} of a "
+                             f"rank-{raw.ndim - bool(s.loop)} tensor, not the key axis, so it is not attention")
+                continue
+            if s.loop and raw is not None:
+                for it in range(raw.shape[0]):
+                    kept.append(_iteration_site(s, it))
+                    maps.append(self._site_map(s, ex, {s.probs: raw[it]}, batch, mode))
+                continue
+            kept.append(s)
+            maps.append(self._site_map(s, ex, got, batch, mode))
+        if len(kept) != len(self._sites) or any(s.loop for s in kept):
+            import dataclasses
+
+            kept = [dataclasses.replace(s, extra=dict(s.extra)) for s in kept]  # this run's numbering only
+            _renumber(kept)
+        if not kept:
+            raise AttnvizError(f"{self.path.name}: no attention map came out of this run ({'; '.join(notes) or 'every site was in a branch that did not run'})")
+        return kept, maps, notes
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
         if "q" in ex:
@@ -439,7 +480,7 @@ class AttentionModel:
         self._epilogues[s.node_index] = sess
         return sess
 
-    def _confirm_stack(self, sites: list[SiteInfo], maps) -> None:
+    def _confirm_stack(self, sites: list[SiteInfo], maps, kept: list | None = None) -> None:
         """Single-stack graphs: a causal map (nothing above the diagonal) means a decoder."""
         if self._stack_confirmed or any(s.kind == "cross" for s in self._sites):
             return
@@ -453,7 +494,7 @@ class AttentionModel:
         upper = float(np.abs(np.triu(h, 1)).sum())
         causal = upper < 1e-6
         want = "decoder" if causal else "encoder"
-        for s in self._sites:
+        for s in [*self._sites, *(kept or [])]:
             s.stack = want
         self._stack_confirmed = True
 
@@ -478,6 +519,30 @@ class AttentionModel:
         return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
                        image_size=image_size, image_mean=image_mean, image_std=image_std,
                        progress=progress, cancelled=cancelled)
+
+
+def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
+    """A Softmax with an explicit axis must normalise the last (key) axis of the tensor it produced."""
+    axis = s.extra.get("softmax_axis")
+    if axis is None:
+        return True
+    rank = raw.ndim - (1 if s.loop else 0)
+    return (axis % rank if rank else axis) == rank - 1
+
+
+def _iteration_site(s: gr.Site, it: int) -> gr.Site:
+    import dataclasses
+
+    return dataclasses.replace(s, layer=s.layer + it, node_name=f"{s.node_name}[iteration {it}]", extra=dict(s.extra))
+
+
+def _renumber(sites: list[gr.Site]) -> None:
+    """Layers numbered 0.. per (stack, kind) again after loop iterations were added or sites skipped."""
+    count: dict[tuple[str, str], int] = {}
+    for s in sites:
+        key = (s.stack, s.kind)
+        s.layer = count.get(key, 0)
+        count[key] = s.layer + 1
 
 
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
