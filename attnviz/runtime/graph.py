@@ -361,8 +361,7 @@ def _walk_down(g: Graph, t: str, limit: int = 6) -> tuple[str, str] | None:
                     return cur, "softmax"
                 if other is None and c.op_type in REDUCE_CONSUMERS:
                     other = (cur, REDUCE_CONSUMERS[c.op_type])
-                if other is None and c.op_type == "Mul" and any(
-                        g.nodes[k].op_type == "ReduceSum" for k, _ in g.consumers.get(c.output[0], [])):
+                if other is None and _feeds_weighted_sum(g, c):
                     other = (cur, "softmax-context")
             for _, o in _down_step(g, cur):
                 if o not in seen:
@@ -372,6 +371,14 @@ def _walk_down(g: Graph, t: str, limit: int = 6) -> tuple[str, str] | None:
             break
         frontier = nxt
     return other
+
+
+def _feeds_weighted_sum(g: Graph, c) -> bool:
+    """``c`` (possibly through an Unsqueeze that adds the value axis) is a Mul whose product is ReduceSum'd."""
+    muls = [c] if c.op_type == "Mul" else []
+    if c.op_type == "Unsqueeze":
+        muls = [g.nodes[k] for k, _ in g.consumers.get(c.output[0], []) if g.nodes[k].op_type == "Mul"]
+    return any(g.nodes[k].op_type == "ReduceSum" for m in muls for k, _ in g.consumers.get(m.output[0], []))
 
 
 def _walk_up(g: Graph, t: str, limit: int = 8) -> tuple[int, list[int]] | None:
