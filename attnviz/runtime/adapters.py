@@ -103,7 +103,7 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
     if generate < 0:
         raise AttnvizError("--generate must be 0 or more steps")
-    if not model._stack_confirmed and len({s.stack for s in model._sites}) == 1:
+    if feeds is None and not model._stack_confirmed and len({s.stack for s in model._sites}) == 1:
         model.probe()  # a causal map marks a decoder; static guesses can miss hand-built masks
     kind = model.kind
     roles = model.roles
@@ -122,6 +122,9 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
         if img_in is None:
             raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
         spec = ip.image_spec(model.meta, img_in.shape, image_size, image_mean, image_std)
+        if spec.source == "defaults" and image_size is None:  # said with any run failure: the likely cause
+            notes.append(f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
+                         "give --image-size H W")
         if isinstance(image, np.ndarray):
             from PIL import Image as _I
             import tempfile, os
@@ -257,7 +260,7 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
             raise AttnvizError(f"{e} ({'; '.join(notes)})") from None
         raise
     if notes:
-        result.info["notes"] = notes
+        result.info["notes"] = result.info.get("notes", []) + notes
 
     # axes -------------------------------------------------------------------------------
     dec_axis = _labels(tgt_tok, final) if dec_in is not None else None
@@ -276,7 +279,8 @@ def analyze(model, text=None, text_pair=None, image=None, feeds=None, generate=0
             n_keys = result.maps[cross_sites[-1]].shape[-1]
         from attnviz.runtime.model import grid_for
 
-        grid = grid_for(model, n_keys) if n_keys else None
+        hw = tuple(np.shape(f[img_in.name])[-2:]) if img_in.name in f else None
+        grid = grid_for(model, n_keys, hw) if n_keys else None
         result.patch_grid = grid
         if grid is not None:
             result.tokens = _patch_axis(grid, n_keys)

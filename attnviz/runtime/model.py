@@ -16,6 +16,7 @@ from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.session import make_session, ort_values
 
+PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64", 16: "bfloat16",
@@ -258,6 +259,8 @@ class AttentionModel:
             dt = np.dtype(i.dtype) if i.dtype in ("float32", "float16", "int64", "int32", "bool") else None
             if dt is None:
                 return False
+            if int(np.prod(shape)) > PROBE_MAX_ELEMENTS:
+                return False  # a declared input size this big would make the "short" run costly: labels stay static
             if role == "image" or dt.kind == "f":
                 feeds[i.name] = np.random.default_rng(0).standard_normal(shape).astype(dt)
             elif role in ("mask", "decoder_mask"):
@@ -303,8 +306,14 @@ class AttentionModel:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
             if self._ort_weights is None:
                 self._ort_weights = ort_values(self.weights)  # shared by every session of this model, never copied
-            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir,
-                                      initializers=self._ort_weights)
+            try:
+                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir,
+                                          initializers=self._ort_weights)
+            except AttnvizError:
+                raise
+            except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)
+                raise AttnvizError(f"{self.path.name}: onnxruntime cannot load this model: {_ort_message(e)}; "
+                                   "re-export it (or update onnxruntime)") from None
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
@@ -577,13 +586,29 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
     return AttentionModel(path, provider=provider, tokenizer=tokenizer, threads=threads)
 
 
-def grid_for(model: AttentionModel, n_keys: int) -> PatchGrid | None:
+def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
+    """How ``n_keys`` image tokens lie on the image: attnviz metadata, else read from the graph at the size the
+    image was fed (conv / reshape / concat), else an exact square.  CLS or register tokens are only labelled
+    where the graph concatenates them; a layout the graph does not show gets no grid."""
     im = model.meta.get("image") if isinstance(model.meta.get("image"), dict) else {}
     hint = tuple(im["grid"]) if im.get("grid") else None
-    g = PatchGrid.infer(n_keys, hint)
-    if g is not None and im.get("offset") is not None and hint is not None:
-        g = PatchGrid(int(hint[0]), int(hint[1]), int(im["offset"]))
-    return g
+    if hint is not None:
+        g = PatchGrid.infer(n_keys, hint)
+        if g is not None and im.get("offset") is not None:
+            g = PatchGrid(int(hint[0]), int(hint[1]), int(im["offset"]))
+        return g
+    image = next((i.name for i in model.inputs if model.roles.get(i.name) == "image"), None)
+    if image is not None and image_hw is not None:
+        key = (image, tuple(int(x) for x in image_hw), n_keys)
+        cache = model.__dict__.setdefault("_grids", {})
+        if key not in cache:
+            cache[key] = gr.token_grid(model.graph, image, key[1], n_keys)
+        tg = cache[key]
+        if tg is not None:
+            return PatchGrid(tg.rows, tg.cols, tg.lead)
+        return None
+    side = int(round(n_keys ** 0.5))
+    return PatchGrid(side, side, 0) if side * side == n_keys else None
 
 
 __all__ = ["AttentionModel", "IOInfo", "open_model", "TokenAxis", "DenseMap"]
