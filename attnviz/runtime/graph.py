@@ -86,13 +86,12 @@ class Graph:
     Construction rejects cycles (an invalid graph that would make every walk loop) and orders the nodes.
     """
 
-    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None, weights: dict | None = None,
+    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None,
                  graph: onnx.GraphProto | None = None, parent: "Graph | None" = None, path: tuple = ()):
         self.model = model
         self.proto = graph if graph is not None else model.graph
         self.parent = parent
         self.path = path
-        self.weights = weights if weights is not None else (parent.weights if parent else {})
         g = self.proto
         self.nodes = list(g.node)
         self.producer: dict[str, int] = {}
@@ -130,8 +129,6 @@ class Graph:
         return self.parent is not None and self.parent.is_const(name)
 
     def const_value(self, name: str) -> np.ndarray | None:
-        if name in self.weights and self.parent is None:
-            return self.weights[name]
         if name in self.initializers:
             # weights in external data files stay on disk until needed (base_dir is set by load_model)
             return numpy_helper.to_array(self.initializers[name], base_dir=self.external_dir or "")
@@ -214,32 +211,111 @@ def _outer_reads(body: onnx.GraphProto) -> list[str]:
     return out
 
 
-BY_REFERENCE = "attnviz-weights-by-reference"  # location of weights handed to onnxruntime as OrtValues; never read
+def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelProto | None:
+    """The model's structure with every large inline weight replaced by a reference to its bytes in the file.
 
-
-def take_weights(model: onnx.ModelProto, min_bytes: int = 1024) -> dict[str, np.ndarray]:
-    """Move the top-level inline weights out of the proto into numpy arrays (one copy; the proto's is freed).
-
-    Each becomes a data-less stub marked external, which onnxruntime replaces with the array given by
-    reference (SessionOptions.add_external_initializers): instrumented copies hold the graph structure only,
-    and no serialised second copy of the weights is ever made.
+    The ``.onnx`` file is scanned at the protobuf wire level through ``mmap`` (weight bytes are skipped, never
+    read); each top-level initializer's ``raw_data`` becomes external data pointing at its own offset in the same
+    file.  onnxruntime then reads the weights from the file as plain inference does, and Python never holds
+    them: instrumented copies are a few hundred kB.  Returns None for layouts this does not cover (already
+    external data, no raw_data), which then keep the fully loaded proto.
     """
-    taken = {}
-    for t in model.graph.initializer:
-        if t.data_location != TensorProto.EXTERNAL and t.data_type != TensorProto.STRING and _nbytes(t) >= min_bytes:
-            arr = numpy_helper.to_array(t)
-            if not arr.flags.c_contiguous or not arr.flags.writeable:
-                arr = np.ascontiguousarray(arr).copy()
-            taken[t.name] = arr
-            stub = TensorProto(name=t.name, dims=list(t.dims), data_type=t.data_type, data_location=TensorProto.EXTERNAL)
-            stub.external_data.add(key="location", value=BY_REFERENCE)
-            t.CopyFrom(stub)
-    return taken
+    import mmap
+
+    path = Path(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        out, graph_span, changed = [], None, False
+        for field, wt, vs, ve, ts in _wire_fields(mm, 0, len(mm)):
+            if field == 7 and wt == 2:  # ModelProto.graph
+                graph_span = (ts, vs, ve)
+        if graph_span is None:
+            return None
+        ts, vs, ve = graph_span
+        pieces = []
+        for field, wt, fvs, fve, fts in _wire_fields(mm, vs, ve):
+            if field == 5 and wt == 2:  # GraphProto.initializer
+                stub = _tensor_stub(mm, fvs, fve, path.name, min_bytes)
+                if stub is not None:
+                    pieces.append(_key(5, 2) + _varint(len(stub)) + stub)
+                    changed = True
+                    continue
+            pieces.append(mm[fts:fve])
+        if not changed:
+            return None
+        graph = b"".join(pieces)
+        out = [mm[:ts], _key(7, 2) + _varint(len(graph)) + graph, mm[ve:]]
+        return onnx.ModelProto.FromString(b"".join(out))
 
 
-def _nbytes(t: TensorProto) -> int:
-    n = int(np.prod(t.dims)) if t.dims else 1
-    return n * 4
+def _tensor_stub(mm, start: int, end: int, location: str, min_bytes: int) -> bytes | None:
+    """TensorProto bytes without ``raw_data``, marked external at the raw bytes' offset in the file."""
+    raw = None
+    keep = []
+    for field, wt, vs, ve, ts in _wire_fields(mm, start, end):
+        if field in (13, 14):  # already external: leave it alone
+            return None
+        if field == 9 and wt == 2:
+            raw = (vs, ve)
+            continue
+        keep.append(mm[ts:ve])
+    if raw is None or raw[1] - raw[0] < min_bytes:
+        return None
+    entries = b""
+    for k, v in (("location", location), ("offset", str(raw[0])), ("length", str(raw[1] - raw[0]))):
+        kv = _key(1, 2) + _varint(len(k)) + k.encode() + _key(2, 2) + _varint(len(v.encode())) + v.encode()
+        entries += _key(13, 2) + _varint(len(kv)) + kv
+    return b"".join(keep) + entries + _key(14, 0) + _varint(TensorProto.EXTERNAL)
+
+
+def _wire_fields(buf, start: int, end: int):
+    """(field number, wire type, value start, value end, tag start) of each field in ``buf[start:end]``."""
+    i = start
+    while i < end:
+        ts = i
+        key, i = _read_varint(buf, i)
+        field, wt = key >> 3, key & 7
+        if wt == 0:
+            _, j = _read_varint(buf, i)
+            vs, i = i, j
+        elif wt == 1:
+            vs, i = i, i + 8
+        elif wt == 2:
+            n, vs = _read_varint(buf, i)
+            i = vs + n
+        elif wt == 5:
+            vs, i = i, i + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wt}")
+        if i > end:
+            raise ValueError("truncated protobuf field")
+        yield field, wt, vs, i, ts
+
+
+def _read_varint(buf, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("bad varint")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _key(field: int, wt: int) -> bytes:
+    return _varint(field << 3 | wt)
 
 
 # --------------------------------------------------------------------------- loading
@@ -816,8 +892,8 @@ FUSED_OUTPUT = {
 def instrumented_bytes(g: Graph, sites: list[Site], mode: str = "dense") -> tuple[bytes, Exposed]:
     """Serialise a copy of the model with the extra outputs.
 
-    The big weights were moved out of the proto (:func:`take_weights`) and go to onnxruntime by reference,
-    so the copy and its bytes hold the graph structure only.
+    Large weights of a single-file model point at their bytes in the file (:func:`weights_by_reference`) and
+    external data stays external, so the copy and its bytes hold the graph structure only.
     """
     exposed = instrument(g, sites, mode)
     data = exposed.model.SerializeToString()

@@ -14,7 +14,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.session import make_session, ort_values
+from attnviz.runtime.session import make_session
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -186,11 +186,9 @@ class AttentionModel:
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
-        # weights leave the proto once (numpy arrays): instrumented copies stay small and onnxruntime gets the
-        # arrays by reference instead of parsing a re-serialised copy (peak memory near plain inference)
-        self.weights = gr.take_weights(self.proto)
-        self._ort_weights = None
-        self.graph = gr.Graph(self.proto, self.external_dir, weights=self.weights)
+        if self.external_dir is None:
+            self._weights_by_reference()
+        self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
@@ -293,6 +291,19 @@ class AttentionModel:
         }
 
     # -- sessions ----------------------------------------------------------------
+    def _weights_by_reference(self) -> None:
+        """Swap the loaded proto for one whose large weights point at their bytes in the file (onnxruntime reads
+        them there, as plain inference does): instrumented copies then never re-serialise the weights, and the
+        fully loaded proto is freed (measured in bench/engine_memory_bench.py)."""
+        try:
+            light = gr.weights_by_reference(self.path)
+        except Exception:  # a file protobuf parsed but this scan does not understand: keep the loaded proto
+            return
+        if light is None or len(light.graph.node) != len(self.proto.graph.node):
+            return
+        self.proto = light
+        self.external_dir = str(self.path.resolve().parent)
+
     def _session(self, mode: str):
         """mode: plain (no extra outputs) | dense | ondemand."""
         if mode not in self._sessions:
@@ -304,11 +315,8 @@ class AttentionModel:
                     data, exposed = gr.instrumented_bytes(self.graph, self._sites, mode)
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
-            if self._ort_weights is None:
-                self._ort_weights = ort_values(self.weights)  # shared by every session of this model, never copied
             try:
-                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir,
-                                          initializers=self._ort_weights)
+                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
             except AttnvizError:
                 raise
             except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)

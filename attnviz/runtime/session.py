@@ -25,18 +25,9 @@ def session_options(threads: int | None = None, arena: bool = True) -> ort.Sessi
     return so
 
 
-def ort_values(weights: dict) -> tuple[list[str], list]:
-    """Wrap numpy weights as OrtValues that share their memory (no copy) for ``make_session(initializers=...)``."""
-    names = list(weights)
-    return names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names]
-
-
 def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None, arena: bool = True,
-                 external_dir: str | None = None, initializers: tuple[list[str], list] | None = None) -> tuple[ort.InferenceSession, str]:
-    """Create a session; return it and a note when the provider differs from what was asked.
-
-    ``initializers``: (names, OrtValues) the graph needs but does not contain (weights handed over by reference;
-    the caller keeps them alive as long as the session)."""
+                 external_dir: str | None = None) -> tuple[ort.InferenceSession, str]:
+    """Create a session; return it and a note when the provider differs from what was asked."""
     if provider not in PROVIDERS:
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     available = ort.get_available_providers()
@@ -47,8 +38,6 @@ def make_session(model: bytes | str, provider: str = "auto", threads: int | None
     so = session_options(threads, arena)
     if external_dir:  # a model given as bytes reads its external weights from here
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_dir)
-    if initializers and initializers[0]:
-        so.add_external_initializers(*initializers)
     if want_cuda:
         try:
             ort.preload_dlls()  # finds CUDA/cuDNN from nvidia-* pip wheels when present
