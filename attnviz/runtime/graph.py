@@ -527,8 +527,9 @@ def find_sites(g: Graph) -> tuple[list[Site], str | None]:
     counts = {"softmax": 0, "wrong_axis": 0}
     clock = _Clock()
     for sg in g.walk():
-        clock.check()
-        for i in sg.order:
+        for k, i in enumerate(sg.order):
+            if k % 512 == 0:
+                clock.check()
             _site_at(sg, i, sites, problems, counts)
     sites = _pair_branches(sites)
     if sites:
@@ -560,7 +561,7 @@ def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: d
             return
         axis = softmax_axis(g.model, n)
         rank = _declared_rank(g, n.input[0])
-        if axis != -1 and (rank is None and _opset(g.model) < 13 or rank is not None and axis % max(rank, 1) != rank - 1):
+        if axis != -1 and rank is not None and axis % max(rank, 1) != rank - 1:
             counts["wrong_axis"] += 1  # normalised over queries / heads / a flattened block: not attention
             return
         mi, path = up

@@ -205,3 +205,27 @@ def test_deep_variadic_max_chain_is_walked_once(tmp_path):
     assert len(m.sites) == 1
     r = m.run({"x": X})
     np.testing.assert_allclose(r.maps[0].array(), numpy_layer(X, W)[0], atol=1e-5)  # Max of copies = the scores
+
+
+def test_instrumented_model_does_not_carry_the_weights(tmp_path):
+    """A single-file model: the instrumented bytes hold the graph only (weights are read from the file in place)."""
+    import onnxruntime as ort
+
+    from attnviz.runtime import graph as gr
+    from onnx_builders import tiny_text_model
+
+    path = tiny_text_model(tmp_path / "wide.onnx", layers=2, heads=4, d=64)
+    before = path.read_bytes()
+    m = open_model(path, provider="cpu")
+    data, _ = gr.instrumented_bytes(m.graph, m._sites)
+    assert len(data) < len(before) / 4
+    ids = np.array([[1, 3, 4, 5, 2]], np.int64)
+    r = m.run({"input_ids": ids})
+    # the same probabilities as a session built the old way, from a fully loaded and re-serialised copy
+    full = onnx.load(str(path))
+    full.graph.output.extend(helper.make_empty_tensor_value_info(f"p{i}") for i in range(2))
+    sess = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run([f"p{i}" for i in range(2)], {"input_ids": ids})
+    for got, w in zip(r.maps, want):
+        np.testing.assert_array_equal(got.array(), w)
+    assert path.read_bytes() == before
