@@ -44,7 +44,7 @@ def run(args) -> int:
         print(f"  {clean(o['name']):<28} {o['dtype']:<8} [{clean(', '.join(map(str, o['shape'])))}]")
     if d["metadata"]:
         print("metadata")
-        for k, v in d["metadata"].items():
+        for k, v in m.metadata.items():  # the full values: their real length is reported
             print(f"  {clean(k, 60):<28} {clean(v, METADATA_CHARS)}")
     if not d["sites"]:
         print(f"attention: none — {d['no_attention_reason']}")
