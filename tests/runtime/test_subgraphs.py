@@ -158,3 +158,56 @@ def test_loop_body_attention_gives_one_map_per_iteration(tmp_path):
     assert [s.layer for s in r.sites] == [0, 1, 2]
     for got, ref in zip(r.maps, want):
         np.testing.assert_allclose(got.array(), ref, atol=1e-5)
+
+
+def scan_over_layers(path, layers=3, heads=2, d=8, seed=0):
+    """JAX-style: stacked per-layer weights [L, D, D] are scanned, the hidden state is carried; attention in the body."""
+    rng = np.random.default_rng(seed)
+    dh = d // heads
+    W = {w: (rng.standard_normal((layers, d, d)) * 0.5).astype(np.float32) for w in "qkv"}
+    inits = [numpy_helper.from_array(a, f"W{w}_all") for w, a in W.items()]
+    inits += [numpy_helper.from_array(np.array([0, 0, heads, dh], np.int64), "bthd"),
+              numpy_helper.from_array(np.array([0, 0, d], np.int64), "btd"),
+              numpy_helper.from_array(np.array(1 / np.sqrt(dh), np.float32), "scale")]
+    body_nodes = []
+    for w in "qkv":
+        perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
+        body_nodes += [helper.make_node("MatMul", ["x_in", f"W{w}"], [f"{w}_l"]),
+                       helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
+                       helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm)]
+    body_nodes += [helper.make_node("MatMul", ["q_t", "k_t"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
+                   helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="scan/Softmax"),
+                   helper.make_node("MatMul", ["p", "v_t"], ["o"]),
+                   helper.make_node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
+                   helper.make_node("Reshape", ["o_t", "btd"], ["o_r"]), helper.make_node("Add", ["x_in", "o_r"], ["x_out"])]
+    body = helper.make_graph(body_nodes, "layer",
+                             [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)]
+                             + [helper.make_tensor_value_info(f"W{w}", TensorProto.FLOAT, [d, d]) for w in "qkv"],
+                             [helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)])
+    node = helper.make_node("Scan", ["x", "Wq_all", "Wk_all", "Wv_all"], ["y"], body=body, num_scan_inputs=3, name="layers")
+    graph = helper.make_graph([node], "scanned", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", d])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", d])], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+    def reference(x):
+        maps = []
+        b, t, _ = x.shape
+        for layer in range(layers):
+            q, k, v = ((x @ W[w][layer]).reshape(b, t, heads, dh).transpose(0, 2, 1, 3) for w in "qkv")
+            p = _softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh))
+            maps.append(p)
+            x = x + (p @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+        return maps
+
+    return path, reference
+
+
+def test_scan_over_stacked_layer_weights(tmp_path):
+    path, reference = scan_over_layers(tmp_path / "scan.onnx", layers=3)
+    x = np.random.default_rng(2).standard_normal((2, 4, 8)).astype(np.float32)
+    r = open_model(path, provider="cpu").run({"x": x})
+    assert [(s.stack, s.kind, s.layer) for s in r.sites] == [("encoder", "self", i) for i in range(3)]
+    for got, want in zip(r.maps, reference(x)):
+        np.testing.assert_allclose(got.array(), want, atol=1e-5)
