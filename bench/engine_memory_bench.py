@@ -30,9 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import numpy as np  # noqa: E402
-
-from engine_bench import export_minilm, feeds  # noqa: E402
+import numpy as np
+from engine_bench import export_minilm, feeds
 
 MODES = ("plain", "attnviz", "re-serialised")
 

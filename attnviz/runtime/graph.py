@@ -224,16 +224,16 @@ def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelP
 
     path = Path(path)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        out, graph_span, changed = [], None, False
-        for field, wt, vs, ve, ts in _wire_fields(mm, 0, len(mm)):
-            if field == 7 and wt == 2:  # ModelProto.graph
+        graph_span, changed = None, False
+        for fno, wt, vs, ve, ts in _wire_fields(mm, 0, len(mm)):
+            if fno == 7 and wt == 2:  # ModelProto.graph
                 graph_span = (ts, vs, ve)
         if graph_span is None:
             return None
         ts, vs, ve = graph_span
         pieces = []
-        for field, wt, fvs, fve, fts in _wire_fields(mm, vs, ve):
-            if field == 5 and wt == 2:  # GraphProto.initializer
+        for fno, wt, fvs, fve, fts in _wire_fields(mm, vs, ve):
+            if fno == 5 and wt == 2:  # GraphProto.initializer
                 stub = _tensor_stub(mm, fvs, fve, path.name, min_bytes)
                 if stub is not None:
                     pieces.append(_key(5, 2) + _varint(len(stub)) + stub)
@@ -251,10 +251,10 @@ def _tensor_stub(mm, start: int, end: int, location: str, min_bytes: int) -> byt
     """TensorProto bytes without ``raw_data``, marked external at the raw bytes' offset in the file."""
     raw = None
     keep = []
-    for field, wt, vs, ve, ts in _wire_fields(mm, start, end):
-        if field in (13, 14):  # already external: leave it alone
+    for fno, wt, vs, ve, ts in _wire_fields(mm, start, end):
+        if fno in (13, 14):  # already external: leave it alone
             return None
-        if field == 9 and wt == 2:
+        if fno == 9 and wt == 2:
             raw = (vs, ve)
             continue
         keep.append(mm[ts:ve])
@@ -273,7 +273,7 @@ def _wire_fields(buf, start: int, end: int):
     while i < end:
         ts = i
         key, i = _read_varint(buf, i)
-        field, wt = key >> 3, key & 7
+        fno, wt = key >> 3, key & 7
         if wt == 0:
             _, j = _read_varint(buf, i)
             vs, i = i, j
@@ -288,7 +288,7 @@ def _wire_fields(buf, start: int, end: int):
             raise ValueError(f"unsupported protobuf wire type {wt}")
         if i > end:
             raise ValueError("truncated protobuf field")
-        yield field, wt, vs, i, ts
+        yield fno, wt, vs, i, ts
 
 
 def _read_varint(buf, i: int) -> tuple[int, int]:
@@ -1068,7 +1068,7 @@ def _set_attr(node, name, value) -> None:
 
 def can_recompute(g: Graph, s: Site) -> bool:
     """Per-head recompute needs a plain Q·Kᵀ MatMul and an elementwise epilogue (no reshapes)."""
-    if s.method != "softmax" or s.g is not g or not s.qk or s.qk not in g.producer:
+    if s.method != "softmax" or s.g is not g or not s.qk or s.qk not in g.producer or "softmax_axis" in s.extra:
         return False
     if g.nodes[g.producer[s.qk]].op_type not in ("MatMul", "FusedMatMul"):
         return False
@@ -1154,7 +1154,7 @@ def token_grid(g: Graph, image_input: str, hw: tuple[int, int], n_keys: int) -> 
     shapes = _concrete_shapes(g, image_input, hw)
     if shapes is None:
         return None
-    seen, frontier, conv_seen = {image_input}, [(image_input, False)], False
+    seen, frontier = {image_input}, [(image_input, False)]
     flat = None
     for _ in range(200):  # bounded breadth-first walk down from the image
         nxt = []

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import tiny_text_model
 
 from attnviz.cli import main
-from onnx_builders import tiny_text_model
 
 
 def test_inspect_prints_long_multiline_metadata_on_one_clean_line(tmp_path, capsys):

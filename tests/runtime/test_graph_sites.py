@@ -210,9 +210,9 @@ def test_deep_variadic_max_chain_is_walked_once(tmp_path):
 def test_instrumented_model_does_not_carry_the_weights(tmp_path):
     """A single-file model: the instrumented bytes hold the graph only (weights are read from the file in place)."""
     import onnxruntime as ort
+    from onnx_builders import tiny_text_model
 
     from attnviz.runtime import graph as gr
-    from onnx_builders import tiny_text_model
 
     path = tiny_text_model(tmp_path / "wide.onnx", layers=2, heads=4, d=64)
     before = path.read_bytes()

@@ -4,8 +4,8 @@ reads the encoder half of the cache, self-attention the decoder's own; layers nu
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from attnviz.runtime import open_model
 
@@ -75,8 +75,8 @@ def decoder_with_past(path, seed=0):
     def reference(feeds):
         maps = []
         h = emb[feeds["input_ids"]]
-        split = lambda a: a.reshape(B, -1, H, DH).transpose(0, 2, 1, 3)  # noqa: E731
-        merge = lambda a: a.transpose(0, 2, 1, 3).reshape(B, -1, D)  # noqa: E731
+        split = lambda a: a.reshape(B, -1, H, DH).transpose(0, 2, 1, 3)
+        merge = lambda a: a.transpose(0, 2, 1, 3).reshape(B, -1, D)
         for l in range(L):
             k = np.concatenate([feeds[f"past_key_values.{l}.decoder.key"], split(h @ W[f"Wk{l}"])], 2)
             v = np.concatenate([feeds[f"past_key_values.{l}.decoder.value"], split(h @ W[f"Wv{l}"])], 2)

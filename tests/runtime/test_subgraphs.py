@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import tiny_text_model
 
 from attnviz.runtime import open_model
-from onnx_builders import tiny_text_model
 
 
 def _rename(graph: onnx.GraphProto, prefix: str, keep: set[str]) -> onnx.GraphProto:

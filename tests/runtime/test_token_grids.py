@@ -18,7 +18,7 @@ def image_model(path, size, kernel, stride, cls=False, fold_height=False, seed=0
     """pixel_values [1,3,h,w] -> Conv patches -> tokens (optionally CLS first) -> one self-attention layer."""
     rng = np.random.default_rng(seed)
     kh, kw = kernel
-    gh, gw = (size[0] - kh) // stride[0] + 1, (size[1] - kw) // stride[1] + 1
+    gh = (size[0] - kh) // stride[0] + 1
     inits = [numpy_helper.from_array((rng.standard_normal((D, 3, kh, kw)) * 0.1).astype(np.float32), "patch_w"),
              numpy_helper.from_array(np.array([0, D * gh if fold_height else D, -1], np.int64), "flat"),
              numpy_helper.from_array(np.array([0, 0, H, D // H], np.int64), "bthd"),
