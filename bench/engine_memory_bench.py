@@ -115,6 +115,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes per memory row (median)")
+    ap.add_argument("--no-memory", action="store_true", help="only the timing table")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "T"))
     a = ap.parse_args()
     if a.child:
@@ -125,7 +126,7 @@ def main():
     print(f"MiniLM-L6, one file with weights inside ({size:.0f} MB), CPU, {a.threads} threads\n")
     print(f"{'tokens':>6} | {'plain MB':>8} | {'attnviz MB':>10} | {'re-serialised MB':>16} | {'attnviz/plain':>13} | {'re-serialised/plain':>19}")
     print("-" * 88)
-    for t in a.lengths:
+    for t in [] if a.no_memory else a.lengths:
         r = memory_rows(model, t, a.threads, a.repeats)
         p = r["plain"]
         print(f"{t:>6} | {p:>8.0f} | {r['attnviz']:>10.0f} | {r['re-serialised']:>16.0f} | {r['attnviz'] / p:>12.2f}x | {r['re-serialised'] / p:>18.2f}x")

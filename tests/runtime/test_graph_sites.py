@@ -86,13 +86,14 @@ def pv_layer(b: Builder, l, axis=-1):
     return W
 
 
-def test_reduce_consumed_attention_is_found(tmp_path):
-    """Layer 0 is ordinary; layer 1's probabilities only go (head mean, ReduceMean) to a model output."""
+@pytest.mark.parametrize("reduce", ["ReduceMean", "ReduceSum"])
+def test_reduce_consumed_attention_is_found(tmp_path, reduce):
+    """Layer 0 is ordinary; layer 1's probabilities only go (over heads) to a model output."""
     b = Builder()
     W0 = pv_layer(b, 0)
     W1 = b.layer(1)
     b.inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax1"))
-    b.nodes.append(helper.make_node("ReduceMean", ["p1", "ax1"], ["attn_mean"], keepdims=0))
+    b.nodes.append(helper.make_node(reduce, ["p1", "ax1"], ["attn_mean"], keepdims=0))
     b.outputs = [helper.make_tensor_value_info("x1", TensorProto.FLOAT, None),
                  helper.make_tensor_value_info("attn_mean", TensorProto.FLOAT, None)]
     m = open_model(b.finish(tmp_path / "reduce.onnx"), provider="cpu")
@@ -103,7 +104,7 @@ def test_reduce_consumed_attention_is_found(tmp_path):
     p1, _ = numpy_layer(x1, W1)
     np.testing.assert_allclose(r.maps[0].array(), p0, atol=1e-5)
     np.testing.assert_allclose(r.maps[1].array(), p1, atol=1e-5)
-    np.testing.assert_allclose(r.outputs["attn_mean"], p1.mean(1), atol=1e-5)
+    np.testing.assert_allclose(r.outputs["attn_mean"], p1.mean(1) if reduce == "ReduceMean" else p1.sum(1), atol=1e-5)
     assert [(s.layer, s.heads) for s in r.sites] == [(0, H), (1, H)]
 
 
@@ -229,3 +230,28 @@ def test_instrumented_model_does_not_carry_the_weights(tmp_path):
     for got, w in zip(r.maps, want):
         np.testing.assert_array_equal(got.array(), w)
     assert path.read_bytes() == before
+
+
+def test_no_probe_for_raw_feeds_or_huge_declared_inputs(tmp_path, capsys):
+    """issue 9: a tiny file declaring a huge input made inspect run it at that size; raw feeds need no probe either."""
+    import json
+
+    from attnviz.cli import main
+
+    b = Builder()
+    pv_layer(b, 0)
+    b.outputs = [helper.make_tensor_value_info(b.x, TensorProto.FLOAT, None)]
+    path = b.finish(tmp_path / "big.onnx")
+    m = onnx.load(str(path))
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_value, dims[1].dim_value = 64, 4096  # 64 x 4096 x 8 floats: 2 M elements, maps 64x2x4096² floats
+    onnx.save(m, str(path))
+    assert main(["inspect", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["probed"] is False and len(d["sites"]) == 1
+    small = Builder()
+    pv_layer(small, 0)
+    small.outputs = [helper.make_tensor_value_info(small.x, TensorProto.FLOAT, None)]
+    am = open_model(small.finish(tmp_path / "small.onnx"), provider="cpu")
+    r = am.analyze(feeds={"x": X})
+    assert am._probed is False and len(r.maps) == 1
