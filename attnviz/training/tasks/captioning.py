@@ -20,6 +20,7 @@ import numpy as np
 
 from attnviz.training import data_captioning as dc
 from attnviz.training import metrics as M
+from attnviz.training.model import cross_attention_indices
 from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, split_seed
@@ -80,8 +81,7 @@ class Captioning(Task):
 
     def evaluate(self, runner, data, mcfg):
         n = len(data["labels"])
-        n_enc = mcfg.n_layers if mcfg.image_encoder == "vit" else 0
-        cross_idx = [n_enc + 2 * l + 1 for l in range(mcfg.n_dec_layers)]
+        cross_idx = cross_attention_indices(mcfg)
         exact = []
         samples = []
         for s in batched(n, 256):
