@@ -67,6 +67,18 @@ def row_words(tgt_word_ids: Sequence[int], convention: str, n_rows: int | None =
     return out
 
 
+def convention_rows(producing: Sequence[int], convention: str, n_rows: int) -> list[tuple[int, int]]:
+    """``(word k, decoder row)`` for generated words, given the row that *produced* each word.
+
+    ``"predict"``: the producing row itself; ``"input"``: the next row, where word k is the decoder's input
+    (the last generated word is never fed back, so it has no such row and is left out).
+    """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"row convention {convention!r}: use one of {', '.join(CONVENTIONS)}")
+    shift = 1 if convention == "input" else 0
+    return [(k, int(r) + shift) for k, r in enumerate(producing) if 0 <= int(r) + shift < n_rows]
+
+
 def merge_subwords(attn: np.ndarray, query_words: Sequence[int], key_words: Sequence[int],
                    n_query_words: int | None = None, n_key_words: int | None = None) -> np.ndarray:
     """``[Tq, Tk]`` subword attention -> ``[n_query_words, n_key_words]`` word attention.
@@ -316,6 +328,6 @@ def check_gold(gold: tuple[set[Link], set[Link]], n_src: int, n_tgt: int, where:
             raise PharaohError(f"{where}link {i}-{j} points past the sentence ({n_src} source, {n_tgt} target words)")
 
 
-__all__ = ["Link", "CONVENTIONS", "row_words", "merge_subwords", "attention_to_links", "diagonal_links",
+__all__ = ["Link", "CONVENTIONS", "row_words", "convention_rows", "merge_subwords", "attention_to_links", "diagonal_links",
            "AERCounter", "Scores", "aer", "AlignmentSample", "alignment_table", "ranked_heads", "format_aer_table",
            "PharaohError", "parse_pharaoh", "format_pharaoh", "read_lines", "read_pharaoh", "check_gold"]

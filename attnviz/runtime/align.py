@@ -116,3 +116,53 @@ def select(attn: np.ndarray, head: tuple[int, int] | None = None, layer: int | N
     if layer is not None:
         return attn[layer].mean(0)
     return attn.mean((0, 1))
+
+
+def pharaoh_set(gold_path) -> tuple:
+    """``(src, tgt, gold)`` paths of a test set named by its gold file: ``X.gold`` (or any name) with ``X.src``
+    and ``X.tgt`` beside it (what :func:`attnviz.training.data_translation.write_pharaoh_files` writes)."""
+    from pathlib import Path
+
+    gold = Path(gold_path)
+    src, tgt = gold.with_suffix(".src"), gold.with_suffix(".tgt")
+    missing = [p.name for p in (gold, src, tgt) if not p.is_file()]
+    if missing:
+        raise AttnvizError(f"gold alignments need {gold.stem}.src, {gold.stem}.tgt and the Pharaoh file side by side "
+                           f"in {gold.parent}; missing: {', '.join(missing)}")
+    return src, tgt, gold
+
+
+def score_test_set(model, gold_path, convention: str | None = None, cancelled=None) -> dict:
+    """Per-head / per-layer AER, precision and recall of ``model`` on a Pharaoh test set (:func:`pharaoh_set`).
+
+    ``convention`` defaults to the model's declared one, else "predict".  Returns
+    :func:`attnviz.core.align.alignment_table` plus ``"convention"`` and ``"name"``.
+    """
+    src, tgt, gold_file = pharaoh_set(gold_path)
+    try:
+        src_lines, tgt_lines = align.read_lines(src), align.read_lines(tgt)
+        gold = align.read_pharaoh(gold_file)
+    except (OSError, UnicodeDecodeError) as e:
+        raise AttnvizError(f"cannot read the test set {gold_file.stem}: {e}") from None
+    except align.PharaohError as e:
+        raise AttnvizError(str(e)) from None
+    if not (len(src_lines) == len(tgt_lines) == len(gold)) or not gold:
+        raise AttnvizError(f"{gold_file.stem}: .src, .tgt and the gold file need the same number of lines "
+                           f"(they have {len(src_lines)}, {len(tgt_lines)}, {len(gold)})")
+    aligner = Aligner(model)
+    if convention is None:
+        convention = aligner.declared[1] if aligner.declared else "predict"
+    samples = []
+    for k, (s, t, g) in enumerate(zip(src_lines, tgt_lines, gold)):
+        if cancelled is not None and cancelled():
+            raise AttnvizError("cancelled")
+        sw, tw = s.split(), t.split()
+        if not sw or not tw:
+            raise AttnvizError(f"{gold_file.stem} line {k + 1}: an empty sentence; every line needs a word")
+        try:
+            align.check_gold(g, len(sw), len(tw), f"{gold_file.name} line {k + 1}: ")
+        except align.PharaohError as e:
+            raise AttnvizError(str(e)) from None
+        samples.append(aligner.run(sw, tw).sample(convention, *g))
+    table = align.alignment_table(samples)
+    return {**table, "convention": convention, "name": gold_file.stem}
