@@ -185,3 +185,28 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
         raise AttnvizError(f"{path} has no attnviz training config in its metadata; "
                            "'attnviz eval' only scores models exported by 'attnviz train'")
     return meta.get("task", cfg.get("task", "")), ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"]), meta
+
+
+def refresh_metadata(path: str | Path) -> dict:
+    """Re-measure an exported model with the current evaluation code and rewrite its ``attnviz.*`` metadata
+    (metrics, ``attnviz.alignment``...); the graph and the embedded tokenizers are kept.  Returns the metrics."""
+    import shutil
+
+    from attnviz.training.tasks import get_task
+
+    path = Path(path)
+    name, mcfg, tcfg, meta = read_config(path)
+    task = get_task(name)
+    if hasattr(task, "restore"):  # the tokenizers the model was trained with live in the file
+        task.restore(meta)
+    metrics = task.evaluate(OnnxRunner(str(path)), task.make_split("test", mcfg, tcfg), mcfg)
+    new = build_metadata(task, mcfg, tcfg, metrics)
+    tmp = temp_path(path)
+    try:
+        shutil.copyfile(path, tmp)
+        write_metadata(tmp, new)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return metrics

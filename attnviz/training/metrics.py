@@ -158,6 +158,41 @@ def pointing_table(samples: Iterable[dict], image_size: tuple[int, int], grid: t
             "average": hits_avg / n, "n_words": n}
 
 
+def pointing_baselines(samples: Iterable[dict], image_size: tuple[int, int], grid: tuple[int, int],
+                       tolerance: float = 0.0) -> dict:
+    """Expected pointing accuracy of two attention-free pointers over the same words as :func:`pointing_table`.
+
+    ``either_object``: knows where the scene's objects are but not which one the word names; points at the
+    grid cell holding the centre of one of them, chosen uniformly.  ``random_cell``: a uniformly random cell.
+    """
+    rows, cols = grid
+    H, W = image_size
+    either = random_cell = 0.0
+    n = 0
+
+    def cell_of(box: Box) -> np.ndarray:
+        g = np.zeros((rows, cols))
+        cy, cx = (box[1] + box[3]) / 2, (box[0] + box[2]) / 2
+        g[min(rows - 1, int(cy * rows / H)), min(cols - 1, int(cx * cols / W))] = 1.0
+        return g
+
+    for s in samples:
+        boxes = list(dict.fromkeys(tuple(b) for _, b in s["targets"]))  # the scene's objects, in order
+        for _, box in s["targets"]:
+            either += np.mean([pointing_hit(cell_of(b), box, image_size, tolerance) for b in boxes])
+            hits = 0
+            for r in range(rows):
+                for c in range(cols):
+                    g = np.zeros((rows, cols))
+                    g[r, c] = 1.0
+                    hits += pointing_hit(g, box, image_size, tolerance)
+            random_cell += hits / (rows * cols)
+            n += 1
+    if n == 0:
+        raise ValueError("pointing_baselines needs at least one object word")
+    return {"either_object": either / n, "random_cell": random_cell / n, "n_words": n}
+
+
 def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of hypotheses equal to their reference after whitespace normalisation."""
     if not references:

@@ -107,7 +107,10 @@ class Captioning(Task):
                                    size, (g, g), tolerance=tol)
         nouns = M.pointing_table([{"attn": s["attn"], "targets": s["targets"][1::2]} for s in samples], size, (g, g),
                                  tolerance=tol)
+        baselines = {"tolerance": M.pointing_baselines(samples, size, (g, g), tolerance=tol),
+                     "strict": M.pointing_baselines(samples, size, (g, g))}
         return {"exact_match": float(np.mean(exact)), "pointing_best_layer": table["best_layer"]["accuracy"],
+                "pointing_baselines": baselines,
                 "pointing_best_head": table["best_head"]["accuracy"], "pointing_average": table["average"],
                 "pointing_tolerance_px": tol, "pointing": table,
                 "pointing_strict": {k: strict[k] for k in ("layers", "best_layer", "best_head", "average")},
