@@ -22,8 +22,7 @@ Row convention (:func:`row_words`)
 
 Gold alignments (:func:`parse_pharaoh`)
     One sentence per line, links ``i-j`` (sure) or ``i?j`` (possible), 0-based ``source-target`` word indices
-    (the format of fast_align, eflomal and the WMT alignment test sets); a ``p`` prefix style ``i-j-p`` is not
-    used.  Words are whitespace-separated tokens of the source / target lines.
+    (the format of fast_align, eflomal and the WMT alignment test sets).  Words are whitespace-separated tokens of the source / target lines.
 
 AER (Och & Ney 2003)
     ``AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|)`` with ``P ⊇ S``; precision ``|A∩P| / |A|``, recall

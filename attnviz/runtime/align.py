@@ -149,6 +149,10 @@ def score_test_set(model, gold_path, convention: str | None = None, cancelled=No
     if not (len(src_lines) == len(tgt_lines) == len(gold)) or not gold:
         raise AttnvizError(f"{gold_file.stem}: .src, .tgt and the gold file need the same number of lines "
                            f"(they have {len(src_lines)}, {len(tgt_lines)}, {len(gold)})")
+    # a gold set that never links a punctuation-only target word (e.g. the NT set) does not ask for one:
+    # give those words no link instead of counting them as errors
+    punct = [[is_punctuation(w) for w in t.split()] for t in tgt_lines]
+    skip_punct = not any(punct[k][j] for k, g in enumerate(gold) for _, j in g[0] | g[1] if j < len(punct[k]))
     aligner = Aligner(model)
     if convention is None:
         convention = aligner.declared[1] if aligner.declared else "predict"
@@ -163,6 +167,16 @@ def score_test_set(model, gold_path, convention: str | None = None, cancelled=No
             align.check_gold(g, len(sw), len(tw), f"{gold_file.name} line {k + 1}: ")
         except align.PharaohError as e:
             raise AttnvizError(str(e)) from None
-        samples.append(aligner.run(sw, tw).sample(convention, *g))
+        sample = aligner.run(sw, tw).sample(convention, *g)
+        if skip_punct:
+            sample.skip = punct[k]
+        samples.append(sample)
     table = align.alignment_table(samples)
-    return {**table, "convention": convention, "name": gold_file.stem}
+    return {**table, "convention": convention, "name": gold_file.stem, "skip_punctuation": skip_punct}
+
+
+def is_punctuation(word: str) -> bool:
+    """True for a word made only of Unicode punctuation ("," "." "“" "—")."""
+    import unicodedata
+
+    return bool(word) and all(unicodedata.category(c).startswith("P") for c in word)

@@ -21,7 +21,7 @@ HEADS = ("classify", "lm", "forecast")
 POOLS = ("mean", "cls", "last")
 # which decoder row stands for which target token when reading cross-attention as an alignment
 CONVENTIONS = ("input", "predict")
-ALIGN_LABELS = ("gold", "eflomal")
+ALIGN_LABELS = ("gold",)  # a statistical aligner (eflomal) on the training split is not wired in yet
 
 
 @dataclass
@@ -104,7 +104,7 @@ class TrainConfig:
     align_weight: float = 0.0  # weight of the alignment loss added to the task loss; 0 = off
     align_heads: list = field(default_factory=list)  # supervised cross-attention heads, [[decoder layer, head], ...]
     align_convention: str = "input"  # rows: "input" (the decoder's input token, Shift-Att) | "predict" (its output)
-    align_labels: str = "gold"  # "gold" (links of the training split only) | "eflomal" (aligned on the training split)
+    align_labels: str = "gold"  # where the labels come from: "gold" = the task's links of the training split only
 
     def __post_init__(self):
         if self.align_convention not in CONVENTIONS:

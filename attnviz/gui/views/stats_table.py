@@ -153,7 +153,8 @@ class StatsView(View):
             t.sortByColumn(2, Qt.AscendingOrder)  # "which heads align?": best AER first
             g = self.gold
             text = (f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "
-                    f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention). "
+                    f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
+                    f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
                     "Click a column to sort, a row to focus that head.")
         elif self.gold is not None:
             text += f" AER columns: choose a cross-attention block (gold {self.gold['name']} is loaded)."

@@ -36,12 +36,6 @@ def _parse_head(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def _is_punct(word: str) -> bool:
-    import unicodedata
-
-    return all(unicodedata.category(c).startswith("P") for c in word)
-
-
 def _read(path: str, flag: str) -> list[str]:
     from attnviz import AttnvizError
     from attnviz.core.align import read_lines
@@ -64,7 +58,7 @@ def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core import align
     from attnviz.runtime import open_model
-    from attnviz.runtime.align import Aligner, select
+    from attnviz.runtime.align import Aligner, is_punctuation, select
 
     out = Path(args.out)
     inputs = [Path(x) for x in (args.model, args.src, args.tgt, args.gold) if x]
@@ -117,7 +111,7 @@ def run(args) -> int:
             raise AttnvizError(f"--layer {args.layer} does not exist: the decoder has {L} cross-attention layers (0-{L - 1})")
         sample = pa.sample(convention)
         if args.skip_punctuation:
-            sample.skip = [_is_punct(w) for w in tw]
+            sample.skip = [is_punctuation(w) for w in tw]
         links = align.attention_to_links(select(pa.attn, head, args.layer), sample.query_words, sample.key_words,
                                          pa.n_tgt, pa.n_src, skip=sample.skip)
         lines.append(align.format_pharaoh(links))
