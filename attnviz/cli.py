@@ -22,6 +22,7 @@ COMMANDS = {
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
+    "align": "attnviz.runtime.commands.align",
 }
 
 

@@ -76,6 +76,7 @@ class Selection:
     step: int = -1  # generated steps shown (-1 = all)
     batch: int = 0  # batch row
     query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
+    rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
 
     def with_(self, **changes) -> Selection:
         return replace(self, **changes)
@@ -375,6 +376,8 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
     m, what = head_matrix(blk, s)
     m = np.asarray(m, np.float32)
     rows = generation_rows(result, blk)
+    if sel.rows == "input" and n_steps(result):  # Shift-Att: word k is read by the row after the one that chose it
+        rows = [(r + 1, w) for r, w in rows if r + 1 < m.shape[0]]
     notes: list[str] = []
     if sel.step >= 0 and n_steps(result):
         rows = rows[: sel.step + 1]

@@ -184,6 +184,7 @@ def core_selection(
         step=-1 if step is None else step,
         batch=int(getattr(spec, "batch", 0) or 0),
         query=spec.query,
+        rows=str(getattr(spec, "rows", "predict") or "predict"),
     )
     if spec.head is not None:
         return bi, b, view.Selection(mode="head", layer=layer, head=check_head(b, layer, spec.head), **common)

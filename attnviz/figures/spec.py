@@ -55,6 +55,7 @@ class FigureSpec:
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
     batch: int = 0  # batch row of the result
+    rows: str = "predict"  # alignment rows: predict (the row that chose the word) | input (the row reading it)
 
     def __post_init__(self):
         self.validate()
@@ -136,6 +137,7 @@ def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = Non
         step=None if sel.step < 0 else int(sel.step),
         query=sel.query,
         batch=sel.batch,
+        rows=sel.rows,
     )
     if sel.mode == "head":
         d.update(layer=sel.layer, head=sel.head)

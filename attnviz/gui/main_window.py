@@ -114,7 +114,7 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0}
         self.pending_values: dict | None = None
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
@@ -177,6 +177,7 @@ class MainWindow(QMainWindow):
         fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
         fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
         fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
+        fm.addAction(QAction("Load &gold alignments (Pharaoh)…", self, triggered=self.load_gold_dialog))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
         self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
@@ -301,6 +302,8 @@ class MainWindow(QMainWindow):
             self._on_result(rid, value)
         elif kind == "export" and ctx:
             self._on_exported(rid, value or ctx[0])
+        elif kind == "gold" and rid == self._latest["gold"]:
+            self._on_gold(value)
 
     def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
         self._on_error(kind, rid, exc)
@@ -493,6 +496,35 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getOpenFileName(self, "Open attention maps", "", "attnviz maps (*.npz)")
         if path:
             self.open_path(path)
+
+    def load_gold_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Gold alignments (Pharaoh; X.src and X.tgt beside it)", "",
+                                              "Pharaoh alignments (*.gold *.txt *.align);;All files (*)")
+        if path:
+            self.load_gold(path)
+
+    def load_gold(self, path) -> None:
+        """Score every cross-attention head on a gold test set (``X.gold`` + ``X.src`` + ``X.tgt``) in a worker;
+        Head stats then ranks the heads by AER."""
+        from attnviz.runtime.align import score_test_set
+
+        m = self.session.model
+        if m is None or getattr(m, "kind", "") != "encoder-decoder":
+            self.show_error("gold alignments score cross-attention: open an encoder-decoder text model first")
+            return
+        w = self.workers.start(score_test_set, m, str(path), kind="gold")
+        self._latest["gold"] = w.request_id
+        self.statusBar().showMessage(f"Scoring every cross-attention head against {Path(path).name}…")
+
+    def _on_gold(self, table: dict) -> None:
+        self.stats.set_gold(table)
+        b = self.session.block_index("decoder", "cross")
+        if b is not None:
+            self.session.select(block=b)
+        self.tabs.setCurrentWidget(self.stats)
+        best = table["best_head"]
+        self.statusBar().showMessage(f"gold {table['name']}: best head decoder layer {best['layer']} head "
+                                     f"{best['head']}, AER {best['aer']:.3f} ({table['n_sentences']} pairs)")
 
     def choose_tokenizer_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")

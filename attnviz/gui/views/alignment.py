@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtWidgets import QVBoxLayout
 
+from attnviz.core import metadata as md
 from attnviz.core import view as vm
 from attnviz.core.view import MapView
 from attnviz.gui.views.base import View, info_label
@@ -27,6 +28,21 @@ class AlignmentView(View):
 
     def cross_block(self) -> int | None:
         return vm.cross_block(self.session.blocks, self.session.sel)
+
+    def declared(self) -> tuple[list[tuple[int, int]], str] | None:
+        """The model's alignment heads and row convention (``attnviz.alignment``), if it names them."""
+        model = self.session.model
+        return md.alignment_heads(getattr(model, "meta", None) or {}) if model is not None else None
+
+    def on_result(self) -> None:
+        # open on the model's declared alignment head, once per opened model (later the user's choice stands)
+        model, declared, b = self.session.model, self.declared(), self.cross_block()
+        if declared is None or b is None or getattr(self, "_opened_for", None) is model:
+            return
+        self._opened_for = model
+        layer, head = declared[0][0]
+        if layer < self.session.blocks[b].n_layers and head < self.session.blocks[b].heads_in(layer):
+            self.session.select(block=b, layer=layer, head=head, mode="head", rows=declared[1])
 
     def reason(self) -> str | None:
         why = super().reason()
@@ -54,8 +70,16 @@ class AlignmentView(View):
         self.heatmap.mark_row(row)
         if 0 <= row < mv.matrix.shape[0] and mv.matrix.shape[1]:
             j = int(np.argmax(mv.matrix[row]))
+            declared = self.declared()
+            note = ""
+            if declared is not None:
+                (dl, dh), conv = declared[0][0], declared[1]
+                rows_are = "its input token (Shift-Att)" if conv == "input" else "the word it predicts"
+                here = "shown" if (self.session.sel.mode, self.session.sel.layer, self.session.sel.head) == ("head", dl, dh) else "not shown"
+                note = (f" · this model's alignment head is decoder layer {dl} head {dh} ({here}); "
+                        f"each row is the decoder position reading {rows_are}")
             self.step_label.setText(
                 f"step {row + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"
-            )
+                + note)
         else:
             self.step_label.setText(" ")
