@@ -23,7 +23,25 @@ COMMANDS = {
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
     "export-hf": "attnviz.training.commands.export_hf",
+    "align": "attnviz.runtime.commands.align",
 }
+
+
+# AttnvizError.param (the logical setting to fix) -> the flag that sets it; the GUI maps the same names
+# to its widgets (MainWindow.PARAM_WIDGETS), so library messages never have to name a flag
+PARAM_FLAGS = {
+    "text": "--text", "text_pair": "--text-pair", "image": "--image", "tokenizer": "--tokenizer",
+    "generate": "--generate", "inputs": "--inputs", "memory": "--memory", "block": "--block", "layer": "--layer",
+    "head": "--head", "aggregate": "--aggregate", "query": "--query", "step": "--step", "output": "--out",
+    "view": "--view", "batch": None,
+}
+
+
+def error_line(e: AttnvizError) -> str:
+    """``attnviz: error: MESSAGE (FLAG)``: the message plus the flag that fixes it, unless it names it already."""
+    flag = PARAM_FLAGS.get(getattr(e, "param", None) or "")
+    msg = str(e)
+    return f"attnviz: error: {msg}" + (f" (see {flag})" if flag and flag not in msg else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except AttnvizError as e:
-        print(f"attnviz: error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnviz: interrupted", file=sys.stderr)

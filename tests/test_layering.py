@@ -1,9 +1,13 @@
-"""core and runtime work without Qt and torch; only attnviz.gui imports Qt (the architecture's one-way rule)."""
+"""The architecture's one-way rules: import-linter contracts in pyproject.toml (layers, Qt only in gui, torch only
+in training, matplotlib only in figures, no cycles), and core + runtime + the CLI really run without Qt/torch/matplotlib."""
 
-import ast
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "attnviz"
 
@@ -18,7 +22,9 @@ sys.meta_path.insert(0, Block())
 
 
 def test_runtime_runs_without_qt_torch_matplotlib(tmp_path):
-    code = BLOCK + f"""
+    code = (
+        BLOCK
+        + f"""
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from onnx_builders import tiny_text_model
 import attnviz.core, attnviz.runtime
@@ -29,28 +35,42 @@ assert len(r.maps) == 2
 assert main(['inspect', str(p)]) == 0
 print('ok')
 """
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """Run import-linter on the package and contracts under ``root`` (its pyproject.toml)."""
+    pytest.importorskip("importlinter")
+    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout's package, before any installed copy
+    exe = shutil.which("lint-imports") or "lint-imports"
+    return subprocess.run([exe, "--no-cache"], cwd=root, capture_output=True, text=True, timeout=300, env=env)
 
 
-def test_only_gui_imports_qt_and_core_runtime_no_torch():
-    for f in PKG.rglob("*.py"):
-        rel = f.relative_to(PKG).parts
-        mods = _imports(f)
-        if rel[0] != "gui":
-            assert not mods & {"PySide6", "pyqtgraph", "shiboken6"}, f
-        if rel[0] in ("core", "runtime", "figures"):
-            assert "torch" not in mods, f
-        if rel[0] == "core":
-            assert not mods & {"onnx", "onnxruntime", "matplotlib"}, f
+def test_import_contracts_hold():
+    out = _lint_imports(PKG.parent)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "module,line,contract",
+    [
+        ("core/reduce.py", "import attnviz.gui", "layers"),
+        ("core/reduce.py", "import attnviz.runtime.model", "layers"),
+        ("runtime/graph.py", "import matplotlib", "matplotlib only in attnviz.figures"),
+        ("figures/layout.py", "import PySide6", "Qt only in attnviz.gui"),
+        ("core/stats.py", "import torch", "torch only in attnviz.training"),
+    ],
+)
+def test_a_forbidden_import_breaks_a_contract(tmp_path, module, line, contract):
+    """The contracts can fail: one forbidden import in a copy of the package is reported as broken."""
+    shutil.copytree(PKG, tmp_path / "attnviz", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PKG.parent / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "attnviz" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    out = _lint_imports(tmp_path)
+    assert out.returncode != 0
+    broken = out.stdout.split("Broken contracts")[-1]
+    assert contract in broken and module.replace("/", ".").removesuffix(".py") in broken, out.stdout[-3000:]

@@ -39,24 +39,36 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         arrays["generated"] = np.array(result.generated, dtype=str)
     arrays["prompt_len"] = np.array(result.prompt_len, dtype=np.int64)
     arrays["info"] = np.array(json.dumps(result.info, default=str))
+    return atomic_write(path, lambda f: np.savez(f, **arrays), suffix=".npz")
+
+
+def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> Path:
+    """Write ``path`` through ``write(binary_file)`` into a temp file beside it, then rename: a failed write
+    never leaves a half file or touches an existing one.  Errors are one AttnvizError line."""
+    path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another output file", param="output")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".npz", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=suffix, dir=parent)
     except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the permissions a plain open() would
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """UTF-8 text through :func:`atomic_write`."""
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")), suffix=".txt")
 
 
 def load_npz(path: str | os.PathLike) -> AttentionResult:

@@ -29,6 +29,11 @@ attnviz.sample           optional: JSON ``{"text": ..., "text_pair": ..., "image
                          a sample input the GUI opens the model with
 attnviz.config           JSON of the training config (model + task), for reproduction
 attnviz.metrics          JSON of held-out metrics measured at export time
+attnviz.alignment        optional: JSON ``{"heads": [[decoder layer, head], ...], "convention": "input" |
+                         "predict"}``: the cross-attention heads that align words (e.g. trained with guided
+                         alignment), the first one the best; rows stand for the decoder's input token
+                         ("input", Shift-Att) or the token it predicts ("predict").  The Alignment view
+                         opens on the first head with those row labels.
 =======================  =====================================================================
 """
 
@@ -37,7 +42,7 @@ from __future__ import annotations
 import json
 
 PREFIX = "attnviz."
-JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics")
+JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics", "alignment")
 INPUT_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask", "image", "series")
 
 
@@ -60,3 +65,15 @@ def parse(props: dict[str, str]) -> dict:
 def dump(meta: dict) -> dict[str, str]:
     """Inverse of :func:`parse`."""
     return {PREFIX + k: (v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items()}
+
+
+def alignment_heads(meta: dict) -> tuple[list[tuple[int, int]], str] | None:
+    """``([(layer, head), ...], convention)`` from ``attnviz.alignment``, or None when absent or malformed."""
+    a = meta.get("alignment")
+    if not isinstance(a, dict) or a.get("convention") not in ("input", "predict"):
+        return None
+    try:
+        heads = [(int(l_), int(h)) for l_, h in a.get("heads", [])]
+    except (TypeError, ValueError):
+        return None
+    return (heads, a["convention"]) if heads else None

@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import importlib
 
-from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS, FigureSpec, spec_from_gui
+from attnviz.figures.spec import (
+    AGGREGATES,
+    FORMATS,
+    VIEW_HELP,
+    VIEWS,
+    WIDTH_PRESETS,
+    FigureSpec,
+    spec_from_gui,
+    spec_from_selection,
+)
 
 _LAZY = {
     "render_figure": "attnviz.figures.render",
@@ -31,7 +40,7 @@ _LAZY = {
     "recipe_path_for": "attnviz.figures.recipe",
 }
 
-__all__ = ["AGGREGATES", "FORMATS", "VIEWS", "VIEW_HELP", "WIDTH_PRESETS", "FigureSpec", "spec_from_gui", *_LAZY]
+__all__ = ["AGGREGATES", "FORMATS", "VIEWS", "VIEW_HELP", "WIDTH_PRESETS", "FigureSpec", "spec_from_gui", "spec_from_selection", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -21,7 +21,7 @@ HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe 
 
 # FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
 _SPEC_ARGS = ("view", "block", "layer", "head", "heads", "agg", "query", "cmap", "width", "width_in", "dpi",
-              "hide_special", "title", "vmax", "font_size", "keep", "log", "step")
+              "hide_special", "title", "vmax", "font_size", "keep", "log", "step", "rows")
 
 
 def _heads(text: str) -> list[int]:
@@ -57,13 +57,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument("--layer", type=int, help="layer (default: the last)")
     view.add_argument("--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)")
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
-    view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
+    view.add_argument("--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
     view.add_argument("--batch-index", type=int, metavar="B",
                       help="batch row to draw when the input holds several (default 0; rows count from 0)")
     view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
     view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,
                       help="drop special tokens and renormalise rows")
+    view.add_argument("--rows", choices=("predict", "input"),
+                      help="alignment rows: the decoder row that chose each word (predict) or the row reading it (input, Shift-Att)")
     view.add_argument("--keep", type=float, metavar="F", help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)")
     view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")

@@ -5,15 +5,16 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from attnviz.core.attention import AttentionResult
+from attnviz.core.view import clean_label, tick_indices
 from attnviz.figures.spec import FigureSpec
 
-MAX_LABEL_CHARS = 18
 LINE = 1.4  # label pitch in font sizes used when a figure is sized to its labels
 FIT = 1.15  # the closest pitch (in font sizes) at which neighbouring labels still read apart
 CHAR_W = 0.6  # average glyph width in font sizes (DejaVu Sans)
@@ -21,21 +22,9 @@ PT = 1 / 72  # inches per point
 
 
 def display_label(tok: str) -> str:
-    """Token text as it should appear in print.
-
-    Drops the byte-level/SentencePiece word markers (``Ġ``, ``▁``), shows whitespace and newline
-    tokens visibly, shortens very long tokens and escapes ``$`` so matplotlib never reads mathtext.
-    """
-    s = str(tok)
-    s = s.replace("Ċ", "\n").replace("ĉ", "\t")
-    if s[:1] in ("Ġ", "▁"):
-        s = s[1:]
-    s = s.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
-    if not s.strip():
-        s = "␣"
-    if len(s) > MAX_LABEL_CHARS:
-        s = s[: MAX_LABEL_CHARS - 1] + "…"
-    return s.replace("$", r"\$")
+    """Token text as the view model cleans it (:func:`attnviz.core.view.clean_label`), with ``$`` escaped so
+    matplotlib never reads mathtext."""
+    return clean_label(tok).replace("$", r"\$")
 
 
 def display_labels(labels) -> list[str]:
@@ -80,11 +69,21 @@ def nice_step(k: int) -> int:
     return 10 * mag
 
 
-def token_ticks(ax, which: str, labels: list[str], special: list[bool] | None, length_in: float, fs: float, rotation=90):
-    """Real-text tick labels along ``which`` ('x'|'y'), thinned to every k-th when they would overlap."""
+def token_ticks(
+    ax,
+    which: str,
+    labels: list[str],
+    special: list[bool] | None,
+    length_in: float,
+    fs: float,
+    rotation=90,
+    focus: int | None = None,
+):
+    """Real-text tick labels along ``which`` ('x'|'y'); when they would overlap, the view model's rule
+    (:func:`attnviz.core.view.tick_indices`: first, last, an even stride, the focused token)."""
     n = len(labels)
-    step = nice_step(label_step(n, length_in, fs))
-    pos = list(range(0, n, step))
+    fit = max(2, int(length_in / (fs * FIT * PT) + 1e-6))
+    pos = tick_indices(n, fit, focus)
     texts = [labels[i] for i in pos]
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_ticks(pos)
@@ -96,11 +95,30 @@ def token_ticks(ax, which: str, labels: list[str], special: list[bool] | None, l
         for t, i in zip(tl, pos):
             if special[i]:
                 t.set_color("0.45")
-    if step > 1:
+    if len(pos) < n:
         # unlabelled positions still get small ticks so the scale reads correctly
         axis.set_ticks(range(n), minor=True)
         ax.tick_params(axis=which, which="minor", length=1.0, width=0.3)
-    return step
+    return pos
+
+
+def wrap_label(text: str, length_in: float, fs: float) -> str:
+    """Break ``text`` at spaces into lines no longer than ``length_in`` (a colour-bar label never runs off the page)."""
+    # a parenthesised remark stays whole where it fits: "attention weight" / "(log scale)"
+    words: list[str] = []
+    for chunk in re.split(r" (?=\()", text):
+        fits = text_width_pt(chunk, fs) * PT <= length_in
+        words.extend([chunk] if fits else chunk.split(" "))
+    lines, cur = [], ""
+    for w in words:
+        cand = f"{cur} {w}" if cur else w
+        if cur and text_width_pt(cand, fs) * PT > length_in:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = cand
+    lines.append(cur)
+    return "\n".join(lines)
 
 
 def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool = True) -> Figure:

@@ -25,9 +25,22 @@ from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
 from attnviz.figures.views import VIEW_DRAWERS
 
 # fonts tried after DejaVu Sans for glyphs it lacks (CJK...), where installed; matplotlib falls back per glyph
-FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK KR", "Source Han Sans", "WenQuanYi Zen Hei",
-                  "Droid Sans Fallback", "Noto Sans", "Noto Sans Arabic", "Noto Sans Hebrew", "Noto Sans Devanagari",
-                  "Microsoft YaHei", "PingFang SC", "Hiragino Sans", "Arial Unicode MS")
+FALLBACK_FONTS = (
+    "Noto Sans CJK JP",
+    "Noto Sans CJK SC",
+    "Noto Sans CJK KR",
+    "Source Han Sans",
+    "WenQuanYi Zen Hei",
+    "Droid Sans Fallback",
+    "Noto Sans",
+    "Noto Sans Arabic",
+    "Noto Sans Hebrew",
+    "Noto Sans Devanagari",
+    "Microsoft YaHei",
+    "PingFang SC",
+    "Hiragino Sans",
+    "Arial Unicode MS",
+)
 
 
 def _installed(names) -> list[str]:
@@ -108,7 +121,9 @@ def figure_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
         shown = f"'.{suffix}'" if suffix else "no suffix"
-        raise AttnvizError(f"cannot tell the figure format of {Path(path).name} ({shown}); end the file name in .pdf, .svg or .png")
+        raise AttnvizError(
+            f"cannot tell the figure format of {Path(path).name} ({shown}); end the file name in .pdf, .svg or .png"
+        )
     return suffix
 
 
@@ -133,12 +148,12 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
     if path.is_dir():
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another output file", param="output")
     data = figure_bytes(fig, fmt, dpi)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -146,7 +161,7 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
+        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
     return path
 
 
@@ -157,8 +172,9 @@ def _umask_mode(p: str) -> None:
     os.chmod(p, 0o666 & ~mask)
 
 
-def export_figure(result: AttentionResult, path: str | os.PathLike, spec: FigureSpec,
-                  recipe_sources: dict | None = None) -> Path:
+def export_figure(
+    result: AttentionResult, path: str | os.PathLike, spec: FigureSpec, recipe_sources: dict | None = None
+) -> Path:
     """Render, save atomically and (given ``recipe_sources``) write ``PATH.recipe.json`` beside it.
 
     ``recipe_sources``: the :func:`attnviz.figures.recipe.make_recipe` keywords saying where the result came from,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import view
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
-from attnviz.core.reduce import aggregate_heads, drop_positions, keep_mass, rollout
 
 
 def block_label(block: Block) -> str:
@@ -28,7 +28,7 @@ def resolve_block(result: AttentionResult, block: int | str | None, default: int
     """Return ``(index, Block)`` for an index, a name (``"decoder cross"``, ``"cross"``) or None (``default``)."""
     blocks = result.blocks()
     if not blocks:
-        raise AttnvizError("this result holds no attention maps; nothing to draw")
+        raise AttnvizError("this result holds no attention maps; nothing to draw", param="model")
     names = [block_label(b) for b in blocks]
     valid = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
     if block is None:
@@ -36,7 +36,7 @@ def resolve_block(result: AttentionResult, block: int | str | None, default: int
     if isinstance(block, (int, np.integer)) or (isinstance(block, str) and block.strip().lstrip("-").isdigit()):
         i = int(block)
         if not 0 <= i < len(blocks):
-            raise AttnvizError(f"block {i} is out of range; this model has blocks {valid}")
+            raise AttnvizError(f"block {i} is out of range; this model has blocks {valid}", param="block")
         return i, blocks[i]
     want = _norm(str(block))
     exact = [i for i, n in enumerate(names) if n == want]
@@ -44,8 +44,8 @@ def resolve_block(result: AttentionResult, block: int | str | None, default: int
     if len(partial) == 1 or (partial and exact):
         return partial[0], blocks[partial[0]]
     if partial:
-        raise AttnvizError(f"block {block!r} is ambiguous; use one of {valid}")
-    raise AttnvizError(f"no block {block!r}; this model has blocks {valid}")
+        raise AttnvizError(f"block {block!r} is ambiguous; use one of {valid}", param="block")
+    raise AttnvizError(f"no block {block!r}; this model has blocks {valid}", param="block")
 
 
 def check_layer(block: Block, layer: int | None) -> int:
@@ -54,7 +54,7 @@ def check_layer(block: Block, layer: int | None) -> int:
         return n - 1
     layer = int(layer)
     if not 0 <= layer < n:
-        raise AttnvizError(f"layer {layer} is out of range; {block.name} has layers 0..{n - 1}")
+        raise AttnvizError(f"layer {layer} is out of range; {block.name} has layers 0..{n - 1}", param="layer")
     return layer
 
 
@@ -62,7 +62,9 @@ def check_head(block: Block, layer: int, head: int) -> int:
     n = block.heads_in(layer)
     head = int(head)
     if not 0 <= head < n:
-        raise AttnvizError(f"head {head} is out of range; {block.name} layer {layer} has heads 0..{n - 1}")
+        raise AttnvizError(
+            f"head {head} is out of range; {block.name} layer {layer} has heads 0..{n - 1}", param="head"
+        )
     return head
 
 
@@ -70,7 +72,9 @@ def check_query(block: Block, query: int, what: str = "query") -> int:
     n = len(block.query_axis)
     query = int(query)
     if not 0 <= query < n:
-        raise AttnvizError(f"{what} {query} is out of range; {block.name} has query positions 0..{n - 1}")
+        raise AttnvizError(
+            f"{what} {query} is out of range; {block.name} has query positions 0..{n - 1}", param="query"
+        )
     return query
 
 
@@ -90,6 +94,7 @@ class Selection:
     cols: np.ndarray  # original key positions kept
     layer_from: int | None = None
     notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" ...
+    map_view: view.MapView | None = None  # what the view model computed (the screen draws the same)
 
     @property
     def what(self) -> str:
@@ -116,7 +121,8 @@ def describe(block: Block, layer: int, head: int | None, agg: str | None, layer_
     if agg == "rollout":
         return "rollout"
     if lo == hi:
-        return f"{agg} of {block.heads_in(layer)} heads"
+        n = block.heads_in(layer)
+        return f"{agg} of {n} head{'' if n == 1 else 's'}"
     return f"{agg} of heads"
 
 
@@ -134,46 +140,12 @@ def check_layer_from(block: Block, layer: int, layer_from: int | None) -> int | 
         return None
     layer_from = int(layer_from)
     if not 0 <= layer_from <= layer:
-        raise AttnvizError(f"layer range {layer_from}-{layer} is invalid; {block.name} has layers 0..{block.n_layers - 1} "
-                           f"and the range must run low to high")
+        raise AttnvizError(
+            f"layer range {layer_from}-{layer} is invalid; {block.name} has layers 0..{block.n_layers - 1} "
+            f"and the range must run low to high",
+            param="layer",
+        )
     return layer_from
-
-
-def head_or_aggregate(block: Block, layer: int, head: int | None, agg: str | None,
-                      layer_from: int | None = None) -> np.ndarray:
-    """``[Tq, Tk]`` for one head, a head aggregate (over one layer or a layer range), or attention rollout."""
-    if head is not None:
-        return np.asarray(block.head(layer, check_head(block, layer, head)), dtype=np.float32)
-    agg = agg or "mean"
-    lo, hi = layer_span(layer, agg, check_layer_from(block, layer, layer_from))
-    if agg == "rollout":
-        tq, tk = len(block.query_axis), len(block.key_axis)
-        if block.kind != "self" or tq != tk:
-            raise AttnvizError(f"rollout needs square self-attention; {block.name} is {tq}x{tk}; use --agg mean|max|min")
-        return rollout(np.stack([block.layer(i) for i in range(lo, hi + 1)]))
-    return aggregate_heads(np.concatenate([block.layer(i) for i in range(lo, hi + 1)], axis=0), agg)
-
-
-def _special(axis: TokenAxis) -> np.ndarray:
-    return np.asarray(axis.special, dtype=bool)
-
-
-def hide(matrix: np.ndarray, q_axis: TokenAxis, k_axis: TokenAxis, rows: np.ndarray, cols: np.ndarray):
-    """Drop special query rows / key columns and renormalise rows.
-
-    ``matrix`` is indexed by ``rows``/``cols`` (original positions); returns the new matrix and positions.
-    """
-    dq = _special(q_axis)[rows] if len(q_axis) else np.zeros(0, bool)
-    dk = _special(k_axis)[cols] if len(k_axis) else np.zeros(0, bool)
-    if dq.all() or dk.all():  # nothing left: keep everything rather than draw an empty map
-        return matrix, rows, cols
-    m = drop_positions(matrix, dq, dk, renormalize=True)
-    return m, rows[~dq], cols[~dk]
-
-
-def sub_axis(axis: TokenAxis, positions: np.ndarray, labels: list[str] | None = None) -> TokenAxis:
-    labs = labels if labels is not None else [axis.labels[i] for i in positions]
-    return TokenAxis(labs, [axis.special[i] for i in positions])
 
 
 def check_step(result: AttentionResult, step: int | None) -> int | None:
@@ -181,70 +153,80 @@ def check_step(result: AttentionResult, step: int | None) -> int | None:
         return None
     g = len(result.generated or [])
     if g == 0:
-        raise AttnvizError("--step needs generated words; run with --generate N")
+        raise AttnvizError("a generation step needs generated words; generate some steps first", param="step")
     step = int(step)
     if not 0 <= step < g:
-        raise AttnvizError(f"step {step} is out of range; {g} words were generated (steps 0..{g - 1})")
+        raise AttnvizError(f"step {step} is out of range; {g} words were generated (steps 0..{g - 1})", param="step")
     return step
 
 
-def step_positions(result: AttentionResult, block: Block, step: int | None) -> int | None:
-    """Decoder positions that existed when generated word ``step`` was chosen (None: all, or not a decoder block)."""
-    if step is None or block.stack != "decoder" or not result.generated:
-        return None
-    rows = generation_rows(result, block)
-    return min(len(block.query_axis), rows[min(step, len(rows) - 1)][0] + 1)
+def core_selection(
+    result: AttentionResult,
+    spec,
+    block: int | str | None = None,
+    default_block: int = 0,
+    hide_special: bool | None = None,
+) -> tuple[int, Block, view.Selection]:
+    """Validate ``spec`` (a FigureSpec) and translate it into the view model's :class:`~attnviz.core.view.Selection`.
 
-
-def select(result: AttentionResult, spec, block: int | str | None = None, default_block: int = 0,
-           hide_special: bool | None = None) -> Selection:
-    """Resolve and validate block/layer/head(s)/aggregate/step from ``spec`` (a FigureSpec) and compute the map.
-
-    ``block`` overrides ``spec.block``; ``hide_special`` overrides ``spec.hide_special``.
-    Order: aggregate -> generation step -> hide special tokens -> keep the top mass per row.
+    The figure and the screen then go through the same :func:`attnviz.core.view.compute_map`.
     """
     bi, b = resolve_block(result, spec.block if block is None else block, default_block)
     layer = check_layer(b, spec.layer)
     layer_from = check_layer_from(b, layer, spec.layer_from)
     step = check_step(result, spec.step)
-    m = head_or_aggregate(b, layer, spec.head, spec.agg, layer_from)
-    rows = np.arange(m.shape[0])
-    cols = np.arange(m.shape[1])
-    notes = []
-    n = step_positions(result, b, step)
-    if n is not None:
-        rows = rows[:n]
-        if b.kind == "self":
-            cols = cols[:n]
-        m = m[np.ix_(rows, cols)]
-        notes.append(f"step {step + 1}/{len(result.generated)}")
-    if spec.hide_special if hide_special is None else hide_special:
-        m, rows, cols = hide(m, b.query_axis, b.key_axis, rows, cols)
-    if spec.keep is not None and spec.keep < 1.0:
-        m = keep_mass(m, spec.keep)
-        notes.append(f"top {round(spec.keep * 100)}% mass")
+    hs = spec.hide_special if hide_special is None else hide_special
+    common = dict(
+        block=bi,
+        keep=float(spec.keep),
+        log=bool(spec.log),
+        hide_special=bool(hs),
+        step=-1 if step is None else step,
+        batch=int(getattr(spec, "batch", 0) or 0),
+        query=spec.query,
+        rows=str(getattr(spec, "rows", "predict") or "predict"),
+    )
+    if spec.head is not None:
+        return bi, b, view.Selection(mode="head", layer=layer, head=check_head(b, layer, spec.head), **common)
+    agg = spec.agg or "mean"
+    lo, hi = layer_span(layer, agg, layer_from)
+    return bi, b, view.Selection(mode=agg, layer=layer, layer_lo=lo, layer_hi=hi, **common)
+
+
+def select(
+    result: AttentionResult,
+    spec,
+    block: int | str | None = None,
+    default_block: int = 0,
+    hide_special: bool | None = None,
+) -> Selection:
+    """Resolve and validate block/layer/head(s)/aggregate/step from ``spec`` (a FigureSpec) and compute the map.
+
+    ``block`` overrides ``spec.block``; ``hide_special`` overrides ``spec.hide_special``.
+    """
+    bi, b, sel = core_selection(result, spec, block, default_block, hide_special)
+    mv = view.compute_map(result, sel)
     head = None if spec.head is None else int(spec.head)
     return Selection(
-        bi, b, layer, head, None if head is not None else (spec.agg or "mean"), np.asarray(m, np.float32),
-        sub_axis(b.query_axis, rows), sub_axis(b.key_axis, cols), rows, cols, layer_from, notes,
+        bi,
+        mv.block or b,
+        sel.layer,
+        head,
+        None if head is not None else (spec.agg or "mean"),
+        mv.matrix,
+        TokenAxis(mv.q_labels, mv.q_special),
+        TokenAxis(mv.k_labels, mv.k_special),
+        mv.q_pos,
+        mv.k_pos,
+        check_layer_from(b, sel.layer, spec.layer_from),
+        list(mv.notes),
+        mv,
     )
 
 
 def generation_rows(result: AttentionResult, block: Block) -> list[tuple[int, str]]:
-    """``(query row, word)`` for each generated word of a decoder block.
-
-    The word produced at decoding step k comes out of the query at position ``prompt_len - 1 + k``
-    (the position holding the previous token).  Without generated words every query row is
-    returned with its own label (teacher forcing).
-    """
-    tq = len(block.query_axis)
-    p = int(result.prompt_len or 0)
-    gen = list(result.generated or [])
-    if block.stack == "decoder" and gen and p >= 1:
-        rows = [(p - 1 + k, w) for k, w in enumerate(gen) if p - 1 + k < tq]
-        if rows:
-            return rows
-    return [(i, block.query_axis.labels[i]) for i in range(tq)]
+    """``(query row, word)`` for each generated word: :func:`attnviz.core.view.generation_rows`."""
+    return view.generation_rows(result, block)
 
 
 def first_block(result: AttentionResult, kind: str | None = None, stack: str | None = None) -> int | None:

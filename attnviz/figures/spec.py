@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
+from attnviz.core.view import MAP_CMAP, OVERLAY_CMAP, Selection
 
 # view name -> one-line description (the renderer's registry in render.py has the same keys)
 VIEW_HELP = {
@@ -25,8 +26,9 @@ WIDTH_PRESETS = {"single": 3.5, "double": 7.16}
 AGGREGATES = ("mean", "max", "min", "rollout")
 FORMATS = ("pdf", "svg", "png")
 # colour-blind-safe, perceptually uniform defaults
-DEFAULT_CMAP = {"image": "magma", "strip": "magma"}
-FALLBACK_CMAP = "viridis"
+# the view model's choice, shared with the screen
+DEFAULT_CMAP = {"image": OVERLAY_CMAP, "strip": OVERLAY_CMAP}
+FALLBACK_CMAP = MAP_CMAP
 
 
 @dataclass
@@ -52,26 +54,30 @@ class FigureSpec:
     title: str | None = None  # None: automatic (model, block, layer, head); "": no title
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
+    batch: int = 0  # batch row of the result
+    rows: str = "predict"  # alignment rows: predict (the row that chose the word) | input (the row reading it)
 
     def __post_init__(self):
         self.validate()
 
-    def validate(self) -> "FigureSpec":
+    def validate(self) -> FigureSpec:
         """Check the fields that need no result; raise AttnvizError naming the fix."""
         if self.view not in VIEW_HELP:
             raise AttnvizError(f"unknown view {self.view!r}; use one of {', '.join(VIEWS)}")
         if self.agg is not None and self.agg not in AGGREGATES:
             raise AttnvizError(f"unknown head aggregate {self.agg!r}; use one of {', '.join(AGGREGATES)}")
         if self.head is not None and self.agg is not None:
-            raise AttnvizError("give a head or an aggregate (--head or --agg), not both")
+            raise AttnvizError("give a head or an aggregate, not both", param="aggregate")
         if self.heads is not None:
             self.heads = [int(h) for h in self.heads]
             if not self.heads:
                 raise AttnvizError("heads list is empty; give at least one head")
             if self.agg is not None:
-                raise AttnvizError("give heads or an aggregate (--head or --agg), not both")
+                raise AttnvizError("give heads or an aggregate, not both", param="aggregate")
         if self.width is not None and self.width not in WIDTH_PRESETS:
-            raise AttnvizError(f"unknown width preset {self.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in")
+            raise AttnvizError(
+                f"unknown width preset {self.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in"
+            )
         if self.width_in is not None and not (0.5 <= float(self.width_in) <= 50):
             raise AttnvizError(f"width {self.width_in} in is out of range; use 0.5..50 inches")
         if not (10 <= int(self.dpi) <= 2400):
@@ -103,7 +109,7 @@ class FigureSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FigureSpec":
+    def from_dict(cls, d: dict) -> FigureSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -115,22 +121,63 @@ class FigureSpec:
 GUI_VIEWS = {"head": "heatmap", "head map": "heatmap", "token links": "links", "image regions": "image"}
 
 
-def spec_from_gui(kind: str, block: int = 0, layer: int = 0, head: int = 0, mode: str = "head",
-                  layer_range: tuple[int, int] = (0, -1), keep: float = 1.0, log: bool = False,
-                  hide_special: bool = False, step: int = -1, query: int | None = None, **options) -> FigureSpec:
-    """A FigureSpec from the GUI's selection (mode "head" or an aggregate over ``layer_range``, -1 = last layer).
+def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = None, **options) -> FigureSpec:
+    """The figure of what the screen shows: the view model's :class:`~attnviz.core.view.Selection` plus a style.
 
-    ``options`` are further FigureSpec fields (width, width_in, dpi, cmap, title...).
+    ``heads``: links only, the heads overlaid on screen.  ``options`` are FigureSpec style fields
+    (width, width_in, dpi, cmap, title...).  This is all "export this view" needs.
     """
-    view = GUI_VIEWS.get(str(kind).lower(), str(kind).lower())
-    d = dict(view=view, block=block, hide_special=bool(hide_special), keep=float(keep), log=bool(log),
-             step=None if step is None or step < 0 else int(step), query=query)
-    if mode == "head":
-        d.update(layer=layer, head=head)
+    view = GUI_VIEWS.get(str(view).lower(), str(view).lower())
+    d: dict = dict(
+        view=view,
+        block=sel.block,
+        hide_special=bool(sel.hide_special),
+        keep=float(sel.keep),
+        log=bool(sel.log),
+        step=None if sel.step < 0 else int(sel.step),
+        query=sel.query,
+        batch=sel.batch,
+        rows=sel.rows,
+    )
+    if sel.mode == "head":
+        d.update(layer=sel.layer, head=sel.head)
+        if view == "links" and heads:
+            d.update(head=None, heads=sorted(int(h) for h in heads))
     else:
-        lo, hi = layer_range
-        d.update(agg=mode, layer=None if hi is None or hi < 0 else hi, layer_from=lo)
+        d.update(agg=sel.mode, layer=None if sel.layer_hi < 0 else sel.layer_hi, layer_from=sel.layer_lo)
     if view == "overview":  # the grid shows every head of every layer
         d.update(layer=None, head=None, agg=None, layer_from=None)
     d.update(options)
     return FigureSpec(**d)
+
+
+def spec_from_gui(
+    kind: str,
+    block: int = 0,
+    layer: int = 0,
+    head: int = 0,
+    mode: str = "head",
+    layer_range: tuple[int, int] = (0, -1),
+    keep: float = 1.0,
+    log: bool = False,
+    hide_special: bool = False,
+    step: int = -1,
+    query: int | None = None,
+    **options,
+) -> FigureSpec:
+    """:func:`spec_from_selection` from loose keywords (mode "head" or an aggregate over ``layer_range``)."""
+    lo, hi = layer_range
+    sel = Selection(
+        block=block,
+        layer=layer,
+        head=head,
+        mode=mode,
+        layer_lo=lo,
+        layer_hi=-1 if hi is None else hi,
+        keep=keep,
+        log=log,
+        hide_special=hide_special,
+        step=-1 if step is None else step,
+        query=query,
+    )
+    return spec_from_selection(kind, sel, **options)

@@ -19,6 +19,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.transforms import offset_copy
 
 from attnviz import AttnvizError
+from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.reduce import keep_mass
 from attnviz.figures import select as sel_
@@ -33,20 +34,15 @@ from attnviz.figures.layout import (
     fit_title,
     make_title,
     new_figure,
-    nice_step,
-    shrink,
     text_width_in,
     text_width_pt,
     title_height,
     token_ticks,
+    wrap_label,
 )
 from attnviz.figures.spec import FigureSpec
 
-# Okabe & Ito (2008) colour-blind-safe qualitative palette, for overlaid heads
-HEAD_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 CBAR_IN = 0.6  # colour bar + its tick labels
-LINK_MIN = 0.05  # links view: weights below this fraction of the top weight are not drawn
-LINKS_PER_ROW = 12  # links view: at most this many (the strongest) links per query token and head
 LINKS_ALL_HEADS_MAX = 64  # links view: overlay every head by default only up to this many tokens (else the mean)
 
 
@@ -55,7 +51,9 @@ def _cmap(spec: FigureSpec):
     if name not in colormaps:
         close = [c for c in sorted(colormaps) if c.lower().startswith(name.lower()[:3])][:6]
         hint = f" (close: {', '.join(close)})" if close else ""
-        raise AttnvizError(f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name")
+        raise AttnvizError(
+            f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name"
+        )
     return colormaps[name]
 
 
@@ -108,8 +106,8 @@ def _heatmap_figure(
     ax = fig.add_subplot()
     vmax = float(spec.vmax) if spec.vmax else max(float(np.nanmax(m)) if m.size else 1.0, 1e-6)
     im = ax.imshow(m, cmap=_cmap(spec), norm=_norm(spec, vmax), aspect="auto", interpolation="nearest")
-    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs)
-    token_ticks(ax, "y", q_labels, q_special, map_h, fs)
+    token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
+    token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
     ax.set_xlabel(xlabel, fontsize=fs, labelpad=2)
     ax.set_ylabel(ylabel, fontsize=fs, labelpad=2)
@@ -118,31 +116,59 @@ def _heatmap_figure(
     if highlight_row is not None:
         ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="white", linewidth=1.0))
         ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="black", linewidth=0.5))
-    cb = fig.colorbar(im, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5)))
-    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
-    cb.outline.set_linewidth(0.5)
-    cb.set_label(cbar_label, fontsize=fs)
+    _colorbar(
+        fig, im, spec, fs, cbar_label, map_h, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5))
+    )
     if title:
         ax.set_title(title, fontsize=fs + 1, loc="center")
     return fig
 
 
 def _norm(spec: FigureSpec, vmax: float):
-    """Linear 0..vmax, or logarithmic over three decades below vmax (zeros show as the lowest colour)."""
-    if spec.log:
-        return LogNorm(vmin=vmax * 1e-3, vmax=vmax, clip=True)
-    return Normalize(0.0, vmax)
+    """The view model's colour range: linear 0..vmax, or LOG_DECADES decades below vmax (zeros: lowest colour)."""
+    lo, hi = vm.colour_range(vmax, spec.log, spec.vmax)
+    return LogNorm(vmin=lo, vmax=hi, clip=True) if spec.log else Normalize(lo, hi)
+
+
+def _colorbar(fig, mappable, spec: FigureSpec, fs: float, label: str, length_in: float, **kw):
+    """A colour bar with a handful of round ticks and its label wrapped to the bar's length (never clipped)."""
+    cb = fig.colorbar(mappable, **kw)
+    norm = mappable.norm
+    ticks = vm.log_ticks(norm.vmax) if spec.log else vm.nice_ticks(norm.vmin, norm.vmax)
+    cb.set_ticks(ticks)
+    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
+    cb.outline.set_linewidth(0.5)
+    cb.set_label(wrap_label(label, length_in, fs), fontsize=fs)
+    return cb
 
 
 def _cbar_label(spec: FigureSpec) -> str:
-    label = "attention (special tokens removed, rows renormalised)" if spec.hide_special else "attention weight"
-    return label + (" (log scale)" if spec.log else "")
+    return vm.weight_label(spec.log, spec.hide_special)
 
 
-def _q_k_titles(block: Block) -> tuple[str, str]:
-    if block.kind == "cross":
-        return "source (key)", "target (query)"
-    return "key", "query"
+def _map_figure(
+    result: AttentionResult,
+    spec: FigureSpec,
+    mv: vm.MapView,
+    block_text: str,
+    what: str,
+    highlight_row: int | None = None,
+):
+    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers and labels the screen draws."""
+    title = make_title(result, spec, block_text, what, *mv.notes)
+    return _heatmap_figure(
+        spec,
+        mv.matrix,
+        display_labels(mv.q_labels),
+        display_labels(mv.k_labels),
+        mv.q_special,
+        mv.k_special,
+        title,
+        mv.x_title,
+        mv.y_title,
+        _cbar_label(spec),
+        highlight_row,
+    )
 
 
 def draw_heatmap(result: AttentionResult, spec: FigureSpec):
@@ -152,116 +178,47 @@ def draw_heatmap(result: AttentionResult, spec: FigureSpec):
         q = sel_.check_query(s.block, spec.query)
         where = np.nonzero(s.rows == q)[0]
         if not len(where):
-            raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query")
+            raise AttnvizError(
+                f"query {q} is a special token hidden by hide_special; pick another query", param="query"
+            )
         hl = int(where[0])
-    xl, yl = _q_k_titles(s.block)
-    title = make_title(result, spec, sel_.block_label(s.block), s.layers, s.what, *s.notes)
-    return _heatmap_figure(
-        spec, s.matrix, display_labels(s.query_axis.labels), display_labels(s.key_axis.labels),
-        s.query_axis.special, s.key_axis.special, title, xl, yl, _cbar_label(spec), hl,
-    )
+    assert s.map_view is not None  # select() always fills it
+    return _map_figure(result, spec, s.map_view, sel_.block_label(s.block), f"{s.layers} · {s.what}", hl)
 
 
 def _why_not_alignment(result: AttentionResult) -> str | None:
     if sel_.first_block(result, kind="cross") is None:
-        return (f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
-                f"{_blocks_text(result)}; use --view heatmap")
+        return (
+            f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
+            f"{_blocks_text(result)}; use the heatmap view"
+        )
     return None
-
-
-def _looks_special(label: str) -> bool:
-    s = str(label)
-    return (s.startswith("<") and s.endswith(">")) or (s.startswith("[") and s.endswith("]"))
-
-
-def _word_special(result: AttentionResult, block: Block, row: int, word: str) -> bool:
-    """Is the word produced from query ``row`` a special token (EOS...)?  It sits at decoder position row + 1."""
-    ax = block.query_axis
-    if result.generated and row + 1 < len(ax) and ax.labels[row + 1] == word:
-        return bool(ax.special[row + 1])
-    if not result.generated:
-        return bool(ax.special[row])
-    return _looks_special(word)
 
 
 def draw_alignment(result: AttentionResult, spec: FigureSpec):
     why = _why_not_alignment(result)
     if why and spec.block is None:
-        raise AttnvizError(why)
+        raise AttnvizError(why, param="view")
     bi = sel_.first_block(result, kind="cross") if spec.block is None else spec.block
-    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
-    if s.block.kind != "cross":
-        raise AttnvizError(f"the alignment view needs a cross-attention block; block {sel_.block_label(s.block)!r} is "
-                           f"self-attention (blocks: {_blocks_text(result)})")
-    rows = sel_.generation_rows(result, s.block)
-    notes = []
+    _, blk, sel = sel_.core_selection(result, replace(spec, step=None), block=bi)
+    if blk.kind != "cross":
+        raise AttnvizError(
+            f"the alignment view needs a cross-attention block; block {sel_.block_label(blk)!r} is "
+            f"self-attention (blocks: {_blocks_text(result)})",
+            param="block",
+        )
     step = sel_.check_step(result, spec.step)
-    if step is not None:
-        rows = rows[: step + 1]
-        notes.append(f"step {step + 1}/{len(result.generated)}")
-    cols = np.arange(len(s.block.key_axis))
-    r_idx = np.array([r for r, _ in rows])
-    words = [w for _, w in rows]
-    w_special = [_word_special(result, s.block, r, w) for r, w in rows]
-    m = s.matrix[r_idx]
-    k_special = list(s.block.key_axis.special)
-    if spec.hide_special:
-        keep_r = ~np.asarray(w_special, bool)
-        keep_c = ~np.asarray(k_special, bool)
-        if keep_r.any() and keep_c.any():
-            m = m[keep_r][:, keep_c]
-            m = m / np.maximum(m.sum(-1, keepdims=True), 1e-12)
-            words = [w for w, k in zip(words, keep_r) if k]
-            w_special = [False] * len(words)
-            cols = cols[keep_c]
-            k_special = [False] * len(cols)
-    if spec.keep < 1.0:
-        m = keep_mass(m, spec.keep)
-        notes.append(f"top {round(spec.keep * 100)}% mass")
-    k_labels = [s.block.key_axis.labels[i] for i in cols]
-    target = "generated" if result.generated else "target"
-    title = make_title(result, spec, "cross-attention", s.layers, s.what, *notes)
-    return _heatmap_figure(
-        spec, m, display_labels(words), display_labels(k_labels), w_special, k_special,
-        title, "source", target, _cbar_label(spec),
+    mv = vm.alignment_map(result, sel.with_(step=-1 if step is None else step))
+    what = (
+        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
+        + " · "
+        + sel_.describe(blk, sel.layer, spec.head, spec.agg, spec.layer_from)
     )
+    return _map_figure(result, spec, mv, "cross-attention", what)
 
 
 # ---------------------------------------------------------------------------------------------
 # overview grid
-
-
-def _positions(result: AttentionResult, block: Block, spec: FigureSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Query rows / key columns a multi-map view keeps (generation step, special tokens) and title notes."""
-    rows = np.arange(len(block.query_axis))
-    cols = np.arange(len(block.key_axis))
-    notes = []
-    step = sel_.check_step(result, spec.step)
-    n = sel_.step_positions(result, block, step)
-    if n is not None:
-        rows = rows[:n]
-        if block.kind == "self":
-            cols = cols[:n]
-        notes.append(f"step {step + 1}/{len(result.generated)}")
-    if spec.hide_special:
-        q_sp = np.asarray(block.query_axis.special, bool)[rows]
-        k_sp = np.asarray(block.key_axis.special, bool)[cols]
-        if not q_sp.all() and not k_sp.all():
-            rows, cols = rows[~q_sp], cols[~k_sp]
-    if spec.keep < 1.0:
-        notes.append(f"top {round(spec.keep * 100)}% mass")
-    return rows, cols, notes
-
-
-def _filtered(m: np.ndarray, block: Block, spec: FigureSpec, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """One map cut to ``rows``/``cols`` (rows renormalised when special tokens were dropped), top mass kept."""
-    m = np.asarray(m, np.float32)[np.ix_(rows, cols)]
-    if spec.hide_special:
-        s = m.sum(-1, keepdims=True)
-        m = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
-    if spec.keep < 1.0:
-        m = keep_mass(m, spec.keep)
-    return m
 
 
 def _grid_cols(n: int) -> int:
@@ -279,11 +236,13 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         layers = [sel_.check_layer(block, spec.layer)]
     else:
         layers = list(range(block.n_layers))
-    rows, cols, notes = _positions(result, block, spec)
-    maps: dict[tuple[int, int], np.ndarray] = {}
-    for li in layers:
-        for h in range(block.heads_in(li)):
-            maps[(li, h)] = _filtered(np.asarray(block.head(li, h), np.float32), block, spec, rows, cols)
+    # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
+    _, _, sel = sel_.core_selection(result, replace(spec, layer=None, layer_from=None, head=None, agg=None), block=bi)
+    thumbs = vm.thumbnails(result, sel, vm.THUMB)  # every block: the screen's overview shares one scale over all
+    top_weight = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+    maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
+    notes = vm.compute_map(result, sel.with_(mode="mean")).notes
+    notes = [n for n in notes if n != "special tokens hidden"]
     H = max(block.heads_in(li) for li in layers)
     # panels: one row per layer; a single layer wraps its heads into a near-square grid
     if len(layers) == 1:
@@ -313,10 +272,8 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
     height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
-    vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for m in maps.values()), 1e-6)
-    norm = _norm(spec, vmax)
+    norm = _norm(spec, max(top_weight, 1e-6))
     cmap = _cmap(spec)
-    px = max(2, int(pw * spec.dpi * 2))
     im = None
     for (r, c), li, h in cells:
         y0 = height - top - r * (row_h + gap) - ph
@@ -333,13 +290,10 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         if (li, h) not in maps:  # fewer heads in this layer
             ax.set_axis_off()
             continue
-        im = ax.imshow(shrink(maps[(li, h)], px, px), cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+        im = ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    cb = fig.colorbar(im, cax=cax)
-    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
-    cb.outline.set_linewidth(0.5)
-    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs)
+    _colorbar(fig, im, spec, fs, vm.weight_label(spec.log), cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -356,33 +310,36 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
         heads = [sel_.check_head(block, layer, h) for h in spec.heads]
     elif spec.head is not None:
         heads = [sel_.check_head(block, layer, spec.head)]
-    elif spec.agg is None and block.heads_in(layer) <= len(HEAD_COLOURS) and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX:
+    elif (
+        spec.agg is None
+        and block.heads_in(layer) <= len(vm.HEAD_COLOURS)
+        and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX
+    ):
         heads = list(range(block.heads_in(layer)))
     else:
         heads = []
-    items: list[tuple[str, np.ndarray]] = []
     if heads:
-        items = [(f"head {h}", np.asarray(block.head(layer, h), np.float32)) for h in heads]
-        layers_txt = f"layer {layer}"
+        _, _, sel = sel_.core_selection(
+            result, replace(spec, heads=None, head=heads[0], agg=None, layer_from=None), block=bi
+        )
     else:
-        agg = spec.agg or "mean"
-        lf = sel_.check_layer_from(block, layer, spec.layer_from)
-        m = sel_.head_or_aggregate(block, layer, None, agg, lf)
-        items = [(sel_.describe(block, layer, None, agg, lf), m)]
-        layers_txt = sel_.layer_text(layer, None, agg, lf)
-    rows, cols, notes = _positions(result, block, spec)
-    items = [(name, _filtered(m, block, spec, rows, cols)) for name, m in items]
+        _, _, sel = sel_.core_selection(result, replace(spec, heads=None), block=bi)
+    lv = vm.links_view(result, sel, heads or None)
+    items = [(name, m) for name, _, m in lv.items]
+    colours = [c for _, c, _ in lv.items]
     q_only = None
     if spec.query is not None:
         q = sel_.check_query(block, spec.query)
-        where = np.nonzero(rows == q)[0]
+        where = np.nonzero(np.asarray(lv.q_pos) == q)[0]
         if not len(where):
-            raise AttnvizError(f"query {q} is a special token hidden by hide_special; pick another query")
+            raise AttnvizError(
+                f"query {q} is a special token hidden by hide_special; pick another query", param="query"
+            )
         q_only = int(where[0])
-    q_labels = display_labels([block.query_axis.labels[i] for i in rows])
-    k_labels = display_labels([block.key_axis.labels[i] for i in cols])
-    q_special = [block.query_axis.special[i] for i in rows]
-    k_special = [block.key_axis.special[i] for i in cols]
+    q_labels, k_labels = display_labels(lv.q_labels), display_labels(lv.k_labels)
+    q_special, k_special = lv.q_special, lv.k_special
+    layers_txt = f"layer {layer}" if heads else sel_.layer_text(layer, None, spec.agg, spec.layer_from)
+    notes = [n for n in vm.compute_map(result, sel).notes]
     nq, nk = len(q_labels), len(k_labels)
     n = max(nq, nk)
     fs = float(spec.font_size)
@@ -400,47 +357,66 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     height = clamp(top + legend_in + 0.1 + n * pitch, 1.5, 22.0)
     fig = new_figure(spec, width, height, constrained=False)
     span_h = height - top - legend_in - 0.1
-    ax = fig.add_axes(((lab_q + 0.1) / width, (legend_in + 0.05) / height,
-                       max(width - lab_q - lab_k - 0.2, 0.3) / width, span_h / height))
+    ax = fig.add_axes(
+        (
+            (lab_q + 0.1) / width,
+            (legend_in + 0.05) / height,
+            max(width - lab_q - lab_k - 0.2, 0.3) / width,
+            span_h / height,
+        )
+    )
     ax.set_axis_off()
     ax.set_xlim(0, 1)
     ax.set_ylim(n - 0.5, -0.5)
     # centre the shorter column against the longer one
     yq = np.arange(nq) + (n - nq) / 2
     yk = np.arange(nk) + (n - nk) / 2
-    step = nice_step(max(1, math.ceil(n * fs * FIT * PT / max(span_h, 1e-3) - 1e-9)))
+    fit = max(2, int(span_h / (fs * FIT * PT) + 1e-6) * max(nq, 1) // max(n, 1))
     x0, x1 = 0.02, 0.98
+    q_shown = set(vm.tick_indices(nq, fit, q_only))
+    k_shown = set(vm.tick_indices(nk, max(2, fit * max(nk, 1) // max(nq, 1))))
     for i, (lab, y) in enumerate(zip(q_labels, yq)):
-        if i % step == 0 or i == q_only:
-            ax.text(x0 - 0.01, y, lab, ha="right", va="center", fontsize=fs,
-                    color="0.45" if q_special[i] else "black", fontweight="bold" if i == q_only else "normal")
+        if i in q_shown:
+            ax.text(
+                x0 - 0.01,
+                y,
+                lab,
+                ha="right",
+                va="center",
+                fontsize=fs,
+                color="0.45" if q_special[i] else "black",
+                fontweight="bold" if i == q_only else "normal",
+            )
     for j, (lab, y) in enumerate(zip(k_labels, yk)):
-        if j % step == 0:
+        if j in k_shown:
             ax.text(x1 + 0.01, y, lab, ha="left", va="center", fontsize=fs, color="0.45" if k_special[j] else "black")
-    vmax = float(spec.vmax) if spec.vmax else max(max(float(np.nanmax(m)) for _, m in items), 1e-6)
-    for c, (name, m) in enumerate(items):
-        colour = to_rgba(HEAD_COLOURS[c % len(HEAD_COLOURS)] if len(items) > 1 else "#0072B2")
-        rr = [q_only] if q_only is not None else range(nq)
+    # the view model's links (the screen draws the same set): strongest per row, above LINK_MIN of the top weight
+    by_item: dict[int, tuple[list, list, list]] = {}
+    n_items = len(items)
+    for c, i, j, w in lv.links:
+        if q_only is not None and i != q_only:
+            continue
         # overlaid heads sit side by side (a fraction of a row apart) instead of blending into one line
-        dy = (c - (len(items) - 1) / 2) * min(0.5 / len(items), 0.15)
-        segs, cols_rgba, widths = [], [], []
-        for i in rr:
-            strongest = set(np.argsort(-m[i], kind="stable")[:LINKS_PER_ROW].tolist())
-            for j in range(nk):
-                w = float(m[i, j]) / vmax
-                if w < LINK_MIN or j not in strongest:  # faint links only add clutter (and file size)
-                    continue
-                w = min(w, 1.0)
-                segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
-                cols_rgba.append((*colour[:3], 0.08 + 0.8 * w))
-                widths.append(0.2 + 2.0 * w)
-        if segs:
-            ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
+        dy = (c - (n_items - 1) / 2) * min(0.5 / n_items, 0.15)
+        segs, cols_rgba, widths = by_item.setdefault(c, ([], [], []))
+        colour = to_rgba(colours[c])
+        segs.append(((x0, yq[i] + dy), (x1, yk[j] + dy)))
+        cols_rgba.append((*colour[:3], vm.link_alpha(w)))
+        widths.append(0.2 + 2.0 * w)
+    for segs, cols_rgba, widths in by_item.values():
+        ax.add_collection(LineCollection(segs, colors=cols_rgba, linewidths=widths, capstyle="round"))
     if len(items) > 1:
-        handles = [Line2D([], [], color=HEAD_COLOURS[c % len(HEAD_COLOURS)], lw=1.5, label=name)
-                   for c, (name, _) in enumerate(items)]
-        fig.legend(handles=handles, loc="lower center", ncol=legend_cols, fontsize=fs, frameon=False,
-                   handlelength=1.5, columnspacing=1.0, borderaxespad=0.1)
+        handles = [Line2D([], [], color=colours[c], lw=1.5, label=name) for c, (name, _) in enumerate(items)]
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=legend_cols,
+            fontsize=fs,
+            frameon=False,
+            handlelength=1.5,
+            columnspacing=1.0,
+            borderaxespad=0.1,
+        )
     # x in data, y in axes fraction, lifted clear of the first label: headers just above the columns
     above = offset_copy(ax.get_xaxis_transform(), fig=fig, y=fs * 0.75, units="points")
     ax.text(x0 - 0.01, 1.0, qt, ha="right", va="bottom", fontsize=fs, style="italic", transform=above, clip_on=False)
@@ -456,7 +432,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
 
 def _why_not_image(result: AttentionResult) -> str | None:
     if result.image is None:
-        return "the image view needs the input image; this result has none (run on an image with --image)"
+        return "the image view needs the input image; this result has none (run the model on an image)"
     if result.patch_grid is None:
         return "the image view needs the image patch grid; this result has none (not an image model?)"
     if sel_.patch_block(result) is None:
@@ -465,44 +441,28 @@ def _why_not_image(result: AttentionResult) -> str | None:
     return None
 
 
-def _heat_on_image(image: np.ndarray, patch_map: np.ndarray) -> np.ndarray:
-    """Upsample a ``[rows, cols]`` patch map to the image size with bicubic smoothing (Pillow)."""
-    from PIL import Image
-
-    h, w = image.shape[:2]
-    src = Image.fromarray(np.ascontiguousarray(patch_map, dtype=np.float32), mode="F")
-    up = np.asarray(src.resize((w, h), Image.Resampling.BICUBIC), dtype=np.float32)
-    return np.clip(up, 0.0, None)
-
-
-def _patch_row(result: AttentionResult, block: Block, m: np.ndarray, query: int | None):
-    g = result.patch_grid
-    if query is None:
-        return g.to_image(m.mean(axis=0)), "all queries (mean)"
-    text = f"query {query} {display_label(block.query_axis.labels[query])}".strip()
-    produced = dict(sel_.generation_rows(result, block)) if block.stack == "decoder" and result.generated else {}
-    if query in produced:  # a decoder row is where the next word was chosen: say which
-        text += f" → {display_label(produced[query])}"
-    return g.to_image(m[query]), text
-
-
 def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) -> tuple[int, Block]:
     why = _why_not_image(result)
     if why:
-        raise AttnvizError(why)
+        raise AttnvizError(why, param="image")
     if spec.block is None:
         idx = None
         if prefer_cross:
-            idx = next((i for i, b in enumerate(result.blocks()) if b.kind == "cross" and sel_.keys_are_patches(result, b)),
-                       None)
+            idx = next(
+                (i for i, b in enumerate(result.blocks()) if b.kind == "cross" and sel_.keys_are_patches(result, b)),
+                None,
+            )
         if idx is None:
             idx = sel_.patch_block(result)
         return sel_.resolve_block(result, idx)
     bi, b = sel_.resolve_block(result, spec.block)
-    if not sel_.keys_are_patches(result, b):
-        raise AttnvizError(f"block {sel_.block_label(b)!r} does not attend to image patches; "
-                           f"use a block over the {result.patch_grid.rows}x{result.patch_grid.cols} patches "
-                           f"(blocks: {_blocks_text(result)})")
+    g = result.patch_grid
+    if g is None or not sel_.keys_are_patches(result, b):
+        raise AttnvizError(
+            f"block {sel_.block_label(b)!r} does not attend to image patches; "
+            f"use a block over the {g.rows if g else '?'}x{g.cols if g else '?'} patches "
+            f"(blocks: {_blocks_text(result)})"
+        )
     return bi, b
 
 
@@ -522,47 +482,40 @@ def _rgb(image) -> np.ndarray:
     return img
 
 
-def _grey(image: np.ndarray) -> np.ndarray:
-    """Lightened luminance of an RGB image: a neutral base that does not fight the heat colours."""
-    img = np.asarray(image, np.float32)
-    if img.ndim == 2:
-        lum = img
-    else:
-        lum = img[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32)
-    lum = lum / 255.0 if img.max() > 1.0 else lum
-    return 0.25 + 0.75 * np.clip(lum, 0.0, 1.0)
-
-
-def _overlay(ax, image: np.ndarray, patch: np.ndarray, cmap, vmax: float):
-    """Grey image + smoothed heat of one patch map; returns the heat's AxesImage."""
+def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
+    """The view model's overlay: grey image under the heat colours, opacity growing with the weight."""
+    rgba = cmap(ov.heat)
+    rgba[..., 3] = ov.alpha
     ih, iw = image.shape[:2]
-    ax.imshow(_grey(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="auto")  # crisp pixels when upsampled, smooth when shrunk
-    heat = _heat_on_image(image, patch)
-    norm = Normalize(0.0, vmax, clip=True)
-    rgba = cmap(norm(heat))
-    # opacity grows with the weight: unattended regions keep the image visible
-    rgba[..., 3] = 0.2 + 0.7 * norm(heat)
+    ax.imshow(vm.grey_base(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="auto")
     ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
     ax.set_axis_off()
-    return ScalarMappable(norm=norm, cmap=cmap)
+    return ScalarMappable(norm=Normalize(0.0, ov.vmax, clip=True), cmap=cmap)
+
+
+def _overlay_selection(result: AttentionResult, spec: FigureSpec, bi: int) -> vm.Selection:
+    _, _, sel = sel_.core_selection(
+        result, replace(spec, step=None, keep=1.0, query=None), block=bi, hide_special=False
+    )
+    return sel
 
 
 def draw_image(result: AttentionResult, spec: FigureSpec):
-    bi, block = _image_block(result, spec, prefer_cross=False)
-    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
-    g = result.patch_grid
+    bi, block = _image_block(result, spec, prefer_cross=True)  # the screen's default too
+    sel = _overlay_selection(result, spec, bi)
     if spec.query is not None:
-        query = sel_.check_query(block, spec.query)
-    elif block.kind == "cross":
-        query = sel_.generation_rows(result, block)[0][0]
-    else:
-        query = 0 if g.offset > 0 else None
-    patch, qtext = _patch_row(result, block, s.matrix, query)
+        sel = sel.with_(query=sel_.check_query(block, spec.query))
     image = _rgb(result.image)
+    ov = vm.overlay_view(result, sel, image.shape[:2])
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     width = spec.fixed_width or 3.0
-    title = fit_title(make_title(result, spec, sel_.block_label(block), s.layers, s.what, qtext), width, fs + 1)
+    what = (
+        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
+        + " · "
+        + sel_.describe(block, sel.layer, spec.head, spec.agg, spec.layer_from)
+    )
+    title = fit_title(make_title(result, spec, sel_.block_label(block), what, f"query {ov.query_label}"), width, fs + 1)
     title_in = title_height(title, fs + 1)
     pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
     img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
@@ -570,13 +523,9 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     height = title_in + img_h + 2 * pad
     fig = new_figure(spec, width, height, constrained=False)
     ax = fig.add_axes((pad / width, pad / height, img_w / width, img_h / height))
-    vmax = float(spec.vmax) if spec.vmax else max(float(patch.max()), 1e-6)
-    ov = _overlay(ax, image, patch, _cmap(spec), vmax)
+    sm = _overlay(ax, image, ov, _cmap(spec))
     cax = fig.add_axes(((pad + img_w + cbar_gap) / width, pad / height, cbar_w / width, img_h / height))
-    cb = fig.colorbar(ov, cax=cax)
-    cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
-    cb.outline.set_linewidth(0.5)
-    cb.set_label("attention weight", fontsize=fs)
+    _colorbar(fig, sm, replace(spec, log=False), fs, "attention weight", img_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -584,12 +533,15 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
 
 def _image_strip_ok(result: AttentionResult) -> bool:
     return _why_not_image(result) is None and any(
-        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks())
+        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks()
+    )
 
 
 def _why_not_strip(result: AttentionResult) -> str | None:
     if not result.generated:
-        return "the strip view needs generated words; run with --generate N (a captioning, translation or decoder model)"
+        return (
+            "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
+        )
     if _image_strip_ok(result):
         return None
     if not any(b.stack == "decoder" for b in result.blocks()):
@@ -602,9 +554,12 @@ def draw_strip(result: AttentionResult, spec: FigureSpec):
     tokens so far) once per generated word, each token shaded by its weight."""
     why = _why_not_strip(result)
     if why:
-        raise AttnvizError(why)
-    if spec.block is None and _image_strip_ok(result) or (
-            spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1])):
+        raise AttnvizError(why, param="generate")
+    if (
+        spec.block is None
+        and _image_strip_ok(result)
+        or (spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1]))
+    ):
         return _image_strip(result, spec)
     return _text_strip(result, spec)
 
@@ -617,7 +572,7 @@ def _strip_rows(result: AttentionResult, spec: FigureSpec, block: Block) -> list
 
 def _image_strip(result: AttentionResult, spec: FigureSpec):
     bi, block = _image_block(result, spec, prefer_cross=True)
-    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
+    sel = _overlay_selection(result, spec, bi)
     rows = _strip_rows(result, spec, block)
     image = _rgb(result.image)
     ih, iw = image.shape[:2]
@@ -629,7 +584,12 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     pw = width / ncols
     img_h = (pw - 0.08) * ih / iw
     word_in = fs * 2.2 * PT
-    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
+    what = (
+        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
+        + " · "
+        + sel_.describe(block, sel.layer, spec.head, spec.agg, spec.layer_from)
+    )
+    title = make_title(result, spec, sel_.block_label(block), what)
     title = fit_title(title, width, fs + 1)
     title_in = title_height(title, fs + 1)
     height = title_in + nrows * (img_h + word_in) + 0.05
@@ -647,31 +607,38 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
         else:
             row, word = rows[k - 1]
             word, weight = display_label(word), "bold"
-            patch = result.patch_grid.to_image(s.matrix[row])
             # each panel on its own scale, as in Xu et al.: where does this word look?
-            _overlay(ax, image, patch, cmap, max(float(patch.max()), 1e-6))
-        fig.text((x0 + (pw - 0.08) / 2) / width, (y0 - 0.03) / height, word, ha="center", va="top",
-                 fontsize=fs + 1, fontweight=weight)
+            _overlay(ax, image, vm.overlay_view(result, sel.with_(query=row), image.shape[:2]), cmap)
+        fig.text(
+            (x0 + (pw - 0.08) / 2) / width,
+            (y0 - 0.03) / height,
+            word,
+            ha="center",
+            va="top",
+            fontsize=fs + 1,
+            fontweight=weight,
+        )
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
 
 
 def _text_strip(result: AttentionResult, spec: FigureSpec):
-    if spec.block is None:
+    bi: int | str | None = spec.block
+    if bi is None:
         bi = sel_.first_block(result, kind="cross", stack="decoder")
         if bi is None:
             bi = sel_.first_block(result, kind="self", stack="decoder")
-    else:
-        bi = spec.block
     s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
     block = s.block
     if block.stack != "decoder":
-        raise AttnvizError(f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})")
+        raise AttnvizError(
+            f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})"
+        )
     rows = _strip_rows(result, spec, block)
     fs = float(spec.font_size)
     k_labels = display_labels(block.key_axis.labels)
-    k_special = list(block.key_axis.special)
+    k_special = list(block.key_axis.special or [])
     panels = []
     for row, word in rows:
         cols = np.arange(len(k_labels))
@@ -686,7 +653,11 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
         if spec.keep < 1.0:
             w = keep_mass(w[None], spec.keep)[0]
         panels.append((display_label(word), cols, w))
-    vmax = float(spec.vmax) if spec.vmax else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    vmax = (
+        float(spec.vmax)
+        if spec.vmax
+        else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
+    )
     norm = _norm(spec, vmax)
     # light-to-dark for shading text: unattended tokens stay on a near-white background
     cmap = _cmap(spec if spec.cmap else replace(spec, cmap="magma_r"))
@@ -728,11 +699,25 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
             face = cmap(norm(max(wt, 1e-12) if spec.log else wt))
             ax.add_patch(Rectangle((x, top + 0.8), tw, line_pt - 1.6, facecolor=face, edgecolor="none"))
             lum = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2]
-            ax.text(x + tw / 2, top + line_pt / 2, lab, ha="center", va="center_baseline", fontsize=fs,
-                    color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"))
+            ax.text(
+                x + tw / 2,
+                top + line_pt / 2,
+                lab,
+                ha="center",
+                va="center_baseline",
+                fontsize=fs,
+                color=("0.85" if special else "white") if lum < 0.5 else ("0.35" if special else "black"),
+            )
         y0 += n_lines * line_pt
-        ax.text(avail_pt / 2, y0 + word_pt * 0.55, word, ha="center", va="center_baseline", fontsize=fs + 1,
-                fontweight="bold")
+        ax.text(
+            avail_pt / 2,
+            y0 + word_pt * 0.55,
+            word,
+            ha="center",
+            va="center_baseline",
+            fontsize=fs + 1,
+            fontweight="bold",
+        )
         y0 += word_pt + 4
     cax = fig.add_axes((0.25, 0.24 / height, 0.5, 0.07 / height))
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")

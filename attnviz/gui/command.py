@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnviz.runtime.commands.common import DeprecatedAlias
+
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
 
 
@@ -17,16 +19,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)")
     p.add_argument("--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit")
-    p.add_argument("--view", default=None, help="tab to show first (overview, head, links, alignment, image, stats)")
+    p.add_argument("--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, stats)")
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--layer", type=int, default=None, help="layer to focus first")
     p.add_argument("--head", type=int, default=None, help="head to focus first")
     p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
-    p.add_argument("--mode", choices=("head", "mean", "max", "min", "rollout"), default=None,
+    p.add_argument("--aggregate", "--agg", dest="mode", choices=("head", "mean", "max", "min", "rollout"), default=None,
                    help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout")
+    p.add_argument("--mode", dest="mode", choices=("head", "mean", "max", "min", "rollout"), action=DeprecatedAlias,
+                   new="--aggregate", help=argparse.SUPPRESS)  # --mode is the memory mode in extract / figure
 
 
 def run(args) -> int:
+    import sys
     from pathlib import Path
 
     from attnviz import AttnvizError
@@ -62,6 +67,8 @@ def run(args) -> int:
         win.inputs.set_values(max_tokens=args.max_tokens)
     win.resize(w, h)
     if args.view:
+        if args.view.lower() == "head":  # the Head map tab is "heatmap", as in `attnviz figure --view`
+            print("attnviz: note: --view head is deprecated; use --view heatmap", file=sys.stderr)
         win.select_view(args.view)
     win.show()
     focus = {k: getattr(args, k) for k in ("block", "layer", "head", "mode") if getattr(args, k) is not None}

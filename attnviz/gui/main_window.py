@@ -15,10 +15,10 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.gui import style
+from attnviz.core.view import clamp
 from attnviz.gui.app import make_settings
 from attnviz.gui.export import (VIEW_FORMATS, export_npz, export_widget, figures_renderer, maps_dialog_start,
                                 remember_export, view_dialog_start)
-from attnviz.gui.selection import clamp
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.head_map import HeadMapView
@@ -83,8 +83,7 @@ def analyze(model, values: dict, progress=None, cancelled=None):
     # the overview's max-pooled thumbnails, computed here so the GUI thread only draws them
     if progress is not None:
         progress(-1, "preparing thumbnails…")
-    from attnviz.gui.selection import thumbnails
-    from attnviz.gui.views.overview import THUMB
+    from attnviz.core.view import THUMB, thumbnails
 
     result.gui_thumbnails = thumbnails(result, -1, THUMB)
     return result
@@ -120,7 +119,7 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0}
         self.pending_values: dict | None = None
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
@@ -135,6 +134,7 @@ class MainWindow(QMainWindow):
             self.views[cls.title] = v
             self.tabs.addTab(v, cls.title)
         self.setCentralWidget(self.tabs)
+        self.tabs.currentChanged.connect(self._follow_view_block)
         self.overview: OverviewView = self.views["Overview"]
         self.head_map: HeadMapView = self.views["Head map"]
         self.links: TokenLinksView = self.views["Token links"]
@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
         fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
         fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
         fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
+        fm.addAction(QAction("Load &gold alignments (Pharaoh)…", self, triggered=self.load_gold_dialog))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
         self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
@@ -225,6 +226,23 @@ class MainWindow(QMainWindow):
         if self.session.block is not None:
             self.session.select(layer=self.session.sel.layer + d, mode="head")
 
+    def _follow_view_block(self, _index: int = -1) -> None:
+        """Alignment and Image regions show one block (cross-attention, the image block): select it, so the
+        block box names what is drawn instead of the block another tab was on."""
+        s = self.session
+        view = self.current_view()
+        if s.result is None or not s.blocks:
+            return
+        want = None
+        if view is self.alignment:
+            want = self.alignment.cross_block()
+        elif view is self.image_regions:
+            src = self.image_regions.source()
+            want = src[0] if src is not None else None
+        if want is not None and want != s.sel.block:
+            mode = "mean" if s.sel.mode == "rollout" and s.blocks[want].kind == "cross" else s.sel.mode
+            s.select(block=want, mode=mode)
+
     def _focus_from_stats(self, layer: int, head: int) -> None:
         self.session.select(layer=layer, head=head, mode="head")
         self.tabs.setCurrentWidget(self.head_map)
@@ -256,8 +274,19 @@ class MainWindow(QMainWindow):
         self.recent_menu.setEnabled(bool(files))
 
     # -- errors ----------------------------------------------------------------------
-    def show_error(self, text: str, title: str = "attnviz") -> None:
-        """One readable message: status bar + a non-modal dialog (replacing any previous one)."""
+    def param_widget(self, param: str | None):
+        """The control that fixes an :class:`AttnvizError` about ``param`` (the CLI maps the same names to flags)."""
+        c, i = self.controls, self.inputs
+        widgets = {"text": i.text, "text_pair": i.text_pair, "image": i.image, "generate": i.generate,
+                   "block": c.block, "layer": c.layer, "head": c.head, "aggregate": c.mode, "step": c.step}
+        return widgets.get(param or "")
+
+    def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> None:
+        """One readable message: status bar + a non-modal dialog (replacing any previous one); the control
+        that fixes it (``param``, from :class:`AttnvizError`) gets the keyboard focus and a red frame."""
+        w = self.param_widget(param)
+        if w is not None:
+            self._mark_widget(w)
         self.last_error = text
         self.statusBar().showMessage(f"Error: {text}")
         if self.error_box is not None:
@@ -278,6 +307,8 @@ class MainWindow(QMainWindow):
             self._on_result(rid, value)
         elif kind == "export" and ctx:
             self._on_exported(rid, value or ctx[0])
+        elif kind == "gold" and rid == self._latest["gold"]:
+            self._on_gold(value)
 
     def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
         self._on_error(kind, rid, exc)
@@ -298,7 +329,17 @@ class MainWindow(QMainWindow):
         if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
             self.offer_truncation(exc.n, exc.limit)
             return
-        self.show_error(error_text(exc))
+        self.show_error(error_text(exc), param=getattr(exc, "param", None))
+
+    def _mark_widget(self, w) -> None:
+        """Focus the control to fix and frame it in red until its value changes."""
+        w.setFocus()
+        w.setStyleSheet("border: 2px solid #d62728;")
+        self.marked_widget = w
+        for sig in ("textChanged", "valueChanged", "currentIndexChanged"):
+            if hasattr(w, sig):
+                getattr(w, sig).connect(lambda *_a, w=w: w.setStyleSheet(""))
+                break
 
     def offer_truncation(self, n: int, limit) -> None:
         """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
@@ -434,6 +475,7 @@ class MainWindow(QMainWindow):
 
     def _show_result(self, result) -> None:
         self.session.set_result(result)
+        self._follow_view_block()
         info = result.info or {}
         t = (info.get("timings") or {})
         total = info.get("total_s") or t.get("analyze (wall)")
@@ -463,6 +505,35 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getOpenFileName(self, "Open attention maps", "", "attnviz maps (*.npz)")
         if path:
             self.open_path(path)
+
+    def load_gold_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Gold alignments (Pharaoh; X.src and X.tgt beside it)", "",
+                                              "Pharaoh alignments (*.gold *.txt *.align);;All files (*)")
+        if path:
+            self.load_gold(path)
+
+    def load_gold(self, path) -> None:
+        """Score every cross-attention head on a gold test set (``X.gold`` + ``X.src`` + ``X.tgt``) in a worker;
+        Head stats then ranks the heads by AER."""
+        from attnviz.runtime.align import score_test_set
+
+        m = self.session.model
+        if m is None or getattr(m, "kind", "") != "encoder-decoder":
+            self.show_error("gold alignments score cross-attention: open an encoder-decoder text model first")
+            return
+        w = self.workers.start(score_test_set, m, str(path), kind="gold")
+        self._latest["gold"] = w.request_id
+        self.statusBar().showMessage(f"Scoring every cross-attention head against {Path(path).name}…")
+
+    def _on_gold(self, table: dict) -> None:
+        self.stats.set_gold(table)
+        b = self.session.block_index("decoder", "cross")
+        if b is not None:
+            self.session.select(block=b)
+        self.tabs.setCurrentWidget(self.stats)
+        best = table["best_head"]
+        self.statusBar().showMessage(f"gold {table['name']}: best head decoder layer {best['layer']} head "
+                                     f"{best['head']}, AER {best['aer']:.3f} ({table['n_sentences']} pairs)")
 
     def choose_tokenizer_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
@@ -496,8 +567,9 @@ class MainWindow(QMainWindow):
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
-    VIEW_ALIASES = {"overview": "Overview", "head": "Head map", "links": "Token links", "alignment": "Alignment",
-                    "image": "Image regions", "stats": "Head stats"}
+    # the figure's view names (attnviz figure --view), plus "head" (the old name of heatmap) and "stats"
+    VIEW_ALIASES = {"overview": "Overview", "heatmap": "Head map", "head": "Head map", "links": "Token links",
+                    "alignment": "Alignment", "image": "Image regions", "stats": "Head stats"}
 
     def select_view(self, name: str) -> None:
         title = self.VIEW_ALIASES.get(name.lower(), name)
@@ -534,56 +606,34 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
 
     def figure_spec(self, view):
-        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows, or None when the
-        renderer has no such view (the stats table); then the export renders the view itself."""
+        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows (the session's selection plus
+        what the view itself holds: checked heads, image query), or None for the stats table, which the
+        export then renders from the widget."""
         try:
-            from attnviz.figures import FigureSpec
+            from attnviz.figures import spec_from_selection
         except ImportError:
             return None
         s = self.session
-        sel = s.sel
-        if s.block is None:
+        if s.block is None or view is self.stats:
             return None
-
-        def spec_kw(sel):
-            # the renderer takes the same selection as the screen: layer range, keep-mass, log scale, step
-            blk = s.blocks[sel.block]
-            lo, hi = sel.layer_lo, (blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
-            kw = dict(block=sel.block, hide_special=sel.hide_special, keep=float(sel.keep), log=bool(sel.log),
-                      step=None if sel.step < 0 else int(sel.step))
-            if sel.mode == "head":
-                kw.update(layer=sel.layer, head=sel.head)
-            else:
-                kw.update(layer=hi, layer_from=lo, agg=sel.mode)
-            return kw
-
-        if view is self.overview:
-            return FigureSpec(view="overview", block=sel.block)
-        if view is self.head_map:
-            kw = spec_kw(sel)
-            return FigureSpec(view="heatmap", **kw) if kw else None
-        if view is self.links:
-            kw = spec_kw(sel)
-            if kw and sel.mode == "head":
-                kw.pop("head")
-                kw["heads"] = sorted(self.links.checked)
-            return FigureSpec(view="links", **kw) if kw else None
+        name = {self.overview: "overview", self.head_map: "heatmap", self.links: "links",
+                self.alignment: "alignment", self.image_regions: "image"}.get(view)
+        if name is None:
+            return None
+        sel = s.sel
         if view is self.alignment:
             b = self.alignment.cross_block()
             if b is None:
                 return None
-            sel2 = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
-            kw = spec_kw(sel2)
-            return FigureSpec(view="alignment", **kw) if kw else None
-        if view is self.image_regions and self.image_regions.queries:
+            sel = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
+        if view is self.image_regions:
             src = self.image_regions.source()
-            row = self.image_regions.queries[self.image_regions.query][1]
-            if src is None or row < 0:
+            if src is None or not self.image_regions.queries:
                 return None
-            mode = "mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode
-            kw = spec_kw(clamp(sel.with_(block=src[0], mode=mode, hide_special=False), s.blocks))
-            return FigureSpec(view="image", query=int(row), **kw) if kw else None
-        return None
+            row = self.image_regions.queries[self.image_regions.query][1]
+            sel = clamp(sel.with_(block=src[0], query=None if row < 0 else int(row),
+                                  mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode), s.blocks)
+        return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
 
     def export_maps(self, path) -> None:
         if self.session.result is None:

@@ -1,20 +1,20 @@
-"""Colours and pyqtgraph configuration shared by all views."""
+"""pyqtgraph configuration and the view model's colours (:mod:`attnviz.core.view`) as pyqtgraph objects."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pyqtgraph as pg
 
+from attnviz.core import view as vm
+
 _configured = False
 
-CMAP_NAME = "viridis"
-HEAT_NAME = "inferno"
-# distinct colours for overlaid heads (tab10)
-HEAD_COLORS = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-]
-LOG_FLOOR = 1e-4
+# the names come from the view model: the screen and the figures use the same maps and palette
+CMAP_NAME = vm.MAP_CMAP
+HEAT_NAME = vm.OVERLAY_CMAP
+HEAD_COLORS = list(vm.HEAD_COLOURS)
 
 
 def configure() -> None:
@@ -38,15 +38,28 @@ def head_color(i: int) -> str:
     return HEAD_COLORS[i % len(HEAD_COLORS)]
 
 
-def display_values(m: np.ndarray, log: bool) -> np.ndarray:
-    """Values as drawn: weights, or log10 of weights floored at LOG_FLOOR."""
+def display_levels(m: np.ndarray, log: bool) -> tuple[float, float]:
+    """The view model's colour range, in the units the image holds (log10 of weights on the log scale)."""
+    lo, hi = vm.colour_range(float(np.nanmax(m)) if m.size else 1.0, log)
+    return (math.log10(lo), math.log10(hi)) if log else (lo, hi)
+
+
+def display_values(m: np.ndarray, log: bool, levels: tuple[float, float] | None = None) -> np.ndarray:
+    """Values as drawn: weights, or log10 of weights floored at the bottom of the log range."""
     if not log:
         return m
-    return np.log10(np.maximum(m, LOG_FLOOR)).astype(np.float32)
+    floor = 10.0 ** (levels or display_levels(m, True))[0]
+    return np.log10(np.maximum(m, floor)).astype(np.float32)
 
 
-def display_levels(m: np.ndarray, log: bool) -> tuple[float, float]:
+def colorbar_ticks(levels: tuple[float, float], log: bool) -> list[list[tuple[float, str]]]:
+    """A handful of round ticks (the figures' ticks) for a ColorBarItem axis."""
     if log:
-        return float(np.log10(LOG_FLOOR)), 0.0
-    hi = float(np.nanmax(m)) if m.size else 1.0
-    return 0.0, hi if hi > 0 else 1.0
+        return [[(math.log10(v), f"{v:g}") for v in vm.log_ticks(10.0 ** levels[1])]]
+    return [[(v, f"{v:g}") for v in vm.nice_ticks(*levels)]]
+
+
+def set_colorbar(bar: pg.ColorBarItem, levels: tuple[float, float], log: bool, hide_special: bool = False) -> None:
+    bar.setLevels(levels)
+    bar.axis.setTicks(colorbar_ticks(levels, log))
+    bar.axis.setLabel(vm.weight_label(log, hide_special))

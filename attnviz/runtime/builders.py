@@ -143,9 +143,12 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
         raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
     spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
     prep.image_info = spec.describe()  # recorded in the run info (sidebar, figure recipes)
-    if spec.source.startswith("default"):
+    if spec.stats_source.startswith("default"):
         prep.notes.append(f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
                           "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those")
+    if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
+        prep.notes.append(f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
+                          "give --image-size H W")
     if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
         from PIL import Image
 

@@ -9,7 +9,7 @@ can rebuild its model without any other file.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from attnviz import AttnvizError
 
@@ -19,6 +19,9 @@ IMAGE_ENCODERS = ("vit", "cnn")
 INPUT_KINDS = ("tokens", "series")
 HEADS = ("classify", "lm", "forecast")
 POOLS = ("mean", "cls", "last")
+# which decoder row stands for which target token when reading cross-attention as an alignment
+CONVENTIONS = ("input", "predict")
+ALIGN_LABELS = ("gold",)  # a statistical aligner (eflomal) on the training split is not wired in yet
 
 
 @dataclass
@@ -97,6 +100,20 @@ class TrainConfig:
     checkpoint_every: int = 200  # save a resumable checkpoint every this many steps (and on interrupt)
     n_train: int = 20000  # training examples generated
     n_test: int = 2000  # held-out examples generated (a separate seed; never trained on)
+    # guided alignment (Garg et al. 2019), encoder-decoder tasks with alignment labels; see training/guided.py
+    align_weight: float = 0.0  # weight of the alignment loss added to the task loss; 0 = off
+    align_heads: list = field(default_factory=list)  # supervised cross-attention heads, [[decoder layer, head], ...]
+    align_convention: str = "input"  # rows: "input" (the decoder's input token, Shift-Att) | "predict" (its output)
+    align_labels: str = "gold"  # where the labels come from: "gold" = the task's links of the training split only
+
+    def __post_init__(self):
+        if self.align_convention not in CONVENTIONS:
+            raise AttnvizError(f"train config: align_convention={self.align_convention!r} is not one of {', '.join(CONVENTIONS)}")
+        if self.align_labels not in ALIGN_LABELS:
+            raise AttnvizError(f"train config: align_labels={self.align_labels!r} is not one of {', '.join(ALIGN_LABELS)}")
+        if self.align_weight and not self.align_heads:
+            raise AttnvizError("train config: align_weight > 0 needs align_heads ([[decoder layer, head], ...])")
+        self.align_heads = [[int(l), int(h)] for l, h in self.align_heads]
 
     def to_dict(self) -> dict:
         return asdict(self)

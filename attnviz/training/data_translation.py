@@ -208,6 +208,18 @@ def split_pairs(pairs: list[AlignedPair], every: int = 15, offset: int = 7) -> S
     return out
 
 
+def write_pharaoh_files(pairs: list[AlignedPair], prefix: str | Path) -> tuple[Path, Path, Path]:
+    """``PREFIX.src``, ``PREFIX.tgt`` (words joined by spaces, one pair a line) and ``PREFIX.gold`` (Pharaoh
+    ``i-j``, 0-based source-target): the input ``attnviz align`` reads, e.g. for the held-out verses."""
+    prefix = Path(prefix)
+    paths = tuple(prefix.with_name(prefix.name + ext) for ext in (".src", ".tgt", ".gold"))
+    texts = ["".join(" ".join(p.src) + "\n" for p in pairs), "".join(" ".join(p.tgt) + "\n" for p in pairs),
+             "".join(" ".join(f"{i}-{j}" for i, j in sorted(p.links)) + "\n" for p in pairs)]
+    for path, text in zip(paths, texts):
+        path.write_text(text, encoding="utf-8")
+    return paths  # type: ignore[return-value]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # synthetic language pair with gold alignment by construction
 

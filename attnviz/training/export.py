@@ -73,6 +73,13 @@ def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | N
         "config": {"task": task.name, "model": mcfg.to_dict(), "train": tcfg.to_dict(), "attnviz": __version__},
     }
     meta.update(task.metadata(mcfg))
+    if tcfg.align_weight:
+        # the heads trained as aligners, best held-out head first when the metrics measured them
+        heads = [list(h) for h in tcfg.align_heads]
+        declared = (metrics or {}).get("aer_declared")
+        if declared and len(declared.get("aer", [])) == len(heads):
+            heads = [h for _, h in sorted(zip(declared["aer"], heads))]
+        meta["alignment"] = {"heads": heads, "convention": tcfg.align_convention}
     if metrics is not None:
         meta["metrics"] = metrics
     return meta
@@ -106,25 +113,6 @@ def export_graph(model, mcfg: ModelConfig, feeds: dict[str, np.ndarray], path: P
                           opset_version=OPSET, dynamo=False, do_constant_folding=True)
 
 
-def _probe_softmax_maps(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Fallback when attnviz.runtime is not installed: expose each attention Softmax (one feeding a MatMul)."""
-    import onnx
-    import onnxruntime as ort
-
-    m = onnx.load(str(path))
-    consumers: dict[str, list] = {}
-    for n in m.graph.node:
-        for i, name in enumerate(n.input):
-            consumers.setdefault(name, []).append((n, i))
-    outs = [n.output[0] for n in m.graph.node if n.op_type == "Softmax"
-            and any(c.op_type == "MatMul" and i == 0 for c, i in consumers.get(n.output[0], []))]
-    for o in outs:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, ["b", "h", "q", "k"]))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    res = sess.run(outs, {i.name: np.asarray(feeds[i.name]) for i in sess.get_inputs()})
-    return [np.asarray(r) for r in res]
-
-
 def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = ATOL) -> dict:
     """ONNX vs PyTorch on logits and every attention map; raises AttnvizError on a mismatch."""
     onnx_run = OnnxRunner(str(path))
@@ -134,20 +122,16 @@ def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = 
         raise AttnvizError(f"export check failed: ONNX logits {lo.shape} vs PyTorch {lt.shape}")
     logit_diff = float(np.abs(lo - lt).max())
     ref = torch_run.attention(feeds)
-    try:
-        import attnviz.runtime  # noqa: F401
-    except ImportError:  # the training extra without the engine: probe the Softmax nodes directly
-        engine, layout = "softmax-probe", None
-        got = _probe_softmax_maps(Path(path), feeds)
-    else:
-        engine = "attnviz.runtime"
-        res = onnx_run.attention_result(feeds)
-        got = [m.array() for m in res.maps]
-        layout = [(s.stack, s.kind, s.layer) for s in res.sites]
+    # the engine (attnviz.runtime, always installed with attnviz) finds and labels the maps: checking through
+    # it is what proves the viewer will show this model's attention
+    engine = "attnviz.runtime"
+    res = onnx_run.attention_result(feeds)
+    got = [m.array() for m in res.maps]
+    layout = [(s.stack, s.kind, s.layer) for s in res.sites]
     if len(got) != len(ref):
         raise AttnvizError(f"export check failed: the engine found {len(got)} attention sites, the model has {len(ref)}")
     expected = [tuple(x) for x in model.attention_layout()]
-    if layout is not None and layout != expected:
+    if layout != expected:
         raise AttnvizError(f"export check failed: the engine labels the sites {layout}, the model has {expected}")
     attn_diff = 0.0
     for i, (g, r) in enumerate(zip(got, ref)):
@@ -201,3 +185,28 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
         raise AttnvizError(f"{path} has no attnviz training config in its metadata; "
                            "'attnviz eval' only scores models exported by 'attnviz train'")
     return meta.get("task", cfg.get("task", "")), ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"]), meta
+
+
+def refresh_metadata(path: str | Path) -> dict:
+    """Re-measure an exported model with the current evaluation code and rewrite its ``attnviz.*`` metadata
+    (metrics, ``attnviz.alignment``...); the graph and the embedded tokenizers are kept.  Returns the metrics."""
+    import shutil
+
+    from attnviz.training.tasks import get_task
+
+    path = Path(path)
+    name, mcfg, tcfg, meta = read_config(path)
+    task = get_task(name)
+    if hasattr(task, "restore"):  # the tokenizers the model was trained with live in the file
+        task.restore(meta)
+    metrics = task.evaluate(OnnxRunner(str(path)), task.make_split("test", mcfg, tcfg), mcfg)
+    new = build_metadata(task, mcfg, tcfg, metrics)
+    tmp = temp_path(path)
+    try:
+        shutil.copyfile(path, tmp)
+        write_metadata(tmp, new)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return metrics

@@ -20,6 +20,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.training import checkpoint as ckpt
+from attnviz.training import guided
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.runners import TorchRunner, take
 
@@ -58,6 +59,13 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW groups as in nanoGPT: decay the matrices (weights, embeddings), not biases or LayerNorm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 def steps_for_epochs(epochs: int, tc: TrainConfig) -> int:
     return max(1, epochs * math.ceil(tc.n_train / tc.batch_size))
 
@@ -82,7 +90,8 @@ class Trainer:
         self.device = pick_device(tcfg.device)
         torch.manual_seed(tcfg.seed)
         self.model = AttnModel(mcfg).to(self.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+        guided.check(mcfg, tcfg)
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, tcfg.weight_decay), lr=tcfg.lr)
         self.step = 0
         self.losses: list[list[float]] = []  # [step, loss] per event, for plots
         self.metrics: dict = {}
@@ -154,8 +163,12 @@ class Trainer:
                 for g in self.optimizer.param_groups:
                     g["lr"] = lr
                 batch = self._batch(s)
-                logits = self.model(**{k: batch[k] for k in names})
-                loss = self.task.loss(logits, batch)
+                if tc.align_weight:
+                    logits, probs = self.model(**{k: batch[k] for k in names}, return_attention=True)
+                    loss = self.task.loss(logits, batch) + tc.align_weight * guided.loss(probs, batch["align"], self.mcfg, tc)
+                else:
+                    logits = self.model(**{k: batch[k] for k in names})
+                    loss = self.task.loss(logits, batch)
                 if not torch.isfinite(loss):
                     raise AttnvizError(f"training diverged at step {s} (loss {loss.item()}); lower the learning rate")
                 self.optimizer.zero_grad(set_to_none=True)

@@ -9,31 +9,8 @@ BLEU
     HTML entities, split off punctuation and symbols, split ``.``/``,`` unless between digits, split ``-``
     after a digit.  It is case-sensitive.  Scores should agree with ``sacrebleu`` to ~0.01 on plain text.
 
-Alignment from attention
-    A decoder cross-attention map has rows = target subword positions and columns = source subword positions.
-    :func:`attention_to_links` turns it into word links:
-
-    1. merge subwords: columns of one source word are **summed** (the attention mass a word receives is the mass
-       of its pieces; averaging would penalise words that the tokenizer splits), rows of one target word are
-       **averaged** (each row is a distribution, so the mean stays a distribution and long words do not
-       dominate);
-    2. **argmax per target word**: each target word is linked to the source word with the most mass.
-
-    Why argmax and not the intersection heuristic: intersection needs alignments in both directions (two
-    models or a second target→source pass); an encoder-decoder gives one direction.  Argmax per target word is
-    the usual attention-alignment extraction (Garg et al. 2019; Zenkel et al. 2019) and gives every target word
-    exactly one link, which matches this data well (most gold records are 1 Greek word → 1-3 English words).
-    A threshold variant (``method="threshold"``) also links every source word whose merged mass exceeds
-    ``threshold``; it is there for experiments.
-
-    Which row belongs to which target word: at decoder step ``t`` the query is the *input* token ``y[t-1]`` and
-    the step predicts ``y[t]``.  Pass ``query_words`` for the convention you want; the translation evaluation
-    uses the *predicted* token (row ``t`` → word of ``y[t]``), which aligns better in practice.
-
-AER
-    ``AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|)`` (Och & Ney 2003) with ``P ⊇ S``; the bible data has sure links
-    only, so ``AER = 1 − 2|A∩S| / (|A| + |S|)``.  Counts are summed over the corpus (not averaged per sentence).
-    Target words flagged ``skip`` (punctuation that annotators never align) are removed from ``A``.
+Alignment from attention, AER
+    :mod:`attnviz.core.align` (numpy, shared with ``attnviz align`` and the GUI); re-exported here.
 
 Pointing game (Zhang et al. 2016)
     For an object word, take the decoder's attention row over the image grid; the hit counts when the centre of
@@ -49,7 +26,16 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-Link = tuple[int, int]  # (source word, target word)
+from attnviz.core.align import (  # noqa: F401  (re-exported: the tasks score alignment through this module)
+    AERCounter,
+    Link,
+    aer,
+    alignment_table,
+    attention_to_links,
+    diagonal_links,
+    format_aer_table,
+    merge_subwords,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # BLEU
@@ -105,158 +91,6 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
     bp = 1.0 if hyp_len > ref_len else (math.exp(1 - ref_len / hyp_len) if hyp_len else 0.0)
     return {"bleu": bleu, "precisions": precisions, "bp": bp, "ratio": hyp_len / max(ref_len, 1),
             "hyp_len": hyp_len, "ref_len": ref_len}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# attention -> word links, AER
-
-
-def merge_subwords(attn: np.ndarray, query_words: Sequence[int], key_words: Sequence[int],
-                   n_query_words: int | None = None, n_key_words: int | None = None) -> np.ndarray:
-    """``[Tq, Tk]`` subword attention -> ``[n_query_words, n_key_words]`` word attention.
-
-    ``query_words[i]`` / ``key_words[j]``: word index of row i / column j, or -1 for positions that belong to
-    no word (BOS, EOS, padding) and are dropped.  Rows of a word are averaged, columns summed.
-    """
-    a = np.asarray(attn, dtype=np.float64)
-    qw = np.asarray(query_words, dtype=np.int64)
-    kw = np.asarray(key_words, dtype=np.int64)
-    if a.shape != (len(qw), len(kw)):
-        raise ValueError(f"attention {a.shape} does not match {len(qw)} query and {len(kw)} key word ids")
-    nq = n_query_words if n_query_words is not None else int(qw.max(initial=-1)) + 1
-    nk = n_key_words if n_key_words is not None else int(kw.max(initial=-1)) + 1
-    kmask = kw >= 0
-    # sum columns per key word: [Tq, nk]
-    cols = np.zeros((len(qw), nk))
-    np.add.at(cols.T, kw[kmask], a[:, kmask].T)
-    qmask = qw >= 0
-    out = np.zeros((nq, nk))
-    np.add.at(out, qw[qmask], cols[qmask])
-    counts = np.bincount(qw[qmask], minlength=nq).astype(np.float64)
-    return out / np.maximum(counts, 1)[:, None]
-
-
-def attention_to_links(attn: np.ndarray, query_words: Sequence[int], key_words: Sequence[int],
-                       n_query_words: int | None = None, n_key_words: int | None = None,
-                       skip: Sequence[bool] = (), method: str = "argmax", threshold: float = 0.5) -> set[Link]:
-    """Word links ``{(source_word, target_word)}`` from one cross-attention map (see module doc).
-
-    ``skip[j]`` True: target word j gets no link.  Target words with no rows (e.g. truncated) get none either.
-    """
-    w = merge_subwords(attn, query_words, key_words, n_query_words, n_key_words)
-    present = np.zeros(w.shape[0], dtype=bool)
-    qw = np.asarray(query_words)
-    present[qw[qw >= 0]] = True
-    links: set[Link] = set()
-    if w.shape[1] == 0:
-        return links
-    for j in range(w.shape[0]):
-        if not present[j] or (j < len(skip) and skip[j]):
-            continue
-        row = w[j]
-        if method == "argmax":
-            links.add((int(row.argmax()), j))
-        elif method == "threshold":
-            links.add((int(row.argmax()), j))
-            links.update((int(i), j) for i in np.flatnonzero(row > threshold))
-        else:
-            raise ValueError(f"unknown method {method!r}: use 'argmax' or 'threshold'")
-    return links
-
-
-class AERCounter:
-    """Accumulates ``|A∩S|``, ``|A∩P|``, ``|A|``, ``|S|`` over a corpus."""
-
-    def __init__(self) -> None:
-        self.a_s = self.a_p = self.a = self.s = 0
-
-    def add(self, predicted: Iterable[Link], sure: Iterable[Link], possible: Iterable[Link] | None = None) -> None:
-        A, S = set(predicted), set(sure)
-        P = S | set(possible or ())
-        self.a_s += len(A & S)
-        self.a_p += len(A & P)
-        self.a += len(A)
-        self.s += len(S)
-
-    @property
-    def aer(self) -> float:
-        denom = self.a + self.s
-        return 1.0 - (self.a_s + self.a_p) / denom if denom else 0.0
-
-    @property
-    def precision(self) -> float:
-        return self.a_p / self.a if self.a else 0.0
-
-    @property
-    def recall(self) -> float:
-        return self.a_s / self.s if self.s else 0.0
-
-
-def aer(predicted: Iterable[Iterable[Link]], sure: Iterable[Iterable[Link]],
-        possible: Iterable[Iterable[Link]] | None = None) -> float:
-    """Corpus AER over parallel lists of per-sentence link sets."""
-    c = AERCounter()
-    sure = list(sure)
-    poss = list(possible) if possible is not None else [None] * len(sure)
-    for a, s, p in zip(predicted, sure, poss):
-        c.add(a, s, p)
-    return c.aer
-
-
-def alignment_table(samples: Iterable[dict], method: str = "argmax") -> dict:
-    """Per-layer / per-head AER of cross-attention against gold links.
-
-    Each sample: ``{"attn": [L, H, Tq, Tk] array, "query_words", "key_words", "n_tgt", "n_src", "gold": links,
-    "skip": per target word}``.  Returns::
-
-        {"heads": [[aer]*H]*L, "layers": [aer of the head-mean of layer l]*L,
-         "best_head": {"layer", "head", "aer"}, "best_layer": {"layer", "aer"},
-         "average": aer of the mean over all layers and heads, "n_sentences", "n_gold_links"}
-    """
-    heads: list[list[AERCounter]] | None = None
-    layers: list[AERCounter] = []
-    avg = AERCounter()
-    n = n_gold = 0
-    for s in samples:
-        att = np.asarray(s["attn"], dtype=np.float64)
-        L, H = att.shape[:2]
-        if heads is None:
-            heads = [[AERCounter() for _ in range(H)] for _ in range(L)]
-            layers = [AERCounter() for _ in range(L)]
-        kw = dict(n_query_words=s["n_tgt"], n_key_words=s["n_src"], skip=s.get("skip", ()), method=method)
-        gold = set(s["gold"])
-        for l in range(L):
-            for h in range(H):
-                heads[l][h].add(attention_to_links(att[l, h], s["query_words"], s["key_words"], **kw), gold)
-            layers[l].add(attention_to_links(att[l].mean(0), s["query_words"], s["key_words"], **kw), gold)
-        avg.add(attention_to_links(att.mean((0, 1)), s["query_words"], s["key_words"], **kw), gold)
-        n += 1
-        n_gold += len(gold)
-    if heads is None:
-        raise ValueError("alignment_table needs at least one sample")
-    head_aer = [[c.aer for c in row] for row in heads]
-    bl, bh = min(((l, h) for l in range(len(head_aer)) for h in range(len(head_aer[l]))), key=lambda x: head_aer[x[0]][x[1]])
-    layer_aer = [c.aer for c in layers]
-    best_layer = int(np.argmin(layer_aer))
-    return {"heads": head_aer, "layers": layer_aer, "best_head": {"layer": bl, "head": bh, "aer": head_aer[bl][bh]},
-            "best_layer": {"layer": best_layer, "aer": layer_aer[best_layer]}, "average": avg.aer,
-            "n_sentences": n, "n_gold_links": n_gold}
-
-
-def format_aer_table(table: dict) -> str:
-    """Markdown table: rows = layers, columns = heads + layer mean; best head in bold."""
-    heads = table["heads"]
-    H = max(len(r) for r in heads)
-    lines = ["| layer | " + " | ".join(f"head {h}" for h in range(H)) + " | head mean |",
-             "|---" * (H + 2) + "|"]
-    bl, bh = table["best_head"]["layer"], table["best_head"]["head"]
-    for l, row in enumerate(heads):
-        cells = [(f"**{v:.3f}**" if (l, h) == (bl, bh) else f"{v:.3f}") for h, v in enumerate(row)]
-        lines.append(f"| {l} | " + " | ".join(cells) + f" | {table['layers'][l]:.3f} |")
-    lines.append(f"\nbest head: layer {bl} head {bh}, AER {table['best_head']['aer']:.3f}; "
-                 f"mean of all heads and layers: AER {table['average']:.3f} "
-                 f"({table['n_sentences']} sentences, {table['n_gold_links']} gold links)")
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -322,6 +156,41 @@ def pointing_table(samples: Iterable[dict], image_size: tuple[int, int], grid: t
             "best_head": {"layer": int(bl), "head": int(bh), "accuracy": float(acc_h[bl, bh])},
             "best_layer": {"layer": best_layer, "accuracy": float(acc_l[best_layer])},
             "average": hits_avg / n, "n_words": n}
+
+
+def pointing_baselines(samples: Iterable[dict], image_size: tuple[int, int], grid: tuple[int, int],
+                       tolerance: float = 0.0) -> dict:
+    """Expected pointing accuracy of two attention-free pointers over the same words as :func:`pointing_table`.
+
+    ``either_object``: knows where the scene's objects are but not which one the word names; points at the
+    grid cell holding the centre of one of them, chosen uniformly.  ``random_cell``: a uniformly random cell.
+    """
+    rows, cols = grid
+    H, W = image_size
+    either = random_cell = 0.0
+    n = 0
+
+    def cell_of(box: Box) -> np.ndarray:
+        g = np.zeros((rows, cols))
+        cy, cx = (box[1] + box[3]) / 2, (box[0] + box[2]) / 2
+        g[min(rows - 1, int(cy * rows / H)), min(cols - 1, int(cx * cols / W))] = 1.0
+        return g
+
+    for s in samples:
+        boxes = list(dict.fromkeys(tuple(b) for _, b in s["targets"]))  # the scene's objects, in order
+        for _, box in s["targets"]:
+            either += np.mean([pointing_hit(cell_of(b), box, image_size, tolerance) for b in boxes])
+            hits = 0
+            for r in range(rows):
+                for c in range(cols):
+                    g = np.zeros((rows, cols))
+                    g[r, c] = 1.0
+                    hits += pointing_hit(g, box, image_size, tolerance)
+            random_cell += hits / (rows * cols)
+            n += 1
+    if n == 0:
+        raise ValueError("pointing_baselines needs at least one object word")
+    return {"either_object": either / n, "random_cell": random_cell / n, "n_words": n}
 
 
 def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:

@@ -342,5 +342,21 @@ class AttnModel(nn.Module):
         return out
 
 
+def encoder_layers(cfg: ModelConfig) -> int:
+    """Encoder self-attention layers in front of the decoder's maps (0 for decoder-only and CNN image grids)."""
+    if cfg.arch == "decoder" or (cfg.arch == "image-decoder" and cfg.image_encoder == "cnn"):
+        return 0
+    return cfg.n_layers
+
+
+def cross_attention_indices(cfg: ModelConfig) -> list[int]:
+    """Positions of the decoder cross-attention maps (one per decoder layer) in the canonical order of
+    ``forward(..., return_attention=True)``: encoder layers, then per decoder layer self before cross."""
+    if cfg.arch not in ("encoder-decoder", "image-decoder"):
+        return []
+    n_enc = encoder_layers(cfg)
+    return [n_enc + 2 * layer + 1 for layer in range(cfg.n_dec_layers)]
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

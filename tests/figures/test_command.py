@@ -179,7 +179,7 @@ def test_permission_denied_is_a_clear_error(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(render.tempfile, "mkstemp", denied)
-    with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable --out"):
+    with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable output file"):
         save_figure(render_figure(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
 
 
@@ -228,7 +228,7 @@ def test_spec_validation_messages():
         FigureSpec(width="triple")
     with pytest.raises(AttnvizError, match="unknown figure option"):
         FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
-    with pytest.raises(AttnvizError, match="rollout needs square self-attention"):
+    with pytest.raises(AttnvizError, match="rollout needs self-attention over one sequence"):
         render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
 
 

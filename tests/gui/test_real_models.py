@@ -57,7 +57,7 @@ def test_vision_model_image(qtbot, real_window, onnx_dir):
     assert w.session.result.patch_grid is not None
     w.select_view("image")
     v = w.image_regions
-    assert [q for q, _ in v.queries][0] == "CLS"
+    assert [q for q, _ in v.queries][0] == "[CLS]"  # the query axis label of position 0
     assert v.patch_map.shape == (4, 4)
     assert v.image_item.image.shape == (32, 32, 3)
 

@@ -104,7 +104,7 @@ def test_aggregations_and_filters(qtbot, window, files):
     assert "[CLS]" not in hm.y_axis.labels and "[SEP]" not in hm.x_axis.labels
     np.testing.assert_allclose(hm.mv.matrix.sum(-1), 1.0, rtol=1e-5)
     c.log.setChecked(True)
-    assert hm.colorbar.axis.labelText == "log₁₀ weight"
+    assert hm.colorbar.axis.labelText == "attention weight (log scale)"  # the figure's words
     assert hm.shown.max() <= 0.0  # log10 of weights
 
 
@@ -131,9 +131,13 @@ def test_token_links_long_input_top_k(qtbot, window, files):
     open_and_wait(qtbot, window, files["long.onnx"], text=" ".join(f"w{i}" for i in range(120)))
     window.select_view("links")
     cv = window.links.canvas
-    assert cv.top_k == 5
-    assert len(cv.links) <= 5 * 122
-    assert "top 5 links per query" in window.links.info.text()
+    assert cv.top_k == 12  # the view model's LINKS_PER_ROW, as in the figure
+    assert len(cv.links) <= 12 * 122
+    per_row = {}
+    for _, i, _, _ in cv.links:
+        per_row[i] = per_row.get(i, 0) + 1
+    assert max(per_row.values()) <= 12
+    assert "at most 12 links per query" in window.links.info.toolTip()
 
 
 def test_stats_table_sort_and_focus(qtbot, window, files):
@@ -183,14 +187,14 @@ def test_vision_image_regions(qtbot, window, files):
     open_and_wait(qtbot, window, files["vit.onnx"], image=str(files["image"]))
     window.select_view("image")
     v = window.image_regions
-    assert [q for q, _ in v.queries] == ["CLS", "all patches (mean)"]
+    assert [q for q, _ in v.queries] == ["[CLS]", "all patches (mean)"]
     assert v.patch_map.shape == (4, 4)
     assert v.image_item.image.shape[:2] == (32, 32) and v.overlay_item.image.shape == (448, 448, 4)
     assert v.overlay_item.mapRectToParent(v.overlay_item.boundingRect()).width() == 32  # drawn over the image
     want = window.session.blocks[0].head(0, 0)[0, 1:].reshape(4, 4)
     np.testing.assert_allclose(v.patch_map, want)
     window.controls.mode.setCurrentIndex(window.controls.mode.findData("rollout"))
-    assert "query “CLS”" in v.info.text()
+    assert "query “[CLS]”" in v.info.text()
     assert not v.strip_scroll.isVisible()
 
 
@@ -375,11 +379,13 @@ def test_demo_model_preference(tmp_path):
 def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     ov = window.overview
-    assert ov.colorbar.axis.labelText == "weight" and ov.levels[0] == 0.0
+    assert ov.colorbar.axis.labelText == "attention weight" and ov.levels[0] == 0.0
     window.controls.log.setChecked(True)
-    assert ov.colorbar.axis.labelText == "log₁₀ weight" and ov.levels == (-4.0, 0.0)
+    # three decades below the top weight, as the figure's LogNorm
+    assert ov.colorbar.axis.labelText == "attention weight (log scale)"
+    assert ov.levels[1] - ov.levels[0] == pytest.approx(3.0) and ov.levels[1] <= 0.0
     img = ov.thumbs[(0, 0, 0)].image
-    assert img.max() <= 0.0 and img.min() >= -4.0
+    assert img.max() <= ov.levels[1] + 1e-6 and img.min() >= ov.levels[0] - 1e-6
     qtbot.keyClick(window, Qt.Key_3, Qt.ControlModifier)  # View ▸ Token links
     assert window.tabs.currentWidget() is window.links
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnviz.training.tasks import TASKS
-from attnviz.training.tasks.translation import BOS_ID, EOS_ID, IGNORE, TranslationSynthetic, cross_indices
+from attnviz.training.tasks.translation import BOS_ID, EOS_ID, IGNORE, TranslationSynthetic
 
 
 class OracleRunner:
@@ -100,10 +100,18 @@ def test_metadata_restores_tokenizers(synthetic):
     assert fresh.tokenizers.target.to_str() == task.tokenizers.target.to_str()
 
 
-def test_cross_indices():
-    class C:
-        n_layers, n_dec_layers = 2, 3
-    assert cross_indices(C) == [3, 5, 7]
+def test_cross_attention_indices_match_the_model_layout():
+    # the helper every task uses must agree with the order the model itself reports
+    from attnviz.training.config import ModelConfig
+    from attnviz.training.model import AttnModel, cross_attention_indices
+
+    for cfg in (ModelConfig(arch="encoder-decoder", n_layers=2, n_dec_layers=3, d_model=16, vocab_size=10),
+                ModelConfig(arch="image-decoder", image_encoder="cnn", n_layers=2, n_dec_layers=2, d_model=16,
+                            image_size=16, patch_size=4, vocab_size=10),
+                ModelConfig(arch="image-decoder", n_layers=1, n_dec_layers=2, d_model=16, image_size=16,
+                            patch_size=4, vocab_size=10)):
+        layout = AttnModel(cfg).attention_layout()
+        assert cross_attention_indices(cfg) == [i for i, (_, kind, _) in enumerate(layout) if kind == "cross"]
 
 
 def test_configs_without_the_bible_data(monkeypatch):

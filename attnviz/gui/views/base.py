@@ -5,6 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
 
+from attnviz import AttnvizError
+
 
 def info_label() -> QLabel:
     """A one-line status label that wraps instead of widening the window when its text is long."""
@@ -89,7 +91,7 @@ class View(QWidget):
             self.on_result()
         try:
             self.draw()
-        except ValueError as e:  # an undefined combination, e.g. rollout over cross-attention
+        except (ValueError, AttnvizError) as e:  # an undefined combination, e.g. rollout over cross-attention
             self.placeholder.setText(str(e))
             self._stack.setCurrentWidget(self.placeholder)
             return

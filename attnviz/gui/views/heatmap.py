@@ -10,85 +10,70 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
+from attnviz.core import view as vm
+from attnviz.core.view import MapView
 from attnviz.gui import style
-from attnviz.gui.selection import MapView
 
 
 class TokenAxis(pg.AxisItem):
-    """Axis whose ticks are token labels at cell centres, thinned so labels never overlap.
+    """Axis whose ticks are token labels at cell centres.
 
-    ``share`` splits the labels of one axis between two AxisItems (bottom + top): when they do
-    not all fit on one side, alternate labels go to the other, doubling the room.
-    ``share`` is None (one axis), "even" (the main axis) or "odd" (its partner).
+    When they cannot all fit, the view model's rule picks them (:func:`attnviz.core.view.tick_indices`):
+    the first and the last, an even stride in between, and the hovered token.
     """
 
-    def __init__(self, orientation, share: str | None = None, **kw):
+    def __init__(self, orientation, **kw):
         super().__init__(orientation, **kw)
         self.labels: list[str] = []
-        self.share = share
+        self.focus: int | None = None
         self.enableAutoSIPrefix(False)
         self._fm = QFontMetrics(QFont())
+        self._longest = 10
 
     def set_labels(self, labels: list[str]) -> None:
         if list(labels) == self.labels:
             return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
-        self._longest = max((self._fm.horizontalAdvance(self._short(s)) for s in self.labels), default=10)
+        self._longest = max((self._fm.horizontalAdvance(s) for s in self.labels), default=10)
+        if self.orientation in ("top", "bottom"):
+            # the first and last labels are centred on the edge cells: let them reach past the axis ends
+            # (pyqtgraph hides labels that leave the axis rectangle)
+            self.setStyle(hideOverlappingLabels=int(self._longest / 2 + 4))
         self.picture = None
         self.update()
 
-    @staticmethod
-    def _short(s: str) -> str:
-        return s if len(s) <= 14 else s[:13] + "…"
+    def set_focus(self, i: int | None) -> None:
+        if i != self.focus:
+            self.focus = i
+            self.picture = None
+            self.update()
 
     def _label_px(self) -> float:
         if self.orientation in ("left", "right"):
             return self._fm.height() + 1.0
-        return getattr(self, "_longest", 40) + 10.0
+        return self._longest + 8.0
 
-    def tickValues(self, minVal, maxVal, size):
+    def shown(self, minVal: float, maxVal: float, size: float) -> list[int]:
+        """Indices of the labels drawn for the visible range ``minVal..maxVal`` over ``size`` pixels."""
         n = len(self.labels)
         if minVal > maxVal:  # inverted view (queries run top to bottom)
             minVal, maxVal = maxVal, minVal
         if n == 0 or size <= 0 or maxVal <= minVal:
             return []
-        lo = max(0, int(math.floor(minVal)))
-        hi = min(n - 1, int(math.ceil(maxVal)))
+        lo = max(0, int(math.floor(minVal + 1e-9)))
+        hi = min(n - 1, int(math.ceil(maxVal - 1e-9)) - 1)
         if hi < lo:
             return []
-        if self.orientation in ("left", "right"):
-            visible = hi - lo + 1
-            fit = max(1, int(size / self._label_px()))
-            step = max(1, math.ceil(visible / fit))
-            start = (lo + step - 1) // step * step
-            return [(float(step), [i + 0.5 for i in range(start, hi + 1, step)])]
-        lane = {None: 0, "even": 0, "odd": 1}[self.share]
-        lanes = 1 if self.share is None else 2
-        vals = [i + 0.5 for i in self._lanes(lo, hi, minVal, maxVal, size, lanes)[lane]]
-        return [(1.0, vals)]
+        visible = hi - lo + 1
+        fit = int(size * visible / (maxVal - minVal) / self._label_px())
+        focus = self.focus - lo if self.focus is not None and lo <= self.focus <= hi else None
+        return [lo + i for i in vm.tick_indices(visible, fit, focus)]
 
-    def _lanes(self, lo, hi, vmin, vmax, size, lanes):
-        """Greedy placement by real text width: each label goes to the first lane (bottom, then top)
-        where it does not touch its neighbour; the ones that fit nowhere are skipped."""
-        px = size / (vmax - vmin)
-        right = [-1e9] * lanes
-        out = [[] for _ in range(lanes)]
-        for i in range(lo, hi + 1):
-            x = (i + 0.5 - vmin) * px
-            half = self._fm.horizontalAdvance(self._short(self.labels[i])) / 2 + 3
-            for k in range(lanes):
-                if x - half >= right[k]:
-                    out[k].append(i)
-                    right[k] = x + half
-                    break
-        return out
+    def tickValues(self, minVal, maxVal, size):
+        return [(1.0, [i + 0.5 for i in self.shown(minVal, maxVal, size)])]
 
     def tickStrings(self, values, scale, spacing):
-        out = []
-        for v in values:
-            i = int(v)
-            out.append(self._short(self.labels[i]) if 0 <= i < len(self.labels) else "")
-        return out
+        return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
 
 
 class HeatmapWidget(QWidget):
@@ -109,14 +94,12 @@ class HeatmapWidget(QWidget):
         self.mv: MapView | None = None
         self.shown: np.ndarray | None = None  # values as drawn (log or linear)
         self.log = False
-        self.x_axis = TokenAxis("bottom", share="even")
-        self.x_axis_top = TokenAxis("top", share="odd")  # the key labels that do not fit below
+        self.x_axis = TokenAxis("bottom")
         self.y_axis = TokenAxis("left")
-        self.plot = pg.PlotWidget(axisItems={"bottom": self.x_axis, "left": self.y_axis, "top": self.x_axis_top})
+        self.plot = pg.PlotWidget(axisItems={"bottom": self.x_axis, "left": self.y_axis})
         self.plot.setMinimumSize(200, 200)
         pi = self.plot.getPlotItem()
         pi.invertY(True)
-        pi.showAxis("top")
         pi.setLabel("bottom", x_title)
         pi.setLabel("left", y_title)
         pi.hideButtons()
@@ -160,17 +143,18 @@ class HeatmapWidget(QWidget):
     def set_map(self, mv: MapView, log: bool = False, reset_view: bool = True) -> None:
         same_shape = self.mv is not None and self.mv.matrix.shape == mv.matrix.shape
         self.mv, self.log = mv, log
-        self.shown = style.display_values(mv.matrix, log)
         lo, hi = style.display_levels(mv.matrix, log)
+        self.shown = style.display_values(mv.matrix, log, (lo, hi))
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         tq, tk = mv.matrix.shape
         self.image.setRect(QRectF(0, 0, tk, tq))
-        self.colorbar.setLevels((lo, hi))
-        self.colorbar.axis.setLabel("log₁₀ weight" if log else "weight")
+        style.set_colorbar(self.colorbar, (lo, hi), log)
         self.x_axis.set_labels(mv.k_labels)
-        self.x_axis_top.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
-        self.plot.getPlotItem().setTitle(mv.title, size="10pt")
+        pi = self.plot.getPlotItem()
+        pi.setLabel("bottom", mv.x_title)
+        pi.setLabel("left", mv.y_title)
+        pi.setTitle(mv.title, size="10pt")
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
         r, c = self.hover
@@ -190,17 +174,24 @@ class HeatmapWidget(QWidget):
     def describe(self, row: int, col: int) -> str:
         mv = self.mv
         w = mv.value(row, col)
-        return f"query “{mv.q_labels[row]}” ({int(mv.q_pos[row])}) → key “{mv.k_labels[col]}” ({int(mv.k_pos[col])}): {w:.4f}"
+        q = f"{mv.y_title} “{mv.q_labels[row]}” ({int(mv.q_pos[row])})"
+        if mv.block is not None and mv.block.stack == "decoder":  # a decoder row reads one token and chose the next
+            q = f"{mv.y_title} row {int(mv.q_pos[row])}: {vm.row_story(mv.block.result, mv.block, int(mv.q_pos[row]))}"
+        return f"{q} → {mv.x_title} “{mv.k_labels[col]}” ({int(mv.k_pos[col])}): {w:.4f}"
 
     def set_hover(self, row: int, col: int) -> None:
         mv = self.mv
         if mv is None or not (0 <= row < mv.matrix.shape[0] and 0 <= col < mv.matrix.shape[1]):
             self.hover = (-1, -1)
+            self.x_axis.set_focus(None)
+            self.y_axis.set_focus(None)
             self.row_box.hide()
             self.col_box.hide()
             self.hover_label.setText(" ")
             return
         self.hover = (row, col)
+        self.x_axis.set_focus(col)
+        self.y_axis.set_focus(row)
         tq, tk = mv.matrix.shape
         self.row_box.setRect(QRectF(0, row, tk, 1))
         self.col_box.setRect(QRectF(col, 0, 1, tq))

@@ -9,59 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PIL import Image
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QToolButton, QVBoxLayout, QWidget
 
+from attnviz.core import view as vm
 from attnviz.core.attention import PatchGrid
 from attnviz.gui import style
-from attnviz.gui.selection import alignment_rows, compute_map
 from attnviz.gui.views.base import View, info_label
 
 THUMB_PX = 96
 OVERLAY_PX = 448  # the heat overlay is computed at least this large
 
 
-def patch_grid_for(result, n_keys: int) -> PatchGrid | None:
-    g = result.patch_grid
-    if g is not None and g.offset + g.n <= n_keys:
-        return g
-    return PatchGrid.infer(n_keys)
-
-
-def gaussian_blur(a: np.ndarray, sigma: float) -> np.ndarray:
-    """Separable Gaussian blur of a 2-D float array (edges repeat)."""
-    if sigma < 0.5:
-        return a
-    r = int(3 * sigma)
-    x = np.arange(-r, r + 1, dtype=np.float32)
-    k = np.exp(-0.5 * (x / sigma) ** 2)
-    k /= k.sum()
-    p = np.pad(a, r, mode="edge")
-    p = np.apply_along_axis(lambda v: np.convolve(v, k, mode="valid"), 0, p)
-    return np.apply_along_axis(lambda v: np.convolve(v, k, mode="valid"), 1, p)
-
-
-def heat_rgba(patch_map: np.ndarray, size: tuple[int, int], cmap: str = style.HEAT_NAME) -> np.ndarray:
-    """``[rows, cols]`` -> ``[H, W, 4]`` uint8: smooth upsampling, normalised, alpha grows with weight."""
-    h, w = size
-    m = np.asarray(patch_map, np.float32)
-    lo, hi = float(m.min()), float(m.max())
-    # min-max: shows where this query attends *relatively*; the info line gives the absolute range
-    m = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
-    im = Image.fromarray(np.ascontiguousarray(m, dtype=np.float32)).resize((w, h), Image.BICUBIC)
-    cell = max(1.0, min(h / max(1, m.shape[0]), w / max(1, m.shape[1])))
-    u = np.clip(gaussian_blur(np.asarray(im, np.float32), cell / 3), 0, 1)
-    lut = style.lut(cmap)  # [256, 3 or 4]
-    rgb = lut[(u * 255).astype(np.uint8)][..., :3]
-    alpha = (30 + 200 * u).astype(np.uint8)  # weak attention lets the image show, the peak is nearly opaque
-    return np.dstack([rgb, alpha]).astype(np.uint8)
-
-
-def composite(image: np.ndarray, heat: np.ndarray) -> np.ndarray:
-    a = heat[..., 3:4].astype(np.float32) / 255.0
-    return (image[..., :3].astype(np.float32) * (1 - a) + heat[..., :3].astype(np.float32) * a).astype(np.uint8)
+def heat_rgba(ov: vm.OverlayView, cmap: str = style.HEAT_NAME) -> np.ndarray:
+    """The view model's heat and opacity as ``[H, W, 4]`` uint8 (the figure maps the same numbers)."""
+    rgb = style.lut(cmap)[np.clip(ov.heat * 255, 0, 255).astype(np.uint8)][..., :3]
+    return np.dstack([rgb, np.round(ov.alpha * 255)]).astype(np.uint8)
 
 
 def to_pixmap(rgb: np.ndarray) -> QPixmap:
@@ -69,6 +33,14 @@ def to_pixmap(rgb: np.ndarray) -> QPixmap:
     h, w, _ = rgb.shape
     qimg = QImage(rgb.data, w, h, 3 * w, QImage.Format_RGB888).copy()
     return QPixmap.fromImage(qimg)
+
+
+def _resize(img: np.ndarray, side: int) -> np.ndarray:
+    """Nearest-neighbour thumbnail ``[side, side, 3]`` (numpy only)."""
+    h, w = img.shape[:2]
+    ys = (np.arange(side) * h // side).clip(0, h - 1)
+    xs = (np.arange(side) * w // side).clip(0, w - 1)
+    return img[ys][:, xs]
 
 
 class ImageRegionsView(View):
@@ -117,20 +89,9 @@ class ImageRegionsView(View):
 
     # -- which block / which queries ------------------------------------------
     def source(self):
-        """(block index, grid, kind) of the attention over image patches, or None."""
+        """(block index, grid, kind) of the attention over image patches, or None (the view model's choice)."""
         s = self.session
-        r = s.result
-        cross = [i for i, b in enumerate(s.blocks) if b.kind == "cross"]
-        for i in reversed(cross):
-            g = patch_grid_for(r, s.blocks[i].result.maps[s.blocks[i].sites[0]].shape[3])
-            if g is not None and (r.image is not None or r.patch_grid is not None):
-                return i, g, "cross"
-        enc = [i for i, b in enumerate(s.blocks) if b.stack == "encoder" and b.kind == "self"]
-        for i in enc:
-            g = patch_grid_for(r, s.blocks[i].result.maps[s.blocks[i].sites[0]].shape[3])
-            if g is not None and (r.image is not None or r.patch_grid is not None):
-                return i, g, "self"
-        return None
+        return vm.image_source(s.result, s.blocks)  # captioning: the words' cross-attention; a ViT: its encoder
 
     def reason(self) -> str | None:
         why = super().reason()
@@ -143,14 +104,7 @@ class ImageRegionsView(View):
     def _build_queries(self) -> None:
         s = self.session
         bi, grid, kind = self.source()
-        if kind == "cross":
-            rows, words = alignment_rows(s.result, s.blocks[bi])
-            self.queries = list(zip(words, [int(r) for r in rows]))
-        else:
-            self.queries = []
-            if grid.offset > 0:
-                self.queries.append(("CLS", 0))
-            self.queries.append(("all patches (mean)", -1))
+        self.queries = vm.image_queries(s.result, s.blocks[bi], grid)
         for b in self.query_buttons:
             self.query_group.removeButton(b)
             self.query_bar.removeWidget(b)
@@ -160,7 +114,9 @@ class ImageRegionsView(View):
             b = QPushButton(label)
             b.setCheckable(True)
             b.setFlat(True)
-            b.setStyleSheet("QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }")
+            b.setStyleSheet(
+                "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
+            )
             b.clicked.connect(lambda _=False, qi=qi: self.set_query(qi))
             self.query_group.addButton(b)
             self.query_bar.addWidget(b)
@@ -170,28 +126,20 @@ class ImageRegionsView(View):
         elif s.sel.step >= 0:
             self.query = min(s.sel.step, len(self.queries) - 1)
         else:  # all steps shown: start on the word whose attention is most focused
-            peaks = [float(self.patch_map_for(qi).max()) for qi in range(len(self.queries))]
+            peaks = [float(self.overlay_for(qi).patch.max()) for qi in range(len(self.queries))]
             self.query = int(np.argmax(peaks))
 
     def on_result(self) -> None:
         self._struct_key = None
 
     # -- maps -------------------------------------------------------------------
-    def patch_map_for(self, qi: int) -> np.ndarray:
+    def overlay_for(self, qi: int, size: tuple[int, int] | None = None) -> vm.OverlayView:
         s = self.session
-        bi, grid, kind = self.source()
-        sel = s.sel.with_(block=bi, step=-1, hide_special=False)
-        if kind == "cross" and sel.mode == "rollout":
-            sel = sel.with_(mode="mean")
-        if sel.block != s.sel.block and sel.mode == "head":
-            sel = sel.with_(head=min(sel.head, s.blocks[bi].heads_in(min(sel.layer, s.blocks[bi].n_layers - 1)) - 1))
-        mv = compute_map(s.result, sel, s.blocks)
-        _, row = self.queries[qi]
-        if row < 0:
-            vec = mv.matrix[grid.offset:].mean(axis=0)
-        else:
-            vec = mv.matrix[min(row, mv.matrix.shape[0] - 1)]
-        return grid.to_image(vec)
+        bi = self.source()[0]
+        return vm.overlay_view(s.result, s.sel.with_(block=bi, query=self.queries[qi][1]), size, s.blocks)
+
+    def patch_map_for(self, qi: int) -> np.ndarray:
+        return self.overlay_for(qi).patch
 
     def base_image(self, grid: PatchGrid) -> np.ndarray:
         img = self.session.result.image
@@ -220,21 +168,23 @@ class ImageRegionsView(View):
         for i, b in enumerate(self.query_buttons):
             b.setChecked(i == self.query)
         img = self.base_image(grid)
-        self.patch_map = self.patch_map_for(self.query)
         h, w = img.shape[:2]
-        self.image_item.setImage(img, autoLevels=False, levels=(0, 255))
-        # the overlay is smoothed at screen resolution, not at the (often 32-224 px) model input size
+        # the overlay is computed at screen resolution, not at the (often 32-224 px) model input size
         k = max(1, int(np.ceil(OVERLAY_PX / max(h, w))))
-        self.overlay_item.setImage(heat_rgba(self.patch_map, (h * k, w * k)), autoLevels=False, levels=(0, 255))
+        ov = self.overlay_for(self.query, (h * k, w * k))
+        self.patch_map = ov.patch
+        grey = np.round(vm.grey_base(img) * 255).astype(np.uint8)
+        self.image_item.setImage(np.dstack([grey] * 3), autoLevels=False, levels=(0, 255))
+        self.overlay_item.setImage(heat_rgba(ov), autoLevels=False, levels=(0, 255))
         self.overlay_item.setRect(QRectF(0, 0, w, h))
         self.vb.setRange(QRectF(0, 0, w, h), padding=0)
         blk = s.blocks[bi]
-        label, _ = self.queries[self.query]
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
         self.info.setText(
-            f"query “{label}” · {blk.name} · {s.sel.mode if s.sel.mode != 'head' else f'layer {s.sel.layer} head {s.sel.head}'}"
-            f" · grid {grid.rows}×{grid.cols} (+{grid.offset} non-patch) · peak at patch ({r}, {c})"
-            f" · weights {self.patch_map.min():.3g}–{self.patch_map.max():.3g} (colours span this range)")
+            f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} (+{grid.offset} non-patch) · peak at patch ({r}, {c})"
+            f" · colours span 0–{ov.vmax:.3g}"
+        )
+        self.block_name = blk.name
         self._draw_strip(grid, img, kind)
 
     def _draw_strip(self, grid, img, kind) -> None:
@@ -252,11 +202,12 @@ class ImageRegionsView(View):
             self.strip_scroll.hide()
             return
         self.strip_scroll.show()
-        small = np.asarray(Image.fromarray(img).resize((THUMB_PX, THUMB_PX), Image.BILINEAR))
+        small = _resize(img, THUMB_PX)
         for qi, (label, _) in enumerate(self.queries):
-            heat = heat_rgba(self.patch_map_for(qi), (THUMB_PX, THUMB_PX))
+            ov = self.overlay_for(qi, small.shape[:2])
+            icon = vm.composite(small, heat_rgba(ov)[..., :3] / 255.0, ov.alpha)
             b = QToolButton()
-            b.setIcon(QIcon(to_pixmap(composite(small, heat))))
+            b.setIcon(QIcon(to_pixmap(icon)))
             b.setIconSize(QSize(THUMB_PX, THUMB_PX))
             b.setText(label)
             b.setToolButtonStyle(Qt.ToolButtonTextUnderIcon)

@@ -12,11 +12,11 @@ from PySide6.QtCore import QRectF, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
 
+from attnviz.core import view as vm
 from attnviz.gui import style
-from attnviz.gui.selection import thumbnails
 from attnviz.gui.views.base import View, info_label
 
-THUMB = 64  # max thumbnail side in pixels of data
+THUMB = vm.THUMB  # max thumbnail side in cells (the figure pools to the same size)
 GAP = 0.12  # gap between thumbnails, in cell units
 BLOCK_GAP = 0.9  # least rows of space above a block (grown to fit its title and head labels)
 TITLE_PX = 46.0  # pixels needed above a block: head labels plus the block title
@@ -123,19 +123,20 @@ class OverviewView(View):
 
     # -- drawing -------------------------------------------------------------------
     def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
-        """Downsampled maps of every head (the step filter applies to decoder blocks), cached per result and step.
+        """Max-pooled maps of every head after the step / special-token / kept-mass filters, cached per filters.
 
         For a new result the inference worker has usually computed them already (``result.gui_thumbnails``).
         """
         s = self.session
-        key = (id(s.result), s.sel.step)
+        sel = vm.Selection(step=s.sel.step, hide_special=s.sel.hide_special, keep=s.sel.keep, batch=s.sel.batch)
+        key = (id(s.result), sel)
         if use_cache and self._thumb_cache is not None and self._thumb_cache[0] == key:
             return self._thumb_cache[1]
         pre = getattr(s.result, "gui_thumbnails", None)
-        if use_cache and pre is not None and s.sel.step < 0:
+        if use_cache and pre is not None and sel == vm.Selection():
             out = pre
         else:
-            out = thumbnails(s.result, s.sel.step, THUMB, s.blocks)
+            out = vm.thumbnails(s.result, sel, THUMB, s.blocks)
         self._thumb_cache = (key, out)
         return out
 
@@ -144,19 +145,19 @@ class OverviewView(View):
         maps = self.thumbnail_maps(use_cache)
         vmax = max((float(m.max()) for m in maps.values()), default=1.0) or 1.0
         log = self.session.sel.log
+        self.vmax = vmax
         self.levels = style.display_levels(np.array([0.0, vmax]), log)
         for key, img in self.thumbs.items():
             m = maps.get(key)
             if m is None:
                 continue
-            img.setImage(style.display_values(m, log), autoLevels=False, levels=self.levels)
+            img.setImage(style.display_values(m, log, self.levels), autoLevels=False, levels=self.levels)
             img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
-        self.colorbar.setLevels(self.levels)
-        self.colorbar.axis.setLabel("log₁₀ weight" if log else "weight")
+        style.set_colorbar(self.colorbar, self.levels, log)
 
     def draw(self) -> None:
         s = self.session
-        key = (id(s.result), s.sel.step, s.sel.log)
+        key = (id(s.result), s.sel.step, s.sel.log, s.sel.hide_special, s.sel.keep, s.sel.batch)
         if key != self._drawn_key:
             self.redraw()
             self._drawn_key = key
@@ -173,8 +174,9 @@ class OverviewView(View):
         self.focus_box.show()
         blk = self.session.block
         self.info.setText(
-            f"{len(self.thumbs)} heads · shared scale 0–{self.levels[1]:.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
-            "  (click a thumbnail; ←/→ heads, ↑/↓ layers)")
+            f"{len(self.thumbs)} heads · shared scale 0–{getattr(self, 'vmax', 1.0):.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
+            "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
+        )
 
     # -- picking -------------------------------------------------------------------
     def key_at_view(self, x: float, y: float):

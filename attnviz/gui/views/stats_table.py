@@ -13,6 +13,22 @@ from attnviz.gui.workers import WorkerPool, error_text
 
 
 
+# columns added when gold alignments are loaded (cross-attention blocks only)
+ALIGN_COLUMNS = {
+    "aer": ("AER", "alignment error rate of this head's argmax word links against the loaded gold (lower = aligns)"),
+    "precision": ("precision", "share of this head's links that are in the gold"),
+    "recall": ("recall", "share of the gold sure links this head finds"),
+}
+
+
+def alignment_columns(table: dict, layer: int, head: int) -> dict[str, float] | None:
+    """AER / precision / recall of one head from an :func:`attnviz.core.align.alignment_table`."""
+    if layer >= len(table["heads"]) or head >= len(table["heads"][layer]):
+        return None
+    return {"aer": table["heads"][layer][head], "precision": table["precision"]["heads"][layer][head],
+            "recall": table["recall"]["heads"][layer][head]}
+
+
 def compute_stats(result, blk, step: int) -> list[dict]:
     """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
     n = step_rows(result, blk, step)
@@ -71,11 +87,27 @@ class StatsView(View):
         lay.addWidget(self.info)
         lay.addWidget(self.table, 1)
         self.rows: list[dict] = []
+        self.gold: dict | None = None  # alignment_table of a loaded gold test set
         self._key = None
         self._pending = None
         self.workers = WorkerPool(max_threads=1, parent=self)
         self.workers.returned.connect(self._on_stats)
         self.workers.errored.connect(self._on_stats_error)
+
+    def set_gold(self, table: dict | None) -> None:
+        """Show AER / precision / recall per head from a gold test set (None removes the columns)."""
+        self.gold = table
+        self._key = None  # refill with or without the columns
+        if self.isVisible():
+            self.refresh()
+
+    def _align_rows(self, rows: list[dict]) -> bool:
+        """Add the gold columns to ``rows`` when they apply to the current block."""
+        if self.gold is None or self.session.block is None or self.session.block.kind != "cross":
+            return False
+        for row in rows:
+            row.update(alignment_columns(self.gold, row["layer"], row["head"]) or {})
+        return all("aer" in row for row in rows)
 
     def compute(self) -> list[dict]:
         return compute_stats(self.session.result, self.session.block, self.session.sel.step)
@@ -99,16 +131,34 @@ class StatsView(View):
             return  # superseded by a newer result, block or step
         self._pending = None
         self.rows = rows
+        aligned = self._align_rows(rows)
+        stats = (list(ALIGN_COLUMNS) if aligned else []) + list(STAT_COLUMNS)
+        names = {**ALIGN_COLUMNS, **STAT_COLUMNS}
+        self.columns = ["layer", "head"] + stats
         t = self.table
         t.setSortingEnabled(False)
+        t.setColumnCount(len(self.columns))
+        t.setHorizontalHeaderLabels(["layer", "head"] + [names[c][0] for c in stats])
+        for i, c in enumerate(stats):
+            t.horizontalHeaderItem(i + 2).setToolTip(names[c][1])
         t.setRowCount(len(rows))
         for r, row in enumerate(rows):
             t.setItem(r, 0, NumItem(row["layer"], str(row["layer"])))
             t.setItem(r, 1, NumItem(row["head"], str(row["head"])))
-            for c, name in enumerate(STAT_COLUMNS):
+            for c, name in enumerate(stats):
                 t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
         t.setSortingEnabled(True)
-        self.info.setText(f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head.")
+        text = f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head."
+        if aligned:
+            t.sortByColumn(2, Qt.AscendingOrder)  # "which heads align?": best AER first
+            g = self.gold
+            text = (f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "
+                    f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
+                    f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
+                    "Click a column to sort, a row to focus that head.")
+        elif self.gold is not None:
+            text += f" AER columns: choose a cross-attention block (gold {self.gold['name']} is loaded)."
+        self.info.setText(text)
         self.select_current()
 
     def _on_stats_error(self, kind: str, rid: int, exc) -> None:

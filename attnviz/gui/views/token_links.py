@@ -7,13 +7,12 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from attnviz.core import view as vm
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
 
 ROW_H = 22
 LINK_SPAN = 380  # max horizontal distance between the token columns, px
-LONG_INPUT = 40  # above this many tokens only the top-k links per query are drawn
-TOP_K = 5
 
 
 class LinksCanvas(QWidget):
@@ -39,23 +38,14 @@ class LinksCanvas(QWidget):
         self.font_.setPointSize(10)
         self._col_w = 80
 
-    def set_data(self, q_labels, k_labels, layers) -> None:
-        self.q_labels, self.k_labels, self.layers = list(q_labels), list(k_labels), list(layers)
+    def set_data(self, lv: vm.LinksView) -> None:
+        """Draw the view model's :class:`~attnviz.core.view.LinksView` (the figure draws the same links)."""
+        self.q_labels, self.k_labels = list(lv.q_labels), list(lv.k_labels)
+        self.layers = [(colour, m) for _, colour, m in lv.items]
+        self.links = list(lv.links)  # (item, q, k, weight / vmax)
+        self.top_k = vm.LINKS_PER_ROW
+        self._vmax = 1.0  # link weights are already relative to the top weight
         n = max(len(self.q_labels), len(self.k_labels))
-        self.top_k = TOP_K if n > LONG_INPUT else None
-        self.links = []
-        vmax = max((float(m.max()) for _, m in self.layers if m.size), default=1.0) or 1.0
-        self._vmax = vmax
-        for li, (_, m) in enumerate(self.layers):
-            if self.top_k is not None and m.shape[1] > self.top_k:
-                idx = np.argpartition(-m, self.top_k - 1, axis=1)[:, : self.top_k]
-                for i in range(m.shape[0]):
-                    for j in idx[i]:
-                        if m[i, j] > 0:
-                            self.links.append((li, i, int(j), float(m[i, j])))
-            else:
-                ii, jj = np.nonzero(m >= 0.02 * vmax)
-                self.links.extend((li, int(i), int(j), float(m[i, j])) for i, j in zip(ii, jj))
         fm = QFontMetrics(self.font_)
         self._col_w = min(160, max([fm.horizontalAdvance(s) for s in self.q_labels + self.k_labels] + [30]) + 12)
         self.setMinimumHeight(n * ROW_H + 2 * ROW_H)
@@ -126,13 +116,16 @@ class LinksCanvas(QWidget):
         for li, i, j, w in self.visible_links():
             c = QColor(self.layers[li][0])
             a = min(1.0, w / self._vmax)
-            c.setAlphaF(min(1.0, 0.04 + 0.9 * a ** 1.2))
+            c.setAlphaF(vm.link_alpha(a))
             pen = QPen(c)
             pen.setWidthF(0.5 + 3.5 * a)
             p.setPen(pen)
             p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
         focus = self.focus
-        for side, labels, x0, align in (("query", self.q_labels, self._x0(), Qt.AlignRight), ("key", self.k_labels, xr, Qt.AlignLeft)):
+        for side, labels, x0, align in (
+            ("query", self.q_labels, self._x0(), Qt.AlignRight),
+            ("key", self.k_labels, xr, Qt.AlignLeft),
+        ):
             for i, s in enumerate(labels):
                 r = QRectF(x0 + (0 if side == "query" else 6), ROW_H * (i + 1), self._col_w - 6, ROW_H)
                 hot = focus is not None and focus == (side, i)
@@ -208,30 +201,33 @@ class TokenLinksView(View):
             self.checked = {sel.head}
             self._layer_key = layer_key
         self.checked = {h for h in self.checked if h < n} or {sel.head}
-        if sel.mode == "head":
-            layers = []
-            mv = None
-            for h in sorted(self.checked):
-                mv = s.current_map(sel.with_(head=h)) if h != sel.head else s.current_map()
-                layers.append((style.head_color(h), mv.matrix))
-            for h, b in enumerate(self.head_boxes):
-                b.blockSignals(True)
-                b.setChecked(h in self.checked)
-                b.setEnabled(True)
-                b.blockSignals(False)
-            mv0 = s.current_map()
-        else:
-            mv0 = s.current_map()
-            layers = [("#3b4cc0", mv0.matrix)]
-            for b in self.head_boxes:
-                b.setEnabled(False)
-        self.canvas.set_data(mv0.q_labels, mv0.k_labels, layers)
-        heads = ", ".join(str(h) for h in sorted(self.checked)) if sel.mode == "head" else sel.mode
-        extra = f"; top {self.canvas.top_k} links per query (long input)" if self.canvas.top_k else ""
-        self.info.setText(f"{mv0.block.name} · layer {sel.layer} · heads {heads}{extra}. Hover a token to show only its links.")
+        lv = vm.links_view(s.result, sel, sorted(self.checked) if sel.mode == "head" else None, s.blocks)
+        for h, b in enumerate(self.head_boxes):
+            b.blockSignals(True)
+            b.setChecked(sel.mode == "head" and h in self.checked)
+            b.setEnabled(sel.mode == "head")
+            b.blockSignals(False)
+        self.lv = lv
+        self.canvas.set_data(lv)
+        heads = ", ".join(str(h) for h in sorted(self.checked)) if sel.mode == "head" else vm.MODE_TITLES[sel.mode]
+        self.info.setText(f"layer {sel.layer} · heads {heads}. Hover a token to show only its links.")
+        self.info.setToolTip(
+            f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
+            f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)"
+        )
 
     def _on_hover(self, side: str, i: int) -> None:
         if not side:
             return
         labels = self.canvas.q_labels if side == "query" else self.canvas.k_labels
-        self.info.setText(f"{side} “{labels[i]}”: {len(self.canvas.visible_links())} links")
+        text = f"“{labels[i]}”"
+        lv = getattr(self, "lv", None)
+        if (
+            side == "query"
+            and lv is not None
+            and lv.block is not None
+            and lv.block.stack == "decoder"
+            and lv.q_pos is not None
+        ):
+            text = vm.row_story(lv.block.result, lv.block, int(lv.q_pos[i]))  # the token it reads → the word it chose
+        self.info.setText(f"{side} {text}: {len(self.canvas.visible_links())} links")

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSlider, QSpinBox, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QLabel,
+    QSlider,
+    QSpinBox,
+    QWidget,
 )
 
 from attnviz.gui.selection import MODE_TITLES, MODES
@@ -39,8 +46,13 @@ class Controls(QWidget):
         g = QGridLayout(self)
         g.setContentsMargins(4, 4, 4, 4)
         rows = [
-            ("block", self.block), ("layer", self.layer), ("head", self.head), ("show", self.mode),
-            ("layers from", self.layer_lo), ("layers to", self.layer_hi), ("keep mass", self.keep),
+            ("block", self.block),
+            ("layer", self.layer),
+            ("head", self.head),
+            ("show", self.mode),
+            ("layers from", self.layer_lo),
+            ("layers to", self.layer_hi),
+            ("keep mass", self.keep),
         ]
         for r, (name, w) in enumerate(rows):
             g.addWidget(QLabel(name), r, 0)

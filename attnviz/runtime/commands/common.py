@@ -5,6 +5,20 @@ from __future__ import annotations
 import argparse
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: still works, with a one-line note naming the new one (kept for one release)."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kw):
+        self.new = new
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"attnviz: note: {option_string} is deprecated here; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     if model_required:
         p.add_argument("model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)")
@@ -18,8 +32,11 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
                    "position limit is checked and named when a text is longer)")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy generation steps for decoder / encoder-decoder models")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)")
-    p.add_argument("--mode", choices=("auto", "dense", "ondemand"), default="auto",
+    p.add_argument("--memory", dest="mode", choices=("auto", "dense", "ondemand"), default="auto",
                    help="dense keeps all maps; ondemand keeps Q/K and recomputes heads (long inputs); auto picks by memory")
+    # --mode meant memory here but aggregation in `open`: one meaning per flag now
+    p.add_argument("--mode", dest="mode", choices=("auto", "dense", "ondemand"), action=DeprecatedAlias, new="--memory",
+                   help=argparse.SUPPRESS)
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W (default: metadata / input shape)")
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean (default: metadata, else 0.5)")
     p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std (default: metadata, else 0.5)")

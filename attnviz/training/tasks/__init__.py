@@ -68,7 +68,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.training.config import ModelConfig, TrainConfig
-from attnviz.training.model import input_names
+from attnviz.training.model import cross_attention_indices, encoder_layers, input_names
 from attnviz.training.runners import batched, take
 
 
@@ -135,9 +135,9 @@ def attention_groups(maps: list, mcfg: ModelConfig) -> dict[str, list]:
         return {"encoder": [], "decoder_self": list(maps), "cross": []}
     if mcfg.arch not in ("encoder-decoder", "image-decoder"):
         return {"encoder": list(maps), "decoder_self": [], "cross": []}
-    n_enc = len(maps) - 2 * mcfg.n_dec_layers
-    dec = maps[n_enc:]
-    return {"encoder": list(maps[:n_enc]), "decoder_self": list(dec[0::2]), "cross": list(dec[1::2])}
+    cross = cross_attention_indices(mcfg)
+    return {"encoder": list(maps[: encoder_layers(mcfg)]), "decoder_self": [maps[i - 1] for i in cross],
+            "cross": [maps[i] for i in cross]}
 
 
 def feeds_of(batch: dict[str, np.ndarray], mcfg: ModelConfig) -> dict[str, np.ndarray]:

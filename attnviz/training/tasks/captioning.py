@@ -20,6 +20,7 @@ import numpy as np
 
 from attnviz.training import data_captioning as dc
 from attnviz.training import metrics as M
+from attnviz.training.model import cross_attention_indices
 from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, split_seed
@@ -80,8 +81,7 @@ class Captioning(Task):
 
     def evaluate(self, runner, data, mcfg):
         n = len(data["labels"])
-        n_enc = mcfg.n_layers if mcfg.image_encoder == "vit" else 0
-        cross_idx = [n_enc + 2 * l + 1 for l in range(mcfg.n_dec_layers)]
+        cross_idx = cross_attention_indices(mcfg)
         exact = []
         samples = []
         for s in batched(n, 256):
@@ -107,7 +107,10 @@ class Captioning(Task):
                                    size, (g, g), tolerance=tol)
         nouns = M.pointing_table([{"attn": s["attn"], "targets": s["targets"][1::2]} for s in samples], size, (g, g),
                                  tolerance=tol)
+        baselines = {"tolerance": M.pointing_baselines(samples, size, (g, g), tolerance=tol),
+                     "strict": M.pointing_baselines(samples, size, (g, g))}
         return {"exact_match": float(np.mean(exact)), "pointing_best_layer": table["best_layer"]["accuracy"],
+                "pointing_baselines": baselines,
                 "pointing_best_head": table["best_head"]["accuracy"], "pointing_average": table["average"],
                 "pointing_tolerance_px": tol, "pointing": table,
                 "pointing_strict": {k: strict[k] for k in ("layers", "best_layer", "best_head", "average")},

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
-from attnviz.training.tasks import Task, attention_groups, feeds_of, greedy_decode, split_seed
+from attnviz.training.tasks import Task, attention_groups, feeds_of, greedy_decode, split_seed, trim_padding
 from attnviz.training.tasks.vit_classification import LABELS as SHAPES
 from attnviz.training.tasks.vit_classification import MEAN, STD, draw_shape, to_pixels
 
@@ -54,6 +54,7 @@ class ToyReverse(Task):
         mask = np.zeros((n, L), np.int64)
         dec = np.zeros((n, L + 1), np.int64)
         labels = np.full((n, L + 1), -100, np.int64)
+        align = np.zeros((n, L + 1, L), np.uint8)  # guided-alignment labels (training/guided.py), predict rows
         for i in range(n):
             t = int(rng.integers(self.min_len, L + 1))
             s = rng.integers(0, 10, size=t) + len(SPECIAL)
@@ -61,7 +62,8 @@ class ToyReverse(Task):
             r = s[::-1]
             dec[i, 0], dec[i, 1 : t + 1] = BOS, r
             labels[i, :t], labels[i, t] = r, EOS
-        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "labels": labels}
+            align[i, np.arange(t), t - 1 - np.arange(t)] = 1  # decoder row j predicts source token n-1-j
+        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "labels": labels, "align": align}
 
     def evaluate(self, runner, data, mcfg):
         n = len(data["labels"])
@@ -77,6 +79,11 @@ class ToyReverse(Task):
                 hits += int((pred == t - 1 - np.arange(t)).sum())
                 total += int(t)
         return {"exact_match": float(np.concatenate(exact).mean()), "alignment_accuracy": hits / max(total, 1), "n": n}
+
+    def collate(self, batch):
+        out = trim_padding(batch)
+        out["align"] = out["align"][:, : out["labels"].shape[1], : out["input_ids"].shape[1]]
+        return out
 
     def metadata(self, mcfg):
         return {"vocab": self.vocab, "special": {"pad": PAD, "bos": BOS, "eos": EOS}, "tokenize": "whitespace",

@@ -21,20 +21,27 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import align
 from attnviz.training import data_translation as dt
 from attnviz.training import metrics as M
 from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
-from attnviz.training.tasks import Task, feeds_of, greedy_decode
+from attnviz.training.model import cross_attention_indices
+from attnviz.training.tasks import Task, feeds_of, greedy_decode, trim_padding
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # dt.SPECIALS order, both vocabularies
 IGNORE = -100
 
 
-def cross_indices(mcfg) -> list[int]:
-    """Positions of the decoder cross-attention maps in the runner's canonical list."""
-    n_enc = mcfg.n_layers
-    return [n_enc + 2 * l + 1 for l in range(mcfg.n_dec_layers)]
+def subword_links(links, tgt_word_ids: np.ndarray, src_word_ids: np.ndarray) -> np.ndarray:
+    """``uint8 [Tt, Ts]``: 1 where the word of decoder row t (``tgt_word_ids``) is linked to the word of source
+    subword s; rows / columns of word id -1 (specials, padding) stay 0."""
+    nt = int(max(tgt_word_ids.max(initial=-1), max((j for _, j in links), default=-1))) + 1
+    ns = int(max(src_word_ids.max(initial=-1), max((i for i, _ in links), default=-1))) + 1
+    words = np.zeros((nt + 1, ns + 1), np.uint8)  # last row / column: the -1 ids
+    for i, j in links:
+        words[j, i] = 1
+    return words[tgt_word_ids][:, src_word_ids]
 
 
 class _TranslationBase(Task):
@@ -51,6 +58,7 @@ class _TranslationBase(Task):
         self.tokenizers: dt.TranslationTokenizers | None = None
         self._splits: dict | None = None
         self._pairs: dict[str, list[dt.AlignedPair]] = {}
+        self.declared: tuple[list, str] | None = None  # ([[layer, head], ...], row convention) of guided heads
 
     # -- data ------------------------------------------------------------------
     def load_split(self) -> dt.Split:
@@ -91,13 +99,16 @@ class _TranslationBase(Task):
             raise AttnvizError(f"{self.name}: the model expects vocabularies of {mcfg.vocab_size}/{mcfg.target_vocab} "
                                f"pieces but the tokenizers have {have[0]}/{have[1]}; retrain with `attnviz train {self.name}`")
 
-    def encode(self, pairs: list[dt.AlignedPair], max_tokens: int, drop_long: bool) -> dict[str, np.ndarray]:
+    def encode(self, pairs: list[dt.AlignedPair], max_tokens: int, drop_long: bool,
+               links_of=None) -> dict[str, np.ndarray]:
         """Padded arrays for the model plus the word maps and gold links the evaluation needs.
 
         ``decoder_input_ids`` = ``[BOS] y``, ``labels`` = ``y [EOS]`` (-100 = padding);
         ``src_word_ids`` [N, Ts] / ``tgt_word_ids`` [N, Tt]: word index of each source subword / of the
         subword each decoder position predicts (-1: none); ``gold`` [N, G, 2]: (src word, tgt word), -1 padded;
-        ``tgt_skip`` [N, W]: target words outside the alignment task; ``index`` [N]: into the split's pair list.
+        ``tgt_skip`` [N, W]: target words outside the alignment task; ``index`` [N]: into the split's pair list;
+        ``align`` [N, Tt, Ts] uint8: guided-alignment labels (:mod:`attnviz.training.guided`, predict
+        convention) from ``links_of(i, pair)`` (default: the pair's gold links).
         """
         tok = self._tok()
         rows = []
@@ -117,6 +128,7 @@ class _TranslationBase(Task):
             "src_word_ids": np.full((n, ts), -1, np.int64), "tgt_word_ids": np.full((n, tt), -1, np.int64),
             "gold": np.full((n, g, 2), -1, np.int64), "tgt_skip": np.zeros((n, w), np.int64),
             "n_words": np.zeros((n, 2), np.int64), "index": np.zeros(n, np.int64),
+            "align": np.zeros((n, tt, ts), np.uint8),
         }
         for r, (i, p, e) in enumerate(rows):
             s = e["src_ids"][:ts]
@@ -132,9 +144,19 @@ class _TranslationBase(Task):
             out["tgt_skip"][r, : len(p.tgt)] = p.tgt_skip or (False,) * len(p.tgt)
             out["n_words"][r] = (len(p.src), len(p.tgt))
             out["index"][r] = i
+            out["align"][r] = subword_links(p.links if links_of is None else links_of(i, p), out["tgt_word_ids"][r],
+                                            out["src_word_ids"][r])
+        return out
+
+    def collate(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = trim_padding(batch)
+        if "align" in out:  # cut the label grid to the trimmed decoder / source lengths
+            out["align"] = out["align"][:, : out["labels"].shape[1], : out["input_ids"].shape[1]]
         return out
 
     def make_split(self, split, mcfg, tcfg):
+        # the heads the config trains as aligners, for evaluate() (training and `attnviz eval` both build here)
+        self.declared = ([list(x) for x in tcfg.align_heads], tcfg.align_convention) if tcfg.align_weight else None
         sp = self._split()
         self._check_vocab(mcfg)
         pairs = sp.train if split == "train" else sp.test
@@ -166,12 +188,13 @@ class _TranslationBase(Task):
                 out.append(tok.decode(ids))
         return out
 
-    def alignment_samples(self, runner, data: dict[str, np.ndarray], mcfg, shift: int = 0, batch_size: int = 64):
-        """Teacher-forced cross-attention of every example, as :func:`metrics.alignment_table` samples.
+    def alignment_samples(self, runner, data: dict[str, np.ndarray], mcfg, convention: str = "predict",
+                          batch_size: int = 64):
+        """Teacher-forced cross-attention of every example, as :class:`attnviz.core.align.AlignmentSample`.
 
-        ``shift=0``: decoder row t stands for the target subword it predicts; ``shift=1``: for its input token.
+        ``convention``: which target word a decoder row stands for (:func:`attnviz.core.align.row_words`).
         """
-        idx = cross_indices(mcfg)
+        idx = cross_attention_indices(mcfg)
         n = len(data["input_ids"])
         for s in batched(n, batch_size):
             b = take(data, s)
@@ -180,37 +203,41 @@ class _TranslationBase(Task):
             for r in range(len(b["input_ids"])):
                 ts = int(b["attention_mask"][r].sum())
                 tt = int((b["labels"][r] != IGNORE).sum())
-                qw = b["tgt_word_ids"][r, :tt]
-                if shift:
-                    qw = np.concatenate([[-1], qw[:-1]])
+                # tgt_word_ids is already in the predict convention (word of labels[t]); its first tt-1 entries
+                # are the target subwords, the last one EOS
+                qw = align.row_words(b["tgt_word_ids"][r, : tt - 1], convention, n_rows=tt)
                 n_src, n_tgt = (int(v) for v in b["n_words"][r])
                 gold = {(int(a), int(c)) for a, c in b["gold"][r] if a >= 0}
-                yield {"attn": cross[r, :, :, :tt, :ts], "query_words": qw, "key_words": b["src_word_ids"][r, :ts],
-                       "n_src": n_src, "n_tgt": n_tgt, "gold": gold, "skip": b["tgt_skip"][r, :n_tgt].astype(bool)}
+                yield align.AlignmentSample(cross[r, :, :, :tt, :ts], qw, b["src_word_ids"][r, :ts], n_src, n_tgt,
+                                            sure=gold, skip=b["tgt_skip"][r, :n_tgt].astype(bool))
 
     def evaluate(self, runner, data, mcfg):
         pairs = self._pairs.get("test") or self._split().test
         refs = [pairs[int(i)].text() for i in data["index"]]
         hyps = self.translate(runner, data)
         bleu = M.corpus_bleu(hyps, refs)
-        table = M.alignment_table(self.alignment_samples(runner, data, mcfg, shift=0))
-        table_in = M.alignment_table(self.alignment_samples(runner, data, mcfg, shift=1))
+        tables = {conv: M.alignment_table(self.alignment_samples(runner, data, mcfg, conv)) for conv in align.CONVENTIONS}
+        table, table_in = tables["predict"], tables["input"]
         # context: link target word j to the source word at the same relative position
         diag = M.AERCounter()
         for i in data["index"]:
             p = pairs[int(i)]
-            ns, nt = len(p.src), len(p.tgt)
-            skip = p.tgt_skip or (False,) * nt
-            diag.add({(min(ns - 1, int((j + 0.5) * ns / nt)), j) for j in range(nt) if not skip[j]}, p.links)
-        return {
+            diag.add(align.diagonal_links(len(p.src), len(p.tgt), p.tgt_skip), p.links)
+        out = {
             "bleu": bleu["bleu"], "bleu_detail": {k: bleu[k] for k in ("precisions", "bp", "ratio")},
             "aer_best_head": table["best_head"]["aer"], "aer_best_layer": table["best_layer"]["aer"],
             "aer_average": table["average"], "aer_diagonal_baseline": diag.aer, "aer": table,
-            "aer_input_convention": {"best_head": table_in["best_head"], "best_layer": table_in["best_layer"],
-                                     "average": table_in["average"]},
+            "aer_input_convention": table_in,
             "examples": [{"reference": r, "translation": h} for r, h in list(zip(refs, hyps))[:3]],
             "n": len(refs),
         }
+        if self.declared is not None:  # the heads trained as aligners, read in their own convention
+            heads, conv = self.declared
+            per = [tables[conv]["heads"][lay][h] for lay, h in heads]
+            k = int(np.argmin(per))
+            out["aer_declared"] = {"heads": heads, "convention": conv, "aer": per,
+                                   "best": {"layer": heads[k][0], "head": heads[k][1], "aer": per[k]}}
+        return out
 
     # -- export ----------------------------------------------------------------
     def metadata(self, mcfg):
@@ -257,7 +284,8 @@ class Translation(_TranslationBase):
         if preset == "demo":
             # ~25 min on one CPU thread (2 shared cores); the data is small (7.4k verses, 26 epochs)
             model.update(d_model=96, n_heads=4, n_layers=3, n_dec_layers=3, d_ff=192, dropout=0.1)
-            train.update(steps=6000, batch_size=32, lr=1.5e-3, warmup=300, checkpoint_every=500)
+            train.update(steps=9000, batch_size=32, lr=1.5e-3, warmup=300, checkpoint_every=250,
+                         align_weight=0.5, align_heads=[[1, 0], [2, 0]], align_convention="input")
         else:
             train.update(n_train=256, n_test=32)
         return preset_configs(preset, model, train)

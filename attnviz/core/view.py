@@ -1,0 +1,683 @@
+"""The one view model: what a view shows, computed once for the screen and for the figure.
+
+A :class:`Selection` says what the user looks at (block, layers, head or aggregate, generation
+step, batch row, special tokens, kept mass, log scale, query).  The functions below turn it plus
+an :class:`~attnviz.core.AttentionResult` into plain numbers and strings -- :class:`MapView`
+(heatmap, alignment), :func:`thumbnails` (overview), :class:`LinksView` (token links),
+:class:`OverlayView` (image regions) -- and hold the palette, colour maps and the label rules.
+The GUI draws these with pyqtgraph, :mod:`attnviz.figures` with matplotlib; neither decides
+anything about *what* is shown, so what is on screen is what is exported.
+
+Numpy only: no Qt, no matplotlib, no onnxruntime.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core import reduce
+from attnviz.core.attention import AttentionResult, Block, PatchGrid
+
+
+class ViewError(AttnvizError, ValueError):
+    """A selection the view model cannot draw (rollout over cross-attention, no image, ...)."""
+
+
+# "head" shows one head; the others reduce over heads (and layers in the layer range)
+MODES = ("head", "mean", "max", "min", "rollout")
+MODE_TITLES = {
+    "head": "single head",
+    "mean": "mean over heads",
+    "max": "max over heads",
+    "min": "min over heads",
+    "rollout": "attention rollout",
+}
+
+# -- palette and colour maps (one choice for screen and print) --------------------------------
+# Okabe & Ito (2008) colour-blind-safe qualitative palette, for overlaid heads
+HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+MAP_CMAP = "viridis"  # token x token maps: perceptually uniform, colour-blind safe
+OVERLAY_CMAP = "magma"  # heat over a greyed image: dark = unattended, bright = attended
+LOG_DECADES = 3  # log scale spans this many decades below the top weight
+# -- token links ------------------------------------------------------------------------------
+LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (clutter)
+LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
+
+
+def link_alpha(w: float) -> float:
+    """Opacity of a link of relative weight ``w`` in [0, 1] (screen and print)."""
+    return 0.08 + 0.8 * w
+
+
+# -- overview ---------------------------------------------------------------------------------
+THUMB = 64  # overview maps are max-pooled to at most this many cells a side (screen and figure)
+# -- labels -----------------------------------------------------------------------------------
+MAX_LABEL_CHARS = 18
+CBAR_TICKS = 5  # a colour bar carries about this many tick labels
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The current focus; change it with :meth:`with_` (it is immutable, so it can key caches)."""
+
+    block: int = 0  # index into result.blocks(batch)
+    layer: int = 0
+    head: int = 0
+    mode: str = "head"  # one of MODES
+    layer_lo: int = 0  # layer range used by the aggregates and rollout (inclusive)
+    layer_hi: int = -1  # -1 = last layer
+    keep: float = 1.0  # keep, per row, the largest weights holding this fraction of the mass
+    log: bool = False  # log colour scale
+    hide_special: bool = False  # drop special-token rows/columns and renormalise rows
+    step: int = -1  # generated steps shown (-1 = all)
+    batch: int = 0  # batch row
+    query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
+    rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
+
+    def with_(self, **changes) -> Selection:
+        return replace(self, **changes)
+
+
+@dataclass
+class MapView:
+    """One drawable map: ``matrix[Tq, Tk]`` with labels and original positions."""
+
+    matrix: np.ndarray
+    q_labels: list[str]
+    k_labels: list[str]
+    q_pos: np.ndarray  # original query position of each row
+    k_pos: np.ndarray  # original key position of each column
+    title: str
+    block: Block | None = None
+    q_special: list[bool] = field(default_factory=list)
+    k_special: list[bool] = field(default_factory=list)
+    x_title: str = "key"
+    y_title: str = "query"
+    notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" (also in the title)
+
+    def value(self, row: int, col: int) -> float:
+        return float(self.matrix[row, col])
+
+
+# ---------------------------------------------------------------------------------------------
+# labels
+
+
+def clean_label(tok: str) -> str:
+    """Token text as a person reads it, on screen and in print.
+
+    Drops the byte-level / SentencePiece word markers (``Ġ``, ``▁``), shows whitespace and newline
+    tokens visibly and shortens very long tokens.
+    """
+    s = str(tok).replace("Ċ", "\n").replace("ĉ", "\t")
+    if s[:1] in ("Ġ", "▁"):
+        s = s[1:]
+    s = s.replace("Ġ", " ").replace("▁", " ")
+    s = s.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+    if not s.strip():
+        s = "␣"
+    if len(s) > MAX_LABEL_CHARS:
+        s = s[: MAX_LABEL_CHARS - 1] + "…"
+    return s
+
+
+def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
+    """Which of ``n`` token labels to show when only ``fit`` fit along the axis.
+
+    The rule a reader can predict: all when they fit; else the first and the last, every
+    ``stride``-th in between (an even stride), and the focused (hovered/selected) token -- labels
+    too close to the last or the focused one make way for it.
+    """
+    if n <= 0:
+        return []
+    fit = max(2, int(fit))
+    if n <= fit:
+        return list(range(n))
+    stride = math.ceil((n - 1) / (fit - 1))
+    keep = set(range(0, n, stride))
+    must = {0, n - 1} | ({int(focus)} if focus is not None and 0 <= focus < n else set())
+    near = max(1, stride // 2)
+    keep = {i for i in keep if i in must or all(abs(i - m) >= near for m in must)}
+    return sorted(keep | must)
+
+
+def nice_ticks(lo: float, hi: float, n: int = CBAR_TICKS) -> list[float]:
+    """About ``n`` round tick values (steps of 1, 2, 2.5 or 5 times a power of ten) inside [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(1, n - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw * 0.999)
+    first = math.ceil(lo / step - 1e-9) * step
+    ticks = []
+    t = first
+    while t <= hi + step * 1e-9:
+        ticks.append(round(t, 12))
+        t += step
+    return ticks
+
+
+def log_ticks(vmax: float) -> list[float]:
+    """Decade ticks for the log scale (``LOG_DECADES`` below ``vmax``)."""
+    top = math.floor(math.log10(max(vmax, 1e-30)))
+    return [10.0**e for e in range(top - LOG_DECADES + 1, top + 1)]
+
+
+def colour_range(matrix_max: float, log: bool, vmax: float | None = None) -> tuple[float, float]:
+    """``(vmin, vmax)`` of a colour scale: linear from 0, or ``LOG_DECADES`` decades below the top."""
+    top = float(vmax) if vmax else max(float(matrix_max), 1e-6)
+    return (top * 10.0**-LOG_DECADES, top) if log else (0.0, top)
+
+
+def weight_label(log: bool, hide_special: bool = False) -> str:
+    """The colour-bar label, the same words on screen and in print."""
+    label = "attention (special tokens removed, rows renormalised)" if hide_special else "attention weight"
+    return label + (" (log scale)" if log else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# selection -> map
+
+
+def layer_range(sel: Selection, n_layers: int) -> tuple[int, int]:
+    hi = n_layers - 1 if sel.layer_hi < 0 else min(sel.layer_hi, n_layers - 1)
+    lo = max(0, min(sel.layer_lo, hi))
+    return lo, hi
+
+
+def clamp(sel: Selection, blocks: list[Block]) -> Selection:
+    """Keep indices inside the result's shape."""
+    if not blocks:
+        return sel
+    b = min(max(sel.block, 0), len(blocks) - 1)
+    blk = blocks[b]
+    layer = min(max(sel.layer, 0), blk.n_layers - 1)
+    head = min(max(sel.head, 0), blk.heads_in(layer) - 1)
+    lo = min(max(sel.layer_lo, 0), blk.n_layers - 1)
+    hi = sel.layer_hi if sel.layer_hi < 0 else min(max(sel.layer_hi, lo), blk.n_layers - 1)
+    return sel.with_(block=b, layer=layer, head=head, layer_lo=lo, layer_hi=hi)
+
+
+def n_steps(result: AttentionResult | None) -> int:
+    return len(result.generated or []) if result is not None else 0
+
+
+def blk_len(blk: Block, axis: int) -> int:
+    shape = blk.result.maps[blk.sites[0]].shape
+    return int(shape[2 + axis])
+
+
+def producing_row(result: AttentionResult, tq: int, k: int) -> int:
+    """Decoder query row whose output chose generated token ``k`` (0-based).
+
+    The query at decoder position ``p`` predicts the token at ``p + 1``, so token ``k`` was chosen
+    by row ``prompt_len - 1 + k``.  Without a known prompt length the axis ends with the generated
+    tokens except the last (the runtime does not feed the final token back), so row ``tq - g + k``.
+    """
+    if result.prompt_len and result.prompt_len > 0:
+        return int(result.prompt_len) - 1 + k
+    return tq - n_steps(result) + k
+
+
+def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
+    """``(query row, word)`` for each generated word of a decoder block (one rule for every view).
+
+    Without generated words (teacher forcing) every query row with its own token.
+    """
+    tq = blk_len(blk, 0)
+    if blk.stack == "decoder" and n_steps(result):
+        rows = [(r, str(w)) for k, w in enumerate(result.generated) if 0 <= (r := producing_row(result, tq, k)) < tq]
+        if rows:
+            return rows
+    return [(i, str(blk.query_axis.labels[i])) for i in range(tq)]
+
+
+def word_special(result: AttentionResult, blk: Block, row: int, word: str) -> bool:
+    """Is the word chosen at query ``row`` a special token (EOS...)?  It sits at decoder position row + 1."""
+    ax = blk.query_axis
+    special = list(ax.special or [])
+    if not n_steps(result):
+        return bool(special[row]) if row < len(special) else False
+    if row + 1 < len(special) and ax.labels[row + 1] == word:
+        return bool(special[row + 1])
+    s = str(word)
+    return (s.startswith("<") and s.endswith(">")) or (s.startswith("[") and s.endswith("]"))
+
+
+def step_rows(result: AttentionResult, block: Block, step: int) -> int | None:
+    """How many decoder positions are visible at generation step ``step`` (None = all).
+
+    Step ``s`` shows the positions that existed when the ``s``-th generated token was chosen.
+    """
+    g = n_steps(result)
+    if step < 0 or g == 0 or block.stack != "decoder" or step >= g:
+        return None
+    tq = blk_len(block, 0)
+    return max(1, min(tq, producing_row(result, tq, step) + 1))
+
+
+def result_blocks(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[Block]:
+    if blocks is not None and (not blocks or blocks[0].batch == sel.batch):
+        return blocks
+    if not 0 <= sel.batch < max(1, result.batch_size):
+        raise ViewError(
+            f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}", param="batch"
+        )
+    return result.blocks(sel.batch)
+
+
+def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
+    """``[Tq, Tk]`` for one head, a head aggregate over the layer range, or rollout; and what it is."""
+    lo, hi = layer_range(sel, blk.n_layers)
+    rng = f"layer {lo}" if lo == hi else f"layers {lo}–{hi}"
+    if sel.mode == "head":
+        return blk.head(sel.layer, sel.head), f"layer {sel.layer} · head {sel.head}"
+    if sel.mode in reduce.HEAD_AGGREGATES:
+        per_layer = [blk.layer(i) for i in range(lo, hi + 1)]
+        return reduce.aggregate_heads(np.concatenate(per_layer, axis=0), sel.mode), f"{rng} · {sel.mode} over heads"
+    if sel.mode == "rollout":
+        if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
+            raise ViewError(
+                "rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
+                "self-attention block or a mean/max/min aggregate",
+                param="aggregate",
+            )
+        return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), f"rollout {rng}"
+    raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
+
+
+def _special(axis, positions: np.ndarray, n_full: int) -> np.ndarray:
+    if len(axis) != n_full:  # axis labels do not describe this map (e.g. unlabelled positions)
+        return np.zeros(len(positions), bool)
+    return np.asarray(axis.special, bool)[positions]
+
+
+def hide_mask(special: np.ndarray) -> np.ndarray:
+    """Which positions "hide special tokens" drops: the special ones, unless that would drop all of them."""
+    return special if not special.all() else np.zeros_like(special)
+
+
+def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
+    """The matrix ``sel`` points at.  Order: aggregate -> generation step -> hide special -> keep mass."""
+    blocks = result_blocks(result, sel, blocks)
+    if not blocks:
+        raise ViewError("this result has no attention maps; nothing to draw", param="model")
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    m, what = head_matrix(blk, sel)
+    m = np.asarray(m, dtype=np.float32)
+    notes: list[str] = []
+    q_pos, k_pos = np.arange(m.shape[0]), np.arange(m.shape[1])
+    n = step_rows(result, blk, sel.step)
+    if n is not None:
+        q_pos = q_pos[:n]
+        if blk.kind == "self":
+            k_pos = k_pos[:n]
+        m = m[np.ix_(q_pos, k_pos)]
+        notes.append(f"step {sel.step + 1}/{n_steps(result)}")
+    q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
+    k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+    m, q_pos, k_pos, q_sp, k_sp = _hide(m, q_pos, k_pos, q_sp, k_sp, sel.hide_special, notes)
+    if sel.keep < 1.0:
+        m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+        notes.append(f"top {round(sel.keep * 100)}% mass")
+    q_labels = [clean_label(blk.query_axis.labels[i]) for i in q_pos]
+    k_labels = [clean_label(blk.key_axis.labels[i]) for i in k_pos]
+    xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
+    title = " · ".join([blk.name, what, *notes])
+    return MapView(m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes)
+
+
+def _hide(m, q_pos, k_pos, q_sp, k_sp, on: bool, notes: list[str]):
+    """Drop special rows / columns (each axis on its own) and renormalise rows."""
+    if not on or not (q_sp.any() or k_sp.any()):
+        return m, q_pos, k_pos, q_sp, k_sp
+    dq, dk = hide_mask(q_sp), hide_mask(k_sp)
+    if not (dq.any() or dk.any()):
+        return m, q_pos, k_pos, q_sp, k_sp
+    m = reduce.drop_positions(m, dq, dk, renormalize=True)
+    notes.append("special tokens hidden")
+    return m, q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]
+
+
+# ---------------------------------------------------------------------------------------------
+# alignment
+
+
+def cross_block(blocks: list[Block], sel: Selection) -> int | None:
+    """The block Alignment shows: the selected block when it is cross-attention, else the first one."""
+    if blocks and 0 <= sel.block < len(blocks) and blocks[sel.block].kind == "cross":
+        return sel.block
+    return next((i for i, b in enumerate(blocks) if b.kind == "cross"), None)
+
+
+def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
+    """Generated (or target) words x source tokens from cross-attention.
+
+    Row ``k`` is the decoder query that *chose* word ``k`` (the position of the previous token), so
+    rows are labelled by the word they chose; the step keeps the words up to it.
+    """
+    blocks = result_blocks(result, sel, blocks)
+    b = cross_block(blocks, sel)
+    if b is None:
+        raise ViewError(
+            "the alignment view needs cross-attention (an encoder-decoder model); this model has only self-attention",
+            param="view",
+        )
+    blk = blocks[b]
+    s = clamp(
+        sel.with_(block=b, step=-1, hide_special=False, keep=1.0, mode="mean" if sel.mode == "rollout" else sel.mode),
+        blocks,
+    )
+    m, what = head_matrix(blk, s)
+    m = np.asarray(m, np.float32)
+    rows = generation_rows(result, blk)
+    if sel.rows == "input" and n_steps(result):  # Shift-Att: word k is read by the row after the one that chose it
+        rows = [(r + 1, w) for r, w in rows if r + 1 < m.shape[0]]
+    notes: list[str] = []
+    if sel.step >= 0 and n_steps(result):
+        rows = rows[: sel.step + 1]
+        notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+    q_pos = np.array([r for r, _ in rows], int)
+    words = [w for _, w in rows]
+    q_sp = np.array([word_special(result, blk, r, w) for r, w in rows], bool)
+    k_pos = np.arange(m.shape[1])
+    k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+    m = m[q_pos]
+    if sel.hide_special and (q_sp.any() or k_sp.any()):
+        dq, dk = hide_mask(q_sp), hide_mask(k_sp)
+        m = reduce.drop_positions(m, dq, dk, renormalize=True)
+        q_pos, k_pos, q_sp, k_sp = q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]
+        words = [w for w, d in zip(words, dq) if not d]
+        notes.append("special tokens hidden")
+    if sel.keep < 1.0:
+        m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+        notes.append(f"top {round(sel.keep * 100)}% mass")
+    target = "generated" if n_steps(result) else "target"
+    title = " · ".join(["alignment (cross-attention)", what, *notes])
+    return MapView(
+        m,
+        [clean_label(w) for w in words],
+        [clean_label(blk.key_axis.labels[i]) for i in k_pos],
+        q_pos,
+        k_pos,
+        title,
+        blk,
+        q_sp.tolist(),
+        k_sp.tolist(),
+        "source",
+        target,
+        notes,
+    )
+
+
+def row_story(result: AttentionResult, blk: Block, row: int) -> str:
+    """``“[BOS]” → “Blessed”``: a decoder row is the token it reads *and* the word it chose."""
+    own = clean_label(blk.query_axis.labels[row]) if row < len(blk.query_axis) else str(row)
+    chosen = dict(generation_rows(result, blk)) if blk.stack == "decoder" and n_steps(result) else {}
+    return f"“{own}” → “{clean_label(chosen[row])}”" if row in chosen else f"“{own}”"
+
+
+# ---------------------------------------------------------------------------------------------
+# overview
+
+
+def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:
+    """Max-pool ``[..., Tq, Tk]`` so neither side exceeds ``max_side`` (keeps sharp peaks visible).
+
+    ``np.maximum.reduce`` over strided views is several times faster than reshape + ``max`` over
+    two axes for 512-token maps.
+    """
+    tq, tk = m.shape[-2:]
+    fq = -(-tq // max_side)
+    fk = -(-tk // max_side)
+    if fq == 1 and fk == 1:
+        return m
+    pq, pk = (-tq) % fq, (-tk) % fk
+    if pq or pk:
+        pad = [(0, 0)] * (m.ndim - 2) + [(0, pq), (0, pk)]
+        m = np.pad(m, pad)
+    if fk > 1:
+        m = np.maximum.reduce([m[..., j::fk] for j in range(fk)])
+    if fq > 1:
+        m = np.maximum.reduce([m[..., i::fq, :] for i in range(fq)])
+    return m
+
+
+def thumbnails(
+    result: AttentionResult,
+    sel: Selection | int = -1,
+    max_side: int = THUMB,
+    blocks: list[Block] | None = None,
+    only_block: int | None = None,
+) -> dict:
+    """``{(block, layer, head): [<=max_side, <=max_side]}``: every head after the step, special-token
+    and kept-mass filters, max-pooled.  Runs in the inference worker for a new result (the GUI
+    thread then only uploads small images) and again when a filter changes.
+    """
+    if isinstance(sel, (int, np.integer)):
+        sel = Selection(step=int(sel))
+    blocks = result_blocks(result, sel, blocks)
+    out = {}
+    for bi, blk in enumerate(blocks):
+        if only_block is not None and bi != only_block:
+            continue
+        q_pos, k_pos = np.arange(blk_len(blk, 0)), np.arange(blk_len(blk, 1))
+        n = step_rows(result, blk, sel.step)
+        if n is not None:
+            q_pos = q_pos[:n]
+            k_pos = k_pos[:n] if blk.kind == "self" else k_pos
+        q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
+        k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+        dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
+        for layer in range(blk.n_layers):
+            a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
+            if n is not None:  # slice (a view), never copy the full layer when no step is chosen
+                a = a[:, : len(q_pos), : len(k_pos)]
+            if dq.any() or dk.any():
+                a = a[:, ~dq][:, :, ~dk]
+                s = a.sum(-1, keepdims=True)
+                a = np.divide(a, s, out=np.zeros_like(a), where=s > 0)
+            if sel.keep < 1.0:
+                a = reduce.keep_mass(a, max(sel.keep, 1e-3))
+            small = downsample(a, max_side)
+            for h in range(small.shape[0]):
+                out[(bi, layer, h)] = np.ascontiguousarray(small[h])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# token links
+
+
+@dataclass
+class LinksView:
+    """Two token columns and the weighted links between them; ``items`` are (name, colour, matrix)."""
+
+    q_labels: list[str]
+    k_labels: list[str]
+    q_special: list[bool]
+    k_special: list[bool]
+    items: list[tuple[str, str, np.ndarray]]
+    links: list[tuple[int, int, int, float]]  # (item, query row, key column, weight / vmax in [0, 1])
+    vmax: float
+    title: str
+    block: Block | None = None
+    q_pos: np.ndarray | None = None
+    x_titles: tuple[str, str] = ("query", "key")
+
+
+def strongest_links(
+    mats: list[np.ndarray], vmax: float | None = None
+) -> tuple[list[tuple[int, int, int, float]], float]:
+    """The links worth drawing: per query row and matrix the ``LINKS_PER_ROW`` strongest weights of at
+    least ``LINK_MIN`` of the top weight, as ``(matrix, row, column, weight / vmax)``."""
+    top = float(vmax) if vmax else max((float(m.max()) for m in mats if m.size), default=1.0) or 1.0
+    out = []
+    for c, m in enumerate(mats):
+        order = np.argsort(-m, axis=1, kind="stable")[:, :LINKS_PER_ROW]
+        for i in range(m.shape[0]):
+            for j in sorted(order[i].tolist()):
+                w = float(m[i, j]) / top
+                if w >= LINK_MIN:
+                    out.append((c, i, int(j), min(w, 1.0)))
+    return out, top
+
+
+def links_view(
+    result: AttentionResult, sel: Selection, heads: list[int] | None = None, blocks: list[Block] | None = None
+) -> LinksView:
+    """Token links for ``sel``: one head, several heads overlaid (``heads``) or the selected aggregate."""
+    blocks = result_blocks(result, sel, blocks)
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    if sel.mode == "head":
+        hs = sorted({h for h in (heads or [sel.head]) if 0 <= h < blk.heads_in(sel.layer)}) or [sel.head]
+        mvs = [compute_map(result, sel.with_(head=h), blocks) for h in hs]
+        items = [(f"head {h}", HEAD_COLOURS[h % len(HEAD_COLOURS)], mv.matrix) for h, mv in zip(hs, mvs)]
+        what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
+        title = " · ".join([blk.name, f"layer {sel.layer}", what, *mvs[0].notes])
+    else:
+        mv = compute_map(result, sel, blocks)
+        mvs = [mv]
+        items = [(MODE_TITLES[sel.mode], HEAD_COLOURS[0], mv.matrix)]
+        title = mv.title
+    links, vmax = strongest_links([m for _, _, m in items])
+    mv0 = mvs[0]
+    ends = ("target", "source") if blk.kind == "cross" else ("query", "key")
+    return LinksView(
+        mv0.q_labels, mv0.k_labels, mv0.q_special, mv0.k_special, items, links, vmax, title, blk, mv0.q_pos, ends
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# image regions
+
+
+@dataclass
+class OverlayView:
+    """One query's attention over the image patches, and the heat to lay over the image."""
+
+    patch: np.ndarray  # [rows, cols] weights
+    grid: PatchGrid
+    query_label: str
+    block_index: int
+    heat: np.ndarray  # [H, W] in [0, 1]: the patch map smoothly upsampled, divided by vmax
+    alpha: np.ndarray  # [H, W] opacity: unattended regions keep the image visible
+    vmax: float
+    title: str
+
+
+def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
+    g = result.patch_grid
+    if g is not None and g.offset + g.n <= n_keys:
+        return g
+    return PatchGrid.infer(n_keys)
+
+
+def image_source(result: AttentionResult, blocks: list[Block], prefer: int | None = None):
+    """``(block index, grid, kind)`` of the attention over image patches, or None.
+
+    The selected block when it attends to the patches; else cross-attention (captioning: where
+    each word looks), else the first self-attention block over the patches (a ViT).
+    """
+    if result.image is None and result.patch_grid is None:
+        return None
+
+    def grid_of(i):
+        return patch_grid_for(result, blk_len(blocks[i], 1))
+
+    order = [prefer] if prefer is not None and 0 <= prefer < len(blocks) else []
+    order += [i for i, b in enumerate(blocks) if b.kind == "cross"]
+    order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "encoder"]
+    for i in order:
+        g = grid_of(i)
+        if g is not None:
+            return i, g, blocks[i].kind
+    return None
+
+
+def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[tuple[str, int]]:
+    """``(label, query row)`` choices: the generated words (cross), else CLS and the mean of patch queries (-1)."""
+    if blk.kind == "cross":
+        return [(clean_label(w), r) for r, w in generation_rows(result, blk)]
+    first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
+    out = [(first, 0)] if grid.offset > 0 else []
+    return out + [("all patches (mean)", -1)]
+
+
+def upsample(patch: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bilinear upsampling of a ``[rows, cols]`` map to ``size`` (cell centres stay put, edges repeat)."""
+    h, w = size
+    r, c = patch.shape
+    ys = np.clip((np.arange(h) + 0.5) * r / h - 0.5, 0, r - 1)
+    xs = np.clip((np.arange(w) + 0.5) * c / w - 0.5, 0, c - 1)
+    p = np.asarray(patch, np.float32)
+    rows = np.stack([np.interp(ys, np.arange(r), p[:, j]) for j in range(c)], axis=1)  # [h, c]
+    return np.stack([np.interp(xs, np.arange(c), rows[i]) for i in range(h)], axis=0).astype(np.float32)
+
+
+def overlay_view(
+    result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None, blocks: list[Block] | None = None
+) -> OverlayView:
+    """The image-regions overlay: ``sel.query`` row (None: the default query) of the image block."""
+    blocks = result_blocks(result, sel, blocks)
+    src = image_source(result, blocks, sel.block)
+    if src is None:
+        raise ViewError(
+            "image regions need an image input (a vision or captioning model); this result has no image patches",
+            param="image",
+        )
+    bi, grid, kind = src
+    s = clamp(
+        sel.with_(
+            block=bi,
+            step=-1,
+            hide_special=False,
+            keep=1.0,
+            mode="mean" if kind == "cross" and sel.mode == "rollout" else sel.mode,
+        ),
+        blocks,
+    )
+    mv = compute_map(result, s, blocks)
+    queries = image_queries(result, blocks[bi], grid)
+    rows = [r for _, r in queries]
+    query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None
+    if query is None:
+        if kind == "cross" and sel.step >= 0:
+            query = rows[min(sel.step, len(rows) - 1)]
+        else:
+            query = rows[0]
+    if query < 0:
+        vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
+    else:
+        vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
+        label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
+    patch = grid.to_image(vec)
+    vmax = max(float(patch.max()), 1e-6)
+    if size is None:
+        shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
+        size = (int(shape[0]), int(shape[1]))
+    heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
+    alpha = 0.2 + 0.7 * heat  # opacity grows with the weight
+    title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
+    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title)
+
+
+def grey_base(image: np.ndarray) -> np.ndarray:
+    """Lightened luminance ``[H, W]`` in [0.25, 1] of an image: a neutral base that does not fight the heat."""
+    img = np.asarray(image, np.float32)
+    lum = img if img.ndim == 2 else img[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32)
+    lum = lum / 255.0 if img.max() > 1.0 else lum
+    return 0.25 + 0.75 * np.clip(lum, 0.0, 1.0)
+
+
+def composite(image: np.ndarray, heat_rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """``[H, W, 3]`` uint8: the grey base under the heat colours (``heat_rgb`` in [0, 1]) at ``alpha``."""
+    base = grey_base(image)[..., None]
+    a = alpha[..., None]
+    return np.clip(255.0 * (base * (1 - a) + heat_rgb[..., :3] * a), 0, 255).round().astype(np.uint8)

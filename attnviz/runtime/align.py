@@ -1,0 +1,182 @@
+"""Word alignments from the cross-attention of any encoder-decoder ONNX model (``attnviz align``).
+
+For each sentence pair (whitespace-separated words, the Pharaoh convention) the model runs teacher-forced on
+``[decoder start] + target subwords``; its cross-attention maps (``[L, H, Tq, Tk]``) are merged back to words
+and read as links by :mod:`attnviz.core.align`.  Subword -> word maps come from the model's own tokenizer fed
+the *pre-split* words (a Hugging Face ``tokenizer.json`` reports the word of every piece), so a word the
+tokenizer splits stays one word and punctuation glued to a word stays with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core import align
+from attnviz.core import metadata as md
+
+
+@dataclass
+class Encoded:
+    ids: list[int]
+    word_ids: list[int]  # word index of each piece, -1 for specials
+
+
+@dataclass
+class PairAttention:
+    """The cross-attention of one sentence pair with its word maps."""
+
+    attn: np.ndarray  # [L, H, Tq, Tk] float32; rows = [start] + target pieces
+    src: Encoded
+    tgt: Encoded
+    n_src: int
+    n_tgt: int
+
+    def sample(self, convention: str, sure=(), possible=()) -> align.AlignmentSample:
+        qw = align.row_words(self.tgt.word_ids, convention, n_rows=self.attn.shape[2])
+        return align.AlignmentSample(self.attn, qw, self.src.word_ids, self.n_src, self.n_tgt, set(sure), set(possible))
+
+
+def encode_words(encoder, words: list[str], special: bool) -> Encoded:
+    """Pieces of a pre-split sentence and the word of each piece (``special``: add the tokenizer's specials)."""
+    tok = getattr(encoder, "tok", None)
+    if tok is not None:  # a Hugging Face tokenizers.Tokenizer: it knows each piece's word
+        enc = tok.encode(words, is_pretokenized=True, add_special_tokens=special)
+        return Encoded(list(enc.ids), [-1 if w is None else int(w) for w in enc.word_ids])
+    # a plain vocabulary (metadata list): encode word by word, then add the specials the full encoding has
+    ids: list[int] = []
+    wids: list[int] = []
+    for k, w in enumerate(words):
+        e = encoder.encode(w, add_special=False)
+        ids += e.ids
+        wids += [k] * len(e.ids)
+    if special:
+        full = encoder.encode(" ".join(words), add_special=True)
+        lead = next((i for i, s in enumerate(full.special) if not s), len(full.special))
+        trail = len(full.ids) - lead - len(ids)
+        if trail >= 0:
+            ids = full.ids[:lead] + ids + full.ids[len(full.ids) - trail :]
+            wids = [-1] * lead + wids + [-1] * trail
+    return Encoded(ids, wids)
+
+
+def _fill(model, feeds: dict, ids: list[int], roles: dict[str, str]) -> None:
+    """Token ids plus the mask / type / position inputs of one side (``roles``: generic -> the model's role)."""
+    n = len(ids)
+    for i in model.inputs:
+        role = model.roles[i.name]
+        dtype = np.dtype(i.dtype) if i.dtype in ("int64", "int32", "float32", "bool") else np.int64
+        if role == roles["tokens"]:
+            feeds[i.name] = np.asarray([ids], dtype=dtype)
+        elif role == roles["mask"]:
+            feeds[i.name] = np.ones((1, n), dtype=dtype)
+        elif role == roles.get("token_types"):
+            feeds[i.name] = np.zeros((1, n), dtype=dtype)
+        elif role == roles.get("positions"):
+            feeds[i.name] = np.arange(n, dtype=dtype)[None]
+
+
+class Aligner:
+    """Runs one encoder-decoder model on sentence pairs and returns :class:`PairAttention`."""
+
+    def __init__(self, model):
+        self.model = model
+        roles = set(model.roles.values())
+        cross = [i for i, s in enumerate(model.sites) if s.kind == "cross"]
+        if "decoder_tokens" not in roles or "tokens" not in roles or not cross:
+            raise AttnvizError(f"{model.path.name} is not an encoder-decoder text model with cross-attention "
+                               f"(it is a {model.kind} model); attnviz align needs one")
+        self.src_tok, tgt_tok = model.tokenizers
+        if self.src_tok is None:
+            raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+        self.tgt_tok = tgt_tok or self.src_tok
+        sp = model.meta.get("special") if isinstance(model.meta.get("special"), dict) else {}
+        self.start = int(sp.get("decoder_start", sp.get("bos", 0)))
+        self.declared = md.alignment_heads(model.meta)
+
+    def run(self, src_words: list[str], tgt_words: list[str]) -> PairAttention:
+        src = encode_words(self.src_tok, src_words, special=True)
+        tgt = encode_words(self.tgt_tok, tgt_words, special=False)
+        feeds: dict[str, np.ndarray] = {}
+        _fill(self.model, feeds, src.ids, {"tokens": "tokens", "mask": "mask", "token_types": "token_types",
+                                           "positions": "positions"})
+        _fill(self.model, feeds, [self.start] + tgt.ids, {"tokens": "decoder_tokens", "mask": "decoder_mask"})
+        result = self.model.analyze(feeds=feeds, mode="dense")
+        cross = sorted((s.layer, i) for i, s in enumerate(result.sites) if s.kind == "cross")
+        attn = np.stack([np.asarray(result.maps[i].array()[0], dtype=np.float32) for _, i in cross])  # (L, H, Tq, Tk)
+        return PairAttention(attn, src, tgt, len(src_words), len(tgt_words))
+
+
+def select(attn: np.ndarray, head: tuple[int, int] | None = None, layer: int | None = None) -> np.ndarray:
+    """``[Tq, Tk]`` map to read links from: one head, one layer's head mean, or the mean of everything."""
+    if head is not None:
+        return attn[head[0], head[1]]
+    if layer is not None:
+        return attn[layer].mean(0)
+    return attn.mean((0, 1))
+
+
+def pharaoh_set(gold_path) -> tuple:
+    """``(src, tgt, gold)`` paths of a test set named by its gold file: ``X.gold`` (or any name) with ``X.src``
+    and ``X.tgt`` beside it (what :func:`attnviz.training.data_translation.write_pharaoh_files` writes)."""
+    from pathlib import Path
+
+    gold = Path(gold_path)
+    src, tgt = gold.with_suffix(".src"), gold.with_suffix(".tgt")
+    missing = [p.name for p in (gold, src, tgt) if not p.is_file()]
+    if missing:
+        raise AttnvizError(f"gold alignments need {gold.stem}.src, {gold.stem}.tgt and the Pharaoh file side by side "
+                           f"in {gold.parent}; missing: {', '.join(missing)}")
+    return src, tgt, gold
+
+
+def score_test_set(model, gold_path, convention: str | None = None, cancelled=None) -> dict:
+    """Per-head / per-layer AER, precision and recall of ``model`` on a Pharaoh test set (:func:`pharaoh_set`).
+
+    ``convention`` defaults to the model's declared one, else "predict".  Returns
+    :func:`attnviz.core.align.alignment_table` plus ``"convention"`` and ``"name"``.
+    """
+    src, tgt, gold_file = pharaoh_set(gold_path)
+    try:
+        src_lines, tgt_lines = align.read_lines(src), align.read_lines(tgt)
+        gold = align.read_pharaoh(gold_file)
+    except (OSError, UnicodeDecodeError) as e:
+        raise AttnvizError(f"cannot read the test set {gold_file.stem}: {e}") from None
+    except align.PharaohError as e:
+        raise AttnvizError(str(e)) from None
+    if not (len(src_lines) == len(tgt_lines) == len(gold)) or not gold:
+        raise AttnvizError(f"{gold_file.stem}: .src, .tgt and the gold file need the same number of lines "
+                           f"(they have {len(src_lines)}, {len(tgt_lines)}, {len(gold)})")
+    # a gold set that never links a punctuation-only target word (e.g. the NT set) does not ask for one:
+    # give those words no link instead of counting them as errors
+    punct = [[is_punctuation(w) for w in t.split()] for t in tgt_lines]
+    skip_punct = not any(punct[k][j] for k, g in enumerate(gold) for _, j in g[0] | g[1] if j < len(punct[k]))
+    aligner = Aligner(model)
+    if convention is None:
+        convention = aligner.declared[1] if aligner.declared else "predict"
+    samples = []
+    for k, (s, t, g) in enumerate(zip(src_lines, tgt_lines, gold)):
+        if cancelled is not None and cancelled():
+            raise AttnvizError("cancelled")
+        sw, tw = s.split(), t.split()
+        if not sw or not tw:
+            raise AttnvizError(f"{gold_file.stem} line {k + 1}: an empty sentence; every line needs a word")
+        try:
+            align.check_gold(g, len(sw), len(tw), f"{gold_file.name} line {k + 1}: ")
+        except align.PharaohError as e:
+            raise AttnvizError(str(e)) from None
+        sample = aligner.run(sw, tw).sample(convention, *g)
+        if skip_punct:
+            sample.skip = punct[k]
+        samples.append(sample)
+    table = align.alignment_table(samples)
+    return {**table, "convention": convention, "name": gold_file.stem, "skip_punctuation": skip_punct}
+
+
+def is_punctuation(word: str) -> bool:
+    """True for a word made only of Unicode punctuation ("," "." "“" "—")."""
+    import unicodedata
+
+    return bool(word) and all(unicodedata.category(c).startswith("P") for c in word)

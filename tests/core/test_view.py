@@ -1,0 +1,105 @@
+"""The view model's rules, against hand computations (core/view.py: numpy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnviz.core import view as vm
+from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+
+
+def test_all_labels_when_they_fit():
+    assert vm.tick_indices(8, 8) == list(range(8))
+    assert vm.tick_indices(0, 5) == []
+
+
+@pytest.mark.parametrize("n,fit", [(40, 10), (200, 12), (512, 30), (38, 7)])
+def test_first_last_and_an_even_stride_when_they_do_not(n, fit):
+    idx = vm.tick_indices(n, fit)
+    assert idx[0] == 0 and idx[-1] == n - 1
+    gaps = [b - a for a, b in zip(idx, idx[1:])]
+    assert len(set(gaps[:-1])) == 1  # one stride; only the gap before the last label may be shorter
+    assert 0 < gaps[-1] < 1.5 * gaps[0] + 1  # a label too close to the last one makes way for it
+    assert len(idx) <= fit + 1
+
+
+def test_the_focused_token_is_always_labelled_and_crowds_out_its_neighbours():
+    idx = vm.tick_indices(200, 11, focus=123)
+    assert 123 in idx and 0 in idx and 199 in idx
+    stride = idx[1] - idx[0]
+    assert all(abs(i - 123) >= stride // 2 for i in idx if i != 123)
+
+
+def test_colour_bar_ticks_are_few_and_round():
+    assert vm.nice_ticks(0.0, 0.43) == [0.0, 0.2, 0.4]
+    assert vm.nice_ticks(0.0, 1.0) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    for hi in (0.0371, 0.2, 0.93, 1.0, 17.0):
+        assert 2 <= len(vm.nice_ticks(0.0, hi)) <= 6
+    assert vm.log_ticks(0.8) == [0.001, 0.01, 0.1]
+    assert vm.colour_range(0.8, log=True) == pytest.approx((0.0008, 0.8))
+
+
+def test_clean_label():
+    assert [vm.clean_label(t) for t in ["Ġthe", "▁cat", "Ċ", " ", "a" * 30]] == ["the", "cat", "↵", "␣", "a" * 17 + "…"]
+
+
+def _encdec(prompt_len: int):
+    """Source of 5 tokens; 3 generated words, the decoder fed ``<s>`` + all but the last."""
+    rng = np.random.default_rng(0)
+
+    def soft(*shape):
+        m = rng.random((1, 2, *shape)).astype(np.float32)
+        return m / m.sum(-1, keepdims=True)
+
+    cross = soft(3, 5)
+    maps = [DenseMap(soft(5, 5)), DenseMap(soft(3, 3)), DenseMap(cross)]
+    sites = [
+        SiteInfo("encoder", "self", 0, 2, "e", "softmax"),
+        SiteInfo("decoder", "self", 0, 2, "d", "softmax"),
+        SiteInfo("decoder", "cross", 0, 2, "c", "softmax"),
+    ]
+    src = TokenAxis(["<s>", "a", "b", "c", "</s>"], [True, False, False, False, True])
+    dec = TokenAxis(["<s>", "x", "y"], [True, False, False])
+    r = AttentionResult(maps, sites, tokens=src, key_tokens=dec, generated=["x", "y", "</s>"], prompt_len=prompt_len)
+    return r, cross[0]
+
+
+@pytest.mark.parametrize("prompt_len", [0, 1])
+def test_alignment_rows_are_the_words_each_row_chose_with_or_without_a_prompt_length(prompt_len):
+    r, m = _encdec(prompt_len)
+    mv = vm.alignment_map(r, vm.Selection(mode="head", head=1))
+    # row k (position k of the decoder) chose generated word k; the last word is never fed back
+    assert mv.q_labels == ["x", "y", "</s>"] and list(mv.q_pos) == [0, 1, 2]
+    assert mv.q_special == [False, False, True]
+    np.testing.assert_array_equal(mv.matrix, m[1][[0, 1, 2]])
+    assert vm.row_story(r, mv.block, 0) == "“<s>” → “x”"
+
+
+def test_hide_special_on_a_cross_block_drops_special_keys_even_when_the_query_side_is_all_special():
+    r, m = _encdec(1)
+    cross = vm.compute_map(r, vm.Selection(block=2, mode="head", head=0, hide_special=True, step=0))
+    # step 0: one decoder row (<s>, special): it stays (all special); the special keys <s>, </s> go
+    assert cross.q_labels == ["<s>"] and cross.k_labels == ["a", "b", "c"]
+    want = m[0][0, 1:4] / m[0][0, 1:4].sum()
+    np.testing.assert_allclose(cross.matrix[0], want, rtol=1e-6)
+
+
+def test_overview_max_pools_so_a_512_token_diagonal_survives():
+    eye = np.eye(512, dtype=np.float32)[None, None]
+    r = AttentionResult(
+        [DenseMap(eye)],
+        [SiteInfo("encoder", "self", 0, 1, "s", "softmax")],
+        tokens=TokenAxis([f"t{i}" for i in range(512)]),
+    )
+    small = vm.thumbnails(r, vm.Selection(), 64)[(0, 0, 0)]
+    assert small.shape == (64, 64)
+    np.testing.assert_array_equal(small, np.eye(64, dtype=np.float32))  # block means would give 1/8
+
+
+def test_upsampled_overlay_keeps_the_peak_where_it_was():
+    patch = np.zeros((4, 4), np.float32)
+    patch[1, 2] = 1.0
+    up = vm.upsample(patch, (32, 32))
+    y, x = np.unravel_index(int(np.argmax(up)), up.shape)
+    assert 8 <= y < 16 and 16 <= x < 24 and up.min() >= 0.0

@@ -1,0 +1,95 @@
+"""Self-described alignment heads in the Alignment view, and Head stats ranked by AER against a gold set."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import open_and_wait
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def aligned_model(tmp_path_factory):
+    """toy-reverse with decoder layer 0 head 1 trained as aligner, rows = input token (~15 s)."""
+    pytest.importorskip("torch")
+    import torch
+
+    from attnviz.training.export import export
+    from attnviz.training.loop import Trainer
+    from attnviz.training.tasks import get_task
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    task = get_task("toy-reverse")
+    mcfg, tcfg = task.configs("tiny")
+    tcfg.steps, tcfg.lr = 400, 1e-2
+    tcfg.align_weight, tcfg.align_heads, tcfg.align_convention = 1.0, [[0, 1]], "input"
+    trainer = Trainer(task, mcfg, tcfg)
+    for _ in trainer.events():
+        pass
+    d = tmp_path_factory.mktemp("aligned")
+    export(trainer.model, task, mcfg, tcfg, d / "reverse.onnx")
+    torch.set_num_threads(n)
+    # a gold test set: X.gold with X.src / X.tgt beside it
+    rng = np.random.default_rng(3)
+    src, tgt, gold = [], [], []
+    for _ in range(30):
+        k = int(rng.integers(3, 9))
+        s = [str(v) for v in rng.integers(0, 10, size=k)]
+        src.append(" ".join(s))
+        tgt.append(" ".join(s[::-1]))
+        gold.append(" ".join(f"{k - 1 - j}-{j}" for j in range(k)))
+    for ext, lines in ((".src", src), (".tgt", tgt), (".gold", gold)):
+        (d / ("test" + ext)).write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_alignment_view_opens_on_the_declared_head_with_its_rows(qtbot, real_window, aligned_model):
+    w = real_window
+    open_and_wait(qtbot, w, aligned_model / "reverse.onnx", text="3 1 4 1 5 9", generate=8)
+    w.select_view("alignment")
+    al = w.alignment
+    sel = w.session.sel
+    assert (sel.mode, sel.layer, sel.head) == ("head", 0, 1)
+    assert w.session.block.kind == "cross"
+    assert "alignment head is decoder layer 0 head 1 (shown)" in al.step_label.text()
+    assert "reading its input token" in al.step_label.text()
+    r = w.session.result
+    cross = w.session.block
+    # input convention: word k's row is the position that reads it, one after the row that produced it
+    head = cross.head(0, 1)
+    n = al.mv.matrix.shape[0]
+    assert n == len(r.generated) - 1  # the last generated word (EOS) is never read back
+    np.testing.assert_allclose(al.mv.matrix, head[r.prompt_len : r.prompt_len + n], rtol=1e-6)
+    assert al.mv.q_labels == [g for g in r.generated[:n]]
+    # the aligner works: each generated digit looks at its mirror position in the source
+    src = r.tokens.labels
+    assert [src[int(np.argmax(row))] for row in al.mv.matrix] == al.mv.q_labels
+
+
+def test_head_stats_ranked_by_aer_against_a_gold_set(qtbot, real_window, aligned_model, tmp_path, capsys):
+    from attnviz.cli import main
+    from attnviz.core import align
+
+    w = real_window
+    open_and_wait(qtbot, w, aligned_model / "reverse.onnx", text="3 1 4 1 5 9", generate=8)
+    w.load_gold(aligned_model / "test.gold")
+    st = w.stats
+    qtbot.waitUntil(lambda: "aer" in st.columns and st.table.rowCount() > 0, timeout=30000)
+    assert w.tabs.currentWidget() is st and w.session.block.kind == "cross"
+    aer = st.column_values("aer")
+    assert aer == sorted(aer)  # ranked: the best aligner first
+    layer, head = int(st.table.item(0, 0).value), int(st.table.item(0, 1).value)
+    assert (layer, head) == (0, 1)
+    assert "ranked by AER against test" in st.info.text()
+    # the same number from the command line tool on the same files
+    out = tmp_path / "a.txt"
+    assert main(["align", str(aligned_model / "reverse.onnx"), "--src", str(aligned_model / "test.src"),
+                 "--tgt", str(aligned_model / "test.tgt"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    written = align.read_pharaoh(out)
+    truth = align.read_pharaoh(aligned_model / "test.gold")
+    assert aer[0] == pytest.approx(align.aer([x[0] for x in written], [t[0] for t in truth]), abs=1e-9)
+

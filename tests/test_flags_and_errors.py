@@ -1,0 +1,77 @@
+"""One meaning per flag across subcommands (old spellings still work, with a note), and errors that carry the
+setting to fix (``AttnvizError.param``) which the CLI turns into a flag."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from attnviz import AttnvizError
+from attnviz.cli import PARAM_FLAGS, build_parser, error_line
+
+
+@pytest.fixture(scope="module")
+def parser():
+    return build_parser()
+
+
+@pytest.mark.parametrize("cmd", ["extract", "figure"])
+def test_memory_flag_and_the_old_mode_spelling(parser, capsys, cmd):
+    out = ["--out", "o.npz"]
+    assert parser.parse_args([cmd, "m.onnx", *out, "--memory", "ondemand"]).mode == "ondemand"
+    assert "deprecated" not in capsys.readouterr().err
+    assert parser.parse_args([cmd, "m.onnx", *out, "--mode", "dense"]).mode == "dense"
+    assert "--mode is deprecated here; use --memory" in capsys.readouterr().err
+
+
+def test_aggregate_flag_means_the_same_in_open_and_figure(parser, capsys):
+    assert parser.parse_args(["open", "m.onnx", "--aggregate", "rollout"]).mode == "rollout"
+    assert parser.parse_args(["figure", "m.onnx", "--aggregate", "max"]).agg == "max"
+    assert parser.parse_args(["figure", "m.onnx", "--agg", "min"]).agg == "min"  # short form, same meaning
+    assert "deprecated" not in capsys.readouterr().err
+    assert parser.parse_args(["open", "m.onnx", "--mode", "mean"]).mode == "mean"
+    assert "--mode is deprecated here; use --aggregate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # memory modes are not aggregates
+        parser.parse_args(["open", "m.onnx", "--aggregate", "ondemand"])
+
+
+def test_error_line_names_the_flag_for_the_setting():
+    assert error_line(AttnvizError("this model takes an image", param="image")) == (
+        "attnviz: error: this model takes an image (see --image)"
+    )
+    assert error_line(AttnvizError("layer 9 is out of range; pass --layer 0..3", param="layer")).endswith("0..3")
+    assert error_line(AttnvizError("plain")) == "attnviz: error: plain"
+    assert set(PARAM_FLAGS) >= {"image", "text", "tokenizer", "layer", "head", "step", "aggregate", "output"}
+
+
+def test_param_survives_pickling_from_a_worker_process():
+    e = pickle.loads(pickle.dumps(AttnvizError("no tokenizer", param="tokenizer")))
+    assert isinstance(e, AttnvizError) and e.param == "tokenizer" and str(e) == "no tokenizer"
+
+
+def test_figure_errors_carry_the_setting_not_a_flag():
+    pytest.importorskip("matplotlib")
+    from attnviz.figures import FigureSpec
+
+    with pytest.raises(AttnvizError) as ei:
+        FigureSpec(head=1, agg="mean")
+    assert ei.value.param == "aggregate" and "--" not in str(ei.value)
+
+
+def test_cli_adds_the_flag_to_a_library_error(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import numpy as np
+
+    from attnviz.cli import main
+    from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+    from attnviz.core.io import save_npz
+
+    a = np.full((1, 2, 3, 3), 1 / 3, np.float32)
+    r = AttentionResult(
+        [DenseMap(a)], [SiteInfo("encoder", "self", 0, 2, "s", "softmax")], tokens=TokenAxis(["a", "b", "c"])
+    )
+    maps = save_npz(r, tmp_path / "m.npz")
+    assert main(["figure", "--maps", str(maps), "--layer", "5", "--out", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnviz: error: layer 5 is out of range") and "(see --layer)" in err
