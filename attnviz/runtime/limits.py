@@ -47,8 +47,8 @@ def _from_metadata(meta: dict) -> PositionLimit | None:
             return PositionLimit(int(v), "metadata")
     except (TypeError, ValueError):
         pass
-    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    cfg: dict = meta["config"] if isinstance(meta.get("config"), dict) else {}
+    model: dict = cfg["model"] if isinstance(cfg.get("model"), dict) else {}
     if isinstance(model.get("max_len"), int) and model.get("input_kind", "tokens") == "tokens":
         return PositionLimit(int(model["max_len"]), "training config max_len")
     return None
@@ -85,8 +85,8 @@ def _from_graph(proto) -> PositionLimit | None:
         rows = int(dims[0])
         p = producer.get(n.input[1])
         if p is not None and p.op_type == "Add":
-            offs = [_scalar(x, inits, consts) for x in p.input]
-            offs = [o for o in offs if o is not None and 0 < o < rows]
+            found = [_scalar(x, inits, consts) for x in p.input]
+            offs = [o for o in found if o is not None and 0 < o < rows]
             if offs:
                 rows -= offs[0]
         if best is None or rows < best.tokens:
@@ -110,8 +110,8 @@ def _from_tokenizer_config(model_path: Path) -> PositionLimit | None:
 
 def position_limit(model) -> PositionLimit | None:
     """Metadata, then the graph's position table, then tokenizer_config.json; None when nothing says."""
-    cached = getattr(model, "_position_limit", False)
-    if cached is not False:
+    if hasattr(model, "_position_limit"):
+        cached: PositionLimit | None = model._position_limit
         return cached
     meta = getattr(model, "meta", None) or {}
     proto = getattr(model, "proto", None)

@@ -113,14 +113,14 @@ def _load(model_dir: Path):
 
     try:
         config = transformers.AutoConfig.from_pretrained(str(model_dir))
-    except Exception as e:  # noqa: BLE001 -- any reason transformers gives becomes one line
+    except Exception as e:
         raise AttnvizError(f"{model_dir}: transformers cannot read its config.json ({str(e).splitlines()[0][:160]})") from None
     archs = list(getattr(config, "architectures", None) or [])
     cls = getattr(transformers, archs[0], None) if archs else None
     cls = cls or transformers.AutoModel
     try:
         model, info = cls.from_pretrained(str(model_dir), attn_implementation="eager", output_loading_info=True)
-    except Exception as e:  # noqa: BLE001 -- any reason transformers gives becomes one line
+    except Exception as e:
         raise AttnvizError(f"{model_dir}: cannot load the weights with {cls.__name__} ({str(e).splitlines()[0][:160]})") from None
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("eager")  # composite models (VisionEncoderDecoder) set their parts too
@@ -153,7 +153,7 @@ def _tokenizer(model_dir: Path):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as e:  # noqa: BLE001 -- any reason transformers gives becomes one line
+    except Exception as e:
         raise AttnvizError(f"{model_dir}: no usable tokenizer ({str(e).splitlines()[0][:160]}); copy tokenizer.json "
                            "(and tokenizer_config.json) from the model's repository into the folder") from None
     if not getattr(tok, "is_fast", False):
@@ -210,11 +210,12 @@ def image_settings(model_dir: Path, config) -> dict:
 
 # --------------------------------------------------------------------------- example inputs and references
 def example_inputs(fam: Family, model, tok, special: dict, image: dict | None, text: str) -> dict:
+    """Keyword inputs for one check: ``text`` tokenised, a seeded random image, a short decoder prompt."""
     import torch
 
     params = _forward_params(model)
     kw = {}
-    if fam.image:
+    if fam.image and image is not None:
         g = torch.Generator().manual_seed(len(text))
         h, w = image["size"]
         kw["pixel_values"] = torch.randn(1, image["channels"], h, w, generator=g)
@@ -222,7 +223,7 @@ def example_inputs(fam: Family, model, tok, special: dict, image: dict | None, t
         enc = tok(text, return_tensors="pt")
         kw["input_ids"] = enc["input_ids"]
         kw["attention_mask"] = torch.ones_like(enc["input_ids"])
-        if "token_type_ids" in fam.inputs and "token_type_ids" in params and getattr(model.config, "type_vocab_size", 0):
+        if "token_type_ids" in fam.inputs and "token_type_ids" in params and getattr(model.config, "type_vocab_size", None):
             kw["token_type_ids"] = torch.zeros_like(enc["input_ids"])
     if "decoder_input_ids" in fam.inputs:
         start = special.get("decoder_start", special.get("bos", 0))
@@ -252,8 +253,8 @@ def reference_maps(model, kw: dict) -> tuple[list[np.ndarray], list[tuple[str, s
                 maps.append(cross[i].numpy())
                 labels.append(("decoder", "cross", i))
     else:
-        atts = o.attentions or ()
-        causal = bool(atts) and all(np.allclose(np.triu(a.numpy()[0, 0], 1), 0.0) for a in atts) and atts[0].shape[-1] > 1
+        atts = list(o.attentions or [])
+        causal = len(atts) > 0 and all(np.allclose(np.triu(a.numpy()[0, 0], 1), 0.0) for a in atts) and atts[0].shape[-1] > 1
         stack = "decoder" if causal else "encoder"
         for i, a in enumerate(atts):
             maps.append(a.numpy())
@@ -387,7 +388,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, te
         task = "sequence-classification"
     elif arch.endswith("ForImageClassification"):
         task = "image-classification"
-    meta = {
+    meta: dict = {
         "task": task,
         "inputs": {n: fam.roles[n] for n in inputs[0]},
         "special": special,

@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import hf_models
+import hf_models  # noqa: E402
 
-from attnviz import AttnvizError
-from attnviz.cli import main
-from attnviz.runtime import open_model
-from attnviz.runtime.limits import InputTooLong, position_limit
+from attnviz import AttnvizError  # noqa: E402
+from attnviz.cli import main  # noqa: E402
+from attnviz.runtime import open_model  # noqa: E402
+from attnviz.runtime.limits import InputTooLong, position_limit  # noqa: E402
 
 
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "bart"])

@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import hf_models
+import hf_models  # noqa: E402
 
-from attnviz.cli import main
-from attnviz.runtime import open_model
+from attnviz.cli import main  # noqa: E402
+from attnviz.runtime import open_model  # noqa: E402
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 ARCHS = {  # arch -> (task written, model kind attnviz reports)

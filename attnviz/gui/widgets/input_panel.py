@@ -95,7 +95,7 @@ class InputPanel(QWidget):
 
     def image_options(self) -> dict:
         """image_mean / image_std / image_size for the runtime, only for what the user chose."""
-        out = {}
+        out: dict = {}
         if not self.preprocess.isEnabled():
             return out
         name = self.preprocess.currentData()
