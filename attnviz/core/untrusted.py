@@ -103,7 +103,7 @@ def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | N
         head = f.read(16)
         fmt = sniff_raster(head)
         if fmt is None:
-            raise AttnvizError(f"{what} {p}: not a PNG, JPEG, BMP, TIFF, WebP or GIF image; convert it to PNG")
+            raise AttnvizError(f"{what} {p}: cannot open it as an image: not a PNG, JPEG, BMP, TIFF, WebP or GIF file; convert it to PNG")
         f.seek(0)
         try:
             with warnings.catch_warnings():
