@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.untrusted import open_regular
+from attnviz.core.writes import atomic_path
 
 
 def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
-    """Write atomically (temp file + rename) so a failed write never leaves a half file."""
+    """Write atomically (:func:`attnviz.core.writes.atomic_path`) so a failed write never leaves a half file."""
     path = Path(path)
     arrays: dict[str, np.ndarray] = {}
     for i, m in enumerate(result.maps):
@@ -39,55 +40,55 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         arrays["generated"] = np.array(result.generated, dtype=str)
     arrays["prompt_len"] = np.array(result.prompt_len, dtype=np.int64)
     arrays["info"] = np.array(json.dumps(result.info, default=str))
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=".npz", dir=parent)
-    except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with atomic_path(path, "--out") as tmp:
+        with open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the permissions a plain open() would
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable --out") from None
     return path
 
 
 def load_npz(path: str | os.PathLike) -> AttentionResult:
+    """Read an ``attnviz extract`` file; anything malformed is one :class:`AttnvizError` line, never a traceback."""
     path = Path(path)
-    try:
-        z = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such file") from None
-    except Exception as e:  # zipfile / format errors
-        raise AttnvizError(f"{path}: not an attnviz .npz file ({type(e).__name__}); extract one with 'attnviz extract'") from None
-    with z:
-        if "sites" not in z.files:
-            raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
-        sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
-        maps = [DenseMap(z[f"attn_{i:03d}"]) for i in range(len(sites))]
+    with open_regular(path, "maps") as f:
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                return _parse(z, path)
+        except AttnvizError:
+            raise
+        except Exception as e:  # zipfile / format / JSON / shape errors in a file from elsewhere
+            text = str(e).strip().splitlines()[0][:100] if str(e).strip() else ""
+            raise AttnvizError(f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
+                               "extract one with 'attnviz extract'") from None
 
-        def axis(name):
-            if name not in z.files:
-                return None
-            sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
-            return TokenAxis(z[name].tolist(), sp)
 
-        grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
-        return AttentionResult(
-            maps=maps,
-            sites=sites,
-            tokens=axis("tokens"),
-            key_tokens=axis("key_tokens"),
-            patch_grid=grid,
-            image=z["image"] if "image" in z.files else None,
-            generated=z["generated"].tolist() if "generated" in z.files else [],
-            prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
-            info=json.loads(str(z["info"])) if "info" in z.files else {},
-        )
+def _parse(z, path: Path) -> AttentionResult:
+    if "sites" not in z.files:
+        raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
+    sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
+    maps = []
+    for i in range(len(sites)):
+        a = z[f"attn_{i:03d}"]
+        if a.ndim != 4 or a.dtype.kind != "f":
+            raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+        if not np.all(np.isfinite(a)):
+            raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
+        maps.append(DenseMap(a))
+
+    def axis(name):
+        if name not in z.files:
+            return None
+        sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
+        return TokenAxis(z[name].tolist(), sp)
+
+    grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
+    return AttentionResult(
+        maps=maps,
+        sites=sites,
+        tokens=axis("tokens"),
+        key_tokens=axis("key_tokens"),
+        patch_grid=grid,
+        image=z["image"] if "image" in z.files else None,
+        generated=z["generated"].tolist() if "generated" in z.files else [],
+        prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
+        info=json.loads(str(z["info"])) if "info" in z.files else {},
+    )

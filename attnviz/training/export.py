@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
-from attnviz.training.checkpoint import temp_path
+from attnviz.core.writes import atomic_path
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.model import ROLES, input_names
 from attnviz.training.runners import OnnxRunner, TorchRunner
@@ -171,17 +170,12 @@ def export(model, task, mcfg: ModelConfig, tcfg: TrainConfig, path: str | Path, 
     if not path.parent.is_dir():
         raise AttnvizError(f"output folder {path.parent} does not exist")
     feeds = task.example_feeds(mcfg, tcfg)
-    tmp = temp_path(path)
-    try:
+    with atomic_path(path, "--out") as tmp:  # published only when every check passed
         export_graph(model, mcfg, feeds, tmp)
         if evaluate:
             metrics = task.evaluate(OnnxRunner(str(tmp)), task.make_split("test", mcfg, tcfg), mcfg)
         write_metadata(tmp, build_metadata(task, mcfg, tcfg, metrics))
         parity = check_parity(tmp, model, feeds) if check else None
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return {"path": str(path), "metrics": metrics, "parity": parity}
 
 

@@ -17,13 +17,14 @@ def run(args) -> int:
 
     from attnviz import AttnvizError
     from attnviz.core.io import save_npz
+    from attnviz.core.writes import refuse_input_as_output
     from attnviz.runtime.commands.common import analyze_from_args
 
     out = Path(args.out)
     if out.suffix != ".npz":
         raise AttnvizError(f"--out {out}: must end in .npz")
-    if out.resolve() == Path(args.model).resolve():
-        raise AttnvizError("--out would overwrite the model; choose another file")
+    refuse_input_as_output(out, {"the model": args.model, "the --inputs file": args.inputs, "the --image file": args.image,
+                                 "the --tokenizer file": args.tokenizer}, "--out")
     model, result = analyze_from_args(args)
     save_npz(result, out)
     mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20
