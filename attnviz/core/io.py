@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +22,15 @@ from attnviz.core.writes import atomic_path
 
 
 def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
-    """Write atomically (:func:`attnviz.core.writes.atomic_path`) so a failed write never leaves a half file."""
+    """Write atomically (:func:`attnviz.core.writes.atomic_path`) so a failed write never leaves a half file.
+
+    Maps are produced and written one at a time (the ``np.savez`` layout, streamed): on-demand results never
+    hold more than one site's dense maps in memory.
+    """
     path = Path(path)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, object] = {}
     for i, m in enumerate(result.maps):
-        arrays[f"attn_{i:03d}"] = np.asarray(m.array(), dtype=np.float32)
+        arrays[f"attn_{i:03d}"] = m.array  # called when its turn to be written comes
     arrays["sites"] = np.array(result.sites_json())
     for name, ax in (("tokens", result.tokens), ("key_tokens", result.key_tokens)):
         if ax is not None:
@@ -41,8 +46,14 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     arrays["prompt_len"] = np.array(result.prompt_len, dtype=np.int64)
     arrays["info"] = np.array(json.dumps(result.info, default=str))
     with atomic_path(path, "--out") as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                a = np.asarray(value() if callable(value) else value)
+                if name.startswith("attn_"):
+                    a = a.astype(np.float32, copy=False)
+                with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, a, allow_pickle=False)
+                del a
     return path
 
 

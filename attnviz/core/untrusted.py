@@ -14,10 +14,10 @@ import warnings
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core import limits
 
 # Pillow format names we decode; everything else (EPS, PDF, PSD, ...) is refused before a plugin sees the bytes
 RASTER_FORMATS = ("PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF")
-MAX_PIXELS = 40_000_000  # ~ a 7000×5700 photo; ATTNVIZ_MAX_PIXELS (or --max-pixels) raises it
 MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
     (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
@@ -83,11 +83,8 @@ def sniff_raster(head: bytes) -> str | None:
 
 
 def max_pixels() -> int:
-    v = os.environ.get("ATTNVIZ_MAX_PIXELS")
-    try:
-        return int(v) if v else MAX_PIXELS
-    except ValueError:
-        raise AttnvizError(f"ATTNVIZ_MAX_PIXELS={v!r}: give a whole number of pixels") from None
+    """The image pixel cap (``ATTNVIZ_MAX_PIXELS`` raises it)."""
+    return limits.limit("pixels")
 
 
 def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | None = None):
@@ -111,8 +108,7 @@ def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | N
                 im = Image.open(f, formats=[fmt])  # only the plugin the magic bytes name: no EPS, no PDF
                 w, h = im.size
                 if w * h > cap:
-                    raise AttnvizError(f"{what} {p}: {w}×{h} = {w * h:,} pixels is over the limit of {cap:,}; "
-                                       "shrink the image or raise the limit with ATTNVIZ_MAX_PIXELS")
+                    limits.check("pixels", w * h, f"{what} {p} ({w}×{h})")
                 im.seek(0)  # animated GIF / WebP, multi-page TIFF: the first frame
                 im.load()
         except AttnvizError:

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import AttentionResult
+from attnviz.core import limits
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
 from attnviz.figures.views import VIEW_DRAWERS
@@ -134,6 +135,9 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
     if not parent.is_dir():
         raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+    if fmt == "png":  # a raster's memory grows with (inches × dpi)²: estimate before drawing
+        w, h = fig.get_size_inches() * float(dpi or fig.dpi)
+        limits.check("figure_pixels", w * h, f"the figure {path.name} ({w:.0f}×{h:.0f} px)")
     data = figure_bytes(fig, fmt, dpi)
     return atomic_write_bytes(path, data, "--out")
 

@@ -116,6 +116,7 @@ class HFTokenizer(TextEncoder):
             raise
         except BaseException as e:  # noqa: BLE001 -- a hostile tokenizer.json can make the Rust code panic
             raise AttnvizError(f"tokenizer {self.source} failed on this text ({_first_line(e)}); use another tokenizer.json") from None
+        _check_tokens(len(enc.ids))
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
         return Encoded(list(enc.ids), [clean_token(t) for t in enc.tokens], [bool(x) for x in sm], list(enc.type_ids))
 
@@ -160,6 +161,7 @@ class VocabTokenizer(TextEncoder):
                                        f"(e.g. {near}, ...); use only known tokens")
                 i = self.unk_id
             ids.append(i)
+        _check_tokens(len(ids))
         if add_special and self.encoder_side:
             if "cls" in self.special:
                 ids = [self.special["cls"]] + ids
@@ -177,6 +179,12 @@ class VocabTokenizer(TextEncoder):
     @property
     def size(self):
         return len(self.vocab)
+
+
+def _check_tokens(n: int) -> None:
+    from attnviz.core import limits
+
+    limits.check("tokens", n, "the text")
 
 
 def _first_line(e: BaseException) -> str:

@@ -264,6 +264,10 @@ class AttentionModel:
                 feeds[i.name] = np.zeros(shape, dt)
             else:
                 feeds[i.name] = np.full(shape, 1, dt)
+        from attnviz.core import limits
+
+        if sum(int(np.prod(a.shape)) for a in feeds.values()) > limits.limit("probe_elements"):
+            return False  # the declared input size is huge (a 5 kB file declared 6 GB of inputs): do not run it
         try:
             r = self.run(feeds, mode="dense")
         except Exception:
@@ -473,8 +477,12 @@ class AttentionModel:
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled` (onnxruntime itself cannot be interrupted mid-run).
         """
+        from attnviz.core import limits
         from attnviz.runtime.adapters import analyze
 
+        if generate < 0:
+            raise AttnvizError(f"--generate {generate}: give a number of steps ≥ 0")
+        limits.check("generate", generate, "--generate")
         return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
                        image_size=image_size, image_mean=image_mean, image_std=image_std,
                        progress=progress, cancelled=cancelled)

@@ -16,6 +16,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
+    from attnviz.core import limits
     from attnviz.core.io import save_npz
     from attnviz.core.writes import refuse_input_as_output
     from attnviz.runtime.commands.common import analyze_from_args
@@ -26,8 +27,9 @@ def run(args) -> int:
     refuse_input_as_output(out, {"the model": args.model, "the --inputs file": args.inputs, "the --image file": args.image,
                                  "the --tokenizer file": args.tokenizer}, "--out")
     model, result = analyze_from_args(args)
-    save_npz(result, out)
     mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20
+    limits.check("output_mb", mb, f"the maps for {out.name}")  # before on-demand maps are materialised
+    save_npz(result, out)
     dev = result.info.get("provider", "?")
     note = result.info.get("provider_note")
     print(f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {model.path.name} on {dev}"
