@@ -318,6 +318,8 @@ class AttentionModel:
             if i.name not in feeds:
                 raise AttnvizError(f"missing input {i.name!r} ({i.describe()}); add it to the feeds")
             a = np.asarray(feeds[i.name])
+            if a.dtype.kind not in "biuf":
+                raise AttnvizError(f"input {i.name!r} is a {a.dtype} array; feeds must be numeric ({i.describe()})")
             if a.ndim != i.rank:
                 raise AttnvizError(f"input {i.name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
             for ax, (want, got) in enumerate(zip(i.shape, a.shape)):
@@ -330,6 +332,10 @@ class AttentionModel:
                         raise AttnvizError(f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
                 if want.kind == "f" and a.dtype.kind not in "fiub":
                     raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
+                if want.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
+                    lo, hi = np.iinfo(want).min, np.iinfo(want).max
+                    if int(a.min()) < lo or int(a.max()) > hi:
+                        raise AttnvizError(f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds")
                 a = a.astype(want)
             out[i.name] = a
         self._check_ids(out)
@@ -338,6 +344,8 @@ class AttentionModel:
     def _check_ids(self, feeds):
         """Token ids beyond the embedding table crash inside onnxruntime: say so plainly instead."""
         for name, a in feeds.items():
+            if a.dtype.kind == "f" and np.isnan(a).any():  # ±inf is a legal additive mask; NaN never is
+                raise AttnvizError(f"input {name!r} contains NaN values; every map would be NaN — fix the inputs")
             if a.dtype.kind not in "iu" or a.size == 0:
                 continue
             for ci, j in self.graph.consumers.get(name, []):
