@@ -116,3 +116,24 @@ def test_stuck_jobs_never_block_the_next_one(qtbot):
     assert pool.wait(10000)
     qtbot.waitUntil(lambda: not pool.live(), timeout=5000)
     assert pool.pool.maxThreadCount() == 2  # back to its size once the stuck jobs ended
+
+
+def test_open_screenshot_always_exits(tmp_path):
+    """Finding 4: with a job stuck in Python code, `open --screenshot` used to never exit."""
+    import subprocess
+    import sys
+
+    model = tiny_text_model(tmp_path / "model.onnx")
+    code = (
+        "import sys, threading\n"
+        "import attnviz.gui.screenshot as s, attnviz.gui.main_window as mw\n"
+        "s.TIMEOUT_MS = 1500\n"
+        "mw._default_opener = lambda *a, **k: threading.Event().wait()  # stuck forever, deaf to cancel\n"
+        "from attnviz.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "open", str(model), "--screenshot", str(tmp_path / "s.png")],
+                       capture_output=True, text=True, timeout=90, cwd=Path(__file__).resolve().parents[1],
+                       env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("attnviz: error: no result within"), r.stderr
