@@ -174,8 +174,11 @@ def error_text(e: BaseException) -> str:
     from attnviz import AttnvizError
 
     if isinstance(e, AttnvizError):
-        return str(e)
+        return " ".join(str(e).split())  # one line in the window too
     if isinstance(e, Cancelled) or str(e) == "cancelled":
         return "cancelled"
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    if isinstance(e, MemoryError):
+        return "out of memory; use a shorter input"
+    # not a message attnviz wrote for the user: a bug; say so, and where the details are
+    return f"internal error ({type(e).__name__}{': ' + msg if msg else ''}); set ATTNVIZ_DEBUG=1 to print the traceback"
