@@ -167,3 +167,16 @@ def test_gui_window_survives_the_crash(qtbot, tmp_path):
     assert w.workers.wait(10000)
     if w.error_box is not None:
         w.error_box.close()
+
+
+def test_scripts_without_a_main_guard_can_run_models(tmp_path):
+    """The child is a fresh `python -m attnviz.runtime.worker`, so it never re-runs the user's __main__
+    (multiprocessing's spawn would: code piped on stdin, or a script without `if __name__ == "__main__"`)."""
+    tiny = tiny_text_model(tmp_path / "tiny.onnx")
+    code = ("import numpy as np\nfrom attnviz.runtime import open_model\n"
+            f"r = open_model({str(tiny)!r}, provider='cpu').run({{'input_ids': np.array([[1, 3, 2]])}})\n"
+            "print('maps', len(r.maps))\n")
+    r = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "maps 2"

@@ -21,10 +21,14 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +85,7 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
     from attnviz.runtime.session import make_session as local_session
 
     sessions = {}
+    keep = {}
     counter = itertools.count()
     while True:
         try:
@@ -90,6 +95,12 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
         try:
             if op == "create":
                 sid, model, kwargs = args
+                if kwargs.get("initializers"):  # weights handed over as arrays: OrtValues that share their memory
+                    import onnxruntime as ort
+
+                    names, arrays = kwargs["initializers"]
+                    kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
+                    keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
                 sess, note = local_session(model, **kwargs)
                 sessions[sid] = sess
                 desc = [[NodeArg(a.name, a.type, tuple(a.shape)) for a in getattr(sess, f"get_{k}")()] for k in ("inputs", "outputs")]
@@ -99,7 +110,9 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
                 values = _run_local(sessions[sid], names, feeds, bound)
                 reply = [_pack(v, outdir, counter) for v in values]
             elif op == "close":
-                sessions.pop(args[0], None)
+                for sid in args[0]:
+                    sessions.pop(sid, None)
+                    keep.pop(sid, None)
                 reply = None
             else:
                 raise ValueError(f"unknown op {op!r}")
@@ -145,18 +158,28 @@ class _Host:
     """One child process; requests are serialised by a lock (onnxruntime parallelises inside a run)."""
 
     def __init__(self):
-        ctx = mp.get_context("spawn")  # a fork would copy Qt / torch state into the child
         self.outdir = tempfile.mkdtemp(prefix="attnviz-host-", dir=_shm_dir())
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, self.outdir), daemon=True, name="attnviz-onnxruntime")
-        self.proc.start()
-        child.close()
+        if os.name == "posix":
+            # a fresh interpreter running this module: unlike multiprocessing's spawn it never re-imports the
+            # user's __main__ (a script without a main guard, stdin, a notebook), and a fork would copy Qt/torch
+            mine, theirs = socket.socketpair()
+            root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+            self.proc = _Popen([sys.executable, "-m", "attnviz.runtime.worker", str(theirs.fileno()), self.outdir],
+                               pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+            theirs.close()
+            self.conn = Connection(mine.detach())
+        else:  # pragma: no cover - Windows has no pass_fds
+            ctx = mp.get_context("spawn")
+            self.conn, child = ctx.Pipe()
+            self.proc = _MpProcess(ctx.Process(target=_serve, args=(child, self.outdir), daemon=True))
+            child.close()
         self.lock = threading.Lock()
         self.generation = next(_generations)
 
     @property
     def alive(self) -> bool:
-        return self.proc.is_alive()
+        return self.proc.poll() is None
 
     def call(self, op: str, *args, what: str = "running the model"):
         while not self.lock.acquire(timeout=POLL_S):
@@ -165,6 +188,7 @@ class _Host:
         try:
             if not self.alive:
                 raise _Dead()
+            self._close_dropped()
             try:
                 self.conn.send((op, args))
             except (OSError, ValueError) as e:
@@ -178,7 +202,7 @@ class _Host:
             try:
                 status, reply = self.conn.recv()
             except (EOFError, OSError):
-                self.proc.join(1)
+                self.proc.wait(1)
                 raise ModelCrashed(f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run") from None
         finally:
             self.lock.release()
@@ -188,9 +212,25 @@ class _Host:
             raise AttnvizError(reply)
         raise RemoteRunError(reply)
 
+    def _close_dropped(self) -> None:
+        """Free the child's sessions whose proxies were garbage-collected (their __del__ only queues the id:
+        it may run on a thread that holds this lock)."""
+        sids = []
+        while _dropped:
+            try:
+                sids.append(_dropped.pop())
+            except IndexError:
+                break
+        if sids:
+            try:
+                self.conn.send(("close", (sids,)))
+                self.conn.recv()
+            except (OSError, EOFError, ValueError):
+                raise _Dead() from None
+
     def _death(self) -> str:
-        self.proc.join(2)
-        code = self.proc.exitcode
+        self.proc.wait(2)
+        code = self.proc.returncode
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -200,11 +240,40 @@ class _Host:
         return f"the process exited with code {code}"
 
     def kill(self) -> None:
-        if self.proc.is_alive():
+        if self.alive:
             self.proc.kill()
-        self.proc.join(5)
+        self.proc.wait(5)
         self.conn.close()
         shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+class _Popen(subprocess.Popen):
+    def wait(self, timeout=None):
+        try:
+            return super().wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _MpProcess:  # pragma: no cover - the Popen interface over a multiprocessing.Process (Windows)
+    def __init__(self, p):
+        self.p = p
+        p.start()
+        self.pid = p.pid
+
+    def poll(self):
+        return self.p.exitcode
+
+    def wait(self, timeout=None):
+        self.p.join(timeout)
+        return self.p.exitcode
+
+    def kill(self):
+        self.p.kill()
+
+    @property
+    def returncode(self):
+        return self.p.exitcode
 
 
 class _Dead(Exception):
@@ -212,6 +281,7 @@ class _Dead(Exception):
 
 
 _generations = itertools.count(1)
+_dropped: list[int] = []  # session ids whose proxies are gone (list.append/pop are atomic)
 _host: _Host | None = None
 _host_lock = threading.Lock()
 
@@ -279,6 +349,10 @@ class RemoteSession:
             return desc
         raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
 
+    def __del__(self):
+        if self._host is not None:
+            _dropped.append(self._sid)
+
     def get_providers(self) -> list[str]:
         return list(self._providers)
 
@@ -322,13 +396,20 @@ def isolated() -> bool:
 
 
 def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None, arena: bool = True,
-                 external_dir: str | None = None, label: str = "model"):
-    """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process."""
+                 external_dir: str | None = None, label: str = "model", initializers=None):
+    """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
+
+    ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
+    OrtValues (sent to the child as arrays)."""
     from attnviz.runtime import session as local
 
     if provider not in local.PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(local.PROVIDERS)}")
+    extra = {}
+    if initializers and initializers[0]:
+        names, values = initializers
+        extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
     if not isolated():
-        return local.make_session(model, provider, threads, arena, external_dir)
-    sess = RemoteSession(model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir)
+        return local.make_session(model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {}))
+    sess = RemoteSession(model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra)
     return sess, sess.note
