@@ -164,6 +164,16 @@ def c_nan_feeds(t):
     return ["extract", m, "--inputs", f, "--out", t / "o.npz"], [m, f], ["NaN"]
 
 
+def c_nan_weights(t):
+    """Finding 10: NaN weights gave all-NaN maps with exit 0."""
+    m = onnx.load(str(_tiny(t)))
+    w = next(x for x in m.graph.initializer if x.name == "Wq0")
+    w.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(w).shape, np.nan, np.float32), "Wq0"))
+    p = t / "nan.onnx"
+    onnx.save(m, str(p))
+    return ["extract", p, "--text", "the cat", "--out", t / "o.npz"], [p], ["NaN"]
+
+
 def c_generate_cap(t):
     m = tiny_text_model(t / "lm.onnx", classifier=False, causal=True)
     return ["extract", m, "--text", "the cat", "--generate", "100000000", "--out", t / "o.npz"], [m], ["ATTNVIZ_MAX_GENERATE"]
