@@ -17,11 +17,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
-from attnviz.cli import main
 from onnx_builders import tiny_text_model
 from test_hostile_crash import sigfpe_model
 from test_hostile_inputs import eps_bytes, hostile_tokenizer, weight_in_subgraph
+
+from attnviz.cli import main
 
 
 def sha(p: Path) -> str:
@@ -204,7 +204,7 @@ CORPUS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("c_")}
 def test_cli_corpus(name, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv, inputs, words = CORPUS[name](tmp_path)
-    rc, out, err, unchanged = run_case(capsys, argv, inputs)
+    rc, _out, err, unchanged = run_case(capsys, argv, inputs)
     assert rc == 2, (name, rc, err)
     assert err.startswith("attnviz: error:") and "\n" not in err and "Traceback" not in err, (name, err)
     for w in words:
@@ -279,7 +279,7 @@ def test_bounded_fuzz(tmp_path, capsys):
             break
         p = tmp_path / f"{name}.onnx"
         p.write_bytes(data)
-        rc, out, err, unchanged = run_case(capsys, ["extract", p, "--text", "the cat sat", "--out", tmp_path / "o.npz"], [p])
+        rc, _out, err, unchanged = run_case(capsys, ["extract", p, "--text", "the cat sat", "--out", tmp_path / "o.npz"], [p])
         assert rc in (0, 2), (name, rc, err)  # never an internal error (1) or a crash
         assert unchanged, name
         if rc == 2:

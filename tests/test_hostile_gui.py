@@ -12,11 +12,10 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QSettings  # noqa: E402
-
-from onnx_builders import tiny_text_model  # noqa: E402
-from test_hostile_crash import sigfpe_model  # noqa: E402
-from test_hostile_inputs import eps_bytes  # noqa: E402
+from onnx_builders import tiny_text_model
+from PySide6.QtCore import QSettings
+from test_hostile_crash import sigfpe_model
+from test_hostile_inputs import eps_bytes
 
 
 def sha(p: Path) -> str:

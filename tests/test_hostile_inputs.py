@@ -14,14 +14,15 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import tiny_text_model
 from PIL import Image
 
 from attnviz import AttnvizError
 from attnviz.cli import main
-from attnviz.core.untrusted import open_raster, read_bytes
+from attnviz.core.untrusted import read_bytes
 from attnviz.runtime import inputs as ip
 from attnviz.runtime import open_model
-from onnx_builders import tiny_text_model
+from attnviz.runtime.raster import open_raster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -189,7 +190,7 @@ def test_gif_first_frame(tmp_path):
     frames = [Image.new("RGB", (4, 4), c) for c in ((255, 0, 0), (0, 0, 255))]
     p = tmp_path / "anim.gif"
     frames[0].save(p, save_all=True, append_images=frames[1:])
-    x, shown = ip.load_image(p, ip.ImageSpec(4, 4, 3, [0.0] * 3, [1.0] * 3, "test"))
+    _x, shown = ip.load_image(p, ip.ImageSpec(4, 4, 3, [0.0] * 3, [1.0] * 3, "test"))
     assert tuple(shown[0, 0]) == (255, 0, 0)
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx_builders import tiny_text_model
 
 from attnviz import AttnvizError
 from attnviz.cli import main
 from attnviz.core import writes
-from onnx_builders import tiny_text_model
 
 
 def sha_all(*paths):

@@ -1,27 +1,18 @@
-"""The one place where files from strangers are opened: regular files only, size and pixel caps, raster images only.
+"""The one place where files from strangers are opened: regular files only, size caps.
 
 Every reader of user-supplied files (models, tokenizers, images, feeds, maps, recipes, checkpoints) goes through
-:func:`regular_file` / :func:`read_bytes`, so a FIFO or device named ``tokenizer.json`` can never block a read,
-and through :func:`open_raster` for images, so Pillow never hands content to an interpreter such as Ghostscript
-(an EPS file renamed ``.png``).  Failures are :class:`~attnviz.AttnvizError` with one line naming the fix.
+:func:`regular_file` / :func:`open_regular` / :func:`read_bytes`, so a FIFO or device named ``tokenizer.json``
+can never block a read.  Images additionally go through :func:`attnviz.runtime.raster.open_raster` (Pillow lives
+outside ``core``).  Failures are :class:`~attnviz.AttnvizError` with one line naming the fix.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-import warnings
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.core import limits
-
-# Pillow format names we decode; everything else (EPS, PDF, PSD, ...) is refused before a plugin sees the bytes
-RASTER_FORMATS = ("PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF")
-MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
-    (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
-)
 
 
 def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
@@ -70,51 +61,3 @@ def read_text(path: str | os.PathLike, what: str = "file", limit: int | None = 6
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise AttnvizError(f"{what} {path}: not UTF-8 text") from None
-
-
-def sniff_raster(head: bytes) -> str | None:
-    """The raster format the first bytes announce, or None."""
-    for magic, name in MAGIC:
-        if head.startswith(magic):
-            return name
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "WEBP"
-    return None
-
-
-def max_pixels() -> int:
-    """The image pixel cap (``ATTNVIZ_MAX_PIXELS`` raises it)."""
-    return limits.limit("pixels")
-
-
-def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | None = None):
-    """Open a raster image with Pillow, restricted to :data:`RASTER_FORMATS`, first frame, pixel-capped.
-
-    Returns a loaded ``PIL.Image`` (the caller converts / resizes it).
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    cap = max_pixels() if pixel_cap is None else int(pixel_cap)
-    p = Path(path)
-    with open_regular(p, what) as f:
-        head = f.read(16)
-        fmt = sniff_raster(head)
-        if fmt is None:
-            raise AttnvizError(f"{what} {p}: cannot open it as an image: not a PNG, JPEG, BMP, TIFF, WebP or GIF file; convert it to PNG")
-        f.seek(0)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                im = Image.open(f, formats=[fmt])  # only the plugin the magic bytes name: no EPS, no PDF
-                w, h = im.size
-                if w * h > cap:
-                    limits.check("pixels", w * h, f"{what} {p} ({w}×{h})")
-                im.seek(0)  # animated GIF / WebP, multi-page TIFF: the first frame
-                im.load()
-        except AttnvizError:
-            raise
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-            raise AttnvizError(f"{what} {p}: too many pixels (a decompression bomb?); raise the limit with ATTNVIZ_MAX_PIXELS") from None
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, MemoryError) as e:
-            raise AttnvizError(f"{what} {p}: cannot decode it as {fmt} ({type(e).__name__}); re-save it as PNG") from None
-    return im

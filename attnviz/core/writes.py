@@ -61,12 +61,11 @@ def atomic_path(path: str | os.PathLike, flag: str = ""):
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, flag: str = "", sync: bool = False) -> Path:
-    with atomic_path(path, flag) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:  # checkpoints: on disk before the rename publishes them
-                f.flush()
-                os.fsync(f.fileno())
+    with atomic_path(path, flag) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        if sync:  # checkpoints: on disk before the rename publishes them
+            f.flush()
+            os.fsync(f.fileno())
     return Path(path)
 
 

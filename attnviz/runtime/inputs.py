@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import open_raster, open_regular, read_text, regular_file
+from attnviz.core.untrusted import open_regular, read_text, regular_file
+from attnviz.runtime.raster import open_raster
 
 # HF naming conventions for inputs; metadata attnviz.inputs overrides
 NAME_ROLES = [

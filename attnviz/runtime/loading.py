@@ -35,12 +35,12 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
         head = f.read(64)
         if not head:
             raise AttnvizError(f"{path}: empty file; re-export or re-download the model")
-        if head[:1] in (b"{", b"<", b"#") or head.startswith(b"PK") or head.startswith(b"\x89PNG"):
+        if head[:1] in (b"{", b"<", b"#") or head.startswith((b"PK", b"\x89PNG")):
             raise AttnvizError(f"{path}: not an ONNX model (it looks like a {_sniff(head)} file); open a .onnx file")
         f.seek(0)
         try:
             model = onnx.load_model_from_string(f.read())  # never resolves external data by itself
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- protobuf raises its own types for damaged bytes
             raise AttnvizError(f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it") from None
     if not model.graph.node:
         raise AttnvizError(f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it")
@@ -64,7 +64,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
             if int(np.prod(t.dims or [1])) <= INLINE_LIMIT:
                 try:
                     load_external_data_for_tensor(t, str(base))
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 -- onnx raises assorted types for short data files
                     raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
