@@ -272,9 +272,9 @@ def _mutants(seed_model: onnx.ModelProto, rng: np.random.Generator, n: int):
 def test_bounded_fuzz(tmp_path, capsys):
     seed = onnx.load(str(tiny_text_model(tmp_path / "seed.onnx", layers=1)))
     rng = np.random.default_rng(9)
-    t_end = time.monotonic() + 45  # the bound: whatever mutants fit in 45 s (all 60 usually do)
+    t_end = time.monotonic() + 45  # the bound: whatever mutants fit in 45 s (all 150 usually do: ~15 s)
     seen = {0: 0, 2: 0}
-    for name, data in _mutants(seed, rng, 60):
+    for name, data in _mutants(seed, rng, 150):
         if time.monotonic() > t_end:
             break
         p = tmp_path / f"{name}.onnx"
@@ -286,3 +286,23 @@ def test_bounded_fuzz(tmp_path, capsys):
             assert err.startswith("attnviz: error:") and "\n" not in err and "Traceback" not in err, (name, err)
         seen[rc] += 1
     assert seen[2] >= 10 and sum(seen.values()) >= 30, seen  # the mutants did reach the error paths
+
+
+def test_inspect_does_not_run_a_model_at_a_huge_declared_size(tmp_path, capsys, monkeypatch):
+    """Finding 8: inspect's probe used the declared input size (a 5 kB file used 6.4 GB)."""
+    from attnviz.runtime.model import AttentionModel
+
+    m = onnx.load(str(tiny_text_model(tmp_path / "model.onnx")))
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_value, dims[1].dim_value = 1, 50_000_000
+    p = tmp_path / "huge.onnx"
+    onnx.save(m, str(p))
+    runs = []
+    real_run = AttentionModel.run
+    monkeypatch.setattr(AttentionModel, "run", lambda self, feeds, mode="auto": runs.append(feeds) or real_run(self, feeds, mode))
+    assert main(["inspect", str(p)]) == 0
+    assert runs == []  # not run at all: 50 M tokens is over ATTNVIZ_MAX_PROBE_ELEMENTS
+    assert "attention sites (2)" in capsys.readouterr().out
+    dims[1].dim_value = 7  # a sane declared size is still probed
+    onnx.save(m, str(p))
+    assert main(["inspect", str(p)]) == 0 and len(runs) == 1

@@ -44,6 +44,10 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
             raise AttnvizError(f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it") from None
     if not model.graph.node:
         raise AttnvizError(f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it")
+    bad = _first_undecodable(model)
+    if bad is not None:  # protobuf hands invalid UTF-8 in string fields back as bytes: every name must be text
+        raise AttnvizError(f"{path}: a {bad} field is not valid UTF-8 text; the file is corrupt — re-export it")
+    _check_arity(model, path)
     base = path.resolve().parent
     external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
     for t in external:
@@ -69,6 +73,45 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
     return model, (str(base) if external else None)
+
+
+def _check_arity(model: onnx.ModelProto, path: Path) -> None:
+    """Every standard op has as many inputs / outputs as its schema allows (the graph walks index them)."""
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    for n in model.graph.node:
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        if domain not in opsets:
+            continue
+        try:
+            schema = onnx.defs.get_schema(n.op_type, opsets[domain], domain)
+        except Exception:  # noqa: BLE001 -- not in this opset: the newest schema still bounds the arity
+            try:
+                schema = onnx.defs.get_schema(n.op_type, domain)
+            except Exception:  # noqa: BLE001 -- unknown / contrib op: onnxruntime judges it
+                continue
+        for what, got, lo, hi in (("inputs", len(n.input), schema.min_input, schema.max_input),
+                                  ("outputs", len(n.output), schema.min_output, schema.max_output)):
+            if not lo <= got <= hi:
+                want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+                raise AttnvizError(f"{path}: node {n.name or n.op_type!r} ({n.op_type}) has {got} {what}, the ONNX spec allows {want}; "
+                                   "the file is corrupt — re-export it")
+
+
+def _first_undecodable(msg) -> str | None:
+    """The name of the first string field holding bytes (iterative walk over every message in the model)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    stack = [msg]
+    while stack:
+        m = stack.pop()
+        for field, value in m.ListFields():
+            if field.type == FieldDescriptor.TYPE_STRING:
+                values = [value] if isinstance(value, (str, bytes)) else value
+                if any(isinstance(v, bytes) for v in values):
+                    return f"{m.DESCRIPTOR.name}.{field.name}"
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                stack.extend([value] if hasattr(value, "ListFields") else value)
+    return None
 
 
 def all_tensors(model: onnx.ModelProto):
