@@ -72,7 +72,7 @@ def run(args) -> int:
     elif target.suffix.lower() == ".onnx":
         win.open_model(target, **values)
     else:
-        win.open_path(target)
+        win.open_path(target, **values)  # a folder (an export) opens as a model with these inputs
     app.exec()
     # a model run in the child process stops on cancel; a job stuck in Python code cannot be stopped, and waiting
     # for it at interpreter exit would hang `open --screenshot` forever: leave without it

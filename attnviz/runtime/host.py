@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.runtime.errors import Cancelled
 
 INLINE_BYTES = 1 << 20  # outputs up to 1 MB travel through the pipe; larger ones through a mapped file
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
@@ -43,7 +44,7 @@ class ModelCrashed(AttnvizError):
     """The child running onnxruntime died (a native fault in the model's ops)."""
 
 
-class RunCancelled(AttnvizError):
+class RunCancelled(Cancelled):
     """The caller cancelled while onnxruntime was running; the child was stopped."""
 
 

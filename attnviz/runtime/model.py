@@ -12,8 +12,12 @@ import onnx
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.runtime import analyze as engine
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
+from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.generate import FileCache
+from attnviz.runtime.request import AnalyzeRequest
 from attnviz.runtime.host import make_session
 
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -169,10 +173,6 @@ class PackedMap:
 
     def array(self) -> np.ndarray:
         return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
-
-
-class Cancelled(AttnvizError):
-    """The caller's ``cancelled()`` returned True between generation steps."""
 
 
 class AttentionModel:
@@ -397,7 +397,7 @@ class AttentionModel:
         try:
             values = _run_bound(sess, fetch, feeds)
         except Exception as e:
-            raise AttnvizError(f"the model failed to run: {_ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)") from None
+            raise AttnvizError(f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)") from None
         run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
@@ -476,24 +476,44 @@ class AttentionModel:
             self._tokenizers = ip.find_tokenizers(self.path, self.meta, self._tokenizer_arg)
         return self._tokenizers
 
+    @property
+    def needs_probe(self) -> bool:
+        """A single-stack graph whose labels are guesses: a short run tells encoder from decoder first."""
+        return not self._stack_confirmed and len({s.stack for s in self._sites}) == 1
+
+    def grid(self, n_keys: int) -> PatchGrid | None:
+        return grid_for(self, n_keys)
+
+    def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The logits alone (generation steps): the instrumented session, no maps fetched."""
+        sess, _ = self._session("dense")
+        names = [o.name for o in self.outputs]
+        try:
+            return sess.run(["logits" if "logits" in names else names[0]], self.check_feeds(feeds))[0]
+        except Exception as e:
+            raise AttnvizError(f"the model failed to run during generation: {ort_message(e)}") from None
+
+    def cache_stepper(self) -> FileCache | None:
+        """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
+        return FileCache.for_model(self)
+
     def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
                 generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
                 image_mean: list[float] | None = None, image_std: list[float] | None = None,
-                progress=None, cancelled=None) -> AttentionResult:
+                progress=None, cancelled=None, use_cache: bool = True) -> AttentionResult:
         """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled` (onnxruntime itself cannot be interrupted mid-run).
         """
         from attnviz.core import limits
-        from attnviz.runtime.adapters import analyze
 
         if generate < 0:
             raise AttnvizError(f"--generate {generate}: give a number of steps ≥ 0")
         limits.check("generate", generate, "--generate")
-        return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                       image_size=image_size, image_mean=image_mean, image_std=image_std,
-                       progress=progress, cancelled=cancelled)
+        req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
+                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache)
+        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -517,13 +537,6 @@ def _serialize(model: onnx.ModelProto) -> bytes:
         raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
 
 
-def _ort_message(e: Exception) -> str:
-    s = str(e).strip().replace("\n", " ")
-    for marker in ("] ", ": "):
-        if s.startswith("[ONNXRuntimeError]") and marker in s:
-            s = s.split(marker, 2)[-1]
-            break
-    return s[:240]
 
 
 def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None) -> AttentionModel:
@@ -539,4 +552,4 @@ def grid_for(model: AttentionModel, n_keys: int) -> PatchGrid | None:
     return g
 
 
-__all__ = ["AttentionModel", "IOInfo", "open_model", "TokenAxis", "DenseMap"]
+__all__ = ["AttentionModel", "Cancelled", "IOInfo", "open_model", "TokenAxis", "DenseMap"]

@@ -8,7 +8,7 @@ HELP = "show a model's inputs, outputs, metadata and the attention sites found"
 
 
 def add_arguments(p):
-    p.add_argument("model", metavar="MODEL", help="ONNX model file")
+    p.add_argument("model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts")
 
@@ -17,12 +17,12 @@ def run(args) -> int:
     from attnviz.runtime import open_model
 
     m = open_model(args.model, provider="cpu")
-    probed = False if args.no_probe or not m._sites else m.probe()
+    probed = False if args.no_probe or not m.sites else m.probe()
     d = m.describe()
     d["probed"] = probed
     if args.json:
         print(json.dumps(d, indent=2))
-        return 0 if m._sites else 1
+        return 0 if m.sites else 1
     print(f"model    {d['model']}  ({d['kind']}; {d['producer'] or 'unknown producer'}; opsets {d['opsets']})")
     print("inputs")
     for i in d["inputs"]:
