@@ -306,3 +306,19 @@ def test_inspect_does_not_run_a_model_at_a_huge_declared_size(tmp_path, capsys, 
     dims[1].dim_value = 7  # a sane declared size is still probed
     onnx.save(m, str(p))
     assert main(["inspect", str(p)]) == 0 and len(runs) == 1
+
+
+def test_extract_output_cap_before_materialising(tmp_path, capsys, monkeypatch):
+    """Finding 8: on-demand extraction materialised every map; the size is now checked first (and maps stream)."""
+    model = tiny_text_model(tmp_path / "model.onnx")
+    monkeypatch.setenv("ATTNVIZ_MAX_OUTPUT_MB", "1")
+    text = " ".join(["cat"] * 300)  # 2 layers × 2 heads × 302² × 4 B = 1.4 MB
+    rc = main(["extract", str(model), "--text", text, "--mode", "ondemand", "--out", str(tmp_path / "o.npz")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "1.4 MB" in err and "ATTNVIZ_MAX_OUTPUT_MB=2" in err and "\n" not in err, err
+    assert not (tmp_path / "o.npz").exists()
+    monkeypatch.setenv("ATTNVIZ_MAX_OUTPUT_MB", "2")
+    assert main(["extract", str(model), "--text", text, "--mode", "ondemand", "--out", str(tmp_path / "o.npz")]) == 0
+    from attnviz.core.io import load_npz
+
+    assert load_npz(tmp_path / "o.npz").maps[1].shape == (1, 2, 302, 302)

@@ -7,6 +7,7 @@ line saying how to raise it (``ATTNVIZ_MAX_<NAME>=N``), so the CLI, the GUI and 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -53,5 +54,6 @@ def check(name: str, value: float, what: str) -> None:
     cap = limit(name)
     if value > cap:
         lim = LIMITS[name]
-        raise AttnvizError(f"{what}: {value:,.0f} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
-                           f"{lim.hint}, or raise the limit with {lim.env(name)}={int(value)}")
+        shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+        raise AttnvizError(f"{what}: {shown} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
+                           f"{lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}")
