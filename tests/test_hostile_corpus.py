@@ -301,7 +301,7 @@ def test_inspect_does_not_run_a_model_at_a_huge_declared_size(tmp_path, capsys, 
     real_run = AttentionModel.run
     monkeypatch.setattr(AttentionModel, "run", lambda self, feeds, mode="auto": runs.append(feeds) or real_run(self, feeds, mode))
     assert main(["inspect", str(p)]) == 0
-    assert runs == []  # not run at all: 50 M tokens is over ATTNVIZ_MAX_PROBE_ELEMENTS
+    assert runs == []  # not run at all: 50 M tokens is over the probe's size limit
     assert "attention sites (2)" in capsys.readouterr().out
     dims[1].dim_value = 7  # a sane declared size is still probed
     onnx.save(m, str(p))

@@ -31,7 +31,6 @@ LIMITS = {
     "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in"),
     "generate": Limit(1_024, "steps", "ask for fewer --generate steps"),
     "output_mb": Limit(8_192, "MB", "use a shorter input or fewer layers"),
-    "probe_elements": Limit(1 << 22, "input elements", "pass --no-probe"),
 }
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, DenseMap
 from attnviz.core.rows import RowAxes, set_row_axes
@@ -58,7 +60,7 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
     t0 = time.perf_counter()
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    if getattr(model, "needs_probe", False):
+    if req.feeds is None and getattr(model, "needs_probe", False):  # raw feeds: the real run labels the stack
         model.probe()  # a causal map marks a decoder; static guesses can miss hand-built masks
     prep = bd.prepare(model, req)
     g = _generate(model, req, prep, progress, cancelled)
@@ -83,7 +85,8 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
             if prep.notes:  # e.g. positions beyond the model's table: say why
                 raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
             raise
-    info = RunInfo(kind=model.kind, text=req.text, text_pair=req.text_pair, batch=prep.batch, notes=list(prep.notes),
+    info = RunInfo(kind=model.kind, text=req.text, text_pair=req.text_pair, batch=prep.batch,
+                   notes=list(result.info.get("notes", [])) + list(prep.notes),
                    image=str(req.image) if isinstance(req.image, (str, Path)) else None)
 
     # axes -------------------------------------------------------------------------------
@@ -100,7 +103,9 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
             n_keys = result.maps[enc_sites[-1]].shape[-1]
         elif cross_sites:
             n_keys = result.maps[cross_sites[-1]].shape[-1]
-        grid = model.grid(n_keys) if n_keys else None
+        img = feeds.get(prep.img_in.name)
+        hw = tuple(np.shape(img)[-2:]) if img is not None else None  # the size actually fed decides the grid
+        grid = model.grid(n_keys, hw) if n_keys else None
         result.patch_grid = grid
         if grid is not None:
             axes = [RowAxes(patch_axis(grid, n_keys), a.key_tokens) for a in axes]

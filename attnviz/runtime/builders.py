@@ -126,6 +126,9 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
     if img_in is None:
         raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
     spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
+    if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
+        prep.notes.append(f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
+                          "give --image-size H W")
     if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
         from PIL import Image
 

@@ -159,8 +159,8 @@ class ModelSet:
     def probe(self) -> bool:
         return self.encoder.probe() and self.decoder.probe()
 
-    def grid(self, n_keys: int) -> PatchGrid | None:
-        return None
+    def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
+        return None  # text folders only: no image input
 
     def describe(self) -> dict:
         d = self.decoder.describe()
