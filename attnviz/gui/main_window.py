@@ -432,7 +432,10 @@ class MainWindow(QMainWindow):
             return
         self.session.set_model(None)
         self.add_recent(path)
-        self._show_result(result)
+        try:
+            self._show_result(result)
+        except Exception as e:  # noqa: BLE001 -- a maps file from elsewhere can load yet not draw: a message, not a traceback
+            self.show_error(f"{Path(path).name}: cannot show these maps ({error_text(e)})")
 
     # -- running -----------------------------------------------------------------------
     def run_analysis(self, values: dict | None = None) -> None:
