@@ -81,31 +81,31 @@ def row_stats(p: np.ndarray, lengths: np.ndarray, key_special: np.ndarray | None
     ar = np.arange(t)
     real = ar[None, :] < lengths[:, None]  # [B, T]
     pm = p * real[:, None, None, :]
-    pm /= np.maximum(pm.sum(-1, keepdims=True), 1e-30)
-    lg = np.zeros_like(pm)
-    np.log2(pm, out=lg, where=pm > 0)
-    lg *= pm
-    ent = -lg.sum(-1, dtype=np.float64)
-    del lg
+    # every statistic but entropy is linear in the row: compute on the masked row, divide by its sum once per row
+    # (not once per weight); entropy of p/s is -(sum p log2 p)/s + log2 s
+    s = pm.sum(-1)
+    inv = 1.0 / np.maximum(s, 1e-30)
+    plogp = np.einsum("bhij,bhij->bhi", pm, np.log2(pm + np.float32(1e-30)))  # 0 log 0 = 0 (1e-30 keeps log finite)
+    ent = (-plogp * inv + np.log2(np.maximum(s, 1e-30))).astype(np.float64)
     seen = np.minimum(ar[None, :] + 1, lengths[:, None]) if causal else np.broadcast_to(lengths[:, None], (b, t))
     with np.errstate(divide="ignore", invalid="ignore"):
         broad = np.where(seen[:, None, :] >= 2, ent / np.log2(np.maximum(seen, 2))[:, None, :], 0.0)
+    sp = np.zeros((b, t), bool) if key_special is None else np.asarray(key_special, bool)[:, :t]
+    weights = np.stack([sp, sp & (ar[None, :] > 0)], -1).astype(np.float32)  # [B, T, 2]: special, special after 0
+    spm = np.matmul(pm, weights[:, None]) * inv[..., None]  # [B, H, T, 2]
     dist = np.abs(ar[:, None] - ar[None, :]).astype(np.float32)
     zero = np.zeros((*pm.shape[:2], 1), np.float32)
-    sp = np.zeros((b, t), bool) if key_special is None else np.asarray(key_special, bool)[:, :t]
-    sp_other = sp.copy()
-    sp_other[:, 0] = False
     values = {
         "entropy": ent,
         "broad": broad,
-        "distance": (pm * dist).sum(-1, dtype=np.float64),
-        "prev": np.concatenate([zero, pm[:, :, ar[1:], ar[:-1]]], -1),
-        "next": np.concatenate([pm[:, :, ar[:-1], ar[1:]], zero], -1),
-        "diag": pm[:, :, ar, ar],
-        "first": pm[:, :, :, 0],
-        "special": (pm * sp[:, None, None, :]).sum(-1, dtype=np.float64),
-        "special_other": (pm * sp_other[:, None, None, :]).sum(-1, dtype=np.float64),
-        "max": pm.max(-1),
+        "distance": np.einsum("bhij,ij->bhi", pm, dist) * inv,
+        "prev": np.concatenate([zero, pm[:, :, ar[1:], ar[:-1]] * inv[:, :, 1:]], -1),
+        "next": np.concatenate([pm[:, :, ar[:-1], ar[1:]] * inv[:, :, :-1], zero], -1),
+        "diag": pm[:, :, ar, ar] * inv,
+        "first": pm[:, :, :, 0] * inv,
+        "special": spm[..., 0],
+        "special_other": spm[..., 1],
+        "max": pm.max(-1) * inv,
     }
     valid = {k: real for k in values}
     valid["prev"] = real & (ar[None, :] >= 1)
