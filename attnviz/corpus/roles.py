@@ -1,6 +1,6 @@
-"""A role per head from its corpus means: the role whose score is highest, or "mixed" when none is clear.
+"""A role per head from its corpus means: positional, sink, special, induction (focused), broad, or mixed.
 
-Scores are all attention masses or normalised entropies in [0, 1], so they compare with one threshold.
+Scores are attention masses or a normalised entropy, all in [0, 1].
 """
 
 from __future__ import annotations
@@ -9,26 +9,31 @@ import math
 
 import numpy as np
 
-MIN_ROLE_SCORE = 0.4
+MIN_FOCUSED = 0.4  # a focused role needs this much of the head's mass on its target
+MIN_BROAD = 0.7  # "broad" needs row entropy at least this fraction of uniform's
 
-# role -> score from a head's mean statistics (registry; the GUI colours follow this order)
-ROLES = {
+# focused role -> score from a head's mean statistics (registry); the highest one at MIN_FOCUSED or more wins
+FOCUSED = {
     "positional": lambda m: max(m["prev"], m["next"], m["diag"]),
     "sink": lambda m: m["first"],
     "special": lambda m: m["special_other"],
-    "broad": lambda m: m["broad"],
     "induction": lambda m: m.get("induction", math.nan),
 }
-ROLE_NAMES = (*ROLES, "mixed")
+ROLE_NAMES = (*FOCUSED, "broad", "mixed")
 
 
 def role_of(means: dict[str, float]) -> tuple[str, float]:
-    scores = {r: float(f(means)) for r, f in ROLES.items()}
+    """Focused roles first (a head spending 40 % of its mass on [CLS] is a sink even if the rest is spread out),
+    then "broad" for near-uniform heads, else "mixed" with its best focused score."""
+    scores = {r: float(f(means)) for r, f in FOCUSED.items()}
     scores = {r: s for r, s in scores.items() if np.isfinite(s)}
-    if not scores:
-        return "mixed", math.nan
-    best = max(scores, key=lambda r: (scores[r], -list(ROLES).index(r)))
-    return (best if scores[best] >= MIN_ROLE_SCORE else "mixed"), scores[best]
+    best = max(scores, key=lambda r: (scores[r], -list(FOCUSED).index(r))) if scores else None
+    if best is not None and scores[best] >= MIN_FOCUSED:
+        return best, scores[best]
+    broad = float(means.get("broad", math.nan))
+    if np.isfinite(broad) and broad >= MIN_BROAD:
+        return "broad", broad
+    return "mixed", scores[best] if best is not None else math.nan
 
 
 def induction_scores(model, groups, n: int = 8, half: int = 16, seed: int = 0) -> np.ndarray | None:

@@ -148,3 +148,17 @@ def test_images_equal_reference(tmp_path):
         for s in STATS:
             tot, n = sums[(row["layer"], row["head"])][s]
             assert abs(row[s] - tot / n) < TOL, (row["layer"], row["head"], s)
+
+
+@pytest.mark.parametrize("means,role,score", [
+    (dict(prev=0.05, next=0.05, diag=0.1, first=0.45, special_other=0.1, broad=0.9), "sink", 0.45),  # focused before broad
+    (dict(prev=0.6, next=0.1, diag=0.7, first=0.1, special_other=0.0, broad=0.3), "positional", 0.7),
+    (dict(prev=0.1, next=0.1, diag=0.1, first=0.2, special_other=0.5, broad=0.5), "special", 0.5),
+    (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.8), "broad", 0.8),
+    (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.6), "mixed", 0.3),
+    (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.2, induction=0.55), "induction", 0.55),
+])
+def test_role_thresholds(means, role, score):
+    from attnviz.corpus.roles import role_of
+
+    assert role_of(means) == (role, score)
