@@ -47,8 +47,8 @@ def minilm(work: Path) -> tuple[Path, str]:
     return path, tok
 
 
-def corpus_file(work: Path, n: int, seed: int = 0) -> Path:
-    out = work / f"corpus_{n}.txt"
+def corpus_file(work: Path, n: int, seed: int = 0, words_range: tuple[int, int] = (3, 40)) -> Path:
+    out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}.txt"
     if out.exists():
         return out
     text = " ".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
@@ -56,7 +56,7 @@ def corpus_file(work: Path, n: int, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     lines = []
     for _ in range(n):
-        k = int(rng.integers(3, 41))
+        k = int(rng.integers(words_range[0], words_range[1] + 1))
         s = int(rng.integers(0, len(words) - k))
         lines.append(" ".join(words[s : s + k]))
     out.write_text("\n".join(lines) + "\n")
@@ -185,6 +185,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--items", type=int, default=2000, help="corpus size for the throughput table")
     ap.add_argument("--memory", type=int, nargs="*", default=[1000, 10000, 100000])
+    ap.add_argument("--memory-words", type=int, nargs=2, default=[3, 12], metavar=("MIN", "MAX"),
+                    help="words per item of the memory corpora (short, so that 100k items fit the time)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--ray", action="store_true", help="also the Ray engine")
     ap.add_argument("--provider", default="cpu")
@@ -222,10 +224,11 @@ def main():
         for name, rate, wall in rows:
             print(f"| {name} | {rate:.0f} | {rate / best:.2f}× | {'' if wall is None else f'{wall:.1f} s'} |")
     if a.memory:
+        print(f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads")
         print("\n| items | RSS after planning | peak RSS | time | items/s |")
         print("|---:|---:|---:|---:|---:|")
         for n in a.memory:
-            texts = corpus_file(work, n)
+            texts = corpus_file(work, n, words_range=tuple(a.memory_words))
             p = subprocess.run([sys.executable, __file__, "--child", str(model), tok, str(texts), str(work / f"mem_{n}"),
                                 "--provider", a.provider, "--batch", str(a.batch)], capture_output=True, text=True, cwd=ROOT)
             if p.returncode != 0:

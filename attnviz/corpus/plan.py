@@ -19,12 +19,25 @@ TEXT_ROLES = ("tokens", "mask", "token_types", "positions")
 
 @dataclass
 class BatchSpec:
+    """Right-padded token arrays (compact: the driver holds every batch's spec for the whole run)."""
+
     batch_id: int
     items: list[int]  # Item.index of each row
-    ids: list[list[int]] = field(default_factory=list)
-    type_ids: list[list[int]] = field(default_factory=list)
-    special: list[list[bool]] = field(default_factory=list)
+    lengths: np.ndarray | None = None  # [B] real tokens per row
+    ids: np.ndarray | None = None  # [B, T] int32, padded with 0
+    type_ids: np.ndarray | None = None  # [B, T] int8
+    special: np.ndarray | None = None  # [B, T] bool
     images: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_lists(cls, batch_id: int, items: list[int], ids, type_ids, special) -> "BatchSpec":
+        lengths = np.array([len(x) for x in ids], np.int64)
+        b, t = len(ids), int(lengths.max())
+        arrays = [np.zeros((b, t), np.int32), np.zeros((b, t), np.int8), np.zeros((b, t), bool)]
+        for r, row in enumerate(zip(ids, type_ids, special)):
+            for a, v in zip(arrays, row):
+                a[r, : len(v)] = v
+        return cls(batch_id, list(items), lengths, *arrays)
 
     @property
     def size(self) -> int:
@@ -87,7 +100,8 @@ def plan_text(items: list[Item], ids, types, special, batch_size: int, equal_len
 
 
 def _spec(bid, rows, items, ids, types, special) -> BatchSpec:
-    return BatchSpec(bid, [items[i].index for i in rows], [ids[i] for i in rows], [types[i] for i in rows], [special[i] for i in rows])
+    return BatchSpec.from_lists(bid, [items[i].index for i in rows], [ids[i] for i in rows], [types[i] for i in rows],
+                                [special[i] for i in rows])
 
 
 def plan_images(items: list[Item], batch_size: int) -> list[BatchSpec]:
@@ -97,15 +111,8 @@ def plan_images(items: list[Item], batch_size: int) -> list[BatchSpec]:
 
 def text_feeds(model, spec: BatchSpec) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Right-padded feeds; returns (feeds, lengths [B], key_special [B, T])."""
-    lengths = np.array([len(x) for x in spec.ids], np.int64)
-    b, t = len(lengths), int(lengths.max())
-    ids = np.zeros((b, t), np.int64)  # pad with id 0: always in range, and masked (or causally unseen)
-    types = np.zeros((b, t), np.int64)
-    special = np.zeros((b, t), bool)
-    for r, (x, ty, sp) in enumerate(zip(spec.ids, spec.type_ids, spec.special)):
-        ids[r, : len(x)] = x
-        types[r, : len(ty)] = ty
-        special[r, : len(sp)] = sp
+    lengths, ids, types, special = spec.lengths, spec.ids, spec.type_ids, spec.special  # padding id 0: in range, masked
+    b, t = ids.shape
     mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.int64)
     by_role = {"tokens": ids, "mask": mask, "token_types": types, "positions": np.broadcast_to(np.arange(t), (b, t))}
     feeds = {}

@@ -50,7 +50,7 @@ def induction_scores(model, groups, n: int = 8, half: int = 16, seed: int = 0) -
     ids = np.concatenate([base, base], 1)
     from attnviz.corpus.plan import BatchSpec, text_feeds
 
-    spec = BatchSpec(-1, list(range(n)), ids.tolist(), np.zeros_like(ids).tolist(), np.zeros(ids.shape, bool).tolist())
+    spec = BatchSpec(-1, list(range(n)), np.full(n, 2 * half), ids, np.zeros_like(ids), np.zeros(ids.shape, bool))
     feeds, _, _ = text_feeds(model, spec)
     r = model.run(feeds, mode="dense")
     q = np.arange(half, 2 * half)

@@ -102,6 +102,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         ids, types, special = encode_items(model, items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
         specs = plan_text(items, ids, types, special, cfg.batch_size, equal_lengths=kind == "encoder" and not has_mask(model))
+        del ids, types, special  # the specs hold compact copies
     else:
         items = it.read_images(cfg.images, cfg.max_items)
         specs = plan_images(items, cfg.batch_size)
