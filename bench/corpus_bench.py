@@ -47,6 +47,22 @@ def minilm(work: Path) -> tuple[Path, str]:
     return path, tok
 
 
+def planted(work: Path) -> tuple[Path, str]:
+    sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+    from planted import planted_model
+
+    return planted_model(work / "planted.onnx"), ""
+
+
+def planted_corpus(work: Path, n: int) -> Path:
+    from planted import corpus_lines
+
+    out = work / f"planted_{n}.txt"
+    if not out.exists():
+        out.write_text("\n".join(corpus_lines(n)) + "\n")
+    return out
+
+
 def corpus_file(work: Path, n: int, seed: int = 0, words_range: tuple[int, int] = (3, 40)) -> Path:
     out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}.txt"
     if out.exists():
@@ -175,7 +191,7 @@ def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str,
 
     cr._bar = bar
     t0 = time.perf_counter()
-    s = run_corpus(CorpusConfig(model=model_path, texts=texts, out=out, tokenizer=tok, workers=1, threads=2, provider=provider,
+    s = run_corpus(CorpusConfig(model=model_path, texts=texts, out=out, tokenizer=tok or None, workers=1, threads=2, provider=provider,
                                 batch_size=batch, progress=False))
     print(json.dumps({"items": s.items, "rss_after_plan_mb": after_plan.get("rss"), "peak_mb": _status("VmHWM"),
                       "s": time.perf_counter() - t0, "items_per_s": s.items_per_s}))
@@ -191,6 +207,8 @@ def main():
     ap.add_argument("--ray", action="store_true", help="also the Ray engine")
     ap.add_argument("--provider", default="cpu")
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
+    ap.add_argument("--planted", action="store_true",
+                    help="memory table on the tests' planted 2-layer model instead of MiniLM (fast enough for 100k items here)")
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     a = ap.parse_args()
     if a.child:
@@ -198,7 +216,7 @@ def main():
         return
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    model, tok = minilm(work)
+    model, tok = minilm(work) if not a.planted else planted(work)
     cores = os.cpu_count() or 1
     if a.items:
         texts = corpus_file(work, a.items)
@@ -228,7 +246,7 @@ def main():
         print("\n| items | RSS after planning | peak RSS | time | items/s |")
         print("|---:|---:|---:|---:|---:|")
         for n in a.memory:
-            texts = corpus_file(work, n, words_range=tuple(a.memory_words))
+            texts = corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
             p = subprocess.run([sys.executable, __file__, "--child", str(model), tok, str(texts), str(work / f"mem_{n}"),
                                 "--provider", a.provider, "--batch", str(a.batch)], capture_output=True, text=True, cwd=ROOT)
             if p.returncode != 0:

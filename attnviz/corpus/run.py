@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import platform
 import time
@@ -60,6 +61,8 @@ def _check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--max-items must be 1 or more")
     if cfg.engine not in ENGINES:
         raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
+    if cfg.engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
     if not Path(cfg.model).is_file():
