@@ -151,9 +151,12 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     bar.close()
     run_s = time.perf_counter() - t0
 
-    model = open_model(cfg.model, provider="cpu", tokenizer=cfg.tokenizer)
-    model.probe()
-    induction = induction_scores(model, groups)
+    induction = None
+    if kind == "decoder":  # one small extra run on repeated random sequences (the same in every engine)
+        model = open_model(cfg.model, provider="cpu", tokenizer=cfg.tokenizer)
+        model.probe()
+        induction = induction_scores(model, groups)
+        del model
     done = acc.items - resumed
     versions = _versions(cfg.engine)
     run = {
