@@ -83,14 +83,22 @@ def encode_items(model, items: list[Item]) -> tuple[list[list[int]], list[list[i
     return ids, types, special
 
 
-def plan_text(items: list[Item], ids, types, special, batch_size: int, equal_lengths: bool) -> list[BatchSpec]:
+MAP_BUDGET_BYTES = 256 * 2**20  # all of one batch's maps at once; long items get smaller batches
+
+
+def plan_text(items: list[Item], ids, types, special, batch_size: int, equal_lengths: bool,
+              heads: int = 0, budget: int = MAP_BUDGET_BYTES) -> list[BatchSpec]:
     """Length-sorted batches (stable: ties keep file order).  ``equal_lengths`` (an encoder without a mask
-    input, where padding would change every row) cuts a batch wherever the length changes."""
+    input, where padding would change every row) cuts a batch wherever the length changes.  A batch also
+    ends before its maps (``heads`` in all layers × B × T² float32) would pass ``budget``, so peak memory
+    depends on the longest item, not on the batch size or the corpus."""
     order = sorted(range(len(items)), key=lambda i: (len(ids[i]), i))
     batches: list[BatchSpec] = []
     cur: list[int] = []
     for i in order:
-        if cur and (len(cur) >= batch_size or (equal_lengths and len(ids[i]) != len(ids[cur[0]]))):
+        t = len(ids[i])  # the longest so far: sorted ascending
+        full = len(cur) >= batch_size or (heads and (len(cur) + 1) * heads * t * t * 4 > budget)
+        if cur and (full or (equal_lengths and t != len(ids[cur[0]]))):
             batches.append(_spec(len(batches), cur, items, ids, types, special))
             cur = []
         cur.append(i)

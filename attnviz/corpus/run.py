@@ -104,7 +104,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         ids, types, special = encode_items(model, items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
-        specs = plan_text(items, ids, types, special, cfg.batch_size, equal_lengths=kind == "encoder" and not has_mask(model))
+        specs = plan_text(items, ids, types, special, cfg.batch_size, equal_lengths=kind == "encoder" and not has_mask(model),
+                          heads=nh)
         del ids, types, special  # the specs hold compact copies
     else:
         items = it.read_images(cfg.images, cfg.max_items)

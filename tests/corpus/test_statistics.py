@@ -162,3 +162,18 @@ def test_role_thresholds(means, role, score):
     from attnviz.corpus.roles import role_of
 
     assert role_of(means) == (role, score)
+
+
+def test_batches_shrink_to_the_map_budget():
+    """Long items get smaller batches: one batch's maps never pass the budget, whatever --batch-size says."""
+    from attnviz.corpus.items import Item
+    from attnviz.corpus.plan import plan_text
+
+    lengths = [5] * 10 + [40] * 10
+    items = [Item(i, text="x") for i in range(len(lengths))]
+    ids = [[1] * n for n in lengths]
+    budget = 8 * 6 * 40 * 40 * 4  # 8 items of 40 tokens with 6 heads
+    specs = plan_text(items, ids, ids, [[False] * n for n in lengths], batch_size=64, equal_lengths=False, heads=6, budget=budget)
+    assert [s.size for s in specs] == [10, 8, 2]  # items are length-sorted: all short ones fit, long ones split
+    assert all(s.size * 6 * s.ids.shape[1] ** 2 * 4 <= budget for s in specs)
+    assert sorted(i for s in specs for i in s.items) == list(range(20))
