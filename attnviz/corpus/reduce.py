@@ -200,11 +200,14 @@ class Accumulator:
     def load(cls, path: Path, fingerprint: str, nh: int, k: int) -> "Accumulator | None":
         if not path.exists():
             return None
-        with np.load(path) as z:
-            if str(z["fingerprint"]) != fingerprint:
-                return None
-            acc = cls(nh, k)
-            acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
-            for n in cls.FIELDS:
-                setattr(acc, n, z[n])
+        try:
+            with np.load(path) as z:
+                if str(z["fingerprint"]) != fingerprint:
+                    return None
+                acc = cls(nh, k)
+                acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
+                for n in cls.FIELDS:
+                    setattr(acc, n, z[n])
+        except Exception as e:  # truncated or not ours
+            raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from attnviz import AttnvizError, __version__
 from attnviz.corpus import items as it
 from attnviz.corpus import output
@@ -118,8 +120,11 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     model_sha = it.sha256_file(cfg.model)
     data_sha = it.sha256_items(items)
     # the plan's identity: a checkpoint is only resumed by a run that would cut the very same batches
+    plan_h = hashlib.sha256()
+    for b in specs:
+        plan_h.update(np.asarray(b.items, np.int64).tobytes() + b"|")
     fingerprint = hashlib.sha256(json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh,
-                                             [b.items for b in specs[:1]]]).encode()).hexdigest()
+                                             plan_h.hexdigest()]).encode()).hexdigest()
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

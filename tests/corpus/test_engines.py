@@ -156,6 +156,7 @@ def test_run_json_hashes_and_max_items(planted, tmp_path):
     ("enc_dec", "corpus analysis handles"),
     ("other_checkpoint", "belongs to another run"),
     ("no_ray_engine", "needs --engine ray"),
+    ("broken_checkpoint", "unreadable checkpoint"),
 ])
 def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
     model, texts = planted
@@ -185,6 +186,9 @@ def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
     elif case == "other_checkpoint":
         out.mkdir()
         np.savez(out / CHECKPOINT, fingerprint=np.array("another"))
+    elif case == "broken_checkpoint":
+        out.mkdir()
+        (out / CHECKPOINT).write_bytes(b"PK\x03\x04 truncated")
     elif case == "no_ray_engine":
         args += ["--ray-address", "auto"]
     assert main(args) == 2
