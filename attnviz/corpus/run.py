@@ -145,7 +145,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         for part in ENGINES[cfg.engine](setup, todo):
             acc.fold(part)
             bar.update(part.items)
-            if time.perf_counter() - last_save > CHECKPOINT_EVERY_S:
+            if acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S:  # first batch: resumable at once
                 acc.save(ckpt, fingerprint)
                 last_save = time.perf_counter()
             if on_batch is not None:

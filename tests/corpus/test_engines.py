@@ -73,7 +73,7 @@ def test_cli_sigint_checkpoints_and_resumes(planted, tmp_path):
     from planted import corpus_lines
 
     texts = tmp_path / "big.txt"
-    texts.write_text("\n".join(corpus_lines(4000, seed=9)) + "\n")
+    texts.write_text("\n".join(corpus_lines(2000, seed=9)) + "\n")
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "attnviz", "corpus", str(model), "--texts", str(texts), "--out", str(out),
@@ -93,7 +93,7 @@ def test_cli_sigint_checkpoints_and_resumes(planted, tmp_path):
     assert main(["corpus", str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "2", "--workers", "1",
                  "--provider", "cpu", "--no-progress"]) == 0
     run = json.loads((out / "run.json").read_text())
-    assert run["items"] == 4000 and 0 < run["resumed_from_items"] < 4000
+    assert run["items"] == 2000 and 0 < run["resumed_from_items"] < 2000
 
 
 def test_ray_engine_equals_local(planted, tmp_path):
