@@ -162,7 +162,7 @@ def corpus_rate(model_path: Path, tok: str, texts: Path, out: Path, engine: str,
            "--out", str(out), "--engine", engine, "--workers", str(workers), "--threads", str(threads),
            "--provider", provider, "--batch-size", str(batch), "--no-progress"]
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
@@ -248,7 +248,7 @@ def main():
         for n in a.memory:
             texts = corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
             p = subprocess.run([sys.executable, __file__, "--child", str(model), tok, str(texts), str(work / f"mem_{n}"),
-                                "--provider", a.provider, "--batch", str(a.batch)], capture_output=True, text=True, cwd=ROOT)
+                                "--provider", a.provider, "--batch", str(a.batch)], capture_output=True, text=True, cwd=ROOT, check=False)
             if p.returncode != 0:
                 raise SystemExit(p.stderr[-2000:])
             r = json.loads(p.stdout.strip().splitlines()[-1])

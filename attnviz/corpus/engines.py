@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial

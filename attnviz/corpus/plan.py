@@ -30,7 +30,7 @@ class BatchSpec:
     images: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_lists(cls, batch_id: int, items: list[int], ids, type_ids, special) -> "BatchSpec":
+    def from_lists(cls, batch_id: int, items: list[int], ids, type_ids, special) -> BatchSpec:
         lengths = np.array([len(x) for x in ids], np.int64)
         b, t = len(ids), int(lengths.max())
         arrays = [np.zeros((b, t), np.int32), np.zeros((b, t), np.int8), np.zeros((b, t), bool)]

@@ -7,7 +7,7 @@ with its own onnxruntime session (a GPU actor when the setup has a GPU); partial
 from __future__ import annotations
 
 import pickle
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -40,7 +40,7 @@ def _init(setup) -> None:
 def run(setup, specs) -> Iterator:
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError:
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)") from None
     if not specs:

@@ -114,8 +114,8 @@ class BatchReducer:
 
     def __init__(self, model_path: str, provider: str = "cpu", tokenizer: str | None = None, threads: int | None = None,
                  k: int = 5, groups: list[HeadGroup] | None = None):
-        from attnviz.runtime import open_model
         from attnviz.runtime import inputs as ip
+        from attnviz.runtime import open_model
 
         self.model = open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
         self.model.probe()
@@ -176,7 +176,7 @@ class Accumulator:
         i = np.concatenate([self.top_item, p.top_item], -1)
         big = np.iinfo(np.int64).max
         order = np.lexsort((np.where(i < 0, big, i), -v), axis=-1)[..., : self.k]
-        take = lambda a: np.take_along_axis(a, order, -1)  # noqa: E731
+        take = lambda a: np.take_along_axis(a, order, -1)
         self.top_value, self.top_item = take(v), take(i)
         self.top_row = take(np.concatenate([self.top_row, p.top_row], -1))
         self.top_col = take(np.concatenate([self.top_col, p.top_col], -1))
@@ -197,7 +197,7 @@ class Accumulator:
         os.replace(tmp, path)  # atomic: an interrupt mid-write leaves the previous checkpoint intact
 
     @classmethod
-    def load(cls, path: Path, fingerprint: str, nh: int, k: int) -> "Accumulator | None":
+    def load(cls, path: Path, fingerprint: str, nh: int, k: int) -> Accumulator | None:
         if not path.exists():
             return None
         try:

@@ -7,9 +7,9 @@ import importlib.util
 import json
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -17,7 +17,13 @@ from attnviz import AttnvizError, __version__
 from attnviz.corpus import items as it
 from attnviz.corpus import output
 from attnviz.corpus.engines import ENGINES, WorkerSetup, default_workers
-from attnviz.corpus.plan import check_model, encode_items, has_mask, plan_images, plan_text
+from attnviz.corpus.plan import (
+    check_model,
+    encode_items,
+    has_mask,
+    plan_images,
+    plan_text,
+)
 from attnviz.corpus.reduce import Accumulator, default_threads, layout
 from attnviz.corpus.roles import induction_scores
 

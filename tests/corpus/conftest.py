@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from planted import corpus_lines, planted_model  # noqa: E402
+from planted import corpus_lines, planted_model
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ def _q_weights(d: int) -> list[np.ndarray]:
 def planted_model(path: Path, layers: int = 2) -> Path:
     d = MAX_T + len(VOCAB)
     heads = 4
-    init = lambda n, a: numpy_helper.from_array(np.asarray(a), name=n)  # noqa: E731
+    init = lambda n, a: numpy_helper.from_array(np.asarray(a), name=n)
     inits = [
         init("pos_table", np.eye(MAX_T, d, dtype=np.float32)),
         init("tok_table", np.eye(len(VOCAB), d, k=MAX_T, dtype=np.float32)),

@@ -4,12 +4,12 @@ import json
 
 import numpy as np
 import pytest
+from reference import STATS
 
 from attnviz.cli import main
 from attnviz.corpus import CorpusConfig, run_corpus
 from attnviz.corpus.output import read
 from attnviz.corpus.run import CHECKPOINT
-from reference import STATS
 
 
 def _cfg(model, texts, out, **kw):

@@ -6,10 +6,10 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QColor  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 
-from attnviz.corpus import CorpusConfig, run_corpus  # noqa: E402
+from attnviz.corpus import CorpusConfig, run_corpus
 
 
 @pytest.fixture

