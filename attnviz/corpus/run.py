@@ -174,6 +174,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     run = {
         "model": str(Path(cfg.model).resolve()), "model_sha256": model_sha, "model_kind": kind,
         "data": str(Path(cfg.texts or cfg.images).resolve()), "data_sha256": data_sha,
+        "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
         "engine": cfg.engine, "workers": workers, "threads_per_worker": threads, "provider": cfg.provider, "gpu": gpu,
         "batch_size": cfg.batch_size, "batches": len(specs), "items": acc.items, "tokens": acc.tokens, "top_k": cfg.k,
         "resumed_from_items": resumed, "items_this_run": done,

@@ -248,11 +248,13 @@ class CorpusView(QWidget):
             self.example_requested.emit(dict(self.shown_examples[r]), str(self.results.run.get("model", "")))
 
 
-def open_example(window, example: dict, model_path: str) -> None:
+def open_example(window, example: dict, model_path: str, tokenizer: str | None = None) -> None:
     """Open the example's item in the main window and focus its head once the result is drawn."""
     if not Path(model_path).is_file():
         window.show_error(f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back")
         return
+    if tokenizer and Path(tokenizer).is_file() and window.tokenizer is None:
+        window.tokenizer = Path(tokenizer)  # the corpus run's --tokenizer, so the item tokenises the same way
 
     def focus():
         window.result_shown.disconnect(focus)
@@ -278,7 +280,7 @@ def open_corpus_results(window, folder) -> CorpusView | None:
     except AttnvizError as e:
         window.show_error(str(e))
         return None
-    view.example_requested.connect(lambda ex, model: open_example(window, ex, model))
+    view.example_requested.connect(lambda ex, model: open_example(window, ex, model, results.run.get("tokenizer")))
     window.corpus_view = view  # the latest one, for tests and scripting
     view.show()
     return view
