@@ -69,7 +69,7 @@ def _check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--max-items must be 1 or more")
     if cfg.engine not in ENGINES:
         raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
-    if cfg.engine == "ray" and importlib.util.find_spec("ray") is None:
+    if cfg.engine == "ray" and not _importable("ray"):
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
@@ -78,6 +78,13 @@ def _check(cfg: CorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a broken install (or an import hook refusing it)
+        return False
 
 
 def _gpu_session(model) -> bool:
