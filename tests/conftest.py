@@ -25,3 +25,19 @@ def hf_export(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def optimum_export():
+    """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
+
+    Exports run in a second venv (transformers<4.58 + optimum-onnx); venv and exports are built once per machine
+    under ~/.cache/attnviz-tests (keyed on the export script and pins), so later runs only read them.
+    """
+
+    def get(arch):
+        import optimum_env
+
+        return optimum_env.cached_export(arch)
+
+    return get

@@ -201,9 +201,18 @@ class AttentionResult:
             raise ValueError("maps and sites differ in length")
 
     # -- axes --------------------------------------------------------------
-    def _axes_for(self, stack: str, kind: str, tq: int, tk: int) -> tuple[TokenAxis, TokenAxis]:
-        enc = self.tokens
-        dec = self.key_tokens
+    def row_axes(self, batch: int = 0) -> tuple[TokenAxis | None, TokenAxis | None]:
+        """(tokens, key_tokens) of one batch row: rows of a padded batch differ (see core.rows)."""
+        rows = (self.info or {}).get("rows")
+        if batch and isinstance(rows, list) and batch < len(rows) and isinstance(rows[batch], dict):
+            def ax(d):
+                return TokenAxis(list(d["labels"]), d.get("special")) if d else None
+
+            return ax(rows[batch].get("tokens")), ax(rows[batch].get("key_tokens"))
+        return self.tokens, self.key_tokens
+
+    def _axes_for(self, stack: str, kind: str, tq: int, tk: int, batch: int = 0) -> tuple[TokenAxis, TokenAxis]:
+        enc, dec = self.row_axes(batch)
         has_decoder = any(s.stack == "decoder" for s in self.sites) and any(s.stack == "encoder" for s in self.sites)
         if stack == "encoder" or not has_decoder:
             q_ax = enc if enc is not None and len(enc) == tq else None
@@ -229,7 +238,7 @@ class AttentionResult:
         order = {("encoder", "self"): 0, ("encoder", "cross"): 1, ("decoder", "self"): 2, ("decoder", "cross"): 3}
         out = []
         for (stack, kind, tq, tk), idx in sorted(groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])):
-            q_ax, k_ax = self._axes_for(stack, kind, tq, tk)
+            q_ax, k_ax = self._axes_for(stack, kind, tq, tk, batch)
             out.append(Block(stack, kind, idx, q_ax, k_ax, self, batch))
         return out
 

@@ -59,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
     view.add_argument("--agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
+    view.add_argument("--batch-index", type=int, metavar="B",
+                      help="batch row to draw when the input holds several (default 0; rows count from 0)")
     view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
     view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,
                       help="drop special tokens and renormalise rows")
@@ -80,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # run options a recipe records besides the inputs (defaults as in attnviz.runtime.commands.common)
-_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None}
+_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None,
+                    "batch_index": None}
 
 
 def _option(args, k):
@@ -161,6 +164,21 @@ def _all_heads_targets(out: str, fmt: str | None, view: str, block_label: str) -
     return p, f"{view}_{block_label.replace(' ', '-')}_", fmt or "png"
 
 
+def _pick_row(result, row: int | None):
+    """One batch row of the result; without --batch-index a batch draws row 0 and says so."""
+    from attnviz.core.rows import pick_row
+
+    n = result.batch_size
+    if row is None:
+        if n > 1:
+            print(f"note: the input holds {n} rows; drawing row 0 (pick another with --batch-index)", file=sys.stderr)
+        return pick_row(result, 0) if n > 1 else result
+    try:
+        return pick_row(result, row)
+    except IndexError:
+        raise AttnvizError(f"--batch-index {row}: the input holds rows 0..{max(n, 1) - 1}; pick one of them") from None
+
+
 def run(args) -> int:
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
     from attnviz.figures.render import figure_format, render_figure, save_figure
@@ -193,7 +211,8 @@ def run(args) -> int:
         for kind in ("image", "feeds", "tokenizer"):
             if src[kind] is not None and not Path(src[kind]).is_file():
                 raise AttnvizError(f"{src[kind]}: no such file")
-    result = load_result(**src)
+    row = src.get("batch_index")
+    result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
 
     def recipe_for(spec_, path):
         r = make_recipe(spec_, output=path, **src)

@@ -29,6 +29,12 @@ _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha25
 
 
 def file_sha256(path: str | os.PathLike) -> str:
+    if Path(path).is_dir():  # a model folder (optimum export): the hash of its files' names and hashes
+        h = hashlib.sha256()
+        for f in sorted(Path(path).iterdir()):
+            if f.is_file():
+                h.update(f.name.encode() + file_sha256(f).encode())
+        return h.hexdigest()
     try:
         st = os.stat(path)
         key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)

@@ -116,7 +116,8 @@ def describe(block: Block, layer: int, head: int | None, agg: str | None, layer_
     if agg == "rollout":
         return "rollout"
     if lo == hi:
-        return f"{agg} of {block.heads_in(layer)} heads"
+        n = block.heads_in(layer)
+        return f"{agg} of {n} head{'' if n == 1 else 's'}"
     return f"{agg} of heads"
 
 

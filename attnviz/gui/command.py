@@ -72,7 +72,7 @@ def run(args) -> int:
     elif target.suffix.lower() == ".onnx":
         win.open_model(target, **values)
     else:
-        win.open_path(target)
+        win.open_path(target, **values)  # a folder (an export) opens as a model with these inputs
     app.exec()
     if taker is not None:
         if taker.error:

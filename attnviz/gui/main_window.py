@@ -300,7 +300,7 @@ class MainWindow(QMainWindow):
         p = Path(path)
         handlers = {".onnx": self.open_model, ".npz": self.open_npz}
         handlers.update({s: self.open_image for s in IMAGE_SUFFIXES})
-        fn = handlers.get(p.suffix.lower())
+        fn = self.open_model if p.is_dir() else handlers.get(p.suffix.lower())  # a folder: an export (optimum)
         if fn is None:
             self.show_error(f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
                             "and attention maps (.npz from 'attnviz extract')")

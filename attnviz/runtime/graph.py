@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import re
+import time
+from collections import ChainMap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,17 +69,30 @@ class Site:
     layer: int = 0
     depth: int = 0
     scope: str = ""
+    g: "Graph | None" = field(default=None, repr=False)  # the graph (or If/Loop/Scan body) holding the node
+    twin: "Site | None" = field(default=None, repr=False)  # the same layer in the other branch of an If
+    loop: str = ""  # "Loop" / "Scan": the body runs per iteration, its tensor comes out stacked on axis 0
+    body_probs: str = ""  # for a site inside a body: the tensor there (``probs`` is its top-level output)
 
     def info(self, heads: int | None = None) -> SiteInfo:
         return SiteInfo(self.stack, self.kind, self.layer, int(heads or self.heads), self.node_name, self.method)
 
 
 class Graph:
-    """Index of a GraphProto: producers, consumers, initializers."""
+    """Index of one GraphProto (the model's, or an ``If``/``Loop``/``Scan`` body): producers, consumers, constants.
 
-    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None):
+    A body may read tensors of the graphs around it (outer scope); lookups fall back to ``parent``.
+    ``path`` locates a body: ``((node index, attribute name), ...)`` from the top-level graph down.
+    Construction rejects cycles (an invalid graph that would make every walk loop) and orders the nodes.
+    """
+
+    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None,
+                 graph: onnx.GraphProto | None = None, parent: "Graph | None" = None, path: tuple = ()):
         self.model = model
-        g = model.graph
+        self.proto = graph if graph is not None else model.graph
+        self.parent = parent
+        self.path = path
+        g = self.proto
         self.nodes = list(g.node)
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[tuple[int, int]]] = {}
@@ -89,20 +104,218 @@ class Graph:
                 if t:
                     self.consumers.setdefault(t, []).append((i, j))
         self.initializers = {t.name: t for t in g.initializer}
-        self.external_dir = external_dir
+        self.external_dir = external_dir if parent is None else parent.external_dir
         self.inputs = [i for i in g.input if i.name not in self.initializers]
         self.input_names = [i.name for i in self.inputs]
+        self.order = _topological_order(self)
+        self.bodies: list[Graph] = []  # direct subgraphs, in node order
+        for i, n in enumerate(self.nodes):
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    self.bodies.append(Graph(model, graph=a.g, parent=self, path=path + ((i, a.name),)))
+
+    def walk(self):
+        """This graph and every nested body, outer first."""
+        yield self
+        for b in self.bodies:
+            yield from b.walk()
+
+    def is_const(self, name: str) -> bool:
+        """An initializer here or in an enclosing scope (not shadowed by a local node output)."""
+        if name in self.initializers:
+            return True
+        if name in self.producer:
+            return False
+        return self.parent is not None and self.parent.is_const(name)
 
     def const_value(self, name: str) -> np.ndarray | None:
         if name in self.initializers:
             # weights in external data files stay on disk until needed (base_dir is set by load_model)
             return numpy_helper.to_array(self.initializers[name], base_dir=self.external_dir or "")
         i = self.producer.get(name)
-        if i is not None and self.nodes[i].op_type == "Constant":
-            for a in self.nodes[i].attribute:
-                if a.name == "value":
-                    return numpy_helper.to_array(a.t)
+        if i is not None:
+            if self.nodes[i].op_type == "Constant":
+                for a in self.nodes[i].attribute:
+                    if a.name == "value":
+                        return numpy_helper.to_array(a.t)
+            return None
+        return self.parent.const_value(name) if self.parent is not None else None
+
+
+def _topological_order(g: Graph) -> list[int]:
+    """Node indices in dependency order (Kahn's algorithm, linear); a cycle is an invalid graph: one clear error."""
+    local_deps: list[set[int]] = []
+    for n in g.nodes:
+        deps = {g.producer[t] for t in _reads(n) if t in g.producer}
+        local_deps.append(deps)
+    users: dict[int, list[int]] = {}
+    missing = [len(d) for d in local_deps]
+    for i, deps in enumerate(local_deps):
+        for d in deps:
+            users.setdefault(d, []).append(i)
+    ready = [i for i, m in enumerate(missing) if m == 0]
+    ready.reverse()
+    order: list[int] = []
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for u in users.get(i, ()):
+            missing[u] -= 1
+            if missing[u] == 0:
+                ready.append(u)
+    if len(order) != len(g.nodes):
+        stuck = next(i for i, m in enumerate(missing) if m > 0)
+        n = g.nodes[stuck]
+        raise AttnvizError(f"invalid ONNX graph: node {(n.name or n.op_type)!r} is part of a cycle (a tensor depends on "
+                           "itself); re-export the model")
+    order.sort()  # files are usually already sorted: keep file order where it is valid
+    if any(d > i for i, deps in enumerate(local_deps) for d in deps):
+        order = _kahn_stable(local_deps, users)
+    return order
+
+
+def _kahn_stable(local_deps, users) -> list[int]:
+    """Dependency order that keeps file order among independent nodes (for files stored out of order)."""
+    import heapq
+
+    missing = [len(d) for d in local_deps]
+    heap = [i for i, m in enumerate(missing) if m == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        i = heapq.heappop(heap)
+        order.append(i)
+        for u in users.get(i, ()):
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(heap, u)
+    return order
+
+
+def _reads(n) -> list[str]:
+    """Tensors a node reads, including outer-scope names its bodies use (they are inputs too)."""
+    out = [t for t in n.input if t]
+    for a in n.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out += _outer_reads(a.g)
+    return out
+
+
+def _outer_reads(body: onnx.GraphProto) -> list[str]:
+    defined = {i.name for i in body.input} | {t.name for t in body.initializer}
+    for n in body.node:
+        defined.update(o for o in n.output if o)
+    out = []
+    for n in body.node:
+        out += [t for t in _reads(n) if t not in defined]
+    return out
+
+
+def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelProto | None:
+    """The model's structure with every large inline weight replaced by a reference to its bytes in the file.
+
+    The ``.onnx`` file is scanned at the protobuf wire level through ``mmap`` (weight bytes are skipped, never
+    read); each top-level initializer's ``raw_data`` becomes external data pointing at its own offset in the same
+    file.  onnxruntime then reads the weights from the file as plain inference does, and Python never holds
+    them: instrumented copies are a few hundred kB.  Returns None for layouts this does not cover (already
+    external data, no raw_data), which then keep the fully loaded proto.
+    """
+    import mmap
+
+    path = Path(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        graph_span, changed = None, False
+        for fno, wt, vs, ve, ts in _wire_fields(mm, 0, len(mm)):
+            if fno == 7 and wt == 2:  # ModelProto.graph
+                graph_span = (ts, vs, ve)
+        if graph_span is None:
+            return None
+        ts, vs, ve = graph_span
+        pieces = []
+        for fno, wt, fvs, fve, fts in _wire_fields(mm, vs, ve):
+            if fno == 5 and wt == 2:  # GraphProto.initializer
+                stub = _tensor_stub(mm, fvs, fve, path.name, min_bytes)
+                if stub is not None:
+                    pieces.append(_key(5, 2) + _varint(len(stub)) + stub)
+                    changed = True
+                    continue
+            pieces.append(mm[fts:fve])
+        if not changed:
+            return None
+        graph = b"".join(pieces)
+        out = [mm[:ts], _key(7, 2) + _varint(len(graph)) + graph, mm[ve:]]
+        return onnx.ModelProto.FromString(b"".join(out))
+
+
+def _tensor_stub(mm, start: int, end: int, location: str, min_bytes: int) -> bytes | None:
+    """TensorProto bytes without ``raw_data``, marked external at the raw bytes' offset in the file."""
+    raw = None
+    keep = []
+    for fno, wt, vs, ve, ts in _wire_fields(mm, start, end):
+        if fno in (13, 14):  # already external: leave it alone
+            return None
+        if fno == 9 and wt == 2:
+            raw = (vs, ve)
+            continue
+        keep.append(mm[ts:ve])
+    if raw is None or raw[1] - raw[0] < min_bytes:
         return None
+    entries = b""
+    for k, v in (("location", location), ("offset", str(raw[0])), ("length", str(raw[1] - raw[0]))):
+        kv = _key(1, 2) + _varint(len(k)) + k.encode() + _key(2, 2) + _varint(len(v.encode())) + v.encode()
+        entries += _key(13, 2) + _varint(len(kv)) + kv
+    return b"".join(keep) + entries + _key(14, 0) + _varint(TensorProto.EXTERNAL)
+
+
+def _wire_fields(buf, start: int, end: int):
+    """(field number, wire type, value start, value end, tag start) of each field in ``buf[start:end]``."""
+    i = start
+    while i < end:
+        ts = i
+        key, i = _read_varint(buf, i)
+        fno, wt = key >> 3, key & 7
+        if wt == 0:
+            _, j = _read_varint(buf, i)
+            vs, i = i, j
+        elif wt == 1:
+            vs, i = i, i + 8
+        elif wt == 2:
+            n, vs = _read_varint(buf, i)
+            i = vs + n
+        elif wt == 5:
+            vs, i = i, i + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wt}")
+        if i > end:
+            raise ValueError("truncated protobuf field")
+        yield fno, wt, vs, i, ts
+
+
+def _read_varint(buf, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("bad varint")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _key(field: int, wt: int) -> bytes:
+    return _varint(field << 3 | wt)
 
 
 # --------------------------------------------------------------------------- loading
@@ -182,53 +395,102 @@ def _short(e: Exception) -> str:
 
 
 # --------------------------------------------------------------------------- finding
-def _walk_down(g: Graph, t: str, limit: int = 6) -> str | None:
-    """From a Softmax output, the tensor that a MatMul consumes as input A (the P·V product), or None."""
+ANALYSIS_SECONDS = 20.0  # walks are linear; this only bounds pathological files (a clear error, never a hang)
+# consumers that make a Softmax over Q·Kᵀ scores attention even without a P·V MatMul, and the method they give
+REDUCE_CONSUMERS = {"ReduceSum": "softmax-reduce", "ReduceMean": "softmax-reduce"}
+
+
+class _Clock:
+    def __init__(self, seconds: float = ANALYSIS_SECONDS):
+        self.deadline = time.perf_counter() + seconds
+
+    def check(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise AttnvizError(f"graph analysis took over {ANALYSIS_SECONDS:.0f} s (a pathological graph); "
+                               "the file is probably not a normal exported model — re-export it")
+
+
+def _down_step(g: Graph, cur: str):
+    """Tensors one pass-through op further down from ``cur`` (Softmax side), skipping Where conditions."""
+    for ci, j in g.consumers.get(cur, []):
+        c = g.nodes[ci]
+        if c.op_type in DOWN_PASS and c.output and c.output[0] and not (c.op_type == "Where" and j == 0):
+            yield ci, c.output[0]
+
+
+def _walk_down(g: Graph, t: str, limit: int = 6) -> tuple[str, str] | None:
+    """From a Softmax output: (tensor consumed as probabilities, method), or None.
+
+    The consumer is the P·V MatMul (input A), else a reduction over the probabilities (a head mean / sum
+    to an output) or an elementwise product summed afterwards (an additive-attention context).
+    Breadth-first with a visited set: linear in the graph size.
+    """
+    seen = {t}
     frontier = [t]
+    other: tuple[str, str] | None = None
     for _ in range(limit):
         nxt = []
         for cur in frontier:
             for ci, j in g.consumers.get(cur, []):
                 c = g.nodes[ci]
-                if c.op_type in MATMULS and j == 0:
-                    return cur
-                if c.op_type == "Einsum" and j in (0, 1):
-                    return cur
-                if c.op_type in DOWN_PASS and c.output and c.output[0]:
-                    if c.op_type == "Where" and j == 0:
-                        continue  # the condition, not data
-                    nxt.append(c.output[0])
+                if (c.op_type in MATMULS and j == 0) or (c.op_type == "Einsum" and j in (0, 1)):
+                    return cur, "softmax"
+                if other is None and c.op_type in REDUCE_CONSUMERS:
+                    other = (cur, REDUCE_CONSUMERS[c.op_type])
+                if other is None and _feeds_weighted_sum(g, c):
+                    other = (cur, "softmax-context")
+            for _, o in _down_step(g, cur):
+                if o not in seen:
+                    seen.add(o)
+                    nxt.append(o)
+        if not nxt:
+            break
+        frontier = nxt
+    return other
+
+
+def _feeds_weighted_sum(g: Graph, c) -> bool:
+    """``c`` (possibly through an Unsqueeze that adds the value axis) is a Mul whose product is ReduceSum'd."""
+    muls = [c] if c.op_type == "Mul" else []
+    if c.op_type == "Unsqueeze":
+        muls = [g.nodes[k] for k, _ in g.consumers.get(c.output[0], []) if g.nodes[k].op_type == "Mul"]
+    return any(g.nodes[k].op_type == "ReduceSum" for m in muls for k, _ in g.consumers.get(m.output[0], []))
+
+
+def _walk_up(g: Graph, t: str, limit: int = 8) -> tuple[int, list[int]] | None:
+    """From a Softmax input, the Q·Kᵀ MatMul producing it and the epilogue nodes in between.
+
+    Breadth-first over tensors with a visited set (a chain of variadic ops is walked once, never per path);
+    returns the nearest Q·Kᵀ MatMul and the nodes on the route to it.
+    """
+    came_from: dict[str, tuple[str, int] | None] = {t: None}
+    frontier = [t]
+    for _ in range(limit + 1):
+        nxt = []
+        for cur in frontier:
+            pi = g.producer.get(cur)
+            if pi is None:
+                continue
+            p = g.nodes[pi]
+            if p.op_type in MATMULS:
+                # Q·Kᵀ has two activations (not a weight); a projection has an initializer operand
+                if len(p.input) >= 2 and not g.is_const(p.input[0]) and not g.is_const(p.input[1]):
+                    path, step = [], came_from[cur]
+                    while step is not None:
+                        path.append(step[1])
+                        step = came_from[step[0]]
+                    return pi, path
+                continue
+            if p.op_type not in UP_PASS:
+                continue
+            for inp in p.input:
+                if inp and inp not in came_from and not g.is_const(inp) and g.const_value(inp) is None:
+                    came_from[inp] = (cur, pi)
+                    nxt.append(inp)
         if not nxt:
             return None
         frontier = nxt
     return None
-
-
-def _walk_up(g: Graph, t: str, limit: int = 8) -> tuple[int, list[int]] | None:
-    """From a Softmax input, the Q·Kᵀ MatMul producing it and the epilogue nodes in between."""
-    best = None
-
-    def rec(cur: str, path: list[int], depth: int):
-        nonlocal best
-        if depth > limit or best is not None:
-            return
-        pi = g.producer.get(cur)
-        if pi is None:
-            return
-        p = g.nodes[pi]
-        if p.op_type in MATMULS:
-            # Q·Kᵀ has two activations (not a weight); a projection has an initializer operand
-            if len(p.input) >= 2 and p.input[0] not in g.initializers and p.input[1] not in g.initializers:
-                best = (pi, path)
-            return
-        if p.op_type not in UP_PASS:
-            return
-        for inp in p.input:
-            if inp and inp not in g.initializers and g.const_value(inp) is None:
-                rec(inp, path + [pi], depth + 1)
-
-    rec(t, [], 0)
-    return best
 
 
 def _attr(node, name, default=None):
@@ -238,72 +500,186 @@ def _attr(node, name, default=None):
     return default
 
 
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+
+
+def softmax_axis(model: onnx.ModelProto, node) -> int:
+    """The Softmax axis as written (opset < 13 defaults to 1 with 2-D coercion, 13+ to -1)."""
+    return int(_attr(node, "axis", -1 if _opset(model) >= 13 else 1))
+
+
+def _declared_rank(g: Graph, name: str) -> int | None:
+    scope: Graph | None = g
+    while scope is not None:
+        for v in list(scope.proto.value_info) + list(scope.proto.input) + list(scope.proto.output):
+            if v.name == name and v.type.tensor_type.HasField("shape"):
+                return len(v.type.tensor_type.shape.dim)
+        scope = scope.parent
+    return None
+
+
 def find_sites(g: Graph) -> tuple[list[Site], str | None]:
-    """Return the attention sites (unordered, unlabelled) and, when there are none, why."""
+    """Return the attention sites (unordered, unlabelled) of the graph and every body in it and, when there
+    are none, why.  Sites in the two branches of one ``If`` are paired (see :func:`_pair_branches`)."""
     sites: list[Site] = []
     problems: list[str] = []
-    softmax_seen = 0
-    for i, n in enumerate(g.nodes):
-        op, dom = n.op_type, n.domain
-        name = n.name or f"{op}_{i}"
-        if op == "Softmax" and dom in ("", "ai.onnx"):
-            softmax_seen += 1
-            probs = _walk_down(g, n.output[0])
-            if probs is None:
-                continue  # classifier head or other non-attention softmax
-            up = _walk_up(g, n.input[0])
-            if up is None:
-                continue
-            mi, path = up
-            mm = g.nodes[mi]
-            epi = sorted(path) + [i]
-            # include the nodes between Softmax and the exposed tensor (NaN guard)
-            cur = n.output[0]
-            while cur != probs:
-                nxt = None
-                for ci, j in g.consumers.get(cur, []):
-                    if g.nodes[ci].op_type in DOWN_PASS and not (g.nodes[ci].op_type == "Where" and j == 0):
-                        nxt = ci
-                        break
-                if nxt is None:
-                    break
-                epi.append(nxt)
-                # IsNaN feeding a Where guard belongs to the epilogue too
-                for inp in g.nodes[nxt].input:
-                    pi = g.producer.get(inp)
-                    if pi is not None and g.nodes[pi].op_type == "IsNaN" and pi not in epi:
-                        epi.append(pi)
-                cur = g.nodes[nxt].output[0]
-            sites.append(Site(i, name, "softmax", probs=probs, q=mm.input[0], k=mm.input[1], qk=mm.output[0], epilogue=sorted(set(epi))))
-        elif op == "Attention" and dom in ("", "ai.onnx"):
-            sites.append(Site(i, name, "onnx-attention", q=n.input[0], k=n.input[1],
-                              heads=int(_attr(n, "q_num_heads", 0) or 0)))
-        elif dom == MS and op == "MultiHeadAttention":
-            k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
-            sites.append(Site(i, name, "mha-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0))))
-        elif dom == MS and op == "GroupQueryAttention":
-            k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
-            sites.append(Site(i, name, "gqa-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0))))
-        elif dom == MS and op == "Attention":
-            w = g.const_value(n.input[1]) if len(n.input) > 1 else None
-            if w is None:
-                problems.append(f"com.microsoft Attention node {name!r} has non-constant weights")
-                continue
-            sites.append(Site(i, name, "recompute-packed", q=n.input[0], k=n.input[0], heads=int(_attr(n, "num_heads", 0)),
-                              extra={"unidirectional": int(_attr(n, "unidirectional", 0) or 0),
-                                     "mask_filter_value": float(_attr(n, "mask_filter_value", -10000.0) or -10000.0),
-                                     "scale": float(_attr(n, "scale", 0.0) or 0.0),
-                                     "qkv_hidden_sizes": list(_attr(n, "qkv_hidden_sizes", []) or [])}))
-        elif dom == MS and op in UNSUPPORTED_FUSED:
-            problems.append(f"{op} ({UNSUPPORTED_FUSED[op]}) node {name!r} does not expose its probabilities")
+    counts = {"softmax": 0, "wrong_axis": 0}
+    clock = _Clock()
+    for sg in g.walk():
+        for k, i in enumerate(sg.order):
+            if k % 512 == 0:
+                clock.check()
+            _site_at(sg, i, sites, problems, counts)
+    sites = _pair_branches(sites)
     if sites:
         return sites, None
     if problems:
         return [], f"attention is fused into ops that hide the probabilities: {problems[0]}; {REEXPORT_HINT}"
-    if softmax_seen:
-        return [], (f"no attention found: the graph has {softmax_seen} Softmax node(s) but none feeds a P·V MatMul "
+    if counts["wrong_axis"]:
+        return [], (f"no attention found: {counts['wrong_axis']} Softmax node(s) over Q·Kᵀ scores normalise an axis that is "
+                    "not the key axis, so their values are not attention weights; check the export")
+    if counts["softmax"]:
+        return [], (f"no attention found: the graph has {counts['softmax']} Softmax node(s) but none feeds a P·V MatMul "
                     "from a Q·Kᵀ MatMul (e.g. only a classifier head); this model may not be a transformer")
     return [], "no attention found: the graph has no Softmax, ONNX Attention or onnxruntime attention op; this model may not be a transformer"
+
+
+def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: dict) -> None:
+    n = g.nodes[i]
+    op, dom = n.op_type, n.domain
+    name = n.name or f"{op}_{i}"
+    loop = _loop_kind(g)
+    if op == "Softmax" and dom in ("", "ai.onnx"):
+        counts["softmax"] += 1
+        down = _walk_down(g, n.output[0])
+        if down is None:
+            return  # classifier head or other non-attention softmax
+        probs, method = down
+        up = _walk_up(g, n.input[0])
+        if up is None:
+            return
+        axis = softmax_axis(g.model, n)
+        rank = _declared_rank(g, n.input[0])
+        if axis != -1 and rank is not None and axis % max(rank, 1) != rank - 1:
+            counts["wrong_axis"] += 1  # normalised over queries / heads / a flattened block: not attention
+            return
+        mi, path = up
+        mm = g.nodes[mi]
+        epi = sorted(path) + [i]
+        epi += _guard_nodes(g, n.output[0], probs)
+        site = Site(i, name, method, probs=probs, q=mm.input[0], k=mm.input[1], qk=mm.output[0],
+                    epilogue=sorted(set(epi)), g=g, loop=loop)
+        if axis != -1:
+            site.extra["softmax_axis"] = axis  # rank unknown here: checked on the tensor the run returns
+        sites.append(site)
+    elif op == "Attention" and dom in ("", "ai.onnx"):
+        sites.append(Site(i, name, "onnx-attention", q=n.input[0], k=n.input[1],
+                          heads=int(_attr(n, "q_num_heads", 0) or 0), g=g, loop=loop))
+    elif dom == MS and op == "MultiHeadAttention":
+        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
+        sites.append(Site(i, name, "mha-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
+    elif dom == MS and op == "GroupQueryAttention":
+        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
+        sites.append(Site(i, name, "gqa-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
+    elif dom == MS and op == "Attention":
+        w = g.const_value(n.input[1]) if len(n.input) > 1 else None
+        if w is None or g.parent is not None:
+            problems.append(f"com.microsoft Attention node {name!r} has non-constant weights or sits in a subgraph")
+            return
+        sites.append(Site(i, name, "recompute-packed", q=n.input[0], k=n.input[0], heads=int(_attr(n, "num_heads", 0)), g=g,
+                          extra={"unidirectional": int(_attr(n, "unidirectional", 0) or 0),
+                                 "mask_filter_value": float(_attr(n, "mask_filter_value", -10000.0) or -10000.0),
+                                 "scale": float(_attr(n, "scale", 0.0) or 0.0),
+                                 "qkv_hidden_sizes": list(_attr(n, "qkv_hidden_sizes", []) or [])}))
+    elif dom == MS and op in UNSUPPORTED_FUSED:
+        problems.append(f"{op} ({UNSUPPORTED_FUSED[op]}) node {name!r} does not expose its probabilities")
+
+
+def _guard_nodes(g: Graph, start: str, probs: str) -> list[int]:
+    """Nodes between the Softmax and the exposed tensor (NaN guard: Where, and the IsNaN feeding it)."""
+    out: list[int] = []
+    cur, seen = start, {start}
+    while cur != probs:
+        nxt = next(iter(_down_step(g, cur)), None)
+        if nxt is None or nxt[1] in seen:
+            break
+        ci, cur = nxt
+        seen.add(cur)
+        out.append(ci)
+        for inp in g.nodes[ci].input:
+            pi = g.producer.get(inp)
+            if pi is not None and g.nodes[pi].op_type == "IsNaN" and pi not in out:
+                out.append(pi)
+    return out
+
+
+def _loop_kind(g: Graph) -> str:
+    """'Loop' / 'Scan' when the body runs once per iteration (its tensors come out stacked), else ''."""
+    scope: Graph | None = g
+    while scope is not None and scope.parent is not None:
+        node = scope.parent.nodes[scope.path[-1][0]]
+        if node.op_type in ("Loop", "Scan"):
+            return node.op_type
+        scope = scope.parent
+    return ""
+
+
+def _pair_branches(sites: list[Site]) -> list[Site]:
+    """Sites of the two branches of one ``If`` are the same layers (a merged decoder runs one branch).
+
+    When both branches hold the same number of sites they are paired in data-path order: one site, two
+    tensors (the branch that runs supplies the map).  Otherwise each keeps its own site and the branch that
+    does not run returns an empty placeholder, which the runtime drops.
+    """
+    by_if: dict[tuple, dict[str, list[Site]]] = {}
+    for s in sites:
+        for depth in range(len(s.g.path)):
+            pnode, attr = s.g.path[depth]
+            if attr in ("then_branch", "else_branch"):
+                key = s.g.path[:depth] + ((pnode, ""),)
+                by_if.setdefault(key, {}).setdefault(attr, []).append(s)
+                break
+    dropped: set[int] = set()
+    for branches in by_if.values():
+        a, b = branches.get("then_branch", []), branches.get("else_branch", [])
+        if not a or not b or len(a) != len(b):
+            continue
+        ka = sorted(a, key=lambda s: (_site_depth(s), s.g.path, s.node_index))
+        kb = sorted(b, key=lambda s: (_site_depth(s), s.g.path, s.node_index))
+        if [s.method for s in ka] != [s.method for s in kb]:
+            continue
+        for x, y in zip(ka, kb):
+            x.twin = y
+            dropped.add(id(y))
+    return [s for s in sites if id(s) not in dropped]
+
+
+def _site_depth(s: Site) -> int:
+    return local_depths(s.g).get(s.node_index, 0)
+
+
+def local_depths(g: Graph) -> dict[int, int]:
+    """Attention-site depth of each node inside one graph (longest data path counting sites), cached."""
+    cached = getattr(g, "_site_depths", None)
+    if cached is not None:
+        return cached
+    depth: dict[str, int] = {}
+    out: dict[int, int] = {}
+    for i in g.order:
+        n = g.nodes[i]
+        d = max((depth.get(t, 0) for t in n.input if t), default=0)
+        out[i] = d
+        if _is_site_op(n):
+            d += 1
+        for o in n.output:
+            depth[o] = d
+    g._site_depths = out
+    return out
+
+
+def _is_site_op(n) -> bool:
+    return n.op_type in ("Softmax", "Attention", "MultiHeadAttention", "GroupQueryAttention")
 
 
 # --------------------------------------------------------------------------- labelling
@@ -320,68 +696,96 @@ def node_scope(g: Graph, n) -> str:
     return n.name or ""
 
 
-def _ancestry(g: Graph) -> dict[str, int]:
-    """Bit mask of graph inputs each tensor depends on (past/cache inputs ignored)."""
-    bit = {name: 1 << i for i, name in enumerate(g.input_names) if not PAST_RE.search(name)}
-    anc: dict[str, int] = dict(bit)
-    for n in g.nodes:
-        m = 0
-        for t in n.input:
-            m |= anc.get(t, 0)
-        if n.op_type in ("Shape", "Size"):
-            m = 0  # shapes carry no content; a mask built from another input's shape is not data flow
-        for o in n.output:
-            anc[o] = m
-        # subgraphs (If/Loop) are treated as opaque
-    return anc
+ENCODER_PAST_RE = re.compile(r"encoder|cross", re.I)
+
+
+def _flow(g: Graph, bits: dict[str, int], sites: list[Site]) -> dict[int, ChainMap]:
+    """One pass over the graph and every body: for each tensor, the input bits it depends on; for each site,
+    its depth (attention sites on the longest data path).  Returns the ancestry map of each scope (by id)."""
+    site_at = {(id(s.g), s.node_index): s for s in sites}
+    scopes: dict[int, ChainMap] = {}
+
+    def run(sg: Graph, anc: ChainMap, dep: ChainMap) -> None:
+        scopes[id(sg)] = anc
+        bodies = {b.path[-1][0]: [] for b in sg.bodies}
+        for b in sg.bodies:
+            bodies[b.path[-1][0]].append(b)
+        for i in sg.order:
+            n = sg.nodes[i]
+            m = 0
+            for t in n.input:
+                m |= anc.get(t, 0)
+            d = max((dep.get(t, 0) for t in n.input if t), default=0)
+            if n.op_type in ("Shape", "Size"):
+                m = 0  # shapes carry no content; a mask built from another input's shape is not data flow
+            d_out = d
+            for body in bodies.get(i, ()):
+                banc, bdep = anc.new_child(), dep.new_child()
+                for v in body.proto.input:  # iteration counters, loop-carried values, scanned slices
+                    banc[v.name], bdep[v.name] = m, d
+                run(body, banc, bdep)
+                for v in body.proto.output:
+                    m |= banc.get(v.name, 0)
+                    d_out = max(d_out, bdep.get(v.name, d))
+            s = site_at.get((id(sg), i))
+            if s is not None:
+                s.depth = d
+                d_out = max(d_out, d + 1)
+            for o in n.output:
+                anc[o], dep[o] = m, d_out
+
+    run(g, ChainMap(dict(bits)), ChainMap({}))
+    return scopes
 
 
 def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[Site]:
-    """Assign stack / kind / layer and return the sites in canonical order."""
+    """Assign stack / kind / layer and return the sites in canonical order.
+
+    kind: a site is cross-attention when its keys come from the encoder side (encoder inputs or states, or
+    the encoder half of a KV cache: ``past_key_values.N.encoder.*``) and not from the decoder's own tokens or
+    cache, while its queries do.  Layers are numbered per stack and kind (self L0, cross L0, self L1, ...).
+    """
     meta = meta or {}
-    anc = _ancestry(g)
     roles = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
+    names = g.input_names
+    bit = {name: 1 << i for i, name in enumerate(names)}
+    enc_past = {n for n in names if PAST_RE.search(n) and ENCODER_PAST_RE.search(n)}
+    dec_past = {n for n in names if PAST_RE.search(n) and n not in enc_past}
+    # a decoder graph fed with precomputed encoder states or an encoder cache (optimum decoder files)
+    decoder_graph = bool(enc_past) or any("encoder_hidden_states" in n or "encoder_output" in n for n in names)
     dec_bits = 0
     enc_bits = 0
     image_input = None
-    for i, inp in enumerate(g.inputs):
+    for inp in g.inputs:
         name = inp.name
-        if PAST_RE.search(name):
+        if name in dec_past:
+            if decoder_graph:
+                dec_bits |= bit[name]
+            continue
+        if name in enc_past or "encoder_hidden_states" in name or "encoder_output" in name:
+            enc_bits |= bit[name]
             continue
         role = roles.get(name, "")
-        if role in ("decoder_tokens", "decoder_mask") or DECODER_INPUT_RE.search(name):
-            dec_bits |= 1 << g.input_names.index(name)
+        if role in ("decoder_tokens", "decoder_mask") or DECODER_INPUT_RE.search(name) or (decoder_graph and "encoder" not in name):
+            dec_bits |= bit[name]
         else:
-            enc_bits |= 1 << g.input_names.index(name)
+            enc_bits |= bit[name]
         t = inp.type.tensor_type
         if role == "image" or (t.elem_type in (TensorProto.FLOAT, TensorProto.FLOAT16) and len(t.shape.dim) == 4):
             image_input = name
     # an image encoder + text decoder in one graph: token inputs are the decoder's
     if image_input is not None and not dec_bits:
-        img_bit = 1 << g.input_names.index(image_input)
+        img_bit = bit[image_input]
         others = enc_bits & ~img_bit
         if others:
             dec_bits, enc_bits = others, img_bit
-    # a decoder graph fed with precomputed encoder states
-    for name in g.input_names:
-        if "encoder_hidden_states" in name or "encoder_output" in name:
-            enc_bits |= 1 << g.input_names.index(name)
 
-    # depth: attention sites on the longest data path (nodes are topologically sorted)
-    site_at = {s.node_index: s for s in sites}
-    depth: dict[str, int] = {}
-    for i, n in enumerate(g.nodes):
-        d = max((depth.get(t, 0) for t in n.input if t), default=0)
-        s = site_at.get(i)
-        if s is not None:
-            s.depth = d
-            d += 1
-        for o in n.output:
-            depth[o] = d
+    scopes = _flow(g, bit, sites)
 
     for s in sites:
-        node = g.nodes[s.node_index]
-        s.scope = node_scope(g, node)
+        node = s.g.nodes[s.node_index]
+        s.scope = node_scope(s.g, node)
+        anc = scopes[id(s.g)]
         aq, ak = anc.get(s.q, 0), anc.get(s.k, 0)
         s.kind = "cross" if (aq != ak and ak and not (ak & dec_bits) and (aq & dec_bits or aq & ~ak)) else "self"
         sc = s.scope.lower()
@@ -411,7 +815,7 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
     for stack in ("encoder", "decoder"):
         group = [s for s in sites if s.stack == stack]
         for kind in ("self", "cross"):
-            ks = sorted((s for s in group if s.kind == kind), key=lambda s: (s.depth, s.node_index))
+            ks = sorted((s for s in group if s.kind == kind), key=lambda s: (s.depth, s.g.path, s.node_index))
             for li, s in enumerate(ks):
                 s.layer = li
         out += sorted(group, key=lambda s: (s.layer, kind_order[s.kind], s.node_index))
@@ -438,13 +842,13 @@ def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
         return True
     # a causal mask compares two position ranges (j > i): Greater/Less on Range-derived tensors
     from_range: set[str] = set()
-    for n in g.nodes:
+    for n in (n for sg in g.walk() for n in sg.nodes):
         if n.op_type == "Range" or (n.op_type in ("Unsqueeze", "Reshape", "Cast", "Expand", "Add", "Sub") and n.input and n.input[0] in from_range):
             from_range.update(o for o in n.output if o)
         if n.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual") and len(n.input) == 2 \
                 and n.input[0] in from_range and n.input[1] in from_range:
             return True
-    for n in g.nodes:
+    for n in (n for sg in g.walk() for n in sg.nodes):
         if n.op_type == "Trilu":
             return True
         if n.op_type == "Attention" and _attr(n, "is_causal", 0):
@@ -486,72 +890,164 @@ FUSED_OUTPUT = {
 }
 
 
-def instrumented_bytes(model: onnx.ModelProto, sites: list[Site], mode: str = "dense") -> tuple[bytes, Exposed]:
-    """Serialize the model with the extra outputs, without keeping a second copy of its weights.
+def instrumented_bytes(g: Graph, sites: list[Site], mode: str = "dense") -> tuple[bytes, Exposed]:
+    """Serialise a copy of the model with the extra outputs.
 
-    The outputs and node changes are applied to ``model`` in place, serialized, and reverted
-    (a deep copy would hold the weights twice: +90 MB for MiniLM, more for real models).
+    Large weights of a single-file model point at their bytes in the file (:func:`weights_by_reference`) and
+    external data stays external, so the copy and its bytes hold the graph structure only.
     """
-    n_out = len(model.graph.output)
-    touched = {s.node_index for s in sites if s.method in FUSED_OUTPUT}
-    saved = {i: copy.deepcopy(model.graph.node[i]) for i in touched}
-    try:
-        exposed = instrument(model, sites, mode, in_place=True)
-        data = model.SerializeToString()
-    finally:
-        del model.graph.output[n_out:]
-        for i, n in saved.items():
-            model.graph.node[i].CopyFrom(n)
+    exposed = instrument(g, sites, mode)
+    data = exposed.model.SerializeToString()
     exposed.model = None
     return data, exposed
 
 
-def instrument(model: onnx.ModelProto, sites: list[Site], mode: str = "dense", in_place: bool = False) -> Exposed:
-    """Add graph outputs for every site (to a copy unless ``in_place``).
+def instrument(g0: Graph, sites: list[Site], mode: str = "dense") -> Exposed:
+    """Add graph outputs for every site, to a copy of ``g0.model``.
 
     dense: the probabilities (or what they are computed from for fused ops).
     ondemand: Q and K operands of the QK MatMul plus the epilogue's side inputs.
+    Sites inside ``If``/``Loop``/``Scan`` bodies are threaded out as body and node outputs (:class:`_Threader`).
     """
-    g0 = Graph(model)
-    m = model if in_place else copy.deepcopy(model)
-    nodes = m.graph.node
+    m = copy.deepcopy(g0.model)
     seen = {o.name for o in m.graph.output}
     existing = set(seen)
+    threader = _Threader(m)
     outs: list[str] = []
     extras: list[dict] = []
     for s in sites:
-        n = nodes[s.node_index]
+        n = _graph_at(m, s.g.path).node[s.node_index]
         ex: dict = {}
         if s.method in FUSED_OUTPUT:
-            attr, prefix = FUSED_OUTPUT[s.method]
-            if attr:
-                _set_attr(n, *attr)
-            while len(n.output) < 4:
-                n.output.append("")
-            if not n.output[3]:
-                n.output[3] = f"attnviz_{prefix}_{s.node_index}"
-            s.probs = n.output[3]
+            _expose_fused(n, s)
+            if s.twin is not None:
+                _expose_fused(_graph_at(m, s.twin.g.path).node[s.twin.node_index], s.twin)
         elif s.method == "recompute-packed":
             s.probs = n.input[0]
             if len(n.input) > 3 and n.input[3]:
                 ex["mask_index"] = n.input[3]
-        if mode == "ondemand" and can_recompute(g0, s):
+        if s.g.path:
+            # a body tensor: its name outside is a new node output (one per If for a paired site); ``probs``
+            # becomes that top-level name, ``body_probs`` keeps the tensor inside the body
+            if s.method in FUSED_OUTPUT or not s.body_probs:
+                s.body_probs = s.probs
+            s.probs = threader.expose(s, _elem_type(s, n))
+        elif mode == "ondemand" and can_recompute(g0, s):
             ex["q"], ex["k"] = s.q, s.k
             for name in epilogue_side_inputs(g0, s):
                 ex.setdefault("side", []).append(name)
             for name in [ex["q"], ex["k"], *ex.get("side", [])]:
-                if name not in existing and name not in g0.initializers:
+                if name not in existing and not g0.is_const(name):
                     _add_output(m, name, seen)
         else:
             if s.probs not in existing:
                 new = s.method in FUSED_OUTPUT
-                _add_output(m, s.probs, seen, _float_type(model, n) if new else None)
+                _add_output(m, s.probs, seen, _float_type(g0.model, n) if new else None)
         for name in ([ex["mask_index"]] if "mask_index" in ex else []):
             if name not in existing and g0.producer.get(name) is not None:
                 _add_output(m, name, seen)
         outs.append(s.probs)
         extras.append(ex)
+    for name in threader.top:
+        _add_output(m, name, seen)
     return Exposed(m, outs, extras)
+
+
+def _expose_fused(n, s: Site) -> None:
+    attr, prefix = FUSED_OUTPUT[s.method]
+    if attr:
+        _set_attr(n, *attr)
+    while len(n.output) < 4:
+        n.output.append("")
+    if not n.output[3]:
+        n.output[3] = f"attnviz_{prefix}_{'_'.join(str(p) for p, _ in s.g.path)}_{s.node_index}"
+    s.probs = n.output[3]
+
+
+def _graph_at(m: onnx.ModelProto, path: tuple) -> onnx.GraphProto:
+    g = m.graph
+    for ni, attr in path:
+        g = next(a.g for a in g.node[ni].attribute if a.name == attr)
+    return g
+
+
+def _elem_type(s: Site, node) -> int:
+    """Element type of a site's tensor (value_info when declared; float32 otherwise)."""
+    scope: Graph | None = s.g
+    while scope is not None:
+        for v in list(scope.proto.value_info) + list(scope.proto.output):
+            if v.name == (s.body_probs or s.probs) and v.type.tensor_type.elem_type:
+                return v.type.tensor_type.elem_type
+        scope = scope.parent
+    return _float_type(s.g.model, node) if s.method in FUSED_OUTPUT else TensorProto.FLOAT
+
+
+class _Threader:
+    """Bring tensors out of ``If`` / ``Loop`` / ``Scan`` bodies as outputs of the nodes that own the bodies.
+
+    If: both branches must produce every output; the branch without the tensor returns an empty placeholder
+    (a paired site gives each branch its own tensor instead).  Loop / Scan: the tensor becomes an extra scan
+    output, stacked over iterations on axis 0.
+    """
+
+    def __init__(self, m: onnx.ModelProto):
+        self.m = m
+        self.top: list[str] = []
+        self.count = 0
+
+    def expose(self, s: Site, elem_type: int) -> str:
+        path, name = s.g.path, s.body_probs
+        if s.twin is not None:
+            # both branches' tensors up to their If, then one output of that If
+            tw = s.twin
+            k = next(d for d, (p, a) in enumerate(path) if a in ("then_branch", "else_branch") and tw.g.path[d][0] == p
+                     and tw.g.path[:d] == path[:d])
+            mine = self._up(path, name, elem_type, stop=k + 1)
+            theirs = self._up(tw.g.path, tw.probs, elem_type, stop=k + 1)
+            branch = {path[k][1]: mine, tw.g.path[k][1]: theirs}
+            name = self._if_output(path[:k], path[k][0], branch, elem_type)
+            path = path[:k]
+        top = self._up(path, name, elem_type, stop=0)
+        self.top.append(top)
+        return top
+
+    def _fresh(self) -> str:
+        self.count += 1
+        return f"attnviz_site_out_{self.count}"
+
+    def _up(self, path: tuple, name: str, elem_type: int, stop: int) -> str:
+        """Thread ``name`` from the body at ``path`` up to the graph at ``path[:stop]``; return its name there."""
+        while len(path) > stop:
+            (ni, attr), parent = path[-1], path[:-1]
+            node = _graph_at(self.m, parent).node[ni]
+            if node.op_type == "If":
+                name = self._if_output(parent, ni, {attr: name}, elem_type)
+            else:  # Loop / Scan: a new scan output (body outputs and node outputs both end with scan outputs)
+                body = next(a.g for a in node.attribute if a.name == attr)
+                body.output.append(helper.make_tensor_value_info(name, elem_type, None))
+                for key in ("scan_output_axes", "scan_output_directions"):
+                    for a in node.attribute:
+                        if a.name == key:
+                            a.ints.append(0)
+                name = self._fresh()
+                node.output.append(name)
+            path = parent
+        return name
+
+    def _if_output(self, parent: tuple, ni: int, branch: dict[str, str], elem_type: int) -> str:
+        node = _graph_at(self.m, parent).node[ni]
+        for a in node.attribute:
+            if a.name not in ("then_branch", "else_branch"):
+                continue
+            t = branch.get(a.name)
+            if t is None:  # this branch has no such site: an empty [0,0,0,0] tensor of the same type
+                t = self._fresh()
+                dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+                a.g.node.append(helper.make_node("Constant", [], [t], value=numpy_helper.from_array(np.zeros((0, 0, 0, 0), dtype))))
+            a.g.output.append(helper.make_tensor_value_info(t, elem_type, None))
+        out = self._fresh()
+        node.output.append(out)
+        return out
 
 
 def _float_type(model: onnx.ModelProto, node) -> int:
@@ -572,7 +1068,7 @@ def _set_attr(node, name, value) -> None:
 
 def can_recompute(g: Graph, s: Site) -> bool:
     """Per-head recompute needs a plain Q·Kᵀ MatMul and an elementwise epilogue (no reshapes)."""
-    if s.method != "softmax" or not s.qk or s.qk not in g.producer:
+    if s.method != "softmax" or s.g is not g or not s.qk or s.qk not in g.producer or "softmax_axis" in s.extra:
         return False
     if g.nodes[g.producer[s.qk]].op_type not in ("MatMul", "FusedMatMul"):
         return False
@@ -635,3 +1131,116 @@ def static_heads(g: Graph, s: Site) -> int:
         if len(dims) == 4 and dims[1].HasField("dim_value"):
             return int(dims[1].dim_value)
     return 0
+
+
+# --------------------------------------------------------------------------- token grids
+@dataclass
+class TokenGrid:
+    """How an image encoder's tokens lie on the image, read from the graph: ``lead`` tokens before the patches
+    (concatenated learned tokens: CLS, registers), then ``rows x cols`` patches in row-major order."""
+
+    rows: int
+    cols: int
+    lead: int = 0
+
+
+SPATIAL_OPS = {"Conv", "MaxPool", "AveragePool"}
+
+
+def token_grid(g: Graph, image_input: str, hw: tuple[int, int], n_keys: int) -> TokenGrid | None:
+    """The patch grid of the image input at size ``hw``: the spatial map [B, C, h, w] that a Reshape/Flatten
+    turns into tokens after a Conv (patch embedding / CNN backbone), and the Concat that may add learned
+    tokens in front.  None when the graph does not show it (nothing is guessed)."""
+    shapes = _concrete_shapes(g, image_input, hw)
+    if shapes is None:
+        return None
+    seen, frontier = {image_input}, [(image_input, False)]
+    flat = None
+    for _ in range(200):  # bounded breadth-first walk down from the image
+        nxt = []
+        for t, after_conv in frontier:
+            for ci, _ in g.consumers.get(t, []):
+                n = g.nodes[ci]
+                conv = after_conv or n.op_type in SPATIAL_OPS
+                if conv and n.op_type in ("Reshape", "Flatten") and len(shapes.get(n.input[0], ())) == 4:
+                    flat = flat or (n, shapes[n.input[0]])
+                for o in n.output:
+                    if o and o not in seen:
+                        seen.add(o)
+                        nxt.append((o, conv))
+        if flat or not nxt:
+            break
+        frontier = nxt
+    if flat is None:
+        return None
+    node, (_, _, h, w) = flat
+    if not isinstance(h, int) or not isinstance(w, int):
+        return None
+    lead = _lead_tokens(g, node.output[0], shapes)
+    # tokens are the h x w cells, or the columns (a text-line strip: the Reshape folds the height into channels),
+    # or the rows; learned tokens come first.  Anything else does not fit: no grid rather than a guessed one.
+    for rows, cols in ((h, w), (1, w), (h, 1)):
+        if lead is None and 0 < n_keys - rows * cols <= 16:
+            return TokenGrid(rows, cols, n_keys - rows * cols)  # a Concat in front whose sizes are computed at run time
+        if lead is not None and rows * cols + lead == n_keys:
+            return TokenGrid(rows, cols, lead)
+    return None
+
+
+def _concrete_shapes(g: Graph, image_input: str, hw: tuple[int, int]) -> dict[str, tuple] | None:
+    """Shape inference on a weight-free copy with the image input fixed to [1, C, H, W]; dims as ints or None."""
+    m = onnx.ModelProto()
+    m.CopyFrom(g.model)
+    for v in m.graph.input:
+        if v.name == image_input:
+            dims = v.type.tensor_type.shape.dim
+            if len(dims) != 4:
+                return None
+            c = dims[1].dim_value if dims[1].HasField("dim_value") else 3
+            v.type.tensor_type.shape.CopyFrom(onnx.TensorShapeProto(dim=[onnx.TensorShapeProto.Dimension(dim_value=d)
+                                                                          for d in (1, c, hw[0], hw[1])]))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:
+        return None
+    out = {t.name: tuple(int(d) for d in t.dims) for t in inferred.graph.initializer}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        t = v.type.tensor_type
+        if t.HasField("shape"):
+            out[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    return out
+
+
+def _concat_after(g: Graph, t: str, limit: int = 6):
+    """The first Concat downstream of the flattened patches (through layout ops), and the operand it reads."""
+    frontier, seen = [t], {t}
+    for _ in range(limit):
+        nxt = []
+        for cur in frontier:
+            for ci, j in g.consumers.get(cur, []):
+                n = g.nodes[ci]
+                if n.op_type == "Concat":
+                    return n, j
+                if n.op_type in ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Add",
+                                 "MatMul", "LayerNormalization") and n.output[0] not in seen:
+                    seen.add(n.output[0])
+                    nxt.append(n.output[0])
+        frontier = nxt
+    return None
+
+
+def _lead_tokens(g: Graph, t: str, shapes: dict) -> int | None:
+    """Tokens a Concat puts before the patches along the token axis: 0 when there is no such Concat (or the
+    patches come first), None when something is put in front but its size is only known at run time."""
+    found = _concat_after(g, t)
+    if found is None:
+        return 0
+    node, j = found
+    axis = int(_attr(node, "axis", 1))
+    lead = 0
+    for inp in node.input[:j]:
+        shp = shapes.get(inp)
+        if not shp or len(shp) <= axis or not isinstance(shp[axis], int):
+            return None
+        lead += shp[axis]
+    return lead

@@ -12,10 +12,15 @@ import onnx
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.runtime import analyze as engine
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
+from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.generate import FileCache
+from attnviz.runtime.request import AnalyzeRequest
 from attnviz.runtime.session import make_session
 
+PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64", 16: "bfloat16",
@@ -171,10 +176,6 @@ class PackedMap:
         return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
 
 
-class Cancelled(AttnvizError):
-    """The caller's ``cancelled()`` returned True between generation steps."""
-
-
 class AttentionModel:
     """A loaded model with its attention sites found and labelled.  Sessions are created lazily."""
 
@@ -185,6 +186,8 @@ class AttentionModel:
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
+        if self.external_dir is None:
+            self._weights_by_reference()
         self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
@@ -254,6 +257,8 @@ class AttentionModel:
             dt = np.dtype(i.dtype) if i.dtype in ("float32", "float16", "int64", "int32", "bool") else None
             if dt is None:
                 return False
+            if int(np.prod(shape)) > PROBE_MAX_ELEMENTS:
+                return False  # a declared input size this big would make the "short" run costly: labels stay static
             if role == "image" or dt.kind == "f":
                 feeds[i.name] = np.random.default_rng(0).standard_normal(shape).astype(dt)
             elif role in ("mask", "decoder_mask"):
@@ -286,6 +291,19 @@ class AttentionModel:
         }
 
     # -- sessions ----------------------------------------------------------------
+    def _weights_by_reference(self) -> None:
+        """Swap the loaded proto for one whose large weights point at their bytes in the file (onnxruntime reads
+        them there, as plain inference does): instrumented copies then never re-serialise the weights, and the
+        fully loaded proto is freed (measured in bench/engine_memory_bench.py)."""
+        try:
+            light = gr.weights_by_reference(self.path)
+        except Exception:  # a file protobuf parsed but this scan does not understand: keep the loaded proto
+            return
+        if light is None or len(light.graph.node) != len(self.proto.graph.node):
+            return
+        self.proto = light
+        self.external_dir = str(self.path.resolve().parent)
+
     def _session(self, mode: str):
         """mode: plain (no extra outputs) | dense | ondemand."""
         if mode not in self._sessions:
@@ -294,10 +312,16 @@ class AttentionModel:
                 data, exposed = _serialize(self.proto), None
             else:
                 try:
-                    data, exposed = gr.instrumented_bytes(self.proto, self._sites, mode)
+                    data, exposed = gr.instrumented_bytes(self.graph, self._sites, mode)
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
-            sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
+            try:
+                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
+            except AttnvizError:
+                raise
+            except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)
+                raise AttnvizError(f"{self.path.name}: onnxruntime cannot load this model: {ort_message(e)}; "
+                                   "re-export it (or update onnxruntime)") from None
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
@@ -385,19 +409,53 @@ class AttentionModel:
         try:
             values = _run_bound(sess, fetch, feeds)
         except Exception as e:
-            raise AttnvizError(f"the model failed to run: {_ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)") from None
+            raise AttnvizError(f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)") from None
         run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
-        maps = []
-        for s, ex in zip(self._sites, exposed.site_extra):
-            maps.append(self._site_map(s, ex, got, batch, mode))
-        sites = [s.info(m.shape[1]) for s, m in zip(self._sites, maps)]
-        self._confirm_stack(sites, maps)
-        sites = [s.info(m.shape[1]) for s, m in zip(self._sites, maps)]
+        kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
+        sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
+        self._confirm_stack(sites, maps, kept)
+        sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         info = {"provider": sess.get_providers()[0], "provider_note": self.provider_note, "mode": mode,
                 "run_s": run_s, "model": self.name, "model_path": str(self.path)}
+        if notes:
+            info["notes"] = notes  # analyze() appends its own notes to these
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
+
+    def _collect_maps(self, exposed, got: dict, batch: int, mode: str) -> tuple[list[gr.Site], list, list[str]]:
+        """Maps in canonical order, with the sites they belong to.
+
+        A site in a ``Loop``/``Scan`` body gives one map per iteration (its layers, numbered on); a site in an
+        ``If`` branch that did not run (an empty placeholder) gives none; a Softmax found not to normalise the
+        key axis is refused with a note, never shown as attention.
+        """
+        kept: list[gr.Site] = []
+        maps: list = []
+        notes: list[str] = []
+        for s, ex in zip(self._sites, exposed.site_extra):
+            raw = got.get(s.probs) if "q" not in ex else None
+            if raw is not None and raw.size == 0 and s.g is not None and s.g.path:
+                continue  # the If branch holding this site did not run
+            if raw is not None and not _normalises_keys(s, raw):
+                notes.append(f"site {s.node_name!r} skipped: its Softmax normalises axis {s.extra['softmax_axis']} of a "
+                             f"rank-{raw.ndim - bool(s.loop)} tensor, not the key axis, so it is not attention")
+                continue
+            if s.loop and raw is not None:
+                for it in range(raw.shape[0]):
+                    kept.append(_iteration_site(s, it))
+                    maps.append(self._site_map(s, ex, {s.probs: raw[it]}, batch, mode))
+                continue
+            kept.append(s)
+            maps.append(self._site_map(s, ex, got, batch, mode))
+        if len(kept) != len(self._sites) or any(s.loop for s in kept):
+            import dataclasses
+
+            kept = [dataclasses.replace(s, extra=dict(s.extra)) for s in kept]  # this run's numbering only
+            _renumber(kept)
+        if not kept:
+            raise AttnvizError(f"{self.path.name}: no attention map came out of this run ({'; '.join(notes) or 'every site was in a branch that did not run'})")
+        return kept, maps, notes
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
         if "q" in ex:
@@ -439,7 +497,7 @@ class AttentionModel:
         self._epilogues[s.node_index] = sess
         return sess
 
-    def _confirm_stack(self, sites: list[SiteInfo], maps) -> None:
+    def _confirm_stack(self, sites: list[SiteInfo], maps, kept: list | None = None) -> None:
         """Single-stack graphs: a causal map (nothing above the diagonal) means a decoder."""
         if self._stack_confirmed or any(s.kind == "cross" for s in self._sites):
             return
@@ -453,7 +511,7 @@ class AttentionModel:
         upper = float(np.abs(np.triu(h, 1)).sum())
         causal = upper < 1e-6
         want = "decoder" if causal else "encoder"
-        for s in self._sites:
+        for s in [*self._sites, *(kept or [])]:
             s.stack = want
         self._stack_confirmed = True
 
@@ -464,20 +522,63 @@ class AttentionModel:
             self._tokenizers = ip.find_tokenizers(self.path, self.meta, self._tokenizer_arg)
         return self._tokenizers
 
+    @property
+    def needs_probe(self) -> bool:
+        """A single-stack graph whose labels are guesses: a short run tells encoder from decoder first."""
+        return not self._stack_confirmed and len({s.stack for s in self._sites}) == 1
+
+    def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
+        return grid_for(self, n_keys, image_hw)
+
+    def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The logits alone (generation steps): the instrumented session, no maps fetched."""
+        sess, _ = self._session("dense")
+        names = [o.name for o in self.outputs]
+        try:
+            return sess.run(["logits" if "logits" in names else names[0]], self.check_feeds(feeds))[0]
+        except Exception as e:
+            raise AttnvizError(f"the model failed to run during generation: {ort_message(e)}") from None
+
+    def cache_stepper(self) -> FileCache | None:
+        """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
+        return FileCache.for_model(self)
+
     def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
                 generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
                 image_mean: list[float] | None = None, image_std: list[float] | None = None,
-                progress=None, cancelled=None) -> AttentionResult:
+                progress=None, cancelled=None, use_cache: bool = True) -> AttentionResult:
         """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled` (onnxruntime itself cannot be interrupted mid-run).
         """
-        from attnviz.runtime.adapters import analyze
+        req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
+                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache)
+        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
-        return analyze(self, text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                       image_size=image_size, image_mean=image_mean, image_std=image_std,
-                       progress=progress, cancelled=cancelled)
+
+def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
+    """A Softmax with an explicit axis must normalise the last (key) axis of the tensor it produced."""
+    axis = s.extra.get("softmax_axis")
+    if axis is None:
+        return True
+    rank = raw.ndim - (1 if s.loop else 0)
+    return (axis % rank if rank else axis) == rank - 1
+
+
+def _iteration_site(s: gr.Site, it: int) -> gr.Site:
+    import dataclasses
+
+    return dataclasses.replace(s, layer=s.layer + it, node_name=f"{s.node_name}[iteration {it}]", extra=dict(s.extra))
+
+
+def _renumber(sites: list[gr.Site]) -> None:
+    """Layers numbered 0.. per (stack, kind) again after loop iterations were added or sites skipped."""
+    count: dict[tuple[str, str], int] = {}
+    for s in sites:
+        key = (s.stack, s.kind)
+        s.layer = count.get(key, 0)
+        count[key] = s.layer + 1
 
 
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -499,26 +600,35 @@ def _serialize(model: onnx.ModelProto) -> bytes:
         raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
 
 
-def _ort_message(e: Exception) -> str:
-    s = str(e).strip().replace("\n", " ")
-    for marker in ("] ", ": "):
-        if s.startswith("[ONNXRuntimeError]") and marker in s:
-            s = s.split(marker, 2)[-1]
-            break
-    return s[:240]
 
 
 def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None) -> AttentionModel:
     return AttentionModel(path, provider=provider, tokenizer=tokenizer, threads=threads)
 
 
-def grid_for(model: AttentionModel, n_keys: int) -> PatchGrid | None:
+def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
+    """How ``n_keys`` image tokens lie on the image: attnviz metadata, else read from the graph at the size the
+    image was fed (conv / reshape / concat), else an exact square.  CLS or register tokens are only labelled
+    where the graph concatenates them; a layout the graph does not show gets no grid."""
     im = model.meta.get("image") if isinstance(model.meta.get("image"), dict) else {}
     hint = tuple(im["grid"]) if im.get("grid") else None
-    g = PatchGrid.infer(n_keys, hint)
-    if g is not None and im.get("offset") is not None and hint is not None:
-        g = PatchGrid(int(hint[0]), int(hint[1]), int(im["offset"]))
-    return g
+    if hint is not None:
+        g = PatchGrid.infer(n_keys, hint)
+        if g is not None and im.get("offset") is not None:
+            g = PatchGrid(int(hint[0]), int(hint[1]), int(im["offset"]))
+        return g
+    image = next((i.name for i in model.inputs if model.roles.get(i.name) == "image"), None)
+    if image is not None and image_hw is not None:
+        key = (image, tuple(int(x) for x in image_hw), n_keys)
+        cache = model.__dict__.setdefault("_grids", {})
+        if key not in cache:
+            cache[key] = gr.token_grid(model.graph, image, key[1], n_keys)
+        tg = cache[key]
+        if tg is not None:
+            return PatchGrid(tg.rows, tg.cols, tg.lead)
+        return None
+    side = int(round(n_keys ** 0.5))
+    return PatchGrid(side, side, 0) if side * side == n_keys else None
 
 
-__all__ = ["AttentionModel", "IOInfo", "open_model", "TokenAxis", "DenseMap"]
+__all__ = ["AttentionModel", "Cancelled", "IOInfo", "open_model", "TokenAxis", "DenseMap"]

@@ -119,7 +119,7 @@ class ModelSidebar(QTreeWidget):
                 rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
             for k, v in info.items():
                 # already shown above (model section / input panel) or internal
-                if k in ("provider", "timings", "model", "model_path", "kind", "text", "text_pair", "image", "generated_ids") \
+                if k in ("provider", "timings", "model", "model_path", "kind", "text", "text_pair", "image", "generated_ids", "rows") \
                         or v in (None, "", [], {}):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):

@@ -7,7 +7,7 @@ import argparse
 
 def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     if model_required:
-        p.add_argument("model", metavar="MODEL", help="ONNX model file")
+        p.add_argument("model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)")
     src = p.add_argument_group("input (one of)")
     src.add_argument("--inputs", metavar="FEEDS.npz", help="raw feeds: .npz keyed by ONNX input name")
     src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")

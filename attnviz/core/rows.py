@@ -1,0 +1,84 @@
+"""Batch rows: each row of a padded batch has its own token axes; one row can be taken out as a result.
+
+A run on a batch keeps every row in its maps (``[B, H, Tq, Tk]``).  ``AttentionResult.tokens`` /
+``key_tokens`` describe row 0; the axes of every row travel in ``result.info["rows"]`` (plain lists, so an
+extracted ``.npz`` keeps them).  Padded positions are marked special, so "hide special tokens" drops them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from attnviz.core.attention import AttentionResult, TokenAxis
+
+ROWS_KEY = "rows"
+
+
+def _axis_dict(ax: TokenAxis | None) -> dict | None:
+    return None if ax is None else {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
+
+
+def _axis_from(d: dict | None) -> TokenAxis | None:
+    return None if not d else TokenAxis(list(d["labels"]), d.get("special"))
+
+
+@dataclass(frozen=True)
+class RowAxes:
+    """The token axes of one batch row: encoder / only sequence, and the decoder's."""
+
+    tokens: TokenAxis | None
+    key_tokens: TokenAxis | None
+
+    def to_dict(self) -> dict:
+        return {"tokens": _axis_dict(self.tokens), "key_tokens": _axis_dict(self.key_tokens)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RowAxes":
+        return cls(_axis_from(d.get("tokens")), _axis_from(d.get("key_tokens")))
+
+
+def set_row_axes(result: AttentionResult, rows: list[RowAxes]) -> None:
+    """Record every row's axes; row 0's become ``result.tokens`` / ``key_tokens``."""
+    if rows:
+        result.tokens, result.key_tokens = rows[0].tokens, rows[0].key_tokens
+    if len(rows) > 1:
+        result.info[ROWS_KEY] = [r.to_dict() for r in rows]
+    else:
+        result.info.pop(ROWS_KEY, None)
+
+
+class RowMap:
+    """One batch row of a map source, as a batch of one (no copy until asked)."""
+
+    def __init__(self, src, b: int):
+        self.src, self.b = src, b
+        _, h, tq, tk = src.shape
+        self.shape = (1, h, tq, tk)
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        if b != 0:
+            raise IndexError(f"batch row {b} of a one-row map")
+        return self.src.head(self.b, h)
+
+    def array(self) -> np.ndarray:
+        return np.stack([self.head(0, h) for h in range(self.shape[1])])[None]
+
+
+def check_row(result: AttentionResult, b: int) -> int:
+    n = max(1, result.batch_size)
+    if not 0 <= int(b) < n:
+        raise IndexError(f"batch row {b} is out of range: this result has rows 0..{n - 1}")
+    return int(b)
+
+
+def pick_row(result: AttentionResult, b: int) -> AttentionResult:
+    """The result of batch row ``b`` alone (maps, axes, outputs), e.g. to draw or export that row."""
+    b = check_row(result, b)
+    tokens, key_tokens = result.row_axes(b)
+    outputs = {k: (v[b : b + 1] if np.ndim(v) >= 1 and v.shape[0] == result.batch_size else v) for k, v in result.outputs.items()}
+    info = {k: v for k, v in result.info.items() if k != ROWS_KEY}
+    info["batch_row"] = b
+    return replace(result, maps=[RowMap(m, b) for m in result.maps], tokens=tokens, key_tokens=key_tokens,
+                   outputs=outputs, info=info)

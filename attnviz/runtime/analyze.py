@@ -1,0 +1,124 @@
+"""The engine: an :class:`AnalyzeRequest` on a model -> a labelled :class:`AttentionResult`.
+
+Input builders (:mod:`builders`) make the feeds, the generation generator (:mod:`generate`) picks the words,
+the model runs once (or the cached steps' maps are assembled), then the axes are labelled.
+``result.generated[i]`` is the word produced at decoder query position ``prompt_len - 1 + i``;
+``result.key_tokens`` (or ``tokens`` for decoder-only models) are the decoder inputs.
+
+Works on anything with the model surface used here (an :class:`AttentionModel` or a folder's ``ModelSet``);
+it never imports model.py, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.attention import AttentionResult, DenseMap
+from attnviz.core.rows import RowAxes, set_row_axes
+from attnviz.runtime import builders as bd
+from attnviz.runtime import generate as gen
+from attnviz.runtime.adapters import patch_axis
+from attnviz.runtime.request import AnalyzeRequest, RunInfo
+
+
+def _special(model) -> dict:
+    sp = model.meta.get("special")
+    return sp if isinstance(sp, dict) else {}
+
+
+def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled) -> gen.Generation | None:
+    if not (prep.dec_in is not None and req.generate):
+        return None
+    if prep.batch > 1:
+        raise AttnvizError(f"--generate runs one sequence; these inputs hold a batch of {prep.batch} rows: "
+                           "give one row, or drop --generate to see every row")
+    prompt = prep.prompts[0]
+    eos = _special(model).get("eos")
+    stepper = model.cache_stepper() if req.use_cache and hasattr(model, "cache_stepper") else None
+    if stepper is not None:
+        return gen.with_cache(stepper, bd.decoder_feeds(model, prep, [prompt]), req.generate, eos, progress, cancelled)
+    return gen.full_rerun(model, lambda ids: model.check_feeds(bd.decoder_feeds(model, prep, [ids])), prompt,
+                          req.generate, eos, progress, cancelled)
+
+
+def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
+    """The cached steps' assembled maps as a result, in the model's canonical site order."""
+    sites = model.sites
+    missing = [i for i in range(len(sites)) if i not in maps]
+    if missing:
+        raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
+    dense = [DenseMap(maps[i]) for i in range(len(sites))]
+    infos = [type(s)(**{**s.to_dict(), "heads": int(m.shape[1])}) for s, m in zip(sites, dense)]
+    return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
+
+
+def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
+    t0 = time.perf_counter()
+    if not model.sites:
+        raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
+    if req.feeds is None and getattr(model, "needs_probe", False):  # raw feeds: the real run labels the stack
+        model.probe()  # a causal map marks a decoder; static guesses can miss hand-built masks
+    prep = bd.prepare(model, req)
+    g = _generate(model, req, prep, progress, cancelled)
+    generated = g.ids if g is not None else []
+    rows = None
+    if prep.dec_in is not None:
+        rows = [list(p) + generated[:-1] for p in prep.prompts]
+        feeds = bd.decoder_feeds(model, prep, rows)
+    else:
+        feeds = dict(prep.feeds)
+        bd.fill_auxiliary(model, feeds, prep.batch, None)
+
+    if progress is not None:
+        progress(100 if req.generate else -1, "extracting attention…")
+    if g is not None and g.maps is not None:
+        result = _from_steps(model, g.maps, {})
+        result.info.update({k: v for k, v in g.info.items() if k != "run_s"})
+    else:
+        try:
+            result = model.run(feeds, mode=req.mode)
+        except AttnvizError as e:
+            if prep.notes:  # e.g. positions beyond the model's table: say why
+                raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
+            raise
+    info = RunInfo(kind=model.kind, text=req.text, text_pair=req.text_pair, batch=prep.batch,
+                   notes=list(result.info.get("notes", [])) + list(prep.notes),
+                   image=str(req.image) if isinstance(req.image, (str, Path)) else None)
+
+    # axes -------------------------------------------------------------------------------
+    dec_rows = bd.decoder_axes(model, prep, rows, feeds) if rows is not None else [None] * prep.batch
+    if prep.decoder_is_tokens and model.kind == "decoder":
+        axes = [RowAxes(d, None) for d in dec_rows]
+    else:
+        axes = [RowAxes(s, d) for s, d in zip(prep.src_rows, dec_rows)]
+    if prep.img_in is not None:
+        n_keys = None
+        enc_sites = [i for i, s in enumerate(result.sites) if s.stack == "encoder"]
+        cross_sites = [i for i, s in enumerate(result.sites) if s.kind == "cross"]
+        if enc_sites:
+            n_keys = result.maps[enc_sites[-1]].shape[-1]
+        elif cross_sites:
+            n_keys = result.maps[cross_sites[-1]].shape[-1]
+        img = feeds.get(prep.img_in.name)
+        hw = tuple(np.shape(img)[-2:]) if img is not None else None  # the size actually fed decides the grid
+        grid = model.grid(n_keys, hw) if n_keys else None
+        result.patch_grid = grid
+        if grid is not None:
+            axes = [RowAxes(patch_axis(grid, n_keys), a.key_tokens) for a in axes]
+        result.image = prep.shown
+    set_row_axes(result, axes)
+    if prep.dec_in is not None:
+        result.prompt_len = len(prep.prompts[0])
+        tok = prep.tgt_tok
+        result.generated = [tok.label(i) if tok else str(i) for i in generated]
+        info.generated_ids = generated
+        if g is not None:
+            info.generation = g.method
+    info.generate_s = g.seconds if g is not None else 0.0
+    info.total_s = time.perf_counter() - t0
+    result.info.update(info.to_dict())
+    return result

@@ -1,0 +1,240 @@
+"""Input builders: from what a researcher gives (text, text pair, image, series, raw feeds) to feeds and axes.
+
+:func:`prepare` turns an :class:`AnalyzeRequest` into a :class:`Prepared` input: the feeds of everything but
+the decoder's tokens, the decoder prompt of every batch row, and the token axes of every row.  Raw feeds keep
+their batch: every row is run, padded positions (mask 0) are labelled special.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.attention import TokenAxis
+from attnviz.runtime import inputs as ip
+from attnviz.runtime.request import AnalyzeRequest
+
+ENCODER_ROLES = {r: r for r in ("tokens", "mask", "token_types", "positions")}
+DECODER_ROLES = {"tokens": "decoder_tokens", "mask": "decoder_mask"}
+_MASK_DTYPES = ("int64", "int32", "float32", "bool")
+
+
+@dataclass
+class Prepared:
+    """Feeds and axes for one analysis, before the decoder's tokens are added."""
+
+    feeds: dict[str, np.ndarray]
+    batch: int = 1
+    src_rows: list[TokenAxis | None] = field(default_factory=lambda: [None])  # per batch row
+    prompts: list[list[int]] | None = None  # decoder ids per row; None: no decoder input
+    dec_in: object | None = None  # IOInfo of the decoder's token input
+    decoder_is_tokens: bool = False  # decoder-only / captioning: the token input is the decoder's
+    decoder_given: bool = False  # the decoder's tokens (and mask) came in the raw feeds: run them as given
+    img_in: object | None = None
+    shown: np.ndarray | None = None  # the image as the model saw it
+    tgt_tok: object | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def by_role(model, role: str):
+    for i in model.inputs:
+        if model.roles[i.name] == role:
+            return i
+    return None
+
+
+def _ids_array(rows: list[list[int]], dtype: str) -> np.ndarray:
+    return np.asarray(rows, dtype=np.dtype(dtype) if dtype.startswith("int") else np.int64)
+
+
+def fill_text_inputs(model, feeds: dict, rows: list[list[int]], type_ids: list[int] | None, roles_map: dict[str, str]) -> None:
+    """Token / mask / type / position inputs for equal-length rows.  roles_map maps generic role -> input role."""
+    b, n = len(rows), len(rows[0])
+    for i in model.inputs:
+        role = model.roles[i.name]
+        if role == roles_map.get("tokens"):
+            feeds[i.name] = _ids_array(rows, i.dtype)
+        elif role == roles_map.get("mask"):
+            feeds[i.name] = np.ones((b, n), dtype=np.dtype(i.dtype) if i.dtype in _MASK_DTYPES else np.int64)
+        elif role == roles_map.get("token_types") and type_ids is not None:
+            feeds[i.name] = _ids_array([type_ids] * b, i.dtype)
+        elif role == roles_map.get("positions"):
+            feeds[i.name] = _ids_array([list(range(n))] * b, i.dtype)
+
+
+def fill_auxiliary(model, feeds: dict, batch: int, seq_len: int | None) -> None:
+    """Empty KV cache, positions, cache positions and other inputs a plain forward pass needs (batch rows kept)."""
+    for i in model.inputs:
+        if i.name in feeds:
+            continue
+        role = model.roles[i.name]
+        if role == "past":
+            if any(isinstance(d, str) for d in i.shape[1:-2]) or (len(i.shape) == 4 and isinstance(i.shape[-1], str)):
+                raise AttnvizError(f"input {i.name!r} is a KV cache with unknown head sizes; export the model without past key values")
+            shape = [batch if ax == 0 else (0 if isinstance(d, str) else d) for ax, d in enumerate(i.shape)]
+            feeds[i.name] = np.zeros(shape, dtype=np.dtype(i.dtype))
+        elif role == "cache_position" and seq_len:
+            feeds[i.name] = np.arange(seq_len, dtype=np.dtype(i.dtype))
+        elif role == "positions" and seq_len and i.rank == 2:  # what transformers uses when none are given
+            feeds[i.name] = np.broadcast_to(np.arange(seq_len, dtype=np.dtype(i.dtype)), (batch, seq_len)).copy()
+        elif i.dtype == "bool" and i.rank == 0:  # use_cache_branch of merged decoders
+            feeds[i.name] = np.array(False)
+
+
+def labels(tok, ids, keep=None) -> TokenAxis:
+    """Token labels of one row; positions the mask drops (padding) are special."""
+    if tok is None:
+        lab, sp = [str(int(i)) for i in ids], [False] * len(ids)
+    else:
+        lab, sp = [tok.label(i) for i in ids], [bool(tok.is_special(i)) for i in ids]
+    if keep is not None:
+        sp = [s or not bool(k) for s, k in zip(sp, keep)]
+    return TokenAxis(lab, sp if any(sp) or tok is not None else None)
+
+
+def _special(model) -> dict:
+    sp = model.meta.get("special")
+    return sp if isinstance(sp, dict) else {}
+
+
+def _tokenizers_or_none(model):
+    try:
+        return model.tokenizers
+    except AttnvizError:
+        return None, None
+
+
+def _mask_rows(feeds: dict, model, role: str, batch: int):
+    m = by_role(model, role)
+    if m is None or m.name not in feeds or np.ndim(feeds[m.name]) != 2:
+        return [None] * batch
+    return list(np.asarray(feeds[m.name]))
+
+
+def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
+    img_in = by_role(model, "image")
+    prep.img_in = img_in
+    if req.image is None:
+        if img_in is not None and img_in.name not in feeds:
+            raise AttnvizError(f"{model.path.name} takes an image ({img_in.describe()}); give --image PATH")
+        return
+    if img_in is None:
+        raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
+    spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
+    if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
+        prep.notes.append(f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
+                          "give --image-size H W")
+    if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
+        from PIL import Image
+
+        fd, tmp = tempfile.mkstemp(suffix=".png")
+        os.close(fd)
+        Image.fromarray(req.image).save(tmp)
+        try:
+            feeds[img_in.name], prep.shown = ip.load_image(tmp, spec)
+        finally:
+            os.unlink(tmp)
+    else:
+        feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
+
+
+def prepare(model, req: AnalyzeRequest) -> Prepared:
+    feeds = ip.load_feeds(req.feeds) if isinstance(req.feeds, (str, Path)) else dict(req.feeds or {})
+    feeds = {k: np.asarray(v) for k, v in feeds.items()}
+    prep = Prepared(feeds=feeds)
+    kind = model.kind
+    _image(model, req, feeds, prep)
+    batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
+    prep.batch = batch
+
+    series_in = by_role(model, "series")
+    dec_in = by_role(model, "decoder_tokens")
+    tok_in = by_role(model, "tokens")
+    # the token input of an image-captioning graph or a decoder-only graph is the decoder's
+    prep.decoder_is_tokens = kind in ("vision-decoder", "decoder") and dec_in is None and tok_in is not None
+    if prep.decoder_is_tokens:
+        dec_in = tok_in
+    prep.dec_in = dec_in
+    src_tok = tgt_tok = None
+    prompt: list[int] | None = None
+    if req.text is not None:
+        if batch > 1:
+            raise AttnvizError("give --text or a batch of --inputs, not both")
+        if series_in is not None and tok_in is None:
+            vals = ip.parse_series(req.text)
+            shape = [1, len(vals)] + ([1] if series_in.rank == 3 else [])
+            feeds[series_in.name] = vals.reshape(shape[: series_in.rank]).astype(np.float32)
+            prep.src_rows = [TokenAxis([f"{v:g}" for v in vals])]
+        elif prep.decoder_is_tokens:
+            src_tok, tgt_tok = model.tokenizers
+            tok = tgt_tok or src_tok
+            if tok is None:
+                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+            prompt = tok.encode(req.text, add_special=False).ids
+        elif tok_in is not None:
+            src_tok, tgt_tok = model.tokenizers
+            if src_tok is None:
+                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+            enc = src_tok.encode(req.text, None if dec_in is not None else req.text_pair)
+            if not enc.ids:
+                raise AttnvizError("the text gives no tokens; type some words")
+            fill_text_inputs(model, feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
+            prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
+            limit = getattr(src_tok, "max_length", None)
+            if limit and len(enc.ids) > limit:
+                prep.notes.append(f"{len(enc.ids)} tokens: longer than the tokenizer's configured limit of {limit}; kept them all")
+        else:
+            raise AttnvizError(f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})")
+    elif tok_in is not None and tok_in.name in feeds and feeds[tok_in.name].ndim == 2 and not prep.decoder_is_tokens:
+        src_tok, tgt_tok = _tokenizers_or_none(model)
+        keep = _mask_rows(feeds, model, "mask", batch)
+        prep.src_rows = [labels(src_tok, row, k) for row, k in zip(feeds[tok_in.name], keep)]
+    elif series_in is not None and series_in.name in feeds and feeds[series_in.name].ndim >= 2:
+        prep.src_rows = [TokenAxis([f"{v:g}" for v in np.ravel(row)]) for row in feeds[series_in.name]]
+    if len(prep.src_rows) != batch:
+        prep.src_rows = (prep.src_rows * batch)[:batch]  # an image batch: every row has the same patch axis
+
+    if dec_in is not None:
+        if src_tok is None and tgt_tok is None:
+            src_tok, tgt_tok = _tokenizers_or_none(model)
+        prep.tgt_tok = tgt_tok or src_tok
+        if dec_in.name in feeds and prompt is None and feeds[dec_in.name].ndim == 2:
+            prep.prompts = [[int(x) for x in row] for row in feeds[dec_in.name]]
+            prep.decoder_given = True
+        elif prompt is None:
+            sp = _special(model)
+            start = sp.get("decoder_start", sp.get("bos"))
+            prompt = [int(start if start is not None else 0)]
+            if req.text_pair:
+                if prep.tgt_tok is None:
+                    raise AttnvizError("no target tokenizer to encode --text-pair; put tokenizer.json beside the model")
+                prompt += prep.tgt_tok.encode(req.text_pair, add_special=False).ids
+            prep.prompts = [list(prompt) for _ in range(batch)]
+        else:
+            prep.prompts = [list(prompt)]
+        if kind == "decoder" and not prep.prompts[0]:
+            raise AttnvizError("a decoder needs a prompt: give --text")
+    elif req.generate:
+        raise AttnvizError(f"{model.path.name} is an {kind} model with no decoder input; --generate needs a decoder or encoder-decoder model")
+    return prep
+
+
+def decoder_feeds(model, prep: Prepared, rows: list[list[int]]) -> dict[str, np.ndarray]:
+    """The full-run feeds with these decoder rows (given feeds run as they are)."""
+    g = dict(prep.feeds)
+    if not (prep.decoder_given and rows == prep.prompts):
+        roles = ENCODER_ROLES if prep.decoder_is_tokens else DECODER_ROLES
+        fill_text_inputs(model, g, rows, None, roles)
+    fill_auxiliary(model, g, len(rows), len(rows[0]))
+    return g
+
+
+def decoder_axes(model, prep: Prepared, rows: list[list[int]], feeds: dict) -> list[TokenAxis]:
+    role = "mask" if prep.decoder_is_tokens else "decoder_mask"
+    keep = _mask_rows(feeds, model, role, len(rows))
+    return [labels(prep.tgt_tok, r, k) for r, k in zip(rows, keep)]

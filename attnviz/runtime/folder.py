@@ -1,0 +1,336 @@
+"""A model that is a set of files: Hugging Face optimum export folders, and the ``open_model`` dispatcher.
+
+An optimum encoder–decoder export holds ``encoder_model.onnx``, ``decoder_model.onnx`` (full sequence),
+``decoder_with_past_model.onnx`` (one step with the KV cache), ``decoder_model_merged.onnx`` (both behind an
+``If``), ``tokenizer.json`` and ``config.json``.  :class:`ModelSet` presents the encoder and decoder files as
+ONE encoder–decoder model with the original model's input names (``input_ids``, ``attention_mask``,
+``decoder_input_ids``): the encoder runs once, its hidden states and mask feed the decoder, and the sites come
+in the canonical order (encoder self, then per decoder layer self and cross).  Generation feeds the with-past
+decoder's cache.  A decoder-only folder (``model.onnx``) is that one file, with the folder's config.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.runtime import analyze as engine
+from attnviz.runtime import inputs as ip
+from attnviz.runtime.generate import StepOut, present_name
+from attnviz.runtime.model import AttentionModel, IOInfo
+from attnviz.runtime.request import AnalyzeRequest
+
+ENCODER_FILE = "encoder_model.onnx"
+DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
+WITH_PAST_FILE = "decoder_with_past_model.onnx"
+SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")  # decoder-only folders
+# config.json keys -> attnviz special-token roles (metadata "special")
+CONFIG_SPECIAL = {"decoder_start_token_id": "decoder_start", "eos_token_id": "eos", "bos_token_id": "bos", "pad_token_id": "pad"}
+
+
+def _config_special(folder: Path) -> dict:
+    """Special token ids from config.json, then generation_config.json (which wins, as in transformers)."""
+    out: dict = {}
+    for name in ("config.json", "generation_config.json"):
+        p = folder / name
+        if not p.is_file():
+            continue
+        try:
+            cfg = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for key, role in CONFIG_SPECIAL.items():
+            v = cfg.get(key)
+            if isinstance(v, list):
+                v = v[0] if v else None
+            if isinstance(v, int):
+                out[role] = v
+    return out
+
+
+def _with_config(model: AttentionModel, folder: Path) -> AttentionModel:
+    """A file from a folder: special tokens from the folder's config where its own metadata has none."""
+    if not isinstance(model.meta.get("special"), dict):
+        special = _config_special(folder)
+        if special:
+            model.meta["special"] = special
+    return model
+
+
+@dataclass(frozen=True)
+class FolderLayout:
+    """Which files of a folder play which part."""
+
+    folder: Path
+    encoder: Path
+    decoder: Path
+    with_past: Path | None
+
+    @classmethod
+    def find(cls, folder: Path) -> "FolderLayout | None":
+        enc = folder / ENCODER_FILE
+        dec = next((folder / n for n in DECODER_FILES if (folder / n).is_file()), None)
+        if not enc.is_file() or dec is None:
+            return None
+        past = folder / WITH_PAST_FILE
+        return cls(folder, enc, dec, past if past.is_file() else None)
+
+
+class ModelSet:
+    """An encoder file and a decoder file run as one encoder–decoder model (same surface as AttentionModel)."""
+
+    kind = "encoder-decoder"
+    needs_probe = False
+
+    def __init__(self, layout: FolderLayout, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
+        t0 = time.perf_counter()
+        self.layout = layout
+        self.path = layout.folder
+        # "onnx" says little: optimum's README layout is MODEL/onnx/
+        self.name = layout.folder.parent.name if layout.folder.name == "onnx" and layout.folder.parent.name else layout.folder.name
+        kw = dict(provider=provider, tokenizer=tokenizer, threads=threads)
+        self.encoder = AttentionModel(layout.encoder, **kw)
+        self.decoder = AttentionModel(layout.decoder, **kw)
+        self._past_args = kw
+        self._with_past: AttentionModel | None = None
+        # the folder says which file is which: no guessing from causality
+        for s in self.encoder._sites:
+            s.stack = "encoder"
+        for s in self.decoder._sites:
+            s.stack = "decoder"
+        self.encoder._stack_confirmed = self.decoder._stack_confirmed = True
+        self.meta = {"special": _config_special(layout.folder)}
+        self.metadata: dict[str, str] = {}
+        self._tokenizer_arg = tokenizer
+        self._tokenizers = None
+        self._enc_cache: tuple[bytes, dict] | None = None  # encoder feeds -> its outputs (generation reuses them)
+        dec_in = {i.name: i for i in self.decoder.inputs}
+        self._dec_names = {"tokens": self._by_role(self.decoder, "tokens"), "states": self._by_role(self.decoder, "encoder_states"),
+                           "mask": self._by_role(self.decoder, "mask")}
+        if self._dec_names["tokens"] is None or self._dec_names["states"] is None:
+            raise AttnvizError(f"{layout.decoder.name}: expected input_ids and encoder_hidden_states inputs "
+                               f"(it has {', '.join(dec_in)}); open the files one by one instead")
+        enc_roles = self.encoder.roles
+        enc_tok = next((i for i in self.encoder.inputs if enc_roles[i.name] == "tokens"), None)
+        if enc_tok is None:
+            raise AttnvizError(f"{layout.encoder.name}: no token input; open the files one by one instead")
+        self.inputs = [IOInfo("input_ids", enc_tok.dtype, ["batch", "encoder_sequence"])]
+        if "mask" in enc_roles.values():
+            self.inputs.append(IOInfo("attention_mask", "int64", ["batch", "encoder_sequence"]))
+        dec_tok = dec_in[self._dec_names["tokens"]]
+        self.inputs.append(IOInfo("decoder_input_ids", dec_tok.dtype, ["batch", "decoder_sequence"]))
+        self.outputs = [IOInfo("logits", "float32", ["batch", "decoder_sequence", "vocab"])]
+        self.no_attention_reason = self.encoder.no_attention_reason or self.decoder.no_attention_reason
+        self.timings = {"load_s": time.perf_counter() - t0}
+
+    @staticmethod
+    def _by_role(model: AttentionModel, role: str) -> str | None:
+        return next((i.name for i in model.inputs if model.roles[i.name] == role), None)
+
+    # -- description -----------------------------------------------------------
+    @property
+    def roles(self) -> dict[str, str]:
+        return {i.name: ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
+
+    @property
+    def sites(self) -> list[SiteInfo]:
+        return self.encoder.sites + self.decoder.sites
+
+    @property
+    def provider(self) -> str:
+        return self.decoder.provider
+
+    @property
+    def provider_note(self) -> str:
+        return self.decoder.provider_note
+
+    @property
+    def tokenizers(self):
+        if self._tokenizers is None:
+            self._tokenizers = ip.find_tokenizers(self.layout.encoder, {}, self._tokenizer_arg)
+        return self._tokenizers
+
+    def probe(self) -> bool:
+        return self.encoder.probe() and self.decoder.probe()
+
+    def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
+        return None  # text folders only: no image input
+
+    def describe(self) -> dict:
+        d = self.decoder.describe()
+        d.update({
+            "model": str(self.path),
+            "kind": self.kind,
+            "files": {"encoder": self.layout.encoder.name, "decoder": self.layout.decoder.name,
+                      "with_past": self.layout.with_past.name if self.layout.with_past else None},
+            "inputs": [vars(i) | {"role": self.roles[i.name]} for i in self.inputs],
+            "outputs": [vars(o) for o in self.outputs],
+            "sites": [s.to_dict() for s in self.sites],
+            "no_attention_reason": self.no_attention_reason,
+        })
+        return d
+
+    # -- feeds ---------------------------------------------------------------------
+    def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [i.name for i in self.inputs]
+        for k in feeds:
+            if k not in names:
+                raise AttnvizError(f"unknown input {k!r}; this encoder-decoder folder takes: {', '.join(names)}")
+        out = {}
+        for i in self.inputs:
+            if i.name not in feeds:
+                raise AttnvizError(f"missing input {i.name!r} ({i.describe()}); add it to the feeds")
+            a = np.asarray(feeds[i.name])
+            if a.ndim != 2:
+                raise AttnvizError(f"input {i.name!r} expects rank 2 {i.describe()}, got shape {tuple(a.shape)}")
+            out[i.name] = a
+        if "attention_mask" in out and out["attention_mask"].shape != out["input_ids"].shape:
+            raise AttnvizError(f"attention_mask has shape {out['attention_mask'].shape}, input_ids {out['input_ids'].shape}; give them the same shape")
+        if out["decoder_input_ids"].shape[0] != out["input_ids"].shape[0]:
+            raise AttnvizError("input_ids and decoder_input_ids hold different batch sizes; give both the same rows")
+        return out
+
+    def _encoder_feeds(self, feeds: dict) -> dict:
+        f = {}
+        for i in self.encoder.inputs:
+            role = self.encoder.roles[i.name]
+            if role == "tokens":
+                f[i.name] = feeds["input_ids"]
+            elif role == "mask":
+                f[i.name] = feeds.get("attention_mask", np.ones_like(feeds["input_ids"]))
+        return f
+
+    def _encode(self, feeds: dict, mode: str = "dense") -> tuple[AttentionResult | None, dict]:
+        """Run the encoder once per distinct input; returns (its result when it ran now, its outputs)."""
+        ef = self._encoder_feeds(feeds)
+        key = b"".join(np.ascontiguousarray(v).tobytes() + str(v.shape).encode() for v in ef.values()) + mode.encode()
+        if self._enc_cache is not None and self._enc_cache[0] == key:
+            return None, self._enc_cache[1]
+        r = self.encoder.run(ef, mode=mode)
+        self._enc_cache = (key, {"result": r, **r.outputs})
+        return r, self._enc_cache[1]
+
+    def _decoder_feeds(self, model: AttentionModel, feeds: dict, enc_out: dict) -> dict:
+        states = enc_out.get("last_hidden_state", next(v for k, v in enc_out.items() if k != "result"))
+        mask = feeds.get("attention_mask", np.ones_like(feeds["input_ids"]))
+        f = {}
+        roles = model.roles
+        for i in model.inputs:
+            role = roles[i.name]
+            if role == "tokens":
+                f[i.name] = feeds["decoder_input_ids"]
+            elif role == "encoder_states":
+                f[i.name] = states
+            elif role == "mask":
+                f[i.name] = mask
+        return f
+
+    # -- running ---------------------------------------------------------------------
+    def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
+        feeds = self.check_feeds(feeds)
+        ran, enc_out = self._encode(feeds, mode)
+        enc = ran or enc_out["result"]
+        dec = self.decoder.run(self._decoder_feeds(self.decoder, feeds, enc_out), mode=mode)
+        info = dict(dec.info, model=self.name, model_path=str(self.path),
+                    run_s=dec.info.get("run_s", 0.0) + (enc.info.get("run_s", 0.0) if ran else 0.0))
+        return AttentionResult(maps=enc.maps + dec.maps, sites=enc.sites + dec.sites, outputs=dict(dec.outputs), info=info)
+
+    def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        feeds = self.check_feeds(feeds)
+        _, enc_out = self._encode(feeds)
+        return self.decoder.logits(self._decoder_feeds(self.decoder, feeds, enc_out))
+
+    def cache_stepper(self) -> "FolderCache | None":
+        if self.layout.with_past is None:
+            return None
+        if self._with_past is None:
+            self._with_past = AttentionModel(self.layout.with_past, **self._past_args)
+        return FolderCache.for_set(self, self._with_past)
+
+    def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds=None, generate: int = 0,
+                mode: str = "auto", image_size=None, image_mean=None, image_std=None, progress=None, cancelled=None,
+                use_cache: bool = True) -> AttentionResult:
+        req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
+                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache)
+        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
+
+
+class FolderCache:
+    """Generation steps over a folder: the full decoder for the prompt, then the with-past decoder per token.
+
+    The with-past file's sites are matched to the full decoder's by node name (optimum exports both from the
+    same modules), so each step's maps land at the right canonical site whatever that file's own labels say.
+    """
+
+    def __init__(self, ms: ModelSet, past_model: AttentionModel, order: list[int]):
+        self.ms, self.past_model, self.order = ms, past_model, order
+        self.n_enc = len(ms.encoder.sites)
+        self.past_names = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
+        self.cache: dict[str, np.ndarray] = {}
+        self.feeds: dict = {}
+
+    @classmethod
+    def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> "FolderCache | None":
+        nodes = [s.node for s in ms.decoder.sites]
+        order = []
+        for s in past_model.sites:
+            if s.node not in nodes:
+                return None  # cannot tell which layer a site is: the full re-run stays exact
+            order.append(nodes.index(s.node))
+        outs = {o.name for o in ms.decoder.outputs}
+        past = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
+        if len(order) != len(nodes) or not past or not all(present_name(p) in outs for p in past):
+            return None
+        return cls(ms, past_model, order)
+
+    def start(self, feeds: dict) -> StepOut:
+        self.feeds = self.ms.check_feeds(feeds)
+        enc_ran, enc_out = self.ms._encode(self.feeds, "dense")
+        enc = enc_ran or enc_out["result"]
+        r = self.ms.decoder.run(self.ms._decoder_feeds(self.ms.decoder, self.feeds, enc_out), mode="dense")
+        self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
+        maps = {j: m.array() for j, m in enumerate(enc.maps)}
+        maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
+        return StepOut(r.outputs["logits"][:, -1], maps, r.info)
+
+    def step(self, tokens: list[int]) -> StepOut:
+        f = {"decoder_input_ids": np.asarray([[t] for t in tokens], np.int64), "input_ids": self.feeds["input_ids"]}
+        if "attention_mask" in self.feeds:
+            f["attention_mask"] = self.feeds["attention_mask"]
+        _, enc_out = self.ms._encode(self.feeds, "dense")
+        g = self.ms._decoder_feeds(self.past_model, f, enc_out)
+        g.update(self.cache)
+        r = self.past_model.run(g, mode="dense")
+        for p in self.past_names:  # the encoder half of the cache is not an output here: it stays
+            name = present_name(p)
+            if name in r.outputs:
+                self.cache[p] = r.outputs[name]
+        maps = {self.n_enc + self.order[j]: m.array() for j, m in enumerate(r.maps)}
+        return StepOut(r.outputs["logits"][:, -1], maps, r.info)
+
+
+def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
+    """Open a model file, or a folder: an optimum encoder–decoder export becomes one :class:`ModelSet`."""
+    p = Path(path)
+    if not p.is_dir():
+        m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
+        return _with_config(m, p.parent) if (p.parent / "config.json").is_file() else m
+    layout = FolderLayout.find(p)
+    if layout is not None:
+        return ModelSet(layout, provider=provider, tokenizer=tokenizer, threads=threads)
+    found = sorted(f.name for f in p.glob("*.onnx"))
+    single = next((p / n for n in SINGLE_FILES if n in found), None)
+    if single is None and len(found) == 1:
+        single = p / found[0]
+    if single is None:
+        if not found:
+            raise AttnvizError(f"{p}: no .onnx file in this folder; give an ONNX model file or an optimum export folder")
+        raise AttnvizError(f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
+                           "give one of the files")
+    return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads), p)

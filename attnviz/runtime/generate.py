@@ -1,0 +1,196 @@
+"""Greedy generation: a generator of steps, with the KV cache where the model has one.
+
+Without a cache every step re-runs the whole decoder sequence for its logits (the instrumented session asked
+for logits only), and the engine runs the final sequence once more for the maps: with causal masking that
+pass's row *i* is exactly the attention of step *i*.
+
+With a cache (past inputs and present outputs, e.g. optimum ``with-past`` exports) each step feeds only the
+new token and the cache, and records its own maps: a step's query rows against every key so far.  The
+:class:`MapAssembler` puts those rows into the same ``[B, H, Tq, Tk]`` maps a full run gives (keys a query
+could not see yet are 0, as causal masking makes them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.runtime.errors import Cancelled, ort_message
+
+
+@dataclass
+class StepOut:
+    """What one cached decoder step gives: next-token logits ``[B, V]`` and maps by canonical site index."""
+
+    logits: np.ndarray
+    maps: dict[int, np.ndarray] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)  # the run's facts (provider, mode, ...)
+
+
+class CacheStepper(Protocol):
+    def start(self, feeds: dict[str, np.ndarray]) -> StepOut:  # the prompt, with an empty cache
+        ...
+
+    def step(self, tokens: list[int]) -> StepOut:  # one new token per row, with the cache so far
+        ...
+
+
+class MapAssembler:
+    """Collect each site's step maps ``[B, H, q, k]`` into one ``[B, H, sum q, max k]`` map per site."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, list[np.ndarray]] = {}
+
+    def add(self, maps: dict[int, np.ndarray]) -> None:
+        for i, a in maps.items():
+            self.parts.setdefault(i, []).append(np.asarray(a, np.float32))
+
+    def maps(self) -> dict[int, np.ndarray]:
+        out = {}
+        for i, parts in self.parts.items():
+            b, h = parts[0].shape[:2]
+            tq = sum(p.shape[2] for p in parts)
+            tk = max(p.shape[3] for p in parts)
+            a = np.zeros((b, h, tq, tk), np.float32)
+            r = 0
+            for p in parts:
+                a[:, :, r : r + p.shape[2], : p.shape[3]] = p
+                r += p.shape[2]
+            out[i] = a
+        return out
+
+
+@dataclass
+class Generation:
+    """The generated ids (the EOS included when reached), and, with a cache, the assembled maps."""
+
+    ids: list[int]
+    seconds: float
+    method: str  # "kv-cache" | "full re-run"
+    maps: dict[int, np.ndarray] | None = None
+    info: dict = field(default_factory=dict)  # the last cached step's run facts
+
+
+def _check(step: int, steps: int, progress: Callable | None, cancelled: Callable | None) -> None:
+    if cancelled is not None and cancelled():
+        raise Cancelled("cancelled")
+    if progress is not None:
+        progress(int(100 * step / steps), f"generating: step {step + 1} of {steps}")
+
+
+def greedy_steps(next_logits: Callable[[list[int]], np.ndarray], prompt: list[int], steps: int, eos: int | None,
+                 progress=None, cancelled=None) -> Iterator[int]:
+    """Yield greedy tokens; ``next_logits(ids)`` gives the logits of the token after ``ids``."""
+    ids = list(prompt)
+    for step in range(steps):
+        _check(step, steps, progress, cancelled)
+        nxt = int(np.argmax(next_logits(ids)))
+        yield nxt
+        if eos is not None and nxt == int(eos):
+            return
+        ids.append(nxt)
+
+
+def full_rerun(model, build_feeds: Callable[[list[int]], dict], prompt: list[int], steps: int, eos: int | None,
+               progress=None, cancelled=None) -> Generation:
+    t0 = time.perf_counter()
+
+    def next_logits(ids):
+        logits = model.logits(build_feeds(ids))
+        return logits[0, -1] if logits.ndim == 3 else logits[0]
+
+    ids = list(greedy_steps(next_logits, prompt, steps, eos, progress, cancelled))
+    return Generation(ids, time.perf_counter() - t0, "full re-run")
+
+
+def with_cache(stepper: CacheStepper, feeds: dict, steps: int, eos: int | None, progress=None, cancelled=None) -> Generation:
+    """Greedy generation feeding the cache; records every step's maps."""
+    t0 = time.perf_counter()
+    asm = MapAssembler()
+    ids: list[int] = []
+    out = None
+    for step in range(steps):
+        _check(step, steps, progress, cancelled)
+        out = stepper.start(feeds) if out is None else stepper.step([ids[-1]])
+        asm.add(out.maps)
+        nxt = int(np.argmax(out.logits[0]))
+        ids.append(nxt)
+        if eos is not None and nxt == int(eos):
+            break
+    return Generation(ids, time.perf_counter() - t0, "kv-cache", asm.maps(), dict(out.info) if out else {})
+
+
+# --------------------------------------------------------------------------- one file with past inputs
+def present_name(past: str) -> str:
+    """optimum / transformers naming: ``past_key_values.0.key`` is fed by ``present.0.key``."""
+    return past.replace("past_key_values", "present")
+
+
+class FileCache:
+    """A cached stepper over one model file whose past inputs are fed by its present outputs."""
+
+    def __init__(self, model, site_order: list[int] | None = None):
+        self.model = model
+        self.roles = dict(model.roles)  # read once: the property re-derives them on every access
+        self.past = [i.name for i in model.inputs if self.roles[i.name] == "past"]
+        self.order = site_order  # this file's site j is canonical site order[j]
+        self.feeds: dict[str, np.ndarray] = {}
+        self.length = 0
+
+    @classmethod
+    def for_model(cls, model) -> "FileCache | None":
+        past = [i.name for i in model.inputs if model.roles[i.name] == "past"]
+        outs = {o.name for o in model.outputs}
+        if not past or not all(present_name(p) in outs for p in past):
+            return None
+        return cls(model)
+
+    def _run(self, feeds: dict) -> StepOut:
+        r = self.model.run(feeds, mode="dense")
+        logits = r.outputs.get("logits", next(iter(r.outputs.values())))
+        for p in self.past:
+            self.feeds[p] = r.outputs[present_name(p)]
+        order = self.order or list(range(len(r.maps)))
+        maps = {order[j]: m.array() for j, m in enumerate(r.maps)}
+        return StepOut(logits[:, -1] if logits.ndim == 3 else logits, maps, r.info)
+
+    def _decoder_roles(self) -> tuple[str, str]:
+        """(token role, mask role) of the decoder side: a decoder-only graph's are the plain ones."""
+        roles = set(self.roles.values())
+        return ("decoder_tokens", "decoder_mask") if "decoder_tokens" in roles else ("tokens", "mask")
+
+    def start(self, feeds: dict) -> StepOut:
+        self.feeds = dict(feeds)
+        tok_role = self._decoder_roles()[0]
+        tok = next(i.name for i in self.model.inputs if self.roles[i.name] == tok_role)
+        self.length = feeds[tok].shape[1]
+        return self._run(self.feeds)
+
+    def step(self, tokens: list[int]) -> StepOut:
+        f = self.feeds
+        b = len(tokens)
+        tok_role, mask_role = self._decoder_roles()
+        for i in self.model.inputs:
+            role = self.roles[i.name]
+            dt = np.dtype(i.dtype) if i.dtype != "bool" else np.bool_
+            if role == tok_role:
+                f[i.name] = np.asarray([[t] for t in tokens], dt)
+            elif role == mask_role and i.name in f:
+                f[i.name] = np.concatenate([f[i.name], np.ones((b, 1), f[i.name].dtype)], axis=1)
+            elif role == "positions":
+                f[i.name] = np.full((b, 1), self.length, dt)
+            elif role == "cache_position":
+                f[i.name] = np.asarray([self.length], dt)
+            elif i.dtype == "bool" and i.rank == 0:
+                f[i.name] = np.array(True)
+        self.length += 1
+        try:
+            return self._run(f)
+        except AttnvizError as e:
+            raise AttnvizError(f"generation with the KV cache failed: {e}") from None
+        except Exception as e:  # pragma: no cover - onnxruntime refusing a shape the export did not foresee
+            raise AttnvizError(f"generation with the KV cache failed: {ort_message(e)}") from None

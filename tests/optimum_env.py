@@ -1,0 +1,113 @@
+"""A second, small virtual environment for exporting with Hugging Face optimum.
+
+optimum-onnx 0.1 needs ``transformers<4.58`` while attnviz's tests run on transformers 5.x, so exports happen in a
+venv that reuses the system torch/onnx (``--system-site-packages``) and pins only transformers + optimum-onnx.
+It is built once under ``~/.cache/attnviz-tests`` (keyed on the pins and the Python version), so a fresh clone
+(CI included) builds it on first use and later runs reuse it.  Exports run there through ``optimum-cli``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+PINS = ("transformers>=4.45,<4.58", "optimum-onnx==0.1.0")
+CACHE = Path(os.environ.get("ATTNVIZ_TEST_CACHE", Path.home() / ".cache" / "attnviz-tests"))
+
+
+def venv_dir() -> Path:
+    key = hashlib.sha1((" ".join(PINS) + sys.version).encode()).hexdigest()[:10]
+    return CACHE / f"optimum-venv-{key}"
+
+
+def python() -> Path:
+    """The venv's interpreter, building the venv first when it is missing (a few minutes, once)."""
+    d = venv_dir()
+    py = d / "bin" / "python"
+    done = d / ".complete"
+    if not done.exists():
+        d.parent.mkdir(parents=True, exist_ok=True)
+        with open(d.parent / f"{d.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # several test runs on one machine: one builds, the others wait
+            if not done.exists():
+                venv.EnvBuilder(system_site_packages=True, clear=True, with_pip=True).create(d)
+                subprocess.run([str(py), "-m", "pip", "install", "-q", *PINS], check=True)
+                done.write_text(" ".join(PINS))
+    return py
+
+
+def run(script: str, *args: str, timeout: int = 600) -> str:
+    """Run a Python snippet inside the venv (torch single-threaded: the CI machine has 2 cores)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run([str(python()), "-c", script, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"optimum venv step failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return p.stdout
+
+
+if __name__ == "__main__":
+    print(python())
+
+
+# Runs inside the venv: a random-init tiny model (2 layers, hidden 32) and a word-level tokenizer saved to
+# OUT/hf, then optimum's exporter (``optimum-cli export onnx``) on that local folder into OUT/onnx (offline, no hub access).
+EXPORT_SCRIPT = r'''
+import sys
+from pathlib import Path
+import torch, transformers as T
+from tokenizers import Tokenizer, models, pre_tokenizers
+arch, out = sys.argv[1], Path(sys.argv[2])
+hidden, layers, heads = (int(x) for x in sys.argv[3:6]) if len(sys.argv) > 5 else (32, 2, 4)
+src = out / "hf"
+src.mkdir(parents=True, exist_ok=True)
+torch.manual_seed(0)
+vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + [f"w{i}" for i in range(96)])}
+tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+fast = T.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+if arch == "marian":
+    cfg = T.MarianConfig(vocab_size=99, d_model=hidden, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+                         decoder_attention_heads=heads, encoder_ffn_dim=2 * hidden, decoder_ffn_dim=2 * hidden, max_position_embeddings=512,
+                         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=None)
+    model, task = T.MarianMTModel(cfg), "text2text-generation-with-past"
+elif arch == "gpt2":
+    cfg = T.GPT2Config(vocab_size=99, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=512, bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    model, task = T.GPT2LMHeadModel(cfg), "text-generation-with-past"
+else:
+    raise SystemExit(f"unknown arch {arch}")
+model.save_pretrained(src)
+fast.save_pretrained(src)
+from optimum.exporters.onnx import main_export  # what ``optimum-cli export onnx`` runs
+
+# validation re-runs both models on random inputs: the tests compare against transformers themselves
+main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
+'''
+
+
+def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
+    """Export a random-init ``arch`` (marian | gpt2) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
+    return out
+
+
+def cached_export(arch: str, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
+    """:func:`export` once per machine: seeded, so the same script and pins give the same files (tests only read them)."""
+    key = hashlib.sha1((EXPORT_SCRIPT + " ".join(PINS) + sys.version + arch + repr(size)).encode()).hexdigest()[:10]
+    out = CACHE / f"export-{arch}-{key}"
+    done = out / ".complete"
+    if not done.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with open(CACHE / f"export-{arch}-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                shutil.rmtree(out, ignore_errors=True)  # a half-written export from an interrupted run
+                export(arch, out, size)
+                done.write_text(arch)
+    return out

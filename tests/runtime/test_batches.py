@@ -1,0 +1,121 @@
+"""Padded batches: every family keeps every row, and each row equals transformers' eager attention.
+
+Models are exported with a dynamic batch axis on every input (tests/hf_models.py's builders, random init);
+row 1 is padded (attention_mask 0 on its last two positions) so padded keys must get zero weight, as in
+transformers.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import hf_models  # noqa: E402
+
+from attnviz import AttnvizError  # noqa: E402
+from attnviz.cli import main  # noqa: E402
+from attnviz.core.rows import pick_row  # noqa: E402
+from attnviz.runtime import open_model  # noqa: E402
+
+FAMILIES = ["bert", "gpt2", "llama", "bart", "t5", "vit", "vision-decoder"]
+
+
+def padded_batch(kw: dict) -> dict:
+    """The builder's example inputs as a batch of 2 whose second row is padded."""
+    kw = dict(kw)
+    if "input_ids" in kw:
+        ids = hf_models._ids(2, kw["input_ids"].shape[1], 99, 5)
+        mask = torch.ones_like(ids)
+        mask[1, -2:] = 0
+        kw["input_ids"], kw["attention_mask"] = ids, mask
+    if "pixel_values" in kw:
+        kw["pixel_values"] = torch.randn(2, *kw["pixel_values"].shape[1:], generator=torch.Generator().manual_seed(1))
+    if "decoder_input_ids" in kw:
+        kw["decoder_input_ids"] = hf_models._ids(2, kw["decoder_input_ids"].shape[1], 99, 3)
+    return kw
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("batches")
+    cache = {}
+
+    def get(arch):
+        if arch not in cache:
+            m, kw, out, _, _ = hf_models.build(arch)
+            names = list(kw)
+            path = folder / f"{arch}.onnx"
+            dyn = {n: ({0: "batch", 1: f"seq_{n}"} if kw[n].ndim == 2 else {0: "batch"}) for n in names}
+            torch.onnx.export(hf_models.Wrap(m, names, out).eval(), tuple(kw[n] for n in names), str(path), input_names=names,
+                              output_names=[out], opset_version=17, dynamic_axes=dyn, dynamo=False)
+            kw2 = padded_batch(kw)
+            with torch.no_grad():
+                o = m(**kw2, output_attentions=True)
+            if arch in ("bart", "t5", "vision-decoder"):
+                ref, labels = hf_models._canon(o.encoder_attentions, o.decoder_attentions, o.cross_attentions)
+            elif arch in ("gpt2", "llama"):
+                ref, labels = hf_models._canon(dec_self=o.attentions)
+            else:
+                ref, labels = hf_models._canon(enc=o.attentions)
+            cache[arch] = path, {n: kw2[n].numpy() for n in names}, ref, labels
+        return cache[arch]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_padded_batch_of_two_matches_transformers(exported, arch):
+    path, feeds, ref, labels = exported(arch)
+    r = open_model(path, provider="cpu").analyze(feeds=feeds)
+    assert [(s.stack, s.kind, s.layer) for s in r.sites] == labels
+    assert r.batch_size == 2 and r.info["batch"] == 2
+    for got, want, s in zip(r.maps, ref, r.sites):
+        a = got.array()
+        assert a.shape == want.shape, (s, a.shape, want.shape)
+        np.testing.assert_allclose(a, want, atol=5e-4, err_msg=str(s))
+    mask = feeds.get("attention_mask")
+    if mask is not None:  # keys padded away in row 1 get no weight in every site that reads them
+        for got, s in zip(r.maps, r.sites):
+            if got.shape[-1] == mask.shape[1] and (s.stack == "encoder" or s.kind == "cross" or arch in ("gpt2", "llama")):
+                assert np.abs(got.array()[1][..., mask[1] == 0]).max() < 1e-6
+
+
+def test_padded_positions_are_special_per_row(exported):
+    path, feeds, _, _ = exported("bert")
+    r = open_model(path, provider="cpu").analyze(feeds=feeds)
+    row0, row1 = r.blocks(0)[0], r.blocks(1)[0]
+    assert row0.key_axis.labels == [str(int(i)) for i in feeds["input_ids"][0]]
+    assert row1.key_axis.labels == [str(int(i)) for i in feeds["input_ids"][1]]
+    assert row1.key_axis.special[-2:] == [True, True] and not any(row1.key_axis.special[:-2])
+    one = pick_row(r, 1)
+    assert one.batch_size == 1 and one.tokens.labels == row1.key_axis.labels
+    np.testing.assert_array_equal(one.maps[0].array()[0], r.maps[0].array()[1])
+    with pytest.raises(IndexError):
+        pick_row(r, 2)
+
+
+def test_decoder_only_batch_keeps_both_rows_and_refuses_batched_generation(exported):
+    path, feeds, ref, _ = exported("gpt2")
+    m = open_model(path, provider="cpu")
+    r = m.analyze(feeds=feeds)
+    assert r.batch_size == 2 and r.blocks(1)[0].query_axis.special[-2:] == [True, True]
+    with pytest.raises(AttnvizError, match="batch of 2 rows"):
+        m.analyze(feeds=feeds, generate=2)
+
+
+def test_extract_and_figure_pick_a_batch_row(exported, tmp_path, capsys):
+    path, feeds, ref, _ = exported("bart")
+    npz = tmp_path / "feeds.npz"
+    np.savez(npz, **feeds)
+    out = tmp_path / "maps.npz"
+    assert main(["extract", str(path), "--inputs", str(npz), "--out", str(out)]) == 0
+    z = np.load(out)
+    np.testing.assert_allclose(z["attn_003"], ref[3], atol=5e-4)  # decoder cross L0, both rows
+    fig = tmp_path / "row1.png"
+    assert main(["figure", "--maps", str(out), "--block", "decoder cross", "--layer", "0", "--head", "2",
+                 "--batch-index", "1", "--out", str(fig), "--dpi", "50"]) == 0
+    assert fig.stat().st_size > 0
+    assert main(["figure", "--maps", str(out), "--batch-index", "5", "--out", str(tmp_path / "x.png")]) == 2
+    assert "--batch-index 5" in capsys.readouterr().err

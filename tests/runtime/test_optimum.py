@@ -1,0 +1,160 @@
+"""Hugging Face optimum export folders: the folder is one model, and so is each file alone.
+
+Random-init tiny Marian and GPT-2 models are exported with optimum-onnx in a second venv (see
+tests/optimum_env.py); the references are transformers' own eager ``output_attentions`` of the same saved
+weights, on a padded batch of 2, and transformers' greedy ``generate``.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from attnviz.cli import main  # noqa: E402
+from attnviz.runtime import AttentionModel, ModelSet, open_model  # noqa: E402
+
+TOL = 5e-4
+pytestmark = pytest.mark.slow
+
+
+def _ids(b, t, seed):
+    return torch.randint(3, 99, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def marian(optimum_export):
+    root = optimum_export("marian")
+    hf = transformers.MarianMTModel.from_pretrained(root / "hf", attn_implementation="eager").eval()
+    ids = _ids(2, 7, 1)
+    mask = torch.ones_like(ids)
+    mask[1, -2:] = 0
+    kw = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": _ids(2, 5, 2)}
+    with torch.no_grad():
+        o = hf(**kw, output_attentions=True)
+    return root, hf, {k: v.numpy() for k, v in kw.items()}, o
+
+
+@pytest.fixture(scope="module")
+def gpt2(optimum_export):
+    root = optimum_export("gpt2")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(root / "hf", attn_implementation="eager").eval()
+    ids = _ids(2, 6, 3)
+    mask = torch.ones_like(ids)
+    mask[1, -2:] = 0
+    with torch.no_grad():
+        o = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
+    return root, hf, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}, o
+
+
+def _check(result, refs, labels):
+    assert [(s.stack, s.kind, s.layer) for s in result.sites] == labels
+    for got, want, s in zip(result.maps, refs, result.sites):
+        a = got.array()
+        assert a.shape == tuple(want.shape), (s, a.shape)
+        np.testing.assert_allclose(a, want.numpy(), atol=TOL, err_msg=str(s))
+
+
+def _marian_canon(o):
+    refs = list(o.encoder_attentions)
+    for s, c in zip(o.decoder_attentions, o.cross_attentions):
+        refs += [s, c]
+    labels = [("encoder", "self", i) for i in range(2)] + [x for i in range(2) for x in (("decoder", "self", i), ("decoder", "cross", i))]
+    return refs, labels
+
+
+def test_marian_folder_is_one_encoder_decoder(marian, tmp_path):
+    root, _, feeds, o = marian
+    m = open_model(root / "onnx", provider="cpu")
+    assert isinstance(m, ModelSet) and m.kind == "encoder-decoder"
+    npz = tmp_path / "feeds.npz"  # keyed by the original model's input names
+    np.savez(npz, **feeds)
+    r = m.analyze(feeds=str(npz))
+    refs, labels = _marian_canon(o)
+    _check(r, refs, labels)
+    assert r.batch_size == 2 and r.blocks(1)[0].key_axis.special[-2:] == [True, True]  # padding is special
+    assert r.tokens.labels[0] == f"w{feeds['input_ids'][0, 0] - 3}"  # token axes from the folder's tokenizer.json
+
+
+def test_marian_each_file_alone(marian):
+    root, hf, feeds, o = marian
+    refs, labels = _marian_canon(o)
+    enc = open_model(root / "onnx" / "encoder_model.onnx", provider="cpu")
+    assert isinstance(enc, AttentionModel)
+    r = enc.analyze(feeds={k: feeds[k] for k in ("input_ids", "attention_mask")})
+    _check(r, refs[:2], labels[:2])
+    dec = open_model(root / "onnx" / "decoder_model.onnx", provider="cpu")
+    r = dec.analyze(feeds={"input_ids": feeds["decoder_input_ids"], "encoder_attention_mask": feeds["attention_mask"],
+                           "encoder_hidden_states": o.encoder_last_hidden_state.numpy()})
+    _check(r, refs[2:], labels[2:])
+
+
+def test_gpt2_folder_and_file_with_empty_past(gpt2):
+    root, _, feeds, o = gpt2
+    labels = [("decoder", "self", i) for i in range(2)]
+    for target in (root / "onnx", root / "onnx" / "model.onnx"):
+        m = open_model(target, provider="cpu")
+        r = m.analyze(feeds=feeds)  # past_key_values.* are fed empty, position_ids as transformers makes them
+        _check(r, o.attentions, labels)
+        assert r.batch_size == 2
+
+
+def _hf_greedy(hf, steps, **kw):
+    with torch.no_grad():
+        out = hf.generate(**kw, max_new_tokens=steps, do_sample=False, num_beams=1, forced_eos_token_id=None,
+                          bad_words_ids=None, min_length=0)
+    return [int(t) for t in out[0]]
+
+
+def test_marian_generation_with_cache_equals_transformers_and_full_rerun(marian):
+    root, hf, feeds, _ = marian
+    m = open_model(root / "onnx", provider="cpu")
+    one = {"input_ids": feeds["input_ids"][:1], "attention_mask": feeds["attention_mask"][:1], "decoder_input_ids": np.array([[0]])}
+    r = m.analyze(feeds=one, generate=8)
+    assert r.info["generation"] == "kv-cache"
+    want = _hf_greedy(hf, 8, input_ids=torch.tensor(one["input_ids"]), attention_mask=torch.tensor(one["attention_mask"]))
+    assert [0] + r.info["generated_ids"] == want[: 1 + len(r.info["generated_ids"])]
+    full = m.analyze(feeds=one, generate=8, use_cache=False)
+    assert full.info["generation"] == "full re-run" and full.info["generated_ids"] == r.info["generated_ids"]
+    assert [s.label for s in r.sites] == [s.label for s in full.sites]
+    for a, b in zip(r.maps, full.maps):
+        np.testing.assert_allclose(a.array(), b.array(), atol=1e-5)
+
+
+def test_gpt2_generation_with_cache_equals_transformers_and_full_rerun(gpt2):
+    root, hf, feeds, _ = gpt2
+    m = open_model(root / "onnx", provider="cpu")
+    prompt = feeds["input_ids"][:1]
+    r = m.analyze(feeds={"input_ids": prompt, "attention_mask": np.ones_like(prompt)}, generate=10)
+    assert r.info["generation"] == "kv-cache"
+    want = _hf_greedy(hf, 10, input_ids=torch.tensor(prompt), attention_mask=torch.ones_like(torch.tensor(prompt)))
+    got = [int(t) for t in prompt[0]] + r.info["generated_ids"]
+    assert got == want[: len(got)]
+    full = m.analyze(feeds={"input_ids": prompt, "attention_mask": np.ones_like(prompt)}, generate=10, use_cache=False)
+    assert full.info["generated_ids"] == r.info["generated_ids"]
+    for a, b in zip(r.maps, full.maps):
+        assert a.shape == b.shape == (1, 4, len(got) - 1, len(got) - 1)
+        np.testing.assert_allclose(a.array(), b.array(), atol=1e-5)
+
+
+def test_cli_on_the_folder(marian, tmp_path, capsys):
+    root, _, feeds, o = marian
+    folder = root / "onnx"
+    assert main(["inspect", str(folder), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kind"] == "encoder-decoder" and [i["name"] for i in d["inputs"]] == ["input_ids", "attention_mask", "decoder_input_ids"]
+    assert [(s["stack"], s["kind"], s["layer"]) for s in d["sites"]] == _marian_canon(o)[1]
+    npz = tmp_path / "feeds.npz"
+    np.savez(npz, **feeds)
+    out = tmp_path / "maps.npz"
+    assert main(["extract", str(folder), "--inputs", str(npz), "--out", str(out)]) == 0
+    z = np.load(out)
+    np.testing.assert_allclose(z["attn_003"], o.cross_attentions[0].numpy(), atol=TOL)
+    fig = tmp_path / "cross.png"
+    assert main(["figure", str(folder), "--text", "w1 w2 w3", "--generate", "3", "--block", "decoder cross",
+                 "--out", str(fig), "--dpi", "60"]) == 0
+    assert fig.stat().st_size > 0
+    assert main(["extract", str(tmp_path), "--text", "w1", "--out", str(tmp_path / "x.npz")]) == 2
+    assert "no .onnx file in this folder" in capsys.readouterr().err
