@@ -19,6 +19,7 @@ COMMANDS = {
     "open": "attnviz.gui.command",
     "inspect": "attnviz.runtime.commands.inspect",
     "extract": "attnviz.runtime.commands.extract",
+    "corpus": "attnviz.corpus.command",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",

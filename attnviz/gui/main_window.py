@@ -19,6 +19,7 @@ from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_
 from attnviz.core.view import clamp
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.corpus import open_corpus_dialog
 from attnviz.gui.views.head_map import HeadMapView
 from attnviz.gui.views.image_regions import ImageRegionsView
 from attnviz.gui.views.overview import OverviewView
@@ -178,6 +179,7 @@ class MainWindow(QMainWindow):
         fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
         fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
         fm.addAction(QAction("Load &gold alignments (Pharaoh)…", self, triggered=self.load_gold_dialog))
+        fm.addAction(QAction("Open &corpus results…", self, triggered=lambda: open_corpus_dialog(self)))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
         self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
