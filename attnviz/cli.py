@@ -19,6 +19,7 @@ COMMANDS = {
     "open": "attnviz.gui.command",
     "inspect": "attnviz.runtime.commands.inspect",
     "extract": "attnviz.runtime.commands.extract",
+    "corpus": "attnviz.corpus.command",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
@@ -74,14 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "_run"):
         parser.print_help()
         return 2
+    out, err = sys.stdout, sys.stderr
+    # names, metadata and messages come from files written by strangers: no terminal escape codes get through
+    sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err)
     try:
         return int(args._run(args) or 0)
     except AttnvizError as e:
-        print(error_line(e), file=sys.stderr)
+        print(one_line(error_line(e)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnviz: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("attnviz: error: out of memory; use a smaller input (or --mode ondemand for long inputs)", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `attnviz inspect --json | head`: the reader left; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
@@ -89,8 +96,32 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # never a traceback to the user; ATTNVIZ_DEBUG=1 shows it
         if os.environ.get("ATTNVIZ_DEBUG"):
             raise
-        print(f"attnviz: error: {type(e).__name__}: {e} (set ATTNVIZ_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(f"attnviz: error: internal error ({type(e).__name__}: {one_line(str(e))[:200]}); this is a bug in attnviz, "
+              "please report it — set ATTNVIZ_DEBUG=1 for the traceback", file=sys.stderr)
         return 1
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+
+
+# C0 controls except tab / newline / carriage return (progress bars), DEL and C1 controls: shown escaped
+_UNSAFE = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)]}
+
+
+class TerminalSafe:
+    """A text stream wrapper that escapes control characters (ESC sequences could rewrite the terminal)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        return self._stream.write(s.translate(_UNSAFE))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ AER (Och & Ney 2003)
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,7 +237,7 @@ def alignment_table(samples: Iterable, method: str = "argmax") -> dict:
         if heads is None:
             heads = [[AERCounter() for _ in range(H)] for _ in range(L)]
             layers = [AERCounter() for _ in range(L)]
-        kw = dict(n_query_words=s.n_tgt, n_key_words=s.n_src, skip=s.skip, method=method)
+        kw: dict[str, Any] = dict(n_query_words=s.n_tgt, n_key_words=s.n_src, skip=s.skip, method=method)
         for layer in range(L):
             for h in range(H):
                 heads[layer][h].add(attention_to_links(att[layer, h], s.query_words, s.key_words, **kw), s.sure, s.possible)

@@ -10,21 +10,27 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.untrusted import open_regular
+from attnviz.core.writes import atomic_path
 
 
 def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
-    """Write atomically (temp file + rename) so a failed write never leaves a half file."""
+    """Write atomically (:func:`attnviz.core.writes.atomic_path`) so a failed write never leaves a half file.
+
+    Maps are produced and written one at a time (the ``np.savez`` layout, streamed): on-demand results never
+    hold more than one site's dense maps in memory.
+    """
     path = Path(path)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, object] = {}
     for i, m in enumerate(result.maps):
-        arrays[f"attn_{i:03d}"] = np.asarray(m.array(), dtype=np.float32)
+        arrays[f"attn_{i:03d}"] = m.array  # called when its turn to be written comes
     arrays["sites"] = np.array(result.sites_json())
     for name, ax in (("tokens", result.tokens), ("key_tokens", result.key_tokens)):
         if ax is not None:
@@ -39,67 +45,61 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         arrays["generated"] = np.array(result.generated, dtype=str)
     arrays["prompt_len"] = np.array(result.prompt_len, dtype=np.int64)
     arrays["info"] = np.array(json.dumps(result.info, default=str))
-    return atomic_write(path, lambda f: np.savez(f, **arrays), suffix=".npz")
-
-
-def atomic_write(path: str | os.PathLike, write, suffix: str = ".tmp") -> Path:
-    """Write ``path`` through ``write(binary_file)`` into a temp file beside it, then rename: a failed write
-    never leaves a half file or touches an existing one.  Errors are one AttnvizError line."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another output file", param="output")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=suffix, dir=parent)
-    except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the permissions a plain open() would
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
+    with atomic_path(path, "--out") as tmp:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                a = np.asarray(value() if callable(value) else value)
+                if name.startswith("attn_"):
+                    a = a.astype(np.float32, copy=False)
+                with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, a, allow_pickle=False)
+                del a
     return path
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """UTF-8 text through :func:`atomic_write`."""
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")), suffix=".txt")
-
-
 def load_npz(path: str | os.PathLike) -> AttentionResult:
+    """Read an ``attnviz extract`` file; anything malformed is one :class:`AttnvizError` line, never a traceback."""
     path = Path(path)
-    try:
-        z = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such file") from None
-    except Exception as e:  # zipfile / format errors
-        raise AttnvizError(f"{path}: not an attnviz .npz file ({type(e).__name__}); extract one with 'attnviz extract'") from None
-    with z:
-        if "sites" not in z.files:
-            raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
-        sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
-        maps = [DenseMap(z[f"attn_{i:03d}"]) for i in range(len(sites))]
+    with open_regular(path, "maps") as f:
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                return _parse(z, path)
+        except AttnvizError:
+            raise
+        except Exception as e:  # zipfile / format / JSON / shape errors in a file from elsewhere
+            text = str(e).strip().splitlines()[0][:100] if str(e).strip() else ""
+            raise AttnvizError(f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
+                               "extract one with 'attnviz extract'") from None
 
-        def axis(name):
-            if name not in z.files:
-                return None
-            sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
-            return TokenAxis(z[name].tolist(), sp)
 
-        grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
-        return AttentionResult(
-            maps=maps,
-            sites=sites,
-            tokens=axis("tokens"),
-            key_tokens=axis("key_tokens"),
-            patch_grid=grid,
-            image=z["image"] if "image" in z.files else None,
-            generated=z["generated"].tolist() if "generated" in z.files else [],
-            prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
-            info=json.loads(str(z["info"])) if "info" in z.files else {},
-        )
+def _parse(z, path: Path) -> AttentionResult:
+    if "sites" not in z.files:
+        raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
+    sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
+    maps = []
+    for i in range(len(sites)):
+        a = z[f"attn_{i:03d}"]
+        if a.ndim != 4 or a.dtype.kind != "f":
+            raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+        if not np.all(np.isfinite(a)):
+            raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
+        maps.append(DenseMap(a))
+
+    def axis(name):
+        if name not in z.files:
+            return None
+        sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
+        return TokenAxis(z[name].tolist(), sp)
+
+    grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
+    return AttentionResult(
+        maps=maps,
+        sites=sites,
+        tokens=axis("tokens"),
+        key_tokens=axis("key_tokens"),
+        patch_grid=grid,
+        image=z["image"] if "image" in z.files else None,
+        generated=z["generated"].tolist() if "generated" in z.files else [],
+        prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
+        info=json.loads(str(z["info"])) if "info" in z.files else {},
+    )

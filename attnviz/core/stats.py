@@ -50,3 +50,65 @@ def block_stats(block) -> list[dict]:
             row.update(head_stats(block.head(layer, h), special))
             out.append(row)
     return out
+
+
+# -- corpus statistics: the same quantities per query row of padded batches ----------------------------------
+# "broad" is the row entropy divided by log2 of the keys the row may see (1 = uniform), so it compares across
+# lengths; "special_other" leaves out position 0 so that a [CLS] sink is not also counted as a special head.
+ROW_STATS = ("entropy", "broad", "distance", "prev", "next", "diag", "first", "special", "special_other", "max")
+ROW_STAT_HELP = {
+    **{k: v[1] for k, v in STAT_COLUMNS.items()},
+    "next": "mean mass on the next token (query i -> key i+1)",
+    "broad": "mean row entropy / log2(keys the row may see): 1 = uniform",
+    "special_other": "mean mass on special tokens after position 0 (e.g. [SEP])",
+}
+
+
+def row_stats(p: np.ndarray, lengths: np.ndarray, key_special: np.ndarray | None = None,
+              causal: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per-row statistics of right-padded self-attention ``p [B, H, T, T]``.
+
+    ``lengths [B]`` are the real token counts; padded keys are dropped and each row renormalised over the
+    real keys, and padded query rows never count.  Returns ``values[name] [B, H, T]`` and
+    ``valid[name] [B, T]`` (which rows count: previous-token needs i >= 1, next-token i < n - 1, "broad" a
+    row that may see two keys or more).
+    """
+    p = np.asarray(p, dtype=np.float32)
+    b, _, t, tk = p.shape
+    if t != tk:
+        raise ValueError(f"row_stats needs self-attention maps (Tq == Tk), got {p.shape}")
+    lengths = np.asarray(lengths, np.int64)
+    ar = np.arange(t)
+    real = ar[None, :] < lengths[:, None]  # [B, T]
+    pm = p * real[:, None, None, :]
+    # every statistic but entropy is linear in the row: compute on the masked row, divide by its sum once per row
+    # (not once per weight); entropy of p/s is -(sum p log2 p)/s + log2 s
+    s = pm.sum(-1)
+    inv = 1.0 / np.maximum(s, 1e-30)
+    plogp = np.einsum("bhij,bhij->bhi", pm, np.log2(pm + np.float32(1e-30)))  # 0 log 0 = 0 (1e-30 keeps log finite)
+    ent = (-plogp * inv + np.log2(np.maximum(s, 1e-30))).astype(np.float64)
+    seen = np.minimum(ar[None, :] + 1, lengths[:, None]) if causal else np.broadcast_to(lengths[:, None], (b, t))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        broad = np.where(seen[:, None, :] >= 2, ent / np.log2(np.maximum(seen, 2))[:, None, :], 0.0)
+    sp = np.zeros((b, t), bool) if key_special is None else np.asarray(key_special, bool)[:, :t]
+    weights = np.stack([sp, sp & (ar[None, :] > 0)], -1).astype(np.float32)  # [B, T, 2]: special, special after 0
+    spm = np.matmul(pm, weights[:, None]) * inv[..., None]  # [B, H, T, 2]
+    dist = np.abs(ar[:, None] - ar[None, :]).astype(np.float32)
+    zero = np.zeros((*pm.shape[:2], 1), np.float32)
+    values = {
+        "entropy": ent,
+        "broad": broad,
+        "distance": np.einsum("bhij,ij->bhi", pm, dist) * inv,
+        "prev": np.concatenate([zero, pm[:, :, ar[1:], ar[:-1]] * inv[:, :, 1:]], -1),
+        "next": np.concatenate([pm[:, :, ar[:-1], ar[1:]] * inv[:, :, :-1], zero], -1),
+        "diag": pm[:, :, ar, ar] * inv,
+        "first": pm[:, :, :, 0] * inv,
+        "special": spm[..., 0],
+        "special_other": spm[..., 1],
+        "max": pm.max(-1) * inv,
+    }
+    valid = {k: real for k in values}
+    valid["prev"] = real & (ar[None, :] >= 1)
+    valid["next"] = real & (ar[None, :] < lengths[:, None] - 1)
+    valid["broad"] = real & (seen >= 2)
+    return {k: v.astype(np.float64, copy=False) for k, v in values.items()}, valid

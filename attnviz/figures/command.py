@@ -166,6 +166,14 @@ def _all_heads_targets(out: str, fmt: str | None, view: str, block_label: str) -
     return p, f"{view}_{block_label.replace(' ', '-')}_", fmt or "png"
 
 
+def _inputs_of(src: dict, args) -> dict:
+    """Every file this command reads, for the rule that an output never replaces one of them."""
+    names = {"model": "the model", "maps": "the maps file", "image": "the image", "feeds": "the feeds file", "tokenizer": "the tokenizer"}
+    out = {names[k]: src.get(k) for k in names}
+    out["the recipe"] = args.recipe
+    return out
+
+
 def _pick_row(result, row: int | None):
     """One batch row of the result; without --batch-index a batch draws row 0 and says so."""
     from attnviz.core.rows import pick_row
@@ -182,6 +190,7 @@ def _pick_row(result, row: int | None):
 
 
 def run(args) -> int:
+    from attnviz.core.writes import refuse_input_as_output
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
     from attnviz.figures.render import figure_format, render_figure, save_figure
     from attnviz.figures.select import block_label, resolve_block
@@ -221,6 +230,11 @@ def run(args) -> int:
             src.update({k: v for k, v in sample.items() if k != "generate"})
             src["generate"] = src["generate"] or int(sample.get("generate") or 0)
             print(f"attnviz: no input given; using the model's sample input ({', '.join(sorted(sample))})", file=sys.stderr)
+    inputs = _inputs_of(src, args)
+    if not args.all_heads:
+        refuse_input_as_output(out, inputs, "--out")
+        if args.recipe_out:
+            refuse_input_as_output(args.recipe_out, inputs, "--recipe-out")
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
 
@@ -259,7 +273,9 @@ def run(args) -> int:
     for k, (l, h) in enumerate(jobs):
         _progress(k, len(jobs), f"L{l} H{h}")
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
-        path = save_figure(render_figure(result, one), folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}")
+        target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
+        refuse_input_as_output(target, inputs, "--out")
+        path = save_figure(render_figure(result, one), target)
         if not args.no_recipe:
             write_recipe(recipe_for(one, path), recipe_path_for(path))
     _progress(len(jobs), len(jobs), "done")

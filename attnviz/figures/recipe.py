@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.untrusted import read_text
+from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FigureSpec
 
 RECIPE_FORMAT = 1
@@ -133,21 +134,7 @@ def write_recipe(recipe: dict, path: str | os.PathLike) -> Path:
     if r.get("output"):
         r["output"] = _relativise(r["output"], base)
     text = json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable folder") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable folder") from None
-    return path
+    return atomic_write_bytes(path, text.encode("utf-8"), "--recipe-out")
 
 
 def _resolve(entry: dict | None, base: Path, what: str, check: bool) -> dict | None:
@@ -170,12 +157,19 @@ def _resolve(entry: dict | None, base: Path, what: str, check: bool) -> dict | N
 def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
     """Read a recipe; file paths become absolute and (by default) their sha256 is verified."""
     path = Path(path)
+    if not path.exists():
+        raise AttnvizError(f"{path}: no such recipe file")
     try:
-        r = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AttnvizError(f"{path}: no such recipe file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        r = json.loads(read_text(path, "recipe", limit=16 * 2**20))
+    except (OSError, json.JSONDecodeError) as e:
         raise AttnvizError(f"{path}: not a readable JSON recipe ({type(e).__name__}); write one with 'attnviz figure ... --out F'") from None
+    try:
+        return _checked_recipe(r, path, check_hashes)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited or hostile recipe
+        raise AttnvizError(f"{path}: malformed recipe ({type(e).__name__}: {str(e)[:100]}); regenerate it with 'attnviz figure'") from None
+
+
+def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
     if not isinstance(r, dict) or r.get("attnviz_recipe") is None:
         raise AttnvizError(f"{path}: not an attnviz figure recipe (no 'attnviz_recipe' key)")
     if int(r["attnviz_recipe"]) > RECIPE_FORMAT:
@@ -186,9 +180,17 @@ def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes)
+    for sec in ("source", "inputs", "options", "output", "view"):
+        if r.get(sec) is not None and not isinstance(r[sec], dict):
+            raise TypeError(f"'{sec}' must be an object")
+    r.setdefault("inputs", {})
     if r.get("output"):
         o = r["output"]
-        r["output"] = dict(o, path=str((base / o["path"]).resolve()))
+        out = (base / str(o["path"])).resolve()
+        if Path(str(o["path"])).is_absolute() or base not in out.parents:
+            # a recipe may not aim its figure anywhere on disk: it stays beside the recipe (--out overrides)
+            out = base / Path(str(o["path"])).name
+        r["output"] = dict(o, path=str(out))
     source = r.get("source") or {}
     if not (source.get("model") or source.get("maps")):
         raise AttnvizError(f"{path}: the recipe names no model or maps file")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,8 @@ from matplotlib.figure import Figure
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import AttentionResult
+from attnviz.core import limits
+from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
 from attnviz.figures.views import VIEW_DRAWERS
 
@@ -148,28 +149,12 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
     if path.is_dir():
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another output file", param="output")
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+    if fmt == "png":  # a raster's memory grows with (inches × dpi)²: estimate before drawing
+        w, h = fig.get_size_inches() * float(dpi or fig.dpi)
+        limits.check("figure_pixels", w * h, f"the figure {path.name} ({w:.0f}×{h:.0f} px)")
     data = figure_bytes(fig, fmt, dpi)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        _umask_mode(tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable output file", param="output") from None
-    return path
-
-
-def _umask_mode(p: str) -> None:
-    """mkstemp makes 0600 files; give the result the usual permissions of a new file."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(p, 0o666 & ~mask)
+    return atomic_write_bytes(path, data, "--out")
 
 
 def export_figure(

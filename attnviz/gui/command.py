@@ -96,8 +96,24 @@ def run(args) -> int:
     else:
         win.open_path(target, **values)  # a folder (an export) opens as a model with these inputs
     app.exec()
+    # a model run in the child process stops on cancel; a job stuck in Python code cannot be stopped, and waiting
+    # for it at interpreter exit would hang `open --screenshot` forever: leave without it
+    win.workers.cancel()
+    stuck = not (win.workers.wait(5000) and win.stats.workers.wait(1000))
+    code, message = 0, None
     if taker is not None:
         if taker.error:
-            raise AttnvizError(taker.error)
-        print(f"saved {taker.path}")
+            code, message = 2, f"attnviz: error: {taker.error}"
+        else:
+            message = f"saved {taker.path}"
+    if stuck:
+        import os
+        import sys
+
+        print(message or "", file=sys.stderr if code else sys.stdout, flush=True)
+        os._exit(code)
+    if code:
+        raise AttnvizError(taker.error)
+    if message:
+        print(message)
     return 0

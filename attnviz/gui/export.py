@@ -8,7 +8,6 @@ Vector and publication figures go through the shared matplotlib renderer
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QMarginsF, QPoint, QRect, QSizeF
@@ -17,39 +16,9 @@ from PySide6.QtWidgets import QWidget
 
 from attnviz import AttnvizError
 from attnviz.core.io import save_npz
+from attnviz.core.writes import atomic_path
 
 VIEW_FORMATS = (".png", ".svg", ".pdf")
-
-
-def _tmp_beside(path: Path) -> str:
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".attnviz-", suffix=path.suffix, dir=parent)
-    except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable folder") from None
-    os.close(fd)
-    return tmp
-
-
-def _umask_mode(p: str) -> None:
-    """mkstemp creates 0600 files; give the export the permissions a normal file would get."""
-    mask = os.umask(0)
-    os.umask(mask)
-    try:
-        os.chmod(p, 0o666 & ~mask)
-    except OSError:
-        pass
-
-
-def _finish(tmp: str, path: Path, ok: bool) -> Path:
-    if not ok or not Path(tmp).exists() or Path(tmp).stat().st_size == 0:
-        Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"could not write {path}; check the folder is writable and has space")
-    _umask_mode(tmp)
-    os.replace(tmp, path)
-    return path
 
 
 def _render(widget: QWidget, device) -> bool:
@@ -70,7 +39,15 @@ def export_widget(widget: QWidget, path: str | os.PathLike) -> Path:
     ext = path.suffix.lower()
     if ext not in VIEW_FORMATS:
         raise AttnvizError(f"cannot export to {path.name}: use a .png, .svg or .pdf file name (or .npz for the maps)")
-    tmp = _tmp_beside(path)
+    with atomic_path(path) as tmp_path:
+        tmp = str(tmp_path)
+        ok = _paint(widget, ext, tmp)
+        if not ok or tmp_path.stat().st_size == 0:
+            raise AttnvizError(f"could not write {path}; check the folder is writable and has space")
+    return path
+
+
+def _paint(widget: QWidget, ext: str, tmp: str) -> bool:
     ok = False
     try:
         size = widget.size()
@@ -98,9 +75,8 @@ def export_widget(widget: QWidget, path: str | os.PathLike) -> Path:
     except AttnvizError:
         raise
     except Exception as e:  # noqa: BLE001 -- reported as a message, never a crash
-        Path(tmp).unlink(missing_ok=True)
-        raise AttnvizError(f"could not export {path.name}: {type(e).__name__}: {e}") from None
-    return _finish(tmp, path, ok)
+        raise AttnvizError(f"could not export {Path(tmp).name}: {type(e).__name__}: {e}") from None
+    return ok
 
 
 def export_npz(result, path: str | os.PathLike) -> Path:

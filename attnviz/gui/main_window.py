@@ -21,6 +21,7 @@ from attnviz.gui.export import (VIEW_FORMATS, export_npz, export_widget, figures
                                 remember_export, view_dialog_start)
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.corpus import open_corpus_dialog
 from attnviz.gui.views.head_map import HeadMapView
 from attnviz.gui.views.image_regions import ImageRegionsView
 from attnviz.gui.views.overview import OverviewView
@@ -183,6 +184,7 @@ class MainWindow(QMainWindow):
         fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
         fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
         fm.addAction(QAction("Load &gold alignments (Pharaoh)…", self, triggered=self.load_gold_dialog))
+        fm.addAction(QAction("Open &corpus results…", self, triggered=lambda: open_corpus_dialog(self)))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
         self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
@@ -441,7 +443,10 @@ class MainWindow(QMainWindow):
             return
         self.session.set_model(None)
         self.add_recent(path)
-        self._show_result(result)
+        try:
+            self._show_result(result)
+        except Exception as e:  # noqa: BLE001 -- a maps file from elsewhere can load yet not draw: a message, not a traceback
+            self.show_error(f"{Path(path).name}: cannot show these maps ({error_text(e)})")
 
     # -- running -----------------------------------------------------------------------
     def run_analysis(self, values: dict | None = None) -> None:

@@ -5,8 +5,11 @@ A QRunnable is not a QObject, so each :class:`Worker` owns a :class:`WorkerSigna
 it may accept ``progress`` (``progress(percent, text)``) and ``cancelled`` (``cancelled() -> bool``)
 keyword arguments, which are passed only when its signature names them.
 
-Every worker carries a ``request_id``; the window drops results whose id is not the newest,
-so a newer request supersedes an older one even though onnxruntime cannot be interrupted.
+Every worker carries a ``request_id``; the window drops results whose id is not the newest
+(latest request wins).  Cancelling a worker really stops onnxruntime: the callable runs inside
+:func:`attnviz.runtime.host.cancel_scope`, so a remote run in progress kills the child process.
+A cancelled worker that is still busy in Python no longer counts against the pool's size, so a
+stuck job never blocks the next open.
 
 Signals
 -------
@@ -69,9 +72,12 @@ class Worker(QRunnable):
         self.signals.progress.emit(self.request_id, int(percent), str(text))
 
     def run(self) -> None:  # called on a pool thread
+        from attnviz.runtime.host import cancel_scope
+
         rid = self.request_id
         try:
-            out = self.fn(*self.args, **self.kwargs)
+            with cancel_scope(self._cancel.is_set):
+                out = self.fn(*self.args, **self.kwargs)
         except Cancelled as e:
             self.signals.errored.emit(rid, e)
         except BaseException as e:  # noqa: BLE001 -- every failure becomes a message, never a crash
@@ -104,6 +110,7 @@ class WorkerPool(QObject):
         super().__init__(parent)
         self.pool = QThreadPool()
         self.pool.setMaxThreadCount(max_threads)
+        self.max_threads = max_threads
         self._live: dict[int, Worker] = {}
         self._next = 0
 
@@ -142,6 +149,7 @@ class WorkerPool(QObject):
     def _on_finished(self, rid):
         kind = self._kind(rid)
         self._live.pop(rid, None)
+        self._resize()
         self.finished.emit(kind, rid)
 
     def live(self, kind: str | None = None) -> list[Worker]:
@@ -150,6 +158,12 @@ class WorkerPool(QObject):
     def cancel(self, kind: str | None = None) -> None:
         for w in self.live(kind):
             w.cancel()
+        self._resize()
+
+    def _resize(self) -> None:
+        """Cancelled workers still running hold a thread each: add that many so new work starts at once."""
+        stuck = sum(1 for w in self._live.values() if w.is_cancelled)
+        self.pool.setMaxThreadCount(self.max_threads + stuck)
 
     def wait(self, msecs: int = 30000) -> bool:
         return self.pool.waitForDone(msecs)
@@ -160,8 +174,11 @@ def error_text(e: BaseException) -> str:
     from attnviz import AttnvizError
 
     if isinstance(e, AttnvizError):
-        return str(e)
-    if isinstance(e, Cancelled):
+        return " ".join(str(e).split())  # one line in the window too
+    if isinstance(e, Cancelled) or str(e) == "cancelled":
         return "cancelled"
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    if isinstance(e, MemoryError):
+        return "out of memory; use a shorter input"
+    # not a message attnviz wrote for the user: a bug; say so, and where the details are
+    return f"internal error ({type(e).__name__}{': ' + msg if msg else ''}); set ATTNVIZ_DEBUG=1 to print the traceback"

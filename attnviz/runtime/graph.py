@@ -326,59 +326,10 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
     are left on disk: onnxruntime reads them itself and the graph we instrument stays small (which is
     also how models over protobuf's 2 GB limit work).
     """
-    path = Path(path)
-    if not path.exists():
-        raise AttnvizError(f"{path}: no such file")
-    if path.is_dir():
-        raise AttnvizError(f"{path}: is a folder; give the .onnx file inside it")
-    size = path.stat().st_size
-    if size == 0:
-        raise AttnvizError(f"{path}: empty file; re-export or re-download the model")
-    with open(path, "rb") as f:
-        head = f.read(64)
-    if head[:1] in (b"{", b"<", b"#") or head.startswith(b"PK") or head.startswith(b"\x89PNG"):
-        raise AttnvizError(f"{path}: not an ONNX model (it looks like a {_sniff(head)} file); open a .onnx file")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:
-        raise AttnvizError(f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it") from None
-    if not model.graph.node:
-        raise AttnvizError(f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it")
-    base = path.resolve().parent
-    has_external = False
-    for t in _all_tensors(model):
-        if t.data_location == TensorProto.EXTERNAL:
-            has_external = True
-            loc = {e.key: e.value for e in t.external_data}.get("location", "")
-            target = (base / loc).resolve()
-            if Path(loc).is_absolute() or base not in target.parents:
-                raise AttnvizError(
-                    f"{path}: external data path {loc!r} of tensor {t.name!r} leaves the model's folder; "
-                    "refusing to read it (keep external data files beside the model)"
-                )
-            if not target.exists():
-                raise AttnvizError(f"{path}: external data file {loc!r} is missing; copy it beside the model")
-    if has_external:
-        # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
-        from onnx.external_data_helper import load_external_data_for_tensor
+    # moved to runtime/loading.py (the checks for untrusted files live there); kept here for callers
+    from attnviz.runtime.loading import load_model as load
 
-        for t in _all_tensors(model):
-            if t.data_location == TensorProto.EXTERNAL and int(np.prod(t.dims or [1])) <= 4096:
-                try:
-                    load_external_data_for_tensor(t, str(base))
-                except Exception as e:
-                    raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
-                t.data_location = TensorProto.DEFAULT
-                del t.external_data[:]
-    return model, (str(base) if has_external else None)
-
-
-def _all_tensors(model: onnx.ModelProto):
-    yield from model.graph.initializer
-    for n in model.graph.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                yield a.t
+    return load(path)
 
 
 def _sniff(head: bytes) -> str:

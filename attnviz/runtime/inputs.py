@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import open_regular, read_text, regular_file
+from attnviz.runtime.raster import open_raster
 
 # HF naming conventions for inputs; metadata attnviz.inputs overrides
 NAME_ROLES = [
@@ -87,24 +89,35 @@ class HFTokenizer(TextEncoder):
 
     @classmethod
     def from_file(cls, path: Path) -> "HFTokenizer":
-        from tokenizers import Tokenizer
-
-        try:
-            return cls(Tokenizer.from_file(str(path)), str(path))
-        except Exception as e:
-            raise AttnvizError(f"{path}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0][:120]}); give a tokenizer.json with --tokenizer") from None
+        text = read_text(path, "tokenizer")  # regular files only: a FIFO named tokenizer.json must not block
+        return cls._build(text, str(path), f"{path}: not a usable Hugging Face tokenizer.json ({{}}); give a tokenizer.json with --tokenizer")
 
     @classmethod
     def from_str(cls, s: str, source: str) -> "HFTokenizer":
+        return cls._build(s, source, f"{source}: embedded tokenizer is invalid ({{}}); re-export the model")
+
+    @classmethod
+    def _build(cls, text: str, source: str, message: str) -> "HFTokenizer":
         from tokenizers import Tokenizer
 
         try:
-            return cls(Tokenizer.from_str(s), source)
-        except Exception as e:
-            raise AttnvizError(f"{source}: embedded tokenizer is invalid ({str(e)[:120]}); re-export the model") from None
+            _check_template(json.loads(text))
+            with _rust_guard():
+                return cls(Tokenizer.from_str(text), source)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 -- a Rust panic is a BaseException (pyo3 PanicException)
+            raise AttnvizError(message.format(_first_line(e))) from None
 
     def encode(self, text, pair=None, add_special=True):
-        enc = self.tok.encode(text, pair, add_special_tokens=add_special)
+        try:
+            with _rust_guard():
+                enc = self.tok.encode(text, pair, add_special_tokens=add_special)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 -- a hostile tokenizer.json can make the Rust code panic
+            raise AttnvizError(f"tokenizer {self.source} failed on this text ({_first_line(e)}); use another tokenizer.json") from None
+        _check_tokens(len(enc.ids))
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
         return Encoded(list(enc.ids), [clean_token(t) for t in enc.tokens], [bool(x) for x in sm], list(enc.type_ids))
 
@@ -149,6 +162,7 @@ class VocabTokenizer(TextEncoder):
                                        f"(e.g. {near}, ...); use only known tokens")
                 i = self.unk_id
             ids.append(i)
+        _check_tokens(len(ids))
         if add_special and self.encoder_side:
             if "cls" in self.special:
                 ids = [self.special["cls"]] + ids
@@ -168,6 +182,62 @@ class VocabTokenizer(TextEncoder):
         return len(self.vocab)
 
 
+def _check_tokens(n: int) -> None:
+    from attnviz.core import limits
+
+    limits.check("tokens", n, "the text")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:120]
+
+
+def _check_template(cfg) -> None:
+    """TemplateProcessing naming a special token it does not define panics in Rust at encode time: refuse it now."""
+    post = cfg.get("post_processor") if isinstance(cfg, dict) else None
+    procs = [post] if isinstance(post, dict) else []
+    if isinstance(post, dict) and isinstance(post.get("processors"), list):
+        procs += [p for p in post["processors"] if isinstance(p, dict)]
+    for proc in procs:
+        if proc.get("type") != "TemplateProcessing":
+            continue
+        defined = proc.get("special_tokens") if isinstance(proc.get("special_tokens"), dict) else {}
+        for part in ("single", "pair"):
+            for piece in proc.get(part) or []:
+                tok = piece.get("SpecialToken") if isinstance(piece, dict) else None
+                if isinstance(tok, dict) and tok.get("id") not in defined:
+                    raise ValueError(f"template uses special token {tok.get('id')!r} that it does not define")
+
+
+class _rust_guard:
+    """On the main thread (the CLI), keep a Rust panic's multi-line report off the terminal: the caller turns the
+    panic into one line.  Worker threads (the GUI) leave stderr alone; the window shows the message."""
+
+    def __enter__(self):
+        import os
+        import threading
+
+        self._saved = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._saved = os.dup(2)
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, 2)
+                os.close(devnull)
+            except OSError:
+                self._saved = None
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        if self._saved is not None:
+            os.dup2(self._saved, 2)
+            os.close(self._saved)
+        return False
+
+
 def clean_token(t: str) -> str:
     """Readable labels: byte-level BPE 'Ġ' and sentencepiece '▁' mark a leading space."""
     if t is None:
@@ -181,9 +251,7 @@ def find_tokenizers(model_path: Path, meta: dict, explicit: str | None = None) -
     split = str(meta.get("tokenize", "whitespace"))
     src = tgt = None
     if explicit:
-        p = Path(explicit)
-        if not p.exists():
-            raise AttnvizError(f"tokenizer {p}: no such file")
+        p = regular_file(explicit, "tokenizer")
         src = tgt = HFTokenizer.from_file(p)
         return src, tgt
     if isinstance(meta.get("tokenizer"), str) and meta["tokenizer"].strip().startswith("{"):
@@ -261,17 +329,16 @@ def image_spec(meta: dict, input_shape: list, size: tuple[int, int] | None = Non
 
 def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarray]:
     """Return (pixel array [1, C, H, W] float32 normalised, the resized image [H, W, 3] uint8)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     p = Path(path)
-    if not p.exists():
-        raise AttnvizError(f"image {p}: no such file")
-    try:
-        with Image.open(p) as im:
-            im.load()
-            img = im.convert("L" if spec.channels == 1 else "RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise AttnvizError(f"image {p}: cannot open it as an image ({type(e).__name__}); use a PNG or JPEG file") from None
+    for name, vals in (("mean", spec.mean), ("std", spec.std)):
+        if not all(np.isfinite(vals)):
+            raise AttnvizError(f"image {name} {vals} is not finite; give numbers with --image-{name}")
+    if any(v == 0 for v in spec.std):
+        raise AttnvizError(f"image std {spec.std} contains 0 (every pixel would divide by zero); give a non-zero --image-std")
+    with open_raster(p) as im:  # raster formats only, pixel cap, first frame
+        img = im.convert("L" if spec.channels == 1 else "RGB")
     img = img.resize((spec.width, spec.height), Image.BICUBIC)
     a = np.asarray(img, dtype=np.float32) / 255.0
     if a.ndim == 2:
@@ -283,11 +350,11 @@ def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarra
 
 def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
     p = Path(path)
-    if not p.exists():
-        raise AttnvizError(f"inputs {p}: no such file")
     try:
-        with np.load(p, allow_pickle=False) as z:
+        with open_regular(p, "inputs") as f, np.load(f, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
+    except AttnvizError:
+        raise
     except Exception as e:
         raise AttnvizError(f"inputs {p}: not a readable .npz ({type(e).__name__}); save feeds with numpy.savez(name=array, ...)") from None
 

@@ -18,7 +18,7 @@ from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.request import AnalyzeRequest
-from attnviz.runtime.session import make_session
+from attnviz.runtime.host import make_session
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -316,7 +316,8 @@ class AttentionModel:
                 except ValueError as e:
                     raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
             try:
-                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir)
+                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir,
+                                          label=self.path.name)
             except AttnvizError:
                 raise
             except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)
@@ -338,6 +339,8 @@ class AttentionModel:
             if i.name not in feeds:
                 raise AttnvizError(f"missing input {i.name!r} ({i.describe()}); add it to the feeds")
             a = np.asarray(feeds[i.name])
+            if a.dtype.kind not in "biuf":
+                raise AttnvizError(f"input {i.name!r} is a {a.dtype} array; feeds must be numeric ({i.describe()})")
             if a.ndim != i.rank:
                 raise AttnvizError(f"input {i.name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
             for ax, (want, got) in enumerate(zip(i.shape, a.shape)):
@@ -350,6 +353,10 @@ class AttentionModel:
                         raise AttnvizError(f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
                 if want.kind == "f" and a.dtype.kind not in "fiub":
                     raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
+                if want.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
+                    lo, hi = np.iinfo(want).min, np.iinfo(want).max
+                    if int(a.min()) < lo or int(a.max()) > hi:
+                        raise AttnvizError(f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds")
                 a = a.astype(want)
             out[i.name] = a
         self._check_ids(out)
@@ -358,6 +365,8 @@ class AttentionModel:
     def _check_ids(self, feeds):
         """Token ids beyond the embedding table crash inside onnxruntime: say so plainly instead."""
         for name, a in feeds.items():
+            if a.dtype.kind == "f" and np.isnan(a).any():  # ±inf is a legal additive mask; NaN never is
+                raise AttnvizError(f"input {name!r} contains NaN values; every map would be NaN — fix the inputs")
             if a.dtype.kind not in "iu" or a.size == 0:
                 continue
             for ci, j in self.graph.consumers.get(name, []):
@@ -552,6 +561,11 @@ class AttentionModel:
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled` (onnxruntime itself cannot be interrupted mid-run).
         """
+        from attnviz.core import limits
+
+        if generate < 0:
+            raise AttnvizError(f"--generate {generate}: give a number of steps ≥ 0")
+        limits.check("generate", generate, "--generate")
         req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
                              image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache,
                              max_tokens=max_tokens)
@@ -585,6 +599,8 @@ def _renumber(sites: list[gr.Site]) -> None:
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Run with I/O binding: outputs land in onnxruntime-allocated host buffers handed to numpy,
     measured ~5 % faster than ``sess.run`` when 72 MB of maps come back (MiniLM, 512 tokens)."""
+    if hasattr(sess, "run_bound"):  # a session in the crash-isolation child binds there
+        return sess.run_bound(fetch, feeds)
     io = sess.io_binding()
     for k, v in feeds.items():
         io.bind_cpu_input(k, np.ascontiguousarray(v))

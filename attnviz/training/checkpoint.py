@@ -18,45 +18,44 @@ import tempfile
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core import writes
+from attnviz.core.untrusted import read_text
 
 TENSORS = "checkpoint.safetensors"
 STATE = "checkpoint.json"
 CONFIG = "config.json"
 
 
-def _umask_mode() -> int:
-    um = os.umask(0)
-    os.umask(um)
-    return 0o666 & ~um
-
-
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, _umask_mode())  # mkstemp makes 0600; published files get the usual permissions
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Checkpoint files reach the disk (fsync) before the rename publishes them."""
+    writes.atomic_write_bytes(path, data, "--out", sync=True)
 
 
 def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode())
+    writes.atomic_write_json(path, obj, "--out", sync=True)
 
 
-def temp_path(path: Path) -> Path:
-    """A fresh temp file name in ``path``'s folder (same file system, so ``os.replace`` is atomic)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.stem + ".", suffix=path.suffix + ".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, _umask_mode())
-    return Path(tmp)
+def check_run_folder(out: str | os.PathLike, task: str) -> None:
+    """``train --out`` may only resume a run there (the trainer checks its configuration matches) or start in an
+    empty folder; anything else — another run's exported files, the user's own files — is refused, never replaced."""
+    out = Path(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise AttnvizError(f"--out {out} is a file, not a run folder; choose a folder name")
+    names = {p.name for p in out.iterdir()}
+    if not names or STATE in names:
+        return  # empty, or a checkpoint whose task and configuration the trainer compares before resuming
+    if names == {CONFIG}:  # a run interrupted before its first checkpoint: resume only the same task
+        try:
+            same = json.loads(read_text(out / CONFIG, "run config")).get("task") == task
+        except (ValueError, AttributeError, AttnvizError):
+            same = False
+        if same:
+            return
+    shown = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+    raise AttnvizError(f"--out {out} is not empty ({shown}) and holds no run to resume; "
+                       "choose an empty folder or pass --overwrite to replace it")
 
 
 def ensure_writable_dir(out: Path) -> Path:
@@ -88,12 +87,16 @@ def save(out: Path, model, optimizer, step: int, state: dict) -> None:
 def load_state(out: Path) -> dict | None:
     """``checkpoint.json`` of a run folder, or None when there is none."""
     p = Path(out) / STATE
-    if not p.exists():
+    if not os.path.lexists(p):
         return None
     try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise AttnvizError(f"checkpoint {p} is corrupt ({e}); delete it or pass --restart") from None
+        state = json.loads(read_text(p, "checkpoint"))
+    except ValueError as e:
+        raise AttnvizError(f"checkpoint {p} is corrupt ({str(e)[:120]}); delete it or pass --restart") from None
+    # a checkpoint.json holding null or a list must not read as "no checkpoint" (that silently retrained over it)
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
+        raise AttnvizError(f"checkpoint {p} is corrupt (no step count in it); delete it or pass --restart") from None
+    return state
 
 
 def load_tensors(out: Path, model, optimizer, step: int) -> None:

@@ -9,14 +9,13 @@ them when it down-converts to opset 17 (see shared/reference/onnx-attention-find
 The graph's outputs are ``logits`` only; attention probabilities stay internal ``Softmax`` tensors that the
 engine finds.  After export, :func:`check_parity` compares onnxruntime's logits with PyTorch's and every
 attention map the engine extracts (:func:`attnviz.runtime.open_model`) with the model's own probabilities.
-Nothing is written at ``path`` unless the check passes (temp file + ``os.replace``).
+Nothing is written at ``path`` unless the check passes (``core.writes.atomic_path``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import warnings
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
-from attnviz.training.checkpoint import temp_path
+from attnviz.core.writes import atomic_path
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.model import ROLES, input_names
 from attnviz.training.runners import OnnxRunner, TorchRunner
@@ -155,17 +154,12 @@ def export(model, task, mcfg: ModelConfig, tcfg: TrainConfig, path: str | Path, 
     if not path.parent.is_dir():
         raise AttnvizError(f"output folder {path.parent} does not exist")
     feeds = task.example_feeds(mcfg, tcfg)
-    tmp = temp_path(path)
-    try:
+    with atomic_path(path, "--out") as tmp:  # published only when every check passed
         export_graph(model, mcfg, feeds, tmp)
         if evaluate:
             metrics = task.evaluate(OnnxRunner(str(tmp)), task.make_split("test", mcfg, tcfg), mcfg)
         write_metadata(tmp, build_metadata(task, mcfg, tcfg, metrics))
         parity = check_parity(tmp, model, feeds) if check else None
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return {"path": str(path), "metrics": metrics, "parity": parity}
 
 
@@ -201,12 +195,7 @@ def refresh_metadata(path: str | Path) -> dict:
         task.restore(meta)
     metrics = task.evaluate(OnnxRunner(str(path)), task.make_split("test", mcfg, tcfg), mcfg)
     new = build_metadata(task, mcfg, tcfg, metrics)
-    tmp = temp_path(path)
-    try:
+    with atomic_path(path) as tmp:  # the model file is replaced only once the new metadata is written
         shutil.copyfile(path, tmp)
         write_metadata(tmp, new)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return metrics

@@ -173,13 +173,13 @@ def test_unwritable_folder_leaves_no_file(maps, tmp_path, capsys):
 
 
 def test_permission_denied_is_a_clear_error(tmp_path, monkeypatch):
-    import attnviz.figures.render as render
+    import attnviz.core.writes as writes  # the one atomic-write helper
 
     def denied(**kw):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(render.tempfile, "mkstemp", denied)
-    with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable output file"):
+    monkeypatch.setattr(writes.tempfile, "mkstemp", denied)
+    with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable --out"):
         save_figure(render_figure(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
 
 
@@ -187,12 +187,12 @@ def test_failed_save_keeps_existing_file(tmp_path, monkeypatch):
     target = tmp_path / "keep.png"
     target.write_bytes(b"old figure")
     f = render_figure(text_result(), FigureSpec(dpi=40))
-    import attnviz.figures.render as render
+    import attnviz.core.writes as writes
 
     def boom(path, fmt_path):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(render.os, "replace", boom)
+    monkeypatch.setattr(writes.os, "replace", boom)
     with pytest.raises(AttnvizError, match="No space left on device"):
         save_figure(f, target)
     assert target.read_bytes() == b"old figure"

@@ -158,3 +158,26 @@ def test_cli_on_the_folder(marian, tmp_path, capsys):
     assert fig.stat().st_size > 0
     assert main(["extract", str(tmp_path), "--text", "w1", "--out", str(tmp_path / "x.npz")]) == 2
     assert "no .onnx file in this folder" in capsys.readouterr().err
+
+
+def test_marian_merged_and_with_past_files_alone(marian):
+    """decoder_model_merged.onnx (the decoder inside an If on use_cache_branch) gives the same maps and labels as
+    transformers with the cache branch off; decoder_with_past_model.onnx alone labels cross-attention (keys from
+    the encoder half of the cache) as cross, layers numbered per kind."""
+    root, hf, feeds, o = marian
+    refs, labels = _marian_canon(o)
+    merged = open_model(root / "onnx" / "decoder_model_merged.onnx", provider="cpu")
+    f = {"input_ids": feeds["decoder_input_ids"], "encoder_attention_mask": feeds["attention_mask"],
+         "encoder_hidden_states": o.encoder_last_hidden_state.numpy()}
+    batch = f["input_ids"].shape[0]
+    for i in merged.inputs:  # the first step of a merged decoder: empty cache, cache branch off
+        if i.name.startswith("past_key_values"):
+            f[i.name] = np.zeros([batch if ax == 0 else (0 if isinstance(d, str) else d) for ax, d in enumerate(i.shape)],
+                                 np.float32)
+        elif i.name == "use_cache_branch":
+            f[i.name] = np.zeros([1 if isinstance(d, str) else d for d in i.shape], bool)
+    r = merged.analyze(feeds=f)
+    assert len(r.maps) == len(refs[2:])  # both If branches hold the layers: the same sites, not twice as many
+    _check(r, refs[2:], labels[2:])
+    past = open_model(root / "onnx" / "decoder_with_past_model.onnx", provider="cpu")
+    assert [(s.stack, s.kind, s.layer) for s in past.sites] == labels[2:]

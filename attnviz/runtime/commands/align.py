@@ -125,9 +125,9 @@ def run(args) -> int:
             samples.append(sample)
             chosen.add(links, *gold[k])
 
-    from attnviz.core.io import atomic_write_text
+    from attnviz.core.writes import atomic_write_bytes
 
-    atomic_write_text(out, "\n".join(lines) + "\n")
+    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode("utf-8"), "--out")
     print(f"wrote {out}: {len(lines)} sentence pairs, {n_links} links from {what}, rows = {convention} convention"
           + (" (declared by the model)" if declared and not args.convention and not args.head and args.layer is None else ""))
     if gold is not None:

@@ -16,17 +16,27 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
+    import numpy as np
+
+    from attnviz.core import limits
+    from attnviz.core.attention import DenseMap
     from attnviz.core.io import save_npz
+    from attnviz.core.writes import refuse_input_as_output
     from attnviz.runtime.commands.common import analyze_from_args
 
     out = Path(args.out)
     if out.suffix != ".npz":
         raise AttnvizError(f"--out {out}: must end in .npz")
-    if out.resolve() == Path(args.model).resolve():
-        raise AttnvizError("--out would overwrite the model; choose another file")
+    refuse_input_as_output(out, {"the model": args.model, "the --inputs file": args.inputs, "the --image file": args.image,
+                                 "the --tokenizer file": args.tokenizer}, "--out")
     model, result = analyze_from_args(args)
-    save_npz(result, out)
     mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20
+    limits.check("output_mb", mb, f"the maps for {out.name}")  # before on-demand maps are materialised
+    for site, m in zip(result.sites, result.maps):  # dense maps only: checking on-demand ones would materialise them
+        if isinstance(m, DenseMap) and not np.isfinite(m.array()).all():
+            raise AttnvizError(f"the model produced NaN/Inf attention at {site.label} (its weights or inputs hold NaN/Inf); "
+                               f"nothing written to {out.name}")
+    save_npz(result, out)
     dev = result.info.get("provider", "?")
     note = result.info.get("provider_note")
     print(f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {model.path.name} on {dev}"

@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=None, help="seed for parameters, batches and dropout (default 0)")
     p.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
-    p.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in DIR and start over")
+    p.add_argument("--restart", "--overwrite", dest="restart", action="store_true",
+                   help="start over in DIR, replacing a run (or other files of ours) already there")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -39,7 +40,7 @@ def _bar(ev, width: int = 28) -> str:
 
 def run(args) -> int:
     from attnviz import AttnvizError
-    from attnviz.training.checkpoint import atomic_write_json, ensure_writable_dir
+    from attnviz.training.checkpoint import atomic_write_json, check_run_folder, ensure_writable_dir
     from attnviz.training.export import export
     from attnviz.training.loop import Trainer, steps_for_epochs
     from attnviz.training.tasks import get_task
@@ -60,6 +61,8 @@ def run(args) -> int:
             raise AttnvizError("--steps must be at least 1")
         tcfg.steps = args.steps
     tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
+    if not args.restart:
+        check_run_folder(args.out, task.name)
     out = ensure_writable_dir(args.out)
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart)
@@ -100,11 +103,10 @@ def run(args) -> int:
     if hasattr(task, "sample_image"):  # the image named by attnviz.sample, for opening the model in the GUI
         from PIL import Image
 
-        from attnviz.training.checkpoint import temp_path
+        from attnviz.core.writes import atomic_path
 
-        tmp = temp_path(out / "sample.png")
-        Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
-        tmp.replace(out / "sample.png")
+        with atomic_path(out / "sample.png", "--out") as tmp:
+            Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
     atomic_write_json(out / "metrics.json", summary)
     print(json.dumps(summary, indent=2))
     return 0

@@ -1,0 +1,96 @@
+"""Write (and read back) ``heads.parquet``, ``examples.parquet`` and ``run.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.stats import ROW_STATS
+from attnviz.corpus.items import Item
+from attnviz.corpus.reduce import Accumulator, HeadGroup
+from attnviz.corpus.roles import role_of
+
+HEADS = "heads.parquet"
+EXAMPLES = "examples.parquet"
+RUN = "run.json"
+
+
+def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray | None) -> list[dict]:
+    means = acc.means()
+    rows = []
+    for g in groups:
+        for h in range(g.heads):
+            i = g.offset + h
+            m = {name: float(means[i, s]) for s, name in enumerate(ROW_STATS)}
+            m["induction"] = float(induction[i]) if induction is not None else math.nan
+            role, score = role_of(m)
+            rows.append({"stack": g.stack, "kind": g.kind, "layer": g.layer, "head": h, "items": acc.items,
+                         "tokens": acc.tokens, **m, "role": role, "role_score": score})
+    return rows
+
+
+def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item]) -> list[dict]:
+    rows = []
+    for g in groups:
+        for h in range(g.heads):
+            i = g.offset + h
+            for s, name in enumerate(ROW_STATS):
+                for rank in range(acc.k):
+                    it = int(acc.top_item[s, i, rank])
+                    if it < 0 or not np.isfinite(acc.top_value[s, i, rank]):
+                        continue
+                    src = items[it]
+                    rows.append({"stack": g.stack, "kind": g.kind, "layer": g.layer, "head": h, "score": name, "rank": rank,
+                                 "item": it, "value": float(acc.top_value[s, i, rank]), "row": int(acc.top_row[s, i, rank]),
+                                 "col": int(acc.top_col[s, i, rank]), "text": src.text, "pair": src.pair, "image": src.image})
+    return rows
+
+
+def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(heads), out / HEADS)
+    ex_schema = pa.schema([("stack", pa.string()), ("kind", pa.string()), ("layer", pa.int64()), ("head", pa.int64()),
+                           ("score", pa.string()), ("rank", pa.int64()), ("item", pa.int64()), ("value", pa.float64()),
+                           ("row", pa.int64()), ("col", pa.int64()), ("text", pa.string()), ("pair", pa.string()),
+                           ("image", pa.string())])
+    pq.write_table(pa.Table.from_pylist(examples, schema=ex_schema), out / EXAMPLES)
+    (out / RUN).write_text(json.dumps(run, indent=2) + "\n")
+
+
+@dataclass
+class CorpusResults:
+    """What a corpus run wrote, read back (the GUI's Corpus view shows this)."""
+
+    folder: Path
+    heads: list[dict]
+    examples: list[dict]
+    run: dict
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        return (*ROW_STATS, "induction", "role_score")
+
+
+def read(folder: str | Path) -> CorpusResults:
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    if folder.is_file():
+        folder = folder.parent  # the user picked heads.parquet or run.json
+    missing = [n for n in (HEADS, EXAMPLES, RUN) if not (folder / n).is_file()]
+    if missing:
+        raise AttnvizError(f"{folder}: not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first")
+    try:
+        heads = pq.read_table(folder / HEADS).to_pylist()
+        examples = pq.read_table(folder / EXAMPLES).to_pylist()
+        run = json.loads((folder / RUN).read_text())
+    except Exception as e:
+        raise AttnvizError(f"{folder}: corpus results are unreadable ({str(e).splitlines()[0][:160]}); run 'attnviz corpus' again") from None
+    return CorpusResults(folder, heads, examples, run)

@@ -1,0 +1,213 @@
+"""The corpus run: plan batches, let an engine reduce them, fold in order, checkpoint, write the results."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError, __version__
+from attnviz.corpus import items as it
+from attnviz.corpus import output
+from attnviz.corpus.engines import ENGINES, WorkerSetup, default_workers
+from attnviz.corpus.plan import (
+    check_model,
+    encode_items,
+    has_mask,
+    plan_images,
+    plan_text,
+)
+from attnviz.corpus.reduce import Accumulator, default_threads, layout
+from attnviz.corpus.roles import induction_scores
+
+CHECKPOINT = "checkpoint.npz"
+CHECKPOINT_EVERY_S = 2.0
+
+
+@dataclass
+class CorpusConfig:
+    model: str
+    out: str
+    texts: str | None = None
+    images: str | None = None
+    pair_column: str | None = None
+    batch_size: int = 32
+    max_items: int | None = None
+    engine: str = "local"
+    provider: str = "auto"
+    tokenizer: str | None = None
+    workers: int | None = None
+    threads: int | None = None
+    ray_address: str | None = None
+    k: int = 5
+    progress: bool = True
+
+
+@dataclass
+class CorpusSummary:
+    out: Path
+    items: int
+    batches: int
+    resumed_items: int
+    wall_s: float
+    items_per_s: float
+
+
+def _check(cfg: CorpusConfig) -> None:
+    if (cfg.texts is None) == (cfg.images is None):
+        raise AttnvizError("give exactly one of --texts FILE or --images DIR")
+    if cfg.batch_size < 1:
+        raise AttnvizError("--batch-size must be 1 or more")
+    if cfg.max_items is not None and cfg.max_items < 1:
+        raise AttnvizError("--max-items must be 1 or more")
+    if cfg.engine not in ENGINES:
+        raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
+    if cfg.engine == "ray" and not _importable("ray"):
+        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
+    if cfg.workers is not None and cfg.workers < 1:
+        raise AttnvizError("--workers must be 1 or more")
+    if not Path(cfg.model).is_file():
+        raise AttnvizError(f"model {cfg.model}: no such file")
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a broken install (or an import hook refusing it)
+        return False
+
+
+def _gpu_session(model) -> bool:
+    try:
+        return model.provider.startswith("CUDA")
+    except Exception:
+        return False
+
+
+def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None) -> CorpusSummary:
+    """Run ``cfg``; ``on_batch(items_done)`` is called after each folded batch (an exception there, e.g.
+    KeyboardInterrupt, stops the run with its progress checkpointed)."""
+    from attnviz.runtime import open_model
+
+    _check(cfg)
+    t_start = time.perf_counter()
+    model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
+    if not model.sites:
+        raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
+    model.probe()  # decoders are confirmed by a causal map; head counts are read
+    kind = check_model(model)
+    if kind == "vision" and cfg.images is None:
+        raise AttnvizError(f"{model.path.name} takes images; give --images DIR")
+    if kind != "vision" and cfg.texts is None:
+        raise AttnvizError(f"{model.path.name} takes text; give --texts FILE")
+    groups = layout(model.sites)
+    if not groups:
+        raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
+    nh = sum(g.heads for g in groups)
+
+    if cfg.texts is not None:
+        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
+        ids, types, special = encode_items(model, items)
+        # without a mask input only a causal model may be padded (padding after a row is never seen)
+        specs = plan_text(items, ids, types, special, cfg.batch_size, equal_lengths=kind == "encoder" and not has_mask(model),
+                          heads=nh)
+        del ids, types, special  # the specs hold compact copies
+    else:
+        items = it.read_images(cfg.images, cfg.max_items)
+        specs = plan_images(items, cfg.batch_size)
+
+    gpu = _gpu_session(model)
+    workers = cfg.workers or default_workers(cfg.provider, gpu)
+    workers = max(1, min(workers, len(specs)))
+    threads = cfg.threads or default_threads(workers)
+    model_sha = it.sha256_file(cfg.model)
+    data_sha = it.sha256_items(items)
+    # the plan's identity: a checkpoint is only resumed by a run that would cut the very same batches
+    plan_h = hashlib.sha256()
+    for b in specs:
+        plan_h.update(np.asarray(b.items, np.int64).tobytes() + b"|")
+    fingerprint = hashlib.sha256(json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh,
+                                             plan_h.hexdigest()]).encode()).hexdigest()
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / CHECKPOINT
+    acc = Accumulator.load(ckpt, fingerprint, nh, cfg.k)
+    if acc is None and ckpt.exists():
+        raise AttnvizError(f"{ckpt} belongs to another run (model, data, batch size or top-k differ); use another --out or delete it")
+    acc = acc or Accumulator(nh, cfg.k)
+    resumed, resumed_tokens = acc.items, acc.tokens
+    todo = specs[acc.next_batch :]
+    setup = WorkerSetup(str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu)
+    del model  # workers hold their own sessions; the driver's is released before they start
+
+    bar = _bar(cfg, len(items), resumed)
+    t0 = time.perf_counter()
+    last_save = t0
+    try:
+        for part in ENGINES[cfg.engine](setup, todo):
+            acc.fold(part)
+            bar.update(part.items)
+            if acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S:  # first batch: resumable at once
+                acc.save(ckpt, fingerprint)
+                last_save = time.perf_counter()
+            if on_batch is not None:
+                on_batch(acc.items)
+    except BaseException:
+        acc.save(ckpt, fingerprint)  # interrupted: keep every folded batch for the next run
+        bar.close()
+        raise
+    bar.close()
+    run_s = time.perf_counter() - t0
+
+    induction = None
+    if kind == "decoder":  # one small extra run on repeated random sequences (the same in every engine)
+        model = open_model(cfg.model, provider="cpu", tokenizer=cfg.tokenizer)
+        model.probe()
+        induction = induction_scores(model, groups)
+        del model
+    done = acc.items - resumed
+    versions = _versions(cfg.engine)
+    run = {
+        "model": str(Path(cfg.model).resolve()), "model_sha256": model_sha, "model_kind": kind,
+        "data": str(Path(cfg.texts or cfg.images).resolve()), "data_sha256": data_sha,
+        "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
+        "engine": cfg.engine, "workers": workers, "threads_per_worker": threads, "provider": cfg.provider, "gpu": gpu,
+        "batch_size": cfg.batch_size, "batches": len(specs), "items": acc.items, "tokens": acc.tokens, "top_k": cfg.k,
+        "resumed_from_items": resumed, "items_this_run": done,
+        "items_per_s": done / run_s if run_s > 0 else None, "tokens_per_s": (acc.tokens - resumed_tokens) / run_s if run_s > 0 else None,
+        "wall_s": time.perf_counter() - t_start, "reduce_s": run_s, "versions": versions,
+    }
+    output.write(out, output.head_rows(acc, groups, induction), output.example_rows(acc, groups, {i.index: i for i in items}), run)
+    ckpt.unlink(missing_ok=True)
+    return CorpusSummary(out, acc.items, len(specs), resumed, run["wall_s"], run["items_per_s"] or 0.0)
+
+
+def _bar(cfg: CorpusConfig, total: int, initial: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="item", desc="corpus", disable=not cfg.progress, dynamic_ncols=True)
+
+
+def _versions(engine: str) -> dict:
+    import numpy
+    import onnxruntime
+    import pyarrow
+
+    v = {"attnviz": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
+         "onnxruntime": onnxruntime.__version__, "pyarrow": pyarrow.__version__}
+    if engine == "ray":
+        import ray
+
+        v["ray"] = ray.__version__
+    return v

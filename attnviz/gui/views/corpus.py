@@ -1,0 +1,292 @@
+"""Corpus view: the results of ``attnviz corpus`` — head table, layer × head grid, and each head's top examples.
+
+A window of its own (File ▸ Open corpus results…): it shows what a corpus run wrote and never runs a model;
+clicking an example opens that item in the main window's usual views with the head focused.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz import AttnvizError
+from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
+
+# role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
+ROLE_COLORS = {
+    "positional": "#E69F00",
+    "sink": "#56B4E9",
+    "special": "#CC79A7",
+    "broad": "#009E73",
+    "induction": "#D55E00",
+    "mixed": "#FFFFFF",
+}
+TABLE_COLUMNS = ("stack", "layer", "head", "role", "role_score", "entropy", "broad", "distance", "prev", "next", "diag",
+                 "first", "special", "special_other", "max", "induction")
+TEXT_COLUMNS = {"stack", "role"}
+
+
+class ValueItem(QTableWidgetItem):
+    """A cell that sorts by its number (NaN last), not by its text."""
+
+    def __init__(self, value, text: str | None = None):
+        super().__init__(text if text is not None else _fmt(value))
+        self.value = value
+        if not isinstance(value, str):
+            self.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+
+    def __lt__(self, other):
+        a, b = self.value, getattr(other, "value", None)
+        if isinstance(a, str) or isinstance(b, str):
+            return str(a) < str(b)
+        a = math.inf if a is None or (isinstance(a, float) and math.isnan(a)) else a
+        b = math.inf if b is None or (isinstance(b, float) and math.isnan(b)) else b
+        return a < b
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "–" if math.isnan(v) else f"{v:.3f}"
+    return str(v)
+
+
+def _text_on(color: QColor) -> QColor:
+    return QColor("black") if color.lightnessF() > 0.5 else QColor("white")
+
+
+class CorpusView(QWidget):
+    """Signals: ``example_requested(example dict, model path)`` when an example row is clicked."""
+
+    title = "Corpus"
+    example_requested = Signal(dict, str)
+
+    def __init__(self, results, parent=None):
+        super().__init__(parent, Qt.Window)
+        self.results = results
+        self.heads = results.heads
+        self.setWindowTitle(f"attnviz — corpus {results.folder.name}")
+        self.resize(1300, 800)
+        r = results.run
+        self.info = QLabel(
+            f"{Path(r.get('model', '?')).name} ({r.get('model_kind', '?')}) · {r.get('items', 0)} items, {r.get('tokens', 0)} tokens · "
+            f"engine {r.get('engine', '?')} × {r.get('workers', '?')} · {r.get('items_per_s') or 0:.1f} items/s")
+        self.info.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.score = QComboBox()
+        self.score.addItems(["role_score", *ROW_STATS, "induction"])
+        self.score.setCurrentText("role_score")
+        self.score.setToolTip("the score that colours the grid and picks the examples")
+        self.score.currentTextChanged.connect(self._on_score)
+
+        self.table = self._make_table(TABLE_COLUMNS)
+        self.table.setSortingEnabled(True)
+        self.table.itemSelectionChanged.connect(self._on_table_pick)
+        self.grid = QTableWidget()
+        self.grid.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.grid.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.grid.cellClicked.connect(self._on_grid_click)
+        self.grid.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.grid.verticalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.examples = self._make_table(("rank", "value", "row", "col", "item", "text"))
+        self.examples.horizontalHeader().setSectionResizeMode(5, QHeaderView.Stretch)
+        self.examples.cellClicked.connect(self._on_example_click)
+        self.examples_label = QLabel("Click a head for its top examples; click an example to open it with that head focused.")
+        self.examples_label.setWordWrap(True)
+
+        top = QHBoxLayout()
+        top.addWidget(self.info, 1)
+        top.addWidget(QLabel("score:"))
+        top.addWidget(self.score)
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        self.grid_label = QLabel("")
+        rv.addWidget(self.grid_label)
+        rv.addWidget(self.grid, 3)
+        rv.addWidget(self.examples_label)
+        rv.addWidget(self.examples, 2)
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(right)
+        split.setSizes([700, 600])
+        lay = QVBoxLayout(self)
+        lay.addLayout(top)
+        lay.addWidget(split, 1)
+
+        self.stacks = sorted({(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: sk[0] != "encoder")
+        self.current: dict | None = None
+        self._fill_table()
+        self._fill_grid()
+
+    # -- building ------------------------------------------------------------------------
+    @staticmethod
+    def _make_table(columns) -> QTableWidget:
+        t = QTableWidget(0, len(columns))
+        t.setHorizontalHeaderLabels(list(columns))
+        for i, c in enumerate(columns):
+            if c in ROW_STAT_HELP:
+                t.horizontalHeaderItem(i).setToolTip(ROW_STAT_HELP[c])
+        t.setSelectionBehavior(QAbstractItemView.SelectRows)
+        t.setSelectionMode(QAbstractItemView.SingleSelection)
+        t.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        t.verticalHeader().setVisible(False)
+        t.verticalHeader().setDefaultSectionSize(22)
+        return t
+
+    def _fill_table(self) -> None:
+        t = self.table
+        t.setSortingEnabled(False)
+        t.setRowCount(len(self.heads))
+        for r, h in enumerate(self.heads):
+            for c, col in enumerate(TABLE_COLUMNS):
+                item = ValueItem(h.get(col) if col != "stack" else f"{h['stack']} {h['kind']}")
+                item.setData(Qt.UserRole, r)  # index into self.heads, stable under sorting
+                if col == "role":
+                    color = QColor(ROLE_COLORS.get(h["role"], "#FFFFFF"))
+                    item.setBackground(QBrush(color))
+                    item.setForeground(QBrush(_text_on(color)))
+                t.setItem(r, c, item)
+        t.setSortingEnabled(True)
+        t.resizeColumnsToContents()
+
+    def _fill_grid(self) -> None:
+        """One block of rows per (stack, kind): rows are layers, columns heads, colour = the chosen score."""
+        from attnviz.gui import style
+
+        score = self.score.currentText()
+        vals = np.array([h.get(score, math.nan) if h.get(score) is not None else math.nan for h in self.heads], float)
+        finite = vals[np.isfinite(vals)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        lut = style.lut()
+        n_heads = max(h["head"] for h in self.heads) + 1
+        rows = [(s, k, layer) for s, k in self.stacks for layer in sorted({h["layer"] for h in self.heads if (h["stack"], h["kind"]) == (s, k)})]
+        self._grid_rows = rows
+        self.grid.clear()
+        self.grid.setRowCount(len(rows))
+        self.grid.setColumnCount(n_heads)
+        self.grid.setHorizontalHeaderLabels([f"H{h}" for h in range(n_heads)])
+        self.grid.setVerticalHeaderLabels([f"{s[:3]} L{layer}" for s, _, layer in rows])
+        self._cell_values = {}
+        for i, h in enumerate(self.heads):
+            r = rows.index((h["stack"], h["kind"], h["layer"]))
+            v = vals[i]
+            item = QTableWidgetItem(_fmt(float(v)) + ("" if score != "role_score" else f"\n{h['role']}"))
+            item.setTextAlignment(Qt.AlignCenter)
+            item.setData(Qt.UserRole, i)
+            if np.isfinite(v):
+                x = 0.0 if hi <= lo else (v - lo) / (hi - lo)
+                rgb = lut[int(round(x * (len(lut) - 1)))][:3]
+                color = QColor(int(rgb[0]), int(rgb[1]), int(rgb[2]))
+                if score == "role_score":  # the role's colour, lighter for weaker scores
+                    color = QColor(ROLE_COLORS.get(h["role"], "#FFFFFF")).lighter(100 + int(60 * (1 - min(1.0, max(0.0, v)))))
+                item.setBackground(QBrush(color))
+                item.setForeground(QBrush(_text_on(color)))
+            self._cell_values[(r, h["head"])] = float(v)
+            self.grid.setItem(r, h["head"], item)
+        self.grid_label.setText(f"layer × head coloured by {score}" + (f" ({lo:.3g} – {hi:.3g})" if finite.size else " (no values)"))
+
+    # -- interaction -----------------------------------------------------------------------
+    def _on_score(self, _score: str) -> None:
+        self._fill_grid()
+        if self.current is not None:
+            self.show_head(self.current)
+
+    def _on_table_pick(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if rows:
+            self.show_head(self.heads[self.table.item(rows[0].row(), 0).data(Qt.UserRole)])
+
+    def _on_grid_click(self, r: int, c: int) -> None:
+        item = self.grid.item(r, c)
+        if item is not None:
+            self.show_head(self.heads[item.data(Qt.UserRole)])
+
+    def examples_for(self, head: dict, score: str) -> list[dict]:
+        if score == "role_score":  # the examples of the statistic behind the head's role
+            score = {"positional": max(("prev", "next", "diag"), key=lambda s: head.get(s, 0)), "sink": "first",
+                     "special": "special_other", "broad": "broad"}.get(head["role"], "max")
+        key = (head["stack"], head["kind"], head["layer"], head["head"], score)
+        ex = [e for e in self.results.examples if (e["stack"], e["kind"], e["layer"], e["head"], e["score"]) == key]
+        return sorted(ex, key=lambda e: e["rank"])
+
+    def show_head(self, head: dict) -> None:
+        self.current = head
+        score = self.score.currentText()
+        ex = self.examples_for(head, score)
+        self.shown_examples = ex
+        t = self.examples
+        t.setRowCount(len(ex))
+        for r, e in enumerate(ex):
+            label = e["text"] if e.get("text") is not None else Path(e.get("image") or "").name
+            if e.get("pair"):
+                label += "  ‖  " + e["pair"]
+            for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
+                t.setItem(r, c, ValueItem(v))
+        t.resizeColumnsToContents()
+        stat = ex[0]["score"] if ex else score
+        self.examples_label.setText(f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
+                                    f"({_fmt(head['role_score'])}) · top items by {stat} — click one to open it")
+
+    def _on_example_click(self, r: int, _c: int) -> None:
+        if 0 <= r < len(getattr(self, "shown_examples", [])):
+            self.example_requested.emit(dict(self.shown_examples[r]), str(self.results.run.get("model", "")))
+
+
+def open_example(window, example: dict, model_path: str, tokenizer: str | None = None) -> None:
+    """Open the example's item in the main window and focus its head once the result is drawn."""
+    if not Path(model_path).is_file():
+        window.show_error(f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back")
+        return
+    if tokenizer and Path(tokenizer).is_file() and window.tokenizer is None:
+        window.tokenizer = Path(tokenizer)  # the corpus run's --tokenizer, so the item tokenises the same way
+
+    def focus():
+        window.result_shown.disconnect(focus)
+        s = window.session
+        b = s.block_index(example["stack"], example["kind"])
+        s.select(block=b if b is not None else 0, layer=int(example["layer"]), head=int(example["head"]), mode="head")
+        window.tabs.setCurrentWidget(window.head_map)
+
+    window.result_shown.connect(focus)
+    if example.get("image"):
+        window.open_model(model_path, image=example["image"])
+    else:
+        window.open_model(model_path, text=example["text"], text_pair=example.get("pair"))
+
+
+def open_corpus_results(window, folder) -> CorpusView | None:
+    """Show a corpus results folder in a Corpus view beside ``window``; one message on bad input."""
+    from attnviz.corpus.output import read
+
+    try:
+        results = read(folder)
+        view = CorpusView(results, parent=window)
+    except AttnvizError as e:
+        window.show_error(str(e))
+        return None
+    view.example_requested.connect(lambda ex, model: open_example(window, ex, model, results.run.get("tokenizer")))
+    window.corpus_view = view  # the latest one, for tests and scripting
+    view.show()
+    return view
+
+
+def open_corpus_dialog(window) -> None:
+    folder = QFileDialog.getExistingDirectory(window, "Open corpus results (the --out folder of attnviz corpus)")
+    if folder:
+        open_corpus_results(window, folder)

@@ -1,0 +1,163 @@
+"""Opening an untrusted ONNX file: one-line errors, and no tensor that reads bytes from outside the model's folder.
+
+Every tensor that can name external data is checked — top-level and sparse initializers, tensor attributes,
+and the same inside every subgraph (``If`` branches, ``Loop`` / ``Scan`` bodies, at any depth).  onnxruntime
+resolves a bare location such as ``secret.bin`` against the *current working directory* when the session is
+made from bytes and no folder is configured, so any external tensor anywhere also pins that folder to the
+model's own (``external_dir``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from attnviz import AttnvizError
+from attnviz.core.untrusted import open_regular
+
+INLINE_LIMIT = 4096  # external tensors up to this many elements are read now (shape inference needs them inline)
+
+
+def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
+    """Parse an ONNX file safely: clear one-line errors, external data confined to the model's folder.
+
+    Returns the model and, when it has external data, the folder that data is relative to.  The weights
+    are left on disk: onnxruntime reads them itself and the graph we instrument stays small (which is
+    also how models over protobuf's 2 GB limit work).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise AttnvizError(f"{path}: is a folder; give the .onnx file inside it")
+    with open_regular(path, "model") as f:  # regular files only (a FIFO would block the read)
+        head = f.read(64)
+        if not head:
+            raise AttnvizError(f"{path}: empty file; re-export or re-download the model")
+        if head[:1] in (b"{", b"<", b"#") or head.startswith((b"PK", b"\x89PNG")):
+            raise AttnvizError(f"{path}: not an ONNX model (it looks like a {_sniff(head)} file); open a .onnx file")
+        f.seek(0)
+        try:
+            model = onnx.load_model_from_string(f.read())  # never resolves external data by itself
+        except Exception as e:  # noqa: BLE001 -- protobuf raises its own types for damaged bytes
+            raise AttnvizError(f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it") from None
+    if not model.graph.node:
+        raise AttnvizError(f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it")
+    bad = _first_undecodable(model)
+    if bad is not None:  # protobuf hands invalid UTF-8 in string fields back as bytes: every name must be text
+        raise AttnvizError(f"{path}: a {bad} field is not valid UTF-8 text; the file is corrupt — re-export it")
+    _check_arity(model, path)
+    base = path.resolve().parent
+    external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+    for t in external:
+        loc = {e.key: e.value for e in t.external_data}.get("location", "")
+        target = (base / loc).resolve()
+        if not loc or Path(loc).is_absolute() or base not in target.parents:
+            raise AttnvizError(
+                f"{path}: external data path {loc!r} of tensor {t.name!r} leaves the model's folder; "
+                "refusing to read it (keep external data files beside the model)"
+            )
+        if not target.is_file():
+            raise AttnvizError(f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model")
+    if external:
+        # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
+        from onnx.external_data_helper import load_external_data_for_tensor
+
+        for t in external:
+            if int(np.prod(t.dims or [1])) <= INLINE_LIMIT:
+                try:
+                    load_external_data_for_tensor(t, str(base))
+                except Exception as e:  # noqa: BLE001 -- onnx raises assorted types for short data files
+                    raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
+                t.data_location = TensorProto.DEFAULT
+                del t.external_data[:]
+    return model, (str(base) if external else None)
+
+
+def _check_arity(model: onnx.ModelProto, path: Path) -> None:
+    """Every standard op has as many inputs / outputs as its schema allows (the graph walks index them)."""
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    for n in model.graph.node:
+        domain = "" if n.domain in ("", "ai.onnx") else n.domain
+        if domain not in opsets:
+            continue
+        try:
+            schema = onnx.defs.get_schema(n.op_type, opsets[domain], domain)
+        except Exception:  # noqa: BLE001 -- not in this opset: the newest schema still bounds the arity
+            try:
+                schema = onnx.defs.get_schema(n.op_type, domain)
+            except Exception:  # noqa: BLE001 -- unknown / contrib op: onnxruntime judges it
+                continue
+        for what, got, lo, hi in (("inputs", len(n.input), schema.min_input, schema.max_input),
+                                  ("outputs", len(n.output), schema.min_output, schema.max_output)):
+            if not lo <= got <= hi:
+                want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+                raise AttnvizError(f"{path}: node {n.name or n.op_type!r} ({n.op_type}) has {got} {what}, the ONNX spec allows {want}; "
+                                   "the file is corrupt — re-export it")
+
+
+def _first_undecodable(msg) -> str | None:
+    """The name of the first string field holding bytes (iterative walk over every message in the model)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    stack = [msg]
+    while stack:
+        m = stack.pop()
+        for field, value in m.ListFields():
+            if field.type == FieldDescriptor.TYPE_STRING:
+                values = [value] if isinstance(value, (str, bytes)) else value
+                if any(isinstance(v, bytes) for v in values):
+                    return f"{m.DESCRIPTOR.name}.{field.name}"
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                stack.extend([value] if hasattr(value, "ListFields") else value)
+    return None
+
+
+def all_tensors(model: onnx.ModelProto):
+    """Every TensorProto in the model: initializers, sparse initializers, tensor attributes — in every subgraph
+    and local function."""
+    stack = [model.graph]
+    node_lists = [fn.node for fn in model.functions]
+    while stack or node_lists:  # iterative: a deeply nested hostile graph must not hit Python's recursion limit
+        if stack:
+            g = stack.pop()
+            yield from g.initializer
+            for s in g.sparse_initializer:
+                yield s.values
+                yield s.indices
+            node_lists.append(g.node)
+        for n in node_lists.pop() if node_lists else ():
+            for a in n.attribute:
+                yield from _attr_tensors(a)
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend(a.graphs)
+
+
+def _attr_tensors(a: onnx.AttributeProto):
+    if a.type == onnx.AttributeProto.TENSOR:
+        yield a.t
+    elif a.type == onnx.AttributeProto.TENSORS:
+        yield from a.tensors
+    elif a.type == onnx.AttributeProto.SPARSE_TENSOR:
+        yield a.sparse_tensor.values
+        yield a.sparse_tensor.indices
+    elif a.type == onnx.AttributeProto.SPARSE_TENSORS:
+        for s in a.sparse_tensors:
+            yield s.values
+            yield s.indices
+
+
+def _sniff(head: bytes) -> str:
+    if head.startswith(b"PK"):
+        return "zip (e.g. a PyTorch .pt or .npz)"
+    if head.startswith(b"\x89PNG"):
+        return "PNG image"
+    return "text/JSON"
+
+
+def _short(e: Exception) -> str:
+    s = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return s[:160]

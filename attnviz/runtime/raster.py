@@ -1,0 +1,71 @@
+"""Untrusted images: raster formats only (PNG, JPEG, BMP, TIFF, WebP, GIF first frame), with a pixel cap.
+
+Pillow picks a decoder from the file's content, and some (EPS) run Ghostscript on it: an EPS file renamed
+``photo.png`` would reach ``gs``.  Here the magic bytes choose the one plugin Pillow may use, the pixel count is
+checked from the header before decoding, and decompression bombs become one-line errors.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from attnviz import AttnvizError
+from attnviz.core import limits
+from attnviz.core.untrusted import open_regular
+
+# Pillow format names we decode; everything else (EPS, PDF, PSD, ...) is refused before a plugin sees the bytes
+RASTER_FORMATS = ("PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF")
+MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
+    (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
+)
+
+
+def sniff_raster(head: bytes) -> str | None:
+    """The raster format the first bytes announce, or None."""
+    for magic, name in MAGIC:
+        if head.startswith(magic):
+            return name
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def max_pixels() -> int:
+    """The image pixel cap (``ATTNVIZ_MAX_PIXELS`` raises it)."""
+    return limits.limit("pixels")
+
+
+def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | None = None):
+    """Open a raster image with Pillow, restricted to :data:`RASTER_FORMATS`, first frame, pixel-capped.
+
+    Returns a loaded ``PIL.Image`` (the caller converts / resizes it).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    cap = max_pixels() if pixel_cap is None else int(pixel_cap)
+    p = Path(path)
+    with open_regular(p, what) as f:
+        head = f.read(16)
+        fmt = sniff_raster(head)
+        if fmt is None:
+            raise AttnvizError(f"{what} {p}: cannot open it as an image: not a PNG, JPEG, BMP, TIFF, WebP or GIF file; convert it to PNG")
+        f.seek(0)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                im = Image.open(f, formats=[fmt])  # only the plugin the magic bytes name: no EPS, no PDF
+                w, h = im.size
+                if w * h > cap:
+                    limits.check("pixels", w * h, f"{what} {p} ({w}×{h})")
+                im.seek(0)  # animated GIF / WebP, multi-page TIFF: the first frame
+                im.load()
+        except AttnvizError:
+            raise
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+            raise AttnvizError(f"{what} {p}: too many pixels (a decompression bomb?); raise the limit with ATTNVIZ_MAX_PIXELS") from None
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, MemoryError) as e:
+            raise AttnvizError(f"{what} {p}: cannot decode it as {fmt} ({type(e).__name__}); re-save it as PNG") from None
+    return im

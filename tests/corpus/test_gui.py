@@ -1,0 +1,87 @@
+"""File ▸ Open corpus results: head table (sortable, roles coloured), layer × head grid, examples that open
+in the usual views with their head focused."""
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+
+from attnviz.corpus import CorpusConfig, run_corpus
+
+
+@pytest.fixture
+def results(planted, tmp_path):
+    model, texts = planted
+    run_corpus(CorpusConfig(model=str(model), texts=str(texts), out=str(tmp_path / "res"), batch_size=8, workers=1,
+                            provider="cpu", progress=False))
+    return tmp_path / "res"
+
+
+@pytest.fixture
+def win(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from attnviz.gui.main_window import MainWindow
+
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w.workers.cancel()
+    assert w.workers.wait(10000)
+    if w.error_box is not None:
+        w.error_box.close()
+
+
+def _col(table, name):
+    return [table.horizontalHeaderItem(i).text() for i in range(table.columnCount())].index(name)
+
+
+def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
+    from attnviz.gui.views.corpus import ROLE_COLORS, open_corpus_results
+
+    assert any(a.text() == "Open &corpus results…" for a in win.menuBar().actions()[0].menu().actions())
+    v = open_corpus_results(win, results)
+    qtbot.waitExposed(v)
+    t = v.table
+    assert t.rowCount() == 8
+    role_c = _col(t, "role")
+    for r in range(t.rowCount()):
+        item = t.item(r, role_c)
+        assert item.background().color() == QColor(ROLE_COLORS[item.text()])
+    # sorting by a score orders the rows by that number
+    prev_c = _col(t, "prev")
+    t.sortItems(prev_c, Qt.DescendingOrder)
+    vals = [t.item(r, prev_c).value for r in range(t.rowCount())]
+    assert vals == sorted(vals, reverse=True) and t.item(0, role_c).text() == "positional"
+    # the grid: 2 layers × 4 heads, coloured by the chosen score
+    assert (v.grid.rowCount(), v.grid.columnCount()) == (2, 4)
+    v.score.setCurrentText("first")
+    sink = next(h for h in v.heads if h["role"] == "sink" and h["layer"] == 0)
+    broad = next(h for h in v.heads if h["role"] == "broad" and h["layer"] == 0)
+    c_sink = v.grid.item(0, sink["head"]).background().color()
+    c_broad = v.grid.item(0, broad["head"]).background().color()
+    assert c_sink != c_broad and v.grid.item(0, sink["head"]).text().startswith("1.000")
+    # a head's examples for the chosen score, then one click opens the item with that head focused
+    qtbot.mouseClick(v.grid.viewport(), Qt.LeftButton, pos=v.grid.visualItemRect(v.grid.item(0, sink["head"])).center())
+    assert v.current == sink and v.examples.rowCount() == 5
+    assert all(e["score"] == "first" for e in v.shown_examples)
+    ex = v.shown_examples[0]
+    with qtbot.waitSignal(win.result_shown, timeout=30000):
+        qtbot.mouseClick(v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center())
+    qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.head_map, timeout=5000)
+    s = win.session
+    assert (s.sel.layer, s.sel.head) == (0, sink["head"])
+    assert s.result.tokens.labels[1:-1] == ex["text"].split()
+
+
+def test_open_corpus_results_bad_folder_one_message(qtbot, win, tmp_path):
+    from attnviz.gui.views.corpus import open_corpus_results
+
+    with qtbot.waitSignal(win.error_shown, timeout=5000) as sig:
+        assert open_corpus_results(win, tmp_path) is None
+    assert "not a corpus results folder" in sig.args[0]

@@ -1,0 +1,138 @@
+"""The window with hostile files (offscreen): one message per bad file, inputs untouched, and it stays usable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+
+from onnx_builders import tiny_text_model
+from PySide6.QtCore import QSettings
+from test_hostile_crash import sigfpe_model
+from test_hostile_inputs import eps_bytes
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture()
+def win(qtbot, tmp_path):
+    from attnviz.gui.main_window import MainWindow
+
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.workers.cancel()
+    assert w.workers.wait(20000)
+    if w.error_box is not None:
+        w.error_box.close()
+
+
+def _bad_npz(t: Path) -> Path:
+    p = t / "maps.npz"
+    np.savez(p, sites=np.array("[{]"), attn_000=np.zeros((2, 2)))
+    return p
+
+
+def _nan_npz(t: Path) -> Path:
+    p = t / "nan.npz"
+    site = {"stack": "encoder", "kind": "self", "layer": 0, "heads": 1, "node": "n", "method": "probs"}
+    np.savez(p, sites=np.array(json.dumps([site])), attn_000=np.full((1, 1, 3, 3), np.nan, np.float32))
+    return p
+
+
+def _garbage(t: Path) -> Path:
+    p = t / "garbage.onnx"
+    p.write_bytes(b"\x08\x07" + bytes(range(256)) * 3)
+    return p
+
+
+def _escape(t: Path) -> Path:
+    import onnx
+    from onnx import TensorProto
+
+    m = onnx.load(str(tiny_text_model(t / "src.onnx")))
+    w = next(x for x in m.graph.initializer if x.name == "emb")
+    w.data_location = TensorProto.EXTERNAL
+    w.ClearField("raw_data")
+    w.external_data.add(key="location", value="/etc/hostname")
+    p = t / "escape.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def _eps(t: Path) -> Path:
+    p = t / "photo.png"
+    p.write_bytes(eps_bytes())
+    return p
+
+
+CASES = {"crash": (lambda t: sigfpe_model(t / "fpe.onnx"), "crashed onnxruntime"),
+         "garbage": (_garbage, "onnx"), "escape": (_escape, "leaves the model's folder"),
+         "bad_npz": (_bad_npz, "npz"), "nan_npz": (_nan_npz, "NaN"), "eps": (_eps, "image")}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_window_shows_one_message_and_stays_usable(win, qtbot, tmp_path, name):
+    build, words = CASES[name]
+    bad = build(tmp_path)
+    before = sha(bad)
+    if name == "eps":  # an image needs a model first
+        with qtbot.waitSignal(win.result_shown, timeout=60000):
+            win.open_path(tiny_text_model(tmp_path / "first.onnx"), text="the cat")
+    with qtbot.waitSignal(win.error_shown, timeout=60000) as sig:
+        win.open_path(bad)
+    text = sig.args[0]
+    assert "\n" not in text and "Traceback" not in text, text
+    assert words.lower() in text.lower(), text
+    assert sha(bad) == before
+    with qtbot.waitSignal(win.result_shown, timeout=60000):  # the window still works
+        win.open_path(tiny_text_model(tmp_path / "good.onnx"), text="the cat sat")
+    assert win.session.result is not None
+
+
+def test_stuck_jobs_never_block_the_next_one(qtbot):
+    """Finding 4's GUI half: two jobs stuck in Python code (uncancellable) no longer starve the pool."""
+    from attnviz.gui.workers import WorkerPool
+
+    pool = WorkerPool(max_threads=2)
+    release = threading.Event()
+    stuck = [pool.start(release.wait, kind="open") for _ in range(2)]
+    pool.cancel("open")
+    with qtbot.waitSignal(pool.returned, timeout=10000) as sig:
+        fresh = pool.start(lambda: "opened", kind="open")
+    assert sig.args == ["open", fresh.request_id, "opened"]
+    assert all(w.is_cancelled for w in stuck)
+    release.set()
+    assert pool.wait(10000)
+    qtbot.waitUntil(lambda: not pool.live(), timeout=5000)
+    assert pool.pool.maxThreadCount() == 2  # back to its size once the stuck jobs ended
+
+
+def test_open_screenshot_always_exits(tmp_path):
+    """Finding 4: with a job stuck in Python code, `open --screenshot` used to never exit."""
+    import subprocess
+    import sys
+
+    model = tiny_text_model(tmp_path / "model.onnx")
+    code = (
+        "import sys, threading\n"
+        "import attnviz.gui.screenshot as s, attnviz.gui.main_window as mw\n"
+        "s.TIMEOUT_MS = 1500\n"
+        "mw._default_opener = lambda *a, **k: threading.Event().wait()  # stuck forever, deaf to cancel\n"
+        "from attnviz.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, "open", str(model), "--screenshot", str(tmp_path / "s.png")],
+                       capture_output=True, text=True, timeout=90, cwd=Path(__file__).resolve().parents[1],
+                       env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("attnviz: error: no result within"), r.stderr

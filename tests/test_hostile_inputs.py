@@ -1,0 +1,222 @@
+"""Untrusted files: nothing read outside the model's folder, regular files only, raster images only,
+hostile tokenizers, caps — each a one-line ``attnviz: error:``, exit 2, every input byte-identical after."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import tiny_text_model
+from PIL import Image
+
+from attnviz import AttnvizError
+from attnviz.cli import main
+from attnviz.core.untrusted import read_bytes
+from attnviz.runtime import inputs as ip
+from attnviz.runtime import open_model
+from attnviz.runtime.raster import open_raster
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sha_all(*paths):
+    return {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}
+
+
+def one_line(err: str, *words):
+    assert err.startswith("attnviz: error:"), err
+    assert "\n" not in err.strip() and "Traceback" not in err, err
+    for w in words:
+        assert w.lower() in err.lower(), (w, err)
+
+
+def weight_in_subgraph(src: Path, dst: Path, location: str, sparse: bool = False) -> np.ndarray:
+    """tiny_text_model with its layer-0 query weight moved into an ``If`` branch as external data at ``location``."""
+    m = onnx.load(str(src))
+    w = next(t for t in m.graph.initializer if t.name == "Wq0")
+    arr = numpy_helper.to_array(w)
+    m.graph.initializer.remove(w)
+    ext = onnx.TensorProto(name="Wq0_ext", data_type=TensorProto.FLOAT, dims=list(arr.shape))
+    ext.data_location = TensorProto.EXTERNAL
+    for k, v in {"location": location, "offset": "0", "length": str(arr.nbytes)}.items():
+        ext.external_data.add(key=k, value=v)
+    out = helper.make_tensor_value_info("Wq0_b", TensorProto.FLOAT, list(arr.shape))
+    if sparse:
+        sp = onnx.SparseTensorProto(values=ext, indices=numpy_helper.from_array(np.arange(arr.size, dtype=np.int64), "idx"))
+        sp.dims.extend(arr.shape)
+        then = helper.make_graph([helper.make_node("Identity", ["Wq0_ext"], ["Wq0_b"])], "then", [], [out])
+        then.sparse_initializer.append(sp)
+    else:
+        then = helper.make_graph([helper.make_node("Identity", ["Wq0_ext"], ["Wq0_b"])], "then", [], [out], initializer=[ext])
+    other = helper.make_graph([helper.make_node("Identity", ["Wq0_zero"], ["Wq0_b"])], "else", [], [out],
+                              initializer=[numpy_helper.from_array(np.zeros_like(arr), "Wq0_zero")])
+    m.graph.initializer.append(numpy_helper.from_array(np.array(True), "always"))
+    m.graph.node.insert(0, helper.make_node("If", ["always"], ["Wq0"], then_branch=then, else_branch=other))
+    onnx.save(m, str(dst))
+    return arr
+
+
+IDS = np.array([[1, 3, 4, 5, 6, 7, 2]], np.int64)
+
+
+def test_subgraph_external_data_is_read_beside_the_model_never_from_the_cwd(tmp_path, monkeypatch):
+    """Finding 1: a bare location in an If branch used to resolve against the working directory."""
+    folder, cwd = tmp_path / "models" / "m", tmp_path / "cwd"
+    folder.mkdir(parents=True)
+    cwd.mkdir()
+    src = tiny_text_model(tmp_path / "src.onnx")
+    legit = weight_in_subgraph(src, folder / "model.onnx", "w.bin")
+    (folder / "w.bin").write_bytes(legit.tobytes())
+    secret = (np.arange(legit.size, dtype=np.float32) * 0.37).reshape(legit.shape)  # the "secret" the attacker wants
+    (cwd / "w.bin").write_bytes(secret.tobytes())
+    (folder.parent / "w.bin").write_bytes(secret.tobytes())
+    monkeypatch.chdir(cwd)
+    got = open_model(folder / "model.onnx", provider="cpu").run({"input_ids": IDS}, mode="dense").maps[0].array()
+    want = open_model(src, provider="cpu").run({"input_ids": IDS}, mode="dense").maps[0].array()
+    np.testing.assert_allclose(got, want, atol=1e-6)  # the model folder's bytes, not the secret's
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("where", ["cwd", "parent"])
+def test_secret_outside_the_folder_never_reaches_the_maps(tmp_path, monkeypatch, capsys, where, sparse):
+    folder, cwd = tmp_path / "models" / "m", tmp_path / "cwd"
+    folder.mkdir(parents=True)
+    cwd.mkdir()
+    src = tiny_text_model(tmp_path / "src.onnx")
+    location = "secret.bin" if where == "cwd" else "../secret.bin"
+    legit = weight_in_subgraph(src, folder / "model.onnx", location, sparse=sparse)
+    for d in (cwd, folder.parent):
+        (d / "secret.bin").write_bytes((np.ones_like(legit) * 7).tobytes())
+    monkeypatch.chdir(cwd)
+    before = sha_all(folder / "model.onnx", cwd / "secret.bin", folder.parent / "secret.bin")
+    rc = main(["extract", str(folder / "model.onnx"), "--text", "the cat sat", "--out", str(cwd / "out.npz")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    one_line(err, "secret.bin")
+    assert ("leaves the model's folder" in err) if where == "parent" else ("missing" in err)
+    assert not (cwd / "out.npz").exists()
+    assert sha_all(*before) == before
+
+
+def test_fifo_tokenizer_does_not_block(tmp_path):
+    """Finding 11: a FIFO named tokenizer.json beside the model used to block extract forever."""
+    model = tiny_text_model(tmp_path / "model.onnx")
+    os.mkfifo(tmp_path / "tokenizer.json")
+    r = subprocess.run([sys.executable, "-m", "attnviz", "extract", str(model), "--text", "the cat", "--out", str(tmp_path / "o.npz")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2
+    one_line(r.stderr, "tokenizer.json", "not a regular file")
+
+
+def test_fifo_everywhere_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for fn in (lambda: read_bytes(fifo, "inputs"), lambda: ip.load_feeds(fifo), lambda: open_raster(fifo),
+               lambda: ip.HFTokenizer.from_file(fifo), lambda: open_model(fifo)):
+        with pytest.raises(AttnvizError, match="not a regular file"):
+            fn()
+
+
+def hostile_tokenizer() -> dict:
+    """TemplateProcessing naming a special token it never defines: tokenizers panics (Rust) on encode."""
+    return {"version": "1.0", "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "the": 1, "cat": 2}, "unk_token": "[UNK]"},
+            "pre_tokenizer": {"type": "Whitespace"},
+            "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[X]", "type_id": 0}}],
+                               "pair": [], "special_tokens": {}}}
+
+
+def test_hostile_tokenizer_is_one_line(tmp_path):
+    """Finding 7: the Rust panic used to print ~20 lines of traceback."""
+    model = tiny_text_model(tmp_path / "model.onnx")
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(json.dumps(hostile_tokenizer()))
+    before = sha_all(model, tok)
+    r = subprocess.run([sys.executable, "-m", "attnviz", "extract", str(model), "--text", "the cat", "--out", str(tmp_path / "o.npz")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2
+    one_line(r.stderr, "tokenizer", "[X]")
+    assert sha_all(*before) == before
+
+
+def test_tokenizer_panic_at_encode_is_caught(tmp_path):
+    """A panic the load-time check does not foresee still becomes an AttnvizError (PanicException is a BaseException)."""
+    from tokenizers import Tokenizer
+
+    tok = ip.HFTokenizer(Tokenizer.from_str(json.dumps(hostile_tokenizer())), "hostile")
+    with pytest.raises(AttnvizError, match="failed on this text"):
+        tok.encode("the cat")
+
+
+def eps_bytes() -> bytes:
+    return (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n%%EndComments\n"
+            b"/Times-Roman findfont 12 scalefont setfont 0 0 moveto (x) show\nshowpage\n%%EOF\n")
+
+
+def test_eps_named_png_never_reaches_ghostscript(tmp_path, monkeypatch):
+    """Finding 5: Pillow would hand an EPS file named .png to Ghostscript."""
+    from PIL import EpsImagePlugin
+
+    calls = []
+    monkeypatch.setattr(EpsImagePlugin, "Ghostscript", lambda *a, **k: calls.append(a))
+    p = tmp_path / "photo.png"
+    p.write_bytes(eps_bytes())
+    with Image.open(p) as im:  # the hazard is real: plain Pillow identifies it as EPS
+        assert im.format == "EPS"
+    spec = ip.ImageSpec(8, 8, 3, [0.5] * 3, [0.5] * 3, "test")
+    with pytest.raises(AttnvizError, match="not a PNG, JPEG"):
+        ip.load_image(p, spec)
+    assert calls == []
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF"])
+def test_every_raster_format_opens(tmp_path, fmt):
+    a = np.zeros((6, 10, 3), np.uint8)
+    a[:, :5] = 255
+    p = tmp_path / f"im.{fmt.lower()}"
+    Image.fromarray(a).save(p, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    with open_raster(p) as im:
+        assert im.size == (10, 6) and im.format == fmt
+
+
+def test_gif_first_frame(tmp_path):
+    frames = [Image.new("RGB", (4, 4), c) for c in ((255, 0, 0), (0, 0, 255))]
+    p = tmp_path / "anim.gif"
+    frames[0].save(p, save_all=True, append_images=frames[1:])
+    _x, shown = ip.load_image(p, ip.ImageSpec(4, 4, 3, [0.0] * 3, [1.0] * 3, "test"))
+    assert tuple(shown[0, 0]) == (255, 0, 0)
+
+
+def test_pixel_cap_and_the_setting_that_raises_it(tmp_path, monkeypatch):
+    p = tmp_path / "big.png"
+    Image.new("L", (60, 50)).save(p)
+    monkeypatch.setenv("ATTNVIZ_MAX_PIXELS", "2999")
+    with pytest.raises(AttnvizError, match="ATTNVIZ_MAX_PIXELS") as e:
+        open_raster(p)
+    assert "3,000 pixels" in str(e.value)
+    monkeypatch.setenv("ATTNVIZ_MAX_PIXELS", "3000")
+    with open_raster(p) as im:
+        assert im.size == (60, 50)
+
+
+def test_decompression_bomb_is_a_message(tmp_path):
+    p = tmp_path / "bomb.png"
+    Image.new("1", (20000, 10000)).save(p)  # 200 Mpx in a few kB
+    assert p.stat().st_size < 100_000
+    with pytest.raises(AttnvizError, match="pixels"):
+        open_raster(p)
+
+
+@pytest.mark.parametrize("std", [[0.0, 0.5, 0.5], [float("nan")] * 3])
+def test_zero_or_nan_std_refused(tmp_path, std):
+    p = tmp_path / "im.png"
+    Image.new("RGB", (4, 4)).save(p)
+    with pytest.raises(AttnvizError, match="std"):
+        ip.load_image(p, ip.ImageSpec(4, 4, 3, [0.5] * 3, std, "test"))
