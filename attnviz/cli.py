@@ -1,4 +1,4 @@
-"""Command line: ``attnviz [open|inspect|extract|figure|train|eval] ...``.
+"""Command line: ``attnviz [open|inspect|extract|figure|train|eval|export-hf] ...``.
 
 Each subcommand lives in its own module exposing ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int``; modules keep heavy imports (torch, Qt, onnxruntime) inside ``run`` so
@@ -23,6 +23,7 @@ COMMANDS = {
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
+    "export-hf": "attnviz.training.commands.export_hf",
     "align": "attnviz.runtime.commands.align",
 }
 
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("attnviz: error: out of memory; use a smaller input (or --mode ondemand for long inputs)", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `attnviz inspect --json | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
+        return 0
     except Exception as e:  # never a traceback to the user; ATTNVIZ_DEBUG=1 shows it
         if os.environ.get("ATTNVIZ_DEBUG"):
             raise

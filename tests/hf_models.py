@@ -15,26 +15,14 @@ import numpy as np
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
 
+from attnviz.training.hf_export import HFWrapper, onnx_export  # noqa: E402
+
+Wrap = HFWrapper  # positional inputs -> the HF model's keywords, one output tensor (the package's wrapper)
+
 warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 
 TINY = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64)
-
-
-class Wrap(torch.nn.Module):
-    """Positional inputs -> the HF model's kwargs; returns plain tensors (first = logits / hidden)."""
-
-    def __init__(self, m, names, out):
-        super().__init__()
-        self.m = m
-        self.names = names
-        self.out = out
-
-    def forward(self, *args):
-        o = self.m(**dict(zip(self.names, args)), use_cache=False) if self.use_cache_kw else self.m(**dict(zip(self.names, args)))
-        return getattr(o, self.out)
-
-    use_cache_kw = False
 
 
 def _ids(b, t, vocab, seed=0):
@@ -134,15 +122,49 @@ def export(arch: str, exporter: str, attn: str, opset: int, folder: Path):
     if attn != "eager":
         m.set_attn_implementation(attn)
     names = list(kw)
-    w = Wrap(m, names, out).eval()
-    args = tuple(kw[n] for n in names)
     path = Path(folder) / f"{arch}_{exporter}_{attn}_{opset}.onnx"
-    if exporter == "legacy":
-        dyn = {n: {0: "batch", 1: f"seq_{n}"} for n in names if kw[n].ndim == 2}
-        torch.onnx.export(w, args, str(path), input_names=names, output_names=[out], opset_version=opset,
-                          dynamic_axes=dyn, dynamo=False)
-    else:
-        torch.onnx.export(w, args, str(path), input_names=names, output_names=[out], opset_version=opset, dynamo=True,
-                          verbose=False)
+    # the package's wrapper + export call (what `attnviz export-hf` uses), here for every exporter/attention variant
+    onnx_export(m, kw, out, path, opset=opset, exporter=exporter)
     feeds = {n: kw[n].numpy() for n in names}
     return path, feeds, ref, labels
+
+
+# --------------------------------------------------------------------------- local HF folders (export-hf tests)
+WORDS = ("attention shows where a model looks the cat sat on mat dog ran to park red blue green image of "
+         "longer second sentence checks that every length works same").split()
+
+
+def word_tokenizer(vocab_size: int = 99, bert_style: bool = True):
+    """A word-level fast tokenizer with ``vocab_size`` ids (specials first), as transformers saves it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[BOS]", "[EOS]"]
+    words = list(dict.fromkeys(WORDS))
+    vocab = {t: i for i, t in enumerate(specials + words + [f"w{i}" for i in range(vocab_size - len(specials) - len(words))])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    if bert_style:
+        tk.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                          special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                                sep_token="[SEP]", bos_token="[BOS]", eos_token="[EOS]")
+
+
+def save_hf_folder(arch: str, folder: Path) -> Path:
+    """A random-init ``arch`` (as :func:`build` makes it) saved like a hub download: config, weights, tokenizer."""
+    m = build(arch)[0]
+    folder = Path(folder)
+    if arch in ("bart", "vision-decoder", "gpt2", "bert", "t5", "llama"):
+        word_tokenizer(99, bert_style=arch == "bert").save_pretrained(str(folder))
+    if arch == "bart":
+        m.config.decoder_start_token_id, m.config.bos_token_id, m.config.eos_token_id, m.config.pad_token_id = 4, 4, 5, 0
+    if arch == "vision-decoder":
+        m.config.decoder_start_token_id, m.config.pad_token_id = 4, 0
+        m.config.decoder.bos_token_id, m.config.decoder.eos_token_id = 4, 5
+    if arch == "gpt2":
+        m.config.bos_token_id, m.config.eos_token_id = 4, 5
+    if arch in ("vit", "vision-decoder"):  # ImageNet statistics, so the preset is read from the file, not defaulted
+        transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406],
+                                       image_std=[0.229, 0.224, 0.225]).save_pretrained(str(folder))
+    m.save_pretrained(str(folder))
+    return folder

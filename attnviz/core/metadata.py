@@ -23,6 +23,8 @@ attnviz.special          JSON ``{"pad": id, "bos": id, "eos": id, "cls": id, "un
                          ids, if needed, go under "source": {"pad": id, "eos": id, ...}).
 attnviz.inputs           JSON ``{onnx_input_name: role}``; roles: tokens, mask, token_types, positions,
                          decoder_tokens, decoder_mask, image, series
+attnviz.max_positions    optional: how many tokens the text side takes (its position table); longer texts
+                         are refused with an offer of --max-tokens
 attnviz.sample           optional: JSON ``{"text": ..., "text_pair": ..., "image": "resources/..."}``
                          a sample input the GUI opens the model with
 attnviz.config           JSON of the training config (model + task), for reproduction

@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # run options a recipe records besides the inputs (defaults as in attnviz.runtime.commands.common)
 _OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None,
-                    "batch_index": None}
+                    "max_tokens": None, "batch_index": None}
 
 
 def _option(args, k):
@@ -222,6 +222,14 @@ def run(args) -> int:
         for kind in ("image", "feeds", "tokenizer"):
             if src[kind] is not None and not Path(src[kind]).is_file():
                 raise AttnvizError(f"{src[kind]}: no such file")
+    if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "feeds")):
+        from attnviz.runtime.sample import sample_for_path
+
+        sample = sample_for_path(src["model"])  # the model's own sample input, as the app opens it
+        if sample:
+            src.update({k: v for k, v in sample.items() if k != "generate"})
+            src["generate"] = src["generate"] or int(sample.get("generate") or 0)
+            print(f"attnviz: no input given; using the model's sample input ({', '.join(sorted(sample))})", file=sys.stderr)
     inputs = _inputs_of(src, args)
     if not args.all_heads:
         refuse_input_as_output(out, inputs, "--out")
@@ -234,6 +242,8 @@ def run(args) -> int:
         r = make_recipe(spec_, output=path, **src)
         # for the record: where the maps were computed (a CUDA run may differ from a CPU run in the last bits)
         r["run"] = {"provider_used": (result.info or {}).get("provider")}
+        if (result.info or {}).get("image_preprocessing"):  # which normalisation the image got (preset, stats, size)
+            r["run"]["image_preprocessing"] = result.info["image_preprocessing"]
         return r
 
     if not args.all_heads:

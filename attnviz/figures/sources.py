@@ -23,6 +23,7 @@ def load_result(
     image_size=None,
     image_mean=None,
     image_std=None,
+    max_tokens: int | None = None,
 ) -> AttentionResult:
     """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file."""
     if maps is not None:
@@ -54,6 +55,7 @@ def load_result(
         image_size=tuple(image_size) if image_size else None,
         image_mean=list(image_mean) if image_mean else None,
         image_std=list(image_std) if image_std else None,
+        **({"max_tokens": int(max_tokens)} if max_tokens else {}),
     )
     result.info.setdefault("model", Path(model).stem)
     return result

@@ -13,7 +13,10 @@ DEMO_PREFERENCE = ("translation.onnx", "captioning.onnx", "sequence-classificati
 
 
 def models_dir() -> Path:
-    return Path(attnviz.__file__).resolve().parents[1] / "models"
+    """The demo models: ``attnviz/demos`` in an installed wheel, else the checkout's ``models/`` (editable install)."""
+    pkg = Path(attnviz.__file__).resolve().parent
+    packaged = pkg / "demos"
+    return packaged if packaged.is_dir() else pkg.parent / "models"
 
 
 def demo_model(folder: Path | None = None) -> Path | None:
@@ -27,6 +30,17 @@ def demo_model(folder: Path | None = None) -> Path | None:
             if p.name == name:
                 return p
     return found[0] if found else None
+
+
+def make_settings():
+    """The app's QSettings: ``ATTNVIZ_SETTINGS=FILE.ini`` redirects them (the test suite sets it, so it never
+    touches the user's recent files, window layout or session)."""
+    from PySide6.QtCore import QSettings
+
+    path = os.environ.get("ATTNVIZ_SETTINGS")
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings("attnviz", "attnviz")
 
 
 def make_app(argv=None):
@@ -45,6 +59,10 @@ def make_app(argv=None):
 
 
 def ensure_platform(screenshot: bool) -> None:
-    """Screenshots render offscreen when there is no display."""
+    """Screenshots render offscreen when there is no display; otherwise check the window system before Qt
+    starts (Qt aborts the process when an xcb library or the display is missing)."""
     if screenshot and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from attnviz.gui.platform_check import check_platform
+
+    check_platform()

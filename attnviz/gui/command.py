@@ -15,6 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument("--image", help="image file for vision / captioning models")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
+    p.add_argument("--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)")
     p.add_argument("--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit")
     p.add_argument("--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, stats)")
@@ -45,6 +47,10 @@ def run(args) -> int:
             raise AttnvizError(f"--screenshot {shot}: use a .png file name")
         if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
             raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise AttnvizError(f"--max-tokens {args.max_tokens}: give at least 1")
+    if args.tokenizer and not Path(args.tokenizer).is_file():
+        raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
     try:
         w, h = (int(x) for x in args.size.lower().split("x"))
     except ValueError:
@@ -55,6 +61,10 @@ def run(args) -> int:
     from attnviz.gui.screenshot import ScreenshotTaker
 
     win = MainWindow(provider=args.provider)
+    if args.tokenizer:
+        win.tokenizer = Path(args.tokenizer)
+    if args.max_tokens:
+        win.inputs.set_values(max_tokens=args.max_tokens)
     win.resize(w, h)
     if args.view:
         if args.view.lower() == "head":  # the Head map tab is "heatmap", as in `attnviz figure --view`
@@ -72,7 +82,12 @@ def run(args) -> int:
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {k: getattr(args, k) for k in ("text", "text_pair", "image", "generate") if getattr(args, k) is not None}
     taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
-    if target is None:
+    from attnviz.gui import restore
+
+    last = restore.load(win.settings) if not (args.model or args.screenshot or values or focus or args.view) else None
+    if last is not None:  # plain `attnviz`: where the user left off
+        restore.restore(win, last)
+    elif target is None:
         win.statusBar().showMessage("No bundled demo model found: open one with File ▸ Open model… or drop an .onnx file here.")
         if taker is not None:
             taker.fail_later("no model to open: the bundled demo models are missing; pass a MODEL")

@@ -94,3 +94,36 @@ def figures_renderer():
     except Exception:  # noqa: BLE001 -- no matplotlib: fall back to rendering the widgets
         return None
     return render_figure
+
+
+# --------------------------------------------------------------------------- dialog memory
+# file-dialog filters by extension; the remembered one is preselected next time
+VIEW_FILTERS = {".png": "PNG image (*.png)", ".svg": "SVG vector (*.svg)", ".pdf": "PDF (*.pdf)"}
+
+
+def view_dialog_start(settings, stem: str) -> tuple[str, str, str]:
+    """(suggested path, all filters, selected filter) for Export view: the last folder and format used."""
+    folder = settings.value("export/folder", "") or ""
+    if folder and not Path(folder).is_dir():  # moved or deleted since: start where Qt starts
+        folder = ""
+    ext = settings.value("export/format", ".png") or ".png"
+    if ext not in VIEW_FILTERS:
+        ext = ".png"
+    name = f"{stem}{ext}"
+    start = str(Path(folder) / name) if folder else name
+    filters = ";;".join([VIEW_FILTERS[ext]] + [f for e, f in VIEW_FILTERS.items() if e != ext])
+    return start, filters, VIEW_FILTERS[ext]
+
+
+def maps_dialog_start(settings, name: str = "attention.npz") -> str:
+    folder = settings.value("export/folder", "") or ""
+    return str(Path(folder) / name) if folder and Path(folder).is_dir() else name
+
+
+def remember_export(settings, path: str | os.PathLike) -> None:
+    """Keep the folder (and, for views, the format) of an export for the next dialog."""
+    p = Path(path)
+    settings.setValue("export/folder", str(p.parent.resolve()))
+    if p.suffix.lower() in VIEW_FILTERS:
+        settings.setValue("export/format", p.suffix.lower())
+    settings.sync()

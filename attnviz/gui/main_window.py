@@ -15,8 +15,10 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.gui import style
-from attnviz.gui.export import VIEW_FORMATS, export_npz, export_widget, figures_renderer
 from attnviz.core.view import clamp
+from attnviz.gui.app import make_settings
+from attnviz.gui.export import (VIEW_FORMATS, export_npz, export_widget, figures_renderer, maps_dialog_start,
+                                remember_export, view_dialog_start)
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.corpus import open_corpus_dialog
@@ -69,6 +71,9 @@ def analyze(model, values: dict, progress=None, cancelled=None):
         kwargs["progress"] = progress
     if cancelled is not None and "cancelled" in params:
         kwargs["cancelled"] = cancelled
+    for k in ("max_tokens", "image_mean", "image_std", "image_size"):  # only what the user set
+        if values.get(k) and k in params:
+            kwargs[k] = values[k]
     if progress is not None:
         progress(-1, "running the model…" if not kwargs["generate"] else f"generating {kwargs['generate']} steps…")
     t0 = time.perf_counter()
@@ -107,7 +112,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.opener = opener or _default_opener
         self.provider = provider
-        self.settings = settings if settings is not None else QSettings("attnviz", "attnviz")
+        self.settings = settings if settings is not None else make_settings()
         self.session = Session(self)
         self.workers = WorkerPool(max_threads=2, parent=self)
         self._context: dict[int, tuple] = {}  # request id -> what the request was about
@@ -323,6 +328,9 @@ class MainWindow(QMainWindow):
             return
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
             print(exc.__attnviz_traceback__)
+        if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
+            self.offer_truncation(exc.n, exc.limit)
+            return
         self.show_error(error_text(exc), param=getattr(exc, "param", None))
 
     def _mark_widget(self, w) -> None:
@@ -334,6 +342,17 @@ class MainWindow(QMainWindow):
             if hasattr(w, sig):
                 getattr(w, sig).connect(lambda *_a, w=w: w.setStyleSheet(""))
                 break
+
+    def offer_truncation(self, n: int, limit) -> None:
+        """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
+        self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+        button = self.error_box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.AcceptRole)
+
+        def truncate():
+            self.inputs.set_values(max_tokens=limit.tokens)
+            self.run_analysis(self.inputs.values())
+
+        button.clicked.connect(truncate)
 
     # -- opening ---------------------------------------------------------------------
     def open_path(self, path, **values) -> None:
@@ -398,19 +417,9 @@ class MainWindow(QMainWindow):
     @staticmethod
     def sample_input(model) -> dict:
         """The model's ``attnviz.sample`` input, with relative image paths resolved."""
-        meta = getattr(model, "meta", None) or {}
-        sample = meta.get("sample") or {}
-        if not isinstance(sample, dict):
-            return {}
-        out = {k: sample[k] for k in ("text", "text_pair", "image", "generate") if sample.get(k) not in (None, "")}
-        img = out.get("image")
-        if img and not Path(img).is_absolute():
-            mp = Path(getattr(model, "path", "."))
-            for base in (mp.parent, mp.parent.parent, Path.cwd()):
-                if (base / img).exists():
-                    out["image"] = str(base / img)
-                    break
-        return out
+        from attnviz.runtime.sample import sample_input
+
+        return sample_input(getattr(model, "meta", None) or {}, getattr(model, "path", "."))
 
     def open_image(self, path) -> None:
         m = self.session.model
@@ -550,14 +559,16 @@ class MainWindow(QMainWindow):
 
     def export_view_dialog(self) -> None:
         title = self.tabs.tabText(self.tabs.currentIndex()).lower().replace(" ", "-")
-        path, _ = QFileDialog.getSaveFileName(self, "Export view", f"attnviz-{title}.png",
-                                              "PNG image (*.png);;SVG vector (*.svg);;PDF (*.pdf)")
+        start, filters, selected = view_dialog_start(self.settings, f"attnviz-{title}")  # last folder and format
+        path, _ = QFileDialog.getSaveFileName(self, "Export view", start, filters, selected)
         if path:
+            remember_export(self.settings, path)
             self.export_view(path)
 
     def export_npz_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export maps", "attention.npz", "attnviz maps (*.npz)")
+        path, _ = QFileDialog.getSaveFileName(self, "Export maps", maps_dialog_start(self.settings), "attnviz maps (*.npz)")
         if path:
+            remember_export(self.settings, path)
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
@@ -677,6 +688,9 @@ class MainWindow(QMainWindow):
             pass
 
     def closeEvent(self, ev):
+        from attnviz.gui import restore
+
+        restore.save(self)  # last model, input, view, selection: `attnviz` reopens them
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         self.settings.sync()

@@ -87,7 +87,7 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
             raise
     info = RunInfo(kind=model.kind, text=req.text, text_pair=req.text_pair, batch=prep.batch,
                    notes=list(result.info.get("notes", [])) + list(prep.notes),
-                   image=str(req.image) if isinstance(req.image, (str, Path)) else None)
+                   image=str(req.image) if isinstance(req.image, (str, Path)) else None, image_preprocessing=prep.image_info)
 
     # axes -------------------------------------------------------------------------------
     dec_rows = bd.decoder_axes(model, prep, rows, feeds) if rows is not None else [None] * prep.batch

@@ -39,6 +39,22 @@ class Prepared:
     shown: np.ndarray | None = None  # the image as the model saw it
     tgt_tok: object | None = None
     notes: list[str] = field(default_factory=list)
+    image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
+
+
+def fit_positions(model, enc, max_tokens, notes):
+    """Truncate to ``max_tokens`` when asked; refuse (offering the flag) more tokens than the model has positions.
+    A tokenizer.json's truncation length is a training-time choice, never used as the limit."""
+    from attnviz.runtime.limits import InputTooLong, position_limit, truncate
+
+    n = len(enc.ids)
+    if max_tokens is not None and n > max_tokens:
+        enc = truncate(enc, int(max_tokens))
+        notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
+    limit = position_limit(model)
+    if limit is not None and len(enc.ids) > limit.tokens:
+        raise InputTooLong(len(enc.ids), limit)
+    return enc
 
 
 def by_role(model, role: str):
@@ -126,6 +142,10 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
     if img_in is None:
         raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
     spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
+    prep.image_info = spec.describe()  # recorded in the run info (sidebar, figure recipes)
+    if spec.stats_source.startswith("default"):
+        prep.notes.append(f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
+                          "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those")
     if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
         prep.notes.append(f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
                           "give --image-size H W")
@@ -175,7 +195,7 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             tok = tgt_tok or src_tok
             if tok is None:
                 raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
-            prompt = tok.encode(req.text, add_special=False).ids
+            prompt = fit_positions(model, tok.encode(req.text, add_special=False), req.max_tokens, prep.notes).ids
         elif tok_in is not None:
             src_tok, tgt_tok = model.tokenizers
             if src_tok is None:
@@ -183,11 +203,9 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             enc = src_tok.encode(req.text, None if dec_in is not None else req.text_pair)
             if not enc.ids:
                 raise AttnvizError("the text gives no tokens; type some words")
+            enc = fit_positions(model, enc, req.max_tokens, prep.notes)
             fill_text_inputs(model, feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
             prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
-            limit = getattr(src_tok, "max_length", None)
-            if limit and len(enc.ids) > limit:
-                prep.notes.append(f"{len(enc.ids)} tokens: longer than the tokenizer's configured limit of {limit}; kept them all")
         else:
             raise AttnvizError(f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})")
     elif tok_in is not None and tok_in.name in feeds and feeds[tok_in.name].ndim == 2 and not prep.decoder_is_tokens:

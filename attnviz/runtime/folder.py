@@ -255,9 +255,10 @@ class ModelSet:
 
     def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds=None, generate: int = 0,
                 mode: str = "auto", image_size=None, image_mean=None, image_std=None, progress=None, cancelled=None,
-                use_cache: bool = True) -> AttentionResult:
+                use_cache: bool = True, max_tokens: int | None = None) -> AttentionResult:
         req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache)
+                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache,
+                             max_tokens=max_tokens)
         return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 

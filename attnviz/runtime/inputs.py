@@ -291,6 +291,13 @@ class ImageSpec:
     mean: list[float]
     std: list[float]
     source: str  # where these numbers came from
+    preset: str = "custom"  # attnviz.core.preprocess preset the mean/std match
+    stats_source: str = "metadata"  # where mean/std came from: metadata | given | the default preset
+
+    def describe(self) -> str:
+        """One line for the run info, the sidebar and figure recipes."""
+        f = lambda xs: "/".join(f"{x:.3g}" for x in xs)  # noqa: E731
+        return f"{self.preset} (mean {f(self.mean)}, std {f(self.std)}), {self.height}×{self.width}, from {self.stats_source}"
 
 
 def image_spec(meta: dict, input_shape: list, size: tuple[int, int] | None = None,
@@ -307,9 +314,17 @@ def image_spec(meta: dict, input_shape: list, size: tuple[int, int] | None = Non
             src = "input shape"
         else:
             size = (224, 224)
-    m = mean or im.get("mean") or [0.5] * ch
-    s = std or im.get("std") or [0.5] * ch
-    return ImageSpec(size[0], size[1], ch, [float(x) for x in m], [float(x) for x in s], src)
+    from attnviz.core import preprocess
+
+    stats_src = "given" if (mean or std) else "metadata" if (im.get("mean") or im.get("std")) else \
+        f"default preset {preprocess.DEFAULT} (the model's metadata has no image statistics)"
+    dm, ds = preprocess.stats(preprocess.DEFAULT, ch)
+    m = mean or im.get("mean") or dm
+    s = std or im.get("std") or ds
+    m, s = [float(x) for x in m], [float(x) for x in s]
+    if ch == 1 and len(m) == 3:  # an RGB preset for a grey model: the channel average
+        m, s = [sum(m) / 3], [sum(s) / 3]
+    return ImageSpec(size[0], size[1], ch, m, s, src, preprocess.name_of(m, s), stats_src)
 
 
 def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarray]:

@@ -555,7 +555,7 @@ class AttentionModel:
     def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
                 generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
                 image_mean: list[float] | None = None, image_std: list[float] | None = None,
-                progress=None, cancelled=None, use_cache: bool = True) -> AttentionResult:
+                progress=None, cancelled=None, use_cache: bool = True, max_tokens: int | None = None) -> AttentionResult:
         """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
@@ -567,7 +567,8 @@ class AttentionModel:
             raise AttnvizError(f"--generate {generate}: give a number of steps ≥ 0")
         limits.check("generate", generate, "--generate")
         req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache)
+                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache,
+                             max_tokens=max_tokens)
         return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 

@@ -27,6 +27,7 @@ class AnalyzeRequest:
     image_mean: list[float] | None = None
     image_std: list[float] | None = None
     use_cache: bool = True  # generation feeds the KV cache where the model has one (False: re-run the sequence)
+    max_tokens: int | None = None  # keep only the first N text tokens (the model's position limit is checked)
 
     def __post_init__(self):
         if self.generate < 0:
@@ -49,10 +50,11 @@ class RunInfo:
     generation: str | None = None  # "kv-cache" | "full re-run" when the model generated
     batch: int = 1
     notes: list[str] = field(default_factory=list)
+    image_preprocessing: str | None = None  # the normalisation an image got (preset, mean/std, size, source)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("generated_ids", "generation"):
+        for k in ("generated_ids", "generation", "image_preprocessing"):
             if d[k] is None:
                 d.pop(k)
         if not d["notes"]:

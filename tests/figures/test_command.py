@@ -257,3 +257,24 @@ def test_export_figure_writes_figure_and_recipe_for_the_gui(maps, tmp_path):
     assert r["view"]["view"] == "links" and r["source"]["maps"]["sha256"]
     with pytest.raises(AttnvizError, match="cannot tell the figure format"):
         export_figure(text_result(), tmp_path / "g.bmp", FigureSpec())
+
+
+def test_figure_without_input_uses_the_models_sample(tmp_path, capsys):
+    from pathlib import Path
+
+    from PIL import Image
+
+    root = Path(__file__).resolve().parents[2]
+    model = root / "models" / "vit-classification.onnx"
+    if not model.exists():
+        pytest.skip("demo models not built")
+    from attnviz.cli import main as cli
+
+    assert cli(["figure", str(model), "--view", "image", "--out", str(tmp_path / "a.png")]) == 0
+    assert "using the model's sample input (image)" in capsys.readouterr().err
+    sample = root / "resources" / "samples" / "vit-classification.png"
+    assert cli(["figure", str(model), "--image", str(sample), "--view", "image", "--out", str(tmp_path / "b.png")]) == 0
+    assert Image.open(tmp_path / "a.png").tobytes() == Image.open(tmp_path / "b.png").tobytes()
+    # the recipe says how the image was normalised (the demo's metadata: the 0.5 preset at 32x32)
+    r = load_recipe(tmp_path / "a.png.recipe.json")
+    assert r["run"]["image_preprocessing"] == "0.5 (mean 0.5/0.5/0.5, std 0.5/0.5/0.5), 32×32, from metadata"

@@ -94,3 +94,12 @@ def test_epochs_set_steps(tmp_path, capsys):
     assert summary["steps"] == 16  # 512 training series / batch 32
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["train"]["epochs"] == 1 and cfg["train"]["steps"] == 16
+
+
+def test_tiny_preset_says_it_is_a_smoke_preset(tmp_path, capsys):
+    from attnviz.cli import build_parser, main
+
+    help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "smoke preset" in " ".join(help_text.split())
+    assert main(["train", "toy-reverse", "--preset", "tiny", "--steps", "2", "--quiet", "--out", str(tmp_path / "run")]) == 0
+    assert "--preset tiny is a smoke preset" in capsys.readouterr().err

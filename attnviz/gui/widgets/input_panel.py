@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar, QPushButton, QSpinBox, QWidget,
+    QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar, QPushButton, QSpinBox, QWidget,
 )
+
+from attnviz.core import preprocess
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
 
 
 class InputPanel(QWidget):
-    """Signals: ``run_requested(dict)`` with keys text, text_pair, image, generate; ``cancel_requested()``."""
+    """Signals: ``run_requested(dict)`` with keys text, text_pair, image, generate, max_tokens; ``cancel_requested()``."""
 
     run_requested = Signal(dict)
     cancel_requested = Signal()
@@ -26,9 +28,26 @@ class InputPanel(QWidget):
         self.image.setPlaceholderText("image file for vision / captioning models")
         self.browse = QPushButton("…")
         self.browse.setFixedWidth(28)
+        # image normalisation: the model's metadata by default, or a named preset (what was used shows in the run info)
+        self.preprocess = QComboBox()
+        self.preprocess.addItem("model default", None)
+        for p in preprocess.PRESETS.values():
+            self.preprocess.addItem({"imagenet": "ImageNet", "clip": "CLIP"}.get(p.name, p.name), p.name)
+            self.preprocess.setItemData(self.preprocess.count() - 1, p.note, Qt.ToolTipRole)
+        self.preprocess.setToolTip("image mean/std: the model's metadata (else the 0.5 preset, said in the run info) or a preset")
+        self.image_size = QSpinBox()
+        self.image_size.setRange(0, 4096)
+        self.image_size.setSpecialValueText("model default")
+        self.image_size.setSuffix(" px")
+        self.image_size.setToolTip("resize images to N × N pixels (model default: metadata or the input shape)")
         self.generate = QSpinBox()
         self.generate.setRange(0, 512)
         self.generate.setToolTip("greedy generation steps for decoder / encoder-decoder models (0 = just run)")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(0, 1_000_000)
+        self.max_tokens.setSpecialValueText("all")  # 0: keep every token (the model's position limit is checked)
+        self.max_tokens.setToolTip("keep only the first N tokens of the text (all: every token; a text longer than "
+                                   "the model's positions offers to truncate)")
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
         self.cancel_button = QPushButton("Cancel")
@@ -48,7 +67,12 @@ class InputPanel(QWidget):
         form.addRow("text", self.text)
         form.addRow("text pair", self.text_pair)
         form.addRow("image", img_row)
+        prep_row = QHBoxLayout()
+        prep_row.addWidget(self.preprocess, 1)
+        prep_row.addWidget(self.image_size)
+        form.addRow("normalise", prep_row)
         form.addRow("generate", self.generate)
+        form.addRow("max tokens", self.max_tokens)
         form.addRow(btn_row)
         form.addRow(self.progress)
         self.text.returnPressed.connect(self.request_run)
@@ -65,9 +89,23 @@ class InputPanel(QWidget):
             "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
             "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
+            "max_tokens": int(self.max_tokens.value()) or None if self.max_tokens.isEnabled() else None,
+            **self.image_options(),
         }
 
-    def set_values(self, text=None, text_pair=None, image=None, generate=None) -> None:
+    def image_options(self) -> dict:
+        """image_mean / image_std / image_size for the runtime, only for what the user chose."""
+        out: dict = {}
+        if not self.preprocess.isEnabled():
+            return out
+        name = self.preprocess.currentData()
+        if name:
+            out["image_mean"], out["image_std"] = preprocess.stats(name)
+        if self.image_size.value():
+            out["image_size"] = (self.image_size.value(), self.image_size.value())
+        return out
+
+    def set_values(self, text=None, text_pair=None, image=None, generate=None, max_tokens=None) -> None:
         if text is not None:
             self.text.setText(text)
         if text_pair is not None:
@@ -76,6 +114,8 @@ class InputPanel(QWidget):
             self.image.setText(str(image))
         if generate is not None:
             self.generate.setValue(int(generate))
+        if max_tokens is not None:
+            self.max_tokens.setValue(int(max_tokens))
 
     def configure_for(self, model) -> None:
         """Show the inputs the model can take."""
@@ -85,6 +125,9 @@ class InputPanel(QWidget):
         self.browse.setEnabled(vision or model is None)
         self.text.setEnabled(not vision or model is None)
         self.text_pair.setEnabled(not vision or model is None)
+        self.max_tokens.setEnabled(not vision or model is None)
+        self.preprocess.setEnabled(vision or model is None)
+        self.image_size.setEnabled(vision or model is None)
         self.generate.setEnabled(kind in ("decoder", "encoder-decoder", "vision-decoder") or model is None)
 
     def request_run(self) -> None:

@@ -28,6 +28,8 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
     src.add_argument("--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders")
     src.add_argument("--image", metavar="PATH", help="image file for vision models")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text (the model's "
+                   "position limit is checked and named when a text is longer)")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy generation steps for decoder / encoder-decoder models")
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)")
     p.add_argument("--memory", dest="mode", choices=("auto", "dense", "ondemand"), default="auto",
@@ -52,5 +54,6 @@ def analyze_from_args(args):
     result = model.analyze(text=args.text, text_pair=args.text_pair, image=args.image, feeds=args.inputs,
                            generate=args.generate, mode=args.mode,
                            image_size=tuple(args.image_size) if args.image_size else None,
-                           image_mean=args.image_mean, image_std=args.image_std)
+                           image_mean=args.image_mean, image_std=args.image_std,
+                           max_tokens=getattr(args, "max_tokens", None))
     return model, result

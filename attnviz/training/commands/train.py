@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", metavar="TASK", help=f"task name ({TASK_NAMES})")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json")
-    p.add_argument("--preset", default="demo", choices=("tiny", "demo"), help="model/training size (default: demo)")
+    p.add_argument("--preset", default="demo", choices=("tiny", "demo"), help="model/training size (default: demo; tiny is a smoke preset for tests: "
+                        "seconds of training, maps near chance)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=int, metavar="N", help="train N passes over the training set (sets --steps)")
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
@@ -65,6 +66,9 @@ def run(args) -> int:
     out = ensure_writable_dir(args.out)
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart)
+    if args.preset == "tiny":
+        print("note: --preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
+              "metrics and unstructured maps; use the default demo preset for a model worth looking at", file=sys.stderr)
     print(f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
           f"parameters) for {tcfg.steps} steps on {trainer.device}, seed {tcfg.seed}", file=sys.stderr)
     t0 = time.perf_counter()

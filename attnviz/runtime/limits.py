@@ -1,0 +1,141 @@
+"""The longest input a model can take: where its positions stop, read from the model itself.
+
+Past that length onnxruntime fails with a Gather index error cut mid-sentence (learned position tables) or the
+model silently runs on garbage; so the runtime checks the token count first and offers ``--max-tokens``.
+A ``tokenizer.json``'s truncation length is NOT a model limit (it is how the model was trained: MiniLM's says
+128, its positions reach 512), so it is never used here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+
+# initializer-name fragments of learned position tables (BERT/RoBERTa/BART/ViT-style, GPT-2's wpe, T5 has none)
+POSITION_NAMES = ("position", "wpe", "pos_emb", "pos_embed", "embed_positions")
+HF_UNLIMITED = 10**6  # transformers writes 1e30 as model_max_length when a tokenizer has no limit
+
+
+@dataclass(frozen=True)
+class PositionLimit:
+    tokens: int
+    source: str  # where the number came from, for the message
+
+    def message(self, n: int, what: str = "tokens") -> str:
+        return (f"{n} {what}; this model's positions stop at {self.tokens} ({self.source}); "
+                f"use --max-tokens {self.tokens} to truncate")
+
+
+class InputTooLong(AttnvizError):
+    """The input has more tokens than the model has positions; ``limit`` says how many fit."""
+
+    def __init__(self, n: int, limit: PositionLimit):
+        super().__init__(limit.message(n))
+        self.n = n
+        self.limit = limit
+
+
+def _from_metadata(meta: dict) -> PositionLimit | None:
+    v = meta.get("max_positions")
+    try:
+        if v is not None and int(v) > 0:
+            return PositionLimit(int(v), "metadata")
+    except (TypeError, ValueError):
+        pass
+    cfg: dict = meta["config"] if isinstance(meta.get("config"), dict) else {}
+    model: dict = cfg["model"] if isinstance(cfg.get("model"), dict) else {}
+    if isinstance(model.get("max_len"), int) and model.get("input_kind", "tokens") == "tokens":
+        return PositionLimit(int(model["max_len"]), "training config max_len")
+    return None
+
+
+def _scalar(name: str, inits: dict, consts: dict) -> int | None:
+    arr = consts.get(name)
+    if arr is None and name in inits:
+        from onnx import numpy_helper
+
+        arr = numpy_helper.to_array(inits[name])
+    if arr is not None and np.size(arr) == 1 and np.asarray(arr).dtype.kind in "iu":
+        return int(np.asarray(arr).reshape(()))
+    return None
+
+
+def _from_graph(proto) -> PositionLimit | None:
+    """The smallest learned position table that a Gather reads, minus a constant index offset (BART adds 2)."""
+    from onnx import numpy_helper
+
+    g = proto.graph
+    inits = {i.name: i for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
+              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    best: PositionLimit | None = None
+    for n in g.node:
+        if n.op_type != "Gather" or n.input[0] not in inits:
+            continue
+        name = n.input[0]
+        dims = list(inits[name].dims)
+        if len(dims) != 2 or not any(k in name.lower() for k in POSITION_NAMES):
+            continue
+        rows = int(dims[0])
+        p = producer.get(n.input[1])
+        if p is not None and p.op_type == "Add":
+            found = [_scalar(x, inits, consts) for x in p.input]
+            offs = [o for o in found if o is not None and 0 < o < rows]
+            if offs:
+                rows -= offs[0]
+        if best is None or rows < best.tokens:
+            best = PositionLimit(rows, f"position table {name}")
+    return best
+
+
+def _from_tokenizer_config(model_path: Path) -> PositionLimit | None:
+    for folder in (model_path.parent, model_path.parent.parent):
+        f = folder / "tokenizer_config.json"
+        if f.is_file():
+            try:
+                v = json.loads(f.read_text()).get("model_max_length")
+            except (OSError, ValueError, AttributeError):
+                return None
+            if isinstance(v, (int, float)) and 0 < v < HF_UNLIMITED:
+                return PositionLimit(int(v), "tokenizer_config.json model_max_length")
+            return None
+    return None
+
+
+def position_limit(model) -> PositionLimit | None:
+    """Metadata, then the graph's position table, then tokenizer_config.json; None when nothing says."""
+    if hasattr(model, "_position_limit"):
+        cached: PositionLimit | None = model._position_limit
+        return cached
+    meta = getattr(model, "meta", None) or {}
+    proto = getattr(model, "proto", None)
+    limit = _from_metadata(meta) or (_from_graph(proto) if proto is not None else None)
+    if limit is None and getattr(model, "path", None) is not None:
+        limit = _from_tokenizer_config(Path(model.path))
+    try:
+        model._position_limit = limit
+    except AttributeError:
+        pass
+    return limit
+
+
+def truncate(enc, n: int):
+    """The first ``n`` tokens of an encoding, keeping a final special token (``[SEP]``, ``</s>``) last."""
+    if n < 1:
+        raise AttnvizError(f"--max-tokens {n}: give at least 1")
+    if len(enc.ids) <= n:
+        return enc
+    keep = list(range(n))
+    if enc.special and enc.special[-1] and n > 1:
+        keep = list(range(n - 1)) + [len(enc.ids) - 1]
+
+    def pick(xs):
+        return [xs[i] for i in keep] if xs is not None and len(xs) == len(enc.ids) else xs
+
+    return type(enc)(ids=pick(enc.ids), tokens=pick(enc.tokens), special=pick(enc.special), type_ids=pick(enc.type_ids))

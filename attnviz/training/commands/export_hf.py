@@ -1,0 +1,35 @@
+"""``attnviz export-hf MODEL_DIR --out DIR``: a local Hugging Face model folder -> a checked, self-described ONNX export."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = ("export a local Hugging Face model folder (config + weights + tokenizer) to ONNX for attnviz, "
+        "with eager attention and metadata, checked against transformers")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="folder with config.json, weights and tokenizer files")
+    p.add_argument("--out", required=True, metavar="DIR", help="new (or empty) folder for model.onnx, tokenizer and configs")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    p.add_argument("--text", default=None, help="text used for the check against transformers (default: built-in sentences)")
+
+
+def run(args) -> int:
+    from attnviz import AttnvizError
+
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise AttnvizError("export-hf needs transformers: pip install 'attnviz[hf]'") from None
+    from attnviz.training.hf_export import export_hf
+
+    if not 14 <= args.opset <= 23:
+        raise AttnvizError(f"--opset {args.opset}: use an opset from 14 to 23 (17 is the tested default)")
+    r = export_hf(args.model_dir, args.out, opset=args.opset, text=args.text)
+    if r.missing_weights:
+        print(f"note: {len(r.missing_weights)} weights were not in the checkpoint and are random "
+              f"({', '.join(r.missing_weights[:4])}{', ...' if len(r.missing_weights) > 4 else ''})")
+    print(f"wrote {r.path} ({r.family}, task {r.task}): {r.sites} attention maps equal transformers' within "
+          f"{r.max_diff:.1e} at {' and '.join(map(str, r.lengths))} tokens; open it with: attnviz open {r.path}")
+    return 0

@@ -1,0 +1,23 @@
+"""The README's Quick start has exactly two commands and CI runs the second one verbatim."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quick_start() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_two_commands_and_ci_runs_the_test_one():
+    install_and_open, test = _quick_start()
+    assert install_and_open.endswith("&& attnviz")
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci == [test]
+    # torch from the CPU index, before anything can pull the default (CUDA on Linux) build
+    assert test.startswith("pip install --retries 1 torch==") and "--index-url https://download.pytorch.org/whl/cpu" in test.split("&&")[0]
+    assert test.endswith("python -m pytest -q")
