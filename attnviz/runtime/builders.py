@@ -137,10 +137,10 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
     prep.img_in = img_in
     if req.image is None:
         if img_in is not None and img_in.name not in feeds:
-            raise AttnvizError(f"{model.path.name} takes an image ({img_in.describe()}); give --image PATH")
+            raise AttnvizError(f"{model.path.name} takes an image ({img_in.describe()}); give an image", param="image")
         return
     if img_in is None:
-        raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give --text instead")
+        raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give a text instead", param="text")
     spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
     prep.image_info = spec.describe()  # recorded in the run info (sidebar, figure recipes)
     if spec.stats_source.startswith("default"):
@@ -184,22 +184,22 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
     prompt: list[int] | None = None
     if req.text is not None:
         if batch > 1:
-            raise AttnvizError("give --text or a batch of --inputs, not both")
+            raise AttnvizError("give a text or a batch of raw inputs, not both", param="inputs")
         if series_in is not None and tok_in is None:
             vals = ip.parse_series(req.text)
             shape = [1, len(vals)] + ([1] if series_in.rank == 3 else [])
             feeds[series_in.name] = vals.reshape(shape[: series_in.rank]).astype(np.float32)
-            prep.src_rows = [TokenAxis([f"{v:g}" for v in vals])]
+            prep.src_rows = [series_axis(vals)]
         elif prep.decoder_is_tokens:
             src_tok, tgt_tok = model.tokenizers
             tok = tgt_tok or src_tok
             if tok is None:
-                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file", param="tokenizer")
             prompt = fit_positions(model, tok.encode(req.text, add_special=False), req.max_tokens, prep.notes).ids
         elif tok_in is not None:
             src_tok, tgt_tok = model.tokenizers
             if src_tok is None:
-                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file", param="tokenizer")
             enc = src_tok.encode(req.text, None if dec_in is not None else req.text_pair)
             if not enc.ids:
                 raise AttnvizError("the text gives no tokens; type some words")
@@ -213,7 +213,7 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
         keep = _mask_rows(feeds, model, "mask", batch)
         prep.src_rows = [labels(src_tok, row, k) for row, k in zip(feeds[tok_in.name], keep)]
     elif series_in is not None and series_in.name in feeds and feeds[series_in.name].ndim >= 2:
-        prep.src_rows = [TokenAxis([f"{v:g}" for v in np.ravel(row)]) for row in feeds[series_in.name]]
+        prep.src_rows = [series_axis(np.ravel(row)) for row in feeds[series_in.name]]
     if len(prep.src_rows) != batch:
         prep.src_rows = (prep.src_rows * batch)[:batch]  # an image batch: every row has the same patch axis
 
@@ -230,15 +230,15 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             prompt = [int(start if start is not None else 0)]
             if req.text_pair:
                 if prep.tgt_tok is None:
-                    raise AttnvizError("no target tokenizer to encode --text-pair; put tokenizer.json beside the model")
+                    raise AttnvizError("no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer")
                 prompt += prep.tgt_tok.encode(req.text_pair, add_special=False).ids
             prep.prompts = [list(prompt) for _ in range(batch)]
         else:
             prep.prompts = [list(prompt)]
         if kind == "decoder" and not prep.prompts[0]:
-            raise AttnvizError("a decoder needs a prompt: give --text")
+            raise AttnvizError("a decoder needs a prompt: give a text", param="text")
     elif req.generate:
-        raise AttnvizError(f"{model.path.name} is an {kind} model with no decoder input; --generate needs a decoder or encoder-decoder model")
+        raise AttnvizError(f"{model.path.name} is an {kind} model with no decoder input; generation needs a decoder or encoder-decoder model", param="generate")
     return prep
 
 
@@ -256,3 +256,8 @@ def decoder_axes(model, prep: Prepared, rows: list[list[int]], feeds: dict) -> l
     role = "mask" if prep.decoder_is_tokens else "decoder_mask"
     keep = _mask_rows(feeds, model, role, len(rows))
     return [labels(prep.tgt_tok, r, k) for r, k in zip(rows, keep)]
+
+
+def series_axis(values) -> TokenAxis:
+    """A time series' axis is its time steps (t0 = the oldest value), not the values themselves."""
+    return TokenAxis([f"t{i}" for i in range(len(values))])

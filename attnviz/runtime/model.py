@@ -474,7 +474,7 @@ class AttentionModel:
                 node = self.graph.nodes[self.graph.producer[s.qk]]
                 attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
                 return RecomputeMap(got[ex["q"]], got[ex["k"]], side, epi, s.qk, batch, attrs)
-            raise AttnvizError(f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use --mode dense")
+            raise AttnvizError(f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use dense memory mode", param="memory")
         if s.method == "mha-qk":
             return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
         if s.method == "recompute-packed":
@@ -564,7 +564,7 @@ class AttentionModel:
         from attnviz.core import limits
 
         if generate < 0:
-            raise AttnvizError(f"--generate {generate}: give a number of steps ≥ 0")
+            raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
         limits.check("generate", generate, "--generate")
         req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
                              image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache,

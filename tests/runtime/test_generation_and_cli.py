@@ -150,3 +150,16 @@ def test_inspect_json_into_a_closed_pipe_is_quiet(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_time_series_axes_are_time_steps():
+    """Forecasting inputs are labelled by time step (t0 = the oldest value), never by the values themselves."""
+    from pathlib import Path
+
+    from attnviz.runtime import open_model
+
+    model = Path(__file__).resolve().parents[2] / "models" / "forecasting.onnx"
+    values = [0.5, 1.25, -0.75, 2.0, 0.0, 1.5, 0.25, -1.0]
+    r = open_model(model, provider="cpu").analyze(text=" ".join(map(str, values)))
+    assert r.tokens.labels == [f"t{i}" for i in range(len(values))]
+    assert r.maps[0].shape[-1] == len(values)
