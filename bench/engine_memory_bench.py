@@ -84,8 +84,12 @@ def memory_rows(model: Path, t: int, threads: int, repeats: int):
     for mode in MODES:
         peaks = []
         for _ in range(repeats):
-            out = subprocess.run([sys.executable, __file__, "--child", str(model), mode, str(t), "--threads", str(threads)],
-                                 capture_output=True, text=True, cwd=ROOT)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(model), mode, str(t), "--threads", str(threads)],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             if out.returncode:
                 raise SystemExit(f"{mode} failed: {out.stderr.strip()[-400:]}")
             peaks.append(json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"])
@@ -110,19 +114,24 @@ def timing_rows(model: Path, lengths, rounds: int, threads: int):
     out = []
     for t in lengths:
         f = feeds(t)
-        cases = {"plain": lambda: plain.run(None, f), "maps": lambda: am.run(f, mode="dense"),
-                 "maps_in": lambda: am_in.run(f, mode="dense")}
+        cases = {
+            "plain": lambda: plain.run(None, f),
+            "maps": lambda: am.run(f, mode="dense"),
+            "maps_in": lambda: am_in.run(f, mode="dense"),
+        }
         for _ in range(3):
             for fn in cases.values():
                 fn()
         times = {k: [] for k in cases}
         keys = list(cases)
         for r in range(rounds):
-            for k in keys[r % len(keys):] + keys[: r % len(keys)]:
+            for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
                 t0 = time.perf_counter()
                 cases[k]()
                 times[k].append((time.perf_counter() - t0) * 1000)
-        out.append((t, {k: float(np.median(v)) for k, v in times.items()}, {k: float(np.min(v)) for k, v in times.items()}))
+        out.append(
+            (t, {k: float(np.median(v)) for k, v in times.items()}, {k: float(np.min(v)) for k, v in times.items()})
+        )
     return out
 
 
@@ -143,20 +152,28 @@ def main():
     print(f"MiniLM-L6, one file with weights inside ({size:.0f} MB), CPU, {a.threads} threads\n")
     print("attnviz = onnxruntime in the crash-isolation child (default; parent + child peaks added, an upper bound);")
     print("in-process = ATTNVIZ_INPROCESS=1; re-serialised = the old engine's instrumented copy of the weights\n")
-    print(f"{'tokens':>6} | {'plain MB':>8} | {'attnviz MB':>10} | {'in-process MB':>13} | {'re-serialised MB':>16} | "
-          f"{'attnviz/plain':>13} | {'in-process/plain':>16} | {'re-serialised/plain':>19}")
+    print(
+        f"{'tokens':>6} | {'plain MB':>8} | {'attnviz MB':>10} | {'in-process MB':>13} | {'re-serialised MB':>16} | "
+        f"{'attnviz/plain':>13} | {'in-process/plain':>16} | {'re-serialised/plain':>19}"
+    )
     print("-" * 128)
     for t in [] if a.no_memory else a.lengths:
         r = memory_rows(model, t, a.threads, a.repeats)
         p = r["plain"]
-        print(f"{t:>6} | {p:>8.0f} | {r['attnviz']:>10.0f} | {r['attnviz-inprocess']:>13.0f} | {r['re-serialised']:>16.0f} | "
-              f"{r['attnviz'] / p:>12.2f}x | {r['attnviz-inprocess'] / p:>15.2f}x | {r['re-serialised'] / p:>18.2f}x")
-    print(f"\n{'tokens':>6} | {'plain ms':>8} | {'maps ms':>8} | {'in-process ms':>13} | {'maps/plain':>10} | "
-          f"{'in-process/plain':>16} | {'(min) maps/plain':>16} | {'(min) in-process/plain':>22}")
+        print(
+            f"{t:>6} | {p:>8.0f} | {r['attnviz']:>10.0f} | {r['attnviz-inprocess']:>13.0f} | {r['re-serialised']:>16.0f} | "
+            f"{r['attnviz'] / p:>12.2f}x | {r['attnviz-inprocess'] / p:>15.2f}x | {r['re-serialised'] / p:>18.2f}x"
+        )
+    print(
+        f"\n{'tokens':>6} | {'plain ms':>8} | {'maps ms':>8} | {'in-process ms':>13} | {'maps/plain':>10} | "
+        f"{'in-process/plain':>16} | {'(min) maps/plain':>16} | {'(min) in-process/plain':>22}"
+    )
     print("-" * 120)
     for t, med, mn in timing_rows(model, a.lengths, a.rounds, a.threads):
-        print(f"{t:>6} | {med['plain']:>8.1f} | {med['maps']:>8.1f} | {med['maps_in']:>13.1f} | {med['maps'] / med['plain']:>9.3f}x | "
-              f"{med['maps_in'] / med['plain']:>15.3f}x | {mn['maps'] / mn['plain']:>15.3f}x | {mn['maps_in'] / mn['plain']:>21.3f}x")
+        print(
+            f"{t:>6} | {med['plain']:>8.1f} | {med['maps']:>8.1f} | {med['maps_in']:>13.1f} | {med['maps'] / med['plain']:>9.3f}x | "
+            f"{med['maps_in'] / med['plain']:>15.3f}x | {mn['maps'] / mn['plain']:>15.3f}x | {mn['maps_in'] / mn['plain']:>21.3f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     cases = []
     for arch in ("gpt2", "marian"):
-        m = open_model(optimum_env.export(arch, tmp / arch, tuple(args.size)) / "onnx", provider="cpu", threads=args.threads)
+        m = open_model(
+            optimum_env.export(arch, tmp / arch, tuple(args.size)) / "onnx", provider="cpu", threads=args.threads
+        )
         m.meta["special"] = {k: v for k, v in (m.meta.get("special") or {}).items() if k != "eos"}  # N tokens exactly
         if arch == "gpt2":
             ids = rng.integers(3, 99, (1, 8))
@@ -58,14 +60,17 @@ def main() -> None:
             times = {True: [], False: []}
             results = {}
             for r in range(args.rounds):
-                for cache in ((True, False) if r % 2 == 0 else (False, True)):
+                for cache in (True, False) if r % 2 == 0 else (False, True):
                     t0 = time.perf_counter()
                     results[cache] = m.analyze(feeds=feeds, generate=n, use_cache=cache)
                     times[cache].append(time.perf_counter() - t0)
             same = results[True].info["generated_ids"] == results[False].info["generated_ids"] and all(
-                np.allclose(a.array(), b.array(), atol=1e-5) for a, b in zip(results[True].maps, results[False].maps))
+                np.allclose(a.array(), b.array(), atol=1e-5) for a, b in zip(results[True].maps, results[False].maps)
+            )
             full, kv = statistics.median(times[False]), statistics.median(times[True])
-            print(f"| {arch} | {n} | {full:.2f} s | {kv:.2f} s | {n / full:.0f} | {n / kv:.0f} | {full / kv:.2f}× | {'yes' if same else 'NO'} |")
+            print(
+                f"| {arch} | {n} | {full:.2f} s | {kv:.2f} s | {n / full:.0f} | {n / kv:.0f} | {full / kv:.2f}× | {'yes' if same else 'NO'} |"
+            )
 
 
 if __name__ == "__main__":

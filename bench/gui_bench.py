@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis  # noqa: E402
+from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
 
 TARGET_HEAD_MS = 16.0
 TARGET_OVERVIEW_MS = 150.0
@@ -96,9 +96,15 @@ def main(argv=None) -> int:
         ov_cached_ms = timed(lambda: redraw_overview(True), max(5, args.repeats // 2))
         rows.append((n, head_ms, ov_ms, ov_cached_ms, len(win.overview.thumbs)))
 
-    print(f"attnviz GUI benchmark — 6 layers × 12 heads, synthetic maps, {os.environ.get('QT_QPA_PLATFORM', 'native')} platform")
-    print("(median of repeats; 'full' recomputes the max-pooled thumbnails, 'cached' re-uses them as a log/scale change does)")
-    print(f"{'tokens':>7} | {'switch head (ms)':>16} | {'target':>6} | {'overview full (ms)':>18} | {'target':>6} | {'overview cached (ms)':>20} | thumbs")
+    print(
+        f"attnviz GUI benchmark — 6 layers × 12 heads, synthetic maps, {os.environ.get('QT_QPA_PLATFORM', 'native')} platform"
+    )
+    print(
+        "(median of repeats; 'full' recomputes the max-pooled thumbnails, 'cached' re-uses them as a log/scale change does)"
+    )
+    print(
+        f"{'tokens':>7} | {'switch head (ms)':>16} | {'target':>6} | {'overview full (ms)':>18} | {'target':>6} | {'overview cached (ms)':>20} | thumbs"
+    )
     print("-" * 104)
     ok = True
     for n, h, o, oc, t in rows:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from engine_bench import export_minilm, feeds  # noqa: E402
+from engine_bench import export_minilm, feeds
 
 
 def median_ms(fn, rounds):
@@ -76,7 +76,9 @@ def main() -> None:
         del os.environ["ATTNVIZ_INPROCESS"]
         hc = median_ms(lambda: od_c.maps[3].head(0, 5), a.rounds)
         hl = median_ms(lambda: od_l.maps[3].head(0, 5), a.rounds)
-        print(f"on-demand head recompute at {a.lengths[-1]} tokens: in-process {hl:.2f} ms, child {hc:.2f} ms, ratio {hc / hl:.2f}")
+        print(
+            f"on-demand head recompute at {a.lengths[-1]} tokens: in-process {hl:.2f} ms, child {hc:.2f} ms, ratio {hc / hl:.2f}"
+        )
 
 
 if __name__ == "__main__":

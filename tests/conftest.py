@@ -8,7 +8,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ATTNVIZ_FORCE_CPU", "1")  # CI has no GPU; keep onnxruntime's CUDA probing quiet
 # the app's settings (recent files, window, session, export folder) go to a throwaway file, also in the
 # `attnviz open --screenshot` subprocesses, never to the user's real ones
-import tempfile  # noqa: E402
+import tempfile
 
 os.environ["ATTNVIZ_SETTINGS"] = os.path.join(tempfile.mkdtemp(prefix="attnviz-test-settings-"), "settings.ini")
 

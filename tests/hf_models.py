@@ -10,8 +10,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
 
@@ -33,11 +31,14 @@ def _ids(b, t, vocab, seed=0):
 def _canon(enc=(), dec_self=(), cross=()):
     maps, labels = [], []
     for i, a in enumerate(enc):
-        maps.append(a.numpy()); labels.append(("encoder", "self", i))
+        maps.append(a.numpy())
+        labels.append(("encoder", "self", i))
     for i, a in enumerate(dec_self):
-        maps.append(a.numpy()); labels.append(("decoder", "self", i))
+        maps.append(a.numpy())
+        labels.append(("decoder", "self", i))
         if cross:
-            maps.append(cross[i].numpy()); labels.append(("decoder", "cross", i))
+            maps.append(cross[i].numpy())
+            labels.append(("decoder", "cross", i))
     return maps, labels
 
 
@@ -46,7 +47,9 @@ def build(arch: str):
     torch.manual_seed(0)  # the same weights every time: tests rebuild the torch twin of an exported model
     if arch == "bert":
         m = T.BertModel(T.BertConfig(vocab_size=99, num_hidden_layers=2, **TINY, attn_implementation="eager"))
-        ids = _ids(2, 7, 99); mask = torch.ones_like(ids); mask[1, 5:] = 0
+        ids = _ids(2, 7, 99)
+        mask = torch.ones_like(ids)
+        mask[1, 5:] = 0
         kw = {"input_ids": ids, "attention_mask": mask}
         out = "last_hidden_state"
     elif arch == "minilm":
@@ -56,43 +59,90 @@ def build(arch: str):
         m = T.BertModel.from_pretrained(path, attn_implementation="eager")
         tok = T.PreTrainedTokenizerFast(tokenizer_file=str(Path(path) / "tokenizer.json"))
         enc = tok(["attention is all you need", "a short one"], padding=True, return_tensors="pt")
-        kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "token_type_ids": torch.zeros_like(enc["input_ids"])}
+        kw = {
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "token_type_ids": torch.zeros_like(enc["input_ids"]),
+        }
         out = "last_hidden_state"
     elif arch == "gpt2":
-        m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_implementation="eager"))
+        m = T.GPT2LMHeadModel(
+            T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_implementation="eager")
+        )
         ids = _ids(2, 6, 99)
         kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         out = "logits"
     elif arch == "llama":
-        cfg = T.LlamaConfig(vocab_size=99, num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=64, attn_implementation="eager", **TINY)
+        cfg = T.LlamaConfig(
+            vocab_size=99,
+            num_hidden_layers=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            attn_implementation="eager",
+            **TINY,
+        )
         m = T.LlamaForCausalLM(cfg)
         ids = _ids(1, 6, 99)
         kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         out = "logits"
     elif arch == "bart":
-        cfg = T.BartConfig(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                           encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, attn_implementation="eager")
+        cfg = T.BartConfig(
+            vocab_size=99,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+            attn_implementation="eager",
+        )
         m = T.BartForConditionalGeneration(cfg)
-        kw = {"input_ids": _ids(1, 7, 99), "attention_mask": torch.ones(1, 7, dtype=torch.long), "decoder_input_ids": _ids(1, 4, 99, 1)}
+        kw = {
+            "input_ids": _ids(1, 7, 99),
+            "attention_mask": torch.ones(1, 7, dtype=torch.long),
+            "decoder_input_ids": _ids(1, 4, 99, 1),
+        }
         out = "logits"
     elif arch == "t5":
-        cfg = T.T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, attn_implementation="eager")
+        cfg = T.T5Config(
+            vocab_size=99,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            attn_implementation="eager",
+        )
         m = T.T5ForConditionalGeneration(cfg)
-        kw = {"input_ids": _ids(1, 7, 99), "attention_mask": torch.ones(1, 7, dtype=torch.long), "decoder_input_ids": _ids(1, 4, 99, 1)}
+        kw = {
+            "input_ids": _ids(1, 7, 99),
+            "attention_mask": torch.ones(1, 7, dtype=torch.long),
+            "decoder_input_ids": _ids(1, 4, 99, 1),
+        }
         out = "logits"
     elif arch == "vit":
-        cfg = T.ViTConfig(image_size=32, patch_size=8, num_channels=3, num_hidden_layers=2, attn_implementation="eager", **TINY)
+        cfg = T.ViTConfig(
+            image_size=32, patch_size=8, num_channels=3, num_hidden_layers=2, attn_implementation="eager", **TINY
+        )
         m = T.ViTModel(cfg, add_pooling_layer=False)
         kw = {"pixel_values": torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))}
         out = "last_hidden_state"
     elif arch == "vision-decoder":
         enc = T.ViTConfig(image_size=32, patch_size=8, num_channels=3, num_hidden_layers=2, **TINY)
-        dec = T.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True, is_decoder=True)
+        dec = T.GPT2Config(
+            vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True, is_decoder=True
+        )
         cfg = T.VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
         cfg._attn_implementation = "eager"
         m = T.VisionEncoderDecoderModel(cfg)
         m.set_attn_implementation("eager")
-        kw = {"pixel_values": torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0)), "decoder_input_ids": _ids(1, 5, 99)}
+        kw = {
+            "pixel_values": torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0)),
+            "decoder_input_ids": _ids(1, 5, 99),
+        }
         out = "logits"
     else:
         raise ValueError(arch)
@@ -130,8 +180,10 @@ def export(arch: str, exporter: str, attn: str, opset: int, folder: Path):
 
 
 # --------------------------------------------------------------------------- local HF folders (export-hf tests)
-WORDS = ("attention shows where a model looks the cat sat on mat dog ran to park red blue green image of "
-         "longer second sentence checks that every length works same").split()
+WORDS = (
+    "attention shows where a model looks the cat sat on mat dog ran to park red blue green image of "
+    "longer second sentence checks that every length works same"
+).split()
 
 
 def word_tokenizer(vocab_size: int = 99, bert_style: bool = True):
@@ -140,14 +192,24 @@ def word_tokenizer(vocab_size: int = 99, bert_style: bool = True):
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[BOS]", "[EOS]"]
     words = list(dict.fromkeys(WORDS))
-    vocab = {t: i for i, t in enumerate(specials + words + [f"w{i}" for i in range(vocab_size - len(specials) - len(words))])}
+    vocab = {
+        t: i for i, t in enumerate(specials + words + [f"w{i}" for i in range(vocab_size - len(specials) - len(words))])
+    }
     tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.Whitespace()
     if bert_style:
-        tk.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                          special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                                sep_token="[SEP]", bos_token="[BOS]", eos_token="[EOS]")
+        tk.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+    )
 
 
 def save_hf_folder(arch: str, folder: Path) -> Path:
@@ -157,14 +219,20 @@ def save_hf_folder(arch: str, folder: Path) -> Path:
     if arch in ("bart", "vision-decoder", "gpt2", "bert", "t5", "llama"):
         word_tokenizer(99, bert_style=arch == "bert").save_pretrained(str(folder))
     if arch == "bart":
-        m.config.decoder_start_token_id, m.config.bos_token_id, m.config.eos_token_id, m.config.pad_token_id = 4, 4, 5, 0
+        m.config.decoder_start_token_id, m.config.bos_token_id, m.config.eos_token_id, m.config.pad_token_id = (
+            4,
+            4,
+            5,
+            0,
+        )
     if arch == "vision-decoder":
         m.config.decoder_start_token_id, m.config.pad_token_id = 4, 0
         m.config.decoder.bos_token_id, m.config.decoder.eos_token_id = 4, 5
     if arch == "gpt2":
         m.config.bos_token_id, m.config.eos_token_id = 4, 5
     if arch in ("vit", "vision-decoder"):  # ImageNet statistics, so the preset is read from the file, not defaulted
-        transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406],
-                                       image_std=[0.229, 0.224, 0.225]).save_pretrained(str(folder))
+        transformers.ViTImageProcessor(
+            size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]
+        ).save_pretrained(str(folder))
     m.save_pretrained(str(folder))
     return folder

@@ -16,8 +16,17 @@ def _init(name, arr):
     return numpy_helper.from_array(np.asarray(arr), name=name)
 
 
-def tiny_text_model(path: Path, layers: int = 2, heads: int = 2, d: int = 8, vocab=VOCAB, metadata: bool = True,
-                    classifier: bool = True, seed: int = 0, causal: bool = False) -> Path:
+def tiny_text_model(
+    path: Path,
+    layers: int = 2,
+    heads: int = 2,
+    d: int = 8,
+    vocab=VOCAB,
+    metadata: bool = True,
+    classifier: bool = True,
+    seed: int = 0,
+    causal: bool = False,
+) -> Path:
     """input_ids [B,T] -> embeddings -> `layers` self-attention layers -> logits [B, n_labels]."""
     rng = np.random.default_rng(seed)
     D, H, dh = d, heads, d // heads
@@ -30,8 +39,13 @@ def tiny_text_model(path: Path, layers: int = 2, heads: int = 2, d: int = 8, voc
     x = "x0"
     if causal:
         # mask[i, j] = -1e4 where j > i, built from the sequence length
-        inits += [_init("one", np.array(1, np.int64)), _init("zero", np.array(0, np.int64)), _init("neg", np.array(-1e4, np.float32)),
-                  _init("fzero", np.array(0.0, np.float32)), _init("idx1", np.array([1], np.int64))]
+        inits += [
+            _init("one", np.array(1, np.int64)),
+            _init("zero", np.array(0, np.int64)),
+            _init("neg", np.array(-1e4, np.float32)),
+            _init("fzero", np.array(0.0, np.float32)),
+            _init("idx1", np.array([1], np.int64)),
+        ]
         nodes += [
             helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
             helper.make_node("Gather", ["ids_shape", "one"], ["T"], axis=0),
@@ -45,9 +59,13 @@ def tiny_text_model(path: Path, layers: int = 2, heads: int = 2, d: int = 8, voc
         for w in "qkv":
             inits.append(_init(f"W{w}{l}", (rng.standard_normal((D, D)) * 0.7).astype(np.float32)))
             nodes.append(helper.make_node("MatMul", [x, f"W{w}{l}"], [f"{w}{l}_lin"], name=p + f"{w}_proj"))
-            nodes.append(helper.make_node("Reshape", [f"{w}{l}_lin", "shape_bthd"], [f"{w}{l}_r"], name=p + f"{w}_reshape"))
+            nodes.append(
+                helper.make_node("Reshape", [f"{w}{l}_lin", "shape_bthd"], [f"{w}{l}_r"], name=p + f"{w}_reshape")
+            )
             perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
-            nodes.append(helper.make_node("Transpose", [f"{w}{l}_r"], [f"{w}{l}_t"], perm=perm, name=p + f"{w}_transpose"))
+            nodes.append(
+                helper.make_node("Transpose", [f"{w}{l}_r"], [f"{w}{l}_t"], perm=perm, name=p + f"{w}_transpose")
+            )
         nodes.append(helper.make_node("MatMul", [f"q{l}_t", f"k{l}_t"], [f"s{l}"], name=p + "MatMul"))
         nodes.append(helper.make_node("Mul", [f"s{l}", "scale"], [f"ss{l}"], name=p + "Mul"))
         pre = f"ss{l}"
@@ -67,20 +85,32 @@ def tiny_text_model(path: Path, layers: int = 2, heads: int = 2, d: int = 8, voc
         nodes.append(helper.make_node("ReduceMean", [x, "axes1"], ["pooled"], keepdims=0, name="pool"))
         nodes.append(helper.make_node("MatMul", ["pooled", "Wc"], ["logits"], name="classifier"))
         nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=-1, name="classifier_softmax"))
-        outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2]),
-                   helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 2])]
+        outputs = [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2]),
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 2]),
+        ]
     else:
         inits.append(_init("Wlm", rng.standard_normal((D, len(vocab))).astype(np.float32)))
         nodes.append(helper.make_node("MatMul", [x, "Wlm"], ["logits"], name="lm_head"))
         outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", len(vocab)])]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
-                              outputs, initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        outputs,
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="attnviz-tests")
     model.ir_version = 8
     if metadata:
-        meta = {"attnviz.task": "sequence-classification" if classifier else "lm", "attnviz.vocab": json.dumps(list(vocab)),
-                "attnviz.special": json.dumps({"pad": 0, "cls": 1, "sep": 2} if not causal else {"pad": 0, "bos": 1, "eos": 2}),
-                "attnviz.labels": json.dumps(["A", "B"])}
+        meta = {
+            "attnviz.task": "sequence-classification" if classifier else "lm",
+            "attnviz.vocab": json.dumps(list(vocab)),
+            "attnviz.special": json.dumps(
+                {"pad": 0, "cls": 1, "sep": 2} if not causal else {"pad": 0, "bos": 1, "eos": 2}
+            ),
+            "attnviz.labels": json.dumps(["A", "B"]),
+        }
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
     onnx.checker.check_model(model)
@@ -91,9 +121,17 @@ def tiny_text_model(path: Path, layers: int = 2, heads: int = 2, d: int = 8, voc
 def no_attention_model(path: Path) -> Path:
     """A linear classifier with a Softmax head: a Softmax that is not attention."""
     w = _init("W", np.ones((4, 3), np.float32))
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["logits"]), helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
-    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["b", 3])], initializer=[w])
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["b", 3])],
+        initializer=[w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -110,15 +148,31 @@ def gqa_model(path: Path, seq: int = 5, heads: int = 4, kv_heads: int = 2, d: in
     def vi(n, t, s):
         return helper.make_tensor_value_info(n, t, s)
 
-    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens_k", "total_len"],
-                            ["out", "present_k", "present_v"], domain="com.microsoft", num_heads=H, kv_num_heads=Hkv, name="gqa0")
+    node = helper.make_node(
+        "GroupQueryAttention",
+        ["q", "k", "v", "pk", "pv", "seqlens_k", "total_len"],
+        ["out", "present_k", "present_v"],
+        domain="com.microsoft",
+        num_heads=H,
+        kv_num_heads=Hkv,
+        name="gqa0",
+    )
     proj = helper.make_node("MatMul", ["out", "W"], ["y"])
     g = helper.make_graph(
-        [node, proj], "gqa",
-        [vi("q", TensorProto.FLOAT, [B, "s", H * d]), vi("k", TensorProto.FLOAT, [B, "s", Hkv * d]),
-         vi("v", TensorProto.FLOAT, [B, "s", Hkv * d]), vi("pk", TensorProto.FLOAT, [B, Hkv, "p", d]),
-         vi("pv", TensorProto.FLOAT, [B, Hkv, "p", d]), vi("seqlens_k", TensorProto.INT32, [B]), vi("total_len", TensorProto.INT32, [])],
-        [vi("y", TensorProto.FLOAT, [B, "s", H * d])], initializer=[_init("W", np.eye(H * d, dtype=np.float32))])
+        [node, proj],
+        "gqa",
+        [
+            vi("q", TensorProto.FLOAT, [B, "s", H * d]),
+            vi("k", TensorProto.FLOAT, [B, "s", Hkv * d]),
+            vi("v", TensorProto.FLOAT, [B, "s", Hkv * d]),
+            vi("pk", TensorProto.FLOAT, [B, Hkv, "p", d]),
+            vi("pv", TensorProto.FLOAT, [B, Hkv, "p", d]),
+            vi("seqlens_k", TensorProto.INT32, [B]),
+            vi("total_len", TensorProto.INT32, []),
+        ],
+        [vi("y", TensorProto.FLOAT, [B, "s", H * d])],
+        initializer=[_init("W", np.eye(H * d, dtype=np.float32))],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
     onnx.save(m, str(path))
@@ -126,8 +180,15 @@ def gqa_model(path: Path, seq: int = 5, heads: int = 4, kv_heads: int = 2, d: in
     q = rng.standard_normal((B, S, H * d)).astype(np.float32)
     k = rng.standard_normal((B, S, Hkv * d)).astype(np.float32)
     v = rng.standard_normal((B, S, Hkv * d)).astype(np.float32)
-    feeds = dict(q=q, k=k, v=v, pk=np.zeros((B, Hkv, 0, d), np.float32), pv=np.zeros((B, Hkv, 0, d), np.float32),
-                 seqlens_k=np.array([S - 1], np.int32), total_len=np.array(S, np.int32))
+    feeds = dict(
+        q=q,
+        k=k,
+        v=v,
+        pk=np.zeros((B, Hkv, 0, d), np.float32),
+        pv=np.zeros((B, Hkv, 0, d), np.float32),
+        seqlens_k=np.array([S - 1], np.int32),
+        total_len=np.array(S, np.int32),
+    )
     qh = q.reshape(B, S, H, d).transpose(0, 2, 1, 3)
     kh = np.repeat(k.reshape(B, S, Hkv, d).transpose(0, 2, 1, 3), H // Hkv, axis=1)
     s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(d) + np.triu(np.full((S, S), -np.inf), 1)

@@ -58,7 +58,7 @@ if __name__ == "__main__":
 
 # Runs inside the venv: a random-init tiny model (2 layers, hidden 32) and a word-level tokenizer saved to
 # OUT/hf, then optimum's exporter (``optimum-cli export onnx``) on that local folder into OUT/onnx (offline, no hub access).
-EXPORT_SCRIPT = r'''
+EXPORT_SCRIPT = r"""
 import sys
 from pathlib import Path
 import torch, transformers as T
@@ -88,7 +88,7 @@ from optimum.exporters.onnx import main_export  # what ``optimum-cli export onnx
 
 # validation re-runs both models on random inputs: the tests compare against transformers themselves
 main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
-'''
+"""
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:

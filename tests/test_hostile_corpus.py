@@ -85,7 +85,11 @@ def c_subgraph_secret(t):
     (t / "m").mkdir()
     weight_in_subgraph(_tiny(t), t / "m" / "model.onnx", "../secret.bin")
     (t / "secret.bin").write_bytes(b"\0" * 256)
-    return ["extract", t / "m" / "model.onnx", "--text", "the cat", "--out", t / "o.npz"], [t / "m" / "model.onnx", t / "secret.bin"], ["secret.bin"]
+    return (
+        ["extract", t / "m" / "model.onnx", "--text", "the cat", "--out", t / "o.npz"],
+        [t / "m" / "model.onnx", t / "secret.bin"],
+        ["secret.bin"],
+    )
 
 
 def c_sigfpe(t):
@@ -130,8 +134,13 @@ def c_bad_maps(t):
 
 def c_maps_wrong_rank(t):
     p = t / "maps.npz"
-    np.savez(p, sites=np.array(json.dumps([{"stack": "encoder", "kind": "self", "layer": 0, "heads": 1, "node": "n", "method": "probs"}])),
-             attn_000=np.zeros((2, 2), np.float32))
+    np.savez(
+        p,
+        sites=np.array(
+            json.dumps([{"stack": "encoder", "kind": "self", "layer": 0, "heads": 1, "node": "n", "method": "probs"}])
+        ),
+        attn_000=np.zeros((2, 2), np.float32),
+    )
     return ["figure", "--maps", p, "--out", t / "f.png"], [p], ["attn_000"]
 
 
@@ -176,7 +185,11 @@ def c_nan_weights(t):
 
 def c_generate_cap(t):
     m = tiny_text_model(t / "lm.onnx", classifier=False, causal=True)
-    return ["extract", m, "--text", "the cat", "--generate", "100000000", "--out", t / "o.npz"], [m], ["ATTNVIZ_MAX_GENERATE"]
+    return (
+        ["extract", m, "--text", "the cat", "--generate", "100000000", "--out", t / "o.npz"],
+        [m],
+        ["ATTNVIZ_MAX_GENERATE"],
+    )
 
 
 def c_token_cap(t):
@@ -186,7 +199,11 @@ def c_token_cap(t):
 
 def c_figure_size_cap(t):
     m = _tiny(t)
-    return ["figure", m, "--text", "the cat", "--width-in", "27", "--dpi", "2400", "--out", t / "f.png"], [m], ["ATTNVIZ_MAX_FIGURE_PIXELS"]
+    return (
+        ["figure", m, "--text", "the cat", "--width-in", "27", "--dpi", "2400", "--out", t / "f.png"],
+        [m],
+        ["ATTNVIZ_MAX_FIGURE_PIXELS"],
+    )
 
 
 def c_null_checkpoint(t):
@@ -194,7 +211,11 @@ def c_null_checkpoint(t):
     out = t / "run"
     out.mkdir()
     (out / "checkpoint.json").write_text("null")
-    return ["train", "toy-reverse", "--preset", "tiny", "--steps", "2", "--quiet", "--out", out], [out / "checkpoint.json"], ["corrupt"]
+    return (
+        ["train", "toy-reverse", "--preset", "tiny", "--steps", "2", "--quiet", "--out", out],
+        [out / "checkpoint.json"],
+        ["corrupt"],
+    )
 
 
 CORPUS = {k[2:]: v for k, v in dict(globals()).items() if k.startswith("c_")}
@@ -279,7 +300,9 @@ def test_bounded_fuzz(tmp_path, capsys):
             break
         p = tmp_path / f"{name}.onnx"
         p.write_bytes(data)
-        rc, _out, err, unchanged = run_case(capsys, ["extract", p, "--text", "the cat sat", "--out", tmp_path / "o.npz"], [p])
+        rc, _out, err, unchanged = run_case(
+            capsys, ["extract", p, "--text", "the cat sat", "--out", tmp_path / "o.npz"], [p]
+        )
         assert rc in (0, 2), (name, rc, err)  # never an internal error (1) or a crash
         assert unchanged, name
         if rc == 2:
@@ -299,7 +322,9 @@ def test_inspect_does_not_run_a_model_at_a_huge_declared_size(tmp_path, capsys, 
     onnx.save(m, str(p))
     runs = []
     real_run = AttentionModel.run
-    monkeypatch.setattr(AttentionModel, "run", lambda self, feeds, mode="auto": runs.append(feeds) or real_run(self, feeds, mode))
+    monkeypatch.setattr(
+        AttentionModel, "run", lambda self, feeds, mode="auto": runs.append(feeds) or real_run(self, feeds, mode)
+    )
     assert main(["inspect", str(p)]) == 0
     assert runs == []  # not run at all: 50 M tokens is over the probe's size limit
     assert "attention sites (2)" in capsys.readouterr().out

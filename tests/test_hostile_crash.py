@@ -43,8 +43,12 @@ def slow_model(path: Path, n: int = 768, depth: int = 400) -> Path:
     for i in range(depth):
         nodes.append(helper.make_node("MatMul", [prev, "x"], [f"y{i}"]))
         prev = f"y{i}"
-    g = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
-                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [n, n])])
+    g = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [n, n])],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(path))
@@ -89,8 +93,13 @@ def test_cli_subprocess_exit_code(tmp_path):
     m = sigfpe_model(tmp_path / "fpe.onnx")
     f = tmp_path / "feeds.npz"
     np.savez(f, q=np.ones((1, 2, 4), np.float32))
-    r = subprocess.run([sys.executable, "-m", "attnviz", "extract", str(m), "--inputs", str(f), "--out", str(tmp_path / "o.npz")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "attnviz", "extract", str(m), "--inputs", str(f), "--out", str(tmp_path / "o.npz")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "the model crashed onnxruntime" in lines[0], r.stderr
@@ -173,10 +182,19 @@ def test_scripts_without_a_main_guard_can_run_models(tmp_path):
     """The child is a fresh `python -m attnviz.runtime.worker`, so it never re-runs the user's __main__
     (multiprocessing's spawn would: code piped on stdin, or a script without `if __name__ == "__main__"`)."""
     tiny = tiny_text_model(tmp_path / "tiny.onnx")
-    code = ("import numpy as np\nfrom attnviz.runtime import open_model\n"
-            f"r = open_model({str(tiny)!r}, provider='cpu').run({{'input_ids': np.array([[1, 3, 2]])}})\n"
-            "print('maps', len(r.maps))\n")
-    r = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import numpy as np\nfrom attnviz.runtime import open_model\n"
+        f"r = open_model({str(tiny)!r}, provider='cpu').run({{'input_ids': np.array([[1, 3, 2]])}})\n"
+        "print('maps', len(r.maps))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-"],
+        input=code,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "maps 2"

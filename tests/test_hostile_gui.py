@@ -75,9 +75,14 @@ def _eps(t: Path) -> Path:
     return p
 
 
-CASES = {"crash": (lambda t: sigfpe_model(t / "fpe.onnx"), "crashed onnxruntime"),
-         "garbage": (_garbage, "onnx"), "escape": (_escape, "leaves the model's folder"),
-         "bad_npz": (_bad_npz, "npz"), "nan_npz": (_nan_npz, "NaN"), "eps": (_eps, "image")}
+CASES = {
+    "crash": (lambda t: sigfpe_model(t / "fpe.onnx"), "crashed onnxruntime"),
+    "garbage": (_garbage, "onnx"),
+    "escape": (_escape, "leaves the model's folder"),
+    "bad_npz": (_bad_npz, "npz"),
+    "nan_npz": (_nan_npz, "NaN"),
+    "eps": (_eps, "image"),
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -131,8 +136,13 @@ def test_open_screenshot_always_exits(tmp_path):
         "from attnviz.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    r = subprocess.run([sys.executable, "-c", code, "open", str(model), "--screenshot", str(tmp_path / "s.png")],
-                       capture_output=True, text=True, timeout=90, cwd=Path(__file__).resolve().parents[1],
-                       env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    r = subprocess.run(
+        [sys.executable, "-c", code, "open", str(model), "--screenshot", str(tmp_path / "s.png")],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("attnviz: error: no result within"), r.stderr

@@ -50,14 +50,23 @@ def weight_in_subgraph(src: Path, dst: Path, location: str, sparse: bool = False
         ext.external_data.add(key=k, value=v)
     out = helper.make_tensor_value_info("Wq0_b", TensorProto.FLOAT, list(arr.shape))
     if sparse:
-        sp = onnx.SparseTensorProto(values=ext, indices=numpy_helper.from_array(np.arange(arr.size, dtype=np.int64), "idx"))
+        sp = onnx.SparseTensorProto(
+            values=ext, indices=numpy_helper.from_array(np.arange(arr.size, dtype=np.int64), "idx")
+        )
         sp.dims.extend(arr.shape)
         then = helper.make_graph([helper.make_node("Identity", ["Wq0_ext"], ["Wq0_b"])], "then", [], [out])
         then.sparse_initializer.append(sp)
     else:
-        then = helper.make_graph([helper.make_node("Identity", ["Wq0_ext"], ["Wq0_b"])], "then", [], [out], initializer=[ext])
-    other = helper.make_graph([helper.make_node("Identity", ["Wq0_zero"], ["Wq0_b"])], "else", [], [out],
-                              initializer=[numpy_helper.from_array(np.zeros_like(arr), "Wq0_zero")])
+        then = helper.make_graph(
+            [helper.make_node("Identity", ["Wq0_ext"], ["Wq0_b"])], "then", [], [out], initializer=[ext]
+        )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["Wq0_zero"], ["Wq0_b"])],
+        "else",
+        [],
+        [out],
+        initializer=[numpy_helper.from_array(np.zeros_like(arr), "Wq0_zero")],
+    )
     m.graph.initializer.append(numpy_helper.from_array(np.array(True), "always"))
     m.graph.node.insert(0, helper.make_node("If", ["always"], ["Wq0"], then_branch=then, else_branch=other))
     onnx.save(m, str(dst))
@@ -110,8 +119,13 @@ def test_fifo_tokenizer_does_not_block(tmp_path):
     """Finding 11: a FIFO named tokenizer.json beside the model used to block extract forever."""
     model = tiny_text_model(tmp_path / "model.onnx")
     os.mkfifo(tmp_path / "tokenizer.json")
-    r = subprocess.run([sys.executable, "-m", "attnviz", "extract", str(model), "--text", "the cat", "--out", str(tmp_path / "o.npz")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "attnviz", "extract", str(model), "--text", "the cat", "--out", str(tmp_path / "o.npz")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2
     one_line(r.stderr, "tokenizer.json", "not a regular file")
 
@@ -119,18 +133,30 @@ def test_fifo_tokenizer_does_not_block(tmp_path):
 def test_fifo_everywhere_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    for fn in (lambda: read_bytes(fifo, "inputs"), lambda: ip.load_feeds(fifo), lambda: open_raster(fifo),
-               lambda: ip.HFTokenizer.from_file(fifo), lambda: open_model(fifo)):
+    for fn in (
+        lambda: read_bytes(fifo, "inputs"),
+        lambda: ip.load_feeds(fifo),
+        lambda: open_raster(fifo),
+        lambda: ip.HFTokenizer.from_file(fifo),
+        lambda: open_model(fifo),
+    ):
         with pytest.raises(AttnvizError, match="not a regular file"):
             fn()
 
 
 def hostile_tokenizer() -> dict:
     """TemplateProcessing naming a special token it never defines: tokenizers panics (Rust) on encode."""
-    return {"version": "1.0", "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "the": 1, "cat": 2}, "unk_token": "[UNK]"},
-            "pre_tokenizer": {"type": "Whitespace"},
-            "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[X]", "type_id": 0}}],
-                               "pair": [], "special_tokens": {}}}
+    return {
+        "version": "1.0",
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "the": 1, "cat": 2}, "unk_token": "[UNK]"},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "[X]", "type_id": 0}}],
+            "pair": [],
+            "special_tokens": {},
+        },
+    }
 
 
 def test_hostile_tokenizer_is_one_line(tmp_path):
@@ -139,8 +165,13 @@ def test_hostile_tokenizer_is_one_line(tmp_path):
     tok = tmp_path / "tokenizer.json"
     tok.write_text(json.dumps(hostile_tokenizer()))
     before = sha_all(model, tok)
-    r = subprocess.run([sys.executable, "-m", "attnviz", "extract", str(model), "--text", "the cat", "--out", str(tmp_path / "o.npz")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "attnviz", "extract", str(model), "--text", "the cat", "--out", str(tmp_path / "o.npz")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2
     one_line(r.stderr, "tokenizer", "[X]")
     assert sha_all(*before) == before
@@ -156,8 +187,10 @@ def test_tokenizer_panic_at_encode_is_caught(tmp_path):
 
 
 def eps_bytes() -> bytes:
-    return (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n%%EndComments\n"
-            b"/Times-Roman findfont 12 scalefont setfont 0 0 moveto (x) show\nshowpage\n%%EOF\n")
+    return (
+        b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n%%EndComments\n"
+        b"/Times-Roman findfont 12 scalefont setfont 0 0 moveto (x) show\nshowpage\n%%EOF\n"
+    )
 
 
 def test_eps_named_png_never_reaches_ghostscript(tmp_path, monkeypatch):

@@ -38,8 +38,19 @@ def tiny(tmp_path):
 
 def test_figure_recipe_out_onto_the_model_is_refused(tiny, tmp_path, capsys):
     before = sha_all(tiny)
-    rc, err = run(capsys, "figure", tiny, "--text", "the cat", "--view", "heatmap", "--out", tmp_path / "f.png",
-                  "--recipe-out", tiny)
+    rc, err = run(
+        capsys,
+        "figure",
+        tiny,
+        "--text",
+        "the cat",
+        "--view",
+        "heatmap",
+        "--out",
+        tmp_path / "f.png",
+        "--recipe-out",
+        tiny,
+    )
     assert rc == 2
     one_line(err, "--recipe-out", "the model", "destroy")
     assert sha_all(tiny) == before
@@ -77,7 +88,9 @@ def test_extract_out_onto_its_feeds_is_refused(tiny, tmp_path, capsys):
 def test_recipe_output_paths_stay_beside_the_recipe(tiny, tmp_path, capsys):
     work = tmp_path / "work"
     work.mkdir()
-    rc, _ = run(capsys, "figure", tiny, "--text", "the cat", "--view", "heatmap", "--dpi", "40", "--out", work / "fig.png")
+    rc, _ = run(
+        capsys, "figure", tiny, "--text", "the cat", "--view", "heatmap", "--dpi", "40", "--out", work / "fig.png"
+    )
     assert rc == 0
     recipe = work / "fig.png.recipe.json"
     victim = tmp_path / "victim.png"
@@ -98,8 +111,16 @@ def test_recipe_output_paths_stay_beside_the_recipe(tiny, tmp_path, capsys):
     assert rc == 0 and victim.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("text", ["{not json", "[]", '{"attnviz_recipe": "x"}', '{"attnviz_recipe": 1, "source": 3}',
-                                  '{"attnviz_recipe": 1, "source": {"model": {"nopath": 1}}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[]",
+        '{"attnviz_recipe": "x"}',
+        '{"attnviz_recipe": 1, "source": 3}',
+        '{"attnviz_recipe": 1, "source": {"model": {"nopath": 1}}}',
+    ],
+)
 def test_malformed_recipes_are_one_line(tmp_path, capsys, text):
     r = tmp_path / "r.json"
     r.write_text(text)
@@ -152,5 +173,7 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path, monkeypatch):
 def test_one_atomic_write_helper():
     """Issue 10: the five copies are gone; every writer goes through attnviz.core.writes."""
     root = Path(__file__).resolve().parents[1] / "attnviz"
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "writes.py" and "os.replace(" in p.read_text()]
+    offenders = [
+        str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "writes.py" and "os.replace(" in p.read_text()
+    ]
     assert offenders == []

@@ -32,11 +32,10 @@ AER (Och & Ney 2003)
 
 from __future__ import annotations
 
-from typing import Any
-
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,8 +79,13 @@ def convention_rows(producing: Sequence[int], convention: str, n_rows: int) -> l
     return [(k, int(r) + shift) for k, r in enumerate(producing) if 0 <= int(r) + shift < n_rows]
 
 
-def merge_subwords(attn: np.ndarray, query_words: Sequence[int], key_words: Sequence[int],
-                   n_query_words: int | None = None, n_key_words: int | None = None) -> np.ndarray:
+def merge_subwords(
+    attn: np.ndarray,
+    query_words: Sequence[int],
+    key_words: Sequence[int],
+    n_query_words: int | None = None,
+    n_key_words: int | None = None,
+) -> np.ndarray:
     """``[Tq, Tk]`` subword attention -> ``[n_query_words, n_key_words]`` word attention.
 
     ``query_words[i]`` / ``key_words[j]``: word index of row i / column j, or -1 for positions that belong to
@@ -104,9 +108,16 @@ def merge_subwords(attn: np.ndarray, query_words: Sequence[int], key_words: Sequ
     return out / np.maximum(counts, 1)[:, None]
 
 
-def attention_to_links(attn: np.ndarray, query_words: Sequence[int], key_words: Sequence[int],
-                       n_query_words: int | None = None, n_key_words: int | None = None,
-                       skip: Sequence[bool] = (), method: str = "argmax", threshold: float = 0.5) -> set[Link]:
+def attention_to_links(
+    attn: np.ndarray,
+    query_words: Sequence[int],
+    key_words: Sequence[int],
+    n_query_words: int | None = None,
+    n_key_words: int | None = None,
+    skip: Sequence[bool] = (),
+    method: str = "argmax",
+    threshold: float = 0.5,
+) -> set[Link]:
     """Word links ``{(source_word, target_word)}`` from one cross-attention map (see module doc).
 
     ``skip[j]`` True: target word j gets no link.  Target words with no rows (e.g. truncated) get none either.
@@ -134,8 +145,9 @@ def attention_to_links(attn: np.ndarray, query_words: Sequence[int], key_words: 
 
 def diagonal_links(n_src: int, n_tgt: int, skip: Sequence[bool] = ()) -> set[Link]:
     """Baseline: target word j linked to the source word at the same relative position."""
-    return {(min(n_src - 1, int((j + 0.5) * n_src / n_tgt)), j) for j in range(n_tgt)
-            if not (j < len(skip) and skip[j])}
+    return {
+        (min(n_src - 1, int((j + 0.5) * n_src / n_tgt)), j) for j in range(n_tgt) if not (j < len(skip) and skip[j])
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -169,7 +181,7 @@ class AERCounter:
     def recall(self) -> float:
         return self.a_s / self.s if self.s else 0.0
 
-    def scores(self) -> "Scores":
+    def scores(self) -> Scores:
         return Scores(self.aer, self.precision, self.recall)
 
 
@@ -180,8 +192,11 @@ class Scores:
     recall: float
 
 
-def aer(predicted: Iterable[Iterable[Link]], sure: Iterable[Iterable[Link]],
-        possible: Iterable[Iterable[Link]] | None = None) -> float:
+def aer(
+    predicted: Iterable[Iterable[Link]],
+    sure: Iterable[Iterable[Link]],
+    possible: Iterable[Iterable[Link]] | None = None,
+) -> float:
     """Corpus AER over parallel lists of per-sentence link sets."""
     c = AERCounter()
     sure = list(sure)
@@ -212,8 +227,16 @@ class AlignmentSample:
 def _as_sample(s) -> AlignmentSample:
     if isinstance(s, AlignmentSample):
         return s
-    return AlignmentSample(s["attn"], s["query_words"], s["key_words"], s["n_src"], s["n_tgt"],
-                           set(s.get("gold", s.get("sure", ()))), set(s.get("possible", ())), s.get("skip", ()))
+    return AlignmentSample(
+        s["attn"],
+        s["query_words"],
+        s["key_words"],
+        s["n_src"],
+        s["n_tgt"],
+        set(s.get("gold", s.get("sure", ()))),
+        set(s.get("possible", ())),
+        s.get("skip", ()),
+    )
 
 
 def alignment_table(samples: Iterable, method: str = "argmax") -> dict:
@@ -240,24 +263,34 @@ def alignment_table(samples: Iterable, method: str = "argmax") -> dict:
         kw: dict[str, Any] = dict(n_query_words=s.n_tgt, n_key_words=s.n_src, skip=s.skip, method=method)
         for layer in range(L):
             for h in range(H):
-                heads[layer][h].add(attention_to_links(att[layer, h], s.query_words, s.key_words, **kw), s.sure, s.possible)
-            layers[layer].add(attention_to_links(att[layer].mean(0), s.query_words, s.key_words, **kw), s.sure, s.possible)
+                heads[layer][h].add(
+                    attention_to_links(att[layer, h], s.query_words, s.key_words, **kw), s.sure, s.possible
+                )
+            layers[layer].add(
+                attention_to_links(att[layer].mean(0), s.query_words, s.key_words, **kw), s.sure, s.possible
+            )
         avg.add(attention_to_links(att.mean((0, 1)), s.query_words, s.key_words, **kw), s.sure, s.possible)
         n += 1
         n_gold += len(s.sure)
     if heads is None:
         raise ValueError("alignment_table needs at least one sample")
     head_aer = [[c.aer for c in row] for row in heads]
-    bl, bh = min(((l_, h) for l_ in range(len(head_aer)) for h in range(len(head_aer[l_]))),
-                 key=lambda x: head_aer[x[0]][x[1]])
+    bl, bh = min(
+        ((l_, h) for l_ in range(len(head_aer)) for h in range(len(head_aer[l_]))), key=lambda x: head_aer[x[0]][x[1]]
+    )
     layer_aer = [c.aer for c in layers]
     best_layer = int(np.argmin(layer_aer))
-    return {"heads": head_aer, "layers": layer_aer,
-            "precision": {"heads": [[c.precision for c in row] for row in heads], "layers": [c.precision for c in layers]},
-            "recall": {"heads": [[c.recall for c in row] for row in heads], "layers": [c.recall for c in layers]},
-            "best_head": {"layer": bl, "head": bh, "aer": head_aer[bl][bh]},
-            "best_layer": {"layer": best_layer, "aer": layer_aer[best_layer]}, "average": avg.aer,
-            "n_sentences": n, "n_gold_links": n_gold}
+    return {
+        "heads": head_aer,
+        "layers": layer_aer,
+        "precision": {"heads": [[c.precision for c in row] for row in heads], "layers": [c.precision for c in layers]},
+        "recall": {"heads": [[c.recall for c in row] for row in heads], "layers": [c.recall for c in layers]},
+        "best_head": {"layer": bl, "head": bh, "aer": head_aer[bl][bh]},
+        "best_layer": {"layer": best_layer, "aer": layer_aer[best_layer]},
+        "average": avg.aer,
+        "n_sentences": n,
+        "n_gold_links": n_gold,
+    }
 
 
 def ranked_heads(table: dict) -> list[tuple[int, int, float]]:
@@ -270,15 +303,16 @@ def format_aer_table(table: dict) -> str:
     """Markdown table: rows = layers, columns = heads + layer mean; best head in bold."""
     heads = table["heads"]
     H = max(len(r) for r in heads)
-    lines = ["| layer | " + " | ".join(f"head {h}" for h in range(H)) + " | head mean |",
-             "|---" * (H + 2) + "|"]
+    lines = ["| layer | " + " | ".join(f"head {h}" for h in range(H)) + " | head mean |", "|---" * (H + 2) + "|"]
     bl, bh = table["best_head"]["layer"], table["best_head"]["head"]
     for layer, row in enumerate(heads):
         cells = [(f"**{v:.3f}**" if (layer, h) == (bl, bh) else f"{v:.3f}") for h, v in enumerate(row)]
         lines.append(f"| {layer} | " + " | ".join(cells) + f" | {table['layers'][layer]:.3f} |")
-    lines.append(f"\nbest head: layer {bl} head {bh}, AER {table['best_head']['aer']:.3f}; "
-                 f"mean of all heads and layers: AER {table['average']:.3f} "
-                 f"({table['n_sentences']} sentences, {table['n_gold_links']} gold links)")
+    lines.append(
+        f"\nbest head: layer {bl} head {bh}, AER {table['best_head']['aer']:.3f}; "
+        f"mean of all heads and layers: AER {table['average']:.3f} "
+        f"({table['n_sentences']} sentences, {table['n_gold_links']} gold links)"
+    )
     return "\n".join(lines)
 
 
@@ -329,6 +363,25 @@ def check_gold(gold: tuple[set[Link], set[Link]], n_src: int, n_tgt: int, where:
             raise PharaohError(f"{where}link {i}-{j} points past the sentence ({n_src} source, {n_tgt} target words)")
 
 
-__all__ = ["Link", "CONVENTIONS", "row_words", "convention_rows", "merge_subwords", "attention_to_links", "diagonal_links",
-           "AERCounter", "Scores", "aer", "AlignmentSample", "alignment_table", "ranked_heads", "format_aer_table",
-           "PharaohError", "parse_pharaoh", "format_pharaoh", "read_lines", "read_pharaoh", "check_gold"]
+__all__ = [
+    "Link",
+    "CONVENTIONS",
+    "row_words",
+    "convention_rows",
+    "merge_subwords",
+    "attention_to_links",
+    "diagonal_links",
+    "AERCounter",
+    "Scores",
+    "aer",
+    "AlignmentSample",
+    "alignment_table",
+    "ranked_heads",
+    "format_aer_table",
+    "PharaohError",
+    "parse_pharaoh",
+    "format_pharaoh",
+    "read_lines",
+    "read_pharaoh",
+    "check_gold",
+]

@@ -36,7 +36,7 @@ class SiteInfo:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SiteInfo":
+    def from_dict(cls, d: dict) -> SiteInfo:
         return cls(**{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")})
 
     @property
@@ -96,7 +96,7 @@ class TokenAxis:
         return len(self.labels)
 
     @classmethod
-    def positions(cls, n: int, prefix: str = "") -> "TokenAxis":
+    def positions(cls, n: int, prefix: str = "") -> TokenAxis:
         return cls([f"{prefix}{i}" for i in range(n)])
 
 
@@ -117,7 +117,7 @@ class PatchGrid:
         return self.rows * self.cols
 
     @classmethod
-    def infer(cls, n_keys: int, hint: tuple[int, int] | None = None) -> "PatchGrid | None":
+    def infer(cls, n_keys: int, hint: tuple[int, int] | None = None) -> PatchGrid | None:
         """Guess a grid from the key count: metadata hint first, else square with 0..4 extra tokens."""
         if hint is not None:
             r, c = hint
@@ -144,7 +144,7 @@ class Block:
     sites: list[int]  # indices into AttentionResult.maps
     query_axis: TokenAxis
     key_axis: TokenAxis
-    result: "AttentionResult" = field(repr=False)
+    result: AttentionResult = field(repr=False)
     batch: int = 0
 
     @property
@@ -205,6 +205,7 @@ class AttentionResult:
         """(tokens, key_tokens) of one batch row: rows of a padded batch differ (see core.rows)."""
         rows = (self.info or {}).get("rows")
         if batch and isinstance(rows, list) and batch < len(rows) and isinstance(rows[batch], dict):
+
             def ax(d):
                 return TokenAxis(list(d["labels"]), d.get("special")) if d else None
 

@@ -68,8 +68,10 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
             raise
         except Exception as e:  # zipfile / format / JSON / shape errors in a file from elsewhere
             text = str(e).strip().splitlines()[0][:100] if str(e).strip() else ""
-            raise AttnvizError(f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
-                               "extract one with 'attnviz extract'") from None
+            raise AttnvizError(
+                f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
+                "extract one with 'attnviz extract'"
+            ) from None
 
 
 def _parse(z, path: Path) -> AttentionResult:

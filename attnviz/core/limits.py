@@ -54,5 +54,7 @@ def check(name: str, value: float, what: str) -> None:
     if value > cap:
         lim = LIMITS[name]
         shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
-        raise AttnvizError(f"{what}: {shown} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
-                           f"{lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}")
+        raise AttnvizError(
+            f"{what}: {shown} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
+            f"{lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}"
+        )

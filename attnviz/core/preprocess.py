@@ -19,8 +19,12 @@ class Preset:
 
 
 PRESETS = {
-    "imagenet": Preset("imagenet", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "ImageNet (ResNet, DeiT, most timm models)"),
-    "clip": Preset("clip", (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711), "CLIP / OpenCLIP"),
+    "imagenet": Preset(
+        "imagenet", (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "ImageNet (ResNet, DeiT, most timm models)"
+    ),
+    "clip": Preset(
+        "clip", (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711), "CLIP / OpenCLIP"
+    ),
     "0.5": Preset("0.5", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), "mean = std = 0.5 (transformers' ViT default)"),
     "none": Preset("none", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), "no normalisation: pixels in [0, 1]"),
 }
@@ -30,8 +34,11 @@ DEFAULT = "0.5"  # what a model without metadata gets (the runtime says so)
 def name_of(mean, std, tol: float = 1e-4) -> str:
     """The preset these statistics match (first three channels), else "custom"."""
     for p in PRESETS.values():
-        if len(mean) >= 1 and all(abs(float(a) - b) <= tol for a, b in zip(mean, p.mean)) and \
-                all(abs(float(a) - b) <= tol for a, b in zip(std, p.std)):
+        if (
+            len(mean) >= 1
+            and all(abs(float(a) - b) <= tol for a, b in zip(mean, p.mean))
+            and all(abs(float(a) - b) <= tol for a, b in zip(std, p.std))
+        ):
             return p.name
     return "custom"
 

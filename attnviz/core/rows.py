@@ -35,7 +35,7 @@ class RowAxes:
         return {"tokens": _axis_dict(self.tokens), "key_tokens": _axis_dict(self.key_tokens)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RowAxes":
+    def from_dict(cls, d: dict) -> RowAxes:
         return cls(_axis_from(d.get("tokens")), _axis_from(d.get("key_tokens")))
 
 
@@ -77,8 +77,17 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
     """The result of batch row ``b`` alone (maps, axes, outputs), e.g. to draw or export that row."""
     b = check_row(result, b)
     tokens, key_tokens = result.row_axes(b)
-    outputs = {k: (v[b : b + 1] if np.ndim(v) >= 1 and v.shape[0] == result.batch_size else v) for k, v in result.outputs.items()}
+    outputs = {
+        k: (v[b : b + 1] if np.ndim(v) >= 1 and v.shape[0] == result.batch_size else v)
+        for k, v in result.outputs.items()
+    }
     info = {k: v for k, v in result.info.items() if k != ROWS_KEY}
     info["batch_row"] = b
-    return replace(result, maps=[RowMap(m, b) for m in result.maps], tokens=tokens, key_tokens=key_tokens,
-                   outputs=outputs, info=info)
+    return replace(
+        result,
+        maps=[RowMap(m, b) for m in result.maps],
+        tokens=tokens,
+        key_tokens=key_tokens,
+        outputs=outputs,
+        info=info,
+    )

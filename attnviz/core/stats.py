@@ -31,9 +31,13 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
     out = {
         "entropy": float(ent.mean()),
         "distance": float((rows * dist).sum(-1).mean()),
-        "prev": float(np.mean([rows[i, i + shift - 1] for i in range(tq) if 0 <= i + shift - 1 < tk])) if tq > 1 or shift else 0.0,
+        "prev": float(np.mean([rows[i, i + shift - 1] for i in range(tq) if 0 <= i + shift - 1 < tk]))
+        if tq > 1 or shift
+        else 0.0,
         "first": float(rows[:, 0].mean()),
-        "special": float(rows[:, np.asarray(key_special, bool)].sum(-1).mean()) if key_special is not None and np.any(key_special) else 0.0,
+        "special": float(rows[:, np.asarray(key_special, bool)].sum(-1).mean())
+        if key_special is not None and np.any(key_special)
+        else 0.0,
         "diag": float(np.mean([rows[i, i + shift] for i in range(tq) if i + shift < tk])),
         "max": float(rows.max(-1).mean()),
     }
@@ -64,8 +68,9 @@ ROW_STAT_HELP = {
 }
 
 
-def row_stats(p: np.ndarray, lengths: np.ndarray, key_special: np.ndarray | None = None,
-              causal: bool = False) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def row_stats(
+    p: np.ndarray, lengths: np.ndarray, key_special: np.ndarray | None = None, causal: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per-row statistics of right-padded self-attention ``p [B, H, T, T]``.
 
     ``lengths [B]`` are the real token counts; padded keys are dropped and each row renormalised over the

@@ -28,7 +28,9 @@ def _folder(path: Path, flag: str) -> Path:
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name{_hint(flag)}")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another{_hint(flag, ' ')}")
+        raise AttnvizError(
+            f"cannot write {path}: folder {parent} does not exist; create it or choose another{_hint(flag, ' ')}"
+        )
     return parent
 
 
@@ -54,7 +56,9 @@ def atomic_path(path: str | os.PathLike, flag: str = ""):
         os.chmod(tmp, _mode())  # mkstemp makes 0600; published files get the usual permissions
         os.replace(tmp, path)
     except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror or e}; check the folder is writable and has space") from None
+        raise AttnvizError(
+            f"cannot write {path}: {e.strerror or e}; check the folder is writable and has space"
+        ) from None
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
@@ -86,4 +90,6 @@ def refuse_input_as_output(out: str | os.PathLike, inputs: dict[str, str | os.Pa
     """Refuse writing ``out`` when it is one of the ``inputs`` (``{"the model": path, ...}``)."""
     for what, p in inputs.items():
         if p and same_file(out, p):
-            raise AttnvizError(f"{flag} {out} is {what} this command reads; writing it would destroy it — choose another {flag}")
+            raise AttnvizError(
+                f"{flag} {out} is {what} this command reads; writing it would destroy it — choose another {flag}"
+            )

@@ -8,18 +8,28 @@ HELP = "run a model over a corpus and reduce its attention to per-head statistic
 def add_arguments(p):
     p.add_argument("model", metavar="MODEL", help="ONNX model file")
     src = p.add_argument_group("corpus (one of)")
-    src.add_argument("--texts", metavar="FILE", help=".txt (one item a line), .jsonl (\"text\" field) or .parquet (\"text\" column)")
+    src.add_argument(
+        "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
+    )
     src.add_argument("--images", metavar="DIR", help="folder of images (image-encoder models)")
     p.add_argument("--text-pair-column", metavar="C", help="field / column holding a second sentence (sentence B)")
-    p.add_argument("--out", required=True, metavar="DIR", help="results folder: heads.parquet, examples.parquet, run.json")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="results folder: heads.parquet, examples.parquet, run.json"
+    )
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="items per padded batch (default 32)")
     p.add_argument("--max-items", type=int, metavar="N", help="only the first N items")
-    p.add_argument("--engine", choices=("local", "ray"), default="local", help="local process pool (default) or Ray Data")
-    p.add_argument("--workers", type=int, metavar="N", help="worker processes / Ray actors (default: one per core, one per GPU)")
+    p.add_argument(
+        "--engine", choices=("local", "ray"), default="local", help="local process pool (default) or Ray Data"
+    )
+    p.add_argument(
+        "--workers", type=int, metavar="N", help="worker processes / Ray actors (default: one per core, one per GPU)"
+    )
     p.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker (default: cores / workers)")
     p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")
     p.add_argument("--top-k", type=int, default=5, metavar="K", help="examples kept per head and score (default 5)")
-    p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)")
+    p.add_argument(
+        "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)"
+    )
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -32,12 +42,27 @@ def run(args) -> int:
         raise AttnvizError("--top-k must be 1 or more")
     if args.ray_address and args.engine != "ray":
         raise AttnvizError("--ray-address needs --engine ray")
-    cfg = CorpusConfig(model=args.model, out=args.out, texts=args.texts, images=args.images, pair_column=args.text_pair_column,
-                       batch_size=args.batch_size, max_items=args.max_items, engine=args.engine, provider=args.provider,
-                       tokenizer=args.tokenizer, workers=args.workers, threads=args.threads, ray_address=args.ray_address,
-                       k=args.top_k, progress=not args.no_progress)
+    cfg = CorpusConfig(
+        model=args.model,
+        out=args.out,
+        texts=args.texts,
+        images=args.images,
+        pair_column=args.text_pair_column,
+        batch_size=args.batch_size,
+        max_items=args.max_items,
+        engine=args.engine,
+        provider=args.provider,
+        tokenizer=args.tokenizer,
+        workers=args.workers,
+        threads=args.threads,
+        ray_address=args.ray_address,
+        k=args.top_k,
+        progress=not args.no_progress,
+    )
     s = run_corpus(cfg)
     resumed = f" (resumed after {s.resumed_items})" if s.resumed_items else ""
-    print(f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {s.items} items in {s.batches} batches{resumed}, "
-          f"{s.items_per_s:.1f} items/s, {s.wall_s:.1f} s")
+    print(
+        f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {s.items} items in {s.batches} batches{resumed}, "
+        f"{s.items_per_s:.1f} items/s, {s.wall_s:.1f} s"
+    )
     return 0

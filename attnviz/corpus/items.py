@@ -37,9 +37,13 @@ def _jsonl(path: Path, pair_column: str | None) -> list[tuple[str, str | None]]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise AttnvizError(f"{path.name} line {n}: not JSON ({e.msg}); write one object per line like {{\"text\": \"...\"}}") from None
+                raise AttnvizError(
+                    f'{path.name} line {n}: not JSON ({e.msg}); write one object per line like {{"text": "..."}}'
+                ) from None
             if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                raise AttnvizError(f"{path.name} line {n}: no \"text\" string; write one object per line like {{\"text\": \"...\"}}")
+                raise AttnvizError(
+                    f'{path.name} line {n}: no "text" string; write one object per line like {{"text": "..."}}'
+                )
             out.append((rec["text"], _pair(rec, pair_column, f"{path.name} line {n}")))
     return out
 
@@ -50,7 +54,9 @@ def _parquet(path: Path, pair_column: str | None) -> list[tuple[str, str | None]
     try:
         table = pq.read_table(path, columns=["text", pair_column] if pair_column else ["text"])
     except Exception as e:  # missing column, not parquet
-        raise AttnvizError(f"{path.name}: cannot read a \"text\" column{' and ' + repr(pair_column) if pair_column else ''} ({str(e).splitlines()[0][:160]})") from None
+        raise AttnvizError(
+            f'{path.name}: cannot read a "text" column{" and " + repr(pair_column) if pair_column else ""} ({str(e).splitlines()[0][:160]})'
+        ) from None
     texts = table.column("text").to_pylist()
     pairs = table.column(pair_column).to_pylist() if pair_column else [None] * len(texts)
     return [(t, p) for t, p in zip(texts, pairs) if isinstance(t, str) and t.strip()]
@@ -74,7 +80,9 @@ def read_texts(path: str | Path, pair_column: str | None = None, max_items: int 
         raise AttnvizError(f"--texts {path}: no such file")
     reader = READERS.get(path.suffix.lower())
     if reader is None:
-        raise AttnvizError(f"--texts {path.name}: unknown format; use .txt (one item a line), .jsonl (\"text\" field) or .parquet")
+        raise AttnvizError(
+            f'--texts {path.name}: unknown format; use .txt (one item a line), .jsonl ("text" field) or .parquet'
+        )
     rows = reader(path, pair_column)
     if max_items is not None:
         rows = rows[:max_items]

@@ -29,8 +29,19 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
             m = {name: float(means[i, s]) for s, name in enumerate(ROW_STATS)}
             m["induction"] = float(induction[i]) if induction is not None else math.nan
             role, score = role_of(m)
-            rows.append({"stack": g.stack, "kind": g.kind, "layer": g.layer, "head": h, "items": acc.items,
-                         "tokens": acc.tokens, **m, "role": role, "role_score": score})
+            rows.append(
+                {
+                    "stack": g.stack,
+                    "kind": g.kind,
+                    "layer": g.layer,
+                    "head": h,
+                    "items": acc.items,
+                    "tokens": acc.tokens,
+                    **m,
+                    "role": role,
+                    "role_score": score,
+                }
+            )
     return rows
 
 
@@ -45,9 +56,23 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                     if it < 0 or not np.isfinite(acc.top_value[s, i, rank]):
                         continue
                     src = items[it]
-                    rows.append({"stack": g.stack, "kind": g.kind, "layer": g.layer, "head": h, "score": name, "rank": rank,
-                                 "item": it, "value": float(acc.top_value[s, i, rank]), "row": int(acc.top_row[s, i, rank]),
-                                 "col": int(acc.top_col[s, i, rank]), "text": src.text, "pair": src.pair, "image": src.image})
+                    rows.append(
+                        {
+                            "stack": g.stack,
+                            "kind": g.kind,
+                            "layer": g.layer,
+                            "head": h,
+                            "score": name,
+                            "rank": rank,
+                            "item": it,
+                            "value": float(acc.top_value[s, i, rank]),
+                            "row": int(acc.top_row[s, i, rank]),
+                            "col": int(acc.top_col[s, i, rank]),
+                            "text": src.text,
+                            "pair": src.pair,
+                            "image": src.image,
+                        }
+                    )
     return rows
 
 
@@ -56,10 +81,23 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(heads), out / HEADS)
-    ex_schema = pa.schema([("stack", pa.string()), ("kind", pa.string()), ("layer", pa.int64()), ("head", pa.int64()),
-                           ("score", pa.string()), ("rank", pa.int64()), ("item", pa.int64()), ("value", pa.float64()),
-                           ("row", pa.int64()), ("col", pa.int64()), ("text", pa.string()), ("pair", pa.string()),
-                           ("image", pa.string())])
+    ex_schema = pa.schema(
+        [
+            ("stack", pa.string()),
+            ("kind", pa.string()),
+            ("layer", pa.int64()),
+            ("head", pa.int64()),
+            ("score", pa.string()),
+            ("rank", pa.int64()),
+            ("item", pa.int64()),
+            ("value", pa.float64()),
+            ("row", pa.int64()),
+            ("col", pa.int64()),
+            ("text", pa.string()),
+            ("pair", pa.string()),
+            ("image", pa.string()),
+        ]
+    )
     pq.write_table(pa.Table.from_pylist(examples, schema=ex_schema), out / EXAMPLES)
     (out / RUN).write_text(json.dumps(run, indent=2) + "\n")
 
@@ -86,11 +124,15 @@ def read(folder: str | Path) -> CorpusResults:
         folder = folder.parent  # the user picked heads.parquet or run.json
     missing = [n for n in (HEADS, EXAMPLES, RUN) if not (folder / n).is_file()]
     if missing:
-        raise AttnvizError(f"{folder}: not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first")
+        raise AttnvizError(
+            f"{folder}: not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first"
+        )
     try:
         heads = pq.read_table(folder / HEADS).to_pylist()
         examples = pq.read_table(folder / EXAMPLES).to_pylist()
         run = json.loads((folder / RUN).read_text())
     except Exception as e:
-        raise AttnvizError(f"{folder}: corpus results are unreadable ({str(e).splitlines()[0][:160]}); run 'attnviz corpus' again") from None
+        raise AttnvizError(
+            f"{folder}: corpus results are unreadable ({str(e).splitlines()[0][:160]}); run 'attnviz corpus' again"
+        ) from None
     return CorpusResults(folder, heads, examples, run)

@@ -47,17 +47,23 @@ class BatchSpec:
 def check_model(model) -> str:
     kind = model.kind
     if kind not in SUPPORTED_KINDS:
-        raise AttnvizError(f"{model.path.name} is a {kind} model; corpus analysis handles encoder, decoder-only text and "
-                           "image-encoder models for now (run the encoder or decoder on its own)")
+        raise AttnvizError(
+            f"{model.path.name} is a {kind} model; corpus analysis handles encoder, decoder-only text and "
+            "image-encoder models for now (run the encoder or decoder on its own)"
+        )
     roles = model.roles
     need = ("image",) if kind == "vision" else ("tokens",)
     known = set(TEXT_ROLES) | {"image"}
     for i in model.inputs:
         if roles[i.name] not in known:
-            raise AttnvizError(f"input {i.name!r} ({roles[i.name]}) cannot be filled for a corpus run; export the model "
-                               "with token / mask / type / position inputs only (no KV cache)")
+            raise AttnvizError(
+                f"input {i.name!r} ({roles[i.name]}) cannot be filled for a corpus run; export the model "
+                "with token / mask / type / position inputs only (no KV cache)"
+            )
     if not any(roles[i.name] in need for i in model.inputs):
-        raise AttnvizError(f"{model.path.name} has no {need[0]} input; give {'--images DIR' if kind == 'vision' else '--texts FILE'} to a model that takes it")
+        raise AttnvizError(
+            f"{model.path.name} has no {need[0]} input; give {'--images DIR' if kind == 'vision' else '--texts FILE'} to a model that takes it"
+        )
     return kind
 
 
@@ -70,24 +76,38 @@ def encode_items(model, items: list[Item]) -> tuple[list[list[int]], list[list[i
     decoder = model.kind == "decoder"
     tok = (tgt or src) if decoder else src
     if tok is None:
-        raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+        raise AttnvizError(
+            f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
+        )
     ids, types, special = [], [], []
     for it in items:
         # decoders see raw text (as in `attnviz open`); encoders get their [CLS]/[SEP] and the optional pair
         enc = tok.encode(it.text, None, add_special=False) if decoder else tok.encode(it.text, it.pair)
         if not enc.ids:
             enc_ids = [0]  # an item with no tokens still counts; one pad-id token keeps shapes valid
-            ids.append(enc_ids); types.append([0]); special.append([True])
+            ids.append(enc_ids)
+            types.append([0])
+            special.append([True])
             continue
-        ids.append(enc.ids); types.append(enc.type_ids or [0] * len(enc.ids)); special.append(enc.special)
+        ids.append(enc.ids)
+        types.append(enc.type_ids or [0] * len(enc.ids))
+        special.append(enc.special)
     return ids, types, special
 
 
 MAP_BUDGET_BYTES = 256 * 2**20  # all of one batch's maps at once; long items get smaller batches
 
 
-def plan_text(items: list[Item], ids, types, special, batch_size: int, equal_lengths: bool,
-              heads: int = 0, budget: int = MAP_BUDGET_BYTES) -> list[BatchSpec]:
+def plan_text(
+    items: list[Item],
+    ids,
+    types,
+    special,
+    batch_size: int,
+    equal_lengths: bool,
+    heads: int = 0,
+    budget: int = MAP_BUDGET_BYTES,
+) -> list[BatchSpec]:
     """Length-sorted batches (stable: ties keep file order).  ``equal_lengths`` (an encoder without a mask
     input, where padding would change every row) cuts a batch wherever the length changes.  A batch also
     ends before its maps (``heads`` in all layers × B × T² float32) would pass ``budget``, so peak memory
@@ -108,13 +128,22 @@ def plan_text(items: list[Item], ids, types, special, batch_size: int, equal_len
 
 
 def _spec(bid, rows, items, ids, types, special) -> BatchSpec:
-    return BatchSpec.from_lists(bid, [items[i].index for i in rows], [ids[i] for i in rows], [types[i] for i in rows],
-                                [special[i] for i in rows])
+    return BatchSpec.from_lists(
+        bid,
+        [items[i].index for i in rows],
+        [ids[i] for i in rows],
+        [types[i] for i in rows],
+        [special[i] for i in rows],
+    )
 
 
 def plan_images(items: list[Item], batch_size: int) -> list[BatchSpec]:
-    return [BatchSpec(n, [it.index for it in items[s : s + batch_size]], images=[it.image for it in items[s : s + batch_size]])
-            for n, s in enumerate(range(0, len(items), batch_size))]
+    return [
+        BatchSpec(
+            n, [it.index for it in items[s : s + batch_size]], images=[it.image for it in items[s : s + batch_size]]
+        )
+        for n, s in enumerate(range(0, len(items), batch_size))
+    ]
 
 
 def text_feeds(model, spec: BatchSpec) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -126,7 +155,9 @@ def text_feeds(model, spec: BatchSpec) -> tuple[dict[str, np.ndarray], np.ndarra
     feeds = {}
     for i in model.inputs:
         a = by_role[model.roles[i.name]]
-        feeds[i.name] = np.ascontiguousarray(a.astype(np.dtype(i.dtype) if i.dtype in ("int64", "int32", "float32", "bool") else np.int64))
+        feeds[i.name] = np.ascontiguousarray(
+            a.astype(np.dtype(i.dtype) if i.dtype in ("int64", "int32", "float32", "bool") else np.int64)
+        )
     return feeds, lengths, special
 
 

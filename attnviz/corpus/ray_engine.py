@@ -50,8 +50,17 @@ def run(setup, specs) -> Iterator:
     ctx.execution_options.preserve_order = True  # partials fold in batch order
     ctx.enable_progress_bars = False  # attnviz draws its own
     blob = pickle.dumps(setup)
-    ds = ray.data.from_items([{"batch_id": s.batch_id, "spec": pickle.dumps(s)} for s in specs], override_num_blocks=len(specs))
-    out = ds.map_batches(ReduceActor, fn_constructor_args=(blob,), batch_size=1, concurrency=setup.workers,
-                         num_cpus=setup.threads, num_gpus=1 if setup.gpu else 0, batch_format="numpy")
+    ds = ray.data.from_items(
+        [{"batch_id": s.batch_id, "spec": pickle.dumps(s)} for s in specs], override_num_blocks=len(specs)
+    )
+    out = ds.map_batches(
+        ReduceActor,
+        fn_constructor_args=(blob,),
+        batch_size=1,
+        concurrency=setup.workers,
+        num_cpus=setup.threads,
+        num_gpus=1 if setup.gpu else 0,
+        batch_format="numpy",
+    )
     for row in out.iter_rows():
         yield pickle.loads(row["partial"])

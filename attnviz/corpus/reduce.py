@@ -70,8 +70,16 @@ def _cols(stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special:
     return np.where(keep[:, None, :], r, -1.0).argmax(-1)
 
 
-def reduce_maps(maps: list[np.ndarray], groups: list[HeadGroup], lengths: np.ndarray, special: np.ndarray | None,
-                causal: bool, items: list[int], k: int, batch_id: int) -> Partial:
+def reduce_maps(
+    maps: list[np.ndarray],
+    groups: list[HeadGroup],
+    lengths: np.ndarray,
+    special: np.ndarray | None,
+    causal: bool,
+    items: list[int],
+    k: int,
+    batch_id: int,
+) -> Partial:
     nh = sum(g.heads for g in groups)
     b = len(items)
     kb = min(k, b)
@@ -112,8 +120,15 @@ def reduce_maps(maps: list[np.ndarray], groups: list[HeadGroup], lengths: np.nda
 class BatchReducer:
     """Holds one model (one onnxruntime session) and turns a :class:`BatchSpec` into a :class:`Partial`."""
 
-    def __init__(self, model_path: str, provider: str = "cpu", tokenizer: str | None = None, threads: int | None = None,
-                 k: int = 5, groups: list[HeadGroup] | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        provider: str = "cpu",
+        tokenizer: str | None = None,
+        threads: int | None = None,
+        k: int = 5,
+        groups: list[HeadGroup] | None = None,
+    ):
         from attnviz.runtime import inputs as ip
         from attnviz.runtime import open_model
 
@@ -141,7 +156,9 @@ class BatchReducer:
             lengths = np.full(spec.size, t, np.int64)
             grid = grid_for(self.model, t)
             special = np.broadcast_to(np.arange(t) < (grid.offset if grid else 1), (spec.size, t))
-        return reduce_maps(maps, self.groups, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id)
+        return reduce_maps(
+            maps, self.groups, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id
+        )
 
 
 def default_threads(workers: int) -> int:
@@ -176,7 +193,10 @@ class Accumulator:
         i = np.concatenate([self.top_item, p.top_item], -1)
         big = np.iinfo(np.int64).max
         order = np.lexsort((np.where(i < 0, big, i), -v), axis=-1)[..., : self.k]
-        take = lambda a: np.take_along_axis(a, order, -1)
+
+        def take(a):
+            return np.take_along_axis(a, order, -1)
+
         self.top_value, self.top_item = take(v), take(i)
         self.top_row = take(np.concatenate([self.top_row, p.top_row], -1))
         self.top_col = take(np.concatenate([self.top_col, p.top_col], -1))
@@ -192,8 +212,14 @@ class Accumulator:
     def save(self, path: Path, fingerprint: str) -> None:
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a bare name
-            np.savez(f, fingerprint=np.array(fingerprint), next_batch=self.next_batch, items=self.items, tokens=self.tokens,
-                     **{n: getattr(self, n) for n in self.FIELDS})
+            np.savez(
+                f,
+                fingerprint=np.array(fingerprint),
+                next_batch=self.next_batch,
+                items=self.items,
+                tokens=self.tokens,
+                **{n: getattr(self, n) for n in self.FIELDS},
+            )
         os.replace(tmp, path)  # atomic: an interrupt mid-write leaves the previous checkpoint intact
 
     @classmethod

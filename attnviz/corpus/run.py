@@ -119,8 +119,15 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         ids, types, special = encode_items(model, items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
-        specs = plan_text(items, ids, types, special, cfg.batch_size, equal_lengths=kind == "encoder" and not has_mask(model),
-                          heads=nh)
+        specs = plan_text(
+            items,
+            ids,
+            types,
+            special,
+            cfg.batch_size,
+            equal_lengths=kind == "encoder" and not has_mask(model),
+            heads=nh,
+        )
         del ids, types, special  # the specs hold compact copies
     else:
         items = it.read_images(cfg.images, cfg.max_items)
@@ -136,19 +143,24 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     plan_h = hashlib.sha256()
     for b in specs:
         plan_h.update(np.asarray(b.items, np.int64).tobytes() + b"|")
-    fingerprint = hashlib.sha256(json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh,
-                                             plan_h.hexdigest()]).encode()).hexdigest()
+    fingerprint = hashlib.sha256(
+        json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest()]).encode()
+    ).hexdigest()
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / CHECKPOINT
     acc = Accumulator.load(ckpt, fingerprint, nh, cfg.k)
     if acc is None and ckpt.exists():
-        raise AttnvizError(f"{ckpt} belongs to another run (model, data, batch size or top-k differ); use another --out or delete it")
+        raise AttnvizError(
+            f"{ckpt} belongs to another run (model, data, batch size or top-k differ); use another --out or delete it"
+        )
     acc = acc or Accumulator(nh, cfg.k)
     resumed, resumed_tokens = acc.items, acc.tokens
     todo = specs[acc.next_batch :]
-    setup = WorkerSetup(str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu)
+    setup = WorkerSetup(
+        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
+    )
     del model  # workers hold their own sessions; the driver's is released before they start
 
     bar = _bar(cfg, len(items), resumed)
@@ -158,7 +170,9 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         for part in ENGINES[cfg.engine](setup, todo):
             acc.fold(part)
             bar.update(part.items)
-            if acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S:  # first batch: resumable at once
+            if (
+                acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
+            ):  # first batch: resumable at once
                 acc.save(ckpt, fingerprint)
                 last_save = time.perf_counter()
             if on_batch is not None:
@@ -179,16 +193,36 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     done = acc.items - resumed
     versions = _versions(cfg.engine)
     run = {
-        "model": str(Path(cfg.model).resolve()), "model_sha256": model_sha, "model_kind": kind,
-        "data": str(Path(cfg.texts or cfg.images).resolve()), "data_sha256": data_sha,
+        "model": str(Path(cfg.model).resolve()),
+        "model_sha256": model_sha,
+        "model_kind": kind,
+        "data": str(Path(cfg.texts or cfg.images).resolve()),
+        "data_sha256": data_sha,
         "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
-        "engine": cfg.engine, "workers": workers, "threads_per_worker": threads, "provider": cfg.provider, "gpu": gpu,
-        "batch_size": cfg.batch_size, "batches": len(specs), "items": acc.items, "tokens": acc.tokens, "top_k": cfg.k,
-        "resumed_from_items": resumed, "items_this_run": done,
-        "items_per_s": done / run_s if run_s > 0 else None, "tokens_per_s": (acc.tokens - resumed_tokens) / run_s if run_s > 0 else None,
-        "wall_s": time.perf_counter() - t_start, "reduce_s": run_s, "versions": versions,
+        "engine": cfg.engine,
+        "workers": workers,
+        "threads_per_worker": threads,
+        "provider": cfg.provider,
+        "gpu": gpu,
+        "batch_size": cfg.batch_size,
+        "batches": len(specs),
+        "items": acc.items,
+        "tokens": acc.tokens,
+        "top_k": cfg.k,
+        "resumed_from_items": resumed,
+        "items_this_run": done,
+        "items_per_s": done / run_s if run_s > 0 else None,
+        "tokens_per_s": (acc.tokens - resumed_tokens) / run_s if run_s > 0 else None,
+        "wall_s": time.perf_counter() - t_start,
+        "reduce_s": run_s,
+        "versions": versions,
     }
-    output.write(out, output.head_rows(acc, groups, induction), output.example_rows(acc, groups, {i.index: i for i in items}), run)
+    output.write(
+        out,
+        output.head_rows(acc, groups, induction),
+        output.example_rows(acc, groups, {i.index: i for i in items}),
+        run,
+    )
     ckpt.unlink(missing_ok=True)
     return CorpusSummary(out, acc.items, len(specs), resumed, run["wall_s"], run["items_per_s"] or 0.0)
 
@@ -204,8 +238,13 @@ def _versions(engine: str) -> dict:
     import onnxruntime
     import pyarrow
 
-    v = {"attnviz": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-         "onnxruntime": onnxruntime.__version__, "pyarrow": pyarrow.__version__}
+    v = {
+        "attnviz": __version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
     if engine == "ray":
         import ray
 

@@ -40,7 +40,17 @@ _LAZY = {
     "recipe_path_for": "attnviz.figures.recipe",
 }
 
-__all__ = ["AGGREGATES", "FORMATS", "VIEWS", "VIEW_HELP", "WIDTH_PRESETS", "FigureSpec", "spec_from_gui", "spec_from_selection", *_LAZY]
+__all__ = [
+    "AGGREGATES",
+    "FORMATS",
+    "VIEWS",
+    "VIEW_HELP",
+    "WIDTH_PRESETS",
+    "FigureSpec",
+    "spec_from_gui",
+    "spec_from_selection",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):

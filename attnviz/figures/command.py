@@ -20,8 +20,27 @@ from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PR
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
 # FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
-_SPEC_ARGS = ("view", "block", "layer", "head", "heads", "agg", "query", "cmap", "width", "width_in", "dpi",
-              "hide_special", "title", "vmax", "font_size", "keep", "log", "step", "rows")
+_SPEC_ARGS = (
+    "view",
+    "block",
+    "layer",
+    "head",
+    "heads",
+    "agg",
+    "query",
+    "cmap",
+    "width",
+    "width_in",
+    "dpi",
+    "hide_special",
+    "title",
+    "vmax",
+    "font_size",
+    "keep",
+    "log",
+    "step",
+    "rows",
+)
 
 
 def _heads(text: str) -> list[int]:
@@ -46,33 +65,66 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from attnviz.runtime.commands.common import add_input_arguments
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = "views:\n" + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items()) + "\n\nexamples:" + __doc__.split("Examples::")[1]
+    p.epilog = (
+        "views:\n"
+        + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items())
+        + "\n\nexamples:"
+        + __doc__.split("Examples::")[1]
+    )
     p.add_argument("model", nargs="?", metavar="MODEL", help="ONNX model file (or use --maps / --recipe)")
     p.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
-    p.add_argument("--recipe", metavar="R.json", help="regenerate the figure a recipe describes (view options given here override it)")
+    p.add_argument(
+        "--recipe",
+        metavar="R.json",
+        help="regenerate the figure a recipe describes (view options given here override it)",
+    )
     add_input_arguments(p, model_required=False)
     view = p.add_argument_group("view")
     view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
     view.add_argument("--layer", type=int, help="layer (default: the last)")
-    view.add_argument("--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)")
+    view.add_argument(
+        "--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)"
+    )
     view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
-    view.add_argument("--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)")
+    view.add_argument(
+        "--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)"
+    )
     view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
-    view.add_argument("--batch-index", type=int, metavar="B",
-                      help="batch row to draw when the input holds several (default 0; rows count from 0)")
-    view.add_argument("--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen")
-    view.add_argument("--hide-special", action=argparse.BooleanOptionalAction, default=None,
-                      help="drop special tokens and renormalise rows")
-    view.add_argument("--rows", choices=("predict", "input"),
-                      help="alignment rows: the decoder row that chose each word (predict) or the row reading it (input, Shift-Att)")
-    view.add_argument("--keep", type=float, metavar="F", help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)")
+    view.add_argument(
+        "--batch-index",
+        type=int,
+        metavar="B",
+        help="batch row to draw when the input holds several (default 0; rows count from 0)",
+    )
+    view.add_argument(
+        "--step", type=int, help="generation step: show what existed when generated word STEP (0-based) was chosen"
+    )
+    view.add_argument(
+        "--hide-special",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="drop special tokens and renormalise rows",
+    )
+    view.add_argument(
+        "--rows",
+        choices=("predict", "input"),
+        help="alignment rows: the decoder row that chose each word (predict) or the row reading it (input, Shift-Att)",
+    )
+    view.add_argument(
+        "--keep",
+        type=float,
+        metavar="F",
+        help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)",
+    )
     view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     size = p.add_argument_group("size and output")
-    size.add_argument("--width", choices=tuple(WIDTH_PRESETS), help="column width preset: single 3.5 in, double 7.16 in")
+    size.add_argument(
+        "--width", choices=tuple(WIDTH_PRESETS), help="column width preset: single 3.5 in, double 7.16 in"
+    )
     size.add_argument("--width-in", type=float, metavar="W", help="figure width in inches")
     size.add_argument("--dpi", type=int, help="raster resolution (default 300): PNG width = width x dpi")
     size.add_argument("--font-size", type=float, metavar="PT", help="tick-label size in points (default 7)")
@@ -84,8 +136,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # run options a recipe records besides the inputs (defaults as in attnviz.runtime.commands.common)
-_OPTION_DEFAULTS = {"provider": "auto", "mode": "auto", "image_size": None, "image_mean": None, "image_std": None,
-                    "max_tokens": None, "batch_index": None}
+_OPTION_DEFAULTS = {
+    "provider": "auto",
+    "mode": "auto",
+    "image_size": None,
+    "image_mean": None,
+    "image_std": None,
+    "max_tokens": None,
+    "batch_index": None,
+}
 
 
 def _option(args, k):
@@ -94,8 +153,16 @@ def _option(args, k):
 
 
 def _sources_from_args(args) -> dict:
-    src = {"model": args.model, "maps": args.maps, "text": args.text, "text_pair": args.text_pair, "image": args.image,
-           "feeds": args.inputs, "tokenizer": args.tokenizer, "generate": args.generate or 0}
+    src = {
+        "model": args.model,
+        "maps": args.maps,
+        "text": args.text,
+        "text_pair": args.text_pair,
+        "image": args.image,
+        "feeds": args.inputs,
+        "tokenizer": args.tokenizer,
+        "generate": args.generate or 0,
+    }
     src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
     return src
 
@@ -106,9 +173,16 @@ def _sources_from_recipe(r: dict, args) -> dict:
     def path(entry):
         return entry["path"] if entry else None
 
-    src = {"model": path(s.get("model")), "maps": path(s.get("maps")), "text": i.get("text"),
-           "text_pair": i.get("text_pair"), "image": path(i.get("image")), "feeds": path(i.get("feeds")),
-           "tokenizer": path(i.get("tokenizer")), "generate": int(i.get("generate") or 0)}
+    src = {
+        "model": path(s.get("model")),
+        "maps": path(s.get("maps")),
+        "text": i.get("text"),
+        "text_pair": i.get("text_pair"),
+        "image": path(i.get("image")),
+        "feeds": path(i.get("feeds")),
+        "tokenizer": path(i.get("tokenizer")),
+        "generate": int(i.get("generate") or 0),
+    }
     for k, d in _OPTION_DEFAULTS.items():  # an option given on the command line wins over the recipe's
         v = _option(args, k)
         src[k] = v if v != d else o.get(k, d)
@@ -168,7 +242,13 @@ def _all_heads_targets(out: str, fmt: str | None, view: str, block_label: str) -
 
 def _inputs_of(src: dict, args) -> dict:
     """Every file this command reads, for the rule that an output never replaces one of them."""
-    names = {"model": "the model", "maps": "the maps file", "image": "the image", "feeds": "the feeds file", "tokenizer": "the tokenizer"}
+    names = {
+        "model": "the model",
+        "maps": "the maps file",
+        "image": "the image",
+        "feeds": "the feeds file",
+        "tokenizer": "the tokenizer",
+    }
     out = {names[k]: src.get(k) for k in names}
     out["the recipe"] = args.recipe
     return out
@@ -201,8 +281,14 @@ def run(args) -> int:
     spec_d: dict = {}
     recipe_out_default = None
     if args.recipe:
-        if args.model or args.maps or any(getattr(args, k) for k in ("text", "text_pair", "image", "inputs", "tokenizer", "generate")):
-            raise AttnvizError("--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate")
+        if (
+            args.model
+            or args.maps
+            or any(getattr(args, k) for k in ("text", "text_pair", "image", "inputs", "tokenizer", "generate"))
+        ):
+            raise AttnvizError(
+                "--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate"
+            )
         r = load_recipe(args.recipe)
         src = _sources_from_recipe(r, args)
         spec_d = dict(r["view"])
@@ -229,7 +315,10 @@ def run(args) -> int:
         if sample:
             src.update({k: v for k, v in sample.items() if k != "generate"})
             src["generate"] = src["generate"] or int(sample.get("generate") or 0)
-            print(f"attnviz: no input given; using the model's sample input ({', '.join(sorted(sample))})", file=sys.stderr)
+            print(
+                f"attnviz: no input given; using the model's sample input ({', '.join(sorted(sample))})",
+                file=sys.stderr,
+            )
     inputs = _inputs_of(src, args)
     if not args.all_heads:
         refuse_input_as_output(out, inputs, "--out")

@@ -23,7 +23,13 @@ from attnviz.figures.spec import FigureSpec
 
 RECIPE_FORMAT = 1
 RECIPE_SUFFIX = ".recipe.json"
-_FILE_KEYS = (("source", "model"), ("source", "maps"), ("inputs", "image"), ("inputs", "feeds"), ("inputs", "tokenizer"))
+_FILE_KEYS = (
+    ("source", "model"),
+    ("source", "maps"),
+    ("inputs", "image"),
+    ("inputs", "feeds"),
+    ("inputs", "tokenizer"),
+)
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
@@ -145,12 +151,16 @@ def _resolve(entry: dict | None, base: Path, what: str, check: bool) -> dict | N
         cands.append(Path(entry["abs_path"]))
     found = next((c for c in cands if c.is_file()), None)
     if found is None:
-        raise AttnvizError(f"the recipe's {what} {entry['path']} is missing (looked in {', '.join(str(c) for c in cands)}); "
-                           f"put it back or edit the recipe")
+        raise AttnvizError(
+            f"the recipe's {what} {entry['path']} is missing (looked in {', '.join(str(c) for c in cands)}); "
+            f"put it back or edit the recipe"
+        )
     out = dict(entry, path=str(found.resolve()))
     if check and entry.get("sha256") and file_sha256(found) != entry["sha256"]:
-        raise AttnvizError(f"the recipe's {what} {found} has changed since the recipe was written (sha256 differs); "
-                           f"the figure cannot be reproduced exactly from it")
+        raise AttnvizError(
+            f"the recipe's {what} {found} has changed since the recipe was written (sha256 differs); "
+            f"the figure cannot be reproduced exactly from it"
+        )
     return out
 
 
@@ -162,21 +172,33 @@ def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
     try:
         r = json.loads(read_text(path, "recipe", limit=16 * 2**20))
     except (OSError, json.JSONDecodeError) as e:
-        raise AttnvizError(f"{path}: not a readable JSON recipe ({type(e).__name__}); write one with 'attnviz figure ... --out F'") from None
+        raise AttnvizError(
+            f"{path}: not a readable JSON recipe ({type(e).__name__}); write one with 'attnviz figure ... --out F'"
+        ) from None
     try:
         return _checked_recipe(r, path, check_hashes)
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited or hostile recipe
-        raise AttnvizError(f"{path}: malformed recipe ({type(e).__name__}: {str(e)[:100]}); regenerate it with 'attnviz figure'") from None
+        raise AttnvizError(
+            f"{path}: malformed recipe ({type(e).__name__}: {str(e)[:100]}); regenerate it with 'attnviz figure'"
+        ) from None
 
 
 def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
     if not isinstance(r, dict) or r.get("attnviz_recipe") is None:
         raise AttnvizError(f"{path}: not an attnviz figure recipe (no 'attnviz_recipe' key)")
     if int(r["attnviz_recipe"]) > RECIPE_FORMAT:
-        raise AttnvizError(f"{path}: recipe format {r['attnviz_recipe']} is newer than this attnviz understands "
-                           f"({RECIPE_FORMAT}); update attnviz")
+        raise AttnvizError(
+            f"{path}: recipe format {r['attnviz_recipe']} is newer than this attnviz understands "
+            f"({RECIPE_FORMAT}); update attnviz"
+        )
     base = path.parent.resolve()
-    names = {"model": "model file", "maps": "maps file", "image": "image", "feeds": "feeds file", "tokenizer": "tokenizer"}
+    names = {
+        "model": "model file",
+        "maps": "maps file",
+        "image": "image",
+        "feeds": "feeds file",
+        "tokenizer": "tokenizer",
+    }
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes)

@@ -19,8 +19,8 @@ from matplotlib import font_manager
 from matplotlib.figure import Figure
 
 from attnviz import AttnvizError, __version__
-from attnviz.core.attention import AttentionResult
 from attnviz.core import limits
+from attnviz.core.attention import AttentionResult
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
 from attnviz.figures.views import VIEW_DRAWERS

@@ -30,7 +30,9 @@ def load_result(
         if model is not None:
             raise AttnvizError("give a model or --maps, not both")
         if any(v for v in (text, text_pair, image, feeds, tokenizer, generate)):
-            raise AttnvizError("--maps already holds the attention; drop --text/--text-pair/--image/--inputs/--tokenizer/--generate")
+            raise AttnvizError(
+                "--maps already holds the attention; drop --text/--text-pair/--image/--inputs/--tokenizer/--generate"
+            )
         from attnviz.core.io import load_npz
 
         return load_npz(maps)
@@ -43,7 +45,9 @@ def load_result(
     try:
         from attnviz.runtime import open_model
     except ImportError as e:
-        raise AttnvizError(f"running a model needs the attnviz runtime ({e}); use --maps from 'attnviz extract'") from None
+        raise AttnvizError(
+            f"running a model needs the attnviz runtime ({e}); use --maps from 'attnviz extract'"
+        ) from None
     m = open_model(str(model), provider=provider, tokenizer=str(tokenizer) if tokenizer is not None else None)
     result = m.analyze(
         text=text,

@@ -539,9 +539,7 @@ def _image_strip_ok(result: AttentionResult) -> bool:
 
 def _why_not_strip(result: AttentionResult) -> str | None:
     if not result.generated:
-        return (
-            "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
-        )
+        return "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
     if _image_strip_ok(result):
         return None
     if not any(b.stack == "decoder" for b in result.blocks()):

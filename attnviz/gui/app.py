@@ -8,8 +8,13 @@ from pathlib import Path
 
 import attnviz
 
-DEMO_PREFERENCE = ("translation.onnx", "captioning.onnx", "sequence-classification.onnx", "vit-classification.onnx",
-                   "forecasting.onnx")
+DEMO_PREFERENCE = (
+    "translation.onnx",
+    "captioning.onnx",
+    "sequence-classification.onnx",
+    "vit-classification.onnx",
+    "forecasting.onnx",
+)
 
 
 def models_dir() -> Path:

@@ -15,19 +15,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument("--image", help="image file for vision / captioning models")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
-    p.add_argument("--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)")
+    p.add_argument(
+        "--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)"
+    )
     p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
-    p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)")
-    p.add_argument("--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit")
+    p.add_argument(
+        "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
+    )
+    p.add_argument(
+        "--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit"
+    )
     p.add_argument("--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, stats)")
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--layer", type=int, default=None, help="layer to focus first")
     p.add_argument("--head", type=int, default=None, help="head to focus first")
     p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
-    p.add_argument("--aggregate", "--agg", dest="mode", choices=("head", "mean", "max", "min", "rollout"), default=None,
-                   help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout")
-    p.add_argument("--mode", dest="mode", choices=("head", "mean", "max", "min", "rollout"), action=DeprecatedAlias,
-                   new="--aggregate", help=argparse.SUPPRESS)  # --mode is the memory mode in extract / figure
+    p.add_argument(
+        "--aggregate",
+        "--agg",
+        dest="mode",
+        choices=("head", "mean", "max", "min", "rollout"),
+        default=None,
+        help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout",
+    )
+    p.add_argument(
+        "--mode",
+        dest="mode",
+        choices=("head", "mean", "max", "min", "rollout"),
+        action=DeprecatedAlias,
+        new="--aggregate",
+        help=argparse.SUPPRESS,
+    )  # --mode is the memory mode in extract / figure
 
 
 def run(args) -> int:
@@ -75,6 +93,7 @@ def run(args) -> int:
     if args.mode in ("mean", "max", "min") and args.layer is not None:
         focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
     if focus:
+
         def apply_focus():
             win.session.select(**focus)
             win.result_shown.disconnect(apply_focus)
@@ -88,7 +107,9 @@ def run(args) -> int:
     if last is not None:  # plain `attnviz`: where the user left off
         restore.restore(win, last)
     elif target is None:
-        win.statusBar().showMessage("No bundled demo model found: open one with File ▸ Open model… or drop an .onnx file here.")
+        win.statusBar().showMessage(
+            "No bundled demo model found: open one with File ▸ Open model… or drop an .onnx file here."
+        )
         if taker is not None:
             taker.fail_later("no model to open: the bundled demo models are missing; pass a MODEL")
     elif target.suffix.lower() == ".onnx":

@@ -74,7 +74,7 @@ def _paint(widget: QWidget, ext: str, tmp: str) -> bool:
             del w  # QPdfWriter writes the file when it is destroyed
     except AttnvizError:
         raise
-    except Exception as e:  # noqa: BLE001 -- reported as a message, never a crash
+    except Exception as e:
         raise AttnvizError(f"could not export {Path(tmp).name}: {type(e).__name__}: {e}") from None
     return ok
 
@@ -91,7 +91,7 @@ def figures_renderer():
     """``attnviz.figures.render_figure`` when the figures package (and matplotlib) is available, else None."""
     try:
         from attnviz.figures import render_figure
-    except Exception:  # noqa: BLE001 -- no matplotlib: fall back to rendering the widgets
+    except Exception:
         return None
     return render_figure
 

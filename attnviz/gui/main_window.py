@@ -10,15 +10,29 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QDockWidget, QFileDialog, QLabel, QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
 from attnviz import AttnvizError
-from attnviz.gui import style
 from attnviz.core.view import clamp
+from attnviz.gui import style
 from attnviz.gui.app import make_settings
-from attnviz.gui.export import (VIEW_FORMATS, export_npz, export_widget, figures_renderer, maps_dialog_start,
-                                remember_export, view_dialog_start)
+from attnviz.gui.export import (
+    VIEW_FORMATS,
+    export_npz,
+    export_widget,
+    figures_renderer,
+    maps_dialog_start,
+    remember_export,
+    view_dialog_start,
+)
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.corpus import open_corpus_dialog
@@ -187,7 +201,9 @@ class MainWindow(QMainWindow):
         fm.addAction(QAction("Open &corpus results…", self, triggered=lambda: open_corpus_dialog(self)))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
-        self.export_view_action = QAction("&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog)
+        self.export_view_action = QAction(
+            "&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog
+        )
         fm.addAction(self.export_view_action)
         fm.addAction(QAction("Export &maps (.npz)…", self, shortcut="Ctrl+Shift+E", triggered=self.export_npz_dialog))
         fm.addSeparator()
@@ -203,8 +219,12 @@ class MainWindow(QMainWindow):
         self._rebuild_recent()
 
     def _build_keys(self) -> None:
-        for key, fn in ((Qt.Key_Left, lambda: self.step_head(-1)), (Qt.Key_Right, lambda: self.step_head(1)),
-                        (Qt.Key_Up, lambda: self.step_layer(-1)), (Qt.Key_Down, lambda: self.step_layer(1))):
+        for key, fn in (
+            (Qt.Key_Left, lambda: self.step_head(-1)),
+            (Qt.Key_Right, lambda: self.step_head(1)),
+            (Qt.Key_Up, lambda: self.step_layer(-1)),
+            (Qt.Key_Down, lambda: self.step_layer(1)),
+        ):
             sc = QShortcut(QKeySequence(key), self.tabs)
             sc.setContext(Qt.WidgetWithChildrenShortcut)
             sc.activated.connect(fn)
@@ -279,8 +299,17 @@ class MainWindow(QMainWindow):
     def param_widget(self, param: str | None):
         """The control that fixes an :class:`AttnvizError` about ``param`` (the CLI maps the same names to flags)."""
         c, i = self.controls, self.inputs
-        widgets = {"text": i.text, "text_pair": i.text_pair, "image": i.image, "generate": i.generate,
-                   "block": c.block, "layer": c.layer, "head": c.head, "aggregate": c.mode, "step": c.step}
+        widgets = {
+            "text": i.text,
+            "text_pair": i.text_pair,
+            "image": i.image,
+            "generate": i.generate,
+            "block": c.block,
+            "layer": c.layer,
+            "head": c.head,
+            "aggregate": c.mode,
+            "step": c.step,
+        }
         return widgets.get(param or "")
 
     def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> None:
@@ -362,8 +391,10 @@ class MainWindow(QMainWindow):
         handlers.update({s: self.open_image for s in IMAGE_SUFFIXES})
         fn = self.open_model if p.is_dir() else handlers.get(p.suffix.lower())  # a folder: an export (optimum)
         if fn is None:
-            self.show_error(f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
-                            "and attention maps (.npz from 'attnviz extract')")
+            self.show_error(
+                f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
+                "and attention maps (.npz from 'attnviz extract')"
+            )
             return
         if not p.exists():
             self.show_error(f"cannot open {p}: no such file")
@@ -380,7 +411,11 @@ class MainWindow(QMainWindow):
         kw = {"tokenizer": str(self.tokenizer)} if self.tokenizer else {}
         w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open", **kw)
         self._latest["open"] = w.request_id
-        given = {k: v for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items() if v is not None}
+        given = {
+            k: v
+            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items()
+            if v is not None
+        }
         self._context[w.request_id] = (path, given, run)
         self.inputs.set_busy(True, f"opening {path.name}…")
         self.statusBar().showMessage(f"Opening {path}…")
@@ -400,12 +435,22 @@ class MainWindow(QMainWindow):
             self.show_error(f"{path.name}: no attention to show — {why}")
             return
         values = self.sample_input(model)
-        if str(getattr(model, "kind", "")).startswith("vision") and not values.get("image") and self.inputs.image.text():
+        if (
+            str(getattr(model, "kind", "")).startswith("vision")
+            and not values.get("image")
+            and self.inputs.image.text()
+        ):
             values["image"] = self.inputs.image.text()  # keep the image the user already chose
         values.update(given)
-        self.inputs.set_values(text=values.get("text", ""), text_pair=values.get("text_pair", ""),
-                               image=values.get("image"), generate=values.get("generate", self.default_generate(model)))
-        self.statusBar().showMessage(f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}")
+        self.inputs.set_values(
+            text=values.get("text", ""),
+            text_pair=values.get("text_pair", ""),
+            image=values.get("image"),
+            generate=values.get("generate", self.default_generate(model)),
+        )
+        self.statusBar().showMessage(
+            f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}"
+        )
         if run:
             self.run_analysis(self.inputs.values())
 
@@ -427,7 +472,9 @@ class MainWindow(QMainWindow):
             self.show_error(f"open a vision or captioning model first, then the image {Path(path).name}")
             return
         if not getattr(m, "kind", "vision").startswith("vision"):
-            self.show_error(f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}")
+            self.show_error(
+                f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}"
+            )
             return
         self.inputs.set_values(image=str(path))
         self.add_recent(path)
@@ -445,7 +492,7 @@ class MainWindow(QMainWindow):
         self.add_recent(path)
         try:
             self._show_result(result)
-        except Exception as e:  # noqa: BLE001 -- a maps file from elsewhere can load yet not draw: a message, not a traceback
+        except Exception as e:
             self.show_error(f"{Path(path).name}: cannot show these maps ({error_text(e)})")
 
     # -- running -----------------------------------------------------------------------
@@ -456,8 +503,10 @@ class MainWindow(QMainWindow):
             self.show_error("no model open: use File ▸ Open model… or drop an .onnx file on the window")
             return
         if not getattr(m, "sites", None):
-            self.show_error(f"{getattr(m, 'name', 'this model')}: no attention to show — "
-                            f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}")
+            self.show_error(
+                f"{getattr(m, 'name', 'this model')}: no attention to show — "
+                f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}"
+            )
             return
         self.workers.cancel("run")  # the older run's result will be dropped
         w = self.workers.start(analyze, m, dict(values), kind="run")
@@ -482,10 +531,12 @@ class MainWindow(QMainWindow):
         self.session.set_result(result)
         self._follow_view_block()
         info = result.info or {}
-        t = (info.get("timings") or {})
+        t = info.get("timings") or {}
         total = info.get("total_s") or t.get("analyze (wall)")
         dev = info.get("provider") or getattr(self.session.model, "provider", "")
-        self.status_device.setText(f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else ""))
+        self.status_device.setText(
+            f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else "")
+        )
         n = len(result.maps)
         if n == 0:
             self.show_error("the model ran but returned no attention maps")
@@ -512,8 +563,12 @@ class MainWindow(QMainWindow):
             self.open_path(path)
 
     def load_gold_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Gold alignments (Pharaoh; X.src and X.tgt beside it)", "",
-                                              "Pharaoh alignments (*.gold *.txt *.align);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self,
+            "Gold alignments (Pharaoh; X.src and X.tgt beside it)",
+            "",
+            "Pharaoh alignments (*.gold *.txt *.align);;All files (*)",
+        )
         if path:
             self.load_gold(path)
 
@@ -537,8 +592,10 @@ class MainWindow(QMainWindow):
             self.session.select(block=b)
         self.tabs.setCurrentWidget(self.stats)
         best = table["best_head"]
-        self.statusBar().showMessage(f"gold {table['name']}: best head decoder layer {best['layer']} head "
-                                     f"{best['head']}, AER {best['aer']:.3f} ({table['n_sentences']} pairs)")
+        self.statusBar().showMessage(
+            f"gold {table['name']}: best head decoder layer {best['layer']} head "
+            f"{best['head']}, AER {best['aer']:.3f} ({table['n_sentences']} pairs)"
+        )
 
     def choose_tokenizer_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
@@ -566,15 +623,24 @@ class MainWindow(QMainWindow):
             self.export_view(path)
 
     def export_npz_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export maps", maps_dialog_start(self.settings), "attnviz maps (*.npz)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export maps", maps_dialog_start(self.settings), "attnviz maps (*.npz)"
+        )
         if path:
             remember_export(self.settings, path)
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
     # the figure's view names (attnviz figure --view), plus "head" (the old name of heatmap) and "stats"
-    VIEW_ALIASES = {"overview": "Overview", "heatmap": "Head map", "head": "Head map", "links": "Token links",
-                    "alignment": "Alignment", "image": "Image regions", "stats": "Head stats"}
+    VIEW_ALIASES = {
+        "overview": "Overview",
+        "heatmap": "Head map",
+        "head": "Head map",
+        "links": "Token links",
+        "alignment": "Alignment",
+        "image": "Image regions",
+        "stats": "Head stats",
+    }
 
     def select_view(self, name: str) -> None:
         title = self.VIEW_ALIASES.get(name.lower(), name)
@@ -621,8 +687,13 @@ class MainWindow(QMainWindow):
         s = self.session
         if s.block is None or view is self.stats:
             return None
-        name = {self.overview: "overview", self.head_map: "heatmap", self.links: "links",
-                self.alignment: "alignment", self.image_regions: "image"}.get(view)
+        name = {
+            self.overview: "overview",
+            self.head_map: "heatmap",
+            self.links: "links",
+            self.alignment: "alignment",
+            self.image_regions: "image",
+        }.get(view)
         if name is None:
             return None
         sel = s.sel
@@ -636,8 +707,14 @@ class MainWindow(QMainWindow):
             if src is None or not self.image_regions.queries:
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
-            sel = clamp(sel.with_(block=src[0], query=None if row < 0 else int(row),
-                                  mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode), s.blocks)
+            sel = clamp(
+                sel.with_(
+                    block=src[0],
+                    query=None if row < 0 else int(row),
+                    mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode,
+                ),
+                s.blocks,
+            )
         return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
 
     def export_maps(self, path) -> None:

@@ -70,5 +70,7 @@ def check_platform(env=None, platform: str | None = None, loads: Callable[[str],
             f"or render offscreen with --screenshot PATH"
         )
     if not env.get("DISPLAY"):
-        raise AttnvizError("no X display (DISPLAY is not set): run attnviz in a desktop session, use ssh -X, "
-                           "or render offscreen with --screenshot PATH")
+        raise AttnvizError(
+            "no X display (DISPLAY is not set): run attnviz in a desktop session, use ssh -X, "
+            "or render offscreen with --screenshot PATH"
+        )

@@ -27,7 +27,7 @@ class ScreenshotTaker:
     def _take(self) -> None:
         try:
             export_widget(self.window, self.path)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.error = f"could not save the screenshot {self.path}: {e}"
         QApplication.instance().quit()
 
@@ -38,7 +38,7 @@ class ScreenshotTaker:
     def _save_and_quit(self) -> None:
         try:
             export_widget(self.window, self.path)  # the window with its message, for the record
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         QApplication.instance().quit()
 

@@ -80,7 +80,7 @@ class Worker(QRunnable):
                 out = self.fn(*self.args, **self.kwargs)
         except Cancelled as e:
             self.signals.errored.emit(rid, e)
-        except BaseException as e:  # noqa: BLE001 -- every failure becomes a message, never a crash
+        except BaseException as e:
             e.__attnviz_traceback__ = traceback.format_exc()
             self.signals.errored.emit(rid, e)
         else:

@@ -86,11 +86,15 @@ class Aligner:
         roles = set(model.roles.values())
         cross = [i for i, s in enumerate(model.sites) if s.kind == "cross"]
         if "decoder_tokens" not in roles or "tokens" not in roles or not cross:
-            raise AttnvizError(f"{model.path.name} is not an encoder-decoder text model with cross-attention "
-                               f"(it is a {model.kind} model); attnviz align needs one")
+            raise AttnvizError(
+                f"{model.path.name} is not an encoder-decoder text model with cross-attention "
+                f"(it is a {model.kind} model); attnviz align needs one"
+            )
         self.src_tok, tgt_tok = model.tokenizers
         if self.src_tok is None:
-            raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE")
+            raise AttnvizError(
+                f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
+            )
         self.tgt_tok = tgt_tok or self.src_tok
         sp = model.meta.get("special") if isinstance(model.meta.get("special"), dict) else {}
         self.start = int(sp.get("decoder_start", sp.get("bos", 0)))
@@ -100,8 +104,12 @@ class Aligner:
         src = encode_words(self.src_tok, src_words, special=True)
         tgt = encode_words(self.tgt_tok, tgt_words, special=False)
         feeds: dict[str, np.ndarray] = {}
-        _fill(self.model, feeds, src.ids, {"tokens": "tokens", "mask": "mask", "token_types": "token_types",
-                                           "positions": "positions"})
+        _fill(
+            self.model,
+            feeds,
+            src.ids,
+            {"tokens": "tokens", "mask": "mask", "token_types": "token_types", "positions": "positions"},
+        )
         _fill(self.model, feeds, [self.start] + tgt.ids, {"tokens": "decoder_tokens", "mask": "decoder_mask"})
         result = self.model.analyze(feeds=feeds, mode="dense")
         cross = sorted((s.layer, i) for i, s in enumerate(result.sites) if s.kind == "cross")
@@ -127,8 +135,10 @@ def pharaoh_set(gold_path) -> tuple:
     src, tgt = gold.with_suffix(".src"), gold.with_suffix(".tgt")
     missing = [p.name for p in (gold, src, tgt) if not p.is_file()]
     if missing:
-        raise AttnvizError(f"gold alignments need {gold.stem}.src, {gold.stem}.tgt and the Pharaoh file side by side "
-                           f"in {gold.parent}; missing: {', '.join(missing)}")
+        raise AttnvizError(
+            f"gold alignments need {gold.stem}.src, {gold.stem}.tgt and the Pharaoh file side by side "
+            f"in {gold.parent}; missing: {', '.join(missing)}"
+        )
     return src, tgt, gold
 
 
@@ -147,8 +157,10 @@ def score_test_set(model, gold_path, convention: str | None = None, cancelled=No
     except align.PharaohError as e:
         raise AttnvizError(str(e)) from None
     if not (len(src_lines) == len(tgt_lines) == len(gold)) or not gold:
-        raise AttnvizError(f"{gold_file.stem}: .src, .tgt and the gold file need the same number of lines "
-                           f"(they have {len(src_lines)}, {len(tgt_lines)}, {len(gold)})")
+        raise AttnvizError(
+            f"{gold_file.stem}: .src, .tgt and the gold file need the same number of lines "
+            f"(they have {len(src_lines)}, {len(tgt_lines)}, {len(gold)})"
+        )
     # a gold set that never links a punctuation-only target word (e.g. the NT set) does not ask for one:
     # give those words no link instead of counting them as errors
     punct = [[is_punctuation(w) for w in t.split()] for t in tgt_lines]

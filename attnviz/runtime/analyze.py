@@ -34,15 +34,24 @@ def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled
     if not (prep.dec_in is not None and req.generate):
         return None
     if prep.batch > 1:
-        raise AttnvizError(f"--generate runs one sequence; these inputs hold a batch of {prep.batch} rows: "
-                           "give one row, or drop --generate to see every row")
+        raise AttnvizError(
+            f"--generate runs one sequence; these inputs hold a batch of {prep.batch} rows: "
+            "give one row, or drop --generate to see every row"
+        )
     prompt = prep.prompts[0]
     eos = _special(model).get("eos")
     stepper = model.cache_stepper() if req.use_cache and hasattr(model, "cache_stepper") else None
     if stepper is not None:
         return gen.with_cache(stepper, bd.decoder_feeds(model, prep, [prompt]), req.generate, eos, progress, cancelled)
-    return gen.full_rerun(model, lambda ids: model.check_feeds(bd.decoder_feeds(model, prep, [ids])), prompt,
-                          req.generate, eos, progress, cancelled)
+    return gen.full_rerun(
+        model,
+        lambda ids: model.check_feeds(bd.decoder_feeds(model, prep, [ids])),
+        prompt,
+        req.generate,
+        eos,
+        progress,
+        cancelled,
+    )
 
 
 def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
@@ -85,9 +94,15 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
             if prep.notes:  # e.g. positions beyond the model's table: say why
                 raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
             raise
-    info = RunInfo(kind=model.kind, text=req.text, text_pair=req.text_pair, batch=prep.batch,
-                   notes=list(result.info.get("notes", [])) + list(prep.notes),
-                   image=str(req.image) if isinstance(req.image, (str, Path)) else None, image_preprocessing=prep.image_info)
+    info = RunInfo(
+        kind=model.kind,
+        text=req.text,
+        text_pair=req.text_pair,
+        batch=prep.batch,
+        notes=list(result.info.get("notes", [])) + list(prep.notes),
+        image=str(req.image) if isinstance(req.image, (str, Path)) else None,
+        image_preprocessing=prep.image_info,
+    )
 
     # axes -------------------------------------------------------------------------------
     dec_rows = bd.decoder_axes(model, prep, rows, feeds) if rows is not None else [None] * prep.batch

@@ -68,7 +68,9 @@ def _ids_array(rows: list[list[int]], dtype: str) -> np.ndarray:
     return np.asarray(rows, dtype=np.dtype(dtype) if dtype.startswith("int") else np.int64)
 
 
-def fill_text_inputs(model, feeds: dict, rows: list[list[int]], type_ids: list[int] | None, roles_map: dict[str, str]) -> None:
+def fill_text_inputs(
+    model, feeds: dict, rows: list[list[int]], type_ids: list[int] | None, roles_map: dict[str, str]
+) -> None:
     """Token / mask / type / position inputs for equal-length rows.  roles_map maps generic role -> input role."""
     b, n = len(rows), len(rows[0])
     for i in model.inputs:
@@ -91,7 +93,9 @@ def fill_auxiliary(model, feeds: dict, batch: int, seq_len: int | None) -> None:
         role = model.roles[i.name]
         if role == "past":
             if any(isinstance(d, str) for d in i.shape[1:-2]) or (len(i.shape) == 4 and isinstance(i.shape[-1], str)):
-                raise AttnvizError(f"input {i.name!r} is a KV cache with unknown head sizes; export the model without past key values")
+                raise AttnvizError(
+                    f"input {i.name!r} is a KV cache with unknown head sizes; export the model without past key values"
+                )
             shape = [batch if ax == 0 else (0 if isinstance(d, str) else d) for ax, d in enumerate(i.shape)]
             feeds[i.name] = np.zeros(shape, dtype=np.dtype(i.dtype))
         elif role == "cache_position" and seq_len:
@@ -140,15 +144,22 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
             raise AttnvizError(f"{model.path.name} takes an image ({img_in.describe()}); give an image", param="image")
         return
     if img_in is None:
-        raise AttnvizError(f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give a text instead", param="text")
+        raise AttnvizError(
+            f"{model.path.name} takes no image input (its inputs: {', '.join(i.name for i in model.inputs)}); give a text instead",
+            param="text",
+        )
     spec = ip.image_spec(model.meta, img_in.shape, req.image_size, req.image_mean, req.image_std)
     prep.image_info = spec.describe()  # recorded in the run info (sidebar, figure recipes)
     if spec.stats_source.startswith("default"):
-        prep.notes.append(f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
-                          "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those")
+        prep.notes.append(
+            f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
+            "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those"
+        )
     if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
-        prep.notes.append(f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
-                          "give --image-size H W")
+        prep.notes.append(
+            f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
+            "give --image-size H W"
+        )
     if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
         from PIL import Image
 
@@ -194,12 +205,18 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             src_tok, tgt_tok = model.tokenizers
             tok = tgt_tok or src_tok
             if tok is None:
-                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file", param="tokenizer")
+                raise AttnvizError(
+                    f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file",
+                    param="tokenizer",
+                )
             prompt = fit_positions(model, tok.encode(req.text, add_special=False), req.max_tokens, prep.notes).ids
         elif tok_in is not None:
             src_tok, tgt_tok = model.tokenizers
             if src_tok is None:
-                raise AttnvizError(f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file", param="tokenizer")
+                raise AttnvizError(
+                    f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file",
+                    param="tokenizer",
+                )
             enc = src_tok.encode(req.text, None if dec_in is not None else req.text_pair)
             if not enc.ids:
                 raise AttnvizError("the text gives no tokens; type some words")
@@ -207,7 +224,9 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             fill_text_inputs(model, feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
             prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
         else:
-            raise AttnvizError(f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})")
+            raise AttnvizError(
+                f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})"
+            )
     elif tok_in is not None and tok_in.name in feeds and feeds[tok_in.name].ndim == 2 and not prep.decoder_is_tokens:
         src_tok, tgt_tok = _tokenizers_or_none(model)
         keep = _mask_rows(feeds, model, "mask", batch)
@@ -230,7 +249,10 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             prompt = [int(start if start is not None else 0)]
             if req.text_pair:
                 if prep.tgt_tok is None:
-                    raise AttnvizError("no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer")
+                    raise AttnvizError(
+                        "no target tokenizer to encode the text pair; put tokenizer.json beside the model",
+                        param="tokenizer",
+                    )
                 prompt += prep.tgt_tok.encode(req.text_pair, add_special=False).ids
             prep.prompts = [list(prompt) for _ in range(batch)]
         else:
@@ -238,7 +260,10 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
         if kind == "decoder" and not prep.prompts[0]:
             raise AttnvizError("a decoder needs a prompt: give a text", param="text")
     elif req.generate:
-        raise AttnvizError(f"{model.path.name} is an {kind} model with no decoder input; generation needs a decoder or encoder-decoder model", param="generate")
+        raise AttnvizError(
+            f"{model.path.name} is an {kind} model with no decoder input; generation needs a decoder or encoder-decoder model",
+            param="generate",
+        )
     return prep
 
 

@@ -31,7 +31,12 @@ DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first
 WITH_PAST_FILE = "decoder_with_past_model.onnx"
 SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")  # decoder-only folders
 # config.json keys -> attnviz special-token roles (metadata "special")
-CONFIG_SPECIAL = {"decoder_start_token_id": "decoder_start", "eos_token_id": "eos", "bos_token_id": "bos", "pad_token_id": "pad"}
+CONFIG_SPECIAL = {
+    "decoder_start_token_id": "decoder_start",
+    "eos_token_id": "eos",
+    "bos_token_id": "bos",
+    "pad_token_id": "pad",
+}
 
 
 def _config_special(folder: Path) -> dict:
@@ -73,7 +78,7 @@ class FolderLayout:
     with_past: Path | None
 
     @classmethod
-    def find(cls, folder: Path) -> "FolderLayout | None":
+    def find(cls, folder: Path) -> FolderLayout | None:
         enc = folder / ENCODER_FILE
         dec = next((folder / n for n in DECODER_FILES if (folder / n).is_file()), None)
         if not enc.is_file() or dec is None:
@@ -88,12 +93,18 @@ class ModelSet:
     kind = "encoder-decoder"
     needs_probe = False
 
-    def __init__(self, layout: FolderLayout, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
+    def __init__(
+        self, layout: FolderLayout, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
+    ):
         t0 = time.perf_counter()
         self.layout = layout
         self.path = layout.folder
         # "onnx" says little: optimum's README layout is MODEL/onnx/
-        self.name = layout.folder.parent.name if layout.folder.name == "onnx" and layout.folder.parent.name else layout.folder.name
+        self.name = (
+            layout.folder.parent.name
+            if layout.folder.name == "onnx" and layout.folder.parent.name
+            else layout.folder.name
+        )
         kw = dict(provider=provider, tokenizer=tokenizer, threads=threads)
         self.encoder = AttentionModel(layout.encoder, **kw)
         self.decoder = AttentionModel(layout.decoder, **kw)
@@ -111,11 +122,16 @@ class ModelSet:
         self._tokenizers = None
         self._enc_cache: tuple[bytes, dict] | None = None  # encoder feeds -> its outputs (generation reuses them)
         dec_in = {i.name: i for i in self.decoder.inputs}
-        self._dec_names = {"tokens": self._by_role(self.decoder, "tokens"), "states": self._by_role(self.decoder, "encoder_states"),
-                           "mask": self._by_role(self.decoder, "mask")}
+        self._dec_names = {
+            "tokens": self._by_role(self.decoder, "tokens"),
+            "states": self._by_role(self.decoder, "encoder_states"),
+            "mask": self._by_role(self.decoder, "mask"),
+        }
         if self._dec_names["tokens"] is None or self._dec_names["states"] is None:
-            raise AttnvizError(f"{layout.decoder.name}: expected input_ids and encoder_hidden_states inputs "
-                               f"(it has {', '.join(dec_in)}); open the files one by one instead")
+            raise AttnvizError(
+                f"{layout.decoder.name}: expected input_ids and encoder_hidden_states inputs "
+                f"(it has {', '.join(dec_in)}); open the files one by one instead"
+            )
         enc_roles = self.encoder.roles
         enc_tok = next((i for i in self.encoder.inputs if enc_roles[i.name] == "tokens"), None)
         if enc_tok is None:
@@ -164,16 +180,21 @@ class ModelSet:
 
     def describe(self) -> dict:
         d = self.decoder.describe()
-        d.update({
-            "model": str(self.path),
-            "kind": self.kind,
-            "files": {"encoder": self.layout.encoder.name, "decoder": self.layout.decoder.name,
-                      "with_past": self.layout.with_past.name if self.layout.with_past else None},
-            "inputs": [vars(i) | {"role": self.roles[i.name]} for i in self.inputs],
-            "outputs": [vars(o) for o in self.outputs],
-            "sites": [s.to_dict() for s in self.sites],
-            "no_attention_reason": self.no_attention_reason,
-        })
+        d.update(
+            {
+                "model": str(self.path),
+                "kind": self.kind,
+                "files": {
+                    "encoder": self.layout.encoder.name,
+                    "decoder": self.layout.decoder.name,
+                    "with_past": self.layout.with_past.name if self.layout.with_past else None,
+                },
+                "inputs": [vars(i) | {"role": self.roles[i.name]} for i in self.inputs],
+                "outputs": [vars(o) for o in self.outputs],
+                "sites": [s.to_dict() for s in self.sites],
+                "no_attention_reason": self.no_attention_reason,
+            }
+        )
         return d
 
     # -- feeds ---------------------------------------------------------------------
@@ -191,7 +212,9 @@ class ModelSet:
                 raise AttnvizError(f"input {i.name!r} expects rank 2 {i.describe()}, got shape {tuple(a.shape)}")
             out[i.name] = a
         if "attention_mask" in out and out["attention_mask"].shape != out["input_ids"].shape:
-            raise AttnvizError(f"attention_mask has shape {out['attention_mask'].shape}, input_ids {out['input_ids'].shape}; give them the same shape")
+            raise AttnvizError(
+                f"attention_mask has shape {out['attention_mask'].shape}, input_ids {out['input_ids'].shape}; give them the same shape"
+            )
         if out["decoder_input_ids"].shape[0] != out["input_ids"].shape[0]:
             raise AttnvizError("input_ids and decoder_input_ids hold different batch sizes; give both the same rows")
         return out
@@ -237,28 +260,57 @@ class ModelSet:
         ran, enc_out = self._encode(feeds, mode)
         enc = ran or enc_out["result"]
         dec = self.decoder.run(self._decoder_feeds(self.decoder, feeds, enc_out), mode=mode)
-        info = dict(dec.info, model=self.name, model_path=str(self.path),
-                    run_s=dec.info.get("run_s", 0.0) + (enc.info.get("run_s", 0.0) if ran else 0.0))
-        return AttentionResult(maps=enc.maps + dec.maps, sites=enc.sites + dec.sites, outputs=dict(dec.outputs), info=info)
+        info = dict(
+            dec.info,
+            model=self.name,
+            model_path=str(self.path),
+            run_s=dec.info.get("run_s", 0.0) + (enc.info.get("run_s", 0.0) if ran else 0.0),
+        )
+        return AttentionResult(
+            maps=enc.maps + dec.maps, sites=enc.sites + dec.sites, outputs=dict(dec.outputs), info=info
+        )
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         feeds = self.check_feeds(feeds)
         _, enc_out = self._encode(feeds)
         return self.decoder.logits(self._decoder_feeds(self.decoder, feeds, enc_out))
 
-    def cache_stepper(self) -> "FolderCache | None":
+    def cache_stepper(self) -> FolderCache | None:
         if self.layout.with_past is None:
             return None
         if self._with_past is None:
             self._with_past = AttentionModel(self.layout.with_past, **self._past_args)
         return FolderCache.for_set(self, self._with_past)
 
-    def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds=None, generate: int = 0,
-                mode: str = "auto", image_size=None, image_mean=None, image_std=None, progress=None, cancelled=None,
-                use_cache: bool = True, max_tokens: int | None = None) -> AttentionResult:
-        req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache,
-                             max_tokens=max_tokens)
+    def analyze(
+        self,
+        text: str | None = None,
+        text_pair: str | None = None,
+        image=None,
+        feeds=None,
+        generate: int = 0,
+        mode: str = "auto",
+        image_size=None,
+        image_mean=None,
+        image_std=None,
+        progress=None,
+        cancelled=None,
+        use_cache: bool = True,
+        max_tokens: int | None = None,
+    ) -> AttentionResult:
+        req = AnalyzeRequest(
+            text=text,
+            text_pair=text_pair,
+            image=image,
+            feeds=feeds,
+            generate=generate,
+            mode=mode,
+            image_size=image_size,
+            image_mean=image_mean,
+            image_std=image_std,
+            use_cache=use_cache,
+            max_tokens=max_tokens,
+        )
         return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 
@@ -277,7 +329,7 @@ class FolderCache:
         self.feeds: dict = {}
 
     @classmethod
-    def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> "FolderCache | None":
+    def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> FolderCache | None:
         nodes = [s.node for s in ms.decoder.sites]
         order = []
         for s in past_model.sites:
@@ -331,7 +383,11 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
         single = p / found[0]
     if single is None:
         if not found:
-            raise AttnvizError(f"{p}: no .onnx file in this folder; give an ONNX model file or an optimum export folder")
-        raise AttnvizError(f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
-                           "give one of the files")
+            raise AttnvizError(
+                f"{p}: no .onnx file in this folder; give an ONNX model file or an optimum export folder"
+            )
+        raise AttnvizError(
+            f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
+            "give one of the files"
+        )
     return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads), p)

@@ -13,8 +13,9 @@ could not see yet are 0, as causal masking makes them).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -82,8 +83,14 @@ def _check(step: int, steps: int, progress: Callable | None, cancelled: Callable
         progress(int(100 * step / steps), f"generating: step {step + 1} of {steps}")
 
 
-def greedy_steps(next_logits: Callable[[list[int]], np.ndarray], prompt: list[int], steps: int, eos: int | None,
-                 progress=None, cancelled=None) -> Iterator[int]:
+def greedy_steps(
+    next_logits: Callable[[list[int]], np.ndarray],
+    prompt: list[int],
+    steps: int,
+    eos: int | None,
+    progress=None,
+    cancelled=None,
+) -> Iterator[int]:
     """Yield greedy tokens; ``next_logits(ids)`` gives the logits of the token after ``ids``."""
     ids = list(prompt)
     for step in range(steps):
@@ -95,8 +102,15 @@ def greedy_steps(next_logits: Callable[[list[int]], np.ndarray], prompt: list[in
         ids.append(nxt)
 
 
-def full_rerun(model, build_feeds: Callable[[list[int]], dict], prompt: list[int], steps: int, eos: int | None,
-               progress=None, cancelled=None) -> Generation:
+def full_rerun(
+    model,
+    build_feeds: Callable[[list[int]], dict],
+    prompt: list[int],
+    steps: int,
+    eos: int | None,
+    progress=None,
+    cancelled=None,
+) -> Generation:
     t0 = time.perf_counter()
 
     def next_logits(ids):
@@ -107,7 +121,9 @@ def full_rerun(model, build_feeds: Callable[[list[int]], dict], prompt: list[int
     return Generation(ids, time.perf_counter() - t0, "full re-run")
 
 
-def with_cache(stepper: CacheStepper, feeds: dict, steps: int, eos: int | None, progress=None, cancelled=None) -> Generation:
+def with_cache(
+    stepper: CacheStepper, feeds: dict, steps: int, eos: int | None, progress=None, cancelled=None
+) -> Generation:
     """Greedy generation feeding the cache; records every step's maps."""
     t0 = time.perf_counter()
     asm = MapAssembler()
@@ -142,7 +158,7 @@ class FileCache:
         self.length = 0
 
     @classmethod
-    def for_model(cls, model) -> "FileCache | None":
+    def for_model(cls, model) -> FileCache | None:
         past = [i.name for i in model.inputs if model.roles[i.name] == "past"]
         outs = {o.name for o in model.outputs}
         if not past or not all(present_name(p) in outs for p in past):

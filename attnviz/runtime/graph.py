@@ -33,7 +33,23 @@ DOWN_PASS = {"Where", "Cast", "Dropout", "Identity", "Reshape"}
 UP_PASS = {"Add", "Mul", "Div", "Sub", "Where", "Cast", "Reshape", "Tanh", "Identity", "Max", "Min", "Clip"}
 MATMULS = {"MatMul", "Einsum", "FusedMatMul"}
 # elementwise ops an epilogue may contain for per-head recompute (shapes broadcast over heads)
-ELEMENTWISE = {"Add", "Mul", "Div", "Sub", "Where", "Cast", "Tanh", "Identity", "Max", "Min", "Clip", "IsNaN", "Not", "Softmax", "Dropout"}
+ELEMENTWISE = {
+    "Add",
+    "Mul",
+    "Div",
+    "Sub",
+    "Where",
+    "Cast",
+    "Tanh",
+    "Identity",
+    "Max",
+    "Min",
+    "Clip",
+    "IsNaN",
+    "Not",
+    "Softmax",
+    "Dropout",
+}
 UNSUPPORTED_FUSED = {
     "PackedAttention": "packed (padding-free) attention",
     "PackedMultiHeadAttention": "packed multi-head attention",
@@ -69,8 +85,8 @@ class Site:
     layer: int = 0
     depth: int = 0
     scope: str = ""
-    g: "Graph | None" = field(default=None, repr=False)  # the graph (or If/Loop/Scan body) holding the node
-    twin: "Site | None" = field(default=None, repr=False)  # the same layer in the other branch of an If
+    g: Graph | None = field(default=None, repr=False)  # the graph (or If/Loop/Scan body) holding the node
+    twin: Site | None = field(default=None, repr=False)  # the same layer in the other branch of an If
     loop: str = ""  # "Loop" / "Scan": the body runs per iteration, its tensor comes out stacked on axis 0
     body_probs: str = ""  # for a site inside a body: the tensor there (``probs`` is its top-level output)
 
@@ -86,8 +102,14 @@ class Graph:
     Construction rejects cycles (an invalid graph that would make every walk loop) and orders the nodes.
     """
 
-    def __init__(self, model: onnx.ModelProto, external_dir: str | None = None,
-                 graph: onnx.GraphProto | None = None, parent: "Graph | None" = None, path: tuple = ()):
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        external_dir: str | None = None,
+        graph: onnx.GraphProto | None = None,
+        parent: Graph | None = None,
+        path: tuple = (),
+    ):
         self.model = model
         self.proto = graph if graph is not None else model.graph
         self.parent = parent
@@ -166,8 +188,10 @@ def _topological_order(g: Graph) -> list[int]:
     if len(order) != len(g.nodes):
         stuck = next(i for i, m in enumerate(missing) if m > 0)
         n = g.nodes[stuck]
-        raise AttnvizError(f"invalid ONNX graph: node {(n.name or n.op_type)!r} is part of a cycle (a tensor depends on "
-                           "itself); re-export the model")
+        raise AttnvizError(
+            f"invalid ONNX graph: node {(n.name or n.op_type)!r} is part of a cycle (a tensor depends on "
+            "itself); re-export the model"
+        )
     order.sort()  # files are usually already sorted: keep file order where it is valid
     if any(d > i for i, deps in enumerate(local_deps) for d in deps):
         order = _kahn_stable(local_deps, users)
@@ -357,8 +381,10 @@ class _Clock:
 
     def check(self) -> None:
         if time.perf_counter() > self.deadline:
-            raise AttnvizError(f"graph analysis took over {ANALYSIS_SECONDS:.0f} s (a pathological graph); "
-                               "the file is probably not a normal exported model — re-export it")
+            raise AttnvizError(
+                f"graph analysis took over {ANALYSIS_SECONDS:.0f} s (a pathological graph); "
+                "the file is probably not a normal exported model — re-export it"
+            )
 
 
 def _down_step(g: Graph, cur: str):
@@ -488,12 +514,19 @@ def find_sites(g: Graph) -> tuple[list[Site], str | None]:
     if problems:
         return [], f"attention is fused into ops that hide the probabilities: {problems[0]}; {REEXPORT_HINT}"
     if counts["wrong_axis"]:
-        return [], (f"no attention found: {counts['wrong_axis']} Softmax node(s) over Q·Kᵀ scores normalise an axis that is "
-                    "not the key axis, so their values are not attention weights; check the export")
+        return [], (
+            f"no attention found: {counts['wrong_axis']} Softmax node(s) over Q·Kᵀ scores normalise an axis that is "
+            "not the key axis, so their values are not attention weights; check the export"
+        )
     if counts["softmax"]:
-        return [], (f"no attention found: the graph has {counts['softmax']} Softmax node(s) but none feeds a P·V MatMul "
-                    "from a Q·Kᵀ MatMul (e.g. only a classifier head); this model may not be a transformer")
-    return [], "no attention found: the graph has no Softmax, ONNX Attention or onnxruntime attention op; this model may not be a transformer"
+        return [], (
+            f"no attention found: the graph has {counts['softmax']} Softmax node(s) but none feeds a P·V MatMul "
+            "from a Q·Kᵀ MatMul (e.g. only a classifier head); this model may not be a transformer"
+        )
+    return (
+        [],
+        "no attention found: the graph has no Softmax, ONNX Attention or onnxruntime attention op; this model may not be a transformer",
+    )
 
 
 def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: dict) -> None:
@@ -519,14 +552,34 @@ def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: d
         mm = g.nodes[mi]
         epi = sorted(path) + [i]
         epi += _guard_nodes(g, n.output[0], probs)
-        site = Site(i, name, method, probs=probs, q=mm.input[0], k=mm.input[1], qk=mm.output[0],
-                    epilogue=sorted(set(epi)), g=g, loop=loop)
+        site = Site(
+            i,
+            name,
+            method,
+            probs=probs,
+            q=mm.input[0],
+            k=mm.input[1],
+            qk=mm.output[0],
+            epilogue=sorted(set(epi)),
+            g=g,
+            loop=loop,
+        )
         if axis != -1:
             site.extra["softmax_axis"] = axis  # rank unknown here: checked on the tensor the run returns
         sites.append(site)
     elif op == "Attention" and dom in ("", "ai.onnx"):
-        sites.append(Site(i, name, "onnx-attention", q=n.input[0], k=n.input[1],
-                          heads=int(_attr(n, "q_num_heads", 0) or 0), g=g, loop=loop))
+        sites.append(
+            Site(
+                i,
+                name,
+                "onnx-attention",
+                q=n.input[0],
+                k=n.input[1],
+                heads=int(_attr(n, "q_num_heads", 0) or 0),
+                g=g,
+                loop=loop,
+            )
+        )
     elif dom == MS and op == "MultiHeadAttention":
         k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
         sites.append(Site(i, name, "mha-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
@@ -538,11 +591,23 @@ def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: d
         if w is None or g.parent is not None:
             problems.append(f"com.microsoft Attention node {name!r} has non-constant weights or sits in a subgraph")
             return
-        sites.append(Site(i, name, "recompute-packed", q=n.input[0], k=n.input[0], heads=int(_attr(n, "num_heads", 0)), g=g,
-                          extra={"unidirectional": int(_attr(n, "unidirectional", 0) or 0),
-                                 "mask_filter_value": float(_attr(n, "mask_filter_value", -10000.0) or -10000.0),
-                                 "scale": float(_attr(n, "scale", 0.0) or 0.0),
-                                 "qkv_hidden_sizes": list(_attr(n, "qkv_hidden_sizes", []) or [])}))
+        sites.append(
+            Site(
+                i,
+                name,
+                "recompute-packed",
+                q=n.input[0],
+                k=n.input[0],
+                heads=int(_attr(n, "num_heads", 0)),
+                g=g,
+                extra={
+                    "unidirectional": int(_attr(n, "unidirectional", 0) or 0),
+                    "mask_filter_value": float(_attr(n, "mask_filter_value", -10000.0) or -10000.0),
+                    "scale": float(_attr(n, "scale", 0.0) or 0.0),
+                    "qkv_hidden_sizes": list(_attr(n, "qkv_hidden_sizes", []) or []),
+                },
+            )
+        )
     elif dom == MS and op in UNSUPPORTED_FUSED:
         problems.append(f"{op} ({UNSUPPORTED_FUSED[op]}) node {name!r} does not expose its probabilities")
 
@@ -717,7 +782,11 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
             enc_bits |= bit[name]
             continue
         role = roles.get(name, "")
-        if role in ("decoder_tokens", "decoder_mask") or DECODER_INPUT_RE.search(name) or (decoder_graph and "encoder" not in name):
+        if (
+            role in ("decoder_tokens", "decoder_mask")
+            or DECODER_INPUT_RE.search(name)
+            or (decoder_graph and "encoder" not in name)
+        ):
             dec_bits |= bit[name]
         else:
             enc_bits |= bit[name]
@@ -794,10 +863,18 @@ def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
     # a causal mask compares two position ranges (j > i): Greater/Less on Range-derived tensors
     from_range: set[str] = set()
     for n in (n for sg in g.walk() for n in sg.nodes):
-        if n.op_type == "Range" or (n.op_type in ("Unsqueeze", "Reshape", "Cast", "Expand", "Add", "Sub") and n.input and n.input[0] in from_range):
+        if n.op_type == "Range" or (
+            n.op_type in ("Unsqueeze", "Reshape", "Cast", "Expand", "Add", "Sub")
+            and n.input
+            and n.input[0] in from_range
+        ):
             from_range.update(o for o in n.output if o)
-        if n.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual") and len(n.input) == 2 \
-                and n.input[0] in from_range and n.input[1] in from_range:
+        if (
+            n.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+            and len(n.input) == 2
+            and n.input[0] in from_range
+            and n.input[1] in from_range
+        ):
             return True
     for n in (n for sg in g.walk() for n in sg.nodes):
         if n.op_type == "Trilu":
@@ -894,7 +971,7 @@ def instrument(g0: Graph, sites: list[Site], mode: str = "dense") -> Exposed:
             if s.probs not in existing:
                 new = s.method in FUSED_OUTPUT
                 _add_output(m, s.probs, seen, _float_type(g0.model, n) if new else None)
-        for name in ([ex["mask_index"]] if "mask_index" in ex else []):
+        for name in [ex["mask_index"]] if "mask_index" in ex else []:
             if name not in existing and g0.producer.get(name) is not None:
                 _add_output(m, name, seen)
         outs.append(s.probs)
@@ -951,8 +1028,11 @@ class _Threader:
         if s.twin is not None:
             # both branches' tensors up to their If, then one output of that If
             tw = s.twin
-            k = next(d for d, (p, a) in enumerate(path) if a in ("then_branch", "else_branch") and tw.g.path[d][0] == p
-                     and tw.g.path[:d] == path[:d])
+            k = next(
+                d
+                for d, (p, a) in enumerate(path)
+                if a in ("then_branch", "else_branch") and tw.g.path[d][0] == p and tw.g.path[:d] == path[:d]
+            )
             mine = self._up(path, name, elem_type, stop=k + 1)
             theirs = self._up(tw.g.path, tw.probs, elem_type, stop=k + 1)
             branch = {path[k][1]: mine, tw.g.path[k][1]: theirs}
@@ -994,7 +1074,9 @@ class _Threader:
             if t is None:  # this branch has no such site: an empty [0,0,0,0] tensor of the same type
                 t = self._fresh()
                 dtype = helper.tensor_dtype_to_np_dtype(elem_type)
-                a.g.node.append(helper.make_node("Constant", [], [t], value=numpy_helper.from_array(np.zeros((0, 0, 0, 0), dtype))))
+                a.g.node.append(
+                    helper.make_node("Constant", [], [t], value=numpy_helper.from_array(np.zeros((0, 0, 0, 0), dtype)))
+                )
             a.g.output.append(helper.make_tensor_value_info(t, elem_type, None))
         out = self._fresh()
         node.output.append(out)
@@ -1060,6 +1142,7 @@ def epilogue_model(g: Graph, s: Site, opset_imports, dtypes: dict[str, tuple]) -
     for t in needed_consts:
         arr = g.const_value(t)
         inits.append(numpy_helper.from_array(arr, name=t))
+
     # keep only the nodes on the path to probs (drop side branches that leave the epilogue)
     # dtypes: name -> (numpy dtype, rank) of the arrays that will be fed (side inputs are fed as rank 4)
     def vi(t):
@@ -1067,7 +1150,9 @@ def epilogue_model(g: Graph, s: Site, opset_imports, dtypes: dict[str, tuple]) -
         return helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), [None] * rank)
 
     inputs = [vi(s.qk)] + [vi(t) for t in side]
-    graph = helper.make_graph(nodes, "attnviz_epilogue", inputs, [helper.make_empty_tensor_value_info(s.probs)], initializer=inits)
+    graph = helper.make_graph(
+        nodes, "attnviz_epilogue", inputs, [helper.make_empty_tensor_value_info(s.probs)], initializer=inits
+    )
     return helper.make_model(graph, opset_imports=list(opset_imports), ir_version=g.model.ir_version)
 
 
@@ -1148,8 +1233,9 @@ def _concrete_shapes(g: Graph, image_input: str, hw: tuple[int, int]) -> dict[st
             if len(dims) != 4:
                 return None
             c = dims[1].dim_value if dims[1].HasField("dim_value") else 3
-            v.type.tensor_type.shape.CopyFrom(onnx.TensorShapeProto(dim=[onnx.TensorShapeProto.Dimension(dim_value=d)
-                                                                          for d in (1, c, hw[0], hw[1])]))
+            v.type.tensor_type.shape.CopyFrom(
+                onnx.TensorShapeProto(dim=[onnx.TensorShapeProto.Dimension(dim_value=d) for d in (1, c, hw[0], hw[1])])
+            )
     try:
         inferred = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:
@@ -1172,8 +1258,22 @@ def _concat_after(g: Graph, t: str, limit: int = 6):
                 n = g.nodes[ci]
                 if n.op_type == "Concat":
                     return n, j
-                if n.op_type in ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Add",
-                                 "MatMul", "LayerNormalization") and n.output[0] not in seen:
+                if (
+                    n.op_type
+                    in (
+                        "Transpose",
+                        "Reshape",
+                        "Flatten",
+                        "Squeeze",
+                        "Unsqueeze",
+                        "Identity",
+                        "Cast",
+                        "Add",
+                        "MatMul",
+                        "LayerNormalization",
+                    )
+                    and n.output[0] not in seen
+                ):
                     seen.add(n.output[0])
                     nxt.append(n.output[0])
         frontier = nxt

@@ -104,7 +104,10 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
                     keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
                 sess, note = local_session(model, **kwargs)
                 sessions[sid] = sess
-                desc = [[NodeArg(a.name, a.type, tuple(a.shape)) for a in getattr(sess, f"get_{k}")()] for k in ("inputs", "outputs")]
+                desc = [
+                    [NodeArg(a.name, a.type, tuple(a.shape)) for a in getattr(sess, f"get_{k}")()]
+                    for k in ("inputs", "outputs")
+                ]
                 reply = (note, sess.get_providers(), desc[0], desc[1])
             elif op == "run":
                 sid, names, feeds, bound = args
@@ -118,8 +121,13 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
             else:
                 raise ValueError(f"unknown op {op!r}")
             conn.send(("ok", reply))
-        except BaseException as e:  # noqa: BLE001 -- every failure goes back to the parent as text
-            conn.send(("attnviz" if isinstance(e, AttnvizError) else "error", f"{type(e).__name__}: {e}" if not isinstance(e, AttnvizError) else str(e)))
+        except BaseException as e:
+            conn.send(
+                (
+                    "attnviz" if isinstance(e, AttnvizError) else "error",
+                    f"{type(e).__name__}: {e}" if not isinstance(e, AttnvizError) else str(e),
+                )
+            )
 
 
 def _run_local(sess, names, feeds, bound):
@@ -166,8 +174,12 @@ class _Host:
             mine, theirs = socket.socketpair()
             root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-            self.proc = _Popen([sys.executable, "-m", "attnviz.runtime.worker", str(theirs.fileno()), self.outdir],
-                               pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+            self.proc = _Popen(
+                [sys.executable, "-m", "attnviz.runtime.worker", str(theirs.fileno()), self.outdir],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
             theirs.close()
             self.conn = Connection(mine.detach())
         else:  # pragma: no cover - Windows has no pass_fds
@@ -199,12 +211,16 @@ class _Host:
                     self.kill()
                     raise RunCancelled("cancelled")  # the GUI shows "Cancelled.", not an error
                 if not self.alive and not self.conn.poll(0):
-                    raise ModelCrashed(f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run")
+                    raise ModelCrashed(
+                        f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
+                    )
             try:
                 status, reply = self.conn.recv()
             except (EOFError, OSError):
                 self.proc.wait(1)
-                raise ModelCrashed(f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run") from None
+                raise ModelCrashed(
+                    f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
+                ) from None
         finally:
             self.lock.release()
         if status == "ok":
@@ -396,8 +412,15 @@ def isolated() -> bool:
     return not os.environ.get("ATTNVIZ_INPROCESS")
 
 
-def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None, arena: bool = True,
-                 external_dir: str | None = None, label: str = "model", initializers=None):
+def make_session(
+    model: bytes | str,
+    provider: str = "auto",
+    threads: int | None = None,
+    arena: bool = True,
+    external_dir: str | None = None,
+    label: str = "model",
+    initializers=None,
+):
     """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
@@ -411,6 +434,10 @@ def make_session(model: bytes | str, provider: str = "auto", threads: int | None
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
     if not isolated():
-        return local.make_session(model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {}))
-    sess = RemoteSession(model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra)
+        return local.make_session(
+            model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
+        )
+    sess = RemoteSession(
+        model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
+    )
     return sess, sess.note

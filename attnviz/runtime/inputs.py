@@ -88,16 +88,20 @@ class HFTokenizer(TextEncoder):
             pass
 
     @classmethod
-    def from_file(cls, path: Path) -> "HFTokenizer":
+    def from_file(cls, path: Path) -> HFTokenizer:
         text = read_text(path, "tokenizer")  # regular files only: a FIFO named tokenizer.json must not block
-        return cls._build(text, str(path), f"{path}: not a usable Hugging Face tokenizer.json ({{}}); give a tokenizer.json with --tokenizer")
+        return cls._build(
+            text,
+            str(path),
+            f"{path}: not a usable Hugging Face tokenizer.json ({{}}); give a tokenizer.json with --tokenizer",
+        )
 
     @classmethod
-    def from_str(cls, s: str, source: str) -> "HFTokenizer":
+    def from_str(cls, s: str, source: str) -> HFTokenizer:
         return cls._build(s, source, f"{source}: embedded tokenizer is invalid ({{}}); re-export the model")
 
     @classmethod
-    def _build(cls, text: str, source: str, message: str) -> "HFTokenizer":
+    def _build(cls, text: str, source: str, message: str) -> HFTokenizer:
         from tokenizers import Tokenizer
 
         try:
@@ -106,7 +110,7 @@ class HFTokenizer(TextEncoder):
                 return cls(Tokenizer.from_str(text), source)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as e:  # noqa: BLE001 -- a Rust panic is a BaseException (pyo3 PanicException)
+        except BaseException as e:
             raise AttnvizError(message.format(_first_line(e))) from None
 
     def encode(self, text, pair=None, add_special=True):
@@ -115,8 +119,10 @@ class HFTokenizer(TextEncoder):
                 enc = self.tok.encode(text, pair, add_special_tokens=add_special)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as e:  # noqa: BLE001 -- a hostile tokenizer.json can make the Rust code panic
-            raise AttnvizError(f"tokenizer {self.source} failed on this text ({_first_line(e)}); use another tokenizer.json") from None
+        except BaseException as e:
+            raise AttnvizError(
+                f"tokenizer {self.source} failed on this text ({_first_line(e)}); use another tokenizer.json"
+            ) from None
         _check_tokens(len(enc.ids))
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
         return Encoded(list(enc.ids), [clean_token(t) for t in enc.tokens], [bool(x) for x in sm], list(enc.type_ids))
@@ -136,7 +142,9 @@ class HFTokenizer(TextEncoder):
 class VocabTokenizer(TextEncoder):
     """A vocabulary list from metadata: whitespace (or character) split, exact lookup."""
 
-    def __init__(self, vocab: list[str], special: dict | None = None, split: str = "whitespace", encoder_side: bool = True):
+    def __init__(
+        self, vocab: list[str], special: dict | None = None, split: str = "whitespace", encoder_side: bool = True
+    ):
         self.vocab = [str(v) for v in vocab]
         self.index = {v: i for i, v in enumerate(self.vocab)}
         self.special = {k: v for k, v in (special or {}).items() if isinstance(v, int)}
@@ -158,8 +166,10 @@ class VocabTokenizer(TextEncoder):
             if i is None:
                 if self.unk_id is None:
                     near = ", ".join(v for v in self.vocab[:12] if v not in ("",))
-                    raise AttnvizError(f"unknown token {w!r}: not in the model's vocabulary of {len(self.vocab)} "
-                                       f"(e.g. {near}, ...); use only known tokens")
+                    raise AttnvizError(
+                        f"unknown token {w!r}: not in the model's vocabulary of {len(self.vocab)} "
+                        f"(e.g. {near}, ...); use only known tokens"
+                    )
                 i = self.unk_id
             ids.append(i)
         _check_tokens(len(ids))
@@ -245,7 +255,9 @@ def clean_token(t: str) -> str:
     return t.replace("Ġ", " ").replace("▁", " ").replace("Ċ", "\\n").strip() or t
 
 
-def find_tokenizers(model_path: Path, meta: dict, explicit: str | None = None) -> tuple[TextEncoder | None, TextEncoder | None]:
+def find_tokenizers(
+    model_path: Path, meta: dict, explicit: str | None = None
+) -> tuple[TextEncoder | None, TextEncoder | None]:
     """(encoder-side, decoder-side) tokenizers: --tokenizer, metadata, tokenizer.json beside the model, vocab."""
     special = meta.get("special") if isinstance(meta.get("special"), dict) else {}
     split = str(meta.get("tokenize", "whitespace"))
@@ -300,8 +312,13 @@ class ImageSpec:
         return f"{self.preset} (mean {f(self.mean)}, std {f(self.std)}), {self.height}×{self.width}, from {self.stats_source}"
 
 
-def image_spec(meta: dict, input_shape: list, size: tuple[int, int] | None = None,
-               mean: list[float] | None = None, std: list[float] | None = None) -> ImageSpec:
+def image_spec(
+    meta: dict,
+    input_shape: list,
+    size: tuple[int, int] | None = None,
+    mean: list[float] | None = None,
+    std: list[float] | None = None,
+) -> ImageSpec:
     im = meta.get("image") if isinstance(meta.get("image"), dict) else {}
     ch = int(im.get("channels") or (input_shape[1] if len(input_shape) == 4 and isinstance(input_shape[1], int) else 3))
     src = "metadata" if im else "defaults"
@@ -316,8 +333,13 @@ def image_spec(meta: dict, input_shape: list, size: tuple[int, int] | None = Non
             size = (224, 224)
     from attnviz.core import preprocess
 
-    stats_src = "given" if (mean or std) else "metadata" if (im.get("mean") or im.get("std")) else \
-        f"default preset {preprocess.DEFAULT} (the model's metadata has no image statistics)"
+    stats_src = (
+        "given"
+        if (mean or std)
+        else "metadata"
+        if (im.get("mean") or im.get("std"))
+        else f"default preset {preprocess.DEFAULT} (the model's metadata has no image statistics)"
+    )
     dm, ds = preprocess.stats(preprocess.DEFAULT, ch)
     m = mean or im.get("mean") or dm
     s = std or im.get("std") or ds
@@ -336,7 +358,9 @@ def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarra
         if not all(np.isfinite(vals)):
             raise AttnvizError(f"image {name} {vals} is not finite; give numbers with --image-{name}")
     if any(v == 0 for v in spec.std):
-        raise AttnvizError(f"image std {spec.std} contains 0 (every pixel would divide by zero); give a non-zero --image-std")
+        raise AttnvizError(
+            f"image std {spec.std} contains 0 (every pixel would divide by zero); give a non-zero --image-std"
+        )
     with open_raster(p) as im:  # raster formats only, pixel cap, first frame
         img = im.convert("L" if spec.channels == 1 else "RGB")
     img = img.resize((spec.width, spec.height), Image.BICUBIC)
@@ -356,7 +380,9 @@ def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
     except AttnvizError:
         raise
     except Exception as e:
-        raise AttnvizError(f"inputs {p}: not a readable .npz ({type(e).__name__}); save feeds with numpy.savez(name=array, ...)") from None
+        raise AttnvizError(
+            f"inputs {p}: not a readable .npz ({type(e).__name__}); save feeds with numpy.savez(name=array, ...)"
+        ) from None
 
 
 def parse_series(text: str) -> np.ndarray:

@@ -27,8 +27,10 @@ class PositionLimit:
     source: str  # where the number came from, for the message
 
     def message(self, n: int, what: str = "tokens") -> str:
-        return (f"{n} {what}; this model's positions stop at {self.tokens} ({self.source}); "
-                f"use --max-tokens {self.tokens} to truncate")
+        return (
+            f"{n} {what}; this model's positions stop at {self.tokens} ({self.source}); "
+            f"use --max-tokens {self.tokens} to truncate"
+        )
 
 
 class InputTooLong(AttnvizError):
@@ -72,8 +74,11 @@ def _from_graph(proto) -> PositionLimit | None:
     g = proto.graph
     inits = {i.name: i for i in g.initializer}
     producer = {o: n for n in g.node for o in n.output}
-    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in g.node
-              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    consts = {
+        n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+        for n in g.node
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
+    }
     best: PositionLimit | None = None
     for n in g.node:
         if n.op_type != "Gather" or n.input[0] not in inits:

@@ -40,10 +40,14 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
         f.seek(0)
         try:
             model = onnx.load_model_from_string(f.read())  # never resolves external data by itself
-        except Exception as e:  # noqa: BLE001 -- protobuf raises its own types for damaged bytes
-            raise AttnvizError(f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it") from None
+        except Exception as e:
+            raise AttnvizError(
+                f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it"
+            ) from None
     if not model.graph.node:
-        raise AttnvizError(f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it")
+        raise AttnvizError(
+            f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it"
+        )
     bad = _first_undecodable(model)
     if bad is not None:  # protobuf hands invalid UTF-8 in string fields back as bytes: every name must be text
         raise AttnvizError(f"{path}: a {bad} field is not valid UTF-8 text; the file is corrupt — re-export it")
@@ -59,7 +63,9 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
                 "refusing to read it (keep external data files beside the model)"
             )
         if not target.is_file():
-            raise AttnvizError(f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model")
+            raise AttnvizError(
+                f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model"
+            )
     if external:
         # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
         from onnx.external_data_helper import load_external_data_for_tensor
@@ -68,8 +74,10 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
             if int(np.prod(t.dims or [1])) <= INLINE_LIMIT:
                 try:
                     load_external_data_for_tensor(t, str(base))
-                except Exception as e:  # noqa: BLE001 -- onnx raises assorted types for short data files
-                    raise AttnvizError(f"{path}: could not read external data ({_short(e)}); the data file may be truncated") from None
+                except Exception as e:
+                    raise AttnvizError(
+                        f"{path}: could not read external data ({_short(e)}); the data file may be truncated"
+                    ) from None
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
     return model, (str(base) if external else None)
@@ -84,17 +92,21 @@ def _check_arity(model: onnx.ModelProto, path: Path) -> None:
             continue
         try:
             schema = onnx.defs.get_schema(n.op_type, opsets[domain], domain)
-        except Exception:  # noqa: BLE001 -- not in this opset: the newest schema still bounds the arity
+        except Exception:
             try:
                 schema = onnx.defs.get_schema(n.op_type, domain)
-            except Exception:  # noqa: BLE001 -- unknown / contrib op: onnxruntime judges it
+            except Exception:
                 continue
-        for what, got, lo, hi in (("inputs", len(n.input), schema.min_input, schema.max_input),
-                                  ("outputs", len(n.output), schema.min_output, schema.max_output)):
+        for what, got, lo, hi in (
+            ("inputs", len(n.input), schema.min_input, schema.max_input),
+            ("outputs", len(n.output), schema.min_output, schema.max_output),
+        ):
             if not lo <= got <= hi:
                 want = f"{lo}" if lo == hi else f"{lo} to {hi}"
-                raise AttnvizError(f"{path}: node {n.name or n.op_type!r} ({n.op_type}) has {got} {what}, the ONNX spec allows {want}; "
-                                   "the file is corrupt — re-export it")
+                raise AttnvizError(
+                    f"{path}: node {n.name or n.op_type!r} ({n.op_type}) has {got} {what}, the ONNX spec allows {want}; "
+                    "the file is corrupt — re-export it"
+                )
 
 
 def _first_undecodable(msg) -> str | None:

@@ -17,13 +17,22 @@ from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.request import AnalyzeRequest
 from attnviz.runtime.host import make_session
+from attnviz.runtime.request import AnalyzeRequest
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
-    1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64", 16: "bfloat16",
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    16: "bfloat16",
 }
 
 
@@ -79,7 +88,16 @@ def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
 class RecomputeMap:
     """One site kept as Q and Kᵀ; a head's probabilities are recomputed through the graph's own epilogue."""
 
-    def __init__(self, q: np.ndarray, k: np.ndarray, side: dict[str, np.ndarray], epi_session, qk_name: str, batch: int, matmul_attrs: dict):
+    def __init__(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        side: dict[str, np.ndarray],
+        epi_session,
+        qk_name: str,
+        batch: int,
+        matmul_attrs: dict,
+    ):
         q = np.asarray(q)
         k = np.asarray(k)
         if q.ndim == 3:
@@ -138,7 +156,9 @@ class RecomputeMap:
 class PackedMap:
     """onnxruntime's packed com.microsoft.Attention: probabilities recomputed from X and the QKV weights."""
 
-    def __init__(self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, heads: int, mask: np.ndarray | None, extra: dict):
+    def __init__(
+        self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, heads: int, mask: np.ndarray | None, extra: dict
+    ):
         b, t, _ = x.shape
         sizes = extra.get("qkv_hidden_sizes") or [w.shape[1] // 3] * 3
         qw, kw = w[:, : sizes[0]], w[:, sizes[0] : sizes[0] + sizes[1]]
@@ -179,7 +199,9 @@ class PackedMap:
 class AttentionModel:
     """A loaded model with its attention sites found and labelled.  Sessions are created lazily."""
 
-    def __init__(self, path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
+    def __init__(
+        self, path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
+    ):
         t0 = time.perf_counter()
         self.path = Path(path)
         self.name = self.path.stem
@@ -283,7 +305,9 @@ class AttentionModel:
             "kind": self.kind,
             "inputs": [vars(i) | {"role": self.roles[i.name]} for i in self.inputs],
             "outputs": [vars(o) for o in self.outputs],
-            "metadata": {k: (v if len(v) <= 200 else v[:200] + f"... ({len(v)} chars)") for k, v in self.metadata.items()},
+            "metadata": {
+                k: (v if len(v) <= 200 else v[:200] + f"... ({len(v)} chars)") for k, v in self.metadata.items()
+            },
             "producer": f"{self.proto.producer_name} {self.proto.producer_version}".strip(),
             "opsets": {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import},
             "sites": [s.to_dict() for s in self.sites],
@@ -314,15 +338,20 @@ class AttentionModel:
                 try:
                     data, exposed = gr.instrumented_bytes(self.graph, self._sites, mode)
                 except ValueError as e:
-                    raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
+                    raise AttnvizError(
+                        f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet"
+                    ) from None
             try:
-                sess, note = make_session(data, self.requested_provider, self.threads, external_dir=self.external_dir,
-                                          label=self.path.name)
+                sess, note = make_session(
+                    data, self.requested_provider, self.threads, external_dir=self.external_dir, label=self.path.name
+                )
             except AttnvizError:
                 raise
             except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)
-                raise AttnvizError(f"{self.path.name}: onnxruntime cannot load this model: {ort_message(e)}; "
-                                   "re-export it (or update onnxruntime)") from None
+                raise AttnvizError(
+                    f"{self.path.name}: onnxruntime cannot load this model: {ort_message(e)}; "
+                    "re-export it (or update onnxruntime)"
+                ) from None
             self.provider_note = note or self.provider_note
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
@@ -345,18 +374,28 @@ class AttentionModel:
                 raise AttnvizError(f"input {i.name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
             for ax, (want, got) in enumerate(zip(i.shape, a.shape)):
                 if isinstance(want, int) and want > 0 and want != got:
-                    raise AttnvizError(f"input {i.name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}")
-            want = np.dtype(i.dtype) if i.dtype in ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8") else None
+                    raise AttnvizError(
+                        f"input {i.name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}"
+                    )
+            want = (
+                np.dtype(i.dtype)
+                if i.dtype in ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
+                else None
+            )
             if want is not None and a.dtype != want:
                 if want.kind in "iu" and a.dtype.kind == "f":
                     if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                        raise AttnvizError(f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
+                        raise AttnvizError(
+                            f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values"
+                        )
                 if want.kind == "f" and a.dtype.kind not in "fiub":
                     raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
                 if want.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
                     lo, hi = np.iinfo(want).min, np.iinfo(want).max
                     if int(a.min()) < lo or int(a.max()) > hi:
-                        raise AttnvizError(f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds")
+                        raise AttnvizError(
+                            f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds"
+                        )
                 a = a.astype(want)
             out[i.name] = a
         self._check_ids(out)
@@ -377,13 +416,15 @@ class AttentionModel:
                         size = int(table.dims[0])
                         bad = a[(a >= size) | (a < -size)]
                         if bad.size:
-                            raise AttnvizError(f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {size} entries")
+                            raise AttnvizError(
+                                f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {size} entries"
+                            )
 
     # -- running ---------------------------------------------------------------------
     def estimate_mb(self, feeds: dict[str, np.ndarray]) -> float:
         b = max((a.shape[0] for a in feeds.values() if np.ndim(a) >= 1), default=1)
         t = max((a.shape[-1] for n, a in feeds.items() if np.ndim(a) == 2), default=0)
-        for n, a in feeds.items():
+        for a in feeds.values():
             if np.ndim(a) == 4:
                 t = max(t, (a.shape[-1] // 16) * (a.shape[-2] // 16) + 1)
             elif np.ndim(a) == 3 and a.dtype.kind == "f":
@@ -418,7 +459,9 @@ class AttentionModel:
         try:
             values = _run_bound(sess, fetch, feeds)
         except Exception as e:
-            raise AttnvizError(f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)") from None
+            raise AttnvizError(
+                f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)"
+            ) from None
         run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
@@ -426,8 +469,14 @@ class AttentionModel:
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         self._confirm_stack(sites, maps, kept)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
-        info = {"provider": sess.get_providers()[0], "provider_note": self.provider_note, "mode": mode,
-                "run_s": run_s, "model": self.name, "model_path": str(self.path)}
+        info = {
+            "provider": sess.get_providers()[0],
+            "provider_note": self.provider_note,
+            "mode": mode,
+            "run_s": run_s,
+            "model": self.name,
+            "model_path": str(self.path),
+        }
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
@@ -447,8 +496,10 @@ class AttentionModel:
             if raw is not None and raw.size == 0 and s.g is not None and s.g.path:
                 continue  # the If branch holding this site did not run
             if raw is not None and not _normalises_keys(s, raw):
-                notes.append(f"site {s.node_name!r} skipped: its Softmax normalises axis {s.extra['softmax_axis']} of a "
-                             f"rank-{raw.ndim - bool(s.loop)} tensor, not the key axis, so it is not attention")
+                notes.append(
+                    f"site {s.node_name!r} skipped: its Softmax normalises axis {s.extra['softmax_axis']} of a "
+                    f"rank-{raw.ndim - bool(s.loop)} tensor, not the key axis, so it is not attention"
+                )
                 continue
             if s.loop and raw is not None:
                 for it in range(raw.shape[0]):
@@ -463,7 +514,9 @@ class AttentionModel:
             kept = [dataclasses.replace(s, extra=dict(s.extra)) for s in kept]  # this run's numbering only
             _renumber(kept)
         if not kept:
-            raise AttnvizError(f"{self.path.name}: no attention map came out of this run ({'; '.join(notes) or 'every site was in a branch that did not run'})")
+            raise AttnvizError(
+                f"{self.path.name}: no attention map came out of this run ({'; '.join(notes) or 'every site was in a branch that did not run'})"
+            )
         return kept, maps, notes
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
@@ -474,13 +527,20 @@ class AttentionModel:
                 node = self.graph.nodes[self.graph.producer[s.qk]]
                 attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
                 return RecomputeMap(got[ex["q"]], got[ex["k"]], side, epi, s.qk, batch, attrs)
-            raise AttnvizError(f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use dense memory mode", param="memory")
+            raise AttnvizError(
+                f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use dense memory mode",
+                param="memory",
+            )
         if s.method == "mha-qk":
             return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
         if s.method == "recompute-packed":
             node = self.graph.nodes[s.node_index]
             w = self.graph.const_value(node.input[1]).astype(np.float32)
-            bias = self.graph.const_value(node.input[2]).astype(np.float32) if len(node.input) > 2 and node.input[2] else None
+            bias = (
+                self.graph.const_value(node.input[2]).astype(np.float32)
+                if len(node.input) > 2 and node.input[2]
+                else None
+            )
             mask = None
             if "mask_index" in ex:
                 mask = got.get(ex["mask_index"])
@@ -552,10 +612,22 @@ class AttentionModel:
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
         return FileCache.for_model(self)
 
-    def analyze(self, text: str | None = None, text_pair: str | None = None, image=None, feeds: dict | None = None,
-                generate: int = 0, mode: str = "auto", image_size: tuple[int, int] | None = None,
-                image_mean: list[float] | None = None, image_std: list[float] | None = None,
-                progress=None, cancelled=None, use_cache: bool = True, max_tokens: int | None = None) -> AttentionResult:
+    def analyze(
+        self,
+        text: str | None = None,
+        text_pair: str | None = None,
+        image=None,
+        feeds: dict | None = None,
+        generate: int = 0,
+        mode: str = "auto",
+        image_size: tuple[int, int] | None = None,
+        image_mean: list[float] | None = None,
+        image_std: list[float] | None = None,
+        progress=None,
+        cancelled=None,
+        use_cache: bool = True,
+        max_tokens: int | None = None,
+    ) -> AttentionResult:
         """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
@@ -566,9 +638,19 @@ class AttentionModel:
         if generate < 0:
             raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
         limits.check("generate", generate, "--generate")
-        req = AnalyzeRequest(text=text, text_pair=text_pair, image=image, feeds=feeds, generate=generate, mode=mode,
-                             image_size=image_size, image_mean=image_mean, image_std=image_std, use_cache=use_cache,
-                             max_tokens=max_tokens)
+        req = AnalyzeRequest(
+            text=text,
+            text_pair=text_pair,
+            image=image,
+            feeds=feeds,
+            generate=generate,
+            mode=mode,
+            image_size=image_size,
+            image_mean=image_mean,
+            image_std=image_std,
+            use_cache=use_cache,
+            max_tokens=max_tokens,
+        )
         return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 
@@ -614,12 +696,14 @@ def _serialize(model: onnx.ModelProto) -> bytes:
     try:
         return model.SerializeToString()
     except ValueError as e:  # > 2 GB: protobuf cannot serialize in one piece
-        raise AttnvizError(f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet") from None
+        raise AttnvizError(
+            f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet"
+        ) from None
 
 
-
-
-def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None) -> AttentionModel:
+def open_model(
+    path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
+) -> AttentionModel:
     return AttentionModel(path, provider=provider, tokenizer=tokenizer, threads=threads)
 
 
@@ -644,7 +728,7 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
         if tg is not None:
             return PatchGrid(tg.rows, tg.cols, tg.lead)
         return None
-    side = int(round(n_keys ** 0.5))
+    side = int(round(n_keys**0.5))
     return PatchGrid(side, side, 0) if side * side == n_keys else None
 
 

@@ -18,8 +18,13 @@ from attnviz.core.untrusted import open_regular
 # Pillow format names we decode; everything else (EPS, PDF, PSD, ...) is refused before a plugin sees the bytes
 RASTER_FORMATS = ("PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF")
 MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
-    (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
 )
 
 
@@ -51,7 +56,9 @@ def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | N
         head = f.read(16)
         fmt = sniff_raster(head)
         if fmt is None:
-            raise AttnvizError(f"{what} {p}: cannot open it as an image: not a PNG, JPEG, BMP, TIFF, WebP or GIF file; convert it to PNG")
+            raise AttnvizError(
+                f"{what} {p}: cannot open it as an image: not a PNG, JPEG, BMP, TIFF, WebP or GIF file; convert it to PNG"
+            )
         f.seek(0)
         try:
             with warnings.catch_warnings():
@@ -65,7 +72,11 @@ def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | N
         except AttnvizError:
             raise
         except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-            raise AttnvizError(f"{what} {p}: too many pixels (a decompression bomb?); raise the limit with ATTNVIZ_MAX_PIXELS") from None
+            raise AttnvizError(
+                f"{what} {p}: too many pixels (a decompression bomb?); raise the limit with ATTNVIZ_MAX_PIXELS"
+            ) from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, MemoryError) as e:
-            raise AttnvizError(f"{what} {p}: cannot decode it as {fmt} ({type(e).__name__}); re-save it as PNG") from None
+            raise AttnvizError(
+                f"{what} {p}: cannot decode it as {fmt} ({type(e).__name__}); re-save it as PNG"
+            ) from None
     return im

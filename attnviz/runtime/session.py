@@ -25,8 +25,13 @@ def session_options(threads: int | None = None, arena: bool = True) -> ort.Sessi
     return so
 
 
-def make_session(model: bytes | str, provider: str = "auto", threads: int | None = None, arena: bool = True,
-                 external_dir: str | None = None) -> tuple[ort.InferenceSession, str]:
+def make_session(
+    model: bytes | str,
+    provider: str = "auto",
+    threads: int | None = None,
+    arena: bool = True,
+    external_dir: str | None = None,
+) -> tuple[ort.InferenceSession, str]:
     """Create a session; return it and a note when the provider differs from what was asked."""
     if provider not in PROVIDERS:
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
@@ -34,7 +39,9 @@ def make_session(model: bytes | str, provider: str = "auto", threads: int | None
     note = ""
     want_cuda = provider == "cuda" or (provider == "auto" and CUDA in available and gpu_present())
     if provider == "cuda" and CUDA not in available:
-        raise AttnvizError("CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu")
+        raise AttnvizError(
+            "CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu"
+        )
     so = session_options(threads, arena)
     if external_dir:  # a model given as bytes reads its external weights from here
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_dir)

@@ -54,8 +54,10 @@ def check_run_folder(out: str | os.PathLike, task: str) -> None:
         if same:
             return
     shown = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
-    raise AttnvizError(f"--out {out} is not empty ({shown}) and holds no run to resume; "
-                       "choose an empty folder or pass --overwrite to replace it")
+    raise AttnvizError(
+        f"--out {out} is not empty ({shown}) and holds no run to resume; "
+        "choose an empty folder or pass --overwrite to replace it"
+    )
 
 
 def ensure_writable_dir(out: Path) -> Path:
@@ -79,7 +81,9 @@ def save(out: Path, model, optimizer, step: int, state: dict) -> None:
     for idx, st in opt["state"].items():
         for key, v in st.items():
             t = v if torch.is_tensor(v) else torch.tensor(float(v))
-            tensors[f"optim.{idx}.{key}"] = t.detach().contiguous().cpu().reshape(-1) if t.dim() == 0 else t.detach().contiguous().cpu()
+            tensors[f"optim.{idx}.{key}"] = (
+                t.detach().contiguous().cpu().reshape(-1) if t.dim() == 0 else t.detach().contiguous().cpu()
+            )
     atomic_write_bytes(Path(out) / TENSORS, st_save(tensors, metadata={"step": str(step), "format": "attnviz-1"}))
     atomic_write_json(Path(out) / STATE, {**state, "step": step})
 
@@ -110,7 +114,9 @@ def load_tensors(out: Path, model, optimizer, step: int) -> None:
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors raises its own error types for truncated/garbled files
-        raise AttnvizError(f"checkpoint {p} is corrupt or unreadable ({str(e).splitlines()[0][:120]}); {hint}") from None
+        raise AttnvizError(
+            f"checkpoint {p} is corrupt or unreadable ({str(e).splitlines()[0][:120]}); {hint}"
+        ) from None
     if meta.get("step") != str(step):
         raise AttnvizError(f"checkpoint {p} is at step {meta.get('step')} but {STATE} says {step}; {hint}")
     sd = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}

@@ -54,14 +54,22 @@ class ModelConfig:
         self.validate()
 
     def validate(self) -> None:
-        for name, allowed in (("arch", ARCHS), ("positions", POSITIONS), ("image_encoder", IMAGE_ENCODERS),
-                              ("input_kind", INPUT_KINDS), ("head", HEADS), ("pool", POOLS)):
+        for name, allowed in (
+            ("arch", ARCHS),
+            ("positions", POSITIONS),
+            ("image_encoder", IMAGE_ENCODERS),
+            ("input_kind", INPUT_KINDS),
+            ("head", HEADS),
+            ("pool", POOLS),
+        ):
             if getattr(self, name) not in allowed:
                 raise AttnvizError(f"model config: {name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
         if self.d_model % self.n_heads:
             raise AttnvizError(f"model config: d_model={self.d_model} does not divide into n_heads={self.n_heads}")
         if self.arch in ("vit", "image-decoder") and self.image_size % self.patch_size:
-            raise AttnvizError(f"model config: image_size={self.image_size} is not a multiple of patch_size={self.patch_size}")
+            raise AttnvizError(
+                f"model config: image_size={self.image_size} is not a multiple of patch_size={self.patch_size}"
+            )
 
     @property
     def target_vocab(self) -> int:
@@ -76,7 +84,7 @@ class ModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
+    def from_dict(cls, d: dict) -> ModelConfig:
         return cls(**_known(cls, d))
 
 
@@ -108,9 +116,13 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.align_convention not in CONVENTIONS:
-            raise AttnvizError(f"train config: align_convention={self.align_convention!r} is not one of {', '.join(CONVENTIONS)}")
+            raise AttnvizError(
+                f"train config: align_convention={self.align_convention!r} is not one of {', '.join(CONVENTIONS)}"
+            )
         if self.align_labels not in ALIGN_LABELS:
-            raise AttnvizError(f"train config: align_labels={self.align_labels!r} is not one of {', '.join(ALIGN_LABELS)}")
+            raise AttnvizError(
+                f"train config: align_labels={self.align_labels!r} is not one of {', '.join(ALIGN_LABELS)}"
+            )
         if self.align_weight and not self.align_heads:
             raise AttnvizError("train config: align_weight > 0 needs align_heads ([[decoder layer, head], ...])")
         self.align_heads = [[int(l), int(h)] for l, h in self.align_heads]
@@ -119,7 +131,7 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         return cls(**_known(cls, d))
 
 
@@ -136,13 +148,17 @@ MODEL_PRESETS: dict[str, dict] = {
     "demo": dict(d_model=64, n_heads=4, n_layers=2, n_dec_layers=2, d_ff=128, dropout=0.0),
 }
 TRAIN_PRESETS: dict[str, dict] = {
-    "tiny": dict(steps=30, batch_size=32, lr=3e-3, warmup=5, log_every=5, checkpoint_every=1000, n_train=512, n_test=128),
+    "tiny": dict(
+        steps=30, batch_size=32, lr=3e-3, warmup=5, log_every=5, checkpoint_every=1000, n_train=512, n_test=128
+    ),
     "demo": dict(steps=1500, batch_size=64, lr=1e-3, warmup=100, log_every=10, checkpoint_every=250),
 }
 PRESETS = tuple(MODEL_PRESETS)
 
 
-def preset_configs(preset: str, model: dict | None = None, train: dict | None = None) -> tuple[ModelConfig, TrainConfig]:
+def preset_configs(
+    preset: str, model: dict | None = None, train: dict | None = None
+) -> tuple[ModelConfig, TrainConfig]:
     """Build (ModelConfig, TrainConfig) from a named preset plus task-specific overrides."""
     if preset not in MODEL_PRESETS:
         raise AttnvizError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")

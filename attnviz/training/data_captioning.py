@@ -109,8 +109,9 @@ def _relation(first: Box, second: Box) -> tuple[str, float]:
     return ("above" if dy > 0 else "below"), abs(dy) - abs(dx)
 
 
-def make_scene(rng: random.Random, size: tuple[int, int] = (64, 64), margin: float = 6.0, gap: int = 2,
-               noise: int = 0) -> Scene:
+def make_scene(
+    rng: random.Random, size: tuple[int, int] = (64, 64), margin: float = 6.0, gap: int = 2, noise: int = 0
+) -> Scene:
     """Draw one scene (see module doc).  ``noise`` > 0 adds uniform per-pixel noise in ``[0, noise)``
     to the background only, so the masks stay exact."""
     H, W = size
@@ -141,8 +142,9 @@ def make_scene(rng: random.Random, size: tuple[int, int] = (64, 64), margin: flo
     words = ["a", c1, s1, *rel.split(), "a", c2, s2]
     n_rel = len(rel.split())
     word_boxes = {1: b1, 2: b1, 3 + n_rel + 1: b2, 3 + n_rel + 2: b2}
-    return Scene(image=img, words=tuple(words), objects=((c1, s1, b1), (c2, s2, b2)), word_boxes=word_boxes,
-                 masks=(m1, m2))
+    return Scene(
+        image=img, words=tuple(words), objects=((c1, s1, b1), (c2, s2, b2)), word_boxes=word_boxes, masks=(m1, m2)
+    )
 
 
 def make_scenes(n: int, seed: int = 0, size: tuple[int, int] = (64, 64), noise: int = 0) -> list[Scene]:
@@ -150,7 +152,8 @@ def make_scenes(n: int, seed: int = 0, size: tuple[int, int] = (64, 64), noise: 
     return [make_scene(rng, size, noise=noise) for _ in range(n)]
 
 
-def scene_split(n_train: int = 8000, n_test: int = 500, seed: int = 0, size: tuple[int, int] = (64, 64),
-                noise: int = 0) -> tuple[list[Scene], list[Scene]]:
+def scene_split(
+    n_train: int = 8000, n_test: int = 500, seed: int = 0, size: tuple[int, int] = (64, 64), noise: int = 0
+) -> tuple[list[Scene], list[Scene]]:
     """Train and held-out scenes from different seeds (a scene is a continuous draw: repeats are negligible)."""
     return make_scenes(n_train, seed, size, noise), make_scenes(n_test, seed + 10_007, size, noise)

@@ -143,7 +143,9 @@ def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
             parent[max(ra, rb)] = min(ra, rb)
 
     for rec in records:
-        vs = {src_verse[s] for s in rec["source"] if s in src_verse} | {tgt_verse[t] for t in rec["target"] if t in tgt_verse}
+        vs = {src_verse[s] for s in rec["source"] if s in src_verse} | {
+            tgt_verse[t] for t in rec["target"] if t in tgt_verse
+        }
         vs_list = sorted(vs)
         for v in vs_list[1:]:
             union(vs_list[0], v)
@@ -213,8 +215,11 @@ def write_pharaoh_files(pairs: list[AlignedPair], prefix: str | Path) -> tuple[P
     ``i-j``, 0-based source-target): the input ``attnviz align`` reads, e.g. for the held-out verses."""
     prefix = Path(prefix)
     paths = tuple(prefix.with_name(prefix.name + ext) for ext in (".src", ".tgt", ".gold"))
-    texts = ["".join(" ".join(p.src) + "\n" for p in pairs), "".join(" ".join(p.tgt) + "\n" for p in pairs),
-             "".join(" ".join(f"{i}-{j}" for i, j in sorted(p.links)) + "\n" for p in pairs)]
+    texts = [
+        "".join(" ".join(p.src) + "\n" for p in pairs),
+        "".join(" ".join(p.tgt) + "\n" for p in pairs),
+        "".join(" ".join(f"{i}-{j}" for i, j in sorted(p.links)) + "\n" for p in pairs),
+    ]
     for path, text in zip(paths, texts):
         path.write_text(text, encoding="utf-8")
     return paths  # type: ignore[return-value]
@@ -230,7 +235,12 @@ _DETS = ["the", "a"]
 _PREPS = ["near", "behind", "under"]
 # target vocabulary: one made-up word per source content word (the articles have no counterpart)
 _LEX = {
-    **{w: t for w, t in zip(_NOUNS, ["miko", "dashu", "pira", "selo", "wando", "kibi", "turo", "raja", "rani", "sensi", "ringo", "kawa"])},
+    **{
+        w: t
+        for w, t in zip(
+            _NOUNS, ["miko", "dashu", "pira", "selo", "wando", "kibi", "turo", "raja", "rani", "sensi", "ringo", "kawa"]
+        )
+    },
     **{w: t for w, t in zip(_ADJS, ["oki", "chisa", "aka", "furu", "waka", "gena", "shizu", "mido"])},
     **{w: t for w, t in zip(_VERBS, ["miru", "suku", "otto", "mitsu", "tasu", "kaku", "kiku", "yobu"])},
     **{w: t for w, t in zip(_PREPS, ["chika", "ushiro", "shita"])},
@@ -294,8 +304,13 @@ def synthetic_split(n_train: int = 2000, n_test: int = 200, seed: int = 0) -> Sp
 # subword tokenizers
 
 
-def train_tokenizer(sentences: list[tuple[str, ...]] | list[list[str]], vocab_size: int = 4000, lowercase: bool = False,
-                    strip_accents: bool = False, min_frequency: int = 2):
+def train_tokenizer(
+    sentences: list[tuple[str, ...]] | list[list[str]],
+    vocab_size: int = 4000,
+    lowercase: bool = False,
+    strip_accents: bool = False,
+    min_frequency: int = 2,
+):
     """A WordPiece tokenizer (``##`` continuation prefix) trained on pre-split sentences.
 
     Specials ``[PAD] [UNK] [BOS] [EOS]`` get ids 0..3.  The pre-tokenizer splits on whitespace and
@@ -313,8 +328,13 @@ def train_tokenizer(sentences: list[tuple[str, ...]] | list[list[str]], vocab_si
     tok.normalizer = normalizers.Sequence(norms)
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIALS,
-                                        continuing_subword_prefix="##", show_progress=False)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIALS,
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
     tok.train_from_iterator((" ".join(s) for s in sentences), trainer=trainer, length=len(sentences))
     return tok
 
@@ -343,8 +363,9 @@ class TranslationTokenizers:
         return {"src_ids": s_ids, "src_words": s_w, "tgt_ids": [bos] + t_ids + [eos], "tgt_words": [-1] + t_w + [-1]}
 
 
-def train_tokenizers(pairs: list[AlignedPair], src_vocab: int = 4000, tgt_vocab: int = 4000,
-                     greek: bool = True) -> TranslationTokenizers:
+def train_tokenizers(
+    pairs: list[AlignedPair], src_vocab: int = 4000, tgt_vocab: int = 4000, greek: bool = True
+) -> TranslationTokenizers:
     """Source (Greek: lower-cased, accents stripped; the NT is small) and target (cased) tokenizers."""
     return TranslationTokenizers(
         source=train_tokenizer([p.src for p in pairs], src_vocab, lowercase=greek, strip_accents=greek),

@@ -107,9 +107,17 @@ def export_graph(model, mcfg: ModelConfig, feeds: dict[str, np.ndarray], path: P
     args = tuple(torch.as_tensor(np.asarray(feeds[n])) for n in names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # legacy-exporter deprecation and tracer warnings
-        torch.onnx.export(_wrap(m, names), args, str(path), input_names=list(names), output_names=["logits"],
-                          dynamic_axes={**{n: _AXES[n] for n in names}, "logits": _logit_axes(mcfg)},
-                          opset_version=OPSET, dynamo=False, do_constant_folding=True)
+        torch.onnx.export(
+            _wrap(m, names),
+            args,
+            str(path),
+            input_names=list(names),
+            output_names=["logits"],
+            dynamic_axes={**{n: _AXES[n] for n in names}, "logits": _logit_axes(mcfg)},
+            opset_version=OPSET,
+            dynamo=False,
+            do_constant_folding=True,
+        )
 
 
 def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = ATOL) -> dict:
@@ -128,14 +136,18 @@ def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = 
     got = [m.array() for m in res.maps]
     layout = [(s.stack, s.kind, s.layer) for s in res.sites]
     if len(got) != len(ref):
-        raise AttnvizError(f"export check failed: the engine found {len(got)} attention sites, the model has {len(ref)}")
+        raise AttnvizError(
+            f"export check failed: the engine found {len(got)} attention sites, the model has {len(ref)}"
+        )
     expected = [tuple(x) for x in model.attention_layout()]
     if layout != expected:
         raise AttnvizError(f"export check failed: the engine labels the sites {layout}, the model has {expected}")
     attn_diff = 0.0
     for i, (g, r) in enumerate(zip(got, ref)):
         if g.shape != r.shape:
-            raise AttnvizError(f"export check failed: attention site {i} has shape {g.shape} in ONNX, {r.shape} in PyTorch")
+            raise AttnvizError(
+                f"export check failed: attention site {i} has shape {g.shape} in ONNX, {r.shape} in PyTorch"
+            )
         attn_diff = max(attn_diff, float(np.abs(g - r).max()))
     report = {"logits_max_diff": logit_diff, "attention_max_diff": attn_diff, "sites": len(ref), "engine": engine}
     if logit_diff > atol * max(1.0, float(np.abs(lt).max())) or attn_diff > atol:
@@ -143,8 +155,16 @@ def check_parity(path: Path, model, feeds: dict[str, np.ndarray], atol: float = 
     return report
 
 
-def export(model, task, mcfg: ModelConfig, tcfg: TrainConfig, path: str | Path, metrics: dict | None = None,
-           evaluate: bool = False, check: bool = True) -> dict:
+def export(
+    model,
+    task,
+    mcfg: ModelConfig,
+    tcfg: TrainConfig,
+    path: str | Path,
+    metrics: dict | None = None,
+    evaluate: bool = False,
+    check: bool = True,
+) -> dict:
     """Export, optionally measure held-out metrics on the ONNX file, write metadata, check, then publish.
 
     Returns ``{"path", "metrics", "parity"}``.  ``evaluate=True`` measures ``task.evaluate`` with
@@ -172,13 +192,22 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
     except FileNotFoundError:
         raise AttnvizError(f"no such model file: {path}") from None
     except Exception as e:  # protobuf DecodeError etc.
-        raise AttnvizError(f"{path} is not a readable ONNX file ({type(e).__name__}); re-export it with 'attnviz train'") from None
+        raise AttnvizError(
+            f"{path} is not a readable ONNX file ({type(e).__name__}); re-export it with 'attnviz train'"
+        ) from None
     meta = meta_keys.parse({p.key: p.value for p in m.metadata_props})
     cfg = meta.get("config")
     if not isinstance(cfg, dict) or "model" not in cfg or "train" not in cfg:
-        raise AttnvizError(f"{path} has no attnviz training config in its metadata; "
-                           "'attnviz eval' only scores models exported by 'attnviz train'")
-    return meta.get("task", cfg.get("task", "")), ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"]), meta
+        raise AttnvizError(
+            f"{path} has no attnviz training config in its metadata; "
+            "'attnviz eval' only scores models exported by 'attnviz train'"
+        )
+    return (
+        meta.get("task", cfg.get("task", "")),
+        ModelConfig.from_dict(cfg["model"]),
+        TrainConfig.from_dict(cfg["train"]),
+        meta,
+    )
 
 
 def refresh_metadata(path: str | Path) -> dict:

@@ -29,12 +29,15 @@ def check(mcfg: ModelConfig, tcfg: TrainConfig) -> None:
     if not tcfg.align_weight:
         return
     if mcfg.arch != "encoder-decoder":
-        raise AttnvizError(f"guided alignment needs an encoder-decoder model (this one is {mcfg.arch!r}); "
-                           "set align_weight to 0")
+        raise AttnvizError(
+            f"guided alignment needs an encoder-decoder model (this one is {mcfg.arch!r}); set align_weight to 0"
+        )
     for layer, head in tcfg.align_heads:
         if not (0 <= layer < mcfg.n_dec_layers and 0 <= head < mcfg.n_heads):
-            raise AttnvizError(f"guided alignment head {layer}:{head} does not exist: the decoder has "
-                               f"{mcfg.n_dec_layers} layers of {mcfg.n_heads} heads")
+            raise AttnvizError(
+                f"guided alignment head {layer}:{head} does not exist: the decoder has "
+                f"{mcfg.n_dec_layers} layers of {mcfg.n_heads} heads"
+            )
 
 
 def shift_rows(align, convention: str):

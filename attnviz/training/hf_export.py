@@ -29,10 +29,19 @@ from attnviz.core import preprocess
 
 OPSET = 17
 ATOL = 1e-4
-SAMPLE_TEXTS = ("attention shows where a model looks", "a longer second sentence checks that every length works the same")
+SAMPLE_TEXTS = (
+    "attention shows where a model looks",
+    "a longer second sentence checks that every length works the same",
+)
 # files copied beside model.onnx (the runtime finds tokenizer.json there; the rest documents the source)
-COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "preprocessor_config.json",
-          "config.json", "generation_config.json")
+COPIED = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "preprocessor_config.json",
+    "config.json",
+    "generation_config.json",
+)
 # image normalisation presets (ImageNet, CLIP, 0.5, none); the one matched is recorded in the metadata
 IMAGE_PRESETS = {k: (list(p.mean), list(p.std)) for k, p in preprocess.PRESETS.items()}
 
@@ -52,18 +61,34 @@ _TEXT_ROLES = {"input_ids": "tokens", "attention_mask": "mask", "token_type_ids"
 FAMILIES = {
     "encoder": Family("encoder", ("input_ids", "attention_mask", "token_type_ids"), _TEXT_ROLES),
     "decoder": Family("decoder", ("input_ids", "attention_mask"), _TEXT_ROLES),
-    "encoder-decoder": Family("encoder-decoder", ("input_ids", "attention_mask", "decoder_input_ids"),
-                              {**_TEXT_ROLES, "decoder_input_ids": "decoder_tokens"}),
+    "encoder-decoder": Family(
+        "encoder-decoder",
+        ("input_ids", "attention_mask", "decoder_input_ids"),
+        {**_TEXT_ROLES, "decoder_input_ids": "decoder_tokens"},
+    ),
     "vision": Family("vision", ("pixel_values",), {"pixel_values": "image"}, text=False, image=True),
-    "vision-decoder": Family("vision-decoder", ("pixel_values", "decoder_input_ids"),
-                             {"pixel_values": "image", "decoder_input_ids": "decoder_tokens"}, image=True),
+    "vision-decoder": Family(
+        "vision-decoder",
+        ("pixel_values", "decoder_input_ids"),
+        {"pixel_values": "image", "decoder_input_ids": "decoder_tokens"},
+        image=True,
+    ),
 }
 # task names written to attnviz.task ("...classification" + labels makes the sidebar show the prediction)
-TASKS = {"encoder": "text-encoder", "decoder": "text-generation", "encoder-decoder": "text2text-generation",
-         "vision": "image-encoder", "vision-decoder": "image-to-text"}
-_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-         "token_type_ids": {0: "batch", 1: "sequence"}, "decoder_input_ids": {0: "batch", 1: "target_sequence"},
-         "pixel_values": {0: "batch"}}
+TASKS = {
+    "encoder": "text-encoder",
+    "decoder": "text-generation",
+    "encoder-decoder": "text2text-generation",
+    "vision": "image-encoder",
+    "vision-decoder": "image-to-text",
+}
+_AXES = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "token_type_ids": {0: "batch", 1: "sequence"},
+    "decoder_input_ids": {0: "batch", 1: "target_sequence"},
+    "pixel_values": {0: "batch"},
+}
 
 
 def _torch_nn_module():
@@ -85,8 +110,15 @@ class HFWrapper(_torch_nn_module()):  # type: ignore[misc]
         return getattr(self.model(**dict(zip(self.names, args))), self.output)
 
 
-def onnx_export(model, kwargs: dict, output: str, path: Path, opset: int = OPSET, exporter: str = "legacy",
-                output_axes: dict | None = None) -> None:
+def onnx_export(
+    model,
+    kwargs: dict,
+    output: str,
+    path: Path,
+    opset: int = OPSET,
+    exporter: str = "legacy",
+    output_axes: dict | None = None,
+) -> None:
     """``torch.onnx.export`` of an HF model through :class:`HFWrapper` (inputs named as ``kwargs``' keys)."""
     import torch
 
@@ -99,11 +131,27 @@ def onnx_export(model, kwargs: dict, output: str, path: Path, opset: int = OPSET
             axes = {n: _AXES.get(n, {0: "batch", 1: f"seq_{n}"}) for n in names if kwargs[n].ndim >= 2}
             if output_axes:
                 axes[output] = output_axes
-            torch.onnx.export(wrapper, args, str(path), input_names=names, output_names=[output], opset_version=opset,
-                              dynamic_axes=axes, dynamo=False)
+            torch.onnx.export(
+                wrapper,
+                args,
+                str(path),
+                input_names=names,
+                output_names=[output],
+                opset_version=opset,
+                dynamic_axes=axes,
+                dynamo=False,
+            )
         else:
-            torch.onnx.export(wrapper, args, str(path), input_names=names, output_names=[output], opset_version=opset,
-                              dynamo=True, verbose=False)
+            torch.onnx.export(
+                wrapper,
+                args,
+                str(path),
+                input_names=names,
+                output_names=[output],
+                opset_version=opset,
+                dynamo=True,
+                verbose=False,
+            )
 
 
 # --------------------------------------------------------------------------- reading the folder
@@ -114,14 +162,18 @@ def _load(model_dir: Path):
     try:
         config = transformers.AutoConfig.from_pretrained(str(model_dir))
     except Exception as e:
-        raise AttnvizError(f"{model_dir}: transformers cannot read its config.json ({str(e).splitlines()[0][:160]})") from None
+        raise AttnvizError(
+            f"{model_dir}: transformers cannot read its config.json ({str(e).splitlines()[0][:160]})"
+        ) from None
     archs = list(getattr(config, "architectures", None) or [])
     cls = getattr(transformers, archs[0], None) if archs else None
     cls = cls or transformers.AutoModel
     try:
         model, info = cls.from_pretrained(str(model_dir), attn_implementation="eager", output_loading_info=True)
     except Exception as e:
-        raise AttnvizError(f"{model_dir}: cannot load the weights with {cls.__name__} ({str(e).splitlines()[0][:160]})") from None
+        raise AttnvizError(
+            f"{model_dir}: cannot load the weights with {cls.__name__} ({str(e).splitlines()[0][:160]})"
+        ) from None
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("eager")  # composite models (VisionEncoderDecoder) set their parts too
     if hasattr(model.config, "use_cache"):
@@ -144,8 +196,10 @@ def family_of(model, config) -> Family:
         return FAMILIES["encoder-decoder"]
     if "input_ids" in params:
         return FAMILIES["encoder"]  # refined to "decoder" when transformers' maps are causal
-    raise AttnvizError(f"{type(model).__name__} takes neither input_ids nor pixel_values; export-hf handles text, "
-                       "vision and vision->text models (export others with torch.onnx.export, see README)")
+    raise AttnvizError(
+        f"{type(model).__name__} takes neither input_ids nor pixel_values; export-hf handles text, "
+        "vision and vision->text models (export others with torch.onnx.export, see README)"
+    )
 
 
 def _tokenizer(model_dir: Path):
@@ -154,18 +208,28 @@ def _tokenizer(model_dir: Path):
 
         tok = AutoTokenizer.from_pretrained(str(model_dir))
     except Exception as e:
-        raise AttnvizError(f"{model_dir}: no usable tokenizer ({str(e).splitlines()[0][:160]}); copy tokenizer.json "
-                           "(and tokenizer_config.json) from the model's repository into the folder") from None
+        raise AttnvizError(
+            f"{model_dir}: no usable tokenizer ({str(e).splitlines()[0][:160]}); copy tokenizer.json "
+            "(and tokenizer_config.json) from the model's repository into the folder"
+        ) from None
     if not getattr(tok, "is_fast", False):
-        raise AttnvizError(f"{model_dir}: the tokenizer has no fast (tokenizer.json) form, which attnviz needs; "
-                           "save one with transformers (AutoTokenizer.from_pretrained(...).save_pretrained) first")
+        raise AttnvizError(
+            f"{model_dir}: the tokenizer has no fast (tokenizer.json) form, which attnviz needs; "
+            "save one with transformers (AutoTokenizer.from_pretrained(...).save_pretrained) first"
+        )
     return tok
 
 
 def _special(tok, config) -> dict:
     out = {}
-    for key, attr in (("pad", "pad_token_id"), ("bos", "bos_token_id"), ("eos", "eos_token_id"), ("cls", "cls_token_id"),
-                      ("sep", "sep_token_id"), ("unk", "unk_token_id")):
+    for key, attr in (
+        ("pad", "pad_token_id"),
+        ("bos", "bos_token_id"),
+        ("eos", "eos_token_id"),
+        ("cls", "cls_token_id"),
+        ("sep", "sep_token_id"),
+        ("unk", "unk_token_id"),
+    ):
         v = getattr(tok, attr, None) if tok is not None else None
         if v is None:
             v = getattr(config, attr, None)
@@ -201,8 +265,14 @@ def image_settings(model_dir: Path, config) -> dict:
         preset, source = "0.5", "default (no preprocessor_config.json)"
     patch = getattr(vcfg, "patch_size", None)
     patch = list(patch) if isinstance(patch, (list, tuple)) else [patch, patch] if patch else None
-    out = {"size": size, "channels": channels, "mean": [float(x) for x in mean][:channels],
-           "std": [float(x) for x in std][:channels], "preset": preset, "preset_source": source}
+    out = {
+        "size": size,
+        "channels": channels,
+        "mean": [float(x) for x in mean][:channels],
+        "std": [float(x) for x in std][:channels],
+        "preset": preset,
+        "preset_source": source,
+    }
     if patch:
         out["grid"] = [size[0] // int(patch[0]), size[1] // int(patch[1])]
     return out
@@ -223,7 +293,11 @@ def example_inputs(fam: Family, model, tok, special: dict, image: dict | None, t
         enc = tok(text, return_tensors="pt")
         kw["input_ids"] = enc["input_ids"]
         kw["attention_mask"] = torch.ones_like(enc["input_ids"])
-        if "token_type_ids" in fam.inputs and "token_type_ids" in params and getattr(model.config, "type_vocab_size", None):
+        if (
+            "token_type_ids" in fam.inputs
+            and "token_type_ids" in params
+            and getattr(model.config, "type_vocab_size", None)
+        ):
             kw["token_type_ids"] = torch.zeros_like(enc["input_ids"])
     if "decoder_input_ids" in fam.inputs:
         start = special.get("decoder_start", special.get("bos", 0))
@@ -254,7 +328,9 @@ def reference_maps(model, kw: dict) -> tuple[list[np.ndarray], list[tuple[str, s
                 labels.append(("decoder", "cross", i))
     else:
         atts = list(o.attentions or [])
-        causal = len(atts) > 0 and all(np.allclose(np.triu(a.numpy()[0, 0], 1), 0.0) for a in atts) and atts[0].shape[-1] > 1
+        causal = (
+            len(atts) > 0 and all(np.allclose(np.triu(a.numpy()[0, 0], 1), 0.0) for a in atts) and atts[0].shape[-1] > 1
+        )
         stack = "decoder" if causal else "encoder"
         for i, a in enumerate(atts):
             maps.append(a.numpy())
@@ -296,7 +372,9 @@ class ExportReport:
     missing_weights: list[str] = field(default_factory=list)  # initialised randomly by transformers
 
 
-def check_against_transformers(onnx_path: Path, model, inputs: list[dict], atol: float = ATOL) -> tuple[float, float, int]:
+def check_against_transformers(
+    onnx_path: Path, model, inputs: list[dict], atol: float = ATOL
+) -> tuple[float, float, int]:
     """Every map attnviz extracts equals transformers' within ``atol`` (and the labels agree); raises otherwise."""
     import onnxruntime as ort
 
@@ -315,9 +393,13 @@ def check_against_transformers(onnx_path: Path, model, inputs: list[dict], atol:
         got = [m.array() for m in res.maps]
         got_labels = [(s.stack, s.kind, s.layer) for s in res.sites]
         if len(got) != len(ref):
-            raise AttnvizError(f"export check failed: attnviz found {len(got)} attention sites, transformers returns {len(ref)} maps")
+            raise AttnvizError(
+                f"export check failed: attnviz found {len(got)} attention sites, transformers returns {len(ref)} maps"
+            )
         if got_labels != labels:
-            raise AttnvizError(f"export check failed: attnviz labels the sites {got_labels}, transformers' order is {labels}")
+            raise AttnvizError(
+                f"export check failed: attnviz labels the sites {got_labels}, transformers' order is {labels}"
+            )
         for i, (g, r) in enumerate(zip(got, ref)):
             if g.shape != r.shape:
                 raise AttnvizError(f"export check failed: map {i} is {g.shape} in ONNX, {r.shape} in transformers")
@@ -327,17 +409,23 @@ def check_against_transformers(onnx_path: Path, model, inputs: list[dict], atol:
         worst_out = max(worst_out, float(np.abs(o - out).max()) / max(1.0, float(np.abs(out).max())))
         n = len(ref)
     if worst > atol or worst_out > atol:
-        raise AttnvizError(f"export check failed: maps differ from transformers by {worst:.2e}, outputs by {worst_out:.2e} "
-                           f"(tolerance {atol:g}); try --opset 18 or report the model")
+        raise AttnvizError(
+            f"export check failed: maps differ from transformers by {worst:.2e}, outputs by {worst_out:.2e} "
+            f"(tolerance {atol:g}); try --opset 18 or report the model"
+        )
     return worst, worst_out, n
 
 
 # --------------------------------------------------------------------------- the command's work
 def _check_paths(model_dir: Path, out_dir: Path) -> None:
     if not model_dir.is_dir():
-        raise AttnvizError(f"{model_dir}: no such folder; give a local Hugging Face model folder (config.json + weights + tokenizer)")
+        raise AttnvizError(
+            f"{model_dir}: no such folder; give a local Hugging Face model folder (config.json + weights + tokenizer)"
+        )
     if not (model_dir / "config.json").is_file():
-        raise AttnvizError(f"{model_dir}: no config.json; give the folder of a Hugging Face model (e.g. from huggingface-cli download)")
+        raise AttnvizError(
+            f"{model_dir}: no config.json; give the folder of a Hugging Face model (e.g. from huggingface-cli download)"
+        )
     if not any(model_dir.glob("*.safetensors")) and not any(model_dir.glob("*.bin")):
         raise AttnvizError(f"{model_dir}: no weights (*.safetensors or pytorch_model.bin) beside config.json")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
@@ -346,8 +434,9 @@ def _check_paths(model_dir: Path, out_dir: Path) -> None:
         raise AttnvizError(f"--out {out_dir}: folder {out_dir.resolve().parent} does not exist")
 
 
-def export_hf(model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, text: str | None = None,
-              atol: float = ATOL) -> ExportReport:
+def export_hf(
+    model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, text: str | None = None, atol: float = ATOL
+) -> ExportReport:
     """Export ``model_dir`` to ``out_dir/model.onnx`` (+ tokenizer, metadata); nothing is left at ``out_dir``
     unless the check against transformers passes."""
     import torch
@@ -377,7 +466,9 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, te
     output = _output_name(model, inputs[0])
     # the output's batch axis and, for per-token outputs, its sequence axis (else the exporter names them by node)
     out_axes = {0: "batch"}
-    seq_in = "decoder_input_ids" if "decoder_input_ids" in inputs[0] else "input_ids" if "input_ids" in inputs[0] else None
+    seq_in = (
+        "decoder_input_ids" if "decoder_input_ids" in inputs[0] else "input_ids" if "input_ids" in inputs[0] else None
+    )
     if seq_in is not None and labels and "classification" not in type(model).__name__.lower():
         out_axes[1] = _AXES[seq_in][1]
 
@@ -392,9 +483,16 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, opset: int = OPSET, te
         "task": task,
         "inputs": {n: fam.roles[n] for n in inputs[0]},
         "special": special,
-        "config": {"source": "huggingface", "architecture": arch, "model_type": getattr(config, "model_type", ""),
-                   "family": fam.name, "output": output, "opset": opset, "transformers": transformers.__version__,
-                   "attnviz": __version__},
+        "config": {
+            "source": "huggingface",
+            "architecture": arch,
+            "model_type": getattr(config, "model_type", ""),
+            "family": fam.name,
+            "output": output,
+            "opset": opset,
+            "transformers": transformers.__version__,
+            "attnviz": __version__,
+        },
     }
     positions = _max_positions(config)
     if positions and fam.text:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -62,8 +62,10 @@ def lr_at(step: int, tc: TrainConfig) -> float:
 def param_groups(model, weight_decay: float) -> list[dict]:
     """AdamW groups as in nanoGPT: decay the matrices (weights, embeddings), not biases or LayerNorm gains."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
 def steps_for_epochs(epochs: int, tc: TrainConfig) -> int:
@@ -79,8 +81,9 @@ class Trainer:
     :class:`AttnvizError` unless ``restart=True``.
     """
 
-    def __init__(self, task, mcfg: ModelConfig, tcfg: TrainConfig, out: str | Path | None = None,
-                 restart: bool = False):
+    def __init__(
+        self, task, mcfg: ModelConfig, tcfg: TrainConfig, out: str | Path | None = None, restart: bool = False
+    ):
         import torch
 
         from attnviz.training.model import AttnModel
@@ -105,8 +108,15 @@ class Trainer:
 
     # -- run folder ------------------------------------------------------------
     def _state(self) -> dict:
-        return {"task": self.task.name, "model": self.mcfg.to_dict(), "train": self.tcfg.to_dict(),
-                "total": self.tcfg.steps, "finished": self.finished, "losses": self.losses, "metrics": self.metrics}
+        return {
+            "task": self.task.name,
+            "model": self.mcfg.to_dict(),
+            "train": self.tcfg.to_dict(),
+            "total": self.tcfg.steps,
+            "finished": self.finished,
+            "losses": self.losses,
+            "metrics": self.metrics,
+        }
 
     def _resume_or_start(self, restart: bool) -> None:
         if restart:  # a stale checkpoint must not be mistaken for this run's after an early interruption
@@ -115,17 +125,26 @@ class Trainer:
         prev = None if restart else ckpt.load_state(self.out)
         if prev is not None:
             where = self.out / ckpt.STATE
-            if prev.get("task") != self.task.name or prev.get("model") != self.mcfg.to_dict() or _strip(prev.get("train")) != _strip(self.tcfg.to_dict()):
-                raise AttnvizError(f"{self.out} holds a run with a different task or configuration ({where}); "
-                                   f"pass --restart to overwrite it or choose another --out")
+            if (
+                prev.get("task") != self.task.name
+                or prev.get("model") != self.mcfg.to_dict()
+                or _strip(prev.get("train")) != _strip(self.tcfg.to_dict())
+            ):
+                raise AttnvizError(
+                    f"{self.out} holds a run with a different task or configuration ({where}); "
+                    f"pass --restart to overwrite it or choose another --out"
+                )
             if prev.get("finished"):
-                raise AttnvizError(f"{self.out} already holds a finished run; pass --restart to train again or choose another --out")
+                raise AttnvizError(
+                    f"{self.out} already holds a finished run; pass --restart to train again or choose another --out"
+                )
             self.step = int(prev["step"])
             ckpt.load_tensors(self.out, self.model, self.optimizer, self.step)
             self.losses = prev.get("losses", [])
             self.message = f"resumed from step {self.step}/{self.tcfg.steps} ({where})"
-        ckpt.atomic_write_json(self.out / ckpt.CONFIG, {"task": self.task.name, "model": self.mcfg.to_dict(),
-                                                       "train": self.tcfg.to_dict()})
+        ckpt.atomic_write_json(
+            self.out / ckpt.CONFIG, {"task": self.task.name, "model": self.mcfg.to_dict(), "train": self.tcfg.to_dict()}
+        )
 
     def save(self) -> None:
         if self.out is not None:
@@ -165,7 +184,9 @@ class Trainer:
                 batch = self._batch(s)
                 if tc.align_weight:
                     logits, probs = self.model(**{k: batch[k] for k in names}, return_attention=True)
-                    loss = self.task.loss(logits, batch) + tc.align_weight * guided.loss(probs, batch["align"], self.mcfg, tc)
+                    loss = self.task.loss(logits, batch) + tc.align_weight * guided.loss(
+                        probs, batch["align"], self.mcfg, tc
+                    )
                 else:
                     logits = self.model(**{k: batch[k] for k in names})
                     loss = self.task.loss(logits, batch)

@@ -89,8 +89,14 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], max_n: int
         bp = 1.0 if hyp_len > ref_len else math.exp(1 - ref_len / max(hyp_len, 1))
         bleu = 100.0 * bp * math.exp(log_p)
     bp = 1.0 if hyp_len > ref_len else (math.exp(1 - ref_len / hyp_len) if hyp_len else 0.0)
-    return {"bleu": bleu, "precisions": precisions, "bp": bp, "ratio": hyp_len / max(ref_len, 1),
-            "hyp_len": hyp_len, "ref_len": ref_len}
+    return {
+        "bleu": bleu,
+        "precisions": precisions,
+        "bp": bp,
+        "ratio": hyp_len / max(ref_len, 1),
+        "hyp_len": hyp_len,
+        "ref_len": ref_len,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -118,8 +124,9 @@ def pointing_hit(grid_attn: np.ndarray, box: Box, image_size: tuple[int, int], t
     return (x0 - tolerance) <= cx < (x1 + tolerance) and (y0 - tolerance) <= cy < (y1 + tolerance)
 
 
-def pointing_table(samples: Iterable[dict], image_size: tuple[int, int], grid: tuple[int, int],
-                   tolerance: float = 0.0) -> dict:
+def pointing_table(
+    samples: Iterable[dict], image_size: tuple[int, int], grid: tuple[int, int], tolerance: float = 0.0
+) -> dict:
     """Pointing-game accuracy per layer / head / layer mean.
 
     Each sample: ``{"attn": [L, H, Tq, rows*cols] cross-attention over image patches (patch keys only),
@@ -152,14 +159,19 @@ def pointing_table(samples: Iterable[dict], image_size: tuple[int, int], grid: t
     acc_l = hits_l / n
     bl, bh = np.unravel_index(int(np.argmax(acc_h)), acc_h.shape)
     best_layer = int(np.argmax(acc_l))
-    return {"heads": acc_h.tolist(), "layers": acc_l.tolist(),
-            "best_head": {"layer": int(bl), "head": int(bh), "accuracy": float(acc_h[bl, bh])},
-            "best_layer": {"layer": best_layer, "accuracy": float(acc_l[best_layer])},
-            "average": hits_avg / n, "n_words": n}
+    return {
+        "heads": acc_h.tolist(),
+        "layers": acc_l.tolist(),
+        "best_head": {"layer": int(bl), "head": int(bh), "accuracy": float(acc_h[bl, bh])},
+        "best_layer": {"layer": best_layer, "accuracy": float(acc_l[best_layer])},
+        "average": hits_avg / n,
+        "n_words": n,
+    }
 
 
-def pointing_baselines(samples: Iterable[dict], image_size: tuple[int, int], grid: tuple[int, int],
-                       tolerance: float = 0.0) -> dict:
+def pointing_baselines(
+    samples: Iterable[dict], image_size: tuple[int, int], grid: tuple[int, int], tolerance: float = 0.0
+) -> dict:
     """Expected pointing accuracy of two attention-free pointers over the same words as :func:`pointing_table`.
 
     ``either_object``: knows where the scene's objects are but not which one the word names; points at the

@@ -255,7 +255,9 @@ class AttnModel(nn.Module):
             self.head = nn.Linear(d, cfg.vocab_size)
         else:
             self.head = nn.Linear(d, cfg.horizon)
-        self.register_buffer("causal", torch.tril(torch.ones(cfg.max_len, cfg.max_len, dtype=torch.bool)), persistent=False)
+        self.register_buffer(
+            "causal", torch.tril(torch.ones(cfg.max_len, cfg.max_len, dtype=torch.bool)), persistent=False
+        )
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -295,8 +297,15 @@ class AttnModel(nn.Module):
         return self.lm_head(y), probs  # (B, Tt, V)
 
     # -- forward ---------------------------------------------------------------
-    def forward(self, input_ids=None, attention_mask=None, series=None, pixel_values=None,
-                decoder_input_ids=None, return_attention: bool = False):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        series=None,
+        pixel_values=None,
+        decoder_input_ids=None,
+        return_attention: bool = False,
+    ):
         arch = self.cfg.arch
         probs: list[torch.Tensor] = []
         if arch in ("encoder", "decoder"):

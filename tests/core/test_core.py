@@ -14,12 +14,26 @@ def softmax_maps(rng, b, h, tq, tk):
 
 
 def enc_dec_result(rng):
-    maps = [softmax_maps(rng, 1, 3, 5, 5), softmax_maps(rng, 1, 3, 5, 5),
-            softmax_maps(rng, 1, 3, 4, 4), softmax_maps(rng, 1, 3, 4, 5)]
-    sites = [SiteInfo("encoder", "self", 0, 3, "a", "softmax"), SiteInfo("encoder", "self", 1, 3, "b", "softmax"),
-             SiteInfo("decoder", "self", 0, 3, "c", "softmax"), SiteInfo("decoder", "cross", 0, 3, "d", "softmax")]
-    return AttentionResult([DenseMap(m) for m in maps], sites, tokens=TokenAxis(list("abcde"), [True, False, False, False, True]),
-                           key_tokens=TokenAxis(["<s>", "w", "x", "y"]), generated=["w", "x", "y", "</s>"], prompt_len=1)
+    maps = [
+        softmax_maps(rng, 1, 3, 5, 5),
+        softmax_maps(rng, 1, 3, 5, 5),
+        softmax_maps(rng, 1, 3, 4, 4),
+        softmax_maps(rng, 1, 3, 4, 5),
+    ]
+    sites = [
+        SiteInfo("encoder", "self", 0, 3, "a", "softmax"),
+        SiteInfo("encoder", "self", 1, 3, "b", "softmax"),
+        SiteInfo("decoder", "self", 0, 3, "c", "softmax"),
+        SiteInfo("decoder", "cross", 0, 3, "d", "softmax"),
+    ]
+    return AttentionResult(
+        [DenseMap(m) for m in maps],
+        sites,
+        tokens=TokenAxis(list("abcde"), [True, False, False, False, True]),
+        key_tokens=TokenAxis(["<s>", "w", "x", "y"]),
+        generated=["w", "x", "y", "</s>"],
+        prompt_len=1,
+    )
 
 
 def test_blocks_group_and_label_axes():
@@ -78,7 +92,11 @@ def test_head_stats_on_known_patterns():
     assert s["distance"] == pytest.approx((t - 1) / t)
     uniform = np.full((t, t), 1 / t, np.float32)
     s = head_stats(uniform, np.array([True] + [False] * (t - 1)))
-    assert s["entropy"] == pytest.approx(np.log2(t)) and s["first"] == pytest.approx(1 / t) and s["special"] == pytest.approx(1 / t)
+    assert (
+        s["entropy"] == pytest.approx(np.log2(t))
+        and s["first"] == pytest.approx(1 / t)
+        and s["special"] == pytest.approx(1 / t)
+    )
     assert head_stats(np.eye(t, dtype=np.float32))["diag"] == pytest.approx(1.0)
     rows = block_stats(enc_dec_result(np.random.default_rng(0)).blocks()[0])
     assert len(rows) == 6 and {r["layer"] for r in rows} == {0, 1}

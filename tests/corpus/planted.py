@@ -40,10 +40,15 @@ def planted_model(path: Path, layers: int = 2) -> Path:
     inits = [
         init("pos_table", np.eye(MAX_T, d, dtype=np.float32)),
         init("tok_table", np.eye(len(VOCAB), d, k=MAX_T, dtype=np.float32)),
-        init("zero", np.array(0, np.int64)), init("one", np.array(1, np.int64)),
-        init("shape_bthd", np.array([0, 0, heads, d], np.int64)), init("shape_btd", np.array([0, 0, heads * d], np.int64)),
-        init("scale", np.array(1.0, np.float32)), init("neg", np.array(-1e4, np.float32)), init("fone", np.array(1.0, np.float32)),
-        init("axes12", np.array([1, 2], np.int64)), init("axes1", np.array([1], np.int64)),
+        init("zero", np.array(0, np.int64)),
+        init("one", np.array(1, np.int64)),
+        init("shape_bthd", np.array([0, 0, heads, d], np.int64)),
+        init("shape_btd", np.array([0, 0, heads * d], np.int64)),
+        init("scale", np.array(1.0, np.float32)),
+        init("neg", np.array(-1e4, np.float32)),
+        init("fone", np.array(1.0, np.float32)),
+        init("axes12", np.array([1, 2], np.int64)),
+        init("axes1", np.array([1], np.int64)),
         init("Wk", np.tile(np.eye(d, dtype=np.float32), (1, heads))),
     ]
     nodes = [
@@ -68,7 +73,9 @@ def planted_model(path: Path, layers: int = 2) -> Path:
             nodes.append(helper.make_node("MatMul", ["x", wn], [f"{w}{l}"], name=p + f"{w}_proj"))
             nodes.append(helper.make_node("Reshape", [f"{w}{l}", "shape_bthd"], [f"{w}{l}r"], name=p + f"{w}_reshape"))
             perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
-            nodes.append(helper.make_node("Transpose", [f"{w}{l}r"], [f"{w}{l}t"], perm=perm, name=p + f"{w}_transpose"))
+            nodes.append(
+                helper.make_node("Transpose", [f"{w}{l}r"], [f"{w}{l}t"], perm=perm, name=p + f"{w}_transpose")
+            )
         nodes += [
             helper.make_node("MatMul", [f"q{l}t", f"k{l}t"], [f"s{l}"], name=p + "MatMul"),
             helper.make_node("Mul", [f"s{l}", "scale"], [f"ss{l}"], name=p + "Mul"),
@@ -82,13 +89,21 @@ def planted_model(path: Path, layers: int = 2) -> Path:
         outs.append(f"pooled{l}")
     nodes.append(helper.make_node("Concat", outs, ["pooled"], axis=-1, name="concat"))
     graph = helper.make_graph(
-        nodes, "planted",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", layers * heads * d])], initializer=inits)
+        nodes,
+        "planted",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", layers * heads * d])],
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="attnviz-tests")
     model.ir_version = 8
-    for k, v in {"attnviz.vocab": json.dumps(VOCAB), "attnviz.special": json.dumps({"pad": 0, "cls": 1, "sep": 2})}.items():
+    for k, v in {
+        "attnviz.vocab": json.dumps(VOCAB),
+        "attnviz.special": json.dumps({"pad": 0, "cls": 1, "sep": 2}),
+    }.items():
         model.metadata_props.add(key=k, value=v)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

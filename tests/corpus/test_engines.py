@@ -14,13 +14,17 @@ from attnviz.corpus.run import CHECKPOINT
 
 def _cfg(model, texts, out, **kw):
     kw.setdefault("workers", 1)
-    return CorpusConfig(model=str(model), texts=str(texts), out=str(out), progress=False, provider="cpu", batch_size=6, **kw)
+    return CorpusConfig(
+        model=str(model), texts=str(texts), out=str(out), progress=False, provider="cpu", batch_size=6, **kw
+    )
 
 
 def _table(folder):
     res = read(folder)
     heads = [{k: v for k, v in r.items()} for r in res.heads]
-    ex = [(e["layer"], e["head"], e["score"], e["rank"], e["item"], e["value"], e["row"], e["col"]) for e in res.examples]
+    ex = [
+        (e["layer"], e["head"], e["score"], e["rank"], e["item"], e["value"], e["row"], e["col"]) for e in res.examples
+    ]
     return heads, ex
 
 
@@ -76,9 +80,30 @@ def test_cli_sigint_checkpoints_and_resumes(planted, tmp_path):
     texts.write_text("\n".join(corpus_lines(2000, seed=9)) + "\n")
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "attnviz", "corpus", str(model), "--texts", str(texts), "--out", str(out),
-                             "--batch-size", "2", "--workers", "1", "--provider", "cpu", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attnviz",
+            "corpus",
+            str(model),
+            "--texts",
+            str(texts),
+            "--out",
+            str(out),
+            "--batch-size",
+            "2",
+            "--workers",
+            "1",
+            "--provider",
+            "cpu",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     ckpt = out / CHECKPOINT
     import time
 
@@ -90,8 +115,26 @@ def test_cli_sigint_checkpoints_and_resumes(planted, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert ckpt.exists() and not (out / "heads.parquet").exists()
-    assert main(["corpus", str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "2", "--workers", "1",
-                 "--provider", "cpu", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "corpus",
+                str(model),
+                "--texts",
+                str(texts),
+                "--out",
+                str(out),
+                "--batch-size",
+                "2",
+                "--workers",
+                "1",
+                "--provider",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     run = json.loads((out / "run.json").read_text())
     assert run["items"] == 2000 and 0 < run["resumed_from_items"] < 2000
 
@@ -146,18 +189,21 @@ def test_run_json_hashes_and_max_items(planted, tmp_path):
     assert len(r["data_sha256"]) == 64
 
 
-@pytest.mark.parametrize("case,expect", [
-    ("missing_texts", "no such file"),
-    ("bad_suffix", "unknown format"),
-    ("jsonl_no_text", "no \"text\" string"),
-    ("out_is_file", "is a file"),
-    ("both_inputs", "exactly one of"),
-    ("pair_in_txt", "no columns"),
-    ("enc_dec", "corpus analysis handles"),
-    ("other_checkpoint", "belongs to another run"),
-    ("no_ray_engine", "needs --engine ray"),
-    ("broken_checkpoint", "unreadable checkpoint"),
-])
+@pytest.mark.parametrize(
+    "case,expect",
+    [
+        ("missing_texts", "no such file"),
+        ("bad_suffix", "unknown format"),
+        ("jsonl_no_text", 'no "text" string'),
+        ("out_is_file", "is a file"),
+        ("both_inputs", "exactly one of"),
+        ("pair_in_txt", "no columns"),
+        ("enc_dec", "corpus analysis handles"),
+        ("other_checkpoint", "belongs to another run"),
+        ("no_ray_engine", "needs --engine ray"),
+        ("broken_checkpoint", "unreadable checkpoint"),
+    ],
+)
 def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
     model, texts = planted
     out = tmp_path / "out"

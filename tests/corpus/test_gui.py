@@ -15,8 +15,17 @@ from attnviz.corpus import CorpusConfig, run_corpus
 @pytest.fixture
 def results(planted, tmp_path):
     model, texts = planted
-    run_corpus(CorpusConfig(model=str(model), texts=str(texts), out=str(tmp_path / "res"), batch_size=8, workers=1,
-                            provider="cpu", progress=False))
+    run_corpus(
+        CorpusConfig(
+            model=str(model),
+            texts=str(texts),
+            out=str(tmp_path / "res"),
+            batch_size=8,
+            workers=1,
+            provider="cpu",
+            progress=False,
+        )
+    )
     return tmp_path / "res"
 
 
@@ -72,7 +81,9 @@ def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
     assert all(e["score"] == "first" for e in v.shown_examples)
     ex = v.shown_examples[0]
     with qtbot.waitSignal(win.result_shown, timeout=30000):
-        qtbot.mouseClick(v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center())
+        qtbot.mouseClick(
+            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
+        )
     qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.head_map, timeout=5000)
     s = win.session
     assert (s.sel.layer, s.sel.head) == (0, sink["head"])

@@ -16,7 +16,9 @@ sys.meta_path.insert(0, Block())
 
 def test_local_corpus_run_imports_no_qt_torch_or_ray(tmp_path):
     here = Path(__file__).parent
-    code = BLOCK + f"""
+    code = (
+        BLOCK
+        + f"""
 sys.path.insert(0, {str(here)!r}); sys.path.insert(0, {str(here.parent)!r})
 from pathlib import Path
 from planted import planted_model, corpus_lines
@@ -28,6 +30,7 @@ assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'ou
 assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'o2'), '--engine', 'ray', '--no-progress']) == 2
 print('ok')
 """
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
     assert "needs Ray: pip install 'ray[data]'" in out.stderr  # the missing-Ray message is one line

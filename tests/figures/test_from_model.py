@@ -13,6 +13,7 @@ pytest.importorskip("onnxruntime")
 onnx_builders = pytest.importorskip("onnx_builders")
 
 from _pdftext import pdf_text, svg_texts  # noqa: E402
+
 from attnviz.cli import main  # noqa: E402
 
 

@@ -7,10 +7,10 @@ import re
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from _pdftext import pdf_text, svg_texts
 from conftest import CAPTION, SOURCE, TARGET_GEN, TEXT_TOKENS, encdec_result, text_result, vision_result
+from PIL import Image
+
 from attnviz.figures import FigureSpec, figure_bytes, render_figure, save_figure
 
 # view -> (result factory, spec kwargs, words that must appear as text)
@@ -75,7 +75,9 @@ def test_alignment_works_when_last_word_was_not_fed_back():
     assert all(w in texts for w in TARGET_GEN)
 
 
-@pytest.mark.parametrize("width,width_in,dpi,px", [("single", None, 200, 700), ("double", None, 100, 716), (None, 2.0, 150, 300)])
+@pytest.mark.parametrize(
+    "width,width_in,dpi,px", [("single", None, 200, 700), ("double", None, 100, 716), (None, 2.0, 150, 300)]
+)
 def test_png_has_the_asked_pixel_width(width, width_in, dpi, px):
     result, spec = _spec("heatmap", width=width, width_in=width_in, dpi=dpi)
     img = Image.open(io.BytesIO(figure_bytes(render_figure(result, spec), "png")))
@@ -218,7 +220,16 @@ def test_spec_from_gui_selection():
     s = spec_from_gui("head", block=0, layer=1, head=2, mode="head", layer_range=(0, -1), step=-1, width="single")
     assert (s.view, s.layer, s.head, s.agg, s.step, s.width) == ("heatmap", 1, 2, None, None, "single")
     s = spec_from_gui("links", layer=1, head=0, mode="max", layer_range=(0, 1), keep=0.9, log=True, step=2)
-    assert (s.view, s.layer, s.layer_from, s.head, s.agg, s.keep, s.log, s.step) == ("links", 1, 0, None, "max", 0.9, True, 2)
+    assert (s.view, s.layer, s.layer_from, s.head, s.agg, s.keep, s.log, s.step) == (
+        "links",
+        1,
+        0,
+        None,
+        "max",
+        0.9,
+        True,
+        2,
+    )
     s = spec_from_gui("overview", layer=1, head=2, mode="mean")
     assert (s.view, s.layer, s.head, s.agg) == ("overview", None, None, None)
     result = text_result()
@@ -237,8 +248,14 @@ def test_text_strip_has_one_shaded_source_row_per_generated_word():
     assert svg_texts(figure_bytes(fig, "svg")).count("Haus") == 2
 
 
-@pytest.mark.parametrize("convert", [lambda im: im[..., 0], lambda im: im / 255.0,
-                                     lambda im: np.concatenate([im, np.full(im.shape[:2] + (1,), 255, np.uint8)], -1)])
+@pytest.mark.parametrize(
+    "convert",
+    [
+        lambda im: im[..., 0],
+        lambda im: im / 255.0,
+        lambda im: np.concatenate([im, np.full(im.shape[:2] + (1,), 255, np.uint8)], -1),
+    ],
+)
 def test_image_views_accept_grey_float_and_rgba_images(convert):
     result = vision_result(decoder=True)
     result.image = convert(result.image)

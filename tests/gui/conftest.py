@@ -13,7 +13,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes import make_opener  # noqa: E402
+from fakes import make_opener
 
 FAKE_MODELS = {
     "text.onnx": dict(kind="encoder", layers=6, heads=12),
@@ -95,8 +95,15 @@ def onnx_dir(tmp_path_factory):
     import onnx_models as om
 
     d = tmp_path_factory.mktemp("onnx")
-    out = {"text": om.build_bert(d), "mt": om.build_bart(d), "vit": om.build_vit(d), "mlp": om.build_no_attention(d),
-           "gpt": om.build_gpt2(d), "captioner": om.build_captioner(d), "image": om.sample_image(d)}
+    out = {
+        "text": om.build_bert(d),
+        "mt": om.build_bart(d),
+        "vit": om.build_vit(d),
+        "mlp": om.build_no_attention(d),
+        "gpt": om.build_gpt2(d),
+        "captioner": om.build_captioner(d),
+        "image": om.sample_image(d),
+    }
     return out
 
 

@@ -29,7 +29,9 @@ def softmax_maps(rng, h, tq, tk, causal=False, sharp=3.0):
 
 
 def sites_for(stack, kind, layers, heads):
-    return [SiteInfo(stack, kind, i, heads, f"/{stack}/layer.{i}/{kind}_attn/Softmax", "softmax") for i in range(layers)]
+    return [
+        SiteInfo(stack, kind, i, heads, f"/{stack}/layer.{i}/{kind}_attn/Softmax", "softmax") for i in range(layers)
+    ]
 
 
 class FakeModel:
@@ -44,7 +46,9 @@ class FakeModel:
         self.delay = delay
         self.calls = 0
         vision = kind.startswith("vision")
-        self.inputs = [IO("pixel_values", "float32", [1, 3, 32, 32])] if vision else [IO("input_ids", "int64", ["batch", "seq"])]
+        self.inputs = (
+            [IO("pixel_values", "float32", [1, 3, 32, 32])] if vision else [IO("input_ids", "int64", ["batch", "seq"])]
+        )
         self.outputs = [IO("logits", "float32", ["batch", "seq", 10])]
         task = "sequence-classification" if kind == "encoder" else kind
         self.metadata = {"attnviz.task": task, "attnviz.sample": '{"text": "the cat sat on the mat"}'}
@@ -57,8 +61,10 @@ class FakeModel:
             dec = []
             if kind in ("encoder-decoder", "vision-decoder"):
                 for i in range(layers):
-                    dec += [SiteInfo("decoder", "self", i, heads, f"/dec/{i}/self", "softmax"),
-                            SiteInfo("decoder", "cross", i, heads, f"/dec/{i}/cross", "softmax")]
+                    dec += [
+                        SiteInfo("decoder", "self", i, heads, f"/dec/{i}/self", "softmax"),
+                        SiteInfo("decoder", "cross", i, heads, f"/dec/{i}/cross", "softmax"),
+                    ]
             self.sites = enc + dec
 
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
@@ -97,7 +103,11 @@ class FakeModel:
         dec_ax = None
         if self.kind in ("encoder-decoder", "vision-decoder"):
             g = int(generate or 0) or 1
-            vocab = ["le", "chat", "est", "sur", "le", "tapis", "."] if self.kind == "encoder-decoder" else ["a", "red", "square", "on", "blue", "."]
+            vocab = (
+                ["le", "chat", "est", "sur", "le", "tapis", "."]
+                if self.kind == "encoder-decoder"
+                else ["a", "red", "square", "on", "blue", "."]
+            )
             gen = [vocab[i % len(vocab)] for i in range(g)]
             dl = ["<s>"] + gen[:-1]  # like the runtime: the last generated token is not fed back
             dec_ax = TokenAxis(dl, [True] + [False] * (len(dl) - 1))
@@ -107,10 +117,18 @@ class FakeModel:
                 dmaps += [DenseMap(softmax_maps(rng, H, T, T, causal=True)), DenseMap(softmax_maps(rng, H, T, S))]
             maps = maps + dmaps
         outputs = {"logits": np.array([[0.2, 1.5]], np.float32)} if self.kind == "encoder" else {}
-        return AttentionResult(maps=maps, sites=list(self.sites), tokens=src, key_tokens=dec_ax, patch_grid=grid, image=img,
-                               outputs=outputs,
-                               generated=gen, prompt_len=1 if gen else 0,
-                               info={"provider": self.provider, "timings": {"run": 0.003}, "model": self.name})
+        return AttentionResult(
+            maps=maps,
+            sites=list(self.sites),
+            tokens=src,
+            key_tokens=dec_ax,
+            patch_grid=grid,
+            image=img,
+            outputs=outputs,
+            generated=gen,
+            prompt_len=1 if gen else 0,
+            info={"provider": self.provider, "timings": {"run": 0.003}, "model": self.name},
+        )
 
 
 def make_opener(models: dict):

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = ("the cat sat on mat a dog ran in park red blue square circle small big le chat est sur tapis "
-         "un chien rouge bleu carre petit grand is was and with of to").split()
+WORDS = (
+    "the cat sat on mat a dog ran in park red blue square circle small big le chat est sur tapis "
+    "un chien rouge bleu carre petit grand is was and with of to"
+).split()
 
 
 def word_tokenizer(path: Path, pair_template: bool = True) -> Path:
@@ -26,7 +28,8 @@ def word_tokenizer(path: Path, pair_template: bool = True) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     if pair_template:
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        )
     tok.save(str(path))
     return path
 
@@ -47,8 +50,16 @@ def _export(module, args, names, out_names, path: Path, dyn: dict) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, str(path), input_names=names, output_names=out_names, opset_version=17,
-                          dynamic_axes=dyn, dynamo=False)
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=names,
+            output_names=out_names,
+            opset_version=17,
+            dynamic_axes=dyn,
+            dynamo=False,
+        )
 
 
 class _Wrap:
@@ -61,8 +72,15 @@ def build_bert(folder: Path) -> Path:
 
     torch.manual_seed(0)
     vocab = len(WORDS) + 4
-    cfg = T.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                       max_position_embeddings=64, attn_implementation="eager")
+    cfg = T.BertConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     m = T.BertModel(cfg, add_pooling_layer=False).eval()
 
     class W(torch.nn.Module):
@@ -71,13 +89,21 @@ def build_bert(folder: Path) -> Path:
             self.m = m
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            return self.m(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
 
     ids = torch.tensor([[2, 5, 6, 7, 3]])
     path = folder / "textenc.onnx"
     dyn = {n: {0: "batch", 1: "seq"} for n in ("input_ids", "attention_mask", "token_type_ids")}
-    _export(W().eval(), (ids, torch.ones_like(ids), torch.zeros_like(ids)), ["input_ids", "attention_mask", "token_type_ids"],
-            ["last_hidden_state"], path, dyn)
+    _export(
+        W().eval(),
+        (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        ["input_ids", "attention_mask", "token_type_ids"],
+        ["last_hidden_state"],
+        path,
+        dyn,
+    )
     word_tokenizer(folder / "textenc.tokenizer.json")
     _set_meta(path, {"task": "encoder", "sample": {"text": "the cat sat on the mat"}})
     return path
@@ -89,10 +115,23 @@ def build_bart(folder: Path) -> Path:
 
     torch.manual_seed(0)
     vocab = len(WORDS) + 4
-    cfg = T.BartConfig(vocab_size=vocab, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                       decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                       attn_implementation="eager", pad_token_id=0, bos_token_id=2, eos_token_id=3, decoder_start_token_id=2,
-                       forced_eos_token_id=None)
+    cfg = T.BartConfig(
+        vocab_size=vocab,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        decoder_start_token_id=2,
+        forced_eos_token_id=None,
+    )
     m = T.BartForConditionalGeneration(cfg).eval()
 
     class W(torch.nn.Module):
@@ -101,17 +140,35 @@ def build_bart(folder: Path) -> Path:
             self.m = m
 
         def forward(self, input_ids, attention_mask, decoder_input_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                          use_cache=False).logits
+            return self.m(
+                input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=False
+            ).logits
 
     ids = torch.tensor([[2, 5, 6, 7, 3]])
     dec = torch.tensor([[2, 8, 9]])
     path = folder / "mt.onnx"
-    dyn = {"input_ids": {0: "batch", 1: "src"}, "attention_mask": {0: "batch", 1: "src"}, "decoder_input_ids": {0: "batch", 1: "tgt"}}
-    _export(W().eval(), (ids, torch.ones_like(ids), dec), ["input_ids", "attention_mask", "decoder_input_ids"], ["logits"], path, dyn)
+    dyn = {
+        "input_ids": {0: "batch", 1: "src"},
+        "attention_mask": {0: "batch", 1: "src"},
+        "decoder_input_ids": {0: "batch", 1: "tgt"},
+    }
+    _export(
+        W().eval(),
+        (ids, torch.ones_like(ids), dec),
+        ["input_ids", "attention_mask", "decoder_input_ids"],
+        ["logits"],
+        path,
+        dyn,
+    )
     word_tokenizer(folder / "mt.tokenizer.json")
-    _set_meta(path, {"task": "translation", "special": {"bos": 2, "eos": 3, "pad": 0, "decoder_start": 2},
-                     "sample": {"text": "the cat sat on the mat"}})
+    _set_meta(
+        path,
+        {
+            "task": "translation",
+            "special": {"bos": 2, "eos": 3, "pad": 0, "decoder_start": 2},
+            "sample": {"text": "the cat sat on the mat"},
+        },
+    )
     return path
 
 
@@ -120,8 +177,16 @@ def build_vit(folder: Path) -> Path:
     import transformers as T
 
     torch.manual_seed(0)
-    cfg = T.ViTConfig(image_size=32, patch_size=8, num_channels=3, num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
-                      intermediate_size=64, attn_implementation="eager")
+    cfg = T.ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        attn_implementation="eager",
+    )
     m = T.ViTModel(cfg, add_pooling_layer=False).eval()
 
     class W(torch.nn.Module):
@@ -133,9 +198,28 @@ def build_vit(folder: Path) -> Path:
             return self.m(pixel_values=pixel_values).last_hidden_state
 
     path = folder / "vit.onnx"
-    _export(W().eval(), (torch.randn(1, 3, 32, 32),), ["pixel_values"], ["last_hidden_state"], path, {"pixel_values": {0: "batch"}})
-    _set_meta(path, {"task": "vit-classification", "image": {"size": [32, 32], "channels": 3, "mean": [0.5] * 3, "std": [0.5] * 3,
-                                                             "grid": [4, 4], "offset": 1}})
+    _export(
+        W().eval(),
+        (torch.randn(1, 3, 32, 32),),
+        ["pixel_values"],
+        ["last_hidden_state"],
+        path,
+        {"pixel_values": {0: "batch"}},
+    )
+    _set_meta(
+        path,
+        {
+            "task": "vit-classification",
+            "image": {
+                "size": [32, 32],
+                "channels": 3,
+                "mean": [0.5] * 3,
+                "std": [0.5] * 3,
+                "grid": [4, 4],
+                "offset": 1,
+            },
+        },
+    )
     return path
 
 
@@ -148,10 +232,16 @@ def build_no_attention(folder: Path) -> Path:
     w1 = numpy_helper.from_array(rng.normal(size=(8, 16)).astype(np.float32), "w1")
     w2 = numpy_helper.from_array(rng.normal(size=(16, 4)).astype(np.float32), "w2")
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w2"], ["y"])],
-        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w1, w2])
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [w1, w2],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # what onnxruntime 1.2x reads
     path = folder / "mlp.onnx"
@@ -176,8 +266,9 @@ def build_gpt2(folder: Path) -> Path:
 
     torch.manual_seed(0)
     vocab = len(WORDS) + 4
-    m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                       attn_implementation="eager")).eval()
+    m = T.GPT2LMHeadModel(
+        T.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, attn_implementation="eager")
+    ).eval()
 
     class W(torch.nn.Module):
         def __init__(self):
@@ -203,10 +294,18 @@ def build_captioner(folder: Path) -> Path:
 
     torch.manual_seed(0)
     vocab = len(WORDS) + 4
-    enc = T.ViTConfig(image_size=32, patch_size=8, num_channels=3, num_hidden_layers=2, hidden_size=32,
-                      num_attention_heads=4, intermediate_size=64)
-    dec = T.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True,
-                       is_decoder=True)
+    enc = T.ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
+    dec = T.GPT2Config(
+        vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=64, add_cross_attention=True, is_decoder=True
+    )
     cfg = T.VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
     cfg._attn_implementation = "eager"
     m = T.VisionEncoderDecoderModel(cfg)
@@ -222,9 +321,28 @@ def build_captioner(folder: Path) -> Path:
             return self.m(pixel_values=pixel_values, decoder_input_ids=decoder_input_ids).logits
 
     path = folder / "captioner.onnx"
-    _export(W().eval(), (torch.randn(1, 3, 32, 32), torch.tensor([[2, 5, 6]])), ["pixel_values", "decoder_input_ids"],
-            ["logits"], path, {"pixel_values": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "tgt"}})
+    _export(
+        W().eval(),
+        (torch.randn(1, 3, 32, 32), torch.tensor([[2, 5, 6]])),
+        ["pixel_values", "decoder_input_ids"],
+        ["logits"],
+        path,
+        {"pixel_values": {0: "batch"}, "decoder_input_ids": {0: "batch", 1: "tgt"}},
+    )
     word_tokenizer(folder / "captioner.tokenizer.json", pair_template=False)
-    _set_meta(path, {"task": "captioning", "special": {"bos": 2, "eos": 3, "pad": 0, "decoder_start": 2},
-                     "image": {"size": [32, 32], "channels": 3, "mean": [0.5] * 3, "std": [0.5] * 3, "grid": [4, 4], "offset": 1}})
+    _set_meta(
+        path,
+        {
+            "task": "captioning",
+            "special": {"bos": 2, "eos": 3, "pad": 0, "decoder_start": 2},
+            "image": {
+                "size": [32, 32],
+                "channels": 3,
+                "mean": [0.5] * 3,
+                "std": [0.5] * 3,
+                "grid": [4, 4],
+                "offset": 1,
+            },
+        },
+    )
     return path

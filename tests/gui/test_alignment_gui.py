@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import open_and_wait
 
 pytest.importorskip("onnxruntime")
@@ -86,10 +85,22 @@ def test_head_stats_ranked_by_aer_against_a_gold_set(qtbot, real_window, aligned
     assert "ranked by AER against test" in st.info.text()
     # the same number from the command line tool on the same files
     out = tmp_path / "a.txt"
-    assert main(["align", str(aligned_model / "reverse.onnx"), "--src", str(aligned_model / "test.src"),
-                 "--tgt", str(aligned_model / "test.tgt"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "align",
+                str(aligned_model / "reverse.onnx"),
+                "--src",
+                str(aligned_model / "test.src"),
+                "--tgt",
+                str(aligned_model / "test.tgt"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     written = align.read_pharaoh(out)
     truth = align.read_pharaoh(aligned_model / "test.gold")
     assert aer[0] == pytest.approx(align.aer([x[0] for x in written], [t[0] for t in truth]), abs=1e-9)
-

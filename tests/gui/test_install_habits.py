@@ -108,8 +108,9 @@ def test_image_preset_and_size_reach_the_runtime(qtbot, window, files):
     assert (v["image_mean"], v["image_std"]) == preprocess.stats("clip") and v["image_size"] == (48, 48)
 
     class Probe:  # records what the window's worker function hands the runtime
-        def analyze(self, text=None, text_pair=None, image=None, generate=0, image_mean=None, image_std=None,
-                    image_size=None):
+        def analyze(
+            self, text=None, text_pair=None, image=None, generate=0, image_mean=None, image_std=None, image_size=None
+        ):
             self.got = dict(image_mean=image_mean, image_std=image_std, image_size=image_size)
             raise RuntimeError("probe")
 

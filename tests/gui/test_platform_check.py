@@ -15,15 +15,18 @@ from attnviz.gui import platform_check as pc
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("env,platform,expected", [
-    ({}, "linux", "xcb"),
-    ({"QT_QPA_PLATFORM": "offscreen"}, "linux", "offscreen"),
-    ({"QT_QPA_PLATFORM": "wayland;xcb"}, "linux", "wayland"),
-    ({"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"}, "linux", "wayland"),
-    ({"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "x11", "DISPLAY": ":0"}, "linux", "xcb"),
-    ({}, "darwin", "native"),
-    ({}, "win32", "native"),
-])
+@pytest.mark.parametrize(
+    "env,platform,expected",
+    [
+        ({}, "linux", "xcb"),
+        ({"QT_QPA_PLATFORM": "offscreen"}, "linux", "offscreen"),
+        ({"QT_QPA_PLATFORM": "wayland;xcb"}, "linux", "wayland"),
+        ({"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"}, "linux", "wayland"),
+        ({"WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "x11", "DISPLAY": ":0"}, "linux", "xcb"),
+        ({}, "darwin", "native"),
+        ({}, "win32", "native"),
+    ],
+)
 def test_platform_qt_will_pick(env, platform, expected):
     assert pc.qt_platform(env, platform) == expected
 
@@ -51,8 +54,10 @@ def test_checks_only_when_qt_would_use_xcb():
 def test_cli_exits_2_with_one_line_instead_of_qt_aborting(tmp_path):
     # a real dlopen of a library that does not exist, through the real `attnviz` entry point, in a process
     # where Qt would otherwise start the xcb plugin (no QT_QPA_PLATFORM, a DISPLAY set)
-    code = ("import sys; import attnviz.gui.platform_check as pc; pc.XCB_LIBS['libattnviz-missing.so.9'] = 'libfake9'; "
-            "from attnviz.cli import main; sys.exit(main([]))")
+    code = (
+        "import sys; import attnviz.gui.platform_check as pc; pc.XCB_LIBS['libattnviz-missing.so.9'] = 'libfake9'; "
+        "from attnviz.cli import main; sys.exit(main([]))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}
     env["DISPLAY"] = ":99"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

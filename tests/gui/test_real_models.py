@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import open_and_wait, run_and_wait
 
 pytest.importorskip("onnxruntime")
@@ -40,7 +39,11 @@ def test_translation_generate(qtbot, real_window, onnx_dir):
     r = w.session.result
     assert w.session.model.kind == "encoder-decoder"
     assert len(r.generated) >= 1
-    assert [b.name for b in w.session.blocks] == ["encoder self-attention", "decoder self-attention", "decoder cross-attention"]
+    assert [b.name for b in w.session.blocks] == [
+        "encoder self-attention",
+        "decoder self-attention",
+        "decoder cross-attention",
+    ]
     w.select_view("alignment")
     al = w.alignment
     assert al.mv.q_labels == [g for g in r.generated][: al.mv.matrix.shape[0]]
@@ -90,9 +93,27 @@ def test_unreadable_image_on_real_vit(qtbot, real_window, onnx_dir, tmp_path):
 def test_screenshot_command(onnx_dir, tmp_path):
     shot = tmp_path / "shot.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    p = subprocess.run([sys.executable, "-m", "attnviz", "open", str(onnx_dir["text"]), "--text", "the dog sat",
-                        "--view", "head", "--screenshot", str(shot), "--size", "1000x700"],
-                       capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnviz",
+            "open",
+            str(onnx_dir["text"]),
+            "--text",
+            "the dog sat",
+            "--view",
+            "head",
+            "--screenshot",
+            str(shot),
+            "--size",
+            "1000x700",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr
     from PIL import Image
 
@@ -106,8 +127,13 @@ def test_screenshot_command(onnx_dir, tmp_path):
 
 def test_screenshot_bad_model_exits_2(onnx_dir, tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    p = subprocess.run([sys.executable, "-m", "attnviz", "open", str(onnx_dir["mlp"]), "--screenshot", str(tmp_path / "s.png")],
-                       capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "attnviz", "open", str(onnx_dir["mlp"]), "--screenshot", str(tmp_path / "s.png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 2
     assert "no attention" in p.stderr and "Traceback" not in p.stderr
 
@@ -118,8 +144,13 @@ def test_plain_attnviz_opens_the_demo(tmp_path):
 
     shot = tmp_path / "demo.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    p = subprocess.run([sys.executable, "-m", "attnviz", "open", "--screenshot", str(shot)],
-                       capture_output=True, text=True, timeout=180, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "attnviz", "open", "--screenshot", str(shot)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     if demo_model() is None:
         assert p.returncode == 2 and "demo models are missing" in p.stderr
     else:

@@ -55,7 +55,7 @@ def test_filters(encdec):
     kept = compute_map(encdec, Selection(block=0, keep=0.5)).matrix
     full = compute_map(encdec, Selection(block=0)).matrix
     assert (kept > 0).sum() < (full > 0).sum()
-    assert np.all((kept.sum(-1) >= 0.5 * full.sum(-1) - 1e-6))
+    assert np.all(kept.sum(-1) >= 0.5 * full.sum(-1) - 1e-6)
 
 
 def test_steps_and_alignment(encdec):

@@ -6,12 +6,12 @@ import os
 
 import numpy as np
 import pytest
+from conftest import open_and_wait
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from attnviz.core.io import load_npz
-from conftest import open_and_wait
 
 
 def visible_message_boxes():
@@ -346,7 +346,9 @@ def test_export_uses_figure_renderer_when_exact(qtbot, window, files, tmp_path):
     window.controls.keep.setValue(80)
     spec = window.figure_spec(window.current_view())
     assert spec is not None and spec.log and spec.agg == "max" and spec.keep == pytest.approx(0.8)
-    np.testing.assert_allclose(select(window.session.result, spec).matrix, window.session.current_map().matrix, atol=1e-6)
+    np.testing.assert_allclose(
+        select(window.session.result, spec).matrix, window.session.current_map().matrix, atol=1e-6
+    )
     out = tmp_path / "log.pdf"
     window.export_view(out)
     qtbot.waitUntil(lambda: window.last_export == out, timeout=30000)

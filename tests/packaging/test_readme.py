@@ -16,8 +16,15 @@ def _quick_start() -> list[str]:
 def test_two_commands_and_ci_runs_the_test_one():
     install_and_open, test = _quick_start()
     assert install_and_open.endswith("&& attnviz")
-    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    ci = [
+        line
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line and not line.startswith(("#", "set ", "cd "))
+    ]
     assert ci == [test]
     # torch from the CPU index, before anything can pull the default (CUDA on Linux) build
-    assert test.startswith("pip install --retries 1 torch==") and "--index-url https://download.pytorch.org/whl/cpu" in test.split("&&")[0]
+    assert (
+        test.startswith("pip install --retries 1 torch==")
+        and "--index-url https://download.pytorch.org/whl/cpu" in test.split("&&")[0]
+    )
     assert test.endswith("python -m pytest -q")

@@ -27,8 +27,12 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copy2(p, src / name)
     out = tmp_path_factory.mktemp("dist")
     # --no-build-isolation: the machine has no index to fetch setuptools from in a clean build env
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (whl,) = out.glob("attnviz-*.whl")
     return whl
@@ -57,23 +61,39 @@ def test_installed_wheel_opens_the_demos_outside_the_checkout(wheel, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
     py = bindir / "python"
-    r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     work = tmp_path / "elsewhere"  # cwd outside the checkout, so nothing is imported or found from it
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(QT_QPA_PLATFORM="offscreen", ATTNVIZ_FORCE_CPU="1")
-    where = subprocess.run([str(py), "-c", "import attnviz.gui.app as a; print(a.__file__); print(a.demo_model())"],
-                           cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    where = subprocess.run(
+        [str(py), "-c", "import attnviz.gui.app as a; print(a.__file__); print(a.demo_model())"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     app_file, demo = where.stdout.split()
     assert Path(app_file).is_relative_to(venv) and Path(demo).is_relative_to(venv), where.stdout
     assert Path(demo).name == "translation.onnx"
     # plain `attnviz` (the bundled demo) and the captioning demo, whose sample image is packaged beside it
     for extra in ([], [str(Path(demo).with_name("captioning.onnx"))]):
         shot = work / f"shot{len(extra)}.png"
-        r = subprocess.run([str(bindir / "attnviz"), *extra, "--screenshot", str(shot)],
-                           cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [str(bindir / "attnviz"), *extra, "--screenshot", str(shot)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"saved {shot}" in r.stdout
         from PIL import Image

@@ -6,9 +6,9 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from onnx_builders import no_attention_model, tiny_text_model
 
 from attnviz.cli import main
-from onnx_builders import no_attention_model, tiny_text_model
 
 
 def sha(p):
@@ -40,8 +40,11 @@ def test_missing_file(tmp_path, capsys):
 
 
 def test_not_onnx(tmp_path, capsys):
-    for name, data in [("notes.onnx", b"hello, this is text\n" * 20), ("image.onnx", b"\x89PNG\r\n\x1a\n" + b"0" * 50),
-                       ("random.onnx", np.random.default_rng(0).bytes(4096))]:
+    for name, data in [
+        ("notes.onnx", b"hello, this is text\n" * 20),
+        ("image.onnx", b"\x89PNG\r\n\x1a\n" + b"0" * 50),
+        ("random.onnx", np.random.default_rng(0).bytes(4096)),
+    ]:
         p = tmp_path / name
         p.write_bytes(data)
         before = sha(p)
@@ -65,7 +68,9 @@ def test_truncated_and_empty(tiny, tmp_path, capsys):
 
 def test_no_attention(tmp_path, capsys):
     p = no_attention_model(tmp_path / "linear.onnx")
-    rc, err = run_cli(capsys, "extract", p, "--inputs", _npz(tmp_path, x=np.ones((1, 4), np.float32)), "--out", tmp_path / "o.npz")
+    rc, err = run_cli(
+        capsys, "extract", p, "--inputs", _npz(tmp_path, x=np.ones((1, 4), np.float32)), "--out", tmp_path / "o.npz"
+    )
     assert rc == 2
     one_line_error(err, "no attention", "softmax")
     rc = main(["inspect", str(p)])
@@ -119,20 +124,36 @@ def _npz(tmp_path, **arrays):
 
 def test_missing_unknown_and_mistyped_inputs(tiny, tmp_path, capsys):
     out = tmp_path / "o.npz"
-    rc, err = run_cli(capsys, "extract", tiny, "--inputs", _npz(tmp_path, other=np.ones((1, 3), np.int64)), "--out", out)
+    rc, err = run_cli(
+        capsys, "extract", tiny, "--inputs", _npz(tmp_path, other=np.ones((1, 3), np.int64)), "--out", out
+    )
     one_line_error(err, "unknown input 'other'", "input_ids")
     np.savez(tmp_path / "empty.npz")
     rc, err = run_cli(capsys, "extract", tiny, "--inputs", tmp_path / "empty.npz", "--out", out)
     one_line_error(err, "missing input 'input_ids'")
     rc, err = run_cli(capsys, "extract", tiny, "--inputs", _npz(tmp_path, input_ids=np.full((1, 3), 0.5)), "--out", out)
     one_line_error(err, "non-integer")
-    rc, err = run_cli(capsys, "extract", tiny, "--inputs", _npz(tmp_path, input_ids=np.ones((3,), np.int64)), "--out", out)
+    rc, err = run_cli(
+        capsys, "extract", tiny, "--inputs", _npz(tmp_path, input_ids=np.ones((3,), np.int64)), "--out", out
+    )
     one_line_error(err, "rank 2")
     rc, err = run_cli(capsys, "extract", tiny, "--inputs", _npz(tmp_path, input_ids=np.array([[1, 99]])), "--out", out)
     one_line_error(err, "token id 99", "out of range", "12 entries")
     assert rc == 2 and not out.exists()
     # integral floats are accepted and cast
-    assert main(["extract", str(tiny), "--inputs", str(_npz(tmp_path, input_ids=np.array([[1.0, 3.0, 4.0]]))), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                str(tiny),
+                "--inputs",
+                str(_npz(tmp_path, input_ids=np.array([[1.0, 3.0, 4.0]]))),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
 
 
 def test_unknown_tokens(tiny, tmp_path, capsys):
@@ -166,6 +187,9 @@ def test_model_unchanged_after_every_command(tiny, tmp_path, capsys):
     assert main(["inspect", str(copy)]) == 0
     assert main(["inspect", str(copy), "--json"]) == 0
     assert main(["extract", str(copy), "--text", "the cat sat", "--out", str(tmp_path / "o.npz")]) == 0
-    assert main(["extract", str(copy), "--text", "the cat sat", "--mode", "ondemand", "--out", str(tmp_path / "o2.npz")]) == 0
+    assert (
+        main(["extract", str(copy), "--text", "the cat sat", "--mode", "ondemand", "--out", str(tmp_path / "o2.npz")])
+        == 0
+    )
     assert sha(copy) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.onnx", "o.npz", "o2.npz", "tiny.onnx"]

@@ -47,8 +47,16 @@ def exported(tmp_path_factory):
             names = list(kw)
             path = folder / f"{arch}.onnx"
             dyn = {n: ({0: "batch", 1: f"seq_{n}"} if kw[n].ndim == 2 else {0: "batch"}) for n in names}
-            torch.onnx.export(hf_models.Wrap(m, names, out).eval(), tuple(kw[n] for n in names), str(path), input_names=names,
-                              output_names=[out], opset_version=17, dynamic_axes=dyn, dynamo=False)
+            torch.onnx.export(
+                hf_models.Wrap(m, names, out).eval(),
+                tuple(kw[n] for n in names),
+                str(path),
+                input_names=names,
+                output_names=[out],
+                opset_version=17,
+                dynamic_axes=dyn,
+                dynamo=False,
+            )
             kw2 = padded_batch(kw)
             with torch.no_grad():
                 o = m(**kw2, output_attentions=True)
@@ -78,7 +86,9 @@ def test_padded_batch_of_two_matches_transformers(exported, arch):
     mask = feeds.get("attention_mask")
     if mask is not None:  # keys padded away in row 1 get no weight in every site that reads them
         for got, s in zip(r.maps, r.sites):
-            if got.shape[-1] == mask.shape[1] and (s.stack == "encoder" or s.kind == "cross" or arch in ("gpt2", "llama")):
+            if got.shape[-1] == mask.shape[1] and (
+                s.stack == "encoder" or s.kind == "cross" or arch in ("gpt2", "llama")
+            ):
                 assert np.abs(got.array()[1][..., mask[1] == 0]).max() < 1e-6
 
 
@@ -114,8 +124,28 @@ def test_extract_and_figure_pick_a_batch_row(exported, tmp_path, capsys):
     z = np.load(out)
     np.testing.assert_allclose(z["attn_003"], ref[3], atol=5e-4)  # decoder cross L0, both rows
     fig = tmp_path / "row1.png"
-    assert main(["figure", "--maps", str(out), "--block", "decoder cross", "--layer", "0", "--head", "2",
-                 "--batch-index", "1", "--out", str(fig), "--dpi", "50"]) == 0
+    assert (
+        main(
+            [
+                "figure",
+                "--maps",
+                str(out),
+                "--block",
+                "decoder cross",
+                "--layer",
+                "0",
+                "--head",
+                "2",
+                "--batch-index",
+                "1",
+                "--out",
+                str(fig),
+                "--dpi",
+                "50",
+            ]
+        )
+        == 0
+    )
     assert fig.stat().st_size > 0
     assert main(["figure", "--maps", str(out), "--batch-index", "5", "--out", str(tmp_path / "x.png")]) == 2
     assert "--batch-index 5" in capsys.readouterr().err

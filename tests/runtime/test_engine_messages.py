@@ -40,17 +40,30 @@ def test_undeclared_image_size_points_to_the_flag(tmp_path, capsys):
     """Symbolic H, W and a 4x4-patch position table: the default 224 fails, and the message names --image-size."""
     D = 8
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((D, 3, 8, 8)) * 0.1).astype(np.float32), "pw"),
-             numpy_helper.from_array(np.array([0, D, -1], np.int64), "flat"),
-             numpy_helper.from_array(rng.standard_normal((1, 16, D)).astype(np.float32), "pos"),
-             numpy_helper.from_array(rng.standard_normal((D, D)).astype(np.float32), "W")]
-    nodes = [helper.make_node("Conv", ["pixel_values", "pw"], ["f"], kernel_shape=[8, 8], strides=[8, 8]),
-             helper.make_node("Reshape", ["f", "flat"], ["ft"]), helper.make_node("Transpose", ["ft"], ["t"], perm=[0, 2, 1]),
-             helper.make_node("Add", ["t", "pos"], ["x"]), helper.make_node("MatMul", ["x", "W"], ["q"]),
-             helper.make_node("Transpose", ["x"], ["kT"], perm=[0, 2, 1]), helper.make_node("MatMul", ["q", "kT"], ["s"]),
-             helper.make_node("Softmax", ["s"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "x"], ["out"])]
-    g = helper.make_graph(nodes, "vis", [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["b", 3, "h", "w"])],
-                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], initializer=inits)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, 3, 8, 8)) * 0.1).astype(np.float32), "pw"),
+        numpy_helper.from_array(np.array([0, D, -1], np.int64), "flat"),
+        numpy_helper.from_array(rng.standard_normal((1, 16, D)).astype(np.float32), "pos"),
+        numpy_helper.from_array(rng.standard_normal((D, D)).astype(np.float32), "W"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["pixel_values", "pw"], ["f"], kernel_shape=[8, 8], strides=[8, 8]),
+        helper.make_node("Reshape", ["f", "flat"], ["ft"]),
+        helper.make_node("Transpose", ["ft"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("Add", ["t", "pos"], ["x"]),
+        helper.make_node("MatMul", ["x", "W"], ["q"]),
+        helper.make_node("Transpose", ["x"], ["kT"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kT"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["out"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "vis",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["b", 3, "h", "w"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = tmp_path / "vis.onnx"
@@ -70,6 +83,8 @@ def test_mean_of_one_head_is_singular():
     from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo
     from attnviz.figures.select import describe
 
-    r = AttentionResult(maps=[DenseMap(np.full((1, 1, 3, 3), 1 / 3, np.float32))],
-                        sites=[SiteInfo("encoder", "self", 0, 1, "n", "softmax")])
+    r = AttentionResult(
+        maps=[DenseMap(np.full((1, 1, 3, 3), 1 / 3, np.float32))],
+        sites=[SiteInfo("encoder", "self", 0, 1, "n", "softmax")],
+    )
     assert describe(r.blocks()[0], 0, None, "mean") == "mean of 1 head"

@@ -1,11 +1,11 @@
 """open_model on folders: what a folder without an optimum encoder/decoder pair opens as, or why not."""
 
 import pytest
+from onnx_builders import tiny_text_model
 
 from attnviz import AttnvizError
 from attnviz.cli import main
 from attnviz.runtime import AttentionModel, open_model
-from onnx_builders import tiny_text_model
 
 
 def test_folder_with_one_model_opens_that_file(tmp_path):

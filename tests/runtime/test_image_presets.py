@@ -22,7 +22,9 @@ def png(tmp_path):
 def test_model_without_metadata_says_which_preset_it_got(hf_export, png):
     path, *_ = hf_export("vit", "legacy", "eager", 17)  # a plain export: no attnviz.image metadata
     r = open_model(path, provider="cpu").analyze(image=png)
-    assert r.info["image_preprocessing"].startswith("0.5 (mean 0.5/0.5/0.5, std 0.5/0.5/0.5), 32×32, from default preset")
+    assert r.info["image_preprocessing"].startswith(
+        "0.5 (mean 0.5/0.5/0.5, std 0.5/0.5/0.5), 32×32, from default preset"
+    )
     assert any("0.5 preset" in n and "ImageNet" in n for n in r.info["notes"])
 
 
@@ -34,9 +36,11 @@ def test_a_chosen_preset_equals_hand_normalisation(hf_export, png, name):
     r = m.analyze(image=png, image_mean=mean, image_std=std)
     assert r.info["image_preprocessing"].startswith(f"{name} (") and "from given" in r.info["image_preprocessing"]
     x = np.asarray(Image.open(png).convert("RGB"), np.float32) / 255
-    hand = {"imagenet": ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-            "clip": ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]),
-            "none": ([0, 0, 0], [1, 1, 1])}[name]
+    hand = {
+        "imagenet": ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        "clip": ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]),
+        "none": ([0, 0, 0], [1, 1, 1]),
+    }[name]
     x = ((x - np.array(hand[0], np.float32)) / np.array(hand[1], np.float32)).transpose(2, 0, 1)[None]
     ref = m.run({"pixel_values": x.astype(np.float32)})
     for a, b in zip(r.maps, ref.maps):

@@ -51,15 +51,20 @@ def test_long_text_names_the_limit_and_the_flag(minilm, capsys):
     assert e.value.limit.tokens == 512 and e.value.n > 512
     assert main(["extract", str(path), "--tokenizer", str(tok), "--text", LONG, "--out", "never.npz"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"attnviz: error: {e.value.n} tokens; this model's positions stop at 512 "
-                   f"(position table {e.value.limit.source.split()[-1]}); use --max-tokens 512 to truncate")
+    assert err == (
+        f"attnviz: error: {e.value.n} tokens; this model's positions stop at 512 "
+        f"(position table {e.value.limit.source.split()[-1]}); use --max-tokens 512 to truncate"
+    )
     assert "128" not in err
 
 
 def test_max_tokens_truncates_and_keeps_sep(minilm, tmp_path, capsys):
     path, tok = minilm
     out = tmp_path / "maps.npz"
-    assert main(["extract", str(path), "--tokenizer", str(tok), "--text", LONG, "--max-tokens", "512", "--out", str(out)]) == 0
+    assert (
+        main(["extract", str(path), "--tokenizer", str(tok), "--text", LONG, "--max-tokens", "512", "--out", str(out)])
+        == 0
+    )
     with np.load(out) as z:
         assert z["attn_000"].shape == (1, 12, 512, 512)
         tokens = list(z["tokens"])

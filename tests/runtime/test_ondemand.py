@@ -1,7 +1,7 @@
 import numpy as np
+from onnx_builders import tiny_text_model
 
 import attnviz.runtime.model as rm
-from onnx_builders import tiny_text_model
 
 
 def test_ondemand_row_chunks_with_2d_causal_mask(tmp_path, monkeypatch):

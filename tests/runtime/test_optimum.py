@@ -61,7 +61,9 @@ def _marian_canon(o):
     refs = list(o.encoder_attentions)
     for s, c in zip(o.decoder_attentions, o.cross_attentions):
         refs += [s, c]
-    labels = [("encoder", "self", i) for i in range(2)] + [x for i in range(2) for x in (("decoder", "self", i), ("decoder", "cross", i))]
+    labels = [("encoder", "self", i) for i in range(2)] + [
+        x for i in range(2) for x in (("decoder", "self", i), ("decoder", "cross", i))
+    ]
     return refs, labels
 
 
@@ -86,8 +88,13 @@ def test_marian_each_file_alone(marian):
     r = enc.analyze(feeds={k: feeds[k] for k in ("input_ids", "attention_mask")})
     _check(r, refs[:2], labels[:2])
     dec = open_model(root / "onnx" / "decoder_model.onnx", provider="cpu")
-    r = dec.analyze(feeds={"input_ids": feeds["decoder_input_ids"], "encoder_attention_mask": feeds["attention_mask"],
-                           "encoder_hidden_states": o.encoder_last_hidden_state.numpy()})
+    r = dec.analyze(
+        feeds={
+            "input_ids": feeds["decoder_input_ids"],
+            "encoder_attention_mask": feeds["attention_mask"],
+            "encoder_hidden_states": o.encoder_last_hidden_state.numpy(),
+        }
+    )
     _check(r, refs[2:], labels[2:])
 
 
@@ -103,18 +110,31 @@ def test_gpt2_folder_and_file_with_empty_past(gpt2):
 
 def _hf_greedy(hf, steps, **kw):
     with torch.no_grad():
-        out = hf.generate(**kw, max_new_tokens=steps, do_sample=False, num_beams=1, forced_eos_token_id=None,
-                          bad_words_ids=None, min_length=0)
+        out = hf.generate(
+            **kw,
+            max_new_tokens=steps,
+            do_sample=False,
+            num_beams=1,
+            forced_eos_token_id=None,
+            bad_words_ids=None,
+            min_length=0,
+        )
     return [int(t) for t in out[0]]
 
 
 def test_marian_generation_with_cache_equals_transformers_and_full_rerun(marian):
     root, hf, feeds, _ = marian
     m = open_model(root / "onnx", provider="cpu")
-    one = {"input_ids": feeds["input_ids"][:1], "attention_mask": feeds["attention_mask"][:1], "decoder_input_ids": np.array([[0]])}
+    one = {
+        "input_ids": feeds["input_ids"][:1],
+        "attention_mask": feeds["attention_mask"][:1],
+        "decoder_input_ids": np.array([[0]]),
+    }
     r = m.analyze(feeds=one, generate=8)
     assert r.info["generation"] == "kv-cache"
-    want = _hf_greedy(hf, 8, input_ids=torch.tensor(one["input_ids"]), attention_mask=torch.tensor(one["attention_mask"]))
+    want = _hf_greedy(
+        hf, 8, input_ids=torch.tensor(one["input_ids"]), attention_mask=torch.tensor(one["attention_mask"])
+    )
     assert [0] + r.info["generated_ids"] == want[: 1 + len(r.info["generated_ids"])]
     full = m.analyze(feeds=one, generate=8, use_cache=False)
     assert full.info["generation"] == "full re-run" and full.info["generated_ids"] == r.info["generated_ids"]
@@ -144,7 +164,11 @@ def test_cli_on_the_folder(marian, tmp_path, capsys):
     folder = root / "onnx"
     assert main(["inspect", str(folder), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["kind"] == "encoder-decoder" and [i["name"] for i in d["inputs"]] == ["input_ids", "attention_mask", "decoder_input_ids"]
+    assert d["kind"] == "encoder-decoder" and [i["name"] for i in d["inputs"]] == [
+        "input_ids",
+        "attention_mask",
+        "decoder_input_ids",
+    ]
     assert [(s["stack"], s["kind"], s["layer"]) for s in d["sites"]] == _marian_canon(o)[1]
     npz = tmp_path / "feeds.npz"
     np.savez(npz, **feeds)
@@ -153,8 +177,25 @@ def test_cli_on_the_folder(marian, tmp_path, capsys):
     z = np.load(out)
     np.testing.assert_allclose(z["attn_003"], o.cross_attentions[0].numpy(), atol=TOL)
     fig = tmp_path / "cross.png"
-    assert main(["figure", str(folder), "--text", "w1 w2 w3", "--generate", "3", "--block", "decoder cross",
-                 "--out", str(fig), "--dpi", "60"]) == 0
+    assert (
+        main(
+            [
+                "figure",
+                str(folder),
+                "--text",
+                "w1 w2 w3",
+                "--generate",
+                "3",
+                "--block",
+                "decoder cross",
+                "--out",
+                str(fig),
+                "--dpi",
+                "60",
+            ]
+        )
+        == 0
+    )
     assert fig.stat().st_size > 0
     assert main(["extract", str(tmp_path), "--text", "w1", "--out", str(tmp_path / "x.npz")]) == 2
     assert "no .onnx file in this folder" in capsys.readouterr().err
@@ -167,13 +208,17 @@ def test_marian_merged_and_with_past_files_alone(marian):
     root, hf, feeds, o = marian
     refs, labels = _marian_canon(o)
     merged = open_model(root / "onnx" / "decoder_model_merged.onnx", provider="cpu")
-    f = {"input_ids": feeds["decoder_input_ids"], "encoder_attention_mask": feeds["attention_mask"],
-         "encoder_hidden_states": o.encoder_last_hidden_state.numpy()}
+    f = {
+        "input_ids": feeds["decoder_input_ids"],
+        "encoder_attention_mask": feeds["attention_mask"],
+        "encoder_hidden_states": o.encoder_last_hidden_state.numpy(),
+    }
     batch = f["input_ids"].shape[0]
     for i in merged.inputs:  # the first step of a merged decoder: empty cache, cache branch off
         if i.name.startswith("past_key_values"):
-            f[i.name] = np.zeros([batch if ax == 0 else (0 if isinstance(d, str) else d) for ax, d in enumerate(i.shape)],
-                                 np.float32)
+            f[i.name] = np.zeros(
+                [batch if ax == 0 else (0 if isinstance(d, str) else d) for ax, d in enumerate(i.shape)], np.float32
+            )
         elif i.name == "use_cache_branch":
             f[i.name] = np.zeros([1 if isinstance(d, str) else d for d in i.shape], bool)
     r = merged.analyze(feeds=f)

@@ -21,13 +21,17 @@ def _softmax(x):
 def decoder_with_past(path, seed=0):
     rng = np.random.default_rng(seed)
     emb = rng.standard_normal((V, D)).astype(np.float32)
-    inits = [numpy_helper.from_array(emb, "emb"),
-             numpy_helper.from_array(np.array([0, 0, H, DH], np.int64), "bthd"),
-             numpy_helper.from_array(np.array([0, 0, D], np.int64), "btd"),
-             numpy_helper.from_array(np.array(1 / np.sqrt(DH), np.float32), "scale")]
+    inits = [
+        numpy_helper.from_array(emb, "emb"),
+        numpy_helper.from_array(np.array([0, 0, H, DH], np.int64), "bthd"),
+        numpy_helper.from_array(np.array([0, 0, D], np.int64), "btd"),
+        numpy_helper.from_array(np.array(1 / np.sqrt(DH), np.float32), "scale"),
+    ]
     nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["h0"])]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"]),
-              helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT64, ["b", "s"])]
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"]),
+        helper.make_tensor_value_info("encoder_attention_mask", TensorProto.INT64, ["b", "s"]),
+    ]
     outputs = []
     W = {}
     x = "h0"
@@ -35,33 +39,52 @@ def decoder_with_past(path, seed=0):
     def proj(name, src):
         W[name] = (rng.standard_normal((D, D)) * 0.6).astype(np.float32)
         inits.append(numpy_helper.from_array(W[name], name))
-        nodes.extend([helper.make_node("MatMul", [src, name], [name + "_l"]),
-                      helper.make_node("Reshape", [name + "_l", "bthd"], [name + "_r"]),
-                      helper.make_node("Transpose", [name + "_r"], [name + "_t"], perm=[0, 2, 1, 3])])
+        nodes.extend(
+            [
+                helper.make_node("MatMul", [src, name], [name + "_l"]),
+                helper.make_node("Reshape", [name + "_l", "bthd"], [name + "_r"]),
+                helper.make_node("Transpose", [name + "_r"], [name + "_t"], perm=[0, 2, 1, 3]),
+            ]
+        )
         return name + "_t"
 
     def attend(p, q, k, v, x_in):
-        nodes.extend([helper.make_node("Transpose", [k], [p + "kT"], perm=[0, 1, 3, 2]),
-                      helper.make_node("MatMul", [q, p + "kT"], [p + "s"], name=p + "qk"),
-                      helper.make_node("Mul", [p + "s", "scale"], [p + "ss"]),
-                      helper.make_node("Softmax", [p + "ss"], [p + "p"], axis=-1, name=p + "Softmax"),
-                      helper.make_node("MatMul", [p + "p", v], [p + "o"]),
-                      helper.make_node("Transpose", [p + "o"], [p + "ot"], perm=[0, 2, 1, 3]),
-                      helper.make_node("Reshape", [p + "ot", "btd"], [p + "or"]),
-                      helper.make_node("Add", [x_in, p + "or"], [p + "x"])])
+        nodes.extend(
+            [
+                helper.make_node("Transpose", [k], [p + "kT"], perm=[0, 1, 3, 2]),
+                helper.make_node("MatMul", [q, p + "kT"], [p + "s"], name=p + "qk"),
+                helper.make_node("Mul", [p + "s", "scale"], [p + "ss"]),
+                helper.make_node("Softmax", [p + "ss"], [p + "p"], axis=-1, name=p + "Softmax"),
+                helper.make_node("MatMul", [p + "p", v], [p + "o"]),
+                helper.make_node("Transpose", [p + "o"], [p + "ot"], perm=[0, 2, 1, 3]),
+                helper.make_node("Reshape", [p + "ot", "btd"], [p + "or"]),
+                helper.make_node("Add", [x_in, p + "or"], [p + "x"]),
+            ]
+        )
         return p + "x"
 
     for l in range(L):
         for half in ("decoder", "encoder"):
             for kv in ("key", "value"):
                 name = f"past_key_values.{l}.{half}.{kv}"
-                inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["b", H, "past" if half == "decoder" else "s", DH]))
+                inputs.append(
+                    helper.make_tensor_value_info(
+                        name, TensorProto.FLOAT, ["b", H, "past" if half == "decoder" else "s", DH]
+                    )
+                )
         p = f"/model/decoder/layers.{l}/self_attn/"
         q = proj(f"Wq{l}", x)
         kn, vn = proj(f"Wk{l}", x), proj(f"Wv{l}", x)
-        nodes += [helper.make_node("Concat", [f"past_key_values.{l}.decoder.key", kn], [f"present.{l}.decoder.key"], axis=2),
-                  helper.make_node("Concat", [f"past_key_values.{l}.decoder.value", vn], [f"present.{l}.decoder.value"], axis=2)]
-        outputs += [helper.make_tensor_value_info(f"present.{l}.decoder.{kv}", TensorProto.FLOAT, None) for kv in ("key", "value")]
+        nodes += [
+            helper.make_node("Concat", [f"past_key_values.{l}.decoder.key", kn], [f"present.{l}.decoder.key"], axis=2),
+            helper.make_node(
+                "Concat", [f"past_key_values.{l}.decoder.value", vn], [f"present.{l}.decoder.value"], axis=2
+            ),
+        ]
+        outputs += [
+            helper.make_tensor_value_info(f"present.{l}.decoder.{kv}", TensorProto.FLOAT, None)
+            for kv in ("key", "value")
+        ]
         x = attend(p, q, f"present.{l}.decoder.key", f"present.{l}.decoder.value", x)
         p = f"/model/decoder/layers.{l}/encoder_attn/"
         qc = proj(f"Wc{l}", x)

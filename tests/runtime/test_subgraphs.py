@@ -41,9 +41,13 @@ def if_wrapped(src, dst, prefixes=("then/", "else/"), drop_else_layer=False):
             rest = [n for n in nodes[first:] if "layers.1" not in n.name]
             nodes = nodes[:first] + [helper.make_node("Identity", [p + "x1"], [p + "x2"])] + rest
         out_name = p + "logits"
-        bg = helper.make_graph(nodes, f"branch{bi}", [], [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, None)])
+        bg = helper.make_graph(
+            nodes, f"branch{bi}", [], [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, None)]
+        )
         branches.append(bg)
-    node = helper.make_node("If", ["use_cache_branch"], ["logits"], then_branch=branches[0], else_branch=branches[1], name="merged_if")
+    node = helper.make_node(
+        "If", ["use_cache_branch"], ["logits"], then_branch=branches[0], else_branch=branches[1], name="merged_if"
+    )
     inputs = list(g.input) + [helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [])]
     graph = helper.make_graph([node], "merged", inputs, list(g.output), initializer=list(g.initializer))
     out = helper.make_model(graph, opset_imports=m.opset_import, producer_name="attnviz-tests")
@@ -102,33 +106,51 @@ def loop_model(path, iters=3, heads=2, d=8, seed=0):
     dh = d // heads
     W = {w: (rng.standard_normal((d, d)) * 0.5).astype(np.float32) for w in "qkv"}
     inits = [numpy_helper.from_array(a, f"W{w}") for w, a in W.items()]
-    inits += [numpy_helper.from_array(np.array([0, 0, heads, dh], np.int64), "bthd"),
-              numpy_helper.from_array(np.array([0, 0, d], np.int64), "btd"),
-              numpy_helper.from_array(np.array(1 / np.sqrt(dh), np.float32), "scale"),
-              numpy_helper.from_array(np.array(iters, np.int64), "n_iter"),
-              numpy_helper.from_array(np.array(True), "true")]
+    inits += [
+        numpy_helper.from_array(np.array([0, 0, heads, dh], np.int64), "bthd"),
+        numpy_helper.from_array(np.array([0, 0, d], np.int64), "btd"),
+        numpy_helper.from_array(np.array(1 / np.sqrt(dh), np.float32), "scale"),
+        numpy_helper.from_array(np.array(iters, np.int64), "n_iter"),
+        numpy_helper.from_array(np.array(True), "true"),
+    ]
     body_nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"])]
     for w in "qkv":
         perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
-        body_nodes += [helper.make_node("MatMul", ["x_in", f"W{w}"], [f"{w}_l"]),
-                       helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
-                       helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm)]
-    body_nodes += [helper.make_node("MatMul", ["q_t", "k_t"], ["s"], name="body/qk"),
-                   helper.make_node("Mul", ["s", "scale"], ["ss"]),
-                   helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="body/Softmax"),
-                   helper.make_node("MatMul", ["p", "v_t"], ["o"]),
-                   helper.make_node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
-                   helper.make_node("Reshape", ["o_t", "btd"], ["o_r"]),
-                   helper.make_node("Add", ["x_in", "o_r"], ["x_out"])]
-    body = helper.make_graph(body_nodes, "body",
-                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)],
-                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)])
+        body_nodes += [
+            helper.make_node("MatMul", ["x_in", f"W{w}"], [f"{w}_l"]),
+            helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
+            helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm),
+        ]
+    body_nodes += [
+        helper.make_node("MatMul", ["q_t", "k_t"], ["s"], name="body/qk"),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="body/Softmax"),
+        helper.make_node("MatMul", ["p", "v_t"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o_t", "btd"], ["o_r"]),
+        helper.make_node("Add", ["x_in", "o_r"], ["x_out"]),
+    ]
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None),
+        ],
+    )
     nodes = [helper.make_node("Loop", ["n_iter", "true", "x"], ["y"], body=body, name="layers")]
-    graph = helper.make_graph(nodes, "looped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", d])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", d])], initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "looped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", d])],
+        initializer=inits,
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.checker.check_model(m)
@@ -166,27 +188,45 @@ def scan_over_layers(path, layers=3, heads=2, d=8, seed=0):
     dh = d // heads
     W = {w: (rng.standard_normal((layers, d, d)) * 0.5).astype(np.float32) for w in "qkv"}
     inits = [numpy_helper.from_array(a, f"W{w}_all") for w, a in W.items()]
-    inits += [numpy_helper.from_array(np.array([0, 0, heads, dh], np.int64), "bthd"),
-              numpy_helper.from_array(np.array([0, 0, d], np.int64), "btd"),
-              numpy_helper.from_array(np.array(1 / np.sqrt(dh), np.float32), "scale")]
+    inits += [
+        numpy_helper.from_array(np.array([0, 0, heads, dh], np.int64), "bthd"),
+        numpy_helper.from_array(np.array([0, 0, d], np.int64), "btd"),
+        numpy_helper.from_array(np.array(1 / np.sqrt(dh), np.float32), "scale"),
+    ]
     body_nodes = []
     for w in "qkv":
         perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
-        body_nodes += [helper.make_node("MatMul", ["x_in", f"W{w}"], [f"{w}_l"]),
-                       helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
-                       helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm)]
-    body_nodes += [helper.make_node("MatMul", ["q_t", "k_t"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
-                   helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="scan/Softmax"),
-                   helper.make_node("MatMul", ["p", "v_t"], ["o"]),
-                   helper.make_node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
-                   helper.make_node("Reshape", ["o_t", "btd"], ["o_r"]), helper.make_node("Add", ["x_in", "o_r"], ["x_out"])]
-    body = helper.make_graph(body_nodes, "layer",
-                             [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)]
-                             + [helper.make_tensor_value_info(f"W{w}", TensorProto.FLOAT, [d, d]) for w in "qkv"],
-                             [helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)])
-    node = helper.make_node("Scan", ["x", "Wq_all", "Wk_all", "Wv_all"], ["y"], body=body, num_scan_inputs=3, name="layers")
-    graph = helper.make_graph([node], "scanned", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", d])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", d])], initializer=inits)
+        body_nodes += [
+            helper.make_node("MatMul", ["x_in", f"W{w}"], [f"{w}_l"]),
+            helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
+            helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm),
+        ]
+    body_nodes += [
+        helper.make_node("MatMul", ["q_t", "k_t"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="scan/Softmax"),
+        helper.make_node("MatMul", ["p", "v_t"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o_t", "btd"], ["o_r"]),
+        helper.make_node("Add", ["x_in", "o_r"], ["x_out"]),
+    ]
+    body = helper.make_graph(
+        body_nodes,
+        "layer",
+        [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)]
+        + [helper.make_tensor_value_info(f"W{w}", TensorProto.FLOAT, [d, d]) for w in "qkv"],
+        [helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)],
+    )
+    node = helper.make_node(
+        "Scan", ["x", "Wq_all", "Wk_all", "Wv_all"], ["y"], body=body, num_scan_inputs=3, name="layers"
+    )
+    graph = helper.make_graph(
+        [node],
+        "scanned",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", d])],
+        initializer=inits,
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(path))

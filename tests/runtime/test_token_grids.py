@@ -19,13 +19,17 @@ def image_model(path, size, kernel, stride, cls=False, fold_height=False, seed=0
     rng = np.random.default_rng(seed)
     kh, kw = kernel
     gh = (size[0] - kh) // stride[0] + 1
-    inits = [numpy_helper.from_array((rng.standard_normal((D, 3, kh, kw)) * 0.1).astype(np.float32), "patch_w"),
-             numpy_helper.from_array(np.array([0, D * gh if fold_height else D, -1], np.int64), "flat"),
-             numpy_helper.from_array(np.array([0, 0, H, D // H], np.int64), "bthd"),
-             numpy_helper.from_array(np.array(1 / np.sqrt(D // H), np.float32), "scale")]
-    nodes = [helper.make_node("Conv", ["pixel_values", "patch_w"], ["feat"], kernel_shape=[kh, kw], strides=list(stride)),
-             helper.make_node("Reshape", ["feat", "flat"], ["flat_t"]),
-             helper.make_node("Transpose", ["flat_t"], ["tokens"], perm=[0, 2, 1])]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, 3, kh, kw)) * 0.1).astype(np.float32), "patch_w"),
+        numpy_helper.from_array(np.array([0, D * gh if fold_height else D, -1], np.int64), "flat"),
+        numpy_helper.from_array(np.array([0, 0, H, D // H], np.int64), "bthd"),
+        numpy_helper.from_array(np.array(1 / np.sqrt(D // H), np.float32), "scale"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["pixel_values", "patch_w"], ["feat"], kernel_shape=[kh, kw], strides=list(stride)),
+        helper.make_node("Reshape", ["feat", "flat"], ["flat_t"]),
+        helper.make_node("Transpose", ["flat_t"], ["tokens"], perm=[0, 2, 1]),
+    ]
     dim = D * gh if fold_height else D
     x = "tokens"
     if cls:
@@ -35,16 +39,28 @@ def image_model(path, size, kernel, stride, cls=False, fold_height=False, seed=0
     for w in "qk":
         inits.append(numpy_helper.from_array((rng.standard_normal((dim, D)) * 0.5).astype(np.float32), f"W{w}"))
         perm = [0, 2, 3, 1] if w == "k" else [0, 2, 1, 3]
-        nodes += [helper.make_node("MatMul", [x, f"W{w}"], [f"{w}_l"]), helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
-                  helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm)]
+        nodes += [
+            helper.make_node("MatMul", [x, f"W{w}"], [f"{w}_l"]),
+            helper.make_node("Reshape", [f"{w}_l", "bthd"], [f"{w}_r"]),
+            helper.make_node("Transpose", [f"{w}_r"], [f"{w}_t"], perm=perm),
+        ]
     inits.append(numpy_helper.from_array((rng.standard_normal((dim, D)) * 0.5).astype(np.float32), "Wv"))
-    nodes += [helper.make_node("MatMul", [x, "Wv"], ["v_l"]), helper.make_node("Reshape", ["v_l", "bthd"], ["v_r"]),
-              helper.make_node("Transpose", ["v_r"], ["v_t"], perm=[0, 2, 1, 3]),
-              helper.make_node("MatMul", ["q_t", "k_t"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
-              helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="encoder/layers.0/Softmax"),
-              helper.make_node("MatMul", ["p", "v_t"], ["out"])]
-    graph = helper.make_graph(nodes, "img", [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [1, 3, *size])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], initializer=inits)
+    nodes += [
+        helper.make_node("MatMul", [x, "Wv"], ["v_l"]),
+        helper.make_node("Reshape", ["v_l", "bthd"], ["v_r"]),
+        helper.make_node("Transpose", ["v_r"], ["v_t"], perm=[0, 2, 1, 3]),
+        helper.make_node("MatMul", ["q_t", "k_t"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["ss"]),
+        helper.make_node("Softmax", ["ss"], ["p"], axis=-1, name="encoder/layers.0/Softmax"),
+        helper.make_node("MatMul", ["p", "v_t"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "img",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [1, 3, *size])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(path))

@@ -55,8 +55,25 @@ def _aer_line(out: str) -> float:
 def test_align_round_trip_recovers_the_known_alignment(reverse_model, reverse_files, tmp_path, capsys):
     src, tgt, gold = reverse_files
     out = tmp_path / "align.txt"
-    assert main(["align", str(reverse_model), "--src", str(src), "--tgt", str(tgt), "--gold", str(gold),
-                 "--out", str(out), "--provider", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "align",
+                str(reverse_model),
+                "--src",
+                str(src),
+                "--tgt",
+                str(tgt),
+                "--gold",
+                str(gold),
+                "--out",
+                str(out),
+                "--provider",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "decoder layer 0 head 1" in printed and "declared by the model" in printed  # attnviz.alignment
     # score the written file ourselves against the gold file: the same AER, and the reversal is recovered
@@ -81,14 +98,19 @@ def test_align_other_head_and_layer(reverse_model, reverse_files, tmp_path, caps
     assert "head mean" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--head", "3:0"], "does not exist"),
-    (["--head", "x"], "LAYER:HEAD"),
-    (["--layer", "5"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--head", "3:0"], "does not exist"),
+        (["--head", "x"], "LAYER:HEAD"),
+        (["--layer", "5"], "does not exist"),
+    ],
+)
 def test_align_bad_head(reverse_model, reverse_files, tmp_path, capsys, extra, message):
     src, tgt, _ = reverse_files
-    rc = main(["align", str(reverse_model), "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "o.txt")] + extra)
+    rc = main(
+        ["align", str(reverse_model), "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "o.txt")] + extra
+    )
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
 
@@ -149,12 +171,41 @@ def test_align_agrees_with_the_training_evaluation_on_the_demo(tmp_path, capsys)
     data = take(task.make_split("test", mcfg, tcfg), slice(0, 24))
     want = align.alignment_table(task.alignment_samples(OnnxRunner(str(model)), data, mcfg, "predict"))
     src, tgt, gold = dt.write_pharaoh_files(pairs, tmp_path / "nt")
-    assert main(["align", str(model), "--src", str(src), "--tgt", str(tgt), "--gold", str(gold), "--convention",
-                 "predict", "--skip-punctuation", "--head", "1:1", "--out", str(tmp_path / "a.txt")]) == 0
+    assert (
+        main(
+            [
+                "align",
+                str(model),
+                "--src",
+                str(src),
+                "--tgt",
+                str(tgt),
+                "--gold",
+                str(gold),
+                "--convention",
+                "predict",
+                "--skip-punctuation",
+                "--head",
+                "1:1",
+                "--out",
+                str(tmp_path / "a.txt"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert _aer_line(printed) == pytest.approx(want["heads"][1][1], abs=1e-4)
-    table = printed[printed.index("| layer"):]
+    table = printed[printed.index("| layer") :]
     for layer, row in enumerate(want["heads"]):
-        assert f"| {layer} | " + " | ".join(
-            (f"**{v:.3f}**" if (layer, h) == (want["best_head"]["layer"], want["best_head"]["head"]) else f"{v:.3f}")
-            for h, v in enumerate(row)) in table
+        assert (
+            f"| {layer} | "
+            + " | ".join(
+                (
+                    f"**{v:.3f}**"
+                    if (layer, h) == (want["best_head"]["layer"], want["best_head"]["head"])
+                    else f"{v:.3f}"
+                )
+                for h, v in enumerate(row)
+            )
+            in table
+        )

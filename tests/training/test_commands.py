@@ -6,16 +6,24 @@ import pytest
 
 pytest.importorskip("torch")
 
-from attnviz.cli import main  # noqa: E402
+from attnviz.cli import main
 
 
 def test_train_then_eval(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "sequence-classification", "--preset", "tiny", "--steps", "20", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(["train", "sequence-classification", "--preset", "tiny", "--steps", "20", "--out", str(out), "--quiet"])
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["parity"]["sites"] == 1 and "accuracy" in summary["metrics"]
-    assert {p.name for p in out.iterdir()} == {"model.onnx", "checkpoint.safetensors", "checkpoint.json",
-                                              "config.json", "metrics.json"}
+    assert {p.name for p in out.iterdir()} == {
+        "model.onnx",
+        "checkpoint.safetensors",
+        "checkpoint.json",
+        "config.json",
+        "metrics.json",
+    }
     assert main(["eval", str(out / "model.onnx")]) == 0
     ev = json.loads(capsys.readouterr().out)
     assert ev["task"] == "sequence-classification"
@@ -44,9 +52,12 @@ def test_eval_bad_files(tmp_path, capsys):
     assert "no such model file" in capsys.readouterr().err
     import onnx
 
-    g = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
-                               [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-                               [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
     plain = tmp_path / "plain.onnx"
     onnx.save(onnx.helper.make_model(g), str(plain))
     assert main(["eval", str(plain)]) == 2
@@ -101,5 +112,8 @@ def test_tiny_preset_says_it_is_a_smoke_preset(tmp_path, capsys):
 
     help_text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
     assert "smoke preset" in " ".join(help_text.split())
-    assert main(["train", "toy-reverse", "--preset", "tiny", "--steps", "2", "--quiet", "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(["train", "toy-reverse", "--preset", "tiny", "--steps", "2", "--quiet", "--out", str(tmp_path / "run")])
+        == 0
+    )
     assert "--preset tiny is a smoke preset" in capsys.readouterr().err

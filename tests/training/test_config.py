@@ -2,9 +2,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from attnviz import AttnvizError  # noqa: E402
-from attnviz.training.config import ModelConfig, TrainConfig, preset_configs  # noqa: E402
-from attnviz.training.tasks import TASKS, get_task  # noqa: E402
+from attnviz import AttnvizError
+from attnviz.training.config import ModelConfig, TrainConfig, preset_configs
+from attnviz.training.tasks import TASKS, get_task
 
 
 def test_presets_and_round_trip():
@@ -23,8 +23,15 @@ def test_every_task_has_both_presets():
             mc.validate()
 
 
-@pytest.mark.parametrize("kw", [dict(arch="rnn"), dict(d_model=30, n_heads=4), dict(positions="rotary"),
-                                dict(arch="vit", image_size=30, patch_size=8)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(arch="rnn"),
+        dict(d_model=30, n_heads=4),
+        dict(positions="rotary"),
+        dict(arch="vit", image_size=30, patch_size=8),
+    ],
+)
 def test_invalid_model_config(kw):
     with pytest.raises(AttnvizError):
         ModelConfig(**kw)

@@ -5,8 +5,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from attnviz.training.tasks import get_task  # noqa: E402
-from attnviz.training.tasks import forecasting, sequence_classification, vit_classification  # noqa: E402
+from attnviz.training.tasks import (
+    forecasting,
+    get_task,
+    sequence_classification,
+    vit_classification,
+)
 
 
 def _split(name, split, preset="tiny"):

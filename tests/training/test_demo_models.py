@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from attnviz.core import metadata  # noqa: E402
+from attnviz.core import metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = {
@@ -37,6 +37,8 @@ def test_demo_model(name):
         sample["image"] = str(ROOT / sample["image"])
         assert Path(sample["image"]).exists()
     res = m.analyze(**sample)
-    assert len(res.maps) == 2 and [s.stack for s in res.sites] == ["decoder" if name == "forecasting" else "encoder"] * 2
+    assert (
+        len(res.maps) == 2 and [s.stack for s in res.sites] == ["decoder" if name == "forecasting" else "encoder"] * 2
+    )
     if name == "vit-classification":
         assert res.patch_grid.rows == 8 and res.outputs["logits"].argmax() == meta["labels"].index("triangle")

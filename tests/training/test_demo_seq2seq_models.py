@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from attnviz.core import metadata  # noqa: E402
+from attnviz.core import metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 

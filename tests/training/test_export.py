@@ -17,7 +17,9 @@ from attnviz.training.tasks import Task, get_task  # noqa: E402
 
 ARCHS = {
     "encoder": dict(arch="encoder", vocab_size=12, head="classify", n_classes=3),
-    "encoder-series-learned": dict(arch="encoder", input_kind="series", head="forecast", horizon=4, positions="learned"),
+    "encoder-series-learned": dict(
+        arch="encoder", input_kind="series", head="forecast", horizon=4, positions="learned"
+    ),
     "decoder-lm": dict(arch="decoder", vocab_size=12, head="lm"),
     "decoder-series": dict(arch="decoder", input_kind="series", head="forecast", horizon=4, pool="last"),
     "encoder-decoder": dict(arch="encoder-decoder", vocab_size=12, tgt_vocab_size=9, head="lm"),
@@ -123,6 +125,8 @@ def test_task_metadata_roles(name, tmp_path):
     mc, tc = task.configs("tiny")
     meta = build_metadata(task, mc, tc, None)
     assert list(meta["inputs"]) == list(input_names(mc))
-    assert set(meta) <= {k[len("attnviz."):] for k in metadata.dump(meta)}
+    assert set(meta) <= {k[len("attnviz.") :] for k in metadata.dump(meta)}
     if "vocab" in meta:
-        assert len(meta["vocab"]) == (mc.target_vocab if mc.arch in ("encoder-decoder", "image-decoder") else mc.vocab_size)
+        assert len(meta["vocab"]) == (
+            mc.target_vocab if mc.arch in ("encoder-decoder", "image-decoder") else mc.vocab_size
+        )

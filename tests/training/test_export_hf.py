@@ -73,8 +73,10 @@ def test_export_hf_maps_equal_transformers(exported, arch, tmp_path, capsys):
     meta = model.meta
     task, kind = ARCHS[arch]
     assert meta["task"] == task and model.kind == kind
-    assert meta["config"]["source"] == "huggingface" and meta["config"]["architecture"] == type(
-        hf_models.build(arch)[0]).__name__
+    assert (
+        meta["config"]["source"] == "huggingface"
+        and meta["config"]["architecture"] == type(hf_models.build(arch)[0]).__name__
+    )
     text = "the dog ran to the park of red image"  # not the texts export-hf checked with
     tok = transformers.AutoTokenizer.from_pretrained(str(src)) if arch != "vit" else None
     if arch == "bert":  # through the tokenizer.json copied beside the model
@@ -101,7 +103,9 @@ def test_export_hf_maps_equal_transformers(exported, arch, tmp_path, capsys):
         from PIL import Image
 
         Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(img_path)
-        pix = transformers.ViTImageProcessor.from_pretrained(str(src))(Image.open(img_path), return_tensors="pt")["pixel_values"]
+        pix = transformers.ViTImageProcessor.from_pretrained(str(src))(Image.open(img_path), return_tensors="pt")[
+            "pixel_values"
+        ]
         kw = {"pixel_values": pix}
         feeds = None
         if arch == "vision-decoder":
@@ -124,7 +128,9 @@ def test_export_hf_refuses_bad_folders_and_writes_nothing(tmp_path, capsys):
     (busy / "keep.txt").write_text("user file")
     assert main(["export-hf", str(src), "--out", str(busy)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("attnviz: error: --out") and "not an empty folder" in err and len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("attnviz: error: --out") and "not an empty folder" in err and len(err.strip().splitlines()) == 1
+    )
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "hf", "nothing"]  # no staging folder left behind
 

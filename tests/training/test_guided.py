@@ -29,7 +29,7 @@ def test_guided_loss_is_the_cross_entropy_against_uniform_link_targets():
     assert float(got) == pytest.approx(want, rel=1e-6)
     # input convention: row t stands for the input token y[t-1], so the labels move down one row
     tcfg.align_convention = "input"
-    want_in = (-(0.5 * np.log(p[0, 1, 1, 1]) + 0.5 * np.log(p[0, 1, 1, 2])))  # row 2's link falls off the end
+    want_in = -(0.5 * np.log(p[0, 1, 1, 1]) + 0.5 * np.log(p[0, 1, 1, 2]))  # row 2's link falls off the end
     assert float(guided.loss(probs, torch.tensor(labels), mcfg, tcfg)) == pytest.approx(want_in, rel=1e-6)
 
 

@@ -21,7 +21,9 @@ def _tiny(name, **train):
     return task, mc, tc
 
 
-@pytest.mark.parametrize("name", ["sequence-classification", "forecasting", "vit-classification", "toy-reverse", "toy-caption"])
+@pytest.mark.parametrize(
+    "name", ["sequence-classification", "forecasting", "vit-classification", "toy-reverse", "toy-caption"]
+)
 def test_tiny_training_decreases_loss(name):
     task, mc, tc = _tiny(name, steps=40)
     events = list(Trainer(task, mc, tc).events())

@@ -22,7 +22,20 @@ def test_bleu_known_value_and_brevity_penalty():
 
 def test_13a_tokenization():
     assert M.tokenize_13a("Jesus Christ, the son of David: 3.5 (yes)!") == [
-        "Jesus", "Christ", ",", "the", "son", "of", "David", ":", "3.5", "(", "yes", ")", "!"]
+        "Jesus",
+        "Christ",
+        ",",
+        "the",
+        "son",
+        "of",
+        "David",
+        ":",
+        "3.5",
+        "(",
+        "yes",
+        ")",
+        "!",
+    ]
 
 
 def test_aer_of_gold_is_0_and_of_disjoint_is_1():
@@ -57,8 +70,18 @@ def test_attention_built_from_gold_recovers_it():
             att[i, key_words.index(s)] += 1.0
     att /= att.sum(1, keepdims=True)
     stacked = np.stack([np.stack([att, att[:, ::-1]])])  # [L=1, H=2, Tq, Tk]: head 1 is wrong
-    table = M.alignment_table([{"attn": stacked, "query_words": query_words, "key_words": key_words,
-                                "n_tgt": n_tgt, "n_src": n_src, "gold": gold}])
+    table = M.alignment_table(
+        [
+            {
+                "attn": stacked,
+                "query_words": query_words,
+                "key_words": key_words,
+                "n_tgt": n_tgt,
+                "n_src": n_src,
+                "gold": gold,
+            }
+        ]
+    )
     assert table["heads"][0][0] == 0.0 and table["heads"][0][1] > 0.5
     assert table["best_head"] == {"layer": 0, "head": 0, "aer": 0.0}
     assert "**0.000**" in M.format_aer_table(table)

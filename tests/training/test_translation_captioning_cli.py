@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from attnviz.cli import main  # noqa: E402
-from attnviz.core import metadata  # noqa: E402
+from attnviz.cli import main
+from attnviz.core import metadata
 
 
 def _train_and_eval(task, out, capsys, steps):

@@ -43,7 +43,9 @@ def test_tokenizer_word_map_covers_every_word():
         e = toks.encode_pair(p)
         assert sorted(set(e["src_words"])) == list(range(len(p.src)))
         assert sorted(set(e["tgt_words"]) - {-1}) == list(range(len(p.tgt)))
-        assert e["tgt_ids"][0] == toks.target.token_to_id(dt.BOS) and e["tgt_ids"][-1] == toks.target.token_to_id(dt.EOS)
+        assert e["tgt_ids"][0] == toks.target.token_to_id(dt.BOS) and e["tgt_ids"][-1] == toks.target.token_to_id(
+            dt.EOS
+        )
         assert toks.target.decode(e["tgt_ids"]) == " ".join(p.tgt)
     assert [toks.source.token_to_id(s) for s in dt.SPECIALS] == [0, 1, 2, 3]
 
@@ -61,7 +63,9 @@ def _bible_installed() -> bool:
     return True
 
 
-@pytest.mark.skipif(not _bible_installed(), reason="bible-alignments not installed (pip install --no-deps bible-alignments)")
+@pytest.mark.skipif(
+    not _bible_installed(), reason="bible-alignments not installed (pip install --no-deps bible-alignments)"
+)
 def test_bible_loader_verses_and_links_in_bounds():
     pairs = dt.load_bible()
     assert 7800 <= len(pairs) <= 7950

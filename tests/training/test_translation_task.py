@@ -105,11 +105,22 @@ def test_cross_attention_indices_match_the_model_layout():
     from attnviz.training.config import ModelConfig
     from attnviz.training.model import AttnModel, cross_attention_indices
 
-    for cfg in (ModelConfig(arch="encoder-decoder", n_layers=2, n_dec_layers=3, d_model=16, vocab_size=10),
-                ModelConfig(arch="image-decoder", image_encoder="cnn", n_layers=2, n_dec_layers=2, d_model=16,
-                            image_size=16, patch_size=4, vocab_size=10),
-                ModelConfig(arch="image-decoder", n_layers=1, n_dec_layers=2, d_model=16, image_size=16,
-                            patch_size=4, vocab_size=10)):
+    for cfg in (
+        ModelConfig(arch="encoder-decoder", n_layers=2, n_dec_layers=3, d_model=16, vocab_size=10),
+        ModelConfig(
+            arch="image-decoder",
+            image_encoder="cnn",
+            n_layers=2,
+            n_dec_layers=2,
+            d_model=16,
+            image_size=16,
+            patch_size=4,
+            vocab_size=10,
+        ),
+        ModelConfig(
+            arch="image-decoder", n_layers=1, n_dec_layers=2, d_model=16, image_size=16, patch_size=4, vocab_size=10
+        ),
+    ):
         layout = AttnModel(cfg).attention_layout()
         assert cross_attention_indices(cfg) == [i for i, (_, kind, _) in enumerate(layout) if kind == "cross"]
 

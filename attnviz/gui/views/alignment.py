@@ -75,11 +75,18 @@ class AlignmentView(View):
             if declared is not None:
                 (dl, dh), conv = declared[0][0], declared[1]
                 rows_are = "its input token (Shift-Att)" if conv == "input" else "the word it predicts"
-                here = "shown" if (self.session.sel.mode, self.session.sel.layer, self.session.sel.head) == ("head", dl, dh) else "not shown"
-                note = (f" · this model's alignment head is decoder layer {dl} head {dh} ({here}); "
-                        f"each row is the decoder position reading {rows_are}")
+                here = (
+                    "shown"
+                    if (self.session.sel.mode, self.session.sel.layer, self.session.sel.head) == ("head", dl, dh)
+                    else "not shown"
+                )
+                note = (
+                    f" · this model's alignment head is decoder layer {dl} head {dh} ({here}); "
+                    f"each row is the decoder position reading {rows_are}"
+                )
             self.step_label.setText(
                 f"step {row + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"
-                + note)
+                + note
+            )
         else:
             self.step_label.setText(" ")

@@ -38,8 +38,24 @@ ROLE_COLORS = {
     "induction": "#D55E00",
     "mixed": "#FFFFFF",
 }
-TABLE_COLUMNS = ("stack", "layer", "head", "role", "role_score", "entropy", "broad", "distance", "prev", "next", "diag",
-                 "first", "special", "special_other", "max", "induction")
+TABLE_COLUMNS = (
+    "stack",
+    "layer",
+    "head",
+    "role",
+    "role_score",
+    "entropy",
+    "broad",
+    "distance",
+    "prev",
+    "next",
+    "diag",
+    "first",
+    "special",
+    "special_other",
+    "max",
+    "induction",
+)
 TEXT_COLUMNS = {"stack", "role"}
 
 
@@ -86,7 +102,8 @@ class CorpusView(QWidget):
         r = results.run
         self.info = QLabel(
             f"{Path(r.get('model', '?')).name} ({r.get('model_kind', '?')}) · {r.get('items', 0)} items, {r.get('tokens', 0)} tokens · "
-            f"engine {r.get('engine', '?')} × {r.get('workers', '?')} · {r.get('items_per_s') or 0:.1f} items/s")
+            f"engine {r.get('engine', '?')} × {r.get('workers', '?')} · {r.get('items_per_s') or 0:.1f} items/s"
+        )
         self.info.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.score = QComboBox()
         self.score.addItems(["role_score", *ROW_STATS, "induction"])
@@ -106,7 +123,9 @@ class CorpusView(QWidget):
         self.examples = self._make_table(("rank", "value", "row", "col", "item", "text"))
         self.examples.horizontalHeader().setSectionResizeMode(5, QHeaderView.Stretch)
         self.examples.cellClicked.connect(self._on_example_click)
-        self.examples_label = QLabel("Click a head for its top examples; click an example to open it with that head focused.")
+        self.examples_label = QLabel(
+            "Click a head for its top examples; click an example to open it with that head focused."
+        )
         self.examples_label.setWordWrap(True)
 
         top = QHBoxLayout()
@@ -175,7 +194,11 @@ class CorpusView(QWidget):
         lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
         lut = style.lut()
         n_heads = max(h["head"] for h in self.heads) + 1
-        rows = [(s, k, layer) for s, k in self.stacks for layer in sorted({h["layer"] for h in self.heads if (h["stack"], h["kind"]) == (s, k)})]
+        rows = [
+            (s, k, layer)
+            for s, k in self.stacks
+            for layer in sorted({h["layer"] for h in self.heads if (h["stack"], h["kind"]) == (s, k)})
+        ]
         self._grid_rows = rows
         self.grid.clear()
         self.grid.setRowCount(len(rows))
@@ -194,12 +217,16 @@ class CorpusView(QWidget):
                 rgb = lut[int(round(x * (len(lut) - 1)))][:3]
                 color = QColor(int(rgb[0]), int(rgb[1]), int(rgb[2]))
                 if score == "role_score":  # the role's colour, lighter for weaker scores
-                    color = QColor(ROLE_COLORS.get(h["role"], "#FFFFFF")).lighter(100 + int(60 * (1 - min(1.0, max(0.0, v)))))
+                    color = QColor(ROLE_COLORS.get(h["role"], "#FFFFFF")).lighter(
+                        100 + int(60 * (1 - min(1.0, max(0.0, v))))
+                    )
                 item.setBackground(QBrush(color))
                 item.setForeground(QBrush(_text_on(color)))
             self._cell_values[(r, h["head"])] = float(v)
             self.grid.setItem(r, h["head"], item)
-        self.grid_label.setText(f"layer × head coloured by {score}" + (f" ({lo:.3g} – {hi:.3g})" if finite.size else " (no values)"))
+        self.grid_label.setText(
+            f"layer × head coloured by {score}" + (f" ({lo:.3g} – {hi:.3g})" if finite.size else " (no values)")
+        )
 
     # -- interaction -----------------------------------------------------------------------
     def _on_score(self, _score: str) -> None:
@@ -219,8 +246,12 @@ class CorpusView(QWidget):
 
     def examples_for(self, head: dict, score: str) -> list[dict]:
         if score == "role_score":  # the examples of the statistic behind the head's role
-            score = {"positional": max(("prev", "next", "diag"), key=lambda s: head.get(s, 0)), "sink": "first",
-                     "special": "special_other", "broad": "broad"}.get(head["role"], "max")
+            score = {
+                "positional": max(("prev", "next", "diag"), key=lambda s: head.get(s, 0)),
+                "sink": "first",
+                "special": "special_other",
+                "broad": "broad",
+            }.get(head["role"], "max")
         key = (head["stack"], head["kind"], head["layer"], head["head"], score)
         ex = [e for e in self.results.examples if (e["stack"], e["kind"], e["layer"], e["head"], e["score"]) == key]
         return sorted(ex, key=lambda e: e["rank"])
@@ -240,8 +271,10 @@ class CorpusView(QWidget):
                 t.setItem(r, c, ValueItem(v))
         t.resizeColumnsToContents()
         stat = ex[0]["score"] if ex else score
-        self.examples_label.setText(f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
-                                    f"({_fmt(head['role_score'])}) · top items by {stat} — click one to open it")
+        self.examples_label.setText(
+            f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
+            f"({_fmt(head['role_score'])}) · top items by {stat} — click one to open it"
+        )
 
     def _on_example_click(self, r: int, _c: int) -> None:
         if 0 <= r < len(getattr(self, "shown_examples", [])):
@@ -251,7 +284,9 @@ class CorpusView(QWidget):
 def open_example(window, example: dict, model_path: str, tokenizer: str | None = None) -> None:
     """Open the example's item in the main window and focus its head once the result is drawn."""
     if not Path(model_path).is_file():
-        window.show_error(f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back")
+        window.show_error(
+            f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back"
+        )
         return
     if tokenizer and Path(tokenizer).is_file() and window.tokenizer is None:
         window.tokenizer = Path(tokenizer)  # the corpus run's --tokenizer, so the item tokenises the same way

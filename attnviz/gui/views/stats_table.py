@@ -11,8 +11,6 @@ from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
 
-
-
 # columns added when gold alignments are loaded (cross-attention blocks only)
 ALIGN_COLUMNS = {
     "aer": ("AER", "alignment error rate of this head's argmax word links against the loaded gold (lower = aligns)"),
@@ -25,8 +23,11 @@ def alignment_columns(table: dict, layer: int, head: int) -> dict[str, float] | 
     """AER / precision / recall of one head from an :func:`attnviz.core.align.alignment_table`."""
     if layer >= len(table["heads"]) or head >= len(table["heads"][layer]):
         return None
-    return {"aer": table["heads"][layer][head], "precision": table["precision"]["heads"][layer][head],
-            "recall": table["recall"]["heads"][layer][head]}
+    return {
+        "aer": table["heads"][layer][head],
+        "precision": table["precision"]["heads"][layer][head],
+        "recall": table["recall"]["heads"][layer][head],
+    }
 
 
 def compute_stats(result, blk, step: int) -> list[dict]:
@@ -152,10 +153,12 @@ class StatsView(View):
         if aligned:
             t.sortByColumn(2, Qt.AscendingOrder)  # "which heads align?": best AER first
             g = self.gold
-            text = (f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "
-                    f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
-                    f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
-                    "Click a column to sort, a row to focus that head.")
+            text = (
+                f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "
+                f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
+                f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
+                "Click a column to sort, a row to focus that head."
+            )
         elif self.gold is not None:
             text += f" AER columns: choose a cross-attention block (gold {self.gold['name']} is loaded)."
         self.info.setText(text)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar, QPushButton, QSpinBox, QWidget,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QWidget,
 )
 
 from attnviz.core import preprocess
@@ -34,7 +42,9 @@ class InputPanel(QWidget):
         for p in preprocess.PRESETS.values():
             self.preprocess.addItem({"imagenet": "ImageNet", "clip": "CLIP"}.get(p.name, p.name), p.name)
             self.preprocess.setItemData(self.preprocess.count() - 1, p.note, Qt.ToolTipRole)
-        self.preprocess.setToolTip("image mean/std: the model's metadata (else the 0.5 preset, said in the run info) or a preset")
+        self.preprocess.setToolTip(
+            "image mean/std: the model's metadata (else the 0.5 preset, said in the run info) or a preset"
+        )
         self.image_size = QSpinBox()
         self.image_size.setRange(0, 4096)
         self.image_size.setSpecialValueText("model default")
@@ -46,8 +56,10 @@ class InputPanel(QWidget):
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(0, 1_000_000)
         self.max_tokens.setSpecialValueText("all")  # 0: keep every token (the model's position limit is checked)
-        self.max_tokens.setToolTip("keep only the first N tokens of the text (all: every token; a text longer than "
-                                   "the model's positions offers to truncate)")
+        self.max_tokens.setToolTip(
+            "keep only the first N tokens of the text (all: every token; a text longer than "
+            "the model's positions offers to truncate)"
+        )
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
         self.cancel_button = QPushButton("Cancel")

@@ -86,13 +86,28 @@ class ModelSidebar(QTreeWidget):
             self._add("Model", [("", "no model open")])
             return
         if m is not None:
-            self._add("Model", [("name", getattr(m, "name", "")), ("file", str(getattr(m, "path", ""))),
-                                ("kind", getattr(m, "kind", "")), ("device", getattr(m, "provider", ""))])
+            self._add(
+                "Model",
+                [
+                    ("name", getattr(m, "name", "")),
+                    ("file", str(getattr(m, "path", ""))),
+                    ("kind", getattr(m, "kind", "")),
+                    ("device", getattr(m, "provider", "")),
+                ],
+            )
             self._add("Inputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "inputs", [])])
-            self._add("Outputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "outputs", [])], expanded=False)
+            self._add(
+                "Outputs",
+                [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "outputs", [])],
+                expanded=False,
+            )
             sites = list(getattr(m, "sites", []) or [])
             if sites:
-                self._add("Attention sites", [(s.label, f"{s.heads} heads · {s.method} · {s.node}") for s in sites], expanded=False)
+                self._add(
+                    "Attention sites",
+                    [(s.label, f"{s.heads} heads · {s.method} · {s.node}") for s in sites],
+                    expanded=False,
+                )
             else:
                 why = getattr(m, "no_attention_reason", None) or "no attention found"
                 self._add("Attention sites", [("none", why)])
@@ -105,7 +120,13 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("device used", info["provider"]))
             for k, v in (info.get("timings") or {}).items():
                 rows.append((k, f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
-            rows.append(("maps", f"{len(r.maps)} sites, " + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks)))
+            rows.append(
+                (
+                    "maps",
+                    f"{len(r.maps)} sites, "
+                    + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks),
+                )
+            )
             if r.tokens is not None:
                 rows.append(("tokens", str(len(r.tokens))))
             if r.generated:
@@ -119,8 +140,18 @@ class ModelSidebar(QTreeWidget):
                 rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
             for k, v in info.items():
                 # already shown above (model section / input panel) or internal
-                if k in ("provider", "timings", "model", "model_path", "kind", "text", "text_pair", "image", "generated_ids", "rows") \
-                        or v in (None, "", [], {}):
+                if k in (
+                    "provider",
+                    "timings",
+                    "model",
+                    "model_path",
+                    "kind",
+                    "text",
+                    "text_pair",
+                    "image",
+                    "generated_ids",
+                    "rows",
+                ) or v in (None, "", [], {}):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):
                     rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))

@@ -21,25 +21,63 @@ class DeprecatedAlias(argparse.Action):
 
 def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     if model_required:
-        p.add_argument("model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)")
+        p.add_argument(
+            "model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)"
+        )
     src = p.add_argument_group("input (one of)")
     src.add_argument("--inputs", metavar="FEEDS.npz", help="raw feeds: .npz keyed by ONNX input name")
     src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")
-    src.add_argument("--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders")
+    src.add_argument(
+        "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
+    )
     src.add_argument("--image", metavar="PATH", help="image file for vision models")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text (the model's "
-                   "position limit is checked and named when a text is longer)")
-    p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy generation steps for decoder / encoder-decoder models")
-    p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)")
-    p.add_argument("--memory", dest="mode", choices=("auto", "dense", "ondemand"), default="auto",
-                   help="dense keeps all maps; ondemand keeps Q/K and recomputes heads (long inputs); auto picks by memory")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="keep only the first N tokens of the text (the model's "
+        "position limit is checked and named when a text is longer)",
+    )
+    p.add_argument(
+        "--generate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="greedy generation steps for decoder / encoder-decoder models",
+    )
+    p.add_argument(
+        "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)"
+    )
+    p.add_argument(
+        "--memory",
+        dest="mode",
+        choices=("auto", "dense", "ondemand"),
+        default="auto",
+        help="dense keeps all maps; ondemand keeps Q/K and recomputes heads (long inputs); auto picks by memory",
+    )
     # --mode meant memory here but aggregation in `open`: one meaning per flag now
-    p.add_argument("--mode", dest="mode", choices=("auto", "dense", "ondemand"), action=DeprecatedAlias, new="--memory",
-                   help=argparse.SUPPRESS)
-    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W (default: metadata / input shape)")
-    p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean (default: metadata, else 0.5)")
-    p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std (default: metadata, else 0.5)")
+    p.add_argument(
+        "--mode",
+        dest="mode",
+        choices=("auto", "dense", "ondemand"),
+        action=DeprecatedAlias,
+        new="--memory",
+        help=argparse.SUPPRESS,
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs=2,
+        metavar=("H", "W"),
+        help="resize images to H W (default: metadata / input shape)",
+    )
+    p.add_argument(
+        "--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean (default: metadata, else 0.5)"
+    )
+    p.add_argument(
+        "--image-std", type=float, nargs="+", metavar="S", help="per-channel std (default: metadata, else 0.5)"
+    )
 
 
 def analyze_from_args(args):
@@ -51,9 +89,16 @@ def analyze_from_args(args):
     if not given:
         raise AttnvizError("no input: give --text T, --image PATH or --inputs FEEDS.npz")
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
-    result = model.analyze(text=args.text, text_pair=args.text_pair, image=args.image, feeds=args.inputs,
-                           generate=args.generate, mode=args.mode,
-                           image_size=tuple(args.image_size) if args.image_size else None,
-                           image_mean=args.image_mean, image_std=args.image_std,
-                           max_tokens=getattr(args, "max_tokens", None))
+    result = model.analyze(
+        text=args.text,
+        text_pair=args.text_pair,
+        image=args.image,
+        feeds=args.inputs,
+        generate=args.generate,
+        mode=args.mode,
+        image_size=tuple(args.image_size) if args.image_size else None,
+        image_mean=args.image_mean,
+        image_std=args.image_std,
+        max_tokens=getattr(args, "max_tokens", None),
+    )
     return model, result

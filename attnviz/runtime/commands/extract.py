@@ -15,9 +15,9 @@ def add_arguments(p):
 def run(args) -> int:
     from pathlib import Path
 
-    from attnviz import AttnvizError
     import numpy as np
 
+    from attnviz import AttnvizError
     from attnviz.core import limits
     from attnviz.core.attention import DenseMap
     from attnviz.core.io import save_npz
@@ -27,20 +27,32 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix != ".npz":
         raise AttnvizError(f"--out {out}: must end in .npz")
-    refuse_input_as_output(out, {"the model": args.model, "the --inputs file": args.inputs, "the --image file": args.image,
-                                 "the --tokenizer file": args.tokenizer}, "--out")
+    refuse_input_as_output(
+        out,
+        {
+            "the model": args.model,
+            "the --inputs file": args.inputs,
+            "the --image file": args.image,
+            "the --tokenizer file": args.tokenizer,
+        },
+        "--out",
+    )
     model, result = analyze_from_args(args)
     mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20
     limits.check("output_mb", mb, f"the maps for {out.name}")  # before on-demand maps are materialised
     for site, m in zip(result.sites, result.maps):  # dense maps only: checking on-demand ones would materialise them
         if isinstance(m, DenseMap) and not np.isfinite(m.array()).all():
-            raise AttnvizError(f"the model produced NaN/Inf attention at {site.label} (its weights or inputs hold NaN/Inf); "
-                               f"nothing written to {out.name}")
+            raise AttnvizError(
+                f"the model produced NaN/Inf attention at {site.label} (its weights or inputs hold NaN/Inf); "
+                f"nothing written to {out.name}"
+            )
     save_npz(result, out)
     dev = result.info.get("provider", "?")
     note = result.info.get("provider_note")
-    print(f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {model.path.name} on {dev}"
-          f"{' (' + note + ')' if note else ''}; run {result.info.get('run_s', 0) * 1000:.1f} ms")
+    print(
+        f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {model.path.name} on {dev}"
+        f"{' (' + note + ')' if note else ''}; run {result.info.get('run_s', 0) * 1000:.1f} ms"
+    )
     if result.generated:
         print("generated: " + " ".join(result.generated))
     return 0

@@ -20,9 +20,13 @@ def clean(value, limit: int | None = None) -> str:
 
 
 def add_arguments(p):
-    p.add_argument("model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)")
+    p.add_argument(
+        "model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts")
+    p.add_argument(
+        "--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts"
+    )
 
 
 def run(args) -> int:
@@ -35,7 +39,9 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(d, indent=2))
         return 0 if m.sites else 1
-    print(f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})")
+    print(
+        f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
+    )
     print("inputs")
     for i in d["inputs"]:
         print(f"  {clean(i['name']):<28} {i['dtype']:<8} [{clean(', '.join(map(str, i['shape'])))}]  role={i['role']}")
@@ -52,5 +58,7 @@ def run(args) -> int:
     print(f"attention sites ({len(d['sites'])})")
     print(f"  {'#':>3}  {'stack':<8} {'kind':<6} {'layer':>5} {'heads':>5}  {'method':<17} node")
     for i, s in enumerate(d["sites"]):
-        print(f"  {i:>3}  {s['stack']:<8} {s['kind']:<6} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}")
+        print(
+            f"  {i:>3}  {s['stack']:<8} {s['kind']:<6} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
+        )
     return 0

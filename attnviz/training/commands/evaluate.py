@@ -34,7 +34,12 @@ def run(args) -> int:
         data = take(data, slice(0, args.n))
     t0 = time.perf_counter()
     metrics = task.evaluate(runner, data, mcfg)
-    out = {"model": args.model, "task": name, "split": "test", "metrics": metrics,
-           "seconds": round(time.perf_counter() - t0, 2)}
+    out = {
+        "model": args.model,
+        "task": name,
+        "split": "test",
+        "metrics": metrics,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
     print(json.dumps(out, indent=2))
     return 0

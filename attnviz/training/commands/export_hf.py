@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-HELP = ("export a local Hugging Face model folder (config + weights + tokenizer) to ONNX for attnviz, "
-        "with eager attention and metadata, checked against transformers")
+HELP = (
+    "export a local Hugging Face model folder (config + weights + tokenizer) to ONNX for attnviz, "
+    "with eager attention and metadata, checked against transformers"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="MODEL_DIR", help="folder with config.json, weights and tokenizer files")
-    p.add_argument("--out", required=True, metavar="DIR", help="new (or empty) folder for model.onnx, tokenizer and configs")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="new (or empty) folder for model.onnx, tokenizer and configs"
+    )
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
-    p.add_argument("--text", default=None, help="text used for the check against transformers (default: built-in sentences)")
+    p.add_argument(
+        "--text", default=None, help="text used for the check against transformers (default: built-in sentences)"
+    )
 
 
 def run(args) -> int:
@@ -28,8 +34,12 @@ def run(args) -> int:
         raise AttnvizError(f"--opset {args.opset}: use an opset from 14 to 23 (17 is the tested default)")
     r = export_hf(args.model_dir, args.out, opset=args.opset, text=args.text)
     if r.missing_weights:
-        print(f"note: {len(r.missing_weights)} weights were not in the checkpoint and are random "
-              f"({', '.join(r.missing_weights[:4])}{', ...' if len(r.missing_weights) > 4 else ''})")
-    print(f"wrote {r.path} ({r.family}, task {r.task}): {r.sites} attention maps equal transformers' within "
-          f"{r.max_diff:.1e} at {' and '.join(map(str, r.lengths))} tokens; open it with: attnviz open {r.path}")
+        print(
+            f"note: {len(r.missing_weights)} weights were not in the checkpoint and are random "
+            f"({', '.join(r.missing_weights[:4])}{', ...' if len(r.missing_weights) > 4 else ''})"
+        )
+    print(
+        f"wrote {r.path} ({r.family}, task {r.task}): {r.sites} attention maps equal transformers' within "
+        f"{r.max_diff:.1e} at {' and '.join(map(str, r.lengths))} tokens; open it with: attnviz open {r.path}"
+    )
     return 0

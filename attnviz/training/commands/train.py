@@ -10,23 +10,41 @@ import time
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
 
 # kept here (not imported from tasks) so `attnviz --help` does not import torch
-TASK_NAMES = ("sequence-classification, forecasting, vit-classification, translation, captioning, "
-              "translation-synthetic, toy-reverse, toy-caption")
+TASK_NAMES = (
+    "sequence-classification, forecasting, vit-classification, translation, captioning, "
+    "translation-synthetic, toy-reverse, toy-caption"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("task", metavar="TASK", help=f"task name ({TASK_NAMES})")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json")
-    p.add_argument("--preset", default="demo", choices=("tiny", "demo"), help="model/training size (default: demo; tiny is a smoke preset for tests: "
-                        "seconds of training, maps near chance)")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="run folder: model.onnx, checkpoint.safetensors, checkpoint.json, config.json, metrics.json",
+    )
+    p.add_argument(
+        "--preset",
+        default="demo",
+        choices=("tiny", "demo"),
+        help="model/training size (default: demo; tiny is a smoke preset for tests: "
+        "seconds of training, maps near chance)",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=int, metavar="N", help="train N passes over the training set (sets --steps)")
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=None, help="seed for parameters, batches and dropout (default 0)")
-    p.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)")
-    p.add_argument("--restart", "--overwrite", dest="restart", action="store_true",
-                   help="start over in DIR, replacing a run (or other files of ours) already there")
+    p.add_argument(
+        "--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto (CUDA when available)"
+    )
+    p.add_argument(
+        "--restart",
+        "--overwrite",
+        dest="restart",
+        action="store_true",
+        help="start over in DIR, replacing a run (or other files of ours) already there",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -34,8 +52,10 @@ def _bar(ev, width: int = 28) -> str:
     frac = ev.step / max(1, ev.total)
     filled = int(frac * width)
     eta = ev.elapsed / max(frac, 1e-9) - ev.elapsed if frac > 0 else 0.0
-    return (f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} "
-            f"{ev.elapsed:5.0f}s eta {eta:4.0f}s")
+    return (
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {ev.step}/{ev.total} loss {ev.loss:.4f} "
+        f"{ev.elapsed:5.0f}s eta {eta:4.0f}s"
+    )
 
 
 def run(args) -> int:
@@ -67,10 +87,16 @@ def run(args) -> int:
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart)
     if args.preset == "tiny":
-        print("note: --preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
-              "metrics and unstructured maps; use the default demo preset for a model worth looking at", file=sys.stderr)
-    print(f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
-          f"parameters) for {tcfg.steps} steps on {trainer.device}, seed {tcfg.seed}", file=sys.stderr)
+        print(
+            "note: --preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
+            "metrics and unstructured maps; use the default demo preset for a model worth looking at",
+            file=sys.stderr,
+        )
+    print(
+        f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
+        f"parameters) for {tcfg.steps} steps on {trainer.device}, seed {tcfg.seed}",
+        file=sys.stderr,
+    )
     t0 = time.perf_counter()
     events = trainer.events()
     last = None
@@ -90,16 +116,26 @@ def run(args) -> int:
                 print(_bar(ev).strip(), file=sys.stderr)
     except KeyboardInterrupt:
         events.close()
-        raise AttnvizError(f"training interrupted at step {trainer.step}/{tcfg.steps}; checkpoint saved in {out}, "
-                           f"run the same command again to resume") from None
+        raise AttnvizError(
+            f"training interrupted at step {trainer.step}/{tcfg.steps}; checkpoint saved in {out}, "
+            f"run the same command again to resume"
+        ) from None
     if tty:
         print(file=sys.stderr)
     train_s = time.perf_counter() - t0
     print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(last.metrics)}", file=sys.stderr)
     result = export(trainer.model, task, mcfg, tcfg, out / "model.onnx", evaluate=True)
-    summary = {"task": task.name, "preset": args.preset, "seed": tcfg.seed, "steps": tcfg.steps,
-               "train_seconds": round(train_s, 1), "device": str(trainer.device),
-               "metrics": result["metrics"], "parity": result["parity"], "model": str(out / "model.onnx")}
+    summary = {
+        "task": task.name,
+        "preset": args.preset,
+        "seed": tcfg.seed,
+        "steps": tcfg.steps,
+        "train_seconds": round(train_s, 1),
+        "device": str(trainer.device),
+        "metrics": result["metrics"],
+        "parity": result["parity"],
+        "model": str(out / "model.onnx"),
+    }
     if hasattr(task, "sample_image"):  # the image named by attnviz.sample, for opening the model in the GUI
         from PIL import Image
 

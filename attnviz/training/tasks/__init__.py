@@ -136,8 +136,11 @@ def attention_groups(maps: list, mcfg: ModelConfig) -> dict[str, list]:
     if mcfg.arch not in ("encoder-decoder", "image-decoder"):
         return {"encoder": list(maps), "decoder_self": [], "cross": []}
     cross = cross_attention_indices(mcfg)
-    return {"encoder": list(maps[: encoder_layers(mcfg)]), "decoder_self": [maps[i - 1] for i in cross],
-            "cross": [maps[i] for i in cross]}
+    return {
+        "encoder": list(maps[: encoder_layers(mcfg)]),
+        "decoder_self": [maps[i - 1] for i in cross],
+        "cross": [maps[i] for i in cross],
+    }
 
 
 def feeds_of(batch: dict[str, np.ndarray], mcfg: ModelConfig) -> dict[str, np.ndarray]:
@@ -178,15 +181,23 @@ def split_seed(task: str, split: str) -> int:
 
 
 def _registry() -> dict[str, Task]:
+    from attnviz.training.tasks.captioning import Captioning
     from attnviz.training.tasks.forecasting import Forecasting
     from attnviz.training.tasks.sequence_classification import SequenceClassification
     from attnviz.training.tasks.toy import ToyCaption, ToyReverse
-    from attnviz.training.tasks.vit_classification import VitClassification
     from attnviz.training.tasks.translation import Translation, TranslationSynthetic
-    from attnviz.training.tasks.captioning import Captioning
+    from attnviz.training.tasks.vit_classification import VitClassification
 
-    tasks = [SequenceClassification(), Forecasting(), VitClassification(), Translation(), Captioning(),
-             TranslationSynthetic(), ToyReverse(), ToyCaption()]
+    tasks = [
+        SequenceClassification(),
+        Forecasting(),
+        VitClassification(),
+        Translation(),
+        Captioning(),
+        TranslationSynthetic(),
+        ToyReverse(),
+        ToyCaption(),
+    ]
     return {t.name: t for t in tasks}
 
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from attnviz.training import data_captioning as dc
 from attnviz.training import metrics as M
-from attnviz.training.model import cross_attention_indices
 from attnviz.training.config import preset_configs
+from attnviz.training.model import cross_attention_indices
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, split_seed
 from attnviz.training.tasks.vit_classification import MEAN, STD, to_pixels
@@ -46,9 +46,19 @@ class Captioning(Task):
     def configs(self, preset):
         # ViT patches (8x8 px -> an 8x8 grid) + one encoder layer: the patch tokens stay local enough for the
         # pointing game; the CNN grid (image_encoder="cnn") trained 5x slower here and pointed worse
-        model = dict(arch="image-decoder", image_encoder="vit", n_layers=1, vocab_size=len(VOCAB), tgt_vocab_size=len(VOCAB),
-                     head="lm", max_len=MAX_WORDS + 5, image_size=IMAGE_SIZE, patch_size=8, channels=3,
-                     positions="sinusoidal")
+        model = dict(
+            arch="image-decoder",
+            image_encoder="vit",
+            n_layers=1,
+            vocab_size=len(VOCAB),
+            tgt_vocab_size=len(VOCAB),
+            head="lm",
+            max_len=MAX_WORDS + 5,
+            image_size=IMAGE_SIZE,
+            patch_size=8,
+            channels=3,
+            positions="sinusoidal",
+        )
         train = dict(task=self.name)
         if preset == "demo":
             train.update(steps=8000, batch_size=64, lr=2e-3, warmup=300, n_train=16000, n_test=500)
@@ -103,26 +113,48 @@ class Captioning(Task):
         table = M.pointing_table(samples, size, (g, g), tolerance=tol)
         strict = M.pointing_table(samples, size, (g, g))
         # the other convention: the row where the word is the decoder's input (it then predicts the next word)
-        shifted = M.pointing_table([{"attn": s["attn"], "targets": [(q + 1, b) for q, b in s["targets"]]} for s in samples],
-                                   size, (g, g), tolerance=tol)
-        nouns = M.pointing_table([{"attn": s["attn"], "targets": s["targets"][1::2]} for s in samples], size, (g, g),
-                                 tolerance=tol)
-        baselines = {"tolerance": M.pointing_baselines(samples, size, (g, g), tolerance=tol),
-                     "strict": M.pointing_baselines(samples, size, (g, g))}
-        return {"exact_match": float(np.mean(exact)), "pointing_best_layer": table["best_layer"]["accuracy"],
-                "pointing_baselines": baselines,
-                "pointing_best_head": table["best_head"]["accuracy"], "pointing_average": table["average"],
-                "pointing_tolerance_px": tol, "pointing": table,
-                "pointing_strict": {k: strict[k] for k in ("layers", "best_layer", "best_head", "average")},
-                "pointing_shape_words": {"layers": nouns["layers"], "best_head": nouns["best_head"]},
-                "pointing_input_convention": {"layers": shifted["layers"], "best_head": shifted["best_head"]},
-                "n": n}
+        shifted = M.pointing_table(
+            [{"attn": s["attn"], "targets": [(q + 1, b) for q, b in s["targets"]]} for s in samples],
+            size,
+            (g, g),
+            tolerance=tol,
+        )
+        nouns = M.pointing_table(
+            [{"attn": s["attn"], "targets": s["targets"][1::2]} for s in samples], size, (g, g), tolerance=tol
+        )
+        baselines = {
+            "tolerance": M.pointing_baselines(samples, size, (g, g), tolerance=tol),
+            "strict": M.pointing_baselines(samples, size, (g, g)),
+        }
+        return {
+            "exact_match": float(np.mean(exact)),
+            "pointing_best_layer": table["best_layer"]["accuracy"],
+            "pointing_baselines": baselines,
+            "pointing_best_head": table["best_head"]["accuracy"],
+            "pointing_average": table["average"],
+            "pointing_tolerance_px": tol,
+            "pointing": table,
+            "pointing_strict": {k: strict[k] for k in ("layers", "best_layer", "best_head", "average")},
+            "pointing_shape_words": {"layers": nouns["layers"], "best_head": nouns["best_head"]},
+            "pointing_input_convention": {"layers": shifted["layers"], "best_head": shifted["best_head"]},
+            "n": n,
+        }
 
     def metadata(self, mcfg):
-        return {"vocab": VOCAB, "special": {"pad": PAD, "bos": BOS, "eos": EOS}, "tokenize": "whitespace",
-                "image": {"size": [mcfg.image_size, mcfg.image_size], "channels": 3, "mean": MEAN, "std": STD,
-                          "grid": [mcfg.grid, mcfg.grid], "offset": 0},
-                "sample": {"image": self.sample_path}}
+        return {
+            "vocab": VOCAB,
+            "special": {"pad": PAD, "bos": BOS, "eos": EOS},
+            "tokenize": "whitespace",
+            "image": {
+                "size": [mcfg.image_size, mcfg.image_size],
+                "channels": 3,
+                "mean": MEAN,
+                "std": STD,
+                "grid": [mcfg.grid, mcfg.grid],
+                "offset": 0,
+            },
+            "sample": {"image": self.sample_path},
+        }
 
     def sample_image(self, mcfg) -> np.ndarray:
         """The sample input (``[H, W, 3]`` uint8) written next to a shipped model."""

@@ -64,8 +64,15 @@ class Forecasting(Task):
     target = "MSE <= 0.2 x the naive last-value baseline on held-out series"
 
     def configs(self, preset):
-        model = dict(arch="decoder", input_kind="series", head="forecast", horizon=HORIZON, pool="last",
-                     max_len=CONTEXT + 16, positions="learned")
+        model = dict(
+            arch="decoder",
+            input_kind="series",
+            head="forecast",
+            horizon=HORIZON,
+            pool="last",
+            max_len=CONTEXT + 16,
+            positions="learned",
+        )
         train = dict(task=self.name)
         if preset == "demo":
             train.update(steps=1200, batch_size=64, lr=2e-3, warmup=100, n_train=20000, n_test=2000)
@@ -86,10 +93,15 @@ class Forecasting(Task):
         xt, yt = generate(20000, split_seed(self.name, "train"), horizon=mcfg.horizon)
         linear = float(((linear_forecast(xt, yt, x) - y) ** 2).mean())
         ar = float(((ar_forecast(x, AR_ORDER, mcfg.horizon) - y) ** 2).mean())
-        return {"mse": mse, "baseline_mse": base, "ratio_to_baseline": mse / base,
-                "baseline_linear_mse": linear, f"baseline_ar{AR_ORDER}_mse": ar,
-                "beats": {"last_value": mse < base, "linear": mse < linear, f"ar{AR_ORDER}": mse < ar},
-                "n": int(len(y))}
+        return {
+            "mse": mse,
+            "baseline_mse": base,
+            "ratio_to_baseline": mse / base,
+            "baseline_linear_mse": linear,
+            f"baseline_ar{AR_ORDER}_mse": ar,
+            "beats": {"last_value": mse < base, "linear": mse < linear, f"ar{AR_ORDER}": mse < ar},
+            "n": int(len(y)),
+        }
 
     def metadata(self, mcfg):
         x, _ = generate(1, split_seed(self.name, "sample"))

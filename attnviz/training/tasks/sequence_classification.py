@@ -47,8 +47,15 @@ class SequenceClassification(Task):
     target = "accuracy >= 0.99 on held-out sequences"
 
     def configs(self, preset):
-        model = dict(arch="encoder", vocab_size=len(VOCAB), head="classify", n_classes=2, pool="mean",
-                     max_len=MAX_LEN + 4, positions="sinusoidal")
+        model = dict(
+            arch="encoder",
+            vocab_size=len(VOCAB),
+            head="classify",
+            n_classes=2,
+            pool="mean",
+            max_len=MAX_LEN + 4,
+            positions="sinusoidal",
+        )
         train = dict(task=self.name)
         if preset == "demo":
             train.update(steps=1000, batch_size=64, lr=1e-3, n_train=20000, n_test=2000)
@@ -75,4 +82,6 @@ class SequenceClassification(Task):
         }
 
     def example_feeds(self, mcfg, tcfg):
-        return {k: v for k, v in encode([np.array([7, 2, 9, 5, 1, 8, 6, 3]), np.array([1, 2, 8])]).items() if k != "labels"}
+        return {
+            k: v for k, v in encode([np.array([7, 2, 9, 5, 1, 8, 6, 3]), np.array([1, 2, 8])]).items() if k != "labels"
+        }

@@ -72,7 +72,9 @@ class ToyReverse(Task):
             b = take(data, s)
             enc = {k: b[k] for k in ("input_ids", "attention_mask")}
             exact.append(_exact(greedy_decode(runner, enc, BOS, EOS, self.max_len + 1), b["labels"]))
-            cross = attention_groups(runner.attention(feeds_of(b, mcfg)), mcfg)["cross"][-1].mean(1)  # (B, Tt, Ts) last layer
+            cross = attention_groups(runner.attention(feeds_of(b, mcfg)), mcfg)["cross"][-1].mean(
+                1
+            )  # (B, Tt, Ts) last layer
             lens = b["attention_mask"].sum(1)
             for i, t in enumerate(lens):
                 pred = cross[i, :t, :t].argmax(-1)  # decoder position j predicts target j
@@ -86,8 +88,12 @@ class ToyReverse(Task):
         return out
 
     def metadata(self, mcfg):
-        return {"vocab": self.vocab, "special": {"pad": PAD, "bos": BOS, "eos": EOS}, "tokenize": "whitespace",
-                "sample": {"text": "3 1 4 1 5 9"}}
+        return {
+            "vocab": self.vocab,
+            "special": {"pad": PAD, "bos": BOS, "eos": EOS},
+            "tokenize": "whitespace",
+            "sample": {"text": "3 1 4 1 5 9"},
+        }
 
 
 class ToyCaption(Task):
@@ -97,8 +103,16 @@ class ToyCaption(Task):
     vocab = SPECIAL + SHAPES + ["top", "bottom", "left", "right"]
 
     def configs(self, preset):
-        model = dict(arch="image-decoder", image_encoder="cnn", tgt_vocab_size=len(self.vocab),
-                     vocab_size=len(self.vocab), head="lm", max_len=8, image_size=16, patch_size=4)
+        model = dict(
+            arch="image-decoder",
+            image_encoder="cnn",
+            tgt_vocab_size=len(self.vocab),
+            vocab_size=len(self.vocab),
+            head="lm",
+            max_len=8,
+            image_size=16,
+            patch_size=4,
+        )
         train = dict(task=self.name)
         if preset == "demo":
             model.update(image_size=32, patch_size=8)
@@ -138,6 +152,16 @@ class ToyCaption(Task):
         return {"exact_match": float(np.concatenate(exact).mean()), "n": n}
 
     def metadata(self, mcfg):
-        return {"vocab": self.vocab, "special": {"pad": PAD, "bos": BOS, "eos": EOS}, "tokenize": "whitespace",
-                "image": {"size": [mcfg.image_size, mcfg.image_size], "channels": 3, "mean": MEAN, "std": STD,
-                          "grid": [mcfg.grid, mcfg.grid], "offset": 0}}
+        return {
+            "vocab": self.vocab,
+            "special": {"pad": PAD, "bos": BOS, "eos": EOS},
+            "tokenize": "whitespace",
+            "image": {
+                "size": [mcfg.image_size, mcfg.image_size],
+                "channels": 3,
+                "mean": MEAN,
+                "std": STD,
+                "grid": [mcfg.grid, mcfg.grid],
+                "offset": 0,
+            },
+        }

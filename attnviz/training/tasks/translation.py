@@ -25,8 +25,8 @@ from attnviz.core import align
 from attnviz.training import data_translation as dt
 from attnviz.training import metrics as M
 from attnviz.training.config import preset_configs
-from attnviz.training.runners import batched, take
 from attnviz.training.model import cross_attention_indices
+from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, trim_padding
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3  # dt.SPECIALS order, both vocabularies
@@ -80,8 +80,10 @@ class _TranslationBase(Task):
 
         src, tgt = meta.get("tokenizer"), meta.get("target_tokenizer")
         if not src or not tgt:
-            raise AttnvizError("this translation model has no embedded tokenizers (attnviz.tokenizer / "
-                               "attnviz.target_tokenizer); re-export it with `attnviz train translation`")
+            raise AttnvizError(
+                "this translation model has no embedded tokenizers (attnviz.tokenizer / "
+                "attnviz.target_tokenizer); re-export it with `attnviz train translation`"
+            )
         self.tokenizers = dt.TranslationTokenizers(Tokenizer.from_str(src), Tokenizer.from_str(tgt))
 
     def vocab_sizes(self) -> tuple[int, int]:
@@ -96,11 +98,14 @@ class _TranslationBase(Task):
     def _check_vocab(self, mcfg) -> None:
         have = self.vocab_sizes()
         if (mcfg.vocab_size, mcfg.target_vocab) != have:
-            raise AttnvizError(f"{self.name}: the model expects vocabularies of {mcfg.vocab_size}/{mcfg.target_vocab} "
-                               f"pieces but the tokenizers have {have[0]}/{have[1]}; retrain with `attnviz train {self.name}`")
+            raise AttnvizError(
+                f"{self.name}: the model expects vocabularies of {mcfg.vocab_size}/{mcfg.target_vocab} "
+                f"pieces but the tokenizers have {have[0]}/{have[1]}; retrain with `attnviz train {self.name}`"
+            )
 
-    def encode(self, pairs: list[dt.AlignedPair], max_tokens: int, drop_long: bool,
-               links_of=None) -> dict[str, np.ndarray]:
+    def encode(
+        self, pairs: list[dt.AlignedPair], max_tokens: int, drop_long: bool, links_of=None
+    ) -> dict[str, np.ndarray]:
         """Padded arrays for the model plus the word maps and gold links the evaluation needs.
 
         ``decoder_input_ids`` = ``[BOS] y``, ``labels`` = ``y [EOS]`` (-100 = padding);
@@ -123,11 +128,16 @@ class _TranslationBase(Task):
         g = max(len(p.links) for _, p, _ in rows)
         w = max(len(p.tgt) for _, p, _ in rows)
         out = {
-            "input_ids": np.zeros((n, ts), np.int64), "attention_mask": np.zeros((n, ts), np.int64),
-            "decoder_input_ids": np.zeros((n, tt), np.int64), "labels": np.full((n, tt), IGNORE, np.int64),
-            "src_word_ids": np.full((n, ts), -1, np.int64), "tgt_word_ids": np.full((n, tt), -1, np.int64),
-            "gold": np.full((n, g, 2), -1, np.int64), "tgt_skip": np.zeros((n, w), np.int64),
-            "n_words": np.zeros((n, 2), np.int64), "index": np.zeros(n, np.int64),
+            "input_ids": np.zeros((n, ts), np.int64),
+            "attention_mask": np.zeros((n, ts), np.int64),
+            "decoder_input_ids": np.zeros((n, tt), np.int64),
+            "labels": np.full((n, tt), IGNORE, np.int64),
+            "src_word_ids": np.full((n, ts), -1, np.int64),
+            "tgt_word_ids": np.full((n, tt), -1, np.int64),
+            "gold": np.full((n, g, 2), -1, np.int64),
+            "tgt_skip": np.zeros((n, w), np.int64),
+            "n_words": np.zeros((n, 2), np.int64),
+            "index": np.zeros(n, np.int64),
             "align": np.zeros((n, tt, ts), np.uint8),
         }
         for r, (i, p, e) in enumerate(rows):
@@ -144,8 +154,9 @@ class _TranslationBase(Task):
             out["tgt_skip"][r, : len(p.tgt)] = p.tgt_skip or (False,) * len(p.tgt)
             out["n_words"][r] = (len(p.src), len(p.tgt))
             out["index"][r] = i
-            out["align"][r] = subword_links(p.links if links_of is None else links_of(i, p), out["tgt_word_ids"][r],
-                                            out["src_word_ids"][r])
+            out["align"][r] = subword_links(
+                p.links if links_of is None else links_of(i, p), out["tgt_word_ids"][r], out["src_word_ids"][r]
+            )
         return out
 
     def collate(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -168,7 +179,9 @@ class _TranslationBase(Task):
         return self.encode(pairs, mcfg.max_len, drop_long=False)
 
     # -- evaluation ------------------------------------------------------------
-    def translate(self, runner, data: dict[str, np.ndarray], max_new: int | None = None, batch_size: int = 64) -> list[str]:
+    def translate(
+        self, runner, data: dict[str, np.ndarray], max_new: int | None = None, batch_size: int = 64
+    ) -> list[str]:
         """Greedy translations (detokenised text) of every row of ``data``."""
         tok = self._tok().target
         out = []
@@ -188,8 +201,9 @@ class _TranslationBase(Task):
                 out.append(tok.decode(ids))
         return out
 
-    def alignment_samples(self, runner, data: dict[str, np.ndarray], mcfg, convention: str = "predict",
-                          batch_size: int = 64):
+    def alignment_samples(
+        self, runner, data: dict[str, np.ndarray], mcfg, convention: str = "predict", batch_size: int = 64
+    ):
         """Teacher-forced cross-attention of every example, as :class:`attnviz.core.align.AlignmentSample`.
 
         ``convention``: which target word a decoder row stands for (:func:`attnviz.core.align.row_words`).
@@ -208,15 +222,24 @@ class _TranslationBase(Task):
                 qw = align.row_words(b["tgt_word_ids"][r, : tt - 1], convention, n_rows=tt)
                 n_src, n_tgt = (int(v) for v in b["n_words"][r])
                 gold = {(int(a), int(c)) for a, c in b["gold"][r] if a >= 0}
-                yield align.AlignmentSample(cross[r, :, :, :tt, :ts], qw, b["src_word_ids"][r, :ts], n_src, n_tgt,
-                                            sure=gold, skip=b["tgt_skip"][r, :n_tgt].astype(bool))
+                yield align.AlignmentSample(
+                    cross[r, :, :, :tt, :ts],
+                    qw,
+                    b["src_word_ids"][r, :ts],
+                    n_src,
+                    n_tgt,
+                    sure=gold,
+                    skip=b["tgt_skip"][r, :n_tgt].astype(bool),
+                )
 
     def evaluate(self, runner, data, mcfg):
         pairs = self._pairs.get("test") or self._split().test
         refs = [pairs[int(i)].text() for i in data["index"]]
         hyps = self.translate(runner, data)
         bleu = M.corpus_bleu(hyps, refs)
-        tables = {conv: M.alignment_table(self.alignment_samples(runner, data, mcfg, conv)) for conv in align.CONVENTIONS}
+        tables = {
+            conv: M.alignment_table(self.alignment_samples(runner, data, mcfg, conv)) for conv in align.CONVENTIONS
+        }
         table, table_in = tables["predict"], tables["input"]
         # context: link target word j to the source word at the same relative position
         diag = M.AERCounter()
@@ -224,9 +247,13 @@ class _TranslationBase(Task):
             p = pairs[int(i)]
             diag.add(align.diagonal_links(len(p.src), len(p.tgt), p.tgt_skip), p.links)
         out = {
-            "bleu": bleu["bleu"], "bleu_detail": {k: bleu[k] for k in ("precisions", "bp", "ratio")},
-            "aer_best_head": table["best_head"]["aer"], "aer_best_layer": table["best_layer"]["aer"],
-            "aer_average": table["average"], "aer_diagonal_baseline": diag.aer, "aer": table,
+            "bleu": bleu["bleu"],
+            "bleu_detail": {k: bleu[k] for k in ("precisions", "bp", "ratio")},
+            "aer_best_head": table["best_head"]["aer"],
+            "aer_best_layer": table["best_layer"]["aer"],
+            "aer_average": table["average"],
+            "aer_diagonal_baseline": diag.aer,
+            "aer": table,
             "aer_input_convention": table_in,
             "examples": [{"reference": r, "translation": h} for r, h in list(zip(refs, hyps))[:3]],
             "n": len(refs),
@@ -235,8 +262,12 @@ class _TranslationBase(Task):
             heads, conv = self.declared
             per = [tables[conv]["heads"][lay][h] for lay, h in heads]
             k = int(np.argmin(per))
-            out["aer_declared"] = {"heads": heads, "convention": conv, "aer": per,
-                                   "best": {"layer": heads[k][0], "head": heads[k][1], "aer": per[k]}}
+            out["aer_declared"] = {
+                "heads": heads,
+                "convention": conv,
+                "aer": per,
+                "best": {"layer": heads[k][0], "head": heads[k][1], "aer": per[k]},
+            }
         return out
 
     # -- export ----------------------------------------------------------------
@@ -262,8 +293,10 @@ class _TranslationBase(Task):
 
 class Translation(_TranslationBase):
     name = "translation"
-    summary = ("Greek -> English New Testament (SBLGNT -> BSB) with gold word alignments; "
-               "needs `pip install --no-deps bible-alignments`")
+    summary = (
+        "Greek -> English New Testament (SBLGNT -> BSB) with gold word alignments; "
+        "needs `pip install --no-deps bible-alignments`"
+    )
     target = "BLEU and cross-attention AER per layer/head vs the gold (eflomal: AER ~0.34)"
     target_key = "bleu"
     sample_id = "40005008"  # Matthew 5:8, held out: "Blessed are the pure in heart, for they will see God."
@@ -273,8 +306,14 @@ class Translation(_TranslationBase):
 
     def configs(self, preset):
         vs, vt = self.vocab_sizes()
-        model = dict(arch="encoder-decoder", head="lm", vocab_size=vs, tgt_vocab_size=vt, max_len=self.max_len,
-                     positions="sinusoidal")
+        model = dict(
+            arch="encoder-decoder",
+            head="lm",
+            vocab_size=vs,
+            tgt_vocab_size=vt,
+            max_len=self.max_len,
+            positions="sinusoidal",
+        )
         try:
             sp = self._split()
             n_train, n_test = len(sp.train), len(sp.test)
@@ -284,8 +323,16 @@ class Translation(_TranslationBase):
         if preset == "demo":
             # ~25 min on one CPU thread (2 shared cores); the data is small (7.4k verses, 26 epochs)
             model.update(d_model=96, n_heads=4, n_layers=3, n_dec_layers=3, d_ff=192, dropout=0.1)
-            train.update(steps=9000, batch_size=32, lr=1.5e-3, warmup=300, checkpoint_every=250,
-                         align_weight=0.5, align_heads=[[1, 0], [2, 0]], align_convention="input")
+            train.update(
+                steps=9000,
+                batch_size=32,
+                lr=1.5e-3,
+                warmup=300,
+                checkpoint_every=250,
+                align_weight=0.5,
+                align_heads=[[1, 0], [2, 0]],
+                align_convention="input",
+            )
         else:
             train.update(n_train=256, n_test=32)
         return preset_configs(preset, model, train)

@@ -105,8 +105,14 @@ class VitClassification(Task):
     def metadata(self, mcfg):
         return {
             "labels": LABELS,
-            "image": {"size": [mcfg.image_size, mcfg.image_size], "channels": mcfg.channels, "mean": MEAN,
-                      "std": STD, "grid": [mcfg.grid, mcfg.grid], "offset": 1},
+            "image": {
+                "size": [mcfg.image_size, mcfg.image_size],
+                "channels": mcfg.channels,
+                "mean": MEAN,
+                "std": STD,
+                "grid": [mcfg.grid, mcfg.grid],
+                "offset": 1,
+            },
             "sample": {"image": self.sample_path},
         }
 
