@@ -244,10 +244,16 @@ def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelP
     them: instrumented copies are a few hundred kB.  Returns None for layouts this does not cover (already
     external data, no raw_data), which then keep the fully loaded proto.
     """
+    path = Path(path)
+    with open(path, "rb") as f:
+        return weights_by_reference_in(f, path.resolve().name, min_bytes)
+
+
+def weights_by_reference_in(f, location: str, min_bytes: int = 1024) -> onnx.ModelProto | None:
+    """:func:`weights_by_reference` over an open binary file ``f`` whose name in its folder is ``location``."""
     import mmap
 
-    path = Path(path)
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         graph_span, changed = None, False
         for fno, wt, vs, ve, ts in _wire_fields(mm, 0, len(mm)):
             if fno == 7 and wt == 2:  # ModelProto.graph
@@ -258,7 +264,7 @@ def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelP
         pieces = []
         for fno, wt, fvs, fve, fts in _wire_fields(mm, vs, ve):
             if fno == 5 and wt == 2:  # GraphProto.initializer
-                stub = _tensor_stub(mm, fvs, fve, path.name, min_bytes)
+                stub = _tensor_stub(mm, fvs, fve, location, min_bytes)
                 if stub is not None:
                     pieces.append(_key(5, 2) + _varint(len(stub)) + stub)
                     changed = True

@@ -39,7 +39,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
             raise AttnvizError(f"{path}: not an ONNX model (it looks like a {_sniff(head)} file); open a .onnx file")
         f.seek(0)
         try:
-            model = onnx.load_model_from_string(f.read())  # never resolves external data by itself
+            model = _parse_by_reference(f, path) or onnx.load_model_from_string(f.read())  # never resolves
         except Exception as e:
             raise AttnvizError(
                 f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it"
@@ -81,6 +81,25 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
     return model, (str(base) if external else None)
+
+
+def _parse_by_reference(f, path: Path) -> onnx.ModelProto | None:
+    """The model with its large inline weights as references to their bytes in this same file, or None.
+
+    A wire-level scan (:func:`attnviz.runtime.graph.weights_by_reference_in`) skips the weight bytes, so this
+    process never holds the file's bytes or a proto of the weights (the full parse peaked at ~2.6x the file
+    size); onnxruntime reads them from the file by offset, and ``Graph.const_value`` reads one when asked.
+    The stubs name the file itself, so they pass the external-data checks below like any other reference.
+    Any scan failure falls back to protobuf's own parse, which then gives the one-line error.
+    """
+    from attnviz.runtime.graph import weights_by_reference_in  # graph imports this module lazily too
+
+    try:
+        return weights_by_reference_in(f, path.resolve().name)
+    except Exception:
+        return None
+    finally:
+        f.seek(0)
 
 
 def _check_arity(model: onnx.ModelProto, path: Path) -> None:
