@@ -128,8 +128,6 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
             else:
                 raise ValueError(f"unknown op {op!r}")
             conn.send(("ok", reply))
-            if op == "run" and bound:
-                pool.prepare(shapes.get(pool.last_key))  # while the parent reads this run's maps
         except BaseException as e:
             conn.send(
                 (
@@ -149,7 +147,6 @@ def _run_into_files(sess, sid, names, feeds, pool, shapes):  # pragma: no cover 
 
     key = (sid, tuple(names), tuple((k, np.shape(v), np.asarray(v).dtype.str) for k, v in sorted(feeds.items())))
     known = shapes.get(key)
-    pool.last_key = key
     io = sess.io_binding()
     for k, v in feeds.items():
         io.bind_cpu_input(k, np.ascontiguousarray(v))
@@ -158,7 +155,7 @@ def _run_into_files(sess, sid, names, feeds, pool, shapes):  # pragma: no cover 
     for i, n in enumerate(names):
         shape, dtype = known[i] if known else ((), None)
         if dtype is not None and dtype.itemsize * int(np.prod(shape)) > INLINE_BYTES:
-            path, buf = pool.take(key, i, shape, dtype)
+            path, buf = pool.take(shape, dtype)
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             io.bind_ortvalue_output(n, value)
             files[i] = path
@@ -193,61 +190,21 @@ def _run_into_files(sess, sid, names, feeds, pool, shapes):  # pragma: no cover 
 
 
 class _OutFiles:  # pragma: no cover - child process
-    """``.npy`` files in shared memory for the next run's large outputs, made while the child is idle.
-
-    After a bound run the child allocates the files the same call will need next time (``posix_fallocate``:
-    the zeroed pages exist before the run), so onnxruntime's writes then find their pages instead of
-    faulting each one in (measured ~0.4 ms per MB of maps on this 2-core box).  At most one run's worth is
-    kept (up to ``PREPARE_BYTES``); it is memory in /dev/shm, like the blocks onnxruntime's arena keeps
-    in-process.  Mapped with ``MAP_POPULATE``: one call maps every page, no per-page faults."""
-
-    PREPARE_BYTES = 512 << 20
+    """Names and creates the ``.npy`` files in shared memory that onnxruntime writes large outputs into."""
 
     def __init__(self, outdir: str, counter):
         self.outdir = outdir
         self.counter = counter
-        self.last_key = None
-        self.ready_key = None
-        self.ready: dict[int, str] = {}
 
-    def take(self, key, i: int, shape, dtype) -> tuple[str, np.ndarray]:
-        path = self.ready.pop(i, None) if key == self.ready_key else None
-        if path is None:
-            path = self._create(shape, dtype, allocate=False)
-        return path, _map_npy(path, shape, dtype)
-
-    def prepare(self, spec) -> None:
-        self.discard()
-        if not spec:
-            return
-        big = [
-            (i, sh, dt)
-            for i, (sh, dt) in enumerate(spec)
-            if dt is not None and dt.itemsize * int(np.prod(sh)) > INLINE_BYTES
-        ]
-        if sum(dt.itemsize * int(np.prod(sh)) for _, sh, dt in big) > self.PREPARE_BYTES:
-            return
-        try:
-            self.ready = {i: self._create(sh, dt, allocate=True) for i, sh, dt in big}
-            self.ready_key = self.last_key
-        except OSError:  # /dev/shm full: the run itself will say so if it still is
-            self.discard()
-
-    def discard(self) -> None:
-        for path in self.ready.values():
-            Path(path).unlink(missing_ok=True)
-        self.ready, self.ready_key = {}, None
-
-    def _create(self, shape, dtype, allocate: bool) -> str:
-        path = os.path.join(self.outdir, f"{'ready' if allocate else 'out'}-{next(self.counter)}.npy")
+    def take(self, shape, dtype) -> tuple[str, np.ndarray]:
+        """A new file sized for one output, mapped writable with ``MAP_POPULATE`` (one call maps every page:
+        page faults are expensive here, measured ~1 ms per MB one 4 kB page at a time)."""
+        path = os.path.join(self.outdir, f"out-{next(self.counter)}.npy")
         head = _npy_header(shape, dtype)
         with open(path, "wb") as f:
             f.write(head)
-            size = len(head) + dtype.itemsize * int(np.prod(shape))
-            f.truncate(size)
-            if allocate and hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(f.fileno(), 0, size)
-        return path
+            f.truncate(len(head) + dtype.itemsize * int(np.prod(shape)))
+        return path, _map_npy(path, shape, dtype)
 
 
 def _npy_header(shape, dtype) -> bytes:
