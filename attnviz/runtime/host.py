@@ -36,7 +36,8 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
 
-# outputs up to 64 kB travel through the pipe (pickled: four copies); larger ones through a mapped file
+# outputs up to 64 kB travel through the pipe; larger ones through a mapped file (a pickled map is copied four
+# times on its way; a file once, and the parent maps it: 1.52x -> 1.32x plain at 128 tokens, bench/RESULTS.md)
 INLINE_BYTES = 1 << 16
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
 
@@ -88,9 +89,7 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
 
     sessions = {}
     keep = {}
-    shapes: dict = {}  # (sid, names, feed shapes) -> the outputs' (shape, dtype) of the last such run
     counter = itertools.count()
-    pool = _OutFiles(outdir, counter)
     while True:
         try:
             op, args = conn.recv()
@@ -114,16 +113,12 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
                 reply = (note, sess.get_providers(), desc[0], desc[1])
             elif op == "run":
                 sid, names, feeds, bound = args
-                if bound:
-                    reply = _run_into_files(sessions[sid], sid, names, feeds, pool, shapes)
-                else:
-                    reply = [_pack(v, outdir, counter) for v in sessions[sid].run(names, feeds)]
+                values = _run_local(sessions[sid], names, feeds, bound)
+                reply = [_pack(v, outdir, counter) for v in values]
             elif op == "close":
                 for sid in args[0]:
                     sessions.pop(sid, None)
                     keep.pop(sid, None)
-                for k in [k for k in shapes if k[0] in args[0]]:
-                    del shapes[k]
                 reply = None
             else:
                 raise ValueError(f"unknown op {op!r}")
@@ -137,94 +132,16 @@ def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child p
             )
 
 
-def _run_into_files(sess, sid, names, feeds, pool, shapes):  # pragma: no cover - child process
-    """Run with I/O binding; large outputs whose shapes the same feed shapes gave last time are written by
-    onnxruntime straight into ``.npy`` files in shared memory that the parent maps: no copy after the run.
-
-    The first run at new shapes (or one whose outputs came out another size: onnxruntime refuses the
-    preallocated buffer) binds onnxruntime-allocated buffers and copies the large outputs into files."""
-    import onnxruntime as ort
-
-    key = (sid, tuple(names), tuple((k, np.shape(v), np.asarray(v).dtype.str) for k, v in sorted(feeds.items())))
-    known = shapes.get(key)
-    io = sess.io_binding()
+def _run_local(sess, names, feeds, bound):
+    if not bound:
+        return sess.run(names, feeds)
+    io = sess.io_binding()  # outputs in onnxruntime-allocated buffers: no extra copy before the file write
     for k, v in feeds.items():
         io.bind_cpu_input(k, np.ascontiguousarray(v))
-    files: dict[int, str] = {}
-    held = []
-    for i, n in enumerate(names):
-        shape, dtype = known[i] if known else ((), None)
-        if dtype is not None and dtype.itemsize * int(np.prod(shape)) > INLINE_BYTES:
-            path, buf = pool.take(shape, dtype)
-            value = ort.OrtValue.ortvalue_from_numpy(buf)
-            io.bind_ortvalue_output(n, value)
-            files[i] = path
-            held.append(value)  # onnxruntime writes into the mapping: it must outlive the run
-        else:
-            io.bind_output(n, "cpu")
-    quiet = None
-    if files:  # a size mismatch is expected and handled below: keep onnxruntime's error log off the terminal
-        quiet = ort.RunOptions()
-        quiet.log_severity_level = 4
-    try:
-        sess.run_with_iobinding(io, quiet)
-    except Exception:
-        if not files:
-            raise
-        del io, held
-        for path in files.values():
-            Path(path).unlink(missing_ok=True)
-        shapes.pop(key, None)
-        return _run_into_files(sess, sid, names, feeds, pool, shapes)  # now with nothing preallocated
-    reply, spec = [], []
-    for i, o in enumerate(io.get_outputs()):
-        if i in files:
-            reply.append(("file", files[i]))
-            spec.append(known[i])
-        else:
-            v = o.numpy()
-            reply.append(_pack(v, pool.outdir, pool.counter))
-            spec.append((v.shape, v.dtype) if not v.dtype.hasobject else ((), None))
-    shapes[key] = spec
-    return reply
-
-
-class _OutFiles:  # pragma: no cover - child process
-    """Names and creates the ``.npy`` files in shared memory that onnxruntime writes large outputs into."""
-
-    def __init__(self, outdir: str, counter):
-        self.outdir = outdir
-        self.counter = counter
-
-    def take(self, shape, dtype) -> tuple[str, np.ndarray]:
-        """A new file sized for one output, mapped writable with ``MAP_POPULATE`` (one call maps every page:
-        page faults are expensive here, measured ~1 ms per MB one 4 kB page at a time)."""
-        path = os.path.join(self.outdir, f"out-{next(self.counter)}.npy")
-        head = _npy_header(shape, dtype)
-        with open(path, "wb") as f:
-            f.write(head)
-            f.truncate(len(head) + dtype.itemsize * int(np.prod(shape)))
-        return path, _map_npy(path, shape, dtype)
-
-
-def _npy_header(shape, dtype) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
-    )
-    return buf.getvalue()
-
-
-def _map_npy(path: str, shape, dtype) -> np.ndarray:
-    """A writable array over the data part of a ``.npy`` file (shared mapping: the parent sees the writes)."""
-    import mmap
-
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-    with open(path, "r+b") as f:
-        mm = mmap.mmap(f.fileno(), 0, flags=flags)
-    return np.ndarray(shape, dtype, buffer=mm, offset=len(_npy_header(shape, dtype)))
+    for n in names:
+        io.bind_output(n, "cpu")
+    sess.run_with_iobinding(io)
+    return [o.numpy() for o in io.get_outputs()]
 
 
 def _pack(v, outdir, counter):

@@ -1,5 +1,5 @@
-"""Crash isolation without its cost (issue 8 targets with issue 9's child process): the parent never parses the
-weights, and onnxruntime in the child writes large outputs straight into shared-memory files the parent maps.
+"""Crash isolation at less cost (issue 8 targets with issue 9's child process): the parent never parses the
+weights, and maps over 64 kB come back through shared-memory files the parent maps instead of the pipe.
 Timing and memory figures live in bench/engine_memory_bench.py; these tests hold the behaviour."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_a_symlinked_model_runs_with_weights_read_by_reference(tmp_path):
 
 
 def test_repeated_runs_through_shared_memory_match_in_process(tmp_path, monkeypatch):
-    """Second and later runs at the same shapes bind preallocated shared-memory files; a new length does not."""
+    """Maps of a few hundred kB (once pickled through the pipe) now come back as mapped files, bit-identical."""
     tiny = tiny_text_model(tmp_path / "tiny.onnx", d=16, heads=2)
     long_ids = np.array([[1] + [3, 4, 5, 6, 7] * 40 + [2]], np.int64)  # 202 tokens: 320 kB per map
     short_ids = long_ids[:, :150]
@@ -72,21 +72,3 @@ def test_repeated_runs_through_shared_memory_match_in_process(tmp_path, monkeypa
             np.testing.assert_array_equal(a.array(), b.array())
         np.testing.assert_array_equal(r.outputs["logits"], ref.outputs["logits"])
     assert host._host is not None and os.listdir(host._host.outdir) == []  # every file was mapped and unlinked
-
-
-def test_an_output_that_changes_size_at_the_same_input_shape_is_still_right(tmp_path):
-    """NonZero's output size depends on the values: the preallocated file no longer fits and the run is redone."""
-    g = helper.make_graph(
-        [helper.make_node("NonZero", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [20000])],
-        [helper.make_tensor_value_info("y", TensorProto.INT64, [1, None])],
-    )
-    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
-    sess, _ = host.make_session(data, "cpu")
-    rng = np.random.default_rng(5)
-    for density in (0.9, 0.9, 0.6, 0.95):
-        x = (rng.random(20000) < density).astype(np.float32)
-        got = sess.run_bound(["y"], {"x": x})[0]
-        assert got.nbytes > host.INLINE_BYTES
-        np.testing.assert_array_equal(got, np.array(np.nonzero(x)))
