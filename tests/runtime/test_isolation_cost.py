@@ -17,7 +17,7 @@ from attnviz.runtime.graph import Graph
 from attnviz.runtime.loading import load_model
 
 
-def weights_inside_model(path: Path, n: int = 128) -> tuple[Path, np.ndarray]:  # n*n > INLINE_LIMIT
+def weights_inside_model(path: Path, n: int = 128) -> tuple[Path, np.ndarray]:
     w = np.random.default_rng(3).standard_normal((n, n)).astype(np.float32)
     g = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"])],
