@@ -64,6 +64,15 @@ def atomic_path(path: str | os.PathLike, flag: str = ""):
             os.unlink(tmp)
 
 
+def publish_folder(staging: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Move a fully written ``staging`` folder to ``target`` (absent or empty) in one rename, on the same filesystem."""
+    target = Path(target)
+    if target.exists():
+        target.rmdir()  # refuses a non-empty folder: callers check before they stage
+    os.replace(staging, target)
+    return target
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, flag: str = "", sync: bool = False) -> Path:
     with atomic_path(path, flag) as tmp, open(tmp, "wb") as f:
         f.write(data)

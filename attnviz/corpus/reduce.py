@@ -14,6 +14,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.stats import ROW_STATS, row_stats
+from attnviz.core.writes import atomic_path
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 S = len(ROW_STATS)
@@ -210,8 +211,8 @@ class Accumulator:
     FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
 
     def save(self, path: Path, fingerprint: str) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a bare name
+        # atomic: an interrupt mid-write leaves the previous checkpoint intact
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a bare name
             np.savez(
                 f,
                 fingerprint=np.array(fingerprint),
@@ -220,7 +221,6 @@ class Accumulator:
                 tokens=self.tokens,
                 **{n: getattr(self, n) for n in self.FIELDS},
             )
-        os.replace(tmp, path)  # atomic: an interrupt mid-write leaves the previous checkpoint intact
 
     @classmethod
     def load(cls, path: Path, fingerprint: str, nh: int, k: int) -> Accumulator | None:

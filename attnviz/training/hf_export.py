@@ -14,7 +14,6 @@ published (a folder rename) only when every map agrees within :data:`ATOL`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import warnings
@@ -26,6 +25,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core import preprocess
+from attnviz.core.writes import publish_folder
 
 OPSET = 17
 ATOL = 1e-4
@@ -515,9 +515,7 @@ def export_hf(
         if tok is not None and not (staging / "tokenizer.json").exists():
             tok.save_pretrained(str(staging))  # a fast tokenizer built from vocab files: write its tokenizer.json
         worst, worst_out, n = check_against_transformers(onnx_path, model, inputs, atol)
-        if out_dir.exists():
-            out_dir.rmdir()  # empty (checked above)
-        os.replace(staging, out_dir)
+        publish_folder(staging, out_dir)  # out_dir is absent or empty (checked above)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
