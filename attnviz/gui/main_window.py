@@ -194,6 +194,7 @@ class MainWindow(QMainWindow):
         fm = self.menuBar().addMenu("&File")
         a = QAction("&Open model…", self, shortcut=QKeySequence.Open, triggered=self.open_model_dialog)
         fm.addAction(a)
+        fm.addAction(QAction("Open model &folder (optimum export)…", self, triggered=self.open_folder_dialog))
         fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
         fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
         fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
@@ -549,6 +550,12 @@ class MainWindow(QMainWindow):
     # -- dialogs -------------------------------------------------------------------------
     def open_model_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", "", "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.open_path(path)
+
+    def open_folder_dialog(self) -> None:
+        # an optimum export folder (encoder_model.onnx + decoder files + tokenizer.json) opens as one model
+        path = QFileDialog.getExistingDirectory(self, "Open model folder")
         if path:
             self.open_path(path)
 

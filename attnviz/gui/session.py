@@ -38,14 +38,22 @@ class Session(QObject):
 
     def set_result(self, result: AttentionResult | None) -> None:
         self.result = result
-        self.blocks = result.blocks() if result is not None else []
+        batch = min(self.sel.batch, result.batch_size - 1) if result is not None else 0
+        self.blocks = result.blocks(batch) if result is not None else []
         self._map_cache = None
         # keep the user's focus when the new result has the same shape; show all steps
-        self.sel = clamp(self.sel.with_(step=-1), self.blocks)
+        self.sel = clamp(self.sel.with_(step=-1, batch=batch), self.blocks)
         self.result_changed.emit()
         self.selection_changed.emit()
 
     def select(self, **changes) -> None:
+        batch = changes.get("batch")
+        if batch is not None and self.result is not None and batch != self.sel.batch:
+            # a padded batch: each row has its own token axes (padding marked special), so its own blocks
+            batch = min(max(int(batch), 0), max(self.result.batch_size, 1) - 1)
+            changes["batch"] = batch
+            self.blocks = self.result.blocks(batch)
+            self._map_cache = None
         new = clamp(self.sel.with_(**changes), self.blocks)
         if new != self.sel:
             self.sel = new

@@ -214,3 +214,26 @@ def test_batch_row_is_the_same_on_screen_and_in_the_figure(qtbot, window):
     w.select_view("head")
     np.testing.assert_array_equal(w.head_map.heatmap.mv.matrix, result.maps[1].array()[1, 1])
     _check_map(w.head_map.heatmap, _figure(w, w.head_map))
+
+
+def test_batch_row_control_switches_rows_and_their_tokens(qtbot, window):
+    """A padded batch: the batch-row control (enabled only for batches) shows each row's own maps and tokens."""
+    from attnviz.core.attention import TokenAxis
+    from attnviz.core.rows import RowAxes, set_row_axes
+
+    w = window
+    result = decoder_result(batch=2)
+    t = result.maps[0].shape[-1]
+    set_row_axes(
+        result,
+        [RowAxes(TokenAxis([f"a{i}" for i in range(t)]), None), RowAxes(TokenAxis([f"b{i}" for i in range(t)]), None)],
+    )
+    w._show_result(result)
+    w.select_view("head")
+    assert w.controls.batch.isEnabled() and w.controls.batch.maximum() == 1
+    w.controls.batch.setValue(1)
+    assert w.session.sel.batch == 1 and w.session.blocks[0].batch == 1
+    np.testing.assert_array_equal(w.head_map.heatmap.mv.matrix, result.maps[0].array()[1, 0])
+    assert w.head_map.heatmap.mv.q_labels[0] == "b0"
+    w._show_result(decoder_result(batch=1))
+    assert not w.controls.batch.isEnabled()

@@ -1,4 +1,4 @@
-"""View controls: block, layer, head, aggregation, layer range, mass threshold, scale, special tokens, step."""
+"""View controls: batch row, block, layer, head, aggregation, layer range, mass threshold, scale, special tokens, step."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ class Controls(QWidget):
     def __init__(self, session, parent=None):
         super().__init__(parent)
         self.session = session
+        self.batch = QSpinBox()
+        self.batch.setToolTip("which row of a padded batch to show (each row keeps its own tokens)")
         self.block = QComboBox()
         self.layer = QSpinBox()
         self.head = QSpinBox()
@@ -46,6 +48,7 @@ class Controls(QWidget):
         g = QGridLayout(self)
         g.setContentsMargins(4, 4, 4, 4)
         rows = [
+            ("batch row", self.batch),
             ("block", self.block),
             ("layer", self.layer),
             ("head", self.head),
@@ -63,6 +66,7 @@ class Controls(QWidget):
         g.addWidget(self.step_label, r + 2, 0)
         g.addWidget(self.step, r + 2, 1)
         g.setRowStretch(r + 3, 1)
+        self.batch.valueChanged.connect(lambda v: self._set(batch=v))
         self.block.currentIndexChanged.connect(lambda i: self._set(block=i))
         self.layer.valueChanged.connect(lambda v: self._set(layer=v))
         self.head.valueChanged.connect(lambda v: self._set(head=v))
@@ -92,6 +96,9 @@ class Controls(QWidget):
             self.block.clear()
             for b in self.session.blocks:
                 self.block.addItem(f"{b.name} ({b.n_layers}×{b.n_heads})")
+            rows = self.session.result.batch_size if self.session.result is not None else 1
+            self.batch.setRange(0, max(rows, 1) - 1)
+            self.batch.setEnabled(rows > 1)
             g = len(self.session.result.generated) if self.session.result is not None else 0
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
@@ -111,6 +118,7 @@ class Controls(QWidget):
                 w.setEnabled(enabled)
             if blk is None:
                 return
+            self.batch.setValue(sel.batch)
             self.block.setCurrentIndex(sel.block)
             self.layer.setRange(0, blk.n_layers - 1)
             self.layer.setValue(sel.layer)
