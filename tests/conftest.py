@@ -46,3 +46,42 @@ def optimum_export():
         return optimum_env.cached_export(arch)
 
     return get
+
+
+FAULT_DIR = Path(__file__).parent / "fault_injection"
+
+
+def _onnxruntime_crashes_on_zero_heads(folder: Path) -> bool:
+    """Does the installed onnxruntime die (SIGFPE) creating a session for the 115-byte zero-head Attention?"""
+    import subprocess
+
+    from test_hostile_crash import sigfpe_model
+
+    model = sigfpe_model(folder / "fpe.onnx")
+    code = "import onnxruntime as ort, sys; ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, timeout=120, env=env)
+    return r.returncode < 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_fault_for_crash_isolation(tmp_path_factory):
+    """Crash-isolation tests need a model that kills onnxruntime.  Where the installed onnxruntime refuses the
+    zero-head Attention instead of crashing (1.32+), child processes get tests/fault_injection on PYTHONPATH,
+    which raises the same SIGFPE at the same point; the isolation under test is unchanged."""
+    if _onnxruntime_crashes_on_zero_heads(tmp_path_factory.mktemp("fpe-probe")):
+        yield False
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(FAULT_DIR), *([old] if old else [])])
+    from attnviz.runtime import host
+
+    host.shutdown()  # a child started before this point would not have the fault
+    try:
+        yield True
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+        host.shutdown()

@@ -75,6 +75,28 @@ def _eps(t: Path) -> Path:
     return p
 
 
+def _unknown_op(t: Path) -> Path:  # a graph onnxruntime refuses to load
+    import onnx
+
+    m = onnx.load(str(tiny_text_model(t / "src.onnx")))
+    m.graph.node[0].op_type = "NoSuchOp"
+    p = t / "unknown_op.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def _no_attention(t: Path) -> Path:  # a valid model with no Softmax anywhere
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "plain", [x], [y])
+    p = t / "plain.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    return p
+
+
 CASES = {
     "crash": (lambda t: sigfpe_model(t / "fpe.onnx"), "crashed onnxruntime"),
     "garbage": (_garbage, "onnx"),
@@ -82,6 +104,8 @@ CASES = {
     "bad_npz": (_bad_npz, "npz"),
     "nan_npz": (_nan_npz, "NaN"),
     "eps": (_eps, "image"),
+    "unknown_op": (_unknown_op, "onnxruntime"),
+    "no_attention": (_no_attention, "no attention"),
 }
 
 

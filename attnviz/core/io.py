@@ -83,6 +83,11 @@ def _parse(z, path: Path) -> AttentionResult:
         a = z[f"attn_{i:03d}"]
         if a.ndim != 4 or a.dtype.kind != "f":
             raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+        if 0 in a.shape:  # no batch row, head or token: nothing any view can draw or average over
+            raise AttnvizError(
+                f"{path}: attn_{i:03d} has an empty axis {list(a.shape)} [B, H, Tq, Tk]; "
+                "extract it again with at least one token and one head"
+            )
         if not np.all(np.isfinite(a)):
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
         maps.append(DenseMap(a))

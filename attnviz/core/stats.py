@@ -20,6 +20,8 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
     """Statistics of one head ``[Tq, Tk]``; diagonal and previous-token use aligned positions."""
     m = np.asarray(m, dtype=np.float64)
     tq, tk = m.shape
+    if not tq or not tk:  # every statistic is a mean over rows or keys
+        raise ValueError(f"a {tq}×{tk} map has no statistics: it has no query or key tokens")
     rows = m / np.maximum(m.sum(-1, keepdims=True), 1e-12)
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.nansum(np.where(rows > 0, rows * np.log2(rows), 0.0), axis=-1)

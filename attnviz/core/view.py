@@ -261,13 +261,27 @@ def step_rows(result: AttentionResult, block: Block, step: int) -> int | None:
 
 
 def result_blocks(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[Block]:
-    if blocks is not None and (not blocks or blocks[0].batch == sel.batch):
-        return blocks
-    if not 0 <= sel.batch < max(1, result.batch_size):
-        raise ViewError(
-            f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}", param="batch"
-        )
-    return result.blocks(sel.batch)
+    if blocks is None or (blocks and blocks[0].batch != sel.batch):
+        if not 0 <= sel.batch < max(1, result.batch_size):
+            raise ViewError(
+                f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}",
+                param="batch",
+            )
+        blocks = result.blocks(sel.batch)
+    for blk in blocks:
+        check_not_empty(blk)
+    return blocks
+
+
+def check_not_empty(blk: Block) -> None:
+    """Refuse a block with no heads or no tokens: every mean, pooling factor and colour range divides by them."""
+    for i in blk.sites:
+        shape = tuple(blk.result.maps[i].shape)
+        if 0 in shape[1:]:
+            raise ViewError(
+                f"{blk.name} has an empty map {list(shape)} [B, H, Tq, Tk]: no heads or tokens to show",
+                param="model",
+            )
 
 
 def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:

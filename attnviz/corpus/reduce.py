@@ -186,10 +186,6 @@ class Accumulator:
             raise AttnvizError(f"internal: batch {p.batch_id} arrived while {self.next_batch} was expected")
         if p.sums.shape != self.sums.shape:
             raise AttnvizError(f"internal: a worker saw {p.sums.shape[0]} heads, the driver {self.sums.shape[0]}")
-        self.sums += p.sums
-        self.counts += p.counts
-        self.items += p.items
-        self.tokens += p.tokens
         v = np.concatenate([self.top_value, p.top_value], -1)
         i = np.concatenate([self.top_item, p.top_item], -1)
         big = np.iinfo(np.int64).max
@@ -198,10 +194,19 @@ class Accumulator:
         def take(a):
             return np.take_along_axis(a, order, -1)
 
-        self.top_value, self.top_item = take(v), take(i)
-        self.top_row = take(np.concatenate([self.top_row, p.top_row], -1))
-        self.top_col = take(np.concatenate([self.top_col, p.top_col], -1))
-        self.next_batch += 1
+        # the new state is built aside and swapped in by one dict update: a Ctrl-C (delivered between bytecodes)
+        # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
+        self.__dict__.update(
+            sums=self.sums + p.sums,
+            counts=self.counts + p.counts,
+            items=self.items + p.items,
+            tokens=self.tokens + p.tokens,
+            top_value=take(v),
+            top_item=take(i),
+            top_row=take(np.concatenate([self.top_row, p.top_row], -1)),
+            top_col=take(np.concatenate([self.top_col, p.top_col], -1)),
+            next_batch=self.next_batch + 1,
+        )
 
     def means(self) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -24,6 +24,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core.writes import atomic_path
+from attnviz.training import budget
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.model import ROLES, input_names
 from attnviz.training.runners import OnnxRunner, TorchRunner
@@ -202,10 +203,20 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
             f"{path} has no attnviz training config in its metadata; "
             "'attnviz eval' only scores models exported by 'attnviz train'"
         )
+    if not isinstance(cfg["model"], dict) or not isinstance(cfg["train"], dict):
+        raise AttnvizError(
+            f"{path}: the attnviz config in its metadata is malformed; re-export it with 'attnviz train'"
+        )
+    budget.check_sizes(cfg["model"], cfg["train"])  # before the dataclasses divide by n_heads or patch_size
+    try:
+        mcfg, tcfg = ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"])
+    except (TypeError, ValueError) as e:  # a field of the wrong type (align_heads, arch given as a list...)
+        raise AttnvizError(f"{path}: the attnviz config in its metadata is malformed ({e}); re-export it") from None
+    budget.check_eval(mcfg, tcfg)  # the metadata is untrusted text: nothing of its sizes is built yet
     return (
         meta.get("task", cfg.get("task", "")),
-        ModelConfig.from_dict(cfg["model"]),
-        TrainConfig.from_dict(cfg["train"]),
+        mcfg,
+        tcfg,
         meta,
     )
 

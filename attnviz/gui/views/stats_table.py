@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from attnviz.core.stats import STAT_COLUMNS, head_stats
+from attnviz.core.view import check_not_empty
 from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
@@ -32,6 +33,7 @@ def alignment_columns(table: dict, layer: int, head: int) -> dict[str, float] | 
 
 def compute_stats(result, blk, step: int) -> list[dict]:
     """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
+    check_not_empty(blk)  # 0 heads would give an empty table with no word why
     n = step_rows(result, blk, step)
     special = np.asarray(blk.key_axis.special, bool)
     out = []
