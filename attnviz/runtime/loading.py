@@ -17,6 +17,7 @@ from onnx import TensorProto
 
 from attnviz import AttnvizError
 from attnviz.core.untrusted import open_regular
+from attnviz.runtime.wire import weights_by_reference_in
 
 INLINE_LIMIT = 4096  # external tensors up to this many elements are read now (shape inference needs them inline)
 
@@ -39,7 +40,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
             raise AttnvizError(f"{path}: not an ONNX model (it looks like a {_sniff(head)} file); open a .onnx file")
         f.seek(0)
         try:
-            model = onnx.load_model_from_string(f.read())  # never resolves external data by itself
+            model = _parse_by_reference(f, path) or onnx.load_model_from_string(f.read())  # never resolves
         except Exception as e:
             raise AttnvizError(
                 f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it"
@@ -70,7 +71,10 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
         # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
         from onnx.external_data_helper import load_external_data_for_tensor
 
+        own = path.resolve().name  # references into the model file itself are the parse's own: they stay
         for t in external:
+            if {e.key: e.value for e in t.external_data}.get("location") == own:
+                continue
             if int(np.prod(t.dims or [1])) <= INLINE_LIMIT:
                 try:
                     load_external_data_for_tensor(t, str(base))
@@ -81,6 +85,23 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
     return model, (str(base) if external else None)
+
+
+def _parse_by_reference(f, path: Path) -> onnx.ModelProto | None:
+    """The model with its large inline weights as references to their bytes in this same file, or None.
+
+    A wire-level scan (:func:`attnviz.runtime.wire.weights_by_reference_in`) skips the weight bytes, so this
+    process never holds the file's bytes or a proto of the weights (the full parse peaked at ~2.6x the file
+    size); onnxruntime reads them from the file by offset, and ``Graph.const_value`` reads one when asked.
+    The stubs name the file itself, so they pass the external-data checks below like any other reference.
+    Any scan failure falls back to protobuf's own parse, which then gives the one-line error.
+    """
+    try:
+        return weights_by_reference_in(f, path.resolve().name)
+    except Exception:
+        return None
+    finally:
+        f.seek(0)
 
 
 def _check_arity(model: onnx.ModelProto, path: Path) -> None:

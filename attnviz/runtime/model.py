@@ -208,8 +208,6 @@ class AttentionModel:
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
-        if self.external_dir is None:
-            self._weights_by_reference()
         self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [_io(v) for v in self.graph.inputs]
         self.outputs = [_io(v) for v in self.proto.graph.output]
@@ -315,19 +313,6 @@ class AttentionModel:
         }
 
     # -- sessions ----------------------------------------------------------------
-    def _weights_by_reference(self) -> None:
-        """Swap the loaded proto for one whose large weights point at their bytes in the file (onnxruntime reads
-        them there, as plain inference does): instrumented copies then never re-serialise the weights, and the
-        fully loaded proto is freed (measured in bench/engine_memory_bench.py)."""
-        try:
-            light = gr.weights_by_reference(self.path)
-        except Exception:  # a file protobuf parsed but this scan does not understand: keep the loaded proto
-            return
-        if light is None or len(light.graph.node) != len(self.proto.graph.node):
-            return
-        self.proto = light
-        self.external_dir = str(self.path.resolve().parent)
-
     def _session(self, mode: str):
         """mode: plain (no extra outputs) | dense | ondemand."""
         if mode not in self._sessions:
