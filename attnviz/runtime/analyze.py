@@ -137,3 +137,14 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
     info.total_s = time.perf_counter() - t0
     result.info.update(info.to_dict())
     return result
+
+
+def analyze_call(model, progress=None, cancelled=None, **fields) -> AttentionResult:
+    """``model.analyze(**keywords)`` for every model kind (one file or a folder): check, build the request, run."""
+    from attnviz.core import limits
+
+    generate = int(fields.get("generate", 0) or 0)
+    if generate < 0:
+        raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
+    limits.check("generate", generate, "--generate")
+    return analyze(model, AnalyzeRequest(**fields), progress=progress, cancelled=cancelled)

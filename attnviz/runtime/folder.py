@@ -24,7 +24,6 @@ from attnviz.runtime import analyze as engine
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.generate import StepOut, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
-from attnviz.runtime.request import AnalyzeRequest
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -298,7 +297,10 @@ class ModelSet:
         use_cache: bool = True,
         max_tokens: int | None = None,
     ) -> AttentionResult:
-        req = AnalyzeRequest(
+        return engine.analyze_call(
+            self,
+            progress=progress,
+            cancelled=cancelled,
             text=text,
             text_pair=text_pair,
             image=image,
@@ -311,7 +313,6 @@ class ModelSet:
             use_cache=use_cache,
             max_tokens=max_tokens,
         )
-        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 
 class FolderCache:

@@ -250,19 +250,6 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
     return load(path)
 
 
-def _sniff(head: bytes) -> str:
-    if head.startswith(b"PK"):
-        return "zip (e.g. a PyTorch .pt or .npz)"
-    if head.startswith(b"\x89PNG"):
-        return "PNG image"
-    return "text/JSON"
-
-
-def _short(e: Exception) -> str:
-    s = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return s[:160]
-
-
 # --------------------------------------------------------------------------- finding
 ANALYSIS_SECONDS = 20.0  # walks are linear; this only bounds pathological files (a clear error, never a hang)
 # consumers that make a Softmax over Q·Kᵀ scores attention even without a P·V MatMul, and the method they give

@@ -18,7 +18,6 @@ from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import make_session
-from attnviz.runtime.request import AnalyzeRequest
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -616,14 +615,13 @@ class AttentionModel:
         """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
-        steps and raises :class:`Cancelled` (onnxruntime itself cannot be interrupted mid-run).
+        steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a
+        run stops the crash-isolation child, which really interrupts onnxruntime.
         """
-        from attnviz.core import limits
-
-        if generate < 0:
-            raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
-        limits.check("generate", generate, "--generate")
-        req = AnalyzeRequest(
+        return engine.analyze_call(
+            self,
+            progress=progress,
+            cancelled=cancelled,
             text=text,
             text_pair=text_pair,
             image=image,
@@ -636,7 +634,6 @@ class AttentionModel:
             use_cache=use_cache,
             max_tokens=max_tokens,
         )
-        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
 
 def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
