@@ -20,7 +20,6 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
-from attnviz.runtime import analyze as engine
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.generate import StepOut, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
@@ -281,38 +280,8 @@ class ModelSet:
             self._with_past = AttentionModel(self.layout.with_past, **self._past_args)
         return FolderCache.for_set(self, self._with_past)
 
-    def analyze(
-        self,
-        text: str | None = None,
-        text_pair: str | None = None,
-        image=None,
-        feeds=None,
-        generate: int = 0,
-        mode: str = "auto",
-        image_size=None,
-        image_mean=None,
-        image_std=None,
-        progress=None,
-        cancelled=None,
-        use_cache: bool = True,
-        max_tokens: int | None = None,
-    ) -> AttentionResult:
-        return engine.analyze_call(
-            self,
-            progress=progress,
-            cancelled=cancelled,
-            text=text,
-            text_pair=text_pair,
-            image=image,
-            feeds=feeds,
-            generate=generate,
-            mode=mode,
-            image_size=image_size,
-            image_mean=image_mean,
-            image_std=image_std,
-            use_cache=use_cache,
-            max_tokens=max_tokens,
-        )
+    # the same entry point as a single file (request building and checks live in analyze.analyze_call)
+    analyze = AttentionModel.analyze
 
 
 class FolderCache:

@@ -131,27 +131,12 @@ def onnx_export(
             axes = {n: _AXES.get(n, {0: "batch", 1: f"seq_{n}"}) for n in names if kwargs[n].ndim >= 2}
             if output_axes:
                 axes[output] = output_axes
-            torch.onnx.export(
-                wrapper,
-                args,
-                str(path),
-                input_names=names,
-                output_names=[output],
-                opset_version=opset,
-                dynamic_axes=axes,
-                dynamo=False,
-            )
+            how: dict = dict(dynamic_axes=axes, dynamo=False)
         else:
-            torch.onnx.export(
-                wrapper,
-                args,
-                str(path),
-                input_names=names,
-                output_names=[output],
-                opset_version=opset,
-                dynamo=True,
-                verbose=False,
-            )
+            how = dict(dynamo=True, verbose=False)
+        torch.onnx.export(
+            wrapper, args, str(path), input_names=names, output_names=[output], opset_version=opset, **how
+        )
 
 
 # --------------------------------------------------------------------------- reading the folder
