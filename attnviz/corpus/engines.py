@@ -58,9 +58,10 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
 
 
 def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
-    from attnviz.corpus.ray_engine import run as ray_run
+    """Driver-planned batches through Ray (``--images``; ``--texts`` goes through Ray Data's own reading)."""
+    from attnviz.corpus.ray_engine import run_specs
 
-    yield from ray_run(setup, specs)
+    yield from run_specs(setup, specs)
 
 
 ENGINES = {"local": local_engine, "ray": ray_engine}
