@@ -160,6 +160,9 @@ class ReduceActor:
     """Ray Data callable class: opens the model once per actor, then pads and reduces each batch Ray hands it."""
 
     def __init__(self, setup_blob: bytes, job_blob: bytes | None = None):
+        import os
+
+        os.environ["ATTNVIZ_INPROCESS"] = "1"  # the actor is the crash boundary (Ray reports its death)
         self.reducer = pickle.loads(setup_blob).reducer()
         self.job: TextJob | None = pickle.loads(job_blob) if job_blob else None
 
