@@ -294,7 +294,8 @@ def _user_error(e: BaseException) -> tuple[str, str] | None:
         if (m := _ERROR_LINE.match(line.strip())) and "UserCodeException" not in m.group(1)
     ]
     ours = [f for f in found if f[0] == "AttnvizError"]
-    return (ours or found or [None])[-1]
+    pick = ours or found
+    return pick[-1] if pick else None
 
 
 def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:

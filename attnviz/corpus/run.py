@@ -167,11 +167,12 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         del model
     done = acc.items - resumed
     versions = _versions(cfg.engine)
-    run = {
+    wall_s = time.perf_counter() - t_start  # the whole command but the final writes
+    run: dict[str, object] = {
         "model": str(Path(cfg.model).resolve()),
         "model_sha256": model_sha,
         "model_kind": kind,
-        "data": str(Path(cfg.texts or cfg.images).resolve()),
+        "data": str(Path(str(cfg.texts or cfg.images)).resolve()),
         "data_sha256": stream.data_sha,
         "data_sha256_of": stream.data_sha_of,
         "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
@@ -189,7 +190,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         "items_this_run": done,
         "items_per_s": done / run_s if run_s > 0 else None,
         "tokens_per_s": (acc.tokens - resumed_tokens) / run_s if run_s > 0 else None,
-        "wall_s": time.perf_counter() - t_start,
+        "wall_s": wall_s,
         "reduce_s": run_s,
         "versions": versions,
     }
@@ -200,7 +201,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         run,
     )
     ckpt.unlink(missing_ok=True)
-    return CorpusSummary(out, acc.items, acc.next_batch, resumed, run["wall_s"], run["items_per_s"] or 0.0)
+    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
 
 
 @dataclass
@@ -300,13 +301,13 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
         found.update(items)
         return parts
 
-    data_sha = it.sha256_file(cfg.texts)
+    data_sha = it.sha256_file(str(cfg.texts))
     return Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
 
 
 def _check_texts(cfg: CorpusConfig) -> None:
     """The file-level checks of the local readers (Ray reports the rest)."""
-    path = Path(cfg.texts)
+    path = Path(str(cfg.texts))
     if not path.is_file():
         raise AttnvizError(f"--texts {path}: no such file")
     if path.suffix.lower() not in it.READERS:
@@ -317,7 +318,7 @@ def _check_texts(cfg: CorpusConfig) -> None:
         raise AttnvizError(f"--text-pair-column {cfg.pair_column}: .txt files have no columns; use .jsonl or .parquet")
 
 
-def _bar(cfg: CorpusConfig, total: int, initial: int):
+def _bar(cfg: CorpusConfig, total: int | None, initial: int):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit="item", desc="corpus", disable=not cfg.progress, dynamic_ncols=True)
