@@ -86,14 +86,14 @@ def _context(progress: bool) -> None:
 # -- stage functions (run in Ray tasks / actors) ---------------------------------------------------------------
 
 
-def _keep_texts(batch, pair_column: str | None):
+def _keep_texts(batch, pair_column: str | None, name: str):
     """Drop rows without a non-blank ``text`` string (the local readers skip the same rows)."""
     import pyarrow as pa
 
     for c in ("text", pair_column):
         if c and c not in batch.column_names:
             raise AttnvizError(
-                f'--texts: no {c!r} field in the records; write one object per line like {{"text": "..."}}'
+                f'--texts {name}: no {c!r} field in the records; write one object per line like {{"text": "..."}}'
             )
     texts = batch.column("text").to_pylist()
     keep = [isinstance(t, str) and bool(t.strip()) for t in texts]
@@ -101,7 +101,7 @@ def _keep_texts(batch, pair_column: str | None):
     if pair_column:
         pairs = batch.column(pair_column).to_pylist()
         if any(k and not isinstance(p, str) for p, k in zip(pairs, keep)):
-            raise AttnvizError(f"a record has no {pair_column!r} string for --text-pair-column")
+            raise AttnvizError(f"--texts {name}: a record has no {pair_column!r} string for --text-pair-column")
         out["pair"] = pa.array([p for p, k in zip(pairs, keep) if k], pa.string())
     else:
         out["pair"] = pa.nulls(sum(keep), pa.string())
@@ -240,7 +240,9 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
     partials = out / PARTIALS
     shutil.rmtree(partials, ignore_errors=True)  # ours: a previous run's leftovers
     try:
-        ds = _read(job).map_batches(_keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column})
+        ds = _read(job).map_batches(
+            _keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column, "name": Path(job.path).name}
+        )
         if job.max_items is not None:
             ds = ds.limit(job.max_items)
         ds = _with_index(ds)
