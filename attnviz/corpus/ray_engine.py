@@ -261,7 +261,9 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
             num_cpus=setup.threads,
             num_gpus=1 if setup.gpu else 0,
             batch_format="pyarrow",
-        ).write_parquet(str(partials))
+        ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
+        # the write tasks take no CPU slot: the actors hold every slot for their lifetime, and a write waiting for
+        # one would stall the run until the pool winds down (minutes on 2 cores)
         table = pq.read_table(partials)
     except AttnvizError:
         raise
