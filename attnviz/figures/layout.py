@@ -10,6 +10,7 @@ import re
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.view import clean_label, tick_indices
@@ -125,10 +126,9 @@ def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool 
     # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
     width = max(1, round(width * spec.dpi)) / spec.dpi
     height = max(1, round(height * spec.dpi)) / spec.dpi
-    fig = Figure(figsize=(width, height), dpi=spec.dpi, layout="constrained" if constrained else None)
+    engine = ConstrainedLayoutEngine(w_pad=2 * PT, h_pad=2 * PT, wspace=0.02, hspace=0.02) if constrained else None
+    fig = Figure(figsize=(width, height), dpi=spec.dpi, layout=engine)
     FigureCanvasAgg(fig)
-    if constrained:
-        fig.get_layout_engine().set(w_pad=2 * PT, h_pad=2 * PT, wspace=0.02, hspace=0.02)
     return fig
 
 
