@@ -232,7 +232,7 @@ class AttentionModel:
 
     @property
     def roles(self) -> dict[str, str]:
-        given = self.meta.get("inputs") if isinstance(self.meta.get("inputs"), dict) else {}
+        given = md.section(self.meta, "inputs")
         return {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
 
     @property
@@ -519,12 +519,8 @@ class AttentionModel:
             return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
         if s.method == "recompute-packed":
             node = self.graph.nodes[s.node_index]
-            w = self.graph.const_value(node.input[1]).astype(np.float32)
-            bias = (
-                self.graph.const_value(node.input[2]).astype(np.float32)
-                if len(node.input) > 2 and node.input[2]
-                else None
-            )
+            w = self._packed_const(node.input[1])
+            bias = self._packed_const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             mask = None
             if "mask_index" in ex:
                 mask = got.get(ex["mask_index"])
@@ -533,6 +529,15 @@ class AttentionModel:
             pm = PackedMap(got[s.probs].astype(np.float32), w, bias, s.heads, mask, s.extra)
             return pm if mode == "ondemand" else DenseMap(pm.array())
         return DenseMap(to_bhqk(got[s.probs], batch))
+
+    def _packed_const(self, name: str) -> np.ndarray:
+        """A weight or bias of a com.microsoft Attention node, as float32 (the site finder refuses non-constant ones)."""
+        v = self.graph.const_value(name)
+        if v is None:
+            raise AttnvizError(
+                f"{name!r} of a com.microsoft Attention node is not a constant; its maps cannot be recomputed"
+            )
+        return v.astype(np.float32)
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
@@ -693,8 +698,11 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
     """How ``n_keys`` image tokens lie on the image: attnviz metadata, else read from the graph at the size the
     image was fed (conv / reshape / concat), else an exact square.  CLS or register tokens are only labelled
     where the graph concatenates them; a layout the graph does not show gets no grid."""
-    im = model.meta.get("image") if isinstance(model.meta.get("image"), dict) else {}
-    hint = tuple(im["grid"]) if im.get("grid") else None
+    im = md.section(model.meta, "image")
+    hint: tuple[int, int] | None = None
+    if im.get("grid"):
+        rows, cols = im["grid"]
+        hint = (int(rows), int(cols))
     if hint is not None:
         g = PatchGrid.infer(n_keys, hint)
         if g is not None and im.get("offset") is not None:
@@ -702,10 +710,11 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
         return g
     image = next((i.name for i in model.inputs if model.roles.get(i.name) == "image"), None)
     if image is not None and image_hw is not None:
-        key = (image, tuple(int(x) for x in image_hw), n_keys)
+        hw = (int(image_hw[0]), int(image_hw[1]))
+        key = (image, hw, n_keys)
         cache = model.__dict__.setdefault("_grids", {})
         if key not in cache:
-            cache[key] = gr.token_grid(model.graph, image, key[1], n_keys)
+            cache[key] = gr.token_grid(model.graph, image, hw, n_keys)
         tg = cache[key]
         if tg is not None:
             return PatchGrid(tg.rows, tg.cols, tg.lead)
