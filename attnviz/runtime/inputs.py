@@ -44,6 +44,22 @@ def guess_role(name: str, dtype: str, rank: int) -> str:
 
 
 @dataclass
+class IOInfo:
+    """One declared input or output of a graph."""
+
+    name: str
+    dtype: str
+    shape: list[int | str]  # ints for fixed dims, strings for symbolic ones
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+
+@dataclass
 class Encoded:
     ids: list[int]
     tokens: list[str]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import make_session
+from attnviz.runtime.inputs import IOInfo
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -33,20 +33,6 @@ ONNX_DTYPES = {
     11: "float64",
     16: "bfloat16",
 }
-
-
-@dataclass
-class IOInfo:
-    name: str
-    dtype: str
-    shape: list  # ints for fixed dims, strings for symbolic ones
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def describe(self) -> str:
-        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
 
 
 def _io(v) -> IOInfo:
@@ -361,26 +347,26 @@ class AttentionModel:
                     raise AttnvizError(
                         f"input {i.name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}"
                     )
-            want = (
+            cast_to = (
                 np.dtype(i.dtype)
                 if i.dtype in ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
                 else None
             )
-            if want is not None and a.dtype != want:
-                if want.kind in "iu" and a.dtype.kind == "f":
+            if cast_to is not None and a.dtype != cast_to:
+                if cast_to.kind in "iu" and a.dtype.kind == "f":
                     if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
                         raise AttnvizError(
                             f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values"
                         )
-                if want.kind == "f" and a.dtype.kind not in "fiub":
+                if cast_to.kind == "f" and a.dtype.kind not in "fiub":
                     raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
-                if want.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
-                    lo, hi = np.iinfo(want).min, np.iinfo(want).max
+                if cast_to.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
+                    lo, hi = np.iinfo(cast_to).min, np.iinfo(cast_to).max
                     if int(a.min()) < lo or int(a.max()) > hi:
                         raise AttnvizError(
                             f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds"
                         )
-                a = a.astype(want)
+                a = a.astype(cast_to)
             out[i.name] = a
         self._check_ids(out)
         return out
