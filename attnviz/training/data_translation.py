@@ -350,10 +350,10 @@ def encode_words(tok, words: tuple[str, ...] | list[str]) -> tuple[list[int], li
     return list(enc.ids), word_ids
 
 
-def _token_id(tok: Tokenizer, token: str) -> int:
+def _token_id(tok: Tokenizer, token: str, side: str = "target") -> int:
     i = tok.token_to_id(token)
     if i is None:  # a tokenizer from elsewhere: None would end up inside the id rows
-        raise AttnvizError(f"the target tokenizer has no {token} token; train the tokenizers with attnviz again")
+        raise AttnvizError(f"the {side} tokenizer has no {token} token; train the tokenizers with attnviz again")
     return i
 
 
