@@ -225,7 +225,7 @@ class AlignmentSample:
     skip: Sequence[bool] | np.ndarray = ()
 
 
-def _as_sample(s) -> AlignmentSample:
+def _as_sample(s: AlignmentSample | dict[str, Any]) -> AlignmentSample:
     if isinstance(s, AlignmentSample):
         return s
     return AlignmentSample(

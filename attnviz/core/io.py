@@ -74,7 +74,7 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
             ) from None
 
 
-def _parse(z, path: Path) -> AttentionResult:
+def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
     sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]

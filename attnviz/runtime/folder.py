@@ -118,7 +118,7 @@ class ModelSet:
         self.meta = {"special": _config_special(layout.folder)}
         self.metadata: dict[str, str] = {}
         self._tokenizer_arg = tokenizer
-        self._tokenizers = None
+        self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._enc_cache: tuple[bytes, dict] | None = None  # encoder feeds -> its outputs (generation reuses them)
         dec_in = {i.name: i for i in self.decoder.inputs}
         self._dec_names = {
@@ -166,7 +166,8 @@ class ModelSet:
         return self.decoder.provider_note
 
     @property
-    def tokenizers(self):
+    def tokenizers(self) -> tuple[ip.TextEncoder | None, ip.TextEncoder | None]:
+        """(encoder-side, decoder-side) tokenizers."""
         if self._tokenizers is None:
             self._tokenizers = ip.find_tokenizers(self.layout.encoder, {}, self._tokenizer_arg)
         return self._tokenizers

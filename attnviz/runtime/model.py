@@ -203,7 +203,7 @@ class AttentionModel:
         self.requested_provider = provider
         self.threads = threads
         self._tokenizer_arg = tokenizer
-        self._tokenizers = None
+        self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
@@ -561,7 +561,8 @@ class AttentionModel:
 
     # -- high level ---------------------------------------------------------------------
     @property
-    def tokenizers(self):
+    def tokenizers(self) -> tuple[ip.TextEncoder | None, ip.TextEncoder | None]:
+        """(encoder-side, decoder-side) tokenizers."""
         if self._tokenizers is None:
             self._tokenizers = ip.find_tokenizers(self.path, self.meta, self._tokenizer_arg)
         return self._tokenizers
