@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -110,16 +111,21 @@ def wrap_label(text: str, length_in: float, fs: float) -> str:
     for chunk in re.split(r" (?=\()", text):
         fits = text_width_pt(chunk, fs) * PT <= length_in
         words.extend([chunk] if fits else chunk.split(" "))
+    return "\n".join(_fill_lines(words, " ", lambda line: text_width_pt(line, fs) * PT <= length_in))
+
+
+def _fill_lines(pieces: Iterable[str], joiner: str, fits: Callable[[str], bool]) -> list[str]:
+    """Greedy filling: each line takes pieces while it still ``fits`` (a piece too long alone gets a line)."""
     lines, cur = [], ""
-    for w in words:
-        cand = f"{cur} {w}" if cur else w
-        if cur and text_width_pt(cand, fs) * PT > length_in:
+    for piece in pieces:
+        cand = f"{cur}{joiner}{piece}" if cur else piece
+        if cur and not fits(cand):
             lines.append(cur)
-            cur = w
+            cur = piece
         else:
             cur = cand
     lines.append(cur)
-    return "\n".join(lines)
+    return lines
 
 
 def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool = True) -> Figure:
@@ -156,15 +162,7 @@ def fit_title(title: str, width_in: float, fs: float) -> str:
     limit = 0.94 * width_in / (fs * CHAR_W * PT)  # characters per line
     lines: list[str] = []
     for para in title.split("\n"):
-        cur = ""
-        for part in para.split(" · "):
-            cand = f"{cur} · {part}" if cur else part
-            if cur and len(cand) > limit:
-                lines.append(cur)
-                cur = part
-            else:
-                cur = cand
-        lines.append(cur)
+        lines += _fill_lines(para.split(" · "), " · ", lambda line: len(line) <= limit)
     return "\n".join(lines)
 
 

@@ -66,6 +66,8 @@ REEXPORT_HINT = (
     "or optimize with use_multi_head_attention=True"
 )
 MS = "com.microsoft"
+# com.microsoft fused ops that can hand out their QK scores or probabilities (see FUSED_OUTPUT): op -> method
+MS_QK_METHODS = {"MultiHeadAttention": "mha-qk", "GroupQueryAttention": "gqa-qk"}
 
 
 @dataclass
@@ -463,12 +465,10 @@ def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: d
                 loop=loop,
             )
         )
-    elif dom == MS and op == "MultiHeadAttention":
-        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
-        sites.append(Site(i, name, "mha-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
-    elif dom == MS and op == "GroupQueryAttention":
-        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
-        sites.append(Site(i, name, "gqa-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
+    elif dom == MS and op in MS_QK_METHODS:
+        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]  # packed QKV: one input
+        method = MS_QK_METHODS[op]
+        sites.append(Site(i, name, method, q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
     elif dom == MS and op == "Attention":
         # its maps are recomputed from the input, weights and bias: the weights and any bias must be constants
         w = g.const_value(n.input[1]) if len(n.input) > 1 else None
