@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QSplitter,
+    QStatusBar,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -147,11 +148,19 @@ class CorpusView(QWidget):
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         lay.addWidget(split, 1)
+        # its own status line (the window is separate from the main window, whose status is about models)
+        self.status = QStatusBar()
+        self.status.setSizeGripEnabled(False)
+        lay.addWidget(self.status)
 
         self.stacks = sorted({(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: sk[0] != "encoder")
         self.current: dict | None = None
         self._fill_table()
         self._fill_grid()
+        self.status.showMessage(
+            f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
+            "click a head for its top examples"
+        )
 
     # -- building ------------------------------------------------------------------------
     @staticmethod
@@ -275,10 +284,16 @@ class CorpusView(QWidget):
             f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
             f"({_fmt(head['role_score'])}) · top items by {stat} — click one to open it"
         )
+        self.status.showMessage(
+            f"{len(ex)} top items by {stat} for {head['stack']} {head['kind']} "
+            f"layer {head['layer']} head {head['head']}"
+        )
 
     def _on_example_click(self, r: int, _c: int) -> None:
         if 0 <= r < len(getattr(self, "shown_examples", [])):
-            self.example_requested.emit(dict(self.shown_examples[r]), str(self.results.run.get("model", "")))
+            ex = self.shown_examples[r]
+            self.status.showMessage(f"Opening item {ex['item']} in the main window, head focused…")
+            self.example_requested.emit(dict(ex), str(self.results.run.get("model", "")))
 
 
 def open_example(window, example: dict, model_path: str, tokenizer: str | None = None) -> None:
