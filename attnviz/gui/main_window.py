@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
 import os
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -21,6 +19,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz import AttnvizError
+from attnviz.app import gold, rules
+from attnviz.app.jobs import analyze, open_model_ready, render_and_save
 from attnviz.core.view import clamp
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
@@ -46,70 +46,11 @@ from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 MAX_RECENT = 10
 # the tabs, in order (registry, not if/elif)
 VIEW_CLASSES = (OverviewView, HeadMapView, TokenLinksView, AlignmentView, ImageRegionsView, StatsView)
-
-
-def _default_opener(path, provider="auto", tokenizer=None):
-    """Open with the runtime (in a worker): also start the session and read head counts now,
-    so the GUI thread never waits on onnxruntime."""
-    from attnviz.runtime import open_model
-
-    m = open_model(path, provider=provider, tokenizer=tokenizer)
-    if not m.sites:
-        return m  # nothing to run; the window explains why
-    try:
-        _ = m.provider  # creates the inference session
-    except AttnvizError:
-        raise
-    except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
-        msg = str(e).replace("\n", " ")
-        msg = msg.split(" : ")[-1].split(") ")[-1].strip() if "ONNXRuntimeError" in msg else msg
-        raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {msg[:200]}") from None
-    if not all(s.heads for s in m.sites) and hasattr(m, "probe"):
-        m.probe()
-    return m
-
-
-def analyze(model, values: dict, progress=None, cancelled=None):
-    """Run one analysis off the GUI thread; passes progress/cancel through when the runtime takes them."""
-    kwargs = {k: values.get(k) for k in ("text", "text_pair", "image", "generate")}
-    kwargs["generate"] = int(kwargs.get("generate") or 0)
-    try:
-        params = inspect.signature(model.analyze).parameters
-    except (TypeError, ValueError):
-        params = {}
-    if progress is not None and "progress" in params:
-        kwargs["progress"] = progress
-    if cancelled is not None and "cancelled" in params:
-        kwargs["cancelled"] = cancelled
-    for k in ("max_tokens", "image_mean", "image_std", "image_size"):  # only what the user set
-        if values.get(k) and k in params:
-            kwargs[k] = values[k]
-    if progress is not None:
-        progress(-1, "running the model…" if not kwargs["generate"] else f"generating {kwargs['generate']} steps…")
-    t0 = time.perf_counter()
-    result = model.analyze(**kwargs)
-    result.info.setdefault("timings", {})
-    if isinstance(result.info["timings"], dict):
-        result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)
-    # the overview's max-pooled thumbnails, computed here so the GUI thread only draws them
-    if progress is not None:
-        progress(-1, "preparing thumbnails…")
-    from attnviz.core.view import THUMB, thumbnails
-
-    result.gui_thumbnails = thumbnails(result, -1, THUMB)
-    return result
-
-
-def render_and_save(result, spec, path):
-    """Worker: draw a figure with :mod:`attnviz.figures` and write it atomically."""
-    from attnviz.figures import render_figure, save_figure
-
-    fig = render_figure(result, spec)
-    return save_figure(fig, path)
+# the window opens models with this (a module global, so a test can swap it for a stuck one)
+_default_opener = open_model_ready
 
 
 class MainWindow(QMainWindow):
@@ -234,16 +175,8 @@ class MainWindow(QMainWindow):
         s = self.session
         if s.block is None:
             return
-        sel = s.sel
-        h = sel.head + d
-        layer = sel.layer
-        if h < 0 and layer > 0:  # wrap into the previous / next layer
-            layer -= 1
-            h = s.block.heads_in(layer) - 1
-        elif h >= s.block.heads_in(layer) and layer < s.block.n_layers - 1:
-            layer += 1
-            h = 0
-        s.select(head=h, layer=layer, mode="head")
+        layer, head = rules.neighbour_head(s.block.n_layers, s.block.heads_in, s.sel.layer, s.sel.head, d)
+        s.select(head=head, layer=layer, mode="head")
 
     def step_layer(self, d: int) -> None:
         if self.session.block is not None:
@@ -386,24 +319,17 @@ class MainWindow(QMainWindow):
 
     # -- opening ---------------------------------------------------------------------
     def open_path(self, path, **values) -> None:
-        """Open by extension: .onnx model, image, or .npz attention maps."""
-        p = Path(path)
-        handlers = {".onnx": self.open_model, ".npz": self.open_npz}
-        handlers.update({s: self.open_image for s in IMAGE_SUFFIXES})
-        fn = self.open_model if p.is_dir() else handlers.get(p.suffix.lower())  # a folder: an export (optimum)
-        if fn is None:
-            self.show_error(
-                f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
-                "and attention maps (.npz from 'attnviz extract')"
-            )
+        """Open by extension: .onnx model (or an export folder), image, or .npz attention maps."""
+        try:
+            kind = rules.file_kind(path)
+        except AttnvizError as e:
+            self.show_error(str(e))
             return
-        if not p.exists():
-            self.show_error(f"cannot open {p}: no such file")
-            return
-        if fn == self.open_model:
-            fn(p, **values)
-        else:
-            fn(p)
+        {
+            "model": lambda: self.open_model(path, **values),
+            "image": lambda: self.open_image(path),
+            "maps": lambda: self.open_npz(path),
+        }[kind]()
 
     def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True) -> None:
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
@@ -432,50 +358,26 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.status_device.setText(f"device: {getattr(model, 'provider', '?')}")
         if not getattr(model, "sites", None):
-            why = getattr(model, "no_attention_reason", None) or "no attention operations were found"
-            self.show_error(f"{path.name}: no attention to show — {why}")
+            self.show_error(f"{path.name}: no attention to show — {rules.no_attention_reason(model)}")
             return
-        values = self.sample_input(model)
-        if (
-            str(getattr(model, "kind", "")).startswith("vision")
-            and not values.get("image")
-            and self.inputs.image.text()
-        ):
-            values["image"] = self.inputs.image.text()  # keep the image the user already chose
-        values.update(given)
+        values = rules.first_input(model, given, self.inputs.image.text())
         self.inputs.set_values(
             text=values.get("text", ""),
             text_pair=values.get("text_pair", ""),
             image=values.get("image"),
-            generate=values.get("generate", self.default_generate(model)),
+            generate=values["generate"],
         )
         self.statusBar().showMessage(
-            f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}"
+            f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
         )
         if run:
             self.run_analysis(self.inputs.values())
 
-    @staticmethod
-    def default_generate(model) -> int:
-        # translation and captioning generate by default; decoder-only graphs may be forecasters (no token input)
-        return 32 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder") else 0  # stops at EOS
-
-    @staticmethod
-    def sample_input(model) -> dict:
-        """The model's ``attnviz.sample`` input, with relative image paths resolved."""
-        from attnviz.runtime.sample import sample_input
-
-        return sample_input(getattr(model, "meta", None) or {}, getattr(model, "path", "."))
-
     def open_image(self, path) -> None:
-        m = self.session.model
-        if m is None:
-            self.show_error(f"open a vision or captioning model first, then the image {Path(path).name}")
-            return
-        if not getattr(m, "kind", "vision").startswith("vision"):
-            self.show_error(
-                f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}"
-            )
+        try:
+            rules.check_image_model(self.session.model, path)
+        except AttnvizError as e:
+            self.show_error(str(e), param=e.param)
             return
         self.inputs.set_values(image=str(path))
         self.add_recent(path)
@@ -500,14 +402,10 @@ class MainWindow(QMainWindow):
     def run_analysis(self, values: dict | None = None) -> None:
         m = self.session.model
         values = values if values is not None else self.inputs.values()
-        if m is None:
-            self.show_error("no model open: use File ▸ Open model… or drop an .onnx file on the window")
-            return
-        if not getattr(m, "sites", None):
-            self.show_error(
-                f"{getattr(m, 'name', 'this model')}: no attention to show — "
-                f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}"
-            )
+        try:
+            rules.check_runnable(m)
+        except AttnvizError as e:
+            self.show_error(str(e))
             return
         self.workers.cancel("run")  # the older run's result will be dropped
         w = self.workers.start(analyze, m, dict(values), kind="run")
@@ -582,13 +480,13 @@ class MainWindow(QMainWindow):
     def load_gold(self, path) -> None:
         """Score every cross-attention head on a gold test set (``X.gold`` + ``X.src`` + ``X.tgt``) in a worker;
         Head stats then ranks the heads by AER."""
-        from attnviz.runtime.align import score_test_set
-
         m = self.session.model
-        if m is None or getattr(m, "kind", "") != "encoder-decoder":
-            self.show_error("gold alignments score cross-attention: open an encoder-decoder text model first")
+        try:
+            gold.check_gold_model(m)
+        except AttnvizError as e:
+            self.show_error(str(e))
             return
-        w = self.workers.start(score_test_set, m, str(path), kind="gold")
+        w = self.workers.start(gold.score, m, str(path), kind="gold")
         self._latest["gold"] = w.request_id
         self.statusBar().showMessage(f"Scoring every cross-attention head against {Path(path).name}…")
 
@@ -598,11 +496,7 @@ class MainWindow(QMainWindow):
         if b is not None:
             self.session.select(block=b)
         self.tabs.setCurrentWidget(self.stats)
-        best = table["best_head"]
-        self.statusBar().showMessage(
-            f"gold {table['name']}: best head decoder layer {best['layer']} head "
-            f"{best['head']}, AER {best['aer']:.3f} ({table['n_sentences']} pairs)"
-        )
+        self.statusBar().showMessage(gold.summary(table))
 
     def choose_tokenizer_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
@@ -749,17 +643,12 @@ class MainWindow(QMainWindow):
             ev.acceptProposedAction()
 
     def dropEvent(self, ev):
-        urls = [u.toLocalFile() for u in ev.mimeData().urls() if u.isLocalFile()]
-        if not urls:
+        what = rules.dropped([u.toLocalFile() for u in ev.mimeData().urls() if u.isLocalFile()])
+        if what is None:
             return
         ev.acceptProposedAction()
-        # a model first, then an image dropped with it
-        urls.sort(key=lambda p: 0 if p.lower().endswith(".onnx") else 1)
-        images = [u for u in urls[1:] if Path(u).suffix.lower() in IMAGE_SUFFIXES]
-        if urls[0].lower().endswith(".onnx") and images:
-            self.open_path(urls[0], image=images[0])
-        else:
-            self.open_path(urls[0])
+        model_or_file, image = what
+        self.open_path(model_or_file, **({"image": image} if image else {}))
 
     def _restore_layout(self) -> None:
         geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")

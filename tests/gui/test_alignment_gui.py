@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import open_and_wait
+from gui_helpers import open_and_wait
 
 pytest.importorskip("onnxruntime")
 

@@ -38,7 +38,8 @@ GRID = SETTINGS + [("last head, layer 2 only", dict(mode="head", layer=1, head=3
 @pytest.fixture(scope="module")
 def demos():
     """Each demo opened and run once with its own sample input, through the window's worker function."""
-    from attnviz.gui.main_window import MainWindow, analyze
+    from attnviz.app.jobs import analyze
+    from attnviz.app.rules import first_input
     from attnviz.runtime import open_model
 
     out = {}
@@ -47,9 +48,7 @@ def demos():
         if not path.exists():
             pytest.skip(f"demo model {path.name} is not in this checkout")
         model = open_model(path)
-        values = MainWindow.sample_input(model)
-        values.setdefault("generate", MainWindow.default_generate(model))
-        out[family] = (model, analyze(model, values))
+        out[family] = (model, analyze(model, first_input(model, {})))
     # a padded batch of 2 on the encoder: the second row is shorter, its padded keys get no weight
     model = out["encoder"][0]
     vocab = model.meta["vocab"]

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz import AttnvizError
+from attnviz.app.corpus_entry import example_open
 from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
@@ -298,26 +299,23 @@ class CorpusView(QWidget):
 
 def open_example(window, example: dict, model_path: str, tokenizer: str | None = None) -> None:
     """Open the example's item in the main window and focus its head once the result is drawn."""
-    if not Path(model_path).is_file():
-        window.show_error(
-            f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back"
-        )
+    try:
+        todo = example_open(example, model_path, tokenizer)
+    except AttnvizError as e:
+        window.show_error(str(e))
         return
-    if tokenizer and Path(tokenizer).is_file() and window.tokenizer is None:
-        window.tokenizer = Path(tokenizer)  # the corpus run's --tokenizer, so the item tokenises the same way
+    if todo.tokenizer is not None and window.tokenizer is None:
+        window.tokenizer = todo.tokenizer
 
     def focus():
         window.result_shown.disconnect(focus)
         s = window.session
-        b = s.block_index(example["stack"], example["kind"])
-        s.select(block=b if b is not None else 0, layer=int(example["layer"]), head=int(example["head"]), mode="head")
+        b = s.block_index(todo.stack, todo.kind)
+        s.select(block=b if b is not None else 0, layer=todo.layer, head=todo.head, mode="head")
         window.tabs.setCurrentWidget(window.head_map)
 
     window.result_shown.connect(focus)
-    if example.get("image"):
-        window.open_model(model_path, image=example["image"])
-    else:
-        window.open_model(model_path, text=example["text"], text_pair=example.get("pair"))
+    window.open_model(todo.model, **todo.values)
 
 
 def open_corpus_results(window, folder) -> CorpusView | None:
