@@ -26,6 +26,7 @@ def example_open(example: dict, model_path: str, tokenizer: str | None = None) -
         raise AttnvizError(
             f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back"
         )
+    values: dict[str, str | None]
     if example.get("image"):
         values = {"image": str(example["image"])}
     else:

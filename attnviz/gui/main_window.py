@@ -35,6 +35,7 @@ from attnviz.gui.export import (
 )
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.base import View
 from attnviz.gui.views.corpus import open_corpus_dialog
 from attnviz.gui.views.head_map import HeadMapView
 from attnviz.gui.views.image_regions import ImageRegionsView
@@ -47,8 +48,6 @@ from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
 
 MAX_RECENT = 10
-# the tabs, in order (registry, not if/elif)
-VIEW_CLASSES = (OverviewView, HeadMapView, TokenLinksView, AlignmentView, ImageRegionsView, StatsView)
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
 _default_opener = open_model_ready
 
@@ -84,19 +83,26 @@ class MainWindow(QMainWindow):
 
         # views
         self.tabs = QTabWidget()
-        self.views = {}
-        for cls in VIEW_CLASSES:
-            v = cls(self.session)
-            self.views[cls.title] = v
-            self.tabs.addTab(v, cls.title)
+        self.overview = OverviewView(self.session)
+        self.head_map = HeadMapView(self.session)
+        self.links = TokenLinksView(self.session)
+        self.alignment = AlignmentView(self.session)
+        self.image_regions = ImageRegionsView(self.session)
+        self.stats = StatsView(self.session)
+        # the tabs, in this order (View ▸ Ctrl+1…6 follow it)
+        tabs: tuple[View, ...] = (
+            self.overview,
+            self.head_map,
+            self.links,
+            self.alignment,
+            self.image_regions,
+            self.stats,
+        )
+        self.views: dict[str, View] = {v.title: v for v in tabs}
+        for v in tabs:
+            self.tabs.addTab(v, v.title)
         self.setCentralWidget(self.tabs)
         self.tabs.currentChanged.connect(self._follow_view_block)
-        self.overview: OverviewView = self.views["Overview"]
-        self.head_map: HeadMapView = self.views["Head map"]
-        self.links: TokenLinksView = self.views["Token links"]
-        self.alignment: AlignmentView = self.views["Alignment"]
-        self.image_regions: ImageRegionsView = self.views["Image regions"]
-        self.stats: StatsView = self.views["Head stats"]
         self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
         self.stats.picked.connect(self._focus_from_stats)
 
@@ -111,14 +117,16 @@ class MainWindow(QMainWindow):
         self.left_dock = QDockWidget("Input && view", self)
         self.left_dock.setObjectName("input_dock")
         self.left_dock.setWidget(left)
-        self.left_dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable)
-        self.addDockWidget(Qt.LeftDockWidgetArea, self.left_dock)
+        self.left_dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.left_dock)
         self.sidebar = ModelSidebar(self.session)
         self.right_dock = QDockWidget("Model", self)
         self.right_dock.setObjectName("model_dock")
         self.right_dock.setWidget(self.sidebar)
-        self.addDockWidget(Qt.RightDockWidgetArea, self.right_dock)
-        self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Horizontal)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
+        self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Orientation.Horizontal)
 
         self.status_device = QLabel("")
         self.statusBar().addPermanentWidget(self.status_device)
@@ -131,30 +139,37 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Open an ONNX model: File ▸ Open model…, or drop an .onnx file on the window.")
 
     # -- menus ---------------------------------------------------------------------
+    def _action(
+        self, text: str, slot, shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None
+    ) -> QAction:
+        a = QAction(text, self)
+        if shortcut is not None:
+            a.setShortcut(shortcut)
+        a.triggered.connect(slot)
+        return a
+
     def _build_menus(self) -> None:
         fm = self.menuBar().addMenu("&File")
-        a = QAction("&Open model…", self, shortcut=QKeySequence.Open, triggered=self.open_model_dialog)
-        fm.addAction(a)
-        fm.addAction(QAction("Open model &folder (optimum export)…", self, triggered=self.open_folder_dialog))
-        fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
-        fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
-        fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
-        fm.addAction(QAction("Load &gold alignments (Pharaoh)…", self, triggered=self.load_gold_dialog))
-        fm.addAction(QAction("Open &corpus results…", self, triggered=lambda: open_corpus_dialog(self)))
+        for text, slot, key in (
+            ("&Open model…", self.open_model_dialog, QKeySequence.StandardKey.Open),
+            ("Open model &folder (optimum export)…", self.open_folder_dialog, None),
+            ("Open &image…", self.open_image_dialog, None),
+            ("Open attention &maps (.npz)…", self.open_npz_dialog, None),
+            ("Choose &tokenizer (tokenizer.json)…", self.choose_tokenizer_dialog, None),
+            ("Load &gold alignments (Pharaoh)…", self.load_gold_dialog, None),
+            ("Open &corpus results…", lambda: open_corpus_dialog(self), None),
+        ):
+            fm.addAction(self._action(text, slot, key))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
-        self.export_view_action = QAction(
-            "&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog
-        )
+        self.export_view_action = self._action("&Export view (PNG/SVG/PDF)…", self.export_view_dialog, "Ctrl+E")
         fm.addAction(self.export_view_action)
-        fm.addAction(QAction("Export &maps (.npz)…", self, shortcut="Ctrl+Shift+E", triggered=self.export_npz_dialog))
+        fm.addAction(self._action("Export &maps (.npz)…", self.export_npz_dialog, "Ctrl+Shift+E"))
         fm.addSeparator()
-        fm.addAction(QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close))
+        fm.addAction(self._action("&Quit", self.close, QKeySequence.StandardKey.Quit))
         vm = self.menuBar().addMenu("&View")
         for i, title in enumerate(self.views):
-            act = QAction(title, self, shortcut=f"Ctrl+{i + 1}")
-            act.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
-            vm.addAction(act)
+            vm.addAction(self._action(title, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}"))
         vm.addSeparator()
         vm.addAction(self.left_dock.toggleViewAction())
         vm.addAction(self.right_dock.toggleViewAction())
@@ -162,13 +177,13 @@ class MainWindow(QMainWindow):
 
     def _build_keys(self) -> None:
         for key, fn in (
-            (Qt.Key_Left, lambda: self.step_head(-1)),
-            (Qt.Key_Right, lambda: self.step_head(1)),
-            (Qt.Key_Up, lambda: self.step_layer(-1)),
-            (Qt.Key_Down, lambda: self.step_layer(1)),
+            (Qt.Key.Key_Left, lambda: self.step_head(-1)),
+            (Qt.Key.Key_Right, lambda: self.step_head(1)),
+            (Qt.Key.Key_Up, lambda: self.step_layer(-1)),
+            (Qt.Key.Key_Down, lambda: self.step_layer(1)),
         ):
             sc = QShortcut(QKeySequence(key), self.tabs)
-            sc.setContext(Qt.WidgetWithChildrenShortcut)
+            sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             sc.activated.connect(fn)
 
     def step_head(self, d: int) -> None:
@@ -211,9 +226,8 @@ class MainWindow(QMainWindow):
     # -- recent files ----------------------------------------------------------------
     def recent_files(self) -> list[str]:
         v = self.settings.value("recent", [])
-        if isinstance(v, str):
-            v = [v]
-        return [str(x) for x in (v or [])]
+        items = [v] if isinstance(v, str) else v if isinstance(v, (list, tuple)) else []  # QSettings: str or list
+        return [str(x) for x in items]
 
     def add_recent(self, path) -> None:
         p = str(Path(path).resolve())
@@ -226,7 +240,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.clear()
         files = self.recent_files()
         for p in files:
-            self.recent_menu.addAction(QAction(p, self, triggered=lambda _=False, p=p: self.open_path(p)))
+            self.recent_menu.addAction(self._action(p, lambda _=False, p=p: self.open_path(p)))
         self.recent_menu.setEnabled(bool(files))
 
     # -- errors ----------------------------------------------------------------------
@@ -246,7 +260,7 @@ class MainWindow(QMainWindow):
         }
         return widgets.get(param or "")
 
-    def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> None:
+    def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> QMessageBox:
         """One readable message: status bar + a non-modal dialog (replacing any previous one); the control
         that fixes it (``param``, from :class:`AttnvizError`) gets the keyboard focus and a red frame."""
         w = self.param_widget(param)
@@ -257,12 +271,13 @@ class MainWindow(QMainWindow):
         if self.error_box is not None:
             self.error_box.close()
             self.error_box.deleteLater()
-        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
         box.setModal(False)
-        box.setAttribute(Qt.WA_DeleteOnClose, False)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
         box.show()
         self.error_box = box
         self.error_shown.emit(text)
+        return box
 
     def _on_worker_returned(self, kind: str, rid: int, value) -> None:
         ctx = self._context.get(rid, ())
@@ -308,8 +323,8 @@ class MainWindow(QMainWindow):
 
     def offer_truncation(self, n: int, limit) -> None:
         """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
-        self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
-        button = self.error_box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.AcceptRole)
+        box = self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+        button = box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.ButtonRole.AcceptRole)
 
         def truncate():
             self.inputs.set_values(max_tokens=limit.tokens)
@@ -335,8 +350,8 @@ class MainWindow(QMainWindow):
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
-        kw = {"tokenizer": str(self.tokenizer)} if self.tokenizer else {}
-        w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open", **kw)
+        tokenizer = str(self.tokenizer) if self.tokenizer else None
+        w = self.workers.start(self.opener, str(path), provider=self.provider, tokenizer=tokenizer, kind="open")
         self._latest["open"] = w.request_id
         given = {
             k: v

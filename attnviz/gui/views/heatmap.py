@@ -129,8 +129,8 @@ class HeatmapWidget(QWidget):
         self.mark_box.hide()
         self.vb.addItem(self.mark_box, ignoreBounds=True)
         self.hover_label = QLabel(" ")
-        self.hover_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.hover_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.hover_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot, 1)
@@ -173,6 +173,8 @@ class HeatmapWidget(QWidget):
     # -- hover -------------------------------------------------------------------
     def describe(self, row: int, col: int) -> str:
         mv = self.mv
+        if mv is None:  # nothing drawn yet: no cell to describe
+            return ""
         w = mv.value(row, col)
         q = f"{mv.y_title} “{mv.q_labels[row]}” ({int(mv.q_pos[row])})"
         if mv.block is not None and mv.block.stack == "decoder":  # a decoder row reads one token and chose the next
