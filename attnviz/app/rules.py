@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.view import Selection, clamp
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 # what a path opens as, by extension (a folder is an export folder: a model)
@@ -103,3 +104,10 @@ def neighbour_head(n_layers: int, heads_in, layer: int, head: int, d: int) -> tu
         layer += 1
         h = 0
     return layer, h
+
+
+def on_block(sel: Selection, blocks, block: int, **changes) -> Selection:
+    """The selection moved to ``block`` (the Alignment and Image views draw one block of their own): rollout
+    multiplies square self-attention maps, so on a cross-attention block it becomes the mean over heads."""
+    mode = "mean" if sel.mode == "rollout" and blocks[block].kind == "cross" else sel.mode
+    return clamp(sel.with_(block=block, mode=mode, **changes), blocks)

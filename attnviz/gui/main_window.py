@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
-from attnviz.core.view import clamp
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
 from attnviz.gui.export import (
@@ -211,8 +210,8 @@ class MainWindow(QMainWindow):
             src = self.image_regions.source()
             want = src[0] if src is not None else None
         if want is not None and want != s.sel.block:
-            mode = "mean" if s.sel.mode == "rollout" and s.blocks[want].kind == "cross" else s.sel.mode
-            s.select(block=want, mode=mode)
+            moved = rules.on_block(s.sel, s.blocks, want)
+            s.select(block=moved.block, mode=moved.mode)
 
     def _focus_from_stats(self, layer: int, head: int) -> None:
         self.session.select(layer=layer, head=head, mode="head")
@@ -617,20 +616,13 @@ class MainWindow(QMainWindow):
             b = self.alignment.cross_block()
             if b is None:
                 return None
-            sel = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
+            sel = rules.on_block(sel, s.blocks, b)
         if view is self.image_regions:
             src = self.image_regions.source()
             if src is None or not self.image_regions.queries:
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
-            sel = clamp(
-                sel.with_(
-                    block=src[0],
-                    query=None if row < 0 else int(row),
-                    mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode,
-                ),
-                s.blocks,
-            )
+            sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
         return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
 
     def export_maps(self, path) -> None:

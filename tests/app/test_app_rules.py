@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from attnviz import AttnvizError
@@ -102,3 +103,20 @@ def test_corpus_example_opens_its_item_with_its_head(tmp_path):
     assert img.values == {"image": "/x/cat.png"} and img.tokenizer is None
     with pytest.raises(AttnvizError, match="the model .*gone.onnx is gone; re-run 'attnviz corpus'"):
         corpus_entry.example_open(ex, str(tmp_path / "gone.onnx"))
+
+
+def test_moving_to_a_cross_block_turns_rollout_into_the_mean():
+    from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+    from attnviz.core.view import Selection
+
+    rng = np.random.default_rng(0)
+    enc = DenseMap(rng.random((1, 2, 3, 3), dtype=np.float32))
+    cross = DenseMap(rng.random((1, 2, 4, 3), dtype=np.float32))
+    sites = [SiteInfo("encoder", "self", 0, 2, "/e", "softmax"), SiteInfo("decoder", "cross", 0, 2, "/c", "softmax")]
+    blocks = AttentionResult([enc, cross], sites, tokens=TokenAxis(["a", "b", "c"])).blocks(0)
+    sel = Selection(block=0, mode="rollout")
+    assert [b.kind for b in blocks] == ["self", "cross"]
+    moved = rules.on_block(sel, blocks, 1, query=2)
+    assert (moved.block, moved.mode, moved.query) == (1, "mean", 2)
+    assert rules.on_block(sel, blocks, 0).mode == "rollout"  # self-attention keeps it
+    assert rules.on_block(Selection(block=0, mode="max"), blocks, 1).mode == "max"
