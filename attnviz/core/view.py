@@ -131,7 +131,7 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
 
     The rule a reader can predict: all when they fit; else the first and the last, every
     ``stride``-th in between (an even stride), and the focused (hovered/selected) token -- labels
-    too close to the last or the focused one make way for it.
+    less than a stride from the last or the focused one make way for it (they would overlap).
     """
     if n <= 0:
         return []
@@ -141,7 +141,7 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
     stride = math.ceil((n - 1) / (fit - 1))
     keep = set(range(0, n, stride))
     must = {0, n - 1} | ({int(focus)} if focus is not None and 0 <= focus < n else set())
-    near = max(1, stride // 2)
+    near = stride  # a stride is about one label's extent: a label nearer than that to a kept one would overlap it
     keep = {i for i in keep if i in must or all(abs(i - m) >= near for m in must)}
     return sorted(keep | must)
 
