@@ -248,6 +248,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes per memory row (median)")
     ap.add_argument("--runs", type=int, default=1, help="runs per memory process (1 = what extract does)")
     ap.add_argument("--no-memory", action="store_true", help="only the timing table")
+    ap.add_argument("--no-time", action="store_true", help="only the memory table")
     ap.add_argument("--model", help="an exported MiniLM .onnx to reuse (default: export one to a temp folder)")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "T"))
     a = ap.parse_args()
@@ -280,7 +281,7 @@ def main():
         f"{'in-process/plain':>16} | {'(min) maps/plain':>16} | {'(min) in-process/plain':>22}"
     )
     print("-" * 120)
-    for t, med, mn in timing_rows(model, a.lengths, a.rounds, a.threads):
+    for t, med, mn in [] if a.no_time else timing_rows(model, a.lengths, a.rounds, a.threads):
         print(
             f"{t:>6} | {med['plain']:>8.1f} | {med['maps']:>8.1f} | {med['maps_in']:>13.1f} | {med['maps'] / med['plain']:>9.3f}x | "
             f"{med['maps_in'] / med['plain']:>15.3f}x | {mn['maps'] / mn['plain']:>15.3f}x | {mn['maps_in'] / mn['plain']:>21.3f}x"
