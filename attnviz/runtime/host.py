@@ -41,9 +41,12 @@ from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.worker import INLINE_BYTES, serve
 
-__all__ = ["INLINE_BYTES", "ModelCrashed", "RemoteSession", "cancel_scope", "isolated", "make_session", "shutdown"]
+__all__ = ["INLINE_BYTES", "PROVIDERS", "ModelCrashed", "RemoteSession", "cancel_scope", "isolated", "make_session", "shutdown"]
 
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
+# defined here, not in session.py, so that the parent can check a provider without importing onnxruntime
+# (~9 MB of memory and its import time, which only the child needs)
+PROVIDERS = ("auto", "cpu", "cuda")
 
 
 class ModelCrashed(AttnvizError):
@@ -398,15 +401,15 @@ def make_session(
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
     OrtValues (sent to the child as arrays)."""
-    from attnviz.runtime import session as local
-
-    if provider not in local.PROVIDERS:  # argument errors need no child
-        raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(local.PROVIDERS)}")
+    if provider not in PROVIDERS:  # argument errors need no child
+        raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra = {}
     if initializers and initializers[0]:
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
     if not isolated():
+        from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
+
         return local.make_session(
             model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
         )

@@ -7,8 +7,7 @@ import os
 import onnxruntime as ort
 
 from attnviz import AttnvizError
-
-PROVIDERS = ("auto", "cpu", "cuda")
+from attnviz.runtime.host import PROVIDERS
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 
