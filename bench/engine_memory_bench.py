@@ -47,11 +47,12 @@ MODES = ("plain", "attnviz", "attnviz-inprocess", "re-serialised")
 
 
 def child(model: str, mode: str, t: int, threads: int, runs: int) -> None:
-    import onnxruntime as ort
-
     f = feeds(t)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
+    if mode in ("plain", "re-serialised"):  # attnviz's parent never imports onnxruntime: neither does its row
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
     if mode == "plain":
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         for _ in range(runs):

@@ -244,6 +244,8 @@ class Server:
         outs = io.get_outputs()
         io.clear_binding_outputs()  # from here ``outs`` holds onnxruntime's buffers alone: each can go on its own
         del io
+        if any(o is not None and n not in bound and _nbytes(o) > INLINE_BYTES for n, o in zip(names, outs)):
+            self._give_back_arena()  # the run's intermediates first: the copies below then add ~one map at most
         got = {}
         for i, n in enumerate(names):
             ov, outs[i] = outs[i], None
@@ -311,6 +313,14 @@ def _shared_arena():
         return tiny, opts
     except Exception:
         return None
+
+
+def _nbytes(ov) -> int:
+    """About the bytes of an OrtValue tensor (4-byte elements assumed: only compared with INLINE_BYTES)."""
+    try:
+        return int(np.prod(ov.shape(), dtype=np.int64)) * 4
+    except Exception:
+        return 0
 
 
 class _Shaped:
