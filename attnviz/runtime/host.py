@@ -41,7 +41,16 @@ from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.worker import INLINE_BYTES, serve
 
-__all__ = ["INLINE_BYTES", "PROVIDERS", "ModelCrashed", "RemoteSession", "cancel_scope", "isolated", "make_session", "shutdown"]
+__all__ = [
+    "INLINE_BYTES",
+    "PROVIDERS",
+    "ModelCrashed",
+    "RemoteSession",
+    "cancel_scope",
+    "isolated",
+    "make_session",
+    "shutdown",
+]
 
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
 # defined here, not in session.py, so that the parent can check a provider without importing onnxruntime
@@ -155,7 +164,7 @@ class _Host:
         owner = (ctypes.c_char * (n * dt.itemsize)).from_buffer(self.maps[slot])
         fin = weakref.finalize(owner, self.released.append, slot)
         fin.atexit = False
-        return np.frombuffer(owner, dt, n).reshape(shape)
+        return np.frombuffer(memoryview(owner), dt, n).reshape(shape)
 
     def call(self, op: str, *args, what: str = "running the model", adopt=None):
         while not self.lock.acquire(timeout=POLL_S):
@@ -360,6 +369,7 @@ class RemoteSession:
         names = [o.name for o in self._outputs] if names is None else list(names)
         for _ in range(2):
             self._ensure()
+            assert self._host is not None  # _ensure either set it or raised
             try:
                 return self._host.run(self._sid, names, dict(feeds))
             except _Dead:

@@ -8,6 +8,7 @@ import onnxruntime as ort
 
 from attnviz import AttnvizError
 from attnviz.runtime.host import PROVIDERS
+
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 

@@ -25,6 +25,7 @@ import itertools
 import mmap
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -121,7 +122,7 @@ class Pool:
     def _delete(self, s: Slot) -> None:
         self.free.discard(s.id)
         del self.slots[s.id]
-        s.view = None
+        del s.view  # numpy's export of the mapping must go before it can be closed
         s.mm.close()
         try:
             os.unlink(os.path.join(self.outdir, s.name))
@@ -289,7 +290,7 @@ class Server:
 
 # a 65-byte ONNX model, y = Identity(x) on float[1] (built with onnx.helper; the child does not import onnx)
 _IDENTITY_MODEL = (
-    b"\x08\x08:7\n\x10\n\x01x\x12\x01y\"\x08Identity\x12\x01gZ\x0f\n\x01x\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01"
+    b'\x08\x08:7\n\x10\n\x01x\x12\x01y"\x08Identity\x12\x01gZ\x0f\n\x01x\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01'
     b"b\x0f\n\x01y\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01B\x04\n\x00\x10\x11"
 )
 
@@ -338,7 +339,7 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
     from attnviz import AttnvizError
 
     server = Server(conn, outdir)
-    ops = {"create": server.create, "run": server.run, "close": server.close}
+    ops: dict[str, Callable[..., object]] = {"create": server.create, "run": server.run, "close": server.close}
     while True:
         try:
             op, args = conn.recv()
@@ -368,7 +369,7 @@ def _light_package() -> None:
     pkg = types.ModuleType("attnviz.runtime")
     pkg.__path__ = [here]
     sys.modules["attnviz.runtime"] = pkg
-    attnviz.runtime = pkg  # type: ignore[attr-defined]  # a submodule attribute set by hand, as import would
+    attnviz.runtime = pkg  # a submodule attribute set by hand, as import would
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process
