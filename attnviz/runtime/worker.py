@@ -96,8 +96,11 @@ class Pool:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             try:
-                # reserve the pages now: a full tmpfs raises here instead of SIGBUS-ing onnxruntime mid-run
-                os.posix_fallocate(fd, 0, size)
+                if hasattr(os, "posix_fallocate"):
+                    # reserve the pages now: a full tmpfs raises here instead of SIGBUS-ing onnxruntime mid-run
+                    os.posix_fallocate(fd, 0, size)
+                else:  # macOS: no fallocate (and no /dev/shm: the folder is on disk)
+                    os.ftruncate(fd, size)
             except OSError:
                 os.unlink(path)
                 return None
