@@ -154,7 +154,11 @@ class _Host:
                 self.maps[i] = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
             finally:
                 os.close(fd)
-        return [self.lend(*item[1:]) if item[0] == "slot" else item[1] for item in items]
+        lent: dict[int, np.ndarray] = {}  # a name fetched twice is one slot: one owner, one finaliser
+        for item in items:
+            if item[0] == "slot" and item[1] not in lent:
+                lent[item[1]] = self.lend(*item[1:])
+        return [lent[item[1]] if item[0] == "slot" else item[1] for item in items]
 
     def lend(self, slot: int, dtype: str, shape: tuple) -> np.ndarray:
         """An array viewing a slot.  Every view numpy derives from it keeps ``owner`` alive (through the buffer

@@ -150,3 +150,17 @@ def test_the_child_does_not_load_onnx(models):
         maps = f.read()
     assert "onnxruntime_pybind11_state" in maps  # the child does run onnxruntime...
     assert "onnx_cpp2py_export" not in maps  # ...but never imported onnx (the engine's package init)
+
+
+def test_an_output_fetched_twice_is_one_slot_released_once(tmp_path):
+    sess, _ = host.make_session(str(_tile_softmax_model(tmp_path / "tile.onnx")), "cpu")
+    x = np.random.default_rng(1).standard_normal((64, 300)).astype(np.float32)
+    one = {"x": x, "reps": np.array([1], np.int64)}
+    a, b = sess.run(["y", "y"], one)
+    want = a.copy()
+    del a  # b views the same slot: it must stay the caller's
+    gc.collect()
+    for _ in range(3):
+        sess.run(["y"], {"x": -x, "reps": np.array([1], np.int64)})
+        gc.collect()
+        np.testing.assert_array_equal(b, want)
