@@ -31,7 +31,6 @@ import tempfile
 import threading
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -39,12 +38,14 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
-from attnviz.runtime.worker import INLINE_BYTES, serve
+from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
+from attnviz.runtime.worker import serve
 
 __all__ = [
     "INLINE_BYTES",
     "PROVIDERS",
     "ModelCrashed",
+    "NodeArg",
     "RemoteSession",
     "cancel_scope",
     "isolated",
@@ -53,9 +54,6 @@ __all__ = [
 ]
 
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
-# defined here, not in session.py, so that the parent can check a provider without importing onnxruntime
-# (~9 MB of memory and its import time, which only the child needs)
-PROVIDERS = ("auto", "cpu", "cuda")
 
 
 class ModelCrashed(AttnvizError):
@@ -68,15 +66,6 @@ class RunCancelled(Cancelled):
 
 class RemoteRunError(RuntimeError):
     """onnxruntime raised inside the child; the text is onnxruntime's own message."""
-
-
-@dataclass(frozen=True)
-class NodeArg:
-    """What ``InferenceSession.get_inputs()/get_outputs()`` items offer that callers use."""
-
-    name: str
-    type: str
-    shape: tuple
 
 
 # -- cancellation scope (thread-local: each GUI worker thread has its own flag) -------------------------

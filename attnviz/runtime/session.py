@@ -7,7 +7,7 @@ import os
 import onnxruntime as ort
 
 from attnviz import AttnvizError
-from attnviz.runtime.host import PROVIDERS
+from attnviz.runtime.isolation import PROVIDERS  # here without onnxruntime: the parent checks names with it
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

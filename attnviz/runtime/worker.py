@@ -29,7 +29,28 @@ from collections.abc import Callable
 
 import numpy as np
 
-INLINE_BYTES = 1 << 16  # smaller outputs are pickled through the socket: a slot would cost more than it saves
+
+def _light_package() -> None:
+    """Register ``attnviz.runtime`` as a bare package, so that importing isolation/session/errors does not run
+    its ``__init__`` (which imports onnx and the whole engine)."""
+    import types
+
+    import attnviz
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    pkg = types.ModuleType("attnviz.runtime")
+    pkg.__path__ = [here]
+    sys.modules["attnviz.runtime"] = pkg
+    setattr(attnviz, "runtime", pkg)  # the submodule attribute import would set
+
+
+if __name__ == "__main__":  # pragma: no cover - the child, before anything imports attnviz.runtime
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # this script's folder (engine modules named graph, model, errors...) must not shadow others
+    _light_package()
+
+from attnviz.runtime.isolation import INLINE_BYTES, NodeArg  # noqa: E402  (after the child's bare package)
+
 KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
 # frees its slots one run later: they are reused by the run after that)
 KEEP_FREE_BYTES = 512 << 20  # never keep more than this in free slots (a one-off long input must not pin its maps)
@@ -184,7 +205,6 @@ class Server:
         self.arena = _shared_arena()
 
     def create(self, sid, model, kwargs):
-        from attnviz.runtime.host import NodeArg
         from attnviz.runtime.session import make_session
 
         if kwargs.get("initializers"):  # weights handed over as arrays: OrtValues that share their memory
@@ -361,24 +381,7 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
             )
 
 
-def _light_package() -> None:
-    """Register ``attnviz.runtime`` as a bare package, so that importing host/session/errors does not run its
-    ``__init__`` (which imports onnx and the whole engine)."""
-    import types
-
-    import attnviz
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    pkg = types.ModuleType("attnviz.runtime")
-    pkg.__path__ = [here]
-    sys.modules["attnviz.runtime"] = pkg
-    attnviz.runtime = pkg  # a submodule attribute set by hand, as import would
-
-
 if __name__ == "__main__":  # pragma: no cover - the child process
-    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-        del sys.path[0]  # this script's folder (engine modules named graph, model, errors...) must not shadow others
     from multiprocessing.connection import Connection
 
-    _light_package()
     serve(Connection(int(sys.argv[1])), sys.argv[2])

@@ -16,7 +16,8 @@ from onnx import TensorProto, helper
 from onnx_builders import tiny_text_model
 
 from attnviz.runtime import host, open_model
-from attnviz.runtime.worker import INLINE_BYTES, ShapeLinks, _slot_size
+from attnviz.runtime.isolation import INLINE_BYTES
+from attnviz.runtime.worker import ShapeLinks, _slot_size
 
 IDS_A = np.array([[1] + [3, 4, 5, 6, 7] * 40 + [2]], np.int64)  # 202 tokens: 320 kB per map, > INLINE_BYTES
 IDS_B = np.array([[1] + [7, 6, 5, 4, 3] * 40 + [2]], np.int64)
