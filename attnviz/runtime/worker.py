@@ -41,7 +41,7 @@ def _light_package() -> None:
     pkg = types.ModuleType("attnviz.runtime")
     pkg.__path__ = [here]
     sys.modules["attnviz.runtime"] = pkg
-    setattr(attnviz, "runtime", pkg)  # the submodule attribute import would set
+    attnviz.runtime = pkg  # type: ignore[attr-defined]  # set by hand, as import would: mypy sees no such module attribute
 
 
 if __name__ == "__main__":  # pragma: no cover - the child, before anything imports attnviz.runtime
