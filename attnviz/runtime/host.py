@@ -100,7 +100,7 @@ class _Host:
             mine, theirs = socket.socketpair()
             root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-            self.proc = _Popen(
+            self.proc: _Popen | _MpProcess = _Popen(
                 [sys.executable, str(Path(__file__).with_name("worker.py")), str(theirs.fileno()), self.outdir],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
