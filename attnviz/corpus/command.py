@@ -19,7 +19,10 @@ def add_arguments(p):
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="items per padded batch (default 32)")
     p.add_argument("--max-items", type=int, metavar="N", help="only the first N items")
     p.add_argument(
-        "--engine", choices=("local", "ray"), default="local", help="local process pool (default) or Ray Data"
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local process pool (default), or Ray Data (reads, tokenises, batches and writes Parquet itself)",
     )
     p.add_argument(
         "--workers", type=int, metavar="N", help="worker processes / Ray actors (default: one per core, one per GPU)"

@@ -44,7 +44,8 @@ def _jsonl(path: Path, pair_column: str | None) -> list[tuple[str, str | None]]:
                 raise AttnvizError(
                     f'{path.name} line {n}: no "text" string; write one object per line like {{"text": "..."}}'
                 )
-            out.append((rec["text"], _pair(rec, pair_column, f"{path.name} line {n}")))
+            if rec["text"].strip():  # a blank text is skipped, as a blank .txt line or .parquet row
+                out.append((rec["text"], _pair(rec, pair_column, f"{path.name} line {n}")))
     return out
 
 

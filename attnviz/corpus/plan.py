@@ -33,11 +33,11 @@ class BatchSpec:
     def from_lists(cls, batch_id: int, items: list[int], ids, type_ids, special) -> BatchSpec:
         lengths = np.array([len(x) for x in ids], np.int64)
         b, t = len(ids), int(lengths.max())
-        arrays = [np.zeros((b, t), np.int32), np.zeros((b, t), np.int8), np.zeros((b, t), bool)]
+        arrays: list[np.ndarray] = [np.zeros((b, t), np.int32), np.zeros((b, t), np.int8), np.zeros((b, t), bool)]
         for r, row in enumerate(zip(ids, type_ids, special)):
             for a, v in zip(arrays, row):
                 a[r, : len(v)] = v
-        return cls(batch_id, list(items), lengths, *arrays)
+        return cls(batch_id, list(items), lengths, arrays[0], arrays[1], arrays[2])
 
     @property
     def size(self) -> int:
@@ -140,7 +140,9 @@ def _spec(bid, rows, items, ids, types, special) -> BatchSpec:
 def plan_images(items: list[Item], batch_size: int) -> list[BatchSpec]:
     return [
         BatchSpec(
-            n, [it.index for it in items[s : s + batch_size]], images=[it.image for it in items[s : s + batch_size]]
+            n,
+            [it.index for it in items[s : s + batch_size]],
+            images=[str(it.image) for it in items[s : s + batch_size]],  # read_images sets every item's image
         )
         for n, s in enumerate(range(0, len(items), batch_size))
     ]
@@ -149,6 +151,8 @@ def plan_images(items: list[Item], batch_size: int) -> list[BatchSpec]:
 def text_feeds(model, spec: BatchSpec) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Right-padded feeds; returns (feeds, lengths [B], key_special [B, T])."""
     lengths, ids, types, special = spec.lengths, spec.ids, spec.type_ids, spec.special  # padding id 0: in range, masked
+    if lengths is None or ids is None or types is None or special is None:
+        raise AttnvizError("internal: a text batch without token arrays")
     b, t = ids.shape
     mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.int64)
     by_role = {"tokens": ids, "mask": mask, "token_types": types, "positions": np.broadcast_to(np.arange(t), (b, t))}

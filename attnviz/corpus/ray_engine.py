@@ -1,54 +1,314 @@
-"""``--engine ray``: the same reduction as Ray Data ``map_batches`` over a callable class that holds the session.
+"""``--engine ray``: Ray Data reads the corpus, tokenises, sorts by length, reduces and writes Parquet itself.
 
-Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  One actor per worker, each
-with its own onnxruntime session (a GPU actor when the setup has a GPU); partials stream back in batch order.
+Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
+
+    read_text / read_json / read_parquet -> drop blank items -> limit -> zip with range (item index)
+    -> map_batches(tokenise) -> sort(length, index) -> map_batches(ReduceActor, one session per actor)
+    -> write_parquet(partials)
+
+The driver then reads the partials Parquet back and folds it (``partials``).  A batch Ray hands an actor is cut
+again by :func:`~attnviz.corpus.plan.plan_text` (the map budget; equal lengths for a mask-less encoder), so
+each padded batch obeys the same rules as the local engine's.  Sums fold in (length, first item) order and
+top-k ties go to the lower item index, so results equal the local engine's up to float64 summation order.
+
+``--images`` keeps the driver's plan (:func:`run_specs`): Ray Data ``from_items`` over the batch specs.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import pickle
+import re
+import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.corpus.items import Item
+from attnviz.corpus.plan import BatchSpec, plan_text
+from attnviz.corpus.reduce import Partial
+
+PARTIALS = ".ray-partials"  # inside --out; removed once folded
+DTYPES = {"sums": "<f8", "counts": "<i8", "top_value": "<f8", "top_item": "<i8", "top_row": "<i8", "top_col": "<i8"}
+ARRAYS = tuple(DTYPES)
 
 
-class ReduceActor:
-    """Ray Data callable class: built once per actor (opens the model), then called on each block of specs."""
+@dataclass(frozen=True)
+class TextJob:
+    """What the Ray pipeline needs besides the worker setup (picklable: it travels to tasks and actors)."""
 
-    def __init__(self, setup_blob: bytes):
-        self.reducer = pickle.loads(setup_blob).reducer()
+    path: str
+    pair_column: str | None
+    max_items: int | None
+    batch_size: int
+    equal_lengths: bool  # an encoder without a mask input: a padded batch holds one length only
+    heads: int
+    decoder: bool  # decoders see raw text, without [CLS]/[SEP] (as encode_items)
+    tokenizer: bytes  # the driver's pickled tokenizer, so every task encodes exactly as the local engine
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = [pickle.dumps(self.reducer(pickle.loads(b))) for b in batch["spec"]]
-        return {"batch_id": batch["batch_id"], "partial": np.array(out, dtype=object)}
+
+def _ray():
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)") from None
+    return ray
 
 
 def _init(setup) -> None:
-    import ray
-
+    ray = _ray()
     if ray.is_initialized():
         return
-    kw = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     if setup.ray_address:
         ray.init(address=setup.ray_address, **kw)
     else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
         ray.init(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0, **kw)
 
 
-def run(setup, specs) -> Iterator:
+def _context(progress: bool) -> None:
+    import ray.data
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # zip pairs rows by position; partials come back in order
+    ctx.enable_progress_bars = progress  # Ray's bars (rows/s per stage) stand in for attnviz's own here
+    ctx.print_on_execution_start = False
+    # Ray Data logs a failed task's stack before re-raising it; attnviz turns it into one line (run_texts)
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+
+
+# -- stage functions (run in Ray tasks / actors) ---------------------------------------------------------------
+
+
+def _keep_texts(batch, pair_column: str | None, name: str):
+    """Drop rows without a non-blank ``text`` string (the local readers skip the same rows)."""
+    import pyarrow as pa
+
+    for c in ("text", pair_column):
+        if c and c not in batch.column_names:
+            raise AttnvizError(
+                f'--texts {name}: no {c!r} field in the records; write one object per line like {{"text": "..."}}'
+            )
+    texts = batch.column("text").to_pylist()
+    keep = [isinstance(t, str) and bool(t.strip()) for t in texts]
+    out = {"text": pa.array([t for t, k in zip(texts, keep) if k], pa.string())}
+    if pair_column:
+        pairs = batch.column(pair_column).to_pylist()
+        if any(k and not isinstance(p, str) for p, k in zip(pairs, keep)):
+            raise AttnvizError(f"--texts {name}: a record has no {pair_column!r} string for --text-pair-column")
+        out["pair"] = pa.array([p for p, k in zip(pairs, keep) if k], pa.string())
+    else:
+        out["pair"] = pa.nulls(sum(keep), pa.string())
+    return pa.table(out)
+
+
+def _tokenise(batch, tokenizer: bytes, decoder: bool):
+    import pyarrow as pa
+
+    tok = pickle.loads(tokenizer)
+    ids, types, special = [], [], []
+    for text, pair in zip(batch.column("text").to_pylist(), batch.column("pair").to_pylist()):
+        enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
+        if enc.ids:
+            ids.append(list(enc.ids))
+            types.append(list(enc.type_ids or [0] * len(enc.ids)))
+            special.append([bool(s) for s in enc.special])
+        else:  # as encode_items: one pad-id token keeps shapes valid
+            ids.append([0])
+            types.append([0])
+            special.append([True])
+    new = {
+        "ids": pa.array(ids, pa.list_(pa.int32())),
+        "types": pa.array(types, pa.list_(pa.int8())),
+        "special": pa.array(special, pa.list_(pa.bool_())),
+        "length": pa.array([len(x) for x in ids], pa.int32()),
+    }
+    for name, col in new.items():
+        batch = batch.append_column(name, col)
+    return batch
+
+
+def partial_row(p: Partial, first_length: int, first_item: int, texts: dict[int, tuple[str, str | None]]) -> dict:
+    """One Parquet row per padded batch: the sums and top-k candidates as raw little-endian arrays."""
+    return {
+        "first_length": first_length,
+        "first_item": first_item,
+        "items": p.items,
+        "tokens": p.tokens,
+        "heads": p.sums.shape[0],
+        "kb": p.top_value.shape[-1],
+        **{a: np.ascontiguousarray(getattr(p, a), DTYPES[a]).tobytes() for a in ARRAYS},
+        "texts": json.dumps({str(i): t for i, t in texts.items()}),  # the items its top-k names (examples.parquet)
+    }
+
+
+def partial_from_row(row: dict, batch_id: int) -> Partial:
+    nh, kb = int(row["heads"]), int(row["kb"])
+    s = len(row["sums"]) // (8 * nh)
+    shapes = {"sums": (nh, s), "counts": (nh, s)}
+    arrays = {a: np.frombuffer(row[a], DTYPES[a]).reshape(shapes.get(a, (s, nh, kb))) for a in ARRAYS}
+    return Partial(batch_id, int(row["items"]), int(row["tokens"]), **{a: v.copy() for a, v in arrays.items()})
+
+
+class ReduceActor:
+    """Ray Data callable class: opens the model once per actor, then pads and reduces each batch Ray hands it."""
+
+    def __init__(self, setup_blob: bytes, job_blob: bytes | None = None):
+        import os
+
+        os.environ["ATTNVIZ_INPROCESS"] = "1"  # the actor is the crash boundary (Ray reports its death)
+        self.reducer = pickle.loads(setup_blob).reducer()
+        self.job: TextJob | None = pickle.loads(job_blob) if job_blob else None
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        if self.job is None:  # driver-planned specs (--images)
+            out = [pickle.dumps(self.reducer(pickle.loads(b))) for b in batch["spec"]]
+            return {"batch_id": batch["batch_id"], "partial": np.array(out, dtype=object)}
+        cols = {c: batch.column(c).to_pylist() for c in ("id", "text", "pair", "ids", "types", "special")}
+        items = [Item(i, text=t, pair=p) for i, t, p in zip(cols["id"], cols["text"], cols["pair"])]
+        specs = plan_text(
+            items,
+            cols["ids"],
+            cols["types"],
+            cols["special"],
+            self.job.batch_size,
+            self.job.equal_lengths,
+            heads=self.job.heads,
+        )
+        by_id = {it.index: (it.text or "", it.pair) for it in items}
+        rows = []
+        for spec in specs:
+            p = self.reducer(spec)
+            named = {int(i) for i in np.unique(p.top_item) if int(i) in by_id}
+            assert spec.lengths is not None  # text specs always carry lengths
+            rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}))
+        return pa.Table.from_pylist(rows)
+
+
+def _read(job: TextJob):
+    """Ray Data reads the file itself; every reader yields ``text`` (+ the pair column)."""
+    import ray.data
+
+    path = str(Path(job.path).resolve())
+    cols = ["text", job.pair_column] if job.pair_column else ["text"]
+    readers = {
+        ".txt": lambda: ray.data.read_text(path, drop_empty_lines=True),
+        ".jsonl": lambda: ray.data.read_json(path, lines=True),  # _keep_texts names a missing field
+        ".parquet": lambda: ray.data.read_parquet(path, columns=cols),
+    }
+    return readers[Path(path).suffix.lower()]()
+
+
+def _with_index(ds):
+    """Add ``id``, each item's position after the blank rows are dropped (as the local readers number them).
+    Blocks come back in order (preserve_order); each gets its offset, and no row passes through the driver."""
+    import ray
+
+    @ray.remote
+    def rows(t) -> int:
+        return t.num_rows
+
+    @ray.remote
+    def index(t, start: int):
+        import pyarrow as pa
+
+        return t.append_column("id", pa.array(np.arange(start, start + t.num_rows, dtype=np.int64)))
+
+    refs = ds.to_arrow_refs()
+    counts = ray.get([rows.remote(r) for r in refs])
+    if sum(counts) == 0:
+        return None
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
+    return ray.data.from_arrow_refs([index.remote(r, int(s)) for r, s in zip(refs, starts)])
+
+
+def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[Iterator[Partial], dict[int, Item]]:
+    """Run the whole pipeline; returns the partials in fold order and the items the top-k examples name."""
+    ray = _ray()
+    import pyarrow.parquet as pq
+
+    _init(setup)
+    _context(progress)
+    partials = out / PARTIALS
+    shutil.rmtree(partials, ignore_errors=True)  # ours: a previous run's leftovers
     try:
-        import ray
-        import ray.data
-    except ImportError:
-        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)") from None
+        ds = _read(job).map_batches(
+            _keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column, "name": Path(job.path).name}
+        )
+        if job.max_items is not None:
+            ds = ds.limit(job.max_items)
+        ds = _with_index(ds)
+        if ds is None:
+            raise AttnvizError(f"--texts {Path(job.path).name}: no items (empty lines are skipped)")
+        ds = ds.map_batches(
+            _tokenise, batch_format="pyarrow", fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder}
+        )
+        # sorted and materialised before the actors start: an actor pool holding every CPU would starve these tasks
+        ds = ds.sort(["length", "id"]).materialize()
+        ds.map_batches(
+            ReduceActor,
+            fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
+            batch_size=job.batch_size,
+            compute=ray.data.ActorPoolStrategy(size=setup.workers),
+            num_cpus=setup.threads,
+            num_gpus=1 if setup.gpu else 0,
+            batch_format="pyarrow",
+        ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
+        # the write tasks take no CPU slot: the actors hold every slot for their lifetime, and a write waiting for
+        # one would stall the run until the pool winds down (minutes on 2 cores)
+        table = pq.read_table(partials)
+    except AttnvizError:
+        raise
+    except Exception as e:  # Ray wraps reader and task errors; the remote error line names the cause
+        name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+        if name == "AttnvizError":
+            raise AttnvizError(msg) from None
+        raise AttnvizError(
+            f"--texts {Path(job.path).name}: Ray Data could not read or process it ({name}: {msg[:160]}); "
+            "check the file, or run with --engine local"
+        ) from None
+    finally:
+        shutil.rmtree(partials, ignore_errors=True)
+    rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
+    items: dict[int, Item] = {}
+    for r in rows:
+        for i, (t, p) in json.loads(r["texts"]).items():
+            items[int(i)] = Item(int(i), text=t, pair=p)
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items
+
+
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+def _user_error(e: BaseException) -> tuple[str, str] | None:
+    """(class name, message) of the user-level error inside Ray's wrappers.  Ray re-raises task errors as
+    RayTaskError(UserCodeException) whose text holds the remote traceback: its error lines name the cause."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    found = [
+        (m.group(1), m.group(2).strip())
+        for line in text.splitlines()
+        if (m := _ERROR_LINE.match(line.strip())) and "UserCodeException" not in m.group(1)
+    ]
+    ours = [f for f in found if f[0] == "AttnvizError"]
+    pick = ours or found
+    return pick[-1] if pick else None
+
+
+def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
+    """Driver-planned batches (``--images``): Ray Data ``map_batches`` over the specs, one session per actor."""
+    ray = _ray()
     if not specs:
         return
     _init(setup)
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True  # partials fold in batch order
-    ctx.enable_progress_bars = False  # attnviz draws its own
+    _context(False)
     blob = pickle.dumps(setup)
     ds = ray.data.from_items(
         [{"batch_id": s.batch_id, "spec": pickle.dumps(s)} for s in specs], override_num_blocks=len(specs)
@@ -57,7 +317,7 @@ def run(setup, specs) -> Iterator:
         ReduceActor,
         fn_constructor_args=(blob,),
         batch_size=1,
-        concurrency=setup.workers,
+        compute=ray.data.ActorPoolStrategy(size=setup.workers),
         num_cpus=setup.threads,
         num_gpus=1 if setup.gpu else 0,
         batch_format="numpy",

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from attnviz.corpus.plan import (
     plan_images,
     plan_text,
 )
-from attnviz.corpus.reduce import Accumulator, default_threads, layout
+from attnviz.corpus.reduce import Accumulator, Partial, default_threads, layout
 from attnviz.corpus.roles import induction_scores
 
 CHECKPOINT = "checkpoint.npz"
@@ -115,6 +115,111 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     nh = sum(g.heads for g in groups)
 
+    gpu = _gpu_session(model)
+    workers = cfg.workers or default_workers(cfg.provider, gpu)
+    model_sha = it.sha256_file(cfg.model)
+    source = _ray_texts if cfg.engine == "ray" and cfg.texts is not None else _planned
+    out = Path(cfg.out)
+    ckpt = out / CHECKPOINT
+    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
+    out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
+    del model  # workers hold their own sessions; the driver's is released before they start
+
+    acc = Accumulator(nh, cfg.k)
+    if stream.fingerprint is not None:
+        loaded = Accumulator.load(ckpt, stream.fingerprint, nh, cfg.k)
+        if loaded is None and ckpt.exists():
+            raise AttnvizError(
+                f"{ckpt} belongs to another run (model, data, batch size or top-k differ); use another --out or delete it"
+            )
+        acc = loaded or acc
+    resumed, resumed_tokens = acc.items, acc.tokens
+
+    bar = _bar(cfg, stream.total, resumed)
+    t0 = time.perf_counter()
+    last_save = t0
+    try:
+        for part in stream.partials(acc.next_batch):
+            acc.fold(part)
+            bar.update(part.items)
+            if stream.fingerprint is not None and (
+                acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
+            ):  # first batch: resumable at once
+                acc.save(ckpt, stream.fingerprint)
+                last_save = time.perf_counter()
+            if on_batch is not None:
+                on_batch(acc.items)
+    except BaseException:
+        if stream.fingerprint is not None:
+            acc.save(ckpt, stream.fingerprint)  # interrupted: keep every folded batch for the next run
+        bar.close()
+        raise
+    bar.close()
+    run_s = time.perf_counter() - t0
+    items = stream.items()
+    workers, threads = stream.workers, stream.threads
+
+    induction = None
+    if kind == "decoder":  # one small extra run on repeated random sequences (the same in every engine)
+        model = open_model(cfg.model, provider="cpu", tokenizer=cfg.tokenizer)
+        model.probe()
+        induction = induction_scores(model, groups)
+        del model
+    done = acc.items - resumed
+    versions = _versions(cfg.engine)
+    wall_s = time.perf_counter() - t_start  # the whole command but the final writes
+    run: dict[str, object] = {
+        "model": str(Path(cfg.model).resolve()),
+        "model_sha256": model_sha,
+        "model_kind": kind,
+        "data": str(Path(str(cfg.texts or cfg.images)).resolve()),
+        "data_sha256": stream.data_sha,
+        "data_sha256_of": stream.data_sha_of,
+        "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
+        "engine": cfg.engine,
+        "workers": workers,
+        "threads_per_worker": threads,
+        "provider": cfg.provider,
+        "gpu": gpu,
+        "batch_size": cfg.batch_size,
+        "batches": acc.next_batch,
+        "items": acc.items,
+        "tokens": acc.tokens,
+        "top_k": cfg.k,
+        "resumed_from_items": resumed,
+        "items_this_run": done,
+        "items_per_s": done / run_s if run_s > 0 else None,
+        "tokens_per_s": (acc.tokens - resumed_tokens) / run_s if run_s > 0 else None,
+        "wall_s": wall_s,
+        "reduce_s": run_s,
+        "versions": versions,
+    }
+    output.write(
+        out,
+        output.head_rows(acc, groups, induction),
+        output.example_rows(acc, groups, items),
+        run,
+    )
+    ckpt.unlink(missing_ok=True)
+    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
+
+
+@dataclass
+class Stream:
+    """Where the partials come from: the driver's plan (resumable) or Ray Data reading the file itself."""
+
+    partials: Callable[[int], Iterator[Partial]]  # from batch n on
+    items: Callable[[], dict[int, it.Item]]  # Item.index -> item, for the examples (after the run)
+    total: int | None  # items, for the progress bar (None: Ray counts them itself)
+    data_sha: str
+    data_sha_of: str  # "items": the items analysed; "file": the file's bytes (Ray never hands them to the driver)
+    fingerprint: str | None  # checkpoint identity; None: not resumable
+    workers: int
+    threads: int
+
+
+def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+    """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
     if cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         ids, types, special = encode_items(model, items)
@@ -132,12 +237,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     else:
         items = it.read_images(cfg.images, cfg.max_items)
         specs = plan_images(items, cfg.batch_size)
-
-    gpu = _gpu_session(model)
-    workers = cfg.workers or default_workers(cfg.provider, gpu)
     workers = max(1, min(workers, len(specs)))
     threads = cfg.threads or default_threads(workers)
-    model_sha = it.sha256_file(cfg.model)
     data_sha = it.sha256_items(items)
     # the plan's identity: a checkpoint is only resumed by a run that would cut the very same batches
     plan_h = hashlib.sha256()
@@ -146,88 +247,78 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     fingerprint = hashlib.sha256(
         json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest()]).encode()
     ).hexdigest()
-
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / CHECKPOINT
-    acc = Accumulator.load(ckpt, fingerprint, nh, cfg.k)
-    if acc is None and ckpt.exists():
-        raise AttnvizError(
-            f"{ckpt} belongs to another run (model, data, batch size or top-k differ); use another --out or delete it"
-        )
-    acc = acc or Accumulator(nh, cfg.k)
-    resumed, resumed_tokens = acc.items, acc.tokens
-    todo = specs[acc.next_batch :]
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
     )
-    del model  # workers hold their own sessions; the driver's is released before they start
-
-    bar = _bar(cfg, len(items), resumed)
-    t0 = time.perf_counter()
-    last_save = t0
-    try:
-        for part in ENGINES[cfg.engine](setup, todo):
-            acc.fold(part)
-            bar.update(part.items)
-            if (
-                acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
-            ):  # first batch: resumable at once
-                acc.save(ckpt, fingerprint)
-                last_save = time.perf_counter()
-            if on_batch is not None:
-                on_batch(acc.items)
-    except BaseException:
-        acc.save(ckpt, fingerprint)  # interrupted: keep every folded batch for the next run
-        bar.close()
-        raise
-    bar.close()
-    run_s = time.perf_counter() - t0
-
-    induction = None
-    if kind == "decoder":  # one small extra run on repeated random sequences (the same in every engine)
-        model = open_model(cfg.model, provider="cpu", tokenizer=cfg.tokenizer)
-        model.probe()
-        induction = induction_scores(model, groups)
-        del model
-    done = acc.items - resumed
-    versions = _versions(cfg.engine)
-    run = {
-        "model": str(Path(cfg.model).resolve()),
-        "model_sha256": model_sha,
-        "model_kind": kind,
-        "data": str(Path(cfg.texts or cfg.images).resolve()),
-        "data_sha256": data_sha,
-        "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
-        "engine": cfg.engine,
-        "workers": workers,
-        "threads_per_worker": threads,
-        "provider": cfg.provider,
-        "gpu": gpu,
-        "batch_size": cfg.batch_size,
-        "batches": len(specs),
-        "items": acc.items,
-        "tokens": acc.tokens,
-        "top_k": cfg.k,
-        "resumed_from_items": resumed,
-        "items_this_run": done,
-        "items_per_s": done / run_s if run_s > 0 else None,
-        "tokens_per_s": (acc.tokens - resumed_tokens) / run_s if run_s > 0 else None,
-        "wall_s": time.perf_counter() - t_start,
-        "reduce_s": run_s,
-        "versions": versions,
-    }
-    output.write(
-        out,
-        output.head_rows(acc, groups, induction),
-        output.example_rows(acc, groups, {i.index: i for i in items}),
-        run,
+    by_index = {i.index: i for i in items}
+    return Stream(
+        lambda start: ENGINES[cfg.engine](setup, specs[start:]),
+        lambda: by_index,
+        len(items),
+        data_sha,
+        "items",
+        fingerprint,
+        workers,
+        threads,
     )
-    ckpt.unlink(missing_ok=True)
-    return CorpusSummary(out, acc.items, len(specs), resumed, run["wall_s"], run["items_per_s"] or 0.0)
 
 
-def _bar(cfg: CorpusConfig, total: int, initial: int):
+def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+    """``--engine ray --texts``: Ray Data reads, tokenises, batches and writes the partials (not resumable)."""
+    import pickle
+
+    from attnviz.corpus import ray_engine
+
+    if ckpt.exists():
+        raise AttnvizError(
+            f"{ckpt} is a local run's checkpoint; resume it with --engine local, or use another --out for Ray"
+        )
+    src, tgt = model.tokenizers
+    tok = (tgt or src) if kind == "decoder" else src
+    if tok is None:
+        raise AttnvizError(
+            f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
+        )
+    _check_texts(cfg)
+    threads = cfg.threads or default_threads(workers)
+    setup = WorkerSetup(
+        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
+    )
+    job = ray_engine.TextJob(
+        str(cfg.texts),
+        cfg.pair_column,
+        cfg.max_items,
+        cfg.batch_size,
+        kind == "encoder" and not has_mask(model),
+        nh,
+        kind == "decoder",
+        pickle.dumps(tok),
+    )
+    found: dict[int, it.Item] = {}
+
+    def partials(start: int) -> Iterator[Partial]:
+        parts, items = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        found.update(items)
+        return parts
+
+    data_sha = it.sha256_file(str(cfg.texts))
+    return Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+
+
+def _check_texts(cfg: CorpusConfig) -> None:
+    """The file-level checks of the local readers (Ray reports the rest)."""
+    path = Path(str(cfg.texts))
+    if not path.is_file():
+        raise AttnvizError(f"--texts {path}: no such file")
+    if path.suffix.lower() not in it.READERS:
+        raise AttnvizError(
+            f'--texts {path.name}: unknown format; use .txt (one item a line), .jsonl ("text" field) or .parquet'
+        )
+    if cfg.pair_column and path.suffix.lower() == ".txt":
+        raise AttnvizError(f"--text-pair-column {cfg.pair_column}: .txt files have no columns; use .jsonl or .parquet")
+
+
+def _bar(cfg: CorpusConfig, total: int | None, initial: int):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit="item", desc="corpus", disable=not cfg.progress, dynamic_ncols=True)

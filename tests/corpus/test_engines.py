@@ -14,9 +14,8 @@ from attnviz.corpus.run import CHECKPOINT
 
 def _cfg(model, texts, out, **kw):
     kw.setdefault("workers", 1)
-    return CorpusConfig(
-        model=str(model), texts=str(texts), out=str(out), progress=False, provider="cpu", batch_size=6, **kw
-    )
+    kw.setdefault("batch_size", 6)
+    return CorpusConfig(model=str(model), texts=str(texts), out=str(out), progress=False, provider="cpu", **kw)
 
 
 def _table(folder):
@@ -35,8 +34,13 @@ def _assert_same(a, b, tol=0.0):
         assert x["role"] == y["role"] and x["items"] == y["items"] and x["tokens"] == y["tokens"]
         for s in (*STATS, "role_score"):
             assert (np.isnan(x[s]) and np.isnan(y[s])) or abs(x[s] - y[s]) <= tol, (s, x[s], y[s])
+    values = {}
+    for x in ea:
+        values.setdefault(x[:3], []).append(x[5])
     for x, y in zip(ea, eb):
-        assert x[:5] == y[:5] and x[6:] == y[6:] and abs(x[5] - y[5]) <= tol
+        assert x[:4] == y[:4] and abs(x[5] - y[5]) <= tol, (x, y)
+        if x[4] != y[4] or x[6:] != y[6:]:  # another item: only where float noise reorders a tie within tol
+            assert tol > 0 and sum(abs(v - x[5]) <= tol for v in values[x[:3]]) > 1, (x, y)
 
 
 def test_two_local_workers_equal_one(planted, tmp_path):
@@ -139,22 +143,6 @@ def test_cli_sigint_checkpoints_and_resumes(planted, tmp_path):
     assert run["items"] == 2000 and 0 < run["resumed_from_items"] < 2000
 
 
-def test_ray_engine_equals_local(planted, tmp_path):
-    pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    import ray
-
-    model, texts = planted
-    run_corpus(_cfg(model, texts, tmp_path / "local"))
-    try:
-        run_corpus(_cfg(model, texts, tmp_path / "ray", engine="ray", threads=1))
-    finally:
-        ray.shutdown()
-    run = json.loads((tmp_path / "ray" / "run.json").read_text())
-    assert run["engine"] == "ray" and "ray" in run["versions"]
-    _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
-
-
 def test_text_formats_read_the_same_items(planted, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -240,3 +228,32 @@ def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("attnviz: error:") and expect in err[0], err
+
+
+def test_a_worker_killed_mid_run_is_one_crash_line_and_keeps_the_checkpoint(planted, tmp_path):
+    """The local engine's workers run onnxruntime in-process: the worker is the crash boundary.  A worker killed by
+    a signal (as a native fault would) breaks the pool; the driver reports it and keeps the folded batches."""
+    import signal
+
+    import psutil
+
+    from attnviz import AttnvizError
+    from attnviz.runtime import host
+
+    model, texts = planted
+    killed: list[int] = []
+
+    def kill(done):
+        if killed:
+            return
+        isolation = host._host.proc.pid if host._host is not None else None  # the driver's own probe child
+        for c in psutil.Process().children():
+            if c.pid != isolation and "spawn_main" in " ".join(c.cmdline()):
+                c.send_signal(signal.SIGKILL)
+                killed.append(c.pid)
+
+    with pytest.raises(AttnvizError, match="crashed onnxruntime"):
+        run_corpus(_cfg(model, texts, tmp_path / "out", batch_size=2), on_batch=kill)
+    assert killed and (tmp_path / "out" / CHECKPOINT).exists()
+    s = run_corpus(_cfg(model, texts, tmp_path / "out", batch_size=2))  # the next run resumes from there
+    assert s.resumed_items >= 2 and s.items == 40

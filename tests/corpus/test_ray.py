@@ -1,0 +1,85 @@
+"""``--engine ray``: Ray Data reads the file, tokenises, batches with padding and writes the partials Parquet;
+the results equal the local engine's (within 1e-6; another item only where float noise reorders a tie).
+
+Ray starts once for this module (its start-up is most of the cost on a small machine)."""
+
+import json
+
+import pytest
+from onnx_builders import tiny_text_model
+from planted import corpus_lines
+from test_engines import _assert_same, _cfg, _table
+
+from attnviz.cli import main
+from attnviz.corpus import run_corpus
+from attnviz.corpus.ray_engine import PARTIALS
+
+pytest.importorskip("ray")
+pytest.importorskip("ray.data")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _both(model, texts, tmp_path, name, **kw):
+    run_corpus(_cfg(model, texts, tmp_path / f"{name}_local", **kw))
+    run_corpus(_cfg(model, texts, tmp_path / f"{name}_ray", engine="ray", threads=1, **kw))
+    run = json.loads((tmp_path / f"{name}_ray" / "run.json").read_text())
+    assert run["engine"] == "ray" and "ray" in run["versions"]
+    assert run["data_sha256_of"] == "file"  # Ray Data read it: the driver never held the items
+    assert not (tmp_path / f"{name}_ray" / PARTIALS).exists()
+    _assert_same(_table(tmp_path / f"{name}_local"), _table(tmp_path / f"{name}_ray"), tol=1e-6)
+    return run
+
+
+def test_ray_data_txt_two_actors_equal_local(planted, tmp_path):
+    model, texts = planted
+    run = _both(model, texts, tmp_path, "two", workers=2)  # the local side: a pool of 2 workers
+    assert run["workers"] == 2 and run["items"] == 40
+
+
+def test_ray_data_jsonl_pairs_blank_rows_and_max_items(planted, tmp_path):
+    model, _ = planted
+    lines = corpus_lines(30, seed=4)
+    # the planted model takes 24 positions: [CLS] A [SEP] B [SEP] stays within them
+    recs = [{"text": " ".join(t.split()[:12]), "b": " ".join(lines[-1 - i].split()[:7])} for i, t in enumerate(lines)]
+    recs.insert(3, {"text": "   ", "b": "the"})  # skipped by both engines: item numbers stay aligned
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    run = _both(model, f, tmp_path, "jsonl", pair_column="b", max_items=25)
+    assert run["items"] == 25
+
+
+def test_ray_data_parquet_equals_local(planted, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    model, texts = planted
+    pq.write_table(pa.table({"text": texts.read_text().splitlines()}), tmp_path / "c.parquet")
+    _both(model, tmp_path / "c.parquet", tmp_path, "pq")
+
+
+def test_ray_actor_cuts_equal_length_batches_and_decoders_see_raw_text(tmp_path):
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(corpus_lines(20, seed=5)) + "\n")
+    enc = tiny_text_model(tmp_path / "enc.onnx")  # no mask input: a padded batch would change every row
+    _both(enc, texts, tmp_path, "enc", batch_size=8)
+    lm = tiny_text_model(tmp_path / "lm.onnx", causal=True, classifier=False, layers=2, heads=2)
+    run = _both(lm, texts, tmp_path, "lm", batch_size=4)
+    assert run["model_kind"] == "decoder"
+
+
+def test_ray_data_errors_are_one_line(planted, tmp_path, capsys):
+    model, _ = planted
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"sentence": "the cat"}\n')
+    args = ["corpus", str(model), "--texts", str(f), "--out", str(tmp_path / "o"), "--engine", "ray", "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnviz: error:") and "c.jsonl" in err[0], err
