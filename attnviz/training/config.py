@@ -119,6 +119,9 @@ class TrainConfig:
     # weights (Task.val_key, lower is better) are restored before the final test evaluation; 0 = off
     validation: int = 0
     gloss_pairs: bool = False  # translation: add word-by-word gloss renderings of the training verses (see tasks)
+    # start from a finished run of the same model config: its folder's checkpoint weights (and, for tasks whose
+    # state lives in the model, its model.onnx's tokenizers); the optimizer starts fresh; "" = random init
+    init_from: str = ""
 
     def __post_init__(self):
         if self.align_convention not in CONVENTIONS:

@@ -106,6 +106,8 @@ class Trainer:
         task.label_smoothing = tcfg.label_smoothing
         if self.out is not None:
             self._resume_or_start(restart)
+        if tcfg.init_from:
+            self._init_from(Path(tcfg.init_from))
         self.train_data = task.make_split("train", mcfg, tcfg)
         self.test_data = task.make_split("test", mcfg, tcfg)
         self.val_data = task.make_split("validation", mcfg, tcfg) if tcfg.validation else None
@@ -152,6 +154,23 @@ class Trainer:
         ckpt.atomic_write_json(
             self.out / ckpt.CONFIG, {"task": self.task.name, "model": self.mcfg.to_dict(), "train": self.tcfg.to_dict()}
         )
+
+    def _init_from(self, run: Path) -> None:
+        """Fine-tuning: the weights of a finished run of the same architecture (dropout may differ) and its
+        model's task state (tokenizers); on resume the run's own checkpoint replaces the weights afterwards."""
+        from attnviz.training.export import read_config
+
+        model_file = run / "model.onnx"
+        if not model_file.is_file():
+            raise AttnvizError(f"init_from {run}: no model.onnx there (a finished `attnviz train` run folder)")
+        _, mcfg, _, meta = read_config(model_file)
+        same = {**mcfg.to_dict(), "dropout": 0} == {**self.mcfg.to_dict(), "dropout": 0}
+        if not same:
+            raise AttnvizError(f"init_from {run}: that run's model configuration differs from this one")
+        if hasattr(self.task, "restore"):  # the tokenizers the weights were trained with
+            self.task.restore(meta)
+        if self.step == 0:
+            self.model.load_state_dict(ckpt.read_weights(run / ckpt.TENSORS), strict=True)
 
     def save(self) -> None:
         if self.out is not None:

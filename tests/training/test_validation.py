@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -136,3 +138,28 @@ def test_set_overrides_reach_the_stored_config_and_bad_ones_are_one_line(tmp_pat
         r = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "--set", bad], capture_output=True, text=True)
         assert r.returncode == 2 and msg in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_init_from_starts_with_the_runs_weights_and_tokenizers(tmp_path):
+    from attnviz.training.commands.train import run as train_run
+
+    base = tmp_path / "base"
+    args = SimpleNamespace(
+        task="translation-synthetic", out=str(base), preset="tiny", epochs=None, steps=5, seed=None,
+        device=None, restart=False, quiet=True, overrides=[],
+    )
+    assert train_run(args) == 0
+    task = get_task("translation-synthetic")
+    mcfg, tcfg = task.configs("tiny")
+    tcfg.init_from, mcfg.dropout = str(base), 0.3  # dropout may differ; the architecture may not
+    tr = Trainer(task, mcfg, tcfg)
+    saved = ckpt.read_weights(base / ckpt.TENSORS)
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    from attnviz.training.export import read_config
+
+    meta = read_config(base / "model.onnx")[3]
+    assert task.tokenizers.source.to_str() == meta["tokenizer"]
+    mcfg.d_ff = 64
+    with pytest.raises(AttnvizError, match="differs"):
+        Trainer(get_task("translation-synthetic"), mcfg, tcfg)
