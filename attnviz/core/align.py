@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 Link = tuple[int, int]  # (source word, target word)
+WordIds = Sequence[int] | np.ndarray  # word index per position (-1: none): a list, or the int array a run gives
 CONVENTIONS = ("predict", "input")
 
 
@@ -47,7 +48,7 @@ CONVENTIONS = ("predict", "input")
 # attention -> links
 
 
-def row_words(tgt_word_ids: Sequence[int], convention: str, n_rows: int | None = None) -> np.ndarray:
+def row_words(tgt_word_ids: WordIds, convention: str, n_rows: int | None = None) -> np.ndarray:
     """Word index of each decoder row for a teacher-forced run on ``[BOS] + target subwords``.
 
     ``tgt_word_ids[k]``: word of target subword ``k`` (-1 for none).  ``n_rows`` defaults to
@@ -81,8 +82,8 @@ def convention_rows(producing: Sequence[int], convention: str, n_rows: int) -> l
 
 def merge_subwords(
     attn: np.ndarray,
-    query_words: Sequence[int],
-    key_words: Sequence[int],
+    query_words: WordIds,
+    key_words: WordIds,
     n_query_words: int | None = None,
     n_key_words: int | None = None,
 ) -> np.ndarray:
@@ -110,11 +111,11 @@ def merge_subwords(
 
 def attention_to_links(
     attn: np.ndarray,
-    query_words: Sequence[int],
-    key_words: Sequence[int],
+    query_words: WordIds,
+    key_words: WordIds,
     n_query_words: int | None = None,
     n_key_words: int | None = None,
-    skip: Sequence[bool] = (),
+    skip: Sequence[bool] | np.ndarray = (),
     method: str = "argmax",
     threshold: float = 0.5,
 ) -> set[Link]:
@@ -215,16 +216,16 @@ class AlignmentSample:
     """
 
     attn: np.ndarray
-    query_words: Sequence[int]
-    key_words: Sequence[int]
+    query_words: WordIds
+    key_words: WordIds
     n_src: int
     n_tgt: int
     sure: set = field(default_factory=set)
     possible: set = field(default_factory=set)
-    skip: Sequence[bool] = ()
+    skip: Sequence[bool] | np.ndarray = ()
 
 
-def _as_sample(s) -> AlignmentSample:
+def _as_sample(s: AlignmentSample | dict[str, Any]) -> AlignmentSample:
     if isinstance(s, AlignmentSample):
         return s
     return AlignmentSample(

@@ -65,7 +65,8 @@ class DenseMap:
         if a.ndim != 4:
             raise ValueError(f"attention map must be [B,H,Tq,Tk], got shape {a.shape}")
         self._a = a
-        self.shape = tuple(int(s) for s in a.shape)
+        b, h, tq, tk = (int(s) for s in a.shape)
+        self.shape = (b, h, tq, tk)  # four named ints, so a DenseMap is a MapSource to mypy too
 
     def head(self, b: int, h: int) -> np.ndarray:
         return self._a[b, h]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.attention import AttentionResult, DenseMap, MapSource, PatchGrid, SiteInfo, TokenAxis
 from attnviz.core.untrusted import open_regular
 from attnviz.core.writes import atomic_path
 
@@ -74,11 +74,11 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
             ) from None
 
 
-def _parse(z, path: Path) -> AttentionResult:
+def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
     sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
-    maps = []
+    maps: list[MapSource] = []
     for i in range(len(sites)):
         a = z[f"attn_{i:03d}"]
         if a.ndim != 4 or a.dtype.kind != "f":

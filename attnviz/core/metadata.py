@@ -40,6 +40,8 @@ attnviz.alignment        optional: JSON ``{"heads": [[decoder layer, head], ...]
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 PREFIX = "attnviz."
 JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics", "alignment")
@@ -60,6 +62,13 @@ def parse(props: dict[str, str]) -> dict:
                 pass
         out[key] = v
     return out
+
+
+def section(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The JSON object under ``key`` (``special``, ``image``, ``inputs``, ``config``), or ``{}`` when it is absent
+    or not an object: hand-written metadata is read leniently, a malformed value counts as missing."""
+    value = meta.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def dump(meta: dict) -> dict[str, str]:

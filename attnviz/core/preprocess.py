@@ -7,6 +7,7 @@ the sidebar and figure recipes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -31,7 +32,7 @@ PRESETS = {
 DEFAULT = "0.5"  # what a model without metadata gets (the runtime says so)
 
 
-def name_of(mean, std, tol: float = 1e-4) -> str:
+def name_of(mean: Sequence[float], std: Sequence[float], tol: float = 1e-4) -> str:
     """The preset these statistics match (first three channels), else "custom"."""
     for p in PRESETS.values():
         if (

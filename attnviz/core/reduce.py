@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 HEAD_AGGREGATES = ("mean", "max", "min")
+# numpy's reducers are overloaded, so a dict of them is typed by the one call shape used here
+_HEAD_REDUCERS: dict[str, Callable[..., np.ndarray]] = {"mean": np.mean, "max": np.max, "min": np.min}
 
 
 def aggregate_heads(layer_maps: np.ndarray, how: str = "mean") -> np.ndarray:
     """``[H, Tq, Tk]`` -> ``[Tq, Tk]``."""
-    fn = {"mean": np.mean, "max": np.max, "min": np.min}.get(how)
+    fn = _HEAD_REDUCERS.get(how)
     if fn is None:
         raise ValueError(f"unknown head aggregate {how!r}; use one of {', '.join(HEAD_AGGREGATES)}")
     return fn(np.asarray(layer_maps, dtype=np.float32), axis=0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnviz.core.attention import AttentionResult, TokenAxis
+from attnviz.core.attention import AttentionResult, MapSource, TokenAxis
 
 ROWS_KEY = "rows"
 
@@ -52,7 +52,7 @@ def set_row_axes(result: AttentionResult, rows: list[RowAxes]) -> None:
 class RowMap:
     """One batch row of a map source, as a batch of one (no copy until asked)."""
 
-    def __init__(self, src, b: int):
+    def __init__(self, src: MapSource, b: int):
         self.src, self.b = src, b
         _, h, tq, tk = src.shape
         self.shape = (1, h, tq, tk)

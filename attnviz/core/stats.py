@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnviz.core.attention import Block
+
 # name -> (column title, help text); the GUI table and the CLI read this
 STAT_COLUMNS = {
     "entropy": ("entropy", "mean row entropy in bits (low = focused)"),
@@ -46,13 +48,13 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
     return out
 
 
-def block_stats(block) -> list[dict]:
+def block_stats(block: Block) -> list[dict[str, float]]:
     """One row per (layer, head) of a :class:`~attnviz.core.attention.Block`."""
     special = np.asarray(block.key_axis.special, bool)
     out = []
     for layer in range(block.n_layers):
         for h in range(block.heads_in(layer)):
-            row = {"layer": layer, "head": h}
+            row: dict[str, float] = {"layer": layer, "head": h}
             row.update(head_stats(block.head(layer, h), special))
             out.append(row)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from attnviz import AttnvizError
 
@@ -31,7 +32,7 @@ def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
     return p
 
 
-def open_regular(path: str | os.PathLike, what: str = "file"):
+def open_regular(path: str | os.PathLike, what: str = "file") -> BinaryIO:
     """A binary file object for a regular file; opened non-blocking and re-checked, so a file swapped for a
     FIFO between the check and the open still cannot block."""
     p = regular_file(path, what)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import reduce
-from attnviz.core.attention import AttentionResult, Block, PatchGrid
+from attnviz.core.attention import AttentionResult, Block, PatchGrid, TokenAxis
 
 
 class ViewError(AttnvizError, ValueError):
@@ -78,7 +79,7 @@ class Selection:
     query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
     rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
 
-    def with_(self, **changes) -> Selection:
+    def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
 
 
@@ -130,7 +131,7 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
 
     The rule a reader can predict: all when they fit; else the first and the last, every
     ``stride``-th in between (an even stride), and the focused (hovered/selected) token -- labels
-    too close to the last or the focused one make way for it.
+    less than a stride from the last or the focused one make way for it (they would overlap).
     """
     if n <= 0:
         return []
@@ -140,7 +141,7 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
     stride = math.ceil((n - 1) / (fit - 1))
     keep = set(range(0, n, stride))
     must = {0, n - 1} | ({int(focus)} if focus is not None and 0 <= focus < n else set())
-    near = max(1, stride // 2)
+    near = stride  # a stride is about one label's extent: a label nearer than that to a kept one would overlap it
     keep = {i for i in keep if i in must or all(abs(i - m) >= near for m in must)}
     return sorted(keep | must)
 
@@ -304,7 +305,7 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
     raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
 
 
-def _special(axis, positions: np.ndarray, n_full: int) -> np.ndarray:
+def _special(axis: TokenAxis, positions: np.ndarray, n_full: int) -> np.ndarray:
     if len(axis) != n_full:  # axis labels do not describe this map (e.g. unlabelled positions)
         return np.zeros(len(positions), bool)
     return np.asarray(axis.special, bool)[positions]
@@ -346,7 +347,15 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
     return MapView(m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes)
 
 
-def _hide(m, q_pos, k_pos, q_sp, k_sp, on: bool, notes: list[str]):
+def _hide(
+    m: np.ndarray,
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    q_sp: np.ndarray,
+    k_sp: np.ndarray,
+    on: bool,
+    notes: list[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Drop special rows / columns (each axis on its own) and renormalise rows."""
     if not on or not (q_sp.any() or k_sp.any()):
         return m, q_pos, k_pos, q_sp, k_sp
@@ -593,7 +602,9 @@ def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
     return PatchGrid.infer(n_keys)
 
 
-def image_source(result: AttentionResult, blocks: list[Block], prefer: int | None = None):
+def image_source(
+    result: AttentionResult, blocks: list[Block], prefer: int | None = None
+) -> tuple[int, PatchGrid, str] | None:
     """``(block index, grid, kind)`` of the attention over image patches, or None.
 
     The selected block when it attends to the patches; else cross-attention (captioning: where

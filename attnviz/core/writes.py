@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from attnviz import AttnvizError
 
@@ -39,7 +41,7 @@ def _hint(flag: str, sep: str = " with ") -> str:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, flag: str = ""):
+def atomic_path(path: str | os.PathLike, flag: str = "") -> Iterator[Path]:
     """Yield a temp file path beside ``path``; on normal exit it replaces ``path`` in one step.
 
     ``flag`` names the option that chose ``path`` (for messages), e.g. ``"--out"``.
@@ -82,7 +84,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, flag: str = "", syn
     return Path(path)
 
 
-def atomic_write_json(path: str | os.PathLike, obj, flag: str = "", sync: bool = False, **dumps) -> Path:
+def atomic_write_json(path: str | os.PathLike, obj: Any, flag: str = "", sync: bool = False, **dumps: Any) -> Path:
     dumps = dumps or {"indent": 2}
     return atomic_write_bytes(path, (json.dumps(obj, **dumps) + "\n").encode("utf-8"), flag, sync)
 

@@ -6,10 +6,12 @@ import functools
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.view import clean_label, tick_indices
@@ -109,26 +111,30 @@ def wrap_label(text: str, length_in: float, fs: float) -> str:
     for chunk in re.split(r" (?=\()", text):
         fits = text_width_pt(chunk, fs) * PT <= length_in
         words.extend([chunk] if fits else chunk.split(" "))
+    return "\n".join(_fill_lines(words, " ", lambda line: text_width_pt(line, fs) * PT <= length_in))
+
+
+def _fill_lines(pieces: Iterable[str], joiner: str, fits: Callable[[str], bool]) -> list[str]:
+    """Greedy filling: each line takes pieces while it still ``fits`` (a piece too long alone gets a line)."""
     lines, cur = [], ""
-    for w in words:
-        cand = f"{cur} {w}" if cur else w
-        if cur and text_width_pt(cand, fs) * PT > length_in:
+    for piece in pieces:
+        cand = f"{cur}{joiner}{piece}" if cur else piece
+        if cur and not fits(cand):
             lines.append(cur)
-            cur = w
+            cur = piece
         else:
             cur = cand
     lines.append(cur)
-    return "\n".join(lines)
+    return lines
 
 
 def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool = True) -> Figure:
     # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
     width = max(1, round(width * spec.dpi)) / spec.dpi
     height = max(1, round(height * spec.dpi)) / spec.dpi
-    fig = Figure(figsize=(width, height), dpi=spec.dpi, layout="constrained" if constrained else None)
+    engine = ConstrainedLayoutEngine(w_pad=2 * PT, h_pad=2 * PT, wspace=0.02, hspace=0.02) if constrained else None
+    fig = Figure(figsize=(width, height), dpi=spec.dpi, layout=engine)
     FigureCanvasAgg(fig)
-    if constrained:
-        fig.get_layout_engine().set(w_pad=2 * PT, h_pad=2 * PT, wspace=0.02, hspace=0.02)
     return fig
 
 
@@ -156,15 +162,7 @@ def fit_title(title: str, width_in: float, fs: float) -> str:
     limit = 0.94 * width_in / (fs * CHAR_W * PT)  # characters per line
     lines: list[str] = []
     for para in title.split("\n"):
-        cur = ""
-        for part in para.split(" · "):
-            cand = f"{cur} · {part}" if cur else part
-            if cur and len(cand) > limit:
-                lines.append(cur)
-                cur = part
-            else:
-                cur = cand
-        lines.append(cur)
+        lines += _fill_lines(para.split(" · "), " · ", lambda line: len(line) <= limit)
     return "\n".join(lines)
 
 

@@ -48,8 +48,8 @@ def file_sha256(path: str | os.PathLike) -> str:
         if key in _HASHES:
             return _HASHES[key]
         h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     except FileNotFoundError:
         raise AttnvizError(f"{path}: no such file") from None

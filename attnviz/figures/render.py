@@ -13,10 +13,12 @@ import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import matplotlib as mpl
 from matplotlib import font_manager
 from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
 
 from attnviz import AttnvizError, __version__
 from attnviz.core import limits
@@ -50,7 +52,7 @@ def _installed(names) -> list[str]:
 
 
 # style and output settings applied while drawing and while saving (never changed globally)
-RC = {
+RC: dict[RcKeyType, Any] = {
     "font.family": "sans-serif",
     # DejaVu Sans ships with matplotlib: same metrics everywhere, wide Unicode coverage
     "font.sans-serif": ["DejaVu Sans", *_installed(FALLBACK_FONTS)],

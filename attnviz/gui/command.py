@@ -121,20 +121,21 @@ def run(args) -> int:
     # for it at interpreter exit would hang `open --screenshot` forever: leave without it
     win.workers.cancel()
     stuck = not (win.workers.wait(5000) and win.stats.workers.wait(1000))
-    code, message = 0, None
-    if taker is not None:
-        if taker.error:
-            code, message = 2, f"attnviz: error: {taker.error}"
-        else:
-            message = f"saved {taker.path}"
+    error = taker.error if taker is not None else None
+    code = 2 if error else 0
+    message = None
+    if error:
+        message = f"attnviz: error: {error}"
+    elif taker is not None:
+        message = f"saved {taker.path}"
     if stuck:
         import os
         import sys
 
         print(message or "", file=sys.stderr if code else sys.stdout, flush=True)
         os._exit(code)
-    if code:
-        raise AttnvizError(taker.error)
+    if error:
+        raise AttnvizError(error)
     if message:
         print(message)
     return 0

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
 import os
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -21,7 +19,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz import AttnvizError
-from attnviz.core.view import clamp
+from attnviz.app import gold, rules
+from attnviz.app.jobs import analyze, open_model_ready, render_and_save
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
 from attnviz.gui.export import (
@@ -35,6 +34,7 @@ from attnviz.gui.export import (
 )
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.base import View
 from attnviz.gui.views.corpus import open_corpus_dialog
 from attnviz.gui.views.head_map import HeadMapView
 from attnviz.gui.views.image_regions import ImageRegionsView
@@ -46,70 +46,9 @@ from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 MAX_RECENT = 10
-# the tabs, in order (registry, not if/elif)
-VIEW_CLASSES = (OverviewView, HeadMapView, TokenLinksView, AlignmentView, ImageRegionsView, StatsView)
-
-
-def _default_opener(path, provider="auto", tokenizer=None):
-    """Open with the runtime (in a worker): also start the session and read head counts now,
-    so the GUI thread never waits on onnxruntime."""
-    from attnviz.runtime import open_model
-
-    m = open_model(path, provider=provider, tokenizer=tokenizer)
-    if not m.sites:
-        return m  # nothing to run; the window explains why
-    try:
-        _ = m.provider  # creates the inference session
-    except AttnvizError:
-        raise
-    except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
-        msg = str(e).replace("\n", " ")
-        msg = msg.split(" : ")[-1].split(") ")[-1].strip() if "ONNXRuntimeError" in msg else msg
-        raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {msg[:200]}") from None
-    if not all(s.heads for s in m.sites) and hasattr(m, "probe"):
-        m.probe()
-    return m
-
-
-def analyze(model, values: dict, progress=None, cancelled=None):
-    """Run one analysis off the GUI thread; passes progress/cancel through when the runtime takes them."""
-    kwargs = {k: values.get(k) for k in ("text", "text_pair", "image", "generate")}
-    kwargs["generate"] = int(kwargs.get("generate") or 0)
-    try:
-        params = inspect.signature(model.analyze).parameters
-    except (TypeError, ValueError):
-        params = {}
-    if progress is not None and "progress" in params:
-        kwargs["progress"] = progress
-    if cancelled is not None and "cancelled" in params:
-        kwargs["cancelled"] = cancelled
-    for k in ("max_tokens", "image_mean", "image_std", "image_size"):  # only what the user set
-        if values.get(k) and k in params:
-            kwargs[k] = values[k]
-    if progress is not None:
-        progress(-1, "running the model…" if not kwargs["generate"] else f"generating {kwargs['generate']} steps…")
-    t0 = time.perf_counter()
-    result = model.analyze(**kwargs)
-    result.info.setdefault("timings", {})
-    if isinstance(result.info["timings"], dict):
-        result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)
-    # the overview's max-pooled thumbnails, computed here so the GUI thread only draws them
-    if progress is not None:
-        progress(-1, "preparing thumbnails…")
-    from attnviz.core.view import THUMB, thumbnails
-
-    result.gui_thumbnails = thumbnails(result, -1, THUMB)
-    return result
-
-
-def render_and_save(result, spec, path):
-    """Worker: draw a figure with :mod:`attnviz.figures` and write it atomically."""
-    from attnviz.figures import render_figure, save_figure
-
-    fig = render_figure(result, spec)
-    return save_figure(fig, path)
+# the window opens models with this (a module global, so a test can swap it for a stuck one)
+_default_opener = open_model_ready
 
 
 class MainWindow(QMainWindow):
@@ -143,19 +82,26 @@ class MainWindow(QMainWindow):
 
         # views
         self.tabs = QTabWidget()
-        self.views = {}
-        for cls in VIEW_CLASSES:
-            v = cls(self.session)
-            self.views[cls.title] = v
-            self.tabs.addTab(v, cls.title)
+        self.overview = OverviewView(self.session)
+        self.head_map = HeadMapView(self.session)
+        self.links = TokenLinksView(self.session)
+        self.alignment = AlignmentView(self.session)
+        self.image_regions = ImageRegionsView(self.session)
+        self.stats = StatsView(self.session)
+        # the tabs, in this order (View ▸ Ctrl+1…6 follow it)
+        tabs: tuple[View, ...] = (
+            self.overview,
+            self.head_map,
+            self.links,
+            self.alignment,
+            self.image_regions,
+            self.stats,
+        )
+        self.views: dict[str, View] = {v.title: v for v in tabs}
+        for v in tabs:
+            self.tabs.addTab(v, v.title)
         self.setCentralWidget(self.tabs)
         self.tabs.currentChanged.connect(self._follow_view_block)
-        self.overview: OverviewView = self.views["Overview"]
-        self.head_map: HeadMapView = self.views["Head map"]
-        self.links: TokenLinksView = self.views["Token links"]
-        self.alignment: AlignmentView = self.views["Alignment"]
-        self.image_regions: ImageRegionsView = self.views["Image regions"]
-        self.stats: StatsView = self.views["Head stats"]
         self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
         self.stats.picked.connect(self._focus_from_stats)
 
@@ -170,14 +116,16 @@ class MainWindow(QMainWindow):
         self.left_dock = QDockWidget("Input && view", self)
         self.left_dock.setObjectName("input_dock")
         self.left_dock.setWidget(left)
-        self.left_dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable)
-        self.addDockWidget(Qt.LeftDockWidgetArea, self.left_dock)
+        self.left_dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.left_dock)
         self.sidebar = ModelSidebar(self.session)
         self.right_dock = QDockWidget("Model", self)
         self.right_dock.setObjectName("model_dock")
         self.right_dock.setWidget(self.sidebar)
-        self.addDockWidget(Qt.RightDockWidgetArea, self.right_dock)
-        self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Horizontal)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
+        self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Orientation.Horizontal)
 
         self.status_device = QLabel("")
         self.statusBar().addPermanentWidget(self.status_device)
@@ -190,30 +138,37 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Open an ONNX model: File ▸ Open model…, or drop an .onnx file on the window.")
 
     # -- menus ---------------------------------------------------------------------
+    def _action(
+        self, text: str, slot, shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None
+    ) -> QAction:
+        a = QAction(text, self)
+        if shortcut is not None:
+            a.setShortcut(shortcut)
+        a.triggered.connect(slot)
+        return a
+
     def _build_menus(self) -> None:
         fm = self.menuBar().addMenu("&File")
-        a = QAction("&Open model…", self, shortcut=QKeySequence.Open, triggered=self.open_model_dialog)
-        fm.addAction(a)
-        fm.addAction(QAction("Open model &folder (optimum export)…", self, triggered=self.open_folder_dialog))
-        fm.addAction(QAction("Open &image…", self, triggered=self.open_image_dialog))
-        fm.addAction(QAction("Open attention &maps (.npz)…", self, triggered=self.open_npz_dialog))
-        fm.addAction(QAction("Choose &tokenizer (tokenizer.json)…", self, triggered=self.choose_tokenizer_dialog))
-        fm.addAction(QAction("Load &gold alignments (Pharaoh)…", self, triggered=self.load_gold_dialog))
-        fm.addAction(QAction("Open &corpus results…", self, triggered=lambda: open_corpus_dialog(self)))
+        for text, slot, key in (
+            ("&Open model…", self.open_model_dialog, QKeySequence.StandardKey.Open),
+            ("Open model &folder (optimum export)…", self.open_folder_dialog, None),
+            ("Open &image…", self.open_image_dialog, None),
+            ("Open attention &maps (.npz)…", self.open_npz_dialog, None),
+            ("Choose &tokenizer (tokenizer.json)…", self.choose_tokenizer_dialog, None),
+            ("Load &gold alignments (Pharaoh)…", self.load_gold_dialog, None),
+            ("Open &corpus results…", lambda: open_corpus_dialog(self), None),
+        ):
+            fm.addAction(self._action(text, slot, key))
         self.recent_menu = fm.addMenu("Open &recent")
         fm.addSeparator()
-        self.export_view_action = QAction(
-            "&Export view (PNG/SVG/PDF)…", self, shortcut="Ctrl+E", triggered=self.export_view_dialog
-        )
+        self.export_view_action = self._action("&Export view (PNG/SVG/PDF)…", self.export_view_dialog, "Ctrl+E")
         fm.addAction(self.export_view_action)
-        fm.addAction(QAction("Export &maps (.npz)…", self, shortcut="Ctrl+Shift+E", triggered=self.export_npz_dialog))
+        fm.addAction(self._action("Export &maps (.npz)…", self.export_npz_dialog, "Ctrl+Shift+E"))
         fm.addSeparator()
-        fm.addAction(QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close))
+        fm.addAction(self._action("&Quit", self.close, QKeySequence.StandardKey.Quit))
         vm = self.menuBar().addMenu("&View")
         for i, title in enumerate(self.views):
-            act = QAction(title, self, shortcut=f"Ctrl+{i + 1}")
-            act.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
-            vm.addAction(act)
+            vm.addAction(self._action(title, lambda _=False, i=i: self.tabs.setCurrentIndex(i), f"Ctrl+{i + 1}"))
         vm.addSeparator()
         vm.addAction(self.left_dock.toggleViewAction())
         vm.addAction(self.right_dock.toggleViewAction())
@@ -221,29 +176,21 @@ class MainWindow(QMainWindow):
 
     def _build_keys(self) -> None:
         for key, fn in (
-            (Qt.Key_Left, lambda: self.step_head(-1)),
-            (Qt.Key_Right, lambda: self.step_head(1)),
-            (Qt.Key_Up, lambda: self.step_layer(-1)),
-            (Qt.Key_Down, lambda: self.step_layer(1)),
+            (Qt.Key.Key_Left, lambda: self.step_head(-1)),
+            (Qt.Key.Key_Right, lambda: self.step_head(1)),
+            (Qt.Key.Key_Up, lambda: self.step_layer(-1)),
+            (Qt.Key.Key_Down, lambda: self.step_layer(1)),
         ):
             sc = QShortcut(QKeySequence(key), self.tabs)
-            sc.setContext(Qt.WidgetWithChildrenShortcut)
+            sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             sc.activated.connect(fn)
 
     def step_head(self, d: int) -> None:
         s = self.session
         if s.block is None:
             return
-        sel = s.sel
-        h = sel.head + d
-        layer = sel.layer
-        if h < 0 and layer > 0:  # wrap into the previous / next layer
-            layer -= 1
-            h = s.block.heads_in(layer) - 1
-        elif h >= s.block.heads_in(layer) and layer < s.block.n_layers - 1:
-            layer += 1
-            h = 0
-        s.select(head=h, layer=layer, mode="head")
+        layer, head = rules.neighbour_head(s.block.n_layers, s.block.heads_in, s.sel.layer, s.sel.head, d)
+        s.select(head=head, layer=layer, mode="head")
 
     def step_layer(self, d: int) -> None:
         if self.session.block is not None:
@@ -263,8 +210,8 @@ class MainWindow(QMainWindow):
             src = self.image_regions.source()
             want = src[0] if src is not None else None
         if want is not None and want != s.sel.block:
-            mode = "mean" if s.sel.mode == "rollout" and s.blocks[want].kind == "cross" else s.sel.mode
-            s.select(block=want, mode=mode)
+            moved = rules.on_block(s.sel, s.blocks, want)
+            s.select(block=moved.block, mode=moved.mode)
 
     def _focus_from_stats(self, layer: int, head: int) -> None:
         self.session.select(layer=layer, head=head, mode="head")
@@ -278,9 +225,8 @@ class MainWindow(QMainWindow):
     # -- recent files ----------------------------------------------------------------
     def recent_files(self) -> list[str]:
         v = self.settings.value("recent", [])
-        if isinstance(v, str):
-            v = [v]
-        return [str(x) for x in (v or [])]
+        items = [v] if isinstance(v, str) else v if isinstance(v, (list, tuple)) else []  # QSettings: str or list
+        return [str(x) for x in items]
 
     def add_recent(self, path) -> None:
         p = str(Path(path).resolve())
@@ -293,7 +239,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.clear()
         files = self.recent_files()
         for p in files:
-            self.recent_menu.addAction(QAction(p, self, triggered=lambda _=False, p=p: self.open_path(p)))
+            self.recent_menu.addAction(self._action(p, lambda _=False, p=p: self.open_path(p)))
         self.recent_menu.setEnabled(bool(files))
 
     # -- errors ----------------------------------------------------------------------
@@ -313,7 +259,7 @@ class MainWindow(QMainWindow):
         }
         return widgets.get(param or "")
 
-    def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> None:
+    def show_error(self, text: str, title: str = "attnviz", param: str | None = None) -> QMessageBox:
         """One readable message: status bar + a non-modal dialog (replacing any previous one); the control
         that fixes it (``param``, from :class:`AttnvizError`) gets the keyboard focus and a red frame."""
         w = self.param_widget(param)
@@ -324,12 +270,13 @@ class MainWindow(QMainWindow):
         if self.error_box is not None:
             self.error_box.close()
             self.error_box.deleteLater()
-        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self)
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)
         box.setModal(False)
-        box.setAttribute(Qt.WA_DeleteOnClose, False)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
         box.show()
         self.error_box = box
         self.error_shown.emit(text)
+        return box
 
     def _on_worker_returned(self, kind: str, rid: int, value) -> None:
         ctx = self._context.get(rid, ())
@@ -375,8 +322,8 @@ class MainWindow(QMainWindow):
 
     def offer_truncation(self, n: int, limit) -> None:
         """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
-        self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
-        button = self.error_box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.AcceptRole)
+        box = self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+        button = box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.ButtonRole.AcceptRole)
 
         def truncate():
             self.inputs.set_values(max_tokens=limit.tokens)
@@ -386,31 +333,24 @@ class MainWindow(QMainWindow):
 
     # -- opening ---------------------------------------------------------------------
     def open_path(self, path, **values) -> None:
-        """Open by extension: .onnx model, image, or .npz attention maps."""
-        p = Path(path)
-        handlers = {".onnx": self.open_model, ".npz": self.open_npz}
-        handlers.update({s: self.open_image for s in IMAGE_SUFFIXES})
-        fn = self.open_model if p.is_dir() else handlers.get(p.suffix.lower())  # a folder: an export (optimum)
-        if fn is None:
-            self.show_error(
-                f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
-                "and attention maps (.npz from 'attnviz extract')"
-            )
+        """Open by extension: .onnx model (or an export folder), image, or .npz attention maps."""
+        try:
+            kind = rules.file_kind(path)
+        except AttnvizError as e:
+            self.show_error(str(e))
             return
-        if not p.exists():
-            self.show_error(f"cannot open {p}: no such file")
-            return
-        if fn == self.open_model:
-            fn(p, **values)
-        else:
-            fn(p)
+        {
+            "model": lambda: self.open_model(path, **values),
+            "image": lambda: self.open_image(path),
+            "maps": lambda: self.open_npz(path),
+        }[kind]()
 
     def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True) -> None:
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
-        kw = {"tokenizer": str(self.tokenizer)} if self.tokenizer else {}
-        w = self.workers.start(self.opener, str(path), provider=self.provider, kind="open", **kw)
+        tokenizer = str(self.tokenizer) if self.tokenizer else None
+        w = self.workers.start(self.opener, str(path), provider=self.provider, tokenizer=tokenizer, kind="open")
         self._latest["open"] = w.request_id
         given = {
             k: v
@@ -432,50 +372,26 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.status_device.setText(f"device: {getattr(model, 'provider', '?')}")
         if not getattr(model, "sites", None):
-            why = getattr(model, "no_attention_reason", None) or "no attention operations were found"
-            self.show_error(f"{path.name}: no attention to show — {why}")
+            self.show_error(f"{path.name}: no attention to show — {rules.no_attention_reason(model)}")
             return
-        values = self.sample_input(model)
-        if (
-            str(getattr(model, "kind", "")).startswith("vision")
-            and not values.get("image")
-            and self.inputs.image.text()
-        ):
-            values["image"] = self.inputs.image.text()  # keep the image the user already chose
-        values.update(given)
+        values = rules.first_input(model, given, self.inputs.image.text())
         self.inputs.set_values(
             text=values.get("text", ""),
             text_pair=values.get("text_pair", ""),
             image=values.get("image"),
-            generate=values.get("generate", self.default_generate(model)),
+            generate=values["generate"],
         )
         self.statusBar().showMessage(
-            f"Opened {path.name}: {len(model.sites)} attention sites, {getattr(model, 'kind', '')}"
+            f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
         )
         if run:
             self.run_analysis(self.inputs.values())
 
-    @staticmethod
-    def default_generate(model) -> int:
-        # translation and captioning generate by default; decoder-only graphs may be forecasters (no token input)
-        return 32 if getattr(model, "kind", "") in ("encoder-decoder", "vision-decoder") else 0  # stops at EOS
-
-    @staticmethod
-    def sample_input(model) -> dict:
-        """The model's ``attnviz.sample`` input, with relative image paths resolved."""
-        from attnviz.runtime.sample import sample_input
-
-        return sample_input(getattr(model, "meta", None) or {}, getattr(model, "path", "."))
-
     def open_image(self, path) -> None:
-        m = self.session.model
-        if m is None:
-            self.show_error(f"open a vision or captioning model first, then the image {Path(path).name}")
-            return
-        if not getattr(m, "kind", "vision").startswith("vision"):
-            self.show_error(
-                f"{getattr(m, 'name', 'this model')} takes text, not images; open a vision or captioning model for {Path(path).name}"
-            )
+        try:
+            rules.check_image_model(self.session.model, path)
+        except AttnvizError as e:
+            self.show_error(str(e), param=e.param)
             return
         self.inputs.set_values(image=str(path))
         self.add_recent(path)
@@ -500,14 +416,10 @@ class MainWindow(QMainWindow):
     def run_analysis(self, values: dict | None = None) -> None:
         m = self.session.model
         values = values if values is not None else self.inputs.values()
-        if m is None:
-            self.show_error("no model open: use File ▸ Open model… or drop an .onnx file on the window")
-            return
-        if not getattr(m, "sites", None):
-            self.show_error(
-                f"{getattr(m, 'name', 'this model')}: no attention to show — "
-                f"{getattr(m, 'no_attention_reason', None) or 'no attention operations were found'}"
-            )
+        try:
+            rules.check_runnable(m)
+        except AttnvizError as e:
+            self.show_error(str(e))
             return
         self.workers.cancel("run")  # the older run's result will be dropped
         w = self.workers.start(analyze, m, dict(values), kind="run")
@@ -582,13 +494,13 @@ class MainWindow(QMainWindow):
     def load_gold(self, path) -> None:
         """Score every cross-attention head on a gold test set (``X.gold`` + ``X.src`` + ``X.tgt``) in a worker;
         Head stats then ranks the heads by AER."""
-        from attnviz.runtime.align import score_test_set
-
         m = self.session.model
-        if m is None or getattr(m, "kind", "") != "encoder-decoder":
-            self.show_error("gold alignments score cross-attention: open an encoder-decoder text model first")
+        try:
+            gold.check_gold_model(m)
+        except AttnvizError as e:
+            self.show_error(str(e))
             return
-        w = self.workers.start(score_test_set, m, str(path), kind="gold")
+        w = self.workers.start(gold.score, m, str(path), kind="gold")
         self._latest["gold"] = w.request_id
         self.statusBar().showMessage(f"Scoring every cross-attention head against {Path(path).name}…")
 
@@ -598,11 +510,7 @@ class MainWindow(QMainWindow):
         if b is not None:
             self.session.select(block=b)
         self.tabs.setCurrentWidget(self.stats)
-        best = table["best_head"]
-        self.statusBar().showMessage(
-            f"gold {table['name']}: best head decoder layer {best['layer']} head "
-            f"{best['head']}, AER {best['aer']:.3f} ({table['n_sentences']} pairs)"
-        )
+        self.statusBar().showMessage(gold.summary(table))
 
     def choose_tokenizer_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
@@ -708,20 +616,13 @@ class MainWindow(QMainWindow):
             b = self.alignment.cross_block()
             if b is None:
                 return None
-            sel = clamp(sel.with_(block=b, mode="mean" if sel.mode == "rollout" else sel.mode), s.blocks)
+            sel = rules.on_block(sel, s.blocks, b)
         if view is self.image_regions:
             src = self.image_regions.source()
             if src is None or not self.image_regions.queries:
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
-            sel = clamp(
-                sel.with_(
-                    block=src[0],
-                    query=None if row < 0 else int(row),
-                    mode="mean" if src[2] == "cross" and sel.mode == "rollout" else sel.mode,
-                ),
-                s.blocks,
-            )
+            sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
         return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
 
     def export_maps(self, path) -> None:
@@ -749,17 +650,12 @@ class MainWindow(QMainWindow):
             ev.acceptProposedAction()
 
     def dropEvent(self, ev):
-        urls = [u.toLocalFile() for u in ev.mimeData().urls() if u.isLocalFile()]
-        if not urls:
+        what = rules.dropped([u.toLocalFile() for u in ev.mimeData().urls() if u.isLocalFile()])
+        if what is None:
             return
         ev.acceptProposedAction()
-        # a model first, then an image dropped with it
-        urls.sort(key=lambda p: 0 if p.lower().endswith(".onnx") else 1)
-        images = [u for u in urls[1:] if Path(u).suffix.lower() in IMAGE_SUFFIXES]
-        if urls[0].lower().endswith(".onnx") and images:
-            self.open_path(urls[0], image=images[0])
-        else:
-            self.open_path(urls[0])
+        model_or_file, image = what
+        self.open_path(model_or_file, **({"image": image} if image else {}))
 
     def _restore_layout(self) -> None:
         geo, state = self.settings.value("window/geometry"), self.settings.value("window/state")

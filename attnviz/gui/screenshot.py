@@ -12,6 +12,12 @@ from attnviz.gui.export import export_widget
 TIMEOUT_MS = 120_000
 
 
+def _quit() -> None:
+    app = QApplication.instance()
+    if app is not None:  # already gone (the window closed first): nothing left to stop
+        app.quit()
+
+
 class ScreenshotTaker:
     def __init__(self, window, path: Path):
         self.window = window
@@ -29,7 +35,7 @@ class ScreenshotTaker:
             export_widget(self.window, self.path)
         except Exception as e:
             self.error = f"could not save the screenshot {self.path}: {e}"
-        QApplication.instance().quit()
+        _quit()
 
     def _on_error(self, text: str) -> None:
         self.error = text
@@ -40,8 +46,8 @@ class ScreenshotTaker:
             export_widget(self.window, self.path)  # the window with its message, for the record
         except Exception:
             pass
-        QApplication.instance().quit()
+        _quit()
 
     def fail_later(self, text: str) -> None:
         self.error = self.error or text
-        QTimer.singleShot(0, QApplication.instance().quit)
+        QTimer.singleShot(0, _quit)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.core.attention import AttentionResult
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view import ViewError
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
 
 
@@ -27,9 +28,9 @@ class Session(QObject):
         super().__init__(parent)
         self.model = None
         self.result: AttentionResult | None = None
-        self.blocks = []
+        self.blocks: list[Block] = []
         self.sel = Selection()
-        self._map_cache: tuple | None = None
+        self._map_cache: tuple[tuple[int, Selection], MapView] | None = None
 
     # -- state changes -------------------------------------------------------
     def set_model(self, model) -> None:
@@ -61,11 +62,13 @@ class Session(QObject):
 
     # -- derived -------------------------------------------------------------
     @property
-    def block(self):
+    def block(self) -> Block | None:
         return self.blocks[self.sel.block] if self.blocks else None
 
     def current_map(self, sel: Selection | None = None) -> MapView:
         """The selected map (cached for the last selection; raises ValueError when undefined)."""
+        if self.result is None:
+            raise ViewError("nothing is open yet; open a model or a saved .npz result", param="model")
         sel = self.sel if sel is None else sel
         key = (id(self.result), sel)
         if self._map_cache is not None and self._map_cache[0] == key:

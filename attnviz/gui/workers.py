@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import threading
 import traceback
+from collections.abc import Mapping
 
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
 
@@ -50,9 +51,10 @@ class Worker(QRunnable):
         self.signals = WorkerSignals()
         self._cancel = threading.Event()
         self.setAutoDelete(False)  # the window keeps a reference until `finished`
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
+        except (TypeError, ValueError):  # a builtin without a signature takes neither keyword
             params = {}
         if "progress" in params:
             self.kwargs["progress"] = self._progress
@@ -81,7 +83,9 @@ class Worker(QRunnable):
         except Cancelled as e:
             self.signals.errored.emit(rid, e)
         except BaseException as e:
-            e.__attnviz_traceback__ = traceback.format_exc()
+            # the window prints this under ATTNVIZ_DEBUG=1 after the exception crossed threads, where
+            # format_exc() no longer can; an ad-hoc attribute on a foreign exception, which typeshed has no slot for
+            e.__attnviz_traceback__ = traceback.format_exc()  # type: ignore[attr-defined]
             self.signals.errored.emit(rid, e)
         else:
             self.signals.returned.emit(rid, out)
@@ -122,10 +126,10 @@ class WorkerPool(QObject):
         rid = self.new_id() if request_id is None else request_id
         w = Worker(fn, *args, request_id=rid, kind=kind, **kwargs)
         self._live[rid] = w
-        w.signals.progress.connect(self._on_progress, Qt.QueuedConnection)
-        w.signals.returned.connect(self._on_returned, Qt.QueuedConnection)
-        w.signals.errored.connect(self._on_errored, Qt.QueuedConnection)
-        w.signals.finished.connect(self._on_finished, Qt.QueuedConnection)
+        w.signals.progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
+        w.signals.returned.connect(self._on_returned, Qt.ConnectionType.QueuedConnection)
+        w.signals.errored.connect(self._on_errored, Qt.ConnectionType.QueuedConnection)
+        w.signals.finished.connect(self._on_finished, Qt.ConnectionType.QueuedConnection)
         self.pool.start(w)
         return w
 

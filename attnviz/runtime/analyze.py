@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, DenseMap
+from attnviz.core import metadata as md
+from attnviz.core.attention import AttentionResult, DenseMap, MapSource
 from attnviz.core.rows import RowAxes, set_row_axes
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
@@ -25,13 +26,8 @@ from attnviz.runtime.adapters import patch_axis
 from attnviz.runtime.request import AnalyzeRequest, RunInfo
 
 
-def _special(model) -> dict:
-    sp = model.meta.get("special")
-    return sp if isinstance(sp, dict) else {}
-
-
 def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled) -> gen.Generation | None:
-    if not (prep.dec_in is not None and req.generate):
+    if prep.prompts is None or not req.generate:  # prompts is None exactly when there is no decoder input
         return None
     if prep.batch > 1:
         raise AttnvizError(
@@ -39,7 +35,7 @@ def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled
             "give one row, or drop --generate to see every row"
         )
     prompt = prep.prompts[0]
-    eos = _special(model).get("eos")
+    eos = md.section(model.meta, "special").get("eos")
     stepper = model.cache_stepper() if req.use_cache and hasattr(model, "cache_stepper") else None
     if stepper is not None:
         return gen.with_cache(stepper, bd.decoder_feeds(model, prep, [prompt]), req.generate, eos, progress, cancelled)
@@ -60,7 +56,7 @@ def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
     missing = [i for i in range(len(sites)) if i not in maps]
     if missing:
         raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
-    dense = [DenseMap(maps[i]) for i in range(len(sites))]
+    dense: list[MapSource] = [DenseMap(maps[i]) for i in range(len(sites))]
     infos = [type(s)(**{**s.to_dict(), "heads": int(m.shape[1])}) for s, m in zip(sites, dense)]
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
@@ -75,7 +71,7 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
     g = _generate(model, req, prep, progress, cancelled)
     generated = g.ids if g is not None else []
     rows = None
-    if prep.dec_in is not None:
+    if prep.prompts is not None:
         rows = [list(p) + generated[:-1] for p in prep.prompts]
         feeds = bd.decoder_feeds(model, prep, rows)
     else:
@@ -122,11 +118,11 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
         hw = tuple(np.shape(img)[-2:]) if img is not None else None  # the size actually fed decides the grid
         grid = model.grid(n_keys, hw) if n_keys else None
         result.patch_grid = grid
-        if grid is not None:
+        if grid is not None and n_keys:
             axes = [RowAxes(patch_axis(grid, n_keys), a.key_tokens) for a in axes]
         result.image = prep.shown
     set_row_axes(result, axes)
-    if prep.dec_in is not None:
+    if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
         tok = prep.tgt_tok
         result.generated = [tok.label(i) if tok else str(i) for i in generated]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import metadata as md
 from attnviz.core.attention import TokenAxis
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
@@ -31,13 +32,13 @@ class Prepared:
     feeds: dict[str, np.ndarray]
     batch: int = 1
     src_rows: list[TokenAxis | None] = field(default_factory=lambda: [None])  # per batch row
-    prompts: list[list[int]] | None = None  # decoder ids per row; None: no decoder input
-    dec_in: object | None = None  # IOInfo of the decoder's token input
+    prompts: list[list[int]] | None = None  # decoder ids per row; None exactly when dec_in is None
+    dec_in: ip.IOInfo | None = None  # the decoder's token input
     decoder_is_tokens: bool = False  # decoder-only / captioning: the token input is the decoder's
     decoder_given: bool = False  # the decoder's tokens (and mask) came in the raw feeds: run them as given
-    img_in: object | None = None
+    img_in: ip.IOInfo | None = None
     shown: np.ndarray | None = None  # the image as the model saw it
-    tgt_tok: object | None = None
+    tgt_tok: ip.TextEncoder | None = None
     notes: list[str] = field(default_factory=list)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
 
@@ -115,11 +116,6 @@ def labels(tok, ids, keep=None) -> TokenAxis:
     if keep is not None:
         sp = [s or not bool(k) for s, k in zip(sp, keep)]
     return TokenAxis(lab, sp if any(sp) or tok is not None else None)
-
-
-def _special(model) -> dict:
-    sp = model.meta.get("special")
-    return sp if isinstance(sp, dict) else {}
 
 
 def _tokenizers_or_none(model):
@@ -244,7 +240,7 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             prep.prompts = [[int(x) for x in row] for row in feeds[dec_in.name]]
             prep.decoder_given = True
         elif prompt is None:
-            sp = _special(model)
+            sp = md.section(model.meta, "special")
             start = sp.get("decoder_start", sp.get("bos"))
             prompt = [int(start if start is not None else 0)]
             if req.text_pair:

@@ -11,6 +11,7 @@ decoder's cache.  A decoder-only folder (``model.onnx``) is that one file, with 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -103,10 +104,10 @@ class ModelSet:
             if layout.folder.name == "onnx" and layout.folder.parent.name
             else layout.folder.name
         )
-        kw = dict(provider=provider, tokenizer=tokenizer, threads=threads)
-        self.encoder = AttentionModel(layout.encoder, **kw)
-        self.decoder = AttentionModel(layout.decoder, **kw)
-        self._past_args = kw
+        # every file of the set opens with the same settings (the with-past file later, on first use)
+        self._open = functools.partial(AttentionModel, provider=provider, tokenizer=tokenizer, threads=threads)
+        self.encoder = self._open(layout.encoder)
+        self.decoder = self._open(layout.decoder)
         self._with_past: AttentionModel | None = None
         # the folder says which file is which: no guessing from causality
         for s in self.encoder._sites:
@@ -117,7 +118,7 @@ class ModelSet:
         self.meta = {"special": _config_special(layout.folder)}
         self.metadata: dict[str, str] = {}
         self._tokenizer_arg = tokenizer
-        self._tokenizers = None
+        self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._enc_cache: tuple[bytes, dict] | None = None  # encoder feeds -> its outputs (generation reuses them)
         dec_in = {i.name: i for i in self.decoder.inputs}
         self._dec_names = {
@@ -165,7 +166,8 @@ class ModelSet:
         return self.decoder.provider_note
 
     @property
-    def tokenizers(self):
+    def tokenizers(self) -> tuple[ip.TextEncoder | None, ip.TextEncoder | None]:
+        """(encoder-side, decoder-side) tokenizers."""
         if self._tokenizers is None:
             self._tokenizers = ip.find_tokenizers(self.layout.encoder, {}, self._tokenizer_arg)
         return self._tokenizers
@@ -277,7 +279,7 @@ class ModelSet:
         if self.layout.with_past is None:
             return None
         if self._with_past is None:
-            self._with_past = AttentionModel(self.layout.with_past, **self._past_args)
+            self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
 
     # the same entry point as a single file (request building and checks live in analyze.analyze_call)

@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from attnviz import AttnvizError
+from attnviz.core import metadata as md
 from attnviz.core.attention import SiteInfo
 from attnviz.runtime.wire import weights_by_reference, weights_by_reference_in  # noqa: F401 (re-exported)
 
@@ -65,6 +66,8 @@ REEXPORT_HINT = (
     "or optimize with use_multi_head_attention=True"
 )
 MS = "com.microsoft"
+# com.microsoft fused ops that can hand out their QK scores or probabilities (see FUSED_OUTPUT): op -> method
+MS_QK_METHODS = {"MultiHeadAttention": "mha-qk", "GroupQueryAttention": "gqa-qk"}
 
 
 @dataclass
@@ -86,7 +89,7 @@ class Site:
     layer: int = 0
     depth: int = 0
     scope: str = ""
-    g: Graph | None = field(default=None, repr=False)  # the graph (or If/Loop/Scan body) holding the node
+    g: Graph = field(kw_only=True, repr=False)  # the graph (or If/Loop/Scan body) holding the node
     twin: Site | None = field(default=None, repr=False)  # the same layer in the other branch of an If
     loop: str = ""  # "Loop" / "Scan": the body runs per iteration, its tensor comes out stacked on axis 0
     body_probs: str = ""  # for a site inside a body: the tensor there (``probs`` is its top-level output)
@@ -127,10 +130,11 @@ class Graph:
                 if t:
                     self.consumers.setdefault(t, []).append((i, j))
         self.initializers = {t.name: t for t in g.initializer}
-        self.external_dir = external_dir if parent is None else parent.external_dir
+        self.external_dir: str | None = external_dir if parent is None else parent.external_dir
         self.inputs = [i for i in g.input if i.name not in self.initializers]
         self.input_names = [i.name for i in self.inputs]
         self.order = _topological_order(self)
+        self._site_depths: dict[int, int] | None = None  # filled by local_depths on first use
         self.bodies: list[Graph] = []  # direct subgraphs, in node order
         for i, n in enumerate(self.nodes):
             for a in n.attribute:
@@ -461,16 +465,18 @@ def _site_at(g: Graph, i: int, sites: list[Site], problems: list[str], counts: d
                 loop=loop,
             )
         )
-    elif dom == MS and op == "MultiHeadAttention":
-        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
-        sites.append(Site(i, name, "mha-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
-    elif dom == MS and op == "GroupQueryAttention":
-        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]
-        sites.append(Site(i, name, "gqa-qk", q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
+    elif dom == MS and op in MS_QK_METHODS:
+        k = n.input[1] if len(n.input) > 1 and n.input[1] else n.input[0]  # packed QKV: one input
+        method = MS_QK_METHODS[op]
+        sites.append(Site(i, name, method, q=n.input[0], k=k, heads=int(_attr(n, "num_heads", 0)), g=g, loop=loop))
     elif dom == MS and op == "Attention":
+        # its maps are recomputed from the input, weights and bias: the weights and any bias must be constants
         w = g.const_value(n.input[1]) if len(n.input) > 1 else None
-        if w is None or g.parent is not None:
-            problems.append(f"com.microsoft Attention node {name!r} has non-constant weights or sits in a subgraph")
+        bias_given = len(n.input) > 2 and bool(n.input[2])
+        if w is None or (bias_given and g.const_value(n.input[2]) is None) or g.parent is not None:
+            problems.append(
+                f"com.microsoft Attention node {name!r} has non-constant weights or bias, or sits in a subgraph"
+            )
             return
         sites.append(
             Site(
@@ -558,9 +564,8 @@ def _site_depth(s: Site) -> int:
 
 def local_depths(g: Graph) -> dict[int, int]:
     """Attention-site depth of each node inside one graph (longest data path counting sites), cached."""
-    cached = getattr(g, "_site_depths", None)
-    if cached is not None:
-        return cached
+    if g._site_depths is not None:
+        return g._site_depths
     depth: dict[str, int] = {}
     out: dict[int, int] = {}
     for i in g.order:
@@ -604,7 +609,7 @@ def _flow(g: Graph, bits: dict[str, int], sites: list[Site]) -> dict[int, ChainM
 
     def run(sg: Graph, anc: ChainMap, dep: ChainMap) -> None:
         scopes[id(sg)] = anc
-        bodies = {b.path[-1][0]: [] for b in sg.bodies}
+        bodies: dict[int, list[Graph]] = {b.path[-1][0]: [] for b in sg.bodies}
         for b in sg.bodies:
             bodies[b.path[-1][0]].append(b)
         for i in sg.order:
@@ -643,7 +648,7 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
     cache, while its queries do.  Layers are numbered per stack and kind (self L0, cross L0, self L1, ...).
     """
     meta = meta or {}
-    roles = meta.get("inputs") if isinstance(meta.get("inputs"), dict) else {}
+    roles = md.section(meta, "inputs")
     names = g.input_names
     bit = {name: 1 << i for i, name in enumerate(names)}
     enc_past = {n for n in names if PAST_RE.search(n) and ENCODER_PAST_RE.search(n)}
@@ -735,8 +740,7 @@ def _cross_check_layers(sites: list[Site]) -> None:
 
 def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
     """Static guess whether a single-stack graph is a (causal) decoder; the runtime confirms on the maps."""
-    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    arch = (cfg.get("model") or {}).get("arch") if isinstance(cfg.get("model"), dict) else None
+    arch = md.section(md.section(meta, "config"), "model").get("arch")
     if arch == "decoder":  # attnviz's own exports say what they are
         return True
     if any(PAST_RE.search(n) for n in g.input_names):
@@ -774,7 +778,6 @@ def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
 class Exposed:
     """What the instrumented model returns beyond its own outputs."""
 
-    model: onnx.ModelProto
     outputs: list[str]  # per site: the tensor to fetch (dense mode) — probs, qk scores or packed X
     site_extra: list[dict]  # per site: extra fetched tensor names (mask_index for packed attention)
 
@@ -805,14 +808,12 @@ def instrumented_bytes(g: Graph, sites: list[Site], mode: str = "dense") -> tupl
     Large weights of a single-file model point at their bytes in the file (:func:`weights_by_reference`) and
     external data stays external, so the copy and its bytes hold the graph structure only.
     """
-    exposed = instrument(g, sites, mode)
-    data = exposed.model.SerializeToString()
-    exposed.model = None
-    return data, exposed
+    m, exposed = instrument(g, sites, mode)
+    return m.SerializeToString(), exposed  # the copy is dropped here: only its bytes run
 
 
-def instrument(g0: Graph, sites: list[Site], mode: str = "dense") -> Exposed:
-    """Add graph outputs for every site, to a copy of ``g0.model``.
+def instrument(g0: Graph, sites: list[Site], mode: str = "dense") -> tuple[onnx.ModelProto, Exposed]:
+    """Add graph outputs for every site, to a copy of ``g0.model``; returns the copy and what it exposes.
 
     dense: the probabilities (or what they are computed from for fused ops).
     ondemand: Q and K operands of the QK MatMul plus the epilogue's side inputs.
@@ -859,7 +860,7 @@ def instrument(g0: Graph, sites: list[Site], mode: str = "dense") -> Exposed:
         extras.append(ex)
     for name in threader.top:
         _add_output(m, name, seen)
-    return Exposed(m, outs, extras)
+    return m, Exposed(outs, extras)
 
 
 def _expose_fused(n, s: Site) -> None:
@@ -1011,18 +1012,16 @@ def epilogue_model(g: Graph, s: Site, opset_imports, dtypes: dict[str, tuple]) -
         return None
     side = epilogue_side_inputs(g, s)
     nodes = []
-    inits = []
-    needed_consts = set()
+    consts: dict[str, np.ndarray] = {}  # weights and Constant outputs the epilogue reads (side inputs are fed)
     for i in s.epilogue:
         nodes.append(copy.deepcopy(g.nodes[i]))
         for t in g.nodes[i].input:
-            if t in g.initializers:
-                needed_consts.add(t)
-            elif t and g.const_value(t) is not None and t not in side:
-                needed_consts.add(t)
-    for t in needed_consts:
-        arr = g.const_value(t)
-        inits.append(numpy_helper.from_array(arr, name=t))
+            if not t or t in consts or (t in side and t not in g.initializers):
+                continue
+            arr = g.const_value(t)
+            if arr is not None:
+                consts[t] = arr
+    inits = [numpy_helper.from_array(arr, name=t) for t, arr in consts.items()]
 
     # keep only the nodes on the path to probs (drop side branches that leave the epilogue)
     # dtypes: name -> (numpy dtype, rank) of the arrays that will be fed (side inputs are fed as rank 4)
@@ -1104,7 +1103,7 @@ def token_grid(g: Graph, image_input: str, hw: tuple[int, int], n_keys: int) -> 
     return None
 
 
-def _concrete_shapes(g: Graph, image_input: str, hw: tuple[int, int]) -> dict[str, tuple] | None:
+def _concrete_shapes(g: Graph, image_input: str, hw: tuple[int, int]) -> dict[str, tuple[int | None, ...]] | None:
     """Shape inference on a weight-free copy with the image input fixed to [1, C, H, W]; dims as ints or None."""
     m = onnx.ModelProto()
     m.CopyFrom(g.model)
@@ -1121,7 +1120,7 @@ def _concrete_shapes(g: Graph, image_input: str, hw: tuple[int, int]) -> dict[st
         inferred = onnx.shape_inference.infer_shapes(m, data_prop=True)
     except Exception:
         return None
-    out = {t.name: tuple(int(d) for d in t.dims) for t in inferred.graph.initializer}
+    out: dict[str, tuple[int | None, ...]] = {t.name: tuple(int(d) for d in t.dims) for t in inferred.graph.initializer}
     for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         t = v.type.tensor_type
         if t.HasField("shape"):

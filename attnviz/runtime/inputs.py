@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import metadata as md
 from attnviz.core.untrusted import open_regular, read_text, regular_file
 from attnviz.runtime.raster import open_raster
 
@@ -40,6 +41,22 @@ def guess_role(name: str, dtype: str, rank: int) -> str:
     if dtype.startswith("int") and rank == 2:
         return "tokens"
     return "unknown"
+
+
+@dataclass
+class IOInfo:
+    """One declared input or output of a graph."""
+
+    name: str
+    dtype: str
+    shape: list[int | str]  # ints for fixed dims, strings for symbolic ones
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
 
 
 @dataclass
@@ -212,7 +229,7 @@ def _check_template(cfg) -> None:
     for proc in procs:
         if proc.get("type") != "TemplateProcessing":
             continue
-        defined = proc.get("special_tokens") if isinstance(proc.get("special_tokens"), dict) else {}
+        defined = md.section(proc, "special_tokens")
         for part in ("single", "pair"):
             for piece in proc.get(part) or []:
                 tok = piece.get("SpecialToken") if isinstance(piece, dict) else None
@@ -259,9 +276,10 @@ def find_tokenizers(
     model_path: Path, meta: dict, explicit: str | None = None
 ) -> tuple[TextEncoder | None, TextEncoder | None]:
     """(encoder-side, decoder-side) tokenizers: --tokenizer, metadata, tokenizer.json beside the model, vocab."""
-    special = meta.get("special") if isinstance(meta.get("special"), dict) else {}
+    special = md.section(meta, "special")
     split = str(meta.get("tokenize", "whitespace"))
-    src = tgt = None
+    src: TextEncoder | None = None
+    tgt: TextEncoder | None = None
     if explicit:
         p = regular_file(explicit, "tokenizer")
         src = tgt = HFTokenizer.from_file(p)
@@ -281,7 +299,7 @@ def find_tokenizers(
     vocab = meta.get("vocab")
     if src is None and vocab is not None:
         if isinstance(vocab, dict):
-            src_special = special.get("source", {}) if isinstance(special.get("source"), dict) else {}
+            src_special = md.section(special, "source")
             src = VocabTokenizer(vocab.get("source", []), src_special, split)
             if tgt is None:
                 tgt = VocabTokenizer(vocab.get("target", []), special, split, encoder_side=False)
@@ -319,7 +337,7 @@ def image_spec(
     mean: list[float] | None = None,
     std: list[float] | None = None,
 ) -> ImageSpec:
-    im = meta.get("image") if isinstance(meta.get("image"), dict) else {}
+    im = md.section(meta, "image")
     ch = int(im.get("channels") or (input_shape[1] if len(input_shape) == 4 and isinstance(input_shape[1], int) else 3))
     src = "metadata" if im else "defaults"
     if size is None:
@@ -363,7 +381,7 @@ def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarra
         )
     with open_raster(p) as im:  # raster formats only, pixel cap, first frame
         img = im.convert("L" if spec.channels == 1 else "RGB")
-    img = img.resize((spec.width, spec.height), Image.BICUBIC)
+    img = img.resize((spec.width, spec.height), Image.Resampling.BICUBIC)
     a = np.asarray(img, dtype=np.float32) / 255.0
     if a.ndim == 2:
         a = a[:, :, None]

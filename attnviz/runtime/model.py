@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import make_session
+from attnviz.runtime.inputs import IOInfo
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -33,20 +33,6 @@ ONNX_DTYPES = {
     11: "float64",
     16: "bfloat16",
 }
-
-
-@dataclass
-class IOInfo:
-    name: str
-    dtype: str
-    shape: list  # ints for fixed dims, strings for symbolic ones
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def describe(self) -> str:
-        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
 
 
 def _io(v) -> IOInfo:
@@ -217,7 +203,7 @@ class AttentionModel:
         self.requested_provider = provider
         self.threads = threads
         self._tokenizer_arg = tokenizer
-        self._tokenizers = None
+        self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
@@ -232,7 +218,7 @@ class AttentionModel:
 
     @property
     def roles(self) -> dict[str, str]:
-        given = self.meta.get("inputs") if isinstance(self.meta.get("inputs"), dict) else {}
+        given = md.section(self.meta, "inputs")
         return {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
 
     @property
@@ -361,26 +347,26 @@ class AttentionModel:
                     raise AttnvizError(
                         f"input {i.name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}"
                     )
-            want = (
+            cast_to = (
                 np.dtype(i.dtype)
                 if i.dtype in ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
                 else None
             )
-            if want is not None and a.dtype != want:
-                if want.kind in "iu" and a.dtype.kind == "f":
+            if cast_to is not None and a.dtype != cast_to:
+                if cast_to.kind in "iu" and a.dtype.kind == "f":
                     if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
                         raise AttnvizError(
                             f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values"
                         )
-                if want.kind == "f" and a.dtype.kind not in "fiub":
+                if cast_to.kind == "f" and a.dtype.kind not in "fiub":
                     raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
-                if want.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
-                    lo, hi = np.iinfo(want).min, np.iinfo(want).max
+                if cast_to.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
+                    lo, hi = np.iinfo(cast_to).min, np.iinfo(cast_to).max
                     if int(a.min()) < lo or int(a.max()) > hi:
                         raise AttnvizError(
                             f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds"
                         )
-                a = a.astype(want)
+                a = a.astype(cast_to)
             out[i.name] = a
         self._check_ids(out)
         return out
@@ -519,12 +505,8 @@ class AttentionModel:
             return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
         if s.method == "recompute-packed":
             node = self.graph.nodes[s.node_index]
-            w = self.graph.const_value(node.input[1]).astype(np.float32)
-            bias = (
-                self.graph.const_value(node.input[2]).astype(np.float32)
-                if len(node.input) > 2 and node.input[2]
-                else None
-            )
+            w = self._packed_const(node.input[1])
+            bias = self._packed_const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             mask = None
             if "mask_index" in ex:
                 mask = got.get(ex["mask_index"])
@@ -533,6 +515,15 @@ class AttentionModel:
             pm = PackedMap(got[s.probs].astype(np.float32), w, bias, s.heads, mask, s.extra)
             return pm if mode == "ondemand" else DenseMap(pm.array())
         return DenseMap(to_bhqk(got[s.probs], batch))
+
+    def _packed_const(self, name: str) -> np.ndarray:
+        """A weight or bias of a com.microsoft Attention node, as float32 (the site finder refuses non-constant ones)."""
+        v = self.graph.const_value(name)
+        if v is None:
+            raise AttnvizError(
+                f"{name!r} of a com.microsoft Attention node is not a constant; its maps cannot be recomputed"
+            )
+        return v.astype(np.float32)
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
@@ -570,7 +561,8 @@ class AttentionModel:
 
     # -- high level ---------------------------------------------------------------------
     @property
-    def tokenizers(self):
+    def tokenizers(self) -> tuple[ip.TextEncoder | None, ip.TextEncoder | None]:
+        """(encoder-side, decoder-side) tokenizers."""
         if self._tokenizers is None:
             self._tokenizers = ip.find_tokenizers(self.path, self.meta, self._tokenizer_arg)
         return self._tokenizers
@@ -693,8 +685,11 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
     """How ``n_keys`` image tokens lie on the image: attnviz metadata, else read from the graph at the size the
     image was fed (conv / reshape / concat), else an exact square.  CLS or register tokens are only labelled
     where the graph concatenates them; a layout the graph does not show gets no grid."""
-    im = model.meta.get("image") if isinstance(model.meta.get("image"), dict) else {}
-    hint = tuple(im["grid"]) if im.get("grid") else None
+    im = md.section(model.meta, "image")
+    hint: tuple[int, int] | None = None
+    if im.get("grid"):
+        rows, cols = im["grid"]
+        hint = (int(rows), int(cols))
     if hint is not None:
         g = PatchGrid.infer(n_keys, hint)
         if g is not None and im.get("offset") is not None:
@@ -702,10 +697,11 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
         return g
     image = next((i.name for i in model.inputs if model.roles.get(i.name) == "image"), None)
     if image is not None and image_hw is not None:
-        key = (image, tuple(int(x) for x in image_hw), n_keys)
+        hw = (int(image_hw[0]), int(image_hw[1]))
+        key = (image, hw, n_keys)
         cache = model.__dict__.setdefault("_grids", {})
         if key not in cache:
-            cache[key] = gr.token_grid(model.graph, image, key[1], n_keys)
+            cache[key] = gr.token_grid(model.graph, image, hw, n_keys)
         tg = cache[key]
         if tg is not None:
             return PatchGrid(tg.rows, tg.cols, tg.lead)

@@ -60,7 +60,7 @@ def check_run_folder(out: str | os.PathLike, task: str) -> None:
     )
 
 
-def ensure_writable_dir(out: Path) -> Path:
+def ensure_writable_dir(out: str | Path) -> Path:
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)

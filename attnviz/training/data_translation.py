@@ -40,8 +40,12 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+
+if TYPE_CHECKING:  # tokenizers loads on first use, not when this module is imported
+    from tokenizers import Tokenizer
 
 INSTALL_HINT = "pip install --no-deps bible-alignments"
 
@@ -351,7 +355,7 @@ def train_tokenizer(
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
-    norms = [normalizers.NFD()] if strip_accents else [normalizers.NFC()]
+    norms: list[normalizers.Normalizer] = [normalizers.NFD()] if strip_accents else [normalizers.NFC()]
     if strip_accents:
         norms.append(normalizers.StripAccents())
     if lowercase:
@@ -377,10 +381,17 @@ def encode_words(tok, words: tuple[str, ...] | list[str]) -> tuple[list[int], li
     return list(enc.ids), word_ids
 
 
+def _token_id(tok: Tokenizer, token: str, side: str = "target") -> int:
+    i = tok.token_to_id(token)
+    if i is None:  # a tokenizer from elsewhere: None would end up inside the id rows
+        raise AttnvizError(f"the {side} tokenizer has no {token} token; train the tokenizers with attnviz again")
+    return i
+
+
 @dataclass
 class TranslationTokenizers:
-    source: object  # tokenizers.Tokenizer
-    target: object
+    source: Tokenizer
+    target: Tokenizer
 
     def encode_pair(self, pair: AlignedPair) -> dict[str, list[int]]:
         """Ids for the model plus subword->word maps.
@@ -392,7 +403,7 @@ class TranslationTokenizers:
         if pair.tagged:  # the gloss-register marker: the source side's [BOS], which real sources never hold
             s_ids, s_w = [self.source.token_to_id(BOS)] + s_ids, [-1] + s_w
         t_ids, t_w = encode_words(self.target, pair.tgt)
-        bos, eos = self.target.token_to_id(BOS), self.target.token_to_id(EOS)
+        bos, eos = _token_id(self.target, BOS), _token_id(self.target, EOS)
         return {"src_ids": s_ids, "src_words": s_w, "tgt_ids": [bos] + t_ids + [eos], "tgt_words": [-1] + t_w + [-1]}
 
 

@@ -219,7 +219,7 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
         raise AttnvizError(f"{path}: the attnviz config in its metadata is malformed ({e}); re-export it") from None
     budget.check_eval(mcfg, tcfg)  # the metadata is untrusted text: nothing of its sizes is built yet
     return (
-        meta.get("task", cfg.get("task", "")),
+        str(meta.get("task", cfg.get("task", ""))),
         mcfg,
         tcfg,
         meta,

@@ -127,6 +127,8 @@ class Trainer:
         }
 
     def _resume_or_start(self, restart: bool) -> None:
+        if self.out is None:  # a run without a folder has nothing to resume
+            return
         if restart:  # a stale checkpoint must not be mistaken for this run's after an early interruption
             for name in (ckpt.STATE, ckpt.TENSORS):
                 (self.out / name).unlink(missing_ok=True)

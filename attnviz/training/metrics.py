@@ -135,15 +135,15 @@ def pointing_table(
     "best_layer", "average", "n_words"}`` with accuracies in [0, 1].
     """
     rows, cols = grid
-    hits_h = hits_l = None
+    hits_h: np.ndarray | None = None  # [L, H], sized by the first sample
+    hits_l: np.ndarray | None = None  # [L]
     hits_avg = 0
     n = 0
     for s in samples:
         att = np.asarray(s["attn"], dtype=np.float64)
         L, H = att.shape[:2]
-        if hits_h is None:
-            hits_h = np.zeros((L, H))
-            hits_l = np.zeros(L)
+        if hits_h is None or hits_l is None:
+            hits_h, hits_l = np.zeros((L, H)), np.zeros(L)
         lmean = att.mean(1)  # [L, Tq, K]
         amean = lmean.mean(0)  # [Tq, K]
         for q, box in s["targets"]:
@@ -153,7 +153,7 @@ def pointing_table(
                 hits_l[l] += pointing_hit(lmean[l, q].reshape(rows, cols), box, image_size, tolerance)
             hits_avg += pointing_hit(amean[q].reshape(rows, cols), box, image_size, tolerance)
             n += 1
-    if hits_h is None or n == 0:
+    if hits_h is None or hits_l is None or n == 0:
         raise ValueError("pointing_table needs at least one object word")
     acc_h = hits_h / n
     acc_l = hits_l / n
@@ -191,7 +191,7 @@ def pointing_baselines(
     for s in samples:
         boxes = list(dict.fromkeys(tuple(b) for _, b in s["targets"]))  # the scene's objects, in order
         for _, box in s["targets"]:
-            either += np.mean([pointing_hit(cell_of(b), box, image_size, tolerance) for b in boxes])
+            either += float(np.mean([pointing_hit(cell_of(b), box, image_size, tolerance) for b in boxes]))
             hits = 0
             for r in range(rows):
                 for c in range(cols):

@@ -58,6 +58,7 @@ def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
     qtbot.waitExposed(v)
     t = v.table
     assert t.rowCount() == 8
+    assert v.status.currentMessage().startswith("8 heads from ")  # its own status, not the main window's
     role_c = _col(t, "role")
     for r in range(t.rowCount()):
         item = t.item(r, role_c)
@@ -79,6 +80,7 @@ def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
     qtbot.mouseClick(v.grid.viewport(), Qt.LeftButton, pos=v.grid.visualItemRect(v.grid.item(0, sink["head"])).center())
     assert v.current == sink and v.examples.rowCount() == 5
     assert all(e["score"] == "first" for e in v.shown_examples)
+    assert v.status.currentMessage().startswith("5 top items by first for ")
     ex = v.shown_examples[0]
     with qtbot.waitSignal(win.result_shown, timeout=30000):
         qtbot.mouseClick(

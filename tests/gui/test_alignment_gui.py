@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import open_and_wait
+from gui_helpers import open_and_wait
 
 pytest.importorskip("onnxruntime")
 
@@ -66,6 +66,17 @@ def test_alignment_view_opens_on_the_declared_head_with_its_rows(qtbot, real_win
     # the aligner works: each generated digit looks at its mirror position in the source
     src = r.tokens.labels
     assert [src[int(np.argmax(row))] for row in al.mv.matrix] == al.mv.q_labels
+    # the info line counts steps as the step control does, also at the last step, which has no row
+    g = len(r.generated)
+    for step in (g - 1, 1, -1):
+        if step >= 0:
+            w.controls.step.setValue(step)
+        else:
+            w.controls.step.setValue(w.controls.step.maximum())
+        shown = g if step < 0 else step + 1
+        assert w.controls.step_label.text() == f"step {shown}/{g}"
+        assert al.step_label.text().startswith(f"step {shown}/{g}: ")
+        assert ("has no row of its own" in al.step_label.text()) == (shown == g)
 
 
 def test_head_stats_ranked_by_aer_against_a_gold_set(qtbot, real_window, aligned_model, tmp_path, capsys):

@@ -3,7 +3,7 @@ where the CLI would name a flag."""
 
 from __future__ import annotations
 
-from conftest import open_and_wait
+from gui_helpers import open_and_wait
 
 from attnviz import AttnvizError
 

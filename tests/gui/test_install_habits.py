@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import open_and_wait
+from gui_helpers import open_and_wait
 
 from attnviz.cli import main
 
@@ -121,8 +121,8 @@ def test_image_preset_and_size_reach_the_runtime(qtbot, window, files):
 
 
 def test_session_restore_reopens_model_input_view_and_selection(qtbot, window, files, settings):
-    from conftest import FAKE_MODELS
     from fakes import make_opener
+    from gui_helpers import FAKE_MODELS
 
     from attnviz.gui import restore
     from attnviz.gui.main_window import MainWindow

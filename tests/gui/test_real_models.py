@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import open_and_wait, run_and_wait
+from gui_helpers import open_and_wait, run_and_wait
 
 pytest.importorskip("onnxruntime")
 

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import open_and_wait
+from gui_helpers import open_and_wait
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox

@@ -82,3 +82,19 @@ def test_bible_loader_verses_and_links_in_bounds():
     sp = dt.split_pairs(pairs)
     assert len(sp.test) >= 500 and len(sp.train) + len(sp.test) == len(pairs)
     assert not {p.id for p in sp.test} & {p.id for p in sp.train}
+
+
+def test_a_target_tokenizer_without_bos_is_refused_with_one_line():
+    """A tokenizer loaded from elsewhere may lack [BOS]/[EOS]; token_to_id then gives None, which used to land
+    inside the target ids (found by mypy)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    pairs = dt.synthetic_pairs(20, seed=1)
+    toks = dt.train_tokenizers(pairs, 200, 200, greek=False)
+    vocab = {w: i for i, w in enumerate(["[UNK]", *sorted({w for p in pairs for w in p.tgt})])}
+    plain = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    plain.pre_tokenizer = pre_tokenizers.Whitespace()
+    no_bos = dt.TranslationTokenizers(toks.source, plain)
+    with pytest.raises(AttnvizError, match=r"no \[BOS\] token"):
+        no_bos.encode_pair(pairs[0])
+    assert toks.encode_pair(pairs[0])["tgt_ids"][0] == toks.target.token_to_id("[BOS]")

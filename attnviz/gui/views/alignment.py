@@ -65,7 +65,8 @@ class AlignmentView(View):
         self.mv = mv = self.alignment_map()
         self.heatmap.set_map(mv, log=self.session.sel.log)
         g = len(self.session.result.generated)
-        step = self.session.sel.step if self.session.sel.step >= 0 else g - 1
+        step = self.session.sel.step if 0 <= self.session.sel.step < g else g - 1  # the slider's step, 0-based
+        # with Shift-Att rows (a row per word read back) the last word has no row: mark the last one there is
         row = min(step, mv.matrix.shape[0] - 1)
         self.heatmap.mark_row(row)
         if 0 <= row < mv.matrix.shape[0] and mv.matrix.shape[1]:
@@ -84,8 +85,12 @@ class AlignmentView(View):
                     f" · this model's alignment head is decoder layer {dl} head {dh} ({here}); "
                     f"each row is the decoder position reading {rows_are}"
                 )
+            # the step is the slider's (the controls say the same); the row is the one drawn for it
+            last = self.session.result.generated[step]
+            unread = f" · “{last}” has no row of its own (never read back, or hidden)" if row < step else ""
             self.step_label.setText(
-                f"step {row + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"
+                f"step {step + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"
+                + unread
                 + note
             )
         else:

@@ -12,8 +12,8 @@ def info_label() -> QLabel:
     """A one-line status label that wraps instead of widening the window when its text is long."""
     lab = QLabel(" ")
     lab.setWordWrap(True)
-    lab.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-    lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+    lab.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return lab
 
 
@@ -32,7 +32,7 @@ class View(QWidget):
         self._dirty = True
         self._stack = QStackedLayout()
         self.placeholder = QLabel("")
-        self.placeholder.setAlignment(Qt.AlignCenter)
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setWordWrap(True)
         self.placeholder.setObjectName("placeholder")
         self.body = QWidget()

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QSplitter,
+    QStatusBar,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz import AttnvizError
+from attnviz.app.corpus_entry import example_open
 from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
@@ -66,7 +68,7 @@ class ValueItem(QTableWidgetItem):
         super().__init__(text if text is not None else _fmt(value))
         self.value = value
         if not isinstance(value, str):
-            self.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+            self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
     def __lt__(self, other):
         a, b = self.value, getattr(other, "value", None)
@@ -94,7 +96,7 @@ class CorpusView(QWidget):
     example_requested = Signal(dict, str)
 
     def __init__(self, results, parent=None):
-        super().__init__(parent, Qt.Window)
+        super().__init__(parent, Qt.WindowType.Window)
         self.results = results
         self.heads = results.heads
         self.setWindowTitle(f"attnviz — corpus {results.folder.name}")
@@ -104,7 +106,7 @@ class CorpusView(QWidget):
             f"{Path(r.get('model', '?')).name} ({r.get('model_kind', '?')}) · {r.get('items', 0)} items, {r.get('tokens', 0)} tokens · "
             f"engine {r.get('engine', '?')} × {r.get('workers', '?')} · {r.get('items_per_s') or 0:.1f} items/s"
         )
-        self.info.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.score = QComboBox()
         self.score.addItems(["role_score", *ROW_STATS, "induction"])
         self.score.setCurrentText("role_score")
@@ -115,13 +117,13 @@ class CorpusView(QWidget):
         self.table.setSortingEnabled(True)
         self.table.itemSelectionChanged.connect(self._on_table_pick)
         self.grid = QTableWidget()
-        self.grid.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.grid.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.grid.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.grid.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.grid.cellClicked.connect(self._on_grid_click)
-        self.grid.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
-        self.grid.verticalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.grid.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.grid.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.examples = self._make_table(("rank", "value", "row", "col", "item", "text"))
-        self.examples.horizontalHeader().setSectionResizeMode(5, QHeaderView.Stretch)
+        self.examples.horizontalHeader().setSectionResizeMode(5, QHeaderView.ResizeMode.Stretch)
         self.examples.cellClicked.connect(self._on_example_click)
         self.examples_label = QLabel(
             "Click a head for its top examples; click an example to open it with that head focused."
@@ -140,18 +142,26 @@ class CorpusView(QWidget):
         rv.addWidget(self.grid, 3)
         rv.addWidget(self.examples_label)
         rv.addWidget(self.examples, 2)
-        split = QSplitter(Qt.Horizontal)
+        split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
         split.addWidget(right)
         split.setSizes([700, 600])
         lay = QVBoxLayout(self)
         lay.addLayout(top)
         lay.addWidget(split, 1)
+        # its own status line (the window is separate from the main window, whose status is about models)
+        self.status = QStatusBar()
+        self.status.setSizeGripEnabled(False)
+        lay.addWidget(self.status)
 
         self.stacks = sorted({(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: sk[0] != "encoder")
         self.current: dict | None = None
         self._fill_table()
         self._fill_grid()
+        self.status.showMessage(
+            f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
+            "click a head for its top examples"
+        )
 
     # -- building ------------------------------------------------------------------------
     @staticmethod
@@ -159,11 +169,12 @@ class CorpusView(QWidget):
         t = QTableWidget(0, len(columns))
         t.setHorizontalHeaderLabels(list(columns))
         for i, c in enumerate(columns):
-            if c in ROW_STAT_HELP:
-                t.horizontalHeaderItem(i).setToolTip(ROW_STAT_HELP[c])
-        t.setSelectionBehavior(QAbstractItemView.SelectRows)
-        t.setSelectionMode(QAbstractItemView.SingleSelection)
-        t.setEditTriggers(QAbstractItemView.NoEditTriggers)
+            header = t.horizontalHeaderItem(i)
+            if c in ROW_STAT_HELP and header is not None:
+                header.setToolTip(ROW_STAT_HELP[c])
+        t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         t.verticalHeader().setVisible(False)
         t.verticalHeader().setDefaultSectionSize(22)
         return t
@@ -175,7 +186,7 @@ class CorpusView(QWidget):
         for r, h in enumerate(self.heads):
             for c, col in enumerate(TABLE_COLUMNS):
                 item = ValueItem(h.get(col) if col != "stack" else f"{h['stack']} {h['kind']}")
-                item.setData(Qt.UserRole, r)  # index into self.heads, stable under sorting
+                item.setData(Qt.ItemDataRole.UserRole, r)  # index into self.heads, stable under sorting
                 if col == "role":
                     color = QColor(ROLE_COLORS.get(h["role"], "#FFFFFF"))
                     item.setBackground(QBrush(color))
@@ -210,8 +221,8 @@ class CorpusView(QWidget):
             r = rows.index((h["stack"], h["kind"], h["layer"]))
             v = vals[i]
             item = QTableWidgetItem(_fmt(float(v)) + ("" if score != "role_score" else f"\n{h['role']}"))
-            item.setTextAlignment(Qt.AlignCenter)
-            item.setData(Qt.UserRole, i)
+            item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+            item.setData(Qt.ItemDataRole.UserRole, i)
             if np.isfinite(v):
                 x = 0.0 if hi <= lo else (v - lo) / (hi - lo)
                 rgb = lut[int(round(x * (len(lut) - 1)))][:3]
@@ -237,12 +248,12 @@ class CorpusView(QWidget):
     def _on_table_pick(self) -> None:
         rows = self.table.selectionModel().selectedRows()
         if rows:
-            self.show_head(self.heads[self.table.item(rows[0].row(), 0).data(Qt.UserRole)])
+            self.show_head(self.heads[self.table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)])
 
     def _on_grid_click(self, r: int, c: int) -> None:
         item = self.grid.item(r, c)
         if item is not None:
-            self.show_head(self.heads[item.data(Qt.UserRole)])
+            self.show_head(self.heads[item.data(Qt.ItemDataRole.UserRole)])
 
     def examples_for(self, head: dict, score: str) -> list[dict]:
         if score == "role_score":  # the examples of the statistic behind the head's role
@@ -275,34 +286,37 @@ class CorpusView(QWidget):
             f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
             f"({_fmt(head['role_score'])}) · top items by {stat} — click one to open it"
         )
+        self.status.showMessage(
+            f"{len(ex)} top items by {stat} for {head['stack']} {head['kind']} "
+            f"layer {head['layer']} head {head['head']}"
+        )
 
     def _on_example_click(self, r: int, _c: int) -> None:
         if 0 <= r < len(getattr(self, "shown_examples", [])):
-            self.example_requested.emit(dict(self.shown_examples[r]), str(self.results.run.get("model", "")))
+            ex = self.shown_examples[r]
+            self.status.showMessage(f"Opening item {ex['item']} in the main window, head focused…")
+            self.example_requested.emit(dict(ex), str(self.results.run.get("model", "")))
 
 
 def open_example(window, example: dict, model_path: str, tokenizer: str | None = None) -> None:
     """Open the example's item in the main window and focus its head once the result is drawn."""
-    if not Path(model_path).is_file():
-        window.show_error(
-            f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back"
-        )
+    try:
+        todo = example_open(example, model_path, tokenizer)
+    except AttnvizError as e:
+        window.show_error(str(e))
         return
-    if tokenizer and Path(tokenizer).is_file() and window.tokenizer is None:
-        window.tokenizer = Path(tokenizer)  # the corpus run's --tokenizer, so the item tokenises the same way
+    if todo.tokenizer is not None and window.tokenizer is None:
+        window.tokenizer = todo.tokenizer
 
     def focus():
         window.result_shown.disconnect(focus)
         s = window.session
-        b = s.block_index(example["stack"], example["kind"])
-        s.select(block=b if b is not None else 0, layer=int(example["layer"]), head=int(example["head"]), mode="head")
+        b = s.block_index(todo.stack, todo.kind)
+        s.select(block=b if b is not None else 0, layer=todo.layer, head=todo.head, mode="head")
         window.tabs.setCurrentWidget(window.head_map)
 
     window.result_shown.connect(focus)
-    if example.get("image"):
-        window.open_model(model_path, image=example["image"])
-    else:
-        window.open_model(model_path, text=example["text"], text_pair=example.get("pair"))
+    window.open_model(todo.model, **todo.values)
 
 
 def open_corpus_results(window, folder) -> CorpusView | None:

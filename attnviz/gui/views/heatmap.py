@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPen
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPainterPath, QPen, QTransform
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from attnviz.core import view as vm
@@ -19,7 +19,9 @@ class TokenAxis(pg.AxisItem):
     """Axis whose ticks are token labels at cell centres.
 
     When they cannot all fit, the view model's rule picks them (:func:`attnviz.core.view.tick_indices`):
-    the first and the last, an even stride in between, and the hovered token.
+    the first and the last, an even stride in between, and the hovered token. A bottom axis whose labels do
+    not all fit side by side turns them upright (as the exported figure does), so a label needs only a line
+    height of width: 26 source tokens over 600 px are all labelled instead of 7.
     """
 
     def __init__(self, orientation, **kw):
@@ -29,6 +31,7 @@ class TokenAxis(pg.AxisItem):
         self.enableAutoSIPrefix(False)
         self._fm = QFontMetrics(QFont())
         self._longest = 10
+        self.rotated = False  # bottom labels drawn upright (reading upwards)
 
     def set_labels(self, labels: list[str]) -> None:
         if list(labels) == self.labels:
@@ -48,8 +51,8 @@ class TokenAxis(pg.AxisItem):
             self.picture = None
             self.update()
 
-    def _label_px(self) -> float:
-        if self.orientation in ("left", "right"):
+    def _label_px(self, upright: bool = False) -> float:
+        if self.orientation in ("left", "right") or upright:
             return self._fm.height() + 1.0
         return self._longest + 8.0
 
@@ -65,7 +68,11 @@ class TokenAxis(pg.AxisItem):
         if hi < lo:
             return []
         visible = hi - lo + 1
-        fit = int(size * visible / (maxVal - minVal) / self._label_px())
+        px = size * visible / (maxVal - minVal)
+        fit = int(px / self._label_px())
+        if self.orientation == "bottom":
+            self.rotated = fit < visible  # side by side they would be thinned: stand them upright
+            fit = int(px / self._label_px(self.rotated))
         focus = self.focus - lo if self.focus is not None and lo <= self.focus <= hi else None
         return [lo + i for i in vm.tick_indices(visible, fit, focus)]
 
@@ -74,6 +81,38 @@ class TokenAxis(pg.AxisItem):
 
     def tickStrings(self, values, scale, spacing):
         return [self.labels[int(v)] if 0 <= int(v) < len(self.labels) else "" for v in values]
+
+    def generateDrawSpecs(self, p):
+        axis_spec, tick_specs, text_specs = super().generateDrawSpecs(p)
+        if not self.rotated or self.orientation != "bottom":
+            return axis_spec, tick_specs, text_specs
+        # upright labels: a line height wide, the text's length tall, hanging below the tick
+        h = self._fm.height()
+        upright = []
+        for rect, flags, text in text_specs:
+            w = self._fm.horizontalAdvance(text) + 2
+            upright.append((QRectF(rect.center().x() - h / 2, rect.top(), h, w), flags, text))
+        self._updateMaxTextSize(max((r.height() for r, _, _ in upright), default=0))  # the axis grows to fit
+        return axis_spec, tick_specs, upright
+
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
+        if not self.rotated or self.orientation != "bottom":
+            super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
+            return
+        super().drawPicture(p, axisSpec, tickSpecs, [])
+        # each label as a rotated text path: QPicture (pyqtgraph caches the axis in one) replays painter
+        # rotations unreliably, geometry it keeps as is
+        font = self.style["tickFont"] or QFont()
+        brush = QBrush(self.textPen().color())
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)  # glyph outlines (the axis line stays crisp)
+        for rect, _flags, text in textSpecs:
+            path = QPainterPath()
+            path.addText(0.0, 0.0, font, text)
+            t = QTransform()
+            t.translate(rect.center().x() + (self._fm.ascent() - self._fm.descent()) / 2, rect.bottom() - 1)
+            t.rotate(-90)  # reads upwards, its end at the tick
+            t.translate(-path.boundingRect().left(), 0)  # the first glyph starts at the bottom edge
+            p.fillPath(t.map(path), brush)
 
 
 class HeatmapWidget(QWidget):
@@ -129,8 +168,8 @@ class HeatmapWidget(QWidget):
         self.mark_box.hide()
         self.vb.addItem(self.mark_box, ignoreBounds=True)
         self.hover_label = QLabel(" ")
-        self.hover_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.hover_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.hover_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.plot, 1)
@@ -173,6 +212,8 @@ class HeatmapWidget(QWidget):
     # -- hover -------------------------------------------------------------------
     def describe(self, row: int, col: int) -> str:
         mv = self.mv
+        if mv is None:  # nothing drawn yet: no cell to describe
+            return ""
         w = mv.value(row, col)
         q = f"{mv.y_title} “{mv.q_labels[row]}” ({int(mv.q_pos[row])})"
         if mv.block is not None and mv.block.stack == "decoder":  # a decoder row reads one token and chose the next

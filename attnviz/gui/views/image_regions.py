@@ -31,7 +31,7 @@ def heat_rgba(ov: vm.OverlayView, cmap: str = style.HEAT_NAME) -> np.ndarray:
 def to_pixmap(rgb: np.ndarray) -> QPixmap:
     rgb = np.ascontiguousarray(rgb[..., :3], dtype=np.uint8)
     h, w, _ = rgb.shape
-    qimg = QImage(rgb.data, w, h, 3 * w, QImage.Format_RGB888).copy()
+    qimg = QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
     return QPixmap.fromImage(qimg)
 
 
@@ -74,7 +74,7 @@ class ImageRegionsView(View):
         self.strip_scroll.setWidgetResizable(True)
         self.strip_scroll.setWidget(swrap)
         self.strip_scroll.setFixedHeight(THUMB_PX + 64)
-        self.strip_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.strip_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -86,6 +86,7 @@ class ImageRegionsView(View):
         self.query = 0
         self.patch_map: np.ndarray | None = None
         self._struct_key = None
+        self._strip_key: tuple | None = None  # (result, selection) the strip was drawn for
 
     # -- which block / which queries ------------------------------------------
     def source(self):
@@ -190,7 +191,7 @@ class ImageRegionsView(View):
     def _draw_strip(self, grid, img, kind) -> None:
         s = self.session
         key = (id(s.result), s.sel)
-        if key == getattr(self, "_strip_key", None):
+        if key == self._strip_key:
             return
         self._strip_key = key
         while self.strip_bar.count():
@@ -210,7 +211,7 @@ class ImageRegionsView(View):
             b.setIcon(QIcon(to_pixmap(icon)))
             b.setIconSize(QSize(THUMB_PX, THUMB_PX))
             b.setText(label)
-            b.setToolButtonStyle(Qt.ToolButtonTextUnderIcon)
+            b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextUnderIcon)
             b.clicked.connect(lambda _=False, qi=qi: self.set_query(qi))
             self.strip_bar.addWidget(b)
             self.strip.append(b)

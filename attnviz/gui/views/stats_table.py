@@ -43,7 +43,7 @@ def compute_stats(result, blk, step: int) -> list[dict]:
             a = a[:, :n, :n] if blk.kind == "self" else a[:, :n]
         sp = special[: a.shape[-1]] if len(special) >= a.shape[-1] else None
         for h in range(a.shape[0]):
-            row = {"layer": layer, "head": h}
+            row: dict[str, float] = {"layer": layer, "head": h}
             row.update(head_stats(a[h], sp))
             out.append(row)
     return out
@@ -55,8 +55,8 @@ class NumItem(QTableWidgetItem):
     def __init__(self, value: float, text: str):
         super().__init__(text)
         self.value = value
-        self.setData(Qt.UserRole, value)
-        self.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        self.setData(Qt.ItemDataRole.UserRole, value)
+        self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
     def __lt__(self, other):
         return self.value < getattr(other, "value", 0)
@@ -76,13 +76,13 @@ class StatsView(View):
         for i, c in enumerate(STAT_COLUMNS):
             self.table.horizontalHeaderItem(i + 2).setToolTip(STAT_COLUMNS[c][1])
         self.table.setSortingEnabled(True)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(22)
-        self.table.sortByColumn(0, Qt.AscendingOrder)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.Stretch)
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.cellClicked.connect(self._on_click)
         self.info = info_label()
         lay = QVBoxLayout(self.body)
@@ -142,8 +142,10 @@ class StatsView(View):
         t.setSortingEnabled(False)
         t.setColumnCount(len(self.columns))
         t.setHorizontalHeaderLabels(["layer", "head"] + [names[c][0] for c in stats])
-        for i, c in enumerate(stats):
-            t.horizontalHeaderItem(i + 2).setToolTip(names[c][1])
+        for i, name in enumerate(stats):
+            header = t.horizontalHeaderItem(i + 2)
+            if header is not None:
+                header.setToolTip(names[name][1])
         t.setRowCount(len(rows))
         for r, row in enumerate(rows):
             t.setItem(r, 0, NumItem(row["layer"], str(row["layer"])))
@@ -152,8 +154,8 @@ class StatsView(View):
                 t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
         t.setSortingEnabled(True)
         text = f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head."
-        if aligned:
-            t.sortByColumn(2, Qt.AscendingOrder)  # "which heads align?": best AER first
+        if aligned and self.gold is not None:
+            t.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # "which heads align?": best AER first
             g = self.gold
             text = (
                 f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "

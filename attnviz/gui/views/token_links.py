@@ -111,8 +111,14 @@ class LinksCanvas(QWidget):
         p.setFont(self.font_)
         xl, xr = self._x_left(), self._x_right()
         p.setPen(QColor("#555"))
-        p.drawText(QRectF(self._x0(), 0, self._col_w, ROW_H), Qt.AlignRight | Qt.AlignVCenter, "query ")
-        p.drawText(QRectF(xr, 0, self._col_w, ROW_H), Qt.AlignLeft | Qt.AlignVCenter, " key")
+        p.drawText(
+            QRectF(self._x0(), 0, self._col_w, ROW_H),
+            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+            "query ",
+        )
+        p.drawText(
+            QRectF(xr, 0, self._col_w, ROW_H), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, " key"
+        )
         for li, i, j, w in self.visible_links():
             c = QColor(self.layers[li][0])
             a = min(1.0, w / self._vmax)
@@ -123,8 +129,8 @@ class LinksCanvas(QWidget):
             p.drawLine(QPointF(xl + 4, self._y(i)), QPointF(xr - 4, self._y(j)))
         focus = self.focus
         for side, labels, x0, align in (
-            ("query", self.q_labels, self._x0(), Qt.AlignRight),
-            ("key", self.k_labels, xr, Qt.AlignLeft),
+            ("query", self.q_labels, self._x0(), Qt.AlignmentFlag.AlignRight),
+            ("key", self.k_labels, xr, Qt.AlignmentFlag.AlignLeft),
         ):
             for i, s in enumerate(labels):
                 r = QRectF(x0 + (0 if side == "query" else 6), ROW_H * (i + 1), self._col_w - 6, ROW_H)
@@ -132,7 +138,7 @@ class LinksCanvas(QWidget):
                 if hot:
                     p.fillRect(r, QColor(255, 230, 150))
                 p.setPen(QColor("black"))
-                p.drawText(r, align | Qt.AlignVCenter, s)
+                p.drawText(r, align | Qt.AlignmentFlag.AlignVCenter, s)
         p.end()
 
 

@@ -59,7 +59,7 @@ class ModelSidebar(QTreeWidget):
     def section(self, title: str) -> QTreeWidgetItem | None:
         for i in range(self.topLevelItemCount()):
             it = self.topLevelItem(i)
-            if it.text(0) == title:
+            if it is not None and it.text(0) == title:
                 return it
         return None
 
@@ -67,7 +67,8 @@ class ModelSidebar(QTreeWidget):
         it = self.section(title)
         if it is None:
             return {}
-        return {it.child(i).text(0): it.child(i).text(1) for i in range(it.childCount())}
+        children = (it.child(i) for i in range(it.childCount()))
+        return {c.text(0): c.text(1) for c in children if c is not None}
 
     def _add(self, title: str, rows, expanded: bool = True) -> None:
         top = QTreeWidgetItem([title, ""])

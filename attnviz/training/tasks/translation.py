@@ -56,7 +56,7 @@ class _TranslationBase(Task):
 
     def __init__(self):
         self.tokenizers: dt.TranslationTokenizers | None = None
-        self._splits: dict | None = None
+        self._splits: dt.Split | None = None
         self._pairs: dict[str, list[dt.AlignedPair]] = {}
         self.declared: tuple[list, str] | None = None  # ([[layer, head], ...], row convention) of guided heads
 
@@ -127,7 +127,7 @@ class _TranslationBase(Task):
         n = len(rows)
         g = max(len(p.links) for _, p, _ in rows)
         w = max(len(p.tgt) for _, p, _ in rows)
-        out = {
+        out: dict[str, np.ndarray] = {
             "input_ids": np.zeros((n, ts), np.int64),
             "attention_mask": np.zeros((n, ts), np.int64),
             "decoder_input_ids": np.zeros((n, tt), np.int64),

@@ -1,0 +1,43 @@
+"""Opening a corpus example (a row of ``examples.parquet``) in the usual views: which model, input and head."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnviz import AttnvizError
+
+
+@dataclass(frozen=True)
+class ExampleOpen:
+    """What the window opens for one corpus example, and the head it then focuses."""
+
+    model: Path
+    values: dict
+    stack: str
+    kind: str
+    layer: int
+    head: int
+    tokenizer: Path | None  # the corpus run's --tokenizer, so the item tokenises the same way
+
+
+def example_open(example: dict, model_path: str, tokenizer: str | None = None) -> ExampleOpen:
+    if not model_path or not Path(model_path).is_file():
+        raise AttnvizError(
+            f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back"
+        )
+    values: dict[str, str | None]
+    if example.get("image"):
+        values = {"image": str(example["image"])}
+    else:
+        values = {"text": example["text"], "text_pair": example.get("pair")}
+    tok = Path(tokenizer) if tokenizer and Path(tokenizer).is_file() else None
+    return ExampleOpen(
+        Path(model_path),
+        values,
+        str(example["stack"]),
+        str(example["kind"]),
+        int(example["layer"]),
+        int(example["head"]),
+        tok,
+    )

@@ -1,0 +1,113 @@
+"""The window's decisions about files, models and inputs, as plain functions (one message per refusal)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnviz import AttnvizError
+from attnviz.core.view import Selection, clamp
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+# what a path opens as, by extension (a folder is an export folder: a model)
+OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
+
+
+def file_kind(path) -> str:
+    """``"model"``, ``"image"`` or ``"maps"`` for a path the user opened or dropped; one message otherwise."""
+    p = Path(path)
+    kind = "model" if p.is_dir() else OPENERS.get(p.suffix.lower())
+    if kind is None:
+        raise AttnvizError(
+            f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
+            "and attention maps (.npz from 'attnviz extract')"
+        )
+    if not p.exists():
+        raise AttnvizError(f"cannot open {p}: no such file")
+    return kind
+
+
+def dropped(paths: list[str]) -> tuple[str, str | None] | None:
+    """What a drop of several files opens: a model first, with an image dropped beside it; else the first file."""
+    if not paths:
+        return None
+    paths = sorted(paths, key=lambda p: 0 if p.lower().endswith(".onnx") else 1)
+    images = [u for u in paths[1:] if Path(u).suffix.lower() in IMAGE_SUFFIXES]
+    if paths[0].lower().endswith(".onnx") and images:
+        return paths[0], images[0]
+    return paths[0], None
+
+
+def model_kind(model) -> str:
+    return str(getattr(model, "kind", "") or "")
+
+
+def model_name(model) -> str:
+    return str(getattr(model, "name", None) or "this model")
+
+
+def default_generate(model) -> int:
+    """Translation and captioning generate by default (stopping at EOS); decoder-only graphs may be
+    forecasters with no token input, so they do not."""
+    return 32 if model_kind(model) in ("encoder-decoder", "vision-decoder") else 0
+
+
+def sample_input(model) -> dict:
+    """The model's ``attnviz.sample`` input, with relative image paths resolved."""
+    from attnviz.runtime.sample import sample_input as from_meta
+
+    return from_meta(getattr(model, "meta", None) or {}, getattr(model, "path", "."))
+
+
+def first_input(model, given: dict, current_image: str = "") -> dict:
+    """The input a freshly opened model runs: its sample, the image the user already chose (for an image
+    model without a sample image), then what the caller gave; ``generate`` defaults per family."""
+    values = sample_input(model)
+    if model_kind(model).startswith("vision") and not values.get("image") and current_image:
+        values["image"] = current_image
+    values.update(given)
+    values.setdefault("generate", default_generate(model))
+    return values
+
+
+def no_attention_reason(model) -> str:
+    return getattr(model, "no_attention_reason", None) or "no attention operations were found"
+
+
+def check_runnable(model) -> None:
+    """A model is open and has attention to show; else one message saying what to do."""
+    if model is None:
+        raise AttnvizError("no model open: use File ▸ Open model… or drop an .onnx file on the window")
+    if not getattr(model, "sites", None):
+        raise AttnvizError(f"{model_name(model)}: no attention to show — {no_attention_reason(model)}")
+
+
+def check_image_model(model, image) -> None:
+    """An image opened on its own needs a vision or captioning model."""
+    name = Path(image).name
+    if model is None:
+        raise AttnvizError(f"open a vision or captioning model first, then the image {name}", param="image")
+    if not (model_kind(model) or "vision").startswith("vision"):
+        raise AttnvizError(
+            f"{model_name(model)} takes text, not images; open a vision or captioning model for {name}",
+            param="image",
+        )
+
+
+def neighbour_head(n_layers: int, heads_in, layer: int, head: int, d: int) -> tuple[int, int]:
+    """The head ``d`` steps from (layer, head), wrapping into the previous / next layer at the ends
+    (``heads_in(layer)`` gives a layer's head count; the session clamps what runs off the block)."""
+    h = head + d
+    if h < 0 and layer > 0:
+        layer -= 1
+        h = heads_in(layer) - 1
+    elif h >= heads_in(layer) and layer < n_layers - 1:
+        layer += 1
+        h = 0
+    return layer, h
+
+
+def on_block(sel: Selection, blocks, block: int, **changes) -> Selection:
+    """The selection moved to ``block`` (the Alignment and Image views draw one block of their own): rollout
+    multiplies square self-attention maps, so on a cross-attention block it becomes the mean over heads."""
+    mode = "mean" if sel.mode == "rollout" and blocks[block].kind == "cross" else sel.mode
+    return clamp(sel.with_(block=block, mode=mode, **changes), blocks)

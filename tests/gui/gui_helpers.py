@@ -1,0 +1,27 @@
+"""Helpers the GUI tests import by name (a module of its own: ``from conftest import`` picks whichever
+conftest.py was imported first when several test folders run in one session)."""
+
+from __future__ import annotations
+
+FAKE_MODELS = {
+    "text.onnx": dict(kind="encoder", layers=6, heads=12),
+    "mt.onnx": dict(kind="encoder-decoder", layers=2, heads=4),
+    "vit.onnx": dict(kind="vision", layers=2, heads=4),
+    "cap.onnx": dict(kind="vision-decoder", layers=2, heads=4),
+    "cnn.onnx": dict(kind="none"),
+    "broken.onnx": dict(kind="broken"),
+    "slow.onnx": dict(kind="encoder", delay=0.4),
+    "long.onnx": dict(kind="encoder", layers=2, heads=3),
+}
+
+
+def open_and_wait(qtbot, w, path, timeout=30000, **values):
+    """Open a model as a user would and wait until its first result is drawn."""
+    with qtbot.waitSignal(w.result_shown, timeout=timeout):
+        w.open_path(path, **values)
+
+
+def run_and_wait(qtbot, w, timeout=30000, **values):
+    with qtbot.waitSignal(w.result_shown, timeout=timeout):
+        w.inputs.set_values(**values)
+        w.inputs.run_button.click()

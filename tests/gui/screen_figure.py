@@ -1,0 +1,155 @@
+"""Shared by the screen-equals-figure tests: read back what the GUI drew and what the exported figure drew for
+the current view, and assert they are the same numbers, labels, ticks, colours and overlay."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from attnviz.figures import render_figure
+
+# (name, selection changes): heads and aggregates, layer ranges, steps, filters, log scale
+SETTINGS = [
+    ("head", dict(mode="head", layer=1, head=2)),
+    ("mean+log", dict(mode="mean", layer_lo=0, layer_hi=1, log=True)),
+    ("max+hide", dict(mode="max", layer_lo=1, layer_hi=1, hide_special=True)),
+    ("rollout+keep", dict(mode="rollout", keep=0.6)),
+    ("head+step", dict(mode="head", layer=0, head=1, step=1)),
+    ("hide+keep+log+step", dict(mode="head", layer=1, head=0, hide_special=True, keep=0.8, log=True, step=0)),
+]
+VIEWS = ("overview", "head", "links", "alignment", "image")
+
+
+def unescape(s: str) -> str:
+    return s.replace("\\$", "$")
+
+
+def figure(w, view):
+    spec = w.figure_spec(view)
+    assert spec is not None
+    return render_figure(w.session.result, replace(spec, dpi=40))
+
+
+def check_map(hm, fig):
+    """A heatmap widget and a heatmap figure: same matrix, colour range, axis titles and tick labels."""
+    ax = fig.axes[0]
+    mv = hm.mv
+    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mv.matrix)
+    norm = ax.images[0].norm
+    lo, hi = hm.colorbar.levels()
+    if hm.log:
+        np.testing.assert_allclose([np.log10(norm.vmin), np.log10(norm.vmax)], [lo, hi], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(hm.image.image, np.log10(np.maximum(mv.matrix, norm.vmin)), rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_allclose([norm.vmin, norm.vmax], [lo, hi], rtol=1e-6)
+        np.testing.assert_array_equal(hm.image.image, mv.matrix)
+    assert ax.get_xlabel() == mv.x_title == hm.plot.getPlotItem().getAxis("bottom").labelText
+    assert ax.get_ylabel() == mv.y_title == hm.plot.getPlotItem().getAxis("left").labelText
+    for axis, labels in ((ax.xaxis, hm.x_axis.labels), (ax.yaxis, hm.y_axis.labels)):
+        ticks = [int(round(t)) for t in axis.get_majorticklocs()]
+        texts = [unescape(t.get_text()) for t in axis.get_majorticklabels()]
+        assert texts == [labels[i] for i in ticks]
+        assert ticks[0] == 0 and ticks[-1] == len(labels) - 1  # first and last always labelled
+
+
+def check_overview(w, fig):
+    ov = w.overview
+    bi = w.session.sel.block
+    blk = w.session.blocks[bi]
+    drawn = ov.thumbnail_maps()
+    panels = [a for a in fig.axes if a.images]
+    want = [drawn[(bi, li, h)] for li in range(blk.n_layers) for h in range(blk.heads_in(li))]
+    assert len(panels) == len(want)
+    norm = panels[0].images[0].norm
+    for a, m in zip(panels, want):
+        np.testing.assert_array_equal(np.asarray(a.images[0].get_array()), m)
+    lo, hi = ov.levels
+    top = np.log10(norm.vmax) if w.session.sel.log else norm.vmax
+    assert top == pytest.approx(hi, rel=1e-5)
+    for key, img in ov.thumbs.items():
+        if key[0] == bi:
+            np.testing.assert_allclose(img.image, ov.thumbs[key].image)
+
+
+def check_links(w, fig):
+    from matplotlib.collections import LineCollection
+
+    cv = w.links.canvas
+    colls = [c for c in fig.axes[0].collections if isinstance(c, LineCollection)]
+    fig_alpha = sorted(round(float(c[3]), 6) for coll in colls for c in coll.get_colors())
+    from attnviz.core.view import link_alpha
+
+    gui_alpha = sorted(round(link_alpha(wt), 6) for _, _, _, wt in cv.links)
+    assert fig_alpha == pytest.approx(gui_alpha, abs=1e-6)
+    texts = {unescape(t.get_text()) for t in fig.axes[0].texts}
+    assert cv.q_labels[0] in texts and cv.q_labels[-1] in texts and cv.k_labels[-1] in texts
+    assert {t for t in texts if t in set(cv.q_labels + cv.k_labels)} <= set(cv.q_labels + cv.k_labels)
+    fig_colours = sorted({tuple(np.round(c[:3], 4)) for coll in colls for c in coll.get_colors()})
+    from matplotlib.colors import to_rgb
+
+    gui_colours = sorted(
+        {
+            tuple(np.round(to_rgb(colour), 4))
+            for li, (colour, _) in enumerate(cv.layers)
+            if any(lk[0] == li for lk in cv.links)
+        }
+    )
+    assert fig_colours == gui_colours
+
+
+def check_image(w, fig):
+    from matplotlib import colormaps
+
+    v = w.image_regions
+    gui = v.overlay_item.image  # [H*k, W*k, 4] uint8
+    ax = next(a for a in fig.axes if len(a.images) == 2)
+    rgba = np.asarray(ax.images[1].get_array())  # [H, W, 4] float
+    h, w_ = rgba.shape[:2]
+    k = gui.shape[0] // h
+    # the screen computes the heat k times finer; block means of a bilinear surface are its centre values
+    gui_alpha = gui[..., 3].astype(np.float32).reshape(h, k, w_, k).mean(axis=(1, 3)) / 255.0
+    np.testing.assert_allclose(gui_alpha, rgba[..., 3], atol=0.03)
+    # the same colour map: the screen's colour at a pixel is matplotlib's colour for that heat
+    heat = (gui[..., 3].astype(np.float32) / 255.0 - 0.2) / 0.7
+    want = colormaps[fig.attnviz_spec.colormap](np.clip(heat, 0, 1))[..., :3] * 255
+    np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
+    assert f"query {v.queries[v.query][0]}" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+
+
+def views_for(w):
+    return [v for v in VIEWS if not w.views[w.VIEW_ALIASES[v]].reason()]
+
+
+CHECKS = {
+    "head": lambda w, fig: check_map(w.head_map.heatmap, fig),
+    "alignment": lambda w, fig: check_map(w.alignment.heatmap, fig),
+    "overview": check_overview,
+    "links": check_links,
+    "image": check_image,
+}
+
+
+def check_grid(w, result, settings=None) -> int:
+    """Show ``result`` and, for every block x setting x view the result has, compare screen and figure.
+    Returns how many (block, setting, view) combinations were compared."""
+    w._show_result(result)
+    views = views_for(w)
+    checked = 0
+    for bi, blk in enumerate(w.session.blocks):
+        for _name, changes in settings or SETTINGS:
+            if changes.get("step", -1) >= 0 and not result.generated:
+                continue
+            base = dict(layer_lo=0, layer_hi=-1, step=-1, keep=1.0, log=False, hide_special=False)
+            w.session.select(block=bi, **{**base, **changes})
+            for view in views:
+                w.select_view(view)
+                widget = w.current_view()
+                if widget.message:  # the view says why this combination is undefined (rollout on cross)
+                    assert changes["mode"] == "rollout" and (blk.kind == "cross" or view == "alignment"), widget.message
+                    continue
+                fig = figure(w, widget)
+                CHECKS[view](w, fig)
+                checked += 1
+    return checked
