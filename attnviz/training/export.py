@@ -73,7 +73,7 @@ def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | N
         "config": {"task": task.name, "model": mcfg.to_dict(), "train": tcfg.to_dict(), "attnviz": __version__},
     }
     meta.update(task.metadata(mcfg))
-    if tcfg.align_weight:
+    if tcfg.align_weight and mcfg.arch == "encoder-decoder":  # word alignment; a captioner's guided heads point
         # the heads trained as aligners, best first: by the validation split when the run had one (so the test
         # split selects nothing), else by the held-out metrics
         heads = [list(h) for h in tcfg.align_heads]

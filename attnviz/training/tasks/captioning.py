@@ -61,7 +61,19 @@ class Captioning(Task):
         )
         train = dict(task=self.name)
         if preset == "demo":
-            train.update(steps=8000, batch_size=64, lr=2e-3, warmup=300, n_train=16000, n_test=500)
+            # guided attention (training/guided.py) on decoder heads 1:0 and 1:1: each object word's row is pulled
+            # onto the cells of that object's gold box (training scenes only); without it strict pointing was 0.85
+            train.update(
+                steps=6000,
+                batch_size=64,
+                lr=2e-3,
+                warmup=300,
+                n_train=16000,
+                n_test=500,
+                align_weight=0.5,
+                align_heads=[[1, 0], [1, 1]],
+                align_convention="predict",
+            )
         else:  # the same 64x64 image and 8x8 grid, tiny widths
             train.update(n_train=256, n_test=32)
         return preset_configs(preset, model, train)
