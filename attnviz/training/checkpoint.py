@@ -164,9 +164,13 @@ def load_best(out: Path, model, step: int) -> None:
             meta = f.metadata() or {}
             sd = {k[len("model.") :]: f.get_tensor(k) for k in f.keys() if k.startswith("model.")}
     except Exception as e:  # missing, truncated or garbled
-        raise AttnvizError(f"best-validation weights {p} are unreadable ({str(e).splitlines()[0][:120]}); "
-                           "pass --restart to train again") from None
+        raise AttnvizError(
+            f"best-validation weights {p} are unreadable ({str(e).splitlines()[0][:120]}); "
+            "pass --restart to train again"
+        ) from None
     if meta.get("step") != str(step):
-        raise AttnvizError(f"{p} is from step {meta.get('step')} but {STATE} says the best step is {step}; "
-                           "pass --restart to train again")
+        raise AttnvizError(
+            f"{p} is from step {meta.get('step')} but {STATE} says the best step is {step}; "
+            "pass --restart to train again"
+        )
     model.load_state_dict(sd, strict=True)

@@ -221,8 +221,12 @@ def gloss_pair(pair: AlignedPair) -> AlignedPair | None:
     if not tgt:
         return None
     return AlignedPair(
-        id=pair.id + "#gloss", src=pair.src, tgt=tuple(tgt), links=frozenset(links),
-        tgt_skip=(False,) * len(tgt), tagged=True,
+        id=pair.id + "#gloss",
+        src=pair.src,
+        tgt=tuple(tgt),
+        links=frozenset(links),
+        tgt_skip=(False,) * len(tgt),
+        tagged=True,
     )
 
 

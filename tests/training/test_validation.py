@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-
 from types import SimpleNamespace
 
 import pytest
@@ -145,8 +144,16 @@ def test_init_from_starts_with_the_runs_weights_and_tokenizers(tmp_path):
 
     base = tmp_path / "base"
     args = SimpleNamespace(
-        task="translation-synthetic", out=str(base), preset="tiny", epochs=None, steps=5, seed=None,
-        device=None, restart=False, quiet=True, overrides=[],
+        task="translation-synthetic",
+        out=str(base),
+        preset="tiny",
+        epochs=None,
+        steps=5,
+        seed=None,
+        device=None,
+        restart=False,
+        quiet=True,
+        overrides=[],
     )
     assert train_run(args) == 0
     task = get_task("translation-synthetic")
