@@ -405,7 +405,7 @@ class TranslationTokenizers:
         """
         s_ids, s_w = encode_words(self.source, pair.src)
         if pair.tagged:  # the gloss-register marker: the source side's [BOS], which real sources never hold
-            s_ids, s_w = [self.source.token_to_id(BOS)] + s_ids, [-1] + s_w
+            s_ids, s_w = [_token_id(self.source, BOS)] + s_ids, [-1] + s_w
         t_ids, t_w = encode_words(self.target, pair.tgt)
         bos, eos = _token_id(self.target, BOS), _token_id(self.target, EOS)
         return {"src_ids": s_ids, "src_words": s_w, "tgt_ids": [bos] + t_ids + [eos], "tgt_words": [-1] + t_w + [-1]}
