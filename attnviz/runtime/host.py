@@ -3,8 +3,9 @@
 Untrusted models reach code paths in onnxruntime that abort the process (a 115-byte ONNX ``Attention`` with
 ``q_num_heads=0`` dies with SIGFPE while the session is created).  :func:`make_session` therefore returns a
 :class:`RemoteSession` whose sessions are created and run in one long-lived child (spawned on first use and
-kept across runs, so a run costs a pipe round trip, not a process start).  Large outputs come back as ``.npy``
-files in a memory-backed folder that the parent maps copy-on-write: one copy in the child, none in the parent.
+kept across runs, so a run costs a pipe round trip, not a process start).  Large outputs come back in shared-memory
+*slots* that both processes keep mapped and reuse (:mod:`attnviz.runtime.worker` has the ownership rule): the
+caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.
 
 When the child dies the call raises :class:`ModelCrashed` ("the model crashed onnxruntime: ..."); the next
 call starts a fresh child and re-creates the sessions of other models transparently.  A run whose caller was
@@ -16,7 +17,9 @@ cancelled (see :func:`cancel_scope`) kills the child, which really stops onnxrun
 from __future__ import annotations
 
 import atexit
+import ctypes
 import itertools
+import mmap
 import multiprocessing as mp
 import os
 import shutil
@@ -26,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -35,10 +38,21 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
+from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
+from attnviz.runtime.worker import serve
 
-# outputs up to 64 kB travel through the pipe; larger ones through a mapped file (a pickled map is copied four
-# times on its way; a file once, and the parent maps it: 1.52x -> 1.32x plain at 128 tokens, bench/RESULTS.md)
-INLINE_BYTES = 1 << 16
+__all__ = [
+    "INLINE_BYTES",
+    "PROVIDERS",
+    "ModelCrashed",
+    "NodeArg",
+    "RemoteSession",
+    "cancel_scope",
+    "isolated",
+    "make_session",
+    "shutdown",
+]
+
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
 
 
@@ -52,15 +66,6 @@ class RunCancelled(Cancelled):
 
 class RemoteRunError(RuntimeError):
     """onnxruntime raised inside the child; the text is onnxruntime's own message."""
-
-
-@dataclass(frozen=True)
-class NodeArg:
-    """What ``InferenceSession.get_inputs()/get_outputs()`` items offer that callers use."""
-
-    name: str
-    type: str
-    shape: tuple
 
 
 # -- cancellation scope (thread-local: each GUI worker thread has its own flag) -------------------------
@@ -83,87 +88,6 @@ def _cancel_requested() -> bool:
     return bool(check is not None and check())
 
 
-# -- the child ------------------------------------------------------------------------------------------
-def _serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child process
-    from attnviz.runtime.session import make_session as local_session
-
-    sessions = {}
-    keep = {}
-    counter = itertools.count()
-    while True:
-        try:
-            op, args = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            if op == "create":
-                sid, model, kwargs = args
-                if kwargs.get("initializers"):  # weights handed over as arrays: OrtValues that share their memory
-                    import onnxruntime as ort
-
-                    names, arrays = kwargs["initializers"]
-                    kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
-                    keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
-                sess, note = local_session(model, **kwargs)
-                sessions[sid] = sess
-                desc = [
-                    [NodeArg(a.name, a.type, tuple(a.shape)) for a in getattr(sess, f"get_{k}")()]
-                    for k in ("inputs", "outputs")
-                ]
-                reply = (note, sess.get_providers(), desc[0], desc[1])
-            elif op == "run":
-                sid, names, feeds, bound = args
-                values = _run_local(sessions[sid], names, feeds, bound)
-                reply = [_pack(v, outdir, counter) for v in values]
-            elif op == "close":
-                for sid in args[0]:
-                    sessions.pop(sid, None)
-                    keep.pop(sid, None)
-                reply = None
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            conn.send(("ok", reply))
-        except BaseException as e:
-            conn.send(
-                (
-                    "attnviz" if isinstance(e, AttnvizError) else "error",
-                    f"{type(e).__name__}: {e}" if not isinstance(e, AttnvizError) else str(e),
-                )
-            )
-
-
-def _run_local(sess, names, feeds, bound):
-    if not bound:
-        return sess.run(names, feeds)
-    io = sess.io_binding()  # outputs in onnxruntime-allocated buffers: no extra copy before the file write
-    for k, v in feeds.items():
-        io.bind_cpu_input(k, np.ascontiguousarray(v))
-    for n in names:
-        io.bind_output(n, "cpu")
-    sess.run_with_iobinding(io)
-    return [o.numpy() for o in io.get_outputs()]
-
-
-def _pack(v, outdir, counter):
-    v = np.asarray(v)
-    if v.nbytes <= INLINE_BYTES or v.dtype.hasobject:
-        return ("inline", v)
-    path = os.path.join(outdir, f"out-{next(counter)}.npy")
-    np.save(path, v)
-    return ("file", path)
-
-
-def _unpack(item):
-    kind, value = item
-    if kind == "inline":
-        return value
-    try:
-        # copy-on-write map: callers may write into it; the pages stay valid after the unlink
-        return np.load(value, mmap_mode="c", allow_pickle=False)
-    finally:
-        Path(value).unlink(missing_ok=True)
-
-
 # -- the parent's handle on the child -------------------------------------------------------------------
 class _Host:
     """One child process; requests are serialised by a lock (onnxruntime parallelises inside a run)."""
@@ -176,8 +100,8 @@ class _Host:
             mine, theirs = socket.socketpair()
             root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-            self.proc = _Popen(
-                [sys.executable, "-m", "attnviz.runtime.worker", str(theirs.fileno()), self.outdir],
+            self.proc: _Popen | _MpProcess = _Popen(
+                [sys.executable, str(Path(__file__).with_name("worker.py")), str(theirs.fileno()), self.outdir],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=env,
@@ -187,16 +111,55 @@ class _Host:
         else:  # pragma: no cover - Windows has no pass_fds
             ctx = mp.get_context("spawn")
             self.conn, child = ctx.Pipe()
-            self.proc = _MpProcess(ctx.Process(target=_serve, args=(child, self.outdir), daemon=True))
+            self.proc = _MpProcess(ctx.Process(target=serve, args=(child, self.outdir), daemon=True))
             child.close()
         self.lock = threading.Lock()
         self.generation = next(_generations)
+        self.maps: dict[int, mmap.mmap] = {}  # the child's slots, mapped once each and kept
+        self.released: list[int] = []  # slots no array views any more (appended by finalisers, any thread)
 
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def call(self, op: str, *args, what: str = "running the model"):
+    def run(self, sid: int, names: list[str], feeds: dict) -> list[np.ndarray]:
+        """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
+        released = []
+        while self.released:  # list.pop is atomic: a finaliser appending meanwhile is sent next time
+            released.append(self.released.pop())
+        return self.call("run", sid, names, feeds, released, adopt=self._adopt)
+
+    def _adopt(self, reply) -> list[np.ndarray]:
+        """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
+        replies are applied in the order the child sent them)."""
+        items, created, deleted = reply
+        for i in deleted:
+            mm = self.maps.pop(i, None)
+            if mm is not None:
+                _close(mm)
+        for i, name, size in created:
+            fd = os.open(os.path.join(self.outdir, name), os.O_RDWR)
+            try:  # MAP_POPULATE maps every page now: no page fault when the maps are read
+                self.maps[i] = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+            finally:
+                os.close(fd)
+        lent: dict[int, np.ndarray] = {}  # a name fetched twice is one slot: one owner, one finaliser
+        for item in items:
+            if item[0] == "slot" and item[1] not in lent:
+                lent[item[1]] = self.lend(*item[1:])
+        return [lent[item[1]] if item[0] == "slot" else item[1] for item in items]
+
+    def lend(self, slot: int, dtype: str, shape: tuple) -> np.ndarray:
+        """An array viewing a slot.  Every view numpy derives from it keeps ``owner`` alive (through the buffer
+        it was made from), so the finaliser runs only when the last one is gone; then the slot is handed back."""
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64))
+        owner = (ctypes.c_char * (n * dt.itemsize)).from_buffer(self.maps[slot])
+        fin = weakref.finalize(owner, self.released.append, slot)
+        fin.atexit = False
+        return np.frombuffer(memoryview(owner), dt, n).reshape(shape)
+
+    def call(self, op: str, *args, what: str = "running the model", adopt=None):
         while not self.lock.acquire(timeout=POLL_S):
             if _cancel_requested():
                 raise RunCancelled("cancelled")
@@ -223,6 +186,8 @@ class _Host:
                 raise ModelCrashed(
                     f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
                 ) from None
+            if status == "ok" and adopt is not None:
+                return adopt(reply)
         finally:
             self.lock.release()
         if status == "ok":
@@ -263,7 +228,17 @@ class _Host:
             self.proc.kill()
         self.proc.wait(5)
         self.conn.close()
+        for mm in self.maps.values():
+            _close(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
+        self.maps.clear()
         shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+def _close(mm: mmap.mmap) -> None:
+    try:
+        mm.close()
+    except BufferError:  # arrays still view it: it is unmapped when the last of them is collected
+        pass
 
 
 class _Popen(subprocess.Popen):
@@ -381,12 +356,15 @@ class RemoteSession:
     def get_outputs(self) -> list[NodeArg]:
         return list(self._outputs)
 
-    def run(self, names, feeds, run_options=None, bound: bool = False) -> list[np.ndarray]:
+    def run(self, names, feeds, run_options=None) -> list[np.ndarray]:
+        """Like ``InferenceSession.run`` (the child always binds outputs to reuse its slots).  Outputs over
+        ``INLINE_BYTES`` are views onto shared memory that stays the caller's while any view of it is alive."""
         names = [o.name for o in self._outputs] if names is None else list(names)
         for _ in range(2):
             self._ensure()
+            assert self._host is not None  # _ensure either set it or raised
             try:
-                items = self._host.call("run", self._sid, names, dict(feeds), bound)
+                return self._host.run(self._sid, names, dict(feeds))
             except _Dead:
                 self._host = None
                 continue
@@ -396,11 +374,10 @@ class RemoteSession:
             except RunCancelled:
                 self._host = None  # the child was stopped; the session is re-created on the next run
                 raise
-            return [_unpack(i) for i in items]
         raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
-        return self.run(names, feeds, bound=True)
+        return self.run(names, feeds)
 
 
 def _ort_text(e: Exception) -> str:
@@ -427,15 +404,15 @@ def make_session(
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
     OrtValues (sent to the child as arrays)."""
-    from attnviz.runtime import session as local
-
-    if provider not in local.PROVIDERS:  # argument errors need no child
-        raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(local.PROVIDERS)}")
+    if provider not in PROVIDERS:  # argument errors need no child
+        raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra = {}
     if initializers and initializers[0]:
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
     if not isolated():
+        from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
+
         return local.make_session(
             model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
         )

@@ -7,8 +7,8 @@ import os
 import onnxruntime as ort
 
 from attnviz import AttnvizError
+from attnviz.runtime.isolation import PROVIDERS  # here without onnxruntime: the parent checks names with it
 
-PROVIDERS = ("auto", "cpu", "cuda")
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 
@@ -31,6 +31,7 @@ def make_session(
     threads: int | None = None,
     arena: bool = True,
     external_dir: str | None = None,
+    shared_arena: bool = False,
 ) -> tuple[ort.InferenceSession, str]:
     """Create a session; return it and a note when the provider differs from what was asked."""
     if provider not in PROVIDERS:
@@ -43,6 +44,8 @@ def make_session(
             "CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu"
         )
     so = session_options(threads, arena)
+    if arena and shared_arena:  # the process-wide arena the crash-isolation child registers (runtime/worker.py)
+        so.add_session_config_entry("session.use_env_allocators", "1")
     if external_dir:  # a model given as bytes reads its external weights from here
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_dir)
     if want_cuda:

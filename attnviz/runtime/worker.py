@@ -1,12 +1,387 @@
-"""The crash-isolation child: ``python -m attnviz.runtime.worker FD OUTDIR`` (started by :mod:`attnviz.runtime.host`).
+"""The crash-isolation child: onnxruntime sessions run on the parent's requests (started by :mod:`attnviz.runtime.host`).
 
-A module of its own so that the server's classes pickle under their real module name, not ``__main__``.
+``python .../attnviz/runtime/worker.py FD OUTDIR``: started as a script, by path, so that the child imports only
+numpy, onnxruntime and the three small attnviz modules it needs, not ``attnviz.runtime``'s package init (onnx,
+the graph code, folders: ~12 MB of memory and ~0.5 s per child).  The server's classes still pickle under their
+real module names.
+
+Outputs over :data:`INLINE_BYTES` come back in *slots*: files in a memory-backed folder that the child and the
+parent both keep mapped across runs, so that a run's maps cost neither a copy through the pipe nor fresh page
+faults.  Ownership is one rule each way:
+
+- a slot the child names in a reply is *lent* to the parent; the child never writes into a lent slot;
+- the parent hands a slot back (inside its next run request) only once no array viewing it is left
+  (``host._Host.lend``: a finaliser on the object every view of the slot keeps alive).
+
+A free slot is reused: when an output's shape is known before the run, onnxruntime writes straight into a free
+slot through I/O binding (no copy at all); otherwise onnxruntime allocates it and the child copies it into a slot
+once.  Shapes are learned per session from earlier runs (:class:`ShapeLinks`).  Free slots unused for two runs are
+deleted and the parent is told to unmap them.
 """
 
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
 import sys
-from multiprocessing.connection import Connection
+from collections.abc import Callable
 
-from attnviz.runtime.host import _serve
+import numpy as np
 
-if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), sys.argv[2])
+
+def _light_package() -> None:
+    """Register ``attnviz.runtime`` as a bare package, so that importing isolation/session/errors does not run
+    its ``__init__`` (which imports onnx and the whole engine)."""
+    import types
+
+    import attnviz
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    pkg = types.ModuleType("attnviz.runtime")
+    pkg.__path__ = [here]
+    sys.modules["attnviz.runtime"] = pkg
+    attnviz.runtime = pkg  # type: ignore[attr-defined]  # set by hand, as import would: mypy sees no such module attribute
+
+
+if __name__ == "__main__":  # pragma: no cover - the child, before anything imports attnviz.runtime
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # this script's folder (engine modules named graph, model, errors...) must not shadow others
+    _light_package()
+
+from attnviz.runtime.isolation import INLINE_BYTES, NodeArg  # noqa: E402  (after the child's bare package)
+
+KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
+# frees its slots one run later: they are reused by the run after that)
+KEEP_FREE_BYTES = 512 << 20  # never keep more than this in free slots (a one-off long input must not pin its maps)
+MAX_MISSES = 3  # a session whose learned shapes were wrong this often stops predicting (data-dependent shapes)
+
+
+def _slot_size(n: int) -> int:
+    """Sizes round up to 1/8 of their power of two (>= 64 kB), so that inputs of nearby lengths reuse slots."""
+    step = max(1 << 16, 1 << max(0, n.bit_length() - 4))
+    return -(-n // step) * step
+
+
+class Slot:
+    __slots__ = ("id", "name", "cap", "mm", "view", "used")
+
+    def __init__(self, sid: int, name: str, cap: int, mm: mmap.mmap, used: int):
+        self.id, self.name, self.cap, self.mm, self.used = sid, name, cap, mm, used
+        self.view = np.frombuffer(mm, np.uint8)  # its address is what onnxruntime writes to
+
+    def array(self, dtype: np.dtype, shape: tuple) -> np.ndarray:
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return self.view[:n].view(dtype).reshape(shape)
+
+
+class Pool:
+    """The child's slots: lent to the parent, or free for the next run."""
+
+    def __init__(self, outdir: str):
+        self.outdir = outdir
+        self.slots: dict[int, Slot] = {}
+        self.free: set[int] = set()
+        self.ids = itertools.count(1)
+        self.run = 0
+        self.created: list[tuple[int, str, int]] = []
+        self.deleted: list[int] = []
+        self.enabled = os.name == "posix"
+
+    def release(self, ids) -> None:
+        for i in ids:
+            if i in self.slots:
+                self.free.add(i)
+
+    def take(self, nbytes: int) -> Slot | None:
+        """A slot of at least ``nbytes``, lent from now on; None when shared memory is full (the output then
+        travels through the socket)."""
+        if not self.enabled:
+            return None
+        size = _slot_size(nbytes)
+        fits = [self.slots[i] for i in self.free if nbytes <= self.slots[i].cap <= 2 * size]
+        slot = min(fits, key=lambda s: s.cap) if fits else self._new(size)
+        if slot is not None:
+            self.free.discard(slot.id)
+            slot.used = self.run
+        return slot
+
+    def give_back(self, slot: Slot) -> None:
+        """A slot taken for a run that failed: it was never lent."""
+        self.free.add(slot.id)
+
+    def _new(self, size: int) -> Slot | None:
+        sid = next(self.ids)
+        name = f"slot-{sid}"
+        path = os.path.join(self.outdir, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                if hasattr(os, "posix_fallocate"):
+                    # reserve the pages now: a full tmpfs raises here instead of SIGBUS-ing onnxruntime mid-run
+                    os.posix_fallocate(fd, 0, size)
+                else:  # macOS: no fallocate (and no /dev/shm: the folder is on disk)
+                    os.ftruncate(fd, size)
+            except OSError:
+                os.unlink(path)
+                return None
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        finally:
+            os.close(fd)
+        slot = Slot(sid, name, size, mm, self.run)
+        self.slots[sid] = slot
+        self.created.append((sid, name, size))
+        return slot
+
+    def trim(self) -> None:
+        """Delete free slots that went unused for KEEP_RUNS runs, and the oldest beyond KEEP_FREE_BYTES."""
+        free = sorted((self.slots[i] for i in self.free), key=lambda s: s.used, reverse=True)
+        kept = 0
+        for s in free:
+            if self.run - s.used >= KEEP_RUNS or kept + s.cap > KEEP_FREE_BYTES:
+                self._delete(s)
+            else:
+                kept += s.cap
+
+    def _delete(self, s: Slot) -> None:
+        self.free.discard(s.id)
+        del self.slots[s.id]
+        del s.view  # numpy's export of the mapping must go before it can be closed
+        s.mm.close()
+        try:
+            os.unlink(os.path.join(self.outdir, s.name))
+        except OSError:
+            pass
+        self.deleted.append(s.id)
+
+    def changes(self) -> tuple[list, list]:
+        c, d = self.created, self.deleted
+        self.created, self.deleted = [], []
+        return c, d
+
+
+class ShapeLinks:
+    """What each output dimension equals, learned from a session's earlier runs: a constant, or a dimension of
+    one of the feeds.  Each run narrows the candidates; a dimension is predicted when its remaining candidates
+    agree on one value (a feed's dimension wins over a constant that happened to be equal: attention maps follow
+    the sequence length).  A wrong prediction costs a second run, never a wrong value: onnxruntime refuses an
+    output buffer whose shape differs from the one it computes."""
+
+    def __init__(self):
+        self.outputs: dict[str, tuple[str, list[set]]] = {}
+        self.misses = 0
+
+    @staticmethod
+    def dims(feeds: dict) -> dict:
+        return {(k, ax): int(n) for k, v in feeds.items() for ax, n in enumerate(np.shape(v))}
+
+    def learn(self, dims: dict, name: str, arr: np.ndarray) -> None:
+        cands = [{("c", n)} | {("in", key) for key, m in dims.items() if m == n} for n in arr.shape]
+        old = self.outputs.get(name)
+        if old is not None and old[0] == arr.dtype.str and len(old[1]) == len(cands):
+            cands = [a & b for a, b in zip(old[1], cands)]
+        self.outputs[name] = (arr.dtype.str, cands)
+
+    def predict(self, dims: dict, name: str) -> tuple[np.dtype, tuple] | None:
+        known = self.outputs.get(name)
+        if known is None or self.misses >= MAX_MISSES:
+            return None
+        shape = []
+        for cands in known[1]:
+            linked = {dims.get(c[1]) for c in cands if c[0] == "in"}
+            values = linked if linked and None not in linked else {c[1] for c in cands if c[0] == "c"}
+            if len(values) != 1:
+                return None
+            shape.append(values.pop())
+        return np.dtype(known[0]), tuple(shape)
+
+
+class Server:
+    def __init__(self, conn, outdir: str):
+        self.conn = conn
+        self.pool = Pool(outdir)
+        self.sessions: dict[int, tuple] = {}
+        self.keep: dict[int, tuple] = {}
+        self.arena = _shared_arena()
+
+    def create(self, sid, model, kwargs):
+        from attnviz.runtime.session import make_session
+
+        if kwargs.get("initializers"):  # weights handed over as arrays: OrtValues that share their memory
+            import onnxruntime as ort
+
+            names, arrays = kwargs["initializers"]
+            kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
+            self.keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
+        if self.arena is not None and kwargs.get("arena", True):
+            kwargs = dict(kwargs, shared_arena=True)
+        sess, note = make_session(model, **kwargs)
+        self.sessions[sid] = (sess, ShapeLinks())
+        desc = [
+            [NodeArg(a.name, a.type, tuple(a.shape)) for a in getattr(sess, f"get_{k}")()]
+            for k in ("inputs", "outputs")
+        ]
+        return note, sess.get_providers(), desc[0], desc[1]
+
+    def run(self, sid, names, feeds, released):
+        """One run; reply = (items, slots created, slots deleted), items in ``names`` order."""
+        self.pool.release(released)
+        self.pool.run += 1
+        sess, links = self.sessions[sid]
+        uniq = list(dict.fromkeys(names))
+        feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+        dims = links.dims(feeds)
+        try:
+            got = self._run(sess, uniq, feeds, {n: links.predict(dims, n) for n in uniq})
+        except _Misprediction:
+            links.misses += 1
+            got = self._run(sess, uniq, feeds, {})
+        for n, (_, shaped) in got.items():
+            links.learn(dims, n, shaped)
+        self.pool.trim()
+        return [got[n][0] for n in names], *self.pool.changes()
+
+    def _run(self, sess, names, feeds, predicted):
+        """Run with every output bound: into a free slot where its shape is predicted, else where onnxruntime
+        puts it (then copied into a slot, and onnxruntime's copy given back at once)."""
+        io = sess.io_binding()
+        for k, v in feeds.items():
+            io.bind_cpu_input(k, v)
+        bound: dict[str, Slot] = {}
+        for n in names:
+            p = predicted.get(n)
+            nbytes = int(np.prod(p[1], dtype=np.int64)) * p[0].itemsize if p is not None else 0
+            slot = self.pool.take(nbytes) if nbytes > INLINE_BYTES else None
+            if p is not None and slot is not None:
+                io.bind_output(n, "cpu", 0, p[0].type, list(p[1]), slot.view.ctypes.data)
+                bound[n] = slot
+            else:
+                io.bind_output(n, "cpu")
+        try:
+            sess.run_with_iobinding(io)
+        except Exception:
+            for slot in bound.values():
+                self.pool.give_back(slot)
+            if bound:  # most likely a learned shape was wrong; the retry says what else it was
+                raise _Misprediction() from None
+            raise
+        outs = io.get_outputs()
+        io.clear_binding_outputs()  # from here ``outs`` holds onnxruntime's buffers alone: each can go on its own
+        del io
+        if any(o is not None and n not in bound and _nbytes(o) > INLINE_BYTES for n, o in zip(names, outs)):
+            self._give_back_arena()  # the run's intermediates first: the copies below then add ~one map at most
+        got = {}
+        for i, n in enumerate(names):
+            ov, outs[i] = outs[i], None
+            if n in bound:
+                dtype, shape = predicted[n]
+                got[n] = (("slot", bound[n].id, dtype.str, shape), _Shaped(dtype, shape))
+                continue
+            arr = ov.numpy()
+            del ov
+            item = self._pack(arr)
+            got[n] = (item, _Shaped(arr.dtype, arr.shape))
+            del arr
+            if item[0] == "slot":
+                self._give_back_arena()
+        return got
+
+    def _give_back_arena(self) -> None:
+        """Return onnxruntime's free arena memory to the system now.  Called after each output copied into a
+        slot, so that a run whose shapes were not known yet holds its maps about once, not twice (the arena
+        would keep its copy for the life of the session: +72 MB at 512 tokens on MiniLM, measured)."""
+        if self.arena is None:
+            return
+        tiny, opts = self.arena
+        tiny.run(None, {"x": np.zeros(1, np.float32)}, opts)
+
+    def _pack(self, v):
+        v = np.asarray(v)
+        if v.nbytes <= INLINE_BYTES or v.dtype.hasobject:
+            return ("inline", v)
+        slot = self.pool.take(v.nbytes)
+        if slot is None:
+            return ("inline", v)
+        np.copyto(slot.array(v.dtype, v.shape), v)  # onnxruntime allocated it: one copy into shared memory
+        return ("slot", slot.id, v.dtype.str, v.shape)
+
+    def close(self, sids):
+        for sid in sids:
+            self.sessions.pop(sid, None)
+            self.keep.pop(sid, None)
+
+
+# a 65-byte ONNX model, y = Identity(x) on float[1] (built with onnx.helper; the child does not import onnx)
+_IDENTITY_MODEL = (
+    b'\x08\x08:7\n\x10\n\x01x\x12\x01y"\x08Identity\x12\x01gZ\x0f\n\x01x\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01'
+    b"b\x0f\n\x01y\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01B\x04\n\x00\x10\x11"
+)
+
+
+def _shared_arena():
+    """One CPU arena for every session of the child (``session.use_env_allocators``), growing by exactly what
+    is asked (so a run's large outputs sit in regions of their own), and a tiny session whose run with
+    ``memory.enable_memory_arena_shrinkage`` returns the arena's free regions to the system.  None where this
+    onnxruntime cannot (the child then works as before, with the arena keeping what it allocated)."""
+    try:
+        import onnxruntime as ort
+
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # kSameAsRequested
+        so = ort.SessionOptions()
+        so.add_session_config_entry("session.use_env_allocators", "1")
+        so.intra_op_num_threads = 1
+        tiny = ort.InferenceSession(_IDENTITY_MODEL, so, providers=["CPUExecutionProvider"])
+        opts = ort.RunOptions()
+        opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        return tiny, opts
+    except Exception:
+        return None
+
+
+def _nbytes(ov) -> int:
+    """About the bytes of an OrtValue tensor (4-byte elements assumed: only compared with INLINE_BYTES)."""
+    try:
+        return int(np.prod(ov.shape(), dtype=np.int64)) * 4
+    except Exception:
+        return 0
+
+
+class _Shaped:
+    """The dtype and shape of an output onnxruntime wrote into a slot (all :meth:`ShapeLinks.learn` reads)."""
+
+    def __init__(self, dtype, shape):
+        self.dtype, self.shape = dtype, shape
+
+
+class _Misprediction(Exception):
+    pass
+
+
+def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child process
+    from attnviz import AttnvizError
+
+    server = Server(conn, outdir)
+    ops: dict[str, Callable[..., object]] = {"create": server.create, "run": server.run, "close": server.close}
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if op not in ops:
+                raise ValueError(f"unknown op {op!r}")
+            conn.send(("ok", ops[op](*args)))
+        except BaseException as e:
+            conn.send(
+                (
+                    "attnviz" if isinstance(e, AttnvizError) else "error",
+                    f"{type(e).__name__}: {e}" if not isinstance(e, AttnvizError) else str(e),
+                )
+            )
+
+
+if __name__ == "__main__":  # pragma: no cover - the child process
+    from multiprocessing.connection import Connection
+
+    serve(Connection(int(sys.argv[1])), sys.argv[2])
