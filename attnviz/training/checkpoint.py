@@ -142,3 +142,35 @@ def read_weights(path: Path) -> dict:
     from safetensors.torch import load_file
 
     return {k[len("model.") :]: v for k, v in load_file(str(path)).items() if k.startswith("model.")}
+
+
+BEST = "best.safetensors"  # the weights of the best validation step (TrainConfig.validation)
+
+
+def save_best(out: Path, model, step: int) -> None:
+    from safetensors.torch import save as st_save
+
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    atomic_write_bytes(Path(out) / BEST, st_save(tensors, metadata={"step": str(step), "format": "attnviz-1"}))
+
+
+def load_best(out: Path, model, step: int) -> None:
+    """Restore the best validation step's weights; AttnvizError when the file is missing or from another step."""
+    from safetensors import safe_open
+
+    p = Path(out) / BEST
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            meta = f.metadata() or {}
+            sd = {k[len("model.") :]: f.get_tensor(k) for k in f.keys() if k.startswith("model.")}
+    except Exception as e:  # missing, truncated or garbled
+        raise AttnvizError(
+            f"best-validation weights {p} are unreadable ({str(e).splitlines()[0][:120]}); "
+            "pass --restart to train again"
+        ) from None
+    if meta.get("step") != str(step):
+        raise AttnvizError(
+            f"{p} is from step {meta.get('step')} but {STATE} says the best step is {step}; "
+            "pass --restart to train again"
+        )
+    model.load_state_dict(sd, strict=True)

@@ -113,6 +113,15 @@ class TrainConfig:
     align_heads: list = field(default_factory=list)  # supervised cross-attention heads, [[decoder layer, head], ...]
     align_convention: str = "input"  # rows: "input" (the decoder's input token, Shift-Att) | "predict" (its output)
     align_labels: str = "gold"  # where the labels come from: "gold" = the task's links of the training split only
+    label_smoothing: float = 0.0  # label smoothing of the token cross-entropy ("lm" heads); 0 = off
+    # model selection without touching the test split: every N-th training example becomes a validation split
+    # (never trained on); evaluations every eval_every steps measure it (Task.validate) and the best step's
+    # weights (Task.val_key, lower is better) are restored before the final test evaluation; 0 = off
+    validation: int = 0
+    gloss_pairs: bool = False  # translation: add word-by-word gloss renderings of the training verses (see tasks)
+    # start from a finished run of the same model config: its folder's checkpoint weights (and, for tasks whose
+    # state lives in the model, its model.onnx's tokenizers); the optimizer starts fresh; "" = random init
+    init_from: str = ""
 
     def __post_init__(self):
         if self.align_convention not in CONVENTIONS:

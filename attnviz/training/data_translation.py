@@ -74,6 +74,8 @@ class AlignedPair:
     links: frozenset[tuple[int, int]]
     tgt_skip: tuple[bool, ...] = ()
     tgt_text: str = ""  # detokenised target (spacing as printed); " ".join(tgt) when empty
+    src_gloss: tuple[str, ...] = ()  # SBLGNT's English gloss of each source word ("" = none, e.g. an article)
+    tagged: bool = False  # a gloss rendering (gloss_pair): the model sees a marker before the source
 
     def text(self) -> str:
         return self.tgt_text or " ".join(self.tgt)
@@ -167,6 +169,7 @@ def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
         unit_tgt[u].append(r)
         unit_members[u].add(tgt_verse[r["id"]])
     src_text = {r["id"]: r["text"] for r in src_rows}
+    src_gloss = {r["id"]: (r.get("gloss2") or "").strip() for r in src_rows}
 
     unit_links: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for rec in records:
@@ -198,9 +201,41 @@ def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
                 links=links,
                 tgt_skip=tuple(r["exclude"] == "y" for r in t_rows),
                 tgt_text=_detok(tgt_words, [r["skip_space_after"] == "y" for r in t_rows]),
+                src_gloss=tuple(src_gloss[s] for s in s_ids),
             )
         )
     return pairs
+
+
+def gloss_pair(pair: AlignedPair) -> AlignedPair | None:
+    """The verse rendered word by word with SBLGNT's glosses, in Greek order: each Greek word is linked to the
+    words of its own gloss (known links, no annotator needed).  ``tagged``: the model sees a marker before the
+    source, so it can tell this word-by-word register from the translation it is asked for.  None when no word
+    has a gloss."""
+    tgt: list[str] = []
+    links = set()
+    for i, g in enumerate(pair.src_gloss):
+        for w in g.split():
+            links.add((i, len(tgt)))
+            tgt.append(w)
+    if not tgt:
+        return None
+    return AlignedPair(
+        id=pair.id + "#gloss",
+        src=pair.src,
+        tgt=tuple(tgt),
+        links=frozenset(links),
+        tgt_skip=(False,) * len(tgt),
+        tagged=True,
+    )
+
+
+def carve_validation(train: list[AlignedPair], every: int, offset: int = 3) -> tuple[list, list]:
+    """(training, validation): every ``every``-th training unit becomes validation (for model selection, so the
+    held-out test split is measured once, at the end)."""
+    fit = [p for i, p in enumerate(train) if i % every != offset]
+    val = [p for i, p in enumerate(train) if i % every == offset]
+    return fit, val
 
 
 def split_pairs(pairs: list[AlignedPair], every: int = 15, offset: int = 7) -> Split:
@@ -369,6 +404,8 @@ class TranslationTokenizers:
         ``src_words`` / ``tgt_words``: word index per position, -1 for specials.
         """
         s_ids, s_w = encode_words(self.source, pair.src)
+        if pair.tagged:  # the gloss-register marker: the source side's [BOS], which real sources never hold
+            s_ids, s_w = [_token_id(self.source, BOS)] + s_ids, [-1] + s_w
         t_ids, t_w = encode_words(self.target, pair.tgt)
         bos, eos = _token_id(self.target, BOS), _token_id(self.target, EOS)
         return {"src_ids": s_ids, "src_words": s_w, "tgt_ids": [bos] + t_ids + [eos], "tgt_words": [-1] + t_w + [-1]}

@@ -73,10 +73,12 @@ def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | N
         "config": {"task": task.name, "model": mcfg.to_dict(), "train": tcfg.to_dict(), "attnviz": __version__},
     }
     meta.update(task.metadata(mcfg))
-    if tcfg.align_weight:
-        # the heads trained as aligners, best held-out head first when the metrics measured them
+    if tcfg.align_weight and mcfg.arch == "encoder-decoder":  # word alignment; a captioner's guided heads point
+        # the heads trained as aligners, best first: by the validation split when the run had one (so the test
+        # split selects nothing), else by the held-out metrics
         heads = [list(h) for h in tcfg.align_heads]
-        declared = (metrics or {}).get("aer_declared")
+        val = ((metrics or {}).get("validation") or {}).get("metrics") or {}
+        declared = val.get("aer_declared") or (metrics or {}).get("aer_declared")
         if declared and len(declared.get("aer", [])) == len(heads):
             heads = [h for _, h in sorted(zip(declared["aer"], heads))]
         meta["alignment"] = {"heads": heads, "convention": tcfg.align_convention}
@@ -165,6 +167,7 @@ def export(
     metrics: dict | None = None,
     evaluate: bool = False,
     check: bool = True,
+    validation: dict | None = None,
 ) -> dict:
     """Export, optionally measure held-out metrics on the ONNX file, write metadata, check, then publish.
 
@@ -179,6 +182,8 @@ def export(
         export_graph(model, mcfg, feeds, tmp)
         if evaluate:
             metrics = task.evaluate(OnnxRunner(str(tmp)), task.make_split("test", mcfg, tcfg), mcfg)
+        if validation is not None:  # the best validation step (TrainConfig.validation), kept beside the test metrics
+            metrics = {**(metrics or {}), "validation": validation}
         write_metadata(tmp, build_metadata(task, mcfg, tcfg, metrics))
         parity = check_parity(tmp, model, feeds) if check else None
     return {"path": str(path), "metrics": metrics, "parity": parity}

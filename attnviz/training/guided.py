@@ -28,9 +28,10 @@ def check(mcfg: ModelConfig, tcfg: TrainConfig) -> None:
     """One clear error for a guided-alignment setting the model cannot take."""
     if not tcfg.align_weight:
         return
-    if mcfg.arch != "encoder-decoder":
+    if mcfg.arch not in ("encoder-decoder", "image-decoder"):
         raise AttnvizError(
-            f"guided alignment needs an encoder-decoder model (this one is {mcfg.arch!r}); set align_weight to 0"
+            f"guided alignment needs an encoder-decoder or image-decoder model (this one is {mcfg.arch!r}); "
+            "set align_weight to 0"
         )
     for layer, head in tcfg.align_heads:
         if not (0 <= layer < mcfg.n_dec_layers and 0 <= head < mcfg.n_heads):

@@ -100,10 +100,17 @@ class Trainer:
         self.metrics: dict = {}
         self.message = ""
         self.finished = False
+        # best validation step so far: {"step", "value", "metrics"} (TrainConfig.validation)
+        self.best: dict | None = None
+        self._best_weights: dict | None = None  # in memory when there is no run folder
+        task.label_smoothing = tcfg.label_smoothing
         if self.out is not None:
             self._resume_or_start(restart)
+        if tcfg.init_from:
+            self._init_from(Path(tcfg.init_from))
         self.train_data = task.make_split("train", mcfg, tcfg)
         self.test_data = task.make_split("test", mcfg, tcfg)
+        self.val_data = task.make_split("validation", mcfg, tcfg) if tcfg.validation else None
         self.n_train = len(next(iter(self.train_data.values())))
 
     # -- run folder ------------------------------------------------------------
@@ -116,6 +123,7 @@ class Trainer:
             "finished": self.finished,
             "losses": self.losses,
             "metrics": self.metrics,
+            "best": self.best,
         }
 
     def _resume_or_start(self, restart: bool) -> None:
@@ -143,10 +151,28 @@ class Trainer:
             self.step = int(prev["step"])
             ckpt.load_tensors(self.out, self.model, self.optimizer, self.step)
             self.losses = prev.get("losses", [])
+            self.best = prev.get("best")
             self.message = f"resumed from step {self.step}/{self.tcfg.steps} ({where})"
         ckpt.atomic_write_json(
             self.out / ckpt.CONFIG, {"task": self.task.name, "model": self.mcfg.to_dict(), "train": self.tcfg.to_dict()}
         )
+
+    def _init_from(self, run: Path) -> None:
+        """Fine-tuning: the weights of a finished run of the same architecture (dropout may differ) and its
+        model's task state (tokenizers); on resume the run's own checkpoint replaces the weights afterwards."""
+        from attnviz.training.export import read_config
+
+        model_file = run / "model.onnx"
+        if not model_file.is_file():
+            raise AttnvizError(f"init_from {run}: no model.onnx there (a finished `attnviz train` run folder)")
+        _, mcfg, _, meta = read_config(model_file)
+        same = {**mcfg.to_dict(), "dropout": 0} == {**self.mcfg.to_dict(), "dropout": 0}
+        if not same:
+            raise AttnvizError(f"init_from {run}: that run's model configuration differs from this one")
+        if hasattr(self.task, "restore"):  # the tokenizers the weights were trained with
+            self.task.restore(meta)
+        if self.step == 0:
+            self.model.load_state_dict(ckpt.read_weights(run / ckpt.TENSORS), strict=True)
 
     def save(self) -> None:
         if self.out is not None:
@@ -163,6 +189,27 @@ class Trainer:
 
     def evaluate(self) -> dict:
         return self.task.evaluate(TorchRunner(self.model, self.device), self.test_data, self.mcfg)
+
+    def validate(self) -> dict:
+        """Measure the validation split and keep this step's weights when they are the best so far."""
+        m = self.task.validate(TorchRunner(self.model, self.device), self.val_data, self.mcfg)
+        key = self.task.val_key
+        if key and (self.best is None or m[key] < self.best["value"]):
+            self.best = {"step": self.step, "value": m[key], "key": key, "metrics": m}
+            if self.out is not None:
+                ckpt.save_best(self.out, self.model, self.step)
+            else:
+                self._best_weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return {"validation": m}
+
+    def _restore_best(self) -> None:
+        """Before the final evaluation: go back to the best validation step (a no-op without validation)."""
+        if self.best is None:
+            return
+        if self.out is not None:
+            ckpt.load_best(self.out, self.model, self.best["step"])
+        elif self._best_weights is not None:
+            self.model.load_state_dict(self._best_weights)
 
     def events(self) -> Iterator[Progress]:
         """Train to ``TrainConfig.steps``, yielding progress; closing the generator stops after a checkpoint."""
@@ -205,8 +252,12 @@ class Trainer:
                 running += loss.item()
                 count += 1
                 metrics = {"lr": lr}
-                if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
-                    metrics.update(self.evaluate())
+                if tc.eval_every and (self.step % tc.eval_every == 0 or (tc.validation and self.step == tc.steps)):
+                    self.model.eval()
+                    if tc.validation:  # model selection never looks at the test split
+                        metrics.update(self.validate())
+                    elif self.step < tc.steps:
+                        metrics.update(self.evaluate())
                     self.model.train()
                 if self.out is not None and tc.checkpoint_every and self.step % tc.checkpoint_every == 0:
                     self.save()
@@ -216,7 +267,10 @@ class Trainer:
                     running, count = 0.0, 0
                     yield Progress(self.step, tc.steps, avg, metrics, time.perf_counter() - t0)
             self.model.eval()
+            self._restore_best()
             self.metrics = self.evaluate()
+            if self.best is not None:
+                self.metrics["validation"] = self.best
             self.finished = True
             self.save()
             last = self.losses[-1][1] if self.losses else float("nan")

@@ -74,3 +74,30 @@ def test_metadata(cap):
     meta = task.metadata(mcfg)
     assert meta["vocab"] == VOCAB and meta["image"]["grid"] == [mcfg.grid, mcfg.grid]
     assert task.sample_image(mcfg).shape == (mcfg.image_size, mcfg.image_size, 3)
+
+
+def test_guided_pointing_labels_are_exactly_the_strict_hit_cells():
+    """The captioner's guided-attention labels (align) mark the cells a strict pointing-game hit accepts."""
+    from attnviz.training import data_captioning as dc
+    from attnviz.training import metrics as M
+    from attnviz.training.tasks.captioning import Captioning
+
+    scenes = dc.make_scenes(6, 123, size=(64, 64))
+    data = Captioning.encode(scenes, grid=8)
+    checked = 0
+    for i in range(len(scenes)):
+        rows = set()
+        for word, *box in data["word_boxes"][i]:
+            if word < 0:
+                continue
+            rows.add(int(word))
+            for cell in range(64):
+                one_hot = np.zeros(64)
+                one_hot[cell] = 1.0
+                hit = M.pointing_hit(one_hot.reshape(8, 8), tuple(box), (64, 64))
+                assert bool(data["align"][i, word, cell]) == hit
+                checked += 1
+            assert data["align"][i, word].any()  # every object covers at least one cell centre
+        others = [r for r in range(data["align"].shape[1]) if r not in rows]
+        assert not data["align"][i, others].any()  # words that name no object are not supervised
+    assert checked == 6 * 4 * 64

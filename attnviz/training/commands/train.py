@@ -45,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start over in DIR, replacing a run (or other files of ours) already there",
     )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="override one model or training config field, e.g. --set dropout=0.2 --set 'align_heads=[[2,0]]' "
+        "(repeatable; the value is JSON, or a bare string)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -58,6 +67,30 @@ def _bar(ev, width: int = 28) -> str:
     )
 
 
+def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
+    """``--set FIELD=VALUE`` onto the model or training config (the field name says which), re-validated."""
+    from dataclasses import fields
+
+    from attnviz import AttnvizError
+
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise AttnvizError(f"--set {item!r}: expected FIELD=VALUE")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        for cfg in (mcfg, tcfg):
+            if name in {f.name for f in fields(cfg)}:
+                setattr(cfg, name, value)
+                break
+        else:
+            raise AttnvizError(f"--set {name}: no such model or training config field")
+    mcfg.validate()
+    tcfg.__post_init__()
+
+
 def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.training.checkpoint import atomic_write_json, check_run_folder, ensure_writable_dir
@@ -67,6 +100,7 @@ def run(args) -> int:
 
     task = get_task(args.task)
     mcfg, tcfg = task.configs(args.preset)
+    _apply_overrides(mcfg, tcfg, args.overrides)
     if args.seed is not None:
         tcfg.seed = args.seed
     if args.device is not None:
@@ -109,7 +143,8 @@ def run(args) -> int:
                 pass
             elif len(ev.metrics) > 1 and not args.quiet:  # a held-out evaluation (eval_every)
                 held = {k: v for k, v in ev.metrics.items() if k != "lr"}
-                print(("\n" if tty else "") + f"step {ev.step}: held-out {json.dumps(held)}", file=sys.stderr)
+                what = "validation" if "validation" in held else "held-out"
+                print(("\n" if tty else "") + f"step {ev.step}: {what} {json.dumps(held)}", file=sys.stderr)
             elif tty:
                 print(_bar(ev), end="", file=sys.stderr, flush=True)
             elif not args.quiet and (ev.step % max(1, tcfg.steps // 20) < tcfg.log_every or ev.step == ev.total):
@@ -124,7 +159,7 @@ def run(args) -> int:
         print(file=sys.stderr)
     train_s = time.perf_counter() - t0
     print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(last.metrics)}", file=sys.stderr)
-    result = export(trainer.model, task, mcfg, tcfg, out / "model.onnx", evaluate=True)
+    result = export(trainer.model, task, mcfg, tcfg, out / "model.onnx", evaluate=True, validation=trainer.best)
     summary = {
         "task": task.name,
         "preset": args.preset,

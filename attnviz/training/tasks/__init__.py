@@ -91,6 +91,8 @@ class Task:
         return {}
 
     # -- defaults --------------------------------------------------------------
+    label_smoothing: float = 0.0  # set from TrainConfig.label_smoothing by the trainer
+
     def loss(self, logits, batch):
         import torch.nn.functional as F
 
@@ -98,8 +100,20 @@ class Task:
             return F.mse_loss(logits, batch["targets"])
         labels = batch["labels"]
         if logits.dim() == 3:  # (B, T, V) per-position
-            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)
+            return F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)),
+                labels.reshape(-1),
+                ignore_index=-100,
+                label_smoothing=self.label_smoothing,
+            )
         return F.cross_entropy(logits, labels)
+
+    # -- model selection on a validation split (TrainConfig.validation) -----------
+    val_key: str = ""  # the validate() result that selects the checkpoint (lower is better); "" = no selection
+
+    def validate(self, runner, data: dict[str, np.ndarray], mcfg: ModelConfig) -> dict:
+        """Metrics on the validation split; the default is the full evaluation."""
+        return self.evaluate(runner, data, mcfg)
 
     def example_feeds(self, mcfg: ModelConfig, tcfg: TrainConfig) -> dict[str, np.ndarray]:
         data = self.make_split("test", mcfg, tcfg)

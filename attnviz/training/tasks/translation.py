@@ -170,11 +170,18 @@ class _TranslationBase(Task):
         self.declared = ([list(x) for x in tcfg.align_heads], tcfg.align_convention) if tcfg.align_weight else None
         sp = self._split()
         self._check_vocab(mcfg)
-        pairs = sp.train if split == "train" else sp.test
-        n = tcfg.n_train if split == "train" else tcfg.n_test
+        pairs = sp.train if split in ("train", "validation") else sp.test
+        n = tcfg.n_train if split in ("train", "validation") else tcfg.n_test
         pairs = pairs[:n] if n and n < len(pairs) else pairs
+        if tcfg.validation:  # carved out of the training verses; the test split is never looked at
+            fit, val = dt.carve_validation(pairs, tcfg.validation)
+            pairs = val if split == "validation" else fit if split == "train" else pairs
+        elif split == "validation":
+            raise AttnvizError(f"{self.name}: a validation split needs TrainConfig.validation > 0")
         self._pairs[split] = pairs
         if split == "train":
+            if tcfg.gloss_pairs:  # word-by-word gloss renderings of the same training verses, links known
+                pairs = pairs + [g for g in map(dt.gloss_pair, pairs) if g is not None]
             return self.encode(pairs, self.max_train_tokens, drop_long=True)
         return self.encode(pairs, mcfg.max_len, drop_long=False)
 
@@ -231,6 +238,22 @@ class _TranslationBase(Task):
                     sure=gold,
                     skip=b["tgt_skip"][r, :n_tgt].astype(bool),
                 )
+
+    val_key = "aer_select"
+
+    def validate(self, runner, data, mcfg):
+        """Model selection, cheap (one teacher-forced pass, no decoding): AER of the declared heads in their own
+        convention (without guided alignment: the best head, input convention) on the validation split."""
+        heads, conv = self.declared if self.declared is not None else (None, "input")
+        table = M.alignment_table(self.alignment_samples(runner, data, mcfg, conv))
+        out = {"convention": conv, "aer_best_head": table["best_head"]}
+        if heads is None:
+            out["aer_select"] = table["best_head"]["aer"]
+        else:
+            per = [table["heads"][lay][h] for lay, h in heads]
+            out["aer_declared"] = {"heads": heads, "aer": per}
+            out["aer_select"] = float(min(per))
+        return out
 
     def evaluate(self, runner, data, mcfg):
         pairs = self._pairs.get("test") or self._split().test

@@ -1,0 +1,172 @@
+"""Model selection on a validation split carved out of the training data; gloss pairs; --set overrides."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attnviz import AttnvizError
+from attnviz.training import checkpoint as ckpt
+from attnviz.training import data_translation as dt
+from attnviz.training.loop import Trainer
+from attnviz.training.tasks import get_task
+
+
+class CountingTask:
+    """Wraps a task and records which splits its evaluations saw (instrumentation, the task itself runs)."""
+
+    def __init__(self, task):
+        self._task = task
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
+
+    def evaluate(self, runner, data, mcfg):
+        self.calls.append("test")
+        return self._task.evaluate(runner, data, mcfg)
+
+    def validate(self, runner, data, mcfg):
+        self.calls.append("validation")
+        return self._task.validate(runner, data, mcfg)
+
+
+def _tiny(validation=4, steps=40, eval_every=10):
+    task = get_task("translation-synthetic")
+    mcfg, tcfg = task.configs("tiny")
+    tcfg.steps, tcfg.eval_every, tcfg.validation = steps, eval_every, validation
+    tcfg.align_weight, tcfg.align_heads = 0.5, [[0, 0], [0, 1]]
+    return task, mcfg, tcfg
+
+
+def test_validation_is_carved_from_training_and_disjoint():
+    pairs = dt.synthetic_pairs(40, seed=3)
+    fit, val = dt.carve_validation(pairs, 4)
+    assert len(val) == 10 and len(fit) == 30
+    assert {id(p) for p in fit}.isdisjoint({id(p) for p in val})
+    assert [p.id for p in val] == [pairs[i].id for i in range(3, 40, 4)]
+
+    task, mcfg, tcfg = _tiny()
+    tr = Trainer(task, mcfg, tcfg)
+    train_ids = {p.id for p in task._pairs["train"]}
+    val_ids = {p.id for p in task._pairs["validation"]}
+    assert val_ids and train_ids.isdisjoint(val_ids)
+    assert len(tr.val_data["input_ids"]) == len(task._pairs["validation"])
+
+
+def test_selection_never_evaluates_the_test_split_and_restores_the_best_step(tmp_path):
+    task, mcfg, tcfg = _tiny()
+    counting = CountingTask(task)
+    tr = Trainer(counting, mcfg, tcfg, out=tmp_path / "run")
+    seen = []  # (step, selection value) of every validation
+    for ev in tr.events():
+        if "validation" in ev.metrics and not ev.done:
+            seen.append((ev.step, ev.metrics["validation"]["aer_select"]))
+    # four validations (steps 10..40) and exactly one test evaluation, the last call
+    assert [s for s, _ in seen] == [10, 20, 30, 40]
+    assert counting.calls == ["validation"] * 4 + ["test"]
+    best_step, best_value = min(seen, key=lambda sv: (sv[1], sv[0]))
+    assert tr.best["step"] == best_step and tr.best["value"] == best_value
+    assert tr.metrics["validation"]["step"] == best_step
+    # the weights the final evaluation used are the best step's, as saved then
+    saved = ckpt.read_weights(tmp_path / "run" / ckpt.BEST)
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    # and measuring the validation split again with them gives the recorded best value
+    again = task.validate(tr_runner(tr), tr.val_data, mcfg)["aer_select"]
+    assert again == pytest.approx(best_value, abs=1e-12)
+
+
+def tr_runner(tr):
+    from attnviz.training.runners import TorchRunner
+
+    tr.model.eval()
+    return TorchRunner(tr.model, tr.device)
+
+
+def test_validation_needs_a_carve():
+    task, mcfg, tcfg = _tiny(validation=0)
+    with pytest.raises(AttnvizError, match="validation"):
+        task.make_split("validation", mcfg, tcfg)
+
+
+def test_gloss_pair_links_each_word_to_its_own_gloss():
+    p = dt.AlignedPair(
+        id="x",
+        src=("Βίβλος", "τὸν", "αὐτοῦ"),
+        tgt=("The", "book", "of", "him"),
+        links=frozenset({(0, 1)}),
+        src_gloss=("book", "", "of him"),
+    )
+    g = dt.gloss_pair(p)
+    assert g.tgt == ("book", "of", "him") and g.src == p.src and g.tagged
+    assert g.links == {(0, 0), (2, 1), (2, 2)}  # the article has no gloss and no link
+    assert dt.gloss_pair(dt.AlignedPair(id="y", src=("τὸν",), tgt=("the",), links=frozenset(), src_gloss=("",))) is None
+    # the marker: the source side's [BOS] before the words, belonging to no word
+    tok = dt.train_tokenizers([p], 50, 50)
+    plain, tagged = tok.encode_pair(p), tok.encode_pair(g)
+    assert tagged["src_ids"] == [tok.source.token_to_id(dt.BOS)] + plain["src_ids"]
+    assert tagged["src_words"] == [-1] + plain["src_words"]
+
+
+def test_label_smoothing_matches_the_hand_formula():
+    task = get_task("translation-synthetic")
+    task.label_smoothing = 0.2
+    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]]])
+    labels = torch.tensor([[0, -100]])
+    logp = torch.log_softmax(logits[0, 0], -1).numpy()
+    want = -(0.8 * logp[0] + 0.2 * logp.mean())  # (1 - eps) on the label, eps spread uniformly
+    assert float(task.loss(logits, {"labels": labels})) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_set_overrides_reach_the_stored_config_and_bad_ones_are_one_line(tmp_path):
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "attnviz", "train", "translation-synthetic", "--preset", "tiny", "--steps", "2"]
+    ok = subprocess.run(
+        cmd + ["--out", str(out), "--set", "dropout=0.25", "--set", "align_heads=[[0,1]]", "--set", "align_weight=1"],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model"]["dropout"] == 0.25 and cfg["train"]["align_heads"] == [[0, 1]]
+    for bad, msg in (("nosuch=1", "no such"), ("dropout", "FIELD=VALUE"), ("align_convention=sideways", "one of")):
+        r = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "--set", bad], capture_output=True, text=True)
+        assert r.returncode == 2 and msg in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_init_from_starts_with_the_runs_weights_and_tokenizers(tmp_path):
+    from attnviz.training.commands.train import run as train_run
+
+    base = tmp_path / "base"
+    args = SimpleNamespace(
+        task="translation-synthetic",
+        out=str(base),
+        preset="tiny",
+        epochs=None,
+        steps=5,
+        seed=None,
+        device=None,
+        restart=False,
+        quiet=True,
+        overrides=[],
+    )
+    assert train_run(args) == 0
+    task = get_task("translation-synthetic")
+    mcfg, tcfg = task.configs("tiny")
+    tcfg.init_from, mcfg.dropout = str(base), 0.3  # dropout may differ; the architecture may not
+    tr = Trainer(task, mcfg, tcfg)
+    saved = ckpt.read_weights(base / ckpt.TENSORS)
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    from attnviz.training.export import read_config
+
+    meta = read_config(base / "model.onnx")[3]
+    assert task.tokenizers.source.to_str() == meta["tokenizer"]
+    mcfg.d_ff = 64
+    with pytest.raises(AttnvizError, match="differs"):
+        Trainer(get_task("translation-synthetic"), mcfg, tcfg)
