@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,7 +211,7 @@ class Trainer:
         elif self._best_weights is not None:
             self.model.load_state_dict(self._best_weights)
 
-    def events(self) -> Iterator[Progress]:
+    def events(self) -> Generator[Progress, None, None]:
         """Train to ``TrainConfig.steps``, yielding progress; closing the generator stops after a checkpoint."""
         import torch
 

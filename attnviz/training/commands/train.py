@@ -158,7 +158,8 @@ def run(args) -> int:
     if tty:
         print(file=sys.stderr)
     train_s = time.perf_counter() - t0
-    print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(last.metrics)}", file=sys.stderr)
+    held = last.metrics if last is not None else {}  # a finished run resumed yields no progress
+    print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(held)}", file=sys.stderr)
     result = export(trainer.model, task, mcfg, tcfg, out / "model.onnx", evaluate=True, validation=trainer.best)
     summary = {
         "task": task.name,
