@@ -6,8 +6,8 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.view import Selection, clamp
+from attnviz.runtime.raster import IMAGE_SUFFIXES
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 # what a path opens as, by extension (a folder is an export folder: a model)
 OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
 @dataclass(frozen=True)
