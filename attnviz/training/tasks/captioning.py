@@ -24,7 +24,7 @@ from attnviz.training.config import preset_configs
 from attnviz.training.model import cross_attention_indices
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, feeds_of, greedy_decode, split_seed, trim_padding
-from attnviz.training.tasks.vit_classification import MEAN, STD, to_pixels
+from attnviz.training.tasks.vit_classification import image_metadata, to_pixels
 
 SPECIAL = ["<pad>", "<bos>", "<eos>"]
 PAD, BOS, EOS = 0, 1, 2
@@ -181,14 +181,7 @@ class Captioning(Task):
             "vocab": VOCAB,
             "special": {"pad": PAD, "bos": BOS, "eos": EOS},
             "tokenize": "whitespace",
-            "image": {
-                "size": [mcfg.image_size, mcfg.image_size],
-                "channels": 3,
-                "mean": MEAN,
-                "std": STD,
-                "grid": [mcfg.grid, mcfg.grid],
-                "offset": 0,
-            },
+            "image": image_metadata(mcfg, 3, offset=0),
             "sample": {"image": self.sample_path},
         }
 

@@ -16,7 +16,7 @@ from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, attention_groups, feeds_of, greedy_decode, split_seed, trim_padding
 from attnviz.training.tasks.vit_classification import LABELS as SHAPES
-from attnviz.training.tasks.vit_classification import MEAN, STD, draw_shape, to_pixels
+from attnviz.training.tasks.vit_classification import draw_shape, image_metadata, to_pixels
 
 SPECIAL = ["<pad>", "<bos>", "<eos>"]
 PAD, BOS, EOS = 0, 1, 2
@@ -156,12 +156,5 @@ class ToyCaption(Task):
             "vocab": self.vocab,
             "special": {"pad": PAD, "bos": BOS, "eos": EOS},
             "tokenize": "whitespace",
-            "image": {
-                "size": [mcfg.image_size, mcfg.image_size],
-                "channels": 3,
-                "mean": MEAN,
-                "std": STD,
-                "grid": [mcfg.grid, mcfg.grid],
-                "offset": 0,
-            },
+            "image": image_metadata(mcfg, 3, offset=0),
         }

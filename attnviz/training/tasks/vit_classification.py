@@ -18,6 +18,19 @@ MEAN = [0.5, 0.5, 0.5]
 STD = [0.5, 0.5, 0.5]
 
 
+def image_metadata(mcfg, channels: int, offset: int) -> dict:
+    """The ``image`` section of an exported model's metadata: input size, normalisation and the patch grid
+    (``offset`` non-patch tokens in front: 1 for a CLS token, 0 for a captioner's encoder)."""
+    return {
+        "size": [mcfg.image_size, mcfg.image_size],
+        "channels": channels,
+        "mean": MEAN,
+        "std": STD,
+        "grid": [mcfg.grid, mcfg.grid],
+        "offset": offset,
+    }
+
+
 def _background(rng):
     return rng.integers(0, 80, size=3)  # dark, any tint
 
@@ -105,14 +118,7 @@ class VitClassification(Task):
     def metadata(self, mcfg):
         return {
             "labels": LABELS,
-            "image": {
-                "size": [mcfg.image_size, mcfg.image_size],
-                "channels": mcfg.channels,
-                "mean": MEAN,
-                "std": STD,
-                "grid": [mcfg.grid, mcfg.grid],
-                "offset": 1,
-            },
+            "image": image_metadata(mcfg, mcfg.channels, offset=1),
             "sample": {"image": self.sample_path},
         }
 
