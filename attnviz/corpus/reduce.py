@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from attnviz import AttnvizError
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
+
+if TYPE_CHECKING:
+    from attnviz.corpus.graph_reduce import InGraphReducer
 
 S = len(ROW_STATS)
 
@@ -129,6 +133,7 @@ class BatchReducer:
         threads: int | None = None,
         k: int = 5,
         groups: list[HeadGroup] | None = None,
+        in_graph: bool = True,
     ):
         from attnviz.runtime import inputs as ip
         from attnviz.runtime import open_model
@@ -142,12 +147,18 @@ class BatchReducer:
         if self.kind == "vision":
             img = next(i for i in self.model.inputs if self.model.roles[i.name] == "image")
             self.image_spec = ip.image_spec(self.model.meta, img.shape)
+        # row sums computed inside onnxruntime (built on the first batch that can use them; False: maps only)
+        self.in_graph: InGraphReducer | bool | None = None if in_graph else False
+        self.image_axis: tuple[int, np.ndarray] | None = None  # images: (tokens, special keys) once seen
 
     def feeds(self, spec: BatchSpec):
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
 
     def __call__(self, spec: BatchSpec) -> Partial:
         feeds, lengths, special = self.feeds(spec)
+        part = self._in_graph(spec, feeds, lengths, special)
+        if part is not None:
+            return part
         r = self.model.run(feeds, mode="dense")  # maps are reduced here and dropped with the batch
         maps = [m.array() for m in r.maps]
         if lengths is None:  # images: every position is real; the leading non-patch tokens (CLS) are special
@@ -157,9 +168,30 @@ class BatchReducer:
             lengths = np.full(spec.size, t, np.int64)
             grid = grid_for(self.model, t)
             special = np.broadcast_to(np.arange(t) < (grid.offset if grid else 1), (spec.size, t))
+            self.image_axis = (t, special[0])
         return reduce_maps(
             maps, self.groups, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id
         )
+
+
+    def _in_graph(self, spec: BatchSpec, feeds, lengths, special) -> Partial | None:
+        """The batch reduced by the statistics session, or None where it cannot be (then maps are reduced)."""
+        from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
+
+        if lengths is None and self.image_axis is not None:  # images: every batch has the first batch's tokens
+            t, sp = self.image_axis
+            lengths, special = np.full(spec.size, t, np.int64), np.broadcast_to(sp, (spec.size, t))
+        if self.in_graph is False or lengths is None:
+            return None
+        if self.in_graph is None:
+            self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+        if self.in_graph is False:
+            return None
+        try:
+            return self.in_graph(feeds, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id)
+        except NotInGraph:
+            self.in_graph = False  # e.g. maps that are not T×T for these feeds: this model stays on the maps path
+            return None
 
 
 def default_threads(workers: int) -> int:
