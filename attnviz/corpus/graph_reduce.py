@@ -43,7 +43,7 @@ class InGraphReducer:
             label=model.path.name,
         )
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
-        self.fetch = [n for o in self.outputs.values() for n in (o.sums, o.argmax)]
+        self.fetch = [n for o in self.outputs.values() for n in (o.sums, o.fixed, o.argmax)]
         for i in fallback:
             ex = self.exposed.site_extra[i]
             for n in [self.exposed.outputs[i], *([ex["mask_index"]] if "mask_index" in ex else [])]:
@@ -87,7 +87,7 @@ class InGraphReducer:
 
         lengths = np.asarray(lengths, np.int64)
         t = next(a.shape[-1] for a in feeds.values() if a.ndim == 2) if special is None else special.shape[1]
-        extra = sg.stat_feeds(lengths, special, t)
+        extra, positions = sg.stat_feeds(lengths, special, t)
         try:
             got = dict(zip(self.fetch, _run_bound(self.sess, self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
@@ -99,7 +99,7 @@ class InGraphReducer:
         for g in self.groups:
             out = self.outputs.get(g.site)
             if out is not None:
-                rs = sg.row_sums(got[out.sums], got[out.argmax], extra)
+                rs = sg.row_sums(got[out.sums], got[out.fixed], got[out.argmax], extra, positions)
                 if rs.sums["s"].shape != (batch, g.heads, t):
                     raise NotInGraph(f"site {g.site}: statistics of shape {rs.sums['s'].shape}")
                 values, valid = stats_from_sums(rs, lengths, causal)
@@ -114,6 +114,21 @@ class InGraphReducer:
 
 def _map_cols(p, real, sp, cols) -> Callable[[str, np.ndarray], np.ndarray]:
     return lambda stat, rows: cols(stat, p, rows, real, sp)
+
+
+ROW_TIE = 1e-6  # relative: rows scoring this close to an item's best row are tied
+
+
+def _first_top_row(v: np.ndarray) -> np.ndarray:
+    """The first row scoring within ``ROW_TIE`` of the best one, per (item, head) of ``v [B, H, T]``.
+
+    onnxruntime's reductions group a row's additions by where the row lies in the batch, so two equal rows
+    (the same token twice) or the same item in another engine's batch differ in the last bit; a plain argmax
+    would then pick the example's row by float noise."""
+    best = v.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        near = v >= best - ROW_TIE * np.maximum(1.0, np.abs(best))
+    return near.argmax(-1)
 
 
 def fold_rows(per_group: list, items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
@@ -141,7 +156,7 @@ def fold_rows(per_group: list, items: list[int], k: int, batch_id: int, tokens: 
             counts[hs, s] = int(n.sum())
             with np.errstate(invalid="ignore", divide="ignore"):
                 per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
-            rows = np.where(ok[:, None, :], v, -np.inf).argmax(-1)  # [B, H]
+            rows = _first_top_row(np.where(ok[:, None, :], v, -np.inf))  # [B, H]
             cols = key_of(name, rows)
             # highest per-item mean first; ties go to the earlier item (deterministic across engines)
             order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
