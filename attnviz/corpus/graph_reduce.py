@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from attnviz.runtime.model import AttentionModel
 
 
+# per head group: (group, values, valid, key_of) with row_stats' values and valid masks and
+# key_of(stat, rows [B, H]) -> the key each chosen row looked at [B, H]
+GroupRows = tuple["HeadGroup", dict[str, np.ndarray], dict[str, np.ndarray], Callable[[str, np.ndarray], np.ndarray]]
+
+
 class NotInGraph(Exception):
     """This batch cannot use the statistics session (the caller reduces it from maps and stops trying)."""
 
@@ -78,7 +83,9 @@ class InGraphReducer:
         rows = self.rows(feeds, lengths, special, causal)
         return fold_rows(rows, items, k, batch_id, int(np.asarray(lengths).sum()))
 
-    def rows(self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool) -> list:
+    def rows(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
+    ) -> list[GroupRows]:
         """Per group ``(group, values, valid, key_of)``: ``row_stats``' values and valid masks, and
         ``key_of(stat, rows [B, H]) -> keys [B, H]`` (the key each chosen row looked at, as ``_cols``)."""
         from attnviz.corpus.reduce import _cols
@@ -95,7 +102,7 @@ class InGraphReducer:
         batch = len(lengths)
         real = np.arange(t)[None, :] < lengths[:, None]
         sp = np.zeros_like(real) if special is None else np.asarray(special, bool)[:, :t]
-        per_group = []
+        per_group: list[GroupRows] = []
         for g in self.groups:
             out = self.outputs.get(g.site)
             if out is not None:
@@ -131,7 +138,7 @@ def _first_top_row(v: np.ndarray) -> np.ndarray:
     return near.argmax(-1)
 
 
-def fold_rows(per_group: list, items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
+def fold_rows(per_group: list[GroupRows], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
     """Per-head sums and top-k candidates from per-row ``(group, values, valid, key_of)``, as ``reduce_maps``."""
     from attnviz.corpus.reduce import Partial
 

@@ -173,7 +173,6 @@ class BatchReducer:
             maps, self.groups, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id
         )
 
-
     def _in_graph(self, spec: BatchSpec, feeds, lengths, special) -> Partial | None:
         """The batch reduced by the statistics session, or None where it cannot be (then maps are reduced)."""
         from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
@@ -185,7 +184,7 @@ class BatchReducer:
             return None
         if self.in_graph is None:
             self.in_graph = InGraphReducer.build(self.model, self.groups) or False
-        if self.in_graph is False:
+        if not isinstance(self.in_graph, InGraphReducer):
             return None
         try:
             return self.in_graph(feeds, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id)

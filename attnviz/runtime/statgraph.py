@@ -36,6 +36,7 @@ SP_OFF = "attnviz_stat_sp_off"  # [B, 1, 1, S] float32: 0 for a real special key
 SP_OFF_OTHER = "attnviz_stat_sp_off_other"  # the same for real special keys after position 0
 COLUMNS = 1  # SEL's columns before the special keys
 
+
 @dataclass(frozen=True)
 class StatOutputs:
     """Names of one site's outputs: float32 ``[B, H, T, len(SUMMED)]``, float32 ``[B, H, 4T - 2]`` (the weights
@@ -177,9 +178,7 @@ def stats_model(
     return m, exposed, names
 
 
-def stat_feeds(
-    lengths: np.ndarray, special: np.ndarray | None, t: int
-) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def stat_feeds(lengths: np.ndarray, special: np.ndarray | None, t: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The extra inputs for one right-padded batch (``lengths [B]`` real tokens, ``special [B, T]`` special
     keys), and the key position of each special column ``[B, S]``."""
     lengths = np.asarray(lengths, np.int64)

@@ -12,14 +12,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "corpus"))
 
-from onnx_builders import gqa_model, tiny_text_model  # noqa: E402
-from planted import corpus_lines, planted_model  # noqa: E402
+from onnx_builders import gqa_model, tiny_text_model
+from planted import corpus_lines, planted_model
 
-from attnviz.core.stats import ROW_STATS, row_stats  # noqa: E402
-from attnviz.corpus.graph_reduce import InGraphReducer  # noqa: E402
-from attnviz.corpus.reduce import BatchReducer, _cols, layout  # noqa: E402
-from attnviz.runtime import open_model  # noqa: E402
-from attnviz.runtime import statgraph as sg  # noqa: E402
+from attnviz.core.stats import ROW_STATS, row_stats
+from attnviz.corpus.graph_reduce import InGraphReducer
+from attnviz.corpus.reduce import BatchReducer, _cols, layout
+from attnviz.runtime import open_model
+from attnviz.runtime import statgraph as sg
 
 # float32 in both (as row_stats computes); the graph sums in another order: measured max differences are ~1e-7
 # for values in [0, 1] (entropy, broad, masses, max) and ~1e-7 relative for the attended distance (up to T)
@@ -90,7 +90,9 @@ def test_batch_reducer_partials_equal_the_maps_path(tmp_path):
         # item order may swap only between exact ties (a uniform head scores 1 ± 1e-7 on every item)
         swapped = pa.top_item != pb.top_item
         assert np.all(np.abs(pa.top_value - pb.top_value)[swapped] < 1e-6)
-        assert np.array_equal(pa.top_col[~swapped & (pa.top_row == pb.top_row)], pb.top_col[~swapped & (pa.top_row == pb.top_row)])
+        assert np.array_equal(
+            pa.top_col[~swapped & (pa.top_row == pb.top_row)], pb.top_col[~swapped & (pa.top_row == pb.top_row)]
+        )
     assert "dense" not in b.model._sessions  # one session of the model per worker, not two
 
 
