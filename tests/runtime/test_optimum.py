@@ -80,6 +80,33 @@ def test_marian_folder_is_one_encoder_decoder(marian, tmp_path):
     assert r.tokens.labels[0] == f"w{feeds['input_ids'][0, 0] - 3}"  # token axes from the folder's tokenizer.json
 
 
+def test_marian_folder_with_padded_decoder_rows(marian):
+    """decoder_attention_mask (right padding) as transformers takes it: the optimum decoder files have no decoder
+    mask, and with causal attention no real token sees a later pad, so every real query row is transformers' own;
+    padded positions are labelled special and a pad's key gets no weight from a real token."""
+    root, hf, feeds, _ = marian
+    dmask = np.ones_like(feeds["decoder_input_ids"])
+    dmask[0, -3:] = 0
+    kw = {k: torch.tensor(v) for k, v in feeds.items()}
+    with torch.no_grad():
+        o = hf(**kw, decoder_attention_mask=torch.tensor(dmask), output_attentions=True)
+    refs, labels = _marian_canon(o)
+    r = open_model(root / "onnx", provider="cpu").analyze(feeds={**feeds, "decoder_attention_mask": dmask})
+    assert [(s.stack, s.kind, s.layer) for s in r.sites] == labels
+    real = dmask[0].astype(bool)
+    for got, want, s in zip(r.maps, refs, r.sites):
+        a, w = got.array(), want.numpy()
+        if s.stack == "encoder":
+            np.testing.assert_allclose(a, w, atol=TOL, err_msg=str(s))
+            continue
+        np.testing.assert_allclose(a[1], w[1], atol=TOL, err_msg=str(s))  # the unpadded row: every query
+        np.testing.assert_allclose(a[0][:, real], w[0][:, real], atol=TOL, err_msg=str(s))
+        if s.kind == "self":
+            assert np.all(a[0][:, real][..., ~real] == 0)
+    dec_block = next(b for b in r.blocks(0) if b.name == "decoder self-attention")
+    assert dec_block.key_axis.special[-3:] == [True, True, True]
+
+
 def test_marian_each_file_alone(marian):
     root, hf, feeds, o = marian
     refs, labels = _marian_canon(o)
@@ -168,6 +195,7 @@ def test_cli_on_the_folder(marian, tmp_path, capsys):
         "input_ids",
         "attention_mask",
         "decoder_input_ids",
+        "decoder_attention_mask",
     ]
     assert [(s["stack"], s["kind"], s["layer"]) for s in d["sites"]] == _marian_canon(o)[1]
     npz = tmp_path / "feeds.npz"
