@@ -400,7 +400,11 @@ class FolderCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
         maps = {j: m.array() for j, m in enumerate(enc.maps)}
         maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
-        return StepOut(r.outputs["logits"][:, -1], maps, r.info)
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
+
+    def _info(self, r: AttentionResult) -> dict:
+        """A step's run facts, named after the folder (not the decoder file that ran the step)."""
+        return dict(r.info, model=self.ms.name, model_path=str(self.ms.path))
 
     def step(self, tokens: list[int]) -> StepOut:
         f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays
@@ -414,7 +418,7 @@ class FolderCache:
             if name in r.outputs:
                 self.cache[p] = r.outputs[name]
         maps = {self.n_enc + self.order[j]: m.array() for j, m in enumerate(r.maps)}
-        return StepOut(r.outputs["logits"][:, -1], maps, r.info)
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
 
 
 def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):

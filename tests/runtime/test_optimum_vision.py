@@ -132,6 +132,7 @@ def test_generation_with_cache_equals_transformers_and_full_rerun(v2t):
     one = {"pixel_values": feeds["pixel_values"][1:], "decoder_input_ids": np.array([[0]])}
     r = m.analyze(feeds=one, generate=8)
     assert r.info["generation"] == "kv-cache"
+    assert r.info["model"] == root.name  # the folder's name (optimum's onnx/ says little), not the with-past file's
     want = _hf_greedy(hf, torch.tensor(one["pixel_values"]), 8)
     got = [0] + r.info["generated_ids"]
     assert len(set(got)) > 2 and got == want[: len(got)]  # a caption that changes, not one repeated token
