@@ -25,6 +25,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.generate import StepOut, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
@@ -330,6 +331,9 @@ class ModelSet:
                 f[i.name] = feeds.get("attention_mask", np.ones(states.shape[:2], np.int64))
             elif role == "decoder_mask":
                 f[i.name] = feeds.get("decoder_attention_mask", np.ones(feeds["decoder_input_ids"].shape, np.int64))
+        # a merged decoder (the only decoder of some folders) also takes the cache: empty, its branch off (no
+        # sequence length given: positions are never guessed for a cached step)
+        bd.fill_auxiliary(model, f, feeds["decoder_input_ids"].shape[0], None)
         return f
 
     # -- running ---------------------------------------------------------------------
@@ -354,8 +358,8 @@ class ModelSet:
         return self.decoder.logits(self._decoder_feeds(self.decoder, feeds, enc_out))
 
     def cache_stepper(self) -> FolderCache | None:
-        if self.layout.with_past is None:
-            return None
+        if self.layout.with_past is None:  # a merged decoder alone steps through its own cache branch
+            return FolderCache.for_set(self, self.decoder)
         if self._with_past is None:
             self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
@@ -412,11 +416,17 @@ class FolderCache:
         _, enc_out = self.ms._encode(self.feeds, "dense")
         g = self.ms._decoder_feeds(self.past_model, f, enc_out)
         g.update(self.cache)
+        for i in self.past_model.inputs:  # a merged decoder: its cache branch now
+            if i.dtype == "bool" and i.rank <= 1:
+                g[i.name] = np.ones([1] * i.rank, bool)
         r = self.past_model.run(g, mode="dense")
-        for p in self.past_names:  # the encoder half of the cache is not an output here: it stays
-            name = present_name(p)
-            if name in r.outputs:
-                self.cache[p] = r.outputs[name]
+        for p in self.past_names:
+            # the encoder half stays as the first run made it: a with-past file does not output it, and a merged
+            # decoder's cache branch outputs an empty placeholder for it (a cache never loses rows or keys)
+            new = r.outputs.get(present_name(p))
+            old = self.cache[p]
+            if new is not None and new.shape[0] == old.shape[0] and new.shape[-2] >= old.shape[-2]:
+                self.cache[p] = new
         maps = {self.n_enc + self.order[j]: m.array() for j, m in enumerate(r.maps)}
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
 

@@ -172,3 +172,22 @@ def test_cli_on_the_folder(v2t, tmp_path, capsys):
     assert main(["extract", str(folder), "--inputs", str(npz), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pad decoder_input_ids on the right" in err[0]
+
+
+def test_a_folder_with_only_the_merged_decoder(v2t, tmp_path):
+    """encoder_model.onnx + decoder_model_merged.onnx alone: the merged file runs full sequences with its cache
+    branch off and generation steps with it on (TrOCR's merged file returns an empty placeholder for the
+    encoder half of the cache in that branch: the half from the first run is kept)."""
+    root, _, feeds, _, refs = v2t
+    for f in (root / "onnx").iterdir():
+        if f.name not in ("decoder_model.onnx", "decoder_with_past_model.onnx"):
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+    m = open_model(tmp_path, provider="cpu")
+    assert isinstance(m, ModelSet) and m.layout.decoder.name == "decoder_model_merged.onnx"
+    _check(m.analyze(feeds=feeds), refs, LABELS, feeds["decoder_attention_mask"])
+    one = {"pixel_values": feeds["pixel_values"][1:], "decoder_input_ids": np.array([[0]])}
+    r = m.analyze(feeds=one, generate=8)
+    full = open_model(root / "onnx", provider="cpu").analyze(feeds=one, generate=8, use_cache=False)
+    assert r.info["generation"] == "kv-cache" and r.info["generated_ids"] == full.info["generated_ids"]
+    for a, b, s in zip(r.maps, full.maps, r.sites):
+        np.testing.assert_allclose(a.array(), b.array(), atol=1e-5, err_msg=str(s))
