@@ -254,3 +254,14 @@ def test_marian_merged_and_with_past_files_alone(marian):
     _check(r, refs[2:], labels[2:])
     past = open_model(root / "onnx" / "decoder_with_past_model.onnx", provider="cpu")
     assert [(s.stack, s.kind, s.layer) for s in past.sites] == labels[2:]
+    # one cached step alone: the cache of the first tokens from plain onnxruntime on decoder_model.onnx, then the
+    # last token; its maps are the last query row of transformers' (row 0)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(root / "onnx" / "decoder_model.onnx"), providers=["CPUExecutionProvider"])
+    ids = feeds["decoder_input_ids"][:1]
+    head = {"input_ids": ids[:, :-1], "encoder_attention_mask": feeds["attention_mask"][:1]}
+    head["encoder_hidden_states"] = o.encoder_last_hidden_state.numpy()[:1]
+    outs = dict(zip([x.name for x in sess.get_outputs()], sess.run(None, head)))
+    step = {"input_ids": ids[:, -1:], "encoder_attention_mask": head["encoder_attention_mask"]}
+    step.update({i.name: outs[i.name.replace("past_key_values", "present")] for i in past.inputs if "past" in i.name})
+    _check(past.analyze(feeds=step), [w[:1, :, -1:] for w in refs[2:]], labels[2:])

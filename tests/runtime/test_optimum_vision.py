@@ -99,6 +99,25 @@ def test_each_file_alone(v2t):
     _check(r, refs[2:], LABELS[2:], feeds["decoder_attention_mask"])
     past = open_model(root / "onnx" / "decoder_with_past_model.onnx", provider="cpu")
     assert [(s.stack, s.kind, s.layer) for s in past.sites] == LABELS[2:]
+    # one cached step: the cache of the first 4 tokens from plain onnxruntime on decoder_model.onnx, then the
+    # last token alone; its maps are the last query row of transformers' (row 0: the unpadded caption)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(root / "onnx" / "decoder_model.onnx"), providers=["CPUExecutionProvider"])
+    ids = feeds["decoder_input_ids"][:1]
+    outs = dict(
+        zip(
+            [o.name for o in sess.get_outputs()],
+            sess.run(None, {"input_ids": ids[:, :-1], "encoder_hidden_states": states[:1]}),
+        )
+    )
+    step = {"input_ids": ids[:, -1:]}
+    for i in past.inputs:
+        if i.name == "encoder_hidden_states":
+            step[i.name] = states[:1]
+        elif i.name.startswith("past_key_values"):
+            step[i.name] = outs[i.name.replace("past_key_values", "present")]
+    r = past.analyze(feeds=step)
+    _check(r, [w[:1, :, -1:] for w in refs[2:]], LABELS[2:])
 
 
 def test_an_image_file_is_preprocessed_as_the_folder_says(v2t, tmp_path):
