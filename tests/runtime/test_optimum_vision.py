@@ -171,6 +171,7 @@ def test_cli_on_the_folder(v2t, tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["kind"] == "vision-decoder"
     assert [(s["stack"], s["kind"], s["layer"]) for s in d["sites"]] == LABELS
+    assert d["probed"] and [s["heads"] for s in d["sites"]] == [4] * 6  # a dummy image at the folder's size
     npz = tmp_path / "feeds.npz"
     np.savez(npz, **feeds)
     out = tmp_path / "maps.npz"
