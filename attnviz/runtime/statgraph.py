@@ -175,7 +175,27 @@ def stats_model(
             ]
         )
         names[i] = StatOutputs(sums, fixed, arg)
+    _prune(m.graph)
     return m, exposed, names
+
+
+def _prune(graph: onnx.GraphProto) -> None:
+    """Drop the nodes no output needs (onnxruntime runs every node of a graph, measured: none was pruned), e.g.
+    the layers after MiniLM's last attention map.  ONNX nodes are in topological order: one backward sweep."""
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    for n in graph.node:
+        if any(t not in known for t in gr._reads(n)):
+            return  # not in topological order (onnxruntime sorts such graphs itself): left whole
+        known.update(n.output)
+    need = {o.name for o in graph.output}
+    keep = []
+    for n in reversed(graph.node):
+        if any(o in need for o in n.output if o):
+            keep.append(n)
+            need.update(gr._reads(n))
+    if len(keep) < len(graph.node):
+        del graph.node[:]
+        graph.node.extend(reversed(keep))
 
 
 def stat_feeds(lengths: np.ndarray, special: np.ndarray | None, t: int) -> tuple[dict[str, np.ndarray], np.ndarray]:

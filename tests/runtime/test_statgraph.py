@@ -178,3 +178,14 @@ def test_image_corpus_uses_the_statistics_session_after_its_first_batch(hf_expor
         np.testing.assert_allclose(pb.sums, pa.sums, rtol=1e-6, atol=1e-6)
         assert np.array_equal(pa.counts, pb.counts)
     assert isinstance(b.in_graph, InGraphReducer)
+
+
+def test_work_after_the_last_attention_map_is_not_run(tmp_path):
+    """The statistics session drops the model's outputs and the nodes only they needed (the classifier here)."""
+    path = tiny_text_model(tmp_path / "cls.onnx", layers=2, heads=2, classifier=True)
+    m = open_model(path, provider="cpu")
+    m.probe()
+    stats, _, outs = sg.stats_model(m.graph, m._sites, {0, 1})
+    made = {o for n in stats.graph.node for o in n.output}
+    assert sorted(outs) == [0, 1] and m.outputs and not any(o.name in made for o in m.outputs)
+    assert len([n for n in stats.graph.node if not n.name.startswith("attnviz_stat")]) < len(m.proto.graph.node)
