@@ -39,8 +39,8 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
-from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
-from attnviz.runtime.worker import serve
+from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed
+from attnviz.runtime.worker import _slot_size, serve
 
 __all__ = [
     "INLINE_BYTES",
@@ -120,6 +120,7 @@ class _Host:
         # slots lent to callers, each with a weak reference to the object every view of it keeps alive; read
         # and changed only under ``lock`` (a run request hands back those whose object is gone)
         self.lent: list[tuple[weakref.ref, int]] = []
+        self.feed_area = _FeedArea(self.outdir)
 
     @property
     def alive(self) -> bool:
@@ -127,7 +128,12 @@ class _Host:
 
     def run(self, sid: int, names: list[str], feeds: dict) -> list[np.ndarray]:
         """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
-        return self.call("run", sid, names, feeds, adopt=self._adopt, hand_back=True)
+        return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
+
+    def _prepare_run(self, args: tuple) -> tuple:
+        """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
+        sid, names, feeds = args
+        return sid, names, self.feed_area.share(feeds), self._hand_back()
 
     def _hand_back(self) -> list[int]:
         """The lent slots no array views any more (under the lock: a slot is handed back exactly once).
@@ -175,7 +181,7 @@ class _Host:
         self.lent.append((weakref.ref(owner), slot))
         return np.frombuffer(owner, dt, n).reshape(shape)
 
-    def call(self, op: str, *args, what: str = "running the model", adopt=None, hand_back: bool = False):
+    def call(self, op: str, *args, what: str = "running the model", adopt=None, prepare=None):
         while not self.lock.acquire(timeout=POLL_S):
             if _cancel_requested():
                 raise RunCancelled("cancelled")
@@ -183,8 +189,8 @@ class _Host:
             if not self.alive:
                 raise _Dead()
             self._close_dropped()
-            if hand_back:  # the request carries the slots callers no longer view
-                args = (*args, self._hand_back())
+            if prepare is not None:
+                args = prepare(args)
             try:
                 self.conn.send((op, args))
             except (OSError, ValueError) as e:
@@ -249,7 +255,82 @@ class _Host:
         for mm in self.maps.values():
             _close(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
         self.maps.clear()
+        self.feed_area.close()
         shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+class _FeedArea:
+    """A shared-memory file the parent owns for large feeds (over ``INLINE_BYTES``: images, encoder states, a
+    head's scores for per-head recompute), so that they reach the child without pickling and without a socket
+    that moves 1 MB in ~200 kB turns, each a wake-up of the other process (a head recompute at 512 tokens spent
+    most of its time there).  Written only under the host's lock, before the request is sent: the child reads
+    it during that run alone, so one area is reused by every run.  It grows (a new file, the old one dropped)
+    when a run's feeds do not fit."""
+
+    ALIGN = 64
+
+    def __init__(self, outdir: str):
+        self.outdir = outdir
+        self.names = itertools.count(1)
+        self.file: str | None = None
+        self.mm: mmap.mmap | None = None
+
+    def share(self, feeds: dict) -> dict:
+        big = {
+            k: v
+            for k, v in feeds.items()
+            if isinstance(v, np.ndarray) and v.nbytes > INLINE_BYTES and not v.dtype.hasobject
+        }
+        if not big or os.name != "posix":
+            return feeds
+        need = sum(-(-v.nbytes // self.ALIGN) * self.ALIGN for v in big.values())
+        if (self.mm is None or len(self.mm) < need) and not self._grow(need):
+            return feeds  # shared memory full: the feeds travel through the socket as before
+        assert self.mm is not None and self.file is not None
+        out = dict(feeds)
+        at = 0
+        for k, v in big.items():
+            dst = np.frombuffer(self.mm, v.dtype, v.size, at).reshape(v.shape)
+            np.copyto(dst, v)
+            del dst
+            out[k] = SharedFeed(self.file, at, v.dtype.str, tuple(v.shape))
+            at += -(-v.nbytes // self.ALIGN) * self.ALIGN
+        return out
+
+    def _grow(self, need: int) -> bool:
+        self.close()
+        size = _slot_size(need)
+        name = f"feeds-{next(self.names)}"
+        path = os.path.join(self.outdir, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            return False
+        try:
+            try:  # reserve the pages now: a full tmpfs fails here, not with a SIGBUS while writing
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, size)
+                else:
+                    os.ftruncate(fd, size)
+            except OSError:
+                os.unlink(path)
+                return False
+            self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        self.file = name
+        return True
+
+    def close(self) -> None:
+        if self.mm is not None:
+            _close(self.mm)
+            self.mm = None
+        if self.file is not None:
+            try:  # the child keeps its mapping until it sees the next file's name; the pages go with it
+                os.unlink(os.path.join(self.outdir, self.file))
+            except OSError:
+                pass
+            self.file = None
 
 
 def _close(mm: mmap.mmap) -> None:

@@ -50,7 +50,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
         del sys.path[0]  # this script's folder (engine modules named graph, model, errors...) must not shadow others
     _light_package()
 
-from attnviz.runtime.isolation import INLINE_BYTES, NodeArg  # noqa: E402  (after the child's bare package)
+from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed  # noqa: E402  (after the child's bare package)
 
 KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
 # frees its slots one run later: they are reused by the run after that)
@@ -229,6 +229,7 @@ class Server:
         self.sessions: dict[int, tuple] = {}
         self.keep: dict[int, tuple] = {}
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
+        self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see host._FeedArea)
         self.arena = _shared_arena()
 
     def create(self, sid, model, kwargs):
@@ -256,7 +257,7 @@ class Server:
         self.pool.run += 1
         sess, links = self.sessions[sid]
         uniq = list(dict.fromkeys(names))
-        feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+        feeds = {k: self._feed(v) if isinstance(v, SharedFeed) else np.ascontiguousarray(v) for k, v in feeds.items()}
         dims = links.dims(feeds)
         try:
             got = self._run(sid, sess, uniq, feeds, links.predict_all(dims, uniq))
@@ -333,6 +334,19 @@ class Server:
                 self._give_back_arena()
         return got
 
+    def _feed(self, ref: SharedFeed) -> np.ndarray:
+        """A view of a feed in the parent's feed area, valid for this run (the parent rewrites it for the next)."""
+        if self.feed_area is None or self.feed_area[0] != ref.file:
+            if self.feed_area is not None:
+                _close_map(self.feed_area[1])
+            fd = os.open(os.path.join(self.pool.outdir, ref.file), os.O_RDWR)
+            try:
+                self.feed_area = (ref.file, mmap.mmap(fd, 0, flags=mmap.MAP_SHARED))
+            finally:
+                os.close(fd)
+        dt = np.dtype(ref.dtype)
+        return np.frombuffer(self.feed_area[1], dt, math.prod(ref.shape), ref.offset).reshape(ref.shape)
+
     def _give_back_arena(self) -> None:
         """Return onnxruntime's free arena memory to the system now.  Called after each output copied into a
         slot, so that a run whose shapes were not known yet holds its maps about once, not twice (the arena
@@ -385,6 +399,13 @@ def _shared_arena():
         return tiny, opts
     except Exception:
         return None
+
+
+def _close_map(mm: mmap.mmap) -> None:
+    try:
+        mm.close()
+    except BufferError:  # a view from a failed run may linger until collected: the mapping goes with it
+        pass
 
 
 def _nbytes(ov) -> int:
