@@ -5,7 +5,8 @@ Untrusted models reach code paths in onnxruntime that abort the process (a 115-b
 :class:`RemoteSession` whose sessions are created and run in one long-lived child (spawned on first use and
 kept across runs, so a run costs a pipe round trip, not a process start).  Large outputs come back in shared-memory
 *slots* that both processes keep mapped and reuse (:mod:`attnviz.runtime.worker` has the ownership rule): the
-caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.
+caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.  Large
+feeds go the other way through a feed area the parent owns (:class:`_FeedArea`), never through the socket.
 
 When the child dies the call raises :class:`ModelCrashed` ("the model crashed onnxruntime: ..."); the next
 call starts a fresh child and re-creates the sessions of other models transparently.  A run whose caller was

@@ -16,7 +16,8 @@ faults.  Ownership is one rule each way:
 A free slot is reused: when an output's shape is known before the run, onnxruntime writes straight into a free
 slot through I/O binding (no copy at all); otherwise onnxruntime allocates it and the child copies it into a slot
 once.  Shapes are learned per session from earlier runs (:class:`ShapeLinks`).  Free slots unused for two runs are
-deleted and the parent is told to unmap them.
+deleted and the parent is told to unmap them.  A session whose outputs all went into slots keeps its I/O binding,
+and each output asks for the slot it had last time, so a repeated run rebinds only its feeds.
 """
 
 from __future__ import annotations
