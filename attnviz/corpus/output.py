@@ -28,7 +28,7 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
             i = g.offset + h
             m = {name: float(means[i, s]) for s, name in enumerate(ROW_STATS)}
             m["induction"] = float(induction[i]) if induction is not None else math.nan
-            role, score = role_of(m)
+            role, score = role_of(m, g.kind)
             rows.append(
                 {
                     "stack": g.stack,

@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
+from attnviz.corpus.pairs import PairSpec, pair_feeds
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 S = len(ROW_STATS)
@@ -22,7 +24,7 @@ S = len(ROW_STATS)
 
 @dataclass(frozen=True)
 class HeadGroup:
-    """One self-attention site: its place in the model and where its heads start in the flat head index."""
+    """One attention site (self or cross): its place in the model and where its heads start in the flat head index."""
 
     site: int  # index into AttentionResult.maps
     stack: str
@@ -35,7 +37,7 @@ class HeadGroup:
 def layout(sites) -> list[HeadGroup]:
     out, off = [], 0
     for i, s in enumerate(sites):
-        if s.kind != "self":
+        if s.kind not in ("self", "cross"):
             continue
         out.append(HeadGroup(i, s.stack, s.kind, s.layer, int(s.heads), off))
         off += int(s.heads)
@@ -55,11 +57,24 @@ class Partial:
     top_col: np.ndarray  # [S, NH, kb] key position it looked at
 
 
-def _cols(stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special: np.ndarray) -> np.ndarray:
-    """Key column that goes with each scoring row; p [B, H, T, T] for the chosen (b, h) pairs via rows [B, H]."""
+@dataclass(frozen=True)
+class Axis:
+    """One side of a batch (the source / encoder or the target / decoder): real lengths, special keys."""
+
+    lengths: np.ndarray  # [B]
+    special: np.ndarray  # [B, T] bool
+    causal: bool = False
+
+
+def _cols(
+    stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special: np.ndarray, diag: np.ndarray | None = None
+) -> np.ndarray:
+    """Key column that goes with each scoring row; p [B, H, Tq, Tk] for the chosen (b, h) pairs via rows [B, H].
+    ``diag [B, Tq]``: the key of each query's diagonal (cross-attention's monotone one; None: the same position)."""
     fixed = {"prev": -1, "next": 1, "diag": 0}
     if stat in fixed:
-        return rows + fixed[stat]
+        base = rows if diag is None else np.take_along_axis(diag, rows, 1)
+        return base + fixed[stat]
     if stat == "first":
         return np.zeros_like(rows)
     b, h = np.meshgrid(np.arange(p.shape[0]), np.arange(p.shape[1]), indexing="ij")
@@ -74,13 +89,12 @@ def _cols(stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special:
 def reduce_maps(
     maps: list[np.ndarray],
     groups: list[HeadGroup],
-    lengths: np.ndarray,
-    special: np.ndarray | None,
-    causal: bool,
+    axes: dict[str, Axis],
     items: list[int],
     k: int,
     batch_id: int,
 ) -> Partial:
+    """``axes[stack]`` is the query side of that stack's sites; a cross site's keys are the encoder's."""
     nh = sum(g.heads for g in groups)
     b = len(items)
     kb = min(k, b)
@@ -91,12 +105,19 @@ def reduce_maps(
     tr = np.zeros((S, nh, kb), np.int64)
     tc = np.zeros((S, nh, kb), np.int64)
     item_ids = np.asarray(items, np.int64)
-    t = maps[groups[0].site].shape[-1] if groups else 0
-    real = np.arange(t)[None, :] < lengths[:, None]
-    sp = np.zeros_like(real) if special is None else special
     for g in groups:
         p = maps[g.site]
-        values, valid = row_stats(p, lengths, sp, causal)
+        q = axes[g.stack]
+        key = axes["encoder"] if g.kind == "cross" else q
+        tk = p.shape[-1]
+        real = np.arange(tk)[None, :] < key.lengths[:, None]
+        sp = np.asarray(key.special, bool)[:, :tk]
+        if g.kind == "cross":
+            values, valid = cross_row_stats(p, q.lengths, key.lengths, sp)
+            diag = np.clip(diagonal_key(q.lengths, key.lengths, p.shape[-2]), 0, tk - 1)
+        else:
+            values, valid = row_stats(p, q.lengths, sp, q.causal)
+            diag = None
         hs = slice(g.offset, g.offset + g.heads)
         for s, name in enumerate(ROW_STATS):
             v, ok = values[name], valid[name]
@@ -107,7 +128,7 @@ def reduce_maps(
             with np.errstate(invalid="ignore", divide="ignore"):
                 per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
             rows = np.where(ok[:, None, :], v, -np.inf).argmax(-1)  # [B, H]
-            cols = _cols(name, p, rows, real, sp)
+            cols = _cols(name, p, rows, real, sp, diag)
             # highest per-item mean first; ties go to the earlier item (deterministic across engines)
             order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
             hh = np.arange(g.heads)[None, :]
@@ -115,7 +136,8 @@ def reduce_maps(
             ti[s, hs] = item_ids[order].T
             tr[s, hs] = rows[order, hh].T
             tc[s, hs] = cols[order, hh].T
-    return Partial(batch_id, b, int(lengths.sum()), sums, counts, tv, ti, tr, tc)
+    tokens = sum(int(a.lengths.sum()) for a in axes.values())
+    return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
 
 
 class BatchReducer:
@@ -147,6 +169,8 @@ class BatchReducer:
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
 
     def __call__(self, spec: BatchSpec) -> Partial:
+        if isinstance(spec, PairSpec):
+            return self._pair(spec)
         feeds, lengths, special = self.feeds(spec)
         r = self.model.run(feeds, mode="dense")  # maps are reduced here and dropped with the batch
         maps = [m.array() for m in r.maps]
@@ -157,9 +181,21 @@ class BatchReducer:
             lengths = np.full(spec.size, t, np.int64)
             grid = grid_for(self.model, t)
             special = np.broadcast_to(np.arange(t) < (grid.offset if grid else 1), (spec.size, t))
-        return reduce_maps(
-            maps, self.groups, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id
-        )
+        stack = self.groups[0].stack  # one stack: encoder, decoder (causal) or a vision encoder
+        axes = {stack: Axis(lengths, special, self.kind == "decoder")}
+        return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+
+    def _pair(self, spec: PairSpec) -> Partial:
+        """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""
+        r = self.model.run(pair_feeds(self.model, spec), mode="dense")
+        maps = [m.array() for m in r.maps]
+        assert spec.lengths is not None and spec.special is not None
+        assert spec.dec_lengths is not None and spec.dec_special is not None
+        axes = {
+            "encoder": Axis(spec.lengths, spec.special),
+            "decoder": Axis(spec.dec_lengths, spec.dec_special, causal=True),
+        }
+        return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
 
 
 def default_threads(workers: int) -> int:

@@ -15,9 +15,10 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.corpus import items as it
-from attnviz.corpus import output
+from attnviz.corpus import output, pairs
 from attnviz.corpus.engines import ENGINES, WorkerSetup, default_workers
 from attnviz.corpus.plan import (
+    BatchSpec,
     check_model,
     encode_items,
     has_mask,
@@ -118,7 +119,9 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     gpu = _gpu_session(model)
     workers = cfg.workers or default_workers(cfg.provider, gpu)
     model_sha = it.sha256_file(cfg.model)
-    source = _ray_texts if cfg.engine == "ray" and cfg.texts is not None else _planned
+    # Ray Data reads plain text corpora itself; source/target pairs and images keep the driver's (resumable) plan
+    ray_reads = cfg.engine == "ray" and cfg.texts is not None and kind != "encoder-decoder"
+    source = _ray_texts if ray_reads else _planned
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
     stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
@@ -172,6 +175,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         "model": str(Path(cfg.model).resolve()),
         "model_sha256": model_sha,
         "model_kind": kind,
+        # how an encoder-decoder's decoder was fed (the target sentences, as `attnviz open --text-pair` feeds them)
+        "decoder_input": "teacher-forced on --text-pair-column" if kind == "encoder-decoder" else None,
         "data": str(Path(str(cfg.texts or cfg.images)).resolve()),
         "data_sha256": stream.data_sha,
         "data_sha256_of": stream.data_sha_of,
@@ -220,7 +225,11 @@ class Stream:
 
 def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
     """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
-    if cfg.texts is not None:
+    specs: list[BatchSpec]
+    if cfg.texts is not None and kind == "encoder-decoder":
+        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
+        specs = [*pairs.plan_pairs(items, pairs.encode_pairs(model, items), cfg.batch_size, nh)]
+    elif cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         ids, types, special = encode_items(model, items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)

@@ -186,7 +186,7 @@ def test_run_json_hashes_and_max_items(planted, tmp_path):
         ("out_is_file", "is a file"),
         ("both_inputs", "exactly one of"),
         ("pair_in_txt", "no columns"),
-        ("enc_dec", "corpus analysis handles"),
+        ("enc_dec", "--text-pair-column"),  # an encoder-decoder without its targets
         ("other_checkpoint", "belongs to another run"),
         ("no_ray_engine", "needs --engine ray"),
         ("broken_checkpoint", "unreadable checkpoint"),
