@@ -23,19 +23,6 @@ TRANSLATION = Path(__file__).resolve().parents[2] / "models" / "translation.onnx
 TOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def bible(tmp_path_factory):
-    """12 held-out Greek -> English verses (the shipped translation demo's own data), as .jsonl."""
-    from attnviz.training import data_translation as dt
-
-    pairs = [p for p in dt.split_pairs(dt.load_bible()).test if len(p.src) <= 14][:12]
-    f = tmp_path_factory.mktemp("bible") / "verses.jsonl"
-    f.write_text(
-        "".join(json.dumps({"text": " ".join(p.src), "en": p.tgt_text or " ".join(p.tgt)}) + "\n" for p in pairs)
-    )
-    return f
-
-
 def cross_rows(m: np.ndarray, special: list[bool]) -> dict[str, list[float]]:
     """Per-row values of one cross head ``m [Tq, Tk]`` of one item, by the definitions in core/cross_stats."""
     nq, nk = m.shape
