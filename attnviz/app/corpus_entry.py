@@ -31,7 +31,9 @@ def example_open(example: dict, model_path: str, tokenizer: str | None = None) -
         values = {"image": str(example["image"])}
     else:
         values = {"text": example["text"], "text_pair": example.get("pair")}
-        if example.get("pair") is not None:
+        if example.get("generate"):  # the corpus decoded the model's own greedy output: generate it again
+            values["generate"] = int(example["generate"])
+        elif example.get("pair") is not None:
             # the corpus fed the pair as it is (sentence B, or an encoder-decoder's teacher-forced target):
             # generating on top would add decoder rows the corpus never saw
             values["generate"] = 0

@@ -1,9 +1,12 @@
 """Encoder-decoder corpora: the source text feeds the encoder, the pair column (the target) the decoder.
 
-The decoder is teacher-forced exactly as ``attnviz open MODEL --text SRC --text-pair TGT`` feeds it: the
-decoder start token, then the target's tokens (no end token: the model would predict it).  Batches are
-right-padded on both sides; the encoder's padded keys are masked by its mask input, and the decoder's padded
-rows and keys are never counted (a causal decoder never sees them; a decoder mask input hides them too).
+With ``--text-pair-column`` the decoder is teacher-forced exactly as ``attnviz open MODEL --text SRC --text-pair
+TGT`` feeds it: the decoder start token, then the target's tokens (no end token: the model would predict it).
+Without it the worker generates greedily, batch by batch, as ``attnviz open MODEL --text SRC --generate N`` does
+(up to N new tokens, stopping at the end token), and the decoder then reads the start token and every generated
+token but the last (the rows ``analyze`` shows).  Batches are right-padded on both sides; the encoder's padded
+keys are masked by its mask input, and the decoder's padded rows and keys are never counted (a causal decoder
+never sees them; a decoder mask input hides them too).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class PairSpec(BatchSpec):
     dec_lengths: np.ndarray | None = None  # [B]
     dec_ids: np.ndarray | None = None  # [B, Td] int32
     dec_special: np.ndarray | None = None  # [B, Td] bool
+    generate: int = 0  # no target given: the worker generates up to this many tokens (dec_* are None until then)
 
 
 @dataclass
@@ -45,7 +49,13 @@ def decoder_start(model) -> int:
     return int(start if start is not None else 0)  # as the runtime's prompt for a text pair
 
 
+def end_token(model) -> int | None:
+    eos = md.section(model.meta, "special").get("eos")
+    return int(eos) if eos is not None else None
+
+
 def encode_pairs(model, items: list[Item]) -> Encoded:
+    """Token lists of every item; the decoder's are empty when no item has a target (greedy generation)."""
     src_tok, tgt_tok = model.tokenizers
     tgt_tok = tgt_tok or src_tok
     if src_tok is None or tgt_tok is None:
@@ -55,11 +65,6 @@ def encode_pairs(model, items: list[Item]) -> Encoded:
     start = decoder_start(model)
     out = Encoded([], [], [], [], [])
     for it in items:
-        if it.pair is None:
-            raise AttnvizError(
-                f"{model.path.name} is an encoder-decoder model: give the target sentences with --text-pair-column C "
-                "(the decoder is teacher-forced on them)"
-            )
         enc = src_tok.encode(it.text, None)
         if enc.ids:
             out.src.append(list(enc.ids))
@@ -69,6 +74,10 @@ def encode_pairs(model, items: list[Item]) -> Encoded:
             out.src.append([0])
             out.types.append([0])
             out.src_special.append([True])
+        if it.pair is None:
+            out.dec.append([])
+            out.dec_special.append([])
+            continue
         dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
         out.dec.append(dec)
         out.dec_special.append([bool(tgt_tok.is_special(i)) for i in dec])
@@ -83,16 +92,17 @@ def _pad(rows, dtype) -> np.ndarray:
 
 
 def plan_pairs(
-    items: list[Item], enc: Encoded, batch_size: int, heads: int, budget: int = MAP_BUDGET_BYTES
+    items: list[Item], enc: Encoded, batch_size: int, heads: int, generate: int = 0, budget: int = MAP_BUDGET_BYTES
 ) -> list[PairSpec]:
     """Batches sorted by (source length, target length, index); a batch ends before its maps (the largest of
-    source² / target² / target × source per head, ``heads`` over all sites) would pass ``budget``."""
+    source² / target² / target × source per head, ``heads`` over all sites) would pass ``budget``.  Items
+    without a target get ``generate`` (their decoder rows, at most 1 + generate, are made by the worker)."""
     order = sorted(range(len(items)), key=lambda i: (len(enc.src[i]), len(enc.dec[i]), i))
     out: list[PairSpec] = []
     cur: list[int] = []
     ts = td = 0
     for i in order:
-        ns, nd = max(ts, len(enc.src[i])), max(td, len(enc.dec[i]))
+        ns, nd = max(ts, len(enc.src[i])), max(td, len(enc.dec[i]) or 1 + generate)
         big = (len(cur) + 1) * heads * max(ns, nd) ** 2 * 4 > budget
         if cur and (len(cur) >= batch_size or big):
             out.append(_spec(len(out), cur, items, enc))
@@ -101,6 +111,14 @@ def plan_pairs(
         ts, td = ns, nd
     if cur:
         out.append(_spec(len(out), cur, items, enc))
+    if any(not d for d in enc.dec):
+        if generate < 1:
+            raise AttnvizError(
+                "an encoder-decoder corpus needs targets (--text-pair-column C) or --generate N of 1 or more"
+            )
+        for spec in out:  # no targets: every batch generates (the decoder arrays come from the worker)
+            spec.dec_lengths = spec.dec_ids = spec.dec_special = None
+            spec.generate = generate
     return out
 
 
@@ -112,6 +130,8 @@ def _spec(bid: int, rows: list[int], items: list[Item], enc: Encoded) -> PairSpe
         [enc.types[i] for i in rows],
         [enc.src_special[i] for i in rows],
     )
+    if not all(enc.dec[i] for i in rows):  # generated later, in the worker
+        return PairSpec(base.batch_id, base.items, base.lengths, base.ids, base.type_ids, base.special)
     return PairSpec(
         base.batch_id,
         base.items,
@@ -123,6 +143,35 @@ def _spec(bid: int, rows: list[int], items: list[Item], enc: Encoded) -> PairSpe
         dec_ids=_pad([enc.dec[i] for i in rows], np.int32),
         dec_special=_pad([enc.dec_special[i] for i in rows], bool),
     )
+
+
+def set_decoder_rows(spec: PairSpec, rows: list[list[int]], tok) -> None:
+    spec.dec_lengths = np.array([len(r) for r in rows], np.int64)
+    spec.dec_ids = _pad(rows, np.int32)
+    spec.dec_special = _pad([[bool(tok.is_special(i)) for i in r] for r in rows], bool)
+
+
+def generate_rows(model, spec: PairSpec) -> list[list[int]]:
+    """Greedy generation for the whole batch, one full re-run per step (as ``attnviz open --generate`` without a
+    KV cache): returns each item's generated ids, up to ``spec.generate`` of them, the end token included."""
+    start, eos = decoder_start(model), end_token(model)
+    b = spec.size
+    gen: list[list[int]] = [[] for _ in range(b)]
+    done = np.zeros(b, bool)
+    for _ in range(spec.generate):
+        rows = [[start, *g] + [0] * (max(map(len, gen)) - len(g)) for g in gen]  # finished rows padded after
+        spec.dec_ids = np.asarray(rows, np.int32)
+        spec.dec_lengths = np.full(b, len(rows[0]), np.int64)
+        logits = model.logits(pair_feeds(model, spec))
+        last = logits[np.arange(b), [len(g) for g in gen]] if logits.ndim == 3 else logits  # each row's newest
+        nxt = last.argmax(-1)
+        for r in np.flatnonzero(~done):
+            gen[r].append(int(nxt[r]))
+            done[r] = eos is not None and gen[r][-1] == eos
+        if done.all():
+            break
+    spec.dec_ids = spec.dec_lengths = None
+    return gen
 
 
 def pair_feeds(model, spec: PairSpec) -> dict[str, np.ndarray]:

@@ -153,7 +153,18 @@ def partial_from_row(row: dict, batch_id: int) -> Partial:
     s = len(row["sums"]) // (8 * nh)
     shapes = {"sums": (nh, s), "counts": (nh, s)}
     arrays = {a: np.frombuffer(row[a], DTYPES[a]).reshape(shapes.get(a, (s, nh, kb))) for a in ARRAYS}
-    return Partial(batch_id, int(row["items"]), int(row["tokens"]), **{a: v.copy() for a, v in arrays.items()})
+    a = {k: v.copy() for k, v in arrays.items()}
+    return Partial(
+        batch_id,
+        int(row["items"]),
+        int(row["tokens"]),
+        a["sums"],
+        a["counts"],
+        a["top_value"],
+        a["top_item"],
+        a["top_row"],
+        a["top_col"],
+    )
 
 
 class ReduceActor:

@@ -6,8 +6,9 @@ same float64 additions happen in the same order whichever process produced each 
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from attnviz import AttnvizError
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
-from attnviz.corpus.pairs import PairSpec, pair_feeds
+from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 S = len(ROW_STATS)
@@ -55,6 +56,8 @@ class Partial:
     top_item: np.ndarray  # [S, NH, kb] int64 Item.index
     top_row: np.ndarray  # [S, NH, kb] query position that scored highest in that item
     top_col: np.ndarray  # [S, NH, kb] key position it looked at
+    # encoder-decoder without targets: the generated tokens (labels, end token included) of the items named above
+    generated: dict[int, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,12 @@ class BatchReducer:
 
     def _pair(self, spec: PairSpec) -> Partial:
         """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""
+        gen: list[list[int]] = []
+        tok = self.model.tokenizers[1] or self.model.tokenizers[0]
+        if spec.dec_ids is None:  # no targets: generate, then read the rows `analyze` shows after --generate
+            gen = generate_rows(self.model, spec)
+            start = decoder_start(self.model)
+            set_decoder_rows(spec, [[start, *g[:-1]] for g in gen], tok)
         r = self.model.run(pair_feeds(self.model, spec), mode="dense")
         maps = [m.array() for m in r.maps]
         assert spec.lengths is not None and spec.special is not None
@@ -195,7 +204,11 @@ class BatchReducer:
             "encoder": Axis(spec.lengths, spec.special),
             "decoder": Axis(spec.dec_lengths, spec.dec_special, causal=True),
         }
-        return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+        part = reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+        if gen:
+            named = set(np.unique(part.top_item).tolist())
+            part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
+        return part
 
 
 def default_threads(workers: int) -> int:
@@ -216,6 +229,7 @@ class Accumulator:
         self.top_item = np.full((S, nh, k), -1, np.int64)
         self.top_row = np.full((S, nh, k), -1, np.int64)
         self.top_col = np.full((S, nh, k), -1, np.int64)
+        self.generated: dict[int, list[str]] = {}  # generated tokens of the items in the top lists
 
     def fold(self, p: Partial) -> None:
         if p.batch_id != self.next_batch:
@@ -230,15 +244,19 @@ class Accumulator:
         def take(a):
             return np.take_along_axis(a, order, -1)
 
+        top_item = take(i)
+        named = set(np.unique(top_item).tolist())
+        generated = {n: g for n, g in (self.generated | p.generated).items() if n in named}
         # the new state is built aside and swapped in by one dict update: a Ctrl-C (delivered between bytecodes)
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
         self.__dict__.update(
+            generated=generated,
             sums=self.sums + p.sums,
             counts=self.counts + p.counts,
             items=self.items + p.items,
             tokens=self.tokens + p.tokens,
             top_value=take(v),
-            top_item=take(i),
+            top_item=top_item,
             top_row=take(np.concatenate([self.top_row, p.top_row], -1)),
             top_col=take(np.concatenate([self.top_col, p.top_col], -1)),
             next_batch=self.next_batch + 1,
@@ -260,6 +278,7 @@ class Accumulator:
                 next_batch=self.next_batch,
                 items=self.items,
                 tokens=self.tokens,
+                generated=np.array(json.dumps(self.generated)),
                 **{n: getattr(self, n) for n in self.FIELDS},
             )
 
@@ -275,6 +294,7 @@ class Accumulator:
                 acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
                 for n in cls.FIELDS:
                     setattr(acc, n, z[n])
+                acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}
         except Exception as e:  # truncated or not ours
             raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc

@@ -49,6 +49,7 @@ class CorpusConfig:
     ray_address: str | None = None
     k: int = 5
     progress: bool = True
+    generate: int = 32  # encoder-decoder without --text-pair-column: greedy tokens per item at most
 
 
 @dataclass
@@ -175,8 +176,9 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         "model": str(Path(cfg.model).resolve()),
         "model_sha256": model_sha,
         "model_kind": kind,
-        # how an encoder-decoder's decoder was fed (the target sentences, as `attnviz open --text-pair` feeds them)
-        "decoder_input": "teacher-forced on --text-pair-column" if kind == "encoder-decoder" else None,
+        # how an encoder-decoder's decoder was fed: the targets (as `attnviz open --text-pair`), or its own greedy
+        # output (as `attnviz open --generate N`)
+        "decoder_input": _decoder_input(cfg, kind),
         "data": str(Path(str(cfg.texts or cfg.images)).resolve()),
         "data_sha256": stream.data_sha,
         "data_sha256_of": stream.data_sha_of,
@@ -209,6 +211,14 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
 
 
+def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
+    if kind != "encoder-decoder":
+        return None
+    if cfg.pair_column:
+        return f"teacher-forced on --text-pair-column {cfg.pair_column}"
+    return f"greedy generation, up to {cfg.generate} tokens per item (stops at the end token)"
+
+
 @dataclass
 class Stream:
     """Where the partials come from: the driver's plan (resumable) or Ray Data reading the file itself."""
@@ -228,7 +238,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
     specs: list[BatchSpec]
     if cfg.texts is not None and kind == "encoder-decoder":
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
-        specs = [*pairs.plan_pairs(items, pairs.encode_pairs(model, items), cfg.batch_size, nh)]
+        specs = [*pairs.plan_pairs(items, pairs.encode_pairs(model, items), cfg.batch_size, nh, cfg.generate)]
     elif cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         ids, types, special = encode_items(model, items)
@@ -254,7 +264,9 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
     for b in specs:
         plan_h.update(np.asarray(b.items, np.int64).tobytes() + b"|")
     fingerprint = hashlib.sha256(
-        json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest()]).encode()
+        json.dumps(
+            [model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest(), cfg.generate]
+        ).encode()
     ).hexdigest()
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu

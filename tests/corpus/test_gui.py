@@ -144,3 +144,31 @@ def test_encoder_decoder_corpus_cross_rows_and_example_opens_the_pair(qtbot, win
     # the example's row/col point into this very map: the monotone-diagonal key of that decoder row
     nq, nk = len(s.result.key_tokens.labels), len(s.result.tokens.labels)
     assert ex["col"] == int(ex["row"] * (nk - 1) / (nq - 1) + 0.5)
+
+
+def test_generated_example_opens_generating_the_same_tokens(qtbot, win, bible, tmp_path):
+    """Without targets the corpus decoded the model's greedy output; its example opens generating again, and the
+    window shows the very tokens the corpus analysed."""
+    import json
+    from pathlib import Path
+
+    from attnviz.gui.views.corpus import open_corpus_results
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    src = tmp_path / "src.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": json.loads(x)["text"]}) + "\n" for x in bible.read_text().splitlines()[:3])
+    )
+    cfg = CorpusConfig(str(model), str(tmp_path / "res"), texts=str(src), batch_size=3, workers=1, generate=8)
+    cfg.provider, cfg.progress = "cpu", False
+    run_corpus(cfg)
+    v = open_corpus_results(win, tmp_path / "res")
+    qtbot.waitExposed(v)
+    v.show_head(next(h for h in v.heads if h["kind"] == "cross"))
+    ex = v.shown_examples[0]
+    assert ex["generated"] and "generated: " + ex["generated"] in v.examples.item(0, 5).text()
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        qtbot.mouseClick(
+            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
+        )
+    assert win.session.result.generated == ex["generated"].split()

@@ -43,14 +43,20 @@ def cross_rows(m: np.ndarray, special: list[bool]) -> dict[str, list[float]]:
     return out
 
 
-def pair_reference(texts: Path) -> dict:
-    """means[(stack, kind, layer, head)][stat] from one-at-a-time analyze runs of the same pairs."""
+def pair_reference(texts: Path, generate: int = 0, generated: dict | None = None) -> dict:
+    """means[(stack, kind, layer, head)][stat] from one-at-a-time analyze runs of the same pairs (or of the
+    sources alone with ``generate``: then ``generated[item]`` gets what analyze generated)."""
     model = open_model(TRANSLATION, provider="cpu")
     sums: dict = {}
     counts: dict = {}
-    for line in texts.read_text().splitlines():
+    for n_item, line in enumerate(texts.read_text().splitlines()):
         rec = json.loads(line)
-        r = model.analyze(text=rec["text"], text_pair=rec["en"])
+        if generate:
+            r = model.analyze(text=rec["text"], generate=generate)
+            assert generated is not None
+            generated[n_item] = " ".join(r.generated)
+        else:
+            r = model.analyze(text=rec["text"], text_pair=rec["en"])
         src_sp, dec_sp = list(r.tokens.special), list(r.key_tokens.special)
         layer_of: dict = {}
         for site, src in zip(r.sites, r.maps):
@@ -95,6 +101,27 @@ def test_translation_pairs_equal_one_at_a_time_reference(bible, tmp_path):
     assert not [e for e in res.examples if e["kind"] == "cross" and e["score"] in ("prev", "next")]
 
 
+def test_translation_without_targets_generates_greedily_like_analyze(bible, tmp_path):
+    """No --text-pair-column: each item's decoder reads the model's own greedy output, the rows that
+    ``analyze(text, generate=N)`` shows; the statistics and the examples' generated text equal its."""
+    src = tmp_path / "src.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": json.loads(x)["text"]}) + "\n" for x in bible.read_text().splitlines()[:5])
+    )
+    run_corpus(_cfg(TRANSLATION, src, tmp_path / "out", batch_size=3, generate=10))
+    res = read(tmp_path / "out")
+    generated: dict = {}
+    want = pair_reference(src, generate=10, generated=generated)
+    for row in res.heads:
+        key = (row["stack"], row["kind"], row["layer"], row["head"])
+        for s in STATS:
+            w, g = want[key][s], row[s]
+            assert (math.isnan(w) and math.isnan(g)) or abs(g - w) < TOL, (key, s, g, w)
+    assert res.run["decoder_input"].startswith("greedy generation, up to 10 tokens")
+    assert res.examples and all(e["generated"] == generated[e["item"]] for e in res.examples)
+    assert all(e["generate"] == len(generated[e["item"]].split()) and e["pair"] is None for e in res.examples)
+
+
 def test_translation_pairs_interrupt_then_resume(bible, tmp_path):
     cfg = dict(pair_column="en", batch_size=3)
     run_corpus(_cfg(TRANSLATION, bible, tmp_path / "full", **cfg))
@@ -111,8 +138,9 @@ def test_translation_pairs_interrupt_then_resume(bible, tmp_path):
     _assert_same(_table(tmp_path / "full"), _table(tmp_path / "cut"))
 
 
-def test_translation_without_a_pair_column_is_one_line(bible, tmp_path, capsys):
-    code = main(["corpus", str(TRANSLATION), "--texts", str(bible), "--out", str(tmp_path / "o"), "--no-progress"])
+def test_generate_below_one_is_one_line(bible, tmp_path, capsys):
+    args = ["corpus", str(TRANSLATION), "--texts", str(bible), "--out", str(tmp_path / "o"), "--no-progress"]
+    code = main([*args, "--generate", "0"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--text-pair-column" in err[0] and err[0].startswith("attnviz: error:")
+    assert code == 2 and len(err) == 1 and "--generate" in err[0] and err[0].startswith("attnviz: error:")
     assert not (tmp_path / "o").exists()

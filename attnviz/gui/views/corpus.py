@@ -288,6 +288,8 @@ class CorpusView(QWidget):
             label = e["text"] if e.get("text") is not None else Path(e.get("image") or "").name
             if e.get("pair"):
                 label += "  ‖  " + e["pair"]
+            elif e.get("generated"):
+                label += "  ‖ generated: " + e["generated"]
             for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
                 t.setItem(r, c, ValueItem(v))
         t.resizeColumnsToContents()
