@@ -11,11 +11,18 @@ again by :func:`~attnviz.corpus.plan.plan_text` (the map budget; equal lengths f
 each padded batch obeys the same rules as the local engine's.  Sums fold in (length, first item) order and
 top-k ties go to the lower item index, so results equal the local engine's up to float64 summation order.
 
-``--images`` keeps the driver's plan (:func:`run_specs`): Ray Data ``from_items`` over the batch specs.
+``--images`` (:func:`run_images`): ``read_binary_files`` lists and reads the folder's image files in Ray tasks
+(the folder itself, not sub-folders, as the local reader), sorted by path and numbered; each actor decodes its
+batch with the local engine's own image loader, reduces it and reports each image's sha256, so run.json's data
+hash equals the local engine's without the driver reading a single image.
+
+Source/target pairs of an encoder-decoder keep the driver's plan (:func:`run_specs`): Ray Data ``from_items``
+over the batch specs (resumable from the driver's checkpoint).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import pickle
@@ -50,6 +57,15 @@ class TextJob:
     heads: int
     decoder: bool  # decoders see raw text, without [CLS]/[SEP] (as encode_items)
     tokenizer: bytes  # the driver's pickled tokenizer, so every task encodes exactly as the local engine
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """``--images`` read by Ray Data: the folder, how many images at most, images per batch."""
+
+    folder: str
+    max_items: int | None
+    batch_size: int
 
 
 def _ray():
@@ -175,14 +191,16 @@ class ReduceActor:
 
         os.environ["ATTNVIZ_INPROCESS"] = "1"  # the actor is the crash boundary (Ray reports its death)
         self.reducer = pickle.loads(setup_blob).reducer()
-        self.job: TextJob | None = pickle.loads(job_blob) if job_blob else None
+        self.job: TextJob | ImageJob | None = pickle.loads(job_blob) if job_blob else None
 
     def __call__(self, batch):
         import pyarrow as pa
 
-        if self.job is None:  # driver-planned specs (--images)
+        if self.job is None:  # driver-planned specs (encoder-decoder pairs)
             out = [pickle.dumps(self.reducer(pickle.loads(b))) for b in batch["spec"]]
             return {"batch_id": batch["batch_id"], "partial": np.array(out, dtype=object)}
+        if isinstance(self.job, ImageJob):
+            return pa.Table.from_pylist([self._images(batch)])
         cols = {c: batch.column(c).to_pylist() for c in ("id", "text", "pair", "ids", "types", "special")}
         items = [Item(i, text=t, pair=p) for i, t, p in zip(cols["id"], cols["text"], cols["pair"])]
         specs = plan_text(
@@ -202,6 +220,30 @@ class ReduceActor:
             assert spec.lengths is not None  # text specs always carry lengths
             rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}))
         return pa.Table.from_pylist(rows)
+
+    def _images(self, batch) -> dict:
+        """Decode the batch's image bytes with the local engine's loader (through a private temporary folder,
+        since the loader takes a path), reduce, and report each image's name and sha256."""
+        import hashlib
+        import tempfile
+
+        ids = batch.column("id").to_pylist()
+        paths = batch.column("path").to_pylist()
+        blobs = batch.column("bytes").to_pylist()
+        with tempfile.TemporaryDirectory(prefix="attnviz-ray-") as tmp:
+            local = []
+            for n, (path, blob) in enumerate(zip(paths, blobs)):
+                f = Path(tmp) / f"{n}{Path(path).suffix}"
+                f.write_bytes(blob)
+                local.append(str(f))
+            p = self.reducer(BatchSpec(-1, [int(i) for i in ids], images=local))
+        named = {int(i) for i in np.unique(p.top_item)}
+        row = partial_row(p, 0, int(ids[0]), {})
+        row["texts"] = json.dumps({str(i): [path, None] for i, path in zip(ids, paths) if int(i) in named})
+        row["digests"] = json.dumps(
+            [[int(i), Path(path).name, hashlib.sha256(blob).hexdigest()] for i, path, blob in zip(ids, paths, blobs)]
+        )
+        return row
 
 
 def _read(job: TextJob):
@@ -296,6 +338,77 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
     return (partial_from_row(r, b) for b, r in enumerate(rows)), items
 
 
+def _direct_images(batch, folder: str):
+    """Only the folder's own files (the local reader does not descend), with an image suffix in any case."""
+    import pyarrow as pa
+
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    paths = batch.column("path").to_pylist()
+    keep = [Path(p).parent == Path(folder) and Path(p).suffix.lower() in IMAGE_SUFFIXES for p in paths]
+    return batch.filter(pa.array(keep, pa.bool_()))
+
+
+def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
+    """Ray Data reads the image folder; returns (partials in fold order, the examples' items, the data sha256
+    computed as :func:`attnviz.corpus.items.sha256_items` does, items)."""
+    ray = _ray()
+    import pyarrow.parquet as pq
+
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    _init(setup)
+    _context(progress)
+    folder = str(Path(job.folder).resolve())
+    partials = out / PARTIALS
+    shutil.rmtree(partials, ignore_errors=True)
+    exts = sorted({e.lstrip(".") for e in IMAGE_SUFFIXES} | {e.lstrip(".").upper() for e in IMAGE_SUFFIXES})
+    try:
+        ds = ray.data.read_binary_files(folder, include_paths=True, file_extensions=exts)
+        ds = ds.map_batches(_direct_images, batch_format="pyarrow", fn_kwargs={"folder": folder})
+        ds = ds.sort("path")  # the local reader's order: item numbers match
+        if job.max_items is not None:
+            ds = ds.limit(job.max_items)
+        ds = _with_index(ds.materialize())
+        if ds is None:
+            raise AttnvizError(f"--images {job.folder}: no image files ({', '.join(IMAGE_SUFFIXES)})")
+        ds.map_batches(
+            ReduceActor,
+            fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
+            batch_size=job.batch_size,
+            compute=ray.data.ActorPoolStrategy(size=setup.workers),
+            num_cpus=setup.threads,
+            num_gpus=1 if setup.gpu else 0,
+            batch_format="pyarrow",
+        ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
+        table = pq.read_table(partials)
+    except AttnvizError:
+        raise
+    except Exception as e:
+        name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+        if name == "AttnvizError":
+            raise AttnvizError(msg) from None
+        raise AttnvizError(
+            f"--images {job.folder}: Ray Data could not read or process it ({name}: {msg[:160]}); "
+            "check the folder, or run with --engine local"
+        ) from None
+    finally:
+        shutil.rmtree(partials, ignore_errors=True)
+    rows = sorted(table.to_pylist(), key=lambda r: r["first_item"])
+    items: dict[int, Item] = {}
+    digests = []
+    for r in rows:
+        for i, (path, _) in json.loads(r["texts"]).items():
+            items[int(i)] = Item(int(i), image=path)
+        digests += json.loads(r["digests"])
+    digests.sort()
+    h = hashlib.sha256()
+    for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash
+        h.update(json.dumps([None, None, name]).encode())
+        h.update(digest.encode())
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, h.hexdigest(), len(digests)
+
+
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
 
 
@@ -335,3 +448,27 @@ def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
     )
     for row in out.iter_rows():
         yield pickle.loads(row["partial"])
+
+
+def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path):
+    """``--engine ray --images``: the run's :class:`~attnviz.corpus.run.Stream` over :func:`run_images`
+    (not resumable: Ray Data reads and batches the folder itself)."""
+    from attnviz.corpus.run import Stream
+
+    if ckpt.exists():
+        raise AttnvizError(
+            f"{ckpt} is a local run's checkpoint; resume it with --engine local, or use another --out for Ray"
+        )
+    folder = Path(str(cfg.images))
+    if not folder.is_dir():
+        raise AttnvizError(f"--images {folder}: not a folder")
+    found: dict[int, Item] = {}
+
+    def partials(start: int) -> Iterator[Partial]:
+        parts, items, sha, n = run_images(setup, ImageJob(str(folder), cfg.max_items, cfg.batch_size), Path(cfg.out))
+        found.update(items)
+        stream.data_sha, stream.total = sha, n  # known once Ray has read every image
+        return parts
+
+    stream = Stream(partials, lambda: found, None, "", "items", None, workers, threads)
+    return stream

@@ -120,9 +120,9 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     gpu = _gpu_session(model)
     workers = cfg.workers or default_workers(cfg.provider, gpu)
     model_sha = it.sha256_file(cfg.model)
-    # Ray Data reads plain text corpora itself; source/target pairs and images keep the driver's (resumable) plan
-    ray_reads = cfg.engine == "ray" and cfg.texts is not None and kind != "encoder-decoder"
-    source = _ray_texts if ray_reads else _planned
+    # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
+    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
+    source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else _planned
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
     stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
@@ -324,6 +324,16 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
 
     data_sha = it.sha256_file(str(cfg.texts))
     return Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+
+
+def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+    from attnviz.corpus.ray_engine import images_stream
+
+    threads = cfg.threads or default_threads(workers)
+    setup = WorkerSetup(
+        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
+    )
+    return images_stream(cfg, workers, threads, setup, ckpt)
 
 
 def _check_texts(cfg: CorpusConfig) -> None:

@@ -108,3 +108,48 @@ def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible, tmp_path):
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["engine"] == "ray" and run["model_kind"] == "encoder-decoder"
     _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+
+
+def test_ray_reads_an_image_folder_itself_equal_local(tmp_path):
+    """--images: Ray Data lists and reads the folder (its own files, not sub-folders; image suffixes in any case),
+    the actors decode and reduce; statistics, examples and run.json's data hash equal the local engine's."""
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    from attnviz.corpus import CorpusConfig
+    from attnviz.corpus.output import read
+
+    model = Path(__file__).resolve().parents[2] / "models" / "vit-classification.onnx"
+    d = tmp_path / "imgs"
+    (d / "sub").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in ("b.png", "a.PNG", "c.jpg", "d.png", "e.png", "sub/f.png"):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(d / name)
+    (d / "notes.txt").write_text("not an image")
+
+    def cfg(out, **kw):
+        return CorpusConfig(
+            str(model),
+            str(tmp_path / out),
+            images=str(d),
+            batch_size=2,
+            provider="cpu",
+            progress=False,
+            max_items=4,
+            k=3,
+            **kw,
+        )
+
+    run_corpus(cfg("local", workers=1))
+    run_corpus(cfg("ray", workers=1, engine="ray", threads=1))
+    _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+    local, ray = read(tmp_path / "local"), read(tmp_path / "ray")
+    assert ray.run["items"] == local.run["items"] == 4
+    assert ray.run["data_sha256"] == local.run["data_sha256"] and ray.run["data_sha256_of"] == "items"
+    assert {(e["item"], Path(e["image"]).name) for e in ray.examples} == {
+        (e["item"], Path(e["image"]).name) for e in local.examples
+    }
+    assert {Path(e["image"]).name for e in ray.examples} <= {"a.PNG", "b.png", "c.jpg", "d.png"}
+    assert not (tmp_path / "ray" / PARTIALS).exists()
