@@ -22,7 +22,7 @@ class ExampleOpen:
 
 
 def example_open(example: dict, model_path: str, tokenizer: str | None = None) -> ExampleOpen:
-    if not model_path or not Path(model_path).is_file():
+    if not model_path or not (Path(model_path).is_file() or Path(model_path).is_dir()):
         raise AttnvizError(
             f"cannot open the example: the model {model_path} is gone; re-run 'attnviz corpus' or move it back"
         )

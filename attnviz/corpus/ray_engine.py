@@ -43,6 +43,7 @@ from attnviz.corpus.reduce import Partial
 PARTIALS = ".ray-partials"  # inside --out; removed once folded
 DTYPES = {"sums": "<f8", "counts": "<i8", "top_value": "<f8", "top_item": "<i8", "top_row": "<i8", "top_col": "<i8"}
 ARRAYS = tuple(DTYPES)
+RESUME_BATCHES = 16  # padded batches per Ray block, hence per partial file: the unit a resumed run skips
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class TextJob:
     heads: int
     decoder: bool  # decoders see raw text, without [CLS]/[SEP] (as encode_items)
     tokenizer: bytes  # the driver's pickled tokenizer, so every task encodes exactly as the local engine
+    fingerprint: str = ""  # the run's identity: partials left by an interrupted run are reused only under it
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,66 @@ class ImageJob:
     folder: str
     max_items: int | None
     batch_size: int
+    fingerprint: str = ""
+
+
+class PartialsStore:
+    """``--out/.ray-partials``: the Parquet files the actors' partials are written to.
+
+    Ray Data writes them as batches finish, so after a Ctrl-C the files already written hold finished batches.
+    They are kept (with the run's fingerprint) and the next run with the same fingerprint drops their items from
+    the pipeline and folds the old and new partials together: the resume of a Ray run.  Any other failure, and a
+    finished run, remove the folder."""
+
+    FINGERPRINT = "fingerprint.json"
+
+    def __init__(self, folder: Path, fingerprint: str):
+        self.folder = folder
+        self.fingerprint = fingerprint
+
+    def start(self) -> tuple[list[int], int, int]:
+        """(item ids already reduced, their count, their tokens); creates the folder for a fresh run."""
+        import pyarrow.parquet as pq
+
+        meta = self.folder / self.FINGERPRINT
+        if self.folder.exists():
+            if not meta.is_file() or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint:
+                raise AttnvizError(
+                    f"{self.folder} holds another Ray run's partial results (model, data or settings differ); "
+                    "use another --out or delete it"
+                )
+            done: list[int] = []
+            tokens = 0
+            for f in sorted(self.folder.glob("*.parquet")):
+                try:
+                    t = pq.read_table(f, columns=["ids", "tokens"])
+                except Exception:  # a file cut short by the interrupt: its batches run again
+                    f.unlink()
+                    continue
+                for ids in t.column("ids").to_pylist():
+                    done += ids
+                tokens += int(sum(t.column("tokens").to_pylist()))
+            return done, len(done), tokens
+        self.folder.mkdir(parents=True)
+        meta.write_text(json.dumps({"fingerprint": self.fingerprint}))
+        return [], 0, 0
+
+    def read(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        return pa.concat_tables([pq.read_table(f) for f in sorted(self.folder.glob("*.parquet"))])
+
+    def drop(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _drop_done(batch, done: list[int]):
+    """Leave out the items an interrupted run already reduced."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=pa.array(done, pa.int64()))))
 
 
 def _ray():
@@ -150,11 +212,14 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool):
     return batch
 
 
-def partial_row(p: Partial, first_length: int, first_item: int, texts: dict[int, tuple[str, str | None]]) -> dict:
+def partial_row(
+    p: Partial, first_length: int, first_item: int, texts: dict[int, tuple[str, str | None]], ids: list[int]
+) -> dict:
     """One Parquet row per padded batch: the sums and top-k candidates as raw little-endian arrays."""
     return {
         "first_length": first_length,
         "first_item": first_item,
+        "ids": [int(i) for i in ids],  # every item of the batch (a resumed run leaves them out)
         "items": p.items,
         "tokens": p.tokens,
         "heads": p.sums.shape[0],
@@ -218,7 +283,7 @@ class ReduceActor:
             p = self.reducer(spec)
             named = {int(i) for i in np.unique(p.top_item) if int(i) in by_id}
             assert spec.lengths is not None  # text specs always carry lengths
-            rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}))
+            rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}, spec.items))
         return pa.Table.from_pylist(rows)
 
     def _images(self, batch) -> dict:
@@ -238,7 +303,7 @@ class ReduceActor:
                 local.append(str(f))
             p = self.reducer(BatchSpec(-1, [int(i) for i in ids], images=local))
         named = {int(i) for i in np.unique(p.top_item)}
-        row = partial_row(p, 0, int(ids[0]), {})
+        row = partial_row(p, 0, int(ids[0]), {}, ids)
         row["texts"] = json.dumps({str(i): [path, None] for i, path in zip(ids, paths) if int(i) in named})
         row["digests"] = json.dumps(
             [[int(i), Path(path).name, hashlib.sha256(blob).hexdigest()] for i, path, blob in zip(ids, paths, blobs)]
@@ -283,15 +348,18 @@ def _with_index(ds):
     return ray.data.from_arrow_refs([index.remote(r, int(s)) for r, s in zip(refs, starts)])
 
 
-def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[Iterator[Partial], dict[int, Item]]:
-    """Run the whole pipeline; returns the partials in fold order and the items the top-k examples name."""
+def run_texts(
+    setup, job: TextJob, out: Path, progress: bool = False
+) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int]]:
+    """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, and the
+    (items, tokens) an interrupted run had already reduced."""
     ray = _ray()
-    import pyarrow.parquet as pq
 
     _init(setup)
     _context(progress)
-    partials = out / PARTIALS
-    shutil.rmtree(partials, ignore_errors=True)  # ours: a previous run's leftovers
+    store = PartialsStore(out / PARTIALS, job.fingerprint)
+    done, n_done, tokens_done = store.start()
+    partials = store.folder
     try:
         ds = _read(job).map_batches(
             _keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column, "name": Path(job.path).name}
@@ -301,11 +369,16 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
         ds = _with_index(ds)
         if ds is None:
             raise AttnvizError(f"--texts {Path(job.path).name}: no items (empty lines are skipped)")
+        if done:
+            ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
         ds = ds.map_batches(
             _tokenise, batch_format="pyarrow", fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder}
         )
         # sorted and materialised before the actors start: an actor pool holding every CPU would starve these tasks
-        ds = ds.sort(["length", "id"]).materialize()
+        ds = ds.sort(["length", "id"])
+        # blocks of RESUME_BATCHES batches: each becomes one partial file as soon as it is reduced, so a Ctrl-C
+        # loses at most the blocks in flight (one sorted block would hold back every file to the end)
+        ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
         ds.map_batches(
             ReduceActor,
             fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
@@ -317,10 +390,12 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
         ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
         # the write tasks take no CPU slot: the actors hold every slot for their lifetime, and a write waiting for
         # one would stall the run until the pool winds down (minutes on 2 cores)
-        table = pq.read_table(partials)
+        table = store.read()
     except AttnvizError:
+        store.drop()
         raise
     except Exception as e:  # Ray wraps reader and task errors; the remote error line names the cause
+        store.drop()
         name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
         if name == "AttnvizError":
             raise AttnvizError(msg) from None
@@ -328,14 +403,14 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
             f"--texts {Path(job.path).name}: Ray Data could not read or process it ({name}: {msg[:160]}); "
             "check the file, or run with --engine local"
         ) from None
-    finally:
-        shutil.rmtree(partials, ignore_errors=True)
+    # a Ctrl-C (KeyboardInterrupt, not an Exception) leaves the store for the next run to resume from
+    store.drop()
     rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
     items: dict[int, Item] = {}
     for r in rows:
         for i, (t, p) in json.loads(r["texts"]).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done)
 
 
 def _direct_images(batch, folder: str):
@@ -351,17 +426,17 @@ def _direct_images(batch, folder: str):
 
 def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
     """Ray Data reads the image folder; returns (partials in fold order, the examples' items, the data sha256
-    computed as :func:`attnviz.corpus.items.sha256_items` does, items)."""
+    computed as :func:`attnviz.corpus.items.sha256_items` does, the number of items, (items, tokens) resumed)."""
     ray = _ray()
-    import pyarrow.parquet as pq
 
     from attnviz.runtime.raster import IMAGE_SUFFIXES
 
     _init(setup)
     _context(progress)
     folder = str(Path(job.folder).resolve())
-    partials = out / PARTIALS
-    shutil.rmtree(partials, ignore_errors=True)
+    store = PartialsStore(out / PARTIALS, job.fingerprint)
+    done, n_done, tok_done = store.start()
+    partials = store.folder
     exts = sorted({e.lstrip(".") for e in IMAGE_SUFFIXES} | {e.lstrip(".").upper() for e in IMAGE_SUFFIXES})
     try:
         ds = ray.data.read_binary_files(folder, include_paths=True, file_extensions=exts)
@@ -372,6 +447,9 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
         ds = _with_index(ds.materialize())
         if ds is None:
             raise AttnvizError(f"--images {job.folder}: no image files ({', '.join(IMAGE_SUFFIXES)})")
+        if done:
+            ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
+        ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES)  # one file per block
         ds.map_batches(
             ReduceActor,
             fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
@@ -381,10 +459,12 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
             num_gpus=1 if setup.gpu else 0,
             batch_format="pyarrow",
         ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
-        table = pq.read_table(partials)
+        table = store.read()
     except AttnvizError:
+        store.drop()
         raise
     except Exception as e:
+        store.drop()
         name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
         if name == "AttnvizError":
             raise AttnvizError(msg) from None
@@ -392,8 +472,7 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
             f"--images {job.folder}: Ray Data could not read or process it ({name}: {msg[:160]}); "
             "check the folder, or run with --engine local"
         ) from None
-    finally:
-        shutil.rmtree(partials, ignore_errors=True)
+    store.drop()  # kept only after a Ctrl-C, for the next run to resume from
     rows = sorted(table.to_pylist(), key=lambda r: r["first_item"])
     items: dict[int, Item] = {}
     digests = []
@@ -406,7 +485,7 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
     for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash
         h.update(json.dumps([None, None, name]).encode())
         h.update(digest.encode())
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, h.hexdigest(), len(digests)
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, h.hexdigest(), len(digests), (n_done, tok_done)
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -450,7 +529,22 @@ def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
         yield pickle.loads(row["partial"])
 
 
-def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path):
+def _folder_fingerprint(cfg, folder: Path, model_sha: str) -> str:
+    """The run's identity without reading the images: the model, the folder's image files (name, size,
+    modification time) and the settings that cut and rank the batches."""
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    files = sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+        if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+    )
+    return hashlib.sha256(
+        json.dumps([model_sha, files, cfg.batch_size, cfg.k, cfg.max_items, "images"]).encode()
+    ).hexdigest()
+
+
+def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path, model_sha: str):
     """``--engine ray --images``: the run's :class:`~attnviz.corpus.run.Stream` over :func:`run_images`
     (not resumable: Ray Data reads and batches the folder itself)."""
     from attnviz.corpus.run import Stream
@@ -463,11 +557,12 @@ def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path):
     if not folder.is_dir():
         raise AttnvizError(f"--images {folder}: not a folder")
     found: dict[int, Item] = {}
+    job = ImageJob(str(folder), cfg.max_items, cfg.batch_size, _folder_fingerprint(cfg, folder, model_sha))
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items, sha, n = run_images(setup, ImageJob(str(folder), cfg.max_items, cfg.batch_size), Path(cfg.out))
+        parts, items, sha, n, resumed = run_images(setup, job, Path(cfg.out), cfg.progress)
         found.update(items)
-        stream.data_sha, stream.total = sha, n  # known once Ray has read every image
+        stream.data_sha, stream.total, stream.resumed = sha, n, resumed  # known once Ray has read every image
         return parts
 
     stream = Stream(partials, lambda: found, None, "", "items", None, workers, threads)

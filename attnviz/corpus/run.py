@@ -75,8 +75,8 @@ def _check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
-    if not Path(cfg.model).is_file():
-        raise AttnvizError(f"model {cfg.model}: no such file")
+    if not (Path(cfg.model).is_file() or Path(cfg.model).is_dir()):  # a folder: an optimum encoder-decoder export
+        raise AttnvizError(f"model {cfg.model}: no such file or folder")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
@@ -119,7 +119,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
 
     gpu = _gpu_session(model)
     workers = cfg.workers or default_workers(cfg.provider, gpu)
-    model_sha = it.sha256_file(cfg.model)
+    model_sha = it.sha256_model(cfg.model)
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
     ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else _planned
@@ -159,6 +159,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         bar.close()
         raise
     bar.close()
+    if stream.resumed != (0, 0):  # a Ray Data run resumed from its kept partials (folded above with the new ones)
+        resumed, resumed_tokens = stream.resumed
     run_s = time.perf_counter() - t0
     items = stream.items()
     workers, threads = stream.workers, stream.threads
@@ -228,9 +230,10 @@ class Stream:
     total: int | None  # items, for the progress bar (None: Ray counts them itself)
     data_sha: str
     data_sha_of: str  # "items": the items analysed; "file": the file's bytes (Ray never hands them to the driver)
-    fingerprint: str | None  # checkpoint identity; None: not resumable
+    fingerprint: str | None  # checkpoint identity; None: not resumable from the driver's checkpoint
     workers: int
     threads: int
+    resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
 
 
 def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
@@ -305,6 +308,11 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
     )
+    data_sha = it.sha256_file(str(cfg.texts))
+    # partials kept by an interrupted Ray run are reused only by a run that would produce the same ones
+    fingerprint = hashlib.sha256(
+        json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh]).encode()
+    ).hexdigest()
     job = ray_engine.TextJob(
         str(cfg.texts),
         cfg.pair_column,
@@ -314,16 +322,17 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
         nh,
         kind == "decoder",
         pickle.dumps(tok),
+        fingerprint,
     )
     found: dict[int, it.Item] = {}
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        parts, items, stream.resumed = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
         found.update(items)
         return parts
 
-    data_sha = it.sha256_file(str(cfg.texts))
-    return Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+    stream = Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+    return stream
 
 
 def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
@@ -333,7 +342,7 @@ def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> 
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
     )
-    return images_stream(cfg, workers, threads, setup, ckpt)
+    return images_stream(cfg, workers, threads, setup, ckpt, model_sha)
 
 
 def _check_texts(cfg: CorpusConfig) -> None:

@@ -43,10 +43,12 @@ def cross_rows(m: np.ndarray, special: list[bool]) -> dict[str, list[float]]:
     return out
 
 
-def pair_reference(texts: Path, generate: int = 0, generated: dict | None = None) -> dict:
+def pair_reference(
+    texts: Path, generate: int = 0, generated: dict | None = None, model_path: Path = TRANSLATION, pair: str = "en"
+) -> dict:
     """means[(stack, kind, layer, head)][stat] from one-at-a-time analyze runs of the same pairs (or of the
     sources alone with ``generate``: then ``generated[item]`` gets what analyze generated)."""
-    model = open_model(TRANSLATION, provider="cpu")
+    model = open_model(model_path, provider="cpu")
     sums: dict = {}
     counts: dict = {}
     for n_item, line in enumerate(texts.read_text().splitlines()):
@@ -56,7 +58,7 @@ def pair_reference(texts: Path, generate: int = 0, generated: dict | None = None
             assert generated is not None
             generated[n_item] = " ".join(r.generated)
         else:
-            r = model.analyze(text=rec["text"], text_pair=rec["en"])
+            r = model.analyze(text=rec["text"], text_pair=rec[pair])
         src_sp, dec_sp = list(r.tokens.special), list(r.key_tokens.special)
         layer_of: dict = {}
         for site, src in zip(r.sites, r.maps):
@@ -99,6 +101,37 @@ def test_translation_pairs_equal_one_at_a_time_reference(bible, tmp_path):
     ex = [e for e in res.examples if e["kind"] == "cross" and e["score"] == "diag"]
     assert ex and all(e["pair"] is not None for e in ex)
     assert not [e for e in res.examples if e["kind"] == "cross" and e["score"] in ("prev", "next")]
+
+
+def test_optimum_marian_folder_pairs_equal_reference(optimum_export, tmp_path):
+    """An optimum export (encoder_model.onnx + decoder_model.onnx in one folder) runs as one encoder-decoder."""
+    folder = optimum_export("marian") / "onnx"
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(96)]
+    recs = [
+        {
+            "text": " ".join(rng.choice(words, rng.integers(2, 9))),
+            "tgt": " ".join(rng.choice(words, rng.integers(1, 9))),
+        }
+        for _ in range(9)
+    ]
+    texts = tmp_path / "p.jsonl"
+    texts.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    run_corpus(_cfg(folder, texts, tmp_path / "out", pair_column="tgt", batch_size=4))
+    res = read(tmp_path / "out")
+    want = pair_reference(texts, model_path=folder, pair="tgt")
+    assert {(r["stack"], r["kind"]) for r in res.heads} == {
+        ("encoder", "self"),
+        ("decoder", "self"),
+        ("decoder", "cross"),
+    }
+    assert len(res.heads) == len(want)
+    for row in res.heads:
+        key = (row["stack"], row["kind"], row["layer"], row["head"])
+        for s in STATS:
+            w, g = want[key][s], row[s]
+            assert (math.isnan(w) and math.isnan(g)) or abs(g - w) < TOL, (key, s, g, w)
+    assert res.run["model_sha256"] and res.run["model_kind"] == "encoder-decoder"
 
 
 def test_translation_without_targets_generates_greedily_like_analyze(bible, tmp_path):

@@ -153,3 +153,56 @@ def test_ray_reads_an_image_folder_itself_equal_local(tmp_path):
     }
     assert {Path(e["image"]).name for e in ray.examples} <= {"a.PNG", "b.png", "c.jpg", "d.png"}
     assert not (tmp_path / "ray" / PARTIALS).exists()
+
+
+def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_path):
+    """A real Ctrl-C during a Ray Data run keeps the partial files already written (with the run's fingerprint);
+    the next run leaves those items out of the pipeline and folds old and new partials: the local result."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model, _ = planted
+    texts = tmp_path / "big.txt"
+    texts.write_text("\n".join(corpus_lines(400, seed=9)) + "\n")
+    out = tmp_path / "out"
+    args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "2"]
+    args += ["--workers", "1", "--threads", "1", "--provider", "cpu", "--no-progress", "--engine", "ray"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnviz", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    import pyarrow.parquet as pq
+
+    def written() -> bool:  # a whole partial file is there (one still being written has no footer yet)
+        for f in partials.glob("*.parquet"):
+            try:
+                pq.read_metadata(f)
+                return True
+            except Exception:
+                pass
+        return False
+
+    partials = out / PARTIALS
+    deadline = time.monotonic() + 300
+    while not written() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # polls for the first complete partial file (the event), not a stand-in delay
+    assert written(), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    kept = list(partials.glob("*.parquet"))
+    assert kept and (partials / "fingerprint.json").exists() and not (out / "heads.parquet").exists()
+
+    s = run_corpus(_cfg(model, texts, out, engine="ray", threads=1, batch_size=2))
+    assert 0 < s.resumed_items < 400 and s.items == 400
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed_from_items"] == s.resumed_items and run["items_this_run"] == 400 - s.resumed_items
+    assert not partials.exists()
+    run_corpus(_cfg(model, texts, tmp_path / "local", batch_size=2))
+    _assert_same(_table(tmp_path / "local"), _table(out), tol=1e-6)
