@@ -294,7 +294,8 @@ class Accumulator:
                 acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
                 for n in cls.FIELDS:
                     setattr(acc, n, z[n])
-                acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}
+                if "generated" in z.files:  # checkpoints from before generation have none
+                    acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}
         except Exception as e:  # truncated or not ours
             raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc
