@@ -118,6 +118,10 @@ class TrainConfig:
     # (never trained on); evaluations every eval_every steps measure it (Task.validate) and the best step's
     # weights (Task.val_key, lower is better) are restored before the final test evaluation; 0 = off
     validation: int = 0
+    # a second selection criterion for tasks that translate (Task.val_decode): when > 0, each validation also
+    # decodes the validation split greedily, and only steps whose validation BLEU is at least this can be selected
+    # (the lowest val_key among them), so alignment is not bought with translation quality; 0 = off
+    val_min_bleu: float = 0.0
     gloss_pairs: bool = False  # translation: add word-by-word gloss renderings of the training verses (see tasks)
     # start from a finished run of the same model config: its folder's checkpoint weights (and, for tasks whose
     # state lives in the model, its model.onnx's tokenizers); the optimizer starts fresh; "" = random init

@@ -104,6 +104,12 @@ class Trainer:
         self.best: dict | None = None
         self._best_weights: dict | None = None  # in memory when there is no run folder
         task.label_smoothing = tcfg.label_smoothing
+        if tcfg.val_min_bleu > 0 and not (tcfg.validation and task.decodes):
+            raise AttnvizError(
+                f"val_min_bleu needs a validation split (--set validation=N) and a task that translates; "
+                f"{task.name} with validation={tcfg.validation} has not"
+            )
+        task.val_bleu = tcfg.val_min_bleu > 0
         if self.out is not None:
             self._resume_or_start(restart)
         if tcfg.init_from:
@@ -194,7 +200,9 @@ class Trainer:
         """Measure the validation split and keep this step's weights when they are the best so far."""
         m = self.task.validate(TorchRunner(self.model, self.device), self.val_data, self.mcfg)
         key = self.task.val_key
-        if key and (self.best is None or m[key] < self.best["value"]):
+        # below the BLEU floor a step is never selected, however well it aligns (TrainConfig.val_min_bleu)
+        eligible = m.get("bleu", 0.0) >= self.tcfg.val_min_bleu
+        if key and eligible and (self.best is None or m[key] < self.best["value"]):
             self.best = {"step": self.step, "value": m[key], "key": key, "metrics": m}
             if self.out is not None:
                 ckpt.save_best(self.out, self.model, self.step)

@@ -50,9 +50,11 @@ def test_translation_demo():
     heads, convention = metadata.alignment_heads(meta)
     declared = m["aer_declared"]
     assert convention == declared["convention"] == "input"
-    assert [list(h) for h in heads][0] == [declared["best"]["layer"], declared["best"]["head"]]
+    # best first, ranked on the validation split when the run had one (the test split selects nothing)
+    ranked_on = ((m.get("validation") or {}).get("metrics") or {}).get("aer_declared") or declared
+    assert [list(h) for h in heads] == [h for _, h in sorted(zip(ranked_on["aer"], declared["heads"]))]
     table = m["aer_input_convention"]["heads"]
     others = [v for lay, row in enumerate(table) for h, v in enumerate(row) if [lay, h] not in declared["heads"]]
-    assert declared["best"]["aer"] == table[heads[0][0]][heads[0][1]] < min(others)
+    assert declared["best"]["aer"] == min(table[lay][h] for lay, h in heads) < min(others)
     # issue 12 asks for <= 0.30; this model measures 0.347 (models/README.md), in eflomal's range (0.335-0.373)
     assert declared["best"]["aer"] < 0.36 and m["bleu"] >= 10

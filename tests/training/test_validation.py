@@ -170,3 +170,58 @@ def test_init_from_starts_with_the_runs_weights_and_tokenizers(tmp_path):
     mcfg.d_ff = 64
     with pytest.raises(AttnvizError, match="differs"):
         Trainer(get_task("translation-synthetic"), mcfg, tcfg)
+
+
+class BleuScheduleTask(CountingTask):
+    """The real validation (AER and greedy-decoding BLEU both measured), with BLEU then replaced by a fixed
+    per-step schedule so the floor splits the steps in a known way (instrumentation of the selection rule)."""
+
+    def __init__(self, task, schedule: dict[int, float]):
+        super().__init__(task)
+        self.schedule = schedule
+        self.step = 0
+        self.measured: list[dict] = []
+
+    def __setattr__(self, name, value):  # the trainer's switches (val_bleu, label_smoothing) reach the task
+        target = self._task if name in ("val_bleu", "label_smoothing") else self
+        object.__setattr__(target, name, value)
+
+    def validate(self, runner, data, mcfg):
+        m = super().validate(runner, data, mcfg)
+        self.measured.append(dict(m))
+        self.step += 10
+        return {**m, "bleu": self.schedule[self.step]}
+
+
+def test_bleu_floor_selects_the_best_aer_among_steps_that_translate_well_enough(tmp_path):
+    task, mcfg, tcfg = _tiny(validation=8)
+    tcfg.val_min_bleu = 5.0
+    schedule = {10: 9.0, 20: 1.0, 30: 6.0, 40: 2.0}
+    wrapped = BleuScheduleTask(task, schedule)
+    tr = Trainer(wrapped, mcfg, tcfg, out=tmp_path / "run")
+    for _ in tr.events():
+        pass
+    # every validation decoded the validation split (the real BLEU of greedy translations, a percentage)
+    assert all(0.0 <= m["bleu"] <= 100.0 for m in wrapped.measured) and len(wrapped.measured) == 4
+    aer = {10 * (i + 1): m["aer_select"] for i, m in enumerate(wrapped.measured)}
+    assert len(set(aer.values())) > 1  # the steps differ, so the choice below is a real one
+    eligible = [s for s in aer if schedule[s] >= 5.0]
+    want = min(eligible, key=lambda s: (aer[s], s))
+    assert tr.best["step"] == want and tr.best["value"] == aer[want]
+    # without the floor the lowest AER of all steps would win; here that step is below the floor
+    assert min(aer, key=lambda s: (aer[s], s)) not in eligible
+    saved = ckpt.read_weights(tmp_path / "run" / ckpt.BEST)
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+
+
+def test_bleu_floor_needs_validation_and_a_translating_task():
+    task, mcfg, tcfg = _tiny(validation=0)
+    tcfg.val_min_bleu = 5.0
+    with pytest.raises(AttnvizError, match="val_min_bleu"):
+        Trainer(task, mcfg, tcfg)
+    seq = get_task("sequence-classification")
+    mcfg, tcfg = seq.configs("tiny")
+    tcfg.validation, tcfg.val_min_bleu = 4, 5.0
+    with pytest.raises(AttnvizError, match="val_min_bleu"):
+        Trainer(seq, mcfg, tcfg)

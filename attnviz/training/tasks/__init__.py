@@ -110,6 +110,8 @@ class Task:
 
     # -- model selection on a validation split (TrainConfig.validation) -----------
     val_key: str = ""  # the validate() result that selects the checkpoint (lower is better); "" = no selection
+    decodes: bool = False  # validate() can also report "bleu" of greedy decoding (TrainConfig.val_min_bleu)
+    val_bleu: bool = False  # ... and does so: set from TrainConfig.val_min_bleu by the trainer
 
     def validate(self, runner, data: dict[str, np.ndarray], mcfg: ModelConfig) -> dict:
         """Metrics on the validation split; the default is the full evaluation."""

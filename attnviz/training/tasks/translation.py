@@ -240,6 +240,7 @@ class _TranslationBase(Task):
                 )
 
     val_key = "aer_select"
+    decodes = True
 
     def validate(self, runner, data, mcfg):
         """Model selection, cheap (one teacher-forced pass, no decoding): AER of the declared heads in their own
@@ -253,6 +254,9 @@ class _TranslationBase(Task):
             per = [table["heads"][lay][h] for lay, h in heads]
             out["aer_declared"] = {"heads": heads, "aer": per}
             out["aer_select"] = float(min(per))
+        if self.val_bleu:  # greedy decoding: the slow part, only when a BLEU floor takes part in selection
+            refs = [self._pairs["validation"][int(i)].text() for i in data["index"]]
+            out["bleu"] = M.corpus_bleu(self.translate(runner, data), refs)["bleu"]
         return out
 
     def evaluate(self, runner, data, mcfg):
