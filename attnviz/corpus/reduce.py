@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
+
+if TYPE_CHECKING:
+    from attnviz.corpus.graph_reduce import InGraphReducer
 
 S = len(ROW_STATS)
 
@@ -154,6 +158,7 @@ class BatchReducer:
         threads: int | None = None,
         k: int = 5,
         groups: list[HeadGroup] | None = None,
+        in_graph: bool = True,
     ):
         from attnviz.runtime import inputs as ip
         from attnviz.runtime import open_model
@@ -167,6 +172,9 @@ class BatchReducer:
         if self.kind == "vision":
             img = next(i for i in self.model.inputs if self.model.roles[i.name] == "image")
             self.image_spec = ip.image_spec(self.model.meta, img.shape)
+        # row sums computed inside onnxruntime (built on the first batch that can use them; False: maps only)
+        self.in_graph: InGraphReducer | bool | None = None if in_graph else False
+        self.image_axis: tuple[int, np.ndarray] | None = None  # images: (tokens, special keys) once seen
 
     def feeds(self, spec: BatchSpec):
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
@@ -175,6 +183,9 @@ class BatchReducer:
         if isinstance(spec, PairSpec):
             return self._pair(spec)
         feeds, lengths, special = self.feeds(spec)
+        part = self._in_graph(spec, feeds, lengths, special)
+        if part is not None:
+            return part
         r = self.model.run(feeds, mode="dense")  # maps are reduced here and dropped with the batch
         maps = [m.array() for m in r.maps]
         if lengths is None:  # images: every position is real; the leading non-patch tokens (CLS) are special
@@ -184,6 +195,7 @@ class BatchReducer:
             lengths = np.full(spec.size, t, np.int64)
             grid = grid_for(self.model, t)
             special = np.broadcast_to(np.arange(t) < (grid.offset if grid else 1), (spec.size, t))
+            self.image_axis = (t, special[0])
         stack = self.groups[0].stack  # one stack: encoder, decoder (causal) or a vision encoder
         axes = {stack: Axis(lengths, special, self.kind == "decoder")}
         return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
@@ -209,6 +221,25 @@ class BatchReducer:
             named = set(np.unique(part.top_item).tolist())
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
         return part
+
+    def _in_graph(self, spec: BatchSpec, feeds, lengths, special) -> Partial | None:
+        """The batch reduced by the statistics session, or None where it cannot be (then maps are reduced)."""
+        from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
+
+        if lengths is None and self.image_axis is not None:  # images: every batch has the first batch's tokens
+            t, sp = self.image_axis
+            lengths, special = np.full(spec.size, t, np.int64), np.broadcast_to(sp, (spec.size, t))
+        if self.in_graph is False or lengths is None:
+            return None
+        if self.in_graph is None:
+            self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+        if not isinstance(self.in_graph, InGraphReducer):
+            return None
+        try:
+            return self.in_graph(feeds, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id)
+        except NotInGraph:
+            self.in_graph = False  # e.g. maps that are not T×T for these feeds: this model stays on the maps path
+            return None
 
 
 def default_threads(workers: int) -> int:
