@@ -11,9 +11,13 @@ import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 
 @dataclass(frozen=True)
@@ -35,32 +39,97 @@ class WorkerSetup:
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 
 
+def _enter_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it checkpoints and stops the pool
+    # this process is already the crash boundary (a dead worker breaks the pool, below): a second process
+    # per worker for onnxruntime would only copy every batch's maps across once more
+    os.environ["ATTNVIZ_INPROCESS"] = "1"
+
+
+def _warm(setup: WorkerSetup) -> None:
+    """Pool initializer: open the session before the first batch arrives.  An error here is left for that
+    batch to raise as itself (an initializer's exception would only break the pool, with no message)."""
+    global _REDUCER
+    _enter_worker()
+    try:  # the heads are the model's own (layout of its sites): the driver has not read them yet
+        _REDUCER = BatchReducer(setup.model, setup.provider, setup.tokenizer, setup.threads, setup.k)
+    except Exception:
+        _REDUCER = None
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
 def _work(setup: WorkerSetup, spec: BatchSpec) -> Partial:
     global _REDUCER
-    if _REDUCER is None:  # built on the first batch (not in an initializer), so an error reaches the driver as itself
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it checkpoints and stops the pool
-        # this process is already the crash boundary (a dead worker breaks the pool, below): a second process
-        # per worker for onnxruntime would only copy every batch's maps across once more
-        os.environ["ATTNVIZ_INPROCESS"] = "1"
+    if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
+        _enter_worker()
         _REDUCER = setup.reducer()
     return _REDUCER(spec)
 
 
-def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
+@dataclass
+class WarmPool:
+    """Local worker processes started before the driver opens the model and plans, so that their start-up
+    (spawn, imports, session, probe: 1.5-3 s a worker on this 2-core box) overlaps the driver's own."""
+
+    setup: WorkerSetup
+    pool: ProcessPoolExecutor
+    started: int
+
+    @classmethod
+    def start(cls, setup: WorkerSetup, processes: int) -> WarmPool:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: a fork would copy the driver's onnxruntime thread pools into the children
+        pool = ProcessPoolExecutor(
+            setup.workers, mp_context=mp.get_context("spawn"), initializer=_warm, initargs=(setup,)
+        )
+        n = max(1, min(processes, setup.workers))
+        for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
+            pool.submit(_ready)
+        return cls(setup, pool, n)
+
+    def fits(self, setup: WorkerSetup) -> bool:
+        """The same sessions (model, provider, threads) and enough processes for ``setup``."""
+        mine, theirs = self.setup, setup
+        return (mine.model, mine.provider, mine.tokenizer, mine.threads, mine.k) == (
+            theirs.model,
+            theirs.provider,
+            theirs.tokenizer,
+            theirs.threads,
+            theirs.k,
+        ) and mine.workers >= theirs.workers
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the processes; ``kill``: without waiting for one that is still opening the model (after an
+        error, the model may be one that hangs onnxruntime)."""
+        if kill:
+            procs = getattr(self.pool, "_processes", None) or {}  # None once shut down
+            for proc in list(procs.values()):  # no public way to stop them in Python 3.11
+                proc.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def local_engine(setup: WorkerSetup, specs: list[BatchSpec], warm: WarmPool | None = None) -> Iterator[Partial]:
     """A spawn pool of ``setup.workers`` processes, each with its own session; partials come back in batch order.
 
-    At most two batches per worker are in flight, so partials never pile up in the driver."""
+    At most two batches per worker are in flight, so partials never pile up in the driver.  ``warm``: a pool
+    started earlier (:meth:`WarmPool.start`), used when it fits ``setup``."""
     if not specs:
         return
-    import multiprocessing as mp
     from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     from attnviz.runtime.host import ModelCrashed
 
-    # spawn: a fork would copy the driver's onnxruntime thread pools into the children
-    pool = ProcessPoolExecutor(setup.workers, mp_context=mp.get_context("spawn"))
+    if warm is None or not warm.fits(setup):
+        if warm is not None:
+            warm.close()
+        warm = WarmPool.start(setup, setup.workers)
+    pool = warm.pool
     todo = iter(specs)
     window: deque = deque()
     try:
@@ -79,13 +148,15 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
     finally:
         for f in window:
             f.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        warm.close()
 
 
-def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
+def ray_engine(setup: WorkerSetup, specs: list[BatchSpec], warm: WarmPool | None = None) -> Iterator[Partial]:
     """Driver-planned batches through Ray (``--images``; ``--texts`` goes through Ray Data's own reading)."""
     from attnviz.corpus.ray_engine import run_specs
 
+    if warm is not None:  # local processes are of no use to Ray
+        warm.close()
     yield from run_specs(setup, specs)
 
 
