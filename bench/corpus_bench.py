@@ -31,6 +31,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -82,8 +83,6 @@ def minilm(work: Path, folder: str | None = None) -> tuple[Path, str]:
 
 def pack_minilm(out: Path) -> None:
     """A folder that travels: config, tokenizer and the weights in float16 (the export casts them back)."""
-    import shutil
-
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -275,6 +274,7 @@ def corpus_rate(
         str(batch),
         "--no-progress",
     ]
+    shutil.rmtree(out, ignore_errors=True)  # a checkpoint left by an interrupted bench would make this a resume
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
     wall = time.perf_counter() - t0
@@ -491,6 +491,7 @@ def main():
                 texts = corpus_file(work, n, words_range=words, max_tokens=a.memory_max_tokens or None, tok=tok)
             t_max = longest(tok, texts) if tok else 0
             maps_mb = heads * a.batch * t_max * t_max * 4 / 2**20
+            shutil.rmtree(work / f"mem_{n}", ignore_errors=True)  # no resume from an interrupted bench
             p = subprocess.run(
                 [
                     sys.executable,

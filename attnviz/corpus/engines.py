@@ -113,11 +113,29 @@ class WarmPool:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def local_engine(setup: WorkerSetup, specs: list[BatchSpec], warm: WarmPool | None = None) -> Iterator[Partial]:
+_OFFERED: list[WarmPool] = []  # started early by the driver (run._prestart) for the local_engine call that follows
+
+
+def offer(warm: WarmPool) -> None:
+    """Hand a pool started early to the next :func:`local_engine` call (the caller still closes it in the end)."""
+    _OFFERED.append(warm)
+
+
+def _claim() -> WarmPool | None:
+    return _OFFERED.pop() if _OFFERED else None
+
+
+def withdraw() -> None:
+    """Forget pools offered and not taken (the run that offered them is over)."""
+    _OFFERED.clear()
+
+
+def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
     """A spawn pool of ``setup.workers`` processes, each with its own session; partials come back in batch order.
 
-    At most two batches per worker are in flight, so partials never pile up in the driver.  ``warm``: a pool
-    started earlier (:meth:`WarmPool.start`), used when it fits ``setup``."""
+    At most two batches per worker are in flight, so partials never pile up in the driver.  A pool offered
+    earlier (:func:`offer`) is used when it fits ``setup``."""
+    warm = _claim()
     if not specs:
         return
     from collections import deque
@@ -151,12 +169,10 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec], warm: WarmPool | No
         warm.close()
 
 
-def ray_engine(setup: WorkerSetup, specs: list[BatchSpec], warm: WarmPool | None = None) -> Iterator[Partial]:
+def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
     """Driver-planned batches through Ray (``--images``; ``--texts`` goes through Ray Data's own reading)."""
     from attnviz.corpus.ray_engine import run_specs
 
-    if warm is not None:  # local processes are of no use to Ray
-        warm.close()
     yield from run_specs(setup, specs)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.corpus import items as it
 from attnviz.corpus import output
-from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers
+from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
 from attnviz.corpus.plan import (
     check_model,
     encode_items,
@@ -105,6 +105,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     finally:
         for w in warm:
             w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
+        withdraw()
 
 
 def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool]) -> CorpusSummary:
@@ -114,7 +115,9 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    warm.extend(_prestart(cfg))
+    for w in _prestart(cfg):
+        warm.append(w)
+        offer(w)  # local_engine takes it when it fits the setup planned below
     model.probe()  # decoders are confirmed by a causal map; head counts are read
     kind = check_model(model)
     if kind == "vision" and cfg.images is None:
@@ -132,7 +135,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     source = _ray_texts if cfg.engine == "ray" and cfg.texts is not None else _planned
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
-    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, warm)
+    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
     out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
     del model  # workers hold their own sessions; the driver's is released before they start
 
@@ -229,7 +232,7 @@ class Stream:
     threads: int
 
 
-def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, warm) -> Stream:
+def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
     """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
     if cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
@@ -267,7 +270,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, warm) 
         by_index = {i.index: i for i in items}
         found = lambda: by_index  # noqa: E731
     return Stream(
-        lambda start: ENGINES[cfg.engine](setup, specs[start:], warm[0] if warm else None),
+        lambda start: ENGINES[cfg.engine](setup, specs[start:]),
         found,
         n_items,
         data_sha,
@@ -324,7 +327,7 @@ def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:
     return max(1, -(-min(n, want) // cfg.batch_size))
 
 
-def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, warm) -> Stream:
+def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
     """``--engine ray --texts``: Ray Data reads, tokenises, batches and writes the partials (not resumable)."""
     import pickle
 
