@@ -11,6 +11,9 @@ from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onn
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
+# TF32 matmuls (onnxruntime's CUDA default) put attention maps up to 5.5e-3 away from the CPU's on MiniLM (H100,
+# bench/gpu_bench.py); with TF32 off they agree within 8e-6, and a viewer of attention weights wants the weights.
+CUDA_OPTIONS = {"use_tf32": "0"}
 
 
 def session_options(threads: int | None = None, arena: bool = True) -> ort.SessionOptions:
@@ -57,7 +60,7 @@ def make_session(
         # keep the loader noise quiet and check what was really used instead
         prev = _quiet()
         try:
-            sess = ort.InferenceSession(model, so, providers=[CUDA, CPU])
+            sess = ort.InferenceSession(model, so, providers=[(CUDA, CUDA_OPTIONS), CPU])
         finally:
             _restore(prev)
         used = sess.get_providers()[0]
