@@ -442,8 +442,13 @@ def main():
         del feeds
         split = a.provider == "cpu" and cores > 1  # also one process per core, one thread each
         runs = [("plain", 1, cores)] + ([("plain", cores, 1)] if split else [])
+        from attnviz.corpus.engines import default_workers
+
+        gpu_workers = default_workers("cuda", True)  # a GPU: the default, processes sharing it
         for engine in a.engines:
             runs += [(engine, 1, cores)] + ([(engine, cores, 1)] if split else [])
+            if a.provider == "cuda" and engine == "local" and gpu_workers > 1:
+                runs += [(engine, gpu_workers, max(1, cores // gpu_workers))]
         best: dict[tuple, dict] = {}
         for rnd in range(a.rounds):  # interleaved: load from other jobs on the machine hits every row alike
             for engine, w, t in runs:

@@ -179,7 +179,16 @@ def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
 ENGINES = {"local": local_engine, "ray": ray_engine}
 
 
-def default_workers(provider: str, gpu: bool) -> int:
+GPU_LOCAL_WORKERS = 4  # processes sharing one GPU, each with its own CUDA session (small GPUs: pass --workers)
+
+
+def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:
+    cores = max(1, os.cpu_count() or 1)
     if gpu and provider in ("cuda", "auto"):
-        return 1  # one GPU: one session
-    return max(1, os.cpu_count() or 1)
+        if engine == "ray":
+            return 1  # its actors ask for a whole GPU each
+        # a batch's maps are reduced in numpy on one CPU core, which is what limits a GPU run: with one worker
+        # the reduction ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md); a few processes
+        # sharing the GPU reduce side by side
+        return max(1, min(GPU_LOCAL_WORKERS, cores // 2))
+    return cores

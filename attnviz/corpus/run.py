@@ -130,7 +130,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     nh = sum(g.heads for g in groups)
 
     gpu = _gpu_session(model)
-    workers = cfg.workers or default_workers(cfg.provider, gpu)
+    workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     model_sha = it.sha256_file(cfg.model)
     source = _ray_texts if cfg.engine == "ray" and cfg.texts is not None else _planned
     out = Path(cfg.out)
@@ -301,7 +301,7 @@ def _prestart(cfg: CorpusConfig) -> list[WarmPool]:
     from attnviz.runtime.isolation import gpu_present
 
     gpu = cfg.provider == "cuda" or (cfg.provider == "auto" and gpu_present())
-    workers = cfg.workers or default_workers(cfg.provider, gpu)
+    workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     threads = cfg.threads or default_threads(workers)
     setup = WorkerSetup(str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, (), workers)
     return [WarmPool.start(setup, min(workers, _batches_at_least(cfg, workers)))]
