@@ -12,7 +12,8 @@ Table 1 (throughput): whole commands, each a fresh process, interleaved over --r
     process per core × one thread;
   - `python -m attnviz corpus` (every map reduced to statistics + top-k examples, Parquet written), with 1 worker ×
     all cores and one worker per core; `--engines ray` adds the Ray engine (Ray Data reads, tokenises, writes).
-  Whole-command ratio: best plain wall / this wall.  Loop ratio: run.json's items/s (the reduce loop, worker
+  Whole-command ratio: best plain wall / this wall; CPU: user + system seconds of the command and every process it
+  waited for (its workers, its isolation child; not Ray's daemons), less sensitive than wall time to other load.  Loop ratio: run.json's items/s (the reduce loop, worker
   start-up included) / the plain loop's.  Then the per-batch ratio, interleaved batch by batch in one process.
 Table 2 (peak memory): `attnviz corpus` with one worker at each corpus size, a fresh process per row: the driver's
   RSS after planning (token ids), its peak (VmHWM), the pool worker's and the driver's crash-isolation child's
@@ -275,13 +276,20 @@ def corpus_rate(
         "--no-progress",
     ]
     shutil.rmtree(out, ignore_errors=True)  # a checkpoint left by an interrupted bench would make this a resume
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
     run = json.loads((out / "run.json").read_text())
-    return {"items_per_s": run["items_per_s"], "wall_s": wall, "items": run["items"]}
+    return {"items_per_s": run["items_per_s"], "wall_s": wall, "cpu_s": cpu, "items": run["items"]}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every process this one has waited for, and of the processes those waited
+    for (a command's pool workers and isolation child; not Ray's daemons, which it does not wait for)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def plain_child(model_path: str, tok: str, texts: str, procs: int, threads: int, provider: str, batch: int) -> None:
@@ -294,15 +302,15 @@ def plain_child(model_path: str, tok: str, texts: str, procs: int, threads: int,
 
 def plain_command(model_path: Path, tok: str, texts: Path, procs: int, threads: int, provider: str, batch: int) -> dict:
     cmd = [sys.executable, __file__, "--plain-child", str(model_path), tok, str(texts), f"{procs}x{threads}"]
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run(
         [*cmd, "--provider", provider, "--batch", str(batch)], capture_output=True, text=True, cwd=ROOT, check=False
     )
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(p.stderr[-2000:])
     r = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"items_per_s": r["loop_items_per_s"], "wall_s": wall, "items": r["items"]}
+    return {"items_per_s": r["loop_items_per_s"], "wall_s": wall, "cpu_s": cpu, "items": r["items"]}
 
 
 def _status(key: str) -> float:
@@ -417,6 +425,7 @@ def main():
         help="memory table on the tests' planted 2-layer model instead of MiniLM (fast enough for 100k items here)",
     )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the whole-command table")
+    ap.add_argument("--no-per-batch", action="store_true", help="skip the per-batch interleaved comparison")
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     ap.add_argument("--plain-child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "PROCSxTHREADS"))
     a = ap.parse_args()
@@ -457,22 +466,30 @@ def main():
                 else:
                     r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", engine, w, t, a.provider, a.batch)
                 key = (engine, w, t)
-                print(f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, loop {r['items_per_s']:.1f} items/s", flush=True)
+                print(
+                    f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, cpu {r['cpu_s']:.1f} s, "
+                    f"loop {r['items_per_s']:.1f} items/s",
+                    flush=True,
+                )
                 if key not in best or r["wall_s"] < best[key]["wall_s"]:
                     best[key] = r
         base = min((r for k, r in best.items() if k[0] == "plain"), key=lambda r: r["wall_s"])  # the best plain
         print(f"\nwhole commands, best of {a.rounds} interleaved rounds ({n} items):")
-        print("| run | command wall | items/s (whole command) | vs plain command | loop items/s | vs plain loop |")
-        print("|---|---:|---:|---:|---:|---:|")
+        cpu_base = min(r["cpu_s"] for k, r in best.items() if k[0] == "plain")
+        print(
+            "| run | command wall | items/s (whole command) | vs plain command | loop items/s | vs plain loop "
+            "| CPU s (all its processes) | vs plain CPU |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for (engine, w, t), r in best.items():
             name = "plain ORT (same batches, no maps)" if engine == "plain" else f"attnviz corpus --engine {engine}"
             print(
                 f"| {name}, {w} × {t} threads | {r['wall_s']:.1f} s | {n / r['wall_s']:.1f} | "
                 f"{base['wall_s'] / r['wall_s']:.2f}× | {r['items_per_s']:.1f} | "
-                f"{r['items_per_s'] / base['items_per_s']:.2f}× |",
+                f"{r['items_per_s'] / base['items_per_s']:.2f}× | {r['cpu_s']:.1f} | {cpu_base / r['cpu_s']:.2f}× |",
                 flush=True,
             )
-        if a.rounds and "local" in a.engines:
+        if a.rounds and "local" in a.engines and not a.no_per_batch:
             ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
             print(
                 f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
