@@ -224,19 +224,26 @@ def interleaved(
     sess = _plain_session(str(model_path), threads, provider)
     nh = sum(g.heads for g in red.groups)
     best_plain = best_corpus = 0.0
+    cpu_plain = cpu_corpus = 0.0
     for rnd in range(rounds):
         acc = Accumulator(nh, 5)
-        tp = tc = 0.0
+        tp = tc = cp = cc = 0.0
         for sp in specs:
             f = text_feeds(red.model, sp)[0]
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             sess.run(None, f)
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             acc.fold(red(sp))
             tc += time.perf_counter() - t1
+            cc += time.process_time() - c1
             tp += t1 - t0
+            cp += c1 - c0
         if rnd:  # the first round warms both sessions up
             best_plain, best_corpus = max(best_plain, len(items) / tp), max(best_corpus, len(items) / tc)
+            cpu_plain, cpu_corpus = cpu_plain + cp, cpu_corpus + cc
+    print(
+        f"  per batch, CPU seconds of this process (all its threads): plain {cpu_plain:.1f} s, corpus {cpu_corpus:.1f} s"
+    )
     return best_plain, best_corpus
 
 
