@@ -210,7 +210,8 @@ def timing_rows(model: Path, lengths, rounds: int, threads: int):
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # attnviz's setting too: same footing
+    # attnviz's setting too: same footing (--spin: onnxruntime's default spinning for both, ATTNVIZ_SPIN=1)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if os.environ.get("ATTNVIZ_SPIN") else "0")
     plain = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     am = open_model(model, provider="cpu", threads=threads)  # onnxruntime in the crash-isolation child
     os.environ["ATTNVIZ_INPROCESS"] = "1"  # read when a session is made: this model's sessions stay in-process
@@ -278,7 +279,12 @@ def main():
     ap.add_argument("--no-time", action="store_true", help="only the memory table")
     ap.add_argument("--model", help="an exported MiniLM .onnx to reuse (default: export one to a temp folder)")
     ap.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "T"))
+    ap.add_argument(
+        "--spin", action="store_true", help="time table with onnxruntime's thread spinning on, plain and attnviz alike"
+    )
     a = ap.parse_args()
+    if a.spin:
+        os.environ["ATTNVIZ_SPIN"] = "1"  # read when sessions are made, here and in the isolation child
     if a.child:
         child(a.child[0], a.child[1], int(a.child[2]), a.threads, a.runs)
         return

@@ -80,6 +80,26 @@ if arch == "marian":
 elif arch == "gpt2":
     cfg = T.GPT2Config(vocab_size=99, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=512, bos_token_id=1, eos_token_id=1, pad_token_id=0)
     model, task = T.GPT2LMHeadModel(cfg), "text-generation-with-past"
+elif arch.startswith("vit-"):  # vision->text: a ViT encoder (32x32 images, 8x8 patches: 4x4 grid + CLS)
+    # weights drawn 10x wider than the default: a default-init tiny decoder greedily repeats one token, which
+    # would make "the same tokens as transformers" a weak check
+    enc = T.ViTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * hidden,
+                      image_size=32, patch_size=8, num_channels=3, initializer_range=0.2)
+    special = dict(bos_token_id=0, eos_token_id=1, pad_token_id=0, decoder_start_token_id=0)
+    if arch == "vit-gpt2":  # the cache holds the decoder's own keys; cross keys are recomputed from the states
+        dec = T.GPT2Config(vocab_size=99, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=128, add_cross_attention=True,
+                           is_decoder=True, initializer_range=0.2, **special)
+    elif arch == "vit-trocr":  # the cache holds both halves: the with-past file takes no encoder states
+        dec = T.TrOCRConfig(vocab_size=99, d_model=hidden, decoder_layers=layers, decoder_attention_heads=heads, init_std=0.2,
+                            decoder_ffn_dim=2 * hidden, max_position_embeddings=128, cross_attention_hidden_size=hidden, **special)
+    else:
+        raise SystemExit(f"unknown arch {arch}")
+    cfg = T.VisionEncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
+    for k, v in special.items():
+        setattr(cfg, k, v)
+    model, task = T.VisionEncoderDecoderModel(cfg), "image-to-text-with-past"
+    # ImageNet statistics, not the processor's 0.5 default (attnviz's own default): the folder must say them
+    T.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(src)
 else:
     raise SystemExit(f"unknown arch {arch}")
 model.save_pretrained(src)
@@ -92,7 +112,7 @@ main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
     return out
 

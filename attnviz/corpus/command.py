@@ -12,7 +12,20 @@ def add_arguments(p):
         "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
     )
     src.add_argument("--images", metavar="DIR", help="folder of images (image-encoder models)")
-    p.add_argument("--text-pair-column", metavar="C", help="field / column holding a second sentence (sentence B)")
+    p.add_argument(
+        "--text-pair-column",
+        metavar="C",
+        help="field / column holding a second sentence: sentence B of an encoder, the target of an encoder-decoder "
+        "(teacher-forced into its decoder)",
+    )
+    p.add_argument(
+        "--generate",
+        type=int,
+        default=32,
+        metavar="N",
+        help="encoder-decoder without --text-pair-column: the decoder reads its own greedy output, up to N tokens "
+        "(default 32)",
+    )
     p.add_argument(
         "--out", required=True, metavar="DIR", help="results folder: heads.parquet, examples.parquet, run.json"
     )
@@ -43,6 +56,8 @@ def run(args) -> int:
 
     if args.top_k < 1:
         raise AttnvizError("--top-k must be 1 or more")
+    if args.generate < 1:
+        raise AttnvizError("--generate must be 1 or more")
     if args.ray_address and args.engine != "ray":
         raise AttnvizError("--ray-address needs --engine ray")
     cfg = CorpusConfig(
@@ -61,6 +76,7 @@ def run(args) -> int:
         ray_address=args.ray_address,
         k=args.top_k,
         progress=not args.no_progress,
+        generate=args.generate,
     )
     s = run_corpus(cfg)
     resumed = f" (resumed after {s.resumed_items})" if s.resumed_items else ""

@@ -111,6 +111,17 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def sha256_model(path: str | Path) -> str:
+    """One .onnx file's sha256, or a model folder's (an optimum export): every file in it, by name."""
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.iterdir() if p.is_file()):
+        h.update(json.dumps([f.name, sha256_file(f)]).encode())
+    return h.hexdigest()
+
+
 def sha256_items(items: list[Item]) -> str:
     """Identity of the data actually analysed (a folder of images, or the first --max-items of a file)."""
     h = hashlib.sha256()

@@ -28,7 +28,7 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
             i = g.offset + h
             m = {name: float(means[i, s]) for s, name in enumerate(ROW_STATS)}
             m["induction"] = float(induction[i]) if induction is not None else math.nan
-            role, score = role_of(m)
+            role, score = role_of(m, g.kind)
             rows.append(
                 {
                     "stack": g.stack,
@@ -56,6 +56,7 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                     if it < 0 or not np.isfinite(acc.top_value[s, i, rank]):
                         continue
                     src = items[it]
+                    gen = acc.generated.get(it)  # encoder-decoder without targets: what the model generated
                     rows.append(
                         {
                             "stack": g.stack,
@@ -71,6 +72,8 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                             "text": src.text,
                             "pair": src.pair,
                             "image": src.image,
+                            "generated": " ".join(gen) if gen is not None else None,
+                            "generate": len(gen) if gen is not None else None,
                         }
                     )
     return rows
@@ -96,6 +99,8 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
             ("text", pa.string()),
             ("pair", pa.string()),
             ("image", pa.string()),
+            ("generated", pa.string()),  # generated tokens (encoder-decoder without targets), else null
+            ("generate", pa.int64()),  # how many: `attnviz open --generate N` shows the same decoder rows
         ]
     )
     pq.write_table(pa.Table.from_pylist(examples, schema=ex_schema), out / EXAMPLES)

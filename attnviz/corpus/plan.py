@@ -13,9 +13,11 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.corpus.items import Item
 
-# model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images)
-SUPPORTED_KINDS = ("encoder", "decoder", "vision")
+# model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
+# encoder-decoder text models (source + teacher-forced target: corpus/pairs.py)
+SUPPORTED_KINDS = ("encoder", "decoder", "vision", "encoder-decoder")
 TEXT_ROLES = ("tokens", "mask", "token_types", "positions")
+DECODER_ROLES = ("decoder_tokens", "decoder_mask")  # encoder-decoder models only
 
 
 @dataclass
@@ -59,12 +61,12 @@ def check_model(model) -> str:
     kind = model.kind
     if kind not in SUPPORTED_KINDS:
         raise AttnvizError(
-            f"{model.path.name} is a {kind} model; corpus analysis handles encoder, decoder-only text and "
-            "image-encoder models for now (run the encoder or decoder on its own)"
+            f"{model.path.name} is a {kind} model; corpus analysis handles encoder, decoder-only and "
+            "encoder-decoder text models and image encoders for now"
         )
     roles = model.roles
     need = ("image",) if kind == "vision" else ("tokens",)
-    known = set(TEXT_ROLES) | {"image"}
+    known = set(TEXT_ROLES) | {"image"} | (set(DECODER_ROLES) if kind == "encoder-decoder" else set())
     for i in model.inputs:
         if roles[i.name] not in known:
             raise AttnvizError(

@@ -11,11 +11,18 @@ again by :func:`~attnviz.corpus.plan.plan_text` (the map budget; equal lengths f
 each padded batch obeys the same rules as the local engine's.  Sums fold in (length, first item) order and
 top-k ties go to the lower item index, so results equal the local engine's up to float64 summation order.
 
-``--images`` keeps the driver's plan (:func:`run_specs`): Ray Data ``from_items`` over the batch specs.
+``--images`` (:func:`run_images`): ``read_binary_files`` lists and reads the folder's image files in Ray tasks
+(the folder itself, not sub-folders, as the local reader), sorted by path and numbered; each actor decodes its
+batch with the local engine's own image loader, reduces it and reports each image's sha256, so run.json's data
+hash equals the local engine's without the driver reading a single image.
+
+Source/target pairs of an encoder-decoder keep the driver's plan (:func:`run_specs`): Ray Data ``from_items``
+over the batch specs (resumable from the driver's checkpoint).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import pickle
@@ -36,6 +43,7 @@ from attnviz.corpus.reduce import Partial
 PARTIALS = ".ray-partials"  # inside --out; removed once folded
 DTYPES = {"sums": "<f8", "counts": "<i8", "top_value": "<f8", "top_item": "<i8", "top_row": "<i8", "top_col": "<i8"}
 ARRAYS = tuple(DTYPES)
+RESUME_BATCHES = 16  # padded batches per Ray block, hence per partial file: the unit a resumed run skips
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,76 @@ class TextJob:
     heads: int
     decoder: bool  # decoders see raw text, without [CLS]/[SEP] (as encode_items)
     tokenizer: bytes  # the driver's pickled tokenizer, so every task encodes exactly as the local engine
+    fingerprint: str = ""  # the run's identity: partials left by an interrupted run are reused only under it
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """``--images`` read by Ray Data: the folder, how many images at most, images per batch."""
+
+    folder: str
+    max_items: int | None
+    batch_size: int
+    fingerprint: str = ""
+
+
+class PartialsStore:
+    """``--out/.ray-partials``: the Parquet files the actors' partials are written to.
+
+    Ray Data writes them as batches finish, so after a Ctrl-C the files already written hold finished batches.
+    They are kept (with the run's fingerprint) and the next run with the same fingerprint drops their items from
+    the pipeline and folds the old and new partials together: the resume of a Ray run.  Any other failure, and a
+    finished run, remove the folder."""
+
+    FINGERPRINT = "fingerprint.json"
+
+    def __init__(self, folder: Path, fingerprint: str):
+        self.folder = folder
+        self.fingerprint = fingerprint
+
+    def start(self) -> tuple[list[int], int, int]:
+        """(item ids already reduced, their count, their tokens); creates the folder for a fresh run."""
+        import pyarrow.parquet as pq
+
+        meta = self.folder / self.FINGERPRINT
+        if self.folder.exists():
+            if not meta.is_file() or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint:
+                raise AttnvizError(
+                    f"{self.folder} holds another Ray run's partial results (model, data or settings differ); "
+                    "use another --out or delete it"
+                )
+            done: list[int] = []
+            tokens = 0
+            for f in sorted(self.folder.glob("*.parquet")):
+                try:
+                    t = pq.read_table(f, columns=["ids", "tokens"])
+                except Exception:  # a file cut short by the interrupt: its batches run again
+                    f.unlink()
+                    continue
+                for ids in t.column("ids").to_pylist():
+                    done += ids
+                tokens += int(sum(t.column("tokens").to_pylist()))
+            return done, len(done), tokens
+        self.folder.mkdir(parents=True)
+        meta.write_text(json.dumps({"fingerprint": self.fingerprint}))
+        return [], 0, 0
+
+    def read(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        return pa.concat_tables([pq.read_table(f) for f in sorted(self.folder.glob("*.parquet"))])
+
+    def drop(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _drop_done(batch, done: list[int]):
+    """Leave out the items an interrupted run already reduced."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=pa.array(done, pa.int64()))))
 
 
 def _ray():
@@ -134,11 +212,14 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool):
     return batch
 
 
-def partial_row(p: Partial, first_length: int, first_item: int, texts: dict[int, tuple[str, str | None]]) -> dict:
+def partial_row(
+    p: Partial, first_length: int, first_item: int, texts: dict[int, tuple[str, str | None]], ids: list[int]
+) -> dict:
     """One Parquet row per padded batch: the sums and top-k candidates as raw little-endian arrays."""
     return {
         "first_length": first_length,
         "first_item": first_item,
+        "ids": [int(i) for i in ids],  # every item of the batch (a resumed run leaves them out)
         "items": p.items,
         "tokens": p.tokens,
         "heads": p.sums.shape[0],
@@ -153,7 +234,18 @@ def partial_from_row(row: dict, batch_id: int) -> Partial:
     s = len(row["sums"]) // (8 * nh)
     shapes = {"sums": (nh, s), "counts": (nh, s)}
     arrays = {a: np.frombuffer(row[a], DTYPES[a]).reshape(shapes.get(a, (s, nh, kb))) for a in ARRAYS}
-    return Partial(batch_id, int(row["items"]), int(row["tokens"]), **{a: v.copy() for a, v in arrays.items()})
+    a = {k: v.copy() for k, v in arrays.items()}
+    return Partial(
+        batch_id,
+        int(row["items"]),
+        int(row["tokens"]),
+        a["sums"],
+        a["counts"],
+        a["top_value"],
+        a["top_item"],
+        a["top_row"],
+        a["top_col"],
+    )
 
 
 class ReduceActor:
@@ -164,14 +256,16 @@ class ReduceActor:
 
         os.environ["ATTNVIZ_INPROCESS"] = "1"  # the actor is the crash boundary (Ray reports its death)
         self.reducer = pickle.loads(setup_blob).reducer()
-        self.job: TextJob | None = pickle.loads(job_blob) if job_blob else None
+        self.job: TextJob | ImageJob | None = pickle.loads(job_blob) if job_blob else None
 
     def __call__(self, batch):
         import pyarrow as pa
 
-        if self.job is None:  # driver-planned specs (--images)
+        if self.job is None:  # driver-planned specs (encoder-decoder pairs)
             out = [pickle.dumps(self.reducer(pickle.loads(b))) for b in batch["spec"]]
             return {"batch_id": batch["batch_id"], "partial": np.array(out, dtype=object)}
+        if isinstance(self.job, ImageJob):
+            return pa.Table.from_pylist([self._images(batch)])
         cols = {c: batch.column(c).to_pylist() for c in ("id", "text", "pair", "ids", "types", "special")}
         items = [Item(i, text=t, pair=p) for i, t, p in zip(cols["id"], cols["text"], cols["pair"])]
         specs = plan_text(
@@ -189,8 +283,32 @@ class ReduceActor:
             p = self.reducer(spec)
             named = {int(i) for i in np.unique(p.top_item) if int(i) in by_id}
             assert spec.lengths is not None  # text specs always carry lengths
-            rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}))
+            rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}, spec.items))
         return pa.Table.from_pylist(rows)
+
+    def _images(self, batch) -> dict:
+        """Decode the batch's image bytes with the local engine's loader (through a private temporary folder,
+        since the loader takes a path), reduce, and report each image's name and sha256."""
+        import hashlib
+        import tempfile
+
+        ids = batch.column("id").to_pylist()
+        paths = batch.column("path").to_pylist()
+        blobs = batch.column("bytes").to_pylist()
+        with tempfile.TemporaryDirectory(prefix="attnviz-ray-") as tmp:
+            local = []
+            for n, (path, blob) in enumerate(zip(paths, blobs)):
+                f = Path(tmp) / f"{n}{Path(path).suffix}"
+                f.write_bytes(blob)
+                local.append(str(f))
+            p = self.reducer(BatchSpec(-1, [int(i) for i in ids], images=local))
+        named = {int(i) for i in np.unique(p.top_item)}
+        row = partial_row(p, 0, int(ids[0]), {}, ids)
+        row["texts"] = json.dumps({str(i): [path, None] for i, path in zip(ids, paths) if int(i) in named})
+        row["digests"] = json.dumps(
+            [[int(i), Path(path).name, hashlib.sha256(blob).hexdigest()] for i, path, blob in zip(ids, paths, blobs)]
+        )
+        return row
 
 
 def _read(job: TextJob):
@@ -230,15 +348,18 @@ def _with_index(ds):
     return ray.data.from_arrow_refs([index.remote(r, int(s)) for r, s in zip(refs, starts)])
 
 
-def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[Iterator[Partial], dict[int, Item]]:
-    """Run the whole pipeline; returns the partials in fold order and the items the top-k examples name."""
+def run_texts(
+    setup, job: TextJob, out: Path, progress: bool = False
+) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int]]:
+    """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, and the
+    (items, tokens) an interrupted run had already reduced."""
     ray = _ray()
-    import pyarrow.parquet as pq
 
     _init(setup)
     _context(progress)
-    partials = out / PARTIALS
-    shutil.rmtree(partials, ignore_errors=True)  # ours: a previous run's leftovers
+    store = PartialsStore(out / PARTIALS, job.fingerprint)
+    done, n_done, tokens_done = store.start()
+    partials = store.folder
     try:
         ds = _read(job).map_batches(
             _keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column, "name": Path(job.path).name}
@@ -248,11 +369,16 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
         ds = _with_index(ds)
         if ds is None:
             raise AttnvizError(f"--texts {Path(job.path).name}: no items (empty lines are skipped)")
+        if done:
+            ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
         ds = ds.map_batches(
             _tokenise, batch_format="pyarrow", fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder}
         )
         # sorted and materialised before the actors start: an actor pool holding every CPU would starve these tasks
-        ds = ds.sort(["length", "id"]).materialize()
+        ds = ds.sort(["length", "id"])
+        # blocks of RESUME_BATCHES batches: each becomes one partial file as soon as it is reduced, so a Ctrl-C
+        # loses at most the blocks in flight (one sorted block would hold back every file to the end)
+        ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
         ds.map_batches(
             ReduceActor,
             fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
@@ -264,10 +390,12 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
         ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
         # the write tasks take no CPU slot: the actors hold every slot for their lifetime, and a write waiting for
         # one would stall the run until the pool winds down (minutes on 2 cores)
-        table = pq.read_table(partials)
+        table = store.read()
     except AttnvizError:
+        store.drop()
         raise
     except Exception as e:  # Ray wraps reader and task errors; the remote error line names the cause
+        store.drop()
         name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
         if name == "AttnvizError":
             raise AttnvizError(msg) from None
@@ -275,14 +403,89 @@ def run_texts(setup, job: TextJob, out: Path, progress: bool = False) -> tuple[I
             f"--texts {Path(job.path).name}: Ray Data could not read or process it ({name}: {msg[:160]}); "
             "check the file, or run with --engine local"
         ) from None
-    finally:
-        shutil.rmtree(partials, ignore_errors=True)
+    # a Ctrl-C (KeyboardInterrupt, not an Exception) leaves the store for the next run to resume from
+    store.drop()
     rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
     items: dict[int, Item] = {}
     for r in rows:
         for i, (t, p) in json.loads(r["texts"]).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done)
+
+
+def _direct_images(batch, folder: str):
+    """Only the folder's own files (the local reader does not descend), with an image suffix in any case."""
+    import pyarrow as pa
+
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    paths = batch.column("path").to_pylist()
+    keep = [Path(p).parent == Path(folder) and Path(p).suffix.lower() in IMAGE_SUFFIXES for p in paths]
+    return batch.filter(pa.array(keep, pa.bool_()))
+
+
+def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
+    """Ray Data reads the image folder; returns (partials in fold order, the examples' items, the data sha256
+    computed as :func:`attnviz.corpus.items.sha256_items` does, the number of items, (items, tokens) resumed)."""
+    ray = _ray()
+
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    _init(setup)
+    _context(progress)
+    folder = str(Path(job.folder).resolve())
+    store = PartialsStore(out / PARTIALS, job.fingerprint)
+    done, n_done, tok_done = store.start()
+    partials = store.folder
+    exts = sorted({e.lstrip(".") for e in IMAGE_SUFFIXES} | {e.lstrip(".").upper() for e in IMAGE_SUFFIXES})
+    try:
+        ds = ray.data.read_binary_files(folder, include_paths=True, file_extensions=exts)
+        ds = ds.map_batches(_direct_images, batch_format="pyarrow", fn_kwargs={"folder": folder})
+        ds = ds.sort("path")  # the local reader's order: item numbers match
+        if job.max_items is not None:
+            ds = ds.limit(job.max_items)
+        ds = _with_index(ds.materialize())
+        if ds is None:
+            raise AttnvizError(f"--images {job.folder}: no image files ({', '.join(IMAGE_SUFFIXES)})")
+        if done:
+            ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
+        ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES)  # one file per block
+        ds.map_batches(
+            ReduceActor,
+            fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
+            batch_size=job.batch_size,
+            compute=ray.data.ActorPoolStrategy(size=setup.workers),
+            num_cpus=setup.threads,
+            num_gpus=1 if setup.gpu else 0,
+            batch_format="pyarrow",
+        ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
+        table = store.read()
+    except AttnvizError:
+        store.drop()
+        raise
+    except Exception as e:
+        store.drop()
+        name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+        if name == "AttnvizError":
+            raise AttnvizError(msg) from None
+        raise AttnvizError(
+            f"--images {job.folder}: Ray Data could not read or process it ({name}: {msg[:160]}); "
+            "check the folder, or run with --engine local"
+        ) from None
+    store.drop()  # kept only after a Ctrl-C, for the next run to resume from
+    rows = sorted(table.to_pylist(), key=lambda r: r["first_item"])
+    items: dict[int, Item] = {}
+    digests = []
+    for r in rows:
+        for i, (path, _) in json.loads(r["texts"]).items():
+            items[int(i)] = Item(int(i), image=path)
+        digests += json.loads(r["digests"])
+    digests.sort()
+    h = hashlib.sha256()
+    for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash
+        h.update(json.dumps([None, None, name]).encode())
+        h.update(digest.encode())
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, h.hexdigest(), len(digests), (n_done, tok_done)
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -324,3 +527,43 @@ def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
     )
     for row in out.iter_rows():
         yield pickle.loads(row["partial"])
+
+
+def _folder_fingerprint(cfg, folder: Path, model_sha: str) -> str:
+    """The run's identity without reading the images: the model, the folder's image files (name, size,
+    modification time) and the settings that cut and rank the batches."""
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    files = sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+        if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+    )
+    return hashlib.sha256(
+        json.dumps([model_sha, files, cfg.batch_size, cfg.k, cfg.max_items, "images"]).encode()
+    ).hexdigest()
+
+
+def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path, model_sha: str):
+    """``--engine ray --images``: the run's :class:`~attnviz.corpus.run.Stream` over :func:`run_images`
+    (not resumable: Ray Data reads and batches the folder itself)."""
+    from attnviz.corpus.run import Stream
+
+    if ckpt.exists():
+        raise AttnvizError(
+            f"{ckpt} is a local run's checkpoint; resume it with --engine local, or use another --out for Ray"
+        )
+    folder = Path(str(cfg.images))
+    if not folder.is_dir():
+        raise AttnvizError(f"--images {folder}: not a folder")
+    found: dict[int, Item] = {}
+    job = ImageJob(str(folder), cfg.max_items, cfg.batch_size, _folder_fingerprint(cfg, folder, model_sha))
+
+    def partials(start: int) -> Iterator[Partial]:
+        parts, items, sha, n, resumed = run_images(setup, job, Path(cfg.out), cfg.progress)
+        found.update(items)
+        stream.data_sha, stream.total, stream.resumed = sha, n, resumed  # known once Ray has read every image
+        return parts
+
+    stream = Stream(partials, lambda: found, None, "", "items", None, workers, threads)
+    return stream

@@ -6,15 +6,18 @@ same float64 additions happen in the same order whichever process produced each 
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
+from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 S = len(ROW_STATS)
@@ -22,7 +25,7 @@ S = len(ROW_STATS)
 
 @dataclass(frozen=True)
 class HeadGroup:
-    """One self-attention site: its place in the model and where its heads start in the flat head index."""
+    """One attention site (self or cross): its place in the model and where its heads start in the flat head index."""
 
     site: int  # index into AttentionResult.maps
     stack: str
@@ -35,7 +38,7 @@ class HeadGroup:
 def layout(sites) -> list[HeadGroup]:
     out, off = [], 0
     for i, s in enumerate(sites):
-        if s.kind != "self":
+        if s.kind not in ("self", "cross"):
             continue
         out.append(HeadGroup(i, s.stack, s.kind, s.layer, int(s.heads), off))
         off += int(s.heads)
@@ -53,13 +56,28 @@ class Partial:
     top_item: np.ndarray  # [S, NH, kb] int64 Item.index
     top_row: np.ndarray  # [S, NH, kb] query position that scored highest in that item
     top_col: np.ndarray  # [S, NH, kb] key position it looked at
+    # encoder-decoder without targets: the generated tokens (labels, end token included) of the items named above
+    generated: dict[int, list[str]] = field(default_factory=dict)
 
 
-def _cols(stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special: np.ndarray) -> np.ndarray:
-    """Key column that goes with each scoring row; p [B, H, T, T] for the chosen (b, h) pairs via rows [B, H]."""
+@dataclass(frozen=True)
+class Axis:
+    """One side of a batch (the source / encoder or the target / decoder): real lengths, special keys."""
+
+    lengths: np.ndarray  # [B]
+    special: np.ndarray  # [B, T] bool
+    causal: bool = False
+
+
+def _cols(
+    stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special: np.ndarray, diag: np.ndarray | None = None
+) -> np.ndarray:
+    """Key column that goes with each scoring row; p [B, H, Tq, Tk] for the chosen (b, h) pairs via rows [B, H].
+    ``diag [B, Tq]``: the key of each query's diagonal (cross-attention's monotone one; None: the same position)."""
     fixed = {"prev": -1, "next": 1, "diag": 0}
     if stat in fixed:
-        return rows + fixed[stat]
+        base = rows if diag is None else np.take_along_axis(diag, rows, 1)
+        return base + fixed[stat]
     if stat == "first":
         return np.zeros_like(rows)
     b, h = np.meshgrid(np.arange(p.shape[0]), np.arange(p.shape[1]), indexing="ij")
@@ -74,13 +92,12 @@ def _cols(stat: str, p: np.ndarray, rows: np.ndarray, real: np.ndarray, special:
 def reduce_maps(
     maps: list[np.ndarray],
     groups: list[HeadGroup],
-    lengths: np.ndarray,
-    special: np.ndarray | None,
-    causal: bool,
+    axes: dict[str, Axis],
     items: list[int],
     k: int,
     batch_id: int,
 ) -> Partial:
+    """``axes[stack]`` is the query side of that stack's sites; a cross site's keys are the encoder's."""
     nh = sum(g.heads for g in groups)
     b = len(items)
     kb = min(k, b)
@@ -91,12 +108,19 @@ def reduce_maps(
     tr = np.zeros((S, nh, kb), np.int64)
     tc = np.zeros((S, nh, kb), np.int64)
     item_ids = np.asarray(items, np.int64)
-    t = maps[groups[0].site].shape[-1] if groups else 0
-    real = np.arange(t)[None, :] < lengths[:, None]
-    sp = np.zeros_like(real) if special is None else special
     for g in groups:
         p = maps[g.site]
-        values, valid = row_stats(p, lengths, sp, causal)
+        q = axes[g.stack]
+        key = axes["encoder"] if g.kind == "cross" else q
+        tk = p.shape[-1]
+        real = np.arange(tk)[None, :] < key.lengths[:, None]
+        sp = np.asarray(key.special, bool)[:, :tk]
+        if g.kind == "cross":
+            values, valid = cross_row_stats(p, q.lengths, key.lengths, sp)
+            diag = np.clip(diagonal_key(q.lengths, key.lengths, p.shape[-2]), 0, tk - 1)
+        else:
+            values, valid = row_stats(p, q.lengths, sp, q.causal)
+            diag = None
         hs = slice(g.offset, g.offset + g.heads)
         for s, name in enumerate(ROW_STATS):
             v, ok = values[name], valid[name]
@@ -107,7 +131,7 @@ def reduce_maps(
             with np.errstate(invalid="ignore", divide="ignore"):
                 per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
             rows = np.where(ok[:, None, :], v, -np.inf).argmax(-1)  # [B, H]
-            cols = _cols(name, p, rows, real, sp)
+            cols = _cols(name, p, rows, real, sp, diag)
             # highest per-item mean first; ties go to the earlier item (deterministic across engines)
             order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
             hh = np.arange(g.heads)[None, :]
@@ -115,7 +139,8 @@ def reduce_maps(
             ti[s, hs] = item_ids[order].T
             tr[s, hs] = rows[order, hh].T
             tc[s, hs] = cols[order, hh].T
-    return Partial(batch_id, b, int(lengths.sum()), sums, counts, tv, ti, tr, tc)
+    tokens = sum(int(a.lengths.sum()) for a in axes.values())
+    return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
 
 
 class BatchReducer:
@@ -147,6 +172,8 @@ class BatchReducer:
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
 
     def __call__(self, spec: BatchSpec) -> Partial:
+        if isinstance(spec, PairSpec):
+            return self._pair(spec)
         feeds, lengths, special = self.feeds(spec)
         r = self.model.run(feeds, mode="dense")  # maps are reduced here and dropped with the batch
         maps = [m.array() for m in r.maps]
@@ -157,9 +184,31 @@ class BatchReducer:
             lengths = np.full(spec.size, t, np.int64)
             grid = grid_for(self.model, t)
             special = np.broadcast_to(np.arange(t) < (grid.offset if grid else 1), (spec.size, t))
-        return reduce_maps(
-            maps, self.groups, lengths, special, self.kind == "decoder", spec.items, self.k, spec.batch_id
-        )
+        stack = self.groups[0].stack  # one stack: encoder, decoder (causal) or a vision encoder
+        axes = {stack: Axis(lengths, special, self.kind == "decoder")}
+        return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+
+    def _pair(self, spec: PairSpec) -> Partial:
+        """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""
+        gen: list[list[int]] = []
+        tok = self.model.tokenizers[1] or self.model.tokenizers[0]
+        if spec.dec_ids is None:  # no targets: generate, then read the rows `analyze` shows after --generate
+            gen = generate_rows(self.model, spec)
+            start = decoder_start(self.model)
+            set_decoder_rows(spec, [[start, *g[:-1]] for g in gen], tok)
+        r = self.model.run(pair_feeds(self.model, spec), mode="dense")
+        maps = [m.array() for m in r.maps]
+        assert spec.lengths is not None and spec.special is not None
+        assert spec.dec_lengths is not None and spec.dec_special is not None
+        axes = {
+            "encoder": Axis(spec.lengths, spec.special),
+            "decoder": Axis(spec.dec_lengths, spec.dec_special, causal=True),
+        }
+        part = reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+        if gen:
+            named = set(np.unique(part.top_item).tolist())
+            part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
+        return part
 
 
 def default_threads(workers: int) -> int:
@@ -180,6 +229,7 @@ class Accumulator:
         self.top_item = np.full((S, nh, k), -1, np.int64)
         self.top_row = np.full((S, nh, k), -1, np.int64)
         self.top_col = np.full((S, nh, k), -1, np.int64)
+        self.generated: dict[int, list[str]] = {}  # generated tokens of the items in the top lists
 
     def fold(self, p: Partial) -> None:
         if p.batch_id != self.next_batch:
@@ -194,15 +244,19 @@ class Accumulator:
         def take(a):
             return np.take_along_axis(a, order, -1)
 
+        top_item = take(i)
+        named = set(np.unique(top_item).tolist())
+        generated = {n: g for n, g in (self.generated | p.generated).items() if n in named}
         # the new state is built aside and swapped in by one dict update: a Ctrl-C (delivered between bytecodes)
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
         self.__dict__.update(
+            generated=generated,
             sums=self.sums + p.sums,
             counts=self.counts + p.counts,
             items=self.items + p.items,
             tokens=self.tokens + p.tokens,
             top_value=take(v),
-            top_item=take(i),
+            top_item=top_item,
             top_row=take(np.concatenate([self.top_row, p.top_row], -1)),
             top_col=take(np.concatenate([self.top_col, p.top_col], -1)),
             next_batch=self.next_batch + 1,
@@ -224,6 +278,7 @@ class Accumulator:
                 next_batch=self.next_batch,
                 items=self.items,
                 tokens=self.tokens,
+                generated=np.array(json.dumps(self.generated)),
                 **{n: getattr(self, n) for n in self.FIELDS},
             )
 
@@ -239,6 +294,8 @@ class Accumulator:
                 acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
                 for n in cls.FIELDS:
                     setattr(acc, n, z[n])
+                if "generated" in z.files:  # checkpoints from before generation have none
+                    acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}
         except Exception as e:  # truncated or not ours
             raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc

@@ -1,4 +1,6 @@
-"""A role per head from its corpus means: positional, sink, special, induction (focused), broad, or mixed.
+"""A role per head from its corpus means: positional, sink, special, induction (focused), broad, or mixed;
+cross-attention heads: monotone (mass on the monotone source diagonal, an alignment head), sink, special,
+broad, or mixed (previous / next token mean nothing across two sequences).
 
 Scores are attention masses or a normalised entropy, all in [0, 1].
 """
@@ -19,15 +21,22 @@ FOCUSED = {
     "special": lambda m: m["special_other"],
     "induction": lambda m: m.get("induction", math.nan),
 }
-ROLE_NAMES = (*FOCUSED, "broad", "mixed")
+CROSS_FOCUSED = {
+    "monotone": lambda m: m["diag"],
+    "sink": lambda m: m["first"],
+    "special": lambda m: m["special_other"],
+}
+FOCUSED_BY_KIND = {"self": FOCUSED, "cross": CROSS_FOCUSED}
+ROLE_NAMES = (*FOCUSED, *(r for r in CROSS_FOCUSED if r not in FOCUSED), "broad", "mixed")
 
 
-def role_of(means: dict[str, float]) -> tuple[str, float]:
+def role_of(means: dict[str, float], kind: str = "self") -> tuple[str, float]:
     """Focused roles first (a head spending 40 % of its mass on [CLS] is a sink even if the rest is spread out),
     then "broad" for near-uniform heads, else "mixed" with its best focused score."""
-    scores = {r: float(f(means)) for r, f in FOCUSED.items()}
+    focused = FOCUSED_BY_KIND[kind]
+    scores = {r: float(f(means)) for r, f in focused.items()}
     scores = {r: s for r, s in scores.items() if np.isfinite(s)}
-    best = max(scores, key=lambda r: (scores[r], -list(FOCUSED).index(r))) if scores else None
+    best = max(scores, key=lambda r: (scores[r], -list(focused).index(r))) if scores else None
     if best is not None and scores[best] >= MIN_FOCUSED:
         return best, scores[best]
     broad = float(means.get("broad", math.nan))

@@ -16,9 +16,10 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.corpus import items as it
-from attnviz.corpus import output
+from attnviz.corpus import output, pairs
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
 from attnviz.corpus.plan import (
+    BatchSpec,
     check_model,
     encode_items,
     has_mask,
@@ -49,6 +50,7 @@ class CorpusConfig:
     ray_address: str | None = None
     k: int = 5
     progress: bool = True
+    generate: int = 32  # encoder-decoder without --text-pair-column: greedy tokens per item at most
 
 
 @dataclass
@@ -74,8 +76,8 @@ def _check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
-    if not Path(cfg.model).is_file():
-        raise AttnvizError(f"model {cfg.model}: no such file")
+    if not (Path(cfg.model).is_file() or Path(cfg.model).is_dir()):  # a folder: an optimum encoder-decoder export
+        raise AttnvizError(f"model {cfg.model}: no such file or folder")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
@@ -131,8 +133,10 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
 
     gpu = _gpu_session(model)
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
-    model_sha = it.sha256_file(cfg.model)
-    source = _ray_texts if cfg.engine == "ray" and cfg.texts is not None else _planned
+    model_sha = it.sha256_model(cfg.model)
+    # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
+    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
+    source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else _planned
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
     stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
@@ -169,6 +173,8 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         bar.close()
         raise
     bar.close()
+    if stream.resumed != (0, 0):  # a Ray Data run resumed from its kept partials (folded above with the new ones)
+        resumed, resumed_tokens = stream.resumed
     run_s = time.perf_counter() - t0
     items = stream.items()
     workers, threads = stream.workers, stream.threads
@@ -186,6 +192,9 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         "model": str(Path(cfg.model).resolve()),
         "model_sha256": model_sha,
         "model_kind": kind,
+        # how an encoder-decoder's decoder was fed: the targets (as `attnviz open --text-pair`), or its own greedy
+        # output (as `attnviz open --generate N`)
+        "decoder_input": _decoder_input(cfg, kind),
         "data": str(Path(str(cfg.texts or cfg.images)).resolve()),
         "data_sha256": stream.data_sha,
         "data_sha256_of": stream.data_sha_of,
@@ -218,6 +227,14 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
 
 
+def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
+    if kind != "encoder-decoder":
+        return None
+    if cfg.pair_column:
+        return f"teacher-forced on --text-pair-column {cfg.pair_column}"
+    return f"greedy generation, up to {cfg.generate} tokens per item (stops at the end token)"
+
+
 @dataclass
 class Stream:
     """Where the partials come from: the driver's plan (resumable) or Ray Data reading the file itself."""
@@ -227,14 +244,19 @@ class Stream:
     total: int | None  # items, for the progress bar (None: Ray counts them itself)
     data_sha: str
     data_sha_of: str  # "items": the items analysed; "file": the file's bytes (Ray never hands them to the driver)
-    fingerprint: str | None  # checkpoint identity; None: not resumable
+    fingerprint: str | None  # checkpoint identity; None: not resumable from the driver's checkpoint
     workers: int
     threads: int
+    resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
 
 
 def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
     """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
-    if cfg.texts is not None:
+    specs: list[BatchSpec]
+    if cfg.texts is not None and kind == "encoder-decoder":
+        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
+        specs = [*pairs.plan_pairs(items, pairs.encode_pairs(model, items), cfg.batch_size, nh, cfg.generate)]
+    elif cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
         specs = plan_text(
@@ -258,7 +280,9 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
     for b in specs:
         plan_h.update(np.asarray(b.items, np.int64).tobytes() + b"|")
     fingerprint = hashlib.sha256(
-        json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest()]).encode()
+        json.dumps(
+            [model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest(), cfg.generate]
+        ).encode()
     ).hexdigest()
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
@@ -348,6 +372,11 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
     )
+    data_sha = it.sha256_file(str(cfg.texts))
+    # partials kept by an interrupted Ray run are reused only by a run that would produce the same ones
+    fingerprint = hashlib.sha256(
+        json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh]).encode()
+    ).hexdigest()
     job = ray_engine.TextJob(
         str(cfg.texts),
         cfg.pair_column,
@@ -357,16 +386,27 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
         nh,
         kind == "decoder",
         pickle.dumps(tok),
+        fingerprint,
     )
     found: dict[int, it.Item] = {}
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        parts, items, stream.resumed = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
         found.update(items)
         return parts
 
-    data_sha = it.sha256_file(str(cfg.texts))
-    return Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+    stream = Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+    return stream
+
+
+def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+    from attnviz.corpus.ray_engine import images_stream
+
+    threads = cfg.threads or default_threads(workers)
+    setup = WorkerSetup(
+        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
+    )
+    return images_stream(cfg, workers, threads, setup, ckpt, model_sha)
 
 
 def _check_texts(cfg: CorpusConfig) -> None:

@@ -103,8 +103,8 @@ def fill_auxiliary(model, feeds: dict, batch: int, seq_len: int | None) -> None:
             feeds[i.name] = np.arange(seq_len, dtype=np.dtype(i.dtype))
         elif role == "positions" and seq_len and i.rank == 2:  # what transformers uses when none are given
             feeds[i.name] = np.broadcast_to(np.arange(seq_len, dtype=np.dtype(i.dtype)), (batch, seq_len)).copy()
-        elif i.dtype == "bool" and i.rank == 0:  # use_cache_branch of merged decoders
-            feeds[i.name] = np.array(False)
+        elif i.dtype == "bool" and i.rank <= 1:  # use_cache_branch of merged decoders (optimum: shape [1])
+            feeds[i.name] = np.zeros([1] * i.rank, bool)
 
 
 def labels(tok, ids, keep=None) -> TokenAxis:
@@ -189,6 +189,7 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
     prep.dec_in = dec_in
     src_tok = tgt_tok = None
     prompt: list[int] | None = None
+    caption: str | None = None
     if req.text is not None:
         if batch > 1:
             raise AttnvizError("give a text or a batch of raw inputs, not both", param="inputs")
@@ -206,6 +207,8 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
                     param="tokenizer",
                 )
             prompt = fit_positions(model, tok.encode(req.text, add_special=False), req.max_tokens, prep.notes).ids
+        elif prep.img_in is not None and dec_in is not None and tok_in is None:
+            caption = req.text  # an image encoder with its own decoder input (VisionEncoderDecoder): the caption so far
         elif tok_in is not None:
             src_tok, tgt_tok = model.tokenizers
             if src_tok is None:
@@ -243,13 +246,14 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             sp = md.section(model.meta, "special")
             start = sp.get("decoder_start", sp.get("bos"))
             prompt = [int(start if start is not None else 0)]
-            if req.text_pair:
+            forced = caption if caption is not None else req.text_pair
+            if forced:
                 if prep.tgt_tok is None:
                     raise AttnvizError(
                         "no target tokenizer to encode the text pair; put tokenizer.json beside the model",
                         param="tokenizer",
                     )
-                prompt += prep.tgt_tok.encode(req.text_pair, add_special=False).ids
+                prompt += prep.tgt_tok.encode(forced, add_special=False).ids
             prep.prompts = [list(prompt) for _ in range(batch)]
         else:
             prep.prompts = [list(prompt)]

@@ -6,7 +6,11 @@ An optimum encoder–decoder export holds ``encoder_model.onnx``, ``decoder_mode
 ONE encoder–decoder model with the original model's input names (``input_ids``, ``attention_mask``,
 ``decoder_input_ids``): the encoder runs once, its hidden states and mask feed the decoder, and the sites come
 in the canonical order (encoder self, then per decoder layer self and cross).  Generation feeds the with-past
-decoder's cache.  A decoder-only folder (``model.onnx``) is that one file, with the folder's config.
+decoder's cache.  A vision->text export (``--task image-to-text-with-past``: a ViT-like encoder taking
+``pixel_values``) is the same set with the image as the encoder's input (``pixel_values``,
+``decoder_input_ids``, as transformers' ``VisionEncoderDecoderModel`` takes them); the folder's
+``preprocessor_config.json`` gives the image size and normalisation.  A decoder-only folder (``model.onnx``) is
+that one file, with the folder's config.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.generate import StepOut, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
@@ -58,12 +63,50 @@ def _config_special(folder: Path) -> dict:
     return out
 
 
+def _read_json(p: Path) -> dict:
+    try:
+        d = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _folder_image(folder: Path) -> dict:
+    """The folder's image preprocessing as attnviz ``image`` metadata: size, mean and std from
+    ``preprocessor_config.json`` (what transformers' image processor applies), else the size from config.json."""
+    pre = _read_json(folder / "preprocessor_config.json")
+    out: dict = {}
+    size = pre.get("size")
+    if isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
+        out["size"] = [size["height"], size["width"]]
+    elif isinstance(size, int):
+        out["size"] = [size, size]
+    if (
+        pre.get("do_normalize", True)
+        and isinstance(pre.get("image_mean"), list)
+        and isinstance(pre.get("image_std"), list)
+    ):
+        out["mean"], out["std"] = pre["image_mean"], pre["image_std"]
+    if "size" not in out:  # VisionEncoderDecoder configs keep the encoder's under "encoder"
+        cfg = _read_json(folder / "config.json")
+        enc = cfg.get("encoder")
+        enc = enc if isinstance(enc, dict) else cfg
+        if isinstance(enc.get("image_size"), int):
+            out["size"] = [enc["image_size"], enc["image_size"]]
+    return out
+
+
 def _with_config(model: AttentionModel, folder: Path) -> AttentionModel:
-    """A file from a folder: special tokens from the folder's config where its own metadata has none."""
+    """A file from a folder: special tokens and image preprocessing from the folder's config files where its own
+    metadata has none."""
     if not isinstance(model.meta.get("special"), dict):
         special = _config_special(folder)
         if special:
             model.meta["special"] = special
+    if "image" in model.roles.values() and not isinstance(model.meta.get("image"), dict):
+        image = _folder_image(folder)
+        if image:
+            model.meta["image"] = image
     return model
 
 
@@ -89,8 +132,8 @@ class FolderLayout:
 class ModelSet:
     """An encoder file and a decoder file run as one encoder–decoder model (same surface as AttentionModel)."""
 
-    kind = "encoder-decoder"
     needs_probe = False
+    OPTIONAL = ("attention_mask", "decoder_attention_mask")  # all ones when not given, as in transformers
 
     def __init__(
         self, layout: FolderLayout, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
@@ -124,7 +167,8 @@ class ModelSet:
         self._dec_names = {
             "tokens": self._by_role(self.decoder, "tokens"),
             "states": self._by_role(self.decoder, "encoder_states"),
-            "mask": self._by_role(self.decoder, "mask"),
+            "mask": self._by_role(self.decoder, "mask"),  # the encoder's mask, for cross-attention
+            "decoder_mask": self._by_role(self.decoder, "decoder_mask"),
         }
         if self._dec_names["tokens"] is None or self._dec_names["states"] is None:
             raise AttnvizError(
@@ -132,14 +176,28 @@ class ModelSet:
                 f"(it has {', '.join(dec_in)}); open the files one by one instead"
             )
         enc_roles = self.encoder.roles
-        enc_tok = next((i for i in self.encoder.inputs if enc_roles[i.name] == "tokens"), None)
-        if enc_tok is None:
-            raise AttnvizError(f"{layout.encoder.name}: no token input; open the files one by one instead")
-        self.inputs = [IOInfo("input_ids", enc_tok.dtype, ["batch", "encoder_sequence"])]
-        if "mask" in enc_roles.values():
-            self.inputs.append(IOInfo("attention_mask", "int64", ["batch", "encoder_sequence"]))
+        src = next((i for i in self.encoder.inputs if enc_roles[i.name] in ("tokens", "image")), None)
+        if src is None:
+            raise AttnvizError(
+                f"{layout.encoder.name}: neither a token nor an image input; open the files one by one instead"
+            )
+        # the original model's input names: transformers' seq2seq models take input_ids, VisionEncoderDecoder
+        # pixel_values; both take decoder_input_ids and decoder_attention_mask
+        self.image = enc_roles[src.name] == "image"
+        self.kind = "vision-decoder" if self.image else "encoder-decoder"
+        if self.image:
+            self.inputs = [IOInfo("pixel_values", src.dtype, ["batch", *src.shape[1:]])]
+            image = _folder_image(layout.folder)
+            if image:
+                self.meta["image"] = image
+        else:
+            self.inputs = [IOInfo("input_ids", src.dtype, ["batch", "encoder_sequence"])]
+            if "mask" in enc_roles.values():
+                self.inputs.append(IOInfo("attention_mask", "int64", ["batch", "encoder_sequence"]))
         dec_tok = dec_in[self._dec_names["tokens"]]
         self.inputs.append(IOInfo("decoder_input_ids", dec_tok.dtype, ["batch", "decoder_sequence"]))
+        self.inputs.append(IOInfo("decoder_attention_mask", "int64", ["batch", "decoder_sequence"]))
+        self._source = self.inputs[0].name
         self.outputs = [IOInfo("logits", "float32", ["batch", "decoder_sequence", "vocab"])]
         self.no_attention_reason = self.encoder.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
@@ -173,10 +231,31 @@ class ModelSet:
         return self._tokenizers
 
     def probe(self) -> bool:
-        return self.encoder.probe() and self.decoder.probe()
+        """One short run of the set on dummy inputs of its own shapes (the image at the folder's size, a few
+        tokens), for the head counts ``inspect`` shows; each file's own probe cannot build an image or states."""
+        if all(s.heads for s in self.sites):
+            return True
+        src = self.inputs[0]
+        if self.image:
+            spec = ip.image_spec(self.meta, src.shape)
+            first = np.zeros((1, spec.channels, spec.height, spec.width), np.dtype(src.dtype))
+        else:
+            first = np.ones((1, 6), np.dtype(src.dtype))
+        start = self.meta["special"].get("decoder_start", self.meta["special"].get("bos", 0))
+        try:
+            r = self.run({src.name: first, "decoder_input_ids": np.array([[start, start]], np.int64)}, mode="dense")
+        except Exception:  # a dummy that does not fit changes nothing: heads stay unknown
+            return False
+        own = self.encoder._sites + self.decoder._sites
+        if len(r.maps) != len(own):
+            return False
+        for site, m in zip(own, r.maps):
+            site.heads = int(m.shape[1])
+        return True
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
-        return None  # text folders only: no image input
+        """The image encoder's token grid, read from its graph at the size fed (as for a ViT file alone)."""
+        return self.encoder.grid(n_keys, image_hw) if self.image else None
 
     def describe(self) -> dict:
         d = self.decoder.describe()
@@ -202,31 +281,50 @@ class ModelSet:
         names = [i.name for i in self.inputs]
         for k in feeds:
             if k not in names:
-                raise AttnvizError(f"unknown input {k!r}; this encoder-decoder folder takes: {', '.join(names)}")
+                raise AttnvizError(f"unknown input {k!r}; this {self.kind} folder takes: {', '.join(names)}")
         out = {}
         for i in self.inputs:
             if i.name not in feeds:
+                if i.name in self.OPTIONAL:
+                    continue
                 raise AttnvizError(f"missing input {i.name!r} ({i.describe()}); add it to the feeds")
             a = np.asarray(feeds[i.name])
-            if a.ndim != 2:
-                raise AttnvizError(f"input {i.name!r} expects rank 2 {i.describe()}, got shape {tuple(a.shape)}")
+            if a.ndim != i.rank:
+                raise AttnvizError(f"input {i.name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
             out[i.name] = a
-        if "attention_mask" in out and out["attention_mask"].shape != out["input_ids"].shape:
+        for mask, ids in (("attention_mask", "input_ids"), ("decoder_attention_mask", "decoder_input_ids")):
+            if mask in out and out[mask].shape != out[ids].shape:
+                raise AttnvizError(
+                    f"{mask} has shape {out[mask].shape}, {ids} {out[ids].shape}; give them the same shape"
+                )
+        if out["decoder_input_ids"].shape[0] != out[self._source].shape[0]:
             raise AttnvizError(
-                f"attention_mask has shape {out['attention_mask'].shape}, input_ids {out['input_ids'].shape}; give them the same shape"
+                f"{self._source} and decoder_input_ids hold different batch sizes; give both the same rows"
             )
-        if out["decoder_input_ids"].shape[0] != out["input_ids"].shape[0]:
-            raise AttnvizError("input_ids and decoder_input_ids hold different batch sizes; give both the same rows")
+        if "decoder_attention_mask" in out and self._dec_names["decoder_mask"] is None:
+            self._check_right_padding(out["decoder_attention_mask"])
         return out
+
+    def _check_right_padding(self, mask: np.ndarray) -> None:
+        """The decoder files take no mask of their own (optimum exports none): with causal attention a row padded
+        on the right runs exactly as transformers runs it with the mask (no real token sees a later pad); left or
+        inner padding cannot be given to the file, so it is refused rather than run unmasked."""
+        m = np.asarray(mask) != 0
+        if not (m[:, :1].all() and (m[:, :-1] >= m[:, 1:]).all()):
+            raise AttnvizError(
+                f"decoder_attention_mask pads inside or on the left, and {self.layout.decoder.name} takes no "
+                "decoder mask; pad decoder_input_ids on the right (ones, then zeros)"
+            )
 
     def _encoder_feeds(self, feeds: dict) -> dict:
         f = {}
+        src = feeds[self._source]
         for i in self.encoder.inputs:
             role = self.encoder.roles[i.name]
-            if role == "tokens":
-                f[i.name] = feeds["input_ids"]
+            if role in ("tokens", "image"):
+                f[i.name] = src
             elif role == "mask":
-                f[i.name] = feeds.get("attention_mask", np.ones_like(feeds["input_ids"]))
+                f[i.name] = feeds.get("attention_mask", np.ones(src.shape, np.int64))
         return f
 
     def _encode(self, feeds: dict, mode: str = "dense") -> tuple[AttentionResult | None, dict]:
@@ -241,7 +339,6 @@ class ModelSet:
 
     def _decoder_feeds(self, model: AttentionModel, feeds: dict, enc_out: dict) -> dict:
         states = enc_out.get("last_hidden_state", next(v for k, v in enc_out.items() if k != "result"))
-        mask = feeds.get("attention_mask", np.ones_like(feeds["input_ids"]))
         f = {}
         roles = model.roles
         for i in model.inputs:
@@ -250,8 +347,13 @@ class ModelSet:
                 f[i.name] = feeds["decoder_input_ids"]
             elif role == "encoder_states":
                 f[i.name] = states
-            elif role == "mask":
-                f[i.name] = mask
+            elif role == "mask":  # the encoder's padding (an image's patches are all real)
+                f[i.name] = feeds.get("attention_mask", np.ones(states.shape[:2], np.int64))
+            elif role == "decoder_mask":
+                f[i.name] = feeds.get("decoder_attention_mask", np.ones(feeds["decoder_input_ids"].shape, np.int64))
+        # a merged decoder (the only decoder of some folders) also takes the cache: empty, its branch off (no
+        # sequence length given: positions are never guessed for a cached step)
+        bd.fill_auxiliary(model, f, feeds["decoder_input_ids"].shape[0], None)
         return f
 
     # -- running ---------------------------------------------------------------------
@@ -276,8 +378,8 @@ class ModelSet:
         return self.decoder.logits(self._decoder_feeds(self.decoder, feeds, enc_out))
 
     def cache_stepper(self) -> FolderCache | None:
-        if self.layout.with_past is None:
-            return None
+        if self.layout.with_past is None:  # a merged decoder alone steps through its own cache branch
+            return FolderCache.for_set(self, self.decoder)
         if self._with_past is None:
             self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
@@ -322,22 +424,31 @@ class FolderCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
         maps = {j: m.array() for j, m in enumerate(enc.maps)}
         maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
-        return StepOut(r.outputs["logits"][:, -1], maps, r.info)
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
+
+    def _info(self, r: AttentionResult) -> dict:
+        """A step's run facts, named after the folder (not the decoder file that ran the step)."""
+        return dict(r.info, model=self.ms.name, model_path=str(self.ms.path))
 
     def step(self, tokens: list[int]) -> StepOut:
-        f = {"decoder_input_ids": np.asarray([[t] for t in tokens], np.int64), "input_ids": self.feeds["input_ids"]}
-        if "attention_mask" in self.feeds:
-            f["attention_mask"] = self.feeds["attention_mask"]
+        f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays
+        f["decoder_input_ids"] = np.asarray([[t] for t in tokens], np.int64)
         _, enc_out = self.ms._encode(self.feeds, "dense")
         g = self.ms._decoder_feeds(self.past_model, f, enc_out)
         g.update(self.cache)
+        for i in self.past_model.inputs:  # a merged decoder: its cache branch now
+            if i.dtype == "bool" and i.rank <= 1:
+                g[i.name] = np.ones([1] * i.rank, bool)
         r = self.past_model.run(g, mode="dense")
-        for p in self.past_names:  # the encoder half of the cache is not an output here: it stays
-            name = present_name(p)
-            if name in r.outputs:
-                self.cache[p] = r.outputs[name]
+        for p in self.past_names:
+            # the encoder half stays as the first run made it: a with-past file does not output it, and a merged
+            # decoder's cache branch outputs an empty placeholder for it (a cache never loses rows or keys)
+            new = r.outputs.get(present_name(p))
+            old = self.cache[p]
+            if new is not None and new.shape[0] == old.shape[0] and new.shape[-2] >= old.shape[-2]:
+                self.cache[p] = new
         maps = {self.n_enc + self.order[j]: m.array() for j, m in enumerate(r.maps)}
-        return StepOut(r.outputs["logits"][:, -1], maps, r.info)
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
 
 
 def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):

@@ -201,8 +201,8 @@ class FileCache:
                 f[i.name] = np.full((b, 1), self.length, dt)
             elif role == "cache_position":
                 f[i.name] = np.asarray([self.length], dt)
-            elif i.dtype == "bool" and i.rank == 0:
-                f[i.name] = np.array(True)
+            elif i.dtype == "bool" and i.rank <= 1:  # use_cache_branch of merged decoders (optimum: shape [1])
+                f[i.name] = np.ones([1] * i.rank, bool)
         self.length += 1
         try:
             return self._run(f)

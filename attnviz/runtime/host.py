@@ -5,7 +5,8 @@ Untrusted models reach code paths in onnxruntime that abort the process (a 115-b
 :class:`RemoteSession` whose sessions are created and run in one long-lived child (spawned on first use and
 kept across runs, so a run costs a pipe round trip, not a process start).  Large outputs come back in shared-memory
 *slots* that both processes keep mapped and reuse (:mod:`attnviz.runtime.worker` has the ownership rule): the
-caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.
+caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.  Large
+feeds go the other way through a feed area the parent owns (:class:`_FeedArea`), never through the socket.
 
 When the child dies the call raises :class:`ModelCrashed` ("the model crashed onnxruntime: ..."); the next
 call starts a fresh child and re-creates the sessions of other models transparently.  A run whose caller was
@@ -19,6 +20,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import itertools
+import math
 import mmap
 import multiprocessing as mp
 import os
@@ -38,8 +40,8 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled
-from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
-from attnviz.runtime.worker import serve
+from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed
+from attnviz.runtime.worker import _slot_size, serve
 
 __all__ = [
     "INLINE_BYTES",
@@ -116,7 +118,10 @@ class _Host:
         self.lock = threading.Lock()
         self.generation = next(_generations)
         self.maps: dict[int, mmap.mmap] = {}  # the child's slots, mapped once each and kept
-        self.released: list[int] = []  # slots no array views any more (appended by finalisers, any thread)
+        # slots lent to callers, each with a weak reference to the object every view of it keeps alive; read
+        # and changed only under ``lock`` (a run request hands back those whose object is gone)
+        self.lent: list[tuple[weakref.ref, int]] = []
+        self.feed_area = _FeedArea(self.outdir)
 
     @property
     def alive(self) -> bool:
@@ -124,10 +129,28 @@ class _Host:
 
     def run(self, sid: int, names: list[str], feeds: dict) -> list[np.ndarray]:
         """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
-        released = []
-        while self.released:  # list.pop is atomic: a finaliser appending meanwhile is sent next time
-            released.append(self.released.pop())
-        return self.call("run", sid, names, feeds, released, adopt=self._adopt)
+        return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
+
+    def _prepare_run(self, args: tuple) -> tuple:
+        """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
+        sid, names, feeds = args
+        return sid, names, self.feed_area.share(feeds), self._hand_back()
+
+    def _hand_back(self) -> list[int]:
+        """The lent slots no array views any more (under the lock: a slot is handed back exactly once).
+
+        Weak references polled here, at the next request, rather than a finaliser per view: the child can only
+        reuse a slot once it is told, which happens with the next request anyway, and a finaliser costs ~12 us
+        per output (7 a run on MiniLM) where a weak reference costs ~1 us."""
+        still: list[tuple[weakref.ref, int]] = []
+        free: list[int] = []
+        for ref, slot in self.lent:
+            if ref() is not None:
+                still.append((ref, slot))
+            else:
+                free.append(slot)
+        self.lent = still
+        return free
 
     def _adopt(self, reply) -> list[np.ndarray]:
         """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
@@ -143,7 +166,7 @@ class _Host:
                 self.maps[i] = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
             finally:
                 os.close(fd)
-        lent: dict[int, np.ndarray] = {}  # a name fetched twice is one slot: one owner, one finaliser
+        lent: dict[int, np.ndarray] = {}  # a name fetched twice is one slot: one owner, one weak reference
         for item in items:
             if item[0] == "slot" and item[1] not in lent:
                 lent[item[1]] = self.lend(*item[1:])
@@ -151,15 +174,15 @@ class _Host:
 
     def lend(self, slot: int, dtype: str, shape: tuple) -> np.ndarray:
         """An array viewing a slot.  Every view numpy derives from it keeps ``owner`` alive (through the buffer
-        it was made from), so the finaliser runs only when the last one is gone; then the slot is handed back."""
+        it was made from), so its weak reference dies only with the last of them; the next request then hands
+        the slot back."""
         dt = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         owner = (ctypes.c_char * (n * dt.itemsize)).from_buffer(self.maps[slot])
-        fin = weakref.finalize(owner, self.released.append, slot)
-        fin.atexit = False
-        return np.frombuffer(memoryview(owner), dt, n).reshape(shape)
+        self.lent.append((weakref.ref(owner), slot))
+        return np.frombuffer(owner, dt, n).reshape(shape)
 
-    def call(self, op: str, *args, what: str = "running the model", adopt=None):
+    def call(self, op: str, *args, what: str = "running the model", adopt=None, prepare=None):
         while not self.lock.acquire(timeout=POLL_S):
             if _cancel_requested():
                 raise RunCancelled("cancelled")
@@ -167,6 +190,8 @@ class _Host:
             if not self.alive:
                 raise _Dead()
             self._close_dropped()
+            if prepare is not None:
+                args = prepare(args)
             try:
                 self.conn.send((op, args))
             except (OSError, ValueError) as e:
@@ -231,7 +256,82 @@ class _Host:
         for mm in self.maps.values():
             _close(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
         self.maps.clear()
+        self.feed_area.close()
         shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+class _FeedArea:
+    """A shared-memory file the parent owns for large feeds (over ``INLINE_BYTES``: images, encoder states, a
+    head's scores for per-head recompute), so that they reach the child without pickling and without a socket
+    that moves 1 MB in ~200 kB turns, each a wake-up of the other process (a head recompute at 512 tokens spent
+    most of its time there).  Written only under the host's lock, before the request is sent: the child reads
+    it during that run alone, so one area is reused by every run.  It grows (a new file, the old one dropped)
+    when a run's feeds do not fit."""
+
+    ALIGN = 64
+
+    def __init__(self, outdir: str):
+        self.outdir = outdir
+        self.names = itertools.count(1)
+        self.file: str | None = None
+        self.mm: mmap.mmap | None = None
+
+    def share(self, feeds: dict) -> dict:
+        big = {
+            k: v
+            for k, v in feeds.items()
+            if isinstance(v, np.ndarray) and v.nbytes > INLINE_BYTES and not v.dtype.hasobject
+        }
+        if not big or os.name != "posix":
+            return feeds
+        need = sum(-(-v.nbytes // self.ALIGN) * self.ALIGN for v in big.values())
+        if (self.mm is None or len(self.mm) < need) and not self._grow(need):
+            return feeds  # shared memory full: the feeds travel through the socket as before
+        assert self.mm is not None and self.file is not None
+        out = dict(feeds)
+        at = 0
+        for k, v in big.items():
+            dst = np.frombuffer(self.mm, v.dtype, v.size, at).reshape(v.shape)
+            np.copyto(dst, v)
+            del dst
+            out[k] = SharedFeed(self.file, at, v.dtype.str, tuple(v.shape))
+            at += -(-v.nbytes // self.ALIGN) * self.ALIGN
+        return out
+
+    def _grow(self, need: int) -> bool:
+        self.close()
+        size = _slot_size(need)
+        name = f"feeds-{next(self.names)}"
+        path = os.path.join(self.outdir, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            return False
+        try:
+            try:  # reserve the pages now: a full tmpfs fails here, not with a SIGBUS while writing
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, size)
+                else:
+                    os.ftruncate(fd, size)
+            except OSError:
+                os.unlink(path)
+                return False
+            self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        self.file = name
+        return True
+
+    def close(self) -> None:
+        if self.mm is not None:
+            _close(self.mm)
+            self.mm = None
+        if self.file is not None:
+            try:  # the child keeps its mapping until it sees the next file's name; the pages go with it
+                os.unlink(os.path.join(self.outdir, self.file))
+            except OSError:
+                pass
+            self.file = None
 
 
 def _close(mm: mmap.mmap) -> None:

@@ -24,3 +24,14 @@ class NodeArg:
     name: str
     type: str
     shape: tuple
+
+
+@dataclass(frozen=True)
+class SharedFeed:
+    """A feed the parent wrote into its shared-memory feed area (``host._FeedArea``), sent in place of the array:
+    file name in the child's folder, byte offset, numpy dtype string, shape."""
+
+    file: str
+    offset: int
+    dtype: str
+    shape: tuple

@@ -19,9 +19,11 @@ CUDA_OPTIONS = {"use_tf32": "0"}
 def session_options(threads: int | None = None, arena: bool = True) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.enable_cpu_mem_arena = arena  # off for small helper sessions: the arena would keep their peak forever
-    # spin-waiting threads steal the cores of a GUI / torch in the same process (measured 2-7x slowdowns)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    # spin-waiting threads steal the cores of a GUI / torch in the same process (measured 2-7x slowdowns);
+    # ATTNVIZ_SPIN=1 turns onnxruntime's default spinning back on (bench/engine_memory_bench.py --spin compares)
+    spin = "1" if os.environ.get("ATTNVIZ_SPIN") == "1" else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
     if threads:
         so.intra_op_num_threads = int(threads)
     so.log_severity_level = 4  # failures become one-line AttnvizErrors; the C++ log would repeat them on stderr

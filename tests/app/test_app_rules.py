@@ -97,7 +97,10 @@ def test_corpus_example_opens_its_item_with_its_head(tmp_path):
     tok.write_text("{}")
     ex = {"stack": "encoder", "kind": "self", "layer": 1, "head": 3, "text": "a b", "pair": "c", "image": None}
     todo = corpus_entry.example_open(ex, str(model), str(tok))
-    assert (todo.model, todo.values, todo.tokenizer) == (model, {"text": "a b", "text_pair": "c"}, tok)
+    # a pair is fed as the corpus fed it (sentence B, or a teacher-forced target): nothing generated on top
+    assert (todo.model, todo.values, todo.tokenizer) == (model, {"text": "a b", "text_pair": "c", "generate": 0}, tok)
+    gen = corpus_entry.example_open({**ex, "pair": None, "generated": "x y </s>", "generate": 3}, str(model))
+    assert gen.values == {"text": "a b", "text_pair": None, "generate": 3}  # the corpus generated: generate again
     assert (todo.stack, todo.kind, todo.layer, todo.head) == ("encoder", "self", 1, 3)
     img = corpus_entry.example_open({**ex, "image": "/x/cat.png", "text": None}, str(model), str(tmp_path / "no.json"))
     assert img.values == {"image": "/x/cat.png"} and img.tokenizer is None

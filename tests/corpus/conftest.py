@@ -15,3 +15,18 @@ def planted(tmp_path_factory):
     texts = d / "corpus.txt"
     texts.write_text("\n".join(corpus_lines(40)) + "\n")
     return planted_model(d / "planted.onnx"), texts
+
+
+@pytest.fixture(scope="session")
+def bible(tmp_path_factory):
+    """12 held-out Greek -> English verses (the shipped translation demo's own data), as .jsonl."""
+    import json
+
+    from attnviz.training import data_translation as dt
+
+    pairs = [p for p in dt.split_pairs(dt.load_bible()).test if len(p.src) <= 14][:12]
+    f = tmp_path_factory.mktemp("bible") / "verses.jsonl"
+    f.write_text(
+        "".join(json.dumps({"text": " ".join(p.src), "en": p.tgt_text or " ".join(p.tgt)}) + "\n" for p in pairs)
+    )
+    return f

@@ -186,7 +186,7 @@ def test_run_json_hashes_and_max_items(planted, tmp_path):
         ("out_is_file", "is a file"),
         ("both_inputs", "exactly one of"),
         ("pair_in_txt", "no columns"),
-        ("enc_dec", "corpus analysis handles"),
+        ("enc_dec", "--generate must be 1 or more"),  # an encoder-decoder generating nothing
         ("other_checkpoint", "belongs to another run"),
         ("no_ray_engine", "needs --engine ray"),
         ("broken_checkpoint", "unreadable checkpoint"),
@@ -217,6 +217,7 @@ def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
         if not mt.exists():
             pytest.skip("models/translation.onnx not present")
         args[1] = str(mt)
+        args += ["--generate", "0"]
     elif case == "other_checkpoint":
         out.mkdir()
         np.savez(out / CHECKPOINT, fingerprint=np.array("another"))

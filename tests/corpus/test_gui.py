@@ -98,3 +98,77 @@ def test_open_corpus_results_bad_folder_one_message(qtbot, win, tmp_path):
     with qtbot.waitSignal(win.error_shown, timeout=5000) as sig:
         assert open_corpus_results(win, tmp_path) is None
     assert "not a corpus results folder" in sig.args[0]
+
+
+def test_encoder_decoder_corpus_cross_rows_and_example_opens_the_pair(qtbot, win, tmp_path):
+    """The translation demo over source/target pairs: the grid has encoder self, decoder self and decoder cross
+    rows; a cross head's example opens the pair teacher-forced (no generation) with that cross head focused."""
+    import json
+    from pathlib import Path
+
+    from attnviz.gui.views.corpus import open_corpus_results
+    from attnviz.training import data_translation as dt
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    pairs = [p for p in dt.split_pairs(dt.load_bible()).test if len(p.src) <= 12][:6]
+    f = tmp_path / "v.jsonl"
+    f.write_text("".join(json.dumps({"text": " ".join(p.src), "en": " ".join(p.tgt)}) + "\n" for p in pairs))
+    cfg = CorpusConfig(str(model), str(tmp_path / "res"), texts=str(f), pair_column="en", batch_size=4, workers=1)
+    cfg.provider, cfg.progress = "cpu", False
+    run_corpus(cfg)
+    v = open_corpus_results(win, tmp_path / "res")
+    qtbot.waitExposed(v)
+    labels = [v.grid.verticalHeaderItem(r).text() for r in range(v.grid.rowCount())]
+    assert labels == ["enc L0", "enc L1", "enc L2", "dec L0", "dec L1", "dec L2", "dec× L0", "dec× L1", "dec× L2"]
+    kinds = {v.table.item(r, _col(v.table, "stack")).text() for r in range(v.table.rowCount())}
+    assert kinds == {"encoder self", "decoder self", "decoder cross"}
+    v.score.setCurrentText("diag")
+    r = labels.index("dec× L2")
+    qtbot.mouseClick(v.grid.viewport(), Qt.LeftButton, pos=v.grid.visualItemRect(v.grid.item(r, 0)).center())
+    assert (v.current["stack"], v.current["kind"], v.current["layer"], v.current["head"]) == ("decoder", "cross", 2, 0)
+    ex = v.shown_examples[0]
+    assert ex["pair"] is not None and ex["score"] == "diag"
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        qtbot.mouseClick(
+            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
+        )
+    qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.head_map, timeout=5000)
+    s = win.session
+    block = s.blocks[s.sel.block]
+    assert (block.stack, block.kind, s.sel.layer, s.sel.head) == ("decoder", "cross", 2, 0)
+    assert not s.result.generated  # teacher-forced on the target, as the corpus fed it
+    tgt_tok = s.model.tokenizers[1]
+    assert s.result.key_tokens.labels == ["[BOS]"] + [
+        tgt_tok.label(i) for i in tgt_tok.encode(ex["pair"], add_special=False).ids
+    ]
+    # the example's row/col point into this very map: the monotone-diagonal key of that decoder row
+    nq, nk = len(s.result.key_tokens.labels), len(s.result.tokens.labels)
+    assert ex["col"] == int(ex["row"] * (nk - 1) / (nq - 1) + 0.5)
+
+
+def test_generated_example_opens_generating_the_same_tokens(qtbot, win, bible, tmp_path):
+    """Without targets the corpus decoded the model's greedy output; its example opens generating again, and the
+    window shows the very tokens the corpus analysed."""
+    import json
+    from pathlib import Path
+
+    from attnviz.gui.views.corpus import open_corpus_results
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    src = tmp_path / "src.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": json.loads(x)["text"]}) + "\n" for x in bible.read_text().splitlines()[:3])
+    )
+    cfg = CorpusConfig(str(model), str(tmp_path / "res"), texts=str(src), batch_size=3, workers=1, generate=8)
+    cfg.provider, cfg.progress = "cpu", False
+    run_corpus(cfg)
+    v = open_corpus_results(win, tmp_path / "res")
+    qtbot.waitExposed(v)
+    v.show_head(next(h for h in v.heads if h["kind"] == "cross"))
+    ex = v.shown_examples[0]
+    assert ex["generated"] and "generated: " + ex["generated"] in v.examples.item(0, 5).text()
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        qtbot.mouseClick(
+            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
+        )
+    assert win.session.result.generated == ex["generated"].split()

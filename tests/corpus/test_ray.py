@@ -83,3 +83,126 @@ def test_ray_data_errors_are_one_line(planted, tmp_path, capsys):
     assert main([*args, "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("attnviz: error:") and "c.jsonl" in err[0], err
+
+
+def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible, tmp_path):
+    """Source/target pairs keep the driver's plan under Ray (the actors reduce its batches): the same statistics
+    as the local engine, and an interrupted Ray run resumes from its checkpoint to the same result."""
+    from pathlib import Path
+
+    from attnviz.corpus.run import CHECKPOINT
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    kw = dict(pair_column="en", batch_size=3)
+    run_corpus(_cfg(model, bible, tmp_path / "local", **kw))
+
+    def stop(done):
+        if done >= 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_corpus(_cfg(model, bible, tmp_path / "ray", engine="ray", threads=1, **kw), on_batch=stop)
+    assert (tmp_path / "ray" / CHECKPOINT).exists()
+    s = run_corpus(_cfg(model, bible, tmp_path / "ray", engine="ray", threads=1, **kw))
+    assert s.resumed_items == 6 and s.items == 12
+    run = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert run["engine"] == "ray" and run["model_kind"] == "encoder-decoder"
+    _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+
+
+def test_ray_reads_an_image_folder_itself_equal_local(tmp_path):
+    """--images: Ray Data lists and reads the folder (its own files, not sub-folders; image suffixes in any case),
+    the actors decode and reduce; statistics, examples and run.json's data hash equal the local engine's."""
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    from attnviz.corpus import CorpusConfig
+    from attnviz.corpus.output import read
+
+    model = Path(__file__).resolve().parents[2] / "models" / "vit-classification.onnx"
+    d = tmp_path / "imgs"
+    (d / "sub").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in ("b.png", "a.PNG", "c.jpg", "d.png", "e.png", "sub/f.png"):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(d / name)
+    (d / "notes.txt").write_text("not an image")
+
+    def cfg(out, **kw):
+        return CorpusConfig(
+            str(model),
+            str(tmp_path / out),
+            images=str(d),
+            batch_size=2,
+            provider="cpu",
+            progress=False,
+            max_items=4,
+            k=3,
+            **kw,
+        )
+
+    run_corpus(cfg("local", workers=1))
+    run_corpus(cfg("ray", workers=1, engine="ray", threads=1))
+    _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+    local, ray = read(tmp_path / "local"), read(tmp_path / "ray")
+    assert ray.run["items"] == local.run["items"] == 4
+    assert ray.run["data_sha256"] == local.run["data_sha256"] and ray.run["data_sha256_of"] == "items"
+    assert {(e["item"], Path(e["image"]).name) for e in ray.examples} == {
+        (e["item"], Path(e["image"]).name) for e in local.examples
+    }
+    assert {Path(e["image"]).name for e in ray.examples} <= {"a.PNG", "b.png", "c.jpg", "d.png"}
+    assert not (tmp_path / "ray" / PARTIALS).exists()
+
+
+def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_path):
+    """A real Ctrl-C during a Ray Data run keeps the partial files already written (with the run's fingerprint);
+    the next run leaves those items out of the pipeline and folds old and new partials: the local result."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    model, _ = planted
+    texts = tmp_path / "big.txt"
+    texts.write_text("\n".join(corpus_lines(400, seed=9)) + "\n")
+    out = tmp_path / "out"
+    args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "2"]
+    args += ["--workers", "1", "--threads", "1", "--provider", "cpu", "--no-progress", "--engine", "ray"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnviz", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    import pyarrow.parquet as pq
+
+    def written() -> bool:  # a whole partial file is there (one still being written has no footer yet)
+        for f in partials.glob("*.parquet"):
+            try:
+                pq.read_metadata(f)
+                return True
+            except Exception:
+                pass
+        return False
+
+    partials = out / PARTIALS
+    deadline = time.monotonic() + 300
+    while not written() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # polls for the first complete partial file (the event), not a stand-in delay
+    assert written(), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    kept = list(partials.glob("*.parquet"))
+    assert kept and (partials / "fingerprint.json").exists() and not (out / "heads.parquet").exists()
+
+    s = run_corpus(_cfg(model, texts, out, engine="ray", threads=1, batch_size=2))
+    assert 0 < s.resumed_items < 400 and s.items == 400
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed_from_items"] == s.resumed_items and run["items_this_run"] == 400 - s.resumed_items
+    assert not partials.exists()
+    run_corpus(_cfg(model, texts, tmp_path / "local", batch_size=2))
+    _assert_same(_table(tmp_path / "local"), _table(out), tol=1e-6)

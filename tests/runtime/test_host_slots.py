@@ -72,7 +72,8 @@ def test_dropped_results_hand_their_slots_back(models):
         seen.append(sorted(host._host.maps))
     # after the first runs the same slots go round: nothing grows however many runs follow
     assert seen[-1] == seen[-2] == seen[-3]
-    assert len(os.listdir(host._host.outdir)) == len(seen[-1]) <= 2 * 2  # 2 maps a run (logits go inline)
+    slots = [f for f in os.listdir(host._host.outdir) if f.startswith("slot-")]  # (feeds-N: the parent's feed area)
+    assert len(slots) == len(seen[-1]) <= 2 * 2  # 2 maps a run (logits go inline)
 
 
 def test_maps_held_when_the_child_dies_stay_readable(models):
@@ -165,3 +166,106 @@ def test_an_output_fetched_twice_is_one_slot_released_once(tmp_path):
         sess.run(["y"], {"x": -x, "reps": np.array([1], np.int64)})
         gc.collect()
         np.testing.assert_array_equal(b, want)
+
+
+def _double_model(path, n=300):
+    """y = x * 2 on float[rows, n]: a feed over INLINE_BYTES from 55 rows on."""
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["r", n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_large_feeds_go_through_the_shared_feed_area_and_are_never_mixed_up(tmp_path):
+    sess, _ = host.make_session(str(_double_model(tmp_path / "double.onnx")), "cpu")
+    rng = np.random.default_rng(5)
+    held = []
+    for rows in (64, 64, 200, 64, 700):  # the area grows for 200 and 700 rows (a new file), is reused between
+        x = rng.standard_normal((rows, 300)).astype(np.float32)
+        x_before = x.copy()
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, 2 * x)
+        np.testing.assert_array_equal(x, x_before)  # the caller's array is read, never written
+        held.append((x, y))
+    areas = [f for f in os.listdir(host._host.outdir) if f.startswith("feeds-")]
+    assert len(areas) == 1  # a large feed did travel through shared memory; only the newest area is kept
+    for x, y in held:  # later feeds rewrote the area: results from earlier runs are their own slots
+        np.testing.assert_array_equal(y, 2 * x)
+    (y,) = sess.run(None, {"x": np.asfortranarray(held[2][0])})  # any memory layout is copied in as C order
+    np.testing.assert_array_equal(y, 2 * held[2][0])
+
+
+def test_the_child_reuses_its_io_binding_and_never_returns_a_stale_output(tmp_path):
+    """A session whose outputs all went into slots keeps its I/O binding; the next run on the same shapes
+    rebinds only the feeds (and any output whose slot changed).  Values change every run, so a stale binding
+    (an output left pointing at a slot still lent) would show."""
+    from attnviz.runtime.worker import Server
+
+    srv = Server(None, str(tmp_path))
+    srv.create(1, _double_model(tmp_path / "double.onnx").read_bytes(), {"provider": "cpu"})
+    rng = np.random.default_rng(6)
+    ios, held, release = [], [], []
+    for i in range(6):
+        x = rng.standard_normal((64, 300)).astype(np.float32)
+        (item,), _, _ = srv.run(1, ["y"], {"x": x}, release)
+        assert item[0] == "slot"
+        y = srv.pool.slots[item[1]].array(np.dtype(item[2]), item[3])
+        np.testing.assert_array_equal(y, 2 * x)
+        if i % 3 == 2:  # hold this result: its slot stays lent, the next run must bind another
+            held.append((item[1], y.copy()))
+            release = []
+        else:
+            release = [item[1]]
+        ios.append(srv.bindings.get(1) and srv.bindings[1].io)
+    assert ios[0] is None  # the first run learned the shape: onnxruntime allocated the output
+    assert ios[1] is not None and all(io is ios[1] for io in ios[2:])
+    for slot, want in held:
+        np.testing.assert_array_equal(srv.pool.slots[slot].array(np.dtype(np.float32), want.shape), want)
+
+
+def test_two_threads_sharing_the_child_never_see_a_slot_handed_back_twice(models):
+    """Slots go back inside a run request, under the host's lock: two threads running and holding results
+    at once must still each see their own values, run after run."""
+    import threading
+
+    remote, local = models
+    want = {k: _arrays(local.run({"input_ids": ids}, mode="dense")) for k, ids in (("a", IDS_A), ("b", IDS_B))}
+    errors = []
+
+    def work(key, ids):
+        try:
+            prev = None
+            for _ in range(8):
+                r = remote.run({"input_ids": ids}, mode="dense")
+                for a, b in zip(_arrays(r), want[key]):
+                    np.testing.assert_array_equal(a, b)
+                if prev is not None:
+                    for a, b in zip(_arrays(prev), want[key]):
+                        np.testing.assert_array_equal(a, b)
+                prev = r  # held while the next run goes (the one before is dropped)
+                gc.collect()
+        except Exception as e:  # reported below: an assertion in a thread would be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=k) for k in (("a", IDS_A), ("b", IDS_B))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_repeated_dimensions_reuse_the_last_shapes_and_a_changed_shape_is_learned():
+    links = ShapeLinks()
+    d8 = links.dims({"ids": np.zeros((1, 8))})
+    links.learn_all(d8, {"p": np.zeros((1, 2, 8, 8), np.float32)})
+    assert links.predict_all(d8, ["p"]) == {"p": (np.dtype(np.float32), (1, 2, 8, 8))}
+    d9 = links.dims({"ids": np.zeros((1, 9))})
+    assert links.predict_all(d9, ["p", "q"]) == {"p": (np.dtype(np.float32), (1, 2, 9, 9)), "q": None}
+    links.learn_all(d8, {"p": np.zeros((1, 3, 8, 8), np.float32)})  # a value-dependent shape changed
+    assert links.predict_all(d8, ["p"]) == {"p": (np.dtype(np.float32), (1, 3, 8, 8))}  # the memo follows
+    assert links.predict_all(d9, ["p"]) == {"p": None}  # dim 1 is no constant any more: no guess at all

@@ -72,4 +72,19 @@ def test_repeated_runs_through_shared_memory_match_in_process(tmp_path, monkeypa
             np.testing.assert_array_equal(a.array(), b.array())
         np.testing.assert_array_equal(r.outputs["logits"], ref.outputs["logits"])
     # every slot is still lent (all four results are held): one file per map, none reused under a held result
-    assert host._host is not None and len(os.listdir(host._host.outdir)) == sum(len(r.maps) for r in runs)
+    assert host._host is not None
+    slots = [f for f in os.listdir(host._host.outdir) if f.startswith("slot-")]  # (feeds-N: the parent's feed area)
+    assert len(slots) == sum(len(r.maps) for r in runs)
+
+
+def test_thread_spinning_is_off_unless_asked_for(monkeypatch):
+    """Spin-waiting onnxruntime threads steal the GUI's cores: off by default; ATTNVIZ_SPIN=1 (what the time
+    bench's --spin uses to compare against a spinning plain baseline) turns it back on."""
+    from attnviz.runtime.session import session_options
+
+    monkeypatch.delenv("ATTNVIZ_SPIN", raising=False)
+    assert session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    monkeypatch.setenv("ATTNVIZ_SPIN", "1")
+    so = session_options()
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert so.get_session_config_entry("session.inter_op.allow_spinning") == "1"

@@ -80,6 +80,33 @@ def test_marian_folder_is_one_encoder_decoder(marian, tmp_path):
     assert r.tokens.labels[0] == f"w{feeds['input_ids'][0, 0] - 3}"  # token axes from the folder's tokenizer.json
 
 
+def test_marian_folder_with_padded_decoder_rows(marian):
+    """decoder_attention_mask (right padding) as transformers takes it: the optimum decoder files have no decoder
+    mask, and with causal attention no real token sees a later pad, so every real query row is transformers' own;
+    padded positions are labelled special and a pad's key gets no weight from a real token."""
+    root, hf, feeds, _ = marian
+    dmask = np.ones_like(feeds["decoder_input_ids"])
+    dmask[0, -3:] = 0
+    kw = {k: torch.tensor(v) for k, v in feeds.items()}
+    with torch.no_grad():
+        o = hf(**kw, decoder_attention_mask=torch.tensor(dmask), output_attentions=True)
+    refs, labels = _marian_canon(o)
+    r = open_model(root / "onnx", provider="cpu").analyze(feeds={**feeds, "decoder_attention_mask": dmask})
+    assert [(s.stack, s.kind, s.layer) for s in r.sites] == labels
+    real = dmask[0].astype(bool)
+    for got, want, s in zip(r.maps, refs, r.sites):
+        a, w = got.array(), want.numpy()
+        if s.stack == "encoder":
+            np.testing.assert_allclose(a, w, atol=TOL, err_msg=str(s))
+            continue
+        np.testing.assert_allclose(a[1], w[1], atol=TOL, err_msg=str(s))  # the unpadded row: every query
+        np.testing.assert_allclose(a[0][:, real], w[0][:, real], atol=TOL, err_msg=str(s))
+        if s.kind == "self":
+            assert np.all(a[0][:, real][..., ~real] == 0)
+    dec_block = next(b for b in r.blocks(0) if b.name == "decoder self-attention")
+    assert dec_block.key_axis.special[-3:] == [True, True, True]
+
+
 def test_marian_each_file_alone(marian):
     root, hf, feeds, o = marian
     refs, labels = _marian_canon(o)
@@ -168,6 +195,7 @@ def test_cli_on_the_folder(marian, tmp_path, capsys):
         "input_ids",
         "attention_mask",
         "decoder_input_ids",
+        "decoder_attention_mask",
     ]
     assert [(s["stack"], s["kind"], s["layer"]) for s in d["sites"]] == _marian_canon(o)[1]
     npz = tmp_path / "feeds.npz"
@@ -226,3 +254,14 @@ def test_marian_merged_and_with_past_files_alone(marian):
     _check(r, refs[2:], labels[2:])
     past = open_model(root / "onnx" / "decoder_with_past_model.onnx", provider="cpu")
     assert [(s.stack, s.kind, s.layer) for s in past.sites] == labels[2:]
+    # one cached step alone: the cache of the first tokens from plain onnxruntime on decoder_model.onnx, then the
+    # last token; its maps are the last query row of transformers' (row 0)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(root / "onnx" / "decoder_model.onnx"), providers=["CPUExecutionProvider"])
+    ids = feeds["decoder_input_ids"][:1]
+    head = {"input_ids": ids[:, :-1], "encoder_attention_mask": feeds["attention_mask"][:1]}
+    head["encoder_hidden_states"] = o.encoder_last_hidden_state.numpy()[:1]
+    outs = dict(zip([x.name for x in sess.get_outputs()], sess.run(None, head)))
+    step = {"input_ids": ids[:, -1:], "encoder_attention_mask": head["encoder_attention_mask"]}
+    step.update({i.name: outs[i.name.replace("past_key_values", "present")] for i in past.inputs if "past" in i.name})
+    _check(past.analyze(feeds=step), [w[:1, :, -1:] for w in refs[2:]], labels[2:])

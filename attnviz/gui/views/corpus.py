@@ -38,6 +38,7 @@ ROLE_COLORS = {
     "special": "#CC79A7",
     "broad": "#009E73",
     "induction": "#D55E00",
+    "monotone": "#F0E442",  # cross-attention on the monotone source diagonal (an alignment head)
     "mixed": "#FFFFFF",
 }
 TABLE_COLUMNS = (
@@ -83,6 +84,11 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return "–" if math.isnan(v) else f"{v:.3f}"
     return str(v)
+
+
+def _row_label(stack: str, kind: str, layer: int) -> str:
+    """Grid row title: "enc L0", "dec L0" (self) and "dec× L0" (cross: decoder queries over the source)."""
+    return f"{stack[:3]}{'×' if kind == 'cross' else ''} L{layer}"
 
 
 def _text_on(color: QColor) -> QColor:
@@ -154,7 +160,10 @@ class CorpusView(QWidget):
         self.status.setSizeGripEnabled(False)
         lay.addWidget(self.status)
 
-        self.stacks = sorted({(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: sk[0] != "encoder")
+        # encoder self, then decoder self, then decoder cross (a set has no order of its own)
+        self.stacks = sorted(
+            {(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: (sk[0] != "encoder", sk[1] != "self", sk)
+        )
         self.current: dict | None = None
         self._fill_table()
         self._fill_grid()
@@ -215,7 +224,7 @@ class CorpusView(QWidget):
         self.grid.setRowCount(len(rows))
         self.grid.setColumnCount(n_heads)
         self.grid.setHorizontalHeaderLabels([f"H{h}" for h in range(n_heads)])
-        self.grid.setVerticalHeaderLabels([f"{s[:3]} L{layer}" for s, _, layer in rows])
+        self.grid.setVerticalHeaderLabels([_row_label(s, k, layer) for s, k, layer in rows])
         self._cell_values = {}
         for i, h in enumerate(self.heads):
             r = rows.index((h["stack"], h["kind"], h["layer"]))
@@ -262,6 +271,7 @@ class CorpusView(QWidget):
                 "sink": "first",
                 "special": "special_other",
                 "broad": "broad",
+                "monotone": "diag",
             }.get(head["role"], "max")
         key = (head["stack"], head["kind"], head["layer"], head["head"], score)
         ex = [e for e in self.results.examples if (e["stack"], e["kind"], e["layer"], e["head"], e["score"]) == key]
@@ -278,6 +288,8 @@ class CorpusView(QWidget):
             label = e["text"] if e.get("text") is not None else Path(e.get("image") or "").name
             if e.get("pair"):
                 label += "  ‖  " + e["pair"]
+            elif e.get("generated"):
+                label += "  ‖ generated: " + e["generated"]
             for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
                 t.setItem(r, c, ValueItem(v))
         t.resizeColumnsToContents()

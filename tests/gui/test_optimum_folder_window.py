@@ -1,0 +1,40 @@
+"""A vision->text optimum export folder opened in the real window: the Image regions view shows a caption
+word's cross-attention over the image patches (grid read from the encoder graph)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gui_helpers import open_and_wait
+
+pytest.importorskip("onnxruntime")
+PIL = pytest.importorskip("PIL.Image")
+pytestmark = pytest.mark.slow
+
+
+def test_vision_to_text_folder_shows_a_caption_word_over_the_patches(qtbot, real_window, optimum_export, tmp_path):
+    root = optimum_export("vit-gpt2")
+    rgb = np.zeros((64, 64, 3), np.uint8)
+    rgb[8:28, 8:28] = (230, 60, 60)
+    rgb[36:60, 36:60] = (60, 200, 90)
+    img = tmp_path / "scene.png"
+    PIL.fromarray(rgb).save(img)
+    w = real_window
+    open_and_wait(qtbot, w, root / "onnx", image=str(img), generate=4)
+    r = w.session.result
+    assert w.session.model.kind == "vision-decoder" and r.info["generation"] == "kv-cache"
+    assert [b.name for b in w.session.blocks] == [
+        "encoder self-attention",
+        "decoder self-attention",
+        "decoder cross-attention",
+    ]
+    w.select_view("image")
+    w.session.select(block=2, layer=1, head=3)
+    v = w.image_regions
+    v.draw()
+    assert [q for q, _ in v.queries] == r.generated  # one query per caption word
+    row = v.queries[v.query][1]
+    cross_l1 = [i for i, s in enumerate(r.sites) if (s.kind, s.layer) == ("cross", 1)][0]
+    # the overlay's patch weights are that word's row of the map over the 4x4 patches (CLS excluded)
+    np.testing.assert_allclose(v.patch_map, r.maps[cross_l1].array()[0, 3, row, 1:].reshape(4, 4), rtol=1e-5)
+    assert "grid 4×4 (+1 non-patch)" in v.info.text()
