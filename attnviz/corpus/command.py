@@ -38,7 +38,7 @@ def add_arguments(p):
         help="local process pool (default), or Ray Data (reads, tokenises, batches and writes Parquet itself)",
     )
     p.add_argument(
-        "--workers", type=int, metavar="N", help="worker processes / Ray actors (default: one per core, one per GPU)"
+        "--workers", type=int, metavar="N", help="worker processes / Ray actors (default: 1 per core; local: 4 a GPU)"
     )
     p.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker (default: cores / workers)")
     p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")

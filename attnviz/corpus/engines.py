@@ -11,9 +11,13 @@ import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 
 @dataclass(frozen=True)
@@ -35,32 +39,115 @@ class WorkerSetup:
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 
 
+def _enter_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it checkpoints and stops the pool
+    # this process is already the crash boundary (a dead worker breaks the pool, below): a second process
+    # per worker for onnxruntime would only copy every batch's maps across once more
+    os.environ["ATTNVIZ_INPROCESS"] = "1"
+
+
+def _warm(setup: WorkerSetup) -> None:
+    """Pool initializer: open the session before the first batch arrives.  An error here is left for that
+    batch to raise as itself (an initializer's exception would only break the pool, with no message)."""
+    global _REDUCER
+    _enter_worker()
+    try:  # the heads are the model's own (layout of its sites): the driver has not read them yet
+        _REDUCER = BatchReducer(setup.model, setup.provider, setup.tokenizer, setup.threads, setup.k)
+    except Exception:
+        _REDUCER = None
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
 def _work(setup: WorkerSetup, spec: BatchSpec) -> Partial:
     global _REDUCER
-    if _REDUCER is None:  # built on the first batch (not in an initializer), so an error reaches the driver as itself
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it checkpoints and stops the pool
-        # this process is already the crash boundary (a dead worker breaks the pool, below): a second process
-        # per worker for onnxruntime would only copy every batch's maps across once more
-        os.environ["ATTNVIZ_INPROCESS"] = "1"
+    if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
+        _enter_worker()
         _REDUCER = setup.reducer()
     return _REDUCER(spec)
+
+
+@dataclass
+class WarmPool:
+    """Local worker processes started before the driver opens the model and plans, so that their start-up
+    (spawn, imports, session, probe: 1.5-3 s a worker on this 2-core box) overlaps the driver's own."""
+
+    setup: WorkerSetup
+    pool: ProcessPoolExecutor
+    started: int
+
+    @classmethod
+    def start(cls, setup: WorkerSetup, processes: int) -> WarmPool:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: a fork would copy the driver's onnxruntime thread pools into the children
+        pool = ProcessPoolExecutor(
+            setup.workers, mp_context=mp.get_context("spawn"), initializer=_warm, initargs=(setup,)
+        )
+        n = max(1, min(processes, setup.workers))
+        for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
+            pool.submit(_ready)
+        return cls(setup, pool, n)
+
+    def fits(self, setup: WorkerSetup) -> bool:
+        """The same sessions (model, provider, threads) and enough processes for ``setup``."""
+        mine, theirs = self.setup, setup
+        return (mine.model, mine.provider, mine.tokenizer, mine.threads, mine.k) == (
+            theirs.model,
+            theirs.provider,
+            theirs.tokenizer,
+            theirs.threads,
+            theirs.k,
+        ) and mine.workers >= theirs.workers
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the processes; ``kill``: without waiting for one that is still opening the model (after an
+        error, the model may be one that hangs onnxruntime)."""
+        if kill:
+            procs = getattr(self.pool, "_processes", None) or {}  # None once shut down
+            for proc in list(procs.values()):  # no public way to stop them in Python 3.11
+                proc.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+_OFFERED: list[WarmPool] = []  # started early by the driver (run._prestart) for the local_engine call that follows
+
+
+def offer(warm: WarmPool) -> None:
+    """Hand a pool started early to the next :func:`local_engine` call (the caller still closes it in the end)."""
+    _OFFERED.append(warm)
+
+
+def _claim() -> WarmPool | None:
+    return _OFFERED.pop() if _OFFERED else None
+
+
+def withdraw() -> None:
+    """Forget pools offered and not taken (the run that offered them is over)."""
+    _OFFERED.clear()
 
 
 def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
     """A spawn pool of ``setup.workers`` processes, each with its own session; partials come back in batch order.
 
-    At most two batches per worker are in flight, so partials never pile up in the driver."""
+    At most two batches per worker are in flight, so partials never pile up in the driver.  A pool offered
+    earlier (:func:`offer`) is used when it fits ``setup``."""
+    warm = _claim()
     if not specs:
         return
-    import multiprocessing as mp
     from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     from attnviz.runtime.host import ModelCrashed
 
-    # spawn: a fork would copy the driver's onnxruntime thread pools into the children
-    pool = ProcessPoolExecutor(setup.workers, mp_context=mp.get_context("spawn"))
+    if warm is None or not warm.fits(setup):
+        if warm is not None:
+            warm.close()
+        warm = WarmPool.start(setup, setup.workers)
+    pool = warm.pool
     todo = iter(specs)
     window: deque = deque()
     try:
@@ -79,7 +166,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
     finally:
         for f in window:
             f.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        warm.close()
 
 
 def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
@@ -92,7 +179,16 @@ def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
 ENGINES = {"local": local_engine, "ray": ray_engine}
 
 
-def default_workers(provider: str, gpu: bool) -> int:
+GPU_LOCAL_WORKERS = 4  # processes sharing one GPU, each with its own CUDA session (small GPUs: pass --workers)
+
+
+def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:
+    cores = max(1, os.cpu_count() or 1)
     if gpu and provider in ("cuda", "auto"):
-        return 1  # one GPU: one session
-    return max(1, os.cpu_count() or 1)
+        if engine == "ray":
+            return 1  # its actors ask for a whole GPU each
+        # a batch's maps are reduced in numpy on one CPU core, which is what limits a GPU run: with one worker
+        # the reduction ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md); a few processes
+        # sharing the GPU reduce side by side
+        return max(1, min(GPU_LOCAL_WORKERS, cores // 2))
+    return cores

@@ -5,6 +5,7 @@ A :class:`BatchSpec` is small and picklable (token ids, not arrays of maps): the
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,13 +34,23 @@ class BatchSpec:
 
     @classmethod
     def from_lists(cls, batch_id: int, items: list[int], ids, type_ids, special) -> BatchSpec:
-        lengths = np.array([len(x) for x in ids], np.int64)
-        b, t = len(ids), int(lengths.max())
-        arrays: list[np.ndarray] = [np.zeros((b, t), np.int32), np.zeros((b, t), np.int8), np.zeros((b, t), bool)]
-        for r, row in enumerate(zip(ids, type_ids, special)):
-            for a, v in zip(arrays, row):
-                a[r, : len(v)] = v
-        return cls(batch_id, list(items), lengths, arrays[0], arrays[1], arrays[2])
+        enc = Encoded.from_lists(ids, type_ids, special)
+        return cls.from_encoded(batch_id, list(items), enc, np.arange(len(enc)))
+
+    @classmethod
+    def from_encoded(cls, batch_id: int, items: list[int], enc: Encoded, rows: np.ndarray) -> BatchSpec:
+        """Rows ``rows`` of ``enc``, right-padded with zeros into [B, max length] arrays."""
+        lengths = enc.lengths[rows]
+        b, t = len(rows), int(lengths.max())
+        # flat source index of every real cell, row by row: offset of the row + position in it
+        real = np.arange(t)[None, :] < lengths[:, None]
+        src = (enc.offsets[rows][:, None] + np.arange(t)[None, :])[real]
+        arrays = []
+        for flat, dtype in ((enc.ids, np.int32), (enc.type_ids, np.int8), (enc.special, bool)):
+            a = np.zeros((b, t), dtype)
+            a[real] = flat[src]
+            arrays.append(a)
+        return cls(batch_id, list(items), lengths.astype(np.int64), arrays[0], arrays[1], arrays[2])
 
     @property
     def size(self) -> int:
@@ -73,7 +84,37 @@ def has_mask(model) -> bool:
     return any(model.roles[i.name] == "mask" for i in model.inputs)
 
 
-def encode_items(model, items: list[Item]) -> tuple[list[list[int]], list[list[int]], list[list[bool]]]:
+@dataclass
+class Encoded:
+    """Every item's tokens in flat arrays, item ``i`` at ``offsets[i]:offsets[i + 1]``: about 6 bytes a token,
+    where nested lists of Python ints cost ~40 (a 100k-item corpus held ~100 MB more in the driver)."""
+
+    offsets: np.ndarray  # [N + 1] int64
+    ids: np.ndarray  # int32
+    type_ids: np.ndarray  # int8
+    special: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_lists(cls, ids, type_ids, special) -> Encoded:
+        offsets = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum([len(x) for x in ids], out=offsets[1:])
+        n = int(offsets[-1])
+        return cls(
+            offsets,
+            np.fromiter((v for row in ids for v in row), np.int32, n),
+            np.fromiter((v for row in type_ids for v in row), np.int8, n),
+            np.fromiter((v for row in special for v in row), bool, n),
+        )
+
+
+def encode_items(model, items: list[Item]) -> Encoded:
     src, tgt = model.tokenizers
     decoder = model.kind == "decoder"
     tok = (tgt or src) if decoder else src
@@ -81,20 +122,22 @@ def encode_items(model, items: list[Item]) -> tuple[list[list[int]], list[list[i
         raise AttnvizError(
             f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
         )
-    ids, types, special = [], [], []
-    for it in items:
+    lengths = np.zeros(len(items) + 1, np.int64)
+    ids, types, special = array("i"), array("b"), array("b")  # grow flat, never as lists of lists
+    for n, it in enumerate(items, 1):
         # decoders see raw text (as in `attnviz open`); encoders get their [CLS]/[SEP] and the optional pair
         enc = tok.encode(it.text, None, add_special=False) if decoder else tok.encode(it.text, it.pair)
-        if not enc.ids:
-            enc_ids = [0]  # an item with no tokens still counts; one pad-id token keeps shapes valid
-            ids.append(enc_ids)
-            types.append([0])
-            special.append([True])
+        if not enc.ids:  # an item with no tokens still counts; one pad-id token keeps shapes valid
+            ids.append(0)
+            types.append(0)
+            special.append(1)
+            lengths[n] = 1
             continue
-        ids.append(enc.ids)
-        types.append(enc.type_ids or [0] * len(enc.ids))
-        special.append(enc.special)
-    return ids, types, special
+        ids.extend(enc.ids)
+        types.extend(enc.type_ids or [0] * len(enc.ids))
+        special.extend(enc.special)
+        lengths[n] = len(enc.ids)
+    return Encoded(np.cumsum(lengths), np.array(ids, np.int32), np.array(types, np.int8), np.array(special, bool))
 
 
 MAP_BUDGET_BYTES = 256 * 2**20  # all of one batch's maps at once; long items get smaller batches
@@ -113,30 +156,38 @@ def plan_text(
     """Length-sorted batches (stable: ties keep file order).  ``equal_lengths`` (an encoder without a mask
     input, where padding would change every row) cuts a batch wherever the length changes.  A batch also
     ends before its maps (``heads`` in all layers × B × T² float32) would pass ``budget``, so peak memory
-    depends on the longest item, not on the batch size or the corpus."""
-    order = sorted(range(len(items)), key=lambda i: (len(ids[i]), i))
+    depends on the longest item, not on the batch size or the corpus.  ``ids`` is an :class:`Encoded`
+    (``types`` and ``special`` then unused) or per-item lists."""
+    enc = ids if isinstance(ids, Encoded) else Encoded.from_lists(ids, types, special)
+    index = np.fromiter((it.index for it in items), np.int64, len(items))
+    return plan_encoded(index, enc, batch_size, equal_lengths, heads, budget)
+
+
+def plan_encoded(
+    index: np.ndarray,
+    enc: Encoded,
+    batch_size: int,
+    equal_lengths: bool,
+    heads: int = 0,
+    budget: int = MAP_BUDGET_BYTES,
+) -> list[BatchSpec]:
+    """:func:`plan_text` over flat tokens; ``index[i]`` is item ``i``'s Item.index."""
+    lengths = enc.lengths
+    order = np.lexsort((np.arange(len(enc)), lengths))  # by length, ties in file order
     batches: list[BatchSpec] = []
-    cur: list[int] = []
-    for i in order:
-        t = len(ids[i])  # the longest so far: sorted ascending
-        full = len(cur) >= batch_size or (heads and (len(cur) + 1) * heads * t * t * 4 > budget)
-        if cur and (full or (equal_lengths and t != len(ids[cur[0]]))):
-            batches.append(_spec(len(batches), cur, items, ids, types, special))
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(_spec(len(batches), cur, items, ids, types, special))
+    start = 0
+    for n, i in enumerate(order.tolist()):
+        t = int(lengths[i])  # the longest so far: sorted ascending
+        size = n - start
+        full = size >= batch_size or (heads and (size + 1) * heads * t * t * 4 > budget)
+        if size and (full or (equal_lengths and t != lengths[order[start]])):
+            rows = order[start:n]
+            batches.append(BatchSpec.from_encoded(len(batches), index[rows].tolist(), enc, rows))
+            start = n
+    if start < len(order):
+        rows = order[start:]
+        batches.append(BatchSpec.from_encoded(len(batches), index[rows].tolist(), enc, rows))
     return batches
-
-
-def _spec(bid, rows, items, ids, types, special) -> BatchSpec:
-    return BatchSpec.from_lists(
-        bid,
-        [items[i].index for i in rows],
-        [ids[i] for i in rows],
-        [types[i] for i in rows],
-        [special[i] for i in rows],
-    )
 
 
 def plan_images(items: list[Item], batch_size: int) -> list[BatchSpec]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import platform
 import time
@@ -16,7 +17,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
-from attnviz.corpus.engines import ENGINES, WorkerSetup, default_workers
+from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
 from attnviz.corpus.plan import (
     BatchSpec,
     check_model,
@@ -99,13 +100,26 @@ def _gpu_session(model) -> bool:
 def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None) -> CorpusSummary:
     """Run ``cfg``; ``on_batch(items_done)`` is called after each folded batch (an exception there, e.g.
     KeyboardInterrupt, stops the run with its progress checkpointed)."""
+    _check(cfg)
+    warm: list[WarmPool] = []  # local workers started early (see _prestart); stopped however the run ends
+    try:
+        return _run(cfg, on_batch, warm)
+    finally:
+        for w in warm:
+            w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
+        withdraw()
+
+
+def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool]) -> CorpusSummary:
     from attnviz.runtime import open_model
 
-    _check(cfg)
     t_start = time.perf_counter()
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
+    for w in _prestart(cfg):
+        warm.append(w)
+        offer(w)  # local_engine takes it when it fits the setup planned below
     model.probe()  # decoders are confirmed by a causal map; head counts are read
     kind = check_model(model)
     if kind == "vision" and cfg.images is None:
@@ -118,7 +132,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     nh = sum(g.heads for g in groups)
 
     gpu = _gpu_session(model)
-    workers = cfg.workers or default_workers(cfg.provider, gpu)
+    workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     model_sha = it.sha256_model(cfg.model)
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
     ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
@@ -244,24 +258,23 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
         specs = [*pairs.plan_pairs(items, pairs.encode_pairs(model, items), cfg.batch_size, nh, cfg.generate)]
     elif cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
-        ids, types, special = encode_items(model, items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
         specs = plan_text(
             items,
-            ids,
-            types,
-            special,
+            encode_items(model, items),
+            None,
+            None,
             cfg.batch_size,
             equal_lengths=kind == "encoder" and not has_mask(model),
             heads=nh,
         )
-        del ids, types, special  # the specs hold compact copies
     else:
         items = it.read_images(cfg.images, cfg.max_items)
         specs = plan_images(items, cfg.batch_size)
+    threads = cfg.threads or default_threads(workers)  # as the pool started early (_prestart) has them
     workers = max(1, min(workers, len(specs)))
-    threads = cfg.threads or default_threads(workers)
     data_sha = it.sha256_items(items)
+    n_items = len(items)
     # the plan's identity: a checkpoint is only resumed by a run that would cut the very same batches
     plan_h = hashlib.sha256()
     for b in specs:
@@ -274,17 +287,68 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
     setup = WorkerSetup(
         str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
     )
-    by_index = {i.index: i for i in items}
+    if cfg.texts is not None:  # the texts are read again for the examples: the driver keeps only the plan
+        del items
+        found = lambda: _read_again(cfg, data_sha, specs)  # noqa: E731
+    else:  # image items are paths, and reading them again would hash every image again
+        by_index = {i.index: i for i in items}
+        found = lambda: by_index  # noqa: E731
     return Stream(
         lambda start: ENGINES[cfg.engine](setup, specs[start:]),
-        lambda: by_index,
-        len(items),
+        found,
+        n_items,
         data_sha,
         "items",
         fingerprint,
         workers,
         threads,
     )
+
+
+def _read_again(cfg: CorpusConfig, data_sha: str, specs: list) -> dict[int, it.Item]:
+    """The items, read again after the run for the examples table (only their token ids were kept)."""
+    specs.clear()  # the run is over: the plan's memory goes to the reading
+    items = it.read_texts(str(cfg.texts), cfg.pair_column, cfg.max_items)
+    if it.sha256_items(items) != data_sha:
+        raise AttnvizError(
+            f"--texts {cfg.texts} changed during the run; run again on a file that stays as it is (a copy)"
+        )
+    return {i.index: i for i in items}
+
+
+def _prestart(cfg: CorpusConfig) -> list[WarmPool]:
+    """Start the local workers before the driver probes the model and plans, so that the two start-ups overlap.
+    The device is guessed as the model will find it; a wrong guess only costs the early start (engines.local_engine
+    starts a pool that fits)."""
+    if cfg.engine != "local":
+        return []
+    from attnviz.runtime.isolation import gpu_present
+
+    gpu = cfg.provider == "cuda" or (cfg.provider == "auto" and gpu_present())
+    workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
+    threads = cfg.threads or default_threads(workers)
+    setup = WorkerSetup(str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, (), workers)
+    return [WarmPool.start(setup, min(workers, _batches_at_least(cfg, workers)))]
+
+
+def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:
+    """How many batches the input gives, counted up to ``enough`` (reads a few kB: a tiny corpus should not
+    start a process per core)."""
+    want = enough * cfg.batch_size
+    if cfg.max_items is not None:
+        want = min(want, cfg.max_items)
+    n = 0
+    try:
+        if cfg.images is not None:
+            n = sum(1 for _ in itertools.islice(Path(cfg.images).iterdir(), want))
+        elif Path(str(cfg.texts)).suffix.lower() in (".txt", ".jsonl"):
+            with open(str(cfg.texts), "rb") as f:
+                n = sum(1 for line in itertools.islice(f, 4 * want) if line.strip())
+        else:  # .parquet: its row count needs pyarrow (seconds to import); assume enough
+            return enough
+    except OSError:
+        return 1  # the readers will say what is wrong
+    return max(1, -(-min(n, want) // cfg.batch_size))
 
 
 def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:

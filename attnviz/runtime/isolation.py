@@ -3,10 +3,18 @@ the child and session.py must not import host.py (import cycles), and the parent
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 PROVIDERS = ("auto", "cpu", "cuda")
 INLINE_BYTES = 1 << 16  # smaller outputs are pickled through the socket: a shared slot would cost more than it saves
+
+
+def gpu_present() -> bool:
+    """Cheap check before asking onnxruntime for CUDA (which prints loader errors on machines without one)."""
+    if os.environ.get("ATTNVIZ_FORCE_CPU"):
+        return False
+    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")) or os.name == "nt"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import os
 import onnxruntime as ort
 
 from attnviz import AttnvizError
-from attnviz.runtime.isolation import PROVIDERS  # here without onnxruntime: the parent checks names with it
+from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onnxruntime: the parent uses them
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -78,13 +78,6 @@ def make_session(
         note = "no NVIDIA GPU found; running on CPU"
     sess = ort.InferenceSession(model, so, providers=[CPU])
     return sess, note
-
-
-def gpu_present() -> bool:
-    """Cheap check before asking onnxruntime for CUDA (which prints loader errors on machines without one)."""
-    if os.environ.get("ATTNVIZ_FORCE_CPU"):
-        return False
-    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")) or os.name == "nt"
 
 
 def _quiet():

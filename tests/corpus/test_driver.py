@@ -1,0 +1,95 @@
+"""The driver's side of a corpus run: flat token arrays, no items held during the run, early worker start."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz import AttnvizError
+from attnviz.corpus import CorpusConfig, engines, run_corpus
+from attnviz.corpus.items import Item
+from attnviz.corpus.output import read
+from attnviz.corpus.plan import Encoded, plan_text
+
+
+def _cfg(model, texts, out, **kw):
+    kw.setdefault("workers", 1)
+    kw.setdefault("batch_size", 6)
+    return CorpusConfig(model=str(model), texts=str(texts), out=str(out), progress=False, provider="cpu", **kw)
+
+
+def test_plan_from_flat_tokens_is_the_length_sorted_right_padded_batches():
+    rng = np.random.default_rng(5)
+    rows = [list(rng.integers(1, 999, int(n))) for n in rng.integers(1, 9, 23)]
+    types = [[i % 2 for i in range(len(r))] for r in rows]
+    special = [[i == 0 for i in range(len(r))] for r in rows]
+    items = [Item(100 + i, text=str(i)) for i in range(len(rows))]  # Item.index is not the position
+    enc = Encoded.from_lists(rows, types, special)
+    assert len(enc) == 23 and enc.ids.dtype == np.int32 and list(enc.lengths) == [len(r) for r in rows]
+    specs = plan_text(items, enc, None, None, batch_size=4, equal_lengths=False)
+    # by hand: stable sort by length, cut every 4, pad with zeros on the right
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    assert [s.items for s in specs] == [[100 + i for i in order[k : k + 4]] for k in range(0, 23, 4)]
+    for s in specs:
+        width = max(len(rows[i - 100]) for i in s.items)
+        assert s.ids is not None and s.type_ids is not None and s.special is not None and s.lengths is not None
+        assert s.ids.shape == (len(s.items), width)
+        for r, i in enumerate(s.items):
+            n = len(rows[i - 100])
+            assert s.lengths[r] == n
+            assert list(s.ids[r]) == rows[i - 100] + [0] * (width - n)
+            assert list(s.type_ids[r]) == types[i - 100] + [0] * (width - n)
+            assert list(s.special[r]) == special[i - 100] + [False] * (width - n)
+    same = plan_text(items, rows, types, special, batch_size=4, equal_lengths=False)  # per-item lists: the same
+    assert all(np.array_equal(a.ids, b.ids) and a.items == b.items for a, b in zip(specs, same))
+
+
+def test_examples_carry_the_texts_read_again_after_the_run(planted, tmp_path):
+    model, texts = planted
+    run_corpus(_cfg(model, texts, tmp_path / "out"))
+    lines = [x for x in Path(texts).read_text().splitlines() if x.strip()]
+    ex = read(tmp_path / "out").examples
+    assert ex and all(e["text"] == lines[e["item"]] for e in ex)
+
+
+def test_a_corpus_file_changed_during_the_run_is_one_line_and_writes_no_results(planted, tmp_path):
+    model, texts = planted
+    copy = tmp_path / "corpus.txt"
+    copy.write_text(Path(texts).read_text())
+
+    def edit(done):
+        if done >= 6:
+            copy.write_text(copy.read_text().replace("a", "b"))
+
+    with pytest.raises(AttnvizError, match="changed during the run") as e:
+        run_corpus(_cfg(model, copy, tmp_path / "out"), on_batch=edit)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out" / "heads.parquet").exists() and not (tmp_path / "out" / "examples.parquet").exists()
+
+
+def test_the_early_pool_runs_the_batches_and_no_worker_outlives_the_run(planted, tmp_path, monkeypatch):
+    model, texts = planted
+    started = []
+    real = engines.WarmPool.start.__func__  # type: ignore[attr-defined]
+
+    def start(cls, setup, processes):
+        started.append(setup)
+        return real(cls, setup, processes)
+
+    monkeypatch.setattr(engines.WarmPool, "start", classmethod(start))
+    run_corpus(_cfg(model, texts, tmp_path / "one", workers=2, threads=1))
+    assert len(started) == 1  # the pool started before planning fitted: local_engine started no second one
+    assert mp.active_children() == []
+
+
+def test_an_error_after_the_early_start_leaves_no_worker(planted, tmp_path):
+    model, _texts = planted
+    images = tmp_path / "imgs"
+    images.mkdir()
+    cfg = CorpusConfig(model=str(model), images=str(images), out=str(tmp_path / "o"), progress=False, provider="cpu")
+    with pytest.raises(AttnvizError, match="give --texts"):  # found after the probe: the workers were started
+        run_corpus(cfg)
+    assert mp.active_children() == []
