@@ -59,7 +59,7 @@ def main() -> None:
     maps = BatchReducer(str(model), a.provider, tok, a.threads, in_graph=False)
     graph = BatchReducer(str(model), a.provider, tok, a.threads)
     items = read_texts(texts)
-    specs = plan_text(items, *encode_items(maps.model, items), a.batch, equal_lengths=False)
+    specs = plan_text(items, encode_items(maps.model, items), None, None, a.batch, equal_lengths=False)
     feeds = [text_feeds(maps.model, s)[0] for s in specs]
     plain, _ = make_session(str(model), a.provider, threads=a.threads)
     nh = sum(g.heads for g in maps.groups)

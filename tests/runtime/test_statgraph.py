@@ -65,7 +65,7 @@ def _planted_batch(tmp_path, batch=7):
 
     red = BatchReducer(str(model), "cpu", None, 1, 5, in_graph=False)
     items = read_texts(texts)
-    specs = plan_text(items, *encode_items(red.model, items), batch, equal_lengths=False)
+    specs = plan_text(items, encode_items(red.model, items), None, None, batch, equal_lengths=False)
     return red, specs
 
 
