@@ -8,11 +8,12 @@ out as before and take the numpy path (``row_stats``).  Both end in the same per
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.core.row_sums import stats_from_sums
+from attnviz.core.row_sums import FIXED_KEYS, RowSums, key_table, stats_from_sums
 from attnviz.core.stats import ROW_STATS, row_stats
 
 if TYPE_CHECKING:
@@ -80,43 +81,77 @@ class InGraphReducer:
         k: int,
         batch_id: int,
     ) -> Partial:
-        rows = self.rows(feeds, lengths, special, causal)
-        return fold_rows(rows, items, k, batch_id, int(np.asarray(lengths).sum()))
+        return fold_blocks(
+            self.blocks(feeds, lengths, special, causal), items, k, batch_id, int(np.asarray(lengths).sum())
+        )
 
-    def rows(
-        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
-    ) -> list[GroupRows]:
-        """Per group ``(group, values, valid, key_of)``: ``row_stats``' values and valid masks, and
-        ``key_of(stat, rows [B, H]) -> keys [B, H]`` (the key each chosen row looked at, as ``_cols``)."""
-        from attnviz.corpus.reduce import _cols
+    def _run(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, int]:
         from attnviz.runtime import statgraph as sg
         from attnviz.runtime.model import _run_bound
 
-        lengths = np.asarray(lengths, np.int64)
         t = next(a.shape[-1] for a in feeds.values() if a.ndim == 2) if special is None else special.shape[1]
         extra, positions = sg.stat_feeds(lengths, special, t)
         try:
             got = dict(zip(self.fetch, _run_bound(self.sess, self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
             raise NotInGraph(str(e)) from None
-        batch = len(lengths)
+        return got, extra, positions, t
+
+    def _site_sums(self, g: HeadGroup, got, extra, positions, batch: int, t: int) -> RowSums:
+        from attnviz.runtime import statgraph as sg
+
+        out = self.outputs[g.site]
+        rs = sg.row_sums(got[out.sums], got[out.fixed], got[out.argmax], extra, positions)
+        if rs.sums["s"].shape != (batch, g.heads, t):
+            raise NotInGraph(f"site {g.site}: statistics of shape {rs.sums['s'].shape}")
+        return rs
+
+    def _map_rows(self, g: HeadGroup, got, lengths, special, causal: bool, batch: int, t: int) -> GroupRows:
+        from attnviz.corpus.reduce import _cols
+
         real = np.arange(t)[None, :] < lengths[:, None]
         sp = np.zeros_like(real) if special is None else np.asarray(special, bool)[:, :t]
+        s = self.model._sites[g.site]
+        p = self.model._site_map(s, self.exposed.site_extra[g.site], got, batch, "dense").array()
+        values, valid = row_stats(p, lengths, sp, causal)
+        return (g, values, valid, _map_cols(p, real, sp, _cols))
+
+    def rows(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
+    ) -> list[GroupRows]:
+        """Per group ``(group, values, valid, key_of)``: ``row_stats``' values and valid masks, and
+        ``key_of(stat, rows [B, H]) -> keys [B, H]`` (the key each chosen row looked at, as ``_cols``)."""
+        lengths = np.asarray(lengths, np.int64)
+        got, extra, positions, t = self._run(feeds, lengths, special)
+        batch = len(lengths)
         per_group: list[GroupRows] = []
         for g in self.groups:
-            out = self.outputs.get(g.site)
-            if out is not None:
-                rs = sg.row_sums(got[out.sums], got[out.fixed], got[out.argmax], extra, positions)
-                if rs.sums["s"].shape != (batch, g.heads, t):
-                    raise NotInGraph(f"site {g.site}: statistics of shape {rs.sums['s'].shape}")
+            if g.site in self.outputs:
+                rs = self._site_sums(g, got, extra, positions, batch, t)
                 values, valid = stats_from_sums(rs, lengths, causal)
                 per_group.append((g, values, valid, rs.key_of))
             else:
-                s = self.model._sites[g.site]
-                p = self.model._site_map(s, self.exposed.site_extra[g.site], got, batch, "dense").array()
-                values, valid = row_stats(p, lengths, sp, causal)
-                per_group.append((g, values, valid, _map_cols(p, real, sp, _cols)))
+                per_group.append(self._map_rows(g, got, lengths, special, causal, batch, t))
         return per_group
+
+    def blocks(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
+    ) -> list[Block]:
+        """What :meth:`rows` gives, with every in-graph site's heads side by side in one :class:`Block` (they
+        share T): one ``stats_from_sums`` for all of them; the maps path's groups are merged as ``fold_rows`` does."""
+        lengths = np.asarray(lengths, np.int64)
+        got, extra, positions, t = self._run(feeds, lengths, special)
+        batch = len(lengths)
+        in_graph = [g for g in self.groups if g.site in self.outputs]
+        out: list[Block] = []
+        if in_graph:
+            rs = RowSums.concat([self._site_sums(g, got, extra, positions, batch, t) for g in in_graph])
+            values, valid = stats_from_sums(rs, lengths, causal)
+            out.append(Block(_heads(in_graph), values, valid, rs, _single(in_graph)))
+        maps = [self._map_rows(g, got, lengths, special, causal, batch, t) for g in self.groups if g not in in_graph]
+        return out + merge_rows(maps)
 
 
 def _map_cols(p, real, sp, cols) -> Callable[[str, np.ndarray], np.ndarray]:
@@ -138,12 +173,71 @@ def _first_top_row(v: np.ndarray) -> np.ndarray:
     return near.argmax(-1)
 
 
+@dataclass(frozen=True)
+class Block:
+    """Heads folded together (several groups' heads side by side): per statistic, values ``[B, H, T]`` (float64)
+    and valid ``[B, T]`` (shared by every head) or ``[B, H, T]``; keys from one :class:`RowSums` over all heads, or
+    per group ``(head slice, key_of)``."""
+
+    heads: np.ndarray  # [H]: each column's flat head index
+    values: dict[str, np.ndarray]
+    valid: dict[str, np.ndarray]
+    keys: RowSums | list[tuple[slice, Callable[[str, np.ndarray], np.ndarray]]]
+    single: list[int]  # columns of one-head groups (their sums are summed as fold_rows' loop sums them)
+
+
+def _heads(groups: list[HeadGroup]) -> np.ndarray:
+    return np.concatenate([np.arange(g.offset, g.offset + g.heads) for g in groups])
+
+
+def _single(groups: list[HeadGroup]) -> list[int]:
+    starts = np.cumsum([0] + [g.heads for g in groups])
+    return [int(starts[i]) for i, g in enumerate(groups) if g.heads == 1]
+
+
+def merge_rows(per_group: list[GroupRows]) -> list[Block]:
+    """Groups whose rows have the same length (every self-attention site of a text model) as one block each."""
+    by_t: dict[int, list[GroupRows]] = {}
+    for e in per_group:
+        by_t.setdefault(e[1][ROW_STATS[0]].shape[-1], []).append(e)
+    blocks = []
+    for part in by_t.values():
+        groups = [g for g, *_ in part]
+        values = {n: np.concatenate([v[n] for _, v, _, _ in part], 1) for n in ROW_STATS}
+        valid = {}
+        for n in ROW_STATS:
+            oks = [ok[n] for _, _, ok, _ in part]
+            if all(np.array_equal(oks[0], o) for o in oks[1:]):
+                valid[n] = oks[0]
+            else:  # masks differ between groups: one per head
+                valid[n] = np.concatenate(
+                    [np.broadcast_to(o[:, None, :], v[n].shape) for (_, v, _, _), o in zip(part, oks)], 1
+                )
+        owners = [getattr(key_of, "__self__", None) for *_, key_of in part]
+        keys: RowSums | list[tuple[slice, Callable[[str, np.ndarray], np.ndarray]]]
+        if all(isinstance(o, RowSums) for o in owners):
+            keys = RowSums.concat([o for o in owners if isinstance(o, RowSums)])
+        else:
+            starts = np.cumsum([0] + [g.heads for g in groups])
+            keys = [(slice(int(a), int(b)), e[3]) for a, b, e in zip(starts[:-1], starts[1:], part)]
+        blocks.append(Block(_heads(groups), values, valid, keys, _single(groups)))
+    return blocks
+
+
 def fold_rows(per_group: list[GroupRows], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
     """Per-head sums and top-k candidates from per-row ``(group, values, valid, key_of)``, as ``reduce_maps``."""
+    return fold_blocks(merge_rows(per_group), items, k, batch_id, tokens)
+
+
+def fold_blocks(blocks: list[Block], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
+    """:func:`fold_rows` on merged blocks: every (statistic, head) pair of a block at once, one sort for all.
+
+    The result is bit for bit the per-group, per-statistic loop's (tests/corpus/test_fold_vectorised.py keeps
+    that loop as the reference): each head's sum is still added item by item over its rows' sums."""
     from attnviz.corpus.reduce import Partial
 
     S = len(ROW_STATS)
-    nh = sum(g.heads for g, *_ in per_group)
+    nh = sum(len(bl.heads) for bl in blocks)
     b = len(items)
     kb = min(k, b)
     sums = np.zeros((nh, S))
@@ -153,23 +247,47 @@ def fold_rows(per_group: list[GroupRows], items: list[int], k: int, batch_id: in
     tr = np.zeros((S, nh, kb), np.int64)
     tc = np.zeros((S, nh, kb), np.int64)
     item_ids = np.asarray(items, np.int64)
-    for g, values, valid, key_of in per_group:
-        hs = slice(g.offset, g.offset + g.heads)
+    for bl in blocks:
+        v = np.stack([bl.values[n] for n in ROW_STATS])  # [S, B, H, T]
+        oks = [bl.valid[n] for n in ROW_STATS]
+        if all(o.ndim == 2 for o in oks):  # one mask per statistic for every head: [S, B, 1, T]
+            ok = np.stack(oks)[:, :, None, :]
+        else:
+            ok = np.stack([np.broadcast_to(o[:, None, :] if o.ndim == 2 else o, v.shape[1:]) for o in oks])
+        h = v.shape[2]
+        n = np.broadcast_to(ok.sum(-1), v.shape[:3])  # [S, B, H] rows counted per item
+        vm = np.where(ok, v, 0.0)
+        row = vm.sum(-1)  # [S, B, H]
+        head_sums = row.sum(1)  # [S, H]: item by item, as [B, H, T].sum((0, 2)) adds them for H > 1
+        for j in bl.single:  # a one-head [B, 1, T] block is summed as one flat run of B·T numbers
+            head_sums[:, j] = np.ascontiguousarray(vm[:, :, j, :]).reshape(S, -1).sum(-1)
+        sums[bl.heads] = head_sums.T
+        counts[bl.heads] = n.sum(1).T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_item = np.where(n > 0, row / np.maximum(n, 1), -np.inf)  # [S, B, H]
+        rows = _first_top_row(np.where(ok, v, -np.inf))  # [S, B, H]
+        # highest per-item mean first; ties go to the earlier item (deterministic across engines)
+        ids = np.broadcast_to(item_ids[None, :, None], per_item.shape)
+        order = np.lexsort((ids, -per_item), axis=1)[:, :kb]  # [S, kb, H]
+        ss, hh = np.arange(S)[:, None, None], np.arange(h)[None, None, :]
+        tv[:, bl.heads] = per_item[ss, order, hh].transpose(0, 2, 1)
+        ti[:, bl.heads] = item_ids[order].transpose(0, 2, 1)
+        chosen = rows[ss, order, hh]  # [S, kb, H]
+        tr[:, bl.heads] = chosen.transpose(0, 2, 1)
         for s, name in enumerate(ROW_STATS):
-            v, ok = values[name], valid[name]
-            n = ok.sum(1)  # [B]
-            vm = np.where(ok[:, None, :], v, 0.0)
-            sums[hs, s] = vm.sum((0, 2))
-            counts[hs, s] = int(n.sum())
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
-            rows = _first_top_row(np.where(ok[:, None, :], v, -np.inf))  # [B, H]
-            cols = key_of(name, rows)
-            # highest per-item mean first; ties go to the earlier item (deterministic across engines)
-            order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
-            hh = np.arange(g.heads)[None, :]
-            tv[s, hs] = per_item[order, hh].T
-            ti[s, hs] = item_ids[order].T
-            tr[s, hs] = rows[order, hh].T
-            tc[s, hs] = cols[order, hh].T
+            tc[s, bl.heads] = _keys(bl, name, rows[s], order[s], chosen[s]).T
     return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
+
+
+def _keys(bl: Block, name: str, rows: np.ndarray, order: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """The key each chosen row looked at ``[kb, H]``: ``key_of(name, rows)[order, head]``, looked up only there."""
+    hh = np.arange(rows.shape[1])[None, :]
+    if isinstance(bl.keys, RowSums):
+        if name in FIXED_KEYS:
+            off = FIXED_KEYS[name]
+            return np.zeros_like(chosen) if off is None else chosen + off
+        return bl.keys.cols[key_table(name)][order, hh, chosen]
+    out = np.empty_like(chosen)
+    for sl, key_of in bl.keys:
+        out[:, sl] = key_of(name, rows[:, sl])[order[:, sl], hh[:, : sl.stop - sl.start]]
+    return out
