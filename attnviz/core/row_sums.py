@@ -44,17 +44,6 @@ class RowSums:
             return np.zeros_like(rows)
         return np.take_along_axis(self.cols[key_table(stat)], rows[..., None], -1)[..., 0]
 
-    @classmethod
-    def concat(cls, parts: list[RowSums]) -> RowSums:
-        """Several sites' sums as one, heads side by side (every statistic is per (item, head, row))."""
-        if len({p.log_base for p in parts}) != 1:
-            raise ValueError("RowSums.concat: the parts' plogp sums use different log bases")
-        return cls(
-            {k: np.concatenate([p.sums[k] for p in parts], 1) for k in parts[0].sums},
-            {k: np.concatenate([p.cols[k] for p in parts], 1) for k in parts[0].cols},
-            parts[0].log_base,
-        )
-
 
 def stats_from_sums(
     rs: RowSums, lengths: np.ndarray, causal: bool = False

@@ -139,19 +139,19 @@ class InGraphReducer:
     def blocks(
         self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
     ) -> list[Block]:
-        """What :meth:`rows` gives, with every in-graph site's heads side by side in one :class:`Block` (they
-        share T): one ``stats_from_sums`` for all of them; the maps path's groups are merged as ``fold_rows`` does."""
+        """What :meth:`rows` gives, as :class:`Block` s whose in-graph keys are read straight from their tables."""
         lengths = np.asarray(lengths, np.int64)
         got, extra, positions, t = self._run(feeds, lengths, special)
         batch = len(lengths)
-        in_graph = [g for g in self.groups if g.site in self.outputs]
         out: list[Block] = []
-        if in_graph:
-            rs = RowSums.concat([self._site_sums(g, got, extra, positions, batch, t) for g in in_graph])
-            values, valid = stats_from_sums(rs, lengths, causal)
-            out.append(Block(_heads(in_graph), values, valid, rs, _single(in_graph)))
-        maps = [self._map_rows(g, got, lengths, special, causal, batch, t) for g in self.groups if g not in in_graph]
-        return out + merge_rows(maps)
+        for g in self.groups:
+            if g.site in self.outputs:
+                rs = self._site_sums(g, got, extra, positions, batch, t)
+                values, valid = stats_from_sums(rs, lengths, causal)
+                out.append(Block(g, values, valid, rs))
+            else:
+                out.append(_block(*self._map_rows(g, got, lengths, special, causal, batch, t)))
+        return out
 
 
 def _map_cols(p, real, sp, cols) -> Callable[[str, np.ndarray], np.ndarray]:
@@ -175,69 +175,37 @@ def _first_top_row(v: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Block:
-    """Heads folded together (several groups' heads side by side): per statistic, values ``[B, H, T]`` (float64)
-    and valid ``[B, T]`` (shared by every head) or ``[B, H, T]``; keys from one :class:`RowSums` over all heads, or
-    per group ``(head slice, key_of)``."""
+    """One head group's rows: per statistic, values ``[B, H, T]`` (float64) and valid ``[B, T]``; keys from its
+    :class:`RowSums` (looked up directly) or any ``key_of(stat, rows [B, H])``.  Groups are not concatenated:
+    measured, copying them side by side cost more than the Python calls it saved (bench/RESULTS.md, foldvec)."""
 
-    heads: np.ndarray  # [H]: each column's flat head index
+    group: HeadGroup
     values: dict[str, np.ndarray]
     valid: dict[str, np.ndarray]
-    keys: RowSums | list[tuple[slice, Callable[[str, np.ndarray], np.ndarray]]]
-    single: list[int]  # columns of one-head groups (their sums are summed as fold_rows' loop sums them)
+    keys: RowSums | Callable[[str, np.ndarray], np.ndarray]
 
 
-def _heads(groups: list[HeadGroup]) -> np.ndarray:
-    return np.concatenate([np.arange(g.offset, g.offset + g.heads) for g in groups])
-
-
-def _single(groups: list[HeadGroup]) -> list[int]:
-    starts = np.cumsum([0] + [g.heads for g in groups])
-    return [int(starts[i]) for i, g in enumerate(groups) if g.heads == 1]
-
-
-def merge_rows(per_group: list[GroupRows]) -> list[Block]:
-    """Groups whose rows have the same length (every self-attention site of a text model) as one block each."""
-    by_t: dict[int, list[GroupRows]] = {}
-    for e in per_group:
-        by_t.setdefault(e[1][ROW_STATS[0]].shape[-1], []).append(e)
-    blocks = []
-    for part in by_t.values():
-        groups = [g for g, *_ in part]
-        values = {n: np.concatenate([v[n] for _, v, _, _ in part], 1) for n in ROW_STATS}
-        valid = {}
-        for n in ROW_STATS:
-            oks = [ok[n] for _, _, ok, _ in part]
-            if all(np.array_equal(oks[0], o) for o in oks[1:]):
-                valid[n] = oks[0]
-            else:  # masks differ between groups: one per head
-                valid[n] = np.concatenate(
-                    [np.broadcast_to(o[:, None, :], v[n].shape) for (_, v, _, _), o in zip(part, oks)], 1
-                )
-        owners = [getattr(key_of, "__self__", None) for *_, key_of in part]
-        keys: RowSums | list[tuple[slice, Callable[[str, np.ndarray], np.ndarray]]]
-        if all(isinstance(o, RowSums) for o in owners):
-            keys = RowSums.concat([o for o in owners if isinstance(o, RowSums)])
-        else:
-            starts = np.cumsum([0] + [g.heads for g in groups])
-            keys = [(slice(int(a), int(b)), e[3]) for a, b, e in zip(starts[:-1], starts[1:], part)]
-        blocks.append(Block(_heads(groups), values, valid, keys, _single(groups)))
-    return blocks
+def _block(g: HeadGroup, values, valid, key_of) -> Block:
+    owner = getattr(key_of, "__self__", None)  # RowSums.key_of: its tables can be read at the kept rows only
+    return Block(g, values, valid, owner if isinstance(owner, RowSums) else key_of)
 
 
 def fold_rows(per_group: list[GroupRows], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
     """Per-head sums and top-k candidates from per-row ``(group, values, valid, key_of)``, as ``reduce_maps``."""
-    return fold_blocks(merge_rows(per_group), items, k, batch_id, tokens)
+    return fold_blocks([_block(*e) for e in per_group], items, k, batch_id, tokens)
 
 
 def fold_blocks(blocks: list[Block], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
-    """:func:`fold_rows` on merged blocks: every (statistic, head) pair of a block at once, one sort for all.
+    """:func:`fold_rows` on blocks, in two passes over each ``[B, H, T]`` statistic (mask, row sums).
 
-    The result is bit for bit the per-group, per-statistic loop's (tests/corpus/test_fold_vectorised.py keeps
-    that loop as the reference): each head's sum is still added item by item over its rows' sums."""
+    A group's per-item means of all statistics are sorted at once, and the best row (and its key) is looked
+    for only in the ``k`` items kept, not in all ``B``.  The result is bit for bit the per-group, per-statistic
+    loop's (kept as the reference in tests/corpus/test_fold_vectorised.py): a head's sum still adds its items' row
+    sums in order."""
     from attnviz.corpus.reduce import Partial
 
     S = len(ROW_STATS)
-    nh = sum(len(bl.heads) for bl in blocks)
+    nh = sum(bl.group.heads for bl in blocks)
     b = len(items)
     kb = min(k, b)
     sums = np.zeros((nh, S))
@@ -248,46 +216,43 @@ def fold_blocks(blocks: list[Block], items: list[int], k: int, batch_id: int, to
     tc = np.zeros((S, nh, kb), np.int64)
     item_ids = np.asarray(items, np.int64)
     for bl in blocks:
-        v = np.stack([bl.values[n] for n in ROW_STATS])  # [S, B, H, T]
-        oks = [bl.valid[n] for n in ROW_STATS]
-        if all(o.ndim == 2 for o in oks):  # one mask per statistic for every head: [S, B, 1, T]
-            ok = np.stack(oks)[:, :, None, :]
-        else:
-            ok = np.stack([np.broadcast_to(o[:, None, :] if o.ndim == 2 else o, v.shape[1:]) for o in oks])
-        h = v.shape[2]
-        n = np.broadcast_to(ok.sum(-1), v.shape[:3])  # [S, B, H] rows counted per item
-        vm = np.where(ok, v, 0.0)
-        row = vm.sum(-1)  # [S, B, H]
-        head_sums = row.sum(1)  # [S, H]: item by item, as [B, H, T].sum((0, 2)) adds them for H > 1
-        for j in bl.single:  # a one-head [B, 1, T] block is summed as one flat run of B·T numbers
-            head_sums[:, j] = np.ascontiguousarray(vm[:, :, j, :]).reshape(S, -1).sum(-1)
-        sums[bl.heads] = head_sums.T
-        counts[bl.heads] = n.sum(1).T
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_item = np.where(n > 0, row / np.maximum(n, 1), -np.inf)  # [S, B, H]
-        rows = _first_top_row(np.where(ok, v, -np.inf))  # [S, B, H]
-        # highest per-item mean first; ties go to the earlier item (deterministic across engines)
-        ids = np.broadcast_to(item_ids[None, :, None], per_item.shape)
-        order = np.lexsort((ids, -per_item), axis=1)[:, :kb]  # [S, kb, H]
-        ss, hh = np.arange(S)[:, None, None], np.arange(h)[None, None, :]
-        tv[:, bl.heads] = per_item[ss, order, hh].transpose(0, 2, 1)
-        ti[:, bl.heads] = item_ids[order].transpose(0, 2, 1)
-        chosen = rows[ss, order, hh]  # [S, kb, H]
-        tr[:, bl.heads] = chosen.transpose(0, 2, 1)
+        h = bl.group.heads
+        hs = slice(bl.group.offset, bl.group.offset + h)
+        per_item = np.empty((S, b, h))
+        oks = [bl.valid[name][:, None, :] for name in ROW_STATS]  # [B, 1, T]
+        counted: dict[int, np.ndarray] = {}  # most statistics share one mask object
         for s, name in enumerate(ROW_STATS):
-            tc[s, bl.heads] = _keys(bl, name, rows[s], order[s], chosen[s]).T
+            n = counted.get(id(bl.valid[name]))
+            if n is None:
+                n = counted[id(bl.valid[name])] = oks[s].sum(-1)  # [B, 1] rows counted per item
+            vm = np.where(oks[s], bl.values[name], 0.0)
+            row = vm.sum(-1)  # [B, H]
+            # item by item, as [B, H, T].sum((0, 2)) adds them for H > 1; numpy sums [B, 1, T] as one flat run
+            sums[hs, s] = row.sum(0) if h > 1 else vm.sum()
+            counts[hs, s] = int(n.sum())
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_item[s] = np.where(n > 0, row / np.maximum(n, 1), -np.inf)
+        # highest per-item mean first; ties go to the earlier item (deterministic across engines)
+        order = np.lexsort((np.broadcast_to(item_ids[None, :, None], per_item.shape), -per_item), axis=1)[:, :kb]
+        hh = np.arange(h)[None, :]
+        tv[:, hs] = np.take_along_axis(per_item, order, 1).transpose(0, 2, 1)
+        ti[:, hs] = item_ids[order].transpose(0, 2, 1)
+        for s, name in enumerate(ROW_STATS):
+            kept = bl.valid[name][order[s]]  # [kb, H, T]
+            chosen = _first_top_row(np.where(kept, bl.values[name][order[s], hh], -np.inf))  # [kb, H]
+            tr[s, hs] = chosen.T
+            tc[s, hs] = _keys(bl, name, order[s], chosen).T
     return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
 
 
-def _keys(bl: Block, name: str, rows: np.ndarray, order: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+def _keys(bl: Block, name: str, order: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     """The key each chosen row looked at ``[kb, H]``: ``key_of(name, rows)[order, head]``, looked up only there."""
-    hh = np.arange(rows.shape[1])[None, :]
+    hh = np.arange(chosen.shape[1])[None, :]
     if isinstance(bl.keys, RowSums):
         if name in FIXED_KEYS:
             off = FIXED_KEYS[name]
             return np.zeros_like(chosen) if off is None else chosen + off
         return bl.keys.cols[key_table(name)][order, hh, chosen]
-    out = np.empty_like(chosen)
-    for sl, key_of in bl.keys:
-        out[:, sl] = key_of(name, rows[:, sl])[order[:, sl], hh[:, : sl.stop - sl.start]]
-    return out
+    rows = np.zeros((bl.values[name].shape[0], chosen.shape[1]), np.int64)
+    rows[order, hh] = chosen  # key_of is per (item, head): the items not kept only need a valid row
+    return bl.keys(name, rows)[order, hh]
