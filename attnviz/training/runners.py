@@ -70,9 +70,9 @@ class OnnxRunner:
         so = ort.SessionOptions()
         # a process that also runs torch: ORT's spin-waiting threads fight torch's (measured slowdowns of 2-7x)
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        providers = (
-            ["CUDAExecutionProvider", "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
-        )
+        from attnviz.runtime.session import CPU, CUDA, CUDA_OPTIONS  # TF32 off: the same numbers as the viewer's
+
+        providers = [(CUDA, CUDA_OPTIONS), CPU] if provider == "cuda" else [CPU]
         try:
             self.session = ort.InferenceSession(self.path, so, providers=providers)
         except Exception as e:  # onnxruntime raises its own exception types for unreadable files

@@ -265,3 +265,16 @@ def test_marian_merged_and_with_past_files_alone(marian):
     step = {"input_ids": ids[:, -1:], "encoder_attention_mask": head["encoder_attention_mask"]}
     step.update({i.name: outs[i.name.replace("past_key_values", "present")] for i in past.inputs if "past" in i.name})
     _check(past.analyze(feeds=step), [w[:1, :, -1:] for w in refs[2:]], labels[2:])
+
+
+def test_extract_with_cache_generation_reports_the_generation_time(gpt2, tmp_path, capsys):
+    """Generation through the cache has no single run: the summary gives the generation's time, not "run 0.0 ms"."""
+    root, _, feeds, _ = gpt2
+    npz = tmp_path / "feeds.npz"
+    prompt = feeds["input_ids"][:1]
+    np.savez(npz, input_ids=prompt, attention_mask=np.ones_like(prompt))
+    out = tmp_path / "maps.npz"
+    assert main(["extract", str(root / "onnx"), "--inputs", str(npz), "--generate", "5", "--out", str(out)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    n = len(np.load(out)["attn_000"][0, 0]) - prompt.shape[1] + 1  # decoder rows = prompt + generated - 1
+    assert f"generated {n} tokens in" in line and "(kv-cache)" in line and "run 0.0 ms" not in line
