@@ -20,6 +20,12 @@ LINEAR = ("s", "plogp", "distance", "max", "diag", "prev", "next", "first", "spe
 ARGMAX = ("real", "special", "special_other")
 _COL_OF = {"special": "special", "special_other": "special_other"}  # every other non-fixed statistic: "real"
 _FIXED = {"prev": -1, "next": 1, "diag": 0}
+FIXED_KEYS = {**_FIXED, "first": None}  # statistics whose key follows from the row (None: always key 0)
+
+
+def key_table(stat: str) -> str:
+    """The :data:`ARGMAX` table a statistic not in :data:`FIXED_KEYS` takes its key from."""
+    return _COL_OF.get(stat, "real")
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class RowSums:
             return rows + _FIXED[stat]
         if stat == "first":
             return np.zeros_like(rows)
-        return np.take_along_axis(self.cols[_COL_OF.get(stat, "real")], rows[..., None], -1)[..., 0]
+        return np.take_along_axis(self.cols[key_table(stat)], rows[..., None], -1)[..., 0]
 
 
 def stats_from_sums(

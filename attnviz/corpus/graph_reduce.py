@@ -8,11 +8,12 @@ out as before and take the numpy path (``row_stats``).  Both end in the same per
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz.core.row_sums import stats_from_sums
+from attnviz.core.row_sums import FIXED_KEYS, RowSums, key_table, stats_from_sums
 from attnviz.core.stats import ROW_STATS, row_stats
 
 if TYPE_CHECKING:
@@ -80,43 +81,77 @@ class InGraphReducer:
         k: int,
         batch_id: int,
     ) -> Partial:
-        rows = self.rows(feeds, lengths, special, causal)
-        return fold_rows(rows, items, k, batch_id, int(np.asarray(lengths).sum()))
+        return fold_blocks(
+            self.blocks(feeds, lengths, special, causal), items, k, batch_id, int(np.asarray(lengths).sum())
+        )
 
-    def rows(
-        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
-    ) -> list[GroupRows]:
-        """Per group ``(group, values, valid, key_of)``: ``row_stats``' values and valid masks, and
-        ``key_of(stat, rows [B, H]) -> keys [B, H]`` (the key each chosen row looked at, as ``_cols``)."""
-        from attnviz.corpus.reduce import _cols
+    def _run(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, int]:
         from attnviz.runtime import statgraph as sg
         from attnviz.runtime.model import _run_bound
 
-        lengths = np.asarray(lengths, np.int64)
         t = next(a.shape[-1] for a in feeds.values() if a.ndim == 2) if special is None else special.shape[1]
         extra, positions = sg.stat_feeds(lengths, special, t)
         try:
             got = dict(zip(self.fetch, _run_bound(self.sess, self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
             raise NotInGraph(str(e)) from None
-        batch = len(lengths)
+        return got, extra, positions, t
+
+    def _site_sums(self, g: HeadGroup, got, extra, positions, batch: int, t: int) -> RowSums:
+        from attnviz.runtime import statgraph as sg
+
+        out = self.outputs[g.site]
+        rs = sg.row_sums(got[out.sums], got[out.fixed], got[out.argmax], extra, positions)
+        if rs.sums["s"].shape != (batch, g.heads, t):
+            raise NotInGraph(f"site {g.site}: statistics of shape {rs.sums['s'].shape}")
+        return rs
+
+    def _map_rows(self, g: HeadGroup, got, lengths, special, causal: bool, batch: int, t: int) -> GroupRows:
+        from attnviz.corpus.reduce import _cols
+
         real = np.arange(t)[None, :] < lengths[:, None]
         sp = np.zeros_like(real) if special is None else np.asarray(special, bool)[:, :t]
+        s = self.model._sites[g.site]
+        p = self.model._site_map(s, self.exposed.site_extra[g.site], got, batch, "dense").array()
+        values, valid = row_stats(p, lengths, sp, causal)
+        return (g, values, valid, _map_cols(p, real, sp, _cols))
+
+    def rows(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
+    ) -> list[GroupRows]:
+        """Per group ``(group, values, valid, key_of)``: ``row_stats``' values and valid masks, and
+        ``key_of(stat, rows [B, H]) -> keys [B, H]`` (the key each chosen row looked at, as ``_cols``)."""
+        lengths = np.asarray(lengths, np.int64)
+        got, extra, positions, t = self._run(feeds, lengths, special)
+        batch = len(lengths)
         per_group: list[GroupRows] = []
         for g in self.groups:
-            out = self.outputs.get(g.site)
-            if out is not None:
-                rs = sg.row_sums(got[out.sums], got[out.fixed], got[out.argmax], extra, positions)
-                if rs.sums["s"].shape != (batch, g.heads, t):
-                    raise NotInGraph(f"site {g.site}: statistics of shape {rs.sums['s'].shape}")
+            if g.site in self.outputs:
+                rs = self._site_sums(g, got, extra, positions, batch, t)
                 values, valid = stats_from_sums(rs, lengths, causal)
                 per_group.append((g, values, valid, rs.key_of))
             else:
-                s = self.model._sites[g.site]
-                p = self.model._site_map(s, self.exposed.site_extra[g.site], got, batch, "dense").array()
-                values, valid = row_stats(p, lengths, sp, causal)
-                per_group.append((g, values, valid, _map_cols(p, real, sp, _cols)))
+                per_group.append(self._map_rows(g, got, lengths, special, causal, batch, t))
         return per_group
+
+    def blocks(
+        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
+    ) -> list[Block]:
+        """What :meth:`rows` gives, as :class:`Block` s whose in-graph keys are read straight from their tables."""
+        lengths = np.asarray(lengths, np.int64)
+        got, extra, positions, t = self._run(feeds, lengths, special)
+        batch = len(lengths)
+        out: list[Block] = []
+        for g in self.groups:
+            if g.site in self.outputs:
+                rs = self._site_sums(g, got, extra, positions, batch, t)
+                values, valid = stats_from_sums(rs, lengths, causal)
+                out.append(Block(g, values, valid, rs))
+            else:
+                out.append(_block(*self._map_rows(g, got, lengths, special, causal, batch, t)))
+        return out
 
 
 def _map_cols(p, real, sp, cols) -> Callable[[str, np.ndarray], np.ndarray]:
@@ -138,12 +173,39 @@ def _first_top_row(v: np.ndarray) -> np.ndarray:
     return near.argmax(-1)
 
 
+@dataclass(frozen=True)
+class Block:
+    """One head group's rows: per statistic, values ``[B, H, T]`` (float64) and valid ``[B, T]``; keys from its
+    :class:`RowSums` (looked up directly) or any ``key_of(stat, rows [B, H])``.  Groups are not concatenated:
+    measured, copying them side by side cost more than the Python calls it saved (bench/RESULTS.md, foldvec)."""
+
+    group: HeadGroup
+    values: dict[str, np.ndarray]
+    valid: dict[str, np.ndarray]
+    keys: RowSums | Callable[[str, np.ndarray], np.ndarray]
+
+
+def _block(g: HeadGroup, values, valid, key_of) -> Block:
+    owner = getattr(key_of, "__self__", None)  # RowSums.key_of: its tables can be read at the kept rows only
+    return Block(g, values, valid, owner if isinstance(owner, RowSums) else key_of)
+
+
 def fold_rows(per_group: list[GroupRows], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
     """Per-head sums and top-k candidates from per-row ``(group, values, valid, key_of)``, as ``reduce_maps``."""
+    return fold_blocks([_block(*e) for e in per_group], items, k, batch_id, tokens)
+
+
+def fold_blocks(blocks: list[Block], items: list[int], k: int, batch_id: int, tokens: int) -> Partial:
+    """:func:`fold_rows` on blocks, in two passes over each ``[B, H, T]`` statistic (mask, row sums).
+
+    A group's per-item means of all statistics are sorted at once, and the best row (and its key) is looked
+    for only in the ``k`` items kept, not in all ``B``.  The result is bit for bit the per-group, per-statistic
+    loop's (kept as the reference in tests/corpus/test_fold_vectorised.py): a head's sum still adds its items' row
+    sums in order."""
     from attnviz.corpus.reduce import Partial
 
     S = len(ROW_STATS)
-    nh = sum(g.heads for g, *_ in per_group)
+    nh = sum(bl.group.heads for bl in blocks)
     b = len(items)
     kb = min(k, b)
     sums = np.zeros((nh, S))
@@ -153,23 +215,44 @@ def fold_rows(per_group: list[GroupRows], items: list[int], k: int, batch_id: in
     tr = np.zeros((S, nh, kb), np.int64)
     tc = np.zeros((S, nh, kb), np.int64)
     item_ids = np.asarray(items, np.int64)
-    for g, values, valid, key_of in per_group:
-        hs = slice(g.offset, g.offset + g.heads)
+    for bl in blocks:
+        h = bl.group.heads
+        hs = slice(bl.group.offset, bl.group.offset + h)
+        per_item = np.empty((S, b, h))
+        oks = [bl.valid[name][:, None, :] for name in ROW_STATS]  # [B, 1, T]
+        counted: dict[int, np.ndarray] = {}  # most statistics share one mask object
         for s, name in enumerate(ROW_STATS):
-            v, ok = values[name], valid[name]
-            n = ok.sum(1)  # [B]
-            vm = np.where(ok[:, None, :], v, 0.0)
-            sums[hs, s] = vm.sum((0, 2))
+            n = counted.get(id(bl.valid[name]))
+            if n is None:
+                n = counted[id(bl.valid[name])] = oks[s].sum(-1)  # [B, 1] rows counted per item
+            vm = np.where(oks[s], bl.values[name], 0.0)
+            row = vm.sum(-1)  # [B, H]
+            # item by item, as [B, H, T].sum((0, 2)) adds them for H > 1; numpy sums [B, 1, T] as one flat run
+            sums[hs, s] = row.sum(0) if h > 1 else vm.sum()
             counts[hs, s] = int(n.sum())
             with np.errstate(invalid="ignore", divide="ignore"):
-                per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
-            rows = _first_top_row(np.where(ok[:, None, :], v, -np.inf))  # [B, H]
-            cols = key_of(name, rows)
-            # highest per-item mean first; ties go to the earlier item (deterministic across engines)
-            order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
-            hh = np.arange(g.heads)[None, :]
-            tv[s, hs] = per_item[order, hh].T
-            ti[s, hs] = item_ids[order].T
-            tr[s, hs] = rows[order, hh].T
-            tc[s, hs] = cols[order, hh].T
+                per_item[s] = np.where(n > 0, row / np.maximum(n, 1), -np.inf)
+        # highest per-item mean first; ties go to the earlier item (deterministic across engines)
+        order = np.lexsort((np.broadcast_to(item_ids[None, :, None], per_item.shape), -per_item), axis=1)[:, :kb]
+        hh = np.arange(h)[None, :]
+        tv[:, hs] = np.take_along_axis(per_item, order, 1).transpose(0, 2, 1)
+        ti[:, hs] = item_ids[order].transpose(0, 2, 1)
+        for s, name in enumerate(ROW_STATS):
+            kept = bl.valid[name][order[s]]  # [kb, H, T]
+            chosen = _first_top_row(np.where(kept, bl.values[name][order[s], hh], -np.inf))  # [kb, H]
+            tr[s, hs] = chosen.T
+            tc[s, hs] = _keys(bl, name, order[s], chosen).T
     return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
+
+
+def _keys(bl: Block, name: str, order: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """The key each chosen row looked at ``[kb, H]``: ``key_of(name, rows)[order, head]``, looked up only there."""
+    hh = np.arange(chosen.shape[1])[None, :]
+    if isinstance(bl.keys, RowSums):
+        if name in FIXED_KEYS:
+            off = FIXED_KEYS[name]
+            return np.zeros_like(chosen) if off is None else chosen + off
+        return bl.keys.cols[key_table(name)][order, hh, chosen]
+    rows = np.zeros((bl.values[name].shape[0], chosen.shape[1]), np.int64)
+    rows[order, hh] = chosen  # key_of is per (item, head): the items not kept only need a valid row
+    return bl.keys(name, rows)[order, hh]

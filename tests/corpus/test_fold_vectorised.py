@@ -1,0 +1,186 @@
+"""The vectorised fold (corpus/graph_reduce.py: every group's heads and every statistic at once) gives partials
+bit for bit equal to the per-group, per-statistic loop it replaced, kept here as the reference.
+
+Random inputs are built to hit the ties the loop resolves in a fixed way (equal rows inside an item, equal
+per-item means, items with no counted row, -inf values), one-head groups (numpy sums a ``[B, 1, T]`` block in
+another order), groups of another T, masks that differ between groups and keys from both kinds of ``key_of``.
+Real batches come from the planted encoder and a causal decoder through the statistics session.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+from onnx_builders import tiny_text_model
+from planted import corpus_lines, planted_model
+
+from attnviz.core.row_sums import RowSums
+from attnviz.core.stats import ROW_STATS
+from attnviz.corpus.graph_reduce import InGraphReducer, _first_top_row, fold_rows
+from attnviz.corpus.reduce import HeadGroup, Partial, layout
+from attnviz.runtime import open_model
+from attnviz.runtime import statgraph as sg
+
+FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
+
+
+def reference_fold(per_group, items, k, batch_id, tokens) -> Partial:
+    """graph_reduce.fold_rows as it was before vectorising (commit a465422), unchanged."""
+    S = len(ROW_STATS)
+    nh = sum(g.heads for g, *_ in per_group)
+    b = len(items)
+    kb = min(k, b)
+    sums = np.zeros((nh, S))
+    counts = np.zeros((nh, S), np.int64)
+    tv = np.zeros((S, nh, kb))
+    ti = np.zeros((S, nh, kb), np.int64)
+    tr = np.zeros((S, nh, kb), np.int64)
+    tc = np.zeros((S, nh, kb), np.int64)
+    item_ids = np.asarray(items, np.int64)
+    for g, values, valid, key_of in per_group:
+        hs = slice(g.offset, g.offset + g.heads)
+        for s, name in enumerate(ROW_STATS):
+            v, ok = values[name], valid[name]
+            n = ok.sum(1)  # [B]
+            vm = np.where(ok[:, None, :], v, 0.0)
+            sums[hs, s] = vm.sum((0, 2))
+            counts[hs, s] = int(n.sum())
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
+            rows = _first_top_row(np.where(ok[:, None, :], v, -np.inf))  # [B, H]
+            cols = key_of(name, rows)
+            order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]
+            hh = np.arange(g.heads)[None, :]
+            tv[s, hs] = per_item[order, hh].T
+            ti[s, hs] = item_ids[order].T
+            tr[s, hs] = rows[order, hh].T
+            tc[s, hs] = cols[order, hh].T
+    return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
+
+
+def assert_identical(a: Partial, b: Partial, what="") -> None:
+    for f in FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.shape == y.shape and x.dtype == y.dtype, (what, f, x.shape, y.shape)
+        assert np.array_equal(x, y), (what, f, np.argwhere(x != y)[:5])
+    assert (a.batch_id, a.items, a.tokens) == (b.batch_id, b.items, b.tokens)
+
+
+def _values(rng, b, h, t, ties):
+    """float64 [B, H, T] per statistic; with ties: few distinct values, copied rows and copied items."""
+    out = {}
+    for name in ROW_STATS:
+        if ties:
+            v = rng.integers(0, 3, (b, h, t)) / 3.0
+            if t > 1:
+                v[:, :, 1] = v[:, :, 0]  # the same row twice in an item
+            if b > 1:
+                v[1] = v[0]  # two items with equal means
+        else:
+            v = rng.standard_normal((b, h, t)) * 10.0 ** rng.integers(-3, 4)
+        v[rng.random((b, h, t)) < 0.03] = -np.inf
+        out[name] = v
+    return out
+
+
+def _valid(rng, lengths, t):
+    real = np.arange(t)[None, :] < lengths[:, None]
+    return {name: real & (rng.random(real.shape) < 0.9) for name in ROW_STATS}
+
+
+def _key_of(rng, b, h, t, as_rowsums):
+    if as_rowsums:
+        cols = {k: rng.integers(0, t, (b, h, t)) for k in ("real", "special", "special_other")}
+        return RowSums({}, cols).key_of
+    table = rng.integers(-5, t + 5, (len(ROW_STATS), b, h, t))
+    return lambda stat, rows: np.take_along_axis(table[ROW_STATS.index(stat)], rows[..., None], -1)[..., 0]
+
+
+def random_case(rng):
+    b = int(rng.choice([1, 2, 3, 7, 32]))
+    t = int(rng.choice([1, 2, 5, 17, 130]))
+    ties = bool(rng.random() < 0.5)
+    lengths = rng.integers(0 if rng.random() < 0.3 else 1, t + 1, b)  # 0: an item with no counted row
+    shared = _valid(rng, lengths, t)
+    kinds = rng.random() < 0.5, rng.random() < 0.7  # every group's keys from RowSums / masks shared by all groups
+    per_group, off = [], 0
+    for site in range(int(rng.integers(1, 7))):
+        h = int(rng.choice([1, 2, 3, 12]))
+        tg = t if rng.random() < 0.8 else t + 3  # a group of another length (cross-attention queries)
+        ok = shared if (kinds[1] and tg == t) else _valid(rng, np.minimum(lengths, tg), tg)
+        key_of = _key_of(rng, b, h, tg, kinds[0] or rng.random() < 0.5)
+        per_group.append((HeadGroup(site, "encoder", "self", site, h, off), _values(rng, b, h, tg, ties), ok, key_of))
+        off += h
+    items = sorted(rng.choice(10 * b + 5, b, replace=False).tolist())
+    if rng.random() < 0.3:
+        items = items[::-1]  # item ids not in batch order
+    return per_group, items, int(rng.choice([1, 3, 5, 40])), int(lengths.sum())
+
+
+def test_random_groups_fold_bit_for_bit_as_the_loop():
+    rng = np.random.default_rng(13)
+    for case in range(300):
+        per_group, items, k, tokens = random_case(rng)
+        want = reference_fold(per_group, items, k, case, tokens)
+        assert_identical(fold_rows(per_group, items, k, case, tokens), want, f"case {case}")
+
+
+def test_ties_go_to_the_first_row_and_the_earlier_item():
+    """A hand-made tie: the loop (and so the fold) picks row 0 of two equal rows and item 3 before item 9."""
+    g = HeadGroup(0, "encoder", "self", 0, 2, 0)
+    v = np.zeros((2, 2, 3))
+    v[:, :, :2] = 0.5
+    values = {n: v.copy() for n in ROW_STATS}
+    valid = {n: np.ones((2, 3), bool) for n in ROW_STATS}
+    key_of = RowSums({}, {c: np.broadcast_to(np.arange(3), (2, 2, 3)) for c in sg.ARGMAX}).key_of
+    got = fold_rows([(g, values, valid, key_of)], [9, 3], 2, 0, 6)
+    assert_identical(got, reference_fold([(g, values, valid, key_of)], [9, 3], 2, 0, 6))
+    assert np.all(got.top_item == [3, 9]) and np.all(got.top_row == 0)
+    assert np.allclose(got.top_value, 1 / 3) and np.all(got.counts == 6)
+
+
+def _real_reducers(tmp_path):
+    planted = planted_model(tmp_path / "planted.onnx")
+    dec = tiny_text_model(tmp_path / "dec.onnx", layers=2, heads=2, causal=True, classifier=False)
+    return planted, dec
+
+
+@pytest.mark.parametrize("left_to_numpy", [False, True])
+def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left_to_numpy):
+    """The planted encoder's padded batches (and with layer 1 left to the maps path) and a causal decoder's:
+    the reducer's partial equals the loop's on the same rows."""
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.plan import encode_items, plan_text
+    from attnviz.corpus.reduce import BatchReducer
+
+    if left_to_numpy:
+        real = sg.supported
+        monkeypatch.setattr(sg, "supported", lambda g, s: real(g, s) and s.layer == 0)
+    planted, dec = _real_reducers(tmp_path)
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(corpus_lines(40)) + "\n")
+    br = BatchReducer(str(planted), "cpu", None, 1, 5, in_graph=False)
+    items = read_texts(texts)
+    specs = plan_text(items, encode_items(br.model, items), None, None, 16, equal_lengths=False)
+    red = InGraphReducer.build(br.model, layout(br.model.sites))
+    assert red is not None and sorted(red.outputs) == ([0] if left_to_numpy else [0, 1])
+    cases = [(red, *br.feeds(s), False, s.items, s.batch_id) for s in specs]
+    m = open_model(dec, provider="cpu")
+    m.probe()
+    rd = InGraphReducer.build(m, layout(m.sites))
+    assert rd is not None
+    rng = np.random.default_rng(1)
+    lengths = np.array([9, 4, 6, 4])
+    special = np.zeros((4, 9), bool)
+    special[:, 0] = True
+    cases.append((rd, {m.inputs[0].name: rng.integers(3, 8, (4, 9))}, lengths, special, True, [5, 6, 7, 8], 0))
+    for r, feeds, lengths, special, causal, ids, batch_id in cases:
+        tokens = int(np.asarray(lengths).sum())
+        for k in (1, 5):
+            want = reference_fold(r.rows(feeds, lengths, special, causal), ids, k, batch_id, tokens)
+            got = r(feeds, lengths, special, causal, ids, k, batch_id)
+            assert_identical(got, want, f"batch {batch_id} k {k}")
