@@ -28,5 +28,5 @@ tar -cf - -C "$work/pay" . | xz -6 -T2 > "$work/payload.tar.xz"
 (cd "$work" && split -b 53000000 -d -a 1 payload.tar.xz part)
 i=1
 for p in "$work"/part*; do mkdir -p "$root/.g$i" && rm -f "$root/.g$i"/* && mv "$p" "$root/.g$i/"; i=$((i + 1)); done
-grep -qx '/.g\*/' "$root/.git/info/exclude" 2>/dev/null || echo '/.g*/' >> "$root/.git/info/exclude"
+grep -qx '/.g[0-9]/' "$root/.git/info/exclude" 2>/dev/null || echo '/.g[0-9]/' >> "$root/.git/info/exclude"
 ls -la "$root"/.g*/
