@@ -353,7 +353,7 @@ def run_texts(
 ) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int]]:
     """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, and the
     (items, tokens) an interrupted run had already reduced."""
-    ray = _ray()
+    _ray()  # a clear line when Ray is missing, before anything starts
 
     _init(setup)
     _context(progress)
@@ -379,30 +379,14 @@ def run_texts(
         # blocks of RESUME_BATCHES batches: each becomes one partial file as soon as it is reduced, so a Ctrl-C
         # loses at most the blocks in flight (one sorted block would hold back every file to the end)
         ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
-        ds.map_batches(
-            ReduceActor,
-            fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
-            batch_size=job.batch_size,
-            compute=ray.data.ActorPoolStrategy(size=setup.workers),
-            num_cpus=setup.threads,
-            num_gpus=1 if setup.gpu else 0,
-            batch_format="pyarrow",
-        ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
-        # the write tasks take no CPU slot: the actors hold every slot for their lifetime, and a write waiting for
-        # one would stall the run until the pool winds down (minutes on 2 cores)
+        _reduce_and_write(ds, setup, job, partials)
         table = store.read()
     except AttnvizError:
         store.drop()
         raise
     except Exception as e:  # Ray wraps reader and task errors; the remote error line names the cause
         store.drop()
-        name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
-        if name == "AttnvizError":
-            raise AttnvizError(msg) from None
-        raise AttnvizError(
-            f"--texts {Path(job.path).name}: Ray Data could not read or process it ({name}: {msg[:160]}); "
-            "check the file, or run with --engine local"
-        ) from None
+        raise _ray_error(e, f"--texts {Path(job.path).name}", "the file") from None
     # a Ctrl-C (KeyboardInterrupt, not an Exception) leaves the store for the next run to resume from
     store.drop()
     rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
@@ -411,6 +395,32 @@ def run_texts(
         for i, (t, p) in json.loads(r["texts"]).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
     return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done)
+
+
+def _reduce_and_write(ds, setup, job, partials: Path) -> None:
+    """The actor pool reduces each batch; every block's partials become one Parquet file as soon as it is done."""
+    ray = _ray()
+    ds.map_batches(
+        ReduceActor,
+        fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
+        batch_size=job.batch_size,
+        compute=ray.data.ActorPoolStrategy(size=setup.workers),
+        num_cpus=setup.threads,
+        num_gpus=1 if setup.gpu else 0,
+        batch_format="pyarrow",
+    ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
+    # the write tasks take no CPU slot: the actors hold every slot for their lifetime, and a write waiting for
+    # one would stall the run until the pool winds down (minutes on 2 cores)
+
+
+def _ray_error(e: Exception, what: str, check: str) -> AttnvizError:
+    """One line for an error Ray wrapped: ours as it was raised, anything else named with its input."""
+    name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+    if name == "AttnvizError":
+        return AttnvizError(msg)
+    return AttnvizError(
+        f"{what}: Ray Data could not read or process it ({name}: {msg[:160]}); check {check}, or run with --engine local"
+    )
 
 
 def _direct_images(batch, folder: str):
@@ -450,28 +460,14 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
         if done:
             ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
         ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES)  # one file per block
-        ds.map_batches(
-            ReduceActor,
-            fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
-            batch_size=job.batch_size,
-            compute=ray.data.ActorPoolStrategy(size=setup.workers),
-            num_cpus=setup.threads,
-            num_gpus=1 if setup.gpu else 0,
-            batch_format="pyarrow",
-        ).write_parquet(str(partials), ray_remote_args={"num_cpus": 0})
+        _reduce_and_write(ds, setup, job, partials)
         table = store.read()
     except AttnvizError:
         store.drop()
         raise
     except Exception as e:
         store.drop()
-        name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
-        if name == "AttnvizError":
-            raise AttnvizError(msg) from None
-        raise AttnvizError(
-            f"--images {job.folder}: Ray Data could not read or process it ({name}: {msg[:160]}); "
-            "check the folder, or run with --engine local"
-        ) from None
+        raise _ray_error(e, f"--images {job.folder}", "the folder") from None
     store.drop()  # kept only after a Ctrl-C, for the next run to resume from
     rows = sorted(table.to_pylist(), key=lambda r: r["first_item"])
     items: dict[int, Item] = {}

@@ -83,6 +83,14 @@ def test_ray_data_errors_are_one_line(planted, tmp_path, capsys):
     assert main([*args, "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("attnviz: error:") and "c.jsonl" in err[0], err
+    # a file Ray Data itself cannot parse: the wrapped reader error becomes one line naming the file and the way out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "the cat"}\n{"text": "the dog"\n')
+    args[args.index("--texts") + 1] = str(bad)
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.jsonl: Ray Data could not read or process it" in err[0], err
+    assert "--engine local" in err[0]
 
 
 def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible, tmp_path):
