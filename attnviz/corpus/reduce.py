@@ -16,6 +16,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
+from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
@@ -100,18 +101,11 @@ def reduce_maps(
     items: list[int],
     k: int,
     batch_id: int,
+    tie: bool = False,
 ) -> Partial:
-    """``axes[stack]`` is the query side of that stack's sites; a cross site's keys are the encoder's."""
-    nh = sum(g.heads for g in groups)
-    b = len(items)
-    kb = min(k, b)
-    sums = np.zeros((nh, S))
-    counts = np.zeros((nh, S), np.int64)
-    tv = np.zeros((S, nh, kb))
-    ti = np.zeros((S, nh, kb), np.int64)
-    tr = np.zeros((S, nh, kb), np.int64)
-    tc = np.zeros((S, nh, kb), np.int64)
-    item_ids = np.asarray(items, np.int64)
+    """``axes[stack]`` is the query side of that stack's sites; a cross site's keys are the encoder's.
+    ``tie``: each item's best row is the first within ``ROW_TIE`` of the best (else the exact argmax)."""
+    parts = []
     for g in groups:
         p = maps[g.site]
         q = axes[g.stack]
@@ -125,26 +119,49 @@ def reduce_maps(
         else:
             values, valid = row_stats(p, q.lengths, sp, q.causal)
             diag = None
-        hs = slice(g.offset, g.offset + g.heads)
-        for s, name in enumerate(ROW_STATS):
-            v, ok = values[name], valid[name]
-            n = ok.sum(1)  # [B]
-            vm = np.where(ok[:, None, :], v, 0.0)
-            sums[hs, s] = vm.sum((0, 2))
-            counts[hs, s] = int(n.sum())
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
-            rows = np.where(ok[:, None, :], v, -np.inf).argmax(-1)  # [B, H]
-            cols = _cols(name, p, rows, real, sp, diag)
-            # highest per-item mean first; ties go to the earlier item (deterministic across engines)
-            order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
-            hh = np.arange(g.heads)[None, :]
-            tv[s, hs] = per_item[order, hh].T
-            ti[s, hs] = item_ids[order].T
-            tr[s, hs] = rows[order, hh].T
-            tc[s, hs] = cols[order, hh].T
+
+        def key_of(name, rows, p=p, real=real, sp=sp, diag=diag):
+            return _cols(name, p, rows, real, sp, diag)
+
+        parts.append((g, ItemStats.from_rows(values, valid, key_of, tie)))
     tokens = sum(int(a.lengths.sum()) for a in axes.values())
-    return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
+    return fold_items(parts, items, k, batch_id, tokens)
+
+
+def fold_items(
+    parts: list[tuple[HeadGroup, ItemStats]], items: list[int], k: int, batch_id: int, tokens: int
+) -> Partial:
+    """A batch's :class:`Partial` from each head group's per-item statistics: per head the sums and counts over
+    the batch's items (added item by item, in batch order) and, per statistic, the ``k`` items with the highest
+    mean (ties to the earlier item id, so engines agree) with their best row and key.  Every path ends here:
+    maps reduced by numpy (``reduce_maps``) and statistics reduced in the graph (``graph_reduce``)."""
+    parts = sorted(parts, key=lambda e: e[0].offset)
+    if [g.offset for g, _ in parts] != list(np.cumsum([0] + [g.heads for g, _ in parts[:-1]])):
+        raise AttnvizError("internal: head groups do not tile the head index")
+    b = len(items)
+    kb = min(k, b)
+    isum = np.concatenate([st.sums for _, st in parts], 1)  # [B, NH, S]
+    n = np.concatenate([np.broadcast_to(st.counts[:, None], st.sums.shape) for _, st in parts], 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_item = np.where(n > 0, isum / np.maximum(n, 1), -np.inf)
+    item_ids = np.asarray(items, np.int64)
+    # highest per-item mean first; ties go to the earlier item (deterministic across engines)
+    order = np.lexsort((np.broadcast_to(item_ids[:, None, None], per_item.shape), -per_item), axis=0)[:kb]
+
+    def top(a: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(a, order, 0).transpose(2, 1, 0)  # [S, NH, kb]
+
+    return Partial(
+        batch_id,
+        b,
+        tokens,
+        isum.sum(0),
+        n.sum(0),
+        top(per_item),
+        item_ids[order].transpose(2, 1, 0),
+        top(np.concatenate([st.rows for _, st in parts], 1)),
+        top(np.concatenate([st.keys for _, st in parts], 1)),
+    )
 
 
 class BatchReducer:
