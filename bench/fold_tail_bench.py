@@ -7,7 +7,7 @@ Each batch of MiniLM (as bench/statgraph_bench.py plans them), interleaved batch
   - plain: the model's own session on the same feeds (the baseline of the issue's >= 0.8x target);
   - stat inputs: ``statgraph.stat_feeds`` (masks for the appended nodes, built per batch in numpy);
   - session: the statistics session's run (per-item [B, H, S] outputs only);
-  - tail: ``statgraph.item_stats`` per site + ``reduce.fold_items`` (what is left of the numpy after the run;
+  - tail: ``statgraph.item_stats`` + ``reduce.fold_items`` (what is left of the numpy after the run;
     before the per-item reduction moved into the graph it was 12.8 ms here: bench/RESULTS.md, foldvec).
 --profile: cProfile of the tail (top functions).
 """
@@ -46,6 +46,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     from corpus_bench import corpus_file, minilm
 
+    from attnviz.core.row_sums import ItemStats
     from attnviz.corpus.items import read_texts
     from attnviz.corpus.plan import encode_items, plan_text
     from attnviz.corpus.reduce import BatchReducer, fold_items
@@ -67,11 +68,15 @@ def main() -> None:
         feeds, lengths, special = br.feeds(s)
         batches.append((s, feeds, np.asarray(lengths, np.int64), special))
 
-    def tail(s, lengths, got, extra, positions):
-        parts = []
-        for g in red.groups:
-            o = red.outputs[g.site]
-            parts.append((g, sg.item_stats(got[o.sums], got[o.picks], extra, positions)))
+    heads = np.cumsum([0] + [g.heads for g in red.groups])
+    assert sorted(red.outputs) == [g.site for g in red.groups], "every site in the graph (MiniLM)"
+
+    def tail(s, lengths, got, extra, positions):  # as InGraphReducer.items + __call__
+        st = sg.item_stats(got[sg.SUMS], got[sg.PICKS], extra, positions)
+        parts = [
+            (g, ItemStats(st.sums[:, h], st.counts, st.rows[:, h], st.keys[:, h]))
+            for g, h in zip(red.groups, (slice(a, b) for a, b in zip(heads, heads[1:])))
+        ]
         return fold_items(parts, s.items, br.k, s.batch_id, int(lengths.sum()))
 
     best = dict.fromkeys(("plain", "stat inputs", "session", "tail"), np.inf)

@@ -45,7 +45,8 @@ class InGraphReducer:
             label=model.path.name,
         )
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
-        self.fetch = [n for o in self.outputs.values() for n in (o.sums, o.picks, o.values, o.keys) if n]
+        self.fetch = [sg.SUMS, sg.PICKS] if self.outputs else []
+        self.fetch += [n for o in self.outputs.values() for n in (o.values, o.keys) if n]
         for i in fallback:
             ex = self.exposed.site_extra[i]
             for n in [self.exposed.outputs[i], *([ex["mask_index"]] if "mask_index" in ex else [])]:
@@ -107,13 +108,19 @@ class InGraphReducer:
         lengths = np.asarray(lengths, np.int64)
         got, extra, positions, t = self.run(feeds, lengths, special, causal)
         batch = len(lengths)
+        heads = {g.site: g.heads for g in self.groups}
+        split = np.cumsum([0] + [heads[i] for i in sorted(self.outputs)])
+        joined = None
+        if self.outputs:
+            if got[sg.SUMS].shape[:2] != (batch, split[-1]):
+                raise NotInGraph(f"statistics of shape {got[sg.SUMS].shape}, expected {batch} x {split[-1]} heads")
+            joined = sg.item_stats(got[sg.SUMS], got[sg.PICKS], extra, positions)
+        at = {i: slice(split[j], split[j + 1]) for j, i in enumerate(sorted(self.outputs))}
         out = []
         for g in self.groups:
-            if g.site in self.outputs:
-                o = self.outputs[g.site]
-                if got[o.sums].shape[:2] != (batch, g.heads):
-                    raise NotInGraph(f"site {g.site}: statistics of shape {got[o.sums].shape}")
-                out.append((g, sg.item_stats(got[o.sums], got[o.picks], extra, positions)))
+            if joined is not None and g.site in at:
+                h = at[g.site]
+                out.append((g, ItemStats(joined.sums[:, h], joined.counts, joined.rows[:, h], joined.keys[:, h])))
                 continue
             real = np.arange(t)[None, :] < lengths[:, None]
             sp = np.zeros_like(real) if special is None else np.asarray(special, bool)[:, :t]

@@ -40,14 +40,19 @@ VALID = "attnviz_stat_valid"  # [B, 1, T, len(ROW_STATS)] float64: 1 where the r
 OFF = "attnviz_stat_off"  # [B, 1, T, len(ROW_STATS)] float32: 0 where it counts, -inf where not
 LOG_SEEN = "attnviz_stat_log_seen"  # [B, 1, T, 1] float32: log2 of the keys the row may see (at least 2)
 COLUMNS = 1  # SEL's columns before the special keys
+# the outputs: every in-graph site's per-item statistics side by side along the head axis (sites in index order),
+# so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
+SUMS = "attnviz_stat_sums"  # float64 [B, heads of all in-graph sites, S]
+PICKS = "attnviz_stat_picks"  # int64 [B, heads of all in-graph sites, 2S]
 ARGMAX = ("real", "special", "special_other")  # the key columns the graph finds per row, in this order
 KEY_TABLE = [ARGMAX.index(key_table(n)) for n in ROW_STATS]  # which of them each statistic's key comes from
 
 
 @dataclass(frozen=True)
 class StatOutputs:
-    """Names of one site's outputs: float64 ``[B, H, S]`` per-item sums and int64 ``[B, H, 2S]`` best rows and
-    keys (see :func:`_item_nodes`); with ``rows``, also each row's values float32 ``[B, H, T, S]`` and keys."""
+    """Names of one site's tensors: float64 ``[B, H, S]`` per-item sums and int64 ``[B, H, 2S]`` best rows and
+    keys (see :func:`_item_nodes`; they come out joined in :data:`SUMS` and :data:`PICKS`); with ``rows``, also
+    outputs: each row's values float32 ``[B, H, T, S]`` and keys int64 (key slots for special statistics)."""
 
     sums: str
     picks: str
@@ -160,7 +165,7 @@ def _site_nodes(nd: _Nodes, probs: str, batch: str) -> tuple[str, str]:
     return values, keys
 
 
-def _item_nodes(nd: _Nodes, values: str, keys: str, opset: int) -> tuple[str, str]:
+def _item_nodes(nd: _Nodes, values: str, keys: str, batch: str, opset: int) -> tuple[str, str]:
     """Per item: the sum of each statistic over its counted rows (float64 ``[B, H, S]``: the sum numpy took of
     the float32 row values) and, per statistic, the first row within ``ROW_TIE`` of the item's best one and the
     key that row looked at (int64 ``[B, H, 2S]``: rows, then keys; key slots of special statistics)."""
@@ -178,6 +183,8 @@ def _item_nodes(nd: _Nodes, values: str, keys: str, opset: int) -> tuple[str, st
     slack = nd("Mul", [nd("Max", [nd("Abs", [best]), nd.const(1.0, np.float32)]), nd.const(ROW_TIE, np.float32)])
     near = nd("Not", [nd("Less", [masked, nd("Sub", [best, slack])])])
     rows = nd("ArgMax", [nd("Cast", [near], to=TensorProto.FLOAT)], axis=2, keepdims=1)  # the first near row
+    # a site read as [1, H, T, T] (one map for the batch) has keys for one item: GatherElements needs all B
+    keys = nd("Expand", [keys, nd("Concat", [batch, nd.const([1, 1, 1])], axis=0)])
     picked = nd("GatherElements", [keys, rows], axis=2)
     picks = nd("Reshape", [nd("Concat", [rows, picked], axis=-1), nd.const([0, 0, -1])])
     return sums, picks
@@ -220,13 +227,19 @@ def stats_model(
     for i in sorted(on):
         nd = _Nodes(m.graph, f"attnviz_stat{i}_")
         values, keys = _site_nodes(nd, exposed.outputs[i], batch)
-        sums, picks = _item_nodes(nd, values, keys, opset)
-        out = StatOutputs(sums, picks, *((values, keys) if rows else ()))
-        types = {sums: f64, picks: TensorProto.INT64, values: f32, keys: TensorProto.INT64}
-        m.graph.output.extend(
-            helper.make_tensor_value_info(n, types[n], None) for n in (out.sums, out.picks, out.values, out.keys) if n
-        )
-        names[i] = out
+        sums, picks = _item_nodes(nd, values, keys, batch, opset)
+        names[i] = StatOutputs(sums, picks, *((values, keys) if rows else ()))
+        if rows:
+            m.graph.output.extend(
+                [
+                    helper.make_tensor_value_info(values, f32, None),
+                    helper.make_tensor_value_info(keys, TensorProto.INT64, None),
+                ]
+            )
+    for joined, part, dtype in ((SUMS, "sums", f64), (PICKS, "picks", TensorProto.INT64)):
+        parts = [getattr(names[i], part) for i in sorted(on)]
+        m.graph.node.append(helper.make_node("Concat", parts, [joined], name=joined, axis=1))
+        m.graph.output.append(helper.make_tensor_value_info(joined, dtype, None))
     _prune(m.graph)
     return m, exposed, names
 
@@ -266,11 +279,11 @@ def stat_feeds(
     keep = np.zeros((b, n), bool)
     sel = np.zeros((b, t, COLUMNS + n), np.float32)
     sel[:, :, 0] = real
-    for r in range(b):
-        cols = np.flatnonzero(sp[r])
-        idx[r, : len(cols)] = cols
-        keep[r, : len(cols)] = True
-        sel[r, cols, COLUMNS + np.arange(len(cols))] = 1.0
+    r, c = np.nonzero(sp)  # item r's special keys c, in key order: slots 0, 1, ... of that item
+    slot = (np.cumsum(sp, 1) - 1)[r, c]
+    idx[r, slot] = c
+    keep[r, slot] = True
+    sel[r, c, COLUMNS + slot] = 1.0
     other = keep & (idx > 0)
     valid, seen = valid_rows(lengths, t, causal)
     ok = np.stack([valid[k] for k in ROW_STATS], -1)[:, None]  # [B, 1, T, S]

@@ -184,11 +184,11 @@ def _session_rows(r: InGraphReducer, feeds, lengths, special, causal):
         o = r.outputs[g.site]
         values = {n: got[o.values][..., s].astype(np.float64) for s, n in enumerate(ROW_STATS)}
 
-        def key_of(name, rows, keys=got[o.keys], sums=got[o.sums]):
+        def key_of(name, rows, keys=got[o.keys]):
             s = ROW_STATS.index(name)
             at = np.take_along_axis(keys, rows[:, :, None, None], 2)[:, :, 0]  # [B, H, S]
             picks = np.concatenate([np.repeat(rows[..., None], len(ROW_STATS), -1), at], -1)
-            return sg.item_stats(sums, picks, extra, positions).keys[..., s]
+            return sg.item_stats(np.zeros(at.shape), picks, extra, positions).keys[..., s]
 
         out.append((g, values, valid, key_of))
     return out
