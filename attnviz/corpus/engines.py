@@ -53,6 +53,7 @@ def _warm(setup: WorkerSetup) -> None:
     _enter_worker()
     try:  # the heads are the model's own (layout of its sites): the driver has not read them yet
         _REDUCER = BatchReducer(setup.model, setup.provider, setup.tokenizer, setup.threads, setup.k)
+        _REDUCER.prepare()  # the statistics session, while the driver still plans
     except Exception:
         _REDUCER = None
 

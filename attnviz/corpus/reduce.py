@@ -196,6 +196,15 @@ class BatchReducer:
         self.in_graph: InGraphReducer | bool | None = None if in_graph else False
         self.image_axis: tuple[int, np.ndarray] | None = None  # images: (tokens, special keys) once seen
 
+    def prepare(self) -> None:
+        """Build the statistics session now rather than on the first batch (a worker calls this while it waits
+        for work: on a GPU, creating the second session is a large part of a short run's start-up)."""
+        from attnviz.corpus.graph_reduce import InGraphReducer
+
+        # text only: pairs reduce maps, and an image corpus's first batch needs the probe's maps session
+        if self.in_graph is None and self.kind in ("encoder", "decoder"):
+            self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+
     def feeds(self, spec: BatchSpec):
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
 
