@@ -40,6 +40,12 @@ def main() -> None:
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--join",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="one set of statistic nodes for all sites (auto: on CUDA, as attnviz does)",
+    )
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
     a = ap.parse_args()
     work = Path(a.work)
@@ -61,6 +67,11 @@ def main() -> None:
     br(specs[0])  # builds the statistics session
     red = br.in_graph
     assert red is not None and not isinstance(red, bool), "the statistics session was not used"
+    if a.join != "auto":
+        from attnviz.corpus.graph_reduce import InGraphReducer
+
+        red = InGraphReducer(br.model, br.groups, join=a.join == "yes")
+    nodes = _appended_nodes(br.model, br.groups, red.joined)
     plain, _ = make_session(str(model), a.provider, threads=a.threads)
     causal = br.kind == "decoder"
     batches = []
@@ -104,7 +115,8 @@ def main() -> None:
     print(
         f"\n{model.name}, {len(items)} items in {n} batches of {a.batch} (T {min(lengths)}-{max(lengths)}), "
         f"{sum(g.heads for g in br.groups)} heads, {red.sess.get_providers()[0]}, {a.threads} threads, "
-        f"best of rounds 2..{a.rounds}, interleaved per batch\n"
+        f"best of rounds 2..{a.rounds}, interleaved per batch; statistics nodes {'joined' if red.joined else 'per site'}"
+        f" ({nodes} appended, constants not counted)\n"
     )
     print("| step | ms / batch | vs plain run |")
     print("|---|---:|---:|")
@@ -118,6 +130,13 @@ def main() -> None:
             prof.runcall(tail, *args)
         print(f"\n--- cProfile, tail, {n} batches ---")
         pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+
+
+def _appended_nodes(model, groups, join: bool) -> int:
+    from attnviz.runtime import statgraph as sg
+
+    m, _, _ = sg.stats_model(model.graph, model._sites, {g.site for g in groups}, join=join)
+    return sum(1 for n in m.graph.node if n.name.startswith("attnviz_stat") and n.op_type != "Constant")
 
 
 if __name__ == "__main__":

@@ -27,16 +27,22 @@ class NotInGraph(Exception):
 class InGraphReducer:
     """One session of the model with statistic nodes after each supported self-attention site.
 
-    ``rows``: the session also hands out each row's values and keys (``[B, H, T, S]``; tests compare them)."""
+    ``rows``: the session also hands out each row's values and keys (``[B, H, T, S]``; tests compare them).
+    ``join``: one set of statistic nodes for all sites (see ``statgraph.stats_model``); None: where the model's
+    session runs on CUDA."""
 
-    def __init__(self, model: AttentionModel, groups: list[HeadGroup], rows: bool = False):
+    def __init__(self, model: AttentionModel, groups: list[HeadGroup], rows: bool = False, join: bool | None = None):
         from attnviz.runtime import statgraph as sg
         from attnviz.runtime.host import make_session
         from attnviz.runtime.model import _serialize
 
         self.model, self.groups = model, groups
         sites = model._sites
-        m, self.exposed, self.outputs = sg.stats_model(model.graph, sites, {g.site for g in groups}, rows)
+        if join is None:
+            # the probe's session says where it ran (no session is made only to ask)
+            join = model.provider.startswith("CUDA") if model._sessions else model.requested_provider == "cuda"
+        self.joined = join
+        m, self.exposed, self.outputs = sg.stats_model(model.graph, sites, {g.site for g in groups}, rows, join)
         self.sess, _ = make_session(
             _serialize(m),
             model.requested_provider,
@@ -45,8 +51,7 @@ class InGraphReducer:
             label=model.path.name,
         )
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
-        self.fetch = [sg.SUMS, sg.PICKS] if self.outputs else []
-        self.fetch += [n for o in self.outputs.values() for n in (o.values, o.keys) if n]
+        self.fetch = ([sg.SUMS, sg.PICKS] + ([sg.VALUES, sg.KEYS] if rows else [])) if self.outputs else []
         for i in fallback:
             ex = self.exposed.site_extra[i]
             for n in [self.exposed.outputs[i], *([ex["mask_index"]] if "mask_index" in ex else [])]:
@@ -54,7 +59,9 @@ class InGraphReducer:
                     self.fetch.append(n)
 
     @classmethod
-    def build(cls, model: AttentionModel, groups: list[HeadGroup], rows: bool = False) -> InGraphReducer | None:
+    def build(
+        cls, model: AttentionModel, groups: list[HeadGroup], rows: bool = False, join: bool | None = None
+    ) -> InGraphReducer | None:
         """None when no group can use it, or when a site's maps do not map one-to-one onto sites (a Loop body
         gives one map per iteration, an If branch may give none, an explicit softmax axis may be refused)."""
         from attnviz.runtime import statgraph as sg
@@ -64,7 +71,7 @@ class InGraphReducer:
             return None
         if not any(sg.supported(model.graph, sites[g.site]) for g in groups):
             return None
-        red = cls(model, groups, rows)
+        red = cls(model, groups, rows, join)
         model._sessions.pop("dense", None)  # the probe's session: this one replaces it (one copy of the weights)
         return red
 
@@ -109,13 +116,13 @@ class InGraphReducer:
         got, extra, positions, t = self.run(feeds, lengths, special, causal)
         batch = len(lengths)
         heads = {g.site: g.heads for g in self.groups}
-        split = np.cumsum([0] + [heads[i] for i in sorted(self.outputs)])
+        split = np.cumsum([0] + [heads[i] for i in self.outputs])
         joined = None
         if self.outputs:
             if got[sg.SUMS].shape[:2] != (batch, split[-1]):
                 raise NotInGraph(f"statistics of shape {got[sg.SUMS].shape}, expected {batch} x {split[-1]} heads")
             joined = sg.item_stats(got[sg.SUMS], got[sg.PICKS], extra, positions)
-        at = {i: slice(split[j], split[j + 1]) for j, i in enumerate(sorted(self.outputs))}
+        at = {i: slice(split[j], split[j + 1]) for j, i in enumerate(self.outputs)}
         out = []
         for g in self.groups:
             if joined is not None and g.site in at:

@@ -14,8 +14,6 @@ maps are exposed as before and the caller reduces them itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -44,20 +42,10 @@ COLUMNS = 1  # SEL's columns before the special keys
 # so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
 SUMS = "attnviz_stat_sums"  # float64 [B, heads of all in-graph sites, S]
 PICKS = "attnviz_stat_picks"  # int64 [B, heads of all in-graph sites, 2S]
+VALUES = "attnviz_stat_values"  # with rows=True (tests): float32 [B, heads, T, S], each row's statistics
+KEYS = "attnviz_stat_keys"  # with rows=True: int64 [B, heads, T, S], each row's key (slots for special statistics)
 ARGMAX = ("real", "special", "special_other")  # the key columns the graph finds per row, in this order
 KEY_TABLE = [ARGMAX.index(key_table(n)) for n in ROW_STATS]  # which of them each statistic's key comes from
-
-
-@dataclass(frozen=True)
-class StatOutputs:
-    """Names of one site's tensors: float64 ``[B, H, S]`` per-item sums and int64 ``[B, H, 2S]`` best rows and
-    keys (see :func:`_item_nodes`; they come out joined in :data:`SUMS` and :data:`PICKS`); with ``rows``, also
-    outputs: each row's values float32 ``[B, H, T, S]`` and keys int64 (key slots for special statistics)."""
-
-    sums: str
-    picks: str
-    values: str | None = None
-    keys: str | None = None
 
 
 def supported(g: gr.Graph, s: gr.Site) -> bool:
@@ -117,14 +105,13 @@ def _as_bhtt(nd: _Nodes, probs: str, batch: str) -> str:
     return nd("Reshape", [p, nd("Concat", [lead, nd.const([-1]), tail], axis=0)])
 
 
-def _site_nodes(nd: _Nodes, probs: str, batch: str) -> tuple[str, str]:
+def _site_nodes(nd: _Nodes, p: str) -> tuple[str, str]:
     """Each row's statistics ``[B, H, T, len(ROW_STATS)]`` (float32, in ROW_STATS order, as ``row_stats``) and
     the key column of each row's largest weight in the table its statistic takes keys from (int64, same shape).
 
     Eight passes over the map (one Mul for the masked map, TopK, three for p·log p, one for p·|i-j|, three
     GEMMs); padded keys are dropped by the GEMMs' weights (SEL's real column), so only TopK needs the masked map.
-    Everything after them works on ``[B, H, T, k]``."""
-    p = _as_bhtt(nd, probs, batch)
+    Everything after them works on ``[B, H, T, k]``.  ``p``: float32 ``[B or 1, H, T, T]`` (:func:`_as_bhtt`)."""
     T1 = nd("Slice", [nd("Shape", [p]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])  # [T]
     pm = nd("Mul", [p, REAL])  # [B, H, T, T]; rows are renormalised below by the row sum
     mx, am = nd.multi("TopK", [pm, nd.const([1])], 2, axis=-1)  # max and its key (the first of equal ones)
@@ -191,13 +178,20 @@ def _item_nodes(nd: _Nodes, values: str, keys: str, batch: str, opset: int) -> t
 
 
 def stats_model(
-    g: gr.Graph, sites: list[gr.Site], groups_sites: set[int], rows: bool = False
-) -> tuple[onnx.ModelProto, gr.Exposed, dict[int, StatOutputs]]:
-    """A copy of the model whose outputs are: per supported site in ``groups_sites`` its per-item statistics
-    (and with ``rows`` its per-row ones, for tests), and for every other site what the dense instrumented model
-    exposes.  The model's own outputs are dropped, so onnxruntime prunes whatever follows the last map needed."""
+    g: gr.Graph, sites: list[gr.Site], groups_sites: set[int], rows: bool = False, join: bool = False
+) -> tuple[onnx.ModelProto, gr.Exposed, list[int]]:
+    """A copy of the model whose outputs are: the per-item statistics (:data:`SUMS`, :data:`PICKS`; with
+    ``rows`` also :data:`VALUES`, :data:`KEYS`) of the supported sites in ``groups_sites`` (returned, in index
+    order), and for every other site what the dense instrumented model exposes.  The model's own outputs are
+    dropped, so onnxruntime prunes whatever follows the last map needed.
+
+    ``join``: the sites' probabilities are concatenated along the head axis and ONE set of statistic nodes reads
+    them all.  On a GPU every node is a kernel launch (~70 a set): per-site sets made the statistics cost more
+    than the model (H100, bench/RESULTS.md).  On a CPU the launches are free and the copy is not, so sites keep
+    their own sets there.  Joined sites must share the batch (a site read as one map for the batch makes the
+    Concat fail at run time: the caller then reduces that model from maps)."""
     m, exposed = gr.instrument(g, sites, "dense")
-    on = {i for i, s in enumerate(sites) if i in groups_sites and supported(g, s)}
+    on = sorted(i for i, s in enumerate(sites) if i in groups_sites and supported(g, s))
     keep = [exposed.outputs[i] for i in range(len(sites)) if i not in on]
     for ex in (exposed.site_extra[i] for i in range(len(sites)) if i not in on):
         keep += [ex["mask_index"]] if "mask_index" in ex else []
@@ -205,8 +199,8 @@ def stats_model(
     del m.graph.output[:]
     m.graph.output.extend(outputs)
     if not on:
-        return m, exposed, {}
-    f32, f64 = TensorProto.FLOAT, TensorProto.DOUBLE
+        return m, exposed, []
+    f32, f64, i64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
     m.graph.input.extend(
         [
             helper.make_tensor_value_info(REAL, f32, ["B", 1, 1, "T"]),
@@ -223,25 +217,20 @@ def stats_model(
     shared = _Nodes(m.graph, "attnviz_stat_")
     batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
     opset = gr._opset(g.model)
-    names: dict[int, StatOutputs] = {}
-    for i in sorted(on):
-        nd = _Nodes(m.graph, f"attnviz_stat{i}_")
-        values, keys = _site_nodes(nd, exposed.outputs[i], batch)
+    parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
+    for members in [on] if join else [[i] for i in on]:
+        nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
+        ps = [_as_bhtt(nd, exposed.outputs[i], batch) for i in members]
+        values, keys = _site_nodes(nd, ps[0] if len(ps) == 1 else nd("Concat", ps, axis=1))
         sums, picks = _item_nodes(nd, values, keys, batch, opset)
-        names[i] = StatOutputs(sums, picks, *((values, keys) if rows else ()))
-        if rows:
-            m.graph.output.extend(
-                [
-                    helper.make_tensor_value_info(values, f32, None),
-                    helper.make_tensor_value_info(keys, TensorProto.INT64, None),
-                ]
-            )
-    for joined, part, dtype in ((SUMS, "sums", f64), (PICKS, "picks", TensorProto.INT64)):
-        parts = [getattr(names[i], part) for i in sorted(on)]
-        m.graph.node.append(helper.make_node("Concat", parts, [joined], name=joined, axis=1))
-        m.graph.output.append(helper.make_tensor_value_info(joined, dtype, None))
+        for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
+            parts[name].append(t)
+    types = {SUMS: f64, PICKS: i64, VALUES: f32, KEYS: i64}
+    for name in (SUMS, PICKS, VALUES, KEYS) if rows else (SUMS, PICKS):
+        m.graph.node.append(helper.make_node("Concat", parts[name], [name], name=name, axis=1))
+        m.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
     _prune(m.graph)
-    return m, exposed, names
+    return m, exposed, on
 
 
 def _prune(graph: onnx.GraphProto) -> None:

@@ -174,6 +174,8 @@ def _session_rows(r: InGraphReducer, feeds, lengths, special, causal):
     got, extra, positions, t = r.run(feeds, lengths, special, causal)
     maps = [m.array() for m in r.model.run(feeds, mode="dense").maps]
     real = np.arange(t)[None, :] < lengths[:, None]
+    heads = np.cumsum([0] + [g.heads for g in r.groups if g.site in r.outputs])
+    at = {i: slice(heads[j], heads[j + 1]) for j, i in enumerate(r.outputs)}
     out = []
     for g in r.groups:
         p = maps[g.site]
@@ -181,21 +183,21 @@ def _session_rows(r: InGraphReducer, feeds, lengths, special, causal):
         if g.site not in r.outputs:
             out.append((g, want, valid, lambda n, rows, p=p: _cols(n, p, rows, real, special)))
             continue
-        o = r.outputs[g.site]
-        values = {n: got[o.values][..., s].astype(np.float64) for s, n in enumerate(ROW_STATS)}
+        vals = got[sg.VALUES][:, at[g.site]]
+        values = {n: vals[..., s].astype(np.float64) for s, n in enumerate(ROW_STATS)}
 
-        def key_of(name, rows, keys=got[o.keys]):
+        def key_of(name, rows, keys=got[sg.KEYS][:, at[g.site]]):
             s = ROW_STATS.index(name)
-            at = np.take_along_axis(keys, rows[:, :, None, None], 2)[:, :, 0]  # [B, H, S]
-            picks = np.concatenate([np.repeat(rows[..., None], len(ROW_STATS), -1), at], -1)
-            return sg.item_stats(np.zeros(at.shape), picks, extra, positions).keys[..., s]
+            at_rows = np.take_along_axis(keys, rows[:, :, None, None], 2)[:, :, 0]  # [B, H, S]
+            picks = np.concatenate([np.repeat(rows[..., None], len(ROW_STATS), -1), at_rows], -1)
+            return sg.item_stats(np.zeros(at_rows.shape), picks, extra, positions).keys[..., s]
 
         out.append((g, values, valid, key_of))
     return out
 
 
-@pytest.mark.parametrize("left_to_numpy", [False, True])
-def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left_to_numpy):
+@pytest.mark.parametrize("left_to_numpy,join", [(False, False), (True, False), (False, True)])
+def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left_to_numpy, join):
     """The planted encoder's padded batches (and with layer 1 left to the maps path) and a causal decoder's:
     the reducer's partial (per-item statistics reduced inside the graph) equals the loop's on the session's own
     per-row values, to float64 rounding of the per-item sums."""
@@ -212,12 +214,12 @@ def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left
     br = BatchReducer(str(planted), "cpu", None, 1, 5, in_graph=False)
     items = read_texts(texts)
     specs = plan_text(items, encode_items(br.model, items), None, None, 16, equal_lengths=False)
-    red = InGraphReducer.build(br.model, layout(br.model.sites), rows=True)
+    red = InGraphReducer.build(br.model, layout(br.model.sites), rows=True, join=join)
     assert red is not None and sorted(red.outputs) == ([0] if left_to_numpy else [0, 1])
     cases = [(red, *br.feeds(s), False, s.items, s.batch_id) for s in specs]
     m = open_model(dec, provider="cpu")
     m.probe()
-    rd = InGraphReducer.build(m, layout(m.sites), rows=True)
+    rd = InGraphReducer.build(m, layout(m.sites), rows=True, join=join)
     assert rd is not None
     rng = np.random.default_rng(1)
     lengths = np.array([9, 4, 6, 4])

@@ -38,13 +38,13 @@ def _rel(a, b):
     return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)), initial=0.0))
 
 
-def _compare(model, feeds, lengths, special, causal, in_graph_sites=None):
+def _compare(model, feeds, lengths, special, causal, in_graph_sites=None, join=False):
     """Dense maps + row_stats vs the statistics session; returns the reducer and the worst relative difference
-    of (row values, per-item sums)."""
+    of (row values, per-item sums).  ``join``: one set of statistic nodes for all sites (the CUDA layout)."""
     model.probe()
     groups = layout(model.sites)
     maps = [m.array() for m in model.run(feeds, mode="dense").maps]
-    red = InGraphReducer.build(model, groups, rows=True)
+    red = InGraphReducer.build(model, groups, rows=True, join=join)
     assert red is not None
     if in_graph_sites is not None:
         assert sorted(red.outputs) == in_graph_sites
@@ -54,6 +54,8 @@ def _compare(model, feeds, lengths, special, causal, in_graph_sites=None):
     got, extra, positions, _ = red.run(feeds, lengths, sp, causal)
     items = red.items(feeds, lengths, sp, causal)
     assert [g for g, _ in items] == groups
+    heads = np.cumsum([0] + [g.heads for g in groups if g.site in red.outputs])
+    at = {i: slice(heads[j], heads[j + 1]) for j, i in enumerate(red.outputs)}
     worst_row = worst_item = 0.0
     for g, st in items:
         p = maps[g.site]
@@ -67,8 +69,7 @@ def _compare(model, feeds, lengths, special, causal, in_graph_sites=None):
         for n in ("entropy", "broad"):
             slack[n] = ENT_SLACK * np.abs(np.log2(np.maximum(mass, 1e-30)))
         if g.site in red.outputs:
-            o = red.outputs[g.site]
-            values, keys = got[o.values], got[o.keys]
+            values, keys = got[sg.VALUES][:, at[g.site]], got[sg.KEYS][:, at[g.site]]
             for s, name in enumerate(ROW_STATS):
                 ok = np.broadcast_to(want_ok[name][:, None, :], p.shape[:3])
                 a, b = values[..., s][ok], want[name][ok]
@@ -118,11 +119,12 @@ def _planted_batch(tmp_path, batch=7):
     return red, specs
 
 
-def test_planted_encoder_padded_batch_equals_row_stats(tmp_path):
+@pytest.mark.parametrize("join", [False, True])
+def test_planted_encoder_padded_batch_equals_row_stats(tmp_path, join):
     red, specs = _planted_batch(tmp_path)
     feeds, lengths, special = red.feeds(specs[0])
     assert len(set(lengths.tolist())) > 1  # really padded
-    _, worst = _compare(red.model, feeds, lengths, special, causal=False, in_graph_sites=[0, 1])
+    _, worst = _compare(red.model, feeds, lengths, special, causal=False, in_graph_sites=[0, 1], join=join)
     assert max(worst) < 1e-6
 
 
@@ -145,7 +147,8 @@ def test_batch_reducer_partials_equal_the_maps_path(tmp_path):
     assert "dense" not in b.model._sessions  # one session of the model per worker, not two
 
 
-def test_causal_decoder_with_padding(tmp_path):
+@pytest.mark.parametrize("join", [False, True])
+def test_causal_decoder_with_padding(tmp_path, join):
     path = tiny_text_model(tmp_path / "dec.onnx", layers=2, heads=2, causal=True, classifier=False)
     m = open_model(path, provider="cpu")
     rng = np.random.default_rng(1)
@@ -154,7 +157,7 @@ def test_causal_decoder_with_padding(tmp_path):
     special = np.zeros((3, 9), bool)
     special[:, 0] = True
     special[np.arange(3), lengths - 1] = True
-    _compare(m, {m.inputs[0].name: ids}, lengths, special, causal=True, in_graph_sites=[0, 1])
+    _compare(m, {m.inputs[0].name: ids}, lengths, special, causal=True, in_graph_sites=[0, 1], join=join)
 
 
 def test_grouped_query_attention_probabilities(tmp_path):
@@ -171,12 +174,12 @@ def test_a_site_left_to_numpy_is_reduced_from_its_map(tmp_path, monkeypatch):
     real = sg.supported
     monkeypatch.setattr(sg, "supported", lambda g, s: real(g, s) and s.layer == 0)
     feeds, lengths, special = red.feeds(specs[0])
-    r, _ = _compare(red.model, feeds, lengths, special, causal=False, in_graph_sites=[0])
+    r, _ = _compare(red.model, feeds, lengths, special, causal=False, in_graph_sites=[0], join=True)
     assert r.exposed.outputs[1] in r.fetch  # layer 1's probabilities still come out
 
 
-@pytest.mark.parametrize("arch", ["minilm", "gpt2"])
-def test_real_exports_padded(hf_export, arch):
+@pytest.mark.parametrize("arch,join", [("minilm", False), ("gpt2", False), ("minilm", True)])
+def test_real_exports_padded(hf_export, arch, join):
     """Random-init GPT-2 (causal) and the real pretrained MiniLM, exported by torch: padded batch of 3."""
     path, feeds, _, _ = hf_export(arch, "legacy", "eager", 17)
     m = open_model(path, provider="cpu")
@@ -193,7 +196,7 @@ def test_real_exports_padded(hf_export, arch):
     special[np.arange(3), lengths - 1] = True
     causal = arch == "gpt2"
     assert m.kind == ("decoder" if causal else "encoder")
-    _compare(m, f, lengths, special, causal, in_graph_sites=list(range(len(m.sites))))
+    _compare(m, f, lengths, special, causal, in_graph_sites=list(range(len(m.sites))), join=join)
 
 
 def test_vision_transformer_cls_special(hf_export):
@@ -203,7 +206,7 @@ def test_vision_transformer_cls_special(hf_export):
     t = 17  # 4×4 patches + CLS
     special = np.zeros((2, t), bool)
     special[:, 0] = True
-    _compare(m, {"pixel_values": px}, np.full(2, t), special, causal=False, in_graph_sites=[0, 1])
+    _compare(m, {"pixel_values": px}, np.full(2, t), special, causal=False, in_graph_sites=[0, 1], join=True)
 
 
 def test_image_corpus_uses_the_statistics_session_after_its_first_batch(hf_export, tmp_path):
@@ -250,7 +253,7 @@ def test_one_head_and_items_with_no_counted_rows(tmp_path, causal):
     lengths = np.array([7, 1, 0, 2])
     special = np.zeros((4, 7), bool)
     special[[0, 3], 0] = True
-    red, _ = _compare(m, {m.inputs[0].name: ids}, lengths, special, causal, in_graph_sites=[0, 1])
+    red, _ = _compare(m, {m.inputs[0].name: ids}, lengths, special, causal, in_graph_sites=[0, 1], join=causal)
     st = dict(red.items({m.inputs[0].name: ids}, lengths, special, causal))[layout(m.sites)[0]]
     for name in ("prev", "next", "broad"):
         s = ROW_STATS.index(name)
