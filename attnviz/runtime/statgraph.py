@@ -188,8 +188,9 @@ def stats_model(
     ``join``: the sites' probabilities are concatenated along the head axis and ONE set of statistic nodes reads
     them all.  On a GPU every node is a kernel launch (~70 a set): per-site sets made the statistics cost more
     than the model (H100, bench/RESULTS.md).  On a CPU the launches are free and the copy is not, so sites keep
-    their own sets there.  Joined sites must share the batch (a site read as one map for the batch makes the
-    Concat fail at run time: the caller then reduces that model from maps)."""
+    their own sets there.  Joined sites are read as ``[B, heads, T, T]`` with one shared shape (a rank-2 map,
+    or a rank-3 ``[H, T, T]`` one for a batch of B items, makes the run fail: the caller then reduces that
+    model from maps)."""
     m, exposed = gr.instrument(g, sites, "dense")
     on = sorted(i for i, s in enumerate(sites) if i in groups_sites and supported(g, s))
     keep = [exposed.outputs[i] for i in range(len(sites)) if i not in on]
@@ -218,10 +219,17 @@ def stats_model(
     batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
     opset = gr._opset(g.model)
     parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
+    if join:  # [B, heads, T, T] for every rank but 2 (and [H, T, T] for B items): those fail, see above
+        t = shared("Slice", [shared("Shape", [REAL]), shared.const([-1]), shared.const([np.iinfo(np.int64).max])])
+        bhtt = shared("Concat", [batch, shared.const([-1]), t, t], axis=0)
     for members in [on] if join else [[i] for i in on]:
         nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
-        ps = [_as_bhtt(nd, exposed.outputs[i], batch) for i in members]
-        values, keys = _site_nodes(nd, ps[0] if len(ps) == 1 else nd("Concat", ps, axis=1))
+        if join:
+            ps = [nd("Reshape", [nd("Cast", [exposed.outputs[i]], to=f32), bhtt]) for i in members]
+            p = ps[0] if len(ps) == 1 else nd("Concat", ps, axis=1)
+        else:
+            p = _as_bhtt(nd, exposed.outputs[members[0]], batch)
+        values, keys = _site_nodes(nd, p)
         sums, picks = _item_nodes(nd, values, keys, batch, opset)
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
