@@ -62,12 +62,15 @@ def _ready() -> int:
     return os.getpid()
 
 
-def _work(setup: WorkerSetup, spec: BatchSpec) -> Partial:
+def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = setup.reducer()
-    return _REDUCER(spec)
+    return _REDUCER.many(specs)
+
+
+GPU_CHUNK = 8  # batches per task on a GPU: a worker runs one while it folds the one before (BatchReducer.many)
 
 
 @dataclass
@@ -149,17 +152,19 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
             warm.close()
         warm = WarmPool.start(setup, setup.workers)
     pool = warm.pool
-    todo = iter(specs)
+    # on a CPU a batch's numpy competes with onnxruntime for the same cores: one batch a task
+    chunk = GPU_CHUNK if setup.gpu else 1
+    todo = (specs[i : i + chunk] for i in range(0, len(specs), chunk))
     window: deque = deque()
     try:
-        for spec in itertools.islice(todo, 2 * setup.workers):
-            window.append(pool.submit(_work, setup, spec))
+        for task in itertools.islice(todo, 2 * setup.workers):
+            window.append(pool.submit(_work, setup, task))
         while window:
-            part = window.popleft().result()
+            parts = window.popleft().result()
             nxt = next(todo, None)
             if nxt is not None:
                 window.append(pool.submit(_work, setup, nxt))
-            yield part
+            yield from parts
     except BrokenProcessPool:
         raise ModelCrashed(
             "the model crashed onnxruntime: a corpus worker process died while running a batch; the model cannot be run"

@@ -109,11 +109,18 @@ class InGraphReducer:
         self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
     ) -> list[tuple[HeadGroup, ItemStats]]:
         """Per head group its :class:`ItemStats` for this batch (from the graph, or from its map)."""
+        lengths = np.asarray(lengths, np.int64)
+        return self.finish(self.run(feeds, lengths, special, causal), lengths, special, causal)
+
+    def finish(
+        self, ran: tuple, lengths: np.ndarray, special: np.ndarray | None, causal: bool
+    ) -> list[tuple[HeadGroup, ItemStats]]:
+        """:meth:`items` from what :meth:`run` returned (numpy only: it may overlap the next batch's run)."""
         from attnviz.corpus.reduce import _cols
         from attnviz.runtime import statgraph as sg
 
+        got, extra, positions, t = ran
         lengths = np.asarray(lengths, np.int64)
-        got, extra, positions, t = self.run(feeds, lengths, special, causal)
         batch = len(lengths)
         heads = {g.site: g.heads for g in self.groups}
         split = np.cumsum([0] + [heads[i] for i in self.outputs])

@@ -229,6 +229,45 @@ class BatchReducer:
         axes = {stack: Axis(lengths, special, self.kind == "decoder")}
         return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
 
+    def many(self, specs: list[BatchSpec]) -> list[Partial]:
+        """The partials of several batches.  With the statistics session, batch n + 1 runs in onnxruntime (which
+        releases the GIL) on a second thread while this one folds batch n: on a GPU the numpy after each run
+        then no longer leaves the device idle.  Anything else goes batch by batch."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
+
+        if self.in_graph is None:
+            self.prepare()
+        red = self.in_graph
+        if (
+            len(specs) < 2
+            or not isinstance(red, InGraphReducer)
+            or any(isinstance(s, PairSpec) or s.images for s in specs)
+        ):
+            return [self(s) for s in specs]
+        causal = self.kind == "decoder"
+
+        def launch(spec: BatchSpec):
+            feeds, lengths, special = self.feeds(spec)
+            lengths = np.asarray(lengths, np.int64)
+            return lengths, special, red.run(feeds, lengths, special, causal)
+
+        out: list[Partial] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="attnviz-run") as ex:
+            pending = ex.submit(launch, specs[0])
+            for i, spec in enumerate(specs):
+                try:
+                    lengths, special, ran = pending.result()
+                except NotInGraph:  # as __call__: this model stays on the maps path from here on
+                    self.in_graph = False
+                    return out + [self(s) for s in specs[i:]]
+                if i + 1 < len(specs):
+                    pending = ex.submit(launch, specs[i + 1])
+                parts = red.finish(ran, lengths, special, causal)
+                out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
+        return out
+
     def _pair(self, spec: PairSpec) -> Partial:
         """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""
         gen: list[list[int]] = []
