@@ -193,8 +193,9 @@ def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:
     if gpu and provider in ("cuda", "auto"):
         if engine == "ray":
             return 1  # its actors ask for a whole GPU each
-        # a batch's maps are reduced in numpy on one CPU core, which is what limits a GPU run: with one worker
-        # the reduction ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md); a few processes
-        # sharing the GPU reduce side by side
+        # processes sharing the GPU, each with its own session: when the maps were reduced in numpy, one worker
+        # ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md) and several reduced side by
+        # side.  Now only [B, H, S] leaves the session and each worker overlaps its fold with its next run
+        # (BatchReducer.many), so they matter less (measured: bench/RESULTS.md, gpustat)
         return max(1, min(GPU_LOCAL_WORKERS, cores // 2))
     return cores
