@@ -483,11 +483,11 @@ def _rgb(image) -> np.ndarray:
 
 
 def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
-    """The view model's overlay: grey image under the heat colours, opacity growing with the weight."""
+    """The view model's overlay: its image base (grey, colour or none) under the heat colours at its opacity."""
     rgba = cmap(ov.heat)
     rgba[..., 3] = ov.alpha
     ih, iw = image.shape[:2]
-    ax.imshow(vm.grey_base(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="auto")
+    ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto")
     ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
     ax.set_axis_off()
     return ScalarMappable(norm=Normalize(0.0, ov.vmax, clip=True), cmap=cmap)
