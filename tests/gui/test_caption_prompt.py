@@ -1,0 +1,81 @@
+"""A caption typed in the window drives a captioning model's decoder exactly as ``--text`` does on the command line:
+teacher-forced with generate 0, continued with generate > 0, generated from the image alone when empty.
+The shipped captioning demo runs through the real engine; the reference is ``attnviz extract``'s .npz."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gui_helpers import open_and_wait, run_and_wait
+
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "captioning.onnx"
+IMAGE = ROOT / "resources" / "samples" / "captioning.png"
+
+
+@pytest.fixture
+def captioning(qtbot, real_window):
+    if not MODEL.exists():
+        pytest.skip("the captioning demo is not in this checkout")
+    open_and_wait(qtbot, real_window, MODEL, image=str(IMAGE))
+    return real_window
+
+
+def cli(tmp_path, *args) -> object:
+    from attnviz.cli import main
+    from attnviz.core.io import load_npz
+
+    out = tmp_path / f"cli{len(list(tmp_path.iterdir()))}.npz"
+    assert main(["extract", str(MODEL), "--image", str(IMAGE), *args, "--out", str(out)]) == 0
+    return load_npz(out)
+
+
+def same_maps(a, b) -> None:
+    assert len(a.maps) == len(b.maps)
+    for x, y in zip(a.maps, b.maps):
+        np.testing.assert_allclose(x.array(), y.array(), atol=1e-6)
+
+
+def test_caption_field_is_open_for_a_captioning_model(qtbot, captioning):
+    w = captioning
+    t = w.inputs.text
+    assert t.isEnabled() and "teacher-force" in t.placeholderText() and t.text() == ""
+    assert w.inputs.form.labelForField(t).text() == "caption"
+    assert not w.inputs.text_pair.isEnabled()  # a captioning model has no second sentence
+
+
+def test_typed_caption_is_teacher_forced_and_the_regions_follow_it(qtbot, captioning, tmp_path):
+    w = captioning
+    run_and_wait(qtbot, w, text="a red square below a green circle", generate=0)
+    r = w.session.result
+    words = ["a", "red", "square", "below", "a", "green", "circle"]
+    assert not r.generated and r.prompt_len == 1 + len(words)
+    assert r.key_tokens.labels == ["<bos>", *words]
+    w.select_view("image")
+    assert [q for q, _ in w.image_regions.queries] == ["<bos>", *words]  # one region map per caption word
+    same_maps(r, cli(tmp_path, "--text", "a red square below a green circle"))
+
+
+def test_caption_start_is_continued_and_empty_generates(qtbot, captioning, tmp_path):
+    w = captioning
+    run_and_wait(qtbot, w, text="a red", generate=6)
+    r = w.session.result
+    ref = cli(tmp_path, "--text", "a red", "--generate", "6")
+    assert r.prompt_len == 3 and r.key_tokens.labels[:3] == ["<bos>", "a", "red"]
+    assert r.generated == ref.generated and r.generated  # the model continued the typed start
+    same_maps(r, ref)
+    run_and_wait(qtbot, w, text="", generate=6)
+    assert w.session.result.generated == cli(tmp_path, "--generate", "6").generated  # as before: from the image
+    assert w.session.result.prompt_len == 1
+
+
+def test_unknown_caption_word_is_one_message(qtbot, captioning):
+    w = captioning
+    with qtbot.waitSignal(w.error_shown, timeout=30000):
+        w.inputs.set_values(text="a zebra", generate=0)
+        w.inputs.run_button.click()
+    assert "unknown token 'zebra'" in w.last_error and "\n" not in w.last_error
