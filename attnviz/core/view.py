@@ -629,13 +629,38 @@ def image_source(
     return None
 
 
+def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
+    """``(query row, word)`` for the caption words that were given (typed), not generated.
+
+    The same rule as for generated words: a word is shown at the row that chose it, and a given word at
+    decoder position ``p`` was chosen (forced) at row ``p - 1``.  Empty without a known prompt of more than
+    the start token.
+    """
+    n = min(int(result.prompt_len or 0), blk_len(blk, 0) + 1, len(blk.query_axis))
+    if blk.stack != "decoder" or n <= 1:
+        return []
+    return [(p - 1, str(blk.query_axis.labels[p])) for p in range(1, n)]
+
+
 def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[tuple[str, int]]:
-    """``(label, query row)`` choices: the generated words (cross), else CLS and the mean of patch queries (-1)."""
+    """``(label, query row)`` choices: the given and generated caption words (cross), else CLS and the mean of
+    patch queries (-1)."""
     if blk.kind == "cross":
-        return [(clean_label(w), r) for r, w in generation_rows(result, blk)]
+        given = caption_rows(result, blk)
+        if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
+            return [(clean_label(w), r) for r, w in given]
+        return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
     out = [(first, 0)] if grid.offset > 0 else []
     return out + [("all patches (mean)", -1)]
+
+
+def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:
+    """Index into ``queries`` of generated word ``step`` (given caption words come first); 0 for no step."""
+    if step < 0 or not n_steps(result):
+        return 0
+    row = producing_row(result, blk_len(blk, 0), min(step, n_steps(result) - 1))
+    return next((i for i, (_, r) in enumerate(queries) if r == row), len(queries) - 1)
 
 
 def upsample(patch: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -676,10 +701,7 @@ def overlay_view(
     rows = [r for _, r in queries]
     query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None
     if query is None:
-        if kind == "cross" and sel.step >= 0:
-            query = rows[min(sel.step, len(rows) - 1)]
-        else:
-            query = rows[0]
+        query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
     if query < 0:
         vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
     else:

@@ -56,8 +56,21 @@ def test_typed_caption_is_teacher_forced_and_the_regions_follow_it(qtbot, captio
     assert not r.generated and r.prompt_len == 1 + len(words)
     assert r.key_tokens.labels == ["<bos>", *words]
     w.select_view("image")
-    assert [q for q, _ in w.image_regions.queries] == ["<bos>", *words]  # one region map per caption word
+    v = w.image_regions
+    # one region map per caption word, at the row that chose it (the rule generated words follow): word p <- row p-1
+    assert v.queries == [(word, p) for p, word in enumerate(words)]
+    cross = r.maps[[i for i, s in enumerate(r.sites) if s.kind == "cross"][0]].array()  # [1, H, Tq, 64]
+    for qi in (1, 6):  # "red" and "circle"
+        v.set_query(qi)
+        np.testing.assert_allclose(v.patch_map, cross[0, 0, qi].reshape(8, 8), atol=1e-7)
+        assert v.info.text().startswith(f"query “{words[qi]}”")
     same_maps(r, cli(tmp_path, "--text", "a red square below a green circle"))
+    # the exported strip: the input image, then one panel per typed word, captioned by it
+    from attnviz.figures import FigureSpec, render_figure
+
+    fig = render_figure(r, FigureSpec(view="strip", dpi=30))
+    assert len(fig.axes) == len(words) + 1
+    assert [t.get_text() for t in fig.texts][1 : len(words) + 1] == words
 
 
 def test_caption_start_is_continued_and_empty_generates(qtbot, captioning, tmp_path):
@@ -68,6 +81,11 @@ def test_caption_start_is_continued_and_empty_generates(qtbot, captioning, tmp_p
     assert r.prompt_len == 3 and r.key_tokens.labels[:3] == ["<bos>", "a", "red"]
     assert r.generated == ref.generated and r.generated  # the model continued the typed start
     same_maps(r, ref)
+    w.select_view("image")
+    labels = [q for q, _ in w.image_regions.queries]
+    assert labels[:2] == ["a", "red"] and len(labels) == 2 + len(r.generated)  # typed, then generated words
+    w.session.select(step=0)  # the first generated word, after the typed ones
+    assert w.image_regions.query == 2
     run_and_wait(qtbot, w, text="", generate=6)
     assert w.session.result.generated == cli(tmp_path, "--generate", "6").generated  # as before: from the image
     assert w.session.result.prompt_len == 1

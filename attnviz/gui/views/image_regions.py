@@ -148,7 +148,7 @@ class ImageRegionsView(View):
         if kind == "self" or not self.queries:
             self.query = 0
         elif s.sel.step >= 0:
-            self.query = min(s.sel.step, len(self.queries) - 1)
+            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
         else:  # all steps shown: start on the word whose attention is most focused
             peaks = [float(self.overlay_for(qi).patch.max()) for qi in range(len(self.queries))]
             self.query = int(np.argmax(peaks))
@@ -187,7 +187,7 @@ class ImageRegionsView(View):
             self._struct_key = key
             self._strip_key = None
         if kind == "cross" and s.sel.step >= 0:
-            self.query = min(s.sel.step, len(self.queries) - 1)
+            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
         self.query = min(self.query, len(self.queries) - 1)
         for i, b in enumerate(self.query_buttons):
             b.setChecked(i == self.query)
