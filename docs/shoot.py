@@ -89,7 +89,7 @@ def shots() -> list[Shot]:
             {"block": 2, "mode": "head", "layer": 2, "head": 0},
             True,
         ),
-        Shot("captioning-image", "captioning", "image", {"generate": 32}),
+        Shot("captioning-image", "captioning", "image", {"generate": 32}, {"image_base": "grey"}),
         Shot(  # a typed caption, teacher-forced (generate 0), over the image in its own colours
             "captioning-caption",
             "captioning",
@@ -98,7 +98,7 @@ def shots() -> list[Shot]:
             {"image_base": "colour"},
         ),
         Shot("captioning-alignment", "captioning", "alignment", {"generate": 32}),
-        Shot("vision-image", "vit-classification", "image", {}, {"mode": "rollout"}),
+        Shot("vision-image", "vit-classification", "image", {}, {"mode": "rollout", "image_base": "colour"}),
         Shot("vision-heatmap", "vit-classification", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
         Shot("forecasting-heatmap", "forecasting", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
     ]

@@ -43,7 +43,8 @@ def same_maps(a, b) -> None:
 def test_caption_field_is_open_for_a_captioning_model(qtbot, captioning):
     w = captioning
     t = w.inputs.text
-    assert t.isEnabled() and "teacher-force" in t.placeholderText() and t.text() == ""
+    assert t.isEnabled() and t.placeholderText().startswith("caption") and t.text() == ""
+    assert "generate 0" in t.toolTip() and "--text" in t.toolTip()
     assert w.inputs.form.labelForField(t).text() == "caption"
     assert not w.inputs.text_pair.isEnabled()  # a captioning model has no second sentence
 

@@ -132,6 +132,7 @@ class ImageRegionsView(View):
         for b in self.query_buttons:
             self.query_group.removeButton(b)
             self.query_bar.removeWidget(b)
+            b.hide()  # deleteLater waits for the event loop; until then an old button would still paint
             b.deleteLater()
         self.query_buttons = []
         for qi, (label, _) in enumerate(self.queries):
@@ -225,6 +226,7 @@ class ImageRegionsView(View):
         while self.strip_bar.count():
             it = self.strip_bar.takeAt(0)
             if it.widget() is not None:
+                it.widget().hide()  # (as above) an old thumbnail must not paint behind the new strip
                 it.widget().deleteLater()
         self.strip = []
         if kind != "cross":

@@ -20,13 +20,12 @@ from attnviz.core import preprocess
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
 TEXT_HINT = "input text (Enter runs)"
 # a captioning model's text is its decoder's: what `--text` means on the command line for the same model
-CAPTION_HINT = (
-    "caption: a start to continue (generate > 0) or a whole caption to teacher-force (generate 0); empty: generate"
-)
+CAPTION_HINT = "caption, or empty to generate one"
 CAPTION_TIP = (
     "The caption is fed to the decoder after its start token, exactly like --text on the command line. "
     "With generate > 0 the model continues it; with generate 0 every caption word's attention over the "
-    "image is shown as given. Leave it empty to generate a caption from the image alone."
+    "image is shown as given (each word at the decoder row that chose it). Leave it empty to generate a caption "
+    "from the image alone."
 )
 
 
