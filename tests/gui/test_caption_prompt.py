@@ -98,3 +98,28 @@ def test_unknown_caption_word_is_one_message(qtbot, captioning):
         w.inputs.set_values(text="a zebra", generate=0)
         w.inputs.run_button.click()
     assert "unknown token 'zebra'" in w.last_error and "\n" not in w.last_error
+
+
+def test_open_command_takes_the_caption_and_the_image_base(tmp_path):
+    """`attnviz open --text CAPTION --image-base colour` on the captioning demo: the window shows the typed caption's
+    words, and the blue triangle stays blue on screen (it does not with the default grey image)."""
+    import os
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT), ATTNVIZ_SETTINGS=str(tmp_path / "s.ini"))
+    blue = {}
+    for base in ("colour", "grey"):
+        shot = tmp_path / f"{base}.png"
+        args = ["open", str(MODEL), "--image", str(IMAGE), "--text", "a purple circle", "--generate", "0"]
+        args += ["--view", "image", "--image-base", base, "--screenshot", str(shot), "--size", "1000x700"]
+        p = subprocess.run(
+            [sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        a = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+        blue[base] = int(((a[..., 2] - a[..., 0] > 80) & (a[..., 2] > 150)).sum())
+    # the same window apart from the image base (the progress bar is blue in both): thousands more blue pixels
+    assert blue["colour"] - blue["grey"] > 2000, blue
