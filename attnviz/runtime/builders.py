@@ -170,9 +170,31 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
         feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
 
 
+def _check_encoder_cache(model, feeds: dict) -> None:
+    """An empty encoder half of a KV cache (``past_key_values.N.encoder.*``) would leave cross-attention no keys
+    at all: a with-past file (one cached step) cannot start on its own.  A merged decoder's first branch
+    (``use_cache_branch`` off) ignores its cache, so it can."""
+    from attnviz.runtime.graph import ENCODER_PAST_RE
+
+    if any(i.dtype == "bool" and i.rank <= 1 for i in model.inputs):
+        return
+    missing = [
+        i.name
+        for i in model.inputs
+        if model.roles[i.name] == "past" and i.name not in feeds and ENCODER_PAST_RE.search(i.name)
+    ]
+    if missing:
+        raise AttnvizError(
+            f"{model.path.name} runs one cached step after an earlier run: {missing[0]} is the encoder half of its "
+            "KV cache, which it does not make itself; open the export folder (it runs the encoder and the first "
+            "step first), or give the cache with --inputs FEEDS.npz"
+        )
+
+
 def prepare(model, req: AnalyzeRequest) -> Prepared:
     feeds = ip.load_feeds(req.feeds) if isinstance(req.feeds, (str, Path)) else dict(req.feeds or {})
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
+    _check_encoder_cache(model, feeds)
     prep = Prepared(feeds=feeds)
     kind = model.kind
     _image(model, req, feeds, prep)
