@@ -97,10 +97,11 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
     t0 = time.perf_counter()
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    if req.feeds is None:
-        from attnviz.runtime.folder import paired_with_encoder  # folder.py imports the model: import on use
-
-        paired = paired_with_encoder(model)  # a decoder file alone: its encoder_hidden_states from the encoder beside it
+    # a decoder file opened alone, given a text or an image: its encoder_hidden_states come from the encoder beside
+    # it (folder.open_model offers the pairing; importing folder.py here would make an import cycle)
+    pair = getattr(model, "pair_with_encoder", None)
+    if req.feeds is None and pair is not None:
+        paired = pair()
         if paired is not None:
             result = analyze(paired, req, progress, cancelled)
             result.info["notes"] = list(result.info.get("notes", [])) + [

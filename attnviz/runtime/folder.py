@@ -499,6 +499,8 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
     p = Path(path)
     if not p.is_dir():
         m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
+        if any(r == "encoder_states" for r in m.roles.values()):  # analyze() pairs it with its encoder on use
+            m.__dict__["pair_with_encoder"] = functools.partial(paired_with_encoder, m)  # per instance
         return _with_config(m, p.parent) if (p.parent / "config.json").is_file() else m
     layout = FolderLayout.find(p)
     if layout is not None:

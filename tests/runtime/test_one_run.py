@@ -13,11 +13,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
+from onnx_builders import VOCAB, tiny_text_model
 
 import attnviz.runtime.model as am
 from attnviz.cli import main
 from attnviz.runtime import open_model
-from onnx_builders import VOCAB, tiny_text_model
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
