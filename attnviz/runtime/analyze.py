@@ -124,6 +124,8 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
         try:
             result = model.run(feeds, mode=req.mode)
         except AttnvizError as e:
+            if prep.hint:  # the likely cause first: onnxruntime's own words are long and name a node
+                raise AttnvizError(f"{prep.hint} ({e})") from None
             if prep.notes:  # e.g. positions beyond the model's table: say why
                 raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
             raise

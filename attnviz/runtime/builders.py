@@ -40,6 +40,7 @@ class Prepared:
     shown: np.ndarray | None = None  # the image as the model saw it
     tgt_tok: ip.TextEncoder | None = None
     notes: list[str] = field(default_factory=list)
+    hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
 
 
@@ -151,10 +152,14 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
             f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
             "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those"
         )
-    if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
+    if spec.source == "defaults" and req.image_size is None:  # said first with any run failure: the likely cause
         prep.notes.append(
             f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
             "give --image-size H W"
+        )
+        prep.hint = (
+            f"{model.path.name} does not declare its image size and the {spec.height}x{spec.width} guess failed: "
+            "give --image-size H W, the size it was trained on"
         )
     if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
         from PIL import Image
