@@ -286,6 +286,12 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             prep.prompts = [list(prompt)]
         if kind == "decoder" and not prep.prompts[0]:
             raise AttnvizError("a decoder needs a prompt: give a text", param="text")
+    elif req.generate and by_role(model, "encoder_states") is not None:  # a decoder file, with raw feeds
+        raise AttnvizError(
+            f"{model.path.name} is the decoder of an export: to generate, give the encoder's input (--text or "
+            "--image; the encoder_model.onnx beside it runs) or open the export folder",
+            param="generate",
+        )
     elif req.generate:
         raise AttnvizError(
             f"{model.path.name} is an {kind} model with no decoder input; generation needs a decoder or encoder-decoder model",

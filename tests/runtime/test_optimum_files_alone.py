@@ -128,4 +128,69 @@ def test_what_a_decoder_file_alone_cannot_do_is_one_line(marian, tmp_path, capsy
     assert main(["extract", str(past), "--text", TEXT, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "open the export folder" in err[0] and "past_key_values.0.encoder.key" in err[0]
+    # raw feeds hold the decoder's side only: generation needs the encoder's input
+    npz = tmp_path / "feeds.npz"
+    np.savez(
+        npz,
+        input_ids=np.array([[0]]),
+        encoder_hidden_states=np.zeros((1, 3, 32), np.float32),
+        encoder_attention_mask=np.ones((1, 3), np.int64),
+    )
+    dec = root / "onnx" / "decoder_model.onnx"
+    assert main(["extract", str(dec), "--inputs", str(npz), "--generate", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the decoder of an export: to generate, give the encoder's input" in err[0]
     assert not out.exists()
+    assert main(["extract", str(dec), "--inputs", str(npz), "--out", str(out)]) == 0  # one decoder run: fine
+
+
+def _merged_decoder_only(src, dst):
+    """optimum's older decoder-only layout: the whole model.onnx as both branches of an If on ``use_cache_branch``
+    (shape [1]), every output (logits, present.*) out of the If."""
+    import onnx
+    from onnx import TensorProto, helper
+    from test_subgraphs import _rename
+
+    m = onnx.load(str(src))
+    g = m.graph
+    outs = [o.name for o in g.output]
+    branches = [
+        helper.make_graph(
+            list(_rename(g, p, keep=set()).node),
+            f"branch{i}",
+            [],
+            [helper.make_tensor_value_info(p + o, TensorProto.FLOAT, None) for o in outs],
+        )
+        for i, p in enumerate(("then/", "else/"))
+    ]
+    node = helper.make_node("If", ["use_cache_branch"], outs, then_branch=branches[0], else_branch=branches[1])
+    inputs = list(g.input) + [helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])]
+    graph = helper.make_graph([node], "merged", inputs, list(g.output), initializer=list(g.initializer))
+    out = helper.make_model(graph, opset_imports=m.opset_import)
+    out.ir_version = m.ir_version
+    onnx.save(out, str(dst))
+    return dst
+
+
+def test_decoder_only_merged_file_alone_generates_with_its_cache(optimum_export, tmp_path):
+    """A decoder-only decoder_model_merged.onnx opened alone: the first step runs with the cache branch off and
+    an empty cache, every later step feeds the cache; tokens = transformers' greedy, maps = a full re-run's."""
+    root = optimum_export("gpt2")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(root / "hf", attn_implementation="eager").eval()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(root / "onnx" / name, tmp_path / name)
+    m = open_model(_merged_decoder_only(root / "onnx" / "model.onnx", tmp_path / "decoder_model_merged.onnx"))
+    assert m.kind == "decoder" and len(m.sites) == 2  # both branches hold the same two layers
+    prompt = np.array([[5, 17, 42, 8]])
+    r = m.analyze(feeds={"input_ids": prompt, "attention_mask": np.ones_like(prompt)}, generate=10)
+    assert r.info["generation"] == "kv-cache"
+    want = _hf_greedy(hf, 10, input_ids=torch.tensor(prompt), attention_mask=torch.ones(1, 4, dtype=torch.long))
+    got = [int(t) for t in prompt[0]] + r.info["generated_ids"]
+    assert len(got) > 8 and got == want[: len(got)]
+    full = m.analyze(feeds={"input_ids": prompt, "attention_mask": np.ones_like(prompt)}, generate=10, use_cache=False)
+    assert full.info["generated_ids"] == r.info["generated_ids"]
+    for a, b in zip(r.maps, full.maps):
+        assert a.shape == b.shape == (1, 4, len(got) - 1, len(got) - 1)
+        np.testing.assert_allclose(a.array(), b.array(), atol=1e-5)
+    t = m.analyze(text="w5 w17 w42", generate=4)  # a text prompt through the folder's tokenizer, the same way
+    assert t.info["generation"] == "kv-cache" and t.tokens.labels[:3] == ["w5", "w17", "w42"]
