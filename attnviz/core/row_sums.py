@@ -8,7 +8,7 @@ path), ``runtime/statgraph.py`` inside onnxruntime.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +57,8 @@ def first_top_row(v: np.ndarray) -> np.ndarray:
 class ItemStats:
     """One head group's batch, per item ``b``, head ``h`` and statistic ``s`` (in ROW_STATS order):
     ``sums [B, H, S]`` float64 sum of the row values over the counted rows, ``counts [B, S]`` counted rows,
-    ``rows [B, H, S]`` the item's best row, ``keys [B, H, S]`` the key that row looked at."""
+    ``rows [B, H, S]`` the item's best row (at the statistic's interesting end), ``keys [B, H, S]`` the key
+    that row looked at."""
 
     sums: np.ndarray
     counts: np.ndarray
@@ -80,9 +81,12 @@ class ItemStats:
         valid: dict[str, np.ndarray],
         key_of: Callable[[str, np.ndarray], np.ndarray],
         tie: bool = False,
+        signs: Sequence[int] | None = None,
     ) -> ItemStats:
         """From per-row ``values[name] [B, H, T]`` and ``valid[name] [B, T]`` (``row_stats``); ``key_of(stat,
-        rows [B, H]) -> keys [B, H]``.  ``tie``: best rows by :func:`first_top_row`, else the exact argmax."""
+        rows [B, H]) -> keys [B, H]``.  ``tie``: best rows by :func:`first_top_row`, else the exact argmax.
+        ``signs`` (per statistic, ROW_STATS order): the best row is the highest of ``sign · value`` (-1: the
+        lowest value, e.g. entropy; :mod:`attnviz.core.score_direction`); None: all +1."""
         v0 = values[ROW_STATS[0]]
         b, h, _ = v0.shape
         S = len(ROW_STATS)
@@ -92,7 +96,8 @@ class ItemStats:
             ok = valid[name][:, None, :]
             sums[..., s] = np.where(ok, values[name], 0.0).sum(-1)
             counts[:, s] = valid[name].sum(1)
-            masked = np.where(ok, values[name], -np.inf)
+            sign = 1 if signs is None else signs[s]
+            masked = np.where(ok, values[name] if sign == 1 else -values[name], -np.inf)
             rows[..., s] = first_top_row(masked) if tie else masked.argmax(-1)
             keys[..., s] = key_of(name, rows[..., s])
         return cls(sums, counts, rows, keys)

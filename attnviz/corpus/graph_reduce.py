@@ -116,7 +116,7 @@ class InGraphReducer:
         self, ran: tuple, lengths: np.ndarray, special: np.ndarray | None, causal: bool
     ) -> list[tuple[HeadGroup, ItemStats]]:
         """:meth:`items` from what :meth:`run` returned (numpy only: it may overlap the next batch's run)."""
-        from attnviz.corpus.reduce import _cols
+        from attnviz.corpus.reduce import _cols, signs
         from attnviz.runtime import statgraph as sg
 
         got, extra, positions, t = ran
@@ -146,5 +146,5 @@ class InGraphReducer:
                 return _cols(name, p, rows, real, sp)
 
             # the tie rule of the graph's sites, so that a model's partial does not depend on which sites it took
-            out.append((g, ItemStats.from_rows(values, valid, key_of, tie=True)))
+            out.append((g, ItemStats.from_rows(values, valid, key_of, tie=True, signs=signs(g.kind))))
         return out

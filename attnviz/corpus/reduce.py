@@ -17,6 +17,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.row_sums import ItemStats
+from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
@@ -26,6 +27,12 @@ if TYPE_CHECKING:
     from attnviz.corpus.graph_reduce import InGraphReducer
 
 S = len(ROW_STATS)
+EXAMPLE_RANKING = "direction"  # run.json: top-k examples at each score's interesting end (core/score_direction.py)
+
+
+def signs(kind: str) -> list[int]:
+    """Per statistic (ROW_STATS order) +1 where high values are the interesting end on ``kind``, -1 where low."""
+    return [direction(name, kind).sign for name in ROW_STATS]
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,8 @@ class Partial:
     tokens: int
     sums: np.ndarray  # [NH, S] float64: per-row statistic summed over the batch's counted rows
     counts: np.ndarray  # [NH, S] int64: counted rows
-    top_value: np.ndarray  # [S, NH, kb] float64 per-item mean, highest first
+    # [S, NH, kb] float64 per-item mean times its direction's sign (signs(kind)): the ranking key, highest first
+    top_value: np.ndarray
     top_item: np.ndarray  # [S, NH, kb] int64 Item.index
     top_row: np.ndarray  # [S, NH, kb] query position that scored highest in that item
     top_col: np.ndarray  # [S, NH, kb] key position it looked at
@@ -123,7 +131,7 @@ def reduce_maps(
         def key_of(name, rows, p=p, real=real, sp=sp, diag=diag):
             return _cols(name, p, rows, real, sp, diag)
 
-        parts.append((g, ItemStats.from_rows(values, valid, key_of, tie)))
+        parts.append((g, ItemStats.from_rows(values, valid, key_of, tie, signs(g.kind))))
     tokens = sum(int(a.lengths.sum()) for a in axes.values())
     return fold_items(parts, items, k, batch_id, tokens)
 
@@ -132,8 +140,9 @@ def fold_items(
     parts: list[tuple[HeadGroup, ItemStats]], items: list[int], k: int, batch_id: int, tokens: int
 ) -> Partial:
     """A batch's :class:`Partial` from each head group's per-item statistics: per head the sums and counts over
-    the batch's items (added item by item, in batch order) and, per statistic, the ``k`` items with the highest
-    mean (ties to the earlier item id, so engines agree) with their best row and key.  Every path ends here:
+    the batch's items (added item by item, in batch order) and, per statistic, the ``k`` items whose mean is
+    furthest toward the statistic's interesting end (``signs``; ties to the earlier item id, so engines agree)
+    with their best row and key.  Every path ends here:
     maps reduced by numpy (``reduce_maps``) and statistics reduced in the graph (``graph_reduce``)."""
     parts = sorted(parts, key=lambda e: e[0].offset)
     if [g.offset for g, _ in parts] != list(np.cumsum([0] + [g.heads for g, _ in parts[:-1]])):
@@ -142,8 +151,9 @@ def fold_items(
     kb = min(k, b)
     isum = np.concatenate([st.sums for _, st in parts], 1)  # [B, NH, S]
     n = np.concatenate([np.broadcast_to(st.counts[:, None], st.sums.shape) for _, st in parts], 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_item = np.where(n > 0, isum / np.maximum(n, 1), -np.inf)
+    sign = np.concatenate([np.broadcast_to(signs(g.kind), (g.heads, S)) for g, _ in parts])  # [NH, S]
+    with np.errstate(invalid="ignore", divide="ignore"):  # an item with no counted row ranks last either way
+        per_item = np.where(n > 0, sign * isum / np.maximum(n, 1), -np.inf)
     item_ids = np.asarray(items, np.int64)
     # highest per-item mean first; ties go to the earlier item (deterministic across engines): a stable sort of
     # the items taken in id order, each (head, statistic) a contiguous row (measured 1.6x faster than lexsort)

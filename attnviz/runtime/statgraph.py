@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from attnviz.core.row_sums import ROW_TIE, ItemStats, key_table, valid_rows
+from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS
 from attnviz.runtime import graph as gr
 
@@ -154,10 +155,13 @@ def _site_nodes(nd: _Nodes, p: str) -> tuple[str, str]:
 
 def _item_nodes(nd: _Nodes, values: str, keys: str, batch: str, opset: int) -> tuple[str, str]:
     """Per item: the sum of each statistic over its counted rows (float64 ``[B, H, S]``: the sum numpy took of
-    the float32 row values) and, per statistic, the first row within ``ROW_TIE`` of the item's best one and the
+    the float32 row values) and, per statistic, the first row within ``ROW_TIE`` of the item's best one (at
+    the statistic's interesting end: the lowest entropy, the highest of the others) and the
     key that row looked at (int64 ``[B, H, 2S]``: rows, then keys; key slots of special statistics)."""
     vd = nd("Mul", [nd("Cast", [values], to=TensorProto.DOUBLE), VALID])
-    masked = nd("Add", [values, OFF])  # rows that do not count are -inf
+    # the best row is at each statistic's interesting end (self-attention: low entropy, high everything else)
+    sign = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
+    masked = nd("Add", [nd("Mul", [values, nd.const(sign, np.float32)]) if (sign < 0).any() else values, OFF])
     if opset >= 13:
         sums = nd("ReduceSum", [vd, nd.const([2])], keepdims=0)
     else:

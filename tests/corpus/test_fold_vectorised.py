@@ -24,7 +24,7 @@ from attnviz.core.row_sums import ItemStats
 from attnviz.core.row_sums import first_top_row as _first_top_row
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.corpus.graph_reduce import InGraphReducer
-from attnviz.corpus.reduce import HeadGroup, Partial, _cols, fold_items, layout
+from attnviz.corpus.reduce import HeadGroup, Partial, _cols, fold_items, layout, signs
 from attnviz.runtime import open_model
 from attnviz.runtime import statgraph as sg
 
@@ -67,8 +67,27 @@ def reference_fold(per_group, items, k, batch_id, tokens) -> Partial:
 
 def fold_rows(per_group, items, k, batch_id, tokens) -> Partial:
     """The new fold on the same per-row input as the loop: per-item statistics first (the loop's tie rule)."""
-    parts = [(g, ItemStats.from_rows(values, valid, key_of, tie=True)) for g, values, valid, key_of in per_group]
+    parts = [
+        (g, ItemStats.from_rows(values, valid, key_of, tie=True, signs=signs(g.kind)))
+        for g, values, valid, key_of in per_group
+    ]
     return fold_items(parts, items, k, batch_id, tokens)
+
+
+def directed(per_group):
+    """The loop's input with each statistic's values times its direction's sign (core/score_direction.py): the
+    loop, which ranks the highest, then ranks each score's interesting end, as the new fold does.  Negating is
+    exact, so its partial is the new fold's bit for bit but for the per-head sums, which it also negates."""
+    return [
+        (g, {n: sg_ * values[n] for n, sg_ in zip(ROW_STATS, signs(g.kind))}, valid, key_of)
+        for g, values, valid, key_of in per_group
+    ]
+
+
+def unsign_sums(p: Partial, per_group) -> Partial:
+    sign = np.concatenate([np.broadcast_to(signs(g.kind), (g.heads, len(ROW_STATS))) for g, *_ in per_group])
+    p.sums = p.sums * sign
+    return p
 
 
 def assert_identical(a: Partial, b: Partial, what="") -> None:
@@ -144,12 +163,13 @@ def test_random_groups_fold_as_the_loop():
     rng = np.random.default_rng(13)
     for case in range(300):
         per_group, items, k, tokens = random_case(rng)
-        want = reference_fold(per_group, items, k, case, tokens)
+        want = unsign_sums(reference_fold(directed(per_group), items, k, case, tokens), per_group)
         assert_identical(fold_rows(per_group, items, k, case, tokens), want, f"case {case}")
 
 
 def test_ties_go_to_the_first_row_and_the_earlier_item():
-    """A hand-made tie: the loop (and so the fold) picks row 0 of two equal rows and item 3 before item 9."""
+    """A hand-made tie: the loop (and so the fold) picks row 0 of two equal rows and item 3 before item 9.
+    The items' means tie for entropy too, so item 3 still comes first there."""
     g = HeadGroup(0, "encoder", "self", 0, 2, 0)
     v = np.zeros((2, 2, 3))
     v[:, :, :2] = 0.5
@@ -157,9 +177,12 @@ def test_ties_go_to_the_first_row_and_the_earlier_item():
     valid = {n: np.ones((2, 3), bool) for n in ROW_STATS}
     key_of = _table_key_of(dict.fromkeys(ROW_STATS, np.broadcast_to(np.arange(3), (2, 2, 3))))
     got = fold_rows([(g, values, valid, key_of)], [9, 3], 2, 0, 6)
-    assert_identical(got, reference_fold([(g, values, valid, key_of)], [9, 3], 2, 0, 6))
-    assert np.all(got.top_item == [3, 9]) and np.all(got.top_row == 0)
-    assert np.allclose(got.top_value, 1 / 3) and np.all(got.counts == 6)
+    groups = [(g, values, valid, key_of)]
+    assert_identical(got, unsign_sums(reference_fold(directed(groups), [9, 3], 2, 0, 6), groups))
+    e = ROW_STATS.index("entropy")  # its interesting end is the lowest: row 2 (0), not the tied 0.5s
+    assert np.all(got.top_item == [3, 9]) and np.all(np.delete(got.top_row, e, 0) == 0) and np.all(got.top_row[e] == 2)
+    assert np.allclose(np.abs(got.top_value), 1 / 3) and np.all(got.counts == 6)
+    assert np.all(got.top_value[ROW_STATS.index("entropy")] < 0)  # entropy ranks its lowest: stored negated
 
 
 def _real_reducers(tmp_path):
@@ -229,7 +252,8 @@ def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left
     for r, feeds, lengths, special, causal, ids, batch_id in cases:
         tokens = int(np.asarray(lengths).sum())
         for k in (1, 5):
-            want = reference_fold(_session_rows(r, feeds, lengths, special, causal), ids, k, batch_id, tokens)
+            rows = _session_rows(r, feeds, lengths, special, causal)
+            want = unsign_sums(reference_fold(directed(rows), ids, k, batch_id, tokens), rows)
             got = r(feeds, lengths, special, causal, ids, k, batch_id)
             what = f"batch {batch_id} k {k}"
             assert np.array_equal(got.counts, want.counts), what

@@ -20,7 +20,7 @@ from planted import corpus_lines, planted_model
 from attnviz.core.row_sums import ROW_TIE, ItemStats
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.corpus.graph_reduce import InGraphReducer
-from attnviz.corpus.reduce import BatchReducer, _cols, layout
+from attnviz.corpus.reduce import BatchReducer, _cols, layout, signs
 from attnviz.runtime import open_model
 from attnviz.runtime import statgraph as sg
 
@@ -81,7 +81,8 @@ def _compare(model, feeds, lengths, special, causal, in_graph_sites=None, join=F
                 at_r = sg.item_stats(st.sums, np.concatenate([rows, keys[:, :, r]], -1), extra, positions)
                 for s, name in enumerate(ROW_STATS):
                     assert np.array_equal(at_r.keys[..., s], key_of(name, rows[..., s])), (g.site, name, r)
-        ref = ItemStats.from_rows(want, want_ok, key_of, tie=True)
+        sign = signs(g.kind)  # best rows at each statistic's interesting end (lowest entropy)
+        ref = ItemStats.from_rows(want, want_ok, key_of, tie=True, signs=sign)
         assert np.array_equal(st.counts, ref.counts)
         item_slack = np.stack([(slack[n] * want_ok[n][:, None, :]).sum(-1) for n in ROW_STATS], -1)
         assert np.all(np.abs(st.sums - ref.sums) <= ATOL + item_slack + RTOL * np.abs(ref.sums))
@@ -89,7 +90,7 @@ def _compare(model, feeds, lengths, special, causal, in_graph_sites=None, join=F
             worst_item, _rel(st.sums / np.maximum(st.counts[:, None], 1), ref.sums / np.maximum(ref.counts[:, None], 1))
         )
         for s, name in enumerate(ROW_STATS):
-            v = np.where(want_ok[name][:, None, :], want[name], -np.inf)
+            v = np.where(want_ok[name][:, None, :], sign[s] * want[name], -np.inf)
             best = v.max(-1)
             chosen = np.take_along_axis(v, st.rows[..., s, None], -1)[..., 0]
             scale = np.maximum(1.0, np.abs(best))
