@@ -416,6 +416,9 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--engines", nargs="+", default=["local"], choices=("local", "ray"), help="corpus engines to time")
     ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument(
+        "--gpu-workers", type=int, nargs="*", metavar="N", help="with cuda: local rows with N workers sharing the GPU"
+    )
     ap.add_argument("--minilm", metavar="DIR", help="all-MiniLM-L6-v2 folder to export (default: the test package's)")
     ap.add_argument("--pack-minilm", metavar="DIR", help="write a float16 MiniLM folder that travels, then stop")
     ap.add_argument(
@@ -460,11 +463,12 @@ def main():
         runs = [("plain", 1, cores)] + ([("plain", cores, 1)] if split else [])
         from attnviz.corpus.engines import default_workers
 
-        gpu_workers = default_workers("cuda", True)  # a GPU: the default, processes sharing it
+        # a GPU: processes sharing it (the default count, or each of --gpu-workers)
+        gpu_workers = a.gpu_workers or [default_workers("cuda", True)]
         for engine in a.engines:
             runs += [(engine, 1, cores)] + ([(engine, cores, 1)] if split else [])
-            if a.provider == "cuda" and engine == "local" and gpu_workers > 1:
-                runs += [(engine, gpu_workers, max(1, cores // gpu_workers))]
+            if a.provider == "cuda" and engine == "local":
+                runs += [(engine, w, max(1, cores // w)) for w in gpu_workers if w > 1]
         best: dict[tuple, dict] = {}
         for rnd in range(a.rounds):  # interleaved: load from other jobs on the machine hits every row alike
             for engine, w, t in runs:

@@ -53,6 +53,7 @@ def _warm(setup: WorkerSetup) -> None:
     _enter_worker()
     try:  # the heads are the model's own (layout of its sites): the driver has not read them yet
         _REDUCER = BatchReducer(setup.model, setup.provider, setup.tokenizer, setup.threads, setup.k)
+        _REDUCER.prepare()  # the statistics session, while the driver still plans
     except Exception:
         _REDUCER = None
 
@@ -61,12 +62,15 @@ def _ready() -> int:
     return os.getpid()
 
 
-def _work(setup: WorkerSetup, spec: BatchSpec) -> Partial:
+def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = setup.reducer()
-    return _REDUCER(spec)
+    return _REDUCER.many(specs)
+
+
+GPU_CHUNK = 8  # batches per task on a GPU: a worker runs one while it folds the one before (BatchReducer.many)
 
 
 @dataclass
@@ -148,17 +152,19 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
             warm.close()
         warm = WarmPool.start(setup, setup.workers)
     pool = warm.pool
-    todo = iter(specs)
+    # on a CPU a batch's numpy competes with onnxruntime for the same cores: one batch a task
+    chunk = GPU_CHUNK if setup.gpu else 1
+    todo = (specs[i : i + chunk] for i in range(0, len(specs), chunk))
     window: deque = deque()
     try:
-        for spec in itertools.islice(todo, 2 * setup.workers):
-            window.append(pool.submit(_work, setup, spec))
+        for task in itertools.islice(todo, 2 * setup.workers):
+            window.append(pool.submit(_work, setup, task))
         while window:
-            part = window.popleft().result()
+            parts = window.popleft().result()
             nxt = next(todo, None)
             if nxt is not None:
                 window.append(pool.submit(_work, setup, nxt))
-            yield part
+            yield from parts
     except BrokenProcessPool:
         raise ModelCrashed(
             "the model crashed onnxruntime: a corpus worker process died while running a batch; the model cannot be run"
@@ -187,8 +193,9 @@ def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:
     if gpu and provider in ("cuda", "auto"):
         if engine == "ray":
             return 1  # its actors ask for a whole GPU each
-        # a batch's maps are reduced in numpy on one CPU core, which is what limits a GPU run: with one worker
-        # the reduction ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md); a few processes
-        # sharing the GPU reduce side by side
+        # processes sharing the GPU, each with its own session: when the maps were reduced in numpy, one worker
+        # ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md) and several reduced side by
+        # side.  Now only [B, H, S] leaves the session and each worker overlaps its fold with its next run
+        # (BatchReducer.many), so they matter less (measured: bench/RESULTS.md, gpustat)
         return max(1, min(GPU_LOCAL_WORKERS, cores // 2))
     return cores

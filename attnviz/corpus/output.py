@@ -46,8 +46,11 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
 
 
 def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item]) -> list[dict]:
+    from attnviz.corpus.reduce import signs
+
     rows = []
     for g in groups:
+        sign = signs(g.kind)  # the accumulator ranks sign · value (reduce.Partial.top_value)
         for h in range(g.heads):
             i = g.offset + h
             for s, name in enumerate(ROW_STATS):
@@ -66,7 +69,7 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                             "score": name,
                             "rank": rank,
                             "item": it,
-                            "value": float(acc.top_value[s, i, rank]),
+                            "value": float(sign[s] * acc.top_value[s, i, rank]),
                             "row": int(acc.top_row[s, i, rank]),
                             "col": int(acc.top_col[s, i, rank]),
                             "text": src.text,

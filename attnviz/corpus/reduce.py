@@ -16,6 +16,8 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
+from attnviz.core.row_sums import ItemStats
+from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
@@ -25,6 +27,12 @@ if TYPE_CHECKING:
     from attnviz.corpus.graph_reduce import InGraphReducer
 
 S = len(ROW_STATS)
+EXAMPLE_RANKING = "direction"  # run.json: top-k examples at each score's interesting end (core/score_direction.py)
+
+
+def signs(kind: str) -> list[int]:
+    """Per statistic (ROW_STATS order) +1 where high values are the interesting end on ``kind``, -1 where low."""
+    return [direction(name, kind).sign for name in ROW_STATS]
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,8 @@ class Partial:
     tokens: int
     sums: np.ndarray  # [NH, S] float64: per-row statistic summed over the batch's counted rows
     counts: np.ndarray  # [NH, S] int64: counted rows
-    top_value: np.ndarray  # [S, NH, kb] float64 per-item mean, highest first
+    # [S, NH, kb] float64 per-item mean times its direction's sign (signs(kind)): the ranking key, highest first
+    top_value: np.ndarray
     top_item: np.ndarray  # [S, NH, kb] int64 Item.index
     top_row: np.ndarray  # [S, NH, kb] query position that scored highest in that item
     top_col: np.ndarray  # [S, NH, kb] key position it looked at
@@ -100,18 +109,11 @@ def reduce_maps(
     items: list[int],
     k: int,
     batch_id: int,
+    tie: bool = False,
 ) -> Partial:
-    """``axes[stack]`` is the query side of that stack's sites; a cross site's keys are the encoder's."""
-    nh = sum(g.heads for g in groups)
-    b = len(items)
-    kb = min(k, b)
-    sums = np.zeros((nh, S))
-    counts = np.zeros((nh, S), np.int64)
-    tv = np.zeros((S, nh, kb))
-    ti = np.zeros((S, nh, kb), np.int64)
-    tr = np.zeros((S, nh, kb), np.int64)
-    tc = np.zeros((S, nh, kb), np.int64)
-    item_ids = np.asarray(items, np.int64)
+    """``axes[stack]`` is the query side of that stack's sites; a cross site's keys are the encoder's.
+    ``tie``: each item's best row is the first within ``ROW_TIE`` of the best (else the exact argmax)."""
+    parts = []
     for g in groups:
         p = maps[g.site]
         q = axes[g.stack]
@@ -125,26 +127,54 @@ def reduce_maps(
         else:
             values, valid = row_stats(p, q.lengths, sp, q.causal)
             diag = None
-        hs = slice(g.offset, g.offset + g.heads)
-        for s, name in enumerate(ROW_STATS):
-            v, ok = values[name], valid[name]
-            n = ok.sum(1)  # [B]
-            vm = np.where(ok[:, None, :], v, 0.0)
-            sums[hs, s] = vm.sum((0, 2))
-            counts[hs, s] = int(n.sum())
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_item = np.where(n[:, None] > 0, vm.sum(2) / np.maximum(n, 1)[:, None], -np.inf)  # [B, H]
-            rows = np.where(ok[:, None, :], v, -np.inf).argmax(-1)  # [B, H]
-            cols = _cols(name, p, rows, real, sp, diag)
-            # highest per-item mean first; ties go to the earlier item (deterministic across engines)
-            order = np.lexsort((np.broadcast_to(item_ids[:, None], per_item.shape), -per_item), axis=0)[:kb]  # [kb, H]
-            hh = np.arange(g.heads)[None, :]
-            tv[s, hs] = per_item[order, hh].T
-            ti[s, hs] = item_ids[order].T
-            tr[s, hs] = rows[order, hh].T
-            tc[s, hs] = cols[order, hh].T
+
+        def key_of(name, rows, p=p, real=real, sp=sp, diag=diag):
+            return _cols(name, p, rows, real, sp, diag)
+
+        parts.append((g, ItemStats.from_rows(values, valid, key_of, tie, signs(g.kind))))
     tokens = sum(int(a.lengths.sum()) for a in axes.values())
-    return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
+    return fold_items(parts, items, k, batch_id, tokens)
+
+
+def fold_items(
+    parts: list[tuple[HeadGroup, ItemStats]], items: list[int], k: int, batch_id: int, tokens: int
+) -> Partial:
+    """A batch's :class:`Partial` from each head group's per-item statistics: per head the sums and counts over
+    the batch's items (added item by item, in batch order) and, per statistic, the ``k`` items whose mean is
+    furthest toward the statistic's interesting end (``signs``; ties to the earlier item id, so engines agree)
+    with their best row and key.  Every path ends here:
+    maps reduced by numpy (``reduce_maps``) and statistics reduced in the graph (``graph_reduce``)."""
+    parts = sorted(parts, key=lambda e: e[0].offset)
+    if [g.offset for g, _ in parts] != list(np.cumsum([0] + [g.heads for g, _ in parts[:-1]])):
+        raise AttnvizError("internal: head groups do not tile the head index")
+    b = len(items)
+    kb = min(k, b)
+    isum = np.concatenate([st.sums for _, st in parts], 1)  # [B, NH, S]
+    n = np.concatenate([np.broadcast_to(st.counts[:, None], st.sums.shape) for _, st in parts], 1)
+    sign = np.concatenate([np.broadcast_to(signs(g.kind), (g.heads, S)) for g, _ in parts])  # [NH, S]
+    with np.errstate(invalid="ignore", divide="ignore"):  # an item with no counted row ranks last either way
+        per_item = np.where(n > 0, sign * isum / np.maximum(n, 1), -np.inf)
+    item_ids = np.asarray(items, np.int64)
+    # highest per-item mean first; ties go to the earlier item (deterministic across engines): a stable sort of
+    # the items taken in id order, each (head, statistic) a contiguous row (measured 1.6x faster than lexsort)
+    by_id = np.argsort(item_ids, kind="stable")
+    key = np.ascontiguousarray(-per_item[by_id].reshape(b, -1).T)  # [NH·S, B]
+    order = by_id[np.argsort(key, axis=-1, kind="stable")[:, :kb].T.reshape(kb, *per_item.shape[1:])]
+
+    def top(a: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(a, order, 0).transpose(2, 1, 0)  # [S, NH, kb]
+
+    return Partial(
+        batch_id,
+        b,
+        tokens,
+        isum.sum(0),
+        n.sum(0),
+        top(per_item),
+        item_ids[order].transpose(2, 1, 0),
+        top(np.concatenate([st.rows for _, st in parts], 1)),
+        top(np.concatenate([st.keys for _, st in parts], 1)),
+    )
 
 
 class BatchReducer:
@@ -176,6 +206,15 @@ class BatchReducer:
         self.in_graph: InGraphReducer | bool | None = None if in_graph else False
         self.image_axis: tuple[int, np.ndarray] | None = None  # images: (tokens, special keys) once seen
 
+    def prepare(self) -> None:
+        """Build the statistics session now rather than on the first batch (a worker calls this while it waits
+        for work: on a GPU, creating the second session is a large part of a short run's start-up)."""
+        from attnviz.corpus.graph_reduce import InGraphReducer
+
+        # text only: pairs reduce maps, and an image corpus's first batch needs the probe's maps session
+        if self.in_graph is None and self.kind in ("encoder", "decoder"):
+            self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+
     def feeds(self, spec: BatchSpec):
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
 
@@ -199,6 +238,45 @@ class BatchReducer:
         stack = self.groups[0].stack  # one stack: encoder, decoder (causal) or a vision encoder
         axes = {stack: Axis(lengths, special, self.kind == "decoder")}
         return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+
+    def many(self, specs: list[BatchSpec]) -> list[Partial]:
+        """The partials of several batches.  With the statistics session, batch n + 1 runs in onnxruntime (which
+        releases the GIL) on a second thread while this one folds batch n: on a GPU the numpy after each run
+        then no longer leaves the device idle.  Anything else goes batch by batch."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
+
+        if self.in_graph is None:
+            self.prepare()
+        red = self.in_graph
+        if (
+            len(specs) < 2
+            or not isinstance(red, InGraphReducer)
+            or any(isinstance(s, PairSpec) or s.images for s in specs)
+        ):
+            return [self(s) for s in specs]
+        causal = self.kind == "decoder"
+
+        def launch(spec: BatchSpec):
+            feeds, lengths, special = self.feeds(spec)
+            lengths = np.asarray(lengths, np.int64)
+            return lengths, special, red.run(feeds, lengths, special, causal)
+
+        out: list[Partial] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="attnviz-run") as ex:
+            pending = ex.submit(launch, specs[0])
+            for i, spec in enumerate(specs):
+                try:
+                    lengths, special, ran = pending.result()
+                except NotInGraph:  # as __call__: this model stays on the maps path from here on
+                    self.in_graph = False
+                    return out + [self(s) for s in specs[i:]]
+                if i + 1 < len(specs):
+                    pending = ex.submit(launch, specs[i + 1])
+                parts = red.finish(ran, lengths, special, causal)
+                out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
+        return out
 
     def _pair(self, spec: PairSpec) -> Partial:
         """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""

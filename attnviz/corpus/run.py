@@ -26,7 +26,7 @@ from attnviz.corpus.plan import (
     plan_images,
     plan_text,
 )
-from attnviz.corpus.reduce import Accumulator, Partial, default_threads, layout
+from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, default_threads, layout
 from attnviz.corpus.roles import induction_scores
 
 CHECKPOINT = "checkpoint.npz"
@@ -209,6 +209,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         "items": acc.items,
         "tokens": acc.tokens,
         "top_k": cfg.k,
+        "example_ranking": EXAMPLE_RANKING,  # top-k at each score's interesting end (core/score_direction.py)
         "resumed_from_items": resumed,
         "items_this_run": done,
         "items_per_s": done / run_s if run_s > 0 else None,
@@ -281,7 +282,17 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
         plan_h.update(np.asarray(b.items, np.int64).tobytes() + b"|")
     fingerprint = hashlib.sha256(
         json.dumps(
-            [model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, nh, plan_h.hexdigest(), cfg.generate]
+            [
+                model_sha,
+                data_sha,
+                cfg.batch_size,
+                cfg.k,
+                cfg.pair_column,
+                nh,
+                plan_h.hexdigest(),
+                cfg.generate,
+                EXAMPLE_RANKING,
+            ]
         ).encode()
     ).hexdigest()
     setup = WorkerSetup(
@@ -375,7 +386,9 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
     data_sha = it.sha256_file(str(cfg.texts))
     # partials kept by an interrupted Ray run are reused only by a run that would produce the same ones
     fingerprint = hashlib.sha256(
-        json.dumps([model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh]).encode()
+        json.dumps(
+            [model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh, EXAMPLE_RANKING]
+        ).encode()
     ).hexdigest()
     job = ray_engine.TextJob(
         str(cfg.texts),

@@ -1,5 +1,7 @@
-"""The vectorised fold (corpus/graph_reduce.py: every group's heads and every statistic at once) gives partials
-bit for bit equal to the per-group, per-statistic loop it replaced, kept here as the reference.
+"""The single fold (corpus/reduce.py:fold_items, on per-item statistics [B, H, S], used by the maps path and the
+statistics session alike) gives the partials of the per-group, per-statistic loop it replaced, kept here as the
+reference: top values, items, rows and keys bit for bit, per-head sums to float64 rounding (they are now added
+item by item instead of row by row).
 
 Random inputs are built to hit the ties the loop resolves in a fixed way (equal rows inside an item, equal
 per-item means, items with no counted row, -inf values), one-head groups (numpy sums a ``[B, 1, T]`` block in
@@ -18,10 +20,11 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from onnx_builders import tiny_text_model
 from planted import corpus_lines, planted_model
 
-from attnviz.core.row_sums import RowSums
-from attnviz.core.stats import ROW_STATS
-from attnviz.corpus.graph_reduce import InGraphReducer, _first_top_row, fold_rows
-from attnviz.corpus.reduce import HeadGroup, Partial, layout
+from attnviz.core.row_sums import ItemStats
+from attnviz.core.row_sums import first_top_row as _first_top_row
+from attnviz.core.stats import ROW_STATS, row_stats
+from attnviz.corpus.graph_reduce import InGraphReducer
+from attnviz.corpus.reduce import HeadGroup, Partial, _cols, fold_items, layout, signs
 from attnviz.runtime import open_model
 from attnviz.runtime import statgraph as sg
 
@@ -62,12 +65,45 @@ def reference_fold(per_group, items, k, batch_id, tokens) -> Partial:
     return Partial(batch_id, b, tokens, sums, counts, tv, ti, tr, tc)
 
 
+def fold_rows(per_group, items, k, batch_id, tokens) -> Partial:
+    """The new fold on the same per-row input as the loop: per-item statistics first (the loop's tie rule)."""
+    parts = [
+        (g, ItemStats.from_rows(values, valid, key_of, tie=True, signs=signs(g.kind)))
+        for g, values, valid, key_of in per_group
+    ]
+    return fold_items(parts, items, k, batch_id, tokens)
+
+
+def directed(per_group):
+    """The loop's input with each statistic's values times its direction's sign (core/score_direction.py): the
+    loop, which ranks the highest, then ranks each score's interesting end, as the new fold does.  Negating is
+    exact, so its partial is the new fold's bit for bit but for the per-head sums, which it also negates."""
+    return [
+        (g, {n: sg_ * values[n] for n, sg_ in zip(ROW_STATS, signs(g.kind))}, valid, key_of)
+        for g, values, valid, key_of in per_group
+    ]
+
+
+def unsign_sums(p: Partial, per_group) -> Partial:
+    sign = np.concatenate([np.broadcast_to(signs(g.kind), (g.heads, len(ROW_STATS))) for g, *_ in per_group])
+    p.sums = p.sums * sign
+    return p
+
+
 def assert_identical(a: Partial, b: Partial, what="") -> None:
     for f in FIELDS:
         x, y = getattr(a, f), getattr(b, f)
         assert x.shape == y.shape and x.dtype == y.dtype, (what, f, x.shape, y.shape)
-        assert np.array_equal(x, y), (what, f, np.argwhere(x != y)[:5])
+        if f == "sums":  # per head: sum over items of sums over rows, against one sum over (items, rows)
+            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-300, err_msg=f"{what} {f}")
+        else:
+            assert np.array_equal(x, y), (what, f, np.argwhere(x != y)[:5])
     assert (a.batch_id, a.items, a.tokens) == (b.batch_id, b.items, b.tokens)
+
+
+def _table_key_of(table):
+    """key_of(stat, rows [B, H]) reading ``table[stat] [B, H, T]`` at the rows."""
+    return lambda stat, rows: np.take_along_axis(table[stat], rows[..., None], -1)[..., 0]
 
 
 def _values(rng, b, h, t, ties):
@@ -95,7 +131,9 @@ def _valid(rng, lengths, t):
 def _key_of(rng, b, h, t, as_rowsums):
     if as_rowsums:
         cols = {k: rng.integers(0, t, (b, h, t)) for k in ("real", "special", "special_other")}
-        return RowSums({}, cols).key_of
+        ar = np.broadcast_to(np.arange(t), (b, h, t))
+        fixed = {"prev": ar - 1, "next": ar + 1, "diag": ar, "first": np.zeros_like(ar)}
+        return _table_key_of({n: fixed.get(n, cols[n if n.startswith("special") else "real"]) for n in ROW_STATS})
     table = rng.integers(-5, t + 5, (len(ROW_STATS), b, h, t))
     return lambda stat, rows: np.take_along_axis(table[ROW_STATS.index(stat)], rows[..., None], -1)[..., 0]
 
@@ -121,26 +159,30 @@ def random_case(rng):
     return per_group, items, int(rng.choice([1, 3, 5, 40])), int(lengths.sum())
 
 
-def test_random_groups_fold_bit_for_bit_as_the_loop():
+def test_random_groups_fold_as_the_loop():
     rng = np.random.default_rng(13)
     for case in range(300):
         per_group, items, k, tokens = random_case(rng)
-        want = reference_fold(per_group, items, k, case, tokens)
+        want = unsign_sums(reference_fold(directed(per_group), items, k, case, tokens), per_group)
         assert_identical(fold_rows(per_group, items, k, case, tokens), want, f"case {case}")
 
 
 def test_ties_go_to_the_first_row_and_the_earlier_item():
-    """A hand-made tie: the loop (and so the fold) picks row 0 of two equal rows and item 3 before item 9."""
+    """A hand-made tie: the loop (and so the fold) picks row 0 of two equal rows and item 3 before item 9.
+    The items' means tie for entropy too, so item 3 still comes first there."""
     g = HeadGroup(0, "encoder", "self", 0, 2, 0)
     v = np.zeros((2, 2, 3))
     v[:, :, :2] = 0.5
     values = {n: v.copy() for n in ROW_STATS}
     valid = {n: np.ones((2, 3), bool) for n in ROW_STATS}
-    key_of = RowSums({}, {c: np.broadcast_to(np.arange(3), (2, 2, 3)) for c in sg.ARGMAX}).key_of
+    key_of = _table_key_of(dict.fromkeys(ROW_STATS, np.broadcast_to(np.arange(3), (2, 2, 3))))
     got = fold_rows([(g, values, valid, key_of)], [9, 3], 2, 0, 6)
-    assert_identical(got, reference_fold([(g, values, valid, key_of)], [9, 3], 2, 0, 6))
-    assert np.all(got.top_item == [3, 9]) and np.all(got.top_row == 0)
-    assert np.allclose(got.top_value, 1 / 3) and np.all(got.counts == 6)
+    groups = [(g, values, valid, key_of)]
+    assert_identical(got, unsign_sums(reference_fold(directed(groups), [9, 3], 2, 0, 6), groups))
+    e = ROW_STATS.index("entropy")  # its interesting end is the lowest: row 2 (0), not the tied 0.5s
+    assert np.all(got.top_item == [3, 9]) and np.all(np.delete(got.top_row, e, 0) == 0) and np.all(got.top_row[e] == 2)
+    assert np.allclose(np.abs(got.top_value), 1 / 3) and np.all(got.counts == 6)
+    assert np.all(got.top_value[ROW_STATS.index("entropy")] < 0)  # entropy ranks its lowest: stored negated
 
 
 def _real_reducers(tmp_path):
@@ -149,10 +191,39 @@ def _real_reducers(tmp_path):
     return planted, dec
 
 
-@pytest.mark.parametrize("left_to_numpy", [False, True])
-def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left_to_numpy):
+def _session_rows(r: InGraphReducer, feeds, lengths, special, causal):
+    """Per group (group, values, valid, key_of) as the loop takes them: the session's own per-row values and
+    keys for its sites (``rows=True``), row_stats of the maps for the sites left to numpy."""
+    got, extra, positions, t = r.run(feeds, lengths, special, causal)
+    maps = [m.array() for m in r.model.run(feeds, mode="dense").maps]
+    real = np.arange(t)[None, :] < lengths[:, None]
+    heads = np.cumsum([0] + [g.heads for g in r.groups if g.site in r.outputs])
+    at = {i: slice(heads[j], heads[j + 1]) for j, i in enumerate(r.outputs)}
+    out = []
+    for g in r.groups:
+        p = maps[g.site]
+        want, valid = row_stats(p, lengths, special, causal)
+        if g.site not in r.outputs:
+            out.append((g, want, valid, lambda n, rows, p=p: _cols(n, p, rows, real, special)))
+            continue
+        vals = got[sg.VALUES][:, at[g.site]]
+        values = {n: vals[..., s].astype(np.float64) for s, n in enumerate(ROW_STATS)}
+
+        def key_of(name, rows, keys=got[sg.KEYS][:, at[g.site]]):
+            s = ROW_STATS.index(name)
+            at_rows = np.take_along_axis(keys, rows[:, :, None, None], 2)[:, :, 0]  # [B, H, S]
+            picks = np.concatenate([np.repeat(rows[..., None], len(ROW_STATS), -1), at_rows], -1)
+            return sg.item_stats(np.zeros(at_rows.shape), picks, extra, positions).keys[..., s]
+
+        out.append((g, values, valid, key_of))
+    return out
+
+
+@pytest.mark.parametrize("left_to_numpy,join", [(False, False), (True, False), (False, True)])
+def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left_to_numpy, join):
     """The planted encoder's padded batches (and with layer 1 left to the maps path) and a causal decoder's:
-    the reducer's partial equals the loop's on the same rows."""
+    the reducer's partial (per-item statistics reduced inside the graph) equals the loop's on the session's own
+    per-row values, to float64 rounding of the per-item sums."""
     from attnviz.corpus.items import read_texts
     from attnviz.corpus.plan import encode_items, plan_text
     from attnviz.corpus.reduce import BatchReducer
@@ -166,12 +237,12 @@ def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left
     br = BatchReducer(str(planted), "cpu", None, 1, 5, in_graph=False)
     items = read_texts(texts)
     specs = plan_text(items, encode_items(br.model, items), None, None, 16, equal_lengths=False)
-    red = InGraphReducer.build(br.model, layout(br.model.sites))
+    red = InGraphReducer.build(br.model, layout(br.model.sites), rows=True, join=join)
     assert red is not None and sorted(red.outputs) == ([0] if left_to_numpy else [0, 1])
     cases = [(red, *br.feeds(s), False, s.items, s.batch_id) for s in specs]
     m = open_model(dec, provider="cpu")
     m.probe()
-    rd = InGraphReducer.build(m, layout(m.sites))
+    rd = InGraphReducer.build(m, layout(m.sites), rows=True, join=join)
     assert rd is not None
     rng = np.random.default_rng(1)
     lengths = np.array([9, 4, 6, 4])
@@ -181,6 +252,15 @@ def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left
     for r, feeds, lengths, special, causal, ids, batch_id in cases:
         tokens = int(np.asarray(lengths).sum())
         for k in (1, 5):
-            want = reference_fold(r.rows(feeds, lengths, special, causal), ids, k, batch_id, tokens)
+            rows = _session_rows(r, feeds, lengths, special, causal)
+            want = unsign_sums(reference_fold(directed(rows), ids, k, batch_id, tokens), rows)
             got = r(feeds, lengths, special, causal, ids, k, batch_id)
-            assert_identical(got, want, f"batch {batch_id} k {k}")
+            what = f"batch {batch_id} k {k}"
+            assert np.array_equal(got.counts, want.counts), what
+            for f in ("sums", "top_value"):
+                np.testing.assert_allclose(getattr(got, f), getattr(want, f), rtol=1e-12, atol=1e-14, err_msg=what)
+            # the item order may differ only between items whose means are equal to float64 rounding
+            same = got.top_item == want.top_item
+            assert np.all(np.abs(got.top_value - want.top_value)[~same] < 1e-12), what
+            for f in ("top_row", "top_col"):
+                assert np.array_equal(getattr(got, f)[same], getattr(want, f)[same]), (what, f)

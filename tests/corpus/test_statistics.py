@@ -1,5 +1,6 @@
 """Each corpus statistic equals the one computed from `analyze` maps of the same items, one at a time;
-roles are found on planted heads; top examples are the items that score highest."""
+roles are found on planted heads; top examples are the items at each score's interesting end (the highest, the
+lowest for entropy: core/score_direction.py)."""
 
 import json
 import math
@@ -10,6 +11,7 @@ from onnx_builders import tiny_text_model
 from planted import ROLES, corpus_lines
 from reference import STATS, corpus_reference
 
+from attnviz.core.score_direction import direction
 from attnviz.corpus import CorpusConfig, run_corpus
 from attnviz.corpus.output import read
 from attnviz.runtime import open_model
@@ -33,11 +35,13 @@ def _check_against_reference(res, model_path, texts, causal, tokenizer=None):
         for s in STATS:
             want, got = means[key][s], row[s]
             assert (math.isnan(want) and math.isnan(got)) or abs(got - want) < TOL, (key, s, got, want)
-        # the top example of every score is the item with the highest per-item mean
+        # the top example of every score is the item whose per-item mean is furthest toward the score's
+        # interesting end: the highest, or the lowest for entropy (core/score_direction.py)
         for s in STATS:
             ex = [e for e in res.examples if (e["layer"], e["head"], e["score"]) == (row["layer"], row["head"], s)]
             top = min(ex, key=lambda e: e["rank"])
-            assert abs(top["value"] - max(per_item[key][s])) < TOL
+            counted = [v for v in per_item[key][s] if np.isfinite(v)]
+            assert abs(top["value"] - (max if direction(s).high else min)(counted)) < TOL, (key, s)
             assert abs(per_item[key][s][top["item"]] - top["value"]) < TOL
             assert top["text"] == lines[top["item"]]
 
@@ -222,3 +226,30 @@ def test_batches_shrink_to_the_map_budget():
     assert [s.size for s in specs] == [10, 8, 2]  # items are length-sorted: all short ones fit, long ones split
     assert all(s.size * 6 * s.ids.shape[1] ** 2 * 4 <= budget for s in specs)
     assert sorted(i for s in specs for i in s.items) == list(range(20))
+
+
+def test_entropy_examples_are_the_lowest_entropy_items(planted, tmp_path):
+    """Low entropy is the interesting end (a focused head): the examples list the k lowest per-item means,
+    lowest first, each with the row of lowest entropy in its item; every other score lists its highest."""
+    model, texts = planted
+    res = _run(model, texts, tmp_path / "out", batch_size=5, k=3)
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["example_ranking"] == "direction"
+    m = open_model(model, provider="cpu")
+    lines = [t for t in texts.read_text().splitlines() if t.strip()]
+    _, per_item = corpus_reference(m, lines, False)
+    for row in res.heads:
+        key = (row["layer"], row["head"])
+        for s in ("entropy", "max"):
+            ex = sorted(
+                (e for e in res.examples if (e["layer"], e["head"], e["score"]) == (*key, s)), key=lambda e: e["rank"]
+            )
+            got = [e["value"] for e in ex]
+            means = np.array(per_item[key][s])
+            want = np.sort(means)[:3] if s == "entropy" else np.sort(means)[::-1][:3]
+            np.testing.assert_allclose(got, want, atol=TOL, err_msg=f"{key} {s}")
+            if s == "entropy":  # and the row named is its item's most focused one
+                for e in ex:
+                    r = m.analyze(text=lines[e["item"]]).maps[key[0]].array()[0, key[1]].astype(np.float64)
+                    p = r / r.sum(-1, keepdims=True)
+                    ent = -(np.where(p > 0, p * np.log2(np.where(p > 0, p, 1)), 0)).sum(-1)
+                    assert ent[e["row"]] <= ent.min() + 1e-5, (key, e["item"], e["row"])
