@@ -61,7 +61,7 @@ def run(args) -> int:
     trainer.model.eval()
     t0 = time.perf_counter()
     summary: dict = {"run": str(run_dir), "weights": tcfg.average_of}
-    if tcfg.validation:
+    if tcfg.validation and trainer.val_data is not None:
         task.val_bleu = bool(getattr(task, "decodes", False))  # translation: BLEU beside the alignment
         summary["validation"] = task.validate(TorchRunner(trainer.model, trainer.device), trainer.val_data, mcfg)
     if args.out is not None:
