@@ -47,6 +47,7 @@ PARAM_FLAGS = {
     "step": "--step",
     "output": "--out",
     "view": "--view",
+    "image_base": "--image-base",
     "batch": None,
 }
 
