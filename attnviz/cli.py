@@ -24,6 +24,7 @@ COMMANDS = {
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
     "export-hf": "attnviz.training.commands.export_hf",
+    "average": "attnviz.training.commands.average",
     "align": "attnviz.runtime.commands.align",
 }
 

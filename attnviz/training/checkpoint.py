@@ -148,10 +148,27 @@ BEST = "best.safetensors"  # the weights of the best validation step (TrainConfi
 
 
 def save_best(out: Path, model, step: int) -> None:
+    save_weights(Path(out) / BEST, model, step)
+
+
+SNAPSHOTS = "snapshots"  # folder of weight snapshots (TrainConfig.snapshot_every), for checkpoint averaging
+
+
+def snapshot_path(out: Path, step: int) -> Path:
+    return Path(out) / SNAPSHOTS / f"step-{step:06d}.safetensors"
+
+
+def save_snapshot(out: Path, model, step: int) -> None:
+    (Path(out) / SNAPSHOTS).mkdir(exist_ok=True)
+    save_weights(snapshot_path(out, step), model, step)
+
+
+def save_weights(path: Path, model, step: int) -> None:
+    """Model tensors only (``model.*``, the same names as a checkpoint), the step in the header."""
     from safetensors.torch import save as st_save
 
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    atomic_write_bytes(Path(out) / BEST, st_save(tensors, metadata={"step": str(step), "format": "attnviz-1"}))
+    atomic_write_bytes(path, st_save(tensors, metadata={"step": str(step), "format": "attnviz-1"}))
 
 
 def load_best(out: Path, model, step: int) -> None:

@@ -106,6 +106,9 @@ class TrainConfig:
     log_every: int = 10  # emit a progress event every this many steps
     eval_every: int = 0  # also measure held-out metrics every this many steps; 0 = only at the end
     checkpoint_every: int = 200  # save a resumable checkpoint every this many steps (and on interrupt)
+    # keep the weights of every N-th step as snapshots/step-NNNNNN.safetensors (for checkpoint averaging,
+    # `attnviz.training.average`); 0 = off.  Training itself is unchanged by it
+    snapshot_every: int = 0
     n_train: int = 20000  # training examples generated
     n_test: int = 2000  # held-out examples generated (a separate seed; never trained on)
     # guided alignment (Garg et al. 2019), encoder-decoder tasks with alignment labels; see training/guided.py
@@ -126,6 +129,8 @@ class TrainConfig:
     # start from a finished run of the same model config: its folder's checkpoint weights (and, for tasks whose
     # state lives in the model, its model.onnx's tokenizers); the optimizer starts fresh; "" = random init
     init_from: str = ""
+    # the checkpoint files whose weights were averaged into this model after training (`attnviz average`); [] = none
+    average_of: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.align_convention not in CONVENTIONS:

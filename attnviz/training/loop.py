@@ -25,7 +25,7 @@ from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.runners import TorchRunner, take
 
 # TrainConfig fields that may differ between an interrupted run and its resumption
-_RESUME_FREE = {"log_every", "eval_every", "checkpoint_every", "device"}
+_RESUME_FREE = {"log_every", "eval_every", "checkpoint_every", "snapshot_every", "device"}
 
 
 @dataclass
@@ -269,6 +269,8 @@ class Trainer:
                     self.model.train()
                 if self.out is not None and tc.checkpoint_every and self.step % tc.checkpoint_every == 0:
                     self.save()
+                if self.out is not None and tc.snapshot_every and self.step % tc.snapshot_every == 0:
+                    ckpt.save_snapshot(self.out, self.model, self.step)
                 if self.step % tc.log_every == 0 or self.step == tc.steps or len(metrics) > 1:
                     avg = running / count
                     self.losses.append([self.step, avg])
