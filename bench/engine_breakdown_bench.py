@@ -24,6 +24,10 @@ monotonic clock (``host.take_trace``), so each attnviz run splits into:
 shared machine it shows how much of a difference is other load rather than the engine.  *cpu* is the CPU time
 of the same threads (plain: this process; attnviz: the child alone), from the same file, in nanoseconds: it
 moves far less with load than wall time.
+
+Then, per length, the huge-pages A/B: the instrumented session in two isolation children alive at once, one
+started as attnviz starts it (its malloc asks for transparent huge pages) and one with ``ATTNVIZ_HUGEPAGES=0``,
+against plain, interleaved (``--no-hugepages-ab`` skips it).
 """
 
 from __future__ import annotations
@@ -123,12 +127,60 @@ def measure(model: Path, t: int, rounds: int, threads: int) -> dict:
     return {"wall": wall, "rq": rq, "cpu": cpu, "stages": stages}
 
 
+def hugepages_ab(model: Path, t: int, rounds: int, threads: int) -> dict[str, dict[str, list[float]]]:
+    """The instrumented session in two isolation children at once, one with huge pages (the default) and one
+    with ``ATTNVIZ_HUGEPAGES=0``, against plain in this process; interleaved, order rotated.  Wall and CPU
+    (the child's threads; plain: this process) per run of ``_Host.run`` (IPC included, AttentionModel's own
+    checks not)."""
+    import onnxruntime as ort
+
+    from attnviz.runtime import graph as gr
+    from attnviz.runtime import host, open_model
+    from attnviz.runtime.session import session_options
+
+    am = open_model(model, provider="cpu", threads=threads)
+    data, exposed = gr.instrumented_bytes(am.graph, am._sites, "dense")
+    names = [o.name for o in am.outputs] + exposed.outputs
+    f = feeds(t)
+    plain = ort.InferenceSession(str(model), session_options(threads), providers=["CPUExecutionProvider"])
+    hosts = {}
+    for label, setting in (("child, huge pages", "1"), ("child, 4 kB pages", "0")):
+        os.environ["ATTNVIZ_HUGEPAGES"] = setting  # read when the child starts
+        h = host._Host()
+        h.call("create", 1, data, {"provider": "cpu", "threads": threads, "external_dir": am.external_dir})
+        hosts[label] = h
+    os.environ.pop("ATTNVIZ_HUGEPAGES")
+    cases = {"plain": (os.getpid(), lambda: plain.run(None, f))}
+    for label, h in hosts.items():
+        cases[label] = (h.proc.pid, lambda h=h: h.run(1, names, f))
+    out: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in cases}
+    keys = list(cases)
+    try:
+        for _ in range(3):
+            for _pid, fn in cases.values():
+                fn()
+        for r in range(rounds):
+            for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
+                pid, fn = cases[k]
+                s0, t0 = sched(pid)[0], time.perf_counter()
+                x = fn()
+                t1 = time.perf_counter()
+                del x
+                out[k]["wall"].append(t1 - t0)
+                out[k]["cpu"].append((sched(pid)[0] - s0) / 1e9)
+    finally:
+        for h in hosts.values():
+            h.kill()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", type=int, nargs="*", default=[128, 512])
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", help="an exported MiniLM .onnx to reuse (default: export one to a temp folder)")
+    ap.add_argument("--no-hugepages-ab", action="store_true", help="skip the huge-pages A/B table")
     a = ap.parse_args()
     model = Path(a.model) if a.model else export_minilm(Path(tempfile.mkdtemp(prefix="attnviz-breakdown-")))
     load = open("/proc/loadavg").read().split()[:3]
@@ -157,6 +209,19 @@ def main():
                 v = 1e3 * np.array(v)
                 label = "rq wait" if what == "rq" else "cpu"
                 print(f"  {label}, {k:<9} median {np.median(v):8.3f} ms, min {v.min():8.3f} ms")
+
+        if not a.no_hugepages_ab:
+            ab = hugepages_ab(model, t, a.rounds, a.threads)
+            print(f"  huge pages A/B, {t} tokens (the child's session run directly; cpu = that process's threads):")
+            pm = {m: (float(np.median(ab["plain"][m])), float(np.min(ab["plain"][m]))) for m in ("wall", "cpu")}
+            for k, v in ab.items():
+                cells = []
+                for m in ("wall", "cpu"):
+                    med, mn = float(np.median(v[m])), float(np.min(v[m]))
+                    cells.append(
+                        f"{m} {1e3 * med:7.2f} / {1e3 * mn:7.2f} ms ({med / pm[m][0]:.3f}x / {mn / pm[m][1]:.3f}x)"
+                    )
+                print(f"    {k:<18} " + "   ".join(cells))
 
 
 if __name__ == "__main__":

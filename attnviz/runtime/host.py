@@ -104,6 +104,7 @@ class _Host:
             mine, theirs = socket.socketpair()
             root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+            env.update(_huge_pages_env(os.environ))
             self.proc: _Popen | _MpProcess = _Popen(
                 [sys.executable, str(Path(__file__).with_name("worker.py")), str(theirs.fileno()), self.outdir],
                 pass_fds=(theirs.fileno(),),
@@ -268,6 +269,20 @@ class _Host:
         self.maps.clear()
         self.feed_area.close()
         shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+def _huge_pages_env(environ) -> dict[str, str]:
+    """The child's malloc asks for transparent huge pages (glibc >= 2.35 ``glibc.malloc.hugetlb=1``: madvise on
+    its mappings), so onnxruntime's packed weights and arena sit in 2 MB pages.  Where THP is ``madvise`` (the
+    Debian/Ubuntu default) nothing else gets them: the child's onnxruntime then spent 3-4 % less CPU per MiniLM
+    run at 128 tokens (bench/RESULTS.md, "Where an isolated run's time goes").  ``ATTNVIZ_HUGEPAGES=0`` turns
+    it off; a tunable the user set already wins."""
+    if environ.get("ATTNVIZ_HUGEPAGES") == "0" or not sys.platform.startswith("linux"):
+        return {}
+    have = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" in have:
+        return {}
+    return {"GLIBC_TUNABLES": ":".join(t for t in (have, "glibc.malloc.hugetlb=1") if t)}
 
 
 class _FeedArea:

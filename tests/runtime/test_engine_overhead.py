@@ -96,3 +96,67 @@ def test_the_run_trace_has_one_ordered_pair_per_run(tmp_path, monkeypatch):
     monkeypatch.delenv("ATTNVIZ_TRACE")
     open_model(tiny, provider="cpu").run({"input_ids": ids}, mode="dense")
     assert host.take_trace() == ([], [])  # off by default: nothing recorded
+
+
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "none"
+    return text.split("[", 1)[1].split("]", 1)[0]
+
+
+def _anon_huge_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _glibc_has_hugetlb_tunable() -> bool:
+    import platform
+
+    name, version = platform.libc_ver()
+    return name == "glibc" and tuple(int(p) for p in version.split(".")[:2]) >= (2, 35)
+
+
+@pytest.mark.skipif(
+    _thp_mode() != "madvise" or not _glibc_has_hugetlb_tunable(),
+    reason="needs Linux with transparent huge pages in madvise mode and glibc >= 2.35",
+)
+def test_the_child_keeps_its_weights_in_huge_pages(tmp_path, monkeypatch):
+    """With THP in madvise mode only memory that asks gets 2 MB pages: the child's malloc asks, so onnxruntime's
+    packed weights (a 4 MB MatMul weight here) land in huge pages; ATTNVIZ_HUGEPAGES=0 leaves them in 4 kB pages."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(3).standard_normal((1024, 1024)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    x = np.random.default_rng(5).standard_normal((1, 1024)).astype(np.float32)
+    huge = {}
+    for setting in ("1", "0"):
+        host.shutdown()
+        monkeypatch.setenv("ATTNVIZ_HUGEPAGES", setting)
+        sess, _ = host.make_session(str(path), "cpu")
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ w, rtol=1e-4, atol=1e-4)
+        assert host._host is not None
+        huge[setting] = _anon_huge_kb(host._host.proc.pid)
+        del sess
+    host.shutdown()
+    assert huge["1"] >= 2048 and huge["0"] == 0
+
+
+def test_a_users_own_malloc_tunables_are_kept():
+    assert host._huge_pages_env({}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert host._huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    }
+    assert host._huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {}  # the user's choice wins
+    assert host._huge_pages_env({"ATTNVIZ_HUGEPAGES": "0"}) == {}
