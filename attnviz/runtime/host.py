@@ -274,9 +274,10 @@ class _Host:
 def _huge_pages_env(environ) -> dict[str, str]:
     """The child's malloc asks for transparent huge pages (glibc >= 2.35 ``glibc.malloc.hugetlb=1``: madvise on
     its mappings), so onnxruntime's packed weights and arena sit in 2 MB pages.  Where THP is ``madvise`` (the
-    Debian/Ubuntu default) nothing else gets them: the child's onnxruntime then spent 3-4 % less CPU per MiniLM
-    run at 128 tokens (bench/RESULTS.md, "Where an isolated run's time goes").  ``ATTNVIZ_HUGEPAGES=0`` turns
-    it off; a tunable the user set already wins."""
+    Debian/Ubuntu default) nothing else gets them: the child's onnxruntime then spent ~3-4 % less CPU per MiniLM
+    run (512 tokens with 2 threads, 128 with 1; nothing measurable at 128 with 2), for ~0-4 MB more resident
+    memory (bench/RESULTS.md, "Where an isolated run's time goes").  ``ATTNVIZ_HUGEPAGES=0`` turns it off; a
+    tunable the user set already wins."""
     if environ.get("ATTNVIZ_HUGEPAGES") == "0" or not sys.platform.startswith("linux"):
         return {}
     have = environ.get("GLIBC_TUNABLES", "")
