@@ -46,6 +46,7 @@ PARAM_FLAGS = {
     "step": "--step",
     "output": "--out",
     "view": "--view",
+    "image_base": "--image-base",
     "batch": None,
 }
 

@@ -11,9 +11,12 @@ from typing import Any
 from attnviz import AttnvizError
 
 
-def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None):
+def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None, probe: bool = True):
     """Open with the runtime and also start the session and read head counts now, so the GUI thread never
-    waits on onnxruntime. A graph onnxruntime refuses is one line naming the file."""
+    waits on onnxruntime. A graph onnxruntime refuses is one line naming the file.
+
+    ``probe=False`` when a real run follows at once (the window always runs the given or a sample input after
+    opening): that run settles labels and head counts, so a dummy run before it would only double the wait."""
     from attnviz.runtime import open_model
 
     m = open_model(path, provider=provider, tokenizer=tokenizer)
@@ -25,7 +28,7 @@ def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None)
         raise
     except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
         raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {ort_reason(e)}") from None
-    if not all(s.heads for s in m.sites) and hasattr(m, "probe"):
+    if probe and not all(s.heads for s in m.sites) and hasattr(m, "probe"):
         m.probe()
     return m
 

@@ -14,6 +14,7 @@ Numpy only: no Qt, no matplotlib, no onnxruntime.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,7 +43,7 @@ MODE_TITLES = {
 # Okabe & Ito (2008) colour-blind-safe qualitative palette, for overlaid heads
 HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
 MAP_CMAP = "viridis"  # token x token maps: perceptually uniform, colour-blind safe
-OVERLAY_CMAP = "magma"  # heat over a greyed image: dark = unattended, bright = attended
+OVERLAY_CMAP = "magma"  # heat over the image: dark = unattended, bright = attended
 LOG_DECADES = 3  # log scale spans this many decades below the top weight
 # -- token links ------------------------------------------------------------------------------
 LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (clutter)
@@ -78,6 +79,7 @@ class Selection:
     batch: int = 0  # batch row
     query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
     rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
+    image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -593,6 +595,7 @@ class OverlayView:
     alpha: np.ndarray  # [H, W] opacity: unattended regions keep the image visible
     vmax: float
     title: str
+    base: str = "grey"  # what lies under the heat (IMAGE_BASES)
 
 
 def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
@@ -626,13 +629,38 @@ def image_source(
     return None
 
 
+def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
+    """``(query row, word)`` for the caption words that were given (typed), not generated.
+
+    The same rule as for generated words: a word is shown at the row that chose it, and a given word at
+    decoder position ``p`` was chosen (forced) at row ``p - 1``.  Empty without a known prompt of more than
+    the start token.
+    """
+    n = min(int(result.prompt_len or 0), blk_len(blk, 0) + 1, len(blk.query_axis))
+    if blk.stack != "decoder" or n <= 1:
+        return []
+    return [(p - 1, str(blk.query_axis.labels[p])) for p in range(1, n)]
+
+
 def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[tuple[str, int]]:
-    """``(label, query row)`` choices: the generated words (cross), else CLS and the mean of patch queries (-1)."""
+    """``(label, query row)`` choices: the given and generated caption words (cross), else CLS and the mean of
+    patch queries (-1)."""
     if blk.kind == "cross":
-        return [(clean_label(w), r) for r, w in generation_rows(result, blk)]
+        given = caption_rows(result, blk)
+        if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
+            return [(clean_label(w), r) for r, w in given]
+        return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
     out = [(first, 0)] if grid.offset > 0 else []
     return out + [("all patches (mean)", -1)]
+
+
+def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:
+    """Index into ``queries`` of generated word ``step`` (given caption words come first); 0 for no step."""
+    if step < 0 or not n_steps(result):
+        return 0
+    row = producing_row(result, blk_len(blk, 0), min(step, n_steps(result) - 1))
+    return next((i for i, (_, r) in enumerate(queries) if r == row), len(queries) - 1)
 
 
 def upsample(patch: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -673,10 +701,7 @@ def overlay_view(
     rows = [r for _, r in queries]
     query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None
     if query is None:
-        if kind == "cross" and sel.step >= 0:
-            query = rows[min(sel.step, len(rows) - 1)]
-        else:
-            query = rows[0]
+        query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
     if query < 0:
         vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
     else:
@@ -688,9 +713,9 @@ def overlay_view(
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
         size = (int(shape[0]), int(shape[1]))
     heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
-    alpha = 0.2 + 0.7 * heat  # opacity grows with the weight
+    alpha = overlay_alpha(heat, sel.image_base)
     title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
-    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title)
+    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base)
 
 
 def grey_base(image: np.ndarray) -> np.ndarray:
@@ -701,8 +726,48 @@ def grey_base(image: np.ndarray) -> np.ndarray:
     return 0.25 + 0.75 * np.clip(lum, 0.0, 1.0)
 
 
-def composite(image: np.ndarray, heat_rgb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """``[H, W, 3]`` uint8: the grey base under the heat colours (``heat_rgb`` in [0, 1]) at ``alpha``."""
-    base = grey_base(image)[..., None]
+def _colour_base(image: np.ndarray) -> np.ndarray:
+    img = np.asarray(image, np.float32)
+    img = np.stack([img] * 3, axis=-1) if img.ndim == 2 else img[..., :3]
+    return np.clip(img / 255.0 if img.max() > 1.0 else img, 0.0, 1.0)
+
+
+def _grey_rgb(image: np.ndarray) -> np.ndarray:
+    return np.repeat(grey_base(image)[..., None], 3, axis=-1)
+
+
+def _no_base(image: np.ndarray) -> np.ndarray:
+    return np.ones(np.asarray(image).shape[:2] + (3,), np.float32)  # never seen: the heat is opaque
+
+
+# image regions: what lies under the heat -> (menu text, base [H, W, 3] in [0, 1]); screen and figure draw this
+IMAGE_BASES: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "grey": ("grey image", _grey_rgb),  # the default: colours of the image cannot be mistaken for heat
+    "colour": ("colour image", _colour_base),  # where colour is the content (which object is where)
+    "none": ("heat only", _no_base),  # the smoothed map alone, opaque
+}
+
+
+def check_image_base(name: str) -> str:
+    if name not in IMAGE_BASES:
+        raise ViewError(f"unknown image base {name!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base")
+    return name
+
+
+def base_rgb(image: np.ndarray, base: str = "grey") -> np.ndarray:
+    """``[H, W, 3]`` float32 in [0, 1]: what the image-regions view shows under the heat."""
+    return np.asarray(IMAGE_BASES[check_image_base(base)][1](image), np.float32)
+
+
+def overlay_alpha(heat: np.ndarray, base: str = "grey") -> np.ndarray:
+    """Opacity of the heat: grows with the weight over an image (unattended regions keep it visible); opaque alone."""
+    if check_image_base(base) == "none":
+        return np.ones_like(heat, dtype=np.float32)
+    return (0.2 + 0.7 * heat).astype(np.float32)
+
+
+def composite(image: np.ndarray, heat_rgb: np.ndarray, alpha: np.ndarray, base: str = "grey") -> np.ndarray:
+    """``[H, W, 3]`` uint8: the chosen base under the heat colours (``heat_rgb`` in [0, 1]) at ``alpha``."""
+    under = base_rgb(image, base)
     a = alpha[..., None]
-    return np.clip(255.0 * (base * (1 - a) + heat_rgb[..., :3] * a), 0, 255).round().astype(np.uint8)
+    return np.clip(255.0 * (under * (1 - a) + heat_rgb[..., :3] * a), 0, 255).round().astype(np.uint8)

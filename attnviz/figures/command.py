@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.figures.spec import AGGREGATES, FORMATS, VIEW_HELP, VIEWS, WIDTH_PRESETS
+from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
@@ -40,6 +40,7 @@ _SPEC_ARGS = (
     "log",
     "step",
     "rows",
+    "image_base",
 )
 
 
@@ -110,6 +111,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--rows",
         choices=("predict", "input"),
         help="alignment rows: the decoder row that chose each word (predict) or the row reading it (input, Shift-Att)",
+    )
+    view.add_argument(
+        "--image-base",
+        choices=tuple(IMAGE_BASES),
+        help="image and strip views: what lies under the heat (default grey; colour keeps the image's colours)",
     )
     view.add_argument(
         "--keep",

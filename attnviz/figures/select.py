@@ -185,6 +185,7 @@ def core_selection(
         batch=int(getattr(spec, "batch", 0) or 0),
         query=spec.query,
         rows=str(getattr(spec, "rows", "predict") or "predict"),
+        image_base=str(getattr(spec, "image_base", "grey") or "grey"),
     )
     if spec.head is not None:
         return bi, b, view.Selection(mode="head", layer=layer, head=check_head(b, layer, spec.head), **common)

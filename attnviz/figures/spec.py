@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
-from attnviz.core.view import MAP_CMAP, OVERLAY_CMAP, Selection
+from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP, Selection
 
 # view name -> one-line description (the renderer's registry in render.py has the same keys)
 VIEW_HELP = {
@@ -56,6 +56,7 @@ class FigureSpec:
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
     batch: int = 0  # batch row of the result
     rows: str = "predict"  # alignment rows: predict (the row that chose the word) | input (the row reading it)
+    image_base: str = "grey"  # image / strip: what lies under the heat, grey | colour | none (heat only)
 
     def __post_init__(self):
         self.validate()
@@ -88,6 +89,10 @@ class FigureSpec:
             raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
         if self.step is not None and int(self.step) < 0:
             raise AttnvizError(f"step {self.step} must be 0 or more")
+        if self.image_base not in IMAGE_BASES:
+            raise AttnvizError(
+                f"unknown image base {self.image_base!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base"
+            )
         if self.vmax is not None and not float(self.vmax) > 0:
             raise AttnvizError(f"vmax {self.vmax} must be > 0")
         return self
@@ -138,6 +143,7 @@ def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = Non
         query=sel.query,
         batch=sel.batch,
         rows=sel.rows,
+        image_base=sel.image_base,
     )
     if sel.mode == "head":
         d.update(layer=sel.layer, head=sel.head)

@@ -483,11 +483,11 @@ def _rgb(image) -> np.ndarray:
 
 
 def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
-    """The view model's overlay: grey image under the heat colours, opacity growing with the weight."""
+    """The view model's overlay: its image base (grey, colour or none) under the heat colours at its opacity."""
     rgba = cmap(ov.heat)
     rgba[..., 3] = ov.alpha
     ih, iw = image.shape[:2]
-    ax.imshow(vm.grey_base(image), cmap="gray", vmin=0.0, vmax=1.0, interpolation="auto")
+    ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto")
     ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
     ax.set_axis_off()
     return ScalarMappable(norm=Normalize(0.0, ov.vmax, clip=True), cmap=cmap)
@@ -538,7 +538,8 @@ def _image_strip_ok(result: AttentionResult) -> bool:
 
 
 def _why_not_strip(result: AttentionResult) -> str | None:
-    if not result.generated:
+    typed_caption = (result.prompt_len or 0) > 1 and _image_strip_ok(result)  # teacher-forced caption words
+    if not result.generated and not typed_caption:
         return "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
     if _image_strip_ok(result):
         return None
@@ -571,7 +572,8 @@ def _strip_rows(result: AttentionResult, spec: FigureSpec, block: Block) -> list
 def _image_strip(result: AttentionResult, spec: FigureSpec):
     bi, block = _image_block(result, spec, prefer_cross=True)
     sel = _overlay_selection(result, spec, bi)
-    rows = _strip_rows(result, spec, block)
+    # the caption words that were typed, then the generated ones: each at the row that chose it (as on screen)
+    rows = vm.caption_rows(result, block) + (_strip_rows(result, spec, block) if result.generated else [])
     image = _rgb(result.image)
     ih, iw = image.shape[:2]
     fs = float(spec.font_size)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from attnviz.core.view import IMAGE_BASES
 from attnviz.runtime.commands.common import DeprecatedAlias
 
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
@@ -37,6 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("head", "mean", "max", "min", "rollout"),
         default=None,
         help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout",
+    )
+    p.add_argument(
+        "--image-base",
+        dest="image_base",
+        choices=tuple(IMAGE_BASES),
+        default=None,
+        help="Image regions: what lies under the heat (default grey; colour keeps the image's colours; none)",
     )
     p.add_argument(
         "--mode",
@@ -89,7 +97,9 @@ def run(args) -> int:
             print("attnviz: note: --view head is deprecated; use --view heatmap", file=sys.stderr)
         win.select_view(args.view)
     win.show()
-    focus = {k: getattr(args, k) for k in ("block", "layer", "head", "mode") if getattr(args, k) is not None}
+    focus = {
+        k: getattr(args, k) for k in ("block", "layer", "head", "mode", "image_base") if getattr(args, k) is not None
+    }
     if args.mode in ("mean", "max", "min") and args.layer is not None:
         focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
     if focus:

@@ -350,7 +350,9 @@ class MainWindow(QMainWindow):
         path = Path(path)
         self.workers.cancel("open")
         tokenizer = str(self.tokenizer) if self.tokenizer else None
-        w = self.workers.start(self.opener, str(path), provider=self.provider, tokenizer=tokenizer, kind="open")
+        w = self.workers.start(
+            self.opener, str(path), provider=self.provider, tokenizer=tokenizer, probe=not run, kind="open"
+        )
         self._latest["open"] = w.request_id
         given = {
             k: v

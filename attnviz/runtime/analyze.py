@@ -11,6 +11,7 @@ it never imports model.py, so there is no import cycle.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -61,22 +62,58 @@ def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
 
+def _run_feeds(model, prep: bd.Prepared, generated: list[int]) -> tuple[list[list[int]] | None, dict]:
+    """(decoder rows or None, the feeds of the one run that gives the maps)."""
+    if prep.prompts is not None:
+        rows = [list(p) + generated[:-1] for p in prep.prompts]
+        return rows, bd.decoder_feeds(model, prep, rows)
+    feeds = dict(prep.feeds)
+    bd.fill_auxiliary(model, feeds, prep.batch, None)
+    return None, feeds
+
+
+def _same_feeds(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        np.asarray(a[k]).dtype == np.asarray(b[k]).dtype and np.array_equal(a[k], b[k]) for k in a
+    )
+
+
+def _guessed(model) -> bool:
+    """A single-stack graph whose encoder/decoder role is a static guess (no causal-mask pattern, no metadata):
+    the real run's maps confirm it (a causal map marks a decoder), so no dummy run happens first."""
+    return bool(getattr(model, "needs_probe", False))
+
+
+def _confirm_for_generation(model, req: AnalyzeRequest) -> None:
+    """--generate on a graph the static guess calls an encoder would be refused; before refusing, run the user's
+    own input once (the real run is the probe): a causal map makes it a decoder and generation goes on."""
+    if not (req.generate and _guessed(model) and model.kind == "encoder"):
+        return
+    prep = bd.prepare(model, dataclasses.replace(req, generate=0))
+    model.run(_run_feeds(model, prep, [])[1], mode=req.mode)
+
+
 def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
     t0 = time.perf_counter()
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    if req.feeds is None and getattr(model, "needs_probe", False):  # raw feeds: the real run labels the stack
-        model.probe()  # a causal map marks a decoder; static guesses can miss hand-built masks
+    # a decoder file opened alone, given a text or an image: its encoder_hidden_states come from the encoder beside
+    # it (folder.open_model offers the pairing; importing folder.py here would make an import cycle)
+    pair = getattr(model, "pair_with_encoder", None)
+    if req.feeds is None and pair is not None:
+        paired = pair()
+        if paired is not None:
+            result = analyze(paired, req, progress, cancelled)
+            result.info["notes"] = list(result.info.get("notes", [])) + [
+                f"{model.path.name} ran on the encoder_hidden_states of {paired.layout.encoder.name} beside it"
+            ]
+            return result
+    _confirm_for_generation(model, req)
+    guessed, kind = _guessed(model), model.kind
     prep = bd.prepare(model, req)
     g = _generate(model, req, prep, progress, cancelled)
     generated = g.ids if g is not None else []
-    rows = None
-    if prep.prompts is not None:
-        rows = [list(p) + generated[:-1] for p in prep.prompts]
-        feeds = bd.decoder_feeds(model, prep, rows)
-    else:
-        feeds = dict(prep.feeds)
-        bd.fill_auxiliary(model, feeds, prep.batch, None)
+    rows, feeds = _run_feeds(model, prep, generated)
 
     if progress is not None:
         progress(100 if req.generate else -1, "extracting attention…")
@@ -87,9 +124,17 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
         try:
             result = model.run(feeds, mode=req.mode)
         except AttnvizError as e:
+            if prep.hint:  # the likely cause first: onnxruntime's own words are long and name a node
+                raise AttnvizError(f"{prep.hint} ({e})") from None
             if prep.notes:  # e.g. positions beyond the model's table: say why
                 raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
             raise
+    if guessed and model.kind != kind:  # the run's maps overturned the static guess: inputs for the real kind
+        prep2 = bd.prepare(model, req)
+        rows2, feeds2 = _run_feeds(model, prep2, [])
+        if g is not None or not _same_feeds(feeds, feeds2):
+            return analyze(model, req, progress, cancelled)  # confirmed now: this runs once more, correctly
+        prep, rows = prep2, rows2  # the same feeds: the run stands, labelled as what it showed
     info = RunInfo(
         kind=model.kind,
         text=req.text,

@@ -40,6 +40,7 @@ class Prepared:
     shown: np.ndarray | None = None  # the image as the model saw it
     tgt_tok: ip.TextEncoder | None = None
     notes: list[str] = field(default_factory=list)
+    hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
 
 
@@ -151,10 +152,14 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
             f"image normalised with the {spec.preset} preset (mean/std {spec.mean[0]:g}/{spec.std[0]:g}): "
             "the model's metadata has no image statistics; choose ImageNet or CLIP if it was trained with those"
         )
-    if spec.source == "defaults" and req.image_size is None:  # said with any run failure: the likely cause
+    if spec.source == "defaults" and req.image_size is None:  # said first with any run failure: the likely cause
         prep.notes.append(
             f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
             "give --image-size H W"
+        )
+        prep.hint = (
+            f"{model.path.name} does not declare its image size and the {spec.height}x{spec.width} guess failed: "
+            "give --image-size H W, the size it was trained on"
         )
     if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
         from PIL import Image
@@ -170,9 +175,31 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
         feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
 
 
+def _check_encoder_cache(model, feeds: dict) -> None:
+    """An empty encoder half of a KV cache (``past_key_values.N.encoder.*``) would leave cross-attention no keys
+    at all: a with-past file (one cached step) cannot start on its own.  A merged decoder's first branch
+    (``use_cache_branch`` off) ignores its cache, so it can."""
+    from attnviz.runtime.graph import ENCODER_PAST_RE
+
+    if any(i.dtype == "bool" and i.rank <= 1 for i in model.inputs):
+        return
+    missing = [
+        i.name
+        for i in model.inputs
+        if model.roles[i.name] == "past" and i.name not in feeds and ENCODER_PAST_RE.search(i.name)
+    ]
+    if missing:
+        raise AttnvizError(
+            f"{model.path.name} runs one cached step after an earlier run: {missing[0]} is the encoder half of its "
+            "KV cache, which it does not make itself; open the export folder (it runs the encoder and the first "
+            "step first), or give the cache with --inputs FEEDS.npz"
+        )
+
+
 def prepare(model, req: AnalyzeRequest) -> Prepared:
     feeds = ip.load_feeds(req.feeds) if isinstance(req.feeds, (str, Path)) else dict(req.feeds or {})
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
+    _check_encoder_cache(model, feeds)
     prep = Prepared(feeds=feeds)
     kind = model.kind
     _image(model, req, feeds, prep)
@@ -259,6 +286,12 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
             prep.prompts = [list(prompt)]
         if kind == "decoder" and not prep.prompts[0]:
             raise AttnvizError("a decoder needs a prompt: give a text", param="text")
+    elif req.generate and by_role(model, "encoder_states") is not None:  # a decoder file, with raw feeds
+        raise AttnvizError(
+            f"{model.path.name} is the decoder of an export: to generate, give the encoder's input (--text or "
+            "--image; the encoder_model.onnx beside it runs) or open the export folder",
+            param="generate",
+        )
     elif req.generate:
         raise AttnvizError(
             f"{model.path.name} is an {kind} model with no decoder input; generation needs a decoder or encoder-decoder model",

@@ -136,7 +136,12 @@ class ModelSet:
     OPTIONAL = ("attention_mask", "decoder_attention_mask")  # all ones when not given, as in transformers
 
     def __init__(
-        self, layout: FolderLayout, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
+        self,
+        layout: FolderLayout,
+        provider: str = "auto",
+        tokenizer: str | None = None,
+        threads: int | None = None,
+        decoder: AttentionModel | None = None,  # the decoder file already open (a file opened alone, paired)
     ):
         t0 = time.perf_counter()
         self.layout = layout
@@ -150,7 +155,7 @@ class ModelSet:
         # every file of the set opens with the same settings (the with-past file later, on first use)
         self._open = functools.partial(AttentionModel, provider=provider, tokenizer=tokenizer, threads=threads)
         self.encoder = self._open(layout.encoder)
-        self.decoder = self._open(layout.decoder)
+        self.decoder = decoder if decoder is not None else self._open(layout.decoder)
         self._with_past: AttentionModel | None = None
         # the folder says which file is which: no guessing from causality
         for s in self.encoder._sites:
@@ -451,11 +456,51 @@ class FolderCache:
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
 
 
+def paired_with_encoder(model) -> ModelSet | None:
+    """A decoder file of an export opened alone and given a text or an image (optimum ``decoder_model*.onnx``): it
+    takes ``encoder_hidden_states``, which only an encoder makes, so the export's ``encoder_model.onnx`` beside it
+    runs first, as the folder runs them (one encoder run, then this file).  None for any other model.  No file
+    outside the model's folder is read; without an encoder there, one line says what to do."""
+    if not isinstance(model, AttentionModel):
+        return None
+    states = next((i.name for i in model.inputs if model.roles[i.name] == "encoder_states"), None)
+    if states is None:
+        return None
+    paired = model.__dict__.get("_paired")  # opened once per model: the GUI analyses many inputs
+    if isinstance(paired, ModelSet):
+        return paired
+    folder = model.path.parent
+    enc = folder / ENCODER_FILE
+    if not enc.is_file():
+        raise AttnvizError(
+            f"{model.path.name} takes {states} from an encoder, and there is no {ENCODER_FILE} beside it; "
+            f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
+            f"or give {states} with --inputs FEEDS.npz"
+        )
+    if enc.resolve().parent != folder.resolve():
+        raise AttnvizError(
+            f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
+        )
+    layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
+    paired = ModelSet(
+        layout,
+        provider=model.requested_provider,
+        tokenizer=model._tokenizer_arg,
+        threads=model.threads,
+        decoder=model,
+    )
+    paired.path, paired.name = model.path, model.name  # results and messages name the file that was opened
+    model.__dict__["_paired"] = paired
+    return paired
+
+
 def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
     """Open a model file, or a folder: an optimum encoder–decoder export becomes one :class:`ModelSet`."""
     p = Path(path)
     if not p.is_dir():
         m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
+        if any(r == "encoder_states" for r in m.roles.values()):  # analyze() pairs it with its encoder on use
+            m.__dict__["pair_with_encoder"] = functools.partial(paired_with_encoder, m)  # per instance
         return _with_config(m, p.parent) if (p.parent / "config.json").is_file() else m
     layout = FolderLayout.find(p)
     if layout is not None:

@@ -478,7 +478,9 @@ class RemoteSession:
                 self.crashed = str(e)
                 raise
             except RemoteRunError as e:  # onnxruntime refused the graph
-                raise AttnvizError(f"{self.label}: onnxruntime cannot load this model: {_ort_text(e)}") from None
+                raise AttnvizError(
+                    f"{self.label}: onnxruntime cannot load this model: {_ort_text(e)}; re-export it (or update onnxruntime)"
+                ) from None
             self._host = host
             return desc
         raise ModelCrashed("the model crashed onnxruntime: its process could not be started")

@@ -438,6 +438,8 @@ class AttentionModel:
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         self._confirm_stack(sites, maps, kept)
+        for site, m in zip(kept, maps):
+            site.heads = site.heads or int(m.shape[1])  # a real run counts heads as well as a probe would
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         info = {
             "provider": sess.get_providers()[0],

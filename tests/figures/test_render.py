@@ -161,7 +161,7 @@ def test_image_view_overlays_heat_on_the_image():
     fig = render_figure(result, FigureSpec(view="image", query=0, head=1, dpi=72))
     ax = fig.axes[0]
     base, heat = ax.images
-    assert base.get_array().shape == result.image.shape[:2]  # grey base at the image's resolution
+    assert base.get_array().shape[:2] == result.image.shape[:2]  # the (grey) base at the image's resolution
     assert heat.get_array().shape[:2] == result.image.shape[:2]  # heat upsampled to it
 
 

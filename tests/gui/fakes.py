@@ -134,7 +134,7 @@ class FakeModel:
 def make_opener(models: dict):
     """An opener like ``attnviz.runtime.open_model`` that serves FakeModels by file name."""
 
-    def opener(path, provider="auto", tokenizer=None):
+    def opener(path, provider="auto", tokenizer=None, probe=True):
         p = Path(path)
         if p.suffix != ".onnx":
             raise AttnvizError(f"{p.name}: not an ONNX model")

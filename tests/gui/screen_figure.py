@@ -108,13 +108,20 @@ def check_image(w, fig):
     rgba = np.asarray(ax.images[1].get_array())  # [H, W, 4] float
     h, w_ = rgba.shape[:2]
     k = gui.shape[0] // h
+    # the same image base under the heat (grey, colour or none), in the image's own pixels
+    assert fig.attnviz_spec.image_base == w.session.sel.image_base == v.base_box.currentData()
+    np.testing.assert_allclose(v.image_item.image / 255.0, np.asarray(ax.images[0].get_array()), atol=0.5 / 255)
     # the screen computes the heat k times finer; block means of a bilinear surface are its centre values
     gui_alpha = gui[..., 3].astype(np.float32).reshape(h, k, w_, k).mean(axis=(1, 3)) / 255.0
     np.testing.assert_allclose(gui_alpha, rgba[..., 3], atol=0.03)
-    # the same colour map: the screen's colour at a pixel is matplotlib's colour for that heat
-    heat = (gui[..., 3].astype(np.float32) / 255.0 - 0.2) / 0.7
-    want = colormaps[fig.attnviz_spec.colormap](np.clip(heat, 0, 1))[..., :3] * 255
-    np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
+    cmap = colormaps[fig.attnviz_spec.colormap]
+    if w.session.sel.image_base == "none":  # heat only: opaque, so the colours say the heat; compare them
+        gui_rgb = gui[..., :3].astype(np.float32).reshape(h, k, w_, k, 3).mean(axis=(1, 3))
+        np.testing.assert_allclose(gui_rgb, rgba[..., :3] * 255, atol=12)
+    else:  # the same colour map: the screen's colour at a pixel is matplotlib's colour for that heat
+        heat = (gui[..., 3].astype(np.float32) / 255.0 - 0.2) / 0.7
+        want = cmap(np.clip(heat, 0, 1))[..., :3] * 255
+        np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
     assert f"query {v.queries[v.query][0]}" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
 
 

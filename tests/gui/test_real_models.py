@@ -190,3 +190,25 @@ def test_captioning_image_words(qtbot, real_window, onnx_dir):
     assert v.info.text().startswith(f"query “{r.generated[v.query]}” · decoder cross-attention")
     w.select_view("alignment")
     assert w.alignment.mv.k_labels[0] == "[CLS]" and len(w.alignment.mv.k_labels) == 17
+
+
+def test_opening_with_an_input_runs_the_model_once(qtbot, real_window, onnx_dir, monkeypatch):
+    """Issue 8, Build 8 in the window: opening runs the given input at once, so no dummy probe run before it;
+    the sidebar's head counts come from that one run."""
+    import attnviz.runtime.model as am
+
+    runs: list[dict] = []
+    real = am._run_bound
+
+    def spy(sess, fetch, feeds):
+        runs.append({k: np.shape(v) for k, v in feeds.items()})
+        return real(sess, fetch, feeds)
+
+    monkeypatch.setattr(am, "_run_bound", spy)
+    w = real_window
+    open_and_wait(qtbot, w, onnx_dir["text"], text="a dog ran in the park")
+    assert len(runs) == 1, runs  # the user's input, not a probe and then the input
+    assert runs[0]["input_ids"] == (1, 8)
+    heads = {s.label: s.heads for s in w.session.model.sites}
+    assert heads == {"encoder self L0": 4, "encoder self L1": 4}  # counted by the run, as transformers has them
+    assert w.sidebar.values("Attention sites")["encoder self L0"].startswith("4 heads")

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from fakes import FakeModel, softmax_maps
-from screen_figure import check_grid, check_map, figure, views_for
+from screen_figure import check_grid, check_image, check_map, figure, views_for
 
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
 
@@ -91,3 +91,30 @@ def test_batch_row_control_switches_rows_and_their_tokens(qtbot, window):
     assert w.head_map.heatmap.mv.q_labels[0] == "b0"
     w._show_result(decoder_result(batch=1))
     assert not w.controls.batch.isEnabled()
+
+
+@pytest.mark.parametrize("model", ["vision", "captioning"])
+def test_image_base_choice_is_on_screen_and_in_the_export(qtbot, window, results, model):
+    """The Image regions choice (grey / colour / heat only) lives in the selection: the screen's base pixels are
+    the image's own bytes (colour), one value per channel (grey) or hidden under opaque heat (none), and the
+    exported figure draws the same base and overlay."""
+    w = window
+    w._show_result(results[model])
+    w.select_view("image")
+    v = w.image_regions
+    img = np.asarray(results[model].image)[..., :3].astype(np.float32)
+    assert [v.base_box.itemData(i) for i in range(v.base_box.count())] == ["grey", "colour", "none"]
+    for name in ("colour", "none", "grey"):
+        v.base_box.setCurrentIndex(v.base_box.findData(name))
+        assert w.session.sel.image_base == name
+        under = v.image_item.image.astype(np.float32)
+        alpha = v.overlay_item.image[..., 3]
+        if name == "colour":
+            np.testing.assert_array_equal(under, img)  # the red square stays red on screen
+        elif name == "grey":
+            assert np.array_equal(under[..., 0], under[..., 1]) and not np.array_equal(under, img)
+        else:
+            assert (alpha == 255).all()  # nothing of the image shows through
+        check_image(w, figure(w, v))
+        if v.strip:  # captioning: the strip's thumbnails are drawn on the same base
+            assert v._strip_key[1].image_base == name

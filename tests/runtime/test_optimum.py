@@ -202,6 +202,7 @@ def test_cli_on_the_folder(marian, tmp_path, capsys):
     np.savez(npz, **feeds)
     out = tmp_path / "maps.npz"
     assert main(["extract", str(folder), "--inputs", str(npz), "--out", str(out)]) == 0
+    assert f"from {root.name}/onnx on" in capsys.readouterr().out  # optimum's onnx/ alone says little
     z = np.load(out)
     np.testing.assert_allclose(z["attn_003"], o.cross_attentions[0].numpy(), atol=TOL)
     fig = tmp_path / "cross.png"

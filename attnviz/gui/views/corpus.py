@@ -29,6 +29,8 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.app.corpus_entry import example_open
+from attnviz.core.cross_stats import CROSS_STAT_HELP
+from attnviz.core.score_direction import DIRECTIONS, direction, examples_end
 from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
@@ -116,7 +118,7 @@ class CorpusView(QWidget):
         self.score = QComboBox()
         self.score.addItems(["role_score", *ROW_STATS, "induction"])
         self.score.setCurrentText("role_score")
-        self.score.setToolTip("the score that colours the grid and picks the examples")
+        self.score.setToolTip("the score that colours the grid and picks the examples (↑ high / ↓ low is interesting)")
         self.score.currentTextChanged.connect(self._on_score)
 
         self.table = self._make_table(TABLE_COLUMNS)
@@ -165,6 +167,7 @@ class CorpusView(QWidget):
             {(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: (sk[0] != "encoder", sk[1] != "self", sk)
         )
         self.current: dict | None = None
+        self._show_directions()
         self._fill_table()
         self._fill_grid()
         self.status.showMessage(
@@ -187,6 +190,28 @@ class CorpusView(QWidget):
         t.verticalHeader().setVisible(False)
         t.verticalHeader().setDefaultSectionSize(22)
         return t
+
+    def direction_tip(self, score: str) -> str:
+        """What a score measures and which end is interesting, for each attention kind in these results."""
+        kinds = [k for k in ("self", "cross") if any(h["kind"] == k for h in self.heads)] or ["self"]
+        lines = [ROW_STAT_HELP.get(score, score)]
+        if "cross" in kinds and score in CROSS_STAT_HELP:
+            lines.append(CROSS_STAT_HELP[score])
+        for k in kinds:
+            d = direction(score, k)
+            lines.append(f"{d.arrow} {k}: {d.describe()}" if len(kinds) > 1 else f"{d.arrow} {d.describe()}")
+        return "\n".join(lines)
+
+    def _show_directions(self) -> None:
+        """Each score's interesting end (core/score_direction.py) in the column tooltips and the score list."""
+        for c, col in enumerate(TABLE_COLUMNS):
+            header = self.table.horizontalHeaderItem(c)
+            if col in DIRECTIONS and header is not None:
+                header.setToolTip(self.direction_tip(col))
+        for i in range(self.score.count()):
+            name = self.score.itemText(i)
+            if name in DIRECTIONS:
+                self.score.setItemData(i, self.direction_tip(name), Qt.ItemDataRole.ToolTipRole)
 
     def _fill_table(self) -> None:
         t = self.table
@@ -292,16 +317,33 @@ class CorpusView(QWidget):
                 label += "  ‖ generated: " + e["generated"]
             for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
                 t.setItem(r, c, ValueItem(v))
-        t.resizeColumnsToContents()
         stat = ex[0]["score"] if ex else score
         self.examples_label.setText(
             f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
-            f"({_fmt(head['role_score'])}) · top items by {stat} — click one to open it"
+            f"({_fmt(head['role_score'])}) · top items by {stat} — {self.listed_end(stat, head['kind'])}"
+            " — click one to open it"
         )
+        listed = examples_end(self.results.run, stat, head["kind"]) if stat in DIRECTIONS else "highest"
+        value = self.examples.horizontalHeaderItem(1)
+        if value is not None:
+            value.setText(f"{stat} {'↑' if listed == 'highest' else '↓'}")
+            value.setToolTip(f"the item's {stat} (its best row); the list holds the {listed} values")
+        t.resizeColumnsToContents()
         self.status.showMessage(
             f"{len(ex)} top items by {stat} for {head['stack']} {head['kind']} "
             f"layer {head['layer']} head {head['head']}"
         )
+
+    def listed_end(self, stat: str, kind: str) -> str:
+        """Which end of ``stat`` the examples list, said against the end that is interesting."""
+        if stat not in DIRECTIONS:
+            return "the highest values"
+        d = direction(stat, kind)
+        listed = examples_end(self.results.run, stat, kind)
+        if listed == d.end:
+            return f"the {listed} values ({d.describe()})"
+        # runs so far keep the highest values of every score (see core/score_direction.py)
+        return f"the {listed} values, not the interesting end ({d.describe()})"
 
     def _on_example_click(self, r: int, _c: int) -> None:
         if 0 <= r < len(getattr(self, "shown_examples", [])):

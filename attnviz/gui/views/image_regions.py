@@ -2,7 +2,8 @@
 
 Queries are the generated caption words (cross-attention over image patches) or, for a
 vision encoder, CLS / the mean over patch queries (self-attention, rollout allowed).  A strip
-below shows one thumbnail per generated word ("Show, Attend and Tell").
+below shows one thumbnail per generated word ("Show, Attend and Tell").  What lies under the heat
+(grey image, colour image, heat only) is the selection's ``image_base``, so the export draws it too.
 """
 
 from __future__ import annotations
@@ -11,7 +12,16 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QIcon, QImage, QPixmap
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QHBoxLayout,
+    QPushButton,
+    QScrollArea,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from attnviz.core import view as vm
 from attnviz.core.attention import PatchGrid
@@ -75,10 +85,23 @@ class ImageRegionsView(View):
         self.strip_scroll.setWidget(swrap)
         self.strip_scroll.setFixedHeight(THUMB_PX + 64)
         self.strip_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.base_box = QComboBox()
+        for name, (text, _) in vm.IMAGE_BASES.items():
+            self.base_box.addItem(text, name)
+        self.base_box.setToolTip(
+            "what lies under the heat: the image in grey (default), in its own colours, or no image (heat only); "
+            "File ▸ Export view draws the same"
+        )
+        self.base_box.currentIndexChanged.connect(
+            lambda _i: self.session.select(image_base=self.base_box.currentData())
+        )
+        top = QHBoxLayout()
+        top.addWidget(qscroll, 1)
+        top.addWidget(self.base_box)
         self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(qscroll)
+        lay.addLayout(top)
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
         lay.addWidget(self.strip_scroll)
@@ -109,6 +132,7 @@ class ImageRegionsView(View):
         for b in self.query_buttons:
             self.query_group.removeButton(b)
             self.query_bar.removeWidget(b)
+            b.hide()  # deleteLater waits for the event loop; until then an old button would still paint
             b.deleteLater()
         self.query_buttons = []
         for qi, (label, _) in enumerate(self.queries):
@@ -125,7 +149,7 @@ class ImageRegionsView(View):
         if kind == "self" or not self.queries:
             self.query = 0
         elif s.sel.step >= 0:
-            self.query = min(s.sel.step, len(self.queries) - 1)
+            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
         else:  # all steps shown: start on the word whose attention is most focused
             peaks = [float(self.overlay_for(qi).patch.max()) for qi in range(len(self.queries))]
             self.query = int(np.argmax(peaks))
@@ -164,7 +188,7 @@ class ImageRegionsView(View):
             self._struct_key = key
             self._strip_key = None
         if kind == "cross" and s.sel.step >= 0:
-            self.query = min(s.sel.step, len(self.queries) - 1)
+            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
         self.query = min(self.query, len(self.queries) - 1)
         for i, b in enumerate(self.query_buttons):
             b.setChecked(i == self.query)
@@ -174,8 +198,13 @@ class ImageRegionsView(View):
         k = max(1, int(np.ceil(OVERLAY_PX / max(h, w))))
         ov = self.overlay_for(self.query, (h * k, w * k))
         self.patch_map = ov.patch
-        grey = np.round(vm.grey_base(img) * 255).astype(np.uint8)
-        self.image_item.setImage(np.dstack([grey] * 3), autoLevels=False, levels=(0, 255))
+        base = s.sel.image_base
+        if self.base_box.currentData() != base:
+            self.base_box.blockSignals(True)  # showing the selection is not a new choice
+            self.base_box.setCurrentIndex(max(0, self.base_box.findData(base)))
+            self.base_box.blockSignals(False)
+        under = np.round(vm.base_rgb(img, base) * 255).astype(np.uint8)
+        self.image_item.setImage(under, autoLevels=False, levels=(0, 255))
         self.overlay_item.setImage(heat_rgba(ov), autoLevels=False, levels=(0, 255))
         self.overlay_item.setRect(QRectF(0, 0, w, h))
         self.vb.setRange(QRectF(0, 0, w, h), padding=0)
@@ -197,6 +226,7 @@ class ImageRegionsView(View):
         while self.strip_bar.count():
             it = self.strip_bar.takeAt(0)
             if it.widget() is not None:
+                it.widget().hide()  # (as above) an old thumbnail must not paint behind the new strip
                 it.widget().deleteLater()
         self.strip = []
         if kind != "cross":
@@ -206,7 +236,7 @@ class ImageRegionsView(View):
         small = _resize(img, THUMB_PX)
         for qi, (label, _) in enumerate(self.queries):
             ov = self.overlay_for(qi, small.shape[:2])
-            icon = vm.composite(small, heat_rgba(ov)[..., :3] / 255.0, ov.alpha)
+            icon = vm.composite(small, heat_rgba(ov)[..., :3] / 255.0, ov.alpha, ov.base)
             b = QToolButton()
             b.setIcon(QIcon(to_pixmap(icon)))
             b.setIconSize(QSize(THUMB_PX, THUMB_PX))

@@ -18,6 +18,23 @@ from PySide6.QtWidgets import (
 from attnviz.core import preprocess
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
+TEXT_HINT = "input text (Enter runs)"
+# a captioning model's text is its decoder's: what `--text` means on the command line for the same model
+CAPTION_HINT = "caption, or empty to generate one"
+CAPTION_TIP = (
+    "The caption is fed to the decoder after its start token, exactly like --text on the command line. "
+    "With generate > 0 the model continues it; with generate 0 every caption word's attention over the "
+    "image is shown as given (each word at the decoder row that chose it). Leave it empty to generate a caption "
+    "from the image alone."
+)
+
+
+def takes_caption(model) -> bool:
+    """A vision model whose decoder reads tokens (image captioning, VisionEncoderDecoder folders)."""
+    if getattr(model, "kind", "") != "vision-decoder":
+        return False
+    roles = getattr(model, "roles", None)  # a model object without roles (a stand-in) is taken at its kind
+    return roles is None or bool({"decoder_tokens", "tokens"} & set(dict(roles).values()))
 
 
 class InputPanel(QWidget):
@@ -29,7 +46,7 @@ class InputPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.text = QLineEdit()
-        self.text.setPlaceholderText("input text (Enter runs)")
+        self.text.setPlaceholderText(TEXT_HINT)
         self.text_pair = QLineEdit()
         self.text_pair.setPlaceholderText("optional second sentence")
         self.image = QLineEdit()
@@ -75,7 +92,7 @@ class InputPanel(QWidget):
         btn_row = QHBoxLayout()
         btn_row.addWidget(self.run_button)
         btn_row.addWidget(self.cancel_button)
-        form = QFormLayout(self)
+        form = self.form = QFormLayout(self)
         form.addRow("text", self.text)
         form.addRow("text pair", self.text_pair)
         form.addRow("image", img_row)
@@ -135,7 +152,13 @@ class InputPanel(QWidget):
         vision = kind.startswith("vision")
         self.image.setEnabled(vision or model is None)
         self.browse.setEnabled(vision or model is None)
-        self.text.setEnabled(not vision or model is None)
+        caption = takes_caption(model)
+        self.text.setEnabled(not vision or caption or model is None)
+        self.text.setPlaceholderText(CAPTION_HINT if caption else TEXT_HINT)
+        self.text.setToolTip(CAPTION_TIP if caption else "")
+        label = self.form.labelForField(self.text)
+        if label is not None:
+            label.setText("caption" if caption else "text")
         self.text_pair.setEnabled(not vision or model is None)
         self.max_tokens.setEnabled(not vision or model is None)
         self.preprocess.setEnabled(vision or model is None)

@@ -106,7 +106,7 @@ class ModelSidebar(QTreeWidget):
             if sites:
                 self._add(
                     "Attention sites",
-                    [(s.label, f"{s.heads} heads · {s.method} · {s.node}") for s in sites],
+                    [(s.label, f"{s.heads or '?'} heads · {s.method} · {s.node}") for s in sites],
                     expanded=False,
                 )
             else:

@@ -57,8 +57,10 @@ def run(args) -> int:
         if "run_s" not in result.info and gen_s
         else f"run {result.info.get('run_s', 0) * 1000:.1f} ms"
     )
+    src = model.path  # optimum's MODEL/onnx/ folder: "onnx" alone says little
+    name = f"{src.parent.name}/{src.name}" if src.is_dir() and src.name == "onnx" else src.name
     print(
-        f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {model.path.name} on {dev}"
+        f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {name} on {dev}"
         f"{' (' + note + ')' if note else ''}; {timing}"
     )
     if result.generated:

@@ -29,16 +29,32 @@ def add_arguments(p):
     )
 
 
+def _load_error(m) -> str | None:
+    """Why onnxruntime cannot load the model (or crashed loading it), else None; the session is made now."""
+    from attnviz import AttnvizError
+
+    try:
+        _ = m.provider  # creates the inference session the probe runs in
+    except AttnvizError as e:
+        return str(e)
+    return None
+
+
 def run(args) -> int:
     from attnviz.runtime import open_model
 
     m = open_model(args.model, provider="cpu")
-    probed = False if args.no_probe or not m.sites else m.probe()
+    load_error = None if args.no_probe or not m.sites else _load_error(m)
+    probed = False if args.no_probe or not m.sites or load_error else m.probe()
     d = m.describe()
     d["probed"] = probed
+    if load_error:
+        d["load_error"] = load_error
     if args.json:
         print(json.dumps(d, indent=2))
         return 0 if m.sites else 1
+    if load_error:  # the graph is still described; running it (extract, figure, open) will refuse the same way
+        print(f"warning: {clean(load_error, 300)}; extract, figure and open will refuse it")
     print(
         f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
     )
