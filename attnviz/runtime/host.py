@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
@@ -53,6 +54,7 @@ __all__ = [
     "isolated",
     "make_session",
     "shutdown",
+    "take_trace",
 ]
 
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
@@ -102,6 +104,7 @@ class _Host:
             mine, theirs = socket.socketpair()
             root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+            env.update(_huge_pages_env(os.environ))
             self.proc: _Popen | _MpProcess = _Popen(
                 [sys.executable, str(Path(__file__).with_name("worker.py")), str(theirs.fileno()), self.outdir],
                 pass_fds=(theirs.fileno(),),
@@ -122,6 +125,8 @@ class _Host:
         # and changed only under ``lock`` (a run request hands back those whose object is gone)
         self.lent: list[tuple[weakref.ref, int]] = []
         self.feed_area = _FeedArea(self.outdir)
+        # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
+        self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
 
     @property
     def alive(self) -> bool:
@@ -183,6 +188,7 @@ class _Host:
         return np.frombuffer(owner, dt, n).reshape(shape)
 
     def call(self, op: str, *args, what: str = "running the model", adopt=None, prepare=None):
+        t0 = time.perf_counter()
         while not self.lock.acquire(timeout=POLL_S):
             if _cancel_requested():
                 raise RunCancelled("cancelled")
@@ -196,6 +202,7 @@ class _Host:
                 self.conn.send((op, args))
             except (OSError, ValueError) as e:
                 raise _Dead() from e
+            t1 = time.perf_counter()
             while not self.conn.poll(POLL_S):
                 if _cancel_requested():
                     self.kill()
@@ -212,7 +219,11 @@ class _Host:
                     f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
                 ) from None
             if status == "ok" and adopt is not None:
-                return adopt(reply)
+                t2 = time.perf_counter()
+                out = adopt(reply)
+                if self.trace is not None:
+                    self.trace.append((t0, t1, t2, time.perf_counter()))
+                return out
         finally:
             self.lock.release()
         if status == "ok":
@@ -258,6 +269,21 @@ class _Host:
         self.maps.clear()
         self.feed_area.close()
         shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+def _huge_pages_env(environ) -> dict[str, str]:
+    """The child's malloc asks for transparent huge pages (glibc >= 2.35 ``glibc.malloc.hugetlb=1``: madvise on
+    its mappings), so onnxruntime's packed weights and arena sit in 2 MB pages.  Where THP is ``madvise`` (the
+    Debian/Ubuntu default) nothing else gets them: the child's onnxruntime then spent ~3-4 % less CPU per MiniLM
+    run (512 tokens with 2 threads, 128 with 1; nothing measurable at 128 with 2), for ~0-4 MB more resident
+    memory (bench/RESULTS.md, "Where an isolated run's time goes").  ``ATTNVIZ_HUGEPAGES=0`` turns it off; a
+    tunable the user set already wins."""
+    if environ.get("ATTNVIZ_HUGEPAGES") == "0" or not sys.platform.startswith("linux"):
+        return {}
+    have = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" in have:
+        return {}
+    return {"GLIBC_TUNABLES": ":".join(t for t in (have, "glibc.malloc.hugetlb=1") if t)}
 
 
 class _FeedArea:
@@ -388,6 +414,20 @@ def _current_host() -> _Host:
                 _host.kill()
             _host = _Host()
         return _host
+
+
+def take_trace() -> tuple[list[tuple[float, ...]], list[tuple[float, ...]]]:
+    """With ``ATTNVIZ_TRACE=1`` set before the child started: the stamps of the runs since the last call, the
+    parent's (called, request sent, reply received, returned) and the child's (request received, onnxruntime
+    started, onnxruntime done, reply ready), one pair per run in order, on one monotonic clock
+    (``time.perf_counter``: CLOCK_MONOTONIC on Linux, system-wide).  bench/engine_breakdown_bench.py reads them."""
+    h = _host
+    if h is None or h.trace is None:
+        return [], []
+    child = h.call("trace", what="reading the trace")
+    with h.lock:
+        parent, h.trace = h.trace, []
+    return parent, child
 
 
 def shutdown() -> None:

@@ -27,6 +27,7 @@ import math
 import mmap
 import os
 import sys
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -232,6 +233,10 @@ class Server:
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see host._FeedArea)
         self.arena = _shared_arena()
+        # ATTNVIZ_TRACE=1: per run request, (received, onnxruntime started, onnxruntime done, handled) on the
+        # system-wide monotonic clock the parent's stamps use (bench/engine_breakdown_bench.py); off: no cost
+        self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
+        self._ort_span = (0.0, 0.0)
 
     def create(self, sid, model, kwargs):
         from attnviz.runtime.session import make_session
@@ -300,7 +305,9 @@ class Server:
             outs_of[n] = sig
         bound = {n: p[0] for n, p in plan.items()}
         try:
+            t0 = time.perf_counter()
             sess.run_with_iobinding(io)
+            self._ort_span = (t0, time.perf_counter())
         except Exception:
             for slot in bound.values():
                 self.pool.give_back(slot)
@@ -334,6 +341,11 @@ class Server:
             if item[0] == "slot":
                 self._give_back_arena()
         return got
+
+    def take_trace(self) -> list[tuple[float, ...]]:
+        """The run stamps recorded since the last call (empty when tracing is off)."""
+        out, self.trace = self.trace or [], [] if self.trace is not None else None
+        return out
 
     def _feed(self, ref: SharedFeed) -> np.ndarray:
         """A view of a feed in the parent's feed area, valid for this run (the parent rewrites it for the next)."""
@@ -442,7 +454,12 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
     from attnviz import AttnvizError
 
     server = Server(conn, outdir)
-    ops: dict[str, Callable[..., object]] = {"create": server.create, "run": server.run, "close": server.close}
+    ops: dict[str, Callable[..., object]] = {
+        "create": server.create,
+        "run": server.run,
+        "close": server.close,
+        "trace": server.take_trace,
+    }
     while True:
         try:
             op, args = conn.recv()
@@ -451,7 +468,11 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
         try:
             if op not in ops:
                 raise ValueError(f"unknown op {op!r}")
-            conn.send(("ok", ops[op](*args)))
+            t0 = time.perf_counter()
+            reply = ops[op](*args)
+            if server.trace is not None and op == "run":
+                server.trace.append((t0, *server._ort_span, time.perf_counter()))
+            conn.send(("ok", reply))
         except BaseException as e:
             conn.send(
                 (
