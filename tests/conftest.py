@@ -85,3 +85,21 @@ def native_fault_for_crash_isolation(tmp_path_factory):
         else:
             os.environ["PYTHONPATH"] = old
         host.shutdown()
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Every run of an instrumented session, as the feeds' shapes (a probe runs through the same call)."""
+    import numpy as np
+
+    import attnviz.runtime.model as am
+
+    got: list[dict] = []
+    real = am._run_bound
+
+    def spy(sess, fetch, feeds):
+        got.append({k: np.shape(v) for k, v in feeds.items()})
+        return real(sess, fetch, feeds)
+
+    monkeypatch.setattr(am, "_run_bound", spy)
+    return got

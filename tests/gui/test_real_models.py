@@ -192,19 +192,9 @@ def test_captioning_image_words(qtbot, real_window, onnx_dir):
     assert w.alignment.mv.k_labels[0] == "[CLS]" and len(w.alignment.mv.k_labels) == 17
 
 
-def test_opening_with_an_input_runs_the_model_once(qtbot, real_window, onnx_dir, monkeypatch):
+def test_opening_with_an_input_runs_the_model_once(qtbot, real_window, onnx_dir, runs):
     """Issue 8, Build 8 in the window: opening runs the given input at once, so no dummy probe run before it;
     the sidebar's head counts come from that one run."""
-    import attnviz.runtime.model as am
-
-    runs: list[dict] = []
-    real = am._run_bound
-
-    def spy(sess, fetch, feeds):
-        runs.append({k: np.shape(v) for k, v in feeds.items()})
-        return real(sess, fetch, feeds)
-
-    monkeypatch.setattr(am, "_run_bound", spy)
     w = real_window
     open_and_wait(qtbot, w, onnx_dir["text"], text="a dog ran in the park")
     assert len(runs) == 1, runs  # the user's input, not a probe and then the input

@@ -15,26 +15,11 @@ import pytest
 from onnx import helper
 from onnx_builders import VOCAB, tiny_text_model
 
-import attnviz.runtime.model as am
 from attnviz.cli import main
 from attnviz.runtime import open_model
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-
-
-@pytest.fixture
-def runs(monkeypatch):
-    """Every run of an instrumented session, as the feeds' shapes (the probe ran through the same call)."""
-    got: list[dict] = []
-    real = am._run_bound
-
-    def spy(sess, fetch, feeds):
-        got.append({k: np.shape(v) for k, v in feeds.items()})
-        return real(sess, fetch, feeds)
-
-    monkeypatch.setattr(am, "_run_bound", spy)
-    return got
 
 
 def _image(path):

@@ -56,5 +56,6 @@ def test_translation_demo():
     table = m["aer_input_convention"]["heads"]
     others = [v for lay, row in enumerate(table) for h, v in enumerate(row) if [lay, h] not in declared["heads"]]
     assert declared["best"]["aer"] == min(table[lay][h] for lay, h in heads) < min(others)
-    # issue 12 asks for <= 0.30; this model measures 0.347 (models/README.md), in eflomal's range (0.335-0.373)
-    assert declared["best"]["aer"] < 0.36 and m["bleu"] >= 10
+    # issue 12 asks for <= 0.30 and BLEU >= 10 on the 528 held-out verses; run g3 measured 0.296 / 11.1 at export
+    # (models/README.md; `attnviz eval` re-measures the same from the file), below eflomal's 0.335-0.373
+    assert declared["best"]["aer"] <= 0.30 and m["bleu"] >= 10
