@@ -24,6 +24,8 @@ import math
 import mmap
 import multiprocessing as mp
 import os
+import pickle
+import select
 import shutil
 import signal
 import socket
@@ -119,6 +121,10 @@ class _Host:
             self.proc = _MpProcess(ctx.Process(target=serve, args=(child, self.outdir), daemon=True))
             child.close()
         self.lock = threading.Lock()
+        self.poller = None
+        if hasattr(select, "poll"):
+            self.poller = select.poll()
+            self.poller.register(self.conn.fileno(), select.POLLIN)
         self.generation = next(_generations)
         self.maps: dict[int, mmap.mmap] = {}  # the child's slots, mapped once each and kept
         # slots lent to callers, each with a weak reference to the object every view of it keeps alive; read
@@ -127,6 +133,13 @@ class _Host:
         self.feed_area = _FeedArea(self.outdir)
         # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
+
+    def _readable(self) -> bool:
+        """Wait up to POLL_S for the child's reply (or its end).  One poll object per host, made once:
+        ``Connection.poll`` builds a selector per call, which cost ~20 us of every run's return trip."""
+        if self.poller is None:
+            return self.conn.poll(POLL_S)
+        return bool(self.poller.poll(POLL_S * 1000))
 
     @property
     def alive(self) -> bool:
@@ -199,11 +212,11 @@ class _Host:
             if prepare is not None:
                 args = prepare(args)
             try:
-                self.conn.send((op, args))
+                self.conn.send_bytes(pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError) as e:
                 raise _Dead() from e
             t1 = time.perf_counter()
-            while not self.conn.poll(POLL_S):
+            while not self._readable():
                 if _cancel_requested():
                     self.kill()
                     raise RunCancelled("cancelled")  # the GUI shows "Cancelled.", not an error
@@ -212,7 +225,7 @@ class _Host:
                         f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
                     )
             try:
-                status, reply = self.conn.recv()
+                status, reply = pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
                 self.proc.wait(1)
                 raise ModelCrashed(
@@ -287,11 +300,13 @@ def _huge_pages_env(environ) -> dict[str, str]:
 
 
 class _FeedArea:
-    """A shared-memory file the parent owns for large feeds (over ``INLINE_BYTES``: images, encoder states, a
-    head's scores for per-head recompute), so that they reach the child without pickling and without a socket
-    that moves 1 MB in ~200 kB turns, each a wake-up of the other process (a head recompute at 512 tokens spent
-    most of its time there).  Written only under the host's lock, before the request is sent: the child reads
-    it during that run alone, so one area is reused by every run.  It grows (a new file, the old one dropped)
+    """A shared-memory file the parent owns for the feeds (numpy arrays), so that they reach the child without
+    pickling and without a socket that moves 1 MB in ~200 kB turns, each a wake-up of the other process (a head
+    recompute at 512 tokens spent most of its time there).  Small feeds (token ids) go there too: a run on the
+    same shapes then puts each feed at the same place, and the child's kept I/O binding, which already points
+    there, needs no rebinding (two ``bind_input`` calls and the feeds' pickling were ~10 % of isolation's
+    fixed cost per run).  Written only under the host's lock, before the request is sent: the child reads it
+    during that run alone, so one area is reused by every run.  It grows (a new file, the old one dropped)
     when a run's feeds do not fit."""
 
     ALIGN = 64
@@ -303,11 +318,7 @@ class _FeedArea:
         self.mm: mmap.mmap | None = None
 
     def share(self, feeds: dict) -> dict:
-        big = {
-            k: v
-            for k, v in feeds.items()
-            if isinstance(v, np.ndarray) and v.nbytes > INLINE_BYTES and not v.dtype.hasobject
-        }
+        big = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject}
         if not big or os.name != "posix":
             return feeds
         need = sum(-(-v.nbytes // self.ALIGN) * self.ALIGN for v in big.values())
@@ -503,7 +514,8 @@ class RemoteSession:
         ``INLINE_BYTES`` are views onto shared memory that stays the caller's while any view of it is alive."""
         names = [o.name for o in self._outputs] if names is None else list(names)
         for _ in range(2):
-            self._ensure()
+            if self._host is None or self._host is not _host or self.crashed:
+                self._ensure()  # a dead child is found by the call below (_Dead), not checked here first
             assert self._host is not None  # _ensure either set it or raised
             try:
                 return self._host.run(self._sid, names, dict(feeds))

@@ -205,6 +205,8 @@ class AttentionModel:
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
+        self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
+        self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
         self._stack_confirmed = False
@@ -329,66 +331,50 @@ class AttentionModel:
 
     # -- feeds ---------------------------------------------------------------------
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        plan = self._feed_plan()
+        if len(feeds) != len(plan) or any(k not in plan for k in feeds):
+            for k in feeds:
+                if k not in plan:
+                    raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(plan))}")
         out = {}
-        names = {i.name for i in self.inputs}
-        for k in feeds:
-            if k not in names:
-                raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(names))}")
-        for i in self.inputs:
-            if i.name not in feeds:
-                raise AttnvizError(f"missing input {i.name!r} ({i.describe()}); add it to the feeds")
-            a = np.asarray(feeds[i.name])
+        for name, (i, fixed, cast_to, vocab) in plan.items():
+            if name not in feeds:
+                raise AttnvizError(f"missing input {name!r} ({i.describe()}); add it to the feeds")
+            a = np.asarray(feeds[name])
             if a.dtype.kind not in "biuf":
-                raise AttnvizError(f"input {i.name!r} is a {a.dtype} array; feeds must be numeric ({i.describe()})")
+                raise AttnvizError(f"input {name!r} is a {a.dtype} array; feeds must be numeric ({i.describe()})")
             if a.ndim != i.rank:
-                raise AttnvizError(f"input {i.name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
-            for ax, (want, got) in enumerate(zip(i.shape, a.shape)):
-                if isinstance(want, int) and want > 0 and want != got:
+                raise AttnvizError(f"input {name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
+            for ax, want in fixed:
+                if want != a.shape[ax]:
                     raise AttnvizError(
-                        f"input {i.name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}"
+                        f"input {name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}"
                     )
-            cast_to = (
-                np.dtype(i.dtype)
-                if i.dtype in ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
-                else None
-            )
             if cast_to is not None and a.dtype != cast_to:
-                if cast_to.kind in "iu" and a.dtype.kind == "f":
-                    if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-                        raise AttnvizError(
-                            f"input {i.name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values"
-                        )
-                if cast_to.kind == "f" and a.dtype.kind not in "fiub":
-                    raise AttnvizError(f"input {i.name!r} expects {i.dtype}, got {a.dtype}")
-                if cast_to.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
-                    lo, hi = np.iinfo(cast_to).min, np.iinfo(cast_to).max
-                    if int(a.min()) < lo or int(a.max()) > hi:
-                        raise AttnvizError(
-                            f"input {i.name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds"
-                        )
-                a = a.astype(cast_to)
-            out[i.name] = a
-        self._check_ids(out)
+                a = _cast_feed(name, i, a, cast_to)
+            _check_values(name, a, vocab)
+            out[name] = a
         return out
 
-    def _check_ids(self, feeds):
-        """Token ids beyond the embedding table crash inside onnxruntime: say so plainly instead."""
-        for name, a in feeds.items():
-            if a.dtype.kind == "f" and np.isnan(a).any():  # ±inf is a legal additive mask; NaN never is
-                raise AttnvizError(f"input {name!r} contains NaN values; every map would be NaN — fix the inputs")
-            if a.dtype.kind not in "iu" or a.size == 0:
-                continue
-            for ci, j in self.graph.consumers.get(name, []):
-                n = self.graph.nodes[ci]
-                if n.op_type == "Gather" and j == 1:
-                    table = self.graph.initializers.get(n.input[0])
-                    if table is not None and table.dims:
-                        size = int(table.dims[0])
-                        bad = a[(a >= size) | (a < -size)]
-                        if bad.size:
-                            raise AttnvizError(
-                                f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {size} entries"
-                            )
+    def _feed_plan(self) -> dict[str, tuple]:
+        """Per input, what :meth:`check_feeds` checks, worked out once: the IOInfo, its fixed axes, the dtype
+        feeds are cast to, and the vocabulary size of every embedding table it indexes (token ids beyond it
+        crash inside onnxruntime).  A run's checks then cost a few microseconds, not a graph lookup each."""
+        if self._plan is None:
+            plan = {}
+            for i in self.inputs:
+                fixed = [(ax, want) for ax, want in enumerate(i.shape) if isinstance(want, int) and want > 0]
+                cast_to = np.dtype(i.dtype) if i.dtype in _CASTABLE else None
+                vocab = []
+                for ci, j in self.graph.consumers.get(i.name, []):
+                    n = self.graph.nodes[ci]
+                    if n.op_type == "Gather" and j == 1:
+                        table = self.graph.initializers.get(n.input[0])
+                        if table is not None and table.dims:
+                            vocab.append(int(table.dims[0]))
+                plan[i.name] = (i, fixed, cast_to, min(vocab) if vocab else None)
+            self._plan = plan
+        return self._plan
 
     # -- running ---------------------------------------------------------------------
     def estimate_mb(self, feeds: dict[str, np.ndarray]) -> float:
@@ -420,11 +406,7 @@ class AttentionModel:
         mode = self.choose_mode(feeds, mode)
         sess, exposed = self._session(mode)
         own = [o.name for o in self.outputs]
-        fetch = list(own)
-        for s, ex in zip(self._sites, exposed.site_extra):
-            names = [ex["q"], ex["k"], *ex.get("side", [])] if "q" in ex else [s.probs]
-            names += [ex["mask_index"]] if "mask_index" in ex else []
-            fetch += [n for n in names if n not in fetch]
+        fetch = self._fetch_list(mode, exposed)
         t0 = time.perf_counter()
         try:
             values = _run_bound(sess, fetch, feeds)
@@ -437,10 +419,11 @@ class AttentionModel:
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
-        self._confirm_stack(sites, maps, kept)
+        if not self._stack_confirmed:
+            self._confirm_stack(sites, maps, kept)
+            sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]  # the stacks it may have relabelled
         for site, m in zip(kept, maps):
             site.heads = site.heads or int(m.shape[1])  # a real run counts heads as well as a probe would
-        sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         info = {
             "provider": sess.get_providers()[0],
             "provider_note": self.provider_note,
@@ -452,6 +435,20 @@ class AttentionModel:
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
+
+    def _fetch_list(self, mode: str, exposed) -> list[str]:
+        """The outputs a run of ``mode``'s session fetches: the model's own, then each site's exposed tensors
+        (worked out once per session)."""
+        known = self._fetch.get(mode)
+        if known is not None and known[0] is exposed:  # a session made anew (corpus) may expose other names
+            return list(known[1])
+        fetch = [o.name for o in self.outputs]
+        for s, ex in zip(self._sites, exposed.site_extra):
+            names = [ex["q"], ex["k"], *ex.get("side", [])] if "q" in ex else [s.probs]
+            names += [ex["mask_index"]] if "mask_index" in ex else []
+            fetch += [n for n in names if n not in fetch]
+        self._fetch[mode] = (exposed, fetch)
+        return list(fetch)
 
     def _collect_maps(self, exposed, got: dict, batch: int, mode: str) -> tuple[list[gr.Site], list, list[str]]:
         """Maps in canonical order, with the sites they belong to.
@@ -652,6 +649,37 @@ def _renumber(sites: list[gr.Site]) -> None:
         key = (s.stack, s.kind)
         s.layer = count.get(key, 0)
         count[key] = s.layer + 1
+
+
+_CASTABLE = ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
+
+
+def _cast_feed(name: str, i: IOInfo, a: np.ndarray, cast_to: np.dtype) -> np.ndarray:
+    """A feed cast to the input's dtype, refused where the cast would change its values."""
+    if cast_to.kind in "iu" and a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
+            raise AttnvizError(f"input {name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
+    if cast_to.kind == "f" and a.dtype.kind not in "fiub":
+        raise AttnvizError(f"input {name!r} expects {i.dtype}, got {a.dtype}")
+    if cast_to.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
+        lo, hi = np.iinfo(cast_to).min, np.iinfo(cast_to).max
+        if int(a.min()) < lo or int(a.max()) > hi:
+            raise AttnvizError(f"input {name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds")
+    return a.astype(cast_to)
+
+
+def _check_values(name: str, a: np.ndarray, vocab: int | None) -> None:
+    """NaN never is a legal feed (±inf is, as an additive mask); token ids must index the embedding table."""
+    if a.dtype.kind == "f" and np.isnan(a).any():
+        raise AttnvizError(f"input {name!r} contains NaN values; every map would be NaN — fix the inputs")
+    if vocab is None or a.dtype.kind not in "iu" or a.size == 0:
+        return
+    hi, lo = int(a.max()), int(a.min())
+    if hi >= vocab or lo < -vocab:
+        bad = a[(a >= vocab) | (a < -vocab)]
+        raise AttnvizError(
+            f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} entries"
+        )
 
 
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

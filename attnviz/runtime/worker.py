@@ -26,6 +26,7 @@ import itertools
 import math
 import mmap
 import os
+import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
         del sys.path[0]  # this script's folder (engine modules named graph, model, errors...) must not shadow others
     _light_package()
 
+from attnviz import AttnvizError  # noqa: E402
 from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed  # noqa: E402  (after the child's bare package)
 
 KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
@@ -225,6 +227,8 @@ class ShapeLinks:
 
 
 class Server:
+    OPS = {"create": "create", "run": "reply_run", "close": "close", "trace": "take_trace"}  # request -> method
+
     def __init__(self, conn, outdir: str):
         self.conn = conn
         self.pool = Pool(outdir)
@@ -237,6 +241,11 @@ class Server:
         # system-wide monotonic clock the parent's stamps use (bench/engine_breakdown_bench.py); off: no cost
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
         self._ort_span = (0.0, 0.0)
+        self._unsettled: tuple | None = None  # the last run, until settle() learns from it
+        self.send: Callable[[bytes], None] | None = None  # set by serve(): replies sent from inside a run
+        self.replied = False  # this request's reply went out early (see _run)
+        self.repeats: dict[int, _Repeat] = {}  # per session: its last run, to repeat without planning
+        self.received = 0.0  # when this request arrived (for the trace)
 
     def create(self, sid, model, kwargs):
         from attnviz.runtime.session import make_session
@@ -259,24 +268,84 @@ class Server:
 
     def run(self, sid, names, feeds, released):
         """One run; reply = (items, slots created, slots deleted), items in ``names`` order."""
+        reply = self.reply_run(sid, names, feeds, released)
+        self.settle()
+        return reply
+
+    def reply_run(self, sid, names, feeds, released):
+        """A run up to its reply; :meth:`settle` does the rest.  ``serve`` sends the reply in between, so that
+        learning shapes and trimming slots happen while the parent reads the maps, not before it can."""
         self.pool.release(released)
         self.pool.run += 1
         sess, links = self.sessions[sid]
-        uniq = list(dict.fromkeys(names))
-        feeds = {k: self._feed(v) if isinstance(v, SharedFeed) else np.ascontiguousarray(v) for k, v in feeds.items()}
-        dims = links.dims(feeds)
+        again = self.repeats.get(sid)
+        if again is not None:
+            if self._repeat(sid, sess, again, names, feeds):
+                return again.items
+            self.repeats.pop(sid, None)  # the planned run below may rebind what it holds
+        uniq = names if len(set(names)) == len(names) else list(dict.fromkeys(names))
+        sigs = {k: v for k, v in feeds.items() if isinstance(v, SharedFeed)}
+        feeds = {k: self._feed(v) if k in sigs else np.ascontiguousarray(v) for k, v in feeds.items()}
+        dims = {(k, ax): int(n) for k, v in feeds.items() for ax, n in enumerate(v.shape)}
         try:
-            got = self._run(sid, sess, uniq, feeds, links.predict_all(dims, uniq))
+            got = self._run(sid, sess, uniq, feeds, links.predict_all(dims, uniq), sigs, names)
         except _Misprediction:
             links.misses += 1
-            got = self._run(sid, sess, uniq, feeds, {})
-        links.learn_all(dims, {n: shaped for n, (_, shaped) in got.items()})
-        self.pool.trim()
+            got = self._run(sid, sess, uniq, feeds, {}, sigs, names)
+        self._unsettled = (links, dims, got)
         return [got[n][0] for n in names], *self.pool.changes()
 
-    def _run(self, sid, sess, names, feeds, predicted):
+    def _repeat(self, sid: int, sess, again: _Repeat, names, feeds) -> bool:
+        """This session's last run, again: the same outputs, the feeds at the same places in the feed area with
+        the same dtypes and shapes, and its slots all handed back.  Then the kept binding runs as it is and the
+        same reply goes out, with no planning, binding or pickling (a GUI redraw, corpus batches of one shape,
+        generation steps at one length).  False, with nothing done, when anything differs."""
+        pool = self.pool
+        if (
+            self.send is None
+            or names != again.names
+            or pool.created
+            or pool.deleted
+            or any(type(v) is not SharedFeed for v in feeds.values())
+            or tuple(feeds.items()) != again.feeds
+            or any(i not in pool.free for i in again.slots)
+        ):
+            return False
+        for i in again.slots:
+            pool.free.discard(i)
+            pool.slots[i].used = pool.run
+        try:
+            t0 = time.perf_counter()
+            sess.run_with_iobinding(again.io)
+            self._ort_span = (t0, time.perf_counter())
+        except Exception:
+            pool.free.update(again.slots)
+            del self.repeats[sid]
+            return False  # the planned path runs it again and reports what went wrong
+        if self.trace is not None:
+            self.trace.append((self.received, *self._ort_span, time.perf_counter()))
+        self.replied = True
+        self.send(again.reply)
+        return True
+
+    def settle(self) -> None:
+        """After a run's reply: learn its output shapes and trim free slots (the slots trimmed here are
+        reported with the next reply; the parent keeps a slot mapped until it is told)."""
+        if self._unsettled is not None:
+            links, dims, got = self._unsettled
+            self._unsettled = None
+            links.learn_all(dims, {n: shaped for n, (_, shaped) in got.items()})
+        self.pool.trim()
+
+    def _run(self, sid, sess, names, feeds, predicted, sigs, order):
         """Run with every output bound: into a free slot where its shape is predicted, else where onnxruntime
-        puts it (then copied into a slot, and onnxruntime's copy given back at once)."""
+        puts it (then copied into a slot, and onnxruntime's copy given back at once).  ``sigs``: the feeds that
+        came through the feed area, by where they lie there; a kept binding whose input lies at the same place
+        with the same dtype and shape still points at it (the parent rewrote the bytes), so it is not rebound.
+
+        When every output goes into a predicted slot the reply is known before the run: with ``self.send`` set
+        (the child's loop) it is pickled first and sent the moment onnxruntime returns (``order``: the names
+        as the request listed them), so nothing stands between the run's end and the parent's wake-up."""
         kept = self.bindings.pop(sid, None)
         last = kept.outs if kept is not None else {}
         plan: dict[str, tuple[Slot, np.dtype, tuple]] = {}
@@ -291,8 +360,12 @@ class Server:
             outs_of = kept.outs
         else:
             io, outs_of = sess.io_binding(), {}
+        ins_of = kept.ins if kept is not None and io is kept.io else {}
         for k, v in feeds.items():
-            io.bind_cpu_input(k, v)
+            sig = sigs.get(k)
+            if sig is None or ins_of.get(k) != sig:  # an inline feed is a new array: rebound every run
+                io.bind_cpu_input(k, v)
+                ins_of[k] = sig
         for n in names:
             sig = (plan[n][0].id, plan[n][1], plan[n][2]) if n in plan else None
             if sig is not None and outs_of.get(n) == sig:
@@ -304,6 +377,12 @@ class Server:
                 io.bind_output(n, "cpu")
             outs_of[n] = sig
         bound = {n: p[0] for n, p in plan.items()}
+        early = None
+        if self.send is not None and len(bound) == len(names):
+            items = {n: ("slot", bound[n].id, predicted[n][0].str, predicted[n][1]) for n in names}
+            pool = self.pool
+            reply = ([items[n] for n in order], list(pool.created), list(pool.deleted))
+            early = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
         try:
             t0 = time.perf_counter()
             sess.run_with_iobinding(io)
@@ -314,10 +393,23 @@ class Server:
             if bound:  # most likely a learned shape was wrong; the retry says what else it was
                 raise _Misprediction() from None
             raise
+        if early is not None and self.send is not None:
+            if self.trace is not None:
+                self.trace.append((self.received, *self._ort_span, time.perf_counter()))
+            self.replied = True  # set first: a reply that fails to go out must not be followed by another
+            self.send(early)
+            created, deleted = self.pool.changes()  # the slots it reported
+            self.repeats.pop(sid, None)
+            if feeds and len(sigs) == len(feeds):
+                again = (
+                    pickle.dumps(("ok", (reply[0], [], [])), pickle.HIGHEST_PROTOCOL) if created or deleted else early
+                )
+                slots = [bound[n].id for n in names]
+                self.repeats[sid] = _Repeat(list(order), tuple(sigs.items()), slots, io, again, reply[0])
         if len(bound) == len(names):
             # onnxruntime wrote every output into its slot: nothing to fetch, and the binding is reused next run
             # (creating and binding it anew costs ~0.15 ms of a 128-token MiniLM run, measured)
-            self.bindings[sid] = _Binding(io, names, outs_of)
+            self.bindings[sid] = _Binding(io, names, outs_of, ins_of)
             return {
                 n: (("slot", bound[n].id, predicted[n][0].str, predicted[n][1]), _Shaped(*predicted[n])) for n in names
             }
@@ -341,6 +433,26 @@ class Server:
             if item[0] == "slot":
                 self._give_back_arena()
         return got
+
+    def handle(self, op: str, args: tuple) -> None:
+        """One request from the parent: exactly one reply goes out through ``self.send`` (a run whose outputs
+        were all predicted sends its own from inside, see :meth:`_run`), then the run is settled.  Replies are
+        plain pickles, not Connection.send's ForkingPickler: nothing sent is a socket or a file handle."""
+        assert self.send is not None
+        self.received, self.replied = time.perf_counter(), False
+        try:
+            if op not in self.OPS:
+                raise ValueError(f"unknown op {op!r}")
+            reply = getattr(self, self.OPS[op])(*args)
+            if self.trace is not None and op == "run" and not self.replied:
+                self.trace.append((self.received, *self._ort_span, time.perf_counter()))
+            data = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
+        except BaseException as e:
+            err = str(e) if isinstance(e, AttnvizError) else f"{type(e).__name__}: {e}"
+            data = pickle.dumps(("attnviz" if isinstance(e, AttnvizError) else "error", err), pickle.HIGHEST_PROTOCOL)
+        if not self.replied:
+            self.send(data)
+        self.settle()
 
     def take_trace(self) -> list[tuple[float, ...]]:
         """The run stamps recorded since the last call (empty when tracing is off)."""
@@ -384,6 +496,7 @@ class Server:
             self.sessions.pop(sid, None)
             self.keep.pop(sid, None)
             self.bindings.pop(sid, None)
+            self.repeats.pop(sid, None)
 
 
 # a 65-byte ONNX model, y = Identity(x) on float[1] (built with onnx.helper; the child does not import onnx)
@@ -431,12 +544,23 @@ def _nbytes(ov) -> int:
 
 class _Binding:
     """A session's I/O binding kept after a run whose outputs all went into slots: ``outs`` says what each
-    output is bound to ((slot id, dtype, shape)), so the next run rebinds only what changed."""
+    output is bound to ((slot id, dtype, shape)), ``ins`` where each feed lies in the feed area (a
+    :class:`SharedFeed`, None for an inline feed), so the next run rebinds only what changed.  The binding
+    holds the feed views it was given, so a feed area the parent replaced stays mapped while it is bound."""
 
-    __slots__ = ("io", "names", "outs")
+    __slots__ = ("io", "names", "outs", "ins")
 
-    def __init__(self, io, names: list[str], outs: dict):
-        self.io, self.names, self.outs = io, names, outs
+    def __init__(self, io, names: list[str], outs: dict, ins: dict):
+        self.io, self.names, self.outs, self.ins = io, names, outs, ins
+
+
+class _Repeat:
+    """What a session's last fully predicted run needs to run again unchanged (see ``Server._repeat``)."""
+
+    __slots__ = ("names", "feeds", "slots", "io", "reply", "items")
+
+    def __init__(self, names: list[str], feeds: tuple, slots: list[int], io, reply: bytes, items: list):
+        self.names, self.feeds, self.slots, self.io, self.reply, self.items = names, feeds, slots, io, reply, items
 
 
 class _Shaped:
@@ -451,35 +575,14 @@ class _Misprediction(Exception):
 
 
 def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child process
-    from attnviz import AttnvizError
-
     server = Server(conn, outdir)
-    ops: dict[str, Callable[..., object]] = {
-        "create": server.create,
-        "run": server.run,
-        "close": server.close,
-        "trace": server.take_trace,
-    }
+    server.send = conn.send_bytes
     while True:
         try:
             op, args = conn.recv()
         except (EOFError, OSError):
             return
-        try:
-            if op not in ops:
-                raise ValueError(f"unknown op {op!r}")
-            t0 = time.perf_counter()
-            reply = ops[op](*args)
-            if server.trace is not None and op == "run":
-                server.trace.append((t0, *server._ort_span, time.perf_counter()))
-            conn.send(("ok", reply))
-        except BaseException as e:
-            conn.send(
-                (
-                    "attnviz" if isinstance(e, AttnvizError) else "error",
-                    f"{type(e).__name__}: {e}" if not isinstance(e, AttnvizError) else str(e),
-                )
-            )
+        server.handle(op, args)
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process

@@ -227,6 +227,96 @@ def test_the_child_reuses_its_io_binding_and_never_returns_a_stale_output(tmp_pa
         np.testing.assert_array_equal(srv.pool.slots[slot].array(np.dtype(np.float32), want.shape), want)
 
 
+def test_feeds_in_the_feed_area_keep_their_binding_and_are_never_stale(tmp_path, monkeypatch):
+    """Feeds travel through the parent's feed area; a run on the same shapes puts them at the same place, so the
+    child's kept binding is not rebound (counted) and still reads this run's values.  When the area grows (a new
+    file), a session bound to the old one rebinds: its next run must read the new values, not the old file's."""
+    import onnxruntime as ort
+
+    from attnviz.runtime.worker import Server
+
+    binds = []
+    plain_bind = ort.IOBinding.bind_cpu_input
+    monkeypatch.setattr(ort.IOBinding, "bind_cpu_input", lambda io, k, v: (binds.append(k), plain_bind(io, k, v)))
+    area = host._FeedArea(str(tmp_path))
+    srv = Server(None, str(tmp_path))
+    model = _double_model(tmp_path / "double.onnx").read_bytes()
+    srv.create(1, model, {"provider": "cpu"})
+    srv.create(2, model, {"provider": "cpu"})
+    rng = np.random.default_rng(7)
+
+    def run(sid, rows, release):
+        x = rng.standard_normal((rows, 300)).astype(np.float32)
+        (item,), _, _ = srv.run(sid, ["y"], area.share({"x": x}), release)
+        np.testing.assert_array_equal(srv.pool.slots[item[1]].array(np.dtype(item[2]), item[3]), 2 * x)
+        return [item[1]]
+
+    release = run(1, 64, [])  # learns the output shape
+    release = run(1, 64, release)  # binds the kept binding's feed
+    before = len(binds)
+    for _ in range(4):
+        release = run(1, 64, release)
+    assert len(binds) == before  # same place, same shape: never rebound, and every value above was fresh
+    first_file = area.file
+    other = run(2, 900, [])  # another session's larger feed grows the area: a new file
+    assert area.file != first_file
+    for _ in range(3):  # session 1's binding points into the old file: it must rebind once and read anew
+        release = run(1, 64, release)
+    assert len(binds) == before + 2  # session 2's first run, then session 1's rebinding
+    run(2, 900, other)
+
+
+def test_a_repeated_run_goes_out_unplanned_and_reads_each_runs_feeds(tmp_path, monkeypatch):
+    """Requests handled as the child's loop handles them: once a session's outputs are all predicted, a run on
+    feeds at the same places with its slots handed back repeats the kept binding and the same reply, without
+    planning (counted).  Each reply must still hold this run's values; a result held, a new shape or a grown
+    feed area each takes the planned path, and the values stay right across the switches."""
+    import pickle
+
+    from attnviz.runtime.worker import Server
+
+    area = host._FeedArea(str(tmp_path))
+    srv = Server(None, str(tmp_path))
+    sent: list[bytes] = []
+    srv.send = sent.append
+    srv.handle("create", (1, _double_model(tmp_path / "double.onnx").read_bytes(), {"provider": "cpu"}))
+    assert pickle.loads(sent[-1])[0] == "ok"
+    repeats = []
+    plain_repeat = srv._repeat
+    monkeypatch.setattr(srv, "_repeat", lambda *a: repeats.append(plain_repeat(*a)) or repeats[-1])
+    rng = np.random.default_rng(8)
+    held = []
+
+    def run(rows, release):
+        x = rng.standard_normal((rows, 300)).astype(np.float32)
+        n = len(sent)
+        srv.handle("run", (1, ["y", "y"], area.share({"x": x}), release))
+        assert len(sent) == n + 1  # exactly one reply a request
+        status, (items, created, deleted) = pickle.loads(sent[-1])
+        assert status == "ok" and items[0] == items[1]
+        y = srv.pool.slots[items[0][1]].array(np.dtype(items[0][2]), items[0][3])
+        np.testing.assert_array_equal(y, 2 * x)
+        return x, y, [items[0][1]]
+
+    release: list[int] = []
+    for _ in range(5):
+        _, _, release = run(64, release)
+    # the first run learns the shape (nothing to repeat yet), the second plans its slot; then it only repeats
+    assert repeats == [True, True, True]
+    x, y, _ = run(64, release)  # held: its slot stays lent, so the next run must plan into another
+    held.append((x, y.copy(), y))
+    _, _, release = run(64, [])
+    _, _, release = run(80, release)  # a new shape
+    _, _, release = run(900, release)  # grows the feed area: a new file
+    for _ in range(3):
+        _, _, release = run(900, release)
+    # the held run repeats; the next cannot (its slot is lent), nor a new shape or a new area; then it repeats,
+    # except once: the slots of the old shapes, trimmed after two runs unused, are reported by a planned reply
+    assert repeats[3:] == [True, False, False, False, True, False, True]
+    for _x, copy, view in held:  # the held result was never written over
+        np.testing.assert_array_equal(view, copy)
+
+
 def test_two_threads_sharing_the_child_never_see_a_slot_handed_back_twice(models):
     """Slots go back inside a run request, under the host's lock: two threads running and holding results
     at once must still each see their own values, run after run."""
