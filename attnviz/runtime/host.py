@@ -26,12 +26,10 @@ import multiprocessing as mp
 import os
 import pickle
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -42,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.runtime import shm
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed
 from attnviz.runtime.worker import _slot_size, serve
@@ -99,7 +98,7 @@ class _Host:
     """One child process; requests are serialised by a lock (onnxruntime parallelises inside a run)."""
 
     def __init__(self):
-        self.outdir = tempfile.mkdtemp(prefix="attnviz-host-", dir=_shm_dir())
+        self.outdir = shm.make(_shm_dir())  # attnviz-host-<this pid>-XXXXXXXX; stale ones of dead owners go first
         if os.name == "posix":
             # a fresh interpreter running this module: unlike multiprocessing's spawn it never re-imports the
             # user's __main__ (a script without a main guard, stdin, a notebook), and a fork would copy Qt/torch
@@ -281,7 +280,7 @@ class _Host:
             _close(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
         self.maps.clear()
         self.feed_area.close()
-        shutil.rmtree(self.outdir, ignore_errors=True)
+        shm.release(self.outdir)
 
 
 def _huge_pages_env(environ) -> dict[str, str]:

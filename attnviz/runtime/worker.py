@@ -586,6 +586,13 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process
+    import shutil
     from multiprocessing.connection import Connection
 
-    serve(Connection(int(sys.argv[1])), sys.argv[2])
+    try:
+        serve(Connection(int(sys.argv[1])), sys.argv[2])
+    except (EOFError, OSError):  # a reply the parent was no longer there to read
+        pass
+    # the parent is gone (its end of the socket closed) without removing the slots' folder: it was killed by a
+    # signal or left through os._exit (a parent that stops the child kills it first and removes the folder itself)
+    shutil.rmtree(sys.argv[2], ignore_errors=True)
