@@ -8,9 +8,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ATTNVIZ_FORCE_CPU", "1")  # CI has no GPU; keep onnxruntime's CUDA probing quiet
 # the app's settings (recent files, window, session, export folder) go to a throwaway file, also in the
 # `attnviz open --screenshot` subprocesses, never to the user's real ones
+import atexit
+import shutil
 import tempfile
 
-os.environ["ATTNVIZ_SETTINGS"] = os.path.join(tempfile.mkdtemp(prefix="attnviz-test-settings-"), "settings.ini")
+_settings_dir = tempfile.mkdtemp(prefix="attnviz-test-settings-")
+atexit.register(shutil.rmtree, _settings_dir, ignore_errors=True)  # one per run, gone with it
+os.environ["ATTNVIZ_SETTINGS"] = os.path.join(_settings_dir, "settings.ini")
 
 import pytest
 
