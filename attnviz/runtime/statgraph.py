@@ -14,6 +14,8 @@ maps are exposed as before and the caller reduces them itself.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -309,6 +311,18 @@ def _prune(graph: onnx.GraphProto) -> None:
         graph.node.extend(reversed(keep))
 
 
+@functools.lru_cache(maxsize=64)
+def _per_length(t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs that depend on T alone (read-only: every batch of that length shares them): DIST and NEAR."""
+    ar = np.arange(t)
+    dist = np.abs(ar[:, None] - ar[None, :]).astype(np.float32)
+    near = ar[:, None] * (t + 1) + np.array([-1, 1, 0])
+    near[0, 0], near[-1, 1] = 0, t * t - 1  # (0, -1) and (T-1, T) do not exist: those rows never count
+    for a in (dist, near):
+        a.flags.writeable = False
+    return dist, near
+
+
 def stat_feeds(
     lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool = False
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -342,16 +356,16 @@ def stat_feeds(
     ok = np.stack([valid[name] for name in ROW_STATS], -1)[:, None]  # [B, 1, T, S]
     divisor = np.ones(ok.shape, np.float32)
     divisor[..., ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))[:, None]
-    divisor[~ok] = np.inf  # a finite value / inf = 0: rows that do not count add nothing to the sums
-    near = np.stack([ar * (t + 1) - 1, ar * (t + 1) + 1, ar * (t + 1)], -1)
+    divisor = np.where(ok, divisor, np.float32(np.inf))  # finite / inf = 0: rows that do not count add nothing
+    dist, near = _per_length(t)
     feeds = {
         REAL: real.astype(np.float32)[:, None, None, :],
         KEYW: keyw[:, None],
-        DIST: np.abs(ar[:, None] - ar[None, :]).astype(np.float32),
+        DIST: dist,
         SP_OFF: sp_off[:, None, None],
         OFF: np.where(ok, 0.0, -np.inf).astype(np.float32),
         DIVISOR: divisor,
-        NEAR: np.clip(near, 0, t * t - 1),  # rows 0 (prev) and T-1 (next) never count
+        NEAR: near,
         BHTT: np.array([b, -1, t, t], np.int64),
     }
     return feeds, idx
