@@ -56,6 +56,10 @@ VALUES = "attnviz_stat_values"  # with rows=True (tests): float32 [B, heads, T, 
 KEYS = "attnviz_stat_keys"  # with rows=True: int64 [B, heads, T, S], each row's key (special: slot + len(KEY_COLUMNS))
 ARGMAX = ("real", "special", "special_other")  # the key columns the graph finds per row, in this order
 KEY_TABLE = [ARGMAX.index(key_table(n)) for n in ROW_STATS]  # which of them each statistic's key comes from
+# the per-row argmax over special keys comes as one [.., 2] pair (special, special_other): ROW_STATS has them side
+# by side, so each row's keys in ROW_STATS order are one Concat of the real-key argmax and that pair
+_SP = ROW_STATS.index("special")
+assert KEY_TABLE[_SP : _SP + 2] == [1, 2] and KEY_TABLE.count(0) == len(ROW_STATS) - 2
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
 # each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, KEY_COLUMNS) / s]
@@ -192,7 +196,7 @@ def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str]
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
     # the special key with the largest weight, for "special" and "special_other" at once: [B, H, T, 2]
     a_sp = nd("ArgMax", [nd("Add", [nd("Reshape", [kw, nd.const([0, 0, 0, 1, -1])]), SP_OFF])], axis=-1, keepdims=0)
-    keys = nd("Gather", [nd("Concat", [am, a_sp], axis=-1), nd.const(KEY_TABLE)], axis=-1)
+    keys = nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)  # [B, H, T, S]
     return values, keys
 
 
@@ -230,7 +234,7 @@ def stats_model(
     dropped, so onnxruntime prunes whatever follows the last map needed.
 
     ``join``: the sites' probabilities are concatenated along the head axis and ONE set of statistic nodes reads
-    them all.  On a GPU every node is a kernel launch (37 a set, plus a Reshape and a Cast onnxruntime drops per
+    them all.  On a GPU every node is a kernel launch (36 a set, plus a Reshape and a Cast onnxruntime drops per
     site): per-site sets made the statistics cost more than the model (H100, bench/RESULTS.md).  On a CPU the
     launches are free and the copy is not, so sites keep their own sets there.  Joined sites are read as
     ``[B, heads, T, T]`` (:data:`BHTT`; a rank-2 map, or a rank-3 ``[H, T, T]`` one for a batch of B items, makes
