@@ -14,6 +14,8 @@ maps are exposed as before and the caller reduces them itself.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -30,23 +32,56 @@ EPS = 1e-30  # the same guard as core.stats.row_stats: 0·log(0 + eps) = 0 and l
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
 REAL = "attnviz_stat_real"  # [B, 1, 1, T] float32: 1 where the key is a real token
-SEL = "attnviz_stat_sel"  # [B, 1, T, 1 + S] float32: the real-key mask as a column, then one column per special key
+# [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
+# special key (slots 0, 1, ... of each item, in key order)
+KEYW = "attnviz_stat_keyw"
+KEY_COLUMNS = ("sum", "first", "special", "special_other")  # real keys, key 0 if real, real special keys, those after 0
 DIST = "attnviz_stat_dist"  # [T, T] float32: |i - j|
-SP_W = "attnviz_stat_sp_w"  # [B, 1, S, 2] float32: which special columns are "special", "special after 0"
-SP_OFF = "attnviz_stat_sp_off"  # [B, 1, 1, S] float32: 0 for a real special key, -2 for padding (argmax)
-SP_OFF_OTHER = "attnviz_stat_sp_off_other"  # the same for real special keys after position 0
-VALID = "attnviz_stat_valid"  # [B, 1, T, len(ROW_STATS)] float64: 1 where the row counts for the statistic
-OFF = "attnviz_stat_off"  # [B, 1, T, len(ROW_STATS)] float32: 0 where it counts, -inf where not
-LOG_SEEN = "attnviz_stat_log_seen"  # [B, 1, T, 1] float32: log2 of the keys the row may see (at least 2)
-COLUMNS = 1  # SEL's columns before the special keys
+# [B, 1, 1, 2, K] float32, added to a row's key weights before the argmax of its "special" / "special_other" key:
+# 0 for a special key the statistic may take, -2 for a padding slot (or key 0 for "special_other"), -inf for the
+# KEY_COLUMNS (so the argmax is a slot + len(KEY_COLUMNS))
+SP_OFF = "attnviz_stat_sp_off"
+OFF = "attnviz_stat_off"  # [B, 1, T, S] float32: 0 where it counts, -inf where not
+# [B, 1, T, S] float32: where the row counts for the statistic 1, or in "broad"'s column log2 of the keys the row may
+# see (>= 2); +inf where it does not count, so that the row's value there is 0 and a plain sum over rows is the sum
+# over the counted ones
+DIVISOR = "attnviz_stat_div"
+NEAR = "attnviz_stat_near"  # [T, 3] int64: flat positions of (i, i-1), (i, i+1), (i, i) (the joined layout's Gather)
+BHTT = "attnviz_stat_bhtt"  # [4] int64: B, -1, T, T (the joined layout reads every site as [B, heads, T, T])
 # the outputs: every in-graph site's per-item statistics side by side along the head axis (sites in index order),
 # so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
 SUMS = "attnviz_stat_sums"  # float64 [B, heads of all in-graph sites, S]
-PICKS = "attnviz_stat_picks"  # int64 [B, heads of all in-graph sites, 2S]
+PICKS = "attnviz_stat_picks"  # int64 [B, heads of all in-graph sites, 2, S]: best rows, then their keys
 VALUES = "attnviz_stat_values"  # with rows=True (tests): float32 [B, heads, T, S], each row's statistics
-KEYS = "attnviz_stat_keys"  # with rows=True: int64 [B, heads, T, S], each row's key (slots for special statistics)
+KEYS = "attnviz_stat_keys"  # with rows=True: int64 [B, heads, T, S], each row's key (special: slot + len(KEY_COLUMNS))
 ARGMAX = ("real", "special", "special_other")  # the key columns the graph finds per row, in this order
 KEY_TABLE = [ARGMAX.index(key_table(n)) for n in ROW_STATS]  # which of them each statistic's key comes from
+# the per-row argmax over special keys comes as one [.., 2] pair (special, special_other): ROW_STATS has them side
+# by side, so each row's keys in ROW_STATS order are one Concat of the real-key argmax and that pair
+_SP = ROW_STATS.index("special")
+assert KEY_TABLE[_SP : _SP + 2] == [1, 2] and KEY_TABLE.count(0) == len(ROW_STATS) - 2
+# the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
+SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
+# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, KEY_COLUMNS) / s]
+# against MIX: entropy in bits = (ln s - plogp / s) / ln 2, the rest copied into ROW_STATS order, all signed
+# (the column of a one in MIX is an exact copy: x·1 + 0·y)
+_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *KEY_COLUMNS)
+
+
+def _mix() -> np.ndarray:
+    m = np.zeros((len(_PARTS), len(ROW_STATS)), np.float32)
+    bits = np.float32(1 / np.log(2.0))
+    for name in ("entropy", "broad"):
+        c = ROW_STATS.index(name)
+        m[_PARTS.index("log_sum"), c] = SIGN[c] * bits
+        m[_PARTS.index("plogp"), c] = -SIGN[c] * bits
+    for c, name in enumerate(ROW_STATS):
+        if name in _PARTS:
+            m[_PARTS.index(name), c] = SIGN[c]
+    return m
+
+
+MIX = _mix()
 
 
 def supported(g: gr.Graph, s: gr.Site) -> bool:
@@ -106,79 +141,88 @@ def _as_bhtt(nd: _Nodes, probs: str, batch: str) -> str:
     return nd("Reshape", [p, nd("Concat", [lead, nd.const([-1]), tail], axis=0)])
 
 
-def _site_nodes(nd: _Nodes, p: str) -> tuple[str, str]:
-    """Each row's statistics ``[B, H, T, len(ROW_STATS)]`` (float32, in ROW_STATS order, as ``row_stats``) and
-    the key column of each row's largest weight in the table its statistic takes keys from (int64, same shape).
+def _reduce(nd: _Nodes, op: str, x: str, axis: int, keepdims: int, opset: int) -> str:
+    """``op`` (ReduceSum / ReduceMax) over one axis: the axes are an input from opset 13 (ReduceMax: 18) on."""
+    if opset >= (13 if op == "ReduceSum" else 18):
+        return nd(op, [x, nd.const([axis])], keepdims=keepdims)
+    return nd(op, [x], axes=[axis], keepdims=keepdims)
 
-    Eight passes over the map (one Mul for the masked map, TopK, three for p·log p, one for p·|i-j|, three
-    GEMMs); padded keys are dropped by the GEMMs' weights (SEL's real column), so only TopK needs the masked map.
-    Everything after them works on ``[B, H, T, k]``.  ``p``: float32 ``[B or 1, H, T, T]`` (:func:`_as_bhtt`)."""
-    T1 = nd("Slice", [nd("Shape", [p]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])  # [T]
-    pm = nd("Mul", [p, REAL])  # [B, H, T, T]; rows are renormalised below by the row sum
+
+def _near_diagonal(nd: _Nodes, pm: str, p: str, gather: bool) -> list[str]:
+    """Each row's weights on keys i-1, i+1 and i (``[B, H, T, 3]`` or three ``[B, H, T, 1]`` columns).  Rows 0
+    (prev) and T-1 (next) never count; their value is whatever the read gives there (0 for the slices).
+
+    ``gather``: one Gather of the flat map at NEAR (one kernel on a GPU); else strided slices of it, which
+    onnxruntime's CPU kernels read 3x faster than that Gather (T = 112: 0.37 against 1.0 ms a site)."""
+    if gather:
+        return [nd("Gather", [nd("Reshape", [pm, nd.const([0, 0, -1])]), NEAR], axis=2)]
+    col = nd("Reshape", [pm, nd.const([0, 0, -1, 1])])  # [B, H, T·T, 1]: a strided slice is a column already
+    t = nd("Slice", [nd("Shape", [p]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])  # [T]
+    end, axis, step = nd.const([np.iinfo(np.int64).max]), nd.const([2]), nd("Add", [t, nd.const([1])])
+
+    def run(start, pad=None):
+        r = nd("Slice", [col, start, end, axis, step])
+        return r if pad is None else nd("Pad", [r, nd.const(pad)], mode="constant")
+
+    # (i, i-1) from i = 1, (i, i+1) up to i = T-2 (row_stats pads both with 0), (i, i)
+    return [run(t, [0, 0, 1, 0, 0, 0, 0, 0]), run(nd.const([1]), [0, 0, 0, 0, 0, 0, 1, 0]), run(nd.const([0]))]
+
+
+def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str]:
+    """Each row's statistics ``[B, H, T, len(ROW_STATS)]`` times :data:`SIGN` (float32, ROW_STATS order, the
+    arithmetic of ``row_stats``) and the key column of each row's largest weight in the table its statistic takes
+    keys from (int64, same shape).  ``p``: float32 ``[B or 1, H, T, T]``.
+
+    Nine nodes read the whole map (on a GPU each is a pass over it in memory): the masked map (Mul) and its
+    largest weight (TopK); p·ln p (Add, Log, Mul and its row sum); p·|i - j| (Mul and its row sum: the weight
+    depends on the row, so no key-weight table holds it); and ONE MatMul against the key-weight table KEYW for
+    every statistic that weights the keys of every row alike (the real keys' sum, key 0, the special keys, each
+    special key alone).  Diagonal, previous and next are read at 3T points a map; the rest works on
+    ``[B, H, T, k]``: one reciprocal of the row sum per row (row_stats' arithmetic), then one MatMul against
+    MIX puts entropy (bits) and the normalised masses into ROW_STATS order, signed."""
+    pm = nd("Mul", [p, REAL])  # padded keys dropped; rows are renormalised below by the row sum
     mx, am = nd.multi("TopK", [pm, nd.const([1])], 2, axis=-1)  # max and its key (the first of equal ones)
-    # diag, prev, next, first: strided slices of the flat map (a Gather of the same T·4 weights took 6x longer)
-    flat = nd("Reshape", [pm, nd.const([0, 0, -1])])  # [B, H, T·T]
-    end, step = nd.const([np.iinfo(np.int64).max]), nd("Add", [T1, nd.const([1])])
-    col = nd.const([0, 0, -1, 1])  # [B, H, n] -> [B, H, n, 1]
-
-    def run(start, stride, pad=None):
-        r = nd("Slice", [flat, start, end, nd.const([-1]), stride])
-        if pad is not None:  # row 0 has no previous key, the last row no next one (row_stats pads with 0)
-            r = nd("Pad", [r, nd.const(pad)], mode="constant")
-        return nd("Reshape", [r, col])
-
-    diag = run(nd.const([0]), step)  # (i, i): T
-    prev = run(T1, step, [0, 0, 1, 0, 0, 0])  # (i, i-1) from i = 1
-    nxt = run(nd.const([1]), step, [0, 0, 0, 0, 0, 1])  # (i, i+1) up to i = T-2
-    first = run(nd.const([0]), T1)  # (i, 0)
-    real = nd("Slice", [SEL, nd.const([0]), nd.const([COLUMNS]), nd.const([-1])])  # [B, 1, T, 1]
-    plogp = nd("MatMul", [nd("Mul", [p, nd("Log", [nd("Add", [p, nd.const(EPS, np.float32)])])]), real])  # ln
-    dist = nd("MatMul", [nd("Mul", [p, DIST]), real])
-    # the row sum and the weights on each special key in one GEMM (special keys are few: [B, H, T, 1 + S])
-    sw = nd("MatMul", [p, SEL])
-    s = nd("Slice", [sw, nd.const([0]), nd.const([COLUMNS]), nd.const([-1])])
-    spv = nd("Slice", [sw, nd.const([COLUMNS]), nd.const([np.iinfo(np.int64).max]), nd.const([-1])])
-    spm = nd("MatMul", [spv, SP_W])  # [B, H, T, 2]: special, special after 0
-    a_sp = nd("ArgMax", [nd("Add", [spv, SP_OFF])], axis=-1, keepdims=1)
-    a_ot = nd("ArgMax", [nd("Add", [spv, SP_OFF_OTHER])], axis=-1, keepdims=1)
+    plogp = _reduce(
+        nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 1, opset
+    )
+    dist = _reduce(nd, "ReduceSum", nd("Mul", [pm, DIST]), -1, 1, opset)
+    kw = nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
+    near = _near_diagonal(nd, pm, p, gather)
+    fixed = nd("Slice", [kw, nd.const([0]), nd.const([len(KEY_COLUMNS)]), nd.const([-1])])
     # row_stats' finishing arithmetic (float32): one reciprocal of the row sum per row, not one division per weight
-    ms = nd("Max", [s, nd.const(EPS, np.float32)])
-    inv = nd("Reciprocal", [ms])
-    lin = nd("Mul", [nd("Concat", [dist, prev, nxt, diag, first, spm, mx], axis=-1), inv])  # ROW_STATS[2:]
-    ln2 = np.float32(np.log(2.0))
-    ent = nd("Div", [nd("Sub", [nd("Log", [ms]), nd("Mul", [plogp, inv])]), nd.const(ln2, np.float32)])  # bits
-    broad = nd("Div", [ent, LOG_SEEN])
-    values = nd("Concat", [ent, broad, lin], axis=-1)  # [B, H, T, len(ROW_STATS)]
-    keys = nd("Gather", [nd("Concat", [am, a_sp, a_ot], axis=-1), nd.const(KEY_TABLE)], axis=-1)
+    ms = nd("Max", [nd("Slice", [kw, nd.const([0]), nd.const([1]), nd.const([-1])]), nd.const(EPS, np.float32)])
+    lin = nd("Mul", [nd("Concat", [plogp, dist, *near, mx, fixed], axis=-1), nd("Reciprocal", [ms])])
+    mixed = nd("MatMul", [nd("Concat", [nd("Log", [ms]), lin], axis=-1), nd.const(MIX, np.float32)])
+    values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
+    # the special key with the largest weight, for "special" and "special_other" at once: [B, H, T, 2]
+    a_sp = nd("ArgMax", [nd("Add", [nd("Reshape", [kw, nd.const([0, 0, 0, 1, -1])]), SP_OFF])], axis=-1, keepdims=0)
+    keys = nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)  # [B, H, T, S]
     return values, keys
 
 
-def _item_nodes(nd: _Nodes, values: str, keys: str, batch: str, opset: int) -> tuple[str, str]:
+def _item_nodes(nd: _Nodes, values: str, keys: str, batch: str | None, opset: int) -> tuple[str, str]:
     """Per item: the sum of each statistic over its counted rows (float64 ``[B, H, S]``: the sum numpy took of
-    the float32 row values) and, per statistic, the first row within ``ROW_TIE`` of the item's best one (at
-    the statistic's interesting end: the lowest entropy, the highest of the others) and the
-    key that row looked at (int64 ``[B, H, 2S]``: rows, then keys; key slots of special statistics)."""
-    vd = nd("Mul", [nd("Cast", [values], to=TensorProto.DOUBLE), VALID])
-    # the best row is at each statistic's interesting end (self-attention: low entropy, high everything else)
-    sign = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
-    masked = nd("Add", [nd("Mul", [values, nd.const(sign, np.float32)]) if (sign < 0).any() else values, OFF])
-    if opset >= 13:
-        sums = nd("ReduceSum", [vd, nd.const([2])], keepdims=0)
-    else:
-        sums = nd("ReduceSum", [vd], axes=[2], keepdims=0)
-    if opset >= 18:
-        best = nd("ReduceMax", [masked, nd.const([2])], keepdims=1)
-    else:
-        best = nd("ReduceMax", [masked], axes=[2], keepdims=1)
-    # no row counted: best = -inf, the threshold -inf, every row "near" and row 0 taken (as numpy's argmax)
-    slack = nd("Mul", [nd("Max", [nd("Abs", [best]), nd.const(1.0, np.float32)]), nd.const(ROW_TIE, np.float32)])
-    near = nd("Not", [nd("Less", [masked, nd("Sub", [best, slack])])])
-    rows = nd("ArgMax", [nd("Cast", [near], to=TensorProto.FLOAT)], axis=2, keepdims=1)  # the first near row
-    # a site read as [1, H, T, T] (one map for the batch) has keys for one item: GatherElements needs all B
-    keys = nd("Expand", [keys, nd("Concat", [batch, nd.const([1, 1, 1])], axis=0)])
+    the float32 row values; ``values`` are 0 on the rows that do not count, so every row is summed) and, per
+    statistic, the first row within ``ROW_TIE`` of the item's best one (at the statistic's interesting end:
+    ``values`` are signed) and the key that row looked at (int64 ``[B, H, 2, S]``: rows, then keys; key slots of
+    special statistics).  ``batch``: keys are expanded to it (a site read as ``[1, H, T, T]``); None where they
+    have it already."""
+    sums = _reduce(nd, "ReduceSum", nd("Cast", [values], to=TensorProto.DOUBLE), 2, 0, opset)  # 0 where not counted
+    masked = nd("Add", [values, OFF])
+    best = _reduce(nd, "ReduceMax", masked, 2, 1, opset)
+    # best - max(|best|, 1)·ROW_TIE: value·SIGN is the statistic itself, >= 0 but for float noise, so |best| is
+    # best·SIGN there (and a noise-negative one is below 1 anyway).
+    # No row counted: best = -inf, the threshold -inf, every row "near" and row 0 taken (as numpy's argmax)
+    slack = nd(
+        "Max", [nd("Mul", [best, nd.const(SIGN * np.float32(ROW_TIE), np.float32)]), nd.const(ROW_TIE, np.float32)]
+    )
+    threshold = nd("Sub", [best, slack])
+    # the first row at or above the threshold: min(row, threshold) is largest (= threshold) exactly there
+    rows = nd("ArgMax", [nd("Min", [masked, threshold])], axis=2, keepdims=1)
+    if batch is not None:  # GatherElements needs keys for all B items
+        keys = nd("Expand", [keys, nd("Concat", [batch, nd.const([1, 1, 1])], axis=0)])
     picked = nd("GatherElements", [keys, rows], axis=2)
-    picks = nd("Reshape", [nd("Concat", [rows, picked], axis=-1), nd.const([0, 0, -1])])
-    return sums, picks
+    return sums, nd("Concat", [rows, picked], axis=2)
 
 
 def stats_model(
@@ -190,11 +234,12 @@ def stats_model(
     dropped, so onnxruntime prunes whatever follows the last map needed.
 
     ``join``: the sites' probabilities are concatenated along the head axis and ONE set of statistic nodes reads
-    them all.  On a GPU every node is a kernel launch (~70 a set): per-site sets made the statistics cost more
-    than the model (H100, bench/RESULTS.md).  On a CPU the launches are free and the copy is not, so sites keep
-    their own sets there.  Joined sites are read as ``[B, heads, T, T]`` with one shared shape (a rank-2 map,
-    or a rank-3 ``[H, T, T]`` one for a batch of B items, makes the run fail: the caller then reduces that
-    model from maps)."""
+    them all.  On a GPU every node is a kernel launch (36 a set, plus a Reshape and a Cast onnxruntime drops per
+    site): per-site sets made the statistics cost more than the model (H100, bench/RESULTS.md).  On a CPU the
+    launches are free and the copy is not, so sites keep their own sets there.  Joined sites are read as
+    ``[B, heads, T, T]`` (:data:`BHTT`; a rank-2 map, or a rank-3 ``[H, T, T]`` one for a batch of B items, makes
+    the run fail: the caller then reduces that model from maps); they read the near-diagonal weights with one
+    Gather, the per-site sets with strided slices (faster on a CPU)."""
     m, exposed = gr.instrument(g, sites, "dense")
     on = sorted(i for i, s in enumerate(sites) if i in groups_sites and supported(g, s))
     keep = [exposed.outputs[i] for i in range(len(sites)) if i not in on]
@@ -206,40 +251,46 @@ def stats_model(
     if not on:
         return m, exposed, []
     f32, f64, i64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
+    s = len(ROW_STATS)
     m.graph.input.extend(
         [
             helper.make_tensor_value_info(REAL, f32, ["B", 1, 1, "T"]),
-            helper.make_tensor_value_info(SEL, f32, ["B", 1, "T", "C"]),
+            helper.make_tensor_value_info(KEYW, f32, ["B", 1, "T", "K"]),
             helper.make_tensor_value_info(DIST, f32, ["T", "T"]),
-            helper.make_tensor_value_info(SP_W, f32, ["B", 1, "S", 2]),
-            helper.make_tensor_value_info(SP_OFF, f32, ["B", 1, 1, "S"]),
-            helper.make_tensor_value_info(SP_OFF_OTHER, f32, ["B", 1, 1, "S"]),
-            helper.make_tensor_value_info(VALID, f64, ["B", 1, "T", len(ROW_STATS)]),
-            helper.make_tensor_value_info(OFF, f32, ["B", 1, "T", len(ROW_STATS)]),
-            helper.make_tensor_value_info(LOG_SEEN, f32, ["B", 1, "T", 1]),
+            helper.make_tensor_value_info(SP_OFF, f32, ["B", 1, 1, 2, "K"]),
+            helper.make_tensor_value_info(OFF, f32, ["B", 1, "T", s]),
+            helper.make_tensor_value_info(DIVISOR, f32, ["B", 1, "T", s]),
+            helper.make_tensor_value_info(NEAR, i64, ["T", 3]),
+            helper.make_tensor_value_info(BHTT, i64, [4]),
         ]
     )
-    shared = _Nodes(m.graph, "attnviz_stat_")
-    batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
     opset = gr._opset(g.model)
     parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
-    if join:  # [B, heads, T, T] for every rank but 2 (and [H, T, T] for B items): those fail, see above
-        t = shared("Slice", [shared("Shape", [REAL]), shared.const([-1]), shared.const([np.iinfo(np.int64).max])])
-        bhtt = shared("Concat", [batch, shared.const([-1]), t, t], axis=0)
+    batch = None
+    if not join:
+        shared = _Nodes(m.graph, "attnviz_stat_")
+        batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
     for members in [on] if join else [[i] for i in on]:
         nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
-        if join:
-            ps = [nd("Reshape", [nd("Cast", [exposed.outputs[i]], to=f32), bhtt]) for i in members]
+        if join:  # [B, heads, T, T] for every rank but 2 (and [H, T, T] for B items): those fail, see above
+            ps = [nd("Reshape", [nd("Cast", [exposed.outputs[i]], to=f32), BHTT]) for i in members]
             p = ps[0] if len(ps) == 1 else nd("Concat", ps, axis=1)
         else:
+            assert batch is not None
             p = _as_bhtt(nd, exposed.outputs[members[0]], batch)
-        values, keys = _site_nodes(nd, p)
+        values, keys = _site_nodes(nd, p, opset, gather=join)
         sums, picks = _item_nodes(nd, values, keys, batch, opset)
+        if rows:
+            values = nd("Mul", [values, nd.const(SIGN, np.float32)])  # unsigned, as row_stats
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
     types = {SUMS: f64, PICKS: i64, VALUES: f32, KEYS: i64}
     for name in (SUMS, PICKS, VALUES, KEYS) if rows else (SUMS, PICKS):
-        m.graph.node.append(helper.make_node("Concat", parts[name], [name], name=name, axis=1))
+        if len(parts[name]) == 1 and name in (SUMS, PICKS):  # one set: its node writes the output (no copy)
+            node = next(n for n in m.graph.node if parts[name][0] in n.output)
+            node.output[list(node.output).index(parts[name][0])] = name
+        else:
+            m.graph.node.append(helper.make_node("Concat", parts[name], [name], name=name, axis=1))
         m.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
     _prune(m.graph)
     return m, exposed, on
@@ -264,54 +315,79 @@ def _prune(graph: onnx.GraphProto) -> None:
         graph.node.extend(reversed(keep))
 
 
+@functools.lru_cache(maxsize=64)
+def _per_length(t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs that depend on T alone (read-only: every batch of that length shares them): DIST and NEAR."""
+    ar = np.arange(t)
+    dist = np.abs(ar[:, None] - ar[None, :]).astype(np.float32)
+    near = ar[:, None] * (t + 1) + np.array([-1, 1, 0])
+    near[0, 0], near[-1, 1] = 0, t * t - 1  # (0, -1) and (T-1, T) do not exist: those rows never count
+    for a in (dist, near):
+        a.flags.writeable = False
+    return dist, near
+
+
 def stat_feeds(
     lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool = False
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The extra inputs for one right-padded batch (``lengths [B]`` real tokens, ``special [B, T]`` special
-    keys), and the key position of each special column ``[B, S]``."""
+    keys), and the key position of each special slot ``[B, n]``."""
     lengths = np.asarray(lengths, np.int64)
     b = len(lengths)
     ar = np.arange(t)
     real = ar[None, :] < lengths[:, None]
     sp = np.zeros((b, t), bool) if special is None else np.asarray(special, bool)[:, :t]
     sp = sp & real
-    n = max(1, int(sp.sum(1).max(initial=0)))  # one padding column at least: ArgMax needs a non-empty axis
+    n = max(1, int(sp.sum(1).max(initial=0)))  # one padding slot at least: ArgMax needs a non-empty axis
     idx = np.zeros((b, n), np.int64)
     keep = np.zeros((b, n), bool)
-    sel = np.zeros((b, t, COLUMNS + n), np.float32)
-    sel[:, :, 0] = real
+    k = len(KEY_COLUMNS)
+    keyw = np.zeros((b, t, k + n), np.float32)
+    keyw[:, :, 0] = real
+    keyw[:, 0, 1] = real[:, 0]
+    keyw[:, :, 2] = sp
+    keyw[:, 1:, 3] = sp[:, 1:]
     r, c = np.nonzero(sp)  # item r's special keys c, in key order: slots 0, 1, ... of that item
     slot = (np.cumsum(sp, 1) - 1)[r, c]
     idx[r, slot] = c
     keep[r, slot] = True
-    sel[r, c, COLUMNS + slot] = 1.0
-    other = keep & (idx > 0)
+    keyw[r, c, k + slot] = 1.0
+    # kept slots hold weights in [0, 1], the others weight - 2 < 0: ArgMax never picks one while any is kept
+    sp_off = np.full((b, 2, k + n), -np.inf, np.float32)
+    sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
+    sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
     valid, seen = valid_rows(lengths, t, causal)
-    ok = np.stack([valid[k] for k in ROW_STATS], -1)[:, None]  # [B, 1, T, S]
-    # kept columns hold weights in [0, 1], the others weight - 2 < 0: ArgMax never picks one while any is kept
+    ok = np.stack([valid[name] for name in ROW_STATS], -1)[:, None]  # [B, 1, T, S]
+    divisor = np.ones(ok.shape, np.float32)
+    divisor[..., ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))[:, None]
+    divisor = np.where(ok, divisor, np.float32(np.inf))  # finite / inf = 0: rows that do not count add nothing
+    dist, near = _per_length(t)
     feeds = {
         REAL: real.astype(np.float32)[:, None, None, :],
-        SEL: sel[:, None],
-        DIST: np.abs(ar[:, None] - ar[None, :]).astype(np.float32),
-        SP_W: np.stack([keep, other], -1).astype(np.float32)[:, None],
-        SP_OFF: np.where(keep, 0.0, -2.0).astype(np.float32)[:, None, None, :],
-        SP_OFF_OTHER: np.where(other, 0.0, -2.0).astype(np.float32)[:, None, None, :],
-        VALID: ok.astype(np.float64),
+        KEYW: keyw[:, None],
+        DIST: dist,
+        SP_OFF: sp_off[:, None, None],
         OFF: np.where(ok, 0.0, -np.inf).astype(np.float32),
-        LOG_SEEN: np.log2(np.maximum(seen, 2)).astype(np.float32)[:, None, :, None],
+        DIVISOR: divisor,
+        NEAR: near,
+        BHTT: np.array([b, -1, t, t], np.int64),
     }
     return feeds, idx
 
 
 def item_stats(sums: np.ndarray, picks: np.ndarray, feeds: dict[str, np.ndarray], idx: np.ndarray) -> ItemStats:
     """One site's outputs as :class:`ItemStats`: key slots of the special statistics mapped back to key
-    positions ``idx``, keys of the fixed statistics (diag, prev, next, first) taken from their rows."""
+    positions ``idx``, keys of the fixed statistics (diag, prev, next, first) taken from their rows.
+    ``sums`` are of the signed values (:data:`SIGN`): times SIGN again they are the values' sums."""
     s = len(ROW_STATS)
+    picks = picks.reshape(*picks.shape[:2], 2 * s)
     rows, keys = picks[..., :s], picks[..., s:].copy()
     b = np.arange(idx.shape[0])[:, None]
-    for name, off in (("special", SP_OFF), ("special_other", SP_OFF_OTHER)):
+    off = feeds[SP_OFF][:, 0, 0, :, len(KEY_COLUMNS) :]  # [B, 2, n]
+    for j, name in enumerate(("special", "special_other")):
         c = ROW_STATS.index(name)
-        any_key = (feeds[off][:, 0, 0, :] == 0).any(-1)[:, None]
-        keys[..., c] = np.where(any_key, idx[b, keys[..., c]], 0)  # none kept: numpy's argmax of all -1 is 0
-    counts = feeds[VALID][:, 0].sum(1).astype(np.int64)  # [B, S]
-    return ItemStats.with_fixed_keys(sums, counts, rows, keys)
+        any_key = (off[:, j] == 0).any(-1)[:, None]
+        # none kept: numpy's argmax of all -1 is 0
+        keys[..., c] = np.where(any_key, idx[b, keys[..., c] - len(KEY_COLUMNS)], 0)
+    counts = (feeds[OFF][:, 0] == 0).sum(1).astype(np.int64)  # [B, S]
+    return ItemStats.with_fixed_keys(sums * SIGN.astype(np.float64), counts, rows, keys)

@@ -10,14 +10,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "corpus"))
 
 from onnx_builders import gqa_model, tiny_text_model
 from planted import corpus_lines, planted_model
 
-from attnviz.core.row_sums import ROW_TIE, ItemStats
+from attnviz.core.row_sums import ROW_TIE, ItemStats, first_top_row
 from attnviz.core.stats import ROW_STATS, row_stats
 from attnviz.corpus.graph_reduce import InGraphReducer
 from attnviz.corpus.reduce import BatchReducer, _cols, layout, signs
@@ -278,3 +280,138 @@ def test_long_rows_minilm_error_stays_inside_the_tolerance(hf_export):
     _, (row, item) = _compare(m, f, lengths, special, False)
     print(f"\nMiniLM T={t}: worst relative difference, row values {row:.2e}, per-item means {item:.2e}")
     assert row < 1e-6 and item < 1e-6
+
+
+def _maps_model(path, heads=3, sites=2):
+    """Attention maps the test chooses: site l is softmax(scores_l) over keys (``scores_l [B, heads, T, T]`` an
+    input, read through a Q·Kᵀ MatMul against the identity, then a P·V MatMul), so attnviz finds self-attention
+    sites whose maps are whatever the scores say (-1e4 gives exact zeros, equal scores exact ties)."""
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info(f"scores{i}", f, ["B", heads, "T", "T"]) for i in range(sites)]
+    inputs.append(helper.make_tensor_value_info("v", f, ["B", heads, "T", 2]))
+    inits = [numpy_helper.from_array(np.array([k], np.int64), n) for n, k in (("two", 2), ("four", 4))]
+    zero = numpy_helper.from_array(np.array([0.0], np.float32))
+    nodes = [
+        helper.make_node("Shape", ["scores0"], ["shape"]),
+        helper.make_node("Slice", ["shape", "two", "four"], ["tt"]),
+        helper.make_node("ConstantOfShape", ["tt"], ["zeros"], value=zero),
+        helper.make_node("EyeLike", ["zeros"], ["eye"]),
+    ]
+    outputs = []
+    for i in range(sites):
+        p = f"/encoder/layers.{i}/attn/"
+        nodes += [
+            helper.make_node("MatMul", [f"scores{i}", "eye"], [p + "qk"], name=p + "MatMul"),
+            helper.make_node("Softmax", [p + "qk"], [p + "probs"], axis=-1, name=p + "Softmax"),
+            helper.make_node("MatMul", [p + "probs", "v"], [p + "ctx"], name=p + "MatMul_1"),
+        ]
+        outputs.append(helper.make_tensor_value_info(p + "ctx", f, None))
+    graph = helper.make_graph(nodes, "maps", inputs, outputs, inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _planted_scores(lengths, special, t, seed):
+    """Two sites x three heads of scores [B, 3, T, T]: random rows; rows put wholly on the previous key, the
+    key itself, the next key or key 0 in turn (exact 0s and 1s); uniform rows (every weight tied, every row of
+    an item tied); two equal largest weights per row; equal weights on every special key; and a model that
+    does not mask padding (large weights on padded keys, and rows whose real keys all weigh 0)."""
+    rng = np.random.default_rng(seed)
+    b = len(lengths)
+    ar = np.arange(t)
+    real = ar[None, :] < lengths[:, None]
+    neg = np.float32(-1e4)
+    s0 = np.zeros((b, 3, t, t), np.float32)
+    s0[:, 0] = rng.standard_normal((b, t, t)) * 2
+    target = np.select([ar % 4 == 0, ar % 4 == 1, ar % 4 == 2], [ar - 1, ar, ar + 1], 0).clip(0, t - 1)
+    s0[:, 1] = neg
+    s0[:, 1, ar, target] = 0.0
+    s0[:, 2] = 1.5  # uniform: the model's own mask below leaves the real keys tied
+    s1 = np.zeros((b, 3, t, t), np.float32)
+    j1, j2 = rng.integers(0, t, (b, t)), rng.integers(0, t, (b, t))
+    s1[:, 0] = rng.standard_normal((b, t, t))
+    bi, qi = np.meshgrid(np.arange(b), ar, indexing="ij")
+    s1[bi, 0, qi, j1] = 6.0
+    s1[bi, 0, qi, j2] = 6.0
+    s1[:, 1] = np.where(special[:, None, :], 3.0, rng.standard_normal((b, t, t)) * 0.1)
+    s1[:, 2] = rng.standard_normal((b, t, t))
+    s1[:, 2] += np.where(real, 0.0, 4.0)[:, None, :]  # padded keys keep most of the mass
+    s1[:, 2, 1::3] = np.where(real, neg, 0.0)[:, None, :]  # every third row: no mass on real keys at all
+    # the model's own padding mask, as a real export adds it (not on the last head: an unmasked model)
+    mask = np.where(real, 0.0, neg).astype(np.float32)[:, None, None, :]
+    s0 += mask
+    s1[:, :2] += mask
+    return s0, s1
+
+
+@pytest.mark.parametrize("join", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_planted_and_random_maps_with_ties_equal_row_stats(tmp_path, join, causal):
+    """Maps chosen directly (random, planted one-hot rows, uniform rows, tied largest weights, tied special
+    keys, unmasked padding and rows with no real mass), padded items of every length down to 0 and special
+    keys (CLS, SEP, one in the middle, none): every counted row's value, the key of every row, per-item sums,
+    counts, best rows and their keys equal row_stats' and the maps path's, in both layouts."""
+    m = open_model(_maps_model(tmp_path / "maps.onnx"), provider="cpu")
+    t = 9
+    lengths = np.array([9, 6, 1, 0, 2, 8, 5])
+    b = len(lengths)
+    ar = np.arange(t)
+    special = np.zeros((b, t), bool)
+    special[:, 0] = lengths > 0
+    special[np.arange(b), np.maximum(lengths - 1, 0)] = lengths > 0
+    special[0, 4] = special[5, 3] = True  # a special key in the middle
+    special[1] = False  # an item without special keys
+    special[6, 1:] = False  # only CLS: "special_other" has no key
+    special &= ar[None, :] < lengths[:, None]
+    for seed in range(3):
+        s0, s1 = _planted_scores(lengths, special, t, seed)
+        feeds = {"scores0": s0, "scores1": s1, "v": np.zeros((b, 3, t, 2), np.float32)}
+        _compare(m, feeds, lengths, special, causal, in_graph_sites=[0, 1], join=join)
+
+
+def test_best_rows_are_the_first_within_row_tie_of_the_best():
+    """The per-item reduction alone (statgraph._item_nodes, fed signed row values as the graph makes them: 0 on
+    rows that do not count) on planted values around best rows of every size and sign: the sums, the first row
+    within ROW_TIE·max(1, |best|) of the best (core.row_sums.first_top_row) and the key at that row."""
+    import onnxruntime as ort
+
+    b, h, t, s = 4, 3, 12, len(ROW_STATS)
+    graph = helper.make_graph(
+        [],
+        "items",
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, [b, h, t, s]),
+            helper.make_tensor_value_info("keys", TensorProto.INT64, [b, h, t, s]),
+            helper.make_tensor_value_info(sg.OFF, TensorProto.FLOAT, [b, 1, t, s]),
+        ],
+        [],
+    )
+    nd = sg._Nodes(graph, "x_")
+    sums, picks = sg._item_nodes(nd, "values", "keys", None, 17)
+    graph.output.extend(
+        [
+            helper.make_tensor_value_info(sums, TensorProto.DOUBLE, None),
+            helper.make_tensor_value_info(picks, TensorProto.INT64, None),
+        ]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        # each (item, head, statistic): a best value of some size at its interesting end, the other rows at
+        # 0, 0.3, 0.7, 1.4, 2.5 or 10 times the tie slack below it (in the signed order), in random rows
+        scale = rng.choice([0.3, 1.0, 7.0, 150.0], (b, h, 1, s))
+        best = scale * sg.SIGN[:, None].T  # signed values of the interesting end: -entropy, +everything else
+        slack = ROW_TIE * np.maximum(1.0, np.abs(best))
+        v = (best - rng.choice([0.0, 0.3, 0.7, 1.4, 2.5, 10.0], (b, h, t, s)) * slack).astype(np.float32)
+        ok = rng.random((b, 1, t, s)) < 0.8
+        ok[1, :, :, 3] = False  # an item with no counted row: row 0
+        values = np.where(ok, v, np.float32(0))
+        keys = rng.integers(0, t, (b, h, t, s))
+        off = np.where(ok, 0.0, -np.inf).astype(np.float32)
+        got_sums, got_picks = sess.run([sums, picks], {"values": values, "keys": keys, sg.OFF: off})
+        np.testing.assert_allclose(got_sums, values.astype(np.float64).sum(2), rtol=1e-12)
+        want = first_top_row(np.moveaxis(np.where(ok, v.astype(np.float64), -np.inf), 2, -1))  # [B, H, S]
+        assert np.array_equal(got_picks[:, :, 0], want)
+        assert np.array_equal(got_picks[:, :, 1], np.take_along_axis(keys, want[:, :, None], 2)[:, :, 0])
+        assert np.all(want[1, :, 3] == 0)
