@@ -1,22 +1,21 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 # helpers shared by test folders (hf_models, onnx_builders) live beside this file
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ATTNVIZ_FORCE_CPU", "1")  # CI has no GPU; keep onnxruntime's CUDA probing quiet
 # the app's settings (recent files, window, session, export folder) go to a throwaway file, also in the
-# `attnviz open --screenshot` subprocesses, never to the user's real ones
-import atexit
-import shutil
-import tempfile
-
+# `attnviz open --screenshot` subprocesses, never to the user's real ones; one folder per run, gone with it
 _settings_dir = tempfile.mkdtemp(prefix="attnviz-test-settings-")
-atexit.register(shutil.rmtree, _settings_dir, ignore_errors=True)  # one per run, gone with it
+atexit.register(shutil.rmtree, _settings_dir, ignore_errors=True)
 os.environ["ATTNVIZ_SETTINGS"] = os.path.join(_settings_dir, "settings.ini")
-
-import pytest
 
 
 @pytest.fixture(scope="session")
