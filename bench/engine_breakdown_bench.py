@@ -194,6 +194,11 @@ def main():
             print(
                 f"  {k:<18} {med[k]:>9.2f} {mn[k]:>8.2f} {med[k] / med['plain']:>15.3f}x {mn[k] / mn['plain']:>12.3f}x"
             )
+        plain_w = np.array(r["wall"]["plain"])
+        for k in ("attnviz", "in-process"):  # each round's runs are adjacent: a ratio per round is immune to drift
+            paired = np.array(r["wall"][k]) / plain_w
+            q1, q3 = np.percentile(paired, [25, 75])
+            print(f"  {k} / plain in the same round: median {np.median(paired):.3f}x (quartiles {q1:.3f}-{q3:.3f})")
         print("  attnviz by stage (median / min ms):")
         for k in STAGES:
             v = 1e3 * np.array(r["stages"][k])

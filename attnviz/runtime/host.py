@@ -42,7 +42,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime import shm
 from attnviz.runtime.errors import Cancelled
-from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed
+from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
 from attnviz.runtime.worker import _slot_size, serve
 
 __all__ = [
@@ -121,9 +121,12 @@ class _Host:
             child.close()
         self.lock = threading.Lock()
         self.poller = None
-        if hasattr(select, "poll"):
+        self.read, self.write = self.conn.recv_bytes, self.conn.send_bytes
+        if hasattr(select, "poll"):  # posix: the socket's descriptor, written, read and polled directly
+            fd = self.conn.fileno()
             self.poller = select.poll()
-            self.poller.register(self.conn.fileno(), select.POLLIN)
+            self.poller.register(fd, select.POLLIN)
+            self.read, self.write = (lambda: read_message(fd)), (lambda data: write_message(fd, data))
         self.generation = next(_generations)
         self.maps: dict[int, mmap.mmap] = {}  # the child's slots, mapped once each and kept
         # slots lent to callers, each with a weak reference to the object every view of it keeps alive; read
@@ -211,7 +214,7 @@ class _Host:
             if prepare is not None:
                 args = prepare(args)
             try:
-                self.conn.send_bytes(pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
+                self.write(pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError) as e:
                 raise _Dead() from e
             t1 = time.perf_counter()
@@ -224,7 +227,7 @@ class _Host:
                         f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
                     )
             try:
-                status, reply = pickle.loads(self.conn.recv_bytes())
+                status, reply = pickle.loads(self.read())
             except (EOFError, OSError):
                 self.proc.wait(1)
                 raise ModelCrashed(

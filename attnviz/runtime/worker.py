@@ -54,7 +54,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
     _light_package()
 
 from attnviz import AttnvizError  # noqa: E402
-from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed  # noqa: E402  (after the child's bare package)
+from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed, read_message, write_message  # noqa: E402  (after the child's bare package)
 
 KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
 # frees its slots one run later: they are reused by the run after that)
@@ -576,10 +576,11 @@ class _Misprediction(Exception):
 
 def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child process
     server = Server(conn, outdir)
-    server.send = conn.send_bytes
+    fd = conn.fileno() if os.name == "posix" else None  # Windows: a pipe handle, used through the Connection
+    server.send = conn.send_bytes if fd is None else (lambda data: write_message(fd, data))
     while True:
         try:
-            op, args = conn.recv()
+            op, args = conn.recv() if fd is None else pickle.loads(read_message(fd))
         except (EOFError, OSError):
             return
         server.handle(op, args)
