@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -121,7 +122,8 @@ class _Host:
             child.close()
         self.lock = threading.Lock()
         self.poller = None
-        self.read, self.write = self.conn.recv_bytes, self.conn.send_bytes
+        self.read: Callable[[], bytes | memoryview] = self.conn.recv_bytes
+        self.write: Callable[[bytes], None] = self.conn.send_bytes
         if hasattr(select, "poll"):  # posix: the socket's descriptor, written, read and polled directly
             fd = self.conn.fileno()
             self.poller = select.poll()
