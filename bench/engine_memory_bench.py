@@ -240,12 +240,15 @@ def timing_rows(model: Path, lengths, rounds: int, threads: int):
                 cases[k]()
                 times[k].append((time.perf_counter() - t0) * 1000)
                 cpu[k].append((time.process_time() + _cpu(child) - c0) * 1000)
+        # each round runs every case once, back to back: a ratio per round is immune to drifts of the machine
+        paired = {k: float(np.median(np.array(times[k]) / np.array(times["plain"]))) for k in ("maps", "maps_in")}
         out.append(
             (
                 t,
                 {k: float(np.median(v)) for k, v in times.items()},
                 {k: float(np.min(v)) for k, v in times.items()},
                 {k: float(np.min(v)) for k, v in cpu.items()},
+                paired,
             )
         )
     return out
@@ -315,17 +318,22 @@ def main():
                 f"{v['re-serialised']:>7.0f} | {v['attnviz'] / p:>12.2f}x | {v['attnviz-inprocess'] / p:>15.2f}x | "
                 f"{v['re-serialised'] / p:>12.2f}x"
             )
-    print("\nwall ms: median and min over interleaved rounds; cpu = min CPU ms (this process + the isolation child)")
+    print(
+        "\nwall ms: median and min over interleaved rounds; paired = median over rounds of each round's ratio; "
+        "cpu = min CPU ms (this process + the isolation child)"
+    )
     print(
         f"{'tokens':>6} | {'plain ms':>8} | {'maps ms':>8} | {'in-process ms':>13} | {'maps/plain':>10} | "
-        f"{'in-process/plain':>16} | {'(min) maps/plain':>16} | {'(min) in-process/plain':>22} | "
+        f"{'in-process/plain':>16} | {'(paired) maps/plain':>19} | {'(paired) in-process/plain':>25} | "
+        f"{'(min) maps/plain':>16} | {'(min) in-process/plain':>22} | "
         f"{'(cpu) maps/plain':>16} | {'(cpu) in-process/plain':>22}"
     )
-    print("-" * 166)
-    for t, med, mn, cpu in [] if a.no_time else timing_rows(model, a.lengths, a.rounds, a.threads):
+    print("-" * 214)
+    for t, med, mn, cpu, paired in [] if a.no_time else timing_rows(model, a.lengths, a.rounds, a.threads):
         print(
             f"{t:>6} | {med['plain']:>8.1f} | {med['maps']:>8.1f} | {med['maps_in']:>13.1f} | "
             f"{med['maps'] / med['plain']:>9.3f}x | {med['maps_in'] / med['plain']:>15.3f}x | "
+            f"{paired['maps']:>18.3f}x | {paired['maps_in']:>24.3f}x | "
             f"{mn['maps'] / mn['plain']:>15.3f}x | {mn['maps_in'] / mn['plain']:>21.3f}x | "
             f"{cpu['maps'] / cpu['plain']:>15.3f}x | {cpu['maps_in'] / cpu['plain']:>21.3f}x"
         )
