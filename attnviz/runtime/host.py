@@ -5,8 +5,8 @@ Untrusted models reach code paths in onnxruntime that abort the process (a 115-b
 :class:`RemoteSession` whose sessions are created and run in one long-lived child (spawned on first use and
 kept across runs, so a run costs a pipe round trip, not a process start).  Large outputs come back in shared-memory
 *slots* that both processes keep mapped and reuse (:mod:`attnviz.runtime.worker` has the ownership rule): the
-caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.  Large
-feeds go the other way through a feed area the parent owns (:class:`_FeedArea`), never through the socket.
+caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.  Feeds
+go the other way through a feed area the parent owns (:class:`_FeedArea`), never through the socket.
 
 When the child dies the call raises :class:`ModelCrashed` ("the model crashed onnxruntime: ..."); the next
 call starts a fresh child and re-creates the sessions of other models transparently.  A run whose caller was
@@ -322,16 +322,16 @@ class _FeedArea:
         self.mm: mmap.mmap | None = None
 
     def share(self, feeds: dict) -> dict:
-        big = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject}
-        if not big or os.name != "posix":
+        shared = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject}
+        if not shared or os.name != "posix":
             return feeds
-        need = sum(-(-v.nbytes // self.ALIGN) * self.ALIGN for v in big.values())
+        need = sum(-(-v.nbytes // self.ALIGN) * self.ALIGN for v in shared.values())
         if (self.mm is None or len(self.mm) < need) and not self._grow(need):
             return feeds  # shared memory full: the feeds travel through the socket as before
         assert self.mm is not None and self.file is not None
         out = dict(feeds)
         at = 0
-        for k, v in big.items():
+        for k, v in shared.items():
             dst = np.frombuffer(self.mm, v.dtype, v.size, at).reshape(v.shape)
             np.copyto(dst, v)
             del dst
