@@ -64,7 +64,7 @@ def sched(pid: int) -> tuple[int, int]:
     return run, wait
 
 
-def measure(model: Path, t: int, rounds: int, threads: int) -> dict:
+def measure(model: Path, t: int, rounds: int, threads: int, hold: bool = False) -> dict:
     import onnxruntime as ort
 
     from attnviz.runtime import host, open_model
@@ -97,11 +97,16 @@ def measure(model: Path, t: int, rounds: int, threads: int) -> dict:
         rq["plain"].append((s1[1] - s0[1]) / 1e9)
         cpu["plain"].append((s1[0] - s0[0]) / 1e9)
 
+    held: list = []
+
     def run_attnviz():
         s0, t0 = sched(child), time.perf_counter()
         r = am.run(f, mode="dense")
         t1 = time.perf_counter()
-        del r  # dropped at once, as the other cases' results: its slots go back with the next request
+        # dropped at once, as the other cases' results: its slots go back with the next request, which then
+        # repeats this one; --hold keeps it until the next result is in, as the window does (a planned run)
+        held[:] = [r] if hold else []
+        del r
         s1 = sched(child)
         wall["attnviz"].append(t1 - t0)
         rq["attnviz"].append((s1[1] - s0[1]) / 1e9)
@@ -181,12 +186,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", help="an exported MiniLM .onnx to reuse (default: export one to a temp folder)")
     ap.add_argument("--no-hugepages-ab", action="store_true", help="skip the huge-pages A/B table")
+    ap.add_argument("--hold", action="store_true", help="keep each attnviz result until the next (the window's way)")
     a = ap.parse_args()
     model = Path(a.model) if a.model else export_minilm(Path(tempfile.mkdtemp(prefix="attnviz-breakdown-")))
     load = open("/proc/loadavg").read().split()[:3]
     print(f"MiniLM-L6 (weights inside), CPU, {a.threads} threads, {a.rounds} interleaved rounds; load {' '.join(load)}")
     for t in a.lengths:
-        r = measure(model, t, a.rounds, a.threads)
+        r = measure(model, t, a.rounds, a.threads, a.hold)
         med = {k: 1e3 * float(np.median(v)) for k, v in r["wall"].items()}
         mn = {k: 1e3 * float(np.min(v)) for k, v in r["wall"].items()}
         print(f"\n{t} tokens            median ms   min ms   median / plain   min / plain")
