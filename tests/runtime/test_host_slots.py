@@ -359,3 +359,42 @@ def test_repeated_dimensions_reuse_the_last_shapes_and_a_changed_shape_is_learne
     links.learn_all(d8, {"p": np.zeros((1, 3, 8, 8), np.float32)})  # a value-dependent shape changed
     assert links.predict_all(d8, ["p"]) == {"p": (np.dtype(np.float32), (1, 3, 8, 8))}  # the memo follows
     assert links.predict_all(d9, ["p"]) == {"p": None}  # dim 1 is no constant any more: no guess at all
+
+
+def test_every_kind_of_feed_goes_through_the_feed_area(tmp_path):
+    """Every numpy feed now travels through the feed area, whatever its dtype and shape: float16, a 0-d scalar,
+    bool, a zero-size tensor (an empty cache), between runs that grow the area; each run's output is checked by
+    hand (y = float(x) * s + b + the sum of e's shape, 0 + 3)."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["xf", "s"], ["y0"]),
+            helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["y0", "bf"], ["y1"]),
+            helper.make_node("Shape", ["e"], ["es"]),
+            helper.make_node("Cast", ["es"], ["esf"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["esf"], ["n"], keepdims=0),
+            helper.make_node("Add", ["y1", "n"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n"]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("b", TensorProto.BOOL, [1]),
+            helper.make_tensor_value_info("e", TensorProto.FLOAT, ["z", 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    path = tmp_path / "kinds.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    sess, _ = host.make_session(str(path), "cpu")
+    for i, n in enumerate((5, 5, 40000, 5, 5)):  # 40000 float16 values grow the area: a new file, then back
+        x = (np.arange(n) % 97 * (i + 1)).astype(np.float16)
+        feeds = {
+            "x": x,
+            "s": np.full((), 2.0 + i, np.float32),
+            "b": np.array([i % 2 == 0]),
+            "e": np.zeros((0, 3), np.float32),
+        }
+        (y,) = sess.run(None, feeds)
+        np.testing.assert_array_equal(y, x.astype(np.float32) * np.float32(2.0 + i) + (i % 2 == 0) + 3)
