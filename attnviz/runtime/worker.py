@@ -185,7 +185,7 @@ class ShapeLinks:
 
     @staticmethod
     def dims(feeds: dict) -> dict:
-        return {(k, ax): int(n) for k, v in feeds.items() for ax, n in enumerate(np.shape(v))}
+        return {(k, ax): int(n) for k, v in feeds.items() for ax, n in enumerate(v.shape)}  # arrays by now
 
     def predict_all(self, dims: dict, names: list[str]) -> dict[str, tuple[np.dtype, tuple] | None]:
         key, shapes = self.memo
@@ -286,7 +286,7 @@ class Server:
         uniq = names if len(set(names)) == len(names) else list(dict.fromkeys(names))
         sigs = {k: v for k, v in feeds.items() if isinstance(v, SharedFeed)}
         feeds = {k: self._feed(v) if k in sigs else np.ascontiguousarray(v) for k, v in feeds.items()}
-        dims = {(k, ax): int(n) for k, v in feeds.items() for ax, n in enumerate(v.shape)}
+        dims = links.dims(feeds)
         try:
             got = self._run(sid, sess, uniq, feeds, links.predict_all(dims, uniq), sigs, names)
         except _Misprediction:
