@@ -11,7 +11,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.stats import ROW_STATS
-from attnviz.corpus.items import Item
+from attnviz.corpus.items import Item, read_parquet
 from attnviz.corpus.reduce import Accumulator, HeadGroup
 from attnviz.corpus.roles import role_of
 
@@ -125,8 +125,6 @@ class CorpusResults:
 
 
 def read(folder: str | Path) -> CorpusResults:
-    import pyarrow.parquet as pq
-
     folder = Path(folder)
     if folder.is_file():
         folder = folder.parent  # the user picked heads.parquet or run.json
@@ -136,8 +134,8 @@ def read(folder: str | Path) -> CorpusResults:
             f"{folder}: not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first"
         )
     try:
-        heads = pq.read_table(folder / HEADS).to_pylist()
-        examples = pq.read_table(folder / EXAMPLES).to_pylist()
+        heads = read_parquet(folder / HEADS).to_pylist()
+        examples = read_parquet(folder / EXAMPLES).to_pylist()
         run = json.loads((folder / RUN).read_text())
     except Exception as e:
         raise AttnvizError(

@@ -34,3 +34,40 @@ print('ok')
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
     assert "needs Ray: pip install 'ray[data]'" in out.stderr  # the missing-Ray message is one line
+
+
+def test_reading_corpus_results_and_a_parquet_corpus_imports_no_pandas(tmp_path):
+    """pyarrow's read_table imports pandas (about a second cold) where ParquetFile does not: opening results in the
+    window and reading a .parquet corpus must not pay for it (checked in a fresh process).  Both read back what was
+    written, and a file without a "text" column is one line naming the columns it has."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from planted import corpus_lines, planted_model
+
+    from attnviz.cli import main
+
+    pq.write_table(pa.table({"text": ["a b", " ", "c"], "en": ["x", "y", "z"]}), tmp_path / "c.parquet")
+    pq.write_table(pa.table({"words": ["a"]}), tmp_path / "w.parquet")
+    m = planted_model(tmp_path / "m.onnx")
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(10)))
+    argv = ["corpus", str(m), "--texts", str(tmp_path / "c.txt"), "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main([*argv, "--workers", "1"]) == 0
+    code = f"""
+import sys
+from pathlib import Path
+from attnviz.corpus import items, output
+d = Path({str(tmp_path)!r})
+got = items.read_texts(d / "c.parquet", pair_column="en")
+assert [(i.text, i.pair) for i in got] == [("a b", "x"), ("c", "z")], got
+res = output.read(d / "out")
+assert res.heads and res.examples
+try:
+    items.read_texts(d / "w.parquet")
+except Exception as e:
+    print(e)
+print("pandas" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"  # pandas was never imported
+    assert "w.parquet: cannot read a \"text\" column (no column 'text'; the file has words)" in out.stdout
