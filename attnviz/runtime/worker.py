@@ -298,8 +298,9 @@ class Server:
     def _repeat(self, sid: int, sess, again: _Repeat, names, feeds) -> bool:
         """This session's last run, again: the same outputs, the feeds at the same places in the feed area with
         the same dtypes and shapes, and its slots all handed back.  Then the kept binding runs as it is and the
-        same reply goes out, with no planning, binding or pickling (a GUI redraw, corpus batches of one shape,
-        generation steps at one length).  False, with nothing done, when anything differs."""
+        same reply goes out, with no planning, binding or pickling (a script or benchmark looping over inputs of
+        one length; the window keeps its last result while the next runs, so its runs are planned).  False, with
+        nothing done, when anything differs."""
         pool = self.pool
         if (
             self.send is None
