@@ -332,10 +332,9 @@ class AttentionModel:
     # -- feeds ---------------------------------------------------------------------
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         plan = self._feed_plan()
-        if len(feeds) != len(plan) or any(k not in plan for k in feeds):
-            for k in feeds:
-                if k not in plan:
-                    raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(plan))}")
+        for k in feeds:
+            if k not in plan:
+                raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(plan))}")
         out = {}
         for name, (i, fixed, cast_to, vocab) in plan.items():
             if name not in feeds:
