@@ -155,6 +155,15 @@ def diagonal_links(n_src: int, n_tgt: int, skip: Sequence[bool] = ()) -> set[Lin
 # AER
 
 
+def link_counts(
+    predicted: Iterable[Link], sure: Iterable[Link], possible: Iterable[Link] | None = None
+) -> tuple[int, int, int, int]:
+    """``(|A∩S|, |A∩P|, |A|, |S|)`` of one sentence, ``P = S ∪ possible``: what AER sums over a corpus."""
+    A, S = set(predicted), set(sure)
+    P = S | set(possible or ())
+    return len(A & S), len(A & P), len(A), len(S)
+
+
 class AERCounter:
     """Accumulates ``|A∩S|``, ``|A∩P|``, ``|A|``, ``|S|`` over a corpus."""
 
@@ -162,12 +171,21 @@ class AERCounter:
         self.a_s = self.a_p = self.a = self.s = 0
 
     def add(self, predicted: Iterable[Link], sure: Iterable[Link], possible: Iterable[Link] | None = None) -> None:
-        A, S = set(predicted), set(sure)
-        P = S | set(possible or ())
-        self.a_s += len(A & S)
-        self.a_p += len(A & P)
-        self.a += len(A)
-        self.s += len(S)
+        self.add_counts(link_counts(predicted, sure, possible))
+
+    def add_counts(self, counts: Sequence[int]) -> None:
+        """Add ``(|A∩S|, |A∩P|, |A|, |S|)`` counted elsewhere (a corpus worker's per-head totals)."""
+        a_s, a_p, a, s = (int(x) for x in counts)
+        self.a_s += a_s
+        self.a_p += a_p
+        self.a += a
+        self.s += s
+
+    @classmethod
+    def of(cls, counts: Sequence[int]) -> AERCounter:
+        c = cls()
+        c.add_counts(counts)
+        return c
 
     @property
     def aer(self) -> float:

@@ -74,7 +74,12 @@ DIRECTIONS: dict[str, dict[str, Direction]] = {
     "special_other": _both(True, "attends to special tokens after the first ([SEP], </s>)"),
     "max": _both(True, "one key takes most of the row"),
     "induction": _both(True, "copies what followed an earlier occurrence of the token"),
+    # --gold-column: a cross head's word links against gold alignments (self heads have none: NaN)
+    "aer": _both(False, "its word links match the gold alignments (alignment error rate)"),
+    "aer_precision": _both(True, "its word links are gold links"),
+    "aer_recall": _both(True, "it finds the sure gold links"),
 }
+GOLD_SCORES = ("aer", "aer_precision", "aer_recall")  # counted over the corpus: no per-item examples
 assert set(ROW_STATS) <= set(DIRECTIONS)  # every corpus row statistic has a direction
 
 

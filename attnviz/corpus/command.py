@@ -19,6 +19,20 @@ def add_arguments(p):
         "(teacher-forced into its decoder)",
     )
     p.add_argument(
+        "--gold-column",
+        metavar="C",
+        help="field / column holding each pair's gold word alignment (Pharaoh: i-j sure, i?j possible, 0-based "
+        "indices of the whitespace-separated source and target words): AER, precision and recall of every "
+        "cross-attention head over the corpus, as attnviz align --gold (needs --text-pair-column)",
+    )
+    p.add_argument(
+        "--convention",
+        choices=("predict", "input"),
+        default=None,
+        help="with --gold-column: decoder row = the token it predicts, or its input token (Shift-Att); default: "
+        "the model's declared convention, else predict",
+    )
+    p.add_argument(
         "--generate",
         type=int,
         default=32,
@@ -77,6 +91,8 @@ def run(args) -> int:
         k=args.top_k,
         progress=not args.no_progress,
         generate=args.generate,
+        gold_column=args.gold_column,
+        convention=args.convention,
     )
     s = run_corpus(cfg)
     resumed = f" (resumed after {s.resumed_items})" if s.resumed_items else ""
@@ -84,4 +100,21 @@ def run(args) -> int:
         f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {s.items} items in {s.batches} batches{resumed}, "
         f"{s.items_per_s:.1f} items/s, {s.wall_s:.1f} s"
     )
+    if args.gold_column:
+        _print_gold(s.out)
     return 0
+
+
+def _print_gold(out) -> None:
+    """The gold scores run.json holds, as ``attnviz align --gold`` prints them."""
+    import json
+
+    g = json.loads((out / "run.json").read_text()).get("gold") or {}
+    if not g.get("pairs"):
+        return
+    b, m = g["best_head"], g["mean_of_all_heads"]
+    print(
+        f"gold ({g['convention']} convention, {g['pairs']} pairs, {g['sure_links']} sure links): best cross head "
+        f"{b['layer']}:{b['head']} AER {b['aer']:.4f} (precision {b['precision']:.4f}, recall {b['recall']:.4f}); "
+        f"mean of all heads AER {m['aer']:.4f}; per head: the aer columns of heads.parquet"
+    )

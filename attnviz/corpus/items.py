@@ -13,21 +13,47 @@ from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 @dataclass(frozen=True)
 class Item:
-    """One input; ``index`` is its position in the file (examples point back to it)."""
+    """One input; ``index`` is its position in the file (examples point back to it).  ``gold``: the pair's gold
+    word alignment, a Pharaoh line (``--gold-column``)."""
 
     index: int
     text: str | None = None
     pair: str | None = None
     image: str | None = None
+    gold: str | None = None
 
 
-def _txt(path: Path, pair_column: str | None) -> list[tuple[str, str | None]]:
-    if pair_column:
-        raise AttnvizError(f"--text-pair-column {pair_column}: .txt files have no columns; use .jsonl or .parquet")
-    return [(line, None) for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+@dataclass(frozen=True)
+class Columns:
+    """The optional string columns each record may carry besides ``text``: the flag that names each, its column."""
+
+    pair: str | None = None  # --text-pair-column
+    gold: str | None = None  # --gold-column
+
+    def named(self) -> list[tuple[str, str]]:
+        flags = (("--text-pair-column", self.pair), ("--gold-column", self.gold))
+        return [(flag, c) for flag, c in flags if c]
+
+    def values(self, get) -> tuple[str | None, str | None]:
+        """(pair, gold) of one record, ``get(flag, column)`` reading a named column (unnamed ones are None)."""
+        return (
+            get("--text-pair-column", self.pair) if self.pair else None,
+            get("--gold-column", self.gold) if self.gold else None,
+        )
 
 
-def _jsonl(path: Path, pair_column: str | None) -> list[tuple[str, str | None]]:
+Row = tuple[str, tuple[str | None, str | None]]  # text, (pair, gold)
+
+
+def _txt(path: Path, cols: Columns) -> list[Row]:
+    for flag, c in cols.named():
+        raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl or .parquet")
+    return [
+        (line, (None, None)) for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()
+    ]
+
+
+def _jsonl(path: Path, cols: Columns) -> list[Row]:
     out = []
     with path.open(encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
@@ -44,7 +70,14 @@ def _jsonl(path: Path, pair_column: str | None) -> list[tuple[str, str | None]]:
                     f'{path.name} line {n}: no "text" string; write one object per line like {{"text": "..."}}'
                 )
             if rec["text"].strip():  # a blank text is skipped, as a blank .txt line or .parquet row
-                out.append((rec["text"], _pair(rec, pair_column, f"{path.name} line {n}")))
+                out.append(
+                    (
+                        rec["text"],
+                        cols.values(
+                            lambda flag, c, rec=rec, n=n: _string(rec.get(c), flag, c, f"{path.name} line {n}")
+                        ),
+                    )
+                )
     return out
 
 
@@ -62,31 +95,35 @@ def read_parquet(path: str | Path, columns: list[str] | None = None):
         return f.read(columns=columns)
 
 
-def _parquet(path: Path, pair_column: str | None) -> list[tuple[str, str | None]]:
+def _parquet(path: Path, cols: Columns) -> list[Row]:
+    named = [c for _, c in cols.named()]
     try:
-        table = read_parquet(path, ["text", pair_column] if pair_column else ["text"])
+        table = read_parquet(path, ["text", *named])
     except Exception as e:  # missing column, not parquet
-        raise AttnvizError(
-            f'{path.name}: cannot read a "text" column{" and " + repr(pair_column) if pair_column else ""} ({str(e).splitlines()[0][:160]})'
-        ) from None
+        also = "".join(f" and {c!r}" for c in named)
+        raise AttnvizError(f'{path.name}: cannot read a "text" column{also} ({str(e).splitlines()[0][:160]})') from None
     texts = table.column("text").to_pylist()
-    pairs = table.column(pair_column).to_pylist() if pair_column else [None] * len(texts)
-    return [(t, p) for t, p in zip(texts, pairs) if isinstance(t, str) and t.strip()]
+    extra = {c: table.column(c).to_pylist() for c in named}
+    out = []
+    for n, t in enumerate(texts):
+        if isinstance(t, str) and t.strip():
+            where = f"{path.name} row {n + 1}"
+            out.append((t, cols.values(lambda flag, c, n=n, where=where: _string(extra[c][n], flag, c, where))))
+    return out
 
 
-def _pair(rec: dict, column: str | None, where: str) -> str | None:
-    if not column:
-        return None
-    v = rec.get(column)
+def _string(v, flag: str, column: str, where: str) -> str:
     if not isinstance(v, str):
-        raise AttnvizError(f"{where}: no {column!r} string for --text-pair-column")
+        raise AttnvizError(f"{where}: no {column!r} string for {flag}")
     return v
 
 
 READERS = {".txt": _txt, ".jsonl": _jsonl, ".parquet": _parquet}
 
 
-def read_texts(path: str | Path, pair_column: str | None = None, max_items: int | None = None) -> list[Item]:
+def read_texts(
+    path: str | Path, pair_column: str | None = None, max_items: int | None = None, gold_column: str | None = None
+) -> list[Item]:
     path = Path(path)
     if not path.is_file():
         raise AttnvizError(f"--texts {path}: no such file")
@@ -95,12 +132,12 @@ def read_texts(path: str | Path, pair_column: str | None = None, max_items: int 
         raise AttnvizError(
             f'--texts {path.name}: unknown format; use .txt (one item a line), .jsonl ("text" field) or .parquet'
         )
-    rows = reader(path, pair_column)
+    rows = reader(path, Columns(pair_column, gold_column))
     if max_items is not None:
         rows = rows[:max_items]
     if not rows:
         raise AttnvizError(f"--texts {path.name}: no items (empty lines are skipped)")
-    return [Item(i, text=t, pair=p) for i, (t, p) in enumerate(rows)]
+    return [Item(i, text=t, pair=p, gold=g) for i, (t, (p, g)) in enumerate(rows)]
 
 
 def read_images(folder: str | Path, max_items: int | None = None) -> list[Item]:
@@ -138,7 +175,8 @@ def sha256_items(items: list[Item]) -> str:
     """Identity of the data actually analysed (a folder of images, or the first --max-items of a file)."""
     h = hashlib.sha256()
     for it in items:
-        h.update(json.dumps([it.text, it.pair, Path(it.image).name if it.image else None]).encode())
+        fields = [it.text, it.pair, Path(it.image).name if it.image else None]
+        h.update(json.dumps(fields if it.gold is None else [*fields, it.gold]).encode())
         if it.image:
             h.update(sha256_file(it.image).encode())
     return h.hexdigest()

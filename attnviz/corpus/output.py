@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
 from attnviz.corpus.items import Item, read_parquet
 from attnviz.corpus.reduce import Accumulator, HeadGroup
@@ -20,8 +21,12 @@ EXAMPLES = "examples.parquet"
 RUN = "run.json"
 
 
+GOLD_COLUMNS = GOLD_SCORES  # heads.parquet, with --gold-column (NaN off cross heads); directions in the registry
+
+
 def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray | None) -> list[dict]:
     means = acc.means()
+    gold = _gold_scores(acc) if acc.gold is not None else None
     rows = []
     for g in groups:
         for h in range(g.heads):
@@ -29,6 +34,10 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
             m = {name: float(means[i, s]) for s, name in enumerate(ROW_STATS)}
             m["induction"] = float(induction[i]) if induction is not None else math.nan
             role, score = role_of(m, g.kind)
+            scored = {}
+            if gold is not None:  # after the role: AER is a measurement against gold, not a statistic of the maps
+                cross = g.kind == "cross"
+                scored = {c: float(v[i]) if cross else math.nan for c, v in zip(GOLD_COLUMNS, gold)}
             rows.append(
                 {
                     "stack": g.stack,
@@ -40,9 +49,46 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
                     **m,
                     "role": role,
                     "role_score": score,
+                    **scored,
                 }
             )
     return rows
+
+
+def _gold_scores(acc: Accumulator):
+    from attnviz.corpus import gold
+
+    assert acc.gold is not None
+    sc = gold.scores(acc.gold)
+    return sc.aer, sc.precision, sc.recall
+
+
+def gold_summary(acc: Accumulator, groups: list[HeadGroup], info: dict) -> dict:
+    """run.json's ``gold``: how it was read, per cross layer the head mean's scores, the mean of all cross heads,
+    the best head, and the counts behind them (so a reader can sum runs or recompute)."""
+    if acc.gold is None:
+        return {**info, "pairs": 0}
+    aer, precision, recall = _gold_scores(acc)
+    nh = sum(g.heads for g in groups)
+    cross = [g for g in groups if g.kind == "cross"]
+
+    def entry(i: int) -> dict:
+        return {"aer": float(aer[i]), "precision": float(precision[i]), "recall": float(recall[i])}
+
+    heads = [(g.layer, h, g.offset + h) for g in cross for h in range(g.heads)]
+    layer, head, best = min(heads, key=lambda x: (aer[x[2]], x[0], x[1]))
+    return {
+        **info,
+        "pairs": acc.items,
+        "sure_links": int(acc.gold[-1, 3]),
+        "best_head": {"layer": layer, "head": head, **entry(best)},
+        "layers": [{"layer": g.layer, **entry(nh + c)} for c, g in enumerate(cross)],
+        "mean_of_all_heads": entry(nh + len(cross)),
+        "counts": {
+            "order": "a_and_sure, a_and_possible, a, sure",
+            "heads": {f"{g.layer}:{h}": acc.gold[g.offset + h].tolist() for g in cross for h in range(g.heads)},
+        },
+    }
 
 
 def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item]) -> list[dict]:
@@ -121,7 +167,8 @@ class CorpusResults:
 
     @property
     def stats(self) -> tuple[str, ...]:
-        return (*ROW_STATS, "induction", "role_score")
+        gold = GOLD_COLUMNS if self.heads and GOLD_COLUMNS[0] in self.heads[0] else ()
+        return (*ROW_STATS, "induction", "role_score", *gold)
 
 
 def read(folder: str | Path) -> CorpusResults:

@@ -17,6 +17,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
+from attnviz.corpus.gold import GoldBatch, GoldPair
 from attnviz.corpus.items import Item
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 
@@ -32,6 +33,7 @@ class PairSpec(BatchSpec):
     dec_ids: np.ndarray | None = None  # [B, Td] int32
     dec_special: np.ndarray | None = None  # [B, Td] bool
     generate: int = 0  # no target given: the worker generates up to this many tokens (dec_* are None until then)
+    gold: GoldBatch | None = None  # --gold-column: each item's gold alignment and word maps (corpus/gold.py)
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Encoded:
     src_special: list[list[bool]]
     dec: list[list[int]]
     dec_special: list[list[bool]]
+    # words=True: the word (whitespace-separated, -1 for none) of each source piece / target piece after the start
+    src_words: list[list[int]] | None = None
+    dec_words: list[list[int]] | None = None
 
 
 def decoder_start(model) -> int:
@@ -54,8 +59,10 @@ def end_token(model) -> int | None:
     return int(eos) if eos is not None else None
 
 
-def encode_pairs(model, items: list[Item]) -> Encoded:
-    """Token lists of every item; the decoder's are empty when no item has a target (greedy generation)."""
+def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
+    """Token lists of every item; the decoder's are empty when no item has a target (greedy generation).
+    ``words``: encode each side as its whitespace-separated words (as ``attnviz align``) and keep each piece's
+    word, so that gold alignments (word indices) can address the maps."""
     src_tok, tgt_tok = model.tokenizers
     tgt_tok = tgt_tok or src_tok
     if src_tok is None or tgt_tok is None:
@@ -64,6 +71,8 @@ def encode_pairs(model, items: list[Item]) -> Encoded:
         )
     start = decoder_start(model)
     out = Encoded([], [], [], [], [])
+    if words:
+        return _encode_words(out, src_tok, tgt_tok, start, items)
     for it in items:
         enc = src_tok.encode(it.text, None)
         if enc.ids:
@@ -84,6 +93,25 @@ def encode_pairs(model, items: list[Item]) -> Encoded:
     return out
 
 
+def _encode_words(out: Encoded, src_tok, tgt_tok, start: int, items: list[Item]) -> Encoded:
+    from attnviz.runtime.align import encode_words
+
+    out.src_words, out.dec_words = [], []
+    for it in items:
+        assert it.text is not None and it.pair is not None  # --gold-column needs both (run._check)
+        src = encode_words(src_tok, it.text.split(), special=True)
+        tgt = encode_words(tgt_tok, it.pair.split(), special=False)
+        out.src.append(src.ids)
+        out.types.append([0] * len(src.ids))
+        out.src_special.append([w < 0 for w in src.word_ids])  # the tokenizer's own specials: no word
+        out.src_words.append(src.word_ids)
+        dec = [start, *tgt.ids]
+        out.dec.append(dec)
+        out.dec_special.append([bool(tgt_tok.is_special(i)) for i in dec])
+        out.dec_words.append(tgt.word_ids)
+    return out
+
+
 def _pad(rows, dtype) -> np.ndarray:
     a = np.zeros((len(rows), max(len(r) for r in rows)), dtype)
     for r, v in enumerate(rows):
@@ -92,11 +120,18 @@ def _pad(rows, dtype) -> np.ndarray:
 
 
 def plan_pairs(
-    items: list[Item], enc: Encoded, batch_size: int, heads: int, generate: int = 0, budget: int = MAP_BUDGET_BYTES
+    items: list[Item],
+    enc: Encoded,
+    batch_size: int,
+    heads: int,
+    generate: int = 0,
+    budget: int = MAP_BUDGET_BYTES,
+    gold: tuple[str, list[GoldPair]] | None = None,
 ) -> list[PairSpec]:
     """Batches sorted by (source length, target length, index); a batch ends before its maps (the largest of
     source² / target² / target × source per head, ``heads`` over all sites) would pass ``budget``.  Items
-    without a target get ``generate`` (their decoder rows, at most 1 + generate, are made by the worker)."""
+    without a target get ``generate`` (their decoder rows, at most 1 + generate, are made by the worker).
+    ``gold``: (row convention, each item's :class:`GoldPair`), handed to each batch for its items."""
     order = sorted(range(len(items)), key=lambda i: (len(enc.src[i]), len(enc.dec[i]), i))
     out: list[PairSpec] = []
     cur: list[int] = []
@@ -105,12 +140,12 @@ def plan_pairs(
         ns, nd = max(ts, len(enc.src[i])), max(td, len(enc.dec[i]) or 1 + generate)
         big = (len(cur) + 1) * heads * max(ns, nd) ** 2 * 4 > budget
         if cur and (len(cur) >= batch_size or big):
-            out.append(_spec(len(out), cur, items, enc))
+            out.append(_spec(len(out), cur, items, enc, gold))
             cur, ns, nd = [], len(enc.src[i]), len(enc.dec[i])
         cur.append(i)
         ts, td = ns, nd
     if cur:
-        out.append(_spec(len(out), cur, items, enc))
+        out.append(_spec(len(out), cur, items, enc, gold))
     if any(not d for d in enc.dec):
         if generate < 1:
             raise AttnvizError(
@@ -122,7 +157,9 @@ def plan_pairs(
     return out
 
 
-def _spec(bid: int, rows: list[int], items: list[Item], enc: Encoded) -> PairSpec:
+def _spec(
+    bid: int, rows: list[int], items: list[Item], enc: Encoded, gold: tuple[str, list[GoldPair]] | None = None
+) -> PairSpec:
     base = BatchSpec.from_lists(
         bid,
         [items[i].index for i in rows],
@@ -142,6 +179,7 @@ def _spec(bid: int, rows: list[int], items: list[Item], enc: Encoded) -> PairSpe
         dec_lengths=np.array([len(enc.dec[i]) for i in rows], np.int64),
         dec_ids=_pad([enc.dec[i] for i in rows], np.int32),
         dec_special=_pad([enc.dec_special[i] for i in rows], bool),
+        gold=GoldBatch(gold[0], tuple(gold[1][i] for i in rows)) if gold is not None else None,
     )
 
 

@@ -71,6 +71,8 @@ class Partial:
     top_col: np.ndarray  # [S, NH, kb] key position it looked at
     # encoder-decoder without targets: the generated tokens (labels, end token included) of the items named above
     generated: dict[int, list[str]] = field(default_factory=dict)
+    # --gold-column: [heads + cross sites + 1, 4] int64 link counts (corpus/gold.py), summed like ``sums``
+    gold: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,11 @@ class BatchReducer:
             "decoder": Axis(spec.dec_lengths, spec.dec_special, causal=True),
         }
         part = reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+        if spec.gold is not None:
+            from attnviz.corpus import gold
+
+            nh = sum(g.heads for g in self.groups)
+            part.gold = gold.counts(maps, self.groups, spec.gold, spec.lengths, spec.dec_lengths, nh)
         if gen:
             named = set(np.unique(part.top_item).tolist())
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
@@ -339,6 +346,7 @@ class Accumulator:
         self.top_row = np.full((S, nh, k), -1, np.int64)
         self.top_col = np.full((S, nh, k), -1, np.int64)
         self.generated: dict[int, list[str]] = {}  # generated tokens of the items in the top lists
+        self.gold: np.ndarray | None = None  # --gold-column: link counts (corpus/gold.py), once a batch brings them
 
     def fold(self, p: Partial) -> None:
         if p.batch_id != self.next_batch:
@@ -358,7 +366,9 @@ class Accumulator:
         generated = {n: g for n, g in (self.generated | p.generated).items() if n in named}
         # the new state is built aside and swapped in by one dict update: a Ctrl-C (delivered between bytecodes)
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
+        gold = self.gold if p.gold is None else p.gold if self.gold is None else self.gold + p.gold
         self.__dict__.update(
+            gold=gold,
             generated=generated,
             sums=self.sums + p.sums,
             counts=self.counts + p.counts,
@@ -376,7 +386,7 @@ class Accumulator:
             return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1), np.nan)
 
     # -- checkpoint ------------------------------------------------------------------
-    FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
+    FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col", "gold")  # gold: only when given
 
     def save(self, path: Path, fingerprint: str) -> None:
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
@@ -388,7 +398,7 @@ class Accumulator:
                 items=self.items,
                 tokens=self.tokens,
                 generated=np.array(json.dumps(self.generated)),
-                **{n: getattr(self, n) for n in self.FIELDS},
+                **{n: getattr(self, n) for n in self.FIELDS if getattr(self, n) is not None},
             )
 
     @classmethod
@@ -402,7 +412,8 @@ class Accumulator:
                 acc = cls(nh, k)
                 acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
                 for n in cls.FIELDS:
-                    setattr(acc, n, z[n])
+                    if n in z.files or n != "gold":  # a run without gold alignments saves none
+                        setattr(acc, n, z[n])
                 if "generated" in z.files:  # checkpoints from before generation have none
                     acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}
         except Exception as e:  # truncated or not ours

@@ -51,6 +51,10 @@ class CorpusConfig:
     k: int = 5
     progress: bool = True
     generate: int = 32  # encoder-decoder without --text-pair-column: greedy tokens per item at most
+    gold_column: str | None = None  # each pair's gold word alignment (Pharaoh): AER per cross-attention head
+    convention: str | None = (
+        None  # decoder row = the token it predicts / reads; None: the model's declared, else predict
+    )
 
 
 @dataclass
@@ -81,6 +85,13 @@ def _check(cfg: CorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
+    if cfg.gold_column and not cfg.pair_column:
+        raise AttnvizError(
+            f"--gold-column {cfg.gold_column} aligns sources with their targets: give the targets' column too "
+            "(--text-pair-column C)"
+        )
+    if cfg.convention is not None and not cfg.gold_column:
+        raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
 
 
 def _importable(name: str) -> bool:
@@ -129,6 +140,11 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     groups = layout(model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
+    if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
+        raise AttnvizError(
+            f"--gold-column scores cross-attention heads, and {model.path.name} has none (a {kind} model); "
+            "give an encoder-decoder model"
+        )
     nh = sum(g.heads for g in groups)
 
     gpu = _gpu_session(model)
@@ -218,6 +234,8 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         "reduce_s": run_s,
         "versions": versions,
     }
+    if stream.gold is not None:
+        run["gold"] = output.gold_summary(acc, groups, stream.gold)
     output.write(
         out,
         output.head_rows(acc, groups, induction),
@@ -249,14 +267,21 @@ class Stream:
     workers: int
     threads: int
     resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
+    gold: dict | None = None  # --gold-column: what run.json says of it (column, convention, punctuation)
 
 
 def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
     """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
     specs: list[BatchSpec]
+    gold_info = None
     if cfg.texts is not None and kind == "encoder-decoder":
-        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
-        specs = [*pairs.plan_pairs(items, pairs.encode_pairs(model, items), cfg.batch_size, nh, cfg.generate)]
+        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
+        enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
+        plan_gold = None
+        if cfg.gold_column:
+            plan_gold, gold_info = _gold_plan(cfg, model, items, enc)
+        specs = [*pairs.plan_pairs(items, enc, cfg.batch_size, nh, cfg.generate, gold=plan_gold)]
+        del enc
     elif cfg.texts is not None:
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
@@ -292,6 +317,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
                 plan_h.hexdigest(),
                 cfg.generate,
                 EXAMPLE_RANKING,
+                *([cfg.gold_column, gold_info] if gold_info else []),  # a run without gold keeps its old identity
             ]
         ).encode()
     ).hexdigest()
@@ -313,13 +339,36 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
         fingerprint,
         workers,
         threads,
+        gold=gold_info,
     )
+
+
+def _gold_plan(cfg: CorpusConfig, model, items: list[it.Item], enc) -> tuple[tuple, dict]:
+    """(convention, each item's GoldPair) for the batches, and what run.json says of the gold."""
+    from attnviz.core import metadata as md
+    from attnviz.corpus import gold
+
+    declared = md.alignment_heads(model.meta)
+    convention = cfg.convention or (declared[1] if declared else "predict")
+    found = gold.parse(items, enc.src_words, enc.dec_words, f"--gold-column {cfg.gold_column}:")
+    info = {
+        "column": cfg.gold_column,
+        "convention": convention,
+        "convention_from": "--convention"
+        if cfg.convention
+        else "the model's attnviz.alignment"
+        if declared
+        else "default",
+        "skip_punctuation": gold.skips_punctuation(found),
+        "words": "whitespace-separated (sentences encoded word by word, as attnviz align)",
+    }
+    return (convention, found), info
 
 
 def _read_again(cfg: CorpusConfig, data_sha: str, specs: list) -> dict[int, it.Item]:
     """The items, read again after the run for the examples table (only their token ids were kept)."""
     specs.clear()  # the run is over: the plan's memory goes to the reading
-    items = it.read_texts(str(cfg.texts), cfg.pair_column, cfg.max_items)
+    items = it.read_texts(str(cfg.texts), cfg.pair_column, cfg.max_items, cfg.gold_column)
     if it.sha256_items(items) != data_sha:
         raise AttnvizError(
             f"--texts {cfg.texts} changed during the run; run again on a file that stays as it is (a copy)"

@@ -10,14 +10,17 @@ from attnviz import AttnvizError
 from attnviz.core.cross_stats import cross_row_stats
 from attnviz.core.score_direction import DIRECTIONS, KINDS, direction, examples_end, rank_order
 from attnviz.core.stats import ROW_STATS, row_stats
+from attnviz.corpus.output import GOLD_COLUMNS
 
 
 def test_every_score_the_corpus_writes_has_a_direction_on_both_kinds():
-    for score in (*ROW_STATS, "induction", "role_score"):
+    written = (*ROW_STATS, "induction", "role_score", *GOLD_COLUMNS)  # GOLD_COLUMNS: with --gold-column only
+    for score in written:
         for kind in KINDS:
             d = direction(score, kind)
             assert d.meaning and d.arrow in "↑↓"
-    assert set(DIRECTIONS) == {*ROW_STATS, "induction", "role_score"}
+    assert set(DIRECTIONS) == set(written)
+    assert not direction("aer").high and direction("aer_recall").high  # a lower error rate is the better head
 
 
 def _mean(values, valid, name):

@@ -30,3 +30,39 @@ def bible(tmp_path_factory):
         "".join(json.dumps({"text": " ".join(p.src), "en": p.tgt_text or " ".join(p.tgt)}) + "\n" for p in pairs)
     )
     return f
+
+
+@pytest.fixture(scope="session")
+def bible_gold(tmp_path_factory):
+    """16 held-out verses with their gold alignments, twice: ``pairs.jsonl`` (text, en, gold: the sentences as
+    whitespace-separated words) and the ``set.src`` / ``set.tgt`` / ``set.gold`` files ``attnviz align`` reads.
+    Every fifth sure link of every third verse is written as possible (``i?j``), and every fourth verse gets one
+    extra possible link, so that P ⊋ S is exercised (the Bible set itself has sure links only)."""
+    import json
+
+    from attnviz.training import data_translation as dt
+
+    pairs = [p for p in dt.split_pairs(dt.load_bible()).test if len(p.src) <= 16][:16]
+    d = tmp_path_factory.mktemp("bible_gold")
+    lines = []
+    for k, p in enumerate(pairs):
+        links = sorted(p.links)
+        cells = [f"{i}{'?' if k % 3 == 0 and n % 5 == 0 else '-'}{j}" for n, (i, j) in enumerate(links)]
+        if k % 4 == 0:
+            extra = next(  # not to a punctuation word: this gold set never links one (the skip rule stays on)
+                (i, j)
+                for i in range(len(p.src))
+                for j in range(len(p.tgt))
+                if (i, j) not in p.links and any(c.isalnum() for c in p.tgt[j])
+            )
+            cells.append(f"{extra[0]}?{extra[1]}")
+        lines.append(" ".join(cells))
+    (d / "set.src").write_text("".join(" ".join(p.src) + "\n" for p in pairs))
+    (d / "set.tgt").write_text("".join(" ".join(p.tgt) + "\n" for p in pairs))
+    (d / "set.gold").write_text("".join(g + "\n" for g in lines))
+    (d / "pairs.jsonl").write_text(
+        "".join(
+            json.dumps({"text": " ".join(p.src), "en": " ".join(p.tgt), "gold": g}) + "\n" for p, g in zip(pairs, lines)
+        )
+    )
+    return d

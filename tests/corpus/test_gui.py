@@ -172,3 +172,42 @@ def test_generated_example_opens_generating_the_same_tokens(qtbot, win, bible, t
             v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
         )
     assert win.session.result.generated == ex["generated"].split()
+
+
+def test_gold_corpus_shows_aer_columns_and_colours_cross_heads_by_it(qtbot, win, bible_gold, tmp_path):
+    """A corpus run with gold alignments: the table gains aer / aer_precision / aer_recall (NaN, shown "–", on
+    self heads), the grid can be coloured by AER (lowest = the best-aligning head), and a head picked by AER
+    says that AER has no per-item examples."""
+    import math
+    from pathlib import Path
+
+    from attnviz.gui.views.corpus import open_corpus_results
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    cfg = CorpusConfig(
+        str(model), str(tmp_path / "res"), texts=str(bible_gold / "pairs.jsonl"), pair_column="en", batch_size=8
+    )
+    cfg.gold_column, cfg.workers, cfg.provider, cfg.progress = "gold", 1, "cpu", False
+    run_corpus(cfg)
+    v = open_corpus_results(win, tmp_path / "res")
+    qtbot.waitExposed(v)
+    t = v.table
+    c = _col(t, "aer")
+    assert _col(t, "aer_precision") == c + 1 and _col(t, "aer_recall") == c + 2
+    shown = {t.item(r, _col(t, "stack")).text(): [] for r in range(t.rowCount())}
+    for r in range(t.rowCount()):
+        shown[t.item(r, _col(t, "stack")).text()].append(t.item(r, c).text())
+    assert set(shown["encoder self"]) == {"–"} and "–" not in shown["decoder cross"]
+    t.sortItems(c, Qt.AscendingOrder)  # lowest AER first; NaN (self heads) last
+    best = v.heads[t.item(0, 0).data(Qt.ItemDataRole.UserRole)]
+    gold = v.results.run["gold"]["best_head"]
+    assert (best["kind"], best["layer"], best["head"]) == ("cross", gold["layer"], gold["head"])
+    v.score.setCurrentText("aer")
+    labels = [v.grid.verticalHeaderItem(r).text() for r in range(v.grid.rowCount())]
+    cell = v.grid.item(labels.index(f"dec× L{gold['layer']}"), gold["head"])
+    assert cell.text() == f"{gold['aer']:.3f}"
+    assert v.grid.item(labels.index("enc L0"), 0).text() == "–"
+    finite = [h["aer"] for h in v.heads if not math.isnan(h["aer"])]
+    assert v.grid_label.text().startswith(f"layer × head coloured by aer ({min(finite):.3g} – {max(finite):.3g})")
+    qtbot.mouseClick(v.grid.viewport(), Qt.LeftButton, pos=v.grid.visualItemRect(cell).center())
+    assert v.examples.rowCount() == 0 and "no per-item examples" in v.examples_label.text()

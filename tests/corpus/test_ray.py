@@ -93,15 +93,17 @@ def test_ray_data_errors_are_one_line(planted, tmp_path, capsys):
     assert "--engine local" in err[0]
 
 
-def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible, tmp_path):
+def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path):
     """Source/target pairs keep the driver's plan under Ray (the actors reduce its batches): the same statistics
-    as the local engine, and an interrupted Ray run resumes from its checkpoint to the same result."""
+    and gold link counts as the local engine, and an interrupted Ray run resumes from its checkpoint to the
+    same result."""
     from pathlib import Path
 
     from attnviz.corpus.run import CHECKPOINT
 
     model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
-    kw = dict(pair_column="en", batch_size=3)
+    bible = bible_gold / "pairs.jsonl"
+    kw = dict(pair_column="en", batch_size=3, gold_column="gold")
     run_corpus(_cfg(model, bible, tmp_path / "local", **kw))
 
     def stop(done):
@@ -112,10 +114,12 @@ def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible, tmp_path):
         run_corpus(_cfg(model, bible, tmp_path / "ray", engine="ray", threads=1, **kw), on_batch=stop)
     assert (tmp_path / "ray" / CHECKPOINT).exists()
     s = run_corpus(_cfg(model, bible, tmp_path / "ray", engine="ray", threads=1, **kw))
-    assert s.resumed_items == 6 and s.items == 12
+    assert s.resumed_items == 6 and s.items == 16
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["engine"] == "ray" and run["model_kind"] == "encoder-decoder"
     _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+    local = json.loads((tmp_path / "local" / "run.json").read_text())
+    assert run["gold"]["counts"] == local["gold"]["counts"] and run["gold"]["pairs"] == 16
 
 
 def test_ray_reads_an_image_folder_itself_equal_local(tmp_path):

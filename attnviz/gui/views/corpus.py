@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app.corpus_entry import example_open
 from attnviz.core.cross_stats import CROSS_STAT_HELP
-from attnviz.core.score_direction import DIRECTIONS, direction, examples_end
+from attnviz.core.score_direction import DIRECTIONS, GOLD_SCORES, direction, examples_end
 from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
@@ -115,13 +115,16 @@ class CorpusView(QWidget):
             f"engine {r.get('engine', '?')} × {r.get('workers', '?')} · {r.get('items_per_s') or 0:.1f} items/s"
         )
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # with gold alignments (attnviz corpus --gold-column) the heads also carry AER, precision and recall
+        gold = [c for c in GOLD_SCORES if any(c in h for h in self.heads)]
+        self.columns = (*TABLE_COLUMNS, *gold)
         self.score = QComboBox()
-        self.score.addItems(["role_score", *ROW_STATS, "induction"])
+        self.score.addItems(["role_score", *ROW_STATS, "induction", *gold])
         self.score.setCurrentText("role_score")
         self.score.setToolTip("the score that colours the grid and picks the examples (↑ high / ↓ low is interesting)")
         self.score.currentTextChanged.connect(self._on_score)
 
-        self.table = self._make_table(TABLE_COLUMNS)
+        self.table = self._make_table(self.columns)
         self.table.setSortingEnabled(True)
         self.table.itemSelectionChanged.connect(self._on_table_pick)
         self.grid = QTableWidget()
@@ -204,7 +207,7 @@ class CorpusView(QWidget):
 
     def _show_directions(self) -> None:
         """Each score's interesting end (core/score_direction.py) in the column tooltips and the score list."""
-        for c, col in enumerate(TABLE_COLUMNS):
+        for c, col in enumerate(self.columns):
             header = self.table.horizontalHeaderItem(c)
             if col in DIRECTIONS and header is not None:
                 header.setToolTip(self.direction_tip(col))
@@ -218,7 +221,7 @@ class CorpusView(QWidget):
         t.setSortingEnabled(False)
         t.setRowCount(len(self.heads))
         for r, h in enumerate(self.heads):
-            for c, col in enumerate(TABLE_COLUMNS):
+            for c, col in enumerate(self.columns):
                 item = ValueItem(h.get(col) if col != "stack" else f"{h['stack']} {h['kind']}")
                 item.setData(Qt.ItemDataRole.UserRole, r)  # index into self.heads, stable under sorting
                 if col == "role":
@@ -318,10 +321,12 @@ class CorpusView(QWidget):
             for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
                 t.setItem(r, c, ValueItem(v))
         stat = ex[0]["score"] if ex else score
+        what = f"top items by {stat} — {self.listed_end(stat, head['kind'])} — click one to open it"
+        if stat in GOLD_SCORES:  # four counts per head, summed over the corpus: no item is kept for them
+            what = f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus (no per-item examples; pick another score)"
         self.examples_label.setText(
             f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
-            f"({_fmt(head['role_score'])}) · top items by {stat} — {self.listed_end(stat, head['kind'])}"
-            " — click one to open it"
+            f"({_fmt(head['role_score'])}) · {what}"
         )
         listed = examples_end(self.results.run, stat, head["kind"]) if stat in DIRECTIONS else "highest"
         value = self.examples.horizontalHeaderItem(1)
