@@ -211,3 +211,9 @@ def test_gold_corpus_shows_aer_columns_and_colours_cross_heads_by_it(qtbot, win,
     assert v.grid_label.text().startswith(f"layer × head coloured by aer ({min(finite):.3g} – {max(finite):.3g})")
     qtbot.mouseClick(v.grid.viewport(), Qt.LeftButton, pos=v.grid.visualItemRect(cell).center())
     assert v.examples.rowCount() == 0 and "no per-item examples" in v.examples_label.text()
+    assert (
+        v.status.currentMessage()
+        == f"aer {gold['aer']:.3f} over the corpus for decoder cross layer {gold['layer']} head {gold['head']}"
+    )
+    assert f"best cross head L{gold['layer']} H{gold['head']}, AER {gold['aer']:.3f}" in v.info.text()
+    assert _col(t, "aer") == _col(t, "role_score") + 1  # beside the role, not past the scroll

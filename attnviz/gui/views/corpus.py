@@ -114,10 +114,19 @@ class CorpusView(QWidget):
             f"{Path(r.get('model', '?')).name} ({r.get('model_kind', '?')}) · {r.get('items', 0)} items, {r.get('tokens', 0)} tokens · "
             f"engine {r.get('engine', '?')} × {r.get('workers', '?')} · {r.get('items_per_s') or 0:.1f} items/s"
         )
+        g = r.get("gold") or {}
+        if g.get("pairs"):
+            b = g["best_head"]
+            self.info.setText(
+                self.info.text() + f" · gold alignments ({g['convention']} convention, {g['sure_links']} sure links): "
+                f"best cross head L{b['layer']} H{b['head']}, AER {b['aer']:.3f}"
+            )
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # with gold alignments (attnviz corpus --gold-column) the heads also carry AER, precision and recall
+        # (next to the role: "which heads align?" is what a researcher opens such results for)
         gold = [c for c in GOLD_SCORES if any(c in h for h in self.heads)]
-        self.columns = (*TABLE_COLUMNS, *gold)
+        at = TABLE_COLUMNS.index("role_score") + 1
+        self.columns = (*TABLE_COLUMNS[:at], *gold, *TABLE_COLUMNS[at:])
         self.score = QComboBox()
         self.score.addItems(["role_score", *ROW_STATS, "induction", *gold])
         self.score.setCurrentText("role_score")
@@ -334,9 +343,11 @@ class CorpusView(QWidget):
             value.setText(f"{stat} {'↑' if listed == 'highest' else '↓'}")
             value.setToolTip(f"the item's {stat} (its best row); the list holds the {listed} values")
         t.resizeColumnsToContents()
+        where = f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']}"
         self.status.showMessage(
-            f"{len(ex)} top items by {stat} for {head['stack']} {head['kind']} "
-            f"layer {head['layer']} head {head['head']}"
+            f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus for {where}"
+            if stat in GOLD_SCORES
+            else f"{len(ex)} top items by {stat} for {where}"
         )
 
     def listed_end(self, stat: str, kind: str) -> str:
