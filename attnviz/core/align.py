@@ -87,26 +87,69 @@ def merge_subwords(
     n_query_words: int | None = None,
     n_key_words: int | None = None,
 ) -> np.ndarray:
-    """``[Tq, Tk]`` subword attention -> ``[n_query_words, n_key_words]`` word attention.
+    """``[..., Tq, Tk]`` subword attention -> ``[..., n_query_words, n_key_words]`` word attention.
 
     ``query_words[i]`` / ``key_words[j]``: word index of row i / column j, or -1 for positions that belong to
-    no word (BOS, EOS, padding) and are dropped.  Rows of a word are averaged, columns summed.
+    no word (BOS, EOS, padding) and are dropped.  Rows of a word are averaged, columns summed.  Leading axes
+    (heads) are merged alike, each map with exactly the additions a map of its own would get.
     """
     a = np.asarray(attn, dtype=np.float64)
     qw = np.asarray(query_words, dtype=np.int64)
     kw = np.asarray(key_words, dtype=np.int64)
-    if a.shape != (len(qw), len(kw)):
+    if a.shape[-2:] != (len(qw), len(kw)):
         raise ValueError(f"attention {a.shape} does not match {len(qw)} query and {len(kw)} key word ids")
     nq = n_query_words if n_query_words is not None else int(qw.max(initial=-1)) + 1
     nk = n_key_words if n_key_words is not None else int(kw.max(initial=-1)) + 1
     kmask = kw >= 0
-    cols = np.zeros((len(qw), nk))  # [Tq, nk]: columns summed per key word
-    np.add.at(cols.T, kw[kmask], a[:, kmask].T)
+    cols = np.zeros((*a.shape[:-1], nk))  # [..., Tq, nk]: columns summed per key word, in column order
+    np.add.at(np.moveaxis(cols, -1, 0), kw[kmask], np.moveaxis(a[..., kmask], -1, 0))  # (a view: adds into cols)
     qmask = qw >= 0
-    out = np.zeros((nq, nk))
-    np.add.at(out, qw[qmask], cols[qmask])
+    out = np.zeros((*a.shape[:-2], nq, nk))
+    np.add.at(np.moveaxis(out, -2, 0), qw[qmask], np.moveaxis(cols[..., qmask, :], -2, 0))
     counts = np.bincount(qw[qmask], minlength=nq).astype(np.float64)
     return out / np.maximum(counts, 1)[:, None]
+
+
+def best_source_words(
+    attn: np.ndarray,
+    query_words: WordIds,
+    key_words: WordIds,
+    n_query_words: int,
+    n_key_words: int,
+    skip: Sequence[bool] | np.ndarray = (),
+) -> np.ndarray:
+    """``[..., n_query_words]``: the source word each target word links to in each map of ``attn [..., Tq, Tk]``
+    (argmax links, as :func:`attention_to_links`), -1 where a word gets none (skipped, or no rows)."""
+    w = merge_subwords(attn, query_words, key_words, n_query_words, n_key_words)
+    qw = np.asarray(query_words, np.int64)
+    linked = np.zeros(n_query_words, bool)
+    linked[qw[qw >= 0]] = True
+    flags = np.asarray(skip, bool)[:n_query_words]
+    linked[: len(flags)] &= ~flags
+    if n_key_words == 0:
+        linked[:] = False
+    best = w.argmax(-1) if n_key_words else np.zeros(w.shape[:-1], np.int64)
+    return np.where(linked, best, -1)
+
+
+def many_link_counts(best: np.ndarray, sure: Iterable[Link], possible: Iterable[Link] | None, n_src: int) -> np.ndarray:
+    """``[M, 4]`` :func:`link_counts` of M link sets given as :func:`best_source_words` rows ``best [M, n_tgt]``."""
+    best = np.asarray(best, np.int64)
+    S = np.zeros((max(n_src, 1), best.shape[-1]), bool)
+    for i, j in sure:
+        S[i, j] = True
+    P = S.copy()
+    for i, j in possible or ():
+        P[i, j] = True
+    on = best >= 0
+    src = np.where(on, best, 0)
+    tgt = np.broadcast_to(np.arange(best.shape[-1]), best.shape)
+    out = np.empty((best.shape[0], 4), np.int64)
+    out[:, 0] = (S[src, tgt] & on).sum(-1)
+    out[:, 1] = (P[src, tgt] & on).sum(-1)
+    out[:, 2] = on.sum(-1)
+    out[:, 3] = int(S.sum())
+    return out
 
 
 def attention_to_links(

@@ -95,19 +95,17 @@ def counts(maps: list[np.ndarray], groups, batch: GoldBatch, src_lengths, dec_le
         if len(gp.src_words) != nk or len(gp.tgt_words) + 1 != nq:
             raise AttnvizError("internal: a gold item's word map does not match its batch row")
         qw = align.row_words(gp.tgt_words, batch.convention, n_rows=nq)
-        kw = np.asarray(gp.src_words, np.int64)
-
-        def add(row: int, m: np.ndarray, gp: GoldPair = gp, qw: np.ndarray = qw, kw: np.ndarray = kw) -> None:
-            links = align.attention_to_links(m, qw, kw, gp.n_tgt, gp.n_src, skip=gp.skip)
-            out[row] += align.link_counts(links, gp.sure, gp.possible)
-
         # float64 before any mean, as core.align.alignment_table does with `attnviz align`'s maps
         every = [np.asarray(maps[g.site][b, :, :nq, :nk], np.float64) for g in cross]
-        for c, (g, a) in enumerate(zip(cross, every)):
-            for h in range(g.heads):
-                add(g.offset + h, a[h])
-            add(nh + c, a.mean(0))
-        add(nh + len(cross), np.concatenate(every).mean(0))  # every cross head of every layer
+        # every head, then each layer's head mean, then the mean of all: one merge and argmax for them all
+        stacked = np.concatenate(
+            [*every, *(a.mean(0, keepdims=True) for a in every), np.concatenate(every).mean(0)[None]]
+        )
+        best = align.best_source_words(stacked, qw, gp.src_words, gp.n_tgt, gp.n_src, gp.skip)
+        got = align.many_link_counts(best, gp.sure, gp.possible, gp.n_src)
+        heads = np.concatenate([np.arange(g.offset, g.offset + g.heads) for g in cross])
+        out[heads] += got[: len(heads)]
+        out[nh:] += got[len(heads) :]
     return out
 
 

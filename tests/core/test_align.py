@@ -71,3 +71,31 @@ def test_pharaoh_round_trip_and_errors(tmp_path):
 def test_diagonal_links():
     assert align.diagonal_links(4, 2) == {(1, 0), (3, 1)}
     assert align.diagonal_links(4, 2, skip=[False, True]) == {(1, 0)}
+
+
+def test_many_maps_at_once_equal_one_map_at_a_time():
+    """best_source_words + many_link_counts (the corpus path: every head of a pair in one merge) give each map
+    the links and counts attention_to_links + link_counts give it alone, ties and edge cases included."""
+    rng = np.random.default_rng(0)
+    for case in range(60):
+        n_src, n_tgt = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        # every source word has a piece, some have more; a special piece (-1) at each end
+        pieces = np.sort(np.concatenate([np.arange(n_src), rng.integers(0, n_src, int(rng.integers(0, n_src + 1)))]))
+        kw = np.concatenate([[-1], pieces, [-1]])
+        tw = np.sort(rng.integers(0, n_tgt, int(rng.integers(1, 2 * n_tgt + 1))))
+        qw = align.row_words(tw, "predict" if case % 2 else "input")
+        m = rng.random((7, len(qw), len(kw)))
+        m[0] = 1.0  # a uniform map: every word ties with its equal-sized neighbours (argmax takes the first)
+        m[1] = np.round(m[1], 1)  # coarse values: ties between words of different sizes
+        skip = rng.random(n_tgt) < 0.3
+        sure = {(int(rng.integers(n_src)), j) for j in range(n_tgt) if rng.random() < 0.7}
+        possible = {(int(rng.integers(n_src)), j) for j in range(n_tgt) if rng.random() < 0.4} - sure
+        best = align.best_source_words(m, qw, kw, n_tgt, n_src, skip)
+        got = align.many_link_counts(best, sure, possible, n_src)
+        for h in range(len(m)):
+            links = align.attention_to_links(m[h], qw, kw, n_tgt, n_src, skip=skip)
+            assert {(int(i), j) for j, i in enumerate(best[h]) if i >= 0} == links, (case, h)
+            assert tuple(got[h]) == align.link_counts(links, sure, possible), (case, h)
+            np.testing.assert_array_equal(
+                align.merge_subwords(m[h], qw, kw, n_tgt, n_src), align.merge_subwords(m, qw, kw, n_tgt, n_src)[h]
+            )
