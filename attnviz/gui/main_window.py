@@ -253,6 +253,7 @@ class MainWindow(QMainWindow):
             "generate": i.generate,
             "block": c.block,
             "layer": c.layer,
+            "layers": c.layer_lo,
             "head": c.head,
             "aggregate": c.mode,
             "step": c.step,
