@@ -45,10 +45,19 @@ def model_name(model) -> str:
     return str(getattr(model, "name", None) or "this model")
 
 
-def default_generate(model) -> int:
+# the input that holds the decoder's text, per family: given, it is the target to teacher-force
+DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
+
+
+def default_generate(model, given: dict | None = None) -> int:
     """Translation and captioning generate by default (stopping at EOS); decoder-only graphs may be
-    forecasters with no token input, so they do not."""
-    return 32 if model_kind(model) in ("encoder-decoder", "vision-decoder") else 0
+    forecasters with no token input, so they do not.  A target the caller gave (``--text-pair`` of a
+    translation model, ``--text`` of a captioning model) is teacher-forced instead, as ``extract`` and
+    ``figure`` read the same flags: generating would continue it and show only the continuation."""
+    key = DECODER_TEXT.get(model_kind(model))
+    if key is None:
+        return 0
+    return 0 if (given or {}).get(key) else 32
 
 
 def sample_input(model) -> dict:
@@ -65,7 +74,7 @@ def first_input(model, given: dict, current_image: str = "") -> dict:
     if model_kind(model).startswith("vision") and not values.get("image") and current_image:
         values["image"] = current_image
     values.update(given)
-    values.setdefault("generate", default_generate(model))
+    values.setdefault("generate", default_generate(model, given))
     return values
 
 
