@@ -17,7 +17,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.corpus.items import Item
+from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 
 # input role -> how a batch fills it (the encoder's from the source arrays, the decoder's from the target's)
@@ -65,7 +65,10 @@ def encode_pairs(model, items: list[Item]) -> Encoded:
     start = decoder_start(model)
     out = Encoded([], [], [], [], [])
     for it in items:
-        enc = src_tok.encode(it.text, None)
+        try:
+            enc = src_tok.encode(it.text, None)
+        except AttnvizError as e:
+            raise item_error(it, e) from None
         if enc.ids:
             out.src.append(list(enc.ids))
             out.types.append(list(enc.type_ids or [0] * len(enc.ids)))
@@ -78,7 +81,10 @@ def encode_pairs(model, items: list[Item]) -> Encoded:
             out.dec.append([])
             out.dec_special.append([])
             continue
-        dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
+        try:
+            dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
+        except AttnvizError as e:
+            raise item_error(it, e, pair=True) from None
         out.dec.append(dec)
         out.dec_special.append([bool(tgt_tok.is_special(i)) for i in dec])
     return out
