@@ -12,10 +12,20 @@ from attnviz.runtime.raster import IMAGE_SUFFIXES
 OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
 
 
-def file_kind(path) -> str:
-    """``"model"``, ``"image"`` or ``"maps"`` for a path the user opened or dropped; one message otherwise."""
+# what `attnviz corpus --out DIR` writes: such a folder opens as corpus results, not as an export folder
+CORPUS_FILES = ("heads.parquet", "run.json")
+
+
+def is_corpus_results(path) -> bool:
     p = Path(path)
-    kind = "model" if p.is_dir() else OPENERS.get(p.suffix.lower())
+    return p.is_dir() and all((p / name).is_file() for name in CORPUS_FILES)
+
+
+def file_kind(path) -> str:
+    """``"model"``, ``"image"``, ``"maps"`` or ``"corpus"`` (an ``attnviz corpus`` results folder) for a path the
+    user opened or dropped; one message otherwise."""
+    p = Path(path)
+    kind = ("corpus" if is_corpus_results(p) else "model") if p.is_dir() else OPENERS.get(p.suffix.lower())
     if kind is None:
         raise AttnvizError(
             f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "

@@ -11,7 +11,11 @@ HELP = "open the desktop app on an ONNX model (default: the bundled demo) and ex
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", help="ONNX model, image or .npz attention maps (default: bundled demo model)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="ONNX model, image, .npz attention maps or an attnviz corpus results folder (default: bundled demo model)",
+    )
     p.add_argument("--text", help="input text")
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument("--image", help="image file for vision / captioning models")
@@ -66,7 +70,7 @@ def run(args) -> int:
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
     if target is not None and not target.exists():
-        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image or an .npz file")
+        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results")
     if args.screenshot:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".png":
