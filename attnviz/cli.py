@@ -41,6 +41,7 @@ PARAM_FLAGS = {
     "memory": "--memory",
     "block": "--block",
     "layer": "--layer",
+    "layers": "--layers",
     "head": "--head",
     "aggregate": "--aggregate",
     "query": "--query",

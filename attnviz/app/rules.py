@@ -12,10 +12,20 @@ from attnviz.runtime.raster import IMAGE_SUFFIXES
 OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
 
 
-def file_kind(path) -> str:
-    """``"model"``, ``"image"`` or ``"maps"`` for a path the user opened or dropped; one message otherwise."""
+# what `attnviz corpus --out DIR` writes: such a folder opens as corpus results, not as an export folder
+CORPUS_FILES = ("heads.parquet", "run.json")
+
+
+def is_corpus_results(path) -> bool:
     p = Path(path)
-    kind = "model" if p.is_dir() else OPENERS.get(p.suffix.lower())
+    return p.is_dir() and all((p / name).is_file() for name in CORPUS_FILES)
+
+
+def file_kind(path) -> str:
+    """``"model"``, ``"image"``, ``"maps"`` or ``"corpus"`` (an ``attnviz corpus`` results folder) for a path the
+    user opened or dropped; one message otherwise."""
+    p = Path(path)
+    kind = ("corpus" if is_corpus_results(p) else "model") if p.is_dir() else OPENERS.get(p.suffix.lower())
     if kind is None:
         raise AttnvizError(
             f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
@@ -45,10 +55,19 @@ def model_name(model) -> str:
     return str(getattr(model, "name", None) or "this model")
 
 
-def default_generate(model) -> int:
+# the input that holds the decoder's text, per family: given, it is the target to teacher-force
+DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
+
+
+def default_generate(model, given: dict | None = None) -> int:
     """Translation and captioning generate by default (stopping at EOS); decoder-only graphs may be
-    forecasters with no token input, so they do not."""
-    return 32 if model_kind(model) in ("encoder-decoder", "vision-decoder") else 0
+    forecasters with no token input, so they do not.  A target the caller gave (``--text-pair`` of a
+    translation model, ``--text`` of a captioning model) is teacher-forced instead, as ``extract`` and
+    ``figure`` read the same flags: generating would continue it and show only the continuation."""
+    key = DECODER_TEXT.get(model_kind(model))
+    if key is None:
+        return 0
+    return 0 if (given or {}).get(key) else 32
 
 
 def sample_input(model) -> dict:
@@ -65,7 +84,7 @@ def first_input(model, given: dict, current_image: str = "") -> dict:
     if model_kind(model).startswith("vision") and not values.get("image") and current_image:
         values["image"] = current_image
     values.update(given)
-    values.setdefault("generate", default_generate(model))
+    values.setdefault("generate", default_generate(model, given))
     return values
 
 

@@ -23,6 +23,15 @@ class Item:
     gold: str | None = None
 
 
+def item_error(it: Item, e: AttnvizError, pair: bool = False) -> AttnvizError:
+    """``e`` (a tokeniser's refusal) naming the corpus item it came from: in a file of thousands of lines the word
+    alone does not say where to look.  Items count from 0 without blank lines, so the text's start is quoted too."""
+    text = str((it.pair if pair else it.text) or "")
+    head = text if len(text) <= 40 else text[:40] + "…"
+    what = "the --text-pair-column of corpus item" if pair else "corpus item"
+    return AttnvizError(f"{what} {it.index} {head!r}: {e}", param=e.param)
+
+
 @dataclass(frozen=True)
 class Columns:
     """The optional string columns each record may carry besides ``text``: the flag that names each, its column."""

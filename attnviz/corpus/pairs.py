@@ -18,7 +18,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.corpus.gold import GoldBatch, GoldPair
-from attnviz.corpus.items import Item
+from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 
 # input role -> how a batch fills it (the encoder's from the source arrays, the decoder's from the target's)
@@ -74,7 +74,10 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
     if words:
         return _encode_words(out, src_tok, tgt_tok, start, items)
     for it in items:
-        enc = src_tok.encode(it.text, None)
+        try:
+            enc = src_tok.encode(it.text, None)
+        except AttnvizError as e:
+            raise item_error(it, e) from None
         if enc.ids:
             out.src.append(list(enc.ids))
             out.types.append(list(enc.type_ids or [0] * len(enc.ids)))
@@ -87,7 +90,10 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
             out.dec.append([])
             out.dec_special.append([])
             continue
-        dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
+        try:
+            dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
+        except AttnvizError as e:
+            raise item_error(it, e, pair=True) from None
         out.dec.append(dec)
         out.dec_special.append([bool(tgt_tok.is_special(i)) for i in dec])
     return out
@@ -99,8 +105,14 @@ def _encode_words(out: Encoded, src_tok, tgt_tok, start: int, items: list[Item])
     out.src_words, out.dec_words = [], []
     for it in items:
         assert it.text is not None and it.pair is not None  # --gold-column needs both (run._check)
-        src = encode_words(src_tok, it.text.split(), special=True)
-        tgt = encode_words(tgt_tok, it.pair.split(), special=False)
+        try:
+            src = encode_words(src_tok, it.text.split(), special=True)
+        except AttnvizError as e:
+            raise item_error(it, e) from None
+        try:
+            tgt = encode_words(tgt_tok, it.pair.split(), special=False)
+        except AttnvizError as e:
+            raise item_error(it, e, pair=True) from None
         out.src.append(src.ids)
         out.types.append([0] * len(src.ids))
         out.src_special.append([w < 0 for w in src.word_ids])  # the tokenizer's own specials: no word

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.corpus.items import Item
+from attnviz.corpus.items import Item, item_error
 
 # model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
 # encoder-decoder text models (source + teacher-forced target: corpus/pairs.py)
@@ -126,7 +126,10 @@ def encode_items(model, items: list[Item]) -> Encoded:
     ids, types, special = array("i"), array("b"), array("b")  # grow flat, never as lists of lists
     for n, it in enumerate(items, 1):
         # decoders see raw text (as in `attnviz open`); encoders get their [CLS]/[SEP] and the optional pair
-        enc = tok.encode(it.text, None, add_special=False) if decoder else tok.encode(it.text, it.pair)
+        try:
+            enc = tok.encode(it.text, None, add_special=False) if decoder else tok.encode(it.text, it.pair)
+        except AttnvizError as e:
+            raise item_error(it, e) from None
         if not enc.ids:  # an item with no tokens still counts; one pad-id token keeps shapes valid
             ids.append(0)
             types.append(0)

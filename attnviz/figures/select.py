@@ -143,7 +143,7 @@ def check_layer_from(block: Block, layer: int, layer_from: int | None) -> int | 
         raise AttnvizError(
             f"layer range {layer_from}-{layer} is invalid; {block.name} has layers 0..{block.n_layers - 1} "
             f"and the range must run low to high",
-            param="layer",
+            param="layers",
         )
     return layer_from
 
@@ -172,7 +172,13 @@ def core_selection(
     The figure and the screen then go through the same :func:`attnviz.core.view.compute_map`.
     """
     bi, b = resolve_block(result, spec.block if block is None else block, default_block)
-    layer = check_layer(b, spec.layer)
+    try:
+        layer = check_layer(b, spec.layer)
+    except AttnvizError as e:
+        if spec.layer_from is None:
+            raise
+        # with a range, the layer is its top: the setting to fix is the range (--layers LO-HI), not --layer
+        raise AttnvizError(str(e), param="layers") from None
     layer_from = check_layer_from(b, layer, spec.layer_from)
     step = check_step(result, spec.step)
     hs = spec.hide_special if hide_special is None else hide_special

@@ -11,7 +11,11 @@ HELP = "open the desktop app on an ONNX model (default: the bundled demo) and ex
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", help="ONNX model, image or .npz attention maps (default: bundled demo model)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="ONNX model, image, .npz attention maps or an attnviz corpus results folder (default: bundled demo model)",
+    )
     p.add_argument("--text", help="input text")
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument("--image", help="image file for vision / captioning models")
@@ -56,6 +60,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # --mode is the memory mode in extract / figure
 
 
+def check_focus(result, focus: dict, sel) -> None:
+    """``--block/--layer/--head`` against the first result, with ``figure``'s checks and messages: the session
+    would clamp them, and a screenshot would show another head than asked for with exit code 0.  What is not
+    given is the selection's (``sel``)."""
+    from attnviz.figures import select
+
+    _, b = select.resolve_block(result, focus.get("block"), sel.block)
+    layer = select.check_layer(b, focus["layer"]) if focus.get("layer") is not None else min(sel.layer, b.n_layers - 1)
+    if focus.get("head") is not None:
+        select.check_head(b, layer, focus["head"])
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
@@ -66,7 +82,7 @@ def run(args) -> int:
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
     if target is not None and not target.exists():
-        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image or an .npz file")
+        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results")
     if args.screenshot:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".png":
@@ -105,8 +121,13 @@ def run(args) -> int:
     if focus:
 
         def apply_focus():
-            win.session.select(**focus)
             win.result_shown.disconnect(apply_focus)
+            try:
+                check_focus(win.session.result, focus, win.session.sel)
+            except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped
+                win.show_error(str(e), param=e.param)
+                return
+            win.session.select(**focus)
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {k: getattr(args, k) for k in ("text", "text_pair", "image", "generate") if getattr(args, k) is not None}

@@ -35,7 +35,7 @@ from attnviz.gui.export import (
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
 from attnviz.gui.views.base import View
-from attnviz.gui.views.corpus import open_corpus_dialog
+from attnviz.gui.views.corpus import open_corpus_dialog, open_corpus_results
 from attnviz.gui.views.head_map import HeadMapView
 from attnviz.gui.views.image_regions import ImageRegionsView
 from attnviz.gui.views.overview import OverviewView
@@ -52,10 +52,11 @@ _default_opener = open_model_ready
 
 
 class MainWindow(QMainWindow):
-    """Signals: ``result_shown()`` after a new result has been drawn; ``error_shown(str)``."""
+    """Signals: ``result_shown()`` after a new result has been drawn; ``error_shown(str)``; ``corpus_shown(view)``."""
 
     result_shown = Signal()
     error_shown = Signal(str)
+    corpus_shown = Signal(object)  # a corpus results view (its own window) has opened
 
     def __init__(self, opener=None, settings: QSettings | None = None, provider: str = "auto", parent=None):
         super().__init__(parent)
@@ -253,6 +254,7 @@ class MainWindow(QMainWindow):
             "generate": i.generate,
             "block": c.block,
             "layer": c.layer,
+            "layers": c.layer_lo,
             "head": c.head,
             "aggregate": c.mode,
             "step": c.step,
@@ -333,7 +335,8 @@ class MainWindow(QMainWindow):
 
     # -- opening ---------------------------------------------------------------------
     def open_path(self, path, **values) -> None:
-        """Open by extension: .onnx model (or an export folder), image, or .npz attention maps."""
+        """Open by extension: .onnx model (or an export folder), image, .npz attention maps, or a corpus results
+        folder (``attnviz corpus --out DIR``)."""
         try:
             kind = rules.file_kind(path)
         except AttnvizError as e:
@@ -343,6 +346,7 @@ class MainWindow(QMainWindow):
             "model": lambda: self.open_model(path, **values),
             "image": lambda: self.open_image(path),
             "maps": lambda: self.open_npz(path),
+            "corpus": lambda: open_corpus_results(self, path),
         }[kind]()
 
     def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True) -> None:

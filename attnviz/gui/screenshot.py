@@ -25,14 +25,21 @@ class ScreenshotTaker:
         self.error: str | None = None
         window.result_shown.connect(self._soon)
         window.error_shown.connect(self._on_error)
+        corpus = getattr(window, "corpus_shown", None)
+        if corpus is not None:  # `attnviz open RESULTS_DIR`: the corpus view is its own window; shoot that one
+            corpus.connect(self._soon_corpus)
         QTimer.singleShot(TIMEOUT_MS, lambda: self.fail_later("no result within 120 s"))
 
     def _soon(self) -> None:
         QTimer.singleShot(400, self._take)  # let the views lay out and paint
 
-    def _take(self) -> None:
+    def _soon_corpus(self, view) -> None:
+        view.resize(self.window.size())
+        QTimer.singleShot(400, lambda: self._take(view))
+
+    def _take(self, widget=None) -> None:
         try:
-            export_widget(self.window, self.path)
+            export_widget(widget if widget is not None else self.window, self.path)
         except Exception as e:
             self.error = f"could not save the screenshot {self.path}: {e}"
         _quit()

@@ -54,6 +54,26 @@ def test_first_input_is_the_sample_then_the_chosen_image_then_what_was_given():
     assert rules.first_input(_model("encoder"), {}, "/x/cat.png") == {"generate": 0}
 
 
+def test_a_given_target_is_teacher_forced_as_extract_does_not_continued():
+    """`attnviz open translation.onnx --text SRC --text-pair TGT` (no --generate) reads TGT as `extract` and
+    `figure` do: [BOS] + TGT forced into the decoder. It generated 32 more steps, so the Alignment view showed
+    only the continuation ("." and [EOS]) and the target's own rows were nowhere."""
+    from attnviz.app.jobs import analyze
+    from attnviz.runtime import open_model
+
+    tr = open_model(MODELS / "translation.onnx")
+    src, tgt = "ἐν ἀρχῇ ἦν ὁ λόγος", "in the beginning was the word"
+    v = rules.first_input(tr, {"text": src, "text_pair": tgt})
+    assert v["generate"] == 0
+    result = analyze(tr, v)
+    assert result.generated == [] and result.key_tokens.labels == ["[BOS]", *tgt.split()]
+    assert rules.first_input(tr, {"text": src})["generate"] == 32  # a source alone is translated
+    assert rules.first_input(tr, {"text": src, "text_pair": tgt, "generate": 3})["generate"] == 3
+    cap = open_model(MODELS / "captioning.onnx")
+    assert rules.first_input(cap, {"text": "a red circle"})["generate"] == 0  # the caption is the target
+    assert rules.first_input(cap, {})["generate"] == 32
+
+
 def test_refusals_are_one_line_naming_what_to_do():
     with pytest.raises(AttnvizError, match="no model open: use File ▸ Open model"):
         rules.check_runnable(None)

@@ -217,3 +217,34 @@ def test_gold_corpus_shows_aer_columns_and_colours_cross_heads_by_it(qtbot, win,
     )
     assert f"best cross head L{gold['layer']} H{gold['head']}, AER {gold['aer']:.3f}" in v.info.text()
     assert _col(t, "aer") == _col(t, "role_score") + 1  # beside the role, not past the scroll
+
+
+def test_a_results_folder_opens_as_corpus_results_from_the_command_line_and_the_window(qtbot, win, results, tmp_path):
+    """`attnviz open DIR` (and File ▸ Open / a drop) on an `attnviz corpus --out DIR` folder shows the corpus view;
+    it was taken for an export folder: "no .onnx file in this folder"."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from attnviz.app.rules import file_kind
+
+    assert file_kind(results) == "corpus" and file_kind(tmp_path) == "model"
+    win.open_path(results)
+    v = win.corpus_view
+    assert v is not None and v.isVisible() and win.last_error is None
+    assert v.table.rowCount() == pq.ParquetFile(results / "heads.parquet").metadata.num_rows
+    shot = tmp_path / "corpus.png"
+    r = subprocess.run(
+        [sys.executable, "-m", "attnviz", "open", str(results), "--screenshot", str(shot), "--size", "900x600"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"saved {shot}"
+    with Image.open(shot) as im:  # the corpus view's own window, at the window's width (its height has a minimum)
+        assert im.format == "PNG" and im.size[0] == 900

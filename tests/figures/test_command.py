@@ -145,7 +145,10 @@ def test_output_files_get_normal_permissions(maps, tmp_path):
 
 BAD = [
     (["--view", "bogus"], "invalid choice"),  # argparse
-    (["--layer", "5"], "layer 5 is out of range; encoder self-attention has layers 0..1"),
+    (["--layer", "5"], "layer 5 is out of range; encoder self-attention has layers 0..1 (see --layer)"),
+    # a range names the flag that gave it (it said "see --layer", a flag not on the command line)
+    (["--layers", "0-5"], "layer 5 is out of range; encoder self-attention has layers 0..1 (see --layers)"),
+    (["--layers", "1-0"], "must run low to high (see --layers)"),
     (["--head", "3"], "head 3 is out of range; encoder self-attention layer 1 has heads 0..2"),
     (["--head", "0", "--agg", "max"], "not both"),
     (["--query", "40", "--view", "links"], "query 40 is out of range; encoder self-attention has query positions 0..8"),

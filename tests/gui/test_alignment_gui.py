@@ -115,3 +115,28 @@ def test_head_stats_ranked_by_aer_against_a_gold_set(qtbot, real_window, aligned
     written = align.read_pharaoh(out)
     truth = align.read_pharaoh(aligned_model / "test.gold")
     assert aer[0] == pytest.approx(align.aer([x[0] for x in written], [t[0] for t in truth]), abs=1e-9)
+
+
+def test_a_teacher_forced_target_is_drawn_row_by_row_not_refused(qtbot, real_window):
+    """The translation demo on a source and its target (generate 0): one row per target token read, as
+    `attnviz figure --view alignment` draws it (the view said "set generate" and drew nothing)."""
+    from pathlib import Path
+
+    from attnviz.runtime import open_model
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    src, tgt = "ἐν ἀρχῇ ἦν ὁ λόγος", "in the beginning was the word"
+    w = real_window
+    open_and_wait(qtbot, w, model, text=src, text_pair=tgt, generate=0)
+    w.select_view("alignment")
+    al = w.alignment
+    assert al.message == "" and w.session.result.generated == []
+    sel = w.session.sel
+    assert (sel.mode, sel.layer, sel.head) == ("head", 2, 0)  # the declared alignment head
+    assert al.mv.q_labels == ["[BOS]", *tgt.split()] and al.mv.y_title == "target"
+    # the numbers: decoder cross-attention layer 2 head 0 of a separate run, every row
+    ref = open_model(model).analyze(text=src, text_pair=tgt)
+    site = next(i for i, s in enumerate(ref.sites) if (s.stack, s.kind, s.layer) == ("decoder", "cross", 2))
+    np.testing.assert_allclose(al.mv.matrix, ref.dense()[site][0, 0], rtol=1e-6)
+    assert al.step_label.text().startswith("teacher-forced target: each row is the decoder position reading")
+    assert "alignment head is decoder layer 2 head 0 (shown)" in al.step_label.text()

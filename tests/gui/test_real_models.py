@@ -202,3 +202,26 @@ def test_opening_with_an_input_runs_the_model_once(qtbot, real_window, onnx_dir,
     heads = {s.label: s.heads for s in w.session.model.sites}
     assert heads == {"encoder self L0": 4, "encoder self L1": 4}  # counted by the run, as transformers has them
     assert w.sidebar.values("Attention sites")["encoder self L0"].startswith("4 heads")
+
+
+@pytest.mark.parametrize(
+    "focus,msg",
+    [
+        (["--layer", "9"], "layer 9 is out of range; encoder self-attention has layers 0..1"),
+        (["--layer", "1", "--head", "7"], "head 7 is out of range; encoder self-attention layer 1 has heads 0..3"),
+        (["--block", "4"], "block 4 is out of range; this model has blocks 0 (encoder self)"),
+    ],
+)
+def test_screenshot_of_a_head_that_is_not_there_exits_2_naming_the_range(tmp_path, focus, msg):
+    """As `figure` does: the session clamped --layer 9 to the last layer and saved that picture with exit 0."""
+    model = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    p = subprocess.run(
+        [sys.executable, "-m", "attnviz", "open", str(model), *focus, "--screenshot", str(tmp_path / "s.png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"attnviz: error: {msg}" and "Traceback" not in p.stderr

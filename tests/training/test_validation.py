@@ -225,3 +225,29 @@ def test_bleu_floor_needs_validation_and_a_translating_task():
     tcfg.validation, tcfg.val_min_bleu = 4, 5.0
     with pytest.raises(AttnvizError, match="val_min_bleu"):
         Trainer(seq, mcfg, tcfg)
+
+
+def test_set_values_of_the_wrong_kind_are_refused_in_one_line_before_training(tmp_path):
+    from attnviz.training.commands.train import _apply_overrides
+
+    mcfg, tcfg = get_task("translation-synthetic").configs("tiny")
+    _apply_overrides(mcfg, tcfg, ["lr=1", "validation=20", "gloss_pairs=true", "init_from=2024", "steps=7"])
+    # a float field takes a JSON integer as that float; a string field takes the text as typed
+    assert (tcfg.lr, tcfg.validation, tcfg.gloss_pairs, tcfg.init_from, tcfg.steps) == (1.0, 20, True, "2024", 7)
+    assert type(tcfg.lr) is float
+    for bad, msg in (
+        ("steps=abc", "--set steps=abc: steps takes a whole number"),
+        ("steps=2.5", "--set steps=2.5: steps takes a whole number"),
+        ("steps=true", "--set steps=true: steps takes a whole number"),
+        ("dropout=high", "--set dropout=high: dropout takes a number"),
+        ("gloss_pairs=1", "--set gloss_pairs=1: gloss_pairs takes true or false"),
+        ("align_heads=2", "--set align_heads=2: align_heads takes a JSON list"),
+    ):
+        with pytest.raises(AttnvizError) as e:
+            _apply_overrides(*get_task("translation-synthetic").configs("tiny"), [bad])
+        assert str(e.value) == msg
+    # on the command line: exit 2 and that one line (it was an internal error, exit 1, from steps // 10)
+    cmd = [sys.executable, "-m", "attnviz", "train", "translation-synthetic", "--preset", "tiny"]
+    r = subprocess.run(cmd + ["--out", str(tmp_path / "r"), "--set", "steps=abc"], capture_output=True, text=True)
+    assert (r.returncode, r.stderr.strip()) == (2, "attnviz: error: --set steps=abc: steps takes a whole number")
+    assert not (tmp_path / "r").exists()

@@ -53,45 +53,62 @@ class AlignmentView(View):
                 "Alignment needs cross-attention (an encoder-decoder model such as the translation demo); "
                 "this model has only self-attention."
             )
-        if not self.session.result.generated:
-            return "Alignment shows generated tokens: set “generate” to a number of steps and run."
+        if not self.session.result.generated and not self.forced_target():
+            return (
+                "Alignment shows generated or teacher-forced target tokens: set “generate” to a number of steps, "
+                "or type the target in “text pair”, and run."
+            )
         return None
+
+    def forced_target(self) -> bool:
+        """A teacher-forced target (generate 0 with a text pair): decoder rows beyond the start token.  The view
+        model draws them, one row per target token read, as ``figure --view alignment`` does."""
+        b = self.cross_block()
+        return b is not None and len(self.session.blocks[b].query_axis) > 1
 
     def alignment_map(self) -> MapView:
         """The view model's alignment (the figure draws the same :class:`MapView`)."""
         return vm.alignment_map(self.session.result, self.session.sel, self.session.blocks)
 
+    def declared_note(self, rows: bool = True) -> str:
+        """Which head the model declares for alignment and whether it is the one shown; with ``rows``, what its
+        declared row convention makes each row (a teacher-forced target's rows always read their token)."""
+        declared = self.declared()
+        if declared is None:
+            return ""
+        (dl, dh), conv = declared[0][0], declared[1]
+        sel = self.session.sel
+        here = "shown" if (sel.mode, sel.layer, sel.head) == ("head", dl, dh) else "not shown"
+        note = f" · this model's alignment head is decoder layer {dl} head {dh} ({here})"
+        if rows:
+            rows_are = "its input token (Shift-Att)" if conv == "input" else "the word it predicts"
+            note += f"; each row is the decoder position reading {rows_are}"
+        return note
+
     def draw(self) -> None:
         self.mv = mv = self.alignment_map()
         self.heatmap.set_map(mv, log=self.session.sel.log)
         g = len(self.session.result.generated)
+        if not g:  # a teacher-forced target: every row at once, no generation step to mark
+            self.heatmap.mark_row(None)
+            self.step_label.setText(
+                "teacher-forced target: each row is the decoder position reading its target token"
+                + self.declared_note(rows=False)
+            )
+            return
         step = self.session.sel.step if 0 <= self.session.sel.step < g else g - 1  # the slider's step, 0-based
         # with Shift-Att rows (a row per word read back) the last word has no row: mark the last one there is
         row = min(step, mv.matrix.shape[0] - 1)
         self.heatmap.mark_row(row)
         if 0 <= row < mv.matrix.shape[0] and mv.matrix.shape[1]:
             j = int(np.argmax(mv.matrix[row]))
-            declared = self.declared()
-            note = ""
-            if declared is not None:
-                (dl, dh), conv = declared[0][0], declared[1]
-                rows_are = "its input token (Shift-Att)" if conv == "input" else "the word it predicts"
-                here = (
-                    "shown"
-                    if (self.session.sel.mode, self.session.sel.layer, self.session.sel.head) == ("head", dl, dh)
-                    else "not shown"
-                )
-                note = (
-                    f" · this model's alignment head is decoder layer {dl} head {dh} ({here}); "
-                    f"each row is the decoder position reading {rows_are}"
-                )
             # the step is the slider's (the controls say the same); the row is the one drawn for it
             last = self.session.result.generated[step]
             unread = f" · “{last}” has no row of its own (never read back, or hidden)" if row < step else ""
             self.step_label.setText(
                 f"step {step + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"
                 + unread
-                + note
+                + self.declared_note()
             )
         else:
             self.step_label.setText(" ")

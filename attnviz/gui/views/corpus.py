@@ -402,6 +402,9 @@ def open_corpus_results(window, folder) -> CorpusView | None:
     view.example_requested.connect(lambda ex, model: open_example(window, ex, model, results.run.get("tokenizer")))
     window.corpus_view = view  # the latest one, for tests and scripting
     view.show()
+    shown = getattr(window, "corpus_shown", None)
+    if shown is not None:
+        shown.emit(view)
     return view
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
 
@@ -67,6 +68,31 @@ def _bar(ev, width: int = 28) -> str:
     )
 
 
+# what a --set value may be, by the field's annotation (the config modules use postponed annotations, so these
+# are the names as written): an int field takes no float or bool, a float field takes an int (JSON writes 1.0 as 1)
+_SET_ACCEPTS: dict[str, tuple[tuple[type, ...], str]] = {
+    "bool": ((bool,), "true or false"),
+    "int": ((int,), "a whole number"),
+    "float": ((int, float), "a number"),
+    "list": ((list,), "a JSON list"),
+}
+
+
+def _checked(name: str, raw: str, value: Any, annotation: str) -> Any:
+    """``value`` (``raw`` read as JSON) for a config field annotated ``annotation``; one line when it is of another
+    kind (a bare word for a number field would otherwise fail deep inside training as a TypeError)."""
+    from attnviz import AttnvizError
+
+    if annotation == "str":  # a string field takes the text as typed, even one that reads as JSON (a folder "2024")
+        return value if isinstance(value, str) else raw
+    if annotation not in _SET_ACCEPTS:
+        return value
+    accepts, what = _SET_ACCEPTS[annotation]
+    if not isinstance(value, accepts) or (annotation != "bool" and isinstance(value, bool)):
+        raise AttnvizError(f"--set {name}={raw}: {name} takes {what}")
+    return float(raw) if annotation == "float" else value
+
+
 def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
     """``--set FIELD=VALUE`` onto the model or training config (the field name says which), re-validated."""
     from dataclasses import fields
@@ -82,8 +108,9 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
         except ValueError:
             value = raw
         for cfg in (mcfg, tcfg):
-            if name in {f.name for f in fields(cfg)}:
-                setattr(cfg, name, value)
+            annotations = {f.name: str(f.type) for f in fields(cfg)}
+            if name in annotations:
+                setattr(cfg, name, _checked(name, raw, value, annotations[name]))
                 break
         else:
             raise AttnvizError(f"--set {name}: no such model or training config field")
