@@ -205,6 +205,15 @@ def clamp(sel: Selection, blocks: list[Block]) -> Selection:
     return sel.with_(block=b, layer=layer, head=head, layer_lo=lo, layer_hi=hi)
 
 
+def declared_alignment(result: AttentionResult | None) -> tuple[tuple[int, int], str] | None:
+    """The model's declared alignment head (its first) and row convention, as its run recorded them
+    (``attnviz.alignment`` in the model's metadata, kept in ``result.info`` and so in an .npz)."""
+    from attnviz.core import metadata as md
+
+    declared = md.alignment_heads({"alignment": (result.info or {}).get("alignment")}) if result is not None else None
+    return (declared[0][0], declared[1]) if declared else None
+
+
 def n_steps(result: AttentionResult | None) -> int:
     return len(result.generated or []) if result is not None else 0
 
@@ -237,6 +246,23 @@ def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]
         if rows:
             return rows
     return [(i, str(blk.query_axis.labels[i])) for i in range(tq)]
+
+
+def target_rows(blk: Block, convention: str, n_rows: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Query rows, words and special flags of a teacher-forced target ([start] + target tokens read by the
+    decoder): the row that predicts each target token ("predict": row t - 1 for token t) or the row that reads
+    it ("input", Shift-Att: row t).  The start token is no target word, so it has no row either way (the rule
+    of ``attnviz align``: ``core.align.row_words``)."""
+    ax = blk.query_axis
+    n = min(n_rows, len(ax.labels))
+    special = list(ax.special or [False] * n)
+    shift = 1 if convention == "predict" else 0  # the word on row r sits at position r + shift
+    rows = [r for r in range(n) if 0 < r + shift < n]
+    return (
+        np.array(rows, int),
+        [str(ax.labels[r + shift]) for r in rows],
+        np.array([bool(special[r + shift]) if r + shift < len(special) else False for r in rows], bool),
+    )
 
 
 def word_special(result: AttentionResult, blk: Block, row: int, word: str) -> bool:
@@ -400,16 +426,24 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
     )
     m, what = head_matrix(blk, s)
     m = np.asarray(m, np.float32)
-    rows = generation_rows(result, blk)
-    if sel.rows == "input" and n_steps(result):  # Shift-Att: word k is read by the row after the one that chose it
-        rows = [(r + 1, w) for r, w in rows if r + 1 < m.shape[0]]
     notes: list[str] = []
-    if sel.step >= 0 and n_steps(result):
-        rows = rows[: sel.step + 1]
-        notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
-    q_pos = np.array([r for r, _ in rows], int)
-    words = [w for _, w in rows]
-    q_sp = np.array([word_special(result, blk, r, w) for r, w in rows], bool)
+    if n_steps(result):
+        rows = generation_rows(result, blk)
+        if sel.rows == "input":  # Shift-Att: word k is read by the row after the one that chose it
+            rows = [(r + 1, w) for r, w in rows if r + 1 < m.shape[0]]
+        if sel.step >= 0:
+            rows = rows[: sel.step + 1]
+            notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+        q_pos = np.array([r for r, _ in rows], int)
+        words = [w for _, w in rows]
+        q_sp = np.array([word_special(result, blk, r, w) for r, w in rows], bool)
+    else:
+        q_pos, words, q_sp = target_rows(blk, sel.rows, m.shape[0])
+        if not len(q_pos):
+            raise ViewError(
+                "the alignment view needs target words: give the target (text pair) to teacher-force, or generate",
+                param="generate",
+            )
     k_pos = np.arange(m.shape[1])
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     m = m[q_pos]

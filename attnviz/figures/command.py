@@ -332,6 +332,12 @@ def run(args) -> int:
             refuse_input_as_output(args.recipe_out, inputs, "--recipe-out")
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
+    if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
+        from attnviz.figures.select import alignment_defaults
+
+        spec, note = alignment_defaults(result, spec)
+        if note:
+            print(f"attnviz: {note}", file=sys.stderr)
 
     def recipe_for(spec_, path):
         r = make_recipe(spec_, output=path, **src)

@@ -160,6 +160,35 @@ def check_step(result: AttentionResult, step: int | None) -> int | None:
     return step
 
 
+def declared_rows(result: AttentionResult) -> str:
+    """The row convention the model declares for alignment (as the window uses it), else predict."""
+    declared = view.declared_alignment(result)
+    return declared[1] if declared else "predict"
+
+
+def alignment_defaults(result: AttentionResult, spec):
+    """``spec`` (a FigureSpec) for ``figure --view alignment`` as the window opens that view: with no head,
+    aggregate or layer given, the model's declared alignment head; with no rows given, its declared row
+    convention.  Returns (spec, a note saying what was chosen, or None when nothing was)."""
+    declared = view.declared_alignment(result)
+    if spec.view != "alignment" or declared is None:
+        return spec, None
+    (layer, head), rows = declared
+    chosen: dict = {}
+    if spec.rows is None:
+        chosen["rows"] = rows
+    unset = (spec.head, spec.heads, spec.agg, spec.layer, spec.layer_from)
+    if all(v is None for v in unset):
+        chosen.update(layer=layer, head=head)
+    if not chosen:
+        return spec, None
+    what = [f"alignment head (decoder layer {layer} head {head})"] if "head" in chosen else []
+    what += [f"row convention ({rows})"] if "rows" in chosen else []
+    flags = " and ".join(f for f, k in (("--head/--layer/--aggregate", "head"), ("--rows", "rows")) if k in chosen)
+    note = f"alignment as the window draws it: the model's declared {' and '.join(what)} ({flags} to change)"
+    return type(spec)(**dict(spec.to_dict(), **chosen)), note
+
+
 def core_selection(
     result: AttentionResult,
     spec,
@@ -190,7 +219,7 @@ def core_selection(
         step=-1 if step is None else step,
         batch=int(getattr(spec, "batch", 0) or 0),
         query=spec.query,
-        rows=str(getattr(spec, "rows", "predict") or "predict"),
+        rows=str(getattr(spec, "rows", None) or declared_rows(result)),
         image_base=str(getattr(spec, "image_base", "grey") or "grey"),
     )
     if spec.head is not None:

@@ -55,7 +55,9 @@ class FigureSpec:
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
     batch: int = 0  # batch row of the result
-    rows: str = "predict"  # alignment rows: predict (the row that chose the word) | input (the row reading it)
+    # alignment rows: predict (the row that chose the word) | input (the row reading it); None: the model's
+    # declared convention (attnviz.alignment), else predict
+    rows: str | None = None
     image_base: str = "grey"  # image / strip: what lies under the heat, grey | colour | none (heat only)
 
     def __post_init__(self):

@@ -196,6 +196,12 @@ def _why_not_alignment(result: AttentionResult) -> str | None:
 
 
 def draw_alignment(result: AttentionResult, spec: FigureSpec):
+    mv, what = alignment_view(result, spec)
+    return _map_figure(result, spec, mv, "cross-attention", what)
+
+
+def alignment_view(result: AttentionResult, spec: FigureSpec) -> tuple[vm.MapView, str]:
+    """The view model's alignment map for ``spec`` (what the figure draws) and its description."""
     why = _why_not_alignment(result)
     if why and spec.block is None:
         raise AttnvizError(why, param="view")
@@ -214,7 +220,7 @@ def draw_alignment(result: AttentionResult, spec: FigureSpec):
         + " · "
         + sel_.describe(blk, sel.layer, spec.head, spec.agg, spec.layer_from)
     )
-    return _map_figure(result, spec, mv, "cross-attention", what)
+    return mv, what
 
 
 # ---------------------------------------------------------------------------------------------

@@ -143,6 +143,7 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
         notes=list(result.info.get("notes", [])) + list(prep.notes),
         image=str(req.image) if isinstance(req.image, (str, Path)) else None,
         image_preprocessing=prep.image_info,
+        alignment=_declared_alignment(model),
     )
 
     # axes -------------------------------------------------------------------------------
@@ -189,3 +190,11 @@ def analyze_call(model, progress=None, cancelled=None, **fields) -> AttentionRes
         raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
     limits.check("generate", generate, "--generate")
     return analyze(model, AnalyzeRequest(**fields), progress=progress, cancelled=cancelled)
+
+
+def _declared_alignment(model) -> dict | None:
+    declared = md.alignment_heads(model.meta)
+    if declared is None:
+        return None
+    heads, convention = declared
+    return {"heads": [list(h) for h in heads], "convention": convention}

@@ -52,10 +52,13 @@ class RunInfo:
     batch: int = 1
     notes: list[str] = field(default_factory=list)
     image_preprocessing: str | None = None  # the normalisation an image got (preset, mean/std, size, source)
+    # the model's declared alignment heads and row convention (attnviz.alignment), so that figures from this
+    # result (or its .npz) open on the head the window opens on
+    alignment: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("generated_ids", "generation", "image_preprocessing"):
+        for k in ("generated_ids", "generation", "image_preprocessing", "alignment"):
             if d[k] is None:
                 d.pop(k)
         if not d["notes"]:

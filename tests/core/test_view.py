@@ -103,3 +103,37 @@ def test_upsampled_overlay_keeps_the_peak_where_it_was():
     up = vm.upsample(patch, (32, 32))
     y, x = np.unravel_index(int(np.argmax(up)), up.shape)
     assert 8 <= y < 16 and 16 <= x < 24 and up.min() >= 0.0
+
+
+@pytest.mark.parametrize(
+    "rows, want_rows, want_labels, want_special",
+    [
+        ("predict", [0, 1, 2], ["x", "y", "</s>"], [False, False, True]),  # row t predicts token t + 1
+        ("input", [1, 2, 3], ["x", "y", "</s>"], [False, False, True]),  # row t reads token t (Shift-Att)
+    ],
+)
+def test_a_teacher_forced_target_gets_one_row_per_target_token_in_either_convention(
+    rows, want_rows, want_labels, want_special
+):
+    """No generation: the decoder read ``<s> x y </s>`` as given.  The start token is no target word; each other
+    token is on the row that predicts it or the row that reads it (core.align.row_words' rule, as align)."""
+    r, _ = _encdec(1)
+    rng = np.random.default_rng(1)
+    cross = rng.random((1, 2, 4, 5)).astype(np.float32)
+    r.maps[2] = DenseMap(cross / cross.sum(-1, keepdims=True))
+    r.maps[1] = DenseMap(np.tril(np.ones((1, 2, 4, 4), np.float32)) / np.arange(1, 5, dtype=np.float32)[:, None])
+    r.generated, r.prompt_len = [], None
+    r.key_tokens = TokenAxis(["<s>", "x", "y", "</s>"], [True, False, False, True])
+    mv = vm.alignment_map(r, vm.Selection(mode="head", head=1, rows=rows))
+    assert list(mv.q_pos) == want_rows and mv.q_labels == want_labels and mv.q_special == want_special
+    np.testing.assert_array_equal(mv.matrix, r.maps[2].array()[0, 1][want_rows])
+    assert mv.y_title == "target"
+
+
+def test_alignment_of_a_start_token_alone_names_what_is_missing():
+    r, _ = _encdec(1)
+    cross = np.full((1, 2, 1, 5), 0.2, np.float32)
+    r.maps[2], r.maps[1] = DenseMap(cross), DenseMap(np.ones((1, 2, 1, 1), np.float32))
+    r.generated, r.prompt_len, r.key_tokens = [], None, TokenAxis(["<s>"], [True])
+    with pytest.raises(vm.ViewError, match="needs target words"):
+        vm.alignment_map(r, vm.Selection(mode="head", head=0))

@@ -133,10 +133,19 @@ def test_a_teacher_forced_target_is_drawn_row_by_row_not_refused(qtbot, real_win
     assert al.message == "" and w.session.result.generated == []
     sel = w.session.sel
     assert (sel.mode, sel.layer, sel.head) == ("head", 2, 0)  # the declared alignment head
-    assert al.mv.q_labels == ["[BOS]", *tgt.split()] and al.mv.y_title == "target"
-    # the numbers: decoder cross-attention layer 2 head 0 of a separate run, every row
+    # one row per target word (the start token is none), as `attnviz align` reads them
+    assert al.mv.q_labels == tgt.split() and al.mv.y_title == "target"
+    # the numbers: decoder cross-attention layer 2 head 0 of a separate run; the declared "input" convention
+    # puts each word on the row that reads it (decoder rows 1..n), "predict" on the row before (0..n-1)
     ref = open_model(model).analyze(text=src, text_pair=tgt)
     site = next(i for i, s in enumerate(ref.sites) if (s.stack, s.kind, s.layer) == ("decoder", "cross", 2))
-    np.testing.assert_allclose(al.mv.matrix, ref.dense()[site][0, 0], rtol=1e-6)
+    full = ref.dense()[site][0, 0]
+    assert full.shape[0] == len(tgt.split()) + 1
+    np.testing.assert_allclose(al.mv.matrix, full[1:], rtol=1e-6)
     assert al.step_label.text().startswith("teacher-forced target: each row is the decoder position reading")
     assert "alignment head is decoder layer 2 head 0 (shown)" in al.step_label.text()
+    w.session.select(rows="predict")
+    al.draw()  # what the view draws for the selection now (a redraw may still be queued)
+    assert al.mv.q_labels == tgt.split()
+    np.testing.assert_allclose(al.mv.matrix, full[:-1], rtol=1e-6)
+    assert "position predicting its target token (predict rows)" in al.step_label.text()

@@ -30,7 +30,11 @@ class AlignmentView(View):
         return vm.cross_block(self.session.blocks, self.session.sel)
 
     def declared(self) -> tuple[list[tuple[int, int]], str] | None:
-        """The model's alignment heads and row convention (``attnviz.alignment``), if it names them."""
+        """The model's alignment heads and row convention (``attnviz.alignment``), if it names them: as the run
+        recorded them (``figure`` reads the same), else from the model (maps saved before runs recorded it)."""
+        found = vm.declared_alignment(self.session.result)
+        if found is not None:
+            return [found[0]], found[1]
         model = self.session.model
         return md.alignment_heads(getattr(model, "meta", None) or {}) if model is not None else None
 
@@ -91,9 +95,10 @@ class AlignmentView(View):
         g = len(self.session.result.generated)
         if not g:  # a teacher-forced target: every row at once, no generation step to mark
             self.heatmap.mark_row(None)
+            reads = "reading" if self.session.sel.rows == "input" else "predicting"
             self.step_label.setText(
-                "teacher-forced target: each row is the decoder position reading its target token"
-                + self.declared_note(rows=False)
+                f"teacher-forced target: each row is the decoder position {reads} its target token "
+                f"({self.session.sel.rows} rows)" + self.declared_note(rows=False)
             )
             return
         step = self.session.sel.step if 0 <= self.session.sel.step < g else g - 1  # the slider's step, 0-based

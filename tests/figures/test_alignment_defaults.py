@@ -1,0 +1,81 @@
+"""``attnviz figure --view alignment`` opens on what the window opens on: the model's declared alignment head and
+row convention (``attnviz.alignment``) unless the command names others, and says so in one line.  Checked on the
+translation demo (it declares decoder layer 2 head 0 with "input" rows) against its raw cross-attention maps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.cli import main
+from attnviz.figures import FigureSpec
+from attnviz.figures.views import alignment_view
+from attnviz.runtime import open_model
+
+TRANSLATION = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+SRC, TGT = "ἐν ἀρχῇ ἦν ὁ λόγος", "in the beginning was the word"
+
+
+def fig(*argv):
+    return main(["figure", *map(str, argv)])
+
+
+@pytest.fixture(scope="module")
+def run():
+    return open_model(TRANSLATION, provider="cpu").analyze(text=SRC, text_pair=TGT)
+
+
+def _cross(result, layer):
+    site = next(i for i, s in enumerate(result.sites) if (s.stack, s.kind, s.layer) == ("decoder", "cross", layer))
+    return result.dense()[site][0]  # [heads, decoder rows, source]
+
+
+def _view(tmp_path, name):
+    return json.loads((tmp_path / f"{name}.recipe.json").read_text())["view"]
+
+
+def test_no_head_given_draws_the_declared_head_and_rows_and_says_so(run, tmp_path, capsys):
+    assert run.info["alignment"] == {"heads": [[2, 0]], "convention": "input"}
+    out = tmp_path / "a.pdf"
+    assert fig(TRANSLATION, "--text", SRC, "--text-pair", TGT, "--view", "alignment", "--out", out) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "declared alignment head (decoder layer 2 head 0)" in err[0] and "(input)" in err[0]
+    v = _view(tmp_path, "a.pdf")
+    assert (v["layer"], v["head"], v["agg"], v["rows"]) == (2, 0, None, "input")
+    # what that recipe draws: each target word on the decoder row that reads it (rows 1..n of layer 2 head 0)
+    mv, _ = alignment_view(run, FigureSpec(**v))
+    assert mv.q_labels == TGT.split()
+    np.testing.assert_allclose(mv.matrix, _cross(run, 2)[0][1:], rtol=1e-6)
+
+
+def test_what_the_command_names_wins_and_only_the_rest_is_filled_in(run, tmp_path, capsys):
+    base = [TRANSLATION, "--text", SRC, "--text-pair", TGT, "--view", "alignment"]
+    assert fig(*base, "--agg", "mean", "--out", tmp_path / "m.pdf") == 0
+    err = capsys.readouterr().err
+    assert "row convention (input)" in err and "alignment head" not in err
+    v = _view(tmp_path, "m.pdf")
+    assert (v["head"], v["agg"], v["rows"]) == (None, "mean", "input")
+    assert fig(*base, "--layer", 1, "--head", 3, "--rows", "predict", "--out", tmp_path / "p.pdf") == 0
+    assert "declared" not in capsys.readouterr().err
+    v = _view(tmp_path, "p.pdf")
+    assert (v["layer"], v["head"], v["rows"]) == (1, 3, "predict")
+    mv, _ = alignment_view(run, FigureSpec(**v))
+    assert mv.q_labels == TGT.split()
+    np.testing.assert_allclose(mv.matrix, _cross(run, 1)[3][:-1], rtol=1e-6)  # rows 0..n-1 predict the words
+
+
+def test_maps_saved_by_extract_keep_the_declaration(run, tmp_path, capsys):
+    maps = tmp_path / "mt.npz"
+    assert main(["extract", str(TRANSLATION), "--text", SRC, "--text-pair", TGT, "--out", str(maps)]) == 0
+    capsys.readouterr()
+    assert fig("--maps", maps, "--view", "alignment", "--out", tmp_path / "x.pdf") == 0
+    assert "decoder layer 2 head 0" in capsys.readouterr().err
+    v = _view(tmp_path, "x.pdf")
+    assert (v["layer"], v["head"], v["rows"]) == (2, 0, "input")
+    # and a recipe is drawn as it says, with no defaults applied again
+    assert fig("--recipe", tmp_path / "x.pdf.recipe.json", "--out", tmp_path / "y.pdf") == 0
+    assert "declared" not in capsys.readouterr().err
+    assert (tmp_path / "y.pdf").read_bytes() == (tmp_path / "x.pdf").read_bytes()
