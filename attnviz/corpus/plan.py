@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.words import with_article
 from attnviz.corpus.items import Item, item_error
 
 # model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
@@ -61,7 +62,7 @@ def check_model(model) -> str:
     kind = model.kind
     if kind not in SUPPORTED_KINDS:
         raise AttnvizError(
-            f"{model.path.name} is a {kind} model; corpus analysis handles encoder, decoder-only and "
+            f"{model.path.name} is {with_article(kind)} model; corpus analysis handles encoder, decoder-only and "
             "encoder-decoder text models and image encoders for now"
         )
     roles = model.roles

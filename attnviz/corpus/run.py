@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.words import with_article
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
@@ -142,7 +143,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
         raise AttnvizError(
-            f"--gold-column scores cross-attention heads, and {model.path.name} has none (a {kind} model); "
+            f"--gold-column scores cross-attention heads, and {model.path.name} has none ({with_article(kind)} model); "
             "give an encoder-decoder model"
         )
     nh = sum(g.heads for g in groups)

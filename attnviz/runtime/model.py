@@ -11,6 +11,7 @@ import onnx
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.words import with_article
 from attnviz.runtime import analyze as engine
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
@@ -341,7 +342,9 @@ class AttentionModel:
                 raise AttnvizError(f"missing input {name!r} ({i.describe()}); add it to the feeds")
             a = np.asarray(feeds[name])
             if a.dtype.kind not in "biuf":
-                raise AttnvizError(f"input {name!r} is a {a.dtype} array; feeds must be numeric ({i.describe()})")
+                raise AttnvizError(
+                    f"input {name!r} is {with_article(str(a.dtype))} array; feeds must be numeric ({i.describe()})"
+                )
             if a.ndim != i.rank:
                 raise AttnvizError(f"input {name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
             for ax, want in fixed:
