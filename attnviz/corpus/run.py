@@ -32,6 +32,7 @@ from attnviz.corpus.roles import induction_scores
 
 CHECKPOINT = "checkpoint.npz"
 CHECKPOINT_EVERY_S = 2.0
+GENERATE_DEFAULT = 32  # greedy tokens per item when --generate is not given
 
 
 @dataclass
@@ -51,7 +52,12 @@ class CorpusConfig:
     ray_address: str | None = None
     k: int = 5
     progress: bool = True
-    generate: int = 32  # encoder-decoder without --text-pair-column: greedy tokens per item at most
+    # encoder-decoder without --text-pair-column: greedy tokens per item at most.  Always the effective value: the
+    # checkpoint fingerprint hashes it, so a run keeps its identity whether or not the 32 was typed
+    generate: int = GENERATE_DEFAULT
+    # --generate was typed: refused where nothing is generated (a pair column, a model that is not an
+    # encoder-decoder) rather than ignored; a separate flag, so that `generate` (and the fingerprint) stay as they were
+    generate_given: bool = False
     gold_column: str | None = None  # each pair's gold word alignment (Pharaoh): AER per cross-attention head
     convention: str | None = (
         None  # decoder row = the token it predicts / reads; None: the model's declared, else predict
@@ -93,6 +99,11 @@ def _check(cfg: CorpusConfig) -> None:
         )
     if cfg.convention is not None and not cfg.gold_column:
         raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
+    if cfg.generate_given and cfg.pair_column:
+        raise AttnvizError(
+            f"--generate {cfg.generate} with --text-pair-column {cfg.pair_column}: the targets are teacher-forced, "
+            "nothing is generated; drop --generate, or drop --text-pair-column to let the model generate"
+        )
 
 
 def _importable(name: str) -> bool:
@@ -138,6 +149,11 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         raise AttnvizError(f"{model.path.name} takes images; give --images DIR")
     if kind != "vision" and cfg.texts is None:
         raise AttnvizError(f"{model.path.name} takes text; give --texts FILE")
+    if cfg.generate_given and kind != "encoder-decoder":
+        raise AttnvizError(
+            f"--generate {cfg.generate}: {model.path.name} is {with_article(kind)} model and generates nothing in a "
+            "corpus run (only an encoder-decoder without targets does); drop --generate"
+        )
     groups = layout(model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")

@@ -109,3 +109,20 @@ def test_an_unknown_word_names_the_item_it_is_in(tmp_path, capsys):
     assert code == 2 and len(err) == 1
     assert err[0].startswith(f"attnviz: error: corpus item 2 {head + '…'!r}: unknown token 'x': not in the model")
     assert not (tmp_path / "o").exists()
+
+
+def test_generate_on_a_model_that_generates_nothing_is_one_line(tmp_path, capsys):
+    """Only an encoder-decoder without targets generates in a corpus run; elsewhere a typed --generate would be
+    ignored without a word."""
+    from attnviz.cli import main
+
+    model = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"
+    texts = tmp_path / "digits.txt"
+    texts.write_text("1 2 3\n7 7 7\n")
+    out = tmp_path / "o"
+    code = main(["corpus", str(model), "--texts", str(texts), "--generate", "5", "--out", str(out), "--no-progress"])
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        "attnviz: error: --generate 5: sequence-classification.onnx is an encoder model and generates nothing in a "
+        "corpus run (only an encoder-decoder without targets does); drop --generate"
+    ]
+    assert not out.exists()
