@@ -36,7 +36,8 @@ ONNX_DTYPES = {
 }
 
 
-def _io(v) -> IOInfo:
+def io_info(v) -> IOInfo:
+    """A graph input / output (ValueInfoProto) as :class:`IOInfo`: name, dtype word, dims."""
     t = v.type.tensor_type
     dims = []
     for d in t.shape.dim:
@@ -195,8 +196,8 @@ class AttentionModel:
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
         self.graph = gr.Graph(self.proto, self.external_dir)
-        self.inputs = [_io(v) for v in self.graph.inputs]
-        self.outputs = [_io(v) for v in self.proto.graph.output]
+        self.inputs = [io_info(v) for v in self.graph.inputs]
+        self.outputs = [io_info(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
         self._sites = gr.label_sites(self.graph, sites, self.meta)
         for s in self._sites:
