@@ -99,7 +99,19 @@ def _check(cfg: CorpusConfig) -> None:
         )
     if cfg.convention is not None and not cfg.gold_column:
         raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
-    if cfg.generate_given and cfg.pair_column:
+
+
+def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
+    """A typed --generate where nothing is generated is refused, not ignored (after the model's kind is known: an
+    encoder's pair column is its sentence B, not targets)."""
+    if not cfg.generate_given:
+        return
+    if kind != "encoder-decoder":
+        raise AttnvizError(
+            f"--generate {cfg.generate}: {name} is {with_article(kind)} model and generates nothing in a corpus run "
+            "(only an encoder-decoder without targets does); drop --generate"
+        )
+    if cfg.pair_column:
         raise AttnvizError(
             f"--generate {cfg.generate} with --text-pair-column {cfg.pair_column}: the targets are teacher-forced, "
             "nothing is generated; drop --generate, or drop --text-pair-column to let the model generate"
@@ -149,11 +161,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         raise AttnvizError(f"{model.path.name} takes images; give --images DIR")
     if kind != "vision" and cfg.texts is None:
         raise AttnvizError(f"{model.path.name} takes text; give --texts FILE")
-    if cfg.generate_given and kind != "encoder-decoder":
-        raise AttnvizError(
-            f"--generate {cfg.generate}: {model.path.name} is {with_article(kind)} model and generates nothing in a "
-            "corpus run (only an encoder-decoder without targets does); drop --generate"
-        )
+    _check_generate(cfg, model.path.name, kind)
     groups = layout(model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
