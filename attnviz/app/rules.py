@@ -6,19 +6,11 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.view import Selection, clamp
+from attnviz.runtime.folder import is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 # what a path opens as, by extension (a folder is an export folder: a model)
 OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
-
-
-# what `attnviz corpus --out DIR` writes: such a folder opens as corpus results, not as an export folder
-CORPUS_FILES = ("heads.parquet", "run.json")
-
-
-def is_corpus_results(path) -> bool:
-    p = Path(path)
-    return p.is_dir() and all((p / name).is_file() for name in CORPUS_FILES)
 
 
 def file_kind(path) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from attnviz import AttnvizError
+from attnviz.core.words import with_article
 
 
 def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
@@ -52,7 +53,9 @@ def read_bytes(path: str | os.PathLike, what: str = "file", limit: int | None = 
     with open_regular(path, what) as f:
         data = f.read(-1 if limit is None else limit + 1)
     if limit is not None and len(data) > limit:
-        raise AttnvizError(f"{what} {path}: larger than {limit // 2**20} MB; this is not a {what} attnviz can use")
+        raise AttnvizError(
+            f"{what} {path}: larger than {limit // 2**20} MB; this is not {with_article(what)} attnviz can use"
+        )
     return data
 
 

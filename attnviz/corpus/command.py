@@ -35,7 +35,7 @@ def add_arguments(p):
     p.add_argument(
         "--generate",
         type=int,
-        default=32,
+        default=None,  # None: not given (then 32), so that a --generate the run would ignore can be refused
         metavar="N",
         help="encoder-decoder without --text-pair-column: the decoder reads its own greedy output, up to N tokens "
         "(default 32)",
@@ -66,11 +66,11 @@ def add_arguments(p):
 
 def run(args) -> int:
     from attnviz import AttnvizError
-    from attnviz.corpus.run import CorpusConfig, run_corpus
+    from attnviz.corpus.run import GENERATE_DEFAULT, CorpusConfig, run_corpus
 
     if args.top_k < 1:
         raise AttnvizError("--top-k must be 1 or more")
-    if args.generate < 1:
+    if args.generate is not None and args.generate < 1:
         raise AttnvizError("--generate must be 1 or more")
     if args.ray_address and args.engine != "ray":
         raise AttnvizError("--ray-address needs --engine ray")
@@ -90,7 +90,8 @@ def run(args) -> int:
         ray_address=args.ray_address,
         k=args.top_k,
         progress=not args.no_progress,
-        generate=args.generate,
+        generate=GENERATE_DEFAULT if args.generate is None else args.generate,
+        generate_given=args.generate is not None,
         gold_column=args.gold_column,
         convention=args.convention,
     )

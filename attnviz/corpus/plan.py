@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.words import with_article
 from attnviz.corpus.items import Item, item_error
 
 # model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
@@ -18,6 +19,18 @@ from attnviz.corpus.items import Item, item_error
 SUPPORTED_KINDS = ("encoder", "decoder", "vision", "encoder-decoder")
 TEXT_ROLES = ("tokens", "mask", "token_types", "positions")
 DECODER_ROLES = ("decoder_tokens", "decoder_mask")  # encoder-decoder models only
+# inputs a corpus cannot fill that mean the model is of another kind altogether: its own message (the generic
+# "export with token inputs only" would send the owner of a forecasting model to re-export it for nothing)
+OTHER_MODALITY = {
+    "series": (
+        "{model} takes a numeric series (input {input!r}), and corpus analysis takes text or image models; look at "
+        "a series model with attnviz open, attnviz figure or attnviz extract --inputs FEEDS.npz"
+    ),
+}
+UNFILLABLE = (
+    "input {input!r} ({role}) cannot be filled for a corpus run; export the model with token / mask / type / "
+    "position inputs only (no KV cache)"
+)
 
 
 @dataclass
@@ -61,18 +74,17 @@ def check_model(model) -> str:
     kind = model.kind
     if kind not in SUPPORTED_KINDS:
         raise AttnvizError(
-            f"{model.path.name} is a {kind} model; corpus analysis handles encoder, decoder-only and "
+            f"{model.path.name} is {with_article(kind)} model; corpus analysis handles encoder, decoder-only and "
             "encoder-decoder text models and image encoders for now"
         )
     roles = model.roles
     need = ("image",) if kind == "vision" else ("tokens",)
     known = set(TEXT_ROLES) | {"image"} | (set(DECODER_ROLES) if kind == "encoder-decoder" else set())
     for i in model.inputs:
-        if roles[i.name] not in known:
-            raise AttnvizError(
-                f"input {i.name!r} ({roles[i.name]}) cannot be filled for a corpus run; export the model "
-                "with token / mask / type / position inputs only (no KV cache)"
-            )
+        role = roles[i.name]
+        if role not in known:
+            message = OTHER_MODALITY.get(role, UNFILLABLE)
+            raise AttnvizError(message.format(model=model.path.name, input=i.name, role=role))
     if not any(roles[i.name] in need for i in model.inputs):
         raise AttnvizError(
             f"{model.path.name} has no {need[0]} input; give {'--images DIR' if kind == 'vision' else '--texts FILE'} to a model that takes it"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.words import with_article
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
@@ -31,6 +32,7 @@ from attnviz.corpus.roles import induction_scores
 
 CHECKPOINT = "checkpoint.npz"
 CHECKPOINT_EVERY_S = 2.0
+GENERATE_DEFAULT = 32  # greedy tokens per item when --generate is not given
 
 
 @dataclass
@@ -50,7 +52,12 @@ class CorpusConfig:
     ray_address: str | None = None
     k: int = 5
     progress: bool = True
-    generate: int = 32  # encoder-decoder without --text-pair-column: greedy tokens per item at most
+    # encoder-decoder without --text-pair-column: greedy tokens per item at most.  Always the effective value: the
+    # checkpoint fingerprint hashes it, so a run keeps its identity whether or not the 32 was typed
+    generate: int = GENERATE_DEFAULT
+    # --generate was typed: refused where nothing is generated (a pair column, a model that is not an
+    # encoder-decoder) rather than ignored; a separate flag, so that `generate` (and the fingerprint) stay as they were
+    generate_given: bool = False
     gold_column: str | None = None  # each pair's gold word alignment (Pharaoh): AER per cross-attention head
     convention: str | None = (
         None  # decoder row = the token it predicts / reads; None: the model's declared, else predict
@@ -92,6 +99,23 @@ def _check(cfg: CorpusConfig) -> None:
         )
     if cfg.convention is not None and not cfg.gold_column:
         raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
+
+
+def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
+    """A typed --generate where nothing is generated is refused, not ignored (after the model's kind is known: an
+    encoder's pair column is its sentence B, not targets)."""
+    if not cfg.generate_given:
+        return
+    if kind != "encoder-decoder":
+        raise AttnvizError(
+            f"--generate {cfg.generate}: {name} is {with_article(kind)} model and generates nothing in a corpus run "
+            "(only an encoder-decoder without targets does); drop --generate"
+        )
+    if cfg.pair_column:
+        raise AttnvizError(
+            f"--generate {cfg.generate} with --text-pair-column {cfg.pair_column}: the targets are teacher-forced, "
+            "nothing is generated; drop --generate, or drop --text-pair-column to let the model generate"
+        )
 
 
 def _importable(name: str) -> bool:
@@ -137,12 +161,13 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         raise AttnvizError(f"{model.path.name} takes images; give --images DIR")
     if kind != "vision" and cfg.texts is None:
         raise AttnvizError(f"{model.path.name} takes text; give --texts FILE")
+    _check_generate(cfg, model.path.name, kind)
     groups = layout(model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
         raise AttnvizError(
-            f"--gold-column scores cross-attention heads, and {model.path.name} has none (a {kind} model); "
+            f"--gold-column scores cross-attention heads, and {model.path.name} has none ({with_article(kind)} model); "
             "give an encoder-decoder model"
         )
     nh = sum(g.heads for g in groups)

@@ -317,14 +317,12 @@ def run(args) -> int:
     if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "feeds")):
         from attnviz.runtime.sample import sample_for_path
 
-        sample = sample_for_path(src["model"])  # the model's own sample input, as the app opens it
+        found = sample_for_path(src["model"])  # the model's own sample input, as the app opens it
+        sample = found.values
         if sample:
             src.update({k: v for k, v in sample.items() if k != "generate"})
             src["generate"] = src["generate"] or int(sample.get("generate") or 0)
-            print(
-                f"attnviz: no input given; using the model's sample input ({', '.join(sorted(sample))})",
-                file=sys.stderr,
-            )
+            print(f"attnviz: no input given; using the model's sample input ({found.describe()})", file=sys.stderr)
     inputs = _inputs_of(src, args)
     if not args.all_heads:
         refuse_input_as_output(out, inputs, "--out")

@@ -16,6 +16,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
+from attnviz.core.words import with_article
 
 
 @dataclass
@@ -88,7 +89,7 @@ class Aligner:
         if "decoder_tokens" not in roles or "tokens" not in roles or not cross:
             raise AttnvizError(
                 f"{model.path.name} is not an encoder-decoder text model with cross-attention "
-                f"(it is a {model.kind} model); attnviz align needs one"
+                f"(it is {with_article(model.kind)} model); attnviz align needs one"
             )
         self.src_tok, tgt_tok = model.tokenizers
         if self.src_tok is None:

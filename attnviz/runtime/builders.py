@@ -17,6 +17,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import TokenAxis
+from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
 
@@ -294,7 +295,7 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
         )
     elif req.generate:
         raise AttnvizError(
-            f"{model.path.name} is an {kind} model with no decoder input; generation needs a decoder or encoder-decoder model",
+            f"{model.path.name} is {with_article(kind)} model with no decoder input; generation needs a decoder or encoder-decoder model",
             param="generate",
         )
     return prep

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,10 @@ ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
 WITH_PAST_FILE = "decoder_with_past_model.onnx"
 SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")  # decoder-only folders
+# what `attnviz corpus --out DIR` always writes (corpus/output.py HEADS, RUN): such a folder is results to open in
+# the window, not a model folder; defined here, at the bottom layer, because both the engine's folder message and
+# the window's file rules (app/rules.py) need it
+CORPUS_FILES = ("heads.parquet", "run.json")
 # config.json keys -> attnviz special-token roles (metadata "special")
 CONFIG_SPECIAL = {
     "decoder_start_token_id": "decoder_start",
@@ -494,6 +499,11 @@ def paired_with_encoder(model) -> ModelSet | None:
     return paired
 
 
+def is_corpus_results(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and all((p / name).is_file() for name in CORPUS_FILES)
+
+
 def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
     """Open a model file, or a folder: an optimum encoder–decoder export becomes one :class:`ModelSet`."""
     p = Path(path)
@@ -510,6 +520,11 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
     if single is None and len(found) == 1:
         single = p / found[0]
     if single is None:
+        if not found and is_corpus_results(p):
+            raise AttnvizError(
+                f"{p}: an attnviz corpus results folder ({', '.join(CORPUS_FILES)}), not a model; "
+                f"attnviz open {shlex.quote(str(p))} shows it"
+            )
         if not found:
             raise AttnvizError(
                 f"{p}: no .onnx file in this folder; give an ONNX model file or an optimum export folder"

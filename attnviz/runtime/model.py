@@ -11,6 +11,7 @@ import onnx
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.words import with_article
 from attnviz.runtime import analyze as engine
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
@@ -35,7 +36,8 @@ ONNX_DTYPES = {
 }
 
 
-def _io(v) -> IOInfo:
+def io_info(v) -> IOInfo:
+    """A graph input / output (ValueInfoProto) as :class:`IOInfo`: name, dtype word, dims."""
     t = v.type.tensor_type
     dims = []
     for d in t.shape.dim:
@@ -194,8 +196,8 @@ class AttentionModel:
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
         self.graph = gr.Graph(self.proto, self.external_dir)
-        self.inputs = [_io(v) for v in self.graph.inputs]
-        self.outputs = [_io(v) for v in self.proto.graph.output]
+        self.inputs = [io_info(v) for v in self.graph.inputs]
+        self.outputs = [io_info(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
         self._sites = gr.label_sites(self.graph, sites, self.meta)
         for s in self._sites:
@@ -341,7 +343,9 @@ class AttentionModel:
                 raise AttnvizError(f"missing input {name!r} ({i.describe()}); add it to the feeds")
             a = np.asarray(feeds[name])
             if a.dtype.kind not in "biuf":
-                raise AttnvizError(f"input {name!r} is a {a.dtype} array; feeds must be numeric ({i.describe()})")
+                raise AttnvizError(
+                    f"input {name!r} is {with_article(str(a.dtype))} array; feeds must be numeric ({i.describe()})"
+                )
             if a.ndim != i.rank:
                 raise AttnvizError(f"input {name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
             for ax, want in fixed:

@@ -5,11 +5,15 @@ The GUI opens a model with it; ``attnviz figure MODEL`` falls back to it when no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.core import metadata as md
 
 KEYS = ("text", "text_pair", "image", "generate")
+# each key's value in words, for messages; "text" is overridden when the model reads it as a series (SERIES_TEXT)
+WORDS = {"text": "text", "text_pair": "text pair", "image": "image", "generate": "generate {value}"}
+SERIES_TEXT = "numeric series"
 
 
 def sample_input(meta: dict, model_path: str | Path) -> dict:
@@ -29,12 +33,35 @@ def sample_input(meta: dict, model_path: str | Path) -> dict:
     return out
 
 
-def sample_for_path(model_path: str | Path) -> dict:
-    """:func:`sample_input` read from an ONNX file's metadata without loading its weights."""
+@dataclass(frozen=True)
+class Sample:
+    """A model's sample input and the roles of the model's inputs, which say what its values are."""
+
+    values: dict  # as sample_input returns it; {} when the model has none
+    roles: frozenset[str] = frozenset()
+
+    def describe(self) -> str:
+        """The values in words: "text", "image", "numeric series, generate 8"."""
+        # a "text" fills the series input of a model that has no token input (runtime/builders.prepare)
+        words = WORDS | ({"text": SERIES_TEXT} if "series" in self.roles and "tokens" not in self.roles else {})
+        return ", ".join(words[k].format(value=self.values[k]) for k in KEYS if k in self.values)
+
+
+def sample_for_path(model_path: str | Path) -> Sample:
+    """:func:`sample_input` read from an ONNX file's metadata without loading its weights, with the roles of the
+    graph's inputs (metadata ``attnviz.inputs`` first, else guessed from names, as the engine does)."""
     import onnx
+
+    from attnviz.runtime.inputs import guess_role
+    from attnviz.runtime.model import io_info
 
     try:
         m = onnx.load(str(model_path), load_external_data=False)
     except Exception:
-        return {}
-    return sample_input(md.parse({p.key: p.value for p in m.metadata_props}), model_path)
+        return Sample({})
+    meta = md.parse({p.key: p.value for p in m.metadata_props})
+    given = md.section(meta, "inputs")
+    weights = {t.name for t in m.graph.initializer}
+    inputs = [io_info(v) for v in m.graph.input if v.name not in weights]
+    roles = frozenset(given.get(i.name) or guess_role(i.name, i.dtype, i.rank) for i in inputs)
+    return Sample(sample_input(meta, model_path), roles)

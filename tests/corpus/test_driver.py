@@ -109,3 +109,52 @@ def test_an_unknown_word_names_the_item_it_is_in(tmp_path, capsys):
     assert code == 2 and len(err) == 1
     assert err[0].startswith(f"attnviz: error: corpus item 2 {head + '…'!r}: unknown token 'x': not in the model")
     assert not (tmp_path / "o").exists()
+
+
+def test_generate_on_a_model_that_generates_nothing_is_one_line(tmp_path, capsys):
+    """Only an encoder-decoder without targets generates in a corpus run; elsewhere a typed --generate would be
+    ignored without a word."""
+    from attnviz.cli import main
+
+    model = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"
+    texts = tmp_path / "digits.txt"
+    texts.write_text("1 2 3\n7 7 7\n")
+    out = tmp_path / "o"
+    code = main(["corpus", str(model), "--texts", str(texts), "--generate", "5", "--out", str(out), "--no-progress"])
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        "attnviz: error: --generate 5: sequence-classification.onnx is an encoder model and generates nothing in a "
+        "corpus run (only an encoder-decoder without targets does); drop --generate"
+    ]
+    assert not out.exists()
+
+
+def test_a_series_model_is_told_apart_from_a_text_model_with_odd_inputs(tmp_path, capsys):
+    """A forecasting model is not a text model to re-export: the line says what it takes and where to look at it."""
+    from attnviz.cli import main
+
+    model = Path(__file__).resolve().parents[2] / "models" / "forecasting.onnx"
+    texts = tmp_path / "digits.txt"
+    texts.write_text("1 2 3\n7 7 7\n")
+    out = tmp_path / "o"
+    code = main(["corpus", str(model), "--texts", str(texts), "--out", str(out), "--no-progress"])
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        "attnviz: error: forecasting.onnx takes a numeric series (input 'series'), and corpus analysis takes text or "
+        "image models; look at a series model with attnviz open, attnviz figure or attnviz extract --inputs FEEDS.npz"
+    ]
+    assert not out.exists()
+
+
+def test_an_input_a_corpus_cannot_fill_keeps_the_export_advice():
+    from types import SimpleNamespace
+
+    from attnviz.corpus.plan import check_model
+
+    inputs = [SimpleNamespace(name="input_ids"), SimpleNamespace(name="past_key_values.0.key")]
+    roles = {"input_ids": "tokens", "past_key_values.0.key": "past"}
+    model = SimpleNamespace(kind="decoder", roles=roles, inputs=inputs, path=Path("gpt.onnx"))
+    with pytest.raises(AttnvizError) as e:
+        check_model(model)
+    assert str(e.value) == (
+        "input 'past_key_values.0.key' (past) cannot be filled for a corpus run; export the model with token / mask / "
+        "type / position inputs only (no KV cache)"
+    )

@@ -177,3 +177,33 @@ def test_generate_below_one_is_one_line(bible, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--generate" in err[0] and err[0].startswith("attnviz: error:")
     assert not (tmp_path / "o").exists()
+
+
+def test_generate_with_targets_is_one_line_and_writes_nothing(bible, tmp_path, capsys):
+    """With --text-pair-column the decoder is teacher-forced: a typed --generate would be ignored without a word."""
+    out = tmp_path / "o"
+    args = ["corpus", str(TRANSLATION), "--texts", str(bible), "--text-pair-column", "en", "--out", str(out)]
+    code = main([*args, "--generate", "5", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [
+        "attnviz: error: --generate 5 with --text-pair-column en: the targets are teacher-forced, nothing is "
+        "generated; drop --generate, or drop --text-pair-column to let the model generate"
+    ]
+    assert not out.exists()
+
+
+def test_without_generate_the_command_resumes_a_default_run(bible, tmp_path, capsys):
+    """--generate not given means 32: the checkpoint of a run made with CorpusConfig's default is resumed by the
+    command (the fingerprint hashes the effective value, not whether it was typed)."""
+
+    def stop(done):
+        if done >= 3:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "o"
+    with pytest.raises(KeyboardInterrupt):
+        run_corpus(_cfg(TRANSLATION, bible, out, batch_size=3, max_items=6), on_batch=stop)
+    args = ["corpus", str(TRANSLATION), "--texts", str(bible), "--out", str(out), "--batch-size", "3"]
+    code = main([*args, "--max-items", "6", "--workers", "1", "--provider", "cpu", "--no-progress"])
+    assert code == 0 and "(resumed after 3)" in capsys.readouterr().out
+    assert read(out).run["decoder_input"] == "greedy generation, up to 32 tokens per item (stops at the end token)"

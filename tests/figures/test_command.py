@@ -322,6 +322,18 @@ def test_export_figure_writes_figure_and_recipe_for_the_gui(maps, tmp_path):
         export_figure(text_result(), tmp_path / "g.bmp", FigureSpec())
 
 
+@pytest.mark.parametrize(("name", "said"), [("forecasting", "numeric series"), ("sequence-classification", "text")])
+def test_the_sample_is_named_by_what_it_is(tmp_path, capsys, name, said):
+    """The forecasting demo keeps its sample series under "text": the line names it a series all the same."""
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[2] / "models" / f"{name}.onnx"
+    out = tmp_path / "fc.png"
+    assert main(["figure", str(model), "--view", "overview", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"attnviz: no input given; using the model's sample input ({said})"] and out.is_file()
+
+
 def test_figure_without_input_uses_the_models_sample(tmp_path, capsys):
     from pathlib import Path
 

@@ -180,3 +180,20 @@ def test_time_series_axes_are_time_steps():
     r = open_model(model, provider="cpu").analyze(text=" ".join(map(str, values)))
     assert r.tokens.labels == [f"t{i}" for i in range(len(values))]
     assert r.maps[0].shape[-1] == len(values)
+
+
+def test_generate_on_an_image_classifier_names_its_kind_with_the_right_article(tmp_path, capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "e.npz"
+    image = root / "resources" / "samples" / "vit-classification.png"
+    code = main(
+        ["extract", str(root / "models" / "vit-classification.onnx"), "--image", str(image)]
+        + ["--generate", "3", "--out", str(out)]
+    )
+    assert code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        "attnviz: error: vit-classification.onnx is a vision model with no decoder input; generation needs a decoder "
+        "or encoder-decoder model (see --generate)"
+    ]
+    assert not out.exists()

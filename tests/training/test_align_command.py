@@ -147,7 +147,10 @@ def test_align_needs_an_encoder_decoder(tmp_path, capsys, reverse_files):
     model = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"
     src, tgt, _ = reverse_files
     assert main(["align", str(model), "--src", str(src), "--tgt", str(tgt), "--out", str(tmp_path / "o.txt")]) == 2
-    assert "attnviz align needs one" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "attnviz: error: sequence-classification.onnx is not an encoder-decoder text model with cross-attention "
+        "(it is an encoder model); attnviz align needs one"
+    ]
 
 
 def test_align_agrees_with_the_training_evaluation_on_the_demo(tmp_path, capsys):

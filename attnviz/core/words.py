@@ -1,0 +1,12 @@
+"""Small pieces of English for messages built from names the program only knows at run time."""
+
+from __future__ import annotations
+
+# Messages put model kinds ("encoder", "vision-decoder"), dtypes ("object", "int64") and file kinds before "a";
+# none of them starts with a silent consonant or a "you" sound, so the first letter decides.
+_VOWELS = frozenset("aeiouAEIOU")
+
+
+def with_article(word: str) -> str:
+    """``word`` after its indefinite article: "an encoder", "a decoder", "an image"."""
+    return f"{'an' if word[:1] in _VOWELS else 'a'} {word}"
