@@ -31,6 +31,9 @@ class Direction:
 
     high: bool
     meaning: str
+    # the end a corpus run's examples list when it is not the interesting one, and what those items are
+    # (AER: the best heads have the lowest, but the pairs worth reading are the ones a head aligns worst)
+    examples: tuple[str, str] | None = None
 
     @property
     def arrow(self) -> str:
@@ -75,11 +78,18 @@ DIRECTIONS: dict[str, dict[str, Direction]] = {
     "max": _both(True, "one key takes most of the row"),
     "induction": _both(True, "copies what followed an earlier occurrence of the token"),
     # --gold-column: a cross head's word links against gold alignments (self heads have none: NaN)
-    "aer": _both(False, "its word links match the gold alignments (alignment error rate)"),
+    "aer": {
+        k: Direction(
+            False,
+            "its word links match the gold alignments (alignment error rate)",
+            ("highest", "the pairs it aligns worst"),
+        )
+        for k in KINDS
+    },
     "aer_precision": _both(True, "its word links are gold links"),
     "aer_recall": _both(True, "it finds the sure gold links"),
 }
-GOLD_SCORES = ("aer", "aer_precision", "aer_recall")  # counted over the corpus: no per-item examples
+GOLD_SCORES = ("aer", "aer_precision", "aer_recall")  # counted over the corpus; examples for aer only
 assert set(ROW_STATS) <= set(DIRECTIONS)  # every corpus row statistic has a direction
 
 
@@ -105,5 +115,6 @@ def rank_order(values: np.ndarray, score: str, kind: str = "self") -> np.ndarray
 def examples_end(run: dict, score: str, kind: str) -> str:
     """Which end of ``score`` a corpus run's examples list: "highest" or "lowest" (from ``run.json``)."""
     if str(run.get("example_ranking") or "highest") == "direction":
-        return direction(score, kind).end
+        d = direction(score, kind)
+        return d.examples[0] if d.examples else d.end
     return "highest"

@@ -84,12 +84,13 @@ def rows(nh: int, cross_layers: int) -> int:
 
 
 def counts(maps: list[np.ndarray], groups, batch: GoldBatch, src_lengths, dec_lengths, nh: int) -> np.ndarray:
-    """``[rows(nh, C), 4]`` int64 link counts of one batch (``groups``: the run's head groups; C: its cross ones).
+    """``[B, rows(nh, C), 4]`` int64 link counts of each item of a batch (``groups``: the run's head groups; C:
+    its cross ones); summed over items they are the batch's counts.
 
     ``maps[g.site]``: ``[B, H, Td, Ts]`` decoder-over-source probabilities, right-padded; row ``t`` of item ``b``
     is real below ``dec_lengths[b]``, column ``j`` below ``src_lengths[b]``."""
     cross = [g for g in groups if g.kind == "cross"]
-    out = np.zeros((rows(nh, len(cross)), COUNTS), np.int64)
+    out = np.zeros((len(batch.pairs), rows(nh, len(cross)), COUNTS), np.int64)
     for b, gp in enumerate(batch.pairs):
         nq, nk = int(dec_lengths[b]), int(src_lengths[b])
         if len(gp.src_words) != nk or len(gp.tgt_words) + 1 != nq:
@@ -104,9 +105,32 @@ def counts(maps: list[np.ndarray], groups, batch: GoldBatch, src_lengths, dec_le
         best = align.best_source_words(stacked, qw, gp.src_words, gp.n_tgt, gp.n_src, gp.skip)
         got = align.many_link_counts(best, gp.sure, gp.possible, gp.n_src)
         heads = np.concatenate([np.arange(g.offset, g.offset + g.heads) for g in cross])
-        out[heads] += got[: len(heads)]
-        out[nh:] += got[len(heads) :]
+        out[b, heads] = got[: len(heads)]
+        out[b, nh:] = got[len(heads) :]
     return out
+
+
+def item_aer(per_item: np.ndarray) -> np.ndarray:
+    """AER of each item (``[..., 4]`` counts -> ``[...]``); NaN where an item has neither links nor gold."""
+    a_s, a_p, a, s = (per_item[..., i].astype(np.float64) for i in range(COUNTS))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(a + s > 0, 1.0 - (a_s + a_p) / (a + s), np.nan)
+
+
+def worst_items(per_item: np.ndarray, items, nh: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per head the ``k`` items it aligns worst: ``(item AER [nh, kb], Item.index [nh, kb])``, highest AER first,
+    ties to the lower item index (so engines and batchings agree); -inf / -1 where a head has no such item."""
+    ids = np.asarray(items, np.int64)
+    v = item_aer(per_item[:, :nh]).T  # [nh, B]
+    v = np.where(np.isfinite(v), v, -np.inf)
+    return top_k(v, np.broadcast_to(ids, v.shape), k)
+
+
+def top_k(values: np.ndarray, items: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` highest ``values [nh, n]`` per row with their ``items``; ties to the lower item, -1 items last."""
+    big = np.iinfo(np.int64).max
+    order = np.lexsort((np.where(items < 0, big, items), -values), axis=-1)[..., :k]
+    return np.take_along_axis(values, order, -1), np.take_along_axis(items, order, -1)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,39 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                             "generate": len(gen) if gen is not None else None,
                         }
                     )
+            if g.kind == "cross" and acc.gold_top_item is not None and acc.gold_top_value is not None:
+                rows += _worst_aligned(acc.gold_top_value[i], acc.gold_top_item[i], g, h, items)
     return rows
+
+
+def _worst_aligned(values: np.ndarray, ids: np.ndarray, g: HeadGroup, h: int, items: dict[int, Item]) -> list[dict]:
+    """Example rows of score "aer": the pairs this cross head aligns worst, with their own AER (no row or key
+    scored them: the whole pair did; -1)."""
+    out = []
+    for rank, (v, it) in enumerate(zip(values, ids)):
+        if it < 0 or not np.isfinite(v):
+            continue
+        src = items[int(it)]
+        out.append(
+            {
+                "stack": g.stack,
+                "kind": g.kind,
+                "layer": g.layer,
+                "head": h,
+                "score": GOLD_COLUMNS[0],
+                "rank": rank,
+                "item": int(it),
+                "value": float(v),
+                "row": -1,
+                "col": -1,
+                "text": src.text,
+                "pair": src.pair,
+                "image": None,
+                "generated": None,
+                "generate": None,
+            }
+        )
+    return out
 
 
 def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None:

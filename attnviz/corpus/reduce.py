@@ -73,6 +73,9 @@ class Partial:
     generated: dict[int, list[str]] = field(default_factory=dict)
     # --gold-column: [heads + cross sites + 1, 4] int64 link counts (corpus/gold.py), summed like ``sums``
     gold: np.ndarray | None = None
+    # per head the items it aligns worst (corpus/gold.py worst_items): item AER [NH, kb] and Item.index [NH, kb]
+    gold_top_value: np.ndarray | None = None
+    gold_top_item: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -301,7 +304,9 @@ class BatchReducer:
             from attnviz.corpus import gold
 
             nh = sum(g.heads for g in self.groups)
-            part.gold = gold.counts(maps, self.groups, spec.gold, spec.lengths, spec.dec_lengths, nh)
+            per_item = gold.counts(maps, self.groups, spec.gold, spec.lengths, spec.dec_lengths, nh)
+            part.gold = per_item.sum(0)
+            part.gold_top_value, part.gold_top_item = gold.worst_items(per_item, spec.items, nh, self.k)
         if gen:
             named = set(np.unique(part.top_item).tolist())
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
@@ -347,6 +352,8 @@ class Accumulator:
         self.top_col = np.full((S, nh, k), -1, np.int64)
         self.generated: dict[int, list[str]] = {}  # generated tokens of the items in the top lists
         self.gold: np.ndarray | None = None  # --gold-column: link counts (corpus/gold.py), once a batch brings them
+        self.gold_top_value: np.ndarray | None = None  # and per head the items it aligns worst (AER, Item.index)
+        self.gold_top_item: np.ndarray | None = None
 
     def fold(self, p: Partial) -> None:
         if p.batch_id != self.next_batch:
@@ -367,8 +374,11 @@ class Accumulator:
         # the new state is built aside and swapped in by one dict update: a Ctrl-C (delivered between bytecodes)
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
         gold = self.gold if p.gold is None else p.gold if self.gold is None else self.gold + p.gold
+        worst = self._worst(p)
         self.__dict__.update(
             gold=gold,
+            gold_top_value=worst[0],
+            gold_top_item=worst[1],
             generated=generated,
             sums=self.sums + p.sums,
             counts=self.counts + p.counts,
@@ -381,12 +391,25 @@ class Accumulator:
             next_batch=self.next_batch + 1,
         )
 
+    def _worst(self, p: Partial) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The gold examples with ``p``'s folded in (the same ranking as in the batch: engines agree)."""
+        if p.gold_top_value is None or p.gold_top_item is None:
+            return self.gold_top_value, self.gold_top_item
+        if self.gold_top_value is None or self.gold_top_item is None:
+            return p.gold_top_value, p.gold_top_item
+        from attnviz.corpus.gold import top_k
+
+        v = np.concatenate([self.gold_top_value, p.gold_top_value], -1)
+        i = np.concatenate([self.gold_top_item, p.gold_top_item], -1)
+        return top_k(v, i, self.k)
+
     def means(self) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1), np.nan)
 
     # -- checkpoint ------------------------------------------------------------------
-    FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col", "gold")  # gold: only when given
+    FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
+    GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item")  # only with --gold-column
 
     def save(self, path: Path, fingerprint: str) -> None:
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
@@ -398,7 +421,7 @@ class Accumulator:
                 items=self.items,
                 tokens=self.tokens,
                 generated=np.array(json.dumps(self.generated)),
-                **{n: getattr(self, n) for n in self.FIELDS if getattr(self, n) is not None},
+                **{n: getattr(self, n) for n in (*self.FIELDS, *self.GOLD_FIELDS) if getattr(self, n) is not None},
             )
 
     @classmethod
@@ -412,7 +435,9 @@ class Accumulator:
                 acc = cls(nh, k)
                 acc.next_batch, acc.items, acc.tokens = int(z["next_batch"]), int(z["items"]), int(z["tokens"])
                 for n in cls.FIELDS:
-                    if n in z.files or n != "gold":  # a run without gold alignments saves none
+                    setattr(acc, n, z[n])
+                for n in cls.GOLD_FIELDS:  # a run without gold alignments saves none
+                    if n in z.files:
                         setattr(acc, n, z[n])
                 if "generated" in z.files:  # checkpoints from before generation have none
                     acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}

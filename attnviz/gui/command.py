@@ -127,6 +127,7 @@ def run(args) -> int:
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped
                 win.show_error(str(e), param=e.param)
                 return
+            win.alignment.keep_selection()  # --layer/--head win over the model's declared alignment head
             win.session.select(**focus)
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first

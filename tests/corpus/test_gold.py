@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_engines import _cfg
+from test_engines import _cfg, _table
 
 from attnviz.cli import main
 from attnviz.core import align
@@ -102,6 +102,8 @@ def test_gold_run_interrupted_then_resumed_counts_every_pair_once(bible_gold, tm
     assert s.resumed_items == 6 and s.items == 16
     full, cut = _gold(tmp_path / "full"), _gold(tmp_path / "cut")
     assert cut["counts"] == full["counts"] and cut["pairs"] == 16
+    worst = [e for e in _table(tmp_path / "cut")[1] if e[2] == "aer"]
+    assert worst and worst == [e for e in _table(tmp_path / "full")[1] if e[2] == "aer"]
 
 
 def test_gold_from_parquet_equals_jsonl(bible_gold, tmp_path):
@@ -227,3 +229,42 @@ def test_optimum_marian_folder_gold_equals_attnviz_align(optimum_export, tmp_pat
         assert r["aer"] == pytest.approx(want["heads"][r["layer"]][r["head"]], abs=1e-12), (r["layer"], r["head"])
         assert r["aer_recall"] == pytest.approx(want["recall"]["heads"][r["layer"]][r["head"]], abs=1e-12)
     assert res.run["gold"]["mean_of_all_heads"]["aer"] == pytest.approx(want["average"], abs=1e-12)
+
+
+def test_each_cross_head_lists_the_pairs_it_aligns_worst(bible_gold, tmp_path):
+    """examples.parquet, score "aer": per cross head the k pairs with the highest AER of their own, ties to the
+    lower item, against each pair scored alone (one unpadded run per pair, links by core.align)."""
+    from attnviz.runtime.align import Aligner, is_punctuation
+
+    run_corpus(_cfg(TRANSLATION, bible_gold / "pairs.jsonl", tmp_path / "o", pair_column="en", gold_column="gold", k=3))
+    res = read(tmp_path / "o")
+    aligner = Aligner(open_model(TRANSLATION, provider="cpu"))
+    per_pair = {}  # (layer, head) -> [(item AER, item)]
+    gold = align.read_pharaoh(bible_gold / "set.gold")
+    srcs, tgts = (bible_gold / "set.src").read_text().splitlines(), (bible_gold / "set.tgt").read_text().splitlines()
+    for k, (s, t, (sure, possible)) in enumerate(zip(srcs, tgts, gold)):
+        sample = aligner.run(s.split(), t.split()).sample("input", sure, possible)
+        sample.skip = [is_punctuation(w) for w in t.split()]  # the Bible gold never links punctuation
+        for layer in range(sample.attn.shape[0]):
+            for head in range(sample.attn.shape[1]):
+                links = align.attention_to_links(
+                    sample.attn[layer, head],
+                    sample.query_words,
+                    sample.key_words,
+                    len(t.split()),
+                    len(s.split()),
+                    skip=sample.skip,
+                )
+                c = align.AERCounter.of(align.link_counts(links, sure, possible))
+                per_pair.setdefault((layer, head), []).append((c.aer, k))
+    for (layer, head), scored in per_pair.items():
+        want = sorted(scored, key=lambda x: (-x[0], x[1]))[:3]
+        got = sorted(
+            (e for e in res.examples if e["score"] == "aer" and (e["layer"], e["head"]) == (layer, head)),
+            key=lambda e: e["rank"],
+        )
+        assert [e["item"] for e in got] == [i for _, i in want], (layer, head)
+        assert [e["value"] for e in got] == pytest.approx([v for v, _ in want], abs=1e-12)
+        assert all(e["kind"] == "cross" and e["pair"] == tgts[e["item"]] for e in got)
+    assert len({e["item"] for e in res.examples if e["score"] == "aer"}) > 3  # heads fail on different pairs
+    assert not [e for e in res.examples if e["score"] == "aer" and e["kind"] == "self"]

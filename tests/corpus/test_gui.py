@@ -210,13 +210,30 @@ def test_gold_corpus_shows_aer_columns_and_colours_cross_heads_by_it(qtbot, win,
     finite = [h["aer"] for h in v.heads if not math.isnan(h["aer"])]
     assert v.grid_label.text().startswith(f"layer × head coloured by aer ({min(finite):.3g} – {max(finite):.3g})")
     qtbot.mouseClick(v.grid.viewport(), Qt.LeftButton, pos=v.grid.visualItemRect(cell).center())
+    # AER's examples are the pairs the head aligns worst (the other end on purpose), highest AER first
+    assert v.examples.rowCount() == 5 and "the pairs it aligns worst" in v.examples_label.text()
+    vals = [e["value"] for e in v.shown_examples]
+    assert vals == sorted(vals, reverse=True) and v.examples.horizontalHeaderItem(1).text() == "aer ↑"
+    v.score.setCurrentText("aer_recall")
     assert v.examples.rowCount() == 0 and "no per-item examples" in v.examples_label.text()
+    v.score.setCurrentText("aer")
     assert (
         v.status.currentMessage()
         == f"aer {gold['aer']:.3f} over the corpus for decoder cross layer {gold['layer']} head {gold['head']}"
     )
     assert f"best cross head L{gold['layer']} H{gold['head']}, AER {gold['aer']:.3f}" in v.info.text()
     assert _col(t, "aer") == _col(t, "role_score") + 1  # beside the role, not past the scroll
+    # a click on a badly aligned pair opens it teacher-forced in the Alignment view, on that head
+    ex = v.shown_examples[0]
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        qtbot.mouseClick(
+            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
+        )
+    qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.alignment, timeout=5000)
+    s = win.session
+    block = s.blocks[s.sel.block]
+    assert (block.kind, s.sel.layer, s.sel.head) == ("cross", gold["layer"], gold["head"])
+    assert s.result.info["text_pair"] == ex["pair"] and not s.result.generated
 
 
 def test_a_results_folder_opens_as_corpus_results_from_the_command_line_and_the_window(qtbot, win, results, tmp_path):

@@ -144,6 +144,7 @@ def test_a_teacher_forced_target_is_drawn_row_by_row_not_refused(qtbot, real_win
     np.testing.assert_allclose(al.mv.matrix, full[1:], rtol=1e-6)
     assert al.step_label.text().startswith("teacher-forced target: each row is the decoder position reading")
     assert "alignment head is decoder layer 2 head 0 (shown)" in al.step_label.text()
+    assert w.sidebar.values("Run")["alignment head"] == "decoder layer 2 head 0, input rows"  # as the run recorded it
     w.session.select(rows="predict")
     al.draw()  # what the view draws for the selection now (a redraw may still be queued)
     assert al.mv.q_labels == tgt.split()

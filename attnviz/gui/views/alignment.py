@@ -38,6 +38,11 @@ class AlignmentView(View):
         model = self.session.model
         return md.alignment_heads(getattr(model, "meta", None) or {}) if model is not None else None
 
+    def keep_selection(self) -> None:
+        """The caller chose the head for this model (``attnviz open --head``, a corpus example): do not move to
+        the declared alignment head when this model's result arrives."""
+        self._opened_for = self.session.model
+
     def on_result(self) -> None:
         # open on the model's declared alignment head, once per opened model (later the user's choice stands)
         model, declared, b = self.session.model, self.declared(), self.cross_block()

@@ -331,8 +331,12 @@ class CorpusView(QWidget):
                 t.setItem(r, c, ValueItem(v))
         stat = ex[0]["score"] if ex else score
         what = f"top items by {stat} — {self.listed_end(stat, head['kind'])} — click one to open it"
-        if stat in GOLD_SCORES:  # four counts per head, summed over the corpus: no item is kept for them
-            what = f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus (no per-item examples; pick another score)"
+        if stat in GOLD_SCORES:  # a corpus count: the head's value, and for AER the pairs it aligns worst
+            what = f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus" + (
+                f"; {self.listed_end(stat, head['kind'])} — click one to open it in the Alignment view"
+                if ex
+                else " (no per-item examples; pick aer or another score)"
+            )
         self.examples_label.setText(
             f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
             f"({_fmt(head['role_score'])}) · {what}"
@@ -341,7 +345,8 @@ class CorpusView(QWidget):
         value = self.examples.horizontalHeaderItem(1)
         if value is not None:
             value.setText(f"{stat} {'↑' if listed == 'highest' else '↓'}")
-            value.setToolTip(f"the item's {stat} (its best row); the list holds the {listed} values")
+            scored = f"the pair's {stat}" if stat in GOLD_SCORES else f"the item's {stat} (its best row)"
+            value.setToolTip(f"{scored}; the list holds the {listed} values")
         t.resizeColumnsToContents()
         where = f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']}"
         self.status.showMessage(
@@ -356,6 +361,8 @@ class CorpusView(QWidget):
             return "the highest values"
         d = direction(stat, kind)
         listed = examples_end(self.results.run, stat, kind)
+        if d.examples is not None and listed == d.examples[0]:  # the other end on purpose (AER: the failures)
+            return f"the {listed} values: {d.examples[1]} ({d.describe()} for a head)"
         if listed == d.end:
             return f"the {listed} values ({d.describe()})"
         # runs so far keep the highest values of every score (see core/score_direction.py)
@@ -382,8 +389,11 @@ def open_example(window, example: dict, model_path: str, tokenizer: str | None =
         window.result_shown.disconnect(focus)
         s = window.session
         b = s.block_index(todo.stack, todo.kind)
+        window.alignment.keep_selection()  # the example's head, not the model's declared one
         s.select(block=b if b is not None else 0, layer=todo.layer, head=todo.head, mode="head")
-        window.tabs.setCurrentWidget(window.head_map)
+        # an AER example is a pair the head aligns badly: shown where alignments are read, else the head's map
+        view = window.alignment if example.get("score") in GOLD_SCORES else window.head_map
+        window.tabs.setCurrentWidget(view)
 
     window.result_shown.connect(focus)
     window.open_model(todo.model, **todo.values)

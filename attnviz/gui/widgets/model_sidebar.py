@@ -6,6 +6,8 @@ import json
 
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
 
+from attnviz.core import view as vm
+
 
 def _short(v, n: int = 120) -> str:
     s = v if isinstance(v, str) else json.dumps(v, default=str)
@@ -156,6 +158,11 @@ class ModelSidebar(QTreeWidget):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):
                     rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))
+                elif k == "alignment":  # the model's declaration, as the Alignment view says it
+                    declared = vm.declared_alignment(r)
+                    if declared is not None:
+                        (layer, head), conv = declared
+                        rows.append(("alignment head", f"decoder layer {layer} head {head}, {conv} rows"))
                 else:
                     rows.append((k, v))
             self._add("Run", rows)
