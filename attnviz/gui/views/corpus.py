@@ -328,7 +328,8 @@ class CorpusView(QWidget):
             elif e.get("generated"):
                 label += "  ‖ generated: " + e["generated"]
             for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
-                t.setItem(r, c, ValueItem(v))
+                # a whole pair scored (AER): no row or key did, -1 in the file
+                t.setItem(r, c, ValueItem(v, "–") if c in (2, 3) and v < 0 else ValueItem(v))
         stat = ex[0]["score"] if ex else score
         what = f"top items by {stat} — {self.listed_end(stat, head['kind'])} — click one to open it"
         if stat in GOLD_SCORES:  # a corpus count: the head's value, and for AER the pairs it aligns worst
@@ -362,7 +363,7 @@ class CorpusView(QWidget):
         d = direction(stat, kind)
         listed = examples_end(self.results.run, stat, kind)
         if d.examples is not None and listed == d.examples[0]:  # the other end on purpose (AER: the failures)
-            return f"the {listed} values: {d.examples[1]} ({d.describe()} for a head)"
+            return f"the {listed} values: {d.examples[1]}"
         if listed == d.end:
             return f"the {listed} values ({d.describe()})"
         # runs so far keep the highest values of every score (see core/score_direction.py)
