@@ -197,3 +197,28 @@ def test_generate_on_an_image_classifier_names_its_kind_with_the_right_article(t
         "or encoder-decoder model (see --generate)"
     ]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("forecasting.onnx", "takes a numeric series; give --text (its sample: --text '0.391 "),
+        ("vit-classification.onnx", "takes an image; give --image (its sample: --image "),
+        ("translation.onnx", "takes text; give --text (its sample: --text "),
+    ],
+)
+def test_extract_without_input_says_what_this_model_takes(tmp_path, capsys, name, says):
+    """The generic "give --text, --image or --inputs" never told a forecaster's user that the series goes in
+    --text as numbers: the line now names what the model takes, by its own sample input (metadata)."""
+    from pathlib import Path
+
+    from attnviz.runtime.sample import sample_for_path
+
+    model = Path(__file__).resolve().parents[2] / "models" / name
+    code = main(["extract", str(model), "--out", str(tmp_path / "x.npz")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"attnviz: error: no input: {name} ")
+    assert says in err[0] and err[0].endswith("or --inputs FEEDS.npz")
+    value = next(iter(sample_for_path(model).values.values()))
+    assert str(value)[:20] in err[0]  # the sample really is the model's own
+    assert not (tmp_path / "x.npz").exists()

@@ -87,7 +87,7 @@ def analyze_from_args(args):
 
     given = [x for x in (args.inputs, args.text, args.image) if x is not None]
     if not given:
-        raise AttnvizError("no input: give --text T, --image PATH or --inputs FEEDS.npz")
+        raise AttnvizError(no_input(args.model))
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
     result = model.analyze(
         text=args.text,
@@ -102,3 +102,23 @@ def analyze_from_args(args):
         max_tokens=getattr(args, "max_tokens", None),
     )
     return model, result
+
+
+def no_input(model_path) -> str:
+    """The line for a command given no input: what this model takes, shown by its own sample when it has one
+    (a forecaster's series goes in --text as numbers, which the generic line never said)."""
+    from pathlib import Path
+
+    from attnviz.core.words import with_article
+    from attnviz.runtime.sample import sample_for_path
+
+    generic = "no input: give --text T, --image PATH or --inputs FEEDS.npz"
+    path = Path(str(model_path))
+    sample = sample_for_path(path) if path.is_file() else None
+    if sample is None or not (set(sample.values) & {"text", "image"}):
+        return generic
+    flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
+    what = sample.describe().split(",")[0]
+    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown!r}) or --inputs FEEDS.npz"
