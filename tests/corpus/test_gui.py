@@ -46,6 +46,14 @@ def win(qtbot, tmp_path):
         w.error_box.close()
 
 
+def _open_first_example(qtbot, win, v):
+    """Click the corpus view's first example and wait until the main window has run and shown it."""
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        qtbot.mouseClick(
+            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
+        )
+
+
 def _col(table, name):
     return [table.horizontalHeaderItem(i).text() for i in range(table.columnCount())].index(name)
 
@@ -82,10 +90,7 @@ def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
     assert all(e["score"] == "first" for e in v.shown_examples)
     assert v.status.currentMessage().startswith("5 top items by first for ")
     ex = v.shown_examples[0]
-    with qtbot.waitSignal(win.result_shown, timeout=30000):
-        qtbot.mouseClick(
-            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
-        )
+    _open_first_example(qtbot, win, v)
     qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.head_map, timeout=5000)
     s = win.session
     assert (s.sel.layer, s.sel.head) == (0, sink["head"])
@@ -128,10 +133,7 @@ def test_encoder_decoder_corpus_cross_rows_and_example_opens_the_pair(qtbot, win
     assert (v.current["stack"], v.current["kind"], v.current["layer"], v.current["head"]) == ("decoder", "cross", 2, 0)
     ex = v.shown_examples[0]
     assert ex["pair"] is not None and ex["score"] == "diag"
-    with qtbot.waitSignal(win.result_shown, timeout=60000):
-        qtbot.mouseClick(
-            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
-        )
+    _open_first_example(qtbot, win, v)
     qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.head_map, timeout=5000)
     s = win.session
     block = s.blocks[s.sel.block]
@@ -167,10 +169,7 @@ def test_generated_example_opens_generating_the_same_tokens(qtbot, win, bible, t
     v.show_head(next(h for h in v.heads if h["kind"] == "cross"))
     ex = v.shown_examples[0]
     assert ex["generated"] and "generated: " + ex["generated"] in v.examples.item(0, 5).text()
-    with qtbot.waitSignal(win.result_shown, timeout=60000):
-        qtbot.mouseClick(
-            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
-        )
+    _open_first_example(qtbot, win, v)
     assert win.session.result.generated == ex["generated"].split()
 
 
@@ -225,10 +224,7 @@ def test_gold_corpus_shows_aer_columns_and_colours_cross_heads_by_it(qtbot, win,
     assert _col(t, "aer") == _col(t, "role_score") + 1  # beside the role, not past the scroll
     # a click on a badly aligned pair opens it teacher-forced in the Alignment view, on that head
     ex = v.shown_examples[0]
-    with qtbot.waitSignal(win.result_shown, timeout=60000):
-        qtbot.mouseClick(
-            v.examples.viewport(), Qt.LeftButton, pos=v.examples.visualItemRect(v.examples.item(0, 5)).center()
-        )
+    _open_first_example(qtbot, win, v)
     qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.alignment, timeout=5000)
     s = win.session
     block = s.blocks[s.sel.block]
