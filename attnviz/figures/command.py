@@ -87,7 +87,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--layers", type=_layer_range, metavar="LO-HI", help="aggregate heads over a layer range (rollout: from LO)"
     )
-    view.add_argument("--head", type=_heads, metavar="H[,H...]", help="head, or several heads to overlay (links view)")
+    view.add_argument(
+        "--head",
+        type=_heads,
+        metavar="H[,H...]",
+        help="head, or several heads to overlay (links view); alignment view without --head/--layer/--aggregate: "
+        "the model's declared alignment head",
+    )
     view.add_argument(
         "--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)"
     )
@@ -110,7 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--rows",
         choices=("predict", "input"),
-        help="alignment rows: the decoder row that chose each word (predict) or the row reading it (input, Shift-Att)",
+        help="alignment rows: the decoder row that chose each word (predict) or the row reading it (input, Shift-Att); "
+        "default: the model's declared convention (attnviz.alignment), else predict",
     )
     view.add_argument(
         "--image-base",
