@@ -199,12 +199,13 @@ def run(args) -> int:
         "parity": result["parity"],
         "model": str(out / "model.onnx"),
     }
-    if hasattr(task, "sample_image"):  # the image named by attnviz.sample, for opening the model in the GUI
+    if hasattr(task, "sample_image"):  # attnviz.sample's image for this run's model (runtime/sample.py finds it)
         from PIL import Image
 
         from attnviz.core.writes import atomic_path
+        from attnviz.runtime.sample import RUN_SAMPLE
 
-        with atomic_path(out / "sample.png", "--out") as tmp:
+        with atomic_path(out / RUN_SAMPLE, "--out") as tmp:
             Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
     atomic_write_json(out / "metrics.json", summary)
     print(json.dumps(summary, indent=2))
