@@ -350,7 +350,7 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
     n = max(nq, nk)
     fs = float(spec.font_size)
     pitch = fs * LINE * PT
-    qt, kt = ("target", "source") if block.kind == "cross" else ("query", "key")
+    qt, kt = lv.x_titles  # the view model's, as the screen draws them
     lab_q, lab_k = text_width_in(q_labels + [qt], fs), text_width_in(k_labels + [kt], fs)
     what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
     title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)

@@ -2,17 +2,48 @@
 
 Saved as one JSON value in the app's settings when the window closes; ``attnviz`` without a model argument
 reopens it (when the model file still exists) instead of the bundled demo. Screenshot runs never restore, so
-they stay reproducible.
+they stay reproducible.  What comes back is checked field by field (a session saved by another attnviz version,
+or a settings file edited by hand, must not put values into the window that its views cannot draw), and it is
+taken out of the settings while it opens: a remembered file that no longer opens (replaced by something else)
+gives its one message once, and the next start opens the demo.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
+
+from attnviz.core.align import CONVENTIONS
+from attnviz.core.view import IMAGE_BASES, MODES, Selection
 
 KEY = "session/last"
-INPUT_KEYS = ("text", "text_pair", "image", "generate", "max_tokens")
+# the inputs saved, the kind of value each takes back, and which of those the input panel can hold
+INPUTS: dict[str, tuple[type, ...]] = {
+    "text": (str,),
+    "text_pair": (str,),
+    "image": (str,),
+    "generate": (int,),
+    "max_tokens": (int,),
+}
+INPUT_VALUES: dict[str, Callable[[Any], bool]] = {"generate": lambda v: v >= 0, "max_tokens": lambda v: v >= 0}
+# each selection field takes its default's kind, except these; and the values the views can draw, per field
+SELECTION_KINDS: dict[str, tuple[type, ...]] = {
+    **{f.name: (type(getattr(Selection(), f.name)),) for f in fields(Selection)},
+    "query": (int, type(None)),
+    "keep": (int, float),
+}
+SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
+    "mode": lambda v: v in MODES,
+    "rows": lambda v: v in CONVENTIONS,
+    "image_base": lambda v: v in IMAGE_BASES,
+    "keep": lambda v: 0 < v <= 1,
+    "step": lambda v: v >= -1,
+    "batch": lambda v: v >= 0,
+    "query": lambda v: v is None or v >= 0,
+}
 
 
 def save(win) -> None:
@@ -22,7 +53,7 @@ def save(win) -> None:
         return
     state = {
         "model": str(Path(path).resolve()),
-        "inputs": {k: v for k, v in win.inputs.values().items() if k in INPUT_KEYS and v not in (None, "", 0)},
+        "inputs": {k: v for k, v in win.inputs.values().items() if k in INPUTS and v not in (None, "", 0)},
         "view": win.tabs.tabText(win.tabs.currentIndex()),
         "selection": asdict(win.session.sel),
     }
@@ -37,17 +68,34 @@ def load(settings) -> dict | None:
         state = json.loads(raw) if raw else None
     except (TypeError, ValueError):
         return None
-    if not isinstance(state, dict) or not state.get("model") or not Path(state["model"]).is_file():
+    if not isinstance(state, dict) or not isinstance(state.get("model"), str) or not Path(state["model"]).is_file():
         return None
     return state
 
 
+def _fits(value, kinds: tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)  # True is an int
+
+
+def valid(saved, kinds: dict[str, tuple[type, ...]], values: dict[str, Callable[[Any], bool]]) -> dict:
+    """The entries of a saved dict of the kind and values the window can take; the others are left out."""
+    if not isinstance(saved, dict):
+        return {}
+    return {k: v for k, v in saved.items() if k in kinds and _fits(v, kinds[k]) and values.get(k, _anything)(v)}
+
+
+def _anything(_value) -> bool:
+    return True
+
+
 def restore(win, state: dict) -> None:
     """Open the saved model with its input; once the first result is drawn, re-apply view and selection."""
-    if state.get("view") in win.views:
-        win.tabs.setCurrentWidget(win.views[state["view"]])
-    names = {f.name for f in fields(win.session.sel)}
-    sel = {k: v for k, v in (state.get("selection") or {}).items() if k in names}
+    win.settings.remove(KEY)  # saved again when the window closes on an open model
+    win.settings.sync()
+    view = state.get("view")
+    if isinstance(view, str) and view in win.views:
+        win.tabs.setCurrentWidget(win.views[view])
+    sel = valid(state.get("selection"), SELECTION_KINDS, SELECTION_VALUES)
 
     def apply():
         win.result_shown.disconnect(apply)
@@ -55,7 +103,7 @@ def restore(win, state: dict) -> None:
             win.session.select(**sel)
 
     win.result_shown.connect(apply)
-    inputs = dict(state.get("inputs") or {})
+    inputs = valid(state.get("inputs"), INPUTS, INPUT_VALUES)
     if inputs.get("max_tokens"):
         win.inputs.set_values(max_tokens=inputs["max_tokens"])
     win.open_model(Path(state["model"]), **{k: v for k, v in inputs.items() if k != "max_tokens"})

@@ -22,15 +22,33 @@ def sample_input(meta: dict, model_path: str | Path) -> dict:
     if not isinstance(sample, dict):
         return {}
     out = {k: sample[k] for k in KEYS if sample.get(k) not in (None, "")}
-    img = out.get("image")
-    if img and not Path(img).is_absolute():
-        mp = Path(model_path)
-        # demos keep samples in resources/ beside models/ (checkout) or beside the model (wheel: attnviz/demos)
-        for base in (mp.parent, mp.parent.parent, Path.cwd()):
-            if (base / img).exists():
-                out["image"] = str(base / img)
-                break
+    if out.get("image"):
+        found = _sample_image(str(out["image"]), Path(model_path))
+        if found is None:  # a model's metadata never makes attnviz read a file outside the model's folder
+            del out["image"]
+        else:
+            out["image"] = str(found)
     return out
+
+
+# the image `attnviz train` writes beside the model it exports (the metadata names the demo's copy under resources/)
+RUN_SAMPLE = "sample.png"
+# demos keep samples in resources/samples/ beside models/ (checkout) or beside the model (wheel: attnviz/demos)
+DEMO_SAMPLES = Path("resources", "samples")
+
+
+def _sample_image(name: str, model_path: Path) -> Path | None:
+    """Where the sample image a model's metadata names is: a relative path inside the model's folder, a run
+    folder's ``sample.png``, or the checkout's ``resources/samples/``; None for an absolute path, a path out of
+    the folder, or no such file (never the current directory: the same model opens the same from anywhere)."""
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts:
+        return None
+    folder = model_path.parent
+    candidates = [folder / rel, folder / RUN_SAMPLE]
+    if rel.parent == DEMO_SAMPLES:
+        candidates.append(folder.parent / rel)
+    return next((c for c in candidates if c.is_file()), None)
 
 
 @dataclass(frozen=True)

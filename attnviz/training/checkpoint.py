@@ -24,6 +24,7 @@ from attnviz.core.untrusted import read_text
 TENSORS = "checkpoint.safetensors"
 STATE = "checkpoint.json"
 CONFIG = "config.json"
+MODEL = "model.onnx"  # what `attnviz train` exports from a finished run
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

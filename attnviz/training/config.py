@@ -24,6 +24,71 @@ CONVENTIONS = ("input", "predict")
 ALIGN_LABELS = ("gold",)  # a statistical aligner (eflomal) on the training split is not wired in yet
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric config field may take: ``low <= v`` (``low < v`` when ``open_low``) and, when
+    ``below`` is set, ``v < below``."""
+
+    low: float
+    below: float | None = None
+    open_low: bool = False
+
+    def holds(self, value) -> bool:
+        above = value > self.low if self.open_low else value >= self.low
+        return above and (self.below is None or value < self.below)
+
+    def words(self) -> str:
+        low = f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
+        return low + ("" if self.below is None else f" and below {self.below:g}")
+
+
+POSITIVE, NON_NEGATIVE, FRACTION = Range(1), Range(0), Range(0, 1)
+# fields outside these ranges failed deep inside torch or numpy (a ZeroDivisionError for n_heads=0, "Invalid learning
+# rate" for lr=-1) with an internal error instead of a line naming the field (`attnviz train --set`)
+MODEL_RANGES: dict[str, Range] = {
+    "d_model": POSITIVE,
+    "n_heads": POSITIVE,
+    "n_layers": NON_NEGATIVE,  # 0 only for a cnn image encoder (checked in validate)
+    "n_dec_layers": POSITIVE,
+    "d_ff": POSITIVE,
+    "dropout": FRACTION,
+    "max_len": POSITIVE,
+    "vocab_size": POSITIVE,
+    "tgt_vocab_size": NON_NEGATIVE,
+    "n_classes": Range(2),
+    "horizon": POSITIVE,
+    "image_size": POSITIVE,
+    "channels": POSITIVE,
+    "patch_size": POSITIVE,
+}
+TRAIN_RANGES: dict[str, Range] = {
+    "steps": POSITIVE,
+    "epochs": NON_NEGATIVE,
+    "batch_size": POSITIVE,
+    "lr": Range(0, open_low=True),
+    "warmup": NON_NEGATIVE,
+    "weight_decay": NON_NEGATIVE,
+    "grad_clip": NON_NEGATIVE,
+    "log_every": POSITIVE,
+    "eval_every": NON_NEGATIVE,
+    "checkpoint_every": NON_NEGATIVE,
+    "snapshot_every": NON_NEGATIVE,
+    "n_train": POSITIVE,
+    "n_test": POSITIVE,
+    "align_weight": NON_NEGATIVE,
+    "label_smoothing": FRACTION,
+    "validation": NON_NEGATIVE,
+    "val_min_bleu": NON_NEGATIVE,
+}
+
+
+def check_ranges(what: str, cfg, ranges: dict[str, Range]) -> None:
+    for name, allowed in ranges.items():
+        value = getattr(cfg, name)
+        if not allowed.holds(value):
+            raise AttnvizError(f"{what} config: {name}={value!r} is out of range; it takes {allowed.words()}")
+
+
 @dataclass
 class ModelConfig:
     """The architecture of one model."""
@@ -64,6 +129,12 @@ class ModelConfig:
         ):
             if getattr(self, name) not in allowed:
                 raise AttnvizError(f"model config: {name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        check_ranges("model", self, MODEL_RANGES)
+        if self.n_layers == 0 and not (self.arch == "image-decoder" and self.image_encoder == "cnn"):
+            raise AttnvizError(
+                f"model config: n_layers=0 leaves the {self.arch} without layers (only a cnn image encoder takes 0); "
+                "it takes at least 1"
+            )
         if self.d_model % self.n_heads:
             raise AttnvizError(f"model config: d_model={self.d_model} does not divide into n_heads={self.n_heads}")
         if self.arch in ("vit", "image-decoder") and self.image_size % self.patch_size:
@@ -133,6 +204,7 @@ class TrainConfig:
     average_of: list = field(default_factory=list)
 
     def __post_init__(self):
+        check_ranges("train", self, TRAIN_RANGES)
         if self.align_convention not in CONVENTIONS:
             raise AttnvizError(
                 f"train config: align_convention={self.align_convention!r} is not one of {', '.join(CONVENTIONS)}"

@@ -78,11 +78,19 @@ class Trainer:
     With ``out`` set, the run lives in that folder: ``config.json`` at start, checkpoints every
     ``checkpoint_every`` steps, on interruption and at the end.  An unfinished checkpoint with the same
     configuration there is resumed; a different configuration, a finished run or a damaged checkpoint raise
-    :class:`AttnvizError` unless ``restart=True``.
+    :class:`AttnvizError` unless ``restart=True``.  ``exported`` names the file the caller writes from a
+    finished run: a finished run without it (interrupted or failed while exporting) is taken up again as finished,
+    its final weights loaded and nothing trained, so the caller can export it.
     """
 
     def __init__(
-        self, task, mcfg: ModelConfig, tcfg: TrainConfig, out: str | Path | None = None, restart: bool = False
+        self,
+        task,
+        mcfg: ModelConfig,
+        tcfg: TrainConfig,
+        out: str | Path | None = None,
+        restart: bool = False,
+        exported: str | None = None,
     ):
         import torch
 
@@ -90,6 +98,7 @@ class Trainer:
 
         self.task, self.mcfg, self.tcfg = task, mcfg, tcfg
         self.out = ckpt.ensure_writable_dir(out) if out is not None else None
+        self.exported = exported
         self.device = pick_device(tcfg.device)
         torch.manual_seed(tcfg.seed)
         self.model = AttnModel(mcfg).to(self.device)
@@ -150,7 +159,7 @@ class Trainer:
                     f"{self.out} holds a run with a different task or configuration ({where}); "
                     f"pass --restart to overwrite it or choose another --out"
                 )
-            if prev.get("finished"):
+            if prev.get("finished") and (self.exported is None or (self.out / self.exported).exists()):
                 raise AttnvizError(
                     f"{self.out} already holds a finished run; pass --restart to train again or choose another --out"
                 )
@@ -159,6 +168,13 @@ class Trainer:
             self.losses = prev.get("losses", [])
             self.best = prev.get("best")
             self.message = f"resumed from step {self.step}/{self.tcfg.steps} ({where})"
+            if prev.get("finished"):  # the weights saved at the end (best step restored): export them again
+                self.finished = True
+                self.metrics = prev.get("metrics") or {}
+                self.message = (
+                    f"training had finished at step {self.step} ({where}) but {self.exported} was not written; "
+                    f"exporting it now"
+                )
         ckpt.atomic_write_json(
             self.out / ckpt.CONFIG, {"task": self.task.name, "model": self.mcfg.to_dict(), "train": self.tcfg.to_dict()}
         )
@@ -230,6 +246,9 @@ class Trainer:
         consistent = True  # False only while the optimizer updates parameters
         if self.message:
             yield Progress(self.step, tc.steps, float("nan"), {}, 0.0, message=self.message)
+        if self.finished:  # taken up only to be exported: nothing to train or measure again
+            yield Progress(self.step, tc.steps, float("nan"), dict(self.metrics), 0.0, done=True)
+            return
         try:
             self.model.train()
             while self.step < tc.steps:

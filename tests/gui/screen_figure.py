@@ -84,6 +84,8 @@ def check_links(w, fig):
     gui_alpha = sorted(round(link_alpha(wt), 6) for _, _, _, wt in cv.links)
     assert fig_alpha == pytest.approx(gui_alpha, abs=1e-6)
     texts = {unescape(t.get_text()) for t in fig.axes[0].texts}
+    assert set(cv.titles) <= texts  # the column titles: the screen drew "query"/"key" above a cross block's
+    assert cv.titles == (("target", "source") if w.session.block.kind == "cross" else ("query", "key"))
     assert cv.q_labels[0] in texts and cv.q_labels[-1] in texts and cv.k_labels[-1] in texts
     assert {t for t in texts if t in set(cv.q_labels + cv.k_labels)} <= set(cv.q_labels + cv.k_labels)
     fig_colours = sorted({tuple(np.round(c[:3], 4)) for coll in colls for c in coll.get_colors()})

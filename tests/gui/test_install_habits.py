@@ -147,3 +147,63 @@ def test_session_restore_reopens_model_input_view_and_selection(qtbot, window, f
     again.close()
     files["text.onnx"].unlink()  # the model is gone: nothing to restore, the demo opens instead
     assert restore.load(settings) is None
+
+
+def _reopened(qtbot, settings):
+    from fakes import make_opener
+    from gui_helpers import FAKE_MODELS
+
+    from attnviz.gui.main_window import MainWindow
+
+    w = MainWindow(opener=make_opener(FAKE_MODELS), settings=settings)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtbot, files, settings):
+    """A session saved by another attnviz version (or edited by hand) put its values straight into the window:
+    mode "nope", a list for a head, a null step each raised in every view's redraw (exceptions in the event loop,
+    on every start)."""
+    import json
+
+    from attnviz.core.view import Selection
+    from attnviz.gui import restore
+
+    saved = {
+        "model": str(files["text.onnx"]),
+        "inputs": {"text": "the cat sat", "generate": "many", "max_tokens": -3},
+        "view": ["Head map"],
+        "selection": {"layer": 3, "head": [1], "mode": "nope", "step": None, "keep": -5, "log": "yes", "block": 0},
+    }
+    settings.setValue(restore.KEY, json.dumps(saved))
+    w = _reopened(qtbot, settings)
+    with qtbot.waitSignal(w.result_shown, timeout=30000):
+        restore.restore(w, restore.load(settings))
+    qtbot.waitUntil(lambda: w.session.sel.layer == 3, timeout=5000)  # what the views can draw is applied
+    sel, default = w.session.sel, Selection()
+    assert (sel.head, sel.mode, sel.step, sel.keep, sel.log) == (
+        default.head,
+        default.mode,
+        default.step,
+        default.keep,
+        default.log,
+    )
+    assert w.inputs.text.text() == "the cat sat"
+    w.close()
+
+
+def test_a_remembered_model_that_no_longer_opens_is_forgotten_after_its_one_message(qtbot, files, settings):
+    """Replaced by a file that fails to open, the remembered model gave its error on every start and the demo
+    never opened again: the session is taken out while it opens and saved again only on an open model."""
+    import json
+
+    from attnviz.gui import restore
+
+    settings.setValue(restore.KEY, json.dumps({"model": str(files["garbage"]), "inputs": {}, "selection": {}}))
+    w = _reopened(qtbot, settings)
+    with qtbot.waitSignal(w.error_shown, timeout=30000):
+        restore.restore(w, restore.load(settings))
+    assert "not a valid ONNX file" in w.last_error
+    w.close()
+    assert restore.load(settings) is None  # the next `attnviz` opens the demo

@@ -28,3 +28,18 @@ def test_two_commands_and_ci_runs_the_test_one():
         and "--index-url https://download.pytorch.org/whl/cpu" in test.split("&&")[0]
     )
     assert test.endswith("python -m pytest -q")
+
+
+def test_every_command_and_extra_is_in_the_readme():
+    """`attnviz average` was nowhere in the README, and the Install section listed the extras without `ray`."""
+    import tomllib
+
+    from attnviz.cli import COMMANDS
+
+    text = (ROOT / "README.md").read_text()
+    missing = [name for name in COMMANDS if f"attnviz {name} " not in text]
+    assert not missing, f"commands the README never shows: {missing}"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    install = text.split("## Install", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(\w+)`", install.split("Extras:", 1)[1].split("\n\n", 1)[0]))
+    assert set(extras) <= listed, f"extras the README's Install section does not name: {set(extras) - listed}"

@@ -89,6 +89,41 @@ def test_interrupted_training_resumes(tmp_path, capsys, monkeypatch):
     assert (out / "model.onnx").exists()
 
 
+def test_interrupted_export_exports_on_the_same_command_without_training_again(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the last step, while exporting, left a finished checkpoint and no model.onnx; the same command
+    then said "already holds a finished run; pass --restart to train again", so the training was lost."""
+    import attnviz.training.export as export_module
+    from attnviz.training.tasks import get_task
+
+    def args(out):
+        return ["train", "sequence-classification", "--preset", "tiny", "--steps", "12", "--out", str(out), "--quiet"]
+
+    assert main(args(tmp_path / "whole")) == 0
+    whole = json.loads(capsys.readouterr().out)
+
+    real_export = export_module.export
+    monkeypatch.setattr(export_module, "export", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    out = tmp_path / "run"
+    assert main(args(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"attnviz: error: interrupted while exporting; training finished and is saved in {out}, "
+        "run the same command again to export it"
+    )
+    assert not (out / "model.onnx").exists()
+
+    monkeypatch.setattr(export_module, "export", real_export)
+    task = get_task("sequence-classification")
+    monkeypatch.setattr(type(task), "loss", lambda *a: pytest.fail("a finished run was trained again"))
+    assert main(args(out)) == 0
+    captured = capsys.readouterr()
+    assert "training had finished at step 12" in captured.err and "exporting it now" in captured.err
+    resumed = json.loads(captured.out)
+    assert (out / "model.onnx").is_file() and resumed["metrics"] == whole["metrics"]
+    assert main(args(out)) == 2  # exported now: a finished run, as before
+    assert "already holds a finished run" in capsys.readouterr().err
+
+
 def test_corrupt_checkpoint_cli(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()

@@ -5,6 +5,7 @@ and that a few hundred steps already move the metrics off chance.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -37,9 +38,16 @@ def test_translation_synthetic_train_export_eval(tmp_path, capsys):
     assert len(m["aer"]["heads"]) == 1 and len(m["aer"]["heads"][0]) == 2
 
 
-def test_captioning_train_export_eval(tmp_path, capsys):
+def test_captioning_train_export_eval(tmp_path, capsys, monkeypatch):
     trained, ev = _train_and_eval("captioning", tmp_path / "cap", capsys, 60)
     assert (tmp_path / "cap" / "sample.png").is_file()
+    # `attnviz open DIR/model.onnx` runs this run's own sample image, from any current directory (the metadata
+    # names the demo's resources/samples/ copy, which a run folder does not have: opening failed outside the
+    # checkout and, inside it, silently ran the shipped demo's 64x64 scene instead)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the checkout, which has resources/samples/
+    from attnviz.runtime.sample import sample_for_path
+
+    assert sample_for_path(tmp_path / "cap" / "model.onnx").values["image"] == str(tmp_path / "cap" / "sample.png")
     m = ev["metrics"]
     assert 0.0 <= m["pointing_best_layer"] <= 1.0 and m["pointing"]["n_words"] == 4 * m["n"]
     assert m["exact_match"] == pytest.approx(trained["metrics"]["exact_match"])

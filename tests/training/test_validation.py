@@ -251,3 +251,42 @@ def test_set_values_of_the_wrong_kind_are_refused_in_one_line_before_training(tm
     r = subprocess.run(cmd + ["--out", str(tmp_path / "r"), "--set", "steps=abc"], capture_output=True, text=True)
     assert (r.returncode, r.stderr.strip()) == (2, "attnviz: error: --set steps=abc: steps takes a whole number")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("bad", "msg"),
+    [
+        ("lr=-1", "train config: lr=-1.0 is out of range; it takes more than 0"),
+        ("n_heads=0", "model config: n_heads=0 is out of range; it takes at least 1"),
+        ("d_model=0", "model config: d_model=0 is out of range; it takes at least 1"),
+        ("n_layers=0", "model config: n_layers=0 leaves the encoder-decoder without layers"),
+        ("batch_size=0", "train config: batch_size=0 is out of range; it takes at least 1"),
+        ("n_train=0", "train config: n_train=0 is out of range; it takes at least 1"),
+        ("n_test=0", "train config: n_test=0 is out of range; it takes at least 1"),
+        ("log_every=0", "train config: log_every=0 is out of range; it takes at least 1"),
+        ("max_len=0", "model config: max_len=0 is out of range; it takes at least 1"),
+        ("vocab_size=0", "model config: vocab_size=0 is out of range; it takes at least 1"),
+        ("dropout=2", "model config: dropout=2.0 is out of range; it takes at least 0 and below 1"),
+        ("label_smoothing=1", "train config: label_smoothing=1.0 is out of range; it takes at least 0 and below 1"),
+        ("patch_size=0", "model config: patch_size=0 is out of range; it takes at least 1"),
+    ],
+)
+def test_set_values_out_of_range_are_one_line_naming_the_field(tmp_path, capsys, bad, msg):
+    """Each of these was an internal error from deep inside torch or numpy ("ZeroDivisionError: integer modulo by
+    zero" for n_heads=0, "Invalid learning rate: -1.0", "high <= 0" for n_train=0, ...), exit 1."""
+    from attnviz.cli import main
+
+    out = tmp_path / "r"
+    assert main(["train", "translation-synthetic", "--preset", "tiny", "--out", str(out), "--set", bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"attnviz: error: {msg}")
+    assert not out.exists()  # refused before the run folder is made
+
+
+def test_a_cnn_image_decoder_still_takes_no_encoder_layers():
+    from attnviz.training.config import MODEL_RANGES, TRAIN_RANGES, ModelConfig, TrainConfig
+
+    assert ModelConfig(arch="image-decoder", image_encoder="cnn", n_layers=0).n_layers == 0
+    # every range names a real field (a misspelt name would check nothing)
+    assert set(MODEL_RANGES) <= set(ModelConfig.__dataclass_fields__)
+    assert set(TRAIN_RANGES) <= set(TrainConfig.__dataclass_fields__)

@@ -30,6 +30,8 @@ class LinksCanvas(QWidget):
         self.setMouseTracking(True)
         self.q_labels: list[str] = []
         self.k_labels: list[str] = []
+        # the column titles, from the view model as the figure draws them ("target"/"source" for cross-attention)
+        self.titles: tuple[str, str] = ("query", "key")
         self.layers: list[tuple[str, np.ndarray]] = []  # (colour, [Tq, Tk])
         self.links: list[tuple[int, int, int, float]] = []  # (layer, q, k, weight) after top-k
         self.focus: tuple[str, int] | None = None
@@ -41,6 +43,7 @@ class LinksCanvas(QWidget):
     def set_data(self, lv: vm.LinksView) -> None:
         """Draw the view model's :class:`~attnviz.core.view.LinksView` (the figure draws the same links)."""
         self.q_labels, self.k_labels = list(lv.q_labels), list(lv.k_labels)
+        self.titles = lv.x_titles
         self.layers = [(colour, m) for _, colour, m in lv.items]
         self.links = list(lv.links)  # (item, q, k, weight / vmax)
         self.top_k = vm.LINKS_PER_ROW
@@ -114,10 +117,12 @@ class LinksCanvas(QWidget):
         p.drawText(
             QRectF(self._x0(), 0, self._col_w, ROW_H),
             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-            "query ",
+            f"{self.titles[0]} ",
         )
         p.drawText(
-            QRectF(xr, 0, self._col_w, ROW_H), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, " key"
+            QRectF(xr, 0, self._col_w, ROW_H),
+            Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+            f" {self.titles[1]}",
         )
         for li, i, j, w in self.visible_links():
             c = QColor(self.layers[li][0])

@@ -120,7 +120,7 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
 
 def run(args) -> int:
     from attnviz import AttnvizError
-    from attnviz.training.checkpoint import atomic_write_json, check_run_folder, ensure_writable_dir
+    from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder, ensure_writable_dir
     from attnviz.training.export import export
     from attnviz.training.loop import Trainer, steps_for_epochs
     from attnviz.training.tasks import get_task
@@ -146,7 +146,7 @@ def run(args) -> int:
         check_run_folder(args.out, task.name)
     out = ensure_writable_dir(args.out)
     tty = sys.stderr.isatty() and not args.quiet
-    trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart)
+    trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart, exported=MODEL)
     if args.preset == "tiny":
         print(
             "note: --preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
@@ -187,7 +187,13 @@ def run(args) -> int:
     train_s = time.perf_counter() - t0
     held = last.metrics if last is not None else {}  # a finished run resumed yields no progress
     print(f"trained in {train_s:.1f}s; held-out (PyTorch): {json.dumps(held)}", file=sys.stderr)
-    result = export(trainer.model, task, mcfg, tcfg, out / "model.onnx", evaluate=True, validation=trainer.best)
+    try:
+        result = export(trainer.model, task, mcfg, tcfg, out / MODEL, evaluate=True, validation=trainer.best)
+    except KeyboardInterrupt:  # the finished checkpoint stands: the same command exports it without training
+        raise AttnvizError(
+            f"interrupted while exporting; training finished and is saved in {out}, "
+            f"run the same command again to export it"
+        ) from None
     summary = {
         "task": task.name,
         "preset": args.preset,
@@ -197,14 +203,15 @@ def run(args) -> int:
         "device": str(trainer.device),
         "metrics": result["metrics"],
         "parity": result["parity"],
-        "model": str(out / "model.onnx"),
+        "model": str(out / MODEL),
     }
-    if hasattr(task, "sample_image"):  # the image named by attnviz.sample, for opening the model in the GUI
+    if hasattr(task, "sample_image"):  # attnviz.sample's image for this run's model (runtime/sample.py finds it)
         from PIL import Image
 
         from attnviz.core.writes import atomic_path
+        from attnviz.runtime.sample import RUN_SAMPLE
 
-        with atomic_path(out / "sample.png", "--out") as tmp:
+        with atomic_path(out / RUN_SAMPLE, "--out") as tmp:
             Image.fromarray(task.sample_image(mcfg)).save(tmp, format="PNG")
     atomic_write_json(out / "metrics.json", summary)
     print(json.dumps(summary, indent=2))
