@@ -45,10 +45,11 @@ def _sample_image(name: str, model_path: Path) -> Path | None:
     if rel.is_absolute() or ".." in rel.parts:
         return None
     folder = model_path.parent
-    candidates = [folder / rel, folder / RUN_SAMPLE]
+    candidates = [(folder / rel, folder), (folder / RUN_SAMPLE, folder)]  # (file, the folder it must stay in)
     if rel.parent == DEMO_SAMPLES:
-        candidates.append(folder.parent / rel)
-    return next((c for c in candidates if c.is_file()), None)
+        candidates.append((folder.parent / rel, folder.parent / DEMO_SAMPLES))
+    # resolved, as external data is (runtime/loading.py): a link in the folder does not lead out of it either
+    return next((c for c, base in candidates if c.is_file() and base.resolve() in c.resolve().parents), None)
 
 
 @dataclass(frozen=True)

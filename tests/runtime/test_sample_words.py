@@ -45,3 +45,17 @@ def test_the_sample_image_is_looked_for_in_the_models_folder_only(tmp_path, monk
     values = sample_input({"sample": {"image": named.format(root=root), "text": "t"}}, root / model)
     assert values.get("image") == (str(root / found) if found else None)
     assert values["text"] == "t"  # the rest of the sample stands
+
+
+def test_a_link_in_the_models_folder_does_not_lead_the_sample_out_of_it(tmp_path):
+    """The metadata names ``sample.png`` in the model's folder, but that is a link to a file outside: refused, as
+    external data leaving the folder is (runtime/loading.py)."""
+    root = _layout(tmp_path)
+    (root / "run" / "sample.png").unlink()
+    (root / "run" / "sample.png").symlink_to(root / "secret.png")
+    (root / "run" / "inside.png").write_bytes(b"png")
+    (root / "run" / "alias.png").symlink_to(root / "run" / "inside.png")
+    assert "image" not in sample_input({"sample": {"image": "sample.png"}}, root / "run" / "model.onnx")
+    # a link that stays inside the folder is fine
+    found = sample_input({"sample": {"image": "alias.png"}}, root / "run" / "model.onnx")
+    assert found["image"] == str(root / "run" / "alias.png")
