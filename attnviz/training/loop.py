@@ -20,7 +20,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.training import checkpoint as ckpt
-from attnviz.training import guided
+from attnviz.training import data_check, guided
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.runners import TorchRunner, take
 
@@ -97,7 +97,7 @@ class Trainer:
         from attnviz.training.model import AttnModel
 
         self.task, self.mcfg, self.tcfg = task, mcfg, tcfg
-        self.out = ckpt.ensure_writable_dir(out) if out is not None else None
+        self.out: Path | None = None  # made below, once the configuration is known to fit the data
         self.exported = exported
         self.device = pick_device(tcfg.device)
         torch.manual_seed(tcfg.seed)
@@ -119,13 +119,17 @@ class Trainer:
                 f"{task.name} with validation={tcfg.validation} has not"
             )
         task.val_bleu = tcfg.val_min_bleu > 0
-        if self.out is not None:
-            self._resume_or_start(restart)
-        if tcfg.init_from:
-            self._init_from(Path(tcfg.init_from))
+        # the data first: a configuration too small for it is refused before the run folder is touched
         self.train_data = task.make_split("train", mcfg, tcfg)
         self.test_data = task.make_split("test", mcfg, tcfg)
         self.val_data = task.make_split("validation", mcfg, tcfg) if tcfg.validation else None
+        for data in (self.train_data, self.test_data, self.val_data or {}):
+            data_check.check(task.name, mcfg, data)
+        if out is not None:
+            self.out = ckpt.ensure_writable_dir(out)
+            self._resume_or_start(restart)
+        if tcfg.init_from:
+            self._init_from(Path(tcfg.init_from))
         self.n_train = len(next(iter(self.train_data.values())))
 
     # -- run folder ------------------------------------------------------------

@@ -290,3 +290,40 @@ def test_a_cnn_image_decoder_still_takes_no_encoder_layers():
     # every range names a real field (a misspelt name would check nothing)
     assert set(MODEL_RANGES) <= set(ModelConfig.__dataclass_fields__)
     assert set(TRAIN_RANGES) <= set(TrainConfig.__dataclass_fields__)
+
+
+@pytest.mark.parametrize(
+    "task, bad, field",
+    [
+        ("vit-classification", "n_classes=2", "n_classes"),
+        ("sequence-classification", "vocab_size=3", "vocab_size"),
+        ("translation-synthetic", "max_len=4", "max_len"),
+        ("toy-reverse", "vocab_size=4", "vocab_size"),
+    ],
+)
+def test_a_configuration_too_small_for_the_tasks_data_is_one_line(tmp_path, capsys, task, bad, field):
+    """Valid on their own, too small for the task's data: these were IndexErrors from inside torch on the first
+    batch ("Target 2 is out of bounds", "index out of range in self").  The line names the field and the value the
+    data needs, computed here from the task's own splits."""
+    from attnviz.cli import main
+    from attnviz.training import data_check
+    from attnviz.training.tasks import get_task
+
+    t = get_task(task)
+    mcfg, tcfg = t.configs("tiny")
+    data = t.make_split("train", mcfg, tcfg)
+    out = tmp_path / "r"
+    assert main(["train", task, "--preset", "tiny", "--out", str(out), "--set", bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"attnviz: error: model config: {field}") and "too small" in err[0]
+    need = {
+        "n_classes": lambda: int(data["labels"].max()) + 1,
+        "vocab_size": lambda: int(data["input_ids"].max()) + 1,
+        "max_len": lambda: max(data[k].shape[1] for k in ("input_ids", "decoder_input_ids") if k in data),
+        "target vocabulary": lambda: (
+            int(max(data["decoder_input_ids"].max(), data["labels"][data["labels"] >= 0].max())) + 1
+        ),
+    }[field]()
+    assert f"need {need}; set it to {need} or more" in err[0]
+    assert not out.exists()  # refused before the run folder is made
+    assert data_check.check(task, mcfg, data) is None  # the preset itself fits

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
@@ -120,7 +121,7 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
 
 def run(args) -> int:
     from attnviz import AttnvizError
-    from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder, ensure_writable_dir
+    from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder
     from attnviz.training.export import export
     from attnviz.training.loop import Trainer, steps_for_epochs
     from attnviz.training.tasks import get_task
@@ -144,7 +145,7 @@ def run(args) -> int:
     tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
     if not args.restart:
         check_run_folder(args.out, task.name)
-    out = ensure_writable_dir(args.out)
+    out = Path(args.out)  # the trainer makes it once the configuration fits the task's data
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart, exported=MODEL)
     if args.preset == "tiny":
