@@ -51,3 +51,28 @@ def test_captioning_train_export_eval(tmp_path, capsys, monkeypatch):
     m = ev["metrics"]
     assert 0.0 <= m["pointing_best_layer"] <= 1.0 and m["pointing"]["n_words"] == 4 * m["n"]
     assert m["exact_match"] == pytest.approx(trained["metrics"]["exact_match"])
+
+
+def test_a_toy_caption_run_opens_on_its_own_sample_image(tmp_path, capsys):
+    """The one task `train` left without a sample: `attnviz open DIR/model.onnx` then asked for an image.  The run
+    now writes sample.png (a scene of the task's own "sample" split) and names it in the metadata."""
+    import numpy as np
+    from PIL import Image
+
+    from attnviz.runtime import open_model
+    from attnviz.runtime.sample import sample_for_path
+    from attnviz.training.tasks import get_task
+
+    out = tmp_path / "toy"
+    assert main(["train", "toy-caption", "--preset", "tiny", "--steps", "2", "--quiet", "--out", str(out)]) == 0
+    capsys.readouterr()
+    sample = sample_for_path(out / "model.onnx").values
+    assert sample == {"image": str(out / "sample.png"), "generate": 3}
+    task = get_task("toy-caption")
+    mcfg, _ = task.configs("tiny")
+    with Image.open(out / "sample.png") as im:
+        pixels = np.asarray(im.convert("RGB"))
+    assert pixels.shape == (mcfg.image_size, mcfg.image_size, 3)
+    assert (pixels == (230, 200, 60)).all(-1).sum() > 4  # the drawn shape is there
+    r = open_model(out / "model.onnx", provider="cpu").analyze(image=sample["image"], generate=sample["generate"])
+    assert 1 <= len(r.generated) <= 3 and any(s.kind == "cross" for s in r.sites)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
+from attnviz.runtime.sample import RUN_SAMPLE
 from attnviz.training.config import preset_configs
 from attnviz.training.runners import batched, take
 from attnviz.training.tasks import Task, attention_groups, feeds_of, greedy_decode, split_seed, trim_padding
@@ -122,26 +123,33 @@ class ToyCaption(Task):
     def make_split(self, split, mcfg, tcfg):
         n = tcfg.n_train if split == "train" else tcfg.n_test
         rng = np.random.default_rng(split_seed(self.name, split))
-        size = mcfg.image_size
-        half = size // 2
-        imgs = np.zeros((n, size, size, 3), np.uint8)
+        imgs = np.zeros((n, mcfg.image_size, mcfg.image_size, 3), np.uint8)
         boxes = np.zeros((n, 4), np.int64)
         dec = np.zeros((n, 4), np.int64)
         labels = np.full((n, 4), -100, np.int64)
         for i in range(n):
-            shape, row, col = int(rng.integers(4)), int(rng.integers(2)), int(rng.integers(2))
-            img = Image.new("RGB", (size, size), (20, 20, 20))
-            side = int(rng.integers(max(3, half // 2), half + 1))
-            x0 = col * half + int(rng.integers(0, half - side + 1))
-            y0 = row * half + int(rng.integers(0, half - side + 1))
-            boxes[i] = (x0, y0, x0 + side - 1, y0 + side - 1)
-            draw_shape(ImageDraw.Draw(img), SHAPES[shape], tuple(boxes[i]), (230, 200, 60))
-            imgs[i] = np.asarray(img)
-            words = [SHAPES[shape], ("top", "bottom")[row], ("left", "right")[col]]
+            imgs[i], boxes[i], words = self.scene(rng, mcfg.image_size)
             ids = [self.vocab.index(w) for w in words]
             dec[i] = [BOS] + ids
             labels[i] = ids + [EOS]
         return {"pixel_values": to_pixels(imgs), "decoder_input_ids": dec, "labels": labels, "boxes": boxes}
+
+    @staticmethod
+    def scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, tuple[int, int, int, int], list[str]]:
+        """One image: a shape in a random quadrant; its box and its caption words (shape, row, column)."""
+        half = size // 2
+        shape, row, col = int(rng.integers(4)), int(rng.integers(2)), int(rng.integers(2))
+        img = Image.new("RGB", (size, size), (20, 20, 20))
+        side = int(rng.integers(max(3, half // 2), half + 1))
+        x0 = col * half + int(rng.integers(0, half - side + 1))
+        y0 = row * half + int(rng.integers(0, half - side + 1))
+        box = (x0, y0, x0 + side - 1, y0 + side - 1)
+        draw_shape(ImageDraw.Draw(img), SHAPES[shape], box, (230, 200, 60))
+        return np.asarray(img), box, [SHAPES[shape], ("top", "bottom")[row], ("left", "right")[col]]
+
+    def sample_image(self, mcfg) -> np.ndarray:
+        """The run's sample.png (`attnviz train` writes it beside the model), from a split of its own."""
+        return self.scene(np.random.default_rng(split_seed(self.name, "sample")), mcfg.image_size)[0]
 
     def evaluate(self, runner, data, mcfg):
         n = len(data["labels"])
@@ -157,4 +165,5 @@ class ToyCaption(Task):
             "special": {"pad": PAD, "bos": BOS, "eos": EOS},
             "tokenize": "whitespace",
             "image": image_metadata(mcfg, 3, offset=0),
+            "sample": {"image": RUN_SAMPLE, "generate": 3},  # written beside the model by `attnviz train`
         }
