@@ -105,8 +105,18 @@ def fill_auxiliary(model, feeds: dict, batch: int, seq_len: int | None) -> None:
             feeds[i.name] = np.arange(seq_len, dtype=np.dtype(i.dtype))
         elif role == "positions" and seq_len and i.rank == 2:  # what transformers uses when none are given
             feeds[i.name] = np.broadcast_to(np.arange(seq_len, dtype=np.dtype(i.dtype)), (batch, seq_len)).copy()
+        elif role == "token_types" and i.rank == 2 and (ids := _fed(model, feeds, "tokens")) is not None:
+            # transformers' own default when none are given: one segment (optimum's BERT/ALBERT/ELECTRA exports
+            # take token_type_ids, and feeds saved from input_ids + attention_mask alone are common)
+            feeds[i.name] = np.zeros(np.shape(ids), dtype=np.dtype(i.dtype))
         elif i.dtype == "bool" and i.rank <= 1:  # use_cache_branch of merged decoders (optimum: shape [1])
             feeds[i.name] = np.zeros([1] * i.rank, bool)
+
+
+def _fed(model, feeds: dict, role: str):
+    """The array fed to the input of this role, if any."""
+    i = by_role(model, role)
+    return feeds.get(i.name) if i is not None else None
 
 
 def labels(tok, ids, keep=None) -> TokenAxis:
