@@ -1,5 +1,6 @@
 """Architectures researchers export with plain ``optimum-cli export onnx`` (the sweep is bench/optimum_zoo.py; these
-hold what it found): BERT takes token_type_ids and Llama has grouped-query attention and a GQA KV cache.
+hold what it found): BERT takes token_type_ids, Llama has grouped-query attention and a GQA KV cache, Swin attends
+within windows.
 
 Random-init tiny models (weights drawn wide, so heads differ by far more than the tolerance) are exported with
 optimum-onnx in the second venv (tests/optimum_env.py); references are transformers' own eager
@@ -13,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from attnviz import AttnvizError  # noqa: E402
 from attnviz.cli import main  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 
@@ -90,3 +92,24 @@ def test_llama_gqa_maps_and_generation_through_its_cache(optimum_export):
     assert g.info["generation"] == "kv-cache"
     got = prompt[0].tolist() + g.info["generated_ids"]
     assert len(got) > prompt.shape[1] and got == want[: len(got)]
+
+
+def test_swin_windowed_attention_is_refused_in_one_line(optimum_export, tmp_path, capsys):
+    """Swin's attention is [batch·windows, heads, N, N]: shown as it comes, one image would pass for a batch of 4
+    with 16 tokens each.  attnviz says what it is instead of showing windows as batch rows."""
+    root = optimum_export("swin")
+    hf = transformers.SwinModel.from_pretrained(root / "hf", attn_implementation="eager").eval()
+    px = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        o = hf(pixel_values=px, output_attentions=True)
+    assert o.attentions[-1].shape == (4, 4, 16, 16)  # what transformers itself returns: windows on the batch axis
+    m = open_model(root / "onnx", provider="cpu")
+    with pytest.raises(AttnvizError, match=r"attends within windows \(4 windows of 16 patches per image"):
+        m.analyze(feeds={"pixel_values": px.numpy()})
+    img = tmp_path / "x.png"
+    pytest.importorskip("PIL.Image").fromarray(np.zeros((32, 32, 3), np.uint8)).save(img)
+    capsys.readouterr()  # transformers' own loading progress above
+    assert main(["extract", str(root / "onnx"), "--image", str(img), "--out", str(tmp_path / "m.npz")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "windowed-attention models are not supported" in err
+    assert not (tmp_path / "m.npz").exists()
