@@ -164,9 +164,24 @@ def check(arch: str, variant: str, out: Path) -> Row:
         row.verdict = f"mismatch ({note}): {', '.join(bad)}"
     else:
         row.verdict = f"ok ({note})"
+    if "left_000" in ref:
+        row.verdict += "; " + left_padding(m, ref)
     if "gen_ids" in ref:
         row.verdict += "; " + generation(m, family, ref)
     return row
+
+
+def left_padding(m, ref: dict) -> str:
+    """The same decoder on a left-padded batch (row 1 starts with two pads), real positions compared."""
+    feeds = {k[9:]: v for k, v in ref.items() if k.startswith("leftfeed_")}
+    refs = [ref[k] for k in sorted(ref) if k.startswith("left_")]
+    mask = feeds["attention_mask"].astype(bool)
+    try:
+        r = m.analyze(feeds=feeds)
+        worst = max(compare(a.array(), w, (mask, mask)) for a, w in zip(r.maps, refs))
+    except Exception as e:
+        return f"left-padded: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return f"left-padded {'ok' if worst <= TOL else 'MISMATCH'} ({worst:.1e})"
 
 
 def generation(m, family: str, ref: dict) -> str:

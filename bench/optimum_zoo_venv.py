@@ -210,6 +210,14 @@ def reference(arch: str, family: str, src: Path, out: Path) -> None:
     refs = hooked or canonical(family, o)
     arrays = {f"ref_{i:03d}": r.numpy() for i, r in enumerate(refs)}
     arrays.update({f"feed_{k}": v.numpy() for k, v in f.items()})
+    if family == "decoder":  # batched LLM use pads on the left: row 1's first two positions
+        left = {"input_ids": f["input_ids"].clone(), "attention_mask": torch.ones_like(f["attention_mask"])}
+        left["attention_mask"][1, :2] = 0
+        left["input_ids"][1, :2] = 0
+        with torch.no_grad():
+            ol = model(**left, output_attentions=True)
+        arrays.update({f"left_{i:03d}": r.numpy() for i, r in enumerate(ol.attentions)})
+        arrays.update({f"leftfeed_{k}": v.numpy() for k, v in left.items()})
     if family in ("decoder", "seq2seq"):  # greedy ids from the unpadded row: the exports' KV cache must give them
         with torch.no_grad():
             ids = model.generate(
