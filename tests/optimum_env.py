@@ -77,6 +77,8 @@ TEXT = dict(vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=1, hidde
 ZOO = {  # arch -> (config class, config kwargs, model class, optimum task)
     "bert": ("BertConfig", TEXT, "BertModel", "feature-extraction"),  # takes token_type_ids
     "llama": ("LlamaConfig", dict(TEXT, num_key_value_heads=heads // 2), "LlamaForCausalLM", "text-generation-with-past"),  # GQA
+    # learned absolute positions, computed from position_ids that the export takes as an input
+    "opt": ("OPTConfig", dict(TEXT, ffn_dim=2 * hidden, word_embed_proj_dim=hidden, init_std=0.3), "OPTForCausalLM", "text-generation-with-past"),
     # windowed attention: 32x32 pixels in 4x4 patches, an 8x8 grid in four 4x4 windows
     "swin": ("SwinConfig", dict(image_size=32, patch_size=4, embed_dim=hidden, depths=[layers], num_heads=[heads], window_size=4),
              "SwinModel", "feature-extraction"),
@@ -126,7 +128,7 @@ main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | swin) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
     return out
 

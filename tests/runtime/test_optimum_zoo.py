@@ -1,5 +1,5 @@
 """Architectures researchers export with plain ``optimum-cli export onnx`` (the sweep is bench/optimum_zoo.py; these
-hold what it found): BERT takes token_type_ids, Llama has grouped-query attention and a GQA KV cache, Swin attends
+hold what it found): BERT takes token_type_ids, OPT learned absolute positions (left padding), Llama has grouped-query attention and a GQA KV cache, Swin attends
 within windows.
 
 Random-init tiny models (weights drawn wide, so heads differ by far more than the tolerance) are exported with
@@ -92,6 +92,27 @@ def test_llama_gqa_maps_and_generation_through_its_cache(optimum_export):
     assert g.info["generation"] == "kv-cache"
     got = prompt[0].tolist() + g.info["generated_ids"]
     assert len(got) > prompt.shape[1] and got == want[: len(got)]
+
+
+def test_opt_left_padded_row_has_its_own_maps(optimum_export):
+    """OPT's export takes position_ids for its learned absolute positions.  Filled 0..T-1, a left-padded row's real
+    tokens sat at shifted positions (maps off by up to 0.98); counted over real tokens, as transformers' OPT and
+    optimum's own ORTModel count them, the row's maps are transformers' and those of the row alone."""
+    root = optimum_export("opt")
+    hf = transformers.OPTForCausalLM.from_pretrained(root / "hf", attn_implementation="eager").eval()
+    ids, _ = _padded_batch()
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # row 1 padded on the left, as batched generation pads
+    ids[mask == 0] = 0
+    with torch.no_grad():
+        o = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
+    m = open_model(root / "onnx", provider="cpu")
+    assert "position_ids" in [i.name for i in m.inputs]
+    r = m.analyze(feeds={"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    _check_real(r, o.attentions, mask, [("decoder", "self", 0), ("decoder", "self", 1)])
+    alone = m.analyze(feeds={"input_ids": ids[1:, 2:].numpy(), "attention_mask": mask[1:, 2:].numpy()})
+    for a, b in zip(r.maps, alone.maps):
+        np.testing.assert_allclose(a.array()[1][:, 2:, 2:], b.array()[0], atol=TOL)
 
 
 def test_swin_windowed_attention_is_refused_in_one_line(optimum_export, tmp_path, capsys):
