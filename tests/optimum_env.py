@@ -72,6 +72,17 @@ vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>"] + [f"w{i}" for i 
 tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
 tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 fast = T.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+TEXT = dict(vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=1, hidden_size=hidden, num_hidden_layers=layers,
+            num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=64)
+ZOO = {  # arch -> (config class, config kwargs, model class, optimum task)
+    "bert": ("BertConfig", TEXT, "BertModel", "feature-extraction"),  # takes token_type_ids
+    "llama": ("LlamaConfig", dict(TEXT, num_key_value_heads=heads // 2), "LlamaForCausalLM", "text-generation-with-past"),  # GQA
+    # learned absolute positions, computed from position_ids that the export takes as an input
+    "opt": ("OPTConfig", dict(TEXT, ffn_dim=2 * hidden, word_embed_proj_dim=hidden, init_std=0.3), "OPTForCausalLM", "text-generation-with-past"),
+    # windowed attention: 32x32 pixels in 4x4 patches, an 8x8 grid in four 4x4 windows
+    "swin": ("SwinConfig", dict(image_size=32, patch_size=4, embed_dim=hidden, depths=[layers], num_heads=[heads], window_size=4),
+             "SwinModel", "feature-extraction"),
+}
 if arch == "marian":
     cfg = T.MarianConfig(vocab_size=99, d_model=hidden, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
                          decoder_attention_heads=heads, encoder_ffn_dim=2 * hidden, decoder_ffn_dim=2 * hidden, max_position_embeddings=512,
@@ -100,6 +111,11 @@ elif arch.startswith("vit-"):  # vision->text: a ViT encoder (32x32 images, 8x8 
     model, task = T.VisionEncoderDecoderModel(cfg), "image-to-text-with-past"
     # ImageNet statistics, not the processor's 0.5 default (attnviz's own default): the folder must say them
     T.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]).save_pretrained(src)
+elif arch in ZOO:  # the optimum zoo (bench/optimum_zoo.py): weights drawn wide so that heads really differ
+    cfg_cls, kw, model_cls, task = ZOO[arch]
+    model = getattr(T, model_cls)(getattr(T, cfg_cls)(**kw, initializer_range=0.3))
+    if arch == "swin":
+        T.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(src)
 else:
     raise SystemExit(f"unknown arch {arch}")
 model.save_pretrained(src)
@@ -112,7 +128,7 @@ main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
     return out
 

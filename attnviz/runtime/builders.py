@@ -103,10 +103,34 @@ def fill_auxiliary(model, feeds: dict, batch: int, seq_len: int | None) -> None:
             feeds[i.name] = np.zeros(shape, dtype=np.dtype(i.dtype))
         elif role == "cache_position" and seq_len:
             feeds[i.name] = np.arange(seq_len, dtype=np.dtype(i.dtype))
-        elif role == "positions" and seq_len and i.rank == 2:  # what transformers uses when none are given
-            feeds[i.name] = np.broadcast_to(np.arange(seq_len, dtype=np.dtype(i.dtype)), (batch, seq_len)).copy()
+        elif role == "positions" and seq_len and i.rank == 2:
+            feeds[i.name] = _positions(_fed(model, feeds, "mask"), batch, seq_len).astype(np.dtype(i.dtype))
+        elif role == "token_types" and i.rank == 2 and (ids := _fed(model, feeds, "tokens")) is not None:
+            # transformers' own default when none are given: one segment (optimum's BERT/ALBERT/ELECTRA exports
+            # take token_type_ids, and feeds saved from input_ids + attention_mask alone are common)
+            feeds[i.name] = np.zeros(np.shape(ids), dtype=np.dtype(i.dtype))
         elif i.dtype == "bool" and i.rank <= 1:  # use_cache_branch of merged decoders (optimum: shape [1])
             feeds[i.name] = np.zeros([1] * i.rank, bool)
+
+
+def _positions(mask, batch: int, seq_len: int) -> np.ndarray:
+    """Real tokens' positions counted over each row's real tokens, as optimum's ORTModelForCausalLM and transformers'
+    generate() count them: a left-padded row gets the positions it has alone.  0..T-1 would shift every real token
+    of such a row, which changes the maps of models with absolute positions (OPT, GPT-2); for rotary models both
+    are the same.  Padding counts on from the row's first real token (0 before it), so a right-padded batch gets
+    0..T-1 everywhere, exactly what transformers' forward uses when none are given.  Without a mask: 0..T-1."""
+    t = np.broadcast_to(np.arange(seq_len), (batch, seq_len))
+    if mask is None or np.shape(mask) != (batch, seq_len):
+        return t.copy()
+    real = np.asarray(mask) != 0
+    leading = np.where(real.any(axis=1), real.argmax(axis=1), 0)[:, None]
+    return np.where(real, np.cumsum(real, axis=1) - 1, np.maximum(t - leading, 0))
+
+
+def _fed(model, feeds: dict, role: str):
+    """The array fed to the input of this role, if any."""
+    i = by_role(model, role)
+    return feeds.get(i.name) if i is not None else None
 
 
 def labels(tok, ids, keep=None) -> TokenAxis:

@@ -421,6 +421,7 @@ class AttentionModel:
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
+        self._refuse_windows(kept, maps, feeds)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         if not self._stack_confirmed:
             self._confirm_stack(sites, maps, kept)
@@ -438,6 +439,24 @@ class AttentionModel:
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
+
+    def _refuse_windows(self, kept: list[gr.Site], maps, feeds: dict[str, np.ndarray]) -> None:
+        """Windowed attention (Swin: ``[B·windows, H, N, N]``, each window's patches attending among themselves)
+        would pass for a batch of B·windows inputs with N tokens each: a map that is right number by number but
+        shown on the wrong axes.  Placing the windows back on the patch grid (their partition and the cyclic
+        shift of every other layer) is not derived from the graph, so such a model is refused in one line."""
+        image = next((i.name for i in self.inputs if self.roles[i.name] == "image" and i.name in feeds), None)
+        if image is None:
+            return
+        batch = feeds[image].shape[0]
+        for s, m in zip(kept, maps):
+            lead = m.shape[0]
+            if lead != batch and batch and lead % batch == 0:
+                raise AttnvizError(
+                    f"{self.path.name}: site {s.node_name!r} attends within windows ({lead // batch} windows of "
+                    f"{m.shape[-1]} patches per image, as Swin does); attnviz shows maps over a whole image and "
+                    "cannot place windows on it yet, so windowed-attention models are not supported"
+                )
 
     def _fetch_list(self, mode: str, exposed) -> list[str]:
         """The outputs a run of ``mode``'s session fetches: the model's own, then each site's exposed tensors
