@@ -181,6 +181,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
     stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
     del model  # workers hold their own sessions; the driver's is released before they start
 
@@ -209,8 +210,10 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
             if on_batch is not None:
                 on_batch(acc.items)
     except BaseException:
-        if stream.fingerprint is not None:
+        if stream.fingerprint is not None and acc.next_batch > 0:
             acc.save(ckpt, stream.fingerprint)  # interrupted: keep every folded batch for the next run
+        elif made and not any(out.iterdir()):  # stopped before its first batch (a model refused at its first run)
+            out.rmdir()
         bar.close()
         raise
     bar.close()

@@ -134,3 +134,10 @@ def test_swin_windowed_attention_is_refused_in_one_line(optimum_export, tmp_path
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "windowed-attention models are not supported" in err
     assert not (tmp_path / "m.npz").exists()
+    # a corpus run over images meets it at its first batch: the same line, and no results folder left behind
+    out = tmp_path / "corpus"
+    args = ["corpus", str(root / "onnx"), "--images", str(tmp_path), "--out", str(out), "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "windowed-attention models are not supported" in err
+    assert not out.exists()
