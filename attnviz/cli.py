@@ -26,6 +26,7 @@ COMMANDS = {
     "export-hf": "attnviz.training.commands.export_hf",
     "average": "attnviz.training.commands.average",
     "align": "attnviz.runtime.commands.align",
+    "testset": "attnviz.training.commands.testset",
 }
 
 
