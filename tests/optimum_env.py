@@ -127,15 +127,40 @@ main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
 """
 
 
+# Runs inside the venv: a hierarchical Swin (image 64, patches of 4, windows of 4) whose three stages have 16x16,
+# 8x8 and 4x4 patch grids: 16 windows, then 4 (shifted blocks), then one window the size of the grid (no shift);
+# heads differ per stage.  (A grid smaller than the window fails in transformers itself: its position bias keeps
+# the configured window.)  A script of its own: its cache key leaves
+# the other exports' keys (and their cached folders) as they are.
+SWIN_STAGES_SCRIPT = r"""
+import sys
+from pathlib import Path
+import torch, transformers as T
+out = Path(sys.argv[2])
+hidden = int(sys.argv[3]) if len(sys.argv) > 3 else 32
+src = out / "hf"
+src.mkdir(parents=True, exist_ok=True)
+torch.manual_seed(0)
+cfg = T.SwinConfig(image_size=64, patch_size=4, embed_dim=hidden // 2, depths=[2, 2, 2], num_heads=[2, 4, 4],
+                   window_size=4, initializer_range=0.3)
+T.SwinModel(cfg).save_pretrained(src)
+T.ViTImageProcessor(size={"height": 64, "width": 64}).save_pretrained(src)
+from optimum.exporters.onnx import main_export
+main_export(str(src), output=str(out / "onnx"), task="feature-extraction", do_validation=False)
+"""
+SCRIPTS = {"swin-stages": SWIN_STAGES_SCRIPT}  # arch -> its own export script; every other arch: EXPORT_SCRIPT
+
+
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
-    run(EXPORT_SCRIPT, arch, str(out), *map(str, size))
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    run(SCRIPTS.get(arch, EXPORT_SCRIPT), arch, str(out), *map(str, size))
     return out
 
 
 def cached_export(arch: str, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
     """:func:`export` once per machine: seeded, so the same script and pins give the same files (tests only read them)."""
-    key = hashlib.sha1((EXPORT_SCRIPT + " ".join(PINS) + sys.version + arch + repr(size)).encode()).hexdigest()[:10]
+    script = SCRIPTS.get(arch, EXPORT_SCRIPT)
+    key = hashlib.sha1((script + " ".join(PINS) + sys.version + arch + repr(size)).encode()).hexdigest()[:10]
     out = CACHE / f"export-{arch}-{key}"
     done = out / ".complete"
     if not done.exists():

@@ -31,17 +31,25 @@ class SiteInfo:
     heads: int
     node: str  # source node name in the ONNX graph
     method: str  # how the probabilities were obtained, e.g. "softmax", "onnx-attention"
+    stage: int | None = None  # 1-based stage of a hierarchical (Swin) encoder, whose stages have their own grids
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.stage is None:  # files of models without stages keep the six keys they always had
+            del d["stage"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> SiteInfo:
-        return cls(**{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")})
+        stage = d.get("stage")
+        return cls(
+            **{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")},
+            stage=int(stage) if stage is not None else None,
+        )
 
     @property
     def label(self) -> str:
-        return f"{self.stack} {self.kind} L{self.layer}"
+        return f"{self.stack} {self.kind} L{self.layer}" + (f" stage {self.stage}" if self.stage else "")
 
 
 @runtime_checkable
@@ -147,10 +155,11 @@ class Block:
     key_axis: TokenAxis
     result: AttentionResult = field(repr=False)
     batch: int = 0
+    stage: int | None = None  # the stage of a hierarchical encoder (SiteInfo.stage): one block per stage
 
     @property
     def name(self) -> str:
-        return f"{self.stack} {self.kind}-attention"
+        return f"{self.stack} {self.kind}-attention" + (f" stage {self.stage}" if self.stage else "")
 
     @property
     def n_layers(self) -> int:
@@ -232,16 +241,17 @@ class AttentionResult:
         return q_ax, k_ax
 
     def blocks(self, batch: int = 0) -> list[Block]:
-        """Group sites into blocks, keeping canonical order (encoder, decoder self, decoder cross)."""
+        """Group sites into blocks, keeping canonical order (encoder, decoder self, decoder cross); the stages of
+        a hierarchical encoder are blocks of their own."""
         groups: dict[tuple, list[int]] = {}
         for i, s in enumerate(self.sites):
             _, _, tq, tk = self.maps[i].shape
-            groups.setdefault((s.stack, s.kind, tq, tk), []).append(i)
+            groups.setdefault((s.stack, s.kind, tq, tk, s.stage), []).append(i)
         order = {("encoder", "self"): 0, ("encoder", "cross"): 1, ("decoder", "self"): 2, ("decoder", "cross"): 3}
         out = []
-        for (stack, kind, tq, tk), idx in sorted(groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])):
+        for (stack, kind, tq, tk, stage), idx in sorted(groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])):
             q_ax, k_ax = self._axes_for(stack, kind, tq, tk, batch)
-            out.append(Block(stack, kind, idx, q_ax, k_ax, self, batch))
+            out.append(Block(stack, kind, idx, q_ax, k_ax, self, batch, stage))
         return out
 
     @property

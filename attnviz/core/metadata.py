@@ -34,6 +34,11 @@ attnviz.alignment        optional: JSON ``{"heads": [[decoder layer, head], ...]
                          alignment), the first one the best; rows stand for the decoder's input token
                          ("input", Shift-Att) or the token it predicts ("predict").  The Alignment view
                          opens on the first head with those row labels.
+attnviz.windows          optional: JSON ``{"patch_size": p, "window_size": w, "depths": [blocks per stage]}``
+                         for Swin-style windowed attention (every other block of a stage shifted by w // 2,
+                         the grid halved between stages): the maps are placed back on each stage's patch
+                         grid (``attnviz.core.windows``).  An optimum export folder's ``config.json`` with
+                         ``model_type: swin`` supplies it.
 =======================  =====================================================================
 """
 
@@ -44,7 +49,7 @@ from collections.abc import Mapping
 from typing import Any
 
 PREFIX = "attnviz."
-JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics", "alignment")
+JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics", "alignment", "windows")
 INPUT_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask", "image", "series")
 
 

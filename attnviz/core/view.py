@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core import reduce
+from attnviz.core import reduce, windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid, TokenAxis
 
 
@@ -639,6 +639,16 @@ def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
     return PatchGrid.infer(n_keys)
 
 
+def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
+    """The patch grid a block's keys lie on.  A stage of a hierarchical (Swin) encoder has its own, the result's
+    grid (the first stage's: the image's patches) halved per stage; every other block shares the result's."""
+    n_keys = blk_len(blk, 1)
+    if blk.stage and result.patch_grid is not None:
+        g = windows.stage_grid(result.patch_grid, blk.stage)
+        return g if g.n == n_keys else None
+    return patch_grid_for(result, n_keys)
+
+
 def image_source(
     result: AttentionResult, blocks: list[Block], prefer: int | None = None
 ) -> tuple[int, PatchGrid, str] | None:
@@ -651,7 +661,7 @@ def image_source(
         return None
 
     def grid_of(i):
-        return patch_grid_for(result, blk_len(blocks[i], 1))
+        return block_grid(result, blocks[i])
 
     order = [prefer] if prefer is not None and 0 <= prefer < len(blocks) else []
     order += [i for i, b in enumerate(blocks) if b.kind == "cross"]

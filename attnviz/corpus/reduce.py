@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import metadata as md
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.score_direction import direction
@@ -199,6 +200,12 @@ class BatchReducer:
         from attnviz.runtime import open_model
 
         self.model = open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
+        if md.section(getattr(self.model, "meta", {}), "windows"):
+            # per-head statistics assume one token axis per stack; Swin's stages each have their own grid
+            raise AttnvizError(
+                f"{Path(model_path).name}: corpus statistics over windowed (Swin) attention are not supported yet; "
+                "inspect its images one at a time (attnviz open / extract / figure)"
+            )
         self.model.probe()
         self.kind = self.model.kind
         self.k = k

@@ -16,8 +16,8 @@ from attnviz.core.attention import AttentionResult, Block, TokenAxis
 
 
 def block_label(block: Block) -> str:
-    """Short name used on the command line and in recipes: ``"encoder self"``."""
-    return f"{block.stack} {block.kind}"
+    """Short name used on the command line and in recipes: ``"encoder self"`` (``"encoder self stage 2"``)."""
+    return f"{block.stack} {block.kind}" + (f" stage {block.stage}" if block.stage else "")
 
 
 def _norm(name: str) -> str:
@@ -274,15 +274,14 @@ def first_block(result: AttentionResult, kind: str | None = None, stack: str | N
 
 def patch_block(result: AttentionResult) -> int | None:
     """First block whose keys are the image patches (vision encoder self-attention, or cross-attention to it)."""
-    g = result.patch_grid
-    if g is None:
-        return None
-    for i, b in enumerate(result.blocks()):
-        if len(b.key_axis) == g.offset + g.n:
-            return i
-    return None
+    return next((i for i, b in enumerate(result.blocks()) if keys_are_patches(result, b)), None)
 
 
 def keys_are_patches(result: AttentionResult, block: Block) -> bool:
+    """The block's keys are exactly the result's patches, or (a stage of a hierarchical encoder) its stage's."""
     g = result.patch_grid
-    return g is not None and len(block.key_axis) == g.offset + g.n
+    if g is None:
+        return False
+    if block.stage:
+        return view.block_grid(result, block) is not None
+    return len(block.key_axis) == g.offset + g.n

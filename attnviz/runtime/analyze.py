@@ -19,8 +19,9 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import AttentionResult, DenseMap, MapSource
+from attnviz.core.attention import AttentionResult, DenseMap, MapSource, PatchGrid
 from attnviz.core.rows import RowAxes, set_row_axes
+from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
 from attnviz.runtime.adapters import patch_axis
@@ -162,7 +163,12 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
             n_keys = result.maps[cross_sites[-1]].shape[-1]
         img = feeds.get(prep.img_in.name)
         hw = tuple(np.shape(img)[-2:]) if img is not None else None  # the size actually fed decides the grid
-        grid = model.grid(n_keys, hw) if n_keys else None
+        staged = next((m for m in result.maps if isinstance(m, WindowedMap)), None)
+        grid: PatchGrid | None
+        if staged is not None:  # a Swin's grid is its first stage's (the image's patches); later stages halve it
+            grid, n_keys = staged.layout.grid, staged.layout.tokens
+        else:
+            grid = model.grid(n_keys, hw) if n_keys else None
         result.patch_grid = grid
         if grid is not None and n_keys:
             axes = [RowAxes(patch_axis(grid, n_keys), a.key_tokens) for a in axes]

@@ -101,9 +101,23 @@ def _folder_image(folder: Path) -> dict:
     return out
 
 
+# config.json model types whose attention windows attnviz places on the patch grid (attnviz.core.windows): the
+# layout keys they share, read as they are written; other windowed families (swinv2, donut-swin) are not checked
+WINDOWED_MODEL_TYPES = ("swin",)
+WINDOW_KEYS = ("patch_size", "window_size", "depths")
+
+
+def _folder_windows(folder: Path) -> dict:
+    """``attnviz.windows`` metadata from a Swin config.json (``{}`` for any other model)."""
+    cfg = _read_json(folder / "config.json")
+    if cfg.get("model_type") not in WINDOWED_MODEL_TYPES:
+        return {}
+    return {k: cfg[k] for k in WINDOW_KEYS if k in cfg}
+
+
 def _with_config(model: AttentionModel, folder: Path) -> AttentionModel:
-    """A file from a folder: special tokens and image preprocessing from the folder's config files where its own
-    metadata has none."""
+    """A file from a folder: special tokens, image preprocessing and a window layout from the folder's config
+    files where its own metadata has none."""
     if not isinstance(model.meta.get("special"), dict):
         special = _config_special(folder)
         if special:
@@ -112,6 +126,10 @@ def _with_config(model: AttentionModel, folder: Path) -> AttentionModel:
         image = _folder_image(folder)
         if image:
             model.meta["image"] = image
+    if "image" in model.roles.values() and not isinstance(model.meta.get("windows"), dict):
+        windows = _folder_windows(folder)
+        if windows:
+            model.meta["windows"] = windows
     return model
 
 

@@ -10,6 +10,7 @@ import onnx
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
+from attnviz.core import windows as win
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import analyze as engine
@@ -421,11 +422,12 @@ class AttentionModel:
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
-        self._refuse_windows(kept, maps, feeds)
+        maps = self._place_windows(kept, maps, feeds)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         if not self._stack_confirmed:
             self._confirm_stack(sites, maps, kept)
             sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]  # the stacks it may have relabelled
+        sites = [_with_stage(i, m) for i, m in zip(sites, maps)]
         for site, m in zip(kept, maps):
             site.heads = site.heads or int(m.shape[1])  # a real run counts heads as well as a probe would
         info = {
@@ -440,23 +442,48 @@ class AttentionModel:
             info["notes"] = notes  # analyze() appends its own notes to these
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
 
-    def _refuse_windows(self, kept: list[gr.Site], maps, feeds: dict[str, np.ndarray]) -> None:
+    def _place_windows(self, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]) -> list:
         """Windowed attention (Swin: ``[B·windows, H, N, N]``, each window's patches attending among themselves)
-        would pass for a batch of B·windows inputs with N tokens each: a map that is right number by number but
-        shown on the wrong axes.  Placing the windows back on the patch grid (their partition and the cyclic
-        shift of every other layer) is not derived from the graph, so such a model is refused in one line."""
+        would pass for a batch of B·windows inputs with N tokens each: a map right number by number but shown on
+        the wrong axes.  With a window layout (``attnviz.windows`` metadata, or a Swin export folder's
+        config.json) every site becomes a :class:`~attnviz.core.windows.WindowedMap` over its stage's patch grid,
+        once each map has exactly the shape the layout predicts for the size the image was fed; a windowed model
+        without a layout, or one that disagrees with it, is refused in one line."""
         image = next((i.name for i in self.inputs if self.roles[i.name] == "image" and i.name in feeds), None)
         if image is None:
-            return
+            return maps
         batch = feeds[image].shape[0]
-        for s, m in zip(kept, maps):
-            lead = m.shape[0]
-            if lead != batch and batch and lead % batch == 0:
+        windowed = next(
+            ((s, m) for s, m in zip(kept, maps) if m.shape[0] != batch and batch and m.shape[0] % batch == 0), None
+        )
+        layout = win.WindowLayout.from_meta(md.section(self.meta, "windows"))
+        if layout is None:
+            if windowed is None:
+                return maps
+            s, m = windowed
+            raise AttnvizError(
+                f"{self.path.name}: site {s.node_name!r} attends within windows ({m.shape[0] // batch} windows of "
+                f"{m.shape[-1]} patches per image, as Swin does) and no window layout is known to place them on "
+                "the image; open the model from its export folder (config.json with model_type swin) or declare "
+                "attnviz.windows metadata"
+            )
+        hw = feeds[image].shape[-2:]
+        plan = layout.sites((int(hw[0]), int(hw[1])))
+        if len(plan) != len(maps):
+            raise AttnvizError(
+                f"{self.path.name}: its window layout has {len(plan)} blocks (depths {list(layout.depths)}) but "
+                f"the graph has {len(maps)} attention sites; the layout does not describe this model"
+            )
+        placed = []
+        for s, m, sw in zip(kept, maps, plan):
+            why = win.layout_problem(sw, m.shape, batch)
+            if why:
                 raise AttnvizError(
-                    f"{self.path.name}: site {s.node_name!r} attends within windows ({lead // batch} windows of "
-                    f"{m.shape[-1]} patches per image, as Swin does); attnviz shows maps over a whole image and "
-                    "cannot place windows on it yet, so windowed-attention models are not supported"
+                    f"{self.path.name}: site {s.node_name!r} does not match its window layout at "
+                    f"{hw[0]}x{hw[1]} pixels: {why}"
                 )
+            placed.append(win.WindowedMap(m.array(), batch, sw))
+        return placed
 
     def _fetch_list(self, mode: str, exposed) -> list[str]:
         """The outputs a run of ``mode``'s session fetches: the model's own, then each site's exposed tensors
@@ -656,6 +683,15 @@ def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
         return True
     rank = raw.ndim - (1 if s.loop else 0)
     return (axis % rank if rank else axis) == rank - 1
+
+
+def _with_stage(info: SiteInfo, m) -> SiteInfo:
+    """A windowed site is labelled with its stage: stages have grids of their own and form blocks of their own."""
+    if not isinstance(m, win.WindowedMap):
+        return info
+    import dataclasses
+
+    return dataclasses.replace(info, stage=m.layout.stage)
 
 
 def _iteration_site(s: gr.Site, it: int) -> gr.Site:

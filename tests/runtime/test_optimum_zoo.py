@@ -1,12 +1,15 @@
 """Architectures researchers export with plain ``optimum-cli export onnx`` (the sweep is bench/optimum_zoo.py; these
 hold what it found): BERT takes token_type_ids, OPT learned absolute positions (left padding), Llama has grouped-query attention and a GQA KV cache, Swin attends
-within windows.
+within windows (placed back on each stage's patch grid).
 
 Random-init tiny models (weights drawn wide, so heads differ by far more than the tolerance) are exported with
 optimum-onnx in the second venv (tests/optimum_env.py); references are transformers' own eager
 ``output_attentions`` of the same saved weights on a batch of 2 with one row right-padded, and its greedy
 ``generate``.
 """
+
+import json
+import re
 
 import numpy as np
 import pytest
@@ -115,29 +118,207 @@ def test_opt_left_padded_row_has_its_own_maps(optimum_export):
         np.testing.assert_allclose(a.array()[1][:, 2:, 2:], b.array()[0], atol=TOL)
 
 
-def test_swin_windowed_attention_is_refused_in_one_line(optimum_export, tmp_path, capsys):
-    """Swin's attention is [batch·windows, heads, N, N]: shown as it comes, one image would pass for a batch of 4
-    with 16 tokens each.  attnviz says what it is instead of showing windows as batch rows."""
-    root = optimum_export("swin")
+def _swin_block_weights(hf, px):
+    """transformers' windowed probabilities of every Swin block, ``[B·nW, H, N, N]`` each: ``output_attentions``
+    keeps only each stage's last block, so they are read from each block's attention module."""
+    got = []
+    hooks = [
+        blk.attention.register_forward_hook(lambda mod, args, out: got.append(out[1].detach().numpy()))
+        for stage in hf.encoder.layers
+        for blk in stage.blocks
+    ]
+    try:
+        with torch.no_grad():
+            o = hf(pixel_values=px, output_attentions=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    last = [got[sum(hf.config.depths[: i + 1]) - 1] for i in range(len(hf.config.depths))]
+    for a, b in zip(o.attentions, last):  # the hooks saw what output_attentions returns
+        np.testing.assert_array_equal(a.numpy(), b)
+    return got
+
+
+def _swin_expected(windows, batch, side, window, shift):
+    """The full ``[B, H, T, T]`` map over a ``side x side`` grid, written out plainly: the grid of positions
+    rolled as torch.roll(x, -shift) rolls the patches, cut into windows row-major, and every window's weights
+    put at the positions its patches came from."""
+    rolled = np.roll(np.arange(side * side).reshape(side, side), (-shift, -shift), axis=(0, 1))
+    per_row = side // window
+    heads = windows.shape[1]
+    out = np.zeros((batch, heads, side * side, side * side), np.float32)
+    for b in range(batch):
+        for w in range(per_row * per_row):
+            wr, wc = divmod(w, per_row)
+            pos = rolled[wr * window : (wr + 1) * window, wc * window : (wc + 1) * window].ravel()
+            for i in range(window * window):
+                for j in range(window * window):
+                    out[b, :, pos[i], pos[j]] = windows[b * per_row * per_row + w, :, i, j]
+    return out
+
+
+@pytest.mark.parametrize("arch", ["swin", "swin-stages"])
+def test_swin_maps_on_the_patch_grid_equal_transformers_windows(optimum_export, arch):
+    """Every Swin block's map is its windows placed on its stage's patch grid, the cyclic shift undone: equal to
+    transformers' windowed probabilities laid out by hand, on a batch of 2 images.  "swin": one stage, 8x8
+    patches in four 4x4 windows; "swin-stages": 16x16, 8x8 and 4x4 grids (16, 4 and 1 windows)."""
+    root = optimum_export(arch)
     hf = transformers.SwinModel.from_pretrained(root / "hf", attn_implementation="eager").eval()
+    size = hf.config.image_size
+    px = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+    windows = _swin_block_weights(hf, px)
+    r = open_model(root / "onnx", provider="cpu").analyze(feeds={"pixel_values": px.numpy()})
+    depths = hf.config.depths
+    stages = [s + 1 for s, d in enumerate(depths) for _ in range(d)]
+    assert [(s.layer, s.stage) for s in r.sites] == list(enumerate(stages))
+    assert [b.name for b in r.blocks()] == [f"encoder self-attention stage {s}" for s in range(1, len(depths) + 1)]
+    side0 = size // hf.config.patch_size
+    assert (r.patch_grid.rows, r.patch_grid.cols, r.patch_grid.offset) == (side0, side0, 0)
+    shifted = 0
+    for k, (m, w, stage) in enumerate(zip(r.maps, windows, stages)):
+        side = side0 >> (stage - 1)
+        window = min(hf.config.window_size, side)
+        first = sum(depths[: stage - 1])
+        shift = hf.config.window_size // 2 if (k - first) % 2 and side > hf.config.window_size else 0
+        shifted += bool(shift)
+        want = _swin_expected(w, 2, side, window, shift)
+        got = m.array()
+        assert got.shape == want.shape == (2, w.shape[1], side * side, side * side)
+        np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"block {k} (stage {stage}, shift {shift})")
+        np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)  # every patch is a real query: rows sum to 1
+        np.testing.assert_array_equal(m.head(1, 0), got[1, 0])  # one head on demand = the whole map's
+    assert shifted == (1 if arch == "swin" else 2)  # the shift was exercised
+
+
+def test_swin_query_rows_stay_inside_their_windows(optimum_export):
+    """A query patch attends only within its window on the image: on an unshifted block patch (5, 5) of the 16x16
+    grid sees rows/cols 4..7; on a shifted block (the grid rolled by 2, cut, masked) it sees 2..5, and corner
+    patch (0, 0), whose shifted window wraps around the image, sees only its true neighbours (0..1, 0..1).
+    The image-regions overlay of that query shows the same window."""
+    root = optimum_export("swin-stages")
+    px = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    r = open_model(root / "onnx", provider="cpu").analyze(feeds={"pixel_values": px.numpy()})
+
+    def support(layer, y, x):
+        row = r.maps[layer].array()[0, :, y * 16 + x].reshape(-1, 16, 16)
+        return {(int(a), int(b)) for a, b in zip(*np.nonzero((row > 1e-6).any(0)))}
+
+    def square(lo, hi):
+        return {(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)}
+
+    assert support(0, 5, 5) == square(4, 7)
+    assert support(1, 5, 5) == square(2, 5)
+    assert support(1, 0, 0) == square(0, 1)
+    assert support(0, 0, 0) == square(0, 3)
+    from attnviz.core import view as vm
+
+    sel = vm.Selection(block=0, layer=1, head=0, mode="head", query=5 * 16 + 5)
+    ov = vm.overlay_view(r, sel, (64, 64))
+    assert (ov.grid.rows, ov.grid.cols) == (16, 16)
+    assert {(int(a), int(b)) for a, b in zip(*np.nonzero(ov.patch > 1e-6))} == square(2, 5)
+    blocks = r.blocks()  # stage 2's overlay lies on its own 8x8 grid
+    ov2 = vm.overlay_view(r, sel.with_(block=1, layer=0, query=0), (64, 64), blocks)
+    assert (ov2.grid.rows, ov2.grid.cols) == (8, 8)
+    assert {(int(a), int(b)) for a, b in zip(*np.nonzero(ov2.patch > 1e-6))} == square(0, 3)
+
+
+def test_swin_extract_and_image_figure_from_the_cli(optimum_export, tmp_path, capsys):
+    """``extract`` writes each block's map over its stage's whole grid and labels the stages; the image figure
+    draws a stage's overlay."""
+    root = optimum_export("swin-stages")
+    img = tmp_path / "x.png"
+    pixels = np.random.default_rng(0).integers(0, 255, (64, 64, 3)).astype(np.uint8)
+    pytest.importorskip("PIL.Image").fromarray(pixels).save(img)
+    assert main(["extract", str(root / "onnx"), "--image", str(img), "--out", str(tmp_path / "m.npz")]) == 0
+    with np.load(tmp_path / "m.npz") as z:
+        shapes = [z[f"attn_{i:03d}"].shape for i in range(6)]
+        sites = json.loads(str(z["sites"]))
+    assert shapes == [(1, 2, 256, 256)] * 2 + [(1, 4, 64, 64)] * 2 + [(1, 4, 16, 16)] * 2
+    assert [s["stage"] for s in sites] == [1, 1, 2, 2, 3, 3]
+    from attnviz.core.io import load_npz
+
+    assert [b.name for b in load_npz(tmp_path / "m.npz").blocks()][1] == "encoder self-attention stage 2"
+    for block in ("0", "encoder self stage 2"):
+        out = tmp_path / f"fig{block[-1]}.png"
+        argv = ["figure", str(root / "onnx"), "--image", str(img), "--view", "image", "--block", block]
+        assert main([*argv, "--query", "5", "--out", str(out)]) == 0, capsys.readouterr().err
+        assert out.stat().st_size > 1000
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "figure",
+                str(root / "onnx"),
+                "--image",
+                str(img),
+                "--view",
+                "image",
+                "--block",
+                "encoder self",
+                "--out",
+                str(tmp_path / "f.png"),
+            ]
+        )
+        == 2
+    )  # three stages: the name is ambiguous, said in one line
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "encoder self stage 3" in err
+    # corpus statistics assume one token axis per stack: refused in one line, no results folder left behind
+    out = tmp_path / "corpus"
+    assert main(["corpus", str(root / "onnx"), "--images", str(tmp_path), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "windowed (Swin) attention are not supported yet" in err
+    assert not out.exists()
+
+
+def _tampered_swin(root, tmp_path, **config):
+    """A copy of the one-stage Swin export folder whose config.json says ``config`` (None: key removed)."""
+    import shutil
+
+    d = tmp_path / "swin"
+    shutil.copytree(root / "onnx", d)
+    cfg = json.loads((d / "config.json").read_text())
+    for k, v in config.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "vit"}, r"attends within windows \(4 windows of 16 patches per image.*no window layout"),
+        ({"depths": [3]}, r"window layout has 3 blocks \(depths \[3\]\) but the graph has 2 attention sites"),
+        ({"window_size": 2}, r"its map is \[4, 4, 16, 16\] where stage 1 predicts \[16, heads, 4, 4\]"),
+        ({"window_size": 3}, r"8x8 patch grid is not a whole number of 3x3 windows"),
+    ],
+)
+def test_swin_without_a_matching_window_layout_is_refused_in_one_line(
+    optimum_export, tmp_path, capsys, config, message
+):
+    """Windows are placed only where the folder's config.json describes them and every map has the shape that
+    layout predicts: a layout missing (not a Swin config) or wrong is refused in one line, never shown as
+    windows on a batch axis nor as a wrong map."""
+    folder = _tampered_swin(optimum_export("swin"), tmp_path, **config)
     px = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        o = hf(pixel_values=px, output_attentions=True)
-    assert o.attentions[-1].shape == (4, 4, 16, 16)  # what transformers itself returns: windows on the batch axis
-    m = open_model(root / "onnx", provider="cpu")
-    with pytest.raises(AttnvizError, match=r"attends within windows \(4 windows of 16 patches per image"):
-        m.analyze(feeds={"pixel_values": px.numpy()})
+    with pytest.raises(AttnvizError, match=message):
+        open_model(folder, provider="cpu").analyze(feeds={"pixel_values": px.numpy()})
     img = tmp_path / "x.png"
     pytest.importorskip("PIL.Image").fromarray(np.zeros((32, 32, 3), np.uint8)).save(img)
-    capsys.readouterr()  # transformers' own loading progress above
-    assert main(["extract", str(root / "onnx"), "--image", str(img), "--out", str(tmp_path / "m.npz")]) == 2
+    capsys.readouterr()
+    assert main(["extract", str(folder), "--image", str(img), "--out", str(tmp_path / "m.npz")]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "windowed-attention models are not supported" in err
+    assert len(err.strip().splitlines()) == 1 and re.search(message, err)
     assert not (tmp_path / "m.npz").exists()
-    # a corpus run over images meets it at its first batch: the same line, and no results folder left behind
+    # a corpus run over images meets it at its first batch (a Swin layout, right or wrong, is refused before: corpus
+    # statistics do not take stages yet): one line, and no results folder left behind
     out = tmp_path / "corpus"
-    args = ["corpus", str(root / "onnx"), "--images", str(tmp_path), "--out", str(out), "--no-progress"]
+    args = ["corpus", str(folder), "--images", str(tmp_path), "--out", str(out), "--no-progress"]
     assert main([*args, "--workers", "1"]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "windowed-attention models are not supported" in err
+    corpus_message = message if config.get("model_type") else r"windowed \(Swin\) attention are not supported yet"
+    assert len(err.strip().splitlines()) == 1 and re.search(corpus_message, err)
     assert not out.exists()

@@ -115,7 +115,10 @@ class ImageRegionsView(View):
     def source(self):
         """(block index, grid, kind) of the attention over image patches, or None (the view model's choice)."""
         s = self.session
-        return vm.image_source(s.result, s.blocks)  # captioning: the words' cross-attention; a ViT: its encoder
+        # a Swin's stages are one attention at several grids: the stage selected is the one shown (and exported)
+        staged = 0 <= s.sel.block < len(s.blocks) and s.blocks[s.sel.block].stage
+        prefer = s.sel.block if staged else None
+        return vm.image_source(s.result, s.blocks, prefer)  # captioning: the words' cross-attention; a ViT: its encoder
 
     def reason(self) -> str | None:
         why = super().reason()
