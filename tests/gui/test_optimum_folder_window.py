@@ -38,3 +38,29 @@ def test_vision_to_text_folder_shows_a_caption_word_over_the_patches(qtbot, real
     # the overlay's patch weights are that word's row of the map over the 4x4 patches (CLS excluded)
     np.testing.assert_allclose(v.patch_map, r.maps[cross_l1].array()[0, 3, row, 1:].reshape(4, 4), rtol=1e-5)
     assert "grid 4×4 (+1 non-patch)" in v.info.text()
+
+
+def test_swin_image_regions_show_the_selected_stage_as_the_export_draws_it(
+    qtbot, real_window, optimum_export, tmp_path
+):
+    """A 3-stage Swin folder: each stage is a block with its own grid (16x16, 8x8, 4x4 patches).  The view showed
+    stage 1 whatever block was selected while File > Export view drew the selected one."""
+    from screen_figure import check_image, figure
+
+    root = optimum_export("swin-stages")
+    rgb = np.zeros((64, 64, 3), np.uint8)
+    rgb[8:40, 24:56] = (230, 60, 60)
+    img = tmp_path / "scene.png"
+    PIL.fromarray(rgb).save(img)
+    w = real_window
+    open_and_wait(qtbot, w, root / "onnx", image=str(img))
+    names = [b.name for b in w.session.blocks]
+    assert [n.rsplit(" ", 1)[-1] for n in names] == ["1", "2", "3"] and all("stage" in n for n in names)
+    w.select_view("image")
+    v = w.image_regions
+    for block, side in ((0, 16), (1, 8), (2, 4)):
+        w.session.select(block=block, layer=0, head=0)
+        v.draw()
+        assert v.patch_map.shape == (side, side), (block, v.patch_map.shape)
+        assert f"grid {side}×{side}" in v.info.text()
+        check_image(w, figure(w, v))  # the screen and the exported figure: the same stage, the same heat
