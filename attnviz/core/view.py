@@ -699,6 +699,24 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
     return out + [("all patches (mean)", -1)]
 
 
+def patch_query(grid: PatchGrid, x: float, y: float, width: int, height: int) -> tuple[str, int] | None:
+    """``(label, query row)`` of the patch under pixel ``(x, y)`` of an image ``width`` × ``height`` (None outside
+    it): "where does this patch look?".  Patch ``(r, c)`` covers the image's ``r``-th of ``rows`` bands, as
+    :meth:`PatchGrid.to_image` lays a row of keys out and :func:`upsample` stretches it."""
+    if not (0 <= x < width and 0 <= y < height):
+        return None
+    r = min(int(y * grid.rows / height), grid.rows - 1)
+    c = min(int(x * grid.cols / width), grid.cols - 1)
+    row = grid.offset + r * grid.cols + c
+    return patch_label(grid, row), row
+
+
+def patch_label(grid: PatchGrid, row: int) -> str:
+    """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure)."""
+    r, c = divmod(row - grid.offset, grid.cols)
+    return f"patch ({r}, {c})"
+
+
 def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:
     """Index into ``queries`` of generated word ``step`` (given caption words come first); 0 for no step."""
     if step < 0 or not n_steps(result):
@@ -751,6 +769,8 @@ def overlay_view(
     else:
         vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
+        if kind == "self" and grid.offset <= query < grid.offset + grid.n:  # a patch as the query
+            label = patch_label(grid, query)
     patch = grid.to_image(vec)
     vmax = max(float(patch.max()), 1e-6)
     if size is None:

@@ -137,3 +137,21 @@ def test_alignment_of_a_start_token_alone_names_what_is_missing():
     r.generated, r.prompt_len, r.key_tokens = [], None, TokenAxis(["<s>"], [True])
     with pytest.raises(vm.ViewError, match="needs target words"):
         vm.alignment_map(r, vm.Selection(mode="head", head=0))
+
+
+def test_the_patch_under_a_pixel_is_the_query_row_of_that_patch():
+    from attnviz.core.attention import PatchGrid
+
+    g = PatchGrid(4, 8, 1)  # 4 rows x 8 columns of patches after one CLS, over a 64 x 128 image
+    assert vm.patch_query(g, 0, 0, 128, 64) == ("patch (0, 0)", 1)
+    assert vm.patch_query(g, 127.9, 63.9, 128, 64) == ("patch (3, 7)", 1 + 3 * 8 + 7)
+    assert vm.patch_query(g, 16.0, 15.99, 128, 64) == ("patch (0, 1)", 2)  # x 16 starts column 1; y < 16 is row 0
+    assert vm.patch_query(g, 16.0, 16.0, 128, 64) == ("patch (1, 1)", 1 + 8 + 1)
+    assert vm.patch_query(g, -0.1, 3, 128, 64) is None and vm.patch_query(g, 3, 64, 128, 64) is None
+    # the row it names is the one to_image puts at (r, c): a one-hot row lands on that cell
+    for x, y in ((5, 50), (100, 20), (127, 0)):
+        _, row = vm.patch_query(g, x, y, 128, 64)
+        hot = np.zeros(1 + g.n)
+        hot[row] = 1
+        r, c = np.argwhere(g.to_image(hot) == 1)[0]
+        assert (r, c) == (int(y * 4 / 64), int(x * 8 / 128))

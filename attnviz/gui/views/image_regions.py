@@ -1,7 +1,8 @@
 """Image regions: the image with a chosen query's attention as a smoothed heat overlay.
 
 Queries are the generated caption words (cross-attention over image patches) or, for a
-vision encoder, CLS / the mean over patch queries (self-attention, rollout allowed).  A strip
+vision encoder, CLS / the mean over patch queries (self-attention, rollout allowed) / a patch clicked on the
+image ("where does this patch look?").  A strip
 below shows one thumbnail per generated word ("Show, Attend and Tell").  What lies under the heat
 (grey image, colour image, heat only) is the selection's ``image_base``, so the export draws it too.
 """
@@ -66,6 +67,7 @@ class ImageRegionsView(View):
         self.overlay_item.setZValue(5)
         self.vb.addItem(self.image_item)
         self.vb.addItem(self.overlay_item)
+        self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.query_bar = QHBoxLayout()
         self.query_group = QButtonGroup(self)
         self.query_group.setExclusive(True)
@@ -108,6 +110,7 @@ class ImageRegionsView(View):
         self.queries: list[tuple[str, int]] = []  # (label, query row in the source block)
         self.query = 0
         self.patch_map: np.ndarray | None = None
+        self._image_size: tuple[int, int] | None = None  # (height, width) of the image drawn, in its pixels
         self._struct_key = None
         self._strip_key: tuple | None = None  # (result, selection) the strip was drawn for
 
@@ -132,6 +135,16 @@ class ImageRegionsView(View):
         s = self.session
         bi, grid, kind = self.source()
         self.queries = vm.image_queries(s.result, s.blocks[bi], grid)
+        self._make_buttons()
+        if kind == "self" or not self.queries:
+            self.query = 0
+        elif s.sel.step >= 0:
+            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
+        else:  # all steps shown: start on the word whose attention is most focused
+            peaks = [float(self.overlay_for(qi).patch.max()) for qi in range(len(self.queries))]
+            self.query = int(np.argmax(peaks))
+
+    def _make_buttons(self) -> None:
         for b in self.query_buttons:
             self.query_group.removeButton(b)
             self.query_bar.removeWidget(b)
@@ -149,13 +162,22 @@ class ImageRegionsView(View):
             self.query_group.addButton(b)
             self.query_bar.addWidget(b)
             self.query_buttons.append(b)
-        if kind == "self" or not self.queries:
-            self.query = 0
-        elif s.sel.step >= 0:
-            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
-        else:  # all steps shown: start on the word whose attention is most focused
-            peaks = [float(self.overlay_for(qi).patch.max()) for qi in range(len(self.queries))]
-            self.query = int(np.argmax(peaks))
+
+    def _on_click(self, ev) -> None:
+        """A click on the image makes the patch under it the query (self-attention over patches: a ViT, a Swin
+        stage); the last clicked patch has one button of its own, and File ▸ Export view draws it too."""
+        src = self.source() if self.session.result is not None else None
+        if src is None or src[2] != "self" or ev.button() != Qt.MouseButton.LeftButton or self._image_size is None:
+            return
+        at = self.vb.mapSceneToView(ev.scenePos())
+        h, w = self._image_size
+        picked = vm.patch_query(src[1], at.x(), at.y(), w, h)
+        if picked is None:
+            return
+        keep = [q for q in self.queries if not q[0].startswith("patch (")]  # one clicked patch at a time
+        self.queries = [*keep, picked]
+        self._make_buttons()
+        self.set_query(len(self.queries) - 1)
 
     def on_result(self) -> None:
         self._struct_key = None
@@ -197,6 +219,7 @@ class ImageRegionsView(View):
             b.setChecked(i == self.query)
         img = self.base_image(grid)
         h, w = img.shape[:2]
+        self._image_size = (h, w)
         # the overlay is computed at screen resolution, not at the (often 32-224 px) model input size
         k = max(1, int(np.ceil(OVERLAY_PX / max(h, w))))
         ov = self.overlay_for(self.query, (h * k, w * k))
