@@ -617,6 +617,9 @@ def links_view(
 # image regions
 
 
+QUERY_OUTLINE = "white"  # the outline of a query patch on the image: screen and figure draw it alike
+
+
 @dataclass
 class OverlayView:
     """One query's attention over the image patches, and the heat to lay over the image."""
@@ -630,6 +633,16 @@ class OverlayView:
     vmax: float
     title: str
     base: str = "grey"  # what lies under the heat (IMAGE_BASES)
+    query_cell: tuple[int, int] | None = None  # (row, col) of the query patch, outlined on the image; None: no patch
+
+    def query_rect(self, width: float, height: float) -> tuple[float, float, float, float] | None:
+        """``(x, y, w, h)`` of the query patch on an image ``width`` × ``height`` (pixel edges at 0 and width), or
+        None: the outline the screen and the figure draw around the patch whose attention is shown."""
+        if self.query_cell is None:
+            return None
+        r, c = self.query_cell
+        cw, ch = width / self.grid.cols, height / self.grid.rows
+        return c * cw, r * ch, cw, ch
 
 
 def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
@@ -764,6 +777,7 @@ def overlay_view(
     query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None
     if query is None:
         query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
+    cell = None
     if query < 0:
         vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
     else:
@@ -771,6 +785,7 @@ def overlay_view(
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
         if kind == "self" and grid.offset <= query < grid.offset + grid.n:  # a patch as the query
             label = patch_label(grid, query)
+            cell = divmod(query - grid.offset, grid.cols)
     patch = grid.to_image(vec)
     vmax = max(float(patch.max()), 1e-6)
     if size is None:
@@ -779,7 +794,7 @@ def overlay_view(
     heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
     title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
-    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base)
+    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell)
 
 
 def grey_base(image: np.ndarray) -> np.ndarray:

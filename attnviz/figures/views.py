@@ -495,6 +495,10 @@ def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
     ih, iw = image.shape[:2]
     ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto")
     ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
+    rect = ov.query_rect(iw, ih)
+    if rect is not None:  # the query patch, outlined as on screen (pixel edges sit half a pixel off the centres)
+        x, y, w, h = rect
+        ax.add_patch(Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor=vm.QUERY_OUTLINE, linewidth=1.0))
     ax.set_axis_off()
     return ScalarMappable(norm=Normalize(0.0, ov.vmax, clip=True), cmap=cmap)
 

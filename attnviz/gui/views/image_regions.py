@@ -16,6 +16,7 @@ from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
+    QGraphicsRectItem,
     QHBoxLayout,
     QPushButton,
     QScrollArea,
@@ -67,6 +68,12 @@ class ImageRegionsView(View):
         self.overlay_item.setZValue(5)
         self.vb.addItem(self.image_item)
         self.vb.addItem(self.overlay_item)
+        # the query patch's outline (a clicked patch), as the exported figure draws it
+        self.query_outline = QGraphicsRectItem()
+        self.query_outline.setPen(pg.mkPen(vm.QUERY_OUTLINE, width=1.5, cosmetic=True))
+        self.query_outline.setZValue(10)
+        self.query_outline.hide()
+        self.vb.addItem(self.query_outline)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.query_bar = QHBoxLayout()
         self.query_group = QButtonGroup(self)
@@ -233,6 +240,10 @@ class ImageRegionsView(View):
         self.image_item.setImage(under, autoLevels=False, levels=(0, 255))
         self.overlay_item.setImage(heat_rgba(ov), autoLevels=False, levels=(0, 255))
         self.overlay_item.setRect(QRectF(0, 0, w, h))
+        rect = ov.query_rect(w, h)
+        self.query_outline.setVisible(rect is not None)
+        if rect is not None:
+            self.query_outline.setRect(QRectF(*rect))
         self.vb.setRange(QRectF(0, 0, w, h), padding=0)
         blk = s.blocks[bi]
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
