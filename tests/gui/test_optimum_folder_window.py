@@ -64,3 +64,18 @@ def test_swin_image_regions_show_the_selected_stage_as_the_export_draws_it(
         assert v.patch_map.shape == (side, side), (block, v.patch_map.shape)
         assert f"grid {side}×{side}" in v.info.text()
         check_image(w, figure(w, v))  # the screen and the exported figure: the same stage, the same heat
+    # stage 1's first block (16x16 patches, unshifted windows): a clicked patch looks only inside its own window
+    import json
+
+    from PySide6.QtCore import QPointF, Qt
+
+    size = json.loads((root / "onnx" / "config.json").read_text())["window_size"]
+    w.session.select(block=0, layer=0, head=0)
+    v.draw()
+    h, wd = v._image_size
+    scene = v.vb.mapViewToScene(QPointF(5.5 * wd / 16, 5.5 * h / 16))  # patch (5, 5)
+    qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
+    assert v.queries[v.query][0] == "patch (5, 5)"
+    nonzero = np.argwhere(v.patch_map > 1e-6)
+    lo = (5 // size) * size
+    assert len(nonzero) == size * size and nonzero.min() >= lo and nonzero.max() < lo + size
