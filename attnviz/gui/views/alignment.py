@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtWidgets import QVBoxLayout
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QVBoxLayout
 
 from attnviz.core import metadata as md
 from attnviz.core import view as vm
 from attnviz.core.view import MapView
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.views.heatmap import HeatmapWidget
+
+ROW_CHOICES = {"predict": "rows: predicting row", "input": "rows: reading row (Shift-Att)"}
 
 
 class AlignmentView(View):
@@ -20,9 +22,21 @@ class AlignmentView(View):
         self.heatmap = HeatmapWidget(x_title="source", y_title="generated")
         self.step_label = info_label()
         self.step_label.setObjectName("step_label")
+        # the row convention (core/align.py): the selection's `rows`, so File > Export view (figure --rows) agrees
+        self.rows_box = QComboBox()
+        for conv, text in ROW_CHOICES.items():
+            self.rows_box.addItem(text, conv)
+        self.rows_box.setToolTip(
+            "which decoder row stands for each target word: the row that predicts it, or the row that reads it as "
+            "input (Shift-Att); the model's declared convention is chosen when it opens"
+        )
+        self.rows_box.currentIndexChanged.connect(lambda _i: self.session.select(rows=self.rows_box.currentData()))
+        top = QHBoxLayout()
+        top.addWidget(self.step_label, 1)
+        top.addWidget(self.rows_box)
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(self.step_label)
+        lay.addLayout(top)
         lay.addWidget(self.heatmap, 1)
         self.mv: MapView | None = None
 
@@ -95,6 +109,10 @@ class AlignmentView(View):
         return note
 
     def draw(self) -> None:
+        if self.rows_box.currentData() != self.session.sel.rows:
+            self.rows_box.blockSignals(True)  # showing the selection is not a new choice
+            self.rows_box.setCurrentIndex(max(0, self.rows_box.findData(self.session.sel.rows)))
+            self.rows_box.blockSignals(False)
         self.mv = mv = self.alignment_map()
         self.heatmap.set_map(mv, log=self.session.sel.log)
         g = len(self.session.result.generated)
