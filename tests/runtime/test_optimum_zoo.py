@@ -33,6 +33,16 @@ def _padded_batch():
     return ids, mask
 
 
+def _both(root, hf_class, ids, mask):
+    """(the transformers model, its eager attentions, the attnviz model, its result) on the same padded batch."""
+    hf = getattr(transformers, hf_class).from_pretrained(root / "hf", attn_implementation="eager").eval()
+    with torch.no_grad():
+        o = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
+    m = open_model(root / "onnx", provider="cpu")
+    r = m.analyze(feeds={"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    return hf, o, m, r
+
+
 def _check_real(result, refs, mask, labels):
     """Every map equals transformers' on the real query and key positions (padded rows are not compared)."""
     assert [(s.stack, s.kind, s.layer) for s in result.sites] == labels
@@ -52,13 +62,9 @@ def test_bert_raw_feeds_without_token_type_ids(optimum_export, tmp_path, capsys)
     """optimum's BERT export takes token_type_ids; feeds of input_ids + attention_mask alone (what most code saves)
     get transformers' default, one segment of zeros, instead of a refusal."""
     root = optimum_export("bert")
-    hf = transformers.BertModel.from_pretrained(root / "hf", attn_implementation="eager").eval()
     ids, mask = _padded_batch()
-    with torch.no_grad():
-        o = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
-    m = open_model(root / "onnx", provider="cpu")
+    hf, o, m, r = _both(root, "BertModel", ids, mask)
     assert "token_type_ids" in [i.name for i in m.inputs]
-    r = m.analyze(feeds={"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
     _check_real(r, o.attentions, mask, [("encoder", "self", 0), ("encoder", "self", 1)])
     # given token types still win: segment 1 changes the maps, exactly as in transformers
     tt = torch.ones_like(ids)
@@ -77,13 +83,9 @@ def test_llama_gqa_maps_and_generation_through_its_cache(optimum_export):
     """4 query heads over 2 KV heads: 4 maps per layer, each its own query head's; the GQA cache (2 heads) gives
     transformers' greedy tokens."""
     root = optimum_export("llama")
-    hf = transformers.LlamaForCausalLM.from_pretrained(root / "hf", attn_implementation="eager").eval()
-    assert hf.config.num_key_value_heads == 2
     ids, mask = _padded_batch()
-    with torch.no_grad():
-        o = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
-    m = open_model(root / "onnx", provider="cpu")
-    r = m.analyze(feeds={"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    hf, o, m, r = _both(root, "LlamaForCausalLM", ids, mask)
+    assert hf.config.num_key_value_heads == 2
     _check_real(r, o.attentions, mask, [("decoder", "self", 0), ("decoder", "self", 1)])
     assert [s.heads for s in r.sites] == [4, 4]
     prompt = ids[:1]
@@ -102,16 +104,12 @@ def test_opt_left_padded_row_has_its_own_maps(optimum_export):
     tokens sat at shifted positions (maps off by up to 0.98); counted over real tokens, as transformers' OPT and
     optimum's own ORTModel count them, the row's maps are transformers' and those of the row alone."""
     root = optimum_export("opt")
-    hf = transformers.OPTForCausalLM.from_pretrained(root / "hf", attn_implementation="eager").eval()
     ids, _ = _padded_batch()
     mask = torch.ones_like(ids)
     mask[1, :2] = 0  # row 1 padded on the left, as batched generation pads
     ids[mask == 0] = 0
-    with torch.no_grad():
-        o = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
-    m = open_model(root / "onnx", provider="cpu")
+    _, o, m, r = _both(root, "OPTForCausalLM", ids, mask)
     assert "position_ids" in [i.name for i in m.inputs]
-    r = m.analyze(feeds={"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
     _check_real(r, o.attentions, mask, [("decoder", "self", 0), ("decoder", "self", 1)])
     alone = m.analyze(feeds={"input_ids": ids[1:, 2:].numpy(), "attention_mask": mask[1:, 2:].numpy()})
     for a, b in zip(r.maps, alone.maps):
