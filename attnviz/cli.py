@@ -38,6 +38,7 @@ PARAM_FLAGS = {
     "image": "--image",
     "tokenizer": "--tokenizer",
     "generate": "--generate",
+    "max_tokens": "--max-tokens",
     "inputs": "--inputs",
     "memory": "--memory",
     "block": "--block",

@@ -45,6 +45,8 @@ from attnviz.gui.widgets.controls import Controls
 from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
+from attnviz.runtime.errors import Cancelled
+from attnviz.runtime.request import AnalyzeRequest
 
 MAX_RECENT = 10
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
@@ -252,6 +254,7 @@ class MainWindow(QMainWindow):
             "text_pair": i.text_pair,
             "image": i.image,
             "generate": i.generate,
+            "max_tokens": i.max_tokens,
             "block": c.block,
             "layer": c.layer,
             "layers": c.layer_lo,
@@ -301,10 +304,11 @@ class MainWindow(QMainWindow):
     def _on_error(self, kind: str, rid: int, exc) -> None:
         if rid != self._latest.get(kind):
             return  # superseded
-        self.inputs.set_busy(False, "error" if error_text(exc) != "cancelled" else "cancelled")
-        if error_text(exc) == "cancelled":
+        if isinstance(exc, Cancelled):
+            self.inputs.set_busy(False, "cancelled")
             self.statusBar().showMessage("Cancelled.")
             return
+        self.inputs.set_busy(False, "error")
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
             print(exc.__attnviz_traceback__)
         if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
@@ -329,7 +333,7 @@ class MainWindow(QMainWindow):
 
         def truncate():
             self.inputs.set_values(max_tokens=limit.tokens)
-            self.run_analysis(self.inputs.values())
+            self.run_analysis()
 
         button.clicked.connect(truncate)
 
@@ -391,7 +395,7 @@ class MainWindow(QMainWindow):
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
         )
         if run:
-            self.run_analysis(self.inputs.values())
+            self.run_analysis()
 
     def open_image(self, path) -> None:
         try:
@@ -401,7 +405,7 @@ class MainWindow(QMainWindow):
             return
         self.inputs.set_values(image=str(path))
         self.add_recent(path)
-        self.run_analysis(self.inputs.values())
+        self.run_analysis()
 
     def open_npz(self, path) -> None:
         from attnviz.core.io import load_npz
@@ -419,16 +423,18 @@ class MainWindow(QMainWindow):
             self.show_error(f"{Path(path).name}: cannot show these maps ({error_text(e)})")
 
     # -- running -----------------------------------------------------------------------
-    def run_analysis(self, values: dict | None = None) -> None:
+    def run_analysis(self, request: AnalyzeRequest | None = None) -> None:
+        """Run ``request``, by default the one the input panel's fields build (a bad value is one message, the
+        control that fixes it framed)."""
         m = self.session.model
-        values = values if values is not None else self.inputs.values()
         try:
             rules.check_runnable(m)
+            request = request if request is not None else self.inputs.request()
         except AttnvizError as e:
-            self.show_error(str(e))
+            self.show_error(str(e), param=e.param)
             return
         self.workers.cancel("run")  # the older run's result will be dropped
-        w = self.workers.start(analyze, m, dict(values), kind="run")
+        w = self.workers.start(analyze, m, request, kind="run")
         self._latest["run"] = w.request_id
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")

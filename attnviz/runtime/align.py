@@ -17,6 +17,7 @@ from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
 from attnviz.core.words import with_article
+from attnviz.runtime.errors import Cancelled
 
 
 @dataclass
@@ -172,7 +173,7 @@ def score_test_set(model, gold_path, convention: str | None = None, cancelled=No
     samples = []
     for k, (s, t, g) in enumerate(zip(src_lines, tgt_lines, gold)):
         if cancelled is not None and cancelled():
-            raise AttnvizError("cancelled")
+            raise Cancelled("cancelled")
         sw, tw = s.split(), t.split()
         if not sw or not tw:
             raise AttnvizError(f"{gold_file.stem} line {k + 1}: an empty sentence; every line needs a word")

@@ -188,13 +188,8 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
 
 
 def analyze_call(model, progress=None, cancelled=None, **fields) -> AttentionResult:
-    """``model.analyze(**keywords)`` for every model kind (one file or a folder): check, build the request, run."""
-    from attnviz.core import limits
-
-    generate = int(fields.get("generate", 0) or 0)
-    if generate < 0:
-        raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
-    limits.check("generate", generate, "--generate")
+    """``model.analyze(**keywords)`` for every model kind (one file or a folder): build the request (which checks
+    its values, :func:`attnviz.runtime.request.validate`), run."""
     return analyze(model, AnalyzeRequest(**fields), progress=progress, cancelled=cancelled)
 
 

@@ -414,6 +414,7 @@ class ModelSet:
 
     # the same entry point as a single file (request building and checks live in analyze.analyze_call)
     analyze = AttentionModel.analyze
+    analyze_request = AttentionModel.analyze_request
 
 
 class FolderCache:

@@ -42,7 +42,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime import shm
-from attnviz.runtime.errors import Cancelled
+from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
 from attnviz.runtime.worker import _slot_size, serve
 
@@ -494,7 +494,7 @@ class RemoteSession:
                 raise
             except RemoteRunError as e:  # onnxruntime refused the graph
                 raise AttnvizError(
-                    f"{self.label}: onnxruntime cannot load this model: {_ort_text(e)}; re-export it (or update onnxruntime)"
+                    f"{self.label}: onnxruntime cannot load this model: {ort_message(e)}; re-export it (or update onnxruntime)"
                 ) from None
             self._host = host
             return desc
@@ -536,13 +536,6 @@ class RemoteSession:
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
-
-
-def _ort_text(e: Exception) -> str:
-    s = str(e).strip().replace("\n", " ")
-    if "[ONNXRuntimeError]" in s:
-        s = s.split(" : ")[-1]
-    return s[:240]
 
 
 def isolated() -> bool:

@@ -20,6 +20,7 @@ from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import make_session
 from attnviz.runtime.inputs import IOInfo
+from attnviz.runtime.request import AnalyzeRequest
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -635,6 +636,10 @@ class AttentionModel:
     def cache_stepper(self) -> FileCache | None:
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
         return FileCache.for_model(self)
+
+    def analyze_request(self, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
+        """The engine on a built request (the window's input panel and the CLI's flags build one, checked once)."""
+        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
     def analyze(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,10 +32,47 @@ class AnalyzeRequest:
     max_tokens: int | None = None  # keep only the first N text tokens (the model's position limit is checked)
 
     def __post_init__(self):
-        if self.generate < 0:
-            raise AttnvizError("--generate must be 0 or more steps")
-        if self.mode not in MODES:
-            raise AttnvizError(f"unknown mode {self.mode!r}; use auto, dense or ondemand")
+        validate(self)
+
+    def require_input(self, model_path) -> None:
+        """Refuse a request that names no input at all (no text, image or feeds), with the line the model's own
+        sample suggests (the CLI checks this before opening the model; the window before running it)."""
+        if self.text is None and self.image is None and self.feeds is None:
+            raise AttnvizError(no_input(model_path))
+
+
+def validate(req: AnalyzeRequest) -> None:
+    """The one check of a request's own values (the model-dependent ones come when its inputs are built):
+    every caller, the CLI's flags and the window's input panel, gets the same line for the same mistake."""
+    from attnviz.core import limits
+
+    if not isinstance(req.generate, numbers.Integral) or req.generate < 0:
+        raise AttnvizError(f"generate {req.generate}: give a number of steps ≥ 0", param="generate")
+    limits.check("generate", req.generate, "--generate")
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise AttnvizError(
+            f"max tokens {req.max_tokens}: give at least 1 (or none to keep every token)", param="max_tokens"
+        )
+    if req.mode not in MODES:
+        raise AttnvizError(f"unknown mode {req.mode!r}; use auto, dense or ondemand")
+
+
+def no_input(model_path) -> str:
+    """The line for a request with no input: what this model takes, shown by its own sample when it has one
+    (a forecaster's series goes in --text as numbers, which the generic line never said)."""
+    from attnviz.core.words import with_article
+    from attnviz.runtime.sample import sample_for_path
+
+    generic = "no input: give --text T, --image PATH or --inputs FEEDS.npz"
+    path = Path(str(model_path))
+    sample = sample_for_path(path) if path.is_file() else None
+    if sample is None or not (set(sample.values) & {"text", "image"}):
+        return generic
+    flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
+    what = sample.describe().split(",")[0]
+    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown!r}) or --inputs FEEDS.npz"
 
 
 @dataclass

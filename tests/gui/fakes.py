@@ -67,6 +67,12 @@ class FakeModel:
                     ]
             self.sites = enc + dec
 
+    def analyze_request(self, req, progress=None, cancelled=None):
+        """The runtime's entry for a built request (what the window's worker calls)."""
+        return self.analyze(
+            text=req.text, text_pair=req.text_pair, image=req.image, feeds=req.feeds, generate=req.generate
+        )
+
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
         import time
 
