@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
+from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
 from attnviz.gui.export import (
@@ -558,21 +559,12 @@ class MainWindow(QMainWindow):
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
-    # the figure's view names (attnviz figure --view), plus "head" (the old name of heatmap) and "stats"
-    VIEW_ALIASES = {
-        "overview": "Overview",
-        "heatmap": "Head map",
-        "head": "Head map",
-        "links": "Token links",
-        "alignment": "Alignment",
-        "image": "Image regions",
-        "stats": "Head stats",
-    }
-
     def select_view(self, name: str) -> None:
-        title = self.VIEW_ALIASES.get(name.lower(), name)
+        """Show a tab by its --view name (core.view_names: the figure's names, "head", "stats") or its title."""
+        key = view_key(name)
+        title = tab_title(key) if key in TAB_VIEWS else name
         if title not in self.views:
-            raise AttnvizError(f"unknown view {name!r}; use one of {', '.join(self.VIEW_ALIASES)}")
+            raise AttnvizError(f"unknown view {name!r}; use one of {', '.join(TAB_VIEWS)}")
         self.tabs.setCurrentWidget(self.views[title])
 
     def current_view(self):
@@ -614,14 +606,8 @@ class MainWindow(QMainWindow):
         s = self.session
         if s.block is None or view is self.stats:
             return None
-        name = {
-            self.overview: "overview",
-            self.head_map: "heatmap",
-            self.links: "links",
-            self.alignment: "alignment",
-            self.image_regions: "image",
-        }.get(view)
-        if name is None:
+        name = view_key(view.title)
+        if name not in FIGURE_VIEWS:
             return None
         sel = s.sel
         if view is self.alignment:
