@@ -21,9 +21,6 @@ from attnviz.corpus.gold import GoldBatch, GoldPair
 from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 
-# input role -> how a batch fills it (the encoder's from the source arrays, the decoder's from the target's)
-PAIR_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask")
-
 
 @dataclass
 class PairSpec(BatchSpec):

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 
 from attnviz.core.stats import STAT_COLUMNS, head_stats
 from attnviz.core.view import check_not_empty
+from attnviz.core.view_names import tab_title
 from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
@@ -65,7 +66,7 @@ class NumItem(QTableWidgetItem):
 class StatsView(View):
     """Signals: ``picked(layer, head)`` when a row is clicked."""
 
-    title = "Head stats"
+    title = tab_title("stats")
     picked = Signal(int, int)
 
     def __init__(self, session, parent=None):
@@ -111,9 +112,6 @@ class StatsView(View):
         for row in rows:
             row.update(alignment_columns(self.gold, row["layer"], row["head"]) or {})
         return all("aer" in row for row in rows)
-
-    def compute(self) -> list[dict]:
-        return compute_stats(self.session.result, self.session.block, self.session.sel.step)
 
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
