@@ -44,7 +44,7 @@ def max_pixels() -> int:
 
 
 def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | None = None):
-    """Open a raster image with Pillow, restricted to :data:`RASTER_FORMATS`, first frame, pixel-capped.
+    """Open a raster image with Pillow, restricted to the formats :data:`MAGIC` names, first frame, pixel-capped.
 
     Returns a loaded ``PIL.Image`` (the caller converts / resizes it).
     """
