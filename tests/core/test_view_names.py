@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
+from attnviz.core.view_names import FIGURE_VIEWS, tab_title, view_key
 
 
 def test_figure_view_choices_are_the_registry_and_each_is_described_and_drawn():
