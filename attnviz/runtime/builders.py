@@ -243,9 +243,9 @@ class _Build:
     def feeds(self) -> dict:
         return self.prep.feeds
 
-    def given(self, i: ip.IOInfo | None, ndim: int) -> bool:
-        """The raw feeds hold this input with at least ``ndim`` axes."""
-        return i is not None and i.name in self.feeds and self.feeds[i.name].ndim >= ndim
+    def fed_ndim(self, i: ip.IOInfo | None) -> int:
+        """The axes of the array the raw feeds give this input (0: none given)."""
+        return self.feeds[i.name].ndim if i is not None and i.name in self.feeds else 0
 
 
 def _no_tokenizer(model) -> AttnvizError:
@@ -324,8 +324,8 @@ SOURCE_BUILDERS: list[tuple[Callable[[_Build], bool], Callable[[_Build], None]]]
     (lambda b: _has_text(b) and b.prep.img_in is not None and b.dec_in is not None and b.tok_in is None, _caption_text),
     (lambda b: _has_text(b) and b.tok_in is not None, _encoder_text),
     (_has_text, _text_refused),
-    (lambda b: b.given(b.tok_in, 2) and b.feeds[b.tok_in.name].ndim == 2 and not b.prep.decoder_is_tokens, _fed_tokens),
-    (lambda b: b.given(b.series_in, 2), _fed_series),
+    (lambda b: b.fed_ndim(b.tok_in) == 2 and not b.prep.decoder_is_tokens, _fed_tokens),
+    (lambda b: b.fed_ndim(b.series_in) >= 2, _fed_series),
 ]
 
 
@@ -343,7 +343,7 @@ def _decoder_prompts(b: _Build) -> None:
     prep.tgt_tok = b.tgt_tok or b.src_tok
     if b.prompt is not None:
         prep.prompts = [list(b.prompt)]
-    elif b.given(b.dec_in, 2) and b.feeds[b.dec_in.name].ndim == 2:
+    elif b.fed_ndim(b.dec_in) == 2:
         prep.prompts = [[int(x) for x in row] for row in b.feeds[b.dec_in.name]]
         prep.decoder_given = True
     else:
