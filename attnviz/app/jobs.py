@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import ort_message
+from attnviz.runtime.sample import require_input
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionResult
@@ -44,7 +45,7 @@ def analyze(
     thread only draws them.  The request was checked when the panel built it (the CLI's flags get the same check)."""
     from attnviz.core.view import THUMB, thumbnails
 
-    req.require_input(model.path)
+    require_input(req, model.path)
     if progress is not None:
         progress(-1, "running the model…" if not req.generate else f"generating {req.generate} steps…")
     t0 = time.perf_counter()

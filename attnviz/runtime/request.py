@@ -34,12 +34,6 @@ class AnalyzeRequest:
     def __post_init__(self):
         validate(self)
 
-    def require_input(self, model_path) -> None:
-        """Refuse a request that names no input at all (no text, image or feeds), with the line the model's own
-        sample suggests (the CLI checks this before opening the model; the window before running it)."""
-        if self.text is None and self.image is None and self.feeds is None:
-            raise AttnvizError(no_input(model_path))
-
 
 def validate(req: AnalyzeRequest) -> None:
     """The one check of a request's own values (the model-dependent ones come when its inputs are built):
@@ -55,24 +49,6 @@ def validate(req: AnalyzeRequest) -> None:
         )
     if req.mode not in MODES:
         raise AttnvizError(f"unknown mode {req.mode!r}; use auto, dense or ondemand")
-
-
-def no_input(model_path) -> str:
-    """The line for a request with no input: what this model takes, shown by its own sample when it has one
-    (a forecaster's series goes in --text as numbers, which the generic line never said)."""
-    from attnviz.core.words import with_article
-    from attnviz.runtime.sample import sample_for_path
-
-    generic = "no input: give --text T, --image PATH or --inputs FEEDS.npz"
-    path = Path(str(model_path))
-    sample = sample_for_path(path) if path.is_file() else None
-    if sample is None or not (set(sample.values) & {"text", "image"}):
-        return generic
-    flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
-    what = sample.describe().split(",")[0]
-    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
-    shown = value if len(value) <= 40 else value[:40] + "…"
-    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown!r}) or --inputs FEEDS.npz"
 
 
 @dataclass

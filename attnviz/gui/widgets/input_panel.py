@@ -114,26 +114,18 @@ class InputPanel(QWidget):
 
     def request(self) -> AnalyzeRequest:
         """What the fields ask for, as the same :class:`AnalyzeRequest` the CLI builds from the equivalent flags
-        (checked by the same rule: a bad value raises the same one-line :class:`AttnvizError`).
-
-        Fields the current model does not take are disabled and not sent; an empty box is a flag not given."""
-        return AnalyzeRequest(
-            text=(self.text.text() or None) if self.text.isEnabled() else None,
-            text_pair=(self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
-            image=(self.image.text().strip() or None) if self.image.isEnabled() else None,
-            generate=int(self.generate.value()) if self.generate.isEnabled() else 0,
-            max_tokens=(int(self.max_tokens.value()) or None) if self.max_tokens.isEnabled() else None,
-            **self.image_options(),
-        )
+        (checked by the same rule: a bad value raises the same one-line :class:`AttnvizError`)."""
+        return AnalyzeRequest(**self.values())
 
     def values(self) -> dict:
-        """The fields' state, saved with the session (:mod:`attnviz.gui.restore`); a run uses :meth:`request`."""
+        """The fields by :class:`AnalyzeRequest` field name (also what :mod:`attnviz.gui.restore` saves).  Fields
+        the current model does not take are disabled and not sent; an empty box is a flag not given."""
         return {
             "text": (self.text.text() or None) if self.text.isEnabled() else None,
             "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
             "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
-            "max_tokens": int(self.max_tokens.value()) or None if self.max_tokens.isEnabled() else None,
+            "max_tokens": (int(self.max_tokens.value()) or None) if self.max_tokens.isEnabled() else None,
             **self.image_options(),
         }
 

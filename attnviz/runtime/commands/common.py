@@ -105,8 +105,9 @@ def request_from_args(args) -> AnalyzeRequest:
 def analyze_from_args(args):
     """Open args.model and run it on the input the arguments name; returns (model, result)."""
     from attnviz.runtime import open_model
+    from attnviz.runtime.sample import require_input
 
     req = request_from_args(args)
-    req.require_input(args.model)  # before opening: a missing input needs no model load
+    require_input(req, args.model)  # before opening: a missing input needs no model load
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
     return model, model.analyze_request(req)
