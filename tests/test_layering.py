@@ -59,7 +59,7 @@ def test_import_contracts_hold():
     [
         ("core/reduce.py", "import attnviz.gui", "layers"),
         ("core/reduce.py", "import attnviz.runtime.model", "layers"),
-        ("runtime/graph.py", "import matplotlib", "matplotlib only in attnviz.figures"),
+        ("runtime/graph/index.py", "import matplotlib", "matplotlib only in attnviz.figures"),
         ("figures/layout.py", "import PySide6", "Qt only in attnviz.gui"),
         ("core/stats.py", "import torch", "torch only in attnviz.training"),
     ],
