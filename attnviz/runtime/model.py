@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +209,8 @@ class AttentionModel:
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
+        # extra_session's sessions, alive while their callers hold them (a dropped one frees its memory)
+        self._extra_sessions: weakref.WeakValueDictionary[str, ExtraSession] = weakref.WeakValueDictionary()
         self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
@@ -331,6 +334,49 @@ class AttentionModel:
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
         return self._sessions[mode]
+
+    # -- extra sessions (public: tools that run an edited copy of the graph, e.g. the corpus statistics) --------
+    @property
+    def graph_sites(self) -> list[gr.Site]:
+        """The graph-level records behind :attr:`sites` (node, tensors, epilogue), in the same order: what code
+        that edits a copy of :attr:`graph` needs (:func:`attnviz.runtime.statgraph.stats_model`).  Read them only."""
+        return list(self._sites)
+
+    @property
+    def open_provider(self) -> str | None:
+        """The execution provider of a session this model already has open, None before the first; unlike
+        :attr:`provider` it never opens one only to answer."""
+        own = next(iter(self._sessions.values()), None)
+        if own is not None:
+            return own[0].get_providers()[0]
+        extra = next(iter(self._extra_sessions.values()), None)
+        return extra.provider if extra is not None else None
+
+    def extra_session(self, edited: onnx.ModelProto, key: str) -> ExtraSession:
+        """A session of ``edited`` (a changed copy of this model's graph) with this model's provider, threads,
+        external-data folder and crash isolation.  Cached under ``key`` while the caller holds it: the same key
+        returns the same session, so the key must name everything the edit depends on."""
+        extra = self._extra_sessions.get(key)
+        if extra is None:
+            sess, _ = make_session(
+                _serialize(edited),
+                self.requested_provider,
+                self.threads,
+                external_dir=self.external_dir,
+                label=self.path.name,
+            )
+            extra = self._extra_sessions[key] = ExtraSession(sess)
+        return extra
+
+    def close_session(self, mode: str) -> None:
+        """Drop this model's own session of ``mode`` (``"dense"``: e.g. once an extra session replaces it, so the
+        weights sit in memory once); a later :meth:`run` in that mode opens it again."""
+        self._sessions.pop(mode, None)
+
+    def dense_map(self, site: int, fetched: dict[str, np.ndarray], batch: int, extra: dict | None = None) -> np.ndarray:
+        """Site ``site``'s map ``[B, H, Tq, Tk]`` from the tensors a session fetched, where that session exposes
+        the site as :func:`attnviz.runtime.graph.instrument` does (``extra``: its ``Exposed.site_extra`` entry)."""
+        return self._site_map(self._sites[site], extra or {}, fetched, batch, "dense").array()
 
     # -- feeds ---------------------------------------------------------------------
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -752,6 +798,22 @@ def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.
         io.bind_output(n, "cpu")
     sess.run_with_iobinding(io)
     return [o.numpy() for o in io.get_outputs()]
+
+
+class ExtraSession:
+    """A session of an edited copy of a model's graph (:meth:`AttentionModel.extra_session`)."""
+
+    def __init__(self, sess):
+        self._sess = sess
+
+    @property
+    def provider(self) -> str:
+        """The execution provider it runs on."""
+        return self._sess.get_providers()[0]
+
+    def run(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The ``fetch`` outputs for ``feeds`` (onnxruntime's errors pass through unchanged)."""
+        return _run_bound(self._sess, fetch, feeds)
 
 
 def _serialize(model: onnx.ModelProto) -> bytes:
