@@ -28,7 +28,7 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.generate import StepOut, present_name
+from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
 
 ENCODER_FILE = "encoder_model.onnx"
@@ -457,6 +457,9 @@ class FolderCache:
     def _info(self, r: AttentionResult) -> dict:
         """A step's run facts, named after the folder (not the decoder file that ran the step)."""
         return dict(r.info, model=self.ms.name, model_path=str(self.ms.path))
+
+    def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
+        return one_step(self, token, eos)
 
     def step(self, tokens: list[int]) -> StepOut:
         f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays
