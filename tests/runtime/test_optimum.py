@@ -337,3 +337,30 @@ def test_gpt2_generation_loop_beside_the_session_equals_one_request_per_step(gpt
         mp.setattr(model_mod, "CHUNK_S", 0.0)
         m.analyze(feeds=one, generate=24, cancelled=lambda: asked.append(1) or len(asked) > 3)
     assert len(asked) == 4
+
+
+def test_marian_generation_loop_beside_the_with_past_session_equals_one_request_per_step(marian, monkeypatch):
+    """The folder's with-past decoder steps in a loop beside its session too (the encoder's states and mask
+    stay fed as they are): the same ids and maps as one request per step."""
+    from attnviz.runtime.folder import FolderCache
+
+    root, _, feeds, _ = marian
+    one = {"input_ids": feeds["input_ids"][:1], "attention_mask": feeds["attention_mask"][:1]}
+    one["decoder_input_ids"] = np.array([[0]])
+    calls = []
+    run_loop = AttentionModel.run_loop
+    monkeypatch.setattr(AttentionModel, "run_loop", lambda self, *a: calls.append(1) or run_loop(self, *a))
+
+    def generate():
+        m = open_model(root / "onnx", provider="cpu")
+        m.meta["special"] = {}
+        return m.analyze(feeds=one, generate=12)
+
+    looped = generate()
+    assert calls and len(looped.info["generated_ids"]) == 12
+    calls.clear()
+    monkeypatch.setattr(FolderCache, "plan", lambda self: None)
+    per_step = generate()
+    assert not calls and per_step.info["generated_ids"] == looped.info["generated_ids"]
+    for a, b in zip(looped.maps, per_step.maps):
+        np.testing.assert_array_equal(a.array(), b.array())
