@@ -241,10 +241,7 @@ class FileCache:
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
             return one_step(self, token, eos)
-        try:
-            ids, _, maps, info = self.model.run_loop(plan, self.feeds, self.length, token, n, eos)
-        except AttnvizError as e:
-            raise AttnvizError(f"generation with the KV cache failed: {e}") from None
+        ids, _, maps, info = self.model.run_loop(plan, self.feeds, self.length, token, n, eos)
         self.looping = True
         self.length += len(ids)
         order = self.order or list(range(len(maps)))

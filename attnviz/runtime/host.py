@@ -593,11 +593,13 @@ def make_session(
     external_dir: str | None = None,
     label: str = "model",
     initializers=None,
+    shared_arena: bool = True,
 ):
     """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
-    OrtValues (sent to the child as arrays)."""
+    OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
+    instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra = {}
@@ -610,6 +612,8 @@ def make_session(
         return local.make_session(
             model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
         )
+    if not shared_arena:
+        extra["shared_arena"] = False
     sess = RemoteSession(
         model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
     )

@@ -322,8 +322,16 @@ class AttentionModel:
                         f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet"
                     ) from None
             try:
+                # a cached decoder's presents grow by a row every generation step: the child's shared arena
+                # extends by exactly what is asked and cannot reuse the last step's smaller block, so such a
+                # session keeps an arena of its own (12.7 vs 2.2 ms a token at 1,024 tokens, GPT-2, measured)
                 sess, note = make_session(
-                    data, self.requested_provider, self.threads, external_dir=self.external_dir, label=self.path.name
+                    data,
+                    self.requested_provider,
+                    self.threads,
+                    external_dir=self.external_dir,
+                    label=self.path.name,
+                    shared_arena=not any(r == "past" for r in self.roles.values()),
                 )
             except AttnvizError:
                 raise

@@ -258,8 +258,12 @@ class Server:
             names, arrays = kwargs["initializers"]
             kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
             self.keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
-        if self.arena is not None and kwargs.get("arena", True):
-            kwargs = dict(kwargs, shared_arena=True)
+        kwargs = dict(
+            kwargs,
+            shared_arena=bool(
+                self.arena is not None and kwargs.get("arena", True) and kwargs.get("shared_arena", True)
+            ),
+        )
         sess, note = make_session(model, **kwargs)
         self.sessions[sid] = (sess, ShapeLinks())
         desc = [
