@@ -20,6 +20,7 @@ from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import make_session
 from attnviz.runtime.inputs import IOInfo
+from attnviz.runtime.naming import model_name
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -192,10 +193,10 @@ class AttentionModel:
     ):
         t0 = time.perf_counter()
         self.path = Path(path)
-        self.name = self.path.stem
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
+        self.name = model_name(self.path, self.meta)  # not "model" for every export-hf / optimum model.onnx
         self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [io_info(v) for v in self.graph.inputs]
         self.outputs = [io_info(v) for v in self.proto.graph.output]
