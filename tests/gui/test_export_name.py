@@ -45,9 +45,9 @@ def test_export_names_the_model_after_its_source(exported):
     assert model.meta["name"] == "tiny-bert-uncased" == model.name
     r = model.analyze(text="the dog ran")
     assert r.info["model"] == "tiny-bert-uncased"
-    from attnviz.figures import FigureSpec, render_figure
-
     from matplotlib.text import Text
+
+    from attnviz.figures import FigureSpec, render_figure
 
     fig = render_figure(r, FigureSpec(view="heatmap", dpi=30))
     titles = [t.get_text() for t in fig.findobj(Text) if t.get_text().startswith("tiny-bert-uncased · ")]
