@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 
 from attnviz.core.stats import STAT_COLUMNS, head_stats
 from attnviz.core.view import check_not_empty
+from attnviz.core.words import count
 from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
@@ -154,12 +155,14 @@ class StatsView(View):
                 t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
         t.setSortingEnabled(True)
         self._fit_columns()
-        text = f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head."
+        text = (
+            f"{self.session.block.name}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head."
+        )
         if aligned and self.gold is not None:
             t.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # "which heads align?": best AER first
             g = self.gold
             text = (
-                f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "
+                f"{self.session.block.name}: {count(len(rows), 'head')} ranked by AER against {g['name']} "
                 f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
                 f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
                 "Click a column to sort, a row to focus that head."
