@@ -6,7 +6,8 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
-from attnviz.core.stats import STAT_COLUMNS, head_stats
+from attnviz.core import view as vm
+from attnviz.core.stats import STAT_COLUMNS, head_stats, stat_columns
 from attnviz.core.view import check_not_empty
 from attnviz.core.words import count
 from attnviz.gui.selection import step_rows
@@ -113,6 +114,15 @@ class StatsView(View):
             row.update(alignment_columns(self.gold, row["layer"], row["head"]) or {})
         return all("aer" in row for row in rows)
 
+    def context(self) -> str:
+        """text | cross | cross-image | patches: what the current block's key positions are."""
+        s = self.session
+        blk = s.block
+        image = blk is not None and vm.block_grid(s.result, blk) is not None
+        if blk is not None and blk.kind == "cross":
+            return "cross-image" if image else "cross"
+        return "patches" if image else "text"
+
     def compute(self) -> list[dict]:
         return compute_stats(self.session.result, self.session.block, self.session.sel.step)
 
@@ -136,8 +146,9 @@ class StatsView(View):
         self._pending = None
         self.rows = rows
         aligned = self._align_rows(rows)
-        stats = (list(ALIGN_COLUMNS) if aligned else []) + list(STAT_COLUMNS)
-        names = {**ALIGN_COLUMNS, **STAT_COLUMNS}
+        shown = stat_columns(self.context())  # what each column means for this block, or not shown at all
+        stats = (list(ALIGN_COLUMNS) if aligned else []) + list(shown)
+        names = {**ALIGN_COLUMNS, **shown}
         self.columns = ["layer", "head"] + stats
         t = self.table
         t.setSortingEnabled(False)
