@@ -27,10 +27,13 @@ def _config(folder: Path) -> dict:
     return d if isinstance(d, dict) else {}
 
 
+NAME_MAX_CHARS = 120  # a title's worth; the metadata comes from whoever wrote the file
+
+
 def model_name(path: Path, meta: dict) -> str:
     given = meta.get("name")
     if isinstance(given, str) and given.strip():
-        return given.strip()
+        return " ".join(given.split())[:NAME_MAX_CHARS]  # one line, whatever the file says
     if path.stem.lower() == "model":
         found = md.source_name(path.parent.resolve().name, _config(path.parent))
         if found:

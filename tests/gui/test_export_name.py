@@ -88,3 +88,10 @@ def test_window_title_and_sidebar_say_the_source_name(qtbot, real_window, export
     open_and_wait(qtbot, w, path, text="the dog ran")
     assert w.windowTitle() == "attnviz — tiny-bert-uncased"
     assert w.sidebar.values("Model")["name"] == "tiny-bert-uncased"
+
+
+def test_a_metadata_name_is_one_short_line(tmp_path):
+    from attnviz.runtime.naming import NAME_MAX_CHARS, model_name
+
+    got = model_name(tmp_path / "model.onnx", {"name": "evil\nname\x1b " + "x" * 500})
+    assert "\n" not in got and got.startswith("evil name") and len(got) == NAME_MAX_CHARS
