@@ -22,6 +22,7 @@ from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import RemoteSession, make_session
 from attnviz.runtime.inputs import IOInfo
+from attnviz.runtime.naming import model_name
 from attnviz.runtime.steps import CHUNK_S, Loop, StepPlan, advance
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
@@ -197,10 +198,10 @@ class AttentionModel:
     ):
         t0 = time.perf_counter()
         self.path = Path(path)
-        self.name = self.path.stem
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
+        self.name = model_name(self.path, self.meta)  # not "model" for every export-hf / optimum model.onnx
         self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [io_info(v) for v in self.graph.inputs]
         self.outputs = [io_info(v) for v in self.proto.graph.output]
