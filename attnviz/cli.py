@@ -20,6 +20,7 @@ COMMANDS = {
     "inspect": "attnviz.runtime.commands.inspect",
     "extract": "attnviz.runtime.commands.extract",
     "corpus": "attnviz.corpus.command",
+    "compare": "attnviz.corpus.compare",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
