@@ -50,7 +50,7 @@ class AlignmentView(View):
         if found is not None:
             return [found[0]], found[1]
         model = self.session.model
-        return md.alignment_heads(getattr(model, "meta", None) or {}) if model is not None else None
+        return md.alignment_heads(model.meta) if model is not None else None
 
     def keep_selection(self) -> None:
         """The caller chose the head for this model (``attnviz open --head``, a corpus example): do not move to
