@@ -57,7 +57,7 @@ def _config_special(model_file: Path) -> dict:
     out: dict = {}
     for name in ("config.json", "generation_config.json"):
         p = sidecar(model_file, name)
-        if p is None:
+        if p is None or not p.is_file():
             continue
         try:
             cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -77,7 +77,7 @@ def _read_sidecar(model_file: Path, name: str) -> dict:
     :func:`~attnviz.runtime.sidecar.sidecar` allows."""
     p = sidecar(model_file, name)
     try:
-        d = json.loads(p.read_text(encoding="utf-8")) if p is not None else {}
+        d = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() else {}
     except (OSError, ValueError):
         return {}
     return d if isinstance(d, dict) else {}
@@ -547,7 +547,8 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
         states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
         if states is not None:  # analyze() pairs it with its encoder on use
             m.encoder_pairing = EncoderPairing(m, states)
-        return _with_config(m) if sidecar(p, "config.json") is not None else m
+        config = sidecar(p, "config.json")
+        return _with_config(m) if config is not None and config.is_file() else m
     layout = FolderLayout.find(p)
     if layout is not None:
         return ModelSet(layout, provider=provider, tokenizer=tokenizer, threads=threads)

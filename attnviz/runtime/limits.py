@@ -102,7 +102,7 @@ def _from_graph(proto) -> PositionLimit | None:
 
 def _from_tokenizer_config(model_file: Path) -> PositionLimit | None:
     f = sidecar(model_file, "tokenizer_config.json")  # the model's folder (a Hub repo's above onnx/), never above
-    if f is None:
+    if f is None or not f.is_file():
         return None
     try:
         v = json.loads(f.read_text()).get("model_max_length")

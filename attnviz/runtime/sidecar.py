@@ -21,5 +21,7 @@ def sidecar_dirs(model_file: str | Path) -> list[Path]:
 
 
 def sidecar(model_file: str | Path, name: str) -> Path | None:
-    """The sidecar file ``name`` of a model file (the nearest of :func:`sidecar_dirs`), or None."""
-    return next((d / name for d in sidecar_dirs(model_file) if (d / name).is_file()), None)
+    """The sidecar ``name`` of a model file (the nearest of :func:`sidecar_dirs` that has it), or None.  Whatever
+    is there is returned, a FIFO or a folder too: the reader's own guard refuses it in one line (a tokenizer) or
+    passes over it (a config file), so nothing blocks and nothing nearer is skipped for a file further up."""
+    return next((d / name for d in sidecar_dirs(model_file) if (d / name).exists()), None)
