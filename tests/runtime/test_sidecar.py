@@ -5,6 +5,7 @@ files in a Hugging Face repo above ``REPO/onnx/model.onnx`` (the one sanctioned 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -100,3 +101,22 @@ def test_an_export_folder_reads_its_own_folder_not_the_one_above(tmp_path):
     ms = open_model(hub, provider="cpu")
     assert ms.position_limit == PositionLimit(4, "tokenizer_config.json model_max_length")
     assert ms.meta["special"] == {"eos": 7, "bos": 1, "pad": 0} and ms.tokenizers[0] is not None
+
+
+# a sidecar joined to a folder by hand ("folder / 'config.json'") bypasses the one guard; training reads a Hugging
+# Face model folder it was given (export-hf), not files beside an ONNX model
+JOIN = re.compile(r'/\s*"(?:tokenizer|tokenizer_config|config|preprocessor_config|generation_config)\.json"')
+
+
+def test_every_sidecar_read_goes_through_the_guard():
+    assert JOIN.search('p = model_path.parent.parent / "tokenizer_config.json"')  # the check can fail
+    assert not JOIN.search('f = sidecar(model_file, "tokenizer_config.json")')
+    root = Path(__file__).resolve().parents[2] / "attnviz"
+    found = [
+        f"{p.relative_to(root)}: {line.strip()}"
+        for p in sorted(root.rglob("*.py"))
+        if "training" not in p.relative_to(root).parts and p.name != "sidecar.py"
+        for line in p.read_text(encoding="utf-8").splitlines()
+        if JOIN.search(line)
+    ]
+    assert found == [], "find sidecar files with attnviz.runtime.sidecar.sidecar():\n" + "\n".join(found)
