@@ -30,7 +30,7 @@ def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None,
         raise
     except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
         raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {ort_reason(e)}") from None
-    if probe and not all(s.heads for s in m.sites) and hasattr(m, "probe"):
+    if probe and not all(s.heads for s in m.sites):
         m.probe()
     return m
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -611,7 +612,7 @@ def make_session(
     instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
-    extra = {}
+    extra: dict[str, Any] = {}
     if initializers and initializers[0]:
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
