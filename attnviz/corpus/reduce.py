@@ -94,7 +94,7 @@ class BatchReducer:
         from attnviz.runtime import open_model
 
         self.model = open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
-        if md.section(getattr(self.model, "meta", {}), "windows"):
+        if md.section(self.model.meta, "windows"):
             # per-head statistics assume one token axis per stack; Swin's stages each have their own grid
             raise AttnvizError(
                 f"{Path(model_path).name}: corpus statistics over windowed (Swin) attention are not supported yet; "

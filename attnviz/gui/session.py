@@ -12,11 +12,16 @@ selection_changed()   block / layer / head / aggregation / filters / step change
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view import ViewError
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
+
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
 
 
 class Session(QObject):
@@ -26,7 +31,7 @@ class Session(QObject):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.model = None
+        self.model: AttnModel | None = None
         self.result: AttentionResult | None = None
         self.blocks: list[Block] = []
         self.sel = Selection()
@@ -35,7 +40,7 @@ class Session(QObject):
         self.declared_opened_for: object | None = None
 
     # -- state changes -------------------------------------------------------
-    def set_model(self, model) -> None:
+    def set_model(self, model: AttnModel | None) -> None:
         self.model = model
         self.model_changed.emit()
 

@@ -28,8 +28,12 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
+from attnviz.runtime.analyze import AnalyzeMethod
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
+from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
+from attnviz.runtime.protocol import AttnModel, EncoderPair
+from attnviz.runtime.sidecar import sidecar
 from attnviz.runtime.steps import StepPlan
 
 ENCODER_FILE = "encoder_model.onnx"
@@ -49,12 +53,12 @@ CONFIG_SPECIAL = {
 }
 
 
-def _config_special(folder: Path) -> dict:
+def _config_special(model_file: Path) -> dict:
     """Special token ids from config.json, then generation_config.json (which wins, as in transformers)."""
     out: dict = {}
     for name in ("config.json", "generation_config.json"):
-        p = folder / name
-        if not p.is_file():
+        p = sidecar(model_file, name)
+        if p is None or not p.is_file():
             continue
         try:
             cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -69,18 +73,21 @@ def _config_special(folder: Path) -> dict:
     return out
 
 
-def _read_json(p: Path) -> dict:
+def _read_sidecar(model_file: Path, name: str) -> dict:
+    """A JSON sidecar of a model file as a dict ({} when absent or unreadable); read only where
+    :func:`~attnviz.runtime.sidecar.sidecar` allows."""
+    p = sidecar(model_file, name)
     try:
-        d = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+        d = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() else {}
     except (OSError, ValueError):
         return {}
     return d if isinstance(d, dict) else {}
 
 
-def _folder_image(folder: Path) -> dict:
+def _folder_image(model_file: Path) -> dict:
     """The folder's image preprocessing as attnviz ``image`` metadata: size, mean and std from
     ``preprocessor_config.json`` (what transformers' image processor applies), else the size from config.json."""
-    pre = _read_json(folder / "preprocessor_config.json")
+    pre = _read_sidecar(model_file, "preprocessor_config.json")
     out: dict = {}
     size = pre.get("size")
     if isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
@@ -94,7 +101,7 @@ def _folder_image(folder: Path) -> dict:
     ):
         out["mean"], out["std"] = pre["image_mean"], pre["image_std"]
     if "size" not in out:  # VisionEncoderDecoder configs keep the encoder's under "encoder"
-        cfg = _read_json(folder / "config.json")
+        cfg = _read_sidecar(model_file, "config.json")
         enc = cfg.get("encoder")
         enc = enc if isinstance(enc, dict) else cfg
         if isinstance(enc.get("image_size"), int):
@@ -108,27 +115,27 @@ WINDOWED_MODEL_TYPES = ("swin",)
 WINDOW_KEYS = ("patch_size", "window_size", "depths")
 
 
-def _folder_windows(folder: Path) -> dict:
+def _folder_windows(model_file: Path) -> dict:
     """``attnviz.windows`` metadata from a Swin config.json (``{}`` for any other model)."""
-    cfg = _read_json(folder / "config.json")
+    cfg = _read_sidecar(model_file, "config.json")
     if cfg.get("model_type") not in WINDOWED_MODEL_TYPES:
         return {}
     return {k: cfg[k] for k in WINDOW_KEYS if k in cfg}
 
 
-def _with_config(model: AttentionModel, folder: Path) -> AttentionModel:
+def _with_config(model: AttentionModel) -> AttentionModel:
     """A file from a folder: special tokens, image preprocessing and a window layout from the folder's config
     files where its own metadata has none."""
     if not isinstance(model.meta.get("special"), dict):
-        special = _config_special(folder)
+        special = _config_special(model.path)
         if special:
             model.meta["special"] = special
     if "image" in model.roles.values() and not isinstance(model.meta.get("image"), dict):
-        image = _folder_image(folder)
+        image = _folder_image(model.path)
         if image:
             model.meta["image"] = image
     if "image" in model.roles.values() and not isinstance(model.meta.get("windows"), dict):
-        windows = _folder_windows(folder)
+        windows = _folder_windows(model.path)
         if windows:
             model.meta["windows"] = windows
     return model
@@ -153,10 +160,11 @@ class FolderLayout:
         return cls(folder, enc, dec, past if past.is_file() else None)
 
 
-class ModelSet:
-    """An encoder file and a decoder file run as one encoder–decoder model (same surface as AttentionModel)."""
+class ModelSet(AnalyzeMethod):
+    """An encoder file and a decoder file run as one encoder–decoder model (the same :class:`AttnModel` surface
+    as one file)."""
 
-    needs_probe = False
+    needs_probe = False  # the folder says which file is which
     OPTIONAL = ("attention_mask", "decoder_attention_mask")  # all ones when not given, as in transformers
 
     def __init__(
@@ -187,7 +195,7 @@ class ModelSet:
         for s in self.decoder._sites:
             s.stack = "decoder"
         self.encoder._stack_confirmed = self.decoder._stack_confirmed = True
-        self.meta = {"special": _config_special(layout.folder)}
+        self.meta = {"special": _config_special(layout.encoder)}
         self.metadata: dict[str, str] = {}
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
@@ -216,7 +224,7 @@ class ModelSet:
         self.kind = "vision-decoder" if self.image else "encoder-decoder"
         if self.image:
             self.inputs = [IOInfo("pixel_values", src.dtype, ["batch", *src.shape[1:]])]
-            image = _folder_image(layout.folder)
+            image = _folder_image(layout.encoder)
             if image:
                 self.meta["image"] = image
         else:
@@ -230,6 +238,14 @@ class ModelSet:
         self.outputs = [IOInfo("logits", "float32", ["batch", "decoder_sequence", "vocab"])]
         self.no_attention_reason = self.encoder.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
+
+    @property
+    def position_limit(self) -> PositionLimit | None:
+        """The source text's limit: the encoder file's (its metadata, position table or tokenizer_config.json)."""
+        return self.encoder.position_limit
+
+    def pair_with_encoder(self) -> EncoderPair | None:
+        return None  # a set runs its own encoder
 
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
@@ -413,10 +429,6 @@ class ModelSet:
             self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
 
-    # the same entry point as a single file (request building and checks live in analyze.analyze_call)
-    analyze = AttentionModel.analyze
-    analyze_request = AttentionModel.analyze_request
-
 
 class FolderCache:
     """Generation steps over a folder: the full decoder for the prompt, then the with-past decoder per token.
@@ -517,42 +529,46 @@ class FolderCache:
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
 
-def paired_with_encoder(model) -> ModelSet | None:
-    """A decoder file of an export opened alone and given a text or an image (optimum ``decoder_model*.onnx``): it
-    takes ``encoder_hidden_states``, which only an encoder makes, so the export's ``encoder_model.onnx`` beside it
-    runs first, as the folder runs them (one encoder run, then this file).  None for any other model.  No file
-    outside the model's folder is read; without an encoder there, one line says what to do."""
-    if not isinstance(model, AttentionModel):
-        return None
-    states = next((i.name for i in model.inputs if model.roles[i.name] == "encoder_states"), None)
-    if states is None:
-        return None
-    paired = model.__dict__.get("_paired")  # opened once per model: the GUI analyses many inputs
-    if isinstance(paired, ModelSet):
-        return paired
-    folder = model.path.parent
-    enc = folder / ENCODER_FILE
-    if not enc.is_file():
-        raise AttnvizError(
-            f"{model.path.name} takes {states} from an encoder, and there is no {ENCODER_FILE} beside it; "
-            f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
-            f"or give {states} with --inputs FEEDS.npz"
+class EncoderPairing:
+    """How a decoder file of an export, opened alone and given a text or an image (optimum
+    ``decoder_model*.onnx``), runs: it takes ``encoder_hidden_states``, which only an encoder makes, so the
+    export's ``encoder_model.onnx`` beside it runs first, as the folder runs them (one encoder run, then this
+    file).  The set is opened once, on first use (the GUI analyses many inputs).  No file outside the model's
+    folder is read; without an encoder there, one line says what to do."""
+
+    def __init__(self, model: AttentionModel, states: str):
+        self.model, self.states = model, states
+        self.pair: EncoderPair | None = None
+
+    def __call__(self) -> EncoderPair:
+        if self.pair is None:
+            self.pair = self._open()
+        return self.pair
+
+    def _open(self) -> EncoderPair:
+        model, states = self.model, self.states
+        folder = model.path.parent
+        enc = folder / ENCODER_FILE
+        if not enc.is_file():
+            raise AttnvizError(
+                f"{model.path.name} takes {states} from an encoder, and there is no {ENCODER_FILE} beside it; "
+                f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
+                f"or give {states} with --inputs FEEDS.npz"
+            )
+        if enc.resolve().parent != folder.resolve():
+            raise AttnvizError(
+                f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
+            )
+        layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
+        paired = ModelSet(
+            layout,
+            provider=model.requested_provider,
+            tokenizer=model._tokenizer_arg,
+            threads=model.threads,
+            decoder=model,
         )
-    if enc.resolve().parent != folder.resolve():
-        raise AttnvizError(
-            f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
-        )
-    layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
-    paired = ModelSet(
-        layout,
-        provider=model.requested_provider,
-        tokenizer=model._tokenizer_arg,
-        threads=model.threads,
-        decoder=model,
-    )
-    paired.path, paired.name = model.path, model.name  # results and messages name the file that was opened
-    model.__dict__["_paired"] = paired
-    return paired
+        paired.path, paired.name = model.path, model.name  # results and messages name the file that was opened
+        return EncoderPair(paired, f"{model.path.name} ran on the encoder_hidden_states of {enc.name} beside it")
 
 
 def is_corpus_results(path: str | Path) -> bool:
@@ -565,9 +581,11 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
     p = Path(path)
     if not p.is_dir():
         m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
-        if any(r == "encoder_states" for r in m.roles.values()):  # analyze() pairs it with its encoder on use
-            m.__dict__["pair_with_encoder"] = functools.partial(paired_with_encoder, m)  # per instance
-        return _with_config(m, p.parent) if (p.parent / "config.json").is_file() else m
+        states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
+        if states is not None:  # analyze() pairs it with its encoder on use
+            m.encoder_pairing = EncoderPairing(m, states)
+        config = sidecar(p, "config.json")
+        return _with_config(m) if config is not None and config.is_file() else m
     layout = FolderLayout.find(p)
     if layout is not None:
         return ModelSet(layout, provider=provider, tokenizer=tokenizer, threads=threads)
@@ -589,4 +607,7 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
             f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
             "give one of the files"
         )
-    return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads), p)
+    return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads))
+
+
+_: type[AttnModel] = ModelSet  # mypy checks here that an export folder satisfies the model Protocol

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
+from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +24,9 @@ from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import RemoteSession, make_session
 from attnviz.runtime.inputs import IOInfo
+from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
-from attnviz.runtime.request import AnalyzeRequest
+from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.steps import CHUNK_S, Loop, StepPlan, advance
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
@@ -191,11 +194,20 @@ class PackedMap:
         return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
 
 
-class AttentionModel:
-    """A loaded model with its attention sites found and labelled.  Sessions are created lazily."""
+class AttentionModel(engine.AnalyzeMethod):
+    """A loaded model with its attention sites found and labelled.  Sessions are created lazily.
+
+    ``encoder_pairing``: for a decoder file that takes encoder_hidden_states, how to run it behind the encoder
+    beside it (:func:`attnviz.runtime.folder.open_model` gives it; this module cannot import folder.py).
+    """
 
     def __init__(
-        self, path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
+        self,
+        path: str | Path,
+        provider: str = "auto",
+        tokenizer: str | None = None,
+        threads: int | None = None,
+        encoder_pairing: Callable[[], EncoderPair | None] | None = None,
     ):
         t0 = time.perf_counter()
         self.path = Path(path)
@@ -223,6 +235,8 @@ class AttentionModel:
         self.provider_note = ""
         self._stack_confirmed = False
         self._probed = False
+        self._grids: dict[tuple, gr.TokenGrid | None] = {}  # (image input, fed size, keys) -> the graph's grid
+        self.encoder_pairing = encoder_pairing
         self._loop: Loop | None = None  # an in-process generation loop's state (see run_loop)
         self.timings = {"load_s": time.perf_counter() - t0}
 
@@ -679,6 +693,15 @@ class AttentionModel:
         """A single-stack graph whose labels are guesses: a short run tells encoder from decoder first."""
         return not self._stack_confirmed and len({s.stack for s in self._sites}) == 1
 
+    @cached_property
+    def position_limit(self) -> PositionLimit | None:
+        """The longest token input: metadata, the graph's position table, or the folder's tokenizer_config.json."""
+        return find_position_limit(self.meta, self.proto, self.path)
+
+    def pair_with_encoder(self) -> EncoderPair | None:
+        """The set that runs this decoder file behind the encoder beside it, when it takes encoder states."""
+        return self.encoder_pairing() if self.encoder_pairing is not None else None
+
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
         return grid_for(self, n_keys, image_hw)
 
@@ -694,10 +717,6 @@ class AttentionModel:
     def cache_stepper(self) -> FileCache | None:
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
         return FileCache.for_model(self)
-
-    def analyze_request(self, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
-        """The engine on a built request (the window's input panel and the CLI's flags build one, checked once)."""
-        return engine.analyze(self, req, progress=progress, cancelled=cancelled)
 
     def loop_maps(self) -> tuple[tuple[str, float], ...] | None:
         """The dense session's map outputs a generation loop beside the session can stack row by row, each
@@ -743,45 +762,6 @@ class AttentionModel:
             "model_path": str(self.path),
         }
         return ids, finished, [m.array() for m in maps], info
-
-    def analyze(
-        self,
-        text: str | None = None,
-        text_pair: str | None = None,
-        image=None,
-        feeds: dict | None = None,
-        generate: int = 0,
-        mode: str = "auto",
-        image_size: tuple[int, int] | None = None,
-        image_mean: list[float] | None = None,
-        image_std: list[float] | None = None,
-        progress=None,
-        cancelled=None,
-        use_cache: bool = True,
-        max_tokens: int | None = None,
-    ) -> AttentionResult:
-        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
-
-        ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
-        steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a
-        run stops the crash-isolation child, which really interrupts onnxruntime.
-        """
-        return engine.analyze_call(
-            self,
-            progress=progress,
-            cancelled=cancelled,
-            text=text,
-            text_pair=text_pair,
-            image=image,
-            feeds=feeds,
-            generate=generate,
-            mode=mode,
-            image_size=image_size,
-            image_mean=image_mean,
-            image_std=image_std,
-            use_cache=use_cache,
-            max_tokens=max_tokens,
-        )
 
 
 def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
@@ -911,15 +891,16 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
     if image is not None and image_hw is not None:
         hw = (int(image_hw[0]), int(image_hw[1]))
         key = (image, hw, n_keys)
-        cache = model.__dict__.setdefault("_grids", {})
-        if key not in cache:
-            cache[key] = gr.token_grid(model.graph, image, hw, n_keys)
-        tg = cache[key]
+        if key not in model._grids:
+            model._grids[key] = gr.token_grid(model.graph, image, hw, n_keys)
+        tg = model._grids[key]
         if tg is not None:
             return PatchGrid(tg.rows, tg.cols, tg.lead)
         return None
     side = int(round(n_keys**0.5))
     return PatchGrid(side, side, 0) if side * side == n_keys else None
 
+
+_: type[AttnModel] = AttentionModel  # mypy checks here that a file model satisfies the model Protocol
 
 __all__ = ["AttentionModel", "Cancelled", "IOInfo", "open_model", "TokenAxis", "DenseMap"]

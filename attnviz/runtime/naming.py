@@ -12,14 +12,15 @@ import json
 from pathlib import Path
 
 from attnviz.core import metadata as md
+from attnviz.runtime.sidecar import sidecar
 
 CONFIG_MAX_BYTES = 1 << 20  # a Hugging Face config.json is a few kB; a bigger file is not read for a name
 
 
-def _config(folder: Path) -> dict:
-    p = folder / "config.json"
+def _config(model_file: Path) -> dict:
+    p = sidecar(model_file, "config.json")  # the model's folder (a Hub repo's above onnx/), never above
     try:
-        if not p.is_file() or p.stat().st_size > CONFIG_MAX_BYTES:
+        if p is None or not p.is_file() or p.stat().st_size > CONFIG_MAX_BYTES:
             return {}
         d = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -35,7 +36,7 @@ def model_name(path: Path, meta: dict) -> str:
     if isinstance(given, str) and given.strip():
         return " ".join(given.split())[:NAME_MAX_CHARS]  # one line, whatever the file says
     if path.stem.lower() == "model":
-        found = md.source_name(path.parent.resolve().name, _config(path.parent))
+        found = md.source_name(path.parent.resolve().name, _config(path))
         if found:
             return found
     return path.stem

@@ -18,7 +18,7 @@ def declared(session) -> tuple[list[tuple[int, int]], str] | None:
     if found is not None:
         return [found[0]], found[1]
     model = session.model
-    return md.alignment_heads(getattr(model, "meta", None) or {}) if model is not None else None
+    return md.alignment_heads(model.meta) if model is not None else None
 
 
 def keep_selection(session) -> None:

@@ -109,5 +109,8 @@ def analyze_from_args(args):
 
     req = request_from_args(args)
     require_input(req, args.model)  # before opening: a missing input needs no model load
+    from attnviz.runtime.host import prestart
+
+    prestart()  # the isolation child starts while the model is read
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
     return model, model.analyze_request(req)
