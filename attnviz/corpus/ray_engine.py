@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import read_text
 from attnviz.corpus.items import Item
 from attnviz.corpus.plan import BatchSpec, plan_text
 from attnviz.corpus.reduce import Partial
@@ -91,7 +92,10 @@ class PartialsStore:
 
         meta = self.folder / self.FINGERPRINT
         if self.folder.exists():
-            if not meta.is_file() or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint:
+            if (
+                not meta.is_file()
+                or json.loads(read_text(meta, "Ray partials' record")).get("fingerprint") != self.fingerprint
+            ):
                 raise AttnvizError(
                     f"{self.folder} holds another Ray run's partial results (model, data or settings differ); "
                     "use another --out or delete it"
@@ -109,7 +113,9 @@ class PartialsStore:
                 tokens += int(sum(t.column("tokens").to_pylist()))
             return done, len(done), tokens
         self.folder.mkdir(parents=True)
-        meta.write_text(json.dumps({"fingerprint": self.fingerprint}))
+        from attnviz.core.writes import atomic_write_json
+
+        atomic_write_json(meta, {"fingerprint": self.fingerprint}, "--out")
         return [], 0, 0
 
     def read(self):

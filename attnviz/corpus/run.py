@@ -136,6 +136,16 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     """Run ``cfg``; ``on_batch(items_done)`` is called after each folded batch (an exception there, e.g.
     KeyboardInterrupt, stops the run with its progress checkpointed)."""
     _check(cfg)
+    output.guard(
+        Path(cfg.out),
+        {
+            "the model": cfg.model,
+            "the --texts file": cfg.texts,
+            "the --images folder": cfg.images,
+            "the --tokenizer file": cfg.tokenizer,
+        },
+        (CHECKPOINT,),
+    )
     warm: list[WarmPool] = []  # local workers started early (see _prestart); stopped however the run ends
     try:
         return _run(cfg, on_batch, warm)
