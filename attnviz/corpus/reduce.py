@@ -20,6 +20,7 @@ from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS, row_stats
+from attnviz.core.untrusted import open_regular
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
@@ -433,10 +434,11 @@ class Accumulator:
 
     @classmethod
     def load(cls, path: Path, fingerprint: str, nh: int, k: int) -> Accumulator | None:
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
+        f = open_regular(path, "checkpoint")  # a FIFO or device named checkpoint.npz is refused, never waited on
         try:
-            with np.load(path) as z:
+            with f, np.load(f) as z:
                 if str(z["fingerprint"]) != fingerprint:
                     return None
                 acc = cls(nh, k)

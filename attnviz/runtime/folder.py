@@ -26,6 +26,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.core.untrusted import read_text
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.generate import StepOut, present_name
@@ -56,8 +57,8 @@ def _config_special(folder: Path) -> dict:
         if not p.is_file():
             continue
         try:
-            cfg = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            cfg = json.loads(read_text(p, name))
+        except (OSError, ValueError, AttnvizError):
             continue
         for key, role in CONFIG_SPECIAL.items():
             v = cfg.get(key)
@@ -70,8 +71,8 @@ def _config_special(folder: Path) -> dict:
 
 def _read_json(p: Path) -> dict:
     try:
-        d = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
-    except (OSError, ValueError):
+        d = json.loads(read_text(p, p.name)) if p.is_file() else {}
+    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
         return {}
     return d if isinstance(d, dict) else {}
 
