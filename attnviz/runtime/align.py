@@ -17,6 +17,7 @@ from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
 from attnviz.core.words import with_article
+from attnviz.runtime.limits import SHORTEN, check_positions
 
 
 @dataclass
@@ -104,6 +105,8 @@ class Aligner:
     def run(self, src_words: list[str], tgt_words: list[str]) -> PairAttention:
         src = encode_words(self.src_tok, src_words, special=True)
         tgt = encode_words(self.tgt_tok, tgt_words, special=False)
+        check_positions(self.model, len(src.ids), "the source sentence", SHORTEN)
+        check_positions(self.model, len(tgt.ids) + 1, "the target sentence", SHORTEN)  # + the decoder's start
         feeds: dict[str, np.ndarray] = {}
         _fill(
             self.model,
