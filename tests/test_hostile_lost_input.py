@@ -183,6 +183,16 @@ def test_the_window_never_exports_onto_its_model(qtbot, tmp_path):
     assert sha(model) == before
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_open_screenshot_never_replaces_its_image(model, tmp_path, capsys, variant):
+    from PIL import Image
+
+    img = tmp_path / "in.png"
+    Image.new("RGB", (4, 4)).save(img)
+    shot = aim(img, tmp_path / "o", variant)
+    refused(capsys, ["open", img, "--screenshot", shot], tmp_path, "--screenshot", "the file it opens")
+
+
 # --------------------------------------------------------------------------- atomic writes
 
 
@@ -241,7 +251,8 @@ WRITES_ALLOWED = {
 }
 WRITE_CALLS = re.compile(
     r"""open\([^)]*["'][wax]b?\+?["']|\.write_bytes\(|\.write_text\(|np\.savez|write_table\(|savefig\(|"""
-    r"""onnx\.save\(|\.save\(tmp|shutil\.copy|os\.replace\(|os\.rename\("""
+    r"""onnx\.save\(|\.save\(tmp|np\.save\(|torch\.save\(|\.tofile\(|json\.dump\(|shutil\.copy|shutil\.move|"""
+    r"""os\.replace\(|os\.rename\("""
 )
 
 

@@ -190,8 +190,10 @@ def _many(ps: PathLike | Iterable[PathLike] | None) -> list[PathLike]:
 
 @contextmanager
 def command_scope() -> Iterator[None]:
-    """Inputs declared inside are forgotten on exit (the CLI wraps each command in one)."""
-    token = _DECLARED.set(())
+    """Inputs declared inside are forgotten on exit (the CLI wraps each command in one, a corpus run is one):
+    a process that runs many commands must not keep protecting files long gone, whose inode numbers the file
+    system hands out again."""
+    token = _DECLARED.set(_DECLARED.get())
     try:
         yield
     finally:
