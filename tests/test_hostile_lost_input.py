@@ -219,6 +219,44 @@ def test_corpus_results_interrupted_mid_write_keep_the_previous_ones(tmp_path, m
     assert listing(out) == before  # old results intact, no temp file left behind
 
 
+def _argv_for(command: str, tmp_path: Path, model: Path) -> tuple[list, Path]:
+    """A command line that writes into ``tmp_path / 'out'`` (the folder compared before and after)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    repo = Path(__file__).resolve().parents[1]
+    if command == "align":
+        for ext in ("src", "tgt"):
+            (tmp_path / f"a.{ext}").write_text("the cat\n")
+        src, tgt = tmp_path / "a.src", tmp_path / "a.tgt"
+        return ["align", repo / "models" / "translation.onnx", "--src", src, "--tgt", tgt, "--out", out / "a.out"], out
+    if command == "corpus":
+        (tmp_path / "t.txt").write_text("the cat\nthe dog\n")
+        return ["corpus", model, "--texts", tmp_path / "t.txt", "--out", out, "--no-progress", "--workers", "1"], out
+    if command == "figure":
+        return ["figure", model, "--text", "the cat", "--view", "heatmap", "--out", out / "f.png"], out
+    return ["extract", model, "--text", "the cat", "--out", out / "m.npz"], out
+
+
+@pytest.mark.parametrize("command", ["extract", "align", "figure", "corpus"])
+def test_a_rerun_interrupted_mid_write_keeps_the_previous_outputs(model, tmp_path, capsys, monkeypatch, command):
+    """The first run's outputs; a second run interrupted after each temp file is written, before its rename:
+    every earlier output byte for byte, and no temp file left."""
+    argv, out = _argv_for(command, tmp_path, model)
+    assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    before = listing(out)
+    assert before
+    written: list[str] = []
+
+    def interrupted(src, dst):
+        assert Path(src).stat().st_size > 0  # the temp file is whole: the interrupt comes at the last step
+        written.append(Path(dst).name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writes.os, "replace", interrupted)
+    assert main([str(a) for a in argv]) == 130
+    assert written and listing(out) == before
+
+
 def test_the_guard_checks_late_writes_too(tmp_path):
     """Outputs named only mid-run (checkpoints, --all-heads figures) meet the same rule when they are written."""
     inp = tmp_path / "in.txt"
