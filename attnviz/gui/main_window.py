@@ -649,7 +649,7 @@ class MainWindow(QMainWindow):
         inputs = {"the open model": model, "the tokenizer": self.tokenizer, "the input image": self.inputs.image.text()}
         try:
             with command_scope():
-                guard(inputs, {"the export": path})
+                guard(inputs, {"export file": path})
         except AttnvizError as e:
             self.show_error(str(e))
             return False
