@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(sp)
-        sp.set_defaults(_run=mod.run)
+        sp.set_defaults(_run=mod.run, _parser=sp)
     return p
 
 
@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["open", *argv]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # argparse reports a subcommand's unknown flags with the top-level usage ("COMMAND ..."), which does not say
+    # what the command takes: the subcommand's own parser reports them, with its usage
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "_unavailable", None):
         print(f"attnviz: {args._unavailable}", file=sys.stderr)
         return 2

@@ -31,6 +31,8 @@ class Session(QObject):
         self.blocks: list[Block] = []
         self.sel = Selection()
         self._map_cache: tuple[tuple[int, Selection], MapView] | None = None
+        # the model the views last opened on its declared alignment head (gui/views/declared.py): once per model
+        self.declared_opened_for: object | None = None
 
     # -- state changes -------------------------------------------------------
     def set_model(self, model) -> None:

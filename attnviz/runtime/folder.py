@@ -29,8 +29,9 @@ from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.core.untrusted import read_text
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.generate import StepOut, present_name
+from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
 from attnviz.runtime.model import AttentionModel, IOInfo
+from attnviz.runtime.steps import StepPlan
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -430,6 +431,7 @@ class FolderCache:
         self.past_names = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         self.cache: dict[str, np.ndarray] = {}
         self.feeds: dict = {}
+        self.looping = False  # a loop beside the with-past session holds the cache (see steps)
 
     @classmethod
     def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> FolderCache | None:
@@ -446,6 +448,7 @@ class FolderCache:
         return cls(ms, past_model, order)
 
     def start(self, feeds: dict) -> StepOut:
+        self.looping = False
         self.feeds = self.ms.check_feeds(feeds)
         enc_ran, enc_out = self.ms._encode(self.feeds, "dense")
         enc = enc_ran or enc_out["result"]
@@ -453,13 +456,44 @@ class FolderCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
         maps = {j: m.array() for j, m in enumerate(enc.maps)}
         maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
-        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
-    def _info(self, r: AttentionResult) -> dict:
+    def _info(self, info: dict) -> dict:
         """A step's run facts, named after the folder (not the decoder file that ran the step)."""
-        return dict(r.info, model=self.ms.name, model_path=str(self.ms.path))
+        return dict(info, model=self.ms.name, model_path=str(self.ms.path))
 
-    def step(self, tokens: list[int]) -> StepOut:
+    def plan(self) -> StepPlan | None:
+        """How each step's feeds follow from the last for a loop beside the with-past decoder's session: only
+        the token and the cache change (the encoder's states and mask stay), or None: one request per step."""
+        maps = self.past_model.loop_maps()
+        roles = self.past_model.roles
+        if maps is None or self.feeds["decoder_input_ids"].shape[0] != 1:
+            return None
+        if any(r in ("positions", "cache_position", "decoder_mask") for r in roles.values()):
+            return None  # what these hold per cached step is not derived here: the step path below stays exact
+        outs = {o.name for o in self.past_model.outputs}
+        return StepPlan(
+            fetch=(),
+            logits="logits",
+            carry=tuple((p, present_name(p)) for p in self.past_names if present_name(p) in outs),
+            token=next(i.name for i in self.past_model.inputs if roles[i.name] == "tokens"),
+            flags=tuple((i.name, i.rank) for i in self.past_model.inputs if i.dtype == "bool" and i.rank <= 1),
+            maps=maps,
+            dtypes=tuple((i.name, i.dtype) for i in self.past_model.inputs),
+        )
+
+    def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
+        """Up to ``n`` greedy steps in one chunk beside the with-past decoder's session (else one step)."""
+        plan = None if self.looping else self.plan()
+        if not self.looping and plan is None:
+            return one_step(self, token, eos)
+        ids, _, maps, info = self.past_model.run_loop(
+            plan, self._step_feeds([token]) if plan is not None else None, 0, token, n, eos
+        )
+        self.looping = True
+        return StepsOut(ids, {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}, self._info(info))
+
+    def _step_feeds(self, tokens: list[int]) -> dict:
         f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays
         f["decoder_input_ids"] = np.asarray([[t] for t in tokens], np.int64)
         _, enc_out = self.ms._encode(self.feeds, "dense")
@@ -468,7 +502,10 @@ class FolderCache:
         for i in self.past_model.inputs:  # a merged decoder: its cache branch now
             if i.dtype == "bool" and i.rank <= 1:
                 g[i.name] = np.ones([1] * i.rank, bool)
-        r = self.past_model.run(g, mode="dense")
+        return g
+
+    def step(self, tokens: list[int]) -> StepOut:
+        r = self.past_model.run(self._step_feeds(tokens), mode="dense")
         for p in self.past_names:
             # the encoder half stays as the first run made it: a with-past file does not output it, and a merged
             # decoder's cache branch outputs an empty placeholder for it (a cache never loses rows or keys)
@@ -477,7 +514,7 @@ class FolderCache:
             if new is not None and new.shape[0] == old.shape[0] and new.shape[-2] >= old.shape[-2]:
                 self.cache[p] = new
         maps = {self.n_enc + self.order[j]: m.array() for j, m in enumerate(r.maps)}
-        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
 
 def paired_with_encoder(model) -> ModelSet | None:

@@ -160,6 +160,23 @@ class _Host:
         """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
         return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
 
+    def steps(self, sid: int, start, token: int, n: int, eos, budget: float):
+        """A chunk of cached generation steps run in the child (:meth:`worker.Server.steps`): (ids, finished,
+        {map output: array})."""
+
+        def prepare(args: tuple) -> tuple:
+            sid, start, *rest = args
+            if start is not None:
+                plan, feeds, length = start
+                start = (plan, self.feed_area.share(feeds), length)
+            return (sid, start, *rest, self._hand_back())
+
+        def adopt(reply) -> tuple:
+            ids, finished, names, items, created, deleted = reply
+            return ids, finished, dict(zip(names, self._adopt((items, created, deleted))))
+
+        return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
+
     def _prepare_run(self, args: tuple) -> tuple:
         """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
         sid, names, feeds = args
@@ -547,6 +564,25 @@ class RemoteSession:
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
 
+    def steps(self, start, token: int, n: int, eos, budget: float):
+        """A chunk of greedy cached steps, run in the child next to the session (``start``: a new generation's
+        (plan, feeds, cache length), or None to go on with the one the child holds)."""
+        if start is not None and (self._host is None or self._host is not _host or self.crashed):
+            self._ensure()
+        if self._host is None or self._host is not _host:
+            raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
+        try:
+            return self._host.steps(self._sid, start, token, n, eos, budget)
+        except _Dead:
+            self._host = None
+            raise ModelCrashed("the model crashed onnxruntime while generating; the model cannot be run") from None
+        except ModelCrashed as e:
+            self.crashed = str(e)
+            raise
+        except RunCancelled:
+            self._host = None
+            raise
+
 
 def _ort_text(e: Exception) -> str:
     s = str(e).strip().replace("\n", " ")
@@ -567,11 +603,13 @@ def make_session(
     external_dir: str | None = None,
     label: str = "model",
     initializers=None,
+    shared_arena: bool = True,
 ):
     """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
-    OrtValues (sent to the child as arrays)."""
+    OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
+    instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra = {}
@@ -584,6 +622,8 @@ def make_session(
         return local.make_session(
             model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
         )
+    if not shared_arena:
+        extra["shared_arena"] = False
     sess = RemoteSession(
         model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
     )
