@@ -612,7 +612,7 @@ def make_session(
     instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
-    extra = {}
+    extra: dict[str, object] = {}  # initializers (a pair of lists), shared_arena (a bool)
     if initializers and initializers[0]:
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
