@@ -126,12 +126,11 @@ def write(out: Path, comp: Comparison, run: dict, inputs: dict) -> None:
     import pyarrow.parquet as pq
 
     from attnviz import AttnvizError
-    from attnviz.core.writes import atomic_path, atomic_write_json, refuse_input_as_output
+    from attnviz.core.writes import atomic_path, atomic_write_json, guard
 
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
-    for name in (HEADS, RUN):
-        refuse_input_as_output(out / name, inputs, "--out")
+    guard(inputs, {"--out": [out / HEADS, out / RUN]})
     out.mkdir(parents=True, exist_ok=True)
     schema = pa.schema(
         [
