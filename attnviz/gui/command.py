@@ -90,6 +90,10 @@ def run(args) -> int:
             raise AttnvizError(f"--screenshot {shot}: use a .png file name")
         if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
             raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
+        from attnviz.core.writes import guard
+
+        opened = {"the file it opens": target, "the --image file": args.image, "the --tokenizer file": args.tokenizer}
+        guard(opened, {"--screenshot": shot})
     # the input flags' values get the check the window's input panel and `extract` get (one wording)
     AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
     if args.tokenizer and not Path(args.tokenizer).is_file():
