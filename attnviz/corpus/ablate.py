@@ -126,6 +126,7 @@ def write(out: Path, rows: list[dict], run: dict, inputs: dict) -> None:
 def _open(args):
     from attnviz import AttnvizError
     from attnviz.runtime import AttentionModel, open_model
+    from attnviz.runtime.ablation import known_heads
     from attnviz.runtime.commands.common import no_input
 
     if args.inputs is None and args.text is None and args.image is None:
@@ -146,8 +147,7 @@ def _open(args):
             f"{model.path.name} is the decoder of an export: ablate it with --inputs FEEDS.npz holding the "
             "encoder's states, or ablate the merged model file"
         )
-    if model.needs_probe or not all(s.heads for s in model.sites):
-        model.probe()  # head counts (and a static encoder/decoder guess) from a short dummy run
+    known_heads(model)  # --heads names heads by index: their counts first
     return model
 
 
@@ -156,6 +156,7 @@ def run(args) -> int:
     import onnxruntime
 
     from attnviz import AttnvizError, __version__
+    from attnviz.core.words import count
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime.ablation import Ablation, gateable, parse_heads
     from attnviz.runtime.host import prestart
@@ -211,7 +212,11 @@ def run(args) -> int:
     if not args.all_heads:
         c = changes[0]
         joint = {
-            "heads": [f"{sites[i].stack} {sites[i].kind} {sites[i].layer}:{h}" for i, hs in sorted(off_sets[0].items()) for h in hs],
+            "heads": [
+                f"{sites[i].stack} {sites[i].kind} {sites[i].layer}:{h}"
+                for i, hs in sorted(off_sets[0].items())
+                for h in hs
+            ],
             "ablation_kl": c.kl_bits,
             "ablation_max_dlogit": c.max_dlogit,
             "prediction_changed": c.prediction_changed,
@@ -241,7 +246,9 @@ def run(args) -> int:
         ],
         "not_ablated": refused,
         "joint": joint,
-        "rows": "one per head ablated alone" if args.all_heads else "one per named head, all with the joint ablation's numbers",
+        "rows": "one per head ablated alone"
+        if args.all_heads
+        else "one per named head, all with the joint ablation's numbers",
         "measures": {
             "ablation_kl": f"mean KL(base ‖ ablated) of softmax({ab.output}) over the last axis, bits, over real "
             "positions (null for an output that is not logits)",
@@ -262,8 +269,8 @@ def run(args) -> int:
     }
     write(out, rows, run_info, inputs)
     print(
-        f"ablated ({args.ablation}) {'each of ' if args.all_heads else ''}{len(rows)} heads of {len(chosen)} sites "
-        f"-> {out / HEADS}"
+        f"ablated ({args.ablation}) {'each of ' if args.all_heads else ''}{count(len(rows), 'head')} of "
+        f"{count(len(chosen), 'site')}{'' if args.all_heads else ' together'} -> {out / HEADS}"
     )
     for s in run_info["sites"]:
         if s["gate"] == "output":
@@ -271,7 +278,7 @@ def run(args) -> int:
     if joint is not None:
         kl = f"KL {joint['ablation_kl']:.4g} bits, " if joint["ablation_kl"] is not None else ""
         print(
-            f"together: {kl}max |Δ{ab.output}| {joint['ablation_max_dlogit']:.4g}, prediction "
+            f"output change: {kl}max |Δ{ab.output}| {joint['ablation_max_dlogit']:.4g}, prediction "
             f"{'changed' if joint['prediction_changed'] else 'unchanged'}"
             + (f", generation {'changed' if joint['generation_changed'] else 'unchanged'}" if args.generate else "")
         )

@@ -45,9 +45,13 @@ def parse_heads(spec: str, sites: list[SiteInfo]) -> dict[int, list[int]]:
         stack, kind, layer, head = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
         i = index.get((stack, kind, layer))
         if i is None:
-            raise AttnvizError(f"--heads {part.strip()!r}: the model has no site {stack} {kind} L{layer}; its sites: {names}")
+            raise AttnvizError(
+                f"--heads {part.strip()!r}: the model has no site {stack} {kind} L{layer}; its sites: {names}"
+            )
         if head >= sites[i].heads:
-            raise AttnvizError(f"--heads {part.strip()!r}: {sites[i].label} has {sites[i].heads} heads (0 to {sites[i].heads - 1})")
+            raise AttnvizError(
+                f"--heads {part.strip()!r}: {sites[i].label} has {sites[i].heads} heads (0 to {sites[i].heads - 1})"
+            )
         if head not in out.setdefault(i, []):
             out[i].append(head)
     if not out:
@@ -72,6 +76,7 @@ class Ablation:
 
     def __init__(self, model: AttentionModel, sites: list[int], mode: str, req: AnalyzeRequest):
         self.model = model
+        known_heads(model)
         try:
             edited, gates = gate_heads(model.graph, model.graph_sites, sites, mode)
         except GateRefused as e:
@@ -156,8 +161,15 @@ class Ablation:
         return Change(d.kl_bits, d.max_abs_diff, changed > 0, changed, gen_changed, ids)
 
 
+def known_heads(model: AttentionModel) -> None:
+    """Head counts the graph does not declare come from the model's short dummy run (the gates need them)."""
+    if model.needs_probe or not all(s.heads for s in model.graph_sites):
+        model.probe()
+
+
 def gateable(model: AttentionModel) -> tuple[list[int], list[str]]:
     """The sites ablation can gate, and a line for each it cannot."""
+    known_heads(model)
     ok, refused = [], []
     for i, s in enumerate(model.graph_sites):
         try:

@@ -96,7 +96,9 @@ def gate_heads(g0: Graph, sites: list[Site], chosen: list[int], mode: str) -> tu
         prod.output[:] = [ungated if o == tensor else o for o in prod.output]
         name = GATE_INPUT.format(i)
         graph.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [s.heads]))
-        after.setdefault(pi, []).extend(_gate_nodes(f"attnviz_gate{i}_", ungated, tensor, name, s.heads, layout, mode, opset))
+        after.setdefault(pi, []).extend(
+            _gate_nodes(f"attnviz_gate{i}_", ungated, tensor, name, s.heads, layout, mode, opset)
+        )
         gates.append(Gate(i, name, s.heads, methods[i]))
     nodes = []
     for k, n in enumerate(graph.node):
