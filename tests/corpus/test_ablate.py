@@ -15,11 +15,12 @@ import onnxruntime as ort
 import pyarrow.parquet as pq
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_builders import tiny_text_model
+from onnx_builders import gqa_model, tiny_text_model
 
 from attnviz.cli import main
 from attnviz.runtime import open_model
 from attnviz.runtime.ablation import Ablation
+from attnviz.runtime.graph import ablate as ablate_graph
 from attnviz.runtime.request import AnalyzeRequest
 
 TEXT = "the cat sat on a mat"
@@ -73,7 +74,10 @@ def _hand_ablated(path, layer: int, head: int, heads: int, mode: str) -> onnx.Mo
 
 
 @pytest.mark.parametrize("mode", ["zero", "mean"])
-def test_ablating_a_head_equals_a_graph_edited_by_hand(tmp_path, mode):
+@pytest.mark.parametrize("rank", ["inferred", "unknown"])
+def test_ablating_a_head_equals_a_graph_edited_by_hand(tmp_path, mode, rank, monkeypatch):
+    if rank == "unknown":  # no rank known: the gate goes through its [-1, H, Q, K] view of the probabilities
+        monkeypatch.setattr(ablate_graph.Ranks, "__call__", lambda self, name: None)
     path = tiny_text_model(tmp_path / "m.onnx", layers=2, heads=2, d=8, classifier=False, seed=4)
     before = _sha(path)
     model = open_model(path, provider="cpu")
@@ -81,6 +85,8 @@ def test_ablating_a_head_equals_a_graph_edited_by_hand(tmp_path, mode):
     plain = _session(onnx.load(path)).run(["logits"], {"input_ids": ids})[0]
     ab = Ablation(model, [0, 1], mode, AnalyzeRequest(feeds={"input_ids": ids}))
     np.testing.assert_array_equal(ab.base, plain)  # an all-ones gate is the model itself
+    edited, _ = ablate_graph.gate_heads(model.graph, model.graph_sites, [0], mode)
+    assert ("Slice" in {n.op_type for n in edited.graph.node}) == (rank == "unknown")  # the path this case tests
     for layer in (0, 1):
         for head in (0, 1):
             want = _session(_hand_ablated(path, layer, head, 2, mode)).run(["logits"], {"input_ids": ids})[0]
@@ -359,3 +365,24 @@ def test_missing_or_doubled_head_choice_and_bad_out_are_one_line(tmp_path, capsy
     before = _sha(path)
     rc, _, err = _run(["ablate", str(path), "--text", TEXT, "--all-heads", "--out", str(path)], capsys)
     assert rc == 2 and _sha(path) == before
+
+
+def test_group_query_attention_is_gated_on_its_output(tmp_path):
+    """com.microsoft GroupQueryAttention (4 query heads over 2 KV heads): its output ``y`` (not logits: no KL) with
+    one query head's probabilities × 0, from the builder's own numpy probabilities."""
+    path, feeds, probs = gqa_model(tmp_path / "gqa.onnx", heads=4, kv_heads=2, d=8)
+    before = _sha(path)
+    model = open_model(path, provider="cpu")
+    ab = Ablation(model, [0], "zero", AnalyzeRequest(feeds=feeds))
+    assert ab.gates[0].method == "output" and ab.output == "y"
+    v = np.repeat(
+        feeds["v"].reshape(1, 5, 2, 8).transpose(0, 2, 1, 3), 2, axis=1
+    )  # [1, 4, S, d]: KV head per query head
+    for h in range(4):
+        p = probs.copy()
+        p[:, h] = 0.0
+        want = (p @ v).transpose(0, 2, 1, 3).reshape(1, 5, 32)  # the output projection is the identity
+        np.testing.assert_allclose(ab.run({0: [h]}), want, atol=1e-5, rtol=0)
+        c = ab.change({0: [h]})
+        assert c.kl_bits is None and c.max_dlogit > 1e-3
+    assert _sha(path) == before

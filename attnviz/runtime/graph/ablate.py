@@ -52,8 +52,9 @@ class Gate:
     method: str  # "probabilities" | "output"
 
 
-def gate_method(g: Graph, s: Site) -> str:
+def gate_method(g: Graph, s: Site, ranks: Ranks | None = None) -> str:
     """Where site ``s`` can be gated ("probabilities" | "output"); raises :class:`GateRefused` naming the site."""
+    ranks = ranks or Ranks(g)
     where = f"{s.stack} {s.kind} L{s.layer} ({s.node_name!r}, {s.method})"
     if s.g.path or s.loop:
         raise GateRefused(f"cannot ablate {where}: it sits inside an If / Loop / Scan body")
@@ -64,7 +65,7 @@ def gate_method(g: Graph, s: Site) -> str:
             raise GateRefused(f"cannot ablate {where}: its probabilities are not computed in this graph")
         return "probabilities"
     if s.method in FUSED_LAYOUT:
-        if FUSED_LAYOUT[s.method] == "rank" and _rank(g, g.nodes[s.node_index].input[0]) not in (3, 4):
+        if FUSED_LAYOUT[s.method] == "rank" and ranks(g.nodes[s.node_index].input[0]) not in (3, 4):
             raise GateRefused(f"cannot ablate {where}: the rank of its query input (3-D or 4-D) is not declared")
         return "output"
     raise GateRefused(f"cannot ablate {where}: it has no per-head P·V product to gate")
@@ -74,7 +75,8 @@ def gate_heads(g0: Graph, sites: list[Site], chosen: list[int], mode: str) -> tu
     """A copy of ``g0.model`` with a gate on each site in ``chosen`` (indices into ``sites``), and the gates."""
     if mode not in MODES:
         raise ValueError(f"unknown ablation mode {mode!r}; use {' or '.join(MODES)}")
-    methods = {i: gate_method(g0, sites[i]) for i in chosen}
+    ranks = Ranks(g0)
+    methods = {i: gate_method(g0, sites[i], ranks) for i in chosen}
     m = copy.deepcopy(g0.model)
     graph = m.graph
     after: dict[int, list] = {}  # producer node index -> the gate's nodes, inserted right after it
@@ -84,12 +86,13 @@ def gate_heads(g0: Graph, sites: list[Site], chosen: list[int], mode: str) -> tu
         s = sites[i]
         node = g0.nodes[s.node_index]
         if methods[i] == "probabilities":
-            tensor, layout = s.probs, "probs"
+            # a [B, H, Q, K] tensor is gated as it is; another rank (or an unknown one) through the [-1, H, Q, K] view
+            tensor, layout = s.probs, "bhsd" if ranks(s.probs) == 4 else "probs"
         else:
             tensor = node.output[0]
             layout = FUSED_LAYOUT[s.method]
             if layout == "rank":
-                layout = "bhsd" if _rank(g0, node.input[0]) == 4 else "bsd"
+                layout = "bhsd" if ranks(node.input[0]) == 4 else "bsd"
         pi = g0.producer[tensor]
         ungated = f"{tensor}__attnviz_ungated"
         prod = graph.node[pi]
@@ -132,7 +135,7 @@ def _gate_nodes(p: str, x: str, out: str, mask: str, heads: int, layout: str, mo
         split = const("split", np.array([0, 0, heads, -1], np.int64))
         nodes.append(helper.make_node("Reshape", [x, split], [p + "view"]))
         view, head_axis, row_axis = p + "view", 2, 1
-    else:  # "bhsd": [B, H, S, dv] as it is
+    else:  # "bhsd": [B, H, S, dv] (or probabilities [B, H, Q, K]) as it is
         view, head_axis, row_axis = x, 1, 2
     reshaped = view != x
     gated = p + "gated" if reshaped else out
@@ -166,16 +169,30 @@ def _cast_like(x: str, like: str, out: str, opset: int):
     return helper.make_node("Identity", [x], [out])  # before CastLike: float32 graphs only (fp16 exports are newer)
 
 
-def _rank(g: Graph, name: str) -> int | None:
-    """A tensor's declared rank (graph inputs, value_info), else what onnx shape inference says."""
-    for v in list(g.proto.input) + list(g.proto.value_info) + list(g.proto.output):
-        if v.name == name and v.type.tensor_type.HasField("shape"):
-            return len(v.type.tensor_type.shape.dim)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(g.model, strict_mode=False)
-    except Exception:  # inference is a best effort: an unknown rank is refused by the caller
-        return None
-    for v in inferred.graph.value_info:
-        if v.name == name and v.type.tensor_type.HasField("shape"):
-            return len(v.type.tensor_type.shape.dim)
-    return None
+class Ranks:
+    """Tensors' ranks: declared (graph inputs, value_info), else from onnx shape inference, run once on first need."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.known = {
+            v.name: len(v.type.tensor_type.shape.dim)
+            for v in [*g.proto.input, *g.proto.value_info, *g.proto.output]
+            if v.type.tensor_type.HasField("shape")
+        }
+        self.inferred: dict[str, int] | None = None
+
+    def __call__(self, name: str) -> int | None:
+        if name in self.known:
+            return self.known[name]
+        if self.inferred is None:
+            self.inferred = {}
+            try:
+                m = onnx.shape_inference.infer_shapes(self.g.model, strict_mode=False)
+            except Exception:  # inference is a best effort: an unknown rank is decided without it
+                return None
+            self.inferred = {
+                v.name: len(v.type.tensor_type.shape.dim)
+                for v in m.graph.value_info
+                if v.type.tensor_type.HasField("shape")
+            }
+        return self.inferred.get(name)
