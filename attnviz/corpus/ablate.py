@@ -90,19 +90,14 @@ def _row(site, head: int, c, gate: str, together: int) -> dict:
     }
 
 
-def write(out: Path, rows: list[dict], run: dict, inputs: dict) -> None:
-    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically, never over an
-    input file."""
+def write(out: Path, rows: list[dict], run: dict) -> None:
+    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically (and, inside a
+    command, checked again against its declared inputs)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from attnviz import AttnvizError
-    from attnviz.core.writes import atomic_path, atomic_write_json, refuse_input_as_output
+    from attnviz.core.writes import atomic_path, atomic_write_json
 
-    if out.exists() and not out.is_dir():
-        raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
-    for name in (HEADS, RUN):
-        refuse_input_as_output(out / name, inputs, "--out")
     out.mkdir(parents=True, exist_ok=True)
     schema = pa.schema(
         [
@@ -157,6 +152,7 @@ def run(args) -> int:
 
     from attnviz import AttnvizError, __version__
     from attnviz.core.words import count
+    from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime.ablation import Ablation, gateable, parse_heads
     from attnviz.runtime.host import prestart
@@ -169,6 +165,9 @@ def run(args) -> int:
         "the --image file": args.image,
         "the --tokenizer file": args.tokenizer,
     }
+    if out.exists() and not out.is_dir():
+        raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
+    guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
     prestart()
     model = _open(args)
     sites = model.sites
@@ -267,7 +266,7 @@ def run(args) -> int:
         },
         "versions": {"attnviz": __version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__},
     }
-    write(out, rows, run_info, inputs)
+    write(out, rows, run_info)
     print(
         f"ablated ({args.ablation}) {'each of ' if args.all_heads else ''}{count(len(rows), 'head')} of "
         f"{count(len(chosen), 'site')}{'' if args.all_heads else ' together'} -> {out / HEADS}"

@@ -386,3 +386,27 @@ def test_group_query_attention_is_gated_on_its_output(tmp_path):
         c = ab.change({0: [h]})
         assert c.kl_bits is None and c.max_dlogit > 1e-3
     assert _sha(path) == before
+
+
+def test_a_site_no_gate_fits_is_refused_in_one_line_naming_it(tmp_path, capsys):
+    """Attention inside a Loop body (tests/runtime/test_subgraphs.py's model): one gate would act on every
+    iteration at once, so the site is refused by name; --all-heads has nothing left to ablate."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "subgraphs", Path(__file__).parents[1] / "runtime" / "test_subgraphs.py"
+    )
+    sub = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sub)
+    path, _ = sub.loop_model(tmp_path / "loop.onnx")
+    np.savez(tmp_path / "feeds.npz", x=np.ones((1, 4, 8), np.float32))
+    before = _sha(path)
+    for choice in (["--heads", "encoder self 0:0"], ["--all-heads"]):
+        rc, _, err = _run(
+            ["ablate", str(path), "--inputs", str(tmp_path / "feeds.npz"), *choice, "--out", str(tmp_path / "o")],
+            capsys,
+        )
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert "cannot ablate encoder self L0 ('body/Softmax', softmax): it sits inside an If / Loop / Scan body" in err
+    assert not (tmp_path / "o").exists() and _sha(path) == before
