@@ -83,7 +83,7 @@ def _row(site, head: int, c, gate: str, together: int) -> dict:
         "head": int(head),
         "ablation_kl": c.kl_bits,
         "ablation_max_dlogit": float(c.max_dlogit),
-        "prediction_changed": bool(c.prediction_changed),
+        "prediction_changed": c.prediction_changed,
         "generation_changed": c.generation_changed,
         "gate": gate,
         "ablated_together": together,
@@ -250,9 +250,10 @@ def run(args) -> int:
         else "one per named head, all with the joint ablation's numbers",
         "measures": {
             "ablation_kl": f"mean KL(base ‖ ablated) of softmax({ab.output}) over the last axis, bits, over real "
-            "positions (null for an output that is not logits)",
+            "positions (null for an output that is not logits, or a forecaster's values)",
             "ablation_max_dlogit": f"largest |base − ablated| of {ab.output} over real positions",
-            "prediction_changed": "the argmax over the last axis differs at some real position",
+            "prediction_changed": "the argmax over the last axis differs at some real position (null for a "
+            "forecaster's values)",
             "generation_changed": "the greedy generation (--generate N, full re-run per step) differs",
             "gate": "probabilities: a mask on the head's probabilities before P·V; output: a mask on the fused "
             "op's output slice of the head (the probabilities are internal to the op)",
@@ -276,10 +277,11 @@ def run(args) -> int:
             print(f"  {s['site']}: gated on the fused op's output per head (its probabilities are internal)")
     if joint is not None:
         kl = f"KL {joint['ablation_kl']:.4g} bits, " if joint["ablation_kl"] is not None else ""
+        said = {True: "changed", False: "unchanged"}
         print(
-            f"output change: {kl}max |Δ{ab.output}| {joint['ablation_max_dlogit']:.4g}, prediction "
-            f"{'changed' if joint['prediction_changed'] else 'unchanged'}"
-            + (f", generation {'changed' if joint['generation_changed'] else 'unchanged'}" if args.generate else "")
+            f"output change: {kl}max |Δ{ab.output}| {joint['ablation_max_dlogit']:.4g}"
+            + (f", prediction {said[joint['prediction_changed']]}" if joint["prediction_changed"] is not None else "")
+            + (f", generation {said[bool(joint['generation_changed'])]}" if args.generate else "")
         )
     else:
         top = sorted(rows, key=lambda r: (-(r["ablation_kl"] or 0.0), -r["ablation_max_dlogit"]))

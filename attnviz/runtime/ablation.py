@@ -26,6 +26,8 @@ from attnviz.runtime.graph.ablate import Gate, GateRefused, gate_heads, gate_met
 from attnviz.runtime.model import AttentionModel
 from attnviz.runtime.request import AnalyzeRequest
 
+# tasks whose output is values, not a distribution's logits (whatever the output is named): no KL, no argmax
+REGRESSION_TASKS = ("forecasting",)
 HEAD_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*(\d+)\s*$")
 
 
@@ -65,8 +67,8 @@ class Change:
 
     kl_bits: float | None  # mean KL(base ‖ ablated) of the softmax over the last axis, bits (logits only)
     max_dlogit: float  # largest |base − ablated|
-    prediction_changed: bool  # the argmax over the last axis differs at some real position
-    changed_positions: int  # how many positions' argmax changed
+    prediction_changed: bool | None  # the argmax over the last axis differs at some real position (None: values)
+    changed_positions: int | None  # how many positions' argmax changed
     generation_changed: bool | None = None  # with generation: the greedy tokens differ
     generated: list[int] | None = None
 
@@ -86,6 +88,8 @@ class Ablation:
         self.sess = model.extra_session(edited, f"ablate sites={sorted(sites)} mode={mode}")
         names = [o.name for o in model.outputs]
         self.output = "logits" if "logits" in names else names[0]
+        # a forecaster's "logits" are the forecast values: the largest |Δ| is the measure there
+        self.distribution = model.meta.get("task") not in REGRESSION_TASKS
         self.prep = bd.prepare(model, req)
         self.steps = req.generate
         self.eos = md.section(model.meta, "special").get("eos")
@@ -102,7 +106,7 @@ class Ablation:
         # the base's log-probabilities once, not once per ablation (the measures cost a third of a small model's
         # forward per head otherwise: the translation demo's logits, measured)
         rows = self.base[self.rows] if self.rows is not None else self.base
-        self.base_log = log_softmax(rows) if is_logits(self.output) and rows.size else None
+        self.base_log = log_softmax(rows) if self.distribution and is_logits(self.output) and rows.size else None
 
     def _feeds(self, generated: list[int]) -> dict[str, np.ndarray]:
         """The feeds of the one run the output change is measured on (after generation: the base sequence)."""
@@ -154,15 +158,18 @@ class Ablation:
         """Ablate the heads in ``off`` together and measure the output change."""
         got = self.run(off)
         d = output_difference(self.output, self.base, got, self.rows, self.base_log)
-        a, b = self.base.argmax(-1), got.argmax(-1)
-        if self.rows is not None:
-            a, b = a[self.rows], b[self.rows]
-        changed = int(np.sum(a != b))
+        changed = None
+        if self.distribution:
+            a, b = self.base.argmax(-1), got.argmax(-1)
+            if self.rows is not None:
+                a, b = a[self.rows], b[self.rows]
+            changed = int(np.sum(a != b))
         gen_changed, ids = None, None
         if self.steps:
             ids = self.generate(off)
             gen_changed = ids != self.base_generated
-        return Change(d.kl_bits, d.max_abs_diff, changed > 0, changed, gen_changed, ids)
+        kl = d.kl_bits if self.distribution else None
+        return Change(kl, d.max_abs_diff, None if changed is None else changed > 0, changed, gen_changed, ids)
 
 
 def known_heads(model: AttentionModel) -> None:

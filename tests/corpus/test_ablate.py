@@ -410,3 +410,16 @@ def test_a_site_no_gate_fits_is_refused_in_one_line_naming_it(tmp_path, capsys):
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
         assert "cannot ablate encoder self L0 ('body/Softmax', softmax): it sits inside an If / Loop / Scan body" in err
     assert not (tmp_path / "o").exists() and _sha(path) == before
+
+
+def test_a_forecaster_gets_the_largest_difference_alone(tmp_path, capsys):
+    """A forecaster's output is values even when named logits (the demo's is): no KL, no argmax 'prediction'."""
+    path = tiny_text_model(tmp_path / "f.onnx", layers=1, heads=2, d=8)
+    m = onnx.load(path)
+    next(p for p in m.metadata_props if p.key == "attnviz.task").value = "forecasting"
+    onnx.save(m, path)
+    rc, printed, err = _run(["ablate", str(path), "--text", TEXT, "--all-heads", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 0, err
+    rows = _heads(tmp_path / "o")
+    assert all(r["ablation_kl"] is None and r["prediction_changed"] is None for r in rows)
+    assert max(r["ablation_max_dlogit"] for r in rows) > 1e-4 and "KL" not in printed.splitlines()[2]
