@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pyarrow.parquet as pq
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_builders import gqa_model, tiny_text_model
+from onnx_builders import gqa_model, split_export, tiny_text_model
 
 from attnviz.cli import main
 from attnviz.runtime import open_model
@@ -423,3 +423,11 @@ def test_a_forecaster_gets_the_largest_difference_alone(tmp_path, capsys):
     rows = _heads(tmp_path / "o")
     assert all(r["ablation_kl"] is None and r["prediction_changed"] is None for r in rows)
     assert max(r["ablation_max_dlogit"] for r in rows) > 1e-4 and "KL" not in printed.splitlines()[2]
+
+
+def test_an_export_folder_is_refused_in_one_line(tmp_path, capsys):
+    from pathlib import Path
+
+    folder = split_export(Path(__file__).resolve().parents[2] / "models" / "translation.onnx", tmp_path / "export")
+    rc, _, err = _run(["ablate", str(folder), "--text", "λόγος", "--all-heads", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "ablate runs one ONNX file" in err, err
