@@ -22,6 +22,7 @@ COMMANDS = {
     "extract": "attnviz.runtime.commands.extract",
     "corpus": "attnviz.corpus.command",
     "compare": "attnviz.corpus.compare",
+    "ablate": "attnviz.corpus.ablate",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
