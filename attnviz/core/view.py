@@ -80,6 +80,7 @@ class Selection:
     query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
     rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
     image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
+    heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -190,6 +191,48 @@ def layer_range(sel: Selection, n_layers: int) -> tuple[int, int]:
     hi = n_layers - 1 if sel.layer_hi < 0 else min(sel.layer_hi, n_layers - 1)
     lo = max(0, min(sel.layer_lo, hi))
     return lo, hi
+
+
+# generation steps a translation / captioning model takes when nobody says how many (it stops at EOS first):
+# enough for a sentence or a caption, few enough to run in a second on a CPU
+DEFAULT_GENERATE = 32
+# which input holds the decoder's text, per model kind: given, it is a target to teacher-force instead
+DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
+
+
+def default_generate(kind: str, given: dict | None = None) -> int:
+    """Generation steps when none are asked for, the same in the window and in ``attnviz figure``.
+
+    Translation and captioning generate (what they are for, and what Alignment and the strip show); a
+    target the caller gave is teacher-forced instead (generating would continue it).  Decoder-only graphs
+    may be forecasters with no token input, so they just run."""
+    key = DECODER_TEXT.get(str(kind or ""))
+    if key is None:
+        return 0
+    return 0 if (given or {}).get(key) else DEFAULT_GENERATE
+
+
+def default_selection(result: AttentionResult, blocks: list[Block] | None = None) -> Selection:
+    """What a freshly opened result shows, in the window and in ``attnviz figure`` without selection flags.
+
+    The model's declared alignment head (``attnviz.alignment``) when it names one: that head was trained or
+    chosen to point, and any other would show what the model was never asked to do.  Otherwise the mean over
+    the heads of the last layer of the first block: the last layer is what the output reads, and no head is
+    privileged by its index (head 0 is as arbitrary as head 7), so the first look does not single one out; the
+    title says "mean over heads", so it is never taken for one head, and one click shows single heads."""
+    blocks = result.blocks() if blocks is None else blocks
+    if not blocks:
+        return Selection()
+    declared = declared_alignment(result)
+    cross = next((i for i, b in enumerate(blocks) if b.kind == "cross"), None)
+    if declared is not None and cross is not None:
+        (layer, head), rows = declared
+        blk = blocks[cross]
+        if layer < blk.n_layers and head < blk.heads_in(layer):
+            return Selection(block=cross, layer=layer, head=head, mode="head", rows=rows)
+    last = blocks[0].n_layers - 1
+    rows = declared[1] if declared is not None else "predict"
+    return Selection(layer=last, mode="mean", layer_lo=last, layer_hi=last, rows=rows)
 
 
 def clamp(sel: Selection, blocks: list[Block]) -> Selection:
@@ -587,15 +630,25 @@ def strongest_links(
     return out, top
 
 
+def link_heads(blk: Block, sel: Selection) -> list[int]:
+    """The heads token links overlay: none for an aggregate; else the selection's ``heads`` that the layer has,
+    or, when it names none, the focused head (the window's first look and the figure's default alike)."""
+    if sel.mode != "head":
+        return []
+    n = blk.heads_in(min(max(sel.layer, 0), blk.n_layers - 1))
+    return sorted({int(h) for h in sel.heads if 0 <= h < n}) or [sel.head]
+
+
 def links_view(
     result: AttentionResult, sel: Selection, heads: list[int] | None = None, blocks: list[Block] | None = None
 ) -> LinksView:
-    """Token links for ``sel``: one head, several heads overlaid (``heads``) or the selected aggregate."""
+    """Token links for ``sel``: one head, several heads overlaid (``heads``, else :func:`link_heads`) or the
+    selected aggregate."""
     blocks = result_blocks(result, sel, blocks)
     sel = clamp(sel, blocks)
     blk = blocks[sel.block]
     if sel.mode == "head":
-        hs = sorted({h for h in (heads or [sel.head]) if 0 <= h < blk.heads_in(sel.layer)}) or [sel.head]
+        hs = link_heads(blk, sel if heads is None else sel.with_(heads=tuple(heads)))
         mvs = [compute_map(result, sel.with_(head=h), blocks) for h in hs]
         items = [(f"head {h}", HEAD_COLOURS[h % len(HEAD_COLOURS)], mv.matrix) for h, mv in zip(hs, mvs)]
         what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
@@ -611,6 +664,98 @@ def links_view(
     return LinksView(
         mv0.q_labels, mv0.k_labels, mv0.q_special, mv0.k_special, items, links, vmax, title, blk, mv0.q_pos, ends
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# strip ("Show, Attend and Tell": one panel per generated word)
+
+
+@dataclass
+class StripPanel:
+    """One word's panel: the decoder ``row`` that chose ``word`` and its weights over the keys ``k_pos``."""
+
+    word: str
+    row: int
+    k_pos: np.ndarray
+    k_labels: list[str]
+    k_special: list[bool]
+    weights: np.ndarray
+
+
+@dataclass
+class StripView:
+    """The strip: one panel per word.  Over an image (``image``) each panel is the word's :func:`overlay_view`
+    (``weights`` empty); over text the keys shaded by the word's weights, on one colour scale up to ``vmax``."""
+
+    block_index: int
+    block: Block
+    image: bool
+    panels: list[StripPanel]
+    vmax: float
+    title: str
+    notes: list[str] = field(default_factory=list)
+
+
+def over_image(result: AttentionResult, blk: Block) -> bool:
+    """Cross-attention from words to the image's patches (a captioning decoder)."""
+    return blk.kind == "cross" and result.image is not None and block_grid(result, blk) is not None
+
+
+def strip_block(result: AttentionResult, blocks: list[Block], sel: Selection) -> int | None:
+    """The block the strip shows: the selected one when it is a decoder's; else cross-attention over the image,
+    else the decoder's cross-attention, else its self-attention (a decoder-only model)."""
+    if 0 <= sel.block < len(blocks) and blocks[sel.block].stack == "decoder":
+        return sel.block
+    order = [i for i, b in enumerate(blocks) if over_image(result, b)]
+    order += [i for i, b in enumerate(blocks) if b.stack == "decoder" and b.kind == "cross"]
+    order += [i for i, b in enumerate(blocks) if b.stack == "decoder" and b.kind == "self"]
+    return order[0] if order else None
+
+
+def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> StripView:
+    """Each generated word (up to ``sel.step``; over an image the typed caption words first) with where it
+    looked.  Over text the special keys are hidden and rows renormalised, and the mass kept, as the other views
+    do it; over an image each panel is the Image regions overlay of that word."""
+    blocks = result_blocks(result, sel, blocks)
+    b = strip_block(result, blocks, sel)
+    if b is None:
+        raise ViewError("the strip view needs a decoder: attention from the generated words", param="view")
+    blk = blocks[b]
+    image = over_image(result, blk)
+    base = sel.with_(block=b, step=-1, hide_special=False, keep=1.0)
+    if image and sel.mode == "rollout":
+        base = base.with_(mode="mean")  # rollout multiplies square self-attention maps
+    mv = compute_map(result, base, blocks)
+    rows = generation_rows(result, blk) if n_steps(result) else []
+    notes: list[str] = []
+    if sel.step >= 0 and rows:
+        rows = rows[: sel.step + 1]
+        notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+    if image:
+        rows = caption_rows(result, blk) + rows
+    panels: list[StripPanel] = []
+    hidden = False
+    for row, word in rows:
+        cols = np.arange(mv.matrix.shape[1])
+        if blk.kind == "self":  # a decoder sees only the tokens up to its own position
+            cols = cols[: row + 1]
+        w = np.asarray(mv.matrix[row], np.float32)[cols] if not image else np.zeros(0, np.float32)
+        special = np.asarray([mv.k_special[j] for j in cols], bool) if mv.k_special else np.zeros(len(cols), bool)
+        if not image and sel.hide_special and special.any():
+            drop = hide_mask(special)
+            cols, w, special = cols[~drop], w[~drop], special[~drop]
+            w = w / max(float(w.sum()), 1e-12)
+            hidden = hidden or bool(drop.any())
+        if not image and sel.keep < 1.0:
+            w = reduce.keep_mass(w[None], max(sel.keep, 1e-3))[0]
+        panels.append(StripPanel(clean_label(word), row, cols, [mv.k_labels[j] for j in cols], special.tolist(), w))
+    if hidden:
+        notes.append("special tokens hidden")
+    if not image and sel.keep < 1.0:
+        notes.append(f"top {round(sel.keep * 100)}% mass")
+    vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)
+    title = " · ".join([mv.title, *notes])
+    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="regenerate the figure a recipe describes (view options given here override it)",
     )
     add_input_arguments(p, model_required=False)
+    # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
+    p.set_defaults(generate=None)
     view = p.add_argument_group("view")
     view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
@@ -174,7 +176,7 @@ def _sources_from_args(args) -> dict:
         "image": args.image,
         "feeds": args.inputs,
         "tokenizer": args.tokenizer,
-        "generate": args.generate or 0,
+        "generate": args.generate,
     }
     src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
     return src
@@ -285,7 +287,7 @@ def _pick_row(result, row: int | None):
 def run(args) -> int:
     from attnviz.core.writes import refuse_input_as_output
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
-    from attnviz.figures.render import figure_format, render_figure, save_figure
+    from attnviz.figures.render import figure_format, render_spec, save_figure
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
@@ -328,7 +330,8 @@ def run(args) -> int:
         sample = found.values
         if sample:
             src.update({k: v for k, v in sample.items() if k != "generate"})
-            src["generate"] = src["generate"] or int(sample.get("generate") or 0)
+            if src["generate"] is None and sample.get("generate") is not None:
+                src["generate"] = int(sample["generate"])
             print(f"attnviz: no input given; using the model's sample input ({found.describe()})", file=sys.stderr)
     inputs = _inputs_of(src, args)
     if not args.all_heads:
@@ -337,10 +340,12 @@ def run(args) -> int:
             refuse_input_as_output(args.recipe_out, inputs, "--recipe-out")
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
+    if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
+        src["generate"] = int((result.info or {}).get("generate") or 0)
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
-        from attnviz.figures.select import alignment_defaults
+        from attnviz.figures.select import declared_defaults
 
-        spec, note = alignment_defaults(result, spec)
+        spec, note = declared_defaults(result, spec)
         if note:
             print(f"attnviz: {note}", file=sys.stderr)
 
@@ -353,7 +358,7 @@ def run(args) -> int:
         return r
 
     if not args.all_heads:
-        fig = render_figure(result, spec)
+        fig = render_spec(result, spec)
         path = save_figure(fig, out)
         if not args.no_recipe:
             rpath = Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
@@ -381,7 +386,7 @@ def run(args) -> int:
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
         target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
         refuse_input_as_output(target, inputs, "--out")
-        path = save_figure(render_figure(result, one), target)
+        path = save_figure(render_spec(result, one), target)
         if not args.no_recipe:
             write_recipe(recipe_for(one, path), recipe_path_for(path))
     _progress(len(jobs), len(jobs), "done")

@@ -34,6 +34,7 @@ SELECTION_KINDS: dict[str, tuple[type, ...]] = {
     **{f.name: (type(getattr(Selection(), f.name)),) for f in fields(Selection)},
     "query": (int, type(None)),
     "keep": (int, float),
+    "heads": (list, tuple),  # a tuple is saved as a JSON list
 }
 SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "mode": lambda v: v in MODES,
@@ -43,6 +44,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "step": lambda v: v >= -1,
     "batch": lambda v: v >= 0,
     "query": lambda v: v is None or v >= 0,
+    "heads": lambda v: all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in v),
 }
 
 
@@ -96,6 +98,8 @@ def restore(win, state: dict) -> None:
     if isinstance(view, str) and view in win.views:
         win.tabs.setCurrentWidget(win.views[view])
     sel = valid(state.get("selection"), SELECTION_KINDS, SELECTION_VALUES)
+    if "heads" in sel:
+        sel["heads"] = tuple(sel["heads"])  # the selection is hashable (it keys caches)
 
     def apply():
         win.result_shown.disconnect(apply)

@@ -8,14 +8,14 @@ pytest.importorskip("matplotlib")
 
 from conftest import text_result
 
-from attnviz.figures import FigureSpec, render_figure
+from attnviz.figures import FigureSpec, render_spec
 
 
 @pytest.mark.parametrize("tokens", [["a", "b"], [f"w{i}" for i in range(40)]])
 @pytest.mark.parametrize("log", [False, True])
 def test_colour_bar_has_few_ticks_and_its_long_label_is_not_clipped(tokens, log):
     result = text_result(n_layers=1, heads=1, tokens=tokens)
-    fig = render_figure(result, FigureSpec(hide_special=True, log=log, dpi=72))
+    fig = render_spec(result, FigureSpec(hide_special=True, log=log, dpi=72))
     fig.canvas.draw()
     cbar = fig.axes[-1]
     ticks = [t for t in cbar.get_yticklabels() if t.get_text()]

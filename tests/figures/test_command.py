@@ -13,7 +13,7 @@ from PIL import Image
 from attnviz import AttnvizError
 from attnviz.cli import main
 from attnviz.core.io import save_npz
-from attnviz.figures import FigureSpec, render_figure, save_figure
+from attnviz.figures import FigureSpec, render_spec, save_figure
 from attnviz.figures.recipe import load_recipe
 
 
@@ -220,13 +220,13 @@ def test_permission_denied_is_a_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(writes.tempfile, "mkstemp", denied)
     with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable --out"):
-        save_figure(render_figure(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
+        save_figure(render_spec(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
 
 
 def test_failed_save_keeps_existing_file(tmp_path, monkeypatch):
     target = tmp_path / "keep.png"
     target.write_bytes(b"old figure")
-    f = render_figure(text_result(), FigureSpec(dpi=40))
+    f = render_spec(text_result(), FigureSpec(dpi=40))
     import attnviz.core.writes as writes
 
     def boom(path, fmt_path):
@@ -274,7 +274,7 @@ def test_spec_validation_messages():
     with pytest.raises(AttnvizError, match="unknown figure option"):
         FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
     with pytest.raises(AttnvizError, match="rollout needs self-attention over one sequence"):
-        render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
+        render_spec(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
 
 
 def test_bytes_do_not_depend_on_the_process(maps, tmp_path):

@@ -3,12 +3,10 @@ the current view, and assert they are the same numbers, labels, ticks, colours a
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
-from attnviz.figures import render_figure
+from attnviz.figures import FigureStyle, render_figure
 
 # (name, selection changes): heads and aggregates, layer ranges, steps, filters, log scale
 SETTINGS = [
@@ -27,9 +25,9 @@ def unescape(s: str) -> str:
 
 
 def figure(w, view):
-    spec = w.figure_spec(view)
-    assert spec is not None
-    return render_figure(w.session.result, replace(spec, dpi=40))
+    what = w.figure_selection(view)
+    assert what is not None
+    return render_figure(w.session.result, *what, FigureStyle(dpi=40))
 
 
 def check_map(hm, fig):
@@ -45,6 +43,9 @@ def check_map(hm, fig):
     else:
         np.testing.assert_allclose([norm.vmin, norm.vmax], [lo, hi], rtol=1e-6)
         np.testing.assert_array_equal(hm.image.image, mv.matrix)
+    # the same title words: the figure's is the model's name, then the screen's title
+    assert unescape(ax.get_title().replace("\n", " · ")).endswith(mv.title)
+    assert hm.plot.getPlotItem().titleLabel.text == mv.title
     assert ax.get_xlabel() == mv.x_title == hm.plot.getPlotItem().getAxis("bottom").labelText
     assert ax.get_ylabel() == mv.y_title == hm.plot.getPlotItem().getAxis("left").labelText
     for axis, labels in ((ax.xaxis, hm.x_axis.labels), (ax.yaxis, hm.y_axis.labels)):
@@ -111,12 +112,12 @@ def check_image(w, fig):
     h, w_ = rgba.shape[:2]
     k = gui.shape[0] // h
     # the same image base under the heat (grey, colour or none), in the image's own pixels
-    assert fig.attnviz_spec.image_base == w.session.sel.image_base == v.base_box.currentData()
+    assert fig.attnviz_selection.image_base == w.session.sel.image_base == v.base_box.currentData()
     np.testing.assert_allclose(v.image_item.image / 255.0, np.asarray(ax.images[0].get_array()), atol=0.5 / 255)
     # the screen computes the heat k times finer; block means of a bilinear surface are its centre values
     gui_alpha = gui[..., 3].astype(np.float32).reshape(h, k, w_, k).mean(axis=(1, 3)) / 255.0
     np.testing.assert_allclose(gui_alpha, rgba[..., 3], atol=0.03)
-    cmap = colormaps[fig.attnviz_spec.colormap]
+    cmap = colormaps[fig.attnviz_style.colormap(fig.attnviz_view)]
     if w.session.sel.image_base == "none":  # heat only: opaque, so the colours say the heat; compare them
         gui_rgb = gui[..., :3].astype(np.float32).reshape(h, k, w_, k, 3).mean(axis=(1, 3))
         np.testing.assert_allclose(gui_rgb, rgba[..., :3] * 255, atol=12)
@@ -124,7 +125,7 @@ def check_image(w, fig):
         heat = (gui[..., 3].astype(np.float32) / 255.0 - 0.2) / 0.7
         want = cmap(np.clip(heat, 0, 1))[..., :3] * 255
         np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
-    assert f"query {v.queries[v.query][0]}" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+    assert f"query “{v.queries[v.query][0]}”" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
 
 
 def views_for(w):
