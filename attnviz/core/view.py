@@ -177,10 +177,18 @@ def colour_range(matrix_max: float, log: bool, vmax: float | None = None) -> tup
     return (top * 10.0**-LOG_DECADES, top) if log else (0.0, top)
 
 
+HIDDEN_NOTE = "special tokens hidden"  # a map's note (and title part) when hiding special tokens dropped some
+
+
 def weight_label(log: bool, hide_special: bool = False) -> str:
     """The colour-bar label, the same words on screen and in print."""
     label = "attention (special tokens removed, rows renormalised)" if hide_special else "attention weight"
     return label + (" (log scale)" if log else "")
+
+
+def notes_label(notes: list[str], log: bool) -> str:
+    """The colour-bar label of a drawn map (its ``notes``): it speaks of removed tokens only when some were."""
+    return weight_label(log, HIDDEN_NOTE in notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +442,7 @@ def _hide(
     if not (dq.any() or dk.any()):
         return m, q_pos, k_pos, q_sp, k_sp
     m = reduce.drop_positions(m, dq, dk, renormalize=True)
-    notes.append("special tokens hidden")
+    notes.append(HIDDEN_NOTE)
     return m, q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]
 
 
@@ -495,7 +503,7 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         m = reduce.drop_positions(m, dq, dk, renormalize=True)
         q_pos, k_pos, q_sp, k_sp = q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]
         words = [w for w, d in zip(words, dq) if not d]
-        notes.append("special tokens hidden")
+        notes.append(HIDDEN_NOTE)
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
         notes.append(f"top {round(sel.keep * 100)}% mass")
@@ -714,8 +722,8 @@ def strip_block(result: AttentionResult, blocks: list[Block], sel: Selection) ->
 
 def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> StripView:
     """Each generated word (up to ``sel.step``; over an image the typed caption words first) with where it
-    looked.  Over text the special keys are hidden and rows renormalised, and the mass kept, as the other views
-    do it; over an image each panel is the Image regions overlay of that word."""
+    looked.  Over text a panel is a row of the Alignment view: the same row convention (``sel.rows``), special
+    keys hidden and rows renormalised, the mass kept; over an image it is the Image regions overlay of that word."""
     blocks = result_blocks(result, sel, blocks)
     b = strip_block(result, blocks, sel)
     if b is None:
@@ -727,6 +735,8 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
         base = base.with_(mode="mean")  # rollout multiplies square self-attention maps
     mv = compute_map(result, base, blocks)
     rows = generation_rows(result, blk) if n_steps(result) else []
+    if not image and blk.kind == "cross" and sel.rows == "input":  # Alignment's rows: word k on the row reading it
+        rows = [(r + 1, w) for r, w in rows if r + 1 < mv.matrix.shape[0]]
     notes: list[str] = []
     if sel.step >= 0 and rows:
         rows = rows[: sel.step + 1]
@@ -750,7 +760,7 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
             w = reduce.keep_mass(w[None], max(sel.keep, 1e-3))[0]
         panels.append(StripPanel(clean_label(word), row, cols, [mv.k_labels[j] for j in cols], special.tolist(), w))
     if hidden:
-        notes.append("special tokens hidden")
+        notes.append(HIDDEN_NOTE)
     if not image and sel.keep < 1.0:
         notes.append(f"top {round(sel.keep * 100)}% mass")
     vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)

@@ -158,7 +158,7 @@ def _map_figure(
         make_title(result, style, mv.title),
         mv.x_title,
         mv.y_title,
-        vm.weight_label(sel.log, sel.hide_special),
+        vm.notes_label(mv.notes, sel.log),
         highlight_row,
     )
 
@@ -208,7 +208,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     top_weight = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.compute_map(result, sel.with_(mode="mean")).notes
-    notes = [n for n in notes if n != "special tokens hidden"]
+    notes = [n for n in notes if n != vm.HIDDEN_NOTE]
     H = max(block.heads_in(li) for li in layers)
     # panels: one row per layer; a single layer wraps its heads into a near-square grid
     if len(layers) == 1:
@@ -550,7 +550,7 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)
-    cb.set_label(vm.weight_label(sel.log, "special tokens hidden" in sv.notes), fontsize=fs - 1, labelpad=1)
+    cb.set_label(vm.notes_label(sv.notes, sel.log), fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

@@ -46,6 +46,8 @@ def check_map(hm, fig):
     # the same title words: the figure's is the model's name, then the screen's title
     assert unescape(ax.get_title().replace("\n", " · ")).endswith(mv.title)
     assert hm.plot.getPlotItem().titleLabel.text == mv.title
+    cbar = next(a for a in fig.axes if a is not ax)  # the colour bar's words ("special tokens removed" when they were)
+    assert cbar.get_ylabel().replace("\n", " ") == hm.colorbar.axis.labelText
     assert ax.get_xlabel() == mv.x_title == hm.plot.getPlotItem().getAxis("bottom").labelText
     assert ax.get_ylabel() == mv.y_title == hm.plot.getPlotItem().getAxis("left").labelText
     for axis, labels in ((ax.xaxis, hm.x_axis.labels), (ax.yaxis, hm.y_axis.labels)):

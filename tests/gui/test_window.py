@@ -106,7 +106,8 @@ def test_aggregations_and_filters(qtbot, window, files):
     assert "[CLS]" not in hm.y_axis.labels and "[SEP]" not in hm.x_axis.labels
     np.testing.assert_allclose(hm.mv.matrix.sum(-1), 1.0, rtol=1e-5)
     c.log.setChecked(True)
-    assert hm.colorbar.axis.labelText == "attention weight (log scale)"  # the figure's words
+    # the figure's words: the special tokens were removed from this map
+    assert hm.colorbar.axis.labelText == "attention (special tokens removed, rows renormalised) (log scale)"
     assert hm.shown.max() <= 0.0  # log10 of weights
 
 

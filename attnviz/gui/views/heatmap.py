@@ -187,7 +187,7 @@ class HeatmapWidget(QWidget):
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         tq, tk = mv.matrix.shape
         self.image.setRect(QRectF(0, 0, tk, tq))
-        style.set_colorbar(self.colorbar, (lo, hi), log)
+        style.set_colorbar(self.colorbar, (lo, hi), log, vm.HIDDEN_NOTE in mv.notes)  # the figure's words
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()
