@@ -46,6 +46,9 @@ class FigureStyle:
     title: str | None = None  # None: automatic (model and the view model's title); "": no title
     vmax: float | None = None  # top of the colour scale; None: the largest weight shown
     font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
+    # overview only: this layer's heads alone, as a near-square grid (the window's overview shows every layer;
+    # a paper may want one).  Not in a recipe: `figure --view overview --layer L` sets it
+    only_layer: int | None = None
 
     def __post_init__(self):
         check_style(self)
@@ -63,7 +66,7 @@ class FigureStyle:
         return self.cmap or DEFAULT_CMAP.get(view, FALLBACK_CMAP)
 
 
-STYLE_FIELDS = tuple(f.name for f in fields(FigureStyle))
+STYLE_FIELDS = tuple(f.name for f in fields(FigureStyle) if f.name != "only_layer")
 
 
 def check_style(st) -> None:
@@ -141,7 +144,8 @@ class FigureSpec:
 
     @property
     def style(self) -> FigureStyle:
-        return FigureStyle(**{k: getattr(self, k) for k in STYLE_FIELDS})
+        only = self.layer if self.view == "overview" else None
+        return FigureStyle(**{k: getattr(self, k) for k in STYLE_FIELDS}, only_layer=only)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -202,7 +202,8 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     blocks = vm.result_blocks(result, sel)
     sel = vm.clamp(sel, blocks)
     bi, block = sel.block, blocks[sel.block]
-    layers = list(range(block.n_layers))  # the grid shows every head of every layer, as on screen
+    # every head of every layer, as on screen; or one layer's heads (checked against the block by resolve)
+    layers = [style.only_layer] if style.only_layer is not None else list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
     top_weight = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)

@@ -274,3 +274,12 @@ def test_applicable_views_for_menus():
     assert "generated words" in text["strip"]
     cap = applicable_views(vision_result(decoder=True))
     assert all(v is None for v in cap.values())
+
+
+def test_overview_of_one_layer_is_a_grid_of_its_heads():
+    result = text_result()  # 2 layers x 3 heads
+    panels = [a for a in render_spec(result, FigureSpec(view="overview", dpi=40)).axes if a.images]
+    assert len(panels) == 6
+    one = [a for a in render_spec(result, FigureSpec(view="overview", layer=1, dpi=40)).axes if a.images]
+    assert [a.get_title() for a in one] == ["H0", "H1", "H2"]
+    np.testing.assert_allclose(one[2].images[0].get_array(), result.blocks()[0].head(1, 2), atol=1e-7)
