@@ -45,6 +45,15 @@ HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"
 MAP_CMAP = "viridis"  # token x token maps: perceptually uniform, colour-blind safe
 OVERLAY_CMAP = "magma"  # heat over the image: dark = unattended, bright = attended
 LOG_DECADES = 3  # log scale spans this many decades below the top weight
+# colour scales: what the top of a map's colour bar is -> the words the colour bar says it in
+SCALES = {
+    "fixed": "fixed 0–1",  # weights are probabilities: 1 is the most any can be
+    "shared": "shared by the block's heads",  # the largest weight of any head of the block: heads compare
+    "map": "stretched to this map",  # to the map's own maximum: most contrast; near-uniform maps look saturated
+}
+# the default cannot mislead: on 0–1 near-uniform attention (0.1 everywhere in a random-init BERT) looks faint, as
+# it is; a stretched scale would paint it as bright as a head that puts all its weight on one token
+DEFAULT_SCALE = "fixed"
 # -- token links ------------------------------------------------------------------------------
 LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (clutter)
 LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
@@ -81,6 +90,7 @@ class Selection:
     rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
     image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
     heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
+    scale: str = DEFAULT_SCALE  # the colour scale's top, one of SCALES
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -102,6 +112,8 @@ class MapView:
     x_title: str = "key"
     y_title: str = "query"
     notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" (also in the title)
+    vmax: float = 1.0  # the top of the colour scale (the selection's scale)
+    scale: str = DEFAULT_SCALE
 
     def value(self, row: int, col: int) -> float:
         return float(self.matrix[row, col])
@@ -180,15 +192,55 @@ def colour_range(matrix_max: float, log: bool, vmax: float | None = None) -> tup
 HIDDEN_NOTE = "special tokens hidden"  # a map's note (and title part) when hiding special tokens dropped some
 
 
-def weight_label(log: bool, hide_special: bool = False) -> str:
-    """The colour-bar label, the same words on screen and in print."""
+def weight_label(log: bool, hide_special: bool = False, scale: str | None = None) -> str:
+    """The colour-bar label, the same words on screen and in print: what the colours are, and on which scale
+    ("attention weight (log scale, fixed 0–1)")."""
     label = "attention (special tokens removed, rows renormalised)" if hide_special else "attention weight"
-    return label + (" (log scale)" if log else "")
+    how = (["log scale"] if log else []) + ([SCALES[check_scale(scale)]] if scale is not None else [])
+    return label + (f" ({', '.join(how)})" if how else "")
 
 
-def notes_label(notes: list[str], log: bool) -> str:
-    """The colour-bar label of a drawn map (its ``notes``): it speaks of removed tokens only when some were."""
-    return weight_label(log, HIDDEN_NOTE in notes)
+def notes_label(notes: list[str], log: bool, scale: str | None = None) -> str:
+    """The colour-bar label of a drawn map (its ``notes``): it speaks of removed tokens only when some were, and
+    says which colour scale it is on (``scale``, one of SCALES)."""
+    return weight_label(log, HIDDEN_NOTE in notes, scale)
+
+
+def check_scale(name: str) -> str:
+    if name not in SCALES:
+        raise ViewError(f"unknown colour scale {name!r}; use one of {', '.join(SCALES)}", param="scale")
+    return name
+
+
+def block_top(result: AttentionResult, sel: Selection, block: int, blocks: list[Block] | None = None) -> float:
+    """The largest weight any head of ``block`` gives, after the selection's step, hidden tokens and kept mass:
+    the top of the "shared" scale (the overview's thumbnails keep it: max-pooling keeps maxima)."""
+    thumbs = thumbnails(result, sel, THUMB, blocks, only_block=block)
+    return max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+
+
+def overview_scale(scale: str) -> str:
+    """The overview compares every head on one scale: fixed 0–1, else shared (a scale per thumbnail would make
+    every head look alike)."""
+    return "fixed" if check_scale(scale) == "fixed" else "shared"
+
+
+def overview_top(thumbs: dict, scale: str) -> float:
+    """The top of the overview's one colour scale over every block's thumbnails."""
+    if overview_scale(scale) == "fixed":
+        return 1.0
+    return max(max((float(m.max()) for m in thumbs.values() if m.size), default=1.0), 1e-6)
+
+
+def scale_top(
+    result: AttentionResult, sel: Selection, block: int, m: np.ndarray, blocks: list[Block] | None = None
+) -> float:
+    """The top of the colour scale for map ``m`` of ``block`` on the selection's scale."""
+    scale = check_scale(sel.scale)
+    if scale == "fixed":
+        return 1.0
+    top = block_top(result, sel, block, blocks) if scale == "shared" else float(np.nanmax(m)) if m.size else 0.0
+    return max(top, 1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,7 +475,10 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
     k_labels = [clean_label(blk.key_axis.labels[i]) for i in k_pos]
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
     title = " · ".join([blk.name, what, *notes])
-    return MapView(m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes)
+    top = scale_top(result, sel, sel.block, m, blocks)
+    return MapView(
+        m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes, top, sel.scale
+    )
 
 
 def _hide(
@@ -522,6 +577,8 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         "source",
         target,
         notes,
+        scale_top(result, sel.with_(block=b), b, m, blocks),
+        sel.scale,
     )
 
 
@@ -702,6 +759,7 @@ class StripView:
     vmax: float
     title: str
     notes: list[str] = field(default_factory=list)
+    scale: str = DEFAULT_SCALE
 
 
 def over_image(result: AttentionResult, blk: Block) -> bool:
@@ -764,8 +822,10 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
     if not image and sel.keep < 1.0:
         notes.append(f"top {round(sel.keep * 100)}% mass")
     vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)
+    if sel.scale != "map" or image:  # fixed 0–1 or the block's top (over an image each panel is its own overlay)
+        vmax = scale_top(result, sel.with_(block=b), b, mv.matrix, blocks)
     title = " · ".join([mv.title, *notes])
-    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes)
+    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes, sel.scale)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, VIEW_HELP, VIEWS, WIDTH_PRESETS
+from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
@@ -41,6 +41,7 @@ _SPEC_ARGS = (
     "step",
     "rows",
     "image_base",
+    "scale",
 )
 
 
@@ -133,6 +134,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)",
     )
     view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
+    view.add_argument(
+        "--scale",
+        choices=tuple(SCALES),
+        help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
+        "(stretched to each map's maximum); the colour bar says which",
+    )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
@@ -312,6 +319,10 @@ def run(args) -> int:
     elif not (args.model or args.maps):
         raise AttnvizError("give a model file, --maps MAPS.npz or --recipe R.json")
     spec_d.update(_spec_overrides(args))
+    if not args.recipe:  # a new figure is on the window's default scale; a recipe keeps the one it was drawn on
+        from attnviz.core.view import DEFAULT_SCALE
+
+        spec_d.setdefault("scale", DEFAULT_SCALE)
     spec = FigureSpec(**spec_d)
     if args.all_heads and spec.view == "overview":
         raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")

@@ -280,6 +280,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         query=query,
         rows=str(spec.rows or (declared[1] if declared else "predict")),
         image_base=str(spec.image_base or "grey"),
+        scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
     )
     if spec.heads is not None:
         heads = tuple(check_head(b, layer, h) for h in spec.heads)

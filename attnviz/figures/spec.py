@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
-from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP
+from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP, SCALES
 
 # view name -> one-line description (the renderer's registry in render.py has the same keys)
 VIEW_HELP = {
@@ -113,6 +113,10 @@ class FigureSpec:
     # declared convention (attnviz.alignment), else predict
     rows: str | None = None
     image_base: str = "grey"  # image / strip: what lies under the heat, grey | colour | none (heat only)
+    # the colour scale's top: fixed (0–1) | shared (the block's heads) | map (this map's maximum).  None: "map",
+    # the scale every figure had before there was a choice, so a recipe written then draws the same bytes;
+    # `attnviz figure` without --scale writes the view model's default (fixed) into its recipe
+    scale: str | None = None
 
     def __post_init__(self):
         self.validate()
@@ -136,6 +140,8 @@ class FigureSpec:
             raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
         if self.step is not None and int(self.step) < 0:
             raise AttnvizError(f"step {self.step} must be 0 or more")
+        if self.scale is not None and self.scale not in SCALES:
+            raise AttnvizError(f"unknown colour scale {self.scale!r}; use one of {', '.join(SCALES)}", param="scale")
         if self.image_base not in IMAGE_BASES:
             raise AttnvizError(
                 f"unknown image base {self.image_base!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base"

@@ -64,6 +64,7 @@ def _cmap(style: FigureStyle, view: str):
 def _heatmap_figure(
     spec: FigureStyle,
     log: bool,
+    top: float,
     m: np.ndarray,
     q_labels: list[str],
     k_labels: list[str],
@@ -101,8 +102,7 @@ def _heatmap_figure(
 
     fig = new_figure(spec, width, height)
     ax = fig.add_subplot()
-    vmax = float(spec.vmax) if spec.vmax else max(float(np.nanmax(m)) if m.size else 1.0, 1e-6)
-    im = ax.imshow(m, cmap=_cmap(spec, "heatmap"), norm=_norm(spec, log, vmax), aspect="auto", interpolation="nearest")
+    im = ax.imshow(m, cmap=_cmap(spec, "heatmap"), norm=_norm(spec, log, top), aspect="auto", interpolation="nearest")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -150,6 +150,7 @@ def _map_figure(
     return _heatmap_figure(
         style,
         sel.log,
+        mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
         mv.matrix,
         display_labels(mv.q_labels),
         display_labels(mv.k_labels),
@@ -158,7 +159,7 @@ def _map_figure(
         make_title(result, style, mv.title),
         mv.x_title,
         mv.y_title,
-        vm.notes_label(mv.notes, sel.log),
+        vm.notes_label(mv.notes, sel.log, mv.scale),
         highlight_row,
     )
 
@@ -206,7 +207,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     layers = [style.only_layer] if style.only_layer is not None else list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
     thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
-    top_weight = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+    top_weight = vm.overview_top(thumbs, sel.scale)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.compute_map(result, sel.with_(mode="mean")).notes
     notes = [n for n in notes if n != vm.HIDDEN_NOTE]
@@ -260,7 +261,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         im = ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    _colorbar(fig, im, sel.log, fs, vm.weight_label(sel.log), cb_h, cax=cax)
+    _colorbar(fig, im, sel.log, fs, vm.notes_label([], sel.log, vm.overview_scale(sel.scale)), cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -420,7 +421,8 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     ax = fig.add_axes((pad / width, pad / height, img_w / width, img_h / height))
     sm = _overlay(ax, image, ov, _cmap(style, "image"))
     cax = fig.add_axes(((pad + img_w + cbar_gap) / width, pad / height, cbar_w / width, img_h / height))
-    _colorbar(fig, sm, False, fs, vm.weight_label(False), img_h, cax=cax)
+    # the overlay's heat is divided by the map's maximum (where a query looks, as on screen): the bar says so
+    _colorbar(fig, sm, False, fs, vm.weight_label(False, scale="map"), img_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -551,7 +553,7 @@ def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, 
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)
-    cb.set_label(vm.notes_label(sv.notes, sel.log), fontsize=fs - 1, labelpad=1)
+    cb.set_label(vm.notes_label(sv.notes, sel.log, sv.scale), fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

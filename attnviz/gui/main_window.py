@@ -259,6 +259,7 @@ class MainWindow(QMainWindow):
             "head": c.head,
             "aggregate": c.mode,
             "step": c.step,
+            "scale": c.scale,
         }
         return widgets.get(param or "")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.core.align import CONVENTIONS
-from attnviz.core.view import IMAGE_BASES, MODES, Selection
+from attnviz.core.view import IMAGE_BASES, MODES, SCALES, Selection
 
 KEY = "session/last"
 # the inputs saved, the kind of value each takes back, and which of those the input panel can hold
@@ -40,6 +40,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "mode": lambda v: v in MODES,
     "rows": lambda v: v in CONVENTIONS,
     "image_base": lambda v: v in IMAGE_BASES,
+    "scale": lambda v: v in SCALES,
     "keep": lambda v: 0 < v <= 1,
     "step": lambda v: v >= -1,
     "batch": lambda v: v >= 0,

@@ -192,7 +192,7 @@ def test_layer_range_keep_mass_log_scale_and_step():
     want = keep_mass(aggregate_heads(np.concatenate([b.layer(0), b.layer(1)]), "max"), 0.5)
     np.testing.assert_allclose(im.get_array(), want, atol=1e-6)
     assert isinstance(im.norm, LogNorm)
-    texts = "\n".join(svg_texts(figure_bytes(fig, "svg")))
+    texts = " ".join(svg_texts(figure_bytes(fig, "svg"))).replace("\n", " ")
     assert "layers 0–1" in texts and "max over heads" in texts and "top 50% mass" in texts and "log scale" in texts
     # step: the alignment keeps the words chosen so far; a decoder heatmap keeps the positions that existed
     mt = encdec_result()

@@ -16,6 +16,9 @@ SETTINGS = [
     ("rollout+keep", dict(mode="rollout", keep=0.6)),
     ("head+step", dict(mode="head", layer=0, head=1, step=1)),
     ("hide+keep+log+step", dict(mode="head", layer=1, head=0, hide_special=True, keep=0.8, log=True, step=0)),
+    # the colour scale (fixed 0–1 is the default of the grid): the block's heads, or stretched to the map
+    ("shared+hide", dict(mode="head", layer=1, head=1, scale="shared", hide_special=True)),
+    ("map+log", dict(mode="mean", layer_lo=0, layer_hi=1, scale="map", log=True)),
 ]
 VIEWS = ("overview", "head", "links", "alignment", "image")
 
@@ -153,7 +156,7 @@ def check_grid(w, result, settings=None) -> int:
         for _name, changes in settings or SETTINGS:
             if changes.get("step", -1) >= 0 and not result.generated:
                 continue
-            base = dict(layer_lo=0, layer_hi=-1, step=-1, keep=1.0, log=False, hide_special=False)
+            base = dict(layer_lo=0, layer_hi=-1, step=-1, keep=1.0, log=False, hide_special=False, scale="fixed")
             w.session.select(block=bi, **{**base, **changes})
             for view in views:
                 w.select_view(view)

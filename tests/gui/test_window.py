@@ -107,7 +107,7 @@ def test_aggregations_and_filters(qtbot, window, files):
     np.testing.assert_allclose(hm.mv.matrix.sum(-1), 1.0, rtol=1e-5)
     c.log.setChecked(True)
     # the figure's words: the special tokens were removed from this map
-    assert hm.colorbar.axis.labelText == "attention (special tokens removed, rows renormalised) (log scale)"
+    assert hm.colorbar.axis.labelText == "attention (special tokens removed, rows renormalised) (log scale, fixed 0–1)"
     assert hm.shown.max() <= 0.0  # log10 of weights
 
 
@@ -386,10 +386,15 @@ def test_demo_model_preference(tmp_path):
 def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     ov = window.overview
-    assert ov.colorbar.axis.labelText == "attention weight" and ov.levels[0] == 0.0
+    # the default scale is fixed 0–1 (weights are probabilities) and the colour bar says so
+    assert ov.colorbar.axis.labelText == "attention weight (fixed 0–1)" and ov.levels == (0.0, 1.0)
+    window.controls.scale.setCurrentIndex(window.controls.scale.findData("shared"))
+    top = max(float(m.max()) for m in ov.thumbnail_maps().values())
+    assert ov.levels == pytest.approx((0.0, top)) and top < 1.0  # the largest weight of any head
+    assert ov.colorbar.axis.labelText == "attention weight (shared by the block's heads)"
     window.controls.log.setChecked(True)
     # three decades below the top weight, as the figure's LogNorm
-    assert ov.colorbar.axis.labelText == "attention weight (log scale)"
+    assert ov.colorbar.axis.labelText == "attention weight (log scale, shared by the block's heads)"
     assert ov.levels[1] - ov.levels[0] == pytest.approx(3.0) and ov.levels[1] <= 0.0
     img = ov.thumbs[(0, 0, 0)].image
     assert img.max() <= ov.levels[1] + 1e-6 and img.min() >= ov.levels[0] - 1e-6
