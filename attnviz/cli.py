@@ -20,6 +20,7 @@ COMMANDS = {
     "inspect": "attnviz.runtime.commands.inspect",
     "extract": "attnviz.runtime.commands.extract",
     "corpus": "attnviz.corpus.command",
+    "compare": "attnviz.corpus.compare",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
@@ -62,13 +63,19 @@ def error_line(e: AttnvizError) -> str:
     return f"attnviz: error: {msg}" + (f" (see {flag})" if flag and flag not in msg else "")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, the other commands are listed but their modules are not imported: a command
+    imports what it uses and nothing else (``attnviz inspect`` has no business loading Qt, torch, matplotlib
+    or pyarrow: a quarter of a second to seconds before the first line)."""
     p = argparse.ArgumentParser(
         prog="attnviz", description="Find, run and inspect attention in ONNX transformer models."
     )
     p.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, modname in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         try:
             mod = importlib.import_module(modname)
         except ImportError as e:  # a part not installed (e.g. training extra): list it, explain on use
@@ -77,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(sp)
-        sp.set_defaults(_run=mod.run)
+        sp.set_defaults(_run=mod.run, _parser=sp)
     return p
 
 
@@ -86,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     # plain `attnviz` (or `attnviz MODEL.onnx --text ...`, `attnviz --screenshot x.png`): the app
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["open", *argv]
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser = build_parser(argv[0] if argv[0] in COMMANDS else None)
+    # argparse reports a subcommand's unknown flags with the top-level usage ("COMMAND ..."), which does not say
+    # what the command takes: the subcommand's own parser reports them, with its usage
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "_unavailable", None):
         print(f"attnviz: {args._unavailable}", file=sys.stderr)
         return 2

@@ -57,7 +57,6 @@ def main() -> None:
     from attnviz.corpus.plan import encode_items, plan_text
     from attnviz.corpus.reduce import BatchReducer, fold_items
     from attnviz.runtime import statgraph as sg
-    from attnviz.runtime.model import _run_bound
     from attnviz.runtime.session import make_session
 
     model, tok = minilm(work)
@@ -101,7 +100,7 @@ def main() -> None:
             t1 = time.perf_counter()
             extra, positions = sg.stat_feeds(lengths, special, special.shape[1], causal)
             t2 = time.perf_counter()
-            got = dict(zip(red.fetch, _run_bound(red.sess, red.fetch, {**feeds, **extra})))
+            got = dict(zip(red.fetch, red.sess.run(red.fetch, {**feeds, **extra})))
             t3 = time.perf_counter()
             tail(s, lengths, got, extra, positions)
             t4 = time.perf_counter()
@@ -114,7 +113,7 @@ def main() -> None:
     lengths = [int(s.lengths.max()) for s in specs if s.lengths is not None]
     print(
         f"\n{model.name}, {len(items)} items in {n} batches of {a.batch} (T {min(lengths)}-{max(lengths)}), "
-        f"{sum(g.heads for g in br.groups)} heads, {red.sess.get_providers()[0]}, {a.threads} threads, "
+        f"{sum(g.heads for g in br.groups)} heads, {red.sess.provider}, {a.threads} threads, "
         f"best of rounds 2..{a.rounds}, interleaved per batch; statistics nodes {'joined' if red.joined else 'per site'}"
         f" ({nodes} appended, constants not counted)\n"
     )

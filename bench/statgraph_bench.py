@@ -94,7 +94,7 @@ def main() -> None:
         means = {k: acc.means() for k, acc in accs.items()}
     assert not isinstance(graph.in_graph, bool) and graph.in_graph is not None, "the statistics session was not used"
     diff = float(np.nanmax(np.abs(means["maps"] - means["in-graph"])))
-    provider = graph.in_graph.sess.get_providers()[0]
+    provider = graph.in_graph.sess.provider
     lengths = [int(s.lengths.max()) for s in specs if s.lengths is not None]
     print(
         f"\n{model.name}, {len(items)} items in {len(specs)} batches of {a.batch} (T {min(lengths)}-{max(lengths)}), "

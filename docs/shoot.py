@@ -59,6 +59,7 @@ class Shot:
     values: dict = field(default_factory=dict)
     select: dict = field(default_factory=dict)
     gold: bool = False  # load the held-out gold alignments first (File > Load gold alignments)
+    query: str | None = None  # Image regions: the caption word shown large (its first occurrence)
 
 
 def words(n_tokens: int) -> str:
@@ -89,13 +90,15 @@ def shots() -> list[Shot]:
             {"block": 2, "mode": "head", "layer": 2, "head": 0},
             True,
         ),
-        Shot("captioning-image", "captioning", "image", {"generate": 32}, {"image_base": "grey"}),
+        # colour under the heat: the captions are about colours (a grey base hid them)
+        Shot("captioning-image", "captioning", "image", {"generate": 32}, {"image_base": "colour"}, query="blue"),
         Shot(  # a typed caption, teacher-forced (generate 0), over the image in its own colours
             "captioning-caption",
             "captioning",
             "image",
             {"text": "a purple circle below a blue triangle", "generate": 0},
             {"image_base": "colour"},
+            query="purple",
         ),
         Shot("captioning-alignment", "captioning", "alignment", {"generate": 32}),
         Shot("vision-image", "vit-classification", "image", {}, {"mode": "rollout", "image_base": "colour"}),
@@ -189,6 +192,8 @@ def take(app, w, shot: Shot, paths: dict, out: Path, size: tuple[int, int]) -> P
     w.select_view(shot.view)
     if shot.select:
         w.session.select(**shot.select)
+    if shot.query is not None:
+        w.image_regions.set_query([q[0] for q in w.image_regions.queries].index(shot.query))
     if shot.view == "stats":
         wait(app, lambda: w.stats.table.rowCount() > 0 and (not shot.gold or "ranked by AER" in w.stats.info.text()))
     settle(app)

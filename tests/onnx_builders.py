@@ -194,3 +194,42 @@ def gqa_model(path: Path, seq: int = 5, heads: int = 4, kv_heads: int = 2, d: in
     s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(d) + np.triu(np.full((S, S), -np.inf), 1)
     p = np.exp(s - s.max(-1, keepdims=True))
     return Path(path), feeds, (p / p.sum(-1, keepdims=True)).astype(np.float32)
+
+
+# the encoder's output inside the demo translation model (models/translation.onnx): where split_export cuts it
+TRANSLATION_ENCODER_OUT = "/model/encoder/norm/LayerNormalization_output_0"
+
+
+def split_export(src: Path, folder: Path, encoder_out: str = TRANSLATION_ENCODER_OUT) -> Path:
+    """An optimum-style export folder (``encoder_model.onnx`` + ``decoder_model.onnx``) cut out of one
+    encoder-decoder file with onnx.utils.extract_model, with optimum's input names: the encoder takes
+    input_ids / attention_mask and gives last_hidden_state; the decoder takes input_ids, encoder_hidden_states and
+    encoder_attention_mask.  No optimum, no torch: a folder model for fast tests."""
+    import onnx.utils
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cuts = {
+        "encoder_model.onnx": (["input_ids", "attention_mask"], [encoder_out], {encoder_out: "last_hidden_state"}),
+        "decoder_model.onnx": (
+            ["decoder_input_ids", encoder_out, "attention_mask"],
+            ["logits"],
+            {
+                encoder_out: "encoder_hidden_states",
+                "decoder_input_ids": "input_ids",
+                "attention_mask": "encoder_attention_mask",
+            },
+        ),
+    }
+    for name, (inputs, outputs, names) in cuts.items():
+        tmp = folder / f"cut-{name}"
+        onnx.utils.extract_model(str(src), str(tmp), inputs, outputs)
+        m = onnx.load(str(tmp))
+        tmp.unlink()
+        for n in m.graph.node:
+            n.input[:] = [names.get(x, x) for x in n.input]
+            n.output[:] = [names.get(x, x) for x in n.output]
+        for v in [*m.graph.input, *m.graph.output]:
+            v.name = names.get(v.name, v.name)
+        del m.metadata_props[:]  # a folder's files carry no attnviz metadata (optimum writes none)
+        onnx.save(m, str(folder / name))
+    return folder

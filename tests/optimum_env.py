@@ -1,9 +1,10 @@
 """A second, small virtual environment for exporting with Hugging Face optimum.
 
 optimum-onnx 0.1 needs ``transformers<4.58`` while attnviz's tests run on transformers 5.x, so exports happen in a
-venv that reuses the system torch/onnx (``--system-site-packages``) and pins only transformers + optimum-onnx.
-It is built once under ``~/.cache/attnviz-tests`` (keyed on the pins and the Python version), so a fresh clone
-(CI included) builds it on first use and later runs reuse it.  Exports run there through ``optimum-cli``.
+venv that reuses the running interpreter's torch/onnx (:mod:`child_venv`: the test run's own venv, not only the
+base interpreter's packages) and pins only transformers + optimum-onnx.  It is built once under
+``~/.cache/attnviz-tests`` (keyed on the pins, the Python version and the running interpreter's prefix, since it
+points at that interpreter's packages), so a fresh clone (CI included) builds it on first use and later runs reuse it.  Exports run there through ``optimum-cli``.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import os
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
+
+import child_venv
 
 PINS = ("transformers>=4.45,<4.58", "optimum-onnx==0.1.0")
 CACHE = Path(os.environ.get("ATTNVIZ_TEST_CACHE", Path.home() / ".cache" / "attnviz-tests"))
 
 
 def venv_dir() -> Path:
-    key = hashlib.sha1((" ".join(PINS) + sys.version).encode()).hexdigest()[:10]
+    key = hashlib.sha1((" ".join(PINS) + sys.version + sys.prefix + child_venv.PTH).encode()).hexdigest()[:10]
     return CACHE / f"optimum-venv-{key}"
 
 
@@ -36,7 +38,7 @@ def python() -> Path:
         with open(d.parent / f"{d.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # several test runs on one machine: one builds, the others wait
             if not done.exists():
-                venv.EnvBuilder(system_site_packages=True, clear=True, with_pip=True).create(d)
+                child_venv.create(d)  # before the install: pip sees the parent's torch and leaves it alone
                 subprocess.run([str(py), "-m", "pip", "install", "-q", *PINS], check=True)
                 done.write_text(" ".join(PINS))
     return py

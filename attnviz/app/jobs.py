@@ -18,7 +18,9 @@ def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None,
     ``probe=False`` when a real run follows at once (the window always runs the given or a sample input after
     opening): that run settles labels and head counts, so a dummy run before it would only double the wait."""
     from attnviz.runtime import open_model
+    from attnviz.runtime.host import prestart
 
+    prestart()  # the isolation child loads onnxruntime while the graph is read and its attention found
     m = open_model(path, provider=provider, tokenizer=tokenizer)
     if not m.sites:
         return m  # nothing to run; the window explains why
@@ -28,7 +30,7 @@ def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None,
         raise
     except Exception as e:  # onnxruntime refuses the graph (IR version, unsupported op, ...)
         raise AttnvizError(f"{Path(path).name}: onnxruntime cannot load this model: {ort_reason(e)}") from None
-    if probe and not all(s.heads for s in m.sites) and hasattr(m, "probe"):
+    if probe and not all(s.heads for s in m.sites):
         m.probe()
     return m
 

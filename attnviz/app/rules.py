@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
 from attnviz.core import view as view_defaults
 from attnviz.core.view import Selection, clamp
 from attnviz.runtime.folder import is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
 
 # what a path opens as, by extension (a folder is an export folder: a model)
 OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
@@ -40,28 +44,28 @@ def dropped(paths: list[str]) -> tuple[str, str | None] | None:
     return paths[0], None
 
 
-def model_kind(model) -> str:
-    return str(getattr(model, "kind", "") or "")
+def model_kind(model: AttnModel) -> str:
+    return model.kind
 
 
-def model_name(model) -> str:
-    return str(getattr(model, "name", None) or "this model")
+def model_name(model: AttnModel) -> str:
+    return model.name or "this model"
 
 
-def default_generate(model, given: dict | None = None) -> int:
+def default_generate(model: AttnModel, given: dict | None = None) -> int:
     """Generation steps for a freshly opened model: the view model's one default, shared with ``attnviz figure``
     (:func:`attnviz.core.view.default_generate`)."""
     return view_defaults.default_generate(model_kind(model), given)
 
 
-def sample_input(model) -> dict:
+def sample_input(model: AttnModel) -> dict:
     """The model's ``attnviz.sample`` input, with relative image paths resolved."""
     from attnviz.runtime.sample import sample_input as from_meta
 
-    return from_meta(getattr(model, "meta", None) or {}, getattr(model, "path", "."))
+    return from_meta(model.meta, model.path)
 
 
-def first_input(model, given: dict, current_image: str = "") -> dict:
+def first_input(model: AttnModel, given: dict, current_image: str = "") -> dict:
     """The input a freshly opened model runs: its sample, the image the user already chose (for an image
     model without a sample image), then what the caller gave; ``generate`` defaults per family."""
     values = sample_input(model)
@@ -72,19 +76,19 @@ def first_input(model, given: dict, current_image: str = "") -> dict:
     return values
 
 
-def no_attention_reason(model) -> str:
-    return getattr(model, "no_attention_reason", None) or "no attention operations were found"
+def no_attention_reason(model: AttnModel) -> str:
+    return model.no_attention_reason or "no attention operations were found"
 
 
-def check_runnable(model) -> None:
+def check_runnable(model: AttnModel | None) -> None:
     """A model is open and has attention to show; else one message saying what to do."""
     if model is None:
         raise AttnvizError("no model open: use File ▸ Open model… or drop an .onnx file on the window")
-    if not getattr(model, "sites", None):
+    if not model.sites:
         raise AttnvizError(f"{model_name(model)}: no attention to show — {no_attention_reason(model)}")
 
 
-def check_image_model(model, image) -> None:
+def check_image_model(model: AttnModel | None, image) -> None:
     """An image opened on its own needs a vision or captioning model."""
     name = Path(image).name
     if model is None:

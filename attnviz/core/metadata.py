@@ -6,6 +6,9 @@ the structured ones are JSON.
 =======================  =====================================================================
 key                      value
 =======================  =====================================================================
+attnviz.name             optional: the model's name for titles and the sidebar (``export-hf`` writes its source's:
+                         the source folder's name, else config.json's ``_name_or_path`` or architecture);
+                         without it a ``model.onnx`` is named from its folder (:func:`source_name`)
 attnviz.task             task name: sequence-classification, forecasting, vit-classification,
                          translation, captioning (or anything; unknown tasks use generic adapters)
 attnviz.vocab            JSON list (index = id) for a shared vocabulary, or
@@ -91,3 +94,21 @@ def alignment_heads(meta: dict) -> tuple[list[tuple[int, int]], str] | None:
     except (TypeError, ValueError):
         return None
     return (heads, a["convention"]) if heads else None
+
+
+# names that say nothing about the model: a folder called so is not a name (export-hf's model.onnx, optimum's onnx/)
+GENERIC_NAMES = frozenset({"", ".", "model", "models", "onnx", "hf", "export", "exports", "checkpoint", "weights"})
+
+
+def source_name(folder: str, config: Mapping[str, Any]) -> str | None:
+    """A model's name from its folder's name and its Hugging Face ``config.json``: the folder's name unless it is
+    generic, else ``_name_or_path`` (a hub id as it is, a local path's last part), else ``architectures[0]``."""
+    if folder not in GENERIC_NAMES:
+        return folder
+    path = str(config.get("_name_or_path") or "").replace("\\", "/").rstrip("/")
+    if path.startswith(("/", ".", "~")) or ":" in path:  # a local path: its folder's name
+        path = path.rsplit("/", 1)[-1]
+    if path not in GENERIC_NAMES:
+        return path
+    arch = config.get("architectures")
+    return str(arch[0]) if isinstance(arch, list) and arch and isinstance(arch[0], str) else None

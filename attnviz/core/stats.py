@@ -17,6 +17,39 @@ STAT_COLUMNS = {
     "max": ("max weight", "mean of each row's largest weight"),
 }
 
+# what the position-based columns measure where the keys are not the query's own tokens.  Cross-attention over
+# text: another sentence, so "diagonal" is the monotone diagonal (kept: translation is roughly monotone).
+# Cross-attention over image patches: caption word i against patch i means nothing, so those columns are left out.
+# Self-attention over image patches: positions are patches in raster order.
+STAT_CONTEXT_HELP: dict[str, dict[str, str | None]] = {
+    "cross": {
+        "diag": "mean mass on source position i for target position i: the monotone diagonal of two sentences",
+        "prev": "mean mass on source position i-1 for target position i (two sentences: no previous token; the "
+        "monotone diagonal shifted by one)",
+        "distance": "mean |target position - source position| weighted by attention (0 = the monotone diagonal)",
+    },
+    "cross-image": {"diag": None, "prev": None, "distance": None},  # word i vs patch i: no meaning, left out
+    "patches": {
+        "diag": "mean mass on the query patch itself",
+        "prev": "mean mass on the patch before in raster order (the left neighbour; at a row start, the last patch "
+        "of the row above)",
+        "distance": "mean |i - j| between patches in raster order (vertical neighbours are a row's width apart), "
+        "not the distance on the image",
+    },
+}
+
+
+def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
+    """``STAT_COLUMNS`` with the help that is true for ``context`` (text | cross | cross-image | patches); a column
+    whose statistic means nothing there is left out."""
+    extra = STAT_CONTEXT_HELP.get(context, {})
+    out = {}
+    for key, (label, help_) in STAT_COLUMNS.items():
+        if key in extra and extra[key] is None:
+            continue
+        out[key] = (label, extra.get(key) or help_)
+    return out
+
 
 def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str, float]:
     """Statistics of one head ``[Tq, Tk]``; diagonal and previous-token use aligned positions."""

@@ -2,8 +2,12 @@
 
 For the sites it supports only ``[B, H, S]`` per-item sums, best rows and keys leave the session; other sites'
 maps come out as before and take the numpy path (``row_stats``).  Both end in the same fold as
-:func:`attnviz.corpus.reduce.reduce_maps` (:func:`attnviz.corpus.reduce.fold_items`), so a partial does not depend
+:func:`attnviz.corpus.reduce.reduce_maps` (:func:`attnviz.corpus.fold.fold_items`), so a partial does not depend
 on which path made it (to float rounding: the graph sums a row's weights in another order).
+
+Only the runtime's public surface is used: the model's graph and site records, and a session of the edited graph
+from :meth:`~attnviz.runtime.model.AttentionModel.extra_session` (tests/test_layering.py keeps private runtime
+names out of corpus).
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import numpy as np
 
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
+from attnviz.corpus.fold import HeadGroup, Partial, fold_items, key_columns, signs
+from attnviz.runtime import statgraph as sg
 
 if TYPE_CHECKING:
-    from attnviz.corpus.reduce import HeadGroup, Partial
     from attnviz.runtime.model import AttentionModel
 
 
@@ -32,24 +37,17 @@ class InGraphReducer:
     session runs on CUDA."""
 
     def __init__(self, model: AttentionModel, groups: list[HeadGroup], rows: bool = False, join: bool | None = None):
-        from attnviz.runtime import statgraph as sg
-        from attnviz.runtime.host import make_session
-        from attnviz.runtime.model import _serialize
-
         self.model, self.groups = model, groups
-        sites = model._sites
+        sites = model.graph_sites
         if join is None:
             # the probe's session says where it ran (no session is made only to ask)
-            join = model.provider.startswith("CUDA") if model._sessions else model.requested_provider == "cuda"
+            ran_on = model.open_provider
+            join = ran_on.startswith("CUDA") if ran_on is not None else model.requested_provider == "cuda"
         self.joined = join
-        m, self.exposed, self.outputs = sg.stats_model(model.graph, sites, {g.site for g in groups}, rows, join)
-        self.sess, _ = make_session(
-            _serialize(m),
-            model.requested_provider,
-            model.threads,
-            external_dir=model.external_dir,
-            label=model.path.name,
-        )
+        wanted = {g.site for g in groups}
+        m, self.exposed, self.outputs = sg.stats_model(model.graph, sites, wanted, rows, join)
+        # the key names everything the edited graph depends on: the same key is the same session
+        self.sess = model.extra_session(m, f"corpus-stats sites={sorted(wanted)} rows={rows} join={join}")
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
         self.fetch = ([sg.SUMS, sg.PICKS] + ([sg.VALUES, sg.KEYS] if rows else [])) if self.outputs else []
         for i in fallback:
@@ -64,15 +62,13 @@ class InGraphReducer:
     ) -> InGraphReducer | None:
         """None when no group can use it, or when a site's maps do not map one-to-one onto sites (a Loop body
         gives one map per iteration, an If branch may give none, an explicit softmax axis may be refused)."""
-        from attnviz.runtime import statgraph as sg
-
-        sites = model._sites
+        sites = model.graph_sites
         if any(s.g.path or s.loop or "softmax_axis" in s.extra for s in sites):
             return None
         if not any(sg.supported(model.graph, sites[g.site]) for g in groups):
             return None
         red = cls(model, groups, rows, join)
-        model._sessions.pop("dense", None)  # the probe's session: this one replaces it (one copy of the weights)
+        model.close_session("dense")  # the probe's session: this one replaces it (one copy of the weights)
         return red
 
     def __call__(
@@ -85,8 +81,6 @@ class InGraphReducer:
         k: int,
         batch_id: int,
     ) -> Partial:
-        from attnviz.corpus.reduce import fold_items
-
         parts = self.items(feeds, lengths, special, causal)
         return fold_items(parts, items, k, batch_id, int(np.asarray(lengths).sum()))
 
@@ -94,13 +88,10 @@ class InGraphReducer:
         self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, int]:
         """The session's outputs by name, the statistics inputs it was fed, the special keys' positions, T."""
-        from attnviz.runtime import statgraph as sg
-        from attnviz.runtime.model import _run_bound
-
         t = next(a.shape[-1] for a in feeds.values() if a.ndim == 2) if special is None else special.shape[1]
         extra, positions = sg.stat_feeds(lengths, special, t, causal)
         try:
-            got = dict(zip(self.fetch, _run_bound(self.sess, self.fetch, {**feeds, **extra})))
+            got = dict(zip(self.fetch, self.sess.run(self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
             raise NotInGraph(str(e)) from None
         return got, extra, positions, t
@@ -116,9 +107,6 @@ class InGraphReducer:
         self, ran: tuple, lengths: np.ndarray, special: np.ndarray | None, causal: bool
     ) -> list[tuple[HeadGroup, ItemStats]]:
         """:meth:`items` from what :meth:`run` returned (numpy only: it may overlap the next batch's run)."""
-        from attnviz.corpus.reduce import _cols, signs
-        from attnviz.runtime import statgraph as sg
-
         got, extra, positions, t = ran
         lengths = np.asarray(lengths, np.int64)
         batch = len(lengths)
@@ -138,12 +126,11 @@ class InGraphReducer:
                 continue
             real = np.arange(t)[None, :] < lengths[:, None]
             sp = np.zeros_like(real) if special is None else np.asarray(special, bool)[:, :t]
-            s = self.model._sites[g.site]
-            p = self.model._site_map(s, self.exposed.site_extra[g.site], got, batch, "dense").array()
+            p = self.model.dense_map(g.site, got, batch, self.exposed.site_extra[g.site])
             values, valid = row_stats(p, lengths, sp, causal)
 
             def key_of(name, rows, p=p, real=real, sp=sp):
-                return _cols(name, p, rows, real, sp)
+                return key_columns(name, p, rows, real, sp)
 
             # the tie rule of the graph's sites, so that a model's partial does not depend on which sites it took
             out.append((g, ItemStats.from_rows(values, valid, key_of, tie=True, signs=signs(g.kind))))

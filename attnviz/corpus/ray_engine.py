@@ -541,9 +541,9 @@ def _folder_fingerprint(cfg, folder: Path, model_sha: str) -> str:
 
 
 def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path, model_sha: str):
-    """``--engine ray --images``: the run's :class:`~attnviz.corpus.run.Stream` over :func:`run_images`
+    """``--engine ray --images``: the run's :class:`~attnviz.corpus.stream.Stream` over :func:`run_images`
     (not resumable: Ray Data reads and batches the folder itself)."""
-    from attnviz.corpus.run import Stream
+    from attnviz.corpus.stream import Stream
 
     if ckpt.exists():
         raise AttnvizError(

@@ -29,6 +29,7 @@ from attnviz.corpus.plan import (
 )
 from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, default_threads, layout
 from attnviz.corpus.roles import induction_scores
+from attnviz.corpus.stream import Stream
 
 CHECKPOINT = "checkpoint.npz"
 CHECKPOINT_EVERY_S = 2.0
@@ -280,22 +281,6 @@ def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
     if cfg.pair_column:
         return f"teacher-forced on --text-pair-column {cfg.pair_column}"
     return f"greedy generation, up to {cfg.generate} tokens per item (stops at the end token)"
-
-
-@dataclass
-class Stream:
-    """Where the partials come from: the driver's plan (resumable) or Ray Data reading the file itself."""
-
-    partials: Callable[[int], Iterator[Partial]]  # from batch n on
-    items: Callable[[], dict[int, it.Item]]  # Item.index -> item, for the examples (after the run)
-    total: int | None  # items, for the progress bar (None: Ray counts them itself)
-    data_sha: str
-    data_sha_of: str  # "items": the items analysed; "file": the file's bytes (Ray never hands them to the driver)
-    fingerprint: str | None  # checkpoint identity; None: not resumable from the driver's checkpoint
-    workers: int
-    threads: int
-    resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
-    gold: dict | None = None  # --gold-column: what run.json says of it (column, convention, punctuation)
 
 
 def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:

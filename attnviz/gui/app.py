@@ -63,6 +63,28 @@ def make_app(argv=None):
     return app
 
 
+# the offscreen plugin (screenshots without a display) says "This plugin does not support propagateSizeHints()"
+# for every window it shows: a limit of the plugin, nothing a user can act on
+PLUGIN_LIMITS = "This plugin does not support "
+
+
+def quiet_plugin_limits() -> None:
+    """Drop the platform plugin's "does not support" lines; every other Qt message is passed on unchanged."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    previous: list = []
+
+    def handler(mode, context, message: str) -> None:
+        if message.startswith(PLUGIN_LIMITS):
+            return
+        if previous and previous[0] is not None:
+            previous[0](mode, context, message)
+        else:
+            print(message, file=sys.stderr)
+
+    previous.append(qInstallMessageHandler(handler))
+
+
 def ensure_platform(screenshot: bool) -> None:
     """Screenshots render offscreen when there is no display; otherwise check the window system before Qt
     starts (Qt aborts the process when an xcb library or the display is missing)."""

@@ -77,7 +77,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.gui.app import demo_model, ensure_platform, make_app
+    from attnviz.gui.app import demo_model, ensure_platform, make_app, quiet_plugin_limits
 
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
@@ -99,6 +99,8 @@ def run(args) -> int:
         raise AttnvizError(f"--size {args.size}: use WxH, e.g. 1400x900") from None
 
     app = make_app()
+    if args.screenshot:
+        quiet_plugin_limits()
     from attnviz.gui.main_window import MainWindow
     from attnviz.gui.screenshot import ScreenshotTaker
 

@@ -221,7 +221,9 @@ class MainWindow(QMainWindow):
 
     def _update_title(self) -> None:
         m = self.session.model
-        name = getattr(m, "name", None) or (self.session.result.info.get("model") if self.session.result else None)
+        name = (m.name if m is not None else None) or (
+            self.session.result.info.get("model") if self.session.result else None
+        )
         self.setWindowTitle(f"attnviz — {name}" if name else "attnviz")
 
     # -- recent files ----------------------------------------------------------------
@@ -378,8 +380,8 @@ class MainWindow(QMainWindow):
         self.inputs.configure_for(model)
         self.add_recent(path)
         self._update_title()
-        self.status_device.setText(f"device: {getattr(model, 'provider', '?')}")
-        if not getattr(model, "sites", None):
+        self.status_device.setText(f"device: {model.provider}")
+        if not model.sites:
             self.show_error(f"{path.name}: no attention to show — {rules.no_attention_reason(model)}")
             return
         values = rules.first_input(model, given, self.inputs.image.text())
@@ -454,7 +456,7 @@ class MainWindow(QMainWindow):
         info = result.info or {}
         t = info.get("timings") or {}
         total = info.get("total_s") or t.get("analyze (wall)")
-        dev = info.get("provider") or getattr(self.session.model, "provider", "")
+        dev = info.get("provider") or (self.session.model.provider if self.session.model is not None else "")
         self.status_device.setText(
             f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else "")
         )
@@ -534,7 +536,7 @@ class MainWindow(QMainWindow):
         self.tokenizer = p
         self.statusBar().showMessage(f"Tokenizer: {p}")
         m = self.session.model
-        if m is not None and getattr(m, "path", None):
+        if m is not None:
             self.open_model(m.path, **{k: v for k, v in self.inputs.values().items() if v not in (None, "")})
 
     def export_view_dialog(self) -> None:

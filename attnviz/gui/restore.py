@@ -51,7 +51,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
 
 def save(win) -> None:
     m = win.session.model
-    path = getattr(m, "path", None) if m is not None else None
+    path = m.path if m is not None else None
     if path is None or not Path(path).exists():
         return
     state = {

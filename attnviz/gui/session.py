@@ -12,11 +12,16 @@ selection_changed()   block / layer / head / aggregation / filters / step change
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view import ViewError, default_selection
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
+
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
 
 
 class Session(QObject):
@@ -26,15 +31,17 @@ class Session(QObject):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.model = None
+        self.model: AttnModel | None = None
         self.result: AttentionResult | None = None
         self.blocks: list[Block] = []
         self.sel = Selection()
         self._map_cache: tuple[tuple[int, Selection], MapView] | None = None
         self._fresh = True  # the next result is a newly opened model's: it opens on the view model's default
+        # the model the views last opened on its declared alignment head (gui/views/declared.py): once per model
+        self.declared_opened_for: object | None = None
 
     # -- state changes -------------------------------------------------------
-    def set_model(self, model) -> None:
+    def set_model(self, model: AttnModel | None) -> None:
         self.model = model
         self._fresh = True
         self.model_changed.emit()

@@ -2,5 +2,6 @@
 
 from attnviz.runtime.folder import ModelSet, open_model
 from attnviz.runtime.model import AttentionModel, IOInfo
+from attnviz.runtime.protocol import AttnModel
 
-__all__ = ["AttentionModel", "IOInfo", "ModelSet", "open_model"]
+__all__ = ["AttentionModel", "AttnModel", "IOInfo", "ModelSet", "open_model"]

@@ -10,6 +10,7 @@ tokenizer splits stays one word and punctuation glued to a word stays with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,10 @@ from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
 from attnviz.core.words import with_article
+from attnviz.runtime.inputs import HFTokenizer, TextEncoder
+
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
 
 
 @dataclass
@@ -40,11 +45,10 @@ class PairAttention:
         return align.AlignmentSample(self.attn, qw, self.src.word_ids, self.n_src, self.n_tgt, set(sure), set(possible))
 
 
-def encode_words(encoder, words: list[str], special: bool) -> Encoded:
+def encode_words(encoder: TextEncoder, words: list[str], special: bool) -> Encoded:
     """Pieces of a pre-split sentence and the word of each piece (``special``: add the tokenizer's specials)."""
-    tok = getattr(encoder, "tok", None)
-    if tok is not None:  # a Hugging Face tokenizers.Tokenizer: it knows each piece's word
-        enc = tok.encode(words, is_pretokenized=True, add_special_tokens=special)
+    if isinstance(encoder, HFTokenizer):  # a Hugging Face tokenizers.Tokenizer: it knows each piece's word
+        enc = encoder.tok.encode(words, is_pretokenized=True, add_special_tokens=special)
         return Encoded(list(enc.ids), [-1 if w is None else int(w) for w in enc.word_ids])
     # a plain vocabulary (metadata list): encode word by word, then add the specials the full encoding has
     ids: list[int] = []
@@ -63,7 +67,7 @@ def encode_words(encoder, words: list[str], special: bool) -> Encoded:
     return Encoded(ids, wids)
 
 
-def _fill(model, feeds: dict, ids: list[int], roles: dict[str, str]) -> None:
+def _fill(model: AttnModel, feeds: dict, ids: list[int], roles: dict[str, str]) -> None:
     """Token ids plus the mask / type / position inputs of one side (``roles``: generic -> the model's role)."""
     n = len(ids)
     for i in model.inputs:
@@ -82,7 +86,7 @@ def _fill(model, feeds: dict, ids: list[int], roles: dict[str, str]) -> None:
 class Aligner:
     """Runs one encoder-decoder model on sentence pairs and returns :class:`PairAttention`."""
 
-    def __init__(self, model):
+    def __init__(self, model: AttnModel):
         self.model = model
         roles = set(model.roles.values())
         cross = [i for i, s in enumerate(model.sites) if s.kind == "cross"]
@@ -91,13 +95,14 @@ class Aligner:
                 f"{model.path.name} is not an encoder-decoder text model with cross-attention "
                 f"(it is {with_article(model.kind)} model); attnviz align needs one"
             )
-        self.src_tok, tgt_tok = model.tokenizers
-        if self.src_tok is None:
+        src_tok, tgt_tok = model.tokenizers
+        if src_tok is None:
             raise AttnvizError(
                 f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
             )
-        self.tgt_tok = tgt_tok or self.src_tok
-        sp = model.meta.get("special") if isinstance(model.meta.get("special"), dict) else {}
+        self.src_tok: TextEncoder = src_tok
+        self.tgt_tok: TextEncoder = tgt_tok or src_tok
+        sp = md.section(model.meta, "special")
         self.start = int(sp.get("decoder_start", sp.get("bos", 0)))
         self.declared = md.alignment_heads(model.meta)
 
@@ -143,7 +148,7 @@ def pharaoh_set(gold_path) -> tuple:
     return src, tgt, gold
 
 
-def score_test_set(model, gold_path, convention: str | None = None, cancelled=None) -> dict:
+def score_test_set(model: AttnModel, gold_path, convention: str | None = None, cancelled=None) -> dict:
     """Per-head / per-layer AER, precision and recall of ``model`` on a Pharaoh test set (:func:`pharaoh_set`).
 
     ``convention`` defaults to the model's declared one, else "predict".  Returns

@@ -5,8 +5,8 @@ the model runs once (or the cached steps' maps are assembled), then the axes are
 ``result.generated[i]`` is the word produced at decoder query position ``prompt_len - 1 + i``;
 ``result.key_tokens`` (or ``tokens`` for decoder-only models) are the decoder inputs.
 
-Works on anything with the model surface used here (an :class:`AttentionModel` or a folder's ``ModelSet``);
-it never imports model.py, so there is no import cycle.
+Works on any :class:`~attnviz.runtime.protocol.AttnModel` (an :class:`AttentionModel` or a folder's ``ModelSet``)
+and touches nothing else of it; it never imports model.py or folder.py, so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,8 +28,11 @@ from attnviz.runtime import generate as gen
 from attnviz.runtime.adapters import patch_axis
 from attnviz.runtime.request import AnalyzeRequest, RunInfo
 
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
 
-def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled) -> gen.Generation | None:
+
+def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled) -> gen.Generation | None:
     if prep.prompts is None or not req.generate:  # prompts is None exactly when there is no decoder input
         return None
     if prep.batch > 1:
@@ -38,7 +42,7 @@ def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled
         )
     prompt = prep.prompts[0]
     eos = md.section(model.meta, "special").get("eos")
-    stepper = model.cache_stepper() if req.use_cache and hasattr(model, "cache_stepper") else None
+    stepper = model.cache_stepper() if req.use_cache else None
     if stepper is not None:
         return gen.with_cache(stepper, bd.decoder_feeds(model, prep, [prompt]), req.generate, eos, progress, cancelled)
     return gen.full_rerun(
@@ -52,7 +56,7 @@ def _generate(model, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled
     )
 
 
-def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
+def _from_steps(model: AttnModel, maps: dict, outputs: dict) -> AttentionResult:
     """The cached steps' assembled maps as a result, in the model's canonical site order."""
     sites = model.sites
     missing = [i for i in range(len(sites)) if i not in maps]
@@ -63,7 +67,7 @@ def _from_steps(model, maps: dict, outputs: dict) -> AttentionResult:
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
 
-def _run_feeds(model, prep: bd.Prepared, generated: list[int]) -> tuple[list[list[int]] | None, dict]:
+def _run_feeds(model: AttnModel, prep: bd.Prepared, generated: list[int]) -> tuple[list[list[int]] | None, dict]:
     """(decoder rows or None, the feeds of the one run that gives the maps)."""
     if prep.prompts is not None:
         rows = [list(p) + generated[:-1] for p in prep.prompts]
@@ -79,13 +83,13 @@ def _same_feeds(a: dict, b: dict) -> bool:
     )
 
 
-def _guessed(model) -> bool:
+def _guessed(model: AttnModel) -> bool:
     """A single-stack graph whose encoder/decoder role is a static guess (no causal-mask pattern, no metadata):
     the real run's maps confirm it (a causal map marks a decoder), so no dummy run happens first."""
-    return bool(getattr(model, "needs_probe", False))
+    return model.needs_probe
 
 
-def _confirm_for_generation(model, req: AnalyzeRequest) -> None:
+def _confirm_for_generation(model: AttnModel, req: AnalyzeRequest) -> None:
     """--generate on a graph the static guess calls an encoder would be refused; before refusing, run the user's
     own input once (the real run is the probe): a causal map makes it a decoder and generation goes on."""
     if not (req.generate and _guessed(model) and model.kind == "encoder"):
@@ -94,20 +98,17 @@ def _confirm_for_generation(model, req: AnalyzeRequest) -> None:
     model.run(_run_feeds(model, prep, [])[1], mode=req.mode)
 
 
-def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
+def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
     t0 = time.perf_counter()
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
     # a decoder file opened alone, given a text or an image: its encoder_hidden_states come from the encoder beside
-    # it (folder.open_model offers the pairing; importing folder.py here would make an import cycle)
-    pair = getattr(model, "pair_with_encoder", None)
-    if req.feeds is None and pair is not None:
-        paired = pair()
-        if paired is not None:
-            result = analyze(paired, req, progress, cancelled)
-            result.info["notes"] = list(result.info.get("notes", [])) + [
-                f"{model.path.name} ran on the encoder_hidden_states of {paired.layout.encoder.name} beside it"
-            ]
+    # it (folder.open_model gives the model its pairing; importing folder.py here would make an import cycle)
+    if req.feeds is None:
+        pair = model.pair_with_encoder()
+        if pair is not None:
+            result = analyze(pair.model, req, progress, cancelled)
+            result.info["notes"] = list(result.info.get("notes", [])) + [pair.note]
             return result
     _confirm_for_generation(model, req)
     guessed, kind = _guessed(model), model.kind
@@ -187,7 +188,7 @@ def analyze(model, req: AnalyzeRequest, progress=None, cancelled=None) -> Attent
     return result
 
 
-def analyze_call(model, progress=None, cancelled=None, **fields) -> AttentionResult:
+def analyze_call(model: AttnModel, progress=None, cancelled=None, **fields) -> AttentionResult:
     """``model.analyze(**keywords)`` for every model kind (one file or a folder): check, build the request, run."""
     from attnviz.core import limits
 
@@ -198,9 +199,53 @@ def analyze_call(model, progress=None, cancelled=None, **fields) -> AttentionRes
     return analyze(model, AnalyzeRequest(**fields), progress=progress, cancelled=cancelled)
 
 
-def _declared_alignment(model) -> dict | None:
+def _declared_alignment(model: AttnModel) -> dict | None:
     declared = md.alignment_heads(model.meta)
     if declared is None:
         return None
     heads, convention = declared
     return {"heads": [list(h) for h in heads], "convention": convention}
+
+
+class AnalyzeMethod:
+    """The ``analyze`` method every model kind shares (one file, a folder): request building and checks live in
+    :func:`analyze_call`, so a new kind of model gets the same entry point by inheriting this."""
+
+    def analyze(
+        self: AttnModel,
+        text: str | None = None,
+        text_pair: str | None = None,
+        image=None,
+        feeds: dict | None = None,
+        generate: int = 0,
+        mode: str = "auto",
+        image_size: tuple[int, int] | None = None,
+        image_mean: list[float] | None = None,
+        image_std: list[float] | None = None,
+        progress=None,
+        cancelled=None,
+        use_cache: bool = True,
+        max_tokens: int | None = None,
+    ) -> AttentionResult:
+        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
+
+        ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
+        steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a
+        run stops the crash-isolation child, which really interrupts onnxruntime.
+        """
+        return analyze_call(
+            self,
+            progress=progress,
+            cancelled=cancelled,
+            text=text,
+            text_pair=text_pair,
+            image=image,
+            feeds=feeds,
+            generate=generate,
+            mode=mode,
+            image_size=image_size,
+            image_mean=image_mean,
+            image_std=image_std,
+            use_cache=use_cache,
+            max_tokens=max_tokens,
+        )

@@ -11,6 +11,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from attnviz.core.attention import TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
+
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
 
 ENCODER_ROLES = {r: r for r in ("tokens", "mask", "token_types", "positions")}
 DECODER_ROLES = {"tokens": "decoder_tokens", "mask": "decoder_mask"}
@@ -45,22 +49,22 @@ class Prepared:
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
 
 
-def fit_positions(model, enc, max_tokens, notes):
+def fit_positions(model: AttnModel, enc, max_tokens, notes):
     """Truncate to ``max_tokens`` when asked; refuse (offering the flag) more tokens than the model has positions.
     A tokenizer.json's truncation length is a training-time choice, never used as the limit."""
-    from attnviz.runtime.limits import InputTooLong, position_limit, truncate
+    from attnviz.runtime.limits import InputTooLong, truncate
 
     n = len(enc.ids)
     if max_tokens is not None and n > max_tokens:
         enc = truncate(enc, int(max_tokens))
         notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
-    limit = position_limit(model)
+    limit = model.position_limit
     if limit is not None and len(enc.ids) > limit.tokens:
         raise InputTooLong(len(enc.ids), limit)
     return enc
 
 
-def by_role(model, role: str):
+def by_role(model: AttnModel, role: str):
     for i in model.inputs:
         if model.roles[i.name] == role:
             return i
@@ -88,7 +92,7 @@ def fill_text_inputs(
             feeds[i.name] = _ids_array([list(range(n))] * b, i.dtype)
 
 
-def fill_auxiliary(model, feeds: dict, batch: int, seq_len: int | None) -> None:
+def fill_auxiliary(model: AttnModel, feeds: dict, batch: int, seq_len: int | None) -> None:
     """Empty KV cache, positions, cache positions and other inputs a plain forward pass needs (batch rows kept)."""
     for i in model.inputs:
         if i.name in feeds:
@@ -127,7 +131,7 @@ def _positions(mask, batch: int, seq_len: int) -> np.ndarray:
     return np.where(real, np.cumsum(real, axis=1) - 1, np.maximum(t - leading, 0))
 
 
-def _fed(model, feeds: dict, role: str):
+def _fed(model: AttnModel, feeds: dict, role: str):
     """The array fed to the input of this role, if any."""
     i = by_role(model, role)
     return feeds.get(i.name) if i is not None else None
@@ -144,21 +148,21 @@ def labels(tok, ids, keep=None) -> TokenAxis:
     return TokenAxis(lab, sp if any(sp) or tok is not None else None)
 
 
-def _tokenizers_or_none(model):
+def _tokenizers_or_none(model: AttnModel):
     try:
         return model.tokenizers
     except AttnvizError:
         return None, None
 
 
-def _mask_rows(feeds: dict, model, role: str, batch: int):
+def _mask_rows(feeds: dict, model: AttnModel, role: str, batch: int):
     m = by_role(model, role)
     if m is None or m.name not in feeds or np.ndim(feeds[m.name]) != 2:
         return [None] * batch
     return list(np.asarray(feeds[m.name]))
 
 
-def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
+def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
     img_in = by_role(model, "image")
     prep.img_in = img_in
     if req.image is None:
@@ -200,7 +204,7 @@ def _image(model, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
         feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
 
 
-def _check_encoder_cache(model, feeds: dict) -> None:
+def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
     """An empty encoder half of a KV cache (``past_key_values.N.encoder.*``) would leave cross-attention no keys
     at all: a with-past file (one cached step) cannot start on its own.  A merged decoder's first branch
     (``use_cache_branch`` off) ignores its cache, so it can."""
@@ -221,7 +225,7 @@ def _check_encoder_cache(model, feeds: dict) -> None:
         )
 
 
-def prepare(model, req: AnalyzeRequest) -> Prepared:
+def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     feeds = ip.load_feeds(req.feeds) if isinstance(req.feeds, (str, Path)) else dict(req.feeds or {})
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
     _check_encoder_cache(model, feeds)
@@ -325,7 +329,7 @@ def prepare(model, req: AnalyzeRequest) -> Prepared:
     return prep
 
 
-def decoder_feeds(model, prep: Prepared, rows: list[list[int]]) -> dict[str, np.ndarray]:
+def decoder_feeds(model: AttnModel, prep: Prepared, rows: list[list[int]]) -> dict[str, np.ndarray]:
     """The full-run feeds with these decoder rows (given feeds run as they are)."""
     g = dict(prep.feeds)
     if not (prep.decoder_given and rows == prep.prompts):
@@ -335,7 +339,7 @@ def decoder_feeds(model, prep: Prepared, rows: list[list[int]]) -> dict[str, np.
     return g
 
 
-def decoder_axes(model, prep: Prepared, rows: list[list[int]], feeds: dict) -> list[TokenAxis]:
+def decoder_axes(model: AttnModel, prep: Prepared, rows: list[list[int]], feeds: dict) -> list[TokenAxis]:
     role = "mask" if prep.decoder_is_tokens else "decoder_mask"
     keep = _mask_rows(feeds, model, role, len(rows))
     return [labels(prep.tgt_tok, r, k) for r, k in zip(rows, keep)]

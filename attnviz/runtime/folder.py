@@ -28,8 +28,13 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.generate import StepOut, present_name
+from attnviz.runtime.analyze import AnalyzeMethod
+from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
+from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
+from attnviz.runtime.protocol import AttnModel, EncoderPair
+from attnviz.runtime.sidecar import sidecar
+from attnviz.runtime.steps import StepPlan
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -48,12 +53,12 @@ CONFIG_SPECIAL = {
 }
 
 
-def _config_special(folder: Path) -> dict:
+def _config_special(model_file: Path) -> dict:
     """Special token ids from config.json, then generation_config.json (which wins, as in transformers)."""
     out: dict = {}
     for name in ("config.json", "generation_config.json"):
-        p = folder / name
-        if not p.is_file():
+        p = sidecar(model_file, name)
+        if p is None or not p.is_file():
             continue
         try:
             cfg = json.loads(p.read_text(encoding="utf-8"))
@@ -68,18 +73,21 @@ def _config_special(folder: Path) -> dict:
     return out
 
 
-def _read_json(p: Path) -> dict:
+def _read_sidecar(model_file: Path, name: str) -> dict:
+    """A JSON sidecar of a model file as a dict ({} when absent or unreadable); read only where
+    :func:`~attnviz.runtime.sidecar.sidecar` allows."""
+    p = sidecar(model_file, name)
     try:
-        d = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+        d = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() else {}
     except (OSError, ValueError):
         return {}
     return d if isinstance(d, dict) else {}
 
 
-def _folder_image(folder: Path) -> dict:
+def _folder_image(model_file: Path) -> dict:
     """The folder's image preprocessing as attnviz ``image`` metadata: size, mean and std from
     ``preprocessor_config.json`` (what transformers' image processor applies), else the size from config.json."""
-    pre = _read_json(folder / "preprocessor_config.json")
+    pre = _read_sidecar(model_file, "preprocessor_config.json")
     out: dict = {}
     size = pre.get("size")
     if isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
@@ -93,7 +101,7 @@ def _folder_image(folder: Path) -> dict:
     ):
         out["mean"], out["std"] = pre["image_mean"], pre["image_std"]
     if "size" not in out:  # VisionEncoderDecoder configs keep the encoder's under "encoder"
-        cfg = _read_json(folder / "config.json")
+        cfg = _read_sidecar(model_file, "config.json")
         enc = cfg.get("encoder")
         enc = enc if isinstance(enc, dict) else cfg
         if isinstance(enc.get("image_size"), int):
@@ -107,27 +115,27 @@ WINDOWED_MODEL_TYPES = ("swin",)
 WINDOW_KEYS = ("patch_size", "window_size", "depths")
 
 
-def _folder_windows(folder: Path) -> dict:
+def _folder_windows(model_file: Path) -> dict:
     """``attnviz.windows`` metadata from a Swin config.json (``{}`` for any other model)."""
-    cfg = _read_json(folder / "config.json")
+    cfg = _read_sidecar(model_file, "config.json")
     if cfg.get("model_type") not in WINDOWED_MODEL_TYPES:
         return {}
     return {k: cfg[k] for k in WINDOW_KEYS if k in cfg}
 
 
-def _with_config(model: AttentionModel, folder: Path) -> AttentionModel:
+def _with_config(model: AttentionModel) -> AttentionModel:
     """A file from a folder: special tokens, image preprocessing and a window layout from the folder's config
     files where its own metadata has none."""
     if not isinstance(model.meta.get("special"), dict):
-        special = _config_special(folder)
+        special = _config_special(model.path)
         if special:
             model.meta["special"] = special
     if "image" in model.roles.values() and not isinstance(model.meta.get("image"), dict):
-        image = _folder_image(folder)
+        image = _folder_image(model.path)
         if image:
             model.meta["image"] = image
     if "image" in model.roles.values() and not isinstance(model.meta.get("windows"), dict):
-        windows = _folder_windows(folder)
+        windows = _folder_windows(model.path)
         if windows:
             model.meta["windows"] = windows
     return model
@@ -152,10 +160,11 @@ class FolderLayout:
         return cls(folder, enc, dec, past if past.is_file() else None)
 
 
-class ModelSet:
-    """An encoder file and a decoder file run as one encoder–decoder model (same surface as AttentionModel)."""
+class ModelSet(AnalyzeMethod):
+    """An encoder file and a decoder file run as one encoder–decoder model (the same :class:`AttnModel` surface
+    as one file)."""
 
-    needs_probe = False
+    needs_probe = False  # the folder says which file is which
     OPTIONAL = ("attention_mask", "decoder_attention_mask")  # all ones when not given, as in transformers
 
     def __init__(
@@ -186,7 +195,7 @@ class ModelSet:
         for s in self.decoder._sites:
             s.stack = "decoder"
         self.encoder._stack_confirmed = self.decoder._stack_confirmed = True
-        self.meta = {"special": _config_special(layout.folder)}
+        self.meta = {"special": _config_special(layout.encoder)}
         self.metadata: dict[str, str] = {}
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
@@ -215,7 +224,7 @@ class ModelSet:
         self.kind = "vision-decoder" if self.image else "encoder-decoder"
         if self.image:
             self.inputs = [IOInfo("pixel_values", src.dtype, ["batch", *src.shape[1:]])]
-            image = _folder_image(layout.folder)
+            image = _folder_image(layout.encoder)
             if image:
                 self.meta["image"] = image
         else:
@@ -229,6 +238,14 @@ class ModelSet:
         self.outputs = [IOInfo("logits", "float32", ["batch", "decoder_sequence", "vocab"])]
         self.no_attention_reason = self.encoder.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
+
+    @property
+    def position_limit(self) -> PositionLimit | None:
+        """The source text's limit: the encoder file's (its metadata, position table or tokenizer_config.json)."""
+        return self.encoder.position_limit
+
+    def pair_with_encoder(self) -> EncoderPair | None:
+        return None  # a set runs its own encoder
 
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
@@ -412,9 +429,6 @@ class ModelSet:
             self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
 
-    # the same entry point as a single file (request building and checks live in analyze.analyze_call)
-    analyze = AttentionModel.analyze
-
 
 class FolderCache:
     """Generation steps over a folder: the full decoder for the prompt, then the with-past decoder per token.
@@ -429,6 +443,7 @@ class FolderCache:
         self.past_names = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         self.cache: dict[str, np.ndarray] = {}
         self.feeds: dict = {}
+        self.looping = False  # a loop beside the with-past session holds the cache (see steps)
 
     @classmethod
     def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> FolderCache | None:
@@ -445,6 +460,7 @@ class FolderCache:
         return cls(ms, past_model, order)
 
     def start(self, feeds: dict) -> StepOut:
+        self.looping = False
         self.feeds = self.ms.check_feeds(feeds)
         enc_ran, enc_out = self.ms._encode(self.feeds, "dense")
         enc = enc_ran or enc_out["result"]
@@ -452,13 +468,44 @@ class FolderCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
         maps = {j: m.array() for j, m in enumerate(enc.maps)}
         maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
-        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
-    def _info(self, r: AttentionResult) -> dict:
+    def _info(self, info: dict) -> dict:
         """A step's run facts, named after the folder (not the decoder file that ran the step)."""
-        return dict(r.info, model=self.ms.name, model_path=str(self.ms.path))
+        return dict(info, model=self.ms.name, model_path=str(self.ms.path))
 
-    def step(self, tokens: list[int]) -> StepOut:
+    def plan(self) -> StepPlan | None:
+        """How each step's feeds follow from the last for a loop beside the with-past decoder's session: only
+        the token and the cache change (the encoder's states and mask stay), or None: one request per step."""
+        maps = self.past_model.loop_maps()
+        roles = self.past_model.roles
+        if maps is None or self.feeds["decoder_input_ids"].shape[0] != 1:
+            return None
+        if any(r in ("positions", "cache_position", "decoder_mask") for r in roles.values()):
+            return None  # what these hold per cached step is not derived here: the step path below stays exact
+        outs = {o.name for o in self.past_model.outputs}
+        return StepPlan(
+            fetch=(),
+            logits="logits",
+            carry=tuple((p, present_name(p)) for p in self.past_names if present_name(p) in outs),
+            token=next(i.name for i in self.past_model.inputs if roles[i.name] == "tokens"),
+            flags=tuple((i.name, i.rank) for i in self.past_model.inputs if i.dtype == "bool" and i.rank <= 1),
+            maps=maps,
+            dtypes=tuple((i.name, i.dtype) for i in self.past_model.inputs),
+        )
+
+    def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
+        """Up to ``n`` greedy steps in one chunk beside the with-past decoder's session (else one step)."""
+        plan = None if self.looping else self.plan()
+        if not self.looping and plan is None:
+            return one_step(self, token, eos)
+        ids, _, maps, info = self.past_model.run_loop(
+            plan, self._step_feeds([token]) if plan is not None else None, 0, token, n, eos
+        )
+        self.looping = True
+        return StepsOut(ids, {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}, self._info(info))
+
+    def _step_feeds(self, tokens: list[int]) -> dict:
         f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays
         f["decoder_input_ids"] = np.asarray([[t] for t in tokens], np.int64)
         _, enc_out = self.ms._encode(self.feeds, "dense")
@@ -467,7 +514,10 @@ class FolderCache:
         for i in self.past_model.inputs:  # a merged decoder: its cache branch now
             if i.dtype == "bool" and i.rank <= 1:
                 g[i.name] = np.ones([1] * i.rank, bool)
-        r = self.past_model.run(g, mode="dense")
+        return g
+
+    def step(self, tokens: list[int]) -> StepOut:
+        r = self.past_model.run(self._step_feeds(tokens), mode="dense")
         for p in self.past_names:
             # the encoder half stays as the first run made it: a with-past file does not output it, and a merged
             # decoder's cache branch outputs an empty placeholder for it (a cache never loses rows or keys)
@@ -476,45 +526,49 @@ class FolderCache:
             if new is not None and new.shape[0] == old.shape[0] and new.shape[-2] >= old.shape[-2]:
                 self.cache[p] = new
         maps = {self.n_enc + self.order[j]: m.array() for j, m in enumerate(r.maps)}
-        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r))
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
 
-def paired_with_encoder(model) -> ModelSet | None:
-    """A decoder file of an export opened alone and given a text or an image (optimum ``decoder_model*.onnx``): it
-    takes ``encoder_hidden_states``, which only an encoder makes, so the export's ``encoder_model.onnx`` beside it
-    runs first, as the folder runs them (one encoder run, then this file).  None for any other model.  No file
-    outside the model's folder is read; without an encoder there, one line says what to do."""
-    if not isinstance(model, AttentionModel):
-        return None
-    states = next((i.name for i in model.inputs if model.roles[i.name] == "encoder_states"), None)
-    if states is None:
-        return None
-    paired = model.__dict__.get("_paired")  # opened once per model: the GUI analyses many inputs
-    if isinstance(paired, ModelSet):
-        return paired
-    folder = model.path.parent
-    enc = folder / ENCODER_FILE
-    if not enc.is_file():
-        raise AttnvizError(
-            f"{model.path.name} takes {states} from an encoder, and there is no {ENCODER_FILE} beside it; "
-            f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
-            f"or give {states} with --inputs FEEDS.npz"
+class EncoderPairing:
+    """How a decoder file of an export, opened alone and given a text or an image (optimum
+    ``decoder_model*.onnx``), runs: it takes ``encoder_hidden_states``, which only an encoder makes, so the
+    export's ``encoder_model.onnx`` beside it runs first, as the folder runs them (one encoder run, then this
+    file).  The set is opened once, on first use (the GUI analyses many inputs).  No file outside the model's
+    folder is read; without an encoder there, one line says what to do."""
+
+    def __init__(self, model: AttentionModel, states: str):
+        self.model, self.states = model, states
+        self.pair: EncoderPair | None = None
+
+    def __call__(self) -> EncoderPair:
+        if self.pair is None:
+            self.pair = self._open()
+        return self.pair
+
+    def _open(self) -> EncoderPair:
+        model, states = self.model, self.states
+        folder = model.path.parent
+        enc = folder / ENCODER_FILE
+        if not enc.is_file():
+            raise AttnvizError(
+                f"{model.path.name} takes {states} from an encoder, and there is no {ENCODER_FILE} beside it; "
+                f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
+                f"or give {states} with --inputs FEEDS.npz"
+            )
+        if enc.resolve().parent != folder.resolve():
+            raise AttnvizError(
+                f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
+            )
+        layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
+        paired = ModelSet(
+            layout,
+            provider=model.requested_provider,
+            tokenizer=model._tokenizer_arg,
+            threads=model.threads,
+            decoder=model,
         )
-    if enc.resolve().parent != folder.resolve():
-        raise AttnvizError(
-            f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
-        )
-    layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
-    paired = ModelSet(
-        layout,
-        provider=model.requested_provider,
-        tokenizer=model._tokenizer_arg,
-        threads=model.threads,
-        decoder=model,
-    )
-    paired.path, paired.name = model.path, model.name  # results and messages name the file that was opened
-    model.__dict__["_paired"] = paired
-    return paired
+        paired.path, paired.name = model.path, model.name  # results and messages name the file that was opened
+        return EncoderPair(paired, f"{model.path.name} ran on the encoder_hidden_states of {enc.name} beside it")
 
 
 def is_corpus_results(path: str | Path) -> bool:
@@ -527,9 +581,11 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
     p = Path(path)
     if not p.is_dir():
         m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
-        if any(r == "encoder_states" for r in m.roles.values()):  # analyze() pairs it with its encoder on use
-            m.__dict__["pair_with_encoder"] = functools.partial(paired_with_encoder, m)  # per instance
-        return _with_config(m, p.parent) if (p.parent / "config.json").is_file() else m
+        states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
+        if states is not None:  # analyze() pairs it with its encoder on use
+            m.encoder_pairing = EncoderPairing(m, states)
+        config = sidecar(p, "config.json")
+        return _with_config(m) if config is not None and config.is_file() else m
     layout = FolderLayout.find(p)
     if layout is not None:
         return ModelSet(layout, provider=provider, tokenizer=tokenizer, threads=threads)
@@ -551,4 +607,7 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
             f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
             "give one of the files"
         )
-    return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads), p)
+    return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads))
+
+
+_: type[AttnModel] = ModelSet  # mypy checks here that an export folder satisfies the model Protocol

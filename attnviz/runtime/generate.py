@@ -21,6 +21,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.steps import StepPlan
 
 
 @dataclass
@@ -32,12 +33,31 @@ class StepOut:
     info: dict = field(default_factory=dict)  # the run's facts (provider, mode, ...)
 
 
+@dataclass
+class StepsOut:
+    """Steps run in one go: the chosen ids (the EOS included when reached) and their maps by canonical site
+    index, ``[B, H, steps, keys]`` (keys a step could not see yet are 0)."""
+
+    ids: list[int]
+    maps: dict[int, np.ndarray]
+    info: dict
+
+
 class CacheStepper(Protocol):
     def start(self, feeds: dict[str, np.ndarray]) -> StepOut:  # the prompt, with an empty cache
         ...
 
     def step(self, tokens: list[int]) -> StepOut:  # one new token per row, with the cache so far
         ...
+
+    def steps(self, token: int, n: int, eos: int | None) -> StepsOut:  # up to n greedy steps from ``token``
+        ...
+
+
+def one_step(stepper: CacheStepper, token: int, eos: int | None) -> StepsOut:
+    """:meth:`CacheStepper.steps` for a stepper that can only step once per call."""
+    out = stepper.step([token])
+    return StepsOut([int(np.argmax(out.logits[0]))], out.maps, out.info)
 
 
 class MapAssembler:
@@ -127,17 +147,21 @@ def with_cache(
     """Greedy generation feeding the cache; records every step's maps."""
     t0 = time.perf_counter()
     asm = MapAssembler()
-    ids: list[int] = []
-    out = None
-    for step in range(steps):
-        _check(step, steps, progress, cancelled)
-        out = stepper.start(feeds) if out is None else stepper.step([ids[-1]])
-        asm.add(out.maps)
-        nxt = int(np.argmax(out.logits[0]))
-        ids.append(nxt)
-        if eos is not None and nxt == int(eos):
-            break
-    return Generation(ids, time.perf_counter() - t0, "kv-cache", asm.maps(), dict(out.info) if out else {})
+    if steps <= 0:
+        return Generation([], 0.0, "kv-cache", {}, {})
+    _check(0, steps, progress, cancelled)
+    out = stepper.start(feeds)
+    asm.add(out.maps)
+    ids = [int(np.argmax(out.logits[0]))]
+    info = dict(out.info)
+    # the rest in chunks (a chunk runs where the session lives: one round trip for many tokens)
+    while len(ids) < steps and (eos is None or ids[-1] != int(eos)):
+        _check(len(ids), steps, progress, cancelled)
+        part = stepper.steps(ids[-1], steps - len(ids), eos)
+        asm.add(part.maps)
+        ids += part.ids
+        info = dict(part.info) or info
+    return Generation(ids, time.perf_counter() - t0, "kv-cache", asm.maps(), info)
 
 
 # --------------------------------------------------------------------------- one file with past inputs
@@ -156,6 +180,7 @@ class FileCache:
         self.order = site_order  # this file's site j is canonical site order[j]
         self.feeds: dict[str, np.ndarray] = {}
         self.length = 0
+        self.looping = False  # a loop beside the session holds the cache (see steps)
 
     @classmethod
     def for_model(cls, model) -> FileCache | None:
@@ -181,10 +206,46 @@ class FileCache:
 
     def start(self, feeds: dict) -> StepOut:
         self.feeds = dict(feeds)
+        self.looping = False
         tok_role = self._decoder_roles()[0]
         tok = next(i.name for i in self.model.inputs if self.roles[i.name] == tok_role)
         self.length = feeds[tok].shape[1]
         return self._run(self.feeds)
+
+    def plan(self) -> StepPlan | None:
+        """How each step's feeds follow from the last, for a loop beside the session (None: step one by one)."""
+        maps = self.model.loop_maps()
+        if maps is None or any(np.shape(v)[0] != 1 for v in self.feeds.values() if np.ndim(v) >= 2):  # one row
+            return None
+        tok_role, mask_role = self._decoder_roles()
+        by_role: dict[str, list[str]] = {}
+        dtypes = []
+        for i in self.model.inputs:
+            by_role.setdefault(self.roles[i.name], []).append(i.name)
+            dtypes.append((i.name, "bool" if i.dtype == "bool" else i.dtype))
+        return StepPlan(
+            fetch=(),  # the model fills in its fetch list
+            logits="logits" if any(o.name == "logits" for o in self.model.outputs) else self.model.outputs[0].name,
+            carry=tuple((p, present_name(p)) for p in self.past),
+            token=by_role[tok_role][0],
+            grow=tuple(n for n in by_role.get(mask_role, []) if n in self.feeds),
+            positions=tuple(by_role.get("positions", [])),
+            cache_position=tuple(by_role.get("cache_position", [])),
+            flags=tuple((i.name, i.rank) for i in self.model.inputs if i.dtype == "bool" and i.rank <= 1),
+            maps=maps,
+            dtypes=tuple(dtypes),
+        )
+
+    def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
+        """Up to ``n`` greedy steps in one chunk, run beside the session when the model allows (else one)."""
+        plan = None if self.looping else self.plan()
+        if not self.looping and plan is None:
+            return one_step(self, token, eos)
+        ids, _, maps, info = self.model.run_loop(plan, self.feeds, self.length, token, n, eos)
+        self.looping = True
+        self.length += len(ids)
+        order = self.order or list(range(len(maps)))
+        return StepsOut(ids, {order[j]: m for j, m in enumerate(maps)}, info)
 
     def step(self, tokens: list[int]) -> StepOut:
         f = self.feeds

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,7 @@ __all__ = [
     "cancel_scope",
     "isolated",
     "make_session",
+    "prestart",
     "shutdown",
     "take_trace",
 ]
@@ -152,6 +154,23 @@ class _Host:
     def run(self, sid: int, names: list[str], feeds: dict) -> list[np.ndarray]:
         """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
         return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
+
+    def steps(self, sid: int, start, token: int, n: int, eos, budget: float):
+        """A chunk of cached generation steps run in the child (:meth:`worker.Server.steps`): (ids, finished,
+        {map output: array})."""
+
+        def prepare(args: tuple) -> tuple:
+            sid, start, *rest = args
+            if start is not None:
+                plan, feeds, length = start
+                start = (plan, self.feed_area.share(feeds), length)
+            return (sid, start, *rest, self._hand_back())
+
+        def adopt(reply) -> tuple:
+            ids, finished, names, items, created, deleted = reply
+            return ids, finished, dict(zip(names, self._adopt((items, created, deleted))))
+
+        return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
 
     def _prepare_run(self, args: tuple) -> tuple:
         """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
@@ -431,6 +450,14 @@ def _current_host() -> _Host:
         return _host
 
 
+def prestart() -> None:
+    """Start the child now, so that its interpreter and onnxruntime load while this process is still reading
+    and instrumenting the model (a command that will run a model calls this first: the child's start-up,
+    ~0.2 s, then overlaps the parent's work instead of following it)."""
+    if isolated():
+        _current_host()
+
+
 def take_trace() -> tuple[list[tuple[float, ...]], list[tuple[float, ...]]]:
     """With ``ATTNVIZ_TRACE=1`` set before the child started: the stamps of the runs since the last call, the
     parent's (called, request sent, reply received, returned) and the child's (request received, onnxruntime
@@ -537,6 +564,25 @@ class RemoteSession:
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
 
+    def steps(self, start, token: int, n: int, eos, budget: float):
+        """A chunk of greedy cached steps, run in the child next to the session (``start``: a new generation's
+        (plan, feeds, cache length), or None to go on with the one the child holds)."""
+        if start is not None and (self._host is None or self._host is not _host or self.crashed):
+            self._ensure()
+        if self._host is None or self._host is not _host:
+            raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
+        try:
+            return self._host.steps(self._sid, start, token, n, eos, budget)
+        except _Dead:
+            self._host = None
+            raise ModelCrashed("the model crashed onnxruntime while generating; the model cannot be run") from None
+        except ModelCrashed as e:
+            self.crashed = str(e)
+            raise
+        except RunCancelled:
+            self._host = None
+            raise
+
 
 def _ort_text(e: Exception) -> str:
     s = str(e).strip().replace("\n", " ")
@@ -557,14 +603,16 @@ def make_session(
     external_dir: str | None = None,
     label: str = "model",
     initializers=None,
+    shared_arena: bool = True,
 ):
     """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
-    OrtValues (sent to the child as arrays)."""
+    OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
+    instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
-    extra = {}
+    extra: dict[str, Any] = {}
     if initializers and initializers[0]:
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
@@ -574,6 +622,8 @@ def make_session(
         return local.make_session(
             model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
         )
+    if not shared_arena:
+        extra["shared_arena"] = False
     sess = RemoteSession(
         model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
     )

@@ -13,6 +13,7 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.untrusted import open_regular, read_text, regular_file
 from attnviz.runtime.raster import open_raster
+from attnviz.runtime.sidecar import sidecar
 
 # HF naming conventions for inputs; metadata attnviz.inputs overrides
 NAME_ROLES = [
@@ -289,13 +290,11 @@ def find_tokenizers(
     if isinstance(meta.get("target_tokenizer"), str) and meta["target_tokenizer"].strip().startswith("{"):
         tgt = HFTokenizer.from_str(meta["target_tokenizer"], f"{model_path.name} metadata")
     if src is None:
-        cands = [model_path.with_suffix(".tokenizer.json"), model_path.parent / "tokenizer.json"]
-        if model_path.parent.name == "onnx":  # Hugging Face repos keep onnx/model.onnx beside the tokenizer
-            cands.append(model_path.parent.parent / "tokenizer.json")
-        for cand in cands:
-            if cand.exists():
-                src = HFTokenizer.from_file(cand)
-                break
+        # MODEL.tokenizer.json, else the folder's tokenizer.json (a Hub repo's above onnx/: the sidecar guard)
+        own = model_path.with_suffix(".tokenizer.json")
+        cand = own if own.exists() else sidecar(model_path, "tokenizer.json")
+        if cand is not None:
+            src = HFTokenizer.from_file(cand)
     vocab = meta.get("vocab")
     if src is None and vocab is not None:
         if isinstance(vocab, dict):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.runtime.sidecar import sidecar
 
 # initializer-name fragments of learned position tables (BERT/RoBERTa/BART/ViT-style, GPT-2's wpe, T5 has none)
 POSITION_NAMES = ("position", "wpe", "pos_emb", "pos_embed", "embed_positions")
@@ -99,35 +100,24 @@ def _from_graph(proto) -> PositionLimit | None:
     return best
 
 
-def _from_tokenizer_config(model_path: Path) -> PositionLimit | None:
-    for folder in (model_path.parent, model_path.parent.parent):
-        f = folder / "tokenizer_config.json"
-        if f.is_file():
-            try:
-                v = json.loads(f.read_text()).get("model_max_length")
-            except (OSError, ValueError, AttributeError):
-                return None
-            if isinstance(v, (int, float)) and 0 < v < HF_UNLIMITED:
-                return PositionLimit(int(v), "tokenizer_config.json model_max_length")
-            return None
+def _from_tokenizer_config(model_file: Path) -> PositionLimit | None:
+    f = sidecar(model_file, "tokenizer_config.json")  # the model's folder (a Hub repo's above onnx/), never above
+    if f is None or not f.is_file():
+        return None
+    try:
+        v = json.loads(f.read_text()).get("model_max_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(v, (int, float)) and 0 < v < HF_UNLIMITED:
+        return PositionLimit(int(v), "tokenizer_config.json model_max_length")
     return None
 
 
-def position_limit(model) -> PositionLimit | None:
-    """Metadata, then the graph's position table, then tokenizer_config.json; None when nothing says."""
-    if hasattr(model, "_position_limit"):
-        cached: PositionLimit | None = model._position_limit
-        return cached
-    meta = getattr(model, "meta", None) or {}
-    proto = getattr(model, "proto", None)
+def find_position_limit(meta: dict, proto, model_file: Path) -> PositionLimit | None:
+    """Metadata, then the graph's position table, then tokenizer_config.json; None when nothing says.
+    (A model's ``position_limit`` property calls this once.)"""
     limit = _from_metadata(meta) or (_from_graph(proto) if proto is not None else None)
-    if limit is None and getattr(model, "path", None) is not None:
-        limit = _from_tokenizer_config(Path(model.path))
-    try:
-        model._position_limit = limit
-    except AttributeError:
-        pass
-    return limit
+    return limit if limit is not None else _from_tokenizer_config(model_file)
 
 
 def truncate(enc, n: int):

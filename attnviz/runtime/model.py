@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import weakref
+from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +22,16 @@ from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.host import make_session
+from attnviz.runtime.host import RemoteSession, make_session
 from attnviz.runtime.inputs import IOInfo
+from attnviz.runtime.limits import PositionLimit, find_position_limit
+from attnviz.runtime.naming import model_name
+from attnviz.runtime.protocol import AttnModel, EncoderPair
+from attnviz.runtime.steps import CHUNK_S, Loop, StepPlan, advance
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
+# site methods whose dense output is one [.., q, k] tensor per run: a generation loop stacks each step's rows
+_STACKABLE = ("softmax", "onnx-attention", "mha-qk", "gqa-qk")
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
     1: "float32",
@@ -184,18 +194,27 @@ class PackedMap:
         return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
 
 
-class AttentionModel:
-    """A loaded model with its attention sites found and labelled.  Sessions are created lazily."""
+class AttentionModel(engine.AnalyzeMethod):
+    """A loaded model with its attention sites found and labelled.  Sessions are created lazily.
+
+    ``encoder_pairing``: for a decoder file that takes encoder_hidden_states, how to run it behind the encoder
+    beside it (:func:`attnviz.runtime.folder.open_model` gives it; this module cannot import folder.py).
+    """
 
     def __init__(
-        self, path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None
+        self,
+        path: str | Path,
+        provider: str = "auto",
+        tokenizer: str | None = None,
+        threads: int | None = None,
+        encoder_pairing: Callable[[], EncoderPair | None] | None = None,
     ):
         t0 = time.perf_counter()
         self.path = Path(path)
-        self.name = self.path.stem
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
+        self.name = model_name(self.path, self.meta)  # not "model" for every export-hf / optimum model.onnx
         self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [io_info(v) for v in self.graph.inputs]
         self.outputs = [io_info(v) for v in self.proto.graph.output]
@@ -208,12 +227,17 @@ class AttentionModel:
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
+        # extra_session's sessions, alive while their callers hold them (a dropped one frees its memory)
+        self._extra_sessions: weakref.WeakValueDictionary[str, ExtraSession] = weakref.WeakValueDictionary()
         self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
         self._stack_confirmed = False
         self._probed = False
+        self._grids: dict[tuple, gr.TokenGrid | None] = {}  # (image input, fed size, keys) -> the graph's grid
+        self.encoder_pairing = encoder_pairing
+        self._loop: Loop | None = None  # an in-process generation loop's state (see run_loop)
         self.timings = {"load_s": time.perf_counter() - t0}
 
     # -- description -----------------------------------------------------------
@@ -317,8 +341,16 @@ class AttentionModel:
                         f"model too large to instrument in memory ({e}); models over 2 GB are not supported yet"
                     ) from None
             try:
+                # a cached decoder's presents grow by a row every generation step: the child's shared arena
+                # extends by exactly what is asked and cannot reuse the last step's smaller block, so such a
+                # session keeps an arena of its own (12.7 vs 2.2 ms a token at 1,024 tokens, GPT-2, measured)
                 sess, note = make_session(
-                    data, self.requested_provider, self.threads, external_dir=self.external_dir, label=self.path.name
+                    data,
+                    self.requested_provider,
+                    self.threads,
+                    external_dir=self.external_dir,
+                    label=self.path.name,
+                    shared_arena=not any(r == "past" for r in self.roles.values()),
                 )
             except AttnvizError:
                 raise
@@ -331,6 +363,49 @@ class AttentionModel:
             self._sessions[mode] = (sess, exposed)
             self.timings[f"session_{mode}_s"] = time.perf_counter() - t0
         return self._sessions[mode]
+
+    # -- extra sessions (public: tools that run an edited copy of the graph, e.g. the corpus statistics) --------
+    @property
+    def graph_sites(self) -> list[gr.Site]:
+        """The graph-level records behind :attr:`sites` (node, tensors, epilogue), in the same order: what code
+        that edits a copy of :attr:`graph` needs (:func:`attnviz.runtime.statgraph.stats_model`).  Read them only."""
+        return list(self._sites)
+
+    @property
+    def open_provider(self) -> str | None:
+        """The execution provider of a session this model already has open, None before the first; unlike
+        :attr:`provider` it never opens one only to answer."""
+        own = next(iter(self._sessions.values()), None)
+        if own is not None:
+            return own[0].get_providers()[0]
+        extra = next(iter(self._extra_sessions.values()), None)
+        return extra.provider if extra is not None else None
+
+    def extra_session(self, edited: onnx.ModelProto, key: str) -> ExtraSession:
+        """A session of ``edited`` (a changed copy of this model's graph) with this model's provider, threads,
+        external-data folder and crash isolation.  Cached under ``key`` while the caller holds it: the same key
+        returns the same session, so the key must name everything the edit depends on."""
+        extra = self._extra_sessions.get(key)
+        if extra is None:
+            sess, _ = make_session(
+                _serialize(edited),
+                self.requested_provider,
+                self.threads,
+                external_dir=self.external_dir,
+                label=self.path.name,
+            )
+            extra = self._extra_sessions[key] = ExtraSession(sess)
+        return extra
+
+    def close_session(self, mode: str) -> None:
+        """Drop this model's own session of ``mode`` (``"dense"``: e.g. once an extra session replaces it, so the
+        weights sit in memory once); a later :meth:`run` in that mode opens it again."""
+        self._sessions.pop(mode, None)
+
+    def dense_map(self, site: int, fetched: dict[str, np.ndarray], batch: int, extra: dict | None = None) -> np.ndarray:
+        """Site ``site``'s map ``[B, H, Tq, Tk]`` from the tensors a session fetched, where that session exposes
+        the site as :func:`attnviz.runtime.graph.instrument` does (``extra``: its ``Exposed.site_extra`` entry)."""
+        return self._site_map(self._sites[site], extra or {}, fetched, batch, "dense").array()
 
     # -- feeds ---------------------------------------------------------------------
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -527,8 +602,6 @@ class AttentionModel:
             kept.append(s)
             maps.append(self._site_map(s, ex, got, batch, mode))
         if len(kept) != len(self._sites) or any(s.loop for s in kept):
-            import dataclasses
-
             kept = [dataclasses.replace(s, extra=dict(s.extra)) for s in kept]  # this run's numbering only
             _renumber(kept)
         if not kept:
@@ -620,6 +693,15 @@ class AttentionModel:
         """A single-stack graph whose labels are guesses: a short run tells encoder from decoder first."""
         return not self._stack_confirmed and len({s.stack for s in self._sites}) == 1
 
+    @cached_property
+    def position_limit(self) -> PositionLimit | None:
+        """The longest token input: metadata, the graph's position table, or the folder's tokenizer_config.json."""
+        return find_position_limit(self.meta, self.proto, self.path)
+
+    def pair_with_encoder(self) -> EncoderPair | None:
+        """The set that runs this decoder file behind the encoder beside it, when it takes encoder states."""
+        return self.encoder_pairing() if self.encoder_pairing is not None else None
+
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
         return grid_for(self, n_keys, image_hw)
 
@@ -636,44 +718,50 @@ class AttentionModel:
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
         return FileCache.for_model(self)
 
-    def analyze(
-        self,
-        text: str | None = None,
-        text_pair: str | None = None,
-        image=None,
-        feeds: dict | None = None,
-        generate: int = 0,
-        mode: str = "auto",
-        image_size: tuple[int, int] | None = None,
-        image_mean: list[float] | None = None,
-        image_std: list[float] | None = None,
-        progress=None,
-        cancelled=None,
-        use_cache: bool = True,
-        max_tokens: int | None = None,
-    ) -> AttentionResult:
-        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
+    def loop_maps(self) -> tuple[tuple[str, float], ...] | None:
+        """The dense session's map outputs a generation loop beside the session can stack row by row, each
+        with what pads the keys a row could not see yet (0 for probabilities, -inf for scores a softmax
+        follows), or None when a site's maps are not one tensor per run (packed recompute, Loop/Scan bodies)."""
+        if any(s.method not in _STACKABLE or s.loop for s in self._sites):
+            return None
+        return tuple((s.probs, -np.inf if s.method == "mha-qk" else 0.0) for s in self._sites)
 
-        ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
-        steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a
-        run stops the crash-isolation child, which really interrupts onnxruntime.
-        """
-        return engine.analyze_call(
-            self,
-            progress=progress,
-            cancelled=cancelled,
-            text=text,
-            text_pair=text_pair,
-            image=image,
-            feeds=feeds,
-            generate=generate,
-            mode=mode,
-            image_size=image_size,
-            image_mean=image_mean,
-            image_std=image_std,
-            use_cache=use_cache,
-            max_tokens=max_tokens,
-        )
+    def run_loop(self, plan: StepPlan | None, feeds: dict | None, length: int, token: int, n: int, eos):
+        """A chunk of greedy cached steps run where the session lives (:mod:`attnviz.runtime.steps`): with
+        ``plan`` a new generation from ``feeds`` (the cache included, ``length`` tokens in it), else the one in
+        progress.  Returns (ids, finished, this file's maps in site order ``[B, H, steps, keys]``, run facts)."""
+        sess, exposed = self._session("dense")
+        start = None
+        if plan is not None:
+            plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
+            start = (plan, self.check_feeds(feeds or {}), length)
+        t0 = time.perf_counter()
+        try:
+            if isinstance(sess, RemoteSession):
+                ids, finished, got = sess.steps(start, token, n, eos, CHUNK_S)
+            else:  # ATTNVIZ_INPROCESS: the same loop, here
+                if start is not None:
+                    self._loop = Loop(start[0], dict(start[1]), length)
+                if self._loop is None:
+                    raise AttnvizError("generation lost its cache; generate again")
+                chunk = advance(self._loop, token, n, eos, sess.run)
+                ids, finished, got = chunk.ids, chunk.finished, chunk.maps
+        except (AttnvizError, Cancelled):
+            raise
+        except Exception as e:
+            raise AttnvizError(f"generation with the KV cache failed: {ort_message(e)}") from None
+        kept, maps, _ = self._collect_maps(exposed, got, 1, "dense")
+        if len(kept) != len(self._sites):
+            raise AttnvizError("generation with the KV cache lost a site's maps; use the full re-run")
+        info = {
+            "provider": sess.get_providers()[0],
+            "provider_note": self.provider_note,
+            "mode": "dense",
+            "run_s": time.perf_counter() - t0,
+            "model": self.name,
+            "model_path": str(self.path),
+        }
+        return ids, finished, [m.array() for m in maps], info
 
 
 def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
@@ -754,6 +842,22 @@ def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.
     return [o.numpy() for o in io.get_outputs()]
 
 
+class ExtraSession:
+    """A session of an edited copy of a model's graph (:meth:`AttentionModel.extra_session`)."""
+
+    def __init__(self, sess):
+        self._sess = sess
+
+    @property
+    def provider(self) -> str:
+        """The execution provider it runs on."""
+        return self._sess.get_providers()[0]
+
+    def run(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The ``fetch`` outputs for ``feeds`` (onnxruntime's errors pass through unchanged)."""
+        return _run_bound(self._sess, fetch, feeds)
+
+
 def _serialize(model: onnx.ModelProto) -> bytes:
     try:
         return model.SerializeToString()
@@ -787,15 +891,16 @@ def grid_for(model: AttentionModel, n_keys: int, image_hw: tuple[int, int] | Non
     if image is not None and image_hw is not None:
         hw = (int(image_hw[0]), int(image_hw[1]))
         key = (image, hw, n_keys)
-        cache = model.__dict__.setdefault("_grids", {})
-        if key not in cache:
-            cache[key] = gr.token_grid(model.graph, image, hw, n_keys)
-        tg = cache[key]
+        if key not in model._grids:
+            model._grids[key] = gr.token_grid(model.graph, image, hw, n_keys)
+        tg = model._grids[key]
         if tg is not None:
             return PatchGrid(tg.rows, tg.cols, tg.lead)
         return None
     side = int(round(n_keys**0.5))
     return PatchGrid(side, side, 0) if side * side == n_keys else None
 
+
+_: type[AttnModel] = AttentionModel  # mypy checks here that a file model satisfies the model Protocol
 
 __all__ = ["AttentionModel", "Cancelled", "IOInfo", "open_model", "TokenAxis", "DenseMap"]

@@ -55,6 +55,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed, read_message, write_message  # noqa: E402  (after the child's bare package)
+from attnviz.runtime.steps import Loop, advance  # noqa: E402
 
 KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
 # frees its slots one run later: they are reused by the run after that)
@@ -227,7 +228,7 @@ class ShapeLinks:
 
 
 class Server:
-    OPS = {"create": "create", "run": "reply_run", "close": "close", "trace": "take_trace"}  # request -> method
+    OPS = {"create": "create", "run": "reply_run", "steps": "steps", "close": "close", "trace": "take_trace"}
 
     def __init__(self, conn, outdir: str):
         self.conn = conn
@@ -246,6 +247,7 @@ class Server:
         self.replied = False  # this request's reply went out early (see _run)
         self.repeats: dict[int, _Repeat] = {}  # per session: its last run, to repeat without planning
         self.received = 0.0  # when this request arrived (for the trace)
+        self.loops: dict[int, Loop] = {}  # per session: a generation running here (see attnviz.runtime.steps)
 
     def create(self, sid, model, kwargs):
         from attnviz.runtime.session import make_session
@@ -256,8 +258,12 @@ class Server:
             names, arrays = kwargs["initializers"]
             kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
             self.keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
-        if self.arena is not None and kwargs.get("arena", True):
-            kwargs = dict(kwargs, shared_arena=True)
+        kwargs = dict(
+            kwargs,
+            shared_arena=bool(
+                self.arena is not None and kwargs.get("arena", True) and kwargs.get("shared_arena", True)
+            ),
+        )
         sess, note = make_session(model, **kwargs)
         self.sessions[sid] = (sess, ShapeLinks())
         desc = [
@@ -328,6 +334,32 @@ class Server:
         self.replied = True
         self.send(again.reply)
         return True
+
+    def steps(self, sid, start, token, n, eos, budget, released):
+        """A chunk of greedy cached steps run here (:func:`attnviz.runtime.steps.advance`), the cache kept in
+        this process between chunks.  ``start``: (plan, feeds, cache length) for a new generation, None to go
+        on.  Reply: (ids, finished, map output names, their items, slots created, slots deleted)."""
+        self.pool.release(released)
+        self.pool.run += 1
+        sess = self.sessions[sid][0]
+        if start is not None:
+            plan, feeds, length = start
+            # feeds from the feed area are views the parent rewrites for its next request: the loop owns copies
+            own = {k: np.array(self._feed(v)) if isinstance(v, SharedFeed) else np.array(v) for k, v in feeds.items()}
+            self.loops[sid] = Loop(plan, own, int(length))
+        loop = self.loops.get(sid)
+        if loop is None:
+            raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
+        try:
+            chunk = advance(loop, token, n, eos, sess.run, budget)
+        except BaseException:
+            self.loops.pop(sid, None)
+            raise
+        if chunk.finished or len(chunk.ids) >= n:
+            self.loops.pop(sid, None)  # the caller asks for exactly the steps it still needs
+        names = list(chunk.maps)
+        items = [self._pack(chunk.maps[k]) for k in names]
+        return chunk.ids, chunk.finished, names, items, *self.pool.changes()
 
     def settle(self) -> None:
         """After a run's reply: learn its output shapes and trim free slots (the slots trimmed here are
@@ -498,6 +530,7 @@ class Server:
             self.keep.pop(sid, None)
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
+            self.loops.pop(sid, None)
 
 
 # a 65-byte ONNX model, y = Identity(x) on float[1] (built with onnx.helper; the child does not import onnx)

@@ -73,7 +73,9 @@ def build_metadata(task, mcfg: ModelConfig, tcfg: TrainConfig, metrics: dict | N
         "config": {"task": task.name, "model": mcfg.to_dict(), "train": tcfg.to_dict(), "attnviz": __version__},
     }
     meta.update(task.metadata(mcfg))
-    if tcfg.align_weight and mcfg.arch == "encoder-decoder":  # word alignment; a captioner's guided heads point
+    # guided heads: a translator's word aligners, a captioner's pointers (each object word's row onto its box);
+    # the window opens Alignment / Image regions on the first
+    if tcfg.align_weight and mcfg.arch in ("encoder-decoder", "image-decoder"):
         # the heads trained as aligners, best first: by the validation split when the run had one (so the test
         # split selects nothing), else by the held-out metrics
         heads = [list(h) for h in tcfg.align_heads]

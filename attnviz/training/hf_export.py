@@ -465,6 +465,8 @@ def export_hf(
     elif arch.endswith("ForImageClassification"):
         task = "image-classification"
     meta: dict = {
+        # titles and the sidebar say the source's name, not the file's ("model"); the config as written on disk
+        "name": meta_keys.source_name(model_dir.resolve().name, _config_json(model_dir)) or arch,
         "task": task,
         "inputs": {n: fam.roles[n] for n in inputs[0]},
         "special": special,
@@ -506,6 +508,15 @@ def export_hf(
             shutil.rmtree(staging, ignore_errors=True)
     lengths = [int(reference_maps(model, kw)[0][0].shape[-1]) for kw in inputs]
     return ExportReport(out_dir / "model.onnx", fam.name, task, n, worst, worst_out, lengths, missing)
+
+
+def _config_json(model_dir: Path) -> dict:
+    """The source folder's config.json as written (``_name_or_path`` survives there, not in the loaded config)."""
+    try:
+        d = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
 
 
 def _write_metadata(path: Path, meta: dict) -> None:

@@ -35,7 +35,15 @@ def sites_for(stack, kind, layers, heads):
 
 
 class FakeModel:
-    """kind: encoder | encoder-decoder | vision | vision-decoder | none (no attention) | broken (fails to run)."""
+    """kind: encoder | encoder-decoder | vision | vision-decoder | none (no attention) | broken (fails to run).
+
+    It satisfies the runtime's model Protocol (attnviz.runtime.protocol.AttnModel), as the window sees only that
+    surface: members a fake has nothing for return the Protocol's defaults (no cache, no pairing, no limit)."""
+
+    needs_probe = False
+    provider_note = ""
+    position_limit = None
+    tokenizers = (None, None)
 
     def __init__(self, path, kind="encoder", layers=2, heads=4, provider="CPUExecutionProvider", delay=0.0):
         self.path = Path(path)
@@ -49,6 +57,11 @@ class FakeModel:
         self.inputs = (
             [IO("pixel_values", "float32", [1, 3, 32, 32])] if vision else [IO("input_ids", "int64", ["batch", "seq"])]
         )
+        self.roles = {i.name: "image" if vision else "tokens" for i in self.inputs}
+        if kind == "vision-decoder":  # a captioning model: its decoder reads the caption's tokens
+            self.inputs.append(IO("decoder_input_ids", "int64", ["batch", "decoder_sequence"]))
+            self.roles["decoder_input_ids"] = "decoder_tokens"
+        self.timings = {"load_s": 0.0}
         self.outputs = [IO("logits", "float32", ["batch", "seq", 10])]
         task = "sequence-classification" if kind == "encoder" else kind
         self.metadata = {"attnviz.task": task, "attnviz.sample": '{"text": "the cat sat on the mat"}'}
@@ -66,6 +79,31 @@ class FakeModel:
                         SiteInfo("decoder", "cross", i, heads, f"/dec/{i}/cross", "softmax"),
                     ]
             self.sites = enc + dec
+
+    # -- the Protocol's behaviour: a fake runs only through analyze() --------------------------------------
+    def probe(self) -> bool:
+        return all(s.heads for s in self.sites)
+
+    def describe(self) -> dict:
+        return {"model": str(self.path), "kind": self.kind, "sites": [s.to_dict() for s in self.sites]}
+
+    def check_feeds(self, feeds):
+        raise AttnvizError(f"{self.name}: a stand-in model takes no raw feeds")
+
+    def run(self, feeds, mode="auto"):
+        return self.check_feeds(feeds)
+
+    def logits(self, feeds):
+        return self.check_feeds(feeds)
+
+    def grid(self, n_keys, image_hw=None):
+        return None  # analyze() lays its image tokens out itself
+
+    def cache_stepper(self):
+        return None
+
+    def pair_with_encoder(self):
+        return None
 
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
         import time

@@ -56,12 +56,13 @@ def test_typed_caption_is_teacher_forced_and_the_regions_follow_it(qtbot, captio
     words = ["a", "red", "square", "below", "a", "green", "circle"]
     assert not r.generated and r.prompt_len == 1 + len(words)
     assert r.key_tokens.labels == ["<bos>", *words]
-    w.session.select(mode="head", layer=0, head=0)  # the first cross-attention site's first head
     w.select_view("image")
     v = w.image_regions
     # one region map per caption word, at the row that chose it (the rule generated words follow): word p <- row p-1
     assert v.queries == [(word, p) for p, word in enumerate(words)]
-    cross = r.maps[[i for i, s in enumerate(r.sites) if s.kind == "cross"][0]].array()  # [1, H, Tq, 64]
+    # the regions are the declared pointing head's, decoder layer 1 head 0 (attnviz.alignment)
+    assert (w.session.sel.layer, w.session.sel.head) == (1, 0)
+    cross = r.maps[[i for i, s in enumerate(r.sites) if s.kind == "cross"][1]].array()  # [1, H, Tq, 64]
     for qi in (1, 6):  # "red" and "circle"
         v.set_query(qi)
         np.testing.assert_allclose(v.patch_map, cross[0, 0, qi].reshape(8, 8), atol=1e-7)

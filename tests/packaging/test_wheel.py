@@ -57,10 +57,13 @@ def test_wheel_carries_demos_samples_and_licence(wheel):
 
 @pytest.mark.slow
 def test_installed_wheel_opens_the_demos_outside_the_checkout(wheel, tmp_path):
+    import child_venv
+
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
-    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
-    py = bindir / "python"
+    # sees the test run's packages (numpy, onnxruntime, PySide6) even when the run itself is in a venv; the wheel
+    # installed into it comes first on its path, so the checkout's editable attnviz stays out
+    py = child_venv.create(venv)
+    bindir = py.parent
     r = subprocess.run(
         [str(py), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
         capture_output=True,

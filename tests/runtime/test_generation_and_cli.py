@@ -222,3 +222,33 @@ def test_extract_without_input_says_what_this_model_takes(tmp_path, capsys, name
     value = next(iter(sample_for_path(model).values.values()))
     assert str(value)[:20] in err[0]  # the sample really is the model's own
     assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, allowed",
+    [
+        (["inspect", "{model}", "--no-probe"], set()),
+        (["extract", "{model}", "--inputs", "{feeds}", "--out", "{out}"], set()),
+        (["figure", "{model}", "--inputs", "{feeds}", "--view", "heatmap", "--out", "{pdf}"], {"matplotlib"}),
+    ],
+)
+def test_a_command_imports_only_what_it_uses(tmp_path, argv, allowed):
+    """`attnviz inspect` / `extract` load no Qt, torch, matplotlib, pyarrow, pandas or transformers, and `figure`
+    only matplotlib of them: the CLI builds only the parser of the command it runs (each command module keeps
+    its heavy imports inside ``run``)."""
+    import subprocess
+    import sys
+
+    model = tiny_text_model(tmp_path / "m.onnx")
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, input_ids=np.array([[1, 2, 3]]))
+    args = [a.format(model=model, feeds=feeds, out=tmp_path / "o.npz", pdf=tmp_path / "f.pdf") for a in argv]
+    heavy = {"PySide6", "torch", "matplotlib", "pyarrow", "pandas", "transformers", "ray", "attnviz.gui"}
+    script = (
+        "import sys; from attnviz.cli import main; rc = main(sys.argv[1:]); "
+        f"print(sorted(m for m in {sorted(heavy)!r} if m in sys.modules)); sys.exit(rc)"
+    )
+    p = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    loaded = set(eval(p.stdout.strip().splitlines()[-1]))
+    assert loaded <= allowed, f"attnviz {argv[0]} imported {sorted(loaded - allowed)}"

@@ -16,7 +16,7 @@ import hf_models  # noqa: E402
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.cli import main  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
-from attnviz.runtime.limits import InputTooLong, position_limit  # noqa: E402
+from attnviz.runtime.limits import InputTooLong  # noqa: E402
 
 
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "bart"])
@@ -24,7 +24,7 @@ def test_position_table_read_from_the_graph(hf_export, arch):
     path, *_ = hf_export(arch, "legacy", "eager", 17)
     cfg = hf_models.build(arch)[0].config
     expected = getattr(cfg, "max_position_embeddings", None) or cfg.n_positions  # BART's table has 2 extra rows
-    limit = position_limit(open_model(path, provider="cpu"))
+    limit = open_model(path, provider="cpu").position_limit
     assert limit.tokens == expected and "position table" in limit.source
 
 

@@ -279,3 +279,88 @@ def test_extract_with_cache_generation_reports_the_generation_time(gpt2, tmp_pat
     line = capsys.readouterr().out.splitlines()[0]
     n = len(np.load(out)["attn_000"][0, 0]) - prompt.shape[1] + 1  # decoder rows = prompt + generated - 1
     assert f"generated {n} tokens in" in line and "(kv-cache)" in line and "run 0.0 ms" not in line
+
+
+def test_gpt2_generation_loop_beside_the_session_equals_one_request_per_step(gpt2, monkeypatch):
+    """Greedy steps run in chunks where the session lives (one reply per chunk, the cache never leaves it):
+    chunks of one step, the default chunks, the loop in this process (ATTNVIZ_INPROCESS) and the path with one
+    request per step give the same ids and the same maps; an EOS mid-chunk stops there; a cancel between
+    chunks stops the generation."""
+    from attnviz.runtime import model as model_mod
+    from attnviz.runtime.errors import Cancelled
+    from attnviz.runtime.generate import FileCache
+
+    root, _, feeds, _ = gpt2
+    prompt = feeds["input_ids"][:1]
+    one = {"input_ids": prompt, "attention_mask": np.ones_like(prompt)}
+    calls = []
+    run_loop = AttentionModel.run_loop
+    monkeypatch.setattr(AttentionModel, "run_loop", lambda self, *a: calls.append(1) or run_loop(self, *a))
+
+    def generate(n=24, **kw):
+        calls.clear()
+        m = open_model(root / "onnx", provider="cpu")
+        m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}
+        m.meta["special"].update(kw)
+        return m.analyze(feeds=one, generate=n), len(calls)
+
+    base, chunks = generate()
+    assert chunks == 1 and len(base.info["generated_ids"]) == 24  # 23 steps after the prompt's, in one chunk
+    with monkeypatch.context() as mp:
+        mp.setattr(FileCache, "plan", lambda self: None)  # no loop: one request per step, as before
+        per_step, chunks = generate()
+        assert chunks == 0
+    with monkeypatch.context() as mp:
+        mp.setattr(model_mod, "CHUNK_S", 0.0)  # every chunk ends after one step
+        tiny, chunks = generate()
+        assert chunks == 23
+    with monkeypatch.context() as mp:
+        mp.setenv("ATTNVIZ_INPROCESS", "1")
+        local, _ = generate()
+    for other in (per_step, tiny, local):
+        assert other.info["generated_ids"] == base.info["generated_ids"]
+        for a, b in zip(other.maps, base.maps):
+            np.testing.assert_array_equal(a.array(), b.array())
+    # an EOS inside the chunk: generation stops at it, and its rows are the first rows of the longer run
+    ids = base.info["generated_ids"]
+    stop = next(i for i in range(3, 24) if ids[i] not in ids[:i])
+    short, _ = generate(eos=ids[stop])
+    assert short.info["generated_ids"] == ids[: stop + 1]
+    for a, b in zip(short.maps, base.maps):
+        t = a.shape[-1]
+        np.testing.assert_array_equal(a.array(), b.array()[:, :, :t, :t])
+    # a cancel between chunks
+    m = open_model(root / "onnx", provider="cpu")
+    m.meta["special"] = {}
+    asked = []
+    with monkeypatch.context() as mp, pytest.raises(Cancelled):
+        mp.setattr(model_mod, "CHUNK_S", 0.0)
+        m.analyze(feeds=one, generate=24, cancelled=lambda: asked.append(1) or len(asked) > 3)
+    assert len(asked) == 4
+
+
+def test_marian_generation_loop_beside_the_with_past_session_equals_one_request_per_step(marian, monkeypatch):
+    """The folder's with-past decoder steps in a loop beside its session too (the encoder's states and mask
+    stay fed as they are): the same ids and maps as one request per step."""
+    from attnviz.runtime.folder import FolderCache
+
+    root, _, feeds, _ = marian
+    one = {"input_ids": feeds["input_ids"][:1], "attention_mask": feeds["attention_mask"][:1]}
+    one["decoder_input_ids"] = np.array([[0]])
+    calls = []
+    run_loop = AttentionModel.run_loop
+    monkeypatch.setattr(AttentionModel, "run_loop", lambda self, *a: calls.append(1) or run_loop(self, *a))
+
+    def generate():
+        m = open_model(root / "onnx", provider="cpu")
+        m.meta["special"] = {}
+        return m.analyze(feeds=one, generate=12)
+
+    looped = generate()
+    assert calls and len(looped.info["generated_ids"]) == 12
+    calls.clear()
+    monkeypatch.setattr(FolderCache, "plan", lambda self: None)
+    per_step = generate()
+    assert not calls and per_step.info["generated_ids"] == looped.info["generated_ids"]
+    for a, b in zip(looped.maps, per_step.maps):
+        np.testing.assert_array_equal(a.array(), b.array())

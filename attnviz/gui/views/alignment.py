@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QVBoxLayout
 
-from attnviz.core import metadata as md
 from attnviz.core import view as vm
 from attnviz.core.view import MapView
+from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.views.heatmap import HeatmapWidget
 
@@ -44,28 +44,17 @@ class AlignmentView(View):
         return vm.cross_block(self.session.blocks, self.session.sel)
 
     def declared(self) -> tuple[list[tuple[int, int]], str] | None:
-        """The model's alignment heads and row convention (``attnviz.alignment``), if it names them: as the run
-        recorded them (``figure`` reads the same), else from the model (maps saved before runs recorded it)."""
-        found = vm.declared_alignment(self.session.result)
-        if found is not None:
-            return [found[0]], found[1]
-        model = self.session.model
-        return md.alignment_heads(getattr(model, "meta", None) or {}) if model is not None else None
+        """The model's alignment heads and row convention (``attnviz.alignment``), if it names them."""
+        return declared_heads.declared(self.session)
 
     def keep_selection(self) -> None:
         """The caller chose the head for this model (``attnviz open --head``, a corpus example): do not move to
         the declared alignment head when this model's result arrives."""
-        self._opened_for = self.session.model
+        declared_heads.keep_selection(self.session)
 
     def on_result(self) -> None:
         # open on the model's declared alignment head, once per opened model (later the user's choice stands)
-        model, declared, b = self.session.model, self.declared(), self.cross_block()
-        if declared is None or b is None or getattr(self, "_opened_for", None) is model:
-            return
-        self._opened_for = model
-        layer, head = declared[0][0]
-        if layer < self.session.blocks[b].n_layers and head < self.session.blocks[b].heads_in(layer):
-            self.session.select(block=b, layer=layer, head=head, mode="head", rows=declared[1])
+        declared_heads.open_on_declared(self.session, self.cross_block())
 
     def reason(self) -> str | None:
         why = super().reason()

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from attnviz.core import view as vm
 from attnviz.core.attention import PatchGrid
 from attnviz.gui import style
+from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
 
 THUMB_PX = 96
@@ -188,6 +189,9 @@ class ImageRegionsView(View):
 
     def on_result(self) -> None:
         self._struct_key = None
+        bi, _grid, kind = self.source()
+        if kind == "cross":  # a captioner's words: open on the heads it declares (trained to point), as Alignment does
+            declared_heads.open_on_declared(self.session, bi)
 
     # -- maps -------------------------------------------------------------------
     def overlay_for(self, qi: int, size: tuple[int, int] | None = None) -> vm.OverlayView:

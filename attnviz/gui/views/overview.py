@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
 
 from attnviz.core import view as vm
+from attnviz.core.words import count
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
 
@@ -71,7 +72,9 @@ class OverviewView(View):
         self._titles = []
         y = 0.0
         for bi, blk in enumerate(blocks):
-            title = pg.TextItem(f"{blk.name}  ({blk.n_layers} layers × {blk.n_heads} heads)", color="k", anchor=(0, 1))
+            title = pg.TextItem(
+                f"{blk.name}  ({count(blk.n_layers, 'layer')} × {count(blk.n_heads, 'head')})", color="k", anchor=(0, 1)
+            )
             self.vb.addItem(title)
             self._labels.append(title)
             y += gap

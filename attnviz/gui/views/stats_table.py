@@ -6,8 +6,10 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
-from attnviz.core.stats import STAT_COLUMNS, head_stats
+from attnviz.core import view as vm
+from attnviz.core.stats import STAT_COLUMNS, head_stats, stat_columns
 from attnviz.core.view import check_not_empty
+from attnviz.core.words import count
 from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
@@ -112,6 +114,15 @@ class StatsView(View):
             row.update(alignment_columns(self.gold, row["layer"], row["head"]) or {})
         return all("aer" in row for row in rows)
 
+    def context(self) -> str:
+        """text | cross | cross-image | patches: what the current block's key positions are."""
+        s = self.session
+        blk = s.block
+        image = blk is not None and vm.block_grid(s.result, blk) is not None
+        if blk is not None and blk.kind == "cross":
+            return "cross-image" if image else "cross"
+        return "patches" if image else "text"
+
     def compute(self) -> list[dict]:
         return compute_stats(self.session.result, self.session.block, self.session.sel.step)
 
@@ -135,8 +146,9 @@ class StatsView(View):
         self._pending = None
         self.rows = rows
         aligned = self._align_rows(rows)
-        stats = (list(ALIGN_COLUMNS) if aligned else []) + list(STAT_COLUMNS)
-        names = {**ALIGN_COLUMNS, **STAT_COLUMNS}
+        shown = stat_columns(self.context())  # what each column means for this block, or not shown at all
+        stats = (list(ALIGN_COLUMNS) if aligned else []) + list(shown)
+        names = {**ALIGN_COLUMNS, **shown}
         self.columns = ["layer", "head"] + stats
         t = self.table
         t.setSortingEnabled(False)
@@ -154,12 +166,14 @@ class StatsView(View):
                 t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
         t.setSortingEnabled(True)
         self._fit_columns()
-        text = f"{self.session.block.name}: {len(rows)} heads. Click a column to sort, a row to focus that head."
+        text = (
+            f"{self.session.block.name}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head."
+        )
         if aligned and self.gold is not None:
             t.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # "which heads align?": best AER first
             g = self.gold
             text = (
-                f"{self.session.block.name}: {len(rows)} heads ranked by AER against {g['name']} "
+                f"{self.session.block.name}: {count(len(rows), 'head')} ranked by AER against {g['name']} "
                 f"({g['n_sentences']} pairs, {g['n_gold_links']} gold links, rows = {g['convention']} convention"
                 f"{'; punctuation, which this gold never links, gets no link' if g.get('skip_punctuation') else ''}). "
                 "Click a column to sort, a row to focus that head."

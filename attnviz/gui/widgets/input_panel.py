@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -17,6 +19,9 @@ from PySide6.QtWidgets import (
 
 from attnviz.core import preprocess
 
+if TYPE_CHECKING:
+    from attnviz.runtime.protocol import AttnModel
+
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
 TEXT_HINT = "input text (Enter runs)"
 # a captioning model's text is its decoder's: what `--text` means on the command line for the same model
@@ -29,12 +34,11 @@ CAPTION_TIP = (
 )
 
 
-def takes_caption(model) -> bool:
+def takes_caption(model: AttnModel | None) -> bool:
     """A vision model whose decoder reads tokens (image captioning, VisionEncoderDecoder folders)."""
-    if getattr(model, "kind", "") != "vision-decoder":
+    if model is None or model.kind != "vision-decoder":
         return False
-    roles = getattr(model, "roles", None)  # a model object without roles (a stand-in) is taken at its kind
-    return roles is None or bool({"decoder_tokens", "tokens"} & set(dict(roles).values()))
+    return bool({"decoder_tokens", "tokens"} & set(model.roles.values()))
 
 
 class InputPanel(QWidget):
@@ -146,9 +150,9 @@ class InputPanel(QWidget):
         if max_tokens is not None:
             self.max_tokens.setValue(int(max_tokens))
 
-    def configure_for(self, model) -> None:
+    def configure_for(self, model: AttnModel | None) -> None:
         """Show the inputs the model can take."""
-        kind = getattr(model, "kind", "") if model is not None else ""
+        kind = model.kind if model is not None else ""
         vision = kind.startswith("vision")
         self.image.setEnabled(vision or model is None)
         self.browse.setEnabled(vision or model is None)

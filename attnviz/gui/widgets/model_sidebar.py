@@ -92,19 +92,19 @@ class ModelSidebar(QTreeWidget):
             self._add(
                 "Model",
                 [
-                    ("name", getattr(m, "name", "")),
-                    ("file", str(getattr(m, "path", ""))),
-                    ("kind", getattr(m, "kind", "")),
-                    ("device", getattr(m, "provider", "")),
+                    ("name", m.name),
+                    ("file", str(m.path)),
+                    ("kind", m.kind),
+                    ("device", m.provider),
                 ],
             )
-            self._add("Inputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "inputs", [])])
+            self._add("Inputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in m.inputs])
             self._add(
                 "Outputs",
-                [(io.name, f"{io.dtype} {list(io.shape)}") for io in getattr(m, "outputs", [])],
+                [(io.name, f"{io.dtype} {list(io.shape)}") for io in m.outputs],
                 expanded=False,
             )
-            sites = list(getattr(m, "sites", []) or [])
+            sites = list(m.sites)
             if sites:
                 self._add(
                     "Attention sites",
@@ -112,9 +112,9 @@ class ModelSidebar(QTreeWidget):
                     expanded=False,
                 )
             else:
-                why = getattr(m, "no_attention_reason", None) or "no attention found"
+                why = m.no_attention_reason or "no attention found"
                 self._add("Attention sites", [("none", why)])
-            meta = dict(getattr(m, "metadata", {}) or {})
+            meta = dict(m.metadata)
             self._add("Metadata", sorted(meta.items()), expanded=False)
         if r is not None:
             info = dict(r.info or {})
@@ -134,10 +134,10 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("tokens", str(len(r.tokens))))
             if r.generated:
                 rows.append(("generated", " ".join(r.generated)))
-            pred = prediction(r, getattr(self.session.model, "meta", None) or {})
+            pred = prediction(r, m.meta if m is not None else {})
             if pred:
                 rows.append(("prediction", pred))
-            timings = dict(getattr(self.session.model, "timings", {}) or {})
+            timings = dict(m.timings) if m is not None else {}
             for k, v in timings.items():
                 name = k[:-2] if k.endswith("_s") else k
                 rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))

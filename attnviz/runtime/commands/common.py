@@ -88,6 +88,9 @@ def analyze_from_args(args):
     given = [x for x in (args.inputs, args.text, args.image) if x is not None]
     if not given:
         raise AttnvizError(no_input(args.model))
+    from attnviz.runtime.host import prestart
+
+    prestart()  # the isolation child starts while the model is read
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
     result = model.analyze(
         text=args.text,

@@ -1,0 +1,107 @@
+"""Two models' attention head by head: how far apart are the same head's rows?
+
+For one site (same stack, kind and layer in both models) and one head, given the two maps ``[B, H, Q, K]`` on the
+same input:
+
+- **Jensen–Shannon divergence** of the two rows, in bits (log base 2, so 0 ≤ JS ≤ 1), averaged over the real query
+  rows (padding rows left out).  Symmetric and finite where a KL divergence would not be (a key one model ignores
+  entirely);
+- the **largest absolute weight difference** over those rows and every key;
+- **top-1 agreement**: the share of those rows whose most-attended key is the same key in both models.
+
+And the models' outputs: the largest absolute difference of each output both have, and for logits (a classifier's
+or a language model's) the mean KL divergence of model B's output distribution from model A's, in bits.
+
+numpy only: the CLI (``attnviz compare``), a corpus run and the window compute the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LOG2 = np.log(2.0)
+
+
+def _xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x · log y with 0 · log 0 = 0 (a key neither model attends to adds nothing)."""
+    out = np.zeros(np.broadcast_shapes(x.shape, y.shape), np.float64)
+    np.multiply(x, np.log(y, where=x > 0, out=np.zeros_like(out)), out=out, where=x > 0)
+    return out
+
+
+def js_bits(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Row-wise Jensen–Shannon divergence in bits over the last axis (rows renormalised first, so rounding in
+    an export's softmax does not count as divergence)."""
+    p = np.asarray(p, np.float64)
+    q = np.asarray(q, np.float64)
+    p = np.clip(p, 0.0, None)
+    q = np.clip(q, 0.0, None)
+    p = p / np.maximum(p.sum(-1, keepdims=True), 1e-300)
+    q = q / np.maximum(q.sum(-1, keepdims=True), 1e-300)
+    m = 0.5 * (p + q)
+    js = 0.5 * (_xlogy(p, p) - _xlogy(p, m)).sum(-1) + 0.5 * (_xlogy(q, q) - _xlogy(q, m)).sum(-1)
+    return np.clip(js / LOG2, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class HeadDiff:
+    """Per head of one site (arrays of length H): the three measures, and how many rows they cover."""
+
+    js_divergence: np.ndarray
+    max_abs_diff: np.ndarray
+    top1_agreement: np.ndarray
+    rows: int
+
+
+def head_differences(a: np.ndarray, b: np.ndarray, real_rows: np.ndarray | None = None) -> HeadDiff:
+    """``a``, ``b``: ``[B, H, Q, K]`` maps of one site; ``real_rows``: ``[B, Q]`` bool, the query rows that are
+    real tokens (None: all).  Each measure is over the real rows of every batch row, per head."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    if a.shape != b.shape:
+        raise ValueError(f"maps of different shapes {a.shape} and {b.shape}")
+    n_b, n_h, n_q, _ = a.shape
+    keep = np.ones((n_b, n_q), bool) if real_rows is None else np.asarray(real_rows, bool)
+    if keep.shape != (n_b, n_q):
+        raise ValueError(f"real_rows has shape {keep.shape}, the maps have {n_b} rows of {n_q} queries")
+    rows = int(keep.sum())
+    js = np.zeros(n_h)
+    diff = np.zeros(n_h)
+    agree = np.zeros(n_h)
+    if rows == 0:
+        return HeadDiff(js, diff, agree, 0)
+    for h in range(n_h):
+        pa, pb = a[:, h][keep], b[:, h][keep]  # [rows, K]
+        js[h] = js_bits(pa, pb).mean()
+        diff[h] = float(np.abs(pa - pb).max())
+        agree[h] = float((pa.argmax(-1) == pb.argmax(-1)).mean())
+    return HeadDiff(js, diff, agree, rows)
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """One output both models have: the largest absolute difference, and for logits the mean KL(A ‖ B) of the
+    softmax over the last axis, in bits (None for other outputs)."""
+
+    name: str
+    max_abs_diff: float
+    kl_bits: float | None
+
+
+def output_difference(name: str, a: np.ndarray, b: np.ndarray, real_rows: np.ndarray | None = None) -> OutputDiff:
+    """``real_rows`` ([B, T] bool) restricts a per-token output ([B, T, ...]) to real tokens."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if real_rows is not None and a.ndim >= 3 and a.shape[:2] == np.shape(real_rows):
+        a, b = a[np.asarray(real_rows, bool)], b[np.asarray(real_rows, bool)]
+    diff = float(np.abs(a - b).max()) if a.size else 0.0
+    kl = None
+    if "logit" in name.lower() and a.size and a.shape[-1] > 1:
+        la = a - a.max(-1, keepdims=True)
+        lb = b - b.max(-1, keepdims=True)
+        la = la - np.log(np.exp(la).sum(-1, keepdims=True))
+        lb = lb - np.log(np.exp(lb).sum(-1, keepdims=True))
+        kl = float((np.exp(la) * (la - lb)).sum(-1).mean() / LOG2)
+    return OutputDiff(name, diff, kl)

@@ -1,0 +1,244 @@
+"""attnviz compare A B (--text T | --image P | --inputs FEEDS.npz) --out DIR: two models' attention, head by head.
+
+Did quantizing change what the heads do?  What did fine-tuning change?  Is the export faithful?  Both models run
+on the same input; sites are matched by (stack, kind, layer) and heads by index; each head gets the measures of
+:mod:`attnviz.core.compare` (Jensen–Shannon divergence in bits, the largest absolute difference, top-1
+agreement), and each output both models have its largest difference (and KL for logits).  Sites only one model
+has, or whose maps differ in shape or head count, are listed, not compared.
+
+Writes ``DIR/heads.parquet`` (``stack, kind, layer, head, js_divergence, max_abs_diff, top1_agreement``) and
+``DIR/run.json`` (both models' sha256, the input, output differences, the unmatched sites, versions), and prints
+the heads that moved most.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+HELP = "compare two models' attention head by head on the same input (quantized vs full, two checkpoints, ...)"
+HEADS = "heads.parquet"
+RUN = "run.json"
+COLUMNS = ("stack", "kind", "layer", "head", "js_divergence", "max_abs_diff", "top1_agreement")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from attnviz.runtime.commands.common import add_input_arguments
+
+    p.add_argument("model", metavar="A", help="the first model: ONNX file or export folder")
+    p.add_argument("other", metavar="B", help="the second model, compared with A")
+    add_input_arguments(p, model_required=False)
+    p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, most changed first (default 5)")
+
+
+@dataclass
+class Comparison:
+    """What ``compare`` found: one row per compared head, output differences, and the sites not compared."""
+
+    heads: list[dict]
+    outputs: list[dict]
+    unmatched: list[str]
+
+
+def _real_rows(feeds: dict | None, stack: str, batch: int, n_q: int):
+    """The query rows that are real tokens, from the feeds' masks (None: every row; a text input is unpadded)."""
+    if not feeds:
+        return None
+    name = "decoder_attention_mask" if stack == "decoder" and "decoder_attention_mask" in feeds else "attention_mask"
+    m = feeds.get(name)
+    if m is None or m.shape != (batch, n_q):
+        return None
+    return m != 0
+
+
+def _same_tokens(ra, rb) -> None:
+    from attnviz import AttnvizError
+
+    for ta, tb in ((ra.tokens, rb.tokens), (ra.key_tokens, rb.key_tokens)):
+        if ta is None or tb is None:
+            continue
+        la, lb = list(ta.labels), list(tb.labels)
+        if la != lb:
+            i = next((i for i, (x, y) in enumerate(zip(la, lb)) if x != y), min(len(la), len(lb)))
+            x = repr(la[i]) if i < len(la) else "the end"
+            y = repr(lb[i]) if i < len(lb) else "the end"
+            raise AttnvizError(
+                f"A and B tokenise the input differently: token {i} is {x} in A and {y} in B "
+                f"({len(la)} and {len(lb)} tokens); compare models that share a tokenizer, or give --inputs FEEDS.npz"
+            )
+
+
+def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
+    """Match the two results' sites and measure every head of each matched pair."""
+    import numpy as np
+
+    from attnviz.core.compare import head_differences, output_difference
+
+    _same_tokens(ra, rb)
+    by_key = {(s.stack, s.kind, s.layer): (s, m) for s, m in zip(rb.sites, rb.maps)}
+    heads: list[dict] = []
+    unmatched: list[str] = []
+    seen = set()
+    for s, m in zip(ra.sites, ra.maps):
+        key = (s.stack, s.kind, s.layer)
+        seen.add(key)
+        other = by_key.get(key)
+        if other is None:
+            unmatched.append(f"{s.label}: only in A")
+            continue
+        a, b = m.array(), other[1].array()
+        if a.shape != b.shape:
+            unmatched.append(f"{s.label}: maps {list(a.shape)} in A, {list(b.shape)} in B ([batch, heads, query, key])")
+            continue
+        d = head_differences(a, b, _real_rows(feeds, s.stack, a.shape[0], a.shape[2]))
+        for h in range(a.shape[1]):
+            heads.append(
+                {
+                    "stack": s.stack,
+                    "kind": s.kind,
+                    "layer": int(s.layer),
+                    "head": h,
+                    "js_divergence": float(d.js_divergence[h]),
+                    "max_abs_diff": float(d.max_abs_diff[h]),
+                    "top1_agreement": float(d.top1_agreement[h]),
+                }
+            )
+    unmatched += [f"{s.label}: only in B" for s in rb.sites if (s.stack, s.kind, s.layer) not in seen]
+    outputs = []
+    for name, va in ra.outputs.items():
+        vb = rb.outputs.get(name)
+        if vb is None or np.shape(va) != np.shape(vb) or not np.issubdtype(np.asarray(va).dtype, np.number):
+            continue
+        # a per-token output ([B, T, ...]) of a decoder follows its mask; an encoder's, the encoder's
+        stack = "decoder" if ra.sites and ra.sites[-1].stack == "decoder" else "encoder"
+        rows = _real_rows(feeds, stack, *np.shape(va)[:2]) if np.ndim(va) >= 3 else None
+        o = output_difference(name, va, vb, rows)
+        outputs.append({"name": o.name, "max_abs_diff": o.max_abs_diff, "kl_bits": o.kl_bits})
+    return Comparison(heads, outputs, unmatched)
+
+
+def write(out: Path, comp: Comparison, run: dict, inputs: dict) -> None:
+    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically, never over an
+    input file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attnviz import AttnvizError
+    from attnviz.core.writes import atomic_path, atomic_write_json, refuse_input_as_output
+
+    if out.exists() and not out.is_dir():
+        raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
+    for name in (HEADS, RUN):
+        refuse_input_as_output(out / name, inputs, "--out")
+    out.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema(
+        [
+            ("stack", pa.string()),
+            ("kind", pa.string()),
+            ("layer", pa.int64()),
+            ("head", pa.int64()),
+            ("js_divergence", pa.float64()),
+            ("max_abs_diff", pa.float64()),
+            ("top1_agreement", pa.float64()),
+        ]
+    )
+    with atomic_path(out / HEADS, "--out") as tmp:
+        pq.write_table(pa.Table.from_pylist(comp.heads, schema=schema), tmp)
+    atomic_write_json(out / RUN, run, "--out", indent=1)
+
+
+def run(args) -> int:
+    import numpy as np
+    import onnxruntime
+
+    from attnviz import AttnvizError, __version__
+    from attnviz.corpus.items import sha256_model
+    from attnviz.runtime import open_model
+    from attnviz.runtime.commands.common import no_input
+    from attnviz.runtime.host import prestart
+    from attnviz.runtime.inputs import load_feeds
+
+    if args.inputs is None and args.text is None and args.image is None:
+        raise AttnvizError(no_input(args.model))
+    out = Path(args.out)
+    inputs = {
+        "model A": args.model,
+        "model B": args.other,
+        "the --inputs file": args.inputs,
+        "the --image file": args.image,
+        "the --tokenizer file": args.tokenizer,
+    }
+    prestart()
+    feeds = load_feeds(args.inputs) if args.inputs else None
+    results = []
+    for path in (args.model, args.other):
+        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer)
+        results.append(
+            m.analyze(
+                text=args.text,
+                text_pair=args.text_pair,
+                image=args.image,
+                feeds=feeds,
+                generate=args.generate,
+                mode="dense",  # every map is compared: on-demand recompute would materialise them anyway
+                image_size=tuple(args.image_size) if args.image_size else None,
+                image_mean=args.image_mean,
+                image_std=args.image_std,
+                max_tokens=args.max_tokens,
+            )
+        )
+    ra, rb = results
+    if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
+        raise AttnvizError(
+            "A and B generated different tokens, so their maps are over different sequences; compare them "
+            "teacher-forced on one target (--text-pair) or without --generate"
+        )
+    comp = compare_results(ra, rb, feeds)
+    if not comp.heads:
+        raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(comp.unmatched)})")
+    run_info = {
+        "models": {
+            "A": {"path": str(args.model), "sha256": sha256_model(args.model)},
+            "B": {"path": str(args.other), "sha256": sha256_model(args.other)},
+        },
+        "input": {
+            k: v
+            for k, v in (
+                ("text", args.text),
+                ("text_pair", args.text_pair),
+                ("image", args.image),
+                ("inputs", args.inputs),
+                ("generate", args.generate),
+            )
+            if v
+        },
+        "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
+        "heads": len(comp.heads),
+        "outputs": comp.outputs,
+        "unmatched": comp.unmatched,
+        "measures": {
+            "js_divergence": "Jensen–Shannon divergence of the two rows, bits (log2), mean over real query rows",
+            "max_abs_diff": "largest |A - B| over real query rows and keys",
+            "top1_agreement": "share of real query rows whose most-attended key is the same in A and B",
+        },
+        "versions": {"attnviz": __version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__},
+    }
+    write(out, comp, run_info, inputs)
+    top = sorted(comp.heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
+    print(
+        f"compared {len(comp.heads)} heads of {len({(r['stack'], r['kind'], r['layer']) for r in comp.heads})} sites -> {out / HEADS}"
+    )
+    print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
+    for r in top[: args.top]:
+        print(
+            f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  JS {r['js_divergence']:.4f}  "
+            f"|Δ| {r['max_abs_diff']:.4f}  top-1 {r['top1_agreement']:.0%}"
+        )
+    for o in comp.outputs:
+        kl = f", KL(A‖B) {o['kl_bits']:.4g} bits" if o["kl_bits"] is not None else ""
+        print(f"output {o['name']}: max |Δ| {o['max_abs_diff']:.4g}{kl}")
+    for u in comp.unmatched:
+        print(f"not compared: {u}")
+    return 0

@@ -1,0 +1,26 @@
+"""Where a corpus run's partials come from (:class:`Stream`), apart from :mod:`attnviz.corpus.run` so that the
+engines that build one (:mod:`attnviz.corpus.ray_engine`) need not import the run that imports them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from attnviz.corpus import items as it
+from attnviz.corpus.fold import Partial
+
+
+@dataclass
+class Stream:
+    """Where the partials come from: the driver's plan (resumable) or Ray Data reading the file itself."""
+
+    partials: Callable[[int], Iterator[Partial]]  # from batch n on
+    items: Callable[[], dict[int, it.Item]]  # Item.index -> item, for the examples (after the run)
+    total: int | None  # items, for the progress bar (None: Ray counts them itself)
+    data_sha: str
+    data_sha_of: str  # "items": the items analysed; "file": the file's bytes (Ray never hands them to the driver)
+    fingerprint: str | None  # checkpoint identity; None: not resumable from the driver's checkpoint
+    workers: int
+    threads: int
+    resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
+    gold: dict | None = None  # --gold-column: what run.json says of it (column, convention, punctuation)

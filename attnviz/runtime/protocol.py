@@ -1,0 +1,125 @@
+"""The model surface: what every model the engine and the window open offers, and all they may touch.
+
+One ONNX file (:class:`~attnviz.runtime.model.AttentionModel`) and an export folder run as one model
+(:class:`~attnviz.runtime.folder.ModelSet`) both satisfy :class:`AttnModel` with real attributes, properties and
+methods (a kind that has nothing to offer returns the default: no cache stepper, no encoder to pair with, no
+position limit).  Callers annotate ``model: AttnModel`` and use plain attribute access: no probing with
+getattr / hasattr, no per-instance patching.  A new kind of model (vision–language set, speech set) plugs in by
+satisfying this Protocol; mypy checks the classes against it (the assignments at the end of model.py and folder.py)
+and tests/runtime/test_model_protocol.py checks every kind the suite builds.  The pattern is napari's
+``LayerDataProtocol``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # types only: this module is imported by model.py and folder.py, and imports neither
+    import numpy as np
+
+    from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+    from attnviz.runtime.generate import CacheStepper
+    from attnviz.runtime.inputs import IOInfo, TextEncoder
+    from attnviz.runtime.limits import PositionLimit
+
+
+class EncoderPair(NamedTuple):
+    """A decoder file opened alone, run behind the encoder beside it: the set that runs both, and the note the
+    result carries saying so."""
+
+    model: AttnModel
+    note: str
+
+
+@runtime_checkable
+class AttnModel(Protocol):
+    """A model with its attention found: described, fed, run, analysed."""
+
+    # -- description (read-only: a class may hold a plain attribute or compute a property) ------------------
+    @property
+    def path(self) -> Path: ...  # the file or folder that was opened
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...  # encoder | decoder | encoder-decoder | vision | vision-decoder
+
+    @property
+    def meta(self) -> dict: ...  # attnviz metadata, parsed (core.metadata), with the folder's config merged in
+
+    @property
+    def metadata(self) -> dict[str, str]: ...  # the raw ONNX metadata_props
+
+    @property
+    def inputs(self) -> list[IOInfo]: ...
+
+    @property
+    def outputs(self) -> list[IOInfo]: ...
+
+    @property
+    def roles(self) -> dict[str, str]: ...  # input name -> role (tokens, mask, image, past, ...)
+
+    @property
+    def sites(self) -> list[SiteInfo]: ...  # canonical order; [] when the graph has no attention
+
+    @property
+    def no_attention_reason(self) -> str | None: ...
+
+    @property
+    def provider(self) -> str: ...  # the execution provider used (creates the session)
+
+    @property
+    def provider_note(self) -> str: ...
+
+    @property
+    def timings(self) -> dict[str, float]: ...
+
+    @property
+    def needs_probe(self) -> bool: ...  # labels are a static guess a first run confirms (False: settled)
+
+    @property
+    def tokenizers(self) -> tuple[TextEncoder | None, TextEncoder | None]: ...  # (encoder side, decoder side)
+
+    @property
+    def position_limit(self) -> PositionLimit | None: ...  # the longest token input (None: nothing says)
+
+    # -- behaviour ----------------------------------------------------------------------------------------
+    def probe(self) -> bool: ...  # a short dummy run for head counts; False when none could run
+
+    def describe(self) -> dict: ...
+
+    def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult: ...
+
+    def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray: ...
+
+    def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None: ...
+
+    def cache_stepper(self) -> CacheStepper | None: ...  # None: generation re-runs the whole sequence
+
+    def pair_with_encoder(self) -> EncoderPair | None: ...  # None: the model runs on its own inputs
+
+    def analyze(
+        self,
+        text: str | None = None,
+        text_pair: str | None = None,
+        image=None,
+        feeds: dict | None = None,
+        generate: int = 0,
+        mode: str = "auto",
+        image_size: tuple[int, int] | None = None,
+        image_mean: list[float] | None = None,
+        image_std: list[float] | None = None,
+        progress=None,
+        cancelled=None,
+        use_cache: bool = True,
+        max_tokens: int | None = None,
+    ) -> AttentionResult: ...
+
+
+# the member names, for tests and docs: properties (values) and methods (callables)
+PROPERTIES = tuple(n for n, v in vars(AttnModel).items() if isinstance(v, property))
+METHODS = tuple(n for n, v in vars(AttnModel).items() if callable(v) and not n.startswith("_"))

@@ -1,0 +1,31 @@
+"""A mistyped flag is reported with the usage of the subcommand it was given to, not the top-level one."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnviz.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv,prog",
+    [
+        (["figure", "models/translation.onnx", "--txet", "x", "--out", "f.pdf"], "attnviz figure"),
+        (["extract", "m.onnx", "--bogus", "--out", "o.npz"], "attnviz extract"),
+        (["m.onnx", "--screnshot", "x.png"], "attnviz open"),  # plain `attnviz MODEL ...` is `open`
+    ],
+)
+def test_unknown_flag_shows_the_subcommands_usage(argv, prog, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    bad = next(a for a in argv if a.startswith("--") and a not in ("--out",))
+    assert err.startswith(f"usage: {prog} ") and f"{prog}: error: unrecognized arguments: {bad}" in err, err
+    assert "COMMAND" not in err  # not the top-level usage
+
+
+def test_a_known_flag_missing_its_value_is_still_the_subcommands_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["extract", "m.onnx", "--out"])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("usage: attnviz extract ")
