@@ -225,6 +225,14 @@ def overview_scale(scale: str) -> str:
     return "fixed" if check_scale(scale) == "fixed" else "shared"
 
 
+def overview_label(log: bool, scale: str) -> str:
+    """The overview's colour-bar words: its shared scale spans every block's heads, not one block's."""
+    how = (["log scale"] if log else []) + [
+        SCALES["fixed"] if overview_scale(scale) == "fixed" else "shared by every head"
+    ]
+    return f"attention weight ({', '.join(how)})"
+
+
 def overview_top(thumbs: dict, scale: str) -> float:
     """The top of the overview's one colour scale over every block's thumbnails."""
     if overview_scale(scale) == "fixed":

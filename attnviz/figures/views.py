@@ -261,7 +261,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         im = ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    _colorbar(fig, im, sel.log, fs, vm.notes_label([], sel.log, vm.overview_scale(sel.scale)), cb_h, cax=cax)
+    _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig

@@ -74,6 +74,7 @@ def check_overview(w, fig):
     lo, hi = ov.levels
     top = np.log10(norm.vmax) if w.session.sel.log else norm.vmax
     assert top == pytest.approx(hi, rel=1e-5)
+    assert fig.axes[-1].get_ylabel().replace("\n", " ") == ov.colorbar.axis.labelText  # the scale, in words
     for key, img in ov.thumbs.items():
         if key[0] == bi:
             np.testing.assert_allclose(img.image, ov.thumbs[key].image)

@@ -391,10 +391,10 @@ def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     window.controls.scale.setCurrentIndex(window.controls.scale.findData("shared"))
     top = max(float(m.max()) for m in ov.thumbnail_maps().values())
     assert ov.levels == pytest.approx((0.0, top)) and top < 1.0  # the largest weight of any head
-    assert ov.colorbar.axis.labelText == "attention weight (shared by the block's heads)"
+    assert ov.colorbar.axis.labelText == "attention weight (shared by every head)"  # every block's, in the overview
     window.controls.log.setChecked(True)
     # three decades below the top weight, as the figure's LogNorm
-    assert ov.colorbar.axis.labelText == "attention weight (log scale, shared by the block's heads)"
+    assert ov.colorbar.axis.labelText == "attention weight (log scale, shared by every head)"
     assert ov.levels[1] - ov.levels[0] == pytest.approx(3.0) and ov.levels[1] <= 0.0
     img = ov.thumbs[(0, 0, 0)].image
     assert img.max() <= ov.levels[1] + 1e-6 and img.min() >= ov.levels[0] - 1e-6

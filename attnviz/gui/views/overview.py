@@ -157,7 +157,7 @@ class OverviewView(View):
                 continue
             img.setImage(style.display_values(m, log, self.levels), autoLevels=False, levels=self.levels)
             img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
-        style.set_colorbar(self.colorbar, self.levels, log, vm.notes_label([], log, vm.overview_scale(scale)))
+        style.set_colorbar(self.colorbar, self.levels, log, vm.overview_label(log, scale))
 
     def draw(self) -> None:
         s = self.session
