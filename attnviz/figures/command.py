@@ -141,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(stretched to each map's maximum); the colour bar says which",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
-    view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
+    view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     size = p.add_argument_group("size and output")
     size.add_argument(
@@ -292,7 +292,7 @@ def _pick_row(result, row: int | None):
 
 
 def run(args) -> int:
-    from attnviz.core.writes import refuse_input_as_output
+    from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
     from attnviz.figures.render import figure_format, render_spec, save_figure
     from attnviz.figures.select import block_label, resolve_block
@@ -345,10 +345,8 @@ def run(args) -> int:
                 src["generate"] = int(sample["generate"])
             print(f"attnviz: no input given; using the model's sample input ({found.describe()})", file=sys.stderr)
     inputs = _inputs_of(src, args)
-    if not args.all_heads:
-        refuse_input_as_output(out, inputs, "--out")
-        if args.recipe_out:
-            refuse_input_as_output(args.recipe_out, inputs, "--recipe-out")
+    # the --all-heads figures and every recipe beside a figure are checked again as they are written
+    guard(inputs, {} if args.all_heads else {"--out": out, "--recipe-out": args.recipe_out})
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
     if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
@@ -396,7 +394,6 @@ def run(args) -> int:
         _progress(k, len(jobs), f"L{l} H{h}")
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
         target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
-        refuse_input_as_output(target, inputs, "--out")
         path = save_figure(render_spec(result, one), target)
         if not args.no_recipe:
             write_recipe(recipe_for(one, path), recipe_path_for(path))

@@ -89,6 +89,10 @@ def run(args) -> int:
             raise AttnvizError(f"--screenshot {shot}: use a .png file name")
         if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
             raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
+        from attnviz.core.writes import guard
+
+        opened = {"the file it opens": target, "the --image file": args.image, "the --tokenizer file": args.tokenizer}
+        guard(opened, {"--screenshot": shot})
     if args.max_tokens is not None and args.max_tokens < 1:
         raise AttnvizError(f"--max-tokens {args.max_tokens}: give at least 1")
     if args.tokenizer and not Path(args.tokenizer).is_file():

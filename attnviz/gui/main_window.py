@@ -22,6 +22,7 @@ from attnviz import AttnvizError
 from attnviz.app import gold, rules
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
 from attnviz.core.view import Selection
+from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
 from attnviz.gui.export import (
@@ -582,6 +583,8 @@ class MainWindow(QMainWindow):
         if path.suffix.lower() == ".npz":
             self.export_maps(path)
             return
+        if not self._export_allowed(path):
+            return
         if path.suffix.lower() not in VIEW_FORMATS:
             self.show_error(f"cannot export to {path.name}: use .png, .svg, .pdf (or .npz for the raw maps)")
             return
@@ -634,11 +637,25 @@ class MainWindow(QMainWindow):
         return name, sel
 
     def export_maps(self, path) -> None:
+        if not self._export_allowed(Path(path)):
+            return
         if self.session.result is None:
             self.show_error("nothing to export yet: open a model and run an input first")
             return
         result = self.session.result
         self._start_export(lambda: export_npz(result, path), Path(path))
+
+    def _export_allowed(self, path: Path) -> bool:
+        """The CLI's rule in the window: an export never replaces the model, tokenizer or image it was made from."""
+        model = self.session.model.path if self.session.model is not None else None
+        inputs = {"the open model": model, "the tokenizer": self.tokenizer, "the input image": self.inputs.image.text()}
+        try:
+            with command_scope():
+                guard(inputs, {"export file": path})
+        except AttnvizError as e:
+            self.show_error(str(e))
+            return False
+        return True
 
     def _start_export(self, fn, path: Path) -> None:
         w = self.workers.start(fn, kind="export")

@@ -22,6 +22,7 @@ from attnviz.runtime.inputs import HFTokenizer, TextEncoder
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
+from attnviz.runtime.limits import SHORTEN, check_positions
 
 
 @dataclass
@@ -109,6 +110,8 @@ class Aligner:
     def run(self, src_words: list[str], tgt_words: list[str]) -> PairAttention:
         src = encode_words(self.src_tok, src_words, special=True)
         tgt = encode_words(self.tgt_tok, tgt_words, special=False)
+        check_positions(self.model, len(src.ids), "the source sentence", SHORTEN)
+        check_positions(self.model, len(tgt.ids) + 1, "the target sentence", SHORTEN)  # + the decoder's start
         feeds: dict[str, np.ndarray] = {}
         _fill(
             self.model,

@@ -52,15 +52,13 @@ class Prepared:
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
     """Truncate to ``max_tokens`` when asked; refuse (offering the flag) more tokens than the model has positions.
     A tokenizer.json's truncation length is a training-time choice, never used as the limit."""
-    from attnviz.runtime.limits import InputTooLong, truncate
+    from attnviz.runtime.limits import check_positions, truncate
 
     n = len(enc.ids)
     if max_tokens is not None and n > max_tokens:
         enc = truncate(enc, int(max_tokens))
         notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
-    limit = model.position_limit
-    if limit is not None and len(enc.ids) > limit.tokens:
-        raise InputTooLong(len(enc.ids), limit)
+    check_positions(model, len(enc.ids))
     return enc
 
 
@@ -310,6 +308,10 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
                         param="tokenizer",
                     )
                 prompt += prep.tgt_tok.encode(forced, add_special=False).ids
+                from attnviz.runtime.limits import SHORTEN, check_positions
+
+                what = "the caption" if caption is not None else "the text pair (decoder side)"
+                check_positions(model, len(prompt), what, SHORTEN)
             prep.prompts = [list(prompt) for _ in range(batch)]
         else:
             prep.prompts = [list(prompt)]

@@ -26,6 +26,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.core.untrusted import read_text
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -61,8 +62,8 @@ def _config_special(model_file: Path) -> dict:
         if p is None or not p.is_file():
             continue
         try:
-            cfg = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            cfg = json.loads(read_text(p, name))
+        except (OSError, ValueError, AttnvizError):
             continue
         for key, role in CONFIG_SPECIAL.items():
             v = cfg.get(key)
@@ -78,8 +79,8 @@ def _read_sidecar(model_file: Path, name: str) -> dict:
     :func:`~attnviz.runtime.sidecar.sidecar` allows."""
     p = sidecar(model_file, name)
     try:
-        d = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() else {}
-    except (OSError, ValueError):
+        d = json.loads(read_text(p, p.name)) if p is not None and p.is_file() else {}
+    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
         return {}
     return d if isinstance(d, dict) else {}
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.core.writes import atomic_write_bytes
 
 if TYPE_CHECKING:  # tokenizers loads on first use, not when this module is imported
     from tokenizers import Tokenizer
@@ -260,7 +261,7 @@ def write_pharaoh_files(pairs: list[AlignedPair], prefix: str | Path) -> tuple[P
         "".join(" ".join(f"{i}-{j}" for i, j in sorted(p.links)) + "\n" for p in pairs),
     ]
     for path, text in zip(paths, texts):
-        path.write_text(text, encoding="utf-8")
+        atomic_write_bytes(path, text.encode("utf-8"))
     return paths  # type: ignore[return-value]
 
 
