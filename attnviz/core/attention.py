@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 STACKS = ("encoder", "decoder")
-KINDS = ("self", "cross")
+KINDS = ("self", "cross", "pooling")  # pooling: learned probe queries over a stack's tokens (no input's queries)
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class SiteInfo:
     """Where one attention map came from."""
 
     stack: str  # "encoder" | "decoder"
-    kind: str  # "self" | "cross"
+    kind: str  # "self" | "cross" | "pooling"
     layer: int  # 0-based within its stack and kind
     heads: int
     node: str  # source node name in the ONNX graph
@@ -225,7 +225,11 @@ class AttentionResult:
     def _axes_for(self, stack: str, kind: str, tq: int, tk: int, batch: int = 0) -> tuple[TokenAxis, TokenAxis]:
         enc, dec = self.row_axes(batch)
         has_decoder = any(s.stack == "decoder" for s in self.sites) and any(s.stack == "encoder" for s in self.sites)
-        if stack == "encoder" or not has_decoder:
+        if not has_decoder and dec is not None and enc is not None:
+            # encoders only, two axes: a dual encoder's image patches and text, each tower's blocks by their length
+            q_ax = enc if len(enc) == tq else dec if len(dec) == tq else None
+            k_ax = enc if len(enc) == tk else dec if len(dec) == tk else None
+        elif stack == "encoder" or not has_decoder:
             q_ax = enc if enc is not None and len(enc) == tq else None
             k_ax = enc if enc is not None and len(enc) == tk else None
         elif kind == "self":
@@ -248,6 +252,9 @@ class AttentionResult:
             _, _, tq, tk = self.maps[i].shape
             groups.setdefault((s.stack, s.kind, tq, tk, s.stage), []).append(i)
         order = {("encoder", "self"): 0, ("encoder", "cross"): 1, ("decoder", "self"): 2, ("decoder", "cross"): 3}
+        # a pooling head (one learned probe query over a tower's patches, SigLIP's) ranks with the self-attention of
+        # its stack, so it follows the layers it pools (the sites' order) and precedes a second tower
+        order |= {(st, "pooling"): order[st, "self"] for st in STACKS}
         out = []
         for (stack, kind, tq, tk, stage), idx in sorted(groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])):
             q_ax, k_ax = self._axes_for(stack, kind, tq, tk, batch)

@@ -225,6 +225,21 @@ def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
         )
 
 
+def _image_text_pair(model: AttnModel, req: AnalyzeRequest, feeds: dict) -> None:
+    """A dual encoder (CLIPModel, SiglipModel whole: an image tower and a text tower, no decoder) takes an image and
+    a text together, ``--image`` with ``--text``: the image went in through :func:`_image`, the text goes in below as
+    any encoder's; refuse one without the other in one line, before onnxruntime names a missing input."""
+    tok_in, img_in = by_role(model, "tokens"), by_role(model, "image")
+    if model.kind != "vision" or tok_in is None or img_in is None:
+        return
+    if req.text is None and tok_in.name not in feeds:
+        raise AttnvizError(
+            f"{model.path.name} is a dual encoder (an image tower and a text tower, {img_in.name} and {tok_in.name}): "
+            "give a text with the image",
+            param="text",
+        )
+
+
 def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     feeds = ip.load_feeds(req.feeds) if isinstance(req.feeds, (str, Path)) else dict(req.feeds or {})
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
@@ -232,6 +247,7 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     prep = Prepared(feeds=feeds)
     kind = model.kind
     _image(model, req, feeds, prep)
+    _image_text_pair(model, req, feeds)
     batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
     prep.batch = batch
 

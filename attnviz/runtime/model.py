@@ -27,6 +27,7 @@ from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
+from attnviz.runtime.sidecar import sidecar_json
 from attnviz.runtime.steps import CHUNK_S, Loop, StepPlan, advance
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
@@ -219,7 +220,9 @@ class AttentionModel(engine.AnalyzeMethod):
         self.inputs = [io_info(v) for v in self.graph.inputs]
         self.outputs = [io_info(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
-        self._sites = gr.label_sites(self.graph, sites, self.meta)
+        # the folder's config.json model type (through the sidecar guard) tells a dual encoder's causal text tower
+        model_type = sidecar_json(self.path, "config.json").get("model_type")
+        self._sites = gr.label_sites(self.graph, sites, self.meta, model_type if isinstance(model_type, str) else "")
         for s in self._sites:
             s.heads = gr.static_heads(self.graph, s)
         self.requested_provider = provider
@@ -233,7 +236,8 @@ class AttentionModel(engine.AnalyzeMethod):
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
-        self._stack_confirmed = False
+        # the graph or the config already said why this is an encoder (a dual encoder's tower): no map overrules it
+        self._stack_confirmed = any("encoder_why" in s.extra for s in self._sites)
         self._probed = False
         self._grids: dict[tuple, gr.TokenGrid | None] = {}  # (image input, fed size, keys) -> the graph's grid
         self.encoder_pairing = encoder_pairing

@@ -9,6 +9,7 @@ exactly ``onnx`` also reads them from the folder above (its own folder first).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 HUB_ONNX_FOLDER = "onnx"  # the Hub keeps ONNX exports in REPO/onnx/, beside nothing else of the repo's
@@ -25,3 +26,14 @@ def sidecar(model_file: str | Path, name: str) -> Path | None:
     is there is returned, a FIFO or a folder too: the reader's own guard refuses it in one line (a tokenizer) or
     passes over it (a config file), so nothing blocks and nothing nearer is skipped for a file further up."""
     return next((d / name for d in sidecar_dirs(model_file) if (d / name).exists()), None)
+
+
+def sidecar_json(model_file: str | Path, name: str) -> dict:
+    """A JSON sidecar of a model file as a dict ({} when absent, unreadable or not an object); read only where
+    :func:`sidecar` allows."""
+    p = sidecar(model_file, name)
+    try:
+        d = json.loads(p.read_text(encoding="utf-8")) if p is not None and p.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
