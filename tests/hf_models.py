@@ -214,9 +214,9 @@ def word_tokenizer(vocab_size: int = 99, bert_style: bool = True):
 
 def save_hf_folder(arch: str, folder: Path) -> Path:
     """A random-init ``arch`` (as :func:`build` makes it) saved like a hub download: config, weights, tokenizer."""
-    m = build(arch)[0]
+    m = build_dual(arch) if arch in DUALS else build(arch)[0]
     folder = Path(folder)
-    if arch in ("bart", "vision-decoder", "gpt2", "bert", "t5", "llama"):
+    if arch in ("bart", "vision-decoder", "gpt2", "bert", "t5", "llama", *DUALS):
         word_tokenizer(99, bert_style=arch == "bert").save_pretrained(str(folder))
     if arch == "bart":
         m.config.decoder_start_token_id, m.config.bos_token_id, m.config.eos_token_id, m.config.pad_token_id = (
@@ -234,6 +234,13 @@ def save_hf_folder(arch: str, folder: Path) -> Path:
         transformers.ViTImageProcessor(
             size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]
         ).save_pretrained(str(folder))
+    if arch in DUALS:  # CLIP's statistics (SigLIP's are the 0.5 default)
+        clip = arch == "clip"
+        transformers.ViTImageProcessor(
+            size={"height": 32, "width": 32},
+            image_mean=[0.4815, 0.4578, 0.4082] if clip else [0.5] * 3,
+            image_std=[0.2686, 0.2613, 0.2758] if clip else [0.5] * 3,
+        ).save_pretrained(str(folder))
     m.save_pretrained(str(folder))
     return folder
 
@@ -245,6 +252,9 @@ DUAL_TEXT = dict(
 DUAL_VISION = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8
 )
+
+
+DUALS = ("clip", "siglip")
 
 
 def build_dual(arch: str):
