@@ -18,6 +18,7 @@ from attnviz.core import windows as win
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import analyze as engine
+from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
@@ -225,6 +226,9 @@ class AttentionModel(engine.AnalyzeMethod):
         self._sites = gr.label_sites(self.graph, sites, self.meta, model_type if isinstance(model_type, str) else "")
         for s in self._sites:
             s.heads = gr.static_heads(self.graph, s)
+        # what the folder's config.json says the eager attention has and the graph lacks (soft-capping, a window)
+        self.attention_config = fid.AttentionConfig.of(self.path)
+        self.fidelity = fid.static_notes(self.graph, self._sites, self.attention_config)
         self.requested_provider = provider
         self.threads = threads
         self._tokenizer_arg = tokenizer
@@ -328,6 +332,7 @@ class AttentionModel(engine.AnalyzeMethod):
             "opsets": {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import},
             "sites": [s.to_dict() for s in self.sites],
             "no_attention_reason": self.no_attention_reason,
+            "fidelity": list(self.fidelity),
         }
 
     # -- sessions ----------------------------------------------------------------
@@ -509,6 +514,8 @@ class AttentionModel(engine.AnalyzeMethod):
         sites = [_with_stage(i, m) for i, m in zip(sites, maps)]
         for site, m in zip(kept, maps):
             site.heads = site.heads or int(m.shape[1])  # a real run counts heads as well as a probe would
+        fidelity = self.fidelity + fid.map_notes(sites, maps, self.attention_config)
+        notes = notes + fidelity
         info = {
             "provider": sess.get_providers()[0],
             "provider_note": self.provider_note,
@@ -519,6 +526,8 @@ class AttentionModel(engine.AnalyzeMethod):
         }
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
+        if fidelity:
+            info["fidelity"] = fidelity  # the export's maps differ from the model's eager attention (also a note)
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
 
     def _place_windows(self, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]) -> list:

@@ -68,6 +68,8 @@ def run(args) -> int:
         print("metadata")
         for k, v in m.metadata.items():  # the full values: their real length is reported
             print(f"  {clean(k, 60):<28} {clean(v, METADATA_CHARS)}")
+    for note in d.get("fidelity") or ():
+        print(f"warning: {clean(note)}")
     if not d["sites"]:
         print(f"attention: none — {d['no_attention_reason']}")
         return 1
