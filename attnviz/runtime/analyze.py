@@ -156,10 +156,11 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         axes = [RowAxes(s, d) for s, d in zip(prep.src_rows, dec_rows)]
     if prep.img_in is not None:
         n_keys = None
-        enc_sites = [i for i, s in enumerate(result.sites) if s.stack == "encoder"]
+        # the image's encoder (a dual encoder's text tower is an encoder too, over the text)
+        enc_sites = [i for i, s in enumerate(result.sites) if s.stack == "encoder" and s.tower != "text"]
         cross_sites = [i for i, s in enumerate(result.sites) if s.kind == "cross"]
-        if enc_sites:  # the first: a dual encoder's image tower comes before its text tower
-            n_keys = result.maps[enc_sites[0]].shape[-1]
+        if enc_sites:
+            n_keys = result.maps[enc_sites[-1]].shape[-1]
         elif cross_sites:
             n_keys = result.maps[cross_sites[-1]].shape[-1]
         img = feeds.get(prep.img_in.name)
@@ -172,8 +173,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             grid = model.grid(n_keys, hw) if n_keys else None
         result.patch_grid = grid
         if grid is not None and n_keys:
-            # a dual encoder's text (no decoder: the only other axis) becomes the second axis, its tower's blocks
-            # take it by length (core.attention._axes_for)
+            # a dual encoder's text (no decoder: the only other axis) becomes the second axis, the one its text
+            # tower's blocks take (core.attention._axes_for)
             axes = [
                 RowAxes(patch_axis(grid, n_keys), a.key_tokens if a.key_tokens is not None else a.tokens) for a in axes
             ]

@@ -107,7 +107,11 @@ def test_pooling_block_is_drawn_as_a_block(dual, reference):
         ("encoder", "pooling", 1),
         ("encoder", "self", 2),
     ]
-    assert blocks[1].name == "encoder pooling-attention"
+    assert [b.name for b in blocks] == [
+        "encoder self-attention (image)",
+        "encoder pooling-attention (image)",
+        "encoder self-attention (text)",
+    ]
     assert blocks[1].head(0, 0).shape == (1, 16)
 
 
@@ -125,12 +129,14 @@ def test_inspect_and_extract_with_image_and_text(dual, tmp_path, capsys, arch):
     path = _folder(tmp_path, arch, dual)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "decoder" not in out.split("attention sites")[1]
+    table = out.split("attention sites")[1]
+    assert "decoder" not in table and table.count("(image tower)") == (3 if arch == "siglip" else 2)
     assert ("pooling" in out) == (arch == "siglip")
     npz = tmp_path / f"{arch}.npz"
     assert main(["extract", str(path), "--image", SAMPLE, "--text", "the cat sat on the mat", "--out", str(npz)]) == 0
     res = load_npz(npz)
-    assert [s.label for s in res.sites][-2:] == ["encoder self L0", "encoder self L1"]
+    assert [s.label for s in res.sites][-2:] == ["encoder self L0 (text)", "encoder self L1 (text)"]
+    assert res.sites[0].label == "encoder self L0 (image)"
     # the text tower's block is labelled with the typed words, the vision tower's with the patches
     blocks = res.blocks()
     assert blocks[-1].key_axis.labels == ["the", "cat", "sat", "on", "the", "mat"]
@@ -167,3 +173,23 @@ def test_config_model_type_decides_a_causal_single_stack(tmp_path, config, where
     am = open_model(path, provider="cpu")
     am.analyze(feeds={"input_ids": np.array([[3, 4, 5, 6]], np.int64)})
     assert {s.stack for s in am.sites} == {stack}
+
+
+def test_towers_of_equal_length_stay_apart(dual, tmp_path):
+    """A text as long as the image's tokens (16 for SigLIP's 4×4 patches): the towers are still two blocks, the
+    text block labelled with the words and the image block with the patches."""
+    m = hf_models.build_dual("siglip")
+    kw = hf_models.dual_inputs()
+    ids = hf_models._ids(2, 16, 99, 7)
+    kw = {**kw, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    ref, labels = hf_models.dual_reference("siglip", m, kw)
+    _, res = _run(dual("siglip"), kw)
+    blocks = res.blocks()
+    assert [(b.kind, b.tower, b.n_layers) for b in blocks] == [
+        ("self", "image", 2),
+        ("pooling", "image", 1),
+        ("self", "text", 2),
+    ]
+    assert blocks[0].key_axis.labels[0] == "(0,0)" and blocks[2].key_axis.labels[0] != "(0,0)"
+    for g, r in zip(res.maps, ref):
+        np.testing.assert_allclose(g.array(), r, atol=ATOL)

@@ -78,5 +78,6 @@ def run(args) -> int:
     for i, s in enumerate(d["sites"]):
         print(
             f"  {i:>3}  {s['stack']:<8} {s['kind']:<6} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
+            + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
         )
     return 0

@@ -168,8 +168,10 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None, model_typ
     kind_order = {"self": 0, "cross": 1, "pooling": 2}
     stack_order = {"encoder": 0, "decoder": 1}
 
+    tower_order = {None: 0, "image": 0, "text": 1}  # a dual encoder's image tower first
+
     def tower(s: Site) -> int:
-        return int(s.extra.get("tower", 0))
+        return tower_order[s.extra.get("tower")]
 
     out: list[Site] = []
     for stack in ("encoder", "decoder"):
@@ -230,21 +232,21 @@ def _encoder_evidence(g: Graph, meta: dict, folder_type: str = "") -> str:
     return ""
 
 
-def _dual_towers(g: Graph, sites: list[Site], scopes: dict[int, ChainMap], image_input, bit) -> dict[int, int]:
+def _dual_towers(g: Graph, sites: list[Site], scopes: dict[int, ChainMap], image_input, bit) -> dict[int, str]:
     """A whole dual encoder (CLIPModel, SiglipModel): an image input and token inputs whose attention sites never
     mix them — every site sees the image or the tokens, never both, and no site is cross-attention.  Returns each
-    site's tower (0 the image's, 1 the text's), or {} for any other graph (a captioner's decoder attends to the
+    site's tower ("image" or "text"), or {} for any other graph (a captioner's decoder attends to the
     image through cross-attention; a vision-language decoder's self-attention sees both)."""
     if image_input is None or not sites or any(s.kind == "cross" for s in sites):
         return {}
     img = bit[image_input]
-    out: dict[int, int] = {}
+    out: dict[int, str] = {}
     for s in sites:
         anc = scopes[id(s.g)]
         a = anc.get(s.q, 0) | anc.get(s.k, 0)
         if not a or (a & img and a & ~img):
             return {}
-        out[id(s)] = 0 if a & img else 1
+        out[id(s)] = "image" if a & img else "text"
     return out if len(set(out.values())) == 2 else {}
 
 
