@@ -13,6 +13,7 @@ import os
 import sys
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.writes import command_scope
 
 # name -> module implementing it (registry, not if/elif)
 COMMANDS = {
@@ -21,6 +22,7 @@ COMMANDS = {
     "extract": "attnviz.runtime.commands.extract",
     "corpus": "attnviz.corpus.command",
     "compare": "attnviz.corpus.compare",
+    "ablate": "attnviz.corpus.ablate",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
@@ -39,6 +41,7 @@ PARAM_FLAGS = {
     "image": "--image",
     "tokenizer": "--tokenizer",
     "generate": "--generate",
+    "max_tokens": "--max-tokens",
     "inputs": "--inputs",
     "memory": "--memory",
     "block": "--block",
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     # names, metadata and messages come from files written by strangers: no terminal escape codes get through
     sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err)
     try:
-        return int(args._run(args) or 0)
+        with command_scope():  # the inputs a command declares (core.writes.guard) are its own
+            return int(args._run(args) or 0)
     except AttnvizError as e:
         print(one_line(error_line(e)), file=sys.stderr)
         return 2

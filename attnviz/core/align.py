@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from attnviz.core.untrusted import read_text
+
 Link = tuple[int, int]  # (source word, target word)
 WordIds = Sequence[int] | np.ndarray  # word index per position (-1: none): a list, or the int array a run gives
 CONVENTIONS = ("predict", "input")
@@ -404,9 +406,10 @@ def format_pharaoh(links: Iterable[Link]) -> str:
     return " ".join(f"{i}-{j}" for i, j in sorted(links, key=lambda x: (x[1], x[0])))
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file without their line ends (a last empty line is no sentence)."""
-    text = Path(path).read_text(encoding="utf-8")
+def read_lines(path: str | Path, what: str = "file") -> list[str]:
+    """Lines of a UTF-8 text file without their line ends (a last empty line is no sentence); a regular file only
+    (``what`` names it in the error: a FIFO is refused, never waited on)."""
+    text = read_text(path, what, limit=None)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

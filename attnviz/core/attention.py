@@ -200,9 +200,6 @@ class Block:
         """``[L, H, Tq, Tk]``; every layer must have the same head count."""
         return np.stack([self.layer(i) for i in range(self.n_layers)])
 
-    def site_info(self, layer: int) -> SiteInfo:
-        return self.result.sites[self.sites[layer]]
-
 
 @dataclass
 class AttentionResult:

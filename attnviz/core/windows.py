@@ -23,7 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
+
+MAX_BLOCKS = 4096  # attention blocks a window layout may describe (Swin-L has 24; one per attention site)
+MAX_SIDE = 1 << 16  # patch and window sizes, in pixels and patches
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,13 @@ class WindowLayout:
             return None
         if not all(_positive_int(v) for v in (p, w, *depths)):
             return None
+        # the values come from a stranger's config.json: `depths: [10**12]` would plan 10**12 blocks (a hang)
+        if len(depths) > MAX_BLOCKS or sum(depths) > MAX_BLOCKS or max(p, w) > MAX_SIDE:
+            raise AttnvizError(
+                f"window layout (config.json or attnviz.windows): depths {_short(depths)}, patch_size {p}, "
+                f"window_size {w} are out of range (at most {MAX_BLOCKS} blocks, sizes up to {MAX_SIDE}); "
+                "fix the model's config.json"
+            )
         return cls(p, w, tuple(int(n) for n in depths))
 
     def sites(self, image_hw: tuple[int, int]) -> list[SiteWindows]:
@@ -153,6 +164,11 @@ class WindowedMap:
     @property
     def nbytes(self) -> int:
         return self._w.nbytes
+
+
+def _short(values: list) -> str:
+    shown = ", ".join(str(v)[:20] for v in values[:4])
+    return f"[{shown}{', ...' if len(values) > 4 else ''}]"
 
 
 def _positive_int(v: object) -> bool:

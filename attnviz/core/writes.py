@@ -1,6 +1,12 @@
-"""The one atomic-write helper, and the rule that an output never replaces an input.
+"""The one output guard: an output never replaces an input, and every write is atomic.
 
-Every file attnviz writes (maps, figures, recipes, exports, checkpoints, ONNX files) goes through
+Every command that writes first calls :func:`guard` with what it reads and what it will write: an output that
+is one of the inputs (the same path, a symlink to it, a hard link to it, or a file directly inside an input
+folder) is refused in one line before anything is written.  The inputs stay declared for the rest of the
+command (:func:`command_scope`), so every later write — outputs whose names are only known mid-run included —
+is checked again by :func:`atomic_path` as it lands.
+
+Every file attnviz writes (maps, figures, recipes, exports, checkpoints, ONNX files, corpus results) goes through
 :func:`atomic_path`: a temp file in the destination folder (same file system, so the rename is atomic),
 published with the permissions a plain ``open()`` would give, removed on any failure — so a failed or
 interrupted write never leaves a half file and never touches the existing one.
@@ -10,9 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,7 @@ def atomic_path(path: str | os.PathLike, flag: str = "") -> Iterator[Path]:
     """
     path = Path(path)
     parent = _folder(path, flag)
+    _refuse(path, flag or "output", _DECLARED.get())
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     except OSError as e:
@@ -89,18 +99,102 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, flag: str = "", sync: b
     return atomic_write_bytes(path, (json.dumps(obj, **dumps) + "\n").encode("utf-8"), flag, sync)
 
 
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """True when ``a`` and ``b`` name the same file (links and ``..`` included)."""
+PathLike = str | os.PathLike
+MAX_FOLDER_FILES = 100_000  # an input folder's files are listed for their identities up to this many
+
+
+@dataclass(frozen=True)
+class _Input:
+    what: str  # "the model", "the --texts file": how the refusal names it
+    path: Path  # resolved (links followed)
+    ids: frozenset[tuple[int, int]]  # (device, inode) of the file, or of every file in the folder
+
+
+_DECLARED: ContextVar[tuple[_Input, ...]] = ContextVar("attnviz_declared_inputs", default=())
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _files(folder: Path) -> frozenset[tuple[int, int]]:
+    """The files directly in ``folder`` (a model export's folder): sub-folders are not read as the model, and a
+    results folder the user keeps inside it stays theirs to rewrite."""
+    ids: set[tuple[int, int]] = set()
     try:
-        return os.path.samefile(a, b)
+        with os.scandir(folder) as entries:
+            for n, e in enumerate(entries):
+                if n >= MAX_FOLDER_FILES:
+                    break
+                try:
+                    st = os.stat(e.path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    ids.add(_identity(st))
     except OSError:
-        return Path(a).resolve() == Path(b).resolve()
+        pass
+    return frozenset(ids)
 
 
-def refuse_input_as_output(out: str | os.PathLike, inputs: dict[str, str | os.PathLike | None], flag: str) -> None:
-    """Refuse writing ``out`` when it is one of the ``inputs`` (``{"the model": path, ...}``)."""
-    for what, p in inputs.items():
-        if p and same_file(out, p):
+def _declare(what: str, path: PathLike) -> _Input | None:
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except (OSError, ValueError):
+        return None  # not there (yet): nothing to protect; its reader reports it
+    ids = _files(p) if stat.S_ISDIR(st.st_mode) else frozenset({_identity(st)})
+    return _Input(what, p.resolve(), ids)
+
+
+def _clobbers(out: Path, inp: _Input) -> bool:
+    try:
+        st = os.stat(out)
+    except (OSError, ValueError):
+        st = None
+    if st is not None and _identity(st) in inp.ids:  # the file itself, through a symlink or a hard link
+        return True
+    return out.resolve() == inp.path  # an input folder named as an output file
+
+
+def _refuse(out: Path, flag: str, inputs: Iterable[_Input]) -> None:
+    for inp in inputs:
+        if _clobbers(out, inp):
             raise AttnvizError(
-                f"{flag} {out} is {what} this command reads; writing it would destroy it — choose another {flag}"
+                f"{flag} {out} is {inp.what} this command reads: writing would overwrite an input file and destroy it; "
+                f"choose another {flag}"
             )
+
+
+def guard(
+    inputs: Mapping[str, PathLike | Iterable[PathLike] | None],
+    outputs: Mapping[str, PathLike | Iterable[PathLike] | None],
+) -> None:
+    """Declare what a command reads (``{"the model": path, "the --texts file": path, ...}``, a folder standing for
+    every file in it) and writes (``{"--out": path or paths}``); refuse in one line when an output would replace
+    an input.  Call it before anything is written; the inputs stay declared for :func:`atomic_path`."""
+    declared = [d for what, ps in inputs.items() for p in _many(ps) if (d := _declare(what, p)) is not None]
+    for flag, outs in outputs.items():
+        for out in _many(outs):
+            _refuse(Path(out), flag, declared)
+    _DECLARED.set(_DECLARED.get() + tuple(declared))
+
+
+def _many(ps: PathLike | Iterable[PathLike] | None) -> list[PathLike]:
+    if ps is None or ps == "":
+        return []
+    if isinstance(ps, (str, os.PathLike)):
+        return [ps]
+    return [p for p in ps if p]
+
+
+@contextmanager
+def command_scope() -> Iterator[None]:
+    """Inputs declared inside are forgotten on exit (the CLI wraps each command in one, a corpus run is one):
+    a process that runs many commands must not keep protecting files long gone, whose inode numbers the file
+    system hands out again."""
+    token = _DECLARED.set(_DECLARED.get())
+    try:
+        yield
+    finally:
+        _DECLARED.reset(token)

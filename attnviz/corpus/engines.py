@@ -40,6 +40,13 @@ _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntim
 
 
 def _enter_worker() -> None:
+    import multiprocessing as mp
+
+    from attnviz.runtime.lifetime import die_with_parent
+
+    parent = mp.parent_process()  # spawned by the driver's thread that runs the corpus (it outlives the pool)
+    if parent is not None and parent.pid is not None:  # a kill -9 of the driver takes its workers along
+        die_with_parent(parent.pid, parent.sentinel)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it checkpoints and stops the pool
     # this process is already the crash boundary (a dead worker breaks the pool, below): a second process
     # per worker for onnxruntime would only copy every batch's maps across once more

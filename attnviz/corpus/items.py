@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import open_regular, read_bytes
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
@@ -58,13 +60,15 @@ def _txt(path: Path, cols: Columns) -> list[Row]:
     for flag, c in cols.named():
         raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl or .parquet")
     return [
-        (line, (None, None)) for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()
+        (line, (None, None))
+        for line in read_bytes(path, "--texts").decode("utf-8", errors="replace").splitlines()
+        if line.strip()
     ]
 
 
 def _jsonl(path: Path, cols: Columns) -> list[Row]:
     out = []
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with io.TextIOWrapper(open_regular(path, "--texts"), encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -96,7 +100,7 @@ def read_parquet(path: str | Path, columns: list[str] | None = None):
     out a column it does not have without a word, so a missing one is refused here (ValueError)."""
     import pyarrow.parquet as pq
 
-    with pq.ParquetFile(path) as f:
+    with open_regular(path, "parquet file") as fh, pq.ParquetFile(fh) as f:
         names = f.schema_arrow.names
         for c in columns or ():
             if c not in names:
@@ -163,7 +167,7 @@ def read_images(folder: str | Path, max_items: int | None = None) -> list[Item]:
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, "model") as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()

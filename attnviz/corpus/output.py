@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import writes
 from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
+from attnviz.core.untrusted import read_text
 from attnviz.corpus.items import Item, read_parquet
 from attnviz.corpus.reduce import Accumulator, HeadGroup
 from attnviz.corpus.roles import role_of
@@ -160,11 +162,28 @@ def _worst_aligned(values: np.ndarray, ids: np.ndarray, g: HeadGroup, h: int, it
     return out
 
 
+def guard(out: Path, inputs: dict[str, str | None], extra: tuple[str, ...] = ()) -> None:
+    """Refuse (before anything is written) a results folder where a result would replace an input — e.g.
+    ``--texts d/heads.parquet --out d``; an ``--images`` folder stands for its image files."""
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    def files(what: str, p: str | None):
+        if what == "the --images folder" and p and Path(p).is_dir():
+            return sorted(str(f) for f in Path(p).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        return p
+
+    writes.guard(
+        {w: files(w, p) for w, p in inputs.items()}, {"--out": [out / n for n in (HEADS, EXAMPLES, RUN, *extra)]}
+    )
+
+
 def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None:
+    """The three results, each written atomically (a temp file beside it, then one rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pylist(heads), out / HEADS)
+    with writes.atomic_path(out / HEADS, "--out") as tmp:
+        pq.write_table(pa.Table.from_pylist(heads), tmp)
     ex_schema = pa.schema(
         [
             ("stack", pa.string()),
@@ -184,8 +203,9 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
             ("generate", pa.int64()),  # how many: `attnviz open --generate N` shows the same decoder rows
         ]
     )
-    pq.write_table(pa.Table.from_pylist(examples, schema=ex_schema), out / EXAMPLES)
-    (out / RUN).write_text(json.dumps(run, indent=2) + "\n")
+    with writes.atomic_path(out / EXAMPLES, "--out") as tmp:
+        pq.write_table(pa.Table.from_pylist(examples, schema=ex_schema), tmp)
+    writes.atomic_write_json(out / RUN, run, "--out")
 
 
 @dataclass
@@ -215,7 +235,7 @@ def read(folder: str | Path) -> CorpusResults:
     try:
         heads = read_parquet(folder / HEADS).to_pylist()
         examples = read_parquet(folder / EXAMPLES).to_pylist()
-        run = json.loads((folder / RUN).read_text())
+        run = json.loads(read_text(folder / RUN, RUN))
     except Exception as e:
         raise AttnvizError(
             f"{folder}: corpus results are unreadable ({str(e).splitlines()[0][:160]}); run 'attnviz corpus' again"

@@ -20,9 +20,9 @@ from attnviz.core import metadata as md
 from attnviz.corpus.gold import GoldBatch, GoldPair
 from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
+from attnviz.runtime.limits import SHORTEN, check_positions
 
-# input role -> how a batch fills it (the encoder's from the source arrays, the decoder's from the target's)
-PAIR_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask")
+FIX = SHORTEN + " (or drop the item)"
 
 
 @dataclass
@@ -72,10 +72,11 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
     start = decoder_start(model)
     out = Encoded([], [], [], [], [])
     if words:
-        return _encode_words(out, src_tok, tgt_tok, start, items)
+        return _encode_words(model, out, src_tok, tgt_tok, start, items)
     for it in items:
         try:
             enc = src_tok.encode(it.text, None)
+            check_positions(model, len(enc.ids), fix=FIX)
         except AttnvizError as e:
             raise item_error(it, e) from None
         if enc.ids:
@@ -92,6 +93,7 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
             continue
         try:
             dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
+            check_positions(model, len(dec), fix=FIX)
         except AttnvizError as e:
             raise item_error(it, e, pair=True) from None
         out.dec.append(dec)
@@ -99,7 +101,7 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
     return out
 
 
-def _encode_words(out: Encoded, src_tok, tgt_tok, start: int, items: list[Item]) -> Encoded:
+def _encode_words(model, out: Encoded, src_tok, tgt_tok, start: int, items: list[Item]) -> Encoded:
     from attnviz.runtime.align import encode_words
 
     out.src_words, out.dec_words = [], []
@@ -107,10 +109,12 @@ def _encode_words(out: Encoded, src_tok, tgt_tok, start: int, items: list[Item])
         assert it.text is not None and it.pair is not None  # --gold-column needs both (run._check)
         try:
             src = encode_words(src_tok, it.text.split(), special=True)
+            check_positions(model, len(src.ids), fix=FIX)
         except AttnvizError as e:
             raise item_error(it, e) from None
         try:
             tgt = encode_words(tgt_tok, it.pair.split(), special=False)
+            check_positions(model, len(tgt.ids) + 1, fix=FIX)  # after the decoder's start token
         except AttnvizError as e:
             raise item_error(it, e, pair=True) from None
         out.src.append(src.ids)

@@ -13,6 +13,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.words import with_article
 from attnviz.corpus.items import Item, item_error
+from attnviz.runtime.limits import SHORTEN, check_positions
 
 # model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
 # encoder-decoder text models (source + teacher-forced target: corpus/pairs.py)
@@ -140,6 +141,7 @@ def encode_items(model, items: list[Item]) -> Encoded:
         # decoders see raw text (as in `attnviz open`); encoders get their [CLS]/[SEP] and the optional pair
         try:
             enc = tok.encode(it.text, None, add_special=False) if decoder else tok.encode(it.text, it.pair)
+            check_positions(model, len(enc.ids), fix=SHORTEN + " (or drop the item)")
         except AttnvizError as e:
             raise item_error(it, e) from None
         if not enc.ids:  # an item with no tokens still counts; one pad-id token keeps shapes valid

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import read_text
 from attnviz.corpus.items import Item
 from attnviz.corpus.plan import BatchSpec, plan_text
 from attnviz.corpus.reduce import Partial
@@ -91,7 +92,10 @@ class PartialsStore:
 
         meta = self.folder / self.FINGERPRINT
         if self.folder.exists():
-            if not meta.is_file() or json.loads(meta.read_text()).get("fingerprint") != self.fingerprint:
+            if (
+                not meta.is_file()
+                or json.loads(read_text(meta, "Ray partials' record")).get("fingerprint") != self.fingerprint
+            ):
                 raise AttnvizError(
                     f"{self.folder} holds another Ray run's partial results (model, data or settings differ); "
                     "use another --out or delete it"
@@ -109,7 +113,9 @@ class PartialsStore:
                 tokens += int(sum(t.column("tokens").to_pylist()))
             return done, len(done), tokens
         self.folder.mkdir(parents=True)
-        meta.write_text(json.dumps({"fingerprint": self.fingerprint}))
+        from attnviz.core.writes import atomic_write_json
+
+        atomic_write_json(meta, {"fingerprint": self.fingerprint}, "--out")
         return [], 0, 0
 
     def read(self):
@@ -144,10 +150,46 @@ def _init(setup) -> None:
     if ray.is_initialized():
         return
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    if setup.ray_address:
-        ray.init(address=setup.ray_address, **kw)
-    else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
-        ray.init(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0, **kw)
+    try:
+        if setup.ray_address:
+            _reachable(setup.ray_address)  # Ray itself retries an unreachable address for minutes
+            ray.init(address=setup.ray_address, **kw)
+        else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
+            ray.init(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0, **kw)
+    except AttnvizError:
+        raise
+    except Exception as e:  # Ray's own failure to start or connect: its text is long and internal
+        where = f"the cluster at --ray-address {setup.ray_address}" if setup.ray_address else "a local Ray cluster"
+        raise AttnvizError(
+            f"Ray could not start: {where} failed ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}); "
+            + (
+                "check the address (ray status on the head node) or drop --ray-address to start Ray locally"
+                if setup.ray_address
+                else "check 'ray start --head' works on this machine, or use --engine local"
+            )
+        ) from None
+
+
+RAY_CONNECT_S = 5.0  # how long the address gets to answer before the run is refused
+
+
+def _reachable(address: str) -> None:
+    """Refuse an address nothing answers at, in one line and in seconds (``host:port`` and ``ray://host:port``;
+    ``auto`` and ``local`` are Ray's to resolve)."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=RAY_CONNECT_S).close()
+    except (OSError, ValueError, OverflowError) as e:
+        why = e.strerror or str(e) if isinstance(e, OSError) else str(e)
+        raise AttnvizError(
+            f"Ray: nothing answers at --ray-address {address} ({why or 'no answer'}); start the cluster there "
+            "(ray start --head) and give its address, or drop --ray-address to start Ray locally"
+        ) from None
 
 
 def _context(progress: bool) -> None:

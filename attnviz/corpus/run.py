@@ -16,6 +16,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.words import with_article
+from attnviz.core.writes import command_scope
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
@@ -137,13 +138,24 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     """Run ``cfg``; ``on_batch(items_done)`` is called after each folded batch (an exception there, e.g.
     KeyboardInterrupt, stops the run with its progress checkpointed)."""
     _check(cfg)
-    warm: list[WarmPool] = []  # local workers started early (see _prestart); stopped however the run ends
-    try:
-        return _run(cfg, on_batch, warm)
-    finally:
-        for w in warm:
-            w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
-        withdraw()
+    with command_scope():  # the inputs declared below end with the run: library callers run many in one process
+        output.guard(
+            Path(cfg.out),
+            {
+                "the model": cfg.model,
+                "the --texts file": cfg.texts,
+                "the --images folder": cfg.images,
+                "the --tokenizer file": cfg.tokenizer,
+            },
+            (CHECKPOINT,),
+        )
+        warm: list[WarmPool] = []  # local workers started early (see _prestart); stopped however the run ends
+        try:
+            return _run(cfg, on_batch, warm)
+        finally:
+            for w in warm:
+                w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
+            withdraw()
 
 
 def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool]) -> CorpusSummary:

@@ -283,7 +283,7 @@ def _pick_row(result, row: int | None):
 
 
 def run(args) -> int:
-    from attnviz.core.writes import refuse_input_as_output
+    from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
     from attnviz.figures.render import figure_format, render_figure, save_figure
     from attnviz.figures.select import block_label, resolve_block
@@ -331,10 +331,8 @@ def run(args) -> int:
             src["generate"] = src["generate"] or int(sample.get("generate") or 0)
             print(f"attnviz: no input given; using the model's sample input ({found.describe()})", file=sys.stderr)
     inputs = _inputs_of(src, args)
-    if not args.all_heads:
-        refuse_input_as_output(out, inputs, "--out")
-        if args.recipe_out:
-            refuse_input_as_output(args.recipe_out, inputs, "--recipe-out")
+    # the --all-heads figures and every recipe beside a figure are checked again as they are written
+    guard(inputs, {} if args.all_heads else {"--out": out, "--recipe-out": args.recipe_out})
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
@@ -380,7 +378,6 @@ def run(args) -> int:
         _progress(k, len(jobs), f"L{l} H{h}")
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
         target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
-        refuse_input_as_output(target, inputs, "--out")
         path = save_figure(render_figure(result, one), target)
         if not args.no_recipe:
             write_recipe(recipe_for(one, path), recipe_path_for(path))

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 from collections.abc import Callable, Iterable
 
-import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
@@ -52,23 +50,6 @@ def text_width_pt(s: str, fs: float) -> float:
 def text_width_in(labels: list[str], fs: float) -> float:
     """Width in inches of the widest label at ``fs`` points."""
     return max((text_width_pt(s, fs) for s in labels), default=fs * CHAR_W) * PT
-
-
-def label_step(n: int, length_in: float, fs: float) -> int:
-    """Show every k-th label so that labels along ``length_in`` inches stay ``fs * LINE`` apart."""
-    fit = max(1, int(length_in / (fs * FIT * PT) + 1e-6))
-    return max(1, math.ceil(n / fit))
-
-
-def nice_step(k: int) -> int:
-    """Round a thinning step up to 1, 2, 5, 10, 20, 50... so the labelled positions are easy to read."""
-    if k <= 1:
-        return 1
-    mag = 10 ** int(math.floor(math.log10(k)))
-    for m in (1, 2, 5, 10):
-        if k <= m * mag:
-            return m * mag
-    return 10 * mag
 
 
 def token_ticks(
@@ -175,16 +156,3 @@ def title_height(title: str, fs: float) -> float:
 
 def clamp(v: float, lo: float, hi: float) -> float:
     return max(lo, min(hi, v))
-
-
-def shrink(m: np.ndarray, max_rows: int, max_cols: int) -> np.ndarray:
-    """Block-average a map that has far more cells than pixels it will be drawn on (keeps files small)."""
-    m = np.asarray(m, np.float32)
-    fr = max(1, m.shape[0] // max(1, max_rows))
-    fc = max(1, m.shape[1] // max(1, max_cols))
-    if fr == 1 and fc == 1:
-        return m
-    r, c = -(-m.shape[0] // fr) * fr, -(-m.shape[1] // fc) * fc
-    padded = np.full((r, c), np.nan, np.float32)
-    padded[: m.shape[0], : m.shape[1]] = m
-    return np.nanmean(padded.reshape(r // fr, fr, c // fc, fc), axis=(1, 3))

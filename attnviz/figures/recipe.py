@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from attnviz import AttnvizError, __version__
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import open_regular, read_text
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FigureSpec
 
@@ -48,7 +48,7 @@ def file_sha256(path: str | os.PathLike) -> str:
         if key in _HASHES:
             return _HASHES[key]
         h = hashlib.sha256()
-        with open(path, "rb") as fh:
+        with open_regular(path, "file") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     except FileNotFoundError:

@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
 from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP, Selection
+from attnviz.core.view_names import FIGURE_VIEWS, view_key
 
-# view name -> one-line description (the renderer's registry in render.py has the same keys)
+# figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
 VIEW_HELP = {
     "heatmap": "one map: query tokens x key tokens, tokens as text on both axes, colour bar",
     "overview": "every layer x head of a block on one shared colour scale",
@@ -19,7 +20,7 @@ VIEW_HELP = {
     "image": "one query's attention over the image patches, smoothed and overlaid on the image",
     "strip": "'Show, Attend and Tell' strip: one panel per generated word, the word under it (image or shaded source)",
 }
-VIEWS = tuple(VIEW_HELP)
+VIEWS = FIGURE_VIEWS  # VIEW_HELP describes each, in this order (tests/core/test_view_names.py)
 
 # column widths of common two-column paper templates, inches
 WIDTH_PRESETS = {"single": 3.5, "double": 7.16}
@@ -124,17 +125,13 @@ class FigureSpec:
         return cls(**d)
 
 
-# the GUI's view names -> figure views
-GUI_VIEWS = {"head": "heatmap", "head map": "heatmap", "token links": "links", "image regions": "image"}
-
-
 def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = None, **options) -> FigureSpec:
     """The figure of what the screen shows: the view model's :class:`~attnviz.core.view.Selection` plus a style.
 
     ``heads``: links only, the heads overlaid on screen.  ``options`` are FigureSpec style fields
     (width, width_in, dpi, cmap, title...).  This is all "export this view" needs.
     """
-    view = GUI_VIEWS.get(str(view).lower(), str(view).lower())
+    view = view_key(view) or str(view).lower()  # a tab title or an old name: its figure view
     d: dict = dict(
         view=view,
         block=sel.block,

@@ -6,6 +6,7 @@ import argparse
 
 from attnviz.core.view import IMAGE_BASES
 from attnviz.runtime.commands.common import DeprecatedAlias
+from attnviz.runtime.request import AnalyzeRequest
 
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
 
@@ -89,8 +90,12 @@ def run(args) -> int:
             raise AttnvizError(f"--screenshot {shot}: use a .png file name")
         if not (shot.parent if str(shot.parent) else Path(".")).is_dir():
             raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise AttnvizError(f"--max-tokens {args.max_tokens}: give at least 1")
+        from attnviz.core.writes import guard
+
+        opened = {"the file it opens": target, "the --image file": args.image, "the --tokenizer file": args.tokenizer}
+        guard(opened, {"--screenshot": shot})
+    # the input flags' values get the check the window's input panel and `extract` get (one wording)
+    AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
     if args.tokenizer and not Path(args.tokenizer).is_file():
         raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
     try:

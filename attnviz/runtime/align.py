@@ -18,10 +18,12 @@ from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
 from attnviz.core.words import with_article
+from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.inputs import HFTokenizer, TextEncoder
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
+from attnviz.runtime.limits import SHORTEN, check_positions
 
 
 @dataclass
@@ -109,6 +111,8 @@ class Aligner:
     def run(self, src_words: list[str], tgt_words: list[str]) -> PairAttention:
         src = encode_words(self.src_tok, src_words, special=True)
         tgt = encode_words(self.tgt_tok, tgt_words, special=False)
+        check_positions(self.model, len(src.ids), "the source sentence", SHORTEN)
+        check_positions(self.model, len(tgt.ids) + 1, "the target sentence", SHORTEN)  # + the decoder's start
         feeds: dict[str, np.ndarray] = {}
         _fill(
             self.model,
@@ -177,7 +181,7 @@ def score_test_set(model: AttnModel, gold_path, convention: str | None = None, c
     samples = []
     for k, (s, t, g) in enumerate(zip(src_lines, tgt_lines, gold)):
         if cancelled is not None and cancelled():
-            raise AttnvizError("cancelled")
+            raise Cancelled("cancelled")
         sw, tw = s.split(), t.split()
         if not sw or not tw:
             raise AttnvizError(f"{gold_file.stem} line {k + 1}: an empty sentence; every line needs a word")

@@ -26,6 +26,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.core.untrusted import read_text
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -61,8 +62,8 @@ def _config_special(model_file: Path) -> dict:
         if p is None or not p.is_file():
             continue
         try:
-            cfg = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            cfg = json.loads(read_text(p, name))
+        except (OSError, ValueError, AttnvizError):
             continue
         for key, role in CONFIG_SPECIAL.items():
             v = cfg.get(key)

@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.runtime import shm
-from attnviz.runtime.errors import Cancelled
+from attnviz.runtime import lifetime, shm
+from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
-from attnviz.runtime.worker import _slot_size, serve
+from attnviz.runtime.worker import _slot_size, serve_orphanless
 
 __all__ = [
     "INLINE_BYTES",
@@ -109,18 +109,25 @@ class _Host:
             root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
             env.update(_huge_pages_env(os.environ))
+            # the child dies with this process (runtime/lifetime.py): it watches `watch`, whose other end only
+            # this process holds; the Linux parent-death signal only when spawned from the main thread
+            watch, self.lifeline = lifetime.lifeline()
+            main = "1" if threading.current_thread() is threading.main_thread() else "0"
+            script = str(Path(__file__).with_name("worker.py"))
+            args = [str(theirs.fileno()), self.outdir, str(watch), str(os.getpid()), main]
             self.proc: _Popen | _MpProcess = _Popen(
-                [sys.executable, str(Path(__file__).with_name("worker.py")), str(theirs.fileno()), self.outdir],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
+                [sys.executable, script, *args], pass_fds=(theirs.fileno(), watch), stdin=subprocess.DEVNULL, env=env
             )
             theirs.close()
+            os.close(watch)
             self.conn = Connection(mine.detach())
         else:  # pragma: no cover - Windows has no pass_fds
             ctx = mp.get_context("spawn")
             self.conn, child = ctx.Pipe()
-            self.proc = _MpProcess(ctx.Process(target=serve, args=(child, self.outdir), daemon=True))
+            self.lifeline = -1  # the child watches multiprocessing's parent sentinel instead
+            self.proc = _MpProcess(
+                ctx.Process(target=serve_orphanless, args=(child, self.outdir, os.getpid()), daemon=True)
+            )
             child.close()
         self.lock = threading.Lock()
         self.poller = None
@@ -300,6 +307,9 @@ class _Host:
             self.proc.kill()
         self.proc.wait(5)
         self.conn.close()
+        if self.lifeline >= 0:
+            os.close(self.lifeline)
+            self.lifeline = -1
         for mm in self.maps.values():
             _close(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
         self.maps.clear()
@@ -521,7 +531,7 @@ class RemoteSession:
                 raise
             except RemoteRunError as e:  # onnxruntime refused the graph
                 raise AttnvizError(
-                    f"{self.label}: onnxruntime cannot load this model: {_ort_text(e)}; re-export it (or update onnxruntime)"
+                    f"{self.label}: onnxruntime cannot load this model: {ort_message(e)}; re-export it (or update onnxruntime)"
                 ) from None
             self._host = host
             return desc
@@ -582,13 +592,6 @@ class RemoteSession:
         except RunCancelled:
             self._host = None
             raise
-
-
-def _ort_text(e: Exception) -> str:
-    s = str(e).strip().replace("\n", " ")
-    if "[ONNXRuntimeError]" in s:
-        s = s.split(" : ")[-1]
-    return s[:240]
 
 
 def isolated() -> bool:

@@ -27,20 +27,32 @@ class PositionLimit:
     tokens: int
     source: str  # where the number came from, for the message
 
-    def message(self, n: int, what: str = "tokens") -> str:
-        return (
-            f"{n} {what}; this model's positions stop at {self.tokens} ({self.source}); "
-            f"use --max-tokens {self.tokens} to truncate"
-        )
+    def message(self, n: int, what: str = "tokens", fix: str | None = None) -> str:
+        fix = fix or f"use --max-tokens {self.tokens} to truncate"
+        return f"{n} {what}; this model's positions stop at {self.tokens} ({self.source}); {fix}"
 
 
 class InputTooLong(AttnvizError):
     """The input has more tokens than the model has positions; ``limit`` says how many fit."""
 
-    def __init__(self, n: int, limit: PositionLimit):
-        super().__init__(limit.message(n))
+    def __init__(self, n: int, limit: PositionLimit, what: str = "", fix: str | None = None):
+        msg = limit.message(n, fix=fix)
+        super().__init__(f"{what}: {msg}" if what else msg)
         self.n = n
         self.limit = limit
+
+
+SHORTEN = "shorten it: the model cannot read past its positions"
+
+
+def check_positions(model, n: int, what: str = "", fix: str | None = None) -> None:
+    """The one position-limit check, at every entry that feeds tokens (extract/open --text and --text-pair, corpus
+    items and targets, align sentences): ``n`` tokens past the model's positions are refused in one line naming
+    ``what`` and ``fix`` (default: the ``--max-tokens`` flag), before onnxruntime fails mid-sentence.  ``model``:
+    any :class:`~attnviz.runtime.protocol.AttnModel` (not annotated: protocol.py imports this module)."""
+    limit = model.position_limit
+    if limit is not None and n > limit.tokens:
+        raise InputTooLong(n, limit, what, fix)
 
 
 def _from_metadata(meta: dict) -> PositionLimit | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from attnviz.core.untrusted import open_regular
+
 
 def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelProto | None:
     """The model's structure with every large inline weight replaced by a reference to its bytes in the file.
@@ -22,7 +24,7 @@ def weights_by_reference(path: str | Path, min_bytes: int = 1024) -> onnx.ModelP
     external data, no raw_data), which then keep the fully loaded proto.
     """
     path = Path(path)
-    with open(path, "rb") as f:
+    with open_regular(path, "model") as f:
         return weights_by_reference_in(f, path.resolve().name, min_bytes)
 
 

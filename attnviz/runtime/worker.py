@@ -1,6 +1,6 @@
 """The crash-isolation child: onnxruntime sessions run on the parent's requests (started by :mod:`attnviz.runtime.host`).
 
-``python .../attnviz/runtime/worker.py FD OUTDIR``: started as a script, by path, so that the child imports only
+``python .../attnviz/runtime/worker.py FD OUTDIR WATCH PARENT MAIN``: started as a script, by path, so that the child imports only
 numpy, onnxruntime and the three small attnviz modules it needs, not ``attnviz.runtime``'s package init (onnx,
 the graph code, folders: ~12 MB of memory and ~0.5 s per child).  The server's classes still pickle under their
 real module names.
@@ -620,10 +620,30 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
         server.handle(op, args)
 
 
+def serve_orphanless(conn, outdir: str, parent: int) -> None:  # pragma: no cover - the Windows child
+    import multiprocessing as mp
+    import shutil
+
+    from attnviz.runtime.lifetime import die_with_parent
+
+    sentinel = mp.parent_process().sentinel  # type: ignore[union-attr]  # a spawned child always has a parent
+    die_with_parent(parent, sentinel, signal_ok=False, on_orphan=lambda: shutil.rmtree(outdir, ignore_errors=True))
+    serve(conn, outdir)
+
+
 if __name__ == "__main__":  # pragma: no cover - the child process
     import shutil
     from multiprocessing.connection import Connection
 
+    from attnviz.runtime.lifetime import die_with_parent
+
+    # FD OUTDIR WATCH PARENT MAIN: end with the parent, even mid-run (a kill -9 of attnviz must not leave us)
+    die_with_parent(
+        int(sys.argv[4]),
+        int(sys.argv[3]),
+        signal_ok=sys.argv[5] == "1",
+        on_orphan=lambda: shutil.rmtree(sys.argv[2], ignore_errors=True),
+    )
     try:
         serve(Connection(int(sys.argv[1])), sys.argv[2])
     except (EOFError, OSError):  # a reply the parent was no longer there to read

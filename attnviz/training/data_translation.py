@@ -36,13 +36,13 @@ import json
 import random
 import sys
 import sysconfig
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.core.writes import atomic_write_bytes
 
 if TYPE_CHECKING:  # tokenizers loads on first use, not when this module is imported
     from tokenizers import Tokenizer
@@ -260,7 +260,7 @@ def write_pharaoh_files(pairs: list[AlignedPair], prefix: str | Path) -> tuple[P
         "".join(" ".join(f"{i}-{j}" for i, j in sorted(p.links)) + "\n" for p in pairs),
     ]
     for path, text in zip(paths, texts):
-        path.write_text(text, encoding="utf-8")
+        atomic_write_bytes(path, text.encode("utf-8"))
     return paths  # type: ignore[return-value]
 
 
@@ -419,7 +419,3 @@ def train_tokenizers(
         source=train_tokenizer([p.src for p in pairs], src_vocab, lowercase=greek, strip_accents=greek),
         target=train_tokenizer([p.tgt for p in pairs], tgt_vocab),
     )
-
-
-def stable_hash(s: str) -> int:
-    return zlib.crc32(s.encode("utf-8"))

@@ -26,6 +26,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core import preprocess
+from attnviz.core.untrusted import read_text
 from attnviz.core.writes import publish_folder
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
 
@@ -290,7 +291,7 @@ def image_settings(model_dir: Path, config) -> dict:
     size = getattr(vcfg, "image_size", 224)
     size = list(size) if isinstance(size, (list, tuple)) else [int(size), int(size)]
     pre_file = model_dir / "preprocessor_config.json"
-    pre = json.loads(pre_file.read_text()) if pre_file.is_file() else {}
+    pre = json.loads(read_text(pre_file, pre_file.name)) if pre_file.is_file() else {}
     if pre:
         mean, std = pre.get("image_mean", IMAGE_PRESETS["0.5"][0]), pre.get("image_std", IMAGE_PRESETS["0.5"][1])
         if pre.get("do_normalize") is False:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from attnviz.core.view_names import tab_title, view_key
 from attnviz.figures import render_figure
 
 # (name, selection changes): heads and aggregates, layer ranges, steps, filters, log scale
@@ -128,7 +129,7 @@ def check_image(w, fig):
 
 
 def views_for(w):
-    return [v for v in VIEWS if not w.views[w.VIEW_ALIASES[v]].reason()]
+    return [v for v in VIEWS if not w.views[tab_title(view_key(v))].reason()]
 
 
 CHECKS = {

@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
 
 from attnviz.core import view as vm
+from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
@@ -27,7 +28,7 @@ HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
 class OverviewView(View):
     """Signals: ``picked(block, layer, head)`` when a thumbnail is clicked."""
 
-    title = "Overview"
+    title = tab_title("overview")
     picked = Signal(int, int, int)
 
     def __init__(self, session, parent=None):

@@ -8,6 +8,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from attnviz.core import view as vm
+from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
 
@@ -148,7 +149,7 @@ class LinksCanvas(QWidget):
 
 
 class TokenLinksView(View):
-    title = "Token links"
+    title = tab_title("links")
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -194,10 +195,6 @@ class TokenLinksView(View):
             self.checked.discard(h)
         if not self.checked:  # always show at least the focused head
             self.checked = {self.session.sel.head}
-        self.draw()
-
-    def set_heads(self, heads) -> None:
-        self.checked = set(heads)
         self.draw()
 
     def draw(self) -> None:

@@ -60,7 +60,7 @@ def _read(path: str, flag: str) -> list[str]:
     from attnviz.core.align import read_lines
 
     try:
-        return read_lines(path)
+        return read_lines(path, flag)
     except FileNotFoundError:
         raise AttnvizError(f"{flag} {path}: no such file") from None
     except IsADirectoryError:
@@ -76,13 +76,21 @@ def run(args) -> int:
 
     from attnviz import AttnvizError
     from attnviz.core import align
+    from attnviz.core.writes import guard
     from attnviz.runtime import open_model
     from attnviz.runtime.align import Aligner, is_punctuation, select
 
     out = Path(args.out)
-    inputs = [Path(x) for x in (args.model, args.src, args.tgt, args.gold) if x]
-    if any(out.resolve() == p.resolve() for p in inputs):
-        raise AttnvizError(f"--out {out} would overwrite an input file; choose another file")
+    guard(
+        {
+            "the model": args.model,
+            "the --src file": args.src,
+            "the --tgt file": args.tgt,
+            "the --gold file": args.gold,
+            "the --tokenizer file": args.tokenizer,
+        },
+        {"--out": out},
+    )
     if not out.parent.is_dir():
         raise AttnvizError(f"--out {out}: folder {out.parent} does not exist")
     src_lines, tgt_lines = _read(args.src, "--src"), _read(args.tgt, "--tgt")

@@ -21,21 +21,20 @@ def run(args) -> int:
     from attnviz.core import limits
     from attnviz.core.attention import DenseMap
     from attnviz.core.io import save_npz
-    from attnviz.core.writes import refuse_input_as_output
+    from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
 
     out = Path(args.out)
     if out.suffix != ".npz":
         raise AttnvizError(f"--out {out}: must end in .npz")
-    refuse_input_as_output(
-        out,
+    guard(
         {
             "the model": args.model,
             "the --inputs file": args.inputs,
             "the --image file": args.image,
             "the --tokenizer file": args.tokenizer,
         },
-        "--out",
+        {"--out": out},
     )
     model, result = analyze_from_args(args)
     mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20

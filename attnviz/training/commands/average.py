@@ -39,6 +39,11 @@ def run(args) -> int:
     from attnviz.training.tasks import get_task
 
     run_dir = Path(args.run)
+    if args.out is not None:
+        from attnviz.core.writes import guard
+
+        outs = [Path(args.out) / n for n in (ckpt.CONFIG, ckpt.TENSORS, "model.onnx", "metrics.json")]
+        guard({"the run folder": run_dir, "a --weights file": args.weights}, {"--out": outs})
     cfg_file = run_dir / ckpt.CONFIG
     if not cfg_file.is_file() or not (run_dir / "model.onnx").is_file():
         raise AttnvizError(f"{run_dir} is not a finished 'attnviz train' run folder (config.json and model.onnx)")

@@ -32,6 +32,9 @@ def run(args) -> int:
 
     if not 14 <= args.opset <= 23:
         raise AttnvizError(f"--opset {args.opset}: use an opset from 14 to 23 (17 is the tested default)")
+    from attnviz.core.writes import guard
+
+    guard({"the model folder": args.model_dir}, {"--out": args.out})
     r = export_hf(args.model_dir, args.out, opset=args.opset, text=args.text)
     if r.missing_weights:
         print(

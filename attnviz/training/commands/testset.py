@@ -44,7 +44,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.core.writes import atomic_write_bytes
+    from attnviz.core.writes import atomic_write_bytes, guard
     from attnviz.training import data_translation as dt
 
     if args.max_pairs is not None and args.max_pairs < 1:
@@ -56,6 +56,7 @@ def run(args) -> int:
     taken = [n for n in names if (out / n).exists()]
     if taken:  # never replace a user's files: these names are common
         raise AttnvizError(f"--out {out} already holds {', '.join(taken)}; choose another folder")
+    guard({}, {"--out": [out / n for n in names]})  # nothing is read from the user; written atomically all the same
     pairs = TEST_SETS[args.task]()[: args.max_pairs]
     out.mkdir(parents=True, exist_ok=True)
     src, tgt, gold = dt.write_pharaoh_files(pairs, out / "test")

@@ -121,6 +121,7 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
 
 def run(args) -> int:
     from attnviz import AttnvizError
+    from attnviz.training import checkpoint as ckpt
     from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder
     from attnviz.training.export import export
     from attnviz.training.loop import Trainer, steps_for_epochs
@@ -143,9 +144,13 @@ def run(args) -> int:
             raise AttnvizError("--steps must be at least 1")
         tcfg.steps = args.steps
     tcfg.warmup = min(tcfg.warmup, max(1, tcfg.steps // 10))
+    out = Path(args.out)
+    from attnviz.core.writes import guard
+
+    outs = [out / n for n in (MODEL, "metrics.json", ckpt.CONFIG, ckpt.STATE, ckpt.TENSORS)]
+    guard({"the run it starts from (init_from)": tcfg.init_from or None}, {"--out": outs})
     if not args.restart:
-        check_run_folder(args.out, task.name)
-    out = Path(args.out)  # the trainer makes it once the configuration fits the task's data
+        check_run_folder(args.out, task.name)  # the trainer makes it once the configuration fits the task's data
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart, exported=MODEL)
     if args.preset == "tiny":

@@ -1,0 +1,137 @@
+"""Issue 24, item 3: a ``kill -9`` of attnviz leaves no process behind (runtime/lifetime.py: die_with_parent).
+
+``attnviz corpus`` runs in its own session; once its children exist (the corpus pool's workers, the
+crash-isolation host, multiprocessing's resource tracker) the parent alone is killed with SIGKILL, and every
+child recorded must be gone within a bounded time.  The resource tracker is Python's own: it is expected to end
+by itself once every process holding its pipe has, which this checks too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+psutil = pytest.importorskip("psutil")
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "models" / "sequence-classification.onnx"
+APPEAR_S = 180  # a loaded 2-core machine: spawning and importing three interpreters can take a while
+GONE_S = 30
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+
+
+def _live(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _children_until(parent: subprocess.Popen, enough) -> dict[int, str]:
+    """The parent's descendants (pid -> command line), polled until ``enough(cmdlines)`` or the deadline."""
+    seen: dict[int, str] = {}
+    proc = psutil.Process(parent.pid)
+    deadline = time.monotonic() + APPEAR_S
+    while time.monotonic() < deadline and parent.poll() is None:
+        for c in proc.children(recursive=True):
+            try:
+                seen[c.pid] = " ".join(c.cmdline())
+            except psutil.Error:
+                pass
+        if enough(list(seen.values())):
+            return seen
+        time.sleep(0.05)  # polling interval, not a stand-in for synchronisation: the deadline bounds it
+    raise AssertionError(f"the children did not appear in {APPEAR_S} s (rc {parent.poll()}): {seen}")
+
+
+def _kill_parent_and_wait(parent: subprocess.Popen, children: dict[int, str]) -> list[str]:
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(10)
+    deadline = time.monotonic() + GONE_S
+    while time.monotonic() < deadline:
+        left = [pid for pid in children if _live(pid)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    left = [pid for pid in children if _live(pid)]
+    for pid in left:  # this test's own strays: stop them before failing
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return [children[pid] for pid in left]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
+def test_kill_9_of_corpus_takes_its_workers_host_and_tracker_along(tmp_path):
+    texts = tmp_path / "digits.jsonl"
+    lines = (json.dumps({"text": " ".join(str((i * 7 + j) % 10) for j in range(12))}) for i in range(20000))
+    texts.write_text("\n".join(lines) + "\n")
+    argv = [sys.executable, "-m", "attnviz.cli", "corpus", str(MODEL), "--texts", str(texts)]
+    argv += ["--out", str(tmp_path / "out"), "--batch-size", "1", "--workers", "2", "--no-progress"]
+    parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+
+        def all_there(cmds):
+            return (
+                sum("spawn_main" in c for c in cmds) >= 2
+                and any("resource_tracker" in c for c in cmds)
+                and any("worker.py" in c for c in cmds)
+            )
+
+        children = _children_until(parent, all_there)
+        assert _kill_parent_and_wait(parent, children) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
+def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
+    """The parent is held (its unbuffered stdout is a full pipe: its last line blocks) after the isolation host
+    started; then killed."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    argv = [sys.executable, "-u", "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7"]
+    argv += ["--out", str(tmp_path / "maps.npz")]
+    parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stdout=w, stderr=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        children = _children_until(parent, lambda cmds: any("worker.py" in c for c in cmds))
+        assert _kill_parent_and_wait(parent, children) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        os.close(r)
+
+
+def test_an_orphan_at_birth_exits_at_once(tmp_path):
+    """The race the signal leaves: a parent that died before the child armed it.  A child told its parent is a
+    pid that is not its parent exits with the orphan status without running anything else."""
+    code = (
+        "from attnviz.runtime.lifetime import die_with_parent\n"
+        "die_with_parent(1 if __import__('os').getppid() != 1 else 2)\n"
+        "print('still here')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    from attnviz.runtime.lifetime import ORPHAN_EXIT
+
+    assert done.returncode == ORPHAN_EXIT and "still here" not in done.stdout
