@@ -54,6 +54,7 @@ PARAM_FLAGS = {
     "output": "--out",
     "view": "--view",
     "image_base": "--image-base",
+    "scale": "--scale",
     "batch": None,
 }
 

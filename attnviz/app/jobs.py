@@ -61,9 +61,10 @@ def analyze(
     return result
 
 
-def render_and_save(result, spec, path):
-    """Draw a figure with :mod:`attnviz.figures` and write it atomically."""
+def render_and_save(result, view, selection, path, figure_style=None):
+    """Draw ``view`` of ``result`` for the view model's ``selection`` with :mod:`attnviz.figures` and write it
+    atomically."""
     from attnviz.figures import render_figure, save_figure
 
-    fig = render_figure(result, spec)
+    fig = render_figure(result, view, selection, figure_style)
     return save_figure(fig, path)

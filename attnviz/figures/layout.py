@@ -13,7 +13,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.view import clean_label, tick_indices
-from attnviz.figures.spec import FigureSpec
+from attnviz.figures.spec import FigureStyle
 
 LINE = 1.4  # label pitch in font sizes used when a figure is sized to its labels
 FIT = 1.15  # the closest pitch (in font sizes) at which neighbouring labels still read apart
@@ -109,7 +109,7 @@ def _fill_lines(pieces: Iterable[str], joiner: str, fits: Callable[[str], bool])
     return lines
 
 
-def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool = True) -> Figure:
+def new_figure(spec: FigureStyle, width: float, height: float, constrained: bool = True) -> Figure:
     # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
     width = max(1, round(width * spec.dpi)) / spec.dpi
     height = max(1, round(height * spec.dpi)) / spec.dpi
@@ -128,7 +128,7 @@ def model_name(result: AttentionResult) -> str:
     return name
 
 
-def make_title(result: AttentionResult, spec: FigureSpec, *parts: str) -> str:
+def make_title(result: AttentionResult, spec: FigureStyle, *parts: str) -> str:
     """``spec.title`` if given; else ``model · part · part``."""
     if spec.title is not None:
         return spec.title.replace("$", r"\$")

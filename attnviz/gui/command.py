@@ -123,7 +123,9 @@ def run(args) -> int:
     focus = {
         k: getattr(args, k) for k in ("block", "layer", "head", "mode", "image_base") if getattr(args, k) is not None
     }
-    if args.mode in ("mean", "max", "min") and args.layer is not None:
+    if "head" in focus:
+        focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
+    if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
         focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
     if focus:
 

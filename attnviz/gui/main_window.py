@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
+from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
@@ -265,6 +266,7 @@ class MainWindow(QMainWindow):
             "head": c.head,
             "aggregate": c.mode,
             "step": c.step,
+            "scale": c.scale,
         }
         return widgets.get(param or "")
 
@@ -588,10 +590,10 @@ class MainWindow(QMainWindow):
             self.show_error("nothing to export yet: open a model and run an input first")
             return
         view = self.current_view()
-        spec = self.figure_spec(view) if figures_renderer() is not None else None
-        if spec is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
-            result = self.session.result
-            self._start_export(lambda: render_and_save(result, spec, path), path)
+        what = self.figure_selection(view) if figures_renderer() is not None else None
+        if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
+            result, (name, sel) = self.session.result, what
+            self._start_export(lambda: render_and_save(result, name, sel, path), path)
             return
         try:
             self.last_export = export_widget(view.export_target(), path)
@@ -600,14 +602,10 @@ class MainWindow(QMainWindow):
             return
         self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
 
-    def figure_spec(self, view):
-        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows (the session's selection plus
-        what the view itself holds: checked heads, image query), or None for the stats table, which the
-        export then renders from the widget."""
-        try:
-            from attnviz.figures import spec_from_selection
-        except ImportError:
-            return None
+    def figure_selection(self, view) -> tuple[str, Selection] | None:
+        """``(figure view name, selection)`` that ``attnviz.figures.render_figure`` draws for what ``view``
+        shows: the session's selection plus what the view itself holds (checked heads, image query); None for
+        the stats table, which the export then renders from the widget."""
         s = self.session
         if s.block is None or view is self.stats:
             return None
@@ -626,7 +624,9 @@ class MainWindow(QMainWindow):
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
             sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
-        return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
+        if view is self.links and sel.mode == "head":
+            sel = sel.with_(heads=tuple(sorted(self.links.checked)))
+        return name, sel
 
     def export_maps(self, path) -> None:
         if not self._export_allowed(Path(path)):

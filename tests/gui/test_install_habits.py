@@ -168,7 +168,7 @@ def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtb
     on every start)."""
     import json
 
-    from attnviz.core.view import Selection
+    from attnviz.core.view import default_selection
     from attnviz.gui import restore
 
     saved = {
@@ -182,7 +182,7 @@ def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtb
     with qtbot.waitSignal(w.result_shown, timeout=30000):
         restore.restore(w, restore.load(settings))
     qtbot.waitUntil(lambda: w.session.sel.layer == 3, timeout=5000)  # what the views can draw is applied
-    sel, default = w.session.sel, Selection()
+    sel, default = w.session.sel, default_selection(w.session.result)  # where a freshly opened model opens
     assert (sel.head, sel.mode, sel.step, sel.keep, sel.log) == (
         default.head,
         default.mode,

@@ -205,8 +205,8 @@ class TokenLinksView(View):
         if len(self.head_boxes) != n:
             self._rebuild_heads(n)
         layer_key = (id(s.result), sel.block, sel.layer)
-        if layer_key != self._layer_key or len(self.checked) <= 1:
-            self.checked = {sel.head}
+        if layer_key != self._layer_key or len(self.checked) <= 1:  # a new layer opens on the view model's heads
+            self.checked = set(vm.link_heads(blk, sel)) or {sel.head}
             self._layer_key = layer_key
         self.checked = {h for h in self.checked if h < n} or {sel.head}
         lv = vm.links_view(s.result, sel, sorted(self.checked) if sel.mode == "head" else None, s.blocks)
