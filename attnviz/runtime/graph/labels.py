@@ -13,6 +13,7 @@ from onnx import TensorProto
 from attnviz.core import metadata as md
 from attnviz.runtime.graph.base import Site
 from attnviz.runtime.graph.index import MS, Graph, _attr
+from attnviz.runtime.inputs import guess_role
 
 _LAYER_RE = re.compile(r"(?:layers?|blocks?|block|h|layer)[._/](\d+)")
 DECODER_INPUT_RE = re.compile(r"^decoder_|^labels$", re.I)
@@ -218,8 +219,13 @@ def _encoder_evidence(g: Graph, meta: dict, folder_type: str = "") -> str:
     model_type = str(config.get("model_type") or folder_type or "")
     if model_type in DUAL_ENCODER_MODEL_TYPES:
         return f"model type {model_type}: a dual encoder's tower"
-    token_inputs = {i.name for i in g.inputs if i.type.tensor_type.elem_type in (TensorProto.INT64, TensorProto.INT32)}
-    derived = set(token_inputs)
+    roles = md.section(meta, "inputs")
+    derived = {  # the token ids (not a mask's or positions' ints: an ArgMax over a mask finds the last real token)
+        i.name
+        for i in g.inputs
+        if i.type.tensor_type.elem_type in (TensorProto.INT64, TensorProto.INT32)
+        and (roles.get(i.name) or guess_role(i.name, "int64", len(i.type.tensor_type.shape.dim))) == "tokens"
+    }
     for n in (g.nodes[i] for i in g.order):  # top level, topologically: reshapes, casts, comparisons (ids == eos)
         if (
             n.op_type in ("Cast", "Equal", "Identity", "Reshape", "Flatten", "Squeeze")
