@@ -193,3 +193,20 @@ def test_towers_of_equal_length_stay_apart(dual, tmp_path):
     assert blocks[0].key_axis.labels[0] == "(0,0)" and blocks[2].key_axis.labels[0] != "(0,0)"
     for g, r in zip(res.maps, ref):
         np.testing.assert_allclose(g.array(), r, atol=ATOL)
+
+
+def test_compare_keeps_the_towers_apart(dual, reference):
+    """attnviz compare matches sites by stack, kind, layer — and tower: CLIP against itself compares each tower's
+    layer with itself (all zero), none with the other tower's layer of the same number."""
+    from attnviz.corpus.compare import compare_results
+
+    kw, _, _ = reference("clip")
+    _, res = _run(dual("clip"), kw)
+    comp = compare_results(res, res, {k: v.numpy() for k, v in kw.items()})
+    assert not comp.unmatched
+    sites = sorted({(r["stack"], r["kind"], r["layer"]) for r in comp.heads})
+    assert sites == [("encoder (image)", "self", 0), ("encoder (image)", "self", 1)] + [
+        ("encoder (text)", "self", 0),
+        ("encoder (text)", "self", 1),
+    ]
+    assert all(r["max_abs_diff"] == 0.0 for r in comp.heads)
