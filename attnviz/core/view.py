@@ -309,14 +309,24 @@ def default_selection(result: AttentionResult, blocks: list[Block] | None = None
         return Selection()
     declared = declared_alignment(result)
     cross = next((i for i, b in enumerate(blocks) if b.kind == "cross"), None)
+    base = default_image_base(result, blocks)
     if declared is not None and cross is not None:
         (layer, head), rows = declared
         blk = blocks[cross]
         if layer < blk.n_layers and head < blk.heads_in(layer):
-            return Selection(block=cross, layer=layer, head=head, mode="head", rows=rows)
+            return Selection(block=cross, layer=layer, head=head, mode="head", rows=rows, image_base=base)
     last = blocks[0].n_layers - 1
     rows = declared[1] if declared is not None else "predict"
-    return Selection(layer=last, mode="mean", layer_lo=last, layer_hi=last, rows=rows)
+    return Selection(layer=last, mode="mean", layer_lo=last, layer_hi=last, rows=rows, image_base=base)
+
+
+def default_image_base(result: AttentionResult, blocks: list[Block] | None = None) -> str:
+    """What lies under the heat by default: the image in colour under a captioner's words (they name what the
+    image shows, colours included: "the blue triangle" over a greyed image hides what the word is about), a
+    greyed image elsewhere (where the image's colours could be mistaken for heat)."""
+    blocks = result.blocks() if blocks is None else blocks
+    captions = result.patch_grid is not None and any(b.kind == "cross" for b in blocks)
+    return "colour" if captions else "grey"
 
 
 def clamp(sel: Selection, blocks: list[Block]) -> Selection:
@@ -1043,9 +1053,11 @@ def overlay_view(
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
         size = (int(shape[0]), int(shape[1]))
-    smooth = upsample(patch, size)
-    vmax = max(float(smooth.max()), 1e-6)  # the top of the drawn (smoothed) weights: the colour bar says this
-    heat = np.clip(smooth / vmax, 0.0, 1.0)
+    # the top of the drawn (smoothed) weights, which the colour bar states: sampled 8 times a cell whatever the
+    # drawing's size, so the screen (finer) and the figure (the image's pixels) share one scale
+    r, c = patch.shape
+    vmax = max(float(upsample(patch, (8 * r, 8 * c)).max()), 1e-6)
+    heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
     title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell)

@@ -125,7 +125,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--image-base",
         choices=tuple(IMAGE_BASES),
-        help="image and strip views: what lies under the heat (default grey; colour keeps the image's colours)",
+        help="image and strip views: what lies under the heat (default: colour under a captioner's words, grey "
+        "elsewhere)",
     )
     view.add_argument(
         "--keep",

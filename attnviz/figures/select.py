@@ -279,7 +279,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         batch=int(spec.batch or 0),
         query=query,
         rows=str(spec.rows or (declared[1] if declared else "predict")),
-        image_base=str(spec.image_base or "grey"),
+        image_base=str(spec.image_base or view.default_image_base(result)),
         scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
     )
     if spec.heads is not None:

@@ -54,7 +54,7 @@ class Session(QObject):
         sel = self.sel.with_(step=-1, batch=batch)
         if result is not None and self._fresh and self.blocks:
             # a newly opened model opens where `attnviz figure` without selection flags draws (one default, in
-            # the view model); the user's filters (log, hidden tokens, kept mass, image base) stay as they were
+            # the view model, the image base included); the user's filters (log, hidden tokens, kept mass) stay
             d = default_selection(result, self.blocks)
             sel = sel.with_(
                 block=d.block,
@@ -66,6 +66,7 @@ class Session(QObject):
                 rows=d.rows,
                 heads=d.heads,
                 query=None,
+                image_base=d.image_base,  # a captioner's words over the image in colour (view.default_image_base)
             )
             self._fresh = False
         # a new input for the same model keeps the user's focus when the result has the same shape; all steps
