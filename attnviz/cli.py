@@ -38,6 +38,7 @@ PARAM_FLAGS = {
     "text": "--text",
     "text_pair": "--text-pair",
     "image": "--image",
+    "audio": "--audio",
     "tokenizer": "--tokenizer",
     "generate": "--generate",
     "inputs": "--inputs",

@@ -145,6 +145,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         notes=list(result.info.get("notes", [])) + list(prep.notes),
         image=str(req.image) if isinstance(req.image, (str, Path)) else None,
         image_preprocessing=prep.image_info,
+        audio=prep.audio,
         alignment=_declared_alignment(model),
     )
 
@@ -226,8 +227,10 @@ class AnalyzeMethod:
         cancelled=None,
         use_cache: bool = True,
         max_tokens: int | None = None,
+        audio=None,
+        max_seconds: float | None = None,
     ) -> AttentionResult:
-        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
+        """Build feeds from text / image / audio / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a
@@ -248,4 +251,6 @@ class AnalyzeMethod:
             image_std=image_std,
             use_cache=use_cache,
             max_tokens=max_tokens,
+            audio=audio,
+            max_seconds=max_seconds,
         )

@@ -47,6 +47,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
+    audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
@@ -202,6 +203,69 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
 
 
+def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
+    """Sound files (or mono samples at the model's rate) -> the log-mel features its encoder takes; the
+    encoder's positions are labelled by time (20 ms each for Whisper)."""
+    from attnviz.runtime import audio as au
+
+    aud_in = by_role(model, "audio")
+    if req.audio is None:
+        if aud_in is not None and aud_in.name in feeds:  # features given raw: their frames still have times
+            spec = au.FeatureSpec.from_dict(md.section(model.meta, "audio"))
+            n = (int(np.shape(feeds[aud_in.name])[-1]) - 1) // au.CONV_STRIDE + 1
+            prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
+        elif aud_in is not None:
+            raise AttnvizError(
+                f"{model.name} takes audio ({aud_in.describe()}); give a sound file (--audio FILE)", param="audio"
+            )
+        return
+    if aud_in is None:
+        raise AttnvizError(
+            f"{model.path.name} takes no audio input (its inputs: {', '.join(i.name for i in model.inputs)}); "
+            "give a text or an image instead",
+            param="audio",
+        )
+    spec = au.FeatureSpec.from_dict(md.section(model.meta, "audio"))
+    clips = list(req.audio) if isinstance(req.audio, (list, tuple)) else [req.audio]
+    if not clips:
+        raise AttnvizError("no audio clip given; give a sound file (--audio FILE)", param="audio")
+    waves, names = [], []
+    for clip in clips:
+        if isinstance(clip, np.ndarray):  # samples already at the model's rate (the window, a script)
+            wave, notes = au.check_clip(clip.astype(np.float32), spec.sampling_rate, spec, "samples", req.max_seconds)
+            names.append("samples")
+        else:
+            wave, notes = au.load_audio(clip, spec, req.max_seconds)
+            names.append(str(clip))
+        waves.append(wave)
+        prep.notes += notes
+    feeds[aud_in.name] = au.log_mel(waves, spec).astype(np.dtype(aud_in.dtype))
+    prep.audio = names
+    prep.src_rows = [TokenAxis(au.frame_labels(au.encoder_positions(spec), spec))]
+
+
+def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[int]] | None:
+    """A speech decoder's forced prompt per row (the language detected per clip where the config leaves it
+    open), or None for any other model."""
+    from attnviz.runtime.speech import SpeechPrompt
+
+    section = md.section(model.meta, "speech_prompt")
+    if not section or prep.dec_in is None:
+        return None
+    prompt = SpeechPrompt.from_meta(section)
+    dec_name = prep.dec_in.name
+
+    def start_logits(ids: list[int]) -> np.ndarray:
+        logits = model.logits({**prep.feeds, dec_name: np.asarray([ids] * batch, np.int64)})
+        return logits[:, -1] if logits.ndim == 3 else logits
+
+    rows = prompt.rows(start_logits, batch)
+    if prompt.language_slot is not None and prep.tgt_tok is not None:
+        found = sorted({prep.tgt_tok.label(r[prompt.language_slot]) for r in rows})
+        prep.notes.append(f"language detected from the audio: {', '.join(found)}")
+    return rows
+
+
 def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
     """An empty encoder half of a KV cache (``past_key_values.N.encoder.*``) would leave cross-attention no keys
     at all: a with-past file (one cached step) cannot start on its own.  A merged decoder's first branch
@@ -223,13 +287,19 @@ def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
         )
 
 
+# the builders of an encoder's non-text input, one per kind; each fills its input's feeds (and the source axes)
+# from the request, or refuses it in one line when the model takes no such input
+SOURCE_BUILDERS = (_image, _audio)
+
+
 def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     feeds = ip.load_feeds(req.feeds) if isinstance(req.feeds, (str, Path)) else dict(req.feeds or {})
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
     _check_encoder_cache(model, feeds)
     prep = Prepared(feeds=feeds)
     kind = model.kind
-    _image(model, req, feeds, prep)
+    for build in SOURCE_BUILDERS:
+        build(model, req, feeds, prep)
     batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
     prep.batch = batch
 
@@ -299,20 +369,21 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
         elif prompt is None:
             sp = md.section(model.meta, "special")
             start = sp.get("decoder_start", sp.get("bos"))
-            prompt = [int(start if start is not None else 0)]
+            starts = _speech_prompts(model, prep, batch) or [[int(start if start is not None else 0)]] * batch
             forced = caption if caption is not None else req.text_pair
+            target: list[int] = []
             if forced:
                 if prep.tgt_tok is None:
                     raise AttnvizError(
                         "no target tokenizer to encode the text pair; put tokenizer.json beside the model",
                         param="tokenizer",
                     )
-                prompt += prep.tgt_tok.encode(forced, add_special=False).ids
+                target = prep.tgt_tok.encode(forced, add_special=False).ids
                 from attnviz.runtime.limits import SHORTEN, check_positions
 
                 what = "the caption" if caption is not None else "the text pair (decoder side)"
-                check_positions(model, len(prompt), what, SHORTEN)
-            prep.prompts = [list(prompt) for _ in range(batch)]
+                check_positions(model, len(starts[0]) + len(target), what, SHORTEN)
+            prep.prompts = [list(s) + target for s in starts]
         else:
             prep.prompts = [list(prompt)]
         if kind == "decoder" and not prep.prompts[0]:

@@ -31,6 +31,7 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
     src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    src.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(
         "--max-tokens",
@@ -38,6 +39,12 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
         metavar="N",
         help="keep only the first N tokens of the text (the model's "
         "position limit is checked and named when a text is longer)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        metavar="S",
+        help="keep only the first S seconds of the audio (a clip longer than the model's window is refused)",
     )
     p.add_argument(
         "--generate",
@@ -85,7 +92,7 @@ def analyze_from_args(args):
     from attnviz import AttnvizError
     from attnviz.runtime import open_model
 
-    given = [x for x in (args.inputs, args.text, args.image) if x is not None]
+    given = [x for x in (args.inputs, args.text, args.image, args.audio) if x is not None]
     if not given:
         raise AttnvizError(no_input(args.model))
     from attnviz.runtime.host import prestart
@@ -103,6 +110,8 @@ def analyze_from_args(args):
         image_mean=args.image_mean,
         image_std=args.image_std,
         max_tokens=getattr(args, "max_tokens", None),
+        audio=args.audio,
+        max_seconds=args.max_seconds,
     )
     return model, result
 
@@ -115,7 +124,7 @@ def no_input(model_path) -> str:
     from attnviz.core.words import with_article
     from attnviz.runtime.sample import sample_for_path
 
-    generic = "no input: give --text T, --image PATH or --inputs FEEDS.npz"
+    generic = "no input: give --text T, --image PATH, --audio FILE or --inputs FEEDS.npz"
     path = Path(str(model_path))
     sample = sample_for_path(path) if path.is_file() else None
     if sample is None or not (set(sample.values) & {"text", "image"}):
