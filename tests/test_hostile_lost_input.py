@@ -89,6 +89,21 @@ def test_corpus_results_folder_never_replaces_the_model_or_tokenizer(tmp_path, c
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["heads.parquet", "run.json"])
+def test_compare_results_never_replace_a_model(model, tmp_path, capsys, variant, name):
+    other = tmp_path / "other.onnx"
+    other.write_bytes(model.read_bytes())
+    out = tmp_path / "cmp"
+    aim(other, out, variant) if variant != "same" else None
+    if variant == "same":
+        out.mkdir()
+        other = other.rename(out / name)
+    else:
+        (out / other.name).rename(out / name)
+    refused(capsys, ["compare", model, other, "--text", "the cat", "--out", out], tmp_path, "model B")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_extract_never_replaces_its_feeds(model, tmp_path, capsys, variant):
     feeds = tmp_path / "f.npz"
     np.savez(feeds, input_ids=np.array([[1, 3, 4, 2]], np.int64))
@@ -279,6 +294,7 @@ WRITES_ALLOWED = {
     "core/io.py": "streams each map into the zip inside core.writes.atomic_path's temp file",
     "corpus/reduce.py": "np.savez into core.writes.atomic_path's temp file (a file object: savez adds .npz to names)",
     "corpus/output.py": "pq.write_table into core.writes.atomic_path's temp file",
+    "corpus/compare.py": "pq.write_table into core.writes.atomic_path's temp file",
     "corpus/ray_engine.py": "image bytes into a private TemporaryDirectory, decoded and deleted at once",
     "runtime/builders.py": "an image into a private mkstemp file the tokenizer-free builder reads and deletes",
     "training/export.py": "onnx.save into core.writes.atomic_path's temp file",

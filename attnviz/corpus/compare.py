@@ -119,18 +119,14 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     return Comparison(heads, outputs, unmatched)
 
 
-def write(out: Path, comp: Comparison, run: dict, inputs: dict) -> None:
-    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically, never over an
-    input file."""
+def write(out: Path, comp: Comparison, run: dict) -> None:
+    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically (and, inside a
+    command, checked again against its declared inputs)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from attnviz import AttnvizError
-    from attnviz.core.writes import atomic_path, atomic_write_json, guard
+    from attnviz.core.writes import atomic_path, atomic_write_json
 
-    if out.exists() and not out.is_dir():
-        raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
-    guard(inputs, {"--out": [out / HEADS, out / RUN]})
     out.mkdir(parents=True, exist_ok=True)
     schema = pa.schema(
         [
@@ -153,6 +149,7 @@ def run(args) -> int:
     import onnxruntime
 
     from attnviz import AttnvizError, __version__
+    from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime import open_model
     from attnviz.runtime.commands.common import no_input
@@ -169,6 +166,9 @@ def run(args) -> int:
         "the --image file": args.image,
         "the --tokenizer file": args.tokenizer,
     }
+    if out.exists() and not out.is_dir():
+        raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
+    guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
     prestart()
     feeds = load_feeds(args.inputs) if args.inputs else None
     results = []
@@ -224,7 +224,7 @@ def run(args) -> int:
         },
         "versions": {"attnviz": __version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__},
     }
-    write(out, comp, run_info, inputs)
+    write(out, comp, run_info)
     top = sorted(comp.heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
     print(
         f"compared {len(comp.heads)} heads of {len({(r['stack'], r['kind'], r['layer']) for r in comp.heads})} sites -> {out / HEADS}"

@@ -647,7 +647,7 @@ class MainWindow(QMainWindow):
 
     def _export_allowed(self, path: Path) -> bool:
         """The CLI's rule in the window: an export never replaces the model, tokenizer or image it was made from."""
-        model = getattr(self.session.model, "path", None)
+        model = self.session.model.path if self.session.model is not None else None
         inputs = {"the open model": model, "the tokenizer": self.tokenizer, "the input image": self.inputs.image.text()}
         try:
             with command_scope():
