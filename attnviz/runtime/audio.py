@@ -122,7 +122,8 @@ def mel_to_hz(m: np.ndarray) -> np.ndarray:
 def mel_filter_bank(n_freqs: int, n_mels: int, f_min: float, f_max: float, rate: int) -> np.ndarray:
     """Triangular filters evenly spaced on the Slaney mel scale, area-normalised ("slaney" norm)."""
     fft_freqs = np.linspace(0, rate // 2, n_freqs)
-    edges = mel_to_hz(np.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2))
+    lo, hi = hz_to_mel(np.array([f_min, f_max]))
+    edges = mel_to_hz(np.linspace(lo, hi, n_mels + 2))
     diff = np.diff(edges)
     slopes = edges[None, :] - fft_freqs[:, None]
     down = -slopes[:, :-2] / diff[:-1]

@@ -235,7 +235,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             wave, notes = au.check_clip(clip.astype(np.float32), spec.sampling_rate, spec, "samples", req.max_seconds)
             names.append("samples")
         else:
-            wave, notes = au.load_audio(clip, spec, req.max_seconds)
+            wave, notes = au.load_audio(str(clip), spec, req.max_seconds)
             names.append(str(clip))
         waves.append(wave)
         prep.notes += notes

@@ -312,7 +312,7 @@ class ModelSet(AnalyzeMethod):
             return True
         src = self.inputs[0]
         if self.audio:
-            first = np.zeros((1, *src.shape[1:]), np.dtype(src.dtype))
+            first = np.zeros([1, *(int(d) for d in src.shape[1:])], np.dtype(src.dtype))
         elif self.image:
             spec = ip.image_spec(self.meta, src.shape)
             first = np.zeros((1, spec.channels, spec.height, spec.width), np.dtype(src.dtype))

@@ -77,8 +77,8 @@ def from_configs(gen: Mapping, cfg: Mapping) -> SpeechPrompt | None:
         start = _int(cfg.get("decoder_start_token_id"))
     if start is None:
         return None
-    lang_to_id = gen.get("lang_to_id") if isinstance(gen.get("lang_to_id"), dict) else {}
-    task_to_id = gen.get("task_to_id") if isinstance(gen.get("task_to_id"), dict) else {}
+    lang_to_id: dict = gen["lang_to_id"] if isinstance(gen.get("lang_to_id"), dict) else {}
+    task_to_id: dict = gen["task_to_id"] if isinstance(gen.get("task_to_id"), dict) else {}
     task, language = gen.get("task"), gen.get("language")
     ids: list[int | None] = [start]
     if task is None and language is None:  # the legacy forced ids (transformers ignores them when either is set)

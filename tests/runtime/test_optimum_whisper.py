@@ -20,6 +20,7 @@ sf = pytest.importorskip("soundfile")
 from attnviz.cli import main  # noqa: E402
 from attnviz.runtime import ModelSet, open_model  # noqa: E402
 from attnviz.runtime.audio import FeatureSpec, log_mel  # noqa: E402
+from attnviz.runtime.protocol import AttnModel  # noqa: E402
 
 TOL = 5e-4
 RATE = 16000
@@ -73,7 +74,7 @@ def test_folder_is_one_speech_model_on_a_batch_of_two_clips(whisper):
     decoder cross) equals transformers' on its own feature extractor's features."""
     root, hf, fe, tok = whisper
     m = open_model(root / "onnx", provider="cpu")
-    assert isinstance(m, ModelSet) and m.kind == "encoder-decoder"
+    assert isinstance(m, ModelSet) and isinstance(m, AttnModel) and m.kind == "encoder-decoder"
     assert [i.name for i in m.inputs] == ["input_features", "decoder_input_ids", "decoder_attention_mask"]
     assert m.roles["input_features"] == "audio"
     clips = [chirp(), noise_burst()]
@@ -172,6 +173,16 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     z = np.load(out)
     for i, want in enumerate(refs):
         np.testing.assert_allclose(z[f"attn_{i:03d}"], want, atol=TOL)
+
+    # a figure of the cross-attention over the sound; its recipe names the audio file (and its hash)
+    fig = tmp_path / "cross.png"
+    args = ["figure", str(folder), "--audio", str(wav), "--text-pair", "w8 w2", "--view", "heatmap"]
+    assert (
+        main([*args, "--block", "decoder cross", "--layer", "1", "--head", "2", "--out", str(fig), "--dpi", "60"]) == 0
+    )
+    recipe = json.loads((tmp_path / "cross.png.recipe.json").read_text())
+    assert recipe["inputs"]["audio"]["path"] == "chirp.wav" and recipe["inputs"]["text_pair"] == "w8 w2"
+    assert len(recipe["inputs"]["audio"]["sha256"]) == 64 and fig.stat().st_size > 0
 
     def refused(args, *words):
         capsys.readouterr()
