@@ -26,6 +26,7 @@ CONV_STRIDE = 2  # Whisper's second conv layer halves the frames: one encoder po
 SILENT = 1e-6  # peak amplitude (full scale 1.0) below which a clip holds nothing to hear
 MEL_FLOOR = 1e-10
 MEL_MAX_HZ = 8000.0  # WhisperFeatureExtractor's filter bank stops at 8 kHz whatever the rate
+EXTRACTOR = "WhisperFeatureExtractor"  # the one feature extractor computed here
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class FeatureSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> FeatureSpec:
+        kind = d.get("feature_extractor_type", EXTRACTOR)
+        if kind != EXTRACTOR:  # Speech2Text's Kaldi filter banks, wav2vec2's raw samples, ...: other features
+            raise AttnvizError(
+                f"{PREPROCESSOR}: {kind} features are not computed here (only Whisper's log-mel); "
+                "give the model's input_features with --inputs FEEDS.npz"
+            )
+
         def num(key: str, default, kind=int):
             v = d.get(key, default)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:

@@ -139,6 +139,10 @@ def _with_config(model: AttentionModel) -> AttentionModel:
         image = _folder_image(model.path)
         if image:
             model.meta["image"] = image
+    if "audio" in model.roles.values() and not isinstance(model.meta.get("audio"), dict):
+        spec = FeatureSpec.for_model(model.path)  # a Whisper encoder file alone: its frames' times, --audio
+        if spec is not None:
+            model.meta["audio"] = dataclasses.asdict(spec)
     if "image" in model.roles.values() and not isinstance(model.meta.get("windows"), dict):
         windows = _folder_windows(model.path)
         if windows:

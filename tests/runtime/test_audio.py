@@ -46,6 +46,8 @@ def test_a_config_carrying_its_mel_filters_uses_them():
     np.testing.assert_allclose(got, np.maximum(first, full.max() - 8), atol=1e-5)
     with pytest.raises(AttnvizError, match="mel_filters has shape"):
         au.FeatureSpec.from_dict({"mel_filters": [[0.0] * 3]})
+    with pytest.raises(AttnvizError, match="Speech2TextFeatureExtractor features are not computed here"):
+        au.FeatureSpec.from_dict({"feature_extractor_type": "Speech2TextFeatureExtractor", "feature_size": 80})
 
 
 @pytest.mark.parametrize(("rate", "target"), [(44100, 16000), (8000, 16000), (48000, 16000)])

@@ -136,6 +136,20 @@ def test_generation_through_the_cache_equals_transformers_greedy(whisper):
         _check(r, [x.numpy() for x in refs])
 
 
+def test_the_encoder_file_alone_hears_audio(whisper):
+    """encoder_model.onnx opened alone: the folder's preprocessor_config.json makes its features, its frames are
+    labelled by time, its maps are transformers' encoder attentions."""
+    root, hf, fe, _ = whisper
+    enc = open_model(root / "onnx" / "encoder_model.onnx", provider="cpu")
+    assert enc.roles["input_features"] == "audio" and enc.meta["audio"]["chunk_length"] == 5
+    clips = [chirp(), noise_burst()]
+    r = enc.analyze(audio=clips)
+    _, refs = _reference(hf, fe, clips, [[61], [61]])
+    for got, want in zip(r.maps, refs[:2]):
+        np.testing.assert_allclose(got.array(), want, atol=TOL)
+    assert r.tokens.labels[:2] == ["0.00 s", "0.02 s"] and len(r.tokens.labels) == 250
+
+
 def test_an_open_language_is_detected_as_transformers_detects_it(whisper, tmp_path):
     """A multilingual checkpoint's forced ids leave the language open ([1, null]): one decoder step on the start
     token picks it, as transformers' detect_language does."""
