@@ -22,6 +22,7 @@ COMMANDS = {
     "extract": "attnviz.runtime.commands.extract",
     "corpus": "attnviz.corpus.command",
     "compare": "attnviz.corpus.compare",
+    "ablate": "attnviz.corpus.ablate",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",
     "eval": "attnviz.training.commands.evaluate",
@@ -41,6 +42,7 @@ PARAM_FLAGS = {
     "audio": "--audio",
     "tokenizer": "--tokenizer",
     "generate": "--generate",
+    "max_tokens": "--max-tokens",
     "inputs": "--inputs",
     "memory": "--memory",
     "block": "--block",
@@ -53,6 +55,7 @@ PARAM_FLAGS = {
     "output": "--out",
     "view": "--view",
     "image_base": "--image-base",
+    "scale": "--scale",
     "batch": None,
 }
 

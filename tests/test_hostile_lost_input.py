@@ -104,6 +104,29 @@ def test_compare_results_never_replace_a_model(model, tmp_path, capsys, variant,
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", ["heads.parquet", "run.json"])
+def test_ablate_results_never_replace_the_model_or_feeds(model, tmp_path, capsys, variant, name):
+    feeds = tmp_path / "f.npz"
+    np.savez(feeds, input_ids=np.array([[1, 3, 4, 2]], np.int64))
+    for what, target in (("the model", model), ("the --inputs", feeds)):
+        out = tmp_path / f"abl-{target.stem}"
+        if variant == "same":
+            out.mkdir()
+            target = target.rename(out / name)
+        else:
+            (aim(target, out, variant)).rename(out / name)
+        argv = [
+            "ablate",
+            target if what == "the model" else model,
+            "--inputs",
+            target if what != "the model" else feeds,
+        ]
+        refused(capsys, [*argv, "--all-heads", "--out", out], tmp_path, what)
+        if variant == "same":  # back where the next case finds it
+            target.rename(model if what == "the model" else feeds)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_extract_never_replaces_its_feeds(model, tmp_path, capsys, variant):
     feeds = tmp_path / "f.npz"
     np.savez(feeds, input_ids=np.array([[1, 3, 4, 2]], np.int64))
@@ -295,6 +318,7 @@ WRITES_ALLOWED = {
     "corpus/reduce.py": "np.savez into core.writes.atomic_path's temp file (a file object: savez adds .npz to names)",
     "corpus/output.py": "pq.write_table into core.writes.atomic_path's temp file",
     "corpus/compare.py": "pq.write_table into core.writes.atomic_path's temp file",
+    "corpus/ablate.py": "pq.write_table into core.writes.atomic_path's temp file",
     "corpus/ray_engine.py": "image bytes into a private TemporaryDirectory, decoded and deleted at once",
     "runtime/builders.py": "an image into a private mkstemp file the tokenizer-free builder reads and deletes",
     "training/export.py": "onnx.save into core.writes.atomic_path's temp file",

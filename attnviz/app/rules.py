@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.core import view as view_defaults
 from attnviz.core.view import Selection, clamp
 from attnviz.runtime.folder import is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
@@ -51,19 +52,10 @@ def model_name(model: AttnModel) -> str:
     return model.name or "this model"
 
 
-# the input that holds the decoder's text, per family: given, it is the target to teacher-force
-DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
-
-
 def default_generate(model: AttnModel, given: dict | None = None) -> int:
-    """Translation and captioning generate by default (stopping at EOS); decoder-only graphs may be
-    forecasters with no token input, so they do not.  A target the caller gave (``--text-pair`` of a
-    translation model, ``--text`` of a captioning model) is teacher-forced instead, as ``extract`` and
-    ``figure`` read the same flags: generating would continue it and show only the continuation."""
-    key = DECODER_TEXT.get(model_kind(model))
-    if key is None:
-        return 0
-    return 0 if (given or {}).get(key) else 32
+    """Generation steps for a freshly opened model: the view model's one default, shared with ``attnviz figure``
+    (:func:`attnviz.core.view.default_generate`)."""
+    return view_defaults.default_generate(model_kind(model), given)
 
 
 def sample_input(model: AttnModel) -> dict:

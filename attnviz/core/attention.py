@@ -17,7 +17,6 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-STACKS = ("encoder", "decoder")
 KINDS = ("self", "cross")
 
 
@@ -186,9 +185,6 @@ class Block:
     def stacked(self) -> np.ndarray:
         """``[L, H, Tq, Tk]``; every layer must have the same head count."""
         return np.stack([self.layer(i) for i in range(self.n_layers)])
-
-    def site_info(self, layer: int) -> SiteInfo:
-        return self.result.sites[self.sites[layer]]
 
 
 @dataclass

@@ -90,18 +90,31 @@ class OutputDiff:
     kl_bits: float | None
 
 
-def output_difference(name: str, a: np.ndarray, b: np.ndarray, real_rows: np.ndarray | None = None) -> OutputDiff:
-    """``real_rows`` ([B, T] bool) restricts a per-token output ([B, T, ...]) to real tokens."""
+def log_softmax(a: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis, in float64."""
+    a = np.asarray(a, np.float64)
+    a = a - a.max(-1, keepdims=True)
+    return a - np.log(np.exp(a).sum(-1, keepdims=True))
+
+
+def output_difference(
+    name: str, a: np.ndarray, b: np.ndarray, real_rows: np.ndarray | None = None, log_a: np.ndarray | None = None
+) -> OutputDiff:
+    """``real_rows`` ([B, T] bool) restricts a per-token output ([B, T, ...]) to real tokens.  ``log_a``: A's
+    :func:`log_softmax` over those rows, when many B are measured against one A (head ablation)."""
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     if real_rows is not None and a.ndim >= 3 and a.shape[:2] == np.shape(real_rows):
         a, b = a[np.asarray(real_rows, bool)], b[np.asarray(real_rows, bool)]
     diff = float(np.abs(a - b).max()) if a.size else 0.0
     kl = None
-    if "logit" in name.lower() and a.size and a.shape[-1] > 1:
-        la = a - a.max(-1, keepdims=True)
-        lb = b - b.max(-1, keepdims=True)
-        la = la - np.log(np.exp(la).sum(-1, keepdims=True))
-        lb = lb - np.log(np.exp(lb).sum(-1, keepdims=True))
+    if is_logits(name) and a.size and a.shape[-1] > 1:
+        la = log_softmax(a) if log_a is None else log_a
+        lb = log_softmax(b)
         kl = float((np.exp(la) * (la - lb)).sum(-1).mean() / LOG2)
     return OutputDiff(name, diff, kl)
+
+
+def is_logits(name: str) -> bool:
+    """An output whose last axis is a distribution's logits (classifiers, language models), by its name."""
+    return "logit" in name.lower()

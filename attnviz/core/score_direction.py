@@ -22,7 +22,6 @@ from attnviz import AttnvizError
 from attnviz.core.stats import ROW_STATS
 
 KINDS = ("self", "cross")
-RANKINGS = ("highest", "direction")  # run.json "example_ranking"
 
 
 @dataclass(frozen=True)

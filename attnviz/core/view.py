@@ -45,6 +45,15 @@ HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"
 MAP_CMAP = "viridis"  # token x token maps: perceptually uniform, colour-blind safe
 OVERLAY_CMAP = "magma"  # heat over the image: dark = unattended, bright = attended
 LOG_DECADES = 3  # log scale spans this many decades below the top weight
+# colour scales: what the top of a map's colour bar is -> the words the colour bar says it in
+SCALES = {
+    "fixed": "fixed 0–1",  # weights are probabilities: 1 is the most any can be
+    "shared": "shared by the block's heads",  # the largest weight of any head of the block: heads compare
+    "map": "stretched to this map",  # to the map's own maximum: most contrast; near-uniform maps look saturated
+}
+# the default cannot mislead: on 0–1 near-uniform attention (0.1 everywhere in a random-init BERT) looks faint, as
+# it is; a stretched scale would paint it as bright as a head that puts all its weight on one token
+DEFAULT_SCALE = "fixed"
 # -- token links ------------------------------------------------------------------------------
 LINK_MIN = 0.05  # weights below this fraction of the top weight are not drawn (clutter)
 LINKS_PER_ROW = 12  # at most this many (the strongest) links per query token and head
@@ -80,6 +89,8 @@ class Selection:
     query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
     rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
     image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
+    heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
+    scale: str = DEFAULT_SCALE  # the colour scale's top, one of SCALES
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -101,6 +112,8 @@ class MapView:
     x_title: str = "key"
     y_title: str = "query"
     notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" (also in the title)
+    vmax: float = 1.0  # the top of the colour scale (the selection's scale)
+    scale: str = DEFAULT_SCALE
 
     def value(self, row: int, col: int) -> float:
         return float(self.matrix[row, col])
@@ -176,10 +189,66 @@ def colour_range(matrix_max: float, log: bool, vmax: float | None = None) -> tup
     return (top * 10.0**-LOG_DECADES, top) if log else (0.0, top)
 
 
-def weight_label(log: bool, hide_special: bool = False) -> str:
-    """The colour-bar label, the same words on screen and in print."""
+HIDDEN_NOTE = "special tokens hidden"  # a map's note (and title part) when hiding special tokens dropped some
+
+
+def weight_label(log: bool, hide_special: bool = False, scale: str | None = None) -> str:
+    """The colour-bar label, the same words on screen and in print: what the colours are, and on which scale
+    ("attention weight (log scale, fixed 0–1)")."""
     label = "attention (special tokens removed, rows renormalised)" if hide_special else "attention weight"
-    return label + (" (log scale)" if log else "")
+    how = (["log scale"] if log else []) + ([SCALES[check_scale(scale)]] if scale is not None else [])
+    return label + (f" ({', '.join(how)})" if how else "")
+
+
+def notes_label(notes: list[str], log: bool, scale: str | None = None) -> str:
+    """The colour-bar label of a drawn map (its ``notes``): it speaks of removed tokens only when some were, and
+    says which colour scale it is on (``scale``, one of SCALES)."""
+    return weight_label(log, HIDDEN_NOTE in notes, scale)
+
+
+def check_scale(name: str) -> str:
+    if name not in SCALES:
+        raise ViewError(f"unknown colour scale {name!r}; use one of {', '.join(SCALES)}", param="scale")
+    return name
+
+
+def block_top(result: AttentionResult, sel: Selection, block: int, blocks: list[Block] | None = None) -> float:
+    """The largest weight any head of ``block`` gives, after the selection's step, hidden tokens and kept mass:
+    the top of the "shared" scale (the overview's thumbnails keep it: max-pooling keeps maxima)."""
+    thumbs = thumbnails(result, sel, THUMB, blocks, only_block=block)
+    return max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+
+
+def overview_scale(scale: str) -> str:
+    """The overview compares every head on one scale: fixed 0–1, else shared (a scale per thumbnail would make
+    every head look alike)."""
+    return "fixed" if check_scale(scale) == "fixed" else "shared"
+
+
+def overview_label(log: bool, scale: str) -> str:
+    """The overview's colour-bar words: its shared scale spans every block's heads, not one block's."""
+    how = (["log scale"] if log else []) + [
+        SCALES["fixed"] if overview_scale(scale) == "fixed" else "shared by every head"
+    ]
+    return f"attention weight ({', '.join(how)})"
+
+
+def overview_top(thumbs: dict, scale: str) -> float:
+    """The top of the overview's one colour scale over every block's thumbnails."""
+    if overview_scale(scale) == "fixed":
+        return 1.0
+    return max(max((float(m.max()) for m in thumbs.values() if m.size), default=1.0), 1e-6)
+
+
+def scale_top(
+    result: AttentionResult, sel: Selection, block: int, m: np.ndarray, blocks: list[Block] | None = None
+) -> float:
+    """The top of the colour scale for map ``m`` of ``block`` on the selection's scale."""
+    scale = check_scale(sel.scale)
+    if scale == "fixed":
+        return 1.0
+    top = block_top(result, sel, block, blocks) if scale == "shared" else float(np.nanmax(m)) if m.size else 0.0
+    return max(top, 1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +259,48 @@ def layer_range(sel: Selection, n_layers: int) -> tuple[int, int]:
     hi = n_layers - 1 if sel.layer_hi < 0 else min(sel.layer_hi, n_layers - 1)
     lo = max(0, min(sel.layer_lo, hi))
     return lo, hi
+
+
+# generation steps a translation / captioning model takes when nobody says how many (it stops at EOS first):
+# enough for a sentence or a caption, few enough to run in a second on a CPU
+DEFAULT_GENERATE = 32
+# which input holds the decoder's text, per model kind: given, it is a target to teacher-force instead
+DECODER_TEXT = {"encoder-decoder": "text_pair", "vision-decoder": "text"}
+
+
+def default_generate(kind: str, given: dict | None = None) -> int:
+    """Generation steps when none are asked for, the same in the window and in ``attnviz figure``.
+
+    Translation and captioning generate (what they are for, and what Alignment and the strip show); a
+    target the caller gave is teacher-forced instead (generating would continue it).  Decoder-only graphs
+    may be forecasters with no token input, so they just run."""
+    key = DECODER_TEXT.get(str(kind or ""))
+    if key is None:
+        return 0
+    return 0 if (given or {}).get(key) else DEFAULT_GENERATE
+
+
+def default_selection(result: AttentionResult, blocks: list[Block] | None = None) -> Selection:
+    """What a freshly opened result shows, in the window and in ``attnviz figure`` without selection flags.
+
+    The model's declared alignment head (``attnviz.alignment``) when it names one: that head was trained or
+    chosen to point, and any other would show what the model was never asked to do.  Otherwise the mean over
+    the heads of the last layer of the first block: the last layer is what the output reads, and no head is
+    privileged by its index (head 0 is as arbitrary as head 7), so the first look does not single one out; the
+    title says "mean over heads", so it is never taken for one head, and one click shows single heads."""
+    blocks = result.blocks() if blocks is None else blocks
+    if not blocks:
+        return Selection()
+    declared = declared_alignment(result)
+    cross = next((i for i, b in enumerate(blocks) if b.kind == "cross"), None)
+    if declared is not None and cross is not None:
+        (layer, head), rows = declared
+        blk = blocks[cross]
+        if layer < blk.n_layers and head < blk.heads_in(layer):
+            return Selection(block=cross, layer=layer, head=head, mode="head", rows=rows)
+    last = blocks[0].n_layers - 1
+    rows = declared[1] if declared is not None else "predict"
+    return Selection(layer=last, mode="mean", layer_lo=last, layer_hi=last, rows=rows)
 
 
 def clamp(sel: Selection, blocks: list[Block]) -> Selection:
@@ -372,7 +483,10 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
     k_labels = [clean_label(blk.key_axis.labels[i]) for i in k_pos]
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
     title = " · ".join([blk.name, what, *notes])
-    return MapView(m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes)
+    top = scale_top(result, sel, sel.block, m, blocks)
+    return MapView(
+        m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes, top, sel.scale
+    )
 
 
 def _hide(
@@ -391,7 +505,7 @@ def _hide(
     if not (dq.any() or dk.any()):
         return m, q_pos, k_pos, q_sp, k_sp
     m = reduce.drop_positions(m, dq, dk, renormalize=True)
-    notes.append("special tokens hidden")
+    notes.append(HIDDEN_NOTE)
     return m, q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]
 
 
@@ -452,7 +566,7 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         m = reduce.drop_positions(m, dq, dk, renormalize=True)
         q_pos, k_pos, q_sp, k_sp = q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]
         words = [w for w, d in zip(words, dq) if not d]
-        notes.append("special tokens hidden")
+        notes.append(HIDDEN_NOTE)
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
         notes.append(f"top {round(sel.keep * 100)}% mass")
@@ -471,6 +585,8 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         "source",
         target,
         notes,
+        scale_top(result, sel.with_(block=b), b, m, blocks),
+        sel.scale,
     )
 
 
@@ -587,15 +703,25 @@ def strongest_links(
     return out, top
 
 
+def link_heads(blk: Block, sel: Selection) -> list[int]:
+    """The heads token links overlay: none for an aggregate; else the selection's ``heads`` that the layer has,
+    or, when it names none, the focused head (the window's first look and the figure's default alike)."""
+    if sel.mode != "head":
+        return []
+    n = blk.heads_in(min(max(sel.layer, 0), blk.n_layers - 1))
+    return sorted({int(h) for h in sel.heads if 0 <= h < n}) or [sel.head]
+
+
 def links_view(
     result: AttentionResult, sel: Selection, heads: list[int] | None = None, blocks: list[Block] | None = None
 ) -> LinksView:
-    """Token links for ``sel``: one head, several heads overlaid (``heads``) or the selected aggregate."""
+    """Token links for ``sel``: one head, several heads overlaid (``heads``, else :func:`link_heads`) or the
+    selected aggregate."""
     blocks = result_blocks(result, sel, blocks)
     sel = clamp(sel, blocks)
     blk = blocks[sel.block]
     if sel.mode == "head":
-        hs = sorted({h for h in (heads or [sel.head]) if 0 <= h < blk.heads_in(sel.layer)}) or [sel.head]
+        hs = link_heads(blk, sel if heads is None else sel.with_(heads=tuple(heads)))
         mvs = [compute_map(result, sel.with_(head=h), blocks) for h in hs]
         items = [(f"head {h}", HEAD_COLOURS[h % len(HEAD_COLOURS)], mv.matrix) for h, mv in zip(hs, mvs)]
         what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
@@ -611,6 +737,103 @@ def links_view(
     return LinksView(
         mv0.q_labels, mv0.k_labels, mv0.q_special, mv0.k_special, items, links, vmax, title, blk, mv0.q_pos, ends
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# strip ("Show, Attend and Tell": one panel per generated word)
+
+
+@dataclass
+class StripPanel:
+    """One word's panel: the decoder ``row`` that chose ``word`` and its weights over the keys ``k_pos``."""
+
+    word: str
+    row: int
+    k_pos: np.ndarray
+    k_labels: list[str]
+    k_special: list[bool]
+    weights: np.ndarray
+
+
+@dataclass
+class StripView:
+    """The strip: one panel per word.  Over an image (``image``) each panel is the word's :func:`overlay_view`
+    (``weights`` empty); over text the keys shaded by the word's weights, on one colour scale up to ``vmax``."""
+
+    block_index: int
+    block: Block
+    image: bool
+    panels: list[StripPanel]
+    vmax: float
+    title: str
+    notes: list[str] = field(default_factory=list)
+    scale: str = DEFAULT_SCALE
+
+
+def over_image(result: AttentionResult, blk: Block) -> bool:
+    """Cross-attention from words to the image's patches (a captioning decoder)."""
+    return blk.kind == "cross" and result.image is not None and block_grid(result, blk) is not None
+
+
+def strip_block(result: AttentionResult, blocks: list[Block], sel: Selection) -> int | None:
+    """The block the strip shows: the selected one when it is a decoder's; else cross-attention over the image,
+    else the decoder's cross-attention, else its self-attention (a decoder-only model)."""
+    if 0 <= sel.block < len(blocks) and blocks[sel.block].stack == "decoder":
+        return sel.block
+    order = [i for i, b in enumerate(blocks) if over_image(result, b)]
+    order += [i for i, b in enumerate(blocks) if b.stack == "decoder" and b.kind == "cross"]
+    order += [i for i, b in enumerate(blocks) if b.stack == "decoder" and b.kind == "self"]
+    return order[0] if order else None
+
+
+def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> StripView:
+    """Each generated word (up to ``sel.step``; over an image the typed caption words first) with where it
+    looked.  Over text a panel is a row of the Alignment view: the same row convention (``sel.rows``), special
+    keys hidden and rows renormalised, the mass kept; over an image it is the Image regions overlay of that word."""
+    blocks = result_blocks(result, sel, blocks)
+    b = strip_block(result, blocks, sel)
+    if b is None:
+        raise ViewError("the strip view needs a decoder: attention from the generated words", param="view")
+    blk = blocks[b]
+    image = over_image(result, blk)
+    base = sel.with_(block=b, step=-1, hide_special=False, keep=1.0)
+    if image and sel.mode == "rollout":
+        base = base.with_(mode="mean")  # rollout multiplies square self-attention maps
+    mv = compute_map(result, base, blocks)
+    rows = generation_rows(result, blk) if n_steps(result) else []
+    if not image and blk.kind == "cross" and sel.rows == "input":  # Alignment's rows: word k on the row reading it
+        rows = [(r + 1, w) for r, w in rows if r + 1 < mv.matrix.shape[0]]
+    notes: list[str] = []
+    if sel.step >= 0 and rows:
+        rows = rows[: sel.step + 1]
+        notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+    if image:
+        rows = caption_rows(result, blk) + rows
+    panels: list[StripPanel] = []
+    hidden = False
+    for row, word in rows:
+        cols = np.arange(mv.matrix.shape[1])
+        if blk.kind == "self":  # a decoder sees only the tokens up to its own position
+            cols = cols[: row + 1]
+        w = np.asarray(mv.matrix[row], np.float32)[cols] if not image else np.zeros(0, np.float32)
+        special = np.asarray([mv.k_special[j] for j in cols], bool) if mv.k_special else np.zeros(len(cols), bool)
+        if not image and sel.hide_special and special.any():
+            drop = hide_mask(special)
+            cols, w, special = cols[~drop], w[~drop], special[~drop]
+            w = w / max(float(w.sum()), 1e-12)
+            hidden = hidden or bool(drop.any())
+        if not image and sel.keep < 1.0:
+            w = reduce.keep_mass(w[None], max(sel.keep, 1e-3))[0]
+        panels.append(StripPanel(clean_label(word), row, cols, [mv.k_labels[j] for j in cols], special.tolist(), w))
+    if hidden:
+        notes.append(HIDDEN_NOTE)
+    if not image and sel.keep < 1.0:
+        notes.append(f"top {round(sel.keep * 100)}% mass")
+    vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)
+    if sel.scale != "map" or image:  # fixed 0–1 or the block's top (over an image each panel is its own overlay)
+        vmax = scale_top(result, sel.with_(block=b), b, mv.matrix, blocks)
+    title = " · ".join([mv.title, *notes])
+    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes, sel.scale)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -152,9 +152,9 @@ def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime import open_model
-    from attnviz.runtime.commands.common import no_input
     from attnviz.runtime.host import prestart
     from attnviz.runtime.inputs import load_feeds
+    from attnviz.runtime.sample import no_input
 
     if args.inputs is None and args.text is None and args.image is None:
         raise AttnvizError(no_input(args.model))

@@ -24,9 +24,6 @@ from attnviz.runtime.limits import SHORTEN, check_positions
 
 FIX = SHORTEN + " (or drop the item)"
 
-# input role -> how a batch fills it (the encoder's from the source arrays, the decoder's from the target's)
-PAIR_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask")
-
 
 @dataclass
 class PairSpec(BatchSpec):

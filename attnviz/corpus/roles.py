@@ -27,7 +27,6 @@ CROSS_FOCUSED = {
     "special": lambda m: m["special_other"],
 }
 FOCUSED_BY_KIND = {"self": FOCUSED, "cross": CROSS_FOCUSED}
-ROLE_NAMES = (*FOCUSED, *(r for r in CROSS_FOCUSED if r not in FOCUSED), "broad", "mixed")
 
 
 def role_of(means: dict[str, float], kind: str = "self") -> tuple[str, float]:

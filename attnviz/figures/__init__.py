@@ -2,12 +2,15 @@
 
 Public API (the CLI ``attnviz figure`` and the GUI's Export menu both use it)::
 
-    from attnviz.figures import FigureSpec, render_figure, save_figure
-    fig = render_figure(result, FigureSpec(view="heatmap", layer=2, head=1, width="single"))
+    from attnviz.core.view import Selection
+    from attnviz.figures import FigureStyle, render_figure, save_figure
+    sel = Selection(layer=2, head=1)                  # the view model's selection, as the window holds it
+    fig = render_figure(result, "heatmap", sel, FigureStyle(width="single"))
     save_figure(fig, "fig.pdf")                       # atomic; format from the suffix (pdf/svg/png)
 
-``FigureSpec``, ``VIEWS``, ``WIDTH_PRESETS`` and the recipe helpers import without matplotlib;
-``render_figure``/``save_figure`` load it on first use.
+``render_spec(result, FigureSpec(...))`` draws a command line's or a recipe's words (resolved once into a
+selection).  ``FigureSpec``, ``FigureStyle``, ``VIEWS``, ``WIDTH_PRESETS`` and the recipe helpers import without
+matplotlib; ``render_figure``/``save_figure`` load it on first use.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ from attnviz.figures.spec import (
     VIEWS,
     WIDTH_PRESETS,
     FigureSpec,
-    spec_from_gui,
-    spec_from_selection,
+    FigureStyle,
 )
 
 _LAZY = {
     "render_figure": "attnviz.figures.render",
+    "render_spec": "attnviz.figures.render",
     "save_figure": "attnviz.figures.render",
     "export_figure": "attnviz.figures.render",
     "figure_bytes": "attnviz.figures.render",
@@ -47,8 +50,7 @@ __all__ = [
     "VIEW_HELP",
     "WIDTH_PRESETS",
     "FigureSpec",
-    "spec_from_gui",
-    "spec_from_selection",
+    "FigureStyle",
     *_LAZY,
 ]
 

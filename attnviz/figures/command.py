@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, VIEW_HELP, VIEWS, WIDTH_PRESETS
+from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
@@ -41,6 +41,7 @@ _SPEC_ARGS = (
     "step",
     "rows",
     "image_base",
+    "scale",
 )
 
 
@@ -80,6 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="regenerate the figure a recipe describes (view options given here override it)",
     )
     add_input_arguments(p, model_required=False)
+    # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
+    p.set_defaults(generate=None)
     view = p.add_argument_group("view")
     view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
@@ -131,8 +134,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="keep, per row, the largest weights holding this mass fraction (e.g. 0.9)",
     )
     view.add_argument("--log", action=argparse.BooleanOptionalAction, default=None, help="logarithmic colour scale")
+    view.add_argument(
+        "--scale",
+        choices=tuple(SCALES),
+        help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
+        "(stretched to each map's maximum); the colour bar says which",
+    )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
-    view.add_argument("--vmax", type=float, help="top of the colour scale (default: the largest weight)")
+    view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
     view.add_argument("--title", help='figure title (default: model, block, layer, head; "" for none)')
     size = p.add_argument_group("size and output")
     size.add_argument(
@@ -175,7 +184,7 @@ def _sources_from_args(args) -> dict:
         "audio": args.audio,
         "feeds": args.inputs,
         "tokenizer": args.tokenizer,
-        "generate": args.generate or 0,
+        "generate": args.generate,
     }
     src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
     if getattr(args, "max_seconds", None) is not None:  # recorded only when given: other recipes stay as they were
@@ -295,7 +304,7 @@ def _pick_row(result, row: int | None):
 def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
-    from attnviz.figures.render import figure_format, render_figure, save_figure
+    from attnviz.figures.render import figure_format, render_spec, save_figure
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
@@ -320,6 +329,10 @@ def run(args) -> int:
     elif not (args.model or args.maps):
         raise AttnvizError("give a model file, --maps MAPS.npz or --recipe R.json")
     spec_d.update(_spec_overrides(args))
+    if not args.recipe:  # a new figure is on the window's default scale; a recipe keeps the one it was drawn on
+        from attnviz.core.view import DEFAULT_SCALE
+
+        spec_d.setdefault("scale", DEFAULT_SCALE)
     spec = FigureSpec(**spec_d)
     if args.all_heads and spec.view == "overview":
         raise AttnvizError("--all-heads does not apply to the overview view (it already shows every head)")
@@ -338,17 +351,20 @@ def run(args) -> int:
         sample = found.values
         if sample:
             src.update({k: v for k, v in sample.items() if k != "generate"})
-            src["generate"] = src["generate"] or int(sample.get("generate") or 0)
+            if src["generate"] is None and sample.get("generate") is not None:
+                src["generate"] = int(sample["generate"])
             print(f"attnviz: no input given; using the model's sample input ({found.describe()})", file=sys.stderr)
     inputs = _inputs_of(src, args)
     # the --all-heads figures and every recipe beside a figure are checked again as they are written
     guard(inputs, {} if args.all_heads else {"--out": out, "--recipe-out": args.recipe_out})
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
+    if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
+        src["generate"] = int((result.info or {}).get("generate") or 0)
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
-        from attnviz.figures.select import alignment_defaults
+        from attnviz.figures.select import declared_defaults
 
-        spec, note = alignment_defaults(result, spec)
+        spec, note = declared_defaults(result, spec)
         if note:
             print(f"attnviz: {note}", file=sys.stderr)
 
@@ -361,7 +377,7 @@ def run(args) -> int:
         return r
 
     if not args.all_heads:
-        fig = render_figure(result, spec)
+        fig = render_spec(result, spec)
         path = save_figure(fig, out)
         if not args.no_recipe:
             rpath = Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
@@ -388,7 +404,7 @@ def run(args) -> int:
         _progress(k, len(jobs), f"L{l} H{h}")
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
         target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
-        path = save_figure(render_figure(result, one), target)
+        path = save_figure(render_spec(result, one), target)
         if not args.no_recipe:
             write_recipe(recipe_for(one, path), recipe_path_for(path))
     _progress(len(jobs), len(jobs), "done")

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 from collections.abc import Callable, Iterable
 
-import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attnviz.core.attention import AttentionResult
 from attnviz.core.view import clean_label, tick_indices
-from attnviz.figures.spec import FigureSpec
+from attnviz.figures.spec import FigureStyle
 
 LINE = 1.4  # label pitch in font sizes used when a figure is sized to its labels
 FIT = 1.15  # the closest pitch (in font sizes) at which neighbouring labels still read apart
@@ -52,23 +50,6 @@ def text_width_pt(s: str, fs: float) -> float:
 def text_width_in(labels: list[str], fs: float) -> float:
     """Width in inches of the widest label at ``fs`` points."""
     return max((text_width_pt(s, fs) for s in labels), default=fs * CHAR_W) * PT
-
-
-def label_step(n: int, length_in: float, fs: float) -> int:
-    """Show every k-th label so that labels along ``length_in`` inches stay ``fs * LINE`` apart."""
-    fit = max(1, int(length_in / (fs * FIT * PT) + 1e-6))
-    return max(1, math.ceil(n / fit))
-
-
-def nice_step(k: int) -> int:
-    """Round a thinning step up to 1, 2, 5, 10, 20, 50... so the labelled positions are easy to read."""
-    if k <= 1:
-        return 1
-    mag = 10 ** int(math.floor(math.log10(k)))
-    for m in (1, 2, 5, 10):
-        if k <= m * mag:
-            return m * mag
-    return 10 * mag
 
 
 def token_ticks(
@@ -128,7 +109,7 @@ def _fill_lines(pieces: Iterable[str], joiner: str, fits: Callable[[str], bool])
     return lines
 
 
-def new_figure(spec: FigureSpec, width: float, height: float, constrained: bool = True) -> Figure:
+def new_figure(spec: FigureStyle, width: float, height: float, constrained: bool = True) -> Figure:
     # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
     width = max(1, round(width * spec.dpi)) / spec.dpi
     height = max(1, round(height * spec.dpi)) / spec.dpi
@@ -147,7 +128,7 @@ def model_name(result: AttentionResult) -> str:
     return name
 
 
-def make_title(result: AttentionResult, spec: FigureSpec, *parts: str) -> str:
+def make_title(result: AttentionResult, spec: FigureStyle, *parts: str) -> str:
     """``spec.title`` if given; else ``model · part · part``."""
     if spec.title is not None:
         return spec.title.replace("$", r"\$")
@@ -175,16 +156,3 @@ def title_height(title: str, fs: float) -> float:
 
 def clamp(v: float, lo: float, hi: float) -> float:
     return max(lo, min(hi, v))
-
-
-def shrink(m: np.ndarray, max_rows: int, max_cols: int) -> np.ndarray:
-    """Block-average a map that has far more cells than pixels it will be drawn on (keeps files small)."""
-    m = np.asarray(m, np.float32)
-    fr = max(1, m.shape[0] // max(1, max_rows))
-    fc = max(1, m.shape[1] // max(1, max_cols))
-    if fr == 1 and fc == 1:
-        return m
-    r, c = -(-m.shape[0] // fr) * fr, -(-m.shape[1] // fc) * fc
-    padded = np.full((r, c), np.nan, np.float32)
-    padded[: m.shape[0], : m.shape[1]] = m
-    return np.nanmean(padded.reshape(r // fr, fr, c // fc, fc), axis=(1, 3))

@@ -23,8 +23,9 @@ from matplotlib.typing import RcKeyType
 from attnviz import AttnvizError, __version__
 from attnviz.core import limits
 from attnviz.core.attention import AttentionResult
+from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
-from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec
+from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
 from attnviz.figures.views import VIEW_DRAWERS
 
 # fonts tried after DejaVu Sans for glyphs it lacks (CJK...), where installed; matplotlib falls back per glyph
@@ -105,19 +106,37 @@ def applicable_views(result: AttentionResult) -> dict[str, str | None]:
     return {v: why_not(result, v) for v in VIEWS}
 
 
-def render_figure(result: AttentionResult, spec: FigureSpec) -> Figure:
-    """Draw ``spec.view`` of ``result``; raises :class:`AttnvizError` for anything the user can fix."""
-    if not isinstance(spec, FigureSpec):
-        raise TypeError("spec must be a FigureSpec")
-    spec.validate()
+def render_figure(
+    result: AttentionResult, view: str, selection: Selection, figure_style: FigureStyle | None = None
+) -> Figure:
+    """Draw ``view`` of ``result`` for the view model's ``selection`` (the window's own, or one
+    :func:`attnviz.figures.select.resolve` built from the command line) in ``figure_style``; raises
+    :class:`AttnvizError` for anything the user can fix."""
+    if not isinstance(selection, Selection):
+        raise TypeError("selection must be an attnviz.core.view.Selection")
+    if view not in VIEW_DRAWERS:
+        raise AttnvizError(f"unknown view {view!r}; use one of {', '.join(VIEWS)}", param="view")
+    st = figure_style or FigureStyle()
     if not result.maps:
         raise AttnvizError("this result holds no attention maps; nothing to draw")
-    draw, _ = VIEW_DRAWERS[spec.view]
+    draw, why = VIEW_DRAWERS[view]
+    reason = why(result)
+    if reason:
+        raise AttnvizError(reason, param="view")
     with style():
-        fig = draw(result, spec)
-    fig.set_dpi(spec.dpi)
-    fig.attnviz_spec = spec  # the spec it was drawn from, for callers that want it back
+        fig = draw(result, selection, st)
+    fig.set_dpi(st.dpi)
+    # what it was drawn from, for callers that want it back (the tests compare it with the screen's)
+    fig.attnviz_view, fig.attnviz_selection, fig.attnviz_style = view, selection, st
     return fig
+
+
+def render_spec(result: AttentionResult, spec: FigureSpec) -> Figure:
+    """Draw a command line's or a recipe's :class:`FigureSpec`: resolved once into the view model's selection."""
+    from attnviz.figures.select import resolve
+
+    spec.validate()
+    return render_figure(result, spec.view, resolve(result, spec), spec.style)
 
 
 def figure_format(path: str | os.PathLike) -> str:
@@ -170,7 +189,7 @@ def export_figure(
     from attnviz.figures.recipe import make_recipe, recipe_path_for, write_recipe
 
     figure_format(path)
-    out = save_figure(render_figure(result, spec), path)
+    out = save_figure(render_spec(result, spec), path)
     if recipe_sources is not None:
         write_recipe(make_recipe(spec, output=out, **recipe_sources), recipe_path_for(out))
     return out

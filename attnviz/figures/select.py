@@ -1,18 +1,19 @@
-"""Pick what a figure shows from an :class:`AttentionResult`: block, layer, head/aggregate, rows.
+"""From the command line's (or a recipe's) words to the view model's selection: block, layer, head/aggregate, rows.
 
-Numpy only (no matplotlib), so the GUI can use the same validation and the same numbers.
+:func:`resolve` turns a :class:`~attnviz.figures.spec.FigureSpec` into the one
+:class:`~attnviz.core.view.Selection` the window holds too; :func:`declared_defaults` fills in what the command left
+unset as the window opens the result.  Numpy only (no matplotlib), so the GUI can use the same checks and messages.
 Every range problem is an :class:`AttnvizError` that names the valid range.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import view
-from attnviz.core.attention import AttentionResult, Block, TokenAxis
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.figures.spec import FigureSpec
 
 
 def block_label(block: Block) -> str:
@@ -78,63 +79,6 @@ def check_query(block: Block, query: int, what: str = "query") -> int:
     return query
 
 
-@dataclass
-class Selection:
-    """One resolved map with its axes and a human description (``"head 3"``, ``"mean of 12 heads"``)."""
-
-    block_index: int
-    block: Block
-    layer: int
-    head: int | None
-    agg: str | None
-    matrix: np.ndarray  # [Tq, Tk] float32
-    query_axis: TokenAxis
-    key_axis: TokenAxis
-    rows: np.ndarray  # original query positions kept (after hiding special tokens)
-    cols: np.ndarray  # original key positions kept
-    layer_from: int | None = None
-    notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" ...
-    map_view: view.MapView | None = None  # what the view model computed (the screen draws the same)
-
-    @property
-    def what(self) -> str:
-        return describe(self.block, self.layer, self.head, self.agg, self.layer_from)
-
-    @property
-    def layers(self) -> str:
-        return layer_text(self.layer, self.head, self.agg, self.layer_from)
-
-
-def layer_span(layer: int, agg: str | None, layer_from: int | None) -> tuple[int, int]:
-    """Inclusive layer range an aggregate covers: rollout starts at 0, head aggregates at ``layer``."""
-    if layer_from is not None:
-        return layer_from, layer
-    return (0, layer) if agg == "rollout" else (layer, layer)
-
-
-def describe(block: Block, layer: int, head: int | None, agg: str | None, layer_from: int | None = None) -> str:
-    """What a map aggregates: ``"head 3"``, ``"mean of 12 heads"``, ``"max of heads"`` (layer range), ``"rollout"``."""
-    if head is not None:
-        return f"head {head}"
-    agg = agg or "mean"
-    lo, hi = layer_span(layer, agg, layer_from)
-    if agg == "rollout":
-        return "rollout"
-    if lo == hi:
-        n = block.heads_in(layer)
-        return f"{agg} of {n} head{'' if n == 1 else 's'}"
-    return f"{agg} of heads"
-
-
-def layer_text(layer: int, head: int | None, agg: str | None, layer_from: int | None = None) -> str:
-    """``"layer 3"`` or, for aggregates over a range (and rollout), ``"layers 0-3"``."""
-    if head is None:
-        lo, hi = layer_span(layer, agg or "mean", layer_from)
-        if lo != hi:
-            return f"layers {lo}-{hi}"
-    return f"layer {layer}"
-
-
 def check_layer_from(block: Block, layer: int, layer_from: int | None) -> int | None:
     if layer_from is None:
         return None
@@ -160,47 +104,159 @@ def check_step(result: AttentionResult, step: int | None) -> int | None:
     return step
 
 
-def declared_rows(result: AttentionResult) -> str:
-    """The row convention the model declares for alignment (as the window uses it), else predict."""
-    declared = view.declared_alignment(result)
-    return declared[1] if declared else "predict"
+def layer_span(layer: int, agg: str | None, layer_from: int | None) -> tuple[int, int]:
+    """Inclusive layer range an aggregate covers: rollout starts at 0, head aggregates at ``layer``."""
+    if layer_from is not None:
+        return layer_from, layer
+    return (0, layer) if agg == "rollout" else (layer, layer)
 
 
-def alignment_defaults(result: AttentionResult, spec):
-    """``spec`` (a FigureSpec) for ``figure --view alignment`` as the window opens that view: with no head,
-    aggregate or layer given, the model's declared alignment head; with no rows given, its declared row
-    convention.  Returns (spec, a note saying what was chosen, or None when nothing was)."""
+def declared_defaults(result: AttentionResult, spec: FigureSpec) -> tuple[FigureSpec, str | None]:
+    """``spec`` with what the command left unset filled in as the window opens the result
+    (:func:`attnviz.core.view.default_selection`): with no block, head, aggregate or layer given, the model's
+    declared alignment head; with no rows given, its declared row convention.  Everything else unset already
+    means the view model's other default (the last layer, the mean over heads).  Returns (spec, a note saying
+    what was chosen, or None when nothing was)."""
     declared = view.declared_alignment(result)
-    if spec.view != "alignment" or declared is None:
+    if declared is None:
         return spec, None
-    (layer, head), rows = declared
+    default = view.default_selection(result)
+    rows = declared[1]
     chosen: dict = {}
     if spec.rows is None:
         chosen["rows"] = rows
-    unset = (spec.head, spec.heads, spec.agg, spec.layer, spec.layer_from)
-    if all(v is None for v in unset):
-        chosen.update(layer=layer, head=head)
-    if not chosen:
-        return spec, None
-    what = [f"alignment head (decoder layer {layer} head {head})"] if "head" in chosen else []
-    what += [f"row convention ({rows})"] if "rows" in chosen else []
-    flags = " and ".join(f for f, k in (("--head/--layer/--aggregate", "head"), ("--rows", "rows")) if k in chosen)
-    note = f"alignment as the window draws it: the model's declared {' and '.join(what)} ({flags} to change)"
-    return type(spec)(**dict(spec.to_dict(), **chosen)), note
+    unset = (spec.block, spec.head, spec.heads, spec.agg, spec.layer, spec.layer_from)
+    if all(v is None for v in unset) and default.mode == "head":
+        chosen.update(block=default.block, layer=default.layer, head=default.head)
+    said = {k for k in chosen if k != "rows" or spec.view == "alignment"}  # rows change only the alignment
+    if not said:
+        return FigureSpec(**dict(spec.to_dict(), **chosen)), None
+    what = [f"alignment head (decoder layer {default.layer} head {default.head})"] if "head" in chosen else []
+    what += [f"row convention ({rows})"] if "rows" in said else []
+    flags = " and ".join(f for f, k in (("--head/--layer/--aggregate", "head"), ("--rows", "rows")) if k in said)
+    note = f"drawn as the window opens it: the model's declared {' and '.join(what)} ({flags} to change)"
+    return FigureSpec(**dict(spec.to_dict(), **chosen)), note
 
 
-def core_selection(
-    result: AttentionResult,
-    spec,
-    block: int | str | None = None,
-    default_block: int = 0,
-    hide_special: bool | None = None,
-) -> tuple[int, Block, view.Selection]:
-    """Validate ``spec`` (a FigureSpec) and translate it into the view model's :class:`~attnviz.core.view.Selection`.
+def _why_not_alignment(result: AttentionResult) -> str | None:
+    if first_block(result, kind="cross") is None:
+        return (
+            f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
+            f"{blocks_text(result)}; use the heatmap view"
+        )
+    return None
 
-    The figure and the screen then go through the same :func:`attnviz.core.view.compute_map`.
-    """
-    bi, b = resolve_block(result, spec.block if block is None else block, default_block)
+
+def _why_not_image(result: AttentionResult) -> str | None:
+    if result.image is None:
+        return "the image view needs the input image; this result has none (run the model on an image)"
+    if result.patch_grid is None:
+        return "the image view needs the image patch grid; this result has none (not an image model?)"
+    if patch_block(result) is None:
+        g = result.patch_grid
+        return f"no attention block has {g.offset + g.n} keys matching the {g.rows}x{g.cols} patch grid"
+    return None
+
+
+def _image_strip_ok(result: AttentionResult) -> bool:
+    return _why_not_image(result) is None and any(
+        b.kind == "cross" and keys_are_patches(result, b) for b in result.blocks()
+    )
+
+
+def _why_not_strip(result: AttentionResult) -> str | None:
+    typed_caption = (result.prompt_len or 0) > 1 and _image_strip_ok(result)  # teacher-forced caption words
+    if not result.generated and not typed_caption:
+        return "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
+    if _image_strip_ok(result):
+        return None
+    if not any(b.stack == "decoder" for b in result.blocks()):
+        return "the strip view needs a decoder: attention from the generated words"
+    return None
+
+
+# view -> why_not(result): None when the view can be drawn for the result, else the reason (one line)
+WHY_NOT = {
+    "heatmap": lambda r: None,
+    "overview": lambda r: None,
+    "links": lambda r: None,
+    "alignment": _why_not_alignment,
+    "image": _why_not_image,
+    "strip": _why_not_strip,
+}
+
+
+def blocks_text(result: AttentionResult) -> str:
+    return ", ".join(f"{i} ({block_label(b)})" for i, b in enumerate(result.blocks())) or "none"
+
+
+def _alignment_block(result: AttentionResult, block: int | str | None) -> int:
+    if block is None:
+        why = _why_not_alignment(result)
+        if why:
+            raise AttnvizError(why, param="view")
+        return int(first_block(result, kind="cross") or 0)
+    bi, blk = resolve_block(result, block)
+    if blk.kind != "cross":
+        raise AttnvizError(
+            f"the alignment view needs a cross-attention block; block {block_label(blk)!r} is "
+            f"self-attention (blocks: {blocks_text(result)})",
+            param="block",
+        )
+    return bi
+
+
+def _image_block(result: AttentionResult, block: int | str | None) -> int:
+    why = _why_not_image(result)
+    if why:
+        raise AttnvizError(why, param="image")
+    if block is None:  # words over the image (captioning) first, as the screen opens it
+        idx = next(
+            (i for i, b in enumerate(result.blocks()) if b.kind == "cross" and keys_are_patches(result, b)), None
+        )
+        return idx if idx is not None else patch_block(result) or 0  # _why_not_image found a patch block
+    bi, b = resolve_block(result, block)
+    g = result.patch_grid
+    if g is None or not keys_are_patches(result, b):
+        raise AttnvizError(
+            f"block {block_label(b)!r} does not attend to image patches; "
+            f"use a block over the {g.rows if g else '?'}x{g.cols if g else '?'} patches "
+            f"(blocks: {blocks_text(result)})"
+        )
+    return bi
+
+
+def _strip_block(result: AttentionResult, block: int | str | None) -> int:
+    why = _why_not_strip(result)
+    if why:
+        raise AttnvizError(why, param="generate")
+    blocks = result.blocks()
+    if block is None:
+        found = view.strip_block(result, blocks, view.Selection(block=-1))
+        return int(found or 0)
+    bi, blk = resolve_block(result, block)
+    if blk.stack != "decoder" and not keys_are_patches(result, blk):
+        raise AttnvizError(f"the strip view needs a decoder block; {blk.name} is not (blocks: {blocks_text(result)})")
+    return bi
+
+
+# view -> the block it draws for a command line's --block (None: the view's own default)
+VIEW_BLOCKS = {
+    "alignment": _alignment_block,
+    "image": _image_block,
+    "strip": _strip_block,
+}
+
+
+def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
+    """Validate ``spec`` against ``result`` and translate it into the view model's
+    :class:`~attnviz.core.view.Selection`: the one conversion between the command line (or a recipe) and
+    what is drawn.  Unset fields mean the last layer and the mean over heads; every range problem is an
+    :class:`AttnvizError` naming the valid range."""
+    if not result.blocks():
+        raise AttnvizError("this result holds no attention maps; nothing to draw", param="model")
+    pick = VIEW_BLOCKS.get(spec.view)
+    bi, b = resolve_block(result, pick(result, spec.block) if pick else spec.block)
     try:
         layer = check_layer(b, spec.layer)
     except AttnvizError as e:
@@ -210,59 +266,30 @@ def core_selection(
         raise AttnvizError(str(e), param="layers") from None
     layer_from = check_layer_from(b, layer, spec.layer_from)
     step = check_step(result, spec.step)
-    hs = spec.hide_special if hide_special is None else hide_special
-    common = dict(
+    declared = view.declared_alignment(result)
+    query = None
+    if spec.query is not None:
+        query = check_query(b, spec.query) if spec.view in ("heatmap", "links", "image") else int(spec.query)
+    base = view.Selection(
         block=bi,
         keep=float(spec.keep),
         log=bool(spec.log),
-        hide_special=bool(hs),
+        hide_special=bool(spec.hide_special),
         step=-1 if step is None else step,
-        batch=int(getattr(spec, "batch", 0) or 0),
-        query=spec.query,
-        rows=str(getattr(spec, "rows", None) or declared_rows(result)),
-        image_base=str(getattr(spec, "image_base", "grey") or "grey"),
+        batch=int(spec.batch or 0),
+        query=query,
+        rows=str(spec.rows or (declared[1] if declared else "predict")),
+        image_base=str(spec.image_base or "grey"),
+        scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
     )
+    if spec.heads is not None:
+        heads = tuple(check_head(b, layer, h) for h in spec.heads)
+        return base.with_(mode="head", layer=layer, head=heads[0], heads=heads)
     if spec.head is not None:
-        return bi, b, view.Selection(mode="head", layer=layer, head=check_head(b, layer, spec.head), **common)
+        return base.with_(mode="head", layer=layer, head=check_head(b, layer, spec.head))
     agg = spec.agg or "mean"
     lo, hi = layer_span(layer, agg, layer_from)
-    return bi, b, view.Selection(mode=agg, layer=layer, layer_lo=lo, layer_hi=hi, **common)
-
-
-def select(
-    result: AttentionResult,
-    spec,
-    block: int | str | None = None,
-    default_block: int = 0,
-    hide_special: bool | None = None,
-) -> Selection:
-    """Resolve and validate block/layer/head(s)/aggregate/step from ``spec`` (a FigureSpec) and compute the map.
-
-    ``block`` overrides ``spec.block``; ``hide_special`` overrides ``spec.hide_special``.
-    """
-    bi, b, sel = core_selection(result, spec, block, default_block, hide_special)
-    mv = view.compute_map(result, sel)
-    head = None if spec.head is None else int(spec.head)
-    return Selection(
-        bi,
-        mv.block or b,
-        sel.layer,
-        head,
-        None if head is not None else (spec.agg or "mean"),
-        mv.matrix,
-        TokenAxis(mv.q_labels, mv.q_special),
-        TokenAxis(mv.k_labels, mv.k_special),
-        mv.q_pos,
-        mv.k_pos,
-        check_layer_from(b, sel.layer, spec.layer_from),
-        list(mv.notes),
-        mv,
-    )
-
-
-def generation_rows(result: AttentionResult, block: Block) -> list[tuple[int, str]]:
-    """``(query row, word)`` for each generated word: :func:`attnviz.core.view.generation_rows`."""
-    return view.generation_rows(result, block)
+    return base.with_(mode=agg, layer=layer, layer_lo=lo, layer_hi=hi)
 
 
 def first_block(result: AttentionResult, kind: str | None = None, stack: str | None = None) -> int | None:

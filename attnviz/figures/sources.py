@@ -17,7 +17,7 @@ def load_result(
     image: str | os.PathLike | None = None,
     feeds: str | os.PathLike | None = None,
     tokenizer: str | os.PathLike | None = None,
-    generate: int = 0,
+    generate: int | None = 0,
     provider: str = "auto",
     mode: str = "auto",
     image_size=None,
@@ -27,7 +27,10 @@ def load_result(
     audio: str | os.PathLike | None = None,
     max_seconds: float | None = None,
 ) -> AttentionResult:
-    """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file."""
+    """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file.
+
+    ``generate`` None: as many steps as the window takes for this kind of model
+    (:func:`attnviz.core.view.default_generate`); the number used is kept in ``result.info["generate"]``."""
     if maps is not None:
         if model is not None:
             raise AttnvizError("give a model or --maps, not both")
@@ -51,6 +54,10 @@ def load_result(
             f"running a model needs the attnviz runtime ({e}); use --maps from 'attnviz extract'"
         ) from None
     m = open_model(str(model), provider=provider, tokenizer=str(tokenizer) if tokenizer is not None else None)
+    if generate is None:
+        from attnviz.core.view import default_generate
+
+        generate = default_generate(m.kind, {"text": text, "text_pair": text_pair})
     result = m.analyze(
         text=text,
         text_pair=text_pair,
@@ -66,4 +73,5 @@ def load_result(
         max_seconds=max_seconds,
     )
     result.info.setdefault("model", Path(model).stem)
+    result.info["generate"] = int(generate or 0)
     return result

@@ -1,6 +1,10 @@
-"""What a figure shows: :class:`FigureSpec`, the view names and the width presets.
+"""How a figure is asked for: :class:`FigureStyle` (size, fonts, colours), :class:`FigureSpec` (the command line's
+and a recipe's words for a figure), the view names and the width presets.
 
-Matplotlib-free, so the CLI parser and the GUI can build and validate specs without loading it.
+What a figure *shows* is the view model's :class:`~attnviz.core.view.Selection`, the one the window holds:
+``render_figure(result, view, selection, style)``.  A :class:`FigureSpec` is only the form that selection takes on
+the command line and in a recipe file (its field names are the recipe format); :func:`attnviz.figures.select.resolve`
+turns it into a selection once.  Matplotlib-free, so the CLI parser and the GUI can use it without loading it.
 """
 
 from __future__ import annotations
@@ -8,9 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
-from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP, Selection
+from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP, SCALES
+from attnviz.core.view_names import FIGURE_VIEWS
 
-# view name -> one-line description (the renderer's registry in render.py has the same keys)
+# figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
 VIEW_HELP = {
     "heatmap": "one map: query tokens x key tokens, tokens as text on both axes, colour bar",
     "overview": "every layer x head of a block on one shared colour scale",
@@ -19,7 +24,7 @@ VIEW_HELP = {
     "image": "one query's attention over the image patches, smoothed and overlaid on the image",
     "strip": "'Show, Attend and Tell' strip: one panel per generated word, the word under it (image or shaded source)",
 }
-VIEWS = tuple(VIEW_HELP)
+VIEWS = FIGURE_VIEWS  # VIEW_HELP describes each, in this order (tests/core/test_view_names.py)
 
 # column widths of common two-column paper templates, inches
 WIDTH_PRESETS = {"single": 3.5, "double": 7.16}
@@ -31,9 +36,59 @@ DEFAULT_CMAP = {"image": OVERLAY_CMAP, "strip": OVERLAY_CMAP}
 FALLBACK_CMAP = MAP_CMAP
 
 
+@dataclass(frozen=True)
+class FigureStyle:
+    """How a figure is drawn, apart from what it shows: size, resolution, fonts, colour map, title."""
+
+    cmap: str | None = None  # matplotlib colormap name; None: the view model's (viridis; magma for image overlays)
+    width: str | None = None  # "single" (3.5 in) | "double" (7.16 in); None: sized to the content
+    width_in: float | None = None  # explicit width in inches (wins over `width`)
+    dpi: int = 300  # raster resolution (PNG size = width_in * dpi)
+    title: str | None = None  # None: automatic (model and the view model's title); "": no title
+    vmax: float | None = None  # top of the colour scale; None: the largest weight shown
+    font_size: float = 7.0  # tick-label size in points (titles are 1 pt larger)
+    # overview only: this layer's heads alone, as a near-square grid (the window's overview shows every layer;
+    # a paper may want one).  Not in a recipe: `figure --view overview --layer L` sets it
+    only_layer: int | None = None
+
+    def __post_init__(self):
+        check_style(self)
+
+    @property
+    def fixed_width(self) -> float | None:
+        """The asked width in inches, or None when the figure is sized to its content."""
+        if self.width_in is not None:
+            return float(self.width_in)
+        if self.width is not None:
+            return WIDTH_PRESETS[self.width]
+        return None
+
+    def colormap(self, view: str) -> str:
+        return self.cmap or DEFAULT_CMAP.get(view, FALLBACK_CMAP)
+
+
+STYLE_FIELDS = tuple(f.name for f in fields(FigureStyle) if f.name != "only_layer")
+
+
+def check_style(st) -> None:
+    """The style fields of a FigureStyle or a FigureSpec; AttnvizError naming the fix."""
+    if st.width is not None and st.width not in WIDTH_PRESETS:
+        raise AttnvizError(f"unknown width preset {st.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in")
+    if st.width_in is not None and not (0.5 <= float(st.width_in) <= 50):
+        raise AttnvizError(f"width {st.width_in} in is out of range; use 0.5..50 inches")
+    if not (10 <= int(st.dpi) <= 2400):
+        raise AttnvizError(f"dpi {st.dpi} is out of range; use 10..2400")
+    if not (3 <= float(st.font_size) <= 30):
+        raise AttnvizError(f"font size {st.font_size} is out of range; use 3..30 pt")
+    if st.vmax is not None and not float(st.vmax) > 0:
+        raise AttnvizError(f"vmax {st.vmax} must be > 0")
+
+
 @dataclass
 class FigureSpec:
-    """Everything that decides how a figure looks (the ``view`` part of a recipe)."""
+    """A figure in the words of the command line and of a recipe's ``view`` section (whose format these field
+    names are).  Unset fields (None) take the view model's defaults when :func:`attnviz.figures.select.resolve`
+    turns it into a :class:`~attnviz.core.view.Selection` for a result."""
 
     view: str = "heatmap"  # one of VIEWS
     block: int | str | None = None  # index into result.blocks() or a name like "encoder self"; None: the view's default
@@ -59,6 +114,10 @@ class FigureSpec:
     # declared convention (attnviz.alignment), else predict
     rows: str | None = None
     image_base: str = "grey"  # image / strip: what lies under the heat, grey | colour | none (heat only)
+    # the colour scale's top: fixed (0–1) | shared (the block's heads) | map (this map's maximum).  None: "map",
+    # the scale every figure had before there was a choice, so a recipe written then draws the same bytes;
+    # `attnviz figure` without --scale writes the view model's default (fixed) into its recipe
+    scale: str | None = None
 
     def __post_init__(self):
         self.validate()
@@ -77,40 +136,23 @@ class FigureSpec:
                 raise AttnvizError("heads list is empty; give at least one head")
             if self.agg is not None:
                 raise AttnvizError("give heads or an aggregate, not both", param="aggregate")
-        if self.width is not None and self.width not in WIDTH_PRESETS:
-            raise AttnvizError(
-                f"unknown width preset {self.width!r}; use one of {', '.join(WIDTH_PRESETS)} or --width-in"
-            )
-        if self.width_in is not None and not (0.5 <= float(self.width_in) <= 50):
-            raise AttnvizError(f"width {self.width_in} in is out of range; use 0.5..50 inches")
-        if not (10 <= int(self.dpi) <= 2400):
-            raise AttnvizError(f"dpi {self.dpi} is out of range; use 10..2400")
-        if not (3 <= float(self.font_size) <= 30):
-            raise AttnvizError(f"font size {self.font_size} is out of range; use 3..30 pt")
+        check_style(self)
         if not (0.0 < float(self.keep) <= 1.0):
             raise AttnvizError(f"keep {self.keep} is out of range; use a mass fraction in (0, 1], e.g. 0.9")
         if self.step is not None and int(self.step) < 0:
             raise AttnvizError(f"step {self.step} must be 0 or more")
+        if self.scale is not None and self.scale not in SCALES:
+            raise AttnvizError(f"unknown colour scale {self.scale!r}; use one of {', '.join(SCALES)}", param="scale")
         if self.image_base not in IMAGE_BASES:
             raise AttnvizError(
                 f"unknown image base {self.image_base!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base"
             )
-        if self.vmax is not None and not float(self.vmax) > 0:
-            raise AttnvizError(f"vmax {self.vmax} must be > 0")
         return self
 
     @property
-    def fixed_width(self) -> float | None:
-        """The asked width in inches, or None when the figure is sized to its content."""
-        if self.width_in is not None:
-            return float(self.width_in)
-        if self.width is not None:
-            return WIDTH_PRESETS[self.width]
-        return None
-
-    @property
-    def colormap(self) -> str:
-        return self.cmap or DEFAULT_CMAP.get(self.view, FALLBACK_CMAP)
+    def style(self) -> FigureStyle:
+        only = self.layer if self.view == "overview" else None
+        return FigureStyle(**{k: getattr(self, k) for k in STYLE_FIELDS}, only_layer=only)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -122,70 +164,3 @@ class FigureSpec:
         if unknown:
             raise AttnvizError(f"unknown figure option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**d)
-
-
-# the GUI's view names -> figure views
-GUI_VIEWS = {"head": "heatmap", "head map": "heatmap", "token links": "links", "image regions": "image"}
-
-
-def spec_from_selection(view: str, sel: Selection, heads: list[int] | None = None, **options) -> FigureSpec:
-    """The figure of what the screen shows: the view model's :class:`~attnviz.core.view.Selection` plus a style.
-
-    ``heads``: links only, the heads overlaid on screen.  ``options`` are FigureSpec style fields
-    (width, width_in, dpi, cmap, title...).  This is all "export this view" needs.
-    """
-    view = GUI_VIEWS.get(str(view).lower(), str(view).lower())
-    d: dict = dict(
-        view=view,
-        block=sel.block,
-        hide_special=bool(sel.hide_special),
-        keep=float(sel.keep),
-        log=bool(sel.log),
-        step=None if sel.step < 0 else int(sel.step),
-        query=sel.query,
-        batch=sel.batch,
-        rows=sel.rows,
-        image_base=sel.image_base,
-    )
-    if sel.mode == "head":
-        d.update(layer=sel.layer, head=sel.head)
-        if view == "links" and heads:
-            d.update(head=None, heads=sorted(int(h) for h in heads))
-    else:
-        d.update(agg=sel.mode, layer=None if sel.layer_hi < 0 else sel.layer_hi, layer_from=sel.layer_lo)
-    if view == "overview":  # the grid shows every head of every layer
-        d.update(layer=None, head=None, agg=None, layer_from=None)
-    d.update(options)
-    return FigureSpec(**d)
-
-
-def spec_from_gui(
-    kind: str,
-    block: int = 0,
-    layer: int = 0,
-    head: int = 0,
-    mode: str = "head",
-    layer_range: tuple[int, int] = (0, -1),
-    keep: float = 1.0,
-    log: bool = False,
-    hide_special: bool = False,
-    step: int = -1,
-    query: int | None = None,
-    **options,
-) -> FigureSpec:
-    """:func:`spec_from_selection` from loose keywords (mode "head" or an aggregate over ``layer_range``)."""
-    lo, hi = layer_range
-    sel = Selection(
-        block=block,
-        layer=layer,
-        head=head,
-        mode=mode,
-        layer_lo=lo,
-        layer_hi=-1 if hi is None else hi,
-        keep=keep,
-        log=log,
-        hide_special=hide_special,
-        step=-1 if step is None else step,
-        query=query,
-    )
-    return spec_from_selection(kind, sel, **options)

@@ -1,7 +1,9 @@
-"""One draw function per view: ``draw(result, spec) -> Figure``, plus a check saying whether it applies.
+"""One draw function per view: ``draw(result, selection, style) -> Figure``, plus a check saying whether it applies.
 
-The registry :data:`VIEW_DRAWERS` maps the view name to ``(draw, why_not)`` where ``why_not(result)``
-returns None when the view can be drawn for that result, else the reason (one line).
+Each draws what the view model (:mod:`attnviz.core.view`) computes for the window's own
+:class:`~attnviz.core.view.Selection` -- matrices, labels, titles, colour-bar words -- and decides nothing about
+what is shown.  The registry :data:`VIEW_DRAWERS` maps the view name to ``(draw, why_not)`` where
+``why_not(result)`` returns None when the view can be drawn for that result, else the reason (one line).
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from matplotlib.transforms import offset_copy
 
 from attnviz import AttnvizError
 from attnviz.core import view as vm
-from attnviz.core.attention import AttentionResult, Block
-from attnviz.core.reduce import keep_mass
+from attnviz.core.attention import AttentionResult
 from attnviz.figures import select as sel_
 from attnviz.figures.layout import (
     CHAR_W,
@@ -40,14 +41,13 @@ from attnviz.figures.layout import (
     token_ticks,
     wrap_label,
 )
-from attnviz.figures.spec import FigureSpec
+from attnviz.figures.spec import FigureStyle
 
 CBAR_IN = 0.6  # colour bar + its tick labels
-LINKS_ALL_HEADS_MAX = 64  # links view: overlay every head by default only up to this many tokens (else the mean)
 
 
-def _cmap(spec: FigureSpec):
-    name = spec.colormap
+def _cmap(style: FigureStyle, view: str):
+    name = style.colormap(view)
     if name not in colormaps:
         close = [c for c in sorted(colormaps) if c.lower().startswith(name.lower()[:3])][:6]
         hint = f" (close: {', '.join(close)})" if close else ""
@@ -57,16 +57,14 @@ def _cmap(spec: FigureSpec):
     return colormaps[name]
 
 
-def _blocks_text(result: AttentionResult) -> str:
-    return ", ".join(f"{i} ({sel_.block_label(b)})" for i, b in enumerate(result.blocks())) or "none"
-
-
 # ---------------------------------------------------------------------------------------------
 # heatmap-shaped views (heatmap, alignment)
 
 
 def _heatmap_figure(
-    spec: FigureSpec,
+    spec: FigureStyle,
+    log: bool,
+    top: float,
     m: np.ndarray,
     q_labels: list[str],
     k_labels: list[str],
@@ -104,8 +102,7 @@ def _heatmap_figure(
 
     fig = new_figure(spec, width, height)
     ax = fig.add_subplot()
-    vmax = float(spec.vmax) if spec.vmax else max(float(np.nanmax(m)) if m.size else 1.0, 1e-6)
-    im = ax.imshow(m, cmap=_cmap(spec), norm=_norm(spec, vmax), aspect="auto", interpolation="nearest")
+    im = ax.imshow(m, cmap=_cmap(spec, "heatmap"), norm=_norm(spec, log, top), aspect="auto", interpolation="nearest")
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -117,24 +114,24 @@ def _heatmap_figure(
         ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="white", linewidth=1.0))
         ax.add_patch(Rectangle((-0.5, highlight_row - 0.5), nk, 1, fill=False, edgecolor="black", linewidth=0.5))
     _colorbar(
-        fig, im, spec, fs, cbar_label, map_h, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5))
+        fig, im, log, fs, cbar_label, map_h, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5))
     )
     if title:
         ax.set_title(title, fontsize=fs + 1, loc="center")
     return fig
 
 
-def _norm(spec: FigureSpec, vmax: float):
+def _norm(style: FigureStyle, log: bool, vmax: float):
     """The view model's colour range: linear 0..vmax, or LOG_DECADES decades below vmax (zeros: lowest colour)."""
-    lo, hi = vm.colour_range(vmax, spec.log, spec.vmax)
-    return LogNorm(vmin=lo, vmax=hi, clip=True) if spec.log else Normalize(lo, hi)
+    lo, hi = vm.colour_range(vmax, log, style.vmax)
+    return LogNorm(vmin=lo, vmax=hi, clip=True) if log else Normalize(lo, hi)
 
 
-def _colorbar(fig, mappable, spec: FigureSpec, fs: float, label: str, length_in: float, **kw):
+def _colorbar(fig, mappable, log: bool, fs: float, label: str, length_in: float, **kw):
     """A colour bar with a handful of round ticks and its label wrapped to the bar's length (never clipped)."""
     cb = fig.colorbar(mappable, **kw)
     norm = mappable.norm
-    ticks = vm.log_ticks(norm.vmax) if spec.log else vm.nice_ticks(norm.vmin, norm.vmax)
+    ticks = vm.log_ticks(norm.vmax) if log else vm.nice_ticks(norm.vmin, norm.vmax)
     cb.set_ticks(ticks)
     cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
     cb.outline.set_linewidth(0.5)
@@ -142,85 +139,50 @@ def _colorbar(fig, mappable, spec: FigureSpec, fs: float, label: str, length_in:
     return cb
 
 
-def _cbar_label(spec: FigureSpec) -> str:
-    return vm.weight_label(spec.log, spec.hide_special)
-
-
 def _map_figure(
     result: AttentionResult,
-    spec: FigureSpec,
+    sel: vm.Selection,
+    style: FigureStyle,
     mv: vm.MapView,
-    block_text: str,
-    what: str,
     highlight_row: int | None = None,
 ):
-    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers and labels the screen draws."""
-    title = make_title(result, spec, block_text, what, *mv.notes)
+    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers, labels and title the screen draws."""
     return _heatmap_figure(
-        spec,
+        style,
+        sel.log,
+        mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
         mv.matrix,
         display_labels(mv.q_labels),
         display_labels(mv.k_labels),
         mv.q_special,
         mv.k_special,
-        title,
+        make_title(result, style, mv.title),
         mv.x_title,
         mv.y_title,
-        _cbar_label(spec),
+        vm.notes_label(mv.notes, sel.log, mv.scale),
         highlight_row,
     )
 
 
-def draw_heatmap(result: AttentionResult, spec: FigureSpec):
-    s = sel_.select(result, spec)
-    hl = None
-    if spec.query is not None:
-        q = sel_.check_query(s.block, spec.query)
-        where = np.nonzero(s.rows == q)[0]
-        if not len(where):
-            raise AttnvizError(
-                f"query {q} is a special token hidden by hide_special; pick another query", param="query"
-            )
-        hl = int(where[0])
-    assert s.map_view is not None  # select() always fills it
-    return _map_figure(result, spec, s.map_view, sel_.block_label(s.block), f"{s.layers} · {s.what}", hl)
-
-
-def _why_not_alignment(result: AttentionResult) -> str | None:
-    if sel_.first_block(result, kind="cross") is None:
-        return (
-            f"the alignment view needs cross-attention (an encoder-decoder model); this result has blocks "
-            f"{_blocks_text(result)}; use the heatmap view"
-        )
-    return None
-
-
-def draw_alignment(result: AttentionResult, spec: FigureSpec):
-    mv, what = alignment_view(result, spec)
-    return _map_figure(result, spec, mv, "cross-attention", what)
-
-
-def alignment_view(result: AttentionResult, spec: FigureSpec) -> tuple[vm.MapView, str]:
-    """The view model's alignment map for ``spec`` (what the figure draws) and its description."""
-    why = _why_not_alignment(result)
-    if why and spec.block is None:
-        raise AttnvizError(why, param="view")
-    bi = sel_.first_block(result, kind="cross") if spec.block is None else spec.block
-    _, blk, sel = sel_.core_selection(result, replace(spec, step=None), block=bi)
-    if blk.kind != "cross":
+def _query_row(pos, query: int | None) -> int | None:
+    """The drawn row of query position ``query`` (None: none asked); refused when hiding special tokens took it."""
+    if query is None:
+        return None
+    where = np.nonzero(np.asarray(pos) == query)[0]
+    if not len(where):
         raise AttnvizError(
-            f"the alignment view needs a cross-attention block; block {sel_.block_label(blk)!r} is "
-            f"self-attention (blocks: {_blocks_text(result)})",
-            param="block",
+            f"query {query} is a special token hidden by hide_special; pick another query", param="query"
         )
-    step = sel_.check_step(result, spec.step)
-    mv = vm.alignment_map(result, sel.with_(step=-1 if step is None else step))
-    what = (
-        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
-        + " · "
-        + sel_.describe(blk, sel.layer, spec.head, spec.agg, spec.layer_from)
-    )
-    return mv, what
+    return int(where[0])
+
+
+def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    mv = vm.compute_map(result, sel)
+    return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
+
+
+def draw_alignment(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    return _map_figure(result, sel, style, vm.alignment_map(result, sel))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,19 +198,19 @@ def _grid_cols(n: int) -> int:
     return min(n, math.ceil(math.sqrt(n * 1.5)))
 
 
-def draw_overview(result: AttentionResult, spec: FigureSpec):
-    bi, block = sel_.resolve_block(result, spec.block)
-    if spec.layer is not None:
-        layers = [sel_.check_layer(block, spec.layer)]
-    else:
-        layers = list(range(block.n_layers))
+def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    spec = style
+    blocks = vm.result_blocks(result, sel)
+    sel = vm.clamp(sel, blocks)
+    bi, block = sel.block, blocks[sel.block]
+    # every head of every layer, as on screen; or one layer's heads (checked against the block by resolve)
+    layers = [style.only_layer] if style.only_layer is not None else list(range(block.n_layers))
     # the screen's thumbnails: the same filters, max-pooled to the same size (sharp peaks survive at 512 tokens)
-    _, _, sel = sel_.core_selection(result, replace(spec, layer=None, layer_from=None, head=None, agg=None), block=bi)
-    thumbs = vm.thumbnails(result, sel, vm.THUMB)  # every block: the screen's overview shares one scale over all
-    top_weight = max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+    thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
+    top_weight = vm.overview_top(thumbs, sel.scale)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
     notes = vm.compute_map(result, sel.with_(mode="mean")).notes
-    notes = [n for n in notes if n != "special tokens hidden"]
+    notes = [n for n in notes if n != vm.HIDDEN_NOTE]
     H = max(block.heads_in(li) for li in layers)
     # panels: one row per layer; a single layer wraps its heads into a near-square grid
     if len(layers) == 1:
@@ -266,7 +228,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     right, gap, bottom = CBAR_IN + 0.3, 0.05, 0.08
     head_lab = fs * 1.5 * PT  # "H3" above each panel (single layer) or each column
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
-    if spec.hide_special:
+    if sel.hide_special:
         what += ", special tokens hidden"
     title = make_title(result, spec, block.name, what, *notes, "one colour scale")
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
@@ -278,8 +240,8 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
     grid_h = nrows * row_h + (nrows - 1) * gap - (head_lab if one else 0.0)
     height = top + bottom + max(grid_h, 0.9)
     fig = new_figure(spec, width, height, constrained=False)
-    norm = _norm(spec, max(top_weight, 1e-6))
-    cmap = _cmap(spec)
+    norm = _norm(style, sel.log, max(top_weight, 1e-6))
+    cmap = _cmap(style, "overview")
     im = None
     for (r, c), li, h in cells:
         y0 = height - top - r * (row_h + gap) - ph
@@ -299,7 +261,7 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
         im = ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
-    _colorbar(fig, im, spec, fs, vm.weight_label(spec.log), cb_h, cax=cax)
+    _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
@@ -309,51 +271,21 @@ def draw_overview(result: AttentionResult, spec: FigureSpec):
 # token links
 
 
-def draw_links(result: AttentionResult, spec: FigureSpec):
-    bi, block = sel_.resolve_block(result, spec.block)
-    layer = sel_.check_layer(block, spec.layer)
-    if spec.heads is not None:
-        heads = [sel_.check_head(block, layer, h) for h in spec.heads]
-    elif spec.head is not None:
-        heads = [sel_.check_head(block, layer, spec.head)]
-    elif (
-        spec.agg is None
-        and block.heads_in(layer) <= len(vm.HEAD_COLOURS)
-        and max(len(block.query_axis), len(block.key_axis)) <= LINKS_ALL_HEADS_MAX
-    ):
-        heads = list(range(block.heads_in(layer)))
-    else:
-        heads = []
-    if heads:
-        _, _, sel = sel_.core_selection(
-            result, replace(spec, heads=None, head=heads[0], agg=None, layer_from=None), block=bi
-        )
-    else:
-        _, _, sel = sel_.core_selection(result, replace(spec, heads=None), block=bi)
-    lv = vm.links_view(result, sel, heads or None)
+def draw_links(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    spec = style
+    lv = vm.links_view(result, sel)  # the view model's heads (vm.link_heads) or aggregate, as the screen draws
     items = [(name, m) for name, _, m in lv.items]
     colours = [c for _, c, _ in lv.items]
-    q_only = None
-    if spec.query is not None:
-        q = sel_.check_query(block, spec.query)
-        where = np.nonzero(np.asarray(lv.q_pos) == q)[0]
-        if not len(where):
-            raise AttnvizError(
-                f"query {q} is a special token hidden by hide_special; pick another query", param="query"
-            )
-        q_only = int(where[0])
+    q_only = None if lv.q_pos is None else _query_row(lv.q_pos, sel.query)
     q_labels, k_labels = display_labels(lv.q_labels), display_labels(lv.k_labels)
     q_special, k_special = lv.q_special, lv.k_special
-    layers_txt = f"layer {layer}" if heads else sel_.layer_text(layer, None, spec.agg, spec.layer_from)
-    notes = [n for n in vm.compute_map(result, sel).notes]
     nq, nk = len(q_labels), len(k_labels)
     n = max(nq, nk)
     fs = float(spec.font_size)
     pitch = fs * LINE * PT
     qt, kt = lv.x_titles  # the view model's, as the screen draws them
     lab_q, lab_k = text_width_in(q_labels + [qt], fs), text_width_in(k_labels + [kt], fs)
-    what = items[0][0] if len(items) == 1 else f"{len(items)} heads"
-    title = make_title(result, spec, sel_.block_label(block), layers_txt, what, *notes)
+    title = make_title(result, style, lv.title)
     width = spec.fixed_width or clamp(lab_q + lab_k + 1.9, 2.8, 10.0)
     title = fit_title(title, width, fs + 1)
     entry_in = (max(len(name) for name, _ in items) * CHAR_W * fs + 3.5 * fs) * PT  # handle + text + spacing
@@ -436,42 +368,6 @@ def draw_links(result: AttentionResult, spec: FigureSpec):
 # image overlay and strip
 
 
-def _why_not_image(result: AttentionResult) -> str | None:
-    if result.image is None:
-        return "the image view needs the input image; this result has none (run the model on an image)"
-    if result.patch_grid is None:
-        return "the image view needs the image patch grid; this result has none (not an image model?)"
-    if sel_.patch_block(result) is None:
-        g = result.patch_grid
-        return f"no attention block has {g.offset + g.n} keys matching the {g.rows}x{g.cols} patch grid"
-    return None
-
-
-def _image_block(result: AttentionResult, spec: FigureSpec, prefer_cross: bool) -> tuple[int, Block]:
-    why = _why_not_image(result)
-    if why:
-        raise AttnvizError(why, param="image")
-    if spec.block is None:
-        idx = None
-        if prefer_cross:
-            idx = next(
-                (i for i, b in enumerate(result.blocks()) if b.kind == "cross" and sel_.keys_are_patches(result, b)),
-                None,
-            )
-        if idx is None:
-            idx = sel_.patch_block(result)
-        return sel_.resolve_block(result, idx)
-    bi, b = sel_.resolve_block(result, spec.block)
-    g = result.patch_grid
-    if g is None or not sel_.keys_are_patches(result, b):
-        raise AttnvizError(
-            f"block {sel_.block_label(b)!r} does not attend to image patches; "
-            f"use a block over the {g.rows if g else '?'}x{g.cols if g else '?'} patches "
-            f"(blocks: {_blocks_text(result)})"
-        )
-    return bi, b
-
-
 def _rgb(image) -> np.ndarray:
     """``[H, W, 3]`` uint8 from grey, RGBA or float [0, 1] images."""
     img = np.asarray(image)
@@ -503,29 +399,19 @@ def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
     return ScalarMappable(norm=Normalize(0.0, ov.vmax, clip=True), cmap=cmap)
 
 
-def _overlay_selection(result: AttentionResult, spec: FigureSpec, bi: int) -> vm.Selection:
-    _, _, sel = sel_.core_selection(
-        result, replace(spec, step=None, keep=1.0, query=None), block=bi, hide_special=False
-    )
-    return sel
+def _image_selection(sel: vm.Selection) -> vm.Selection:
+    """Image regions draw the whole map of one query: no step cut, no hidden tokens, no kept mass (as on screen)."""
+    return sel.with_(keep=1.0, hide_special=False)
 
 
-def draw_image(result: AttentionResult, spec: FigureSpec):
-    bi, block = _image_block(result, spec, prefer_cross=True)  # the screen's default too
-    sel = _overlay_selection(result, spec, bi)
-    if spec.query is not None:
-        sel = sel.with_(query=sel_.check_query(block, spec.query))
+def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    spec = style
     image = _rgb(result.image)
-    ov = vm.overlay_view(result, sel, image.shape[:2])
+    ov = vm.overlay_view(result, _image_selection(sel), image.shape[:2])
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
     width = spec.fixed_width or 3.0
-    what = (
-        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
-        + " · "
-        + sel_.describe(block, sel.layer, spec.head, spec.agg, spec.layer_from)
-    )
-    title = fit_title(make_title(result, spec, sel_.block_label(block), what, f"query {ov.query_label}"), width, fs + 1)
+    title = fit_title(make_title(result, style, ov.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
     pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
     img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
@@ -533,57 +419,29 @@ def draw_image(result: AttentionResult, spec: FigureSpec):
     height = title_in + img_h + 2 * pad
     fig = new_figure(spec, width, height, constrained=False)
     ax = fig.add_axes((pad / width, pad / height, img_w / width, img_h / height))
-    sm = _overlay(ax, image, ov, _cmap(spec))
+    sm = _overlay(ax, image, ov, _cmap(style, "image"))
     cax = fig.add_axes(((pad + img_w + cbar_gap) / width, pad / height, cbar_w / width, img_h / height))
-    _colorbar(fig, sm, replace(spec, log=False), fs, "attention weight", img_h, cax=cax)
+    # the overlay's heat is divided by the map's maximum (where a query looks, as on screen): the bar says so
+    _colorbar(fig, sm, False, fs, vm.weight_label(False, scale="map"), img_h, cax=cax)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
 
 
-def _image_strip_ok(result: AttentionResult) -> bool:
-    return _why_not_image(result) is None and any(
-        b.kind == "cross" and sel_.keys_are_patches(result, b) for b in result.blocks()
-    )
+def draw_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    """Image models: the image, then one overlay per word.  Text models: the source (or the tokens so far) once
+    per generated word, each token shaded by its weight.  The words, weights and title are the view model's
+    (:func:`attnviz.core.view.strip_view`)."""
+    sv = vm.strip_view(result, sel)
+    if sv.image:
+        return _image_strip(result, sel, style, sv)
+    return _text_strip(result, sel, style, sv)
 
 
-def _why_not_strip(result: AttentionResult) -> str | None:
-    typed_caption = (result.prompt_len or 0) > 1 and _image_strip_ok(result)  # teacher-forced caption words
-    if not result.generated and not typed_caption:
-        return "the strip view needs generated words; generate some words first (a captioning, translation or decoder model)"
-    if _image_strip_ok(result):
-        return None
-    if not any(b.stack == "decoder" for b in result.blocks()):
-        return "the strip view needs a decoder: attention from the generated words"
-    return None
-
-
-def draw_strip(result: AttentionResult, spec: FigureSpec):
-    """Image models: the image, then one overlay per generated word.  Text models: the source (or the
-    tokens so far) once per generated word, each token shaded by its weight."""
-    why = _why_not_strip(result)
-    if why:
-        raise AttnvizError(why, param="generate")
-    if (
-        spec.block is None
-        and _image_strip_ok(result)
-        or (spec.block is not None and sel_.keys_are_patches(result, sel_.resolve_block(result, spec.block)[1]))
-    ):
-        return _image_strip(result, spec)
-    return _text_strip(result, spec)
-
-
-def _strip_rows(result: AttentionResult, spec: FigureSpec, block: Block) -> list[tuple[int, str]]:
-    rows = sel_.generation_rows(result, block)
-    step = sel_.check_step(result, spec.step)
-    return rows[: step + 1] if step is not None else rows
-
-
-def _image_strip(result: AttentionResult, spec: FigureSpec):
-    bi, block = _image_block(result, spec, prefer_cross=True)
-    sel = _overlay_selection(result, spec, bi)
-    # the caption words that were typed, then the generated ones: each at the row that chose it (as on screen)
-    rows = vm.caption_rows(result, block) + (_strip_rows(result, spec, block) if result.generated else [])
+def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, sv: vm.StripView):
+    spec = style
+    isel = _image_selection(sel).with_(block=sv.block_index)
+    rows = [(p.row, p.word) for p in sv.panels]
     image = _rgb(result.image)
     ih, iw = image.shape[:2]
     fs = float(spec.font_size)
@@ -594,17 +452,11 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     pw = width / ncols
     img_h = (pw - 0.08) * ih / iw
     word_in = fs * 2.2 * PT
-    what = (
-        sel_.layer_text(sel.layer, spec.head, spec.agg, spec.layer_from)
-        + " · "
-        + sel_.describe(block, sel.layer, spec.head, spec.agg, spec.layer_from)
-    )
-    title = make_title(result, spec, sel_.block_label(block), what)
-    title = fit_title(title, width, fs + 1)
+    title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
     height = title_in + nrows * (img_h + word_in) + 0.05
     fig = new_figure(spec, width, height, constrained=False)
-    cmap = _cmap(spec)
+    cmap = _cmap(style, "strip")
     for k in range(n):
         r, c = divmod(k, ncols)
         x0 = c * pw + 0.04
@@ -618,7 +470,7 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
             row, word = rows[k - 1]
             word, weight = display_label(word), "bold"
             # each panel on its own scale, as in Xu et al.: where does this word look?
-            _overlay(ax, image, vm.overlay_view(result, sel.with_(query=row), image.shape[:2]), cmap)
+            _overlay(ax, image, vm.overlay_view(result, isel.with_(query=row), image.shape[:2]), cmap)
         fig.text(
             (x0 + (pw - 0.08) / 2) / width,
             (y0 - 0.03) / height,
@@ -633,56 +485,25 @@ def _image_strip(result: AttentionResult, spec: FigureSpec):
     return fig
 
 
-def _text_strip(result: AttentionResult, spec: FigureSpec):
-    bi: int | str | None = spec.block
-    if bi is None:
-        bi = sel_.first_block(result, kind="cross", stack="decoder")
-        if bi is None:
-            bi = sel_.first_block(result, kind="self", stack="decoder")
-    s = sel_.select(result, replace(spec, step=None, keep=1.0), block=bi, hide_special=False)
-    block = s.block
-    if block.stack != "decoder":
-        raise AttnvizError(
-            f"the strip view needs a decoder block; {block.name} is not (blocks: {_blocks_text(result)})"
-        )
-    rows = _strip_rows(result, spec, block)
+def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, sv: vm.StripView):
+    spec = style
     fs = float(spec.font_size)
-    k_labels = display_labels(block.key_axis.labels)
-    k_special = list(block.key_axis.special or [])
-    panels = []
-    for row, word in rows:
-        cols = np.arange(len(k_labels))
-        if block.kind == "self":  # a decoder sees only the tokens up to its own position
-            cols = cols[: row + 1]
-        w = np.asarray(s.matrix[row], np.float32)[cols]
-        if spec.hide_special:
-            keep = ~np.asarray([k_special[j] for j in cols], bool)
-            if keep.any():
-                cols, w = cols[keep], w[keep]
-                w = w / max(float(w.sum()), 1e-12)
-        if spec.keep < 1.0:
-            w = keep_mass(w[None], spec.keep)[0]
-        panels.append((display_label(word), cols, w))
-    vmax = (
-        float(spec.vmax)
-        if spec.vmax
-        else max(max((float(w.max()) for _, _, w in panels if w.size), default=1e-6), 1e-6)
-    )
-    norm = _norm(spec, vmax)
+    panels = [(display_label(p.word), display_labels(p.k_labels), p.k_special, p.weights) for p in sv.panels]
+    norm = _norm(style, sel.log, sv.vmax)
     # light-to-dark for shading text: unattended tokens stay on a near-white background
-    cmap = _cmap(spec if spec.cmap else replace(spec, cmap="magma_r"))
+    cmap = _cmap(style if style.cmap else replace(style, cmap="magma_r"), "strip")
     width = spec.fixed_width or 3.5
     pad_pt, gap_pt, line_pt = 1.6, 1.5, fs * 1.75
     avail_pt = (width - 0.2) * 72
     # lay every panel's tokens out in lines (wrapping at the figure width)
     layouts = []
-    for word, cols, w in panels:
+    for word, labels, specials, w in panels:
         x, y, boxes = 0.0, 0, []
-        for j, wt in zip(cols, w):
-            tw = text_width_pt(k_labels[j], fs) + 2 * pad_pt
+        for lab, sp, wt in zip(labels, specials, w):
+            tw = text_width_pt(lab, fs) + 2 * pad_pt
             if x > 0 and x + tw > avail_pt:
                 x, y = 0.0, y + 1
-            boxes.append((x, y, tw, k_labels[j], float(wt), k_special[j]))
+            boxes.append((x, y, tw, lab, float(wt), sp))
             x += tw + gap_pt
         # centre each line under the figure's width
         for line in range(y + 1):
@@ -691,8 +512,7 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
             boxes = [(b[0] + shift, *b[1:]) if b[1] == line else b for b in boxes]
         layouts.append((word, boxes, y + 1))
     word_pt = fs * 2.0
-    title = make_title(result, spec, sel_.block_label(block), s.layers, s.what)
-    title = fit_title(title, width, fs + 1)
+    title = fit_title(make_title(result, style, sv.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
     cbar_in = 0.42
     body_pt = sum(n_lines * line_pt + word_pt + 4 for _, _, n_lines in layouts)
@@ -706,7 +526,7 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
     for word, boxes, n_lines in layouts:
         for x, line, tw, lab, wt, special in boxes:
             top = y0 + line * line_pt
-            face = cmap(norm(max(wt, 1e-12) if spec.log else wt))
+            face = cmap(norm(max(wt, 1e-12) if sel.log else wt))
             ax.add_patch(Rectangle((x, top + 0.8), tw, line_pt - 1.6, facecolor=face, edgecolor="none"))
             lum = 0.299 * face[0] + 0.587 * face[1] + 0.114 * face[2]
             ax.text(
@@ -733,18 +553,18 @@ def _text_strip(result: AttentionResult, spec: FigureSpec):
     cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
     cb.ax.tick_params(labelsize=fs - 1, length=2, width=0.5, pad=1)
     cb.outline.set_linewidth(0.5)
-    cb.set_label("attention weight" + (" (log scale)" if spec.log else ""), fontsize=fs - 1, labelpad=1)
+    cb.set_label(vm.notes_label(sv.notes, sel.log, sv.scale), fontsize=fs - 1, labelpad=1)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
     return fig
 
 
-# view name -> (draw(result, spec) -> Figure, why_not(result) -> str | None)
+# view name -> (draw(result, selection, style) -> Figure, why_not(result) -> str | None)
 VIEW_DRAWERS = {
-    "heatmap": (draw_heatmap, lambda r: None),
-    "overview": (draw_overview, lambda r: None),
-    "links": (draw_links, lambda r: None),
-    "alignment": (draw_alignment, _why_not_alignment),
-    "image": (draw_image, _why_not_image),
-    "strip": (draw_strip, _why_not_strip),
+    "heatmap": (draw_heatmap, sel_.WHY_NOT["heatmap"]),
+    "overview": (draw_overview, sel_.WHY_NOT["overview"]),
+    "links": (draw_links, sel_.WHY_NOT["links"]),
+    "alignment": (draw_alignment, sel_.WHY_NOT["alignment"]),
+    "image": (draw_image, sel_.WHY_NOT["image"]),
+    "strip": (draw_strip, sel_.WHY_NOT["strip"]),
 }

@@ -6,6 +6,7 @@ import argparse
 
 from attnviz.core.view import IMAGE_BASES
 from attnviz.runtime.commands.common import DeprecatedAlias
+from attnviz.runtime.request import AnalyzeRequest
 
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
 
@@ -93,8 +94,8 @@ def run(args) -> int:
 
         opened = {"the file it opens": target, "the --image file": args.image, "the --tokenizer file": args.tokenizer}
         guard(opened, {"--screenshot": shot})
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise AttnvizError(f"--max-tokens {args.max_tokens}: give at least 1")
+    # the input flags' values get the check the window's input panel and `extract` get (one wording)
+    AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
     if args.tokenizer and not Path(args.tokenizer).is_file():
         raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
     try:
@@ -122,7 +123,9 @@ def run(args) -> int:
     focus = {
         k: getattr(args, k) for k in ("block", "layer", "head", "mode", "image_base") if getattr(args, k) is not None
     }
-    if args.mode in ("mean", "max", "min") and args.layer is not None:
+    if "head" in focus:
+        focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
+    if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
         focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
     if focus:
 

@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
+from attnviz.core.view import Selection
+from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
@@ -46,6 +48,8 @@ from attnviz.gui.widgets.controls import Controls
 from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
+from attnviz.runtime.errors import Cancelled
+from attnviz.runtime.request import AnalyzeRequest
 
 MAX_RECENT = 10
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
@@ -255,12 +259,14 @@ class MainWindow(QMainWindow):
             "text_pair": i.text_pair,
             "image": i.image,
             "generate": i.generate,
+            "max_tokens": i.max_tokens,
             "block": c.block,
             "layer": c.layer,
             "layers": c.layer_lo,
             "head": c.head,
             "aggregate": c.mode,
             "step": c.step,
+            "scale": c.scale,
         }
         return widgets.get(param or "")
 
@@ -304,10 +310,11 @@ class MainWindow(QMainWindow):
     def _on_error(self, kind: str, rid: int, exc) -> None:
         if rid != self._latest.get(kind):
             return  # superseded
-        self.inputs.set_busy(False, "error" if error_text(exc) != "cancelled" else "cancelled")
-        if error_text(exc) == "cancelled":
+        if isinstance(exc, Cancelled):
+            self.inputs.set_busy(False, "cancelled")
             self.statusBar().showMessage("Cancelled.")
             return
+        self.inputs.set_busy(False, "error")
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
             print(exc.__attnviz_traceback__)
         if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
@@ -332,7 +339,7 @@ class MainWindow(QMainWindow):
 
         def truncate():
             self.inputs.set_values(max_tokens=limit.tokens)
-            self.run_analysis(self.inputs.values())
+            self.run_analysis()
 
         button.clicked.connect(truncate)
 
@@ -394,7 +401,7 @@ class MainWindow(QMainWindow):
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
         )
         if run:
-            self.run_analysis(self.inputs.values())
+            self.run_analysis()
 
     def open_image(self, path) -> None:
         try:
@@ -404,7 +411,7 @@ class MainWindow(QMainWindow):
             return
         self.inputs.set_values(image=str(path))
         self.add_recent(path)
-        self.run_analysis(self.inputs.values())
+        self.run_analysis()
 
     def open_npz(self, path) -> None:
         from attnviz.core.io import load_npz
@@ -422,16 +429,18 @@ class MainWindow(QMainWindow):
             self.show_error(f"{Path(path).name}: cannot show these maps ({error_text(e)})")
 
     # -- running -----------------------------------------------------------------------
-    def run_analysis(self, values: dict | None = None) -> None:
+    def run_analysis(self, request: AnalyzeRequest | None = None) -> None:
+        """Run ``request``, by default the one the input panel's fields build (a bad value is one message, the
+        control that fixes it framed)."""
         m = self.session.model
-        values = values if values is not None else self.inputs.values()
         try:
             rules.check_runnable(m)
+            request = request if request is not None else self.inputs.request()
         except AttnvizError as e:
-            self.show_error(str(e))
+            self.show_error(str(e), param=e.param)
             return
         self.workers.cancel("run")  # the older run's result will be dropped
-        w = self.workers.start(analyze, m, dict(values), kind="run")
+        w = self.workers.start(analyze, m, request, kind="run")
         self._latest["run"] = w.request_id
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")
@@ -555,21 +564,12 @@ class MainWindow(QMainWindow):
             self.export_maps(path)
 
     # -- export ------------------------------------------------------------------------------
-    # the figure's view names (attnviz figure --view), plus "head" (the old name of heatmap) and "stats"
-    VIEW_ALIASES = {
-        "overview": "Overview",
-        "heatmap": "Head map",
-        "head": "Head map",
-        "links": "Token links",
-        "alignment": "Alignment",
-        "image": "Image regions",
-        "stats": "Head stats",
-    }
-
     def select_view(self, name: str) -> None:
-        title = self.VIEW_ALIASES.get(name.lower(), name)
+        """Show a tab by its --view name (core.view_names: the figure's names, "head", "stats") or its title."""
+        key = view_key(name)
+        title = tab_title(key) if key in TAB_VIEWS else name
         if title not in self.views:
-            raise AttnvizError(f"unknown view {name!r}; use one of {', '.join(self.VIEW_ALIASES)}")
+            raise AttnvizError(f"unknown view {name!r}; use one of {', '.join(TAB_VIEWS)}")
         self.tabs.setCurrentWidget(self.views[title])
 
     def current_view(self):
@@ -590,10 +590,10 @@ class MainWindow(QMainWindow):
             self.show_error("nothing to export yet: open a model and run an input first")
             return
         view = self.current_view()
-        spec = self.figure_spec(view) if figures_renderer() is not None else None
-        if spec is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
-            result = self.session.result
-            self._start_export(lambda: render_and_save(result, spec, path), path)
+        what = self.figure_selection(view) if figures_renderer() is not None else None
+        if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
+            result, (name, sel) = self.session.result, what
+            self._start_export(lambda: render_and_save(result, name, sel, path), path)
             return
         try:
             self.last_export = export_widget(view.export_target(), path)
@@ -602,25 +602,15 @@ class MainWindow(QMainWindow):
             return
         self.statusBar().showMessage(f"Exported {path} (as shown on screen)")
 
-    def figure_spec(self, view):
-        """The :class:`attnviz.figures.FigureSpec` that draws what ``view`` shows (the session's selection plus
-        what the view itself holds: checked heads, image query), or None for the stats table, which the
-        export then renders from the widget."""
-        try:
-            from attnviz.figures import spec_from_selection
-        except ImportError:
-            return None
+    def figure_selection(self, view) -> tuple[str, Selection] | None:
+        """``(figure view name, selection)`` that ``attnviz.figures.render_figure`` draws for what ``view``
+        shows: the session's selection plus what the view itself holds (checked heads, image query); None for
+        the stats table, which the export then renders from the widget."""
         s = self.session
         if s.block is None or view is self.stats:
             return None
-        name = {
-            self.overview: "overview",
-            self.head_map: "heatmap",
-            self.links: "links",
-            self.alignment: "alignment",
-            self.image_regions: "image",
-        }.get(view)
-        if name is None:
+        name = view_key(view.title)
+        if name not in FIGURE_VIEWS:
             return None
         sel = s.sel
         if view is self.alignment:
@@ -634,7 +624,9 @@ class MainWindow(QMainWindow):
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
             sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
-        return spec_from_selection(name, sel, heads=sorted(self.links.checked) if view is self.links else None)
+        if view is self.links and sel.mode == "head":
+            sel = sel.with_(heads=tuple(sorted(self.links.checked)))
+        return name, sel
 
     def export_maps(self, path) -> None:
         if not self._export_allowed(Path(path)):

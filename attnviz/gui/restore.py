@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attnviz.core.align import CONVENTIONS
-from attnviz.core.view import IMAGE_BASES, MODES, Selection
+from attnviz.core.view import IMAGE_BASES, MODES, SCALES, Selection
 
 KEY = "session/last"
 # the inputs saved, the kind of value each takes back, and which of those the input panel can hold
@@ -34,15 +34,18 @@ SELECTION_KINDS: dict[str, tuple[type, ...]] = {
     **{f.name: (type(getattr(Selection(), f.name)),) for f in fields(Selection)},
     "query": (int, type(None)),
     "keep": (int, float),
+    "heads": (list, tuple),  # a tuple is saved as a JSON list
 }
 SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "mode": lambda v: v in MODES,
     "rows": lambda v: v in CONVENTIONS,
     "image_base": lambda v: v in IMAGE_BASES,
+    "scale": lambda v: v in SCALES,
     "keep": lambda v: 0 < v <= 1,
     "step": lambda v: v >= -1,
     "batch": lambda v: v >= 0,
     "query": lambda v: v is None or v >= 0,
+    "heads": lambda v: all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in v),
 }
 
 
@@ -96,6 +99,8 @@ def restore(win, state: dict) -> None:
     if isinstance(view, str) and view in win.views:
         win.tabs.setCurrentWidget(win.views[view])
     sel = valid(state.get("selection"), SELECTION_KINDS, SELECTION_VALUES)
+    if "heads" in sel:
+        sel["heads"] = tuple(sel["heads"])  # the selection is hashable (it keys caches)
 
     def apply():
         win.result_shown.disconnect(apply)

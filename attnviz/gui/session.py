@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.core.attention import AttentionResult, Block
-from attnviz.core.view import ViewError
+from attnviz.core.view import ViewError, default_selection
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
 
 if TYPE_CHECKING:
@@ -36,12 +36,14 @@ class Session(QObject):
         self.blocks: list[Block] = []
         self.sel = Selection()
         self._map_cache: tuple[tuple[int, Selection], MapView] | None = None
+        self._fresh = True  # the next result is a newly opened model's: it opens on the view model's default
         # the model the views last opened on its declared alignment head (gui/views/declared.py): once per model
         self.declared_opened_for: object | None = None
 
     # -- state changes -------------------------------------------------------
     def set_model(self, model: AttnModel | None) -> None:
         self.model = model
+        self._fresh = True
         self.model_changed.emit()
 
     def set_result(self, result: AttentionResult | None) -> None:
@@ -49,8 +51,25 @@ class Session(QObject):
         batch = min(self.sel.batch, result.batch_size - 1) if result is not None else 0
         self.blocks = result.blocks(batch) if result is not None else []
         self._map_cache = None
-        # keep the user's focus when the new result has the same shape; show all steps
-        self.sel = clamp(self.sel.with_(step=-1, batch=batch), self.blocks)
+        sel = self.sel.with_(step=-1, batch=batch)
+        if result is not None and self._fresh and self.blocks:
+            # a newly opened model opens where `attnviz figure` without selection flags draws (one default, in
+            # the view model); the user's filters (log, hidden tokens, kept mass, image base) stay as they were
+            d = default_selection(result, self.blocks)
+            sel = sel.with_(
+                block=d.block,
+                layer=d.layer,
+                head=d.head,
+                mode=d.mode,
+                layer_lo=d.layer_lo,
+                layer_hi=d.layer_hi,
+                rows=d.rows,
+                heads=d.heads,
+                query=None,
+            )
+            self._fresh = False
+        # a new input for the same model keeps the user's focus when the result has the same shape; all steps
+        self.sel = clamp(sel, self.blocks)
         self.result_changed.emit()
         self.selection_changed.emit()
 

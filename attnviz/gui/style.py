@@ -59,7 +59,8 @@ def colorbar_ticks(levels: tuple[float, float], log: bool) -> list[list[tuple[fl
     return [[(v, f"{v:g}") for v in vm.nice_ticks(*levels)]]
 
 
-def set_colorbar(bar: pg.ColorBarItem, levels: tuple[float, float], log: bool, hide_special: bool = False) -> None:
+def set_colorbar(bar: pg.ColorBarItem, levels: tuple[float, float], log: bool, label: str | None = None) -> None:
+    """Levels, round ticks and the view model's words (``label``; default the plain weight label)."""
     bar.setLevels(levels)
     bar.axis.setTicks(colorbar_ticks(levels, log))
-    bar.axis.setLabel(vm.weight_label(log, hide_special))
+    bar.axis.setLabel(label if label is not None else vm.weight_label(log))

@@ -28,16 +28,14 @@ from collections.abc import Mapping
 
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
 
+from attnviz.runtime.errors import Cancelled  # the one cancellation type: a progress call raises it here too
+
 
 class WorkerSignals(QObject):
     progress = Signal(int, int, str)
     returned = Signal(int, object)
     errored = Signal(int, object)
     finished = Signal(int)
-
-
-class Cancelled(Exception):
-    """Raised by a callable that noticed ``cancelled()``."""
 
 
 class Worker(QRunnable):
@@ -70,7 +68,7 @@ class Worker(QRunnable):
 
     def _progress(self, percent: int, text: str = "") -> None:
         if self._cancel.is_set():
-            raise Cancelled()
+            raise Cancelled("cancelled")
         self.signals.progress.emit(self.request_id, int(percent), str(text))
 
     def run(self) -> None:  # called on a pool thread
@@ -80,8 +78,6 @@ class Worker(QRunnable):
         try:
             with cancel_scope(self._cancel.is_set):
                 out = self.fn(*self.args, **self.kwargs)
-        except Cancelled as e:
-            self.signals.errored.emit(rid, e)
         except BaseException as e:
             # the window prints this under ATTNVIZ_DEBUG=1 after the exception crossed threads, where
             # format_exc() no longer can; an ad-hoc attribute on a foreign exception, which typeshed has no slot for
@@ -177,10 +173,10 @@ def error_text(e: BaseException) -> str:
     """One readable line for any exception (AttnvizError already is one)."""
     from attnviz import AttnvizError
 
+    if isinstance(e, Cancelled):
+        return "cancelled"
     if isinstance(e, AttnvizError):
         return " ".join(str(e).split())  # one line in the window too
-    if isinstance(e, Cancelled) or str(e) == "cancelled":
-        return "cancelled"
     msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
     if isinstance(e, MemoryError):
         return "out of memory; use a shorter input"

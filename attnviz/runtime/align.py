@@ -18,6 +18,7 @@ from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
 from attnviz.core.words import with_article
+from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.inputs import HFTokenizer, TextEncoder
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def score_test_set(model: AttnModel, gold_path, convention: str | None = None, c
     samples = []
     for k, (s, t, g) in enumerate(zip(src_lines, tgt_lines, gold)):
         if cancelled is not None and cancelled():
-            raise AttnvizError("cancelled")
+            raise Cancelled("cancelled")
         sw, tw = s.split(), t.split()
         if not sw or not tw:
             raise AttnvizError(f"{gold_file.stem} line {k + 1}: an empty sentence; every line needs a word")

@@ -190,13 +190,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
 
 
 def analyze_call(model: AttnModel, progress=None, cancelled=None, **fields) -> AttentionResult:
-    """``model.analyze(**keywords)`` for every model kind (one file or a folder): check, build the request, run."""
-    from attnviz.core import limits
-
-    generate = int(fields.get("generate", 0) or 0)
-    if generate < 0:
-        raise AttnvizError(f"generate {generate}: give a number of steps ≥ 0", param="generate")
-    limits.check("generate", generate, "--generate")
+    """``model.analyze(**keywords)`` for every model kind (one file or a folder): build the request (which checks
+    its values, :func:`attnviz.runtime.request.validate`), run."""
     return analyze(model, AnalyzeRequest(**fields), progress=progress, cancelled=cancelled)
 
 
@@ -254,3 +249,7 @@ class AnalyzeMethod:
             audio=audio,
             max_seconds=max_seconds,
         )
+
+    def analyze_request(self: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:
+        """The engine on a built request (the window's input panel and the CLI's flags build one, checked once)."""
+        return analyze(self, req, progress=progress, cancelled=cancelled)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -266,6 +267,11 @@ def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[i
     return rows
 
 
+# the builders of an encoder's non-text media, one per kind: each fills its input's feeds (and the source axes) from
+# the request, or refuses it in one line when the model takes no such input
+MEDIA_BUILDERS = (_image, _audio)
+
+
 def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
     """An empty encoder half of a KV cache (``past_key_values.N.encoder.*``) would leave cross-attention no keys
     at all: a with-past file (one cached step) cannot start on its own.  A merged decoder's first branch
@@ -287,9 +293,172 @@ def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
         )
 
 
-# the builders of an encoder's non-text input, one per kind; each fills its input's feeds (and the source axes)
-# from the request, or refuses it in one line when the model takes no such input
-SOURCE_BUILDERS = (_image, _audio)
+@dataclass
+class _Build:
+    """What the input builders share while :func:`prepare` runs: the request, the model's input roles, and what
+    the source builder found for the decoder (its tokenizers, a prompt, a caption)."""
+
+    model: AttnModel
+    req: AnalyzeRequest
+    prep: Prepared
+    series_in: ip.IOInfo | None
+    tok_in: ip.IOInfo | None
+    dec_in: ip.IOInfo | None
+    src_tok: ip.TextEncoder | None = None
+    tgt_tok: ip.TextEncoder | None = None
+    prompt: list[int] | None = None
+    caption: str | None = None
+
+    @property
+    def feeds(self) -> dict:
+        return self.prep.feeds
+
+    def fed_ndim(self, i: ip.IOInfo | None) -> int:
+        """The axes of the array the raw feeds give this input (0: none given)."""
+        return self.feeds[i.name].ndim if i is not None and i.name in self.feeds else 0
+
+
+def _no_tokenizer(model: AttnModel) -> AttnvizError:
+    return AttnvizError(
+        f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file",
+        param="tokenizer",
+    )
+
+
+# -- source builders: one per kind of input, the first whose test holds builds the source rows ------------------
+def _series_text(b: _Build) -> None:
+    """A forecaster's series typed as numbers (a model with a series input and no token input)."""
+    assert b.series_in is not None and b.req.text is not None
+    vals = ip.parse_series(b.req.text)
+    shape = [1, len(vals)] + ([1] if b.series_in.rank == 3 else [])
+    b.feeds[b.series_in.name] = vals.reshape(shape[: b.series_in.rank]).astype(np.float32)
+    b.prep.src_rows = [series_axis(vals)]
+
+
+def _prompt_text(b: _Build) -> None:
+    """A decoder-only or captioning graph's text is its decoder's prompt."""
+    assert b.req.text is not None
+    b.src_tok, b.tgt_tok = b.model.tokenizers
+    tok = b.tgt_tok or b.src_tok
+    if tok is None:
+        raise _no_tokenizer(b.model)
+    b.prompt = fit_positions(b.model, tok.encode(b.req.text, add_special=False), b.req.max_tokens, b.prep.notes).ids
+
+
+def _caption_text(b: _Build) -> None:
+    """An image encoder with its own decoder input (VisionEncoderDecoder): the text is the caption so far."""
+    b.caption = b.req.text
+
+
+def _encoder_text(b: _Build) -> None:
+    """A text (and a sentence pair for an encoder alone) into the encoder's token inputs."""
+    assert b.req.text is not None
+    b.src_tok, b.tgt_tok = b.model.tokenizers
+    if b.src_tok is None:
+        raise _no_tokenizer(b.model)
+    enc = b.src_tok.encode(b.req.text, None if b.dec_in is not None else b.req.text_pair)
+    if not enc.ids:
+        raise AttnvizError("the text gives no tokens; type some words")
+    enc = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes)
+    fill_text_inputs(b.model, b.feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
+    b.prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
+
+
+def _text_refused(b: _Build) -> None:
+    raise AttnvizError(
+        f"{b.model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in b.model.inputs)})"
+    )
+
+
+def _fed_tokens(b: _Build) -> None:
+    """Token ids in the raw feeds: every row labelled, padding (mask 0) special."""
+    assert b.tok_in is not None
+    b.src_tok, b.tgt_tok = _tokenizers_or_none(b.model)
+    keep = _mask_rows(b.feeds, b.model, "mask", b.prep.batch)
+    b.prep.src_rows = [labels(b.src_tok, row, k) for row, k in zip(b.feeds[b.tok_in.name], keep)]
+
+
+def _fed_series(b: _Build) -> None:
+    assert b.series_in is not None
+    b.prep.src_rows = [series_axis(np.ravel(row)) for row in b.feeds[b.series_in.name]]
+
+
+def _has_text(b: _Build) -> bool:
+    return b.req.text is not None
+
+
+# (test, builder) in order; no match: the source is the raw feeds (or an image) as they are
+SOURCE_BUILDERS: list[tuple[Callable[[_Build], bool], Callable[[_Build], None]]] = [
+    (lambda b: _has_text(b) and b.series_in is not None and b.tok_in is None, _series_text),
+    (lambda b: _has_text(b) and b.prep.decoder_is_tokens, _prompt_text),
+    (lambda b: _has_text(b) and b.prep.img_in is not None and b.dec_in is not None and b.tok_in is None, _caption_text),
+    (lambda b: _has_text(b) and b.tok_in is not None, _encoder_text),
+    (_has_text, _text_refused),
+    (lambda b: b.fed_ndim(b.tok_in) == 2 and not b.prep.decoder_is_tokens, _fed_tokens),
+    (lambda b: b.fed_ndim(b.series_in) >= 2, _fed_series),
+]
+
+
+def source_builder(b: _Build) -> Callable[[_Build], None] | None:
+    """The builder for this request's source input (registry lookup: the first whose test holds)."""
+    return next((build for test, build in SOURCE_BUILDERS if test(b)), None)
+
+
+# -- the decoder side: given prompts, a start (+ forced target) prompt, or refusing generation --------------------
+def _decoder_prompts(b: _Build) -> None:
+    assert b.dec_in is not None
+    prep = b.prep
+    if b.src_tok is None and b.tgt_tok is None:
+        b.src_tok, b.tgt_tok = _tokenizers_or_none(b.model)
+    prep.tgt_tok = b.tgt_tok or b.src_tok
+    if b.prompt is not None:
+        prep.prompts = [list(b.prompt)]
+    elif b.fed_ndim(b.dec_in) == 2:
+        prep.prompts = [[int(x) for x in row] for row in b.feeds[b.dec_in.name]]
+        prep.decoder_given = True
+    else:
+        starts = _speech_prompts(b.model, prep, prep.batch)  # Whisper's forced prompt (a language per clip)
+        prep.prompts = (
+            [_start_prompt(b, start) for start in starts] if starts else [_start_prompt(b) for _ in range(prep.batch)]
+        )
+    if b.model.kind == "decoder" and not prep.prompts[0]:
+        raise AttnvizError("a decoder needs a prompt: give a text", param="text")
+
+
+def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
+    """The decoder's start token (or a speech model's forced prompt), then the caption or the text pair to force
+    (teacher forcing)."""
+    sp = md.section(b.model.meta, "special")
+    start = sp.get("decoder_start", sp.get("bos"))
+    prompt = list(start_ids) if start_ids is not None else [int(start if start is not None else 0)]
+    forced = b.caption if b.caption is not None else b.req.text_pair
+    if forced:
+        if b.prep.tgt_tok is None:
+            raise AttnvizError(
+                "no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer"
+            )
+        prompt += b.prep.tgt_tok.encode(forced, add_special=False).ids
+        from attnviz.runtime.limits import SHORTEN, check_positions
+
+        what = "the caption" if b.caption is not None else "the text pair (decoder side)"
+        check_positions(b.model, len(prompt), what, SHORTEN)
+    return prompt
+
+
+def _refuse_generation(b: _Build) -> None:
+    """--generate on a model with no decoder input: say which file or model to use instead."""
+    name = b.model.path.name
+    if by_role(b.model, "encoder_states") is not None:  # a decoder file, with raw feeds
+        raise AttnvizError(
+            f"{name} is the decoder of an export: to generate, give the encoder's input (--text or "
+            "--image; the encoder_model.onnx beside it runs) or open the export folder",
+            param="generate",
+        )
+    raise AttnvizError(
+        f"{name} is {with_article(b.model.kind)} model with no decoder input; generation needs a decoder or "
+        "encoder-decoder model",
+        param="generate",
+    )
 
 
 def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
@@ -297,108 +466,25 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
     _check_encoder_cache(model, feeds)
     prep = Prepared(feeds=feeds)
-    kind = model.kind
-    for build in SOURCE_BUILDERS:
-        build(model, req, feeds, prep)
-    batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
-    prep.batch = batch
-
-    series_in = by_role(model, "series")
-    dec_in = by_role(model, "decoder_tokens")
-    tok_in = by_role(model, "tokens")
+    for media in MEDIA_BUILDERS:
+        media(model, req, feeds, prep)
+    prep.batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
+    dec_in, tok_in = by_role(model, "decoder_tokens"), by_role(model, "tokens")
     # the token input of an image-captioning graph or a decoder-only graph is the decoder's
-    prep.decoder_is_tokens = kind in ("vision-decoder", "decoder") and dec_in is None and tok_in is not None
-    if prep.decoder_is_tokens:
-        dec_in = tok_in
-    prep.dec_in = dec_in
-    src_tok = tgt_tok = None
-    prompt: list[int] | None = None
-    caption: str | None = None
-    if req.text is not None:
-        if batch > 1:
-            raise AttnvizError("give a text or a batch of raw inputs, not both", param="inputs")
-        if series_in is not None and tok_in is None:
-            vals = ip.parse_series(req.text)
-            shape = [1, len(vals)] + ([1] if series_in.rank == 3 else [])
-            feeds[series_in.name] = vals.reshape(shape[: series_in.rank]).astype(np.float32)
-            prep.src_rows = [series_axis(vals)]
-        elif prep.decoder_is_tokens:
-            src_tok, tgt_tok = model.tokenizers
-            tok = tgt_tok or src_tok
-            if tok is None:
-                raise AttnvizError(
-                    f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file",
-                    param="tokenizer",
-                )
-            prompt = fit_positions(model, tok.encode(req.text, add_special=False), req.max_tokens, prep.notes).ids
-        elif prep.img_in is not None and dec_in is not None and tok_in is None:
-            caption = req.text  # an image encoder with its own decoder input (VisionEncoderDecoder): the caption so far
-        elif tok_in is not None:
-            src_tok, tgt_tok = model.tokenizers
-            if src_tok is None:
-                raise AttnvizError(
-                    f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or choose a tokenizer file",
-                    param="tokenizer",
-                )
-            enc = src_tok.encode(req.text, None if dec_in is not None else req.text_pair)
-            if not enc.ids:
-                raise AttnvizError("the text gives no tokens; type some words")
-            enc = fit_positions(model, enc, req.max_tokens, prep.notes)
-            fill_text_inputs(model, feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
-            prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
-        else:
-            raise AttnvizError(
-                f"{model.path.name} takes no text input (its inputs: {', '.join(i.describe() for i in model.inputs)})"
-            )
-    elif tok_in is not None and tok_in.name in feeds and feeds[tok_in.name].ndim == 2 and not prep.decoder_is_tokens:
-        src_tok, tgt_tok = _tokenizers_or_none(model)
-        keep = _mask_rows(feeds, model, "mask", batch)
-        prep.src_rows = [labels(src_tok, row, k) for row, k in zip(feeds[tok_in.name], keep)]
-    elif series_in is not None and series_in.name in feeds and feeds[series_in.name].ndim >= 2:
-        prep.src_rows = [series_axis(np.ravel(row)) for row in feeds[series_in.name]]
-    if len(prep.src_rows) != batch:
-        prep.src_rows = (prep.src_rows * batch)[:batch]  # an image batch: every row has the same patch axis
-
-    if dec_in is not None:
-        if src_tok is None and tgt_tok is None:
-            src_tok, tgt_tok = _tokenizers_or_none(model)
-        prep.tgt_tok = tgt_tok or src_tok
-        if dec_in.name in feeds and prompt is None and feeds[dec_in.name].ndim == 2:
-            prep.prompts = [[int(x) for x in row] for row in feeds[dec_in.name]]
-            prep.decoder_given = True
-        elif prompt is None:
-            sp = md.section(model.meta, "special")
-            start = sp.get("decoder_start", sp.get("bos"))
-            starts = _speech_prompts(model, prep, batch) or [[int(start if start is not None else 0)]] * batch
-            forced = caption if caption is not None else req.text_pair
-            target: list[int] = []
-            if forced:
-                if prep.tgt_tok is None:
-                    raise AttnvizError(
-                        "no target tokenizer to encode the text pair; put tokenizer.json beside the model",
-                        param="tokenizer",
-                    )
-                target = prep.tgt_tok.encode(forced, add_special=False).ids
-                from attnviz.runtime.limits import SHORTEN, check_positions
-
-                what = "the caption" if caption is not None else "the text pair (decoder side)"
-                check_positions(model, len(starts[0]) + len(target), what, SHORTEN)
-            prep.prompts = [list(s) + target for s in starts]
-        else:
-            prep.prompts = [list(prompt)]
-        if kind == "decoder" and not prep.prompts[0]:
-            raise AttnvizError("a decoder needs a prompt: give a text", param="text")
-    elif req.generate and by_role(model, "encoder_states") is not None:  # a decoder file, with raw feeds
-        raise AttnvizError(
-            f"{model.path.name} is the decoder of an export: to generate, give the encoder's input (--text or "
-            "--image; the encoder_model.onnx beside it runs) or open the export folder",
-            param="generate",
-        )
+    prep.decoder_is_tokens = model.kind in ("vision-decoder", "decoder") and dec_in is None and tok_in is not None
+    prep.dec_in = tok_in if prep.decoder_is_tokens else dec_in
+    b = _Build(model, req, prep, by_role(model, "series"), tok_in, prep.dec_in)
+    if req.text is not None and prep.batch > 1:
+        raise AttnvizError("give a text or a batch of raw inputs, not both", param="inputs")
+    build = source_builder(b)
+    if build is not None:
+        build(b)
+    if len(prep.src_rows) != prep.batch:
+        prep.src_rows = (prep.src_rows * prep.batch)[: prep.batch]  # an image batch: every row has the same patch axis
+    if prep.dec_in is not None:
+        _decoder_prompts(b)
     elif req.generate:
-        raise AttnvizError(
-            f"{model.path.name} is {with_article(kind)} model with no decoder input; generation needs a decoder or encoder-decoder model",
-            param="generate",
-        )
+        _refuse_generation(b)
     return prep
 
 

@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
+import re
+
 from attnviz import AttnvizError
 
 
 class Cancelled(AttnvizError):
-    """The caller's ``cancelled()`` returned True between generation steps."""
+    """The caller's ``cancelled()`` returned True (between generation steps, between items, or while onnxruntime
+    ran): the one type every layer raises and the window recognises as "stop quietly", never as an error."""
 
 
-def ort_message(e: Exception) -> str:
-    """onnxruntime's message without its ``[ONNXRuntimeError] : 2 : ...`` prefix, on one line."""
-    s = str(e).strip().replace("\n", " ")
-    for marker in ("] ", ": "):
-        if s.startswith("[ONNXRuntimeError]") and marker in s:
-            s = s.split(marker, 2)[-1]
-            break
-    return s[:240]
+# onnxruntime's own prefix, "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ", and the exception's class name before
+# it where the crash-isolation child reports it ("InvalidArgument: [ONNXRuntimeError] ...")
+_ORT_CODE = re.compile(r"(?:\b[A-Z]\w*:\s*)?\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*[A-Z_]+\s*:\s*")
+# where a C++ check fired, "/onnxruntime_src/.../reshape_helper.h:91", with the function it fired in
+# ("onnxruntime::ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, ...) ") and the failed condition
+# ("input_shape_size == requested_shape_size was false. "): none of it tells a user what to change
+_CPP_PLACE = re.compile(
+    r"\S+\.(?:cc|cpp|cxx|c|h|hpp|cu|cuh):\d+\s+"
+    r"(?:[\w:*&<>, ~]*::[\w~]+\([^()]*\)(?:\s*const)?\s+)?"
+    r"(?:[^.]*? was false\.\s*)?"
+)
+MAX_CHARS = 240
+
+
+def ort_message(e: BaseException) -> str:
+    """onnxruntime's message as one line for a user: without its ``[ONNXRuntimeError] : 2 : CODE :`` prefix,
+    without C++ file:line locations and function signatures, at most :data:`MAX_CHARS` characters.
+
+    The one cleaner for onnxruntime's words, whether they come from loading a graph or running it, in this
+    process or in the crash-isolation child."""
+    s = " ".join(str(e).split())
+    s = _ORT_CODE.sub("", s)
+    s = _CPP_PLACE.sub("", s).strip()
+    return s if len(s) <= MAX_CHARS else s[: MAX_CHARS - 1] + "…"

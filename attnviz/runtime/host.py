@@ -43,7 +43,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime import lifetime, shm
-from attnviz.runtime.errors import Cancelled
+from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
 from attnviz.runtime.worker import _slot_size, serve_orphanless
 
@@ -531,7 +531,7 @@ class RemoteSession:
                 raise
             except RemoteRunError as e:  # onnxruntime refused the graph
                 raise AttnvizError(
-                    f"{self.label}: onnxruntime cannot load this model: {_ort_text(e)}; re-export it (or update onnxruntime)"
+                    f"{self.label}: onnxruntime cannot load this model: {ort_message(e)}; re-export it (or update onnxruntime)"
                 ) from None
             self._host = host
             return desc
@@ -592,13 +592,6 @@ class RemoteSession:
         except RunCancelled:
             self._host = None
             raise
-
-
-def _ort_text(e: Exception) -> str:
-    s = str(e).strip().replace("\n", " ")
-    if "[ONNXRuntimeError]" in s:
-        s = s.split(" : ")[-1]
-    return s[:240]
 
 
 def isolated() -> bool:

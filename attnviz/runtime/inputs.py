@@ -411,13 +411,3 @@ def parse_series(text: str) -> np.ndarray:
     if not vals:
         raise AttnvizError("empty series: give numbers separated by spaces or commas")
     return np.asarray(vals, np.float32)
-
-
-def meta_json(meta: dict, key: str):
-    v = meta.get(key)
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except ValueError:
-            return None
-    return v

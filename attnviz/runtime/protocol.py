@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # types only: this module is imported by model.py and folder.
     from attnviz.runtime.generate import CacheStepper
     from attnviz.runtime.inputs import IOInfo, TextEncoder
     from attnviz.runtime.limits import PositionLimit
+    from attnviz.runtime.request import AnalyzeRequest
 
 
 class EncoderPair(NamedTuple):
@@ -120,6 +121,9 @@ class AttnModel(Protocol):
         audio=None,
         max_seconds: float | None = None,
     ) -> AttentionResult: ...
+
+    # a request built and checked once (the window's input panel, the CLI's flags): the same engine as analyze()
+    def analyze_request(self, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult: ...
 
 
 # the member names, for tests and docs: properties (values) and methods (callables)

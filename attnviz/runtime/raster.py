@@ -15,8 +15,6 @@ from attnviz import AttnvizError
 from attnviz.core import limits
 from attnviz.core.untrusted import open_regular
 
-# Pillow format names we decode; everything else (EPS, PDF, PSD, ...) is refused before a plugin sees the bytes
-RASTER_FORMATS = ("PNG", "JPEG", "BMP", "TIFF", "WEBP", "GIF")
 # file names a folder scan or a drop treats as images (the bytes still decide: see MAGIC)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 MAGIC = (
@@ -46,7 +44,7 @@ def max_pixels() -> int:
 
 
 def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | None = None):
-    """Open a raster image with Pillow, restricted to :data:`RASTER_FORMATS`, first frame, pixel-capped.
+    """Open a raster image with Pillow, restricted to the formats :data:`MAGIC` names, first frame, pixel-capped.
 
     Returns a loaded ``PIL.Image`` (the caller converts / resizes it).
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,12 +37,25 @@ class AnalyzeRequest:
     )
 
     def __post_init__(self):
-        if self.generate < 0:
-            raise AttnvizError("--generate must be 0 or more steps")
-        if self.max_seconds is not None and not self.max_seconds > 0:
-            raise AttnvizError(f"--max-seconds {self.max_seconds}: give a positive number of seconds", param="audio")
-        if self.mode not in MODES:
-            raise AttnvizError(f"unknown mode {self.mode!r}; use auto, dense or ondemand")
+        validate(self)
+
+
+def validate(req: AnalyzeRequest) -> None:
+    """The one check of a request's own values (the model-dependent ones come when its inputs are built):
+    every caller, the CLI's flags and the window's input panel, gets the same line for the same mistake."""
+    from attnviz.core import limits
+
+    if not isinstance(req.generate, numbers.Integral) or req.generate < 0:
+        raise AttnvizError(f"generate {req.generate}: give a number of steps ≥ 0", param="generate")
+    limits.check("generate", req.generate, "--generate")
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise AttnvizError(
+            f"max tokens {req.max_tokens}: give at least 1 (or none to keep every token)", param="max_tokens"
+        )
+    if req.max_seconds is not None and not req.max_seconds > 0:
+        raise AttnvizError(f"max seconds {req.max_seconds}: give a positive number of seconds", param="audio")
+    if req.mode not in MODES:
+        raise AttnvizError(f"unknown mode {req.mode!r}; use auto, dense or ondemand")
 
 
 @dataclass

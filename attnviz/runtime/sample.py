@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnviz.core import metadata as md
+
+if TYPE_CHECKING:
+    from attnviz.runtime.request import AnalyzeRequest
 
 KEYS = ("text", "text_pair", "image", "generate")
 # each key's value in words, for messages; "text" is overridden when the model reads it as a series (SERIES_TEXT)
@@ -84,3 +88,29 @@ def sample_for_path(model_path: str | Path) -> Sample:
     inputs = [io_info(v) for v in m.graph.input if v.name not in weights]
     roles = frozenset(given.get(i.name) or guess_role(i.name, i.dtype, i.rank) for i in inputs)
     return Sample(sample_input(meta, model_path), roles)
+
+
+def require_input(req: AnalyzeRequest, model_path: str | Path) -> None:
+    """Refuse a request that names no input at all (no text, image, audio or feeds) with :func:`no_input`'s line (the CLI
+    checks this before opening the model; the window before running it)."""
+    from attnviz import AttnvizError
+
+    if req.text is None and req.image is None and req.audio is None and req.feeds is None:
+        raise AttnvizError(no_input(model_path))
+
+
+def no_input(model_path) -> str:
+    """The line for a request with no input: what this model takes, shown by its own sample when it has one
+    (a forecaster's series goes in --text as numbers, which the generic line never said)."""
+    from attnviz.core.words import with_article
+
+    generic = "no input: give --text T, --image PATH, --audio FILE or --inputs FEEDS.npz"
+    path = Path(str(model_path))
+    sample = sample_for_path(path) if path.is_file() else None
+    if sample is None or not (set(sample.values) & {"text", "image"}):
+        return generic
+    flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
+    what = sample.describe().split(",")[0]
+    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown!r}) or --inputs FEEDS.npz"

@@ -89,10 +89,6 @@ def _restore(prev):
     ort.set_default_logger_severity(prev)
 
 
-def device_label(provider: str) -> str:
-    return {CUDA: "CUDA (GPU)", CPU: "CPU"}.get(provider, provider)
-
-
 def default_threads() -> int | None:
     v = os.environ.get("ATTNVIZ_THREADS")
     return int(v) if v else None

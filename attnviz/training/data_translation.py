@@ -36,7 +36,6 @@ import json
 import random
 import sys
 import sysconfig
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -420,7 +419,3 @@ def train_tokenizers(
         source=train_tokenizer([p.src for p in pairs], src_vocab, lowercase=greek, strip_accents=greek),
         target=train_tokenizer([p.tgt for p in pairs], tgt_vocab),
     )
-
-
-def stable_hash(s: str) -> int:
-    return zlib.crc32(s.encode("utf-8"))

@@ -226,23 +226,3 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
         tcfg,
         meta,
     )
-
-
-def refresh_metadata(path: str | Path) -> dict:
-    """Re-measure an exported model with the current evaluation code and rewrite its ``attnviz.*`` metadata
-    (metrics, ``attnviz.alignment``...); the graph and the embedded tokenizers are kept.  Returns the metrics."""
-    import shutil
-
-    from attnviz.training.tasks import get_task
-
-    path = Path(path)
-    name, mcfg, tcfg, meta = read_config(path)
-    task = get_task(name)
-    if hasattr(task, "restore"):  # the tokenizers the model was trained with live in the file
-        task.restore(meta)
-    metrics = task.evaluate(OnnxRunner(str(path)), task.make_split("test", mcfg, tcfg), mcfg)
-    new = build_metadata(task, mcfg, tcfg, metrics)
-    with atomic_path(path) as tmp:  # the model file is replaced only once the new metadata is written
-        shutil.copyfile(path, tmp)
-        write_metadata(tmp, new)
-    return metrics

@@ -365,7 +365,3 @@ def cross_attention_indices(cfg: ModelConfig) -> list[int]:
         return []
     n_enc = encoder_layers(cfg)
     return [n_enc + 2 * layer + 1 for layer in range(cfg.n_dec_layers)]
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -60,12 +60,13 @@ def test_a_given_target_is_teacher_forced_as_extract_does_not_continued():
     only the continuation ("." and [EOS]) and the target's own rows were nowhere."""
     from attnviz.app.jobs import analyze
     from attnviz.runtime import open_model
+    from attnviz.runtime.request import AnalyzeRequest
 
     tr = open_model(MODELS / "translation.onnx")
     src, tgt = "ἐν ἀρχῇ ἦν ὁ λόγος", "in the beginning was the word"
     v = rules.first_input(tr, {"text": src, "text_pair": tgt})
     assert v["generate"] == 0
-    result = analyze(tr, v)
+    result = analyze(tr, AnalyzeRequest(**v))
     assert result.generated == [] and result.key_tokens.labels == ["[BOS]", *tgt.split()]
     assert rules.first_input(tr, {"text": src})["generate"] == 32  # a source alone is translated
     assert rules.first_input(tr, {"text": src, "text_pair": tgt, "generate": 3})["generate"] == 3

@@ -155,3 +155,32 @@ def test_the_patch_under_a_pixel_is_the_query_row_of_that_patch():
         hot[row] = 1
         r, c = np.argwhere(g.to_image(hot) == 1)[0]
         assert (r, c) == (int(y * 4 / 64), int(x * 8 / 128))
+
+
+def _near_uniform_and_peaked():
+    """Head 0 near-uniform over 10 keys (about 0.1 each, a random-init BERT); head 1 puts 0.9 on one key."""
+    rng = np.random.default_rng(3)
+    uniform = np.full((10, 10), 0.1) + rng.uniform(-0.005, 0.005, (10, 10))
+    uniform /= uniform.sum(-1, keepdims=True)
+    peaked = np.full((10, 10), 0.1 / 9)
+    np.fill_diagonal(peaked, 0.9)
+    maps = np.stack([uniform, peaked])[None].astype(np.float32)  # [1, 2, 10, 10]
+    toks = TokenAxis([f"t{i}" for i in range(10)])
+    return AttentionResult([DenseMap(maps)], [SiteInfo("encoder", "self", 0, 2, "sm", "softmax")], tokens=toks)
+
+
+def test_the_default_colour_scale_does_not_make_near_uniform_attention_look_saturated():
+    r = _near_uniform_and_peaked()
+    assert vm.Selection().scale == vm.DEFAULT_SCALE == "fixed"
+    flat = vm.compute_map(r, vm.Selection(head=0))
+    assert flat.vmax == 1.0 and flat.matrix.max() < 0.11  # on 0–1 it stays faint, as it is
+    stretched = vm.compute_map(r, vm.Selection(head=0, scale="map"))
+    assert stretched.vmax == pytest.approx(float(r.maps[0].array()[0, 0].max()))  # its own maximum: bright
+    shared = vm.compute_map(r, vm.Selection(head=0, scale="shared"))
+    assert shared.vmax == pytest.approx(0.9)  # the block's heads compare: head 1's peak sets the top
+    assert vm.notes_label(flat.notes, False, flat.scale) == "attention weight (fixed 0–1)"
+    assert (
+        vm.notes_label(stretched.notes, True, stretched.scale) == "attention weight (log scale, stretched to this map)"
+    )
+    with pytest.raises(vm.ViewError, match="unknown colour scale 'auto'"):
+        vm.compute_map(r, vm.Selection(scale="auto"))

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
+from attnviz.core.view import alignment_map
 from attnviz.figures import FigureSpec
-from attnviz.figures.views import alignment_view
+from attnviz.figures.select import resolve
 from attnviz.runtime import open_model
 
 TRANSLATION = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
@@ -46,7 +47,7 @@ def test_no_head_given_draws_the_declared_head_and_rows_and_says_so(run, tmp_pat
     v = _view(tmp_path, "a.pdf")
     assert (v["layer"], v["head"], v["agg"], v["rows"]) == (2, 0, None, "input")
     # what that recipe draws: each target word on the decoder row that reads it (rows 1..n of layer 2 head 0)
-    mv, _ = alignment_view(run, FigureSpec(**v))
+    mv = alignment_map(run, resolve(run, FigureSpec(**v)))
     assert mv.q_labels == TGT.split()
     np.testing.assert_allclose(mv.matrix, _cross(run, 2)[0][1:], rtol=1e-6)
 
@@ -62,7 +63,7 @@ def test_what_the_command_names_wins_and_only_the_rest_is_filled_in(run, tmp_pat
     assert "declared" not in capsys.readouterr().err
     v = _view(tmp_path, "p.pdf")
     assert (v["layer"], v["head"], v["rows"]) == (1, 3, "predict")
-    mv, _ = alignment_view(run, FigureSpec(**v))
+    mv = alignment_map(run, resolve(run, FigureSpec(**v)))
     assert mv.q_labels == TGT.split()
     np.testing.assert_allclose(mv.matrix, _cross(run, 1)[3][:-1], rtol=1e-6)  # rows 0..n-1 predict the words
 

@@ -8,14 +8,15 @@ pytest.importorskip("matplotlib")
 
 from conftest import text_result
 
-from attnviz.figures import FigureSpec, render_figure
+from attnviz.figures import FigureSpec, render_spec
 
 
-@pytest.mark.parametrize("tokens", [["a", "b"], [f"w{i}" for i in range(40)]])
+# a special token to hide: the long label speaks of removed tokens only when some were removed
+@pytest.mark.parametrize("tokens", [["[CLS]", "a", "b"], ["[CLS]", *(f"w{i}" for i in range(40))]])
 @pytest.mark.parametrize("log", [False, True])
 def test_colour_bar_has_few_ticks_and_its_long_label_is_not_clipped(tokens, log):
     result = text_result(n_layers=1, heads=1, tokens=tokens)
-    fig = render_figure(result, FigureSpec(hide_special=True, log=log, dpi=72))
+    fig = render_spec(result, FigureSpec(hide_special=True, log=log, dpi=72))
     fig.canvas.draw()
     cbar = fig.axes[-1]
     ticks = [t for t in cbar.get_yticklabels() if t.get_text()]
@@ -26,3 +27,11 @@ def test_colour_bar_has_few_ticks_and_its_long_label_is_not_clipped(tokens, log)
     page = fig.bbox
     assert box.y0 >= page.y0 - 0.5 and box.y1 <= page.y1 + 0.5, (box, page)  # wrapped to the bar, not cut off
     assert box.x1 <= page.x1 + 0.5
+
+
+def test_colour_bar_claims_no_removal_that_did_not_happen():
+    """Hiding special tokens on a map that has none removes nothing: the bar says "attention weight", as the
+    screen's does (both from the map's notes)."""
+    fig = render_spec(text_result(n_layers=1, heads=1, tokens=["a", "b", "c"]), FigureSpec(hide_special=True, dpi=72))
+    label = fig.axes[-1].yaxis.label.get_text().replace("\n", " ")
+    assert label == "attention weight (stretched to this map)"  # a FigureSpec without a scale: the old stretch

@@ -13,7 +13,7 @@ from PIL import Image
 from attnviz import AttnvizError
 from attnviz.cli import main
 from attnviz.core.io import save_npz
-from attnviz.figures import FigureSpec, render_figure, save_figure
+from attnviz.figures import FigureSpec, render_spec, save_figure
 from attnviz.figures.recipe import load_recipe
 
 
@@ -220,13 +220,13 @@ def test_permission_denied_is_a_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(writes.tempfile, "mkstemp", denied)
     with pytest.raises(AttnvizError, match=r"cannot write .*f.png: Permission denied; choose a writable --out"):
-        save_figure(render_figure(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
+        save_figure(render_spec(text_result(), FigureSpec(dpi=40)), tmp_path / "f.png")
 
 
 def test_failed_save_keeps_existing_file(tmp_path, monkeypatch):
     target = tmp_path / "keep.png"
     target.write_bytes(b"old figure")
-    f = render_figure(text_result(), FigureSpec(dpi=40))
+    f = render_spec(text_result(), FigureSpec(dpi=40))
     import attnviz.core.writes as writes
 
     def boom(path, fmt_path):
@@ -274,7 +274,7 @@ def test_spec_validation_messages():
     with pytest.raises(AttnvizError, match="unknown figure option"):
         FigureSpec.from_dict({"view": "heatmap", "colour": "red"})
     with pytest.raises(AttnvizError, match="rollout needs self-attention over one sequence"):
-        render_figure(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
+        render_spec(encdec_result(), FigureSpec(block="decoder cross", agg="rollout"))
 
 
 def test_bytes_do_not_depend_on_the_process(maps, tmp_path):
@@ -353,3 +353,32 @@ def test_figure_without_input_uses_the_models_sample(tmp_path, capsys):
     # the recipe says how the image was normalised (the demo's metadata: the 0.5 preset at 32x32)
     r = load_recipe(tmp_path / "a.png.recipe.json")
     assert r["run"]["image_preprocessing"] == "0.5 (mean 0.5/0.5/0.5, std 0.5/0.5/0.5), 32×32, from metadata"
+
+
+def test_the_colour_scale_is_the_windows_default_named_on_the_bar_and_old_recipes_keep_theirs(maps, tmp_path):
+    """Without --scale a figure is on fixed 0–1, as the window opens, and its colour bar says so; the recipe
+    records it.  A recipe written before there was a choice (no "scale") was drawn stretched to each map and
+    regenerates exactly that figure."""
+    import numpy as np
+    from _pdftext import svg_texts
+
+    out = tmp_path / "fixed.svg"
+    assert fig("--maps", maps["text"], "--layer", 1, "--head", 0, "--out", out) == 0
+    r = json.loads((tmp_path / "fixed.svg.recipe.json").read_text())
+    assert r["view"]["scale"] == "fixed"
+    assert "attention weight (fixed 0–1)" in " ".join(svg_texts(out.read_bytes())).replace("\n", " ")
+    stretched = tmp_path / "map.png"
+    assert fig("--maps", maps["text"], "--layer", 1, "--head", 0, "--scale", "map", "--out", stretched) == 0
+    old = json.loads((tmp_path / "map.png.recipe.json").read_text())
+    del old["view"]["scale"]  # as every recipe written before scales
+    (tmp_path / "old.recipe.json").write_text(json.dumps(old))
+    again = tmp_path / "again.png"
+    assert fig("--recipe", tmp_path / "old.recipe.json", "--out", again) == 0
+    assert again.read_bytes() == stretched.read_bytes()
+    # what the three scales put at the top of the bar, against the map itself
+    result = text_result()
+    top = float(result.blocks()[0].head(1, 0).max())
+    every = max(float(result.blocks()[0].layer(i).max()) for i in range(2))
+    for scale, want in (("fixed", 1.0), ("map", top), ("shared", every)):
+        im = render_spec(result, FigureSpec(layer=1, head=0, scale=scale, dpi=40)).axes[0].images[0]
+        assert im.norm.vmax == pytest.approx(want) and np.asarray(im.get_array()).max() == pytest.approx(top)

@@ -15,14 +15,14 @@ from attnviz import AttnvizError
 from attnviz.cli import main
 from attnviz.core import view as vm
 from attnviz.core.io import save_npz
-from attnviz.figures import FigureSpec, figure_bytes, render_figure
+from attnviz.figures import FigureSpec, figure_bytes, render_spec
 from attnviz.figures.recipe import load_recipe
 
 RED = (slice(16, 40), slice(20, 48))  # the red rectangle of conftest.test_image
 
 
 def _png_and_axes(result, base: str):
-    fig = render_figure(result, FigureSpec(view="image", query=0, head=1, dpi=200, width_in=3.0, image_base=base))
+    fig = render_spec(result, FigureSpec(view="image", query=0, head=1, dpi=200, width_in=3.0, image_base=base))
     png = np.asarray(Image.open(io.BytesIO(figure_bytes(fig, "png"))).convert("RGB"), np.float32) / 255.0
     return png, fig.axes[0]
 
@@ -72,8 +72,8 @@ def test_colour_grey_and_heat_only_are_what_the_png_shows():
 
 def test_strip_panels_use_the_image_base():
     result = vision_result(decoder=True)
-    grey = render_figure(result, FigureSpec(view="strip", dpi=40, image_base="grey"))
-    colour = render_figure(result, FigureSpec(view="strip", dpi=40, image_base="colour"))
+    grey = render_spec(result, FigureSpec(view="strip", dpi=40, image_base="grey"))
+    colour = render_spec(result, FigureSpec(view="strip", dpi=40, image_base="colour"))
     g = np.asarray(grey.axes[1].images[0].get_array())
     c = np.asarray(colour.axes[1].images[0].get_array())
     assert np.allclose(g[..., 0], g[..., 1])  # grey: one value in every channel

@@ -80,6 +80,12 @@ class FakeModel:
                     ]
             self.sites = enc + dec
 
+    def analyze_request(self, req, progress=None, cancelled=None):
+        """The runtime's entry for a built request (what the window's worker calls)."""
+        return self.analyze(
+            text=req.text, text_pair=req.text_pair, image=req.image, feeds=req.feeds, generate=req.generate
+        )
+
     # -- the Protocol's behaviour: a fake runs only through analyze() --------------------------------------
     def probe(self) -> bool:
         return all(s.heads for s in self.sites)

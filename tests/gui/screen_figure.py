@@ -3,12 +3,11 @@ the current view, and assert they are the same numbers, labels, ticks, colours a
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
-from attnviz.figures import render_figure
+from attnviz.core.view_names import tab_title, view_key
+from attnviz.figures import FigureStyle, render_figure
 
 # (name, selection changes): heads and aggregates, layer ranges, steps, filters, log scale
 SETTINGS = [
@@ -18,6 +17,9 @@ SETTINGS = [
     ("rollout+keep", dict(mode="rollout", keep=0.6)),
     ("head+step", dict(mode="head", layer=0, head=1, step=1)),
     ("hide+keep+log+step", dict(mode="head", layer=1, head=0, hide_special=True, keep=0.8, log=True, step=0)),
+    # the colour scale (fixed 0–1 is the default of the grid): the block's heads, or stretched to the map
+    ("shared+hide", dict(mode="head", layer=1, head=1, scale="shared", hide_special=True)),
+    ("map+log", dict(mode="mean", layer_lo=0, layer_hi=1, scale="map", log=True)),
 ]
 VIEWS = ("overview", "head", "links", "alignment", "image")
 
@@ -27,9 +29,9 @@ def unescape(s: str) -> str:
 
 
 def figure(w, view):
-    spec = w.figure_spec(view)
-    assert spec is not None
-    return render_figure(w.session.result, replace(spec, dpi=40))
+    what = w.figure_selection(view)
+    assert what is not None
+    return render_figure(w.session.result, *what, FigureStyle(dpi=40))
 
 
 def check_map(hm, fig):
@@ -45,6 +47,11 @@ def check_map(hm, fig):
     else:
         np.testing.assert_allclose([norm.vmin, norm.vmax], [lo, hi], rtol=1e-6)
         np.testing.assert_array_equal(hm.image.image, mv.matrix)
+    # the same title words: the figure's is the model's name, then the screen's title
+    assert unescape(ax.get_title().replace("\n", " · ")).endswith(mv.title)
+    assert hm.plot.getPlotItem().titleLabel.text == mv.title
+    cbar = next(a for a in fig.axes if a is not ax)  # the colour bar's words ("special tokens removed" when they were)
+    assert cbar.get_ylabel().replace("\n", " ") == hm.colorbar.axis.labelText
     assert ax.get_xlabel() == mv.x_title == hm.plot.getPlotItem().getAxis("bottom").labelText
     assert ax.get_ylabel() == mv.y_title == hm.plot.getPlotItem().getAxis("left").labelText
     for axis, labels in ((ax.xaxis, hm.x_axis.labels), (ax.yaxis, hm.y_axis.labels)):
@@ -68,6 +75,7 @@ def check_overview(w, fig):
     lo, hi = ov.levels
     top = np.log10(norm.vmax) if w.session.sel.log else norm.vmax
     assert top == pytest.approx(hi, rel=1e-5)
+    assert fig.axes[-1].get_ylabel().replace("\n", " ") == ov.colorbar.axis.labelText  # the scale, in words
     for key, img in ov.thumbs.items():
         if key[0] == bi:
             np.testing.assert_allclose(img.image, ov.thumbs[key].image)
@@ -111,12 +119,12 @@ def check_image(w, fig):
     h, w_ = rgba.shape[:2]
     k = gui.shape[0] // h
     # the same image base under the heat (grey, colour or none), in the image's own pixels
-    assert fig.attnviz_spec.image_base == w.session.sel.image_base == v.base_box.currentData()
+    assert fig.attnviz_selection.image_base == w.session.sel.image_base == v.base_box.currentData()
     np.testing.assert_allclose(v.image_item.image / 255.0, np.asarray(ax.images[0].get_array()), atol=0.5 / 255)
     # the screen computes the heat k times finer; block means of a bilinear surface are its centre values
     gui_alpha = gui[..., 3].astype(np.float32).reshape(h, k, w_, k).mean(axis=(1, 3)) / 255.0
     np.testing.assert_allclose(gui_alpha, rgba[..., 3], atol=0.03)
-    cmap = colormaps[fig.attnviz_spec.colormap]
+    cmap = colormaps[fig.attnviz_style.colormap(fig.attnviz_view)]
     if w.session.sel.image_base == "none":  # heat only: opaque, so the colours say the heat; compare them
         gui_rgb = gui[..., :3].astype(np.float32).reshape(h, k, w_, k, 3).mean(axis=(1, 3))
         np.testing.assert_allclose(gui_rgb, rgba[..., :3] * 255, atol=12)
@@ -124,11 +132,11 @@ def check_image(w, fig):
         heat = (gui[..., 3].astype(np.float32) / 255.0 - 0.2) / 0.7
         want = cmap(np.clip(heat, 0, 1))[..., :3] * 255
         np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
-    assert f"query {v.queries[v.query][0]}" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+    assert f"query “{v.queries[v.query][0]}”" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
 
 
 def views_for(w):
-    return [v for v in VIEWS if not w.views[w.VIEW_ALIASES[v]].reason()]
+    return [v for v in VIEWS if not w.views[tab_title(view_key(v))].reason()]
 
 
 CHECKS = {
@@ -150,7 +158,7 @@ def check_grid(w, result, settings=None) -> int:
         for _name, changes in settings or SETTINGS:
             if changes.get("step", -1) >= 0 and not result.generated:
                 continue
-            base = dict(layer_lo=0, layer_hi=-1, step=-1, keep=1.0, log=False, hide_special=False)
+            base = dict(layer_lo=0, layer_hi=-1, step=-1, keep=1.0, log=False, hide_special=False, scale="fixed")
             w.session.select(block=bi, **{**base, **changes})
             for view in views:
                 w.select_view(view)

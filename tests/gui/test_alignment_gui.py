@@ -149,7 +149,7 @@ def test_a_teacher_forced_target_is_drawn_row_by_row_not_refused(qtbot, real_win
     al.rows_box.setCurrentIndex(al.rows_box.findData("predict"))  # the user switches it
     assert w.session.sel.rows == "predict"
     al.draw()  # what the view draws for the selection now (a redraw may still be queued)
-    assert w.figure_spec(al).rows == "predict"  # File > Export view draws the same rows
+    assert w.figure_selection(al)[1].rows == "predict"  # File > Export view draws the same rows
     assert al.mv.q_labels == tgt.split()
     np.testing.assert_allclose(al.mv.matrix, full[:-1], rtol=1e-6)
     assert "position predicting its target token (predict rows)" in al.step_label.text()

@@ -69,9 +69,9 @@ def test_typed_caption_is_teacher_forced_and_the_regions_follow_it(qtbot, captio
         assert v.info.text().startswith(f"query “{words[qi]}”")
     same_maps(r, cli(tmp_path, "--text", "a red square below a green circle"))
     # the exported strip: the input image, then one panel per typed word, captioned by it
-    from attnviz.figures import FigureSpec, render_figure
+    from attnviz.figures import FigureSpec, render_spec
 
-    fig = render_figure(r, FigureSpec(view="strip", dpi=30))
+    fig = render_spec(r, FigureSpec(view="strip", dpi=30))
     assert len(fig.axes) == len(words) + 1
     assert [t.get_text() for t in fig.texts][1 : len(words) + 1] == words
 

@@ -47,10 +47,11 @@ def test_export_names_the_model_after_its_source(exported):
     assert r.info["model"] == "tiny-bert-uncased"
     from matplotlib.text import Text
 
-    from attnviz.figures import FigureSpec, render_figure
+    from attnviz.figures import FigureSpec, render_spec
 
-    fig = render_figure(r, FigureSpec(view="heatmap", dpi=30))
-    titles = [t.get_text() for t in fig.findobj(Text) if t.get_text().startswith("tiny-bert-uncased · ")]
+    fig = render_spec(r, FigureSpec(view="heatmap", dpi=30))
+    # a title wraps at its " · " separators to fit the figure
+    titles = [t for t in fig.findobj(Text) if t.get_text().replace("\n", " · ").startswith("tiny-bert-uncased · ")]
     assert titles, [t.get_text() for t in fig.findobj(Text)][:5]
 
 

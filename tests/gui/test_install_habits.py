@@ -76,15 +76,16 @@ def test_too_long_text_offers_truncation_and_reruns(qtbot, window, files, monkey
     real = mw.analyze
     seen = []
 
-    def limited(model, values, progress=None, cancelled=None):  # a model whose positions stop at 4
-        seen.append(values.get("max_tokens"))
-        if not values.get("max_tokens"):
+    def limited(model, req, progress=None, cancelled=None):  # a model whose positions stop at 4
+        seen.append(req.max_tokens)
+        if not req.max_tokens:
             raise InputTooLong(9, PositionLimit(4, "position table pos.weight"))
-        return real(model, values, progress, cancelled)
+        return real(model, req, progress, cancelled)
 
     monkeypatch.setattr(mw, "analyze", limited)
+    window.inputs.set_values(text="one two three four five six seven", generate=0)
     with qtbot.waitSignal(window.error_shown, timeout=20000) as sig:
-        window.run_analysis({"text": "one two three four five six seven", "generate": 0})
+        window.run_analysis()
     assert sig.args[0] == "9 tokens; this model's positions stop at 4 (position table pos.weight)."
     assert "--max-tokens" not in sig.args[0]  # no flag the window lacks
     button = next(b for b in window.error_box.buttons() if b.text() == "Truncate to 4 tokens")
@@ -101,22 +102,22 @@ def test_image_preset_and_size_reach_the_runtime(qtbot, window, files):
     open_and_wait(qtbot, window, files["vit.onnx"], image=str(files["image"]))
     panel = window.inputs
     assert panel.preprocess.isEnabled() and panel.preprocess.currentData() is None  # model default
-    assert "image_mean" not in panel.values()
+    assert "image_mean" not in panel.values() and panel.request().image_mean is None
     panel.preprocess.setCurrentIndex(panel.preprocess.findData("clip"))
     panel.image_size.setValue(48)
     v = panel.values()
     assert (v["image_mean"], v["image_std"]) == preprocess.stats("clip") and v["image_size"] == (48, 48)
 
     class Probe:  # records what the window's worker function hands the runtime
-        def analyze(
-            self, text=None, text_pair=None, image=None, generate=0, image_mean=None, image_std=None, image_size=None
-        ):
-            self.got = dict(image_mean=image_mean, image_std=image_std, image_size=image_size)
+        path = files["vit.onnx"]
+
+        def analyze_request(self, req, progress=None, cancelled=None):
+            self.got = dict(image_mean=req.image_mean, image_std=req.image_std, image_size=req.image_size)
             raise RuntimeError("probe")
 
     probe = Probe()
     with pytest.raises(RuntimeError):
-        mw.analyze(probe, v)
+        mw.analyze(probe, panel.request())
     assert probe.got == {"image_mean": v["image_mean"], "image_std": v["image_std"], "image_size": (48, 48)}
 
 
@@ -167,7 +168,7 @@ def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtb
     on every start)."""
     import json
 
-    from attnviz.core.view import Selection
+    from attnviz.core.view import default_selection
     from attnviz.gui import restore
 
     saved = {
@@ -181,7 +182,7 @@ def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtb
     with qtbot.waitSignal(w.result_shown, timeout=30000):
         restore.restore(w, restore.load(settings))
     qtbot.waitUntil(lambda: w.session.sel.layer == 3, timeout=5000)  # what the views can draw is applied
-    sel, default = w.session.sel, Selection()
+    sel, default = w.session.sel, default_selection(w.session.result)  # where a freshly opened model opens
     assert (sel.head, sel.mode, sel.step, sel.keep, sel.log) == (
         default.head,
         default.mode,

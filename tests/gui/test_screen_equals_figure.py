@@ -84,6 +84,7 @@ def test_batch_row_control_switches_rows_and_their_tokens(qtbot, window):
     )
     w._show_result(result)
     w.select_view("head")
+    w.session.select(mode="head", layer=0, head=0)
     assert w.controls.batch.isEnabled() and w.controls.batch.maximum() == 1
     w.controls.batch.setValue(1)
     assert w.session.sel.batch == 1 and w.session.blocks[0].batch == 1

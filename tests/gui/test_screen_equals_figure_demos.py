@@ -41,6 +41,7 @@ def demos():
     from attnviz.app.jobs import analyze
     from attnviz.app.rules import first_input
     from attnviz.runtime import open_model
+    from attnviz.runtime.request import AnalyzeRequest
 
     out = {}
     for family, name in DEMOS.items():
@@ -48,7 +49,7 @@ def demos():
         if not path.exists():
             pytest.skip(f"demo model {path.name} is not in this checkout")
         model = open_model(path)
-        out[family] = (model, analyze(model, first_input(model, {})))
+        out[family] = (model, analyze(model, AnalyzeRequest(**first_input(model, {}))))
     # a padded batch of 2 on the encoder: the second row is shorter, its padded keys get no weight
     model = out["encoder"][0]
     vocab = model.meta["vocab"]

@@ -52,7 +52,8 @@ def test_type_text_and_hover_head_map(qtbot, window, files):
     assert hm.y_axis.labels == ["[CLS]", "dogs", "chase", "cats", "[SEP]"]
     assert hm.x_axis.labels == hm.y_axis.labels
     hover(qtbot, hm, 1, 3)
-    want = window.session.blocks[0].head(0, 0)[1, 3]
+    blk = window.session.blocks[0]
+    want = blk.layer(blk.n_layers - 1).mean(0)[1, 3]  # it opens on the mean over the last layer's heads
     assert hm.hover_label.text() == f"query “dogs” (1) → key “cats” (3): {want:.4f}"
     assert hm.row_box.isVisible() and hm.col_box.isVisible()
     assert hm.row_box.rect().y() == 1 and hm.col_box.rect().x() == 3
@@ -60,6 +61,7 @@ def test_type_text_and_hover_head_map(qtbot, window, files):
 
 def test_keyboard_and_click_focus(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
+    window.session.select(mode="head", layer=0, head=0)
     window.tabs.setFocus()
     qtbot.keyClick(window.tabs, Qt.Key_Right)
     qtbot.keyClick(window.tabs, Qt.Key_Right)
@@ -104,12 +106,14 @@ def test_aggregations_and_filters(qtbot, window, files):
     assert "[CLS]" not in hm.y_axis.labels and "[SEP]" not in hm.x_axis.labels
     np.testing.assert_allclose(hm.mv.matrix.sum(-1), 1.0, rtol=1e-5)
     c.log.setChecked(True)
-    assert hm.colorbar.axis.labelText == "attention weight (log scale)"  # the figure's words
+    # the figure's words: the special tokens were removed from this map
+    assert hm.colorbar.axis.labelText == "attention (special tokens removed, rows renormalised) (log scale, fixed 0–1)"
     assert hm.shown.max() <= 0.0  # log10 of weights
 
 
 def test_token_links_overlay_and_hover(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
+    window.session.select(mode="head", layer=0, head=0)
     window.select_view("links")
     v = window.links
     cv = v.canvas
@@ -185,6 +189,7 @@ def test_alignment_needs_cross_attention(qtbot, window, files):
 
 def test_vision_image_regions(qtbot, window, files):
     open_and_wait(qtbot, window, files["vit.onnx"], image=str(files["image"]))
+    window.session.select(mode="head", layer=0, head=0)
     window.select_view("image")
     v = window.image_regions
     assert [q for q, _ in v.queries] == ["[CLS]", "all patches (mean)"]
@@ -322,32 +327,32 @@ def test_drop_files_and_recent_menu(qtbot, window, files):
 
 def test_export_uses_figure_renderer_when_exact(qtbot, window, files, tmp_path):
     pytest.importorskip("matplotlib")
-    from attnviz.figures import FigureSpec
+    from attnviz.core.view import Selection
 
     open_and_wait(qtbot, window, files["mt.onnx"], generate=3)
     for view, want in (("overview", "overview"), ("head", "heatmap"), ("links", "links"), ("alignment", "alignment")):
         window.select_view(view)
-        spec = window.figure_spec(window.current_view())
-        assert isinstance(spec, FigureSpec) and spec.view == want
+        name, sel = window.figure_selection(window.current_view())
+        assert isinstance(sel, Selection) and name == want
         out = tmp_path / f"{view}.svg"
         window.export_view(out)
         qtbot.waitUntil(lambda: window.last_export == out, timeout=30000)
         data = out.read_bytes()
         assert b"<svg" in data[:400] and b"<rdf:RDF" in data[:2000] and b"Qt SVG" not in data  # matplotlib's SVG
     window.select_view("stats")
-    assert window.figure_spec(window.current_view()) is None  # the table is exported as shown
+    assert window.figure_selection(window.current_view()) is None  # the table is exported as shown
     # log scale, an aggregate over a layer range and keep-mass go to the renderer too, and it draws
     # exactly the numbers on screen
-    from attnviz.figures.select import select
+    from attnviz.core.view import compute_map
 
     window.select_view("head")
     window.controls.log.setChecked(True)
     window.controls.mode.setCurrentIndex(window.controls.mode.findData("max"))
     window.controls.keep.setValue(80)
-    spec = window.figure_spec(window.current_view())
-    assert spec is not None and spec.log and spec.agg == "max" and spec.keep == pytest.approx(0.8)
+    _, sel = window.figure_selection(window.current_view())
+    assert sel.log and sel.mode == "max" and sel.keep == pytest.approx(0.8)
     np.testing.assert_allclose(
-        select(window.session.result, spec).matrix, window.session.current_map().matrix, atol=1e-6
+        compute_map(window.session.result, sel).matrix, window.session.current_map().matrix, atol=1e-6
     )
     out = tmp_path / "log.pdf"
     window.export_view(out)
@@ -381,10 +386,15 @@ def test_demo_model_preference(tmp_path):
 def test_overview_log_scale_and_view_shortcuts(qtbot, window, files):
     open_and_wait(qtbot, window, files["text.onnx"])
     ov = window.overview
-    assert ov.colorbar.axis.labelText == "attention weight" and ov.levels[0] == 0.0
+    # the default scale is fixed 0–1 (weights are probabilities) and the colour bar says so
+    assert ov.colorbar.axis.labelText == "attention weight (fixed 0–1)" and ov.levels == (0.0, 1.0)
+    window.controls.scale.setCurrentIndex(window.controls.scale.findData("shared"))
+    top = max(float(m.max()) for m in ov.thumbnail_maps().values())
+    assert ov.levels == pytest.approx((0.0, top)) and top < 1.0  # the largest weight of any head
+    assert ov.colorbar.axis.labelText == "attention weight (shared by every head)"  # every block's, in the overview
     window.controls.log.setChecked(True)
     # three decades below the top weight, as the figure's LogNorm
-    assert ov.colorbar.axis.labelText == "attention weight (log scale)"
+    assert ov.colorbar.axis.labelText == "attention weight (log scale, shared by every head)"
     assert ov.levels[1] - ov.levels[0] == pytest.approx(3.0) and ov.levels[1] <= 0.0
     img = ov.thumbs[(0, 0, 0)].image
     assert img.max() <= ov.levels[1] + 1e-6 and img.min() >= ov.levels[0] - 1e-6

@@ -81,10 +81,11 @@ def test_undeclared_image_size_points_to_the_flag(tmp_path, capsys):
 
 def test_mean_of_one_head_is_singular():
     from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo
-    from attnviz.figures.select import describe
+    from attnviz.core.view import Selection, compute_map
 
     r = AttentionResult(
         maps=[DenseMap(np.full((1, 1, 3, 3), 1 / 3, np.float32))],
         sites=[SiteInfo("encoder", "self", 0, 1, "n", "softmax")],
     )
-    assert describe(r.blocks()[0], 0, None, "mean") == "mean of 1 head"
+    # the view model's words (screen and figure alike) never count heads: no "1 heads"
+    assert compute_map(r, Selection(mode="mean")).title == "encoder self-attention · layer 0 · mean over heads"

@@ -7,6 +7,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QVBoxLayout
 
 from attnviz.core import view as vm
 from attnviz.core.view import MapView
+from attnviz.core.view_names import tab_title
 from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.views.heatmap import HeatmapWidget
@@ -15,7 +16,7 @@ ROW_CHOICES = {"predict": "rows: predicting row", "input": "rows: reading row (S
 
 
 class AlignmentView(View):
-    title = "Alignment"
+    title = tab_title("alignment")
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

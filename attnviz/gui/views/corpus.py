@@ -61,7 +61,6 @@ TABLE_COLUMNS = (
     "max",
     "induction",
 )
-TEXT_COLUMNS = {"stack", "role"}
 
 
 class ValueItem(QTableWidgetItem):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QVBoxLayout
 
+from attnviz.core.view_names import tab_title
 from attnviz.gui.views.base import View
 from attnviz.gui.views.heatmap import HeatmapWidget
 
 
 class HeadMapView(View):
-    title = "Head map"
+    title = tab_title("heatmap")
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

@@ -182,12 +182,12 @@ class HeatmapWidget(QWidget):
     def set_map(self, mv: MapView, log: bool = False, reset_view: bool = True) -> None:
         same_shape = self.mv is not None and self.mv.matrix.shape == mv.matrix.shape
         self.mv, self.log = mv, log
-        lo, hi = style.display_levels(mv.matrix, log)
+        lo, hi = style.display_levels(np.array([0.0, mv.vmax]), log)  # the view model's top (the selection's scale)
         self.shown = style.display_values(mv.matrix, log, (lo, hi))
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         tq, tk = mv.matrix.shape
         self.image.setRect(QRectF(0, 0, tk, tq))
-        style.set_colorbar(self.colorbar, (lo, hi), log)
+        style.set_colorbar(self.colorbar, (lo, hi), log, vm.notes_label(mv.notes, log, mv.scale))  # the figure's words
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core import view as vm
 from attnviz.core.attention import PatchGrid
+from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
@@ -57,7 +58,7 @@ def _resize(img: np.ndarray, side: int) -> np.ndarray:
 
 
 class ImageRegionsView(View):
-    title = "Image regions"
+    title = tab_title("image")
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)

@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
 
 from attnviz.core import view as vm
+from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
@@ -27,7 +28,7 @@ HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
 class OverviewView(View):
     """Signals: ``picked(block, layer, head)`` when a thumbnail is clicked."""
 
-    title = "Overview"
+    title = tab_title("overview")
     picked = Signal(int, int, int)
 
     def __init__(self, session, parent=None):
@@ -146,7 +147,8 @@ class OverviewView(View):
     def redraw(self, use_cache: bool = True) -> None:
         """Redraw every thumbnail on one shared scale (``use_cache=False`` also recomputes the pooling)."""
         maps = self.thumbnail_maps(use_cache)
-        vmax = max((float(m.max()) for m in maps.values()), default=1.0) or 1.0
+        scale = self.session.sel.scale
+        vmax = vm.overview_top(maps, scale)  # one scale over every block: 0–1 or their largest weight
         log = self.session.sel.log
         self.vmax = vmax
         self.levels = style.display_levels(np.array([0.0, vmax]), log)
@@ -156,11 +158,11 @@ class OverviewView(View):
                 continue
             img.setImage(style.display_values(m, log, self.levels), autoLevels=False, levels=self.levels)
             img.setRect(self.cells[key])  # setImage keeps the old pixel scale; re-fit the cell
-        style.set_colorbar(self.colorbar, self.levels, log)
+        style.set_colorbar(self.colorbar, self.levels, log, vm.overview_label(log, scale))
 
     def draw(self) -> None:
         s = self.session
-        key = (id(s.result), s.sel.step, s.sel.log, s.sel.hide_special, s.sel.keep, s.sel.batch)
+        key = (id(s.result), s.sel.step, s.sel.log, s.sel.hide_special, s.sel.keep, s.sel.batch, s.sel.scale)
         if key != self._drawn_key:
             self.redraw()
             self._drawn_key = key

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 from attnviz.core import view as vm
 from attnviz.core.stats import STAT_COLUMNS, head_stats, stat_columns
 from attnviz.core.view import check_not_empty
+from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
 from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
@@ -67,7 +68,7 @@ class NumItem(QTableWidgetItem):
 class StatsView(View):
     """Signals: ``picked(layer, head)`` when a row is clicked."""
 
-    title = "Head stats"
+    title = tab_title("stats")
     picked = Signal(int, int)
 
     def __init__(self, session, parent=None):
@@ -122,9 +123,6 @@ class StatsView(View):
         if blk is not None and blk.kind == "cross":
             return "cross-image" if image else "cross"
         return "patches" if image else "text"
-
-    def compute(self) -> list[dict]:
-        return compute_stats(self.session.result, self.session.block, self.session.sel.step)
 
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""

@@ -8,6 +8,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from attnviz.core import view as vm
+from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
 
@@ -148,7 +149,7 @@ class LinksCanvas(QWidget):
 
 
 class TokenLinksView(View):
-    title = "Token links"
+    title = tab_title("links")
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -196,10 +197,6 @@ class TokenLinksView(View):
             self.checked = {self.session.sel.head}
         self.draw()
 
-    def set_heads(self, heads) -> None:
-        self.checked = set(heads)
-        self.draw()
-
     def draw(self) -> None:
         s = self.session
         sel = s.sel
@@ -208,8 +205,8 @@ class TokenLinksView(View):
         if len(self.head_boxes) != n:
             self._rebuild_heads(n)
         layer_key = (id(s.result), sel.block, sel.layer)
-        if layer_key != self._layer_key or len(self.checked) <= 1:
-            self.checked = {sel.head}
+        if layer_key != self._layer_key or len(self.checked) <= 1:  # a new layer opens on the view model's heads
+            self.checked = set(vm.link_heads(blk, sel)) or {sel.head}
             self._layer_key = layer_key
         self.checked = {h for h in self.checked if h < n} or {sel.head}
         lv = vm.links_view(s.result, sel, sorted(self.checked) if sel.mode == "head" else None, s.blocks)

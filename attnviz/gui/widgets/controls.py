@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.core.view import SCALES
 from attnviz.gui.selection import MODE_TITLES, MODES
 
 
@@ -40,6 +41,13 @@ class Controls(QWidget):
         self.keep.setValue(100)
         self.keep.setToolTip("keep, per row, the largest weights holding this share of the row's mass")
         self.log = QCheckBox("log scale")
+        self.scale = QComboBox()
+        for name, words in SCALES.items():
+            self.scale.addItem(words, name)
+        self.scale.setToolTip(
+            "the top of the colour bar: 0–1 (weights are probabilities; near-uniform attention stays faint), the "
+            "largest weight of any head of the block (heads compare), or this map's own maximum (most contrast)"
+        )
         self.hide_special = QCheckBox("hide special tokens")
         self.hide_special.setToolTip("drop [CLS]/[SEP]/BOS/EOS/pad rows and columns and renormalise rows")
         self.step = QSlider(Qt.Horizontal)
@@ -56,6 +64,7 @@ class Controls(QWidget):
             ("layers from", self.layer_lo),
             ("layers to", self.layer_hi),
             ("keep mass", self.keep),
+            ("colour scale", self.scale),
         ]
         for r, (name, w) in enumerate(rows):
             g.addWidget(QLabel(name), r, 0)
@@ -75,6 +84,7 @@ class Controls(QWidget):
         self.layer_hi.valueChanged.connect(lambda v: self._set(layer_hi=v))
         self.keep.valueChanged.connect(lambda v: self._set(keep=v / 100.0))
         self.log.toggled.connect(lambda on: self._set(log=on))
+        self.scale.currentIndexChanged.connect(lambda i: self._set(scale=self.scale.itemData(i)))
         self.hide_special.toggled.connect(lambda on: self._set(hide_special=on))
         self.step.valueChanged.connect(self._on_step)
         session.result_changed.connect(self.rebuild)
@@ -134,6 +144,7 @@ class Controls(QWidget):
             self.layer_hi.setValue(blk.n_layers - 1 if sel.layer_hi < 0 else sel.layer_hi)
             self.keep.setValue(round(sel.keep * 100))
             self.log.setChecked(sel.log)
+            self.scale.setCurrentIndex(max(0, self.scale.findData(sel.scale)))
             self.hide_special.setChecked(sel.hide_special)
             g = len(s.result.generated)
             self.step.setValue(g if sel.step < 0 else sel.step)

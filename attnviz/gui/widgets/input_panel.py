@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core import preprocess
+from attnviz.runtime.request import AnalyzeRequest
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -42,9 +43,9 @@ def takes_caption(model: AttnModel | None) -> bool:
 
 
 class InputPanel(QWidget):
-    """Signals: ``run_requested(dict)`` with keys text, text_pair, image, generate, max_tokens; ``cancel_requested()``."""
+    """Signals: ``run_requested()`` (the window then asks :meth:`request` for what to run); ``cancel_requested()``."""
 
-    run_requested = Signal(dict)
+    run_requested = Signal()
     cancel_requested = Signal()
 
     def __init__(self, parent=None):
@@ -115,14 +116,20 @@ class InputPanel(QWidget):
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.browse.clicked.connect(self._browse)
 
+    def request(self) -> AnalyzeRequest:
+        """What the fields ask for, as the same :class:`AnalyzeRequest` the CLI builds from the equivalent flags
+        (checked by the same rule: a bad value raises the same one-line :class:`AttnvizError`)."""
+        return AnalyzeRequest(**self.values())
+
     def values(self) -> dict:
-        # fields the current model does not take are disabled and not sent
+        """The fields by :class:`AnalyzeRequest` field name (also what :mod:`attnviz.gui.restore` saves).  Fields
+        the current model does not take are disabled and not sent; an empty box is a flag not given."""
         return {
             "text": (self.text.text() or None) if self.text.isEnabled() else None,
             "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
             "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
-            "max_tokens": int(self.max_tokens.value()) or None if self.max_tokens.isEnabled() else None,
+            "max_tokens": (int(self.max_tokens.value()) or None) if self.max_tokens.isEnabled() else None,
             **self.image_options(),
         }
 
@@ -170,7 +177,7 @@ class InputPanel(QWidget):
         self.generate.setEnabled(kind in ("decoder", "encoder-decoder", "vision-decoder") or model is None)
 
     def request_run(self) -> None:
-        self.run_requested.emit(self.values())
+        self.run_requested.emit()
 
     def set_busy(self, busy: bool, text: str = "") -> None:
         self.cancel_button.setEnabled(busy)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnviz.runtime.request import AnalyzeRequest
 
 
 class DeprecatedAlias(argparse.Action):
@@ -87,19 +91,11 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
     )
 
 
-def analyze_from_args(args):
-    """Open args.model and run it on the input the arguments name; returns (model, result)."""
-    from attnviz import AttnvizError
-    from attnviz.runtime import open_model
+def request_from_args(args) -> AnalyzeRequest:
+    """The :class:`AnalyzeRequest` the input flags name (checked: a bad value is one line, as in the window)."""
+    from attnviz.runtime.request import AnalyzeRequest
 
-    given = [x for x in (args.inputs, args.text, args.image, args.audio) if x is not None]
-    if not given:
-        raise AttnvizError(no_input(args.model))
-    from attnviz.runtime.host import prestart
-
-    prestart()  # the isolation child starts while the model is read
-    model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
-    result = model.analyze(
+    return AnalyzeRequest(
         text=args.text,
         text_pair=args.text_pair,
         image=args.image,
@@ -110,27 +106,20 @@ def analyze_from_args(args):
         image_mean=args.image_mean,
         image_std=args.image_std,
         max_tokens=getattr(args, "max_tokens", None),
-        audio=args.audio,
-        max_seconds=args.max_seconds,
+        audio=getattr(args, "audio", None),
+        max_seconds=getattr(args, "max_seconds", None),
     )
-    return model, result
 
 
-def no_input(model_path) -> str:
-    """The line for a command given no input: what this model takes, shown by its own sample when it has one
-    (a forecaster's series goes in --text as numbers, which the generic line never said)."""
-    from pathlib import Path
+def analyze_from_args(args):
+    """Open args.model and run it on the input the arguments name; returns (model, result)."""
+    from attnviz.runtime import open_model
+    from attnviz.runtime.sample import require_input
 
-    from attnviz.core.words import with_article
-    from attnviz.runtime.sample import sample_for_path
+    req = request_from_args(args)
+    require_input(req, args.model)  # before opening: a missing input needs no model load
+    from attnviz.runtime.host import prestart
 
-    generic = "no input: give --text T, --image PATH, --audio FILE or --inputs FEEDS.npz"
-    path = Path(str(model_path))
-    sample = sample_for_path(path) if path.is_file() else None
-    if sample is None or not (set(sample.values) & {"text", "image"}):
-        return generic
-    flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
-    what = sample.describe().split(",")[0]
-    what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
-    shown = value if len(value) <= 40 else value[:40] + "…"
-    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown!r}) or --inputs FEEDS.npz"
+    prestart()  # the isolation child starts while the model is read
+    model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
+    return model, model.analyze_request(req)

@@ -17,6 +17,7 @@ The package is split along the seams onnxruntime's transformer tools use (``onnx
 * :mod:`.sites` — runs the registered finders over every node and body, pairs ``If`` branches;
 * :mod:`.labels` — stack / kind / layer and canonical order;
 * :mod:`.instrument` — the extra outputs (dense maps, or Q/K for on-demand recompute);
+* :mod:`.ablate` — per-head gates (a ``[H]`` mask graph input per site) for head ablation (``attnviz ablate``);
 * :mod:`.grids` — an image encoder's token grid.
 
 This module re-exports the names the rest of attnviz uses (``from attnviz.runtime import graph as gr``).

@@ -1,0 +1,296 @@
+"""attnviz ablate MODEL (--text T | --image P | --inputs FEEDS.npz) (--heads SPEC | --all-heads) --out DIR:
+which heads matter for this input?
+
+A gate on each chosen head (:mod:`attnviz.runtime.graph.ablate`: on its probabilities before the P·V product, or
+on a fused op's output slice where the probabilities are internal) switches it off in an in-memory copy of the
+graph — the user's file is never written — and the model's main output is compared with the unablated run
+(:mod:`attnviz.runtime.ablation`): the largest |Δlogit|, KL(base ‖ ablated) of the output distribution in bits,
+whether the top prediction changed, and with ``--generate N`` whether the greedy generation changed.
+
+``--heads "encoder self 2:5,decoder cross 0:1"`` switches the named heads off *together* (one joint ablation);
+``--all-heads`` switches each head of every site off *alone*, one forward per head through one session.
+``--mode zero`` (default) zeroes the head; ``--mode mean`` replaces its rows by their mean over the input's query
+rows (one input: the corpus mean of the literature is the mean over this input's rows).
+
+Writes ``DIR/heads.parquet`` — ``stack, kind, layer, head, ablation_kl, ablation_max_dlogit, prediction_changed``,
+plus ``generation_changed`` (null without ``--generate``), ``gate`` (``probabilities`` | ``output``) and
+``ablated_together`` (1 for ``--all-heads``; for ``--heads``, the number of heads in the joint ablation, whose
+numbers every named head's row repeats) — and ``DIR/run.json``, and prints the heads by KL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
+HEADS = "heads.parquet"
+RUN = "run.json"
+COLUMNS = (
+    "stack",
+    "kind",
+    "layer",
+    "head",
+    "ablation_kl",
+    "ablation_max_dlogit",
+    "prediction_changed",
+    "generation_changed",
+    "gate",
+    "ablated_together",
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="ONNX model file")
+    src = p.add_argument_group("input (one of)")
+    src.add_argument("--inputs", metavar="FEEDS.npz", help="raw feeds: .npz keyed by ONNX input name")
+    src.add_argument("--text", metavar="T", help="text (tokenised with the model's tokenizer)")
+    src.add_argument(
+        "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
+    )
+    src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    which = p.add_argument_group("heads (one of)")
+    which.add_argument(
+        "--heads",
+        metavar="SPEC",
+        help="heads switched off together: 'STACK KIND LAYER:HEAD,...', e.g. 'encoder self 2:5,decoder cross 0:1'",
+    )
+    which.add_argument("--all-heads", action="store_true", help="every head alone, one at a time")
+    p.add_argument(
+        "--mode",
+        dest="ablation",
+        choices=("zero", "mean"),
+        default="zero",
+        help="zero: the head's weights become 0; mean: its rows become their mean over the input's query rows",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
+    p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy steps: did the generation change?")
+    p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
+    p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider")
+    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W")
+    p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
+    p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, largest KL first (default 5)")
+
+
+def _row(site, head: int, c, gate: str, together: int) -> dict:
+    return {
+        "stack": site.stack,
+        "kind": site.kind,
+        "layer": int(site.layer),
+        "head": int(head),
+        "ablation_kl": c.kl_bits,
+        "ablation_max_dlogit": float(c.max_dlogit),
+        "prediction_changed": c.prediction_changed,
+        "generation_changed": c.generation_changed,
+        "gate": gate,
+        "ablated_together": together,
+    }
+
+
+def write(out: Path, rows: list[dict], run: dict) -> None:
+    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically (and, inside a
+    command, checked again against its declared inputs)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attnviz.core.writes import atomic_path, atomic_write_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema(
+        [
+            ("stack", pa.string()),
+            ("kind", pa.string()),
+            ("layer", pa.int64()),
+            ("head", pa.int64()),
+            ("ablation_kl", pa.float64()),
+            ("ablation_max_dlogit", pa.float64()),
+            ("prediction_changed", pa.bool_()),
+            ("generation_changed", pa.bool_()),
+            ("gate", pa.string()),
+            ("ablated_together", pa.int64()),
+        ]
+    )
+    with atomic_path(out / HEADS, "--out") as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    atomic_write_json(out / RUN, run, "--out", indent=1)
+
+
+def _open(args):
+    from attnviz import AttnvizError
+    from attnviz.runtime import AttentionModel, open_model
+    from attnviz.runtime.ablation import known_heads
+    from attnviz.runtime.commands.common import no_input
+
+    if args.inputs is None and args.text is None and args.image is None:
+        raise AttnvizError(no_input(args.model))
+    if args.heads is None and not args.all_heads:
+        raise AttnvizError("say which heads: --heads 'encoder self 0:1,...' (switched off together) or --all-heads")
+    if args.heads is not None and args.all_heads:
+        raise AttnvizError("give --heads or --all-heads, not both")
+    model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
+    if not isinstance(model, AttentionModel):
+        raise AttnvizError(
+            f"{args.model}: ablate runs one ONNX file, and this is an export folder of several; give one of its files"
+        )
+    if not model.sites:
+        raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
+    if args.inputs is None and model.pair_with_encoder() is not None:
+        raise AttnvizError(
+            f"{model.path.name} is the decoder of an export: ablate it with --inputs FEEDS.npz holding the "
+            "encoder's states, or ablate the merged model file"
+        )
+    known_heads(model)  # --heads names heads by index: their counts first
+    return model
+
+
+def run(args) -> int:
+    import numpy as np
+    import onnxruntime
+
+    from attnviz import AttnvizError, __version__
+    from attnviz.core.words import count
+    from attnviz.core.writes import guard
+    from attnviz.corpus.items import sha256_model
+    from attnviz.runtime.ablation import Ablation, gateable, parse_heads
+    from attnviz.runtime.host import prestart
+    from attnviz.runtime.request import AnalyzeRequest
+
+    out = Path(args.out)
+    inputs = {
+        "the model": args.model,
+        "the --inputs file": args.inputs,
+        "the --image file": args.image,
+        "the --tokenizer file": args.tokenizer,
+    }
+    if out.exists() and not out.is_dir():
+        raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
+    guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
+    prestart()
+    model = _open(args)
+    sites = model.sites
+    if args.all_heads:
+        chosen, refused = gateable(model)
+        if not chosen:
+            raise AttnvizError(f"no head can be ablated: {'; '.join(refused)}")
+        off_sets = [{i: [h]} for i in chosen for h in range(sites[i].heads)]
+    else:
+        wanted = parse_heads(args.heads, sites)
+        chosen, refused = sorted(wanted), []
+        off_sets = [wanted]
+    req = AnalyzeRequest(
+        text=args.text,
+        text_pair=args.text_pair,
+        image=args.image,
+        feeds=args.inputs,
+        generate=args.generate,
+        image_size=tuple(args.image_size) if args.image_size else None,
+        image_mean=args.image_mean,
+        image_std=args.image_std,
+        max_tokens=args.max_tokens,
+    )
+    t0 = time.perf_counter()
+    ab = Ablation(model, chosen, args.ablation, req)
+    session_s = time.perf_counter() - t0 - ab.base_s
+    rows: list[dict] = []
+    t1 = time.perf_counter()
+    changes = [ab.change(off) for off in off_sets]
+    ablations_s = time.perf_counter() - t1
+    for off, c in zip(off_sets, changes):
+        together = sum(len(h) for h in off.values())
+        for i, heads in sorted(off.items()):
+            rows.extend(_row(sites[i], h, c, ab.gates[i].method, together) for h in sorted(heads))
+    tok = ab.prep.tgt_tok
+
+    def words(ids):
+        return [tok.label(i) if tok else str(i) for i in ids] if ids is not None else None
+
+    joint = None
+    if not args.all_heads:
+        c = changes[0]
+        joint = {
+            "heads": [
+                f"{sites[i].stack} {sites[i].kind} {sites[i].layer}:{h}"
+                for i, hs in sorted(off_sets[0].items())
+                for h in hs
+            ],
+            "ablation_kl": c.kl_bits,
+            "ablation_max_dlogit": c.max_dlogit,
+            "prediction_changed": c.prediction_changed,
+            "changed_positions": c.changed_positions,
+            "generation_changed": c.generation_changed,
+            "generated": words(c.generated),
+        }
+    run_info = {
+        "model": {"path": str(args.model), "sha256": sha256_model(args.model)},
+        "input": {
+            k: v
+            for k, v in (
+                ("text", args.text),
+                ("text_pair", args.text_pair),
+                ("image", args.image),
+                ("inputs", args.inputs),
+                ("generate", args.generate),
+            )
+            if v
+        },
+        "mode": args.ablation,
+        "output": ab.output,
+        "base_generated": words(ab.base_generated) if args.generate else None,
+        "sites": [
+            {"site": sites[i].label, "node": sites[i].node, "heads": g.heads, "gate": g.method}
+            for i, g in sorted(ab.gates.items())
+        ],
+        "not_ablated": refused,
+        "joint": joint,
+        "rows": "one per head ablated alone"
+        if args.all_heads
+        else "one per named head, all with the joint ablation's numbers",
+        "measures": {
+            "ablation_kl": f"mean KL(base ‖ ablated) of softmax({ab.output}) over the last axis, bits, over real "
+            "positions (null for an output that is not logits, or a forecaster's values)",
+            "ablation_max_dlogit": f"largest |base − ablated| of {ab.output} over real positions",
+            "prediction_changed": "the argmax over the last axis differs at some real position (null for a "
+            "forecaster's values)",
+            "generation_changed": "the greedy generation (--generate N, full re-run per step) differs",
+            "gate": "probabilities: a mask on the head's probabilities before P·V; output: a mask on the fused "
+            "op's output slice of the head (the probabilities are internal to the op)",
+            "mode": "zero: the head's weights × 0; mean: each of its rows replaced by the mean over the input's "
+            "query rows (in a causal decoder that mean row also weights later keys)",
+        },
+        "seconds": {
+            "gated_session": session_s,
+            "base_forward": ab.base_s,
+            "per_ablation": ablations_s / max(len(off_sets), 1),
+        },
+        "versions": {"attnviz": __version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__},
+    }
+    write(out, rows, run_info)
+    print(
+        f"ablated ({args.ablation}) {'each of ' if args.all_heads else ''}{count(len(rows), 'head')} of "
+        f"{count(len(chosen), 'site')}{'' if args.all_heads else ' together'} -> {out / HEADS}"
+    )
+    for s in run_info["sites"]:
+        if s["gate"] == "output":
+            print(f"  {s['site']}: gated on the fused op's output per head (its probabilities are internal)")
+    if joint is not None:
+        kl = f"KL {joint['ablation_kl']:.4g} bits, " if joint["ablation_kl"] is not None else ""
+        said = {True: "changed", False: "unchanged"}
+        print(
+            f"output change: {kl}max |Δ{ab.output}| {joint['ablation_max_dlogit']:.4g}"
+            + (f", prediction {said[joint['prediction_changed']]}" if joint["prediction_changed"] is not None else "")
+            + (f", generation {said[bool(joint['generation_changed'])]}" if args.generate else "")
+        )
+    else:
+        top = sorted(rows, key=lambda r: (-(r["ablation_kl"] or 0.0), -r["ablation_max_dlogit"]))
+        print(f"heads that matter most (KL(base ‖ ablated), bits; max |Δ{ab.output}|):")
+        for r in top[: args.top]:
+            kl = f"KL {r['ablation_kl']:.4g}  " if r["ablation_kl"] is not None else ""
+            flags = " prediction changed" if r["prediction_changed"] else ""
+            flags += " generation changed" if r["generation_changed"] else ""
+            print(f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  {kl}|Δ| {r['ablation_max_dlogit']:.4g}{flags}")
+    for line in refused:
+        print(f"not ablated: {line}")
+    return 0

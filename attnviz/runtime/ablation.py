@@ -1,0 +1,191 @@
+"""Switch attention heads off and measure what the model's output does: the engine behind ``attnviz ablate``.
+
+One session of a gated copy of the graph (:func:`attnviz.runtime.graph.ablate.gate_heads`, through the model's
+public :meth:`~attnviz.runtime.model.AttentionModel.extra_session`) serves every ablation: the per-site head masks
+are graph inputs, so the baseline (all ones), a joint ablation and each head alone are one forward each.
+The output change is measured on the model's main output (``logits`` where it has one, else its first output)
+with :func:`attnviz.core.compare.output_difference` (the largest |Δ| and, for logits, KL(base ‖ ablated) in
+bits), plus whether the top prediction (the argmax over the last axis) changed at any real position.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core import metadata as md
+from attnviz.core.attention import SiteInfo
+from attnviz.core.compare import is_logits, log_softmax, output_difference
+from attnviz.runtime import builders as bd
+from attnviz.runtime import generate as gen
+from attnviz.runtime.graph.ablate import Gate, GateRefused, gate_heads, gate_method
+from attnviz.runtime.model import AttentionModel
+from attnviz.runtime.request import AnalyzeRequest
+
+# tasks whose output is values, not a distribution's logits (whatever the output is named): no KL, no argmax
+REGRESSION_TASKS = ("forecasting",)
+HEAD_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*(\d+)\s*$")
+
+
+def parse_heads(spec: str, sites: list[SiteInfo]) -> dict[int, list[int]]:
+    """``"encoder self 2:5,decoder cross 0:1"`` -> {site index: [heads]}, checked against the model's sites."""
+    out: dict[int, list[int]] = {}
+    index = {(s.stack, s.kind, s.layer): i for i, s in enumerate(sites)}
+    names = ", ".join(f"{s.label} ({s.heads} heads)" for s in sites)
+    for part in spec.split(","):
+        if not part.strip():
+            continue
+        m = HEAD_RE.match(part)
+        if m is None:
+            raise AttnvizError(
+                f"--heads {part.strip()!r}: write each head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 2:5'"
+            )
+        stack, kind, layer, head = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+        i = index.get((stack, kind, layer))
+        if i is None:
+            raise AttnvizError(
+                f"--heads {part.strip()!r}: the model has no site {stack} {kind} L{layer}; its sites: {names}"
+            )
+        if head >= sites[i].heads:
+            raise AttnvizError(
+                f"--heads {part.strip()!r}: {sites[i].label} has {sites[i].heads} heads (0 to {sites[i].heads - 1})"
+            )
+        if head not in out.setdefault(i, []):
+            out[i].append(head)
+    if not out:
+        raise AttnvizError("--heads names no head; give e.g. 'encoder self 0:1', or use --all-heads")
+    return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """What ablating some heads did to the main output on one input."""
+
+    kl_bits: float | None  # mean KL(base ‖ ablated) of the softmax over the last axis, bits (logits only)
+    max_dlogit: float  # largest |base − ablated|
+    prediction_changed: bool | None  # the argmax over the last axis differs at some real position (None: values)
+    changed_positions: int | None  # how many positions' argmax changed
+    generation_changed: bool | None = None  # with generation: the greedy tokens differ
+    generated: list[int] | None = None
+
+
+class Ablation:
+    """A model with gates on ``sites`` (indices into ``model.sites``), on one input."""
+
+    def __init__(self, model: AttentionModel, sites: list[int], mode: str, req: AnalyzeRequest):
+        self.model = model
+        known_heads(model)
+        try:
+            edited, gates = gate_heads(model.graph, model.graph_sites, sites, mode)
+        except GateRefused as e:
+            raise AttnvizError(str(e)) from None
+        self.gates: dict[int, Gate] = {g.site: g for g in gates}
+        # the key names everything the edit depends on: the same key is the same session
+        self.sess = model.extra_session(edited, f"ablate sites={sorted(sites)} mode={mode}")
+        names = [o.name for o in model.outputs]
+        self.output = "logits" if "logits" in names else names[0]
+        # a forecaster's "logits" are the forecast values: the largest |Δ| is the measure there
+        self.distribution = model.meta.get("task") not in REGRESSION_TASKS
+        self.prep = bd.prepare(model, req)
+        self.steps = req.generate
+        self.eos = md.section(model.meta, "special").get("eos")
+        self.base_generated: list[int] = []
+        if self.steps:
+            if self.prep.prompts is None or self.prep.batch > 1:
+                raise AttnvizError("--generate needs a decoder or encoder-decoder model and one input row")
+            self.base_generated = self.generate({})
+        self.feeds = self._feeds(self.base_generated)
+        t0 = time.perf_counter()
+        self.base = self.run({})
+        self.base_s = time.perf_counter() - t0
+        self.rows = self._real_rows(self.base)
+        # the base's log-probabilities once, not once per ablation (the measures cost a third of a small model's
+        # forward per head otherwise: the translation demo's logits, measured)
+        rows = self.base[self.rows] if self.rows is not None else self.base
+        self.base_log = log_softmax(rows) if self.distribution and is_logits(self.output) and rows.size else None
+
+    def _feeds(self, generated: list[int]) -> dict[str, np.ndarray]:
+        """The feeds of the one run the output change is measured on (after generation: the base sequence)."""
+        if self.prep.prompts is not None:
+            rows = [list(p) + generated[:-1] for p in self.prep.prompts]
+            return self.model.check_feeds(bd.decoder_feeds(self.model, self.prep, rows))
+        feeds = dict(self.prep.feeds)
+        bd.fill_auxiliary(self.model, feeds, self.prep.batch, None)
+        return self.model.check_feeds(feeds)
+
+    def masks(self, off: dict[int, list[int]]) -> dict[str, np.ndarray]:
+        """Every gate's mask: ones, with zeros at the heads in ``off`` (site -> heads)."""
+        out = {}
+        for i, g in self.gates.items():
+            m = np.ones(g.heads, np.float32)
+            m[off.get(i, [])] = 0.0
+            out[g.input] = m
+        return out
+
+    def run(self, off: dict[int, list[int]], feeds: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """The main output with the heads in ``off`` ablated (``{}``: the model as it is)."""
+        try:
+            return self.sess.run([self.output], {**(self.feeds if feeds is None else feeds), **self.masks(off)})[0]
+        except Exception as e:  # onnxruntime's words (a gate that does not fit this graph's layout) in one line
+            raise AttnvizError(f"the ablated model failed to run: {' '.join(str(e).split())[:300]}") from None
+
+    def generate(self, off: dict[int, list[int]]) -> list[int]:
+        """Greedy tokens from the prompt with the heads in ``off`` ablated (the whole sequence re-run per step)."""
+        assert self.prep.prompts is not None
+
+        def next_logits(ids: list[int]) -> np.ndarray:
+            out = self.run(off, self.model.check_feeds(bd.decoder_feeds(self.model, self.prep, [ids])))
+            return out[0, -1] if out.ndim == 3 else out[0]
+
+        return list(gen.greedy_steps(next_logits, self.prep.prompts[0], self.steps, self.eos))
+
+    def _real_rows(self, out: np.ndarray) -> np.ndarray | None:
+        """[B, T] bool: the positions of a per-token output that are real tokens (None: every position)."""
+        if out.ndim < 3:
+            return None
+        role = "mask" if self.prep.prompts is None or self.prep.decoder_is_tokens else "decoder_mask"
+        name = next((n for n, r in self.model.roles.items() if r == role and n in self.feeds), None)
+        mask = self.feeds.get(name) if name is not None else None
+        if mask is None or mask.shape != out.shape[:2]:
+            return None
+        return mask != 0
+
+    def change(self, off: dict[int, list[int]]) -> Change:
+        """Ablate the heads in ``off`` together and measure the output change."""
+        got = self.run(off)
+        d = output_difference(self.output, self.base, got, self.rows, self.base_log)
+        changed = None
+        if self.distribution:
+            a, b = self.base.argmax(-1), got.argmax(-1)
+            if self.rows is not None:
+                a, b = a[self.rows], b[self.rows]
+            changed = int(np.sum(a != b))
+        gen_changed, ids = None, None
+        if self.steps:
+            ids = self.generate(off)
+            gen_changed = ids != self.base_generated
+        kl = d.kl_bits if self.distribution else None
+        return Change(kl, d.max_abs_diff, None if changed is None else changed > 0, changed, gen_changed, ids)
+
+
+def known_heads(model: AttentionModel) -> None:
+    """Head counts the graph does not declare come from the model's short dummy run (the gates need them)."""
+    if model.needs_probe or not all(s.heads for s in model.graph_sites):
+        model.probe()
+
+
+def gateable(model: AttentionModel) -> tuple[list[int], list[str]]:
+    """The sites ablation can gate, and a line for each it cannot."""
+    known_heads(model)
+    ok, refused = [], []
+    for i, s in enumerate(model.graph_sites):
+        try:
+            gate_method(model.graph, s)
+            ok.append(i)
+        except GateRefused as e:
+            refused.append(str(e))
+    return ok, refused

@@ -1,0 +1,153 @@
+"""One set of defaults (issue 25 item 3), drawn alike (issue 28 item 3).
+
+A shipped demo opened in the window with nothing chosen shows what ``attnviz figure`` draws with no selection flags
+and no ``--generate``: the same selection (the view model's ``default_selection``), the same generation steps
+(``default_generate``) and so the same figure, byte for byte, for every view the window exports.  The strip, which
+the window has no tab for, draws the Alignment view's rows: the same words, weights (special tokens hidden, mass
+kept) and colour-bar words as on screen.  The real engine runs both sides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("onnxruntime")
+
+from gui_helpers import open_and_wait
+
+from attnviz.cli import main
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def demo(name: str) -> Path:
+    path = MODELS / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"demo model {path.name} is not in this checkout")
+    return path
+
+
+def export(qtbot, w, view: str, out: Path) -> bytes:
+    w.select_view(view)
+    w.export_view(out)
+    qtbot.waitUntil(lambda: w.last_export == out, timeout=60000)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "name, views, opens_on",
+    [
+        # the translation demo declares decoder layer 2 head 0 with "input" rows: it opens on that head
+        ("translation", ("heatmap", "links", "alignment"), ("decoder", "cross", "head", 2, 0)),
+        # nothing declared: the mean over the heads of the last layer of the first block
+        ("sequence-classification", ("heatmap", "links", "overview"), ("encoder", "self", "mean", 1, None)),
+    ],
+)
+def test_the_window_opens_where_figure_draws_without_flags(qtbot, real_window, tmp_path, capsys, name, views, opens_on):
+    path = demo(name)
+    w = real_window
+    open_and_wait(qtbot, w, path, timeout=60000)
+    sel, blk = w.session.sel, w.session.block
+    stack, kind, mode, layer, head = opens_on
+    assert (blk.stack, blk.kind, sel.mode, sel.layer) == (stack, kind, mode, layer)
+    assert head is None or sel.head == head
+    if mode != "head":
+        assert (sel.layer_lo, sel.layer_hi) == (layer, layer)
+        assert "layer 1 · mean over heads" in w.session.current_map().title
+    for view in views:
+        ours = export(qtbot, w, view, tmp_path / f"window-{view}.png")
+        theirs = tmp_path / f"figure-{view}.png"
+        assert main(["figure", str(path), "--view", view, "--out", str(theirs)]) == 0
+        assert theirs.read_bytes() == ours, f"{view}: the window's default and figure's default differ"
+        recipe = json.loads((tmp_path / f"figure-{view}.png.recipe.json").read_text())
+        # the window's generation steps (32 for translation) are figure's when --generate is not given
+        assert recipe["inputs"]["generate"] == w.inputs.values()["generate"]
+    capsys.readouterr()
+
+
+def _strip_faces(fig) -> list[np.ndarray]:
+    """The text strip's shaded token boxes, panel by panel (a panel ends at its bold word)."""
+    ax = fig.axes[0]
+    boxes = sorted(((p.get_y(), p.get_x(), p.get_facecolor()) for p in ax.patches), key=lambda b: (b[0], b[1]))
+    words = sorted(t.get_position()[1] for t in ax.texts if t.get_fontweight() == "bold")
+    panels: list[list] = [[] for _ in words]
+    for y, _, face in boxes:
+        panels[next(i for i, wy in enumerate(words) if y < wy)].append(face)
+    return [np.asarray(p) for p in panels]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [dict(), dict(hide_special=True, keep=0.8), dict(mode="mean", layer_lo=0, layer_hi=-1, hide_special=True, step=2)],
+)
+def test_the_strip_draws_the_alignment_rows_on_screen(qtbot, real_window, tmp_path, changes):
+    """``figure --view strip`` needs no ``--generate`` any more (the window's 32 steps); each of its panels is a row
+    of the Alignment view on screen: the word, its weights after hiding special tokens and keeping mass, the same
+    colour-bar words."""
+    path = demo("translation")
+    w = real_window
+    open_and_wait(qtbot, w, path, timeout=60000)
+    assert main(["figure", str(path), "--view", "strip", "--out", str(tmp_path / "strip.svg")]) == 0
+    w.session.select(**changes)
+    w.select_view("alignment")
+    w.alignment.draw()
+    mv, hm = w.alignment.heatmap.mv, w.alignment.heatmap
+    from attnviz.figures import FigureStyle, render_figure
+
+    _, sel = w.figure_selection(w.alignment)
+    fig = render_figure(w.session.result, "strip", sel, FigureStyle(dpi=40))
+    cax = fig.axes[1]
+    norm, cmap = cax._colorbar.mappable.norm, cax._colorbar.mappable.cmap
+    assert cax.get_xlabel() == hm.colorbar.axis.labelText  # "attention (special tokens removed, ...)"
+    words = [t.get_text() for t in fig.axes[0].texts if t.get_fontweight() == "bold"]
+    faces = _strip_faces(fig)
+    # the screen's rows in order are panels of the strip in order (hiding special tokens drops a special word's row
+    # on screen; the strip keeps its panel)
+    from attnviz.core.view import strip_view
+
+    panels = strip_view(w.session.result, sel).panels  # what the figure drew: its colours are a 256-step map
+    assert [p.word for p in panels] == words
+    k = 0
+    assert len(mv.q_labels) >= 2
+    for i, word in enumerate(mv.q_labels):
+        while words[k] != word:
+            k += 1
+        np.testing.assert_allclose(faces[k], cmap(norm(mv.matrix[i])), atol=1e-6)
+        assert panels[k].row == mv.q_pos[i] and panels[k].k_labels == mv.k_labels
+        np.testing.assert_allclose(panels[k].weights, mv.matrix[i], rtol=1e-5, atol=1e-7)
+        k += 1
+
+
+def test_the_strip_over_the_decoders_own_tokens_draws_the_head_map_rows(qtbot, real_window):
+    """On decoder self-attention ([BOS] is a special key) the strip's panels are the Head map's rows: special tokens
+    hidden and each row renormalised, the mass kept, the positions after the word's own cut (causal)."""
+    from attnviz.core.view import strip_view
+    from attnviz.figures import FigureStyle, render_figure
+
+    w = real_window
+    open_and_wait(qtbot, w, demo("translation"), timeout=60000)
+    dec = w.session.block_index("decoder", "self")
+    w.session.select(block=dec, mode="head", layer=2, head=1, hide_special=True, keep=0.8)
+    w.select_view("head")
+    mv = w.head_map.heatmap.mv
+    assert "[BOS]" not in mv.k_labels and "special tokens hidden" in mv.title
+    _, sel = w.figure_selection(w.head_map)
+    fig = render_figure(w.session.result, "strip", sel, FigureStyle(dpi=40))
+    assert fig.axes[1].get_xlabel() == w.head_map.heatmap.colorbar.axis.labelText
+    panels = strip_view(w.session.result, sel).panels
+    assert [p.word for p in panels] == [t.get_text() for t in fig.axes[0].texts if t.get_fontweight() == "bold"]
+    compared = 0
+    for p in panels:
+        (i,) = np.nonzero(mv.q_pos == p.row)[0][:1] if p.row in mv.q_pos else (None,)
+        if i is None:  # the [BOS] row reads a special token: hidden on screen
+            continue
+        n = len(p.weights)
+        assert p.k_labels == mv.k_labels[:n]
+        np.testing.assert_allclose(p.weights, mv.matrix[i][:n], rtol=1e-5, atol=1e-7)
+        assert not mv.matrix[i][n:].any()  # the positions after the word were not there yet
+        compared += 1
+    assert compared >= 5
