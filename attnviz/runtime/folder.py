@@ -355,7 +355,28 @@ class ModelSet(AnalyzeMethod):
                 "no_attention_reason": self.no_attention_reason,
             }
         )
+        if self.audio:
+            d["audio"] = self._describe_audio()
         return d
+
+    def _describe_audio(self) -> dict:
+        """What the speech encoder hears (its window, rate and frames) and the prompt its decoder starts from."""
+        spec = FeatureSpec.from_dict(self.meta["audio"])
+        prompt = list(self.meta.get("speech_prompt", {}).get("ids", []))
+        try:
+            tok = self.tokenizers[1]
+        except AttnvizError:  # an unreadable tokenizer.json: ids only (running the model says why)
+            tok = None
+        return {
+            "sampling_rate": spec.sampling_rate,
+            "seconds": spec.seconds,
+            "mel_bins": spec.feature_size,
+            "frames": spec.frames,
+            "frame_seconds": spec.frame_seconds,
+            "decoder_prompt": [
+                "(language detected)" if t is None else (tok.label(t) if tok is not None else str(t)) for t in prompt
+            ],
+        }
 
     # -- feeds ---------------------------------------------------------------------
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

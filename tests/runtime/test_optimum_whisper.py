@@ -178,6 +178,16 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["kind"] == "encoder-decoder" and [(s["stack"], s["kind"], s["layer"]) for s in d["sites"]] == LABELS
     assert d["probed"] and [s["heads"] for s in d["sites"]] == [4] * 6  # a dummy of silence at the window's size
+    assert d["audio"] == {
+        "sampling_rate": 16000,
+        "seconds": 5.0,
+        "mel_bins": 80,
+        "frames": 500,
+        "frame_seconds": 0.02,
+        "decoder_prompt": PROMPT,
+    }
+    assert main(["inspect", str(folder)]) == 0
+    assert "audio    16000 Hz, a 5 s window: 80 mel bins x 500 frames" in capsys.readouterr().out
     wav = tmp_path / "chirp.wav"
     sf.write(wav, chirp(), RATE, subtype="FLOAT")
     out = tmp_path / "maps.npz"
