@@ -22,6 +22,7 @@ from attnviz.core.attention import TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
+from attnviz.runtime.speech import SpeechPrompt
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -248,8 +249,6 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
 def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[int]] | None:
     """A speech decoder's forced prompt per row (the language detected per clip where the config leaves it
     open), or None for any other model."""
-    from attnviz.runtime.speech import SpeechPrompt
-
     section = md.section(model.meta, "speech_prompt")
     if not section or prep.dec_in is None:
         return None
@@ -421,6 +420,10 @@ def _decoder_prompts(b: _Build) -> None:
         prep.prompts = (
             [_start_prompt(b, start) for start in starts] if starts else [_start_prompt(b) for _ in range(prep.batch)]
         )
+        if starts:
+            SpeechPrompt.from_meta(md.section(b.model.meta, "speech_prompt")).check_room(
+                len(prep.prompts[0]), b.req.generate, b.model.name
+            )
     if b.model.kind == "decoder" and not prep.prompts[0]:
         raise AttnvizError("a decoder needs a prompt: give a text", param="text")
 

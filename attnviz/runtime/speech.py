@@ -25,14 +25,39 @@ class SpeechPrompt:
     ids: tuple[int | None, ...]
     languages: tuple[int, ...] = ()  # the language token ids (lang_to_id), for detection
     language_slot: int | None = None  # where the detected language goes (None: nothing to detect)
+    max_positions: int | None = None  # the decoder's position table (config.json max_target_positions)
 
     def to_meta(self) -> dict:
-        return {"ids": list(self.ids), "languages": list(self.languages), "language_slot": self.language_slot}
+        return {
+            "ids": list(self.ids),
+            "languages": list(self.languages),
+            "language_slot": self.language_slot,
+            "max_positions": self.max_positions,
+        }
 
     @classmethod
     def from_meta(cls, d: Mapping) -> SpeechPrompt:
-        slot = d.get("language_slot")
-        return cls(tuple(d.get("ids", ())), tuple(d.get("languages", ())), slot if isinstance(slot, int) else None)
+        slot, limit = d.get("language_slot"), d.get("max_positions")
+        return cls(
+            tuple(d.get("ids", ())),
+            tuple(d.get("languages", ())),
+            slot if isinstance(slot, int) else None,
+            limit if isinstance(limit, int) else None,
+        )
+
+    def check_room(self, prompt_len: int, generate: int, name: str) -> None:
+        """Refuse in one line a prompt and generation that run past the decoder's positions (onnxruntime would
+        stop inside the position table's Gather)."""
+        fed = prompt_len + max(generate - 1, 0)  # the last generated token is never fed back
+        if self.max_positions is None or fed <= self.max_positions:
+            return
+        most = self.max_positions - prompt_len + 1
+        raise AttnvizError(
+            f"{name}'s decoder holds {self.max_positions} positions; a prompt of {prompt_len} tokens and --generate "
+            f"{generate} need {fed}: give --generate {most} or fewer"
+            + (" (or a shorter --text-pair)" if most < 1 else ""),
+            param="generate",
+        )
 
     @property
     def start(self) -> int:
@@ -112,4 +137,4 @@ def from_configs(gen: Mapping, cfg: Mapping) -> SpeechPrompt | None:
     if no_ts is not None and ids[-1] != no_ts:
         ids.append(no_ts)
     langs = tuple(int(v) for v in lang_to_id.values() if isinstance(v, int))
-    return SpeechPrompt(tuple(ids), langs if slot is not None else (), slot)
+    return SpeechPrompt(tuple(ids), langs if slot is not None else (), slot, _int(cfg.get("max_target_positions")))

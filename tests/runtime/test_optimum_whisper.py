@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
+from attnviz import AttnvizError  # noqa: E402
 from attnviz.cli import main  # noqa: E402
 from attnviz.runtime import ModelSet, open_model  # noqa: E402
 from attnviz.runtime.audio import FeatureSpec, log_mel  # noqa: E402
@@ -136,6 +137,18 @@ def test_generation_through_the_cache_equals_transformers_greedy(whisper):
         _check(r, [x.numpy() for x in refs])
 
 
+def test_generation_fills_the_decoder_positions_and_no_more(whisper):
+    """64 positions: the 4 forced tokens and 61 new ones (the last never fed back) run; 62 are refused in one
+    line before anything runs, where onnxruntime would stop inside the position table."""
+    root, _, _, _ = whisper
+    m = open_model(root / "onnx", provider="cpu")
+    m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}  # exactly N tokens
+    r = m.analyze(audio=chirp(), generate=61)
+    assert len(r.info["generated_ids"]) == 61 and r.maps[-1].shape[2] == 64
+    with pytest.raises(AttnvizError, match="holds 64 positions.*give --generate 61 or fewer"):
+        m.analyze(audio=chirp(), generate=62)
+
+
 def test_the_encoder_file_alone_hears_audio(whisper):
     """encoder_model.onnx opened alone: the folder's preprocessor_config.json makes its features, its frames are
     labelled by time, its maps are transformers' encoder attentions."""
@@ -226,6 +239,8 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     junk.write_bytes(b"RIFF but not really a wave file" * 10)
     refused(["extract", str(folder), "--audio", str(junk), "--out", str(out)], "junk.wav", "not a readable sound file")
     refused(["extract", str(folder), "--text", "w1 w2", "--out", str(out)], "takes audio", "--audio FILE")
+    # 64 decoder positions (config.json max_target_positions): the 4 forced tokens and 61 new ones fit, 62 do not
+    refused(["extract", str(folder), "--audio", str(wav), "--generate", "62", "--out", str(out)], "--generate 61")
     # --max-seconds keeps the first 5 s: the maps are transformers' on the cut clip (as the 16-bit file holds it)
     assert main(["extract", str(folder), "--audio", str(long), "--max-seconds", "5", "--out", str(out)]) == 0
     held, _ = sf.read(long, dtype="float32")
