@@ -42,9 +42,11 @@ def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress
         )
     prompt = prep.prompts[0]
     eos = md.section(model.meta, "special").get("eos")
+    suppress = gen.suppress_of(model.meta)
     stepper = model.cache_stepper() if req.use_cache else None
     if stepper is not None:
-        return gen.with_cache(stepper, bd.decoder_feeds(model, prep, [prompt]), req.generate, eos, progress, cancelled)
+        feeds = bd.decoder_feeds(model, prep, [prompt])
+        return gen.with_cache(stepper, feeds, req.generate, eos, progress, cancelled, suppress)
     return gen.full_rerun(
         model,
         lambda ids: model.check_feeds(bd.decoder_feeds(model, prep, [ids])),
@@ -53,6 +55,7 @@ def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress
         eos,
         progress,
         cancelled,
+        suppress,
     )
 
 

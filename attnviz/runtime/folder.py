@@ -32,7 +32,7 @@ from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
 from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
-from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
+from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, suppress_of
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -269,9 +269,14 @@ class ModelSet(AnalyzeMethod):
             )
         self.inputs = [IOInfo("input_features", src.dtype, ["batch", spec.feature_size, spec.frames])]
         self.meta["audio"] = dataclasses.asdict(spec)
-        prompt = speech_prompt(_read_sidecar(enc, "generation_config.json"), _read_sidecar(enc, "config.json"))
+        gen, cfg = _read_sidecar(enc, "generation_config.json"), _read_sidecar(enc, "config.json")
+        prompt = speech_prompt(gen, cfg)
         if prompt is not None:
             self.meta["speech_prompt"] = prompt.to_meta()
+        # what transformers' Whisper generate never chooses: suppress_tokens always, begin_suppress_tokens first
+        always, first = (gen.get(k, cfg.get(k)) for k in ("suppress_tokens", "begin_suppress_tokens"))
+        if always or first:
+            self.meta["suppress"] = {"always": always or [], "first": first or []}
 
     @property
     def position_limit(self) -> PositionLimit | None:
@@ -549,13 +554,14 @@ class FolderCache:
             flags=tuple((i.name, i.rank) for i in self.past_model.inputs if i.dtype == "bool" and i.rank <= 1),
             maps=maps,
             dtypes=tuple((i.name, i.dtype) for i in self.past_model.inputs),
+            suppress=suppress_of(self.ms.meta).always,
         )
 
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
         """Up to ``n`` greedy steps in one chunk beside the with-past decoder's session (else one step)."""
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
-            return one_step(self, token, eos)
+            return one_step(self, token, eos, suppress_of(self.ms.meta).always)
         ids, _, maps, info = self.past_model.run_loop(
             plan, self._step_feeds([token]) if plan is not None else None, 0, token, n, eos
         )

@@ -137,6 +137,34 @@ def test_generation_through_the_cache_equals_transformers_greedy(whisper):
         _check(r, [x.numpy() for x in refs])
 
 
+def test_suppressed_tokens_are_never_chosen_as_in_transformers(whisper, tmp_path):
+    """generation_config.json's suppress_tokens (every step) and begin_suppress_tokens (the first generated token),
+    as the Hub's Whisper configs carry them: the tokens equal transformers' generate under the same config, with
+    the cache and with the full re-run."""
+    root, hf, fe, _ = whisper
+    clip = chirp()
+    plain = open_model(root / "onnx", provider="cpu").analyze(audio=clip, generate=12).info["generated_ids"]
+    common = max(set(plain), key=plain.count)  # the word it says most, and the first one it says
+    suppress, begin = [common], [plain[0]] if plain[0] != common else [60]
+    for f in (root / "onnx").iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    gen = json.loads((tmp_path / "generation_config.json").read_text())
+    gen.update(suppress_tokens=suppress, begin_suppress_tokens=begin)
+    (tmp_path / "generation_config.json").write_text(json.dumps(gen))
+    m = open_model(tmp_path, provider="cpu")
+    cached = m.analyze(audio=clip, generate=12)
+    full = m.analyze(audio=clip, generate=12, use_cache=False)
+    feats = fe(clip, sampling_rate=RATE, return_tensors="pt").input_features
+    config = transformers.GenerationConfig.from_pretrained(tmp_path)
+    with torch.no_grad():
+        out = hf.generate(feats, generation_config=config, max_new_tokens=12, do_sample=False, num_beams=1)
+    want = [int(t) for t in out[0]]
+    want = want[4:] if want[:4] == [61, 62, 65, 66] else want
+    got = cached.info["generated_ids"]
+    assert got != plain[: len(got)] and common not in got and got[0] not in begin
+    assert got == want[: len(got)] and full.info["generated_ids"] == got
+
+
 def test_generation_fills_the_decoder_positions_and_no_more(whisper):
     """64 positions: the 4 forced tokens and 61 new ones (the last never fed back) run; 62 are refused in one
     line before anything runs, where onnxruntime would stop inside the position table."""
