@@ -211,11 +211,12 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     from attnviz.runtime import audio as au
 
     aud_in = by_role(model, "audio")
+    known = md.section(model.meta, "audio")  # the folder's Whisper feature extractor, when it has one
     if req.audio is None:
-        if aud_in is not None and aud_in.name in feeds:  # features given raw: their frames still have times
-            spec = au.FeatureSpec.from_dict(md.section(model.meta, "audio"))
-            n = (int(np.shape(feeds[aud_in.name])[-1]) - 1) // au.CONV_STRIDE + 1
-            prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
+        if aud_in is not None and aud_in.name in feeds:
+            if known:  # features given raw: their frames still have times
+                n = (int(np.shape(feeds[aud_in.name])[-1]) - 1) // au.CONV_STRIDE + 1
+                prep.src_rows = [TokenAxis(au.frame_labels(n, au.FeatureSpec.from_dict(known)))]
         elif aud_in is not None:
             raise AttnvizError(
                 f"{model.name} takes audio ({aud_in.describe()}); give a sound file (--audio FILE)", param="audio"
@@ -227,7 +228,14 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             "give a text or an image instead",
             param="audio",
         )
-    spec = au.FeatureSpec.from_dict(md.section(model.meta, "audio"))
+    if not known:
+        raise AttnvizError(
+            f"{model.name} takes {aud_in.describe()} and no Whisper preprocessor_config.json is beside it to say "
+            "how a sound becomes those features; put the model's feature extractor config there, or give "
+            f"{aud_in.name} with --inputs FEEDS.npz",
+            param="audio",
+        )
+    spec = au.FeatureSpec.from_dict(known)
     clips = list(req.audio) if isinstance(req.audio, (list, tuple)) else [req.audio]
     if not clips:
         raise AttnvizError("no audio clip given; give a sound file (--audio FILE)", param="audio")

@@ -140,7 +140,10 @@ def _with_config(model: AttentionModel) -> AttentionModel:
         if image:
             model.meta["image"] = image
     if "audio" in model.roles.values() and not isinstance(model.meta.get("audio"), dict):
-        spec = FeatureSpec.for_model(model.path)  # a Whisper encoder file alone: its frames' times, --audio
+        try:  # a Whisper encoder file alone: its frames' times, --audio
+            spec = FeatureSpec.for_model(model.path)
+        except AttnvizError:  # another extractor (Speech2Text's filter banks): the file still runs on raw feeds
+            spec = None
         if spec is not None:
             model.meta["audio"] = dataclasses.asdict(spec)
     if "image" in model.roles.values() and not isinstance(model.meta.get("windows"), dict):

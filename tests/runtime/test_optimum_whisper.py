@@ -191,6 +191,25 @@ def test_the_encoder_file_alone_hears_audio(whisper):
     assert r.tokens.labels[:2] == ["0.00 s", "0.02 s"] and len(r.tokens.labels) == 250
 
 
+def test_another_feature_extractor_is_not_taken_for_whisper(whisper, tmp_path):
+    """A preprocessor_config.json of another kind (Speech2Text's Kaldi filter banks): the encoder file still opens
+    and runs on raw features; --audio is refused in one line, the folder too (nothing computes those features)."""
+    root, hf, fe, _ = whisper
+    for f in (root / "onnx").iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    pre = json.loads((tmp_path / "preprocessor_config.json").read_text())
+    pre["feature_extractor_type"] = "Speech2TextFeatureExtractor"
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(pre))
+    enc = open_model(tmp_path / "encoder_model.onnx", provider="cpu")
+    clips = [chirp()]
+    feats, refs = _reference(hf, fe, clips, [[61]])
+    np.testing.assert_allclose(enc.analyze(feeds={"input_features": feats}).maps[1].array(), refs[1], atol=TOL)
+    with pytest.raises(AttnvizError, match="no Whisper preprocessor_config.json.*--inputs FEEDS.npz"):
+        enc.analyze(audio=clips)
+    with pytest.raises(AttnvizError, match="Speech2TextFeatureExtractor features are not computed here"):
+        open_model(tmp_path, provider="cpu")
+
+
 def test_an_open_language_is_detected_as_transformers_detects_it(whisper, tmp_path):
     """A multilingual checkpoint's forced ids leave the language open ([1, null]): one decoder step on the start
     token picks it, as transformers' detect_language does."""
