@@ -214,9 +214,9 @@ def word_tokenizer(vocab_size: int = 99, bert_style: bool = True):
 
 def save_hf_folder(arch: str, folder: Path) -> Path:
     """A random-init ``arch`` (as :func:`build` makes it) saved like a hub download: config, weights, tokenizer."""
-    m = build(arch)[0]
+    m = build_dual(arch) if arch in DUALS else build(arch)[0]
     folder = Path(folder)
-    if arch in ("bart", "vision-decoder", "gpt2", "bert", "t5", "llama"):
+    if arch in ("bart", "vision-decoder", "gpt2", "bert", "t5", "llama", *DUALS):
         word_tokenizer(99, bert_style=arch == "bert").save_pretrained(str(folder))
     if arch == "bart":
         m.config.decoder_start_token_id, m.config.bos_token_id, m.config.eos_token_id, m.config.pad_token_id = (
@@ -234,5 +234,105 @@ def save_hf_folder(arch: str, folder: Path) -> Path:
         transformers.ViTImageProcessor(
             size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]
         ).save_pretrained(str(folder))
+    if arch in DUALS:  # CLIP's statistics (SigLIP's are the 0.5 default)
+        clip = arch == "clip"
+        transformers.ViTImageProcessor(
+            size={"height": 32, "width": 32},
+            image_mean=[0.4815, 0.4578, 0.4082] if clip else [0.5] * 3,
+            image_std=[0.2686, 0.2613, 0.2758] if clip else [0.5] * 3,
+        ).save_pretrained(str(folder))
     m.save_pretrained(str(folder))
     return folder
+
+
+# --------------------------------------------------------------------------- dual encoders (CLIP, SigLIP)
+DUAL_TEXT = dict(
+    vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
+) | dict(max_position_embeddings=16)
+DUAL_VISION = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8
+)
+
+
+DUALS = ("clip", "siglip")
+
+
+def build_dual(arch: str):
+    """A tiny random-init CLIPModel or SiglipModel (eager attention, seeded): two towers, image 32, patch 8."""
+    T = transformers
+    torch.manual_seed(0)
+    if arch == "clip":  # eos 2: CLIP pools at the highest id (transformers' legacy rule for that id)
+        text = dict(DUAL_TEXT, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        m = T.CLIPModel(T.CLIPConfig(text_config=text, vision_config=DUAL_VISION, projection_dim=16))
+    elif arch == "siglip":
+        text = dict(DUAL_TEXT, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        m = T.SiglipModel(T.SiglipConfig(text_config=text, vision_config=DUAL_VISION))
+    else:
+        raise ValueError(arch)
+    m.set_attn_implementation("eager")
+    m.config.use_cache = False
+    return m.eval()
+
+
+def dual_inputs(batch: int = 2) -> dict:
+    """A batch of random images and token rows, the second row padded (mask 0 on its last two tokens)."""
+    ids = _ids(batch, 7, 99, 4)
+    mask = torch.ones_like(ids)
+    if batch > 1:
+        ids[1, -2:] = 0
+        mask[1, -2:] = 0
+    px = torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    return {"input_ids": ids, "pixel_values": px, "attention_mask": mask}
+
+
+def pooling_reference(m, kw: dict):
+    """SigLIP's attention-pooling head's probabilities per head, ``[B, H, 1, N]``: transformers returns none, so
+    its nn.MultiheadAttention is run again on the inputs it got, asking for the unaveraged weights."""
+    head = m.vision_model.head.attention
+    seen = {}
+
+    def grab(mod, args, kwargs):
+        seen["args"] = args
+
+    h = head.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            m.vision_model(pixel_values=kw["pixel_values"])
+            q, k, v = seen["args"][:3]
+            return head(q, k, v, need_weights=True, average_attn_weights=False)[1].numpy()
+    finally:
+        h.remove()
+
+
+def dual_reference(arch: str, m, kw: dict):
+    """transformers' eager maps of both towers in attnviz's order (image tower, its pooling head, text tower)
+    and their labels."""
+    with torch.no_grad():
+        o = m(**kw, output_attentions=True)
+    maps, labels = [], []
+    for i, a in enumerate(o.vision_model_output.attentions):
+        maps.append(a.numpy())
+        labels.append(("encoder", "self", i))
+    if arch == "siglip":
+        maps.append(pooling_reference(m, kw))
+        labels.append(("encoder", "pooling", 0))
+    for i, a in enumerate(o.text_model_output.attentions):
+        maps.append(a.numpy())
+        labels.append(("encoder", "self", i))
+    return maps, labels
+
+
+def export_dual(arch: str, part: str, folder: Path) -> Path:
+    """Export a whole dual encoder (``part="model"``: image and text in, logits_per_image out) or one tower
+    (``"text"`` / ``"vision"``: its pooled output, so the pooling stays in the graph) with torch.onnx.export."""
+    m = build_dual(arch)
+    kw = dual_inputs()
+    if part == "model":
+        module, out, kw = m, "logits_per_image", kw
+    elif part == "text":
+        module, out, kw = m.text_model, "pooler_output", {k: kw[k] for k in ("input_ids", "attention_mask")}
+    else:
+        module, out, kw = m.vision_model, "pooler_output", {"pixel_values": kw["pixel_values"]}
+    path = Path(folder) / f"{arch}_{part}.onnx"
+    onnx_export(module, kw, out, path)
+    return path

@@ -17,7 +17,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-KINDS = ("self", "cross")
+STACKS = ("encoder", "decoder")
+KINDS = ("self", "cross", "pooling")  # pooling: learned probe queries over a stack's tokens (no input's queries)
 
 
 @dataclass(frozen=True)
@@ -25,30 +26,38 @@ class SiteInfo:
     """Where one attention map came from."""
 
     stack: str  # "encoder" | "decoder"
-    kind: str  # "self" | "cross"
+    kind: str  # "self" | "cross" | "pooling"
     layer: int  # 0-based within its stack and kind
     heads: int
     node: str  # source node name in the ONNX graph
     method: str  # how the probabilities were obtained, e.g. "softmax", "onnx-attention"
     stage: int | None = None  # 1-based stage of a hierarchical (Swin) encoder, whose stages have their own grids
+    # "image" | "text": the tower of a dual encoder (CLIP, SigLIP), both encoders, each numbering its layers from 0
+    tower: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if self.stage is None:  # files of models without stages keep the six keys they always had
-            del d["stage"]
+        for k in ("stage", "tower"):  # files of models without stages or towers keep the six keys they always had
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> SiteInfo:
-        stage = d.get("stage")
+        stage, tower = d.get("stage"), d.get("tower")
         return cls(
             **{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")},
             stage=int(stage) if stage is not None else None,
+            tower=str(tower) if tower is not None else None,
         )
 
     @property
     def label(self) -> str:
-        return f"{self.stack} {self.kind} L{self.layer}" + (f" stage {self.stage}" if self.stage else "")
+        return (
+            f"{self.stack} {self.kind} L{self.layer}"
+            + (f" stage {self.stage}" if self.stage else "")
+            + (f" ({self.tower})" if self.tower else "")
+        )
 
 
 @runtime_checkable
@@ -155,10 +164,15 @@ class Block:
     result: AttentionResult = field(repr=False)
     batch: int = 0
     stage: int | None = None  # the stage of a hierarchical encoder (SiteInfo.stage): one block per stage
+    tower: str | None = None  # a dual encoder's tower (SiteInfo.tower): one block per tower
 
     @property
     def name(self) -> str:
-        return f"{self.stack} {self.kind}-attention" + (f" stage {self.stage}" if self.stage else "")
+        return (
+            f"{self.stack} {self.kind}-attention"
+            + (f" stage {self.stage}" if self.stage else "")
+            + (f" ({self.tower})" if self.tower else "")
+        )
 
     @property
     def n_layers(self) -> int:
@@ -218,10 +232,15 @@ class AttentionResult:
             return ax(rows[batch].get("tokens")), ax(rows[batch].get("key_tokens"))
         return self.tokens, self.key_tokens
 
-    def _axes_for(self, stack: str, kind: str, tq: int, tk: int, batch: int = 0) -> tuple[TokenAxis, TokenAxis]:
+    def _axes_for(
+        self, stack: str, kind: str, tq: int, tk: int, batch: int = 0, tower: str | None = None
+    ) -> tuple[TokenAxis, TokenAxis]:
         enc, dec = self.row_axes(batch)
         has_decoder = any(s.stack == "decoder" for s in self.sites) and any(s.stack == "encoder" for s in self.sites)
-        if stack == "encoder" or not has_decoder:
+        if tower == "text":  # a dual encoder: the image's patches are the first axis, the text the second
+            q_ax = dec if dec is not None and len(dec) == tq else None
+            k_ax = dec if dec is not None and len(dec) == tk else None
+        elif stack == "encoder" or not has_decoder:
             q_ax = enc if enc is not None and len(enc) == tq else None
             k_ax = enc if enc is not None and len(enc) == tk else None
         elif kind == "self":
@@ -242,12 +261,17 @@ class AttentionResult:
         groups: dict[tuple, list[int]] = {}
         for i, s in enumerate(self.sites):
             _, _, tq, tk = self.maps[i].shape
-            groups.setdefault((s.stack, s.kind, tq, tk, s.stage), []).append(i)
+            groups.setdefault((s.stack, s.kind, tq, tk, s.stage, s.tower), []).append(i)
         order = {("encoder", "self"): 0, ("encoder", "cross"): 1, ("decoder", "self"): 2, ("decoder", "cross"): 3}
+        # a pooling head (one learned probe query over a tower's patches, SigLIP's) ranks with the self-attention of
+        # its stack, so it follows the layers it pools (the sites' order) and precedes a second tower
+        order |= {(st, "pooling"): order[st, "self"] for st in STACKS}
         out = []
-        for (stack, kind, tq, tk, stage), idx in sorted(groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])):
-            q_ax, k_ax = self._axes_for(stack, kind, tq, tk, batch)
-            out.append(Block(stack, kind, idx, q_ax, k_ax, self, batch, stage))
+        for (stack, kind, tq, tk, stage, tower), idx in sorted(
+            groups.items(), key=lambda kv: (order[kv[0][:2]], kv[1][0])
+        ):
+            q_ax, k_ax = self._axes_for(stack, kind, tq, tk, batch, tower)
+            out.append(Block(stack, kind, idx, q_ax, k_ax, self, batch, stage, tower))
         return out
 
     @property

@@ -177,6 +177,22 @@ def nice_ticks(lo: float, hi: float, n: int = CBAR_TICKS) -> list[float]:
     return ticks
 
 
+def scale_ticks(lo: float, hi: float, log: bool) -> list[tuple[float, str]]:
+    """A colour bar's ticks as (weight, label), the same on screen and in figures: round values (decades on a log
+    scale), and the top of the scale always labelled with its value, so a scale stretched to a map's largest
+    weight says what that weight is (a round tick too close under it gives way)."""
+    ticks = log_ticks(hi) if log else nice_ticks(lo, hi)
+    out = [(t, f"{t:g}") for t in ticks]
+    if not (math.isfinite(hi) and hi > lo) or (ticks and abs(hi - ticks[-1]) <= 1e-9 * max(1.0, abs(hi))):
+        return out
+    below = ticks[-2] if len(ticks) > 1 else lo
+    if ticks and (ticks[-1] - below) > 0 and (hi - ticks[-1]) < 0.4 * (ticks[-1] - below) and not log:
+        out.pop()
+    elif ticks and log and hi / ticks[-1] < 2.5:
+        out.pop()
+    return [*out, (hi, f"{hi:.3g}")]
+
+
 def log_ticks(vmax: float) -> list[float]:
     """Decade ticks for the log scale (``LOG_DECADES`` below ``vmax``)."""
     top = math.floor(math.log10(max(vmax, 1e-30)))
@@ -961,15 +977,29 @@ def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int
     return next((i for i, (_, r) in enumerate(queries) if r == row), len(queries) - 1)
 
 
+SMOOTH_SIGMA = 0.5  # cells: the blur that makes a lone hot cell's contours round (and no wider than its neighbours)
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _cell_weights(n_out: int, n_in: int) -> np.ndarray:
+    """``[n_out, n_in]``: how much of each cell a Gaussian (σ = ``SMOOTH_SIGMA`` cells) centred on each output pixel
+    covers, the edge cells reaching out to infinity so that every row sums to 1."""
+    x = (np.arange(n_out) + 0.5) * n_in / n_out - 0.5  # the pixel's position in cell units
+    edges = np.arange(n_in + 1) - 0.5
+    edges[0], edges[-1] = -np.inf, np.inf
+    cdf = 0.5 * (1.0 + _erf((edges[None, :] - x[:, None]) / (SMOOTH_SIGMA * math.sqrt(2.0))))
+    return np.diff(cdf, axis=1).astype(np.float32)
+
+
 def upsample(patch: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Bilinear upsampling of a ``[rows, cols]`` map to ``size`` (cell centres stay put, edges repeat)."""
+    """Smooth upsampling of a ``[rows, cols]`` map to ``size``: the map as cells, blurred by a Gaussian of half a
+    cell.  Bilinear interpolation drew "+"-shaped streaks around a hot cell (a product of two tents has
+    star-shaped contours); the blurred cells' contours are round, and each pixel is a weighted mean of the cells
+    (within the map's range, 0 stays ≥ 0)."""
     h, w = size
     r, c = patch.shape
-    ys = np.clip((np.arange(h) + 0.5) * r / h - 0.5, 0, r - 1)
-    xs = np.clip((np.arange(w) + 0.5) * c / w - 0.5, 0, c - 1)
     p = np.asarray(patch, np.float32)
-    rows = np.stack([np.interp(ys, np.arange(r), p[:, j]) for j in range(c)], axis=1)  # [h, c]
-    return np.stack([np.interp(xs, np.arange(c), rows[i]) for i in range(h)], axis=0).astype(np.float32)
+    return (_cell_weights(h, r) @ p @ _cell_weights(w, c).T).astype(np.float32)
 
 
 def overlay_view(
@@ -1010,11 +1040,12 @@ def overlay_view(
             label = patch_label(grid, query)
             cell = divmod(query - grid.offset, grid.cols)
     patch = grid.to_image(vec)
-    vmax = max(float(patch.max()), 1e-6)
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
         size = (int(shape[0]), int(shape[1]))
-    heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
+    smooth = upsample(patch, size)
+    vmax = max(float(smooth.max()), 1e-6)  # the top of the drawn (smoothed) weights: the colour bar says this
+    heat = np.clip(smooth / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
     title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell)

@@ -122,7 +122,7 @@ def _open(args):
     from attnviz import AttnvizError
     from attnviz.runtime import AttentionModel, open_model
     from attnviz.runtime.ablation import known_heads
-    from attnviz.runtime.commands.common import no_input
+    from attnviz.runtime.sample import no_input
 
     if args.inputs is None and args.text is None and args.image is None:
         raise AttnvizError(no_input(args.model))

@@ -77,12 +77,13 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     from attnviz.core.compare import head_differences, output_difference
 
     _same_tokens(ra, rb)
-    by_key = {(s.stack, s.kind, s.layer): (s, m) for s, m in zip(rb.sites, rb.maps)}
+    # a dual encoder's towers both have encoder self L0..: the tower keeps them apart (None for other models)
+    by_key = {(s.stack, s.kind, s.layer, s.tower): (s, m) for s, m in zip(rb.sites, rb.maps)}
     heads: list[dict] = []
     unmatched: list[str] = []
     seen = set()
     for s, m in zip(ra.sites, ra.maps):
-        key = (s.stack, s.kind, s.layer)
+        key = (s.stack, s.kind, s.layer, s.tower)
         seen.add(key)
         other = by_key.get(key)
         if other is None:
@@ -96,7 +97,7 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
         for h in range(a.shape[1]):
             heads.append(
                 {
-                    "stack": s.stack,
+                    "stack": s.stack if s.tower is None else f"{s.stack} ({s.tower})",
                     "kind": s.kind,
                     "layer": int(s.layer),
                     "head": h,
@@ -105,7 +106,7 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
                     "top1_agreement": float(d.top1_agreement[h]),
                 }
             )
-    unmatched += [f"{s.label}: only in B" for s in rb.sites if (s.stack, s.kind, s.layer) not in seen]
+    unmatched += [f"{s.label}: only in B" for s in rb.sites if (s.stack, s.kind, s.layer, s.tower) not in seen]
     outputs = []
     for name, va in ra.outputs.items():
         vb = rb.outputs.get(name)

@@ -128,11 +128,12 @@ def _norm(style: FigureStyle, log: bool, vmax: float):
 
 
 def _colorbar(fig, mappable, log: bool, fs: float, label: str, length_in: float, **kw):
-    """A colour bar with a handful of round ticks and its label wrapped to the bar's length (never clipped)."""
+    """A colour bar with a handful of round ticks, its top value labelled, and its label wrapped to the bar's
+    length (never clipped)."""
     cb = fig.colorbar(mappable, **kw)
     norm = mappable.norm
-    ticks = vm.log_ticks(norm.vmax) if log else vm.nice_ticks(norm.vmin, norm.vmax)
-    cb.set_ticks(ticks)
+    ticks = vm.scale_ticks(norm.vmin, norm.vmax, log)
+    cb.set_ticks([t for t, _ in ticks], labels=[text for _, text in ticks])
     cb.ax.tick_params(labelsize=fs, length=2, width=0.5)
     cb.outline.set_linewidth(0.5)
     cb.set_label(wrap_label(label, length_in, fs), fontsize=fs)

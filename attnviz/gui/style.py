@@ -55,8 +55,8 @@ def display_values(m: np.ndarray, log: bool, levels: tuple[float, float] | None 
 def colorbar_ticks(levels: tuple[float, float], log: bool) -> list[list[tuple[float, str]]]:
     """A handful of round ticks (the figures' ticks) for a ColorBarItem axis."""
     if log:
-        return [[(math.log10(v), f"{v:g}") for v in vm.log_ticks(10.0 ** levels[1])]]
-    return [[(v, f"{v:g}") for v in vm.nice_ticks(*levels)]]
+        return [[(math.log10(v), text) for v, text in vm.scale_ticks(10.0 ** levels[0], 10.0 ** levels[1], True)]]
+    return [list(vm.scale_ticks(*levels, False))]
 
 
 def set_colorbar(bar: pg.ColorBarItem, levels: tuple[float, float], log: bool, label: str | None = None) -> None:

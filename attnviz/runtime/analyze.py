@@ -160,7 +160,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         axes = [RowAxes(s, d) for s, d in zip(prep.src_rows, dec_rows)]
     if prep.img_in is not None:
         n_keys = None
-        enc_sites = [i for i, s in enumerate(result.sites) if s.stack == "encoder"]
+        # the image's encoder (a dual encoder's text tower is an encoder too, over the text)
+        enc_sites = [i for i, s in enumerate(result.sites) if s.stack == "encoder" and s.tower != "text"]
         cross_sites = [i for i, s in enumerate(result.sites) if s.kind == "cross"]
         if enc_sites:
             n_keys = result.maps[enc_sites[-1]].shape[-1]
@@ -176,7 +177,11 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             grid = model.grid(n_keys, hw) if n_keys else None
         result.patch_grid = grid
         if grid is not None and n_keys:
-            axes = [RowAxes(patch_axis(grid, n_keys), a.key_tokens) for a in axes]
+            # a dual encoder's text (no decoder: the only other axis) becomes the second axis, the one its text
+            # tower's blocks take (core.attention._axes_for)
+            axes = [
+                RowAxes(patch_axis(grid, n_keys), a.key_tokens if a.key_tokens is not None else a.tokens) for a in axes
+            ]
         result.image = prep.shown
     set_row_axes(result, axes)
     if prep.prompts is not None:

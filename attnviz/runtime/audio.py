@@ -82,11 +82,13 @@ class FeatureSpec:
     @classmethod
     def for_model(cls, model_file: Path) -> FeatureSpec | None:
         """The spec beside a model file (read only where :func:`sidecar` allows), or None when there is none."""
+        from attnviz.core.untrusted import read_text
+
         p = sidecar(model_file, PREPROCESSOR)
         if p is None or not p.is_file():
             return None
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
+            d = json.loads(read_text(p, p.name))  # through the regular-file guard: a FIFO is never waited on
         except (OSError, ValueError) as e:
             raise AttnvizError(f"{p}: not readable JSON ({e}); fix or remove it") from None
         return cls.from_dict(d if isinstance(d, dict) else {})

@@ -394,13 +394,37 @@ def _has_text(b: _Build) -> bool:
     return b.req.text is not None
 
 
+def _image_and_text(b: _Build) -> bool:
+    """A dual encoder (CLIPModel, SiglipModel whole): an image tower and a text tower, no decoder; every run feeds
+    both, ``--image`` with ``--text``."""
+    return b.model.kind == "vision" and b.tok_in is not None and b.prep.img_in is not None
+
+
+def _pair_text(b: _Build) -> None:
+    """A dual encoder's text: into its text tower's token inputs, as any encoder's (the image went in through
+    :func:`_image`); its rows become the text tower's axis (the image's patches are the other)."""
+    _encoder_text(b)
+
+
+def _pair_refused(b: _Build) -> None:
+    """An image without a text for a dual encoder: said in one line, before onnxruntime names a missing input."""
+    assert b.tok_in is not None and b.prep.img_in is not None
+    raise AttnvizError(
+        f"{b.model.path.name} is a dual encoder (an image tower and a text tower, {b.prep.img_in.name} and "
+        f"{b.tok_in.name}): give a text with the image",
+        param="text",
+    )
+
+
 # (test, builder) in order; no match: the source is the raw feeds (or an image) as they are
 SOURCE_BUILDERS: list[tuple[Callable[[_Build], bool], Callable[[_Build], None]]] = [
     (lambda b: _has_text(b) and b.series_in is not None and b.tok_in is None, _series_text),
     (lambda b: _has_text(b) and b.prep.decoder_is_tokens, _prompt_text),
     (lambda b: _has_text(b) and b.prep.img_in is not None and b.dec_in is not None and b.tok_in is None, _caption_text),
+    (lambda b: _has_text(b) and _image_and_text(b), _pair_text),
     (lambda b: _has_text(b) and b.tok_in is not None, _encoder_text),
     (_has_text, _text_refused),
+    (lambda b: _image_and_text(b) and b.fed_ndim(b.tok_in) == 0, _pair_refused),
     (lambda b: b.fed_ndim(b.tok_in) == 2 and not b.prep.decoder_is_tokens, _fed_tokens),
     (lambda b: b.fed_ndim(b.series_in) >= 2, _fed_series),
 ]

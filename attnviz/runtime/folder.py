@@ -36,7 +36,7 @@ from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, 
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
-from attnviz.runtime.sidecar import sidecar
+from attnviz.runtime.sidecar import sidecar, sidecar_json
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
 
@@ -79,14 +79,7 @@ def _config_special(model_file: Path) -> dict:
 
 
 def _read_sidecar(model_file: Path, name: str) -> dict:
-    """A JSON sidecar of a model file as a dict ({} when absent or unreadable); read only where
-    :func:`~attnviz.runtime.sidecar.sidecar` allows."""
-    p = sidecar(model_file, name)
-    try:
-        d = json.loads(read_text(p, p.name)) if p is not None and p.is_file() else {}
-    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
-        return {}
-    return d if isinstance(d, dict) else {}
+    return sidecar_json(model_file, name)
 
 
 def _folder_image(model_file: Path) -> dict:

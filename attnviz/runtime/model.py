@@ -18,6 +18,7 @@ from attnviz.core import windows as win
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import analyze as engine
+from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
@@ -27,6 +28,7 @@ from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
+from attnviz.runtime.sidecar import sidecar_json
 from attnviz.runtime.steps import CHUNK_S, Loop, StepPlan, advance
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
@@ -219,9 +221,14 @@ class AttentionModel(engine.AnalyzeMethod):
         self.inputs = [io_info(v) for v in self.graph.inputs]
         self.outputs = [io_info(v) for v in self.proto.graph.output]
         sites, self.no_attention_reason = gr.find_sites(self.graph)
-        self._sites = gr.label_sites(self.graph, sites, self.meta)
+        # the folder's config.json model type (through the sidecar guard) tells a dual encoder's causal text tower
+        model_type = sidecar_json(self.path, "config.json").get("model_type")
+        self._sites = gr.label_sites(self.graph, sites, self.meta, model_type if isinstance(model_type, str) else "")
         for s in self._sites:
             s.heads = gr.static_heads(self.graph, s)
+        # what the folder's config.json says the eager attention has and the graph lacks (soft-capping, a window)
+        self.attention_config = fid.AttentionConfig.of(self.path)
+        self.fidelity = fid.static_notes(self.graph, self._sites, self.attention_config)
         self.requested_provider = provider
         self.threads = threads
         self._tokenizer_arg = tokenizer
@@ -233,7 +240,8 @@ class AttentionModel(engine.AnalyzeMethod):
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
-        self._stack_confirmed = False
+        # the graph or the config already said why this is an encoder (a dual encoder's tower): no map overrules it
+        self._stack_confirmed = any("encoder_why" in s.extra for s in self._sites)
         self._probed = False
         self._grids: dict[tuple, gr.TokenGrid | None] = {}  # (image input, fed size, keys) -> the graph's grid
         self.encoder_pairing = encoder_pairing
@@ -324,6 +332,7 @@ class AttentionModel(engine.AnalyzeMethod):
             "opsets": {(o.domain or "ai.onnx"): o.version for o in self.proto.opset_import},
             "sites": [s.to_dict() for s in self.sites],
             "no_attention_reason": self.no_attention_reason,
+            "fidelity": list(self.fidelity),
         }
 
     # -- sessions ----------------------------------------------------------------
@@ -505,6 +514,8 @@ class AttentionModel(engine.AnalyzeMethod):
         sites = [_with_stage(i, m) for i, m in zip(sites, maps)]
         for site, m in zip(kept, maps):
             site.heads = site.heads or int(m.shape[1])  # a real run counts heads as well as a probe would
+        fidelity = self.fidelity + fid.map_notes(sites, maps, self.attention_config)
+        notes = notes + fidelity
         info = {
             "provider": sess.get_providers()[0],
             "provider_note": self.provider_note,
@@ -515,6 +526,8 @@ class AttentionModel(engine.AnalyzeMethod):
         }
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
+        if fidelity:
+            info["fidelity"] = fidelity  # the export's maps differ from the model's eager attention (also a note)
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
 
     def _place_windows(self, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]) -> list:

@@ -9,7 +9,11 @@ exactly ``onnx`` also reads them from the folder above (its own folder first).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from attnviz import AttnvizError
+from attnviz.core.untrusted import read_text
 
 HUB_ONNX_FOLDER = "onnx"  # the Hub keeps ONNX exports in REPO/onnx/, beside nothing else of the repo's
 
@@ -25,3 +29,14 @@ def sidecar(model_file: str | Path, name: str) -> Path | None:
     is there is returned, a FIFO or a folder too: the reader's own guard refuses it in one line (a tokenizer) or
     passes over it (a config file), so nothing blocks and nothing nearer is skipped for a file further up."""
     return next((d / name for d in sidecar_dirs(model_file) if (d / name).exists()), None)
+
+
+def sidecar_json(model_file: str | Path, name: str) -> dict:
+    """A JSON sidecar of a model file as a dict ({} when absent, unreadable or not an object); read only where
+    :func:`sidecar` allows."""
+    p = sidecar(model_file, name)
+    try:
+        d = json.loads(read_text(p, p.name)) if p is not None and p.is_file() else {}
+    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
+        return {}
+    return d if isinstance(d, dict) else {}

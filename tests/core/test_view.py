@@ -97,6 +97,36 @@ def test_overview_max_pools_so_a_512_token_diagonal_survives():
     np.testing.assert_array_equal(small, np.eye(64, dtype=np.float32))  # block means would give 1/8
 
 
+def test_the_top_of_a_colour_scale_is_labelled_with_its_value():
+    assert vm.scale_ticks(0.0, 1.0, False) == [(0.0, "0"), (0.25, "0.25"), (0.5, "0.5"), (0.75, "0.75"), (1.0, "1")]
+    # stretched to a map whose largest weight is 0.43: 0.4 would crowd it and gives way
+    assert vm.scale_ticks(0.0, 0.43, False) == [(0.0, "0"), (0.2, "0.2"), (0.43, "0.43")]
+    assert vm.scale_ticks(0.0, 0.87, False)[-2:] == [(0.75, "0.75"), (0.87, "0.87")]
+    assert vm.scale_ticks(0.00087, 0.87, True) == [(0.001, "0.001"), (0.01, "0.01"), (0.1, "0.1"), (0.87, "0.87")]
+
+
+def test_upsampled_overlay_is_round_around_a_hot_cell():
+    """No "+" streaks: around a lone hot cell the heat hardly depends on the direction.  Bilinear interpolation
+    (written out here) has star-shaped contours, brighter along the axes than along the diagonals."""
+    patch = np.zeros((5, 5), np.float32)
+    patch[2, 2] = 1.0
+    up = vm.upsample(patch, (50, 50))  # 10 pixels a cell, the hot cell's centre between pixels 24 and 25
+    pos = np.clip((np.arange(50) + 0.5) / 10 - 0.5, 0, 4)
+    tent = np.maximum(0.0, 1.0 - np.abs(pos - 2.0))
+    bilinear = np.outer(tent, tent)
+    yy, xx = np.mgrid[:50, :50]
+    r = np.hypot(yy - 24.5, xx - 24.5)
+
+    def spread(m, lo, hi):  # relative spread of the heat on a ring around the cell
+        ring = (r > lo) & (r < hi)
+        return float(m[ring].std() / m[ring].mean())
+
+    assert spread(bilinear, 9, 10) > 0.3  # the streaks
+    for lo, hi in ((3, 4), (6, 7), (9, 10)):
+        assert spread(up, lo, hi) < 0.1, (lo, hi)
+    assert 0.0 <= up.min() and up.max() <= 1.0
+
+
 def test_upsampled_overlay_keeps_the_peak_where_it_was():
     patch = np.zeros((4, 4), np.float32)
     patch[1, 2] = 1.0

@@ -52,6 +52,10 @@ def check_map(hm, fig):
     assert hm.plot.getPlotItem().titleLabel.text == mv.title
     cbar = next(a for a in fig.axes if a is not ax)  # the colour bar's words ("special tokens removed" when they were)
     assert cbar.get_ylabel().replace("\n", " ") == hm.colorbar.axis.labelText
+    # the same colour-bar ticks, the top of the scale labelled with its value on both
+    fig_ticks = [unescape(t.get_text()) for t in cbar.get_yticklabels() if t.get_text()]
+    gui_ticks = [text for _, text in hm.colorbar.axis._tickLevels[0]]
+    assert fig_ticks == gui_ticks and fig_ticks[-1] == f"{(10.0**hi if hm.log else hi):.3g}".rstrip(".")
     assert ax.get_xlabel() == mv.x_title == hm.plot.getPlotItem().getAxis("bottom").labelText
     assert ax.get_ylabel() == mv.y_title == hm.plot.getPlotItem().getAxis("left").labelText
     for axis, labels in ((ax.xaxis, hm.x_axis.labels), (ax.yaxis, hm.y_axis.labels)):

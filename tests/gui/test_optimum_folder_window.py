@@ -29,7 +29,7 @@ def test_vision_to_text_folder_shows_a_caption_word_over_the_patches(qtbot, real
         "decoder cross-attention",
     ]
     w.select_view("image")
-    w.session.select(block=2, layer=1, head=3)
+    w.session.select(block=2, layer=1, head=3, mode="head")
     v = w.image_regions
     v.draw()
     assert [q for q, _ in v.queries] == r.generated  # one query per caption word
@@ -59,7 +59,7 @@ def test_swin_image_regions_show_the_selected_stage_as_the_export_draws_it(
     w.select_view("image")
     v = w.image_regions
     for block, side in ((0, 16), (1, 8), (2, 4)):
-        w.session.select(block=block, layer=0, head=0)
+        w.session.select(block=block, layer=0, head=0, mode="head")
         v.draw()
         assert v.patch_map.shape == (side, side), (block, v.patch_map.shape)
         assert f"grid {side}×{side}" in v.info.text()
@@ -70,7 +70,7 @@ def test_swin_image_regions_show_the_selected_stage_as_the_export_draws_it(
     from PySide6.QtCore import QPointF, Qt
 
     size = json.loads((root / "onnx" / "config.json").read_text())["window_size"]
-    w.session.select(block=0, layer=0, head=0)
+    w.session.select(block=0, layer=0, head=0, mode="head")
     v.draw()
     h, wd = v._image_size
     scene = v.vb.mapViewToScene(QPointF(5.5 * wd / 16, 5.5 * h / 16))  # patch (5, 5)

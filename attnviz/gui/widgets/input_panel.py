@@ -42,6 +42,11 @@ def takes_caption(model: AttnModel | None) -> bool:
     return bool({"decoder_tokens", "tokens"} & set(model.roles.values()))
 
 
+def takes_image_and_text(model: AttnModel | None) -> bool:
+    """A dual encoder (CLIP, SigLIP whole): an image tower and a text tower, both fed on every run."""
+    return model is not None and model.kind == "vision" and "tokens" in set(model.roles.values())
+
+
 class InputPanel(QWidget):
     """Signals: ``run_requested()`` (the window then asks :meth:`request` for what to run); ``cancel_requested()``."""
 
@@ -164,7 +169,7 @@ class InputPanel(QWidget):
         self.image.setEnabled(vision or model is None)
         self.browse.setEnabled(vision or model is None)
         caption = takes_caption(model)
-        self.text.setEnabled(not vision or caption or model is None)
+        self.text.setEnabled(not vision or caption or takes_image_and_text(model) or model is None)
         self.text.setPlaceholderText(CAPTION_HINT if caption else TEXT_HINT)
         self.text.setToolTip(CAPTION_TIP if caption else "")
         label = self.form.labelForField(self.text)

@@ -64,4 +64,6 @@ def run(args) -> int:
     )
     if result.generated:
         print("generated: " + " ".join(result.generated))
+    for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
+        print(f"warning: {note}")
     return 0

@@ -74,6 +74,8 @@ def run(args) -> int:
         print("metadata")
         for k, v in m.metadata.items():  # the full values: their real length is reported
             print(f"  {clean(k, 60):<28} {clean(v, METADATA_CHARS)}")
+    for note in d.get("fidelity") or ():
+        print(f"warning: {clean(note)}")
     if not d["sites"]:
         print(f"attention: none — {d['no_attention_reason']}")
         return 1
@@ -82,5 +84,6 @@ def run(args) -> int:
     for i, s in enumerate(d["sites"]):
         print(
             f"  {i:>3}  {s['stack']:<8} {s['kind']:<6} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
+            + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
         )
     return 0

@@ -38,7 +38,10 @@ class Site:
     body_probs: str = ""  # for a site inside a body: the tensor there (``probs`` is its top-level output)
 
     def info(self, heads: int | None = None) -> SiteInfo:
-        return SiteInfo(self.stack, self.kind, self.layer, int(heads or self.heads), self.node_name, self.method)
+        tower = self.extra.get("tower")  # a dual encoder's (labels.py)
+        return SiteInfo(
+            self.stack, self.kind, self.layer, int(heads or self.heads), self.node_name, self.method, tower=tower
+        )
 
 
 @dataclass

@@ -13,6 +13,7 @@ from onnx import TensorProto
 from attnviz.core import metadata as md
 from attnviz.runtime.graph.base import Site
 from attnviz.runtime.graph.index import MS, Graph, _attr
+from attnviz.runtime.inputs import guess_role
 
 _LAYER_RE = re.compile(r"(?:layers?|blocks?|block|h|layer)[._/](\d+)")
 DECODER_INPUT_RE = re.compile(r"^decoder_|^labels$", re.I)
@@ -69,12 +70,14 @@ def _flow(g: Graph, bits: dict[str, int], sites: list[Site]) -> dict[int, ChainM
     return scopes
 
 
-def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[Site]:
+def label_sites(g: Graph, sites: list[Site], meta: dict | None = None, model_type: str = "") -> list[Site]:
     """Assign stack / kind / layer and return the sites in canonical order.
 
     kind: a site is cross-attention when its keys come from the encoder side (encoder inputs or states, or
     the encoder half of a KV cache: ``past_key_values.N.encoder.*``) and not from the decoder's own tokens or
     cache, while its queries do.  Layers are numbered per stack and kind (self L0, cross L0, self L1, ...).
+    ``model_type``: the folder's config.json ``model_type`` (read by the caller through the sidecar guard), which
+    tells a dual encoder's causal text tower from a decoder.
     """
     meta = meta or {}
     roles = md.section(meta, "inputs")
@@ -123,6 +126,10 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
         anc = scopes[id(s.g)]
         aq, ak = anc.get(s.q, 0), anc.get(s.k, 0)
         s.kind = "cross" if (aq != ak and ak and not (ak & dec_bits) and (aq & dec_bits or aq & ~ak)) else "self"
+        if not aq and ak:
+            # queries that depend on no input are learned probe queries over the keys (SigLIP's attention-pooling
+            # head: one probe row over the patches); a site of its own kind, not one more layer of the stack
+            s.kind = "pooling"
         sc = s.scope.lower()
         if dec_bits and enc_bits:
             s.stack = "decoder" if (aq & dec_bits) else "encoder"
@@ -134,7 +141,22 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
             s.stack = "decoder"
         else:
             s.stack = ""  # decided below for single-stack graphs
-    if any(s.stack == "" for s in sites):
+    towers = _dual_towers(g, sites, scopes, image_input, bit)
+    if towers:  # two towers that never meet: both are encoders, whatever their masks (CLIP's text tower is causal)
+        for s in sites:
+            s.stack = "encoder"
+            s.extra["tower"] = towers[id(s)]
+            s.extra["encoder_why"] = "dual encoder: image and text towers that never attend to each other"
+    elif (
+        not (dec_bits and enc_bits)
+        and not any(s.kind == "cross" for s in sites)
+        and (why := _encoder_evidence(g, meta, model_type))
+    ):
+        # a single-stack graph that says why it is an encoder: neither its names nor a causal map make it a decoder
+        for s in sites:
+            s.stack = "encoder"
+            s.extra["encoder_why"] = why
+    elif any(s.stack == "" for s in sites):
         guess = "decoder" if _looks_causal(g, sites, meta) else "encoder"
         for s in sites:
             if s.stack == "":
@@ -144,17 +166,27 @@ def label_sites(g: Graph, sites: list[Site], meta: dict | None = None) -> list[S
         if s.kind == "cross":
             s.stack = "decoder"
 
-    kind_order = {"self": 0, "cross": 1}
+    kind_order = {"self": 0, "cross": 1, "pooling": 2}
     stack_order = {"encoder": 0, "decoder": 1}
+
+    tower_order = {None: 0, "image": 0, "text": 1}  # a dual encoder's image tower first
+
+    def tower(s: Site) -> int:
+        return tower_order[s.extra.get("tower")]
+
     out: list[Site] = []
     for stack in ("encoder", "decoder"):
         group = [s for s in sites if s.stack == stack]
-        for kind in ("self", "cross"):
-            ks = sorted((s for s in group if s.kind == kind), key=lambda s: (s.depth, s.g.path, s.node_index))
-            for li, s in enumerate(ks):
-                s.layer = li
-        out += sorted(group, key=lambda s: (s.layer, kind_order[s.kind], s.node_index))
-    out.sort(key=lambda s: (stack_order[s.stack], s.layer, kind_order[s.kind]))
+        for tw in sorted({tower(s) for s in group}):  # each tower of a dual encoder numbers its layers from 0
+            for kind in kind_order:
+                ks = [s for s in group if s.kind == kind and tower(s) == tw]
+                for li, s in enumerate(sorted(ks, key=lambda s: (s.depth, s.g.path, s.node_index))):
+                    s.layer = li
+        out += group
+    # per stack and tower: layer by layer (self before cross), a pooling head after the layers it pools
+    out.sort(
+        key=lambda s: (stack_order[s.stack], tower(s), s.kind == "pooling", s.layer, kind_order[s.kind], s.node_index)
+    )
     _cross_check_layers(out)
     return out
 
@@ -165,6 +197,63 @@ def _cross_check_layers(sites: list[Site]) -> None:
         m = _LAYER_RE.findall(s.scope)
         if m and int(m[-1]) != s.layer:
             s.extra["name_layer"] = int(m[-1])
+
+
+# config.json model types of contrastive dual encoders and their towers (transformers' names): their text towers
+# may mask causally (CLIP's does) and are still encoders: they make one pooled vector, they predict no next token
+DUAL_ENCODER_MODEL_TYPES = frozenset(
+    ("clip", "clip_text_model", "clip_vision_model", "siglip", "siglip_text_model", "siglip_vision_model")
+    + ("siglip2", "siglip2_text_model", "siglip2_vision_model", "metaclip_2", "metaclip_2_text_model")
+)
+
+
+def _encoder_evidence(g: Graph, meta: dict, folder_type: str = "") -> str:
+    """Why a single-stack graph is an encoder although its mask may be causal ('' when nothing says so).
+
+    A causal mask alone does not make a decoder: CLIP's text tower masks causally and pools the hidden state at its
+    end-of-text token, found by ``ArgMax`` over the token ids.  A language model's graph predicts every position
+    and never takes an ArgMax of its own input ids (greedy choice happens outside the graph), so that ArgMax, or the
+    model type of a dual encoder in the metadata or the folder's config.json, says encoder.  A decoder without
+    past inputs (a plain GPT-2 export) has neither and stays a decoder."""
+    config = md.section(meta, "config")
+    model_type = str(config.get("model_type") or folder_type or "")
+    if model_type in DUAL_ENCODER_MODEL_TYPES:
+        return f"model type {model_type}: a dual encoder's tower"
+    roles = md.section(meta, "inputs")
+    derived = {  # the token ids (not a mask's or positions' ints: an ArgMax over a mask finds the last real token)
+        i.name
+        for i in g.inputs
+        if i.type.tensor_type.elem_type in (TensorProto.INT64, TensorProto.INT32)
+        and (roles.get(i.name) or guess_role(i.name, "int64", len(i.type.tensor_type.shape.dim))) == "tokens"
+    }
+    for n in (g.nodes[i] for i in g.order):  # top level, topologically: reshapes, casts, comparisons (ids == eos)
+        if (
+            n.op_type in ("Cast", "Equal", "Identity", "Reshape", "Flatten", "Squeeze")
+            and n.input
+            and n.input[0] in derived
+        ):
+            derived.update(o for o in n.output if o)
+        if n.op_type == "ArgMax" and n.input and n.input[0] in derived:
+            return "pooled at the end-of-text token (ArgMax over the token ids), as CLIP's text tower is"
+    return ""
+
+
+def _dual_towers(g: Graph, sites: list[Site], scopes: dict[int, ChainMap], image_input, bit) -> dict[int, str]:
+    """A whole dual encoder (CLIPModel, SiglipModel): an image input and token inputs whose attention sites never
+    mix them — every site sees the image or the tokens, never both, and no site is cross-attention.  Returns each
+    site's tower ("image" or "text"), or {} for any other graph (a captioner's decoder attends to the
+    image through cross-attention; a vision-language decoder's self-attention sees both)."""
+    if image_input is None or not sites or any(s.kind == "cross" for s in sites):
+        return {}
+    img = bit[image_input]
+    out: dict[int, str] = {}
+    for s in sites:
+        anc = scopes[id(s.g)]
+        a = anc.get(s.q, 0) | anc.get(s.k, 0)
+        if not a or (a & img and a & ~img):
+            return {}
+        out[id(s)] = "image" if a & img else "text"
+    return out if len(set(out.values())) == 2 else {}
 
 
 def _looks_causal(g: Graph, sites: list[Site], meta: dict) -> bool:
