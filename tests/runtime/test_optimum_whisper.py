@@ -268,6 +268,13 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     assert recipe["inputs"]["audio"]["path"] == "chirp.wav" and recipe["inputs"]["text_pair"] == "w8 w2"
     assert len(recipe["inputs"]["audio"]["sha256"]) == 64 and fig.stat().st_size > 0
 
+    # compare the folder with itself on the clip: every head the same (0 bits), the audio file recorded
+    assert main(["compare", str(folder), str(folder), "--audio", str(wav), "--out", str(tmp_path / "cmp")]) == 0
+    pq = pytest.importorskip("pyarrow.parquet")
+    heads = pq.read_table(tmp_path / "cmp" / "heads.parquet").to_pydict()
+    assert len(heads["js_divergence"]) == 24 and max(heads["js_divergence"]) == 0
+    assert json.loads((tmp_path / "cmp" / "run.json").read_text())["input"]["audio"] == str(wav)
+
     def refused(args, *words):
         capsys.readouterr()
         assert main(args) == 2
