@@ -39,6 +39,7 @@ PARAM_FLAGS = {
     "text": "--text",
     "text_pair": "--text-pair",
     "image": "--image",
+    "audio": "--audio",
     "tokenizer": "--tokenizer",
     "generate": "--generate",
     "max_tokens": "--max-tokens",

@@ -157,7 +157,7 @@ def run(args) -> int:
     from attnviz.runtime.inputs import load_feeds
     from attnviz.runtime.sample import no_input
 
-    if args.inputs is None and args.text is None and args.image is None:
+    if args.inputs is None and args.text is None and args.image is None and args.audio is None:
         raise AttnvizError(no_input(args.model))
     out = Path(args.out)
     inputs = {
@@ -165,6 +165,7 @@ def run(args) -> int:
         "model B": args.other,
         "the --inputs file": args.inputs,
         "the --image file": args.image,
+        "the --audio file": args.audio,
         "the --tokenizer file": args.tokenizer,
     }
     if out.exists() and not out.is_dir():
@@ -187,6 +188,8 @@ def run(args) -> int:
                 image_mean=args.image_mean,
                 image_std=args.image_std,
                 max_tokens=args.max_tokens,
+                audio=args.audio,
+                max_seconds=args.max_seconds,
             )
         )
     ra, rb = results
@@ -209,6 +212,7 @@ def run(args) -> int:
                 ("text", args.text),
                 ("text_pair", args.text_pair),
                 ("image", args.image),
+                ("audio", args.audio),
                 ("inputs", args.inputs),
                 ("generate", args.generate),
             )

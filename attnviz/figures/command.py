@@ -182,11 +182,14 @@ def _sources_from_args(args) -> dict:
         "text": args.text,
         "text_pair": args.text_pair,
         "image": args.image,
+        "audio": args.audio,
         "feeds": args.inputs,
         "tokenizer": args.tokenizer,
         "generate": args.generate,
     }
     src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
+    if getattr(args, "max_seconds", None) is not None:  # recorded only when given: other recipes stay as they were
+        src["max_seconds"] = args.max_seconds
     return src
 
 
@@ -202,6 +205,7 @@ def _sources_from_recipe(r: dict, args) -> dict:
         "text": i.get("text"),
         "text_pair": i.get("text_pair"),
         "image": path(i.get("image")),
+        "audio": path(i.get("audio")),
         "feeds": path(i.get("feeds")),
         "tokenizer": path(i.get("tokenizer")),
         "generate": int(i.get("generate") or 0),
@@ -209,6 +213,11 @@ def _sources_from_recipe(r: dict, args) -> dict:
     for k, d in _OPTION_DEFAULTS.items():  # an option given on the command line wins over the recipe's
         v = _option(args, k)
         src[k] = v if v != d else o.get(k, d)
+    seconds = getattr(args, "max_seconds", None)
+    if seconds is None:
+        seconds = o.get("max_seconds")
+    if seconds is not None:
+        src["max_seconds"] = seconds
     return src
 
 
@@ -269,6 +278,7 @@ def _inputs_of(src: dict, args) -> dict:
         "model": "the model",
         "maps": "the maps file",
         "image": "the image",
+        "audio": "the audio file",
         "feeds": "the feeds file",
         "tokenizer": "the tokenizer",
     }
@@ -307,7 +317,7 @@ def run(args) -> int:
         if (
             args.model
             or args.maps
-            or any(getattr(args, k) for k in ("text", "text_pair", "image", "inputs", "tokenizer", "generate"))
+            or any(getattr(args, k) for k in ("text", "text_pair", "image", "audio", "inputs", "tokenizer", "generate"))
         ):
             raise AttnvizError(
                 "--recipe already names the model and inputs; drop MODEL/--maps/--text/--image/--inputs/--tokenizer/--generate"
@@ -332,10 +342,10 @@ def run(args) -> int:
         raise AttnvizError("give --out FOLDER for --all-heads" if args.all_heads else "give --out FILE.pdf|.svg|.png")
     if not args.all_heads:
         figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
-        for kind in ("image", "feeds", "tokenizer"):
+        for kind in ("image", "audio", "feeds", "tokenizer"):
             if src[kind] is not None and not Path(src[kind]).is_file():
                 raise AttnvizError(f"{src[kind]}: no such file")
-    if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "feeds")):
+    if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "audio", "feeds")):
         from attnviz.runtime.sample import sample_for_path
 
         found = sample_for_path(src["model"])  # the model's own sample input, as the app opens it

@@ -27,6 +27,7 @@ _FILE_KEYS = (
     ("source", "model"),
     ("source", "maps"),
     ("inputs", "image"),
+    ("inputs", "audio"),
     ("inputs", "feeds"),
     ("inputs", "tokenizer"),
 )
@@ -84,6 +85,7 @@ def make_recipe(
     tokenizer: str | os.PathLike | None = None,
     generate: int = 0,
     output: str | os.PathLike | None = None,
+    audio: str | os.PathLike | None = None,
     **options,
 ) -> dict:
     """Describe how a figure was made (paths absolute; :func:`write_recipe` makes them relative)."""
@@ -94,6 +96,7 @@ def make_recipe(
         "text": text,
         "text_pair": text_pair,
         "image": _file_entry(image),
+        **({"audio": _file_entry(audio)} if audio is not None else {}),  # older recipes stay as they were
         "feeds": _file_entry(feeds),
         "tokenizer": _file_entry(tokenizer),
         "generate": int(generate or 0),
@@ -196,6 +199,7 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         "model": "model file",
         "maps": "maps file",
         "image": "image",
+        "audio": "audio file",
         "feeds": "feeds file",
         "tokenizer": "tokenizer",
     }

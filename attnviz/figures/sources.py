@@ -24,6 +24,8 @@ def load_result(
     image_mean=None,
     image_std=None,
     max_tokens: int | None = None,
+    audio: str | os.PathLike | None = None,
+    max_seconds: float | None = None,
 ) -> AttentionResult:
     """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file.
 
@@ -32,7 +34,7 @@ def load_result(
     if maps is not None:
         if model is not None:
             raise AttnvizError("give a model or --maps, not both")
-        if any(v for v in (text, text_pair, image, feeds, tokenizer, generate)):
+        if any(v for v in (text, text_pair, image, audio, feeds, tokenizer, generate)):
             raise AttnvizError(
                 "--maps already holds the attention; drop --text/--text-pair/--image/--inputs/--tokenizer/--generate"
             )
@@ -41,10 +43,10 @@ def load_result(
         return load_npz(maps)
     if model is None:
         raise AttnvizError("give a model file (MODEL.onnx) or --maps MAPS.npz from 'attnviz extract'")
-    if text_pair is not None and text is None:
+    if text_pair is not None and text is None and audio is None:  # a speech model's transcript goes with --audio
         raise AttnvizError("--text-pair needs --text")
-    if feeds is not None and (text is not None or image is not None):
-        raise AttnvizError("give --inputs or --text/--image, not both")
+    if feeds is not None and (text is not None or image is not None or audio is not None):
+        raise AttnvizError("give --inputs or --text/--image/--audio, not both")
     try:
         from attnviz.runtime import open_model
     except ImportError as e:
@@ -67,6 +69,8 @@ def load_result(
         image_mean=list(image_mean) if image_mean else None,
         image_std=list(image_std) if image_std else None,
         **({"max_tokens": int(max_tokens)} if max_tokens else {}),
+        audio=str(audio) if audio is not None else None,
+        max_seconds=max_seconds,
     )
     result.info.setdefault("model", Path(model).stem)
     result.info["generate"] = int(generate or 0)

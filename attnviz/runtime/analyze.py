@@ -42,9 +42,11 @@ def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress
         )
     prompt = prep.prompts[0]
     eos = md.section(model.meta, "special").get("eos")
+    suppress = gen.suppress_of(model.meta)
     stepper = model.cache_stepper() if req.use_cache else None
     if stepper is not None:
-        return gen.with_cache(stepper, bd.decoder_feeds(model, prep, [prompt]), req.generate, eos, progress, cancelled)
+        feeds = bd.decoder_feeds(model, prep, [prompt])
+        return gen.with_cache(stepper, feeds, req.generate, eos, progress, cancelled, suppress)
     return gen.full_rerun(
         model,
         lambda ids: model.check_feeds(bd.decoder_feeds(model, prep, [ids])),
@@ -53,6 +55,7 @@ def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress
         eos,
         progress,
         cancelled,
+        suppress,
     )
 
 
@@ -145,6 +148,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         notes=list(result.info.get("notes", [])) + list(prep.notes),
         image=str(req.image) if isinstance(req.image, (str, Path)) else None,
         image_preprocessing=prep.image_info,
+        audio=prep.audio,
         alignment=_declared_alignment(model),
     )
 
@@ -226,8 +230,10 @@ class AnalyzeMethod:
         cancelled=None,
         use_cache: bool = True,
         max_tokens: int | None = None,
+        audio=None,
+        max_seconds: float | None = None,
     ) -> AttentionResult:
-        """Build feeds from text / image / raw feeds, optionally generate greedily, run, and label axes.
+        """Build feeds from text / image / audio / raw feeds, optionally generate greedily, run, and label axes.
 
         ``progress(percent, text)`` is called per generation step; ``cancelled() -> bool`` is polled between
         steps and raises :class:`Cancelled`; inside a :func:`attnviz.runtime.host.cancel_scope` a cancel during a
@@ -248,6 +254,8 @@ class AnalyzeMethod:
             image_std=image_std,
             use_cache=use_cache,
             max_tokens=max_tokens,
+            audio=audio,
+            max_seconds=max_seconds,
         )
 
     def analyze_request(self: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:

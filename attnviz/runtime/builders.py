@@ -22,6 +22,7 @@ from attnviz.core.attention import TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
+from attnviz.runtime.speech import SpeechPrompt
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -48,6 +49,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
+    audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
@@ -201,6 +203,80 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             os.unlink(tmp)
     else:
         feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
+
+
+def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
+    """Sound files (or mono samples at the model's rate) -> the log-mel features its encoder takes; the
+    encoder's positions are labelled by time (20 ms each for Whisper)."""
+    from attnviz.runtime import audio as au
+
+    aud_in = by_role(model, "audio")
+    known = md.section(model.meta, "audio")  # the folder's Whisper feature extractor, when it has one
+    if req.audio is None:
+        if aud_in is not None and aud_in.name in feeds:
+            if known:  # features given raw: their frames still have times
+                n = (int(np.shape(feeds[aud_in.name])[-1]) - 1) // au.CONV_STRIDE + 1
+                prep.src_rows = [TokenAxis(au.frame_labels(n, au.FeatureSpec.from_dict(known)))]
+        elif aud_in is not None:
+            raise AttnvizError(
+                f"{model.name} takes audio ({aud_in.describe()}); give a sound file (--audio FILE)", param="audio"
+            )
+        return
+    if aud_in is None:
+        raise AttnvizError(
+            f"{model.path.name} takes no audio input (its inputs: {', '.join(i.name for i in model.inputs)}); "
+            "give a text or an image instead",
+            param="audio",
+        )
+    if not known:
+        raise AttnvizError(
+            f"{model.name} takes {aud_in.describe()} and no Whisper preprocessor_config.json is beside it to say "
+            "how a sound becomes those features; put the model's feature extractor config there, or give "
+            f"{aud_in.name} with --inputs FEEDS.npz",
+            param="audio",
+        )
+    spec = au.FeatureSpec.from_dict(known)
+    clips = list(req.audio) if isinstance(req.audio, (list, tuple)) else [req.audio]
+    if not clips:
+        raise AttnvizError("no audio clip given; give a sound file (--audio FILE)", param="audio")
+    waves, names = [], []
+    for clip in clips:
+        if isinstance(clip, np.ndarray):  # samples already at the model's rate (the window, a script)
+            wave, notes = au.check_clip(clip.astype(np.float32), spec.sampling_rate, spec, "samples", req.max_seconds)
+            names.append("samples")
+        else:
+            wave, notes = au.load_audio(str(clip), spec, req.max_seconds)
+            names.append(str(clip))
+        waves.append(wave)
+        prep.notes += notes
+    feeds[aud_in.name] = au.log_mel(waves, spec).astype(np.dtype(aud_in.dtype))
+    prep.audio = names
+    prep.src_rows = [TokenAxis(au.frame_labels(au.encoder_positions(spec), spec))]
+
+
+def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[int]] | None:
+    """A speech decoder's forced prompt per row (the language detected per clip where the config leaves it
+    open), or None for any other model."""
+    section = md.section(model.meta, "speech_prompt")
+    if not section or prep.dec_in is None:
+        return None
+    prompt = SpeechPrompt.from_meta(section)
+    dec_name = prep.dec_in.name
+
+    def start_logits(ids: list[int]) -> np.ndarray:
+        logits = model.logits({**prep.feeds, dec_name: np.asarray([ids] * batch, np.int64)})
+        return logits[:, -1] if logits.ndim == 3 else logits
+
+    rows = prompt.rows(start_logits, batch)
+    if prompt.language_slot is not None and prep.tgt_tok is not None:
+        found = sorted({prep.tgt_tok.label(r[prompt.language_slot]) for r in rows})
+        prep.notes.append(f"language detected from the audio: {', '.join(found)}")
+    return rows
+
+
+# the builders of an encoder's non-text media, one per kind: each fills its input's feeds (and the source axes) from
+# the request, or refuses it in one line when the model takes no such input
+MEDIA_BUILDERS = (_image, _audio)
 
 
 def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
@@ -372,16 +448,24 @@ def _decoder_prompts(b: _Build) -> None:
         prep.prompts = [[int(x) for x in row] for row in b.feeds[b.dec_in.name]]
         prep.decoder_given = True
     else:
-        prep.prompts = [_start_prompt(b) for _ in range(prep.batch)]
+        starts = _speech_prompts(b.model, prep, prep.batch)  # Whisper's forced prompt (a language per clip)
+        prep.prompts = (
+            [_start_prompt(b, start) for start in starts] if starts else [_start_prompt(b) for _ in range(prep.batch)]
+        )
+        if starts:
+            SpeechPrompt.from_meta(md.section(b.model.meta, "speech_prompt")).check_room(
+                len(prep.prompts[0]), b.req.generate, b.model.name
+            )
     if b.model.kind == "decoder" and not prep.prompts[0]:
         raise AttnvizError("a decoder needs a prompt: give a text", param="text")
 
 
-def _start_prompt(b: _Build) -> list[int]:
-    """The decoder's start token, then the caption or the text pair to force (teacher forcing)."""
+def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
+    """The decoder's start token (or a speech model's forced prompt), then the caption or the text pair to force
+    (teacher forcing)."""
     sp = md.section(b.model.meta, "special")
     start = sp.get("decoder_start", sp.get("bos"))
-    prompt = [int(start if start is not None else 0)]
+    prompt = list(start_ids) if start_ids is not None else [int(start if start is not None else 0)]
     forced = b.caption if b.caption is not None else b.req.text_pair
     if forced:
         if b.prep.tgt_tok is None:
@@ -417,7 +501,8 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
     _check_encoder_cache(model, feeds)
     prep = Prepared(feeds=feeds)
-    _image(model, req, feeds, prep)
+    for media in MEDIA_BUILDERS:
+        media(model, req, feeds, prep)
     prep.batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
     dec_in, tok_in = by_role(model, "decoder_tokens"), by_role(model, "tokens")
     # the token input of an image-captioning graph or a decoder-only graph is the decoder's

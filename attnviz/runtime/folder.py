@@ -15,6 +15,7 @@ that one file, with the folder's config.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shlex
@@ -30,16 +31,19 @@ from attnviz.core.untrusted import read_text
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
-from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
+from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
+from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, suppress_of
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import sidecar, sidecar_json
+from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
 WITH_PAST_FILE = "decoder_with_past_model.onnx"
+SOURCE_ROLES = ("tokens", "image", "audio")  # what an encoder file of a set may take as its input
 SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")  # decoder-only folders
 # what `attnviz corpus --out DIR` always writes (corpus/output.py HEADS, RUN): such a folder is results to open in
 # the window, not a model folder; defined here, at the bottom layer, because both the engine's folder message and
@@ -128,6 +132,13 @@ def _with_config(model: AttentionModel) -> AttentionModel:
         image = _folder_image(model.path)
         if image:
             model.meta["image"] = image
+    if "audio" in model.roles.values() and not isinstance(model.meta.get("audio"), dict):
+        try:  # a Whisper encoder file alone: its frames' times, --audio
+            spec = FeatureSpec.for_model(model.path)
+        except AttnvizError:  # another extractor (Speech2Text's filter banks): the file still runs on raw feeds
+            spec = None
+        if spec is not None:
+            model.meta["audio"] = dataclasses.asdict(spec)
     if "image" in model.roles.values() and not isinstance(model.meta.get("windows"), dict):
         windows = _folder_windows(model.path)
         if windows:
@@ -207,16 +218,19 @@ class ModelSet(AnalyzeMethod):
                 f"(it has {', '.join(dec_in)}); open the files one by one instead"
             )
         enc_roles = self.encoder.roles
-        src = next((i for i in self.encoder.inputs if enc_roles[i.name] in ("tokens", "image")), None)
+        src = next((i for i in self.encoder.inputs if enc_roles[i.name] in SOURCE_ROLES), None)
         if src is None:
             raise AttnvizError(
-                f"{layout.encoder.name}: neither a token nor an image input; open the files one by one instead"
+                f"{layout.encoder.name}: neither a token, an image nor an audio input; open the files one by one instead"
             )
         # the original model's input names: transformers' seq2seq models take input_ids, VisionEncoderDecoder
-        # pixel_values; both take decoder_input_ids and decoder_attention_mask
+        # pixel_values, Whisper input_features (log-mel frames); all take decoder_input_ids and decoder_attention_mask
         self.image = enc_roles[src.name] == "image"
+        self.audio = enc_roles[src.name] == "audio"
         self.kind = "vision-decoder" if self.image else "encoder-decoder"
-        if self.image:
+        if self.audio:
+            self._open_audio(src)
+        elif self.image:
             self.inputs = [IOInfo("pixel_values", src.dtype, ["batch", *src.shape[1:]])]
             image = _folder_image(layout.encoder)
             if image:
@@ -232,6 +246,33 @@ class ModelSet(AnalyzeMethod):
         self.outputs = [IOInfo("logits", "float32", ["batch", "decoder_sequence", "vocab"])]
         self.no_attention_reason = self.encoder.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
+
+    def _open_audio(self, src: IOInfo) -> None:
+        """A speech encoder (Whisper): its log-mel input, the feature extractor that makes it and the decoder's
+        forced prompt, from the folder's preprocessor_config.json and generation_config.json."""
+        enc = self.layout.encoder
+        spec = FeatureSpec.for_model(enc)
+        if spec is None:
+            raise AttnvizError(
+                f"{self.layout.folder.name}: {enc.name} takes {src.name} (log-mel frames) and the folder has no "
+                f"{PREPROCESSOR}; put the feature extractor's {PREPROCESSOR} beside it (save_pretrained writes it)"
+            )
+        mels, frames = src.shape[1:3] if src.rank == 3 else (None, None)
+        if (isinstance(mels, int) and mels != spec.feature_size) or (isinstance(frames, int) and frames != spec.frames):
+            raise AttnvizError(
+                f"{enc.name} takes {src.describe()}, and {PREPROCESSOR} makes {spec.feature_size} mel bins x "
+                f"{spec.frames} frames; give the folder its own feature extractor's config"
+            )
+        self.inputs = [IOInfo("input_features", src.dtype, ["batch", spec.feature_size, spec.frames])]
+        self.meta["audio"] = dataclasses.asdict(spec)
+        gen, cfg = _read_sidecar(enc, "generation_config.json"), _read_sidecar(enc, "config.json")
+        prompt = speech_prompt(gen, cfg)
+        if prompt is not None:
+            self.meta["speech_prompt"] = prompt.to_meta()
+        # what transformers' Whisper generate never chooses: suppress_tokens always, begin_suppress_tokens first
+        always, first = (gen.get(k, cfg.get(k)) for k in ("suppress_tokens", "begin_suppress_tokens"))
+        if always or first:
+            self.meta["suppress"] = {"always": always or [], "first": first or []}
 
     @property
     def position_limit(self) -> PositionLimit | None:
@@ -275,7 +316,9 @@ class ModelSet(AnalyzeMethod):
         if all(s.heads for s in self.sites):
             return True
         src = self.inputs[0]
-        if self.image:
+        if self.audio:
+            first = np.zeros([1, *(int(d) for d in src.shape[1:])], np.dtype(src.dtype))
+        elif self.image:
             spec = ip.image_spec(self.meta, src.shape)
             first = np.zeros((1, spec.channels, spec.height, spec.width), np.dtype(src.dtype))
         else:
@@ -313,7 +356,28 @@ class ModelSet(AnalyzeMethod):
                 "no_attention_reason": self.no_attention_reason,
             }
         )
+        if self.audio:
+            d["audio"] = self._describe_audio()
         return d
+
+    def _describe_audio(self) -> dict:
+        """What the speech encoder hears (its window, rate and frames) and the prompt its decoder starts from."""
+        spec = FeatureSpec.from_dict(self.meta["audio"])
+        prompt = list(self.meta.get("speech_prompt", {}).get("ids", []))
+        try:
+            tok = self.tokenizers[1]
+        except AttnvizError:  # an unreadable tokenizer.json: ids only (running the model says why)
+            tok = None
+        return {
+            "sampling_rate": spec.sampling_rate,
+            "seconds": spec.seconds,
+            "mel_bins": spec.feature_size,
+            "frames": spec.frames,
+            "frame_seconds": spec.frame_seconds,
+            "decoder_prompt": [
+                "(language detected)" if t is None else (tok.label(t) if tok is not None else str(t)) for t in prompt
+            ],
+        }
 
     # -- feeds ---------------------------------------------------------------------
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -360,7 +424,7 @@ class ModelSet(AnalyzeMethod):
         src = feeds[self._source]
         for i in self.encoder.inputs:
             role = self.encoder.roles[i.name]
-            if role in ("tokens", "image"):
+            if role in SOURCE_ROLES:
                 f[i.name] = src
             elif role == "mask":
                 f[i.name] = feeds.get("attention_mask", np.ones(src.shape, np.int64))
@@ -486,13 +550,14 @@ class FolderCache:
             flags=tuple((i.name, i.rank) for i in self.past_model.inputs if i.dtype == "bool" and i.rank <= 1),
             maps=maps,
             dtypes=tuple((i.name, i.dtype) for i in self.past_model.inputs),
+            suppress=suppress_of(self.ms.meta).always,
         )
 
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
         """Up to ``n`` greedy steps in one chunk beside the with-past decoder's session (else one step)."""
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
-            return one_step(self, token, eos)
+            return one_step(self, token, eos, suppress_of(self.ms.meta).always)
         ids, _, maps, info = self.past_model.run_loop(
             plan, self._step_feeds([token]) if plan is not None else None, 0, token, n, eos
         )

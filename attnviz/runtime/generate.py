@@ -21,7 +21,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled, ort_message
-from attnviz.runtime.steps import StepPlan
+from attnviz.runtime.steps import StepPlan, greedy
 
 
 @dataclass
@@ -54,10 +54,38 @@ class CacheStepper(Protocol):
         ...
 
 
-def one_step(stepper: CacheStepper, token: int, eos: int | None) -> StepsOut:
+@dataclass(frozen=True)
+class Suppress:
+    """Tokens greedy generation never chooses: ``always`` at every step, ``first`` also at the first generated
+    one (a Whisper generation_config's suppress_tokens and begin_suppress_tokens, as transformers applies them)."""
+
+    always: tuple[int, ...] = ()
+    first: tuple[int, ...] = ()
+
+    def at(self, step: int) -> tuple[int, ...]:
+        return self.always + self.first if step == 0 else self.always
+
+
+NO_SUPPRESS = Suppress()
+
+
+def suppress_of(meta: dict) -> Suppress:
+    """The tokens a model's metadata says generation never chooses (``suppress``: ``always`` / ``first`` ids)."""
+    d = meta.get("suppress")
+    if not isinstance(d, dict):
+        return NO_SUPPRESS
+
+    def ids(key: str) -> tuple[int, ...]:
+        v = d.get(key)
+        return tuple(int(t) for t in v if isinstance(t, int) and not isinstance(t, bool)) if isinstance(v, list) else ()
+
+    return Suppress(ids("always"), ids("first"))
+
+
+def one_step(stepper: CacheStepper, token: int, eos: int | None, suppress: tuple[int, ...] = ()) -> StepsOut:
     """:meth:`CacheStepper.steps` for a stepper that can only step once per call."""
     out = stepper.step([token])
-    return StepsOut([int(np.argmax(out.logits[0]))], out.maps, out.info)
+    return StepsOut([greedy(out.logits[0], suppress)], out.maps, out.info)
 
 
 class MapAssembler:
@@ -110,12 +138,13 @@ def greedy_steps(
     eos: int | None,
     progress=None,
     cancelled=None,
+    suppress: Suppress = NO_SUPPRESS,
 ) -> Iterator[int]:
     """Yield greedy tokens; ``next_logits(ids)`` gives the logits of the token after ``ids``."""
     ids = list(prompt)
     for step in range(steps):
         _check(step, steps, progress, cancelled)
-        nxt = int(np.argmax(next_logits(ids)))
+        nxt = greedy(next_logits(ids), suppress.at(step))
         yield nxt
         if eos is not None and nxt == int(eos):
             return
@@ -130,6 +159,7 @@ def full_rerun(
     eos: int | None,
     progress=None,
     cancelled=None,
+    suppress: Suppress = NO_SUPPRESS,
 ) -> Generation:
     t0 = time.perf_counter()
 
@@ -137,14 +167,21 @@ def full_rerun(
         logits = model.logits(build_feeds(ids))
         return logits[0, -1] if logits.ndim == 3 else logits[0]
 
-    ids = list(greedy_steps(next_logits, prompt, steps, eos, progress, cancelled))
+    ids = list(greedy_steps(next_logits, prompt, steps, eos, progress, cancelled, suppress))
     return Generation(ids, time.perf_counter() - t0, "full re-run")
 
 
 def with_cache(
-    stepper: CacheStepper, feeds: dict, steps: int, eos: int | None, progress=None, cancelled=None
+    stepper: CacheStepper,
+    feeds: dict,
+    steps: int,
+    eos: int | None,
+    progress=None,
+    cancelled=None,
+    suppress: Suppress = NO_SUPPRESS,
 ) -> Generation:
-    """Greedy generation feeding the cache; records every step's maps."""
+    """Greedy generation feeding the cache; records every step's maps (a stepper's later steps suppress what
+    its own plan says: the folder's)."""
     t0 = time.perf_counter()
     asm = MapAssembler()
     if steps <= 0:
@@ -152,7 +189,7 @@ def with_cache(
     _check(0, steps, progress, cancelled)
     out = stepper.start(feeds)
     asm.add(out.maps)
-    ids = [int(np.argmax(out.logits[0]))]
+    ids = [greedy(out.logits[0], suppress.at(0))]
     info = dict(out.info)
     # the rest in chunks (a chunk runs where the session lives: one round trip for many tokens)
     while len(ids) < steps and (eos is None or ids[-1] != int(eos)):

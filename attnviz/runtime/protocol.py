@@ -45,7 +45,7 @@ class AttnModel(Protocol):
     def name(self) -> str: ...
 
     @property
-    def kind(self) -> str: ...  # encoder | decoder | encoder-decoder | vision | vision-decoder
+    def kind(self) -> str: ...  # encoder | decoder | encoder-decoder (text or audio) | vision | vision-decoder
 
     @property
     def meta(self) -> dict: ...  # attnviz metadata, parsed (core.metadata), with the folder's config merged in
@@ -118,6 +118,8 @@ class AttnModel(Protocol):
         cancelled=None,
         use_cache: bool = True,
         max_tokens: int | None = None,
+        audio=None,
+        max_seconds: float | None = None,
     ) -> AttentionResult: ...
 
     # a request built and checked once (the window's input panel, the CLI's flags): the same engine as analyze()

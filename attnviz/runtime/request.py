@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ MODES = ("auto", "dense", "ondemand")
 
 @dataclass(frozen=True)
 class AnalyzeRequest:
-    """One analysis: an input (text, text pair, image or raw feeds), generation steps and run options."""
+    """One analysis: an input (text, text pair, image, audio or raw feeds), generation steps and run options."""
 
     text: str | None = None
     text_pair: str | None = None
@@ -30,6 +30,11 @@ class AnalyzeRequest:
     image_std: list[float] | None = None
     use_cache: bool = True  # generation feeds the KV cache where the model has one (False: re-run the sequence)
     max_tokens: int | None = None  # keep only the first N text tokens (the model's position limit is checked)
+    # a sound file, mono samples at the model's rate, or a list of either (a batch of clips)
+    audio: str | Path | np.ndarray | Sequence[str | Path | np.ndarray] | None = None
+    max_seconds: float | None = (
+        None  # keep only the first S seconds of the audio (else longer than the window is refused)
+    )
 
     def __post_init__(self):
         validate(self)
@@ -47,6 +52,8 @@ def validate(req: AnalyzeRequest) -> None:
         raise AttnvizError(
             f"max tokens {req.max_tokens}: give at least 1 (or none to keep every token)", param="max_tokens"
         )
+    if req.max_seconds is not None and not req.max_seconds > 0:
+        raise AttnvizError(f"max seconds {req.max_seconds}: give a positive number of seconds", param="audio")
     if req.mode not in MODES:
         raise AttnvizError(f"unknown mode {req.mode!r}; use auto, dense or ondemand")
 
@@ -61,6 +68,7 @@ class RunInfo:
     text: str | None = None
     text_pair: str | None = None
     image: str | None = None
+    audio: list[str] | None = None  # the sound files (or "samples" for clips given in memory)
     generated_ids: list[int] | None = None
     generation: str | None = None  # "kv-cache" | "full re-run" when the model generated
     batch: int = 1
@@ -72,7 +80,7 @@ class RunInfo:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("generated_ids", "generation", "image_preprocessing", "alignment"):
+        for k in ("audio", "generated_ids", "generation", "image_preprocessing", "alignment"):
             if d[k] is None:
                 d.pop(k)
         if not d["notes"]:

@@ -91,11 +91,11 @@ def sample_for_path(model_path: str | Path) -> Sample:
 
 
 def require_input(req: AnalyzeRequest, model_path: str | Path) -> None:
-    """Refuse a request that names no input at all (no text, image or feeds) with :func:`no_input`'s line (the CLI
+    """Refuse a request that names no input at all (no text, image, audio or feeds) with :func:`no_input`'s line (the CLI
     checks this before opening the model; the window before running it)."""
     from attnviz import AttnvizError
 
-    if req.text is None and req.image is None and req.feeds is None:
+    if req.text is None and req.image is None and req.audio is None and req.feeds is None:
         raise AttnvizError(no_input(model_path))
 
 
@@ -104,7 +104,7 @@ def no_input(model_path) -> str:
     (a forecaster's series goes in --text as numbers, which the generic line never said)."""
     from attnviz.core.words import with_article
 
-    generic = "no input: give --text T, --image PATH or --inputs FEEDS.npz"
+    generic = "no input: give --text T, --image PATH, --audio FILE or --inputs FEEDS.npz"
     path = Path(str(model_path))
     sample = sample_for_path(path) if path.is_file() else None
     if sample is None or not (set(sample.values) & {"text", "image"}):

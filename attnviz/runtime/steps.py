@@ -37,6 +37,7 @@ class StepPlan:
     flags: tuple[tuple[str, int], ...] = ()  # (bool input, rank <= 1) set true: a merged decoder's use_cache_branch
     maps: tuple[tuple[str, float], ...] = ()  # map outputs and what pads the keys a row could not see yet
     dtypes: tuple[tuple[str, str], ...] = ()  # the dtype of each input the loop writes
+    suppress: tuple[int, ...] = ()  # token ids never chosen (a Whisper config's suppress_tokens)
 
 
 @dataclass
@@ -77,6 +78,15 @@ def stack_rows(parts: list[np.ndarray], pad: float) -> np.ndarray:
         out[..., r : r + p.shape[-2], : p.shape[-1]] = p
         r += p.shape[-2]
     return out
+
+
+def greedy(row: np.ndarray, suppress: tuple[int, ...] = ()) -> int:
+    """The most likely token of one logits row, never one of ``suppress`` (as transformers'
+    SuppressTokensLogitsProcessor sets their scores to -inf)."""
+    if suppress:
+        row = np.array(row, np.float32)
+        row[[t for t in suppress if 0 <= t < row.shape[-1]]] = -np.inf
+    return int(np.argmax(row))
 
 
 def advance(
@@ -120,7 +130,7 @@ def advance(
         for n in rows:
             rows[n].append(np.asarray(out[at[n]], np.float32))
         logits = out[at[plan.logits]]
-        token = int(np.argmax(logits[0, -1] if logits.ndim == 3 else logits[0]))
+        token = greedy(logits[0, -1] if logits.ndim == 3 else logits[0], plan.suppress)
         ids.append(token)
         if eos is not None and token == int(eos):
             finished = True

@@ -221,6 +221,12 @@ def _forward_params(model) -> set[str]:
 def family_of(model, config) -> Family:
     """Which feed pattern the model needs; decoder vs encoder is decided later from causality."""
     params = _forward_params(model)
+    if "input_features" in params:  # speech (Whisper, Speech2Text): log-mel frames in, not tokens or pixels
+        raise AttnvizError(
+            f"{type(model).__name__} takes input_features (audio), which export-hf does not export yet; export it "
+            "with optimum (optimum-cli export onnx --model DIR --task automatic-speech-recognition-with-past OUT) "
+            "and open that folder with --audio"
+        )
     if {"pixel_values", "input_ids"} <= params and isinstance(getattr(model, "logit_scale", None), torch_parameter()):
         # an image and a text in, and a learned temperature over their similarities: a contrastive dual encoder
         # (CLIP, SigLIP), not a vision-language decoder (which takes both too, and predicts tokens)

@@ -35,6 +35,7 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
     src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    src.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(
         "--max-tokens",
@@ -42,6 +43,12 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
         metavar="N",
         help="keep only the first N tokens of the text (the model's "
         "position limit is checked and named when a text is longer)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        metavar="S",
+        help="keep only the first S seconds of the audio (a clip longer than the model's window is refused)",
     )
     p.add_argument(
         "--generate",
@@ -99,6 +106,8 @@ def request_from_args(args) -> AnalyzeRequest:
         image_mean=args.image_mean,
         image_std=args.image_std,
         max_tokens=getattr(args, "max_tokens", None),
+        audio=getattr(args, "audio", None),
+        max_seconds=getattr(args, "max_seconds", None),
     )
 
 

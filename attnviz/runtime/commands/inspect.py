@@ -61,6 +61,12 @@ def run(args) -> int:
     print("inputs")
     for i in d["inputs"]:
         print(f"  {clean(i['name']):<28} {i['dtype']:<8} [{clean(', '.join(map(str, i['shape'])))}]  role={i['role']}")
+    if d.get("audio"):  # a speech model: what it hears and how its decoder starts
+        a = d["audio"]
+        print(
+            f"audio    {a['sampling_rate']} Hz, a {a['seconds']:g} s window: {a['mel_bins']} mel bins x {a['frames']} "
+            f"frames, encoder frames of {a['frame_seconds']:g} s; decoder prompt {clean(' '.join(a['decoder_prompt']))}"
+        )
     print("outputs")
     for o in d["outputs"]:
         print(f"  {clean(o['name']):<28} {o['dtype']:<8} [{clean(', '.join(map(str, o['shape'])))}]")
