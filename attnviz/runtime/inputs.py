@@ -83,6 +83,10 @@ class TextEncoder:
     def is_special(self, i: int) -> bool:
         return False
 
+    def row_labels(self, ids) -> list[str]:
+        """A row's labels; a tokenizer whose labels depend on the position (a VLM's image tokens) overrides it."""
+        return [self.label(int(i)) for i in ids]
+
     @property
     def size(self) -> int:  # pragma: no cover
         raise NotImplementedError

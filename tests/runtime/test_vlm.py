@@ -1,0 +1,183 @@
+"""Issue 22 items 1–2, LLaVA: the Hub's three-file layout (vision_encoder / embed_tokens / decoder_model_merged)
+opens as one model; every map equals transformers' eager attention of the whole LlavaForConditionalGeneration on
+the same image and prompt, and each image-token column is labelled with the patch torch puts there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import vlm_models as vm  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from attnviz import AttnvizError  # noqa: E402
+from attnviz.runtime import builders as bd  # noqa: E402
+from attnviz.runtime import open_model  # noqa: E402
+from attnviz.runtime.protocol import AttnModel  # noqa: E402
+from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
+from attnviz.runtime.vlm import VLMSet  # noqa: E402
+
+PROMPT = "<s> <image> a photo of the cat"
+TOL = 5e-4
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    p = tmp_path_factory.mktemp("img") / "photo.png"
+    Image.fromarray((np.random.default_rng(3).random((48, 40, 3)) * 255).astype(np.uint8)).save(p)
+    return p
+
+
+@pytest.fixture(scope="module")
+def torch_model():
+    return vm.build()
+
+
+def processor(repo):
+    """transformers' own LlavaProcessor from the repository's files (the placeholder expansion's reference)."""
+    return transformers.LlavaProcessor(
+        image_processor=transformers.CLIPImageProcessor.from_pretrained(str(repo)),
+        tokenizer=transformers.PreTrainedTokenizerFast.from_pretrained(str(repo)),
+        patch_size=vm.PATCH,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+    )
+
+
+@pytest.mark.parametrize("where", ["repo", "onnx"])
+def test_repo_or_its_onnx_folder_opens_as_one_model(llava_repo, where):
+    m = open_model(llava_repo if where == "repo" else llava_repo / "onnx", provider="cpu")
+    assert isinstance(m, VLMSet) and isinstance(m, AttnModel)
+    assert m.kind == "vision-decoder" and m.name == "tiny-llava"
+    assert [i.name for i in m.inputs] == ["pixel_values", "input_ids", "attention_mask"]
+    # vision_feature_layer -2: the export keeps the vision layers up to the chosen one (here the first of two)
+    assert [(s.stack, s.kind, s.layer) for s in m.sites] == [
+        ("encoder", "self", 0),
+        ("decoder", "self", 0),
+        ("decoder", "self", 1),
+    ]
+
+
+def test_prompt_expanded_as_the_llava_processor_does(llava_repo, image):
+    m = open_model(llava_repo, provider="cpu")
+    prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
+    want = processor(llava_repo)(text=PROMPT, images=Image.open(image).convert("RGB"), return_tensors="np")
+    assert prep.prompts == [want["input_ids"][0].tolist()]
+    assert (np.asarray(prep.prompts[0]) == vm.IMAGE_TOKEN).sum() == vm.N_IMAGE
+    # the image through the repository's preprocessor: resize to 32x32, rescale, CLIP's mean/std (the resampling
+    # of the two resizers differs slightly, so compare the normalised values loosely)
+    assert prep.feeds["pixel_values"].shape == want["pixel_values"].shape
+    assert np.abs(prep.feeds["pixel_values"] - want["pixel_values"]).mean() < 0.05
+
+
+def test_every_map_equals_transformers_eager(llava_repo, image, torch_model):
+    m = open_model(llava_repo, provider="cpu")
+    r = m.analyze(text=PROMPT, image=str(image))
+    prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
+    px, ids = prep.feeds["pixel_values"], np.asarray(prep.prompts, np.int64)
+    vision, decoder, logits = vm.reference(torch_model, px, ids)
+    ref = [vision[0], *decoder]
+    assert len(r.maps) == len(ref)
+    for got, want in zip(r.maps, ref):
+        assert got.shape == want.shape
+        assert np.abs(got.array() - want).max() < TOL
+    assert np.abs(r.outputs["logits"] - logits).max() < TOL
+
+
+def test_raw_feeds_batch_of_two(llava_repo, torch_model):
+    """Two images, two prompts (the processor's own pixel values and ids), every row's maps as transformers'."""
+    m = open_model(llava_repo, provider="cpu")
+    proc = processor(llava_repo)
+    imgs = [Image.fromarray((np.random.default_rng(s).random((32, 32, 3)) * 255).astype(np.uint8)) for s in (5, 6)]
+    enc = proc(text=["<image> a cat", "red <image> dog"], images=imgs, return_tensors="np")
+    feeds = {
+        "pixel_values": enc["pixel_values"],
+        "input_ids": enc["input_ids"],
+        "attention_mask": enc["attention_mask"],
+    }
+    r = m.analyze(feeds=feeds)
+    vision, decoder, _ = vm.reference(torch_model, enc["pixel_values"], enc["input_ids"])
+    for got, want in zip(r.maps, [vision[0], *decoder]):
+        assert np.abs(got.array() - want).max() < TOL
+
+
+def test_image_columns_labelled_with_the_patch_torch_puts_there(llava_repo, image, torch_model):
+    """Hand-built: an image bright in one patch only; torch's patch embedding changes exactly one image token,
+    and the decoder's column of that token is labelled with that patch's row and column."""
+    m = open_model(llava_repo, provider="cpu")
+    r = m.analyze(text=PROMPT, image=str(image))
+    keys = r.blocks()[-1].key_axis.labels
+    first = keys.index("img[0,0]")
+    conv = torch_model.model.vision_tower.embeddings.patch_embedding
+    base = torch.zeros(1, 3, vm.IMAGE, vm.IMAGE)
+    for row in range(vm.GRID):
+        for col in range(vm.GRID):
+            px = base.clone()
+            px[..., row * vm.PATCH : (row + 1) * vm.PATCH, col * vm.PATCH : (col + 1) * vm.PATCH] = 1.0
+            with torch.no_grad():  # as CLIPVisionEmbeddings: conv, flatten(2), transpose -> [B, patches, dim]
+                diff = (conv(px) - conv(base)).flatten(2).transpose(1, 2)[0].abs().sum(-1)
+            k = int(torch.nonzero(diff).flatten().item())
+            assert keys[first + k] == f"img[{row},{col}]"
+    assert keys[:first] == ["<s>"] and keys[first + vm.N_IMAGE :] == "a photo of the cat".split()
+
+
+def test_prompt_without_the_placeholder_is_one_line(llava_repo, image):
+    m = open_model(llava_repo, provider="cpu")
+    with pytest.raises(AttnvizError, match="image tokens.*write <image> once"):
+        m.analyze(text="a photo of the cat", image=str(image))
+
+
+def test_other_family_refused_in_one_line(llava_repo, tmp_path):
+    import json
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(llava_repo, repo)
+    cfg = json.loads((repo / "config.json").read_text())
+    (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "idefics3"}))
+    with pytest.raises(AttnvizError, match="'idefics3'.*llava only"):
+        open_model(repo, provider="cpu")
+
+
+def test_the_set_satisfies_the_model_protocol(llava_repo):
+    """The same member checks as every other kind (tests/runtime/test_model_protocol.py)."""
+    from test_model_protocol import VALUE_CHECKS
+
+    from attnviz.runtime.protocol import METHODS
+
+    m = open_model(llava_repo, provider="cpu")
+    for member, ok in VALUE_CHECKS.items():
+        assert member in vars(type(m)) or member in vars(m), member
+        assert ok(m, getattr(m, member)), member
+    for member in METHODS:
+        assert callable(getattr(m, member)), member
+    assert m.probe() and [s.heads for s in m.sites] == [vm.HEADS] * 3
+    d = m.describe()
+    assert d["kind"] == "vision-decoder" and d["files"] == [
+        "vision_encoder.onnx",
+        "embed_tokens.onnx",
+        "decoder_model_merged.onnx",
+    ]
+    assert m.grid(17, (32, 32)) is not None and m.cache_stepper() is None and m.pair_with_encoder() is None
+
+
+def test_generation_equals_transformers_greedy(llava_repo, image, torch_model):
+    """--generate re-runs the whole sequence (no cached stepper yet): the tokens are transformers' greedy ones."""
+    m = open_model(llava_repo, provider="cpu")
+    r = m.analyze(text=PROMPT, image=str(image), generate=4)
+    prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
+    ids = torch.as_tensor(np.asarray(prep.prompts, np.int64))
+    with torch.no_grad():
+        out = torch_model.generate(
+            input_ids=ids,
+            pixel_values=torch.as_tensor(prep.feeds["pixel_values"]),
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=4,
+            do_sample=False,
+            eos_token_id=None,
+        )
+    assert r.info["generated_ids"] == out[0, ids.shape[1] :].tolist()
+    assert r.info["generation"] == "full re-run"
