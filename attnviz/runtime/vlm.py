@@ -112,6 +112,13 @@ class ImageTokens(ip.TextEncoder):
                 k = 0
         return out
 
+    def image_grid(self, ids) -> PatchGrid | None:
+        """The first image's run of tokens on the vision grid (Image regions draws the words' attention to it)."""
+        placed = [k for k, i in enumerate(ids) if int(i) == self.layout.token]
+        if len(placed) < self.layout.n:
+            return None
+        return PatchGrid(self.layout.rows, self.layout.cols, placed[0])
+
     def is_special(self, i: int) -> bool:
         return i != self.layout.token and self.inner.is_special(i)
 

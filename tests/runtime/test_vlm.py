@@ -181,3 +181,44 @@ def test_generation_equals_transformers_greedy(llava_repo, image, torch_model):
         )
     assert r.info["generated_ids"] == out[0, ids.shape[1] :].tolist()
     assert r.info["generation"] == "full re-run"
+
+
+def test_image_regions_show_a_word_over_the_image(llava_repo, image, torch_model, tmp_path):
+    """The decoder's self-attention from a text row to the image-token columns, placed on the patch grid: the
+    Image regions overlay (and its figure, the same view model) of a typed word is transformers' eager row."""
+    from attnviz.core import io
+    from attnviz.core import view as v
+
+    m = open_model(llava_repo, provider="cpu")
+    r = m.analyze(text=PROMPT, image=str(image))
+    first = 1  # "<s>" then the image's 16 tokens
+    assert r.token_grid == v.PatchGrid(vm.GRID, vm.GRID, first)
+    blocks = r.blocks()
+    dec = next(i for i, b in enumerate(blocks) if b.stack == "decoder")
+    assert v.image_source(r, blocks)[:2] == (dec, r.token_grid)  # the words' attention, not the vision tower's
+    queries = v.image_queries(r, blocks[dec], r.token_grid)
+    assert [w for w, _ in queries] == "a photo of the cat".split()
+    prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
+    _, decoder, _ = vm.reference(torch_model, prep.feeds["pixel_values"], np.asarray(prep.prompts, np.int64))
+    row = dict(queries)["cat"]
+    for layer, head in ((0, 1), (1, 3)):
+        ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row))
+        want = decoder[layer][0, head, row, first : first + vm.N_IMAGE].reshape(vm.GRID, vm.GRID)
+        assert ov.query_label == "cat" and ov.block_index == dec
+        assert np.abs(ov.patch - want).max() < TOL
+    # the grid travels with the result's .npz
+    io.save_npz(r, tmp_path / "r.npz")
+    assert io.load_npz(tmp_path / "r.npz").token_grid == r.token_grid
+
+
+def test_the_image_figure_opens_on_the_words_over_the_image(llava_repo, image):
+    """The figure's image view takes the same block the screen opens on (the decoder's words over the image
+    tokens), and refuses nothing the screen draws."""
+    from attnviz.core import view as v
+    from attnviz.figures import select
+
+    r = open_model(llava_repo, provider="cpu").analyze(text=PROMPT, image=str(image))
+    blocks = r.blocks()
+    assert select.WHY_NOT["image"](r) is None
+    assert select._image_block(r, None) == v.image_source(r, blocks)[0] == 1
+    assert select._image_block(r, 0) == 0  # the vision tower's own self-attention stays drawable
