@@ -26,6 +26,7 @@ from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
+from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -235,8 +236,9 @@ class VLMSet(AnalyzeMethod):
     def pair_with_encoder(self) -> EncoderPair | None:
         return None
 
-    def cache_stepper(self) -> None:
-        return None  # generation re-runs the whole sequence (the cached path is a later slice)
+    def cache_stepper(self) -> VLMCache | None:
+        """Greedy steps through the decoder's cache (None: its presents do not feed its pasts)."""
+        return VLMCache.for_set(self)
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
         return self.vision.grid(n_keys, image_hw)
@@ -299,7 +301,7 @@ class VLMSet(AnalyzeMethod):
     def _decoder_feeds(self, feeds: dict, features: np.ndarray) -> dict:
         """The spliced embeddings (image features in the placeholder rows), the mask, positions, an empty cache."""
         ids = feeds["input_ids"]
-        emb = np.array(self.embed.logits({self.embed.inputs[0].name: ids.astype(np.int64)}), np.float32)
+        emb = self.embeddings(ids)
         placed = ids == self.image_layout.token
         per_row = placed.sum(axis=1)
         n = features.shape[1]
@@ -318,6 +320,10 @@ class VLMSet(AnalyzeMethod):
                 f[i.name] = emb
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
         return f
+
+    def embeddings(self, ids: np.ndarray) -> np.ndarray:
+        """embed_tokens.onnx on ``ids`` (the file has no attention: its one output, ``inputs_embeds``)."""
+        return np.array(self.embed.logits({self.embed.inputs[0].name: ids.astype(np.int64)}), np.float32)
 
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
         feeds = self.check_feeds(feeds)
@@ -338,6 +344,67 @@ class VLMSet(AnalyzeMethod):
         feeds = self.check_feeds(feeds)
         vis = self.vision.run({self.vision.inputs[0].name: feeds["pixel_values"]}, mode="dense")
         return self.decoder.logits(self._decoder_feeds(feeds, next(iter(vis.outputs.values()))))
+
+
+class VLMCache:
+    """Generation through the decoder's KV cache: the prompt (image features spliced) runs once with an empty
+    cache, then each step feeds the new token's embedding, the mask so far, its position and the cache.  The
+    vision tower's maps come from the first run (the image is seen once)."""
+
+    def __init__(self, vs: VLMSet, past: list[str], names: dict[str, str]):
+        self.vs, self.past, self.names = vs, past, names
+        self.n_vis = len(vs.vision.sites)
+        self.cache: dict[str, np.ndarray] = {}
+        self.mask = np.ones((1, 0), np.int64)
+
+    @classmethod
+    def for_set(cls, vs: VLMSet) -> VLMCache | None:
+        dec = vs.decoder
+        roles = dec.roles
+        past = [i.name for i in dec.inputs if roles[i.name] == "past"]
+        outs = {o.name for o in dec.outputs}
+        names = {roles[i.name]: i.name for i in dec.inputs if roles[i.name] in ("mask", "positions")}
+        embeds = next((i.name for i in dec.inputs if i.rank == 3 and i.dtype.startswith("float")), None)
+        if not past or not all(present_name(p) in outs for p in past) or len(names) != 2 or embeds is None:
+            return None
+        return cls(vs, past, names | {"embeds": embeds})
+
+    def _info(self, info: dict) -> dict:
+        return dict(info, model=self.vs.name, model_path=str(self.vs.path))
+
+    def _keep(self, r: AttentionResult) -> None:
+        self.cache = {p: r.outputs[present_name(p)] for p in self.past}
+
+    def start(self, feeds: dict) -> StepOut:
+        feeds = self.vs.check_feeds(feeds)
+        vis = self.vs.vision.run({self.vs.vision.inputs[0].name: feeds["pixel_values"]}, mode="dense")
+        r = self.vs.decoder.run(self.vs._decoder_feeds(feeds, next(iter(vis.outputs.values()))), mode="dense")
+        self._keep(r)
+        self.mask = feeds["attention_mask"].astype(np.int64)
+        maps = {j: m.array() for j, m in enumerate(vis.maps)}
+        maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
+
+    def step(self, tokens: list[int]) -> StepOut:
+        ids = np.asarray([[t] for t in tokens], np.int64)
+        self.mask = np.concatenate([self.mask, np.ones_like(ids)], axis=1)
+        dec = {i.name: i for i in self.vs.decoder.inputs}
+        f = {
+            self.names["embeds"]: self.vs.embeddings(ids),
+            self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
+            # the new token's position: the real tokens before it (as transformers' generate counts)
+            self.names["positions"]: (self.mask.sum(axis=1, keepdims=True) - 1).astype(
+                np.dtype(dec[self.names["positions"]].dtype)
+            ),
+            **self.cache,
+        }
+        r = self.vs.decoder.run(f, mode="dense")
+        self._keep(r)
+        maps = {self.n_vis + j: m.array() for j, m in enumerate(r.maps)}
+        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
+
+    def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
+        return one_step(self, token, eos)
 
 
 _: type[AttnModel] = VLMSet  # mypy checks here that a Hub VLM folder satisfies the model Protocol

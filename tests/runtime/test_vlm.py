@@ -161,13 +161,17 @@ def test_the_set_satisfies_the_model_protocol(llava_repo):
         "embed_tokens.onnx",
         "decoder_model_merged.onnx",
     ]
-    assert m.grid(17, (32, 32)) is not None and m.cache_stepper() is None and m.pair_with_encoder() is None
+    stepper = m.cache_stepper()
+    assert callable(stepper.start) and callable(stepper.step) and callable(stepper.steps)
+    assert m.grid(17, (32, 32)) is not None and m.pair_with_encoder() is None
 
 
-def test_generation_equals_transformers_greedy(llava_repo, image, torch_model):
-    """--generate re-runs the whole sequence (no cached stepper yet): the tokens are transformers' greedy ones."""
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_equals_transformers_greedy(llava_repo, image, torch_model, use_cache):
+    """--generate through the decoder's cache (and by re-running the sequence): transformers' greedy tokens, and
+    the cached steps' maps are the full run's over the whole sequence."""
     m = open_model(llava_repo, provider="cpu")
-    r = m.analyze(text=PROMPT, image=str(image), generate=4)
+    r = m.analyze(text=PROMPT, image=str(image), generate=4, use_cache=use_cache)
     prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
     ids = torch.as_tensor(np.asarray(prep.prompts, np.int64))
     with torch.no_grad():
@@ -180,7 +184,11 @@ def test_generation_equals_transformers_greedy(llava_repo, image, torch_model):
             eos_token_id=None,
         )
     assert r.info["generated_ids"] == out[0, ids.shape[1] :].tolist()
-    assert r.info["generation"] == "full re-run"
+    assert r.info["generation"] == ("kv-cache" if use_cache else "full re-run")
+    full = np.asarray([prep.prompts[0] + r.info["generated_ids"][:-1]], np.int64)
+    vision, decoder, _ = vm.reference(torch_model, prep.feeds["pixel_values"], full)
+    for got, want in zip(r.maps, [vision[0], *decoder]):
+        assert got.shape == want.shape and np.abs(got.array() - want).max() < TOL
 
 
 def test_image_regions_show_a_word_over_the_image(llava_repo, image, torch_model, tmp_path):
