@@ -8,8 +8,9 @@ tokenizer in ``REPO/``.  The caller does what the processor and the model's forw
 replaces those rows of the embeddings with the features (as ``LlavaModel``), and runs the decoder on the spliced
 embeddings with positions 0..T-1, the mask and an empty cache.  Its sites are the vision tower's self-attention
 (the encoder block) then the decoder's self-attention, whose image-token columns are labelled ``img[r,c]`` on the
-vision grid.  Family: LLaVA only (CLIP-ViT + Llama, one image, the CLS token dropped); other families are named
-and refused in one line.
+vision grid; the result's ``token_grid`` places that run on the image, so Image regions shows a word's row over
+it.  Generation steps through the decoder's cache (:class:`VLMCache`).  Family: LLaVA only (CLIP-ViT + Llama, one
+image, the CLS token dropped); other families are named and refused in one line.
 """
 
 from __future__ import annotations
