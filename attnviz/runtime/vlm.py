@@ -131,6 +131,11 @@ class ImageTokens(ip.TextEncoder):
 
 def image_layout(config: dict, preprocessor: dict, where: str) -> ImageLayout:
     """The placeholder id and the feature grid from config.json and preprocessor_config.json (LLaVA's keys)."""
+    if not config:
+        raise AttnvizError(
+            f"{where}: the vision–language layout ({VISION_FILE}, {EMBED_FILE}, {DECODER_FILE}) and no readable "
+            "config.json beside the files (or in the repository above onnx/); put the model's config.json there"
+        )
     family = config.get("model_type")
     if family not in FAMILIES:
         raise AttnvizError(
@@ -176,7 +181,7 @@ class VLMSet(AnalyzeMethod):
         self.name = folder.parent.name if folder.name == HUB_ONNX_FOLDER and folder.parent.name else folder.name
         config = sidecar_json(layout.decoder, "config.json")
         self.image_layout = image_layout(
-            config, sidecar_json(layout.decoder, "preprocessor_config.json"), layout.decoder.parent.name
+            config, sidecar_json(layout.decoder, "preprocessor_config.json"), str(layout.folder)
         )
         opener = functools.partial(AttentionModel, provider=provider, tokenizer=tokenizer, threads=threads)
         self.vision, self.embed, self.decoder = opener(layout.vision), opener(layout.embed), opener(layout.decoder)

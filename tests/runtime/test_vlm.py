@@ -140,6 +140,9 @@ def test_other_family_refused_in_one_line(llava_repo, tmp_path):
     (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "idefics3"}))
     with pytest.raises(AttnvizError, match="'idefics3'.*llava only"):
         open_model(repo, provider="cpu")
+    (repo / "config.json").unlink()
+    with pytest.raises(AttnvizError, match="no readable config.json"):
+        open_model(repo / "onnx", provider="cpu")
 
 
 def test_the_set_satisfies_the_model_protocol(llava_repo):
