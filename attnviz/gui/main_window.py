@@ -26,6 +26,7 @@ from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
+from attnviz.gui.compare import CompareController
 from attnviz.gui.export import (
     VIEW_FORMATS,
     export_npz,
@@ -79,7 +80,8 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0}
+        self.last_request: AnalyzeRequest | None = None  # what the shown result was run on (None: loaded maps)
         self.pending_values: dict | None = None
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
@@ -138,6 +140,7 @@ class MainWindow(QMainWindow):
         self.inputs.run_requested.connect(self.run_analysis)
         self.inputs.cancel_requested.connect(self.cancel)
         self.session.selection_changed.connect(self._update_title)
+        self.compare = CompareController(self)  # File ▸ Compare with…: model B beside this one
         self._build_menus()
         self._build_keys()
         self._restore_layout()
@@ -166,6 +169,9 @@ class MainWindow(QMainWindow):
         ):
             fm.addAction(self._action(text, slot, key))
         self.recent_menu = fm.addMenu("Open &recent")
+        fm.addSeparator()
+        for a in self.compare.actions():
+            fm.addAction(a)
         fm.addSeparator()
         self.export_view_action = self._action("&Export view (PNG/SVG/PDF)…", self.export_view_dialog, "Ctrl+E")
         fm.addAction(self.export_view_action)
@@ -299,8 +305,13 @@ class MainWindow(QMainWindow):
             self._on_exported(rid, value or ctx[0])
         elif kind == "gold" and rid == self._latest["gold"]:
             self._on_gold(value)
+        elif kind == "compare":
+            self.compare.returned(rid, value)
 
     def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
+        if kind == "compare":
+            self.compare.errored(rid, exc)
+            return
         self._on_error(kind, rid, exc)
 
     def _on_worker_progress(self, kind: str, rid: int, percent: int, text: str) -> None:
@@ -442,6 +453,7 @@ class MainWindow(QMainWindow):
         self.workers.cancel("run")  # the older run's result will be dropped
         w = self.workers.start(analyze, m, request, kind="run")
         self._latest["run"] = w.request_id
+        self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")
 
@@ -456,9 +468,16 @@ class MainWindow(QMainWindow):
         if rid != self._latest["run"]:
             return
         self.inputs.set_busy(False, "done")
-        self._show_result(result)
+        self._show_result(result, self._context.get(rid, (None,))[0])
 
-    def _show_result(self, result) -> None:
+    def _show_result(self, result, request: AnalyzeRequest | None = None) -> None:
+        """Show ``result``, run on ``request`` (None: maps loaded from a file); a model compared beside it runs
+        the same request."""
+        self.last_request = request
+        self._draw_result(result)
+        self.compare.on_result(request)
+
+    def _draw_result(self, result) -> None:
         self.session.set_result(result)
         self._follow_view_block()
         info = result.info or {}
