@@ -147,3 +147,25 @@ def _no_request(name: str) -> AttnvizError:
         f"cannot compare with {name}: the maps shown were loaded from a file, not run; open a model and run an "
         "input first"
     )
+
+
+# what Head map shows when a comparison is held: model A, model B, or A − B
+SHOWN = {"A": "A", "B": "B", "diff": "A − B"}
+
+
+def compared_figure(held: HeldComparison, shown: str, sel, blocks=None, figure_style=None):
+    """The figure of Head map's "B" or "A − B" for the window's selection ``sel`` (on A's ``blocks``)."""
+    from attnviz.core.view import matching_selection
+    from attnviz.figures import render_diff_figure, render_figure
+
+    if shown == "B":
+        sel_b = matching_selection(held.result_a, held.result_b, sel, blocks)
+        return render_figure(held.result_b, "heatmap", sel_b, figure_style)
+    return render_diff_figure(held.result_a, held.result_b, sel, figure_style)
+
+
+def save_compared(held: HeldComparison, shown: str, sel, path, blocks=None):
+    """Draw :func:`compared_figure` and write it atomically (File ▸ Export view on Head map's B or A − B)."""
+    from attnviz.figures import save_figure
+
+    return save_figure(compared_figure(held, shown, sel, blocks), path)

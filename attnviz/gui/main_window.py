@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.app import gold, rules
+from attnviz.app.compare import save_compared
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
 from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
@@ -610,6 +611,11 @@ class MainWindow(QMainWindow):
             return
         view = self.current_view()
         what = self.figure_selection(view) if figures_renderer() is not None else None
+        held, shown = self.session.comparison, self.head_map.shown()
+        if what is not None and view is self.head_map and held is not None and shown != "A":
+            sel, blocks = self.session.sel, self.session.blocks  # model B's map, or A − B, as Head map shows it
+            self._start_export(lambda: save_compared(held, shown, sel, path, blocks), path)
+            return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
             self._start_export(lambda: render_and_save(result, name, sel, path), path)

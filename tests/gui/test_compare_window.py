@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fakes import FakeModel, make_opener
 from gui_helpers import FAKE_MODELS, open_and_wait, run_and_wait
@@ -178,3 +179,71 @@ def test_comparing_loaded_maps_says_there_is_no_input_to_run(qtbot, compare_wind
         w.compare.compare_with(files["text.onnx"])
     assert "loaded from a file, not run" in sig.args[0]
     assert w.session.comparison is None
+
+
+def show(qtbot, w, which: str):
+    w.select_view("head")
+    hm = w.head_map
+    assert hm.show_row.isVisible()
+    hm.show_box.setCurrentIndex(hm.show_box.findData(which))
+    return hm.heatmap
+
+
+def test_head_map_shows_a_b_and_a_minus_b_and_the_figure_draws_the_same(qtbot, real_window, quantized, tmp_path):
+    from screen_figure import FigureStyle, check_map
+
+    from attnviz.app.compare import compared_figure
+    from attnviz.runtime import open_model
+
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, text=TEXT)
+    w.select_view("head")
+    assert not w.head_map.show_row.isVisible()  # no comparison: no A / B box
+    held = compare_and_wait(qtbot, w, quantized)
+    rb = open_model(quantized, provider="cpu").analyze(text=TEXT)
+    s = w.session
+    for layer, head in ((0, 0), (1, 3), (1, 1)):
+        s.select(mode="head", layer=layer, head=head)
+        site = s.blocks[s.sel.block].sites[layer]
+        a = s.result.maps[site].array()[0, head]
+        b = rb.maps[site].array()[0, head]  # B's map from a run outside the window
+        hm = show(qtbot, w, "A")
+        np.testing.assert_array_equal(hm.mv.matrix, a)
+        hm = show(qtbot, w, "B")
+        np.testing.assert_array_equal(hm.mv.matrix, b)
+        check_map(hm, compared_figure(held, "B", s.sel, s.blocks, FigureStyle(dpi=40)))
+        hm = show(qtbot, w, "diff")
+        np.testing.assert_array_equal(hm.mv.matrix, a - b)
+        top = float(np.abs(a - b).max())
+        assert top > 0 and hm.colorbar.levels() == pytest.approx((-top, top))  # symmetric about 0
+        assert hm.mv.title.endswith("A − B") and "A − B" in hm.colorbar.axis.labelText
+        fig = compared_figure(held, "diff", s.sel, s.blocks, FigureStyle(dpi=40))
+        check_map(hm, fig)  # the same matrix, the same symmetric limits, the same words and ticks
+        assert next(a for a in fig.axes if a.images).images[0].get_cmap().name == "RdBu_r"
+    # File ▸ Export view writes what Head map shows: the difference
+    out = tmp_path / "diff.svg"
+    w.export_view(out)
+    qtbot.waitUntil(lambda: w.last_export == out, timeout=30000)
+    assert "A − B" in out.read_text()
+    # the log scale never applies to a signed map; an aggregate's difference is the aggregates' difference
+    s.select(mode="mean", layer_lo=0, layer_hi=-1, log=True)
+    hm = w.head_map.heatmap
+    blk = s.blocks[s.sel.block]
+    want_a = np.concatenate([blk.layer(i) for i in range(blk.n_layers)]).mean(0)
+    bb = rb.blocks(0)[0]
+    want_b = np.concatenate([bb.layer(i) for i in range(bb.n_layers)]).mean(0)
+    assert "mean over heads" in hm.mv.title, (hm.mv.title, s.sel)
+    np.testing.assert_allclose(hm.mv.matrix, want_a - want_b, atol=1e-6)
+    assert not hm.log and hm.colorbar.levels()[0] == -hm.colorbar.levels()[1]
+
+
+def test_a_model_against_itself_draws_a_zero_difference(qtbot, real_window):
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, text=TEXT)
+    compare_and_wait(qtbot, w, DEMO)
+    w.session.select(mode="head", layer=1, head=2)
+    hm = show(qtbot, w, "diff")
+    assert hm.mv.matrix.shape == w.session.current_map().matrix.shape
+    assert not hm.mv.matrix.any()  # all zeros
+    lo, hi = hm.colorbar.levels()
+    assert lo == -hi and hi > 0  # a small symmetric scale: every cell at its white centre
