@@ -68,6 +68,15 @@ class HeldComparison:
                     out[(li, h)] = row
         return out
 
+    def divergence(self, blocks: list[Block]) -> dict[tuple[int, int, int], float]:
+        """``(block, layer, head) -> JS divergence in bits`` for every compared head of A's ``blocks`` (the
+        Overview frames each thumbnail by it)."""
+        return {
+            (bi, li, h): row["js_divergence"]
+            for bi, b in enumerate(blocks)
+            for (li, h), row in self.block_rows(b).items()
+        }
+
     def status(self) -> str:
         """The status-bar line after comparing: how many heads, and the one that moved most."""
         heads = self.comparison.heads

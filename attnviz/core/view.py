@@ -1234,3 +1234,21 @@ def compute_diff_map(
     d = a.matrix.astype(np.float32) - b.matrix.astype(np.float32)
     top = max(float(np.abs(d).max()) if d.size else 0.0, DIFF_FLOOR)
     return replace(a, matrix=d, title=f"{a.title} · {DIFF_TITLE}", vmin=-top, vmax=top, diverging=True)
+
+
+# the Overview's frame around each compared head: white (no divergence) to dark red (the most divergent head)
+DIVERGENCE_COLOURS = DIFF_COLOURS[len(DIFF_COLOURS) // 2 :]
+
+
+def divergence_colour(js: float, top: float) -> str | None:
+    """The frame colour of a head whose JS divergence is ``js`` when the most divergent head has ``top``
+    (None: the head did not move, no frame)."""
+    if not js > 0 or not top > 0:
+        return None
+    cols = DIVERGENCE_COLOURS
+    x = min(max(js / top, 0.0), 1.0) * (len(cols) - 1)
+    i = min(int(x), len(cols) - 2)
+    f = x - i
+    lo, hi = (np.array([int(c[k : k + 2], 16) for k in (1, 3, 5)], float) for c in (cols[i], cols[i + 1]))
+    r, g, b = np.rint(lo + (hi - lo) * f).astype(int)
+    return f"#{r:02x}{g:02x}{b:02x}"

@@ -5,7 +5,7 @@ result changes, when B runs the new input (or, if it cannot, is dropped with a l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QFileDialog, QLabel
 
@@ -14,7 +14,6 @@ from attnviz.gui.workers import error_text
 from attnviz.runtime.errors import Cancelled
 
 if TYPE_CHECKING:
-    from attnviz.gui.main_window import MainWindow
     from attnviz.runtime.protocol import AttnModel
     from attnviz.runtime.request import AnalyzeRequest
 
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 class CompareController:
     """The window's comparison: menu actions, the status-bar indicator naming B, and the compare jobs."""
 
-    def __init__(self, window: MainWindow):
+    def __init__(self, window: Any):  # the MainWindow (not imported: main_window imports this module)
         self.w = window
         self.model_b: AttnModel | None = None  # kept to run each new input of A
         self.path_b: Path | None = None

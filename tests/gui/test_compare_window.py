@@ -247,3 +247,40 @@ def test_a_model_against_itself_draws_a_zero_difference(qtbot, real_window):
     assert not hm.mv.matrix.any()  # all zeros
     lo, hi = hm.colorbar.levels()
     assert lo == -hi and hi > 0  # a small symmetric scale: every cell at its white centre
+
+
+def test_the_screen_paints_a_difference_in_matplotlibs_rdbu_r():
+    from matplotlib import colormaps
+
+    from attnviz.core.view import DIFF_CMAP
+    from attnviz.gui import style
+
+    cmap = colormaps[DIFF_CMAP]  # a table of N colours, entry i at i / (N - 1) along the map
+    screen = style.diff_colormap().map(np.arange(cmap.N) / (cmap.N - 1), mode="float")[:, :3]
+    np.testing.assert_allclose(screen, cmap(np.arange(cmap.N))[:, :3], atol=1.5 / 255)
+
+
+def test_the_overview_frames_each_head_by_its_divergence(qtbot, real_window, quantized):
+    from matplotlib.colors import to_rgb
+
+    from attnviz.core.view import DIFF_COLOURS
+
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, text=TEXT)
+    w.select_view("overview")
+    assert not w.overview.frames
+    held = compare_and_wait(qtbot, w, quantized)
+    ov = w.overview
+    blk = w.session.block
+    js = {(0, int(r["layer"]), int(r["head"])): r["js_divergence"] for r in held.comparison.heads}
+    assert set(ov.frames) == {k for k, v in js.items() if v > 0} and ov.frames
+    top = max(js, key=js.get)
+    assert ov.frame_colours[top] == DIFF_COLOURS[-1]  # the most divergent head: the darkest red
+    # darker (less luminous) the more a head diverges
+    lum = {k: sum(to_rgb(c)) for k, c in ov.frame_colours.items()}
+    order = sorted(lum, key=lambda k: js[k])
+    assert [lum[k] for k in order] == sorted(lum.values(), reverse=True)
+    assert all(ov.frames[k].rect().contains(ov.cells[k]) for k in ov.frames)
+    assert blk.n_layers == len({k[1] for k in js})
+    w.compare.stop()
+    assert not ov.frames
