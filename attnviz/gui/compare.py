@@ -58,6 +58,7 @@ class CompareController:
         if self.model_b is None or self.path_b is None:
             return
         self._start(compare_with, self.model_b, self.path_b, request, self.w.session.result, first=False)
+        self._show_indicator()
 
     def _start(self, fn, *args, first: bool) -> None:
         w = self.w
@@ -107,6 +108,8 @@ class CompareController:
 
     def _show_indicator(self) -> None:
         name = self.indicator_name()
+        if not name and self.model_b is not None:  # B is running A's new input
+            name = f"{self.model_b.name or 'B'} (running…)"
         self.indicator.setText(f"compare: A vs B = {name}" if name else "")
         self.indicator.setToolTip(str(self.path_b) if name and self.path_b else "")
         self.indicator.setVisible(bool(name))

@@ -150,6 +150,10 @@ def test_a_b_that_tokenises_differently_is_one_message_and_no_comparison(qtbot, 
     (text,) = sig.args
     assert "tokenise the input differently: token 2" in text and "\n" not in text
     assert w.session.comparison is None and not w.compare.indicator.isVisible()
+    # a file that is no model: the opener's one line, and still no comparison
+    with qtbot.waitSignal(w.error_shown, timeout=30000) as sig:
+        w.compare.compare_with(files["garbage"])
+    assert "garbage.onnx" in sig.args[0] and w.session.comparison is None
 
 
 def test_a_b_that_cannot_run_the_next_input_is_dropped_with_a_status_line(qtbot, compare_window, files, tmp_path):
@@ -157,6 +161,7 @@ def test_a_b_that_cannot_run_the_next_input_is_dropped_with_a_status_line(qtbot,
     open_and_wait(qtbot, w, files["text.onnx"], text="the cat sat on the mat")
     assert compare_and_wait(qtbot, w, tmp_path / "dogless.onnx") is not None
     run_and_wait(qtbot, w, text="the dog sat on the mat")
+    assert "(running…)" in w.compare.indicator.text() or "dropped" in w.statusBar().currentMessage()
     qtbot.waitUntil(lambda: "dropped" in w.statusBar().currentMessage(), timeout=30000)
     msg = w.statusBar().currentMessage()
     assert msg.startswith("Comparison with dogless dropped: dogless: cannot run this input")
@@ -190,16 +195,15 @@ def show(qtbot, w, which: str):
 
 
 def test_head_map_shows_a_b_and_a_minus_b_and_the_figure_draws_the_same(qtbot, real_window, quantized, tmp_path):
-    from screen_figure import FigureStyle, check_map
+    from screen_figure import check_compared
 
-    from attnviz.app.compare import compared_figure
     from attnviz.runtime import open_model
 
     w = real_window
     open_and_wait(qtbot, w, DEMO, text=TEXT)
     w.select_view("head")
     assert not w.head_map.show_row.isVisible()  # no comparison: no A / B box
-    held = compare_and_wait(qtbot, w, quantized)
+    assert compare_and_wait(qtbot, w, quantized) is not None
     rb = open_model(quantized, provider="cpu").analyze(text=TEXT)
     s = w.session
     for layer, head in ((0, 0), (1, 3), (1, 1)):
@@ -211,14 +215,13 @@ def test_head_map_shows_a_b_and_a_minus_b_and_the_figure_draws_the_same(qtbot, r
         np.testing.assert_array_equal(hm.mv.matrix, a)
         hm = show(qtbot, w, "B")
         np.testing.assert_array_equal(hm.mv.matrix, b)
-        check_map(hm, compared_figure(held, "B", s.sel, s.blocks, FigureStyle(dpi=40)))
+        check_compared(w, "B")
         hm = show(qtbot, w, "diff")
         np.testing.assert_array_equal(hm.mv.matrix, a - b)
         top = float(np.abs(a - b).max())
         assert top > 0 and hm.colorbar.levels() == pytest.approx((-top, top))  # symmetric about 0
         assert hm.mv.title.endswith("A − B") and "A − B" in hm.colorbar.axis.labelText
-        fig = compared_figure(held, "diff", s.sel, s.blocks, FigureStyle(dpi=40))
-        check_map(hm, fig)  # the same matrix, the same symmetric limits, the same words and ticks
+        fig = check_compared(w, "diff")  # the same matrix, the same symmetric limits, the same words and ticks
         assert next(a for a in fig.axes if a.images).images[0].get_cmap().name == "RdBu_r"
     # File ▸ Export view writes what Head map shows: the difference
     out = tmp_path / "diff.svg"
