@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, DenseMap, MapSource, PatchGrid, SiteInfo, TokenAxis
-from attnviz.core.untrusted import open_regular
+from attnviz.core.attention import KINDS, STACKS, AttentionResult, DenseMap, MapSource, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
 
 
@@ -77,12 +77,16 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
 def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
-    sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
+    sites = _sites(parse_json(str(z["sites"]), f"{path}: 'sites'", fix=REEXTRACT), path)
     maps: list[MapSource] = []
     for i in range(len(sites)):
         a = z[f"attn_{i:03d}"]
         if a.ndim != 4 or a.dtype.kind != "f":
             raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+        if a.shape[1] != sites[i].heads:  # a site's head count is what every view and ranking labels
+            raise AttnvizError(
+                f"{path}: site {i} claims {sites[i].heads:,} heads but attn_{i:03d} holds {a.shape[1]}; {REEXTRACT}"
+            )
         if 0 in a.shape:  # no batch row, head or token: nothing any view can draw or average over
             raise AttnvizError(
                 f"{path}: attn_{i:03d} has an empty axis {list(a.shape)} [B, H, Tq, Tk]; "
@@ -108,5 +112,33 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         image=z["image"] if "image" in z.files else None,
         generated=z["generated"].tolist() if "generated" in z.files else [],
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
-        info=json.loads(str(z["info"])) if "info" in z.files else {},
+        info=_info(z, path),
     )
+
+
+REEXTRACT = "extract the maps again with 'attnviz extract'"
+_SITE_INTS, _SITE_STRS = ("layer", "heads"), ("node", "method")
+
+
+def _sites(raw, path: Path) -> list[SiteInfo]:
+    """The 'sites' list checked field by field: a file from elsewhere may hold anything JSON can."""
+    if not isinstance(raw, list) or not all(isinstance(d, dict) for d in raw):
+        raise AttnvizError(f"{path}: 'sites' is not a list of sites; {REEXTRACT}")
+    for i, d in enumerate(raw):
+        bad = (
+            [k for k in ("stack",) if d.get(k) not in STACKS]
+            + [k for k in ("kind",) if d.get(k) not in KINDS]
+            + [k for k in _SITE_INTS if type(d.get(k)) is not int or d[k] < 0]
+            + [k for k in _SITE_STRS if not isinstance(d.get(k), str)]
+            + [k for k in ("stage",) if d.get(k) is not None and (type(d[k]) is not int or d[k] < 0)]
+        )
+        if bad:
+            raise AttnvizError(f"{path}: site {i} has a bad {bad[0]!r} ({str(d.get(bad[0]))[:40]}); {REEXTRACT}")
+    return [SiteInfo.from_dict(d) for d in raw]
+
+
+def _info(z, path: Path) -> dict:
+    info = parse_json(str(z["info"]), f"{path}: 'info'", fix=REEXTRACT) if "info" in z.files else {}
+    if not isinstance(info, dict):
+        raise AttnvizError(f"{path}: 'info' is {type(info).__name__}, not a record of run facts; {REEXTRACT}")
+    return info

@@ -51,6 +51,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from attnviz import AttnvizError
+from attnviz.core.untrusted import parse_json
+
 PREFIX = "attnviz."
 JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics", "alignment", "windows")
 INPUT_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask", "image", "series")
@@ -65,8 +68,8 @@ def parse(props: dict[str, str]) -> dict:
         key = k[len(PREFIX) :]
         if key in JSON_KEYS:
             try:
-                v = json.loads(v)
-            except (TypeError, ValueError):
+                v = parse_json(v, f"metadata {k}") if isinstance(v, (str, bytes)) else v
+            except AttnvizError:  # too deep, too long a number or not JSON: kept as the raw string
                 pass
         out[key] = v
     return out

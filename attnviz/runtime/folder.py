@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import shlex
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import read_json
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -66,8 +65,8 @@ def _config_special(model_file: Path) -> dict:
         if p is None or not p.is_file():
             continue
         try:
-            cfg = json.loads(read_text(p, name))
-        except (OSError, ValueError, AttnvizError):
+            cfg = read_json(p, name)
+        except AttnvizError:
             continue
         for key, role in CONFIG_SPECIAL.items():
             v = cfg.get(key)

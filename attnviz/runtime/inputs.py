@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.untrusted import open_regular, read_text, regular_file
+from attnviz.core.untrusted import open_regular, parse_json, read_text, regular_file
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import sidecar
 
@@ -124,7 +123,7 @@ class HFTokenizer(TextEncoder):
         from tokenizers import Tokenizer
 
         try:
-            _check_template(json.loads(text))
+            _check_template(parse_json(text, source))
             with _rust_guard():
                 return cls(Tokenizer.from_str(text), source)
         except (KeyboardInterrupt, SystemExit):

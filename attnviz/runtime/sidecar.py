@@ -9,11 +9,10 @@ exactly ``onnx`` also reads them from the folder above (its own folder first).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import read_json
 
 HUB_ONNX_FOLDER = "onnx"  # the Hub keeps ONNX exports in REPO/onnx/, beside nothing else of the repo's
 
@@ -36,7 +35,7 @@ def sidecar_json(model_file: str | Path, name: str) -> dict:
     :func:`sidecar` allows."""
     p = sidecar(model_file, name)
     try:
-        d = json.loads(read_text(p, p.name)) if p is not None and p.is_file() else {}
-    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
+        d = read_json(p, p.name) if p is not None and p.is_file() else {}
+    except AttnvizError:  # read through the regular-file guard: a FIFO is never waited on
         return {}
     return d if isinstance(d, dict) else {}

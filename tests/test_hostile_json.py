@@ -1,0 +1,179 @@
+"""Issue 24, items 6 and 7: hostile JSON, maps files, feeds and metadata are one-line refusals, never an internal
+error or a silent wrong result.
+
+Every case is generated here (no stored blobs) and run as ``python -m attnviz.cli`` in a subprocess under a time
+cap: it must exit 2 with exactly one ``attnviz: error:`` line on stderr naming the problem, and leave the folder
+exactly as it was (names and bytes).  JSON reaches attnviz through one guard (``core.untrusted.parse_json`` /
+``read_json``: nesting depth, number length, size, UTF-8); maps files through ``core.io.load_npz``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx_builders import tiny_text_model
+
+REPO = Path(__file__).resolve().parents[1]
+BOUND_S = 120  # generous for a loaded machine: the failures guarded against are exits, not slowness
+DEEP = "[" * 100_000  # the issue's RecursionError: json.loads recurses once per level
+LONG_INT = "1" * 100_000  # past Python's 4,300-digit int limit: a ValueError today
+
+
+def attnviz(*argv, cwd: Path) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "attnviz.cli", *map(str, argv)],
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=BOUND_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"attnviz {' '.join(map(str, argv))} still ran after {BOUND_S} s")
+    return done.returncode, done.stderr
+
+
+def listing(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` with its bytes' digest (folders as 'dir'): what 'writes nothing' compares."""
+    return {
+        str(p.relative_to(folder)): ("dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def tiny(tmp: Path, **meta: str) -> Path:
+    """The tiny text model with some attnviz metadata replaced (``special='...'`` sets ``attnviz.special``)."""
+    p = tiny_text_model(tmp / "model.onnx")
+    if meta:
+        m = onnx.load(str(p))
+        keep = [(e.key, e.value) for e in m.metadata_props if e.key.removeprefix("attnviz.") not in meta]
+        del m.metadata_props[:]
+        for k, v in [*keep, *((f"attnviz.{k}", v) for k, v in meta.items())]:
+            m.metadata_props.add(key=k, value=v)
+        onnx.save(m, str(p))
+    return p
+
+
+def vit(tmp: Path, **image) -> tuple[Path, Path]:
+    """The demo ViT in a folder of its own (its ``attnviz.image`` metadata updated by ``image``) and an image."""
+    from PIL import Image
+
+    folder = tmp / "m"
+    folder.mkdir()
+    model = folder / "vit.onnx"
+    m = onnx.load(str(REPO / "models" / "vit-classification.onnx"))
+    if image:
+        e = next(e for e in m.metadata_props if e.key == "attnviz.image")
+        e.value = json.dumps({**json.loads(e.value), **image})
+    onnx.save(m, str(model))
+    img = tmp / "img.png"
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(img)
+    return model, img
+
+
+def maps(tmp: Path, **change) -> Path:
+    """A real maps file (extracted from the tiny model in-process) with some entries replaced."""
+    from attnviz.core.io import load_npz, save_npz
+    from attnviz.runtime import open_model
+
+    src = tmp_model_dir(tmp) / "good.npz"
+    if not src.exists():
+        ids = np.array([[1, 3, 4, 5, 2]], np.int64)
+        save_npz(open_model(tiny_text_model(src.parent / "t.onnx"), provider="cpu").run({"input_ids": ids}), src)
+        load_npz(src)  # the unchanged file is a good one
+    with np.load(src, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update({k: np.array(v) if isinstance(v, str) else v for k, v in change.items()})
+    out = tmp / "maps.npz"
+    np.savez(out, **arrays)
+    return out
+
+
+def tmp_model_dir(tmp: Path) -> Path:
+    d = tmp.parent / (tmp.name + "-src")  # outside the compared folder
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def sites_with(**field) -> str:
+    return json.dumps(
+        [
+            {"stack": "encoder", "kind": "self", "layer": i, "heads": 2, "node": f"n{i}", "method": "softmax", **field}
+            for i in range(2)
+        ]
+    )
+
+
+def recipe_text(tmp: Path, text: str) -> list:
+    return recipe_bytes(tmp, text.encode())
+
+
+def recipe_bytes(tmp: Path, data: bytes) -> list:
+    (tmp / "r.json").write_bytes(data)
+    return ["figure", "--recipe", tmp / "r.json"]
+
+
+def jsonl(tmp: Path, line: str) -> list:
+    (tmp / "t.jsonl").write_text('{"text": "the cat"}\n' + line + "\n")
+    return ["corpus", tiny(tmp), "--texts", tmp / "t.jsonl", "--out", tmp / "out"]
+
+
+def figure_maps(tmp: Path, **change) -> list:
+    return ["figure", "--maps", maps(tmp, **change), "--view", "heatmap", "--out", tmp / "f.png"]
+
+
+def extract_vit(tmp: Path, **image) -> list:
+    model, img = vit(tmp, **image)
+    return ["extract", model, "--image", img, "--out", tmp / "o.npz"]
+
+
+def extract_feeds(tmp: Path, **feeds) -> list:
+    np.savez(tmp / "feeds.npz", **feeds)
+    return ["extract", tiny(tmp), "--inputs", tmp / "feeds.npz", "--out", tmp / "o.npz"]
+
+
+# (case id) -> (build the inputs in a folder and return argv, words the one line must hold)
+CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
+    # one JSON reader (item 6)
+    "recipe nested": (lambda t: recipe_text(t, DEEP), ("recipe", "nested deeper than 100")),
+    "recipe long number": (lambda t: recipe_text(t, '{"view": ' + LONG_INT + "}"), ("recipe", "digits")),
+    "recipe not UTF-8": (lambda t: recipe_bytes(t, b'{"\xff": 1}'), ("recipe", "UTF-8")),
+    "jsonl line nested": (lambda t: jsonl(t, '{"text": ' + DEEP), ("t.jsonl line 2", "nested")),
+    "jsonl long int": (lambda t: jsonl(t, '{"text": "a", "n": ' + LONG_INT + "}"), ("t.jsonl line 2", "digits")),
+    "maps sites nested": (lambda t: figure_maps(t, sites=DEEP), ("maps.npz", "'sites'", "nested")),
+    "maps info nested": (lambda t: figure_maps(t, info=DEEP), ("maps.npz", "'info'", "nested")),
+    "maps info a list": (lambda t: figure_maps(t, info="[1, 2]"), ("maps.npz", "'info'", "list")),
+    # maps files that used to be drawn wrong or crash (items 6, 7)
+    "maps bad stack": (lambda t: figure_maps(t, sites=sites_with(stack="middle")), ("maps.npz", "stack")),
+    "maps stack a list": (lambda t: figure_maps(t, sites=sites_with(stack=[])), ("maps.npz", "stack")),
+    "maps 10^9 heads": (lambda t: figure_maps(t, sites=sites_with(heads=10**9)), ("1,000,000,000 heads", "holds 2")),
+    "maps sites not a list": (lambda t: figure_maps(t, sites='{"a": 1}'), ("maps.npz", "'sites'")),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hostile_input_is_one_line_and_writes_nothing(tmp_path, case):
+    build, words = CASES[case]
+    folder = tmp_path / "case"
+    folder.mkdir()
+    argv = build(folder)
+    before = listing(folder)
+    rc, err = attnviz(*argv, cwd=folder)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("attnviz: error:") and "Traceback" not in err, err
+    for w in words:
+        assert w.lower() in lines[0].lower(), (w, lines[0])
+    assert listing(folder) == before
