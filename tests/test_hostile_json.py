@@ -144,6 +144,32 @@ def extract_feeds(tmp: Path, **feeds) -> list:
     return ["extract", tiny(tmp), "--inputs", tmp / "feeds.npz", "--out", tmp / "o.npz"]
 
 
+def nan_scale(tmp: Path) -> list:
+    """The tiny model with its attention scale constant NaN: every score is NaN (drawn, the maps were all zero)."""
+    from onnx import numpy_helper
+
+    p = tiny(tmp)
+    m = onnx.load(str(p))
+    t = next(t for t in m.graph.initializer if t.name == "scale")
+    t.CopyFrom(numpy_helper.from_array(np.array(np.nan, np.float32), "scale"))
+    onnx.save(m, str(p))
+    return ["figure", p, "--text", "the cat", "--view", "heatmap", "--out", tmp / "f.png"]
+
+
+def empty_gold_align(tmp: Path) -> list:
+    for name, text in (("src", "a b\nc d\n"), ("tgt", "x y\nz w\n"), ("gold", "\n\n")):
+        (tmp / f"{name}.txt").write_text(text)
+    return ["align", REPO / "models" / "translation.onnx", "--src", tmp / "src.txt", "--tgt", tmp / "tgt.txt",
+            "--gold", tmp / "gold.txt", "--out", tmp / "a.txt"]  # fmt: skip
+
+
+def empty_gold_corpus(tmp: Path) -> list:
+    recs = [{"text": "a b", "en": "x y", "gold": ""}, {"text": "a b c", "en": "x y", "gold": ""}]
+    (tmp / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return ["corpus", REPO / "models" / "translation.onnx", "--texts", tmp / "c.jsonl", "--text-pair-column", "en",
+            "--gold-column", "gold", "--out", tmp / "o", "--no-progress"]  # fmt: skip
+
+
 # (case id) -> (build the inputs in a folder and return argv, words the one line must hold)
 CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     # one JSON reader (item 6)
@@ -160,6 +186,24 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "maps stack a list": (lambda t: figure_maps(t, sites=sites_with(stack=[])), ("maps.npz", "stack")),
     "maps 10^9 heads": (lambda t: figure_maps(t, sites=sites_with(heads=10**9)), ("1,000,000,000 heads", "holds 2")),
     "maps sites not a list": (lambda t: figure_maps(t, sites='{"a": 1}'), ("maps.npz", "'sites'")),
+    # image preprocessing from the model's metadata (item 6)
+    "image size 0": (lambda t: extract_vit(t, size=[0, 0]), ("image size 0", "--image-size")),
+    "image size negative": (lambda t: extract_vit(t, size=[-32, 32]), ("image size -32",)),
+    "image size a string": (lambda t: extract_vit(t, size=["a", "b"]), ("image size a",)),
+    "image size 10^9": (lambda t: extract_vit(t, size=[10**9, 10**9]), ("image size 1000000000",)),
+    "image mean nested": (lambda t: extract_vit(t, mean=[[0.5], [0.5], [0.5]]), ("image mean", "--image-mean")),
+    "image std a string": (lambda t: extract_vit(t, std="abc"), ("image std", "--image-std")),
+    # feeds files (item 6)
+    "feeds NaN ids": (lambda t: extract_feeds(t, input_ids=np.array([[1.0, np.nan, 2.0]])), ("input_ids", "NaN")),
+    "feeds records": (
+        lambda t: extract_feeds(t, input_ids=np.zeros((1, 3), dtype=[("a", "i8"), ("b", "f4")])),
+        ("input_ids", "plain numeric"),
+    ),
+    "feeds batch 0": (lambda t: extract_feeds(t, input_ids=np.zeros((0, 3), np.int64)), ("input_ids", "batch row")),
+    # silent wrong results (item 7)
+    "NaN attention scale": (nan_scale, ("NaN/Inf attention", "encoder self L0")),
+    "align empty gold": (empty_gold_align, ("--gold gold.txt", "no sure link", "AER 1.000")),
+    "corpus empty gold": (empty_gold_corpus, ("--gold-column gold", "no sure link")),
 }
 
 
