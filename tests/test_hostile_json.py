@@ -139,6 +139,11 @@ def extract_vit(tmp: Path, **image) -> list:
     return ["extract", model, "--image", img, "--out", tmp / "o.npz"]
 
 
+def extract_special(tmp: Path, **ids) -> list:
+    model = tiny(tmp, special=json.dumps({"bos": 1, "eos": 2, "pad": 0, **ids}))
+    return ["extract", model, "--text", "the cat", "--out", tmp / "o.npz"]
+
+
 def extract_feeds(tmp: Path, **feeds) -> list:
     np.savez(tmp / "feeds.npz", **feeds)
     return ["extract", tiny(tmp), "--inputs", tmp / "feeds.npz", "--out", tmp / "o.npz"]
@@ -186,6 +191,8 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "maps stack a list": (lambda t: figure_maps(t, sites=sites_with(stack=[])), ("maps.npz", "stack")),
     "maps 10^9 heads": (lambda t: figure_maps(t, sites=sites_with(heads=10**9)), ("1,000,000,000 heads", "holds 2")),
     "maps sites not a list": (lambda t: figure_maps(t, sites='{"a": 1}'), ("maps.npz", "'sites'")),
+    "maps key axis off": (lambda t: figure_maps(t, key_tokens=np.array(["x", "y"])), ("key_tokens", "[2]")),
+    "maps tokens off": (lambda t: figure_maps(t, tokens=np.array(["a", "b", "c"])), ("tokens holds [3]",)),
     # image preprocessing from the model's metadata (item 6)
     "image size 0": (lambda t: extract_vit(t, size=[0, 0]), ("image size 0", "--image-size")),
     "image size negative": (lambda t: extract_vit(t, size=[-32, 32]), ("image size -32",)),
@@ -200,6 +207,10 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
         ("input_ids", "plain numeric"),
     ),
     "feeds batch 0": (lambda t: extract_feeds(t, input_ids=np.zeros((0, 3), np.int64)), ("input_ids", "batch row")),
+    # special-token ids in metadata (item 6): numpy overflowed on them, or an end of sequence never matched
+    "special id 10^30": (lambda t: extract_special(t, bos=10**30), ("attnviz.special", "bos", "not a token id")),
+    "special id negative": (lambda t: extract_special(t, pad=-7), ("attnviz.special", "pad = -7")),
+    "special id a string": (lambda t: extract_special(t, eos="x"), ("attnviz.special", "eos = x")),
     # silent wrong results (item 7)
     "NaN attention scale": (nan_scale, ("NaN/Inf attention", "encoder self L0")),
     "align empty gold": (empty_gold_align, ("--gold gold.txt", "no sure link", "AER 1.000")),

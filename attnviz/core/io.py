@@ -12,6 +12,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -96,11 +97,22 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
         maps.append(DenseMap(a))
 
+    lengths = {n for m in maps for n in m.shape[2:]}  # every query and key length some map has
+
     def axis(name):
         if name not in z.files:
             return None
+        labels = z[name]
+        # an axis no map has: drawn, its labels would silently give way to positions (or sit on the wrong map)
+        if labels.ndim != 1 or len(labels) not in lengths:
+            raise AttnvizError(
+                f"{path}: {name} holds {list(labels.shape)} labels but the maps' axes are "
+                f"{sorted(lengths)} long; {REEXTRACT}"
+            )
         sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
-        return TokenAxis(z[name].tolist(), sp)
+        if sp is not None and np.shape(sp) != labels.shape:
+            raise AttnvizError(f"{path}: {name}_special does not match {name}; {REEXTRACT}")
+        return TokenAxis(labels.tolist(), sp)
 
     grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
     return AttentionResult(
@@ -120,7 +132,7 @@ REEXTRACT = "extract the maps again with 'attnviz extract'"
 _SITE_INTS, _SITE_STRS = ("layer", "heads"), ("node", "method")
 
 
-def _sites(raw, path: Path) -> list[SiteInfo]:
+def _sites(raw: Any, path: Path) -> list[SiteInfo]:
     """The 'sites' list checked field by field: a file from elsewhere may hold anything JSON can."""
     if not isinstance(raw, list) or not all(isinstance(d, dict) for d in raw):
         raise AttnvizError(f"{path}: 'sites' is not a list of sites; {REEXTRACT}")
@@ -137,7 +149,7 @@ def _sites(raw, path: Path) -> list[SiteInfo]:
     return [SiteInfo.from_dict(d) for d in raw]
 
 
-def _info(z, path: Path) -> dict:
+def _info(z: np.lib.npyio.NpzFile, path: Path) -> dict:
     info = parse_json(str(z["info"]), f"{path}: 'info'", fix=REEXTRACT) if "info" in z.files else {}
     if not isinstance(info, dict):
         raise AttnvizError(f"{path}: 'info' is {type(info).__name__}, not a record of run facts; {REEXTRACT}")

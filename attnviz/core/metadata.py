@@ -82,6 +82,29 @@ def section(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+TOKEN_ID_MAX = 2**31 - 1  # int32: the narrowest token-id input an exported model takes
+
+
+def is_token_id(v: Any) -> bool:
+    """A whole number a model's id input can hold (not a bool, a string, a float, negative or past int32)."""
+    return type(v) is int and 0 <= v <= TOKEN_ID_MAX
+
+
+def check_special(special: Any, where: str) -> None:
+    """One line for a special-token id that cannot be an id (``attnviz.special``, and its translation "source"
+    section): fed to the model it overflowed numpy (an internal error), or never matched as an end of sequence."""
+    if not isinstance(special, dict):
+        return
+    for k, v in special.items():
+        if isinstance(v, dict):
+            check_special(v, where)
+        elif v is not None and not is_token_id(v):
+            raise AttnvizError(
+                f"{where}: special token {str(k)[:40]} = {str(v)[:40]} is not a token id "
+                f"(a whole number 0..{TOKEN_ID_MAX:,}); fix or remove it"
+            )
+
+
 def dump(meta: dict) -> dict[str, str]:
     """Inverse of :func:`parse`."""
     return {PREFIX + k: (v if isinstance(v, str) else json.dumps(v)) for k, v in meta.items()}

@@ -209,9 +209,11 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         o = r["output"]
         out = (base / str(o["path"])).resolve()
         if Path(str(o["path"])).is_absolute() or base not in out.parents:
-            # a recipe may not aim its figure anywhere on disk: it stays beside the recipe (--out overrides)
-            out = base / Path(str(o["path"])).name
-        r["output"] = dict(o, path=str(out))
+            # a recipe (a user file) may not aim its figure anywhere on disk: without --out the figure command
+            # refuses it (figures.command), rather than writing there or somewhere the recipe does not say
+            r["output"] = dict(o, path=None, outside=str(o["path"]))
+        else:
+            r["output"] = dict(o, path=str(out))
     source = r.get("source") or {}
     if not (source.get("model") or source.get("maps")):
         raise AttnvizError(f"{path}: the recipe names no model or maps file")

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core import metadata as md
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.core.untrusted import read_json
 from attnviz.runtime import builders as bd
@@ -72,7 +73,7 @@ def _config_special(model_file: Path) -> dict:
             v = cfg.get(key)
             if isinstance(v, list):
                 v = v[0] if v else None
-            if isinstance(v, int):
+            if md.is_token_id(v):  # a config file's bad id is passed over, as the unreadable file would be
                 out[role] = v
     return out
 
