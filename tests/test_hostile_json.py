@@ -139,6 +139,20 @@ def extract_vit(tmp: Path, **image) -> list:
     return ["extract", model, "--image", img, "--out", tmp / "o.npz"]
 
 
+def vit_preprocessor(tmp: Path, pre: str) -> list:
+    """The ViT without its image metadata, so the folder's preprocessor_config.json says how to prepare images."""
+    model, img = vit(tmp)
+    m = onnx.load(str(model))
+    keep = [(e.key, e.value) for e in m.metadata_props if e.key != "attnviz.image"]
+    del m.metadata_props[:]
+    for k, v in keep:
+        m.metadata_props.add(key=k, value=v)
+    onnx.save(m, str(model))
+    (model.parent / "config.json").write_text('{"model_type": "vit"}')  # a folder's config files are read with one
+    (model.parent / "preprocessor_config.json").write_text(pre)
+    return ["extract", model, "--image", img, "--out", tmp / "o.npz"]
+
+
 def extract_special(tmp: Path, **ids) -> list:
     model = tiny(tmp, special=json.dumps({"bos": 1, "eos": 2, "pad": 0, **ids}))
     return ["extract", model, "--text", "the cat", "--out", tmp / "o.npz"]
@@ -191,8 +205,7 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "maps stack a list": (lambda t: figure_maps(t, sites=sites_with(stack=[])), ("maps.npz", "stack")),
     "maps 10^9 heads": (lambda t: figure_maps(t, sites=sites_with(heads=10**9)), ("1,000,000,000 heads", "holds 2")),
     "maps sites not a list": (lambda t: figure_maps(t, sites='{"a": 1}'), ("maps.npz", "'sites'")),
-    "maps key axis off": (lambda t: figure_maps(t, key_tokens=np.array(["x", "y"])), ("key_tokens", "[2]")),
-    "maps tokens off": (lambda t: figure_maps(t, tokens=np.array(["a", "b", "c"])), ("tokens holds [3]",)),
+    "maps tokens 2-D": (lambda t: figure_maps(t, tokens=np.array([["a"] * 5])), ("tokens is [1, 5]",)),
     # image preprocessing from the model's metadata (item 6)
     "image size 0": (lambda t: extract_vit(t, size=[0, 0]), ("image size 0", "--image-size")),
     "image size negative": (lambda t: extract_vit(t, size=[-32, 32]), ("image size -32",)),
@@ -200,6 +213,14 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "image size 10^9": (lambda t: extract_vit(t, size=[10**9, 10**9]), ("image size 1000000000",)),
     "image mean nested": (lambda t: extract_vit(t, mean=[[0.5], [0.5], [0.5]]), ("image mean", "--image-mean")),
     "image std a string": (lambda t: extract_vit(t, std="abc"), ("image std", "--image-std")),
+    "preprocessor size 0": (
+        lambda t: vit_preprocessor(t, '{"size": {"height": 0, "width": 0}}'),
+        ("image size 0", "preprocessor_config.json"),
+    ),
+    "preprocessor mean nested": (
+        lambda t: vit_preprocessor(t, '{"size": 32, "image_mean": [[0.5]], "image_std": [0.5]}'),
+        ("image mean", "preprocessor_config.json"),
+    ),
     # feeds files (item 6)
     "feeds NaN ids": (lambda t: extract_feeds(t, input_ids=np.array([[1.0, np.nan, 2.0]])), ("input_ids", "NaN")),
     "feeds records": (
@@ -232,3 +253,38 @@ def test_hostile_input_is_one_line_and_writes_nothing(tmp_path, case):
     for w in words:
         assert w.lower() in lines[0].lower(), (w, lines[0])
     assert listing(folder) == before
+
+
+SIDECARS = ("config.json", "generation_config.json", "tokenizer_config.json", "preprocessor_config.json")
+
+
+@pytest.mark.parametrize("name", SIDECARS)
+@pytest.mark.parametrize(
+    "content", [DEEP, '{"model_max_length": ' + LONG_INT + "}", "\udcff"], ids=["nested", "long number", "not UTF-8"]
+)
+def test_a_hostile_config_file_is_passed_over_as_a_missing_one(tmp_path, name, content):
+    """A model folder's config file that the JSON guard refuses counts as absent (as an unreadable one always
+    did): the model runs as itself, in bounded time, and only --out is written.  These raised RecursionError or
+    ValueError (exit 1) before."""
+    model, img = vit(tmp_path)
+    (model.parent / "config.json").write_text('{"model_type": "vit"}')  # the others are read beside a config.json
+    (model.parent / name).write_text(content, errors="surrogateescape")  # the last: a byte that is not UTF-8
+    before = listing(tmp_path)
+    rc, err = attnviz("extract", model, "--image", img, "--out", tmp_path / "o.npz", cwd=tmp_path)
+    assert rc == 0, err
+    assert "Traceback" not in err
+    assert set(listing(tmp_path)) - set(before) == {"o.npz"}
+
+
+@pytest.mark.parametrize("axis, labels", [("tokens", ["a", "b", "c"]), ("key_tokens", ["x", "y"])])
+def test_a_token_axis_that_fits_no_map_is_named_not_drawn(tmp_path, axis, labels):
+    """Labels no map's axis has are not put on any map: the maps show positions and the run's notes say why (the
+    file used to be drawn as if nothing were amiss).  Not a refusal: 'attnviz extract' itself writes such files
+    for float inputs whose last axis is taken for tokens (tests/runtime/test_fidelity.py)."""
+    from attnviz.core.io import load_npz
+
+    r = load_npz(maps(tmp_path, **{axis: np.array(labels)}))
+    assert r.tokens is None if axis == "tokens" else r.key_tokens is None
+    assert [n for n in r.info["notes"] if n.startswith(f"{axis} ({len(labels)} labels) fit no map's axis")]
+    q, k = r.blocks()[0].query_axis, r.blocks()[0].key_axis
+    assert q.labels == k.labels == [str(i) for i in range(5)]  # the 5 positions of the 5-token maps

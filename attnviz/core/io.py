@@ -98,33 +98,36 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         maps.append(DenseMap(a))
 
     lengths = {n for m in maps for n in m.shape[2:]}  # every query and key length some map has
+    notes: list[str] = []
 
     def axis(name):
         if name not in z.files:
             return None
         labels = z[name]
-        # an axis no map has: drawn, its labels would silently give way to positions (or sit on the wrong map)
-        if labels.ndim != 1 or len(labels) not in lengths:
-            raise AttnvizError(
-                f"{path}: {name} holds {list(labels.shape)} labels but the maps' axes are "
-                f"{sorted(lengths)} long; {REEXTRACT}"
-            )
+        if labels.ndim != 1:
+            raise AttnvizError(f"{path}: {name} is {list(labels.shape)}, not one label per position; {REEXTRACT}")
+        if len(labels) not in lengths:  # views would put positions in its place without a word: say so once
+            notes.append(f"{name} ({len(labels)} labels) fit no map's axis ({sorted(lengths)}); shown as positions")
+            return None
         sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
         if sp is not None and np.shape(sp) != labels.shape:
             raise AttnvizError(f"{path}: {name}_special does not match {name}; {REEXTRACT}")
         return TokenAxis(labels.tolist(), sp)
 
     grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
+    tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
+    if notes:
+        info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]
     return AttentionResult(
         maps=maps,
         sites=sites,
-        tokens=axis("tokens"),
-        key_tokens=axis("key_tokens"),
+        tokens=tokens,
+        key_tokens=key_tokens,
         patch_grid=grid,
         image=z["image"] if "image" in z.files else None,
         generated=z["generated"].tolist() if "generated" in z.files else [],
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
-        info=_info(z, path),
+        info=info,
     )
 
 
