@@ -114,6 +114,7 @@ class MapView:
     notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" (also in the title)
     vmax: float = 1.0  # the top of the colour scale (the selection's scale)
     scale: str = DEFAULT_SCALE
+    k_values: list[float] | None = None  # a time series' value at each drawn key column (plotted above the map)
 
     def value(self, row: int, col: int) -> float:
         return float(self.matrix[row, col])
@@ -510,8 +511,24 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
     title = " · ".join([blk.name, what, *notes])
     top = scale_top(result, sel, sel.block, m, blocks)
+    vals = blk.key_axis.values
+    k_values = [vals[i] for i in k_pos] if vals is not None else None
     return MapView(
-        m, q_labels, k_labels, q_pos, k_pos, title, blk, q_sp.tolist(), k_sp.tolist(), xt, yt, notes, top, sel.scale
+        m,
+        q_labels,
+        k_labels,
+        q_pos,
+        k_pos,
+        title,
+        blk,
+        q_sp.tolist(),
+        k_sp.tolist(),
+        xt,
+        yt,
+        notes,
+        top,
+        sel.scale,
+        k_values,
     )
 
 

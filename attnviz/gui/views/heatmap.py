@@ -170,8 +170,24 @@ class HeatmapWidget(QWidget):
         self.hover_label = QLabel(" ")
         self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.hover_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # a time series' values above its map (MapView.k_values), one point per key column, the columns linked
+        self.series = pg.PlotWidget()
+        self.series.setFixedHeight(110)
+        spi = self.series.getPlotItem()
+        spi.hideButtons()
+        spi.setMenuEnabled(False)
+        spi.setLabel("left", "value")
+        spi.getAxis("left").enableAutoSIPrefix(False)  # the series' own numbers, as the figure prints them
+        spi.getAxis("bottom").setStyle(showValues=False)
+        spi.setXLink(pi)
+        self.series_curve = spi.plot([], [], pen=pg.mkPen((40, 40, 40), width=1.5), symbol="o", symbolSize=4)
+        self._series_pad = pg.GraphicsWidget()  # stands where the map's colour bar stands, so the columns line up
+        spi.layout.addItem(self._series_pad, 2, 5)
+        spi.layout.setColumnFixedWidth(4, 5)
+        self.series.hide()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.series)
         lay.addWidget(self.plot, 1)
         lay.addWidget(self.hover_label)
         self.hover: tuple[int, int] = (-1, -1)
@@ -196,11 +212,28 @@ class HeatmapWidget(QWidget):
         pi.setTitle(mv.title, size="10pt")
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
+        self._set_series(mv)
         r, c = self.hover
         if 0 <= r < tq and 0 <= c < tk:
             self.set_hover(r, c)
         else:
             self.set_hover(-1, -1)
+
+    def _set_series(self, mv: MapView) -> None:
+        """The series above the map (the figure draws the same values, see figures.views)."""
+        if mv.k_values is None:
+            self.series.hide()
+            self.series_curve.setData([], [])
+            return
+        self.series_curve.setData(np.arange(len(mv.k_values)) + 0.5, np.asarray(mv.k_values, float))
+        self.series.show()
+        pi = self.plot.getPlotItem()
+        pi.layout.activate()
+        spi = self.series.getPlotItem()
+        width = max(self.y_axis.width(), spi.getAxis("left").width())
+        self.y_axis.setWidth(width)
+        spi.getAxis("left").setWidth(width)
+        self._series_pad.setFixedWidth(self.colorbar.boundingRect().width())
 
     def mark_row(self, row: int | None) -> None:
         if self.mv is None or row is None or row < 0 or row >= self.mv.matrix.shape[0]:

@@ -23,6 +23,7 @@ GAP = 0.12  # gap between thumbnails, in cell units
 BLOCK_GAP = 0.9  # least rows of space above a block (grown to fit its title and head labels)
 TITLE_PX = 46.0  # pixels needed above a block: head labels plus the block title
 HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
+LAYER_LABEL_PX = 34.0  # room left of the grid for the layer labels ("L11")
 
 
 class OverviewView(View):
@@ -69,7 +70,7 @@ class OverviewView(View):
         self.cells.clear()
         self._labels = []
         blocks = self.session.blocks
-        gap = self._block_gap(blocks)
+        gap, cell_px = self._block_gap(blocks)
         self._titles = []
         y = 0.0
         for bi, blk in enumerate(blocks):
@@ -100,21 +101,25 @@ class OverviewView(View):
             y += blk.n_layers + 0.3
         self.colorbar.setImageItem(list(self.thumbs.values()))
         width = max((b.n_heads for b in self.session.blocks), default=1)
-        self.vb.setRange(QRectF(-0.8, 0, width + 0.8, y), padding=0.02)
+        # the layer labels need pixels, not cells: a fixed 0.8 cell left a small model's grid a fifth narrower
+        margin = min(0.8, LAYER_LABEL_PX / max(cell_px, 1.0))
+        self.vb.setRange(QRectF(-margin, 0, width + margin, y), padding=0.02)
         self._place_titles()
         self._drawn_key = None
 
-    def _block_gap(self, blocks) -> float:
-        """Rows of space above each block for its title and head labels (text has a fixed pixel size)."""
+    def _block_gap(self, blocks) -> tuple[float, float]:
+        """Rows of space above each block for its title and head labels (text has a fixed pixel size), and the
+        cell's size in pixels that this gives."""
         vw = max(200, self.glw.width() - 80)
         vh = max(200, self.glw.height())
         heads = max((b.n_heads for b in blocks), default=1)
         layers = sum(b.n_layers + 0.3 for b in blocks)
         gap = BLOCK_GAP
+        cell_px = 1.0
         for _ in range(4):  # the cell size depends on the gap and the gap on the cell size
-            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), vw / (heads + 0.8))
+            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), (vw - LAYER_LABEL_PX) / heads)
             gap = min(3.0, max(BLOCK_GAP, TITLE_PX / max(cell_px, 1.0)))
-        return gap
+        return gap, cell_px
 
     def _place_titles(self, *_) -> None:
         """Keep each block title just above its head labels, whatever the zoom."""
