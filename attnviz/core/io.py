@@ -3,7 +3,7 @@
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
-``patch_grid`` ([rows, cols, offset]), ``image``, ``generated`` (str array), ``info`` (JSON).
+``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens), ``image``, ``generated`` (str array), ``info`` (JSON).
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     if result.patch_grid is not None:
         g = result.patch_grid
         arrays["patch_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
+    if result.token_grid is not None:
+        g = result.token_grid
+        arrays["token_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
     if result.generated:
@@ -120,6 +123,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         return TokenAxis(labels.tolist(), sp, None if vals is None else vals.astype(float).tolist())
 
     grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
+    token_grid = PatchGrid(*[int(v) for v in z["token_grid"]]) if "token_grid" in z.files else None
     tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
     if notes:
         info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]
@@ -129,6 +133,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         tokens=tokens,
         key_tokens=key_tokens,
         patch_grid=grid,
+        token_grid=token_grid,
         image=z["image"] if "image" in z.files else None,
         generated=z["generated"].tolist() if "generated" in z.files else [],
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,

@@ -79,9 +79,12 @@ def _heatmap_figure(
     cbar_label: str,
     highlight_row: int | None = None,
     series: list[float] | None = None,
+    cmap=None,
+    norm=None,
 ):
     """``series``: a time series' value per key column, plotted above the map on the same columns (the screen's
-    Head map draws the same)."""
+    Head map draws the same).  ``cmap`` / ``norm``: a signed map's diverging colours and symmetric range (default:
+    the style's map colours, the weights' range)."""
     fs = float(spec.font_size)
     nq, nk = m.shape
     pitch = fs * LINE * PT  # inches per legible label
@@ -121,7 +124,13 @@ def _heatmap_figure(
     else:
         fig = new_figure(spec, width, height)
         ax = fig.add_subplot()
-    im = ax.imshow(m, cmap=_cmap(spec, "heatmap"), norm=_norm(spec, log, top), aspect="auto", interpolation="nearest")
+    im = ax.imshow(
+        m,
+        cmap=cmap if cmap is not None else _cmap(spec, "heatmap"),
+        norm=norm if norm is not None else _norm(spec, log, top),
+        aspect="auto",
+        interpolation="nearest",
+    )
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -168,10 +177,13 @@ def _map_figure(
     mv: vm.MapView,
     highlight_row: int | None = None,
 ):
-    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers, labels and title the screen draws."""
+    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers, labels and title the screen draws
+    (a signed A − B map on the view model's diverging colours, symmetric about 0)."""
+    signed = {"cmap": colormaps[vm.DIFF_CMAP], "norm": Normalize(mv.vmin, mv.vmax)} if mv.diverging else {}
+    log = sel.log and not mv.diverging
     return _heatmap_figure(
         style,
-        sel.log,
+        log,
         mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
         mv.matrix,
         display_labels(mv.q_labels),
@@ -181,9 +193,10 @@ def _map_figure(
         make_title(result, style, mv.title),
         mv.x_title,
         mv.y_title,
-        vm.notes_label(mv.notes, sel.log, mv.scale),
+        vm.map_label(mv, log),
         highlight_row,
         mv.k_values,
+        **signed,
     )
 
 
@@ -202,6 +215,12 @@ def _query_row(pos, query: int | None) -> int | None:
 def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     mv = vm.compute_map(result, sel)
     return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
+
+
+def draw_diff(result_a: AttentionResult, result_b: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    """Head map's "A − B": model A's map minus model B's for ``sel``, diverging colours centred on 0."""
+    mv = vm.compute_diff_map(result_a, result_b, sel)
+    return _map_figure(result_a, sel, style, mv, _query_row(mv.q_pos, sel.query))
 
 
 def draw_alignment(result: AttentionResult, sel: vm.Selection, style: FigureStyle):

@@ -10,6 +10,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
+from attnviz.core.attention import PatchGrid
 from attnviz.core.untrusted import open_regular, parse_json, read_text, regular_file
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import sidecar
@@ -81,6 +82,14 @@ class TextEncoder:
 
     def is_special(self, i: int) -> bool:
         return False
+
+    def row_labels(self, ids) -> list[str]:
+        """A row's labels; a tokenizer whose labels depend on the position (a VLM's image tokens) overrides it."""
+        return [self.label(int(i)) for i in ids]
+
+    def image_grid(self, ids) -> PatchGrid | None:
+        """Where a row's image tokens lie on the image (a vision–language decoder's tokenizer says), else None."""
+        return None
 
     @property
     def size(self) -> int:  # pragma: no cover

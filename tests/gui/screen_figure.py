@@ -78,6 +78,18 @@ def check_map(hm, fig):
         assert ticks[0] == 0 and ticks[-1] == len(labels) - 1  # first and last always labelled
 
 
+def check_compared(w, shown: str):
+    """Head map showing model B's map or A − B (File ▸ Compare with…): the figure Export view writes for it
+    draws the same matrix, limits (symmetric about 0 for A − B), words and ticks."""
+    from attnviz.app.compare import compared_figure
+
+    w.select_view("head")
+    s = w.session
+    fig = compared_figure(s.comparison, shown, s.sel, s.blocks, FigureStyle(dpi=40))
+    check_map(w.head_map.heatmap, fig)
+    return fig
+
+
 def check_overview(w, fig):
     ov = w.overview
     bi = w.session.sel.block

@@ -148,6 +148,7 @@ class HeatmapWidget(QWidget):
         self.vb.addItem(self.image)
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=style.colormap(), interactive=False, width=14)
         self.colorbar.axis.enableAutoSIPrefix(False)
+        self._diverging = False  # the colour bar holds the diverging map (an A − B map is drawn)
         self.colorbar.setImageItem(self.image, insert_in=pi)
         pen = QPen(QColor(255, 255, 255, 230))
         pen.setCosmetic(True)
@@ -197,13 +198,20 @@ class HeatmapWidget(QWidget):
     # -- drawing ---------------------------------------------------------------
     def set_map(self, mv: MapView, log: bool = False, reset_view: bool = True) -> None:
         same_shape = self.mv is not None and self.mv.matrix.shape == mv.matrix.shape
+        log = log and not mv.diverging  # a signed difference is never on a log scale
         self.mv, self.log = mv, log
-        lo, hi = style.display_levels(np.array([0.0, mv.vmax]), log)  # the view model's top (the selection's scale)
+        if mv.diverging:  # A − B: diverging colours, symmetric about 0
+            lo, hi = mv.vmin, mv.vmax
+        else:
+            lo, hi = style.display_levels(np.array([0.0, mv.vmax]), log)  # the view model's top (the selection's scale)
+        if mv.diverging != self._diverging:
+            self._diverging = mv.diverging
+            self.colorbar.setColorMap(style.diff_colormap() if mv.diverging else style.colormap())
         self.shown = style.display_values(mv.matrix, log, (lo, hi))
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         tq, tk = mv.matrix.shape
         self.image.setRect(QRectF(0, 0, tk, tq))
-        style.set_colorbar(self.colorbar, (lo, hi), log, vm.notes_label(mv.notes, log, mv.scale))  # the figure's words
+        style.set_colorbar(self.colorbar, (lo, hi), log, vm.map_label(mv, log))  # the figure's words
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()

@@ -61,6 +61,11 @@ class OverviewView(View):
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.vb.sigRangeChanged.connect(self._place_titles)
         self.vb.sigResized.connect(self._place_titles)
+        # File ▸ Compare with…: a frame around each head, coloured by its divergence from model B
+        self.frames: dict[tuple[int, int, int], QGraphicsRectItem] = {}
+        self.frame_colours: dict[tuple[int, int, int], str] = {}
+        self._frames_for: tuple[int, int] | None = None  # (comparison, result) the frames were drawn for
+        session.comparison_changed.connect(self._on_selection)
 
     # -- structure ---------------------------------------------------------------
     def on_result(self) -> None:
@@ -106,6 +111,7 @@ class OverviewView(View):
         self.vb.setRange(QRectF(-margin, 0, width + margin, y), padding=0.02)
         self._place_titles()
         self._drawn_key = None
+        self._frames_for = None
 
     def _block_gap(self, blocks) -> tuple[float, float]:
         """Rows of space above each block for its title and head labels (text has a fixed pixel size), and the
@@ -171,7 +177,38 @@ class OverviewView(View):
         if key != self._drawn_key:
             self.redraw()
             self._drawn_key = key
+        self.draw_frames()
         self.update_focus()
+
+    def draw_frames(self) -> None:
+        """Frame each head the held comparison measured, darker red the more it diverges from model B."""
+        c = self.session.comparison
+        key = (id(c), id(self.session.result))
+        if key == self._frames_for:
+            return
+        self._frames_for = key
+        for item in self.frames.values():
+            self.vb.removeItem(item)
+        self.frames.clear()
+        self.frame_colours.clear()
+        if c is None or c.result_a is not self.session.result:
+            return
+        js = c.divergence(self.session.blocks)
+        top = max(js.values(), default=0.0)
+        for key, value in js.items():
+            colour = vm.divergence_colour(value, top)
+            if colour is None or key not in self.cells:
+                continue
+            pen = QPen(QColor(colour))
+            pen.setCosmetic(True)
+            pen.setWidthF(2.0)
+            item = QGraphicsRectItem(self.cells[key].adjusted(-0.02, -0.02, 0.02, 0.02))
+            item.setPen(pen)
+            item.setZValue(15)
+            item.setToolTip(f"JS vs {c.name_b}: {value:.4g} bits")
+            self.vb.addItem(item, ignoreBounds=True)
+            self.frames[key] = item
+            self.frame_colours[key] = colour
 
     def update_focus(self) -> None:
         s = self.session.sel
@@ -186,6 +223,11 @@ class OverviewView(View):
         self.info.setText(
             f"{len(self.thumbs)} heads · shared scale 0–{getattr(self, 'vmax', 1.0):.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
+            + (
+                f" · frames: divergence from {self.session.comparison.name_b} (darkest red = most)"
+                if self.session.comparison is not None
+                else ""
+            )
         )
 
     # -- picking -------------------------------------------------------------------
