@@ -10,11 +10,11 @@ config files say (special token ids, image preprocessing) live here too: every m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import read_text
+from attnviz.core.metadata import is_token_id
+from attnviz.core.untrusted import read_json
 
 HUB_ONNX_FOLDER = "onnx"  # the Hub keeps ONNX exports in REPO/onnx/, beside nothing else of the repo's
 
@@ -37,8 +37,8 @@ def sidecar_json(model_file: str | Path, name: str) -> dict:
     :func:`sidecar` allows."""
     p = sidecar(model_file, name)
     try:
-        d = json.loads(read_text(p, p.name)) if p is not None and p.is_file() else {}
-    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
+        d = read_json(p, p.name) if p is not None and p.is_file() else {}
+    except AttnvizError:  # read through the regular-file guard: a FIFO is never waited on
         return {}
     return d if isinstance(d, dict) else {}
 
@@ -60,14 +60,14 @@ def config_special(model_file: Path) -> dict:
         if p is None or not p.is_file():
             continue
         try:
-            cfg = json.loads(read_text(p, name))
-        except (OSError, ValueError, AttnvizError):
+            cfg = read_json(p, name)
+        except AttnvizError:
             continue
         for key, role in CONFIG_SPECIAL.items():
             v = cfg.get(key)
             if isinstance(v, list):
                 v = v[0] if v else None
-            if isinstance(v, int):
+            if is_token_id(v):  # a config file's bad id is passed over, as the unreadable file would be
                 out[role] = v
     return out
 
