@@ -123,7 +123,7 @@ class OverviewView(View):
         gap = BLOCK_GAP
         cell_px = 1.0
         for _ in range(4):  # the cell size depends on the gap and the gap on the cell size
-            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), (vw - LAYER_LABEL_PX) / heads)
+            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), (vw - LAYER_LABEL_PX) / max(heads, 1))
             gap = min(3.0, max(BLOCK_GAP, TITLE_PX / max(cell_px, 1.0)))
         return gap, cell_px
 
