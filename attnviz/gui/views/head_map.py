@@ -22,6 +22,8 @@ class HeadMapView(View):
 
     def draw(self) -> None:
         mv = self.session.current_map()
+        if mv is self.heatmap.mv and self.session.sel.log == self.heatmap.log:
+            return  # the same map (e.g. another head under "mean over heads"): nothing to redraw
         key = (id(self.session.result), self.session.sel.block, mv.matrix.shape)
         self.heatmap.set_map(mv, log=self.session.sel.log, reset_view=key != self._last_shape)
         self._last_shape = key
