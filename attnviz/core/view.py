@@ -715,13 +715,32 @@ def _thumb_cache(result: AttentionResult) -> _ThumbCache:
     key = id(result)
     entry = _THUMB_CACHES.get(key)
     if entry is None or entry[0]() is not result:
-        entry = (weakref.ref(result, lambda _, k=key: _THUMB_CACHES.pop(k, None)), _ThumbCache())
+
+        def forget(_: weakref.ref) -> None:  # the result is gone: so is what was kept for it
+            _THUMB_CACHES.pop(key, None)
+
+        entry = (weakref.ref(result, forget), _ThumbCache())
         _THUMB_CACHES[key] = entry
     return entry[1]
 
 
-def _block_filters(result: AttentionResult, blk: Block, sel: Selection):
-    """What the filters do to one block: visible rows / keys and the special positions hidden on each axis."""
+@dataclass(frozen=True, eq=False)
+class _Filters:
+    """What the filters do to one block: the rows / keys a step leaves (``step`` None: all) and the special
+    positions hiding drops on each axis."""
+
+    step: int | None
+    n_q: int
+    n_k: int
+    drop_q: np.ndarray
+    drop_k: np.ndarray
+
+    @property
+    def hides(self) -> bool:
+        return bool(self.drop_q.any() or self.drop_k.any())
+
+
+def _block_filters(result: AttentionResult, blk: Block, sel: Selection) -> _Filters:
     q_pos, k_pos = np.arange(blk_len(blk, 0)), np.arange(blk_len(blk, 1))
     n = step_rows(result, blk, sel.step)
     if n is not None:
@@ -730,33 +749,31 @@ def _block_filters(result: AttentionResult, blk: Block, sel: Selection):
     q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
-    return n, len(q_pos), len(k_pos), dq, dk
+    return _Filters(n, len(q_pos), len(k_pos), dq, dk)
 
 
-def _block_key(result: AttentionResult, bi: int, blk: Block, sel: Selection, max_side: int, filters) -> tuple:
+def _block_key(result: AttentionResult, bi: int, blk: Block, sel: Selection, max_side: int, f: _Filters) -> tuple:
     """The cache key of one block's thumbnails: only what changes their numbers."""
-    n, nq, nk, dq, dk = filters
-    hidden = (np.flatnonzero(dq).tobytes(), np.flatnonzero(dk).tobytes()) if dq.any() or dk.any() else None
+    hidden = (np.flatnonzero(f.drop_q).tobytes(), np.flatnonzero(f.drop_k).tobytes()) if f.hides else None
     maps = tuple(id(result.maps[i]) for i in blk.sites)  # the result holds them: ids stay theirs
-    return (max_side, sel.batch, bi, maps, nq, nk, hidden, float(sel.keep) if sel.keep < 1.0 else 1.0)
+    return (max_side, sel.batch, bi, maps, f.n_q, f.n_k, hidden, float(sel.keep) if sel.keep < 1.0 else 1.0)
 
 
-def _pool_block(blk: Block, sel: Selection, max_side: int, filters) -> list[np.ndarray]:
+def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[np.ndarray]:
     """``[H, <=max_side, <=max_side]`` per layer of one block, pooled from its full maps.
 
     Without filters a layer is pooled in one read.  Hiding and kept mass make a new map per head (one head at a
     time: a 2,048-token layer would need 200 MB for each temporary)."""
-    n, nq, nk, dq, dk = filters
-    hide = bool(dq.any() or dk.any())
+    hide = f.hides
     out = []
     for layer in range(blk.n_layers):
         a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
-        if n is not None:  # slice (a view), never copy the full layer when no step is chosen
-            a = a[:, :nq, :nk]
+        if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
+            a = a[:, : f.n_q, : f.n_k]
         if hide or sel.keep < 1.0:
             heads = []
             for h in range(a.shape[0]):
-                m = reduce.drop_positions(a[h], dq, dk) if hide else a[h]  # the head map's numbers
+                m = reduce.drop_positions(a[h], f.drop_q, f.drop_k) if hide else a[h]  # the head map's numbers
                 if sel.keep < 1.0:
                     m = reduce.keep_mass(m, max(sel.keep, 1e-3))
                 heads.append(downsample(m, max_side))
