@@ -101,6 +101,7 @@ class TokenAxis:
 
     labels: list[str]
     special: list[bool] | None = None  # True for [CLS]/[SEP]/<pad>/BOS/EOS and other non-content positions
+    values: list[float] | None = None  # a time series' value at each step (drawn above its maps)
 
     def __post_init__(self):
         self.labels = [str(x) for x in self.labels]
@@ -108,6 +109,10 @@ class TokenAxis:
             self.special = [False] * len(self.labels)
         if len(self.special) != len(self.labels):
             raise ValueError("special mask and labels differ in length")
+        if self.values is not None:
+            self.values = [float(v) for v in self.values]
+            if len(self.values) != len(self.labels):
+                raise ValueError("series values and labels differ in length")
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -227,7 +232,7 @@ class AttentionResult:
         if batch and isinstance(rows, list) and batch < len(rows) and isinstance(rows[batch], dict):
 
             def ax(d):
-                return TokenAxis(list(d["labels"]), d.get("special")) if d else None
+                return TokenAxis(list(d["labels"]), d.get("special"), d.get("values")) if d else None
 
             return ax(rows[batch].get("tokens")), ax(rows[batch].get("key_tokens"))
         return self.tokens, self.key_tokens

@@ -2,8 +2,8 @@
 
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
-``tokens_special``/``key_tokens_special`` (bool), ``patch_grid`` ([rows, cols, offset]), ``image``,
-``generated`` (str array), ``info`` (JSON).
+``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
+``patch_grid`` ([rows, cols, offset]), ``image``, ``generated`` (str array), ``info`` (JSON).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         if ax is not None:
             arrays[name] = np.array(ax.labels, dtype=str)
             arrays[f"{name}_special"] = np.array(ax.special, dtype=bool)
+            if ax.values is not None:
+                arrays[f"{name}_values"] = np.array(ax.values, dtype=np.float64)
     if result.patch_grid is not None:
         g = result.patch_grid
         arrays["patch_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
@@ -96,7 +98,10 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         if name not in z.files:
             return None
         sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
-        return TokenAxis(z[name].tolist(), sp)
+        vals = z[f"{name}_values"] if f"{name}_values" in z.files else None
+        if vals is not None and (vals.dtype.kind not in "fiu" or vals.shape != (len(z[name]),)):
+            raise AttnvizError(f"{path}: {name}_values must be one number per {name} label; extract it again")
+        return TokenAxis(z[name].tolist(), sp, None if vals is None else vals.astype(float).tolist())
 
     grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
     return AttentionResult(

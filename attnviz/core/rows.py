@@ -17,11 +17,14 @@ ROWS_KEY = "rows"
 
 
 def _axis_dict(ax: TokenAxis | None) -> dict | None:
-    return None if ax is None else {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
+    if ax is None:
+        return None
+    d = {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
+    return d | ({"values": list(ax.values)} if ax.values is not None else {})
 
 
 def _axis_from(d: dict | None) -> TokenAxis | None:
-    return None if not d else TokenAxis(list(d["labels"]), d.get("special"))
+    return None if not d else TokenAxis(list(d["labels"]), d.get("special"), d.get("values"))
 
 
 @dataclass(frozen=True)

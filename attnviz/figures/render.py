@@ -131,6 +131,26 @@ def render_figure(
     return fig
 
 
+def render_diff_figure(
+    result_a: AttentionResult,
+    result_b: AttentionResult,
+    selection: Selection,
+    figure_style: FigureStyle | None = None,
+) -> Figure:
+    """Head map's "A − B" of two models' results on one input (the window's File ▸ Compare with…): A's map of
+    ``selection`` minus B's, on a diverging colour map with symmetric limits ±max |A − B|."""
+    from attnviz.figures.views import draw_diff
+
+    if not isinstance(selection, Selection):
+        raise TypeError("selection must be an attnviz.core.view.Selection")
+    st = figure_style or FigureStyle()
+    with style():
+        fig = draw_diff(result_a, result_b, selection, st)
+    fig.set_dpi(st.dpi)
+    fig.attnviz_view, fig.attnviz_selection, fig.attnviz_style = "heatmap", selection, st
+    return fig
+
+
 def render_spec(result: AttentionResult, spec: FigureSpec) -> Figure:
     """Draw a command line's or a recipe's :class:`FigureSpec`: resolved once into the view model's selection."""
     from attnviz.figures.select import resolve

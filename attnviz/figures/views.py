@@ -61,6 +61,9 @@ def _cmap(style: FigureStyle, view: str):
 # heatmap-shaped views (heatmap, alignment)
 
 
+SERIES_IN = 0.9  # inches: a time series plotted above its map
+
+
 def _heatmap_figure(
     spec: FigureStyle,
     log: bool,
@@ -75,7 +78,13 @@ def _heatmap_figure(
     ylabel: str,
     cbar_label: str,
     highlight_row: int | None = None,
+    series: list[float] | None = None,
+    cmap=None,
+    norm=None,
 ):
+    """``series``: a time series' value per key column, plotted above the map on the same columns (the screen's
+    Head map draws the same).  ``cmap`` / ``norm``: a signed map's diverging colours and symmetric range (default:
+    the style's map colours, the weights' range)."""
     fs = float(spec.font_size)
     nq, nk = m.shape
     pitch = fs * LINE * PT  # inches per legible label
@@ -100,9 +109,28 @@ def _heatmap_figure(
     height = clamp(frame_h + nq * row, 1.4, 16.0 if fixed is None else 10.0)
     map_h = max(height - frame_h, 0.1)
 
-    fig = new_figure(spec, width, height)
-    ax = fig.add_subplot()
-    im = ax.imshow(m, cmap=_cmap(spec, "heatmap"), norm=_norm(spec, log, top), aspect="auto", interpolation="nearest")
+    sax = None
+    if series is not None:
+        height = min(height + SERIES_IN, 16.0 if fixed is None else 10.0 + SERIES_IN)
+        fig = new_figure(spec, width, height)
+        sax, ax = fig.subplots(
+            2, 1, sharex=True, gridspec_kw={"height_ratios": [SERIES_IN, max(height - SERIES_IN, 0.1)]}
+        )
+        sax.plot(np.arange(len(series)), series, color="0.2", linewidth=0.8, marker="o", markersize=1.5)
+        sax.set_ylabel("value", fontsize=fs, labelpad=2)
+        sax.tick_params(labelbottom=False, labelsize=fs, length=2, width=0.5, pad=1.5)
+        for sp in sax.spines.values():
+            sp.set_linewidth(0.5)
+    else:
+        fig = new_figure(spec, width, height)
+        ax = fig.add_subplot()
+    im = ax.imshow(
+        m,
+        cmap=cmap if cmap is not None else _cmap(spec, "heatmap"),
+        norm=norm if norm is not None else _norm(spec, log, top),
+        aspect="auto",
+        interpolation="nearest",
+    )
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -116,8 +144,10 @@ def _heatmap_figure(
     _colorbar(
         fig, im, log, fs, cbar_label, map_h, ax=ax, fraction=0.08, pad=0.02, aspect=max(10, 20 * min(1.0, map_h / 2.5))
     )
+    if sax is not None:  # the same space beside the series as the colour bar takes beside the map: columns line up
+        fig.colorbar(im, ax=sax, fraction=0.08, pad=0.02).ax.set_visible(False)
     if title:
-        ax.set_title(title, fontsize=fs + 1, loc="center")
+        (sax or ax).set_title(title, fontsize=fs + 1, loc="center")
     return fig
 
 
@@ -147,10 +177,13 @@ def _map_figure(
     mv: vm.MapView,
     highlight_row: int | None = None,
 ):
-    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers, labels and title the screen draws."""
+    """A :class:`~attnviz.core.view.MapView` as a heatmap figure: the numbers, labels and title the screen draws
+    (a signed A − B map on the view model's diverging colours, symmetric about 0)."""
+    signed = {"cmap": colormaps[vm.DIFF_CMAP], "norm": Normalize(mv.vmin, mv.vmax)} if mv.diverging else {}
+    log = sel.log and not mv.diverging
     return _heatmap_figure(
         style,
-        sel.log,
+        log,
         mv.vmax,  # the view model's top of the scale (the selection's scale), as the screen's colour bar
         mv.matrix,
         display_labels(mv.q_labels),
@@ -160,8 +193,10 @@ def _map_figure(
         make_title(result, style, mv.title),
         mv.x_title,
         mv.y_title,
-        vm.notes_label(mv.notes, sel.log, mv.scale),
+        vm.map_label(mv, log),
         highlight_row,
+        mv.k_values,
+        **signed,
     )
 
 
@@ -180,6 +215,12 @@ def _query_row(pos, query: int | None) -> int | None:
 def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     mv = vm.compute_map(result, sel)
     return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
+
+
+def draw_diff(result_a: AttentionResult, result_b: AttentionResult, sel: vm.Selection, style: FigureStyle):
+    """Head map's "A − B": model A's map minus model B's for ``sel``, diverging colours centred on 0."""
+    mv = vm.compute_diff_map(result_a, result_b, sel)
+    return _map_figure(result_a, sel, style, mv, _query_row(mv.q_pos, sel.query))
 
 
 def draw_alignment(result: AttentionResult, sel: vm.Selection, style: FigureStyle):

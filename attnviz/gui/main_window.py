@@ -20,12 +20,14 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.app import gold, rules
+from attnviz.app.compare import save_compared
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
 from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
 from attnviz.gui.app import make_settings
+from attnviz.gui.compare import CompareController
 from attnviz.gui.export import (
     VIEW_FORMATS,
     export_npz,
@@ -79,7 +81,8 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0}
+        self.last_request: AnalyzeRequest | None = None  # what the shown result was run on (None: loaded maps)
         self.pending_values: dict | None = None
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
@@ -138,6 +141,7 @@ class MainWindow(QMainWindow):
         self.inputs.run_requested.connect(self.run_analysis)
         self.inputs.cancel_requested.connect(self.cancel)
         self.session.selection_changed.connect(self._update_title)
+        self.compare = CompareController(self)  # File ▸ Compare with…: model B beside this one
         self._build_menus()
         self._build_keys()
         self._restore_layout()
@@ -166,6 +170,9 @@ class MainWindow(QMainWindow):
         ):
             fm.addAction(self._action(text, slot, key))
         self.recent_menu = fm.addMenu("Open &recent")
+        fm.addSeparator()
+        for a in self.compare.actions():
+            fm.addAction(a)
         fm.addSeparator()
         self.export_view_action = self._action("&Export view (PNG/SVG/PDF)…", self.export_view_dialog, "Ctrl+E")
         fm.addAction(self.export_view_action)
@@ -299,8 +306,13 @@ class MainWindow(QMainWindow):
             self._on_exported(rid, value or ctx[0])
         elif kind == "gold" and rid == self._latest["gold"]:
             self._on_gold(value)
+        elif kind == "compare":
+            self.compare.returned(rid, value)
 
     def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
+        if kind == "compare":
+            self.compare.errored(rid, exc)
+            return
         self._on_error(kind, rid, exc)
 
     def _on_worker_progress(self, kind: str, rid: int, percent: int, text: str) -> None:
@@ -442,6 +454,7 @@ class MainWindow(QMainWindow):
         self.workers.cancel("run")  # the older run's result will be dropped
         w = self.workers.start(analyze, m, request, kind="run")
         self._latest["run"] = w.request_id
+        self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")
 
@@ -456,9 +469,16 @@ class MainWindow(QMainWindow):
         if rid != self._latest["run"]:
             return
         self.inputs.set_busy(False, "done")
-        self._show_result(result)
+        self._show_result(result, self._context.get(rid, (None,))[0])
 
-    def _show_result(self, result) -> None:
+    def _show_result(self, result, request: AnalyzeRequest | None = None) -> None:
+        """Show ``result``, run on ``request`` (None: maps loaded from a file); a model compared beside it runs
+        the same request."""
+        self.last_request = request
+        self._draw_result(result)
+        self.compare.on_result(request)
+
+    def _draw_result(self, result) -> None:
         self.session.set_result(result)
         self._follow_view_block()
         info = result.info or {}
@@ -591,6 +611,11 @@ class MainWindow(QMainWindow):
             return
         view = self.current_view()
         what = self.figure_selection(view) if figures_renderer() is not None else None
+        held, shown = self.session.comparison, self.head_map.shown()
+        if what is not None and view is self.head_map and held is not None and shown != "A":
+            sel, blocks = self.session.sel, self.session.blocks  # model B's map, or A − B, as Head map shows it
+            self._start_export(lambda: save_compared(held, shown, sel, path, blocks), path)
+            return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
             self._start_export(lambda: render_and_save(result, name, sel, path), path)

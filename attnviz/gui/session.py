@@ -8,6 +8,7 @@ Signals
 model_changed()       a model was opened (``model`` may be None for a loaded .npz)
 result_changed()      a new :class:`~attnviz.core.AttentionResult` arrived
 selection_changed()   block / layer / head / aggregation / filters / step changed
+comparison_changed()  a comparison with a second model was set or dropped (``comparison``)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from attnviz.core.view import ViewError, default_selection, map_inputs
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
 
 if TYPE_CHECKING:
+    from attnviz.app.compare import HeldComparison
     from attnviz.runtime.protocol import AttnModel
 
 
@@ -28,6 +30,7 @@ class Session(QObject):
     model_changed = Signal()
     result_changed = Signal()
     selection_changed = Signal()
+    comparison_changed = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -39,6 +42,8 @@ class Session(QObject):
         self._fresh = True  # the next result is a newly opened model's: it opens on the view model's default
         # the model the views last opened on its declared alignment head (gui/views/declared.py): once per model
         self.declared_opened_for: object | None = None
+        # File ▸ Compare with…: model B's result on this result's input and the per-head rows (None: no comparison)
+        self.comparison: HeldComparison | None = None
 
     # -- state changes -------------------------------------------------------
     def set_model(self, model: AttnModel | None) -> None:
@@ -46,8 +51,19 @@ class Session(QObject):
         self._fresh = True
         self.model_changed.emit()
 
+    def set_comparison(self, comparison: HeldComparison | None) -> None:
+        """Hold a comparison measured against the current result (a stale one is refused), or drop it."""
+        if comparison is not None and comparison.result_a is not self.result:
+            comparison = None
+        if comparison is not self.comparison:
+            self.comparison = comparison
+            self.comparison_changed.emit()
+
     def set_result(self, result: AttentionResult | None) -> None:
         self.result = result
+        if self.comparison is not None and self.comparison.result_a is not result:
+            self.comparison = None  # measured on another input: the window recomputes it for this one
+            self.comparison_changed.emit()
         batch = min(self.sel.batch, result.batch_size - 1) if result is not None else 0
         self.blocks = result.blocks(batch) if result is not None else []
         self._map_cache = None

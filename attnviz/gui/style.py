@@ -30,6 +30,11 @@ def colormap(name: str = CMAP_NAME) -> pg.ColorMap:
     return pg.colormap.get(name)
 
 
+def diff_colormap() -> pg.ColorMap:
+    """The view model's diverging map for A − B (the colours matplotlib's RdBu_r is made of)."""
+    return pg.ColorMap(np.linspace(0.0, 1.0, len(vm.DIFF_COLOURS)), list(vm.DIFF_COLOURS), name=vm.DIFF_CMAP)
+
+
 def lut(name: str = CMAP_NAME, n: int = 256) -> np.ndarray:
     return colormap(name).getLookupTable(0.0, 1.0, n)
 

@@ -540,5 +540,7 @@ def decoder_axes(model: AttnModel, prep: Prepared, rows: list[list[int]], feeds:
 
 
 def series_axis(values) -> TokenAxis:
-    """A time series' axis is its time steps (t0 = the oldest value), not the values themselves."""
-    return TokenAxis([f"t{i}" for i in range(len(values))])
+    """A time series' axis is its time steps (t0 = the oldest value), not the values themselves; the values ride
+    along, so that the views can plot the series above its maps."""
+    vals = [float(v) for v in np.ravel(values)]
+    return TokenAxis([f"t{i}" for i in range(len(vals))], values=vals)

@@ -214,3 +214,27 @@ def test_the_default_colour_scale_does_not_make_near_uniform_attention_look_satu
     )
     with pytest.raises(vm.ViewError, match="unknown colour scale 'auto'"):
         vm.compute_map(r, vm.Selection(scale="auto"))
+
+
+def test_a_time_series_rides_on_its_axis_to_the_map_and_through_npz(tmp_path):
+    """A forecaster's key axis carries the series' values; the map view keeps the values of the columns it draws
+    (a generation step cuts them as it cuts the columns), and an .npz round trip keeps them."""
+    from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+    from attnviz.core.io import load_npz, save_npz
+
+    vals = [0.5, -1.0, 2.25, 0.0]
+    m = np.tril(np.ones((4, 4), np.float32))
+    m /= m.sum(-1, keepdims=True)
+    axis = TokenAxis([f"t{i}" for i in range(4)], values=vals)
+    result = AttentionResult(
+        [DenseMap(m[None, None])], [SiteInfo("decoder", "self", 0, 1, "n", "softmax")], tokens=axis
+    )
+    mv = vm.compute_map(result, vm.Selection())
+    assert mv.k_values == vals and mv.k_labels == ["t0", "t1", "t2", "t3"]
+    back = load_npz(save_npz(result, tmp_path / "r.npz"))
+    assert back.tokens.values == vals
+    assert vm.compute_map(back, vm.Selection()).k_values == vals
+    with pytest.raises(ValueError, match="series values"):
+        TokenAxis(["t0", "t1"], values=[1.0])
+    plain = AttentionResult([DenseMap(m[None, None])], result.sites, tokens=TokenAxis(["a", "b", "c", "d"]))
+    assert vm.compute_map(plain, vm.Selection()).k_values is None

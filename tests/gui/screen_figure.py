@@ -36,7 +36,7 @@ def figure(w, view):
 
 def check_map(hm, fig):
     """A heatmap widget and a heatmap figure: same matrix, colour range, axis titles and tick labels."""
-    ax = fig.axes[0]
+    ax = next(a for a in fig.axes if a.images)  # the map (a time series' plot may stand above it)
     mv = hm.mv
     np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mv.matrix)
     norm = ax.images[0].norm
@@ -48,10 +48,23 @@ def check_map(hm, fig):
         np.testing.assert_allclose([norm.vmin, norm.vmax], [lo, hi], rtol=1e-6)
         np.testing.assert_array_equal(hm.image.image, mv.matrix)
     # the same title words: the figure's is the model's name, then the screen's title
-    assert unescape(ax.get_title().replace("\n", " · ")).endswith(mv.title)
+    title = next(a for a in fig.axes if a.get_title()).get_title()  # above the series when there is one
+    assert unescape(title.replace("\n", " · ")).endswith(mv.title)
     assert hm.plot.getPlotItem().titleLabel.text == mv.title
-    cbar = next(a for a in fig.axes if a is not ax)  # the colour bar's words ("special tokens removed" when they were)
+    cbar = next(
+        a for a in fig.axes if a is not ax and a.get_visible() and not a.lines
+    )  # the colour bar's words ("special tokens removed" when they were)
     assert cbar.get_ylabel().replace("\n", " ") == hm.colorbar.axis.labelText
+    # a time series plotted above its map: the same values on the same columns
+    if mv.k_values is not None:
+        line = next(a for a in fig.axes if a.lines).lines[0]
+        gx, gy = hm.series_curve.getData()
+        np.testing.assert_allclose(line.get_ydata(), mv.k_values)
+        np.testing.assert_allclose(gy, mv.k_values)
+        np.testing.assert_allclose(gx - 0.5, line.get_xdata())  # screen cells span [i, i+1), figure's [i-½, i+½)
+        assert hm.series.isVisible() or not hm.isVisible()
+    else:
+        assert not hm.series.isVisible()
     # the same colour-bar ticks, the top of the scale labelled with its value on both
     fig_ticks = [unescape(t.get_text()) for t in cbar.get_yticklabels() if t.get_text()]
     gui_ticks = [text for _, text in hm.colorbar.axis._tickLevels[0]]
@@ -63,6 +76,18 @@ def check_map(hm, fig):
         texts = [unescape(t.get_text()) for t in axis.get_majorticklabels()]
         assert texts == [labels[i] for i in ticks]
         assert ticks[0] == 0 and ticks[-1] == len(labels) - 1  # first and last always labelled
+
+
+def check_compared(w, shown: str):
+    """Head map showing model B's map or A − B (File ▸ Compare with…): the figure Export view writes for it
+    draws the same matrix, limits (symmetric about 0 for A − B), words and ticks."""
+    from attnviz.app.compare import compared_figure
+
+    w.select_view("head")
+    s = w.session
+    fig = compared_figure(s.comparison, shown, s.sel, s.blocks, FigureStyle(dpi=40))
+    check_map(w.head_map.heatmap, fig)
+    return fig
 
 
 def check_overview(w, fig):

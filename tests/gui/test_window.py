@@ -131,6 +131,26 @@ def test_token_links_overlay_and_hover(qtbot, window, files):
     assert v.info.text().startswith("query “cat”")
 
 
+def test_token_links_of_a_short_input_fill_the_panel(qtbot, window, files):
+    """Eight tokens in a tall panel spread down it (they used to sit in its top third), and hovering still finds
+    each token where it is drawn."""
+    open_and_wait(qtbot, window, files["text.onnx"])
+    window.select_view("links")
+    cv = window.links.canvas
+    window.resize(1400, 900)
+    qtbot.waitUntil(lambda: cv.height() > 500, timeout=3000)
+    n = len(cv.q_labels)
+    assert n == 8
+    last = cv.token_pos("query", n - 1).y()
+    assert last > 0.6 * cv.height() or cv._row_h() == 44  # filled, up to the largest pitch
+    for side in ("query", "key"):
+        for i in range(n):
+            assert cv.token_at(QPointF(cv._x_left() - 8 if side == "query" else cv._x_right() + 8, cv._y(i))) == (
+                side,
+                i,
+            )
+
+
 def test_token_links_long_input_top_k(qtbot, window, files):
     open_and_wait(qtbot, window, files["long.onnx"], text=" ".join(f"w{i}" for i in range(120)))
     window.select_view("links")

@@ -150,6 +150,7 @@ class HeatmapWidget(QWidget):
         self.vb.addItem(self.image)
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=style.colormap(), interactive=False, width=14)
         self.colorbar.axis.enableAutoSIPrefix(False)
+        self._diverging = False  # the colour bar holds the diverging map (an A − B map is drawn)
         self.colorbar.setImageItem(self.image, insert_in=pi)
         pen = QPen(QColor(255, 255, 255, 230))
         pen.setCosmetic(True)
@@ -172,8 +173,24 @@ class HeatmapWidget(QWidget):
         self.hover_label = QLabel(" ")
         self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.hover_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # a time series' values above its map (MapView.k_values), one point per key column, the columns linked
+        self.series = pg.PlotWidget()
+        self.series.setFixedHeight(110)
+        spi = self.series.getPlotItem()
+        spi.hideButtons()
+        spi.setMenuEnabled(False)
+        spi.setLabel("left", "value")
+        spi.getAxis("left").enableAutoSIPrefix(False)  # the series' own numbers, as the figure prints them
+        spi.getAxis("bottom").setStyle(showValues=False)
+        spi.setXLink(pi)
+        self.series_curve = spi.plot([], [], pen=pg.mkPen((40, 40, 40), width=1.5), symbol="o", symbolSize=4)
+        self._series_pad = pg.GraphicsWidget()  # stands where the map's colour bar stands, so the columns line up
+        spi.layout.addItem(self._series_pad, 2, 5)
+        spi.layout.setColumnFixedWidth(4, 5)
+        self.series.hide()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.series)
         lay.addWidget(self.plot, 1)
         lay.addWidget(self.hover_label)
         self.hover: tuple[int, int] = (-1, -1)
@@ -183,15 +200,22 @@ class HeatmapWidget(QWidget):
     # -- drawing ---------------------------------------------------------------
     def set_map(self, mv: MapView, log: bool = False, reset_view: bool = True) -> None:
         same_shape = self.mv is not None and self.mv.matrix.shape == mv.matrix.shape
+        log = log and not mv.diverging  # a signed difference is never on a log scale
         self.mv, self.log = mv, log
-        lo, hi = style.display_levels(np.array([0.0, mv.vmax]), log)  # the view model's top (the selection's scale)
+        if mv.diverging:  # A − B: diverging colours, symmetric about 0
+            lo, hi = mv.vmin, mv.vmax
+        else:
+            lo, hi = style.display_levels(np.array([0.0, mv.vmax]), log)  # the view model's top (the selection's scale)
+        if mv.diverging != self._diverging:
+            self._diverging = mv.diverging
+            self.colorbar.setColorMap(style.diff_colormap() if mv.diverging else style.colormap())
         self.shown = style.display_values(mv.matrix, log, (lo, hi))
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         tq, tk = mv.matrix.shape
         self.image.setRect(QRectF(0, 0, tk, tq))
-        bar = ((lo, hi), log, vm.notes_label(mv.notes, log, mv.scale))  # the figure's words
+        bar = ((lo, hi), log, vm.map_label(mv, log), mv.diverging)  # the figure's words
         if bar != self._bar:  # setting it again would re-lay the colour bar's axis on every head switch
-            style.set_colorbar(self.colorbar, *bar)
+            style.set_colorbar(self.colorbar, *bar[:3])
             self._bar = bar
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
@@ -204,11 +228,28 @@ class HeatmapWidget(QWidget):
         pi.setTitle(mv.title, size="10pt")
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
+        self._set_series(mv)
         r, c = self.hover
         if 0 <= r < tq and 0 <= c < tk:
             self.set_hover(r, c)
         else:
             self.set_hover(-1, -1)
+
+    def _set_series(self, mv: MapView) -> None:
+        """The series above the map (the figure draws the same values, see figures.views)."""
+        if mv.k_values is None:
+            self.series.hide()
+            self.series_curve.setData([], [])
+            return
+        self.series_curve.setData(np.arange(len(mv.k_values)) + 0.5, np.asarray(mv.k_values, float))
+        self.series.show()
+        pi = self.plot.getPlotItem()
+        pi.layout.activate()
+        spi = self.series.getPlotItem()
+        width = max(self.y_axis.width(), spi.getAxis("left").width())
+        self.y_axis.setWidth(width)
+        spi.getAxis("left").setWidth(width)
+        self._series_pad.setFixedWidth(self.colorbar.boundingRect().width())
 
     def mark_row(self, row: int | None) -> None:
         if self.mv is None or row is None or row < 0 or row >= self.mv.matrix.shape[0]:

@@ -23,6 +23,7 @@ GAP = 0.12  # gap between thumbnails, in cell units
 BLOCK_GAP = 0.9  # least rows of space above a block (grown to fit its title and head labels)
 TITLE_PX = 46.0  # pixels needed above a block: head labels plus the block title
 HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
+LAYER_LABEL_PX = 34.0  # room left of the grid for the layer labels ("L11")
 
 
 class OverviewView(View):
@@ -59,6 +60,11 @@ class OverviewView(View):
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.vb.sigRangeChanged.connect(self._place_titles)
         self.vb.sigResized.connect(self._place_titles)
+        # File ▸ Compare with…: a frame around each head, coloured by its divergence from model B
+        self.frames: dict[tuple[int, int, int], QGraphicsRectItem] = {}
+        self.frame_colours: dict[tuple[int, int, int], str] = {}
+        self._frames_for: tuple[int, int] | None = None  # (comparison, result) the frames were drawn for
+        session.comparison_changed.connect(self._on_selection)
 
     # -- structure ---------------------------------------------------------------
     def on_result(self) -> None:
@@ -68,7 +74,7 @@ class OverviewView(View):
         self.cells.clear()
         self._labels = []
         blocks = self.session.blocks
-        gap = self._block_gap(blocks)
+        gap, cell_px = self._block_gap(blocks)
         self._titles = []
         y = 0.0
         for bi, blk in enumerate(blocks):
@@ -99,21 +105,26 @@ class OverviewView(View):
             y += blk.n_layers + 0.3
         self.colorbar.setImageItem(list(self.thumbs.values()))
         width = max((b.n_heads for b in self.session.blocks), default=1)
-        self.vb.setRange(QRectF(-0.8, 0, width + 0.8, y), padding=0.02)
+        # the layer labels need pixels, not cells: a fixed 0.8 cell left a small model's grid a fifth narrower
+        margin = min(0.8, LAYER_LABEL_PX / max(cell_px, 1.0))
+        self.vb.setRange(QRectF(-margin, 0, width + margin, y), padding=0.02)
         self._place_titles()
         self._drawn_key = None
+        self._frames_for = None
 
-    def _block_gap(self, blocks) -> float:
-        """Rows of space above each block for its title and head labels (text has a fixed pixel size)."""
+    def _block_gap(self, blocks) -> tuple[float, float]:
+        """Rows of space above each block for its title and head labels (text has a fixed pixel size), and the
+        cell's size in pixels that this gives."""
         vw = max(200, self.glw.width() - 80)
         vh = max(200, self.glw.height())
         heads = max((b.n_heads for b in blocks), default=1)
         layers = sum(b.n_layers + 0.3 for b in blocks)
         gap = BLOCK_GAP
+        cell_px = 1.0
         for _ in range(4):  # the cell size depends on the gap and the gap on the cell size
-            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), vw / (heads + 0.8))
+            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), (vw - LAYER_LABEL_PX) / heads)
             gap = min(3.0, max(BLOCK_GAP, TITLE_PX / max(cell_px, 1.0)))
-        return gap
+        return gap, cell_px
 
     def _place_titles(self, *_) -> None:
         """Keep each block title just above its head labels, whatever the zoom."""
@@ -156,7 +167,38 @@ class OverviewView(View):
         if key != self._drawn_key:
             self.redraw()
             self._drawn_key = key
+        self.draw_frames()
         self.update_focus()
+
+    def draw_frames(self) -> None:
+        """Frame each head the held comparison measured, darker red the more it diverges from model B."""
+        c = self.session.comparison
+        key = (id(c), id(self.session.result))
+        if key == self._frames_for:
+            return
+        self._frames_for = key
+        for item in self.frames.values():
+            self.vb.removeItem(item)
+        self.frames.clear()
+        self.frame_colours.clear()
+        if c is None or c.result_a is not self.session.result:
+            return
+        js = c.divergence(self.session.blocks)
+        top = max(js.values(), default=0.0)
+        for key, value in js.items():
+            colour = vm.divergence_colour(value, top)
+            if colour is None or key not in self.cells:
+                continue
+            pen = QPen(QColor(colour))
+            pen.setCosmetic(True)
+            pen.setWidthF(2.0)
+            item = QGraphicsRectItem(self.cells[key].adjusted(-0.02, -0.02, 0.02, 0.02))
+            item.setPen(pen)
+            item.setZValue(15)
+            item.setToolTip(f"JS vs {c.name_b}: {value:.4g} bits")
+            self.vb.addItem(item, ignoreBounds=True)
+            self.frames[key] = item
+            self.frame_colours[key] = colour
 
     def update_focus(self) -> None:
         s = self.session.sel
@@ -171,6 +213,11 @@ class OverviewView(View):
         self.info.setText(
             f"{len(self.thumbs)} heads · shared scale 0–{getattr(self, 'vmax', 1.0):.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
+            + (
+                f" · frames: divergence from {self.session.comparison.name_b} (darkest red = most)"
+                if self.session.comparison is not None
+                else ""
+            )
         )
 
     # -- picking -------------------------------------------------------------------

@@ -6,6 +6,7 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
+from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
 from attnviz.core.stats import STAT_COLUMNS, head_stats, stat_columns
 from attnviz.core.view import check_not_empty
@@ -99,6 +100,15 @@ class StatsView(View):
         self.workers = WorkerPool(max_threads=1, parent=self)
         self.workers.returned.connect(self._on_stats)
         self.workers.errored.connect(self._on_stats_error)
+        session.comparison_changed.connect(self._on_comparison)
+
+    def _on_comparison(self) -> None:
+        """A comparison with model B was set or dropped: refill with or without its columns."""
+        self._key = None
+        if self.isVisible():
+            self.refresh()
+        else:
+            self._dirty = True
 
     def set_gold(self, table: dict | None) -> None:
         """Show AER / precision / recall per head from a gold test set (None removes the columns)."""
@@ -114,6 +124,20 @@ class StatsView(View):
         for row in rows:
             row.update(alignment_columns(self.gold, row["layer"], row["head"]) or {})
         return all("aer" in row for row in rows)
+
+    def _compare_rows(self, rows: list[dict]) -> bool:
+        """Add the held comparison's measures (compare_results' rows) to ``rows``: every head of the block must
+        have been compared, else the columns stay off (a site only A has)."""
+        c, blk = self.session.comparison, self.session.block
+        if c is None or blk is None or blk.result is not c.result_a:
+            return False
+        measured = c.block_rows(blk)
+        if not all((row["layer"], row["head"]) in measured for row in rows):
+            return False
+        for row in rows:
+            m = measured[(row["layer"], row["head"])]
+            row.update({k: m[k] for k in COMPARE_COLUMNS})
+        return True
 
     def context(self) -> str:
         """text | cross | cross-image | patches: what the current block's key positions are."""
@@ -144,9 +168,10 @@ class StatsView(View):
         self._pending = None
         self.rows = rows
         aligned = self._align_rows(rows)
+        compared = self._compare_rows(rows)
         shown = stat_columns(self.context())  # what each column means for this block, or not shown at all
-        stats = (list(ALIGN_COLUMNS) if aligned else []) + list(shown)
-        names = {**ALIGN_COLUMNS, **shown}
+        stats = (list(ALIGN_COLUMNS) if aligned else []) + (list(COMPARE_COLUMNS) if compared else []) + list(shown)
+        names = {**ALIGN_COLUMNS, **COMPARE_COLUMNS, **shown}
         self.columns = ["layer", "head"] + stats
         t = self.table
         t.setSortingEnabled(False)
@@ -161,7 +186,9 @@ class StatsView(View):
             t.setItem(r, 0, NumItem(row["layer"], str(row["layer"])))
             t.setItem(r, 1, NumItem(row["head"], str(row["head"])))
             for c, name in enumerate(stats):
-                t.setItem(r, c + 2, NumItem(row[name], f"{row[name]:.3f}"))
+                # a quantized copy's divergences are tiny: significant digits, not three decimals that read 0.000
+                text = f"{row[name]:.3g}" if name in COMPARE_COLUMNS else f"{row[name]:.3f}"
+                t.setItem(r, c + 2, NumItem(row[name], text))
         t.setSortingEnabled(True)
         self._fit_columns()
         text = (
@@ -178,6 +205,11 @@ class StatsView(View):
             )
         elif self.gold is not None:
             text += f" AER columns: choose a cross-attention block (gold {self.gold['name']} is loaded)."
+        c = self.session.comparison
+        if compared and c is not None:
+            text += f" Compared with B = {c.name_b} (JS in bits)."
+        elif c is not None:
+            text += f" No comparison columns: {c.name_b} has no matching {self.session.block.name}."
         self.info.setText(text)
         self.select_current()
 

@@ -12,7 +12,8 @@ from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views.base import View, info_label
 
-ROW_H = 22
+ROW_H = 22  # the smallest row pitch (px): a label's height
+MAX_ROW_H = 44  # a short input spreads its rows over the panel up to this pitch (then the lines stay readable)
 LINK_SPAN = 380  # max horizontal distance between the token columns, px
 
 
@@ -86,11 +87,18 @@ class LinksCanvas(QWidget):
     def _x_right(self) -> float:
         return self.width() - self._x0() - self._col_w
 
+    def _row_h(self) -> float:
+        """Row pitch: a short input fills the panel's height (up to MAX_ROW_H) instead of its top third."""
+        n = max(len(self.q_labels), len(self.k_labels), 1)
+        return float(min(MAX_ROW_H, max(ROW_H, self.height() / (n + 2))))
+
     def _y(self, i: int) -> float:
-        return ROW_H * (i + 1) + ROW_H / 2
+        rh = self._row_h()
+        return rh * (i + 1) + rh / 2
 
     def token_at(self, pos: QPointF) -> tuple[str, int] | None:
-        i = int((pos.y() - ROW_H) // ROW_H)
+        rh = self._row_h()
+        i = int((pos.y() - rh) // rh)
         if self._x0() <= pos.x() <= self._x_left() + 6 and 0 <= i < len(self.q_labels):
             return "query", i
         if self._x_right() - 6 <= pos.x() <= self.width() - self._x0() and 0 <= i < len(self.k_labels):
@@ -116,12 +124,12 @@ class LinksCanvas(QWidget):
         xl, xr = self._x_left(), self._x_right()
         p.setPen(QColor("#555"))
         p.drawText(
-            QRectF(self._x0(), 0, self._col_w, ROW_H),
+            QRectF(self._x0(), 0, self._col_w, self._row_h()),
             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
             f"{self.titles[0]} ",
         )
         p.drawText(
-            QRectF(xr, 0, self._col_w, ROW_H),
+            QRectF(xr, 0, self._col_w, self._row_h()),
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
             f" {self.titles[1]}",
         )
@@ -139,7 +147,8 @@ class LinksCanvas(QWidget):
             ("key", self.k_labels, xr, Qt.AlignmentFlag.AlignLeft),
         ):
             for i, s in enumerate(labels):
-                r = QRectF(x0 + (0 if side == "query" else 6), ROW_H * (i + 1), self._col_w - 6, ROW_H)
+                rh = self._row_h()
+                r = QRectF(x0 + (0 if side == "query" else 6), rh * (i + 1), self._col_w - 6, rh)
                 hot = focus is not None and focus == (side, i)
                 if hot:
                     p.fillRect(r, QColor(255, 230, 150))
@@ -217,8 +226,13 @@ class TokenLinksView(View):
             b.blockSignals(False)
         self.lv = lv
         self.canvas.set_data(lv)
-        heads = ", ".join(str(h) for h in sorted(self.checked)) if sel.mode == "head" else vm.MODE_TITLES[sel.mode]
-        self.info.setText(f"layer {sel.layer} · heads {heads}. Hover a token to show only its links.")
+        checked = sorted(self.checked)
+        heads = (
+            f"head{'s' if len(checked) != 1 else ''} {', '.join(str(h) for h in checked)}"
+            if sel.mode == "head"
+            else vm.MODE_TITLES[sel.mode]
+        )
+        self.info.setText(f"layer {sel.layer} · {heads}. Hover a token to show only its links.")
         self.info.setToolTip(
             f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
             f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)"
