@@ -84,6 +84,8 @@ def main(argv=None) -> int:
             QApplication.processEvents()  # delivers the update: the view repaints here
 
         # the window opens on "mean over heads" (view.default_selection): a head switch there changes no map
+        win.session.select(mode="mean")  # a second result keeps the user's focus: the last round left "head"
+        app.processEvents()
         mean_ms = timed(switch_head, args.repeats)
         win.session.select(mode="head", layer=0)
         app.processEvents()
