@@ -36,6 +36,15 @@ def hf_export(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llava_repo(tmp_path_factory):
+    """A tiny random-init LLaVA as a Hub repository with the three-file ONNX layout (tests/vlm_models.py);
+    exported once per session."""
+    import vlm_models
+
+    return vlm_models.save_repo(tmp_path_factory.mktemp("llava") / "tiny-llava")
+
+
+@pytest.fixture(scope="session")
 def optimum_export():
     """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
 

@@ -69,3 +69,54 @@ def test_the_gates_can_fail(tmp_path):
         cwd=tmp_path,
     )
     assert "Incompatible return value type" in out.stdout
+
+
+# JSON from users goes through attnviz.core.untrusted.parse_json / read_json (depth, number length, size, UTF-8:
+# one line, never RecursionError).  The only other json.loads, each reviewed:
+JSON_LOADS_ALLOWED = {
+    "attnviz/core/untrusted.py",  # the guard itself
+    "attnviz/figures/recipe.py",  # json.loads(json.dumps(recipe)): a deep copy of a dict this process built
+}
+
+
+def json_loads_calls(source: str) -> list[int]:
+    """Lines calling json.load/json.loads (or the names imported from json), and the JSONDecoder."""
+    import ast
+
+    tree = ast.parse(source)
+    aliases = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "json"
+        for a in n.names
+        if a.name in ("load", "loads", "JSONDecoder")
+    }
+    mods = {
+        a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name == "json"
+    }
+    hits = []
+    for n in ast.walk(tree):
+        f = n.func if isinstance(n, ast.Call) else None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in mods:
+            if f.attr in ("load", "loads", "JSONDecoder"):
+                hits.append(n.lineno)
+        elif isinstance(f, ast.Name) and f.id in aliases:
+            hits.append(n.lineno)
+    return hits
+
+
+def test_json_is_parsed_only_through_the_guard():
+    found = {
+        f"{p.relative_to(ROOT).as_posix()}:{line}"
+        for p in sorted((ROOT / "attnviz").rglob("*.py"))
+        if p.relative_to(ROOT).as_posix() not in JSON_LOADS_ALLOWED
+        for line in json_loads_calls(p.read_text(encoding="utf-8"))
+    }
+    assert not found, f"parse user JSON with attnviz.core.untrusted.parse_json/read_json, not json.loads: {found}"
+
+
+def test_the_json_check_can_fail():
+    assert json_loads_calls("import json\nx = json.loads(s)\n") == [2]
+    assert json_loads_calls("import json as j\nwith open(p) as f:\n    x = j.load(f)\n") == [3]
+    assert json_loads_calls("from json import loads as L\nx = L(s)\n") == [2]
+    assert json_loads_calls("import json\nx = json.dumps(s)\n") == []

@@ -85,7 +85,7 @@ def test_extract_out_onto_its_feeds_is_refused(tiny, tmp_path, capsys):
     assert sha_all(tiny, feeds) == before
 
 
-def test_recipe_output_paths_stay_beside_the_recipe(tiny, tmp_path, capsys):
+def test_recipe_output_paths_outside_the_recipe_folder_are_refused(tiny, tmp_path, capsys):
     work = tmp_path / "work"
     work.mkdir()
     rc, _ = run(
@@ -102,9 +102,11 @@ def test_recipe_output_paths_stay_beside_the_recipe(tiny, tmp_path, capsys):
         r["output"]["path"] = target
         hostile = work / f"hostile-{name}.json"
         hostile.write_text(json.dumps(r))
+        before = sorted(p.name for p in work.iterdir())
         rc, err = run(capsys, "figure", "--recipe", hostile)
-        assert rc == 0, err
-        assert (work / name).is_file()  # written beside the recipe instead
+        assert rc == 2  # refused: neither written there nor, silently, somewhere the recipe does not say
+        one_line(err, "outside the recipe's folder", "--out")
+        assert sorted(p.name for p in work.iterdir()) == before
     assert victim.read_bytes() == b"precious" and absolute.read_bytes() == b"also precious"
     # an explicit --out on the command line is honoured
     rc, _ = run(capsys, "figure", "--recipe", work / "hostile-victim.png.json", "--out", victim)

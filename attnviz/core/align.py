@@ -428,6 +428,16 @@ def check_gold(gold: tuple[set[Link], set[Link]], n_src: int, n_tgt: int, where:
             raise PharaohError(f"{where}link {i}-{j} points past the sentence ({n_src} source, {n_tgt} target words)")
 
 
+def check_gold_set(gold: list[tuple[set[Link], set[Link]]], where: str) -> None:
+    """:class:`PharaohError` when no line holds a sure link: every head would score AER 1.000 against it (recall
+    has nothing to find), a ranking that looks like a result and means nothing."""
+    if not any(sure for sure, _ in gold):
+        raise PharaohError(
+            f"{where}: no sure link (i-j) in any of its {len(gold)} lines, so every head would score AER 1.000; "
+            "give gold alignments with sure links"
+        )
+
+
 __all__ = [
     "Link",
     "CONVENTIONS",
@@ -449,4 +459,5 @@ __all__ = [
     "read_lines",
     "read_pharaoh",
     "check_gold",
+    "check_gold_set",
 ]

@@ -215,6 +215,8 @@ class AttentionResult:
     tokens: TokenAxis | None = None  # encoder / only sequence (queries of self-attention)
     key_tokens: TokenAxis | None = None  # second sequence: decoder tokens for enc-dec, generated words
     patch_grid: PatchGrid | None = None  # when the encoder input is an image
+    # a vision–language decoder: where the image's tokens lie among its own keys (offset = the first image token)
+    token_grid: PatchGrid | None = None
     image: np.ndarray | None = None  # [H, W, 3] uint8, the image as the model saw it (resized)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)  # the model's ordinary graph outputs
     generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)

@@ -3,7 +3,7 @@
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
-``patch_grid`` ([rows, cols, offset]), ``image``, ``generated`` (str array), ``info`` (JSON).
+``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens), ``image``, ``generated`` (str array), ``info`` (JSON).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import json
 import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, DenseMap, MapSource, PatchGrid, SiteInfo, TokenAxis
-from attnviz.core.untrusted import open_regular
+from attnviz.core.attention import KINDS, STACKS, AttentionResult, DenseMap, MapSource, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
 
 
@@ -41,6 +42,9 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     if result.patch_grid is not None:
         g = result.patch_grid
         arrays["patch_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
+    if result.token_grid is not None:
+        g = result.token_grid
+        arrays["token_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
     if result.generated:
@@ -79,12 +83,16 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
 def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
-    sites = [SiteInfo.from_dict(d) for d in json.loads(str(z["sites"]))]
+    sites = _sites(parse_json(str(z["sites"]), f"{path}: 'sites'", fix=REEXTRACT), path)
     maps: list[MapSource] = []
     for i in range(len(sites)):
         a = z[f"attn_{i:03d}"]
         if a.ndim != 4 or a.dtype.kind != "f":
             raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+        if a.shape[1] != sites[i].heads:  # a site's head count is what every view and ranking labels
+            raise AttnvizError(
+                f"{path}: site {i} claims {sites[i].heads:,} heads but attn_{i:03d} holds {a.shape[1]}; {REEXTRACT}"
+            )
         if 0 in a.shape:  # no batch row, head or token: nothing any view can draw or average over
             raise AttnvizError(
                 f"{path}: attn_{i:03d} has an empty axis {list(a.shape)} [B, H, Tq, Tk]; "
@@ -94,24 +102,68 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
         maps.append(DenseMap(a))
 
+    lengths = {n for m in maps for n in m.shape[2:]}  # every query and key length some map has
+    notes: list[str] = []
+
     def axis(name):
         if name not in z.files:
             return None
+        labels = z[name]
+        if labels.ndim != 1:
+            raise AttnvizError(f"{path}: {name} is {list(labels.shape)}, not one label per position; {REEXTRACT}")
+        if len(labels) not in lengths:  # views would put positions in its place without a word: say so once
+            notes.append(f"{name} ({len(labels)} labels) fit no map's axis ({sorted(lengths)}); shown as positions")
+            return None
         sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
+        if sp is not None and np.shape(sp) != labels.shape:
+            raise AttnvizError(f"{path}: {name}_special does not match {name}; {REEXTRACT}")
         vals = z[f"{name}_values"] if f"{name}_values" in z.files else None
-        if vals is not None and (vals.dtype.kind not in "fiu" or vals.shape != (len(z[name]),)):
+        if vals is not None and (vals.dtype.kind not in "fiu" or vals.shape != labels.shape):
             raise AttnvizError(f"{path}: {name}_values must be one number per {name} label; extract it again")
-        return TokenAxis(z[name].tolist(), sp, None if vals is None else vals.astype(float).tolist())
+        return TokenAxis(labels.tolist(), sp, None if vals is None else vals.astype(float).tolist())
 
     grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
+    token_grid = PatchGrid(*[int(v) for v in z["token_grid"]]) if "token_grid" in z.files else None
+    tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
+    if notes:
+        info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]
     return AttentionResult(
         maps=maps,
         sites=sites,
-        tokens=axis("tokens"),
-        key_tokens=axis("key_tokens"),
+        tokens=tokens,
+        key_tokens=key_tokens,
         patch_grid=grid,
+        token_grid=token_grid,
         image=z["image"] if "image" in z.files else None,
         generated=z["generated"].tolist() if "generated" in z.files else [],
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
-        info=json.loads(str(z["info"])) if "info" in z.files else {},
+        info=info,
     )
+
+
+REEXTRACT = "extract the maps again with 'attnviz extract'"
+_SITE_INTS, _SITE_STRS = ("layer", "heads"), ("node", "method")
+
+
+def _sites(raw: Any, path: Path) -> list[SiteInfo]:
+    """The 'sites' list checked field by field: a file from elsewhere may hold anything JSON can."""
+    if not isinstance(raw, list) or not all(isinstance(d, dict) for d in raw):
+        raise AttnvizError(f"{path}: 'sites' is not a list of sites; {REEXTRACT}")
+    for i, d in enumerate(raw):
+        bad = (
+            [k for k in ("stack",) if d.get(k) not in STACKS]
+            + [k for k in ("kind",) if d.get(k) not in KINDS]
+            + [k for k in _SITE_INTS if type(d.get(k)) is not int or d[k] < 0]
+            + [k for k in _SITE_STRS if not isinstance(d.get(k), str)]
+            + [k for k in ("stage",) if d.get(k) is not None and (type(d[k]) is not int or d[k] < 0)]
+        )
+        if bad:
+            raise AttnvizError(f"{path}: site {i} has a bad {bad[0]!r} ({str(d.get(bad[0]))[:40]}); {REEXTRACT}")
+    return [SiteInfo.from_dict(d) for d in raw]
+
+
+def _info(z: np.lib.npyio.NpzFile, path: Path) -> dict:
+    info = parse_json(str(z["info"]), f"{path}: 'info'", fix=REEXTRACT) if "info" in z.files else {}
+    if not isinstance(info, dict):
+        raise AttnvizError(f"{path}: 'info' is {type(info).__name__}, not a record of run facts; {REEXTRACT}")
+    return info

@@ -51,6 +51,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from attnviz import AttnvizError
+from attnviz.core.untrusted import parse_json
+
 PREFIX = "attnviz."
 JSON_KEYS = ("vocab", "labels", "image", "special", "inputs", "sample", "config", "metrics", "alignment", "windows")
 INPUT_ROLES = ("tokens", "mask", "token_types", "positions", "decoder_tokens", "decoder_mask", "image", "series")
@@ -65,8 +68,8 @@ def parse(props: dict[str, str]) -> dict:
         key = k[len(PREFIX) :]
         if key in JSON_KEYS:
             try:
-                v = json.loads(v)
-            except (TypeError, ValueError):
+                v = parse_json(v, f"metadata {k}") if isinstance(v, (str, bytes)) else v
+            except AttnvizError:  # too deep, too long a number or not JSON: kept as the raw string
                 pass
         out[key] = v
     return out
@@ -77,6 +80,29 @@ def section(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
     or not an object: hand-written metadata is read leniently, a malformed value counts as missing."""
     value = meta.get(key)
     return value if isinstance(value, dict) else {}
+
+
+TOKEN_ID_MAX = 2**31 - 1  # int32: the narrowest token-id input an exported model takes
+
+
+def is_token_id(v: Any) -> bool:
+    """A whole number a model's id input can hold (not a bool, a string, a float, negative or past int32)."""
+    return type(v) is int and 0 <= v <= TOKEN_ID_MAX
+
+
+def check_special(special: Any, where: str) -> None:
+    """One line for a special-token id that cannot be an id (``attnviz.special``, and its translation "source"
+    section): fed to the model it overflowed numpy (an internal error), or never matched as an end of sequence."""
+    if not isinstance(special, dict):
+        return
+    for k, v in special.items():
+        if isinstance(v, dict):
+            check_special(v, where)
+        elif v is not None and not is_token_id(v):
+            raise AttnvizError(
+                f"{where}: special token {str(k)[:40]} = {str(v)[:40]} is not a token id "
+                f"(a whole number 0..{TOKEN_ID_MAX:,}); fix or remove it"
+            )
 
 
 def dump(meta: dict) -> dict[str, str]:

@@ -8,10 +8,14 @@ outside ``core``).  Failures are :class:`~attnviz.AttnvizError` with one line na
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.words import with_article
@@ -65,3 +69,58 @@ def read_text(path: str | os.PathLike, what: str = "file", limit: int | None = 6
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise AttnvizError(f"{what} {path}: not UTF-8 text") from None
+
+
+# --- JSON from strangers ---------------------------------------------------------------------------------------
+# json.loads recurses once per level (RecursionError near 1,000) and Python's int() refuses numbers past 4,300
+# digits (ValueError); neither is a message a user can act on.  Every JSON a user or a file from elsewhere supplies
+# is parsed by parse_json/read_json, which check both before json.loads runs, so every refusal is one line.
+
+JSON_MAX_DEPTH = 100  # Hugging Face configs, tokenizers, recipes and metadata nest under 10 levels
+JSON_MAX_DIGITS = 1000  # a digit run this long is no id, size or count attnviz could use
+JSON_MAX_BYTES = 64 * 2**20
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # unrolled: linear, no backtracking
+_LONG_DIGITS = re.compile(rf"\d{{{JSON_MAX_DIGITS + 1}}}")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest bracket nesting in ``text`` outside strings (numpy over the bracket bytes only: no recursion)."""
+    b = np.frombuffer(text.encode("utf-8", "replace"), np.uint8)
+    opens, closes = (b == 91) | (b == 123), (b == 93) | (b == 125)  # [ {  and  ] }
+    steps = opens[opens | closes].astype(np.int64) * 2 - 1
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def parse_json(data: str | bytes, what: str, limit_bytes: int | None = JSON_MAX_BYTES, fix: str = "") -> Any:
+    """``data`` parsed as JSON, or one :class:`~attnviz.AttnvizError` naming ``what`` (a file, a line, a
+    metadata key) and the problem: too large, not UTF-8, nested deeper than :data:`JSON_MAX_DEPTH`, a number
+    longer than :data:`JSON_MAX_DIGITS` digits, or not JSON.  ``fix`` (what the user should do) ends the line."""
+    tail = f"; {fix}" if fix else "; give well-formed JSON"
+    if limit_bytes is not None and len(data) > limit_bytes:
+        raise AttnvizError(f"{what}: larger than {limit_bytes // 2**20 or 1} MB of JSON{tail}")
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise AttnvizError(f"{what}: not UTF-8 text{tail}") from None
+    else:
+        text = data
+    if text.count("[") + text.count("{") > JSON_MAX_DEPTH or _LONG_DIGITS.search(text):
+        bare = _JSON_STRING.sub('""', text)  # brackets and digits inside strings are only text
+        if _json_depth(bare) > JSON_MAX_DEPTH:
+            raise AttnvizError(f"{what}: JSON nested deeper than {JSON_MAX_DEPTH} levels{tail}")
+        if _LONG_DIGITS.search(bare):
+            raise AttnvizError(f"{what}: a JSON number longer than {JSON_MAX_DIGITS:,} digits{tail}")
+    try:
+        return json.loads(text)
+    except RecursionError:  # the scan above makes this unreachable for JSON; kept so no input can get past
+        raise AttnvizError(f"{what}: JSON nested too deeply{tail}") from None
+    except ValueError as e:
+        msg = getattr(e, "msg", None) or str(e).splitlines()[0][:80]
+        where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise AttnvizError(f"{what}: not valid JSON ({msg}{where}){tail}") from None
+
+
+def read_json(path: str | os.PathLike, what: str = "file", limit: int | None = JSON_MAX_BYTES, fix: str = "") -> Any:
+    """A JSON file read through the regular-file guard (:func:`read_bytes`) and parsed by :func:`parse_json`."""
+    return parse_json(read_bytes(path, what, limit), f"{what} {path}", None, fix)

@@ -1064,6 +1064,9 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     """The patch grid a block's keys lie on.  A stage of a hierarchical (Swin) encoder has its own, the result's
     grid (the first stage's: the image's patches) halved per stage; every other block shares the result's."""
     n_keys = blk_len(blk, 1)
+    g = result.token_grid
+    if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys
+        return g if g.offset + g.n <= n_keys else None
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
@@ -1076,7 +1079,8 @@ def image_source(
     """``(block index, grid, kind)`` of the attention over image patches, or None.
 
     The selected block when it attends to the patches; else cross-attention (captioning: where
-    each word looks), else the first self-attention block over the patches (a ViT).
+    each word looks), else a vision–language decoder's self-attention to its image tokens (the same question),
+    else the first self-attention block over the patches (a ViT).
     """
     if result.image is None and result.patch_grid is None:
         return None
@@ -1086,6 +1090,8 @@ def image_source(
 
     order = [prefer] if prefer is not None and 0 <= prefer < len(blocks) else []
     order += [i for i, b in enumerate(blocks) if b.kind == "cross"]
+    if result.token_grid is not None:
+        order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "decoder"]
     order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "encoder"]
     for i in order:
         g = grid_of(i)
@@ -1115,6 +1121,10 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
+    g = result.token_grid
+    if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.offset + g.n:
+        # a vision–language decoder: each text token after the image, at its own row (where that word looks)
+        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.offset + g.n, len(blk.query_axis))]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
     out = [(first, 0)] if grid.offset > 0 else []
     return out + [("all patches (mean)", -1)]

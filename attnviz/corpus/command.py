@@ -108,11 +108,9 @@ def run(args) -> int:
 
 def _print_gold(out) -> None:
     """The gold scores run.json holds, as ``attnviz align --gold`` prints them."""
-    import json
+    from attnviz.core.untrusted import read_json
 
-    from attnviz.core.untrusted import read_text
-
-    g = json.loads(read_text(out / "run.json", "run.json")).get("gold") or {}
+    g = read_json(out / "run.json", "run.json").get("gold") or {}
     if not g.get("pairs"):
         return
     b, m = g["best_head"], g["mean_of_all_heads"]

@@ -56,6 +56,10 @@ def parse(items, src_words: list[list[int]], tgt_words: list[list[int]], where: 
         except align.PharaohError as e:
             raise AttnvizError(str(e)) from None
         parsed.append((sure, possible, n_src, n_tgt))
+    try:
+        align.check_gold_set([(s, p) for s, p, _, _ in parsed], where.rstrip(": "))
+    except align.PharaohError as e:
+        raise AttnvizError(str(e)) from None
     from attnviz.runtime.align import is_punctuation
 
     punct = [[is_punctuation(w) for w in it.pair.split()] for it in items]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import open_regular, read_bytes
+from attnviz.core.untrusted import open_regular, parse_json, read_bytes
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
@@ -72,12 +72,7 @@ def _jsonl(path: Path, cols: Columns) -> list[Row]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise AttnvizError(
-                    f'{path.name} line {n}: not JSON ({e.msg}); write one object per line like {{"text": "..."}}'
-                ) from None
+            rec = parse_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
             if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
                 raise AttnvizError(
                     f'{path.name} line {n}: no "text" string; write one object per line like {{"text": "..."}}'

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from attnviz import AttnvizError
 from attnviz.core import writes
 from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import read_json
 from attnviz.corpus.items import Item, read_parquet
 from attnviz.corpus.reduce import Accumulator, HeadGroup
 from attnviz.corpus.roles import role_of
@@ -235,7 +234,7 @@ def read(folder: str | Path) -> CorpusResults:
     try:
         heads = read_parquet(folder / HEADS).to_pylist()
         examples = read_parquet(folder / EXAMPLES).to_pylist()
-        run = json.loads(read_text(folder / RUN, RUN))
+        run = read_json(folder / RUN, RUN)
     except Exception as e:
         raise AttnvizError(
             f"{folder}: corpus results are unreadable ({str(e).splitlines()[0][:160]}); run 'attnviz corpus' again"

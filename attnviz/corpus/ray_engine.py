@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import parse_json, read_json
 from attnviz.corpus.items import Item
 from attnviz.corpus.plan import BatchSpec, plan_text
 from attnviz.corpus.reduce import Partial
@@ -92,10 +92,7 @@ class PartialsStore:
 
         meta = self.folder / self.FINGERPRINT
         if self.folder.exists():
-            if (
-                not meta.is_file()
-                or json.loads(read_text(meta, "Ray partials' record")).get("fingerprint") != self.fingerprint
-            ):
+            if not meta.is_file() or read_json(meta, "Ray partials' record").get("fingerprint") != self.fingerprint:
                 raise AttnvizError(
                     f"{self.folder} holds another Ray run's partial results (model, data or settings differ); "
                     "use another --out or delete it"
@@ -434,7 +431,7 @@ def run_texts(
     rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
     items: dict[int, Item] = {}
     for r in rows:
-        for i, (t, p) in json.loads(r["texts"]).items():
+        for i, (t, p) in parse_json(r["texts"], PARTIALS).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
     return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done)
 
@@ -515,9 +512,9 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
     items: dict[int, Item] = {}
     digests = []
     for r in rows:
-        for i, (path, _) in json.loads(r["texts"]).items():
+        for i, (path, _) in parse_json(r["texts"], PARTIALS).items():
             items[int(i)] = Item(int(i), image=path)
-        digests += json.loads(r["digests"])
+        digests += parse_json(r["digests"], PARTIALS)
     digests.sort()
     h = hashlib.sha256()
     for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash

@@ -22,7 +22,7 @@ from attnviz.core import metadata as md
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
-from attnviz.core.untrusted import open_regular
+from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs
 from attnviz.corpus.fold import key_columns as _cols
@@ -343,7 +343,7 @@ class Accumulator:
                     if n in z.files:
                         setattr(acc, n, z[n])
                 if "generated" in z.files:  # checkpoints from before generation have none
-                    acc.generated = {int(i): g for i, g in json.loads(str(z["generated"])).items()}
+                    acc.generated = {int(i): g for i, g in parse_json(str(z["generated"]), f"{path} generated").items()}
         except Exception as e:  # truncated or not ours
             raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc

@@ -327,6 +327,11 @@ def run(args) -> int:
         spec_d = dict(r["view"])
         if r.get("output"):
             recipe_out_default = r["output"]["path"]
+            if recipe_out_default is None and not args.out:
+                raise AttnvizError(
+                    f"the recipe's output {r['output']['outside'][:200]} is outside the recipe's folder; "
+                    "give --out to say where the figure goes"
+                )
     elif not (args.model or args.maps):
         raise AttnvizError("give a model file, --maps MAPS.npz or --recipe R.json")
     spec_d.update(_spec_overrides(args))

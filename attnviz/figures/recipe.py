@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from attnviz import AttnvizError, __version__
-from attnviz.core.untrusted import open_regular, read_text
+from attnviz.core.untrusted import open_regular, read_json
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FigureSpec
 
@@ -172,12 +172,7 @@ def load_recipe(path: str | os.PathLike, check_hashes: bool = True) -> dict:
     path = Path(path)
     if not path.exists():
         raise AttnvizError(f"{path}: no such recipe file")
-    try:
-        r = json.loads(read_text(path, "recipe", limit=16 * 2**20))
-    except (OSError, json.JSONDecodeError) as e:
-        raise AttnvizError(
-            f"{path}: not a readable JSON recipe ({type(e).__name__}); write one with 'attnviz figure ... --out F'"
-        ) from None
+    r = read_json(path, "recipe", limit=16 * 2**20, fix="write one with 'attnviz figure ... --out F'")
     try:
         return _checked_recipe(r, path, check_hashes)
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited or hostile recipe
@@ -214,9 +209,11 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         o = r["output"]
         out = (base / str(o["path"])).resolve()
         if Path(str(o["path"])).is_absolute() or base not in out.parents:
-            # a recipe may not aim its figure anywhere on disk: it stays beside the recipe (--out overrides)
-            out = base / Path(str(o["path"])).name
-        r["output"] = dict(o, path=str(out))
+            # a recipe (a user file) may not aim its figure anywhere on disk: without --out the figure command
+            # refuses it (figures.command), rather than writing there or somewhere the recipe does not say
+            r["output"] = dict(o, path=None, outside=str(o["path"]))
+        else:
+            r["output"] = dict(o, path=str(out))
     source = r.get("source") or {}
     if not (source.get("model") or source.get("maps")):
         raise AttnvizError(f"{path}: the recipe names no model or maps file")

@@ -212,7 +212,12 @@ def _image_block(result: AttentionResult, block: int | str | None) -> int:
         raise AttnvizError(why, param="image")
     if block is None:  # words over the image (captioning) first, as the screen opens it
         idx = next(
-            (i for i, b in enumerate(result.blocks()) if b.kind == "cross" and keys_are_patches(result, b)), None
+            (
+                i
+                for i, b in enumerate(result.blocks())
+                if (b.kind == "cross" or _vlm_words(result, b)) and keys_are_patches(result, b)
+            ),
+            None,
         )
         return idx if idx is not None else patch_block(result) or 0  # _why_not_image found a patch block
     bi, b = resolve_block(result, block)
@@ -299,16 +304,22 @@ def first_block(result: AttentionResult, kind: str | None = None, stack: str | N
     return None
 
 
+def _vlm_words(result: AttentionResult, block: Block) -> bool:
+    """A vision–language decoder's self-attention: its words attend to the image tokens among their own keys."""
+    return result.token_grid is not None and block.stack == "decoder" and block.kind == "self"
+
+
 def patch_block(result: AttentionResult) -> int | None:
     """First block whose keys are the image patches (vision encoder self-attention, or cross-attention to it)."""
     return next((i for i, b in enumerate(result.blocks()) if keys_are_patches(result, b)), None)
 
 
 def keys_are_patches(result: AttentionResult, block: Block) -> bool:
-    """The block's keys are exactly the result's patches, or (a stage of a hierarchical encoder) its stage's."""
+    """The block's keys are exactly the result's patches, or (a stage of a hierarchical encoder) its stage's, or
+    (a vision–language decoder's self-attention) hold the run of image tokens."""
     g = result.patch_grid
     if g is None:
         return False
-    if block.stage:
+    if block.stage or _vlm_words(result, block):
         return view.block_grid(result, block) is not None
     return len(block.key_axis) == g.offset + g.n

@@ -16,7 +16,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from attnviz import AttnvizError
 from attnviz.core.align import CONVENTIONS
+from attnviz.core.untrusted import parse_json
 from attnviz.core.view import IMAGE_BASES, MODES, SCALES, Selection
 
 KEY = "session/last"
@@ -68,8 +70,8 @@ def load(settings) -> dict | None:
     """The saved session when its model file still exists, else None."""
     raw = settings.value(KEY)
     try:
-        state = json.loads(raw) if raw else None
-    except (TypeError, ValueError):
+        state = parse_json(raw, "saved session") if isinstance(raw, (str, bytes)) and raw else None
+    except AttnvizError:
         return None
     if not isinstance(state, dict) or not isinstance(state.get("model"), str) or not Path(state["model"]).is_file():
         return None

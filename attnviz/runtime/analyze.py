@@ -134,6 +134,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             if prep.notes:  # e.g. positions beyond the model's table: say why
                 raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
             raise
+    refuse_non_finite(result)
     if guessed and model.kind != kind:  # the run's maps overturned the static guess: inputs for the real kind
         prep2 = bd.prepare(model, req)
         rows2, feeds2 = _run_feeds(model, prep2, [])
@@ -184,6 +185,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             ]
         result.image = prep.shown
     set_row_axes(result, axes)
+    if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
+        result.token_grid = prep.tgt_tok.image_grid(rows[0])
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
         tok = prep.tgt_tok
@@ -195,6 +198,17 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
     info.total_s = time.perf_counter() - t0
     result.info.update(info.to_dict())
     return result
+
+
+def refuse_non_finite(result: AttentionResult) -> None:
+    """NaN or Inf attention (a NaN scale, NaN weights) is refused in one line: drawn, it would show as all-zero
+    maps with no word of why.  Dense maps only: checking on-demand ones would compute every head."""
+    for site, m in zip(result.sites, result.maps):
+        if isinstance(m, DenseMap) and not np.isfinite(m.array()).all():
+            raise AttnvizError(
+                f"the model produced NaN/Inf attention at {site.label} (a NaN scale, or weights or inputs holding "
+                "NaN/Inf); check the model's weights and inputs"
+            )
 
 
 def analyze_call(model: AttnModel, progress=None, cancelled=None, **fields) -> AttentionResult:

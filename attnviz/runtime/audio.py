@@ -11,7 +11,6 @@ through ``soundfile`` (libsndfile ships in its wheel), mixes stereo down and res
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
@@ -82,15 +81,12 @@ class FeatureSpec:
     @classmethod
     def for_model(cls, model_file: Path) -> FeatureSpec | None:
         """The spec beside a model file (read only where :func:`sidecar` allows), or None when there is none."""
-        from attnviz.core.untrusted import read_text
+        from attnviz.core.untrusted import read_json
 
         p = sidecar(model_file, PREPROCESSOR)
         if p is None or not p.is_file():
             return None
-        try:
-            d = json.loads(read_text(p, p.name))  # through the regular-file guard: a FIFO is never waited on
-        except (OSError, ValueError) as e:
-            raise AttnvizError(f"{p}: not readable JSON ({e}); fix or remove it") from None
+        d = read_json(p, PREPROCESSOR, fix="fix or remove it")  # regular files only; depth and numbers checked
         return cls.from_dict(d if isinstance(d, dict) else {})
 
     @property

@@ -143,7 +143,7 @@ def labels(tok, ids, keep=None) -> TokenAxis:
     if tok is None:
         lab, sp = [str(int(i)) for i in ids], [False] * len(ids)
     else:
-        lab, sp = [tok.label(i) for i in ids], [bool(tok.is_special(i)) for i in ids]
+        lab, sp = tok.row_labels(ids), [bool(tok.is_special(i)) for i in ids]
     if keep is not None:
         sp = [s or not bool(k) for s, k in zip(sp, keep)]
     return TokenAxis(lab, sp if any(sp) or tok is not None else None)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import shlex
 import time
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
-from attnviz.core.untrusted import read_text
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -36,9 +34,10 @@ from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, 
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
-from attnviz.runtime.sidecar import sidecar, sidecar_json
+from attnviz.runtime.sidecar import config_special, folder_image, sidecar, sidecar_json
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
+from attnviz.runtime.vlm import VLMLayout, VLMSet
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -49,64 +48,6 @@ SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
 # the window, not a model folder; defined here, at the bottom layer, because both the engine's folder message and
 # the window's file rules (app/rules.py) need it
 CORPUS_FILES = ("heads.parquet", "run.json")
-# config.json keys -> attnviz special-token roles (metadata "special")
-CONFIG_SPECIAL = {
-    "decoder_start_token_id": "decoder_start",
-    "eos_token_id": "eos",
-    "bos_token_id": "bos",
-    "pad_token_id": "pad",
-}
-
-
-def _config_special(model_file: Path) -> dict:
-    """Special token ids from config.json, then generation_config.json (which wins, as in transformers)."""
-    out: dict = {}
-    for name in ("config.json", "generation_config.json"):
-        p = sidecar(model_file, name)
-        if p is None or not p.is_file():
-            continue
-        try:
-            cfg = json.loads(read_text(p, name))
-        except (OSError, ValueError, AttnvizError):
-            continue
-        for key, role in CONFIG_SPECIAL.items():
-            v = cfg.get(key)
-            if isinstance(v, list):
-                v = v[0] if v else None
-            if isinstance(v, int):
-                out[role] = v
-    return out
-
-
-def _read_sidecar(model_file: Path, name: str) -> dict:
-    return sidecar_json(model_file, name)
-
-
-def _folder_image(model_file: Path) -> dict:
-    """The folder's image preprocessing as attnviz ``image`` metadata: size, mean and std from
-    ``preprocessor_config.json`` (what transformers' image processor applies), else the size from config.json."""
-    pre = _read_sidecar(model_file, "preprocessor_config.json")
-    out: dict = {}
-    size = pre.get("size")
-    if isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
-        out["size"] = [size["height"], size["width"]]
-    elif isinstance(size, int):
-        out["size"] = [size, size]
-    if (
-        pre.get("do_normalize", True)
-        and isinstance(pre.get("image_mean"), list)
-        and isinstance(pre.get("image_std"), list)
-    ):
-        out["mean"], out["std"] = pre["image_mean"], pre["image_std"]
-    if "size" not in out:  # VisionEncoderDecoder configs keep the encoder's under "encoder"
-        cfg = _read_sidecar(model_file, "config.json")
-        enc = cfg.get("encoder")
-        enc = enc if isinstance(enc, dict) else cfg
-        if isinstance(enc.get("image_size"), int):
-            out["size"] = [enc["image_size"], enc["image_size"]]
-    return out
-
-
 # config.json model types whose attention windows attnviz places on the patch grid (attnviz.core.windows): the
 # layout keys they share, read as they are written; other windowed families (swinv2, donut-swin) are not checked
 WINDOWED_MODEL_TYPES = ("swin",)
@@ -115,7 +56,7 @@ WINDOW_KEYS = ("patch_size", "window_size", "depths")
 
 def _folder_windows(model_file: Path) -> dict:
     """``attnviz.windows`` metadata from a Swin config.json (``{}`` for any other model)."""
-    cfg = _read_sidecar(model_file, "config.json")
+    cfg = sidecar_json(model_file, "config.json")
     if cfg.get("model_type") not in WINDOWED_MODEL_TYPES:
         return {}
     return {k: cfg[k] for k in WINDOW_KEYS if k in cfg}
@@ -125,11 +66,11 @@ def _with_config(model: AttentionModel) -> AttentionModel:
     """A file from a folder: special tokens, image preprocessing and a window layout from the folder's config
     files where its own metadata has none."""
     if not isinstance(model.meta.get("special"), dict):
-        special = _config_special(model.path)
+        special = config_special(model.path)
         if special:
             model.meta["special"] = special
     if "image" in model.roles.values() and not isinstance(model.meta.get("image"), dict):
-        image = _folder_image(model.path)
+        image = folder_image(model.path)
         if image:
             model.meta["image"] = image
     if "audio" in model.roles.values() and not isinstance(model.meta.get("audio"), dict):
@@ -200,7 +141,7 @@ class ModelSet(AnalyzeMethod):
         for s in self.decoder._sites:
             s.stack = "decoder"
         self.encoder._stack_confirmed = self.decoder._stack_confirmed = True
-        self.meta = {"special": _config_special(layout.encoder)}
+        self.meta = {"special": config_special(layout.encoder)}
         self.metadata: dict[str, str] = {}
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
@@ -232,7 +173,7 @@ class ModelSet(AnalyzeMethod):
             self._open_audio(src)
         elif self.image:
             self.inputs = [IOInfo("pixel_values", src.dtype, ["batch", *src.shape[1:]])]
-            image = _folder_image(layout.encoder)
+            image = folder_image(layout.encoder)
             if image:
                 self.meta["image"] = image
         else:
@@ -265,7 +206,7 @@ class ModelSet(AnalyzeMethod):
             )
         self.inputs = [IOInfo("input_features", src.dtype, ["batch", spec.feature_size, spec.frames])]
         self.meta["audio"] = dataclasses.asdict(spec)
-        gen, cfg = _read_sidecar(enc, "generation_config.json"), _read_sidecar(enc, "config.json")
+        gen, cfg = sidecar_json(enc, "generation_config.json"), sidecar_json(enc, "config.json")
         prompt = speech_prompt(gen, cfg)
         if prompt is not None:
             self.meta["speech_prompt"] = prompt.to_meta()
@@ -645,6 +586,9 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
             m.encoder_pairing = EncoderPairing(m, states)
         config = sidecar(p, "config.json")
         return _with_config(m) if config is not None and config.is_file() else m
+    vlm = VLMLayout.find(p)
+    if vlm is not None:  # a Hub vision–language repository (REPO/ or REPO/onnx/): three files, one model
+        return VLMSet(vlm, provider=provider, tokenizer=tokenizer, threads=threads)
     layout = FolderLayout.find(p)
     if layout is not None:
         return ModelSet(layout, provider=provider, tokenizer=tokenizer, threads=threads)

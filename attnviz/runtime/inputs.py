@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,8 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.untrusted import open_regular, read_text, regular_file
+from attnviz.core.attention import PatchGrid
+from attnviz.core.untrusted import open_regular, parse_json, read_text, regular_file
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import sidecar
 
@@ -83,6 +83,14 @@ class TextEncoder:
     def is_special(self, i: int) -> bool:
         return False
 
+    def row_labels(self, ids) -> list[str]:
+        """A row's labels; a tokenizer whose labels depend on the position (a VLM's image tokens) overrides it."""
+        return [self.label(int(i)) for i in ids]
+
+    def image_grid(self, ids) -> PatchGrid | None:
+        """Where a row's image tokens lie on the image (a vision–language decoder's tokenizer says), else None."""
+        return None
+
     @property
     def size(self) -> int:  # pragma: no cover
         raise NotImplementedError
@@ -124,7 +132,7 @@ class HFTokenizer(TextEncoder):
         from tokenizers import Tokenizer
 
         try:
-            _check_template(json.loads(text))
+            _check_template(parse_json(text, source))
             with _rust_guard():
                 return cls(Tokenizer.from_str(text), source)
         except (KeyboardInterrupt, SystemExit):
@@ -338,12 +346,15 @@ def image_spec(
     std: list[float] | None = None,
 ) -> ImageSpec:
     im = md.section(meta, "image")
-    ch = int(im.get("channels") or (input_shape[1] if len(input_shape) == 4 and isinstance(input_shape[1], int) else 3))
+    ch = _image_int(im.get("channels"), "channels") or (
+        input_shape[1] if len(input_shape) == 4 and isinstance(input_shape[1], int) else 3
+    )
     src = "metadata" if im else "defaults"
     if size is None:
         if im.get("size"):
             s = im["size"]
-            size = (int(s[0]), int(s[1])) if isinstance(s, (list, tuple)) else (int(s), int(s))
+            s = list(s) if isinstance(s, (list, tuple)) and len(s) == 2 else [s, s]
+            size = (_image_int(s[0], "size"), _image_int(s[1], "size"))
         elif len(input_shape) == 4 and all(isinstance(d, int) and d > 0 for d in input_shape[2:]):
             size = (int(input_shape[2]), int(input_shape[3]))
             src = "input shape"
@@ -359,12 +370,40 @@ def image_spec(
         else f"default preset {preprocess.DEFAULT} (the model's metadata has no image statistics)"
     )
     dm, ds = preprocess.stats(preprocess.DEFAULT, ch)
-    m = mean or im.get("mean") or dm
-    s = std or im.get("std") or ds
+    m = mean or _image_floats(im.get("mean"), "mean") or dm
+    s = std or _image_floats(im.get("std"), "std") or ds
     m, s = [float(x) for x in m], [float(x) for x in s]
     if ch == 1 and len(m) == 3:  # an RGB preset for a grey model: the channel average
         m, s = [sum(m) / 3], [sum(s) / 3]
     return ImageSpec(size[0], size[1], ch, m, s, src, preprocess.name_of(m, s), stats_src)
+
+
+IMAGE_MAX_SIDE = 16384  # pixels a side a model's image input may ask for; more is no model's preprocessing
+
+
+def _image_int(v, key: str) -> int:
+    """A size or channel count from the model's image metadata (or its preprocessor_config.json): 1..max, or 0
+    when absent; anything else is one line, not an int() error."""
+    if v is None:
+        return 0
+    if type(v) is not int or not 0 < v <= (IMAGE_MAX_SIDE if key == "size" else 4):
+        raise AttnvizError(
+            f"the model's image {key} {str(v)[:40]} (its metadata or preprocessor_config.json) is not a whole number "
+            f"in 1..{IMAGE_MAX_SIDE if key == 'size' else 4}; give --image-size or fix the file"
+        )
+    return v
+
+
+def _image_floats(v, key: str) -> list | None:
+    """Per-channel mean or std from the model's metadata: a list of numbers (None when absent)."""
+    if v is None:
+        return None
+    if not isinstance(v, list) or not 0 < len(v) <= 4 or not all(type(x) in (int, float) for x in v):
+        raise AttnvizError(
+            f"the model's image {key} {str(v)[:40]} (its metadata or preprocessor_config.json) is not a list of "
+            f"numbers per channel; give --image-{key}"
+        )
+    return v
 
 
 def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -394,13 +433,31 @@ def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
     p = Path(path)
     try:
         with open_regular(p, "inputs") as f, np.load(f, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            feeds = {k: z[k] for k in z.files}
     except AttnvizError:
         raise
     except Exception as e:
         raise AttnvizError(
             f"inputs {p}: not a readable .npz ({type(e).__name__}); save feeds with numpy.savez(name=array, ...)"
         ) from None
+    for k, a in feeds.items():
+        _check_feed(p, k, a)
+    return feeds
+
+
+FEED_KINDS = "biuf"  # bool, signed and unsigned integers, floats: what an ONNX model input can take from a file
+
+
+def _check_feed(p: Path, name: str, a: np.ndarray) -> None:
+    """A feed from a file is plain numbers with a batch row and no NaN, else one line naming it."""
+    if a.dtype.names is not None or a.dtype.kind not in FEED_KINDS:
+        raise AttnvizError(
+            f"inputs {p}: {name} is {a.dtype} (records, text or objects); save plain numeric arrays with numpy.savez"
+        )
+    if a.ndim == 0 or a.shape[0] == 0:
+        raise AttnvizError(f"inputs {p}: {name} has shape {list(a.shape)}, no batch row; give at least one")
+    if a.dtype.kind == "f" and np.isnan(a).any():
+        raise AttnvizError(f"inputs {p}: {name} holds NaN values; give numbers")
 
 
 def parse_series(text: str) -> np.ndarray:

@@ -8,14 +8,13 @@ A ``tokenizer.json``'s truncation length is NOT a model limit (it is how the mod
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.runtime.sidecar import sidecar
+from attnviz.runtime.sidecar import sidecar_json
 
 # initializer-name fragments of learned position tables (BERT/RoBERTa/BART/ViT-style, GPT-2's wpe, T5 has none)
 POSITION_NAMES = ("position", "wpe", "pos_emb", "pos_embed", "embed_positions")
@@ -113,13 +112,8 @@ def _from_graph(proto) -> PositionLimit | None:
 
 
 def _from_tokenizer_config(model_file: Path) -> PositionLimit | None:
-    f = sidecar(model_file, "tokenizer_config.json")  # the model's folder (a Hub repo's above onnx/), never above
-    if f is None or not f.is_file():
-        return None
-    try:
-        v = json.loads(f.read_text()).get("model_max_length")
-    except (OSError, ValueError, AttributeError):
-        return None
+    # the model's folder (a Hub repo's above onnx/), never above; through the JSON guard
+    v = sidecar_json(model_file, "tokenizer_config.json").get("model_max_length")
     if isinstance(v, (int, float)) and 0 < v < HF_UNLIMITED:
         return PositionLimit(int(v), "tokenizer_config.json model_max_length")
     return None

@@ -216,6 +216,7 @@ class AttentionModel(engine.AnalyzeMethod):
         self.proto, self.external_dir = gr.load_model(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
+        md.check_special(self.meta.get("special"), f"{self.path.name} metadata attnviz.special")
         self.name = model_name(self.path, self.meta)  # not "model" for every export-hf / optimum model.onnx
         self.graph = gr.Graph(self.proto, self.external_dir)
         self.inputs = [io_info(v) for v in self.graph.inputs]

@@ -8,10 +8,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from attnviz import AttnvizError
 from attnviz.core import metadata as md
+from attnviz.core.untrusted import read_json
 from attnviz.runtime.sidecar import sidecar
 
 CONFIG_MAX_BYTES = 1 << 20  # a Hugging Face config.json is a few kB; a bigger file is not read for a name
@@ -20,10 +21,8 @@ CONFIG_MAX_BYTES = 1 << 20  # a Hugging Face config.json is a few kB; a bigger f
 def _config(model_file: Path) -> dict:
     p = sidecar(model_file, "config.json")  # the model's folder (a Hub repo's above onnx/), never above
     try:
-        if p is None or not p.is_file() or p.stat().st_size > CONFIG_MAX_BYTES:
-            return {}
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        d = read_json(p, "config.json", limit=CONFIG_MAX_BYTES) if p is not None and p.is_file() else {}
+    except AttnvizError:  # a config file that cannot be read names nothing; the model still opens
         return {}
     return d if isinstance(d, dict) else {}
 

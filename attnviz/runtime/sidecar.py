@@ -4,16 +4,17 @@ Sidecars are the files that travel with a model: ``tokenizer.json``, ``tokenizer
 ``generation_config.json``, ``preprocessor_config.json``.  They are read from the model's own folder only, so a
 file planted next to that folder never changes a result.  The one sanctioned step up is the Hugging Face Hub
 layout, ``REPO/onnx/model.onnx`` with the tokenizer and config files in ``REPO/``: a model in a folder named
-exactly ``onnx`` also reads them from the folder above (its own folder first).
+exactly ``onnx`` also reads them from the folder above (its own folder first).  The readers of what a folder's
+config files say (special token ids, image preprocessing) live here too: every model kind reads them the same way.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import read_text
+from attnviz.core.metadata import is_token_id
+from attnviz.core.untrusted import read_json
 
 HUB_ONNX_FOLDER = "onnx"  # the Hub keeps ONNX exports in REPO/onnx/, beside nothing else of the repo's
 
@@ -36,7 +37,61 @@ def sidecar_json(model_file: str | Path, name: str) -> dict:
     :func:`sidecar` allows."""
     p = sidecar(model_file, name)
     try:
-        d = json.loads(read_text(p, p.name)) if p is not None and p.is_file() else {}
-    except (OSError, ValueError, AttnvizError):  # read through the regular-file guard: a FIFO is never waited on
+        d = read_json(p, p.name) if p is not None and p.is_file() else {}
+    except AttnvizError:  # read through the regular-file guard: a FIFO is never waited on
         return {}
     return d if isinstance(d, dict) else {}
+
+
+# config.json keys -> attnviz special-token roles (metadata "special")
+CONFIG_SPECIAL = {
+    "decoder_start_token_id": "decoder_start",
+    "eos_token_id": "eos",
+    "bos_token_id": "bos",
+    "pad_token_id": "pad",
+}
+
+
+def config_special(model_file: Path) -> dict:
+    """Special token ids from config.json, then generation_config.json (which wins, as in transformers)."""
+    out: dict = {}
+    for name in ("config.json", "generation_config.json"):
+        p = sidecar(model_file, name)
+        if p is None or not p.is_file():
+            continue
+        try:
+            cfg = read_json(p, name)
+        except AttnvizError:
+            continue
+        for key, role in CONFIG_SPECIAL.items():
+            v = cfg.get(key)
+            if isinstance(v, list):
+                v = v[0] if v else None
+            if is_token_id(v):  # a config file's bad id is passed over, as the unreadable file would be
+                out[role] = v
+    return out
+
+
+def folder_image(model_file: Path) -> dict:
+    """The folder's image preprocessing as attnviz ``image`` metadata: size, mean and std from
+    ``preprocessor_config.json`` (what transformers' image processor applies), else the size from config.json."""
+    pre = sidecar_json(model_file, "preprocessor_config.json")
+    out: dict = {}
+    size = pre.get("size")
+    if isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int):
+        out["size"] = [size["height"], size["width"]]
+    elif isinstance(size, int):
+        out["size"] = [size, size]
+    if (
+        pre.get("do_normalize", True)
+        and isinstance(pre.get("image_mean"), list)
+        and isinstance(pre.get("image_std"), list)
+    ):
+        out["mean"], out["std"] = pre["image_mean"], pre["image_std"]
+    if "size" not in out:  # VisionEncoderDecoder configs keep the encoder's under "encoder"
+        cfg = sidecar_json(model_file, "config.json")
+        enc = cfg.get("encoder")
+        enc = enc if isinstance(enc, dict) else cfg
+        if isinstance(enc.get("image_size"), int):
+            out["size"] = [enc["image_size"], enc["image_size"]]
+    return out

@@ -12,14 +12,13 @@ A run folder holds
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core import writes
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import read_json
 
 TENSORS = "checkpoint.safetensors"
 STATE = "checkpoint.json"
@@ -49,7 +48,7 @@ def check_run_folder(out: str | os.PathLike, task: str) -> None:
         return  # empty, or a checkpoint whose task and configuration the trainer compares before resuming
     if names == {CONFIG}:  # a run interrupted before its first checkpoint: resume only the same task
         try:
-            same = json.loads(read_text(out / CONFIG, "run config")).get("task") == task
+            same = read_json(out / CONFIG, "run config").get("task") == task
         except (ValueError, AttributeError, AttnvizError):
             same = False
         if same:
@@ -94,10 +93,7 @@ def load_state(out: Path) -> dict | None:
     p = Path(out) / STATE
     if not os.path.lexists(p):
         return None
-    try:
-        state = json.loads(read_text(p, "checkpoint"))
-    except ValueError as e:
-        raise AttnvizError(f"checkpoint {p} is corrupt ({str(e)[:120]}); delete it or pass --restart") from None
+    state = read_json(p, "checkpoint", fix="the checkpoint is corrupt: delete it or pass --restart")
     # a checkpoint.json holding null or a list must not read as "no checkpoint" (that silently retrained over it)
     if not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
         raise AttnvizError(f"checkpoint {p} is corrupt (no step count in it); delete it or pass --restart") from None

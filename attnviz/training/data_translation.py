@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 import random
 import sys
 import sysconfig
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import read_json
 from attnviz.core.writes import atomic_write_bytes
 
 if TYPE_CHECKING:  # tokenizers loads on first use, not when this module is imported
@@ -127,9 +127,8 @@ def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
     try:
         src_rows = _read_tsv(d / SOURCE_TSV)
         tgt_rows = _read_tsv(d / TARGET_TSV)
-        with open(d / ALIGNMENT_JSON, encoding="utf-8") as f:
-            records = json.load(f)["records"]
-    except (OSError, ValueError, KeyError) as e:
+        records = read_json(d / ALIGNMENT_JSON, "alignments", limit=None)["records"]
+    except (OSError, ValueError, KeyError, AttnvizError) as e:
         raise AttnvizError(f"cannot read the bible-alignments data in {d}: {e}; reinstall with `{INSTALL_HINT}`") from e
 
     src_verse = {r["id"]: r["id"][1:9] for r in src_rows}  # n40001001001 -> 40001001

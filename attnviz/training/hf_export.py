@@ -13,7 +13,6 @@ published (a folder rename) only when every map agrees within :data:`ATOL`.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core import preprocess
-from attnviz.core.untrusted import read_text
+from attnviz.core.untrusted import read_json
 from attnviz.core.writes import publish_folder
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
 
@@ -297,7 +296,7 @@ def image_settings(model_dir: Path, config) -> dict:
     size = getattr(vcfg, "image_size", 224)
     size = list(size) if isinstance(size, (list, tuple)) else [int(size), int(size)]
     pre_file = model_dir / "preprocessor_config.json"
-    pre = json.loads(read_text(pre_file, pre_file.name)) if pre_file.is_file() else {}
+    pre = read_json(pre_file, pre_file.name) if pre_file.is_file() else {}
     if pre:
         mean, std = pre.get("image_mean", IMAGE_PRESETS["0.5"][0]), pre.get("image_std", IMAGE_PRESETS["0.5"][1])
         if pre.get("do_normalize") is False:
@@ -625,8 +624,8 @@ def export_hf(
 def _config_json(model_dir: Path) -> dict:
     """The source folder's config.json as written (``_name_or_path`` survives there, not in the loaded config)."""
     try:
-        d = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        d = read_json(model_dir / "config.json", "config.json")
+    except AttnvizError:
         return {}
     return d if isinstance(d, dict) else {}
 

@@ -243,7 +243,7 @@ def test_recipe_errors(tmp_path, capsys):
     bad = tmp_path / "r.json"
     bad.write_text("{not json")
     assert fig("--recipe", bad) == 2
-    assert "not a readable JSON recipe" in capsys.readouterr().err
+    assert "not valid JSON" in capsys.readouterr().err
     assert fig("--recipe", tmp_path / "none.json") == 2
     assert "no such recipe file" in capsys.readouterr().err
     bad.write_text(

@@ -109,6 +109,7 @@ def run(args) -> int:
             )
         try:
             gold = [align.parse_pharaoh(ln, f"--gold line {k + 1}: ") for k, ln in enumerate(gold_lines)]
+            align.check_gold_set(gold, f"--gold {Path(args.gold).name}")
         except align.PharaohError as e:
             raise AttnvizError(str(e)) from None
     head = _parse_head(args.head) if args.head else None

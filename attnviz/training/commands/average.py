@@ -29,7 +29,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.core.untrusted import read_text
+    from attnviz.core.untrusted import read_json
     from attnviz.training import checkpoint as ckpt
     from attnviz.training.average import average_weights
     from attnviz.training.config import ModelConfig, TrainConfig
@@ -48,7 +48,7 @@ def run(args) -> int:
     if not cfg_file.is_file() or not (run_dir / "model.onnx").is_file():
         raise AttnvizError(f"{run_dir} is not a finished 'attnviz train' run folder (config.json and model.onnx)")
     try:
-        cfg = json.loads(read_text(cfg_file, "run config"))
+        cfg = read_json(cfg_file, "run config", fix="pass a run folder")
         task = get_task(cfg["task"])
         mcfg, tcfg = ModelConfig.from_dict(cfg["model"]), TrainConfig.from_dict(cfg["train"])
     except (ValueError, KeyError, TypeError) as e:

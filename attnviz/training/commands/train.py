@@ -99,14 +99,15 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
     from dataclasses import fields
 
     from attnviz import AttnvizError
+    from attnviz.core.untrusted import parse_json
 
     for item in overrides:
         name, sep, raw = item.partition("=")
         if not sep:
             raise AttnvizError(f"--set {item!r}: expected FIELD=VALUE")
         try:
-            value = json.loads(raw)
-        except ValueError:
+            value = parse_json(raw, f"--set {name}")
+        except AttnvizError:  # not JSON: the bare word is the value (a string field), checked below
             value = raw
         for cfg in (mcfg, tcfg):
             annotations = {f.name: str(f.type) for f in fields(cfg)}
