@@ -57,7 +57,7 @@ def analyze(
         result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)
     if progress is not None:
         progress(-1, "preparing thumbnails…")
-    result.gui_thumbnails = thumbnails(result, -1, THUMB)
+    thumbnails(result, -1, THUMB)  # kept with the result: the overview's first draw pools nothing
     return result
 
 

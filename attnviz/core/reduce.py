@@ -60,10 +60,24 @@ def keep_mass(m: np.ndarray, fraction: float) -> np.ndarray:
     return np.where(keep, m, 0.0).astype(np.float32)
 
 
+def _kept(drop: np.ndarray) -> slice | np.ndarray:
+    """The positions kept: a slice when they are one run (special tokens at the ends), so nothing is copied."""
+    keep = np.flatnonzero(~np.asarray(drop, bool))
+    if keep.size and keep[-1] - keep[0] + 1 == keep.size:
+        return slice(int(keep[0]), int(keep[-1]) + 1)
+    return keep
+
+
 def drop_positions(m: np.ndarray, drop_q: np.ndarray, drop_k: np.ndarray, renormalize: bool = True) -> np.ndarray:
-    """Remove query rows / key columns (e.g. special tokens); optionally make rows sum to 1 again."""
-    m = np.asarray(m, dtype=np.float32)[~np.asarray(drop_q, bool)][:, ~np.asarray(drop_k, bool)]
-    if renormalize:
-        s = m.sum(axis=-1, keepdims=True)
-        m = np.divide(m, s, out=np.zeros_like(m), where=s > 0)
-    return m
+    """Remove query rows / key columns (e.g. special tokens) of ``[..., Tq, Tk]``; optionally make rows sum to 1
+    again.  Always a new array.  Kept runs are sliced and the rest taken, so each row stays contiguous and is
+    summed the same way whatever is dropped (boolean indexing of columns would hand back a column-major copy
+    that is slow to read at 2,048 tokens and sums each row in another order)."""
+    m = np.asarray(m, dtype=np.float32)
+    rows, cols = _kept(drop_q), _kept(drop_k)
+    m = m[..., rows, :] if isinstance(rows, slice) else np.take(m, rows, axis=-2)
+    m = m[..., cols] if isinstance(cols, slice) else np.take(m, cols, axis=-1)
+    if not renormalize:
+        return np.array(m)
+    s = m.sum(axis=-1, keepdims=True)
+    return np.divide(m, s, out=np.zeros(m.shape, np.float32), where=s > 0)

@@ -13,7 +13,9 @@ Numpy only: no Qt, no matplotlib, no onnxruntime.
 
 from __future__ import annotations
 
+import functools
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -143,6 +145,18 @@ def clean_label(tok: str) -> str:
     if len(s) > MAX_LABEL_CHARS:
         s = s[: MAX_LABEL_CHARS - 1] + "…"
     return s
+
+
+@functools.lru_cache(maxsize=16)
+def _clean_labels(labels: tuple[str, ...]) -> tuple[str, ...]:
+    """Every label of an axis cleaned once (a head switch at 2,048 tokens would clean 4,096 again)."""
+    return tuple(clean_label(t) for t in labels)
+
+
+def clean_labels(labels: list[str], positions: np.ndarray) -> list[str]:
+    """:func:`clean_label` of ``labels`` at ``positions``."""
+    cleaned = _clean_labels(tuple(labels))
+    return [cleaned[i] for i in np.asarray(positions).tolist()]
 
 
 def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
@@ -462,7 +476,8 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
         return blk.head(sel.layer, sel.head), f"layer {sel.layer} · head {sel.head}"
     if sel.mode in reduce.HEAD_AGGREGATES:
         per_layer = [blk.layer(i) for i in range(lo, hi + 1)]
-        return reduce.aggregate_heads(np.concatenate(per_layer, axis=0), sel.mode), f"{rng} · {sel.mode} over heads"
+        heads = per_layer[0] if len(per_layer) == 1 else np.concatenate(per_layer, axis=0)  # one layer: no copy
+        return reduce.aggregate_heads(heads, sel.mode), f"{rng} · {sel.mode} over heads"
     if sel.mode == "rollout":
         if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
             raise ViewError(
@@ -483,6 +498,13 @@ def _special(axis: TokenAxis, positions: np.ndarray, n_full: int) -> np.ndarray:
 def hide_mask(special: np.ndarray) -> np.ndarray:
     """Which positions "hide special tokens" drops: the special ones, unless that would drop all of them."""
     return special if not special.all() else np.zeros_like(special)
+
+
+def map_inputs(sel: Selection) -> Selection:
+    """``sel`` less what :func:`compute_map` does not read: selections with equal inputs give the same map, so
+    a cache keyed on this redraws nothing when only those change (a head switch under "mean over heads")."""
+    sel = sel.with_(query=None, rows="predict", image_base="grey", heads=())
+    return sel if sel.mode == "head" else sel.with_(layer=0, head=0)
 
 
 def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
@@ -509,8 +531,8 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
         notes.append(f"top {round(sel.keep * 100)}% mass")
-    q_labels = [clean_label(blk.query_axis.labels[i]) for i in q_pos]
-    k_labels = [clean_label(blk.key_axis.labels[i]) for i in k_pos]
+    q_labels = clean_labels(blk.query_axis.labels, q_pos)
+    k_labels = clean_labels(blk.key_axis.labels, k_pos)
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
     title = " · ".join([blk.name, what, *notes])
     top = scale_top(result, sel, sel.block, m, blocks)
@@ -647,26 +669,140 @@ def row_story(result: AttentionResult, blk: Block, row: int) -> str:
 # overview
 
 
+def _pool_axis(m: np.ndarray, f: int, axis: int) -> np.ndarray:
+    """Max over runs of ``f`` positions along ``axis``; a short last run also counts a 0 (the zero padding)."""
+    n = m.shape[axis]
+    full = n - n % f
+    lead = (slice(None),) * (axis % m.ndim)
+    whole = m[lead + (slice(0, full),)]
+    out = whole.reshape(m.shape[: axis % m.ndim] + (full // f, f) + m.shape[axis % m.ndim + 1 :]).max(
+        axis=axis % m.ndim + 1
+    )
+    if full < n:
+        tail = np.maximum(m[lead + (slice(full, n),)].max(axis=axis, keepdims=True), 0)
+        out = np.concatenate([out, tail.astype(out.dtype)], axis=axis)
+    return out
+
+
 def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:
     """Max-pool ``[..., Tq, Tk]`` so neither side exceeds ``max_side`` (keeps sharp peaks visible).
 
-    ``np.maximum.reduce`` over strided views is several times faster than reshape + ``max`` over
-    two axes for 512-token maps.
+    Cells are runs of ``ceil(T / max_side)`` positions from the start; a short last run is pooled as if padded
+    with zeros.  Rows first, through a reshape: that reads the map once, contiguously (72 maps of 2,048² in
+    about the time memory takes to deliver them), and leaves a map ``f`` times smaller for the columns.
     """
     tq, tk = m.shape[-2:]
     fq = -(-tq // max_side)
     fk = -(-tk // max_side)
-    if fq == 1 and fk == 1:
-        return m
-    pq, pk = (-tq) % fq, (-tk) % fk
-    if pq or pk:
-        pad = [(0, 0)] * (m.ndim - 2) + [(0, pq), (0, pk)]
-        m = np.pad(m, pad)
-    if fk > 1:
-        m = np.maximum.reduce([m[..., j::fk] for j in range(fk)])
     if fq > 1:
-        m = np.maximum.reduce([m[..., i::fq, :] for i in range(fq)])
+        m = _pool_axis(m, fq, -2)
+    if fk > 1:
+        m = _pool_axis(m, fk, -1)
     return m
+
+
+THUMB_CACHE_ENTRIES = 64  # filter settings (per block) remembered per result: a keep slider drag adds one each
+
+
+class _ThumbCache:
+    """The overview's reductions of one result, per block and per filter setting that changes them.
+
+    Only the step, the hidden special tokens, the kept mass and the batch row change the numbers: the colour
+    scale, log and focus only change how they are drawn, so they never reach this cache.  None of the filters
+    can be derived from another setting's 64-cell reduction -- a step or hidden tokens move the cell borders and
+    cut cells in two, hiding renormalises each row by its own kept mass, keeping mass thresholds each row by its
+    own weights -- so each setting is pooled from the full maps once and kept.  Settings that leave a block
+    unchanged (a step on an encoder block, hiding where the block has no special token) share its entry.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, list[np.ndarray]] = {}
+
+    def get(self, key: tuple) -> list[np.ndarray] | None:
+        return self.entries.get(key)
+
+    def put(self, key: tuple, layers: list[np.ndarray]) -> None:
+        if len(self.entries) >= THUMB_CACHE_ENTRIES:
+            self.entries.pop(next(iter(self.entries)))
+        self.entries[key] = layers
+
+
+_THUMB_CACHES: dict[int, tuple[weakref.ref, _ThumbCache]] = {}
+
+
+def _thumb_cache(result: AttentionResult) -> _ThumbCache:
+    """The result's cache; it goes with the result (a weak reference: results are not hashable)."""
+    key = id(result)
+    entry = _THUMB_CACHES.get(key)
+    if entry is None or entry[0]() is not result:
+
+        def forget(_: weakref.ref) -> None:  # the result is gone: so is what was kept for it
+            _THUMB_CACHES.pop(key, None)
+
+        entry = (weakref.ref(result, forget), _ThumbCache())
+        _THUMB_CACHES[key] = entry
+    return entry[1]
+
+
+@dataclass(frozen=True, eq=False)
+class _Filters:
+    """What the filters do to one block: the rows / keys a step leaves (``step`` None: all) and the special
+    positions hiding drops on each axis."""
+
+    step: int | None
+    n_q: int
+    n_k: int
+    drop_q: np.ndarray
+    drop_k: np.ndarray
+
+    @property
+    def hides(self) -> bool:
+        return bool(self.drop_q.any() or self.drop_k.any())
+
+
+def _block_filters(result: AttentionResult, blk: Block, sel: Selection) -> _Filters:
+    q_pos, k_pos = np.arange(blk_len(blk, 0)), np.arange(blk_len(blk, 1))
+    n = step_rows(result, blk, sel.step)
+    if n is not None:
+        q_pos = q_pos[:n]
+        k_pos = k_pos[:n] if blk.kind == "self" else k_pos
+    q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
+    k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+    dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
+    return _Filters(n, len(q_pos), len(k_pos), dq, dk)
+
+
+def _block_key(result: AttentionResult, bi: int, blk: Block, sel: Selection, max_side: int, f: _Filters) -> tuple:
+    """The cache key of one block's thumbnails: only what changes their numbers."""
+    hidden = (np.flatnonzero(f.drop_q).tobytes(), np.flatnonzero(f.drop_k).tobytes()) if f.hides else None
+    maps = tuple(id(result.maps[i]) for i in blk.sites)  # the result holds them: ids stay theirs
+    return (max_side, sel.batch, bi, maps, f.n_q, f.n_k, hidden, float(sel.keep) if sel.keep < 1.0 else 1.0)
+
+
+def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[np.ndarray]:
+    """``[H, <=max_side, <=max_side]`` per layer of one block, pooled from its full maps.
+
+    Without filters a layer is pooled in one read.  Hiding and kept mass make a new map per head (one head at a
+    time: a 2,048-token layer would need 200 MB for each temporary)."""
+    hide = f.hides
+    out = []
+    for layer in range(blk.n_layers):
+        a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
+        if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
+            a = a[:, : f.n_q, : f.n_k]
+        if hide or sel.keep < 1.0:
+            heads = []
+            for h in range(a.shape[0]):
+                m = reduce.drop_positions(a[h], f.drop_q, f.drop_k) if hide else a[h]  # the head map's numbers
+                if sel.keep < 1.0:
+                    m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+                heads.append(downsample(m, max_side))
+            small = np.stack(heads)
+        else:
+            small = np.ascontiguousarray(downsample(a, max_side))
+        small.flags.writeable = False  # shared by every later draw: nobody may change it in place
+        out.append(small)
+    return out
 
 
 def thumbnails(
@@ -675,40 +811,43 @@ def thumbnails(
     max_side: int = THUMB,
     blocks: list[Block] | None = None,
     only_block: int | None = None,
+    use_cache: bool = True,
 ) -> dict:
     """``{(block, layer, head): [<=max_side, <=max_side]}``: every head after the step, special-token
-    and kept-mass filters, max-pooled.  Runs in the inference worker for a new result (the GUI
-    thread then only uploads small images) and again when a filter changes.
+    and kept-mass filters, max-pooled.  The app's analyze job calls it in the inference worker for a new
+    result, so the GUI thread only uploads small images; each filter setting is pooled once per result and
+    kept with it (``use_cache=False`` pools again and replaces what was kept).
     """
     if isinstance(sel, (int, np.integer)):
         sel = Selection(step=int(sel))
     blocks = result_blocks(result, sel, blocks)
+    cache = _thumb_cache(result)
     out = {}
     for bi, blk in enumerate(blocks):
         if only_block is not None and bi != only_block:
             continue
-        q_pos, k_pos = np.arange(blk_len(blk, 0)), np.arange(blk_len(blk, 1))
-        n = step_rows(result, blk, sel.step)
-        if n is not None:
-            q_pos = q_pos[:n]
-            k_pos = k_pos[:n] if blk.kind == "self" else k_pos
-        q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
-        k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
-        dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
-        for layer in range(blk.n_layers):
-            a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
-            if n is not None:  # slice (a view), never copy the full layer when no step is chosen
-                a = a[:, : len(q_pos), : len(k_pos)]
-            if dq.any() or dk.any():
-                a = a[:, ~dq][:, :, ~dk]
-                s = a.sum(-1, keepdims=True)
-                a = np.divide(a, s, out=np.zeros_like(a), where=s > 0)
-            if sel.keep < 1.0:
-                a = reduce.keep_mass(a, max(sel.keep, 1e-3))
-            small = downsample(a, max_side)
+        filters = _block_filters(result, blk, sel)
+        key = _block_key(result, bi, blk, sel, max_side, filters)
+        layers = cache.get(key) if use_cache else None
+        if layers is None:
+            layers = _pool_block(blk, sel, max_side, filters)
+            cache.put(key, layers)
+        for layer, small in enumerate(layers):
             for h in range(small.shape[0]):
-                out[(bi, layer, h)] = np.ascontiguousarray(small[h])
+                out[(bi, layer, h)] = small[h]
     return out
+
+
+def thumbnails_kept(
+    result: AttentionResult, sel: Selection, max_side: int = THUMB, blocks: list[Block] | None = None
+) -> bool:
+    """Whether every block's thumbnails for ``sel`` are already kept with ``result`` (no pooling to do)."""
+    blocks = result_blocks(result, sel, blocks)
+    cache = _thumb_cache(result)
+    return all(
+        cache.get(_block_key(result, bi, blk, sel, max_side, _block_filters(result, blk, sel))) is not None
+        for bi, blk in enumerate(blocks)
+    )
 
 
 # ---------------------------------------------------------------------------------------------

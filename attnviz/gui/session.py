@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.core.attention import AttentionResult, Block
-from attnviz.core.view import ViewError, default_selection
+from attnviz.core.view import ViewError, default_selection, map_inputs
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class Session(QObject):
         if self.result is None:
             raise ViewError("nothing is open yet; open a model or a saved .npz result", param="model")
         sel = self.sel if sel is None else sel
-        key = (id(self.result), sel)
+        key = (id(self.result), map_inputs(sel))
         if self._map_cache is not None and self._map_cache[0] == key:
             return self._map_cache[1]
         mv = compute_map(self.result, sel, self.blocks)

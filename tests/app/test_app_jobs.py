@@ -16,7 +16,7 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 def test_analyze_runs_the_model_and_pools_the_overview(tmp_path):
-    from attnviz.core.view import THUMB, thumbnails
+    from attnviz.core.view import THUMB, Selection, thumbnails, thumbnails_kept
     from attnviz.runtime import open_model
 
     m = jobs.open_model_ready(MODELS / "sequence-classification.onnx")
@@ -28,10 +28,12 @@ def test_analyze_runs_the_model_and_pools_the_overview(tmp_path):
         np.testing.assert_allclose(a.array(), b.array(), atol=1e-7)
     assert r.tokens.labels == ["1", "2", "3", "9"]
     assert seen[0] == "running the model…" and seen[-1] == "preparing thumbnails…"  # the runtime reports between
-    want = thumbnails(plain, -1, THUMB)
-    assert want.keys() == r.gui_thumbnails.keys()
+    # the worker pooled the overview and left it with the result: the window's first draw pools nothing
+    assert thumbnails_kept(r, Selection()) and not thumbnails_kept(plain, Selection())
+    want, got = thumbnails(plain, -1, THUMB), thumbnails(r, -1, THUMB)
+    assert want.keys() == got.keys()
     for k in want:
-        np.testing.assert_allclose(r.gui_thumbnails[k], want[k], atol=1e-7)
+        np.testing.assert_allclose(got[k], want[k], atol=1e-7)
     assert r.info["timings"]["analyze (wall)"] > 0
 
 

@@ -53,6 +53,8 @@ class HeadMapView(View):
             mv = vm.compute_diff_map(s.result, c.result_b, s.sel, s.blocks)
         else:
             mv = s.current_map()
+        if mv is self.heatmap.mv and s.sel.log == self.heatmap.log:
+            return  # the same map (e.g. another head under "mean over heads"): nothing to redraw
         key = (id(s.result), s.sel.block, mv.matrix.shape)
         self.heatmap.set_map(mv, log=s.sel.log, reset_view=key != self._last_shape)
         self._last_shape = key

@@ -133,6 +133,8 @@ class HeatmapWidget(QWidget):
         self.mv: MapView | None = None
         self.shown: np.ndarray | None = None  # values as drawn (log or linear)
         self.log = False
+        self._bar: tuple | None = None  # the colour bar's levels, log and words as last set
+        self._titles = (x_title, y_title)
         self.x_axis = TokenAxis("bottom")
         self.y_axis = TokenAxis("left")
         self.plot = pg.PlotWidget(axisItems={"bottom": self.x_axis, "left": self.y_axis})
@@ -211,12 +213,18 @@ class HeatmapWidget(QWidget):
         self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
         tq, tk = mv.matrix.shape
         self.image.setRect(QRectF(0, 0, tk, tq))
-        style.set_colorbar(self.colorbar, (lo, hi), log, vm.map_label(mv, log))  # the figure's words
+        bar = ((lo, hi), log, vm.map_label(mv, log), mv.diverging)  # the figure's words
+        if bar != self._bar:  # setting it again would re-lay the colour bar's axis on every head switch
+            style.set_colorbar(self.colorbar, *bar[:3])
+            self._bar = bar
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()
-        pi.setLabel("bottom", mv.x_title)
-        pi.setLabel("left", mv.y_title)
+        titles = (mv.x_title, mv.y_title)
+        if titles != self._titles:  # an axis forgets its cached picture when its title is set, same or not
+            pi.setLabel("bottom", mv.x_title)
+            pi.setLabel("left", mv.y_title)
+            self._titles = titles
         pi.setTitle(mv.title, size="10pt")
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)

@@ -57,7 +57,6 @@ class OverviewView(View):
         self.vb.addItem(self.focus_box, ignoreBounds=True)
         self.levels = (0.0, 1.0)
         self._drawn_key = None
-        self._thumb_cache = None
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.vb.sigRangeChanged.connect(self._place_titles)
         self.vb.sigResized.connect(self._place_titles)
@@ -138,22 +137,13 @@ class OverviewView(View):
 
     # -- drawing -------------------------------------------------------------------
     def thumbnail_maps(self, use_cache: bool = True) -> dict[tuple[int, int, int], np.ndarray]:
-        """Max-pooled maps of every head after the step / special-token / kept-mass filters, cached per filters.
+        """Max-pooled maps of every head after the step / special-token / kept-mass filters.
 
-        For a new result the inference worker has usually computed them already (``result.gui_thumbnails``).
-        """
+        The view model keeps them with the result, per filter setting (the analyze worker pooled the first
+        setting already); ``use_cache=False`` pools them again."""
         s = self.session
         sel = vm.Selection(step=s.sel.step, hide_special=s.sel.hide_special, keep=s.sel.keep, batch=s.sel.batch)
-        key = (id(s.result), sel)
-        if use_cache and self._thumb_cache is not None and self._thumb_cache[0] == key:
-            return self._thumb_cache[1]
-        pre = getattr(s.result, "gui_thumbnails", None)
-        if use_cache and pre is not None and sel == vm.Selection():
-            out = pre
-        else:
-            out = vm.thumbnails(s.result, sel, THUMB, s.blocks)
-        self._thumb_cache = (key, out)
-        return out
+        return vm.thumbnails(s.result, sel, THUMB, s.blocks, use_cache=use_cache)
 
     def redraw(self, use_cache: bool = True) -> None:
         """Redraw every thumbnail on one shared scale (``use_cache=False`` also recomputes the pooling)."""
