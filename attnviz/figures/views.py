@@ -455,7 +455,10 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     width = spec.fixed_width or 3.0
     title = fit_title(make_title(result, style, ov.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    pad, cbar_gap, cbar_w, cbar_lab = 0.05, 0.08, 0.08, 0.5
+    pad, cbar_gap, cbar_w = 0.05, 0.08, 0.08
+    # room right of the bar for its tick labels (the top one is the scale's value, e.g. 0.0296) and its label
+    ticks = [text for _, text in vm.scale_ticks(0.0, ov.vmax, False)]
+    cbar_lab = text_width_in(ticks, fs) + 2.2 * fs * LINE * PT + 0.06
     img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
     img_h = img_w * ih / iw
     height = title_in + img_h + 2 * pad

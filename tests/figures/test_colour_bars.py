@@ -35,3 +35,20 @@ def test_colour_bar_claims_no_removal_that_did_not_happen():
     fig = render_spec(text_result(n_layers=1, heads=1, tokens=["a", "b", "c"]), FigureSpec(hide_special=True, dpi=72))
     label = fig.axes[-1].yaxis.label.get_text().replace("\n", " ")
     assert label == "attention weight (stretched to this map)"  # a FigureSpec without a scale: the old stretch
+
+
+@pytest.mark.parametrize("width_in", [2.4, 3.0, 3.5])
+def test_image_colour_bar_labels_stay_on_the_page(width_in):
+    """The overlay's bar labels its top with the scale's value (e.g. 0.0296): the tick labels and the bar's words
+    get the room they need, not a fixed half inch that pushed the words off the page."""
+    from conftest import vision_result
+
+    fig = render_spec(vision_result(), FigureSpec(view="image", query=0, head=1, dpi=100, width_in=width_in))
+    fig.canvas.draw()
+    cbar = fig.axes[-1]
+    page = fig.bbox
+    texts = [t for t in cbar.get_yticklabels() if t.get_text()] + [cbar.yaxis.label]
+    assert any("stretched" in t.get_text().replace("\n", " ") for t in texts)
+    for t in texts:
+        box = t.get_window_extent()
+        assert box.x1 <= page.x1 + 0.5 and box.x0 >= page.x0 - 0.5, (t.get_text(), box, page)
