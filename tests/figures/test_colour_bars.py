@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from conftest import text_result
+from conftest import text_result, vision_result
 
 from attnviz.figures import FigureSpec, render_spec
 
@@ -41,8 +41,6 @@ def test_colour_bar_claims_no_removal_that_did_not_happen():
 def test_image_colour_bar_labels_stay_on_the_page(width_in):
     """The overlay's bar labels its top with the scale's value (e.g. 0.0296): the tick labels and the bar's words
     get the room they need, not a fixed half inch that pushed the words off the page."""
-    from conftest import vision_result
-
     fig = render_spec(vision_result(), FigureSpec(view="image", query=0, head=1, dpi=100, width_in=width_in))
     fig.canvas.draw()
     cbar = fig.axes[-1]
