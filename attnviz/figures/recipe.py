@@ -152,7 +152,8 @@ def _resolve(entry: dict | None, base: Path, what: str, check: bool) -> dict | N
     cands = [base / entry["path"]]
     if entry.get("abs_path"):
         cands.append(Path(entry["abs_path"]))
-    found = next((c for c in cands if c.is_file()), None)
+    # a model may be an export folder (optimum's encoder + decoder files, a Hub repository): file_sha256 hashes those
+    found = next((c for c in cands if c.is_file() or (what == "model file" and c.is_dir())), None)
     if found is None:
         raise AttnvizError(
             f"the recipe's {what} {entry['path']} is missing (looked in {', '.join(str(c) for c in cands)}); "

@@ -382,3 +382,25 @@ def test_the_colour_scale_is_the_windows_default_named_on_the_bar_and_old_recipe
     for scale, want in (("fixed", 1.0), ("map", top), ("shared", every)):
         im = render_spec(result, FigureSpec(layer=1, head=0, scale=scale, dpi=40)).axes[0].images[0]
         assert im.norm.vmax == pytest.approx(want) and np.asarray(im.get_array()).max() == pytest.approx(top)
+
+
+def test_a_recipe_of_an_export_folder_regenerates_the_same_bytes(tmp_path):
+    """A figure of an optimum-style export folder (encoder + decoder files) writes a recipe whose model is the folder;
+    the recipe replays to the same PNG (it refused the folder as 'missing')."""
+    from pathlib import Path
+
+    from onnx_builders import split_export
+
+    repo = Path(__file__).resolve().parents[2]
+    folder = split_export(repo / "models" / "translation.onnx", tmp_path / "mt")
+    import numpy as np
+
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, input_ids=np.array([[5, 9, 7, 3]]), decoder_input_ids=np.array([[2, 8, 6]]))
+    out = tmp_path / "align.png"
+    assert fig(folder, "--inputs", feeds, "--view", "heatmap", "--dpi", 60, "--out", out) == 0
+    recipe = out.with_name("align.png.recipe.json")
+    assert json.loads(recipe.read_text())["source"]["model"]["path"] == "mt"
+    again = tmp_path / "again.png"
+    assert fig("--recipe", recipe, "--out", again) == 0
+    assert again.read_bytes() == out.read_bytes()
