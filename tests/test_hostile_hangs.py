@@ -16,29 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import BOUND_S, run_cli
 from onnx_builders import tiny_text_model
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
 
 REPO = Path(__file__).resolve().parents[1]
-BOUND_S = 120  # generous for a loaded machine; the hang it guards against is forever
 
 
 def attnviz(*argv, cwd=None) -> tuple[int, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "attnviz.cli", *map(str, argv)],
-            env=env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=BOUND_S,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"attnviz {' '.join(map(str, argv))} still ran after {BOUND_S} s")
-    return done.returncode, done.stderr.strip()
+    rc, err = run_cli(*argv, cwd=cwd)
+    return rc, err.strip()
 
 
 def one_line(rc: int, err: str, *words: str) -> None:

@@ -11,38 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from cli_run import run_cli
 from onnx_builders import tiny_text_model
 
 REPO = Path(__file__).resolve().parents[1]
-BOUND_S = 120  # generous for a loaded machine: the failures guarded against are exits, not slowness
 DEEP = "[" * 100_000  # the RecursionError: json.loads recurses once per level
 LONG_INT = "1" * 100_000  # past Python's 4,300-digit int limit: a ValueError today
 
 
 def attnviz(*argv, cwd: Path) -> tuple[int, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "attnviz.cli", *map(str, argv)],
-            env=env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=BOUND_S,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"attnviz {' '.join(map(str, argv))} still ran after {BOUND_S} s")
-    return done.returncode, done.stderr
+    return run_cli(*argv, cwd=cwd)
 
 
 def listing(folder: Path) -> dict[str, str]:

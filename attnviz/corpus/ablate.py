@@ -24,21 +24,9 @@ import argparse
 import time
 from pathlib import Path
 
+from attnviz.corpus.tables import HEADS, RUN, write_heads
+
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
-HEADS = "heads.parquet"
-RUN = "run.json"
-COLUMNS = (
-    "stack",
-    "kind",
-    "layer",
-    "head",
-    "ablation_kl",
-    "ablation_max_dlogit",
-    "prediction_changed",
-    "generation_changed",
-    "gate",
-    "ablated_together",
-)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,32 +78,19 @@ def _row(site, head: int, c, gate: str, together: int) -> dict:
     }
 
 
+MEASURES = (
+    ("ablation_kl", "float64"),
+    ("ablation_max_dlogit", "float64"),
+    ("prediction_changed", "bool_"),
+    ("generation_changed", "bool_"),
+    ("gate", "string"),
+    ("ablated_together", "int64"),
+)
+
+
 def write(out: Path, rows: list[dict], run: dict) -> None:
-    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically (and, inside a
-    command, checked again against its declared inputs)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from attnviz.core.writes import atomic_path, atomic_write_json
-
-    out.mkdir(parents=True, exist_ok=True)
-    schema = pa.schema(
-        [
-            ("stack", pa.string()),
-            ("kind", pa.string()),
-            ("layer", pa.int64()),
-            ("head", pa.int64()),
-            ("ablation_kl", pa.float64()),
-            ("ablation_max_dlogit", pa.float64()),
-            ("prediction_changed", pa.bool_()),
-            ("generation_changed", pa.bool_()),
-            ("gate", pa.string()),
-            ("ablated_together", pa.int64()),
-        ]
-    )
-    with atomic_path(out / HEADS, "--out") as tmp:
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    atomic_write_json(out / RUN, run, "--out", indent=1)
+    """``heads.parquet`` (the head keys and :data:`MEASURES`) and ``run.json`` into ``out``."""
+    write_heads(out, rows, MEASURES, run)
 
 
 def _open(args):
@@ -155,8 +130,8 @@ def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime.ablation import Ablation, gateable, parse_heads
+    from attnviz.runtime.commands.common import request_from_args
     from attnviz.runtime.host import prestart
-    from attnviz.runtime.request import AnalyzeRequest
 
     out = Path(args.out)
     inputs = {
@@ -180,17 +155,7 @@ def run(args) -> int:
         wanted = parse_heads(args.heads, sites)
         chosen, refused = sorted(wanted), []
         off_sets = [wanted]
-    req = AnalyzeRequest(
-        text=args.text,
-        text_pair=args.text_pair,
-        image=args.image,
-        feeds=args.inputs,
-        generate=args.generate,
-        image_size=tuple(args.image_size) if args.image_size else None,
-        image_mean=args.image_mean,
-        image_std=args.image_std,
-        max_tokens=args.max_tokens,
-    )
+    req = request_from_args(args)
     t0 = time.perf_counter()
     ab = Ablation(model, chosen, args.ablation, req)
     session_s = time.perf_counter() - t0 - ab.base_s

@@ -14,13 +14,13 @@ the heads that moved most.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.corpus.tables import HEADS, RUN, write_heads
+
 HELP = "compare two models' attention head by head on the same input (quantized vs full, two checkpoints, ...)"
-HEADS = "heads.parquet"
-RUN = "run.json"
-COLUMNS = ("stack", "kind", "layer", "head", "js_divergence", "max_abs_diff", "top1_agreement")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,29 +120,12 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     return Comparison(heads, outputs, unmatched)
 
 
+MEASURES = (("js_divergence", "float64"), ("max_abs_diff", "float64"), ("top1_agreement", "float64"))
+
+
 def write(out: Path, comp: Comparison, run: dict) -> None:
-    """``heads.parquet`` and ``run.json`` into ``out`` (made if missing), each written atomically (and, inside a
-    command, checked again against its declared inputs)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from attnviz.core.writes import atomic_path, atomic_write_json
-
-    out.mkdir(parents=True, exist_ok=True)
-    schema = pa.schema(
-        [
-            ("stack", pa.string()),
-            ("kind", pa.string()),
-            ("layer", pa.int64()),
-            ("head", pa.int64()),
-            ("js_divergence", pa.float64()),
-            ("max_abs_diff", pa.float64()),
-            ("top1_agreement", pa.float64()),
-        ]
-    )
-    with atomic_path(out / HEADS, "--out") as tmp:
-        pq.write_table(pa.Table.from_pylist(comp.heads, schema=schema), tmp)
-    atomic_write_json(out / RUN, run, "--out", indent=1)
+    """``heads.parquet`` (the head keys and :data:`MEASURES`) and ``run.json`` into ``out``."""
+    write_heads(out, comp.heads, MEASURES, run)
 
 
 def run(args) -> int:
@@ -153,6 +136,7 @@ def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
     from attnviz.runtime import open_model
+    from attnviz.runtime.commands.common import request_from_args
     from attnviz.runtime.host import prestart
     from attnviz.runtime.inputs import load_feeds
     from attnviz.runtime.sample import no_input
@@ -173,25 +157,12 @@ def run(args) -> int:
     guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
     prestart()
     feeds = load_feeds(args.inputs) if args.inputs else None
+    # every map is compared: on-demand recompute would materialise them anyway
+    req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
     results = []
     for path in (args.model, args.other):
         m = open_model(path, provider=args.provider, tokenizer=args.tokenizer)
-        results.append(
-            m.analyze(
-                text=args.text,
-                text_pair=args.text_pair,
-                image=args.image,
-                feeds=feeds,
-                generate=args.generate,
-                mode="dense",  # every map is compared: on-demand recompute would materialise them anyway
-                image_size=tuple(args.image_size) if args.image_size else None,
-                image_mean=args.image_mean,
-                image_std=args.image_std,
-                max_tokens=args.max_tokens,
-                audio=args.audio,
-                max_seconds=args.max_seconds,
-            )
-        )
+        results.append(m.analyze_request(req))
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
         raise AttnvizError(

@@ -101,7 +101,7 @@ def request_from_args(args) -> AnalyzeRequest:
         image=args.image,
         feeds=args.inputs,
         generate=args.generate,
-        mode=args.mode,
+        mode=getattr(args, "mode", "auto"),  # `ablate` has no memory flag (its --mode is the ablation's)
         image_size=tuple(args.image_size) if args.image_size else None,
         image_mean=args.image_mean,
         image_std=args.image_std,

@@ -1,0 +1,26 @@
+"""One results folder of per-head rows: ``heads.parquet`` (one row per stack, kind, layer, head, plus the measures
+a command adds) and ``run.json``, each written atomically — shared by ``attnviz compare`` and ``attnviz ablate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HEADS = "heads.parquet"
+RUN = "run.json"
+HEAD_KEYS = (("stack", "string"), ("kind", "string"), ("layer", "int64"), ("head", "int64"))
+
+
+def write_heads(out: Path, rows: list[dict], measures: tuple[tuple[str, str], ...], run: dict) -> None:
+    """``rows`` under the schema ``HEAD_KEYS + measures`` (pyarrow type names: "float64", "bool_", ...) into
+    ``out/heads.parquet``, ``run`` into ``out/run.json``; ``out`` is made if missing.  Each file goes through
+    :func:`attnviz.core.writes.atomic_path` (inside a command, checked again against its declared inputs)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attnviz.core.writes import atomic_path, atomic_write_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in (*HEAD_KEYS, *measures)])
+    with atomic_path(out / HEADS, "--out") as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    atomic_write_json(out / RUN, run, "--out", indent=1)
