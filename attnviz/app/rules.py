@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from attnviz import AttnvizError
 from attnviz.core import view as view_defaults
 from attnviz.core.view import Selection, clamp
-from attnviz.runtime.folder import is_corpus_results
+from attnviz.runtime.folder import CORPUS_FILES, is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def file_kind(path) -> str:
     """``"model"``, ``"image"``, ``"maps"`` or ``"corpus"`` (an ``attnviz corpus`` results folder) for a path the
     user opened or dropped; one message otherwise."""
     p = Path(path)
-    kind = ("corpus" if is_corpus_results(p) else "model") if p.is_dir() else OPENERS.get(p.suffix.lower())
+    kind = ("corpus" if _results_folder(p) else "model") if p.is_dir() else OPENERS.get(p.suffix.lower())
     if kind is None:
         raise AttnvizError(
             f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
@@ -31,6 +31,14 @@ def file_kind(path) -> str:
     if not p.exists():
         raise AttnvizError(f"cannot open {p}: no such file")
     return kind
+
+
+def _results_folder(p: Path) -> bool:
+    """A corpus results folder, or what is left of one (a results file, no model): the Corpus view then names
+    the missing file, where a model folder's open would only say it has no .onnx file."""
+    if is_corpus_results(p):
+        return True
+    return any((p / n).is_file() for n in CORPUS_FILES) and not any(p.glob("*.onnx"))
 
 
 def dropped(paths: list[str]) -> tuple[str, str | None] | None:

@@ -53,6 +53,16 @@ def open_regular(path: str | os.PathLike, what: str = "file") -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def inside_folder(path: str | os.PathLike, folder: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` if it names a regular file whose real location (symlinks followed) lies inside ``folder``; a
+    file that only links to somewhere else is refused before anything reads it."""
+    p = regular_file(path, what)
+    base = Path(folder).resolve()
+    if base not in p.resolve().parents:
+        raise AttnvizError(f"{what} {p}: a link to {p.resolve()}, outside {base}; copy the file into the folder")
+    return p
+
+
 def read_bytes(path: str | os.PathLike, what: str = "file", limit: int | None = None) -> bytes:
     with open_regular(path, what) as f:
         data = f.read(-1 if limit is None else limit + 1)

@@ -13,7 +13,7 @@ from attnviz.core import writes
 from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
 from attnviz.core.untrusted import read_json
-from attnviz.corpus.items import Item, read_parquet
+from attnviz.corpus.items import Item
 from attnviz.corpus.reduce import Accumulator, HeadGroup
 from attnviz.corpus.roles import role_of
 
@@ -223,6 +223,10 @@ class CorpusResults:
 
 
 def read(folder: str | Path) -> CorpusResults:
+    """A results folder read back through :mod:`attnviz.corpus.results_check` (files inside the folder, row
+    counts capped from the footers, columns and ``run.json`` keys of the right types); one line otherwise."""
+    from attnviz.corpus import results_check as check
+
     folder = Path(folder)
     if folder.is_file():
         folder = folder.parent  # the user picked heads.parquet or run.json
@@ -231,12 +235,12 @@ def read(folder: str | Path) -> CorpusResults:
         raise AttnvizError(
             f"{folder}: not a corpus results folder (missing {', '.join(missing)}); run 'attnviz corpus MODEL --texts FILE --out DIR' first"
         )
+    files = {n: check.results_file(folder, n) for n in (HEADS, EXAMPLES, RUN)}
+    obj = read_json(files[RUN], RUN, fix=check.FIX)  # its message names the file's path
     try:
-        heads = read_parquet(folder / HEADS).to_pylist()
-        examples = read_parquet(folder / EXAMPLES).to_pylist()
-        run = read_json(folder / RUN, RUN)
-    except Exception as e:
-        raise AttnvizError(
-            f"{folder}: corpus results are unreadable ({str(e).splitlines()[0][:160]}); run 'attnviz corpus' again"
-        ) from None
+        heads = check.heads(files[HEADS])
+        examples = check.examples(files[EXAMPLES])
+        run = check.run(obj, RUN)
+    except AttnvizError as e:
+        raise AttnvizError(f"{folder}: {e}") from None
     return CorpusResults(folder, heads, examples, run)
