@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
 
 from attnviz.core import view as vm
 
+# a model from elsewhere may carry 200,000 metadata entries or a 60 MB value: each section shows this many rows
+# (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
+MAX_ROWS = 200
+TIP_CHARS = 4000
+
 
 def _short(v, n: int = 120) -> str:
-    s = v if isinstance(v, str) else json.dumps(v, default=str)
+    s = v[: n + 1] if isinstance(v, str) else json.dumps(v, default=str)[: n + 1]  # cut before copying
     s = s.replace("\n", " ")
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _tip(v) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, default=str, indent=1)
+    return s if len(s) <= TIP_CHARS else s[:TIP_CHARS] + f"… ({len(s):,} characters)"
 
 
 def prediction(result, meta: dict) -> str | None:
@@ -72,13 +83,18 @@ class ModelSidebar(QTreeWidget):
         children = (it.child(i) for i in range(it.childCount()))
         return {c.text(0): c.text(1) for c in children if c is not None}
 
-    def _add(self, title: str, rows, expanded: bool = True) -> None:
+    def _add(self, title: str, rows, expanded: bool = True, total: int | None = None) -> None:
+        """A section of at most :data:`MAX_ROWS` rows; ``total`` (when ``rows`` is already cut) counts them all."""
+        rows = list(rows)
+        total = len(rows) if total is None else total
         top = QTreeWidgetItem([title, ""])
         self.addTopLevelItem(top)
-        for k, v in rows:
-            child = QTreeWidgetItem([str(k), _short(v)])
-            child.setToolTip(1, v if isinstance(v, str) else json.dumps(v, default=str, indent=1)[:4000])
+        for k, v in rows[:MAX_ROWS]:
+            child = QTreeWidgetItem([_short(str(k), 200), _short(v)])
+            child.setToolTip(1, _tip(v))
             top.addChild(child)
+        if total > MAX_ROWS:
+            top.addChild(QTreeWidgetItem(["…", f"{total - MAX_ROWS:,} more (attnviz inspect MODEL lists them all)"]))
         top.setExpanded(expanded)
 
     def rebuild(self) -> None:
@@ -114,8 +130,9 @@ class ModelSidebar(QTreeWidget):
             else:
                 why = m.no_attention_reason or "no attention found"
                 self._add("Attention sites", [("none", why)])
-            meta = dict(m.metadata)
-            self._add("Metadata", sorted(meta.items()), expanded=False)
+            meta = m.metadata
+            first = heapq.nsmallest(MAX_ROWS, meta.items())  # sorted, without sorting 200,000 entries
+            self._add("Metadata", first, expanded=False, total=len(meta))
         if r is not None:
             info = dict(r.info or {})
             rows = []
