@@ -8,11 +8,13 @@ Vector and publication figures go through the shared matplotlib renderer
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from PySide6.QtCore import QMarginsF, QPoint, QRect, QSizeF
 from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QHeaderView, QWidget
 
 from attnviz import AttnvizError
 from attnviz.core.io import save_npz
@@ -31,6 +33,28 @@ def _render(widget: QWidget, device) -> bool:
     finally:
         ok = p.end()
     return ok
+
+
+# Fusion paints table header sections with gradients between colours of different specs (RGB and HSV), which
+# QPdfEngine cannot express: it prints "unable to create a gradient between colors of different spec" once per
+# section and drops the fill.  For a PDF the headers are painted flat (the button colour, thin rules) instead.
+FLAT_HEADERS = (
+    "QHeaderView::section { background-color: palette(button); border: 0px; "
+    "border-right: 1px solid palette(mid); border-bottom: 1px solid palette(mid); padding: 2px; }"
+)
+
+
+@contextmanager
+def _flat_headers(widget: QWidget) -> Iterator[None]:
+    if not widget.findChildren(QHeaderView):
+        yield
+        return
+    before = widget.styleSheet()
+    widget.setStyleSheet(before + "\n" + FLAT_HEADERS)
+    try:
+        yield
+    finally:
+        widget.setStyleSheet(before)
 
 
 def export_widget(widget: QWidget, path: str | os.PathLike) -> Path:
@@ -70,7 +94,8 @@ def _paint(widget: QWidget, ext: str, tmp: str) -> bool:
             # 96 dpi device pixels -> points, so the page is exactly the widget
             w.setPageSize(QPageSize(QSizeF(size.width() * 0.75, size.height() * 0.75), QPageSize.Unit.Point))
             w.setPageMargins(QMarginsF(0, 0, 0, 0), QPageLayout.Unit.Point)
-            ok = _render(widget, w)
+            with _flat_headers(widget):
+                ok = _render(widget, w)
             del w  # QPdfWriter writes the file when it is destroyed
     except AttnvizError:
         raise
