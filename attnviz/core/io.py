@@ -84,6 +84,8 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
     sites = _sites(parse_json(str(z["sites"]), f"{path}: 'sites'", fix=REEXTRACT), path)
+    if not sites:  # nothing any view or figure could draw
+        raise AttnvizError(f"{path}: holds no attention maps (0 sites); {REEXTRACT}")
     maps: list[MapSource] = []
     for i in range(len(sites)):
         a = z[f"attn_{i:03d}"]

@@ -479,6 +479,10 @@ class MainWindow(QMainWindow):
         self.compare.on_result(request)
 
     def _draw_result(self, result) -> None:
+        if not result.maps:  # nothing to draw: what is shown stays (an empty result would leave no views)
+            what = "the model ran but returned" if self.session.model is not None else "this result holds"
+            self.show_error(f"{what} no attention maps")
+            return
         self.session.set_result(result)
         self._follow_view_block()
         info = result.info or {}
@@ -489,9 +493,6 @@ class MainWindow(QMainWindow):
             f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else "")
         )
         n = len(result.maps)
-        if n == 0:
-            self.show_error("the model ran but returned no attention maps")
-            return
         gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
         self.statusBar().showMessage(f"{n} attention maps{gen}")
         self._update_title()

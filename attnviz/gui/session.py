@@ -60,12 +60,14 @@ class Session(QObject):
             self.comparison_changed.emit()
 
     def set_result(self, result: AttentionResult | None) -> None:
+        # the blocks first: a result whose blocks cannot be built leaves the session as it was, not half-set
+        batch = min(self.sel.batch, result.batch_size - 1) if result is not None else 0
+        blocks = result.blocks(batch) if result is not None else []
         self.result = result
         if self.comparison is not None and self.comparison.result_a is not result:
             self.comparison = None  # measured on another input: the window recomputes it for this one
             self.comparison_changed.emit()
-        batch = min(self.sel.batch, result.batch_size - 1) if result is not None else 0
-        self.blocks = result.blocks(batch) if result is not None else []
+        self.blocks = blocks
         self._map_cache = None
         sel = self.sel.with_(step=-1, batch=batch)
         if result is not None and self._fresh and self.blocks:

@@ -112,3 +112,22 @@ def test_huge_metadata_is_bounded_in_the_sidebar(real_window, qtbot, tmp_path):
     assert keys == sorted(keys) and "key000000" in shown  # the first entries in key order
     n_meta = 200_000 + 1 + sum(1 for _ in onnx.load(str(tmp_path / "src.onnx")).metadata_props)
     assert rows[-1].text(1).startswith(f"{n_meta - MAX_ROWS:,} more")
+
+
+def test_a_maps_file_with_no_maps_keeps_what_is_shown(real_window, qtbot, tmp_path):
+    """Issue 24 item 8: a maps file with no sites used to become the shown result (no blocks, every view empty,
+    the message saying a model ran); it is refused on load and the result shown before stays, views working."""
+    win = real_window
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(tiny_text_model(tmp_path / "good.onnx"), text="the cat sat")
+    shown = win.session.result
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, sites=np.array("[]"))
+    with strict():
+        with qtbot.waitSignal(win.error_shown, timeout=10000) as sig:
+            win.open_path(empty)
+        assert "no attention maps" in sig.args[0] and "model ran" not in sig.args[0]
+        assert win.session.result is shown and win.session.blocks
+        for i in range(win.tabs.count()):  # every view still draws the shown result
+            win.tabs.setCurrentIndex(i)
+            qtbot.wait(1)
