@@ -467,4 +467,12 @@ def parse_series(text: str) -> np.ndarray:
         raise AttnvizError("this model takes a numeric series: give numbers separated by spaces or commas") from None
     if not vals:
         raise AttnvizError("empty series: give numbers separated by spaces or commas")
+    # the model takes float32: a value past its range would become inf in the cast (numpy warns on stderr) and
+    # every map NaN; NaN and inf are no measurement either
+    top = float(np.finfo(np.float32).max)
+    bad = next((v for v in vals if not abs(v) <= top), None)
+    if bad is not None:
+        raise AttnvizError(
+            f"series value {bad:g} is not a finite number within float32's range (±{top:.3g}); give smaller numbers"
+        )
     return np.asarray(vals, np.float32)

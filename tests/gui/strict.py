@@ -1,7 +1,8 @@
 """Fail a window test on anything the user would meet as a traceback or a Qt complaint.
 
 :func:`strict` installs its own ``sys.excepthook`` (an exception raised in a slot, a timer or a paint reaches it)
-and a Qt message handler (a warning or critical message from Qt), collects what arrives and raises at the end.
+a Qt message handler (a warning or critical message from Qt) and records Python's warnings (a RuntimeWarning
+or UserWarning is printed on stderr), collects what arrives and raises at the end.
 The offscreen plugin's "does not support" lines are a limit of the plugin (gui/app.py drops them too).
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,9 +18,24 @@ from PySide6.QtCore import QtMsgType, qInstallMessageHandler
 
 from attnviz.gui.app import PLUGIN_LIMITS
 
+# warnings Python prints on stderr by default (a user sees them); deprecations are for developers
+SHOWN_WARNINGS = (RuntimeWarning, UserWarning)
+
 
 class Unhandled(list):
-    """What reached the hooks, oldest first (each a formatted traceback or a Qt message)."""
+    """What reached the hooks, oldest first (each a formatted traceback, a Qt message or a warning)."""
+
+    caught: list[warnings.WarningMessage]
+
+    def take_warnings(self) -> None:
+        for w in self.caught:
+            if issubclass(w.category, SHOWN_WARNINGS):
+                self.append(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})")
+        self.caught.clear()
+
+    def __bool__(self) -> bool:
+        self.take_warnings()
+        return len(self) > 0
 
     def check(self, context: str = "") -> None:
         if self:
@@ -41,7 +58,10 @@ def strict() -> Iterator[Unhandled]:
     sys.excepthook = hook
     old_handler = qInstallMessageHandler(messages)
     try:
-        yield seen
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            seen.caught = caught
+            yield seen
     finally:
         sys.excepthook = old_hook
         qInstallMessageHandler(old_handler)

@@ -30,3 +30,20 @@ def test_pdf_of_the_head_stats_table_prints_no_qt_warning(real_window, qtbot, tm
     pdf = (tmp_path / "stats.pdf").read_bytes()
     assert pdf.startswith(b"%PDF") and len(pdf) > 1000
     assert target.styleSheet() == sheet
+
+
+@pytest.mark.parametrize("value", ["1e308", "-1e39", "inf"])
+def test_a_series_value_past_float32_is_one_message(real_window, qtbot, value):
+    """Typing 1e308 into the forecaster's series: numpy warned "overflow encountered in cast" on stderr and every
+    map came out NaN; the value is refused in one line naming it, before the model runs."""
+    win = real_window
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(REPO / "models" / "forecasting.onnx")
+    shown = win.session.result
+    with strict():
+        with qtbot.waitSignal(win.error_shown, timeout=60000) as sig:
+            win.inputs.set_values(text=f"0.5 {value} 0.2")
+            win.inputs.run_button.click()
+        qtbot.waitUntil(lambda: not win.workers.live(), timeout=60000)
+    assert "float32" in sig.args[0] and "\n" not in sig.args[0], sig.args[0]
+    assert win.session.result is shown

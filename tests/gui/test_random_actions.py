@@ -34,6 +34,7 @@ SAMPLES = sorted((REPO / "resources" / "samples").glob("*.png"))
 ACTIONS = int(os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "250"))
 SEED = int(os.environ.get("ATTNVIZ_RANDOM_SEED", "24"))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "in", "the", "beginning", "God", "created", "é", "日本", "."]
+WORDS += ["0.5", "-3", "42", "1e308", "nan", "inf", "7"]  # the forecaster reads numbers
 
 
 class Monkey:
@@ -169,7 +170,8 @@ class Monkey:
     def type_text(self):
         n = int(self.rng.integers(0, 12))
         text = " ".join(self.pick(WORDS) for _ in range(n))
-        self.w.inputs.set_values(text=text)
+        pair = " ".join(self.pick(WORDS) for _ in range(int(self.rng.integers(0, 6))))
+        self.w.inputs.set_values(text=text, text_pair=pair if self.rng.random() < 0.3 else None)
         if self.rng.random() < 0.7:
             self.w.inputs.run_button.click()
         return repr(text)
