@@ -27,6 +27,9 @@ MAX_EXAMPLES = 1_000_000
 # a layer or head number past this is no model's (the largest have about 100 layers and 128 heads)
 MAX_INDEX = 4096
 KINDS = ("self", "cross")
+# stack, kind, role and score are names attnviz writes ("encoder", "positional", "special_other")
+NAME_CHARS = 64
+NAMES = ("stack", "kind", "role", "score")
 
 # column -> what it holds: "text", "index" (0..MAX_INDEX), "count" (0 or more), "signed" (any whole number),
 # "number" (float; NaN allowed)
@@ -134,6 +137,11 @@ def table(path: Path, required: dict[str, str], optional: dict[str, str], cap: i
                 bad = lo if lo < 0 else hi
                 bounds = f"0 to {top:,}" if top is not None else "0 or more"
                 raise AttnvizError(f"{name}: column {c!r} holds {bad:,}, outside {bounds}; {FIX}")
+    for c in NAMES:
+        if c in required and t.num_rows:
+            longest = pc.max(pc.utf8_length(t.column(c))).as_py() or 0
+            if longest > NAME_CHARS:
+                raise AttnvizError(f"{name}: column {c!r} holds a {longest:,}-character name; {FIX}")
     if "kind" in required:
         odd = [k for k in pc.unique(t.column("kind")).to_pylist() if k not in KINDS]
         if odd:

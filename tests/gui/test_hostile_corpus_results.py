@@ -117,6 +117,10 @@ CASES = {
         lambda f: _replace_heads(f, lambda rows: [r.update(entropy="high") for r in rows]),
         "'entropy' holds string",
     ),
+    "a name of a million characters": (
+        lambda f: _replace_heads(f, lambda rows: rows[0].update(role="r" * 1_000_000)),
+        "1,000,000-character name",
+    ),
     "empty stack": (lambda f: _replace_heads(f, lambda rows: rows[0].update(stack=None)), "empty value"),
     "unknown kind": (lambda f: _replace_heads(f, lambda rows: rows[0].update(kind="sideways")), "not one of"),
     "a head twice": (lambda f: _replace_heads(f, lambda rows: rows.append(dict(rows[0]))), "twice"),
@@ -180,3 +184,26 @@ def test_nan_and_infinite_statistics_are_shown_not_raised(real_window, qtbot, tm
         v.score.setCurrentText("entropy")
         assert v.grid_label.text().endswith("(no values)")
         v.close()
+
+
+def test_an_example_text_of_megabytes_is_cut_in_its_cell(real_window, qtbot, tmp_path):
+    """An example is a whole corpus item, and a long-context document is megabytes: its cell shows the start
+    (laying out the whole text in the table froze the window for minutes)."""
+    from attnviz.gui.views.corpus import CELL_CHARS
+
+    folder = tmp_path / "res"
+    folder.mkdir()
+    heads = _heads(1, 1)
+    examples = _examples(heads)
+    for e in examples:
+        e["text"] = "word " * 400_000
+    output.write(folder, heads, examples, {"model": "m.onnx", "items": 1})
+    with strict():
+        with qtbot.waitSignal(real_window.corpus_shown, timeout=20000) as shown:
+            real_window.open_path(folder)
+        v = shown.args[0]
+        v.show_head(v.heads[0])
+        v.grab()  # painted, not only built
+    cell = v.examples.item(0, 5)
+    assert len(cell.text()) == CELL_CHARS and cell.text().startswith("word word") and cell.toolTip()
+    v.close()

@@ -66,13 +66,27 @@ TABLE_COLUMNS = (
 _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter  # once: enum arithmetic costs µs a cell
 
 
+# an example's text is a whole corpus item (a long-context document can be 500,000 characters): a cell shows
+# the start, its tooltip a longer start; laying out the whole text froze the window for minutes
+CELL_CHARS = 300
+TIP_CHARS = 4000
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 class ValueItem(QTableWidgetItem):
     """A cell that sorts by its number (NaN last), not by its text."""
 
     def __init__(self, value, text: str | None = None):
-        super().__init__(text if text is not None else _fmt(value))
+        shown = text if text is not None else _fmt(value)
+        super().__init__(_cut(shown, CELL_CHARS))
         self.value = value
-        if not isinstance(value, str):
+        if isinstance(value, str):
+            if len(shown) > CELL_CHARS:
+                self.setToolTip(_cut(shown, TIP_CHARS))
+        else:
             self.setTextAlignment(_RIGHT)
 
     def __lt__(self, other):
@@ -123,6 +137,7 @@ class CorpusView(QWidget):
                 self.info.text() + f" · gold alignments ({g['convention']} convention, {g['sure_links']} sure links): "
                 f"best cross head L{b['layer']} H{b['head']}, AER {b['aer']:.3f}"
             )
+        self.info.setText(_cut(self.info.text(), 600))  # run.json's strings are a stranger's too
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # with gold alignments (attnviz corpus --gold-column) the heads also carry AER, precision and recall
         # (next to the role: "which heads align?" is what a researcher opens such results for)
