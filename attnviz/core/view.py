@@ -25,6 +25,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import reduce, windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid, TokenAxis
+from attnviz.core.words import count
 
 
 class ViewError(AttnvizError, ValueError):
@@ -616,6 +617,12 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
         if sel.step >= 0:
             rows = rows[: sel.step + 1]
             notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+        if not rows:  # Shift-Att reads word k at the row after the one that chose it: one word has no such row
+            raise ViewError(
+                "reading rows (Shift-Att) read each word at the row after the one that chose it: with "
+                f"{count(n_steps(result), 'generated word')} there is none; generate 2 or more words",
+                param="generate",
+            )
         q_pos = np.array([r for r, _ in rows], int)
         words = [w for _, w in rows]
         q_sp = np.array([word_special(result, blk, r, w) for r, w in rows], bool)

@@ -47,3 +47,36 @@ def test_a_series_value_past_float32_is_one_message(real_window, qtbot, value):
         qtbot.waitUntil(lambda: not win.workers.live(), timeout=60000)
     assert "float32" in sig.args[0] and "\n" not in sig.args[0], sig.args[0]
     assert win.session.result is shown
+
+
+@pytest.mark.parametrize("demo", ["translation.onnx", "captioning.onnx"])
+def test_reading_rows_with_one_generated_word_is_a_message_not_a_division(real_window, qtbot, demo):
+    """The ZeroDivisionError of issue 24 item 8: one generated word, Alignment's reading rows (Shift-Att) keep
+    none (word k is read by the row after the one that chose it), and the empty map reached the image item
+    (pyqtgraph's setRect divides by the image's width).  The view now says what to do instead."""
+    win = real_window
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(REPO / "models" / demo)
+    with strict():
+        with qtbot.waitSignal(win.result_shown, timeout=60000):
+            win.inputs.set_values(generate=1)
+            win.inputs.run_button.click()
+        assert len(win.session.result.generated) == 1
+        win.tabs.setCurrentWidget(win.alignment)
+        win.alignment.rows_box.setCurrentIndex(win.alignment.rows_box.findData("input"))
+        qtbot.waitUntil(lambda: "Shift-Att" in win.alignment.message, timeout=5000)
+        win.tabs.setCurrentWidget(win.head_map)  # the tab switch the random run made
+        win.tabs.setCurrentWidget(win.alignment)
+
+
+def test_reading_rows_with_one_generated_word_in_a_figure_is_one_line(tmp_path, capsys):
+    """The same selection from the command line was an internal error (exit 1); now one line, exit 2."""
+    from attnviz.cli import main
+
+    out = tmp_path / "a.png"
+    rc = main(
+        ["figure", str(REPO / "models" / "translation.onnx"), "--view", "alignment", "--rows", "input"]
+        + ["--generate", "1", "--out", str(out)]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("attnviz: error: reading rows (Shift-Att)") and not out.exists()

@@ -116,6 +116,8 @@ class Monkey:
             return f"slider -> {v}"
         if isinstance(c, QSpinBox):
             lo, hi = c.minimum(), min(c.maximum(), c.minimum() + 1000)
+            if self.rng.random() < 0.5:  # the edges, where the bugs live (one generated word, one token)
+                hi = min(hi, lo + 3)
             v = int(self.rng.integers(lo, hi + 1))
             c.setValue(v)
             return f"spinbox {c.objectName() or c.toolTip()[:20]!r} -> {v}"
