@@ -19,6 +19,7 @@ pytest.importorskip("onnxruntime")
 import onnx
 from onnx import TensorProto, numpy_helper
 from onnx_builders import tiny_text_model
+from PySide6.QtWidgets import QApplication
 from strict import strict
 
 from attnviz.gui.widgets.model_sidebar import MAX_ROWS, TIP_CHARS
@@ -130,4 +131,4 @@ def test_a_maps_file_with_no_maps_keeps_what_is_shown(real_window, qtbot, tmp_pa
         assert win.session.result is shown and win.session.blocks
         for i in range(win.tabs.count()):  # every view still draws the shown result
             win.tabs.setCurrentIndex(i)
-            qtbot.wait(1)
+            QApplication.processEvents()

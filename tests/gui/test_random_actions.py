@@ -25,13 +25,21 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QAbstractButton, QAbstractSlider, QAbstractSpinBox, QCheckBox, QComboBox, QSpinBox
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QSpinBox,
+)
 from strict import strict
 
 REPO = Path(__file__).resolve().parents[2]
 DEMOS = sorted((REPO / "models").glob("*.onnx"))
 SAMPLES = sorted((REPO / "resources" / "samples").glob("*.png"))
-ACTIONS = int(os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "250"))
+ACTIONS = int(os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "400"))  # about 30 s; 3,000 take 2–3 min
 SEED = int(os.environ.get("ATTNVIZ_RANDOM_SEED", "24"))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "in", "the", "beginning", "God", "created", "é", "日本", "."]
 WORDS += ["0.5", "-3", "42", "1e308", "nan", "inf", "7"]  # the forecaster reads numbers
@@ -45,15 +53,17 @@ class Monkey:
         self.log: deque[str] = deque(maxlen=40)
         self.exports: list[Path] = []
         self.counts: dict[str, int] = {}
+        self.elapsed = 0.0
         self.weights = {
             self.open_demo: 3,
-            self.tab: 8,
+            self.tab: 12,
             self.poke_control: 20,
             self.poke_view: 8,
             self.arrow_keys: 8,
-            self.view_shortcut: 3,
+            self.view_shortcut: 5,
             self.click_view: 10,
             self.type_text: 5,
+            self.run: 3,
             self.run_and_cancel: 3,
             self.resize: 3,
             self.compare: 2,
@@ -82,7 +92,7 @@ class Monkey:
         """Until every job the action started has come back (and its queued slots have run)."""
         w = self.w
         self.qtbot.waitUntil(lambda: not w.workers.live() and not w.stats.workers.live(), timeout=120000)
-        self.qtbot.wait(1)  # one pass of the event loop: result_shown is emitted by a zero-time timer
+        QApplication.processEvents()  # the pending zero-time timers (result_shown) and queued slots
 
     # -- actions --------------------------------------------------------------------------------------------
     def open_demo(self):
@@ -129,7 +139,17 @@ class Monkey:
 
     def poke_control(self):
         found = self._controls(self.w.controls) + self._controls(self.w.inputs)
-        return self._poke(self.pick(found)) if found else "no control"
+        if not found:
+            return "no control"
+        c = self.pick(found)
+        what = self._poke(c)
+        if self.w.inputs.isAncestorOf(c) and self.rng.random() < 0.6:  # a changed input field, then Run
+            self.w.inputs.run_button.click()
+            what += ", run"
+        return what
+
+    def run(self):
+        self.w.inputs.run_button.click()
 
     def poke_view(self):
         found = self._controls(self.w.tabs.currentWidget())
@@ -244,7 +264,7 @@ def run_actions(win, qtbot, out: Path, n: int, seed: int) -> Monkey:
                 raise AssertionError(
                     f"seed {seed}, action {i} of {n}: {len(seen)} unhandled\n{seen[0]}\nlast actions:\n{tail}"
                 )
-    monkey.elapsed = time.perf_counter() - t0  # type: ignore[attr-defined]
+    monkey.elapsed = time.perf_counter() - t0
     return monkey
 
 
