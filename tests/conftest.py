@@ -45,6 +45,14 @@ def llava_repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llava_with_past_repo(tmp_path_factory):
+    """The same LLaVA with its with-past decoder (no ``If``) written under the merged name, as some Hub exports."""
+    import vlm_models
+
+    return vlm_models.save_repo(tmp_path_factory.mktemp("llava-past") / "tiny-llava", merged=False)
+
+
+@pytest.fixture(scope="session")
 def optimum_export():
     """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
 

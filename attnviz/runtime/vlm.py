@@ -9,7 +9,8 @@ replaces those rows of the embeddings with the features (as ``LlavaModel``), and
 embeddings with positions 0..T-1, the mask and an empty cache.  Its sites are the vision tower's self-attention
 (the encoder block) then the decoder's self-attention, whose image-token columns are labelled ``img[r,c]`` on the
 vision grid; the result's ``token_grid`` places that run on the image, so Image regions shows a word's row over
-it.  Generation steps through the decoder's cache (:class:`VLMCache`).  Family: LLaVA only (CLIP-ViT + Llama, one
+it.  Generation steps through the decoder's cache (:class:`VLMCache`); an optimum ``If``-merged decoder runs the
+prompt through its without-past branch (``use_cache_branch`` false) and each cached step through the other.  Family: LLaVA only (CLIP-ViT + Llama, one
 image, the CLS token dropped); other families are named and refused in one line.
 """
 
@@ -359,6 +360,9 @@ class VLMCache:
 
     def __init__(self, vs: VLMSet, past: list[str], names: dict[str, str]):
         self.vs, self.past, self.names = vs, past, names
+        # an If-merged decoder's use_cache_branch (optimum: bool [1]): off for the prompt (fill_auxiliary feeds
+        # it false, the without-past branch), on for every cached step (the with-past branch)
+        self.flags = {i.name: i.rank for i in vs.decoder.inputs if i.dtype == "bool" and i.rank <= 1}
         self.n_vis = len(vs.vision.sites)
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
@@ -403,6 +407,7 @@ class VLMCache:
                 np.dtype(dec[self.names["positions"]].dtype)
             ),
             **self.cache,
+            **{n: np.ones([1] * rank, bool) for n, rank in self.flags.items()},
         }
         r = self.vs.decoder.run(f, mode="dense")
         self._keep(r)
