@@ -53,6 +53,14 @@ def llava_with_past_repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def idefics3_repo(tmp_path_factory):
+    """A tiny random-init Idefics3 (SmolVLM's architecture) as a Hub repository (tests/idefics3_models.py)."""
+    import idefics3_models
+
+    return idefics3_models.save_repo(tmp_path_factory.mktemp("idefics3") / "tiny-idefics3")
+
+
+@pytest.fixture(scope="session")
 def optimum_export():
     """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
 

@@ -123,11 +123,13 @@ class _Decoder(torch.nn.Module):
 
     def __init__(self, m):
         super().__init__()
-        self.lm, self.head = m.model.language_model, m.lm_head
+        # LLaVA's decoder is model.language_model, Idefics3's model.text_model (tests/idefics3_models.py)
+        self.lm = getattr(m.model, "language_model", None) or m.model.text_model
+        self.head = m.lm_head
 
     def forward(self, inputs_embeds, attention_mask, position_ids, *past):
         cache = transformers.DynamicCache(config=self.lm.config)
-        for i in range(LAYERS if past else 0):  # the without-past export starts an empty cache
+        for i in range(self.lm.config.num_hidden_layers if past else 0):  # without past: an empty cache
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.lm(
             inputs_embeds=inputs_embeds,
@@ -203,11 +205,11 @@ def save_repo(repo: Path, merged: bool = True) -> Path:
     return repo
 
 
-def _export_decoder(m, ids, path: Path, with_past: bool) -> None:
+def _export_decoder(m, ids, path: Path, with_past: bool, layers: int = LAYERS) -> None:
     """The decoder alone: inputs_embeds, attention_mask, position_ids (and past key/values when ``with_past``) ->
     logits and present key/values, as optimum's decoder_model.onnx / decoder_with_past_model.onnx."""
     kv, hd = m.config.text_config.num_key_value_heads, HIDDEN // HEADS
-    past_names = [f"past_key_values.{i}.{w}" for i in range(LAYERS) for w in ("key", "value")]
+    past_names = [f"past_key_values.{i}.{w}" for i in range(layers) for w in ("key", "value")]
     present_names = [n.replace("past_key_values", "present") for n in past_names]
     emb = m.get_input_embeddings()(ids)
     past = [torch.zeros(1, kv, 2, hd) for _ in past_names] if with_past else []

@@ -223,6 +223,9 @@ class ModelSet(AnalyzeMethod):
     def pair_with_encoder(self) -> EncoderPair | None:
         return None  # a set runs its own encoder
 
+    def load_image(self, source, spec):
+        return None  # an export folder's image goes through attnviz's own resize / rescale / normalise
+
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
         return next((i.name for i in model.inputs if model.roles[i.name] == role), None)
