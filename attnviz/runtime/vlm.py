@@ -42,21 +42,52 @@ from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
 
 
+STEMS = tuple(n.removesuffix(".onnx") for n in (VISION_FILE, EMBED_FILE, DECODER_FILE))
+FULL = "full"  # the variant name of the unsuffixed (full-precision) files
+
+
 @dataclass(frozen=True)
 class VLMLayout:
-    """The three files of a Hub VLM: in ``FOLDER/onnx/`` (the repository opened) or in the ``onnx`` folder itself."""
+    """The three files of a Hub VLM: in ``FOLDER/onnx/`` (the repository opened) or in the ``onnx`` folder itself.
+
+    The Hub keeps quantized siblings beside them, one suffix for all three (``decoder_model_merged_q4.onnx``,
+    ``_int8``, ``_fp16``, ``_quantized``, ...): each suffix whose three files are all there is a variant; the
+    unsuffixed files (full precision) are opened unless a variant is asked for."""
 
     folder: Path  # the folder that was opened
     vision: Path
     embed: Path
     decoder: Path
+    variant: str = FULL
+    variants: tuple[str, ...] = (FULL,)
+
+    @staticmethod
+    def variants_in(d: Path) -> list[str]:
+        """The variants whose three files are in ``d`` (full precision first, then by name)."""
+        found = set()
+        for f in d.glob(f"{STEMS[2]}*.onnx") if d.is_dir() else ():
+            suffix = f.name.removesuffix(".onnx")[len(STEMS[2]) :]
+            if (suffix == "" or suffix.startswith("_")) and all((d / f"{s}{suffix}.onnx").is_file() for s in STEMS):
+                found.add(suffix[1:] or FULL)
+        return sorted(found, key=lambda v: (v != FULL, v))
 
     @classmethod
-    def find(cls, folder: Path) -> VLMLayout | None:
+    def find(cls, folder: Path, variant: str | None = None) -> VLMLayout | None:
         for d in (folder / HUB_ONNX_FOLDER, folder):
-            files = [d / n for n in (VISION_FILE, EMBED_FILE, DECODER_FILE)]
-            if all(f.is_file() for f in files):
-                return cls(folder, *files)
+            have = cls.variants_in(d)
+            if not have:
+                continue
+            want = (variant or FULL).removeprefix("_")
+            if want not in have:
+                raise AttnvizError(
+                    f"{folder}: no {'full-precision' if variant is None else repr(variant)} set of "
+                    f"{', '.join(n for n in (VISION_FILE, EMBED_FILE, DECODER_FILE))}; its variants: "
+                    f"{', '.join(have)} (choose one with --variant NAME)",
+                    param="variant",
+                )
+            suffix = "" if want == FULL else f"_{want}"
+            vision, embed, decoder = (d / f"{s}{suffix}.onnx" for s in STEMS)
+            return cls(folder, vision, embed, decoder, variant=want, variants=tuple(have))
         return None
 
 
@@ -180,6 +211,8 @@ class VLMSet(AnalyzeMethod):
                 "outputs": [vars(o) for o in self.outputs],
                 "sites": [s.to_dict() for s in self.sites],
                 "files": [p.name for p in (self.layout.vision, self.layout.embed, self.layout.decoder)],
+                "variant": self.layout.variant,
+                "variants": list(self.layout.variants),
                 "image_tokens": self.family.describe(),
             }
         )
