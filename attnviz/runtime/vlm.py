@@ -141,7 +141,8 @@ class VLMSet(AnalyzeMethod):
         image = folder_image(layout.vision)
         if image:
             self.meta["image"] = image
-        self.metadata: dict[str, str] = {}
+        # the sidebar's Metadata section: which of the repository's quantized siblings is open
+        self.metadata: dict[str, str] = {"variant": layout.variant, "variants": ", ".join(layout.variants)}
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None
         px = next((i for i in self.vision.inputs if self.vision.roles[i.name] == "image"), None)

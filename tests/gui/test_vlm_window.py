@@ -29,6 +29,7 @@ def test_the_window_opens_the_variant_asked_for(qtbot, real_window, llava_varian
     open_and_wait(qtbot, w, llava_variants_repo, text=PROMPT, image=str(picture))
     assert w.session.model.layout.variant == "int8"
     assert w.session.model.layout.decoder.name == "decoder_model_merged_int8.onnx"
+    assert w.sidebar.values("Metadata") == {"variant": "int8", "variants": "full, int8, uint8"}
 
 
 def test_image_regions_draw_a_word_over_the_tiles(qtbot, real_window, idefics3_repo, picture):
