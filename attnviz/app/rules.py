@@ -81,7 +81,7 @@ def first_input(model: AttnModel, given: dict, current_image: str = "", current_
     values = sample_input(model)
     if model_kind(model).startswith("vision") and not values.get("image") and current_image:
         values["image"] = current_image
-    if takes_audio(model) and current_audio:
+    if current_audio and takes_audio(model):
         values["audio"] = current_audio
     values.update(given)
     values.setdefault("generate", default_generate(model, given))

@@ -60,7 +60,7 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     ax_wave.set_yticks([])
     ax_wave.set_ylabel("sound", fontsize=fs)
     for span in view.spans:
-        ax_wave.axvspan(span.start, span.end, color=av.SPAN_COLOUR, alpha=0.18, lw=0)
+        ax_wave.axvspan(span.start, span.end, color=av.SPAN_COLOUR, alpha=0.18, lw=0, zorder=0)  # under the wave
         ax_wave.text(span.start, 1.0 * peak, span.word, fontsize=fs - 1, va="top", ha="left", clip_on=True)
     _mark_query(ax_wave, view)
 
