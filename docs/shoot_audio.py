@@ -30,7 +30,11 @@ def chirp(path: Path, seconds: float = 2.6) -> Path:
     import soundfile as sf
 
     t = np.arange(int(seconds * RATE)) / RATE
-    x = 0.5 * np.sin(2 * np.pi * (150 * t + (3500 - 150) / (2 * seconds) * t**2)) * (0.6 + 0.4 * np.sin(2.6 * np.pi * t))
+    x = (
+        0.5
+        * np.sin(2 * np.pi * (150 * t + (3500 - 150) / (2 * seconds) * t**2))
+        * (0.6 + 0.4 * np.sin(2.6 * np.pi * t))
+    )
     x[int(0.9 * RATE) : int(1.2 * RATE)] = 0.0
     sf.write(path, x.astype(np.float32), RATE)
     return path
