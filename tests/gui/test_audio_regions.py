@@ -21,6 +21,7 @@ from screen_figure import figure  # noqa: E402
 
 from attnviz.cli import main  # noqa: E402
 from attnviz.core import audio_view as av  # noqa: E402
+from attnviz.gui.views.audio_regions import WAVE_BRUSH as WAVE_GREY  # noqa: E402
 from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the Whisper export (cached per machine under ~/.cache/attnviz-tests)
@@ -167,3 +168,33 @@ def test_a_sound_without_a_speech_model_is_one_message(qtbot, window, files, sou
     w.select_view("audio")
     assert w.audio_regions.message.startswith("Audio regions need a speech model")
     assert av.NO_AUDIO.startswith("Audio regions need")
+
+
+def test_open_command_takes_the_sound(whisper, sound, tmp_path):
+    """`attnviz open FOLDER --audio F --view audio`: the window runs the sound and shows Audio regions (its waveform
+    grey fills the screenshot); a sound file that is not there is one line, exit code 2, before any window."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from PIL import Image
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(root), ATTNVIZ_SETTINGS=str(tmp_path / "s.ini"))
+
+    def run(*args):
+        cmd = [sys.executable, "-m", "attnviz", "open", str(whisper), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+    shot = tmp_path / "audio.png"
+    p = run("--audio", str(sound), "--text-pair", "w3 w17", "--view", "audio", "--screenshot", str(shot))
+    assert p.returncode == 0, p.stderr[-2000:]
+    a = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    wave = (np.abs(a - np.array(WAVE_GREY)).max(axis=-1) <= 2).sum()
+    assert wave > 20000, wave  # the filled waveform (the other tabs draw no such grey)
+    p = run("--audio", str(tmp_path / "nope.wav"), "--screenshot", str(tmp_path / "x.png"))
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"attnviz: error: --audio {tmp_path / 'nope.wav'}: no such file; give a WAV, FLAC or OGG file"
+    ]
+    assert not (tmp_path / "x.png").exists()
