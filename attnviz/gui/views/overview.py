@@ -215,9 +215,9 @@ class OverviewView(View):
         if key == self._crosses_for:
             return
         self._crosses_for = key
-        for items in self.crosses.values():
-            for item in items:
-                self.vb.removeItem(item)
+        for drawn in self.crosses.values():
+            for old in drawn:
+                self.vb.removeItem(old)
         self.crosses.clear()
         pen = QPen(QColor(30, 30, 30))
         pen.setCosmetic(True)
