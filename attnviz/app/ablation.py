@@ -152,7 +152,9 @@ class Ablator:
         self.lock = threading.Lock()  # one toggle at a time through the session and the measures
 
     def serves(self, model: AttnModel | None, request: AnalyzeRequest | None) -> bool:
-        return model is self.model and request == self.request
+        # the same objects: the window's request of the result shown (a request's raw feeds are arrays, whose ==
+        # has no single truth value); a new input is a new request, and a new Ablator
+        return model is self.model and request is self.request
 
     def off_sets(self, off: frozenset[HeadRef]) -> dict[int, list[int]]:
         """``off`` as ``{site index: heads}`` for :meth:`Ablation.change` (a head of a site with no gate is one

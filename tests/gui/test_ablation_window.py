@@ -119,3 +119,28 @@ def test_maps_loaded_from_a_file_cannot_switch_heads_off_in_one_message(qtbot, r
         assert "open a model and run an input first" in (w.last_error or "")
         assert not w.session.ablation.off and not w.overview.crosses
     assert not exceptions, exceptions
+
+
+def test_heads_stay_off_for_a_new_input_and_are_measured_on_it(qtbot, real_window):
+    from gui_helpers import run_and_wait
+
+    from attnviz.runtime import open_model
+    from attnviz.runtime.ablation import Ablation
+
+    w = real_window
+    with qtbot.captureExceptions() as exceptions:
+        open_and_wait(qtbot, w, DEMO, text=TEXT)
+        _action(_right_click_overview(qtbot, w, (0, 0, 1)), OFF_TEXT).trigger()
+        first = _measured(qtbot, w, 1)
+        run_and_wait(qtbot, w, text="2 7 1 8 2 8")
+        qtbot.waitUntil(
+            lambda: w.session.ablation_outcome is not None and w.session.ablation_outcome is not first, timeout=60000
+        )
+        again = w.session.ablation_outcome
+        assert again.off == first.off and set(w.overview.crosses) == {(0, 0, 1)}
+        assert again.ablator is not first.ablator and again.ablator.request is w.last_request
+        ref = Ablation(open_model(DEMO, provider="cpu"), [0], "zero", w.last_request).change({0: [1]})
+        assert (
+            abs(again.change.max_dlogit - ref.max_dlogit) <= 1e-6 and again.change.max_dlogit != first.change.max_dlogit
+        )
+    assert not exceptions, exceptions
