@@ -1333,7 +1333,7 @@ def map_label(mv: MapView, log: bool) -> str:
     """The colour-bar words of a drawn map, screen and figure: a difference says it is one and how it is scaled."""
     if mv.diverging:
         hidden = " (special tokens removed, rows renormalised)" if HIDDEN_NOTE in mv.notes else ""
-        return f"A − B attention weight{hidden} (symmetric ±max |A − B|)"
+        return f"A − B weight{hidden} (±max |A − B|)"
     return notes_label(mv.notes, log, mv.scale)
 
 
