@@ -26,6 +26,7 @@ from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
+from attnviz.gui.ablation import AblationController
 from attnviz.gui.app import make_settings
 from attnviz.gui.compare import CompareController
 from attnviz.gui.export import (
@@ -82,7 +83,7 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0, "ablate": 0}
         self.last_request: AnalyzeRequest | None = None  # what the shown result was run on (None: loaded maps)
         self.pending_values: dict | None = None
         self.last_error: str | None = None
@@ -133,9 +134,20 @@ class MainWindow(QMainWindow):
         )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.left_dock)
         self.sidebar = ModelSidebar(self.session)
+        # right-click a head ▸ Switch head off: the output change shows above the sidebar
+        self.ablation = AblationController(self)
+        self.overview.context_requested.connect(self.ablation.menu_for)
+        self.stats.context_requested.connect(
+            lambda layer, head, at: self.ablation.menu_for(self.session.sel.block, layer, head, at)
+        )
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.addWidget(self.ablation.panel)
+        rv.addWidget(self.sidebar, 1)
         self.right_dock = QDockWidget("Model", self)
         self.right_dock.setObjectName("model_dock")
-        self.right_dock.setWidget(self.sidebar)
+        self.right_dock.setWidget(right)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
         self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Orientation.Horizontal)
 
@@ -315,10 +327,15 @@ class MainWindow(QMainWindow):
             self._on_gold(value)
         elif kind == "compare":
             self.compare.returned(rid, value)
+        elif kind == "ablate":
+            self.ablation.returned(rid, value)
 
     def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
         if kind == "compare":
             self.compare.errored(rid, exc)
+            return
+        if kind == "ablate":
+            self.ablation.errored(rid, exc)
             return
         self._on_error(kind, rid, exc)
 
@@ -502,6 +519,7 @@ class MainWindow(QMainWindow):
         self.last_request = request
         self._draw_result(result)
         self.compare.on_result(request)
+        self.ablation.on_result(request)
 
     def _draw_result(self, result) -> None:
         self.session.set_result(result)
