@@ -1145,7 +1145,8 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
         return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
-    out = [(first, 0)] if grid.offset > 0 else []
+    # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images
+    out = [(first, 0)] if grid.offset > 0 and not grid.lead_images else []
     return out + [("all patches (mean)", -1)]
 
 

@@ -232,3 +232,15 @@ def test_the_image_figure_draws_the_tiled_grid(model, images):
         "png",
     )
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_vision_block_over_the_image_is_the_global_images(model, images):
+    """The vision block's Image regions: the global image's patches (the last image, the whole picture) on the
+    grid; no tile patch is offered as if it were a CLS query (its row over the global image would be all zero)."""
+    from attnviz.core import view as v
+
+    r = model.analyze(text=PROMPT, image=str(images["wide"]))
+    blocks = r.blocks()
+    bi, grid, kind = v.image_source(r, blocks, prefer=0)
+    assert (bi, kind) == (0, "self") and grid.lead_images == 2 and (grid.rows, grid.cols) == (6, 6)
+    assert v.image_queries(r, blocks[0], grid) == [("all patches (mean)", -1)]
