@@ -189,6 +189,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         result.token_grid = prep.tgt_tok.image_grid(rows[0])
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
+        result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []
         tok = prep.tgt_tok
         result.generated = [tok.label(i) if tok else str(i) for i in generated]
         info.generated_ids = generated

@@ -1,0 +1,166 @@
+"""``attnviz align-audio MODEL --audio F [--transcript T] [--heads SPEC] [--gold REF] --out words.tsv|.json``"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = (
+    "word timestamps of a speech model (a Whisper folder) from its alignment heads' cross-attention and dynamic "
+    "time warping, as transformers computes them; with --gold, every cross-attention head scored against "
+    "reference word times (heads.parquet)"
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="a Whisper ONNX folder (optimum's speech-recognition export)")
+    p.add_argument("--audio", required=True, metavar="FILE", help="the recording (WAV, FLAC or OGG)")
+    p.add_argument(
+        "--transcript",
+        metavar="FILE",
+        help="the words spoken (UTF-8 text), teacher-forced into the decoder; default: the --gold words, "
+        "else what the model transcribes",
+    )
+    p.add_argument(
+        "--heads",
+        metavar="SPEC",
+        help="the cross-attention heads to warp, e.g. 'decoder cross 2:1,decoder cross 3:0'; default: the "
+        "folder's generation_config.json alignment_heads, else every head of the decoder's second half",
+    )
+    p.add_argument(
+        "--gold",
+        metavar="REF",
+        help="reference word times: a TSV 'word<TAB>start<TAB>end' (seconds) or a Praat TextGrid; scores every "
+        "cross-attention head (share of word boundaries within 20/50/100 ms, mean absolute error)",
+    )
+    p.add_argument("--tier", metavar="NAME", help="the TextGrid tier of the words (default: 'words', else the first)")
+    p.add_argument("--out", required=True, metavar="words.tsv", help="output: .tsv (word start end tokens) or .json")
+    p.add_argument(
+        "--table", metavar="heads.parquet", help="with --gold: the per-head table (default: heads.parquet beside --out)"
+    )
+    p.add_argument("--generate", type=int, metavar="N", help="without a transcript: at most N tokens (default 128)")
+    p.add_argument("--max-seconds", type=float, metavar="S", help="keep only the first S seconds of the recording")
+    p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: the folder's)")
+    p.add_argument(
+        "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)"
+    )
+
+
+OUT_SUFFIXES = (".tsv", ".json")
+MEASURES = (
+    ("within_20ms", "float64"),
+    ("within_50ms", "float64"),
+    ("within_100ms", "float64"),
+    ("mean_abs_error_s", "float64"),
+    ("boundaries", "int64"),
+)
+
+
+def _tsv_cell(text: str) -> str:
+    return " ".join(text.replace("\t", " ").split())  # one cell: no tab, no line break from a decoded token
+
+
+def words_tsv(words) -> bytes:
+    lines = ["word\tstart\tend\ttokens"]
+    lines += [f"{_tsv_cell(w.text)}\t{w.start:.2f}\t{w.end:.2f}\t{' '.join(map(str, w.tokens))}" for w in words]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def words_json(words, run: dict) -> dict:
+    return run | {
+        "words": [{"word": w.text, "start": w.start, "end": w.end, "tokens": list(w.tokens)} for w in words]
+    }
+
+
+def write_table(path, rows: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from attnviz.core.writes import atomic_path
+    from attnviz.corpus.tables import HEAD_KEYS
+
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in (*HEAD_KEYS, *MEASURES)])
+    with atomic_path(path, "--table") as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from attnviz import AttnvizError
+    from attnviz.core.untrusted import read_text
+    from attnviz.core.writes import atomic_write_bytes, atomic_write_json, guard
+    from attnviz.runtime import audio_words as aw
+    from attnviz.runtime import open_model
+    from attnviz.runtime.audio import FeatureSpec, load_audio
+
+    out = Path(args.out)
+    if out.suffix.lower() not in OUT_SUFFIXES:
+        raise AttnvizError(f"--out {out}: give a .tsv or .json file name")
+    table = Path(args.table) if args.table else (out.parent / "heads.parquet" if args.gold else None)
+    if table is not None and not args.gold:
+        raise AttnvizError("--table holds the per-head scores against --gold; give --gold REF too")
+    if table is not None and table.resolve() == out.resolve():
+        raise AttnvizError(f"--table {table} is --out too; give them different names")
+    guard(
+        {
+            "the model": args.model,
+            "the --audio file": args.audio,
+            "the --transcript file": args.transcript,
+            "the --gold file": args.gold,
+            "the --tokenizer file": args.tokenizer,
+        },
+        {"--out": out, "--table": table},
+    )
+    if args.generate is not None and args.generate < 1:
+        raise AttnvizError(f"--generate {args.generate}: give at least 1 token")
+    gold = aw.read_gold(args.gold, args.tier) if args.gold else None
+    transcript = read_text(args.transcript, "--transcript file", 2**20) if args.transcript else None
+    if transcript is None and gold is not None:
+        transcript = " ".join(g.text for g in gold)
+
+    model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
+    config = aw.AlignConfig.for_model(model)
+    wave, notes = load_audio(args.audio, FeatureSpec.from_dict(model.meta["audio"]), args.max_seconds)
+    clip = aw.run_clip(model, wave, transcript, args.generate)
+    choice = aw.choose_heads(clip.sites, config, args.heads)
+    words = clip.words(choice.heads, config.median_width)
+    if not words:
+        raise AttnvizError(
+            f"{Path(args.audio).name}: the model heard no words (it generated only special tokens); give "
+            "--transcript FILE with the words spoken"
+        )
+    run_info = {
+        "model": str(args.model),
+        "audio": str(args.audio),
+        "transcript": "teacher-forced" if transcript is not None else "generated",
+        "heads": [list(h) for h in choice.heads],
+        "heads_from": choice.source,
+        "median_filter_width": config.median_width,
+    }
+    if out.suffix.lower() == ".json":
+        atomic_write_json(out, words_json(words, run_info), "--out")
+    else:
+        atomic_write_bytes(out, words_tsv(words), "--out")
+    for n in notes:
+        print(f"note: {n}")
+    print(f"wrote {out}: {len(words)} words from {len(choice.heads)} heads ({choice.source})")
+    if gold is not None and table is not None:
+        tally = aw.HeadTally()
+        tally.add(clip, gold, choice.heads, config.median_width)
+        ranked = tally.ranked()
+        write_table(table, [s.row() for s in ranked])
+        chosen = next(s for s in ranked if s.kind == aw.SET_KIND).score
+        print(
+            f"wrote {table}: {len(ranked) - 1} cross-attention heads and the chosen set scored on "
+            f"{chosen.matched_words} of {chosen.gold_words} reference words"
+        )
+        print(
+            f"chosen heads: {chosen.within[0]:.0%} / {chosen.within[1]:.0%} / {chosen.within[2]:.0%} of boundaries "
+            f"within 20 / 50 / 100 ms, mean error {chosen.mean_abs_error_s * 1000:.0f} ms"
+        )
+        top = [s for s in ranked if s.kind == "cross"][:5]
+        print(
+            "heads ranked (within 50 ms, mean error): "
+            + ", ".join(f"{s.layer}:{s.head} {s.score.within[1]:.0%} {s.score.mean_abs_error_s * 1000:.0f} ms" for s in top)
+        )
+    return 0

@@ -1,0 +1,242 @@
+"""Word timestamps of a speech model (a Whisper folder) on one clip: the run that gives the cross-attention, the
+heads that align, and every head scored against reference word times.
+
+The heads are the folder's ``generation_config.json`` ``alignment_heads`` (what the Hub's Whisper checkpoints
+carry, what transformers' ``return_token_timestamps`` uses), else the heads the user names, else every head of
+the decoder's second half (OpenAI whisper's default for a model without a list).  The arithmetic is
+:mod:`attnviz.core.audio_align`'s (numpy; no torch at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core import audio_align as aa
+from attnviz.core import audio_gold as ag
+from attnviz.core.attention import SiteInfo
+from attnviz.runtime.audio import FeatureSpec
+from attnviz.runtime.sidecar import sidecar_json
+
+Head = tuple[int, int]  # (decoder layer, head)
+DEFAULT_TOKENS = 128  # tokens generated when no transcript is given (capped by the decoder's positions)
+
+
+def cross_sites(sites: Sequence[SiteInfo]) -> list[int]:
+    """Indices of the decoder's cross-attention sites, layer by layer."""
+    return [i for i, s in enumerate(sites) if s.stack == "decoder" and s.kind == "cross"]
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    heads: tuple[Head, ...]
+    source: str  # where they come from, for the report line
+
+
+@dataclass(frozen=True)
+class AlignConfig:
+    """What the folder says about aligning: its alignment heads (None when it names none) and filter width."""
+
+    heads: tuple[Head, ...] | None
+    median_width: int = aa.MEDIAN_FILTER_WIDTH
+
+    @classmethod
+    def for_model(cls, model) -> AlignConfig:
+        layout = getattr(model, "layout", None)
+        if layout is None or not getattr(model, "audio", False):
+            raise AttnvizError(
+                f"{model.path.name}: not a speech model folder; give the folder holding encoder_model.onnx, "
+                "decoder_model.onnx and the Whisper configs"
+            )
+        gen = sidecar_json(layout.encoder, "generation_config.json")
+        cfg = sidecar_json(layout.encoder, "config.json")
+        width = cfg.get("median_filter_width", aa.MEDIAN_FILTER_WIDTH)
+        if isinstance(width, bool) or not isinstance(width, int) or width <= 0 or width % 2 != 1:
+            raise AttnvizError(f"config.json: median_filter_width {width!r}; give an odd number of frames (7)")
+        raw = gen.get("alignment_heads")
+        if raw is None:
+            return cls(None, width)
+        ok = isinstance(raw, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+            for p in raw
+        )
+        if not ok or not raw:
+            raise AttnvizError(
+                "generation_config.json: alignment_heads is not a list of [layer, head] pairs; fix it or name the "
+                "heads with --heads"
+            )
+        return cls(tuple((int(a), int(b)) for a, b in raw), width)
+
+
+def choose_heads(sites: Sequence[SiteInfo], config: AlignConfig, spec: str | None) -> HeadChoice:
+    """The heads whose attention is warped: --heads, else the folder's alignment_heads, else the second half.
+    ``sites`` as a run reports them (their head counts known)."""
+    sites = list(sites)
+    cross = cross_sites(sites)
+    if not cross:
+        raise AttnvizError("the model has no decoder cross-attention; word times need it")
+    layers = [sites[i].layer for i in cross]
+    heads = sites[cross[0]].heads
+    if spec:
+        from attnviz.runtime.ablation import parse_heads
+
+        picked = parse_heads(spec, sites)
+        bad = [sites[i].label for i in picked if i not in cross]
+        if bad:
+            raise AttnvizError(
+                f"--heads names {', '.join(bad)}; word times come from decoder cross-attention heads "
+                "('decoder cross LAYER:HEAD')"
+            )
+        return HeadChoice(tuple((sites[i].layer, h) for i, hs in picked.items() for h in hs), "--heads")
+    if config.heads is not None:
+        for layer, head in config.heads:
+            if layer not in layers or not 0 <= head < heads:
+                raise AttnvizError(
+                    f"generation_config.json: alignment head [{layer}, {head}] does not exist (the decoder has "
+                    f"{len(layers)} cross-attention layers of {heads} heads); fix it or give --heads"
+                )
+        return HeadChoice(config.heads, "generation_config.json alignment_heads")
+    half = layers[len(layers) // 2 :]
+    return HeadChoice(
+        tuple((lay, h) for lay in half for h in range(heads)),
+        "every head of the decoder's second half (the folder names no alignment_heads)",
+    )
+
+
+@dataclass
+class ClipAttention:
+    """One clip's decoder cross-attention and what its rows and columns are."""
+
+    cross: dict[int, np.ndarray]  # decoder layer -> [heads, rows, frames]
+    sites: list[SiteInfo]  # as the run reports them
+    ids: list[int]  # decoder positions' tokens: the rows fed, then the last generated token when generating
+    n_prompt: int
+    n_frames: int  # the clip's feature frames (transformers' attention mask, summed)
+    tok: object = field(repr=False)  # the decoder's TextEncoder
+    eos: int | None = None
+
+    def is_special(self, i: int) -> bool:
+        return (self.eos is not None and i >= self.eos) or bool(self.tok.is_special(i))  # type: ignore[attr-defined]
+
+    def weights(self, heads: Sequence[Head]) -> np.ndarray:
+        return np.stack([self.cross[lay][h] for lay, h in heads])
+
+    def words(self, heads: Sequence[Head], median_width: int = aa.MEDIAN_FILTER_WIDTH) -> list[aa.TimedWord]:
+        return aa.align_words(
+            self.weights(heads),
+            self.ids,
+            self.tok.decode,  # type: ignore[attr-defined]
+            self.n_prompt,
+            self.n_frames,
+            self.is_special,
+            median_width,
+        )
+
+
+def feature_frames(samples: int, spec: FeatureSpec) -> int:
+    """Feature frames a clip of ``samples`` fills: the extractor's attention mask taken every hop, summed."""
+    return min(-(-samples // spec.hop_length), spec.frames)
+
+
+def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | None) -> ClipAttention:
+    """The model on one clip: teacher-forced on ``transcript`` (a leading space, as Whisper's own text starts),
+    else generating up to ``generate`` tokens (None: :data:`DEFAULT_TOKENS`, within the decoder's positions)."""
+    prompt = model.meta.get("speech_prompt", {})
+    if transcript is not None:
+        if not transcript.strip():
+            raise AttnvizError("the transcript is empty; give the words spoken (--transcript FILE)")
+        r = model.analyze(audio=wave, text_pair=" " + " ".join(transcript.split()))
+    else:
+        if generate is None:
+            room = prompt.get("max_positions")
+            generate = DEFAULT_TOKENS
+            if isinstance(room, int):
+                generate = max(1, min(generate, room - len(prompt.get("ids", [])) + 1))
+        r = model.analyze(audio=wave, generate=generate)
+    sites = list(r.sites)
+    cross = {sites[i].layer: r.maps[i].array()[0] for i in cross_sites(sites)}
+    ids = list(r.decoder_ids[0]) if r.decoder_ids else []
+    gen = r.info.get("generated_ids") or []
+    if gen:
+        ids.append(int(gen[-1]))
+    spec = FeatureSpec.from_dict(model.meta["audio"])
+    tok = model.tokenizers[1]
+    if tok is None:
+        raise AttnvizError(f"{model.path.name}: no tokenizer.json for the decoder; word times need its words")
+    eos = model.meta.get("special", {}).get("eos")
+    forced = len(prompt.get("ids", [])) or 1  # the forced prompt (a transcript is fed after it, not part of it)
+    return ClipAttention(cross, sites, ids, forced, feature_frames(len(wave), spec), tok, eos)
+
+
+@dataclass(frozen=True)
+class HeadScore:
+    stack: str
+    kind: str
+    layer: int
+    head: int
+    score: ag.BoundaryScore
+
+    def row(self) -> dict:
+        s = self.score
+        return {
+            "stack": self.stack,
+            "kind": self.kind,
+            "layer": self.layer,
+            "head": self.head,
+            "within_20ms": s.within[0],
+            "within_50ms": s.within[1],
+            "within_100ms": s.within[2],
+            "mean_abs_error_s": s.mean_abs_error_s,
+            "boundaries": s.boundaries,
+        }
+
+
+SET_KIND = "alignment heads"  # the row of the chosen set, warped together (layer and head -1)
+
+
+def errors_of(words: Sequence[aa.TimedWord], gold: Sequence[ag.GoldWord]) -> tuple[list[float], int]:
+    pairs = ag.match([w.text for w in words], [g.text for g in gold])
+    return ag.boundary_errors([(w.start, w.end) for w in words], gold, pairs), len(pairs)
+
+
+class HeadTally:
+    """Boundary errors of every cross head and of the chosen set, summed over clips (a corpus adds clip after
+    clip): each head warped on its own, as if it were the only alignment head."""
+
+    def __init__(self) -> None:
+        self.errors: dict[tuple[str, int, int], list[float]] = {}
+        self.matched: dict[tuple[str, int, int], int] = {}
+        self.gold_words = 0
+
+    def add(self, clip: ClipAttention, gold: Sequence[ag.GoldWord], chosen: Sequence[Head], width: int) -> None:
+        self.gold_words += len(gold)
+        keys: list[tuple[tuple[str, int, int], list[Head]]] = [((SET_KIND, -1, -1), list(chosen))]
+        keys += [(("cross", lay, h), [(lay, h)]) for lay in sorted(clip.cross) for h in range(len(clip.cross[lay]))]
+        for key, heads in keys:
+            errs, n = errors_of(clip.words(heads, width), gold)
+            self.errors.setdefault(key, []).extend(errs)
+            self.matched[key] = self.matched.get(key, 0) + n
+
+    def ranked(self) -> list[HeadScore]:
+        """Heads best first: most boundaries within 50 ms, then the smallest mean error."""
+        out = [
+            HeadScore("decoder", kind, lay, h, ag.score(e, self.matched[(kind, lay, h)], self.gold_words))
+            for (kind, lay, h), e in self.errors.items()
+        ]
+
+        def key(s: HeadScore):
+            w50, mae = s.score.within[1], s.score.mean_abs_error_s
+            return (-(w50 if w50 == w50 else -1.0), mae if mae == mae else float("inf"), s.layer, s.head)
+
+        return sorted(out, key=key)
+
+
+def read_gold(path: str | Path, tier: str | None = None) -> list[ag.GoldWord]:
+    from attnviz.core.untrusted import read_bytes
+
+    p = Path(path)
+    return ag.parse_gold(read_bytes(p, "--gold file", ag.MAX_BYTES), p.name, tier)
