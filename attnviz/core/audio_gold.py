@@ -129,16 +129,26 @@ class _Reader:
     def __init__(self, values: list[str | float], what: str):
         self.v, self.i, self.what = values, 0, what
 
-    def take(self, kind: type, name: str):
+    def _next(self, name: str) -> str | float:
         if self.i >= len(self.v):
             raise AttnvizError(f"{self.what}: ends before its {name}; give a whole Praat TextGrid")
-        x = self.v[self.i]
         self.i += 1
-        if kind is float and isinstance(x, float):
-            return _time(repr(x), self.what)
-        if kind is str and isinstance(x, str):
-            return x
-        raise AttnvizError(f"{self.what}: {str(x)[:20]!r} where its {name} should be; give a Praat TextGrid")
+        return self.v[self.i - 1]
+
+    def _wrong(self, x: str | float, name: str) -> AttnvizError:
+        return AttnvizError(f"{self.what}: {str(x)[:20]!r} where its {name} should be; give a Praat TextGrid")
+
+    def time(self, name: str) -> float:
+        x = self._next(name)
+        if not isinstance(x, float):
+            raise self._wrong(x, name)
+        return _time(repr(x), self.what)
+
+    def text(self, name: str) -> str:
+        x = self._next(name)
+        if not isinstance(x, str):
+            raise self._wrong(x, name)
+        return x
 
     def count(self, name: str, per: int) -> int:
         """A count of items of ``per`` values each: whole, and no more than the values left (a huge size cannot
@@ -156,38 +166,38 @@ def parse_textgrid(text: str, what: str, tier: str | None = None) -> list[GoldWo
     """The words of a Praat TextGrid (long or short text format): the tier named ``tier``, else one named
     "words" or "word", else the first interval tier; empty and silence intervals are not words."""
     r = _Reader(_values(text, what), what)
-    if r.take(str, "file type") != "ooTextFile" or r.take(str, "object class") != "TextGrid":
+    if r.text("file type") != "ooTextFile" or r.text("object class") != "TextGrid":
         raise AttnvizError(f'{what}: not a Praat TextGrid (no File type = "ooTextFile" / Object class = "TextGrid")')
-    r.take(float, "xmin")
-    r.take(float, "xmax")
-    if r.take(str, "tiers flag") != "<exists>":
+    r.time("xmin")
+    r.time("xmax")
+    if r.text("tiers flag") != "<exists>":
         raise AttnvizError(f"{what}: has no tiers; give a TextGrid with a word tier")
     tiers: dict[str, list[GoldWord]] = {}
     for _ in range(r.count("tier count", 5)):
-        cls, name = r.take(str, "tier class"), r.take(str, "tier name")
-        r.take(float, "tier xmin")
-        r.take(float, "tier xmax")
+        cls, name = r.text("tier class"), r.text("tier name")
+        r.time("tier xmin")
+        r.time("tier xmax")
         if cls == "IntervalTier":
             words = []
             for k in range(r.count("interval count", 3)):
                 where = f"{what} tier {name[:30]!r} interval {k + 1}"
-                start, end, label = r.take(float, "xmin"), r.take(float, "xmax"), r.take(str, "text")
+                start, end, label = r.time("xmin"), r.time("xmax"), r.text("text")
                 if label.strip().lower() not in SILENCE:
                     words.append(_word(label.strip(), start, end, where))
             tiers.setdefault(name, words)
         elif cls == "TextTier":
             for _ in range(r.count("point count", 2)):
-                r.take(float, "time")
-                r.take(str, "mark")
+                r.time("time")
+                r.text("mark")
         else:
             raise AttnvizError(f"{what}: tier class {cls[:30]!r}; a TextGrid holds IntervalTier and TextTier tiers")
     if tier is not None:
         if tier not in tiers:
             raise AttnvizError(f"{what}: no interval tier {tier!r} (its tiers: {', '.join(tiers) or 'none'})")
         return _checked(tiers[tier], f"{what} tier {tier!r}")
-    name = next((n for n in tiers if n.strip().lower() in WORD_TIERS), next(iter(tiers), None))
-    if name is None:
+    if not tiers:
         raise AttnvizError(f"{what}: has no interval tier; give a TextGrid with a word tier")
+    name = next((n for n in tiers if n.strip().lower() in WORD_TIERS), next(iter(tiers)))
     return _checked(tiers[name], f"{what} tier {name!r}")
 
 
@@ -226,7 +236,9 @@ class BoundaryScore:
     gold_words: int
 
 
-def boundary_errors(pred: Sequence[tuple[float, float]], gold: Sequence[GoldWord], pairs) -> list[float]:
+def boundary_errors(
+    pred: Sequence[tuple[float, float]], gold: Sequence[GoldWord], pairs: Sequence[tuple[int, int]]
+) -> list[float]:
     """|predicted − reference| seconds of the start and the end of each matched word."""
     out = []
     for i, j in pairs:
@@ -235,7 +247,9 @@ def boundary_errors(pred: Sequence[tuple[float, float]], gold: Sequence[GoldWord
     return out
 
 
-def score(errors: Sequence[float], matched: int, gold_words: int, tolerances=TOLERANCES) -> BoundaryScore:
+def score(
+    errors: Sequence[float], matched: int, gold_words: int, tolerances: Sequence[float] = TOLERANCES
+) -> BoundaryScore:
     """The share within each tolerance (a hair of float slack: 0.06 − 0.04 is a 20 ms miss) and the mean error;
     NaN when nothing matched."""
     e = [float(x) for x in errors]

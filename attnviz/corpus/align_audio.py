@@ -66,9 +66,7 @@ def words_tsv(words) -> bytes:
 
 
 def words_json(words, run: dict) -> dict:
-    return run | {
-        "words": [{"word": w.text, "start": w.start, "end": w.end, "tokens": list(w.tokens)} for w in words]
-    }
+    return run | {"words": [{"word": w.text, "start": w.start, "end": w.end, "tokens": list(w.tokens)} for w in words]}
 
 
 def write_table(path, rows: list[dict]) -> None:
@@ -161,6 +159,8 @@ def run(args) -> int:
         top = [s for s in ranked if s.kind == "cross"][:5]
         print(
             "heads ranked (within 50 ms, mean error): "
-            + ", ".join(f"{s.layer}:{s.head} {s.score.within[1]:.0%} {s.score.mean_abs_error_s * 1000:.0f} ms" for s in top)
+            + ", ".join(
+                f"{s.layer}:{s.head} {s.score.within[1]:.0%} {s.score.mean_abs_error_s * 1000:.0f} ms" for s in top
+            )
         )
     return 0

@@ -1,9 +1,5 @@
 """Word timestamps from cross-attention (attnviz.core.audio_align) against transformers' own Whisper code, and the
-reference-time readers and boundary scores (attnviz.core.audio_gold) against hand computations.
-
-transformers' ``_extract_token_timestamps`` is called as generate calls it: the cross-attentions step by step
-(the prompt's rows in the first step, one row a step after), through a stand-in ``self`` holding only the two
-config values it reads."""
+reference-time readers and boundary scores (attnviz.core.audio_gold) against hand computations."""
 
 from types import SimpleNamespace
 
@@ -18,23 +14,7 @@ torch = pytest.importorskip("torch")
 gw = pytest.importorskip("transformers.models.whisper.generation_whisper")
 tw = pytest.importorskip("transformers.models.whisper.tokenization_whisper")
 
-
-class _Outputs(dict):  # what generate returns: keys ("beam_indices" in out) and attributes
-    __getattr__ = dict.__getitem__
-
-
-def transformers_times(weights, heads, n_prompt, num_frames, median_width=7):
-    """transformers' token timestamps of ``weights`` [batch, layers, heads, rows, frames]."""
-    w = torch.tensor(np.asarray(weights, np.float32))
-    layers, rows = w.shape[1], w.shape[3]
-    steps = [tuple(w[:, i, :, :n_prompt] for i in range(layers))]
-    steps += [tuple(w[:, i, :, r : r + 1] for i in range(layers)) for r in range(n_prompt, rows)]
-    out = _Outputs(cross_attentions=steps, sequences=torch.zeros(w.shape[0], rows + 1, dtype=torch.long))
-    me = SimpleNamespace(config=SimpleNamespace(decoder_layers=layers, median_filter_width=median_width))
-    return gw.WhisperGenerationMixin._extract_token_timestamps(
-        me, out, heads, num_frames=num_frames, num_input_ids=n_prompt
-    ).numpy()
-
+from whisper_reference import TEXTGRID_LONG, transformers_times  # noqa: E402
 
 P = 4  # the forced prompt: <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
 # frames (20 ms) where five tokens are spoken, then silence: row P - 1 + t predicts token t and listens to it
@@ -127,7 +107,7 @@ def bpe():
 @pytest.mark.parametrize(
     "text",
     [
-        " The cat's hat, (she said) sat on \"the\" mat.",
+        ' The cat\'s hat, (she said) sat on "the" mat.',
         " Il était une fois — l'été à Zürich... ¿Qué? ¡Sí!",
         " 日本語 and émigrés - well: 12.5% [sic] {ok}",
     ],
@@ -137,7 +117,7 @@ def test_words_are_split_as_transformers_splits_them(bpe, text):
     neighbour: transformers' _combine_tokens_into_words on the same tokens and decoder."""
     ids = bpe.encode(text).ids
     assert len(ids) > len(text.split())  # sub-words and byte pieces to merge
-    decode = lambda t: bpe.decode(list(t))  # noqa: E731
+    decode = lambda t: bpe.decode(list(t))
     fake = SimpleNamespace(decode=lambda t, decode_with_timestamps=True: decode(t), eos_token_id=10**6)
     words, _, indices = tw._combine_tokens_into_words(fake, ids, "english")
     got = aa.split_words(ids, decode)
@@ -149,7 +129,7 @@ def test_a_decoder_that_spaces_its_tokens_still_splits_words():
     """A word-level tokenizer puts the spaces between tokens when it decodes: the text added by each token (the
     sequence decoded so far) starts with the space, so each token is a word."""
     vocab = {1: "w1", 2: "w2", 3: ","}
-    decode = lambda t: " ".join(vocab[i] for i in t)  # noqa: E731
+    decode = lambda t: " ".join(vocab[i] for i in t)
     # " ," is not a closing mark to transformers either (only the bare mark is): it stays a word of its own
     assert aa.split_words([1, 2, 3, 1], decode) == [("w1", [0]), (" w2", [1]), (" ,", [2]), (" w1", [3])]
 
@@ -176,43 +156,6 @@ def test_boundary_scores_by_hand():
     assert np.isnan(ag.score([], 0, 4).mean_abs_error_s)
 
 
-TEXTGRID_LONG = '''File type = "ooTextFile"
-Object class = "TextGrid"
-
-xmin = 0
-xmax = 2.5
-tiers? <exists>
-size = 2
-item []:
-    item [1]:
-        class = "IntervalTier"
-        name = "phones"
-        xmin = 0
-        xmax = 2.5
-        intervals: size = 1
-        intervals [1]:
-            xmin = 0
-            xmax = 2.5
-            text = "dh"
-    item [2]:
-        class = "IntervalTier"
-        name = "words"
-        xmin = 0
-        xmax = 2.5
-        intervals: size = 3
-        intervals [1]:
-            xmin = 0
-            xmax = 0.5
-            text = ""
-        intervals [2]:
-            xmin = 0.5
-            xmax = 1.25
-            text = "say ""hi"""
-        intervals [3]:
-            xmin = 1.25
-            xmax = 2.5
-            text = "there"
-'''
 TEXTGRID_SHORT = (
     'File type = "ooTextFile"\nObject class = "TextGrid"\n\n0\n2\n<exists>\n2\n"TextTier"\n"events"\n0\n2\n1\n'
     '0.5\n"click"\n"IntervalTier"\n"w"\n0\n2\n3\n0\n0.4\n"sil"\n0.4\n1\n"a"\n1\n2\n"b"\n'
