@@ -17,8 +17,13 @@ from attnviz.figures.spec import FigureSpec
 
 
 def block_label(block: Block) -> str:
-    """Short name used on the command line and in recipes: ``"encoder self"`` (``"encoder self stage 2"``)."""
-    return f"{block.stack} {block.kind}" + (f" stage {block.stage}" if block.stage else "")
+    """Short name used on the command line and in recipes: ``"encoder self"`` (``"encoder self stage 2"``, a dual
+    encoder's ``"encoder self text"``: without the tower a name would pick whichever tower came first)."""
+    return (
+        f"{block.stack} {block.kind}"
+        + (f" stage {block.stage}" if block.stage else "")
+        + (f" {block.tower}" if block.tower else "")
+    )
 
 
 def _norm(name: str) -> str:
