@@ -221,8 +221,8 @@ class AttentionResult:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)  # the model's ordinary graph outputs
     generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)
     prompt_len: int = 0  # decoder positions that were given, not generated
-    decoder_ids: list[list[int]] = field(default_factory=list)  # the decoder's token ids fed, one row per batch item
     info: dict = field(default_factory=dict)  # provider, timings, model name, mode
+    decoder_ids: list[list[int]] = field(default_factory=list)  # the decoder's token ids fed, one row per batch item
 
     def __post_init__(self):
         if len(self.maps) != len(self.sites):
