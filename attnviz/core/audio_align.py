@@ -71,7 +71,8 @@ def dtw(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         up = ~diag & (c1 < c0) & (c1 < c2)
         t = np.where(diag, 0, np.where(up, 1, 2))
         c = np.where(diag, c0, np.where(up, c1, c2))
-        cost[i, j] = matrix[i - 1, j - 1] + c  # float64 sum, stored float32: as transformers' loop rounds it
+        with np.errstate(invalid="ignore"):  # a NaN column (two equal rows: 0/0 in the standardising) as torch's
+            cost[i, j] = matrix[i - 1, j - 1] + c  # float64 sum, stored float32: as transformers' loop rounds it
         trace[i, j] = t
     trace[0, :] = 2
     trace[:, 0] = 1

@@ -1,8 +1,11 @@
-"""``attnviz align-audio MODEL --audio F [--transcript T] [--heads SPEC] [--gold REF] --out words.tsv|.json``"""
+"""``attnviz align-audio MODEL (--audio F [--transcript T] [--gold REF] | --audio-dir DIR [--gold-dir DIR]) [--heads SPEC]
+--out words.tsv|.json|DIR``"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
 
 HELP = (
     "word timestamps of a speech model (a Whisper folder) from its alignment heads' cross-attention and dynamic "
@@ -13,7 +16,14 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="a Whisper ONNX folder (optimum's speech-recognition export)")
-    p.add_argument("--audio", required=True, metavar="FILE", help="the recording (WAV, FLAC or OGG)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--audio", metavar="FILE", help="the recording (WAV, FLAC or OGG)")
+    src.add_argument(
+        "--audio-dir",
+        metavar="DIR",
+        help="every recording in DIR (.wav, .flac, .ogg): words to --out DIR/NAME.words.tsv, and with --gold-dir "
+        "one heads.parquet over all of them",
+    )
     p.add_argument(
         "--transcript",
         metavar="FILE",
@@ -32,8 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="reference word times: a TSV 'word<TAB>start<TAB>end' (seconds) or a Praat TextGrid; scores every "
         "cross-attention head (share of word boundaries within 20/50/100 ms, mean absolute error)",
     )
+    p.add_argument(
+        "--gold-dir",
+        metavar="DIR",
+        help="with --audio-dir: each recording's reference, NAME.tsv or NAME.TextGrid for NAME.wav",
+    )
     p.add_argument("--tier", metavar="NAME", help="the TextGrid tier of the words (default: 'words', else the first)")
-    p.add_argument("--out", required=True, metavar="words.tsv", help="output: .tsv (word start end tokens) or .json")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="words.tsv",
+        help="output: .tsv (word start end tokens) or .json; with --audio-dir a folder",
+    )
     p.add_argument(
         "--table", metavar="heads.parquet", help="with --gold: the per-head table (default: heads.parquet beside --out)"
     )
@@ -81,9 +101,65 @@ def write_table(path, rows: list[dict]) -> None:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
 
 
-def run(args) -> int:
-    from pathlib import Path
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+GOLD_SUFFIXES = (".tsv", ".TextGrid", ".textgrid")
+MAX_FILES = 10_000
 
+
+@dataclass(frozen=True)
+class Job:
+    """One recording: its file, its reference (or None) and where its words go."""
+
+    audio: Path
+    gold: Path | None
+    out: Path
+
+
+def _jobs(args, out: Path) -> tuple[list[Job], Path | None]:
+    """The recordings to align and the per-head table's path: one --audio file, or every sound file of
+    --audio-dir (its reference the file of the same name in --gold-dir, its words DIR/NAME.words.tsv)."""
+    from attnviz import AttnvizError
+
+    if args.audio_dir is None:
+        if args.gold_dir:
+            raise AttnvizError("--gold-dir goes with --audio-dir; give one recording's reference with --gold REF")
+        if out.suffix.lower() not in OUT_SUFFIXES:
+            raise AttnvizError(f"--out {out}: give a .tsv or .json file name")
+        table = Path(args.table) if args.table else (out.parent / "heads.parquet" if args.gold else None)
+        if table is not None and not args.gold:
+            raise AttnvizError("--table holds the per-head scores against --gold; give --gold REF too")
+        if table is not None and table.resolve() == out.resolve():
+            raise AttnvizError(f"--table {table} is --out too; give them different names")
+        return [Job(Path(args.audio), Path(args.gold) if args.gold else None, out)], table
+    if args.gold or args.transcript:
+        raise AttnvizError("--audio-dir takes its references from --gold-dir (NAME.tsv or NAME.TextGrid per file)")
+    folder = Path(args.audio_dir)
+    if not folder.is_dir():
+        raise AttnvizError(f"--audio-dir {folder}: not a folder; give the folder of recordings")
+    if out.suffix or not (out.is_dir() or out.parent.is_dir()):
+        raise AttnvizError(f"--out {out}: with --audio-dir give a folder (made if missing) for the words files")
+    sounds = sorted(f for f in folder.iterdir() if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file())
+    if not sounds:
+        raise AttnvizError(f"--audio-dir {folder}: no .wav, .flac or .ogg files; give the folder of recordings")
+    if len(sounds) > MAX_FILES:
+        raise AttnvizError(f"--audio-dir {folder}: more than {MAX_FILES:,} recordings; split the folder")
+    jobs = []
+    for f in sounds:
+        gold = None
+        if args.gold_dir:
+            gold = next((g for s in GOLD_SUFFIXES if (g := Path(args.gold_dir) / f"{f.stem}{s}").is_file()), None)
+            if gold is None:
+                raise AttnvizError(
+                    f"--gold-dir {args.gold_dir}: no reference for {f.name}; give {f.stem}.tsv or {f.stem}.TextGrid"
+                )
+        jobs.append(Job(f, gold, out / f"{f.stem}.words.tsv"))
+    table = Path(args.table) if args.table else (out / "heads.parquet" if args.gold_dir else None)
+    if table is not None and not args.gold_dir:
+        raise AttnvizError("--table holds the per-head scores against --gold-dir; give --gold-dir DIR too")
+    return jobs, table
+
+
+def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core.untrusted import read_text
     from attnviz.core.writes import atomic_write_bytes, atomic_write_json, guard
@@ -91,76 +167,82 @@ def run(args) -> int:
     from attnviz.runtime import open_model
     from attnviz.runtime.audio import FeatureSpec, load_audio
 
+    if (args.audio is None) == (args.audio_dir is None):
+        raise AttnvizError("give one recording with --audio FILE, or a folder of them with --audio-dir DIR")
+    if args.generate is not None and args.generate < 1:
+        raise AttnvizError(f"--generate {args.generate}: give at least 1 token")
     out = Path(args.out)
-    if out.suffix.lower() not in OUT_SUFFIXES:
-        raise AttnvizError(f"--out {out}: give a .tsv or .json file name")
-    table = Path(args.table) if args.table else (out.parent / "heads.parquet" if args.gold else None)
-    if table is not None and not args.gold:
-        raise AttnvizError("--table holds the per-head scores against --gold; give --gold REF too")
-    if table is not None and table.resolve() == out.resolve():
-        raise AttnvizError(f"--table {table} is --out too; give them different names")
+    jobs, table = _jobs(args, out)
     guard(
         {
             "the model": args.model,
             "the --audio file": args.audio,
+            "the --audio-dir folder": args.audio_dir,
             "the --transcript file": args.transcript,
             "the --gold file": args.gold,
+            "the --gold-dir folder": args.gold_dir,
             "the --tokenizer file": args.tokenizer,
         },
-        {"--out": out, "--table": table},
+        {"--out": [j.out for j in jobs], "--table": table},
     )
-    if args.generate is not None and args.generate < 1:
-        raise AttnvizError(f"--generate {args.generate}: give at least 1 token")
-    gold = aw.read_gold(args.gold, args.tier) if args.gold else None
-    transcript = read_text(args.transcript, "--transcript file", 2**20) if args.transcript else None
-    if transcript is None and gold is not None:
-        transcript = " ".join(g.text for g in gold)
+    golds = [aw.read_gold(j.gold, args.tier) if j.gold else None for j in jobs]  # every reference checked first
+    typed = read_text(args.transcript, "--transcript file", 2**20) if args.transcript else None
 
     model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
     config = aw.AlignConfig.for_model(model)
-    wave, notes = load_audio(args.audio, FeatureSpec.from_dict(model.meta["audio"]), args.max_seconds)
-    clip = aw.run_clip(model, wave, transcript, args.generate)
-    choice = aw.choose_heads(clip.sites, config, args.heads)
-    words = clip.words(choice.heads, config.median_width)
-    if not words:
-        raise AttnvizError(
-            f"{Path(args.audio).name}: the model heard no words (it generated only special tokens); give "
-            "--transcript FILE with the words spoken"
-        )
-    run_info = {
-        "model": str(args.model),
-        "audio": str(args.audio),
-        "transcript": "teacher-forced" if transcript is not None else "generated",
-        "heads": [list(h) for h in choice.heads],
-        "heads_from": choice.source,
-        "median_filter_width": config.median_width,
-    }
-    if out.suffix.lower() == ".json":
-        atomic_write_json(out, words_json(words, run_info), "--out")
-    else:
-        atomic_write_bytes(out, words_tsv(words), "--out")
-    for n in notes:
-        print(f"note: {n}")
-    print(f"wrote {out}: {len(words)} words from {len(choice.heads)} heads ({choice.source})")
-    if gold is not None and table is not None:
-        tally = aw.HeadTally()
-        tally.add(clip, gold, choice.heads, config.median_width)
-        ranked = tally.ranked()
-        write_table(table, [s.row() for s in ranked])
-        chosen = next(s for s in ranked if s.kind == aw.SET_KIND).score
-        print(
-            f"wrote {table}: {len(ranked) - 1} cross-attention heads and the chosen set scored on "
-            f"{chosen.matched_words} of {chosen.gold_words} reference words"
-        )
-        print(
-            f"chosen heads: {chosen.within[0]:.0%} / {chosen.within[1]:.0%} / {chosen.within[2]:.0%} of boundaries "
-            f"within 20 / 50 / 100 ms, mean error {chosen.mean_abs_error_s * 1000:.0f} ms"
-        )
-        top = [s for s in ranked if s.kind == "cross"][:5]
-        print(
-            "heads ranked (within 50 ms, mean error): "
-            + ", ".join(
-                f"{s.layer}:{s.head} {s.score.within[1]:.0%} {s.score.mean_abs_error_s * 1000:.0f} ms" for s in top
+    spec = FeatureSpec.from_dict(model.meta["audio"])
+    tally = aw.HeadTally()
+    if args.audio_dir is not None:
+        out.mkdir(exist_ok=True)
+    for job, gold in zip(jobs, golds):
+        transcript = typed if typed is not None else (" ".join(g.text for g in gold) if gold else None)
+        wave, notes = load_audio(job.audio, spec, args.max_seconds)
+        clip = aw.run_clip(model, wave, transcript, args.generate)
+        choice = aw.choose_heads(clip.sites, config, args.heads)
+        words = clip.words(choice.heads, config.median_width)
+        if not words:
+            raise AttnvizError(
+                f"{job.audio.name}: the model heard no words (it generated only special tokens); give "
+                "the words spoken (--transcript FILE, or a reference)"
             )
-        )
+        run_info = {
+            "model": str(args.model),
+            "audio": str(job.audio),
+            "transcript": "teacher-forced" if transcript is not None else "generated",
+            "heads": [list(h) for h in choice.heads],
+            "heads_from": choice.source,
+            "median_filter_width": config.median_width,
+        }
+        if job.out.suffix.lower() == ".json":
+            atomic_write_json(job.out, words_json(words, run_info), "--out")
+        else:
+            atomic_write_bytes(job.out, words_tsv(words), "--out")
+        for n in notes:
+            print(f"note: {n}")
+        print(f"wrote {job.out}: {len(words)} words from {len(choice.heads)} heads ({choice.source})")
+        if gold is not None:
+            tally.add(clip, gold, choice.heads, config.median_width)
+    if table is not None:
+        _report(table, tally, len(jobs))
     return 0
+
+
+def _report(table, tally, files: int) -> None:
+    from attnviz.runtime import audio_words as aw
+
+    ranked = tally.ranked()
+    write_table(table, [s.row() for s in ranked])
+    chosen = next(s for s in ranked if s.kind == aw.SET_KIND).score
+    print(
+        f"wrote {table}: {len(ranked) - 1} cross-attention heads and the chosen set scored on "
+        f"{chosen.matched_words} of {chosen.gold_words} reference words" + (f" in {files} files" if files > 1 else "")
+    )
+    print(
+        f"chosen heads: {chosen.within[0]:.0%} / {chosen.within[1]:.0%} / {chosen.within[2]:.0%} of boundaries "
+        f"within 20 / 50 / 100 ms, mean error {chosen.mean_abs_error_s * 1000:.0f} ms"
+    )
+    top = [s for s in ranked if s.kind == "cross"][:5]
+    print(
+        "heads ranked (within 50 ms, mean error): "
+        + ", ".join(f"{s.layer}:{s.head} {s.score.within[1]:.0%} {s.score.mean_abs_error_s * 1000:.0f} ms" for s in top)
+    )

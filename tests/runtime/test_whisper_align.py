@@ -97,12 +97,16 @@ def _gold_words(tmp_path):
     return gold
 
 
-def _by_hand(times, gold=GOLD):
-    """Word k (decoder position P + k) spans (times[P + k - 1], times[P + k]); its errors against the reference,
-    the shares within 20 / 50 / 100 ms and the mean, computed here."""
+def _errors(times, gold=GOLD):
+    """Word k (decoder position P + k) spans (times[P + k - 1], times[P + k]): its start's and end's errors."""
     errs = []
     for k, (_, s, e) in enumerate(gold):
         errs += [abs(round(float(times[P + k - 1]), 2) - s), abs(round(float(times[P + k]), 2) - e)]
+    return errs
+
+
+def _by_hand(errs):
+    """The shares within 20 / 50 / 100 ms and the mean error, computed here."""
     errs = np.array(errs)
     return [float(np.mean(errs <= t + 1e-9)) for t in (0.02, 0.05, 0.1)] + [float(errs.mean())]
 
@@ -146,7 +150,7 @@ def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_
     assert len(table) == 2 * 4 + 1 and {r["stack"] for r in table} == {"decoder"}
     for r in table:
         heads = HEADS if r["kind"] == "alignment heads" else [[r["layer"], r["head"]]]
-        hand = _by_hand(transformers_times(cross, heads, P, n_frames)[0])
+        hand = _by_hand(_errors(transformers_times(cross, heads, P, n_frames)[0]))
         assert [r["within_20ms"], r["within_50ms"], r["within_100ms"], r["mean_abs_error_s"]] == pytest.approx(hand)
         assert r["boundaries"] == 8
     keys = [(-r["within_50ms"], r["mean_abs_error_s"]) for r in table]
@@ -167,6 +171,47 @@ def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_
     assert pq.read_table(table2).to_pylist() == table
     words = json.loads(out2.read_text())["words"]
     assert [(w["word"], w["start"], w["end"]) for w in words] == [(r[0], *g) for r, g in zip(rows, got)]
+
+
+def test_cli_a_folder_of_recordings_scored_together(whisper, tmp_path, capsys):
+    """--audio-dir with --gold-dir: each recording's words beside the others, one heads.parquet whose rows pool
+    the boundary errors of both recordings (computed here from transformers' times of each)."""
+    folder, hf, fe = whisper
+    audio, refs, out = tmp_path / "audio", tmp_path / "refs", tmp_path / "results"
+    audio.mkdir()
+    refs.mkdir()
+    clips = {"a": chirp(), "b": chirp(1.7, 300, 2000)}
+    golds = {"a": GOLD, "b": [("w9", 0.2, 0.6), ("w4", 0.6, 1.5)]}
+    sf.write(audio / "a.wav", clips["a"], RATE, subtype="FLOAT")
+    sf.write(audio / "b.flac", clips["b"], RATE, subtype="PCM_24")
+    (audio / "notes.txt").write_text("not a recording")
+    (refs / "a.tsv").write_text("".join(f"{w}\t{s}\t{e}\n" for w, s, e in golds["a"]))
+    (refs / "b.tsv").write_text("".join(f"{w}\t{s}\t{e}\n" for w, s, e in golds["b"]))
+    args = ["align-audio", str(folder), "--audio-dir", str(audio), "--gold-dir", str(refs), "--out", str(out)]
+    assert main(args) == 0
+    assert "scored on 6 of 6 reference words in 2 files" in capsys.readouterr().out
+    assert sorted(f.name for f in out.iterdir()) == ["a.words.tsv", "b.words.tsv", "heads.parquet"]
+    held = {"a": clips["a"], "b": sf.read(audio / "b.flac", dtype="float32")[0]}  # as the 24-bit file holds it
+    vocab = {w: int(w[1:]) for g in golds.values() for w, _, _ in g}
+    cross = {k: _hf_cross(hf, fe, held[k], [61, 62, 65, 66] + [vocab[w] for w, _, _ in golds[k]]) for k in held}
+    table = pq.read_table(out / "heads.parquet").to_pylist()
+    assert len(table) == 9
+    for r in table:
+        heads = HEADS if r["kind"] == "alignment heads" else [[r["layer"], r["head"]]]
+        errs = []
+        for k, (attn, n_frames) in cross.items():
+            errs += _errors(transformers_times(attn, heads, P, n_frames)[0], golds[k])
+        assert [r["within_20ms"], r["within_50ms"], r["within_100ms"], r["mean_abs_error_s"]] == pytest.approx(
+            _by_hand(errs)
+        )
+        assert r["boundaries"] == 12
+    (refs / "b.tsv").unlink()
+    shutil.rmtree(out)
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no reference for b.flac; give b.tsv or b.TextGrid" in err[0], err
+    assert not out.exists()
 
 
 def test_cli_named_heads_and_generation(whisper, tmp_path, capsys):
@@ -206,6 +251,8 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, tmp_path, capsys)
     refused([*base, "--heads", "decoder cross 5:0", "--out", str(out)], "no site decoder cross L5")
     refused([*base, "--heads", "decoder cross 1:9", "--out", str(out)], "has 4 heads")
     refused([*base, "--table", str(tmp_path / "t.parquet"), "--out", str(out)], "give --gold REF too")
+    refused([*base, "--gold-dir", str(tmp_path), "--out", str(out)], "--gold-dir goes with --audio-dir")
+    refused(["align-audio", str(folder), "--out", str(out)], "--audio FILE", "--audio-dir DIR")
     refused([*base, "--gold", str(gold), "--out", str(gold)], "--out", "overwrite an input")
     hostile = tmp_path / "hostile.TextGrid"
     hostile.write_bytes(b'File type = "ooTextFile"\nObject class = "TextGrid"\n0 1 <exists> 99999999 "x"')
