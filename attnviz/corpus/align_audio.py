@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         metavar="words.tsv",
-        help="output: .tsv (word start end tokens) or .json; with --audio-dir a folder",
+        help="output: .tsv (word start end tokens probability) or .json; with --audio-dir a folder",
     )
     p.add_argument(
         "--table", metavar="heads.parquet", help="with --gold: the per-head table (default: heads.parquet beside --out)"
@@ -79,14 +79,24 @@ def _tsv_cell(text: str) -> str:
     return " ".join(text.replace("\t", " ").split())  # one cell: no tab, no line break from a decoded token
 
 
-def words_tsv(words) -> bytes:
-    lines = ["word\tstart\tend\ttokens"]
-    lines += [f"{_tsv_cell(w.text)}\t{w.start:.2f}\t{w.end:.2f}\t{' '.join(map(str, w.tokens))}" for w in words]
+def words_tsv(words, probs) -> bytes:
+    """``word start end tokens probability`` a line (the probability empty where the run kept no logits)."""
+    lines = ["word\tstart\tend\ttokens\tprobability"]
+    lines += [
+        f"{_tsv_cell(w.text)}\t{w.start:.2f}\t{w.end:.2f}\t{' '.join(map(str, w.tokens))}\t"
+        + ("" if p is None else f"{p:.4f}")
+        for w, p in zip(words, probs)
+    ]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def words_json(words, run: dict) -> dict:
-    return run | {"words": [{"word": w.text, "start": w.start, "end": w.end, "tokens": list(w.tokens)} for w in words]}
+def words_json(words, probs, run: dict) -> dict:
+    return run | {
+        "words": [
+            {"word": w.text, "start": w.start, "end": w.end, "tokens": list(w.tokens), "probability": p}
+            for w, p in zip(words, probs)
+        ]
+    }
 
 
 def write_table(path, rows: list[dict]) -> None:
@@ -214,9 +224,9 @@ def run(args) -> int:
             "median_filter_width": config.median_width,
         }
         if job.out.suffix.lower() == ".json":
-            atomic_write_json(job.out, words_json(words, run_info), "--out")
+            atomic_write_json(job.out, words_json(words, clip.probabilities(words), run_info), "--out")
         else:
-            atomic_write_bytes(job.out, words_tsv(words), "--out")
+            atomic_write_bytes(job.out, words_tsv(words, clip.probabilities(words)), "--out")
         for n in notes:
             print(f"note: {n}")
         print(f"wrote {job.out}: {len(words)} words from {len(choice.heads)} heads ({choice.source})")

@@ -118,6 +118,7 @@ class ClipAttention:
     n_frames: int  # the clip's feature frames (transformers' attention mask, summed)
     tok: object = field(repr=False)  # the decoder's TextEncoder
     eos: int | None = None
+    logits: np.ndarray | None = field(default=None, repr=False)  # [rows, vocab] of a teacher-forced run, else None
 
     def is_special(self, i: int) -> bool:
         return (self.eos is not None and i >= self.eos) or bool(self.tok.is_special(i))  # type: ignore[attr-defined]
@@ -135,6 +136,16 @@ class ClipAttention:
             self.is_special,
             median_width,
         )
+
+    def probabilities(self, words: Sequence[aa.TimedWord]) -> list[float | None]:
+        """Each word's mean token probability (OpenAI whisper's word probability): the softmax of the row before
+        each token, read from a teacher-forced run's logits; None where the run kept none (cached generation)."""
+        if self.logits is None:
+            return [None] * len(words)
+        from attnviz.core.compare import log_softmax
+
+        logp = log_softmax(self.logits)
+        return [float(np.mean([np.exp(logp[p - 1, t]) for p, t in zip(w.positions, w.tokens)])) for w in words]
 
 
 def feature_frames(samples: int, spec: FeatureSpec) -> int:
@@ -169,7 +180,9 @@ def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | No
         raise AttnvizError(f"{model.path.name}: no tokenizer.json for the decoder; word times need its words")
     eos = model.meta.get("special", {}).get("eos")
     forced = len(prompt.get("ids", [])) or 1  # the forced prompt (a transcript is fed after it, not part of it)
-    return ClipAttention(cross, sites, ids, forced, feature_frames(len(wave), spec), tok, eos)
+    logits = r.outputs.get("logits")
+    logits = np.asarray(logits[0]) if logits is not None and np.ndim(logits) == 3 else None
+    return ClipAttention(cross, sites, ids, forced, feature_frames(len(wave), spec), tok, eos, logits)
 
 
 @dataclass(frozen=True)

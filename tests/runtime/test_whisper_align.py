@@ -83,12 +83,14 @@ def test_feature_frames_are_the_feature_extractors_mask():
         assert aw.feature_frames(n, spec) == int(np.sum(mask)), n
 
 
-def _hf_cross(hf, fe, clip, ids):
-    """transformers' eager cross-attentions of ``ids`` teacher-forced: [1, layers, heads, rows, frames]."""
+def _hf_cross(hf, fe, clip, ids, logits=False):
+    """transformers' eager cross-attentions of ``ids`` teacher-forced: [1, layers, heads, rows, frames], the clip's
+    frames (and its softmax over the vocabulary, [rows, vocab])."""
     f = fe(clip, sampling_rate=RATE, return_tensors="pt", return_attention_mask=True)
     with torch.no_grad():
         o = hf(input_features=f.input_features, decoder_input_ids=torch.tensor([ids]), output_attentions=True)
-    return torch.stack(o.cross_attentions, 1).numpy(), int(f.attention_mask.sum())
+    out = torch.stack(o.cross_attentions, 1).numpy(), int(f.attention_mask.sum())
+    return (*out, torch.softmax(o.logits[0], -1).numpy()) if logits else out
 
 
 def _gold_words(tmp_path):
@@ -126,14 +128,16 @@ def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_
     assert "3 heads (generation_config.json alignment_heads)" in said and "scored on 4 of 4 reference words" in said
 
     ids = [61, 62, 65, 66, 3, 17, 5, 8]
-    cross, n_frames = _hf_cross(hf, fe, chirp(), ids)
+    cross, n_frames, probs = _hf_cross(hf, fe, chirp(), ids, logits=True)
     want = transformers_times(cross, HEADS, P, n_frames)[0]
     lines = out.read_text().splitlines()
-    assert lines[0] == "word\tstart\tend\ttokens"
+    assert lines[0] == "word\tstart\tend\ttokens\tprobability"
     rows = [ln.split("\t") for ln in lines[1:]]
     assert [r[0] for r in rows] == [w for w, _, _ in GOLD] and [r[3] for r in rows] == ["3", "17", "5", "8"]
     got = [(float(r[1]), float(r[2])) for r in rows]
     assert got == [(round(float(want[P + k - 1]), 2), round(float(want[P + k]), 2)) for k in range(4)]
+    # each (one-token) word's probability: transformers' softmax of the row before it
+    np.testing.assert_allclose([float(r[4]) for r in rows], [probs[P + k - 1, ids[P + k]] for k in range(4)], atol=2e-4)
 
     table = pq.read_table(tmp_path / "heads.parquet").to_pylist()
     assert list(table[0]) == [
@@ -171,6 +175,7 @@ def test_cli_words_and_every_head_scored_as_transformers_times_say(whisper, tmp_
     assert pq.read_table(table2).to_pylist() == table
     words = json.loads(out2.read_text())["words"]
     assert [(w["word"], w["start"], w["end"]) for w in words] == [(r[0], *g) for r, g in zip(rows, got)]
+    assert [w["probability"] for w in words] == pytest.approx([float(r[4]) for r in rows], abs=1e-4)
 
 
 def test_cli_a_folder_of_recordings_scored_together(whisper, tmp_path, capsys):
@@ -229,6 +234,7 @@ def test_cli_named_heads_and_generation(whisper, tmp_path, capsys):
     words = clip.words([(0, 1), (1, 2)])
     assert [(w["word"], w["start"], w["end"]) for w in d["words"]] == [(w.text, w.start, w.end) for w in words]
     assert len(d["words"]) == len([i for i in clip.ids[P:] if i < 60])  # one word a (word-level) token
+    assert {w["probability"] for w in d["words"]} == {None}  # cached generation keeps no logits
 
 
 def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, tmp_path, capsys):
