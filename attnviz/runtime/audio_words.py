@@ -127,15 +127,17 @@ class ClipAttention:
         return np.stack([self.cross[lay][h] for lay, h in heads])
 
     def words(self, heads: Sequence[Head], median_width: int = aa.MEDIAN_FILTER_WIDTH) -> list[aa.TimedWord]:
-        return aa.align_words(
-            self.weights(heads),
-            self.ids,
-            self.tok.decode,  # type: ignore[attr-defined]
-            self.n_prompt,
-            self.n_frames,
-            self.is_special,
-            median_width,
-        )
+        """The words with times from ``heads`` warped together."""
+        return self.timed(aa.token_times(self.weights(heads), self.n_prompt, self.n_frames, median_width))
+
+    def words_per_head(self, median_width: int = aa.MEDIAN_FILTER_WIDTH) -> dict[Head, list[aa.TimedWord]]:
+        """The words with times from each cross head alone (all heads warped in one batch)."""
+        heads = [(lay, h) for lay in sorted(self.cross) for h in range(len(self.cross[lay]))]
+        times = aa.token_times_per_head(self.weights(heads), self.n_prompt, self.n_frames, median_width)
+        return {head: self.timed(t) for head, t in zip(heads, times)}
+
+    def timed(self, times: np.ndarray) -> list[aa.TimedWord]:
+        return aa.word_times(times, self.ids, self.tok.decode, self.n_prompt, self.is_special)  # type: ignore[attr-defined]
 
     def probabilities(self, words: Sequence[aa.TimedWord]) -> list[float | None]:
         """Each word's mean token probability (OpenAI whisper's word probability): the softmax of the row before
@@ -146,6 +148,26 @@ class ClipAttention:
 
         logp = log_softmax(self.logits)
         return [float(np.mean([np.exp(logp[p - 1, t]) for p, t in zip(w.positions, w.tokens)])) for w in words]
+
+
+def _check_transcript(model, text: str, n_prompt: int, positions: int | None) -> None:
+    """Refuse in one line a transcript longer than the decoder's positions, or one the tokenizer reads as no word
+    at all (every word unknown), before the model runs."""
+    tok = model.tokenizers[1]
+    if tok is None:
+        return
+    ids = tok.encode(text, add_special=False).ids
+    if isinstance(positions, int) and n_prompt + len(ids) > positions:
+        raise AttnvizError(
+            f"the transcript is {len(ids)} tokens; the decoder holds {positions - n_prompt} after its {n_prompt}-token "
+            "prompt: give a shorter transcript (cut the recording and its words together)"
+        )
+    eos = model.meta.get("special", {}).get("eos")
+    if ids and all((eos is not None and i >= eos) or tok.is_special(i) for i in ids):
+        raise AttnvizError(
+            "the transcript holds no word the model's tokenizer knows (every token is unknown or special); "
+            "give the words spoken in its language"
+        )
 
 
 def feature_frames(samples: int, spec: FeatureSpec) -> int:
@@ -160,7 +182,9 @@ def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | No
     if transcript is not None:
         if not transcript.strip():
             raise AttnvizError("the transcript is empty; give the words spoken (--transcript FILE)")
-        r = model.analyze(audio=wave, text_pair=" " + " ".join(transcript.split()))
+        text = " " + " ".join(transcript.split())
+        _check_transcript(model, text, len(prompt.get("ids", [])) or 1, prompt.get("max_positions"))
+        r = model.analyze(audio=wave, text_pair=text)
     else:
         if generate is None:
             room = prompt.get("max_positions")
@@ -227,10 +251,10 @@ class HeadTally:
 
     def add(self, clip: ClipAttention, gold: Sequence[ag.GoldWord], chosen: Sequence[Head], width: int) -> None:
         self.gold_words += len(gold)
-        keys: list[tuple[tuple[str, int, int], list[Head]]] = [((SET_KIND, -1, -1), list(chosen))]
-        keys += [(("cross", lay, h), [(lay, h)]) for lay in sorted(clip.cross) for h in range(len(clip.cross[lay]))]
-        for key, heads in keys:
-            errs, n = errors_of(clip.words(heads, width), gold)
+        found = {(SET_KIND, -1, -1): clip.words(chosen, width)}
+        found |= {("cross", lay, h): words for (lay, h), words in clip.words_per_head(width).items()}
+        for key, words in found.items():
+            errs, n = errors_of(words, gold)
             self.errors.setdefault(key, []).extend(errs)
             self.matched[key] = self.matched.get(key, 0) + n
 

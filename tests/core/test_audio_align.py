@@ -70,6 +70,20 @@ def test_token_times_equal_transformers_on_random_attention(num_frames):
         np.testing.assert_array_equal(got, want[b])
 
 
+def test_every_head_warped_alone_in_one_batch_equals_transformers_per_head():
+    rng = np.random.default_rng(4)
+    w = rng.dirichlet(np.ones(120), (2, 5, P + 7)).astype(np.float32)  # 2 layers of 5 heads
+    got = aa.token_times_per_head(w.reshape(10, P + 7, 120), P, 200)
+    for k in range(10):
+        want = transformers_times(w[None], [(k // 5, k % 5)], P, 200)[0]
+        np.testing.assert_array_equal(got[k], want)
+    mats = rng.normal(size=(aa.DTW_CHUNK + 3, 6, 30))  # more than one chunk
+    for (rows, cols), m in zip(aa.dtw_batch(mats), mats):
+        want = gw._dynamic_time_warping(m)
+        np.testing.assert_array_equal(rows, want[0])
+        np.testing.assert_array_equal(cols, want[1])
+
+
 def test_one_generated_token_has_no_rows_to_warp():
     w = np.random.default_rng(2).dirichlet(np.ones(50), (1, 1, 2, P)).astype(np.float32)
     np.testing.assert_array_equal(aa.token_times(w[0, 0], P), transformers_times(w, [(0, 1)], P, None)[0])
@@ -86,6 +100,9 @@ def test_dtw_and_median_filter_equal_transformers_ties_included():
     x = rng.normal(size=(2, 3, 5, 40)).astype(np.float32)
     for width in (1, 3, 7):
         np.testing.assert_array_equal(aa.median_filter(x, width), gw._median_filter(torch.tensor(x), width).numpy())
+    x[0, 1, 2, 5:9] = np.nan  # a column standardised as 0/0: NaN sorts last in torch, and here
+    x[1, 0, 0, 0] = np.nan
+    np.testing.assert_array_equal(aa.median_filter(x, 7), gw._median_filter(torch.tensor(x), 7).numpy())
     short = x[..., :3]
     np.testing.assert_array_equal(aa.median_filter(short, 7), short)  # too short to filter: as it is
 

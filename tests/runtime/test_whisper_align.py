@@ -259,6 +259,11 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, tmp_path, capsys)
     refused([*base, "--table", str(tmp_path / "t.parquet"), "--out", str(out)], "give --gold REF too")
     refused([*base, "--gold-dir", str(tmp_path), "--out", str(out)], "--gold-dir goes with --audio-dir")
     refused(["align-audio", str(folder), "--out", str(out)], "--audio FILE", "--audio-dir DIR")
+    long, unknown = tmp_path / "long.txt", tmp_path / "unknown.txt"
+    long.write_text(" ".join(f"w{k % 60}" for k in range(61)))  # 4 + 61 > the decoder's 64 positions
+    unknown.write_text("hello there")
+    refused([*base, "--transcript", str(long), "--out", str(out)], "61 tokens", "holds 60 after its 4-token prompt")
+    refused([*base, "--transcript", str(unknown), "--out", str(out)], "no word the model's tokenizer knows")
     refused([*base, "--gold", str(gold), "--out", str(gold)], "--out", "overwrite an input")
     hostile = tmp_path / "hostile.TextGrid"
     hostile.write_bytes(b'File type = "ooTextFile"\nObject class = "TextGrid"\n0 1 <exists> 99999999 "x"')
