@@ -46,14 +46,15 @@ class AlignConfig:
 
     @classmethod
     def for_model(cls, model) -> AlignConfig:
-        layout = getattr(model, "layout", None)
-        if layout is None or not getattr(model, "audio", False):
+        from attnviz.runtime.folder import ModelSet
+
+        if not (isinstance(model, ModelSet) and model.audio):
             raise AttnvizError(
                 f"{model.path.name}: not a speech model folder; give the folder holding encoder_model.onnx, "
                 "decoder_model.onnx and the Whisper configs"
             )
-        gen = sidecar_json(layout.encoder, "generation_config.json")
-        cfg = sidecar_json(layout.encoder, "config.json")
+        gen = sidecar_json(model.layout.encoder, "generation_config.json")
+        cfg = sidecar_json(model.layout.encoder, "config.json")
         width = cfg.get("median_filter_width", aa.MEDIAN_FILTER_WIDTH)
         if isinstance(width, bool) or not isinstance(width, int) or width <= 0 or width % 2 != 1:
             raise AttnvizError(f"config.json: median_filter_width {width!r}; give an odd number of frames (7)")

@@ -237,7 +237,7 @@ def test_cli_named_heads_and_generation(whisper, tmp_path, capsys):
     assert {w["probability"] for w in d["words"]} == {None}  # cached generation keeps no logits
 
 
-def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, tmp_path, capsys):
+def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, optimum_export, tmp_path, capsys):
     folder, _, _ = whisper
     wav = tmp_path / "chirp.wav"
     sf.write(wav, chirp(), RATE, subtype="FLOAT")
@@ -259,6 +259,8 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, tmp_path, capsys)
     refused([*base, "--table", str(tmp_path / "t.parquet"), "--out", str(out)], "give --gold REF too")
     refused([*base, "--gold-dir", str(tmp_path), "--out", str(out)], "--gold-dir goes with --audio-dir")
     refused(["align-audio", str(folder), "--out", str(out)], "--audio FILE", "--audio-dir DIR")
+    text_model = optimum_export("marian") / "onnx"  # a translation folder: no audio, no word times
+    refused(["align-audio", str(text_model), "--audio", str(wav), "--out", str(out)], "not a speech model folder")
     long, unknown = tmp_path / "long.txt", tmp_path / "unknown.txt"
     long.write_text(" ".join(f"w{k % 60}" for k in range(61)))  # 4 + 61 > the decoder's 64 positions
     unknown.write_text("hello there")
