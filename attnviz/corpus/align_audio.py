@@ -175,6 +175,7 @@ def run(args) -> int:
     from attnviz.core.writes import atomic_write_bytes, atomic_write_json, guard
     from attnviz.runtime import audio_words as aw
     from attnviz.runtime import open_model
+    from attnviz.runtime.ablation import parse_heads
     from attnviz.runtime.audio import FeatureSpec, load_audio
 
     if (args.audio is None) == (args.audio_dir is None):
@@ -208,7 +209,8 @@ def run(args) -> int:
         transcript = typed if typed is not None else (" ".join(g.text for g in gold) if gold else None)
         wave, notes = load_audio(job.audio, spec, args.max_seconds)
         clip = aw.run_clip(model, wave, transcript, args.generate)
-        choice = aw.choose_heads(clip.sites, config, args.heads)
+        picked = parse_heads(args.heads, clip.sites) if args.heads else None
+        choice = aw.choose_heads(clip.sites, config, picked)
         words = clip.words(choice.heads, config.median_width)
         if not words:
             raise AttnvizError(

@@ -9,7 +9,7 @@ the decoder's second half (OpenAI whisper's default for a model without a list).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,9 +18,8 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import audio_align as aa
 from attnviz.core import audio_gold as ag
-from attnviz.core.attention import SiteInfo
+from attnviz.core.attention import AttentionResult, SiteInfo
 from attnviz.runtime.audio import FeatureSpec
-from attnviz.runtime.sidecar import sidecar_json
 
 Head = tuple[int, int]  # (decoder layer, head)
 DEFAULT_TOKENS = 128  # tokens generated when no transcript is given (capped by the decoder's positions)
@@ -46,19 +45,19 @@ class AlignConfig:
 
     @classmethod
     def for_model(cls, model) -> AlignConfig:
-        from attnviz.runtime.folder import ModelSet
-
-        if not (isinstance(model, ModelSet) and model.audio):
+        """From what the folder's configs said when it opened (``meta["speech_alignment"]``, raw: a malformed list
+        is refused here, where it is used, not when the folder opens)."""
+        if "audio" not in model.meta or "speech_alignment" not in model.meta:
             raise AttnvizError(
                 f"{model.path.name}: not a speech model folder; give the folder holding encoder_model.onnx, "
                 "decoder_model.onnx and the Whisper configs"
             )
-        gen = sidecar_json(model.layout.encoder, "generation_config.json")
-        cfg = sidecar_json(model.layout.encoder, "config.json")
-        width = cfg.get("median_filter_width", aa.MEDIAN_FILTER_WIDTH)
+        said = model.meta["speech_alignment"]
+        width = said.get("median_filter_width")
+        width = aa.MEDIAN_FILTER_WIDTH if width is None else width
         if isinstance(width, bool) or not isinstance(width, int) or width <= 0 or width % 2 != 1:
             raise AttnvizError(f"config.json: median_filter_width {width!r}; give an odd number of frames (7)")
-        raw = gen.get("alignment_heads")
+        raw = said.get("alignment_heads")
         if raw is None:
             return cls(None, width)
         ok = isinstance(raw, list) and all(
@@ -73,19 +72,19 @@ class AlignConfig:
         return cls(tuple((int(a), int(b)) for a, b in raw), width)
 
 
-def choose_heads(sites: Sequence[SiteInfo], config: AlignConfig, spec: str | None) -> HeadChoice:
-    """The heads whose attention is warped: --heads, else the folder's alignment_heads, else the second half.
-    ``sites`` as a run reports them (their head counts known)."""
+def choose_heads(
+    sites: Sequence[SiteInfo], config: AlignConfig, picked: Mapping[int, Sequence[int]] | None = None
+) -> HeadChoice:
+    """The heads whose attention is warped: ``picked`` (``--heads`` parsed by ``runtime.ablation.parse_heads``:
+    site index -> heads), else the folder's alignment_heads, else the decoder's second half.  ``sites`` as a run
+    reports them (their head counts known)."""
     sites = list(sites)
     cross = cross_sites(sites)
     if not cross:
         raise AttnvizError("the model has no decoder cross-attention; word times need it")
     layers = [sites[i].layer for i in cross]
     heads = sites[cross[0]].heads
-    if spec:
-        from attnviz.runtime.ablation import parse_heads
-
-        picked = parse_heads(spec, sites)
+    if picked:
         bad = [sites[i].label for i in picked if i not in cross]
         if bad:
             raise AttnvizError(
@@ -193,9 +192,16 @@ def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | No
             if isinstance(room, int):
                 generate = max(1, min(generate, room - len(prompt.get("ids", [])) + 1))
         r = model.analyze(audio=wave, generate=generate)
+    return clip_attention(model, r, len(wave))
+
+
+def clip_attention(model, r: AttentionResult, samples: int, batch: int = 0) -> ClipAttention:
+    """One batch row of a speech model's result as what word timestamps read: its decoder cross-attention, the
+    decoder ids fed (and the last generated), the forced prompt's length, the clip's frames (``samples`` long)."""
+    prompt = model.meta.get("speech_prompt", {})
     sites = list(r.sites)
-    cross = {sites[i].layer: r.maps[i].array()[0] for i in cross_sites(sites)}
-    ids = list(r.decoder_ids[0]) if r.decoder_ids else []
+    cross = {sites[i].layer: r.maps[i].array()[batch] for i in cross_sites(sites)}
+    ids = list(r.decoder_ids[batch]) if len(r.decoder_ids) > batch else []
     gen = r.info.get("generated_ids") or []
     if gen:
         ids.append(int(gen[-1]))
@@ -206,8 +212,26 @@ def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | No
     eos = model.meta.get("special", {}).get("eos")
     forced = len(prompt.get("ids", [])) or 1  # the forced prompt (a transcript is fed after it, not part of it)
     logits = r.outputs.get("logits")
-    logits = np.asarray(logits[0]) if logits is not None and np.ndim(logits) == 3 else None
-    return ClipAttention(cross, sites, ids, forced, feature_frames(len(wave), spec), tok, eos, logits)
+    logits = np.asarray(logits[batch]) if logits is not None and np.ndim(logits) == 3 else None
+    return ClipAttention(cross, sites, ids, forced, feature_frames(samples, spec), tok, eos, logits)
+
+
+def attach_word_times(model, r: AttentionResult) -> None:
+    """A speech run whose folder names its alignment heads carries its words' times for the Audio regions view
+    (``info["word_times"]``: ``[[word, start, end], ...]``, the words ``align-audio`` writes); one clip only.  A
+    folder that names none is left as it is (transformers gives no token timestamps without them either), and
+    a list that does not fit the model is a note, not a failed run: the maps stand without the words."""
+    said = model.meta.get("speech_alignment") or {}
+    if said.get("alignment_heads") is None or r.audio is None or r.batch_size != 1 or not r.decoder_ids:
+        return
+    try:
+        config = AlignConfig.for_model(model)
+        choice = choose_heads(r.sites, config)
+        words = clip_attention(model, r, len(r.audio.waves[0])).words(choice.heads, config.median_width)
+    except AttnvizError as e:
+        r.info["notes"] = [*r.info.get("notes", []), f"no word times: {e}"]
+        return
+    r.info["word_times"] = [[w.text, w.start, w.end] for w in words]
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,30 @@ def test_generated_token_times_equal_transformers_generate(whisper):
         assert len(set(times.tolist())) > 3  # the path moves: not a constant that would equal anything
 
 
+def test_a_run_carries_its_word_times_for_the_audio_view(whisper, optimum_export, tmp_path):
+    """A folder naming its alignment heads: a plain teacher-forced run carries the words align-audio finds, and the
+    Audio regions view model reads them as spans; a folder naming none, a batch of two, and a list that does not
+    fit the model (a note; the maps stand) carry none."""
+    from attnviz.core.audio_view import word_spans
+
+    folder, _, _ = whisper
+    model = open_model(folder, provider="cpu")
+    r = model.analyze(audio=chirp(), text_pair="w3 w17 w5 w8")
+    clip = aw.run_clip(model, chirp(), "w3 w17 w5 w8", None)
+    want = clip.words([tuple(h) for h in HEADS])
+    assert r.info["word_times"] == [[w.text, w.start, w.end] for w in want]
+    assert [(w.word, w.start, w.end) for w in word_spans(r)] == [(w.text, w.start, w.end) for w in want]
+    assert "word_times" not in model.analyze(audio=[chirp(), chirp(1.7)], text_pair="w3 w17").info
+    plain = open_model(optimum_export("whisper") / "onnx", provider="cpu")
+    assert "word_times" not in plain.analyze(audio=chirp(), text_pair="w3 w17").info
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    gen = json.loads((bad / "generation_config.json").read_text())
+    (bad / "generation_config.json").write_text(json.dumps(gen | {"alignment_heads": [[7, 0]]}))
+    r = open_model(bad, provider="cpu").analyze(audio=chirp(), text_pair="w3 w17")
+    assert "word_times" not in r.info and any("no word times: " in n and "[7, 0]" in n for n in r.info["notes"])
+
+
 def test_feature_frames_are_the_feature_extractors_mask():
     fe = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=5)
     spec = FeatureSpec.from_dict(fe.to_dict())
