@@ -247,13 +247,41 @@ def boundary_errors(
     return out
 
 
+@dataclass
+class BoundaryCounts:
+    """What a score needs, summed clip after clip (no error list kept: a large model's every head over a corpus
+    holds hundreds of millions of boundaries): boundaries within each tolerance, their errors' sum, the count."""
+
+    within: list[int]
+    error_sum: float = 0.0
+    boundaries: int = 0
+    matched_words: int = 0
+
+    @classmethod
+    def empty(cls, tolerances: Sequence[float] = TOLERANCES) -> BoundaryCounts:
+        return cls([0] * len(tolerances))
+
+    def add(self, errors: Sequence[float], matched: int, tolerances: Sequence[float] = TOLERANCES) -> None:
+        """Count ``errors`` (seconds); a hair of float slack: 0.06 − 0.04 is a 20 ms miss."""
+        e = [float(x) for x in errors]
+        for k, t in enumerate(tolerances):
+            self.within[k] += sum(x <= t + 1e-9 for x in e)
+        self.error_sum += sum(e)
+        self.boundaries += len(e)
+        self.matched_words += matched
+
+    def score(self, gold_words: int) -> BoundaryScore:
+        """The shares within each tolerance and the mean error; NaN when nothing matched."""
+        if not self.boundaries:
+            return BoundaryScore(tuple(math.nan for _ in self.within), math.nan, 0, self.matched_words, gold_words)
+        n = self.boundaries
+        return BoundaryScore(tuple(w / n for w in self.within), self.error_sum / n, n, self.matched_words, gold_words)
+
+
 def score(
     errors: Sequence[float], matched: int, gold_words: int, tolerances: Sequence[float] = TOLERANCES
 ) -> BoundaryScore:
-    """The share within each tolerance (a hair of float slack: 0.06 − 0.04 is a 20 ms miss) and the mean error;
-    NaN when nothing matched."""
-    e = [float(x) for x in errors]
-    if not e:
-        return BoundaryScore(tuple(math.nan for _ in tolerances), math.nan, 0, matched, gold_words)
-    within = tuple(sum(x <= t + 1e-9 for x in e) / len(e) for t in tolerances)
-    return BoundaryScore(within, sum(e) / len(e), len(e), matched, gold_words)
+    """:class:`BoundaryCounts` of one list of errors, scored."""
+    counts = BoundaryCounts.empty(tolerances)
+    counts.add(errors, matched, tolerances)
+    return counts.score(gold_words)

@@ -270,8 +270,7 @@ class HeadTally:
     clip): each head warped on its own, as if it were the only alignment head."""
 
     def __init__(self) -> None:
-        self.errors: dict[tuple[str, int, int], list[float]] = {}
-        self.matched: dict[tuple[str, int, int], int] = {}
+        self.counts: dict[tuple[str, int, int], ag.BoundaryCounts] = {}
         self.gold_words = 0
 
     def add(self, clip: ClipAttention, gold: Sequence[ag.GoldWord], chosen: Sequence[Head], width: int) -> None:
@@ -280,14 +279,12 @@ class HeadTally:
         found |= {("cross", lay, h): words for (lay, h), words in clip.words_per_head(width).items()}
         for key, words in found.items():
             errs, n = errors_of(words, gold)
-            self.errors.setdefault(key, []).extend(errs)
-            self.matched[key] = self.matched.get(key, 0) + n
+            self.counts.setdefault(key, ag.BoundaryCounts.empty()).add(errs, n)
 
     def ranked(self) -> list[HeadScore]:
         """Heads best first: most boundaries within 50 ms, then the smallest mean error."""
         out = [
-            HeadScore("decoder", kind, lay, h, ag.score(e, self.matched[(kind, lay, h)], self.gold_words))
-            for (kind, lay, h), e in self.errors.items()
+            HeadScore("decoder", kind, lay, h, c.score(self.gold_words)) for (kind, lay, h), c in self.counts.items()
         ]
 
         def key(s: HeadScore):
