@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 LOG2 = np.log(2.0)
+# heads.parquet's measure columns (after stack, kind, layer, head) and their pyarrow types, in both forms
+MEASURES = (("js_divergence", "float64"), ("max_abs_diff", "float64"), ("top1_agreement", "float64"))
 
 
 def _xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -118,3 +120,49 @@ def output_difference(
 def is_logits(name: str) -> bool:
     """An output whose last axis is a distribution's logits (classifiers, language models), by its name."""
     return "logit" in name.lower()
+
+
+@dataclass(frozen=True)
+class BatchHeadSums:
+    """One site's measures over a padded batch, per item and head (arrays ``[B, H]``), as sums a corpus folds:
+    the JS divergence summed over real query rows (bits), the rows whose most-attended key agrees, and the
+    largest |A − B| over real rows; ``rows`` ``[B]``: each item's real query rows."""
+
+    js_sum: np.ndarray
+    agree: np.ndarray
+    max_abs_diff: np.ndarray
+    rows: np.ndarray
+
+
+def batch_head_sums(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> BatchHeadSums:
+    """``a``, ``b``: ``[B, H, Q, K]`` maps of one site on one padded batch; ``rows`` ``[B]``: item b's real query
+    rows are its first ``rows[b]``.  Padded keys weigh 0 in both (masked before the softmax), so they add nothing.
+
+    The divergence is taken as ½ Σ p·ln(1 + d) + q·ln(1 − d), d = (p − q)/(p + q), in float32: no difference of
+    entropies and no ratio near 1 under a log, so two near-equal rows (a quantized copy) keep their small
+    divergence to float32 precision of the difference itself, and a model against itself is exactly 0.  Rows are
+    not renormalised (a softmax row is normalised to float32 rounding, whose effect on the divergence is of its
+    square); :func:`js_bits` is the float64 reference."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    if a.shape != b.shape:
+        raise ValueError(f"maps of different shapes {a.shape} and {b.shape}")
+    n_q = a.shape[2]
+    rows = np.minimum(np.asarray(rows, np.int64), n_q)
+    real = np.arange(n_q)[None, :] < rows[:, None]  # [B, Q]
+    delta = a - b
+    s = a + b
+    d = np.zeros_like(delta)
+    np.divide(delta, s, out=d, where=s > 0)
+    js = np.zeros(a.shape[:3], np.float64)
+    for p, sign in ((a, 1.0), (b, -1.0)):
+        t = np.zeros_like(d)
+        np.log1p(d if sign > 0 else -d, out=t, where=p > 0)  # p = 0: its term is 0 (and d = ∓1 there)
+        t *= p
+        js += t.sum(-1, dtype=np.float64)
+    js *= 0.5 / LOG2
+    js = np.where(real[:, None], np.clip(js, 0.0, 1.0), 0.0)
+    np.abs(delta, out=delta)
+    diff = np.where(real[:, None], delta.max(-1), 0.0).max(-1) if n_q else np.zeros(a.shape[:2])
+    agree = (a.argmax(-1) == b.argmax(-1)) & real[:, None]
+    return BatchHeadSums(js.sum(-1), agree.sum(-1).astype(np.int64), diff.astype(np.float64), rows)
