@@ -365,13 +365,13 @@ def _write_items(path: Path, acc: CompareAccumulator, items: list[it.Item], outp
             "js_divergence": js / rows,
             "max_abs_diff": diff,
             "top1_agreement": agree / rows,
-            # NaN where no output was compared: an all-NaN row has no max
             "output_max_abs_diff": np.fmax.reduce(out_max, axis=1) if no else np.full(len(order), np.nan),
-            # the first logits output's KL(A ‖ B), bits, mean over the item's rows (NaN without logits)
+            # the first logits output's KL(A ‖ B), bits, mean over the item's rows
             "output_kl_bits": kl_sum[:, logits[0]] / kl_rows[:, logits[0]] if logits else np.full(len(order), np.nan),
         }
     with atomic_path(path, "--out") as tmp:
-        pq.write_table(pa.table(table), tmp)
+        # NaN (nothing compared: no output, or no logits) is written as null
+        pq.write_table(pa.table({k: pa.array(v, from_pandas=True) for k, v in table.items()}), tmp)
 
 
 def _run_info(cfg, sha_a, sha_b, data_sha, acc, rows, out_rows, unmatched, setup, resumed, run_s, t_start) -> dict:
