@@ -139,7 +139,7 @@ class PairReducer:
             js[:, h], agree[:, h], diff[:, h] = got.js_sum, got.agree, got.max_abs_diff
             rows[:, h] = got.rows[:, None]
         out = self._outputs(ra.outputs, rb.outputs, lengths["decoder" if "decoder" in lengths else "encoder"])
-        tokens = sum(lengths.values())
+        tokens = np.sum(list(lengths.values()), axis=0)
         return ComparePartial(task.batch_id, np.asarray(spec.items, np.int64), tokens, js, agree, diff, rows, *out)
 
     def _outputs(self, oa: dict, ob: dict, lengths: np.ndarray):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from attnviz.core.writes import command_scope
 from attnviz.corpus import items as it
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
+from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.tables import HEADS, RUN, write_heads
 
 ITEMS = "items.parquet"
@@ -49,7 +50,6 @@ class CompareCorpusConfig:
     threads: int | None = None
     ray_address: str | None = None
     progress: bool = True
-    images: None = None  # corpus.run's early-start helper reads it: a compare corpus is text
 
 
 @dataclass
@@ -118,7 +118,7 @@ def _gpu(provider: str) -> bool:
 def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> CompareCorpusResult:
     from attnviz.corpus.engines import default_workers
     from attnviz.corpus.reduce import default_threads
-    from attnviz.corpus.run import _batches_at_least
+    from attnviz.corpus.run import CorpusConfig, _batches_at_least
     from attnviz.runtime import open_model
 
     t_start = time.perf_counter()
@@ -127,7 +127,8 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     threads = cfg.threads or default_threads(workers)
     early = CompareSetup(cfg.a, cfg.b, cfg.provider, cfg.tokenizer, threads, workers, (), (), cfg.ray_address, gpu)
     if cfg.engine == "local":  # the workers open both models while the driver opens, tokenises and plans
-        pools.append(ComparePool.start(early, min(workers, _batches_at_least(cfg, workers))))
+        probe = CorpusConfig(cfg.a, cfg.out, texts=cfg.texts, batch_size=cfg.batch_size, max_items=cfg.max_items)
+        pools.append(ComparePool.start(early, min(workers, _batches_at_least(probe, workers))))
     models = [open_model(p, provider=cfg.provider, tokenizer=cfg.tokenizer) for p in (cfg.a, cfg.b)]
     kind = _check_models(cfg, models)
     matched, unmatched = match_sites(models[0].sites, models[1].sites)
@@ -259,42 +260,50 @@ def _differ(item: it.Item, side: str, ids_a: list[int], ids_b: list[int], toks) 
 
 
 def plan(models, kind: str, items: list[it.Item], batch_size: int, heads: int) -> list[CompareTask]:
-    """Both models' tokens of every item, checked to agree; A's padded batches (and B's, where its ids differ)."""
+    """Both models' tokens of every item, checked to agree; A's padded batches (and B's, where its ids differ:
+    the same tokens cut the same batches, since lengths and file order are all that cutting depends on)."""
+    cut = _plan_pairs if kind == "encoder-decoder" else _plan_text
+    specs_a, specs_b = cut(models, kind, items, batch_size, heads)
+    if specs_b is not None:
+        assert [s.items for s in specs_a] == [s.items for s in specs_b]
+    return [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)]
+
+
+def _plan_pairs(models, kind, items, batch_size, heads) -> tuple[Sequence[BatchSpec], Sequence[BatchSpec] | None]:
     from attnviz.corpus import pairs
+
+    ea, eb = (pairs.encode_pairs(m, items) for m in models)
+    src = [m.tokenizers[0] for m in models]
+    tgt = [m.tokenizers[1] or m.tokenizers[0] for m in models]
+    same = True
+    for n, item in enumerate(items):
+        for side, toks, xa, xb in (("source", src, ea.src, eb.src), ("target", tgt, ea.dec, eb.dec)):
+            if xa[n] != xb[n]:
+                same = False
+                if (e := _differ(item, side, xa[n], xb[n], toks)) is not None:
+                    raise e
+    specs_a = pairs.plan_pairs(items, ea, batch_size, heads)
+    return specs_a, None if same else pairs.plan_pairs(items, eb, batch_size, heads)
+
+
+def _plan_text(models, kind, items, batch_size, heads) -> tuple[Sequence[BatchSpec], Sequence[BatchSpec] | None]:
     from attnviz.corpus.plan import encode_items, has_mask, plan_text
 
     ma, mb = models
-    if kind == "encoder-decoder":
-        ea, eb = pairs.encode_pairs(ma, items), pairs.encode_pairs(mb, items)
-        src = [m.tokenizers[0] for m in models]
-        tgt = [m.tokenizers[1] or m.tokenizers[0] for m in models]
-        same = True
+    ea, eb = encode_items(ma, items), encode_items(mb, items)
+    decoder = kind == "decoder"
+    toks = [(m.tokenizers[1] or m.tokenizers[0]) if decoder else m.tokenizers[0] for m in models]
+    same = np.array_equal(ea.offsets, eb.offsets) and np.array_equal(ea.ids, eb.ids)
+    if not same:
         for n, item in enumerate(items):
-            for side, toks, xa, xb in (("source", src, ea.src, eb.src), ("target", tgt, ea.dec, eb.dec)):
-                if xa[n] != xb[n]:
-                    same = False
-                    if (e := _differ(item, side, xa[n], xb[n], toks)) is not None:
-                        raise e
-        specs_a = pairs.plan_pairs(items, ea, batch_size, heads)
-        specs_b = None if same else pairs.plan_pairs(items, eb, batch_size, heads)
-    else:
-        ea, eb = encode_items(ma, items), encode_items(mb, items)
-        decoder = kind == "decoder"
-        toks = [(m.tokenizers[1] or m.tokenizers[0]) if decoder else m.tokenizers[0] for m in models]
-        same = np.array_equal(ea.offsets, eb.offsets) and np.array_equal(ea.ids, eb.ids)
-        if not same:
-            for n, item in enumerate(items):
-                xa = ea.ids[ea.offsets[n] : ea.offsets[n + 1]].tolist()
-                xb = eb.ids[eb.offsets[n] : eb.offsets[n + 1]].tolist()
-                if xa != xb and (e := _differ(item, "text", xa, xb, toks)) is not None:
-                    raise e
-        # an encoder without a mask input (either model) cannot be padded: a batch holds one length
-        equal = kind == "encoder" and not (has_mask(ma) and has_mask(mb))
-        specs_a = plan_text(items, ea, None, None, batch_size, equal_lengths=equal, heads=heads)
-        specs_b = None if same else plan_text(items, eb, None, None, batch_size, equal_lengths=equal, heads=heads)
-    if specs_b is not None:  # the same tokens cut the same batches (lengths and order depend on nothing else)
-        assert [s.items for s in specs_a] == [s.items for s in specs_b]
-    return [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)]
+            xa = ea.ids[ea.offsets[n] : ea.offsets[n + 1]].tolist()
+            xb = eb.ids[eb.offsets[n] : eb.offsets[n + 1]].tolist()
+            if xa != xb and (e := _differ(item, "text", xa, xb, toks)) is not None:
+                raise e
+    # an encoder without a mask input (either model) cannot be padded: a batch holds one length
+    equal = kind == "encoder" and not (has_mask(ma) and has_mask(mb))
+    specs_a = plan_text(items, ea, None, None, batch_size, equal_lengths=equal, heads=heads)
+    return specs_a, None if same else plan_text(items, eb, None, None, batch_size, equal_lengths=equal, heads=heads)
 
 
 def _fingerprint(cfg, sha_a: str, sha_b: str, data_sha: str, tasks: list[CompareTask], setup: CompareSetup) -> str:

@@ -8,6 +8,7 @@ test_compare_corpus_ray.py.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,7 +17,6 @@ import pytest
 from onnx import numpy_helper
 from onnx_builders import tiny_text_model
 from planted import corpus_lines
-from test_compare import _hand_js_bits
 
 from attnviz import AttnvizError
 from attnviz.cli import main
@@ -45,6 +45,18 @@ def _planted_change(src, dst, layer=1, head=1, seed=0):
     return dst
 
 
+def _hand_js_rows(p, q):
+    """Each row's JS(P, Q) = ½ KL(P‖M) + ½ KL(Q‖M), M = (P + Q)/2, in bits, float64, zero weights left out (the
+    textbook form; the code under test uses another)."""
+    p, q = p.astype(np.float64), q.astype(np.float64)
+    p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+    m = (p + q) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_p = np.where(p > 0, p * np.log2(p / m), 0.0).sum(-1)
+        kl_q = np.where(q > 0, q * np.log2(q / m), 0.0).sum(-1)
+    return (0.5 * kl_p + 0.5 * kl_q).tolist()
+
+
 def _by_hand(a, b, texts):
     """Per head (stack, kind, layer, head): JS (bits, mean over every row of every item), largest |Δ|, top-1
     agreement — from each model's single-input run on each item; and per item its mean JS over heads and rows."""
@@ -57,7 +69,7 @@ def _by_hand(a, b, texts):
             pa, pb = x.array()[0], y.array()[0]  # [H, Q, K]
             for h in range(pa.shape[0]):
                 key = (s.stack, s.kind, s.layer, h)
-                rows = [_hand_js_bits(pa[h][q : q + 1], pb[h][q : q + 1]) for q in range(pa.shape[1])]
+                rows = _hand_js_rows(pa[h], pb[h])
                 js.setdefault(key, []).extend(rows)
                 item += rows
                 diff[key] = max(diff.get(key, 0.0), float(np.abs(pa[h] - pb[h]).max()))
@@ -224,3 +236,37 @@ def test_flags_of_the_other_form_are_refused_in_one_line(planted, tmp_path, caps
         rc = main(["compare", str(model), str(model), *argv, "--out", str(tmp_path / "o")])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and not (tmp_path / "o").exists(), err
+
+
+TRANSLATION = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+
+
+def test_encoder_decoder_pairs_teacher_forced_equal_a_hand_computation(bible, tmp_path, capsys):
+    """The translation demo and its quantized copy on (source, target) pairs: encoder self rows count source
+    tokens, decoder self and cross rows target tokens, as ``analyze(text=src, text_pair=tgt)`` shows them."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    q = tmp_path / "tr_int8.onnx"
+    quantize_dynamic(str(TRANSLATION), str(q), weight_type=QuantType.QInt8)
+    recs = [json.loads(line) for line in bible.read_text().splitlines()][:6]
+    s = run_compare_corpus(_cfg(TRANSLATION, q, bible, tmp_path / "c", pair_column="en", batch_size=1, max_items=6))
+    assert s.items == 6
+    ma, mq = open_model(TRANSLATION, provider="cpu"), open_model(q, provider="cpu")
+    want: dict = {}
+    for r in recs:
+        ra, rb = ma.analyze(text=r["text"], text_pair=r["en"]), mq.analyze(text=r["text"], text_pair=r["en"])
+        for site, x, y in zip(ra.sites, ra.maps, rb.maps):
+            pa, pb = x.array()[0], y.array()[0]
+            for h in range(pa.shape[0]):
+                want.setdefault((site.stack, site.kind, site.layer, h), []).extend(_hand_js_rows(pa[h], pb[h]))
+    rows = _table(tmp_path / "c")
+    assert {r["kind"] for r in rows} == {"self", "cross"} and len(rows) == len(want) == 36
+    for r in rows:
+        assert r["js_divergence"] == pytest.approx(
+            np.mean(want[(r["stack"], r["kind"], r["layer"], r["head"])]), abs=1e-6
+        )
+    assert max(r["js_divergence"] for r in rows) > 1e-5
+    # generation would give each model its own decoder rows: refused, with the fix
+    rc = main(["compare", str(TRANSLATION), str(q), "--texts", str(bible), "--out", str(tmp_path / "g")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--text-pair-column" in err[0] and not (tmp_path / "g").exists()
