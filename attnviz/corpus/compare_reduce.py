@@ -134,10 +134,11 @@ class PairReducer:
                     f"{m.stack} {m.kind} L{m.layer}: maps {list(a.shape)} in A and {list(b.shape)} in B on batch "
                     f"{task.batch_id} ([batch, heads, query, key]); compare models of one architecture"
                 )
-            got = batch_head_sums(a, b, lengths.get(m.query, lengths["encoder"]))
+            n_q = np.minimum(lengths.get(m.query, lengths["encoder"]), a.shape[2])
+            got = batch_head_sums(a, b, np.arange(a.shape[2])[None, :] < n_q[:, None])
             h = slice(m.offset, m.offset + m.heads)
             js[:, h], agree[:, h], diff[:, h] = got.js_sum, got.agree, got.max_abs_diff
-            rows[:, h] = got.rows[:, None]
+            rows[:, h] = n_q[:, None]
         out = self._outputs(ra.outputs, rb.outputs, lengths["decoder" if "decoder" in lengths else "encoder"])
         tokens = np.sum(list(lengths.values()), axis=0)
         return ComparePartial(task.batch_id, np.asarray(spec.items, np.int64), tokens, js, agree, diff, rows, *out)
