@@ -148,7 +148,8 @@ def batch_head_sums(a: np.ndarray, b: np.ndarray, real: np.ndarray) -> BatchHead
         raise ValueError(f"maps of different shapes {a.shape} and {b.shape}")
     n_b, n_h, n_q, _ = a.shape
     real = np.asarray(real, bool)
-    rows = real[:, None, :, None].astype(np.float32)  # 0 on padded query rows
+    # 0 on padded query rows (None: every row is real, as in a batch of equal lengths or one input)
+    rows = None if real.all() else real[:, None, :, None].astype(np.float32)
     delta = a - b
     d = a + b
     d += _TINY
@@ -160,12 +161,14 @@ def batch_head_sums(a: np.ndarray, b: np.ndarray, real: np.ndarray) -> BatchHead
     np.log1p(d, out=d)
     d *= b
     t += d
-    t *= rows
+    if rows is not None:
+        t *= rows
     # reductions over each head's whole [Q, K] block: one long axis (numpy reduces a short last axis row by row,
     # ~50x slower for max over 32 keys)
     js = t.reshape(n_b, n_h, -1).sum(-1, dtype=np.float64) * (0.5 / LOG2)
     np.abs(delta, out=delta)
-    delta *= rows
+    if rows is not None:
+        delta *= rows
     diff = delta.reshape(n_b, n_h, -1).max(-1, initial=0.0)
     agree = (a.argmax(-1) == b.argmax(-1)) & real[:, None]
     return BatchHeadSums(np.maximum(js, 0.0), agree.sum(-1).astype(np.int64), diff.astype(np.float64))
