@@ -186,10 +186,12 @@ class CompareAccumulator:
     out_max: np.ndarray = field(init=False)
     out_kl_sum: np.ndarray = field(init=False)
     out_kl_rows: np.ndarray = field(init=False)
-    # per item, in batch order: index, tokens, JS sum and rows over all heads, agreeing rows, largest |Δ|, and
-    # per output its largest |Δ|, KL sum and KL rows
-    item_index: np.ndarray = field(init=False)
-    item_cols: np.ndarray = field(init=False)
+    # per item, in batch order, one array a batch (joined when read: no quadratic copying over a long corpus):
+    # its index, and tokens, JS sum and rows over all heads, agreeing rows, largest |Δ|, then per output its
+    # largest |Δ|, KL sum and KL rows
+    index_parts: list[np.ndarray] = field(init=False)
+    cols_parts: list[np.ndarray] = field(init=False)
+    items: int = field(init=False)
 
     ITEM_COLS = ("tokens", "js_sum", "rows", "agree", "max_abs_diff")
 
@@ -201,12 +203,21 @@ class CompareAccumulator:
         self.out_max = np.full(self.outputs, np.nan)
         self.out_kl_sum = np.zeros(self.outputs)
         self.out_kl_rows = np.zeros(self.outputs, np.int64)
-        self.item_index = np.zeros(0, np.int64)
-        self.item_cols = np.zeros((0, len(self.ITEM_COLS) + 3 * self.outputs))
+        self.index_parts = [np.zeros(0, np.int64)]
+        self.cols_parts = [np.zeros((0, len(self.ITEM_COLS) + 3 * self.outputs))]
+        self.items = 0
 
     @property
-    def items(self) -> int:
-        return len(self.item_index)
+    def item_index(self) -> np.ndarray:
+        if len(self.index_parts) > 1:
+            self.index_parts = [np.concatenate(self.index_parts)]
+        return self.index_parts[0]
+
+    @property
+    def item_cols(self) -> np.ndarray:
+        if len(self.cols_parts) > 1:
+            self.cols_parts = [np.concatenate(self.cols_parts)]
+        return self.cols_parts[0]
 
     @property
     def tokens(self) -> int:
@@ -240,8 +251,9 @@ class CompareAccumulator:
             out_max=out_max,
             out_kl_sum=self.out_kl_sum + p.out_kl_sum.sum(0),
             out_kl_rows=self.out_kl_rows + p.out_kl_rows.sum(0),
-            item_index=np.concatenate([self.item_index, p.items]),
-            item_cols=np.concatenate([self.item_cols, per_item]),
+            index_parts=[*self.index_parts, np.asarray(p.items, np.int64)],
+            cols_parts=[*self.cols_parts, per_item],
+            items=self.items + len(p.items),
             next_batch=self.next_batch + 1,
         )
 
@@ -278,7 +290,11 @@ class CompareAccumulator:
                     return None
                 acc = cls(heads, outputs, int(z["next_batch"]))
                 for n in cls.FIELDS:
-                    setattr(acc, n, z[n])
+                    if n in ("item_index", "item_cols"):
+                        setattr(acc, "index_parts" if n == "item_index" else "cols_parts", [z[n]])
+                    else:
+                        setattr(acc, n, z[n])
+                acc.items = len(acc.item_index)
                 if acc.js_sum.shape != (heads,) or acc.item_cols.shape[1:] != (len(cls.ITEM_COLS) + 3 * outputs,):
                     raise ValueError("shapes")
         except Exception as e:  # truncated or not ours
