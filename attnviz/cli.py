@@ -29,6 +29,7 @@ COMMANDS = {
     "export-hf": "attnviz.training.commands.export_hf",
     "average": "attnviz.training.commands.average",
     "align": "attnviz.runtime.commands.align",
+    "align-audio": "attnviz.corpus.align_audio",
     "testset": "attnviz.training.commands.testset",
 }
 

@@ -238,6 +238,7 @@ class AttentionResult:
     generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)
     prompt_len: int = 0  # decoder positions that were given, not generated
     info: dict = field(default_factory=dict)  # provider, timings, model name, mode
+    decoder_ids: list[list[int]] = field(default_factory=list)  # the decoder's token ids fed, one row per batch item
 
     def __post_init__(self):
         if len(self.maps) != len(self.sites):

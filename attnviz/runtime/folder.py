@@ -210,6 +210,12 @@ class ModelSet(AnalyzeMethod):
         prompt = speech_prompt(gen, cfg)
         if prompt is not None:
             self.meta["speech_prompt"] = prompt.to_meta()
+        # the heads whose cross-attention times words, and the median filter over it (as the configs say them:
+        # checked where word times are made, runtime/audio_words.py, so a bad list never stops the folder opening)
+        self.meta["speech_alignment"] = {
+            "alignment_heads": gen.get("alignment_heads"),
+            "median_filter_width": cfg.get("median_filter_width"),
+        }
         # what transformers' Whisper generate never chooses: suppress_tokens always, begin_suppress_tokens first
         always, first = (gen.get(k, cfg.get(k)) for k in ("suppress_tokens", "begin_suppress_tokens"))
         if always or first:
