@@ -3,7 +3,7 @@
 The real main window (offscreen, real runtime) opens each demo in ``models/`` and then performs seeded random
 actions a user could: switch demo, tab, block, layer, head, aggregate, scale, options; type tokens; run and
 cancel; press the arrow keys and View ▸ Ctrl+N; click and hover anywhere in the current view; resize; compare
-with another demo and stop; export the view and the maps to a temporary folder and open the maps again; open a
+with another demo and stop; switch heads off and on (right-click menu); export the view and the maps to a temporary folder and open the maps again; open a
 demo's sample image; toggle the docks.  After each action the test waits for the window's workers to finish
 (``qtbot.waitUntil``), then fails on anything that reached ``sys.excepthook`` or a Qt warning (strict.py),
 printing the seed and the last actions.
@@ -39,7 +39,7 @@ from strict import strict
 REPO = Path(__file__).resolve().parents[2]
 DEMOS = sorted((REPO / "models").glob("*.onnx"))
 SAMPLES = sorted((REPO / "resources" / "samples").glob("*.png"))
-ACTIONS = int(os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "400"))  # about 30 s; 3,000 take 2–3 min
+ACTIONS = int(os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "300"))  # 20–40 s; 3,000 take 2–4 min
 SEED = int(os.environ.get("ATTNVIZ_RANDOM_SEED", "24"))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "in", "the", "beginning", "God", "created", "é", "日本", "."]
 WORDS += ["0.5", "-3", "42", "1e308", "nan", "inf", "7"]  # the forecaster reads numbers
@@ -71,6 +71,7 @@ class Monkey:
             self.export: 3,
             self.open_exported: 1,
             self.open_image: 1,
+            self.ablate: 3,
             self.toggle_dock: 1,
         }
         self.names = list(self.weights)
@@ -238,6 +239,22 @@ class Monkey:
         p = self.pick(SAMPLES)
         self.w.open_path(p)
         return p.name
+
+    def ablate(self):
+        """Right-click a head: switch it off or on, or all heads back on (the menu's enabled entries)."""
+        s = self.w.session
+        if s.block is None:
+            return "no block"
+        layer = int(self.rng.integers(s.block.n_layers))
+        head = int(self.rng.integers(max(1, s.block.heads_in(layer))))
+        menu = self.w.ablation.menu_for(s.sel.block, layer, head, QPoint(0, 0))
+        if menu is None:
+            return "no menu"
+        entries = [a for a in menu.actions() if a.isEnabled() and a.text() and not a.isSeparator()]
+        a = self.pick(entries)
+        menu.close()
+        a.trigger()
+        return f"L{layer} H{head}: {a.text()}"
 
     def toggle_dock(self):
         dock = self.pick([self.w.left_dock, self.w.right_dock])
