@@ -80,3 +80,29 @@ def test_reading_rows_with_one_generated_word_in_a_figure_is_one_line(tmp_path, 
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("attnviz: error: reading rows (Shift-Att)") and not out.exists()
+
+
+def test_switching_a_head_off_with_head_stats_showing_another_models_rows(real_window, qtbot):
+    """Seed 24, action 403: Head stats still held the translation model's rows (3 layers; the tab was hidden,
+    so not refilled) when a head of the forecaster (fewer layers) was switched off; marking the struck rows
+    looked up layer 2 in the forecaster's block (IndexError).  Stale rows are left alone until the tab refills."""
+    from PySide6.QtCore import QPoint
+
+    win = real_window
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(REPO / "models" / "translation.onnx")
+    win.tabs.setCurrentWidget(win.stats)
+    qtbot.waitUntil(lambda: win.stats.table.rowCount() > 0 and win.stats._pending is None, timeout=60000)
+    stale_layers = {int(win.stats.table.item(r, 0).value) for r in range(win.stats.table.rowCount())}
+    win.tabs.setCurrentWidget(win.head_map)
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(REPO / "models" / "forecasting.onnx")
+    assert max(stale_layers) >= win.session.block.n_layers  # the stale rows name a layer the forecaster lacks
+    with strict():
+        menu = win.ablation.menu_for(win.session.sel.block, 0, 0, QPoint(0, 0))
+        menu.close()
+        with qtbot.waitSignal(win.session.ablation_changed, timeout=10000):
+            menu.actions()[1].trigger()  # Switch head off
+        qtbot.waitUntil(lambda: not win.workers.live(), timeout=60000)
+        win.tabs.setCurrentWidget(win.stats)  # refilled for the forecaster, its head 0:0 struck out
+        qtbot.waitUntil(lambda: win.stats._pending is None and win.stats.off_rows() == [(0, 0)], timeout=60000)

@@ -226,6 +226,8 @@ class StatsView(View):
         s, t = self.session, self.table
         if s.block is None or t.columnCount() < 2:
             return
+        if self._pending is not None or self._key != (id(s.result), s.sel.block, s.sel.step):
+            return  # the rows are another block's or result's (a hidden tab refills, then marks, when shown)
         for r in range(t.rowCount()):
             layer, head = t.item(r, 0), t.item(r, 1)
             if layer is None or head is None:
