@@ -47,7 +47,7 @@ EXAMPLE_COLUMNS = {
     "row": "signed",
     "col": "signed",
 }
-EXAMPLE_OPTIONAL = {"text": "text", "pair": "text", "image": "text", "generated": "text", "generate": "count"}
+EXAMPLE_OPTIONAL = {"text": "text", "pair": "text", "image": "text", "generated": "text", "generate": "index"}
 # run.json keys the window reads, with the types `attnviz corpus` writes them in
 RUN_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,),

@@ -72,6 +72,13 @@ def _replace_heads(folder: Path, edit) -> None:
     pq.write_table(pa.Table.from_pylist(rows), folder / output.HEADS)
 
 
+def _replace_examples(folder: Path, edit) -> None:
+    t = pq.read_table(folder / output.EXAMPLES)
+    rows = t.to_pylist()
+    edit(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), folder / output.EXAMPLES)
+
+
 def _outside_link(folder: Path) -> None:
     secret = folder.parent / "secret.parquet"  # a valid results file, but outside the folder
     secret.write_bytes((folder / output.HEADS).read_bytes())
@@ -126,6 +133,10 @@ CASES = {
     "unknown kind": (lambda f: _replace_heads(f, lambda rows: rows[0].update(kind="sideways")), "not one of"),
     "a head twice": (lambda f: _replace_heads(f, lambda rows: rows.append(dict(rows[0]))), "twice"),
     "huge row count": (_huge, "more than the window shows"),
+    "an example generating 10^12 words": (
+        lambda f: _replace_examples(f, lambda rows: rows[0].update(generate=10**12)),
+        "'generate' holds 1,000,000,000,000",
+    ),
     "symlink out of the folder": (_outside_link, "outside"),
     "examples of the wrong types": (
         lambda f: pq.write_table(pa.table({"stack": [1], "rank": ["a"]}), f / output.EXAMPLES),
