@@ -302,18 +302,33 @@ def _npz(arrays: dict[int, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> AblateCorpusResult:
-    import onnxruntime
+@dataclass
+class Plan:
+    """What a corpus ablation runs: the workers' setup, the batches, and what run.json says of them."""
 
-    from attnviz import __version__
+    setup: AblateSetup
+    specs: list[LabelledSpec]
+    fingerprint: str  # the checkpoint's identity: a run that would fold the very same partials
+    kind: str
+    sites: list  # the model's SiteInfo, by site index
+    chosen: list[int]
+    offs: list[Off]
+    refused: list[str]
+    labels: str | None
+    items: int
+    model_sha: str
+    data_sha: str
+
+
+def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
+    """Open the model, read and tokenise the corpus, cut the batches, and (``--mode mean``) run the first pass."""
     from attnviz.corpus import items as it
-    from attnviz.corpus.engines import ENGINES, default_workers
+    from attnviz.corpus.engines import default_workers
     from attnviz.corpus.plan import encode_items, has_mask, plan_text
     from attnviz.corpus.reduce import default_threads
-    from attnviz.corpus.run import _bar, _gpu_session
+    from attnviz.corpus.run import _gpu_session
     from attnviz.runtime.ablation import REGRESSION_TASKS
 
-    t_start = time.perf_counter()
     model, kind = _open(cfg)
     chosen, offs, refused = _ablations(cfg, model)
     names = [o.name for o in model.outputs]
@@ -371,8 +386,35 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
             ]
         ).encode()
     ).hexdigest()
-    sites = model.sites
-    del model  # the workers hold their own sessions
+    return Plan(
+        setup,
+        specs,
+        fingerprint,
+        kind,
+        model.sites,
+        chosen,
+        offs,
+        refused,
+        labels_kind,
+        len(items),
+        model_sha,
+        data_sha,
+    )
+
+
+def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> AblateCorpusResult:
+    import onnxruntime
+
+    from attnviz import __version__
+    from attnviz.corpus.engines import ENGINES
+    from attnviz.corpus.run import _bar
+
+    t_start = time.perf_counter()
+    plan = plan_ablation(cfg)  # the driver's model is released with it: the workers hold their own sessions
+    setup, specs, fingerprint, offs, sites = plan.setup, plan.specs, plan.fingerprint, plan.offs, plan.sites
+    chosen, refused, kind, labels_kind = plan.chosen, plan.refused, plan.kind, plan.labels
+    model_sha, data_sha, workers, threads, gpu = plan.model_sha, plan.data_sha, setup.workers, setup.threads, setup.gpu
+    output, distribution = setup.output, setup.distribution
     out = Path(cfg.out)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
@@ -385,7 +427,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
         )
     tot = tot or Totals(len(offs))
     resumed = tot.items
-    bar = _bar(cfg, len(items), resumed)  # type: ignore[arg-type]  # reads .progress only
+    bar = _bar(cfg, plan.items, resumed)  # type: ignore[arg-type]  # reads .progress only
     t0 = last_save = time.perf_counter()
     try:
         for part in ENGINES[cfg.engine](setup, specs[tot.next_batch :]):  # type: ignore[arg-type]
