@@ -215,7 +215,7 @@ class Measures:
     """The base run of one batch and what ablated runs are measured against it with (``n`` at a time, stacked)."""
 
     def __init__(self, base: np.ndarray, lengths: np.ndarray, spec: LabelledSpec, labels: str | None, dist: bool):
-        self.base = base.astype(np.float64)
+        self.base = base
         self.dist = dist
         b = len(lengths)
         per_token = base.ndim >= 3 and base.shape[:2] == (b, spec.ids.shape[1] if spec.ids is not None else -1)
@@ -263,16 +263,16 @@ class Measures:
         """For ``n`` stacked ablated runs ``[n, *base.shape]``: ``[n]`` arrays of the Σ item KL in bits, the max
         |Δ|, the items whose argmax changed, the Σ item loss and the Σ item accuracy."""
         n, rows = len(got), self.rows
-        g = got.astype(np.float64)
-        diff = np.abs(g - self.base)
+        # |Δ| in the output's own type (float64 copies of MiniLM's hidden states were 8 % of its forward)
+        diff = np.abs(got - self.base)
         real = diff[:, rows] if rows is not None else diff
-        dmax = real.reshape(n, -1).max(1) if real.size else np.zeros(n)
+        dmax = real.reshape(n, -1).max(1).astype(np.float64) if real.size else np.zeros(n)
         zeros = np.zeros(n)
         if not self.dist or self.log is None:
             return zeros, dmax, zeros.astype(np.int64), zeros, zeros
-        lq = log_softmax(g)
+        lq = log_softmax(got)  # float64
         kl_pos = (self.p * (self.log - lq)).sum(-1) / LOG2  # [n, B, T] or [n, B]
-        flip = self.top != g.argmax(-1)
+        flip = self.top != got.argmax(-1)
         if rows is not None:
             kl_item = (kl_pos * rows).sum(2) / np.maximum(rows.sum(1), 1)
             flipped = (flip & rows).any(2)
