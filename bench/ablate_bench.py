@@ -191,7 +191,8 @@ def corpus_main(a) -> None:
         )
     for name, r in rows:
         print(
-            f"{name}: whole passes (pool start-up included) plain {r['pass_plain']:.2f} s, all heads {r['pass_heads']:.2f} s"
+            f"{name}: whole passes, pool start-up included: plain {r['pass_plain']:.2f} s (1 + {PLAIN_REPEATS} "
+            f"forwards a batch), all heads {r['pass_heads']:.2f} s (1 + {r['heads']})"
         )
 
 

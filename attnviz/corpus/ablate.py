@@ -27,7 +27,7 @@ import argparse
 import time
 from pathlib import Path
 
-from attnviz.corpus.tables import HEADS, RUN, write_heads
+from attnviz.corpus.tables import HEADS, RUN, row_keys, write_heads
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
 
@@ -89,10 +89,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def row_keys(site, head: int) -> dict:
-    return {"stack": site.stack, "kind": site.kind, "layer": int(site.layer), "head": int(head)}
-
-
 def _row(site, head: int, c, gate: str, together: int) -> dict:
     return {
         **row_keys(site, head),
@@ -118,22 +114,6 @@ MEASURES = (
 def write(out: Path, rows: list[dict], run: dict) -> None:
     """``heads.parquet`` (the head keys and :data:`MEASURES`) and ``run.json`` into ``out``."""
     write_heads(out, rows, MEASURES, run)
-
-
-# over a corpus (--texts): means over the items (attnviz.corpus.ablate_corpus says how each is taken)
-CORPUS_MEASURES = (
-    ("ablation_kl", "float64"),
-    ("ablation_delta_loss", "float64"),
-    ("ablation_delta_acc", "float64"),
-    ("ablation_max_dlogit", "float64"),
-    ("prediction_changed", "float64"),  # the share of items
-    ("ablated_together", "int64"),
-    ("items", "int64"),
-)
-
-
-def write_corpus(out: Path, rows: list[dict], run: dict) -> None:
-    write_heads(out, rows, CORPUS_MEASURES, run)
 
 
 def _open(args):

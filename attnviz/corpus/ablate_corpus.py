@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -101,12 +102,9 @@ class Totals:
     def save(self, path: Path, fingerprint: str) -> None:
         from attnviz.core.writes import atomic_path
 
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez(
-                f,
-                fingerprint=np.array(fingerprint),
-                **{n: np.asarray(getattr(self, n)) for n in (*self.FIELDS, *self.SCALARS)},
-            )
+        arrays: dict[str, Any] = {n: np.asarray(getattr(self, n)) for n in (*self.FIELDS, *self.SCALARS)}
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:  # atomic: an interrupt leaves the previous one
+            np.savez(f, fingerprint=np.array(fingerprint), **arrays)
 
     @classmethod
     def load(cls, path: Path, fingerprint: str, n: int) -> Totals | None:
@@ -207,7 +205,7 @@ def _ablations(cfg: AblateCorpusConfig, model) -> tuple[list[int], list[Off], li
         chosen, refused = gateable(model)
         if not chosen:
             raise AttnvizError(f"no head can be ablated: {'; '.join(refused)}")
-        offs = [((i, (h,)),) for i in chosen for h in range(model.sites[i].heads)]
+        offs: list[Off] = [((i, (h,)),) for i in chosen for h in range(model.sites[i].heads)]
         return chosen, offs, refused
     wanted = parse_heads(cfg.heads or "", model.sites)
     return sorted(wanted), [tuple((i, tuple(sorted(h))) for i, h in sorted(wanted.items()))], []
@@ -298,7 +296,8 @@ def corpus_means(model, specs: list[LabelledSpec], sites: list[int]) -> dict[int
 
 def _npz(arrays: dict[int, np.ndarray]) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **{str(k): v for k, v in arrays.items()})
+    named: dict[str, Any] = {str(k): v for k, v in arrays.items()}
+    np.savez(buf, **named)
     return buf.getvalue()
 
 
@@ -489,12 +488,23 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
             **({"ray": __import__("ray").__version__} if cfg.engine == "ray" else {}),
         },
     }
-    from attnviz.corpus.ablate import write_corpus
+    from attnviz.corpus.tables import write_heads
 
-    write_corpus(out, rows, run)
+    write_heads(out, rows, CORPUS_MEASURES, run)
     ckpt.unlink(missing_ok=True)
     return AblateCorpusResult(rows, run, out)
 
+
+# heads.parquet's columns after the head keys: means over the items (MEASURE_NOTES says how each is taken)
+CORPUS_MEASURES = (
+    ("ablation_kl", "float64"),
+    ("ablation_delta_loss", "float64"),
+    ("ablation_delta_acc", "float64"),
+    ("ablation_max_dlogit", "float64"),
+    ("prediction_changed", "float64"),  # the share of items
+    ("ablated_together", "int64"),
+    ("items", "int64"),
+)
 
 MEASURE_NOTES = {
     "ablation_kl": "mean over items of KL(base ‖ ablated) of the softmax over the output's last axis, bits; each "
@@ -510,7 +520,7 @@ MEASURE_NOTES = {
 
 
 def _rows(tot: Totals, offs: list[Off], sites, dist: bool, labelled: bool) -> list[dict]:
-    from attnviz.corpus.ablate import row_keys
+    from attnviz.corpus.tables import row_keys
 
     n = max(tot.items, 1)
     lab = max(tot.labelled, 1)
