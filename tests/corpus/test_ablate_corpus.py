@@ -358,7 +358,7 @@ def test_a_padded_encoder_with_a_mask_matches_each_item_run_alone(tmp_path):
         req = AnalyzeRequest(feeds={"input_ids": ids, "attention_mask": np.ones_like(ids)})
         runs.append(Ablation(model, [0, 1], "zero", req))
     rows = _table(tmp_path / "out")
-    assert max(x["ablation_kl"] for x in rows) > 1e-2  # some head matters: real changes were compared
+    assert max(x["ablation_kl"] for x in rows) > 1e-4  # some head matters: real changes were compared
     for row in rows:
         kls, dls = [], []
         for ab, label in zip(runs, y):
@@ -366,7 +366,8 @@ def test_a_padded_encoder_with_a_mask_matches_each_item_run_alone(tmp_path):
             lq = _log_softmax(ab.run({row["layer"]: [row["head"]]})[0].astype(np.float64))
             kls.append((np.exp(lp) * (lp - lq)).sum() / np.log(2))
             dls.append(lp[label] - lq[label])
-        assert row["ablation_kl"] == pytest.approx(np.mean(kls), abs=1e-5)
-        assert row["ablation_delta_loss"] == pytest.approx(np.mean(dls), abs=1e-5)
+        # small numbers (the demo is sure of these items): relative agreement too, not only within 1e-5
+        assert row["ablation_kl"] == pytest.approx(np.mean(kls), rel=1e-3, abs=1e-8)
+        assert row["ablation_delta_loss"] == pytest.approx(np.mean(dls), rel=1e-3, abs=1e-8)
     assert r.run["base_accuracy"] == 1.0  # the demo solves its task: the labels are the ones it learnt
     assert (_sha(path), _sha(texts)) == before
