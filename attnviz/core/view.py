@@ -779,27 +779,46 @@ def _block_key(result: AttentionResult, bi: int, blk: Block, sel: Selection, max
     return (max_side, sel.batch, bi, maps, f.n_q, f.n_k, hidden, float(sel.keep) if sel.keep < 1.0 else 1.0)
 
 
+# Pooling 72 maps of 2,048² reads 1.2 GB: one core delivers it in ~155 ms of CPU, so the heads are shared among
+# threads (numpy's reductions release the GIL).  Below this many cells a layer the threads' start-up costs more.
+POOL_THREADS_FROM = 4_000_000
+_POOL: list = []  # the shared executor, made on first use (a result of 512 tokens never needs one)
+
+
+def _pool_map(fn: Callable[[int], np.ndarray], n: int, cells: int) -> list[np.ndarray]:
+    """``[fn(i) for i in range(n)]``, on threads when the layer is large enough to pay for them."""
+    import os
+
+    workers = min(n, os.cpu_count() or 1, 8)
+    if workers < 2 or cells < POOL_THREADS_FROM:
+        return [fn(i) for i in range(n)]
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(min(os.cpu_count() or 1, 8), thread_name_prefix="attnviz-pool"))
+    return list(_POOL[0].map(fn, range(n)))
+
+
 def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[np.ndarray]:
     """``[H, <=max_side, <=max_side]`` per layer of one block, pooled from its full maps.
 
-    Without filters a layer is pooled in one read.  Hiding and kept mass make a new map per head (one head at a
-    time: a 2,048-token layer would need 200 MB for each temporary)."""
+    Every head is pooled on its own (a contiguous read of its map), large layers on threads.  Hiding and kept
+    mass make a new map per head (one head at a time per thread: a 2,048-token layer would need 200 MB for each
+    temporary)."""
     hide = f.hides
     out = []
     for layer in range(blk.n_layers):
         a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
         if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
             a = a[:, : f.n_q, : f.n_k]
-        if hide or sel.keep < 1.0:
-            heads = []
-            for h in range(a.shape[0]):
-                m = reduce.drop_positions(a[h], f.drop_q, f.drop_k) if hide else a[h]  # the head map's numbers
-                if sel.keep < 1.0:
-                    m = reduce.keep_mass(m, max(sel.keep, 1e-3))
-                heads.append(downsample(m, max_side))
-            small = np.stack(heads)
-        else:
-            small = np.ascontiguousarray(downsample(a, max_side))
+
+        def head(h: int, a: np.ndarray = a) -> np.ndarray:
+            m = reduce.drop_positions(a[h], f.drop_q, f.drop_k) if hide else a[h]  # the head map's numbers
+            if sel.keep < 1.0:
+                m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+            return downsample(m, max_side)
+
+        small = np.stack(_pool_map(head, a.shape[0], a.size))
         small.flags.writeable = False  # shared by every later draw: nobody may change it in place
         out.append(small)
     return out
@@ -1066,7 +1085,7 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     n_keys = blk_len(blk, 1)
     g = result.token_grid
     if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys
-        return g if g.offset + g.n <= n_keys else None
+        return g if g.end <= n_keys else None
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
@@ -1122,11 +1141,12 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
     g = result.token_grid
-    if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.offset + g.n:
+    if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
-        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.offset + g.n, len(blk.query_axis))]
+        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
-    out = [(first, 0)] if grid.offset > 0 else []
+    # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images
+    out = [(first, 0)] if grid.offset > 0 and not grid.lead_images else []
     return out + [("all patches (mean)", -1)]
 
 
@@ -1138,13 +1158,13 @@ def patch_query(grid: PatchGrid, x: float, y: float, width: int, height: int) ->
         return None
     r = min(int(y * grid.rows / height), grid.rows - 1)
     c = min(int(x * grid.cols / width), grid.cols - 1)
-    row = grid.offset + r * grid.cols + c
+    row = grid.key(r, c)
     return patch_label(grid, row), row
 
 
 def patch_label(grid: PatchGrid, row: int) -> str:
     """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure)."""
-    r, c = divmod(row - grid.offset, grid.cols)
+    r, c = grid.cell(row) or divmod(row - grid.offset, grid.cols)
     return f"patch ({r}, {c})"
 
 
@@ -1215,9 +1235,9 @@ def overlay_view(
     else:
         vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
-        if kind == "self" and grid.offset <= query < grid.offset + grid.n:  # a patch as the query
+        if kind == "self" and grid.cell(query) is not None:  # a patch as the query
             label = patch_label(grid, query)
-            cell = divmod(query - grid.offset, grid.cols)
+            cell = grid.cell(query)
     patch = grid.to_image(vec)
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
@@ -1314,7 +1334,7 @@ def map_label(mv: MapView, log: bool) -> str:
     """The colour-bar words of a drawn map, screen and figure: a difference says it is one and how it is scaled."""
     if mv.diverging:
         hidden = " (special tokens removed, rows renormalised)" if HIDDEN_NOTE in mv.notes else ""
-        return f"A − B attention weight{hidden} (symmetric ±max |A − B|)"
+        return f"A − B weight{hidden} (±max |A − B|)"
     return notes_label(mv.notes, log, mv.scale)
 
 

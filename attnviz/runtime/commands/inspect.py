@@ -25,6 +25,12 @@ def add_arguments(p):
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
+        "'attnviz inspect REPO' lists them)",
+    )
+    p.add_argument(
         "--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts"
     )
 
@@ -43,7 +49,7 @@ def _load_error(m) -> str | None:
 def run(args) -> int:
     from attnviz.runtime import open_model
 
-    m = open_model(args.model, provider="cpu")
+    m = open_model(args.model, provider="cpu", variant=args.variant)
     load_error = None if args.no_probe or not m.sites else _load_error(m)
     probed = False if args.no_probe or not m.sites or load_error else m.probe()
     d = m.describe()
@@ -58,6 +64,8 @@ def run(args) -> int:
     print(
         f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
     )
+    if d.get("variants"):  # a Hub repository: which set of its quantized siblings this is
+        print(f"variant  {clean(d['variant'])} (of {clean(', '.join(d['variants']))}; choose with --variant NAME)")
     print("inputs")
     for i in d["inputs"]:
         print(f"  {clean(i['name']):<28} {i['dtype']:<8} [{clean(', '.join(map(str, i['shape'])))}]  role={i['role']}")
@@ -80,10 +88,10 @@ def run(args) -> int:
         print(f"attention: none — {d['no_attention_reason']}")
         return 1
     print(f"attention sites ({len(d['sites'])})")
-    print(f"  {'#':>3}  {'stack':<8} {'kind':<6} {'layer':>5} {'heads':>5}  {'method':<17} node")
+    print(f"  {'#':>3}  {'stack':<8} {'kind':<7} {'layer':>5} {'heads':>5}  {'method':<17} node")
     for i, s in enumerate(d["sites"]):
         print(
-            f"  {i:>3}  {s['stack']:<8} {s['kind']:<6} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
+            f"  {i:>3}  {s['stack']:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
             + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
         )
     return 0
