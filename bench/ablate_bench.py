@@ -4,7 +4,7 @@
     python bench/ablate_bench.py --corpus [--rounds 3] [--items 24] [--workers 2]
 
 ``--corpus``: the corpus form (``attnviz ablate --all-heads --texts FILE``), through the local engine's process
-pool.  Per model, one plan (:func:`attnviz.corpus.ablate_corpus.plan_ablation`: the same batches for both) and,
+pool.  Per model, one plan (:func:`attnviz.corpus.ablate_plan.plan_ablation`: the same batches for both) and,
 interleaved over the rounds (the order alternating), two passes of the pool over the corpus: *plain* (workers whose
 session is the unedited graph: one forward per batch) and *all heads* (the gated session: the base, then one forward
 and the measures per head per batch).  Each worker times its own calls (wall, and CPU of its process, onnxruntime's
@@ -81,7 +81,7 @@ def corpus_case(model: Path, texts: Path, rounds: int, workers: int, batch: int,
     import resource
     from dataclasses import replace
 
-    from attnviz.corpus.ablate_corpus import AblateCorpusConfig, plan_ablation
+    from attnviz.corpus.ablate_plan import AblateCorpusConfig, plan_ablation
     from attnviz.corpus.engines import local_engine
 
     cfg = AblateCorpusConfig(

@@ -320,6 +320,8 @@ WRITES_ALLOWED = {
     "corpus/tables.py": "pq.write_table into core.writes.atomic_path's temp file (compare, ablate)",
     "corpus/compare_run.py": "items.parquet: pq.write_table into core.writes.atomic_path's temp file",
     "corpus/compare_reduce.py": "the checkpoint: np.savez into core.writes.atomic_path's temp file (a file object)",
+    "corpus/ablate_corpus.py": "the checkpoint: np.savez into core.writes.atomic_path's temp file (a file object)",
+    "corpus/ablate_plan.py": "the corpus-mean rows: np.savez into memory (io.BytesIO) for the workers' setup",
     "corpus/align_audio.py": "heads.parquet: pq.write_table into core.writes.atomic_path's temp file",
     "corpus/ray_engine.py": "image bytes into a private TemporaryDirectory, decoded and deleted at once",
     "runtime/builders.py": "an image into a private mkstemp file the tokenizer-free builder reads and deletes",
