@@ -130,6 +130,11 @@ def _labels(cfg: AblateCorpusConfig, model, kind: str, n: int, output: str) -> t
             got[k] = names.index(v)
         elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (classes or len(names or []) or v + 1):
             got[k] = v
+        elif v is None:
+            raise AttnvizError(
+                f"--label-column {cfg.label_column}: item {k} has no {cfg.label_column!r} value; give every item its "
+                "label, or drop --label-column"
+            )
         else:
             known = f"one of {', '.join(map(str, names))} or " if names else ""
             upto = f" 0 to {classes - 1}" if classes else " a class index"

@@ -232,6 +232,21 @@ def test_a_bad_label_is_one_line_naming_the_item(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert rc == 2 and "item 2 has label 'C'" in err and "A, B" in err
+    argv = [
+        "ablate",
+        str(path),
+        "--all-heads",
+        "--texts",
+        str(texts),
+        "--label-column",
+        "z",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "item 0 has no 'z' value" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_mean_mode_on_a_fused_op_is_refused_in_one_line(tmp_path):
