@@ -175,6 +175,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
         "model": {"path": str(Path(cfg.model).resolve()), "sha256": model_sha},
         "model_kind": kind,
         "data": {"path": str(Path(cfg.texts).resolve()), "sha256": data_sha, "sha256_of": "items"},
+        "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
         "label_column": cfg.label_column,
         "labels": labels_kind,
         "mode": cfg.mode,

@@ -386,3 +386,16 @@ def test_a_padded_encoder_with_a_mask_matches_each_item_run_alone(tmp_path):
         assert row["ablation_delta_loss"] == pytest.approx(np.mean(dls), rel=1e-3, abs=1e-8)
     assert r.run["base_accuracy"] == 1.0  # the demo solves its task: the labels are the ones it learnt
     assert (_sha(path), _sha(texts)) == before
+
+
+def test_heads_named_together_are_one_joint_ablation(tmp_path):
+    path = tiny_text_model(tmp_path / "lm.onnx", layers=2, heads=2, d=8, classifier=False, causal=True, seed=2)
+    texts = _corpus(tmp_path / "c.jsonl", n=6)
+    joint = run_ablation(_cfg(path, texts, tmp_path / "j", heads="decoder self 0:1,decoder self 1:0", batch_size=6))
+    alone = run_ablation(_cfg(path, texts, tmp_path / "a", all_heads=True, batch_size=6))
+    rows = _table(tmp_path / "j")
+    assert [(r["layer"], r["head"], r["ablated_together"]) for r in rows] == [(0, 1, 2), (1, 0, 2)]
+    assert rows[0]["ablation_kl"] == rows[1]["ablation_kl"] > 0  # one ablation, repeated on each named head's row
+    singles = {(r["layer"], r["head"]): r["ablation_kl"] for r in _table(tmp_path / "a")}
+    assert rows[0]["ablation_kl"] not in (singles[(0, 1)], singles[(1, 0)])
+    assert joint.run["rows"].startswith("one per named head") and alone.run["rows"] == "one per head ablated alone"
