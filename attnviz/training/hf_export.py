@@ -468,13 +468,19 @@ def export_hf(
     import transformers
 
     from attnviz.training.hf_speech import DECODER, ENCODER, check_source, export_speech
+    from attnviz.training.hf_vlm import FAMILY, TASK, export_vlm, recipe_for
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_paths(model_dir, out_dir)
+    vlm = recipe_for(model_dir)  # a vision–language model: its family known before the weights load, or refused
     torch.manual_seed(0)
     transformers.logging.set_verbosity_error()  # load reports and progress bars: the missing weights are reported below
     transformers.utils.logging.disable_progress_bar()
     model, config, missing = _load(model_dir)
+    if vlm is not None:  # the Hub's three files in out_dir/onnx/, the repository's files at its top
+        texts = (text, text + " " + text) if text else SAMPLE_TEXTS
+        c = export_vlm(model, config, _tokenizer(model_dir), vlm, model_dir, out_dir, opset, texts)
+        return ExportReport(out_dir, FAMILY, TASK, c.sites, c.max_diff, c.output_max_diff, c.lengths, missing)
     fam = family_of(model, config)
     if fam.name == "speech":
         check_source(model_dir)

@@ -52,9 +52,11 @@ def onnx_export(
     output_axes: dict | None = None,
     module: bool = False,
     axes: dict | None = None,
+    outputs: list[str] | None = None,
 ) -> None:
     """``torch.onnx.export`` of an HF model through :class:`HFWrapper` (inputs named as ``kwargs``' keys), or of a
-    ``module`` whose forward already takes them positionally; ``axes`` replaces the default dynamic axes."""
+    ``module`` whose forward already takes them positionally; ``axes`` replaces the default dynamic axes; a module
+    returning several tensors names them all in ``outputs`` (a decoder's logits and present key/values)."""
     import torch
 
     names = list(kwargs)
@@ -71,7 +73,7 @@ def onnx_export(
         else:
             how = dict(dynamo=True, verbose=False)
         torch.onnx.export(
-            wrapper, args, str(path), input_names=names, output_names=[output], opset_version=opset, **how
+            wrapper, args, str(path), input_names=names, output_names=outputs or [output], opset_version=opset, **how
         )
 
 
