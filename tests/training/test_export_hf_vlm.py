@@ -166,7 +166,12 @@ def test_another_vlm_family_is_one_line_and_writes_nothing(tmp_path, capsys):
     T = transformers
     cfg = T.PaliGemmaConfig(
         vision_config=T.SiglipVisionConfig(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
         ),
         text_config=T.GemmaConfig(
             vocab_size=64,
