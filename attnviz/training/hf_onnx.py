@@ -1,6 +1,7 @@
-"""``torch.onnx.export`` of a Hugging Face model: the wrapper, the dynamic axes, and one line for what torch cannot
-export.  Shared by :mod:`attnviz.training.hf_export` (one file) and :mod:`attnviz.training.hf_speech` (a speech
-model's two files)."""
+"""``torch.onnx.export`` of a Hugging Face model: the wrapper, the dynamic axes, one line for what torch cannot
+export, and the check's tolerance.  Shared by :mod:`attnviz.training.hf_export` (one file),
+:mod:`attnviz.training.hf_speech` (a speech model's two files) and :mod:`attnviz.training.hf_vlm` (a
+vision–language model's three)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from attnviz import AttnvizError
 
 OPSET = 17
+# The check's tolerance is relative to each map's scale: |onnx - transformers| <= ATOL + RTOL * max|transformers map|
+# (outputs: the same on the output divided by its largest magnitude).  Why: a softmax weight's float error is
+# p_i * (d_i - sum_j p_j d_j) for logit errors d, so it is bounded by the map's peak times the logits' error, and the
+# logits' error grows with their magnitude and the model's depth.  A correct fp32 export of a peaky map (SigLIP's
+# pooling head: 1.68e-4; a SigLIP with 300x query weights: 4e-4) exceeds any fixed 1e-4 while its logits are right
+# to well under 1e-3.  A wrong map (another layer's, a dropped mask) misses by 1e-2 or more, so it is still refused.
+ATOL = 1e-4
+RTOL = 1e-3
 _AXES = {
     "input_ids": {0: "batch", 1: "sequence"},
     "attention_mask": {0: "batch", 1: "sequence"},
@@ -121,3 +132,8 @@ def export_or_explain(model, kwargs: dict, output: str, path: Path, opset: int =
             f"{arch}: torch.onnx.export failed ({type(e).__name__}: {text[:200]}); try another --opset, or export "
             "with optimum-cli (eager attention) and open the .onnx file"
         ) from None
+
+
+def excess(got: np.ndarray, ref: np.ndarray, atol: float = ATOL, rtol: float = RTOL) -> float:
+    """How far ``got`` strays beyond the tolerance ``atol + rtol * max|ref|`` (<= 0: within)."""
+    return float(np.abs(got - ref).max()) - (atol + rtol * float(np.abs(ref).max()))

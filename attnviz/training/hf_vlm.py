@@ -13,7 +13,7 @@ file serves the prompt and every cached step.
 The check opens the staged folder with attnviz's :class:`VLMSet` and compares every map (the vision tower's layers
 that the features use, then the decoder's self-attention) and the logits with transformers' eager
 ``output_attentions`` of the whole model, on a batch of two images and at a second prompt length, within
-:func:`attnviz.training.hf_export.excess`'s tolerance, and greedy tokens with ``generate``.
+:func:`attnviz.training.hf_onnx.excess`'s tolerance, and greedy tokens with ``generate``.
 
 Families register a :class:`Recipe` in :data:`RECIPES` (keyed by config.json's ``model_type``): how the image
 features are computed and which vision layers they read.  A vision–language config of another type is refused in
@@ -35,7 +35,7 @@ from attnviz.core.untrusted import read_json
 from attnviz.core.writes import publish_folder
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER
 from attnviz.runtime.vlm import DECODER_FILE, EMBED_FILE, VISION_FILE
-from attnviz.training.hf_onnx import _torch_nn_module, export_or_explain
+from attnviz.training.hf_onnx import ATOL, RTOL, _torch_nn_module, excess, export_or_explain
 
 FAMILY = "vision-language"
 TASK = "image-text-to-text"
@@ -275,7 +275,6 @@ def check(folder: Path, model, recipe: Recipe, checks: list[Sample]) -> Checked:
     and greedy tokens equal ``generate``'s; raises in one line otherwise."""
     from attnviz.runtime import open_model
     from attnviz.runtime.vlm import VLMSet
-    from attnviz.training.hf_export import ATOL, RTOL, excess
 
     try:
         vs = open_model(folder, provider="cpu")
@@ -407,14 +406,19 @@ def _stamp(path: Path, provenance: dict) -> None:
 
 
 def export_vlm(
-    model, config, tok, recipe: Recipe, model_dir: Path, out_dir: Path, opset: int, texts: tuple[str, ...]
+    model,
+    config,
+    tok,
+    bos: int | None,
+    recipe: Recipe,
+    model_dir: Path,
+    out_dir: Path,
+    opset: int,
+    texts: tuple[str, ...],
 ) -> Checked:
     """Stage ``out_dir``'s repository layout, check it, publish it (one rename) only when the check passes."""
     import transformers
 
-    from attnviz.training.hf_export import _special
-
-    bos = _special(tok, config).get("bos")
     checks = samples(model, tok, recipe, texts, bos)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.resolve().parent))
     try:
