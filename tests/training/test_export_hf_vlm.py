@@ -156,6 +156,7 @@ def test_a_typed_caption_and_greedy_tokens_equal_transformers(exported, image):
 
 
 def _cli_error(capsys, args) -> str:
+    capsys.readouterr()  # what building the source printed (transformers' progress bars)
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
@@ -207,4 +208,19 @@ def test_an_export_that_differs_from_transformers_is_not_published(tmp_path, cap
     monkeypatch.setattr(hf_vlm._Decoder, "forward", lambda self, e, *rest: forward(self, e * 1.5, *rest))
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
     assert "export check failed: maps differ from transformers" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava"]
+
+
+def test_an_operator_torch_cannot_export_is_one_line(tmp_path, capsys, monkeypatch):
+    """An image tower that counts with ``torch.histc`` (as Qwen3-MoE's routing does): torch runs it, its ONNX
+    exporter has no form for it; export-hf names the operator in one line and writes nothing."""
+    src = save_source(tmp_path / "tiny-llava")
+    forward = hf_vlm._LlavaVision.forward
+
+    def with_histc(self, pixel_values):
+        return forward(self, pixel_values) + 0 * torch.histc(pixel_values, bins=4).sum()
+
+    monkeypatch.setattr(hf_vlm._LlavaVision, "forward", with_histc)
+    err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
+    assert "torch cannot export the operator aten::histc" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava"]
