@@ -29,6 +29,7 @@ COMMANDS = {
     "export-hf": "attnviz.training.commands.export_hf",
     "average": "attnviz.training.commands.average",
     "align": "attnviz.runtime.commands.align",
+    "align-audio": "attnviz.corpus.align_audio",
     "testset": "attnviz.training.commands.testset",
 }
 
@@ -41,6 +42,7 @@ PARAM_FLAGS = {
     "image": "--image",
     "audio": "--audio",
     "tokenizer": "--tokenizer",
+    "variant": "--variant",
     "generate": "--generate",
     "max_tokens": "--max-tokens",
     "inputs": "--inputs",

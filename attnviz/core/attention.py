@@ -127,16 +127,46 @@ class PatchGrid:
     """How key positions of an image encoder map onto the image.
 
     Positions ``offset .. offset + rows*cols`` are patches in row-major order; the ``offset``
-    leading positions (CLS, registers) are not.
+    leading positions (CLS, registers) are not.  A tiled image (a vision–language decoder whose image was split
+    into tiles, each a run of tokens between marker tokens) names the key of every cell instead: ``columns[k]`` is
+    the key of cell ``k`` (row-major over ``rows`` × ``cols``), and ``stop`` is the key after the image's last
+    token (its global image and closing markers included), where the words after the image begin.
     """
 
     rows: int
     cols: int
     offset: int = 0
+    columns: tuple[int, ...] | None = None
+    stop: int | None = None
+    lead_images: int = 0  # the ``offset`` leading keys are this many earlier images on the same grid (VLM tiles)
+
+    def __post_init__(self) -> None:
+        if self.columns is not None:
+            self.columns = tuple(int(c) for c in self.columns)
+            if len(self.columns) != self.rows * self.cols:
+                raise ValueError("a tiled grid names one key per cell")
 
     @property
     def n(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def end(self) -> int:
+        """The key after the image's tokens."""
+        if self.stop is not None:
+            return self.stop
+        return max(self.columns) + 1 if self.columns else self.offset + self.n
+
+    def key(self, r: int, c: int) -> int:
+        """The key position of patch ``(r, c)``."""
+        return self.columns[r * self.cols + c] if self.columns is not None else self.offset + r * self.cols + c
+
+    def cell(self, key: int) -> tuple[int, int] | None:
+        """``(row, col)`` of the patch at key position ``key`` (None: not a patch of this grid)."""
+        if self.columns is not None:
+            k = self.columns.index(key) if key in self.columns else -1
+            return divmod(k, self.cols) if k >= 0 else None
+        return divmod(key - self.offset, self.cols) if self.offset <= key < self.offset + self.n else None
 
     @classmethod
     def infer(cls, n_keys: int, hint: tuple[int, int] | None = None) -> PatchGrid | None:
@@ -154,6 +184,8 @@ class PatchGrid:
 
     def to_image(self, row: np.ndarray) -> np.ndarray:
         """Take one query row over keys and return the ``[rows, cols]`` patch map."""
+        if self.columns is not None:
+            return np.asarray(row, dtype=np.float32)[list(self.columns)].reshape(self.rows, self.cols)
         return np.asarray(row[self.offset : self.offset + self.n], dtype=np.float32).reshape(self.rows, self.cols)
 
 
@@ -207,6 +239,21 @@ class Block:
 
 
 @dataclass
+class AudioTrack:
+    """The sound a speech model heard, per batch row: the clip at the feature extractor's rate and the log-mel
+    features its encoder took (what the Audio regions view draws under the attention)."""
+
+    waves: list[np.ndarray]  # mono float32 samples at ``rate``, one clip per batch row (before padding to the window)
+    features: np.ndarray  # [batch, mel bins, mel frames] float32 log-mel, the encoder's input
+    rate: int  # samples per second
+    hop: int  # samples per mel frame
+    frame_seconds: float  # seconds per encoder position (a cross-attention key): 2 hops for Whisper
+
+    def duration(self, batch: int = 0) -> float:
+        return len(self.waves[batch]) / self.rate
+
+
+@dataclass
 class AttentionResult:
     """Everything one run produced: the maps in canonical order plus axes and run facts."""
 
@@ -218,10 +265,12 @@ class AttentionResult:
     # a vision–language decoder: where the image's tokens lie among its own keys (offset = the first image token)
     token_grid: PatchGrid | None = None
     image: np.ndarray | None = None  # [H, W, 3] uint8, the image as the model saw it (resized)
+    audio: AudioTrack | None = None  # a speech model's clips and features (cross-attention keys are their frames)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)  # the model's ordinary graph outputs
     generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)
     prompt_len: int = 0  # decoder positions that were given, not generated
     info: dict = field(default_factory=dict)  # provider, timings, model name, mode
+    decoder_ids: list[list[int]] = field(default_factory=list)  # the decoder's token ids fed, one row per batch item
 
     def __post_init__(self):
         if len(self.maps) != len(self.sites):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from attnviz.gui.export import (
 )
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.audio_regions import AudioRegionsView
 from attnviz.gui.views.base import View
 from attnviz.gui.views.corpus import open_corpus_dialog, open_corpus_results
 from attnviz.gui.views.head_map import HeadMapView
@@ -48,7 +50,7 @@ from attnviz.gui.views.overview import OverviewView
 from attnviz.gui.views.stats_table import StatsView
 from attnviz.gui.views.token_links import TokenLinksView
 from attnviz.gui.widgets.controls import Controls
-from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
+from attnviz.gui.widgets.input_panel import AUDIO_FILTER, IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
 from attnviz.runtime.errors import Cancelled
@@ -89,6 +91,7 @@ class MainWindow(QMainWindow):
         self.error_box: QMessageBox | None = None
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
+        self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
 
         # views
         self.tabs = QTabWidget()
@@ -97,14 +100,16 @@ class MainWindow(QMainWindow):
         self.links = TokenLinksView(self.session)
         self.alignment = AlignmentView(self.session)
         self.image_regions = ImageRegionsView(self.session)
+        self.audio_regions = AudioRegionsView(self.session)
         self.stats = StatsView(self.session)
-        # the tabs, in this order (View ▸ Ctrl+1…6 follow it)
+        # the tabs, in this order (View ▸ Ctrl+1…7 follow it)
         tabs: tuple[View, ...] = (
             self.overview,
             self.head_map,
             self.links,
             self.alignment,
             self.image_regions,
+            self.audio_regions,
             self.stats,
         )
         self.views: dict[str, View] = {v.title: v for v in tabs}
@@ -175,6 +180,7 @@ class MainWindow(QMainWindow):
             ("&Open model…", self.open_model_dialog, QKeySequence.StandardKey.Open),
             ("Open model &folder (optimum export)…", self.open_folder_dialog, None),
             ("Open &image…", self.open_image_dialog, None),
+            ("Open &audio…", self.open_audio_dialog, None),
             ("Open attention &maps (.npz)…", self.open_npz_dialog, None),
             ("Choose &tokenizer (tokenizer.json)…", self.choose_tokenizer_dialog, None),
             ("Load &gold alignments (Pharaoh)…", self.load_gold_dialog, None),
@@ -234,6 +240,8 @@ class MainWindow(QMainWindow):
         elif view is self.image_regions:
             src = self.image_regions.source()
             want = src[0] if src is not None else None
+        elif view is self.audio_regions:
+            want = self.audio_regions.source_block()
         if want is not None and want != s.sel.block:
             moved = rules.on_block(s.sel, s.blocks, want)
             s.select(block=moved.block, mode=moved.mode)
@@ -277,6 +285,7 @@ class MainWindow(QMainWindow):
             "text": i.text,
             "text_pair": i.text_pair,
             "image": i.image,
+            "audio": i.audio,
             "generate": i.generate,
             "max_tokens": i.max_tokens,
             "block": c.block,
@@ -384,22 +393,25 @@ class MainWindow(QMainWindow):
         {
             "model": lambda: self.open_model(path, **values),
             "image": lambda: self.open_image(path),
+            "audio": lambda: self.open_audio(path),
             "maps": lambda: self.open_npz(path),
             "corpus": lambda: open_corpus_results(self, path),
         }[kind]()
 
-    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True) -> None:
+    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True, audio=None) -> None:
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
         tokenizer = str(self.tokenizer) if self.tokenizer else None
+        # a variant only when asked for (the openers tests substitute take none)
+        opener = functools.partial(self.opener, variant=self.variant) if self.variant else self.opener
         w = self.workers.start(
-            self.opener, str(path), provider=self.provider, tokenizer=tokenizer, probe=not run, kind="open"
+            opener, str(path), provider=self.provider, tokenizer=tokenizer, probe=not run, kind="open"
         )
         self._latest["open"] = w.request_id
         given = {
             k: v
-            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items()
+            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate, audio=audio).items()
             if v is not None
         }
         self._context[w.request_id] = (path, given, run)
@@ -419,16 +431,22 @@ class MainWindow(QMainWindow):
         if not model.sites:
             self.show_error(f"{path.name}: no attention to show — {rules.no_attention_reason(model)}")
             return
-        values = rules.first_input(model, given, self.inputs.image.text())
+        values = rules.first_input(model, given, self.inputs.image.text(), self.inputs.audio.text())
         self.inputs.set_values(
             text=values.get("text", ""),
             text_pair=values.get("text_pair", ""),
             image=values.get("image"),
             generate=values["generate"],
+            audio=values.get("audio"),
         )
         self.statusBar().showMessage(
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
         )
+        waiting = rules.waiting_for_audio(model, values)
+        if waiting:  # nothing to hear yet: say what to do instead of running into the engine's refusal
+            self.statusBar().showMessage(waiting)
+            self.inputs.audio.setFocus()
+            return
         if run:
             self.run_analysis()
 
@@ -439,6 +457,17 @@ class MainWindow(QMainWindow):
             self.show_error(str(e), param=e.param)
             return
         self.inputs.set_values(image=str(path))
+        self.add_recent(path)
+        self.run_analysis()
+
+    def open_audio(self, path) -> None:
+        """Run the open speech model on a sound file (File ▸ Open audio…, a dropped .wav)."""
+        try:
+            rules.check_audio_model(self.session.model, path)
+        except AttnvizError as e:
+            self.show_error(str(e), param=e.param)
+            return
+        self.inputs.set_values(audio=str(path))
         self.add_recent(path)
         self.run_analysis()
 
@@ -529,6 +558,11 @@ class MainWindow(QMainWindow):
 
     def open_image_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open image", "", IMAGE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def open_audio_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open audio", "", AUDIO_FILTER)
         if path:
             self.open_path(path)
 
@@ -667,6 +701,11 @@ class MainWindow(QMainWindow):
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
             sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
+        if view is self.audio_regions:
+            shown = self.audio_regions.shown_query()
+            if shown is None:
+                return None
+            sel = rules.on_block(sel, s.blocks, shown[0], query=shown[1])  # the block and query drawn
         if view is self.links and sel.mode == "head":
             sel = sel.with_(heads=tuple(sorted(self.links.checked)))
         return name, sel
@@ -683,7 +722,12 @@ class MainWindow(QMainWindow):
     def _export_allowed(self, path: Path) -> bool:
         """The CLI's rule in the window: an export never replaces the model, tokenizer or image it was made from."""
         model = self.session.model.path if self.session.model is not None else None
-        inputs = {"the open model": model, "the tokenizer": self.tokenizer, "the input image": self.inputs.image.text()}
+        inputs = {
+            "the open model": model,
+            "the tokenizer": self.tokenizer,
+            "the input image": self.inputs.image.text(),
+            "the input sound": self.inputs.audio.text(),
+        }
         try:
             with command_scope():
                 guard(inputs, {"export file": path})

@@ -185,10 +185,12 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             ]
         result.image = prep.shown
     set_row_axes(result, axes)
+    result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
         result.token_grid = prep.tgt_tok.image_grid(rows[0])
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
+        result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []
         tok = prep.tgt_tok
         result.generated = [tok.label(i) if tok else str(i) for i in generated]
         info.generated_ids = generated
@@ -197,6 +199,11 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
     info.generate_s = g.seconds if g is not None else 0.0
     info.total_s = time.perf_counter() - t0
     result.info.update(info.to_dict())
+    if result.audio is not None:  # a speech folder that names its alignment heads: its words' times for the view
+        from attnviz.runtime.audio_words import attach_word_times
+
+        attach_word_times(model, result)
+        result.info["total_s"] = time.perf_counter() - t0
     return result
 
 

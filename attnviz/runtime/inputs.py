@@ -83,6 +83,10 @@ class TextEncoder:
     def is_special(self, i: int) -> bool:
         return False
 
+    def decode(self, ids) -> str:
+        """The text of ``ids`` (special tokens kept): labels joined by spaces unless the tokenizer knows better."""
+        return " ".join(self.label(int(i)) for i in ids)
+
     def row_labels(self, ids) -> list[str]:
         """A row's labels; a tokenizer whose labels depend on the position (a VLM's image tokens) overrides it."""
         return [self.label(int(i)) for i in ids]
@@ -90,6 +94,11 @@ class TextEncoder:
     def image_grid(self, ids) -> PatchGrid | None:
         """Where a row's image tokens lie on the image (a vision–language decoder's tokenizer says), else None."""
         return None
+
+    def for_image(self, tiles) -> TextEncoder:
+        """This tokenizer for a prompt about one image split into ``tiles`` (a vision–language family's
+        ``vlm_families.Tiles``, or None): the placeholder expansion of some families depends on the split."""
+        return self
 
     @property
     def size(self) -> int:  # pragma: no cover
@@ -157,6 +166,17 @@ class HFTokenizer(TextEncoder):
     def label(self, i):
         t = self.tok.id_to_token(int(i))
         return clean_token(t) if t is not None else f"<{i}>"
+
+    def decode(self, ids):
+        """The tokenizer's own decoding (a byte-level BPE's bytes joined into text, spaces where its tokens hold
+        them): word timestamps split words where Whisper's tokenizer does."""
+        try:
+            with _rust_guard():
+                return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            raise AttnvizError(f"tokenizer {self.source} cannot decode these tokens ({_first_line(e)})") from None
 
     def is_special(self, i):
         return self.tok.id_to_token(int(i)) in self._special

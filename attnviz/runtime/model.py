@@ -203,6 +203,10 @@ class AttentionModel(engine.AnalyzeMethod):
     beside it (:func:`attnviz.runtime.folder.open_model` gives it; this module cannot import folder.py).
     """
 
+    # a map batch larger than the image batch means windows (Swin); a VLM's vision file maps one image of each
+    # row's several (Idefics3's tiles, the padding images dropped) per map row instead: its set turns this off
+    maps_per_image = True
+
     def __init__(
         self,
         path: str | Path,
@@ -507,7 +511,7 @@ class AttentionModel(engine.AnalyzeMethod):
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
-        maps = self._place_windows(kept, maps, feeds)
+        maps = self._place_windows(kept, maps, feeds) if self.maps_per_image else maps
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         if not self._stack_confirmed:
             self._confirm_stack(sites, maps, kept)
@@ -718,6 +722,9 @@ class AttentionModel(engine.AnalyzeMethod):
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
         return grid_for(self, n_keys, image_hw)
+
+    def load_image(self, source, spec):
+        return None  # a file's image goes through attnviz's own resize / rescale / normalise
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""

@@ -163,6 +163,8 @@ class ModelSidebar(QTreeWidget):
                     if declared is not None:
                         (layer, head), conv = declared
                         rows.append(("alignment head", f"decoder layer {layer} head {head}, {conv} rows"))
+                elif k == "word_times" and isinstance(v, list):  # drawn on the sound (Audio regions): a count here
+                    rows.append(("word times", f"{len(v)} words, from the alignment heads"))
                 else:
                     rows.append((k, v))
             self._add("Run", rows)
