@@ -37,6 +37,7 @@ from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
+from attnviz.runtime.steps import StepPlan
 from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -328,6 +329,7 @@ class VLMCache:
         self.n_vis = len(vs.vision.sites)
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
+        self.looping = False  # a loop beside the decoder's session holds the cache (see steps)
 
     @classmethod
     def for_set(cls, vs: VLMSet) -> VLMCache | None:
@@ -348,6 +350,7 @@ class VLMCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past}
 
     def start(self, feeds: dict) -> StepOut:
+        self.looping = False
         feeds = self.vs.check_feeds(feeds)
         vmaps, features, _ = self.vs.see(feeds["pixel_values"], "dense")
         r = self.vs.decoder.run(self.vs._decoder_feeds(feeds, features), mode="dense")
@@ -376,8 +379,51 @@ class VLMCache:
         maps = {self.n_vis + j: m.array() for j, m in enumerate(r.maps)}
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
+    def plan(self) -> StepPlan | None:
+        """How each step's feeds follow from the last for a loop beside the decoder's session: the token through
+        embed_tokens.onnx (run beside it), the mask a column longer, the position the cache's length, the cache
+        carried -- or None (one request per step): a batch, a padded row, positions that are not ``[B, 1]``."""
+        dec = self.vs.decoder
+        maps = dec.loop_maps()
+        by_name = {i.name: i for i in dec.inputs}
+        if maps is None or self.mask.shape[0] != 1 or not self.mask.all() or by_name[self.names["positions"]].rank != 2:
+            return None
+        embed_in, embed_out = self.vs.embed.inputs[0], self.vs.embed.outputs[0]
+        return StepPlan(
+            fetch=(),  # the decoder fills in its fetch list
+            logits="logits",
+            carry=tuple((p, present_name(p)) for p in self.past),
+            token=self.names["embeds"],
+            grow=(self.names["mask"],),
+            positions=(self.names["positions"],),
+            flags=tuple(self.flags.items()),
+            maps=maps,
+            dtypes=tuple((i.name, i.dtype) for i in dec.inputs),
+            embed=(embed_in.name, embed_out.name, embed_in.dtype),
+        )
+
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
-        return one_step(self, token, eos)
+        """Up to ``n`` greedy steps in one chunk beside the decoder's session (else one step per request)."""
+        plan = None if self.looping else self.plan()
+        if not self.looping and plan is None:
+            return one_step(self, token, eos)
+        feeds = None
+        if plan is not None:  # the step's feeds before the loop adds the token's column and position
+            dec = {i.name: i for i in self.vs.decoder.inputs}
+            length = self.mask.shape[1]
+            feeds = {
+                self.names["embeds"]: self.vs.embeddings(np.asarray([[token]], np.int64)),
+                self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
+                self.names["positions"]: np.full((1, 1), length, np.dtype(dec[self.names["positions"]].dtype)),
+                **self.cache,
+                **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
+            }
+        ids, _, maps, info = self.vs.decoder.run_loop(
+            plan, feeds, self.mask.shape[1], token, n, eos, embed=self.vs.embed
+        )
+        self.looping = True
+        self.cache = {}  # the cache is the loop's now
+        return StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
 
 
 _: type[AttnModel] = VLMSet  # mypy checks here that a Hub VLM folder satisfies the model Protocol
