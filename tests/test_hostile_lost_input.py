@@ -327,6 +327,7 @@ WRITES_ALLOWED = {
     "runtime/builders.py": "an image into a private mkstemp file the tokenizer-free builder reads and deletes",
     "training/export.py": "onnx.save into core.writes.atomic_path's temp file",
     "training/hf_export.py": "onnx.save / copies into a private staging folder published by core.writes.publish_folder",
+    "training/hf_vlm.py": "onnx.save (metadata) into export-hf's private staging folder, published by core.writes.publish_folder",
     "training/commands/train.py": "the sample image into core.writes.atomic_path's temp file",
     "gui/export.py": "Qt paints into core.writes.atomic_path's temp file",
     "figures/render.py": "savefig into memory; core.writes.atomic_write_bytes writes the bytes",
