@@ -169,7 +169,13 @@ def _export_prefix_decoder(m, ids, path: Path, with_past: bool) -> None:
         warnings.simplefilter("ignore")
         torch.onnx.export(
             _PrefixDecoder(m),
-            (emb, torch.ones(1, total, dtype=torch.int64), torch.arange(total - emb.shape[1], total)[None] + 1, types, *past),
+            (
+                emb,
+                torch.ones(1, total, dtype=torch.int64),
+                torch.arange(total - emb.shape[1], total)[None] + 1,
+                types,
+                *past,
+            ),
             str(path),
             input_names=["inputs_embeds", "attention_mask", "position_ids", "token_type_ids", *past_names[: len(past)]],
             output_names=["logits", *present_names],

@@ -154,9 +154,7 @@ def test_generation_equals_transformers_greedy(prefix_repo, image, torch_model, 
     assert r.info["generated_ids"] == out[0, n:].tolist()
     assert r.info["generation"] == ("kv-cache" if use_cache else "full re-run")
     full = out[:, :-1]
-    vision, decoder, _ = pm.reference(
-        torch_model, want["pixel_values"], full, token_type_ids=pm.token_types(full, [n])
-    )
+    vision, decoder, _ = pm.reference(torch_model, want["pixel_values"], full, token_type_ids=pm.token_types(full, [n]))
     assert max(_max_diffs(r.maps, [*vision, *decoder])) < TOL
 
 
