@@ -179,3 +179,40 @@ def test_image_columns_labelled_with_the_patch_torch_puts_there(prefix_repo, ima
             k = int(torch.nonzero(diff).flatten().item())
             assert keys[k] == f"img[{row},{col}]"
     assert keys[pm.N_IMAGE :] == ["<bos>", *"a photo of the cat".split(), "\n"]
+
+
+def test_hub_decoder_generates_transformers_causal_tokens(hub_repo, image, torch_model):
+    """The Hub-layout decoder's greedy tokens are transformers' without token_type_ids (what the file can do),
+    with its one line."""
+    m = open_model(hub_repo, provider="cpu")
+    r = m.analyze(text=PROMPT, image=str(image), generate=4)
+    want = pm.processor(hub_repo)(text=PROMPT, images=Image.open(image).convert("RGB"), return_tensors="pt")
+    with torch.no_grad():
+        out = torch_model.generate(
+            input_ids=want["input_ids"],
+            pixel_values=want["pixel_values"],
+            attention_mask=want["attention_mask"],
+            max_new_tokens=4,
+            do_sample=False,
+            eos_token_id=None,
+        )
+    assert r.info["generated_ids"] == out[0, want["input_ids"].shape[1] :].tolist()
+    assert NO_PREFIX_MASK in r.info["notes"]
+
+
+def test_config_files_that_do_not_belong_together_are_one_line(prefix_repo, tmp_path):
+    import json
+    import shutil
+
+    from attnviz import AttnvizError
+
+    repo = tmp_path / "repo"
+    shutil.copytree(prefix_repo, repo)
+    pre = json.loads((repo / "preprocessor_config.json").read_text())
+    (repo / "preprocessor_config.json").write_text(json.dumps(pre | {"image_seq_length": pm.N_IMAGE + 1}))
+    with pytest.raises(AttnvizError, match=f"expands <image> to {pm.N_IMAGE + 1} tokens.*{pm.N_IMAGE} patches"):
+        open_model(repo, provider="cpu")
+    cfg = json.loads((repo / "config.json").read_text())
+    (repo / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "vision_config"}))
+    with pytest.raises(AttnvizError, match="no vision_config"):
+        open_model(repo, provider="cpu")
