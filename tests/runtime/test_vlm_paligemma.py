@@ -216,3 +216,23 @@ def test_config_files_that_do_not_belong_together_are_one_line(prefix_repo, tmp_
     (repo / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "vision_config"}))
     with pytest.raises(AttnvizError, match="no vision_config"):
         open_model(repo, provider="cpu")
+
+
+def test_image_regions_show_a_word_over_the_image(prefix_repo, image, torch_model):
+    """Image regions (and its figure, the same view model): a prefix word's row over the image tokens, placed on
+    the patch grid, is transformers' eager row."""
+    from attnviz.core import view as v
+
+    m = open_model(prefix_repo, provider="cpu")
+    r = m.analyze(text=PROMPT, image=str(image))
+    blocks = r.blocks()
+    dec = next(i for i, b in enumerate(blocks) if b.stack == "decoder")
+    assert v.image_source(r, blocks)[:2] == (dec, r.token_grid)
+    row = dict(v.image_queries(r, blocks[dec], r.token_grid))["cat"]
+    prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
+    ids = np.asarray(prep.prompts, np.int64)
+    _, decoder, _ = pm.reference(torch_model, prep.feeds["pixel_values"], ids, token_type_ids=pm.token_types(ids))
+    for layer, head in ((0, 1), (1, 3)):
+        ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row))
+        want = decoder[layer][0, head, row, : pm.N_IMAGE].reshape(pm.GRID, pm.GRID)
+        assert ov.query_label == "cat" and np.abs(ov.patch - want).max() < TOL
