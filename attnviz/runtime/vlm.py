@@ -138,6 +138,8 @@ class VLMSet(AnalyzeMethod):
             for s in model._sites:
                 s.stack = stack
             model._stack_confirmed = True
+        # what the decoder file cannot do that the model does (PaliGemma's prefix mask): one line with its maps
+        self.decoder.fidelity = [*self.decoder.fidelity, *self.family.decoder_notes(self.decoder.inputs)]
         self.meta: dict = {"special": config_special(layout.decoder)}
         image = folder_image(layout.vision)
         if image:
@@ -277,8 +279,19 @@ class VLMSet(AnalyzeMethod):
                 f[i.name] = feeds["attention_mask"].astype(np.dtype(i.dtype))
             elif i.rank == 3 and i.dtype.startswith("float"):  # inputs_embeds
                 f[i.name] = emb
+            elif role == "token_types":  # PaliGemma's prefix (type 0) and suffix (type 1), from the ids
+                _ = self.tokenizers  # the family learns its tokenizer's prefix-closing token
+                f[i.name] = self.family.token_types(ids).astype(np.dtype(i.dtype))
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
+        self._offset_positions(f)
         return f
+
+    def _offset_positions(self, f: dict) -> None:
+        """The family's first position (PaliGemma counts from 1; the count over real tokens starts at 0)."""
+        if self.family.position_offset:
+            for i in self.decoder.inputs:
+                if self.decoder.roles[i.name] == "positions" and i.name in f:
+                    f[i.name] = f[i.name] + np.asarray(self.family.position_offset, f[i.name].dtype)
 
     def embeddings(self, ids: np.ndarray) -> np.ndarray:
         """embed_tokens.onnx on ``ids`` (the file has no attention: its one output, ``inputs_embeds``)."""
@@ -326,6 +339,7 @@ class VLMCache:
         # an If-merged decoder's use_cache_branch (optimum: bool [1]): off for the prompt (fill_auxiliary feeds
         # it false, the without-past branch), on for every cached step (the with-past branch)
         self.flags = {i.name: i.rank for i in vs.decoder.inputs if i.dtype == "bool" and i.rank <= 1}
+        self.types = [i.name for i in vs.decoder.inputs if vs.decoder.roles[i.name] == "token_types"]
         self.n_vis = len(vs.vision.sites)
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
@@ -373,7 +387,10 @@ class VLMCache:
             ),
             **self.cache,
             **{n: np.ones([1] * rank, bool) for n, rank in self.flags.items()},
+            # a generated token is suffix (token type 1), as transformers' generate appends it
+            **{n: np.ones_like(ids) for n in self.types},
         }
+        self.vs._offset_positions(f)
         r = self.vs.decoder.run(f, mode="dense")
         self._keep(r)
         maps = {self.n_vis + j: m.array() for j, m in enumerate(r.maps)}
