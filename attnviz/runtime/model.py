@@ -794,6 +794,9 @@ class AttentionModel(engine.AnalyzeMethod):
             "model": self.name,
             "model_path": str(self.path),
         }
+        if self.fidelity:  # what every run of this file says (run() adds them too): generation's result keeps them
+            info["notes"] = list(self.fidelity)
+            info["fidelity"] = list(self.fidelity)
         return ids, finished, [m.array() for m in maps], info
 
 

@@ -425,19 +425,21 @@ class VLMCache:
         if not self.looping and plan is None:
             return one_step(self, token, eos)
         feeds = None
+        # the loop writes each new token's position as its count of tokens so far: a family counting from 1
+        # (PaliGemma) starts that count at its offset
+        length = self.mask.shape[1] + self.vs.family.position_offset
         if plan is not None:  # the step's feeds before the loop adds the token's column and position
             dec = {i.name: i for i in self.vs.decoder.inputs}
-            length = self.mask.shape[1]
             feeds = {
                 self.names["embeds"]: self.vs.embeddings(np.asarray([[token]], np.int64)),
                 self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
                 self.names["positions"]: np.full((1, 1), length, np.dtype(dec[self.names["positions"]].dtype)),
                 **self.cache,
                 **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
+                # every generated token is suffix (type 1): a constant the loop leaves as it is
+                **{name: np.ones((1, 1), np.dtype(dec[name].dtype)) for name in self.types},
             }
-        ids, _, maps, info = self.vs.decoder.run_loop(
-            plan, feeds, self.mask.shape[1], token, n, eos, embed=self.vs.embed
-        )
+        ids, _, maps, info = self.vs.decoder.run_loop(plan, feeds, length, token, n, eos, embed=self.vs.embed)
         self.looping = True
         self.cache = {}  # the cache is the loop's now
         return StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
