@@ -128,6 +128,10 @@ class BatchReducer:
     def __call__(self, spec: BatchSpec) -> Partial:
         if isinstance(spec, PairSpec):
             return self._pair(spec)
+        from attnviz.corpus.audio_items import AudioSpec, reduce_clip
+
+        if isinstance(spec, AudioSpec):
+            return reduce_clip(self, spec)
         feeds, lengths, special = self.feeds(spec)
         part = self._in_graph(spec, feeds, lengths, special)
         if part is not None:
@@ -256,6 +260,7 @@ class Accumulator:
         self.gold: np.ndarray | None = None  # --gold-column: link counts (corpus/gold.py), once a batch brings them
         self.gold_top_value: np.ndarray | None = None  # and per head the items it aligns worst (AER, Item.index)
         self.gold_top_item: np.ndarray | None = None
+        self.audio: np.ndarray | None = None  # --audio-dir with --gold-dir: boundary counts (corpus/audio_items.py)
 
     def fold(self, p: Partial) -> None:
         if p.batch_id != self.next_batch:
@@ -277,7 +282,9 @@ class Accumulator:
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
         gold = self.gold if p.gold is None else p.gold if self.gold is None else self.gold + p.gold
         worst = self._worst(p)
+        audio = self.audio if p.audio is None else p.audio if self.audio is None else self.audio + p.audio
         self.__dict__.update(
+            audio=audio,
             gold=gold,
             gold_top_value=worst[0],
             gold_top_item=worst[1],
@@ -311,7 +318,7 @@ class Accumulator:
 
     # -- checkpoint ------------------------------------------------------------------
     FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
-    GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item")  # only with --gold-column
+    GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item", "audio")  # only with --gold-column / --gold-dir
 
     def save(self, path: Path, fingerprint: str) -> None:
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
