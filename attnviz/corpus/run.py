@@ -89,6 +89,9 @@ def _check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--tier names the TextGrid tier of the references; give --gold-dir DIR too")
     if cfg.audio_dir is not None and cfg.engine != "local":
         raise AttnvizError("speech corpora (--audio-dir) run locally for now; drop --engine ray")
+    for flag, folder in (("--audio-dir", cfg.audio_dir), ("--gold-dir", cfg.gold_dir)):
+        if folder and Path(folder).is_dir() and Path(cfg.out).resolve().is_relative_to(Path(folder).resolve()):
+            raise AttnvizError(f"--out {cfg.out} is inside {flag} {folder}; give a results folder outside the inputs")
     if cfg.batch_size < 1:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
