@@ -94,14 +94,12 @@ def sha256_audio(items: list[Item]) -> str:
 
 def sites_of(model) -> list:
     """A speech model's sites with their head counts (its probe leaves them unknown): the sites of one short run,
-    a second of a tone, one token generated (kept on the model: the driver asks twice)."""
+    a second of a tone, one token generated."""
     from attnviz.runtime.audio import FeatureSpec
 
-    if getattr(model, "_corpus_sites", None) is None:
-        rate = FeatureSpec.from_dict(model.meta["audio"]).sampling_rate
-        tone = (0.1 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)).astype(np.float32)
-        model._corpus_sites = list(model.analyze(audio=tone, generate=1).sites)
-    return model._corpus_sites
+    rate = FeatureSpec.from_dict(model.meta["audio"]).sampling_rate
+    tone = (0.1 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)).astype(np.float32)
+    return list(model.analyze(audio=tone, generate=1).sites)
 
 
 def chosen_heads(model, sites):
@@ -139,14 +137,24 @@ def scores(counts: np.ndarray):
     return out
 
 
-def reduce_clip(reducer, spec: AudioSpec):
-    """The worker's part: run, reduce every map, count the boundaries, and the words file's bytes."""
+@dataclass
+class Ran:
+    """One recording run by a worker: its maps, each stack's query axis (lengths, special keys), the boundary
+    counts (None without a reference) and the words file's bytes; :meth:`BatchReducer._audio` reduces the maps."""
+
+    maps: list[np.ndarray]
+    encoder: tuple[np.ndarray, np.ndarray]
+    decoder: tuple[np.ndarray, np.ndarray]
+    counts: np.ndarray | None
+    words: bytes
+
+
+def run_recording(model, groups, spec: AudioSpec) -> Ran:
+    """The worker's part before the reduction: run as align-audio does, count the boundaries, write the words."""
     from attnviz.corpus.align_audio import words_tsv
-    from attnviz.corpus.reduce import Axis, reduce_maps
     from attnviz.runtime import audio_words as aw
     from attnviz.runtime.audio import FeatureSpec, load_audio
 
-    model, groups = reducer.model, reducer.groups
     gold = aw.read_gold(spec.reference, spec.tier) if spec.reference else None
     wave, _ = load_audio(spec.audio, FeatureSpec.from_dict(model.meta["audio"]))
     r = aw.run_speech(model, wave, " ".join(g.text for g in gold) if gold else None, spec.generate)
@@ -161,18 +169,18 @@ def reduce_clip(reducer, spec: AudioSpec):
     maps = [m.array() for m in r.maps]
     enc = next(maps[g.site] for g in groups if g.stack == "encoder").shape[-1]
     rows = next(maps[g.site] for g in groups if g.stack == "decoder").shape[-2]
-    fed = clip.ids[:rows]
-    axes = {  # every encoder frame is attended to (Whisper hears its padding); the forced prompt is special
-        "encoder": Axis(np.array([enc]), np.zeros((1, enc), bool)),
-        "decoder": Axis(np.array([rows]), np.array([[clip.is_special(i) for i in fed]]), causal=True),
-    }
-    part = reduce_maps(maps, groups, axes, spec.items, reducer.k, spec.batch_id)
+    counts = None
     if gold is not None:
         tally = aw.HeadTally()
         tally.add(clip, gold, choice.heads, config.median_width)
-        part.audio = count_rows(tally, groups)
-    part.words = {spec.items[0]: words_tsv(words, clip.probabilities(words))}
-    return part
+        counts = count_rows(tally, groups)
+    return Ran(
+        maps,
+        (np.array([enc]), np.zeros((1, enc), bool)),  # every frame is attended to (Whisper hears its padding)
+        (np.array([rows]), np.array([[clip.is_special(i) for i in clip.ids[:rows]]])),  # the forced prompt: special
+        counts,
+        words_tsv(words, clip.probabilities(words)),
+    )
 
 
 def head_columns(counts: np.ndarray, groups) -> dict[tuple[int, int], dict]:

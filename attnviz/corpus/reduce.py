@@ -24,6 +24,7 @@ from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
+from attnviz.corpus.audio_items import AudioSpec
 from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs
 from attnviz.corpus.fold import key_columns as _cols
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
@@ -128,10 +129,8 @@ class BatchReducer:
     def __call__(self, spec: BatchSpec) -> Partial:
         if isinstance(spec, PairSpec):
             return self._pair(spec)
-        from attnviz.corpus.audio_items import AudioSpec, reduce_clip
-
         if isinstance(spec, AudioSpec):
-            return reduce_clip(self, spec)
+            return self._audio(spec)
         feeds, lengths, special = self.feeds(spec)
         part = self._in_graph(spec, feeds, lengths, special)
         if part is not None:
@@ -216,6 +215,17 @@ class BatchReducer:
         if gen:
             named = set(np.unique(part.top_item).tolist())
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
+        return part
+
+    def _audio(self, spec: AudioSpec) -> Partial:
+        """A recording (``--audio-dir``): encoder self over its frames, decoder self (causal) and cross over the
+        decoder's rows, plus its boundary counts and words (corpus/audio_items.py)."""
+        from attnviz.corpus.audio_items import run_recording
+
+        ran = run_recording(self.model, self.groups, spec)
+        axes = {"encoder": Axis(*ran.encoder), "decoder": Axis(*ran.decoder, causal=True)}
+        part = reduce_maps(ran.maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+        part.audio, part.words = ran.counts, {spec.items[0]: ran.words}
         return part
 
     def _in_graph(self, spec: BatchSpec, feeds, lengths, special) -> Partial | None:

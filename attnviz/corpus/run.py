@@ -203,7 +203,8 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
             f"--generate {cfg.generate} with --gold-dir: the reference's words are teacher-forced, nothing is "
             "generated; drop --generate"
         )
-    groups = layout(sites_of(model) if speech else model.sites)
+    speech_sites = sites_of(model) if speech else None  # its probe leaves a speech model's head counts unknown
+    groups = layout(speech_sites or model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
@@ -221,7 +222,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else _planned
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
-    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
+    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, speech_sites)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
     del model  # workers hold their own sessions; the driver's is released before they start
@@ -341,13 +342,13 @@ def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
     return f"greedy generation, up to {cfg.generate} tokens per item (stops at the end token)"
 
 
-def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
     """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
     specs: list[BatchSpec]
     gold_info = None
     audio = None
     if cfg.audio_dir is not None:
-        items, specs, audio, gold_info = _audio_plan(cfg, model)
+        items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
     elif cfg.texts is not None and kind == "encoder-decoder":
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
@@ -418,13 +419,13 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
     )
 
 
-def _audio_plan(cfg: CorpusConfig, model):
+def _audio_plan(cfg: CorpusConfig, model, sites):
     """``--audio-dir``: the recordings (each checked), one batch each, run.json's alignment summary, and what
     the checkpoint's identity adds (the references' tier, the tokens generated)."""
     from attnviz.corpus import audio_items as ai
     from attnviz.runtime.audio import FeatureSpec
 
-    choice, _ = ai.chosen_heads(model, sites_of(model))  # a bad alignment_heads list stops the run here, in one line
+    choice, _ = ai.chosen_heads(model, sites)  # a bad alignment_heads list stops the run here, in one line
     items = ai.read_audio_dir(str(cfg.audio_dir), cfg.gold_dir, cfg.max_items, cfg.tier)
     ai.check_recordings(items, FeatureSpec.from_dict(model.meta["audio"]))
     generate = cfg.generate if cfg.generate_given else None
@@ -502,7 +503,7 @@ def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:
     return max(1, -(-min(n, want) // cfg.batch_size))
 
 
-def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
     """``--engine ray --texts``: Ray Data reads, tokenises, batches and writes the partials (not resumable)."""
     import pickle
 
@@ -552,7 +553,7 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
     return stream
 
 
-def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
     from attnviz.corpus.ray_engine import images_stream
 
     threads = cfg.threads or default_threads(workers)
