@@ -42,6 +42,7 @@ PARAM_FLAGS = {
     "image": "--image",
     "audio": "--audio",
     "tokenizer": "--tokenizer",
+    "variant": "--variant",
     "generate": "--generate",
     "max_tokens": "--max-tokens",
     "inputs": "--inputs",

@@ -45,6 +45,38 @@ def llava_repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def llava_with_past_repo(tmp_path_factory):
+    """The same LLaVA with its with-past decoder (no ``If``) written under the merged name, as some Hub exports."""
+    import vlm_models
+
+    return vlm_models.save_repo(tmp_path_factory.mktemp("llava-past") / "tiny-llava", merged=False)
+
+
+@pytest.fixture(scope="session")
+def llava_variants_repo(llava_repo, tmp_path_factory):
+    """The LLaVA repository with quantized siblings of its three files, as Hub repositories keep them
+    (onnxruntime's quantize_dynamic: ``_int8`` QInt8 and ``_uint8`` QUInt8 weights)."""
+    import shutil
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = tmp_path_factory.mktemp("variants") / "tiny-llava"
+    shutil.copytree(llava_repo, out)
+    for name, qt in {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}.items():
+        for f in ("vision_encoder", "embed_tokens", "decoder_model_merged"):
+            quantize_dynamic(out / "onnx" / f"{f}.onnx", out / "onnx" / f"{f}_{name}.onnx", weight_type=qt)
+    return out
+
+
+@pytest.fixture(scope="session")
+def idefics3_repo(tmp_path_factory):
+    """A tiny random-init Idefics3 (SmolVLM's architecture) as a Hub repository (tests/idefics3_models.py)."""
+    import idefics3_models
+
+    return idefics3_models.save_repo(tmp_path_factory.mktemp("idefics3") / "tiny-idefics3")
+
+
+@pytest.fixture(scope="session")
 def optimum_export():
     """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
 

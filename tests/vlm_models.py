@@ -2,15 +2,23 @@
 Hub's three-file ONNX layout (``REPO/onnx/vision_encoder.onnx``, ``embed_tokens.onnx``,
 ``decoder_model_merged.onnx``; config, preprocessor and tokenizer at ``REPO/``), with its eager reference maps.
 
-The decoder is exported as a with-past decoder (``past_key_values.N.key/value`` in, ``present.N.key/value`` out,
-no ``If``): fed an empty past it is the first (merged) branch, so it stands for ``decoder_model_merged.onnx``.
+``decoder_model_merged.onnx`` comes in both forms found on the Hub: ``merged=True`` (the default) exports a
+without-past and a with-past decoder and merges them as optimum's ``merge_decoders`` does (:func:`merge_decoders`:
+one ``If`` on ``use_cache_branch``, the with-past graph its then-branch, the without-past graph its else-branch,
+initializers deduplicated by content into the outer graph, node and tensor names left as exported, so both
+branches hold the same names); ``merged=False`` writes the with-past decoder alone under the merged name (fed an
+empty past it is the first step), as some onnx-community exports do.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import warnings
 from pathlib import Path
+
+import onnx
+from onnx import helper
 
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
@@ -115,11 +123,13 @@ class _Decoder(torch.nn.Module):
 
     def __init__(self, m):
         super().__init__()
-        self.lm, self.head = m.model.language_model, m.lm_head
+        # LLaVA's decoder is model.language_model, Idefics3's model.text_model (tests/idefics3_models.py)
+        self.lm = getattr(m.model, "language_model", None) or m.model.text_model
+        self.head = m.lm_head
 
     def forward(self, inputs_embeds, attention_mask, position_ids, *past):
         cache = transformers.DynamicCache(config=self.lm.config)
-        for i in range(LAYERS):
+        for i in range(self.lm.config.num_hidden_layers if past else 0):  # without past: an empty cache
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.lm(
             inputs_embeds=inputs_embeds,
@@ -139,7 +149,7 @@ def _image_features(m) -> int:
     return N_IMAGE
 
 
-def save_repo(repo: Path) -> Path:
+def save_repo(repo: Path, merged: bool = True) -> Path:
     """The Hub repository: config.json, preprocessor_config.json, tokenizer at REPO/, the three ONNX files in
     REPO/onnx/."""
     m = build()
@@ -158,15 +168,11 @@ def save_repo(repo: Path) -> Path:
     pre = json.loads((repo / "preprocessor_config.json").read_text())
     pre["image_seq_length"] = _image_features(m)  # LlavaProcessor's patch count (num_image_tokens)
     (repo / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
-    kv, hd = m.config.text_config.num_key_value_heads, HIDDEN // HEADS
     px = torch.randn(1, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(1))
     ids = torch.tensor([[2, 5, 6, 7]])
-    past = [torch.zeros(1, kv, 2, hd) for _ in range(2 * LAYERS)]
-    past_names = [f"past_key_values.{i}.{w}" for i in range(LAYERS) for w in ("key", "value")]
-    present_names = [n.replace("past_key_values", "present") for n in past_names]
+    how = dict(opset_version=17, dynamo=False)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        how = dict(opset_version=17, dynamo=False)
         torch.onnx.export(
             _Vision(m),
             (px,),
@@ -185,25 +191,105 @@ def save_repo(repo: Path) -> Path:
             dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "inputs_embeds": {0: "batch", 1: "seq"}},
             **how,
         )
-        emb = m.get_input_embeddings()(ids)
-        axes = {
-            "inputs_embeds": {0: "batch", 1: "seq"},
-            "attention_mask": {0: "batch", 1: "total"},
-            "position_ids": {0: "batch", 1: "seq"},
-            "logits": {0: "batch", 1: "seq"},
-        }
-        axes.update({n: {0: "batch", 2: "past"} for n in past_names})
-        axes.update({n: {0: "batch", 2: "total"} for n in present_names})
+        if merged:
+            with tempfile.TemporaryDirectory() as tmp:
+                _export_decoder(m, ids, Path(tmp) / "decoder_model.onnx", with_past=False)
+                _export_decoder(m, ids, Path(tmp) / "decoder_with_past_model.onnx", with_past=True)
+                merge_decoders(
+                    onnx.load(str(Path(tmp) / "decoder_model.onnx")),
+                    onnx.load(str(Path(tmp) / "decoder_with_past_model.onnx")),
+                    onnx_dir / "decoder_model_merged.onnx",
+                )
+        else:
+            _export_decoder(m, ids, onnx_dir / "decoder_model_merged.onnx", with_past=True)
+    return repo
+
+
+def _export_decoder(m, ids, path: Path, with_past: bool, layers: int = LAYERS) -> None:
+    """The decoder alone: inputs_embeds, attention_mask, position_ids (and past key/values when ``with_past``) ->
+    logits and present key/values, as optimum's decoder_model.onnx / decoder_with_past_model.onnx."""
+    kv, hd = m.config.text_config.num_key_value_heads, HIDDEN // HEADS
+    past_names = [f"past_key_values.{i}.{w}" for i in range(layers) for w in ("key", "value")]
+    present_names = [n.replace("past_key_values", "present") for n in past_names]
+    emb = m.get_input_embeddings()(ids)
+    past = [torch.zeros(1, kv, 2, hd) for _ in past_names] if with_past else []
+    total = emb.shape[1] + (2 if with_past else 0)
+    axes = {
+        "inputs_embeds": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {0: "batch", 1: "seq"},
+        "logits": {0: "batch", 1: "seq"},
+    }
+    axes.update({n: {0: "batch", 2: "past"} for n in past_names if with_past})
+    axes.update({n: {0: "batch", 2: "total"} for n in present_names})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
         torch.onnx.export(
             _Decoder(m),
-            (emb, torch.ones(1, 6, dtype=torch.int64), torch.arange(2, 6)[None], *past),
-            str(onnx_dir / "decoder_model_merged.onnx"),
-            input_names=["inputs_embeds", "attention_mask", "position_ids", *past_names],
+            (emb, torch.ones(1, total, dtype=torch.int64), torch.arange(total - emb.shape[1], total)[None], *past),
+            str(path),
+            input_names=["inputs_embeds", "attention_mask", "position_ids", *(past_names if with_past else [])],
             output_names=["logits", *present_names],
             dynamic_axes=axes,
-            **how,
+            opset_version=17,
+            dynamo=False,
         )
-    return repo
+
+
+def _in_branch(t: onnx.TensorProto) -> bool:
+    """optimum keeps scalars and 1-D int32/int64 initializers inside each branch (ONNX Runtime breaks otherwise)."""
+    return len(t.dims) == 0 or (len(t.dims) == 1 and t.data_type in (onnx.TensorProto.INT32, onnx.TensorProto.INT64))
+
+
+def merge_decoders(no_past: onnx.ModelProto, with_past: onnx.ModelProto, out: Path) -> None:
+    """optimum.onnx.merge_decoders, written out: ``If(use_cache_branch)`` whose then-branch is the with-past graph
+    and else-branch the without-past graph; the inputs are the union of both (past key/values are fed to both
+    and ignored by the else-branch); the weights of both, deduplicated by content, are initializers of the outer
+    graph under shared names; small constants stay in their branch."""
+    shared: dict[tuple, str] = {}
+    outer: list[onnx.TensorProto] = []
+    branches = []
+    for model, name in ((with_past, "with_past"), (no_past, "no_past")):
+        rename: dict[str, str] = {}
+        kept = []
+        for t in model.graph.initializer:
+            if _in_branch(t):
+                kept.append(t)
+                continue
+            key = (t.data_type, tuple(t.dims), t.raw_data or onnx.numpy_helper.to_array(t).tobytes())
+            if key not in shared:
+                shared[key] = f"merged_{len(shared)}"
+                w = onnx.TensorProto()
+                w.CopyFrom(t)
+                w.name = shared[key]
+                outer.append(w)
+            rename[t.name] = shared[key]
+        for node in model.graph.node:
+            for k, i in enumerate(node.input):
+                node.input[k] = rename.get(i, i)
+        g = helper.make_graph(list(model.graph.node), name, [], list(model.graph.output), initializer=kept)
+        branches.append(g)
+    if [o.name for o in no_past.graph.output] != [o.name for o in with_past.graph.output]:
+        raise ValueError("the two decoders' outputs differ")
+    inputs, seen = [], set()
+    for model in (no_past, with_past):  # optimum's _get_all_inputs: first the decoder's, then the new ones
+        for i in model.graph.input:
+            if i.name not in seen:
+                seen.add(i.name)
+                inputs.append(i)
+    flag = helper.make_tensor_value_info("use_cache_branch", onnx.TensorProto.BOOL, [1])
+    node = helper.make_node(
+        "If",
+        ["use_cache_branch"],
+        [o.name for o in no_past.graph.output],
+        name="optimum::if",
+        then_branch=branches[0],
+        else_branch=branches[1],
+    )
+    graph = helper.make_graph([node], "merged", [*inputs, flag], list(no_past.graph.output), initializer=outer)
+    model = helper.make_model_gen_version(graph, producer_name="optimum-onnx", opset_imports=no_past.opset_import)
+    model.ir_version = 9
+    onnx.save(model, str(out))
 
 
 def reference(m, pixel_values, input_ids):

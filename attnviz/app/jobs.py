@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from attnviz.runtime.request import AnalyzeRequest
 
 
-def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None, probe: bool = True):
+def open_model_ready(
+    path, provider: str = "auto", tokenizer: str | None = None, probe: bool = True, variant: str | None = None
+):
     """Open with the runtime and also start the session and read head counts now, so the GUI thread never
     waits on onnxruntime. A graph onnxruntime refuses is one line naming the file.
 
@@ -26,7 +28,7 @@ def open_model_ready(path, provider: str = "auto", tokenizer: str | None = None,
     from attnviz.runtime.host import prestart
 
     prestart()  # the isolation child loads onnxruntime while the graph is read and its attention found
-    m = open_model(path, provider=provider, tokenizer=tokenizer)
+    m = open_model(path, provider=provider, tokenizer=tokenizer, variant=variant)
     if not m.sites:
         return m  # nothing to run; the window explains why
     try:

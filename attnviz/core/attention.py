@@ -127,16 +127,46 @@ class PatchGrid:
     """How key positions of an image encoder map onto the image.
 
     Positions ``offset .. offset + rows*cols`` are patches in row-major order; the ``offset``
-    leading positions (CLS, registers) are not.
+    leading positions (CLS, registers) are not.  A tiled image (a vision–language decoder whose image was split
+    into tiles, each a run of tokens between marker tokens) names the key of every cell instead: ``columns[k]`` is
+    the key of cell ``k`` (row-major over ``rows`` × ``cols``), and ``stop`` is the key after the image's last
+    token (its global image and closing markers included), where the words after the image begin.
     """
 
     rows: int
     cols: int
     offset: int = 0
+    columns: tuple[int, ...] | None = None
+    stop: int | None = None
+    lead_images: int = 0  # the ``offset`` leading keys are this many earlier images on the same grid (VLM tiles)
+
+    def __post_init__(self) -> None:
+        if self.columns is not None:
+            self.columns = tuple(int(c) for c in self.columns)
+            if len(self.columns) != self.rows * self.cols:
+                raise ValueError("a tiled grid names one key per cell")
 
     @property
     def n(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def end(self) -> int:
+        """The key after the image's tokens."""
+        if self.stop is not None:
+            return self.stop
+        return max(self.columns) + 1 if self.columns else self.offset + self.n
+
+    def key(self, r: int, c: int) -> int:
+        """The key position of patch ``(r, c)``."""
+        return self.columns[r * self.cols + c] if self.columns is not None else self.offset + r * self.cols + c
+
+    def cell(self, key: int) -> tuple[int, int] | None:
+        """``(row, col)`` of the patch at key position ``key`` (None: not a patch of this grid)."""
+        if self.columns is not None:
+            k = self.columns.index(key) if key in self.columns else -1
+            return divmod(k, self.cols) if k >= 0 else None
+        return divmod(key - self.offset, self.cols) if self.offset <= key < self.offset + self.n else None
 
     @classmethod
     def infer(cls, n_keys: int, hint: tuple[int, int] | None = None) -> PatchGrid | None:
@@ -154,6 +184,8 @@ class PatchGrid:
 
     def to_image(self, row: np.ndarray) -> np.ndarray:
         """Take one query row over keys and return the ``[rows, cols]`` patch map."""
+        if self.columns is not None:
+            return np.asarray(row, dtype=np.float32)[list(self.columns)].reshape(self.rows, self.cols)
         return np.asarray(row[self.offset : self.offset + self.n], dtype=np.float32).reshape(self.rows, self.cols)
 
 

@@ -3,9 +3,10 @@
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
-``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens), ``image``, ``generated`` (str array), ``info`` (JSON);
-a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]), ``audio_features``
-([B, mels, frames] log-mel) and ``audio_timing`` ([rate, hop, seconds per encoder frame]).
+``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
+``token_grid_columns``, every cell's key, and ``token_grid_stop``), ``image``, ``generated`` (str array), ``info``
+(JSON); a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]),
+``audio_features`` ([B, mels, frames] log-mel) and ``audio_timing`` ([rate, hop, seconds per encoder frame]).
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     if result.token_grid is not None:
         g = result.token_grid
         arrays["token_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
+        if g.columns is not None:  # a tiled image: every cell's key, and where the image's tokens stop
+            arrays["token_grid_columns"] = np.array(g.columns, dtype=np.int64)
+        if g.stop is not None:
+            arrays["token_grid_stop"] = np.array(g.stop, dtype=np.int64)
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
     if result.audio is not None:
@@ -92,6 +97,11 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
                 f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
                 "extract one with 'attnviz extract'"
             ) from None
+
+
+def _grid(a: np.ndarray) -> PatchGrid:
+    rows, cols, offset = (int(v) for v in a)  # [rows, cols, offset]: anything else is a malformed file
+    return PatchGrid(rows, cols, offset)
 
 
 def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
@@ -136,8 +146,15 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
             raise AttnvizError(f"{path}: {name}_values must be one number per {name} label; extract it again")
         return TokenAxis(labels.tolist(), sp, None if vals is None else vals.astype(float).tolist())
 
-    grid = PatchGrid(*[int(v) for v in z["patch_grid"]]) if "patch_grid" in z.files else None
-    token_grid = PatchGrid(*[int(v) for v in z["token_grid"]]) if "token_grid" in z.files else None
+    grid = _grid(z["patch_grid"]) if "patch_grid" in z.files else None
+    token_grid = _grid(z["token_grid"]) if "token_grid" in z.files else None
+    if token_grid is not None and "token_grid_columns" in z.files:
+        columns = tuple(int(v) for v in np.ravel(z["token_grid_columns"]))
+        if len(columns) != token_grid.n:
+            raise AttnvizError(f"{path}: token_grid_columns does not name one key per grid cell; {REEXTRACT}")
+        token_grid.columns = columns
+    if token_grid is not None and "token_grid_stop" in z.files:
+        token_grid.stop = int(z["token_grid_stop"])
     tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
     if notes:
         info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]

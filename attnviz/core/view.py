@@ -1085,7 +1085,7 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     n_keys = blk_len(blk, 1)
     g = result.token_grid
     if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys
-        return g if g.offset + g.n <= n_keys else None
+        return g if g.end <= n_keys else None
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
@@ -1141,11 +1141,12 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
     g = result.token_grid
-    if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.offset + g.n:
+    if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
-        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.offset + g.n, len(blk.query_axis))]
+        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
-    out = [(first, 0)] if grid.offset > 0 else []
+    # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images
+    out = [(first, 0)] if grid.offset > 0 and not grid.lead_images else []
     return out + [("all patches (mean)", -1)]
 
 
@@ -1157,13 +1158,13 @@ def patch_query(grid: PatchGrid, x: float, y: float, width: int, height: int) ->
         return None
     r = min(int(y * grid.rows / height), grid.rows - 1)
     c = min(int(x * grid.cols / width), grid.cols - 1)
-    row = grid.offset + r * grid.cols + c
+    row = grid.key(r, c)
     return patch_label(grid, row), row
 
 
 def patch_label(grid: PatchGrid, row: int) -> str:
     """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure)."""
-    r, c = divmod(row - grid.offset, grid.cols)
+    r, c = grid.cell(row) or divmod(row - grid.offset, grid.cols)
     return f"patch ({r}, {c})"
 
 
@@ -1234,9 +1235,9 @@ def overlay_view(
     else:
         vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
-        if kind == "self" and grid.offset <= query < grid.offset + grid.n:  # a patch as the query
+        if kind == "self" and grid.cell(query) is not None:  # a patch as the query
             label = patch_label(grid, query)
-            cell = divmod(query - grid.offset, grid.cols)
+            cell = grid.cell(query)
     patch = grid.to_image(vec)
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)

@@ -27,6 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
     p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
+        "'attnviz inspect REPO' lists them)",
+    )
+    p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
     )
     p.add_argument(
@@ -122,6 +128,7 @@ def run(args) -> int:
     win = MainWindow(provider=args.provider)
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
+    win.variant = args.variant
     if args.max_tokens:
         win.inputs.set_values(max_tokens=args.max_tokens)
     win.resize(w, h)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -90,6 +91,7 @@ class MainWindow(QMainWindow):
         self.error_box: QMessageBox | None = None
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
+        self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
 
         # views
         self.tabs = QTabWidget()
@@ -404,8 +406,10 @@ class MainWindow(QMainWindow):
         path = Path(path)
         self.workers.cancel("open")
         tokenizer = str(self.tokenizer) if self.tokenizer else None
+        # a variant only when asked for (the openers tests substitute take none)
+        opener = functools.partial(self.opener, variant=self.variant) if self.variant else self.opener
         w = self.workers.start(
-            self.opener, str(path), provider=self.provider, tokenizer=tokenizer, probe=not run, kind="open"
+            opener, str(path), provider=self.provider, tokenizer=tokenizer, probe=not run, kind="open"
         )
         self._latest["open"] = w.request_id
         given = {

@@ -11,7 +11,12 @@ from attnviz.core.attention import PatchGrid, TokenAxis
 def patch_axis(grid: PatchGrid, n: int) -> TokenAxis:
     labels, special = [], []
     for p in range(n):
-        if p < grid.offset:
+        if p < grid.offset and grid.lead_images:  # a VLM's tiles before its global image: tile k's patch (r, c)
+            t, k = divmod(p, grid.n)
+            r, c = divmod(k, grid.cols)
+            labels.append(f"t{t}({r},{c})")
+            special.append(False)
+        elif p < grid.offset:
             labels.append("[CLS]" if p == 0 else f"[REG{p}]")
             special.append(True)
         elif p < grid.offset + grid.n:

@@ -26,6 +26,7 @@ from attnviz.runtime.speech import SpeechPrompt
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
+    from attnviz.runtime.vlm_families import Tiles
 
 ENCODER_ROLES = {r: r for r in ("tokens", "mask", "token_types", "positions")}
 DECODER_ROLES = {"tokens": "decoder_tokens", "mask": "decoder_mask"}
@@ -51,6 +52,7 @@ class Prepared:
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
     audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
     track: AudioTrack | None = None  # the clips and their features, kept on the result for the Audio regions view
+    image_tiles: Tiles | None = None  # how a VLM family's processor split the image (its prompt expansion follows)
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
@@ -199,11 +201,21 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         os.close(fd)
         Image.fromarray(req.image).save(tmp)
         try:
-            feeds[img_in.name], prep.shown = ip.load_image(tmp, spec)
+            feeds[img_in.name], prep.shown = _load_image(model, tmp, spec, prep)
         finally:
             os.unlink(tmp)
     else:
-        feeds[img_in.name], prep.shown = ip.load_image(req.image, spec)
+        feeds[img_in.name], prep.shown = _load_image(model, req.image, spec, prep)
+
+
+def _load_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """attnviz's resize / rescale / normalise, or a vision–language family's own processor (Idefics3 splits the
+    image into tiles, and the prompt's expansion follows the split: kept for the text's encoding)."""
+    loaded = model.load_image(source, spec)
+    if loaded is None:
+        return ip.load_image(source, spec)
+    prep.image_tiles, prep.image_info = loaded.tiles, loaded.info
+    return loaded.pixels, loaded.shown
 
 
 def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
@@ -352,6 +364,7 @@ def _prompt_text(b: _Build) -> None:
     tok = b.tgt_tok or b.src_tok
     if tok is None:
         raise _no_tokenizer(b.model)
+    tok = tok.for_image(b.prep.image_tiles)  # a VLM's expansion of its image placeholder follows the image's split
     b.prompt = fit_positions(b.model, tok.encode(b.req.text, add_special=False), b.req.max_tokens, b.prep.notes).ids
 
 

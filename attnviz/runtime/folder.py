@@ -229,6 +229,9 @@ class ModelSet(AnalyzeMethod):
     def pair_with_encoder(self) -> EncoderPair | None:
         return None  # a set runs its own encoder
 
+    def load_image(self, source, spec):
+        return None  # an export folder's image goes through attnviz's own resize / rescale / normalise
+
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
         return next((i.name for i in model.inputs if model.roles[i.name] == role), None)
@@ -582,9 +585,23 @@ def is_corpus_results(path: str | Path) -> bool:
     return p.is_dir() and all((p / name).is_file() for name in CORPUS_FILES)
 
 
-def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None = None, threads: int | None = None):
-    """Open a model file, or a folder: an optimum encoder–decoder export becomes one :class:`ModelSet`."""
+def open_model(
+    path: str | Path,
+    provider: str = "auto",
+    tokenizer: str | None = None,
+    threads: int | None = None,
+    variant: str | None = None,
+):
+    """Open a model file, or a folder: an optimum encoder–decoder export becomes one :class:`ModelSet`, a Hub
+    vision–language repository one :class:`VLMSet` (``variant``: which of its quantized siblings; full precision
+    by default)."""
     p = Path(path)
+    if variant is not None and (not p.is_dir() or VLMLayout.find(p, variant) is None):
+        raise AttnvizError(
+            f"{p}: --variant chooses among a Hub repository's quantized siblings (onnx/vision_encoder_q4.onnx, ...); "
+            "this is not one: open the file itself",
+            param="variant",
+        )
     if not p.is_dir():
         m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
         states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
@@ -592,7 +609,7 @@ def open_model(path: str | Path, provider: str = "auto", tokenizer: str | None =
             m.encoder_pairing = EncoderPairing(m, states)
         config = sidecar(p, "config.json")
         return _with_config(m) if config is not None and config.is_file() else m
-    vlm = VLMLayout.find(p)
+    vlm = VLMLayout.find(p, variant)
     if vlm is not None:  # a Hub vision–language repository (REPO/ or REPO/onnx/): three files, one model
         return VLMSet(vlm, provider=provider, tokenizer=tokenizer, threads=threads)
     layout = FolderLayout.find(p)

@@ -95,6 +95,11 @@ class TextEncoder:
         """Where a row's image tokens lie on the image (a vision–language decoder's tokenizer says), else None."""
         return None
 
+    def for_image(self, tiles) -> TextEncoder:
+        """This tokenizer for a prompt about one image split into ``tiles`` (a vision–language family's
+        ``vlm_families.Tiles``, or None): the placeholder expansion of some families depends on the split."""
+        return self
+
     @property
     def size(self) -> int:  # pragma: no cover
         raise NotImplementedError

@@ -203,6 +203,10 @@ class AttentionModel(engine.AnalyzeMethod):
     beside it (:func:`attnviz.runtime.folder.open_model` gives it; this module cannot import folder.py).
     """
 
+    # a map batch larger than the image batch means windows (Swin); a VLM's vision file maps one image of each
+    # row's several (Idefics3's tiles, the padding images dropped) per map row instead: its set turns this off
+    maps_per_image = True
+
     def __init__(
         self,
         path: str | Path,
@@ -507,7 +511,7 @@ class AttentionModel(engine.AnalyzeMethod):
         got = dict(zip(fetch, values))
         batch = next(iter(feeds.values())).shape[0] if feeds else 1
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
-        maps = self._place_windows(kept, maps, feeds)
+        maps = self._place_windows(kept, maps, feeds) if self.maps_per_image else maps
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         if not self._stack_confirmed:
             self._confirm_stack(sites, maps, kept)
@@ -719,6 +723,9 @@ class AttentionModel(engine.AnalyzeMethod):
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
         return grid_for(self, n_keys, image_hw)
 
+    def load_image(self, source, spec):
+        return None  # a file's image goes through attnviz's own resize / rescale / normalise
+
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""
         sess, _ = self._session("dense")
@@ -740,22 +747,34 @@ class AttentionModel(engine.AnalyzeMethod):
             return None
         return tuple((s.probs, -np.inf if s.method == "mha-qk" else 0.0) for s in self._sites)
 
-    def run_loop(self, plan: StepPlan | None, feeds: dict | None, length: int, token: int, n: int, eos):
+    def run_loop(
+        self,
+        plan: StepPlan | None,
+        feeds: dict | None,
+        length: int,
+        token: int,
+        n: int,
+        eos,
+        embed: AttentionModel | None = None,
+    ):
         """A chunk of greedy cached steps run where the session lives (:mod:`attnviz.runtime.steps`): with
         ``plan`` a new generation from ``feeds`` (the cache included, ``length`` tokens in it), else the one in
-        progress.  Returns (ids, finished, this file's maps in site order ``[B, H, steps, keys]``, run facts)."""
+        progress; ``embed``: the model each token goes through first (``plan.embed``), run beside this one.
+        Returns (ids, finished, this file's maps in site order ``[B, H, steps, keys]``, run facts)."""
         sess, exposed = self._session("dense")
+        embed_sess = embed._session("dense")[0] if embed is not None and plan is not None else None
         start = None
         if plan is not None:
             plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
-            start = (plan, self.check_feeds(feeds or {}), length)
+            embed_sid = embed_sess.sid_on(sess) if isinstance(embed_sess, RemoteSession) else None
+            start = (plan, self.check_feeds(feeds or {}), length, embed_sid)
         t0 = time.perf_counter()
         try:
             if isinstance(sess, RemoteSession):
                 ids, finished, got = sess.steps(start, token, n, eos, CHUNK_S)
             else:  # ATTNVIZ_INPROCESS: the same loop, here
                 if start is not None:
-                    self._loop = Loop(start[0], dict(start[1]), length)
+                    self._loop = Loop(start[0], dict(start[1]), length, embed_sess.run if embed_sess else None)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
                 chunk = advance(self._loop, token, n, eos, sess.run)

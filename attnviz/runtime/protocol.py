@@ -20,9 +20,10 @@ if TYPE_CHECKING:  # types only: this module is imported by model.py and folder.
 
     from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
     from attnviz.runtime.generate import CacheStepper
-    from attnviz.runtime.inputs import IOInfo, TextEncoder
+    from attnviz.runtime.inputs import ImageSpec, IOInfo, TextEncoder
     from attnviz.runtime.limits import PositionLimit
     from attnviz.runtime.request import AnalyzeRequest
+    from attnviz.runtime.vlm_families import LoadedImage
 
 
 class EncoderPair(NamedTuple):
@@ -102,6 +103,10 @@ class AttnModel(Protocol):
     def cache_stepper(self) -> CacheStepper | None: ...  # None: generation re-runs the whole sequence
 
     def pair_with_encoder(self) -> EncoderPair | None: ...  # None: the model runs on its own inputs
+
+    # an image through the model's own processor (a VLM family's: Idefics3's tiles); None: attnviz's resize /
+    # rescale / normalise to ``spec``
+    def load_image(self, source: str | Path, spec: ImageSpec) -> LoadedImage | None: ...
 
     def analyze(
         self,

@@ -4,13 +4,18 @@ The Hub (transformers.js / onnx-community) keeps a VLM as ``REPO/onnx/vision_enc
 image features), ``embed_tokens.onnx`` (ids -> embeddings) and ``decoder_model_merged.onnx`` (embeddings, mask,
 positions, past key values -> logits, present), with ``config.json``, ``preprocessor_config.json`` and the
 tokenizer in ``REPO/``.  The caller does what the processor and the model's forward do between the files:
-:class:`VLMSet` expands the prompt's image placeholder to the number of image features (as ``LlavaProcessor``),
-replaces those rows of the embeddings with the features (as ``LlavaModel``), and runs the decoder on the spliced
-embeddings with positions 0..T-1, the mask and an empty cache.  Its sites are the vision tower's self-attention
-(the encoder block) then the decoder's self-attention, whose image-token columns are labelled ``img[r,c]`` on the
-vision grid; the result's ``token_grid`` places that run on the image, so Image regions shows a word's row over
-it.  Generation steps through the decoder's cache (:class:`VLMCache`).  Family: LLaVA only (CLIP-ViT + Llama, one
-image, the CLS token dropped); other families are named and refused in one line.
+:class:`VLMSet` expands the prompt's image placeholder to the image's tokens as the family's processor does,
+replaces those rows of the embeddings with the features, in order (LLaVA's masked_scatter, Idefics3's
+inputs_merger), and runs the decoder on the spliced embeddings with the mask, positions counted over the real
+tokens and an empty cache.  What differs between families (image processing, tiles, the expansion, the labels
+and grid of the image tokens) lives in :mod:`attnviz.runtime.vlm_families`, one class each, chosen by
+config.json's ``model_type``; others are named and refused in one line.  Its sites are the vision tower's
+self-attention (the encoder block, one map per prompt row holding all its images) then the decoder's
+self-attention, whose image-token columns are labelled by their patch (``img[r,c]``; ``t{k}[r,c]`` / ``g[r,c]``
+for tiles and the global image); the result's ``token_grid`` places them on the image, so Image regions shows a
+word's row over it.  Generation steps through the decoder's cache (:class:`VLMCache`); an optimum ``If``-merged
+decoder runs the prompt through its without-past branch (``use_cache_branch`` false) and each cached step through
+the other.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -32,138 +37,84 @@ from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
+from attnviz.runtime.steps import StepPlan
+from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
-FAMILIES = ("llava",)  # config.json model types whose layout (placeholder, splice, positions) is derived here
-SELECT_STRATEGIES = {"default": 1, "full": 0}  # vision_feature_select_strategy -> leading tokens dropped (CLS)
+
+
+STEMS = tuple(n.removesuffix(".onnx") for n in (VISION_FILE, EMBED_FILE, DECODER_FILE))
+FULL = "full"  # the variant name of the unsuffixed (full-precision) files
 
 
 @dataclass(frozen=True)
 class VLMLayout:
-    """The three files of a Hub VLM: in ``FOLDER/onnx/`` (the repository opened) or in the ``onnx`` folder itself."""
+    """The three files of a Hub VLM: in ``FOLDER/onnx/`` (the repository opened) or in the ``onnx`` folder itself.
+
+    The Hub keeps quantized siblings beside them, one suffix for all three (``decoder_model_merged_q4.onnx``,
+    ``_int8``, ``_fp16``, ``_quantized``, ...): each suffix whose three files are all there is a variant; the
+    unsuffixed files (full precision) are opened unless a variant is asked for."""
 
     folder: Path  # the folder that was opened
     vision: Path
     embed: Path
     decoder: Path
+    variant: str = FULL
+    variants: tuple[str, ...] = (FULL,)
+
+    @staticmethod
+    def variants_in(d: Path) -> list[str]:
+        """The variants whose three files are in ``d`` (full precision first, then by name)."""
+        found = set()
+        for f in d.glob(f"{STEMS[2]}*.onnx") if d.is_dir() else ():
+            suffix = f.name.removesuffix(".onnx")[len(STEMS[2]) :]
+            if (suffix == "" or suffix.startswith("_")) and all((d / f"{s}{suffix}.onnx").is_file() for s in STEMS):
+                found.add(suffix[1:] or FULL)
+        return sorted(found, key=lambda v: (v != FULL, v))
 
     @classmethod
-    def find(cls, folder: Path) -> VLMLayout | None:
+    def find(cls, folder: Path, variant: str | None = None) -> VLMLayout | None:
         for d in (folder / HUB_ONNX_FOLDER, folder):
-            files = [d / n for n in (VISION_FILE, EMBED_FILE, DECODER_FILE)]
-            if all(f.is_file() for f in files):
-                return cls(folder, *files)
+            have = cls.variants_in(d)
+            if not have:
+                continue
+            want = (variant or FULL).removeprefix("_")
+            if want not in have:
+                raise AttnvizError(
+                    f"{folder}: no {'full-precision' if variant is None else repr(variant)} set of "
+                    f"{', '.join(n for n in (VISION_FILE, EMBED_FILE, DECODER_FILE))}; its variants: "
+                    f"{', '.join(have)} (choose one with --variant NAME)",
+                    param="variant",
+                )
+            suffix = "" if want == FULL else f"_{want}"
+            vision, embed, decoder = (d / f"{s}{suffix}.onnx" for s in STEMS)
+            return cls(folder, vision, embed, decoder, variant=want, variants=tuple(have))
         return None
 
 
-@dataclass(frozen=True)
-class ImageLayout:
-    """How a prompt's image placeholder becomes image tokens, and where each lies on the vision grid."""
-
-    token: int  # the placeholder id (config.json image_token_index)
-    rows: int
-    cols: int
-
-    @property
-    def n(self) -> int:
-        return self.rows * self.cols
-
-    def label(self, k: int) -> str:
-        r, c = divmod(k % self.n, self.cols)
-        return f"img[{r},{c}]"
-
-
-class ImageTokens(ip.TextEncoder):
-    """The folder's tokenizer with LLaVA's placeholder expansion: each ``<image>`` becomes one token per image
-    feature (as ``LlavaProcessor`` expands it), labelled ``img[r,c]`` by its patch's row and column."""
-
-    def __init__(self, inner: ip.TextEncoder, layout: ImageLayout):
-        self.inner, self.layout = inner, layout
-        self.unk_id = inner.unk_id
-
-    def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
-        e = self.inner.encode(text, pair, add_special)
-        out = ip.Encoded([], [], [], [])
-        for i, t, s, ty in zip(e.ids, e.tokens, e.special, e.type_ids):
-            if i == self.layout.token:
-                n = self.layout.n
-                out.ids += [i] * n
-                out.tokens += [self.layout.label(k) for k in range(n)]
-                out.special += [False] * n
-                out.type_ids += [ty] * n
-            else:
-                out.ids.append(i)
-                out.tokens.append(t)
-                out.special.append(s)
-                out.type_ids.append(ty)
-        return out
-
-    def label(self, i: int) -> str:
-        return self.inner.label(i)
-
-    def row_labels(self, ids) -> list[str]:
-        """Each run of placeholder ids numbered along the grid (every run, and every n ids of a run, start again at
-        (0,0): one image's features each)."""
-        out, k = [], 0
-        for i in ids:
-            if int(i) == self.layout.token:
-                out.append(self.layout.label(k))
-                k += 1
-            else:
-                out.append(self.inner.label(int(i)))
-                k = 0
-        return out
-
-    def image_grid(self, ids) -> PatchGrid | None:
-        """The first image's run of tokens on the vision grid (Image regions draws the words' attention to it)."""
-        placed = [k for k, i in enumerate(ids) if int(i) == self.layout.token]
-        if len(placed) < self.layout.n:
-            return None
-        return PatchGrid(self.layout.rows, self.layout.cols, placed[0])
-
-    def is_special(self, i: int) -> bool:
-        return i != self.layout.token and self.inner.is_special(i)
-
-    @property
-    def size(self) -> int:
-        return self.inner.size
-
-
-def image_layout(config: dict, preprocessor: dict, where: str) -> ImageLayout:
-    """The placeholder id and the feature grid from config.json and preprocessor_config.json (LLaVA's keys)."""
+def read_family(layout: VLMLayout) -> Family:
+    """The family from config.json (REPO/ above onnx/, or beside the files), with its processor's config files."""
+    config = sidecar_json(layout.decoder, "config.json")
     if not config:
         raise AttnvizError(
-            f"{where}: the vision–language layout ({VISION_FILE}, {EMBED_FILE}, {DECODER_FILE}) and no readable "
-            "config.json beside the files (or in the repository above onnx/); put the model's config.json there"
+            f"{layout.folder}: the vision–language layout ({VISION_FILE}, {EMBED_FILE}, {DECODER_FILE}) and no "
+            "readable config.json beside the files (or in the repository above onnx/); put the model's config.json there"
         )
-    family = config.get("model_type")
-    if family not in FAMILIES:
-        raise AttnvizError(
-            f"{where}: a vision–language model of type {family!r}; attnviz runs the three-file layout for "
-            f"{', '.join(FAMILIES)} only (its placeholder expansion and positions are not derived for others)"
-        )
-    token = config.get("image_token_index", config.get("image_token_id"))
-    vision = config.get("vision_config")
-    strategy = config.get("vision_feature_select_strategy", "default")
-    if not isinstance(token, int) or not isinstance(vision, dict) or strategy not in SELECT_STRATEGIES:
-        raise AttnvizError(
-            f"{where}: config.json lacks image_token_index, vision_config or a known "
-            "vision_feature_select_strategy; give the repository's own config.json"
-        )
-    image, patch = vision.get("image_size"), vision.get("patch_size")
-    if not isinstance(image, int) or not isinstance(patch, int) or patch <= 0:
-        raise AttnvizError(f"{where}: config.json's vision_config has no image_size / patch_size")
-    side = image // patch
-    layout = ImageLayout(token, side, side)
-    declared = preprocessor.get("image_seq_length", config.get("image_seq_length"))
-    if isinstance(declared, int) and declared != layout.n + (1 - SELECT_STRATEGIES[strategy]):
-        raise AttnvizError(
-            f"{where}: the processor expands <image> to {declared} tokens and the vision grid has {layout.n} "
-            "patches; the config files do not belong together"
-        )
-    if strategy == "full":
-        raise AttnvizError(f"{where}: vision_feature_select_strategy 'full' (CLS kept) is not placed on the grid yet")
-    return layout
+    pre = sidecar_json(layout.decoder, "preprocessor_config.json")
+    return family_for(config, pre, sidecar_json(layout.decoder, "processor_config.json"), str(layout.folder))
+
+
+def block_diagonal(maps: np.ndarray, per_row: list[int]) -> np.ndarray:
+    """The vision file's maps, one per image ``[images, H, P, P]``, as one map per prompt row: its images' patches
+    one after another, each image attending only to its own (as the tower runs them), ``[rows, H, n·P, n·P]``."""
+    p = maps.shape[-1]
+    out = np.zeros((len(per_row), maps.shape[1], max(per_row) * p, max(per_row) * p), maps.dtype)
+    i = 0
+    for b, k in enumerate(per_row):
+        for t in range(k):
+            out[b, :, t * p : (t + 1) * p, t * p : (t + 1) * p] = maps[i]
+            i += 1
+    return out
 
 
 class VLMSet(AnalyzeMethod):
@@ -179,12 +130,10 @@ class VLMSet(AnalyzeMethod):
         self.path = layout.folder
         folder = layout.folder
         self.name = folder.parent.name if folder.name == HUB_ONNX_FOLDER and folder.parent.name else folder.name
-        config = sidecar_json(layout.decoder, "config.json")
-        self.image_layout = image_layout(
-            config, sidecar_json(layout.decoder, "preprocessor_config.json"), str(layout.folder)
-        )
+        self.family = read_family(layout)
         opener = functools.partial(AttentionModel, provider=provider, tokenizer=tokenizer, threads=threads)
         self.vision, self.embed, self.decoder = opener(layout.vision), opener(layout.embed), opener(layout.decoder)
+        self.vision.maps_per_image = False  # a row's images (tiles) are maps rows of their own, not windows
         for model, stack in ((self.vision, "encoder"), (self.decoder, "decoder")):
             for s in model._sites:
                 s.stack = stack
@@ -193,14 +142,15 @@ class VLMSet(AnalyzeMethod):
         image = folder_image(layout.vision)
         if image:
             self.meta["image"] = image
-        self.metadata: dict[str, str] = {}
+        # the sidebar's Metadata section: which of the repository's quantized siblings is open
+        self.metadata: dict[str, str] = {"variant": layout.variant, "variants": ", ".join(layout.variants)}
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None
         px = next((i for i in self.vision.inputs if self.vision.roles[i.name] == "image"), None)
         if px is None:
             raise AttnvizError(f"{VISION_FILE}: takes no pixel_values; open the files one by one instead")
         self.inputs = [
-            IOInfo("pixel_values", px.dtype, ["batch", *px.shape[1:]]),
+            IOInfo("pixel_values", px.dtype, self.family.pixel_shape(px)),
             IOInfo("input_ids", "int64", ["batch", "sequence"]),
             IOInfo("attention_mask", "int64", ["batch", "sequence"]),
         ]
@@ -235,7 +185,7 @@ class VLMSet(AnalyzeMethod):
         if self._tokenizers is None:
             src, tgt = ip.find_tokenizers(self.layout.decoder, {}, self._tokenizer_arg)
             inner = tgt or src
-            tok = ImageTokens(inner, self.image_layout) if inner is not None else None
+            tok = self.family.tokens(inner) if inner is not None else None
             self._tokenizers = (tok, tok)
         return self._tokenizers
 
@@ -247,7 +197,11 @@ class VLMSet(AnalyzeMethod):
         return VLMCache.for_set(self)
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
-        return self.vision.grid(n_keys, image_hw)
+        return self.family.vision_grid(n_keys) or self.vision.grid(n_keys, image_hw)
+
+    def load_image(self, source, spec: ip.ImageSpec) -> LoadedImage | None:
+        """The family's own image processor (None: attnviz's resize / rescale / normalise to ``spec``)."""
+        return self.family.load_image(source, spec)
 
     def describe(self) -> dict:
         d = self.decoder.describe()
@@ -259,10 +213,9 @@ class VLMSet(AnalyzeMethod):
                 "outputs": [vars(o) for o in self.outputs],
                 "sites": [s.to_dict() for s in self.sites],
                 "files": [p.name for p in (self.layout.vision, self.layout.embed, self.layout.decoder)],
-                "image_tokens": {
-                    "token": self.image_layout.token,
-                    "grid": [self.image_layout.rows, self.image_layout.cols],
-                },
+                "variant": self.layout.variant,
+                "variants": list(self.layout.variants),
+                "image_tokens": self.family.describe(),
             }
         )
         return d
@@ -270,9 +223,8 @@ class VLMSet(AnalyzeMethod):
     def probe(self) -> bool:
         if all(s.heads for s in self.sites):
             return True
-        spec = ip.image_spec(self.meta, self.inputs[0].shape)
-        px = np.zeros((1, spec.channels, spec.height, spec.width), np.float32)
-        ids = np.asarray([[self.image_layout.token] * self.image_layout.n], np.int64)
+        px = self.family.probe_pixels(ip.image_spec(self.meta, self.inputs[0].shape))
+        ids = np.asarray([self.family.probe_ids()], np.int64)
         try:
             r = self.run({"pixel_values": px, "input_ids": ids, "attention_mask": np.ones_like(ids)}, mode="dense")
         except Exception:
@@ -308,13 +260,14 @@ class VLMSet(AnalyzeMethod):
         """The spliced embeddings (image features in the placeholder rows), the mask, positions, an empty cache."""
         ids = feeds["input_ids"]
         emb = self.embeddings(ids)
-        placed = ids == self.image_layout.token
-        per_row = placed.sum(axis=1)
-        n = features.shape[1]
-        if features.ndim != 3 or not np.all(per_row == n):
+        placed = ids == self.family.token
+        # as the families' forward (LLaVA's masked_scatter, Idefics3's inputs_merger): the features of every image,
+        # in order, into the placeholder rows, in order
+        n = features.shape[0] * features.shape[1] if features.ndim == 3 else -1
+        if int(placed.sum()) != n:
             raise AttnvizError(
-                f"the prompt holds {int(per_row.max())} image tokens and the image gives {n} features; "
-                f"write <image> once in the text (it is expanded to {n} tokens)"
+                f"the prompt holds {int(placed.sum())} image tokens and the image gives {n} features; "
+                "write <image> once in the text (it is expanded to the image's tokens)"
             )
         emb[placed] = features.reshape(-1, features.shape[-1]).astype(emb.dtype)
         f: dict = {}
@@ -331,10 +284,18 @@ class VLMSet(AnalyzeMethod):
         """embed_tokens.onnx on ``ids`` (the file has no attention: its one output, ``inputs_embeds``)."""
         return np.array(self.embed.logits({self.embed.inputs[0].name: ids.astype(np.int64)}), np.float32)
 
+    def see(self, pixels: np.ndarray, mode: str) -> tuple[list, np.ndarray, AttentionResult]:
+        """The vision file on the rows' images: its maps one per row and the features.  One image a row (LLaVA)
+        keeps the maps as the mode made them; several (Idefics3's tiles) are put together (:func:`block_diagonal`)."""
+        per_row = self.family.images_per_row(pixels)
+        single = all(k == 1 for k in per_row)
+        vis = self.vision.run(self.family.vision_feeds(self.vision.inputs, pixels), mode=mode if single else "dense")
+        maps = vis.maps if single else [DenseMap(block_diagonal(m.array(), per_row)) for m in vis.maps]
+        return maps, next(iter(vis.outputs.values())), vis
+
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
         feeds = self.check_feeds(feeds)
-        vis = self.vision.run({self.vision.inputs[0].name: feeds["pixel_values"]}, mode=mode)
-        features = next(iter(vis.outputs.values()))
+        vmaps, features, vis = self.see(feeds["pixel_values"], mode)
         dec = self.decoder.run(self._decoder_feeds(feeds, features), mode=mode)
         info = dict(
             dec.info,
@@ -343,13 +304,16 @@ class VLMSet(AnalyzeMethod):
             run_s=dec.info.get("run_s", 0.0) + vis.info.get("run_s", 0.0),
         )
         return AttentionResult(
-            maps=vis.maps + dec.maps, sites=vis.sites + dec.sites, outputs={"logits": dec.outputs["logits"]}, info=info
+            maps=vmaps + dec.maps,
+            sites=vis.sites + dec.sites,
+            outputs={"logits": dec.outputs["logits"]},
+            info=info,
         )
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         feeds = self.check_feeds(feeds)
-        vis = self.vision.run({self.vision.inputs[0].name: feeds["pixel_values"]}, mode="dense")
-        return self.decoder.logits(self._decoder_feeds(feeds, next(iter(vis.outputs.values()))))
+        _, features, _ = self.see(feeds["pixel_values"], "dense")
+        return self.decoder.logits(self._decoder_feeds(feeds, features))
 
 
 class VLMCache:
@@ -359,9 +323,13 @@ class VLMCache:
 
     def __init__(self, vs: VLMSet, past: list[str], names: dict[str, str]):
         self.vs, self.past, self.names = vs, past, names
+        # an If-merged decoder's use_cache_branch (optimum: bool [1]): off for the prompt (fill_auxiliary feeds
+        # it false, the without-past branch), on for every cached step (the with-past branch)
+        self.flags = {i.name: i.rank for i in vs.decoder.inputs if i.dtype == "bool" and i.rank <= 1}
         self.n_vis = len(vs.vision.sites)
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
+        self.looping = False  # a loop beside the decoder's session holds the cache (see steps)
 
     @classmethod
     def for_set(cls, vs: VLMSet) -> VLMCache | None:
@@ -382,12 +350,13 @@ class VLMCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past}
 
     def start(self, feeds: dict) -> StepOut:
+        self.looping = False
         feeds = self.vs.check_feeds(feeds)
-        vis = self.vs.vision.run({self.vs.vision.inputs[0].name: feeds["pixel_values"]}, mode="dense")
-        r = self.vs.decoder.run(self.vs._decoder_feeds(feeds, next(iter(vis.outputs.values()))), mode="dense")
+        vmaps, features, _ = self.vs.see(feeds["pixel_values"], "dense")
+        r = self.vs.decoder.run(self.vs._decoder_feeds(feeds, features), mode="dense")
         self._keep(r)
         self.mask = feeds["attention_mask"].astype(np.int64)
-        maps = {j: m.array() for j, m in enumerate(vis.maps)}
+        maps = {j: m.array() for j, m in enumerate(vmaps)}
         maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
@@ -403,14 +372,58 @@ class VLMCache:
                 np.dtype(dec[self.names["positions"]].dtype)
             ),
             **self.cache,
+            **{n: np.ones([1] * rank, bool) for n, rank in self.flags.items()},
         }
         r = self.vs.decoder.run(f, mode="dense")
         self._keep(r)
         maps = {self.n_vis + j: m.array() for j, m in enumerate(r.maps)}
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
+    def plan(self) -> StepPlan | None:
+        """How each step's feeds follow from the last for a loop beside the decoder's session: the token through
+        embed_tokens.onnx (run beside it), the mask a column longer, the position the cache's length, the cache
+        carried -- or None (one request per step): a batch, a padded row, positions that are not ``[B, 1]``."""
+        dec = self.vs.decoder
+        maps = dec.loop_maps()
+        by_name = {i.name: i for i in dec.inputs}
+        if maps is None or self.mask.shape[0] != 1 or not self.mask.all() or by_name[self.names["positions"]].rank != 2:
+            return None
+        embed_in, embed_out = self.vs.embed.inputs[0], self.vs.embed.outputs[0]
+        return StepPlan(
+            fetch=(),  # the decoder fills in its fetch list
+            logits="logits",
+            carry=tuple((p, present_name(p)) for p in self.past),
+            token=self.names["embeds"],
+            grow=(self.names["mask"],),
+            positions=(self.names["positions"],),
+            flags=tuple(self.flags.items()),
+            maps=maps,
+            dtypes=tuple((i.name, i.dtype) for i in dec.inputs),
+            embed=(embed_in.name, embed_out.name, embed_in.dtype),
+        )
+
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
-        return one_step(self, token, eos)
+        """Up to ``n`` greedy steps in one chunk beside the decoder's session (else one step per request)."""
+        plan = None if self.looping else self.plan()
+        if not self.looping and plan is None:
+            return one_step(self, token, eos)
+        feeds = None
+        if plan is not None:  # the step's feeds before the loop adds the token's column and position
+            dec = {i.name: i for i in self.vs.decoder.inputs}
+            length = self.mask.shape[1]
+            feeds = {
+                self.names["embeds"]: self.vs.embeddings(np.asarray([[token]], np.int64)),
+                self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
+                self.names["positions"]: np.full((1, 1), length, np.dtype(dec[self.names["positions"]].dtype)),
+                **self.cache,
+                **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
+            }
+        ids, _, maps, info = self.vs.decoder.run_loop(
+            plan, feeds, self.mask.shape[1], token, n, eos, embed=self.vs.embed
+        )
+        self.looping = True
+        self.cache = {}  # the cache is the loop's now
+        return StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
 
 
 _: type[AttnModel] = VLMSet  # mypy checks here that a Hub VLM folder satisfies the model Protocol

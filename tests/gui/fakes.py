@@ -111,6 +111,9 @@ class FakeModel:
     def pair_with_encoder(self):
         return None
 
+    def load_image(self, source, spec):
+        return None
+
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
         import time
 

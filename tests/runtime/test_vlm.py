@@ -36,6 +36,12 @@ def torch_model():
     return vm.build()
 
 
+@pytest.fixture(params=["merged", "with-past"])
+def any_llava(request):
+    """Both forms of decoder_model_merged.onnx on the Hub: optimum's If-merged file, a with-past file alone."""
+    return request.getfixturevalue("llava_repo" if request.param == "merged" else "llava_with_past_repo")
+
+
 def processor(repo):
     """transformers' own LlavaProcessor from the repository's files (the placeholder expansion's reference)."""
     return transformers.LlavaProcessor(
@@ -73,8 +79,8 @@ def test_prompt_expanded_as_the_llava_processor_does(llava_repo, image):
     assert np.abs(prep.feeds["pixel_values"] - want["pixel_values"]).mean() < 0.05
 
 
-def test_every_map_equals_transformers_eager(llava_repo, image, torch_model):
-    m = open_model(llava_repo, provider="cpu")
+def test_every_map_equals_transformers_eager(any_llava, image, torch_model):
+    m = open_model(any_llava, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image))
     prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
     px, ids = prep.feeds["pixel_values"], np.asarray(prep.prompts, np.int64)
@@ -137,8 +143,8 @@ def test_other_family_refused_in_one_line(llava_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(llava_repo, repo)
     cfg = json.loads((repo / "config.json").read_text())
-    (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "idefics3"}))
-    with pytest.raises(AttnvizError, match="'idefics3'.*llava only"):
+    (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "qwen2_vl"}))
+    with pytest.raises(AttnvizError, match="'qwen2_vl'.*llava, idefics3 only"):
         open_model(repo, provider="cpu")
     (repo / "config.json").unlink()
     with pytest.raises(AttnvizError, match="no readable config.json"):
@@ -170,10 +176,10 @@ def test_the_set_satisfies_the_model_protocol(llava_repo):
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
-def test_generation_equals_transformers_greedy(llava_repo, image, torch_model, use_cache):
+def test_generation_equals_transformers_greedy(any_llava, image, torch_model, use_cache):
     """--generate through the decoder's cache (and by re-running the sequence): transformers' greedy tokens, and
     the cached steps' maps are the full run's over the whole sequence."""
-    m = open_model(llava_repo, provider="cpu")
+    m = open_model(any_llava, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image), generate=4, use_cache=use_cache)
     prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
     ids = torch.as_tensor(np.asarray(prep.prompts, np.int64))
@@ -233,3 +239,25 @@ def test_the_image_figure_opens_on_the_words_over_the_image(llava_repo, image):
     assert select.WHY_NOT["image"](r) is None
     assert select._image_block(r, None) == v.image_source(r, blocks)[0] == 1
     assert select._image_block(r, 0) == 0  # the vision tower's own self-attention stays drawable
+
+
+@pytest.mark.parametrize("inprocess", [False, True])
+def test_cached_generation_loops_beside_the_decoder(any_llava, image, monkeypatch, inprocess):
+    """Each generated token goes through embed_tokens.onnx and the decoder inside one loop where the sessions live
+    (no request per token; issue 26's StepPlan, with the embedding run beside the decoder): the same tokens and
+    every step's maps as the full re-run, on the isolation child and in-process alike."""
+    from attnviz.runtime import vlm
+
+    if inprocess:
+        monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    m = open_model(any_llava, provider="cpu")
+    full = m.analyze(text=PROMPT, image=str(image), generate=6, use_cache=False)
+
+    def no_step(self, tokens):
+        raise AssertionError("a generated token took a request of its own")
+
+    monkeypatch.setattr(vlm.VLMCache, "step", no_step)
+    r = m.analyze(text=PROMPT, image=str(image), generate=6)
+    assert r.info["generation"] == "kv-cache" and r.info["generated_ids"] == full.info["generated_ids"]
+    for a, b in zip(r.maps, full.maps):
+        np.testing.assert_allclose(a.array(), b.array(), atol=1e-5)

@@ -252,8 +252,9 @@ class ImageRegionsView(View):
         self.vb.setRange(QRectF(0, 0, w, h), padding=0)
         blk = s.blocks[bi]
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
+        extra = "tiles in place" if grid.columns else f"+{grid.offset} non-patch"  # a VLM's tiles, or CLS / registers
         self.info.setText(
-            f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} (+{grid.offset} non-patch) · peak at patch ({r}, {c})"
+            f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} ({extra}) · peak at patch ({r}, {c})"
             f" · colours span 0–{ov.vmax:.3g}"
         )
         self.block_name = blk.name

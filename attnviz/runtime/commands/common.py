@@ -121,5 +121,8 @@ def analyze_from_args(args):
     from attnviz.runtime.host import prestart
 
     prestart()  # the isolation child starts while the model is read
-    model = open_model(args.model, provider=args.provider, tokenizer=args.tokenizer)
+    # --variant: extract's (a Hub repository's quantized siblings); the other commands sharing this have none
+    model = open_model(
+        args.model, provider=args.provider, tokenizer=args.tokenizer, variant=getattr(args, "variant", None)
+    )
     return model, model.analyze_request(req)

@@ -10,6 +10,12 @@ def add_arguments(p):
 
     add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="OUT.npz", help="output file")
+    p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
+        "'attnviz inspect REPO' lists them)",
+    )
 
 
 def run(args) -> int:

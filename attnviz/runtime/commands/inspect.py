@@ -25,6 +25,12 @@ def add_arguments(p):
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
+        "'attnviz inspect REPO' lists them)",
+    )
+    p.add_argument(
         "--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts"
     )
 
@@ -43,7 +49,7 @@ def _load_error(m) -> str | None:
 def run(args) -> int:
     from attnviz.runtime import open_model
 
-    m = open_model(args.model, provider="cpu")
+    m = open_model(args.model, provider="cpu", variant=args.variant)
     load_error = None if args.no_probe or not m.sites else _load_error(m)
     probed = False if args.no_probe or not m.sites or load_error else m.probe()
     d = m.describe()
@@ -58,6 +64,8 @@ def run(args) -> int:
     print(
         f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
     )
+    if d.get("variants"):  # a Hub repository: which set of its quantized siblings this is
+        print(f"variant  {clean(d['variant'])} (of {clean(', '.join(d['variants']))}; choose with --variant NAME)")
     print("inputs")
     for i in d["inputs"]:
         print(f"  {clean(i['name']):<28} {i['dtype']:<8} [{clean(', '.join(map(str, i['shape'])))}]  role={i['role']}")

@@ -1,0 +1,25 @@
+"""The vision–language families :class:`attnviz.runtime.vlm.VLMSet` runs, by config.json ``model_type``."""
+
+from __future__ import annotations
+
+from attnviz import AttnvizError
+from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles
+from attnviz.runtime.vlm_families.idefics3 import Idefics3
+from attnviz.runtime.vlm_families.llava import Llava
+
+# model_type -> the family whose processor and placeholder expansion attnviz follows (SmolVLM v1 is idefics3)
+FAMILIES: dict[str, type[Family]] = {"llava": Llava, "idefics3": Idefics3}
+
+
+def family_for(config: dict, preprocessor: dict, processor: dict, where: str) -> Family:
+    family = config.get("model_type")
+    cls = FAMILIES.get(family) if isinstance(family, str) else None
+    if cls is None:
+        raise AttnvizError(
+            f"{where}: a vision–language model of type {family!r}; attnviz runs the three-file layout for "
+            f"{', '.join(FAMILIES)} only (its placeholder expansion and positions are not derived for others)"
+        )
+    return cls(config, preprocessor, processor, where)
+
+
+__all__ = ["FAMILIES", "Family", "LoadedImage", "Tiles", "family_for"]

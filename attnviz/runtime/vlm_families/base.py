@@ -1,0 +1,84 @@
+"""What a vision–language family contributes to :class:`attnviz.runtime.vlm.VLMSet`: how its processor turns an
+image into ``pixel_values`` and the prompt's placeholder into image tokens, how the vision file is fed, and where
+each image token lies on the image.  One subclass per family (``llava.py``, ``idefics3.py``), registered by
+config.json's ``model_type`` in ``__init__.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.attention import PatchGrid
+from attnviz.runtime import inputs as ip
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """How the processor split one image: ``rows`` × ``cols`` tiles and a global image (0 × 0: the image alone)."""
+
+    rows: int = 0
+    cols: int = 0
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A family processor's output for one image: ``pixel_values`` as its vision file takes them (batch of one),
+    the image the maps are drawn on (``[H, W, 3]`` uint8, the region the tokens cover) and the split."""
+
+    pixels: np.ndarray
+    shown: np.ndarray
+    tiles: Tiles
+    info: str  # how it was processed, in one line (the run info's image_preprocessing)
+
+
+def config_int(d: dict, key: str, where: str, file: str = "config.json") -> int:
+    v = d.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise AttnvizError(f"{where}: {file} has no positive integer {key!r}; give the repository's own {file}")
+    return v
+
+
+class Family:
+    """The LLaVA-like default: one image of the vision tower's size per prompt row, one run of image tokens."""
+
+    name = ""
+    token: int  # the placeholder id (config.json image_token_index / image_token_id)
+
+    def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
+        self.config, self.preprocessor, self.where = config, preprocessor, where
+
+    # -- the image -------------------------------------------------------------------
+    def pixel_shape(self, px: ip.IOInfo) -> list:
+        """The set's ``pixel_values`` shape (its first axis the prompt rows)."""
+        return ["batch", *px.shape[1:]]
+
+    def load_image(self, source: str | Path, spec: ip.ImageSpec) -> LoadedImage | None:
+        """The family's own processor, or None: attnviz's resize / rescale / normalise to ``spec``."""
+        return None
+
+    def vision_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> dict[str, np.ndarray]:
+        return {vision_inputs[0].name: pixels}
+
+    def images_per_row(self, pixels: np.ndarray) -> list[int]:
+        """How many of the vision file's images (its output's first axis) each prompt row holds."""
+        return [1] * int(pixels.shape[0])
+
+    def probe_pixels(self, spec: ip.ImageSpec) -> np.ndarray:
+        return np.zeros((1, spec.channels, spec.height, spec.width), np.float32)
+
+    def vision_grid(self, n_keys: int) -> PatchGrid | None:
+        """The patch grid of the vision block's keys (None: the vision file's own guess)."""
+        return None
+
+    # -- the prompt ------------------------------------------------------------------
+    def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:  # pragma: no cover - every family defines it
+        raise NotImplementedError
+
+    def probe_ids(self) -> list[int]:  # pragma: no cover - every family defines it
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        return {"family": self.name, "token": self.token}

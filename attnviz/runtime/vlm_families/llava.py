@@ -1,0 +1,118 @@
+"""LLaVA (CLIP-ViT + Llama): ``<image>`` becomes one token per patch of the vision grid (the CLS token dropped,
+``vision_feature_select_strategy`` "default"), as ``LlavaProcessor`` expands it; the image is resized to the
+tower's size by attnviz's own preprocessing (the folder's preprocessor_config.json mean / std)."""
+
+from __future__ import annotations
+
+from attnviz import AttnvizError
+from attnviz.core.attention import PatchGrid
+from attnviz.runtime import inputs as ip
+from attnviz.runtime.vlm_families.base import Family, Tiles
+
+SELECT_STRATEGIES = {"default": 1, "full": 0}  # vision_feature_select_strategy -> leading tokens dropped (CLS)
+
+
+class Llava(Family):
+    name = "llava"
+
+    def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
+        super().__init__(config, preprocessor, processor, where)
+        token = config.get("image_token_index", config.get("image_token_id"))
+        vision = config.get("vision_config")
+        strategy = config.get("vision_feature_select_strategy", "default")
+        if not isinstance(token, int) or not isinstance(vision, dict) or strategy not in SELECT_STRATEGIES:
+            raise AttnvizError(
+                f"{where}: config.json lacks image_token_index, vision_config or a known "
+                "vision_feature_select_strategy; give the repository's own config.json"
+            )
+        image, patch = vision.get("image_size"), vision.get("patch_size")
+        if not isinstance(image, int) or not isinstance(patch, int) or patch <= 0:
+            raise AttnvizError(f"{where}: config.json's vision_config has no image_size / patch_size")
+        self.token = token
+        self.rows = self.cols = image // patch
+        declared = preprocessor.get("image_seq_length", config.get("image_seq_length"))
+        if isinstance(declared, int) and declared != self.n + (1 - SELECT_STRATEGIES[strategy]):
+            raise AttnvizError(
+                f"{where}: the processor expands <image> to {declared} tokens and the vision grid has {self.n} "
+                "patches; the config files do not belong together"
+            )
+        if strategy == "full":
+            raise AttnvizError(
+                f"{where}: vision_feature_select_strategy 'full' (CLS kept) is not placed on the grid yet"
+            )
+
+    @property
+    def n(self) -> int:
+        return self.rows * self.cols
+
+    def label(self, k: int) -> str:
+        r, c = divmod(k % self.n, self.cols)
+        return f"img[{r},{c}]"
+
+    def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
+        return LlavaTokens(inner, self)
+
+    def probe_ids(self) -> list[int]:
+        return [self.token] * self.n
+
+    def describe(self) -> dict:
+        return super().describe() | {"grid": [self.rows, self.cols]}
+
+
+class LlavaTokens(ip.TextEncoder):
+    """The folder's tokenizer with LLaVA's placeholder expansion: each ``<image>`` becomes one token per image
+    feature (as ``LlavaProcessor`` expands it), labelled ``img[r,c]`` by its patch's row and column."""
+
+    def __init__(self, inner: ip.TextEncoder, family: Llava):
+        self.inner, self.family = inner, family
+        self.unk_id = inner.unk_id
+
+    def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
+        return self  # one image, one grid: nothing depends on the image
+
+    def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
+        e = self.inner.encode(text, pair, add_special)
+        out = ip.Encoded([], [], [], [])
+        fam = self.family
+        for i, t, s, ty in zip(e.ids, e.tokens, e.special, e.type_ids):
+            if i == fam.token:
+                out.ids += [i] * fam.n
+                out.tokens += [fam.label(k) for k in range(fam.n)]
+                out.special += [False] * fam.n
+                out.type_ids += [ty] * fam.n
+            else:
+                out.ids.append(i)
+                out.tokens.append(t)
+                out.special.append(s)
+                out.type_ids.append(ty)
+        return out
+
+    def label(self, i: int) -> str:
+        return self.inner.label(i)
+
+    def row_labels(self, ids) -> list[str]:
+        """Each run of placeholder ids numbered along the grid (every run, and every n ids of a run, start again at
+        (0,0): one image's features each)."""
+        out, k = [], 0
+        for i in ids:
+            if int(i) == self.family.token:
+                out.append(self.family.label(k))
+                k += 1
+            else:
+                out.append(self.inner.label(int(i)))
+                k = 0
+        return out
+
+    def image_grid(self, ids) -> PatchGrid | None:
+        """The first image's run of tokens on the vision grid (Image regions draws the words' attention to it)."""
+        placed = [k for k, i in enumerate(ids) if int(i) == self.family.token]
+        if len(placed) < self.family.n:
+            return None
+        return PatchGrid(self.family.rows, self.family.cols, placed[0])
+
+    def is_special(self, i: int) -> bool:
+        return i != self.family.token and self.inner.is_special(i)
+
+    @property
+    def size(self) -> int:
+        return self.inner.size
