@@ -78,6 +78,8 @@ def _ready() -> int:
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
+    if isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.model.meta:  # a speech model's heads: the driver's
+        _REDUCER.groups = list(setup.groups)  # (its probe leaves them unknown): the same session reduces them
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = setup.reducer()

@@ -16,13 +16,16 @@ from attnviz.runtime.raster import IMAGE_SUFFIXES
 @dataclass(frozen=True)
 class Item:
     """One input; ``index`` is its position in the file (examples point back to it).  ``gold``: the pair's gold
-    word alignment, a Pharaoh line (``--gold-column``)."""
+    word alignment, a Pharaoh line (``--gold-column``).  ``audio``: a recording of ``--audio-dir``, ``reference``
+    its word times in ``--gold-dir`` (corpus/audio_items.py)."""
 
     index: int
     text: str | None = None
     pair: str | None = None
     image: str | None = None
     gold: str | None = None
+    audio: str | None = None
+    reference: str | None = None
 
 
 def item_error(it: Item, e: AttnvizError, pair: bool = False) -> AttnvizError:
