@@ -42,6 +42,7 @@ from attnviz.runtime.graph.labels import DECODER_INPUT_RE, ENCODER_PAST_RE, PAST
 from attnviz.runtime.graph.sites import (
     ANALYSIS_SECONDS,
     FINDERS,
+    METHOD_NOTES,
     REEXPORT_HINT,
     find_sites,
     local_depths,
@@ -59,6 +60,7 @@ __all__ = [
     "FINDERS",
     "FUSED_OUTPUT",
     "MATMULS",
+    "METHOD_NOTES",
     "MS",
     "MS_QK_METHODS",
     "PAST_RE",
