@@ -2,7 +2,8 @@
 by its builder) is one com.microsoft GroupQueryAttention node a layer, with grouped KV heads, a past/present cache,
 seqlens_k / total_sequence_length and rotary inside the op.  Built here by hand (two layers, projections as
 MatMuls), run for the prompt and then for a cached step fed the prompt's present; every map equals numpy's
-softmax(QKᵀ/√d + causal mask) over the grouped heads, with rotary applied to Q and K the way the op documents it."""
+softmax(QKᵀ/√d + causal mask) over the grouped heads, with rotary applied to Q and K the way the op documents it
+(and with its softcap and sliding window)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def _rotary_tables() -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles), np.sin(angles)
 
 
-def build(path, rotary: bool, dtype=np.float32, seed: int = 0):
-    """A two-layer decoder: x -> (q, k, v projections -> GroupQueryAttention -> output projection) x 2."""
+def build(path, rotary: bool, dtype=np.float32, seed: int = 0, **attrs):
+    """A two-layer decoder: x -> (q, k, v projections -> GroupQueryAttention -> output projection) x 2; ``attrs``
+    go to the op (softcap, local_window_size)."""
     et = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     w = _weights(seed)
     inits = [numpy_helper.from_array(v.astype(dtype), k) for k, v in w.items()]
@@ -60,6 +62,7 @@ def build(path, rotary: bool, dtype=np.float32, seed: int = 0):
                 num_heads=H,
                 kv_num_heads=HKV,
                 do_rotary=int(rotary),
+                **attrs,
             )
         )
         nodes.append(helper.make_node("MatMul", [f"attn{i}", f"wo{i}"], [f"h{i}"], name=f"/layers.{i}/o_proj"))
@@ -87,8 +90,9 @@ def _rotate(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
 
-def reference(w, xs: np.ndarray, rotary: bool) -> list[np.ndarray]:
-    """numpy: every layer's probabilities over the whole sequence [B, H, T, T] (grouped KV heads, causal)."""
+def reference(w, xs: np.ndarray, rotary: bool, softcap: float = 0.0, local_window_size: int = -1) -> list[np.ndarray]:
+    """numpy: every layer's probabilities over the whole sequence [B, H, T, T] (grouped KV heads, causal; scores
+    soft-capped as c·tanh(s/c), keys further back than the window masked, as the op documents)."""
     T = xs.shape[1]
     pos = np.arange(T)
     x = xs.astype(np.float64)
@@ -100,7 +104,13 @@ def reference(w, xs: np.ndarray, rotary: bool) -> list[np.ndarray]:
         if rotary:
             q, k = _rotate(q, pos), _rotate(k, pos)
         k, v = np.repeat(k, H // HKV, axis=1), np.repeat(v, H // HKV, axis=1)  # head h reads KV head h // (H/HKV)
-        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D) + np.triu(np.full((T, T), -np.inf), 1)
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D)
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        hidden = pos[None, :] > pos[:, None]
+        if local_window_size > 0:
+            hidden |= pos[None, :] <= pos[:, None] - local_window_size
+        s = np.where(hidden, -np.inf, s)
         p = np.exp(s - s.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         maps.append(p)
@@ -119,13 +129,21 @@ def _feeds(x, past: dict, dtype) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("rotary", "dtype", "tol"), [(False, np.float32, 1e-5), (True, np.float32, 1e-5), (True, np.float16, 1e-3)]
+    ("rotary", "dtype", "tol", "attrs"),
+    [
+        (False, np.float32, 1e-5, {}),
+        (True, np.float32, 1e-5, {}),
+        (True, np.float16, 1e-3, {}),
+        (True, np.float32, 1e-5, {"softcap": 2.0}),
+        (False, np.float32, 1e-5, {"local_window_size": 3}),
+    ],
+    ids=["plain", "rotary", "rotary-fp16", "softcap", "sliding-window"],
 )
-def test_prompt_and_cached_step_maps_equal_numpy(tmp_path, rotary, dtype, tol):
+def test_prompt_and_cached_step_maps_equal_numpy(tmp_path, rotary, dtype, tol, attrs):
     S, STEPS = 5, 2
-    w = build(tmp_path / "gqa.onnx", rotary, dtype)
+    w = build(tmp_path / "gqa.onnx", rotary, dtype, **attrs)
     xs = np.random.default_rng(1).standard_normal((B, S + STEPS, HIDDEN)).astype(dtype)
-    want = reference({k: v.astype(dtype) for k, v in w.items()}, xs, rotary)  # the weights the graph holds
+    want = reference({k: v.astype(dtype) for k, v in w.items()}, xs, rotary, **attrs)  # the weights the graph holds
     m = open_model(tmp_path / "gqa.onnx", provider="cpu")
     assert [(s.stack, s.kind, s.layer, s.method, s.heads) for s in m.sites] == [
         ("decoder", "self", i, "gqa-qk", H) for i in range(LAYERS)
