@@ -1,5 +1,5 @@
 """Issue 22 item 3, the Hub's quantized decoders give maps: ``_q4`` (onnxruntime's MatMulNBitsQuantizer, 4 bits,
-block 32: every weight MatMul becomes com.microsoft MatMulNBits) and ``_fp16`` (onnxruntime's float16 converter
+block 32: every weight MatMul becomes com.microsoft MatMulNBits), ``_q4f16`` (the same on the float16 file) and ``_fp16`` (onnxruntime's float16 converter
 with keep_io_types: float32 at the inputs and outputs, float16 inside; Softmax in float16, or in float32 between
 Casts when Softmax is on the op block list).  Both are made in the test from the tiny LLaVA's three files, with the
 If-merged decoder converted branch by branch and merged again, as optimum converts before merging (the float16
@@ -31,7 +31,7 @@ from attnviz.runtime import open_model
 
 PROMPT = "<s> <image> a photo of the cat"
 FILES = ("vision_encoder", "embed_tokens", "decoder_model_merged")
-VARIANTS = ("q4", "fp16", "fp16softmax32")  # the last: Softmax in float32 between Casts (op_block_list)
+VARIANTS = ("q4", "fp16", "fp16softmax32", "q4f16")  # fp16softmax32: Softmax in float32 between Casts (op_block_list)
 
 
 def _split(merged: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
@@ -68,6 +68,9 @@ def _sorted(m: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _quantize(src, dst, variant: str) -> None:
+    if variant == "q4f16":  # the Hub's: float16 first, then 4-bit weights
+        _quantize(src, dst, "fp16")
+        src, variant = dst, "q4"
     model = onnx.load(str(src))
     if variant == "q4":
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -147,7 +150,7 @@ def test_quantized_decoder_maps_are_the_graphs_own_probabilities(repo, image, va
     assert [(s.stack, s.layer, s.method) for s in r.sites] == [(s.stack, s.layer, s.method) for s in full.sites]
     decoder = onnx.load(str(repo / "onnx" / f"decoder_model_merged_{variant}.onnx"))
     want = _by_hand(decoder, feeds)
-    if variant.startswith("fp16"):
+    if "f16" in variant:
         assert {p.dtype for p in want} == {np.dtype(np.float16)}  # the graph's own probabilities are float16
     got = [mp.array() for mp, s in zip(r.maps, r.sites) if s.stack == "decoder"]
     assert len(got) == len(want) == vm.LAYERS
@@ -158,7 +161,7 @@ def test_quantized_decoder_maps_are_the_graphs_own_probabilities(repo, image, va
         step = np.spacing(w).astype(np.float32) if w.dtype == np.float16 else 1e-6
         assert np.all(np.abs(g - w.astype(np.float32)) <= step)
     # close to full precision: 4-bit weights move the maps by a few 1e-3 here, float16 by a few 1e-4
-    tol = 0.05 if variant == "q4" else 2e-3
+    tol = 0.05 if variant.startswith("q4") else 2e-3
     for a, b in zip(r.maps, full.maps):
         assert a.shape == b.shape
         assert 0 < np.abs(a.array() - b.array()).max() < tol
