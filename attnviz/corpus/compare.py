@@ -31,8 +31,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="A", help="the first model: ONNX file or export folder")
     p.add_argument("other", metavar="B", help="the second model, compared with A")
     add_input_arguments(p, model_required=False)
-    p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
+    p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN} (and items.parquet)")
     p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, most changed first (default 5)")
+    for side in ("a", "b"):  # A and B may be one Hub repository: its full-precision files against a quantized set
+        p.add_argument(
+            f"--variant-{side}",
+            metavar="NAME",
+            help=f"which of {side.upper()}'s quantized siblings (a Hub repository's onnx/*_NAME.onnx; default full)",
+        )
+    c = p.add_argument_group("over a corpus (instead of one input; through the corpus engine)")
+    c.add_argument(
+        "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
+    )
+    c.add_argument(
+        "--text-pair-column",
+        metavar="C",
+        help="field / column holding a second sentence: sentence B of an encoder, the target of an encoder-decoder "
+        "(teacher-forced into both decoders)",
+    )
+    c.add_argument("--batch-size", type=int, metavar="N", help="items per padded batch (default 32)")
+    c.add_argument("--max-items", type=int, metavar="N", help="only the first N items")
+    c.add_argument(
+        "--engine", choices=("local", "ray"), default="local", help="local process pool (default), or Ray Data"
+    )
+    c.add_argument("--workers", type=int, metavar="N", help="worker processes / Ray actors (default: 1 per core)")
+    c.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker (default: cores / workers)")
+    c.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 @dataclass
@@ -122,11 +147,10 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     return Comparison(heads, outputs, unmatched)
 
 
-MEASURES = (("js_divergence", "float64"), ("max_abs_diff", "float64"), ("top1_agreement", "float64"))
-
-
 def write(out: Path, comp: Comparison, run: dict) -> None:
-    """``heads.parquet`` (the head keys and :data:`MEASURES`) and ``run.json`` into ``out``."""
+    """``heads.parquet`` (the head keys and :data:`attnviz.core.compare.MEASURES`) and ``run.json`` into ``out``."""
+    from attnviz.core.compare import MEASURES
+
     write_heads(out, comp.heads, MEASURES, run)
 
 
@@ -145,6 +169,18 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     from attnviz.runtime.inputs import load_feeds
     from attnviz.runtime.sample import no_input
 
+    if args.texts is not None:
+        if figure is not None:
+            raise AttnvizError(
+                "--figure draws one input's maps (A | B | A − B), and --texts keeps none; draw one item with --text"
+            )
+        return _run_corpus(args)
+    given = [f"--{n.replace('_', '-')}" for n in CORPUS_ONLY if getattr(args, n) is not None]
+    if given or args.engine != "local" or args.no_progress:
+        flags = ", ".join(
+            given + (["--engine"] if args.engine != "local" else []) + (["--no-progress"] if args.no_progress else [])
+        )
+        raise AttnvizError(f"{flags}: for a corpus run; give --texts FILE too, or drop them for one input")
     if args.inputs is None and args.text is None and args.image is None and args.audio is None:
         raise AttnvizError(no_input(args.model))
     out = Path(args.out)
@@ -167,8 +203,8 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     # every map is compared: on-demand recompute would materialise them anyway
     req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
     results = []
-    for path in (args.model, args.other):
-        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer)
+    for path, variant in ((args.model, args.variant_a), (args.other, args.variant_b)):
+        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
         results.append(m.analyze_request(req))
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
@@ -181,8 +217,8 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(comp.unmatched)})")
     run_info = {
         "models": {
-            "A": {"path": str(args.model), "sha256": sha256_model(args.model)},
-            "B": {"path": str(args.other), "sha256": sha256_model(args.other)},
+            "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},
+            "B": {"path": str(args.other), "sha256": sha256_model(args.other), "variant": args.variant_b or "full"},
         },
         "input": {
             k: v
@@ -209,21 +245,65 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     }
     drawn = figure(ra, rb, comp) if figure is not None else None  # a bad --figure-head: nothing written
     write(out, comp, run_info)
-    top = sorted(comp.heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
-    print(
-        f"compared {len(comp.heads)} heads of {len({(r['stack'], r['kind'], r['layer']) for r in comp.heads})} sites -> {out / HEADS}"
-    )
+    _report(comp.heads, comp.outputs, comp.unmatched, out, args.top, "")
+    if drawn:
+        print(drawn)
+    return 0
+
+
+def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: Path, top: int, over: str) -> None:
+    """The heads that moved most, the outputs' differences and the sites not compared; ``over``: what the
+    measures are over (a corpus run says how many items)."""
+    first = sorted(heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
+    sites = len({(r["stack"], r["kind"], r["layer"]) for r in heads})
+    print(f"compared {len(heads)} heads of {sites} sites{over} -> {out / HEADS}")
     print("most changed (JS divergence, bits; largest |Δ|; top-1 agreement):")
-    for r in top[: args.top]:
+    for r in first[:top]:
         print(
             f"  {r['stack']} {r['kind']} {r['layer']}:{r['head']}  JS {r['js_divergence']:.4f}  "
             f"|Δ| {r['max_abs_diff']:.4f}  top-1 {r['top1_agreement']:.0%}"
         )
-    for o in comp.outputs:
+    for o in outputs:
         kl = f", KL(A‖B) {o['kl_bits']:.4g} bits" if o["kl_bits"] is not None else ""
         print(f"output {o['name']}: max |Δ| {o['max_abs_diff']:.4g}{kl}")
-    for u in comp.unmatched:
+    for u in unmatched:
         print(f"not compared: {u}")
-    if drawn:
-        print(drawn)
+
+
+# a corpus run's flags that one input has no use for, and the other way round: refused rather than ignored
+CORPUS_ONLY = ("text_pair_column", "batch_size", "max_items", "workers", "threads", "ray_address")
+# one input's flags that a corpus run has no use for: refused rather than ignored
+SINGLE_ONLY = ("text", "text_pair", "image", "audio", "inputs", "generate", "variant_a", "variant_b")
+
+
+def _run_corpus(args) -> int:
+    from attnviz import AttnvizError
+    from attnviz.corpus.compare_run import ITEMS, CompareCorpusConfig, run_compare_corpus
+
+    given = [f"--{n.replace('_', '-')}" for n in SINGLE_ONLY if getattr(args, n, None)]
+    if given:
+        raise AttnvizError(
+            f"--texts compares over a corpus and {', '.join(given)} on one input; give one or the other "
+            "(a second sentence per item: --text-pair-column C)"
+        )
+    cfg = CompareCorpusConfig(
+        a=args.model,
+        b=args.other,
+        out=args.out,
+        texts=args.texts,
+        pair_column=args.text_pair_column,
+        batch_size=32 if args.batch_size is None else args.batch_size,
+        max_items=args.max_items,
+        engine=args.engine,
+        provider=args.provider,
+        tokenizer=args.tokenizer,
+        workers=args.workers,
+        threads=args.threads,
+        ray_address=args.ray_address,
+        progress=not args.no_progress,
+    )
+    r = run_compare_corpus(cfg)
+    resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""
+    _report(r.heads, r.outputs, r.unmatched, r.out, args.top, f" over {r.items} items ({r.batches} batches{resumed})")
+    print(f"per item: {r.out / ITEMS}; {r.wall_s:.1f} s")
     return 0

@@ -169,13 +169,17 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def sha256_model(path: str | Path) -> str:
-    """One .onnx file's sha256, or a model folder's (an optimum export): every file in it, by name."""
+    """One .onnx file's sha256, or a model folder's (an optimum export): every file in it, by name -- and in a Hub
+    repository's ``onnx/`` folder, where its model files are (the files above are only its configs)."""
     path = Path(path)
     if not path.is_dir():
         return sha256_file(path)
     h = hashlib.sha256()
-    for f in sorted(p for p in path.iterdir() if p.is_file()):
-        h.update(json.dumps([f.name, sha256_file(f)]).encode())
+    files = [p for p in path.iterdir() if p.is_file()]
+    if (path / "onnx").is_dir():
+        files += [p for p in (path / "onnx").iterdir() if p.is_file()]
+    for f in sorted(files):
+        h.update(json.dumps([f.relative_to(path).as_posix(), sha256_file(f)]).encode())
     return h.hexdigest()
 
 
