@@ -3,9 +3,13 @@ by its builder) is one com.microsoft GroupQueryAttention node a layer, with grou
 seqlens_k / total_sequence_length and rotary inside the op.  Built here by hand (two layers, projections as
 MatMuls), run for the prompt and then for a cached step fed the prompt's present; every map equals numpy's
 softmax(QKᵀ/√d + causal mask) over the grouped heads, with rotary applied to Q and K the way the op documents it
-(and with its softcap and sliding window)."""
+(and with its softcap and sliding window).  As a whole genai-style model (input_ids and attention_mask in,
+seqlens_k / total_sequence_length computed inside) it generates through its cache: numpy's greedy tokens, and
+every step's rows are numpy's maps over the sequence."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import onnx
@@ -45,7 +49,7 @@ def build(path, rotary: bool, dtype=np.float32, seed: int = 0, **attrs):
     if rotary:
         cos, sin = _rotary_tables()
         inits += [numpy_helper.from_array(cos.astype(dtype), "cos"), numpy_helper.from_array(sin.astype(dtype), "sin")]
-    nodes, inputs, outputs = [], [helper.make_tensor_value_info("x", et, [B, "s", HIDDEN])], []
+    nodes, inputs, outputs = [], [helper.make_tensor_value_info("x", et, ["batch", "s", HIDDEN])], []
     x = "x"
     for i in range(LAYERS):
         for p in "qkv":
@@ -68,13 +72,13 @@ def build(path, rotary: bool, dtype=np.float32, seed: int = 0, **attrs):
         nodes.append(helper.make_node("MatMul", [f"attn{i}", f"wo{i}"], [f"h{i}"], name=f"/layers.{i}/o_proj"))
         x = f"h{i}"
         for kv in ("key", "value"):
-            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kv}", et, [B, HKV, "past", D]))
-            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kv}", et, [B, HKV, "total", D]))
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kv}", et, ["batch", HKV, "past", D]))
+            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kv}", et, ["batch", HKV, "total", D]))
     inputs += [
-        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [B]),
+        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
         helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
     ]
-    outputs.insert(0, helper.make_tensor_value_info(x, et, [B, "s", HIDDEN]))
+    outputs.insert(0, helper.make_tensor_value_info(x, et, ["batch", "s", HIDDEN]))
     g = helper.make_graph(nodes, "gqa_decoder", inputs, outputs, initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
@@ -90,10 +94,13 @@ def _rotate(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
 
-def reference(w, xs: np.ndarray, rotary: bool, softcap: float = 0.0, local_window_size: int = -1) -> list[np.ndarray]:
+def reference(
+    w, xs: np.ndarray, rotary: bool, softcap: float = 0.0, local_window_size: int = -1
+) -> tuple[list[np.ndarray], np.ndarray]:
     """numpy: every layer's probabilities over the whole sequence [B, H, T, T] (grouped KV heads, causal; scores
-    soft-capped as c·tanh(s/c), keys further back than the window masked, as the op documents)."""
-    T = xs.shape[1]
+    soft-capped as c·tanh(s/c), keys further back than the window masked, as the op documents), and the last
+    layer's output."""
+    B, T = xs.shape[:2]
     pos = np.arange(T)
     x = xs.astype(np.float64)
     maps = []
@@ -115,7 +122,7 @@ def reference(w, xs: np.ndarray, rotary: bool, softcap: float = 0.0, local_windo
         p /= p.sum(-1, keepdims=True)
         maps.append(p)
         x = (p @ v).transpose(0, 2, 1, 3).reshape(B, T, H * D) @ w[f"wo{i}"]
-    return maps
+    return maps, x
 
 
 def _feeds(x, past: dict, dtype) -> dict:
@@ -143,7 +150,7 @@ def test_prompt_and_cached_step_maps_equal_numpy(tmp_path, rotary, dtype, tol, a
     S, STEPS = 5, 2
     w = build(tmp_path / "gqa.onnx", rotary, dtype, **attrs)
     xs = np.random.default_rng(1).standard_normal((B, S + STEPS, HIDDEN)).astype(dtype)
-    want = reference({k: v.astype(dtype) for k, v in w.items()}, xs, rotary, **attrs)  # the weights the graph holds
+    want, _ = reference({k: v.astype(dtype) for k, v in w.items()}, xs, rotary, **attrs)  # the graph's weights
     m = open_model(tmp_path / "gqa.onnx", provider="cpu")
     assert [(s.stack, s.kind, s.layer, s.method, s.heads) for s in m.sites] == [
         ("decoder", "self", i, "gqa-qk", H) for i in range(LAYERS)
@@ -169,3 +176,72 @@ def test_inspect_says_the_op_hands_out_its_probabilities(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count(" gqa-qk ") == LAYERS
     assert "gqa-qk: GroupQueryAttention's own probabilities (its output_qk, qk_output=2)" in out
+
+
+VOCAB = ["[PAD]", "[BOS]", "[EOS]", "the", "cat", "sat", "on", "mat", "a", "dog", "ran", "home"]
+
+
+def build_lm(path, seed: int = 0):
+    """The decoder as onnxruntime-genai writes a whole model: input_ids, attention_mask and the cache in, logits
+    and present out; seqlens_k and total_sequence_length computed from the mask inside the graph."""
+    rng = np.random.default_rng(seed + 7)
+    emb = rng.standard_normal((len(VOCAB), HIDDEN))
+    head = rng.standard_normal((HIDDEN, len(VOCAB)))
+    tmp = path.with_suffix(".layers.onnx")
+    w = build(tmp, rotary=True)
+    layers = onnx.load(str(tmp))
+    tmp.unlink()
+    g = layers.graph
+    ints = [
+        numpy_helper.from_array(emb.astype(np.float32), "emb"),
+        numpy_helper.from_array(head.astype(np.float32), "lm_head"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+    ]
+    front = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["x"], name="embed"),
+        helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["mask_sum"], keepdims=0),
+        helper.make_node("Sub", ["mask_sum", "one"], ["mask_last"]),
+        helper.make_node("Cast", ["mask_last"], ["seqlens_k"], to=TensorProto.INT32),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"], start=1, end=2),
+        helper.make_node("Squeeze", ["mask_shape"], ["mask_len"]),
+        helper.make_node("Cast", ["mask_len"], ["total_sequence_length"], to=TensorProto.INT32),
+    ]
+    last = g.output[0].name
+    nodes = front + list(g.node) + [helper.make_node("MatMul", [last, "lm_head"], ["logits"], name="lm_head")]
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
+        *[i for i in g.input if i.name.startswith("past_key_values")],
+    ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", len(VOCAB)])]
+    outputs += [o for o in g.output if o.name.startswith("present")]
+    lm = helper.make_graph(nodes, "genai_lm", inputs, outputs, initializer=list(g.initializer) + ints)
+    m = helper.make_model(lm, opset_imports=layers.opset_import, producer_name="onnxruntime-genai")
+    m.ir_version = 8
+    meta = {
+        "attnviz.task": "lm",
+        "attnviz.vocab": json.dumps(VOCAB),
+        "attnviz.special": '{"pad": 0, "bos": 1, "eos": 2}',
+    }
+    for k, v in meta.items():
+        m.metadata_props.add(key=k, value=v)
+    onnx.save(m, str(path))
+    return w, emb, head
+
+
+def test_generation_through_the_cache_gives_numpy_maps_and_tokens(tmp_path):
+    w, emb, head = build_lm(tmp_path / "model.onnx")
+    m = open_model(tmp_path / "model.onnx", provider="cpu")
+    r = m.analyze(text="the cat sat", generate=3, use_cache=True)
+    assert r.info["generation"] == "kv-cache"
+    ids = [VOCAB.index(t) for t in ("the", "cat", "sat")]
+    for _ in range(3):  # numpy's greedy decoding of the same weights, the whole sequence each time
+        maps, x = reference(w, emb[ids][None], rotary=True)
+        ids.append(int(np.argmax(x[0, -1] @ head)))
+    assert r.info["generated_ids"] == ids[3:]
+    # the prompt's rows, then each cached step's row: the maps over the sequence fed (the last token never is)
+    want, _ = reference(w, emb[ids[:-1]][None], rotary=True)
+    assert [mp.shape for mp in r.maps] == [(1, H, 5, 5)] * LAYERS
+    for got, ref in zip(r.maps, want):
+        assert np.abs(got.array() - ref).max() < 1e-5
