@@ -533,6 +533,10 @@ class AttentionModel(engine.AnalyzeMethod):
             info["notes"] = notes  # analyze() appends its own notes to these
         if fidelity:
             info["fidelity"] = fidelity  # the export's maps differ from the model's eager attention (also a note)
+        if any(getattr(got.get(n), "dtype", None) == np.float16 for n in fetch[len(own) :]):
+            # an fp16 graph (a Hub _fp16 file): its maps are float16 numbers shown as float32, and a NaN/Inf in
+            # them is float16's range overflowing, not broken weights (analyze.refuse_non_finite says so)
+            info["map_dtype"] = "float16"
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
 
     def _place_windows(self, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]) -> list:
