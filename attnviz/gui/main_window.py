@@ -700,7 +700,10 @@ class MainWindow(QMainWindow):
             return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
-            self._start_export(lambda: render_and_save(result, name, sel, path), path)
+            style = None
+            if view is self.overview and held is not None and held.result_a is result:  # the frames too
+                style = held.overview_style(self.session.blocks, sel.block)
+            self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return
         try:
             self.last_export = export_widget(view.export_target(), path)
