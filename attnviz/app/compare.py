@@ -5,12 +5,14 @@ the input changes."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.core import view as vm
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionResult, Block, SiteInfo
@@ -76,6 +78,28 @@ class HeldComparison:
             for bi, b in enumerate(blocks)
             for (li, h), row in self.block_rows(b).items()
         }
+
+    def frame_colours(self, blocks: list[Block]) -> dict[tuple[int, int, int], str]:
+        """``(block, layer, head) -> colour`` of the Overview's frames: darker red the more a head diverges from
+        model B, none where it did not move (one rule for the window and its exported figure)."""
+        js = self.divergence(blocks)
+        top = max(js.values(), default=0.0)
+        out = {}
+        for key, value in js.items():
+            colour = vm.divergence_colour(value, top)
+            if colour is not None:
+                out[key] = colour
+        return out
+
+    def frames_note(self) -> str:
+        return f"frames: divergence from {self.name_b} (darkest red = most)"
+
+    def overview_style(self, blocks: list[Block], block: int, style=None):
+        """The figure style that frames the overview of A's ``block`` as the window does."""
+        from attnviz.figures.spec import FigureStyle
+
+        frames = tuple((li, h, c) for (bi, li, h), c in sorted(self.frame_colours(blocks).items()) if bi == block)
+        return dataclasses.replace(style or FigureStyle(), head_frames=frames, frames_note=self.frames_note())
 
     def status(self) -> str:
         """The status-bar line after comparing: how many heads, and the one that moved most."""

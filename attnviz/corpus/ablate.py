@@ -16,6 +16,9 @@ Writes ``DIR/heads.parquet`` — ``stack, kind, layer, head, ablation_kl, ablati
 plus ``generation_changed`` (null without ``--generate``), ``gate`` (``probabilities`` | ``output``) and
 ``ablated_together`` (1 for ``--all-heads``; for ``--heads``, the number of heads in the joint ablation, whose
 numbers every named head's row repeats) — and ``DIR/run.json``, and prints the heads by KL.
+
+With ``--texts FILE`` (and ``--label-column C``) the same ablations run over a corpus through the corpus engine:
+:mod:`attnviz.corpus.ablate_corpus` (per head: mean KL, Δloss, Δaccuracy over the items; resumable).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import argparse
 import time
 from pathlib import Path
 
-from attnviz.corpus.tables import HEADS, RUN, write_heads
+from attnviz.corpus.tables import HEADS, RUN, row_keys, write_heads
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
 
@@ -38,6 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
     src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    src.add_argument(
+        "--texts",
+        metavar="FILE",
+        help='a corpus: .txt (one item a line), .jsonl ("text" field) or .parquet ("text" column); each head\'s '
+        "importance over it (the corpus engine)",
+    )
     which = p.add_argument_group("heads (one of)")
     which.add_argument(
         "--heads",
@@ -50,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="ablation",
         choices=("zero", "mean"),
         default="zero",
-        help="zero: the head's weights become 0; mean: its rows become their mean over the input's query rows",
+        help="zero: the head's weights become 0; mean: its rows become their mean over the input's query rows "
+        "(over a corpus: the head's corpus-mean row at each query position)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy steps: did the generation change?")
@@ -61,14 +71,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
     p.add_argument("--image-std", type=float, nargs="+", metavar="S", help="per-channel std")
     p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, largest KL first (default 5)")
+    corpus = p.add_argument_group("over a corpus (--texts)")
+    corpus.add_argument(
+        "--label-column",
+        metavar="C",
+        help="field / column of each item's class (index or label name): Δloss and Δaccuracy per head (a decoder's "
+        "labels are its next tokens: no column needed)",
+    )
+    corpus.add_argument("--batch-size", type=int, default=32, metavar="N", help="items per padded batch (default 32)")
+    corpus.add_argument("--max-items", type=int, metavar="N", help="only the first N items")
+    corpus.add_argument(
+        "--engine", choices=("local", "ray"), default="local", help="local process pool (default), or Ray"
+    )
+    corpus.add_argument("--workers", type=int, metavar="N", help="worker processes / Ray actors (default: 1 per core)")
+    corpus.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker")
+    corpus.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")
+    corpus.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _row(site, head: int, c, gate: str, together: int) -> dict:
     return {
-        "stack": site.stack,
-        "kind": site.kind,
-        "layer": int(site.layer),
-        "head": int(head),
+        **row_keys(site, head),
         "ablation_kl": c.kl_bits,
         "ablation_max_dlogit": float(c.max_dlogit),
         "prediction_changed": c.prediction_changed,
@@ -121,7 +144,78 @@ def _open(args):
     return model
 
 
+CORPUS_ONLY = ("label_column", "max_items", "workers", "threads", "ray_address")
+
+
 def run(args) -> int:
+    if args.texts is not None:
+        return run_corpus(args)
+    from attnviz import AttnvizError
+
+    for name in CORPUS_ONLY:
+        if getattr(args, name) is not None:
+            raise AttnvizError(f"--{name.replace('_', '-')} is for a corpus run: give --texts FILE (or drop it)")
+    if args.engine != "local" or args.batch_size != 32:
+        raise AttnvizError("--engine and --batch-size are for a corpus run: give --texts FILE (or drop them)")
+    return run_one(args)
+
+
+def run_corpus(args) -> int:
+    """``--texts FILE``: :func:`attnviz.corpus.ablate_corpus.run_ablation`, then the heads by KL."""
+    from attnviz import AttnvizError
+    from attnviz.core.words import count
+    from attnviz.corpus.ablate_corpus import AblateCorpusConfig, run_ablation
+
+    given = [f for f, v in (("--text", args.text), ("--inputs", args.inputs), ("--image", args.image)) if v]
+    given += ["--text-pair"] if args.text_pair else []
+    given += ["--generate"] if args.generate else []
+    given += [f for f, v in (("--image-size", args.image_size), ("--image-mean", args.image_mean)) if v]
+    given += [f for f, v in (("--image-std", args.image_std), ("--max-tokens", args.max_tokens)) if v]
+    if given:
+        raise AttnvizError(
+            f"{', '.join(given)}: for one input; over a corpus (--texts) drop {'them' if len(given) > 1 else 'it'}"
+        )
+    r = run_ablation(
+        AblateCorpusConfig(
+            model=args.model,
+            out=args.out,
+            texts=args.texts,
+            heads=args.heads,
+            all_heads=args.all_heads,
+            mode=args.ablation,
+            label_column=args.label_column,
+            batch_size=args.batch_size,
+            max_items=args.max_items,
+            engine=args.engine,
+            provider=args.provider,
+            tokenizer=args.tokenizer,
+            workers=args.workers,
+            threads=args.threads,
+            ray_address=args.ray_address,
+            progress=not args.no_progress,
+        )
+    )
+    run = r.run
+    base = ""
+    if run["base_loss"] is not None:
+        base = f"; base loss {run['base_loss']:.4g} nats, accuracy {run['base_accuracy']:.4g}"
+    print(
+        f"ablated ({args.ablation}) {'each of ' if args.all_heads else ''}{count(len(r.rows), 'head')} over "
+        f"{count(run['items'], 'item')}{'' if args.all_heads else ' together'} -> {r.out / HEADS}{base}"
+    )
+    top = sorted(r.rows, key=lambda x: (-(x["ablation_kl"] or 0.0), -x["ablation_max_dlogit"]))
+    print(f"heads that matter most (mean KL(base ‖ ablated), bits; Δloss, nats; max |Δ{run['output']}|):")
+    for x in top[: args.top]:
+        kl = f"KL {x['ablation_kl']:.4g}  " if x["ablation_kl"] is not None else ""
+        dl = f"Δloss {x['ablation_delta_loss']:+.4g}  " if x["ablation_delta_loss"] is not None else ""
+        da = f"Δacc {x['ablation_delta_acc']:+.4g}  " if x["ablation_delta_acc"] is not None else ""
+        print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}")
+    for line in run["not_ablated"]:
+        print(f"not ablated: {line}")
+    return 0
+
+
+def run_one(args) -> int:
     import numpy as np
     import onnxruntime
 

@@ -116,6 +116,30 @@ GOLD_SUFFIXES = (".tsv", ".TextGrid", ".textgrid")
 MAX_FILES = 10_000
 
 
+def recordings(folder: Path) -> list[Path]:
+    """The sound files of ``folder`` by name (what ``--audio-dir`` reads, here and in ``attnviz corpus``)."""
+    from attnviz import AttnvizError
+
+    sounds = sorted(f for f in folder.iterdir() if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file())
+    if not sounds:
+        raise AttnvizError(f"--audio-dir {folder}: no .wav, .flac or .ogg files; give the folder of recordings")
+    if len(sounds) > MAX_FILES:
+        raise AttnvizError(f"--audio-dir {folder}: more than {MAX_FILES:,} recordings; split the folder")
+    return sounds
+
+
+def reference_for(sound: Path, gold_dir: str | Path) -> Path:
+    """``sound``'s reference word times in ``gold_dir``: NAME.tsv or NAME.TextGrid for NAME.wav."""
+    from attnviz import AttnvizError
+
+    found = next((g for s in GOLD_SUFFIXES if (g := Path(gold_dir) / f"{sound.stem}{s}").is_file()), None)
+    if found is None:
+        raise AttnvizError(
+            f"--gold-dir {gold_dir}: no reference for {sound.name}; give {sound.stem}.tsv or {sound.stem}.TextGrid"
+        )
+    return found
+
+
 @dataclass(frozen=True)
 class Job:
     """One recording: its file, its reference (or None) and where its words go."""
@@ -148,21 +172,10 @@ def _jobs(args, out: Path) -> tuple[list[Job], Path | None]:
         raise AttnvizError(f"--audio-dir {folder}: not a folder; give the folder of recordings")
     if out.suffix or not (out.is_dir() or out.parent.is_dir()):
         raise AttnvizError(f"--out {out}: with --audio-dir give a folder (made if missing) for the words files")
-    sounds = sorted(f for f in folder.iterdir() if f.suffix.lower() in AUDIO_SUFFIXES and f.is_file())
-    if not sounds:
-        raise AttnvizError(f"--audio-dir {folder}: no .wav, .flac or .ogg files; give the folder of recordings")
-    if len(sounds) > MAX_FILES:
-        raise AttnvizError(f"--audio-dir {folder}: more than {MAX_FILES:,} recordings; split the folder")
-    jobs = []
-    for f in sounds:
-        gold = None
-        if args.gold_dir:
-            gold = next((g for s in GOLD_SUFFIXES if (g := Path(args.gold_dir) / f"{f.stem}{s}").is_file()), None)
-            if gold is None:
-                raise AttnvizError(
-                    f"--gold-dir {args.gold_dir}: no reference for {f.name}; give {f.stem}.tsv or {f.stem}.TextGrid"
-                )
-        jobs.append(Job(f, gold, out / f"{f.stem}.words.tsv"))
+    sounds = recordings(folder)
+    jobs = [
+        Job(f, reference_for(f, args.gold_dir) if args.gold_dir else None, out / f"{f.stem}.words.tsv") for f in sounds
+    ]
     table = Path(args.table) if args.table else (out / "heads.parquet" if args.gold_dir else None)
     if table is not None and not args.gold_dir:
         raise AttnvizError("--table holds the per-head scores against --gold-dir; give --gold-dir DIR too")

@@ -1,4 +1,4 @@
-"""attnviz corpus MODEL --texts FILE | --images DIR --out DIR"""
+"""attnviz corpus MODEL --texts FILE | --images DIR | --audio-dir DIR [--gold-dir DIR] --out DIR"""
 
 from __future__ import annotations
 
@@ -12,6 +12,20 @@ def add_arguments(p):
         "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
     )
     src.add_argument("--images", metavar="DIR", help="folder of images (image-encoder models)")
+    src.add_argument(
+        "--audio-dir",
+        metavar="DIR",
+        help="folder of recordings, .wav / .flac / .ogg (a Whisper folder): one item each; their word times go to "
+        "DIR_OUT/words/NAME.words.tsv",
+    )
+    p.add_argument(
+        "--gold-dir",
+        metavar="DIR",
+        help="with --audio-dir: each recording's reference word times (NAME.tsv 'word start end' or "
+        "NAME.TextGrid), teacher-forced and scored: heads.parquet gains align-audio's within_20ms / 50 / 100 "
+        "and mean_abs_error_s per cross head",
+    )
+    p.add_argument("--tier", metavar="NAME", help="with --gold-dir: the TextGrid tier of the words")
     p.add_argument(
         "--text-pair-column",
         metavar="C",
@@ -94,6 +108,9 @@ def run(args) -> int:
         generate_given=args.generate is not None,
         gold_column=args.gold_column,
         convention=args.convention,
+        audio_dir=args.audio_dir,
+        gold_dir=args.gold_dir,
+        tier=args.tier,
     )
     s = run_corpus(cfg)
     resumed = f" (resumed after {s.resumed_items})" if s.resumed_items else ""
@@ -103,7 +120,24 @@ def run(args) -> int:
     )
     if args.gold_column:
         _print_gold(s.out)
+    if args.gold_dir:
+        _print_audio_gold(s.out)
     return 0
+
+
+def _print_audio_gold(out) -> None:
+    from attnviz.core.untrusted import read_json
+
+    g = read_json(out / "run.json", "run.json").get("audio_gold") or {}
+    if "alignment_heads_score" not in g:
+        return
+    c = g["alignment_heads_score"]
+    print(
+        f"alignment heads ({g['heads_from']}) on {g['matched_words']} of {g['reference_words']} reference words in "
+        f"{g['files']} files: {c['within_20ms']:.0%} / {c['within_50ms']:.0%} / {c['within_100ms']:.0%} of "
+        f"boundaries within 20 / 50 / 100 ms, mean error {c['mean_abs_error_s'] * 1000:.0f} ms; per head: the "
+        "within_* columns of heads.parquet"
+    )
 
 
 def _print_gold(out) -> None:

@@ -33,6 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_input_arguments(p, model_required=False)
     p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN} (and items.parquet)")
     p.add_argument("--top", type=int, default=5, metavar="K", help="heads printed, most changed first (default 5)")
+    for side in ("a", "b"):  # A and B may be one Hub repository: its full-precision files against a quantized set
+        p.add_argument(
+            f"--variant-{side}",
+            metavar="NAME",
+            help=f"which of {side.upper()}'s quantized siblings (a Hub repository's onnx/*_NAME.onnx; default full)",
+        )
     c = p.add_argument_group("over a corpus (instead of one input; through the corpus engine)")
     c.add_argument(
         "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
@@ -197,8 +203,8 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     # every map is compared: on-demand recompute would materialise them anyway
     req = dataclasses.replace(request_from_args(args), feeds=feeds, mode="dense")
     results = []
-    for path in (args.model, args.other):
-        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer)
+    for path, variant in ((args.model, args.variant_a), (args.other, args.variant_b)):
+        m = open_model(path, provider=args.provider, tokenizer=args.tokenizer, variant=variant)
         results.append(m.analyze_request(req))
     ra, rb = results
     if args.generate and ra.info.get("generated_ids") != rb.info.get("generated_ids"):
@@ -211,8 +217,8 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
         raise AttnvizError(f"A and B share no attention site to compare ({'; '.join(comp.unmatched)})")
     run_info = {
         "models": {
-            "A": {"path": str(args.model), "sha256": sha256_model(args.model)},
-            "B": {"path": str(args.other), "sha256": sha256_model(args.other)},
+            "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},
+            "B": {"path": str(args.other), "sha256": sha256_model(args.other), "variant": args.variant_b or "full"},
         },
         "input": {
             k: v
@@ -267,7 +273,7 @@ def _report(heads: list[dict], outputs: list[dict], unmatched: list[str], out: P
 # a corpus run's flags that one input has no use for, and the other way round: refused rather than ignored
 CORPUS_ONLY = ("text_pair_column", "batch_size", "max_items", "workers", "threads", "ray_address")
 # one input's flags that a corpus run has no use for: refused rather than ignored
-SINGLE_ONLY = ("text", "text_pair", "image", "audio", "inputs", "generate")
+SINGLE_ONLY = ("text", "text_pair", "image", "audio", "inputs", "generate", "variant_a", "variant_b")
 
 
 def _run_corpus(args) -> int:

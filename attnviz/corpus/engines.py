@@ -35,6 +35,14 @@ class WorkerSetup:
     def reducer(self) -> BatchReducer:
         return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
 
+    def warm(self) -> BatchReducer:
+        """A pool process's worker, opened before its first batch arrives (a subclass with another kind of work,
+        e.g. :class:`attnviz.corpus.ablate_work.AblateSetup`, opens its own)."""
+        # the heads are the model's own (layout of its sites): the driver has not read them yet
+        r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k)
+        r.prepare()  # the statistics session, while the driver still plans
+        return r
+
 
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 
@@ -58,9 +66,8 @@ def _warm(setup: WorkerSetup) -> None:
     batch to raise as itself (an initializer's exception would only break the pool, with no message)."""
     global _REDUCER
     _enter_worker()
-    try:  # the heads are the model's own (layout of its sites): the driver has not read them yet
-        _REDUCER = BatchReducer(setup.model, setup.provider, setup.tokenizer, setup.threads, setup.k)
-        _REDUCER.prepare()  # the statistics session, while the driver still plans
+    try:
+        _REDUCER = setup.warm()
     except Exception:
         _REDUCER = None
 
@@ -71,6 +78,8 @@ def _ready() -> int:
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
+    if isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.model.meta:  # a speech model's heads: the driver's
+        _REDUCER.groups = list(setup.groups)  # (its probe leaves them unknown): the same session reduces them
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = setup.reducer()

@@ -65,6 +65,10 @@ class Partial:
     # per head the items it aligns worst (corpus/gold.py worst_items): item AER [NH, kb] and Item.index [NH, kb]
     gold_top_value: np.ndarray | None = None
     gold_top_item: np.ndarray | None = None
+    # --audio-dir with --gold-dir: boundary counts [1 + cross heads, 7] (corpus/audio_items.py), summed like ``sums``
+    audio: np.ndarray | None = None
+    # --audio-dir: each recording's word times (Item.index -> the words TSV's bytes), written by the driver
+    words: dict[int, bytes] = field(default_factory=dict)
 
 
 def key_columns(

@@ -16,13 +16,16 @@ from attnviz.runtime.raster import IMAGE_SUFFIXES
 @dataclass(frozen=True)
 class Item:
     """One input; ``index`` is its position in the file (examples point back to it).  ``gold``: the pair's gold
-    word alignment, a Pharaoh line (``--gold-column``)."""
+    word alignment, a Pharaoh line (``--gold-column``).  ``audio``: a recording of ``--audio-dir``, ``reference``
+    its word times in ``--gold-dir`` (corpus/audio_items.py)."""
 
     index: int
     text: str | None = None
     pair: str | None = None
     image: str | None = None
     gold: str | None = None
+    audio: str | None = None
+    reference: str | None = None
 
 
 def item_error(it: Item, e: AttnvizError, pair: bool = False) -> AttnvizError:
@@ -169,13 +172,17 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def sha256_model(path: str | Path) -> str:
-    """One .onnx file's sha256, or a model folder's (an optimum export): every file in it, by name."""
+    """One .onnx file's sha256, or a model folder's (an optimum export): every file in it, by name -- and in a Hub
+    repository's ``onnx/`` folder, where its model files are (the files above are only its configs)."""
     path = Path(path)
     if not path.is_dir():
         return sha256_file(path)
     h = hashlib.sha256()
-    for f in sorted(p for p in path.iterdir() if p.is_file()):
-        h.update(json.dumps([f.name, sha256_file(f)]).encode())
+    files = [p for p in path.iterdir() if p.is_file()]
+    if (path / "onnx").is_dir():
+        files += [p for p in (path / "onnx").iterdir() if p.is_file()]
+    for f in sorted(files):
+        h.update(json.dumps([f.relative_to(path).as_posix(), sha256_file(f)]).encode())
     return h.hexdigest()
 
 

@@ -28,6 +28,7 @@ GOLD_COLUMNS = GOLD_SCORES  # heads.parquet, with --gold-column (NaN off cross h
 def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray | None) -> list[dict]:
     means = acc.means()
     gold = _gold_scores(acc) if acc.gold is not None else None
+    aligned = _alignment(acc, groups)
     rows = []
     for g in groups:
         for h in range(g.heads):
@@ -51,9 +52,25 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
                     "role": role,
                     "role_score": score,
                     **scored,
+                    **aligned.get((g.kind, g.layer, h), {}),
                 }
             )
     return rows
+
+
+def _alignment(acc: Accumulator, groups: list[HeadGroup]) -> dict[tuple[str, int, int], dict]:
+    """``--audio-dir --gold-dir``: align-audio's columns (boundaries within 20/50/100 ms, mean error) on every
+    head's row, NaN (and 0 boundaries) off the cross heads."""
+    if acc.audio is None:
+        return {}
+    from attnviz.corpus.align_audio import MEASURES
+    from attnviz.corpus.audio_items import head_columns
+
+    cross = head_columns(acc.audio, groups)
+    off = {m: 0 if kind == "int64" else math.nan for m, kind in MEASURES}
+    return {
+        (g.kind, g.layer, h): cross[(g.layer, h)] if g.kind == "cross" else off for g in groups for h in range(g.heads)
+    }
 
 
 def _gold_scores(acc: Accumulator):
@@ -122,6 +139,7 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                             "text": src.text,
                             "pair": src.pair,
                             "image": src.image,
+                            **({"audio": src.audio} if src.audio else {}),
                             "generated": " ".join(gen) if gen is not None else None,
                             "generate": len(gen) if gen is not None else None,
                         }
@@ -202,6 +220,8 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
             ("generate", pa.int64()),  # how many: `attnviz open --generate N` shows the same decoder rows
         ]
     )
+    if any("audio" in e for e in examples):  # a speech corpus: each example's recording
+        ex_schema = ex_schema.insert(ex_schema.get_field_index("image") + 1, pa.field("audio", pa.string()))
     with writes.atomic_path(out / EXAMPLES, "--out") as tmp:
         pq.write_table(pa.Table.from_pylist(examples, schema=ex_schema), tmp)
     writes.atomic_write_json(out / RUN, run, "--out")

@@ -24,6 +24,7 @@ from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
+from attnviz.corpus.audio_items import AudioSpec
 from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs
 from attnviz.corpus.fold import key_columns as _cols
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
@@ -128,6 +129,8 @@ class BatchReducer:
     def __call__(self, spec: BatchSpec) -> Partial:
         if isinstance(spec, PairSpec):
             return self._pair(spec)
+        if isinstance(spec, AudioSpec):
+            return self._audio(spec)
         feeds, lengths, special = self.feeds(spec)
         part = self._in_graph(spec, feeds, lengths, special)
         if part is not None:
@@ -214,6 +217,17 @@ class BatchReducer:
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
         return part
 
+    def _audio(self, spec: AudioSpec) -> Partial:
+        """A recording (``--audio-dir``): encoder self over its frames, decoder self (causal) and cross over the
+        decoder's rows, plus its boundary counts and words (corpus/audio_items.py)."""
+        from attnviz.corpus.audio_items import run_recording
+
+        ran = run_recording(self.model, self.groups, spec)
+        axes = {"encoder": Axis(*ran.encoder), "decoder": Axis(*ran.decoder, causal=True)}
+        part = reduce_maps(ran.maps, self.groups, axes, spec.items, self.k, spec.batch_id)
+        part.audio, part.words = ran.counts, {spec.items[0]: ran.words}
+        return part
+
     def _in_graph(self, spec: BatchSpec, feeds, lengths, special) -> Partial | None:
         """The batch reduced by the statistics session, or None where it cannot be (then maps are reduced)."""
         from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
@@ -256,6 +270,7 @@ class Accumulator:
         self.gold: np.ndarray | None = None  # --gold-column: link counts (corpus/gold.py), once a batch brings them
         self.gold_top_value: np.ndarray | None = None  # and per head the items it aligns worst (AER, Item.index)
         self.gold_top_item: np.ndarray | None = None
+        self.audio: np.ndarray | None = None  # --audio-dir with --gold-dir: boundary counts (corpus/audio_items.py)
 
     def fold(self, p: Partial) -> None:
         if p.batch_id != self.next_batch:
@@ -277,7 +292,9 @@ class Accumulator:
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
         gold = self.gold if p.gold is None else p.gold if self.gold is None else self.gold + p.gold
         worst = self._worst(p)
+        audio = self.audio if p.audio is None else p.audio if self.audio is None else self.audio + p.audio
         self.__dict__.update(
+            audio=audio,
             gold=gold,
             gold_top_value=worst[0],
             gold_top_item=worst[1],
@@ -311,7 +328,7 @@ class Accumulator:
 
     # -- checkpoint ------------------------------------------------------------------
     FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
-    GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item")  # only with --gold-column
+    GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item", "audio")  # only with --gold-column / --gold-dir
 
     def save(self, path: Path, fingerprint: str) -> None:
         # atomic: an interrupt mid-write leaves the previous checkpoint intact

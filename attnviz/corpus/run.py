@@ -19,6 +19,7 @@ from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
+from attnviz.corpus.audio_items import sha256_audio, sites_of
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
 from attnviz.corpus.plan import (
     BatchSpec,
@@ -64,6 +65,9 @@ class CorpusConfig:
     convention: str | None = (
         None  # decoder row = the token it predicts / reads; None: the model's declared, else predict
     )
+    audio_dir: str | None = None  # a folder of recordings for a speech model (corpus/audio_items.py)
+    gold_dir: str | None = None  # their reference word times, NAME.tsv or NAME.TextGrid per NAME.wav
+    tier: str | None = None  # the TextGrid tier of the words
 
 
 @dataclass
@@ -77,8 +81,17 @@ class CorpusSummary:
 
 
 def _check(cfg: CorpusConfig) -> None:
-    if (cfg.texts is None) == (cfg.images is None):
-        raise AttnvizError("give exactly one of --texts FILE or --images DIR")
+    if sum(x is not None for x in (cfg.texts, cfg.images, cfg.audio_dir)) != 1:
+        raise AttnvizError("give exactly one of --texts FILE, --images DIR or --audio-dir DIR")
+    if cfg.gold_dir is not None and cfg.audio_dir is None:
+        raise AttnvizError("--gold-dir holds reference word times of recordings; give them with --audio-dir DIR")
+    if cfg.tier is not None and cfg.gold_dir is None:
+        raise AttnvizError("--tier names the TextGrid tier of the references; give --gold-dir DIR too")
+    if cfg.audio_dir is not None and cfg.engine != "local":
+        raise AttnvizError("speech corpora (--audio-dir) run locally for now; drop --engine ray")
+    for flag, folder in (("--audio-dir", cfg.audio_dir), ("--gold-dir", cfg.gold_dir)):
+        if folder and Path(folder).is_dir() and Path(cfg.out).resolve().is_relative_to(Path(folder).resolve()):
+            raise AttnvizError(f"--out {cfg.out} is inside {flag} {folder}; give a results folder outside the inputs")
     if cfg.batch_size < 1:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
@@ -145,6 +158,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
                 "the model": cfg.model,
                 "the --texts file": cfg.texts,
                 "the --images folder": cfg.images,
+                "the --audio-dir folder": cfg.audio_dir,
+                "the --gold-dir folder": cfg.gold_dir,
                 "the --tokenizer file": cfg.tokenizer,
             },
             (CHECKPOINT,),
@@ -169,13 +184,27 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         warm.append(w)
         offer(w)  # local_engine takes it when it fits the setup planned below
     model.probe()  # decoders are confirmed by a causal map; head counts are read
-    kind = check_model(model)
+    speech = "audio" in model.meta
+    if speech != (cfg.audio_dir is not None):
+        raise AttnvizError(
+            f"{model.path.name} is a speech model; give its recordings with --audio-dir DIR"
+            if speech
+            else f"--audio-dir {cfg.audio_dir}: {model.path.name} takes no sound; give a speech (Whisper) folder"
+        )
+    kind = model.kind if speech else check_model(model)
     if kind == "vision" and cfg.images is None:
         raise AttnvizError(f"{model.path.name} takes images; give --images DIR")
-    if kind != "vision" and cfg.texts is None:
+    if kind != "vision" and cfg.texts is None and not speech:
         raise AttnvizError(f"{model.path.name} takes text; give --texts FILE")
-    _check_generate(cfg, model.path.name, kind)
-    groups = layout(model.sites)
+    if not speech:
+        _check_generate(cfg, model.path.name, kind)
+    elif cfg.generate_given and cfg.gold_dir:
+        raise AttnvizError(
+            f"--generate {cfg.generate} with --gold-dir: the reference's words are teacher-forced, nothing is "
+            "generated; drop --generate"
+        )
+    speech_sites = sites_of(model) if speech else None  # its probe leaves a speech model's head counts unknown
+    groups = layout(speech_sites or model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
@@ -193,7 +222,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else _planned
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
-    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt)
+    stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, speech_sites)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
     del model  # workers hold their own sessions; the driver's is released before they start
@@ -211,8 +240,10 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     bar = _bar(cfg, stream.total, resumed)
     t0 = time.perf_counter()
     last_save = t0
+    recordings = stream.items() if cfg.audio_dir is not None else {}
     try:
         for part in stream.partials(acc.next_batch):
+            _write_words(out, part, recordings)  # before the fold: a resumed run writes the same bytes again
             acc.fold(part)
             bar.update(part.items)
             if stream.fingerprint is not None and (
@@ -252,7 +283,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         # how an encoder-decoder's decoder was fed: the targets (as `attnviz open --text-pair`), or its own greedy
         # output (as `attnviz open --generate N`)
         "decoder_input": _decoder_input(cfg, kind),
-        "data": str(Path(str(cfg.texts or cfg.images)).resolve()),
+        "data": str(Path(str(cfg.texts or cfg.images or cfg.audio_dir)).resolve()),
         "data_sha256": stream.data_sha,
         "data_sha256_of": stream.data_sha_of,
         "tokenizer": str(Path(cfg.tokenizer).resolve()) if cfg.tokenizer else None,
@@ -277,6 +308,8 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     }
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
+    if stream.audio is not None:
+        run["audio_gold"] = stream.audio(acc.audio)
     output.write(
         out,
         output.head_rows(acc, groups, induction),
@@ -287,7 +320,21 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
 
 
+def _write_words(out: Path, part, recordings: dict[int, it.Item]) -> None:
+    """``--audio-dir``: each recording's word times, ``out/words/NAME.words.tsv`` (as ``align-audio`` writes them)."""
+    from attnviz.core.writes import atomic_write_bytes
+    from attnviz.corpus.audio_items import WORDS
+
+    for index, data in part.words.items():
+        (out / WORDS).mkdir(exist_ok=True)
+        atomic_write_bytes(out / WORDS / f"{Path(str(recordings[index].audio)).stem}.words.tsv", data, "--out")
+
+
 def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
+    if cfg.audio_dir is not None:
+        if cfg.gold_dir:
+            return "teacher-forced on each recording's reference words (--gold-dir)"
+        return f"greedy generation, up to {cfg.generate if cfg.generate_given else 'align-audio’s default'} tokens"
     if kind != "encoder-decoder":
         return None
     if cfg.pair_column:
@@ -295,11 +342,14 @@ def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
     return f"greedy generation, up to {cfg.generate} tokens per item (stops at the end token)"
 
 
-def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
     """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
     specs: list[BatchSpec]
     gold_info = None
-    if cfg.texts is not None and kind == "encoder-decoder":
+    audio = None
+    if cfg.audio_dir is not None:
+        items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
+    elif cfg.texts is not None and kind == "encoder-decoder":
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
         plan_gold = None
@@ -324,7 +374,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
         specs = plan_images(items, cfg.batch_size)
     threads = cfg.threads or default_threads(workers)  # as the pool started early (_prestart) has them
     workers = max(1, min(workers, len(specs)))
-    data_sha = it.sha256_items(items)
+    data_sha = it.sha256_items(items) if cfg.audio_dir is None else sha256_audio(items)
     n_items = len(items)
     # the plan's identity: a checkpoint is only resumed by a run that would cut the very same batches
     plan_h = hashlib.sha256()
@@ -364,8 +414,23 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Str
         fingerprint,
         workers,
         threads,
-        gold=gold_info,
+        gold=gold_info if cfg.audio_dir is None else None,
+        audio=audio,
     )
+
+
+def _audio_plan(cfg: CorpusConfig, model, sites):
+    """``--audio-dir``: the recordings (each checked), one batch each, run.json's alignment summary, and what
+    the checkpoint's identity adds (the references' tier, the tokens generated)."""
+    from attnviz.corpus import audio_items as ai
+    from attnviz.runtime.audio import FeatureSpec
+
+    choice, _ = ai.chosen_heads(model, sites)  # a bad alignment_heads list stops the run here, in one line
+    items = ai.read_audio_dir(str(cfg.audio_dir), cfg.gold_dir, cfg.max_items, cfg.tier)
+    ai.check_recordings(items, FeatureSpec.from_dict(model.meta["audio"]))
+    generate = cfg.generate if cfg.generate_given else None
+    specs: list[BatchSpec] = [*ai.plan_audio(items, cfg.tier, generate)]
+    return items, specs, lambda counts: ai.summary(counts, choice, len(items)), {"audio": [cfg.tier, generate]}
 
 
 def _gold_plan(cfg: CorpusConfig, model, items: list[it.Item], enc) -> tuple[tuple, dict]:
@@ -424,6 +489,8 @@ def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:
         want = min(want, cfg.max_items)
     n = 0
     try:
+        if cfg.audio_dir is not None:  # one batch a recording
+            return max(1, sum(1 for _ in itertools.islice(Path(cfg.audio_dir).iterdir(), enough)))
         if cfg.images is not None:
             n = sum(1 for _ in itertools.islice(Path(cfg.images).iterdir(), want))
         elif Path(str(cfg.texts)).suffix.lower() in (".txt", ".jsonl"):
@@ -436,7 +503,7 @@ def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:
     return max(1, -(-min(n, want) // cfg.batch_size))
 
 
-def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
     """``--engine ray --texts``: Ray Data reads, tokenises, batches and writes the partials (not resumable)."""
     import pickle
 
@@ -486,7 +553,7 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> S
     return stream
 
 
-def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt) -> Stream:
+def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
     from attnviz.corpus.ray_engine import images_stream
 
     threads = cfg.threads or default_threads(workers)

@@ -24,3 +24,4 @@ class Stream:
     threads: int
     resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
     gold: dict | None = None  # --gold-column: what run.json says of it (column, convention, punctuation)
+    audio: Callable | None = None  # --audio-dir: the summed boundary counts (or None) -> run.json's audio_gold

@@ -10,6 +10,11 @@ RUN = "run.json"
 HEAD_KEYS = (("stack", "string"), ("kind", "string"), ("layer", "int64"), ("head", "int64"))
 
 
+def row_keys(site, head: int) -> dict:
+    """The :data:`HEAD_KEYS` of head ``head`` of ``site`` (a SiteInfo)."""
+    return {"stack": site.stack, "kind": site.kind, "layer": int(site.layer), "head": int(head)}
+
+
 def write_heads(out: Path, rows: list[dict], measures: tuple[tuple[str, str], ...], run: dict) -> None:
     """``rows`` under the schema ``HEAD_KEYS + measures`` (pyarrow type names: "float64", "bool_", ...) into
     ``out/heads.parquet``, ``run`` into ``out/run.json``; ``out`` is made if missing.  Each file goes through

@@ -51,6 +51,10 @@ class FigureStyle:
     # overview only: this layer's heads alone, as a near-square grid (the window's overview shows every layer;
     # a paper may want one).  Not in a recipe: `figure --view overview --layer L` sets it
     only_layer: int | None = None
+    # overview only: a frame colour per (layer, head) of the drawn block, and what the frames mean (File ▸ Compare
+    # with…: each head's divergence from model B, as the window frames it).  Not in a recipe: a comparison's
+    head_frames: tuple[tuple[int, int, str], ...] = ()
+    frames_note: str = ""
 
     def __post_init__(self):
         check_style(self)
@@ -68,7 +72,7 @@ class FigureStyle:
         return self.cmap or DEFAULT_CMAP.get(view, FALLBACK_CMAP)
 
 
-STYLE_FIELDS = tuple(f.name for f in fields(FigureStyle) if f.name != "only_layer")
+STYLE_FIELDS = tuple(f.name for f in fields(FigureStyle) if f.name not in ("only_layer", "head_frames", "frames_note"))
 
 
 def check_style(st) -> None:

@@ -266,7 +266,9 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
     if sel.hide_special:
         what += ", special tokens hidden"
-    title = make_title(result, spec, block.name, what, *notes, "one colour scale")
+    frames = {(li, h): colour for li, h, colour in style.head_frames}
+    extra = [style.frames_note] if frames and style.frames_note else []
+    title = make_title(result, spec, block.name, what, *notes, "one colour scale", *extra)
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
     title = fit_title(title, width, fs + 1)
     top = title_height(title, fs + 1) + head_lab
@@ -289,6 +291,9 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         ax.set_yticks([])
         for sp in ax.spines.values():
             sp.set_linewidth(0.3)
+            if (li, h) in frames:  # the window's frame: this head's divergence from model B
+                sp.set_edgecolor(frames[(li, h)])
+                sp.set_linewidth(1.6)
         if r == 0 or one:
             ax.set_title(f"H{h}", fontsize=fs, pad=1.5)
         if (li, h) not in maps:  # fewer heads in this layer

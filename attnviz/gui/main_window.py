@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz import AttnvizError
-from attnviz.app import gold, rules
+from attnviz.app import gold, rules, word_times
 from attnviz.app.compare import save_compared
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
 from attnviz.core.view import Selection
@@ -84,7 +84,7 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0, "ablate": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "word_times": 0, "compare": 0, "ablate": 0}
         self.last_request: AnalyzeRequest | None = None  # what the shown result was run on (None: loaded maps)
         self.pending_values: dict | None = None
         self.last_error: str | None = None
@@ -184,6 +184,7 @@ class MainWindow(QMainWindow):
             ("Open attention &maps (.npz)…", self.open_npz_dialog, None),
             ("Choose &tokenizer (tokenizer.json)…", self.choose_tokenizer_dialog, None),
             ("Load &gold alignments (Pharaoh)…", self.load_gold_dialog, None),
+            ("Load &word times (TSV/TextGrid)…", self.load_word_times_dialog, None),
             ("Open &corpus results…", lambda: open_corpus_dialog(self), None),
         ):
             fm.addAction(self._action(text, slot, key))
@@ -327,6 +328,8 @@ class MainWindow(QMainWindow):
             self._on_exported(rid, value or ctx[0])
         elif kind == "gold" and rid == self._latest["gold"]:
             self._on_gold(value)
+        elif kind == "word_times" and rid == self._latest["word_times"]:
+            self._on_word_times(value)
         elif kind == "compare":
             self.compare.returned(rid, value)
         elif kind == "ablate":
@@ -603,6 +606,33 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.stats)
         self.statusBar().showMessage(gold.summary(table))
 
+    def load_word_times_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Reference word times", "", "Word times (*.tsv *.TextGrid *.textgrid);;All files (*)"
+        )
+        if path:
+            self.load_word_times(path)
+
+    def load_word_times(self, path) -> None:
+        """Score every cross head of the shown speech run against reference word times (``word start end`` TSV
+        or a TextGrid) in a worker; Head stats then ranks them by boundaries within 50 ms."""
+        try:
+            word_times.check_speech_result(self.session.result)
+        except AttnvizError as e:
+            self.show_error(str(e))
+            return
+        w = self.workers.start(word_times.score, self.session.model, self.session.result, str(path), kind="word_times")
+        self._latest["word_times"] = w.request_id
+        self.statusBar().showMessage(f"Scoring every cross-attention head against {Path(path).name}…")
+
+    def _on_word_times(self, scores) -> None:
+        self.stats.set_word_times(scores)
+        b = self.session.block_index("decoder", "cross")
+        if b is not None:
+            self.session.select(block=b)
+        self.tabs.setCurrentWidget(self.stats)
+        self.statusBar().showMessage(word_times.summary(scores))
+
     def choose_tokenizer_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose tokenizer", "", "Hugging Face tokenizer (*.json)")
         if path:
@@ -671,7 +701,10 @@ class MainWindow(QMainWindow):
             return
         if what is not None:  # a publication figure from the shared matplotlib renderer, off the GUI thread
             result, (name, sel) = self.session.result, what
-            self._start_export(lambda: render_and_save(result, name, sel, path), path)
+            style = None
+            if view is self.overview and held is not None and held.result_a is result:  # the frames too
+                style = held.overview_style(self.session.blocks, sel.block)
+            self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return
         try:
             self.last_export = export_widget(view.export_target(), path)

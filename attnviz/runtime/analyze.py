@@ -212,6 +212,12 @@ def refuse_non_finite(result: AttentionResult) -> None:
     maps with no word of why.  Dense maps only: checking on-demand ones would compute every head."""
     for site, m in zip(result.sites, result.maps):
         if isinstance(m, DenseMap) and not np.isfinite(m.array()).all():
+            if result.info.get("map_dtype") == "float16":
+                raise AttnvizError(
+                    f"the float16 graph produced NaN/Inf attention at {site.label} (float16's range overflowing, "
+                    "a row with every key masked, or NaN/Inf in its weights or inputs); try the full-precision file "
+                    "(a Hub repository: --variant full)"
+                )
             raise AttnvizError(
                 f"the model produced NaN/Inf attention at {site.label} (a NaN scale, or weights or inputs holding "
                 "NaN/Inf); check the model's weights and inputs"

@@ -178,6 +178,11 @@ def feature_frames(samples: int, spec: FeatureSpec) -> int:
 def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | None) -> ClipAttention:
     """The model on one clip: teacher-forced on ``transcript`` (a leading space, as Whisper's own text starts),
     else generating up to ``generate`` tokens (None: :data:`DEFAULT_TOKENS`, within the decoder's positions)."""
+    return clip_attention(model, run_speech(model, wave, transcript, generate), len(wave))
+
+
+def run_speech(model, wave: np.ndarray, transcript: str | None, generate: int | None) -> AttentionResult:
+    """:func:`run_clip`'s run, every map kept (a corpus reduces them all)."""
     prompt = model.meta.get("speech_prompt", {})
     if transcript is not None:
         if not transcript.strip():
@@ -192,7 +197,7 @@ def run_clip(model, wave: np.ndarray, transcript: str | None, generate: int | No
             if isinstance(room, int):
                 generate = max(1, min(generate, room - len(prompt.get("ids", [])) + 1))
         r = model.analyze(audio=wave, generate=generate)
-    return clip_attention(model, r, len(wave))
+    return r
 
 
 def clip_attention(model, r: AttentionResult, samples: int, batch: int = 0) -> ClipAttention:

@@ -169,8 +169,8 @@ class _Host:
         def prepare(args: tuple) -> tuple:
             sid, start, *rest = args
             if start is not None:
-                plan, feeds, length = start
-                start = (plan, self.feed_area.share(feeds), length)
+                plan, feeds, length, embed_sid = start
+                start = (plan, self.feed_area.share(feeds), length, embed_sid)
             return (sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
@@ -573,6 +573,16 @@ class RemoteSession:
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
+
+    def sid_on(self, other: RemoteSession) -> int:
+        """This session's id in the child that runs ``other`` (created there first if the child restarted since):
+        a generation loop beside ``other`` runs this session too (a VLM's embeddings)."""
+        if other._host is None or other._host is not _host or other.crashed:
+            other._ensure()
+        self._ensure()
+        if self._host is not other._host:
+            raise AttnvizError("the model's process restarted while generating; generate again")
+        return self._sid
 
     def steps(self, start, token: int, n: int, eos, budget: float):
         """A chunk of greedy cached steps, run in the child next to the session (``start``: a new generation's

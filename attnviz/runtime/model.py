@@ -533,6 +533,10 @@ class AttentionModel(engine.AnalyzeMethod):
             info["notes"] = notes  # analyze() appends its own notes to these
         if fidelity:
             info["fidelity"] = fidelity  # the export's maps differ from the model's eager attention (also a note)
+        if any(getattr(got.get(n), "dtype", None) == np.float16 for n in fetch[len(own) :]):
+            # an fp16 graph (a Hub _fp16 file): its maps are float16 numbers shown as float32, and a NaN/Inf in
+            # them is float16's range overflowing, not broken weights (analyze.refuse_non_finite says so)
+            info["map_dtype"] = "float16"
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
 
     def _place_windows(self, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]) -> list:
@@ -747,22 +751,34 @@ class AttentionModel(engine.AnalyzeMethod):
             return None
         return tuple((s.probs, -np.inf if s.method == "mha-qk" else 0.0) for s in self._sites)
 
-    def run_loop(self, plan: StepPlan | None, feeds: dict | None, length: int, token: int, n: int, eos):
+    def run_loop(
+        self,
+        plan: StepPlan | None,
+        feeds: dict | None,
+        length: int,
+        token: int,
+        n: int,
+        eos,
+        embed: AttentionModel | None = None,
+    ):
         """A chunk of greedy cached steps run where the session lives (:mod:`attnviz.runtime.steps`): with
         ``plan`` a new generation from ``feeds`` (the cache included, ``length`` tokens in it), else the one in
-        progress.  Returns (ids, finished, this file's maps in site order ``[B, H, steps, keys]``, run facts)."""
+        progress; ``embed``: the model each token goes through first (``plan.embed``), run beside this one.
+        Returns (ids, finished, this file's maps in site order ``[B, H, steps, keys]``, run facts)."""
         sess, exposed = self._session("dense")
+        embed_sess = embed._session("dense")[0] if embed is not None and plan is not None else None
         start = None
         if plan is not None:
             plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
-            start = (plan, self.check_feeds(feeds or {}), length)
+            embed_sid = embed_sess.sid_on(sess) if isinstance(embed_sess, RemoteSession) else None
+            start = (plan, self.check_feeds(feeds or {}), length, embed_sid)
         t0 = time.perf_counter()
         try:
             if isinstance(sess, RemoteSession):
                 ids, finished, got = sess.steps(start, token, n, eos, CHUNK_S)
             else:  # ATTNVIZ_INPROCESS: the same loop, here
                 if start is not None:
-                    self._loop = Loop(start[0], dict(start[1]), length)
+                    self._loop = Loop(start[0], dict(start[1]), length, embed_sess.run if embed_sess else None)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
                 chunk = advance(self._loop, token, n, eos, sess.run)
@@ -782,6 +798,9 @@ class AttentionModel(engine.AnalyzeMethod):
             "model": self.name,
             "model_path": str(self.path),
         }
+        if self.fidelity:  # what every run of this file says (run() adds them too): generation's result keeps them
+            info["notes"] = list(self.fidelity)
+            info["fidelity"] = list(self.fidelity)
         return ids, finished, [m.array() for m in maps], info
 
 

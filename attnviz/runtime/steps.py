@@ -38,6 +38,9 @@ class StepPlan:
     maps: tuple[tuple[str, float], ...] = ()  # map outputs and what pads the keys a row could not see yet
     dtypes: tuple[tuple[str, str], ...] = ()  # the dtype of each input the loop writes
     suppress: tuple[int, ...] = ()  # token ids never chosen (a Whisper config's suppress_tokens)
+    # (input, output, id dtype) of an embedding model the token goes through first, its output fed to ``token``
+    # (a vision-language decoder takes inputs_embeds: the Hub's embed_tokens.onnx runs beside it, see Loop.embed)
+    embed: tuple[str, str, str] | None = None
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Loop:
     plan: StepPlan
     feeds: dict[str, np.ndarray]
     length: int
+    embed: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]] | None = None  # the embedder's run
 
 
 @dataclass
@@ -110,7 +114,14 @@ def advance(
     t0 = time.perf_counter()
     while len(ids) < steps:
         b = 1
-        f[plan.token] = np.full((b, 1), token, dtypes.get(plan.token, "int64"))
+        if plan.embed is not None:  # the token's embedding, from the embedding session beside this one
+            if loop.embed is None:
+                raise ValueError("a step plan through an embedding model needs the embedding session")
+            e_in, e_out, e_dtype = plan.embed
+            vec = loop.embed([e_out], {e_in: np.full((b, 1), token, e_dtype)})[0]
+            f[plan.token] = np.asarray(vec, dtypes.get(plan.token, "float32"))
+        else:
+            f[plan.token] = np.full((b, 1), token, dtypes.get(plan.token, "int64"))
         for n in plan.grow:
             f[n] = np.concatenate([f[n], np.ones((f[n].shape[0], 1), f[n].dtype)], axis=1)
         for n in plan.positions:

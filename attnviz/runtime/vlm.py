@@ -37,6 +37,7 @@ from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
+from attnviz.runtime.steps import StepPlan
 from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
 
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -137,6 +138,8 @@ class VLMSet(AnalyzeMethod):
             for s in model._sites:
                 s.stack = stack
             model._stack_confirmed = True
+        # what the decoder file cannot do that the model does (PaliGemma's prefix mask): one line with its maps
+        self.decoder.fidelity = [*self.decoder.fidelity, *self.family.decoder_notes(self.decoder.inputs)]
         self.meta: dict = {"special": config_special(layout.decoder)}
         image = folder_image(layout.vision)
         if image:
@@ -276,8 +279,19 @@ class VLMSet(AnalyzeMethod):
                 f[i.name] = feeds["attention_mask"].astype(np.dtype(i.dtype))
             elif i.rank == 3 and i.dtype.startswith("float"):  # inputs_embeds
                 f[i.name] = emb
+            elif role == "token_types":  # PaliGemma's prefix (type 0) and suffix (type 1), from the ids
+                _ = self.tokenizers  # the family learns its tokenizer's prefix-closing token
+                f[i.name] = self.family.token_types(ids).astype(np.dtype(i.dtype))
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
+        self._offset_positions(f)
         return f
+
+    def _offset_positions(self, f: dict) -> None:
+        """The family's first position (PaliGemma counts from 1; the count over real tokens starts at 0)."""
+        if self.family.position_offset:
+            for i in self.decoder.inputs:
+                if self.decoder.roles[i.name] == "positions" and i.name in f:
+                    f[i.name] = f[i.name] + np.asarray(self.family.position_offset, f[i.name].dtype)
 
     def embeddings(self, ids: np.ndarray) -> np.ndarray:
         """embed_tokens.onnx on ``ids`` (the file has no attention: its one output, ``inputs_embeds``)."""
@@ -325,9 +339,11 @@ class VLMCache:
         # an If-merged decoder's use_cache_branch (optimum: bool [1]): off for the prompt (fill_auxiliary feeds
         # it false, the without-past branch), on for every cached step (the with-past branch)
         self.flags = {i.name: i.rank for i in vs.decoder.inputs if i.dtype == "bool" and i.rank <= 1}
+        self.types = [i.name for i in vs.decoder.inputs if vs.decoder.roles[i.name] == "token_types"]
         self.n_vis = len(vs.vision.sites)
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
+        self.looping = False  # a loop beside the decoder's session holds the cache (see steps)
 
     @classmethod
     def for_set(cls, vs: VLMSet) -> VLMCache | None:
@@ -348,6 +364,7 @@ class VLMCache:
         self.cache = {p: r.outputs[present_name(p)] for p in self.past}
 
     def start(self, feeds: dict) -> StepOut:
+        self.looping = False
         feeds = self.vs.check_feeds(feeds)
         vmaps, features, _ = self.vs.see(feeds["pixel_values"], "dense")
         r = self.vs.decoder.run(self.vs._decoder_feeds(feeds, features), mode="dense")
@@ -370,14 +387,62 @@ class VLMCache:
             ),
             **self.cache,
             **{n: np.ones([1] * rank, bool) for n, rank in self.flags.items()},
+            # a generated token is suffix (token type 1), as transformers' generate appends it
+            **{n: np.ones_like(ids) for n in self.types},
         }
+        self.vs._offset_positions(f)
         r = self.vs.decoder.run(f, mode="dense")
         self._keep(r)
         maps = {self.n_vis + j: m.array() for j, m in enumerate(r.maps)}
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
+    def plan(self) -> StepPlan | None:
+        """How each step's feeds follow from the last for a loop beside the decoder's session: the token through
+        embed_tokens.onnx (run beside it), the mask a column longer, the position the cache's length, the cache
+        carried -- or None (one request per step): a batch, a padded row, positions that are not ``[B, 1]``."""
+        dec = self.vs.decoder
+        maps = dec.loop_maps()
+        by_name = {i.name: i for i in dec.inputs}
+        if maps is None or self.mask.shape[0] != 1 or not self.mask.all() or by_name[self.names["positions"]].rank != 2:
+            return None
+        embed_in, embed_out = self.vs.embed.inputs[0], self.vs.embed.outputs[0]
+        return StepPlan(
+            fetch=(),  # the decoder fills in its fetch list
+            logits="logits",
+            carry=tuple((p, present_name(p)) for p in self.past),
+            token=self.names["embeds"],
+            grow=(self.names["mask"],),
+            positions=(self.names["positions"],),
+            flags=tuple(self.flags.items()),
+            maps=maps,
+            dtypes=tuple((i.name, i.dtype) for i in dec.inputs),
+            embed=(embed_in.name, embed_out.name, embed_in.dtype),
+        )
+
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
-        return one_step(self, token, eos)
+        """Up to ``n`` greedy steps in one chunk beside the decoder's session (else one step per request)."""
+        plan = None if self.looping else self.plan()
+        if not self.looping and plan is None:
+            return one_step(self, token, eos)
+        feeds = None
+        # the loop writes each new token's position as its count of tokens so far: a family counting from 1
+        # (PaliGemma) starts that count at its offset
+        length = self.mask.shape[1] + self.vs.family.position_offset
+        if plan is not None:  # the step's feeds before the loop adds the token's column and position
+            dec = {i.name: i for i in self.vs.decoder.inputs}
+            feeds = {
+                self.names["embeds"]: self.vs.embeddings(np.asarray([[token]], np.int64)),
+                self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
+                self.names["positions"]: np.full((1, 1), length, np.dtype(dec[self.names["positions"]].dtype)),
+                **self.cache,
+                **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
+                # every generated token is suffix (type 1): a constant the loop leaves as it is
+                **{name: np.ones((1, 1), np.dtype(dec[name].dtype)) for name in self.types},
+            }
+        ids, _, maps, info = self.vs.decoder.run_loop(plan, feeds, length, token, n, eos, embed=self.vs.embed)
+        self.looping = True
+        self.cache = {}  # the cache is the loop's now
+        return StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
 
 
 _: type[AttnModel] = VLMSet  # mypy checks here that a Hub VLM folder satisfies the model Protocol

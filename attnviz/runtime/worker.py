@@ -343,10 +343,17 @@ class Server:
         self.pool.run += 1
         sess = self.sessions[sid][0]
         if start is not None:
-            plan, feeds, length = start
+            plan, feeds, length, embed_sid = start
             # feeds from the feed area are views the parent rewrites for its next request: the loop owns copies
             own = {k: np.array(self._feed(v)) if isinstance(v, SharedFeed) else np.array(v) for k, v in feeds.items()}
-            self.loops[sid] = Loop(plan, own, int(length))
+            embed = None
+            if embed_sid is not None:  # a VLM's embed_tokens session, created in this process beside the decoder
+                if embed_sid not in self.sessions:
+                    raise AttnvizError(
+                        "generation lost its embedding model (the model's process restarted); generate again"
+                    )
+                embed = self.sessions[embed_sid][0].run
+            self.loops[sid] = Loop(plan, own, int(length), embed)
         loop = self.loops.get(sid)
         if loop is None:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")

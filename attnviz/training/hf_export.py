@@ -26,16 +26,17 @@ from attnviz.core import preprocess
 from attnviz.core.untrusted import read_json
 from attnviz.core.writes import publish_folder
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
-from attnviz.training.hf_onnx import _AXES, OPSET, HFWrapper, export_or_explain, onnx_export  # noqa: F401
+from attnviz.training.hf_onnx import (  # noqa: F401
+    _AXES,
+    ATOL,
+    OPSET,
+    RTOL,
+    HFWrapper,
+    excess,
+    export_or_explain,
+    onnx_export,
+)
 
-# The check's tolerance is relative to each map's scale: |onnx - transformers| <= ATOL + RTOL * max|transformers map|
-# (outputs: the same on the output divided by its largest magnitude).  Why: a softmax weight's float error is
-# p_i * (d_i - sum_j p_j d_j) for logit errors d, so it is bounded by the map's peak times the logits' error, and the
-# logits' error grows with their magnitude and the model's depth.  A correct fp32 export of a peaky map (SigLIP's
-# pooling head: 1.68e-4; a SigLIP with 300x query weights: 4e-4) exceeds any fixed 1e-4 while its logits are right
-# to well under 1e-3.  A wrong map (another layer's, a dropped mask) misses by 1e-2 or more, so it is still refused.
-ATOL = 1e-4
-RTOL = 1e-3
 SAMPLE_TEXTS = (
     "attention shows where a model looks",
     "a longer second sentence checks that every length works the same",
@@ -383,11 +384,6 @@ class ExportReport:
     missing_weights: list[str] = field(default_factory=list)  # initialised randomly by transformers
 
 
-def excess(got: np.ndarray, ref: np.ndarray, atol: float = ATOL, rtol: float = RTOL) -> float:
-    """How far ``got`` strays beyond the tolerance ``atol + rtol * max|ref|`` (<= 0: within)."""
-    return float(np.abs(got - ref).max()) - (atol + rtol * float(np.abs(ref).max()))
-
-
 def check_against_transformers(
     onnx_path: Path, model, inputs: list[dict], atol: float = ATOL, rtol: float = RTOL
 ) -> tuple[float, float, int]:
@@ -468,13 +464,21 @@ def export_hf(
     import transformers
 
     from attnviz.training.hf_speech import DECODER, ENCODER, check_source, export_speech
+    from attnviz.training.hf_vlm import FAMILY, TASK, export_vlm, recipe_for
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_paths(model_dir, out_dir)
+    vlm = recipe_for(model_dir)  # a vision–language model: its family known before the weights load, or refused
     torch.manual_seed(0)
     transformers.logging.set_verbosity_error()  # load reports and progress bars: the missing weights are reported below
     transformers.utils.logging.disable_progress_bar()
     model, config, missing = _load(model_dir)
+    if vlm is not None:  # the Hub's three files in out_dir/onnx/, the repository's files at its top
+        texts = (text, text + " " + text) if text else SAMPLE_TEXTS
+        tok = _tokenizer(model_dir)
+        bos = _special(tok, config).get("bos")
+        c = export_vlm(model, config, tok, bos, vlm, model_dir, out_dir, opset, texts)
+        return ExportReport(out_dir, FAMILY, TASK, c.sites, c.max_diff, c.output_max_diff, c.lengths, missing)
     fam = family_of(model, config)
     if fam.name == "speech":
         check_source(model_dir)

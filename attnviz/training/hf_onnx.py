@@ -1,6 +1,7 @@
-"""``torch.onnx.export`` of a Hugging Face model: the wrapper, the dynamic axes, and one line for what torch cannot
-export.  Shared by :mod:`attnviz.training.hf_export` (one file) and :mod:`attnviz.training.hf_speech` (a speech
-model's two files)."""
+"""``torch.onnx.export`` of a Hugging Face model: the wrapper, the dynamic axes, one line for what torch cannot
+export, and the check's tolerance.  Shared by :mod:`attnviz.training.hf_export` (one file),
+:mod:`attnviz.training.hf_speech` (a speech model's two files) and :mod:`attnviz.training.hf_vlm` (a
+vision–language model's three)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from attnviz import AttnvizError
 
 OPSET = 17
+# The check's tolerance is relative to each map's scale: |onnx - transformers| <= ATOL + RTOL * max|transformers map|
+# (outputs: the same on the output divided by its largest magnitude).  Why: a softmax weight's float error is
+# p_i * (d_i - sum_j p_j d_j) for logit errors d, so it is bounded by the map's peak times the logits' error, and the
+# logits' error grows with their magnitude and the model's depth.  A correct fp32 export of a peaky map (SigLIP's
+# pooling head: 1.68e-4; a SigLIP with 300x query weights: 4e-4) exceeds any fixed 1e-4 while its logits are right
+# to well under 1e-3.  A wrong map (another layer's, a dropped mask) misses by 1e-2 or more, so it is still refused.
+ATOL = 1e-4
+RTOL = 1e-3
 _AXES = {
     "input_ids": {0: "batch", 1: "sequence"},
     "attention_mask": {0: "batch", 1: "sequence"},
@@ -52,9 +63,11 @@ def onnx_export(
     output_axes: dict | None = None,
     module: bool = False,
     axes: dict | None = None,
+    outputs: list[str] | None = None,
 ) -> None:
     """``torch.onnx.export`` of an HF model through :class:`HFWrapper` (inputs named as ``kwargs``' keys), or of a
-    ``module`` whose forward already takes them positionally; ``axes`` replaces the default dynamic axes."""
+    ``module`` whose forward already takes them positionally; ``axes`` replaces the default dynamic axes; a module
+    returning several tensors names them all in ``outputs`` (a decoder's logits and present key/values)."""
     import torch
 
     names = list(kwargs)
@@ -71,7 +84,7 @@ def onnx_export(
         else:
             how = dict(dynamo=True, verbose=False)
         torch.onnx.export(
-            wrapper, args, str(path), input_names=names, output_names=[output], opset_version=opset, **how
+            wrapper, args, str(path), input_names=names, output_names=outputs or [output], opset_version=opset, **how
         )
 
 
@@ -119,3 +132,8 @@ def export_or_explain(model, kwargs: dict, output: str, path: Path, opset: int =
             f"{arch}: torch.onnx.export failed ({type(e).__name__}: {text[:200]}); try another --opset, or export "
             "with optimum-cli (eager attention) and open the .onnx file"
         ) from None
+
+
+def excess(got: np.ndarray, ref: np.ndarray, atol: float = ATOL, rtol: float = RTOL) -> float:
+    """How far ``got`` strays beyond the tolerance ``atol + rtol * max|ref|`` (<= 0: within)."""
+    return float(np.abs(got - ref).max()) - (atol + rtol * float(np.abs(ref).max()))

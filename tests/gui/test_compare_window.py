@@ -287,3 +287,38 @@ def test_the_overview_frames_each_head_by_its_divergence(qtbot, real_window, qua
     assert blk.n_layers == len({k[1] for k in js})
     w.compare.stop()
     assert not ov.frames
+
+
+def test_the_exported_overview_frames_the_heads_as_the_screen_does(qtbot, real_window, quantized, tmp_path):
+    """File ▸ Export view on the Overview while comparing: each head's panel is framed in the colour the screen
+    frames it (its divergence from B), the unframed heads keep thin black edges, and the title says what the frames
+    mean."""
+    from matplotlib.colors import to_hex
+
+    from attnviz.figures import render_figure
+
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, text=TEXT)
+    w.select_view("overview")
+    held = compare_and_wait(qtbot, w, quantized)
+    ov, s = w.overview, w.session
+    screen = {(li, h): c for (bi, li, h), c in ov.frame_colours.items() if bi == s.sel.block}
+    assert screen
+    name, sel = w.figure_selection(ov)
+    fig = render_figure(s.result, name, sel, held.overview_style(s.blocks, sel.block))
+    panels = [ax for ax in fig.axes if ax.images and ax.get_xticks().size == 0 and ax.get_position().width < 0.5]
+    panels = [ax for ax in panels if ax.get_images()[0].get_array().ndim == 2 and ax.get_ylabel() == ""]
+    rows = sorted({round(ax.get_position().y0, 6) for ax in panels}, reverse=True)  # a row per layer, 0 on top
+    cols = sorted({round(ax.get_position().x0, 6) for ax in panels})  # a column per head
+    drawn = {}
+    for ax in panels:
+        li, h = rows.index(round(ax.get_position().y0, 6)), cols.index(round(ax.get_position().x0, 6))
+        if ax.spines["top"].get_linewidth() > 1:
+            drawn[(li, h)] = to_hex(ax.spines["top"].get_edgecolor())
+    assert drawn == screen
+    assert any(f"divergence from {held.name_b}" in t.get_text() for t in fig.texts)  # the title says so
+    out = tmp_path / "overview.svg"
+    w.export_view(out)
+    qtbot.waitUntil(lambda: w.last_export == out, timeout=30000)
+    text = out.read_text()
+    assert all(c in text for c in screen.values())  # the frames' colours are in the exported file

@@ -144,7 +144,7 @@ def test_other_family_refused_in_one_line(llava_repo, tmp_path):
     shutil.copytree(llava_repo, repo)
     cfg = json.loads((repo / "config.json").read_text())
     (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "qwen2_vl"}))
-    with pytest.raises(AttnvizError, match="'qwen2_vl'.*llava, idefics3 only"):
+    with pytest.raises(AttnvizError, match=r"'qwen2_vl'.*llava, idefics3.* only"):
         open_model(repo, provider="cpu")
     (repo / "config.json").unlink()
     with pytest.raises(AttnvizError, match="no readable config.json"):
@@ -239,3 +239,25 @@ def test_the_image_figure_opens_on_the_words_over_the_image(llava_repo, image):
     assert select.WHY_NOT["image"](r) is None
     assert select._image_block(r, None) == v.image_source(r, blocks)[0] == 1
     assert select._image_block(r, 0) == 0  # the vision tower's own self-attention stays drawable
+
+
+@pytest.mark.parametrize("inprocess", [False, True])
+def test_cached_generation_loops_beside_the_decoder(any_llava, image, monkeypatch, inprocess):
+    """Each generated token goes through embed_tokens.onnx and the decoder inside one loop where the sessions live
+    (no request per token; issue 26's StepPlan, with the embedding run beside the decoder): the same tokens and
+    every step's maps as the full re-run, on the isolation child and in-process alike."""
+    from attnviz.runtime import vlm
+
+    if inprocess:
+        monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    m = open_model(any_llava, provider="cpu")
+    full = m.analyze(text=PROMPT, image=str(image), generate=6, use_cache=False)
+
+    def no_step(self, tokens):
+        raise AssertionError("a generated token took a request of its own")
+
+    monkeypatch.setattr(vlm.VLMCache, "step", no_step)
+    r = m.analyze(text=PROMPT, image=str(image), generate=6)
+    assert r.info["generation"] == "kv-cache" and r.info["generated_ids"] == full.info["generated_ids"]
+    for a, b in zip(r.maps, full.maps):
+        np.testing.assert_allclose(a.array(), b.array(), atol=1e-5)

@@ -89,3 +89,40 @@ def test_the_cli_lists_and_takes_variants(repo, image, tmp_path, capsys):
     assert out.is_file()
     assert main(["inspect", str(repo), "--variant", "q4"]) == 2
     assert "its variants: full, int8, uint8" in capsys.readouterr().err
+
+
+def test_compare_full_precision_with_a_quantized_variant_of_one_repository(repo, image, tmp_path, capsys):
+    """``compare REPO REPO --variant-b int8``: the heads are compared between the repository's full-precision and
+    int8 files; each head's JS divergence equals one computed by hand from the two variants' own runs."""
+    from attnviz.core.compare import head_differences
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "cmp"
+    args = ["compare", str(repo), str(repo), "--variant-b", "int8", "--image", str(image), "--text", PROMPT]
+    assert main([*args, "--out", str(out)]) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert [run["models"][k]["variant"] for k in "AB"] == ["full", "int8"]
+    rows = pq.read_table(out / "heads.parquet").to_pylist()
+    full = open_model(repo, provider="cpu").analyze(text=PROMPT, image=str(image))
+    q = open_model(repo, provider="cpu", variant="int8").analyze(text=PROMPT, image=str(image))
+    want = np.concatenate(
+        [head_differences(a.array(), b.array(), None).js_divergence for a, b in zip(full.maps, q.maps)]
+    )
+    np.testing.assert_allclose([r["js_divergence"] for r in rows], want, atol=1e-9)
+    assert max(want) > 0  # the int8 files really ran
+    texts = tmp_path / "t.txt"
+    texts.write_text("a photo\n")
+    assert main([*args[:3], "--texts", str(texts), "--variant-b", "int8", "--out", str(tmp_path / "c2")]) == 2
+    assert "--variant-b" in capsys.readouterr().err  # a corpus run compares whole models: refused, not ignored
+
+
+def test_the_repository_hash_covers_its_onnx_folder(repo, tmp_path):
+    """Two repositories with the same configs and different weights in onnx/ are told apart."""
+    from attnviz.corpus.items import sha256_model
+
+    other = tmp_path / "other"
+    shutil.copytree(repo, other)
+    before = sha256_model(other)
+    f = other / "onnx" / "embed_tokens_int8.onnx"
+    f.write_bytes(f.read_bytes() + b"\0")
+    assert sha256_model(other) != before and before == sha256_model(repo)

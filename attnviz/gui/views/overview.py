@@ -192,11 +192,10 @@ class OverviewView(View):
         if c is None or c.result_a is not self.session.result:
             return
         js = c.divergence(self.session.blocks)
-        top = max(js.values(), default=0.0)
-        for key, value in js.items():
-            colour = vm.divergence_colour(value, top)
-            if colour is None or key not in self.cells:
+        for key, colour in c.frame_colours(self.session.blocks).items():
+            if key not in self.cells:
                 continue
+            value = js[key]
             pen = QPen(QColor(colour))
             pen.setCosmetic(True)
             pen.setWidthF(2.0)
@@ -255,11 +254,7 @@ class OverviewView(View):
         self.info.setText(
             f"{len(self.thumbs)} heads · shared scale 0–{getattr(self, 'vmax', 1.0):.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
-            + (
-                f" · frames: divergence from {self.session.comparison.name_b} (darkest red = most)"
-                if self.session.comparison is not None
-                else ""
-            )
+            + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
             + (f" · crossed: switched off ({len(self.crosses)})" if self.crosses else "")
             + " · right-click a head to switch it off"
         )

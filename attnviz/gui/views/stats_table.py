@@ -25,6 +25,16 @@ ALIGN_COLUMNS = {
 }
 
 
+# columns added when reference word times are loaded for a speech result (its decoder cross block only)
+WORD_TIME_COLUMNS = {
+    "within_50ms": (
+        "within 50 ms",
+        "share of the word boundaries this head alone places within 50 ms of the loaded reference (higher = aligns)",
+    ),
+    "boundary_error_ms": ("mean error ms", "mean absolute error of this head's word boundaries, in milliseconds"),
+}
+
+
 def alignment_columns(table: dict, layer: int, head: int) -> dict[str, float] | None:
     """AER / precision / recall of one head from an :func:`attnviz.core.align.alignment_table`."""
     if layer >= len(table["heads"]) or head >= len(table["heads"][layer]):
@@ -100,6 +110,7 @@ class StatsView(View):
         lay.addWidget(self.table, 1)
         self.rows: list[dict] = []
         self.gold: dict | None = None  # alignment_table of a loaded gold test set
+        self.word_times = None  # app.word_times.WordTimesScores of the shown speech result
         self._key = None
         self._pending = None
         self.workers = WorkerPool(max_threads=1, parent=self)
@@ -122,6 +133,24 @@ class StatsView(View):
         self._key = None  # refill with or without the columns
         if self.isVisible():
             self.refresh()
+
+    def set_word_times(self, scores) -> None:
+        """Show each cross head's boundaries within 50 ms and mean error against reference word times."""
+        self.word_times = scores
+        self._key = None
+        if self.isVisible():
+            self.refresh()
+
+    def _word_time_rows(self, rows: list[dict]) -> bool:
+        """Add the word-time columns to ``rows``: the scored result's decoder cross block only."""
+        from attnviz.app.word_times import columns
+
+        s, wt = self.session, self.word_times
+        if wt is None or s.block is None or s.block.kind != "cross" or wt.result is not s.result:
+            return False
+        for row in rows:
+            row.update(columns(wt, row["layer"], row["head"]) or {})
+        return all("within_50ms" in row for row in rows)
 
     def _align_rows(self, rows: list[dict]) -> bool:
         """Add the gold columns to ``rows`` when they apply to the current block."""
@@ -174,10 +203,16 @@ class StatsView(View):
         self._pending = None
         self.rows = rows
         aligned = self._align_rows(rows)
+        timed = self._word_time_rows(rows)
         compared = self._compare_rows(rows)
         shown = stat_columns(self.context())  # what each column means for this block, or not shown at all
-        stats = (list(ALIGN_COLUMNS) if aligned else []) + (list(COMPARE_COLUMNS) if compared else []) + list(shown)
-        names = {**ALIGN_COLUMNS, **COMPARE_COLUMNS, **shown}
+        stats = (
+            (list(ALIGN_COLUMNS) if aligned else [])
+            + (list(WORD_TIME_COLUMNS) if timed else [])
+            + (list(COMPARE_COLUMNS) if compared else [])
+            + list(shown)
+        )
+        names = {**ALIGN_COLUMNS, **WORD_TIME_COLUMNS, **COMPARE_COLUMNS, **shown}
         self.columns = ["layer", "head"] + stats
         t = self.table
         t.setSortingEnabled(False)
@@ -212,6 +247,18 @@ class StatsView(View):
             )
         elif self.gold is not None:
             text += f" AER columns: choose a cross-attention block (gold {self.gold['name']} is loaded)."
+        if timed and self.word_times is not None:
+            from attnviz.app.word_times import summary
+
+            t.sortByColumn(self.columns.index("within_50ms"), Qt.SortOrder.DescendingOrder)  # best aligner first
+            text = (
+                f"{self.session.block.name}: {count(len(rows), 'head')} ranked by word boundaries within 50 ms; "
+                f"{summary(self.word_times)}. Click a column to sort, a row to focus that head."
+            )
+        elif self.word_times is not None:
+            text += (
+                f" Word-time columns: choose the decoder's cross-attention of the run {self.word_times.name} scored."
+            )
         c = self.session.comparison
         if compared and c is not None:
             text += f" Compared with B = {c.name_b} (JS in bits)."

@@ -94,4 +94,15 @@ def run(args) -> int:
             f"  {i:>3}  {s['stack']:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
             + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
         )
+    _method_legend(d["sites"])
     return 0
+
+
+def _method_legend(sites: list[dict]) -> None:
+    """One line per fused-op method in the table: where its maps come from (the op's own output, or recomputed),
+    so a GroupQueryAttention decoder's maps are not mistaken for a Softmax's; plain Softmax sites need none."""
+    from attnviz.runtime.graph import METHOD_NOTES
+
+    for method in dict.fromkeys(s["method"] for s in sites):
+        if not method.startswith("softmax") and method in METHOD_NOTES:
+            print(f"  {method}: {METHOD_NOTES[method]}")

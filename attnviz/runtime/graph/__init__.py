@@ -16,6 +16,7 @@ The package is split along the seams onnxruntime's transformer tools use (``onnx
 * :mod:`.softmax`, :mod:`.fused` — one finder per pattern family, registered by (domain, op);
 * :mod:`.sites` — runs the registered finders over every node and body, pairs ``If`` branches;
 * :mod:`.labels` — stack / kind / layer and canonical order;
+* :mod:`.dtypes` — a tensor's element type without whole-model shape inference (fp16 graphs' bodies);
 * :mod:`.instrument` — the extra outputs (dense maps, or Q/K for on-demand recompute);
 * :mod:`.ablate` — per-head gates (a ``[H]`` mask graph input per site) for head ablation (``attnviz ablate``);
 * :mod:`.grids` — an image encoder's token grid.
@@ -42,6 +43,7 @@ from attnviz.runtime.graph.labels import DECODER_INPUT_RE, ENCODER_PAST_RE, PAST
 from attnviz.runtime.graph.sites import (
     ANALYSIS_SECONDS,
     FINDERS,
+    METHOD_NOTES,
     REEXPORT_HINT,
     find_sites,
     local_depths,
@@ -59,6 +61,7 @@ __all__ = [
     "FINDERS",
     "FUSED_OUTPUT",
     "MATMULS",
+    "METHOD_NOTES",
     "MS",
     "MS_QK_METHODS",
     "PAST_RE",

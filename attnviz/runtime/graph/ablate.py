@@ -17,7 +17,11 @@ per head through one session).  Where the gate goes:
 Modes: ``zero`` multiplies by the mask; ``mean`` replaces an ablated head's rows by their mean over the query rows
 of the input being run (``m·X + (1 − m)·mean_q X``: on the probabilities, the head's average attention row; on a
 fused op's output, the same through linearity).  In a causal decoder that mean row puts weight on keys after a
-query (the mean over all rows sees the whole sequence); ``zero`` has no such effect.
+query (the mean over all rows sees the whole sequence); ``zero`` has no such effect.  ``fed`` (the corpus form's
+``--mode mean``) replaces an ablated head's rows by a tensor fed at run time, ``m·X + (1 − m)·F``, through a second
+input ``attnviz_head_mean_<site>`` ([B, H, Q, K], or any shape that broadcasts to the probabilities' view, e.g.
+``[1, 1, 1, 1]`` zeros for a site whose heads all stay on): the caller computes the corpus mean; probability gates
+only (a fused op's probabilities are internal, so there is nothing to feed them into).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from onnx import TensorProto, helper, numpy_helper
 from attnviz.runtime.graph.base import Site
 from attnviz.runtime.graph.index import Graph, _opset
 
-MODES = ("zero", "mean")
+MODES = ("zero", "mean", "fed")
 GATE_INPUT = "attnviz_head_gate_{}"
+MEAN_INPUT = "attnviz_head_mean_{}"  # mode "fed": the rows an ablated head's rows become
 # fused methods gated on their output: the output's layout ("bsd": [B, S, H·dv], "rank": decided by Q's rank)
 FUSED_LAYOUT = {"onnx-attention": "rank", "mha-qk": "bsd", "gqa-qk": "bsd", "recompute-packed": "bsd"}
 
@@ -50,6 +55,7 @@ class Gate:
     input: str
     heads: int
     method: str  # "probabilities" | "output"
+    fed: str | None = None  # mode "fed": the graph input of the rows that replace an ablated head's
 
 
 def gate_method(g: Graph, s: Site, ranks: Ranks | None = None) -> str:
@@ -77,6 +83,13 @@ def gate_heads(g0: Graph, sites: list[Site], chosen: list[int], mode: str) -> tu
         raise ValueError(f"unknown ablation mode {mode!r}; use {' or '.join(MODES)}")
     ranks = Ranks(g0)
     methods = {i: gate_method(g0, sites[i], ranks) for i in chosen}
+    for i in chosen:
+        if mode == "fed" and methods[i] != "probabilities":
+            s = sites[i]
+            raise GateRefused(
+                f"cannot replace the probabilities of {s.stack} {s.kind} L{s.layer} ({s.node_name!r}, {s.method}) by "
+                "their corpus mean: they are internal to the fused op; use --mode zero"
+            )
     m = copy.deepcopy(g0.model)
     graph = m.graph
     after: dict[int, list] = {}  # producer node index -> the gate's nodes, inserted right after it
@@ -99,10 +112,15 @@ def gate_heads(g0: Graph, sites: list[Site], chosen: list[int], mode: str) -> tu
         prod.output[:] = [ungated if o == tensor else o for o in prod.output]
         name = GATE_INPUT.format(i)
         graph.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [s.heads]))
+        fed = None
+        if mode == "fed":
+            fed = MEAN_INPUT.format(i)
+            dims = [f"attnviz_{a}{i}" for a in "bhqk"]  # symbolic: a [1, 1, 1, 1] zero stands for no head off
+            graph.input.append(helper.make_tensor_value_info(fed, TensorProto.FLOAT, dims))
         after.setdefault(pi, []).extend(
-            _gate_nodes(f"attnviz_gate{i}_", ungated, tensor, name, s.heads, layout, mode, opset)
+            _gate_nodes(f"attnviz_gate{i}_", ungated, tensor, name, s.heads, layout, mode, opset, fed)
         )
-        gates.append(Gate(i, name, s.heads, methods[i]))
+        gates.append(Gate(i, name, s.heads, methods[i], fed))
     nodes = []
     for k, n in enumerate(graph.node):
         nodes.append(n)
@@ -112,8 +130,11 @@ def gate_heads(g0: Graph, sites: list[Site], chosen: list[int], mode: str) -> tu
     return m, gates
 
 
-def _gate_nodes(p: str, x: str, out: str, mask: str, heads: int, layout: str, mode: str, opset: int) -> list:
-    """Nodes computing ``out`` = ``x`` with each head scaled by ``mask`` (zero) or moved toward its mean row."""
+def _gate_nodes(
+    p: str, x: str, out: str, mask: str, heads: int, layout: str, mode: str, opset: int, fed: str | None = None
+) -> list:
+    """Nodes computing ``out`` = ``x`` with each head scaled by ``mask`` (zero), moved toward its mean row (mean) or
+    toward the rows fed as ``fed`` (fed)."""
     nodes = []
 
     def const(name: str, value) -> str:
@@ -146,6 +167,14 @@ def _gate_nodes(p: str, x: str, out: str, mask: str, heads: int, layout: str, mo
     nodes.append(_cast_like(p + "m", view, p + "mc", opset))
     if mode == "zero":
         nodes.append(helper.make_node("Mul", [view, p + "mc"], [gated]))
+    elif mode == "fed":  # m·X + (1 − m)·F: an ablated head's rows become the fed ones, a kept head's stay
+        assert fed is not None
+        nodes.append(_cast_like(fed, view, p + "fedc", opset))
+        nodes.append(_cast_like(const("one", np.array(1.0, np.float32)), view, p + "onec", opset))
+        nodes.append(helper.make_node("Sub", [p + "onec", p + "mc"], [p + "off"]))
+        nodes.append(helper.make_node("Mul", [view, p + "mc"], [p + "kept"]))
+        nodes.append(helper.make_node("Mul", [p + "fedc", p + "off"], [p + "moved"]))
+        nodes.append(helper.make_node("Add", [p + "kept", p + "moved"], [gated]))
     else:
         if opset >= 18:
             axes = const("axes", np.array([row_axis], np.int64))

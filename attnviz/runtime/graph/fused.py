@@ -80,6 +80,14 @@ def refuse_hidden(g: Graph, i: int, name: str, loop: str, scan: Scan) -> None:
     scan.problems.append(f"{op} ({UNSUPPORTED_FUSED[op]}) node {name!r} does not expose its probabilities")
 
 
+# how each method gets its maps, for ``inspect``'s legend (a fused op's maps are the op's, or recomputed)
+METHOD_NOTES = {
+    "onnx-attention": "ONNX Attention's own probabilities (its 4th output, qk_matmul_output_mode=3)",
+    "mha-qk": "MultiHeadAttention's scaled, masked QK scores (its output qk), softmax taken by attnviz",
+    "gqa-qk": "GroupQueryAttention's own probabilities (its output_qk, qk_output=2)",
+    "recompute-packed": "recomputed from the com.microsoft Attention node's input, weights and bias",
+}
+
 FINDERS: dict[tuple[str, str], Finder] = {
     ("", "Attention"): find_onnx_attention,
     **{(MS, op): find_ms_qk for op in MS_QK_METHODS},

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
+from attnviz.runtime.graph import dtypes as tensor_types
 from attnviz.runtime.graph.base import Site
 from attnviz.runtime.graph.index import Graph
 
@@ -112,7 +113,7 @@ def instrument(g0: Graph, sites: list[Site], mode: str = "dense") -> tuple[onnx.
         else:
             if s.probs not in existing:
                 new = s.method in FUSED_OUTPUT
-                _add_output(m, s.probs, seen, _float_type(g0.model, n) if new else None)
+                _add_output(m, s.probs, seen, _float_type(g0, n) if new else None)
         for name in [ex["mask_index"]] if "mask_index" in ex else []:
             if name not in existing and g0.producer.get(name) is not None:
                 _add_output(m, name, seen)
@@ -142,14 +143,11 @@ def _graph_at(m: onnx.ModelProto, path: tuple) -> onnx.GraphProto:
 
 
 def _elem_type(s: Site, node) -> int:
-    """Element type of a site's tensor (value_info when declared; float32 otherwise)."""
-    scope: Graph | None = s.g
-    while scope is not None:
-        for v in list(scope.proto.value_info) + list(scope.proto.output):
-            if v.name == (s.body_probs or s.probs) and v.type.tensor_type.elem_type:
-                return v.type.tensor_type.elem_type
-        scope = scope.parent
-    return _float_type(s.g.model, node) if s.method in FUSED_OUTPUT else TensorProto.FLOAT
+    """Element type of a site's tensor: declared, else followed up through its producers (an fp16 graph's
+    probabilities are float16 under the same names); a fused op's extra output has its query's type."""
+    if s.method in FUSED_OUTPUT:
+        return tensor_types.elem_type(s.g, node.input[0])
+    return tensor_types.elem_type(s.g, s.body_probs or s.probs)
 
 
 class _Threader:
@@ -225,12 +223,9 @@ class _Threader:
         return out
 
 
-def _float_type(model: onnx.ModelProto, node) -> int:
-    """The element type of a fused node's first input when declared (fp16 models), else float32."""
-    for v in list(model.graph.value_info) + list(model.graph.input):
-        if v.name == node.input[0] and v.type.tensor_type.elem_type:
-            return v.type.tensor_type.elem_type
-    return TensorProto.FLOAT
+def _float_type(g: Graph, node) -> int:
+    """The element type of a fused node's first input (float16 in fp16 models, else float32)."""
+    return tensor_types.elem_type(g, node.input[0])
 
 
 def _set_attr(node, name, value) -> None:

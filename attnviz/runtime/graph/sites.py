@@ -21,6 +21,8 @@ ANALYSIS_SECONDS = 20.0  # walks are linear; this only bounds pathological files
 
 # (domain, op) -> the finder for that node ("ai.onnx" is looked up as "")
 FINDERS: dict[tuple[str, str], Finder] = {**softmax.FINDERS, **fused.FINDERS}
+# method -> how its maps are obtained (inspect's legend)
+METHOD_NOTES: dict[str, str] = {**softmax.METHOD_NOTES, **fused.METHOD_NOTES}
 
 
 class _Clock:

@@ -172,4 +172,11 @@ def _guard_nodes(g: Graph, start: str, probs: str) -> list[int]:
     return out
 
 
+# how each method gets its maps, for ``inspect``'s legend
+METHOD_NOTES = {
+    "softmax": "the graph's Softmax output, as the P·V MatMul reads it",
+    "softmax-reduce": "the graph's Softmax output, before the reduction that reads it",
+    "softmax-context": "the graph's Softmax output, before the weighted sum that reads it",
+}
+
 FINDERS: dict[tuple[str, str], Finder] = {("", "Softmax"): find_softmax}

@@ -6,9 +6,10 @@ from attnviz import AttnvizError
 from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles
 from attnviz.runtime.vlm_families.idefics3 import Idefics3
 from attnviz.runtime.vlm_families.llava import Llava
+from attnviz.runtime.vlm_families.paligemma import PaliGemma
 
 # model_type -> the family whose processor and placeholder expansion attnviz follows (SmolVLM v1 is idefics3)
-FAMILIES: dict[str, type[Family]] = {"llava": Llava, "idefics3": Idefics3}
+FAMILIES: dict[str, type[Family]] = {"llava": Llava, "idefics3": Idefics3, "paligemma": PaliGemma}
 
 
 def family_for(config: dict, preprocessor: dict, processor: dict, where: str) -> Family:

@@ -46,6 +46,7 @@ class Family:
 
     name = ""
     token: int  # the placeholder id (config.json image_token_index / image_token_id)
+    position_offset = 0  # added to the positions counted over the real tokens (PaliGemma counts from 1)
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
@@ -79,6 +80,15 @@ class Family:
 
     def probe_ids(self) -> list[int]:  # pragma: no cover - every family defines it
         raise NotImplementedError
+
+    # -- the decoder -----------------------------------------------------------------
+    def token_types(self, ids: np.ndarray) -> np.ndarray:
+        """The decoder's ``token_type_ids`` where its file takes them (one segment unless the family says)."""
+        return np.zeros(ids.shape, np.int64)
+
+    def decoder_notes(self, decoder_inputs: list[ip.IOInfo]) -> list[str]:
+        """One line each for what the decoder file cannot do that the model does (the maps are the export's)."""
+        return []
 
     def describe(self) -> dict:
         return {"family": self.name, "token": self.token}

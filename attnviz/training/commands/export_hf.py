@@ -13,7 +13,11 @@ HELP = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="MODEL_DIR", help="folder with config.json, weights and tokenizer files")
     p.add_argument(
-        "--out", required=True, metavar="DIR", help="new (or empty) folder for model.onnx, tokenizer and configs"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="new (or empty) folder for model.onnx (a vision-language model: onnx/ with its three files), "
+        "tokenizer and configs",
     )
     p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     p.add_argument(
