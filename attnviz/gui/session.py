@@ -80,10 +80,13 @@ class Session(QObject):
         # the blocks first: a result whose blocks cannot be built leaves the session as it was, not half-set
         batch = min(self.sel.batch, result.batch_size - 1) if result is not None else 0
         blocks = result.blocks(batch) if result is not None else []
+        # a comparison measured on another input is dropped (the window recomputes it for this one); its signal
+        # goes out last, once result, blocks and selection agree: a view redrawing on it read the new result
+        # through the old blocks (IndexError, found by the random-action run)
+        dropped = self.comparison is not None and self.comparison.result_a is not result
         self.result = result
-        if self.comparison is not None and self.comparison.result_a is not result:
-            self.comparison = None  # measured on another input: the window recomputes it for this one
-            self.comparison_changed.emit()
+        if dropped:
+            self.comparison = None
         self.blocks = blocks
         self._map_cache = None
         sel = self.sel.with_(step=-1, batch=batch)
@@ -108,6 +111,8 @@ class Session(QObject):
         self.sel = clamp(sel, self.blocks)
         self.result_changed.emit()
         self.selection_changed.emit()
+        if dropped:
+            self.comparison_changed.emit()
 
     def select(self, **changes) -> None:
         batch = changes.get("batch")

@@ -106,3 +106,26 @@ def test_switching_a_head_off_with_head_stats_showing_another_models_rows(real_w
         qtbot.waitUntil(lambda: not win.workers.live(), timeout=60000)
         win.tabs.setCurrentWidget(win.stats)  # refilled for the forecaster, its head 0:0 struck out
         qtbot.waitUntil(lambda: win.stats._pending is None and win.stats.off_rows() == [(0, 0)], timeout=60000)
+
+
+def test_opening_maps_while_comparing_drops_the_comparison_after_the_new_blocks(real_window, qtbot, tmp_path):
+    """Seed 6, action 1536: a comparison was held (translation vs itself) and a smaller model's exported maps
+    were opened; dropping the comparison redrew Head map with the new result through the old blocks (the
+    shared colour scale reads every map of the block: IndexError in the view model).  The comparison now goes once result, blocks and selection agree."""
+    win = real_window
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(REPO / "models" / "sequence-classification.onnx")
+    small = tmp_path / "small.npz"
+    win.export_maps(small)
+    qtbot.waitUntil(lambda: small.is_file() and not win.workers.live(), timeout=60000)
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(REPO / "models" / "translation.onnx")
+    win.compare.compare_with(REPO / "models" / "translation.onnx")
+    qtbot.waitUntil(lambda: win.session.comparison is not None, timeout=60000)
+    win.tabs.setCurrentWidget(win.head_map)
+    win.controls.scale.setCurrentIndex(win.controls.scale.findData("shared"))  # reads every map of the block
+    with strict():
+        with qtbot.waitSignal(win.result_shown, timeout=60000):
+            win.open_path(small)
+        assert win.session.comparison is None and len(win.session.blocks) == 1
+        assert win.head_map.message == ""  # drawn
