@@ -1,15 +1,17 @@
 """Seeded random actions over the bundled demos in the real window (issue 24's done-means).
 
 The real main window (offscreen, real runtime) opens each demo in ``models/`` and then performs seeded random
-actions a user could: switch demo, tab, block, layer, head, aggregate, scale, options; type tokens; run and
-cancel; press the arrow keys and View ▸ Ctrl+N; click and hover anywhere in the current view; resize; compare
-with another demo and stop; switch heads off and on (right-click menu); export the view and the maps to a temporary folder and open the maps again; open a
-demo's sample image; toggle the docks.  After each action the test waits for the window's workers to finish
-(``qtbot.waitUntil``), then fails on anything that reached ``sys.excepthook`` or a Qt warning (strict.py),
-printing the seed and the last actions.
+actions a user could: switch demo, tab, block, layer, head, aggregate, scale, options; type tokens (and numbers
+for the forecaster); run and cancel; press the arrow keys and View ▸ Ctrl+N; click and hover anywhere in the
+current view; resize; compare with another demo and stop; switch heads off and on (the right-click menu); export
+the view and the maps to a temporary folder and open the maps again; open a demo's sample image; toggle the
+docks.  After each action the test waits for the window's workers to finish (``qtbot.waitUntil``), then fails on
+anything that reached ``sys.excepthook``, a Qt warning or a Python RuntimeWarning/UserWarning (strict.py),
+printing the seed and the last actions.  Each defect it found has its own test in test_random_action_finds.py.
 
-``ATTNVIZ_RANDOM_ACTIONS`` sets how many actions (the suite runs a few hundred; run it locally with thousands:
-``ATTNVIZ_RANDOM_ACTIONS=3000 pytest tests/gui/test_random_actions.py -s``) and ``ATTNVIZ_RANDOM_SEED`` the seed.
+``ATTNVIZ_RANDOM_ACTIONS`` sets how many actions (the suite runs 500; run it locally with thousands:
+``ATTNVIZ_RANDOM_ACTIONS=5000 ATTNVIZ_RANDOM_SEED=7 pytest tests/gui/test_random_actions.py -s``) and
+``ATTNVIZ_RANDOM_SEED`` the seed.
 """
 
 from __future__ import annotations
