@@ -499,6 +499,8 @@ class AttentionModel(engine.AnalyzeMethod):
         t0 = time.perf_counter()
         try:
             values = _run_bound(sess, fetch, feeds)
+        except AttnvizError:  # the memory check's refusal, a crash: already one line in attnviz's words
+            raise
         except Exception as e:
             raise AttnvizError(
                 f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)"
@@ -755,10 +757,11 @@ class AttentionModel(engine.AnalyzeMethod):
                 ids, finished, got = sess.steps(start, token, n, eos, CHUNK_S)
             else:  # ATTNVIZ_INPROCESS: the same loop, here
                 if start is not None:
+                    sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
                     self._loop = Loop(start[0], dict(start[1]), length)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
-                chunk = advance(self._loop, token, n, eos, sess.run)
+                chunk = advance(self._loop, token, n, eos, sess.unguarded.run)
                 ids, finished, got = chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise
