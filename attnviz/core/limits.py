@@ -31,6 +31,8 @@ LIMITS = {
     "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in"),
     "generate": Limit(1_024, "steps", "ask for fewer --generate steps"),
     "output_mb": Limit(8_192, "MB", "use a shorter input or fewer layers"),
+    # real exports stay far below (GPT-2 ~3,000 nodes, 32-layer decoders ~30,000): graph work is per node in Python
+    "nodes": Limit(100_000, "nodes", "simplify or split the graph"),
     # sizes an exported model's attnviz metadata asks 'attnviz eval' to build (training/budget.py)
     "examples": Limit(1_000_000, "examples", "re-export the model with smaller n_train/n_test"),
     "eval_mb": Limit(4_096, "MB", "re-export the model with smaller sizes in its config"),

@@ -64,7 +64,9 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(x - m)
     s = e.sum(axis=axis, keepdims=True)
-    return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+    out = np.divide(e, s, out=np.zeros_like(e), where=s > 0)  # a row masked everywhere: zeros
+    # a NaN score (a NaN scale) makes its row NaN, not zeros, so analyze.refuse_non_finite sees it
+    return np.where(np.isnan(s), np.float32(np.nan), out) if np.isnan(s).any() else out
 
 
 def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
