@@ -110,8 +110,9 @@ class PartialsStore:
                     done += ids
                 tokens += int(sum(t.column("tokens").to_pylist()))
             return done, len(done), tokens
-        self.folder.mkdir(parents=True)
-        from attnviz.core.writes import atomic_write_json
+        from attnviz.core.writes import atomic_write_json, make_folder
+
+        make_folder(self.folder)
 
         atomic_write_json(meta, {"fingerprint": self.fingerprint}, "--out")
         return [], 0, 0

@@ -23,7 +23,7 @@ from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.host import RemoteSession, make_session
+from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session
 from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
@@ -364,7 +364,15 @@ class AttentionModel(engine.AnalyzeMethod):
                     label=self.path.name,
                     shared_arena=not any(r == "past" for r in self.roles.values()),
                 )
+            except ModelCrashed:
+                raise
             except AttnvizError:
+                zero = _zero_head_node(self.graph)
+                if zero is not None:  # onnxruntime's words for it are a C++ condition on a kernel's attribute
+                    raise AttnvizError(
+                        f"{self.path.name}: attention node {zero} declares 0 heads, and onnxruntime cannot run an "
+                        "attention op without heads; re-export the model with its real head count"
+                    ) from None
                 raise
             except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)
                 raise AttnvizError(
@@ -783,6 +791,21 @@ class AttentionModel(engine.AnalyzeMethod):
         return ids, finished, [m.array() for m in maps], info
 
 
+_HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")
+
+
+def _zero_head_node(graph: gr.Graph) -> str | None:
+    """The first fused attention node (ONNX ``Attention``, com.microsoft ``Attention`` / ``MultiHeadAttention`` /
+    ``GroupQueryAttention``) whose head-count attribute is 0 or less, as "'NAME' (OP, ATTR=0)"; None if none."""
+    for n in graph.nodes:
+        if "Attention" not in n.op_type:
+            continue
+        for a in n.attribute:
+            if a.name in _HEAD_ATTRIBUTES and a.type == onnx.AttributeProto.INT and a.i <= 0:
+                return f"{n.name or n.op_type!r} ({n.op_type}, {a.name}={a.i})"
+    return None
+
+
 def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
     """A Softmax with an explicit axis must normalise the last (key) axis of the tensor it produced."""
     axis = s.extra.get("softmax_axis")
@@ -840,10 +863,11 @@ def _check_values(name: str, a: np.ndarray, vocab: int | None) -> None:
     if vocab is None or a.dtype.kind not in "iu" or a.size == 0:
         return
     hi, lo = int(a.max()), int(a.min())
-    if hi >= vocab or lo < -vocab:
-        bad = a[(a >= vocab) | (a < -vocab)]
+    if hi >= vocab or lo < 0:  # a negative id is no token: Gather would wrap it to the end of the vocabulary
+        bad = a[(a >= vocab) | (a < 0)]
         raise AttnvizError(
-            f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} entries"
+            f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} "
+            f"entries, ids 0 to {vocab - 1}"
         )
 
 
