@@ -37,7 +37,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
 from attnviz.runtime.worker import _slot_size, serve_orphanless
+
+if TYPE_CHECKING:
+    from attnviz.runtime.memory import MemoryPlan
 
 __all__ = [
     "INLINE_BYTES",
@@ -604,7 +607,7 @@ class MemoryCheck:
 
     def __init__(self, model: bytes | str, label: str):
         self._model: bytes | str | None = model
-        self._plan = None
+        self._plan: MemoryPlan | None = None
         self.label = label
 
     def check(self, feeds: dict, names: list[str] | None) -> None:

@@ -75,7 +75,8 @@ class MemoryPlan:
             proto = onnx.load(str(model), load_external_data=False)
         g = proto.graph
         self.weights = 0
-        small, big = [], []
+        small: list[onnx.TensorProto] = []
+        big: list[onnx.TensorProto] = []
         for t in g.initializer:
             n = _numel(t.dims) * _itemsize(t.data_type)
             self.weights += n
@@ -346,11 +347,11 @@ def _peak(g: onnx.GraphProto, sizes: dict, keep: set[str], fed: set[str]) -> int
 def check_run(plan: MemoryPlan, feeds: dict, fetch: list[str] | None, label: str) -> None:
     """The one memory check before a session runs (every run entry goes through a session): refuse, in one
     line, a run whose estimate is over the cap."""
-    shapes = {}
+    shapes: dict[str, tuple[tuple[int, ...], int]] = {}
     for k, v in feeds.items():
         a = v if hasattr(v, "shape") and hasattr(v, "dtype") else np.asarray(v)
         try:
-            elem = helper.np_dtype_to_tensor_dtype(np.dtype(a.dtype))
+            elem = int(helper.np_dtype_to_tensor_dtype(np.dtype(a.dtype)))
         except Exception:
             continue
         shapes[k] = (tuple(int(d) for d in a.shape), elem)
