@@ -28,6 +28,7 @@ from attnviz.core import limits
 
 KEEP_ELEMENTS = 4096  # initializers up to this size keep their values: shapes are computed from such constants
 _CACHE = 64  # estimates remembered per session (by the shapes fed)
+BUCKET_MIN = 64  # open axes shorter than this are estimated at this length (MemoryPlan.estimate)
 LONG_AXIS = 1024  # a fed axis this long (tokens, frames) gets the symbolic pass (MemoryPlan._worth_symbolic)
 
 
@@ -87,6 +88,9 @@ class MemoryPlan:
         g.initializer.extend(small)
         declared = {i.name for i in g.input}
         self.fed = [i.name for i in g.input]  # what a run feeds (weights declared as inputs below are not)
+        self.fixed = {  # per fed input and axis: does the model fix its size (then it is never rounded up)
+            i.name: [d.HasField("dim_value") and d.dim_value > 0 for d in i.type.tensor_type.shape.dim] for i in g.input
+        }
         for t in big:
             if t.name not in declared:
                 g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -104,15 +108,32 @@ class MemoryPlan:
         self, shapes: dict[str, tuple[tuple[int, ...], int]], keep: list[str], within: int | None = None
     ) -> Estimate:
         """The peak for feeds of ``shapes`` (name -> (shape, onnx element type)) when ``keep`` is fetched.
-        With ``within``: an earlier estimate for feeds at least as large on every axis is returned instead when
-        it is within that many bytes (shapes only grow memory), so a corpus of many lengths or a growing cache
-        costs one shape inference per new longest input, not one per input (~20 ms on a 700-node graph)."""
+
+        With ``within`` (the cap), what is returned may be an upper bound instead, whenever that bound is within
+        it: the estimate for the feeds with every axis the model leaves open rounded up to a power of two (at
+        least :data:`BUCKET_MIN`), which shapes only grow.  So a corpus of many lengths or a generation that
+        re-runs the model a token longer each step costs one shape inference per bucket (~20-35 ms on a
+        700-node graph), not one per run; only a bound over the cap is worked out again exactly."""
         form = (tuple(sorted((k, len(s), t) for k, (s, t) in shapes.items())), tuple(sorted(set(keep))))
+        if within is not None:
+            bucket = {k: (self._bucket(k, s), t) for k, (s, t) in shapes.items()}
+            est = self._cached(form, bucket, keep, within)
+            if est.bytes <= within:
+                return est
+        return self._cached(form, shapes, keep, None)
+
+    def _bucket(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        fixed = self.fixed.get(name, ())
+        return tuple(
+            d if (a < len(fixed) and fixed[a]) or d <= 1 else max(BUCKET_MIN, 1 << (int(d) - 1).bit_length())
+            for a, d in enumerate(shape)
+        )
+
+    def _cached(self, form: tuple, shapes: dict, keep: list[str], within: int | None) -> Estimate:
         dims = tuple(d for _, (s, _t) in sorted(shapes.items()) for d in s)
-        key = (form, dims)
         with self.lock:
-            hit = self.cache.get(key)
-            if hit is None and within is not None:
+            hit = self.cache.get((form, dims))
+            if hit is None and within is not None:  # an estimate for feeds at least as large on every axis
                 hit = next(
                     (
                         e
@@ -125,7 +146,7 @@ class MemoryPlan:
                 return hit
         est = self._estimate(shapes, set(keep), within)
         with self.lock:
-            self.cache[key] = est
+            self.cache[(form, dims)] = est
             while len(self.cache) > _CACHE:
                 del self.cache[next(iter(self.cache))]
         return est
