@@ -22,7 +22,7 @@ COMMANDS = {
     "inspect": "attnviz.runtime.commands.inspect",
     "extract": "attnviz.runtime.commands.extract",
     "corpus": "attnviz.corpus.command",
-    "compare": "attnviz.corpus.compare",
+    "compare": "attnviz.app.compare_command",
     "ablate": "attnviz.corpus.ablate",
     "figure": "attnviz.figures.command",
     "train": "attnviz.training.commands.train",

@@ -14,19 +14,25 @@ from attnviz.runtime.raster import IMAGE_SUFFIXES
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")  # what soundfile reads (runtime/audio.load_audio)
 # what a path opens as, by extension (a folder is an export folder: a model)
-OPENERS = {".onnx": "model", ".npz": "maps", **{s: "image" for s in IMAGE_SUFFIXES}}
+OPENERS = {
+    ".onnx": "model",
+    ".npz": "maps",
+    **{s: "image" for s in IMAGE_SUFFIXES},
+    **{s: "audio" for s in AUDIO_SUFFIXES},
+}
 
 
 def file_kind(path) -> str:
-    """``"model"``, ``"image"``, ``"maps"`` or ``"corpus"`` (an ``attnviz corpus`` results folder) for a path the
+    """``"model"``, ``"image"``, ``"audio"``, ``"maps"`` or ``"corpus"`` (an ``attnviz corpus`` results folder) for a path the
     user opened or dropped; one message otherwise."""
     p = Path(path)
     kind = ("corpus" if is_corpus_results(p) else "model") if p.is_dir() else OPENERS.get(p.suffix.lower())
     if kind is None:
         raise AttnvizError(
-            f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …) "
-            "and attention maps (.npz from 'attnviz extract')"
+            f"cannot open {p.name}: attnviz opens ONNX models (.onnx), images (.png, .jpg, …), sound files "
+            "(.wav, .flac, .ogg) and attention maps (.npz from 'attnviz extract')"
         )
     if not p.exists():
         raise AttnvizError(f"cannot open {p}: no such file")
@@ -65,15 +71,44 @@ def sample_input(model: AttnModel) -> dict:
     return from_meta(model.meta, model.path)
 
 
-def first_input(model: AttnModel, given: dict, current_image: str = "") -> dict:
-    """The input a freshly opened model runs: its sample, the image the user already chose (for an image
-    model without a sample image), then what the caller gave; ``generate`` defaults per family."""
+def takes_audio(model: AttnModel | None) -> bool:
+    return model is not None and "audio" in set(model.roles.values())
+
+
+def first_input(model: AttnModel, given: dict, current_image: str = "", current_audio: str = "") -> dict:
+    """The input a freshly opened model runs: its sample, the image (sound) the user already chose (for an image
+    (speech) model without a sample), then what the caller gave; ``generate`` defaults per family."""
     values = sample_input(model)
     if model_kind(model).startswith("vision") and not values.get("image") and current_image:
         values["image"] = current_image
+    if current_audio and takes_audio(model):
+        values["audio"] = current_audio
     values.update(given)
     values.setdefault("generate", default_generate(model, given))
     return values
+
+
+def waiting_for_audio(model: AttnModel, values: dict) -> str | None:
+    """What to do when a speech model opens with no sound to hear (the window waits for one instead of running
+    into the engine's refusal); None when it can run."""
+    if not takes_audio(model) or values.get("audio"):
+        return None
+    return (
+        f"{model_name(model)} is a speech model: choose a sound file (File ▸ Open audio…, the audio field, "
+        "or drop a .wav / .flac / .ogg on the window)"
+    )
+
+
+def check_audio_model(model: AttnModel | None, audio) -> None:
+    """A sound file opened on its own needs a speech model."""
+    name = Path(audio).name
+    if model is None:
+        raise AttnvizError(f"open a speech model (a Whisper folder) first, then the sound {name}", param="audio")
+    if not takes_audio(model):
+        raise AttnvizError(
+            f"{model_name(model)} does not hear sound; open a speech model (a Whisper folder) for {name}",
+            param="audio",
+        )
 
 
 def no_attention_reason(model: AttnModel) -> str:

@@ -207,6 +207,21 @@ class Block:
 
 
 @dataclass
+class AudioTrack:
+    """The sound a speech model heard, per batch row: the clip at the feature extractor's rate and the log-mel
+    features its encoder took (what the Audio regions view draws under the attention)."""
+
+    waves: list[np.ndarray]  # mono float32 samples at ``rate``, one clip per batch row (before padding to the window)
+    features: np.ndarray  # [batch, mel bins, mel frames] float32 log-mel, the encoder's input
+    rate: int  # samples per second
+    hop: int  # samples per mel frame
+    frame_seconds: float  # seconds per encoder position (a cross-attention key): 2 hops for Whisper
+
+    def duration(self, batch: int = 0) -> float:
+        return len(self.waves[batch]) / self.rate
+
+
+@dataclass
 class AttentionResult:
     """Everything one run produced: the maps in canonical order plus axes and run facts."""
 
@@ -218,6 +233,7 @@ class AttentionResult:
     # a vision–language decoder: where the image's tokens lie among its own keys (offset = the first image token)
     token_grid: PatchGrid | None = None
     image: np.ndarray | None = None  # [H, W, 3] uint8, the image as the model saw it (resized)
+    audio: AudioTrack | None = None  # a speech model's clips and features (cross-attention keys are their frames)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)  # the model's ordinary graph outputs
     generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)
     prompt_len: int = 0  # decoder positions that were given, not generated

@@ -3,7 +3,9 @@
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
-``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens), ``image``, ``generated`` (str array), ``info`` (JSON).
+``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens), ``image``, ``generated`` (str array), ``info`` (JSON);
+a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]), ``audio_features``
+([B, mels, frames] log-mel) and ``audio_timing`` ([rate, hop, seconds per encoder frame]).
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import KINDS, STACKS, AttentionResult, DenseMap, MapSource, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.attention import (
+    KINDS,
+    STACKS,
+    AttentionResult,
+    AudioTrack,
+    DenseMap,
+    MapSource,
+    PatchGrid,
+    SiteInfo,
+    TokenAxis,
+)
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
 
@@ -47,6 +59,8 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         arrays["token_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
+    if result.audio is not None:
+        arrays.update(_audio_arrays(result.audio))
     if result.generated:
         arrays["generated"] = np.array(result.generated, dtype=str)
     arrays["prompt_len"] = np.array(result.prompt_len, dtype=np.int64)
@@ -135,6 +149,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         patch_grid=grid,
         token_grid=token_grid,
         image=z["image"] if "image" in z.files else None,
+        audio=_audio(z, path) if "audio_waves" in z.files else None,
         generated=z["generated"].tolist() if "generated" in z.files else [],
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
         info=info,
@@ -142,6 +157,52 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
 
 
 REEXTRACT = "extract the maps again with 'attnviz extract'"
+
+
+def _audio_arrays(a: AudioTrack) -> dict[str, np.ndarray]:
+    longest = max((len(w) for w in a.waves), default=0)
+    waves = np.zeros((len(a.waves), longest), np.float32)
+    for i, w in enumerate(a.waves):
+        waves[i, : len(w)] = w
+    return {
+        "audio_waves": waves,
+        "audio_lengths": np.array([len(w) for w in a.waves], np.int64),
+        "audio_features": np.asarray(a.features, np.float32),
+        "audio_timing": np.array([a.rate, a.hop, a.frame_seconds], np.float64),
+    }
+
+
+def _audio(z: np.lib.npyio.NpzFile, path: Path) -> AudioTrack:
+    """The sound of a speech result, checked: a file from elsewhere may hold any shapes."""
+    need = ("audio_lengths", "audio_features", "audio_timing")
+    waves, lengths = z["audio_waves"], z["audio_lengths"] if "audio_lengths" in z.files else None
+    timing, feats = z["audio_timing"] if "audio_timing" in z.files else None, None
+    ok = all(k in z.files for k in need) and waves.ndim == 2 and waves.dtype.kind == "f"
+    if ok:
+        feats = z["audio_features"]
+        ok = (
+            lengths is not None
+            and lengths.shape == (len(waves),)
+            and lengths.dtype.kind in "iu"
+            and bool(np.all((lengths >= 0) & (lengths <= waves.shape[1])))
+            and feats.ndim == 3
+            and len(feats) == len(waves)
+            and feats.dtype.kind == "f"
+            and timing is not None
+            and timing.shape == (3,)
+            and bool(np.all(np.isfinite(timing)) and np.all(timing > 0))
+        )
+    if not ok or lengths is None or timing is None or feats is None:
+        raise AttnvizError(f"{path}: its audio entries ({', '.join(need)}) do not fit together; {REEXTRACT}")
+    return AudioTrack(
+        [waves[i, : int(n)].astype(np.float32) for i, n in enumerate(lengths)],
+        feats.astype(np.float32),
+        int(timing[0]),
+        int(timing[1]),
+        float(timing[2]),
+    )
+
+
 _SITE_INTS, _SITE_STRS = ("layer", "heads"), ("node", "method")
 
 

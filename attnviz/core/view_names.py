@@ -21,6 +21,7 @@ VIEW_NAMES = (
     ViewName("links", "Token links"),
     ViewName("alignment", "Alignment"),
     ViewName("image", "Image regions"),
+    ViewName("audio", "Audio regions"),
     ViewName("strip", None),
     ViewName("stats", "Head stats", figure=False),
 )

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnviz.corpus.tables import HEADS, RUN, write_heads
 
@@ -128,7 +130,9 @@ def write(out: Path, comp: Comparison, run: dict) -> None:
     write_heads(out, comp.heads, MEASURES, run)
 
 
-def run(args) -> int:
+def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> int:
+    """``figure(result_a, result_b, comparison)``: draws ``--figure`` (a layer above this one owns figures) and
+    says what it wrote; the flag's path is guarded with the other outputs before any work."""
     import numpy as np
     import onnxruntime
 
@@ -154,7 +158,10 @@ def run(args) -> int:
     }
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
-    guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
+    outputs: dict[str, list[Path]] = {"--out": [out / HEADS, out / RUN]}
+    if figure is not None and args.figure:
+        outputs["--figure"] = [Path(args.figure)]
+    guard(inputs, outputs)  # before any work: an output never replaces an input
     prestart()
     feeds = load_feeds(args.inputs) if args.inputs else None
     # every map is compared: on-demand recompute would materialise them anyway
@@ -200,6 +207,7 @@ def run(args) -> int:
         },
         "versions": {"attnviz": __version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__},
     }
+    drawn = figure(ra, rb, comp) if figure is not None else None  # a bad --figure-head: nothing written
     write(out, comp, run_info)
     top = sorted(comp.heads, key=lambda r: (-r["js_divergence"], r["stack"], r["kind"], r["layer"], r["head"]))
     print(
@@ -216,4 +224,6 @@ def run(args) -> int:
         print(f"output {o['name']}: max |Δ| {o['max_abs_diff']:.4g}{kl}")
     for u in comp.unmatched:
         print(f"not compared: {u}")
+    if drawn:
+        print(drawn)
     return 0

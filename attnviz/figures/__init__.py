@@ -30,6 +30,7 @@ from attnviz.figures.spec import (
 _LAZY = {
     "render_figure": "attnviz.figures.render",
     "render_diff_figure": "attnviz.figures.render",
+    "render_compare_figure": "attnviz.figures.render",
     "render_spec": "attnviz.figures.render",
     "save_figure": "attnviz.figures.render",
     "export_figure": "attnviz.figures.render",

@@ -109,6 +109,22 @@ def _fill_lines(pieces: Iterable[str], joiner: str, fits: Callable[[str], bool])
     return lines
 
 
+def colormap_for(style: FigureStyle, view: str):
+    """The matplotlib colour map a view draws in (the style's, else the view model's); one line for a bad name."""
+    from matplotlib import colormaps
+
+    from attnviz import AttnvizError
+
+    name = style.colormap(view)
+    if name not in colormaps:
+        close = [c for c in sorted(colormaps) if c.lower().startswith(name.lower()[:3])][:6]
+        hint = f" (close: {', '.join(close)})" if close else ""
+        raise AttnvizError(
+            f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name"
+        )
+    return colormaps[name]
+
+
 def new_figure(spec: FigureStyle, width: float, height: float, constrained: bool = True) -> Figure:
     # whole pixels at the asked dpi, so a PNG is exactly round(width_in * dpi) wide
     width = max(1, round(width * spec.dpi)) / spec.dpi

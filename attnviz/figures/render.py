@@ -151,6 +151,26 @@ def render_diff_figure(
     return fig
 
 
+def render_compare_figure(
+    result_a: AttentionResult,
+    result_b: AttentionResult,
+    selection: Selection,
+    figure_style: FigureStyle | None = None,
+) -> Figure:
+    """A | B | A − B of ``selection`` (a selection on A) side by side: the three maps the window's Head map shows
+    while a comparison is held (``attnviz compare ... --figure``)."""
+    from attnviz.figures.compare import draw_compare
+
+    if not isinstance(selection, Selection):
+        raise TypeError("selection must be an attnviz.core.view.Selection")
+    st = figure_style or FigureStyle()
+    with style():
+        fig = draw_compare(result_a, result_b, selection, st)
+    fig.set_dpi(st.dpi)
+    fig.attnviz_view, fig.attnviz_selection, fig.attnviz_style = "heatmap", selection, st
+    return fig
+
+
 def render_spec(result: AttentionResult, spec: FigureSpec) -> Figure:
     """Draw a command line's or a recipe's :class:`FigureSpec`: resolved once into the view model's selection."""
     from attnviz.figures.select import resolve

@@ -11,14 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core import view
+from attnviz.core import audio_view, view
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.figures.spec import FigureSpec
 
 
 def block_label(block: Block) -> str:
-    """Short name used on the command line and in recipes: ``"encoder self"`` (``"encoder self stage 2"``)."""
-    return f"{block.stack} {block.kind}" + (f" stage {block.stage}" if block.stage else "")
+    """Short name used on the command line and in recipes: ``"encoder self"`` (``"encoder self stage 2"``, a dual
+    encoder's ``"encoder self text"``: without the tower a name would pick whichever tower came first)."""
+    return (
+        f"{block.stack} {block.kind}"
+        + (f" stage {block.stage}" if block.stage else "")
+        + (f" {block.tower}" if block.tower else "")
+    )
 
 
 def _norm(name: str) -> str:
@@ -175,6 +180,14 @@ def _why_not_strip(result: AttentionResult) -> str | None:
     return None
 
 
+def _why_not_audio(result: AttentionResult) -> str | None:
+    if result.audio is None:
+        return "the audio view needs the sound a speech model heard; run a speech model (Whisper) with --audio FILE"
+    if audio_view.audio_blocks(result, result.blocks()) is None:
+        return "the audio view needs cross-attention over the sound (a speech encoder-decoder); this result has none"
+    return None
+
+
 # view -> why_not(result): None when the view can be drawn for the result, else the reason (one line)
 WHY_NOT = {
     "heatmap": lambda r: None,
@@ -182,6 +195,7 @@ WHY_NOT = {
     "links": lambda r: None,
     "alignment": _why_not_alignment,
     "image": _why_not_image,
+    "audio": _why_not_audio,
     "strip": _why_not_strip,
 }
 
@@ -245,11 +259,30 @@ def _strip_block(result: AttentionResult, block: int | str | None) -> int:
     return bi
 
 
+def _audio_block(result: AttentionResult, block: int | str | None) -> int:
+    why = _why_not_audio(result)
+    if why:
+        raise AttnvizError(why, param="audio")
+    found = audio_view.audio_blocks(result, result.blocks())
+    assert found is not None  # _why_not_audio found them
+    if block is None:  # the words' cross-attention, as the window opens it
+        return found[0]
+    bi, blk = resolve_block(result, block)
+    if bi not in found:
+        raise AttnvizError(
+            f"the audio view draws the cross-attention over the sound (a word as the query) or the encoder's "
+            f"self-attention (--query FRAME); block {block_label(blk)!r} is neither (blocks: {blocks_text(result)})",
+            param="block",
+        )
+    return bi
+
+
 # view -> the block it draws for a command line's --block (None: the view's own default)
 VIEW_BLOCKS = {
     "alignment": _alignment_block,
     "image": _image_block,
     "strip": _strip_block,
+    "audio": _audio_block,
 }
 
 
@@ -274,7 +307,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
     declared = view.declared_alignment(result)
     query = None
     if spec.query is not None:
-        query = check_query(b, spec.query) if spec.view in ("heatmap", "links", "image") else int(spec.query)
+        query = check_query(b, spec.query) if spec.view in ("heatmap", "links", "image", "audio") else int(spec.query)
     base = view.Selection(
         block=bi,
         keep=float(spec.keep),

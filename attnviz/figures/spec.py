@@ -22,6 +22,7 @@ VIEW_HELP = {
     "links": "two token columns joined by lines weighted by attention; several heads overlaid",
     "alignment": "cross-attention alignment: generated/target tokens x source tokens",
     "image": "one query's attention over the image patches, smoothed and overlaid on the image",
+    "audio": "a speech model's waveform and spectrogram with a word's cross-attention (or a frame's) along time",
     "strip": "'Show, Attend and Tell' strip: one panel per generated word, the word under it (image or shaded source)",
 }
 VIEWS = FIGURE_VIEWS  # VIEW_HELP describes each, in this order (tests/core/test_view_names.py)
@@ -32,7 +33,7 @@ AGGREGATES = ("mean", "max", "min", "rollout")
 FORMATS = ("pdf", "svg", "png")
 # colour-blind-safe, perceptually uniform defaults
 # the view model's choice, shared with the screen
-DEFAULT_CMAP = {"image": OVERLAY_CMAP, "strip": OVERLAY_CMAP}
+DEFAULT_CMAP = {"image": OVERLAY_CMAP, "strip": OVERLAY_CMAP, "audio": OVERLAY_CMAP}
 FALLBACK_CMAP = MAP_CMAP
 
 

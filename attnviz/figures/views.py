@@ -24,12 +24,14 @@ from attnviz import AttnvizError
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult
 from attnviz.figures import select as sel_
+from attnviz.figures.audio import draw_audio
 from attnviz.figures.layout import (
     CHAR_W,
     FIT,
     LINE,
     PT,
     clamp,
+    colormap_for,
     display_label,
     display_labels,
     fit_title,
@@ -46,15 +48,7 @@ from attnviz.figures.spec import FigureStyle
 CBAR_IN = 0.6  # colour bar + its tick labels
 
 
-def _cmap(style: FigureStyle, view: str):
-    name = style.colormap(view)
-    if name not in colormaps:
-        close = [c for c in sorted(colormaps) if c.lower().startswith(name.lower()[:3])][:6]
-        hint = f" (close: {', '.join(close)})" if close else ""
-        raise AttnvizError(
-            f"unknown colormap {name!r}{hint}; try viridis, cividis, magma or any matplotlib colormap name"
-        )
-    return colormaps[name]
+_cmap = colormap_for  # (the audio view's module draws with the same lookup)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,5 +605,6 @@ VIEW_DRAWERS = {
     "links": (draw_links, sel_.WHY_NOT["links"]),
     "alignment": (draw_alignment, sel_.WHY_NOT["alignment"]),
     "image": (draw_image, sel_.WHY_NOT["image"]),
+    "audio": (draw_audio, sel_.WHY_NOT["audio"]),
     "strip": (draw_strip, sel_.WHY_NOT["strip"]),
 }

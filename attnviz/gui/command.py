@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", help="input text")
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
     p.add_argument("--image", help="image file for vision / captioning models")
+    p.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
     p.add_argument(
         "--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)"
@@ -31,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--screenshot", metavar="PATH", help="render offscreen once the first result is shown, save a PNG and exit"
     )
-    p.add_argument("--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, stats)")
+    p.add_argument(
+        "--view", default=None, help="tab to show first (overview, heatmap, links, alignment, image, audio, stats)"
+    )
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--layer", type=int, default=None, help="layer to focus first")
     p.add_argument("--head", type=int, default=None, help="head to focus first")
@@ -92,10 +95,17 @@ def run(args) -> int:
             raise AttnvizError(f"--screenshot {shot}: folder {shot.parent} does not exist")
         from attnviz.core.writes import guard
 
-        opened = {"the file it opens": target, "the --image file": args.image, "the --tokenizer file": args.tokenizer}
+        opened = {
+            "the file it opens": target,
+            "the --image file": args.image,
+            "the --audio file": args.audio,
+            "the --tokenizer file": args.tokenizer,
+        }
         guard(opened, {"--screenshot": shot})
     # the input flags' values get the check the window's input panel and `extract` get (one wording)
     AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
+    if args.audio and not Path(args.audio).is_file():
+        raise AttnvizError(f"--audio {args.audio}: no such file; give a WAV, FLAC or OGG file", param="audio")
     if args.tokenizer and not Path(args.tokenizer).is_file():
         raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
     try:
@@ -140,7 +150,9 @@ def run(args) -> int:
             win.session.select(**focus)
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
-    values = {k: getattr(args, k) for k in ("text", "text_pair", "image", "generate") if getattr(args, k) is not None}
+    values = {
+        k: getattr(args, k) for k in ("text", "text_pair", "image", "audio", "generate") if getattr(args, k) is not None
+    }
     taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
     from attnviz.gui import restore
 

@@ -26,6 +26,7 @@ from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
 from attnviz.gui import style
+from attnviz.gui.ablation import AblationController
 from attnviz.gui.app import make_settings
 from attnviz.gui.compare import CompareController
 from attnviz.gui.export import (
@@ -39,6 +40,7 @@ from attnviz.gui.export import (
 )
 from attnviz.gui.session import Session
 from attnviz.gui.views.alignment import AlignmentView
+from attnviz.gui.views.audio_regions import AudioRegionsView
 from attnviz.gui.views.base import View
 from attnviz.gui.views.corpus import open_corpus_dialog, open_corpus_results
 from attnviz.gui.views.head_map import HeadMapView
@@ -47,7 +49,7 @@ from attnviz.gui.views.overview import OverviewView
 from attnviz.gui.views.stats_table import StatsView
 from attnviz.gui.views.token_links import TokenLinksView
 from attnviz.gui.widgets.controls import Controls
-from attnviz.gui.widgets.input_panel import IMAGE_FILTER, InputPanel
+from attnviz.gui.widgets.input_panel import AUDIO_FILTER, IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
 from attnviz.gui.workers import WorkerPool, error_text
 from attnviz.runtime.errors import Cancelled
@@ -81,7 +83,7 @@ class MainWindow(QMainWindow):
         self.workers.errored.connect(self._on_worker_errored)
         self.workers.progress.connect(self._on_worker_progress)
         self.workers.finished.connect(lambda kind, rid: self._context.pop(rid, None))
-        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0}
+        self._latest = {"open": 0, "run": 0, "export": 0, "gold": 0, "compare": 0, "ablate": 0}
         self.last_request: AnalyzeRequest | None = None  # what the shown result was run on (None: loaded maps)
         self.pending_values: dict | None = None
         self.last_error: str | None = None
@@ -96,14 +98,16 @@ class MainWindow(QMainWindow):
         self.links = TokenLinksView(self.session)
         self.alignment = AlignmentView(self.session)
         self.image_regions = ImageRegionsView(self.session)
+        self.audio_regions = AudioRegionsView(self.session)
         self.stats = StatsView(self.session)
-        # the tabs, in this order (View ▸ Ctrl+1…6 follow it)
+        # the tabs, in this order (View ▸ Ctrl+1…7 follow it)
         tabs: tuple[View, ...] = (
             self.overview,
             self.head_map,
             self.links,
             self.alignment,
             self.image_regions,
+            self.audio_regions,
             self.stats,
         )
         self.views: dict[str, View] = {v.title: v for v in tabs}
@@ -130,9 +134,20 @@ class MainWindow(QMainWindow):
         )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.left_dock)
         self.sidebar = ModelSidebar(self.session)
+        # right-click a head ▸ Switch head off: the output change shows above the sidebar
+        self.ablation = AblationController(self)
+        self.overview.context_requested.connect(self.ablation.menu_for)
+        self.stats.context_requested.connect(
+            lambda layer, head, at: self.ablation.menu_for(self.session.sel.block, layer, head, at)
+        )
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.addWidget(self.ablation.panel)
+        rv.addWidget(self.sidebar, 1)
         self.right_dock = QDockWidget("Model", self)
         self.right_dock.setObjectName("model_dock")
-        self.right_dock.setWidget(self.sidebar)
+        self.right_dock.setWidget(right)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
         self.resizeDocks([self.left_dock, self.right_dock], [300, 320], Qt.Orientation.Horizontal)
 
@@ -163,6 +178,7 @@ class MainWindow(QMainWindow):
             ("&Open model…", self.open_model_dialog, QKeySequence.StandardKey.Open),
             ("Open model &folder (optimum export)…", self.open_folder_dialog, None),
             ("Open &image…", self.open_image_dialog, None),
+            ("Open &audio…", self.open_audio_dialog, None),
             ("Open attention &maps (.npz)…", self.open_npz_dialog, None),
             ("Choose &tokenizer (tokenizer.json)…", self.choose_tokenizer_dialog, None),
             ("Load &gold alignments (Pharaoh)…", self.load_gold_dialog, None),
@@ -222,6 +238,8 @@ class MainWindow(QMainWindow):
         elif view is self.image_regions:
             src = self.image_regions.source()
             want = src[0] if src is not None else None
+        elif view is self.audio_regions:
+            want = self.audio_regions.source_block()
         if want is not None and want != s.sel.block:
             moved = rules.on_block(s.sel, s.blocks, want)
             s.select(block=moved.block, mode=moved.mode)
@@ -265,6 +283,7 @@ class MainWindow(QMainWindow):
             "text": i.text,
             "text_pair": i.text_pair,
             "image": i.image,
+            "audio": i.audio,
             "generate": i.generate,
             "max_tokens": i.max_tokens,
             "block": c.block,
@@ -308,10 +327,15 @@ class MainWindow(QMainWindow):
             self._on_gold(value)
         elif kind == "compare":
             self.compare.returned(rid, value)
+        elif kind == "ablate":
+            self.ablation.returned(rid, value)
 
     def _on_worker_errored(self, kind: str, rid: int, exc) -> None:
         if kind == "compare":
             self.compare.errored(rid, exc)
+            return
+        if kind == "ablate":
+            self.ablation.errored(rid, exc)
             return
         self._on_error(kind, rid, exc)
 
@@ -367,11 +391,12 @@ class MainWindow(QMainWindow):
         {
             "model": lambda: self.open_model(path, **values),
             "image": lambda: self.open_image(path),
+            "audio": lambda: self.open_audio(path),
             "maps": lambda: self.open_npz(path),
             "corpus": lambda: open_corpus_results(self, path),
         }[kind]()
 
-    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True) -> None:
+    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True, audio=None) -> None:
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
@@ -382,7 +407,7 @@ class MainWindow(QMainWindow):
         self._latest["open"] = w.request_id
         given = {
             k: v
-            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate).items()
+            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate, audio=audio).items()
             if v is not None
         }
         self._context[w.request_id] = (path, given, run)
@@ -402,16 +427,22 @@ class MainWindow(QMainWindow):
         if not model.sites:
             self.show_error(f"{path.name}: no attention to show — {rules.no_attention_reason(model)}")
             return
-        values = rules.first_input(model, given, self.inputs.image.text())
+        values = rules.first_input(model, given, self.inputs.image.text(), self.inputs.audio.text())
         self.inputs.set_values(
             text=values.get("text", ""),
             text_pair=values.get("text_pair", ""),
             image=values.get("image"),
             generate=values["generate"],
+            audio=values.get("audio"),
         )
         self.statusBar().showMessage(
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"
         )
+        waiting = rules.waiting_for_audio(model, values)
+        if waiting:  # nothing to hear yet: say what to do instead of running into the engine's refusal
+            self.statusBar().showMessage(waiting)
+            self.inputs.audio.setFocus()
+            return
         if run:
             self.run_analysis()
 
@@ -422,6 +453,17 @@ class MainWindow(QMainWindow):
             self.show_error(str(e), param=e.param)
             return
         self.inputs.set_values(image=str(path))
+        self.add_recent(path)
+        self.run_analysis()
+
+    def open_audio(self, path) -> None:
+        """Run the open speech model on a sound file (File ▸ Open audio…, a dropped .wav)."""
+        try:
+            rules.check_audio_model(self.session.model, path)
+        except AttnvizError as e:
+            self.show_error(str(e), param=e.param)
+            return
+        self.inputs.set_values(audio=str(path))
         self.add_recent(path)
         self.run_analysis()
 
@@ -477,6 +519,7 @@ class MainWindow(QMainWindow):
         self.last_request = request
         self._draw_result(result)
         self.compare.on_result(request)
+        self.ablation.on_result(request)
 
     def _draw_result(self, result) -> None:
         self.session.set_result(result)
@@ -511,6 +554,11 @@ class MainWindow(QMainWindow):
 
     def open_image_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open image", "", IMAGE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def open_audio_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open audio", "", AUDIO_FILTER)
         if path:
             self.open_path(path)
 
@@ -649,6 +697,11 @@ class MainWindow(QMainWindow):
                 return None
             row = self.image_regions.queries[self.image_regions.query][1]
             sel = rules.on_block(sel, s.blocks, src[0], query=None if row < 0 else int(row))
+        if view is self.audio_regions:
+            shown = self.audio_regions.shown_query()
+            if shown is None:
+                return None
+            sel = rules.on_block(sel, s.blocks, shown[0], query=shown[1])  # the block and query drawn
         if view is self.links and sel.mode == "head":
             sel = sel.with_(heads=tuple(sorted(self.links.checked)))
         return name, sel
@@ -665,7 +718,12 @@ class MainWindow(QMainWindow):
     def _export_allowed(self, path: Path) -> bool:
         """The CLI's rule in the window: an export never replaces the model, tokenizer or image it was made from."""
         model = self.session.model.path if self.session.model is not None else None
-        inputs = {"the open model": model, "the tokenizer": self.tokenizer, "the input image": self.inputs.image.text()}
+        inputs = {
+            "the open model": model,
+            "the tokenizer": self.tokenizer,
+            "the input image": self.inputs.image.text(),
+            "the input sound": self.inputs.audio.text(),
+        }
         try:
             with command_scope():
                 guard(inputs, {"export file": path})

@@ -9,6 +9,7 @@ model_changed()       a model was opened (``model`` may be None for a loaded .np
 result_changed()      a new :class:`~attnviz.core.AttentionResult` arrived
 selection_changed()   block / layer / head / aggregation / filters / step changed
 comparison_changed()  a comparison with a second model was set or dropped (``comparison``)
+ablation_changed()    heads were switched off or on, or their output change arrived (``ablation``, ``ablation_outcome``)
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
+from attnviz.app.ablation import AblationState
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view import ViewError, default_selection, map_inputs
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
 
 if TYPE_CHECKING:
+    from attnviz.app.ablation import AblationOutcome
     from attnviz.app.compare import HeldComparison
     from attnviz.runtime.protocol import AttnModel
 
@@ -31,6 +34,7 @@ class Session(QObject):
     result_changed = Signal()
     selection_changed = Signal()
     comparison_changed = Signal()
+    ablation_changed = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -44,12 +48,25 @@ class Session(QObject):
         self.declared_opened_for: object | None = None
         # File ▸ Compare with…: model B's result on this result's input and the per-head rows (None: no comparison)
         self.comparison: HeldComparison | None = None
+        # right-click ▸ Switch head off: the heads off, and what that did to the output (None: not measured yet)
+        self.ablation = AblationState()
+        self.ablation_outcome: AblationOutcome | None = None
 
     # -- state changes -------------------------------------------------------
     def set_model(self, model: AttnModel | None) -> None:
         self.model = model
         self._fresh = True
+        if self.ablation.off or self.ablation_outcome is not None:  # heads of another model: all back on
+            self.set_ablation(AblationState())
         self.model_changed.emit()
+
+    def set_ablation(self, state: AblationState, outcome: AblationOutcome | None = None) -> None:
+        """The heads switched off, and their measured output change once it arrives (an outcome for another
+        set of heads is not held)."""
+        if outcome is not None and outcome.off != state.off:
+            outcome = None
+        self.ablation, self.ablation_outcome = state, outcome
+        self.ablation_changed.emit()
 
     def set_comparison(self, comparison: HeldComparison | None) -> None:
         """Hold a comparison measured against the current result (a stale one is refused), or drop it."""

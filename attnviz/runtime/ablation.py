@@ -154,9 +154,10 @@ class Ablation:
             return None
         return mask != 0
 
-    def change(self, off: dict[int, list[int]]) -> Change:
-        """Ablate the heads in ``off`` together and measure the output change."""
-        got = self.run(off)
+    def change(self, off: dict[int, list[int]], got: np.ndarray | None = None) -> Change:
+        """Ablate the heads in ``off`` together and measure the output change (``got``: that run's output, when
+        the caller has it already)."""
+        got = self.run(off) if got is None else got
         d = output_difference(self.output, self.base, got, self.rows, self.base_log)
         changed = None
         if self.distribution:

@@ -185,6 +185,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             ]
         result.image = prep.shown
     set_row_axes(result, axes)
+    result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
         result.token_grid = prep.tgt_tok.image_grid(rows[0])
     if prep.prompts is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import TokenAxis
+from attnviz.core.attention import AudioTrack, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
@@ -50,6 +50,7 @@ class Prepared:
     hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
     audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
+    track: AudioTrack | None = None  # the clips and their features, kept on the result for the Audio regions view
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
@@ -249,8 +250,10 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             names.append(str(clip))
         waves.append(wave)
         prep.notes += notes
-    feeds[aud_in.name] = au.log_mel(waves, spec).astype(np.dtype(aud_in.dtype))
+    features = au.log_mel(waves, spec)
+    feeds[aud_in.name] = features.astype(np.dtype(aud_in.dtype))
     prep.audio = names
+    prep.track = AudioTrack(waves, features, spec.sampling_rate, spec.hop_length, spec.frame_seconds)
     prep.src_rows = [TokenAxis(au.frame_labels(au.encoder_positions(spec), spec))]
 
 

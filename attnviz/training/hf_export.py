@@ -13,10 +13,8 @@ published (a folder rename) only when every map agrees within :data:`ATOL`.
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +26,8 @@ from attnviz.core import preprocess
 from attnviz.core.untrusted import read_json
 from attnviz.core.writes import publish_folder
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
+from attnviz.training.hf_onnx import _AXES, OPSET, HFWrapper, export_or_explain, onnx_export  # noqa: F401
 
-OPSET = 17
 # The check's tolerance is relative to each map's scale: |onnx - transformers| <= ATOL + RTOL * max|transformers map|
 # (outputs: the same on the output divided by its largest magnitude).  Why: a softmax weight's float error is
 # p_i * (d_i - sum_j p_j d_j) for logit errors d, so it is bounded by the map's peak times the logits' error, and the
@@ -82,6 +80,12 @@ FAMILIES = {
         {"pixel_values": "image", "decoder_input_ids": "decoder_tokens"},
         image=True,
     ),
+    # a speech encoder-decoder (Whisper): log-mel frames in, a transcript's tokens out; written as two files
+    "speech": Family(
+        "speech",
+        ("input_features", "decoder_input_ids"),
+        {"input_features": "audio", "decoder_input_ids": "decoder_tokens"},
+    ),
     # a contrastive dual encoder (CLIPModel, SiglipModel): both towers in one graph, an image and a text in
     "dual": Family(
         "dual",
@@ -98,90 +102,10 @@ TASKS = {
     "vision": "image-encoder",
     "vision-decoder": "image-to-text",
     "dual": "zero-shot-image-classification",
+    "speech": "automatic-speech-recognition",
 }
 # outputs written as the graph's one output, first found first (a dual encoder's image-by-text similarities)
 OUTPUTS = ("logits", "last_hidden_state", "logits_per_image")
-_AXES = {
-    "input_ids": {0: "batch", 1: "sequence"},
-    "attention_mask": {0: "batch", 1: "sequence"},
-    "token_type_ids": {0: "batch", 1: "sequence"},
-    "decoder_input_ids": {0: "batch", 1: "target_sequence"},
-    "pixel_values": {0: "batch"},
-}
-
-
-def _torch_nn_module():
-    import torch
-
-    return torch.nn.Module
-
-
-class HFWrapper(_torch_nn_module()):  # type: ignore[misc]
-    """Positional inputs (ONNX order) -> the HF model's keyword forward; returns one output tensor."""
-
-    def __init__(self, model, names, output: str):
-        super().__init__()
-        self.model = model
-        self.names = list(names)
-        self.output = output
-
-    def forward(self, *args):
-        return getattr(self.model(**dict(zip(self.names, args))), self.output)
-
-
-def onnx_export(
-    model,
-    kwargs: dict,
-    output: str,
-    path: Path,
-    opset: int = OPSET,
-    exporter: str = "legacy",
-    output_axes: dict | None = None,
-) -> None:
-    """``torch.onnx.export`` of an HF model through :class:`HFWrapper` (inputs named as ``kwargs``' keys)."""
-    import torch
-
-    names = list(kwargs)
-    wrapper = HFWrapper(model, names, output).eval()
-    args = tuple(kwargs[n] for n in names)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer and legacy-exporter warnings
-        if exporter == "legacy":
-            axes = {n: _AXES.get(n, {0: "batch", 1: f"seq_{n}"}) for n in names if kwargs[n].ndim >= 2}
-            if output_axes:
-                axes[output] = output_axes
-            how: dict = dict(dynamic_axes=axes, dynamo=False)
-        else:
-            how = dict(dynamo=True, verbose=False)
-        torch.onnx.export(
-            wrapper, args, str(path), input_names=names, output_names=[output], opset_version=opset, **how
-        )
-
-
-_ATEN_OP = re.compile(r"(aten::\w+|prim::\w+|onnx::\w+)")
-
-
-def export_or_explain(model, kwargs: dict, output: str, path: Path, opset: int = OPSET, **how) -> None:
-    """:func:`onnx_export`, with torch's refusal to export an operator said in one line: which operator, and what to
-    do (e.g. ``aten::histc`` in Qwen3-MoE's expert routing has no ONNX form in torch's exporter at any opset)."""
-    try:
-        onnx_export(model, kwargs, output, path, opset=opset, **how)
-    except AttnvizError:
-        raise
-    except Exception as e:
-        text = " ".join(str(e).split())
-        op = _ATEN_OP.search(text)
-        arch = type(model).__name__
-        if op is not None:
-            raise AttnvizError(
-                f"{arch}: torch cannot export the operator {op.group(1)} to ONNX (opset {opset}), so export-hf "
-                "cannot export this model; export it with a newer torch or optimum-cli (eager attention) if they "
-                "support it, or change the model code to avoid that operator, then open the .onnx file"
-            ) from None
-        raise AttnvizError(
-            f"{arch}: torch.onnx.export failed ({type(e).__name__}: {text[:200]}); try another --opset, or export "
-            "with optimum-cli (eager attention) and open the .onnx file"
-        ) from None
 
 
 # --------------------------------------------------------------------------- reading the folder
@@ -220,12 +144,13 @@ def _forward_params(model) -> set[str]:
 def family_of(model, config) -> Family:
     """Which feed pattern the model needs; decoder vs encoder is decided later from causality."""
     params = _forward_params(model)
-    if "input_features" in params:  # speech (Whisper, Speech2Text): log-mel frames in, not tokens or pixels
-        raise AttnvizError(
-            f"{type(model).__name__} takes input_features (audio), which export-hf does not export yet; export it "
-            "with optimum (optimum-cli export onnx --model DIR --task automatic-speech-recognition-with-past OUT) "
-            "and open that folder with --audio"
-        )
+    if "input_features" in params:  # speech: log-mel frames in, not tokens or pixels
+        if getattr(config, "model_type", "") != "whisper" or "decoder_input_ids" not in params:
+            raise AttnvizError(
+                f"{type(model).__name__} takes input_features (audio); export-hf exports Whisper's only (attnviz "
+                "computes Whisper's log-mel features); export it with optimum-cli and open it with --inputs FEEDS.npz"
+            )
+        return FAMILIES["speech"]
     if {"pixel_values", "input_ids"} <= params and isinstance(getattr(model, "logit_scale", None), torch_parameter()):
         # an image and a text in, and a learned temperature over their similarities: a contrastive dual encoder
         # (CLIP, SigLIP), not a vision-language decoder (which takes both too, and predicts tokens)
@@ -331,6 +256,10 @@ def example_inputs(fam: Family, model, tok, special: dict, image: dict | None, t
 
     params = _forward_params(model)
     kw = {}
+    if "input_features" in fam.inputs:  # seeded frames of the one length the encoder takes (Whisper's 2 x positions)
+        g = torch.Generator().manual_seed(len(text))
+        cfg = model.config
+        kw["input_features"] = torch.randn(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=g)
     if fam.image and image is not None:
         g = torch.Generator().manual_seed(len(text))
         h, w = image["size"]
@@ -494,8 +423,11 @@ def check_against_transformers(
                 raise AttnvizError(f"export check failed: map {i} is {g.shape} in ONNX, {r.shape} in transformers")
             worst = max(worst, float(np.abs(g - r).max()))
             over = max(over, excess(g, r, atol, rtol))
-        sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        o = sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})[0]
+        if onnx_path.is_dir():  # a folder (speech): its decoder's logits after its encoder, as the folder runs them
+            o = am.logits(feeds)
+        else:
+            sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+            o = sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})[0]
         scale = max(1.0, float(np.abs(out).max()))
         worst_out = max(worst_out, float(np.abs(o - out).max()) / scale)
         over_out = max(over_out, excess(o / scale, out / scale, atol, rtol))
@@ -535,6 +467,8 @@ def export_hf(
     import torch
     import transformers
 
+    from attnviz.training.hf_speech import DECODER, ENCODER, check_source, export_speech
+
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_paths(model_dir, out_dir)
     torch.manual_seed(0)
@@ -542,6 +476,8 @@ def export_hf(
     transformers.utils.logging.disable_progress_bar()
     model, config, missing = _load(model_dir)
     fam = family_of(model, config)
+    if fam.name == "speech":
+        check_source(model_dir)
     tok = _tokenizer(model_dir) if fam.text else None
     special = _special(tok, config)
     image = image_settings(model_dir, config) if fam.image else None
@@ -603,9 +539,15 @@ def export_hf(
 
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.resolve().parent))
     try:
-        onnx_path = staging / "model.onnx"
-        export_or_explain(model, inputs[0], output, onnx_path, opset=opset, output_axes=out_axes)
-        _write_metadata(onnx_path, meta)
+        if fam.name == "speech":  # two files, as optimum writes them; each names the source, the roles are by name
+            onnx_path = staging
+            export_speech(model, inputs[0], staging, opset)
+            for name in (ENCODER, DECODER):
+                _write_metadata(staging / name, {k: v for k, v in meta.items() if k != "inputs"})
+        else:
+            onnx_path = staging / "model.onnx"
+            export_or_explain(model, inputs[0], output, onnx_path, opset=opset, output_axes=out_axes)
+            _write_metadata(onnx_path, meta)
         for name in COPIED:
             if (model_dir / name).is_file():
                 shutil.copy2(model_dir / name, staging / name)
@@ -617,8 +559,12 @@ def export_hf(
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     first = -1 if fam.name == "dual" else 0  # a dual encoder's text tower is the one whose length varies
-    lengths = [int(reference_maps(model, kw)[0][first].shape[-1]) for kw in inputs]
-    return ExportReport(out_dir / "model.onnx", fam.name, task, n, worst, worst_out, lengths, missing)
+    if fam.name == "speech":  # the frames are fixed: the transcript's tokens vary
+        lengths = [int(kw["decoder_input_ids"].shape[-1]) for kw in inputs]
+    else:
+        lengths = [int(reference_maps(model, kw)[0][first].shape[-1]) for kw in inputs]
+    path = out_dir if fam.name == "speech" else out_dir / "model.onnx"
+    return ExportReport(path, fam.name, task, n, worst, worst_out, lengths, missing)
 
 
 def _config_json(model_dir: Path) -> dict:

@@ -120,3 +120,14 @@ def test_a_head_switch_under_an_aggregate_changes_no_map_input():
     head = mean.with_(mode="head")
     assert vm.map_inputs(head) != vm.map_inputs(head.with_(head=2))
     assert not np.array_equal(vm.compute_map(r, head).matrix, vm.compute_map(r, head.with_(head=2)).matrix)
+
+
+def test_heads_pooled_on_threads_are_the_same_cell_maxima(monkeypatch):
+    """Large layers pool their heads on threads: the same numbers, in head order, with and without filters."""
+    monkeypatch.setattr(vm, "POOL_THREADS_FROM", 0)  # every layer through the thread pool
+    r = _result(layers=2, heads=5, seed=3)
+    for sel in (vm.Selection(), vm.Selection(hide_special=True, keep=0.7)):
+        thumbs = vm.thumbnails(r, sel, use_cache=False)
+        for (_, layer, head), small in thumbs.items():
+            drawn = vm.compute_map(r, sel.with_(mode="head", layer=layer, head=head)).matrix
+            np.testing.assert_array_equal(small, _cell_max(drawn))

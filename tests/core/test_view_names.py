@@ -14,7 +14,9 @@ def test_figure_view_choices_are_the_registry_and_each_is_described_and_drawn():
 
     figure = build_parser()._subparsers._group_actions[0].choices["figure"]
     (view,) = [a for a in figure._actions if "--view" in a.option_strings]
-    assert tuple(view.choices) == FIGURE_VIEWS == ("heatmap", "overview", "links", "alignment", "image", "strip")
+    assert (
+        tuple(view.choices) == FIGURE_VIEWS == ("heatmap", "overview", "links", "alignment", "image", "audio", "strip")
+    )
     assert tuple(VIEW_HELP) == FIGURE_VIEWS
     pytest.importorskip("matplotlib")
     from attnviz.figures.views import VIEW_DRAWERS

@@ -266,7 +266,7 @@ def test_source_errors(maps, tmp_path, capsys):
 
 def test_spec_validation_messages():
     with pytest.raises(
-        AttnvizError, match="unknown view 'pie'; use one of heatmap, overview, links, alignment, image, strip"
+        AttnvizError, match="unknown view 'pie'; use one of heatmap, overview, links, alignment, image, audio, strip"
     ):
         FigureSpec(view="pie")
     with pytest.raises(AttnvizError, match="unknown width preset"):

@@ -269,11 +269,12 @@ def test_applicable_views_for_menus():
     from attnviz.figures import applicable_views
 
     text = applicable_views(text_result())
-    assert list(text) == ["heatmap", "overview", "links", "alignment", "image", "strip"]
+    assert list(text) == ["heatmap", "overview", "links", "alignment", "image", "audio", "strip"]
     assert text["heatmap"] is None and "cross-attention" in text["alignment"] and "image" in text["image"]
+    assert "speech model" in text["audio"]
     assert "generated words" in text["strip"]
     cap = applicable_views(vision_result(decoder=True))
-    assert all(v is None for v in cap.values())
+    assert all(v is None for k, v in cap.items() if k != "audio") and "speech model" in cap["audio"]
 
 
 def test_overview_of_one_layer_is_a_grid_of_its_heads():

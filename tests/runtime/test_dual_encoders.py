@@ -115,6 +115,21 @@ def test_pooling_block_is_drawn_as_a_block(dual, reference):
     assert blocks[1].head(0, 0).shape == (1, 16)
 
 
+def test_block_names_name_the_tower(dual, reference):
+    """``--block "encoder self text"`` picks the text tower; a bare "encoder self" is ambiguous between the towers
+    (it used to pick the image tower silently)."""
+    from attnviz import AttnvizError
+    from attnviz.figures.select import resolve_block
+
+    kw, _, _ = reference("siglip")
+    _, res = _run(dual("siglip"), kw)
+    assert resolve_block(res, "encoder self text")[1].tower == "text"
+    assert resolve_block(res, "encoder self image")[1].tower == "image"
+    assert resolve_block(res, "pooling")[1].kind == "pooling"
+    with pytest.raises(AttnvizError, match="ambiguous.*encoder self image.*encoder self text"):
+        resolve_block(res, "encoder self")
+
+
 def _folder(tmp_path, arch, dual):
     """The whole export beside a word tokenizer (as a Hub download has its tokenizer)."""
     folder = tmp_path / arch

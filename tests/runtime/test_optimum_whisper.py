@@ -283,9 +283,6 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
         assert not out.exists()
 
     out.unlink()
-    # export-hf does not export speech models: one line naming optimum's command, not an internal error
-    refused(["export-hf", str(root / "hf"), "--out", str(tmp_path / "exported")], "input_features", "optimum-cli")
-    assert not (tmp_path / "exported").exists()
     long = tmp_path / "long.wav"  # the model hears 5 s (its preprocessor_config.json's chunk_length)
     sf.write(long, np.tile(chirp(1.0), 6), RATE)
     refused(["extract", str(folder), "--audio", str(long), "--out", str(out)], "6.00 s", "--max-seconds 5")

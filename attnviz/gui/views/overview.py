@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Signal
+from PySide6.QtCore import QPoint, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPen
-from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsLineItem, QGraphicsRectItem, QVBoxLayout
 
 from attnviz.core import view as vm
 from attnviz.core.view_names import tab_title
@@ -27,10 +27,12 @@ LAYER_LABEL_PX = 34.0  # room left of the grid for the layer labels ("L11")
 
 
 class OverviewView(View):
-    """Signals: ``picked(block, layer, head)`` when a thumbnail is clicked."""
+    """Signals: ``picked(block, layer, head)`` when a thumbnail is clicked; ``context_requested(block, layer,
+    head, global position)`` when one is right-clicked (its menu switches the head off)."""
 
     title = tab_title("overview")
     picked = Signal(int, int, int)
+    context_requested = Signal(int, int, int, QPoint)
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -65,6 +67,10 @@ class OverviewView(View):
         self.frame_colours: dict[tuple[int, int, int], str] = {}
         self._frames_for: tuple[int, int] | None = None  # (comparison, result) the frames were drawn for
         session.comparison_changed.connect(self._on_selection)
+        # right-click ▸ Switch head off: a cross over each head that is off
+        self.crosses: dict[tuple[int, int, int], list[QGraphicsItem]] = {}
+        self._crosses_for: tuple | None = None
+        session.ablation_changed.connect(self._on_selection)
 
     # -- structure ---------------------------------------------------------------
     def on_result(self) -> None:
@@ -111,6 +117,7 @@ class OverviewView(View):
         self._place_titles()
         self._drawn_key = None
         self._frames_for = None
+        self._crosses_for = None
 
     def _block_gap(self, blocks) -> tuple[float, float]:
         """Rows of space above each block for its title and head labels (text has a fixed pixel size), and the
@@ -168,6 +175,7 @@ class OverviewView(View):
             self.redraw()
             self._drawn_key = key
         self.draw_frames()
+        self.draw_crosses()
         self.update_focus()
 
     def draw_frames(self) -> None:
@@ -200,6 +208,40 @@ class OverviewView(View):
             self.frames[key] = item
             self.frame_colours[key] = colour
 
+    def draw_crosses(self) -> None:
+        """Cross out each head that is switched off (right-click ▸ Switch head off)."""
+        s = self.session
+        key = (s.ablation.off, id(s.result))
+        if key == self._crosses_for:
+            return
+        self._crosses_for = key
+        for drawn in self.crosses.values():
+            for old in drawn:
+                self.vb.removeItem(old)
+        self.crosses.clear()
+        pen = QPen(QColor(30, 30, 30))
+        pen.setCosmetic(True)
+        pen.setWidthF(2.5)
+        for cell in sorted(s.ablation.cells(s.blocks)):
+            r = self.cells.get(cell)
+            if r is None:
+                continue
+            veil = QGraphicsRectItem(r)  # the head's map greyed under the cross: it no longer reaches the output
+            veil.setPen(QPen(Qt.PenStyle.NoPen))
+            veil.setBrush(QColor(255, 255, 255, 150))
+            items: list[QGraphicsItem] = [
+                veil,
+                QGraphicsLineItem(r.left(), r.top(), r.right(), r.bottom()),
+                QGraphicsLineItem(r.left(), r.bottom(), r.right(), r.top()),
+            ]
+            for item in items:
+                if isinstance(item, QGraphicsLineItem):
+                    item.setPen(pen)
+                item.setZValue(18)
+                item.setToolTip("switched off (right-click to switch it back on)")
+                self.vb.addItem(item, ignoreBounds=True)
+            self.crosses[cell] = items
+
     def update_focus(self) -> None:
         s = self.session.sel
         rect = self.cells.get((s.block, s.layer, s.head))
@@ -218,6 +260,8 @@ class OverviewView(View):
                 if self.session.comparison is not None
                 else ""
             )
+            + (f" · crossed: switched off ({len(self.crosses)})" if self.crosses else "")
+            + " · right-click a head to switch it off"
         )
 
     # -- picking -------------------------------------------------------------------
@@ -232,7 +276,11 @@ class OverviewView(View):
             return
         p = self.vb.mapSceneToView(ev.scenePos())
         key = self.key_at_view(p.x(), p.y())
-        if key is not None:
+        if key is None:
+            return
+        if ev.button() == Qt.MouseButton.RightButton:
+            self.context_requested.emit(*key, ev.screenPos().toPoint())
+        else:
             self.picked.emit(*key)
 
     def widget_pos_of(self, block: int, layer: int, head: int):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
+from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
 from attnviz.core.stats import STAT_COLUMNS, head_stats, stat_columns
@@ -67,10 +68,12 @@ class NumItem(QTableWidgetItem):
 
 
 class StatsView(View):
-    """Signals: ``picked(layer, head)`` when a row is clicked."""
+    """Signals: ``picked(layer, head)`` when a row is clicked; ``context_requested(layer, head, global
+    position)`` when one is right-clicked (its menu switches the head off)."""
 
     title = tab_title("stats")
     picked = Signal(int, int)
+    context_requested = Signal(int, int, QPoint)
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
@@ -88,6 +91,8 @@ class StatsView(View):
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.cellClicked.connect(self._on_click)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._on_context)
         self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
@@ -101,6 +106,7 @@ class StatsView(View):
         self.workers.returned.connect(self._on_stats)
         self.workers.errored.connect(self._on_stats_error)
         session.comparison_changed.connect(self._on_comparison)
+        session.ablation_changed.connect(self.mark_off)
 
     def _on_comparison(self) -> None:
         """A comparison with model B was set or dropped: refill with or without its columns."""
@@ -192,7 +198,8 @@ class StatsView(View):
         t.setSortingEnabled(True)
         self._fit_columns()
         text = (
-            f"{self.session.block.name}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head."
+            f"{self.session.block.name}: {count(len(rows), 'head')}. Click a column to sort, a row to focus that head, "
+            "right-click it to switch it off."
         )
         if aligned and self.gold is not None:
             t.sortByColumn(2, Qt.SortOrder.AscendingOrder)  # "which heads align?": best AER first
@@ -211,7 +218,41 @@ class StatsView(View):
         elif c is not None:
             text += f" No comparison columns: {c.name_b} has no matching {self.session.block.name}."
         self.info.setText(text)
+        self.mark_off()
         self.select_current()
+
+    def mark_off(self) -> None:
+        """Strike out the layer and head of each row whose head is switched off (right-click ▸ Switch head off)."""
+        s, t = self.session, self.table
+        if s.block is None or t.columnCount() < 2:
+            return
+        for r in range(t.rowCount()):
+            layer, head = t.item(r, 0), t.item(r, 1)
+            if layer is None or head is None:
+                continue
+            off = s.ablation.is_off(head_at(s.blocks, s.sel.block, int(layer.value), int(head.value)))
+            for item in (layer, head):
+                font = item.font()
+                font.setStrikeOut(off)
+                item.setFont(font)
+                item.setToolTip("switched off (right-click to switch it back on)" if off else "")
+            head.setText(f"{int(head.value)} (off)" if off else str(int(head.value)))
+
+    def off_rows(self) -> list[tuple[int, int]]:
+        """``(layer, head)`` of the rows shown struck out."""
+        t = self.table
+        return [
+            (int(t.item(r, 0).value), int(t.item(r, 1).value))
+            for r in range(t.rowCount())
+            if t.item(r, 1).font().strikeOut()
+        ]
+
+    def _on_context(self, pos) -> None:
+        r = self.table.rowAt(pos.y())
+        if r < 0:
+            return
+        at = self.table.viewport().mapToGlobal(pos)
+        self.context_requested.emit(int(self.table.item(r, 0).value), int(self.table.item(r, 1).value), at)
 
     def _fit_columns(self) -> None:
         """Every title readable: columns share the width when their (two-line) titles and numbers fit, else

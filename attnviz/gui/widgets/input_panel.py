@@ -1,4 +1,4 @@
-"""Input panel: text, text pair, image, number of generation steps, run / cancel, progress."""
+"""Input panel: text, text pair, image, audio, number of generation steps, run / cancel, progress."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
+AUDIO_FILTER = "Sound files (*.wav *.flac *.ogg);;All files (*)"
+# a speech model's decoder text is its transcript: what `--text-pair` means on the command line for the same model
+TRANSCRIPT_HINT = "transcript, or empty to generate one"
+TRANSCRIPT_TIP = (
+    "The transcript is fed to the decoder after the model's forced prompt (<|startoftranscript|>, language, task), "
+    "exactly like --text-pair on the command line: with generate 0 each word's attention over the sound is shown "
+    "as given. Leave it empty to generate a transcript from the sound."
+)
 TEXT_HINT = "input text (Enter runs)"
 # a captioning model's text is its decoder's: what `--text` means on the command line for the same model
 CAPTION_HINT = "caption, or empty to generate one"
@@ -40,6 +48,11 @@ def takes_caption(model: AttnModel | None) -> bool:
     if model is None or model.kind != "vision-decoder":
         return False
     return bool({"decoder_tokens", "tokens"} & set(model.roles.values()))
+
+
+def takes_audio(model: AttnModel | None) -> bool:
+    """A speech model (Whisper): its encoder hears a sound file."""
+    return model is not None and "audio" in set(model.roles.values())
 
 
 def takes_image_and_text(model: AttnModel | None) -> bool:
@@ -63,6 +76,10 @@ class InputPanel(QWidget):
         self.image.setPlaceholderText("image file for vision / captioning models")
         self.browse = QPushButton("…")
         self.browse.setFixedWidth(28)
+        self.audio = QLineEdit()
+        self.audio.setPlaceholderText("sound file (WAV, FLAC, OGG) for speech models")
+        self.audio_browse = QPushButton("…")
+        self.audio_browse.setFixedWidth(28)
         # image normalisation: the model's metadata by default, or a named preset (what was used shows in the run info)
         self.preprocess = QComboBox()
         self.preprocess.addItem("model default", None)
@@ -99,6 +116,9 @@ class InputPanel(QWidget):
         img_row = QHBoxLayout()
         img_row.addWidget(self.image, 1)
         img_row.addWidget(self.browse)
+        audio_row = QHBoxLayout()
+        audio_row.addWidget(self.audio, 1)
+        audio_row.addWidget(self.audio_browse)
         btn_row = QHBoxLayout()
         btn_row.addWidget(self.run_button)
         btn_row.addWidget(self.cancel_button)
@@ -106,6 +126,7 @@ class InputPanel(QWidget):
         form.addRow("text", self.text)
         form.addRow("text pair", self.text_pair)
         form.addRow("image", img_row)
+        form.addRow("audio", audio_row)
         prep_row = QHBoxLayout()
         prep_row.addWidget(self.preprocess, 1)
         prep_row.addWidget(self.image_size)
@@ -117,6 +138,8 @@ class InputPanel(QWidget):
         self.text.returnPressed.connect(self.request_run)
         self.text_pair.returnPressed.connect(self.request_run)
         self.image.returnPressed.connect(self.request_run)
+        self.audio.returnPressed.connect(self.request_run)
+        self.audio_browse.clicked.connect(self._browse_audio)
         self.run_button.clicked.connect(self.request_run)
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.browse.clicked.connect(self._browse)
@@ -133,6 +156,7 @@ class InputPanel(QWidget):
             "text": (self.text.text() or None) if self.text.isEnabled() else None,
             "text_pair": (self.text_pair.text() or None) if self.text_pair.isEnabled() else None,
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
+            "audio": (self.audio.text().strip() or None) if self.audio.isEnabled() else None,
             "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
             "max_tokens": (int(self.max_tokens.value()) or None) if self.max_tokens.isEnabled() else None,
             **self.image_options(),
@@ -150,13 +174,15 @@ class InputPanel(QWidget):
             out["image_size"] = (self.image_size.value(), self.image_size.value())
         return out
 
-    def set_values(self, text=None, text_pair=None, image=None, generate=None, max_tokens=None) -> None:
+    def set_values(self, text=None, text_pair=None, image=None, generate=None, max_tokens=None, audio=None) -> None:
         if text is not None:
             self.text.setText(text)
         if text_pair is not None:
             self.text_pair.setText(text_pair)
         if image is not None:
             self.image.setText(str(image))
+        if audio is not None:
+            self.audio.setText(str(audio))
         if generate is not None:
             self.generate.setValue(int(generate))
         if max_tokens is not None:
@@ -175,7 +201,17 @@ class InputPanel(QWidget):
         label = self.form.labelForField(self.text)
         if label is not None:
             label.setText("caption" if caption else "text")
+        speech = takes_audio(model)
+        self.audio.setEnabled(speech or model is None)
+        self.audio_browse.setEnabled(speech or model is None)
+        if speech:  # the encoder hears the sound; the only text is the decoder's transcript
+            self.text.setEnabled(False)
         self.text_pair.setEnabled(not vision or model is None)
+        self.text_pair.setPlaceholderText(TRANSCRIPT_HINT if speech else "optional second sentence")
+        self.text_pair.setToolTip(TRANSCRIPT_TIP if speech else "")
+        pair_label = self.form.labelForField(self.text_pair)
+        if pair_label is not None:
+            pair_label.setText("transcript" if speech else "text pair")
         self.max_tokens.setEnabled(not vision or model is None)
         self.preprocess.setEnabled(vision or model is None)
         self.image_size.setEnabled(vision or model is None)
@@ -199,6 +235,12 @@ class InputPanel(QWidget):
             self.progress.setRange(0, 100)
             self.progress.setValue(percent)
         self.progress.setFormat(text or "%p%")
+
+    def _browse_audio(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a sound file", "", AUDIO_FILTER)
+        if path:
+            self.audio.setText(path)
+            self.request_run()
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose an image", "", IMAGE_FILTER)

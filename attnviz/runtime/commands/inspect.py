@@ -80,10 +80,10 @@ def run(args) -> int:
         print(f"attention: none — {d['no_attention_reason']}")
         return 1
     print(f"attention sites ({len(d['sites'])})")
-    print(f"  {'#':>3}  {'stack':<8} {'kind':<6} {'layer':>5} {'heads':>5}  {'method':<17} node")
+    print(f"  {'#':>3}  {'stack':<8} {'kind':<7} {'layer':>5} {'heads':>5}  {'method':<17} node")
     for i, s in enumerate(d["sites"]):
         print(
-            f"  {i:>3}  {s['stack']:<8} {s['kind']:<6} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
+            f"  {i:>3}  {s['stack']:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
             + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
         )
     return 0

@@ -1,0 +1,234 @@
+"""The Audio regions view model: a speech model's attention laid over the sound it heard, along time.
+
+The waveform and the log-mel spectrogram of the clip, and one query's attention over the encoder's frames (20 ms
+each for Whisper) as a curve and a heat band on the same time axis.  The query is a word of the transcript (the
+decoder's cross-attention: where in the sound that word looked) or a frame clicked on the sound (the encoder's
+self-attention: where that instant looks).  Which it is follows the :class:`~attnviz.core.view.Selection`: its
+block is the cross-attention block (query = the decoder row of a word) or the encoder's self-attention block
+(query = a frame), so the window's export hands the same selection to the figure and both draw
+:func:`audio_view`'s numbers.
+
+Numpy only: no Qt, no matplotlib.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnviz.core import view as vm
+from attnviz.core.attention import AttentionResult, AudioTrack, Block
+
+ENVELOPE_BINS = 2000  # the waveform is drawn as min/max per bin: the same few thousand numbers on screen and paper
+SPEC_FLOOR = 0.15  # the loudest spectrogram cell's grey (0 = black): dark enough to read, not so dark the heat hides
+CURVE_COLOUR = vm.HEAD_COLOURS[0]
+QUERY_COLOUR = vm.HEAD_COLOURS[1]  # the clicked frame's mark on the sound
+SPAN_COLOUR = vm.HEAD_COLOURS[2]  # word spans (start-end) on the waveform
+NO_AUDIO = (
+    "Audio regions need a speech model run on a sound (a Whisper folder with an audio file: File ▸ Open audio…, "
+    "or --audio FILE); this result has no audio"
+)
+
+
+@dataclass(frozen=True)
+class WordSpan:
+    """A word's start and end in the clip, seconds (word timestamps: drawn on the waveform)."""
+
+    word: str
+    start: float
+    end: float
+
+
+@dataclass
+class AudioView:
+    """One query's attention over the clip's frames, and the sound under it, in seconds."""
+
+    block_index: int  # the block the curve comes from (cross-attention for a word, encoder self for a frame)
+    query_kind: str  # "word" | "frame"
+    query: int  # the decoder row of the word, or the frame index
+    query_label: str
+    times: np.ndarray  # [n] start of each encoder frame shown (i × frame_seconds)
+    curve: np.ndarray  # [n] the query's attention weight on each frame shown
+    vmax: float  # the top of the curve's axis and the heat band's colour scale: the curve's largest weight
+    frame_seconds: float
+    duration: float  # the clip's length, seconds (the frames shown cover it; the padding after it is not drawn)
+    env_times: np.ndarray  # [m] start of each waveform bin
+    env_lo: np.ndarray  # [m] the smallest sample of each bin
+    env_hi: np.ndarray  # [m] the largest sample of each bin
+    spec: np.ndarray  # [mels, mel frames shown] grey level (1 white = quiet, SPEC_FLOOR = the loudest)
+    spec_seconds: float  # the spectrogram's width: mel frames shown × hop / rate
+    title: str
+    words: list[tuple[str, int]]  # the word strip: (label, decoder row of the cross-attention block)
+    padding_mass: float  # the query's weight on the silent padding after the clip (not drawn)
+    spans: tuple[WordSpan, ...] = field(default_factory=tuple)
+
+    @property
+    def heat(self) -> np.ndarray:
+        """``[n]`` in [0, 1]: the curve divided by its top, the heat band's colours."""
+        return np.clip(self.curve / self.vmax, 0.0, 1.0)
+
+    @property
+    def query_span(self) -> tuple[float, float] | None:
+        """The clicked frame's start and end (marked on the sound), or None for a word query."""
+        if self.query_kind != "frame":
+            return None
+        return self.query * self.frame_seconds, (self.query + 1) * self.frame_seconds
+
+    @property
+    def peak_time(self) -> float:
+        return float(self.times[int(np.argmax(self.curve))]) if len(self.curve) else 0.0
+
+
+def frames_shown(track: AudioTrack, batch: int, n_keys: int) -> int:
+    """Encoder frames that hold the clip (the rest of the window is padding): ``ceil(duration / frame)``."""
+    return max(1, min(n_keys, math.ceil(track.duration(batch) / track.frame_seconds - 1e-9)))
+
+
+def frame_at(seconds: float, frame_seconds: float, n: int) -> int | None:
+    """The frame a click at ``seconds`` falls in (frame i covers [i, i + 1) × ``frame_seconds``); None outside
+    the ``n`` frames shown."""
+    if not (math.isfinite(seconds) and 0.0 <= seconds < n * frame_seconds):
+        return None
+    return min(int(seconds / frame_seconds + 1e-9), n - 1)
+
+
+def audio_blocks(result: AttentionResult, blocks: list[Block]) -> tuple[int, int | None] | None:
+    """``(cross block, encoder self block)`` whose keys are the clip's frames, or None when the result has no
+    sound or no cross-attention over it."""
+    if result.audio is None:
+        return None
+    cross = next((i for i, b in enumerate(blocks) if b.kind == "cross"), None)
+    if cross is None:
+        return None
+    n = vm.blk_len(blocks[cross], 1)
+    enc = next(
+        (i for i, b in enumerate(blocks) if b.stack == "encoder" and b.kind == "self" and vm.blk_len(b, 1) == n),
+        None,
+    )
+    return cross, enc
+
+
+def audio_source(result: AttentionResult, blocks: list[Block], sel: vm.Selection) -> tuple[int, str] | None:
+    """``(block, query kind)`` the view draws for ``sel``: the encoder's self-attention when it is the selected
+    block and a query frame is chosen (a click on the sound), else the cross-attention (a word as the query: what
+    the view opens on); None without sound."""
+    found = audio_blocks(result, blocks)
+    if found is None:
+        return None
+    cross, enc = found
+    return (enc, "frame") if enc is not None and sel.block == enc and sel.query is not None else (cross, "word")
+
+
+def _cross_of(result: AttentionResult, blocks: list[Block]) -> int:
+    found = audio_blocks(result, blocks)
+    assert found is not None  # the caller found the sound's blocks
+    return found[0]
+
+
+def audio_words(result: AttentionResult, blk: Block) -> list[tuple[str, int]]:
+    """The word strip: ``(label, decoder row)`` for the transcript's words, given (teacher-forced) or generated,
+    without the special prompt tokens (``<|en|>``, ``<|notimestamps|>``, EOS) unless nothing else is there."""
+    special = list(blk.query_axis.special or [])
+    given = vm.caption_rows(result, blk)
+    rows = [(r, w, bool(special[r + 1]) if r + 1 < len(special) else False) for r, w in given]
+    if vm.n_steps(result):
+        rows += [(r, w, vm.word_special(result, blk, r, w)) for r, w in vm.generation_rows(result, blk)]
+    elif not given:  # no prompt known: every decoder row with its own token
+        rows = [(r, w, bool(special[r]) if r < len(special) else False) for r, w in vm.generation_rows(result, blk)]
+    words = [(vm.clean_label(w), r) for r, w, sp in rows if not sp]
+    return words or [(vm.clean_label(w), r) for r, w, _ in rows]
+
+
+def envelope(wave: np.ndarray, rate: int, bins: int = ENVELOPE_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(bin start times, min, max)`` of a clip in at most ``bins`` bins."""
+    n = len(wave)
+    bins = max(1, min(bins, n))
+    starts = (np.arange(bins) * n) // bins
+    w = np.asarray(wave, np.float32)
+    return starts / float(rate), np.minimum.reduceat(w, starts), np.maximum.reduceat(w, starts)
+
+
+def spectrogram(track: AudioTrack, batch: int, n_frames: int) -> tuple[np.ndarray, float]:
+    """The log-mel features of the frames shown as grey levels (white quiet, dark loud), and their width in s."""
+    per = max(1, round(track.frame_seconds * track.rate / track.hop))  # mel frames per encoder frame (2)
+    feats = np.asarray(track.features[batch], np.float32)[:, : n_frames * per]
+    lo, hi = float(feats.min()), float(feats.max())
+    level = (feats - lo) / (hi - lo) if hi > lo else np.zeros_like(feats)
+    return 1.0 - (1.0 - SPEC_FLOOR) * level, feats.shape[1] * track.hop / track.rate
+
+
+def word_spans(result: AttentionResult) -> tuple[WordSpan, ...]:
+    """Word timestamps to draw on the waveform: ``result.info["word_times"]`` (``[[word, start, end], ...]``).
+
+    The hook for DTW word timestamps (issue 23 item 3): whatever computes them (``attnviz align-audio``, the
+    run) puts them there and both the screen and the figure draw them; a malformed entry is skipped."""
+    raw = (result.info or {}).get("word_times")
+    out = []
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, (list, tuple)) and len(item) == 3 and all(isinstance(v, (int, float)) for v in item[1:]):
+            start, end = float(item[1]), float(item[2])
+            if math.isfinite(start) and math.isfinite(end) and end >= start:
+                out.append(WordSpan(str(item[0]), start, end))
+    return tuple(out)
+
+
+def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] | None = None) -> AudioView:
+    """What Audio regions draws for ``sel`` (head or aggregate, layers, batch row, query)."""
+    blocks = vm.result_blocks(result, sel, blocks)
+    src = audio_source(result, blocks, sel)
+    track = result.audio
+    if src is None or track is None:
+        raise vm.ViewError(NO_AUDIO, param="audio")
+    bi, kind = src
+    blk = blocks[bi]
+    s = vm.clamp(
+        sel.with_(
+            block=bi,
+            step=-1,
+            hide_special=False,
+            keep=1.0,
+            mode="mean" if blk.kind == "cross" and sel.mode == "rollout" else sel.mode,
+        ),
+        blocks,
+    )
+    mv = vm.compute_map(result, s, blocks)
+    batch = min(max(sel.batch, 0), len(track.waves) - 1)
+    n = frames_shown(track, batch, mv.matrix.shape[1])
+    spec, spec_seconds = spectrogram(track, batch, n)
+    words = audio_words(result, blocks[bi] if kind == "word" else blocks[_cross_of(result, blocks)])
+    if kind == "frame":
+        query = min(max(int(sel.query or 0), 0), n - 1)  # a frame of the clip (the padding after it is not drawn)
+        label = f"frame {query} ({query * track.frame_seconds:.2f} s)"
+    else:
+        rows = [r for _, r in words]
+        if sel.query is not None and sel.query in rows:
+            query = int(sel.query)
+        else:  # the generated word of the step shown, else the first word
+            query = rows[vm.step_query(result, blk, words, sel.step)] if rows else 0
+        label = dict((r, w) for w, r in words).get(query) or vm.clean_label(blk.query_axis.labels[query])
+    row = np.asarray(mv.matrix[min(query, mv.matrix.shape[0] - 1)], np.float64)
+    curve = row[:n].astype(np.float32)
+    times, lo, hi = envelope(track.waves[batch], track.rate)
+    what = mv.title.split(" · ", 1)[1] if " · " in mv.title else mv.title
+    return AudioView(
+        block_index=bi,
+        query_kind=kind,
+        query=int(query),
+        query_label=label,
+        times=np.arange(n) * track.frame_seconds,
+        curve=curve,
+        vmax=max(float(curve.max()) if n else 0.0, 1e-6),
+        frame_seconds=track.frame_seconds,
+        duration=track.duration(batch),
+        env_times=times,
+        env_lo=lo,
+        env_hi=hi,
+        spec=spec,
+        spec_seconds=spec_seconds,
+        title=" · ".join([blk.name, what, f"query “{label}”"]),
+        words=words,
+        padding_mass=float(row[n:].sum()),
+        spans=word_spans(result),
+    )
