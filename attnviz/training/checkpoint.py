@@ -62,8 +62,8 @@ def check_run_folder(out: str | os.PathLike, task: str) -> None:
 
 def ensure_writable_dir(out: str | Path) -> Path:
     out = Path(out)
-    writes.make_folder(out)
     try:
+        out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=out)
         os.close(fd)
         os.unlink(probe)
