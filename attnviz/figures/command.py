@@ -396,11 +396,9 @@ def run(args) -> int:
         raise AttnvizError("--recipe-out names one file; with --all-heads every figure gets FILE.recipe.json beside it")
     bi, block = resolve_block(result, spec.block)
     folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
-    if not folder.exists():
-        try:
-            folder.mkdir(parents=True)
-        except OSError as e:
-            raise AttnvizError(f"cannot create folder {folder}: {e.strerror}; choose another --out") from None
+    from attnviz.core.writes import make_folder
+
+    make_folder(folder)
     jobs = [(l, h) for l in range(block.n_layers) for h in range(block.heads_in(l))]
     if spec.layer is not None:
         from attnviz.figures.select import check_layer

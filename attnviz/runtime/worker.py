@@ -54,6 +54,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
     _light_package()
 
 from attnviz import AttnvizError  # noqa: E402
+from attnviz.core import limits  # noqa: E402
 from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed, read_message, write_message  # noqa: E402  (after the child's bare package)
 from attnviz.runtime.steps import Loop, advance  # noqa: E402
 
@@ -556,7 +557,9 @@ def _shared_arena():
         import onnxruntime as ort
 
         info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-        ort.create_and_register_allocator(info, ort.OrtArenaCfg({"arena_extend_strategy": 1}))  # kSameAsRequested
+        # capped at the run memory cap too: a backstop for what the shape estimate cannot size (runtime/memory.py)
+        cfg = {"arena_extend_strategy": 1, "max_mem": limits.memory_cap()[0]}  # kSameAsRequested
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(cfg))
         so = ort.SessionOptions()
         so.add_session_config_entry("session.use_env_allocators", "1")
         so.intra_op_num_threads = 1
