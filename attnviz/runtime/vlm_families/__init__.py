@@ -15,7 +15,6 @@ FAMILIES: dict[str, type[Family]] = {
     "idefics3": Idefics3,
     "paligemma": PaliGemma,
     "qwen2_vl": Qwen2VL,
-    "qwen2_5_vl": Qwen2VL,  # the same processor, prompt and M-RoPE positions (its vision tower is the file's)
 }
 
 

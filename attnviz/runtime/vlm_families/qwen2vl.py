@@ -1,4 +1,4 @@
-"""Qwen2-VL (and Qwen2.5-VL: the same processor, prompt and M-RoPE positions): a ViT over 14-pixel patches of the
+"""Qwen2-VL: a ViT over 14-pixel patches of the
 image at (nearly) its own size, each 2 × 2 window of patches merged into one image token, a Qwen2 decoder whose
 rotary positions are three-dimensional.
 
@@ -181,6 +181,7 @@ class Qwen2VL(Family):
                 f"pixel_values of shape {tuple(pixels.shape)}: Qwen2-VL's vision file takes one image "
                 "[1, 3, H, W]; analyse one image at a time"
             )
+        self.grid_thw(pixels)  # sides the processor makes (multiples of patch × merge)
         flat, thw = patchify(pixels[0], self.patch, self.merge, self.temporal)
         self.merged = (int(thw[0, 1]) // self.merge, int(thw[0, 2]) // self.merge)
         feeds = {vision_inputs[0].name: flat}
