@@ -125,9 +125,19 @@ class Qwen2VL(Family):
                     f"{where}: preprocessor_config.json's {key} is {theirs} and config.json's vision tower's {mine}; "
                     "the config files do not belong together"
                 )
-        size = preprocessor.get("size") if isinstance(preprocessor.get("size"), dict) else {}
-        self.min_pixels = int(preprocessor.get("min_pixels", size.get("shortest_edge", 56 * 56)))
-        self.max_pixels = int(preprocessor.get("max_pixels", size.get("longest_edge", 28 * 28 * 1280)))
+        # the pixel bounds: min_pixels / max_pixels (older files) or size's shortest_edge / longest_edge
+        size: dict = preprocessor["size"] if isinstance(preprocessor.get("size"), dict) else {}
+        bounds = {
+            "min_pixels": size.get("shortest_edge", 56 * 56),
+            "max_pixels": size.get("longest_edge", 28 * 28 * 1280),
+        }
+        bounds |= {k: preprocessor[k] for k in bounds if k in preprocessor}
+        for k, v in bounds.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise AttnvizError(
+                    f"{where}: preprocessor_config.json's {k} is {v!r}, not a positive integer; give the repository's own"
+                )
+        self.min_pixels, self.max_pixels = bounds["min_pixels"], bounds["max_pixels"]
         self.resample = RESAMPLE.get(preprocessor.get("resample", 3), "BICUBIC")
         self.rescale = (
             float(preprocessor.get("rescale_factor", 1 / 255)) if preprocessor.get("do_rescale", True) else 1.0
@@ -219,8 +229,9 @@ class Qwen2VL(Family):
         return QwenTokens(inner, self)
 
     def probe_ids(self) -> list[int]:
-        self.merged = (1, 1)
-        return [self.token, self.token]  # a placeholder id, then one text token (any id below the vocabulary)
+        self.merged = (1, 1)  # probe_pixels: one merge window, one image token
+        end = self.config.get("vision_end_token_id")
+        return [self.token, end if isinstance(end, int) and end != self.token else 0]
 
     # -- the decoder -----------------------------------------------------------------
     def positions(self, ids: np.ndarray, mask: np.ndarray, pixels: np.ndarray) -> np.ndarray:
