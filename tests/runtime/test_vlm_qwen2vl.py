@@ -234,6 +234,15 @@ def test_vision_keys_labelled_with_transformers_rotary_positions(repo, image):
     _, grid = _processed(image)
     pos = get_vision_position_ids(torch.as_tensor(grid), qm.MERGE).tolist()
     assert labels == [f"({h},{w})" for h, w in pos]
+    # the vision block over the image (Image regions): each patch's weight drawn where transformers puts it
+    from attnviz.core import view as v
+
+    ov = v.overlay_view(r, v.Selection(block=0, layer=1, head=2, query=5))
+    row = r.maps[1].array()[0, 2, 5]
+    want = np.zeros((grid[0, 1], grid[0, 2]))
+    for k, (h, w) in enumerate(pos):
+        want[h, w] = row[k]
+    assert np.abs(ov.patch - want).max() == 0
 
 
 def test_bad_input_is_one_line(repo, tmp_path):
