@@ -208,6 +208,9 @@ class AttentionModel(engine.AnalyzeMethod):
     # a map batch larger than the image batch means windows (Swin); a VLM's vision file maps one image of each
     # row's several (Idefics3's tiles, the padding images dropped) per map row instead: its set turns this off
     maps_per_image = True
+    # the input whose first axis is the maps' batch (None: the first input's); a vision file that takes one
+    # image's flattened patches (Qwen2-VL) counts its images on image_grid_thw instead
+    batch_input: str | None = None
 
     def __init__(
         self,
@@ -521,7 +524,13 @@ class AttentionModel(engine.AnalyzeMethod):
             ) from None
         run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
-        batch = next(iter(feeds.values())).shape[0] if feeds else 1
+        batch = (
+            feeds[self.batch_input].shape[0]
+            if self.batch_input in feeds
+            else next(iter(feeds.values())).shape[0]
+            if feeds
+            else 1
+        )
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
         maps = self._place_windows(kept, maps, feeds) if self.maps_per_image else maps
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
