@@ -380,7 +380,13 @@ def run(args) -> int:
         r["run"] = {"provider_used": (result.info or {}).get("provider")}
         if (result.info or {}).get("image_preprocessing"):  # which normalisation the image got (preset, stats, size)
             r["run"]["image_preprocessing"] = result.info["image_preprocessing"]
+        if fidelity:  # the figure shows the export's maps, not the model's eager attention: the record says so
+            r["run"]["fidelity"] = fidelity
         return r
+
+    fidelity = list((result.info or {}).get("fidelity") or ())
+    for warning in fidelity:  # as extract says it (the export lacks part of the model's eager attention)
+        print(f"warning: {warning}", file=sys.stderr)
 
     if not args.all_heads:
         fig = render_spec(result, spec)
