@@ -13,6 +13,7 @@ import os
 import sys
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.limits import set_memory_cap
 from attnviz.core.writes import command_scope
 
 # name -> module implementing it (registry, not if/elif)
@@ -90,6 +91,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(sp)
+        sp.add_argument(
+            "--max-memory",
+            type=float,
+            metavar="GB",
+            help="refuse a run whose memory, estimated from shapes before it starts, is over GB "
+            "(default: half of this machine's RAM; also ATTNVIZ_MAX_MEMORY)",
+        )
         sp.set_defaults(_run=mod.run, _parser=sp)
     return p
 
@@ -115,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     # names, metadata and messages come from files written by strangers: no terminal escape codes get through
     sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err)
     try:
+        set_memory_cap(args.max_memory)  # before any model opens: child processes inherit it
         with command_scope():  # the inputs a command declares (core.writes.guard) are its own
             return int(args._run(args) or 0)
     except AttnvizError as e:

@@ -118,3 +118,18 @@ def test_a_fifo_named_config_json_beside_a_model(vit_beside, tmp_path):
     rc, err = attnviz("extract", model, "--image", img, "--out", tmp_path / "m.npz")
     assert rc == 0, err
     assert (tmp_path / "m.npz").is_file()
+
+
+def test_a_200000_node_graph_is_refused_at_once_not_labelled_for_80_s(tmp_path):
+    """Loading, checking and labelling walk every node in Python (80 s at 200,000): past ATTNVIZ_MAX_NODES the
+    graph is refused right after parsing, in one line naming the variable."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", [f"t{i - 1}" if i else "x"], [f"t{i}"]) for i in range(200_000)]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "t199999")]
+    g = helper.make_graph(nodes, "long", [io[0]], [io[1]])
+    model = tmp_path / "long.onnx"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    rc, err = attnviz("inspect", model, cwd=tmp_path)
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("attnviz: error:") and "200,000 nodes" in err and "ATTNVIZ_MAX_NODES=200000" in err, err

@@ -181,6 +181,15 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "recipe not UTF-8": (lambda t: recipe_bytes(t, b'{"\xff": 1}'), ("recipe", "UTF-8")),
     "jsonl line nested": (lambda t: jsonl(t, '{"text": ' + DEEP), ("t.jsonl line 2", "nested")),
     "jsonl long int": (lambda t: jsonl(t, '{"text": "a", "n": ' + LONG_INT + "}"), ("t.jsonl line 2", "digits")),
+    # Ray Data parses .jsonl with pyarrow: the same guard runs on each line first
+    "jsonl line nested, ray": (
+        lambda t: [*jsonl(t, '{"text": ' + DEEP), "--engine", "ray", "--no-progress"],
+        ("t.jsonl line 2", "nested"),
+    ),
+    "jsonl long int, ray": (
+        lambda t: [*jsonl(t, '{"text": "a", "n": ' + LONG_INT + "}"), "--engine", "ray", "--no-progress"],
+        ("t.jsonl line 2", "digits"),
+    ),
     "maps sites nested": (lambda t: figure_maps(t, sites=DEEP), ("maps.npz", "'sites'", "nested")),
     "maps info nested": (lambda t: figure_maps(t, info=DEEP), ("maps.npz", "'info'", "nested")),
     "maps info a list": (lambda t: figure_maps(t, info="[1, 2]"), ("maps.npz", "'info'", "list")),

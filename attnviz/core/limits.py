@@ -31,6 +31,8 @@ LIMITS = {
     "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in"),
     "generate": Limit(1_024, "steps", "ask for fewer --generate steps"),
     "output_mb": Limit(8_192, "MB", "use a shorter input or fewer layers"),
+    # real exports stay far below (GPT-2 ~3,000 nodes, 32-layer decoders ~30,000): graph work is per node in Python
+    "nodes": Limit(100_000, "nodes", "simplify or split the graph"),
     # sizes an exported model's attnviz metadata asks 'attnviz eval' to build (training/budget.py)
     "examples": Limit(1_000_000, "examples", "re-export the model with smaller n_train/n_test"),
     "eval_mb": Limit(4_096, "MB", "re-export the model with smaller sizes in its config"),
@@ -60,4 +62,77 @@ def check(name: str, value: float, what: str) -> None:
         raise AttnvizError(
             f"{what}: {shown} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
             f"{lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}"
+        )
+
+
+# -- memory: one cap for every run (onnxruntime sessions, torch models), in GB like the --max-memory flag -------
+MEMORY_ENV = "ATTNVIZ_MAX_MEMORY"
+MEMORY_SHARE = 0.5  # of physical RAM by default: a run over half the machine swaps or dies beside a desktop
+GB = 1e9
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM in this machine (None where the OS will not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # Windows has no sysconf
+        try:
+            import psutil  # optional: present with most installs, not required
+
+            return int(psutil.virtual_memory().total)
+        except Exception:
+            return None
+
+
+def set_memory_cap(gb: float | None) -> None:
+    """``--max-memory GB``: every later run in this process and its children (they inherit the environment)."""
+    if gb is None:
+        return
+    if not (math.isfinite(gb) and gb > 0):
+        raise AttnvizError(f"--max-memory {gb}: give a size in GB above 0 (e.g. --max-memory 16)")
+    os.environ[MEMORY_ENV] = repr(float(gb))
+
+
+def memory_cap() -> tuple[int, str]:
+    """(bytes, where the number came from) for the memory a single run may need."""
+    raw = os.environ.get(MEMORY_ENV)
+    if raw:
+        try:
+            gb = float(raw)
+        except ValueError:
+            gb = math.nan
+        if not (math.isfinite(gb) and gb > 0):
+            raise AttnvizError(f"{MEMORY_ENV}={raw!r}: give a size in GB above 0 (e.g. 16)")
+        return int(gb * GB), f"--max-memory {gb:g}"
+    ram = physical_memory()
+    if ram is None:
+        return int(8 * GB), "the default of 8 GB"
+    return int(ram * MEMORY_SHARE), f"half of this machine's {ram / GB:.1f} GB"
+
+
+def size_text(n: float) -> str:
+    if n >= 1e12:
+        return f"{n / 1e12:,.1f} TB"
+    return f"{n / GB:.1f} GB" if n >= 0.1 * GB else f"{n / 1e6:.1f} MB"
+
+
+class MemoryRefused(AttnvizError):
+    """A run's estimate is over the memory cap; ``need`` and ``cap`` in bytes."""
+
+    def __init__(self, message: str, need: int, cap: int):
+        super().__init__(message)
+        self.need, self.cap = need, cap
+
+
+def check_memory(need: float, what: str, detail: str = "", hint: str = "use a smaller input") -> None:
+    """The one memory refusal: ``what`` needs about ``need`` bytes (an estimate made before allocating);
+    over the cap it is one line naming the estimate, the cap and the flag that raises it."""
+    cap, source = memory_cap()
+    if need > cap:
+        more = math.ceil(need / GB * 1.1)
+        raise MemoryRefused(
+            f"{what} needs about {size_text(need)}{detail}, over the memory cap of {size_text(cap)} ({source}); "
+            f"{hint}, or raise the cap with --max-memory {more} (or {MEMORY_ENV}={more}) if this machine has it",
+            int(min(need, 2**63 - 1)),
+            cap,
         )

@@ -101,6 +101,18 @@ def _json_depth(text: str) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
+def check_json(text: str, what: str, fix: str = "") -> None:
+    """What :func:`parse_json` refuses before parsing (nesting deeper than :data:`JSON_MAX_DEPTH`, a number
+    longer than :data:`JSON_MAX_DIGITS` digits), for text another parser reads (Ray Data's JSON reader)."""
+    tail = f"; {fix}" if fix else "; give well-formed JSON"
+    if text.count("[") + text.count("{") > JSON_MAX_DEPTH or _LONG_DIGITS.search(text):
+        bare = _JSON_STRING.sub('""', text)  # brackets and digits inside strings are only text
+        if _json_depth(bare) > JSON_MAX_DEPTH:
+            raise AttnvizError(f"{what}: JSON nested deeper than {JSON_MAX_DEPTH} levels{tail}")
+        if _LONG_DIGITS.search(bare):
+            raise AttnvizError(f"{what}: a JSON number longer than {JSON_MAX_DIGITS:,} digits{tail}")
+
+
 def parse_json(data: str | bytes, what: str, limit_bytes: int | None = JSON_MAX_BYTES, fix: str = "") -> Any:
     """``data`` parsed as JSON, or one :class:`~attnviz.AttnvizError` naming ``what`` (a file, a line, a
     metadata key) and the problem: too large, not UTF-8, nested deeper than :data:`JSON_MAX_DEPTH`, a number
@@ -115,12 +127,7 @@ def parse_json(data: str | bytes, what: str, limit_bytes: int | None = JSON_MAX_
             raise AttnvizError(f"{what}: not UTF-8 text{tail}") from None
     else:
         text = data
-    if text.count("[") + text.count("{") > JSON_MAX_DEPTH or _LONG_DIGITS.search(text):
-        bare = _JSON_STRING.sub('""', text)  # brackets and digits inside strings are only text
-        if _json_depth(bare) > JSON_MAX_DEPTH:
-            raise AttnvizError(f"{what}: JSON nested deeper than {JSON_MAX_DEPTH} levels{tail}")
-        if _LONG_DIGITS.search(bare):
-            raise AttnvizError(f"{what}: a JSON number longer than {JSON_MAX_DIGITS:,} digits{tail}")
+    check_json(text, what, fix)
     try:
         return json.loads(text)
     except RecursionError:  # the scan above makes this unreachable for JSON; kept so no input can get past

@@ -76,6 +76,17 @@ def atomic_path(path: str | os.PathLike, flag: str = "") -> Iterator[Path]:
             os.unlink(tmp)
 
 
+def make_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """The one way an output folder is made (parents too; an existing one is fine): a read-only disk, a missing
+    permission or a file in the way is one line naming the folder and ``flag``, never an OSError."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AttnvizError(f"cannot create folder {path}: {e.strerror or e}; choose a writable {flag}") from None
+    return path
+
+
 def publish_folder(staging: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Move a fully written ``staging`` folder to ``target`` (absent or empty) in one rename, on the same filesystem."""
     target = Path(target)

@@ -332,7 +332,10 @@ class Accumulator:
 
     def save(self, path: Path, fingerprint: str) -> None:
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a bare name
+        with (
+            atomic_path(path, "--out") as tmp,
+            open(tmp, "wb") as f,
+        ):  # a file object: np.savez would append .npz to a bare name
             np.savez(
                 f,
                 fingerprint=np.array(fingerprint),

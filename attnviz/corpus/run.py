@@ -16,7 +16,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.words import with_article
-from attnviz.core.writes import command_scope
+from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
 from attnviz.corpus.audio_items import sha256_audio, sites_of
@@ -224,7 +224,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     ckpt = out / CHECKPOINT
     stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, speech_sites)
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
+    make_folder(out)  # after the input checks: bad input leaves no empty results folder
     del model  # workers hold their own sessions; the driver's is released before they start
 
     acc = Accumulator(nh, cfg.k)

@@ -22,9 +22,9 @@ def write_heads(out: Path, rows: list[dict], measures: tuple[tuple[str, str], ..
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from attnviz.core.writes import atomic_path, atomic_write_json
+    from attnviz.core.writes import atomic_path, atomic_write_json, make_folder
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in (*HEAD_KEYS, *measures)])
     with atomic_path(out / HEADS, "--out") as tmp:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)

@@ -380,7 +380,13 @@ def run(args) -> int:
         r["run"] = {"provider_used": (result.info or {}).get("provider")}
         if (result.info or {}).get("image_preprocessing"):  # which normalisation the image got (preset, stats, size)
             r["run"]["image_preprocessing"] = result.info["image_preprocessing"]
+        if fidelity:  # the figure shows the export's maps, not the model's eager attention: the record says so
+            r["run"]["fidelity"] = fidelity
         return r
+
+    fidelity = list((result.info or {}).get("fidelity") or ())
+    for warning in fidelity:  # as extract says it (the export lacks part of the model's eager attention)
+        print(f"warning: {warning}", file=sys.stderr)
 
     if not args.all_heads:
         fig = render_spec(result, spec)
@@ -396,11 +402,9 @@ def run(args) -> int:
         raise AttnvizError("--recipe-out names one file; with --all-heads every figure gets FILE.recipe.json beside it")
     bi, block = resolve_block(result, spec.block)
     folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
-    if not folder.exists():
-        try:
-            folder.mkdir(parents=True)
-        except OSError as e:
-            raise AttnvizError(f"cannot create folder {folder}: {e.strerror}; choose another --out") from None
+    from attnviz.core.writes import make_folder
+
+    make_folder(folder)
     jobs = [(l, h) for l in range(block.n_layers) for h in range(block.heads_in(l))]
     if spec.layer is not None:
         from attnviz.figures.select import check_layer

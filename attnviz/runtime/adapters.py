@@ -11,7 +11,11 @@ from attnviz.core.attention import PatchGrid, TokenAxis
 def patch_axis(grid: PatchGrid, n: int) -> TokenAxis:
     labels, special = [], []
     for p in range(n):
-        if p < grid.offset and grid.lead_images:  # a VLM's tiles before its global image: tile k's patch (r, c)
+        if grid.columns is not None:  # a grid naming each cell's key (Qwen2-VL's patches, merge window by window)
+            cell = grid.cell(p)
+            labels.append(f"({cell[0]},{cell[1]})" if cell else f"[{p}]")
+            special.append(cell is None)
+        elif p < grid.offset and grid.lead_images:  # a VLM's tiles before its global image: tile k's patch (r, c)
             t, k = divmod(p, grid.n)
             r, c = divmod(k, grid.cols)
             labels.append(f"t{t}({r},{c})")

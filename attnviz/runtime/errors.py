@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from attnviz import AttnvizError
+from attnviz.core import limits
 
 
 class Cancelled(AttnvizError):
@@ -24,6 +26,9 @@ _CPP_PLACE = re.compile(
     r"(?:[^.]*? was false\.\s*)?"
 )
 MAX_CHARS = 240
+# the child's shared arena refusing past the memory cap (runtime/worker.py: max_mem), for what the shape estimate
+# could not size (a shape read from the data)
+_ARENA_FULL = re.compile(r"Available memory of (\d+) is smaller than requested bytes of (\d+)")
 
 
 def ort_message(e: BaseException) -> str:
@@ -33,6 +38,14 @@ def ort_message(e: BaseException) -> str:
     The one cleaner for onnxruntime's words, whether they come from loading a graph or running it, in this
     process or in the crash-isolation child."""
     s = " ".join(str(e).split())
+    full = _ARENA_FULL.search(s)
+    if full:
+        left, asked = (int(x) for x in full.groups())
+        return (
+            f"it asked for {limits.size_text(asked)} at once with {limits.size_text(left)} of the memory cap left; "
+            f"raise the cap with --max-memory {math.ceil(limits.memory_cap()[0] / limits.GB + asked / limits.GB)} "
+            "if this machine has the memory"
+        )
     s = _ORT_CODE.sub("", s)
     s = _CPP_PLACE.sub("", s).strip()
     return s if len(s) <= MAX_CHARS else s[: MAX_CHARS - 1] + "…"

@@ -34,7 +34,7 @@ from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, 
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
-from attnviz.runtime.sidecar import config_special, folder_image, sidecar, sidecar_json
+from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar, sidecar_json
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
 from attnviz.runtime.vlm import VLMLayout, VLMSet
@@ -616,6 +616,9 @@ def open_model(
     if layout is not None:
         return ModelSet(layout, provider=provider, tokenizer=tokenizer, threads=threads)
     found = sorted(f.name for f in p.glob("*.onnx"))
+    hub = p / HUB_ONNX_FOLDER
+    if not found and hub.is_dir() and any(hub.glob("*.onnx")):  # a Hub repository: REPO/onnx/ holds its export
+        return open_model(hub, provider=provider, tokenizer=tokenizer, threads=threads)
     single = next((p / n for n in SINGLE_FILES if n in found), None)
     if single is None and len(found) == 1:
         single = p / found[0]

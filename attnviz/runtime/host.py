@@ -37,7 +37,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
 from attnviz.runtime.worker import _slot_size, serve_orphanless
+
+if TYPE_CHECKING:
+    from attnviz.runtime.memory import MemoryPlan
 
 __all__ = [
     "INLINE_BYTES",
@@ -513,6 +516,7 @@ class RemoteSession:
         self._sid = next(_sids)
         self._host: _Host | None = None
         self.crashed: str | None = None
+        self.memory = MemoryCheck(model, label)
         self.note, self._providers, self._inputs, self._outputs = self._ensure()
 
     def _ensure(self):
@@ -554,6 +558,7 @@ class RemoteSession:
         """Like ``InferenceSession.run`` (the child always binds outputs to reuse its slots).  Outputs over
         ``INLINE_BYTES`` are views onto shared memory that stays the caller's while any view of it is alive."""
         names = [o.name for o in self._outputs] if names is None else list(names)
+        self.memory.check(feeds, names)
         for _ in range(2):
             if self._host is None or self._host is not _host or self.crashed:
                 self._ensure()  # a dead child is found by the call below (_Dead), not checked here first
@@ -587,6 +592,8 @@ class RemoteSession:
     def steps(self, start, token: int, n: int, eos, budget: float):
         """A chunk of greedy cached steps, run in the child next to the session (``start``: a new generation's
         (plan, feeds, cache length), or None to go on with the one the child holds)."""
+        if start is not None:
+            self.memory.check(start[1], None)  # the first step's shapes; each later step adds one cache row
         if start is not None and (self._host is None or self._host is not _host or self.crashed):
             self._ensure()
         if self._host is None or self._host is not _host:
@@ -602,6 +609,53 @@ class RemoteSession:
         except RunCancelled:
             self._host = None
             raise
+
+
+class MemoryCheck:
+    """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
+    structure is read on the first run, not when the session opens."""
+
+    def __init__(self, model: bytes | str, label: str):
+        self._model: bytes | str | None = model
+        self._plan: MemoryPlan | None = None
+        self.label = label
+
+    def check(self, feeds: dict, names: list[str] | None) -> None:
+        from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
+
+        if self._plan is None:
+            assert self._model is not None
+            self._plan = memory.MemoryPlan(self._model)
+            self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
+        memory.check_run(self._plan, feeds, names, self.label)
+
+
+class GuardedSession:
+    """An in-process ``onnxruntime.InferenceSession`` (``ATTNVIZ_INPROCESS=1``: corpus workers, Ray actors)
+    whose runs pass the same memory check as the child's; anything else goes to the session itself."""
+
+    def __init__(self, sess, memory: MemoryCheck):
+        self._sess = sess
+        self.memory = memory
+        self.unguarded = sess  # for a loop that checked its first step's shapes itself (model.run_loop)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sess, name)
+
+    def run(self, names, feeds, run_options=None) -> list:
+        self.memory.check(feeds, None if names is None else list(names))
+        return self._sess.run(names, feeds, run_options)
+
+    def run_bound(self, names, feeds) -> list:
+        """Like :meth:`RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
+        self.memory.check(feeds, list(names))
+        io = self._sess.io_binding()
+        for k, v in feeds.items():
+            io.bind_cpu_input(k, np.ascontiguousarray(v))
+        for n in names:
+            io.bind_output(n, "cpu")
+        self._sess.run_with_iobinding(io)
+        return [o.numpy() for o in io.get_outputs()]
 
 
 def isolated() -> bool:
@@ -632,9 +686,10 @@ def make_session(
     if not isolated():
         from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
 
-        return local.make_session(
+        sess, note = local.make_session(
             model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
         )
+        return GuardedSession(sess, MemoryCheck(model, label)), note
     if not shared_arena:
         extra["shared_arena"] = False
     sess = RemoteSession(

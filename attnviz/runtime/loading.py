@@ -16,10 +16,24 @@ import onnx
 from onnx import TensorProto
 
 from attnviz import AttnvizError
+from attnviz.core import limits
 from attnviz.core.untrusted import open_regular
 from attnviz.runtime.wire import weights_by_reference_in
 
 INLINE_LIMIT = 4096  # external tensors up to this many elements are read now (shape inference needs them inline)
+
+
+def _node_count(g: onnx.GraphProto) -> int:
+    """Nodes of ``g`` and of its subgraphs (If / Loop / Scan bodies); only nodes with a graph attribute are
+    looked into (0.5 s at 200,000 nodes on a loaded 2-core machine, against 66 s to inspect them)."""
+    n = len(g.node)
+    for node in g.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                n += _node_count(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                n += sum(_node_count(x) for x in a.graphs)
+    return n
 
 
 def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
@@ -49,13 +63,18 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
         raise AttnvizError(
             f"{path}: not an ONNX model or an empty graph (no nodes); the file may be truncated or corrupt — re-export it"
         )
+    # every later step (labels, the index, the checks below) walks every node in Python: a 200,000-node graph
+    # took 80 s to inspect; past the cap it is one line at once (ATTNVIZ_MAX_NODES raises it)
+    limits.check("nodes", _node_count(model.graph), f"{path.name}: the graph's nodes")
     bad = _first_undecodable(model)
     if bad is not None:  # protobuf hands invalid UTF-8 in string fields back as bytes: every name must be text
         raise AttnvizError(f"{path}: a {bad} field is not valid UTF-8 text; the file is corrupt — re-export it")
     _check_arity(model, path)
+    _check_single_definitions(model.graph, path)
     base = path.resolve().parent
     external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
     for t in external:
+        _check_external_fields(t, path)
         loc = {e.key: e.value for e in t.external_data}.get("location", "")
         target = (base / loc).resolve()
         if not loc or Path(loc).is_absolute() or base not in target.parents:
@@ -87,6 +106,35 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
     return model, (str(base) if external else None)
 
 
+MAX_LOCATION = 1024  # characters: a file name beside the model, never a path the OS would refuse as too long
+
+
+def _check_external_fields(t: onnx.TensorProto, path: Path) -> None:
+    """A tensor's external-data fields are what they claim before any of them is used: a location is a file
+    name (no NUL byte, no control character, at most :data:`MAX_LOCATION` characters and 255 bytes a part),
+    an offset or a length a plain decimal number.  Otherwise one line: (a NUL byte or a 5,000-character name
+    used to reach the OS as an internal error; a NUL in an offset was blamed on a truncated file)."""
+    fields = {e.key: e.value for e in t.external_data}
+    loc = fields.get("location", "")
+    shown = repr(loc[:60] + ("…" if len(loc) > 60 else ""))
+    bad = ""
+    if any(ord(c) < 32 for c in loc):
+        bad = "holds a NUL or control character"
+    elif len(loc) > MAX_LOCATION or any(len(part.encode("utf-8", "replace")) > 255 for part in Path(loc).parts):
+        bad = f"is {len(loc):,} characters long, no file name"
+    if bad:
+        raise AttnvizError(
+            f"{path}: the external data location {shown} of tensor {t.name[:80]!r} {bad}; the file is corrupt — re-export it"
+        )
+    for key in ("offset", "length"):
+        v = fields.get(key)
+        if v is not None and not (v.isascii() and v.isdigit() and len(v) <= 20):
+            raise AttnvizError(
+                f"{path}: the external data {key} {v[:40]!r} of tensor {t.name[:80]!r} is not a byte count (digits only, at most 20); "
+                "the file is corrupt — re-export it"
+            )
+
+
 def _parse_by_reference(f, path: Path) -> onnx.ModelProto | None:
     """The model with its large inline weights as references to their bytes in this same file, or None.
 
@@ -102,6 +150,27 @@ def _parse_by_reference(f, path: Path) -> onnx.ModelProto | None:
         return None
     finally:
         f.seek(0)
+
+
+def _check_single_definitions(g: onnx.GraphProto, path: Path) -> None:
+    """Every tensor has one definition and every graph output is listed once: a name listed twice, or made by two
+    nodes, leaves which value a map or an output holds to chance (onnxruntime ran such graphs and reported
+    success).  The top-level graph; subgraphs have their own scope."""
+    outs = [o.name for o in g.output]
+    dup = next((n for n in outs if outs.count(n) > 1), None) if len(set(outs)) != len(outs) else None
+    if dup is not None:
+        raise AttnvizError(f"{path}: graph output {dup!r} is listed twice; the file is corrupt — re-export it")
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        for o in n.output:
+            if not o:
+                continue  # an optional output left out
+            if o in defined:
+                raise AttnvizError(
+                    f"{path}: tensor {o!r} is defined twice (node {n.name or n.op_type!r} makes it again); "
+                    "the file is corrupt — re-export it"
+                )
+            defined.add(o)
 
 
 def _check_arity(model: onnx.ModelProto, path: Path) -> None:

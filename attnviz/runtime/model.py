@@ -23,7 +23,7 @@ from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.host import RemoteSession, make_session
+from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session
 from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
@@ -64,7 +64,9 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(x - m)
     s = e.sum(axis=axis, keepdims=True)
-    return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+    out = np.divide(e, s, out=np.zeros_like(e), where=s > 0)  # a row masked everywhere: zeros
+    # a NaN score (a NaN scale) makes its row NaN, not zeros, so analyze.refuse_non_finite sees it
+    return np.where(np.isnan(s), np.float32(np.nan), out) if np.isnan(s).any() else out
 
 
 def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
@@ -206,6 +208,9 @@ class AttentionModel(engine.AnalyzeMethod):
     # a map batch larger than the image batch means windows (Swin); a VLM's vision file maps one image of each
     # row's several (Idefics3's tiles, the padding images dropped) per map row instead: its set turns this off
     maps_per_image = True
+    # the input whose first axis is the maps' batch (None: the first input's); a vision file that takes one
+    # image's flattened patches (Qwen2-VL) counts its images on image_grid_thw instead
+    batch_input: str | None = None
 
     def __init__(
         self,
@@ -366,7 +371,15 @@ class AttentionModel(engine.AnalyzeMethod):
                     label=self.path.name,
                     shared_arena=not any(r == "past" for r in self.roles.values()),
                 )
+            except ModelCrashed:
+                raise
             except AttnvizError:
+                zero = _zero_head_node(self.graph)
+                if zero is not None:  # onnxruntime's words for it are a C++ condition on a kernel's attribute
+                    raise AttnvizError(
+                        f"{self.path.name}: attention node {zero} declares 0 heads, and onnxruntime cannot run an "
+                        "attention op without heads; re-export the model with its real head count"
+                    ) from None
                 raise
             except Exception as e:  # onnxruntime refuses the graph (unknown op, bad attribute, type error)
                 raise AttnvizError(
@@ -503,13 +516,21 @@ class AttentionModel(engine.AnalyzeMethod):
         t0 = time.perf_counter()
         try:
             values = _run_bound(sess, fetch, feeds)
+        except AttnvizError:  # the memory check's refusal, a crash: already one line in attnviz's words
+            raise
         except Exception as e:
             raise AttnvizError(
                 f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)"
             ) from None
         run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
-        batch = next(iter(feeds.values())).shape[0] if feeds else 1
+        batch = (
+            feeds[self.batch_input].shape[0]
+            if self.batch_input in feeds
+            else next(iter(feeds.values())).shape[0]
+            if feeds
+            else 1
+        )
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
         maps = self._place_windows(kept, maps, feeds) if self.maps_per_image else maps
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
@@ -778,10 +799,12 @@ class AttentionModel(engine.AnalyzeMethod):
                 ids, finished, got = sess.steps(start, token, n, eos, CHUNK_S)
             else:  # ATTNVIZ_INPROCESS: the same loop, here
                 if start is not None:
-                    self._loop = Loop(start[0], dict(start[1]), length, embed_sess.run if embed_sess else None)
+                    sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
+                    embed_run = embed_sess.unguarded.run if embed_sess is not None else None
+                    self._loop = Loop(start[0], dict(start[1]), length, embed_run)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
-                chunk = advance(self._loop, token, n, eos, sess.run)
+                chunk = advance(self._loop, token, n, eos, sess.unguarded.run)
                 ids, finished, got = chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise
@@ -802,6 +825,21 @@ class AttentionModel(engine.AnalyzeMethod):
             info["notes"] = list(self.fidelity)
             info["fidelity"] = list(self.fidelity)
         return ids, finished, [m.array() for m in maps], info
+
+
+_HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")
+
+
+def _zero_head_node(graph: gr.Graph) -> str | None:
+    """The first fused attention node (ONNX ``Attention``, com.microsoft ``Attention`` / ``MultiHeadAttention`` /
+    ``GroupQueryAttention``) whose head-count attribute is 0 or less, as "'NAME' (OP, ATTR=0)"; None if none."""
+    for n in graph.nodes:
+        if "Attention" not in n.op_type:
+            continue
+        for a in n.attribute:
+            if a.name in _HEAD_ATTRIBUTES and a.type == onnx.AttributeProto.INT and a.i <= 0:
+                return f"{n.name or n.op_type!r} ({n.op_type}, {a.name}={a.i})"
+    return None
 
 
 def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
@@ -861,10 +899,11 @@ def _check_values(name: str, a: np.ndarray, vocab: int | None) -> None:
     if vocab is None or a.dtype.kind not in "iu" or a.size == 0:
         return
     hi, lo = int(a.max()), int(a.min())
-    if hi >= vocab or lo < -vocab:
-        bad = a[(a >= vocab) | (a < -vocab)]
+    if hi >= vocab or lo < 0:  # a negative id is no token: Gather would wrap it to the end of the vocabulary
+        bad = a[(a >= vocab) | (a < 0)]
         raise AttnvizError(
-            f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} entries"
+            f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} "
+            f"entries, ids 0 to {vocab - 1}"
         )
 
 

@@ -134,6 +134,7 @@ class VLMSet(AnalyzeMethod):
         opener = functools.partial(AttentionModel, provider=provider, tokenizer=tokenizer, threads=threads)
         self.vision, self.embed, self.decoder = opener(layout.vision), opener(layout.embed), opener(layout.decoder)
         self.vision.maps_per_image = False  # a row's images (tiles) are maps rows of their own, not windows
+        self.vision.batch_input = self.family.vision_batch(self.vision.inputs)
         for model, stack in ((self.vision, "encoder"), (self.decoder, "decoder")):
             for s in model._sites:
                 s.stack = stack
@@ -265,7 +266,8 @@ class VLMSet(AnalyzeMethod):
         placed = ids == self.family.token
         # as the families' forward (LLaVA's masked_scatter, Idefics3's inputs_merger): the features of every image,
         # in order, into the placeholder rows, in order
-        n = features.shape[0] * features.shape[1] if features.ndim == 3 else -1
+        # [images, tokens, hidden], or [tokens, hidden] (Qwen2-VL's merger: one image's tokens)
+        n = int(np.prod(features.shape[:-1])) if features.ndim in (2, 3) else -1
         if int(placed.sum()) != n:
             raise AttnvizError(
                 f"the prompt holds {int(placed.sum())} image tokens and the image gives {n} features; "
@@ -284,6 +286,12 @@ class VLMSet(AnalyzeMethod):
                 f[i.name] = self.family.token_types(ids).astype(np.dtype(i.dtype))
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
         self._offset_positions(f)
+        # a family that computes its positions (Qwen2-VL's M-RoPE [3, B, T] from the image's grid)
+        pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"])
+        if pos is not None:
+            for i in self.decoder.inputs:
+                if self.decoder.roles[i.name] == "positions":
+                    f[i.name] = pos.astype(np.dtype(i.dtype))
         return f
 
     def _offset_positions(self, f: dict) -> None:
@@ -343,6 +351,7 @@ class VLMCache:
         self.n_vis = len(vs.vision.sites)
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
+        self.delta = np.zeros((1, 1), np.int64)  # a family's position shift for the steps (see start)
         self.looping = False  # a loop beside the decoder's session holds the cache (see steps)
 
     @classmethod
@@ -367,9 +376,18 @@ class VLMCache:
         self.looping = False
         feeds = self.vs.check_feeds(feeds)
         vmaps, features, _ = self.vs.see(feeds["pixel_values"], "dense")
-        r = self.vs.decoder.run(self.vs._decoder_feeds(feeds, features), mode="dense")
+        f = self.vs._decoder_feeds(feeds, features)
+        r = self.vs.decoder.run(f, mode="dense")
         self._keep(r)
         self.mask = feeds["attention_mask"].astype(np.int64)
+        pos = f.get(self.names["positions"])
+        # positions the family computed (M-RoPE [3, B, T]): each step continues from the prompt's largest + 1, as
+        # transformers' rope_deltas (largest + 1 - the row's real tokens) added to the count of tokens
+        self.delta = (
+            pos.max(axis=(0, 2)).astype(np.int64)[:, None] + 1 - self.mask.sum(axis=1, keepdims=True)
+            if pos is not None and pos.ndim == 3
+            else np.zeros((self.mask.shape[0], 1), np.int64)
+        )
         maps = {j: m.array() for j, m in enumerate(vmaps)}
         maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
@@ -381,10 +399,12 @@ class VLMCache:
         f = {
             self.names["embeds"]: self.vs.embeddings(ids),
             self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
-            # the new token's position: the real tokens before it (as transformers' generate counts)
-            self.names["positions"]: (self.mask.sum(axis=1, keepdims=True) - 1).astype(
-                np.dtype(dec[self.names["positions"]].dtype)
-            ),
+            # the new token's position: the real tokens before it (as transformers' generate counts), on every
+            # axis of a family's M-RoPE positions ([3, B, 1])
+            self.names["positions"]: np.broadcast_to(
+                self.mask.sum(axis=1, keepdims=True) - 1 + self.delta,
+                [3] * (dec[self.names["positions"]].rank - 2) + [ids.shape[0], 1],
+            ).astype(np.dtype(dec[self.names["positions"]].dtype)),
             **self.cache,
             **{n: np.ones([1] * rank, bool) for n, rank in self.flags.items()},
             # a generated token is suffix (token type 1), as transformers' generate appends it

@@ -64,3 +64,26 @@ def check_eval(mcfg, tcfg) -> None:
     logits = batch * tokens * max(mcfg.vocab_size, mcfg.target_vocab, mcfg.n_classes) * 4
     mb = (examples * per_example + maps + logits) / 2**20
     limits.check("eval_mb", mb, "evaluating the sizes in the model's metadata")
+
+
+def check_training_memory(mcfg, tcfg) -> None:
+    """Before torch allocates a model: its parameters counted on torch's ``meta`` device (shapes, no memory), as
+    the weights, their gradients and AdamW's two moments (float32: 16 bytes a parameter), plus one batch's
+    attention scores and feed-forward activations kept for the backward pass; refused over the memory cap
+    (``--max-memory``) in one line.  ``train --set d_model=1000000`` asked for 4 TB before this."""
+    import torch
+
+    from attnviz.training.model import AttnModel
+
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AttnModel(mcfg).parameters())
+    layers = max(1, int(mcfg.n_layers) + int(mcfg.n_dec_layers))
+    tokens = int(tcfg.batch_size) * int(mcfg.max_len)
+    # per layer: ~4 copies of the [B, H, T, T] scores (scores, softmax, dropout, gradient), ~4 of [B, T, d_ff]
+    acts = layers * 4 * 4 * (tokens * int(mcfg.max_len) * int(mcfg.n_heads) + tokens * int(mcfg.d_ff))
+    sizes = f"d_model={mcfg.d_model}, n_layers={mcfg.n_layers}, d_ff={mcfg.d_ff}, max_len={mcfg.max_len}"
+    limits.check_memory(
+        params * 16 + acts,
+        f"training this model ({params:,} parameters; {sizes}, batch_size={tcfg.batch_size})",
+        hint="choose smaller sizes with --set",
+    )

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.training import budget, data_check, guided
 from attnviz.training import checkpoint as ckpt
-from attnviz.training import data_check, guided
 from attnviz.training.config import ModelConfig, TrainConfig
 from attnviz.training.runners import TorchRunner, take
 
@@ -101,6 +101,7 @@ class Trainer:
         self.exported = exported
         self.device = pick_device(tcfg.device)
         torch.manual_seed(tcfg.seed)
+        budget.check_training_memory(mcfg, tcfg)  # from shapes, before a 4 TB d_model is allocated
         self.model = AttnModel(mcfg).to(self.device)
         guided.check(mcfg, tcfg)
         self.optimizer = torch.optim.AdamW(param_groups(self.model, tcfg.weight_decay), lr=tcfg.lr)

@@ -135,3 +135,17 @@ def test_sliding_window_missing_from_the_graph(tmp_path, capsys, config, graph, 
     far = np.tril(np.ones((T, T), bool), -3)
     beyond = float((res.maps[0].array()[0, 0] * far).sum())
     assert (beyond == 0.0) == ("window" in graph)
+
+
+@pytest.mark.parametrize("warned", [True, False])
+def test_a_figure_says_it_and_its_recipe_records_it(tmp_path, capsys, warned):
+    """``attnviz figure`` of an export that lost the soft-capping: one warning line, and the recipe records it (a
+    figure in a paper made from such an export is the export's attention, and its record must say so)."""
+    path = _model(tmp_path, GEMMA2, **({} if warned else {"softcap": 50.0}))
+    fig = tmp_path / "f.png"
+    args = ["figure", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--view", "heatmap", "--dpi", "40"]
+    assert main([*args, "--out", str(fig)]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(err) == int(warned) and all("attn_logit_softcapping" in line for line in err)
+    recipe = json.loads((tmp_path / "f.png.recipe.json").read_text())
+    assert bool(recipe["run"].get("fidelity")) == warned

@@ -143,8 +143,8 @@ def test_other_family_refused_in_one_line(llava_repo, tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(llava_repo, repo)
     cfg = json.loads((repo / "config.json").read_text())
-    (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "qwen2_vl"}))
-    with pytest.raises(AttnvizError, match=r"'qwen2_vl'.*llava, idefics3.* only"):
+    (repo / "config.json").write_text(json.dumps(cfg | {"model_type": "mllama"}))
+    with pytest.raises(AttnvizError, match=r"'mllama'.*llava, idefics3.* only"):
         open_model(repo, provider="cpu")
     (repo / "config.json").unlink()
     with pytest.raises(AttnvizError, match="no readable config.json"):

@@ -252,7 +252,15 @@ class ImageRegionsView(View):
         self.vb.setRange(QRectF(0, 0, w, h), padding=0)
         blk = s.blocks[bi]
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
-        extra = "tiles in place" if grid.columns else f"+{grid.offset} non-patch"  # a VLM's tiles, or CLS / registers
+        if grid.columns:  # a VLM's tiles
+            extra = "tiles in place"
+        elif (blk.stack, blk.kind) == (
+            "decoder",
+            "self",
+        ):  # a VLM's image tokens sit among the words, not in front of the patches
+            extra = f"image tokens at keys {grid.offset}–{grid.offset + grid.n - 1}"
+        else:  # CLS / registers
+            extra = f"+{grid.offset} non-patch"
         self.info.setText(
             f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} ({extra}) · peak at patch ({r}, {c})"
             f" · colours span 0–{ov.vmax:.3g}"

@@ -112,6 +112,8 @@ class ModelSidebar(QTreeWidget):
                     ("file", str(m.path)),
                     ("kind", m.kind),
                     ("device", m.provider),
+                    # the export lacks part of the model's eager attention: its maps are the export's (one line each)
+                    *(("warning", note) for note in m.describe().get("fidelity") or ()),
                 ],
             )
             self._add("Inputs", [(io.name, f"{io.dtype} {list(io.shape)}") for io in m.inputs])
@@ -171,6 +173,7 @@ class ModelSidebar(QTreeWidget):
                     "image",
                     "generated_ids",
                     "rows",
+                    "fidelity",  # the Model section's warnings
                 ) or v in (None, "", [], {}):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):

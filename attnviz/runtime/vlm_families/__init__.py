@@ -7,9 +7,15 @@ from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles
 from attnviz.runtime.vlm_families.idefics3 import Idefics3
 from attnviz.runtime.vlm_families.llava import Llava
 from attnviz.runtime.vlm_families.paligemma import PaliGemma
+from attnviz.runtime.vlm_families.qwen2vl import Qwen2VL
 
 # model_type -> the family whose processor and placeholder expansion attnviz follows (SmolVLM v1 is idefics3)
-FAMILIES: dict[str, type[Family]] = {"llava": Llava, "idefics3": Idefics3, "paligemma": PaliGemma}
+FAMILIES: dict[str, type[Family]] = {
+    "llava": Llava,
+    "idefics3": Idefics3,
+    "paligemma": PaliGemma,
+    "qwen2_vl": Qwen2VL,
+}
 
 
 def family_for(config: dict, preprocessor: dict, processor: dict, where: str) -> Family:

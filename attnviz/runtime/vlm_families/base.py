@@ -63,6 +63,10 @@ class Family:
     def vision_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> dict[str, np.ndarray]:
         return {vision_inputs[0].name: pixels}
 
+    def vision_batch(self, vision_inputs: list[ip.IOInfo]) -> str | None:
+        """The vision input whose first axis counts the images (None: the first input, pixel_values)."""
+        return None
+
     def images_per_row(self, pixels: np.ndarray) -> list[int]:
         """How many of the vision file's images (its output's first axis) each prompt row holds."""
         return [1] * int(pixels.shape[0])
@@ -85,6 +89,11 @@ class Family:
     def token_types(self, ids: np.ndarray) -> np.ndarray:
         """The decoder's ``token_type_ids`` where its file takes them (one segment unless the family says)."""
         return np.zeros(ids.shape, np.int64)
+
+    def positions(self, ids: np.ndarray, mask: np.ndarray, pixels: np.ndarray) -> np.ndarray | None:
+        """The prompt's ``position_ids`` where the family computes them (Qwen2-VL's M-RoPE ``[3, B, T]``); None:
+        counted over the real tokens.  A cached step's position then continues from the largest + 1."""
+        return None
 
     def decoder_notes(self, decoder_inputs: list[ip.IOInfo]) -> list[str]:
         """One line each for what the decoder file cannot do that the model does (the maps are the export's)."""

@@ -44,7 +44,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.core.writes import atomic_write_bytes, guard
+    from attnviz.core.writes import atomic_write_bytes, guard, make_folder
     from attnviz.training import data_translation as dt
 
     if args.max_pairs is not None and args.max_pairs < 1:
@@ -58,7 +58,7 @@ def run(args) -> int:
         raise AttnvizError(f"--out {out} already holds {', '.join(taken)}; choose another folder")
     guard({}, {"--out": [out / n for n in names]})  # nothing is read from the user; written atomically all the same
     pairs = TEST_SETS[args.task]()[: args.max_pairs]
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     src, tgt, gold = dt.write_pharaoh_files(pairs, out / "test")
     rows = (
         {"text": " ".join(p.src), "en": " ".join(p.tgt), "gold": " ".join(f"{i}-{j}" for i, j in sorted(p.links))}

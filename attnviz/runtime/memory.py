@@ -1,0 +1,387 @@
+"""How much memory a run will take, estimated from shapes before onnxruntime allocates anything.
+
+An 8 kB model can Expand a scalar to ``[1, 1, 30000, 30000]`` (3.6 GB) or ask ``ConstantOfShape`` for 4 TB:
+onnxruntime simply tries, and the machine swaps or the process dies.  Every session attnviz runs
+(:func:`attnviz.runtime.host.make_session`, in the crash-isolation child and in-process alike: the CLI, the
+window's worker, corpus workers) therefore checks each run here first: ONNX shape inference with the shapes
+actually fed (``data_prop``: shapes computed from Shape/Concat/constants are followed) gives every intermediate
+tensor's size, and a walk through the nodes in order, freeing each tensor after its last reader, gives the peak
+of what is alive at once — the weights, the feeds, the fetched outputs kept to the end, and the intermediates.
+Over :func:`attnviz.core.limits.memory_cap` the run is refused in one line (:func:`check_run`).
+
+What shape inference cannot size (an op it does not know, a shape read from the data) counts as nothing, so the
+estimate is a floor there; the child's shared onnxruntime arena is capped at the same number as a backstop.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from attnviz.core import limits
+
+KEEP_ELEMENTS = 4096  # initializers up to this size keep their values: shapes are computed from such constants
+_CACHE = 64  # estimates remembered per session (by the shapes fed)
+BUCKET_MIN = 64  # open axes shorter than this are estimated at this length (MemoryPlan.estimate)
+LONG_AXIS = 1024  # a fed axis this long (tokens, frames) gets the symbolic pass (MemoryPlan._worth_symbolic)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    bytes: int  # the peak: weights + everything alive at once
+    weights: int
+    largest: tuple[str, tuple[int, ...], str, int]  # (tensor, shape, dtype, bytes) of the largest single tensor
+
+    def detail(self) -> str:
+        name, shape, dtype, n = self.largest
+        if n * 4 < self.bytes:
+            return ""
+        return f" (tensor {name!r} {list(shape)} {dtype} alone is {limits.size_text(n)})"
+
+
+def _itemsize(elem_type: int) -> int:
+    try:
+        return int(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+    except Exception:  # strings, unknown or future types: not sized
+        return 0
+
+
+def _dtype_name(elem_type: int) -> str:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        return "?"
+
+
+def _numel(dims) -> int:
+    return math.prod(int(d) for d in dims)
+
+
+class MemoryPlan:
+    """A model's structure for estimates (no weight values kept): built once per session, asked once per run."""
+
+    def __init__(self, model: bytes | str | onnx.ModelProto):
+        if isinstance(model, onnx.ModelProto):
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)
+        elif isinstance(model, (bytes, bytearray, memoryview)):
+            proto = onnx.load_from_string(bytes(model))
+        else:
+            proto = onnx.load(str(model), load_external_data=False)
+        g = proto.graph
+        self.weights = 0
+        small: list[onnx.TensorProto] = []
+        big: list[onnx.TensorProto] = []
+        for t in g.initializer:
+            n = _numel(t.dims) * _itemsize(t.data_type)
+            self.weights += n
+            external = t.data_location == TensorProto.EXTERNAL
+            (big if external or _numel(t.dims) > KEEP_ELEMENTS else small).append(t)
+        # big weights become declared inputs: shape inference needs their shapes, not their bytes
+        del g.initializer[:]
+        g.initializer.extend(small)
+        declared = {i.name for i in g.input}
+        self.fed = [i.name for i in g.input]  # what a run feeds (weights declared as inputs below are not)
+        self.fixed = {  # per fed input and axis: does the model fix its size (then it is never rounded up)
+            i.name: [d.HasField("dim_value") and d.dim_value > 0 for d in i.type.tensor_type.shape.dim] for i in g.input
+        }
+        for t in big:
+            if t.name not in declared:
+                g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        for node in g.node:
+            if node.op_type == "Constant":
+                for a in node.attribute:
+                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                        self.weights += _numel(a.t.dims) * _itemsize(a.t.data_type)
+        self.proto = proto
+        self._symbolic: _Symbolic | None | bool = False  # built on the first estimate; None where it failed
+        self.lock = threading.Lock()
+        self.cache: dict[tuple, Estimate] = {}  # in insertion order: the oldest goes first
+
+    def estimate(
+        self, shapes: dict[str, tuple[tuple[int, ...], int]], keep: list[str], within: int | None = None
+    ) -> Estimate:
+        """The peak for feeds of ``shapes`` (name -> (shape, onnx element type)) when ``keep`` is fetched.
+
+        With ``within`` (the cap), what is returned may be an upper bound instead, whenever that bound is within
+        it: the estimate for the feeds with every axis the model leaves open rounded up to a power of two (at
+        least :data:`BUCKET_MIN`), which shapes only grow.  So a corpus of many lengths or a generation that
+        re-runs the model a token longer each step costs one shape inference per bucket (~20-35 ms on a
+        700-node graph), not one per run; only a bound over the cap is worked out again exactly."""
+        form = (tuple(sorted((k, len(s), t) for k, (s, t) in shapes.items())), tuple(sorted(set(keep))))
+        if within is not None:
+            bucket = {k: (self._bucket(k, s), t) for k, (s, t) in shapes.items()}
+            est = self._cached(form, bucket, keep, within)
+            if est.bytes <= within:
+                return est
+        return self._cached(form, shapes, keep, None)
+
+    def _bucket(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        fixed = self.fixed.get(name, ())
+        return tuple(
+            d if (a < len(fixed) and fixed[a]) or d <= 1 else max(BUCKET_MIN, 1 << (int(d) - 1).bit_length())
+            for a, d in enumerate(shape)
+        )
+
+    def _cached(self, form: tuple, shapes: dict, keep: list[str], within: int | None) -> Estimate:
+        dims = tuple(d for _, (s, _t) in sorted(shapes.items()) for d in s)
+        with self.lock:
+            hit = self.cache.get((form, dims))
+            if hit is None and within is not None:  # an estimate for feeds at least as large on every axis
+                hit = next(
+                    (
+                        e
+                        for (f, d), e in self.cache.items()
+                        if f == form and e.bytes <= within and all(a >= b for a, b in zip(d, dims))
+                    ),
+                    None,
+                )
+            if hit is not None:
+                return hit
+        est = self._estimate(shapes, set(keep), within)
+        with self.lock:
+            self.cache[(form, dims)] = est
+            while len(self.cache) > _CACHE:
+                del self.cache[next(iter(self.cache))]
+        return est
+
+    def _estimate(self, shapes: dict[str, tuple[tuple[int, ...], int]], keep: set[str], cap: int | None) -> Estimate:
+        graph, sizes = self._inferred(shapes)
+        for name, (shape, elem) in shapes.items():
+            sizes[name] = (_numel(shape) * _itemsize(elem), tuple(shape), elem)
+        peak = _peak(graph, sizes, keep, set(shapes))
+        if self._worth_symbolic(graph, sizes, shapes, peak, cap):
+            if self._symbolic is False:
+                self._symbolic = _Symbolic.of(self.proto, self.fed)
+            if isinstance(self._symbolic, _Symbolic):
+                sizes = {**sizes, **self._symbolic.sizes(shapes)}
+                peak = max(peak, _peak(self._symbolic.graph, sizes, keep, set(shapes)))
+        largest = max(((n, s, e, b) for n, (b, s, e) in sizes.items()), key=lambda x: x[3], default=("", (), 0, 0))
+        return Estimate(
+            self.weights + peak, self.weights, (largest[0], largest[1], _dtype_name(largest[2]), largest[3])
+        )
+
+    def _worth_symbolic(self, graph: onnx.GraphProto, sizes: dict, shapes: dict, peak: int, cap: int | None) -> bool:
+        """ONNX's inference (~20 ms) sizes constant shapes (what a hostile file uses) but loses most of a torch
+        export's attention tensors; the symbolic pass (0.2-2 s once per session, sympy's import included)
+        finds them.  What it could add grows with the input (quadratically for attention), so it runs only
+        where that can matter: a long input, or an estimate already near the cap, with tensors left unsized."""
+        if not set(self.fed) <= set(shapes):
+            return False
+        unsized = any(o and o not in sizes for n in graph.node for o in n.output)
+        long = max((d for s, _ in shapes.values() for d in s), default=0) >= LONG_AXIS
+        return unsized and (long or (cap is not None and (self.weights + peak) * 16 >= cap))
+
+    def _inferred(self, shapes: dict[str, tuple[tuple[int, ...], int]]) -> tuple[onnx.GraphProto, dict]:
+        """ONNX's own shape inference with the fed shapes: the fallback where the symbolic pass fails."""
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)  # structure only: the big weights were dropped in __init__
+        for i in proto.graph.input:
+            if i.name in shapes:
+                shape, elem = shapes[i.name]
+                i.type.tensor_type.elem_type = elem
+                i.type.tensor_type.ClearField("shape")
+                for d in shape:
+                    i.type.tensor_type.shape.dim.add().dim_value = int(d)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # a graph inference rejects: onnxruntime will say why when the session runs
+            inferred = proto
+        sizes: dict[str, tuple[int, tuple[int, ...], int]] = {}
+        _collect_sizes(inferred.graph, sizes)
+        return inferred.graph, sizes
+
+
+def _ssi():
+    """onnxruntime's ``tools/symbolic_shape_infer.py`` loaded by its path: importing it as
+    ``onnxruntime.tools.symbolic_shape_infer`` runs ``onnxruntime/tools/__init__.py``, which imports torch when
+    installed (5 s and hundreds of MB, in every process that runs a model)."""
+    import importlib.util
+    import sys
+
+    name = "attnviz_symbolic_shape_infer"
+    if name not in sys.modules:
+        spec = importlib.util.find_spec("onnxruntime")
+        assert spec is not None and spec.origin is not None
+        path = Path(spec.origin).parent / "tools" / "symbolic_shape_infer.py"
+        loader = importlib.util.spec_from_file_location(name, path)
+        assert loader is not None and loader.loader is not None
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+class _Symbolic:
+    """Every tensor's shape as formulas of the fed dimensions, worked out once (onnxruntime's symbolic shape
+    inference: it follows torch exports' Shape/Slice/Concat chains and knows com.microsoft ops, where ONNX's
+    own inference loses most shapes), then evaluated per run in microseconds."""
+
+    def __init__(self, graph: onnx.GraphProto, dims: dict[str, tuple[tuple, int]], axes: dict[str, list[str]]):
+        self.graph = graph
+        self.dims = dims  # tensor -> (per axis: an int or a compiled formula of the fed dims, element type)
+        self.axes = axes  # fed input -> the symbol of each axis ("" where the model fixes it)
+
+    @classmethod
+    def of(cls, proto: onnx.ModelProto, fed: list[str]) -> _Symbolic | None:
+        try:
+            import sympy
+
+            SymbolicShapeInference = _ssi().SymbolicShapeInference
+        except Exception:
+            return None
+        work = onnx.ModelProto()
+        work.CopyFrom(proto)
+        axes: dict[str, list[str]] = {}
+        for k, i in enumerate(work.graph.input):
+            if i.name not in fed:
+                continue
+            names = []
+            for a, d in enumerate(i.type.tensor_type.shape.dim):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    names.append("")
+                    continue
+                d.dim_param = f"fed{k}x{a}"  # one symbol per fed axis: what each run supplies
+                names.append(d.dim_param)
+            axes[i.name] = names
+        try:
+            out = SymbolicShapeInference.infer_shapes(work, auto_merge=True, guess_output_rank=False, verbose=0)
+        except Exception:  # an op or a graph it cannot follow: ONNX's inference per run instead
+            return None
+        if out is None:
+            return None
+        symbols = {p for names in axes.values() for p in names if p}
+        compiled: dict[str, object] = {}
+        funcs = {"Max": max, "Min": min, "floor": math.floor, "ceiling": math.ceil, "Mod": lambda a, b: a % b}
+
+        def formula(text: str):
+            if text not in compiled:
+                try:
+                    expr = sympy.sympify(text)
+                    free = sorted(str(x) for x in expr.free_symbols)
+                    if not set(free) <= symbols:
+                        raise ValueError(text)  # a size read from the data: unknown before the run
+                    f = sympy.lambdify([sympy.Symbol(x) for x in free], expr, modules=[funcs, "math"])
+                    compiled[text] = (f, free)
+                except Exception:
+                    compiled[text] = None
+            return compiled[text]
+
+        dims: dict[str, tuple[tuple, int]] = {}
+
+        def collect(g: onnx.GraphProto) -> None:
+            for v in list(g.value_info) + list(g.output):
+                tt = v.type.tensor_type
+                if not v.type.HasField("tensor_type") or not tt.HasField("shape"):
+                    continue
+                shape: list = []
+                for d in tt.shape.dim:
+                    if d.HasField("dim_value"):
+                        shape.append(int(d.dim_value))
+                    elif d.HasField("dim_param") and formula(d.dim_param) is not None:
+                        shape.append(compiled[d.dim_param])
+                    else:
+                        break
+                else:
+                    dims[v.name] = (tuple(shape), tt.elem_type)
+            for n in g.node:
+                for sg in _subgraphs(n):
+                    collect(sg)
+
+        collect(out.graph)
+        return cls(out.graph, dims, axes)
+
+    def sizes(self, shapes: dict[str, tuple[tuple[int, ...], int]]) -> dict:
+        values = {p: int(d) for name, ps in self.axes.items() for p, d in zip(ps, shapes[name][0]) if p}
+        sizes: dict[str, tuple[int, tuple[int, ...], int]] = {}
+        for name, (shape, elem) in self.dims.items():
+            try:
+                got = tuple(d if isinstance(d, int) else int(d[0](*(values[x] for x in d[1]))) for d in shape)
+            except Exception:  # a formula that does not evaluate here (a division by a zero-size axis)
+                continue
+            if all(d >= 0 for d in got):
+                sizes[name] = (_numel(got) * _itemsize(elem), got, elem)
+        return sizes
+
+
+def _collect_sizes(g: onnx.GraphProto, sizes: dict) -> None:
+    for v in list(g.value_info) + list(g.output):
+        tt = v.type.tensor_type
+        if not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
+            continue  # unknown: not counted (see the module's note)
+        shape = tuple(int(d.dim_value) for d in tt.shape.dim)
+        if any(d < 0 for d in shape):
+            continue
+        sizes[v.name] = (_numel(shape) * _itemsize(tt.elem_type), shape, tt.elem_type)
+
+
+def _subgraphs(node: onnx.NodeProto):
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """What a node reads, its subgraphs' outer-scope names included (they stay alive until it has run)."""
+    names = {x for x in node.input if x}
+    for sg in _subgraphs(node):
+        for n in sg.node:
+            names |= _reads(n)
+    return names
+
+
+def _peak(g: onnx.GraphProto, sizes: dict, keep: set[str], fed: set[str]) -> int:
+    """The most bytes alive at once running ``g``'s nodes in their (topological) order; a subgraph's own peak
+    counts while its node runs.  Fed tensors and ``keep`` stay to the end; weights are counted apart."""
+    last: dict[str, int] = {}
+    reads = []
+    for k, node in enumerate(g.node):
+        r = _reads(node)
+        reads.append(r)
+        for x in r:
+            last[x] = k
+    produced = {o for n in g.node for o in n.output if o}
+    alive = sum(sizes.get(x, (0,))[0] for x in fed)
+    peak = alive
+    for k, node in enumerate(g.node):
+        inner = 0
+        for sg in _subgraphs(node):
+            sub: dict = dict(sizes)
+            _collect_sizes(sg, sub)
+            inner = max(inner, _peak(sg, sub, {o.name for o in sg.output}, set()))
+        alive += sum(sizes.get(o, (0,))[0] for o in node.output if o)
+        peak = max(peak, alive + inner)
+        for x in set(node.output) | reads[k]:  # freed after their last reader (or at once when none reads them)
+            if x in produced and x not in keep and x not in fed and last.get(x, k) <= k:
+                alive -= sizes.get(x, (0,))[0]
+    return peak
+
+
+def check_run(plan: MemoryPlan, feeds: dict, fetch: list[str] | None, label: str) -> None:
+    """The one memory check before a session runs (every run entry goes through a session): refuse, in one
+    line, a run whose estimate is over the cap."""
+    shapes: dict[str, tuple[tuple[int, ...], int]] = {}
+    for k, v in feeds.items():
+        a = v if hasattr(v, "shape") and hasattr(v, "dtype") else np.asarray(v)
+        try:
+            elem = int(helper.np_dtype_to_tensor_dtype(np.dtype(a.dtype)))
+        except Exception:
+            continue
+        shapes[k] = (tuple(int(d) for d in a.shape), elem)
+    cap, _ = limits.memory_cap()
+    est = plan.estimate(shapes, list(fetch or [o.name for o in plan.proto.graph.output]), within=cap)
+    fed = ", ".join(f"{k} {list(s)}" for k, (s, _) in shapes.items())
+    limits.check_memory(
+        est.bytes,
+        f"{label}: running it on {fed}" if fed else f"{label}: running it",
+        est.detail(),
+        hint="shorten the input if the need grows with it",
+    )

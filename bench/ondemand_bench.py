@@ -1,0 +1,111 @@
+"""On-demand maps at long inputs against plain onnxruntime (issue 26 item 3: ≤ 1.05× at 4,096 tokens).
+
+    python bench/ondemand_bench.py [--lengths 2048 4096] [--rounds 5]
+
+Model: all-MiniLM-L6-v2 with its position table tiled to the longest length (bench/engine_bench.export_minilm).
+Rows, interleaved round by round (order alternating), one thread each:
+  plain        onnxruntime.InferenceSession(path).run(None, feeds) in this process -- the baseline
+  attnviz      AttentionModel.run(feeds, mode="ondemand"), as shipped: the session in the crash-isolation child
+  in-process   the same with ATTNVIZ_INPROCESS=1 (a corpus worker's layout)
+Wall time, and CPU time of this process and its children (the isolation child's included, read from /proc).
+On-demand keeps each site's Q and Kᵀ (and the mask) and recomputes a head's rows when one is drawn; a run itself
+should cost what plain inference costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+CHILD = r"""
+import os, sys, time, json
+sys.path.insert(0, sys.argv[1])
+mode, path, t, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+if mode == "in-process":
+    os.environ["ATTNVIZ_INPROCESS"] = "1"
+from engine_bench import feeds
+f = feeds(t)
+if mode == "plain":
+    import onnxruntime as ort
+    so = ort.SessionOptions(); so.intra_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    run = lambda: s.run(None, f)
+else:
+    from attnviz.runtime import open_model
+    m = open_model(path, provider="cpu", threads=1)
+    run = lambda: m.run(f, mode="ondemand")
+run()  # warm: the session, the arena, the slots
+def cpu():
+    import resource
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+    # the isolation child is still running: its time is in /proc, not in RUSAGE_CHILDREN yet
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(st[1]) == os.getpid():
+                total += (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+out = []
+for _ in range(rounds):
+    w, c = time.perf_counter(), cpu()
+    r = run(); del r
+    out.append((time.perf_counter() - w, cpu() - c))
+print(json.dumps(out))
+"""
+
+
+def measure(mode: str, model: Path, t: int, rounds: int) -> list[tuple[float, float]]:
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, str(ROOT / "bench"), mode, str(model), str(t), str(rounds)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return [tuple(x) for x in json.loads(r.stdout.strip().splitlines()[-1])]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (each: every row, 2 runs)")
+    a = ap.parse_args()
+    from engine_bench import export_minilm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = export_minilm(Path(tmp), max(a.lengths))
+        print(f"load average at start: {os.getloadavg()[0]:.1f}")
+        print(f"{'tokens':>6} | {'row':<10} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain")
+        for t in a.lengths:
+            rows: dict[str, list] = {"plain": [], "attnviz": [], "in-process": []}
+            for r in range(a.rounds):
+                order = list(rows) if r % 2 == 0 else list(reversed(rows))
+                for mode in order:
+                    rows[mode] += measure(mode, model, t, 2)
+            base_w = statistics.median(x[0] for x in rows["plain"])
+            base_c = statistics.median(x[1] for x in rows["plain"])
+            for mode, xs in rows.items():
+                w = statistics.median(x[0] for x in xs)
+                c = statistics.median(x[1] for x in xs)
+                print(f"{t:>6} | {mode:<10} | {w:>10.2f}s | {c:>9.2f}s | {w / base_w:>12.3f}× | {c / base_c:>11.3f}×")
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

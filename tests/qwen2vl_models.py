@@ -1,0 +1,296 @@
+"""A tiny random-init Qwen2-VL (ViT with 2-D rotary patches and a 2×2 patch merger, Qwen2 decoder with 3-D M-RoPE)
+saved as a Hub repository in the three-file ONNX layout (``REPO/onnx/vision_encoder.onnx``, ``embed_tokens.onnx``,
+``decoder_model_merged.onnx``), with its eager reference maps.  The export and If-merge helpers are
+tests/vlm_models.py's.
+
+The vision file takes what ``Qwen2VisionTransformerPretrainedModel.forward`` takes for one image: the processor's
+flattened patches ``pixel_values [grid_t·grid_h·grid_w, C·T·P·P]`` and ``image_grid_thw [1, 3]``; its rotary
+positions (the patches' rows and columns, laid out block-major over the merge windows) are computed in the graph
+from ``image_grid_thw``, so one file serves every image size.  transformers' eager vision attention splits by
+``cu_seqlens`` with ``.tolist()`` (constants under tracing), so the exported forward writes the same block out
+over the one image.  The decoder takes ``position_ids [3, B, T]`` (M-RoPE's temporal, height and width rows),
+which the caller builds (transformers' ``get_rope_index``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from pathlib import Path
+
+import onnx
+import vlm_models as vm
+
+torch = __import__("pytest").importorskip("torch")
+transformers = __import__("pytest").importorskip("transformers")
+
+PATCH, MERGE, TEMPORAL = 8, 2, 2
+FACTOR = PATCH * MERGE  # smart_resize rounds each side to a multiple of this
+MIN_PIXELS, MAX_PIXELS = 16 * 16, 64 * 64
+LAYERS, HEADS, HIDDEN, HEAD_DIM = 2, 4, 32, 8
+WORDS = "a photo of the cat sat on mat dog red blue green describe where looks user assistant".split()
+SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+VOCAB_SIZE = 64
+IMAGE_TOKEN = SPECIALS.index("<|image_pad|>")
+MEAN, STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]  # CLIP's (Qwen2-VL's)
+
+
+def vocab() -> dict[str, int]:
+    words = SPECIALS + WORDS
+    words += [f"w{i}" for i in range(VOCAB_SIZE - len(words))]
+    return {w: i for i, w in enumerate(words)}
+
+
+def build():
+    """The seeded tiny Qwen2VLForConditionalGeneration (eager attention everywhere)."""
+    T = transformers
+    torch.manual_seed(0)
+    v = vocab()
+    cfg = T.Qwen2VLConfig(
+        vision_config=dict(
+            depth=LAYERS,
+            embed_dim=HIDDEN,
+            hidden_size=HIDDEN,
+            mlp_ratio=2,
+            num_heads=HEADS,
+            in_channels=3,
+            patch_size=PATCH,
+            spatial_merge_size=MERGE,
+            temporal_patch_size=TEMPORAL,
+        ),
+        text_config=dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=HIDDEN,
+            intermediate_size=64,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 10000.0},
+            bos_token_id=v["<|endoftext|>"],
+            eos_token_id=v["<|im_end|>"],
+            pad_token_id=v["<|endoftext|>"],
+        ),
+        image_token_id=IMAGE_TOKEN,
+        video_token_id=v["<|video_pad|>"],
+        vision_start_token_id=v["<|vision_start|>"],
+        vision_end_token_id=v["<|vision_end|>"],
+    )
+    m = T.Qwen2VLForConditionalGeneration(cfg)
+    m.set_attn_implementation("eager")
+    m.config.use_cache = False
+    return m.eval()
+
+
+def tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tk = Tokenizer(models.WordLevel(vocab(), unk_token="<|endoftext|>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=SPECIALS[1:],
+    )
+
+
+def image_processor():
+    return transformers.Qwen2VLImageProcessorPil(
+        size={"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS},
+        patch_size=PATCH,
+        temporal_patch_size=TEMPORAL,
+        merge_size=MERGE,
+        image_mean=MEAN,
+        image_std=STD,
+    )
+
+
+def expand(text: str, grid_thw) -> str:
+    """Qwen2VLProcessor's expansion (``replace_image_token``): each ``<|image_pad|>`` repeated
+    grid_t·grid_h·grid_w / merge² times, one image's grid each in order.  (Qwen2VLProcessor itself cannot be
+    built here: it wants a video processor, and that torchvision.)"""
+    parts = text.split("<|image_pad|>")
+    out = parts[0]
+    for (t, h, w), rest in zip(grid_thw, parts[1:]):
+        out += "<|image_pad|>" * (int(t) * int(h) * int(w) // MERGE**2) + rest
+    return out
+
+
+class _Vision(torch.nn.Module):
+    """pixel_values [N, C·T·P·P], image_grid_thw [1, 3] -> image_features [N / merge², hidden] for one image."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.v = m.model.visual
+
+    def forward(self, pixel_values, image_grid_thw):
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb_vision
+
+        v, s = self.v, self.v.spatial_merge_size
+        t, h, w = image_grid_thw[0, 0], image_grid_thw[0, 1], image_grid_thw[0, 2]
+        # as transformers.vision_utils.get_vision_position_ids: rows and columns, block-major over merge windows
+        rows = torch.arange(h)[:, None].expand(h, w).reshape(h // s, s, w // s, s).transpose(1, 2).flatten()
+        cols = torch.arange(w)[None, :].expand(h, w).reshape(h // s, s, w // s, s).transpose(1, 2).flatten()
+        pos = torch.stack([rows, cols], dim=-1).repeat(t, 1)
+        x = v.patch_embed(pixel_values)
+        cos, sin = v.rotary_pos_emb(x, pos)
+        n = x.shape[0]
+        for blk in v.blocks:  # Qwen2VLVisionBlock with VisionAttention's eager path over one image
+            a = blk.attn
+            q, k, val = a.qkv(blk.norm1(x)).reshape(n, 3, a.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+            q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
+            q, k, val = (z.transpose(0, 1).unsqueeze(0) for z in (q, k, val))
+            weights = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * a.scaling, dim=-1)
+            out = torch.matmul(weights, val).transpose(1, 2).reshape(n, -1)
+            x = x + a.proj(out)
+            x = x + blk.mlp(blk.norm2(x))
+        return v.merger(x)
+
+
+class _Decoder(torch.nn.Module):
+    """inputs_embeds, attention_mask, position_ids [3, B, T], past key/values -> logits, present key/values."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.lm = m.model.language_model
+        self.head = m.lm_head
+
+    def forward(self, inputs_embeds, attention_mask, position_ids, *past):
+        cache = transformers.DynamicCache(config=self.lm.config)
+        for i in range(self.lm.config.num_hidden_layers if past else 0):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.lm(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+        )
+        present = []
+        for layer in cache.layers:
+            present += [layer.keys, layer.values]
+        return (self.head(out.last_hidden_state), *present)
+
+
+def _export_decoder(m, ids, path: Path, with_past: bool) -> None:
+    kv = m.config.text_config.num_key_value_heads
+    past_names = [f"past_key_values.{i}.{w}" for i in range(LAYERS) for w in ("key", "value")]
+    present_names = [n.replace("past_key_values", "present") for n in past_names]
+    emb = m.get_input_embeddings()(ids)
+    past = [torch.zeros(1, kv, 2, HEAD_DIM) for _ in past_names] if with_past else []
+    total = emb.shape[1] + (2 if with_past else 0)
+    pos = torch.arange(total - emb.shape[1], total)[None, None].expand(3, 1, -1).contiguous()
+    axes = {
+        "inputs_embeds": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "position_ids": {1: "batch", 2: "seq"},
+        "logits": {0: "batch", 1: "seq"},
+    }
+    axes.update({n: {0: "batch", 2: "past"} for n in past_names if with_past})
+    axes.update({n: {0: "batch", 2: "total"} for n in present_names})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Decoder(m),
+            (emb, torch.ones(1, total, dtype=torch.int64), pos, *past),
+            str(path),
+            input_names=["inputs_embeds", "attention_mask", "position_ids", *(past_names if with_past else [])],
+            output_names=["logits", *present_names],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+def save_repo(repo: Path) -> Path:
+    """config.json, preprocessor_config.json and tokenizer at REPO/, the three ONNX files in REPO/onnx/."""
+    m = build()
+    repo = Path(repo)
+    onnx_dir = repo / "onnx"
+    onnx_dir.mkdir(parents=True, exist_ok=True)
+    m.config.save_pretrained(str(repo))
+    image_processor().save_pretrained(str(repo))
+    tokenizer().save_pretrained(str(repo))
+    # a grid of 4 × 6 patches (one image of 32 × 48 pixels), exported with dynamic patch counts
+    grid = torch.tensor([[1, 4, 6]])
+    px = torch.randn(24, 3 * TEMPORAL * PATCH * PATCH, generator=torch.Generator().manual_seed(1))
+    ids = torch.tensor([[1, 8, 9, 10]])
+    how = dict(opset_version=17, dynamo=False)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _Vision(m),
+            (px, grid),
+            str(onnx_dir / "vision_encoder.onnx"),
+            input_names=["pixel_values", "image_grid_thw"],
+            output_names=["image_features"],
+            dynamic_axes={"pixel_values": {0: "patches"}, "image_features": {0: "tokens"}},
+            **how,
+        )
+        torch.onnx.export(
+            vm._Embed(m),
+            (ids,),
+            str(onnx_dir / "embed_tokens.onnx"),
+            input_names=["input_ids"],
+            output_names=["inputs_embeds"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "inputs_embeds": {0: "batch", 1: "seq"}},
+            **how,
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        no_past, with_past = Path(tmp) / "decoder_model.onnx", Path(tmp) / "decoder_with_past_model.onnx"
+        _export_decoder(m, ids, no_past, with_past=False)
+        _export_decoder(m, ids, with_past, with_past=True)
+        vm.merge_decoders(onnx.load(str(no_past)), onnx.load(str(with_past)), onnx_dir / "decoder_model_merged.onnx")
+    return repo
+
+
+def image_types(ids):
+    """The processor's mm_token_type_ids: 1 on image tokens."""
+    ids = torch.as_tensor(ids)
+    return (ids == IMAGE_TOKEN).to(torch.int64)
+
+
+def rope_index(m, ids, grid_thw, attention_mask=None):
+    """transformers' get_rope_index: position_ids [3, B, T] and the rope deltas [B, 1]."""
+    ids = torch.as_tensor(ids)
+    with torch.no_grad():
+        return m.model.get_rope_index(
+            ids,
+            mm_token_type_ids=image_types(ids),
+            image_grid_thw=torch.as_tensor(grid_thw),
+            attention_mask=None if attention_mask is None else torch.as_tensor(attention_mask),
+        )
+
+
+def reference(m, pixel_values, grid_thw, input_ids, attention_mask=None):
+    """transformers' eager decoder maps (Qwen2VLForConditionalGeneration on the processor's inputs), its image
+    features (the vision tower's merger output) and logits."""
+    ids = torch.as_tensor(input_ids)
+    mask = torch.ones(ids.shape, dtype=torch.int64) if attention_mask is None else torch.as_tensor(attention_mask)
+    with torch.no_grad():
+        feats = m.model.get_image_features(torch.as_tensor(pixel_values), torch.as_tensor(grid_thw)).pooler_output
+        m.model.rope_deltas = None
+        o = m(
+            input_ids=ids,
+            pixel_values=torch.as_tensor(pixel_values),
+            image_grid_thw=torch.as_tensor(grid_thw),
+            mm_token_type_ids=image_types(ids),
+            attention_mask=mask,
+            output_attentions=True,
+        )
+    return torch.cat(feats).numpy(), [a.numpy() for a in o.attentions], o.logits.numpy()
+
+
+def preprocessor_json(repo: Path) -> dict:
+    return json.loads((Path(repo) / "preprocessor_config.json").read_text())

@@ -1,0 +1,175 @@
+"""Unbounded allocation (issue 24 item 5): a run's memory is estimated from shapes before anything is allocated
+(runtime/memory.py, at every session's run) and refused over the cap (``--max-memory``, default half the RAM)
+in one line; training counts parameters before torch allocates.  Each hostile run is itself capped (RLIMIT_AS),
+so a regression fails with onnxruntime's own words instead of swapping the machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from cli_run import run_cli
+from onnx import helper, numpy_helper
+from onnx_builders import tiny_text_model
+
+from attnviz.core import limits
+from attnviz.runtime import memory
+
+AS_GB = 3.0  # address space of a hostile run: a normal tiny-model run needs well under it
+TEXT = "the cat sat on the mat"
+
+
+def one_line(err: str, *words):
+    assert err.startswith("attnviz: error:"), err
+    assert "\n" not in err.strip() and "Traceback" not in err, err
+    for w in words:
+        assert w.lower() in err.lower(), (w, err)
+
+
+def swollen(dst: Path, dims, op: str = "Expand") -> Path:
+    """tiny_text_model whose attention scale goes through a ``dims``-sized tensor first: ReduceMax(Expand(scale))
+    (the same scale, so the maps are the plain model's) or scale + ReduceMax(ConstantOfShape(0))."""
+    m = onnx.load(str(tiny_text_model(dst.with_name(dst.stem + "-plain.onnx"))))
+    for n in m.graph.node:
+        n.input[:] = ["scale_x" if i == "scale" else i for i in n.input]
+    m.graph.initializer.append(numpy_helper.from_array(np.array(dims, np.int64), "big_shape"))
+    if op == "Expand":
+        new = [helper.make_node("Expand", ["scale", "big_shape"], ["big"])]
+        new.append(helper.make_node("ReduceMax", ["big"], ["scale_x"], keepdims=0))
+    else:
+        zero = numpy_helper.from_array(np.zeros(1, np.float32))
+        new = [helper.make_node("ConstantOfShape", ["big_shape"], ["big"], value=zero)]
+        new += [helper.make_node("ReduceMax", ["big"], ["big_r"], keepdims=0)]
+        new += [helper.make_node("Add", ["big_r", "scale"], ["scale_x"])]
+    for k, n in enumerate(new):
+        m.graph.node.insert(k, n)
+    onnx.save(m, str(dst))
+    return dst
+
+
+def data_sized(dst: Path, side_per_id: int) -> Path:
+    """The scale expanded to [s, s] where s = side_per_id × the largest token id fed: a size no shape inference
+    can know before the run (only the arena's cap catches it)."""
+    m = onnx.load(str(tiny_text_model(dst.with_name(dst.stem + "-plain.onnx"))))
+    for n in m.graph.node:
+        n.input[:] = ["scale_x" if i == "scale" else i for i in n.input]
+    m.graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([side_per_id], np.int64), "k"),
+            numpy_helper.from_array(np.array([1], np.int64), "one1"),
+        ]
+    )
+    new = [
+        helper.make_node("ReduceMax", ["input_ids"], ["mx"], keepdims=1),
+        helper.make_node("Reshape", ["mx", "one1"], ["mx1"]),
+        helper.make_node("Mul", ["mx1", "k"], ["side"]),
+        helper.make_node("Concat", ["side", "side"], ["shp"], axis=0),
+        helper.make_node("Expand", ["scale", "shp"], ["big"]),
+        helper.make_node("ReduceMax", ["big"], ["scale_x"], keepdims=0),
+    ]
+    for k, n in enumerate(new):
+        m.graph.node.insert(k, n)
+    onnx.save(m, str(dst))
+    return dst
+
+
+def test_an_8kb_model_expanding_to_3_6_gb_is_refused_before_it_runs(tmp_path):
+    model = swollen(tmp_path / "swollen.onnx", [1, 1, 30000, 30000])
+    assert model.stat().st_size < 8192
+    out = tmp_path / "maps.npz"
+    code, err = run_cli("extract", model, "--text", TEXT, "--out", out, "--max-memory", "2", memory_gb=AS_GB)
+    assert code == 2
+    one_line(err, "3.6 GB", "'big'", "[1, 1, 30000, 30000]", "cap of 2.0 GB", "--max-memory 4")
+    assert not out.exists()
+
+
+def test_the_same_model_in_process_is_refused_too(tmp_path):
+    """ATTNVIZ_INPROCESS (corpus workers, Ray actors): the in-process session runs the same check."""
+    model = swollen(tmp_path / "swollen.onnx", [1, 1, 30000, 30000])
+    env = {"ATTNVIZ_INPROCESS": "1"}
+    code, err = run_cli(
+        "extract", model, "--text", TEXT, "--out", tmp_path / "m.npz", "--max-memory", "2", env=env, memory_gb=AS_GB
+    )
+    assert code == 2
+    one_line(err, "3.6 GB", "--max-memory")
+
+
+def test_a_4_tb_constant_of_shape_is_refused_under_the_default_cap(tmp_path):
+    model = swollen(tmp_path / "tb.onnx", [1_000_000, 1_000_000], op="ConstantOfShape")
+    code, err = run_cli("extract", model, "--text", TEXT, "--out", tmp_path / "m.npz", memory_gb=AS_GB)
+    assert code == 2
+    one_line(err, "4.0 TB", "half of this machine", "--max-memory")
+
+
+def test_a_size_read_from_the_data_meets_the_capped_arena(tmp_path):
+    model = data_sized(tmp_path / "data.onnx", 6000)  # ids up to 8 here: 48,000² floats = 9.2 GB
+    env = {"ATTNVIZ_MAX_MEMORY": "2"}
+    code, err = run_cli("extract", model, "--text", TEXT, "--out", tmp_path / "m.npz", env=env, memory_gb=AS_GB)
+    assert code == 2
+    one_line(err, "memory cap", "--max-memory")
+
+
+def test_a_corpus_is_refused_in_one_line_with_nothing_written(tmp_path):
+    model = swollen(tmp_path / "swollen.onnx", [1, 1, 30000, 30000])
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\nthe dog ran home\n")
+    out = tmp_path / "out"
+    argv = ["corpus", model, "--texts", texts, "--out", out, "--no-progress", "--workers", "1", "--max-memory", "2"]
+    code, err = run_cli(*argv, memory_gb=AS_GB)
+    assert code == 2
+    one_line(err, "3.6 GB", "--max-memory")
+    assert not (out / "heads.parquet").exists()
+
+
+def test_a_small_swell_runs_and_gives_the_plain_models_maps(tmp_path):
+    """A bounded correct success: the scale's detour changes nothing (the plain model is the reference)."""
+    model = swollen(tmp_path / "small.onnx", [1, 1, 64, 64])
+    plain = tmp_path / "small-plain.onnx"
+    got = {}
+    for name, path in (("swollen", model), ("plain", plain)):
+        out = tmp_path / f"{name}.npz"
+        code, err = run_cli("extract", path, "--text", TEXT, "--out", out, "--max-memory", "1", memory_gb=AS_GB)
+        assert code == 0, err
+        got[name] = dict(np.load(out))
+    assert got["swollen"].keys() == got["plain"].keys()
+    for k in [k for k, v in got["plain"].items() if v.dtype.kind == "f"]:
+        np.testing.assert_array_equal(got["swollen"][k], got["plain"][k])
+
+
+def test_the_estimate_counts_the_tensors_by_hand(tmp_path):
+    """The Expand's own tensor is N²·4 bytes exactly; a 4,096-token run of a 2-layer, 2-head model keeps its
+    two dense maps (2·2·4096²·4 bytes) and is not refused under the default cap."""
+    plan = memory.MemoryPlan(str(swollen(tmp_path / "s.onnx", [1, 1, 30000, 30000])))
+    est = plan.estimate({"input_ids": ((1, 5), 7)}, ["logits"])
+    assert est.largest[1] == (1, 1, 30000, 30000) and est.largest[3] == 30000 * 30000 * 4
+    assert 30000 * 30000 * 4 <= est.bytes < 30000 * 30000 * 4 * 1.01
+
+    m = onnx.load(str(tiny_text_model(tmp_path / "t.onnx")))
+    softmax = [n.output[0] for n in m.graph.node if n.op_type == "Softmax"]
+    t = 4096
+    plan = memory.MemoryPlan(m.SerializeToString())
+    est = plan.estimate({"input_ids": ((1, t), 7)}, ["logits", *softmax])
+    maps = len(softmax) * 2 * t * t * 4
+    assert maps <= est.bytes <= 3 * maps, (est, maps)
+    memory.check_run(plan, {"input_ids": np.ones((1, t), np.int64)}, ["logits", *softmax], "t.onnx")
+
+
+def test_the_cap_flag_and_variable_refuse_nonsense(monkeypatch):
+    monkeypatch.setenv(limits.MEMORY_ENV, "lots")
+    with pytest.raises(limits.AttnvizError, match="ATTNVIZ_MAX_MEMORY"):
+        limits.memory_cap()
+    with pytest.raises(limits.AttnvizError, match="--max-memory"):
+        limits.set_memory_cap(-1)
+
+
+def test_train_with_a_million_wide_model_is_refused_before_torch_allocates(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    code, err = run_cli(
+        "train", "sequence-classification", "--out", out, "--preset", "tiny", "--set", "d_model=1000000"
+    )
+    assert code == 2
+    one_line(err, "4,000,088,000,034 parameters", "TB", "--max-memory", "--set")
+    assert not out.exists()
