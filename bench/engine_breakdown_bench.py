@@ -26,7 +26,7 @@ of the same threads (plain: this process; attnviz: the child alone), from the sa
 moves far less with load than wall time.
 
 Then, per length, the huge-pages A/B: the instrumented session in two isolation children alive at once, one
-started as attnviz starts it (its malloc asks for transparent huge pages) and one with ``ATTNVIZ_HUGEPAGES=0``,
+started with ``ATTNVIZ_HUGEPAGES=1`` (its malloc asks for transparent huge pages) and one with ``ATTNVIZ_HUGEPAGES=0``,
 against plain, interleaved (``--no-hugepages-ab`` skips it).
 """
 

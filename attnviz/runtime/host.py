@@ -321,13 +321,14 @@ class _Host:
 
 
 def _huge_pages_env(environ) -> dict[str, str]:
-    """The child's malloc asks for transparent huge pages (glibc >= 2.35 ``glibc.malloc.hugetlb=1``: madvise on
-    its mappings), so onnxruntime's packed weights and arena sit in 2 MB pages.  Where THP is ``madvise`` (the
-    Debian/Ubuntu default) nothing else gets them: the child's onnxruntime then spent ~3-4 % less CPU per MiniLM
-    run (512 tokens with 2 threads, 128 with 1; nothing measurable at 128 with 2), for ~0-4 MB more resident
-    memory (bench/RESULTS.md, "Where an isolated run's time goes").  ``ATTNVIZ_HUGEPAGES=0`` turns it off; a
+    """``ATTNVIZ_HUGEPAGES=1``: the child's malloc asks for transparent huge pages (glibc >= 2.35
+    ``glibc.malloc.hugetlb=1``: madvise on its mappings), so onnxruntime's packed weights and arena sit in 2 MB
+    pages.  Off by default since session 9: it saved ~3-4 % of CPU per MiniLM run at 512 tokens, but where THP
+    defrags on madvise (the Debian/Ubuntu default) every new 2 MB page of a long input's attention scores is
+    compacted for: at 4,096 tokens the child's first runs spent 6 s and 4 s of system time (a plain process 0.7 s)
+    and its steady runs were 5.2 s against 4.6 s without (bench/RESULTS.md, "On-demand at 4,096 tokens").  A
     tunable the user set already wins."""
-    if environ.get("ATTNVIZ_HUGEPAGES") == "0" or not sys.platform.startswith("linux"):
+    if environ.get("ATTNVIZ_HUGEPAGES") != "1" or not sys.platform.startswith("linux"):
         return {}
     have = environ.get("GLIBC_TUNABLES", "")
     if "glibc.malloc.hugetlb" in have:

@@ -125,8 +125,9 @@ def _glibc_has_hugetlb_tunable() -> bool:
     reason="needs Linux with transparent huge pages in madvise mode and glibc >= 2.35",
 )
 def test_the_child_keeps_its_weights_in_huge_pages(tmp_path, monkeypatch):
-    """With THP in madvise mode only memory that asks gets 2 MB pages: the child's malloc asks, so onnxruntime's
-    packed weights (a 4 MB MatMul weight here) land in huge pages; ATTNVIZ_HUGEPAGES=0 leaves them in 4 kB pages."""
+    """With THP in madvise mode only memory that asks gets 2 MB pages: with ATTNVIZ_HUGEPAGES=1 the child's malloc
+    asks, so onnxruntime's packed weights (a 4 MB MatMul weight here) land in huge pages; by default (and with 0)
+    they stay in 4 kB pages."""
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.random.default_rng(3).standard_normal((1024, 1024)).astype(np.float32)
@@ -141,22 +142,26 @@ def test_the_child_keeps_its_weights_in_huge_pages(tmp_path, monkeypatch):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
     x = np.random.default_rng(5).standard_normal((1, 1024)).astype(np.float32)
     huge = {}
-    for setting in ("1", "0"):
+    for setting in ("1", "0", None):
         host.shutdown()
-        monkeypatch.setenv("ATTNVIZ_HUGEPAGES", setting)
+        if setting is None:
+            monkeypatch.delenv("ATTNVIZ_HUGEPAGES", raising=False)
+        else:
+            monkeypatch.setenv("ATTNVIZ_HUGEPAGES", setting)
         sess, _ = host.make_session(str(path), "cpu")
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ w, rtol=1e-4, atol=1e-4)
         assert host._host is not None
         huge[setting] = _anon_huge_kb(host._host.proc.pid)
         del sess
     host.shutdown()
-    assert huge["1"] >= 2048 and huge["0"] == 0
+    assert huge["1"] >= 2048 and huge["0"] == 0 and huge[None] == 0
 
 
 def test_a_users_own_malloc_tunables_are_kept():
-    assert host._huge_pages_env({}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
-    assert host._huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {
+    on = {"ATTNVIZ_HUGEPAGES": "1"}
+    assert host._huge_pages_env({}) == {} and host._huge_pages_env({"ATTNVIZ_HUGEPAGES": "0"}) == {}  # off by default
+    assert host._huge_pages_env(on) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert host._huge_pages_env({**on, "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == {
         "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
     }
-    assert host._huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {}  # the user's choice wins
-    assert host._huge_pages_env({"ATTNVIZ_HUGEPAGES": "0"}) == {}
+    assert host._huge_pages_env({**on, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {}  # the user's choice wins
