@@ -101,6 +101,9 @@ class MapAssembler:
     def maps(self) -> dict[int, np.ndarray]:
         out = {}
         for i, parts in self.parts.items():
+            if len(parts) == 1:  # a site the steps never added to (an encoder's, seen once): no copy to make
+                out[i] = parts[0]
+                continue
             b, h = parts[0].shape[:2]
             tq = sum(p.shape[2] for p in parts)
             tk = max(p.shape[3] for p in parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ NAME_ROLES = [
 ]
 
 
+@functools.lru_cache(maxsize=4096)  # every role lookup asks again (a model's roles are read per generation step)
 def guess_role(name: str, dtype: str, rank: int) -> str:
     for rx, role in NAME_ROLES:
         if rx.search(name):
