@@ -41,7 +41,9 @@ from strict import strict
 REPO = Path(__file__).resolve().parents[2]
 DEMOS = sorted((REPO / "models").glob("*.onnx"))
 SAMPLES = sorted((REPO / "resources" / "samples").glob("*.png"))
-ACTIONS = int(os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "500"))  # 10–50 s (quiet–loaded); 2,000: ~3 min (the suite then passes 15)
+ACTIONS = int(
+    os.environ.get("ATTNVIZ_RANDOM_ACTIONS", "500")
+)  # 10–50 s (quiet–loaded); 2,000: ~3 min (the suite then passes 15)
 SEED = int(os.environ.get("ATTNVIZ_RANDOM_SEED", "24"))
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "in", "the", "beginning", "God", "created", "é", "日本", "."]
 WORDS += ["0.5", "-3", "42", "1e308", "nan", "inf", "7"]  # the forecaster reads numbers
