@@ -4,6 +4,8 @@ tower's size by attnviz's own preprocessing (the folder's preprocessor_config.js
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
 from attnviz.runtime import inputs as ip
@@ -59,11 +61,25 @@ class Llava(Family):
         return super().describe() | {"grid": [self.rows, self.cols]}
 
 
+class ImageRun(Protocol):
+    """What a tokenizer needs of a family whose prompt holds one run of ``n`` image tokens on one grid."""
+
+    @property
+    def token(self) -> int: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def cols(self) -> int: ...
+    def label(self, k: int) -> str: ...
+
+
 class LlavaTokens(ip.TextEncoder):
     """The folder's tokenizer with LLaVA's placeholder expansion: each ``<image>`` becomes one token per image
     feature (as ``LlavaProcessor`` expands it), labelled ``img[r,c]`` by its patch's row and column."""
 
-    def __init__(self, inner: ip.TextEncoder, family: Llava):
+    def __init__(self, inner: ip.TextEncoder, family: ImageRun):
         self.inner, self.family = inner, family
         self.unk_id = inner.unk_id
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import PatchGrid
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.vlm_families.base import Family, Tiles, config_int
+from attnviz.runtime.vlm_families.base import Family, config_int
+from attnviz.runtime.vlm_families.llava import LlavaTokens
 
 IMAGE = "<image>"
 NO_PREFIX_MASK = (
@@ -91,21 +91,19 @@ class PaliGemma(Family):
         return super().describe() | {"grid": [self.rows, self.cols], "prefix": "bidirectional over token type 0"}
 
 
-class PaliGemmaTokens(ip.TextEncoder):
+class PaliGemmaTokens(LlavaTokens):
     """The folder's tokenizer with PaliGemmaProcessor's layout: the image tokens (``img[r,c]``), BOS, the prefix,
     ``"\\n"``; a pair (the suffix) with EOS after it."""
 
     def __init__(self, inner: ip.TextEncoder, family: PaliGemma):
-        self.inner, self.family = inner, family
-        self.unk_id = inner.unk_id
+        # the labels, grid and special ids are LLaVA's (one run of image tokens on one grid); the layout is its own
+        super().__init__(inner, family)
+        self.pali = family
         nl = inner.encode("\n", add_special=False).ids
         self.newline = nl[0] if len(nl) == 1 else None  # the prefix's closing token (token types switch after it)
 
-    def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
-        return self  # one image, one grid
-
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
-        fam = self.family
+        fam = self.pali
         if IMAGE not in text:  # the processor's own fallback: the image's tokens in front
             text = IMAGE + text
         end = text.rfind(IMAGE) + len(IMAGE)
@@ -121,31 +119,3 @@ class PaliGemmaTokens(ip.TextEncoder):
         if sum(i == fam.token for i in ids) % fam.n:
             raise AttnvizError(f"the tokenizer does not keep {IMAGE} as one token; give the repository's own tokenizer")
         return ip.Encoded(ids, self.row_labels(ids), [self.is_special(i) for i in ids], types)
-
-    def label(self, i: int) -> str:
-        return self.inner.label(i)
-
-    def row_labels(self, ids) -> list[str]:
-        """Each run of image tokens numbered along the grid (every n ids start again at (0,0): one image each)."""
-        out, k = [], 0
-        for i in ids:
-            if int(i) == self.family.token:
-                out.append(self.family.label(k))
-                k += 1
-            else:
-                out.append(self.inner.label(int(i)))
-                k = 0
-        return out
-
-    def image_grid(self, ids) -> PatchGrid | None:
-        placed = [k for k, i in enumerate(ids) if int(i) == self.family.token]
-        if len(placed) < self.family.n:
-            return None
-        return PatchGrid(self.family.rows, self.family.cols, placed[0])
-
-    def is_special(self, i: int) -> bool:
-        return i != self.family.token and self.inner.is_special(i)
-
-    @property
-    def size(self) -> int:
-        return self.inner.size
