@@ -39,6 +39,21 @@ class SharedFeed(NamedTuple):
     shape: tuple
 
 
+class Spliced(NamedTuple):
+    """A feed of a chain's later stage made from earlier stages' outputs where the sessions run
+    (:func:`attnviz.runtime.chain.splice`): stage ``base[0]``'s output ``base[1]`` (embeddings ``[B, T, H]``) with
+    the rows where ``rows`` (bool ``[B, T]``) is true replaced, in order, by stage ``source[0]``'s output
+    ``source[1]`` (image features, last axis H), cast to ``dtype``.  ``shape`` and ``dtype`` are what the result
+    will be, so the caller's memory check reads it like an array."""
+
+    name: str  # the input it feeds (for the one-line refusals)
+    base: tuple[int, str]
+    source: tuple[int, str]
+    rows: object  # numpy bool [B, T] (isolation.py imports nothing)
+    shape: tuple
+    dtype: str
+
+
 def read_message(fd: int) -> memoryview:
     """One message in ``multiprocessing.connection.Connection``'s framing (a 4-byte big-endian size, or -1 and an
     8-byte size, then the bytes), read from ``fd`` directly: a run's request or reply arrives whole in one read,
