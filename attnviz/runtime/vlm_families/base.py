@@ -47,6 +47,8 @@ class Family:
     name = ""
     token: int  # the placeholder id (config.json image_token_index / image_token_id)
     position_offset = 0  # added to the positions counted over the real tokens (PaliGemma counts from 1)
+    # the decoder's position_ids axes before [B, T] (Qwen2-VL's M-RoPE: 3, a cached step's equal on each)
+    position_axes: tuple[int, ...] = ()
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
