@@ -139,6 +139,10 @@ class VLMSet(AnalyzeMethod):
             for s in model._sites:
                 s.stack = stack
             model._stack_confirmed = True
+        for s in self.vision._sites:  # a block attending within windows (Qwen2.5-VL) says so in its label
+            window = self.family.vision_window(s.layer)
+            if window:
+                s.extra["window"] = window
         # what the decoder file cannot do that the model does (PaliGemma's prefix mask): one line with its maps
         self.decoder.fidelity = [*self.decoder.fidelity, *self.family.decoder_notes(self.decoder.inputs)]
         self.meta: dict = {"special": config_special(layout.decoder)}

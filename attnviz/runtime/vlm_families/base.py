@@ -73,6 +73,10 @@ class Family:
         """How many of the vision file's images (its output's first axis) each prompt row holds."""
         return [1] * int(pixels.shape[0])
 
+    def vision_window(self, layer: int) -> str | None:
+        """What a vision block attends within when not the whole image (Qwen2.5-VL's windows), for its label."""
+        return None
+
     def probe_pixels(self, spec: ip.ImageSpec) -> np.ndarray:
         return np.zeros((1, spec.channels, spec.height, spec.width), np.float32)
 
