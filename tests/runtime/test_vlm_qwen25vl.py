@@ -16,6 +16,7 @@ import qwen2vl_models as q2  # noqa: E402
 import qwen25vl_models as q5  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from attnviz.core.attention import SiteInfo  # noqa: E402
 from attnviz.runtime import builders as bd  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
@@ -59,6 +60,17 @@ def test_opens_with_its_windowed_blocks_labelled(repo):
     ]
     assert m.describe()["image_tokens"]["vision_windows"] == {"pixels": q5.WINDOW, "full_attention_blocks": q5.FULL}
     assert [s.to_dict().get("window") for s in m.sites] == ["32-px windows", None, "32-px windows", None, None]
+    assert [SiteInfo.from_dict(s.to_dict()) for s in m.sites] == m.sites  # a saved result keeps the labels
+    assert ["window" in s.to_dict() for s in m.sites] == [True, False, True, False, False]  # no new key elsewhere
+
+
+def test_inspect_says_which_blocks_attend_within_windows(repo, capsys):
+    from attnviz.cli import main
+
+    assert main(["inspect", str(repo)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith(("0 ", "1 ", "2 "))]
+    assert len(rows) == 3
+    assert [line.endswith("(within 32-px windows)") for line in rows] == [True, False, True]
 
 
 def test_window_order_equals_transformers():

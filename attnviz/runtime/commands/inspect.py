@@ -93,6 +93,7 @@ def run(args) -> int:
         print(
             f"  {i:>3}  {s['stack']:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
             + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
+            + (f"  (within {clean(s['window'])})" if s.get("window") else "")
         )
     _method_legend(d["sites"])
     return 0
