@@ -25,7 +25,8 @@ from attnviz.runtime import builders as bd  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
 from attnviz.runtime.vlm import VLMSet  # noqa: E402
-from attnviz.training import hf_vlm  # noqa: E402
+from attnviz.training.hf_vlm_families import base as vlm_base  # noqa: E402
+from attnviz.training.hf_vlm_families import llava as vlm_llava  # noqa: E402
 
 TOL = 5e-4
 PROMPT = "<s> <image> a photo of the cat"
@@ -204,8 +205,8 @@ def test_an_export_that_differs_from_transformers_is_not_published(tmp_path, cap
     """A decoder traced on embeddings scaled by 1.5 (a wrong export whose inputs and outputs look right): the check
     finds its maps off and refuses in one line; no OUT folder, no staging folder left."""
     src = save_source(tmp_path / "tiny-llava")
-    forward = hf_vlm._Decoder.forward
-    monkeypatch.setattr(hf_vlm._Decoder, "forward", lambda self, e, *rest: forward(self, e * 1.5, *rest))
+    forward = vlm_base.Decoder.forward
+    monkeypatch.setattr(vlm_base.Decoder, "forward", lambda self, e, *rest: forward(self, e * 1.5, *rest))
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
     assert "export check failed: maps differ from transformers" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava"]
@@ -215,12 +216,12 @@ def test_an_operator_torch_cannot_export_is_one_line(tmp_path, capsys, monkeypat
     """An image tower that counts with ``torch.histc`` (as Qwen3-MoE's routing does): torch runs it, its ONNX
     exporter has no form for it; export-hf names the operator in one line and writes nothing."""
     src = save_source(tmp_path / "tiny-llava")
-    forward = hf_vlm._LlavaVision.forward
+    forward = vlm_llava.LlavaVision.forward
 
     def with_histc(self, pixel_values):
         return forward(self, pixel_values) + 0 * torch.histc(pixel_values, bins=4).sum()
 
-    monkeypatch.setattr(hf_vlm._LlavaVision, "forward", with_histc)
+    monkeypatch.setattr(vlm_llava.LlavaVision, "forward", with_histc)
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
     assert "torch cannot export the operator aten::histc" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava"]
