@@ -197,12 +197,14 @@ def _write(model, recipe: Recipe, checks: list[Sample], onnx_dir: Path, opset: i
     import torch
 
     vision_in = recipe.vision_inputs(model, checks[-1].pixel_values)
+    arch = type(model).__name__
     export_or_explain(
         recipe.vision(model).eval(),
         vision_in,
         "image_features",
         onnx_dir / VISION_FILE,
         opset=opset,
+        label=f"{arch} ({HUB_ONNX_FOLDER}/{VISION_FILE})",
         module=True,
         axes=recipe.vision_axes(),
     )
@@ -213,6 +215,7 @@ def _write(model, recipe: Recipe, checks: list[Sample], onnx_dir: Path, opset: i
         "inputs_embeds",
         onnx_dir / EMBED_FILE,
         opset=opset,
+        label=f"{arch} ({HUB_ONNX_FOLDER}/{EMBED_FILE})",
         module=True,
         axes={"input_ids": {0: "batch", 1: "sequence"}, "inputs_embeds": {0: "batch", 1: "sequence"}},
     )
@@ -247,6 +250,7 @@ def _write(model, recipe: Recipe, checks: list[Sample], onnx_dir: Path, opset: i
         "logits",
         onnx_dir / DECODER_FILE,
         opset=opset,
+        label=f"{arch} ({HUB_ONNX_FOLDER}/{DECODER_FILE})",
         module=True,
         axes=axes,
         outputs=["logits", *present_names],

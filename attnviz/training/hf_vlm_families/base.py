@@ -132,7 +132,7 @@ class Recipe:
         px = torch.randn(2, int(getattr(vcfg, "num_channels", 3) or 3), size, size, generator=g).numpy()
         return px, px[1:]
 
-    def layout(self, tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
+    def layout(self, model, tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
         """The text's ids with one image's ``n`` placeholder tokens after the leading BOS (as LLaVA's processor
         expands ``<image>`` once per feature)."""
         ids = list(tok(text)["input_ids"])
@@ -165,12 +165,12 @@ class Recipe:
 
         batch_px, one_px = self.pixels(model, torch.Generator().manual_seed(0))
         token = image_token(model.config)
-        rows = [self.layout(tok, t, token, self.features(model, batch_px[:1]), bos) for t in texts]
+        rows = [self.layout(model, tok, t, token, self.features(model, batch_px[:1]), bos) for t in texts]
         short = min(len(r) for r in rows)
         out = [self.sample(model, batch_px, np.asarray([r[:short] for r in rows], np.int64))]
         if batch_px.shape[0] == 1:  # a family that runs one image at a time: the first text alone
             out = [self.sample(model, batch_px, np.asarray(rows[:1], np.int64))]
-        last = self.layout(tok, texts[-1], token, self.features(model, one_px), bos)
+        last = self.layout(model, tok, texts[-1], token, self.features(model, one_px), bos)
         return [*out, self.sample(model, one_px, np.asarray([last], np.int64))]
 
     def generate_kw(self, s: Sample) -> dict:

@@ -23,7 +23,8 @@ def full_grid_positions(vision_model, tile: int):
     position embedding."""
     import torch
 
-    emb, seen = vision_model.embeddings, {}
+    emb = vision_model.embeddings
+    seen: dict = {}
     hook = emb.position_embedding.register_forward_hook(lambda mod, args, out: seen.update(ids=args[0]))
     side = tile // vision_model.config.patch_size
     try:

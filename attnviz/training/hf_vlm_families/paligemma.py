@@ -69,6 +69,8 @@ class PrefixDecoder(_torch_nn_module()):  # type: ignore[misc]
 
 
 class PaliGemma(Recipe):
+    newline: int | None = None  # the tokenizer's "\n" (the prefix's closing token), learnt in samples()
+
     def vision(self, model):
         return PaliGemmaVision(model)
 
@@ -92,11 +94,11 @@ class PaliGemma(Recipe):
         }
         return inputs, {"position_ids": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"}}
 
-    def layout(self, tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
+    def layout(self, model, tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
         """PaliGemmaProcessor's: the image's tokens, BOS, the first half of the words (the prefix), the newline,
         the rest (the suffix); without a one-token newline the whole text is prefix."""
         words = list(tok(text, add_special_tokens=False)["input_ids"])
-        nl = self._newline(tok)
+        nl = self.newline
         head = [token] * n + ([bos] if bos is not None else [])
         if nl is None:
             return head + words
@@ -111,7 +113,7 @@ class PaliGemma(Recipe):
     def types(self, model, ids: np.ndarray) -> np.ndarray:
         """Token type 1 after the prefix's closing newline (the first after the image tokens), 0 before."""
         out = np.zeros(ids.shape, np.int64)
-        nl = getattr(self, "newline", None)
+        nl = self.newline
         token = model.config.image_token_index
         for b, row in enumerate(ids):
             images = np.flatnonzero(row == token)

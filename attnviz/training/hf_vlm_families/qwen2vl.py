@@ -61,6 +61,8 @@ def flatten(image: np.ndarray, patch: int, merge: int, temporal: int) -> tuple[n
 
 
 class Qwen2VL(Recipe):
+    needs = ("vision_start_token_id", "vision_end_token_id")  # the image's tokens sit between them
+
     def vision(self, model):
         return Qwen2VLVision(model)
 
@@ -89,14 +91,10 @@ class Qwen2VL(Recipe):
             torch.randn(1, 3, 3 * f, 2 * f, generator=g).numpy(),
         )
 
-    def layout(self, tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
+    def layout(self, model, tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
         """Qwen2VLProcessor's: ``<|vision_start|>``, the image's tokens, ``<|vision_end|>``, then the text."""
-        cfg = self.config
+        cfg = model.config
         return [cfg.vision_start_token_id, *[token] * n, cfg.vision_end_token_id, *tok(text)["input_ids"]]
-
-    def samples(self, model, tok, texts, bos):
-        self.config = model.config
-        return super().samples(model, tok, texts, bos)
 
     def torch_kw(self, model, pixels: np.ndarray, ids: np.ndarray) -> dict:
         import torch
