@@ -104,6 +104,7 @@ def rope_index(ids: np.ndarray, mask: np.ndarray, image: int, grids: list[tuple[
 
 class Qwen2VL(Family):
     name = "qwen2-vl"
+    position_axes = (3,)  # M-RoPE's temporal, row and column positions
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
