@@ -130,7 +130,9 @@ class PatchGrid:
     leading positions (CLS, registers) are not.  A tiled image (a vision–language decoder whose image was split
     into tiles, each a run of tokens between marker tokens) names the key of every cell instead: ``columns[k]`` is
     the key of cell ``k`` (row-major over ``rows`` × ``cols``), and ``stop`` is the key after the image's last
-    token (its global image and closing markers included), where the words after the image begin.
+    token (its global image and closing markers included), where the words after the image begin.  Such an
+    image's global image (Idefics3 / SmolVLM: the whole picture again, resized to one tile) is a second run of
+    tokens on a grid of its own, ``global_grid``, over the same picture.
     """
 
     rows: int
@@ -139,6 +141,7 @@ class PatchGrid:
     columns: tuple[int, ...] | None = None
     stop: int | None = None
     lead_images: int = 0  # the ``offset`` leading keys are this many earlier images on the same grid (VLM tiles)
+    global_grid: PatchGrid | None = None  # the tiled image's global image: its keys on their own grid
 
     def __post_init__(self) -> None:
         if self.columns is not None:
