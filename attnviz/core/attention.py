@@ -185,6 +185,29 @@ class PatchGrid:
                 return cls(side, side, extra)
         return None
 
+    def to_dict(self) -> dict:
+        """Plain values (a result's info keeps each batch row's grid, so an extracted ``.npz`` has them)."""
+        d: dict = {"rows": self.rows, "cols": self.cols, "offset": self.offset}
+        if self.columns is not None:
+            d["columns"] = list(self.columns)
+        if self.stop is not None:
+            d["stop"] = self.stop
+        if self.global_grid is not None:
+            d["global_grid"] = self.global_grid.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PatchGrid:
+        glob = d.get("global_grid")
+        return cls(
+            int(d["rows"]),
+            int(d["cols"]),
+            int(d.get("offset", 0)),
+            tuple(d["columns"]) if d.get("columns") is not None else None,
+            int(d["stop"]) if d.get("stop") is not None else None,
+            global_grid=cls.from_dict(glob) if isinstance(glob, dict) else None,
+        )
+
     def to_image(self, row: np.ndarray) -> np.ndarray:
         """Take one query row over keys and return the ``[rows, cols]`` patch map."""
         if self.columns is not None:
@@ -256,6 +279,9 @@ class AudioTrack:
         return len(self.waves[batch]) / self.rate
 
 
+TOKEN_GRIDS_KEY = "token_grids"  # info: each batch row's token grid (AttentionResult.token_grid_of)
+
+
 @dataclass
 class AttentionResult:
     """Everything one run produced: the maps in canonical order plus axes and run facts."""
@@ -278,6 +304,19 @@ class AttentionResult:
     def __post_init__(self):
         if len(self.maps) != len(self.sites):
             raise ValueError("maps and sites differ in length")
+
+    def token_grid_of(self, batch: int = 0) -> PatchGrid | None:
+        """Where batch row ``batch``'s image tokens lie among its keys: rows of a padded batch differ (left padding
+        shifts them, Idefics3 rows may split their images differently); ``info["token_grids"]`` keeps each row's
+        (plain values, so an extracted ``.npz`` has them), else every row is ``token_grid``."""
+        grids = (self.info or {}).get(TOKEN_GRIDS_KEY)
+        if batch and isinstance(grids, list) and batch < len(grids):
+            d = grids[batch]
+            try:
+                return PatchGrid.from_dict(d) if isinstance(d, dict) else None
+            except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
+                return None
+        return self.token_grid
 
     # -- axes --------------------------------------------------------------
     def row_axes(self, batch: int = 0) -> tuple[TokenAxis | None, TokenAxis | None]:

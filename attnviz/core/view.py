@@ -1132,7 +1132,7 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     """The patch grid a block's keys lie on.  A stage of a hierarchical (Swin) encoder has its own, the result's
     grid (the first stage's: the image's patches) halved per stage; every other block shares the result's."""
     n_keys = blk_len(blk, 1)
-    g = result.token_grid
+    g = result.token_grid_of(blk.batch)  # a padded batch's rows hold their image tokens at keys of their own
     if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys
         return g if g.end <= n_keys else None
     if blk.stage and result.patch_grid is not None:
@@ -1189,7 +1189,7 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
-    g = result.token_grid
+    g = result.token_grid_of(blk.batch)
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
         return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]

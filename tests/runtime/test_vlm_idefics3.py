@@ -117,6 +117,12 @@ def test_raw_feeds_batch_of_two(model, idefics3_repo, images, torch_model):
     feeds = {k: enc[k] for k in ("pixel_values", "input_ids", "attention_mask")}
     r = model.analyze(feeds=feeds)
     _, decoder, _ = im.reference(torch_model, enc)
+    # each row's image on its own grid: 1 x 2 tiles, then 2 x 2 (each with its global image)
+    grids = [r.token_grid_of(b) for b in range(2)]
+    assert [(g.rows, g.cols) for g in grids] == [(im.SIDE, 2 * im.SIDE), (2 * im.SIDE, 2 * im.SIDE)]
+    for b, g in enumerate(grids):
+        runs = [k for k in range(enc["input_ids"].shape[1]) if enc["input_ids"][b, k] == im.IMAGE_TOKEN]
+        assert sorted([*g.columns, *range(g.global_grid.offset, g.global_grid.offset + im.N_TILE)]) == runs
     for got, want in zip(r.maps[2:], decoder):
         real = enc["attention_mask"].astype(bool)
         for b in range(2):  # the rows' real tokens (a padded query row is no one's attention)
