@@ -271,7 +271,7 @@ class VLMSet(AnalyzeMethod):
         if int(placed.sum()) != n:
             raise AttnvizError(
                 f"the prompt holds {int(placed.sum())} image tokens and the image gives {n} features; "
-                "write <image> once in the text (it is expanded to the image's tokens)"
+                f"{self.family.placeholder_fix()}"
             )
         emb[placed] = features.reshape(-1, features.shape[-1]).astype(emb.dtype)
         f: dict = {}

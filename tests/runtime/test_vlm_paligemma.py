@@ -318,3 +318,15 @@ def test_image_regions_show_a_word_over_the_image(prefix_repo, image, torch_mode
         ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row))
         want = decoder[layer][0, head, row, : pm.N_IMAGE].reshape(pm.GRID, pm.GRID)
         assert ov.query_label == "cat" and np.abs(ov.patch - want).max() < TOL
+
+
+def test_two_placeholders_are_one_line_naming_the_familys_own(prefix_repo, image):
+    """More image tokens than the image's features: one line naming PaliGemma's placeholder (and that the
+    processor puts it in front when the prompt has none)."""
+    from attnviz import AttnvizError
+
+    m = open_model(prefix_repo, provider="cpu")
+    with pytest.raises(AttnvizError, match=f"{2 * pm.N_IMAGE} image tokens and the image gives {pm.N_IMAGE}") as e:
+        m.analyze(text="<image><image>a photo", image=str(image))
+    assert "write <image> once in the text" in str(e.value) and "or leave it out" in str(e.value)
+    assert "\n" not in str(e.value)

@@ -78,6 +78,7 @@ def for_vision_encoder(h: int, w: int, m: int) -> tuple[int, int]:
 
 class Idefics3(Family):
     name = "idefics3"
+    placeholder = IMAGE
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -243,7 +244,7 @@ class Idefics3Tokens(ip.TextEncoder):
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
         if text.count(IMAGE) > 1:
             raise AttnvizError(
-                f"the prompt holds {text.count(IMAGE)} {IMAGE} placeholders; give one image, write {IMAGE} once"
+                f"the prompt holds {text.count(IMAGE)} {IMAGE} placeholders; give one image, {self.family.placeholder_fix()}"
             )
         if IMAGE in text:
             text = text.replace(IMAGE, self.family.expansion(self.tiles or Tiles()))
