@@ -1054,7 +1054,9 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
 QUERY_OUTLINE = "white"  # the outline of a query patch on the image: screen and figure draw it alike
 
 
-def _cell_rect(grid: PatchGrid, cell: tuple[int, int] | None, width: float, height: float):
+def _cell_rect(
+    grid: PatchGrid, cell: tuple[int, int] | None, width: float, height: float
+) -> tuple[float, float, float, float] | None:
     if cell is None:
         return None
     r, c = cell

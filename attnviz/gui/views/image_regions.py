@@ -268,7 +268,7 @@ class ImageRegionsView(View):
         under = np.round(vm.base_rgb(img, base) * 255).astype(np.uint8)
         glob = ov.global_panel
         self._show_two(glob is not None)
-        pictures = [(self.vb, self.image_item, self.overlay_item, self.query_outline, ov)]
+        pictures: list[tuple] = [(self.vb, self.image_item, self.overlay_item, self.query_outline, ov)]
         top = 0.0
         if glob is not None:
             pictures.append((self.gvb, self.g_image_item, self.g_overlay_item, self.g_outline, glob))
