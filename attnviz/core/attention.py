@@ -34,21 +34,24 @@ class SiteInfo:
     stage: int | None = None  # 1-based stage of a hierarchical (Swin) encoder, whose stages have their own grids
     # "image" | "text": the tower of a dual encoder (CLIP, SigLIP), both encoders, each numbering its layers from 0
     tower: str | None = None
+    # what the site attends within when not the whole sequence (Qwen2.5-VL's vision windows: "32-px windows")
+    window: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("stage", "tower"):  # files of models without stages or towers keep the six keys they always had
+        for k in ("stage", "tower", "window"):  # files of models without them keep the six keys they always had
             if d[k] is None:
                 del d[k]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> SiteInfo:
-        stage, tower = d.get("stage"), d.get("tower")
+        stage, tower, window = d.get("stage"), d.get("tower"), d.get("window")
         return cls(
             **{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")},
             stage=int(stage) if stage is not None else None,
             tower=str(tower) if tower is not None else None,
+            window=str(window) if window is not None else None,
         )
 
     @property
@@ -57,6 +60,7 @@ class SiteInfo:
             f"{self.stack} {self.kind} L{self.layer}"
             + (f" stage {self.stage}" if self.stage else "")
             + (f" ({self.tower})" if self.tower else "")
+            + (f" [{self.window}]" if self.window else "")
         )
 
 
