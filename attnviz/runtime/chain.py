@@ -34,10 +34,7 @@ def splice(s: Spliced, outs: list[dict[str, np.ndarray]]) -> np.ndarray:
     # [images, tokens, hidden], or [tokens, hidden] (Qwen2-VL's merger: one image's tokens)
     n = int(np.prod(source.shape[:-1])) if source.ndim in (2, 3) else -1
     if int(rows.sum()) != n:
-        raise AttnvizError(
-            f"the prompt holds {int(rows.sum())} image tokens and the image gives {n} features; "
-            "write <image> once in the text (it is expanded to the image's tokens)"
-        )
+        raise AttnvizError(f"the prompt holds {int(rows.sum())} image tokens and the image gives {n} features; {s.fix}")
     emb = np.array(base, np.float32)  # a copy: the base may view a slot the caller is lent
     emb[rows] = source.reshape(-1, source.shape[-1]).astype(np.float32)
     out = emb.astype(np.dtype(s.dtype), copy=False)

@@ -52,6 +52,7 @@ class Spliced(NamedTuple):
     rows: object  # numpy bool [B, T] (isolation.py imports nothing)
     shape: tuple
     dtype: str
+    fix: str = "write the image's placeholder once in the text"  # what to do when the counts differ
 
 
 def read_message(fd: int) -> memoryview:

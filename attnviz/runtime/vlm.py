@@ -324,6 +324,7 @@ class VLMSet(AnalyzeMethod):
             ids == self.family.token,
             (*ids.shape, hidden),
             dec.dtype,
+            self.family.placeholder_fix(),
         )
 
     def chain(self, feeds: dict[str, np.ndarray], mode: str) -> tuple[list, AttentionResult, AttentionResult, dict]:

@@ -325,3 +325,12 @@ def test_bad_input_is_one_line(repo, tmp_path):
     (copy / "preprocessor_config.json").write_text(json.dumps(pre | {"merge_size": 4}))
     with pytest.raises(AttnvizError, match="merge_size is 4.*do not belong together"):
         open_model(copy, provider="cpu")
+
+
+def test_two_placeholders_are_one_line_naming_the_familys_own(repo, image):
+    """Qwen2-VL's placeholder is <|image_pad|>, not <image>: the line that the prompt's image tokens and the
+    image's features differ names it (and that the processor puts it in front when the prompt has none)."""
+    m = open_model(repo, provider="cpu")
+    with pytest.raises(AttnvizError, match="image tokens and the image gives") as e:
+        m.analyze(text="<|vision_start|><|image_pad|><|image_pad|><|vision_end|>describe", image=str(image))
+    assert "write <|image_pad|> once in the text" in str(e.value) and "<image>" not in str(e.value)
