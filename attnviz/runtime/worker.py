@@ -56,7 +56,14 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.core import limits  # noqa: E402
 from attnviz.runtime.chain import resolve  # noqa: E402
-from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed, read_message, write_message  # noqa: E402  (after the child's bare package)
+from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
+    INLINE_BYTES,
+    NodeArg,
+    SharedFeed,
+    Spliced,
+    read_message,
+    write_message,
+)
 from attnviz.runtime.steps import Loop, advance  # noqa: E402
 
 KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
@@ -319,9 +326,11 @@ class Server:
         self.pool.run += 1
         outs: list[dict[str, np.ndarray]] = []
         items: list[list] = []
+        # the outputs a later stage reads (views made of those alone: a decoder's 18 outputs are not all read)
+        read = {ref for _, _, f in stages for v in f.values() if isinstance(v, Spliced) for ref in (v.base, v.source)}
         t0 = time.perf_counter()
         try:
-            for sid, names, feeds in stages:
+            for stage, (sid, names, feeds) in enumerate(stages):
                 sess, links = self.sessions[sid]
                 self.repeats.pop(sid, None)  # the run below may rebind the binding a repeat holds
                 uniq = names if len(set(names)) == len(names) else list(dict.fromkeys(names))
@@ -335,7 +344,7 @@ class Server:
                     links.misses += 1
                     got = self._run(sid, sess, uniq, arrays, {}, sigs, names, early=False)
                 self._unsettled.append((links, dims, got))
-                outs.append({n: self._array(got[n][0]) for n in uniq})
+                outs.append({n: self._array(got[n][0]) for n in uniq if (stage, n) in read})
                 items.append([got[n][0] for n in names])
         except BaseException:
             # the earlier stages' slots were never lent (no reply names them): free again
