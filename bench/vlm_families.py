@@ -90,6 +90,9 @@ def quantized(repo: Path, out: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def make(out: Path) -> None:
+        import logging
+
+        logging.getLogger().setLevel(logging.ERROR)  # quantize_dynamic's advice on every file
         shutil.copytree(repo, out)
         for f in PARTS:
             quantize_dynamic(out / "onnx" / f"{f}.onnx", out / "onnx" / f"{f}_int8.onnx", weight_type=QuantType.QInt8)
