@@ -1,5 +1,5 @@
-"""A decoder-only vision–language model (LLaVA, Idefics3 / SmolVLM, PaliGemma, Qwen2-VL) -> the Hugging Face
-Hub's three-file ONNX layout, checked against transformers before anything is published.
+"""A decoder-only vision–language model (LLaVA, Idefics3 / SmolVLM, PaliGemma, Qwen2-VL, Qwen2.5-VL) -> the Hugging
+Face Hub's three-file ONNX layout, checked against transformers before anything is published.
 
 Why three files and not one ``model.onnx``: the Hub (transformers.js / onnx-community) keeps a VLM as
 ``onnx/vision_encoder.onnx`` (pixel values -> image features, after the projector), ``onnx/embed_tokens.onnx`` (ids

@@ -191,7 +191,7 @@ def test_another_vlm_family_is_one_line_and_writes_nothing(tmp_path, capsys):
     T.LlavaNextForConditionalGeneration(cfg).save_pretrained(str(src))
     before = digest(src)
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
-    assert "'llava_next'" in err and "llava, idefics3, paligemma, qwen2_vl only" in err
+    assert "'llava_next'" in err and "llava, idefics3, paligemma, qwen2_vl, qwen2_5_vl only" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava-next"] and digest(src) == before
 
 

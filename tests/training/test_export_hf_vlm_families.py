@@ -1,10 +1,10 @@
-"""``attnviz export-hf`` on Idefics3 / SmolVLM, PaliGemma and Qwen2-VL folders (issue 22 item 6): each writes the
+"""``attnviz export-hf`` on Idefics3 / SmolVLM, PaliGemma, Qwen2-VL and Qwen2.5-VL folders (issue 22 item 6): each writes the
 Hub's three-file layout that attnviz opens as one vision–language model, and every map it shows on an image and a
 prompt equals transformers' eager attention of the whole model on the same weights; greedy tokens through the
 exported decoder's cache equal transformers' ``generate``.
 
-The sources are the seeded tiny models of tests/idefics3_models.py, paligemma_models.py and qwen2vl_models.py
-(their ``build()``, tokenizer and image processor, which the runtime's tests use too) saved with
+The sources are the seeded tiny models of tests/idefics3_models.py, paligemma_models.py, qwen2vl_models.py and
+qwen25vl_models.py (their ``build()``, tokenizer and image processor, which the runtime's tests use too) saved with
 ``save_pretrained`` as a Hub download holds them.  The references are transformers' own processors (Idefics3Processor,
 PaliGemmaProcessor, Qwen2-VL's image processor and expansion) and ``output_attentions`` / ``generate`` of the model
 loaded back from the source folder; attnviz is fed what those processors make, or its own processing of an image
@@ -14,6 +14,7 @@ file whose ids and pixels are compared with theirs first.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ import idefics3_models as im  # noqa: E402
 import onnx  # noqa: E402
 import paligemma_models as pm  # noqa: E402
 import qwen2vl_models as qm  # noqa: E402
+import qwen25vl_models as q5  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from attnviz.cli import main  # noqa: E402
@@ -241,3 +243,56 @@ def test_qwen2vl_every_map_and_greedy_tokens_equal_transformers(qwen2vl, tmp_pat
         attention_mask=torch.ones_like(t),
     )
     assert got == greedy(hf, kw, 5) and len(got) == 5
+
+
+# --------------------------------------------------------------------------- Qwen2.5-VL
+@pytest.fixture(scope="module")
+def qwen25vl(tmp_path_factory):
+    # Qwen2.5-VL's text side and image processor are Qwen2-VL's: the tiny model's tokenizer and processor
+    source = SimpleNamespace(build=q5.build, tokenizer=qm.tokenizer, image_processor=qm.image_processor)
+    return export(tmp_path_factory, "qwen25vl", source, "Qwen2_5_VLForConditionalGeneration")
+
+
+def test_qwen25vl_windowed_blocks_every_map_and_greedy_tokens_equal_transformers(qwen25vl, tmp_path):
+    """The export (traced on 10 x 6 patches) opens with its windowed blocks labelled; on an image file of another
+    size (45 x 70 -> 6 x 8 patches: 3 x 4 merge units, so 2 x 2, 2 x 2, 1 x 2 and 1 x 2 windows) every vision map
+    -- windowed and full blocks, keys in transformers' window order -- every decoder map and the logits equal the
+    eager model's, and greedy tokens through the cache equal transformers' generate."""
+    out, m, hf = qwen25vl
+    assert inputs_of(out, "vision_encoder.onnx") == ["pixel_values", "image_grid_thw"]
+    assert [s.label for s in m.sites] == [
+        "encoder self L0 [32-px windows]",
+        "encoder self L1",  # fullatt_block_indexes: the whole image
+        "encoder self L2 [32-px windows]",
+        "decoder self L0",
+        "decoder self L1",
+    ]
+    path = tmp_path / "photo.png"
+    picture(45, 70).save(path)
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>describe the cat"
+    proc = qm.image_processor()(images=Image.open(path).convert("RGB"), return_tensors="np")
+    px, grid = proc["pixel_values"], proc["image_grid_thw"]
+    assert grid.tolist() == [[1, 6, 8]]
+    ids = np.asarray([qm.tokenizer()(qm.expand(prompt, grid))["input_ids"]], np.int64)
+    assert bd.prepare(m, AnalyzeRequest(text=prompt, image=str(path))).prompts == ids.tolist()
+    r = m.analyze(text=prompt, image=str(path))
+    vision, _ = q5.vision_reference(hf, px, grid)
+    _, decoder, logits = qm.reference(hf, px, grid, ids)
+    got = [a.array() for a in r.maps]
+    assert len(got) == len(vision) + len(decoder) == q5.DEPTH + q5.LAYERS
+    assert max(max_diff(g, w) for g, w in zip(got, [*vision, *decoder])) < TOL
+    assert max_diff(r.outputs["logits"], logits) < TOL
+    # the windowed blocks do attend within windows (so the comparison above tells them from the full one)
+    assert (got[0] == 0).mean() > 0.3 and (got[1] == 0).mean() == 0
+    m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}
+    generated = m.analyze(text=prompt, image=str(path), generate=5).info["generated_ids"]
+    t = torch.as_tensor(ids)
+    hf.model.rope_deltas = None
+    kw = dict(
+        input_ids=t,
+        pixel_values=torch.as_tensor(px),
+        image_grid_thw=torch.as_tensor(grid),
+        mm_token_type_ids=qm.image_types(t),
+        attention_mask=torch.ones_like(t),
+    )
+    assert generated == greedy(hf, kw, 5) and len(generated) == 5

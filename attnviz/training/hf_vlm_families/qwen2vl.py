@@ -21,14 +21,26 @@ from attnviz.training.hf_vlm_families.base import Recipe, Sample
 class Qwen2VLVision(_torch_nn_module()):  # type: ignore[misc]
     """``pixel_values [N, C·T·P·P]``, ``image_grid_thw [1, 3]`` -> ``image_features [N / merge², hidden]``."""
 
+    modeling = "qwen2_vl"  # transformers' module whose apply_rotary_pos_emb_vision the blocks use
+
     def __init__(self, model):
         super().__init__()
         self.v = model.model.visual
 
-    def forward(self, pixel_values, image_grid_thw):
-        import torch
-        from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb_vision
+    def windows(self, h, w):
+        """The merge units' order the blocks see and, per patch pair, whether a windowed block hides the key from
+        the query; None: every block attends over the whole image in the image's order (Qwen2-VL)."""
+        return None
 
+    def windowed(self, layer: int) -> bool:
+        return False
+
+    def forward(self, pixel_values, image_grid_thw):
+        import importlib
+
+        import torch
+
+        rotate = importlib.import_module(f"transformers.models.{self.modeling}.modeling_{self.modeling}")
         v, s = self.v, self.v.spatial_merge_size
         t, h, w = image_grid_thw[0, 0], image_grid_thw[0, 1], image_grid_thw[0, 2]
         # the patches' rows and columns, block-major over merge windows (transformers' get_vision_position_ids)
@@ -37,15 +49,25 @@ class Qwen2VLVision(_torch_nn_module()):  # type: ignore[misc]
         x = v.patch_embed(pixel_values)
         cos, sin = v.rotary_pos_emb(x, torch.stack([rows, cols], dim=-1).repeat(t, 1))
         n = x.shape[0]
-        for blk in v.blocks:  # Qwen2VLVisionBlock, VisionAttention's eager path over one image
+        windows = self.windows(h, w)
+        if windows is not None:  # permute_input_for_window_attn: the patches merge unit by merge unit, reordered
+            order, apart = windows
+            x, cos, sin = (z.reshape(n // (s * s), s * s, -1)[order].reshape(n, -1) for z in (x, cos, sin))
+        for layer, blk in enumerate(v.blocks):  # the vision block, VisionAttention's eager path over one image
             a = blk.attn
             q, k, val = a.qkv(blk.norm1(x)).reshape(n, 3, a.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
-            q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
+            q, k = rotate.apply_rotary_pos_emb_vision(q, k, cos, sin)
             q, k, val = (z.transpose(0, 1).unsqueeze(0) for z in (q, k, val))
-            weights = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * a.scaling, dim=-1)
+            scores = torch.matmul(q, k.transpose(2, 3)) * a.scaling
+            if windows is not None and self.windowed(layer):
+                # one softmax over the image with the other windows' keys at the dtype's minimum: exactly 0 after
+                # it, so each window's rows are transformers' softmax over that window's chunk of cu_window_seqlens
+                scores = scores.masked_fill(apart, torch.finfo(scores.dtype).min)
+            weights = torch.softmax(scores, dim=-1)
             x = x + a.proj(torch.matmul(weights, val).transpose(1, 2).reshape(n, -1))
             x = x + blk.mlp(blk.norm2(x))
-        return v.merger(x)
+        out = v.merger(x)
+        return out if windows is None else out[torch.argsort(windows[0])]  # back in the image's order
 
 
 def flatten(image: np.ndarray, patch: int, merge: int, temporal: int) -> tuple[np.ndarray, np.ndarray]:
@@ -62,6 +84,7 @@ def flatten(image: np.ndarray, patch: int, merge: int, temporal: int) -> tuple[n
 
 class Qwen2VL(Recipe):
     needs = ("vision_start_token_id", "vision_end_token_id")  # the image's tokens sit between them
+    modeling = Qwen2VLVision.modeling
 
     def vision(self, model):
         return Qwen2VLVision(model)
@@ -112,10 +135,17 @@ class Qwen2VL(Recipe):
     def vision_maps(self, model, s: Sample) -> list[np.ndarray]:
         """transformers' eager vision attention of every layer, recorded through its attention interface (the
         vision tower returns no weights of its own)."""
+        return self.recorded(model, s)
+
+    def recorded(self, model, s: Sample) -> list[np.ndarray]:
+        """Every map transformers' eager vision attention computes, in its order: one a block over one image, or
+        one a chunk (a window) where a block splits the image (Qwen2.5-VL)."""
+        import importlib
+
         import torch
         import transformers
-        from transformers.models.qwen2_vl import modeling_qwen2_vl as mq
 
+        mq = importlib.import_module(f"transformers.models.{self.modeling}.modeling_{self.modeling}")
         seen: list[np.ndarray] = []
 
         def record(module, q, k, v, attention_mask, **kw):
