@@ -36,7 +36,7 @@ from attnviz.runtime.chain import splice
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
 from attnviz.runtime.isolation import Spliced
 from attnviz.runtime.limits import PositionLimit
-from attnviz.runtime.model import AttentionModel, IOInfo, run_stages
+from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stages
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
@@ -340,15 +340,20 @@ class VLMSet(AnalyzeMethod):
         emb = self.embed.prepare_outputs({self.embed.inputs[0].name: ids.astype(np.int64)})
         spliced = self._spliced(ids)
         t0 = time.perf_counter()
-        if spliced is not None:
+        try:
             f = self._decoder_feeds(feeds, spliced)
+        except AttnvizError:
+            # a family's positions refused the prompt's image tokens (Qwen2-VL counts them against the image's
+            # grid): the splice's line comes first, as in the model's forward, where the features decide it
+            self._embedded(vis, emb, ids)
+            raise
+        if spliced is not None:
             dec = self.decoder.prepare(f, mode)
             got = run_stages([vis, emb, dec])
         else:  # the width unknown until the embeddings are made: the decoder is a second request
-            got = run_stages([vis, emb])
-            made = [dict(zip(p.fetch, v)) for p, v in zip((vis, emb), got)]
-            spliced = self._spliced(ids, made[1][emb.fetch[0]].shape[-1])
-            f = self._decoder_feeds(feeds, None if spliced is None else splice(spliced, made))
+            got, embeds = self._embedded(vis, emb, ids)
+            if self._embeds_input is not None:
+                f[self._embeds_input] = embeds
             dec = self.decoder.prepare(f, mode)
             got += run_stages([dec])
         run_s = time.perf_counter() - t0
@@ -356,6 +361,14 @@ class VLMSet(AnalyzeMethod):
         d = self.decoder.finish(dec, got[-1], run_s)
         maps = v.maps if single else [DenseMap(block_diagonal(m.array(), per_row)) for m in v.maps]
         return maps, v, d, f
+
+    def _embedded(self, vis: PreparedRun, emb: PreparedRun, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
+        """The vision file and the embeddings as one request, the features spliced here (refused in the
+        splice's one line where their counts differ): the stages' outputs and the decoder's embeddings."""
+        got = run_stages([vis, emb])
+        made = [dict(zip(p.fetch, v)) for p, v in zip((vis, emb), got)]
+        spliced = self._spliced(ids, made[1][emb.fetch[0]].shape[-1])
+        return got, None if spliced is None else splice(spliced, made)
 
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
         vmaps, vis, dec, _ = self.chain(self.check_feeds(feeds), mode)
