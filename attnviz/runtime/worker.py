@@ -58,8 +58,11 @@ from attnviz.core import limits  # noqa: E402
 from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed, read_message, write_message  # noqa: E402  (after the child's bare package)
 from attnviz.runtime.steps import Loop, advance  # noqa: E402
 
-KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
-# frees its slots one run later: they are reused by the run after that)
+# a free slot unused for this many runs is deleted.  A result held while the next run fills new slots frees its
+# slots one run later, and a generation is three requests (the encoder, the decoder on the prompt, the loop's
+# steps): with 2, a Whisper call's decoder and loop slots were deleted at the next call's encoder run and made anew
+# (12 slots, ~3 MB of fresh pages mapped in both processes, every call); 4 keeps them across the next call
+KEEP_RUNS = 4
 KEEP_FREE_BYTES = 512 << 20  # never keep more than this in free slots (a one-off long input must not pin its maps)
 MAX_MISSES = 3  # a session whose learned shapes were wrong this often stops predicting (data-dependent shapes)
 
