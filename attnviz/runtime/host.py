@@ -156,7 +156,7 @@ class _Host:
         self.lent: list[tuple[weakref.ref, int]] = []
         # the arrays lend() made, by id: (a weak reference to the array, its slot), so that one fed back whole to
         # a generation's start goes as its slot (SlotFeed); pruned with the lent slots
-        self.lent_arrays: dict[int, tuple[weakref.ref, int]] = {}
+        self.lent_arrays: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
         self.feed_area = _FeedArea(self.outdir)
         # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
@@ -199,8 +199,10 @@ class _Host:
         out = dict(feeds)
         for k, v in feeds.items():
             got = self.lent_arrays.get(id(v))
-            if got is not None and got[0]() is v:
-                out[k] = SlotFeed(got[1], v.dtype.str, tuple(v.shape))
+            if got is not None and isinstance(v, np.ndarray):
+                feed = SlotFeed(got[1], v.dtype.str, tuple(v.shape))
+                if got[0]() is v:  # the very array lent (an id alone may be a later object's)
+                    out[k] = feed
         return out
 
     def _prepare_run(self, args: tuple) -> tuple:
