@@ -1054,6 +1054,43 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
 QUERY_OUTLINE = "white"  # the outline of a query patch on the image: screen and figure draw it alike
 
 
+def _cell_rect(
+    grid: PatchGrid, cell: tuple[int, int] | None, width: float, height: float
+) -> tuple[float, float, float, float] | None:
+    if cell is None:
+        return None
+    r, c = cell
+    cw, ch = width / grid.cols, height / grid.rows
+    return c * cw, r * ch, cw, ch
+
+
+@dataclass
+class OverlayPanel:
+    """The same query's attention over a second set of the image's tokens, drawn beside the overlay on the same
+    picture: a tiled VLM image's global image (Idefics3 / SmolVLM keep the whole picture again at one tile's
+    resolution, its own run of tokens after the tiles).  The overlay's colour scale, base and opacity rule, so the
+    two panels compare: a word may look at the tiles, the global image or both."""
+
+    name: str
+    patch: np.ndarray  # [rows, cols] weights
+    grid: PatchGrid
+    heat: np.ndarray
+    alpha: np.ndarray
+    share: float  # the fraction of the query row's weight on these keys
+    query_cell: tuple[int, int] | None = None
+
+    def query_rect(self, width: float, height: float) -> tuple[float, float, float, float] | None:
+        return _cell_rect(self.grid, self.query_cell, width, height)
+
+    @property
+    def caption(self) -> str:
+        return f"{self.name} · {self.share:.0%} of the row"
+
+
+GLOBAL_PANEL = "global image"
+TILES_PANEL = "tiles"
+
+
 @dataclass
 class OverlayView:
     """One query's attention over the image patches, and the heat to lay over the image."""
@@ -1068,15 +1105,22 @@ class OverlayView:
     title: str
     base: str = "grey"  # what lies under the heat (IMAGE_BASES)
     query_cell: tuple[int, int] | None = None  # (row, col) of the query patch, outlined on the image; None: no patch
+    # a tiled VLM image's global image, drawn beside the tiles on the same scale (None: one picture)
+    global_panel: OverlayPanel | None = None
+    share: float = 1.0  # the fraction of the query row's weight on this grid's keys (said beside a global panel)
 
     def query_rect(self, width: float, height: float) -> tuple[float, float, float, float] | None:
         """``(x, y, w, h)`` of the query patch on an image ``width`` × ``height`` (pixel edges at 0 and width), or
         None: the outline the screen and the figure draw around the patch whose attention is shown."""
-        if self.query_cell is None:
-            return None
-        r, c = self.query_cell
-        cw, ch = width / self.grid.cols, height / self.grid.rows
-        return c * cw, r * ch, cw, ch
+        return _cell_rect(self.grid, self.query_cell, width, height)
+
+    @property
+    def captions(self) -> tuple[str, ...]:
+        """The panels' captions above the tiles and the global image, with the row's weight on each (none for one
+        picture): the screen and the figure write the same."""
+        if self.global_panel is None:
+            return ()
+        return (f"{TILES_PANEL} · {self.share:.0%} of the row", self.global_panel.caption)
 
 
 def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
@@ -1090,7 +1134,7 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     """The patch grid a block's keys lie on.  A stage of a hierarchical (Swin) encoder has its own, the result's
     grid (the first stage's: the image's patches) halved per stage; every other block shares the result's."""
     n_keys = blk_len(blk, 1)
-    g = result.token_grid
+    g = result.token_grid_of(blk.batch)  # a padded batch's rows hold their image tokens at keys of their own
     if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys
         return g if g.end <= n_keys else None
     if blk.stage and result.patch_grid is not None:
@@ -1147,7 +1191,7 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
-    g = result.token_grid
+    g = result.token_grid_of(blk.batch)
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
         return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]
@@ -1246,17 +1290,42 @@ def overlay_view(
             label = patch_label(grid, query)
             cell = grid.cell(query)
     patch = grid.to_image(vec)
+    whole = global_grid(grid, len(vec))
+    if whole is not None and query >= 0 and whole.cell(query) is not None:  # a global image's token as the query
+        label = f"{GLOBAL_PANEL} {patch_label(whole, query)}"
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
         size = (int(shape[0]), int(shape[1]))
     # the top of the drawn (smoothed) weights, which the colour bar states: sampled 8 times a cell whatever the
-    # drawing's size, so the screen (finer) and the figure (the image's pixels) share one scale
-    r, c = patch.shape
-    vmax = max(float(upsample(patch, (8 * r, 8 * c)).max()), 1e-6)
+    # drawing's size, so the screen (finer) and the figure (the image's pixels) share one scale; with a global
+    # image beside the tiles, the top of both (one colour bar: which of the two a word looks at shows)
+    vmax = _drawn_top(patch)
+    glob = None
+    if whole is not None:
+        gpatch = whole.to_image(vec)
+        vmax = max(vmax, _drawn_top(gpatch))
+        gheat = np.clip(upsample(gpatch, size) / vmax, 0.0, 1.0)
+        total = max(float(np.sum(vec)), 1e-12)
+        gcell = whole.cell(query) if query >= 0 else None
+        glob = OverlayPanel(
+            GLOBAL_PANEL, gpatch, whole, gheat, overlay_alpha(gheat, sel.image_base), float(gpatch.sum()) / total, gcell
+        )
     heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
     title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
-    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell)
+    share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
+    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
+
+
+def _drawn_top(patch: np.ndarray) -> float:
+    r, c = patch.shape
+    return max(float(upsample(patch, (8 * r, 8 * c)).max()), 1e-6)
+
+
+def global_grid(grid: PatchGrid, n_keys: int) -> PatchGrid | None:
+    """A tiled VLM image's global image grid, when its keys are within the block's (a stored file may lie)."""
+    g = grid.global_grid
+    return g if g is not None and g.offset + g.n <= n_keys else None
 
 
 def grey_base(image: np.ndarray) -> np.ndarray:
