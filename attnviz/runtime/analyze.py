@@ -66,7 +66,7 @@ def _from_steps(model: AttnModel, maps: dict, outputs: dict) -> AttentionResult:
     if missing:
         raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
     dense: list[MapSource] = [DenseMap(maps[i]) for i in range(len(sites))]
-    infos = [type(s)(**{**s.to_dict(), "heads": int(m.shape[1])}) for s, m in zip(sites, dense)]
+    infos = [dataclasses.replace(s, heads=int(m.shape[1])) for s, m in zip(sites, dense)]
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
 

@@ -250,7 +250,7 @@ class AttentionModel(engine.AnalyzeMethod):
         # extra_session's sessions, alive while their callers hold them (a dropped one frees its memory)
         self._extra_sessions: weakref.WeakValueDictionary[str, ExtraSession] = weakref.WeakValueDictionary()
         self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
-        self._roles: tuple[dict, dict[str, str]] | None = None  # (the metadata's inputs section, the roles)
+        self._roles: tuple[tuple, dict[str, str]] | None = None  # (what they were worked out from, the roles)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
@@ -269,15 +269,14 @@ class AttentionModel(engine.AnalyzeMethod):
 
     @property
     def roles(self) -> dict[str, str]:
-        """Each input's role: metadata ``attnviz.inputs`` first, else guessed from its name.  Worked out again only
-        when the metadata's section changes (a run reads it a few dozen times: a VLM's teacher-forced run spent
-        ~0.15 ms rebuilding it, 5 % of its time outside onnxruntime); a copy each time, the caller's to change."""
+        # asked per input in every run's feed building (a with-past decoder has 18 inputs): worked out once per
+        # metadata roles and input list, a copy handed out (callers may change theirs)
         given = md.section(self.meta, "inputs")
-        known = getattr(self, "_roles", None)  # None before __init__ sets it (a lookup while the model opens)
-        if known is None or known[0] != given:
+        key = (id(self.inputs), len(self.inputs), tuple(given.items()))
+        if self._roles is None or self._roles[0] != key:
             roles = {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
-            known = self._roles = (dict(given), roles)
-        return dict(known[1])
+            self._roles = (key, roles)
+        return dict(self._roles[1])
 
     @property
     def kind(self) -> str:

@@ -87,9 +87,20 @@ def stack_rows(parts: list[np.ndarray], pad: float) -> np.ndarray:
     return out
 
 
+_EXACT_IN_FLOAT32 = (np.dtype(np.float32), np.dtype(np.float16))  # rows the suppressed copy below holds unchanged
+
+
 def greedy(row: np.ndarray, suppress: tuple[int, ...] = ()) -> int:
     """The most likely token of one logits row, never one of ``suppress`` (as transformers'
     SuppressTokensLogitsProcessor sets their scores to -inf)."""
+    row = np.asarray(row)
+    if suppress and row.dtype in _EXACT_IN_FLOAT32:
+        # the unsuppressed row's first maximum, when it is no suppressed id, is also the suppressed row's (the
+        # others only fall to -inf; a NaN first is found either way): no copy of a Whisper vocabulary's row
+        # (51,865 scores) and no scatter each step
+        best = int(np.argmax(row))
+        if best not in suppress:
+            return best
     if suppress:
         row = np.array(row, np.float32)
         row[[t for t in suppress if 0 <= t < row.shape[-1]]] = -np.inf

@@ -244,12 +244,12 @@ def test_image_columns_labelled_with_the_patch_torch_puts_there(prefix_repo, ima
     """Hand-built: an image bright in one patch only changes exactly one of SigLIP's patch embeddings; the
     decoder's column of that image token is labelled with that patch's row and column, and the result's grid
     puts it there."""
-    from attnviz.core import view as v
+    from attnviz.core.attention import PatchGrid
 
     m = open_model(prefix_repo, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image))
     keys = r.blocks()[-1].key_axis.labels
-    assert r.token_grid == v.PatchGrid(pm.GRID, pm.GRID, 0)
+    assert r.token_grid == PatchGrid(pm.GRID, pm.GRID, 0)
     conv = torch_model.model.vision_tower.embeddings.patch_embedding
     base = torch.zeros(1, 3, pm.IMAGE, pm.IMAGE)
     for row in range(pm.GRID):
