@@ -3,8 +3,8 @@
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_pad``/``key_tokens_pad`` (bool: a padded batch's
-padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time series' values, float),
-``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
+padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
+series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
 ``token_grid_columns``, every cell's key, ``token_grid_stop`` and ``token_grid_global``, its global image's
 [rows, cols, offset]), ``image``, ``generated`` (str array), ``info``
 (JSON); a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]),

@@ -20,7 +20,7 @@ ROWS_KEY = "rows"
 def _axis_dict(ax: TokenAxis | None) -> dict | None:
     if ax is None:
         return None
-    d = {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
+    d: dict = {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
     d |= {"values": list(ax.values)} if ax.values is not None else {}
     return d | ({"pad": list(ax.pad)} if ax.pad is not None else {})  # a padded row: which positions are padding
 

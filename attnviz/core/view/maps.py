@@ -1,7 +1,8 @@
 """The heatmap: :class:`MapView` and :func:`compute_map`, the matrix a selection points at.
 
-Order: aggregate -> generation step -> a padded row's padding -> hide special tokens -> keep mass; then labels, titles and the colour scale's
-top.  Alignment, token links, the strip, image regions and the comparison all start from this map.
+Order: aggregate -> generation step -> a padded row's padding -> hide special tokens -> keep mass; then labels,
+titles and the colour scale's top.  Alignment, token links, the strip, image regions and the comparison all start
+from this map.
 """
 
 from __future__ import annotations
