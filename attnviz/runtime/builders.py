@@ -150,6 +150,8 @@ def labels(tok, ids, keep=None) -> TokenAxis:
     else:
         lab, sp = tok.row_labels(ids), [bool(tok.is_special(i)) for i in ids]
     pad = None
+    if keep is not None and len(keep) != len(ids):
+        keep = None  # a mask over another axis (a decoder file's encoder_attention_mask) says nothing of these tokens
     if keep is not None:
         pad = [not bool(k) for k in keep]
         sp = [s or p for s, p in zip(sp, pad)]
