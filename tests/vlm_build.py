@@ -1,32 +1,24 @@
 """What the tiny VLM builders share (tests/vlm_models.py: LLaVA, idefics3_models.py, paligemma_models.py,
 qwen2vl_models.py): the word-level vocabulary and tokenizer, the Hub's three-file folder layout, the quiet legacy
 ``torch.onnx.export``, the decoder exported without and with past and If-merged as optimum's ``merge_decoders``
-does, and :func:`cached_repo`, which builds a family's repository once per machine.
-
-``cached_repo`` keeps each repository under ``~/.cache/attnviz-tests`` (``ATTNVIZ_TEST_CACHE``), as the optimum
-exports are kept (tests/optimum_env.py), keyed on the builder's source (its module and the test helper modules it
-imports: config, seed and export code), its arguments and the torch / transformers / tokenizers / onnx versions;
-built in a temporary folder and renamed into place, so a second run on the same machine skips the exports and a
-fresh machine (CI) builds them.  The tests still compare against transformers' eager model, which they build from
-the same seeded source.
+does, and :func:`cached_repo`, which builds a family's repository once per machine (tests/build_cache.py: keyed on
+the builder's sources, its arguments and the exporting packages' versions), so a second run on the same machine
+skips the exports and a fresh machine (CI) builds them.  The tests still compare against transformers' eager
+model, which they build from the same seeded source.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import os
 import shutil
 import sys
 import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
+import build_cache
 import onnx
 from onnx import helper
-from optimum_env import CACHE
 
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
@@ -231,49 +223,12 @@ def merge_decoders(no_past: onnx.ModelProto, with_past: onnx.ModelProto, out: Pa
     onnx.save(model, str(out))
 
 
-def _sources(module: ModuleType, seen: dict[str, str]) -> dict[str, str]:
-    """The source of ``module`` and of every test helper module (a file beside this one) it imports, recursively."""
-    here = Path(__file__).parent
-    path = Path(inspect.getfile(module))
-    if path.parent != here or path.name in seen:
-        return seen
-    seen[path.name] = path.read_text()
-    for value in vars(module).values():
-        if isinstance(value, ModuleType) and getattr(value, "__file__", None):
-            _sources(value, seen)
-    return seen
-
-
-def cache_key(save_repo: Callable[..., Path], **kwargs) -> str:
-    """What a repository's bytes depend on: the builder's sources, its arguments, the exporting packages."""
-    import tokenizers
-
-    sources = _sources(sys.modules[save_repo.__module__], {})
-    versions = [sys.version, torch.__version__, transformers.__version__, tokenizers.__version__, onnx.__version__]
-    text = "\n".join([save_repo.__qualname__, repr(sorted(kwargs.items())), *versions, *sorted(sources.values())])
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
 def cached_repo(save_repo: Callable[..., Path], dest: Path, **kwargs) -> Path:
-    """``save_repo(dest, **kwargs)``, built once per machine: a copy of the cached repository at ``dest`` (a copy,
-    so a test that writes into its folder cannot change what later runs read)."""
-    parts = [
-        "vlm",
-        save_repo.__module__,
-        *(f"{k}{v}" for k, v in sorted(kwargs.items())),
-        cache_key(save_repo, **kwargs),
-    ]
-    cached = CACHE / "-".join(parts)
-    if not cached.is_dir():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{cached.name}-", dir=CACHE))
-        try:
-            save_repo(work / "repo", **kwargs)
-            os.rename(work / "repo", cached)  # atomic: a reader sees the whole repository or none
-        except OSError:
-            if not cached.is_dir():  # not a concurrent run that renamed its own copy first
-                raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(cached, dest)
+    """``save_repo(dest, **kwargs)``, built once per machine (tests/build_cache.py): a copy of the cached repository
+    at ``dest`` (a copy, so a test that writes into its folder cannot change what later runs read)."""
+    module = sys.modules[save_repo.__module__]
+    key = [save_repo.__qualname__, repr(sorted(kwargs.items())), *build_cache.sources(module)]
+    name = "-".join(["vlm", module.__name__, *(f"{k}{v}" for k, v in sorted(kwargs.items()))])
+    cached = build_cache.cached_folder(name, key, lambda out: save_repo(out / "repo", **kwargs))
+    shutil.copytree(cached / "repo", dest)
     return Path(dest)

