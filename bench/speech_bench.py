@@ -16,11 +16,16 @@ past``), EOS switched off so that every run makes exactly N tokens, a 2.5 s chir
 
 Rounds interleave the loops; medians of the whole call, the encoder run every time in all three (the set's cache of
 its last encoder run is cleared before each attnviz call); the token column says whether all three made the same ids.
+Beside the wall ratio, the CPU ratio: each call's CPU time (this process's threads and the crash-isolation child's,
+from ``/proc/PID/task/*/schedstat``, ns; plain runs in this process alone), as the median of each round's ratio
+(features / plain) — on a shared machine steadier than wall time, which counts the other processes' turns too.
+The load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -67,6 +72,22 @@ def plain_loop(folder: Path, feats: np.ndarray, prompt: list[int], n: int, threa
     return go
 
 
+def cpu_s(*pids: int | None) -> float:
+    """CPU seconds the threads of these processes have used (``/proc/PID/task/*/schedstat``: nanoseconds, where
+    ``/proc/PID/stat`` counts 10 ms ticks, too coarse for an 80 ms call)."""
+    ns = 0
+    for pid in pids:
+        if pid is None:
+            continue
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                    ns += int(fh.read().split()[0])
+            except OSError:
+                pass  # a thread that ended meanwhile
+    return ns / 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -94,13 +115,18 @@ def main() -> None:
     feeds = {"input_features": feats, "decoder_input_ids": np.array([prompt])}
     m.analyze(feeds=feeds, generate=4)  # sessions made before any timing (each loop below warms up too)
 
+    from attnviz.runtime import host
+
+    child = host._host.proc.pid if host._host is not None else None  # the isolation child (None: in-process)
     print(
-        f"Whisper {args.size} (5 s window), {args.threads} thread(s), provider {args.provider}; median of {args.rounds}"
+        f"Whisper {args.size} (5 s window), {args.threads} thread(s), provider {args.provider}; median of {args.rounds}; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     print(
-        "| new tokens | attnviz, features (maps) | attnviz, audio (maps) | plain ort (no maps) | attnviz / plain | same tokens |"
+        "| new tokens | attnviz, features (maps) | attnviz, audio (maps) | plain ort (no maps) | attnviz / plain "
+        "| CPU attnviz / plain | same tokens |"
     )
-    print("|---:|---:|---:|---:|---:|---|")
+    print("|---:|---:|---:|---:|---:|---:|---|")
     for n in args.steps:
 
         def attnviz(n=n, **given):
@@ -115,18 +141,23 @@ def main() -> None:
         for go in loops.values():
             go()  # warm-up
         times: dict[str, list[float]] = {k: [] for k in loops}
+        cpu: dict[str, list[float]] = {k: [] for k in loops}
         ids: dict[str, list[int]] = {}
         for r in range(args.rounds):
             for k in list(loops) if r % 2 == 0 else list(reversed(loops)):
+                c0 = cpu_s(os.getpid(), child)
                 t0 = time.perf_counter()
                 ids[k] = list(loops[k]())
                 times[k].append(time.perf_counter() - t0)
+                cpu[k].append(cpu_s(os.getpid(), child) - c0)
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        cpu_ratio = statistics.median(a / b for a, b in zip(cpu["features"], cpu["plain"]))
         same = all(v == ids["plain"] for v in ids.values())
         print(
             f"| {n} | {med['features']:.1f} ms | {med['audio']:.1f} ms | {med['plain']:.1f} ms "
-            f"| {med['features'] / med['plain']:.2f}× | {'yes' if same else 'NO'} |"
+            f"| {med['features'] / med['plain']:.2f}× | {cpu_ratio:.2f}× | {'yes' if same else 'NO'} |"
         )
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

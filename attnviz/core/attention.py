@@ -34,21 +34,24 @@ class SiteInfo:
     stage: int | None = None  # 1-based stage of a hierarchical (Swin) encoder, whose stages have their own grids
     # "image" | "text": the tower of a dual encoder (CLIP, SigLIP), both encoders, each numbering its layers from 0
     tower: str | None = None
+    # what the site attends within when not the whole sequence (Qwen2.5-VL's vision windows: "32-px windows")
+    window: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("stage", "tower"):  # files of models without stages or towers keep the six keys they always had
+        for k in ("stage", "tower", "window"):  # files of models without them keep the six keys they always had
             if d[k] is None:
                 del d[k]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> SiteInfo:
-        stage, tower = d.get("stage"), d.get("tower")
+        stage, tower, window = d.get("stage"), d.get("tower"), d.get("window")
         return cls(
             **{k: d[k] for k in ("stack", "kind", "layer", "heads", "node", "method")},
             stage=int(stage) if stage is not None else None,
             tower=str(tower) if tower is not None else None,
+            window=str(window) if window is not None else None,
         )
 
     @property
@@ -57,6 +60,7 @@ class SiteInfo:
             f"{self.stack} {self.kind} L{self.layer}"
             + (f" stage {self.stage}" if self.stage else "")
             + (f" ({self.tower})" if self.tower else "")
+            + (f" [{self.window}]" if self.window else "")
         )
 
 
@@ -130,7 +134,9 @@ class PatchGrid:
     leading positions (CLS, registers) are not.  A tiled image (a vision–language decoder whose image was split
     into tiles, each a run of tokens between marker tokens) names the key of every cell instead: ``columns[k]`` is
     the key of cell ``k`` (row-major over ``rows`` × ``cols``), and ``stop`` is the key after the image's last
-    token (its global image and closing markers included), where the words after the image begin.
+    token (its global image and closing markers included), where the words after the image begin.  Such an
+    image's global image (Idefics3 / SmolVLM: the whole picture again, resized to one tile) is a second run of
+    tokens on a grid of its own, ``global_grid``, over the same picture.
     """
 
     rows: int
@@ -139,6 +145,7 @@ class PatchGrid:
     columns: tuple[int, ...] | None = None
     stop: int | None = None
     lead_images: int = 0  # the ``offset`` leading keys are this many earlier images on the same grid (VLM tiles)
+    global_grid: PatchGrid | None = None  # the tiled image's global image: its keys on their own grid
 
     def __post_init__(self) -> None:
         if self.columns is not None:
@@ -181,6 +188,29 @@ class PatchGrid:
             if side > 0 and side * side == n_keys - extra:
                 return cls(side, side, extra)
         return None
+
+    def to_dict(self) -> dict:
+        """Plain values (a result's info keeps each batch row's grid, so an extracted ``.npz`` has them)."""
+        d: dict = {"rows": self.rows, "cols": self.cols, "offset": self.offset}
+        if self.columns is not None:
+            d["columns"] = list(self.columns)
+        if self.stop is not None:
+            d["stop"] = self.stop
+        if self.global_grid is not None:
+            d["global_grid"] = self.global_grid.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PatchGrid:
+        glob = d.get("global_grid")
+        return cls(
+            int(d["rows"]),
+            int(d["cols"]),
+            int(d.get("offset", 0)),
+            tuple(d["columns"]) if d.get("columns") is not None else None,
+            int(d["stop"]) if d.get("stop") is not None else None,
+            global_grid=cls.from_dict(glob) if isinstance(glob, dict) else None,
+        )
 
     def to_image(self, row: np.ndarray) -> np.ndarray:
         """Take one query row over keys and return the ``[rows, cols]`` patch map."""
@@ -253,6 +283,9 @@ class AudioTrack:
         return len(self.waves[batch]) / self.rate
 
 
+TOKEN_GRIDS_KEY = "token_grids"  # info: each batch row's token grid (AttentionResult.token_grid_of)
+
+
 @dataclass
 class AttentionResult:
     """Everything one run produced: the maps in canonical order plus axes and run facts."""
@@ -275,6 +308,19 @@ class AttentionResult:
     def __post_init__(self):
         if len(self.maps) != len(self.sites):
             raise ValueError("maps and sites differ in length")
+
+    def token_grid_of(self, batch: int = 0) -> PatchGrid | None:
+        """Where batch row ``batch``'s image tokens lie among its keys: rows of a padded batch differ (left padding
+        shifts them, Idefics3 rows may split their images differently); ``info["token_grids"]`` keeps each row's
+        (plain values, so an extracted ``.npz`` has them), else every row is ``token_grid``."""
+        grids = (self.info or {}).get(TOKEN_GRIDS_KEY)
+        if batch and isinstance(grids, list) and batch < len(grids):
+            d = grids[batch]
+            try:
+                return PatchGrid.from_dict(d) if isinstance(d, dict) else None
+            except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
+                return None
+        return self.token_grid
 
     # -- axes --------------------------------------------------------------
     def row_axes(self, batch: int = 0) -> tuple[TokenAxis | None, TokenAxis | None]:

@@ -4,7 +4,8 @@ Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` 
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
 ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
-``token_grid_columns``, every cell's key, and ``token_grid_stop``), ``image``, ``generated`` (str array), ``info``
+``token_grid_columns``, every cell's key, ``token_grid_stop`` and ``token_grid_global``, its global image's
+[rows, cols, offset]), ``image``, ``generated`` (str array), ``info``
 (JSON); a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]),
 ``audio_features`` ([B, mels, frames] log-mel) and ``audio_timing`` ([rate, hop, seconds per encoder frame]).
 """
@@ -62,6 +63,9 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
             arrays["token_grid_columns"] = np.array(g.columns, dtype=np.int64)
         if g.stop is not None:
             arrays["token_grid_stop"] = np.array(g.stop, dtype=np.int64)
+        if g.global_grid is not None:  # the tiled image's global image, on its own grid
+            gg = g.global_grid
+            arrays["token_grid_global"] = np.array([gg.rows, gg.cols, gg.offset], dtype=np.int64)
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
     if result.audio is not None:
@@ -157,6 +161,8 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         token_grid.columns = columns
     if token_grid is not None and "token_grid_stop" in z.files:
         token_grid.stop = int(z["token_grid_stop"])
+    if token_grid is not None and "token_grid_global" in z.files:
+        token_grid.global_grid = _grid(z["token_grid_global"])
     tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
     if notes:
         info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnviz.core.attention import AttentionResult, MapSource, TokenAxis
+from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, TokenAxis
 
 ROWS_KEY = "rows"
 
@@ -84,13 +84,14 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
         k: (v[b : b + 1] if np.ndim(v) >= 1 and v.shape[0] == result.batch_size else v)
         for k, v in result.outputs.items()
     }
-    info = {k: v for k, v in result.info.items() if k != ROWS_KEY}
+    info = {k: v for k, v in result.info.items() if k not in (ROWS_KEY, TOKEN_GRIDS_KEY)}
     info["batch_row"] = b
     return replace(
         result,
         maps=[RowMap(m, b) for m in result.maps],
         tokens=tokens,
         key_tokens=key_tokens,
+        token_grid=result.token_grid_of(b),  # where this row's image tokens lie (a VLM's padded batch)
         outputs=outputs,
         info=info,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,8 +78,17 @@ def check_recordings(items: list[Item], spec) -> None:
 
 
 def plan_audio(items: list[Item], tier: str | None, generate: int | None) -> list[AudioSpec]:
+    """One batch a recording.  Its paths are absolute (not resolved: a link stays a link), so that a worker in
+    another working directory (a Ray actor on another node of a cluster that shares the files) reads the same."""
     return [
-        AudioSpec(n, [it.index], audio=str(it.audio), reference=it.reference, tier=tier, generate=generate)
+        AudioSpec(
+            n,
+            [it.index],
+            audio=os.path.abspath(str(it.audio)),
+            reference=os.path.abspath(it.reference) if it.reference else None,
+            tier=tier,
+            generate=generate,
+        )
         for n, it in enumerate(items)
     ]
 

@@ -552,7 +552,8 @@ def _user_error(e: BaseException) -> tuple[str, str] | None:
 
 
 def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
-    """Driver-planned batches (``--images``): Ray Data ``map_batches`` over the specs, one session per actor."""
+    """Driver-planned batches (source/target pairs, recordings): Ray Data ``map_batches`` over the specs, one
+    session per actor; a batch's error is one line, as the local engine raises it."""
     ray = _ray()
     if not specs:
         return
@@ -571,8 +572,11 @@ def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
         num_gpus=1 if setup.gpu else 0,
         batch_format="numpy",
     )
-    for row in out.iter_rows():
-        yield pickle.loads(row["partial"])
+    try:
+        for row in out.iter_rows():
+            yield pickle.loads(row["partial"])
+    except Exception as e:  # Ray wraps an actor's error (a recording the model heard no words in) in its own
+        raise _ray_error(e, "a corpus batch", "the input") from None
 
 
 def _folder_fingerprint(cfg, folder: Path, model_sha: str) -> str:

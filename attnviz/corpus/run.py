@@ -87,8 +87,6 @@ def _check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--gold-dir holds reference word times of recordings; give them with --audio-dir DIR")
     if cfg.tier is not None and cfg.gold_dir is None:
         raise AttnvizError("--tier names the TextGrid tier of the references; give --gold-dir DIR too")
-    if cfg.audio_dir is not None and cfg.engine != "local":
-        raise AttnvizError("speech corpora (--audio-dir) run locally for now; drop --engine ray")
     for flag, folder in (("--audio-dir", cfg.audio_dir), ("--gold-dir", cfg.gold_dir)):
         if folder and Path(folder).is_dir() and Path(cfg.out).resolve().is_relative_to(Path(folder).resolve()):
             raise AttnvizError(f"--out {cfg.out} is inside {flag} {folder}; give a results folder outside the inputs")

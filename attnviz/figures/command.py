@@ -64,7 +64,7 @@ def _layer_range(text: str) -> tuple[int, int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from attnviz.runtime.commands.common import add_input_arguments
+    from attnviz.runtime.commands.common import add_input_arguments, add_variant_argument
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
@@ -81,6 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="regenerate the figure a recipe describes (view options given here override it)",
     )
     add_input_arguments(p, model_required=False)
+    add_variant_argument(p)
     # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
     p.set_defaults(generate=None)
     view = p.add_argument_group("view")
@@ -169,6 +170,9 @@ _OPTION_DEFAULTS = {
     "batch_index": None,
 }
 
+# options a recipe records only when they were given (recipes written before them stay byte-identical)
+_RECORDED_WHEN_GIVEN = ("max_seconds", "variant")
+
 
 def _option(args, k):
     v = getattr(args, k, _OPTION_DEFAULTS[k])
@@ -188,8 +192,9 @@ def _sources_from_args(args) -> dict:
         "generate": args.generate,
     }
     src.update({k: _option(args, k) for k in _OPTION_DEFAULTS})
-    if getattr(args, "max_seconds", None) is not None:  # recorded only when given: other recipes stay as they were
-        src["max_seconds"] = args.max_seconds
+    for k in _RECORDED_WHEN_GIVEN:  # recorded only when given: other recipes stay as they were
+        if getattr(args, k, None) is not None:
+            src[k] = getattr(args, k)
     return src
 
 
@@ -213,11 +218,11 @@ def _sources_from_recipe(r: dict, args) -> dict:
     for k, d in _OPTION_DEFAULTS.items():  # an option given on the command line wins over the recipe's
         v = _option(args, k)
         src[k] = v if v != d else o.get(k, d)
-    seconds = getattr(args, "max_seconds", None)
-    if seconds is None:
-        seconds = o.get("max_seconds")
-    if seconds is not None:
-        src["max_seconds"] = seconds
+    for k in _RECORDED_WHEN_GIVEN:
+        v = getattr(args, k, None)
+        v = o.get(k) if v is None else v
+        if v is not None:
+            src[k] = v
     return src
 
 

@@ -26,6 +26,7 @@ def load_result(
     max_tokens: int | None = None,
     audio: str | os.PathLike | None = None,
     max_seconds: float | None = None,
+    variant: str | None = None,
 ) -> AttentionResult:
     """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file.
 
@@ -34,7 +35,7 @@ def load_result(
     if maps is not None:
         if model is not None:
             raise AttnvizError("give a model or --maps, not both")
-        if any(v for v in (text, text_pair, image, audio, feeds, tokenizer, generate)):
+        if any(v for v in (text, text_pair, image, audio, feeds, tokenizer, generate, variant)):
             raise AttnvizError(
                 "--maps already holds the attention; drop --text/--text-pair/--image/--inputs/--tokenizer/--generate"
             )
@@ -53,7 +54,12 @@ def load_result(
         raise AttnvizError(
             f"running a model needs the attnviz runtime ({e}); use --maps from 'attnviz extract'"
         ) from None
-    m = open_model(str(model), provider=provider, tokenizer=str(tokenizer) if tokenizer is not None else None)
+    m = open_model(
+        str(model),
+        provider=provider,
+        tokenizer=str(tokenizer) if tokenizer is not None else None,
+        variant=variant,
+    )
     if generate is None:
         from attnviz.core.view import default_generate
 

@@ -425,14 +425,16 @@ def _rgb(image) -> np.ndarray:
     return img
 
 
-def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap):
-    """The view model's overlay: its image base (grey, colour or none) under the heat colours at its opacity."""
-    rgba = cmap(ov.heat)
-    rgba[..., 3] = ov.alpha
+def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap, panel: vm.OverlayPanel | None = None):
+    """The view model's overlay (or its global-image ``panel``, on the overlay's scale and base): its image base
+    (grey, colour or none) under the heat colours at its opacity."""
+    drawn: vm.OverlayView | vm.OverlayPanel = panel or ov
+    rgba = cmap(drawn.heat)
+    rgba[..., 3] = drawn.alpha
     ih, iw = image.shape[:2]
     ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto")
     ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
-    rect = ov.query_rect(iw, ih)
+    rect = drawn.query_rect(iw, ih)
     if rect is not None:  # the query patch, outlined as on screen (pixel edges sit half a pixel off the centres)
         x, y, w, h = rect
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor=vm.QUERY_OUTLINE, linewidth=1.0))
@@ -451,20 +453,29 @@ def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     ov = vm.overlay_view(result, _image_selection(sel), image.shape[:2])
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]
-    width = spec.fixed_width or 3.0
+    panels = [None] if ov.global_panel is None else [None, ov.global_panel]  # the tiles, then the global image
+    width = spec.fixed_width or (3.0 if len(panels) == 1 else 5.0)
     title = fit_title(make_title(result, style, ov.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    pad, cbar_gap, cbar_w = 0.05, 0.08, 0.08
+    cap_in = 1.6 * fs * LINE * PT if ov.captions else 0.0  # the tiles' and the global image's captions
+    pad, cbar_gap, cbar_w, gap = 0.05, 0.08, 0.08, 0.1
     # room right of the bar for its tick labels (the top one is the scale's value, e.g. 0.0296) and its label
     ticks = [text for _, text in vm.scale_ticks(0.0, ov.vmax, False)]
     cbar_lab = text_width_in(ticks, fs) + 2.2 * fs * LINE * PT + 0.06
-    img_w = max(width - 2 * pad - cbar_gap - cbar_w - cbar_lab, 0.3)
+    room = width - 2 * pad - cbar_gap - cbar_w - cbar_lab - gap * (len(panels) - 1)
+    img_w = max(room / len(panels), 0.3)
     img_h = img_w * ih / iw
-    height = title_in + img_h + 2 * pad
+    height = title_in + cap_in + img_h + 2 * pad
     fig = new_figure(spec, width, height, constrained=False)
-    ax = fig.add_axes((pad / width, pad / height, img_w / width, img_h / height))
-    sm = _overlay(ax, image, ov, _cmap(style, "image"))
-    cax = fig.add_axes(((pad + img_w + cbar_gap) / width, pad / height, cbar_w / width, img_h / height))
+    cmap = _cmap(style, "image")
+    for k, panel in enumerate(panels):  # one colour scale: which of the two a word looks at shows
+        x0 = pad + k * (img_w + gap)
+        ax = fig.add_axes((x0 / width, pad / height, img_w / width, img_h / height))
+        sm = _overlay(ax, image, ov, cmap, panel)
+        if ov.captions:
+            ax.set_title(ov.captions[k], fontsize=fs, pad=fs * 0.4)
+    x_bar = pad + len(panels) * img_w + (len(panels) - 1) * gap + cbar_gap
+    cax = fig.add_axes((x_bar / width, pad / height, cbar_w / width, img_h / height))
     # the overlay's heat is divided by the map's maximum (where a query looks, as on screen): the bar says so
     _colorbar(fig, sm, False, fs, vm.weight_label(False, scale="map"), img_h, cax=cax)
     if title:

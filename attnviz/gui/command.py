@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnviz.core.view import IMAGE_BASES
-from attnviz.runtime.commands.common import DeprecatedAlias
+from attnviz.runtime.commands.common import DeprecatedAlias, add_variant_argument
 from attnviz.runtime.request import AnalyzeRequest
 
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
@@ -26,12 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)"
     )
     p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
-    p.add_argument(
-        "--variant",
-        metavar="NAME",
-        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
-        "'attnviz inspect REPO' lists them)",
-    )
+    add_variant_argument(p)
     p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
     )

@@ -20,7 +20,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import AttentionResult, DenseMap, MapSource, PatchGrid
+from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, DenseMap, MapSource, PatchGrid
 from attnviz.core.rows import RowAxes, set_row_axes
 from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
@@ -66,7 +66,7 @@ def _from_steps(model: AttnModel, maps: dict, outputs: dict) -> AttentionResult:
     if missing:
         raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
     dense: list[MapSource] = [DenseMap(maps[i]) for i in range(len(sites))]
-    infos = [type(s)(**{**s.to_dict(), "heads": int(m.shape[1])}) for s, m in zip(sites, dense)]
+    infos = [dataclasses.replace(s, heads=int(m.shape[1])) for s, m in zip(sites, dense)]
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
 
@@ -187,7 +187,10 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
     set_row_axes(result, axes)
     result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
-        result.token_grid = prep.tgt_tok.image_grid(rows[0])
+        grids = [prep.tgt_tok.image_grid(r) for r in rows]
+        result.token_grid = grids[0]
+        if any(g != grids[0] for g in grids[1:]):  # a padded batch (left padding shifts a row's image tokens)
+            result.info[TOKEN_GRIDS_KEY] = [g.to_dict() if g is not None else None for g in grids]
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
         result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []

@@ -98,10 +98,11 @@ def fill_text_inputs(
 
 def fill_auxiliary(model: AttnModel, feeds: dict, batch: int, seq_len: int | None) -> None:
     """Empty KV cache, positions, cache positions and other inputs a plain forward pass needs (batch rows kept)."""
+    roles = model.roles
     for i in model.inputs:
         if i.name in feeds:
             continue
-        role = model.roles[i.name]
+        role = roles[i.name]
         if role == "past":
             if any(isinstance(d, str) for d in i.shape[1:-2]) or (len(i.shape) == 4 and isinstance(i.shape[-1], str)):
                 raise AttnvizError(

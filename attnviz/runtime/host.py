@@ -44,7 +44,15 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
-from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg, SharedFeed, read_message, write_message
+from attnviz.runtime.isolation import (
+    INLINE_BYTES,
+    PROVIDERS,
+    NodeArg,
+    SharedFeed,
+    SlotFeed,
+    read_message,
+    write_message,
+)
 from attnviz.runtime.worker import _slot_size, serve_orphanless
 
 if TYPE_CHECKING:
@@ -146,6 +154,9 @@ class _Host:
         # slots lent to callers, each with a weak reference to the object every view of it keeps alive; read
         # and changed only under ``lock`` (a run request hands back those whose object is gone)
         self.lent: list[tuple[weakref.ref, int]] = []
+        # the arrays lend() made, by id: (a weak reference to the array, its slot), so that one fed back whole to
+        # a generation's start goes as its slot (SlotFeed); pruned with the lent slots
+        self.lent_arrays: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
         self.feed_area = _FeedArea(self.outdir)
         # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
@@ -173,7 +184,7 @@ class _Host:
             sid, start, *rest = args
             if start is not None:
                 plan, feeds, length, embed_sid = start
-                start = (plan, self.feed_area.share(feeds), length, embed_sid)
+                start = (plan, self.feed_area.share(self._own_slots(feeds)), length, embed_sid)
             return (sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
@@ -181,6 +192,18 @@ class _Host:
             return ids, finished, dict(zip(names, self._adopt((items, created, deleted))))
 
         return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
+
+    def _own_slots(self, feeds: dict) -> dict:
+        """Feeds that are arrays lend() made (the child's outputs, whole) as their slots: no copy either way.
+        Under the lock, before ``_hand_back``: the feeds hold the arrays, so their slots are not handed back."""
+        out = dict(feeds)
+        for k, v in feeds.items():
+            got = self.lent_arrays.get(id(v))
+            if got is not None and isinstance(v, np.ndarray):
+                feed = SlotFeed(got[1], v.dtype.str, tuple(v.shape))
+                if got[0]() is v:  # the very array lent (an id alone may be a later object's)
+                    out[k] = feed
+        return out
 
     def _prepare_run(self, args: tuple) -> tuple:
         """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
@@ -201,6 +224,9 @@ class _Host:
             else:
                 free.append(slot)
         self.lent = still
+        if free:
+            gone = set(free)
+            self.lent_arrays = {k: e for k, e in self.lent_arrays.items() if e[1] not in gone and e[0]() is not None}
         return free
 
     def _adopt(self, reply) -> list[np.ndarray]:
@@ -231,7 +257,9 @@ class _Host:
         n = math.prod(shape)
         owner = (ctypes.c_char * (n * dt.itemsize)).from_buffer(self.maps[slot])
         self.lent.append((weakref.ref(owner), slot))
-        return np.frombuffer(owner, dt, n).reshape(shape)
+        arr = np.frombuffer(owner, dt, n).reshape(shape)
+        self.lent_arrays[id(arr)] = (weakref.ref(arr), slot)
+        return arr
 
     def call(self, op: str, *args, what: str = "running the model", adopt=None, prepare=None):
         t0 = time.perf_counter()

@@ -39,6 +39,17 @@ class SharedFeed(NamedTuple):
     shape: tuple
 
 
+class SlotFeed(NamedTuple):
+    """A generation's start feed that is one of the child's own outputs still lent to the parent (a decoder's
+    ``present.*`` from the prompt's run, fed back as the loop's cache): sent as the slot's id instead of being
+    copied into the feed area and back.  The parent holds the slot while the request runs; the child reads it
+    in place during that chunk of steps and copies it only if the loop goes on past it."""
+
+    slot: int
+    dtype: str
+    shape: tuple
+
+
 def read_message(fd: int) -> memoryview:
     """One message in ``multiprocessing.connection.Connection``'s framing (a 4-byte big-endian size, or -1 and an
     8-byte size, then the bytes), read from ``fd`` directly: a run's request or reply arrives whole in one read,

@@ -247,6 +247,7 @@ class AttentionModel(engine.AnalyzeMethod):
         # extra_session's sessions, alive while their callers hold them (a dropped one frees its memory)
         self._extra_sessions: weakref.WeakValueDictionary[str, ExtraSession] = weakref.WeakValueDictionary()
         self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
+        self._roles: tuple[tuple, dict[str, str]] | None = None  # (what they were worked out from, the roles)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
         self.provider_note = ""
@@ -265,8 +266,14 @@ class AttentionModel(engine.AnalyzeMethod):
 
     @property
     def roles(self) -> dict[str, str]:
+        # asked per input in every run's feed building (a with-past decoder has 18 inputs): worked out once per
+        # metadata roles and input list, a copy handed out (callers may change theirs)
         given = md.section(self.meta, "inputs")
-        return {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
+        key = (id(self.inputs), len(self.inputs), tuple(given.items()))
+        if self._roles is None or self._roles[0] != key:
+            roles = {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
+            self._roles = (key, roles)
+        return dict(self._roles[1])
 
     @property
     def kind(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +79,21 @@ class RunInfo:
     alignment: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        # its fields' values, lists and dicts copied (what asdict gives): asdict's generic deep copy
+        # was ~0.1 ms of every call
+        d = {f.name: _copied(getattr(self, f.name)) for f in fields(self)}
         for k in ("audio", "generated_ids", "generation", "image_preprocessing", "alignment"):
             if d[k] is None:
                 d.pop(k)
         if not d["notes"]:
             d.pop("notes")
         return d
+
+
+def _copied(v: Any) -> Any:
+    """A RunInfo value as ``asdict`` gives it: containers new, so the info dict shares nothing with the request."""
+    if isinstance(v, list):
+        return [_copied(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _copied(x) for k, x in v.items()}
+    return v

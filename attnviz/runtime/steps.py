@@ -32,7 +32,10 @@ class StepPlan:
     carry: tuple[tuple[str, str], ...]  # (past input, the present output that feeds it next step)
     token: str  # the input the chosen token goes into, as [[id]]
     grow: tuple[str, ...] = ()  # masks that gain a column of ones per step
-    positions: tuple[str, ...] = ()  # [B, 1]: the new token's position
+    positions: tuple[str, ...] = ()  # [*position_lead, B, 1]: the new token's position
+    # leading axes of ``positions`` holding the same position on each (Qwen2-VL's M-RoPE [3, B, 1]: a text token's
+    # temporal, row and column positions are equal)
+    position_lead: tuple[int, ...] = ()
     cache_position: tuple[str, ...] = ()  # [1]: the same, as optimum's cache_position
     flags: tuple[tuple[str, int], ...] = ()  # (bool input, rank <= 1) set true: a merged decoder's use_cache_branch
     maps: tuple[tuple[str, float], ...] = ()  # map outputs and what pads the keys a row could not see yet
@@ -84,9 +87,20 @@ def stack_rows(parts: list[np.ndarray], pad: float) -> np.ndarray:
     return out
 
 
+_EXACT_IN_FLOAT32 = (np.dtype(np.float32), np.dtype(np.float16))  # rows the suppressed copy below holds unchanged
+
+
 def greedy(row: np.ndarray, suppress: tuple[int, ...] = ()) -> int:
     """The most likely token of one logits row, never one of ``suppress`` (as transformers'
     SuppressTokensLogitsProcessor sets their scores to -inf)."""
+    row = np.asarray(row)
+    if suppress and row.dtype in _EXACT_IN_FLOAT32:
+        # the unsuppressed row's first maximum, when it is no suppressed id, is also the suppressed row's (the
+        # others only fall to -inf; a NaN first is found either way): no copy of a Whisper vocabulary's row
+        # (51,865 scores) and no scatter each step
+        best = int(np.argmax(row))
+        if best not in suppress:
+            return best
     if suppress:
         row = np.array(row, np.float32)
         row[[t for t in suppress if 0 <= t < row.shape[-1]]] = -np.inf
@@ -125,7 +139,7 @@ def advance(
         for n in plan.grow:
             f[n] = np.concatenate([f[n], np.ones((f[n].shape[0], 1), f[n].dtype)], axis=1)
         for n in plan.positions:
-            f[n] = np.full((b, 1), loop.length, dtypes.get(n, "int64"))
+            f[n] = np.full((*plan.position_lead, b, 1), loop.length, dtypes.get(n, "int64"))
         for n in plan.cache_position:
             f[n] = np.asarray([loop.length], dtypes.get(n, "int64"))
         for n, rank in plan.flags:

@@ -139,6 +139,10 @@ class VLMSet(AnalyzeMethod):
             for s in model._sites:
                 s.stack = stack
             model._stack_confirmed = True
+        for s in self.vision._sites:  # a block attending within windows (Qwen2.5-VL) says so in its label
+            window = self.family.vision_window(s.layer)
+            if window:
+                s.extra["window"] = window
         # what the decoder file cannot do that the model does (PaliGemma's prefix mask): one line with its maps
         self.decoder.fidelity = [*self.decoder.fidelity, *self.family.decoder_notes(self.decoder.inputs)]
         self.meta: dict = {"special": config_special(layout.decoder)}
@@ -271,7 +275,7 @@ class VLMSet(AnalyzeMethod):
         if int(placed.sum()) != n:
             raise AttnvizError(
                 f"the prompt holds {int(placed.sum())} image tokens and the image gives {n} features; "
-                "write <image> once in the text (it is expanded to the image's tokens)"
+                f"{self.family.placeholder_fix()}"
             )
         emb[placed] = features.reshape(-1, features.shape[-1]).astype(emb.dtype)
         f: dict = {}
@@ -403,7 +407,7 @@ class VLMCache:
             # axis of a family's M-RoPE positions ([3, B, 1])
             self.names["positions"]: np.broadcast_to(
                 self.mask.sum(axis=1, keepdims=True) - 1 + self.delta,
-                [3] * (dec[self.names["positions"]].rank - 2) + [ids.shape[0], 1],
+                [*self._lead(), ids.shape[0], 1],
             ).astype(np.dtype(dec[self.names["positions"]].dtype)),
             **self.cache,
             **{n: np.ones([1] * rank, bool) for n, rank in self.flags.items()},
@@ -416,14 +420,28 @@ class VLMCache:
         maps = {self.n_vis + j: m.array() for j, m in enumerate(r.maps)}
         return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
 
+    def _lead(self) -> tuple[int, ...]:
+        """The axes of the decoder's positions before ``[B, T]``: the family's (Qwen2-VL's M-RoPE: 3), else as many
+        threes as the input has (the M-RoPE layout a rank-3 position input has had so far)."""
+        rank = {i.name: i.rank for i in self.vs.decoder.inputs}[self.names["positions"]]
+        lead = self.vs.family.position_axes
+        return lead if len(lead) == rank - 2 else (3,) * (rank - 2)
+
     def plan(self) -> StepPlan | None:
         """How each step's feeds follow from the last for a loop beside the decoder's session: the token through
-        embed_tokens.onnx (run beside it), the mask a column longer, the position the cache's length, the cache
-        carried -- or None (one request per step): a batch, a padded row, positions that are not ``[B, 1]``."""
+        embed_tokens.onnx (run beside it), the mask a column longer, the position the cache's length plus the
+        family's shift (on each of its M-RoPE axes), the cache carried -- or None (one request per step): a
+        batch, a padded row, positions whose leading axes the family does not name."""
         dec = self.vs.decoder
         maps = dec.loop_maps()
         by_name = {i.name: i for i in dec.inputs}
-        if maps is None or self.mask.shape[0] != 1 or not self.mask.all() or by_name[self.names["positions"]].rank != 2:
+        lead = self.vs.family.position_axes
+        if (
+            maps is None
+            or self.mask.shape[0] != 1
+            or not self.mask.all()
+            or by_name[self.names["positions"]].rank != 2 + len(lead)
+        ):
             return None
         embed_in, embed_out = self.vs.embed.inputs[0], self.vs.embed.outputs[0]
         return StepPlan(
@@ -433,6 +451,7 @@ class VLMCache:
             token=self.names["embeds"],
             grow=(self.names["mask"],),
             positions=(self.names["positions"],),
+            position_lead=lead,
             flags=tuple(self.flags.items()),
             maps=maps,
             dtypes=tuple((i.name, i.dtype) for i in dec.inputs),
@@ -446,14 +465,17 @@ class VLMCache:
             return one_step(self, token, eos)
         feeds = None
         # the loop writes each new token's position as its count of tokens so far: a family counting from 1
-        # (PaliGemma) starts that count at its offset
-        length = self.mask.shape[1] + self.vs.family.position_offset
+        # (PaliGemma) starts that count at its offset, one whose prompt positions jump (Qwen2-VL's image: its
+        # rows and columns) continues from the prompt's largest + 1 (the rope delta, as transformers' generate)
+        length = self.mask.shape[1] + self.vs.family.position_offset + int(self.delta[0, 0])
         if plan is not None:  # the step's feeds before the loop adds the token's column and position
             dec = {i.name: i for i in self.vs.decoder.inputs}
             feeds = {
                 self.names["embeds"]: self.vs.embeddings(np.asarray([[token]], np.int64)),
                 self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
-                self.names["positions"]: np.full((1, 1), length, np.dtype(dec[self.names["positions"]].dtype)),
+                self.names["positions"]: np.full(
+                    (*plan.position_lead, 1, 1), length, np.dtype(dec[self.names["positions"]].dtype)
+                ),
                 **self.cache,
                 **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
                 # every generated token is suffix (type 1): a constant the loop leaves as it is

@@ -55,11 +55,21 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.core import limits  # noqa: E402
-from attnviz.runtime.isolation import INLINE_BYTES, NodeArg, SharedFeed, read_message, write_message  # noqa: E402  (after the child's bare package)
+from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
+    INLINE_BYTES,
+    NodeArg,
+    SharedFeed,
+    SlotFeed,
+    read_message,
+    write_message,
+)
 from attnviz.runtime.steps import Loop, advance  # noqa: E402
 
-KEEP_RUNS = 2  # a free slot unused for this many runs is deleted (a result held while the next run fills new slots
-# frees its slots one run later: they are reused by the run after that)
+# a free slot unused for this many runs is deleted.  A result held while the next run fills new slots frees its
+# slots one run later, and a generation is three requests (the encoder, the decoder on the prompt, the loop's
+# steps): with 2, a Whisper call's decoder and loop slots were deleted at the next call's encoder run and made anew
+# (12 slots, ~3 MB of fresh pages mapped in both processes, every call); 4 keeps them across the next call
+KEEP_RUNS = 4
 KEEP_FREE_BYTES = 512 << 20  # never keep more than this in free slots (a one-off long input must not pin its maps)
 MAX_MISSES = 3  # a session whose learned shapes were wrong this often stops predicting (data-dependent shapes)
 
@@ -343,10 +353,20 @@ class Server:
         self.pool.release(released)
         self.pool.run += 1
         sess = self.sessions[sid][0]
+        borrowed: dict[str, np.ndarray] = {}
         if start is not None:
             plan, feeds, length, embed_sid = start
-            # feeds from the feed area are views the parent rewrites for its next request: the loop owns copies
-            own = {k: np.array(self._feed(v)) if isinstance(v, SharedFeed) else np.array(v) for k, v in feeds.items()}
+            # feeds from the feed area (rewritten by the parent's next request) and slots lent to the parent (handed
+            # back by a later request) are read in place during this chunk (a Whisper cache is 2 MB), and copied
+            # below only when the loop goes on past it
+            own = {}
+            for k, v in feeds.items():
+                if isinstance(v, SharedFeed):
+                    own[k] = borrowed[k] = self._feed(v)
+                elif isinstance(v, SlotFeed):  # this process's output, lent to the parent for this request
+                    own[k] = borrowed[k] = self.pool.slots[v.slot].array(np.dtype(v.dtype), v.shape)
+                else:
+                    own[k] = np.asarray(v)  # unpickled from the request: this process's own
             embed = None
             if embed_sid is not None:  # a VLM's embed_tokens session, created in this process beside the decoder
                 if embed_sid not in self.sessions:
@@ -365,6 +385,10 @@ class Server:
             raise
         if chunk.finished or len(chunk.ids) >= n:
             self.loops.pop(sid, None)  # the caller asks for exactly the steps it still needs
+        else:
+            for k, v in borrowed.items():
+                if loop.feeds.get(k) is v:  # still the parent's bytes (the encoder's half of a cache stays)
+                    loop.feeds[k] = np.array(v)
         names = list(chunk.maps)
         items = [self._pack(chunk.maps[k]) for k in names]
         return chunk.ids, chunk.finished, names, items, *self.pool.changes()

@@ -111,9 +111,12 @@ def _c_stdout_silenced():
 _ATEN_OP = re.compile(r"(aten::\w+|prim::\w+|onnx::\w+)")
 
 
-def export_or_explain(model, kwargs: dict, output: str, path: Path, opset: int = OPSET, **how) -> None:
+def export_or_explain(
+    model, kwargs: dict, output: str, path: Path, opset: int = OPSET, label: str | None = None, **how
+) -> None:
     """:func:`onnx_export`, with torch's refusal to export an operator said in one line: which operator, and what to
-    do (e.g. ``aten::histc`` in Qwen3-MoE's expert routing has no ONNX form in torch's exporter at any opset)."""
+    do (e.g. ``aten::histc`` in Qwen3-MoE's expert routing has no ONNX form in torch's exporter at any opset).
+    ``label`` names what was being exported (a model and one of its files) instead of the module's class."""
     try:
         onnx_export(model, kwargs, output, path, opset=opset, **how)
     except AttnvizError:
@@ -121,7 +124,7 @@ def export_or_explain(model, kwargs: dict, output: str, path: Path, opset: int =
     except Exception as e:
         text = " ".join(str(e).split())
         op = _ATEN_OP.search(text)
-        arch = type(model).__name__
+        arch = label or type(model).__name__
         if op is not None:
             raise AttnvizError(
                 f"{arch}: torch cannot export the operator {op.group(1)} to ONNX (opset {opset}), so export-hf "

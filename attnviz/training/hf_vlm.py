@@ -1,5 +1,5 @@
-"""A decoder-only vision–language model (LLaVA) -> the Hugging Face Hub's three-file ONNX layout, checked against
-transformers before anything is published.
+"""A decoder-only vision–language model (LLaVA, Idefics3 / SmolVLM, PaliGemma, Qwen2-VL, Qwen2.5-VL) -> the Hugging
+Face Hub's three-file ONNX layout, checked against transformers before anything is published.
 
 Why three files and not one ``model.onnx``: the Hub (transformers.js / onnx-community) keeps a VLM as
 ``onnx/vision_encoder.onnx`` (pixel values -> image features, after the projector), ``onnx/embed_tokens.onnx`` (ids
@@ -12,19 +12,20 @@ file serves the prompt and every cached step.
 
 The check opens the staged folder with attnviz's :class:`VLMSet` and compares every map (the vision tower's layers
 that the features use, then the decoder's self-attention) and the logits with transformers' eager
-``output_attentions`` of the whole model, on a batch of two images and at a second prompt length, within
-:func:`attnviz.training.hf_onnx.excess`'s tolerance, and greedy tokens with ``generate``.
+``output_attentions`` of the whole model, on a batch of two images (one image at two sizes where the family runs
+one at a time) and at a second prompt length, within :func:`attnviz.training.hf_onnx.excess`'s tolerance
+(relative to the map's scale), and greedy tokens with ``generate``.
 
-Families register a :class:`Recipe` in :data:`RECIPES` (keyed by config.json's ``model_type``): how the image
-features are computed and which vision layers they read.  A vision–language config of another type is refused in
-one line before its weights are loaded.
+Families register a :class:`~attnviz.training.hf_vlm_families.Recipe` in
+:data:`~attnviz.training.hf_vlm_families.RECIPES` (keyed by config.json's ``model_type``): the image-features graph
+and its inputs, the decoder's extra inputs, the prompt's layout and transformers' keywords for the check.  A
+vision–language config of another type is refused in one line before its weights are loaded.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,9 @@ from attnviz.core.untrusted import read_json
 from attnviz.core.writes import publish_folder
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER
 from attnviz.runtime.vlm import DECODER_FILE, EMBED_FILE, VISION_FILE
-from attnviz.training.hf_onnx import ATOL, RTOL, _torch_nn_module, excess, export_or_explain
+from attnviz.training.hf_onnx import ATOL, RTOL, excess, export_or_explain
+from attnviz.training.hf_vlm_families import RECIPES, Recipe, Sample
+from attnviz.training.hf_vlm_families.base import IMAGE_TOKEN_KEYS, Embed
 
 FAMILY = "vision-language"
 TASK = "image-text-to-text"
@@ -56,95 +59,6 @@ COPIED = (
     "vocab.json",
     "merges.txt",
 )
-GENERATE = 4  # greedy tokens compared with transformers' generate
-IMAGE_TOKEN_KEYS = ("image_token_index", "image_token_id")
-
-
-# --------------------------------------------------------------------------- the three graphs
-class _Embed(_torch_nn_module()):  # type: ignore[misc]
-    """``input_ids`` -> ``inputs_embeds`` (the language model's token embedding alone)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.embed = model.get_input_embeddings()
-
-    def forward(self, input_ids):
-        return self.embed(input_ids)
-
-
-class _Decoder(_torch_nn_module()):  # type: ignore[misc]
-    """``inputs_embeds``, ``attention_mask``, ``position_ids``, past key/values -> ``logits``, present key/values:
-    the language model and its head, the cache filled from the pasts so that its presents are past + new."""
-
-    def __init__(self, model, layers: int):
-        super().__init__()
-        self.lm, self.head, self.layers = model.get_decoder(), model.get_output_embeddings(), layers
-
-    def forward(self, inputs_embeds, attention_mask, position_ids, *past):
-        import transformers
-
-        cache = transformers.DynamicCache(config=self.lm.config)
-        for i in range(self.layers):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.lm(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
-        return (self.head(out.last_hidden_state), *present)
-
-
-class _LlavaVision(_torch_nn_module()):  # type: ignore[misc]
-    """``pixel_values`` -> ``image_features``, as ``LlavaModel.get_image_features``: the chosen layers' states
-    (CLS dropped for the "default" strategy, several layers concatenated) through the projector."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.inner, cfg = model.model, model.config
-        layer = cfg.vision_feature_layer
-        self.layers = [layer] if isinstance(layer, int) else list(layer)
-        self.drop = 1 if cfg.vision_feature_select_strategy == "default" else 0
-
-    def forward(self, pixel_values):
-        import torch
-
-        out = self.inner.vision_tower(pixel_values, output_hidden_states=True)
-        states = [out.hidden_states[k][:, self.drop :] for k in self.layers]
-        return self.inner.multi_modal_projector(states[0] if len(states) == 1 else torch.cat(states, dim=-1))
-
-
-def _llava_vision_layers(model) -> int:
-    """How many vision layers the features read: up to the deepest chosen hidden state (hidden_states[0] is the
-    embeddings); the export drops the layers after it, as the Hub's files do, so they have no maps."""
-    cfg = model.config
-    total = cfg.vision_config.num_hidden_layers
-    layer = cfg.vision_feature_layer
-    return max(k % (total + 1) for k in ([layer] if isinstance(layer, int) else layer))
-
-
-def _llava_vision_maps(model, pixel_values) -> list[np.ndarray]:
-    import torch
-
-    with torch.no_grad():
-        v = model.model.vision_tower(pixel_values, output_attentions=True)
-    return [a.numpy() for a in v.attentions[: _llava_vision_layers(model)]]
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """What differs between vision–language families: the image-features graph and the vision tower's maps."""
-
-    vision: Callable  # model -> module: pixel_values -> image_features
-    vision_maps: Callable  # (model, pixel_values) -> the vision layers' eager maps the export keeps
-    needs: tuple[str, ...] = ()  # config.json keys the family cannot do without
-
-
-RECIPES: dict[str, Recipe] = {
-    "llava": Recipe(_LlavaVision, _llava_vision_maps, ("vision_feature_layer", "vision_feature_select_strategy")),
-}
 
 
 # --------------------------------------------------------------------------- which folders are VLMs
@@ -159,13 +73,14 @@ def recipe_for(model_dir: Path) -> Recipe | None:
     if not is_vlm or not any(isinstance(cfg.get(k), int) for k in IMAGE_TOKEN_KEYS):
         return None
     kind = cfg.get("model_type")
-    recipe = RECIPES.get(str(kind))
-    if recipe is None:
+    family = RECIPES.get(str(kind))
+    if family is None:
         raise AttnvizError(
             f"{model_dir}: a vision–language model of type {kind!r}; export-hf writes the three-file layout for "
             f"{', '.join(RECIPES)} only; export it with its own ONNX conversion (optimum, transformers.js scripts) "
             "and open the repository folder"
         )
+    recipe = family()
     lacking = [k for k in recipe.needs if k not in cfg]
     if lacking:
         raise AttnvizError(f"{model_dir}: config.json lacks {', '.join(lacking)}; give the model's own config.json")
@@ -177,89 +92,34 @@ def recipe_for(model_dir: Path) -> Recipe | None:
     return recipe
 
 
-# --------------------------------------------------------------------------- check inputs and references
-@dataclass
-class Sample:
-    """One check: pixel values and ids with the placeholder expanded to one token per image feature."""
-
-    pixel_values: np.ndarray
-    input_ids: np.ndarray
-
-    @property
-    def feeds(self) -> dict[str, np.ndarray]:
-        return {
-            "pixel_values": self.pixel_values,
-            "input_ids": self.input_ids,
-            "attention_mask": np.ones_like(self.input_ids),
-        }
-
-
-def image_token(config) -> int:
-    return next(int(v) for k in IMAGE_TOKEN_KEYS if isinstance(v := getattr(config, k, None), int))
-
-
-def prompt_ids(tok, text: str, token: int, n: int, bos: int | None) -> list[int]:
-    """The text's ids with one image's ``n`` placeholder tokens after the leading BOS (as a processor expands
-    ``<image>`` once per feature)."""
-    ids = list(tok(text)["input_ids"])
-    head = ids[:1] if ids and bos is not None and ids[0] == bos else []
-    return head + [token] * n + ids[len(head) :]
-
-
-def samples(model, tok, recipe: Recipe, texts: tuple[str, ...], bos: int | None) -> list[Sample]:
-    """A batch of two seeded images with two prompts cut to one length (no padding), then one image with the
-    longer prompt (a traced length would show there)."""
-    import torch
-
-    vcfg = model.config.vision_config
-    size = vcfg.image_size if isinstance(vcfg.image_size, int) else vcfg.image_size[0]
-    g = torch.Generator().manual_seed(0)
-    px = torch.randn(2, int(getattr(vcfg, "num_channels", 3) or 3), size, size, generator=g)
-    with torch.no_grad():
-        n = int(recipe.vision(model).eval()(px[:1]).shape[1])
-    token = image_token(model.config)
-    rows = [prompt_ids(tok, t, token, n, bos) for t in texts]
-    short = min(len(r) for r in rows)
-    batch = np.asarray([r[:short] for r in rows], np.int64)
-    return [
-        Sample(px.numpy(), batch),
-        Sample(px[1:].numpy(), np.asarray([rows[-1]], np.int64)),
-    ]
-
-
+# --------------------------------------------------------------------------- references
 def reference(model, recipe: Recipe, s: Sample) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
     """transformers' eager maps (the vision layers the export keeps; the decoder's, of the whole model on the same
     image and prompt) and the logits."""
     import torch
 
-    px = torch.as_tensor(s.pixel_values)
+    recipe.reset(model)
     with torch.no_grad():
-        o = model(
-            input_ids=torch.as_tensor(s.input_ids),
-            pixel_values=px,
-            attention_mask=torch.ones(s.input_ids.shape, dtype=torch.long),
-            output_attentions=True,
-        )
-    return recipe.vision_maps(model, px), [a.numpy() for a in o.attentions], o.logits.numpy()
+        o = model(**s.torch_kw, output_attentions=True)
+    return recipe.vision_maps(model, s), [a.numpy() for a in o.attentions], o.logits.numpy()
 
 
-def greedy(model, s: Sample, n: int) -> list[int]:
+def greedy(model, recipe: Recipe, s: Sample, n: int) -> list[int]:
     """transformers' greedy tokens, exactly ``n`` (no stop at EOS)."""
     import torch
 
-    ids = torch.as_tensor(s.input_ids)
+    recipe.reset(model)
+    kw = recipe.generate_kw(s)
     with torch.no_grad():
         out = model.generate(
-            input_ids=ids,
-            pixel_values=torch.as_tensor(s.pixel_values),
-            attention_mask=torch.ones_like(ids),
+            **kw,
             max_new_tokens=n,
             min_new_tokens=n,
             do_sample=False,
             eos_token_id=None,
             pad_token_id=0,
         )
-    return out[0, ids.shape[1] :].tolist()
+    return out[0, kw["input_ids"].shape[1] :].tolist()
 
 
 @dataclass
@@ -316,11 +176,12 @@ def check(folder: Path, model, recipe: Recipe, checks: list[Sample]) -> Checked:
             f"(relative to their scale), beyond {ATOL:g} + {RTOL:g} x the map's largest weight; try --opset 18 or "
             "report the model"
         )
-    first = Sample(checks[0].pixel_values[:1], checks[0].input_ids[:1])  # generation runs one sequence
-    # no stop at EOS on either side: a random or early-stopping model still shows GENERATE cached steps
+    one = checks[-1]  # generation runs one sequence: the last check is one row
+    n_new = recipe.generate_tokens
+    # no stop at EOS on either side: a random or early-stopping model still shows its cached steps
     vs.meta["special"] = {k: v for k, v in vs.meta.get("special", {}).items() if k != "eos"}
-    got_ids = [int(t) for t in vs.analyze(feeds=first.feeds, generate=GENERATE).info["generated_ids"]]
-    want_ids = greedy(model, first, GENERATE)
+    got_ids = [int(t) for t in vs.analyze(feeds=one.feeds, generate=n_new).info["generated_ids"]]
+    want_ids = greedy(model, recipe, one, n_new)
     if got_ids != want_ids:
         raise AttnvizError(
             f"export check failed: greedy tokens {got_ids} through the exported decoder's cache, transformers "
@@ -330,26 +191,31 @@ def check(folder: Path, model, recipe: Recipe, checks: list[Sample]) -> Checked:
 
 
 # --------------------------------------------------------------------------- writing
-def _write(model, recipe: Recipe, s: Sample, onnx_dir: Path, opset: int) -> None:
-    """The three files into ``onnx_dir``, traced on the check's first sample."""
+def _write(model, recipe: Recipe, checks: list[Sample], onnx_dir: Path, opset: int) -> None:
+    """The three files into ``onnx_dir``: the vision graph traced on the last check's image (one row, the most
+    images), the embeddings on the first check's ids, the decoder with a past."""
     import torch
 
-    px, ids = torch.as_tensor(s.pixel_values[:1]), torch.as_tensor(s.input_ids[:1, :4])
+    vision_in = recipe.vision_inputs(model, checks[-1].pixel_values)
+    arch = type(model).__name__
     export_or_explain(
         recipe.vision(model).eval(),
-        {"pixel_values": px},
+        vision_in,
         "image_features",
         onnx_dir / VISION_FILE,
         opset=opset,
+        label=f"{arch} ({HUB_ONNX_FOLDER}/{VISION_FILE})",
         module=True,
-        axes={"pixel_values": {0: "batch"}, "image_features": {0: "batch"}},
+        axes=recipe.vision_axes(),
     )
+    ids = torch.as_tensor(checks[0].input_ids[:1, :4])
     export_or_explain(
-        _Embed(model).eval(),
+        Embed(model).eval(),
         {"input_ids": ids},
         "inputs_embeds",
         onnx_dir / EMBED_FILE,
         opset=opset,
+        label=f"{arch} ({HUB_ONNX_FOLDER}/{EMBED_FILE})",
         module=True,
         axes={"input_ids": {0: "batch", 1: "sequence"}, "inputs_embeds": {0: "batch", 1: "sequence"}},
     )
@@ -363,26 +229,28 @@ def _write(model, recipe: Recipe, s: Sample, onnx_dir: Path, opset: int) -> None
     t, p = ids.shape[1], 2
     with torch.no_grad():
         emb = model.get_input_embeddings()(ids)
+    extra, extra_axes = recipe.decoder_inputs(p, t)
     feeds = {
         "inputs_embeds": emb,
         "attention_mask": torch.ones(1, p + t, dtype=torch.long),
-        "position_ids": torch.arange(p, p + t)[None],
+        **extra,
         **{n: torch.zeros(1, kv, p, head_dim) for n in past_names},
     }
     axes = {
         "inputs_embeds": {0: "batch", 1: "sequence"},
         "attention_mask": {0: "batch", 1: "total_sequence"},
-        "position_ids": {0: "batch", 1: "sequence"},
+        **extra_axes,
         "logits": {0: "batch", 1: "sequence"},
         **{n: {0: "batch", 2: "past_sequence"} for n in past_names},
         **{n: {0: "batch", 2: "total_sequence"} for n in present_names},
     }
     export_or_explain(
-        _Decoder(model, layers).eval(),
+        recipe.decoder(model, layers).eval(),
         feeds,
         "logits",
         onnx_dir / DECODER_FILE,
         opset=opset,
+        label=f"{arch} ({HUB_ONNX_FOLDER}/{DECODER_FILE})",
         module=True,
         axes=axes,
         outputs=["logits", *present_names],
@@ -419,12 +287,12 @@ def export_vlm(
     """Stage ``out_dir``'s repository layout, check it, publish it (one rename) only when the check passes."""
     import transformers
 
-    checks = samples(model, tok, recipe, texts, bos)
+    checks = recipe.samples(model, tok, texts, bos)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.resolve().parent))
     try:
         onnx_dir = staging / HUB_ONNX_FOLDER
         onnx_dir.mkdir()
-        _write(model, recipe, checks[0], onnx_dir, opset)
+        _write(model, recipe, checks, onnx_dir, opset)
         provenance = {
             "source": "huggingface",
             "architecture": type(model).__name__,

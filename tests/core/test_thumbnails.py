@@ -1,4 +1,4 @@
-"""The overview's pooled maps, kept with the result per filter setting (core/view.py), against cell-by-cell maxima."""
+"""The overview's pooled maps, kept with the result per filter setting (core/view/overview.py), against cell-by-cell maxima."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 from attnviz.core import reduce
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
+from attnviz.core.view import overview as vm_overview
 
 T = 203  # 4 positions per cell and a short last cell of 3: the zero padding is exercised
 
@@ -124,7 +125,7 @@ def test_a_head_switch_under_an_aggregate_changes_no_map_input():
 
 def test_heads_pooled_on_threads_are_the_same_cell_maxima(monkeypatch):
     """Large layers pool their heads on threads: the same numbers, in head order, with and without filters."""
-    monkeypatch.setattr(vm, "POOL_THREADS_FROM", 0)  # every layer through the thread pool
+    monkeypatch.setattr(vm_overview, "POOL_THREADS_FROM", 0)  # every layer through the thread pool (read there)
     r = _result(layers=2, heads=5, seed=3)
     for sel in (vm.Selection(), vm.Selection(hide_special=True, keep=0.7)):
         thumbs = vm.thumbnails(r, sel, use_cache=False)

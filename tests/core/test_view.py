@@ -1,4 +1,4 @@
-"""The view model's rules, against hand computations (core/view.py: numpy only)."""
+"""The view model's rules, against hand computations (core/view/: numpy only)."""
 
 from __future__ import annotations
 

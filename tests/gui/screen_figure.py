@@ -139,17 +139,30 @@ def check_links(w, fig):
 
 
 def check_image(w, fig):
+    """The picture(s) the screen drew and the figure's: the tiles (or the one image), and a tiled VLM image's
+    global image beside them, each the same base, heat and colours; the same captions above them."""
+    v = w.image_regions
+    drawn = [a for a in fig.axes if len(a.images) == 2]  # the pictures, left to right
+    screen = [(v.image_item, v.overlay_item)] + ([(v.g_image_item, v.g_overlay_item)] if v._two else [])
+    assert len(drawn) == len(screen)
+    for (image_item, overlay_item), ax in zip(screen, drawn):
+        _check_picture(w, fig, image_item, overlay_item, ax)
+    captions = [c.textItem.toPlainText() for c in v.captions] if v._two else []
+    assert [ax.get_title() for ax in drawn] == (captions or [""])
+    assert f"query “{v.queries[v.query][0]}”" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+
+
+def _check_picture(w, fig, image_item, overlay_item, ax):
     from matplotlib import colormaps
 
     v = w.image_regions
-    gui = v.overlay_item.image  # [H*k, W*k, 4] uint8
-    ax = next(a for a in fig.axes if len(a.images) == 2)
+    gui = overlay_item.image  # [H*k, W*k, 4] uint8
     rgba = np.asarray(ax.images[1].get_array())  # [H, W, 4] float
     h, w_ = rgba.shape[:2]
     k = gui.shape[0] // h
     # the same image base under the heat (grey, colour or none), in the image's own pixels
     assert fig.attnviz_selection.image_base == w.session.sel.image_base == v.base_box.currentData()
-    np.testing.assert_allclose(v.image_item.image / 255.0, np.asarray(ax.images[0].get_array()), atol=0.5 / 255)
+    np.testing.assert_allclose(image_item.image / 255.0, np.asarray(ax.images[0].get_array()), atol=0.5 / 255)
     # the screen computes the heat k times finer; block means of a bilinear surface are its centre values
     gui_alpha = gui[..., 3].astype(np.float32).reshape(h, k, w_, k).mean(axis=(1, 3)) / 255.0
     np.testing.assert_allclose(gui_alpha, rgba[..., 3], atol=0.03)
@@ -161,7 +174,6 @@ def check_image(w, fig):
         heat = (gui[..., 3].astype(np.float32) / 255.0 - 0.2) / 0.7
         want = cmap(np.clip(heat, 0, 1))[..., :3] * 255
         np.testing.assert_allclose(gui[..., :3].astype(np.float32), want, atol=6)
-    assert f"query “{v.queries[v.query][0]}”" in " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
 
 
 def views_for(w):

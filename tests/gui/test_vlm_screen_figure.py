@@ -2,7 +2,8 @@
 global image) opened in the real window on the sample image with a typed caption.  For each caption word in Image
 regions the overlay is that word's row of the decoder's self-attention over the image tokens, placed by hand from
 the token labels (LLaVA's ``img[r,c]``; Idefics3's tiles where the processor's ``<row_i_col_j>`` marker in front of
-each tile puts them), and the exported figure draws the same heat, image and words."""
+each tile puts them, and its global image's ``g[r,c]`` in a second picture beside them), and the exported figure
+draws the same pictures, heat, captions and words."""
 
 from __future__ import annotations
 
@@ -23,10 +24,26 @@ CAPTION = "a photo of the cat"
 PROMPT = f"<s> <image> {CAPTION}"
 
 
+def global_by_hand(keys: list[str], row: np.ndarray) -> np.ndarray | None:
+    """The global image as its tokens' labels lay it out: ``g[r,c]`` at (r, c) (None: no global image's tokens)."""
+    cells = {
+        (int(m[1]), int(m[2])): float(row[k])
+        for k, lab in enumerate(keys)
+        if (m := re.fullmatch(r"g\[(\d+),(\d+)\]", lab))
+    }
+    if not cells:
+        return None
+    out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
+    for (r, c), v in cells.items():
+        out[r, c] = v
+    assert not np.isnan(out).any(), "every cell of the global image has a token"
+    return out
+
+
 def placed_by_hand(keys: list[str], row: np.ndarray) -> np.ndarray:
     """The image as the tokens' labels lay it out: ``img[r,c]`` at (r, c); a tile's ``t{k}[r,c]`` at (r, c) of
     the tile the last ``<row_i_col_j>`` marker before it names (1-based, as the processor writes them); the global
-    image's ``g[r,c]`` is not part of the tiled picture."""
+    image's ``g[r,c]`` is a picture of its own (:func:`global_by_hand`)."""
     cells: dict[tuple[int, int], float] = {}
     tile, side = (0, 0), 0
     for key, label in enumerate(keys):
@@ -74,6 +91,13 @@ def test_each_caption_word_shows_its_row_over_the_image_on_screen_and_in_the_fig
             want = placed_by_hand(keys, want_row)
             assert want.shape == (grid.rows, grid.cols)
             np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
+            glob = global_by_hand(keys, want_row)  # the global image beside the tiles (Idefics3), or none
+            assert (v.global_map is None) == (glob is None) == (tiles == (1, 1))
+            if glob is not None:
+                np.testing.assert_allclose(v.global_map, glob, rtol=1e-5, atol=1e-8)
+                shares = (float(np.nansum(want)), float(glob.sum()))  # the row's weight on each picture
+                captions = [c.textItem.toPlainText() for c in v.captions if c.isVisible()]
+                assert captions == [f"tiles · {shares[0]:.0%} of the row", f"global image · {shares[1]:.0%} of the row"]
             fig = figure(w, v)
             check_image(w, fig)  # the figure: the same image base, heat, colours and query word
             assert f"query “{word}”" in v.info.text()
@@ -82,3 +106,27 @@ def test_each_caption_word_shows_its_row_over_the_image_on_screen_and_in_the_fig
     first = min(k for k, label in enumerate(keys) if label.startswith(("img[", "t0[")))
     said = "tiles in place" if tiles != (1, 1) else f"image tokens at keys {first}–{first + grid.n - 1}"
     assert said in v.info.text()  # not "+1 non-patch": the <s> in front is one of the words
+
+
+def test_a_click_on_the_global_image_makes_its_token_the_query(qtbot, real_window, idefics3_repo):
+    """A click on the global image's picture: the query is the global image's token under it (``g[r,c]``), its
+    cell outlined on that picture only, and the export draws the same."""
+    from PySide6.QtCore import QPointF, Qt
+
+    w = real_window
+    open_and_wait(qtbot, w, idefics3_repo, text=PROMPT, image=str(SAMPLE))
+    w.select_view("image")
+    v = w.image_regions
+    w.session.select(mode="head", layer=1, head=3)
+    v.draw()
+    whole = v.source()[1].global_grid
+    h, wd = v._image_size
+    scene = v.gvb.mapViewToScene(QPointF(2.5 * wd / whole.cols, 1.5 * h / whole.rows))  # cell (1, 2)
+    qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
+    label, row = v.queries[v.query]
+    keys = list(w.session.blocks[v.source()[0]].key_axis.labels)
+    assert label == "global image patch (1, 2)" and keys[row] == "g[1,2]" and row == whole.key(1, 2)
+    assert v.g_outline.isVisible() and not v.query_outline.isVisible()
+    r = v.g_outline.rect()
+    assert (r.x(), r.y(), r.width(), r.height()) == pytest.approx((2 * wd / 3, h / 3, wd / 3, h / 3))
+    check_image(w, figure(w, v))

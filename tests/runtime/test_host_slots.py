@@ -17,7 +17,7 @@ from onnx_builders import tiny_text_model
 
 from attnviz.runtime import host, open_model
 from attnviz.runtime.isolation import INLINE_BYTES
-from attnviz.runtime.worker import ShapeLinks, _slot_size
+from attnviz.runtime.worker import KEEP_RUNS, ShapeLinks, _slot_size
 
 IDS_A = np.array([[1] + [3, 4, 5, 6, 7] * 40 + [2]], np.int64)  # 202 tokens: 320 kB per map, > INLINE_BYTES
 IDS_B = np.array([[1] + [7, 6, 5, 4, 3] * 40 + [2]], np.int64)
@@ -65,7 +65,7 @@ def test_held_map_is_never_overwritten_by_later_runs(models):
 def test_dropped_results_hand_their_slots_back(models):
     remote, _ = models
     seen = []
-    for _ in range(6):
+    for _ in range(KEEP_RUNS + 4):  # a slot left over from the first runs goes after KEEP_RUNS runs unused
         r = remote.run({"input_ids": IDS_A}, mode="dense")
         del r
         gc.collect()
@@ -308,11 +308,11 @@ def test_a_repeated_run_goes_out_unplanned_and_reads_each_runs_feeds(tmp_path, m
     _, _, release = run(64, [])
     _, _, release = run(80, release)  # a new shape
     _, _, release = run(900, release)  # grows the feed area: a new file
-    for _ in range(3):
+    for _ in range(KEEP_RUNS + 1):
         _, _, release = run(900, release)
     # the held run repeats; the next cannot (its slot is lent), nor a new shape or a new area; then it repeats,
-    # except once: the slots of the old shapes, trimmed after two runs unused, are reported by a planned reply
-    assert repeats[3:] == [True, False, False, False, True, False, True]
+    # except once: the slots of the old shapes, trimmed after KEEP_RUNS runs unused, are reported by a planned reply
+    assert repeats[3:] == [True, False, False, False] + [True] * (KEEP_RUNS - 1) + [False, True]
     for _x, copy, view in held:  # the held result was never written over
         np.testing.assert_array_equal(view, copy)
 
@@ -398,3 +398,120 @@ def test_every_kind_of_feed_goes_through_the_feed_area(tmp_path):
         }
         (y,) = sess.run(None, feeds)
         np.testing.assert_array_equal(y, x.astype(np.float32) * np.float32(2.0 + i) + (i % 2 == 0) + 3)
+
+
+def _cache_step_model(path, vocab=50, d=64, seed=3):
+    """One cached decoder step, shaped as Whisper's: the token's embedding ``q`` joins the self-attention cache
+    (``present = past ++ q``, carried to the next step) and attends over ``memory``, the encoder's half of the
+    cache that no step changes (``probs``, the map); the attended row picks the next token.  float[1, 1, T, 64]
+    is over INLINE_BYTES from 257 rows on."""
+    rng = np.random.default_rng(seed)
+    g = helper.make_graph(
+        [
+            helper.make_node("Gather", ["E", "input_ids"], ["e"]),
+            helper.make_node("Reshape", ["e", "qshape"], ["q"]),
+            helper.make_node("Concat", ["past", "q"], ["present"], axis=2),
+            helper.make_node("Transpose", ["memory"], ["kt"], perm=[0, 1, 3, 2]),
+            helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+            helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+            helper.make_node("MatMul", ["probs", "memory"], ["ctx"]),
+            helper.make_node("ReduceMean", ["present"], ["selfmean"], axes=[2]),
+            helper.make_node("Add", ["ctx", "selfmean"], ["mixed"]),
+            helper.make_node("Reshape", ["mixed", "lshape"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "W"], ["logits"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 1]),
+            helper.make_tensor_value_info("past", TensorProto.FLOAT, [1, 1, "t", d]),
+            helper.make_tensor_value_info("memory", TensorProto.FLOAT, [1, 1, "m", d]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("logits", "present", "probs")],
+        [
+            helper.make_tensor("E", TensorProto.FLOAT, [vocab, d], rng.standard_normal(vocab * d).tolist()),
+            helper.make_tensor("W", TensorProto.FLOAT, [d, vocab], rng.standard_normal(d * vocab).tolist()),
+            helper.make_tensor("qshape", TensorProto.INT64, [4], [1, 1, 1, d]),
+            helper.make_tensor("lshape", TensorProto.INT64, [3], [1, 1, d]),
+        ],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_a_generation_reads_its_cache_from_the_childs_own_slot_and_keeps_it_past_the_chunk(tmp_path):
+    """A start feed that is one of the child's slots lent to the parent (SlotFeed: a decoder's presents fed
+    back as the cache) is read in place; when the loop goes on past the chunk it keeps a copy of what no step
+    replaced (the encoder's half), so the slot being handed back and written over between chunks changes
+    nothing.  Ids and maps equal the same loop run in this process on plain arrays."""
+    import pickle
+
+    import onnxruntime as ort
+
+    from attnviz.runtime.isolation import SlotFeed
+    from attnviz.runtime.steps import Loop, StepPlan, advance
+    from attnviz.runtime.worker import Server
+
+    path = _cache_step_model(tmp_path / "step.onnx")
+    rng = np.random.default_rng(4)
+    memory = rng.standard_normal((1, 1, 300, 64)).astype(np.float32)
+    past = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)
+    assert memory.nbytes > INLINE_BYTES
+    plan = StepPlan(
+        fetch=("logits", "present", "probs"),
+        logits="logits",
+        carry=(("past", "present"),),
+        token="input_ids",
+        maps=(("probs", 0.0),),
+        dtypes=(("input_ids", "int64"), ("past", "float32"), ("memory", "float32")),
+    )
+    steps = 6
+    local = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = advance(Loop(plan, {"past": past, "memory": memory.copy()}, 2), 7, steps, None, local.run, 60.0)
+    assert len(set(want.ids)) > 1  # the tokens move: a cache read wrongly would show
+
+    srv = Server(None, str(tmp_path))
+    sent: list[bytes] = []
+    srv.send = sent.append
+    srv.handle("create", (1, path.read_bytes(), {"provider": "cpu"}))
+    slot = srv.pool.take(memory.nbytes)  # an output of an earlier run, lent to the parent
+    assert slot is not None
+    slot.array(memory.dtype, memory.shape)[...] = memory
+    feeds = {"input_ids": np.array([[7]]), "past": past, "memory": SlotFeed(slot.id, "<f4", memory.shape)}
+    start = (plan, feeds, 2, None)
+    ids: list[int] = []
+    rows = []
+    release: list[int] = []
+    while len(ids) < steps:  # a budget of 0 s: one step a chunk
+        srv.handle("steps", (1, start, ids[-1] if ids else 7, steps - len(ids), None, 0.0, release))
+        status, (got, _, names, items, _, _) = pickle.loads(sent[-1])
+        assert status == "ok", got
+        ids += got
+        item = items[names.index("probs")]
+        rows.append(srv.pool.slots[item[1]].array(np.dtype(item[2]), item[3]).copy() if item[0] == "slot" else item[1])
+        start = None
+        if release != [slot.id]:  # the parent drops the presents: the slot goes back, and a run writes over it
+            release = [slot.id]
+            slot.array(memory.dtype, memory.shape)[...] = -1.0
+    assert ids == want.ids
+    for i, row in enumerate(rows):
+        np.testing.assert_array_equal(row[..., 0, :], want.maps["probs"][..., i, :])
+
+
+def test_only_an_output_array_itself_goes_back_to_the_child_as_its_slot(tmp_path):
+    """The parent sends a feed as its slot (SlotFeed) only when it is exactly an array the child's reply was
+    lent as; a copy or a slice of it goes through the feed area.  A dropped output's entry goes with its slot."""
+    from attnviz.runtime.isolation import SlotFeed
+
+    sess, _ = host.make_session(str(_double_model(tmp_path / "double.onnx")), "cpu")
+    x = np.random.default_rng(6).standard_normal((64, 300)).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    h = host._host
+    sent = h._own_slots({"y": y, "copy": y.copy(), "slice": y[:10], "x": x})
+    assert isinstance(sent["y"], SlotFeed) and sent["y"].shape == y.shape and sent["y"].dtype == y.dtype.str
+    assert h.maps[sent["y"].slot] is not None  # a slot this process has mapped: the child's own
+    assert sent["x"] is x and not any(isinstance(sent[k], SlotFeed) for k in ("copy", "slice"))
+    del y, sent
+    gc.collect()
+    (y2,) = sess.run(None, {"x": x})  # this request hands y's slot back: its entry goes
+    live = [ref() for ref, _ in h.lent_arrays.values()]
+    assert len(live) == 1 and live[0] is y2

@@ -193,3 +193,22 @@ def test_the_cli_takes_q4_and_fp16(repo, image, tmp_path, capsys):
         with np.load(out) as z:
             arrays = [z[k] for k in z.files if z[k].dtype.kind == "f" and z[k].ndim >= 4]
         assert arrays and all(a.dtype == np.float32 and np.isfinite(a).all() for a in arrays)
+
+
+def test_figure_takes_the_variant_and_its_recipe_keeps_it(repo, image, tmp_path):
+    """``figure --variant q4`` draws the q4 files' maps, records the variant, and the recipe redraws the same."""
+    from PIL import Image
+
+    def pixels(p):
+        return np.asarray(Image.open(p).convert("RGB"), dtype=np.int16)
+
+    args = ["--text", PROMPT, "--image", str(image), "--view", "heatmap", "--dpi", "60"]
+    assert main(["figure", str(repo), *args, "--variant", "q4", "--out", str(tmp_path / "q4.png")]) == 0
+    assert main(["figure", str(repo), *args, "--out", str(tmp_path / "full.png")]) == 0
+    recipe = json.loads((tmp_path / "q4.png.recipe.json").read_text())
+    assert recipe["options"]["variant"] == "q4"
+    assert "variant" not in json.loads((tmp_path / "full.png.recipe.json").read_text())["options"]
+    assert main(["figure", "--recipe", str(tmp_path / "q4.png.recipe.json"), "--out", str(tmp_path / "again.png")]) == 0
+    q4, full, again = (pixels(tmp_path / f"{n}.png") for n in ("q4", "full", "again"))
+    assert np.array_equal(q4, again)  # the recipe opened the q4 files again
+    assert q4.shape == full.shape and np.abs(q4 - full).max() > 0  # and they are not the full-precision maps

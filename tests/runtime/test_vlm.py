@@ -205,11 +205,12 @@ def test_image_regions_show_a_word_over_the_image(llava_repo, image, torch_model
     Image regions overlay (and its figure, the same view model) of a typed word is transformers' eager row."""
     from attnviz.core import io
     from attnviz.core import view as v
+    from attnviz.core.attention import PatchGrid
 
     m = open_model(llava_repo, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image))
     first = 1  # "<s>" then the image's 16 tokens
-    assert r.token_grid == v.PatchGrid(vm.GRID, vm.GRID, first)
+    assert r.token_grid == PatchGrid(vm.GRID, vm.GRID, first)
     blocks = r.blocks()
     dec = next(i for i, b in enumerate(blocks) if b.stack == "decoder")
     assert v.image_source(r, blocks)[:2] == (dec, r.token_grid)  # the words' attention, not the vision tower's

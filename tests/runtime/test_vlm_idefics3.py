@@ -117,6 +117,12 @@ def test_raw_feeds_batch_of_two(model, idefics3_repo, images, torch_model):
     feeds = {k: enc[k] for k in ("pixel_values", "input_ids", "attention_mask")}
     r = model.analyze(feeds=feeds)
     _, decoder, _ = im.reference(torch_model, enc)
+    # each row's image on its own grid: 1 x 2 tiles, then 2 x 2 (each with its global image)
+    grids = [r.token_grid_of(b) for b in range(2)]
+    assert [(g.rows, g.cols) for g in grids] == [(im.SIDE, 2 * im.SIDE), (2 * im.SIDE, 2 * im.SIDE)]
+    for b, g in enumerate(grids):
+        runs = [k for k in range(enc["input_ids"].shape[1]) if enc["input_ids"][b, k] == im.IMAGE_TOKEN]
+        assert sorted([*g.columns, *range(g.global_grid.offset, g.global_grid.offset + im.N_TILE)]) == runs
     for got, want in zip(r.maps[2:], decoder):
         real = enc["attention_mask"].astype(bool)
         for b in range(2):  # the rows' real tokens (a padded query row is no one's attention)
@@ -175,6 +181,37 @@ def test_each_key_column_lies_on_the_tile_and_cell_torch_puts_there(model, idefi
         assert r.blocks()[-1].key_axis.labels[key] == f"t{tile}[{fr},{fc}]"
 
 
+def test_each_global_key_column_lies_on_the_cell_torch_puts_there(model, idefics3_repo, torch_model, tmp_path):
+    """Hand-built: an image 2 tiles high and 2 wide, black but for one bright block the size of one global-image
+    feature; the processor resizes the whole image to one tile (the global image, the last frame), and the feature
+    torch's patch embedding and pixel shuffle change most there is the key column of the global grid's cell under
+    the block (labelled ``g[r,c]``)."""
+    big = 2 * im.TILE
+    block = 2 * im.PATCH * im.SCALE  # a global feature's s x s patches, in the image twice the tile's size
+    conv = torch_model.model.vision_model.embeddings.patch_embedding
+    shuffle = torch_model.model.connector.pixel_shuffle
+    for y, x in [(0, 0), (0, 2), (1, 1), (2, 0), (2, 1)]:  # cells of the 3 x 3 global grid
+        a = np.zeros((big, big, 3), np.uint8)
+        a[y * block : (y + 1) * block, x * block : (x + 1) * block] = 255
+        path = tmp_path / f"global-{y}-{x}.png"
+        Image.fromarray(a).save(path)
+        r = model.analyze(text=PROMPT, image=str(path))
+        whole = r.token_grid.global_grid
+        assert whole is not None and (whole.rows, whole.cols) == (im.SIDE, im.SIDE)
+        enc = reference_inputs(idefics3_repo, PROMPT, [path])
+        px = torch.as_tensor(enc["pixel_values"][0, 4:5])  # the global image (after the 4 tiles)
+        with torch.no_grad():
+            feats = shuffle(conv(px).flatten(2).transpose(1, 2).contiguous(), im.SCALE)
+            black = shuffle(conv(torch.full_like(px, -1.0)).flatten(2).transpose(1, 2).contiguous(), im.SCALE)
+        feature = int((feats - black).abs().sum(-1)[0].argmax())
+        ids = enc["input_ids"][0]
+        runs = [k for k in range(len(ids)) if ids[k] == im.IMAGE_TOKEN and ids[k - 1] != im.IMAGE_TOKEN]
+        key = runs[-1] + feature  # the processor's layout: the global image's run last, features row-major
+        assert divmod(feature, im.SIDE) == (y, x)  # the block's cell (the resize keeps it where it was)
+        assert whole.key(y, x) == key and whole.cell(key) == (y, x) and r.token_grid.cell(key) is None
+        assert r.blocks()[-1].key_axis.labels[key] == f"g[{y},{x}]"
+
+
 def test_image_regions_show_a_word_over_the_tiles(model, images, torch_model, idefics3_repo, tmp_path):
     """A word's decoder row over the image tokens, tiles in place: the overlay's patch map is transformers' row,
     each tile's features at its place; the tiled grid survives the .npz."""
@@ -198,6 +235,15 @@ def test_image_regions_show_a_word_over_the_tiles(model, images, torch_model, id
         left = want[runs[0] : runs[0] + im.N_TILE].reshape(im.SIDE, im.SIDE)
         right = want[runs[1] : runs[1] + im.N_TILE].reshape(im.SIDE, im.SIDE)
         assert np.abs(ov.patch - np.concatenate([left, right], axis=1)).max() < TOL
+        # the global image (the last run) beside the tiles, on the same scale; each panel's share of the row
+        glob = ov.global_panel
+        assert glob is not None and (glob.grid.rows, glob.grid.cols) == (im.SIDE, im.SIDE)
+        assert np.abs(glob.patch - want[runs[2] : runs[2] + im.N_TILE].reshape(im.SIDE, im.SIDE)).max() < TOL
+        assert glob.share == pytest.approx(float(want[runs[2] : runs[2] + im.N_TILE].sum()), abs=TOL)
+        assert ov.share == pytest.approx(float(left.sum() + right.sum()), abs=TOL)
+        top = max(v.upsample(p, (8 * im.SIDE, 8 * p.shape[1])).max() for p in (ov.patch, glob.patch))
+        assert ov.vmax == pytest.approx(float(top), rel=1e-5)
+        assert ov.captions == (f"tiles · {ov.share:.0%} of the row", f"global image · {glob.share:.0%} of the row")
     assert r.image.shape[:2] == (im.TILE, 2 * im.TILE)  # the resized image the two tiles cover
     assert r.info["image_preprocessing"].startswith(f"Idefics3 processor: {im.TILE}x{2 * im.TILE}, 1x2 tiles")
     # the vision block: each image's patches (the tiles', then the global image's, which lie on the image)

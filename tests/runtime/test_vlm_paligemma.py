@@ -126,6 +126,88 @@ def test_batch_of_two_images_with_suffixes(prefix_repo, torch_model):
     assert np.abs(r.outputs["logits"] - logits).max() < TOL
 
 
+def generate_positions(mask: np.ndarray) -> torch.Tensor:
+    """transformers' generate() positions for a padded batch: counted over each row's real tokens (a pad gets 1),
+    then PaliGemma's + 1 (prepare_inputs_for_generation; its forward's own arange ignores the padding)."""
+    m = torch.as_tensor(mask).long()
+    return (m.cumsum(-1) - 1).masked_fill(m == 0, 1) + 1
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("which", ["prefix_repo", "hub_repo"])
+def test_padded_batch_of_two_images_with_prompts_of_different_length(request, torch_model, side, which, tmp_path):
+    """Two images, prompts of different length, padded by the processor's tokenizer on either side: every map of
+    every real row as transformers' eager attention of the padded batch (the prefix decoder with the processor's
+    token_type_ids, the Hub's causal one without), and each row's maps as that row alone; each row's image tokens
+    placed where that row holds them."""
+    repo = request.getfixturevalue(which)
+    m = open_model(repo, provider="cpu")
+    proc = pm.processor(repo)
+    proc.tokenizer.padding_side = side
+    imgs = [Image.fromarray((np.random.default_rng(s).random((40, 36, 3)) * 255).astype(np.uint8)) for s in (7, 8)]
+    texts = ["<image>a photo of the cat sat on", "<image>red dog"]
+    enc = proc(text=texts, images=imgs, return_tensors="np", padding="longest")
+    real = enc["attention_mask"].astype(bool)
+    assert real.sum(1).tolist() == [pm.N_IMAGE + 9, pm.N_IMAGE + 4]  # BOS, the words, "\n": five pads in row 2
+    assert (real[1, -5:] if side == "right" else real[1, :5]).sum() == 0
+    assert m.family.token_types(enc["input_ids"])[real].tolist() == enc["token_type_ids"][real].tolist()
+    r = m.analyze(feeds={k: enc[k] for k in ("pixel_values", "input_ids", "attention_mask")})
+    types = torch.as_tensor(enc["token_type_ids"]) if which == "prefix_repo" else None
+    assert r.info.get("fidelity", []) == ([] if types is not None else [NO_PREFIX_MASK])  # the batch says it too
+    pos = generate_positions(enc["attention_mask"])
+    with torch.no_grad():
+        o = torch_model(
+            input_ids=torch.as_tensor(enc["input_ids"]),
+            pixel_values=torch.as_tensor(enc["pixel_values"]),
+            attention_mask=torch.as_tensor(enc["attention_mask"]),
+            token_type_ids=types,
+            position_ids=pos,
+            output_attentions=True,
+        )
+        vision = torch_model.model.vision_tower(torch.as_tensor(enc["pixel_values"]), output_attentions=True)
+    assert max(_max_diffs(r.maps[:2], [a.numpy() for a in vision.attentions])) < TOL
+    for got, want in zip(r.maps[2:], o.attentions):
+        g, w = got.array(), want.numpy()
+        assert g.shape == w.shape
+        for b in range(2):  # the real rows over the real keys (a padded query row is no one's attention)
+            assert np.abs(g[b][:, real[b]][:, :, real[b]] - w[b][:, real[b]][:, :, real[b]]).max() < TOL
+            assert np.abs(g[b][:, real[b]][:, :, ~real[b]]).sum() < 1e-6  # nothing on the pads
+    for b in range(2):  # each row as it is alone (no padding)
+        ids = enc["input_ids"][b : b + 1, real[b]]
+        alone = m.analyze(feeds={"pixel_values": enc["pixel_values"][b : b + 1], "input_ids": ids})
+        for got, one in zip(r.maps[2:], alone.maps[2:]):
+            assert np.abs(got.array()[b][:, real[b]][:, :, real[b]] - one.array()[0]).max() < TOL
+    check_rows_placed(r, enc, o.attentions, tmp_path)
+
+
+def check_rows_placed(r, enc, attentions, tmp_path) -> None:
+    """Image regions of each batch row: a word's row over that row's image tokens (left padding shifts them), as
+    transformers' row at the processor's image-token positions; the figure of a row and the .npz say the same."""
+    from attnviz.core import io
+    from attnviz.core import view as v
+    from attnviz.core.rows import pick_row
+
+    for b, word in ((0, "cat"), (1, "dog")):
+        blocks = r.blocks(b)
+        dec = next(i for i, blk in enumerate(blocks) if blk.stack == "decoder")
+        image = np.flatnonzero(enc["input_ids"][b] == pm.IMAGE_TOKEN)
+        grid = v.image_source(r, blocks)[1]
+        assert [grid.key(*divmod(k, pm.GRID)) for k in range(pm.N_IMAGE)] == image.tolist()
+        row = dict(v.image_queries(r, blocks[dec], grid))[word]
+        assert enc["input_ids"][b, row] == pm.vocab()[word]
+        ov = v.overlay_view(r, v.Selection(block=dec, batch=b, layer=1, head=2, query=row), blocks=blocks)
+        want = attentions[1][b, 2, row].numpy()[image].reshape(pm.GRID, pm.GRID)
+        assert np.abs(ov.patch - want).max() < TOL
+        one = pick_row(r, b)  # a row taken out (its figure): the row's grid
+        assert (
+            one.token_grid == grid
+            and np.abs(v.overlay_view(one, v.Selection(block=dec, layer=1, head=2, query=row)).patch - want).max() < TOL
+        )
+    io.save_npz(r, tmp_path / "batch.npz")
+    back = io.load_npz(tmp_path / "batch.npz")
+    assert [back.token_grid_of(b) for b in range(2)] == [r.token_grid_of(b) for b in range(2)]
+
+
 def test_hub_decoder_is_said_to_be_causal_in_one_line(hub_repo, image, torch_model):
     """The Hub's decoder file cannot take the prefix mask: one line on open and with every run; its maps are what
     transformers computes without token_type_ids (causal), which are not the model's."""
@@ -163,12 +245,12 @@ def test_image_columns_labelled_with_the_patch_torch_puts_there(prefix_repo, ima
     """Hand-built: an image bright in one patch only changes exactly one of SigLIP's patch embeddings; the
     decoder's column of that image token is labelled with that patch's row and column, and the result's grid
     puts it there."""
-    from attnviz.core import view as v
+    from attnviz.core.attention import PatchGrid
 
     m = open_model(prefix_repo, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image))
     keys = r.blocks()[-1].key_axis.labels
-    assert r.token_grid == v.PatchGrid(pm.GRID, pm.GRID, 0)
+    assert r.token_grid == PatchGrid(pm.GRID, pm.GRID, 0)
     conv = torch_model.model.vision_tower.embeddings.patch_embedding
     base = torch.zeros(1, 3, pm.IMAGE, pm.IMAGE)
     for row in range(pm.GRID):
@@ -237,3 +319,15 @@ def test_image_regions_show_a_word_over_the_image(prefix_repo, image, torch_mode
         ov = v.overlay_view(r, v.Selection(block=dec, layer=layer, head=head, query=row))
         want = decoder[layer][0, head, row, : pm.N_IMAGE].reshape(pm.GRID, pm.GRID)
         assert ov.query_label == "cat" and np.abs(ov.patch - want).max() < TOL
+
+
+def test_two_placeholders_are_one_line_naming_the_familys_own(prefix_repo, image):
+    """More image tokens than the image's features: one line naming PaliGemma's placeholder (and that the
+    processor puts it in front when the prompt has none)."""
+    from attnviz import AttnvizError
+
+    m = open_model(prefix_repo, provider="cpu")
+    with pytest.raises(AttnvizError, match=f"{2 * pm.N_IMAGE} image tokens and the image gives {pm.N_IMAGE}") as e:
+        m.analyze(text="<image><image>a photo", image=str(image))
+    assert "write <image> once in the text" in str(e.value) and "or leave it out" in str(e.value)
+    assert "\n" not in str(e.value)

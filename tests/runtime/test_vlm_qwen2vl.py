@@ -195,6 +195,70 @@ def test_generation_equals_transformers_greedy(repo, image, torch_model, use_cac
     assert _max_diff(r.maps[2:], decoder) < TOL
 
 
+@pytest.mark.parametrize("inprocess", [False, True])
+def test_cached_generation_loops_beside_the_decoder_with_mrope_steps(repo, image, torch_model, monkeypatch, inprocess):
+    """The cached steps run in the loop beside the decoder's session (no request per token: StepPlan writes each
+    new token's M-RoPE positions [3, 1, 1], the count + the rope delta on all three axes), in the isolation child
+    and in-process alike: transformers' greedy tokens, and each step's maps equal transformers' own cached
+    generate's attentions for that step (its rope_deltas path), not only a full re-run's."""
+    from attnviz.runtime import vlm
+    from attnviz.runtime.model import AttentionModel
+
+    if inprocess:
+        monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    n = 8
+    px, grid = _processed(image)
+    ids = torch.as_tensor(
+        bd.prepare(open_model(repo, provider="cpu"), AnalyzeRequest(text=PROMPT, image=str(image))).prompts
+    )
+    torch_model.model.rope_deltas = None
+    torch_model.config.use_cache = True
+    try:
+        with torch.no_grad():
+            out = torch_model.generate(
+                input_ids=ids,
+                pixel_values=torch.as_tensor(px),
+                image_grid_thw=torch.as_tensor(grid),
+                mm_token_type_ids=qm.image_types(ids),
+                attention_mask=torch.ones(ids.shape, dtype=torch.int64),
+                max_new_tokens=n,
+                do_sample=False,
+                eos_token_id=None,
+                use_cache=True,
+                output_attentions=True,
+                return_dict_in_generate=True,
+            )
+    finally:
+        torch_model.config.use_cache = False
+    want_ids = out.sequences[0, ids.shape[1] :].tolist()
+
+    def no_step(self, tokens):
+        raise AssertionError("a generated token took a request of its own")
+
+    loops = []
+    run_loop = AttentionModel.run_loop
+    monkeypatch.setattr(AttentionModel, "run_loop", lambda self, *a, **k: loops.append(1) or run_loop(self, *a, **k))
+    monkeypatch.setattr(vlm.VLMCache, "step", no_step)
+    m = open_model(repo, provider="cpu")
+    m.meta["special"] = {k: v for k, v in m.meta.get("special", {}).items() if k != "eos"}
+    r = m.analyze(text=PROMPT, image=str(image), generate=n)
+    assert r.info["generation"] == "kv-cache" and r.info["generated_ids"] == want_ids
+    assert 1 <= len(loops) < n - 1  # chunks of steps (one here unless a chunk's time ran out), not one per token
+    t = ids.shape[1]
+    # transformers' step s (s = 0: the prompt) holds the rows of query t + s - 1 onwards over its keys so far
+    assert len(out.attentions) == n
+    worst = 0.0
+    for layer, got in enumerate(r.maps[2:]):
+        a = got.array()
+        assert a.shape[-2:] == (t + n - 1, t + n - 1)
+        for s, step in enumerate(out.attentions):
+            want = step[layer].numpy()
+            rows = slice(0, t) if s == 0 else slice(t + s - 1, t + s)
+            worst = max(worst, float(np.abs(a[:, :, rows, : want.shape[-1]] - want).max()))
+            assert not a[:, :, rows, want.shape[-1] :].any()  # keys a step could not see yet
+    assert worst < TOL
+
+
 def test_image_tokens_labelled_and_placed_on_the_merged_grid(repo, image):
     """Hand-built: an image bright in one 16 × 16 window changes, in transformers' processor's pixel_values, exactly
     the four patches the merger turns into one image token (rows 4k..4k+3 -> token k); attnviz labels that token
@@ -262,3 +326,12 @@ def test_bad_input_is_one_line(repo, tmp_path):
     (copy / "preprocessor_config.json").write_text(json.dumps(pre | {"merge_size": 4}))
     with pytest.raises(AttnvizError, match="merge_size is 4.*do not belong together"):
         open_model(copy, provider="cpu")
+
+
+def test_two_placeholders_are_one_line_naming_the_familys_own(repo, image):
+    """Qwen2-VL's placeholder is <|image_pad|>, not <image>: the line that the prompt's image tokens and the
+    image's features differ names it (and that the processor puts it in front when the prompt has none)."""
+    m = open_model(repo, provider="cpu")
+    with pytest.raises(AttnvizError, match="image tokens and the image gives") as e:
+        m.analyze(text="<|vision_start|><|image_pad|><|image_pad|><|vision_end|>describe", image=str(image))
+    assert "write <|image_pad|> once in the text" in str(e.value) and "<image>" not in str(e.value)

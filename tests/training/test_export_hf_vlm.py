@@ -25,7 +25,8 @@ from attnviz.runtime import builders as bd  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
 from attnviz.runtime.vlm import VLMSet  # noqa: E402
-from attnviz.training import hf_vlm  # noqa: E402
+from attnviz.training.hf_vlm_families import base as vlm_base  # noqa: E402
+from attnviz.training.hf_vlm_families import llava as vlm_llava  # noqa: E402
 
 TOL = 5e-4
 PROMPT = "<s> <image> a photo of the cat"
@@ -164,9 +165,11 @@ def _cli_error(capsys, args) -> str:
 
 
 def test_another_vlm_family_is_one_line_and_writes_nothing(tmp_path, capsys):
+    """LLaVA-NeXT (any-resolution tiles, not a family export-hf has a recipe for): refused in one line naming its type
+    and the families written, before the weights load; nothing written, the source untouched."""
     T = transformers
-    cfg = T.PaliGemmaConfig(
-        vision_config=T.SiglipVisionConfig(
+    cfg = T.LlavaNextConfig(
+        vision_config=T.CLIPVisionConfig(
             hidden_size=32,
             intermediate_size=64,
             num_hidden_layers=1,
@@ -174,22 +177,22 @@ def test_another_vlm_family_is_one_line_and_writes_nothing(tmp_path, capsys):
             image_size=32,
             patch_size=8,
         ),
-        text_config=T.GemmaConfig(
+        text_config=T.LlamaConfig(
             vocab_size=64,
             hidden_size=32,
             intermediate_size=64,
             num_hidden_layers=1,
             num_attention_heads=2,
             num_key_value_heads=1,
-            head_dim=16,
         ),
+        image_grid_pinpoints=[[32, 32]],
     )
-    src = tmp_path / "tiny-paligemma"
-    T.PaliGemmaForConditionalGeneration(cfg).save_pretrained(str(src))
+    src = tmp_path / "tiny-llava-next"
+    T.LlavaNextForConditionalGeneration(cfg).save_pretrained(str(src))
     before = digest(src)
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
-    assert "'paligemma'" in err and "llava only" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-paligemma"] and digest(src) == before
+    assert "'llava_next'" in err and "llava, idefics3, paligemma, qwen2_vl, qwen2_5_vl only" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava-next"] and digest(src) == before
 
 
 def test_a_llava_without_its_image_processor_is_one_line(tmp_path, capsys):
@@ -204,8 +207,8 @@ def test_an_export_that_differs_from_transformers_is_not_published(tmp_path, cap
     """A decoder traced on embeddings scaled by 1.5 (a wrong export whose inputs and outputs look right): the check
     finds its maps off and refuses in one line; no OUT folder, no staging folder left."""
     src = save_source(tmp_path / "tiny-llava")
-    forward = hf_vlm._Decoder.forward
-    monkeypatch.setattr(hf_vlm._Decoder, "forward", lambda self, e, *rest: forward(self, e * 1.5, *rest))
+    forward = vlm_base.Decoder.forward
+    monkeypatch.setattr(vlm_base.Decoder, "forward", lambda self, e, *rest: forward(self, e * 1.5, *rest))
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
     assert "export check failed: maps differ from transformers" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava"]
@@ -215,12 +218,14 @@ def test_an_operator_torch_cannot_export_is_one_line(tmp_path, capsys, monkeypat
     """An image tower that counts with ``torch.histc`` (as Qwen3-MoE's routing does): torch runs it, its ONNX
     exporter has no form for it; export-hf names the operator in one line and writes nothing."""
     src = save_source(tmp_path / "tiny-llava")
-    forward = hf_vlm._LlavaVision.forward
+    forward = vlm_llava.LlavaVision.forward
 
     def with_histc(self, pixel_values):
         return forward(self, pixel_values) + 0 * torch.histc(pixel_values, bins=4).sum()
 
-    monkeypatch.setattr(hf_vlm._LlavaVision, "forward", with_histc)
+    monkeypatch.setattr(vlm_llava.LlavaVision, "forward", with_histc)
     err = _cli_error(capsys, ["export-hf", str(src), "--out", str(tmp_path / "out")])
-    assert "torch cannot export the operator aten::histc" in err
+    assert (
+        "LlavaForConditionalGeneration (onnx/vision_encoder.onnx): torch cannot export the operator aten::histc" in err
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-llava"]

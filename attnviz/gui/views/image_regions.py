@@ -2,7 +2,8 @@
 
 Queries are the generated caption words (cross-attention over image patches) or, for a
 vision encoder, CLS / the mean over patch queries (self-attention, rollout allowed) / a patch clicked on the
-image ("where does this patch look?").  A strip
+image ("where does this patch look?"); a vision–language decoder's words over its image tokens, a tiled image's
+global image (Idefics3 / SmolVLM) in a second picture beside the tiles, on the same colour scale.  A strip
 below shows one thumbnail per generated word ("Show, Attend and Tell").  What lies under the heat
 (grey image, colour image, heat only) is the selection's ``image_base``, so the export draws it too.
 """
@@ -34,9 +35,10 @@ from attnviz.gui.views.base import View, info_label
 
 THUMB_PX = 96
 OVERLAY_PX = 448  # the heat overlay is computed at least this large
+CAPTION_ROOM = 0.07  # of the picture's longer side: the room above the tiles and the global image for their captions
 
 
-def heat_rgba(ov: vm.OverlayView, cmap: str = style.HEAT_NAME) -> np.ndarray:
+def heat_rgba(ov: vm.OverlayView | vm.OverlayPanel, cmap: str = style.HEAT_NAME) -> np.ndarray:
     """The view model's heat and opacity as ``[H, W, 4]`` uint8 (the figure maps the same numbers)."""
     rgb = style.lut(cmap)[np.clip(ov.heat * 255, 0, 255).astype(np.uint8)][..., :3]
     return np.dstack([rgb, np.round(ov.alpha * 255)]).astype(np.uint8)
@@ -57,6 +59,21 @@ def _resize(img: np.ndarray, side: int) -> np.ndarray:
     return img[ys][:, xs]
 
 
+def _picture() -> tuple[pg.ViewBox, pg.ImageItem, pg.ImageItem, QGraphicsRectItem]:
+    """A view box with the image, the heat over it and the query patch's outline (a clicked patch), as the
+    exported figure draws them."""
+    vb = pg.ViewBox(lockAspect=True, invertY=True, enableMenu=False)
+    image, overlay = pg.ImageItem(axisOrder="row-major"), pg.ImageItem(axisOrder="row-major")
+    overlay.setZValue(5)
+    outline = QGraphicsRectItem()
+    outline.setPen(pg.mkPen(vm.QUERY_OUTLINE, width=1.5, cosmetic=True))
+    outline.setZValue(10)
+    outline.hide()
+    for item in (image, overlay, outline):
+        vb.addItem(item)
+    return vb, image, overlay, outline
+
+
 class ImageRegionsView(View):
     title = tab_title("image")
 
@@ -64,18 +81,18 @@ class ImageRegionsView(View):
         super().__init__(session, parent)
         style.configure()
         self.glw = pg.GraphicsLayoutWidget()
-        self.vb = self.glw.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
-        self.image_item = pg.ImageItem(axisOrder="row-major")
-        self.overlay_item = pg.ImageItem(axisOrder="row-major")
-        self.overlay_item.setZValue(5)
-        self.vb.addItem(self.image_item)
-        self.vb.addItem(self.overlay_item)
-        # the query patch's outline (a clicked patch), as the exported figure draws it
-        self.query_outline = QGraphicsRectItem()
-        self.query_outline.setPen(pg.mkPen(vm.QUERY_OUTLINE, width=1.5, cosmetic=True))
-        self.query_outline.setZValue(10)
-        self.query_outline.hide()
-        self.vb.addItem(self.query_outline)
+        self.vb, self.image_item, self.overlay_item, self.query_outline = _picture()
+        self.glw.ci.addItem(self.vb, row=0, col=0)
+        self.glw.ci.layout.setColumnStretchFactor(0, 1)
+        # a tiled VLM image's global image: a second picture beside the tiles, captioned with the row's share of
+        # each (the view model's OverlayView.global_panel); in the layout only while there is one
+        self.gvb, self.g_image_item, self.g_overlay_item, self.g_outline = _picture()
+        self.captions = (pg.TextItem(anchor=(0.5, 1.0)), pg.TextItem(anchor=(0.5, 1.0)))  # just above each picture
+        for vb, caption in zip((self.vb, self.gvb), self.captions):
+            caption.setColor("k")
+            caption.hide()
+            vb.addItem(caption)
+        self._two = False
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.query_bar = QHBoxLayout()
         self.query_group = QButtonGroup(self)
@@ -119,6 +136,7 @@ class ImageRegionsView(View):
         self.queries: list[tuple[str, int]] = []  # (label, query row in the source block)
         self.query = 0
         self.patch_map: np.ndarray | None = None
+        self.global_map: np.ndarray | None = None  # the global image's map beside the tiles (None: one picture)
         self._image_size: tuple[int, int] | None = None  # (height, width) of the image drawn, in its pixels
         self._struct_key = None
         self._strip_key: tuple | None = None  # (result, selection) the strip was drawn for
@@ -178,12 +196,17 @@ class ImageRegionsView(View):
         src = self.source() if self.session.result is not None else None
         if src is None or src[2] != "self" or ev.button() != Qt.MouseButton.LeftButton or self._image_size is None:
             return
-        at = self.vb.mapSceneToView(ev.scenePos())
+        grid, vb, name = src[1], self.vb, ""
+        if self._two and src[1].global_grid is not None and self.gvb.sceneBoundingRect().contains(ev.scenePos()):
+            grid, vb, name = src[1].global_grid, self.gvb, f"{vm.GLOBAL_PANEL} "  # a patch of the global image
+        at = vb.mapSceneToView(ev.scenePos())
         h, w = self._image_size
-        picked = vm.patch_query(src[1], at.x(), at.y(), w, h)
+        picked = vm.patch_query(grid, at.x(), at.y(), w, h)
         if picked is None:
             return
-        keep = [q for q in self.queries if not q[0].startswith("patch (")]  # one clicked patch at a time
+        picked = (name + picked[0], picked[1])  # the view model's name for it (the figure's title)
+        # one clicked patch at a time
+        keep = [q for q in self.queries if not q[0].startswith(("patch (", f"{vm.GLOBAL_PANEL} patch ("))]
         self.queries = [*keep, picked]
         self._make_buttons()
         self.set_query(len(self.queries) - 1)
@@ -236,22 +259,38 @@ class ImageRegionsView(View):
         k = max(1, int(np.ceil(OVERLAY_PX / max(h, w))))
         ov = self.overlay_for(self.query, (h * k, w * k))
         self.patch_map = ov.patch
+        self.global_map = ov.global_panel.patch if ov.global_panel is not None else None
         base = s.sel.image_base
         if self.base_box.currentData() != base:
             self.base_box.blockSignals(True)  # showing the selection is not a new choice
             self.base_box.setCurrentIndex(max(0, self.base_box.findData(base)))
             self.base_box.blockSignals(False)
         under = np.round(vm.base_rgb(img, base) * 255).astype(np.uint8)
-        self.image_item.setImage(under, autoLevels=False, levels=(0, 255))
-        self.overlay_item.setImage(heat_rgba(ov), autoLevels=False, levels=(0, 255))
-        self.overlay_item.setRect(QRectF(0, 0, w, h))
-        rect = ov.query_rect(w, h)
-        self.query_outline.setVisible(rect is not None)
-        if rect is not None:
-            self.query_outline.setRect(QRectF(*rect))
-        self.vb.setRange(QRectF(0, 0, w, h), padding=0)
+        glob = ov.global_panel
+        self._show_two(glob is not None)
+        pictures: list[tuple] = [(self.vb, self.image_item, self.overlay_item, self.query_outline, ov)]
+        top = 0.0
+        if glob is not None:
+            pictures.append((self.gvb, self.g_image_item, self.g_overlay_item, self.g_outline, glob))
+            top = CAPTION_ROOM * max(h, w)  # room above each picture for its caption
+            for label, text in zip(self.captions, ov.captions):
+                label.setText(text)
+                label.setPos(w / 2, 0)
+        for vb, image_item, overlay_item, outline, panel in pictures:
+            image_item.setImage(under, autoLevels=False, levels=(0, 255))
+            overlay_item.setImage(heat_rgba(panel), autoLevels=False, levels=(0, 255))
+            overlay_item.setRect(QRectF(0, 0, w, h))
+            rect = panel.query_rect(w, h)
+            outline.setVisible(rect is not None)
+            if rect is not None:
+                outline.setRect(QRectF(*rect))
+            vb.setRange(QRectF(0, -top, w, h + top), padding=0)
         blk = s.blocks[bi]
         r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
+        beside = ""
+        if glob is not None:  # the global image's own grid and peak, after the tiles'
+            gr, gc = np.unravel_index(int(np.argmax(glob.patch)), glob.patch.shape)
+            beside = f" · global image {glob.grid.rows}×{glob.grid.cols} beside them, peak at ({gr}, {gc})"
         if grid.columns:  # a VLM's tiles
             extra = "tiles in place"
         elif (blk.stack, blk.kind) == (
@@ -263,10 +302,24 @@ class ImageRegionsView(View):
             extra = f"+{grid.offset} non-patch"
         self.info.setText(
             f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} ({extra}) · peak at patch ({r}, {c})"
-            f" · colours span 0–{ov.vmax:.3g}"
+            f"{beside} · colours span 0–{ov.vmax:.3g}"
         )
         self.block_name = blk.name
         self._draw_strip(grid, img, kind)
+
+    def _show_two(self, two: bool) -> None:
+        """The global image's picture and the two captions in the layout, or the tiles' picture alone."""
+        if two == self._two:
+            return
+        self._two = two
+        lay = self.glw.ci
+        for caption in self.captions:
+            caption.setVisible(two)
+        if two:
+            lay.addItem(self.gvb, row=0, col=1)
+        else:
+            lay.removeItem(self.gvb)
+        lay.layout.setColumnStretchFactor(1, int(two))  # two pictures of one size, or the one across the view
 
     def _draw_strip(self, grid, img, kind) -> None:
         s = self.session

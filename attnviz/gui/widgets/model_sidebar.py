@@ -8,6 +8,7 @@ import json
 from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
 
 from attnviz.core import view as vm
+from attnviz.core.token_counts import token_rows
 
 # a model from elsewhere may carry 200,000 metadata entries or a 60 MB value: each section shows this many rows
 # (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
@@ -149,8 +150,7 @@ class ModelSidebar(QTreeWidget):
                     + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks),
                 )
             )
-            if r.tokens is not None:
-                rows.append(("tokens", str(len(r.tokens))))
+            rows += token_rows(r)  # a VLM's or captioner's words and image tokens apart
             if r.generated:
                 rows.append(("generated", " ".join(r.generated)))
             pred = prediction(r, m.meta if m is not None else {})
@@ -173,6 +173,7 @@ class ModelSidebar(QTreeWidget):
                     "image",
                     "generated_ids",
                     "rows",
+                    "token_grids",  # each batch row's image-token grid (Image regions places them)
                     "fidelity",  # the Model section's warnings
                 ) or v in (None, "", [], {}):
                     continue

@@ -23,6 +23,16 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def add_variant_argument(p: argparse.ArgumentParser) -> None:
+    """``--variant``: which of a Hub repository's quantized sibling files to open (inspect, extract, figure, open)."""
+    p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
+        "'attnviz inspect REPO' lists them)",
+    )
+
+
 def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     if model_required:
         p.add_argument(
@@ -121,7 +131,7 @@ def analyze_from_args(args):
     from attnviz.runtime.host import prestart
 
     prestart()  # the isolation child starts while the model is read
-    # --variant: extract's (a Hub repository's quantized siblings); the other commands sharing this have none
+    # --variant: a Hub repository's quantized siblings (commands without the flag open full precision)
     model = open_model(
         args.model, provider=args.provider, tokenizer=args.tokenizer, variant=getattr(args, "variant", None)
     )

@@ -6,16 +6,11 @@ HELP = "run a model and save every attention map to .npz (attn_000... [B,H,Tq,Tk
 
 
 def add_arguments(p):
-    from attnviz.runtime.commands.common import add_input_arguments
+    from attnviz.runtime.commands.common import add_input_arguments, add_variant_argument
 
     add_input_arguments(p)
     p.add_argument("--out", required=True, metavar="OUT.npz", help="output file")
-    p.add_argument(
-        "--variant",
-        metavar="NAME",
-        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
-        "'attnviz inspect REPO' lists them)",
-    )
+    add_variant_argument(p)
 
 
 def run(args) -> int:

@@ -20,16 +20,13 @@ def clean(value, limit: int | None = None) -> str:
 
 
 def add_arguments(p):
+    from attnviz.runtime.commands.common import add_variant_argument
+
     p.add_argument(
         "model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument(
-        "--variant",
-        metavar="NAME",
-        help="a Hub repository's quantized sibling files (q4, int8, fp16, quantized, ...; default full precision; "
-        "'attnviz inspect REPO' lists them)",
-    )
+    add_variant_argument(p)
     p.add_argument(
         "--no-probe", action="store_true", help="skip the short dummy run that confirms labels and head counts"
     )
@@ -93,6 +90,7 @@ def run(args) -> int:
         print(
             f"  {i:>3}  {s['stack']:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
             + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
+            + (f"  (within {clean(s['window'])})" if s.get("window") else "")
         )
     _method_legend(d["sites"])
     return 0

@@ -39,8 +39,16 @@ class Site:
 
     def info(self, heads: int | None = None) -> SiteInfo:
         tower = self.extra.get("tower")  # a dual encoder's (labels.py)
+        window = self.extra.get("window")  # a windowed vision block's (a VLM family's, vlm.py)
         return SiteInfo(
-            self.stack, self.kind, self.layer, int(heads or self.heads), self.node_name, self.method, tower=tower
+            self.stack,
+            self.kind,
+            self.layer,
+            int(heads or self.heads),
+            self.node_name,
+            self.method,
+            tower=tower,
+            window=window,
         )
 
 

@@ -8,6 +8,7 @@ from attnviz.runtime.vlm_families.idefics3 import Idefics3
 from attnviz.runtime.vlm_families.llava import Llava
 from attnviz.runtime.vlm_families.paligemma import PaliGemma
 from attnviz.runtime.vlm_families.qwen2vl import Qwen2VL
+from attnviz.runtime.vlm_families.qwen25vl import Qwen25VL
 
 # model_type -> the family whose processor and placeholder expansion attnviz follows (SmolVLM v1 is idefics3)
 FAMILIES: dict[str, type[Family]] = {
@@ -15,6 +16,7 @@ FAMILIES: dict[str, type[Family]] = {
     "idefics3": Idefics3,
     "paligemma": PaliGemma,
     "qwen2_vl": Qwen2VL,
+    "qwen2_5_vl": Qwen25VL,
 }
 
 

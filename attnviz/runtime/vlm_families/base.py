@@ -46,7 +46,11 @@ class Family:
 
     name = ""
     token: int  # the placeholder id (config.json image_token_index / image_token_id)
+    placeholder = "<image>"  # what the prompt says where the image goes (the processor expands it)
+    placed_when_missing = False  # the processor puts the placeholder in front of a prompt without one
     position_offset = 0  # added to the positions counted over the real tokens (PaliGemma counts from 1)
+    # the decoder's position_ids axes before [B, T] (Qwen2-VL's M-RoPE: 3, a cached step's equal on each)
+    position_axes: tuple[int, ...] = ()
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
@@ -70,6 +74,10 @@ class Family:
     def images_per_row(self, pixels: np.ndarray) -> list[int]:
         """How many of the vision file's images (its output's first axis) each prompt row holds."""
         return [1] * int(pixels.shape[0])
+
+    def vision_window(self, layer: int) -> str | None:
+        """What a vision block attends within when not the whole image (Qwen2.5-VL's windows), for its label."""
+        return None
 
     def probe_pixels(self, spec: ip.ImageSpec) -> np.ndarray:
         return np.zeros((1, spec.channels, spec.height, spec.width), np.float32)
@@ -99,5 +107,11 @@ class Family:
         """One line each for what the decoder file cannot do that the model does (the maps are the export's)."""
         return []
 
+    def placeholder_fix(self) -> str:
+        """How to write the prompt so that its image tokens are the image's features: the family's own
+        placeholder, once."""
+        fix = f"write {self.placeholder} once in the text (it is expanded to the image's tokens)"
+        return fix + (" or leave it out (it is put before the text)" if self.placed_when_missing else "")
+
     def describe(self) -> dict:
-        return {"family": self.name, "token": self.token}
+        return {"family": self.name, "token": self.token, "placeholder": self.placeholder}

@@ -13,7 +13,8 @@ then ``\\n<fake_token_around_image><global-img>`` with the global image's tokens
 ``<fake_token_around_image>``; unsplit, only the global part.  The expanded text goes through the tokenizer whole
 (its newlines are the tokenizer's own).  Image tokens are labelled ``t{k}[r,c]`` (tile ``k`` in reading order,
 feature row and column) and ``g[r,c]`` (the global image); the result's token grid places the tiles side by side
-on the resized image, each key column on its tile and feature cell.
+on the resized image, each key column on its tile and feature cell, and the global image's keys on a grid of their
+own over the same picture (``PatchGrid.global_grid``: Image regions draws it beside the tiles).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def for_vision_encoder(h: int, w: int, m: int) -> tuple[int, int]:
 
 class Idefics3(Family):
     name = "idefics3"
+    placeholder = IMAGE
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -242,7 +244,7 @@ class Idefics3Tokens(ip.TextEncoder):
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
         if text.count(IMAGE) > 1:
             raise AttnvizError(
-                f"the prompt holds {text.count(IMAGE)} {IMAGE} placeholders; give one image, write {IMAGE} once"
+                f"the prompt holds {text.count(IMAGE)} {IMAGE} placeholders; give one image, {self.family.placeholder_fix()}"
             )
         if IMAGE in text:
             text = text.replace(IMAGE, self.family.expansion(self.tiles or Tiles()))
@@ -290,8 +292,9 @@ class Idefics3Tokens(ip.TextEncoder):
         return out
 
     def image_grid(self, ids) -> PatchGrid | None:
-        """The first image's tiles side by side (each key column on its tile's feature cell), or its global image
-        when it was not split; ``stop`` after the global image's closing marker."""
+        """The first image's tiles side by side (each key column on its tile's feature cell) with its global image
+        (the whole picture at one tile's resolution) as the grid's ``global_grid``, or the global image alone when
+        it was not split; ``stop`` after the global image's closing marker."""
         side, n = self.family.side, self.family.n
         tiles: dict[tuple[int, int], int] = {}
         for cell, start, length in self._runs(ids):
@@ -311,7 +314,10 @@ class Idefics3Tokens(ip.TextEncoder):
                 for y in range(rows * side)
                 for x in range(cols * side)
             ]
-            return PatchGrid(rows * side, cols * side, min(columns), columns=tuple(columns), stop=stop)
+            whole = PatchGrid(side, side, start)
+            return PatchGrid(
+                rows * side, cols * side, min(columns), columns=tuple(columns), stop=stop, global_grid=whole
+            )
         return None
 
     def is_special(self, i: int) -> bool:

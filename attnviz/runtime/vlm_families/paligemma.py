@@ -33,6 +33,8 @@ NO_PREFIX_MASK = (
 
 class PaliGemma(Family):
     name = "paligemma"
+    placeholder = IMAGE
+    placed_when_missing = True  # PaliGemmaProcessor puts the image's tokens in front of a prompt without <image>
     position_offset = 1  # PaliGemma's positions count from 1 (PaliGemmaModel.forward, prepare_inputs_for_generation)
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):

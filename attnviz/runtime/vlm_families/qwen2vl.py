@@ -104,6 +104,9 @@ def rope_index(ids: np.ndarray, mask: np.ndarray, image: int, grids: list[tuple[
 
 class Qwen2VL(Family):
     name = "qwen2-vl"
+    placeholder = PAD
+    placed_when_missing = True  # the chat template's <|vision_start|><|image_pad|><|vision_end|> before the text
+    position_axes = (3,)  # M-RoPE's temporal, row and column positions
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)

@@ -1,0 +1,271 @@
+"""The one view model: what a view shows, computed once for the screen and for the figure.
+
+A :class:`Selection` says what the user looks at (block, layers, head or aggregate, generation
+step, batch row, special tokens, kept mass, log scale, query).  The functions below turn it plus
+an :class:`~attnviz.core.AttentionResult` into plain numbers and strings -- :class:`MapView`
+(heatmap, alignment), :func:`thumbnails` (overview), :class:`LinksView` (token links),
+:class:`OverlayView` (image regions) -- and hold the palette, colour maps and the label rules.
+The GUI draws these with pyqtgraph, :mod:`attnviz.figures` with matplotlib; neither decides
+anything about *what* is shown, so what is on screen is what is exported.
+
+Numpy only: no Qt, no matplotlib, no onnxruntime.
+
+The modules, each importing only those above it (no cycles):
+
+- :mod:`.palette` -- colours, colour maps, the colour scales (constants only)
+- :mod:`.selection` -- :class:`Selection`, :class:`ViewError`, the blocks and the matrix a selection picks
+- :mod:`.defaults` -- what a freshly opened result shows; :mod:`.labels` -- token labels and ticks
+- :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
+- :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
+- :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
+- :mod:`.links` -- token links; :mod:`.strip` -- one panel per generated word
+- :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: the keys, the drawing, the view
+- :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
+
+Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level
+setting patches the submodule that reads it (``attnviz.core.view.overview.POOL_THREADS_FROM``).
+"""
+
+from __future__ import annotations
+
+from attnviz.core.view.alignment import (
+    alignment_map,
+    cross_block,
+    row_story,
+)
+from attnviz.core.view.colourbar import (
+    CBAR_TICKS,
+    HIDDEN_NOTE,
+    check_scale,
+    colour_range,
+    log_ticks,
+    nice_ticks,
+    notes_label,
+    overview_label,
+    overview_scale,
+    overview_top,
+    scale_ticks,
+    weight_label,
+)
+from attnviz.core.view.compare import (
+    DIFF_CMAP,
+    DIFF_COLOURS,
+    DIFF_FLOOR,
+    DIFF_TITLE,
+    DIVERGENCE_COLOURS,
+    compute_diff_map,
+    compute_other_map,
+    divergence_colour,
+    map_label,
+    matching_selection,
+)
+from attnviz.core.view.defaults import (
+    DECODER_TEXT,
+    DEFAULT_GENERATE,
+    declared_alignment,
+    default_generate,
+    default_image_base,
+    default_selection,
+)
+from attnviz.core.view.heat import (
+    IMAGE_BASES,
+    SMOOTH_SIGMA,
+    base_rgb,
+    check_image_base,
+    composite,
+    grey_base,
+    overlay_alpha,
+    upsample,
+)
+from attnviz.core.view.labels import (
+    MAX_LABEL_CHARS,
+    clean_label,
+    clean_labels,
+    tick_indices,
+)
+from attnviz.core.view.links import (
+    LINK_MIN,
+    LINKS_PER_ROW,
+    LinksView,
+    link_alpha,
+    link_heads,
+    links_view,
+    strongest_links,
+)
+from attnviz.core.view.maps import (
+    MapView,
+    compute_map,
+)
+from attnviz.core.view.overlay import (
+    GLOBAL_PANEL,
+    QUERY_OUTLINE,
+    TILES_PANEL,
+    OverlayPanel,
+    OverlayView,
+    overlay_view,
+)
+from attnviz.core.view.overview import (
+    POOL_THREADS_FROM,
+    THUMB,
+    THUMB_CACHE_ENTRIES,
+    block_top,
+    downsample,
+    scale_top,
+    thumbnails,
+    thumbnails_kept,
+)
+from attnviz.core.view.palette import (
+    DEFAULT_SCALE,
+    HEAD_COLOURS,
+    LOG_DECADES,
+    MAP_CMAP,
+    OVERLAY_CMAP,
+    SCALES,
+)
+from attnviz.core.view.patches import (
+    block_grid,
+    caption_rows,
+    global_grid,
+    image_queries,
+    image_source,
+    patch_grid_for,
+    patch_label,
+    patch_query,
+    step_query,
+)
+from attnviz.core.view.selection import (
+    MODE_TITLES,
+    MODES,
+    Selection,
+    ViewError,
+    blk_len,
+    check_not_empty,
+    clamp,
+    head_matrix,
+    hide_mask,
+    layer_range,
+    map_inputs,
+    result_blocks,
+)
+from attnviz.core.view.steps import (
+    generation_rows,
+    n_steps,
+    producing_row,
+    step_rows,
+    target_rows,
+    word_special,
+)
+from attnviz.core.view.strip import (
+    StripPanel,
+    StripView,
+    over_image,
+    strip_block,
+    strip_view,
+)
+
+__all__ = [
+    "CBAR_TICKS",
+    "DECODER_TEXT",
+    "DEFAULT_GENERATE",
+    "DEFAULT_SCALE",
+    "DIFF_CMAP",
+    "DIFF_COLOURS",
+    "DIFF_FLOOR",
+    "DIFF_TITLE",
+    "DIVERGENCE_COLOURS",
+    "GLOBAL_PANEL",
+    "HEAD_COLOURS",
+    "HIDDEN_NOTE",
+    "IMAGE_BASES",
+    "LINKS_PER_ROW",
+    "LINK_MIN",
+    "LOG_DECADES",
+    "LinksView",
+    "MAP_CMAP",
+    "MAX_LABEL_CHARS",
+    "MODES",
+    "MODE_TITLES",
+    "MapView",
+    "OVERLAY_CMAP",
+    "OverlayPanel",
+    "OverlayView",
+    "POOL_THREADS_FROM",
+    "QUERY_OUTLINE",
+    "SCALES",
+    "SMOOTH_SIGMA",
+    "Selection",
+    "StripPanel",
+    "StripView",
+    "THUMB",
+    "THUMB_CACHE_ENTRIES",
+    "TILES_PANEL",
+    "ViewError",
+    "alignment_map",
+    "base_rgb",
+    "blk_len",
+    "block_grid",
+    "block_top",
+    "caption_rows",
+    "check_image_base",
+    "check_not_empty",
+    "check_scale",
+    "clamp",
+    "clean_label",
+    "clean_labels",
+    "colour_range",
+    "composite",
+    "compute_diff_map",
+    "compute_map",
+    "compute_other_map",
+    "cross_block",
+    "declared_alignment",
+    "default_generate",
+    "default_image_base",
+    "default_selection",
+    "divergence_colour",
+    "downsample",
+    "generation_rows",
+    "global_grid",
+    "grey_base",
+    "head_matrix",
+    "hide_mask",
+    "image_queries",
+    "image_source",
+    "layer_range",
+    "link_alpha",
+    "link_heads",
+    "links_view",
+    "log_ticks",
+    "map_inputs",
+    "map_label",
+    "matching_selection",
+    "n_steps",
+    "nice_ticks",
+    "notes_label",
+    "over_image",
+    "overlay_alpha",
+    "overlay_view",
+    "overview_label",
+    "overview_scale",
+    "overview_top",
+    "patch_grid_for",
+    "patch_label",
+    "patch_query",
+    "producing_row",
+    "result_blocks",
+    "row_story",
+    "scale_ticks",
+    "scale_top",
+    "step_query",
+    "step_rows",
+    "strip_block",
+    "strip_view",
+    "strongest_links",
+    "target_rows",
+    "thumbnails",
+    "thumbnails_kept",
+    "tick_indices",
+    "upsample",
+    "weight_label",
+    "word_special",
+]

@@ -1,0 +1,126 @@
+"""The heatmap: :class:`MapView` and :func:`compute_map`, the matrix a selection points at.
+
+Order: aggregate -> generation step -> hide special tokens -> keep mass; then labels, titles and the colour scale's
+top.  Alignment, token links, the strip, image regions and the comparison all start from this map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnviz.core import reduce
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view.colourbar import HIDDEN_NOTE
+from attnviz.core.view.labels import clean_labels
+from attnviz.core.view.overview import scale_top
+from attnviz.core.view.palette import DEFAULT_SCALE
+from attnviz.core.view.selection import (
+    Selection,
+    ViewError,
+    _special,
+    blk_len,
+    clamp,
+    head_matrix,
+    hide_mask,
+    result_blocks,
+)
+from attnviz.core.view.steps import n_steps, step_rows
+
+
+@dataclass
+class MapView:
+    """One drawable map: ``matrix[Tq, Tk]`` with labels and original positions."""
+
+    matrix: np.ndarray
+    q_labels: list[str]
+    k_labels: list[str]
+    q_pos: np.ndarray  # original query position of each row
+    k_pos: np.ndarray  # original key position of each column
+    title: str
+    block: Block | None = None
+    q_special: list[bool] = field(default_factory=list)
+    k_special: list[bool] = field(default_factory=list)
+    x_title: str = "key"
+    y_title: str = "query"
+    notes: list[str] = field(default_factory=list)  # "step 2/5", "top 90% mass" (also in the title)
+    vmax: float = 1.0  # the top of the colour scale (the selection's scale)
+    scale: str = DEFAULT_SCALE
+    k_values: list[float] | None = None  # a time series' value at each drawn key column (plotted above the map)
+    # a signed map (model A minus model B): a diverging colour map from vmin to vmax, centred on 0
+    diverging: bool = False
+    vmin: float = 0.0
+
+    def value(self, row: int, col: int) -> float:
+        return float(self.matrix[row, col])
+
+
+def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
+    """The matrix ``sel`` points at.  Order: aggregate -> generation step -> hide special -> keep mass."""
+    blocks = result_blocks(result, sel, blocks)
+    if not blocks:
+        raise ViewError("this result has no attention maps; nothing to draw", param="model")
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    m, what = head_matrix(blk, sel)
+    m = np.asarray(m, dtype=np.float32)
+    notes: list[str] = []
+    q_pos, k_pos = np.arange(m.shape[0]), np.arange(m.shape[1])
+    n = step_rows(result, blk, sel.step)
+    if n is not None:
+        q_pos = q_pos[:n]
+        if blk.kind == "self":
+            k_pos = k_pos[:n]
+        m = m[np.ix_(q_pos, k_pos)]
+        notes.append(f"step {sel.step + 1}/{n_steps(result)}")
+    q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
+    k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+    m, q_pos, k_pos, q_sp, k_sp = _hide(m, q_pos, k_pos, q_sp, k_sp, sel.hide_special, notes)
+    if sel.keep < 1.0:
+        m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+        notes.append(f"top {round(sel.keep * 100)}% mass")
+    q_labels = clean_labels(blk.query_axis.labels, q_pos)
+    k_labels = clean_labels(blk.key_axis.labels, k_pos)
+    xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
+    title = " · ".join([blk.name, what, *notes])
+    top = scale_top(result, sel, sel.block, m, blocks)
+    vals = blk.key_axis.values
+    k_values = [vals[i] for i in k_pos] if vals is not None else None
+    return MapView(
+        m,
+        q_labels,
+        k_labels,
+        q_pos,
+        k_pos,
+        title,
+        blk,
+        q_sp.tolist(),
+        k_sp.tolist(),
+        xt,
+        yt,
+        notes,
+        top,
+        sel.scale,
+        k_values,
+    )
+
+
+def _hide(
+    m: np.ndarray,
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    q_sp: np.ndarray,
+    k_sp: np.ndarray,
+    on: bool,
+    notes: list[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Drop special rows / columns (each axis on its own) and renormalise rows."""
+    if not on or not (q_sp.any() or k_sp.any()):
+        return m, q_pos, k_pos, q_sp, k_sp
+    dq, dk = hide_mask(q_sp), hide_mask(k_sp)
+    if not (dq.any() or dk.any()):
+        return m, q_pos, k_pos, q_sp, k_sp
+    m = reduce.drop_positions(m, dq, dk, renormalize=True)
+    notes.append(HIDDEN_NOTE)
+    return m, q_pos[~dq], k_pos[~dk], q_sp[~dq], k_sp[~dk]

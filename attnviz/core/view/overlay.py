@@ -1,0 +1,159 @@
+"""Image regions, the view: one query's attention over the image patches (:func:`overlay_view`).
+
+A tiled VLM image's global image is drawn beside the tiles on the same scale (:class:`OverlayPanel`); the query
+patch's outline (:meth:`OverlayView.query_rect`) is where the screen and the figure draw it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.core.attention import AttentionResult, Block, PatchGrid
+from attnviz.core.view.heat import overlay_alpha, upsample
+from attnviz.core.view.labels import clean_label
+from attnviz.core.view.maps import compute_map
+from attnviz.core.view.patches import global_grid, image_queries, image_source, patch_label, step_query
+from attnviz.core.view.selection import Selection, ViewError, clamp, result_blocks
+
+QUERY_OUTLINE = "white"  # the outline of a query patch on the image: screen and figure draw it alike
+
+
+def _cell_rect(
+    grid: PatchGrid, cell: tuple[int, int] | None, width: float, height: float
+) -> tuple[float, float, float, float] | None:
+    if cell is None:
+        return None
+    r, c = cell
+    cw, ch = width / grid.cols, height / grid.rows
+    return c * cw, r * ch, cw, ch
+
+
+@dataclass
+class OverlayPanel:
+    """The same query's attention over a second set of the image's tokens, drawn beside the overlay on the same
+    picture: a tiled VLM image's global image (Idefics3 / SmolVLM keep the whole picture again at one tile's
+    resolution, its own run of tokens after the tiles).  The overlay's colour scale, base and opacity rule, so the
+    two panels compare: a word may look at the tiles, the global image or both."""
+
+    name: str
+    patch: np.ndarray  # [rows, cols] weights
+    grid: PatchGrid
+    heat: np.ndarray
+    alpha: np.ndarray
+    share: float  # the fraction of the query row's weight on these keys
+    query_cell: tuple[int, int] | None = None
+
+    def query_rect(self, width: float, height: float) -> tuple[float, float, float, float] | None:
+        return _cell_rect(self.grid, self.query_cell, width, height)
+
+    @property
+    def caption(self) -> str:
+        return f"{self.name} · {self.share:.0%} of the row"
+
+
+GLOBAL_PANEL = "global image"
+TILES_PANEL = "tiles"
+
+
+@dataclass
+class OverlayView:
+    """One query's attention over the image patches, and the heat to lay over the image."""
+
+    patch: np.ndarray  # [rows, cols] weights
+    grid: PatchGrid
+    query_label: str
+    block_index: int
+    heat: np.ndarray  # [H, W] in [0, 1]: the patch map smoothly upsampled, divided by vmax
+    alpha: np.ndarray  # [H, W] opacity: unattended regions keep the image visible
+    vmax: float
+    title: str
+    base: str = "grey"  # what lies under the heat (IMAGE_BASES)
+    query_cell: tuple[int, int] | None = None  # (row, col) of the query patch, outlined on the image; None: no patch
+    # a tiled VLM image's global image, drawn beside the tiles on the same scale (None: one picture)
+    global_panel: OverlayPanel | None = None
+    share: float = 1.0  # the fraction of the query row's weight on this grid's keys (said beside a global panel)
+
+    def query_rect(self, width: float, height: float) -> tuple[float, float, float, float] | None:
+        """``(x, y, w, h)`` of the query patch on an image ``width`` × ``height`` (pixel edges at 0 and width), or
+        None: the outline the screen and the figure draw around the patch whose attention is shown."""
+        return _cell_rect(self.grid, self.query_cell, width, height)
+
+    @property
+    def captions(self) -> tuple[str, ...]:
+        """The panels' captions above the tiles and the global image, with the row's weight on each (none for one
+        picture): the screen and the figure write the same."""
+        if self.global_panel is None:
+            return ()
+        return (f"{TILES_PANEL} · {self.share:.0%} of the row", self.global_panel.caption)
+
+
+def overlay_view(
+    result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None, blocks: list[Block] | None = None
+) -> OverlayView:
+    """The image-regions overlay: ``sel.query`` row (None: the default query) of the image block."""
+    blocks = result_blocks(result, sel, blocks)
+    src = image_source(result, blocks, sel.block)
+    if src is None:
+        raise ViewError(
+            "image regions need an image input (a vision or captioning model); this result has no image patches",
+            param="image",
+        )
+    bi, grid, kind = src
+    s = clamp(
+        sel.with_(
+            block=bi,
+            step=-1,
+            hide_special=False,
+            keep=1.0,
+            mode="mean" if kind == "cross" and sel.mode == "rollout" else sel.mode,
+        ),
+        blocks,
+    )
+    mv = compute_map(result, s, blocks)
+    queries = image_queries(result, blocks[bi], grid)
+    rows = [r for _, r in queries]
+    query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None
+    if query is None:
+        query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
+    cell = None
+    if query < 0:
+        vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
+    else:
+        vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
+        label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
+        if kind == "self" and grid.cell(query) is not None:  # a patch as the query
+            label = patch_label(grid, query)
+            cell = grid.cell(query)
+    patch = grid.to_image(vec)
+    whole = global_grid(grid, len(vec))
+    if whole is not None and query >= 0 and whole.cell(query) is not None:  # a global image's token as the query
+        label = f"{GLOBAL_PANEL} {patch_label(whole, query)}"
+    if size is None:
+        shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
+        size = (int(shape[0]), int(shape[1]))
+    # the top of the drawn (smoothed) weights, which the colour bar states: sampled 8 times a cell whatever the
+    # drawing's size, so the screen (finer) and the figure (the image's pixels) share one scale; with a global
+    # image beside the tiles, the top of both (one colour bar: which of the two a word looks at shows)
+    vmax = _drawn_top(patch)
+    glob = None
+    if whole is not None:
+        gpatch = whole.to_image(vec)
+        vmax = max(vmax, _drawn_top(gpatch))
+        gheat = np.clip(upsample(gpatch, size) / vmax, 0.0, 1.0)
+        total = max(float(np.sum(vec)), 1e-12)
+        gcell = whole.cell(query) if query >= 0 else None
+        glob = OverlayPanel(
+            GLOBAL_PANEL, gpatch, whole, gheat, overlay_alpha(gheat, sel.image_base), float(gpatch.sum()) / total, gcell
+        )
+    heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
+    alpha = overlay_alpha(heat, sel.image_base)
+    title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
+    share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
+    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
+
+
+def _drawn_top(patch: np.ndarray) -> float:
+    r, c = patch.shape
+    return max(float(upsample(patch, (8 * r, 8 * c)).max()), 1e-6)

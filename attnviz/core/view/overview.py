@@ -1,0 +1,241 @@
+"""The overview: every head max-pooled to a thumbnail, cached per result and filter setting.
+
+:func:`thumbnails` pools each head's full map (after the step, hidden special tokens and kept mass) to at most
+:data:`THUMB` cells a side, on threads for large layers, and keeps the result with the result object.  The "shared"
+colour scale's top is the block's largest pooled weight (max-pooling keeps maxima), so :func:`block_top` and
+:func:`scale_top` live here too and every map view reads its scale from this module.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.core import reduce
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view.colourbar import check_scale
+from attnviz.core.view.selection import Selection, _special, blk_len, hide_mask, result_blocks
+from attnviz.core.view.steps import step_rows
+
+THUMB = 64  # overview maps are max-pooled to at most this many cells a side (screen and figure)
+
+
+def block_top(result: AttentionResult, sel: Selection, block: int, blocks: list[Block] | None = None) -> float:
+    """The largest weight any head of ``block`` gives, after the selection's step, hidden tokens and kept mass:
+    the top of the "shared" scale (the overview's thumbnails keep it: max-pooling keeps maxima)."""
+    thumbs = thumbnails(result, sel, THUMB, blocks, only_block=block)
+    return max((float(m.max()) for m in thumbs.values() if m.size), default=1.0)
+
+
+def scale_top(
+    result: AttentionResult, sel: Selection, block: int, m: np.ndarray, blocks: list[Block] | None = None
+) -> float:
+    """The top of the colour scale for map ``m`` of ``block`` on the selection's scale."""
+    scale = check_scale(sel.scale)
+    if scale == "fixed":
+        return 1.0
+    top = block_top(result, sel, block, blocks) if scale == "shared" else float(np.nanmax(m)) if m.size else 0.0
+    return max(top, 1e-6)
+
+
+def _pool_axis(m: np.ndarray, f: int, axis: int) -> np.ndarray:
+    """Max over runs of ``f`` positions along ``axis``; a short last run also counts a 0 (the zero padding)."""
+    n = m.shape[axis]
+    full = n - n % f
+    lead = (slice(None),) * (axis % m.ndim)
+    whole = m[lead + (slice(0, full),)]
+    out = whole.reshape(m.shape[: axis % m.ndim] + (full // f, f) + m.shape[axis % m.ndim + 1 :]).max(
+        axis=axis % m.ndim + 1
+    )
+    if full < n:
+        tail = np.maximum(m[lead + (slice(full, n),)].max(axis=axis, keepdims=True), 0)
+        out = np.concatenate([out, tail.astype(out.dtype)], axis=axis)
+    return out
+
+
+def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:
+    """Max-pool ``[..., Tq, Tk]`` so neither side exceeds ``max_side`` (keeps sharp peaks visible).
+
+    Cells are runs of ``ceil(T / max_side)`` positions from the start; a short last run is pooled as if padded
+    with zeros.  Rows first, through a reshape: that reads the map once, contiguously (72 maps of 2,048² in
+    about the time memory takes to deliver them), and leaves a map ``f`` times smaller for the columns.
+    """
+    tq, tk = m.shape[-2:]
+    fq = -(-tq // max_side)
+    fk = -(-tk // max_side)
+    if fq > 1:
+        m = _pool_axis(m, fq, -2)
+    if fk > 1:
+        m = _pool_axis(m, fk, -1)
+    return m
+
+
+THUMB_CACHE_ENTRIES = 64  # filter settings (per block) remembered per result: a keep slider drag adds one each
+
+
+class _ThumbCache:
+    """The overview's reductions of one result, per block and per filter setting that changes them.
+
+    Only the step, the hidden special tokens, the kept mass and the batch row change the numbers: the colour
+    scale, log and focus only change how they are drawn, so they never reach this cache.  None of the filters
+    can be derived from another setting's 64-cell reduction -- a step or hidden tokens move the cell borders and
+    cut cells in two, hiding renormalises each row by its own kept mass, keeping mass thresholds each row by its
+    own weights -- so each setting is pooled from the full maps once and kept.  Settings that leave a block
+    unchanged (a step on an encoder block, hiding where the block has no special token) share its entry.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, list[np.ndarray]] = {}
+
+    def get(self, key: tuple) -> list[np.ndarray] | None:
+        return self.entries.get(key)
+
+    def put(self, key: tuple, layers: list[np.ndarray]) -> None:
+        if len(self.entries) >= THUMB_CACHE_ENTRIES:
+            self.entries.pop(next(iter(self.entries)))
+        self.entries[key] = layers
+
+
+_THUMB_CACHES: dict[int, tuple[weakref.ref, _ThumbCache]] = {}
+
+
+def _thumb_cache(result: AttentionResult) -> _ThumbCache:
+    """The result's cache; it goes with the result (a weak reference: results are not hashable)."""
+    key = id(result)
+    entry = _THUMB_CACHES.get(key)
+    if entry is None or entry[0]() is not result:
+
+        def forget(_: weakref.ref) -> None:  # the result is gone: so is what was kept for it
+            _THUMB_CACHES.pop(key, None)
+
+        entry = (weakref.ref(result, forget), _ThumbCache())
+        _THUMB_CACHES[key] = entry
+    return entry[1]
+
+
+@dataclass(frozen=True, eq=False)
+class _Filters:
+    """What the filters do to one block: the rows / keys a step leaves (``step`` None: all) and the special
+    positions hiding drops on each axis."""
+
+    step: int | None
+    n_q: int
+    n_k: int
+    drop_q: np.ndarray
+    drop_k: np.ndarray
+
+    @property
+    def hides(self) -> bool:
+        return bool(self.drop_q.any() or self.drop_k.any())
+
+
+def _block_filters(result: AttentionResult, blk: Block, sel: Selection) -> _Filters:
+    q_pos, k_pos = np.arange(blk_len(blk, 0)), np.arange(blk_len(blk, 1))
+    n = step_rows(result, blk, sel.step)
+    if n is not None:
+        q_pos = q_pos[:n]
+        k_pos = k_pos[:n] if blk.kind == "self" else k_pos
+    q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
+    k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+    dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
+    return _Filters(n, len(q_pos), len(k_pos), dq, dk)
+
+
+def _block_key(result: AttentionResult, bi: int, blk: Block, sel: Selection, max_side: int, f: _Filters) -> tuple:
+    """The cache key of one block's thumbnails: only what changes their numbers."""
+    hidden = (np.flatnonzero(f.drop_q).tobytes(), np.flatnonzero(f.drop_k).tobytes()) if f.hides else None
+    maps = tuple(id(result.maps[i]) for i in blk.sites)  # the result holds them: ids stay theirs
+    return (max_side, sel.batch, bi, maps, f.n_q, f.n_k, hidden, float(sel.keep) if sel.keep < 1.0 else 1.0)
+
+
+# Pooling 72 maps of 2,048² reads 1.2 GB: one core delivers it in ~155 ms of CPU, so the heads are shared among
+# threads (numpy's reductions release the GIL).  Below this many cells a layer the threads' start-up costs more.
+POOL_THREADS_FROM = 4_000_000
+_POOL: list = []  # the shared executor, made on first use (a result of 512 tokens never needs one)
+
+
+def _pool_map(fn: Callable[[int], np.ndarray], n: int, cells: int) -> list[np.ndarray]:
+    """``[fn(i) for i in range(n)]``, on threads when the layer is large enough to pay for them."""
+    import os
+
+    workers = min(n, os.cpu_count() or 1, 8)
+    if workers < 2 or cells < POOL_THREADS_FROM:
+        return [fn(i) for i in range(n)]
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(min(os.cpu_count() or 1, 8), thread_name_prefix="attnviz-pool"))
+    return list(_POOL[0].map(fn, range(n)))
+
+
+def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[np.ndarray]:
+    """``[H, <=max_side, <=max_side]`` per layer of one block, pooled from its full maps.
+
+    Every head is pooled on its own (a contiguous read of its map), large layers on threads.  Hiding and kept
+    mass make a new map per head (one head at a time per thread: a 2,048-token layer would need 200 MB for each
+    temporary)."""
+    hide = f.hides
+    out = []
+    for layer in range(blk.n_layers):
+        a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
+        if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
+            a = a[:, : f.n_q, : f.n_k]
+
+        def head(h: int, a: np.ndarray = a) -> np.ndarray:
+            m = reduce.drop_positions(a[h], f.drop_q, f.drop_k) if hide else a[h]  # the head map's numbers
+            if sel.keep < 1.0:
+                m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+            return downsample(m, max_side)
+
+        small = np.stack(_pool_map(head, a.shape[0], a.size))
+        small.flags.writeable = False  # shared by every later draw: nobody may change it in place
+        out.append(small)
+    return out
+
+
+def thumbnails(
+    result: AttentionResult,
+    sel: Selection | int = -1,
+    max_side: int = THUMB,
+    blocks: list[Block] | None = None,
+    only_block: int | None = None,
+    use_cache: bool = True,
+) -> dict:
+    """``{(block, layer, head): [<=max_side, <=max_side]}``: every head after the step, special-token
+    and kept-mass filters, max-pooled.  The app's analyze job calls it in the inference worker for a new
+    result, so the GUI thread only uploads small images; each filter setting is pooled once per result and
+    kept with it (``use_cache=False`` pools again and replaces what was kept).
+    """
+    if isinstance(sel, (int, np.integer)):
+        sel = Selection(step=int(sel))
+    blocks = result_blocks(result, sel, blocks)
+    cache = _thumb_cache(result)
+    out = {}
+    for bi, blk in enumerate(blocks):
+        if only_block is not None and bi != only_block:
+            continue
+        filters = _block_filters(result, blk, sel)
+        key = _block_key(result, bi, blk, sel, max_side, filters)
+        layers = cache.get(key) if use_cache else None
+        if layers is None:
+            layers = _pool_block(blk, sel, max_side, filters)
+            cache.put(key, layers)
+        for layer, small in enumerate(layers):
+            for h in range(small.shape[0]):
+                out[(bi, layer, h)] = small[h]
+    return out
+
+
+def thumbnails_kept(
+    result: AttentionResult, sel: Selection, max_side: int = THUMB, blocks: list[Block] | None = None
+) -> bool:
+    """Whether every block's thumbnails for ``sel`` are already kept with ``result`` (no pooling to do)."""
+    blocks = result_blocks(result, sel, blocks)
+    cache = _thumb_cache(result)
+    return all(
+        cache.get(_block_key(result, bi, blk, sel, max_side, _block_filters(result, blk, sel))) is not None
+        for bi, blk in enumerate(blocks)
+    )

@@ -1,0 +1,22 @@
+"""The palette, colour maps and colour scales: one choice for screen and print.
+
+Constants only (no imports from the rest of the view model), so every module -- and :class:`Selection`'s default
+scale -- can read them without an import cycle.
+"""
+
+from __future__ import annotations
+
+# Okabe & Ito (2008) colour-blind-safe qualitative palette, for overlaid heads
+HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+MAP_CMAP = "viridis"  # token x token maps: perceptually uniform, colour-blind safe
+OVERLAY_CMAP = "magma"  # heat over the image: dark = unattended, bright = attended
+LOG_DECADES = 3  # log scale spans this many decades below the top weight
+# colour scales: what the top of a map's colour bar is -> the words the colour bar says it in
+SCALES = {
+    "fixed": "fixed 0–1",  # weights are probabilities: 1 is the most any can be
+    "shared": "shared by the block's heads",  # the largest weight of any head of the block: heads compare
+    "map": "stretched to this map",  # to the map's own maximum: most contrast; near-uniform maps look saturated
+}
+# the default cannot mislead: on 0–1 near-uniform attention (0.1 everywhere in a random-init BERT) looks faint, as
+# it is; a stretched scale would paint it as bright as a head that puts all its weight on one token
+DEFAULT_SCALE = "fixed"

@@ -1,0 +1,124 @@
+"""Image regions, the keys: which of a block's keys are the image's patches and which queries look at them.
+
+The patch grid of a block (a Swin stage's own, a VLM's image run, a ViT's), the block that attends to the image,
+the query choices (caption words, CLS, a clicked patch) and their labels.  No drawing here: :mod:`.overlay` turns
+one query's row into the picture, :mod:`.heat` draws it over the image.
+"""
+
+from __future__ import annotations
+
+from attnviz.core import windows
+from attnviz.core.attention import AttentionResult, Block, PatchGrid
+from attnviz.core.view.labels import clean_label
+from attnviz.core.view.selection import blk_len
+from attnviz.core.view.steps import generation_rows, n_steps, producing_row
+
+
+def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
+    g = result.patch_grid
+    if g is not None and g.offset + g.n <= n_keys:
+        return g
+    return PatchGrid.infer(n_keys)
+
+
+def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
+    """The patch grid a block's keys lie on.  A stage of a hierarchical (Swin) encoder has its own, the result's
+    grid (the first stage's: the image's patches) halved per stage; every other block shares the result's."""
+    n_keys = blk_len(blk, 1)
+    g = result.token_grid_of(blk.batch)  # a padded batch's rows hold their image tokens at keys of their own
+    if g is not None and blk.stack == "decoder" and blk.kind == "self":  # a VLM: the image's run of its own keys
+        return g if g.end <= n_keys else None
+    if blk.stage and result.patch_grid is not None:
+        g = windows.stage_grid(result.patch_grid, blk.stage)
+        return g if g.n == n_keys else None
+    return patch_grid_for(result, n_keys)
+
+
+def image_source(
+    result: AttentionResult, blocks: list[Block], prefer: int | None = None
+) -> tuple[int, PatchGrid, str] | None:
+    """``(block index, grid, kind)`` of the attention over image patches, or None.
+
+    The selected block when it attends to the patches; else cross-attention (captioning: where
+    each word looks), else a vision–language decoder's self-attention to its image tokens (the same question),
+    else the first self-attention block over the patches (a ViT).
+    """
+    if result.image is None and result.patch_grid is None:
+        return None
+
+    def grid_of(i):
+        return block_grid(result, blocks[i])
+
+    order = [prefer] if prefer is not None and 0 <= prefer < len(blocks) else []
+    order += [i for i, b in enumerate(blocks) if b.kind == "cross"]
+    if result.token_grid is not None:
+        order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "decoder"]
+    order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "encoder"]
+    for i in order:
+        g = grid_of(i)
+        if g is not None:
+            return i, g, blocks[i].kind
+    return None
+
+
+def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
+    """``(query row, word)`` for the caption words that were given (typed), not generated.
+
+    The same rule as for generated words: a word is shown at the row that chose it, and a given word at
+    decoder position ``p`` was chosen (forced) at row ``p - 1``.  Empty without a known prompt of more than
+    the start token.
+    """
+    n = min(int(result.prompt_len or 0), blk_len(blk, 0) + 1, len(blk.query_axis))
+    if blk.stack != "decoder" or n <= 1:
+        return []
+    return [(p - 1, str(blk.query_axis.labels[p])) for p in range(1, n)]
+
+
+def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[tuple[str, int]]:
+    """``(label, query row)`` choices: the given and generated caption words (cross), else CLS and the mean of
+    patch queries (-1)."""
+    if blk.kind == "cross":
+        given = caption_rows(result, blk)
+        if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
+            return [(clean_label(w), r) for r, w in given]
+        return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
+    g = result.token_grid_of(blk.batch)
+    if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
+        # a vision–language decoder: each text token after the image, at its own row (where that word looks)
+        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]
+    first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
+    # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images
+    out = [(first, 0)] if grid.offset > 0 and not grid.lead_images else []
+    return out + [("all patches (mean)", -1)]
+
+
+def patch_query(grid: PatchGrid, x: float, y: float, width: int, height: int) -> tuple[str, int] | None:
+    """``(label, query row)`` of the patch under pixel ``(x, y)`` of an image ``width`` × ``height`` (None outside
+    it): "where does this patch look?".  Patch ``(r, c)`` covers the image's ``r``-th of ``rows`` bands, as
+    :meth:`PatchGrid.to_image` lays a row of keys out and :func:`upsample` stretches it."""
+    if not (0 <= x < width and 0 <= y < height):
+        return None
+    r = min(int(y * grid.rows / height), grid.rows - 1)
+    c = min(int(x * grid.cols / width), grid.cols - 1)
+    row = grid.key(r, c)
+    return patch_label(grid, row), row
+
+
+def patch_label(grid: PatchGrid, row: int) -> str:
+    """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure)."""
+    r, c = grid.cell(row) or divmod(row - grid.offset, grid.cols)
+    return f"patch ({r}, {c})"
+
+
+def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:
+    """Index into ``queries`` of generated word ``step`` (given caption words come first); 0 for no step."""
+    if step < 0 or not n_steps(result):
+        return 0
+    row = producing_row(result, blk_len(blk, 0), min(step, n_steps(result) - 1))
+    return next((i for i, (_, r) in enumerate(queries) if r == row), len(queries) - 1)
+
+
+def global_grid(grid: PatchGrid, n_keys: int) -> PatchGrid | None:
+    """A tiled VLM image's global image grid, when its keys are within the block's (a stored file may lie)."""
+    g = grid.global_grid
+    return g if g is not None and g.offset + g.n <= n_keys else None

@@ -1,0 +1,145 @@
+"""What the user looks at: :class:`Selection`, and what it picks out of a result.
+
+The selection's modes, clamping its indices to a result's shape, the blocks of its batch row, and the ``[Tq, Tk]``
+matrix of one head, an aggregate over heads or rollout (:func:`head_matrix`).  Every view reads these; they read
+nothing of the views, so this module sits at the bottom of the view model (with :mod:`.palette`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core import reduce
+from attnviz.core.attention import AttentionResult, Block, TokenAxis
+from attnviz.core.view.palette import DEFAULT_SCALE
+
+
+class ViewError(AttnvizError, ValueError):
+    """A selection the view model cannot draw (rollout over cross-attention, no image, ...)."""
+
+
+# "head" shows one head; the others reduce over heads (and layers in the layer range)
+MODES = ("head", "mean", "max", "min", "rollout")
+MODE_TITLES = {
+    "head": "single head",
+    "mean": "mean over heads",
+    "max": "max over heads",
+    "min": "min over heads",
+    "rollout": "attention rollout",
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The current focus; change it with :meth:`with_` (it is immutable, so it can key caches)."""
+
+    block: int = 0  # index into result.blocks(batch)
+    layer: int = 0
+    head: int = 0
+    mode: str = "head"  # one of MODES
+    layer_lo: int = 0  # layer range used by the aggregates and rollout (inclusive)
+    layer_hi: int = -1  # -1 = last layer
+    keep: float = 1.0  # keep, per row, the largest weights holding this fraction of the mass
+    log: bool = False  # log colour scale
+    hide_special: bool = False  # drop special-token rows/columns and renormalise rows
+    step: int = -1  # generated steps shown (-1 = all)
+    batch: int = 0  # batch row
+    query: int | None = None  # a query position of interest (image regions, links focus, heatmap mark)
+    rows: str = "predict"  # alignment rows: "predict" = the decoder row that chose a word, "input" = the row reading it
+    image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
+    heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
+    scale: str = DEFAULT_SCALE  # the colour scale's top, one of SCALES
+
+    def with_(self, **changes: Any) -> Selection:
+        return replace(self, **changes)
+
+
+def layer_range(sel: Selection, n_layers: int) -> tuple[int, int]:
+    hi = n_layers - 1 if sel.layer_hi < 0 else min(sel.layer_hi, n_layers - 1)
+    lo = max(0, min(sel.layer_lo, hi))
+    return lo, hi
+
+
+def clamp(sel: Selection, blocks: list[Block]) -> Selection:
+    """Keep indices inside the result's shape."""
+    if not blocks:
+        return sel
+    b = min(max(sel.block, 0), len(blocks) - 1)
+    blk = blocks[b]
+    layer = min(max(sel.layer, 0), blk.n_layers - 1)
+    head = min(max(sel.head, 0), blk.heads_in(layer) - 1)
+    lo = min(max(sel.layer_lo, 0), blk.n_layers - 1)
+    hi = sel.layer_hi if sel.layer_hi < 0 else min(max(sel.layer_hi, lo), blk.n_layers - 1)
+    return sel.with_(block=b, layer=layer, head=head, layer_lo=lo, layer_hi=hi)
+
+
+def blk_len(blk: Block, axis: int) -> int:
+    shape = blk.result.maps[blk.sites[0]].shape
+    return int(shape[2 + axis])
+
+
+def result_blocks(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[Block]:
+    if blocks is None or (blocks and blocks[0].batch != sel.batch):
+        if not 0 <= sel.batch < max(1, result.batch_size):
+            raise ViewError(
+                f"batch row {sel.batch} is out of range; this result has rows 0..{result.batch_size - 1}",
+                param="batch",
+            )
+        blocks = result.blocks(sel.batch)
+    for blk in blocks:
+        check_not_empty(blk)
+    return blocks
+
+
+def check_not_empty(blk: Block) -> None:
+    """Refuse a block with no heads or no tokens: every mean, pooling factor and colour range divides by them."""
+    for i in blk.sites:
+        shape = tuple(blk.result.maps[i].shape)
+        if 0 in shape[1:]:
+            raise ViewError(
+                f"{blk.name} has an empty map {list(shape)} [B, H, Tq, Tk]: no heads or tokens to show",
+                param="model",
+            )
+
+
+def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
+    """``[Tq, Tk]`` for one head, a head aggregate over the layer range, or rollout; and what it is."""
+    lo, hi = layer_range(sel, blk.n_layers)
+    rng = f"layer {lo}" if lo == hi else f"layers {lo}–{hi}"
+    if sel.mode == "head":
+        return blk.head(sel.layer, sel.head), f"layer {sel.layer} · head {sel.head}"
+    if sel.mode in reduce.HEAD_AGGREGATES:
+        per_layer = [blk.layer(i) for i in range(lo, hi + 1)]
+        heads = per_layer[0] if len(per_layer) == 1 else np.concatenate(per_layer, axis=0)  # one layer: no copy
+        return reduce.aggregate_heads(heads, sel.mode), f"{rng} · {sel.mode} over heads"
+    if sel.mode == "rollout":
+        if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
+            raise ViewError(
+                "rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
+                "self-attention block or a mean/max/min aggregate",
+                param="aggregate",
+            )
+        return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), f"rollout {rng}"
+    raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
+
+
+def _special(axis: TokenAxis, positions: np.ndarray, n_full: int) -> np.ndarray:
+    if len(axis) != n_full:  # axis labels do not describe this map (e.g. unlabelled positions)
+        return np.zeros(len(positions), bool)
+    return np.asarray(axis.special, bool)[positions]
+
+
+def hide_mask(special: np.ndarray) -> np.ndarray:
+    """Which positions "hide special tokens" drops: the special ones, unless that would drop all of them."""
+    return special if not special.all() else np.zeros_like(special)
+
+
+def map_inputs(sel: Selection) -> Selection:
+    """``sel`` less what :func:`compute_map` does not read: selections with equal inputs give the same map, so
+    a cache keyed on this redraws nothing when only those change (a head switch under "mean over heads")."""
+    sel = sel.with_(query=None, rows="predict", image_base="grey", heads=())
+    return sel if sel.mode == "head" else sel.with_(layer=0, head=0)

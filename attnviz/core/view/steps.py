@@ -1,0 +1,82 @@
+"""Generation steps: which decoder row chose which word, and how many rows a step shows.
+
+One rule for every view (heatmap, alignment, strip, image regions): the query at decoder position ``p`` predicts
+the token at ``p + 1``.  A teacher-forced target's rows follow the same convention (:func:`target_rows`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view.selection import blk_len
+
+
+def n_steps(result: AttentionResult | None) -> int:
+    return len(result.generated or []) if result is not None else 0
+
+
+def producing_row(result: AttentionResult, tq: int, k: int) -> int:
+    """Decoder query row whose output chose generated token ``k`` (0-based).
+
+    The query at decoder position ``p`` predicts the token at ``p + 1``, so token ``k`` was chosen
+    by row ``prompt_len - 1 + k``.  Without a known prompt length the axis ends with the generated
+    tokens except the last (the runtime does not feed the final token back), so row ``tq - g + k``.
+    """
+    if result.prompt_len and result.prompt_len > 0:
+        return int(result.prompt_len) - 1 + k
+    return tq - n_steps(result) + k
+
+
+def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
+    """``(query row, word)`` for each generated word of a decoder block (one rule for every view).
+
+    Without generated words (teacher forcing) every query row with its own token.
+    """
+    tq = blk_len(blk, 0)
+    if blk.stack == "decoder" and n_steps(result):
+        rows = [(r, str(w)) for k, w in enumerate(result.generated) if 0 <= (r := producing_row(result, tq, k)) < tq]
+        if rows:
+            return rows
+    return [(i, str(blk.query_axis.labels[i])) for i in range(tq)]
+
+
+def target_rows(blk: Block, convention: str, n_rows: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Query rows, words and special flags of a teacher-forced target ([start] + target tokens read by the
+    decoder): the row that predicts each target token ("predict": row t - 1 for token t) or the row that reads
+    it ("input", Shift-Att: row t).  The start token is no target word, so it has no row either way (the rule
+    of ``attnviz align``: ``core.align.row_words``)."""
+    ax = blk.query_axis
+    n = min(n_rows, len(ax.labels))
+    special = list(ax.special or [False] * n)
+    shift = 1 if convention == "predict" else 0  # the word on row r sits at position r + shift
+    rows = [r for r in range(n) if 0 < r + shift < n]
+    return (
+        np.array(rows, int),
+        [str(ax.labels[r + shift]) for r in rows],
+        np.array([bool(special[r + shift]) if r + shift < len(special) else False for r in rows], bool),
+    )
+
+
+def word_special(result: AttentionResult, blk: Block, row: int, word: str) -> bool:
+    """Is the word chosen at query ``row`` a special token (EOS...)?  It sits at decoder position row + 1."""
+    ax = blk.query_axis
+    special = list(ax.special or [])
+    if not n_steps(result):
+        return bool(special[row]) if row < len(special) else False
+    if row + 1 < len(special) and ax.labels[row + 1] == word:
+        return bool(special[row + 1])
+    s = str(word)
+    return (s.startswith("<") and s.endswith(">")) or (s.startswith("[") and s.endswith("]"))
+
+
+def step_rows(result: AttentionResult, block: Block, step: int) -> int | None:
+    """How many decoder positions are visible at generation step ``step`` (None = all).
+
+    Step ``s`` shows the positions that existed when the ``s``-th generated token was chosen.
+    """
+    g = n_steps(result)
+    if step < 0 or g == 0 or block.stack != "decoder" or step >= g:
+        return None
+    tq = blk_len(block, 0)
+    return max(1, min(tq, producing_row(result, tq, step) + 1))

@@ -1,0 +1,115 @@
+"""The strip ("Show, Attend and Tell"): one panel per generated word and where it looked.
+
+Over text a panel is a row of the Alignment view; over an image it is that word's Image regions overlay
+(:func:`~.overlay.overlay_view`), so the strip reuses both views' rules rather than having its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnviz.core import reduce
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.view.colourbar import HIDDEN_NOTE
+from attnviz.core.view.labels import clean_label
+from attnviz.core.view.maps import compute_map
+from attnviz.core.view.overview import scale_top
+from attnviz.core.view.palette import DEFAULT_SCALE
+from attnviz.core.view.patches import block_grid, caption_rows
+from attnviz.core.view.selection import Selection, ViewError, hide_mask, result_blocks
+from attnviz.core.view.steps import generation_rows, n_steps
+
+
+@dataclass
+class StripPanel:
+    """One word's panel: the decoder ``row`` that chose ``word`` and its weights over the keys ``k_pos``."""
+
+    word: str
+    row: int
+    k_pos: np.ndarray
+    k_labels: list[str]
+    k_special: list[bool]
+    weights: np.ndarray
+
+
+@dataclass
+class StripView:
+    """The strip: one panel per word.  Over an image (``image``) each panel is the word's :func:`overlay_view`
+    (``weights`` empty); over text the keys shaded by the word's weights, on one colour scale up to ``vmax``."""
+
+    block_index: int
+    block: Block
+    image: bool
+    panels: list[StripPanel]
+    vmax: float
+    title: str
+    notes: list[str] = field(default_factory=list)
+    scale: str = DEFAULT_SCALE
+
+
+def over_image(result: AttentionResult, blk: Block) -> bool:
+    """Cross-attention from words to the image's patches (a captioning decoder)."""
+    return blk.kind == "cross" and result.image is not None and block_grid(result, blk) is not None
+
+
+def strip_block(result: AttentionResult, blocks: list[Block], sel: Selection) -> int | None:
+    """The block the strip shows: the selected one when it is a decoder's; else cross-attention over the image,
+    else the decoder's cross-attention, else its self-attention (a decoder-only model)."""
+    if 0 <= sel.block < len(blocks) and blocks[sel.block].stack == "decoder":
+        return sel.block
+    order = [i for i, b in enumerate(blocks) if over_image(result, b)]
+    order += [i for i, b in enumerate(blocks) if b.stack == "decoder" and b.kind == "cross"]
+    order += [i for i, b in enumerate(blocks) if b.stack == "decoder" and b.kind == "self"]
+    return order[0] if order else None
+
+
+def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> StripView:
+    """Each generated word (up to ``sel.step``; over an image the typed caption words first) with where it
+    looked.  Over text a panel is a row of the Alignment view: the same row convention (``sel.rows``), special
+    keys hidden and rows renormalised, the mass kept; over an image it is the Image regions overlay of that word."""
+    blocks = result_blocks(result, sel, blocks)
+    b = strip_block(result, blocks, sel)
+    if b is None:
+        raise ViewError("the strip view needs a decoder: attention from the generated words", param="view")
+    blk = blocks[b]
+    image = over_image(result, blk)
+    base = sel.with_(block=b, step=-1, hide_special=False, keep=1.0)
+    if image and sel.mode == "rollout":
+        base = base.with_(mode="mean")  # rollout multiplies square self-attention maps
+    mv = compute_map(result, base, blocks)
+    rows = generation_rows(result, blk) if n_steps(result) else []
+    if not image and blk.kind == "cross" and sel.rows == "input":  # Alignment's rows: word k on the row reading it
+        rows = [(r + 1, w) for r, w in rows if r + 1 < mv.matrix.shape[0]]
+    notes: list[str] = []
+    if sel.step >= 0 and rows:
+        rows = rows[: sel.step + 1]
+        notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+    if image:
+        rows = caption_rows(result, blk) + rows
+    panels: list[StripPanel] = []
+    hidden = False
+    for row, word in rows:
+        cols = np.arange(mv.matrix.shape[1])
+        if blk.kind == "self":  # a decoder sees only the tokens up to its own position
+            cols = cols[: row + 1]
+        w = np.asarray(mv.matrix[row], np.float32)[cols] if not image else np.zeros(0, np.float32)
+        special = np.asarray([mv.k_special[j] for j in cols], bool) if mv.k_special else np.zeros(len(cols), bool)
+        if not image and sel.hide_special and special.any():
+            drop = hide_mask(special)
+            cols, w, special = cols[~drop], w[~drop], special[~drop]
+            w = w / max(float(w.sum()), 1e-12)
+            hidden = hidden or bool(drop.any())
+        if not image and sel.keep < 1.0:
+            w = reduce.keep_mass(w[None], max(sel.keep, 1e-3))[0]
+        panels.append(StripPanel(clean_label(word), row, cols, [mv.k_labels[j] for j in cols], special.tolist(), w))
+    if hidden:
+        notes.append(HIDDEN_NOTE)
+    if not image and sel.keep < 1.0:
+        notes.append(f"top {round(sel.keep * 100)}% mass")
+    vmax = max((float(p.weights.max()) for p in panels if p.weights.size), default=0.0)
+    if sel.scale != "map" or image:  # fixed 0–1 or the block's top (over an image each panel is its own overlay)
+        vmax = scale_top(result, sel.with_(block=b), b, mv.matrix, blocks)
+    title = " · ".join([mv.title, *notes])
+    return StripView(b, blk, image, panels, max(vmax, 1e-6), title, notes, sel.scale)
