@@ -2,11 +2,11 @@
 
 Kept under ``~/.cache/attnviz-tests`` (``ATTNVIZ_TEST_CACHE``) beside the optimum exports (tests/optimum_env.py),
 each in a folder named by a key over everything its bytes depend on: the sources of the builder's module and of
-every test helper and ``attnviz`` module it reaches (the package's own exporter included, so a change to it
-exports again), the arguments, and the Python / torch / transformers / tokenizers / onnx versions.  Built in a
-temporary folder and renamed into place: a reader sees a whole folder or none, and a second run (or a concurrent
-one) on the same machine skips the build while a fresh machine (CI) builds it.  Tests read a copy.  A folder
-that a newer key replaced is removed once unused for ten minutes.
+every test helper it reaches, of the whole ``attnviz`` package where one uses it (the package's own exporter: a
+change to the package exports again), the arguments, and the Python / torch / transformers / tokenizers / onnx
+versions.  Built in a temporary folder and renamed into place: a reader sees a whole folder or none, and a second
+run (or a concurrent one) on the same machine skips the build while a fresh machine (CI) builds it.  Tests read a
+copy.  A folder that a newer key replaced is removed once unused for ten minutes.
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ def _module_of(value) -> ModuleType | None:
 
 
 def sources(*modules: ModuleType) -> list[str]:
-    """The source of each module and of every test helper (a file beside this one) or attnviz module it imports,
-    recursively (names imported from a module count as that module)."""
+    """The source of each module and of every test helper (a file beside this one) it imports, recursively (names
+    imported from a module count as that module); where any of them takes something from attnviz, the sources of
+    the whole package too (which of its modules a process has imported varies, so the key does not follow them)."""
     seen: dict[Path, str] = {}
+    package = False
     todo = list(modules)
     while todo:
         m = todo.pop()
@@ -52,10 +54,14 @@ def sources(*modules: ModuleType) -> list[str]:
             path = Path(inspect.getfile(m)).resolve()
         except (TypeError, OSError):
             continue
-        if path in seen or path == Path(__file__).resolve() or not (path.parent == HERE or PACKAGE in path.parents):
-            continue  # (this module: it decides where things are kept, not what they hold)
+        if PACKAGE in path.parents:
+            package = True
+        if path in seen or path == Path(__file__).resolve() or path.parent != HERE:
+            continue  # (this module decides where things are kept, not what they hold)
         seen[path] = path.read_text(encoding="utf-8")
         todo += [x for x in map(_module_of, vars(m).values()) if x is not None]
+    if package:
+        seen.update({f: f.read_text(encoding="utf-8") for f in PACKAGE.rglob("*.py")})
     return [seen[p] for p in sorted(seen)]
 
 
