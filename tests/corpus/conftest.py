@@ -10,15 +10,14 @@ from planted import corpus_lines, planted_model
 HERE = Path(__file__).parent
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_local():
     """One local Ray cluster (2 CPUs) for this folder's Ray tests: started by the first that asks (seconds of
-    start-up each time), shut down when the run leaves the folder (pytest_runtest_teardown) or the session ends."""
+    start-up each time) and kept for the next, shut down when the run leaves the folder (pytest_runtest_teardown)."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    ray.shutdown()
+    return ray
 
 
 def pytest_runtest_teardown(item, nextitem):
