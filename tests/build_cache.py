@@ -2,8 +2,8 @@
 
 Kept under ``~/.cache/attnviz-tests`` (``ATTNVIZ_TEST_CACHE``) beside the optimum exports (tests/optimum_env.py),
 each in a folder named by a key over everything its bytes depend on: the sources of the builder's module and of
-every test helper it reaches, of the whole ``attnviz`` package where one uses it (the package's own exporter: a
-change to the package exports again), the arguments, and the Python / torch / transformers / tokenizers / onnx
+every test helper it reaches, of the ``attnviz`` modules they use and those modules' imports (the package's own
+exporter: a change to it exports again), the arguments, and the Python / torch / transformers / tokenizers / onnx
 versions.  Built in a temporary folder and renamed into place: a reader sees a whole folder or none, and a second
 run (or a concurrent one) on the same machine skips the build while a fresh machine (CI) builds it.  Tests read a
 copy.  A folder that a newer key replaced is removed once unused for ten minutes.
@@ -11,6 +11,7 @@ copy.  A folder that a newer key replaced is removed once unused for ten minutes
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.metadata
 import inspect
@@ -43,10 +44,11 @@ def _module_of(value) -> ModuleType | None:
 
 def sources(*modules: ModuleType) -> list[str]:
     """The source of each module and of every test helper (a file beside this one) it imports, recursively (names
-    imported from a module count as that module); where any of them takes something from attnviz, the sources of
-    the whole package too (which of its modules a process has imported varies, so the key does not follow them)."""
+    imported from a module count as that module), and of every attnviz module they take something from together
+    with what those import in turn: read from the files' import statements (:func:`_package_closure`), not from
+    what a process happens to have imported, so the key is the same in a lone test file and in the whole suite."""
     seen: dict[Path, str] = {}
-    package = False
+    package: set[Path] = set()
     todo = list(modules)
     while todo:
         m = todo.pop()
@@ -55,14 +57,43 @@ def sources(*modules: ModuleType) -> list[str]:
         except (TypeError, OSError):
             continue
         if PACKAGE in path.parents:
-            package = True
+            package.add(path)
         if path in seen or path == Path(__file__).resolve() or path.parent != HERE:
             continue  # (this module decides where things are kept, not what they hold)
         seen[path] = path.read_text(encoding="utf-8")
         todo += [x for x in map(_module_of, vars(m).values()) if x is not None]
-    if package:
-        seen.update({f: f.read_text(encoding="utf-8") for f in PACKAGE.rglob("*.py")})
+    seen.update({f: f.read_text(encoding="utf-8") for f in _package_closure(package)})
     return [seen[p] for p in sorted(seen)]
+
+
+def _package_closure(files: set[Path]) -> set[Path]:
+    """``files`` and every attnviz module their import statements name (at any depth in the code, relative ones
+    included), with the packages' ``__init__`` files, recursively."""
+    seen: set[Path] = set()
+    todo = list(files)
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        package = f.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]
+        todo += [PACKAGE.parent.joinpath(*package[:k], "__init__.py") for k in range(1, len(package) + 1)]
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (
+                    [*package[: len(package) - node.level + 1], *(node.module or "").split(".")] if node.level else []
+                )
+                module = ".".join(x for x in (base or (node.module or "").split(".")) if x)
+                names = [module, *(f"{module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for parts in (n.split(".") for n in names):
+                for k in range(1, len(parts) + 1) if parts[0] == PACKAGE.name else ():
+                    stem = PACKAGE.parent.joinpath(*parts[:k])
+                    todo += [c.resolve() for c in (stem.with_suffix(".py"), stem / "__init__.py") if c.is_file()]
+    return seen
 
 
 def versions() -> list[str]:
