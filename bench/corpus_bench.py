@@ -257,6 +257,7 @@ def corpus_rate(
     threads: int,
     provider: str,
     batch: int,
+    root: Path = ROOT,
 ) -> dict:
     cmd = [
         sys.executable,
@@ -284,7 +285,8 @@ def corpus_rate(
     ]
     shutil.rmtree(out, ignore_errors=True)  # a checkpoint left by an interrupted bench would make this a resume
     c0, t0 = _children_cpu(), time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
+    # python -m attnviz imports the package from its working folder (before PYTHONPATH and the installed one)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
@@ -436,6 +438,16 @@ def main():
     )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the whole-command table")
     ap.add_argument("--no-per-batch", action="store_true", help="skip the per-batch interleaved comparison")
+    ap.add_argument(
+        "--other-root",
+        metavar="DIR",
+        help="also time `attnviz corpus` from another checkout (DIR holds its attnviz package): before and after",
+    )
+    ap.add_argument(
+        "--split-only",
+        action="store_true",
+        help="only the one-process-per-core rows (plain and corpus: the layout the corpus uses by default here)",
+    )
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     ap.add_argument("--plain-child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "PROCSxTHREADS"))
     a = ap.parse_args()
@@ -460,13 +472,15 @@ def main():
         print(f"throughput: {n} items, {len(feeds)} batches of {a.batch}, {cores} cores, provider {a.provider}")
         del feeds
         split = a.provider == "cpu" and cores > 1  # also one process per core, one thread each
-        runs = [("plain", 1, cores)] + ([("plain", cores, 1)] if split else [])
+        runs = ([] if split and a.split_only else [("plain", 1, cores)]) + ([("plain", cores, 1)] if split else [])
         from attnviz.corpus.engines import default_workers
 
         # a GPU: processes sharing it (the default count, or each of --gpu-workers)
         gpu_workers = a.gpu_workers or [default_workers("cuda", True)]
         for engine in a.engines:
-            runs += [(engine, 1, cores)] + ([(engine, cores, 1)] if split else [])
+            runs += ([] if split and a.split_only else [(engine, 1, cores)]) + ([(engine, cores, 1)] if split else [])
+            if a.other_root:
+                runs += [(f"{engine}@other", cores if split else 1, 1 if split else cores)]
             if a.provider == "cuda" and engine == "local":
                 runs += [(engine, w, max(1, cores // w)) for w in gpu_workers if w > 1]
         best: dict[tuple, dict] = {}
@@ -475,11 +489,13 @@ def main():
                 if engine == "plain":
                     r = plain_command(model, tok, texts, w, t, a.provider, a.batch)
                 else:
-                    r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", engine, w, t, a.provider, a.batch)
+                    eng, _, other = engine.partition("@")
+                    root = Path(a.other_root) if other else ROOT
+                    r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", eng, w, t, a.provider, a.batch, root)
                 key = (engine, w, t)
                 print(
                     f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, cpu {r['cpu_s']:.1f} s, "
-                    f"loop {r['items_per_s']:.1f} items/s",
+                    f"loop {r['items_per_s']:.1f} items/s, load average {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
                 if key not in best or r["wall_s"] < best[key]["wall_s"]:
@@ -493,7 +509,11 @@ def main():
         )
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for (engine, w, t), r in best.items():
-            name = "plain ORT (same batches, no maps)" if engine == "plain" else f"attnviz corpus --engine {engine}"
+            name = (
+                "plain ORT (same batches, no maps)"
+                if engine == "plain"
+                else f"attnviz corpus --engine {engine.split('@')[0]}" + (f" ({a.other_root})" if "@" in engine else "")
+            )
             print(
                 f"| {name}, {w} × {t} threads | {r['wall_s']:.1f} s | {n / r['wall_s']:.1f} | "
                 f"{base['wall_s'] / r['wall_s']:.2f}× | {r['items_per_s']:.1f} | "

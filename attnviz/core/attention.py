@@ -106,6 +106,9 @@ class TokenAxis:
     labels: list[str]
     special: list[bool] | None = None  # True for [CLS]/[SEP]/<pad>/BOS/EOS and other non-content positions
     values: list[float] | None = None  # a time series' value at each step (drawn above its maps)
+    # True where a padded batch's row has padding (its attention mask's 0s): no token of that row, unlike a trailing
+    # EOS that is special too; None when the run was not padded (or a file from before this was kept)
+    pad: list[bool] | None = None
 
     def __post_init__(self):
         self.labels = [str(x) for x in self.labels]
@@ -113,6 +116,12 @@ class TokenAxis:
             self.special = [False] * len(self.labels)
         if len(self.special) != len(self.labels):
             raise ValueError("special mask and labels differ in length")
+        if self.pad is not None:
+            self.pad = [bool(p) for p in self.pad]
+            if len(self.pad) != len(self.labels):
+                raise ValueError("padding mask and labels differ in length")
+            if not any(self.pad):  # nothing padded: the same axis as an unpadded run's
+                self.pad = None
         if self.values is not None:
             self.values = [float(v) for v in self.values]
             if len(self.values) != len(self.labels):
@@ -120,6 +129,11 @@ class TokenAxis:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def real(self) -> list[int]:
+        """The positions of the row's own tokens: every position but its padding (the attention mask's 1s)."""
+        return [i for i in range(len(self.labels)) if not (self.pad and self.pad[i])]
 
     @classmethod
     def positions(cls, n: int, prefix: str = "") -> TokenAxis:
@@ -329,7 +343,7 @@ class AttentionResult:
         if batch and isinstance(rows, list) and batch < len(rows) and isinstance(rows[batch], dict):
 
             def ax(d):
-                return TokenAxis(list(d["labels"]), d.get("special"), d.get("values")) if d else None
+                return TokenAxis(list(d["labels"]), d.get("special"), d.get("values"), d.get("pad")) if d else None
 
             return ax(rows[batch].get("tokens")), ax(rows[batch].get("key_tokens"))
         return self.tokens, self.key_tokens

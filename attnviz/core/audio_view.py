@@ -193,7 +193,7 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
         ),
         blocks,
     )
-    mv = vm.compute_map(result, s, blocks)
+    mv = vm.compute_map(result, s, blocks, keep_pads=True)  # frames and rows by position
     batch = min(max(sel.batch, 0), len(track.waves) - 1)
     n = frames_shown(track, batch, mv.matrix.shape[1])
     spec, spec_seconds = spectrogram(track, batch, n)

@@ -2,8 +2,9 @@
 
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
-``tokens_special``/``key_tokens_special`` (bool), ``tokens_values`` (a time series' values, float),
-``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
+``tokens_special``/``key_tokens_special`` (bool), ``tokens_pad``/``key_tokens_pad`` (bool: a padded batch's
+padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
+series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
 ``token_grid_columns``, every cell's key, ``token_grid_stop`` and ``token_grid_global``, its global image's
 [rows, cols, offset]), ``image``, ``generated`` (str array), ``info``
 (JSON); a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]),
@@ -53,6 +54,8 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
             arrays[f"{name}_special"] = np.array(ax.special, dtype=bool)
             if ax.values is not None:
                 arrays[f"{name}_values"] = np.array(ax.values, dtype=np.float64)
+            if ax.pad is not None:  # a padded batch's row 0: which positions are padding
+                arrays[f"{name}_pad"] = np.array(ax.pad, dtype=bool)
     if result.patch_grid is not None:
         g = result.patch_grid
         arrays["patch_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
@@ -150,7 +153,11 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         vals = z[f"{name}_values"] if f"{name}_values" in z.files else None
         if vals is not None and (vals.dtype.kind not in "fiu" or vals.shape != labels.shape):
             raise AttnvizError(f"{path}: {name}_values must be one number per {name} label; extract it again")
-        return TokenAxis(labels.tolist(), sp, None if vals is None else vals.astype(float).tolist())
+        pad = z[f"{name}_pad"] if f"{name}_pad" in z.files else None  # files from before it was kept have none
+        if pad is not None and (pad.dtype.kind != "b" or pad.shape != labels.shape):
+            raise AttnvizError(f"{path}: {name}_pad must be one true/false per {name} label; {REEXTRACT}")
+        vals_list = None if vals is None else vals.astype(float).tolist()
+        return TokenAxis(labels.tolist(), sp, vals_list, None if pad is None else pad.tolist())
 
     grid = _grid(z["patch_grid"]) if "patch_grid" in z.files else None
     token_grid = _grid(z["token_grid"]) if "token_grid" in z.files else None

@@ -2,7 +2,8 @@
 
 A run on a batch keeps every row in its maps (``[B, H, Tq, Tk]``).  ``AttentionResult.tokens`` /
 ``key_tokens`` describe row 0; the axes of every row travel in ``result.info["rows"]`` (plain lists, so an
-extracted ``.npz`` keeps them).  Padded positions are marked special, so "hide special tokens" drops them.
+extracted ``.npz`` keeps them).  Padded positions are marked special, so "hide special tokens" drops them, and
+marked padding (``TokenAxis.pad``, the attention mask's 0s), so the views offer and label only a row's own tokens.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ ROWS_KEY = "rows"
 def _axis_dict(ax: TokenAxis | None) -> dict | None:
     if ax is None:
         return None
-    d = {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
-    return d | ({"values": list(ax.values)} if ax.values is not None else {})
+    d: dict = {"labels": list(ax.labels), "special": list(ax.special) if ax.special else None}
+    d |= {"values": list(ax.values)} if ax.values is not None else {}
+    return d | ({"pad": list(ax.pad)} if ax.pad is not None else {})  # a padded row: which positions are padding
 
 
 def _axis_from(d: dict | None) -> TokenAxis | None:
-    return None if not d else TokenAxis(list(d["labels"]), d.get("special"), d.get("values"))
+    return None if not d else TokenAxis(list(d["labels"]), d.get("special"), d.get("values"), d.get("pad"))
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,20 @@ them apart.
 A captioner's first axis is its encoder's image patches and a vision–language decoder's its vision tower's
 (every tile's patches); counting either as "tokens" hid the words.  Such a result gets two rows: the decoder's text
 tokens (for a VLM, its sequence less the image tokens in it) and the image tokens (where they are and how they
-lie on the image); any other result keeps one "tokens" row.
+lie on the image); any other result keeps one "tokens" row.  Padding is not counted, and a padded batch's rows,
+whose counts differ, are counted one by one (``row 0: 17 · row 1: 12``).
 """
 
 from __future__ import annotations
 
-from attnviz.core.attention import AttentionResult, PatchGrid
+from attnviz.core.attention import AttentionResult, PatchGrid, TokenAxis
+from attnviz.core.rows import pick_row
+
+MAX_ROWS = 8  # rows counted one by one; a larger batch says so after them
+
+
+def _n(axis: TokenAxis) -> int:
+    return len(axis.real)  # the row's own tokens: padding is not what the run saw
 
 
 def _grid_words(g: PatchGrid) -> str:
@@ -22,7 +30,7 @@ def _vlm(result: AttentionResult, g: PatchGrid) -> list[tuple[str, str]]:
     glob = g.global_grid
     n_image = g.n + (glob.n if glob is not None else 0)
     where = f"tiles {g.rows}×{g.cols} + global image {glob.rows}×{glob.cols}" if glob is not None else _grid_words(g)
-    rows = [("text tokens", f"{len(dec) - n_image} in the decoder")] if dec is not None else []
+    rows = [("text tokens", f"{_n(dec) - n_image} in the decoder")] if dec is not None else []
     image = f"{n_image} in the decoder ({where})"
     if result.tokens is not None:  # the vision tower's own sequence: every tile's patches
         image += f" · {len(result.tokens)} patches in the vision tower"
@@ -35,10 +43,24 @@ def _captioner(g: PatchGrid | None, patches: int, words: int) -> list[tuple[str,
 
 
 def token_rows(result: AttentionResult) -> list[tuple[str, str]]:
-    """``(name, value)`` rows: ``text tokens`` and ``image tokens`` for a VLM and a captioner; else ``tokens``."""
+    """``(name, value)`` rows: ``text tokens`` and ``image tokens`` for a VLM and a captioner; else ``tokens``.
+    A batch whose rows count differently gives each row's count in one value."""
+    if result.batch_size <= 1:
+        return _one_row(result)
+    per = [_one_row(pick_row(result, b)) for b in range(min(result.batch_size, MAX_ROWS))]
+    more = f" · … ({result.batch_size} rows)" if result.batch_size > MAX_ROWS else ""
+    rows = []
+    for i, (name, value) in enumerate(per[0]):
+        values = [r[i][1] if i < len(r) else "" for r in per]
+        same = all(v == value for v in values)
+        rows.append((name, value if same else " · ".join(f"row {b}: {v}" for b, v in enumerate(values)) + more))
+    return rows
+
+
+def _one_row(result: AttentionResult) -> list[tuple[str, str]]:
     if result.token_grid is not None:  # a vision–language decoder: its image tokens among its words
         return _vlm(result, result.token_grid)
     captioner = result.patch_grid is not None and any(s.stack == "decoder" and s.kind == "cross" for s in result.sites)
     if captioner and result.tokens is not None and result.key_tokens is not None:
-        return _captioner(result.patch_grid, len(result.tokens), len(result.key_tokens))
-    return [("tokens", str(len(result.tokens)))] if result.tokens is not None else []
+        return _captioner(result.patch_grid, _n(result.tokens), _n(result.key_tokens))
+    return [("tokens", str(_n(result.tokens)))] if result.tokens is not None else []

@@ -31,6 +31,7 @@ class WorkerSetup:
     workers: int
     ray_address: str | None = None
     gpu: bool = False
+    kind: str | None = None  # the model's kind as the driver's probe found it (None: before the probe)
 
     def reducer(self) -> BatchReducer:
         return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
@@ -38,10 +39,20 @@ class WorkerSetup:
     def warm(self) -> BatchReducer:
         """A pool process's worker, opened before its first batch arrives (a subclass with another kind of work,
         e.g. :class:`attnviz.corpus.ablate_work.AblateSetup`, opens its own)."""
-        # the heads are the model's own (layout of its sites): the driver has not read them yet
-        r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k)
+        # the heads and kind come with the first batch (BatchReducer.adopt): the driver probes the model itself,
+        # and a probe here would build a session of the model with every map exposed only to count them
+        r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, probe=not _device_known(self))
         r.prepare()  # the statistics session, while the driver still plans
         return r
+
+
+def _device_known(setup: WorkerSetup) -> bool:
+    """Whether the statistics session's device is known before any session exists (its layout depends on it:
+    graph_reduce.InGraphReducer joins the sites on CUDA).  ``auto`` on a machine with an NVIDIA GPU lands on CUDA
+    or, without a usable CUDA build, on the CPU: there only a session (the probe's) can tell."""
+    from attnviz.runtime.isolation import gpu_present
+
+    return setup.provider in ("cpu", "cuda") or (setup.provider == "auto" and not gpu_present())
 
 
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
@@ -78,8 +89,10 @@ def _ready() -> int:
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
-    if isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.model.meta:  # a speech model's heads: the driver's
-        _REDUCER.groups = list(setup.groups)  # (its probe leaves them unknown): the same session reduces them
+    if isinstance(_REDUCER, BatchReducer) and not _REDUCER.heads_known:  # warmed up unprobed: the driver's probe
+        _REDUCER.adopt(setup.groups, setup.kind)
+    elif isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.model.meta:  # a speech model's heads: the
+        _REDUCER.adopt(setup.groups)  # driver's (its probe leaves them unknown): the same session reduces them
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = setup.reducer()
@@ -172,6 +185,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
     chunk = GPU_CHUNK if setup.gpu else 1
     todo = (specs[i : i + chunk] for i in range(0, len(specs), chunk))
     window: deque = deque()
+    done = False
     try:
         for task in itertools.islice(todo, 2 * setup.workers):
             window.append(pool.submit(_work, setup, task))
@@ -180,6 +194,8 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
             nxt = next(todo, None)
             if nxt is not None:
                 window.append(pool.submit(_work, setup, nxt))
+            if not window:  # the last batch is back: every worker is idle and holds nothing the run needs
+                done = True
             yield from parts
     except BrokenProcessPool:
         raise ModelCrashed(
@@ -188,7 +204,10 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
     finally:
         for f in window:
             f.cancel()
-        warm.close()
+        # idle workers are stopped, not asked to exit: a worker's own exit (freeing its sessions, tearing down
+        # its interpreter) took ~1 s on this 2-core box, on the command's critical path before the results are
+        # written (a plain multiprocessing.Pool's __exit__ terminates its workers too)
+        warm.close(kill=done)
 
 
 def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:

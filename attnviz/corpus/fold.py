@@ -46,6 +46,11 @@ def layout(sites) -> list[HeadGroup]:
     return out
 
 
+def sites_layout(sites) -> list[HeadGroup]:
+    """:func:`layout`'s groups before the heads are counted (0 heads each): which sites a reducer covers."""
+    return [HeadGroup(i, s.stack, s.kind, s.layer, 0, 0) for i, s in enumerate(sites) if s.kind in ("self", "cross")]
+
+
 @dataclass
 class Partial:
     batch_id: int

@@ -127,9 +127,10 @@ class Encoded:
         )
 
 
-def encode_items(model, items: list[Item]) -> Encoded:
+def encode_items(model, items: list[Item], kind: str | None = None) -> Encoded:
+    """``kind``: the model's kind as the items are to be read (default: ``model.kind``)."""
     src, tgt = model.tokenizers
-    decoder = model.kind == "decoder"
+    decoder = (kind or model.kind) == "decoder"
     tok = (tgt or src) if decoder else src
     if tok is None:
         raise AttnvizError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from attnviz.core.stats import row_stats
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.audio_items import AudioSpec
-from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs
+from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs, sites_layout
 from attnviz.corpus.fold import key_columns as _cols
 from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
@@ -91,7 +92,12 @@ class BatchReducer:
         k: int = 5,
         groups: list[HeadGroup] | None = None,
         in_graph: bool = True,
+        probe: bool = True,
     ):
+        """``probe=False`` (a pool worker warming up before the driver has probed): the model is not run on
+        dummy inputs here, which would build a session of the model with every map exposed only to count heads;
+        the statistics session is built from the sites the graph declares, and the heads and kind the driver's
+        probe found come with the first batch (:meth:`adopt`)."""
         from attnviz.runtime import inputs as ip
         from attnviz.runtime import open_model
 
@@ -102,10 +108,14 @@ class BatchReducer:
                 f"{Path(model_path).name}: corpus statistics over windowed (Swin) attention are not supported yet; "
                 "inspect its images one at a time (attnviz open / extract / figure)"
             )
-        self.model.probe()
+        if probe:
+            self.model.probe()
         self.kind = self.model.kind
         self.k = k
-        self.groups = groups if groups is not None else layout(self.model.sites)
+        self.heads_known = probe or groups is not None
+        if groups is None:  # the model's own: unprobed, only which sites (their heads come with adopt)
+            groups = layout(self.model.sites) if probe else sites_layout(self.model.sites)
+        self.groups = groups
         self.image_spec = None
         if self.kind == "vision":
             img = next(i for i in self.model.inputs if self.model.roles[i.name] == "image")
@@ -122,6 +132,20 @@ class BatchReducer:
         # text only: pairs reduce maps, and an image corpus's first batch needs the probe's maps session
         if self.in_graph is None and self.kind in ("encoder", "decoder"):
             self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+
+    def adopt(self, groups: Sequence[HeadGroup], kind: str | None = None) -> None:
+        """The head groups (and the model's kind: a probe may find a decoder where the graph said encoder) that
+        the driver's probe found, for a reducer opened without its own probe or with heads it could not count."""
+        from attnviz.corpus.graph_reduce import InGraphReducer
+
+        groups = list(groups)
+        if isinstance(self.in_graph, InGraphReducer):
+            if {g.site for g in groups} == {g.site for g in self.groups}:
+                self.in_graph.groups = groups
+            else:  # other sites than the session was built for: built again on the next batch
+                self.in_graph = None
+        self.groups, self.heads_known = groups, True
+        self.kind = kind or self.kind
 
     def feeds(self, spec: BatchSpec):
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)

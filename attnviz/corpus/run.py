@@ -7,9 +7,11 @@ import importlib.util
 import itertools
 import json
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ from attnviz.corpus.audio_items import sha256_audio, sites_of
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
 from attnviz.corpus.plan import (
     BatchSpec,
+    Encoded,
     check_model,
     encode_items,
     has_mask,
@@ -173,15 +176,17 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
 
 def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool]) -> CorpusSummary:
     from attnviz.runtime import open_model
+    from attnviz.runtime.host import prestart
 
     t_start = time.perf_counter()
+    for w in _prestart(cfg):  # first: a worker's start-up (spawn, imports, session) is the longest
+        warm.append(w)
+        offer(w)  # local_engine takes it when it fits the setup planned below
+    prestart()  # the isolation child (the probe's session) loads onnxruntime while the model is read
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    for w in _prestart(cfg):
-        warm.append(w)
-        offer(w)  # local_engine takes it when it fits the setup planned below
-    model.probe()  # decoders are confirmed by a causal map; head counts are read
+    early = _probe_while_reading(cfg, model)  # decoders are confirmed by a causal map; head counts are read
     speech = "audio" in model.meta
     if speech != (cfg.audio_dir is not None):
         raise AttnvizError(
@@ -214,10 +219,10 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
 
     gpu = _gpu_session(model)
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
-    model_sha = it.sha256_model(cfg.model)
+    model_sha = early.model_sha if early is not None else it.sha256_model(cfg.model)
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
     ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
-    source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else _planned
+    source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
     stream = source(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, speech_sites)
@@ -239,11 +244,17 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     t0 = time.perf_counter()
     last_save = t0
     recordings = stream.items() if cfg.audio_dir is not None else {}
+    versions: dict | None = None
     try:
         for part in stream.partials(acc.next_batch):
             _write_words(out, part, recordings)  # before the fold: a resumed run writes the same bytes again
             acc.fold(part)
             bar.update(part.items)
+            if versions is None and stream.batches is not None and stream.batches - acc.next_batch < stream.workers:
+                # the last batches are running and a worker's core is idle: the tail's imports happen there
+                # (onnxruntime for its version, pyarrow and pandas for the Parquet files) instead of after them
+                versions = _versions(cfg.engine)
+                output.prepare_write()
             if stream.fingerprint is not None and (
                 acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
             ):  # first batch: resumable at once
@@ -272,7 +283,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         induction = induction_scores(model, groups)
         del model
     done = acc.items - resumed
-    versions = _versions(cfg.engine)
+    versions = versions or _versions(cfg.engine)
     wall_s = time.perf_counter() - t_start  # the whole command but the final writes
     run: dict[str, object] = {
         "model": str(Path(cfg.model).resolve()),
@@ -340,8 +351,58 @@ def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
     return f"greedy generation, up to {cfg.generate} tokens per item (stops at the end token)"
 
 
-def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
-    """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs)."""
+@dataclass
+class _Tokenised:
+    """A text corpus read and tokenised while the model's probe ran (:func:`_probe_while_reading`), as the kind
+    ``kind`` reads it, and the model file's hash.  :meth:`take` hands the items over once (the driver keeps no
+    items during the run)."""
+
+    items: list[it.Item] | None
+    enc: Encoded | None
+    kind: str
+    model_sha: str
+
+    def take(self) -> tuple[list[it.Item], Encoded]:
+        items, enc = self.items, self.enc
+        assert items is not None and enc is not None, "taken twice"
+        self.items = self.enc = None
+        return items, enc
+
+
+def _probe_while_reading(cfg: CorpusConfig, model) -> _Tokenised | None:
+    """Probe ``model``.  For a text corpus of an encoder or a decoder (as its graph declares it), read and tokenise
+    the corpus and hash the model meanwhile: the probe waits on the isolation child building a session of the
+    model (about 0.3 s of the driver's start-up, the longest part of it after the imports).  A probe only ever
+    turns such an encoder into a decoder (a causal map); :func:`_planned` then tokenises the items again."""
+    kind = model.kind
+    if (
+        cfg.texts is None
+        or cfg.engine == "ray"  # Ray Data reads the corpus itself
+        or cfg.gold_column
+        or "audio" in model.meta
+        or kind not in ("encoder", "decoder")
+        or not any(s.kind in ("self", "cross") for s in model.sites)
+    ):
+        model.probe()
+        return None
+    # the checks that follow the probe in _run, where they do not depend on it: a model that cannot be analysed is
+    # reported before anything in the corpus file, as without the overlap
+    check_model(model)
+    _check_generate(cfg, model.path.name, kind)
+    probe = threading.Thread(target=model.probe, name="attnviz-probe", daemon=True)
+    probe.start()
+    try:
+        model_sha = it.sha256_model(cfg.model)
+        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
+        enc = encode_items(model, items, kind)
+    finally:
+        probe.join()
+    return _Tokenised(items, enc, kind, model_sha)
+
+
+def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None, early=None) -> Stream:
+    """Read, tokenise and cut the batches here; an engine from ENGINES reduces them (local pool, or Ray over specs).
+    ``early``: the corpus already read and tokenised (:func:`_probe_while_reading`)."""
     specs: list[BatchSpec]
     gold_info = None
     audio = None
@@ -356,17 +417,24 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         specs = [*pairs.plan_pairs(items, enc, cfg.batch_size, nh, cfg.generate, gold=plan_gold)]
         del enc
     elif cfg.texts is not None:
-        items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
+        if early is not None:
+            items, tokens = early.take()
+            if early.kind != kind:  # the probe found a decoder (causal maps): its items are tokenised as one
+                tokens = encode_items(model, items)
+        else:
+            items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
+            tokens = encode_items(model, items)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
         specs = plan_text(
             items,
-            encode_items(model, items),
+            tokens,
             None,
             None,
             cfg.batch_size,
             equal_lengths=kind == "encoder" and not has_mask(model),
             heads=nh,
         )
+        del tokens
     else:
         items = it.read_images(cfg.images, cfg.max_items)
         specs = plan_images(items, cfg.batch_size)
@@ -395,7 +463,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         ).encode()
     ).hexdigest()
     setup = WorkerSetup(
-        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu
+        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu, kind
     )
     if cfg.texts is not None:  # the texts are read again for the examples: the driver keeps only the plan
         del items
@@ -414,6 +482,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         threads,
         gold=gold_info if cfg.audio_dir is None else None,
         audio=audio,
+        batches=len(specs),
     )
 
 

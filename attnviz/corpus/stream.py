@@ -25,3 +25,4 @@ class Stream:
     resumed: tuple[int, int] = (0, 0)  # Ray Data runs: (items, tokens) an interrupted run had already reduced
     gold: dict | None = None  # --gold-column: what run.json says of it (column, convention, punctuation)
     audio: Callable | None = None  # --audio-dir: the summed boundary counts (or None) -> run.json's audio_gold
+    batches: int | None = None  # the plan's batch count (None: Ray Data cuts the batches itself)

@@ -143,14 +143,17 @@ def _fed(model: AttnModel, feeds: dict, role: str):
 
 
 def labels(tok, ids, keep=None) -> TokenAxis:
-    """Token labels of one row; positions the mask drops (padding) are special."""
+    """Token labels of one row; positions the mask drops (padding) are special, and recorded as the row's padding
+    (a special token alone cannot tell a pad from a trailing EOS)."""
     if tok is None:
         lab, sp = [str(int(i)) for i in ids], [False] * len(ids)
     else:
         lab, sp = tok.row_labels(ids), [bool(tok.is_special(i)) for i in ids]
+    pad = None
     if keep is not None:
-        sp = [s or not bool(k) for s, k in zip(sp, keep)]
-    return TokenAxis(lab, sp if any(sp) or tok is not None else None)
+        pad = [not bool(k) for k in keep]
+        sp = [s or p for s, p in zip(sp, pad)]
+    return TokenAxis(lab, sp if any(sp) or tok is not None else None, pad=pad)
 
 
 def _tokenizers_or_none(model: AttnModel):

@@ -176,6 +176,24 @@ class _Host:
         """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
         return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
 
+    def chain(self, stages: list[tuple[int, list[str], dict]]) -> list[list[np.ndarray]]:
+        """Sessions' runs as one request (:meth:`worker.Server.chain`): every stage's feeds go into the feed area
+        together, and every stage's outputs come back, large ones as views onto the child's slots."""
+
+        def prepare(args: tuple) -> tuple:
+            (stages,) = args
+            shared = self.feed_area.share({(i, k): v for i, (_, _, f) in enumerate(stages) for k, v in f.items()})
+            return [(sid, names, {k: shared[(i, k)] for k in f}) for i, (sid, names, f) in enumerate(stages)], (
+                self._hand_back()
+            )
+
+        def adopt(reply) -> list[list[np.ndarray]]:
+            per_stage, created, deleted = reply
+            flat = iter(self._adopt(([it for items in per_stage for it in items], created, deleted)))
+            return [[next(flat) for _ in items] for items in per_stage]
+
+        return self.call("chain", stages, adopt=adopt, prepare=prepare)
+
     def steps(self, sid: int, start, token: int, n: int, eos, budget: float):
         """A chunk of cached generation steps run in the child (:meth:`worker.Server.steps`): (ids, finished,
         {map output: array})."""
@@ -608,6 +626,13 @@ class RemoteSession:
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
 
+    def _attach(self) -> _Host:
+        """The child this session lives in, created there first if that child is not the current one."""
+        if self._host is None or self._host is not _host or self.crashed:
+            self._ensure()
+        assert self._host is not None  # _ensure either set it or raised
+        return self._host
+
     def sid_on(self, other: RemoteSession) -> int:
         """This session's id in the child that runs ``other`` (created there first if the child restarted since):
         a generation loop beside ``other`` runs this session too (a VLM's embeddings)."""
@@ -638,6 +663,34 @@ class RemoteSession:
         except RunCancelled:
             self._host = None
             raise
+
+
+def run_chain(stages: list[tuple[RemoteSession, list[str], dict]]) -> list[list[np.ndarray]]:
+    """Several sessions' runs as one request to the child (:mod:`attnviz.runtime.chain`): ``(session, fetch,
+    feeds)`` per stage, a later stage's feed possibly a :class:`~attnviz.runtime.isolation.Spliced` of earlier
+    outputs.  Each stage passes its session's memory check first; returns each stage's outputs in fetch order."""
+    sessions = [s for s, _, _ in stages]
+    for sess, names, feeds in stages:
+        sess.memory.check(feeds, list(names))
+    for _ in range(2):
+        try:
+            host = sessions[0]._attach()
+            if any(sess._attach() is not host for sess in sessions[1:]):
+                raise _Dead()  # the child died between two sessions' checks: all of them in the next one
+            return host.chain([(sess._sid, list(names), dict(feeds)) for sess, names, feeds in stages])
+        except _Dead:
+            for sess in sessions:
+                sess._host = None
+            continue
+        except ModelCrashed as e:
+            for sess in sessions:
+                sess.crashed = str(e)
+            raise
+        except RunCancelled:
+            for sess in sessions:
+                sess._host = None  # the child was stopped; the sessions are re-created on the next run
+            raise
+    raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
 
 
 class MemoryCheck:

@@ -39,6 +39,22 @@ class SharedFeed(NamedTuple):
     shape: tuple
 
 
+class Spliced(NamedTuple):
+    """A feed of a chain's later stage made from earlier stages' outputs where the sessions run
+    (:func:`attnviz.runtime.chain.splice`): stage ``base[0]``'s output ``base[1]`` (embeddings ``[B, T, H]``) with
+    the rows where ``rows`` (bool ``[B, T]``) is true replaced, in order, by stage ``source[0]``'s output
+    ``source[1]`` (image features, last axis H), cast to ``dtype``.  ``shape`` and ``dtype`` are what the result
+    will be, so the caller's memory check reads it like an array."""
+
+    name: str  # the input it feeds (for the one-line refusals)
+    base: tuple[int, str]
+    source: tuple[int, str]
+    rows: object  # numpy bool [B, T] (isolation.py imports nothing)
+    shape: tuple
+    dtype: str
+    fix: str = "write the image's placeholder once in the text"  # what to do when the counts differ
+
+
 class SlotFeed(NamedTuple):
     """A generation's start feed that is one of the child's own outputs still lent to the parent (a decoder's
     ``present.*`` from the prompt's run, fed back as the loop's cache): sent as the slot's id instead of being

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -21,10 +22,12 @@ from attnviz.runtime import analyze as engine
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
+from attnviz.runtime.chain import run_local
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session
+from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain
 from attnviz.runtime.inputs import IOInfo
+from attnviz.runtime.isolation import Spliced
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -442,13 +445,17 @@ class AttentionModel(engine.AnalyzeMethod):
         return self._site_map(self._sites[site], extra or {}, fetched, batch, "dense").array()
 
     # -- feeds ---------------------------------------------------------------------
-    def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def check_feeds(self, feeds: dict[str, np.ndarray], made: Collection[str] = ()) -> dict[str, np.ndarray]:
+        """The feeds checked (and cast where the input's dtype differs); ``made``: inputs a chain makes where
+        the session runs (:mod:`attnviz.runtime.chain`), checked there, left out here."""
         plan = self._feed_plan()
         for k in feeds:
             if k not in plan:
                 raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(plan))}")
         out = {}
         for name, (i, fixed, cast_to, vocab) in plan.items():
+            if name in made:
+                continue
             if name not in feeds:
                 raise AttnvizError(f"missing input {name!r} ({i.describe()}); add it to the feeds")
             a = np.asarray(feeds[name])
@@ -513,23 +520,32 @@ class AttentionModel(engine.AnalyzeMethod):
 
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
         """Run on raw feeds; return maps in canonical order plus the model's own outputs."""
+        p = self.prepare(feeds, mode)
+        t0 = time.perf_counter()
+        (values,) = run_stages([p])
+        return self.finish(p, values, time.perf_counter() - t0)
+
+    def prepare(self, feeds: dict, mode: str = "auto") -> PreparedRun:
+        """A run with every map, checked and planned but not made: :func:`run_stages` makes it (alone, or as a
+        chain's stage after others), :meth:`finish` reads its maps.  A :class:`~attnviz.runtime.isolation.Spliced`
+        feed is made where the session runs, from earlier stages' outputs."""
         if not self._sites:
             raise AttnvizError(f"{self.path.name}: {self.no_attention_reason}")
-        feeds = self.check_feeds(feeds)
-        mode = self.choose_mode(feeds, mode)
+        made = {k: v for k, v in feeds.items() if isinstance(v, Spliced)}
+        checked = self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made)
+        mode = self.choose_mode(checked, mode)
         sess, exposed = self._session(mode)
+        return PreparedRun(self, {**checked, **made}, mode, sess, exposed, self._fetch_list(mode, exposed))
+
+    def prepare_outputs(self, feeds: dict) -> PreparedRun:
+        """A run of the model's own outputs alone (an embedding file, which has no maps), for :func:`run_stages`."""
+        sess, exposed = self._session("dense")
+        return PreparedRun(self, self.check_feeds(feeds), "dense", sess, exposed, [o.name for o in self.outputs])
+
+    def finish(self, p: PreparedRun, values: list, run_s: float) -> AttentionResult:
+        """The result of a prepared run from the values its fetch list got."""
+        feeds, mode, sess, exposed, fetch = p.feeds, p.mode, p.sess, p.exposed, p.fetch
         own = [o.name for o in self.outputs]
-        fetch = self._fetch_list(mode, exposed)
-        t0 = time.perf_counter()
-        try:
-            values = _run_bound(sess, fetch, feeds)
-        except AttnvizError:  # the memory check's refusal, a crash: already one line in attnviz's words
-            raise
-        except Exception as e:
-            raise AttnvizError(
-                f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {self.path.name} lists them)"
-            ) from None
-        run_s = time.perf_counter() - t0
         got = dict(zip(fetch, values))
         batch = (
             feeds[self.batch_input].shape[0]
@@ -912,6 +928,38 @@ def _check_values(name: str, a: np.ndarray, vocab: int | None) -> None:
             f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} "
             f"entries, ids 0 to {vocab - 1}"
         )
+
+
+@dataclasses.dataclass
+class PreparedRun:
+    """A model's run checked and planned (:meth:`AttentionModel.prepare`): the feeds as checked, the memory mode,
+    the session and what it exposes, the names it fetches."""
+
+    model: AttentionModel
+    feeds: dict
+    mode: str
+    sess: Any
+    exposed: Any
+    fetch: list[str]
+
+
+def run_stages(runs: list[PreparedRun]) -> list[list[np.ndarray]]:
+    """Prepared runs one after another, a later one's :class:`~attnviz.runtime.isolation.Spliced` feeds made from
+    earlier ones' outputs (:mod:`attnviz.runtime.chain`): with crash isolation one request to the child, so the
+    outputs in between never leave it; in-process the same stages here.  Each run's values in its fetch order."""
+    try:
+        if len(runs) == 1:  # one run: the plain request (the child's kept bindings and early replies)
+            return [_run_bound(runs[0].sess, runs[0].fetch, runs[0].feeds)]
+        if all(isinstance(p.sess, RemoteSession) for p in runs):
+            return run_chain([(p.sess, p.fetch, p.feeds) for p in runs])
+        return run_local([(p.fetch, p.feeds) for p in runs], lambda i, names, f: _run_bound(runs[i].sess, names, f))
+    except AttnvizError:  # the memory check's refusal, a crash, a splice refused: already one line in attnviz's words
+        raise
+    except Exception as e:
+        name = runs[-1].model.path.name
+        raise AttnvizError(
+            f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {name} lists them)"
+        ) from None
 
 
 def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -32,9 +32,11 @@ from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInf
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
+from attnviz.runtime.chain import splice
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
+from attnviz.runtime.isolation import Spliced
 from attnviz.runtime.limits import PositionLimit
-from attnviz.runtime.model import AttentionModel, IOInfo
+from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stages
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
@@ -263,27 +265,15 @@ class VLMSet(AnalyzeMethod):
             raise AttnvizError("pixel_values and input_ids hold different batch sizes; give one image per row")
         return out
 
-    def _decoder_feeds(self, feeds: dict, features: np.ndarray) -> dict:
-        """The spliced embeddings (image features in the placeholder rows), the mask, positions, an empty cache."""
+    def _decoder_feeds(self, feeds: dict, emb: np.ndarray | Spliced | None) -> dict:
+        """The spliced embeddings (``emb``: made where the chain runs), the mask, positions, an empty cache."""
         ids = feeds["input_ids"]
-        emb = self.embeddings(ids)
-        placed = ids == self.family.token
-        # as the families' forward (LLaVA's masked_scatter, Idefics3's inputs_merger): the features of every image,
-        # in order, into the placeholder rows, in order
-        # [images, tokens, hidden], or [tokens, hidden] (Qwen2-VL's merger: one image's tokens)
-        n = int(np.prod(features.shape[:-1])) if features.ndim in (2, 3) else -1
-        if int(placed.sum()) != n:
-            raise AttnvizError(
-                f"the prompt holds {int(placed.sum())} image tokens and the image gives {n} features; "
-                f"{self.family.placeholder_fix()}"
-            )
-        emb[placed] = features.reshape(-1, features.shape[-1]).astype(emb.dtype)
         f: dict = {}
         for i in self.decoder.inputs:
             role = self.decoder.roles[i.name]
             if role == "mask":
                 f[i.name] = feeds["attention_mask"].astype(np.dtype(i.dtype))
-            elif i.rank == 3 and i.dtype.startswith("float"):  # inputs_embeds
+            elif i.name == self._embeds_input:
                 f[i.name] = emb
             elif role == "token_types":  # PaliGemma's prefix (type 0) and suffix (type 1), from the ids
                 _ = self.tokenizers  # the family learns its tokenizer's prefix-closing token
@@ -309,25 +299,80 @@ class VLMSet(AnalyzeMethod):
         """embed_tokens.onnx on ``ids`` (the file has no attention: its one output, ``inputs_embeds``)."""
         return np.array(self.embed.logits({self.embed.inputs[0].name: ids.astype(np.int64)}), np.float32)
 
-    def see(self, pixels: np.ndarray, mode: str) -> tuple[list, np.ndarray, AttentionResult]:
-        """The vision file on the rows' images: its maps one per row and the features.  One image a row (LLaVA)
-        keeps the maps as the mode made them; several (Idefics3's tiles) are put together (:func:`block_diagonal`)."""
+    @functools.cached_property
+    def _embeds_input(self) -> str | None:
+        """The decoder's ``inputs_embeds`` (its one rank-3 float input)."""
+        return next((i.name for i in self.decoder.inputs if i.rank == 3 and i.dtype.startswith("float")), None)
+
+    def _spliced(self, ids: np.ndarray, width: int | None = None) -> Spliced | None:
+        """How the chain makes the decoder's ``inputs_embeds``: embed_tokens.onnx's output (stage 1) with the vision
+        file's features (stage 0) in the image tokens' rows; None where the embeddings' width is in no file's
+        shapes (the caller's memory check needs the shape before the run) and not given as ``width``, or the
+        decoder takes no embeddings."""
+        name = self._embeds_input
+        if name is None:
+            return None
+        dec = next(i for i in self.decoder.inputs if i.name == name)
+        widths = (width, dec.shape[-1], self.embed.outputs[0].shape[-1], self.vision.outputs[0].shape[-1])
+        hidden = next((w for w in widths if isinstance(w, int) and w > 0), None)
+        if hidden is None:
+            return None
+        return Spliced(
+            name,
+            (1, self.embed.outputs[0].name),
+            (0, self.vision.outputs[0].name),
+            ids == self.family.token,
+            (*ids.shape, hidden),
+            dec.dtype,
+            self.family.placeholder_fix(),
+        )
+
+    def chain(self, feeds: dict[str, np.ndarray], mode: str) -> tuple[list, AttentionResult, AttentionResult, dict]:
+        """The vision file on the rows' images, the embeddings and the decoder on the spliced embeddings, as one
+        request to the sessions' process (:func:`attnviz.runtime.model.run_stages`): the features and embeddings
+        never leave it.  Returns the vision maps one per row (one image a row, LLaVA, keeps them as the mode made
+        them; several, Idefics3's tiles, are put together by :func:`block_diagonal`), the vision file's result
+        (its features among the outputs), the decoder's, and the decoder's feeds (the embeddings a Spliced)."""
+        pixels, ids = feeds["pixel_values"], feeds["input_ids"]
         per_row = self.family.images_per_row(pixels)
         single = all(k == 1 for k in per_row)
-        vis = self.vision.run(self.family.vision_feeds(self.vision.inputs, pixels), mode=mode if single else "dense")
-        maps = vis.maps if single else [DenseMap(block_diagonal(m.array(), per_row)) for m in vis.maps]
-        return maps, next(iter(vis.outputs.values())), vis
+        vis = self.vision.prepare(self.family.vision_feeds(self.vision.inputs, pixels), mode if single else "dense")
+        emb = self.embed.prepare_outputs({self.embed.inputs[0].name: ids.astype(np.int64)})
+        spliced = self._spliced(ids)
+        t0 = time.perf_counter()
+        try:
+            f = self._decoder_feeds(feeds, spliced)
+        except AttnvizError:
+            # a family's positions refused the prompt's image tokens (Qwen2-VL counts them against the image's
+            # grid): the splice's line comes first, as in the model's forward, where the features decide it
+            self._embedded(vis, emb, ids)
+            raise
+        if spliced is not None:
+            dec = self.decoder.prepare(f, mode)
+            got = run_stages([vis, emb, dec])
+        else:  # the width unknown until the embeddings are made: the decoder is a second request
+            got, embeds = self._embedded(vis, emb, ids)
+            if self._embeds_input is not None:
+                f[self._embeds_input] = embeds
+            dec = self.decoder.prepare(f, mode)
+            got += run_stages([dec])
+        run_s = time.perf_counter() - t0
+        v = self.vision.finish(vis, got[0], run_s)
+        d = self.decoder.finish(dec, got[-1], run_s)
+        maps = v.maps if single else [DenseMap(block_diagonal(m.array(), per_row)) for m in v.maps]
+        return maps, v, d, f
+
+    def _embedded(self, vis: PreparedRun, emb: PreparedRun, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
+        """The vision file and the embeddings as one request, the features spliced here (refused in the
+        splice's one line where their counts differ): the stages' outputs and the decoder's embeddings."""
+        got = run_stages([vis, emb])
+        made = [dict(zip(p.fetch, v)) for p, v in zip((vis, emb), got)]
+        spliced = self._spliced(ids, made[1][emb.fetch[0]].shape[-1])
+        return got, None if spliced is None else splice(spliced, made)
 
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
-        feeds = self.check_feeds(feeds)
-        vmaps, features, vis = self.see(feeds["pixel_values"], mode)
-        dec = self.decoder.run(self._decoder_feeds(feeds, features), mode=mode)
-        info = dict(
-            dec.info,
-            model=self.name,
-            model_path=str(self.path),
-            run_s=dec.info.get("run_s", 0.0) + vis.info.get("run_s", 0.0),
-        )
+        vmaps, vis, dec, _ = self.chain(self.check_feeds(feeds), mode)
+        info = dict(dec.info, model=self.name, model_path=str(self.path))
         return AttentionResult(
             maps=vmaps + dec.maps,
             sites=vis.sites + dec.sites,
@@ -336,9 +381,7 @@ class VLMSet(AnalyzeMethod):
         )
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        feeds = self.check_feeds(feeds)
-        _, features, _ = self.see(feeds["pixel_values"], "dense")
-        return self.decoder.logits(self._decoder_feeds(feeds, features))
+        return self.chain(self.check_feeds(feeds), "dense")[2].outputs["logits"]
 
 
 class VLMCache:
@@ -379,9 +422,7 @@ class VLMCache:
     def start(self, feeds: dict) -> StepOut:
         self.looping = False
         feeds = self.vs.check_feeds(feeds)
-        vmaps, features, _ = self.vs.see(feeds["pixel_values"], "dense")
-        f = self.vs._decoder_feeds(feeds, features)
-        r = self.vs.decoder.run(f, mode="dense")
+        vmaps, _, r, f = self.vs.chain(feeds, "dense")
         self._keep(r)
         self.mask = feeds["attention_mask"].astype(np.int64)
         pos = f.get(self.names["positions"])

@@ -55,11 +55,13 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.core import limits  # noqa: E402
+from attnviz.runtime.chain import resolve  # noqa: E402
 from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
     INLINE_BYTES,
     NodeArg,
     SharedFeed,
     SlotFeed,
+    Spliced,
     read_message,
     write_message,
 )
@@ -239,7 +241,14 @@ class ShapeLinks:
 
 
 class Server:
-    OPS = {"create": "create", "run": "reply_run", "steps": "steps", "close": "close", "trace": "take_trace"}
+    OPS = {
+        "create": "create",
+        "run": "reply_run",
+        "chain": "chain",
+        "steps": "steps",
+        "close": "close",
+        "trace": "take_trace",
+    }
 
     def __init__(self, conn, outdir: str):
         self.conn = conn
@@ -253,7 +262,7 @@ class Server:
         # system-wide monotonic clock the parent's stamps use (bench/engine_breakdown_bench.py); off: no cost
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
         self._ort_span = (0.0, 0.0)
-        self._unsettled: tuple | None = None  # the last run, until settle() learns from it
+        self._unsettled: list[tuple] = []  # the last request's runs, until settle() learns from them
         self.send: Callable[[bytes], None] | None = None  # set by serve(): replies sent from inside a run
         self.replied = False  # this request's reply went out early (see _run)
         self.repeats: dict[int, _Repeat] = {}  # per session: its last run, to repeat without planning
@@ -309,8 +318,50 @@ class Server:
         except _Misprediction:
             links.misses += 1
             got = self._run(sid, sess, uniq, feeds, {}, sigs, names)
-        self._unsettled = (links, dims, got)
+        self._unsettled.append((links, dims, got))
         return [got[n][0] for n in names], *self.pool.changes()
+
+    def chain(self, stages, released):
+        """Several sessions' runs as one request (:mod:`attnviz.runtime.chain`): each stage ``(session id, fetch,
+        feeds)`` in turn, a :class:`~attnviz.runtime.isolation.Spliced` feed made here from earlier stages'
+        outputs (which stay in their slots, lent with the reply).  One request ages the free slots once, so a
+        repeated chain finds every stage's slots again.  Reply: (items per stage, slots created, slots deleted)."""
+        self.pool.release(released)
+        self.pool.run += 1
+        outs: list[dict[str, np.ndarray]] = []
+        items: list[list] = []
+        # the outputs a later stage reads (views made of those alone: a decoder's 18 outputs are not all read)
+        read = {ref for _, _, f in stages for v in f.values() if isinstance(v, Spliced) for ref in (v.base, v.source)}
+        t0 = time.perf_counter()
+        try:
+            for stage, (sid, names, feeds) in enumerate(stages):
+                sess, links = self.sessions[sid]
+                self.repeats.pop(sid, None)  # the run below may rebind the binding a repeat holds
+                uniq = names if len(set(names)) == len(names) else list(dict.fromkeys(names))
+                sigs = {k: v for k, v in feeds.items() if isinstance(v, SharedFeed)}
+                arrays = resolve({k: self._feed(v) if k in sigs else v for k, v in feeds.items()}, outs)
+                arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+                dims = links.dims(arrays)
+                try:
+                    got = self._run(sid, sess, uniq, arrays, links.predict_all(dims, uniq), sigs, names, early=False)
+                except _Misprediction:
+                    links.misses += 1
+                    got = self._run(sid, sess, uniq, arrays, {}, sigs, names, early=False)
+                self._unsettled.append((links, dims, got))
+                outs.append({n: self._array(got[n][0]) for n in uniq if (stage, n) in read})
+                items.append([got[n][0] for n in names])
+        except BaseException:
+            # the earlier stages' slots were never lent (no reply names them): free again
+            self.pool.release(it[1] for stage in items for it in stage if it[0] == "slot")
+            raise
+        self._ort_span = (t0, time.perf_counter())
+        return items, *self.pool.changes()
+
+    def _array(self, item) -> np.ndarray:
+        """The array an output item holds: a view of its slot, or the inline array."""
+        if item[0] == "slot":
+            return self.pool.slots[item[1]].array(np.dtype(item[2]), item[3])
+        return item[1]
 
     def _repeat(self, sid: int, sess, again: _Repeat, names, feeds) -> bool:
         """This session's last run, again: the same outputs, the feeds at the same places in the feed area with
@@ -396,13 +447,12 @@ class Server:
     def settle(self) -> None:
         """After a run's reply: learn its output shapes and trim free slots (the slots trimmed here are
         reported with the next reply; the parent keeps a slot mapped until it is told)."""
-        if self._unsettled is not None:
-            links, dims, got = self._unsettled
-            self._unsettled = None
+        runs, self._unsettled = self._unsettled, []
+        for links, dims, got in runs:
             links.learn_all(dims, {n: shaped for n, (_, shaped) in got.items()})
         self.pool.trim()
 
-    def _run(self, sid, sess, names, feeds, predicted, sigs, order):
+    def _run(self, sid, sess, names, feeds, predicted, sigs, order, early=True):
         """Run with every output bound: into a free slot where its shape is predicted, else where onnxruntime
         puts it (then copied into a slot, and onnxruntime's copy given back at once).  ``sigs``: the feeds that
         came through the feed area, by where they lie there; a kept binding whose input lies at the same place
@@ -410,7 +460,8 @@ class Server:
 
         When every output goes into a predicted slot the reply is known before the run: with ``self.send`` set
         (the child's loop) it is pickled first and sent the moment onnxruntime returns (``order``: the names
-        as the request listed them), so nothing stands between the run's end and the parent's wake-up."""
+        as the request listed them), so nothing stands between the run's end and the parent's wake-up (not for
+        ``early=False``: a chain's stage, whose reply is the whole chain's)."""
         kept = self.bindings.pop(sid, None)
         last = kept.outs if kept is not None else {}
         plan: dict[str, tuple[Slot, np.dtype, tuple]] = {}
@@ -442,8 +493,9 @@ class Server:
                 io.bind_output(n, "cpu")
             outs_of[n] = sig
         bound = {n: p[0] for n, p in plan.items()}
+        reply_now = early
         early = None
-        if self.send is not None and len(bound) == len(names):
+        if reply_now and self.send is not None and len(bound) == len(names):
             items = {n: ("slot", bound[n].id, predicted[n][0].str, predicted[n][1]) for n in names}
             pool = self.pool
             reply = ([items[n] for n in order], list(pool.created), list(pool.deleted))
@@ -512,7 +564,7 @@ class Server:
             if op not in self.OPS:
                 raise ValueError(f"unknown op {op!r}")
             reply = getattr(self, self.OPS[op])(*args)
-            if self.trace is not None and op == "run" and not self.replied:
+            if self.trace is not None and op in ("run", "chain") and not self.replied:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
             data = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
         except BaseException as e:

@@ -238,3 +238,53 @@ def test_a_time_series_rides_on_its_axis_to_the_map_and_through_npz(tmp_path):
         TokenAxis(["t0", "t1"], values=[1.0])
     plain = AttentionResult([DenseMap(m[None, None])], result.sites, tokens=TokenAxis(["a", "b", "c", "d"]))
     assert vm.compute_map(plain, vm.Selection()).k_values is None
+
+
+def test_a_padded_captioning_row_offers_its_own_words_and_the_first_row_all_of_its():
+    """A captioning batch of two typed captions, row 1's right-padded (its decoder mask: 1 1 1 0 0) while row 0's
+    last word is an EOS (special, not padding): the strip, Image regions and the alignment of row 1 offer its
+    two words and no pad; row 0 keeps its EOS; the padding travels with the row taken out and through .npz."""
+    import tempfile
+    from pathlib import Path
+
+    from attnviz.core import io
+    from attnviz.core.attention import PatchGrid
+    from attnviz.core.rows import RowAxes, pick_row, set_row_axes
+
+    rng = np.random.default_rng(1)
+    cross = rng.random((2, 1, 5, 4)).astype(np.float32)
+    cross /= cross.sum(-1, keepdims=True)
+    enc = np.full((2, 1, 4, 4), 0.25, np.float32)
+    sites = [SiteInfo("encoder", "self", 0, 1, "e", "softmax"), SiteInfo("decoder", "cross", 0, 1, "c", "softmax")]
+    r = AttentionResult([DenseMap(enc), DenseMap(cross)], sites, prompt_len=5)
+    r.image = np.zeros((8, 8, 3), np.uint8)
+    r.patch_grid = PatchGrid(2, 2, 0)
+    patches = TokenAxis([f"p{i}" for i in range(4)])
+    mask = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]  # the decoder's attention mask: the truth
+    ids = [["<s>", "a", "cat", "sat", "</s>"], ["<s>", "red", "dog", "<pad>", "<pad>"]]
+    rows = [
+        RowAxes(patches, TokenAxis(w, [t.startswith("<") for t in w], pad=[not k for k in m]))
+        for w, m in zip(ids, mask)
+    ]
+    set_row_axes(r, rows)
+
+    def offered(res, b):
+        sel = vm.Selection(batch=b)
+        blocks = res.blocks(b)
+        grid = vm.image_source(res, blocks)[1]
+        return (
+            [p.word for p in vm.strip_view(res, sel).panels],
+            [w for w, _ in vm.image_queries(res, blocks[1], grid)],
+            vm.alignment_map(res, sel).q_labels,
+        )
+
+    # a word k is shown at the row that chose it (row k - 1): row 1 chose "red" and "dog"; row 0 its EOS too
+    want = [(["a", "cat", "sat", "</s>"],) * 3, (["red", "dog"],) * 3]
+    for b in range(2):
+        assert offered(r, b) == want[b]
+        assert offered(pick_row(r, b), 0) == offered(r, b)
+    with tempfile.TemporaryDirectory() as d:
+        io.save_npz(r, Path(d) / "m.npz")
+        back = io.load_npz(Path(d) / "m.npz")
+    assert [offered(back, b) for b in range(2)] == [offered(r, b) for b in range(2)]
+    assert back.key_tokens.pad is None and back.row_axes(1)[1].pad == [False, False, False, True, True]

@@ -27,6 +27,9 @@ m = planted_model(d / 'm.onnx')
 (d / 'c.txt').write_text(chr(10).join(corpus_lines(10)))
 from attnviz.cli import main
 assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'out'), '--no-progress', '--workers', '1']) == 0
+# pyarrow.Table.from_pylist would import pandas (~0.2 s, and its teardown at exit): corpus/columns.py builds the
+# same tables without it
+assert 'pandas' not in sys.modules
 assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'o2'), '--engine', 'ray', '--no-progress']) == 2
 print('ok')
 """

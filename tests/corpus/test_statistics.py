@@ -253,3 +253,51 @@ def test_entropy_examples_are_the_lowest_entropy_items(planted, tmp_path):
                     p = r / r.sum(-1, keepdims=True)
                     ent = -(np.where(p > 0, p * np.log2(np.where(p > 0, p, 1)), 0)).sum(-1)
                     assert ent[e["row"]] <= ent.min() + 1e-5, (key, e["item"], e["row"])
+
+
+def _hidden_causal_model(path):
+    """A causal LM whose graph does not say so: its layers are named /encoder/, no metadata calls it an lm, and its
+    mask counts positions with CumSum instead of Range (the static guess looks for Range comparisons and Trilu), so
+    the model's kind reads "encoder" until the probe sees a causal map."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(tiny_text_model(path, layers=2, heads=2, d=8, classifier=False, causal=True, seed=2))
+    nodes = []
+    for n in m.graph.node:
+        n.name = n.name.replace("/decoder/", "/encoder/")
+        if n.op_type == "Range":  # positions = CumSum(ones[T]) - 1
+            one = numpy_helper.from_array(np.array([1], np.int64))
+            nodes += [
+                helper.make_node("ConstantOfShape", ["T_1d"], ["ones_t"], value=one),
+                helper.make_node("CumSum", ["ones_t", "zero"], ["cum"]),
+                helper.make_node("Sub", ["cum", "one"], [n.output[0]]),
+            ]
+            continue
+        nodes.append(n)
+        if n.op_type == "Gather" and n.output[0] == "T":
+            nodes.append(helper.make_node("Unsqueeze", ["T", "zero_1d"], ["T_1d"]))
+    m.graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "zero_1d"))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    keep = [p for p in m.metadata_props if p.key != "attnviz.task"]
+    del m.metadata_props[:]
+    m.metadata_props.extend(keep)
+    onnx.save(m, path)
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_decoder_the_graph_calls_an_encoder_is_reduced_as_the_probe_finds_it(tmp_path, workers):
+    """The driver tokenises the corpus while its probe runs, as the graph's kind reads it, and pool workers open the
+    model without a probe: both take the probe's answer (a decoder: causal rows, items read as a decoder reads them)."""
+    model = _hidden_causal_model(tmp_path / "hidden.onnx")
+    m = open_model(model, provider="cpu")
+    assert m.kind == "encoder"
+    m.probe()
+    assert m.kind == "decoder"  # what the run has to find too
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(corpus_lines(24)) + "\n")
+    res = _run(model, texts, tmp_path / "out", batch_size=5, workers=workers)
+    _check_against_reference(res, model, texts, causal=True)
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["model_kind"] == "decoder"

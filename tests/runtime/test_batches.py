@@ -149,3 +149,68 @@ def test_extract_and_figure_pick_a_batch_row(exported, tmp_path, capsys):
     assert fig.stat().st_size > 0
     assert main(["figure", "--maps", str(out), "--batch-index", "5", "--out", str(tmp_path / "x.png")]) == 2
     assert "--batch-index 5" in capsys.readouterr().err
+
+
+def _feeds_padded_on(feeds: dict, side: str) -> dict:
+    """The batch's feeds with row 1's two pads on ``side`` (the mask is the truth the views must follow)."""
+    feeds = dict(feeds)
+    mask = np.ones_like(feeds["attention_mask"])
+    if side == "right":
+        mask[1, -2:] = 0
+    else:
+        mask[1, :2] = 0
+    feeds["attention_mask"] = mask
+    return feeds
+
+
+def _offered(r, b: int) -> dict:
+    """What each view offers for batch row ``b``: the heatmap's rows and columns, token links' and the overview's."""
+    from attnviz.core import view as v
+
+    sel = v.Selection(batch=b)
+    mv = v.compute_map(r, sel)
+    return {
+        "thumb": v.thumbnails(r, sel, max_side=64, use_cache=False)[(0, 0, 0)].shape,
+        "map_rows": mv.q_pos.tolist(),
+        "map_cols": mv.k_pos.tolist(),
+        "links": len(v.links_view(r, sel).q_labels),
+        "hidden_cols": v.compute_map(r, sel.with_(hide_special=True)).k_pos.tolist(),
+    }
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_a_padded_row_offers_only_its_own_tokens(exported, side, tmp_path):
+    """A decoder-only padded batch: each row's real tokens are its attention mask's 1s; the heatmap's, token links'
+    and the overview's rows and columns are exactly those (no pad as a query, label or key), row by row,
+    for a row taken out (its figure) and after the .npz round trip; an older file without the record still loads
+    and offers every position, as before."""
+    from attnviz.core import io
+
+    path, feeds, _, _ = exported("gpt2")
+    feeds = _feeds_padded_on(feeds, side)
+    r = open_model(path, provider="cpu").analyze(feeds=feeds)
+    n = feeds["attention_mask"].shape[1]
+    for b in range(2):
+        real = np.flatnonzero(feeds["attention_mask"][b]).tolist()
+        assert r.blocks(b)[0].query_axis.real == real
+        got = _offered(r, b)
+        assert got["map_rows"] == got["map_cols"] == real
+        assert got["links"] == len(real) and got["thumb"] == (len(real), len(real))
+        assert got["hidden_cols"] == real  # hiding special tokens: pads are gone either way (no other special here)
+        assert _offered(pick_row(r, b), 0) == got
+    io.save_npz(r, tmp_path / "padded.npz")
+    back = io.load_npz(tmp_path / "padded.npz")
+    assert [_offered(back, b) for b in range(2)] == [_offered(r, b) for b in range(2)]
+    # a file from before the padding was recorded: no pad entries, no "pad" in the rows' record
+    with np.load(tmp_path / "padded.npz") as z:
+        old = {k: z[k] for k in z.files if not k.endswith("_pad")}
+    info = __import__("json").loads(str(old["info"]))
+    for row in info["rows"]:
+        for ax in row.values():
+            if ax:
+                ax.pop("pad", None)
+    old["info"] = np.array(__import__("json").dumps(info))
+    np.savez(tmp_path / "old.npz", **old)
+    before = io.load_npz(tmp_path / "old.npz")
+    assert all(before.blocks(b)[0].query_axis.pad is None for b in range(2))
+    assert _offered(before, 1)["map_rows"] == list(range(n))  # unpadded as far as it knows: every position

@@ -27,7 +27,8 @@ import vlm_models as vm
 from PIL import Image
 
 from attnviz.cli import main
-from attnviz.runtime import open_model
+from attnviz.runtime import open_model, vlm
+from attnviz.runtime.chain import resolve
 
 PROMPT = "<s> <image> a photo of the cat"
 FILES = ("vision_encoder", "embed_tokens", "decoder_model_merged")
@@ -130,14 +131,17 @@ def _by_hand(decoder: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 
 
 def _decoder_feeds(m, monkeypatch) -> dict:
+    """The decoder's feeds of the next run, its embeddings spliced as the run spliced them (where the sessions run:
+    the decoder is the last stage of one request, runtime/chain.py)."""
     seen: dict = {}
-    run = m.decoder.run
+    run = vlm.run_stages
 
-    def spy(feeds, **kw):
-        seen.update(feeds)
-        return run(feeds, **kw)
+    def spy(runs):
+        got = run(runs)
+        seen.update(resolve(runs[-1].feeds, [dict(zip(p.fetch, v)) for p, v in zip(runs, got)]))
+        return got
 
-    monkeypatch.setattr(m.decoder, "run", spy)
+    monkeypatch.setattr(vlm, "run_stages", spy)
     return seen
 
 

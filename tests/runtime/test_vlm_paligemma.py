@@ -206,6 +206,30 @@ def check_rows_placed(r, enc, attentions, tmp_path) -> None:
     io.save_npz(r, tmp_path / "batch.npz")
     back = io.load_npz(tmp_path / "batch.npz")
     assert [back.token_grid_of(b) for b in range(2)] == [r.token_grid_of(b) for b in range(2)]
+    for res in (r, back):
+        check_only_real_words_offered(res, enc)
+
+
+def check_only_real_words_offered(r, enc) -> None:
+    """Each row's own tokens are the processor's attention mask's 1s; Image regions offers exactly the row's words
+    after its image (none of its pads, on either side), as does that row taken out; the heatmap's rows and
+    columns are the row's own tokens."""
+    from attnviz.core import view as v
+    from attnviz.core.rows import pick_row
+
+    for b in range(2):
+        real = np.flatnonzero(enc["attention_mask"][b]).tolist()
+        blocks = r.blocks(b)
+        dec = next(i for i, blk in enumerate(blocks) if blk.stack == "decoder")
+        assert blocks[dec].query_axis.real == real
+        grid = v.image_source(r, blocks)[1]
+        words = [row for row in real if row >= grid.end]  # BOS, the prompt's words, "\n"
+        assert [row for _, row in v.image_queries(r, blocks[dec], grid)] == words
+        mv = v.compute_map(r, v.Selection(block=dec, batch=b))
+        assert mv.q_pos.tolist() == mv.k_pos.tolist() == real
+        one = pick_row(r, b)
+        one_dec = one.blocks()[dec]
+        assert [row for _, row in v.image_queries(one, one_dec, v.image_source(one, one.blocks())[1])] == words
 
 
 def test_hub_decoder_is_said_to_be_causal_in_one_line(hub_repo, image, torch_model):

@@ -17,6 +17,7 @@ from attnviz.core.view.overview import scale_top
 from attnviz.core.view.selection import (
     Selection,
     ViewError,
+    _pad,
     _special,
     blk_len,
     clamp,
@@ -80,8 +81,9 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
                 param="generate",
             )
     k_pos = np.arange(m.shape[1])
+    k_pos = k_pos[~_pad(blk.key_axis, k_pos, blk_len(blk, 1))]  # a padded row's source: its own tokens
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
-    m = m[q_pos]
+    m = m[np.ix_(q_pos, k_pos)]
     if sel.hide_special and (q_sp.any() or k_sp.any()):
         dq, dk = hide_mask(q_sp), hide_mask(k_sp)
         m = reduce.drop_positions(m, dq, dk, renormalize=True)

@@ -1,7 +1,8 @@
 """The heatmap: :class:`MapView` and :func:`compute_map`, the matrix a selection points at.
 
-Order: aggregate -> generation step -> hide special tokens -> keep mass; then labels, titles and the colour scale's
-top.  Alignment, token links, the strip, image regions and the comparison all start from this map.
+Order: aggregate -> generation step -> a padded row's padding -> hide special tokens -> keep mass; then labels,
+titles and the colour scale's top.  Alignment, token links, the strip, image regions and the comparison all start
+from this map.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from attnviz.core.view.palette import DEFAULT_SCALE
 from attnviz.core.view.selection import (
     Selection,
     ViewError,
+    _pad,
     _special,
     blk_len,
     clamp,
@@ -56,8 +58,14 @@ class MapView:
         return float(self.matrix[row, col])
 
 
-def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
-    """The matrix ``sel`` points at.  Order: aggregate -> generation step -> hide special -> keep mass."""
+def compute_map(
+    result: AttentionResult, sel: Selection, blocks: list[Block] | None = None, keep_pads: bool = False
+) -> MapView:
+    """The matrix ``sel`` points at.  Order: aggregate -> generation step -> padding -> hide special -> keep mass.
+
+    A padded batch's row drops its padding (rows and columns: what the row is alone; a pad's key has no weight,
+    so nothing is renormalised), unless ``keep_pads`` (views that index the matrix by position and pick their
+    own queries: Image regions, the strip)."""
     blocks = result_blocks(result, sel, blocks)
     if not blocks:
         raise ViewError("this result has no attention maps; nothing to draw", param="model")
@@ -74,6 +82,11 @@ def compute_map(result: AttentionResult, sel: Selection, blocks: list[Block] | N
             k_pos = k_pos[:n]
         m = m[np.ix_(q_pos, k_pos)]
         notes.append(f"step {sel.step + 1}/{n_steps(result)}")
+    if not keep_pads:
+        pq, pk = _pad(blk.query_axis, q_pos, blk_len(blk, 0)), _pad(blk.key_axis, k_pos, blk_len(blk, 1))
+        if pq.any() or pk.any():
+            q_pos, k_pos = q_pos[~pq], k_pos[~pk]
+            m = m[np.ix_(~pq, ~pk)]
     q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     m, q_pos, k_pos, q_sp, k_sp = _hide(m, q_pos, k_pos, q_sp, k_sp, sel.hide_special, notes)

@@ -111,7 +111,7 @@ def overlay_view(
         ),
         blocks,
     )
-    mv = compute_map(result, s, blocks)
+    mv = compute_map(result, s, blocks, keep_pads=True)  # rows and keys by position (its queries skip pads)
     queries = image_queries(result, blocks[bi], grid)
     rows = [r for _, r in queries]
     query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None

@@ -17,7 +17,7 @@ import numpy as np
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view.colourbar import check_scale
-from attnviz.core.view.selection import Selection, _special, blk_len, hide_mask, result_blocks
+from attnviz.core.view.selection import Selection, _pad, _special, blk_len, hide_mask, result_blocks
 from attnviz.core.view.steps import step_rows
 
 THUMB = 64  # overview maps are max-pooled to at most this many cells a side (screen and figure)
@@ -141,6 +141,9 @@ def _block_filters(result: AttentionResult, blk: Block, sel: Selection) -> _Filt
     q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     dq, dk = (hide_mask(q_sp), hide_mask(k_sp)) if sel.hide_special else (q_sp & False, k_sp & False)
+    # a padded batch's row: its padding goes as in the heatmap (compute_map), whatever hiding says
+    dq = dq | _pad(blk.query_axis, q_pos, blk_len(blk, 0))
+    dk = dk | _pad(blk.key_axis, k_pos, blk_len(blk, 1))
     return _Filters(n, len(q_pos), len(k_pos), dq, dk)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.selection import blk_len
+from attnviz.core.view.selection import blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
 
 
@@ -71,7 +71,8 @@ def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
     n = min(int(result.prompt_len or 0), blk_len(blk, 0) + 1, len(blk.query_axis))
     if blk.stack != "decoder" or n <= 1:
         return []
-    return [(p - 1, str(blk.query_axis.labels[p])) for p in range(1, n)]
+    words = {p for p, _ in real_rows(blk, [(p, "") for p in range(1, n)])}  # a padded row's pads are no word
+    return real_rows(blk, [(p - 1, str(blk.query_axis.labels[p])) for p in range(1, n) if p in words])
 
 
 def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[tuple[str, int]]:
@@ -85,7 +86,9 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
     g = result.token_grid_of(blk.batch)
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
-        return [(clean_label(blk.query_axis.labels[r]), r) for r in range(g.end, len(blk.query_axis))]
+        # (a padded batch's row: its pads are no word to ask about)
+        rows = real_rows(blk, [(r, blk.query_axis.labels[r]) for r in range(g.end, len(blk.query_axis))])
+        return [(clean_label(w), r) for r, w in rows]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
     # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images
     out = [(first, 0)] if grid.offset > 0 and not grid.lead_images else []

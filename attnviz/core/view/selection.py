@@ -133,6 +133,21 @@ def _special(axis: TokenAxis, positions: np.ndarray, n_full: int) -> np.ndarray:
     return np.asarray(axis.special, bool)[positions]
 
 
+def _pad(axis: TokenAxis, positions: np.ndarray, n_full: int) -> np.ndarray:
+    """Which of ``positions`` are the row's padding (a padded batch): no token of the row, so never a query, a label
+    or a key to show, whatever "hide special tokens" says (a pad's query row is no one's attention, and its key
+    gets no weight)."""
+    if axis.pad is None or len(axis) != n_full:
+        return np.zeros(len(positions), bool)
+    return np.asarray(axis.pad, bool)[positions]
+
+
+def real_rows(blk: Block, rows: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``rows`` (query row, word) less the padded batch row's padding: the query choices a row offers."""
+    pad = _pad(blk.query_axis, np.arange(blk_len(blk, 0)), blk_len(blk, 0))
+    return [(r, w) for r, w in rows if not (0 <= r < len(pad) and pad[r])]
+
+
 def hide_mask(special: np.ndarray) -> np.ndarray:
     """Which positions "hide special tokens" drops: the special ones, unless that would drop all of them."""
     return special if not special.all() else np.zeros_like(special)

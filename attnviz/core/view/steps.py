@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block
-from attnviz.core.view.selection import blk_len
+from attnviz.core.view.selection import _pad, blk_len, real_rows
 
 
 def n_steps(result: AttentionResult | None) -> int:
@@ -31,14 +31,14 @@ def producing_row(result: AttentionResult, tq: int, k: int) -> int:
 def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
     """``(query row, word)`` for each generated word of a decoder block (one rule for every view).
 
-    Without generated words (teacher forcing) every query row with its own token.
+    Without generated words (teacher forcing) every query row with its own token, a padded row's pads left out.
     """
     tq = blk_len(blk, 0)
     if blk.stack == "decoder" and n_steps(result):
         rows = [(r, str(w)) for k, w in enumerate(result.generated) if 0 <= (r := producing_row(result, tq, k)) < tq]
         if rows:
             return rows
-    return [(i, str(blk.query_axis.labels[i])) for i in range(tq)]
+    return real_rows(blk, [(i, str(blk.query_axis.labels[i])) for i in range(tq)])
 
 
 def target_rows(blk: Block, convention: str, n_rows: int) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -50,7 +50,9 @@ def target_rows(blk: Block, convention: str, n_rows: int) -> tuple[np.ndarray, l
     n = min(n_rows, len(ax.labels))
     special = list(ax.special or [False] * n)
     shift = 1 if convention == "predict" else 0  # the word on row r sits at position r + shift
-    rows = [r for r in range(n) if 0 < r + shift < n]
+    pad = _pad(ax, np.arange(len(ax)), len(ax)) if len(ax) else np.zeros(0, bool)
+    # a padded row's pads are neither a word nor a row that reads or predicts one
+    rows = [r for r in range(n) if 0 < r + shift < n and not (pad.size and (pad[r] or pad[r + shift]))]
     return (
         np.array(rows, int),
         [str(ax.labels[r + shift]) for r in rows],

@@ -18,7 +18,7 @@ from attnviz.core.view.maps import compute_map
 from attnviz.core.view.overview import scale_top
 from attnviz.core.view.palette import DEFAULT_SCALE
 from attnviz.core.view.patches import block_grid, caption_rows
-from attnviz.core.view.selection import Selection, ViewError, hide_mask, result_blocks
+from attnviz.core.view.selection import Selection, ViewError, _pad, blk_len, hide_mask, real_rows, result_blocks
 from attnviz.core.view.steps import generation_rows, n_steps
 
 
@@ -78,7 +78,7 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
     base = sel.with_(block=b, step=-1, hide_special=False, keep=1.0)
     if image and sel.mode == "rollout":
         base = base.with_(mode="mean")  # rollout multiplies square self-attention maps
-    mv = compute_map(result, base, blocks)
+    mv = compute_map(result, base, blocks, keep_pads=True)  # rows and keys by position: pads are skipped below
     rows = generation_rows(result, blk) if n_steps(result) else []
     if not image and blk.kind == "cross" and sel.rows == "input":  # Alignment's rows: word k on the row reading it
         rows = [(r + 1, w) for r, w in rows if r + 1 < mv.matrix.shape[0]]
@@ -88,12 +88,15 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
         notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
     if image:
         rows = caption_rows(result, blk) + rows
+    rows = real_rows(blk, rows)  # a padded batch's row: a panel per word of its own, none per pad
+    pad_k = _pad(blk.key_axis, np.arange(blk_len(blk, 1)), blk_len(blk, 1))
     panels: list[StripPanel] = []
     hidden = False
     for row, word in rows:
         cols = np.arange(mv.matrix.shape[1])
         if blk.kind == "self":  # a decoder sees only the tokens up to its own position
             cols = cols[: row + 1]
+        cols = cols[~pad_k[cols]]  # keys of the row's own tokens
         w = np.asarray(mv.matrix[row], np.float32)[cols] if not image else np.zeros(0, np.float32)
         special = np.asarray([mv.k_special[j] for j in cols], bool) if mv.k_special else np.zeros(len(cols), bool)
         if not image and sel.hide_special and special.any():

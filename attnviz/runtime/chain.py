@@ -1,0 +1,59 @@
+"""Several sessions run one after another as one request, later stages fed from earlier stages' outputs.
+
+A vision–language model in the Hub's three-file layout is three runs per call: the vision encoder (pixel values
+-> image features), the embeddings (ids -> ``inputs_embeds``), the decoder on the embeddings with the features
+written into the image tokens' rows.  With the crash-isolation child (:mod:`attnviz.runtime.host`) three runs
+were three round trips, the features and embeddings came out to the caller only to go back in spliced, and each
+run's free output slots had aged out by the time the same session ran again, so every call made and mapped them
+anew (teacher-forced maps cost 1.32x plain onnxruntime's CPU time, bench/RESULTS.md).  A *chain* is the stages'
+fetch lists and feeds, where a feed may be a :class:`~attnviz.runtime.isolation.Spliced`: made from earlier
+stages' outputs where the sessions run, so the caller sends one request and reads every stage's outputs back.
+
+Imported by the child (``worker.py``, which must not import onnx or the engine) and by the in-process path
+alike: numpy and :mod:`attnviz.runtime.isolation` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.runtime.isolation import Spliced
+
+Stage = tuple[list[str], dict]  # (the outputs a stage fetches, its feeds: arrays or Spliced)
+
+
+def splice(s: Spliced, outs: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The embeddings with the features in the placeholder rows, in order (LLaVA's masked_scatter, Idefics3's
+    inputs_merger), as the feed's dtype; refused in one line where the counts differ or a value is NaN (the
+    checks the caller makes of a feed it holds)."""
+    base, source = outs[s.base[0]][s.base[1]], outs[s.source[0]][s.source[1]]
+    rows = np.asarray(s.rows, bool)
+    # [images, tokens, hidden], or [tokens, hidden] (Qwen2-VL's merger: one image's tokens)
+    n = int(np.prod(source.shape[:-1])) if source.ndim in (2, 3) else -1
+    if int(rows.sum()) != n:
+        raise AttnvizError(f"the prompt holds {int(rows.sum())} image tokens and the image gives {n} features; {s.fix}")
+    emb = np.array(base, np.float32)  # a copy: the base may view a slot the caller is lent
+    emb[rows] = source.reshape(-1, source.shape[-1]).astype(np.float32)
+    out = emb.astype(np.dtype(s.dtype), copy=False)
+    if np.isnan(out).any():
+        raise AttnvizError(f"input {s.name!r} contains NaN values; every map would be NaN — fix the inputs")
+    return out
+
+
+def resolve(feeds: dict, outs: list[dict[str, np.ndarray]]) -> dict:
+    """A stage's feeds with every :class:`Spliced` made from the earlier stages' outputs ``outs``."""
+    return {k: splice(v, outs) if isinstance(v, Spliced) else v for k, v in feeds.items()}
+
+
+def run_local(stages: list[Stage], run: Callable[[int, list[str], dict], list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """The stages in this process: ``run(stage index, fetch, feeds)`` runs one stage's session."""
+    outs: list[dict[str, np.ndarray]] = []
+    got: list[list[np.ndarray]] = []
+    for i, (names, feeds) in enumerate(stages):
+        values = run(i, names, resolve(feeds, outs))
+        outs.append(dict(zip(names, values)))
+        got.append(values)
+    return got
