@@ -38,18 +38,21 @@ def hf_export(tmp_path_factory):
 @pytest.fixture(scope="session")
 def llava_repo(tmp_path_factory):
     """A tiny random-init LLaVA as a Hub repository with the three-file ONNX layout (tests/vlm_models.py);
-    exported once per session."""
+    exported once per machine (tests/vlm_build.py: cached_repo), copied once per session."""
+    import vlm_build
     import vlm_models
 
-    return vlm_models.save_repo(tmp_path_factory.mktemp("llava") / "tiny-llava")
+    return vlm_build.cached_repo(vlm_models.save_repo, tmp_path_factory.mktemp("llava") / "tiny-llava")
 
 
 @pytest.fixture(scope="session")
 def llava_with_past_repo(tmp_path_factory):
     """The same LLaVA with its with-past decoder (no ``If``) written under the merged name, as some Hub exports."""
+    import vlm_build
     import vlm_models
 
-    return vlm_models.save_repo(tmp_path_factory.mktemp("llava-past") / "tiny-llava", merged=False)
+    out = tmp_path_factory.mktemp("llava-past") / "tiny-llava"
+    return vlm_build.cached_repo(vlm_models.save_repo, out, merged=False)
 
 
 @pytest.fixture(scope="session")
@@ -72,8 +75,9 @@ def llava_variants_repo(llava_repo, tmp_path_factory):
 def idefics3_repo(tmp_path_factory):
     """A tiny random-init Idefics3 (SmolVLM's architecture) as a Hub repository (tests/idefics3_models.py)."""
     import idefics3_models
+    import vlm_build
 
-    return idefics3_models.save_repo(tmp_path_factory.mktemp("idefics3") / "tiny-idefics3")
+    return vlm_build.cached_repo(idefics3_models.save_repo, tmp_path_factory.mktemp("idefics3") / "tiny-idefics3")
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,12 @@ self before cross.
 
 from __future__ import annotations
 
+import shutil
+import sys
 import warnings
 from pathlib import Path
+
+import build_cache
 
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
@@ -167,16 +171,24 @@ def _minilm_dir(pkg) -> str:
 
 
 def export(arch: str, exporter: str, attn: str, opset: int, folder: Path):
-    """Export `arch`; return (onnx path, numpy feeds, reference maps, labels)."""
+    """Export `arch`; return (onnx path, numpy feeds, reference maps, labels).  The export is made once per machine
+    (tests/build_cache.py: keyed on this module's and the package exporter's sources); the reference maps are
+    transformers' own, computed every time."""
     m, kw, out, ref, labels = build(arch)
-    if attn != "eager":
-        m.set_attn_implementation(attn)
-    names = list(kw)
-    path = Path(folder) / f"{arch}_{exporter}_{attn}_{opset}.onnx"
-    # the package's wrapper + export call (what `attnviz export-hf` uses), here for every exporter/attention variant
-    onnx_export(m, kw, out, path, opset=opset, exporter=exporter)
-    feeds = {n: kw[n].numpy() for n in names}
-    return path, feeds, ref, labels
+    name = f"{arch}_{exporter}_{attn}_{opset}"
+
+    def make(into: Path) -> None:
+        if attn != "eager":
+            m.set_attn_implementation(attn)
+        # the package's wrapper + export call (what `attnviz export-hf` uses), for every exporter/attention variant
+        onnx_export(m, kw, out, into / f"{name}.onnx", opset=opset, exporter=exporter)
+
+    key = [name, *build_cache.sources(sys.modules[__name__], sys.modules[onnx_export.__module__])]
+    cached = build_cache.cached_folder(f"hf-{name}", key, make)
+    for f in cached.iterdir():  # the .onnx file (and any external-data file beside it)
+        shutil.copy2(f, Path(folder) / f.name)
+    feeds = {n: kw[n].numpy() for n in kw}
+    return Path(folder) / f"{name}.onnx", feeds, ref, labels
 
 
 # --------------------------------------------------------------------------- local HF folders (export-hf tests)

@@ -4,7 +4,7 @@ saved as a Hub repository in the three-file ONNX layout, with transformers' own 
 ``vision_encoder.onnx`` takes ``pixel_values`` ``[batch, images, 3, S, S]`` and ``pixel_attention_mask``
 ``[batch, images, S, S]`` (bool) as onnx-community's SmolVLM exports do, drops the all-zero padding images as
 ``Idefics3Model.get_image_features`` does, and gives ``image_features`` ``[real images, S²/(p²·s²), hidden]``;
-``decoder_model_merged.onnx`` is optimum's If-merged decoder (vlm_models.merge_decoders).  Each image of
+``decoder_model_merged.onnx`` is optimum's If-merged decoder (vlm_build.merge_decoders).  Each image of
 ``S`` × ``S`` is a tile of the processor's split (or the global image): its patch grid (``S/p`` a side) comes out of
 the pixel shuffle as a ``S/(p·s)`` grid of features.
 """
@@ -12,12 +12,10 @@ the pixel shuffle as a ``S/(p·s)`` grid of features.
 from __future__ import annotations
 
 import json
-import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
-import onnx
+import vlm_build as vb
 import vlm_models as vm
 
 torch = __import__("pytest").importorskip("torch")
@@ -38,9 +36,7 @@ MEAN, STD = [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]  # SmolVLM's
 
 
 def vocab() -> dict[str, int]:
-    words = SPECIALS + WORDS
-    words += [f"w{i}" for i in range(VOCAB_SIZE - len(words))]
-    return {w: i for i, w in enumerate(words)}
+    return vb.word_vocab(SPECIALS, WORDS, VOCAB_SIZE)
 
 
 def build():
@@ -75,17 +71,8 @@ def build():
 
 
 def tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tk = Tokenizer(models.WordLevel(vocab(), unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        unk_token="<unk>",
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        additional_special_tokens=SPECIALS[4:],
+    return vb.word_tokenizer(
+        vocab(), "<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>", additional_special_tokens=SPECIALS[4:]
     )
 
 
@@ -150,50 +137,19 @@ def save_repo(repo: Path, split: bool = True) -> Path:
     """config.json, preprocessor_config.json, processor_config.json and the tokenizer at REPO/, the three ONNX files
     in REPO/onnx/."""
     m = build()
-    repo = Path(repo)
-    onnx_dir = repo / "onnx"
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    m.config.save_pretrained(str(repo))
-    tokenizer().save_pretrained(str(repo))
-    image_processor(split).save_pretrained(str(repo))
-    (repo / "processor_config.json").write_text(json.dumps({"image_seq_len": N_TILE}))
+    onnx_dir = vb.start_repo(repo, m, tokenizer(), image_processor(split))
+    (Path(repo) / "processor_config.json").write_text(json.dumps({"image_seq_len": N_TILE}))
     px = torch.randn(1, 2, 3, TILE, TILE, generator=torch.Generator().manual_seed(1))
     mask = torch.ones(1, 2, TILE, TILE, dtype=torch.bool)
     ids = torch.tensor([[2, 20, 21, 22]])
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        how = dict(opset_version=17, dynamo=False)
-        torch.onnx.export(
-            _Vision(m),
-            (px, mask),
-            str(onnx_dir / "vision_encoder.onnx"),
-            input_names=["pixel_values", "pixel_attention_mask"],
-            output_names=["image_features"],
-            dynamic_axes={
-                "pixel_values": {0: "batch", 1: "images"},
-                "pixel_attention_mask": {0: "batch", 1: "images"},
-                "image_features": {0: "real_images"},
-            },
-            **how,
-        )
-        torch.onnx.export(
-            vm._Embed(m),
-            (ids,),
-            str(onnx_dir / "embed_tokens.onnx"),
-            input_names=["input_ids"],
-            output_names=["inputs_embeds"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "inputs_embeds": {0: "batch", 1: "seq"}},
-            **how,
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            vm._export_decoder(m, ids, Path(tmp) / "decoder_model.onnx", with_past=False, layers=LAYERS)
-            vm._export_decoder(m, ids, Path(tmp) / "decoder_with_past_model.onnx", with_past=True, layers=LAYERS)
-            vm.merge_decoders(
-                onnx.load(str(Path(tmp) / "decoder_model.onnx")),
-                onnx.load(str(Path(tmp) / "decoder_with_past_model.onnx")),
-                onnx_dir / "decoder_model_merged.onnx",
-            )
-    return repo
+    axes = {"pixel_values": {0: "batch", 1: "images"}, "pixel_attention_mask": {0: "batch", 1: "images"}}
+    axes["image_features"] = {0: "real_images"}
+    vb.export_vision(_Vision(m), (px, mask), onnx_dir, ["pixel_values", "pixel_attention_mask"], axes)
+    vb.export_embed(m, ids, onnx_dir)
+    vb.export_merged_decoder(
+        lambda path, past: vm._export_decoder(m, ids, path, with_past=past, layers=LAYERS), onnx_dir
+    )
+    return Path(repo)
 
 
 def reference(m, enc: dict):

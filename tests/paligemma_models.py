@@ -1,6 +1,6 @@
 """A tiny random-init PaliGemma (SigLIP vision tower + linear projector, Gemma decoder) saved as a Hub repository
 in the three-file ONNX layout (``REPO/onnx/vision_encoder.onnx``, ``embed_tokens.onnx``,
-``decoder_model_merged.onnx``), with its eager reference maps.  The export helpers are tests/vlm_models.py's.
+``decoder_model_merged.onnx``), with its eager reference maps.  The export helpers are tests/vlm_build.py's.
 
 PaliGemma's decoder attends bidirectionally over the image and the prompt prefix (token_type_ids 0) and causally
 after it; transformers builds that mask inside ``PaliGemmaModel.forward`` from ``token_type_ids``.  The Hub's
@@ -12,12 +12,9 @@ builds the prefix mask, its with-past branch is causal, as transformers' cached 
 
 from __future__ import annotations
 
-import json
-import tempfile
-import warnings
 from pathlib import Path
 
-import onnx
+import vlm_build as vb
 import vlm_models as vm
 
 torch = __import__("pytest").importorskip("torch")
@@ -35,9 +32,7 @@ MEAN, STD = [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]  # SigLIP's
 
 
 def vocab() -> dict[str, int]:
-    words = SPECIALS + WORDS
-    words += [f"w{i}" for i in range(VOCAB_SIZE - len(words))]
-    return {w: i for i, w in enumerate(words)}
+    return vb.word_vocab(SPECIALS, WORDS, VOCAB_SIZE)
 
 
 def build():
@@ -83,19 +78,8 @@ def build():
 def tokenizer():
     """Word-level, with ``\\n`` a token of its own (the processor ends the prefix with it, as Gemma's tokenizer
     keeps it)."""
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-
-    tk = Tokenizer(models.WordLevel(vocab(), unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tk.add_tokens([AddedToken("\n", normalized=False)])
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        unk_token="<unk>",
-        pad_token="<pad>",
-        bos_token="<bos>",
-        eos_token="<eos>",
-        additional_special_tokens=["<image>"],
-    )
+    special = dict(pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", additional_special_tokens=["<image>"])
+    return vb.word_tokenizer(vocab(), "<unk>", added=("\n",), **special)
 
 
 def image_processor():
@@ -122,115 +106,43 @@ class _Vision(torch.nn.Module):
         return self.m.model.get_image_features(pixel_values).pooler_output
 
 
-class _PrefixDecoder(torch.nn.Module):
+def _PrefixDecoder(m):
     """PaliGemmaModel on spliced embeddings with token_type_ids: the prefix mask where the cache is empty."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, inputs_embeds, attention_mask, position_ids, token_type_ids, *past):
-        cache = transformers.DynamicCache(config=self.m.config.text_config)
-        for i in range(LAYERS if past else 0):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.m.model(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            token_type_ids=token_type_ids,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        present = []
-        for layer in out.past_key_values.layers:
-            present += [layer.keys, layer.values]
-        return (self.m.lm_head(out.last_hidden_state), *present)
+    return vb.CachedDecoder(m.model, m.lm_head, m.config.text_config, LAYERS, extra=("token_type_ids",))
 
 
 def _export_prefix_decoder(m, ids, path: Path, with_past: bool) -> None:
     """As vlm_models._export_decoder, with a token_type_ids input after position_ids."""
-    kv = m.config.text_config.num_key_value_heads
-    past_names = [f"past_key_values.{i}.{w}" for i in range(LAYERS) for w in ("key", "value")]
-    present_names = [n.replace("past_key_values", "present") for n in past_names]
-    emb = m.get_input_embeddings()(ids)
-    past = [torch.zeros(1, kv, 2, HEAD_DIM) for _ in past_names] if with_past else []
-    total = emb.shape[1] + (2 if with_past else 0)
-    axes = {
-        "inputs_embeds": {0: "batch", 1: "seq"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "position_ids": {0: "batch", 1: "seq"},
-        "token_type_ids": {0: "batch", 1: "seq"},
-        "logits": {0: "batch", 1: "seq"},
+    emb, mask, pos = vb.decoder_example(m, ids, with_past)
+    seq = {0: "batch", 1: "seq"}
+    inputs = {
+        "inputs_embeds": (emb, seq),
+        "attention_mask": (mask, {0: "batch", 1: "total"}),
+        "position_ids": (pos + 1, seq),  # Gemma's positions count from 1 (the mask's cumulative sum)
+        "token_type_ids": (torch.zeros(ids.shape, dtype=torch.int64), seq),
     }
-    axes.update({n: {0: "batch", 2: "past"} for n in past_names if with_past})
-    axes.update({n: {0: "batch", 2: "total"} for n in present_names})
-    types = torch.zeros(ids.shape, dtype=torch.int64)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _PrefixDecoder(m),
-            (
-                emb,
-                torch.ones(1, total, dtype=torch.int64),
-                torch.arange(total - emb.shape[1], total)[None] + 1,
-                types,
-                *past,
-            ),
-            str(path),
-            input_names=["inputs_embeds", "attention_mask", "position_ids", "token_type_ids", *past_names[: len(past)]],
-            output_names=["logits", *present_names],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
-        )
+    vb.export_decoder(
+        _PrefixDecoder(m), path, inputs, with_past, LAYERS, m.config.text_config.num_key_value_heads, HEAD_DIM
+    )
 
 
 def save_repo(repo: Path, prefix: bool = False) -> Path:
     """The Hub repository: config.json, preprocessor_config.json (with image_seq_length), the tokenizer at REPO/,
     the three ONNX files (an If-merged decoder) in REPO/onnx/."""
     m = build()
-    repo = Path(repo)
-    onnx_dir = repo / "onnx"
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    m.config.save_pretrained(str(repo))
-    tokenizer().save_pretrained(str(repo))
-    image_processor().save_pretrained(str(repo))
-    pre = json.loads((repo / "preprocessor_config.json").read_text())
-    pre["image_seq_length"] = N_IMAGE
-    (repo / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    onnx_dir = vb.start_repo(repo, m, tokenizer(), image_processor(), image_seq_length=N_IMAGE)
     px = torch.randn(1, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(1))
     ids = torch.tensor([[2, 7, 8, 9]])
-    how = dict(opset_version=17, dynamo=False)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Vision(m),
-            (px,),
-            str(onnx_dir / "vision_encoder.onnx"),
-            input_names=["pixel_values"],
-            output_names=["image_features"],
-            dynamic_axes={"pixel_values": {0: "batch"}, "image_features": {0: "batch"}},
-            **how,
+    batch = {0: "batch"}
+    vb.export_vision(_Vision(m), (px,), onnx_dir, ["pixel_values"], {"pixel_values": batch, "image_features": batch})
+    vb.export_embed(m, ids, onnx_dir)
+    if prefix:
+        vb.export_merged_decoder(lambda path, past: _export_prefix_decoder(m, ids, path, with_past=past), onnx_dir)
+    else:  # the language model alone, as the Hub's file (vm._Decoder takes model.language_model)
+        vb.export_merged_decoder(
+            lambda path, past: vm._export_decoder(m, ids, path, with_past=past, layers=LAYERS), onnx_dir
         )
-        torch.onnx.export(
-            vm._Embed(m),
-            (ids,),
-            str(onnx_dir / "embed_tokens.onnx"),
-            input_names=["input_ids"],
-            output_names=["inputs_embeds"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "inputs_embeds": {0: "batch", 1: "seq"}},
-            **how,
-        )
-    with tempfile.TemporaryDirectory() as tmp:
-        no_past, with_past = Path(tmp) / "decoder_model.onnx", Path(tmp) / "decoder_with_past_model.onnx"
-        if prefix:
-            _export_prefix_decoder(m, ids, no_past, with_past=False)
-            _export_prefix_decoder(m, ids, with_past, with_past=True)
-        else:  # the language model alone, as the Hub's file (vm._Decoder takes model.language_model)
-            vm._export_decoder(m, ids, no_past, with_past=False, layers=LAYERS)
-            vm._export_decoder(m, ids, with_past, with_past=True, layers=LAYERS)
-        vm.merge_decoders(onnx.load(str(no_past)), onnx.load(str(with_past)), onnx_dir / "decoder_model_merged.onnx")
-    return repo
+    return Path(repo)
 
 
 def token_types(ids, suffix_from: list[int] | None = None):

@@ -14,13 +14,10 @@ size.  Its maps' keys are in the window order, as transformers' blocks see them.
 
 from __future__ import annotations
 
-import tempfile
-import warnings
 from pathlib import Path
 
-import onnx
 import qwen2vl_models as q2
-import vlm_models as vm
+import vlm_build as vb
 
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
@@ -131,43 +128,16 @@ class _Vision(torch.nn.Module):
 def save_repo(repo: Path) -> Path:
     """config.json, preprocessor_config.json and tokenizer at REPO/, the three ONNX files in REPO/onnx/."""
     m = build()
-    repo = Path(repo)
-    onnx_dir = repo / "onnx"
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    m.config.save_pretrained(str(repo))
-    q2.image_processor().save_pretrained(str(repo))
-    q2.tokenizer().save_pretrained(str(repo))
+    onnx_dir = vb.start_repo(repo, m, q2.tokenizer(), q2.image_processor())
     # a grid of 6 × 8 patches (3 × 4 merge units: windows of 2 × 2, 2 × 2, 1 × 2, 1 × 2), dynamic patch counts
     grid = torch.tensor([[1, 6, 8]])
     px = torch.randn(48, 3 * TEMPORAL * PATCH * PATCH, generator=torch.Generator().manual_seed(1))
     ids = torch.tensor([[1, 8, 9, 10]])
-    how = dict(opset_version=17, dynamo=False)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Vision(m),
-            (px, grid),
-            str(onnx_dir / "vision_encoder.onnx"),
-            input_names=["pixel_values", "image_grid_thw"],
-            output_names=["image_features"],
-            dynamic_axes={"pixel_values": {0: "patches"}, "image_features": {0: "tokens"}},
-            **how,
-        )
-        torch.onnx.export(
-            vm._Embed(m),
-            (ids,),
-            str(onnx_dir / "embed_tokens.onnx"),
-            input_names=["input_ids"],
-            output_names=["inputs_embeds"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "inputs_embeds": {0: "batch", 1: "seq"}},
-            **how,
-        )
-    with tempfile.TemporaryDirectory() as tmp:
-        no_past, with_past = Path(tmp) / "decoder_model.onnx", Path(tmp) / "decoder_with_past_model.onnx"
-        q2._export_decoder(m, ids, no_past, with_past=False)
-        q2._export_decoder(m, ids, with_past, with_past=True)
-        vm.merge_decoders(onnx.load(str(no_past)), onnx.load(str(with_past)), onnx_dir / "decoder_model_merged.onnx")
-    return repo
+    axes = {"pixel_values": {0: "patches"}, "image_features": {0: "tokens"}}
+    vb.export_vision(_Vision(m), (px, grid), onnx_dir, ["pixel_values", "image_grid_thw"], axes)
+    vb.export_embed(m, ids, onnx_dir)
+    vb.export_merged_decoder(lambda path, past: q2._export_decoder(m, ids, path, with_past=past), onnx_dir)
+    return Path(repo)
 
 
 def vision_reference(m, pixel_values, grid):

@@ -1,7 +1,7 @@
 """A tiny random-init Qwen2-VL (ViT with 2-D rotary patches and a 2×2 patch merger, Qwen2 decoder with 3-D M-RoPE)
 saved as a Hub repository in the three-file ONNX layout (``REPO/onnx/vision_encoder.onnx``, ``embed_tokens.onnx``,
 ``decoder_model_merged.onnx``), with its eager reference maps.  The export and If-merge helpers are
-tests/vlm_models.py's.
+tests/vlm_build.py's.
 
 The vision file takes what ``Qwen2VisionTransformerPretrainedModel.forward`` takes for one image: the processor's
 flattened patches ``pixel_values [grid_t·grid_h·grid_w, C·T·P·P]`` and ``image_grid_thw [1, 3]``; its rotary
@@ -15,12 +15,9 @@ which the caller builds (transformers' ``get_rope_index``).
 from __future__ import annotations
 
 import json
-import tempfile
-import warnings
 from pathlib import Path
 
-import onnx
-import vlm_models as vm
+import vlm_build as vb
 
 torch = __import__("pytest").importorskip("torch")
 transformers = __import__("pytest").importorskip("transformers")
@@ -45,9 +42,7 @@ MEAN, STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.2757
 
 
 def vocab() -> dict[str, int]:
-    words = SPECIALS + WORDS
-    words += [f"w{i}" for i in range(VOCAB_SIZE - len(words))]
-    return {w: i for i, w in enumerate(words)}
+    return vb.word_vocab(SPECIALS, WORDS, VOCAB_SIZE)
 
 
 def build():
@@ -92,16 +87,9 @@ def build():
 
 
 def tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tk = Tokenizer(models.WordLevel(vocab(), unk_token="<|endoftext|>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        unk_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        eos_token="<|im_end|>",
-        additional_special_tokens=SPECIALS[1:],
+    unk = "<|endoftext|>"
+    return vb.word_tokenizer(
+        vocab(), unk, pad_token=unk, eos_token="<|im_end|>", additional_special_tokens=SPECIALS[1:]
     )
 
 
@@ -158,101 +146,35 @@ class _Vision(torch.nn.Module):
         return v.merger(x)
 
 
-class _Decoder(torch.nn.Module):
+def _Decoder(m):
     """inputs_embeds, attention_mask, position_ids [3, B, T], past key/values -> logits, present key/values."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.lm = m.model.language_model
-        self.head = m.lm_head
-
-    def forward(self, inputs_embeds, attention_mask, position_ids, *past):
-        cache = transformers.DynamicCache(config=self.lm.config)
-        for i in range(self.lm.config.num_hidden_layers if past else 0):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.lm(
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=True,
-        )
-        present = []
-        for layer in cache.layers:
-            present += [layer.keys, layer.values]
-        return (self.head(out.last_hidden_state), *present)
+    lm = m.model.language_model
+    return vb.CachedDecoder(lm, m.lm_head, lm.config, lm.config.num_hidden_layers)
 
 
 def _export_decoder(m, ids, path: Path, with_past: bool) -> None:
-    kv = m.config.text_config.num_key_value_heads
-    past_names = [f"past_key_values.{i}.{w}" for i in range(LAYERS) for w in ("key", "value")]
-    present_names = [n.replace("past_key_values", "present") for n in past_names]
-    emb = m.get_input_embeddings()(ids)
-    past = [torch.zeros(1, kv, 2, HEAD_DIM) for _ in past_names] if with_past else []
-    total = emb.shape[1] + (2 if with_past else 0)
-    pos = torch.arange(total - emb.shape[1], total)[None, None].expand(3, 1, -1).contiguous()
-    axes = {
-        "inputs_embeds": {0: "batch", 1: "seq"},
-        "attention_mask": {0: "batch", 1: "total"},
-        "position_ids": {1: "batch", 2: "seq"},
-        "logits": {0: "batch", 1: "seq"},
+    emb, mask, pos = vb.decoder_example(m, ids, with_past)
+    inputs = {
+        "inputs_embeds": (emb, {0: "batch", 1: "seq"}),
+        "attention_mask": (mask, {0: "batch", 1: "total"}),
+        "position_ids": (pos[None].expand(3, 1, -1).contiguous(), {1: "batch", 2: "seq"}),  # M-RoPE's three rows
     }
-    axes.update({n: {0: "batch", 2: "past"} for n in past_names if with_past})
-    axes.update({n: {0: "batch", 2: "total"} for n in present_names})
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Decoder(m),
-            (emb, torch.ones(1, total, dtype=torch.int64), pos, *past),
-            str(path),
-            input_names=["inputs_embeds", "attention_mask", "position_ids", *(past_names if with_past else [])],
-            output_names=["logits", *present_names],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
-        )
+    vb.export_decoder(_Decoder(m), path, inputs, with_past, LAYERS, m.config.text_config.num_key_value_heads, HEAD_DIM)
 
 
 def save_repo(repo: Path) -> Path:
     """config.json, preprocessor_config.json and tokenizer at REPO/, the three ONNX files in REPO/onnx/."""
     m = build()
-    repo = Path(repo)
-    onnx_dir = repo / "onnx"
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    m.config.save_pretrained(str(repo))
-    image_processor().save_pretrained(str(repo))
-    tokenizer().save_pretrained(str(repo))
+    onnx_dir = vb.start_repo(repo, m, tokenizer(), image_processor())
     # a grid of 4 × 6 patches (one image of 32 × 48 pixels), exported with dynamic patch counts
     grid = torch.tensor([[1, 4, 6]])
     px = torch.randn(24, 3 * TEMPORAL * PATCH * PATCH, generator=torch.Generator().manual_seed(1))
     ids = torch.tensor([[1, 8, 9, 10]])
-    how = dict(opset_version=17, dynamo=False)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Vision(m),
-            (px, grid),
-            str(onnx_dir / "vision_encoder.onnx"),
-            input_names=["pixel_values", "image_grid_thw"],
-            output_names=["image_features"],
-            dynamic_axes={"pixel_values": {0: "patches"}, "image_features": {0: "tokens"}},
-            **how,
-        )
-        torch.onnx.export(
-            vm._Embed(m),
-            (ids,),
-            str(onnx_dir / "embed_tokens.onnx"),
-            input_names=["input_ids"],
-            output_names=["inputs_embeds"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "inputs_embeds": {0: "batch", 1: "seq"}},
-            **how,
-        )
-    with tempfile.TemporaryDirectory() as tmp:
-        no_past, with_past = Path(tmp) / "decoder_model.onnx", Path(tmp) / "decoder_with_past_model.onnx"
-        _export_decoder(m, ids, no_past, with_past=False)
-        _export_decoder(m, ids, with_past, with_past=True)
-        vm.merge_decoders(onnx.load(str(no_past)), onnx.load(str(with_past)), onnx_dir / "decoder_model_merged.onnx")
-    return repo
+    axes = {"pixel_values": {0: "patches"}, "image_features": {0: "tokens"}}
+    vb.export_vision(_Vision(m), (px, grid), onnx_dir, ["pixel_values", "image_grid_thw"], axes)
+    vb.export_embed(m, ids, onnx_dir)
+    vb.export_merged_decoder(lambda path, past: _export_decoder(m, ids, path, with_past=past), onnx_dir)
+    return Path(repo)
 
 
 def image_types(ids):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from optimum_env import CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,9 @@ def test_ruff_format_is_applied():
 
 def test_mypy_is_clean():
     _tool("mypy")
-    out = _run(sys.executable, "-m", "mypy")  # incremental: .mypy_cache makes reruns fast
+    # incremental, with a cache kept per machine (not in the checkout): a fresh clone (CI) reuses the analysis of
+    # every module whose source hash is unchanged (~6 s instead of ~30 s of CPU); mypy checks each hash itself
+    out = _run(sys.executable, "-m", "mypy", "--cache-dir", str(CACHE / "mypy"))
     assert out.returncode == 0 and "Success" in out.stdout, out.stdout[-4000:] + out.stderr[-1000:]
 
 

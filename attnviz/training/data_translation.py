@@ -31,6 +31,7 @@ Tokenisation: :func:`train_tokenizer` trains a small WordPiece vocabulary (``tok
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.util
 import random
 import sys
@@ -53,6 +54,7 @@ INSTALL_HINT = "pip install --no-deps bible-alignments"
 SOURCE_TSV = "sources/SBLGNT.tsv"
 TARGET_TSV = "eng/targets/BSB/nt_BSB.tsv"
 ALIGNMENT_JSON = "eng/alignments/BSB/SBLGNT-BSB-manual.json"
+DATA_FILES = (SOURCE_TSV, TARGET_TSV, ALIGNMENT_JSON)
 
 # special tokens, in id order (ids 0..4 in every vocabulary we train)
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
@@ -122,8 +124,25 @@ def _detok(words: list[str], no_space_after: list[bool]) -> str:
 
 
 def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
-    """All aligned NT verse units, in canonical (book, chapter, verse) order."""
+    """All aligned NT verse units, in canonical (book, chapter, verse) order.
+
+    Parsed once per process while the three files stay as they were (their size and mtime): parsing takes
+    seconds, and a training run's splits, its evaluation, ``testset`` and ``align`` each ask again.  The pairs
+    are frozen; every caller gets a list of its own."""
     d = Path(data_dir) if data_dir is not None else bible_data_dir()
+    return list(_parse_bible(d, _stamp(d)))
+
+
+def _stamp(d: Path) -> tuple[tuple[int, int], ...] | None:
+    """The data files' (mtime, size): a file rewritten since the last parse is parsed again."""
+    try:
+        return tuple((st.st_mtime_ns, st.st_size) for st in (d.joinpath(f).stat() for f in DATA_FILES))
+    except OSError:
+        return None  # _parse_bible says what is missing
+
+
+@functools.lru_cache(maxsize=1)
+def _parse_bible(d: Path, stamp: tuple[tuple[int, int], ...] | None) -> tuple[AlignedPair, ...]:
     try:
         src_rows = _read_tsv(d / SOURCE_TSV)
         tgt_rows = _read_tsv(d / TARGET_TSV)
@@ -203,7 +222,7 @@ def load_bible(data_dir: str | Path | None = None) -> list[AlignedPair]:
                 src_gloss=tuple(src_gloss[s] for s in s_ids),
             )
         )
-    return pairs
+    return tuple(pairs)
 
 
 def gloss_pair(pair: AlignedPair) -> AlignedPair | None:

@@ -7,6 +7,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from planted import corpus_lines, planted_model
 
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def ray_local():
+    """One local Ray cluster (2 CPUs) for this folder's Ray tests: started by the first that asks (seconds of
+    start-up each time) and kept for the next, shut down when the run leaves the folder (pytest_runtest_teardown)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """The last test of this folder stops the shared cluster: its processes must not idle through the other
+    folders' tests (some count processes and memory)."""
+    ray = sys.modules.get("ray")
+    if (nextitem is None or nextitem.path.parent != HERE) and ray is not None and ray.is_initialized():
+        ray.shutdown()
+
 
 @pytest.fixture(scope="session")
 def planted(tmp_path_factory):

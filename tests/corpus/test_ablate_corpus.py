@@ -329,19 +329,12 @@ def test_mean_mode_feeds_the_corpus_mean_rows_computed_by_hand(tmp_path):
     assert (_sha(path), _sha(texts)) == before
 
 
-def test_ray_gives_the_local_engine_numbers(tmp_path):
-    pytest.importorskip("ray")
-    import ray
-
+def test_ray_gives_the_local_engine_numbers(tmp_path, ray_local):
     path = tiny_text_model(tmp_path / "cls.onnx", layers=2, heads=2, d=8, seed=1)
     texts = _corpus(tmp_path / "c.jsonl", n=10, seed=3, labels=["A", "B", 1])
     before = (_sha(path), _sha(texts))
     run_ablation(_cfg(path, texts, tmp_path / "local", all_heads=True, label_column="y"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        r = run_ablation(_cfg(path, texts, tmp_path / "ray", all_heads=True, label_column="y", engine="ray", threads=1))
-    finally:
-        ray.shutdown()
+    r = run_ablation(_cfg(path, texts, tmp_path / "ray", all_heads=True, label_column="y", engine="ray", threads=1))
     assert r.run["engine"] == "ray" and "ray" in r.run["versions"]
     assert _table(tmp_path / "ray") == _table(tmp_path / "local")  # the same sums in the same order: equal
     assert (_sha(path), _sha(texts)) == before

@@ -178,23 +178,17 @@ def test_two_workers_and_a_resumed_run_give_the_same_tables(speech, one_worker, 
         assert (cut / "words" / f.name).read_bytes() == f.read_bytes()
 
 
-def test_ray_reduces_each_recording_as_the_local_engine_does(speech, one_worker, tmp_path, monkeypatch):
+def test_ray_reduces_each_recording_as_the_local_engine_does(speech, one_worker, tmp_path, monkeypatch, ray_local):
     """``--engine ray``: the driver's plan (one batch a recording) through Ray Data actors, each its own
     session; the folders given relative to the command's directory, as typed.  The tables, the words files and
     run.json's alignment summary are the local engine's, bit for bit."""
     pytest.importorskip("ray.data")
-    import ray
-
     folder, audio, refs, _, _ = speech
-    monkeypatch.chdir(audio.parent)
+    monkeypatch.chdir(audio.parent)  # after the folder's cluster started elsewhere: the driver resolves the paths
     out = tmp_path / "ray"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        cfg = _cfg(speech, out, engine="ray", workers=2)
-        cfg.audio_dir, cfg.gold_dir = audio.name, refs.name
-        assert run_corpus(cfg).items == 3
-    finally:
-        ray.shutdown()
+    cfg = _cfg(speech, out, engine="ray", workers=2)
+    cfg.audio_dir, cfg.gold_dir = audio.name, refs.name
+    assert run_corpus(cfg).items == 3
     _same(_rows(one_worker), _rows(out))
     examples = _rows(out, "examples.parquet")  # each names its recording as the command was given it
     assert {e["audio"] for e in examples} <= {f"{audio.name}/{n}.wav" for n in CLIPS}

@@ -14,13 +14,7 @@ pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_local")  # the folder's one cluster (conftest.py)
 
 
 def test_ray_equals_local_and_resumes_a_local_checkpoint(planted, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from conftest import text_result, vision_result
+from figure_data import text_result, vision_result
 
 from attnviz.figures import FigureSpec, render_spec
 

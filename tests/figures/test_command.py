@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from conftest import encdec_result, text_result, vision_result
+from figure_data import encdec_result, text_result, vision_result
 from PIL import Image
 
 from attnviz import AttnvizError

@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 import pytest
-from conftest import vision_result
+from figure_data import vision_result
 from matplotlib import colormaps
 from PIL import Image
 
@@ -18,7 +18,7 @@ from attnviz.core.io import save_npz
 from attnviz.figures import FigureSpec, figure_bytes, render_spec
 from attnviz.figures.recipe import load_recipe
 
-RED = (slice(16, 40), slice(20, 48))  # the red rectangle of conftest.test_image
+RED = (slice(16, 40), slice(20, 48))  # the red rectangle of figure_data.test_image
 
 
 def _png_and_axes(result, base: str):

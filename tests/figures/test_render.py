@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 from _pdftext import pdf_text, svg_texts
-from conftest import CAPTION, SOURCE, TARGET_GEN, TEXT_TOKENS, encdec_result, text_result, vision_result
+from figure_data import CAPTION, SOURCE, TARGET_GEN, TEXT_TOKENS, encdec_result, text_result, vision_result
 from PIL import Image
 
 from attnviz.figures import FigureSpec, figure_bytes, render_spec, save_figure

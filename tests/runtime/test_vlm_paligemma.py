@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import paligemma_models as pm  # noqa: E402
+import vlm_build as vb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from attnviz.runtime import builders as bd  # noqa: E402
@@ -28,13 +29,13 @@ TOL = 5e-4
 @pytest.fixture(scope="module")
 def prefix_repo(tmp_path_factory):
     """The decoder exported with a token_type_ids input (the prefix mask in the graph)."""
-    return pm.save_repo(tmp_path_factory.mktemp("paligemma") / "tiny-paligemma", prefix=True)
+    return vb.cached_repo(pm.save_repo, tmp_path_factory.mktemp("paligemma") / "tiny-paligemma", prefix=True)
 
 
 @pytest.fixture(scope="module")
 def hub_repo(tmp_path_factory):
     """The decoder exported as the Hub's file: the language model alone, a 2-D mask, no token_type_ids."""
-    return pm.save_repo(tmp_path_factory.mktemp("paligemma-hub") / "tiny-paligemma", prefix=False)
+    return vb.cached_repo(pm.save_repo, tmp_path_factory.mktemp("paligemma-hub") / "tiny-paligemma", prefix=False)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 import qwen2vl_models as q2  # noqa: E402
 import qwen25vl_models as q5  # noqa: E402
+import vlm_build as vb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from attnviz.core.attention import SiteInfo  # noqa: E402
@@ -29,7 +30,7 @@ TOL = 5e-4
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    return q5.save_repo(tmp_path_factory.mktemp("qwen25vl") / "tiny-qwen2.5-vl")
+    return vb.cached_repo(q5.save_repo, tmp_path_factory.mktemp("qwen25vl") / "tiny-qwen2.5-vl")
 
 
 @pytest.fixture(scope="module")

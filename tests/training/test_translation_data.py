@@ -98,3 +98,40 @@ def test_a_target_tokenizer_without_bos_is_refused_with_one_line():
     with pytest.raises(AttnvizError, match=r"no \[BOS\] token"):
         no_bos.encode_pair(pairs[0])
     assert toks.encode_pair(pairs[0])["tgt_ids"][0] == toks.target.token_to_id("[BOS]")
+
+
+def _tiny_bible(folder, word: str):
+    """One verse in the package's three files: two Greek words, two English ones, each linked to its own."""
+    import json
+
+    for name, text in (
+        (dt.SOURCE_TSV, "id\ttext\tgloss2\nn40001001001\tΒίβλος\tbook\nn40001001002\tγενέσεως\tgenealogy\n"),
+        (
+            dt.TARGET_TSV,
+            f"id\tsource_verse\ttext\tskip_space_after\texclude\n40001001001\t40001001\t{word}\t\t\n"
+            "40001001002\t40001001\tgenealogy\t\t\n",
+        ),
+        (
+            dt.ALIGNMENT_JSON,
+            json.dumps(
+                {
+                    "records": [
+                        {"source": ["n40001001001"], "target": ["40001001001"]},
+                        {"source": ["n40001001002"], "target": ["40001001002"]},
+                    ]
+                }
+            ),
+        ),
+    ):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+def test_the_bible_is_parsed_once_until_a_file_changes(tmp_path):
+    _tiny_bible(tmp_path, "book")
+    first, again = dt.load_bible(tmp_path), dt.load_bible(tmp_path)
+    assert [p.tgt for p in first] == [("book", "genealogy")] and first[0].links == {(0, 0), (1, 1)}
+    assert again == first and again is not first  # a list of its own ...
+    assert again[0] is first[0]  # ... of the pairs parsed once
+    _tiny_bible(tmp_path, "record")  # another size: parsed again
+    assert [p.tgt for p in dt.load_bible(tmp_path)] == [("record", "genealogy")]
