@@ -282,29 +282,10 @@ def build_forms(work: Path, families: list[str], exporters: list[str], forms: li
 
 # --------------------------------------------------------------------------- transformers' side
 def qwen2vl_vision(model, px, grid) -> list[np.ndarray]:
-    """transformers' eager vision attention of every Qwen2-VL layer (one image: one chunk a layer), recorded through
-    its attention interface."""
-    import torch
-    import transformers
-    from transformers.models.qwen2_vl import modeling_qwen2_vl as mq
+    """transformers' eager vision attention of every Qwen2-VL layer (one image: one chunk a layer)."""
+    import qwen2vl_models as q2
 
-    seen: list[np.ndarray] = []
-
-    def record(module, q, k, v, attention_mask, **kw):
-        out, w = mq.eager_attention_forward(module, q, k, v, attention_mask, **kw)
-        seen.append(w.numpy())
-        return out, w
-
-    transformers.AttentionInterface.register("attnviz_bench_record", record)
-    vision = model.model.visual
-    old = vision.config._attn_implementation
-    vision.config._attn_implementation = "attnviz_bench_record"
-    try:
-        with torch.no_grad():
-            vision(torch.as_tensor(px), grid_thw=torch.as_tensor(grid))
-    finally:
-        vision.config._attn_implementation = old
-    return seen
+    return q2.record_vision_attention(model, px, grid)
 
 
 @dataclass

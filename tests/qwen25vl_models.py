@@ -148,22 +148,7 @@ def vision_reference(m, pixel_values, grid):
     from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as mq
     from transformers.vision_utils import get_vision_window_index
 
-    seen: list = []
-
-    def record(module, q, k, v, attention_mask, **kw):
-        out, w = mq.eager_attention_forward(module, q, k, v, attention_mask, **kw)
-        seen.append(w.numpy())
-        return out, w
-
-    transformers.AttentionInterface.register("attnviz_record", record)
-    vision = m.model.visual
-    old = vision.config._attn_implementation
-    vision.config._attn_implementation = "attnviz_record"
-    try:
-        with torch.no_grad():
-            vision(torch.as_tensor(pixel_values), grid_thw=torch.as_tensor(grid))
-    finally:
-        vision.config._attn_implementation = old
+    seen = q2.record_vision_attention(m, pixel_values, grid, mq)
     index, _ = get_vision_window_index(torch.as_tensor(grid), MERGE, WINDOW, PATCH)
     n = int(np.prod(grid[0]))
     maps, k = [], 0

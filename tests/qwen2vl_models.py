@@ -216,3 +216,28 @@ def reference(m, pixel_values, grid_thw, input_ids, attention_mask=None):
 
 def preprocessor_json(repo: Path) -> dict:
     return json.loads((Path(repo) / "preprocessor_config.json").read_text())
+
+
+def record_vision_attention(model, pixel_values, grid, modeling=None) -> list:
+    """transformers' eager attention of every vision block (one chunk a block for Qwen2-VL; one per window for
+    Qwen2.5-VL's windowed blocks), recorded through its attention interface: the vision tower returns no weights of
+    its own.  ``modeling``: the family's modeling module (default Qwen2-VL's)."""
+    if modeling is None:
+        from transformers.models.qwen2_vl import modeling_qwen2_vl as modeling
+    seen: list = []
+
+    def record(module, q, k, v, attention_mask, **kw):
+        out, w = modeling.eager_attention_forward(module, q, k, v, attention_mask, **kw)
+        seen.append(w.numpy())
+        return out, w
+
+    transformers.AttentionInterface.register("attnviz_record", record)
+    vision = model.model.visual
+    old = vision.config._attn_implementation
+    vision.config._attn_implementation = "attnviz_record"
+    try:
+        with torch.no_grad():
+            vision(torch.as_tensor(pixel_values), grid_thw=torch.as_tensor(grid))
+    finally:
+        vision.config._attn_implementation = old
+    return seen

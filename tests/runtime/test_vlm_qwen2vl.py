@@ -53,30 +53,6 @@ def _processed(path):
     return p["pixel_values"], p["image_grid_thw"]
 
 
-def _vision_reference(m, pixel_values, grid):
-    """transformers' eager vision attention of every layer, recorded through its own attention interface (the
-    vision tower returns no weights of its own)."""
-    from transformers.models.qwen2_vl import modeling_qwen2_vl as mq
-
-    seen = []
-
-    def record(module, q, k, v, attention_mask, **kw):
-        out, w = mq.eager_attention_forward(module, q, k, v, attention_mask, **kw)
-        seen.append(w.numpy())
-        return out, w
-
-    transformers.AttentionInterface.register("attnviz_record", record)
-    vision = m.model.visual
-    old = vision.config._attn_implementation
-    vision.config._attn_implementation = "attnviz_record"
-    try:
-        with torch.no_grad():
-            vision(torch.as_tensor(pixel_values), grid_thw=torch.as_tensor(grid))
-    finally:
-        vision.config._attn_implementation = old
-    return seen
-
-
 def _max_diff(maps, ref) -> float:
     assert len(maps) == len(ref)
     for got, want in zip(maps, ref):
@@ -144,7 +120,7 @@ def test_every_map_equals_transformers_eager(repo, image, torch_model):
     prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
     px, grid = _processed(image)
     ids = np.asarray(prep.prompts, np.int64)
-    vision = _vision_reference(torch_model, px, grid)
+    vision = qm.record_vision_attention(torch_model, px, grid)
     _, decoder, logits = qm.reference(torch_model, px, grid, ids)
     assert _max_diff(r.maps[:2], vision) < TOL
     assert _max_diff(r.maps[2:], decoder) < TOL

@@ -186,30 +186,6 @@ def qwen2vl(tmp_path_factory):
     return export(tmp_path_factory, "qwen2vl", qm, "Qwen2VLForConditionalGeneration")
 
 
-def qwen_vision_reference(hf, pixel_values, grid) -> list[np.ndarray]:
-    """transformers' eager vision attention of every layer, recorded through its attention interface (the vision
-    tower returns no weights of its own)."""
-    from transformers.models.qwen2_vl import modeling_qwen2_vl as mq
-
-    seen = []
-
-    def record(module, q, k, v, attention_mask, **kw):
-        out, w = mq.eager_attention_forward(module, q, k, v, attention_mask, **kw)
-        seen.append(w.numpy())
-        return out, w
-
-    transformers.AttentionInterface.register("test_export_record", record)
-    vision = hf.model.visual
-    old = vision.config._attn_implementation
-    vision.config._attn_implementation = "test_export_record"
-    try:
-        with torch.no_grad():
-            vision(torch.as_tensor(pixel_values), grid_thw=torch.as_tensor(grid))
-    finally:
-        vision.config._attn_implementation = old
-    return seen
-
-
 def test_qwen2vl_every_map_and_greedy_tokens_equal_transformers(qwen2vl, tmp_path):
     """An image file of another size than the export was traced on (45 x 70 -> 48 x 64: 3 x 4 image tokens):
     attnviz's patches and ids are transformers' image processor's and Qwen2VLProcessor's expansion, every vision
@@ -226,7 +202,7 @@ def test_qwen2vl_every_map_and_greedy_tokens_equal_transformers(qwen2vl, tmp_pat
     ids = np.asarray([qm.tokenizer()(qm.expand(prompt, grid))["input_ids"]], np.int64)
     assert bd.prepare(m, AnalyzeRequest(text=prompt, image=str(path))).prompts == ids.tolist()
     r = m.analyze(text=prompt, image=str(path))
-    vision = qwen_vision_reference(hf, px, grid)
+    vision = qm.record_vision_attention(hf, px, grid)
     _, decoder, logits = qm.reference(hf, px, grid, ids)
     assert len(r.maps) == len(vision) + len(decoder) == 2 * qm.LAYERS
     assert max(max_diff(g.array(), w) for g, w in zip(r.maps, [*vision, *decoder])) < TOL
