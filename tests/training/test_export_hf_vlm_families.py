@@ -186,6 +186,20 @@ def qwen2vl(tmp_path_factory):
     return export(tmp_path_factory, "qwen2vl", qm, "Qwen2VLForConditionalGeneration")
 
 
+def _qwen_generate_inputs(hf, px, grid, ids) -> dict:
+    """What transformers' Qwen2-VL / Qwen2.5-VL ``generate`` takes for one image and prompt (its M-RoPE deltas
+    recomputed from the prompt)."""
+    t = torch.as_tensor(ids)
+    hf.model.rope_deltas = None
+    return dict(
+        input_ids=t,
+        pixel_values=torch.as_tensor(px),
+        image_grid_thw=torch.as_tensor(grid),
+        mm_token_type_ids=qm.image_types(t),
+        attention_mask=torch.ones_like(t),
+    )
+
+
 def test_qwen2vl_every_map_and_greedy_tokens_equal_transformers(qwen2vl, tmp_path):
     """An image file of another size than the export was traced on (45 x 70 -> 48 x 64: 3 x 4 image tokens):
     attnviz's patches and ids are transformers' image processor's and Qwen2VLProcessor's expansion, every vision
@@ -209,16 +223,7 @@ def test_qwen2vl_every_map_and_greedy_tokens_equal_transformers(qwen2vl, tmp_pat
     assert max_diff(r.outputs["logits"], logits) < TOL
     m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}
     got = m.analyze(text=prompt, image=str(path), generate=5).info["generated_ids"]
-    t = torch.as_tensor(ids)
-    hf.model.rope_deltas = None
-    kw = dict(
-        input_ids=t,
-        pixel_values=torch.as_tensor(px),
-        image_grid_thw=torch.as_tensor(grid),
-        mm_token_type_ids=qm.image_types(t),
-        attention_mask=torch.ones_like(t),
-    )
-    assert got == greedy(hf, kw, 5) and len(got) == 5
+    assert got == greedy(hf, _qwen_generate_inputs(hf, px, grid, ids), 5) and len(got) == 5
 
 
 # --------------------------------------------------------------------------- Qwen2.5-VL
@@ -262,13 +267,4 @@ def test_qwen25vl_windowed_blocks_every_map_and_greedy_tokens_equal_transformers
     assert (got[0] == 0).mean() > 0.3 and (got[1] == 0).mean() == 0
     m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}
     generated = m.analyze(text=prompt, image=str(path), generate=5).info["generated_ids"]
-    t = torch.as_tensor(ids)
-    hf.model.rope_deltas = None
-    kw = dict(
-        input_ids=t,
-        pixel_values=torch.as_tensor(px),
-        image_grid_thw=torch.as_tensor(grid),
-        mm_token_type_ids=qm.image_types(t),
-        attention_mask=torch.ones_like(t),
-    )
-    assert generated == greedy(hf, kw, 5) and len(generated) == 5
+    assert generated == greedy(hf, _qwen_generate_inputs(hf, px, grid, ids), 5) and len(generated) == 5
