@@ -73,7 +73,10 @@ class Decoder(_torch_nn_module()):  # type: ignore[misc]
         self.lm, self.head, self.layers = model.get_decoder(), model.get_output_embeddings(), layers
 
     def forward(self, inputs_embeds, attention_mask, position_ids, *past):
-        cache = filled_cache(self.lm.config, past, self.layers)
+        return self.step(inputs_embeds, attention_mask, position_ids, filled_cache(self.lm.config, past, self.layers))
+
+    def step(self, inputs_embeds, attention_mask, position_ids, cache) -> tuple:
+        """One run of the language model on a filled cache: logits, then every layer's present key and value."""
         out = self.lm(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.training.hf_onnx import _torch_nn_module
-from attnviz.training.hf_vlm_families.base import Recipe, Sample, filled_cache
+from attnviz.training.hf_vlm_families.base import Decoder, Recipe, Sample, filled_cache
 
 
 class PaliGemmaVision(_torch_nn_module()):  # type: ignore[misc]
@@ -31,13 +31,9 @@ class PaliGemmaVision(_torch_nn_module()):  # type: ignore[misc]
         return self.inner.get_image_features(pixel_values).pooler_output
 
 
-class PrefixDecoder(_torch_nn_module()):  # type: ignore[misc]
+class PrefixDecoder(Decoder):
     """``inputs_embeds``, ``attention_mask``, ``position_ids``, ``token_type_ids``, past key/values -> logits,
     present key/values, with PaliGemma's prefix mask (see the module's docstring)."""
-
-    def __init__(self, model, layers: int):
-        super().__init__()
-        self.lm, self.head, self.layers = model.get_decoder(), model.get_output_embeddings(), layers
 
     def forward(self, inputs_embeds, attention_mask, position_ids, token_type_ids, *past):
         import torch
@@ -57,15 +53,7 @@ class PrefixDecoder(_torch_nn_module()):  # type: ignore[misc]
         if window:  # PaliGemma 2 (Gemma 2): its sliding layers see the last ``window`` keys of the same mask
             near = torch.zeros_like(mask).masked_fill((k <= q - window)[None, None], floor)
             mask = {"full_attention": mask, "sliding_attention": torch.minimum(mask, near)}
-        out = self.lm(
-            inputs_embeds=inputs_embeds,
-            attention_mask=mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
-        return (self.head(out.last_hidden_state), *present)
+        return self.step(inputs_embeds, mask, position_ids, cache)
 
 
 class PaliGemma(Recipe):
