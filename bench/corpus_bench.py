@@ -175,9 +175,13 @@ def plan(model_path: Path, tok: str, texts: Path, batch: int):
 
 
 def _plain_session(model_path: str, threads: int, provider: str):
-    from attnviz.runtime.session import make_session
+    """A plain session as a user writes it: onnxruntime's defaults, ``threads`` intra-op threads."""
+    import onnxruntime as ort
 
-    return make_session(model_path, provider, threads=threads)[0]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
+    return ort.InferenceSession(model_path, so, providers=providers)
 
 
 _SESS = None
@@ -191,6 +195,35 @@ def _plain_init(model_path, provider):
 def _plain_run(feeds):
     _SESS.run(None, feeds)
     return feeds["input_ids"].shape[0]
+
+
+def plain_batches(model_path: str, tok: str, texts: str, batch: int) -> tuple[list[dict[str, np.ndarray]], int]:
+    """What a careful user writes with tokenizers and numpy only: every line encoded (tokenizers' own batch
+    encoding, on all cores), sorted by length (ties in file order) and cut into right-padded batches of ``batch``
+    with their attention masks: the batches attnviz.corpus.plan cuts (checked by ``--check-batches``)."""
+    import onnx
+    from tokenizers import Tokenizer
+
+    t = Tokenizer.from_file(tok)
+    t.no_padding()
+    t.no_truncation()
+    with open(texts, encoding="utf-8") as f:
+        lines = [x for x in f.read().splitlines() if x.strip()]
+    ids = [e.ids for e in t.encode_batch(lines)]
+    names = {i.name for i in onnx.load(model_path, load_external_data=False).graph.input}
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # stable: ties keep file order
+    out = []
+    for s in range(0, len(order), batch):
+        rows = order[s : s + batch]
+        width = max(len(ids[i]) for i in rows)
+        a = np.zeros((len(rows), width), np.int64)
+        mask = np.zeros_like(a)
+        for r, i in enumerate(rows):
+            a[r, : len(ids[i])] = ids[i]
+            mask[r, : len(ids[i])] = 1
+        feeds = {"input_ids": a, "attention_mask": mask, "token_type_ids": np.zeros_like(a)}
+        out.append({k: v for k, v in feeds.items() if k in names})
+    return out, len(lines)
 
 
 def plain_rate(model_path: Path, feeds: list, n: int, threads: int, procs: int, provider: str) -> float:
@@ -302,11 +335,23 @@ def _children_cpu() -> float:
 
 
 def plain_child(model_path: str, tok: str, texts: str, procs: int, threads: int, provider: str, batch: int) -> None:
-    """The plain baseline as a whole command: a fresh process that imports, tokenises and plans the same
-    length-sorted batches, then runs them through plain sessions (model outputs only, no attention)."""
-    feeds, n = plan(Path(model_path), tok, Path(texts), batch)
+    """The plain baseline as a whole command: a fresh process that imports numpy, tokenizers and onnxruntime only
+    (no attnviz), tokenises and cuts the same length-sorted batches, then runs them through plain sessions
+    (model outputs only, no attention)."""
+    feeds, n = plain_batches(model_path, tok, texts, batch)
     rate = plain_rate(Path(model_path), feeds, n, threads, procs, provider)  # sessions / pool start-up included
     print(json.dumps({"items": n, "loop_items_per_s": rate}))
+
+
+def check_batches(model_path: Path, tok: str, texts: Path, batch: int) -> None:
+    """The plain baseline's batches are attnviz's (same rows, same token ids, same masks)."""
+    mine, n = plain_batches(str(model_path), tok, str(texts), batch)
+    theirs, m = plan(model_path, tok, texts, batch)
+    assert n == m and len(mine) == len(theirs), (n, m, len(mine), len(theirs))
+    for a, b in zip(mine, theirs):
+        for k, v in a.items():
+            assert np.array_equal(v, b[k]), k
+    print(f"plain batches = attnviz's: {len(mine)} batches, {n} items")
 
 
 def plain_command(model_path: Path, tok: str, texts: Path, procs: int, threads: int, provider: str, batch: int) -> dict:
@@ -448,6 +493,7 @@ def main():
         action="store_true",
         help="only the one-process-per-core rows (plain and corpus: the layout the corpus uses by default here)",
     )
+    ap.add_argument("--check-batches", action="store_true", help="check the plain baseline's batches, then stop")
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     ap.add_argument("--plain-child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "PROCSxTHREADS"))
     a = ap.parse_args()
@@ -466,6 +512,9 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     model, tok = minilm(work, a.minilm) if not a.planted else planted(work)
     cores = os.cpu_count() or 1
+    if a.check_batches:
+        check_batches(model, tok, corpus_file(work, a.items), a.batch)
+        return
     if a.items:
         texts = corpus_file(work, a.items)
         feeds, n = plan(model, tok, texts, a.batch)
