@@ -6,10 +6,13 @@
 Model: the real all-MiniLM-L6-v2 (6 layers × 12 heads) exported with the legacy exporter (opset 17).  Corpus:
 sentences cut from this repository's README and docs (real English, 3–40 words, seeded), one per line.
 
-Table 1 (throughput): whole commands, each a fresh process, interleaved over --rounds rounds (best wall kept):
-  - plain onnxruntime: a process that imports, tokenises and cuts the same length-sorted padded batches
-    (attnviz.corpus.plan, batch 32), then runs them with no extra outputs: one session × all cores, and one
-    process per core × one thread;
+Table 1 (throughput): whole commands, each a fresh process, interleaved over --rounds rounds (best wall kept; the
+attnviz packages timed are byte-compiled first, as an install does: see ``compiled``):
+  - plain onnxruntime: what a user writes with tokenizers, numpy and onnxruntime only (no attnviz import): a
+    process that tokenises (tokenizers' encode_batch) and cuts the same length-sorted padded batches as
+    attnviz.corpus.plan (batch 32; ``--check-batches`` checks they are equal), then runs them through sessions with
+    onnxruntime's default options and no extra outputs: one session × all cores, and one process per core × one
+    thread;
   - `python -m attnviz corpus` (every map reduced to statistics + top-k examples, Parquet written), with 1 worker ×
     all cores and one worker per core; `--engines ray` adds the Ray engine (Ray Data reads, tokenises, writes).
   Whole-command ratio: best plain wall / this wall; CPU: user + system seconds of the command and every process it
@@ -193,7 +196,8 @@ def _plain_init(model_path, provider):
 
 
 def _plain_run(feeds):
-    _SESS.run(None, feeds)
+    names = {i.name for i in _SESS.get_inputs()}
+    _SESS.run(None, {k: v for k, v in feeds.items() if k in names})
     return feeds["input_ids"].shape[0]
 
 
@@ -201,7 +205,6 @@ def plain_batches(model_path: str, tok: str, texts: str, batch: int) -> tuple[li
     """What a careful user writes with tokenizers and numpy only: every line encoded (tokenizers' own batch
     encoding, on all cores), sorted by length (ties in file order) and cut into right-padded batches of ``batch``
     with their attention masks: the batches attnviz.corpus.plan cuts (checked by ``--check-batches``)."""
-    import onnx
     from tokenizers import Tokenizer
 
     t = Tokenizer.from_file(tok)
@@ -210,7 +213,6 @@ def plain_batches(model_path: str, tok: str, texts: str, batch: int) -> tuple[li
     with open(texts, encoding="utf-8") as f:
         lines = [x for x in f.read().splitlines() if x.strip()]
     ids = [e.ids for e in t.encode_batch(lines)]
-    names = {i.name for i in onnx.load(model_path, load_external_data=False).graph.input}
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # stable: ties keep file order
     out = []
     for s in range(0, len(order), batch):
@@ -221,8 +223,7 @@ def plain_batches(model_path: str, tok: str, texts: str, batch: int) -> tuple[li
         for r, i in enumerate(rows):
             a[r, : len(ids[i])] = ids[i]
             mask[r, : len(ids[i])] = 1
-        feeds = {"input_ids": a, "attention_mask": mask, "token_type_ids": np.zeros_like(a)}
-        out.append({k: v for k, v in feeds.items() if k in names})
+        out.append({"input_ids": a, "attention_mask": mask, "token_type_ids": np.zeros_like(a)})
     return out, len(lines)
 
 
@@ -230,9 +231,10 @@ def plain_rate(model_path: Path, feeds: list, n: int, threads: int, procs: int, 
     """items/s of plain inference (model outputs only) over the same batches; pool start-up included."""
     t0 = time.perf_counter()
     if procs == 1:
-        sess = _plain_session(str(model_path), threads, provider)
+        global _SESS
+        _SESS = _plain_session(str(model_path), threads, provider)
         for f in feeds:
-            sess.run(None, f)
+            _plain_run(f)
     else:
         import multiprocessing as mp
 
@@ -327,6 +329,16 @@ def corpus_rate(
     return {"items_per_s": run["items_per_s"], "wall_s": wall, "cpu_s": cpu, "items": run["items"]}
 
 
+def compiled(root: Path) -> None:
+    """Byte-compile the attnviz package a timed command imports from ``root``, as installing it does: with
+    PYTHONDONTWRITEBYTECODE set (it is on this machine) every attnviz process would compile its modules from source
+    at each start (~0.1 s CPU a process: the driver, its isolation child, each worker), while the plain side's
+    numpy, tokenizers and onnxruntime come compiled from their wheels."""
+    import compileall
+
+    compileall.compile_dir(str(root / "attnviz"), quiet=1)
+
+
 def _children_cpu() -> float:
     """User + system CPU seconds of every process this one has waited for, and of the processes those waited
     for (a command's pool workers and isolation child; not Ray's daemons, which it does not wait for)."""
@@ -349,8 +361,8 @@ def check_batches(model_path: Path, tok: str, texts: Path, batch: int) -> None:
     theirs, m = plan(model_path, tok, texts, batch)
     assert n == m and len(mine) == len(theirs), (n, m, len(mine), len(theirs))
     for a, b in zip(mine, theirs):
-        for k, v in a.items():
-            assert np.array_equal(v, b[k]), k
+        for k, v in b.items():  # the model's inputs (a plain worker drops the ones its session does not take)
+            assert np.array_equal(v, a[k]), k
     print(f"plain batches = attnviz's: {len(mine)} batches, {n} items")
 
 
@@ -486,7 +498,8 @@ def main():
     ap.add_argument(
         "--other-root",
         metavar="DIR",
-        help="also time `attnviz corpus` from another checkout (DIR holds its attnviz package): before and after",
+        help="also time `attnviz corpus` from another checkout (DIR holds its attnviz package): before and after; "
+        "its package is byte-compiled there (give a copy, e.g. cp -r /work/main/attnviz DIR/)",
     )
     ap.add_argument(
         "--split-only",
@@ -515,6 +528,8 @@ def main():
     if a.check_batches:
         check_batches(model, tok, corpus_file(work, a.items), a.batch)
         return
+    for root in (ROOT, *([Path(a.other_root)] if a.other_root else [])):
+        compiled(root)
     if a.items:
         texts = corpus_file(work, a.items)
         feeds, n = plan(model, tok, texts, a.batch)
