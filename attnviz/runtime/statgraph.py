@@ -233,22 +233,22 @@ def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
     return nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)
 
 
-def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str) -> str:
+def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int) -> str:
     """Each statistic's key at its best row ``rows [B, H, S]`` (int64 ``[B, H, S]``): the real key with the largest
     weight (the first of equal ones) for :data:`REAL_KEYED`, the special key with the largest weight for "special"
     and "special_other" (slot + len(KEY_COLUMNS)), the row itself for the fixed ones.  Reads S rows of the map a
     head, not T: the argmax of every row was a full pass over the maps."""
-    t = nd("Slice", [nd("Shape", [pm]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])
 
-    def rows_of(cols: list[int], width: str) -> str:  # [B, H, len(cols), width] indices: each row index repeated
+    def at_rows(x: str, cols: list[int]) -> str:  # [B, H, len(cols), x's last axis]: x's rows picked by those stats
         r = nd("Reshape", [nd("Gather", [rows, nd.const(cols)], axis=-1), nd.const([0, 0, -1, 1])])
-        return nd("Expand", [r, nd("Concat", [nd.const([1, 1, 1]), width], axis=0)])
+        if opset >= 12:  # GatherND with batch axes: whole rows at once (3x faster than GatherElements here)
+            return nd("GatherND", [x, r], batch_dims=2)
+        width = nd("Slice", [nd("Shape", [x]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])
+        idx = nd("Expand", [r, nd("Concat", [nd.const([1, 1, 1]), width], axis=0)])  # each row index repeated
+        return nd("GatherElements", [x, idx], axis=2)
 
-    real = nd("GatherElements", [pm, rows_of(REAL_KEYED, t)], axis=2)  # [B, H, R, T]: those rows of the map
-    k_real = nd("ArgMax", [real], axis=-1, keepdims=0)
-    k = nd("Slice", [nd("Shape", [kw]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])
-    sp = nd("GatherElements", [kw, rows_of([_SP, _SP + 1], k)], axis=2)  # [B, H, 2, K]
-    k_sp = nd("ArgMax", [nd("Add", [sp, SP_OFF])], axis=-1, keepdims=0)
+    k_real = nd("ArgMax", [at_rows(pm, REAL_KEYED)], axis=-1, keepdims=0)
+    k_sp = nd("ArgMax", [nd("Add", [at_rows(kw, [_SP, _SP + 1]), SP_OFF])], axis=-1, keepdims=0)
     every = nd("Concat", [k_real, k_sp, rows], axis=-1)
     return nd("Gather", [every, nd.const(_KEY_FROM)], axis=-1)
 
@@ -328,7 +328,7 @@ def stats_model(
             p = _as_bhtt(nd, exposed.outputs[members[0]], batch)
         values, pm, kw = _site_nodes(nd, p, opset, gather=join)
         sums, best = _item_nodes(nd, values, opset)
-        at = (best, _keys_at(nd, pm, kw, best))  # [B, H, S] each: rows, then their keys
+        at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
         picks = nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)
         keys = ""
         if rows:

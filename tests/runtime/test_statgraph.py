@@ -369,10 +369,10 @@ def test_planted_and_random_maps_with_ties_equal_row_stats(tmp_path, join, causa
         _compare(m, feeds, lengths, special, causal, in_graph_sites=[0, 1], join=join)
 
 
-def _session(graph):
+def _session(graph, opset=17):
     import onnxruntime as ort
 
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
@@ -418,11 +418,12 @@ def test_best_rows_are_the_first_within_row_tie_of_the_best():
         assert np.all(want[1, :, 3] == 0)
 
 
-def test_keys_are_read_at_the_best_rows_only():
+@pytest.mark.parametrize("opset", [11, 17])
+def test_keys_are_read_at_the_best_rows_only(opset):
     """statgraph._keys_at alone: at each statistic's row, the real key with the largest weight (the first of
     equal ones: weights drawn from a few values, so rows have ties), the special slot with the largest weight
     after the statistic's offsets (SP_OFF), and the row itself for the statistics whose key follows from it;
-    against numpy's argmax over the same row."""
+    against numpy's argmax over the same row.  Rows are read with GatherND from opset 12, else GatherElements."""
     b, h, t, k, s = 3, 4, 9, 7, len(ROW_STATS)
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
     graph = helper.make_graph(
@@ -437,9 +438,10 @@ def test_keys_are_read_at_the_best_rows_only():
         [],
     )
     nd = sg._Nodes(graph, "x_")
-    keys = sg._keys_at(nd, "pm", "kw", "rows")
+    keys = sg._keys_at(nd, "pm", "kw", "rows", opset)
     graph.output.append(helper.make_tensor_value_info(keys, i64, None))
-    sess = _session(graph)
+    assert any(n.op_type == ("GatherND" if opset >= 12 else "GatherElements") for n in graph.node)
+    sess = _session(graph, opset)
     rng = np.random.default_rng(1)
     n_cols = len(sg.KEY_COLUMNS)
     for _ in range(10):
