@@ -25,9 +25,9 @@ from attnviz import AttnvizError
 from attnviz.runtime import host, open_model
 from attnviz.runtime.analyze import all_finite
 from attnviz.runtime.graph.index import Graph
-from attnviz.runtime.session import make_session
 from attnviz.runtime.isolation import Spliced
 from attnviz.runtime.model import run_stages
+from attnviz.runtime.session import make_session
 
 gi = importlib.import_module("attnviz.runtime.graph.instrument")  # the module (the package exports its function)
 PROMPT = "<s> <image> a photo of the cat"
