@@ -45,8 +45,10 @@ def resolve_block(result: AttentionResult, block: int | str | None, default: int
             raise AttnvizError(f"block {i} is out of range; this model has blocks {valid}", param="block")
         return i, blocks[i]
     want = _norm(str(block))
-    exact = [i for i, n in enumerate(names) if n == want]
-    partial = exact or [i for i, n in enumerate(names) if want in n.split() or n.startswith(want)]
+    # the window's name is taken too: a vision–language model's "vision self" is its "encoder self"
+    both = [(n, _norm(b.name)) for n, b in zip(names, blocks)]
+    exact = [i for i, ns in enumerate(both) if want in ns]
+    partial = exact or [i for i, ns in enumerate(both) if any(want in n.split() or n.startswith(want) for n in ns)]
     if len(partial) == 1 or (partial and exact):
         return partial[0], blocks[partial[0]]
     if partial:
