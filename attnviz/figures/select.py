@@ -155,6 +155,18 @@ def _why_not_alignment(result: AttentionResult) -> str | None:
 
 
 def _why_not_image(result: AttentionResult) -> str | None:
+    if result.image is None and (result.patch_grid is not None or result.token_grid is not None):
+        # the maps over the image's patches are here, the picture is not: raw feeds give the model pixel values
+        # (normalised, resized, a VLM's maybe tiled or flattened into patches), which are not a picture to draw
+        import shlex
+
+        model = shlex.quote(str((result.info or {}).get("model_path") or "MODEL"))
+        prompt = " --text PROMPT" if result.token_grid is not None else ""  # a vision–language model's words
+        return (
+            "the image view needs the picture the model saw, and this result has only its attention over the "
+            "patches (a run on raw feeds, --inputs, keeps pixel values, not the image): run it on the image "
+            f"file, attnviz figure {model} --image PATH{prompt} --view image"
+        )
     if result.image is None:
         return "the image view needs the input image; this result has none (run the model on an image)"
     if result.patch_grid is None:
