@@ -271,7 +271,8 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         what += ", special tokens hidden"
     frames = {(li, h): colour for li, h, colour in style.head_frames}
     extra = [style.frames_note] if frames and style.frames_note else []
-    windows = [vm.windows_note(block)] if vm.windows_note(block) and not one else []  # the rows' "win", as on screen
+    note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
+    windows = [note] if note is not None and not one else []
     title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
     title = fit_title(title, width, fs + 1)
