@@ -36,8 +36,8 @@ def _vlm(result: AttentionResult, g: PatchGrid) -> list[tuple[str, str]]:
     )
     rows = [("text tokens", f"{_n(dec) - n_image} in the decoder")] if dec is not None else []
     image = f"{n_image} in the decoder ({where})"
-    if result.tokens is not None:  # the vision tower's own sequence: every tile's patches
-        image += f" · {len(result.tokens)} patches in the vision tower"
+    if result.tokens is not None:  # the vision tower's own sequence: every tile's patches, and a CLS where it has one
+        image += f" · {len(result.tokens)} tokens in the vision tower"
     return [*rows, ("image tokens", image)]
 
 

@@ -62,5 +62,5 @@ def test_a_vlm_counts_the_image_grid_not_the_words_before_it():
     r.token_grid = PatchGrid(2, 2, 1)
     assert dict(token_rows(r)) == {
         "text tokens": "3 in the decoder",
-        "image tokens": "4 in the decoder (2×2) · 4 patches in the vision tower",
+        "image tokens": "4 in the decoder (2×2) · 4 tokens in the vision tower",
     }
