@@ -136,11 +136,13 @@ def _fold_identity_casts(m: onnx.ModelProto, g0: Graph, exposed: list[str]) -> N
     keep |= {t.name for t in g.initializer} | _body_reads(g)
     by_output = {o: k for k, n in enumerate(g.node) for o in n.output if o}
     drop: list[int] = []
-    wanted = set(exposed)
+    blocked = keep | set(exposed)  # a name another site exposes stays too
     for name in dict.fromkeys(exposed):
         while True:  # a chain of them (Llama's eager attention casts twice): each folded in turn
             k = by_output.get(name)
-            src = _identity_cast_input(g.node[k], g0, keep | wanted) if k is not None and k not in drop else None
+            if k is None or k in drop:
+                break
+            src = _identity_cast_input(g.node[k], g0, blocked)
             if src is None:
                 break
             for other in g.node:
