@@ -548,6 +548,7 @@ def main():
             if a.provider == "cuda" and engine == "local":
                 runs += [(engine, w, max(1, cores // w)) for w in gpu_workers if w > 1]
         best: dict[tuple, dict] = {}
+        least_cpu: dict[tuple, float] = {}
         for rnd in range(a.rounds):  # interleaved: load from other jobs on the machine hits every row alike
             for engine, w, t in runs:
                 if engine == "plain":
@@ -564,12 +565,13 @@ def main():
                 )
                 if key not in best or r["wall_s"] < best[key]["wall_s"]:
                     best[key] = r
+                least_cpu[key] = min(least_cpu.get(key, np.inf), r["cpu_s"])  # CPU: the least of the rounds
         base = min((r for k, r in best.items() if k[0] == "plain"), key=lambda r: r["wall_s"])  # the best plain
         print(f"\nwhole commands, best of {a.rounds} interleaved rounds ({n} items):")
-        cpu_base = min(r["cpu_s"] for k, r in best.items() if k[0] == "plain")
+        cpu_base = min(c for k, c in least_cpu.items() if k[0] == "plain")
         print(
             "| run | command wall | items/s (whole command) | vs plain command | loop items/s | vs plain loop "
-            "| CPU s (all its processes) | vs plain CPU |"
+            "| CPU s (all its processes, least of the rounds) | vs plain CPU |"
         )
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for (engine, w, t), r in best.items():
@@ -581,7 +583,8 @@ def main():
             print(
                 f"| {name}, {w} × {t} threads | {r['wall_s']:.1f} s | {n / r['wall_s']:.1f} | "
                 f"{base['wall_s'] / r['wall_s']:.2f}× | {r['items_per_s']:.1f} | "
-                f"{r['items_per_s'] / base['items_per_s']:.2f}× | {r['cpu_s']:.1f} | {cpu_base / r['cpu_s']:.2f}× |",
+                f"{r['items_per_s'] / base['items_per_s']:.2f}× | {least_cpu[(engine, w, t)]:.1f} | "
+                f"{cpu_base / least_cpu[(engine, w, t)]:.2f}× |",
                 flush=True,
             )
         if a.rounds and "local" in a.engines and not a.no_per_batch:
