@@ -27,7 +27,7 @@ from attnviz.runtime import graph as gr
 
 # methods whose exposed tensor is the post-softmax probabilities (mha-qk gives scores; packed is recomputed)
 IN_GRAPH_METHODS = {"softmax", "softmax-reduce", "onnx-attention", "gqa-qk"}
-MIN_OPSET = 11  # TopK with its tie rule (lower index first); older graphs keep the numpy path
+MIN_OPSET = 11  # Clip, Pad and Slice with their bounds as inputs; older graphs keep the numpy path
 EPS = 1e-30  # the same guard as core.stats.row_stats: 0·log(0 + eps) = 0 and log stays finite
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
@@ -47,6 +47,9 @@ SP_OFF = "attnviz_stat_sp_off"
 # which onnxruntime's kernels vectorise (a [B, H, T, 1] one is ~10x slower a value), and the best rows are
 # reductions over the last axis
 OFF = "attnviz_stat_off"  # [B, 1, S, T] float32: 0 where it counts, -inf where not
+# [B, 1, T, S] float32: where the row counts for the statistic 1, or in "broad"'s column log2 of the keys the row may
+# see (>= 2); +inf where it does not count, so that the row's value there is 0 and a plain sum over rows is the sum
+# over the counted ones
 DIVISOR = "attnviz_stat_div"
 NEAR = "attnviz_stat_near"  # [T, 3] int64: flat positions of (i, i-1), (i, i+1), (i, i) (the joined layout's Gather)
 BHTT = "attnviz_stat_bhtt"  # [4] int64: B, -1, T, T (the joined layout reads every site as [B, heads, T, T])
@@ -282,7 +285,7 @@ def stats_model(
     dropped, so onnxruntime prunes whatever follows the last map needed.
 
     ``join``: the sites' probabilities are concatenated along the head axis and ONE set of statistic nodes reads
-    them all.  On a GPU every node is a kernel launch (36 a set, plus a Reshape and a Cast onnxruntime drops per
+    them all.  On a GPU every node is a kernel launch (dozens a set, plus a Reshape and a Cast onnxruntime drops per
     site): per-site sets made the statistics cost more than the model (H100, bench/RESULTS.md).  On a CPU the
     launches are free and the copy is not, so sites keep their own sets there.  Joined sites are read as
     ``[B, heads, T, T]`` (:data:`BHTT`; a rank-2 map, or a rank-3 ``[H, T, T]`` one for a batch of B items, makes
