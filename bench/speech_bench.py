@@ -1,6 +1,7 @@
 """A Whisper folder: attnviz (every map) vs a plain onnxruntime greedy loop on the same files (issue 23).
 
     python bench/speech_bench.py [--rounds 3] [--threads 1] [--steps 16 64] [--size 256 4 4] [--provider cpu|cuda]
+                                 [--folder DIR/onnx]
 
 A random-init Whisper (tests/optimum_env.py's script: 80 mel bins, a 5 s window = 250 encoder positions; hidden,
 layers and heads from --size, 448 decoder positions) exported by optimum-onnx (``automatic-speech-recognition-with-
@@ -95,17 +96,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--size", type=int, nargs=3, default=[256, 4, 4], metavar=("HIDDEN", "LAYERS", "HEADS"))
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--folder", type=Path, help="an export this script made before (its onnx/ folder): reused as is")
     args = ap.parse_args()
     import optimum_env
 
     from attnviz.runtime import open_model
     from attnviz.runtime.audio import FeatureSpec, log_mel
 
-    script = optimum_env.WHISPER_SCRIPT.replace("max_target_positions=64", "max_target_positions=448")
-    assert script != optimum_env.WHISPER_SCRIPT
-    out = Path(tempfile.mkdtemp(prefix="attnviz-speech-"))
-    optimum_env.run(script, "whisper", str(out), *map(str, args.size))
-    folder = out / "onnx"
+    folder = args.folder
+    if folder is None:
+        script = optimum_env.WHISPER_SCRIPT.replace("max_target_positions=64", "max_target_positions=448")
+        assert script != optimum_env.WHISPER_SCRIPT
+        out = Path(tempfile.mkdtemp(prefix="attnviz-speech-"))
+        optimum_env.run(script, "whisper", str(out), *map(str, args.size))
+        folder = out / "onnx"
     m = open_model(folder, provider=args.provider, threads=args.threads)
     m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}  # N tokens exactly
     t = np.arange(int(2.5 * RATE)) / RATE

@@ -55,6 +55,18 @@ class Spliced(NamedTuple):
     fix: str = "write the image's placeholder once in the text"  # what to do when the counts differ
 
 
+class Taken(NamedTuple):
+    """A feed of a chain's later stage (or of the generation loop after it) that is an earlier stage's output as
+    it is (:func:`attnviz.runtime.chain.take`): stage ``source[0]``'s output ``source[1]`` (a speech encoder's
+    hidden states into its decoder, the decoder's ``present.*`` into the with-past decoder's cache), cast to
+    ``dtype``.  ``shape`` and ``dtype`` are what it will be, so the caller's memory check reads it like an array."""
+
+    name: str  # the input it feeds (for the one-line refusals)
+    source: tuple[int, str]
+    shape: tuple
+    dtype: str
+
+
 class SlotFeed(NamedTuple):
     """A generation's start feed that is one of the child's own outputs still lent to the parent (a decoder's
     ``present.*`` from the prompt's run, fed back as the loop's cache): sent as the slot's id instead of being
