@@ -152,6 +152,7 @@ class ModelSet(AnalyzeMethod):
         # presents, learned from a generation's first run, so that a later one can name them before they exist
         # (the memory checks of a generation run as one request, FolderCache.start_steps)
         self._chain_shapes: dict[tuple, dict[str, tuple[tuple[int, ...], str]]] = {}
+        self._orders: dict[int, list[int] | None] = {}  # FolderCache's site order, per with-past file (by id)
         dec_in = {i.name: i for i in self.decoder.inputs}
         self._dec_names = {
             "tokens": self._by_role(self.decoder, "tokens"),
@@ -462,6 +463,13 @@ class ModelSet(AnalyzeMethod):
             self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
 
+    def _site_order(self, past_model: AttentionModel) -> list[int] | None:
+        """FolderCache.order_for, worked out once per file (the files' sites and inputs do not change)."""
+        key = id(past_model)
+        if key not in self._orders:
+            self._orders[key] = FolderCache.order_for(self, past_model)
+        return self._orders[key]
+
 
 class FolderCache:
     """Generation steps over a folder: the full decoder for the prompt, then the with-past decoder per token.
@@ -472,7 +480,7 @@ class FolderCache:
 
     def __init__(self, ms: ModelSet, past_model: AttentionModel, order: list[int]):
         self.ms, self.past_model, self.order = ms, past_model, order
-        self.n_enc = len(ms.encoder.sites)
+        self.n_enc = len(ms.encoder._sites)
         self.past_names = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         self.cache: dict[str, np.ndarray] = {}
         self.feeds: dict = {}
@@ -480,6 +488,12 @@ class FolderCache:
 
     @classmethod
     def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> FolderCache | None:
+        order = ms._site_order(past_model)
+        return None if order is None else cls(ms, past_model, order)
+
+    @staticmethod
+    def order_for(ms: ModelSet, past_model: AttentionModel) -> list[int] | None:
+        """Where each of ``past_model``'s sites lands among the full decoder's (None: it cannot step the set)."""
         nodes = [s.node for s in ms.decoder.sites]
         order = []
         for s in past_model.sites:
@@ -490,7 +504,7 @@ class FolderCache:
         past = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         if len(order) != len(nodes) or not past or not all(present_name(p) in outs for p in past):
             return None
-        return cls(ms, past_model, order)
+        return order
 
     def start(self, feeds: dict) -> StepOut:
         self.looping = False
