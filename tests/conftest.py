@@ -81,6 +81,15 @@ def idefics3_repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def qwen25vl_repo(tmp_path_factory):
+    """A tiny random-init Qwen2.5-VL (windowed vision blocks) as a Hub repository (tests/qwen25vl_models.py)."""
+    import qwen25vl_models
+    import vlm_build
+
+    return vlm_build.cached_repo(qwen25vl_models.save_repo, tmp_path_factory.mktemp("qwen25vl") / "tiny-qwen2.5-vl")
+
+
+@pytest.fixture(scope="session")
 def optimum_export():
     """optimum_export(arch) -> folder with hf/ (the random-init HF model) and onnx/ (optimum's export).
 

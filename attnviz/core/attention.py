@@ -249,8 +249,10 @@ class Block:
 
     @property
     def name(self) -> str:
+        # a vision–language decoder's encoder is its vision tower: "encoder" would read as a text encoder
+        stack = "vision" if self.stack == "encoder" and self.result.token_grid is not None else self.stack
         return (
-            f"{self.stack} {self.kind}-attention"
+            f"{stack} {self.kind}-attention"
             + (f" stage {self.stage}" if self.stage else "")
             + (f" ({self.tower})" if self.tower else "")
         )

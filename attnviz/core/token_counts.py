@@ -29,11 +29,15 @@ def _vlm(result: AttentionResult, g: PatchGrid) -> list[tuple[str, str]]:
     dec = result.key_tokens
     glob = g.global_grid
     n_image = g.n + (glob.n if glob is not None else 0)
-    where = f"tiles {g.rows}×{g.cols} + global image {glob.rows}×{glob.cols}" if glob is not None else _grid_words(g)
+    # the grid only: a decoder grid's offset is where its image begins among the words, not tokens of the image
+    # (a captioner's "+ 1 other" is its CLS token; here "+ 1 other" was the word before the image)
+    where = (
+        f"tiles {g.rows}×{g.cols} + global image {glob.rows}×{glob.cols}" if glob is not None else f"{g.rows}×{g.cols}"
+    )
     rows = [("text tokens", f"{_n(dec) - n_image} in the decoder")] if dec is not None else []
     image = f"{n_image} in the decoder ({where})"
-    if result.tokens is not None:  # the vision tower's own sequence: every tile's patches
-        image += f" · {len(result.tokens)} patches in the vision tower"
+    if result.tokens is not None:  # the vision tower's own sequence: every tile's patches, and a CLS where it has one
+        image += f" · {len(result.tokens)} tokens in the vision tower"
     return [*rows, ("image tokens", image)]
 
 
@@ -42,19 +46,25 @@ def _captioner(g: PatchGrid | None, patches: int, words: int) -> list[tuple[str,
     return [("text tokens", f"{words} in the decoder"), ("image tokens", f"{patches} from the encoder{where}")]
 
 
-def token_rows(result: AttentionResult) -> list[tuple[str, str]]:
-    """``(name, value)`` rows: ``text tokens`` and ``image tokens`` for a VLM and a captioner; else ``tokens``.
-    A batch whose rows count differently gives each row's count in one value."""
+def token_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
+    """``(name, lines)``: :func:`token_rows`' values as lines, one per batch row when the rows count differently
+    (``["row 0: 17", "row 1: 12"]``), so the sidebar can show each row on a line of its own."""
     if result.batch_size <= 1:
-        return _one_row(result)
+        return [(name, [value]) for name, value in _one_row(result)]
     per = [_one_row(pick_row(result, b)) for b in range(min(result.batch_size, MAX_ROWS))]
-    more = f" · … ({result.batch_size} rows)" if result.batch_size > MAX_ROWS else ""
+    more = [f"… ({result.batch_size} rows)"] if result.batch_size > MAX_ROWS else []
     rows = []
     for i, (name, value) in enumerate(per[0]):
         values = [r[i][1] if i < len(r) else "" for r in per]
         same = all(v == value for v in values)
-        rows.append((name, value if same else " · ".join(f"row {b}: {v}" for b, v in enumerate(values)) + more))
+        rows.append((name, [value] if same else [f"row {b}: {v}" for b, v in enumerate(values)] + more))
     return rows
+
+
+def token_rows(result: AttentionResult) -> list[tuple[str, str]]:
+    """``(name, value)`` rows: ``text tokens`` and ``image tokens`` for a VLM and a captioner; else ``tokens``.
+    A batch whose rows count differently gives each row's count in one value (``row 0: 17 · row 1: 12``)."""
+    return [(name, " · ".join(lines)) for name, lines in token_lines(result)]
 
 
 def _one_row(result: AttentionResult) -> list[tuple[str, str]]:

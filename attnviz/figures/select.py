@@ -45,8 +45,10 @@ def resolve_block(result: AttentionResult, block: int | str | None, default: int
             raise AttnvizError(f"block {i} is out of range; this model has blocks {valid}", param="block")
         return i, blocks[i]
     want = _norm(str(block))
-    exact = [i for i, n in enumerate(names) if n == want]
-    partial = exact or [i for i, n in enumerate(names) if want in n.split() or n.startswith(want)]
+    # the window's name is taken too: a vision–language model's "vision self" is its "encoder self"
+    both = [(n, _norm(b.name)) for n, b in zip(names, blocks)]
+    exact = [i for i, ns in enumerate(both) if want in ns]
+    partial = exact or [i for i, ns in enumerate(both) if any(want in n.split() or n.startswith(want) for n in ns)]
     if len(partial) == 1 or (partial and exact):
         return partial[0], blocks[partial[0]]
     if partial:
@@ -153,6 +155,18 @@ def _why_not_alignment(result: AttentionResult) -> str | None:
 
 
 def _why_not_image(result: AttentionResult) -> str | None:
+    if result.image is None and (result.patch_grid is not None or result.token_grid is not None):
+        # the maps over the image's patches are here, the picture is not: raw feeds give the model pixel values
+        # (normalised, resized, a VLM's maybe tiled or flattened into patches), which are not a picture to draw
+        import shlex
+
+        model = shlex.quote(str((result.info or {}).get("model_path") or "MODEL"))
+        prompt = " --text PROMPT" if result.token_grid is not None else ""  # a vision–language model's words
+        return (
+            "the image view needs the picture the model saw, and this result has only its attention over the "
+            "patches (a run on raw feeds, --inputs, keeps pixel values, not the image): run it on the image "
+            f"file, attnviz figure {model} --image PATH{prompt} --view image"
+        )
     if result.image is None:
         return "the image view needs the input image; this result has none (run the model on an image)"
     if result.patch_grid is None:

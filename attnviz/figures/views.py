@@ -260,15 +260,20 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     fs = float(spec.font_size)
     aspect = clamp(nq / nk, 0.25, 4.0)
     one = len(layers) == 1
-    left = 0.08 if one else 0.32
+    row_labels = vm.layer_labels(block)  # "L0", or "L0 win" / "L1 full" where layers attend over different spans
+    left = 0.08 if one else max(0.32, 0.12 + 0.55 * fs * PT * max(len(row_labels[li]) for li in layers))
     right, gap, bottom = CBAR_IN + 0.3, 0.05, 0.08
     head_lab = fs * 1.5 * PT  # "H3" above each panel (single layer) or each column
     what = "all layers and heads" if not one else f"layer {layers[0]}, all heads"
+    if one and vm.layer_windows(block)[layers[0]]:  # that layer's heads attend within windows (Qwen2.5-VL)
+        what += f", within {vm.layer_windows(block)[layers[0]]}"
     if sel.hide_special:
         what += ", special tokens hidden"
     frames = {(li, h): colour for li, h, colour in style.head_frames}
     extra = [style.frames_note] if frames and style.frames_note else []
-    title = make_title(result, spec, block.name, what, *notes, "one colour scale", *extra)
+    note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
+    windows = [note] if note is not None and not one else []
+    title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
     width = spec.fixed_width or clamp(left + right + ncols * 0.62 + (ncols - 1) * gap, 2.4, 16.0)
     title = fit_title(title, width, fs + 1)
     top = title_height(title, fs + 1) + head_lab
@@ -285,7 +290,9 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         y0 = height - top - r * (row_h + gap) - ph
         x0 = left + c * (pw + gap)
         if c == 0 and not one:
-            fig.text((left - 0.06) / width, (y0 + ph / 2) / height, f"L{li}", ha="right", va="center", fontsize=fs)
+            fig.text(
+                (left - 0.06) / width, (y0 + ph / 2) / height, row_labels[li], ha="right", va="center", fontsize=fs
+            )
         ax = fig.add_axes((x0 / width, y0 / height, pw / width, ph / height))
         ax.set_xticks([])
         ax.set_yticks([])

@@ -42,3 +42,25 @@ def test_a_padded_captioning_batch_counts_words_without_pads():
     counts = dict(token_rows(r))
     assert counts["text tokens"] == "row 0: 5 in the decoder · row 1: 2 in the decoder"
     assert counts["image tokens"].startswith("4 from the encoder")
+
+
+def test_a_padded_batch_gives_each_rows_count_a_line():
+    from attnviz.core.token_counts import token_lines
+
+    masks = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert token_lines(_text_batch(masks)) == [("tokens", ["row 0: 5", "row 1: 3"])]
+    assert token_lines(_text_batch([[1, 1, 0], [0, 1, 1]])) == [("tokens", ["2"])]
+
+
+def test_a_vlm_counts_the_image_grid_not_the_words_before_it():
+    """A decoder of 7 keys, "red" then 4 image tokens (a 2 x 2 grid from key 1) then two words: the grid's offset
+    is the word before the image, not a token of it."""
+    maps = [np.full((1, 1, 4, 4), 0.25, np.float32), np.full((1, 1, 7, 7), 1 / 7, np.float32)]
+    sites = [SiteInfo("encoder", "self", 0, 1, "v", "softmax"), SiteInfo("decoder", "self", 0, 1, "d", "softmax")]
+    keys = TokenAxis(["red", "img[0,0]", "img[0,1]", "img[1,0]", "img[1,1]", "a", "dog"])
+    r = AttentionResult([DenseMap(m) for m in maps], sites, tokens=TokenAxis(["p0", "p1", "p2", "p3"]), key_tokens=keys)
+    r.token_grid = PatchGrid(2, 2, 1)
+    assert dict(token_rows(r)) == {
+        "text tokens": "3 in the decoder",
+        "image tokens": "4 in the decoder (2×2) · 4 tokens in the vision tower",
+    }

@@ -36,7 +36,7 @@ def test_a_vlm_counts_its_text_and_image_tokens_apart(qtbot, real_window, idefic
     patches = frames * (im.TILE // im.PATCH) ** 2
     assert run["image tokens"] == (
         f"{n_image} in the decoder (tiles {side}×{side} + global image {im.SIDE}×{im.SIDE}) · "
-        f"{patches} patches in the vision tower"
+        f"{patches} tokens in the vision tower"
     )
 
 

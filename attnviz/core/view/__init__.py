@@ -110,9 +110,12 @@ from attnviz.core.view.overview import (
     THUMB_CACHE_ENTRIES,
     block_top,
     downsample,
+    layer_labels,
+    layer_windows,
     scale_top,
     thumbnails,
     thumbnails_kept,
+    windows_note,
 )
 from attnviz.core.view.palette import (
     DEFAULT_SCALE,
@@ -231,7 +234,9 @@ __all__ = [
     "hide_mask",
     "image_queries",
     "image_source",
+    "layer_labels",
     "layer_range",
+    "layer_windows",
     "link_alpha",
     "link_heads",
     "links_view",
@@ -267,5 +272,6 @@ __all__ = [
     "tick_indices",
     "upsample",
     "weight_label",
+    "windows_note",
     "word_special",
 ]

@@ -22,6 +22,31 @@ from attnviz.core.view.steps import step_rows
 
 THUMB = 64  # overview maps are max-pooled to at most this many cells a side (screen and figure)
 
+# a block whose layers attend over different spans (Qwen2.5-VL's vision tower: windows in most blocks, the whole
+# image in ``fullatt_block_indexes``): each layer's label says which, and the block's title says what the words mean
+WINDOW_TAG, FULL_TAG = "win", "full"
+
+
+def layer_windows(blk: Block) -> list[str | None]:
+    """Each layer's span when not the whole sequence (SiteInfo.window, e.g. "32-px windows"), else None."""
+    return [blk.result.sites[i].window for i in blk.sites]
+
+
+def layer_labels(blk: Block) -> list[str]:
+    """The overview's row labels: ``L0`` ..., or, when some layers attend within windows, ``L0 win`` / ``L1 full``
+    (the thumbnails alone do not tell a windowed layer from a full one whose heads happen to look nearby)."""
+    wins = layer_windows(blk)
+    if not any(wins):
+        return [f"L{i}" for i in range(len(wins))]
+    return [f"L{i} {WINDOW_TAG if w else FULL_TAG}" for i, w in enumerate(wins)]
+
+
+def windows_note(blk: Block) -> str | None:
+    """What the labels' ``win`` means, for the block's title (short: the screen's title is one line):
+    ``win: within 32-px windows``; None when every layer attends over the whole sequence."""
+    spans = sorted({w for w in layer_windows(blk) if w})
+    return f"{WINDOW_TAG}: within {' / '.join(spans)}" if spans else None
+
 
 def block_top(result: AttentionResult, sel: Selection, block: int, blocks: list[Block] | None = None) -> float:
     """The largest weight any head of ``block`` gives, after the selection's step, hidden tokens and kept mass:

@@ -74,6 +74,13 @@ def _picture() -> tuple[pg.ViewBox, pg.ImageItem, pg.ImageItem, QGraphicsRectIte
     return vb, image, overlay, outline
 
 
+# a run on raw feeds keeps the model's pixel values, not a picture: the heat lies on a flat grey square, and saying so
+# keeps it from being read as the image (the figure command says the same, figures.select)
+NO_PICTURE = (
+    " · no picture under the heat (the run had raw pixel feeds, not an image file): choose an image file to see one"
+)
+
+
 class ImageRegionsView(View):
     title = tab_title("image")
 
@@ -302,7 +309,7 @@ class ImageRegionsView(View):
             extra = f"+{grid.offset} non-patch"
         self.info.setText(
             f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} ({extra}) · peak at patch ({r}, {c})"
-            f"{beside} · colours span 0–{ov.vmax:.3g}"
+            f"{beside} · colours span 0–{ov.vmax:.3g}{NO_PICTURE if s.result.image is None else ''}"
         )
         self.block_name = blk.name
         self._draw_strip(grid, img, kind)

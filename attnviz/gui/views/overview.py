@@ -26,6 +26,12 @@ HEAD_LABEL_PX = 20.0  # the head labels' height; the title sits above them
 LAYER_LABEL_PX = 34.0  # room left of the grid for the layer labels ("L11")
 
 
+def _label_room(blocks) -> float:
+    """How many times :data:`LAYER_LABEL_PX` the longest layer label needs ("L0 full" is twice "L0")."""
+    longest = max((len(t) for b in blocks for t in vm.layer_labels(b)), default=3)
+    return max(1.0, longest / 3.5)
+
+
 class OverviewView(View):
     """Signals: ``picked(block, layer, head)`` when a thumbnail is clicked; ``context_requested(block, layer,
     head, global position)`` when one is right-clicked (its menu switches the head off)."""
@@ -84,15 +90,19 @@ class OverviewView(View):
         self._titles = []
         y = 0.0
         for bi, blk in enumerate(blocks):
+            note = vm.windows_note(blk)  # layers within windows and layers over the whole image (Qwen2.5-VL)
             title = pg.TextItem(
-                f"{blk.name}  ({count(blk.n_layers, 'layer')} × {count(blk.n_heads, 'head')})", color="k", anchor=(0, 1)
+                f"{blk.name}  ({count(blk.n_layers, 'layer')} × {count(blk.n_heads, 'head')})"
+                + (f"  ·  {note}" if note else ""),
+                color="k",
+                anchor=(0, 1),
             )
             self.vb.addItem(title)
             self._labels.append(title)
             y += gap
             self._titles.append((title, y))
-            for layer in range(blk.n_layers):
-                lab = pg.TextItem(f"L{layer}", color="#444", anchor=(1, 0.5))
+            for layer, text in enumerate(vm.layer_labels(blk)):
+                lab = pg.TextItem(text, color="#444", anchor=(1, 0.5))
                 lab.setPos(-0.05, y + layer + 0.5)
                 self.vb.addItem(lab)
                 self._labels.append(lab)
@@ -112,7 +122,8 @@ class OverviewView(View):
         self.colorbar.setImageItem(list(self.thumbs.values()))
         width = max((b.n_heads for b in self.session.blocks), default=1)
         # the layer labels need pixels, not cells: a fixed 0.8 cell left a small model's grid a fifth narrower
-        margin = min(0.8, LAYER_LABEL_PX / max(cell_px, 1.0))
+        room = _label_room(blocks)
+        margin = min(0.8 * room, room * LAYER_LABEL_PX / max(cell_px, 1.0))
         self.vb.setRange(QRectF(-margin, 0, width + margin, y), padding=0.02)
         self._place_titles()
         self._drawn_key = None
@@ -128,8 +139,9 @@ class OverviewView(View):
         layers = sum(b.n_layers + 0.3 for b in blocks)
         gap = BLOCK_GAP
         cell_px = 1.0
+        label_px = LAYER_LABEL_PX * _label_room(blocks)
         for _ in range(4):  # the cell size depends on the gap and the gap on the cell size
-            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), (vw - LAYER_LABEL_PX) / max(heads, 1))
+            cell_px = min(vh / max(1.0, layers + len(blocks) * gap), (vw - label_px) / max(heads, 1))
             gap = min(3.0, max(BLOCK_GAP, TITLE_PX / max(cell_px, 1.0)))
         return gap, cell_px
 

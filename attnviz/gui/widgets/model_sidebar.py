@@ -5,10 +5,11 @@ from __future__ import annotations
 import heapq
 import json
 
-from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
+from PySide6.QtCore import QRect
+from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
 from attnviz.core import view as vm
-from attnviz.core.token_counts import token_rows
+from attnviz.core.token_counts import token_lines
 
 # a model from elsewhere may carry 200,000 metadata entries or a 60 MB value: each section shows this many rows
 # (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
@@ -59,6 +60,28 @@ def prediction(result, meta: dict) -> str | None:
     return None
 
 
+class _WrapDelegate(QStyledItemDelegate):
+    """Row heights for wrapped text.  QTreeView asks its delegate for a row's height with no width (it does not
+    wrap when measuring), so a long value was drawn on one line and cut at the column's edge: this measures the
+    text wrapped at its column's width."""
+
+    def __init__(self, view: QTreeWidget):
+        super().__init__(view)
+        self.view = view
+
+    def sizeHint(self, option, index):
+        opt = QStyleOptionViewItem(option)
+        width = self.view.header().sectionSize(index.column())
+        if index.column() == 0:  # the first column also holds the tree's indentation
+            depth, parent = 0, index.parent()
+            while parent.isValid():
+                depth, parent = depth + 1, parent.parent()
+            width -= self.view.indentation() * (depth + int(self.view.rootIsDecorated()))
+        opt.rect = QRect(0, 0, max(width, 1), 1 << 20)
+        opt.features |= QStyleOptionViewItem.ViewItemFeature.WrapText
+        return super().sizeHint(opt, index)
+
+
 class ModelSidebar(QTreeWidget):
     def __init__(self, session, parent=None):
         super().__init__(parent)
@@ -66,9 +89,20 @@ class ModelSidebar(QTreeWidget):
         self.setHeaderLabels(["property", "value"])
         self.setColumnWidth(0, 150)
         self.setAlternatingRowColors(True)
+        # a long value (a padded batch's per-row counts, a VLM's image tokens) wraps onto more lines rather than
+        # being cut at the column's edge; its tooltip still holds it all
+        self.setWordWrap(True)
+        self.setUniformRowHeights(False)
+        self.setItemDelegate(_WrapDelegate(self))
+        # a row's height is measured when the rows are laid out: again when the value column's width changes
+        self.header().sectionResized.connect(lambda *_: self.scheduleDelayedItemsLayout())
         session.model_changed.connect(self.rebuild)
         session.result_changed.connect(self.rebuild)
         self.rebuild()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.scheduleDelayedItemsLayout()  # the last column stretches: wrapped rows need new heights
 
     def section(self, title: str) -> QTreeWidgetItem | None:
         for i in range(self.topLevelItemCount()):
@@ -91,8 +125,10 @@ class ModelSidebar(QTreeWidget):
         top = QTreeWidgetItem([title, ""])
         self.addTopLevelItem(top)
         for k, v in rows[:MAX_ROWS]:
-            child = QTreeWidgetItem([_short(str(k), 200), _short(v)])
-            child.setToolTip(1, _tip(v))
+            lines = v if isinstance(v, list) else [v]  # a list: a value of several lines (one per batch row)
+            child = QTreeWidgetItem([_short(str(k), 200), "\n".join(_short(x) for x in lines)])
+            child.setToolTip(0, _tip(str(k)))  # a one-word name longer than its column ("image_preprocessing")
+            child.setToolTip(1, _tip(v if not isinstance(v, list) else "\n".join(str(x) for x in v)))
             top.addChild(child)
         if total > MAX_ROWS:
             top.addChild(QTreeWidgetItem(["…", f"{total - MAX_ROWS:,} more (attnviz inspect MODEL lists them all)"]))
@@ -150,7 +186,8 @@ class ModelSidebar(QTreeWidget):
                     + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks),
                 )
             )
-            rows += token_rows(r)  # a VLM's or captioner's words and image tokens apart
+            # a VLM's or captioner's words and image tokens apart; a padded batch's rows one per line
+            rows += [(name, lines if len(lines) > 1 else lines[0]) for name, lines in token_lines(r)]
             if r.generated:
                 rows.append(("generated", " ".join(r.generated)))
             pred = prediction(r, m.meta if m is not None else {})
