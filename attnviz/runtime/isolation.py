@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -76,6 +77,18 @@ class SlotFeed(NamedTuple):
     slot: int
     dtype: str
     shape: tuple
+
+
+def loop_run(sess) -> Callable[[list[str], dict], list]:
+    """An onnxruntime session's run for a generation loop's steps (:func:`attnviz.runtime.steps.advance`): the
+    inner session's, without ``InferenceSession.run``'s Python checks of the feed names against the inputs
+    (~14 us a step of Whisper's 17-input with-past decoder, measured: 0.4 ms of a 32-token generation), which a
+    loop whose feeds are the model's own inputs never fails; the same C++ run, the same outputs.  The public
+    run where this onnxruntime has no inner session's run."""
+    inner = getattr(getattr(sess, "_sess", None), "run", None)
+    if inner is None:
+        return sess.run
+    return lambda names, feeds: inner(names, feeds, None)
 
 
 def read_message(fd: int) -> memoryview:

@@ -27,7 +27,7 @@ from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain, run_chain_steps
 from attnviz.runtime.inputs import IOInfo
-from attnviz.runtime.isolation import Spliced, Taken
+from attnviz.runtime.isolation import Spliced, Taken, loop_run
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -823,11 +823,11 @@ class AttentionModel(engine.AnalyzeMethod):
             else:  # ATTNVIZ_INPROCESS: the same loop, here
                 if start is not None:
                     sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
-                    embed_run = embed_sess.unguarded.run if embed_sess is not None else None
+                    embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
                     self._loop = Loop(start[0], dict(start[1]), length, embed_run)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
-                chunk = advance(self._loop, token, n, eos, sess.unguarded.run)
+                chunk = advance(self._loop, token, n, eos, loop_run(sess.unguarded))
                 ids, finished, got = chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise
@@ -863,7 +863,7 @@ class AttentionModel(engine.AnalyzeMethod):
                 self._loop = None
                 if not finished and n > 1:
                     self._loop = Loop(start[0], resolve(start[1], outs), length)
-                    chunk = advance(self._loop, token, n - 1, eos, sess.unguarded.run)
+                    chunk = advance(self._loop, token, n - 1, eos, loop_run(sess.unguarded))
                     ids, finished, got = ids + chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise

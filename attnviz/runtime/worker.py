@@ -62,6 +62,7 @@ from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare p
     SharedFeed,
     SlotFeed,
     Taken,
+    loop_run,
     read_message,
     write_message,
 )
@@ -469,7 +470,7 @@ class Server:
                 raise AttnvizError(
                     "generation lost its embedding model (the model's process restarted); generate again"
                 )
-            embed = self.sessions[embed_sid][0].run
+            embed = loop_run(self.sessions[embed_sid][0])
         return Loop(plan, own, int(length), embed)
 
     def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list]:
@@ -478,7 +479,7 @@ class Server:
         if loop is None:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
         try:
-            chunk = advance(loop, token, n, eos, self.sessions[sid][0].run, budget)
+            chunk = advance(loop, token, n, eos, loop_run(self.sessions[sid][0]), budget)
         except BaseException:
             self.loops.pop(sid, None)
             raise

@@ -148,3 +148,29 @@ def test_states_gone_nan_are_refused_in_the_same_line_and_the_next_run_is_whole(
     refusal = "input 'encoder_hidden_states' contains NaN values; every map would be NaN — fix the inputs"
     assert lines[0] == lines[1] == refusal
     _same(good[1], good[0])
+
+
+def test_a_loop_step_runs_the_inner_session_to_the_same_outputs(folder):
+    """``loop_run``: a generation step skips ``InferenceSession.run``'s Python feed-name checks (the loop feeds the
+    model's own inputs) and calls the same C++ run: every output equal to the public run's, bit for bit; a feed the
+    model does not take is still refused by onnxruntime."""
+    import onnxruntime as ort
+
+    from attnviz.runtime.isolation import loop_run
+
+    sess = ort.InferenceSession(str(folder / "decoder_with_past_model.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    feeds = {}
+    for i in sess.get_inputs():
+        dims = {"batch_size": 1, "decoder_sequence_length": 1, "past_decoder_sequence_length": 5}
+        shape = [d if isinstance(d, int) else dims.get(d, 250) for d in i.shape]  # encoder_sequence_length: 250
+        feeds[i.name] = (
+            rng.integers(0, 60, shape).astype(np.int64) if "int" in i.type else rng.standard_normal(shape, np.float32)
+        )
+    names = [o.name for o in sess.get_outputs()]
+    run = loop_run(sess)
+    assert run != sess.run  # the inner session's run, where this onnxruntime has one
+    for a, b in zip(run(names, feeds), sess.run(names, feeds)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(Exception, match="input"):
+        run(names, {**feeds, "not_an_input": np.zeros(1, np.float32)})
