@@ -44,6 +44,7 @@ ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
 WITH_PAST_FILE = "decoder_with_past_model.onnx"
 STATES = "encoder_hidden_states"  # FolderCache's learned shapes: the encoder's states (beside the presents by name)
+LEARNED_SHAPES = 64  # the shapes fed whose states' and presents' shapes a folder keeps (FolderCache.start_steps)
 SOURCE_ROLES = ("tokens", "image", "audio")  # what an encoder file of a set may take as its input
 SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")  # decoder-only folders
 # what `attnviz corpus --out DIR` always writes (corpus/output.py HEADS, RUN): such a folder is results to open in
@@ -514,7 +515,10 @@ class FolderCache:
         r = self.ms.decoder.run(self.ms._decoder_feeds(self.ms.decoder, self.feeds, enc_out), mode="dense")
         self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
         states = enc_out[self.ms._states_output]
-        self.ms._chain_shapes[self.shape_key()] = {
+        learned = self.ms._chain_shapes
+        if len(learned) >= LEARNED_SHAPES:  # a text folder fed many lengths: the oldest goes (a re-learn is one run)
+            del learned[next(iter(learned))]
+        learned[self.shape_key()] = {
             STATES: (tuple(states.shape), states.dtype.str),
             **{p: (tuple(a.shape), a.dtype.str) for p, a in self.cache.items()},
         }
