@@ -572,7 +572,7 @@ class FolderCache:
         else:
             enc = enc_out["result"]
         r = ms.decoder.finish(runs[d], values[d], run_s)
-        self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
+        self.cache = {}  # the presents stayed with the loop (the step path below never follows a plan's start)
         self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the session
         prompt = StepOut(r.outputs["logits"][:, -1], self._prompt_maps(enc, r), self._info(r.info))
         if maps is None:

@@ -22,7 +22,7 @@ from attnviz.runtime import analyze as engine
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.chain import First, first_token, resolve, run_local, run_outs
+from attnviz.runtime.chain import First, first_token, reads, resolve, run_local, run_outs
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain, run_chain_steps
@@ -843,16 +843,21 @@ class AttentionModel(engine.AnalyzeMethod):
         outputs (``first``, :func:`attnviz.runtime.chain.first_token`), then up to ``n - 1`` greedy cached steps
         from ``feeds`` (``length`` tokens in their cache), whose :class:`~attnviz.runtime.isolation.Taken` feeds
         are the runs' outputs.  Returns (each run's values, the ids with the first token, finished, this file's
-        maps in site order ``[B, H, steps, keys]`` or None where no step ran, the steps' run facts)."""
+        maps in site order ``[B, H, steps, keys]`` or None where no step ran, the steps' run facts).  The runs'
+        outputs that only the loop reads (its Taken feeds: a prompt's presents) stay where the sessions run: None
+        among the values with crash isolation."""
         sess, exposed = self._session("dense")
         plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
         made = {k: v for k, v in feeds.items() if isinstance(v, Taken)}
+        held = sorted({v.source for v in made.values()} - reads(p.feeds for p in runs) - {(first[0], first[1])})
         start = (plan, {**self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made), **made})
         t0 = time.perf_counter()
         try:
             if isinstance(sess, RemoteSession) and all(isinstance(p.sess, RemoteSession) for p in runs):
                 stages = [(p.sess, p.fetch, p.feeds) for p in runs]
-                values, ids, finished, got = run_chain_steps(stages, sess, (*start, length, first), n, eos, CHUNK_S)
+                values, ids, finished, got = run_chain_steps(
+                    stages, sess, (*start, length, first, held), n, eos, CHUNK_S
+                )
             else:  # ATTNVIZ_INPROCESS: the same, here
                 sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
                 outs, values = run_outs(

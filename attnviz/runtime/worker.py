@@ -425,11 +425,14 @@ class Server:
         speech model's encoder, its decoder on the prompt, the first token chosen from the prompt's logits, then
         the with-past decoder's steps fed the decoder's presents (:class:`~attnviz.runtime.isolation.Taken`), so
         the hidden states and the cache never leave this process and three round trips are one.  ``start``:
-        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`); ``n`` counts the first token.
+        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held); ``n`` counts the first token;
+        ``held``: the (stage, output) pairs the caller does not want back (the prompt's presents, which only the
+        loop reads): their items come back empty and their slots are free again once the chunk has run (a loop
+        going on past it has copied what it still reads, see :meth:`_chunk`).
         Reply: (ids, finished, map output names, their items, items per stage, slots created, slots deleted)."""
         self.pool.release(released)
         self.pool.run += 1
-        plan, feeds, length, first = start
+        plan, feeds, length, first, held = start
         t0 = time.perf_counter()
         outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
         try:
@@ -446,6 +449,12 @@ class Server:
             self.loops.pop(sid, None)
             self._release_items(stage_items)
             raise
+        for stage, name in held:
+            k = stages[stage][1].index(name)
+            kept = stage_items[stage][k]
+            if kept[0] == "slot":
+                self.pool.release([kept[1]])
+            stage_items[stage][k] = ("inline", None)
         self._ort_span = (t0, time.perf_counter())
         return ids, finished, names, items, stage_items, *self.pool.changes()
 

@@ -174,3 +174,85 @@ def test_a_loop_step_runs_the_inner_session_to_the_same_outputs(folder):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(Exception, match="input"):
         run(names, {**feeds, "not_an_input": np.zeros(1, np.float32)})
+
+
+def _stage_model(path, d=64, vocab=50):
+    """A chain's first stage: ``memory`` (an encoder's states, over INLINE_BYTES) and ``first`` (the prompt's
+    logits) handed on as they are."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["memory"]), helper.make_node("Identity", ["l"], ["first"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "m", d]),
+            helper.make_tensor_value_info("l", TensorProto.FLOAT, [1, 1, vocab]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("memory", "first")],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_an_output_held_for_the_loop_is_copied_before_its_slot_goes_back(tmp_path):
+    """``chain_steps`` with an output held in the child (the prompt's presents, which only the loop reads): its
+    item comes back empty and its slot is free again after the first chunk, so the loop, going on in later
+    chunks, must read its own copy.  Every free slot is written over between chunks: ids and maps equal the same
+    loop run in this process on plain arrays."""
+    import pickle
+
+    import onnxruntime as ort
+    from test_host_slots import _cache_step_model
+
+    from attnviz.runtime.isolation import INLINE_BYTES, Taken
+    from attnviz.runtime.steps import Loop, StepPlan, advance
+    from attnviz.runtime.worker import Server
+
+    stage, step = _stage_model(tmp_path / "stage.onnx"), _cache_step_model(tmp_path / "step.onnx")
+    rng = np.random.default_rng(5)
+    memory = rng.standard_normal((1, 1, 300, 64)).astype(np.float32)
+    logits = rng.standard_normal((1, 1, 50)).astype(np.float32)
+    past = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)
+    assert memory.nbytes > INLINE_BYTES
+    plan = StepPlan(
+        fetch=("logits", "present", "probs"),
+        logits="logits",
+        carry=(("past", "present"),),
+        token="input_ids",
+        maps=(("probs", 0.0),),
+        dtypes=(("input_ids", "int64"), ("past", "float32"), ("memory", "float32")),
+    )
+    steps = 6
+    first = int(np.argmax(logits[0, -1]))
+    local = ort.InferenceSession(str(step), providers=["CPUExecutionProvider"])
+    want = advance(Loop(plan, {"past": past, "memory": memory.copy()}, 2), first, steps - 1, None, local.run, 60.0)
+    assert len(set(want.ids)) > 1  # the tokens move: a cache read wrongly would show
+
+    srv = Server(None, str(tmp_path))
+    sent: list[bytes] = []
+    srv.send = sent.append
+    srv.handle("create", (1, stage.read_bytes(), {"provider": "cpu"}))
+    srv.handle("create", (2, step.read_bytes(), {"provider": "cpu"}))
+
+    def scribble():  # every free slot written over, as the next requests' outputs would
+        for i in srv.pool.free:
+            srv.pool.slots[i].view[:] = 255
+
+    feeds = {"input_ids": np.array([[0]]), "past": past, "memory": Taken("memory", (0, "memory"), memory.shape, "f4")}
+    start = (plan, feeds, 2, (0, "first", ()), [(0, "memory")])
+    srv.handle("chain_steps", ([(1, ["memory", "first"], {"x": memory, "l": logits})], 2, start, steps, None, 0.0, []))
+    status, (ids, _, names, items, per_stage, _, _) = pickle.loads(sent[-1])
+    assert status == "ok", ids
+    assert per_stage[0][0] == ("inline", None) and len(ids) == 2  # held; the first token and one step
+    rows = [items[names.index("probs")][1]]
+    while len(ids) < steps:
+        scribble()
+        srv.handle("steps", (2, None, ids[-1], steps - len(ids), None, 0.0, []))
+        status, (got, _, names, items, _, _) = pickle.loads(sent[-1])
+        assert status == "ok", got
+        ids += got
+        rows.append(items[names.index("probs")][1])
+    assert ids == [first, *want.ids]
+    for i, row in enumerate(rows):
+        np.testing.assert_array_equal(row[..., 0, :], want.maps["probs"][..., i, :])
