@@ -36,6 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
+# numpy's OpenBLAS threads, started by the audio loop's log-mel matrix products, spin on after it and were counted
+# in this process's CPU time and took the second core from the next loop: a plain loop after an audio call measured
+# up to 20 ms more CPU than the attnviz call beside it (CPU ratios of 0.8×).  One thread each, set before numpy loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
