@@ -2,7 +2,7 @@
 (issue 22, Done means: "time and peak memory of a VLM's maps against plain onnxruntime, target <= 1.10x time").
 
     python bench/vlm_bench.py [--rounds 7] [--threads 1] [--steps 16 64] [--words 24] [--repeats 2] [--folder DIR]
-                              [--inprocess]
+                              [--inprocess] [--against CHECKOUT [--pairs 2]]
 
 Model: a seeded random-init LLaVA (CLIP-ViT 224 px, patch 16 = 196 image tokens, hidden 256, 4 layers, 4 heads;
 Llama hidden 256, 4 layers, 4 heads, vocabulary 1,000), saved with ``save_pretrained`` and exported by
@@ -25,6 +25,9 @@ files and runs the call once; peak = VmHWM of the process plus its children (sum
 ``--repeats`` processes.  Both sides: the same threads per session, no spinning (attnviz's setting).
 ``--inprocess``: attnviz with crash isolation off (ATTNVIZ_INPROCESS=1, onnxruntime in the caller's process), to
 tell the isolation child's round trips from the rest.
+``--against CHECKOUT``: the time rows of another checkout's attnviz (its own ``bench/vlm_bench.py``, e.g. main's
+worktree) measured in turn with this one's on the same folder, ``--pairs`` times each, the order swapped every
+pair (one machine's load shared out evenly); each side's ratios are the median of its runs.
 """
 
 from __future__ import annotations
@@ -290,11 +293,43 @@ def rows(steps: list[int]) -> list[str]:
     return ["caption", *(f"generate {n}" for n in steps)]
 
 
-def child(args: list[str]) -> dict:
-    p = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=True, env=dict(os.environ)
-    )
+def child(args: list[str], script: Path | None = None) -> dict:
+    """One measuring process: this script (this checkout's attnviz), or another checkout's copy of it."""
+    script = script or Path(__file__)
+    path = os.pathsep.join(p for p in (str(script.resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path)  # that checkout's attnviz first, not an installed one
+    p = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, check=True, env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def commit_of(checkout: Path) -> str:
+    p = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return p.stdout.strip() or "?"
+
+
+def against(common: list[str], a) -> None:
+    """This checkout and ``a.against`` in turn, ``a.pairs`` times each; per side and row the median ratios."""
+    sides = {"this": Path(__file__), "against": Path(a.against) / "bench" / "vlm_bench.py"}
+    runs: dict[str, list[dict]] = {k: [] for k in sides}
+    for i in range(a.pairs):
+        for k in list(sides) if i % 2 == 0 else list(sides)[::-1]:
+            runs[k].append(child([*common, "--rounds", str(a.rounds), "--child-time"], sides[k]))
+    print(f"{a.pairs} run(s) a side of {a.rounds} interleaved rounds, in turn; medians over runs")
+    print("| call | checkout | attnviz CPU | plain CPU | CPU ratio | wall ratio | same tokens |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for row in rows(a.steps):
+        for k, script in sides.items():
+            got = [r[row] for r in runs[k]]
+            med = {
+                f: statistics.median(g[f] for g in got)
+                for f in ("attnviz_cpu_ms", "plain_cpu_ms", "cpu_ratio", "wall_ratio")
+            }
+            same = "–" if row == "caption" else "yes" if all(g.get("same_tokens") for g in got) else "NO"
+            print(
+                f"| {row} | {script.resolve().parents[1].name} `{commit_of(script.resolve().parents[1])}` | "
+                f"{med['attnviz_cpu_ms']:.1f} ms | {med['plain_cpu_ms']:.1f} ms | {med['cpu_ratio']:.3f}× | "
+                f"{med['wall_ratio']:.3f}× | {same} |"
+            )
 
 
 def main() -> None:
@@ -307,6 +342,8 @@ def main() -> None:
     ap.add_argument("--folder", help="an export of this script's model to reuse (default: export one)")
     ap.add_argument("--time-only", action="store_true")
     ap.add_argument("--inprocess", action="store_true", help="attnviz without its crash-isolation child")
+    ap.add_argument("--against", metavar="CHECKOUT", help="another checkout's attnviz, measured in turn with this one")
+    ap.add_argument("--pairs", type=int, default=2, help="runs a side with --against")
     ap.add_argument("--child-time", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-memory", metavar="ROW", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -321,6 +358,11 @@ def main() -> None:
     common = ["--folder", str(folder), "--threads", str(a.threads), "--words", str(a.words)]
     common += ["--steps", *map(str, a.steps)]
     load0 = os.getloadavg()
+    if a.against:
+        against(common, a)
+        load1 = os.getloadavg()
+        print(f"load average {load0[0]:.1f} -> {load1[0]:.1f}; attnviz {'in-process' if a.inprocess else 'isolated'}")
+        return
     t = child([*common, "--rounds", str(a.rounds), "--child-time"])
     mem: dict[str, float] = {}
     if not a.time_only:

@@ -164,13 +164,17 @@ class VLMSet(AnalyzeMethod):
             IOInfo("attention_mask", "int64", ["batch", "sequence"]),
         ]
         self.outputs = [IOInfo("logits", "float32", ["batch", "sequence", "vocab"])]
+        self._roles: dict[str, str] | None = None
         self.no_attention_reason = self.vision.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
 
     # -- description -----------------------------------------------------------
     @property
     def roles(self) -> dict[str, str]:
-        return {i.name: ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
+        # asked ~20 times a call (the engine's feed building): worked out once, a copy handed out
+        if self._roles is None:
+            self._roles = {i.name: ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
+        return dict(self._roles)
 
     @property
     def sites(self) -> list[SiteInfo]:
@@ -269,8 +273,9 @@ class VLMSet(AnalyzeMethod):
         """The spliced embeddings (``emb``: made where the chain runs), the mask, positions, an empty cache."""
         ids = feeds["input_ids"]
         f: dict = {}
+        roles = self.decoder.roles
         for i in self.decoder.inputs:
-            role = self.decoder.roles[i.name]
+            role = roles[i.name]
             if role == "mask":
                 f[i.name] = feeds["attention_mask"].astype(np.dtype(i.dtype))
             elif i.name == self._embeds_input:
@@ -284,15 +289,16 @@ class VLMSet(AnalyzeMethod):
         pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"])
         if pos is not None:
             for i in self.decoder.inputs:
-                if self.decoder.roles[i.name] == "positions":
+                if roles[i.name] == "positions":
                     f[i.name] = pos.astype(np.dtype(i.dtype))
         return f
 
     def _offset_positions(self, f: dict) -> None:
         """The family's first position (PaliGemma counts from 1; the count over real tokens starts at 0)."""
         if self.family.position_offset:
+            roles = self.decoder.roles
             for i in self.decoder.inputs:
-                if self.decoder.roles[i.name] == "positions" and i.name in f:
+                if roles[i.name] == "positions" and i.name in f:
                     f[i.name] = f[i.name] + np.asarray(self.family.position_offset, f[i.name].dtype)
 
     def embeddings(self, ids: np.ndarray) -> np.ndarray:
@@ -399,6 +405,7 @@ class VLMCache:
         self.cache: dict[str, np.ndarray] = {}
         self.mask = np.ones((1, 0), np.int64)
         self.delta = np.zeros((1, 1), np.int64)  # a family's position shift for the steps (see start)
+        self.width: int | None = None  # the embeddings' width, from the prompt's (see steps)
         self.looping = False  # a loop beside the decoder's session holds the cache (see steps)
 
     @classmethod
@@ -424,6 +431,8 @@ class VLMCache:
         feeds = self.vs.check_feeds(feeds)
         vmaps, _, r, f = self.vs.chain(feeds, "dense")
         self._keep(r)
+        width = getattr(f.get(self.names["embeds"]), "shape", (None,))[-1]  # an array, or the chain's Spliced
+        self.width = int(width) if isinstance(width, (int, np.integer)) and width > 0 else None
         self.mask = feeds["attention_mask"].astype(np.int64)
         pos = f.get(self.names["positions"])
         # positions the family computed (M-RoPE [3, B, T]): each step continues from the prompt's largest + 1, as
@@ -511,8 +520,13 @@ class VLMCache:
         length = self.mask.shape[1] + self.vs.family.position_offset + int(self.delta[0, 0])
         if plan is not None:  # the step's feeds before the loop adds the token's column and position
             dec = {i.name: i for i in self.vs.decoder.inputs}
+            embeds = self.names["embeds"]
             feeds = {
-                self.names["embeds"]: self.vs.embeddings(np.asarray([[token]], np.int64)),
+                # the loop writes each step's token embedding (embed_tokens.onnx beside the decoder) over this
+                # before the step runs: zeros of the prompt's width, not a request of its own for the first token
+                embeds: np.zeros((1, 1, self.width), np.dtype(dec[embeds].dtype))
+                if self.width is not None
+                else self.vs.embeddings(np.asarray([[token]], np.int64)),
                 self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
                 self.names["positions"]: np.full(
                     (*plan.position_lead, 1, 1), length, np.dtype(dec[self.names["positions"]].dtype)

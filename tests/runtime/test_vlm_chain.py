@@ -6,9 +6,13 @@ shared-memory slots instead of making them anew."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import shutil
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -19,9 +23,13 @@ from PIL import Image
 
 from attnviz import AttnvizError
 from attnviz.runtime import host, open_model
+from attnviz.runtime.analyze import all_finite
+from attnviz.runtime.graph.index import Graph
 from attnviz.runtime.isolation import Spliced
 from attnviz.runtime.model import run_stages
+from attnviz.runtime.session import make_session
 
+gi = importlib.import_module("attnviz.runtime.graph.instrument")  # the module (the package exports its function)
 PROMPT = "<s> <image> a photo of the cat"
 # 77 tokens: the decoder's maps ([1, 4, 77, 77] float32) are over isolation.INLINE_BYTES, so they come back in slots
 LONG = "<s> <image> " + " ".join(vm.WORDS * 4)
@@ -127,3 +135,91 @@ def test_a_chain_refused_midway_gives_the_earlier_stages_slots_back(tmp_path):
     for _ in range(2):
         run_stages([p, p])
     assert set(h.maps) == before
+
+
+@pytest.mark.parametrize(
+    "a",
+    [
+        np.random.default_rng(0).random((1, 4, 9, 9), dtype=np.float32),
+        np.full((1, 1, 4, 4), 3e38, np.float32),  # finite, but their squares overflow: decided exactly
+        np.zeros((1, 1, 0, 0), np.float32),
+        np.random.default_rng(1).random((1, 2, 8, 8), dtype=np.float32)[:, :, ::2],  # not contiguous
+        np.random.default_rng(2).random((1, 2, 5, 5)).astype(np.float16),
+    ],
+)
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf, -np.inf])
+def test_the_maps_finiteness_check_is_numpys(a, bad):
+    a = a.copy()
+    if bad is not None and a.size:
+        a.flat[a.size // 2] = bad
+    assert all_finite(a) == bool(np.isfinite(a).all())
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_nan_decoder_attention_is_refused_in_one_line(llava_with_past_repo, image, tmp_path, monkeypatch, isolated):
+    """A NaN weight in the decoder's first layer makes its attention NaN (the vision tower's features stay finite,
+    so the splice passes): the teacher-forced run is refused in analyze's one line, with the isolation child and
+    in-process; generating, the prompt's NaN cache is refused in one line before the first cached step."""
+    if not isolated:
+        monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    repo = tmp_path / "nan-llava"
+    shutil.copytree(llava_with_past_repo, repo)
+    path = repo / "onnx" / "decoder_model_merged.onnx"
+    proto = onnx.load(str(path))
+    w = next(t for t in proto.graph.initializer if t.name == "lm.layers.0.input_layernorm.weight")
+    w.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(w).shape, np.nan, np.float32), w.name))
+    onnx.save(proto, str(path))
+    m = open_model(repo, provider="cpu")
+    with pytest.raises(AttnvizError) as e:
+        m.analyze(text=PROMPT, image=str(image))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("the model produced NaN/Inf attention at decoder")
+    assert str(e.value).endswith("check the model's weights and inputs")
+    with pytest.raises(AttnvizError, match="^input 'past_key_values.0.key' contains NaN values") as e:
+        m.analyze(text=PROMPT, image=str(image), generate=3)
+    assert "\n" not in str(e.value)
+
+
+def test_an_identity_cast_before_the_maps_is_folded_with_the_same_maps(llava_with_past_repo, image, monkeypatch):
+    """Eager attention casts its probabilities to the type they have (softmax(dtype=float32).to(float32)): an
+    exposed map is the Softmax's own output, no Cast copying it (onnxruntime drops such a Cast from the plain graph
+    but must keep one whose output is a graph output), and the maps are the unfolded graph's bit for bit."""
+    m = open_model(llava_with_past_repo, provider="cpu").decoder
+    folded, exposed = gi.instrument(m.graph, m._sites, "dense")
+    by_output = {o: n for n in folded.graph.node for o in n.output}
+    assert [by_output[name].op_type for name in exposed.outputs] == ["Softmax"] * len(exposed.outputs)
+    # the original graph: each exposed tensor made by a Cast to float32 of a float32 tensor
+    assert {m.graph.nodes[m.graph.producer[name]].op_type for name in exposed.outputs} == {"Cast"}
+    monkeypatch.setattr(gi, "_fold_identity_casts", lambda *a: None)
+    kept, _ = gi.instrument(m.graph, m._sites, "dense")
+    assert len(kept.graph.node) == len(folded.graph.node) + 2 * len(exposed.outputs)  # Llama casts twice
+    t = 9
+    feeds = {
+        "inputs_embeds": np.random.default_rng(0).standard_normal((1, t, 32)).astype(np.float32),
+        "attention_mask": np.ones((1, t), np.int64),
+        "position_ids": np.arange(t, dtype=np.int64)[None],
+    }
+    for i in m.inputs:
+        if m.roles[i.name] == "past":
+            feeds[i.name] = np.zeros((1, int(i.shape[1]), 0, int(i.shape[3])), np.float32)
+    got = [
+        make_session(p.SerializeToString(), "cpu", 1, external_dir=m.external_dir)[0].run(exposed.outputs, feeds)
+        for p in (folded, kept)
+    ]
+    for a, b in zip(*got):
+        assert np.isfinite(a).all() and a.shape == (1, 4, t, t)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_cast_that_converts_is_not_folded():
+    """A Cast to another type (an fp16 graph's probabilities cast to float32) is a real conversion: it stays."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 2, 3, 3])
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=-1), helper.make_node("Cast", ["p"], ["q"], to=1)]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("q", TensorProto.FLOAT, None)])
+    model = helper.make_model(g)
+    idx = Graph(model)
+    assert gi._identity_cast_input(model.graph.node[1], idx, set()) is None
+    nodes[1] = helper.make_node("Cast", ["p"], ["q"], to=TensorProto.FLOAT16)
+    same = Graph(helper.make_model(helper.make_graph(nodes, "g", [x], [])))
+    assert gi._identity_cast_input(same.proto.node[1], same, set()) == "p"
+    assert gi._identity_cast_input(same.proto.node[1], same, {"p"}) is None  # an input, output or exposed tensor
