@@ -51,7 +51,8 @@ def take(t: Taken, outs: list[dict[str, np.ndarray]]) -> np.ndarray:
     one line where it holds NaN (the check the caller makes of a feed it holds)."""
     a = outs[t.source[0]][t.source[1]]
     out = a if a.dtype == np.dtype(t.dtype) else a.astype(np.dtype(t.dtype))
-    if out.dtype.kind == "f" and np.isnan(out).any():
+    # min propagates NaN: one read and no mask (a Whisper cache is 2 MB: 0.12 against 0.19 ms, read cold)
+    if out.dtype.kind == "f" and out.size and np.isnan(out.min()):
         raise AttnvizError(f"input {t.name!r} contains NaN values; every map would be NaN — fix the inputs")
     return out
 
