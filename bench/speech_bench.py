@@ -1,6 +1,7 @@
 """A Whisper folder: attnviz (every map) vs a plain onnxruntime greedy loop on the same files (issue 23).
 
     python bench/speech_bench.py [--rounds 3] [--threads 1] [--steps 16 64] [--size 256 4 4] [--provider cpu|cuda]
+                                 [--folder DIR/onnx] [--code CHECKOUT]
 
 A random-init Whisper (tests/optimum_env.py's script: 80 mel bins, a 5 s window = 250 encoder positions; hidden,
 layers and heads from --size, 448 decoder positions) exported by optimum-onnx (``automatic-speech-recognition-with-
@@ -18,7 +19,10 @@ Rounds interleave the loops; medians of the whole call, the encoder run every ti
 its last encoder run is cleared before each attnviz call); the token column says whether all three made the same ids.
 Beside the wall ratio, the CPU ratio: each call's CPU time (this process's threads and the crash-isolation child's,
 from ``/proc/PID/task/*/schedstat``, ns; plain runs in this process alone), as the median of each round's ratio
-(features / plain) — on a shared machine steadier than wall time, which counts the other processes' turns too.
+(features / plain) — on a shared machine steadier than wall time, which counts the other processes' turns too —
+and the median of each round's CPU difference (features − plain, ms: the overhead itself, which a quiet run's
+plain time turns into a ratio).  ``--code CHECKOUT`` times another checkout's attnviz with this script (runs of
+two checkouts in turn compare them, e.g. main and a branch).
 The load average is printed before and after.
 """
 
@@ -31,6 +35,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+# numpy's OpenBLAS threads, started by the audio loop's log-mel matrix products, spin on after it and were counted
+# in this process's CPU time and took the second core from the next loop: a plain loop after an audio call measured
+# up to 20 ms more CPU than the attnviz call beside it (CPU ratios of 0.8×).  One thread each, set before numpy loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import numpy as np
 
@@ -95,17 +105,28 @@ def main() -> None:
     ap.add_argument("--steps", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--size", type=int, nargs=3, default=[256, 4, 4], metavar=("HIDDEN", "LAYERS", "HEADS"))
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--folder", type=Path, help="an export this script made before (its onnx/ folder): reused as is")
+    ap.add_argument(
+        "--code",
+        type=Path,
+        help="the checkout whose attnviz is timed (default this one): runs of two checkouts in turn compare them",
+    )
     args = ap.parse_args()
+    if args.code is not None:
+        sys.path.insert(0, str(args.code.resolve()))
     import optimum_env
 
+    import attnviz
     from attnviz.runtime import open_model
     from attnviz.runtime.audio import FeatureSpec, log_mel
 
-    script = optimum_env.WHISPER_SCRIPT.replace("max_target_positions=64", "max_target_positions=448")
-    assert script != optimum_env.WHISPER_SCRIPT
-    out = Path(tempfile.mkdtemp(prefix="attnviz-speech-"))
-    optimum_env.run(script, "whisper", str(out), *map(str, args.size))
-    folder = out / "onnx"
+    folder = args.folder
+    if folder is None:
+        script = optimum_env.WHISPER_SCRIPT.replace("max_target_positions=64", "max_target_positions=448")
+        assert script != optimum_env.WHISPER_SCRIPT
+        out = Path(tempfile.mkdtemp(prefix="attnviz-speech-"))
+        optimum_env.run(script, "whisper", str(out), *map(str, args.size))
+        folder = out / "onnx"
     m = open_model(folder, provider=args.provider, threads=args.threads)
     m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}  # N tokens exactly
     t = np.arange(int(2.5 * RATE)) / RATE
@@ -120,13 +141,13 @@ def main() -> None:
     child = host._host.proc.pid if host._host is not None else None  # the isolation child (None: in-process)
     print(
         f"Whisper {args.size} (5 s window), {args.threads} thread(s), provider {args.provider}; median of {args.rounds}; "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"load average {os.getloadavg()[0]:.1f}; attnviz from {Path(attnviz.__file__).parent.parent}"
     )
     print(
         "| new tokens | attnviz, features (maps) | attnviz, audio (maps) | plain ort (no maps) | attnviz / plain "
-        "| CPU attnviz / plain | same tokens |"
+        "| CPU attnviz / plain | CPU attnviz − plain | same tokens |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for n in args.steps:
 
         def attnviz(n=n, **given):
@@ -152,10 +173,11 @@ def main() -> None:
                 cpu[k].append(cpu_s(os.getpid(), child) - c0)
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         cpu_ratio = statistics.median(a / b for a, b in zip(cpu["features"], cpu["plain"]))
+        cpu_over = statistics.median(a - b for a, b in zip(cpu["features"], cpu["plain"])) * 1e3
         same = all(v == ids["plain"] for v in ids.values())
         print(
             f"| {n} | {med['features']:.1f} ms | {med['audio']:.1f} ms | {med['plain']:.1f} ms "
-            f"| {med['features'] / med['plain']:.2f}× | {cpu_ratio:.2f}× | {'yes' if same else 'NO'} |"
+            f"| {med['features'] / med['plain']:.2f}× | {cpu_ratio:.2f}× | {cpu_over:.1f} ms | {'yes' if same else 'NO'} |"
         )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 

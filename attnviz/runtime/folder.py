@@ -31,6 +31,7 @@ from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
 from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, suppress_of
+from attnviz.runtime.isolation import Taken
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -42,6 +43,8 @@ from attnviz.runtime.vlm import VLMLayout, VLMSet
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
 WITH_PAST_FILE = "decoder_with_past_model.onnx"
+STATES = "encoder_hidden_states"  # FolderCache's learned shapes: the encoder's states (beside the presents by name)
+LEARNED_SHAPES = 64  # the shapes fed whose states' and presents' shapes a folder keeps (FolderCache.start_steps)
 SOURCE_ROLES = ("tokens", "image", "audio")  # what an encoder file of a set may take as its input
 SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")  # decoder-only folders
 # what `attnviz corpus --out DIR` always writes (corpus/output.py HEADS, RUN): such a folder is results to open in
@@ -146,6 +149,11 @@ class ModelSet(AnalyzeMethod):
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._enc_cache: tuple[bytes, dict] | None = None  # encoder feeds -> its outputs (generation reuses them)
+        # per shapes fed (FolderCache.shape_key): the shapes and dtypes of the encoder's states and the prompt's
+        # presents, learned from a generation's first run, so that a later one can name them before they exist
+        # (the memory checks of a generation run as one request, FolderCache.start_steps)
+        self._chain_shapes: dict[tuple, dict[str, tuple[tuple[int, ...], str]]] = {}
+        self._orders: dict[int, list[int] | None] = {}  # FolderCache's site order, per with-past file (by id)
         dec_in = {i.name: i for i in self.decoder.inputs}
         self._dec_names = {
             "tokens": self._by_role(self.decoder, "tokens"),
@@ -380,15 +388,34 @@ class ModelSet(AnalyzeMethod):
                 f[i.name] = feeds.get("attention_mask", np.ones(src.shape, np.int64))
         return f
 
+    @staticmethod
+    def _enc_key(ef: dict, mode: str) -> bytes:
+        return b"".join(np.ascontiguousarray(v).tobytes() + str(v.shape).encode() for v in ef.values()) + mode.encode()
+
+    def _encoded(self, ef: dict, mode: str) -> dict | None:
+        """The encoder's outputs (and ``result``) kept from its last run, when that run had these feeds."""
+        if self._enc_cache is not None and self._enc_cache[0] == self._enc_key(ef, mode):
+            return self._enc_cache[1]
+        return None
+
     def _encode(self, feeds: dict, mode: str = "dense") -> tuple[AttentionResult | None, dict]:
         """Run the encoder once per distinct input; returns (its result when it ran now, its outputs)."""
         ef = self._encoder_feeds(feeds)
-        key = b"".join(np.ascontiguousarray(v).tobytes() + str(v.shape).encode() for v in ef.values()) + mode.encode()
-        if self._enc_cache is not None and self._enc_cache[0] == key:
-            return None, self._enc_cache[1]
+        kept = self._encoded(ef, mode)
+        if kept is not None:
+            return None, kept
         r = self.encoder.run(ef, mode=mode)
-        self._enc_cache = (key, {"result": r, **r.outputs})
-        return r, self._enc_cache[1]
+        return r, self._keep_encoded(ef, mode, r)
+
+    def _keep_encoded(self, ef: dict, mode: str, r: AttentionResult) -> dict:
+        self._enc_cache = (self._enc_key(ef, mode), {"result": r, **r.outputs})
+        return self._enc_cache[1]
+
+    @property
+    def _states_output(self) -> str:
+        """The encoder output its decoder reads (``last_hidden_state``, else the first)."""
+        names = [o.name for o in self.encoder.outputs]
+        return "last_hidden_state" if "last_hidden_state" in names else names[0]
 
     def _decoder_feeds(self, model: AttentionModel, feeds: dict, enc_out: dict) -> dict:
         states = enc_out.get("last_hidden_state", next(v for k, v in enc_out.items() if k != "result"))
@@ -437,6 +464,13 @@ class ModelSet(AnalyzeMethod):
             self._with_past = self._open(self.layout.with_past)
         return FolderCache.for_set(self, self._with_past)
 
+    def _site_order(self, past_model: AttentionModel) -> list[int] | None:
+        """FolderCache.order_for, worked out once per file (the files' sites and inputs do not change)."""
+        key = id(past_model)
+        if key not in self._orders:
+            self._orders[key] = FolderCache.order_for(self, past_model)
+        return self._orders[key]
+
 
 class FolderCache:
     """Generation steps over a folder: the full decoder for the prompt, then the with-past decoder per token.
@@ -447,7 +481,7 @@ class FolderCache:
 
     def __init__(self, ms: ModelSet, past_model: AttentionModel, order: list[int]):
         self.ms, self.past_model, self.order = ms, past_model, order
-        self.n_enc = len(ms.encoder.sites)
+        self.n_enc = len(ms.encoder._sites)
         self.past_names = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         self.cache: dict[str, np.ndarray] = {}
         self.feeds: dict = {}
@@ -455,6 +489,12 @@ class FolderCache:
 
     @classmethod
     def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> FolderCache | None:
+        order = ms._site_order(past_model)
+        return None if order is None else cls(ms, past_model, order)
+
+    @staticmethod
+    def order_for(ms: ModelSet, past_model: AttentionModel) -> list[int] | None:
+        """Where each of ``past_model``'s sites lands among the full decoder's (None: it cannot step the set)."""
         nodes = [s.node for s in ms.decoder.sites]
         order = []
         for s in past_model.sites:
@@ -465,7 +505,7 @@ class FolderCache:
         past = [i.name for i in past_model.inputs if past_model.roles[i.name] == "past"]
         if len(order) != len(nodes) or not past or not all(present_name(p) in outs for p in past):
             return None
-        return cls(ms, past_model, order)
+        return order
 
     def start(self, feeds: dict) -> StepOut:
         self.looping = False
@@ -474,9 +514,70 @@ class FolderCache:
         enc = enc_ran or enc_out["result"]
         r = self.ms.decoder.run(self.ms._decoder_feeds(self.ms.decoder, self.feeds, enc_out), mode="dense")
         self.cache = {p: r.outputs[present_name(p)] for p in self.past_names}
+        states = enc_out[self.ms._states_output]
+        learned = self.ms._chain_shapes
+        if len(learned) >= LEARNED_SHAPES:  # a text folder fed many lengths: the oldest goes (a re-learn is one run)
+            del learned[next(iter(learned))]
+        learned[self.shape_key()] = {
+            STATES: (tuple(states.shape), states.dtype.str),
+            **{p: (tuple(a.shape), a.dtype.str) for p, a in self.cache.items()},
+        }
+        return StepOut(r.outputs["logits"][:, -1], self._prompt_maps(enc, r), self._info(r.info))
+
+    def _prompt_maps(self, enc: AttentionResult, dec: AttentionResult) -> dict[int, np.ndarray]:
         maps = {j: m.array() for j, m in enumerate(enc.maps)}
-        maps.update({self.n_enc + j: m.array() for j, m in enumerate(r.maps)})
-        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
+        maps.update({self.n_enc + j: m.array() for j, m in enumerate(dec.maps)})
+        return maps
+
+    def shape_key(self) -> tuple:
+        """What the shapes of the encoder's states and the prompt's presents follow from: the shapes fed."""
+        return tuple((k, tuple(v.shape), v.dtype.str) for k, v in sorted(self.feeds.items()))
+
+    def start_steps(
+        self, feeds: dict, n: int, eos: int | None, suppress: tuple[int, ...]
+    ) -> tuple[StepOut, StepsOut] | None:
+        """:meth:`start`, the first token (greedy on the prompt's last logits, never one of ``suppress``) and the
+        first chunk of :meth:`steps` as one run of the sessions (with crash isolation one request, not three:
+        the encoder's states and the prompt's presents never leave the child, :meth:`AttentionModel.chain_loop`).
+        Returns the prompt's step (logits, the encoder's and the prompt's maps) and the steps (the ids from the
+        first token on, the steps' maps); None where it cannot: the first generation of these shapes (its run
+        learns the shapes a later one names before they exist), or no loop beside the session."""
+        self.looping = False
+        self.feeds = self.ms.check_feeds(feeds)
+        plan = self.plan()
+        known = self.ms._chain_shapes.get(self.shape_key())
+        if plan is None or known is None:
+            return None
+        ms, runs = self.ms, []
+        ef = ms._encoder_feeds(self.feeds)
+        enc_out = ms._encoded(ef, "dense")
+        if enc_out is None:  # the encoder runs as the chain's first stage, its states fed on from there
+            runs.append(ms.encoder.prepare(ef, "dense"))
+            states_in = ms._dec_names["states"]
+            assert states_in is not None  # ModelSet refuses a decoder without it
+            dtype = next(i.dtype for i in ms.decoder.inputs if i.name == states_in)
+            enc_out = {ms._states_output: Taken(states_in, (0, ms._states_output), known[STATES][0], dtype)}
+        runs.append(ms.decoder.prepare(ms._decoder_feeds(ms.decoder, self.feeds, enc_out), "dense"))
+        d = len(runs) - 1
+        dtypes = {i.name: i.dtype for i in self.past_model.inputs}
+        cache = {p: Taken(p, (d, present_name(p)), known[p][0], dtypes[p]) for p in self.past_names}
+        t0 = time.perf_counter()
+        values, ids, finished, maps, info = self.past_model.chain_loop(
+            runs, plan, self._step_feeds([0], enc_out, cache), 0, (d, "logits", suppress), n, eos
+        )
+        run_s = time.perf_counter() - t0
+        if d:
+            enc = ms.encoder.finish(runs[0], values[0], run_s)
+            ms._keep_encoded(ef, "dense", enc)
+        else:
+            enc = enc_out["result"]
+        r = ms.decoder.finish(runs[d], values[d], run_s)
+        self.cache = {}  # the presents stayed with the loop (the step path below never follows a plan's start)
+        self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the session
+        prompt = StepOut(r.outputs["logits"][:, -1], self._prompt_maps(enc, r), self._info(r.info))
+        if maps is None:
+            return prompt, StepsOut(ids, {}, {})
+        return prompt, StepsOut(ids, {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}, self._info(info))
 
     def _info(self, info: dict) -> dict:
         """A step's run facts, named after the folder (not the decoder file that ran the step)."""
@@ -514,12 +615,13 @@ class FolderCache:
         self.looping = True
         return StepsOut(ids, {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}, self._info(info))
 
-    def _step_feeds(self, tokens: list[int]) -> dict:
+    def _step_feeds(self, tokens: list[int], enc_out: dict | None = None, cache: dict | None = None) -> dict:
         f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays
         f["decoder_input_ids"] = np.asarray([[t] for t in tokens], np.int64)
-        _, enc_out = self.ms._encode(self.feeds, "dense")
+        if enc_out is None:
+            enc_out = self.ms._encode(self.feeds, "dense")[1]
         g = self.ms._decoder_feeds(self.past_model, f, enc_out)
-        g.update(self.cache)
+        g.update(self.cache if cache is None else cache)
         for i in self.past_model.inputs:  # a merged decoder: its cache branch now
             if i.dtype == "bool" and i.rank <= 1:
                 g[i.name] = np.ones([1] * i.rank, bool)

@@ -190,10 +190,21 @@ def with_cache(
     if steps <= 0:
         return Generation([], 0.0, "kv-cache", {}, {})
     _check(0, steps, progress, cancelled)
-    out = stepper.start(feeds)
-    asm.add(out.maps)
-    ids = [greedy(out.logits[0], suppress.at(0))]
-    info = dict(out.info)
+    # a stepper that runs the prompt, the first token and the first chunk of steps as one request (a Whisper
+    # folder: its encoder too, FolderCache.start_steps) gives both at once; None: it cannot this time
+    both = getattr(stepper, "start_steps", None)
+    got = both(feeds, steps, eos, suppress.at(0)) if both is not None else None
+    if got is not None:
+        out, first = got
+        asm.add(out.maps)
+        asm.add(first.maps)
+        ids = list(first.ids)
+        info = dict(first.info) or dict(out.info)
+    else:
+        out = stepper.start(feeds)
+        asm.add(out.maps)
+        ids = [greedy(out.logits[0], suppress.at(0))]
+        info = dict(out.info)
     # the rest in chunks (a chunk runs where the session lives: one round trip for many tokens)
     while len(ids) < steps and (eos is None or ids[-1] != int(eos)):
         _check(len(ids), steps, progress, cancelled)

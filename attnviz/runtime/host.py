@@ -211,6 +211,32 @@ class _Host:
 
         return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
 
+    def chain_steps(
+        self, stages: list[tuple[int, list[str], dict]], sid: int, start: tuple, n: int, eos, budget: float
+    ):
+        """A chain and a new generation's first chunk after it, as one request (:meth:`worker.Server.chain_steps`):
+        (per stage its outputs, None for those held, ids, finished, {map output: array}); ``start``: (plan,
+        feeds, cache length, first, the (stage, output) pairs held in the child)."""
+
+        def prepare(args: tuple) -> tuple:
+            stages, sid, (plan, feeds, length, first, held), *rest = args
+            both = {(i, k): v for i, (_, _, f) in enumerate(stages) for k, v in f.items()}
+            both.update({(-1, k): v for k, v in self._own_slots(feeds).items()})
+            shared = self.feed_area.share(both)
+            stages = [(s, names, {k: shared[(i, k)] for k in f}) for i, (s, names, f) in enumerate(stages)]
+            start = (plan, {k: shared[(-1, k)] for k in feeds}, length, first, held)
+            return (stages, sid, start, *rest, self._hand_back())
+
+        def adopt(reply) -> tuple:
+            ids, finished, names, items, per_stage, created, deleted = reply
+            flat = iter(self._adopt(([*items, *(it for stage in per_stage for it in stage)], created, deleted)))
+            maps = {k: next(flat) for k in names}
+            return [[next(flat) for _ in stage] for stage in per_stage], ids, finished, maps
+
+        return self.call(
+            "chain_steps", stages, sid, start, n, eos, budget, what="generating", adopt=adopt, prepare=prepare
+        )
+
     def _own_slots(self, feeds: dict) -> dict:
         """Feeds that are arrays lend() made (the child's outputs, whole) as their slots: no copy either way.
         Under the lock, before ``_hand_back``: the feeds hold the arrays, so their slots are not handed back."""
@@ -667,17 +693,44 @@ class RemoteSession:
 
 def run_chain(stages: list[tuple[RemoteSession, list[str], dict]]) -> list[list[np.ndarray]]:
     """Several sessions' runs as one request to the child (:mod:`attnviz.runtime.chain`): ``(session, fetch,
-    feeds)`` per stage, a later stage's feed possibly a :class:`~attnviz.runtime.isolation.Spliced` of earlier
-    outputs.  Each stage passes its session's memory check first; returns each stage's outputs in fetch order."""
-    sessions = [s for s, _, _ in stages]
+    feeds)`` per stage, a later stage's feed possibly a :class:`~attnviz.runtime.isolation.Spliced` or
+    :class:`~attnviz.runtime.isolation.Taken` of earlier outputs.  Each stage passes its session's memory check
+    first; returns each stage's outputs in fetch order."""
     for sess, names, feeds in stages:
         sess.memory.check(feeds, list(names))
+    return _together(
+        [s for s, _, _ in stages], lambda host: host.chain([(s._sid, list(names), dict(f)) for s, names, f in stages])
+    )
+
+
+def run_chain_steps(
+    stages: list[tuple[RemoteSession, list[str], dict]], loop: RemoteSession, start: tuple, n: int, eos, budget: float
+):
+    """A chain (:func:`run_chain`) and, after it in the same request, a new generation's first chunk of greedy
+    cached steps beside ``loop`` (:meth:`worker.Server.chain_steps`; ``start``: (plan, feeds, cache length,
+    first, held), the feeds possibly :class:`~attnviz.runtime.isolation.Taken` of the chain's outputs).  Every stage
+    and the loop's first step pass their memory checks first.  Returns (per stage its outputs in fetch order, ids
+    with the first token, finished, {map output: the steps' rows})."""
+    for sess, names, feeds in stages:
+        sess.memory.check(feeds, list(names))
+    loop.memory.check(start[1], None)  # the first step's shapes; each later step adds one cache row
+    return _together(
+        [*(s for s, _, _ in stages), loop],
+        lambda host: host.chain_steps(
+            [(s._sid, list(names), dict(f)) for s, names, f in stages], loop._sid, start, n, eos, budget
+        ),
+    )
+
+
+def _together(sessions: list[RemoteSession], request: Callable[[_Host], Any]):
+    """``request`` sent to the child all ``sessions`` live in (each created there first where the child restarted;
+    a child that died before the request ran is started again, once)."""
     for _ in range(2):
         try:
             host = sessions[0]._attach()
             if any(sess._attach() is not host for sess in sessions[1:]):
                 raise _Dead()  # the child died between two sessions' checks: all of them in the next one
-            return host.chain([(sess._sid, list(names), dict(feeds)) for sess, names, feeds in stages])
+            return request(host)
         except _Dead:
             for sess in sessions:
                 sess._host = None

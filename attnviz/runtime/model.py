@@ -22,12 +22,12 @@ from attnviz.runtime import analyze as engine
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.chain import run_local
+from attnviz.runtime.chain import First, first_token, reads, resolve, run_local, run_outs
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain
+from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain, run_chain_steps
 from attnviz.runtime.inputs import IOInfo
-from attnviz.runtime.isolation import Spliced
+from attnviz.runtime.isolation import Spliced, Taken, loop_run
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -531,7 +531,7 @@ class AttentionModel(engine.AnalyzeMethod):
         feed is made where the session runs, from earlier stages' outputs."""
         if not self._sites:
             raise AttnvizError(f"{self.path.name}: {self.no_attention_reason}")
-        made = {k: v for k, v in feeds.items() if isinstance(v, Spliced)}
+        made = {k: v for k, v in feeds.items() if isinstance(v, (Spliced, Taken))}
         checked = self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made)
         mode = self.choose_mode(checked, mode)
         sess, exposed = self._session(mode)
@@ -823,16 +823,63 @@ class AttentionModel(engine.AnalyzeMethod):
             else:  # ATTNVIZ_INPROCESS: the same loop, here
                 if start is not None:
                     sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
-                    embed_run = embed_sess.unguarded.run if embed_sess is not None else None
+                    embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
                     self._loop = Loop(start[0], dict(start[1]), length, embed_run)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
-                chunk = advance(self._loop, token, n, eos, sess.unguarded.run)
+                chunk = advance(self._loop, token, n, eos, loop_run(sess.unguarded))
                 ids, finished, got = chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise
         except Exception as e:
             raise AttnvizError(f"generation with the KV cache failed: {ort_message(e)}") from None
+        return ids, finished, *self._loop_maps(sess, exposed, got, t0)
+
+    def chain_loop(
+        self, runs: list[PreparedRun], plan: StepPlan, feeds: dict, length: int, first: First, n: int, eos
+    ) -> tuple[list[list[np.ndarray]], list[int], bool, list[np.ndarray] | None, dict]:
+        """Prepared runs (:func:`run_stages`) and a new generation beside this file's session after them, in one
+        go where the sessions live (with crash isolation one request): the first token chosen from the runs'
+        outputs (``first``, :func:`attnviz.runtime.chain.first_token`), then up to ``n - 1`` greedy cached steps
+        from ``feeds`` (``length`` tokens in their cache), whose :class:`~attnviz.runtime.isolation.Taken` feeds
+        are the runs' outputs.  Returns (each run's values, the ids with the first token, finished, this file's
+        maps in site order ``[B, H, steps, keys]`` or None where no step ran, the steps' run facts).  The runs'
+        outputs that only the loop reads (its Taken feeds: a prompt's presents) stay where the sessions run: None
+        among the values with crash isolation."""
+        sess, exposed = self._session("dense")
+        plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
+        made = {k: v for k, v in feeds.items() if isinstance(v, Taken)}
+        held = sorted({v.source for v in made.values()} - reads(p.feeds for p in runs) - {(first[0], first[1])})
+        start = (plan, {**self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made), **made})
+        t0 = time.perf_counter()
+        try:
+            if isinstance(sess, RemoteSession) and all(isinstance(p.sess, RemoteSession) for p in runs):
+                stages = [(p.sess, p.fetch, p.feeds) for p in runs]
+                values, ids, finished, got = run_chain_steps(
+                    stages, sess, (*start, length, first, held), n, eos, CHUNK_S
+                )
+            else:  # ATTNVIZ_INPROCESS: the same, here
+                sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
+                outs, values = run_outs(
+                    [(p.fetch, p.feeds) for p in runs], lambda i, f, x: _run_bound(runs[i].sess, f, x)
+                )
+                token = first_token(first, outs)
+                ids, finished, got = [token], eos is not None and token == int(eos), {}
+                self._loop = None
+                if not finished and n > 1:
+                    self._loop = Loop(start[0], resolve(start[1], outs), length)
+                    chunk = advance(self._loop, token, n - 1, eos, loop_run(sess.unguarded))
+                    ids, finished, got = ids + chunk.ids, chunk.finished, chunk.maps
+        except (AttnvizError, Cancelled):
+            raise
+        except Exception as e:
+            raise AttnvizError(f"generation with the KV cache failed: {ort_message(e)}") from None
+        if not got:
+            return values, ids, finished, None, {}
+        return values, ids, finished, *self._loop_maps(sess, exposed, got, t0)
+
+    def _loop_maps(self, sess, exposed, got: dict, t0: float) -> tuple[list[np.ndarray], dict]:
+        """A chunk's maps in this file's site order, from the rows the loop fetched, and its run facts."""
         kept, maps, _ = self._collect_maps(exposed, got, 1, "dense")
         if len(kept) != len(self._sites):
             raise AttnvizError("generation with the KV cache lost a site's maps; use the full re-run")
@@ -847,7 +894,7 @@ class AttentionModel(engine.AnalyzeMethod):
         if self.fidelity:  # what every run of this file says (run() adds them too): generation's result keeps them
             info["notes"] = list(self.fidelity)
             info["fidelity"] = list(self.fidelity)
-        return ids, finished, [m.array() for m in maps], info
+        return [m.array() for m in maps], info
 
 
 _HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")

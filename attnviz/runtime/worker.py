@@ -55,13 +55,14 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.core import limits  # noqa: E402
-from attnviz.runtime.chain import resolve  # noqa: E402
+from attnviz.runtime.chain import first_token, reads, resolve  # noqa: E402
 from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
     INLINE_BYTES,
     NodeArg,
     SharedFeed,
     SlotFeed,
-    Spliced,
+    Taken,
+    loop_run,
     read_message,
     write_message,
 )
@@ -246,6 +247,7 @@ class Server:
         "run": "reply_run",
         "chain": "chain",
         "steps": "steps",
+        "chain_steps": "chain_steps",
         "close": "close",
         "trace": "take_trace",
     }
@@ -323,16 +325,23 @@ class Server:
 
     def chain(self, stages, released):
         """Several sessions' runs as one request (:mod:`attnviz.runtime.chain`): each stage ``(session id, fetch,
-        feeds)`` in turn, a :class:`~attnviz.runtime.isolation.Spliced` feed made here from earlier stages'
-        outputs (which stay in their slots, lent with the reply).  One request ages the free slots once, so a
-        repeated chain finds every stage's slots again.  Reply: (items per stage, slots created, slots deleted)."""
+        feeds)`` in turn, a :class:`~attnviz.runtime.isolation.Spliced` or :class:`~attnviz.runtime.isolation.Taken`
+        feed made here from earlier stages' outputs (which stay in their slots, lent with the reply).  One request
+        ages the free slots once, so a repeated chain finds every stage's slots again.  Reply: (items per stage,
+        slots created, slots deleted)."""
         self.pool.release(released)
         self.pool.run += 1
+        t0 = time.perf_counter()
+        _, items = self._chain(stages, reads(f for _, _, f in stages))
+        self._ort_span = (t0, time.perf_counter())
+        return items, *self.pool.changes()
+
+    def _chain(self, stages, read: set[tuple[int, str]]) -> tuple[list[dict[str, np.ndarray]], list[list]]:
+        """The stages run: (per stage the outputs in ``read`` as arrays, per stage its items in fetch order).
+        ``read``: the (stage, output) pairs something after reads (views made of those alone: a decoder's 18
+        outputs are not all read)."""
         outs: list[dict[str, np.ndarray]] = []
         items: list[list] = []
-        # the outputs a later stage reads (views made of those alone: a decoder's 18 outputs are not all read)
-        read = {ref for _, _, f in stages for v in f.values() if isinstance(v, Spliced) for ref in (v.base, v.source)}
-        t0 = time.perf_counter()
         try:
             for stage, (sid, names, feeds) in enumerate(stages):
                 sess, links = self.sessions[sid]
@@ -351,11 +360,12 @@ class Server:
                 outs.append({n: self._array(got[n][0]) for n in uniq if (stage, n) in read})
                 items.append([got[n][0] for n in names])
         except BaseException:
-            # the earlier stages' slots were never lent (no reply names them): free again
-            self.pool.release(it[1] for stage in items for it in stage if it[0] == "slot")
+            self._release_items(items)  # the earlier stages' slots were never lent (no reply names them): free again
             raise
-        self._ort_span = (t0, time.perf_counter())
-        return items, *self.pool.changes()
+        return outs, items
+
+    def _release_items(self, items: list[list]) -> None:
+        self.pool.release(it[1] for stage in items for it in stage if it[0] == "slot")
 
     def _array(self, item) -> np.ndarray:
         """The array an output item holds: a view of its slot, or the inline array."""
@@ -403,34 +413,82 @@ class Server:
         on.  Reply: (ids, finished, map output names, their items, slots created, slots deleted)."""
         self.pool.release(released)
         self.pool.run += 1
-        sess = self.sessions[sid][0]
         borrowed: dict[str, np.ndarray] = {}
         if start is not None:
             plan, feeds, length, embed_sid = start
-            # feeds from the feed area (rewritten by the parent's next request) and slots lent to the parent (handed
-            # back by a later request) are read in place during this chunk (a Whisper cache is 2 MB), and copied
-            # below only when the loop goes on past it
-            own = {}
-            for k, v in feeds.items():
-                if isinstance(v, SharedFeed):
-                    own[k] = borrowed[k] = self._feed(v)
-                elif isinstance(v, SlotFeed):  # this process's output, lent to the parent for this request
-                    own[k] = borrowed[k] = self.pool.slots[v.slot].array(np.dtype(v.dtype), v.shape)
-                else:
-                    own[k] = np.asarray(v)  # unpickled from the request: this process's own
-            embed = None
-            if embed_sid is not None:  # a VLM's embed_tokens session, created in this process beside the decoder
-                if embed_sid not in self.sessions:
-                    raise AttnvizError(
-                        "generation lost its embedding model (the model's process restarted); generate again"
-                    )
-                embed = self.sessions[embed_sid][0].run
-            self.loops[sid] = Loop(plan, own, int(length), embed)
+            self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed)
+        ids, finished, names, items = self._chunk(sid, token, n, eos, budget, borrowed)
+        return ids, finished, names, items, *self.pool.changes()
+
+    def chain_steps(self, stages, sid, start, n, eos, budget, released):
+        """A chain (:meth:`chain`) and a new generation's first chunk (:meth:`steps`) after it, as one request: a
+        speech model's encoder, its decoder on the prompt, the first token chosen from the prompt's logits, then
+        the with-past decoder's steps fed the decoder's presents (:class:`~attnviz.runtime.isolation.Taken`), so
+        the hidden states and the cache never leave this process and three round trips are one.  ``start``:
+        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held); ``n`` counts the first token;
+        ``held``: the (stage, output) pairs the caller does not want back (the prompt's presents, which only the
+        loop reads): their items come back empty and their slots are free again once the chunk has run (a loop
+        going on past it has copied what it still reads, see :meth:`_chunk`).
+        Reply: (ids, finished, map output names, their items, items per stage, slots created, slots deleted)."""
+        self.pool.release(released)
+        self.pool.run += 1
+        plan, feeds, length, first, held = start
+        t0 = time.perf_counter()
+        outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
+        try:
+            token = first_token(first, outs)
+            ids, finished = [token], eos is not None and token == int(eos)
+            names: list[str] = []
+            items: list = []
+            if not finished and n > 1:
+                borrowed: dict[str, np.ndarray] = {}
+                self.loops[sid] = self._loop(plan, feeds, length, None, outs, borrowed)
+                more, finished, names, items = self._chunk(sid, token, n - 1, eos, budget, borrowed)
+                ids += more
+        except BaseException:
+            self.loops.pop(sid, None)
+            self._release_items(stage_items)
+            raise
+        for stage, name in held:
+            k = stages[stage][1].index(name)
+            kept = stage_items[stage][k]
+            if kept[0] == "slot":
+                self.pool.release([kept[1]])
+            stage_items[stage][k] = ("inline", None)
+        self._ort_span = (t0, time.perf_counter())
+        return ids, finished, names, items, stage_items, *self.pool.changes()
+
+    def _loop(self, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict) -> Loop:
+        """A new generation's loop on ``feeds``: those from the feed area (rewritten by the parent's next request),
+        slots lent to the parent (handed back by a later request) and a chain's outputs (lent with this reply)
+        are read in place during the first chunk (a Whisper cache is 2 MB) and noted in ``borrowed``, to be
+        copied by :meth:`_chunk` only when the loop goes on past it."""
+        own = {}
+        for k, v in feeds.items():
+            if isinstance(v, SharedFeed):
+                own[k] = borrowed[k] = self._feed(v)
+            elif isinstance(v, SlotFeed):  # this process's output, lent to the parent for this request
+                own[k] = borrowed[k] = self.pool.slots[v.slot].array(np.dtype(v.dtype), v.shape)
+            elif isinstance(v, Taken):  # a chain's output in this request
+                own[k] = borrowed[k] = resolve({k: v}, outs)[k]
+            else:
+                own[k] = np.asarray(v)  # unpickled from the request: this process's own
+        embed = None
+        if embed_sid is not None:  # a VLM's embed_tokens session, created in this process beside the decoder
+            if embed_sid not in self.sessions:
+                raise AttnvizError(
+                    "generation lost its embedding model (the model's process restarted); generate again"
+                )
+            embed = loop_run(self.sessions[embed_sid][0])
+        return Loop(plan, own, int(length), embed)
+
+    def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list]:
+        """A chunk of the loop of session ``sid``: (ids, finished, map output names, their items)."""
         loop = self.loops.get(sid)
         if loop is None:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
         try:
-            chunk = advance(loop, token, n, eos, sess.run, budget)
+            chunk = advance(loop, token, n, eos, loop_run(self.sessions[sid][0]), budget)
         except BaseException:
             self.loops.pop(sid, None)
             raise
@@ -441,8 +499,7 @@ class Server:
                 if loop.feeds.get(k) is v:  # still the parent's bytes (the encoder's half of a cache stays)
                     loop.feeds[k] = np.array(v)
         names = list(chunk.maps)
-        items = [self._pack(chunk.maps[k]) for k in names]
-        return chunk.ids, chunk.finished, names, items, *self.pool.changes()
+        return chunk.ids, chunk.finished, names, [self._pack(chunk.maps[k]) for k in names]
 
     def settle(self) -> None:
         """After a run's reply: learn its output shapes and trim free slots (the slots trimmed here are
@@ -564,7 +621,7 @@ class Server:
             if op not in self.OPS:
                 raise ValueError(f"unknown op {op!r}")
             reply = getattr(self, self.OPS[op])(*args)
-            if self.trace is not None and op in ("run", "chain") and not self.replied:
+            if self.trace is not None and op in ("run", "chain", "chain_steps") and not self.replied:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
             data = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
         except BaseException as e:
