@@ -75,7 +75,7 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
         return _encode_words(model, out, src_tok, tgt_tok, start, items)
     for it in items:
         try:
-            enc = src_tok.encode(it.text, None)
+            enc = src_tok.encode_ids(it.text, None)
             check_positions(model, len(enc.ids), fix=FIX)
         except AttnvizError as e:
             raise item_error(it, e) from None
@@ -92,7 +92,7 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
             out.dec_special.append([])
             continue
         try:
-            dec = [start, *tgt_tok.encode(it.pair, add_special=False).ids]
+            dec = [start, *tgt_tok.encode_ids(it.pair, add_special=False).ids]
             check_positions(model, len(dec), fix=FIX)
         except AttnvizError as e:
             raise item_error(it, e, pair=True) from None

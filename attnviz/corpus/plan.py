@@ -141,7 +141,7 @@ def encode_items(model, items: list[Item], kind: str | None = None) -> Encoded:
     for n, it in enumerate(items, 1):
         # decoders see raw text (as in `attnviz open`); encoders get their [CLS]/[SEP] and the optional pair
         try:
-            enc = tok.encode(it.text, None, add_special=False) if decoder else tok.encode(it.text, it.pair)
+            enc = tok.encode_ids(it.text, None, add_special=False) if decoder else tok.encode_ids(it.text, it.pair)
             check_positions(model, len(enc.ids), fix=SHORTEN + " (or drop the item)")
         except AttnvizError as e:
             raise item_error(it, e) from None

@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import json
 import platform
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -252,7 +253,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
             bar.update(part.items)
             if versions is None and stream.batches is not None and stream.batches - acc.next_batch < stream.workers:
                 # the last batches are running and a worker's core is idle: the tail's imports happen there
-                # (onnxruntime for its version, pyarrow and pandas for the Parquet files) instead of after them
+                # (pyarrow for the Parquet files) instead of after them
                 versions = _versions(cfg.engine)
                 output.prepare_write()
             if stream.fingerprint is not None and (
@@ -651,14 +652,13 @@ def _bar(cfg: CorpusConfig, total: int | None, initial: int):
 
 def _versions(engine: str) -> dict:
     import numpy
-    import onnxruntime
     import pyarrow
 
     v = {
         "attnviz": __version__,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
-        "onnxruntime": onnxruntime.__version__,
+        "onnxruntime": _onnxruntime_version(),
         "pyarrow": pyarrow.__version__,
     }
     if engine == "ray":
@@ -666,3 +666,26 @@ def _versions(engine: str) -> dict:
 
         v["ray"] = ray.__version__
     return v
+
+
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*(['"])([^'"\n]+)\1\s*$""", re.M)
+
+
+def _onnxruntime_version() -> str:
+    """``onnxruntime.__version__`` without importing onnxruntime where this process has not (the driver: its
+    sessions live in the workers and the isolation child; the import is ~0.1 s CPU): the literal its
+    ``__init__.py`` assigns, which is what the attribute holds (read from the package, not from a distribution's
+    metadata: onnxruntime-gpu and the other builds install the same package under other names)."""
+    import sys
+
+    mod = sys.modules.get("onnxruntime")
+    if mod is None:
+        try:
+            spec = importlib.util.find_spec("onnxruntime")
+            found = _VERSION_LINE.search(Path(spec.origin).read_text("utf-8")) if spec and spec.origin else None
+        except (ImportError, OSError, UnicodeDecodeError, ValueError):
+            found = None
+        if found is not None:
+            return found.group(2)
+        import onnxruntime as mod
+    return str(mod.__version__)

@@ -79,6 +79,11 @@ class TextEncoder:
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> Encoded:  # pragma: no cover
         raise NotImplementedError
 
+    def encode_ids(self, text: str, pair: str | None = None, add_special: bool = True) -> Encoded:
+        """:meth:`encode` where only ids, special flags and type ids are read (a corpus run): ``tokens`` may be
+        left empty, as a tokenizer that builds its labels one by one does."""
+        return self.encode(text, pair, add_special)
+
     def label(self, i: int) -> str:  # pragma: no cover
         raise NotImplementedError
 
@@ -152,6 +157,15 @@ class HFTokenizer(TextEncoder):
             raise AttnvizError(message.format(_first_line(e))) from None
 
     def encode(self, text, pair=None, add_special=True):
+        enc, out = self._encode(text, pair, add_special)
+        out.tokens = [clean_token(t) for t in enc.tokens]
+        return out
+
+    def encode_ids(self, text, pair=None, add_special=True):
+        return self._encode(text, pair, add_special)[1]  # the labels cost a quarter of the encoding
+
+    def _encode(self, text, pair, add_special):
+        """The tokenizer's own encoding and an :class:`Encoded` of it without labels."""
         try:
             with _rust_guard():
                 enc = self.tok.encode(text, pair, add_special_tokens=add_special)
@@ -163,7 +177,7 @@ class HFTokenizer(TextEncoder):
             ) from None
         _check_tokens(len(enc.ids))
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
-        return Encoded(list(enc.ids), [clean_token(t) for t in enc.tokens], [bool(x) for x in sm], list(enc.type_ids))
+        return enc, Encoded(list(enc.ids), [], [bool(x) for x in sm], list(enc.type_ids))
 
     def label(self, i):
         t = self.tok.id_to_token(int(i))
