@@ -184,6 +184,8 @@ def test_tokenizer_panic_at_encode_is_caught(tmp_path):
     tok = ip.HFTokenizer(Tokenizer.from_str(json.dumps(hostile_tokenizer())), "hostile")
     with pytest.raises(AttnvizError, match="failed on this text"):
         tok.encode("the cat")
+    with pytest.raises(AttnvizError, match="failed on this text"):
+        tok.encode_ids("the cat")  # a corpus's tokenising, without labels, is guarded the same
 
 
 def eps_bytes() -> bytes:

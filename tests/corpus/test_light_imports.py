@@ -74,3 +74,19 @@ print("pandas" in sys.modules)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"  # pandas was never imported
     assert "w.parquet: cannot read a \"text\" column (no column 'text'; the file has words)" in out.stdout
+
+
+def test_run_json_reads_onnxruntime_version_without_importing_it():
+    """The driver's sessions live in other processes: run.json's onnxruntime version is read from the package
+    (~0.1 s CPU less a command), and it is the version the imported module then reports."""
+    code = """
+import sys
+from attnviz.corpus.run import _versions
+v = _versions('local')['onnxruntime']
+assert 'onnxruntime' not in sys.modules
+import onnxruntime
+assert v == onnxruntime.__version__, (v, onnxruntime.__version__)
+print('ok')
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
