@@ -17,7 +17,7 @@ from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,22 @@ def _ready() -> int:
     return os.getpid()
 
 
+def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
+    """A pool task: the driver's probe (:meth:`~attnviz.runtime.model.Model.probe_state`) and the provider its
+    session got (None: no session), run here where onnxruntime is already imported, instead of in a crash-isolation
+    child that the driver would start for it (interpreter and imports: ~0.25 s CPU).  A model of its own, so
+    that this worker's reducer stays as the driver's state makes it (BatchReducer.adopt)."""
+    from attnviz.runtime import open_model
+
+    model = open_model(setup.model, provider=setup.provider, tokenizer=setup.tokenizer, threads=setup.threads)
+    model.probe()
+    try:
+        provider: str | None = model.provider
+    except Exception:  # as run._gpu_session: the driver asks again (and says what is wrong where it did)
+        provider = None
+    return model.probe_state(), provider
+
+
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
     if isinstance(_REDUCER, BatchReducer) and not _REDUCER.heads_known:  # warmed up unprobed: the driver's probe
@@ -124,6 +140,14 @@ class WarmPool:
         for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
             pool.submit(_ready)
         return cls(setup, pool, n)
+
+    def probe(self) -> Future:
+        """The model's probe in the first worker that is warm (:func:`_probe`)."""
+        return self.pool.submit(_probe, self.setup)
+
+    def cpu_only(self) -> bool:
+        """Its sessions are known to land on the CPU (a probe there holds no GPU memory)."""
+        return self.setup.provider != "cuda" and _device_known(self.setup)
 
     def fits(self, setup: WorkerSetup) -> bool:
         """The same sessions (model, provider, threads) and enough processes for ``setup``."""

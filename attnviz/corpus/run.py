@@ -183,11 +183,15 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     for w in _prestart(cfg):  # first: a worker's start-up (spawn, imports, session) is the longest
         warm.append(w)
         offer(w)  # local_engine takes it when it fits the setup planned below
-    prestart()  # the isolation child (the probe's session) loads onnxruntime while the model is read
+    # a text corpus on the CPU is probed in a worker (_probe_while_reading); otherwise the driver's probe needs
+    # its isolation child, which loads onnxruntime while the model is read
+    by_worker = warm[0] if warm and warm[0].cpu_only() and _overlaps(cfg) else None
+    if by_worker is None:
+        prestart()
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    early = _probe_while_reading(cfg, model)  # decoders are confirmed by a causal map; head counts are read
+    early = _probe_while_reading(cfg, model, by_worker)  # decoders are confirmed by a causal map; heads counted
     speech = "audio" in model.meta
     if speech != (cfg.audio_dir is not None):
         raise AttnvizError(
@@ -218,7 +222,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
         )
     nh = sum(g.heads for g in groups)
 
-    gpu = _gpu_session(model)
+    gpu = _gpu_session(model) if early is None or early.provider is None else early.provider.startswith("CUDA")
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     model_sha = early.model_sha if early is not None else it.sha256_model(cfg.model)
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
@@ -362,6 +366,7 @@ class _Tokenised:
     enc: Encoded | None
     kind: str
     model_sha: str
+    provider: str | None = None  # the probe's session's provider, where a worker probed (None: ask the model)
 
     def take(self) -> tuple[list[it.Item], Encoded]:
         items, enc = self.items, self.enc
@@ -370,16 +375,22 @@ class _Tokenised:
         return items, enc
 
 
-def _probe_while_reading(cfg: CorpusConfig, model) -> _Tokenised | None:
+def _overlaps(cfg: CorpusConfig) -> bool:
+    """Whether :func:`_probe_while_reading` may overlap the probe with reading the corpus (as far as the
+    configuration tells, before the model is open)."""
+    return cfg.texts is not None and cfg.engine != "ray" and not cfg.gold_column  # Ray Data reads the corpus itself
+
+
+def _probe_while_reading(cfg: CorpusConfig, model, pool: WarmPool | None = None) -> _Tokenised | None:
     """Probe ``model``.  For a text corpus of an encoder or a decoder (as its graph declares it), read and tokenise
     the corpus and hash the model meanwhile: the probe waits on the isolation child building a session of the
-    model (about 0.3 s of the driver's start-up, the longest part of it after the imports).  A probe only ever
-    turns such an encoder into a decoder (a causal map); :func:`_planned` then tokenises the items again."""
+    model (about 0.3 s of the driver's start-up, the longest part of it after the imports), or, given ``pool``
+    (workers on the CPU started early), on the first of its workers that is warm, which has onnxruntime imported
+    already: the isolation child is then never started (~0.3 s CPU).  A probe only ever turns such an encoder
+    into a decoder (a causal map); :func:`_planned` then tokenises the items again."""
     kind = model.kind
     if (
-        cfg.texts is None
-        or cfg.engine == "ray"  # Ray Data reads the corpus itself
-        or cfg.gold_column
+        not _overlaps(cfg)
         or "audio" in model.meta
         or kind not in ("encoder", "decoder")
         or not any(s.kind in ("self", "cross") for s in model.sites)
@@ -390,15 +401,33 @@ def _probe_while_reading(cfg: CorpusConfig, model) -> _Tokenised | None:
     # reported before anything in the corpus file, as without the overlap
     check_model(model)
     _check_generate(cfg, model.path.name, kind)
-    probe = threading.Thread(target=model.probe, name="attnviz-probe", daemon=True)
-    probe.start()
+    if pool is not None:
+        job = pool.probe()
+    else:
+        probe = threading.Thread(target=model.probe, name="attnviz-probe", daemon=True)
+        probe.start()
     try:
         model_sha = it.sha256_model(cfg.model)
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         enc = encode_items(model, items, kind)
     finally:
-        probe.join()
-    return _Tokenised(items, enc, kind, model_sha)
+        if pool is None:
+            probe.join()
+    return _Tokenised(items, enc, kind, model_sha, None if pool is None else _adopt_probe(model, job))
+
+
+def _adopt_probe(model, job) -> str | None:
+    """The worker's probe taken over by ``model``, and its session's provider.  A worker that died or failed
+    (a model that crashes onnxruntime) leaves the probe to ``model`` itself, as without the pool, so that every
+    outcome and message stays as it was."""
+    try:
+        state, provider = job.result()
+    except Exception:
+        state = provider = None
+    if state is None or not model.adopt_probe(state):
+        model.probe()
+        return None
+    return provider
 
 
 def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None, early=None) -> Stream:

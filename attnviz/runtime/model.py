@@ -339,6 +339,22 @@ class AttentionModel(engine.AnalyzeMethod):
             s.heads = int(m.shape[1])
         return True
 
+    def probe_state(self) -> tuple[bool, bool, list[tuple[str, int]]]:
+        """What :meth:`probe` found (probed, stacks confirmed, each site's stack and head count), for
+        :meth:`adopt_probe` on another Model of the same file in another process (one that holds a session)."""
+        return self._probed, self._stack_confirmed, [(s.stack, s.heads) for s in self._sites]
+
+    def adopt_probe(self, state: tuple[bool, bool, list[tuple[str, int]]]) -> bool:
+        """Take over a :meth:`probe_state` as if this model had probed; False (nothing changed) when its sites
+        are not these."""
+        probed, confirmed, sites = state
+        if len(sites) != len(self._sites):
+            return False
+        for s, (stack, heads) in zip(self._sites, sites):
+            s.stack, s.heads = str(stack), int(heads)
+        self._probed, self._stack_confirmed = bool(probed), bool(confirmed)
+        return True
+
     def describe(self) -> dict:
         return {
             "model": str(self.path),

@@ -158,3 +158,44 @@ def test_an_input_a_corpus_cannot_fill_keeps_the_export_advice():
         "input 'past_key_values.0.key' (past) cannot be filled for a corpus run; export the model with token / mask / "
         "type / position inputs only (no KV cache)"
     )
+
+
+@pytest.mark.parametrize("which", ["encoder", "decoder"])
+def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(which, planted, tmp_path):
+    """engines._probe (the pool task) counts the heads and confirms the stacks as the driver's own probe would;
+    the driver's model takes that over (Model.adopt_probe) and reads the same sites, kind and provider."""
+    from planted_induction import planted_induction_model
+
+    from attnviz.runtime import open_model
+
+    model = planted[0] if which == "encoder" else planted_induction_model(tmp_path / "induction.onnx")
+    state, provider = engines._probe(engines.WorkerSetup(str(model), "cpu", None, 1, 5, (), 1))
+    own = open_model(str(model), provider="cpu")
+    own.probe()
+    driver = open_model(str(model), provider="cpu")
+    before = driver.probe_state()
+    assert before != state  # heads unknown until a run: there is something to take over
+    assert not driver.adopt_probe((True, True, state[2][:-1]))  # another model's sites: refused, nothing changed
+    assert driver.probe_state() == before
+    assert driver.adopt_probe(state)
+    assert driver.probe_state() == own.probe_state()
+    assert (driver.sites, driver.kind) == (own.sites, own.kind)
+    assert driver.kind == which and all(s.heads > 0 for s in driver.sites)
+    assert provider == own.provider == "CPUExecutionProvider"
+
+
+def test_a_cpu_text_run_probes_in_a_worker_and_starts_no_isolation_child(planted, tmp_path, monkeypatch):
+    """The isolation child is the driver's only for its probe: a worker probes instead (its onnxruntime already
+    imported) and the results are byte for byte those of a run whose driver probed in its child."""
+    from attnviz.runtime import host
+
+    model, texts = planted
+    host.shutdown()
+    run_corpus(_cfg(model, texts, tmp_path / "worker", workers=2, threads=1))
+    assert host._host is None
+    assert mp.active_children() == []
+    monkeypatch.setattr(engines.WarmPool, "cpu_only", lambda self: False)  # as before: the driver's own probe
+    run_corpus(_cfg(model, texts, tmp_path / "driver", workers=2, threads=1))
+    assert host._host is not None
+    for name in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "worker" / name).read_bytes() == (tmp_path / "driver" / name).read_bytes()
