@@ -673,10 +673,22 @@ def _check_texts(cfg: CorpusConfig) -> None:
         raise AttnvizError(f"--text-pair-column {cfg.pair_column}: .txt files have no columns; use .jsonl or .parquet")
 
 
+class _NoBar:
+    """``--no-progress``: what the run calls on its bar, without importing tqdm (~0.03 s CPU)."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _bar(cfg: CorpusConfig, total: int | None, initial: int):
+    if not cfg.progress:
+        return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, unit="item", desc="corpus", disable=not cfg.progress, dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, unit="item", desc="corpus", dynamic_ncols=True)
 
 
 def _versions(engine: str) -> dict:

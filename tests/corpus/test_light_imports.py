@@ -30,6 +30,7 @@ assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'ou
 # pyarrow.Table.from_pylist would import pandas (~0.2 s, and its teardown at exit): corpus/columns.py builds the
 # same tables without it
 assert 'pandas' not in sys.modules
+assert 'tqdm' not in sys.modules  # --no-progress: no bar to draw
 assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'o2'), '--engine', 'ray', '--no-progress']) == 2
 print('ok')
 """
