@@ -390,7 +390,8 @@ def _probe_while_reading(cfg: CorpusConfig, model, pool: WarmPool | None = None)
     into a decoder (a causal map); :func:`_planned` then tokenises the items again."""
     kind = model.kind
     if (
-        not _overlaps(cfg)
+        cfg.texts is None  # (as _overlaps says; here for the type checker)
+        or not _overlaps(cfg)
         or "audio" in model.meta
         or kind not in ("encoder", "decoder")
         or not any(s.kind in ("self", "cross") for s in model.sites)
@@ -720,13 +721,15 @@ def _onnxruntime_version() -> str:
     import sys
 
     mod = sys.modules.get("onnxruntime")
-    if mod is None:
-        try:
-            spec = importlib.util.find_spec("onnxruntime")
-            found = _VERSION_LINE.search(Path(spec.origin).read_text("utf-8")) if spec and spec.origin else None
-        except (ImportError, OSError, UnicodeDecodeError, ValueError):
-            found = None
-        if found is not None:
-            return found.group(2)
-        import onnxruntime as mod
-    return str(mod.__version__)
+    if mod is not None:
+        return str(mod.__version__)
+    try:
+        spec = importlib.util.find_spec("onnxruntime")
+        found = _VERSION_LINE.search(Path(spec.origin).read_text("utf-8")) if spec and spec.origin else None
+    except (ImportError, OSError, UnicodeDecodeError, ValueError):
+        found = None
+    if found is not None:
+        return found.group(2)
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
