@@ -216,15 +216,16 @@ class _Host:
     ):
         """A chain and a new generation's first chunk after it, as one request (:meth:`worker.Server.chain_steps`):
         (per stage its outputs, None for those held, ids, finished, {map output: array}); ``start``: (plan,
-        feeds, cache length, first, the (stage, output) pairs held in the child)."""
+        feeds, cache length, first, the (stage, output) pairs held in the child, the id of the session each token
+        goes through first or None)."""
 
         def prepare(args: tuple) -> tuple:
-            stages, sid, (plan, feeds, length, first, held), *rest = args
+            stages, sid, (plan, feeds, length, first, held, embed_sid), *rest = args
             both = {(i, k): v for i, (_, _, f) in enumerate(stages) for k, v in f.items()}
             both.update({(-1, k): v for k, v in self._own_slots(feeds).items()})
             shared = self.feed_area.share(both)
             stages = [(s, names, {k: shared[(i, k)] for k in f}) for i, (s, names, f) in enumerate(stages)]
-            start = (plan, {k: shared[(-1, k)] for k in feeds}, length, first, held)
+            start = (plan, {k: shared[(-1, k)] for k in feeds}, length, first, held, embed_sid)
             return (stages, sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
@@ -708,8 +709,8 @@ def run_chain_steps(
 ):
     """A chain (:func:`run_chain`) and, after it in the same request, a new generation's first chunk of greedy
     cached steps beside ``loop`` (:meth:`worker.Server.chain_steps`; ``start``: (plan, feeds, cache length,
-    first, held), the feeds possibly :class:`~attnviz.runtime.isolation.Taken` of the chain's outputs).  Every stage
-    and the loop's first step pass their memory checks first.  Returns (per stage its outputs in fetch order, ids
+    first, held, embed_sid), the feeds possibly :class:`~attnviz.runtime.isolation.Taken` of the chain's
+    outputs).  Every stage and the loop's first step pass their memory checks first.  Returns (per stage its outputs in fetch order, ids
     with the first token, finished, {map output: the steps' rows})."""
     for sess, names, feeds in stages:
         sess.memory.check(feeds, list(names))

@@ -425,14 +425,15 @@ class Server:
         speech model's encoder, its decoder on the prompt, the first token chosen from the prompt's logits, then
         the with-past decoder's steps fed the decoder's presents (:class:`~attnviz.runtime.isolation.Taken`), so
         the hidden states and the cache never leave this process and three round trips are one.  ``start``:
-        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held); ``n`` counts the first token;
+        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held, the session id of the model each
+        token goes through first or None: a VLM's embeddings); ``n`` counts the first token;
         ``held``: the (stage, output) pairs the caller does not want back (the prompt's presents, which only the
         loop reads): their items come back empty and their slots are free again once the chunk has run (a loop
         going on past it has copied what it still reads, see :meth:`_chunk`).
         Reply: (ids, finished, map output names, their items, items per stage, slots created, slots deleted)."""
         self.pool.release(released)
         self.pool.run += 1
-        plan, feeds, length, first, held = start
+        plan, feeds, length, first, held, embed_sid = start
         t0 = time.perf_counter()
         outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
         try:
@@ -442,7 +443,7 @@ class Server:
             items: list = []
             if not finished and n > 1:
                 borrowed: dict[str, np.ndarray] = {}
-                self.loops[sid] = self._loop(plan, feeds, length, None, outs, borrowed)
+                self.loops[sid] = self._loop(plan, feeds, length, embed_sid, outs, borrowed)
                 more, finished, names, items = self._chunk(sid, token, n - 1, eos, budget, borrowed)
                 ids += more
         except BaseException:

@@ -240,7 +240,7 @@ def test_an_output_held_for_the_loop_is_copied_before_its_slot_goes_back(tmp_pat
             srv.pool.slots[i].view[:] = 255
 
     feeds = {"input_ids": np.array([[0]]), "past": past, "memory": Taken("memory", (0, "memory"), memory.shape, "f4")}
-    start = (plan, feeds, 2, (0, "first", ()), [(0, "memory")])
+    start = (plan, feeds, 2, (0, "first", ()), [(0, "memory")], None)
     srv.handle("chain_steps", ([(1, ["memory", "first"], {"x": memory, "l": logits})], 2, start, steps, None, 0.0, []))
     status, (ids, _, names, items, per_stage, _, _) = pickle.loads(sent[-1])
     assert status == "ok", ids
