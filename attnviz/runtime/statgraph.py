@@ -20,28 +20,33 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from attnviz.core.row_sums import ROW_TIE, ItemStats, key_table, valid_rows
+from attnviz.core.row_sums import FIXED_KEYS, ROW_TIE, ItemStats, key_table, valid_rows
 from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS
 from attnviz.runtime import graph as gr
 
 # methods whose exposed tensor is the post-softmax probabilities (mha-qk gives scores; packed is recomputed)
 IN_GRAPH_METHODS = {"softmax", "softmax-reduce", "onnx-attention", "gqa-qk"}
-MIN_OPSET = 11  # TopK with its tie rule (lower index first); older graphs keep the numpy path
+MIN_OPSET = 11  # Clip, Pad and Slice with their bounds as inputs; older graphs keep the numpy path
 EPS = 1e-30  # the same guard as core.stats.row_stats: 0·log(0 + eps) = 0 and log stays finite
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
-REAL = "attnviz_stat_real"  # [B, 1, 1, T] float32: 1 where the key is a real token
+# [B, 1, T, T] float32: 1 where the key is a real token (the same for every row: a mask as wide as the map's last two
+# axes multiplies it at a quarter less cost than a [B, 1, 1, T] one, which onnxruntime broadcasts one row at a time)
+REAL = "attnviz_stat_real"
 # [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
 # special key (slots 0, 1, ... of each item, in key order)
 KEYW = "attnviz_stat_keyw"
 KEY_COLUMNS = ("sum", "first", "special", "special_other")  # real keys, key 0 if real, real special keys, those after 0
 DIST = "attnviz_stat_dist"  # [T, T] float32: |i - j|
-# [B, 1, 1, 2, K] float32, added to a row's key weights before the argmax of its "special" / "special_other" key:
+# [B, 1, 2, K] float32, added to a row's key weights before the argmax of its "special" / "special_other" key:
 # 0 for a special key the statistic may take, -2 for a padding slot (or key 0 for "special_other"), -inf for the
 # KEY_COLUMNS (so the argmax is a slot + len(KEY_COLUMNS))
 SP_OFF = "attnviz_stat_sp_off"
-OFF = "attnviz_stat_off"  # [B, 1, T, S] float32: 0 where it counts, -inf where not
+# the per-row tail works on [B, H, k, T] (rows last) where it can: every broadcast there is one value a row of T,
+# which onnxruntime's kernels vectorise (a [B, H, T, 1] one is ~10x slower a value), and the best rows are
+# reductions over the last axis
+OFF = "attnviz_stat_off"  # [B, 1, S, T] float32: 0 where it counts, -inf where not
 # [B, 1, T, S] float32: where the row counts for the statistic 1, or in "broad"'s column log2 of the keys the row may
 # see (>= 2); +inf where it does not count, so that the row's value there is 0 and a plain sum over rows is the sum
 # over the counted ones
@@ -60,6 +65,15 @@ KEY_TABLE = [ARGMAX.index(key_table(n)) for n in ROW_STATS]  # which of them eac
 # by side, so each row's keys in ROW_STATS order are one Concat of the real-key argmax and that pair
 _SP = ROW_STATS.index("special")
 assert KEY_TABLE[_SP : _SP + 2] == [1, 2] and KEY_TABLE.count(0) == len(ROW_STATS) - 2
+# a worker needs keys only at each statistic's best row: the real-key argmax for these statistics (the others'
+# keys follow from the row, FIXED_KEYS, or are special ones), found after the rows are picked
+REAL_KEYED = [s for s, n in enumerate(ROW_STATS) if KEY_TABLE[s] == 0 and n not in FIXED_KEYS]
+# each statistic's key out of [real-key argmax at REAL_KEYED rows, the special pair, the rows themselves]: a fixed
+# statistic's place holds its row (ItemStats.with_fixed_keys puts its key there)
+_KEY_FROM = [
+    REAL_KEYED.index(s) if s in REAL_KEYED else len(REAL_KEYED) + s - _SP if KEY_TABLE[s] else len(REAL_KEYED) + 2 + s
+    for s in range(len(ROW_STATS))
+]
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
 # each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, KEY_COLUMNS) / s]
@@ -168,61 +182,98 @@ def _near_diagonal(nd: _Nodes, pm: str, p: str, gather: bool) -> list[str]:
     return [run(t, [0, 0, 1, 0, 0, 0, 0, 0]), run(nd.const([1]), [0, 0, 0, 0, 0, 0, 1, 0]), run(nd.const([0]))]
 
 
-def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str]:
-    """Each row's statistics ``[B, H, T, len(ROW_STATS)]`` times :data:`SIGN` (float32, ROW_STATS order, the
-    arithmetic of ``row_stats``) and the key column of each row's largest weight in the table its statistic takes
-    keys from (int64, same shape).  ``p``: float32 ``[B or 1, H, T, T]``.
+def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str, str]:
+    """Each row's statistics ``[B, H, T, S]`` (S = len(ROW_STATS)) times :data:`SIGN` (float32, ROW_STATS
+    order, the arithmetic of ``row_stats``), the masked map ``pm`` and the key-weight table ``kw``
+    (both ``[B, H, T, .]``: :func:`_keys_at` reads each statistic's key at its best row from them).  ``p``: float32
+    ``[B or 1, H, T, T]``.
 
-    Nine nodes read the whole map (on a GPU each is a pass over it in memory): the masked map (Mul) and its
-    largest weight (TopK); p·ln p (Add, Log, Mul and its row sum); p·|i - j| (Mul and its row sum: the weight
-    depends on the row, so no key-weight table holds it); and ONE MatMul against the key-weight table KEYW for
-    every statistic that weights the keys of every row alike (the real keys' sum, key 0, the special keys, each
-    special key alone).  Diagonal, previous and next are read at 3T points a map; the rest works on
-    ``[B, H, T, k]``: one reciprocal of the row sum per row (row_stats' arithmetic), then one MatMul against
-    MIX puts entropy (bits) and the normalised masses into ROW_STATS order, signed."""
+    Eight nodes read the whole map: the masked map (Mul) and its largest weight (ReduceMax: its key is found
+    only at the rows that need one, :func:`_keys_at`); p·ln p (Add, Log, Mul and its row sum); p·|i - j| (Mul
+    and its row sum: the weight depends on the row, so no key-weight table holds it); and ONE MatMul against the
+    key-weight table KEYW for every statistic that weights the keys of every row alike (the real keys' sum, key
+    0, the special keys, each special key alone).  Diagonal, previous and next are read at 3T points a map; the
+    rest works on ``[B, H, k, T]``: one reciprocal of the row sum per row (row_stats' arithmetic), then one MatMul
+    against MIX puts entropy (bits) and the normalised masses into ROW_STATS order, signed."""
     pm = nd("Mul", [p, REAL])  # padded keys dropped; rows are renormalised below by the row sum
-    mx, am = nd.multi("TopK", [pm, nd.const([1])], 2, axis=-1)  # max and its key (the first of equal ones)
+    row = nd.const([0, 0, 1, -1])  # a [B, H, T] (or [B, H, T, 1]) column as one [B, H, 1, T] row of the tail
+
+    def across(x: str) -> str:
+        return nd("Reshape", [x, row])
+
+    mx = across(_reduce(nd, "ReduceMax", pm, -1, 0, opset))
     plogp = _reduce(
-        nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 1, opset
+        nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 0, opset
     )
-    dist = _reduce(nd, "ReduceSum", nd("Mul", [pm, DIST]), -1, 1, opset)
+    dist = _reduce(nd, "ReduceSum", nd("Mul", [pm, DIST]), -1, 0, opset)
     kw = nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
-    near = _near_diagonal(nd, pm, p, gather)
-    fixed = nd("Slice", [kw, nd.const([0]), nd.const([len(KEY_COLUMNS)]), nd.const([-1])])
+    if gather:  # one [B, H, T, 3] Gather: prev, next, diag as rows
+        near = [nd("Transpose", [_near_diagonal(nd, pm, p, True)[0]], perm=[0, 1, 3, 2])]
+    else:
+        near = [across(c) for c in _near_diagonal(nd, pm, p, False)]
+    kwt = nd("Transpose", [kw], perm=[0, 1, 3, 2])  # [B, H, K, T]: small (K columns a row)
+    fixed = nd("Slice", [kwt, nd.const([0]), nd.const([len(KEY_COLUMNS)]), nd.const([2])])
     # row_stats' finishing arithmetic (float32): one reciprocal of the row sum per row, not one division per weight
-    ms = nd("Max", [nd("Slice", [kw, nd.const([0]), nd.const([1]), nd.const([-1])]), nd.const(EPS, np.float32)])
-    lin = nd("Mul", [nd("Concat", [plogp, dist, *near, mx, fixed], axis=-1), nd("Reciprocal", [ms])])
-    mixed = nd("MatMul", [nd("Concat", [nd("Log", [ms]), lin], axis=-1), nd.const(MIX, np.float32)])
+    # (Clip, not Max: the same maximum, and onnxruntime's Max broadcasts a scalar ~30x slower)
+    ms = nd("Clip", [nd("Slice", [kwt, nd.const([0]), nd.const([1]), nd.const([2])]), nd.const(EPS, np.float32)])
+    parts = [across(plogp), across(dist), *near, mx, fixed]
+    lin = nd("Mul", [nd("Concat", parts, axis=2), nd("Reciprocal", [ms])])
+    # back to rows before statistics for the MatMul against MIX and the division (a small transpose): each
+    # value then comes out of the same arithmetic, and _item_nodes adds rows in the same order, as before the
+    # tail put rows last (the float64 sums run.json's means and examples.parquet carry stay bit for bit)
+    x = nd("Transpose", [nd("Concat", [nd("Log", [ms]), lin], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 11]
+    mixed = nd("MatMul", [x, nd.const(MIX, np.float32)])
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
-    # the special key with the largest weight, for "special" and "special_other" at once: [B, H, T, 2]
-    a_sp = nd("ArgMax", [nd("Add", [nd("Reshape", [kw, nd.const([0, 0, 0, 1, -1])]), SP_OFF])], axis=-1, keepdims=0)
-    keys = nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)  # [B, H, T, S]
-    return values, keys
+    return values, pm, kw
 
 
-def _item_nodes(nd: _Nodes, values: str, keys: str, batch: str | None, opset: int) -> tuple[str, str]:
+def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
+    """Every row's key per statistic ``[B, H, T, S]`` (int64; special: slot + len(KEY_COLUMNS)), the way
+    :func:`_keys_at` finds them at the best rows: only the tests ask for every row's (``rows=True``)."""
+    am = nd("ArgMax", [pm], axis=-1, keepdims=1)  # the first of equal weights, as numpy's argmax
+    sp = nd("Reshape", [SP_OFF, nd.const([0, 1, 1, 2, -1])])
+    a_sp = nd("ArgMax", [nd("Add", [nd("Reshape", [kw, nd.const([0, 0, 0, 1, -1])]), sp])], axis=-1, keepdims=0)
+    return nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)
+
+
+def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int) -> str:
+    """Each statistic's key at its best row ``rows [B, H, S]`` (int64 ``[B, H, S]``): the real key with the largest
+    weight (the first of equal ones) for :data:`REAL_KEYED`, the special key with the largest weight for "special"
+    and "special_other" (slot + len(KEY_COLUMNS)), the row itself for the fixed ones.  Reads S rows of the map a
+    head, not T: the argmax of every row was a full pass over the maps."""
+
+    def at_rows(x: str, cols: list[int]) -> str:  # [B, H, len(cols), x's last axis]: x's rows picked by those stats
+        r = nd("Reshape", [nd("Gather", [rows, nd.const(cols)], axis=-1), nd.const([0, 0, -1, 1])])
+        if opset >= 12:  # GatherND with batch axes: whole rows at once (3x faster than GatherElements here)
+            return nd("GatherND", [x, r], batch_dims=2)
+        width = nd("Slice", [nd("Shape", [x]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])
+        idx = nd("Expand", [r, nd("Concat", [nd.const([1, 1, 1]), width], axis=0)])  # each row index repeated
+        return nd("GatherElements", [x, idx], axis=2)
+
+    k_real = nd("ArgMax", [at_rows(pm, REAL_KEYED)], axis=-1, keepdims=0)
+    k_sp = nd("ArgMax", [nd("Add", [at_rows(kw, [_SP, _SP + 1]), SP_OFF])], axis=-1, keepdims=0)
+    every = nd("Concat", [k_real, k_sp, rows], axis=-1)
+    return nd("Gather", [every, nd.const(_KEY_FROM)], axis=-1)
+
+
+def _item_nodes(nd: _Nodes, values: str, opset: int) -> tuple[str, str]:
     """Per item: the sum of each statistic over its counted rows (float64 ``[B, H, S]``: the sum numpy took of
-    the float32 row values; ``values`` are 0 on the rows that do not count, so every row is summed) and, per
-    statistic, the first row within ``ROW_TIE`` of the item's best one (at the statistic's interesting end:
-    ``values`` are signed) and the key that row looked at (int64 ``[B, H, 2, S]``: rows, then keys; key slots of
-    special statistics).  ``batch``: keys are expanded to it (a site read as ``[1, H, T, T]``); None where they
-    have it already."""
-    sums = _reduce(nd, "ReduceSum", nd("Cast", [values], to=TensorProto.DOUBLE), 2, 0, opset)  # 0 where not counted
-    masked = nd("Add", [values, OFF])
-    best = _reduce(nd, "ReduceMax", masked, 2, 1, opset)
+    the float32 row values; ``values [B, H, T, S]`` are 0 on the rows that do not count, so every row is summed)
+    and, per statistic, the first row within ``ROW_TIE`` of the item's best one (at the statistic's interesting
+    end: ``values`` are signed; int64 ``[B, H, S]``), found with rows last (``OFF`` is ``[B, 1, S, T]``)."""
+    # 0 where not counted
+    sums = _reduce(nd, "ReduceSum", nd("Cast", [values], to=TensorProto.DOUBLE), 2, 0, opset)
+    masked = nd("Add", [nd("Transpose", [values], perm=[0, 1, 3, 2]), OFF])  # [B, H, S, T]: rows last
+    best = _reduce(nd, "ReduceMax", masked, -1, 1, opset)
     # best - max(|best|, 1)·ROW_TIE: value·SIGN is the statistic itself, >= 0 but for float noise, so |best| is
     # best·SIGN there (and a noise-negative one is below 1 anyway).
     # No row counted: best = -inf, the threshold -inf, every row "near" and row 0 taken (as numpy's argmax)
-    slack = nd(
-        "Max", [nd("Mul", [best, nd.const(SIGN * np.float32(ROW_TIE), np.float32)]), nd.const(ROW_TIE, np.float32)]
-    )
+    tie = nd.const((SIGN * np.float32(ROW_TIE))[:, None], np.float32)
+    slack = nd("Clip", [nd("Mul", [best, tie]), nd.const(ROW_TIE, np.float32)])
     threshold = nd("Sub", [best, slack])
     # the first row at or above the threshold: min(row, threshold) is largest (= threshold) exactly there
-    rows = nd("ArgMax", [nd("Min", [masked, threshold])], axis=2, keepdims=1)
-    if batch is not None:  # GatherElements needs keys for all B items
-        keys = nd("Expand", [keys, nd("Concat", [batch, nd.const([1, 1, 1])], axis=0)])
-    picked = nd("GatherElements", [keys, rows], axis=2)
-    return sums, nd("Concat", [rows, picked], axis=2)
+    rows = nd("ArgMax", [nd("Min", [masked, threshold])], axis=-1, keepdims=0)
+    return sums, rows
 
 
 def stats_model(
@@ -234,7 +285,7 @@ def stats_model(
     dropped, so onnxruntime prunes whatever follows the last map needed.
 
     ``join``: the sites' probabilities are concatenated along the head axis and ONE set of statistic nodes reads
-    them all.  On a GPU every node is a kernel launch (36 a set, plus a Reshape and a Cast onnxruntime drops per
+    them all.  On a GPU every node is a kernel launch (dozens a set, plus a Reshape and a Cast onnxruntime drops per
     site): per-site sets made the statistics cost more than the model (H100, bench/RESULTS.md).  On a CPU the
     launches are free and the copy is not, so sites keep their own sets there.  Joined sites are read as
     ``[B, heads, T, T]`` (:data:`BHTT`; a rank-2 map, or a rank-3 ``[H, T, T]`` one for a batch of B items, makes
@@ -254,11 +305,11 @@ def stats_model(
     s = len(ROW_STATS)
     m.graph.input.extend(
         [
-            helper.make_tensor_value_info(REAL, f32, ["B", 1, 1, "T"]),
+            helper.make_tensor_value_info(REAL, f32, ["B", 1, "T", "T"]),
             helper.make_tensor_value_info(KEYW, f32, ["B", 1, "T", "K"]),
             helper.make_tensor_value_info(DIST, f32, ["T", "T"]),
-            helper.make_tensor_value_info(SP_OFF, f32, ["B", 1, 1, 2, "K"]),
-            helper.make_tensor_value_info(OFF, f32, ["B", 1, "T", s]),
+            helper.make_tensor_value_info(SP_OFF, f32, ["B", 1, 2, "K"]),
+            helper.make_tensor_value_info(OFF, f32, ["B", 1, s, "T"]),
             helper.make_tensor_value_info(DIVISOR, f32, ["B", 1, "T", s]),
             helper.make_tensor_value_info(NEAR, i64, ["T", 3]),
             helper.make_tensor_value_info(BHTT, i64, [4]),
@@ -267,7 +318,7 @@ def stats_model(
     opset = gr._opset(g.model)
     parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
     batch = None
-    if not join:
+    if not join:  # (the statistics' nodes read the masked map, which has B whatever the site's leading axis)
         shared = _Nodes(m.graph, "attnviz_stat_")
         batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
     for members in [on] if join else [[i] for i in on]:
@@ -278,10 +329,14 @@ def stats_model(
         else:
             assert batch is not None
             p = _as_bhtt(nd, exposed.outputs[members[0]], batch)
-        values, keys = _site_nodes(nd, p, opset, gather=join)
-        sums, picks = _item_nodes(nd, values, keys, batch, opset)
+        values, pm, kw = _site_nodes(nd, p, opset, gather=join)
+        sums, best = _item_nodes(nd, values, opset)
+        at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
+        picks = nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)
+        keys = ""
         if rows:
             values = nd("Mul", [values, nd.const(SIGN, np.float32)])  # unsigned, as row_stats
+            keys = _row_keys(nd, pm, kw)
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
     types = {SUMS: f64, PICKS: i64, VALUES: f32, KEYS: i64}
@@ -353,20 +408,21 @@ def stat_feeds(
     keep[r, slot] = True
     keyw[r, c, k + slot] = 1.0
     # kept slots hold weights in [0, 1], the others weight - 2 < 0: ArgMax never picks one while any is kept
-    sp_off = np.full((b, 2, k + n), -np.inf, np.float32)
+    sp_off = np.full((b, 2, k + n), -np.inf, np.float32)  # [B, 2, K]
     sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
     sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
     valid, seen = valid_rows(lengths, t, causal)
-    ok = np.stack([valid[name] for name in ROW_STATS], -1)[:, None]  # [B, 1, T, S]
+    ok = np.stack([valid[name] for name in ROW_STATS], 1)[:, None]  # [B, 1, S, T]
     divisor = np.ones(ok.shape, np.float32)
-    divisor[..., ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))[:, None]
-    divisor = np.where(ok, divisor, np.float32(np.inf))  # finite / inf = 0: rows that do not count add nothing
+    divisor[:, 0, ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))
+    # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first
+    divisor = np.where(ok, divisor, np.float32(np.inf)).transpose(0, 1, 3, 2).copy()
     dist, near = _per_length(t)
     feeds = {
-        REAL: real.astype(np.float32)[:, None, None, :],
+        REAL: np.broadcast_to(real.astype(np.float32)[:, None, None, :], (b, 1, t, t)).copy(),
         KEYW: keyw[:, None],
         DIST: dist,
-        SP_OFF: sp_off[:, None, None],
+        SP_OFF: sp_off[:, None],
         OFF: np.where(ok, 0.0, -np.inf).astype(np.float32),
         DIVISOR: divisor,
         NEAR: near,
@@ -383,11 +439,11 @@ def item_stats(sums: np.ndarray, picks: np.ndarray, feeds: dict[str, np.ndarray]
     picks = picks.reshape(*picks.shape[:2], 2 * s)
     rows, keys = picks[..., :s], picks[..., s:].copy()
     b = np.arange(idx.shape[0])[:, None]
-    off = feeds[SP_OFF][:, 0, 0, :, len(KEY_COLUMNS) :]  # [B, 2, n]
+    off = feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :]  # [B, 2, n]
     for j, name in enumerate(("special", "special_other")):
         c = ROW_STATS.index(name)
         any_key = (off[:, j] == 0).any(-1)[:, None]
         # none kept: numpy's argmax of all -1 is 0
         keys[..., c] = np.where(any_key, idx[b, keys[..., c] - len(KEY_COLUMNS)], 0)
-    counts = (feeds[OFF][:, 0] == 0).sum(1).astype(np.int64)  # [B, S]
+    counts = (feeds[OFF][:, 0] == 0).sum(-1).astype(np.int64)  # [B, S]
     return ItemStats.with_fixed_keys(sums * SIGN.astype(np.float64), counts, rows, keys)

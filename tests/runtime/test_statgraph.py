@@ -369,33 +369,36 @@ def test_planted_and_random_maps_with_ties_equal_row_stats(tmp_path, join, causa
         _compare(m, feeds, lengths, special, causal, in_graph_sites=[0, 1], join=join)
 
 
-def test_best_rows_are_the_first_within_row_tie_of_the_best():
-    """The per-item reduction alone (statgraph._item_nodes, fed signed row values as the graph makes them: 0 on
-    rows that do not count) on planted values around best rows of every size and sign: the sums, the first row
-    within ROW_TIE·max(1, |best|) of the best (core.row_sums.first_top_row) and the key at that row."""
+def _session(graph, opset=17):
     import onnxruntime as ort
 
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_best_rows_are_the_first_within_row_tie_of_the_best():
+    """The per-item reduction alone (statgraph._item_nodes, fed signed row values as the graph makes them: 0 on
+    rows that do not count; OFF with rows last) on planted values around best rows of every size and sign:
+    the sums and the first row within ROW_TIE·max(1, |best|) of the best (core.row_sums.first_top_row)."""
     b, h, t, s = 4, 3, 12, len(ROW_STATS)
     graph = helper.make_graph(
         [],
         "items",
         [
             helper.make_tensor_value_info("values", TensorProto.FLOAT, [b, h, t, s]),
-            helper.make_tensor_value_info("keys", TensorProto.INT64, [b, h, t, s]),
-            helper.make_tensor_value_info(sg.OFF, TensorProto.FLOAT, [b, 1, t, s]),
+            helper.make_tensor_value_info(sg.OFF, TensorProto.FLOAT, [b, 1, s, t]),
         ],
         [],
     )
     nd = sg._Nodes(graph, "x_")
-    sums, picks = sg._item_nodes(nd, "values", "keys", None, 17)
+    sums, rows = sg._item_nodes(nd, "values", 17)
     graph.output.extend(
         [
             helper.make_tensor_value_info(sums, TensorProto.DOUBLE, None),
-            helper.make_tensor_value_info(picks, TensorProto.INT64, None),
+            helper.make_tensor_value_info(rows, TensorProto.INT64, None),
         ]
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = _session(graph)
     rng = np.random.default_rng(0)
     for _ in range(20):
         # each (item, head, statistic): a best value of some size at its interesting end, the other rows at
@@ -407,11 +410,54 @@ def test_best_rows_are_the_first_within_row_tie_of_the_best():
         ok = rng.random((b, 1, t, s)) < 0.8
         ok[1, :, :, 3] = False  # an item with no counted row: row 0
         values = np.where(ok, v, np.float32(0))
-        keys = rng.integers(0, t, (b, h, t, s))
         off = np.where(ok, 0.0, -np.inf).astype(np.float32)
-        got_sums, got_picks = sess.run([sums, picks], {"values": values, "keys": keys, sg.OFF: off})
+        got_sums, got_rows = sess.run([sums, rows], {"values": values, sg.OFF: off.transpose(0, 1, 3, 2).copy()})
         np.testing.assert_allclose(got_sums, values.astype(np.float64).sum(2), rtol=1e-12)
         want = first_top_row(np.moveaxis(np.where(ok, v.astype(np.float64), -np.inf), 2, -1))  # [B, H, S]
-        assert np.array_equal(got_picks[:, :, 0], want)
-        assert np.array_equal(got_picks[:, :, 1], np.take_along_axis(keys, want[:, :, None], 2)[:, :, 0])
+        assert np.array_equal(got_rows, want)
         assert np.all(want[1, :, 3] == 0)
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_keys_are_read_at_the_best_rows_only(opset):
+    """statgraph._keys_at alone: at each statistic's row, the real key with the largest weight (the first of
+    equal ones: weights drawn from a few values, so rows have ties), the special slot with the largest weight
+    after the statistic's offsets (SP_OFF), and the row itself for the statistics whose key follows from it;
+    against numpy's argmax over the same row.  Rows are read with GatherND from opset 12, else GatherElements."""
+    b, h, t, k, s = 3, 4, 9, 7, len(ROW_STATS)
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    graph = helper.make_graph(
+        [],
+        "keys",
+        [
+            helper.make_tensor_value_info("pm", f, [b, h, t, t]),
+            helper.make_tensor_value_info("kw", f, [b, h, t, k]),
+            helper.make_tensor_value_info("rows", i64, [b, h, s]),
+            helper.make_tensor_value_info(sg.SP_OFF, f, [b, 1, 2, k]),
+        ],
+        [],
+    )
+    nd = sg._Nodes(graph, "x_")
+    keys = sg._keys_at(nd, "pm", "kw", "rows", opset)
+    graph.output.append(helper.make_tensor_value_info(keys, i64, None))
+    assert any(n.op_type == ("GatherND" if opset >= 12 else "GatherElements") for n in graph.node)
+    sess = _session(graph, opset)
+    rng = np.random.default_rng(1)
+    n_cols = len(sg.KEY_COLUMNS)
+    for _ in range(10):
+        pm = rng.choice([0.0, 0.1, 0.25, 0.5], (b, h, t, t)).astype(np.float32)
+        kw = rng.choice([0.0, 0.2, 0.4], (b, h, t, k)).astype(np.float32)
+        rows = rng.integers(0, t, (b, h, s))
+        off = np.full((b, 1, 2, k), -np.inf, np.float32)
+        off[:, :, :, n_cols:] = rng.choice([0.0, -2.0], (b, 1, 2, k - n_cols))
+        got = sess.run([keys], {"pm": pm, "kw": kw, "rows": rows, sg.SP_OFF: off})[0]
+        bi, hi = np.meshgrid(np.arange(b), np.arange(h), indexing="ij")
+        for st, name in enumerate(ROW_STATS):
+            r = rows[..., st]
+            if name in ("special", "special_other"):
+                want = (kw[bi, hi, r] + off[:, 0, ROW_STATS.index(name) - sg._SP][:, None]).argmax(-1)
+            elif st in sg.REAL_KEYED:
+                want = pm[bi, hi, r].argmax(-1)
+            else:
+                want = r
+            assert np.array_equal(got[..., st], want), name
