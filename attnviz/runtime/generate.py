@@ -23,6 +23,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.finite import note, noted
 from attnviz.runtime.steps import StepPlan, greedy
 
 
@@ -131,7 +132,9 @@ class MapAssembler:
 
     def add(self, maps: dict[int, np.ndarray]) -> None:
         for i, a in maps.items():
-            self.parts.setdefault(i, []).append(np.asarray(a, np.float32))
+            # the very array where it is float32 already (its NaN/Inf note, attnviz.runtime.finite, holds)
+            f32 = a if isinstance(a, np.ndarray) and a.dtype == np.float32 else np.asarray(a, np.float32)
+            self.parts.setdefault(i, []).append(f32)
 
     def maps(self) -> dict[int, np.ndarray]:
         out = {}
@@ -148,6 +151,10 @@ class MapAssembler:
                 a[:, :, r : r + p.shape[2], : p.shape[3]] = p
                 a[:, :, r : r + p.shape[2], p.shape[3] :] = 0.0
                 r += p.shape[2]
+            # finite where every part was checked finite, not where one was not; else unknown (a reused buffer
+            # forgets its last generation's note)
+            known = [noted(p) for p in parts]
+            note(a, False if False in known else True if all(known) else None)
             out[i] = a
         return out
 

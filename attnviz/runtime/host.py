@@ -44,6 +44,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import (
     INLINE_BYTES,
     PROVIDERS,
@@ -188,9 +189,11 @@ class _Host:
             )
 
         def adopt(reply) -> list[list[np.ndarray]]:
-            per_stage, created, deleted = reply
+            per_stage, finite, created, deleted = reply
             flat = iter(self._adopt(([it for items in per_stage for it in items], created, deleted)))
-            return [[next(flat) for _ in items] for items in per_stage]
+            values = [[next(flat) for _ in items] for items in per_stage]
+            _note_finite(stages, values, finite)
+            return values
 
         return self.call("chain", stages, adopt=adopt, prepare=prepare)
 
@@ -206,8 +209,11 @@ class _Host:
             return (sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
-            ids, finished, names, items, created, deleted = reply
-            return ids, finished, dict(zip(names, self._adopt((items, created, deleted))))
+            ids, finished, names, items, finite, created, deleted = reply
+            maps = dict(zip(names, self._adopt((items, created, deleted))))
+            for k, ok in finite.items():
+                note(maps[k], ok)
+            return ids, finished, maps
 
         return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
 
@@ -229,10 +235,14 @@ class _Host:
             return (stages, sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
-            ids, finished, names, items, per_stage, created, deleted = reply
+            ids, finished, names, items, finite, per_stage, stage_finite, created, deleted = reply
             flat = iter(self._adopt(([*items, *(it for stage in per_stage for it in stage)], created, deleted)))
             maps = {k: next(flat) for k in names}
-            return [[next(flat) for _ in stage] for stage in per_stage], ids, finished, maps
+            for k, ok in finite.items():
+                note(maps[k], ok)
+            values = [[next(flat) for _ in stage] for stage in per_stage]
+            _note_finite(stages, values, stage_finite)
+            return values, ids, finished, maps
 
         return self.call(
             "chain_steps", stages, sid, start, n, eos, budget, what="generating", adopt=adopt, prepare=prepare
@@ -692,6 +702,13 @@ class RemoteSession:
             raise
 
 
+def _note_finite(stages: list, values: list[list], finite: list[dict[str, bool]]) -> None:
+    """The child's NaN/Inf verdict per stage and map output, noted beside the arrays lent from its reply."""
+    for (_, names, _), got, checked in zip(stages, values, finite):
+        for k, ok in checked.items():
+            note(got[names.index(k)], ok)
+
+
 def run_chain(stages: list[tuple[RemoteSession, list[str], dict]]) -> list[list[np.ndarray]]:
     """Several sessions' runs as one request to the child (:mod:`attnviz.runtime.chain`): ``(session, fetch,
     feeds)`` per stage, a later stage's feed possibly a :class:`~attnviz.runtime.isolation.Spliced` or
@@ -807,8 +824,11 @@ def make_session(
     label: str = "model",
     initializers=None,
     shared_arena: bool = True,
+    finite: tuple[str, ...] = (),
 ):
     """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
+    ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
+    (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
     OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
@@ -828,6 +848,8 @@ def make_session(
         return GuardedSession(sess, MemoryCheck(model, label)), note
     if not shared_arena:
         extra["shared_arena"] = False
+    if finite:
+        extra["finite"] = list(finite)
     sess = RemoteSession(
         model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
     )

@@ -87,6 +87,8 @@ def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
         raise AttnvizError(f"attention tensor has unexpected rank {a.ndim} (shape {a.shape})")
     if out.shape[0] != batch and out.shape[0] == 1:
         out = np.broadcast_to(out, (batch, *out.shape[1:]))
+    if out.dtype == np.float32 and out.flags.c_contiguous:
+        return out  # the very array (numpy may hand back a view of an unpickled one): its NaN/Inf note holds
     return np.ascontiguousarray(out, dtype=np.float32)
 
 
@@ -380,6 +382,11 @@ class AttentionModel(engine.AnalyzeMethod):
                     external_dir=self.external_dir,
                     label=self.path.name,
                     shared_arena=not any(r == "past" for r in self.roles.values()),
+                    # the maps handed on as fetched (not a softmax of scores, not packed inputs to recompute):
+                    # the child checks them for NaN/Inf where they are written (attnviz.runtime.finite)
+                    finite=tuple(s.probs for s in self._sites if s.method not in ("mha-qk", "recompute-packed"))
+                    if mode == "dense"
+                    else (),
                 )
             except ModelCrashed:
                 raise

@@ -158,3 +158,67 @@ def test_a_new_prompt_length_learns_again_and_the_loop_goes_on_past_the_first_ch
     assert starts[0] == 2
     assert requests[0] == "chain_steps" and requests.count("steps") == STEPS - 2  # the first token, 1 step a chunk
     _same(chunked, want)
+
+
+@pytest.fixture
+def parent_checks(monkeypatch):
+    """The maps the parent reads for its NaN/Inf check (analyze's all_finite, the real one, counted)."""
+    from attnviz.runtime import analyze
+
+    shapes: list[tuple] = []
+    check = analyze.all_finite
+
+    def counting(a):
+        shapes.append(a.shape)
+        return check(a)
+
+    monkeypatch.setattr(analyze, "all_finite", counting)
+    return shapes
+
+
+def test_the_maps_are_checked_for_nan_in_the_child_not_read_again(llava_repo, image, parent_checks, monkeypatch):
+    """With crash isolation the child checks each map for NaN/Inf where it was just written and says so in its
+    reply: a caption's and a generation's maps (the assembled ones too) are not read again by the parent.
+    In-process the parent checks every map, as before."""
+    m = _open(llava_repo)
+    for _ in range(2):  # the second generation is one request (its first learns the shapes)
+        cap = m.analyze(text=PROMPTS["llava"], image=str(image))
+        gen = m.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
+    assert len(cap.maps) == len(gen.maps) == 3 and parent_checks == []
+    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+    here = _open(llava_repo)
+    here.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
+    assert parent_checks == [tuple(a.shape) for a in gen.maps]
+
+
+def test_nan_attention_is_refused_from_the_childs_verdict_in_the_same_line(
+    llava_with_past_repo, image, tmp_path, parent_checks, monkeypatch
+):
+    """NaN weights in the decoder's first layer make its attention NaN (the vision tower's features stay finite, so
+    the splice passes): refused in analyze's one line from the child's verdict (the parent reads no map), and
+    in-process from the parent's own check, in the same words."""
+    import shutil
+
+    import onnx
+    from onnx import numpy_helper
+
+    from attnviz import AttnvizError
+
+    repo = tmp_path / "nan-llava"
+    shutil.copytree(llava_with_past_repo, repo)
+    path = repo / "onnx" / "decoder_model_merged.onnx"
+    proto = onnx.load(str(path))
+    w = next(t for t in proto.graph.initializer if t.name == "lm.layers.0.input_layernorm.weight")
+    w.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(w).shape, np.nan, np.float32), w.name))
+    onnx.save(proto, str(path))
+    lines = []
+    for inprocess in (False, True):
+        if inprocess:
+            monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+        with pytest.raises(AttnvizError) as e:
+            _open(repo).analyze(text=PROMPTS["llava"], image=str(image))
+        lines.append(str(e.value))
+        assert (parent_checks == []) != inprocess
+    assert lines[0] == lines[1] and "\n" not in lines[0]
+    assert lines[0].startswith("the model produced NaN/Inf attention at decoder")
+    assert lines[0].endswith("check the model's weights and inputs")
