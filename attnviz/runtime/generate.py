@@ -133,7 +133,7 @@ class MapAssembler:
     def add(self, maps: dict[int, np.ndarray]) -> None:
         for i, a in maps.items():
             # the very array where it is float32 already (its NaN/Inf note, attnviz.runtime.finite, holds)
-            f32 = a if isinstance(a, np.ndarray) and a.dtype == np.float32 else np.asarray(a, np.float32)
+            f32 = a if type(a) is np.ndarray and a.dtype == np.float32 else np.asarray(a, np.float32)
             self.parts.setdefault(i, []).append(f32)
 
     def maps(self) -> dict[int, np.ndarray]:
