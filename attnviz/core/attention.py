@@ -81,7 +81,10 @@ class DenseMap:
     """A map held in memory."""
 
     def __init__(self, a: np.ndarray):
-        a = np.asarray(a, dtype=np.float32)
+        # a float32 array kept as the very object (numpy's asarray hands back a view of an unpickled one, whose
+        # dtype is not its float32 singleton): what is noted of that array (runtime/finite.py) holds for the map
+        if not (type(a) is np.ndarray and a.dtype == np.float32):  # a subclass (np.memmap) as a plain array
+            a = np.asarray(a, dtype=np.float32)
         if a.ndim != 4:
             raise ValueError(f"attention map must be [B,H,Tq,Tk], got shape {a.shape}")
         self._a = a

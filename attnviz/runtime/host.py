@@ -44,6 +44,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import (
     INLINE_BYTES,
     PROVIDERS,
@@ -188,9 +189,11 @@ class _Host:
             )
 
         def adopt(reply) -> list[list[np.ndarray]]:
-            per_stage, created, deleted = reply
+            per_stage, finite, created, deleted = reply
             flat = iter(self._adopt(([it for items in per_stage for it in items], created, deleted)))
-            return [[next(flat) for _ in items] for items in per_stage]
+            values = [[next(flat) for _ in items] for items in per_stage]
+            _note_finite(stages, values, finite)
+            return values
 
         return self.call("chain", stages, adopt=adopt, prepare=prepare)
 
@@ -206,8 +209,11 @@ class _Host:
             return (sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
-            ids, finished, names, items, created, deleted = reply
-            return ids, finished, dict(zip(names, self._adopt((items, created, deleted))))
+            ids, finished, names, items, finite, created, deleted = reply
+            maps = dict(zip(names, self._adopt((items, created, deleted))))
+            for k, ok in finite.items():
+                note(maps[k], ok)
+            return ids, finished, maps
 
         return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
 
@@ -216,22 +222,27 @@ class _Host:
     ):
         """A chain and a new generation's first chunk after it, as one request (:meth:`worker.Server.chain_steps`):
         (per stage its outputs, None for those held, ids, finished, {map output: array}); ``start``: (plan,
-        feeds, cache length, first, the (stage, output) pairs held in the child)."""
+        feeds, cache length, first, the (stage, output) pairs held in the child, the id of the session each token
+        goes through first or None)."""
 
         def prepare(args: tuple) -> tuple:
-            stages, sid, (plan, feeds, length, first, held), *rest = args
+            stages, sid, (plan, feeds, length, first, held, embed_sid), *rest = args
             both = {(i, k): v for i, (_, _, f) in enumerate(stages) for k, v in f.items()}
             both.update({(-1, k): v for k, v in self._own_slots(feeds).items()})
             shared = self.feed_area.share(both)
             stages = [(s, names, {k: shared[(i, k)] for k in f}) for i, (s, names, f) in enumerate(stages)]
-            start = (plan, {k: shared[(-1, k)] for k in feeds}, length, first, held)
+            start = (plan, {k: shared[(-1, k)] for k in feeds}, length, first, held, embed_sid)
             return (stages, sid, start, *rest, self._hand_back())
 
         def adopt(reply) -> tuple:
-            ids, finished, names, items, per_stage, created, deleted = reply
+            ids, finished, names, items, finite, per_stage, stage_finite, created, deleted = reply
             flat = iter(self._adopt(([*items, *(it for stage in per_stage for it in stage)], created, deleted)))
             maps = {k: next(flat) for k in names}
-            return [[next(flat) for _ in stage] for stage in per_stage], ids, finished, maps
+            for k, ok in finite.items():
+                note(maps[k], ok)
+            values = [[next(flat) for _ in stage] for stage in per_stage]
+            _note_finite(stages, values, stage_finite)
+            return values, ids, finished, maps
 
         return self.call(
             "chain_steps", stages, sid, start, n, eos, budget, what="generating", adopt=adopt, prepare=prepare
@@ -691,6 +702,13 @@ class RemoteSession:
             raise
 
 
+def _note_finite(stages: list, values: list[list], finite: list[dict[str, bool]]) -> None:
+    """The child's NaN/Inf verdict per stage and map output, noted beside the arrays lent from its reply."""
+    for (_, names, _), got, checked in zip(stages, values, finite):
+        for k, ok in checked.items():
+            note(got[names.index(k)], ok)
+
+
 def run_chain(stages: list[tuple[RemoteSession, list[str], dict]]) -> list[list[np.ndarray]]:
     """Several sessions' runs as one request to the child (:mod:`attnviz.runtime.chain`): ``(session, fetch,
     feeds)`` per stage, a later stage's feed possibly a :class:`~attnviz.runtime.isolation.Spliced` or
@@ -708,8 +726,8 @@ def run_chain_steps(
 ):
     """A chain (:func:`run_chain`) and, after it in the same request, a new generation's first chunk of greedy
     cached steps beside ``loop`` (:meth:`worker.Server.chain_steps`; ``start``: (plan, feeds, cache length,
-    first, held), the feeds possibly :class:`~attnviz.runtime.isolation.Taken` of the chain's outputs).  Every stage
-    and the loop's first step pass their memory checks first.  Returns (per stage its outputs in fetch order, ids
+    first, held, embed_sid), the feeds possibly :class:`~attnviz.runtime.isolation.Taken` of the chain's
+    outputs).  Every stage and the loop's first step pass their memory checks first.  Returns (per stage its outputs in fetch order, ids
     with the first token, finished, {map output: the steps' rows})."""
     for sess, names, feeds in stages:
         sess.memory.check(feeds, list(names))
@@ -806,8 +824,11 @@ def make_session(
     label: str = "model",
     initializers=None,
     shared_arena: bool = True,
+    finite: tuple[str, ...] = (),
 ):
     """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
+    ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
+    (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
     OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
@@ -827,6 +848,8 @@ def make_session(
         return GuardedSession(sess, MemoryCheck(model, label)), note
     if not shared_arena:
         extra["shared_arena"] = False
+    if finite:
+        extra["finite"] = list(finite)
     sess = RemoteSession(
         model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
     )

@@ -87,6 +87,8 @@ def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
         raise AttnvizError(f"attention tensor has unexpected rank {a.ndim} (shape {a.shape})")
     if out.shape[0] != batch and out.shape[0] == 1:
         out = np.broadcast_to(out, (batch, *out.shape[1:]))
+    if out.dtype == np.float32 and out.flags.c_contiguous:
+        return out  # the very array (numpy may hand back a view of an unpickled one): its NaN/Inf note holds
     return np.ascontiguousarray(out, dtype=np.float32)
 
 
@@ -396,6 +398,11 @@ class AttentionModel(engine.AnalyzeMethod):
                     external_dir=self.external_dir,
                     label=self.path.name,
                     shared_arena=not any(r == "past" for r in self.roles.values()),
+                    # the maps handed on as fetched (not a softmax of scores, not packed inputs to recompute):
+                    # the child checks them for NaN/Inf where they are written (attnviz.runtime.finite)
+                    finite=tuple(s.probs for s in self._sites if s.method not in ("mha-qk", "recompute-packed"))
+                    if mode == "dense"
+                    else (),
                 )
             except ModelCrashed:
                 raise
@@ -852,7 +859,15 @@ class AttentionModel(engine.AnalyzeMethod):
         return ids, finished, *self._loop_maps(sess, exposed, got, t0)
 
     def chain_loop(
-        self, runs: list[PreparedRun], plan: StepPlan, feeds: dict, length: int, first: First, n: int, eos
+        self,
+        runs: list[PreparedRun],
+        plan: StepPlan,
+        feeds: dict,
+        length: int,
+        first: First,
+        n: int,
+        eos,
+        embed: AttentionModel | None = None,
     ) -> tuple[list[list[np.ndarray]], list[int], bool, list[np.ndarray] | None, dict]:
         """Prepared runs (:func:`run_stages`) and a new generation beside this file's session after them, in one
         go where the sessions live (with crash isolation one request): the first token chosen from the runs'
@@ -861,8 +876,10 @@ class AttentionModel(engine.AnalyzeMethod):
         are the runs' outputs.  Returns (each run's values, the ids with the first token, finished, this file's
         maps in site order ``[B, H, steps, keys]`` or None where no step ran, the steps' run facts).  The runs'
         outputs that only the loop reads (its Taken feeds: a prompt's presents) stay where the sessions run: None
-        among the values with crash isolation."""
+        among the values with crash isolation.  ``embed``: the model each token goes through first (``plan.embed``,
+        a VLM's embed_tokens.onnx), run beside this one."""
         sess, exposed = self._session("dense")
+        embed_sess = embed._session("dense")[0] if embed is not None else None
         plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
         made = {k: v for k, v in feeds.items() if isinstance(v, Taken)}
         held = sorted({v.source for v in made.values()} - reads(p.feeds for p in runs) - {(first[0], first[1])})
@@ -871,8 +888,9 @@ class AttentionModel(engine.AnalyzeMethod):
         try:
             if isinstance(sess, RemoteSession) and all(isinstance(p.sess, RemoteSession) for p in runs):
                 stages = [(p.sess, p.fetch, p.feeds) for p in runs]
+                embed_sid = embed_sess.sid_on(sess) if isinstance(embed_sess, RemoteSession) else None
                 values, ids, finished, got = run_chain_steps(
-                    stages, sess, (*start, length, first, held), n, eos, CHUNK_S
+                    stages, sess, (*start, length, first, held, embed_sid), n, eos, CHUNK_S
                 )
             else:  # ATTNVIZ_INPROCESS: the same, here
                 sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
@@ -883,7 +901,8 @@ class AttentionModel(engine.AnalyzeMethod):
                 ids, finished, got = [token], eos is not None and token == int(eos), {}
                 self._loop = None
                 if not finished and n > 1:
-                    self._loop = Loop(start[0], resolve(start[1], outs), length)
+                    embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
+                    self._loop = Loop(start[0], resolve(start[1], outs), length, embed_run)
                     chunk = advance(self._loop, token, n - 1, eos, loop_run(sess.unguarded))
                     ids, finished, got = ids + chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):

@@ -34,7 +34,7 @@ from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
 from attnviz.runtime.chain import splice
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name
-from attnviz.runtime.isolation import Spliced
+from attnviz.runtime.isolation import Spliced, Taken
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stages
 from attnviz.runtime.protocol import AttnModel, EncoderPair
@@ -42,6 +42,7 @@ from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_imag
 from attnviz.runtime.steps import StepPlan
 from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
 
+LEARNED_SHAPES = 64  # the shapes fed whose presents' shapes a VLM keeps (VLMCache.start_steps)
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
 
 
@@ -165,6 +166,9 @@ class VLMSet(AnalyzeMethod):
         ]
         self.outputs = [IOInfo("logits", "float32", ["batch", "sequence", "vocab"])]
         self._roles: dict[str, str] | None = None
+        # per shapes fed (VLMCache.shape_key): the prompt's presents' shapes, learned from a generation's first
+        # run, so that a later one names them before they exist (a generation as one request, VLMCache.start_steps)
+        self._chain_shapes: dict[tuple, dict[str, tuple[int, ...]]] = {}
         self.no_attention_reason = self.vision.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
 
@@ -339,11 +343,8 @@ class VLMSet(AnalyzeMethod):
         never leave it.  Returns the vision maps one per row (one image a row, LLaVA, keeps them as the mode made
         them; several, Idefics3's tiles, are put together by :func:`block_diagonal`), the vision file's result
         (its features among the outputs), the decoder's, and the decoder's feeds (the embeddings a Spliced)."""
-        pixels, ids = feeds["pixel_values"], feeds["input_ids"]
-        per_row = self.family.images_per_row(pixels)
-        single = all(k == 1 for k in per_row)
-        vis = self.vision.prepare(self.family.vision_feeds(self.vision.inputs, pixels), mode if single else "dense")
-        emb = self.embed.prepare_outputs({self.embed.inputs[0].name: ids.astype(np.int64)})
+        ids = feeds["input_ids"]
+        per_row, vis, emb = self._prepare_inputs(feeds, mode)
         spliced = self._spliced(ids)
         t0 = time.perf_counter()
         try:
@@ -365,8 +366,25 @@ class VLMSet(AnalyzeMethod):
         run_s = time.perf_counter() - t0
         v = self.vision.finish(vis, got[0], run_s)
         d = self.decoder.finish(dec, got[-1], run_s)
-        maps = v.maps if single else [DenseMap(block_diagonal(m.array(), per_row)) for m in v.maps]
-        return maps, v, d, f
+        return self._vision_maps(v, per_row), v, d, f
+
+    def _prepare_inputs(self, feeds: dict, mode: str) -> tuple[list[int], PreparedRun, PreparedRun]:
+        """The chain's first two stages prepared: the vision file on the rows' images (dense where a row holds
+        several, see :meth:`_vision_maps`) and embed_tokens.onnx on the ids; with the images per row."""
+        pixels = feeds["pixel_values"]
+        per_row = self.family.images_per_row(pixels)
+        single = all(k == 1 for k in per_row)
+        vis = self.vision.prepare(self.family.vision_feeds(self.vision.inputs, pixels), mode if single else "dense")
+        emb = self.embed.prepare_outputs({self.embed.inputs[0].name: feeds["input_ids"].astype(np.int64)})
+        return per_row, vis, emb
+
+    @staticmethod
+    def _vision_maps(v: AttentionResult, per_row: list[int]) -> list:
+        """The vision maps one per row: as the mode made them for one image a row (LLaVA), several (Idefics3's
+        tiles) put together by :func:`block_diagonal`."""
+        if all(k == 1 for k in per_row):
+            return v.maps
+        return [DenseMap(block_diagonal(m.array(), per_row)) for m in v.maps]
 
     def _embedded(self, vis: PreparedRun, emb: PreparedRun, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
         """The vision file and the embeddings as one request, the features spliced here (refused in the
@@ -431,6 +449,26 @@ class VLMCache:
         feeds = self.vs.check_feeds(feeds)
         vmaps, _, r, f = self.vs.chain(feeds, "dense")
         self._keep(r)
+        self._prompt(feeds, f)
+        learned = self.vs._chain_shapes
+        if len(learned) >= LEARNED_SHAPES:  # many prompt lengths: the oldest goes (a re-learn is one generation)
+            del learned[next(iter(learned))]
+        learned[self.shape_key(feeds)] = {p: tuple(a.shape) for p, a in self.cache.items()}
+        return StepOut(r.outputs["logits"][:, -1], self._prompt_maps(vmaps, r), self._info(r.info))
+
+    @staticmethod
+    def shape_key(feeds: dict) -> tuple:
+        """What the shapes of the prompt's presents follow from: the shapes fed (checked)."""
+        return tuple((k, tuple(v.shape), v.dtype.str) for k, v in sorted(feeds.items()))
+
+    def _prompt_maps(self, vmaps: list, r: AttentionResult) -> dict[int, np.ndarray]:
+        maps = {j: m.array() for j, m in enumerate(vmaps)}
+        maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
+        return maps
+
+    def _prompt(self, feeds: dict, f: dict) -> None:
+        """What the steps carry on from the prompt (checked ``feeds``) and its decoder feeds ``f``: the
+        embeddings' width, the mask, the family's position shift."""
         width = getattr(f.get(self.names["embeds"]), "shape", (None,))[-1]  # an array, or the chain's Spliced
         self.width = int(width) if isinstance(width, (int, np.integer)) and width > 0 else None
         self.mask = feeds["attention_mask"].astype(np.int64)
@@ -442,9 +480,52 @@ class VLMCache:
             if pos is not None and pos.ndim == 3
             else np.zeros((self.mask.shape[0], 1), np.int64)
         )
-        maps = {j: m.array() for j, m in enumerate(vmaps)}
-        maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
-        return StepOut(r.outputs["logits"][:, -1], maps, self._info(r.info))
+
+    def start_steps(
+        self, feeds: dict, n: int, eos: int | None, suppress: tuple[int, ...]
+    ) -> tuple[StepOut, StepsOut] | None:
+        """:meth:`start`, the first token (greedy on the prompt's last logits, never one of ``suppress``) and the
+        first chunk of :meth:`steps` as one run of the sessions (with crash isolation one request, not two: the
+        vision file, the embeddings, the decoder on the spliced prompt and the loop after it, the prompt's
+        presents kept where the sessions live, :meth:`AttentionModel.chain_loop`).  Returns the prompt's step
+        (logits, the vision and the prompt's maps) and the steps (the ids from the first token on, their maps);
+        None where it cannot: the first generation of these shapes (its run learns the presents' shapes a later
+        one names before they exist), no loop beside the decoder, embeddings of no known width, or a prompt the
+        family refuses (:meth:`start` refuses it in its own order)."""
+        self.looping = False
+        vs = self.vs
+        feeds = vs.check_feeds(feeds)
+        known = vs._chain_shapes.get(self.shape_key(feeds))
+        spliced = vs._spliced(feeds["input_ids"])
+        if known is None or spliced is None:
+            return None
+        try:
+            f = vs._decoder_feeds(feeds, spliced)
+        except AttnvizError:
+            return None
+        self._prompt(feeds, f)
+        plan = self.plan()
+        if plan is None:
+            return None
+        per_row, vis, emb = vs._prepare_inputs(feeds, "dense")
+        runs = [vis, emb, vs.decoder.prepare(f, "dense")]
+        dtypes = {i.name: i.dtype for i in vs.decoder.inputs}
+        cache = {p: Taken(p, (2, present_name(p)), known[p], dtypes[p]) for p in self.past}
+        t0 = time.perf_counter()
+        values, ids, finished, maps, info = vs.decoder.chain_loop(
+            runs, plan, self._loop_feeds(plan, 0, cache), self._length(), (2, "logits", suppress), n, eos, vs.embed
+        )
+        run_s = time.perf_counter() - t0
+        v = vs.vision.finish(vis, values[0], run_s)
+        r = vs.decoder.finish(runs[2], values[2], run_s)
+        self.cache = {}  # the presents stayed with the loop (the step path never follows a plan's start)
+        self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the decoder
+        prompt = StepOut(
+            r.outputs["logits"][:, -1], self._prompt_maps(vs._vision_maps(v, per_row), r), self._info(r.info)
+        )
+        if maps is None:
+            return prompt, StepsOut(ids, {}, {})
+        return prompt, StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
 
     def step(self, tokens: list[int]) -> StepOut:
         ids = np.asarray([[t] for t in tokens], np.int64)
@@ -513,33 +594,38 @@ class VLMCache:
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
             return one_step(self, token, eos)
-        feeds = None
-        # the loop writes each new token's position as its count of tokens so far: a family counting from 1
-        # (PaliGemma) starts that count at its offset, one whose prompt positions jump (Qwen2-VL's image: its
-        # rows and columns) continues from the prompt's largest + 1 (the rope delta, as transformers' generate)
-        length = self.mask.shape[1] + self.vs.family.position_offset + int(self.delta[0, 0])
-        if plan is not None:  # the step's feeds before the loop adds the token's column and position
-            dec = {i.name: i for i in self.vs.decoder.inputs}
-            embeds = self.names["embeds"]
-            feeds = {
-                # the loop writes each step's token embedding (embed_tokens.onnx beside the decoder) over this
-                # before the step runs: zeros of the prompt's width, not a request of its own for the first token
-                embeds: np.zeros((1, 1, self.width), np.dtype(dec[embeds].dtype))
-                if self.width is not None
-                else self.vs.embeddings(np.asarray([[token]], np.int64)),
-                self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
-                self.names["positions"]: np.full(
-                    (*plan.position_lead, 1, 1), length, np.dtype(dec[self.names["positions"]].dtype)
-                ),
-                **self.cache,
-                **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
-                # every generated token is suffix (type 1): a constant the loop leaves as it is
-                **{name: np.ones((1, 1), np.dtype(dec[name].dtype)) for name in self.types},
-            }
-        ids, _, maps, info = self.vs.decoder.run_loop(plan, feeds, length, token, n, eos, embed=self.vs.embed)
+        feeds = None if plan is None else self._loop_feeds(plan, token, self.cache)
+        ids, _, maps, info = self.vs.decoder.run_loop(plan, feeds, self._length(), token, n, eos, embed=self.vs.embed)
         self.looping = True
         self.cache = {}  # the cache is the loop's now
         return StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
+
+    def _length(self) -> int:
+        """The count the loop writes each new token's position from: the tokens so far; a family counting from 1
+        (PaliGemma) starts it at its offset, one whose prompt positions jump (Qwen2-VL's image: its rows and
+        columns) continues from the prompt's largest + 1 (the rope delta, as transformers' generate)."""
+        return self.mask.shape[1] + self.vs.family.position_offset + int(self.delta[0, 0])
+
+    def _loop_feeds(self, plan: StepPlan, token: int, cache: dict) -> dict:
+        """A new loop's feeds before it adds the token's column and position (``cache``: the prompt's presents,
+        arrays or the chain's :class:`~attnviz.runtime.isolation.Taken`)."""
+        dec = {i.name: i for i in self.vs.decoder.inputs}
+        embeds = self.names["embeds"]
+        return {
+            # the loop writes each step's token embedding (embed_tokens.onnx beside the decoder) over this before
+            # the step runs: zeros of the prompt's width, not a request of its own for the first token
+            embeds: np.zeros((1, 1, self.width), np.dtype(dec[embeds].dtype))
+            if self.width is not None
+            else self.vs.embeddings(np.asarray([[token]], np.int64)),
+            self.names["mask"]: self.mask.astype(np.dtype(dec[self.names["mask"]].dtype)),
+            self.names["positions"]: np.full(
+                (*plan.position_lead, 1, 1), self._length(), np.dtype(dec[self.names["positions"]].dtype)
+            ),
+            **cache,
+            **{name: np.ones([1] * rank, bool) for name, rank in self.flags.items()},
+            # every generated token is suffix (type 1): a constant the loop leaves as it is
+            **{name: np.ones((1, 1), np.dtype(dec[name].dtype)) for name in self.types},
+        }
 
 
 _: type[AttnModel] = VLMSet  # mypy checks here that a Hub VLM folder satisfies the model Protocol

@@ -56,6 +56,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.core import limits  # noqa: E402
 from attnviz.runtime.chain import first_token, reads, resolve  # noqa: E402
+from attnviz.runtime.finite import all_finite  # noqa: E402
 from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
     INLINE_BYTES,
     NodeArg,
@@ -257,6 +258,7 @@ class Server:
         self.pool = Pool(outdir)
         self.sessions: dict[int, tuple] = {}
         self.keep: dict[int, tuple] = {}
+        self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see host._FeedArea)
         self.arena = _shared_arena()
@@ -286,6 +288,7 @@ class Server:
                 self.arena is not None and kwargs.get("arena", True) and kwargs.get("shared_arena", True)
             ),
         )
+        self.finite[sid] = frozenset(kwargs.pop("finite", ()))  # map outputs checked for NaN/Inf after a run
         sess, note = make_session(model, **kwargs)
         self.sessions[sid] = (sess, ShapeLinks())
         desc = [
@@ -328,13 +331,23 @@ class Server:
         feeds)`` in turn, a :class:`~attnviz.runtime.isolation.Spliced` or :class:`~attnviz.runtime.isolation.Taken`
         feed made here from earlier stages' outputs (which stay in their slots, lent with the reply).  One request
         ages the free slots once, so a repeated chain finds every stage's slots again.  Reply: (items per stage,
-        slots created, slots deleted)."""
+        per stage the checked map outputs' NaN/Inf verdicts, slots created, slots deleted)."""
         self.pool.release(released)
         self.pool.run += 1
         t0 = time.perf_counter()
         _, items = self._chain(stages, reads(f for _, _, f in stages))
+        finite = self._finite_stages(stages, items)
         self._ort_span = (t0, time.perf_counter())
-        return items, *self.pool.changes()
+        return items, finite, *self.pool.changes()
+
+    def _finite_stages(self, stages, items: list[list]) -> list[dict[str, bool]]:
+        """Per stage, its checked map outputs' NaN/Inf verdicts (:mod:`attnviz.runtime.finite`), made here where
+        onnxruntime just wrote them rather than by the parent reading them cold."""
+        out = []
+        for (sid, names, _), got in zip(stages, items):
+            checked = self.finite.get(sid, frozenset())
+            out.append({n: all_finite(self._array(it)) for n, it in zip(names, got) if n in checked})
+        return out
 
     def _chain(self, stages, read: set[tuple[int, str]]) -> tuple[list[dict[str, np.ndarray]], list[list]]:
         """The stages run: (per stage the outputs in ``read`` as arrays, per stage its items in fetch order).
@@ -410,40 +423,45 @@ class Server:
     def steps(self, sid, start, token, n, eos, budget, released):
         """A chunk of greedy cached steps run here (:func:`attnviz.runtime.steps.advance`), the cache kept in
         this process between chunks.  ``start``: (plan, feeds, cache length) for a new generation, None to go
-        on.  Reply: (ids, finished, map output names, their items, slots created, slots deleted)."""
+        on.  Reply: (ids, finished, map output names, their items, the checked ones' NaN/Inf verdicts, slots
+        created, slots deleted)."""
         self.pool.release(released)
         self.pool.run += 1
         borrowed: dict[str, np.ndarray] = {}
         if start is not None:
             plan, feeds, length, embed_sid = start
             self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed)
-        ids, finished, names, items = self._chunk(sid, token, n, eos, budget, borrowed)
-        return ids, finished, names, items, *self.pool.changes()
+        ids, finished, names, items, finite = self._chunk(sid, token, n, eos, budget, borrowed)
+        return ids, finished, names, items, finite, *self.pool.changes()
 
     def chain_steps(self, stages, sid, start, n, eos, budget, released):
         """A chain (:meth:`chain`) and a new generation's first chunk (:meth:`steps`) after it, as one request: a
         speech model's encoder, its decoder on the prompt, the first token chosen from the prompt's logits, then
         the with-past decoder's steps fed the decoder's presents (:class:`~attnviz.runtime.isolation.Taken`), so
         the hidden states and the cache never leave this process and three round trips are one.  ``start``:
-        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held); ``n`` counts the first token;
+        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held, the session id of the model each
+        token goes through first or None: a VLM's embeddings); ``n`` counts the first token;
         ``held``: the (stage, output) pairs the caller does not want back (the prompt's presents, which only the
         loop reads): their items come back empty and their slots are free again once the chunk has run (a loop
         going on past it has copied what it still reads, see :meth:`_chunk`).
-        Reply: (ids, finished, map output names, their items, items per stage, slots created, slots deleted)."""
+        Reply: (ids, finished, map output names, their items, their verdicts, items per stage, per stage the
+        verdicts, slots created, slots deleted) (verdicts: :meth:`_finite_stages`)."""
         self.pool.release(released)
         self.pool.run += 1
-        plan, feeds, length, first, held = start
+        plan, feeds, length, first, held, embed_sid = start
         t0 = time.perf_counter()
         outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
         try:
+            stage_finite = self._finite_stages(stages, stage_items)  # the prompt's maps, before the loop runs
             token = first_token(first, outs)
             ids, finished = [token], eos is not None and token == int(eos)
             names: list[str] = []
             items: list = []
+            finite: dict[str, bool] = {}
             if not finished and n > 1:
                 borrowed: dict[str, np.ndarray] = {}
-                self.loops[sid] = self._loop(plan, feeds, length, None, outs, borrowed)
-                more, finished, names, items = self._chunk(sid, token, n - 1, eos, budget, borrowed)
+                self.loops[sid] = self._loop(plan, feeds, length, embed_sid, outs, borrowed)
+                more, finished, names, items, finite = self._chunk(sid, token, n - 1, eos, budget, borrowed)
                 ids += more
         except BaseException:
             self.loops.pop(sid, None)
@@ -456,7 +474,7 @@ class Server:
                 self.pool.release([kept[1]])
             stage_items[stage][k] = ("inline", None)
         self._ort_span = (t0, time.perf_counter())
-        return ids, finished, names, items, stage_items, *self.pool.changes()
+        return ids, finished, names, items, finite, stage_items, stage_finite, *self.pool.changes()
 
     def _loop(self, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict) -> Loop:
         """A new generation's loop on ``feeds``: those from the feed area (rewritten by the parent's next request),
@@ -482,8 +500,9 @@ class Server:
             embed = loop_run(self.sessions[embed_sid][0])
         return Loop(plan, own, int(length), embed)
 
-    def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list]:
-        """A chunk of the loop of session ``sid``: (ids, finished, map output names, their items)."""
+    def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list, dict]:
+        """A chunk of the loop of session ``sid``: (ids, finished, map output names, their items, the checked
+        ones' NaN/Inf verdicts)."""
         loop = self.loops.get(sid)
         if loop is None:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
@@ -499,7 +518,9 @@ class Server:
                 if loop.feeds.get(k) is v:  # still the parent's bytes (the encoder's half of a cache stays)
                     loop.feeds[k] = np.array(v)
         names = list(chunk.maps)
-        return chunk.ids, chunk.finished, names, [self._pack(chunk.maps[k]) for k in names]
+        checked = self.finite.get(sid, frozenset())
+        finite = {k: all_finite(chunk.maps[k]) for k in names if k in checked}
+        return chunk.ids, chunk.finished, names, [self._pack(chunk.maps[k]) for k in names], finite
 
     def settle(self) -> None:
         """After a run's reply: learn its output shapes and trim free slots (the slots trimmed here are
@@ -672,6 +693,7 @@ class Server:
         for sid in sids:
             self.sessions.pop(sid, None)
             self.keep.pop(sid, None)
+            self.finite.pop(sid, None)
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
             self.loops.pop(sid, None)

@@ -484,7 +484,7 @@ def test_a_generation_reads_its_cache_from_the_childs_own_slot_and_keeps_it_past
     release: list[int] = []
     while len(ids) < steps:  # a budget of 0 s: one step a chunk
         srv.handle("steps", (1, start, ids[-1] if ids else 7, steps - len(ids), None, 0.0, release))
-        status, (got, _, names, items, _, _) = pickle.loads(sent[-1])
+        status, (got, _, names, items, _, _, _) = pickle.loads(sent[-1])
         assert status == "ok", got
         ids += got
         item = items[names.index("probs")]

@@ -240,16 +240,16 @@ def test_an_output_held_for_the_loop_is_copied_before_its_slot_goes_back(tmp_pat
             srv.pool.slots[i].view[:] = 255
 
     feeds = {"input_ids": np.array([[0]]), "past": past, "memory": Taken("memory", (0, "memory"), memory.shape, "f4")}
-    start = (plan, feeds, 2, (0, "first", ()), [(0, "memory")])
+    start = (plan, feeds, 2, (0, "first", ()), [(0, "memory")], None)
     srv.handle("chain_steps", ([(1, ["memory", "first"], {"x": memory, "l": logits})], 2, start, steps, None, 0.0, []))
-    status, (ids, _, names, items, per_stage, _, _) = pickle.loads(sent[-1])
+    status, (ids, _, names, items, _, per_stage, _, _, _) = pickle.loads(sent[-1])
     assert status == "ok", ids
     assert per_stage[0][0] == ("inline", None) and len(ids) == 2  # held; the first token and one step
     rows = [items[names.index("probs")][1]]
     while len(ids) < steps:
         scribble()
         srv.handle("steps", (2, None, ids[-1], steps - len(ids), None, 0.0, []))
-        status, (got, _, names, items, _, _) = pickle.loads(sent[-1])
+        status, (got, _, names, items, _, _, _) = pickle.loads(sent[-1])
         assert status == "ok", got
         ids += got
         rows.append(items[names.index("probs")][1])
