@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from one_request import count_calls, count_ops, open_without_eos, same_generation
 from PIL import Image
 
-from attnviz.runtime import host, open_model
 from attnviz.runtime import model as model_module
 from attnviz.runtime.vlm import VLMCache
 
@@ -57,45 +57,14 @@ def paligemma_repo(tmp_path_factory):
 
 @pytest.fixture
 def requests(monkeypatch):
-    """The ops sent to the crash-isolation child, in order (the real calls, counted)."""
-    sent: list[str] = []
-    call = host._Host.call
-
-    def counting(self, op, *args, **kwargs):
-        sent.append(op)
-        return call(self, op, *args, **kwargs)
-
-    monkeypatch.setattr(host._Host, "call", counting)
-    return sent
+    """The ops sent to the crash-isolation child, in order."""
+    return count_ops(monkeypatch)
 
 
 @pytest.fixture
 def starts(monkeypatch):
     """How many generations started through the two-request path (VLMCache.start, the real one)."""
-    count = [0]
-    start = VLMCache.start
-
-    def counting(self, feeds):
-        count[0] += 1
-        return start(self, feeds)
-
-    monkeypatch.setattr(VLMCache, "start", counting)
-    return count
-
-
-def _open(repo):
-    m = open_model(repo, provider="cpu")
-    m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}  # every run makes STEPS tokens
-    return m
-
-
-def _same(a, b):
-    assert a.info["generated_ids"] == b.info["generated_ids"]
-    assert [s.label for s in a.sites] == [s.label for s in b.sites]
-    for x, y, s in zip(a.maps, b.maps, a.sites):
-        x, y = x.array(), y.array()
-        assert x.dtype == y.dtype and x.shape == y.shape, s.label
-        np.testing.assert_array_equal(x, y, err_msg=s.label)
+    return count_calls(monkeypatch, VLMCache, "start")
 
 
 @pytest.mark.parametrize(
@@ -116,7 +85,7 @@ def test_one_request_generation_equals_the_two_request_one_bit_for_bit(
 ):
     if inprocess:
         monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    m = _open(request.getfixturevalue(fixture))
+    m = open_without_eos(request.getfixturevalue(fixture))
     prompt = PROMPTS[family]
     first = m.analyze(text=prompt, image=str(image), generate=STEPS)  # two requests: the presents' shapes learned
     # (the tiny PaliGemma repeats one token: its steps' maps, which a wrong position or cache changes, still differ)
@@ -124,7 +93,7 @@ def test_one_request_generation_equals_the_two_request_one_bit_for_bit(
     again = m.analyze(text=prompt, image=str(image), generate=STEPS)
     assert starts[0] == 1  # the one-request path ran
     assert again.info["generation"] == "kv-cache" and len(again.info["generated_ids"]) == STEPS
-    _same(again, first)
+    same_generation(again, first)
     for n in (1, 2):  # the first token alone, and one step after it
         short = m.analyze(text=prompt, image=str(image), generate=n)
         assert starts[0] == 1 and short.info["generated_ids"] == first.info["generated_ids"][:n]
@@ -134,7 +103,7 @@ def test_one_request_generation_equals_the_two_request_one_bit_for_bit(
 
 
 def test_the_isolated_generation_is_one_request(llava_repo, image, requests):
-    m = _open(llava_repo)
+    m = open_without_eos(llava_repo)
     m.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
     del requests[:]
     m.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
@@ -147,7 +116,7 @@ def test_a_new_prompt_length_learns_again_and_the_loop_goes_on_past_the_first_ch
     """A prompt of another length has presents of another shape: its first generation runs the two-request way
     again.  Chunks of one step (the loop held in the child between requests, reading its own copy of the prompt's
     presents, whose slots went back after the first chunk) give the same ids and maps."""
-    m = _open(llava_repo)
+    m = open_without_eos(llava_repo)
     longer = PROMPTS["llava"] + " on the mat"
     want = m.analyze(text=longer, image=str(image), generate=STEPS)
     m.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
@@ -157,7 +126,7 @@ def test_a_new_prompt_length_learns_again_and_the_loop_goes_on_past_the_first_ch
     chunked = m.analyze(text=longer, image=str(image), generate=STEPS)
     assert starts[0] == 2
     assert requests[0] == "chain_steps" and requests.count("steps") == STEPS - 2  # the first token, 1 step a chunk
-    _same(chunked, want)
+    same_generation(chunked, want)
 
 
 @pytest.fixture
@@ -180,13 +149,13 @@ def test_the_maps_are_checked_for_nan_in_the_child_not_read_again(llava_repo, im
     """With crash isolation the child checks each map for NaN/Inf where it was just written and says so in its
     reply: a caption's and a generation's maps (the assembled ones too) are not read again by the parent.
     In-process the parent checks every map, as before."""
-    m = _open(llava_repo)
+    m = open_without_eos(llava_repo)
     for _ in range(2):  # the second generation is one request (its first learns the shapes)
         cap = m.analyze(text=PROMPTS["llava"], image=str(image))
         gen = m.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
     assert len(cap.maps) == len(gen.maps) == 3 and parent_checks == []
     monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    here = _open(llava_repo)
+    here = open_without_eos(llava_repo)
     here.analyze(text=PROMPTS["llava"], image=str(image), generate=STEPS)
     assert parent_checks == [tuple(a.shape) for a in gen.maps]
 
@@ -216,7 +185,7 @@ def test_nan_attention_is_refused_from_the_childs_verdict_in_the_same_line(
         if inprocess:
             monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
         with pytest.raises(AttnvizError) as e:
-            _open(repo).analyze(text=PROMPTS["llava"], image=str(image))
+            open_without_eos(repo).analyze(text=PROMPTS["llava"], image=str(image))
         lines.append(str(e.value))
         assert (parent_checks == []) != inprocess
     assert lines[0] == lines[1] and "\n" not in lines[0]

@@ -8,9 +8,9 @@ bit, in the crash-isolation child and in-process, and refuse what the three requ
 
 import numpy as np
 import pytest
+from one_request import count_calls, count_ops, open_without_eos, same_generation
 
 from attnviz import AttnvizError
-from attnviz.runtime import host, open_model
 from attnviz.runtime import model as model_module
 from attnviz.runtime.folder import FolderCache
 
@@ -29,54 +29,23 @@ def chirp(seconds=2.5, f0=100.0, f1=4000.0):
     return (0.5 * np.sin(2 * np.pi * (f0 * t + (f1 - f0) / (2 * seconds) * t**2))).astype(np.float32)
 
 
-def _open(folder):
-    m = open_model(folder, provider="cpu")
-    m.meta["special"] = {k: v for k, v in m.meta["special"].items() if k != "eos"}  # every run makes STEPS tokens
-    return m
-
-
 @pytest.fixture
 def requests(monkeypatch):
-    """The ops sent to the crash-isolation child, in order (the real calls, counted)."""
-    sent: list[str] = []
-    call = host._Host.call
-
-    def counting(self, op, *args, **kwargs):
-        sent.append(op)
-        return call(self, op, *args, **kwargs)
-
-    monkeypatch.setattr(host._Host, "call", counting)
-    return sent
+    """The ops sent to the crash-isolation child, in order."""
+    return count_ops(monkeypatch)
 
 
 @pytest.fixture
 def starts(monkeypatch):
     """How many generations started through the three-request path (FolderCache.start, the real one)."""
-    count = [0]
-    start = FolderCache.start
-
-    def counting(self, feeds):
-        count[0] += 1
-        return start(self, feeds)
-
-    monkeypatch.setattr(FolderCache, "start", counting)
-    return count
-
-
-def _same(a, b):
-    assert a.info["generated_ids"] == b.info["generated_ids"]
-    assert [s.label for s in a.sites] == [s.label for s in b.sites]
-    for x, y, s in zip(a.maps, b.maps, a.sites):
-        x, y = x.array(), y.array()
-        assert x.dtype == y.dtype and x.shape == y.shape, s.label
-        np.testing.assert_array_equal(x, y, err_msg=s.label)
+    return count_calls(monkeypatch, FolderCache, "start")
 
 
 @pytest.mark.parametrize("inprocess", [False, True], ids=["isolated", "in-process"])
 def test_one_request_generation_equals_the_three_request_one_bit_for_bit(folder, monkeypatch, starts, inprocess):
     if inprocess:
         monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    m = _open(folder)
+    m = open_without_eos(folder)
     clip = chirp()
     first = m.analyze(audio=clip, generate=STEPS)  # three requests: the shapes learned
     assert starts[0] == 1 and len(set(first.info["generated_ids"])) > 2
@@ -84,7 +53,7 @@ def test_one_request_generation_equals_the_three_request_one_bit_for_bit(folder,
     again = m.analyze(audio=clip, generate=STEPS)
     assert starts[0] == 1  # the one-request path ran
     assert again.info["generation"] == "kv-cache" and len(again.info["generated_ids"]) == STEPS
-    _same(again, first)
+    same_generation(again, first)
     for n in (1, 2):  # the first token alone, and one step after it
         short = m.analyze(audio=clip, generate=n)
         assert starts[0] == 1 and short.info["generated_ids"] == first.info["generated_ids"][:n]
@@ -94,7 +63,7 @@ def test_one_request_generation_equals_the_three_request_one_bit_for_bit(folder,
 
 
 def test_the_isolated_generation_is_one_request(folder, requests):
-    m = _open(folder)
+    m = open_without_eos(folder)
     clip = chirp()
     m.analyze(audio=clip, generate=STEPS)
     m._enc_cache = None
@@ -107,7 +76,7 @@ def test_the_loop_goes_on_past_the_first_chunk_and_after_a_kept_encoder_run(fold
     """Chunks of one step (the loop held in the child between requests, reading its copy of the chain's outputs)
     and a generation whose encoder run was kept from an analysis of the same clip (the chain then is the decoder
     alone): the same ids and maps as the three-request path."""
-    m = _open(folder)
+    m = open_without_eos(folder)
     clip = chirp(1.9, 300.0, 2000.0)
     want = m.analyze(audio=clip, generate=STEPS)
     monkeypatch.setattr(model_module, "CHUNK_S", 0.0)
@@ -115,12 +84,12 @@ def test_the_loop_goes_on_past_the_first_chunk_and_after_a_kept_encoder_run(fold
     del requests[:]
     chunked = m.analyze(audio=clip, generate=STEPS)
     assert requests[0] == "chain_steps" and requests.count("steps") == STEPS - 2  # the first token, 1 step a chunk
-    _same(chunked, want)
+    same_generation(chunked, want)
     m.analyze(audio=clip, mode="dense")  # the encoder's run is kept for this clip
     del requests[:]
     kept = m.analyze(audio=clip, generate=STEPS)
     assert "run" not in requests and requests[0] == "chain_steps"
-    _same(kept, want)
+    same_generation(kept, want)
 
 
 @pytest.mark.parametrize("inprocess", [False, True], ids=["isolated", "in-process"])
@@ -130,7 +99,7 @@ def test_states_gone_nan_are_refused_in_the_same_line_and_the_next_run_is_whole(
     generation equals the first."""
     if inprocess:
         monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    m = _open(folder)
+    m = open_without_eos(folder)
     feats = np.zeros((1, 80, 500), np.float32)
     prompt = np.array([[int(t) for t in m.meta["speech_prompt"]["ids"]]])
     bad = feats.copy()
@@ -147,7 +116,7 @@ def test_states_gone_nan_are_refused_in_the_same_line_and_the_next_run_is_whole(
     assert starts[0] == 2  # the first refusal and the first good run started the three-request way
     refusal = "input 'encoder_hidden_states' contains NaN values; every map would be NaN — fix the inputs"
     assert lines[0] == lines[1] == refusal
-    _same(good[1], good[0])
+    same_generation(good[1], good[0])
 
 
 def test_a_loop_step_runs_the_inner_session_to_the_same_outputs(folder):
