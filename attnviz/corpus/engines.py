@@ -10,13 +10,14 @@ import itertools
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
 
 if TYPE_CHECKING:
+    import threading
     from concurrent.futures import Future, ProcessPoolExecutor
 
 
@@ -126,6 +127,7 @@ class WarmPool:
     setup: WorkerSetup
     pool: ProcessPoolExecutor
     started: int
+    exiting: list[threading.Thread] = field(default_factory=list)  # close(wait=False): joined by the next close
 
     @classmethod
     def start(cls, setup: WorkerSetup, processes: int) -> WarmPool:
@@ -160,14 +162,21 @@ class WarmPool:
             theirs.k,
         ) and mine.workers >= theirs.workers
 
-    def close(self, kill: bool = False) -> None:
+    def close(self, kill: bool = False, wait: bool = True) -> None:
         """Stop the processes; ``kill``: without waiting for one that is still opening the model (after an
-        error, the model may be one that hangs onnxruntime)."""
+        error, the model may be one that hangs onnxruntime).  ``wait=False``: their exit is waited for by the
+        next close that waits (the caller's, after it wrote its results: the processes' teardown, ~0.03 s, then
+        overlaps the writes instead of preceding them)."""
         if kill:
             procs = getattr(self.pool, "_processes", None) or {}  # None once shut down
             for proc in list(procs.values()):  # no public way to stop them in Python 3.11
                 proc.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        manager = getattr(self.pool, "_executor_manager_thread", None)  # joins the processes; None once shut down
+        self.pool.shutdown(wait=wait, cancel_futures=True)
+        if not wait and manager is not None:
+            self.exiting.append(manager)
+        while wait and self.exiting:
+            self.exiting.pop().join()
 
 
 _OFFERED: list[WarmPool] = []  # started early by the driver (run._prestart) for the local_engine call that follows
@@ -193,6 +202,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
     At most two batches per worker are in flight, so partials never pile up in the driver.  A pool offered
     earlier (:func:`offer`) is used when it fits ``setup``."""
     warm = _claim()
+    offered = warm is not None  # its caller closes it again in the end (run.run_corpus), waiting there
     if not specs:
         return
     from collections import deque
@@ -204,6 +214,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
         if warm is not None:
             warm.close()
         warm = WarmPool.start(setup, setup.workers)
+        offered = False
     pool = warm.pool
     # on a CPU a batch's numpy competes with onnxruntime for the same cores: one batch a task
     chunk = GPU_CHUNK if setup.gpu else 1
@@ -231,7 +242,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
         # idle workers are stopped, not asked to exit: a worker's own exit (freeing its sessions, tearing down
         # its interpreter) took ~1 s on this 2-core box, on the command's critical path before the results are
         # written (a plain multiprocessing.Pool's __exit__ terminates its workers too)
-        warm.close(kill=done)
+        warm.close(kill=done, wait=not (done and offered))
 
 
 def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:

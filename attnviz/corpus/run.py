@@ -250,11 +250,17 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     last_save = t0
     recordings = stream.items() if cfg.audio_dir is not None else {}
     versions: dict | None = None
+    loading: threading.Thread | None = None
     try:
         for part in stream.partials(acc.next_batch):
             _write_words(out, part, recordings)  # before the fold: a resumed run writes the same bytes again
             acc.fold(part)
             bar.update(part.items)
+            if loading is None:
+                # pyarrow for the Parquet files (~0.1 s CPU), in a thread while the driver waits on its workers: the
+                # last batches tend to come back together, and an import after them was on the command's tail
+                loading = threading.Thread(target=_prepare_write_quietly, name="attnviz-pyarrow", daemon=True)
+                loading.start()
             if versions is None and stream.batches is not None and stream.batches - acc.next_batch < stream.workers:
                 # the last batches are running and a worker's core is idle: the tail's imports happen there
                 # (pyarrow for the Parquet files) instead of after them
@@ -268,6 +274,8 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
             if on_batch is not None:
                 on_batch(acc.items)
     except BaseException:
+        if loading is not None:
+            loading.join()  # not left importing while the interpreter exits
         if stream.fingerprint is not None and acc.next_batch > 0:
             acc.save(ckpt, stream.fingerprint)  # interrupted: keep every folded batch for the next run
         elif made and not any(out.iterdir()):  # stopped before its first batch (a model refused at its first run)
@@ -332,6 +340,14 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     )
     ckpt.unlink(missing_ok=True)
     return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
+
+
+def _prepare_write_quietly() -> None:
+    """:func:`output.prepare_write` in a thread: a failing import is left for the write to report as itself."""
+    try:
+        output.prepare_write()
+    except BaseException:
+        pass
 
 
 def _write_words(out: Path, part, recordings: dict[int, it.Item]) -> None:
