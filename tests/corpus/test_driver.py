@@ -199,3 +199,14 @@ def test_a_cpu_text_run_probes_in_a_worker_and_starts_no_isolation_child(planted
     assert host._host is not None
     for name in ("heads.parquet", "examples.parquet"):
         assert (tmp_path / "worker" / name).read_bytes() == (tmp_path / "driver" / name).read_bytes()
+
+
+def test_a_close_that_does_not_wait_leaves_the_workers_exit_to_the_next_close(planted):
+    model, _texts = planted
+    warm = engines.WarmPool.start(engines.WorkerSetup(str(model), "cpu", None, 1, 5, (), 1), 1)
+    warm.pool.submit(engines._ready).result()  # a process is up
+    procs = list(warm.pool._processes.values())
+    warm.close(kill=True, wait=False)
+    assert len(warm.exiting) == 1  # the pool's manager thread, which reaps the processes
+    warm.close(kill=True)  # as run_corpus closes its early pool after writing the results
+    assert warm.exiting == [] and not any(p.is_alive() for p in procs) and mp.active_children() == []
