@@ -1,8 +1,8 @@
 """Issue 24, item 3: a ``kill -9`` of attnviz leaves no process behind (runtime/lifetime.py: die_with_parent).
 
-``attnviz corpus`` runs in its own session; once its children exist (the corpus pool's workers, the
-crash-isolation host, multiprocessing's resource tracker) the parent alone is killed with SIGKILL, and every
-child recorded must be gone within a bounded time.  The resource tracker is Python's own: it is expected to end
+``attnviz corpus`` runs in its own session; once its children exist (the corpus pool's workers and
+multiprocessing's resource tracker; ``attnviz extract``: the crash-isolation host) the parent alone is killed with
+SIGKILL, and every child recorded must be gone within a bounded time.  The resource tracker is Python's own: it is expected to end
 by itself once every process holding its pipe has, which this checks too.
 """
 
@@ -82,12 +82,9 @@ def test_kill_9_of_corpus_takes_its_workers_host_and_tracker_along(tmp_path):
     parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stderr=subprocess.DEVNULL)
     try:
 
-        def all_there(cmds):
-            return (
-                sum("spawn_main" in c for c in cmds) >= 2
-                and any("resource_tracker" in c for c in cmds)
-                and any("worker.py" in c for c in cmds)
-            )
+        def all_there(cmds):  # a CPU text corpus starts no isolation host (its first worker probes the model);
+            # the host's own kill -9 is the extract test's below
+            return sum("spawn_main" in c for c in cmds) >= 2 and any("resource_tracker" in c for c in cmds)
 
         children = _children_until(parent, all_there)
         assert _kill_parent_and_wait(parent, children) == []
