@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import resource
@@ -636,10 +637,16 @@ def main():
             r = json.loads(p.stdout.strip().splitlines()[-1])
             print(
                 f"| {n} | {t_max} tokens | {maps_mb:.0f} MB | {r['rss_after_plan_mb']:.0f} MB | {r['peak_mb']:.0f} MB "
-                f"| {r['worker_peak_mb']:.0f} MB | {r['isolation_peak_mb']:.0f} MB | {r['child_peak_mb']:.0f} MB "
+                f"| {r['worker_peak_mb']:.0f} MB | {_mb_or_none(r['isolation_peak_mb'])} | {r['child_peak_mb']:.0f} MB "
                 f"| {r['s']:.0f} s | {r['items_per_s']:.0f} |",
                 flush=True,
             )
+
+
+def _mb_or_none(mb: float) -> str:
+    """A peak in MB, or "none started" where the process never ran (a CPU text corpus's driver starts no isolation
+    child: its first worker probes the model)."""
+    return "none started" if math.isnan(mb) else f"{mb:.0f} MB"
 
 
 if __name__ == "__main__":
