@@ -81,6 +81,26 @@ def idefics3_repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def qwen2vl_repo(tmp_path_factory):
+    """A tiny random-init Qwen2-VL as a Hub repository (tests/qwen2vl_models.py)."""
+    import qwen2vl_models
+    import vlm_build
+
+    return vlm_build.cached_repo(qwen2vl_models.save_repo, tmp_path_factory.mktemp("qwen2vl") / "tiny-qwen2-vl")
+
+
+@pytest.fixture(scope="session")
+def paligemma_repo(tmp_path_factory):
+    """A tiny random-init PaliGemma whose decoder takes token_type_ids (the prefix mask in the graph; positions
+    counted from 1), as a Hub repository (tests/paligemma_models.py)."""
+    import paligemma_models
+    import vlm_build
+
+    out = tmp_path_factory.mktemp("paligemma") / "tiny-paligemma"
+    return vlm_build.cached_repo(paligemma_models.save_repo, out, prefix=True)
+
+
+@pytest.fixture(scope="session")
 def qwen25vl_repo(tmp_path_factory):
     """A tiny random-init Qwen2.5-VL (windowed vision blocks) as a Hub repository (tests/qwen25vl_models.py)."""
     import qwen25vl_models

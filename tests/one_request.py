@@ -3,6 +3,8 @@ that always makes the asked number of tokens, and two generations compared bit f
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 
 from attnviz.runtime import host, open_model
@@ -47,3 +49,18 @@ def same_generation(a, b) -> None:
         x, y = x.array(), y.array()
         assert x.dtype == y.dtype and x.shape == y.shape, s.label
         np.testing.assert_array_equal(x, y, err_msg=s.label)
+
+
+def nan_llava_copy(repo, dst):
+    """A copy of a tiny LLaVA repository whose decoder's first layer norm is NaN: its attention is NaN while the
+    vision tower's features stay finite (the splice passes)."""
+    import onnx
+    from onnx import numpy_helper
+
+    shutil.copytree(repo, dst)
+    path = dst / "onnx" / "decoder_model_merged.onnx"
+    proto = onnx.load(str(path))
+    w = next(t for t in proto.graph.initializer if t.name == "lm.layers.0.input_layernorm.weight")
+    w.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(w).shape, np.nan, np.float32), w.name))
+    onnx.save(proto, str(path))
+    return dst

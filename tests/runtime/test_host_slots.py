@@ -401,6 +401,20 @@ def test_every_kind_of_feed_goes_through_the_feed_area(tmp_path):
         np.testing.assert_array_equal(y, x.astype(np.float32) * np.float32(2.0 + i) + (i % 2 == 0) + 3)
 
 
+def cache_step_plan():
+    """The step loop's plan for :func:`_cache_step_model`: ``past`` carried from ``present``, ``probs`` the map."""
+    from attnviz.runtime.steps import StepPlan
+
+    return StepPlan(
+        fetch=("logits", "present", "probs"),
+        logits="logits",
+        carry=(("past", "present"),),
+        token="input_ids",
+        maps=(("probs", 0.0),),
+        dtypes=(("input_ids", "int64"), ("past", "float32"), ("memory", "float32")),
+    )
+
+
 def _cache_step_model(path, vocab=50, d=64, seed=3):
     """One cached decoder step, shaped as Whisper's: the token's embedding ``q`` joins the self-attention cache
     (``present = past ++ q``, carried to the next step) and attends over ``memory``, the encoder's half of the
@@ -449,7 +463,7 @@ def test_a_generation_reads_its_cache_from_the_childs_own_slot_and_keeps_it_past
     import onnxruntime as ort
 
     from attnviz.runtime.isolation import SlotFeed
-    from attnviz.runtime.steps import Loop, StepPlan, advance
+    from attnviz.runtime.steps import Loop, advance
     from attnviz.runtime.worker import Server
 
     path = _cache_step_model(tmp_path / "step.onnx")
@@ -457,14 +471,7 @@ def test_a_generation_reads_its_cache_from_the_childs_own_slot_and_keeps_it_past
     memory = rng.standard_normal((1, 1, 300, 64)).astype(np.float32)
     past = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)
     assert memory.nbytes > INLINE_BYTES
-    plan = StepPlan(
-        fetch=("logits", "present", "probs"),
-        logits="logits",
-        carry=(("past", "present"),),
-        token="input_ids",
-        maps=(("probs", 0.0),),
-        dtypes=(("input_ids", "int64"), ("past", "float32"), ("memory", "float32")),
-    )
+    plan = cache_step_plan()
     steps = 6
     local = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = advance(Loop(plan, {"past": past, "memory": memory.copy()}, 2), 7, steps, None, local.run, 60.0)

@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import shutil
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import vlm_models as vm
+from one_request import count_ops, nan_llava_copy
 from onnx_builders import tiny_text_model
 from PIL import Image
 
@@ -46,15 +45,7 @@ def image(tmp_path_factory):
 @pytest.fixture
 def requests(monkeypatch):
     """The ops the parent sends its child, in order."""
-    sent: list[str] = []
-    call = host._Host.call
-
-    def counting(self, op, *args, **kw):
-        sent.append(op)
-        return call(self, op, *args, **kw)
-
-    monkeypatch.setattr(host._Host, "call", counting)
-    return sent
+    return count_ops(monkeypatch)
 
 
 def test_teacher_forced_maps_are_one_request_and_equal_in_process(llava_repo, image, requests, monkeypatch):
@@ -164,13 +155,7 @@ def test_nan_decoder_attention_is_refused_in_one_line(llava_with_past_repo, imag
     in-process; generating, the prompt's NaN cache is refused in one line before the first cached step."""
     if not isolated:
         monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    repo = tmp_path / "nan-llava"
-    shutil.copytree(llava_with_past_repo, repo)
-    path = repo / "onnx" / "decoder_model_merged.onnx"
-    proto = onnx.load(str(path))
-    w = next(t for t in proto.graph.initializer if t.name == "lm.layers.0.input_layernorm.weight")
-    w.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(w).shape, np.nan, np.float32), w.name))
-    onnx.save(proto, str(path))
+    repo = nan_llava_copy(llava_with_past_repo, tmp_path / "nan-llava")
     m = open_model(repo, provider="cpu")
     with pytest.raises(AttnvizError) as e:
         m.analyze(text=PROMPT, image=str(image))

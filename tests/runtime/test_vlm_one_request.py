@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from one_request import count_calls, count_ops, open_without_eos, same_generation
+from one_request import count_calls, count_ops, nan_llava_copy, open_without_eos, same_generation
 from PIL import Image
 
 from attnviz.runtime import model as model_module
@@ -36,23 +36,6 @@ def image(tmp_path_factory):
     p = tmp_path_factory.mktemp("img") / "photo.png"
     Image.fromarray((np.random.default_rng(3).random((45, 70, 3)) * 255).astype(np.uint8)).save(p)
     return p
-
-
-@pytest.fixture(scope="module")
-def qwen2vl_repo(tmp_path_factory):
-    import qwen2vl_models as qm
-    import vlm_build as vb
-
-    return vb.cached_repo(qm.save_repo, tmp_path_factory.mktemp("qwen2vl") / "tiny-qwen2-vl")
-
-
-@pytest.fixture(scope="module")
-def paligemma_repo(tmp_path_factory):
-    """PaliGemma's decoder with token_type_ids (the prefix mask in the graph; positions counted from 1)."""
-    import paligemma_models as pm
-    import vlm_build as vb
-
-    return vb.cached_repo(pm.save_repo, tmp_path_factory.mktemp("paligemma") / "tiny-paligemma", prefix=True)
 
 
 @pytest.fixture
@@ -166,20 +149,10 @@ def test_nan_attention_is_refused_from_the_childs_verdict_in_the_same_line(
     """NaN weights in the decoder's first layer make its attention NaN (the vision tower's features stay finite, so
     the splice passes): refused in analyze's one line from the child's verdict (the parent reads no map), and
     in-process from the parent's own check, in the same words."""
-    import shutil
-
-    import onnx
-    from onnx import numpy_helper
 
     from attnviz import AttnvizError
 
-    repo = tmp_path / "nan-llava"
-    shutil.copytree(llava_with_past_repo, repo)
-    path = repo / "onnx" / "decoder_model_merged.onnx"
-    proto = onnx.load(str(path))
-    w = next(t for t in proto.graph.initializer if t.name == "lm.layers.0.input_layernorm.weight")
-    w.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(w).shape, np.nan, np.float32), w.name))
-    onnx.save(proto, str(path))
+    repo = nan_llava_copy(llava_with_past_repo, tmp_path / "nan-llava")
     lines = []
     for inprocess in (False, True):
         if inprocess:

@@ -27,9 +27,9 @@ TOL = 5e-4
 
 
 @pytest.fixture(scope="module")
-def prefix_repo(tmp_path_factory):
+def prefix_repo(paligemma_repo):
     """The decoder exported with a token_type_ids input (the prefix mask in the graph)."""
-    return vb.cached_repo(pm.save_repo, tmp_path_factory.mktemp("paligemma") / "tiny-paligemma", prefix=True)
+    return paligemma_repo
 
 
 @pytest.fixture(scope="module")

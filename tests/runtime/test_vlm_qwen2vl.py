@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import qwen2vl_models as qm  # noqa: E402
-import vlm_build as vb  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from attnviz import AttnvizError  # noqa: E402
@@ -28,8 +27,8 @@ TOL = 5e-4
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    return vb.cached_repo(qm.save_repo, tmp_path_factory.mktemp("qwen2vl") / "tiny-qwen2-vl")
+def repo(qwen2vl_repo):
+    return qwen2vl_repo
 
 
 @pytest.fixture(scope="module")

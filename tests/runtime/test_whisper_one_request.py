@@ -172,10 +172,10 @@ def test_an_output_held_for_the_loop_is_copied_before_its_slot_goes_back(tmp_pat
     import pickle
 
     import onnxruntime as ort
-    from test_host_slots import _cache_step_model
+    from test_host_slots import _cache_step_model, cache_step_plan
 
     from attnviz.runtime.isolation import INLINE_BYTES, Taken
-    from attnviz.runtime.steps import Loop, StepPlan, advance
+    from attnviz.runtime.steps import Loop, advance
     from attnviz.runtime.worker import Server
 
     stage, step = _stage_model(tmp_path / "stage.onnx"), _cache_step_model(tmp_path / "step.onnx")
@@ -184,14 +184,7 @@ def test_an_output_held_for_the_loop_is_copied_before_its_slot_goes_back(tmp_pat
     logits = rng.standard_normal((1, 1, 50)).astype(np.float32)
     past = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)
     assert memory.nbytes > INLINE_BYTES
-    plan = StepPlan(
-        fetch=("logits", "present", "probs"),
-        logits="logits",
-        carry=(("past", "present"),),
-        token="input_ids",
-        maps=(("probs", 0.0),),
-        dtypes=(("input_ids", "int64"), ("past", "float32"), ("memory", "float32")),
-    )
+    plan = cache_step_plan()
     steps = 6
     first = int(np.argmax(logits[0, -1]))
     local = ort.InferenceSession(str(step), providers=["CPUExecutionProvider"])
