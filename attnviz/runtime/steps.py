@@ -89,12 +89,15 @@ class DeviceRun:
     by the parent is copied by the child at the chunk's end as before: ``worker.Server._chunk``).  A new binding
     each step: a binding reused would write the next step's presents into the buffers it fed as the past."""
 
-    def __init__(self, sess, plan: StepPlan):
+    def __init__(self, sess, plan: StepPlan, move: bool | None = None):
         from onnxruntime import OrtValue  # the child imports onnxruntime anyway; the numpy path does not need it
 
         self._ortvalue = OrtValue
         self.sess = sess
         self.device = plan.device
+        # feeds no step rewrites go to the device once (``move``: True off the CPU; a test sets it on the CPU to
+        # run those lines without a GPU)
+        self.move = self.device != "cpu" if move is None else move
         self.device_id = 0
         if self.device == "cuda":  # the session's own GPU
             opts = sess.get_provider_options().get("CUDAExecutionProvider", {})
@@ -107,11 +110,10 @@ class DeviceRun:
 
     def __call__(self, names: list[str], feeds: dict) -> list:
         io = self.sess.io_binding()
-        on_device = self.device != "cpu"
         for k, v in feeds.items():
             if isinstance(v, self._ortvalue):
                 io.bind_ortvalue_input(k, v)
-            elif on_device and k not in self.fresh:  # once: the loop keeps the device copy
+            elif self.move and k not in self.fresh:  # once: the loop keeps the device copy
                 v = feeds[k] = self._ortvalue.ortvalue_from_numpy(_c_order(v), self.device, self.device_id)
                 io.bind_ortvalue_input(k, v)
             else:

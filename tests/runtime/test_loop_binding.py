@@ -225,3 +225,27 @@ def test_a_bound_generation_equals_the_numpy_one_bit_for_bit(name, inprocess, re
     off, on = runs["off"], runs["on"]
     for a, b in zip(off, on):
         same_generation(b, a)
+
+
+def test_feeds_no_step_rewrites_go_to_the_device_once(tmp_path):
+    """The lines only CUDA reaches by default (``DeviceRun.move``), run on the CPU: the prompt's cache and the
+    encoder's half become OrtValues in the loop's own feeds at the first step and are bound as they are after;
+    the token stays an array each step writes.  Ids and rows equal the numpy loop's."""
+    path = _cache_step_model(tmp_path / "step.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    feeds = {
+        "past": rng.standard_normal((1, 1, 2, 64)).astype(np.float32),
+        "memory": rng.standard_normal((1, 1, 30, 64)).astype(np.float32),
+    }
+    want = advance(Loop(cache_step_plan(), dict(feeds), 2), 7, STEPS, None, sess.run, 60.0)
+    plan = cache_step_plan(device="cpu")
+    run = DeviceRun(sess, plan, move=True)
+    loop = Loop(plan, dict(feeds), 2)
+    got = advance(loop, 7, 1, None, run, 60.0)
+    memory = loop.feeds["memory"]
+    assert isinstance(memory, ort.OrtValue) and isinstance(loop.feeds["input_ids"], np.ndarray)
+    got2 = advance(loop, got.ids[-1], STEPS - 1, None, run, 60.0)
+    assert loop.feeds["memory"] is memory  # moved once
+    assert got.ids + got2.ids == want.ids
+    np.testing.assert_array_equal(np.concatenate([got.maps["probs"], got2.maps["probs"]], axis=-2), want.maps["probs"])
