@@ -213,6 +213,15 @@ def test_a_bound_generation_equals_the_numpy_one_bit_for_bit(name, inprocess, re
     else:
         monkeypatch.setattr(model_module, "CHUNK_S", 0.0)
     bound = count_calls(monkeypatch, DeviceRun, "__call__")
+    made: list[weakref.ref] = []  # every in-process loop (its cache), weakly
+    real_loop = model_module.Loop
+
+    def recording(*args, **kwargs):
+        loop = real_loop(*args, **kwargs)
+        made.append(weakref.ref(loop))
+        return loop
+
+    monkeypatch.setattr(model_module, "Loop", recording)
     runs = {}
     for mode in ("off", "on"):
         monkeypatch.setenv(BINDING_ENV, mode)
@@ -222,6 +231,9 @@ def test_a_bound_generation_equals_the_numpy_one_bit_for_bit(name, inprocess, re
             assert r.info["generation"] == "kv-cache" and len(r.info["generated_ids"]) == STEPS
             assert r.info["loop_cache"] == {"off": "numpy", "on": "cpu"}[mode]
         assert bound[0] == (0 if mode == "off" or not inprocess else 2 * (STEPS - 1))  # counted here in-process
+        gc.collect()
+        assert len(made) == (2 if inprocess else 0) and all(r() is None for r in made)  # the ended loops' caches
+        made.clear()
     off, on = runs["off"], runs["on"]
     for a, b in zip(off, on):
         same_generation(b, a)
