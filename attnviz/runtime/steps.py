@@ -154,7 +154,7 @@ class Loop:
     """A generation in progress: the next step's feeds (the cache included) and the cache's length."""
 
     plan: StepPlan
-    feeds: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]  # a bound loop's (plan.device) carried cache and moved feeds: OrtValues
     length: int
     embed: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]] | None = None  # the embedder's run
 
