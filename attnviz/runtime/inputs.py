@@ -107,6 +107,16 @@ class TextEncoder:
         ``vlm_families.Tiles``, or None): the placeholder expansion of some families depends on the split."""
         return self
 
+    def for_images(self, tiles, count: int) -> TextEncoder:
+        """:meth:`for_image` for a prompt about ``count`` images of one split (a family that takes several
+        matches its placeholders to them in order, and refuses a prompt whose count differs)."""
+        return self.for_image(tiles)
+
+    def image_grids(self, ids) -> list[PatchGrid]:
+        """Where each image's tokens lie on its image, in order (one grid per image of the row)."""
+        g = self.image_grid(ids)
+        return [] if g is None else [g]
+
     @property
     def size(self) -> int:  # pragma: no cover
         raise NotImplementedError

@@ -40,7 +40,7 @@ from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stage
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
-from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
+from attnviz.runtime.vlm_families import Family, LoadedImage, check_several, family_for
 
 LEARNED_SHAPES = 64  # the shapes fed whose presents' shapes a VLM keeps (VLMCache.start_steps)
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -220,6 +220,10 @@ class VLMSet(AnalyzeMethod):
         """The family's own image processor (None: attnviz's resize / rescale / normalise to ``spec``)."""
         return self.family.load_image(source, spec)
 
+    def check_several_images(self, count: int) -> None:
+        """Refuse ``count`` images in one prompt in one line where the family runs one image per prompt."""
+        check_several(self.family, count)
+
     def describe(self) -> dict:
         d = self.decoder.describe()
         d.update(
@@ -269,9 +273,22 @@ class VLMSet(AnalyzeMethod):
             out[name] = a
         if out["attention_mask"].shape != out["input_ids"].shape:
             raise AttnvizError("attention_mask and input_ids have different shapes; give them the same shape")
-        if out["pixel_values"].shape[0] != out["input_ids"].shape[0]:
+        images, rows = out["pixel_values"].shape[0], out["input_ids"].shape[0]
+        if images != rows:
+            if rows == 1 and images > 1:  # several images in one prompt, in order (where the family takes them)
+                check_several(self.family, images)
+                return out
             raise AttnvizError("pixel_values and input_ids hold different batch sizes; give one image per row")
         return out
+
+    def _separate(self, feeds: dict) -> bool:
+        """One prompt's several images through a vision file that attends within one image (Qwen2-VL's): a run
+        each, the features put together where the decoder's embeddings are made (:meth:`_chain_each`)."""
+        return (
+            getattr(self.family, "separate_vision_runs", False)
+            and feeds["input_ids"].shape[0] == 1
+            and feeds["pixel_values"].shape[0] > 1
+        )
 
     def _decoder_feeds(self, feeds: dict, emb: np.ndarray | Spliced | None) -> dict:
         """The spliced embeddings (``emb``: made where the chain runs), the mask, positions, an empty cache."""
@@ -344,6 +361,8 @@ class VLMSet(AnalyzeMethod):
         them; several, Idefics3's tiles, are put together by :func:`block_diagonal`), the vision file's result
         (its features among the outputs), the decoder's, and the decoder's feeds (the embeddings a Spliced)."""
         ids = feeds["input_ids"]
+        if self._separate(feeds):
+            return self._chain_each(feeds, mode)
         per_row, vis, emb = self._prepare_inputs(feeds, mode)
         spliced = self._spliced(ids)
         t0 = time.perf_counter()
@@ -368,11 +387,45 @@ class VLMSet(AnalyzeMethod):
         d = self.decoder.finish(dec, got[-1], run_s)
         return self._vision_maps(v, per_row), v, d, f
 
+    def _chain_each(self, feeds: dict, mode: str) -> tuple[list, AttentionResult, AttentionResult, dict]:
+        """:meth:`chain` for one prompt's several images where the vision file takes one image a run: each
+        image's run and the embeddings as one request, the features put together in the images' order and
+        spliced here (refused in the splice's line where the counts differ), the decoder a second request.  The
+        vision maps: one per site, each image's block on the diagonal (as transformers' cu_seqlens chunks)."""
+        ids, pixels = feeds["input_ids"], feeds["pixel_values"]
+        runs = [self.vision.prepare(f, "dense") for f in self.family.one_image_feeds(self.vision.inputs, pixels)]
+        emb = self.embed.prepare_outputs({self.embed.inputs[0].name: ids.astype(np.int64)})
+        t0 = time.perf_counter()
+        f = self._decoder_feeds(feeds, None)
+        got = run_stages([*runs, emb])
+        vis_name, emb_name = self.vision.outputs[0].name, emb.fetch[0]
+        feats = [dict(zip(p.fetch, v))[vis_name] for p, v in zip(runs, got)]
+        base = dict(zip(emb.fetch, got[-1]))[emb_name]
+        features = np.concatenate([a.reshape(-1, a.shape[-1]) for a in feats])
+        if self._embeds_input is not None:
+            name = self._embeds_input
+            dtype = next(i.dtype for i in self.decoder.inputs if i.name == name)
+            s = Spliced(name, (1, emb_name), (0, vis_name), ids == self.family.token, base.shape, dtype, "")
+            s = s._replace(fix=self.family.placeholder_fix())
+            f[name] = splice(s, [{vis_name: features}, {emb_name: base}])
+        dec = self.decoder.prepare(f, mode)
+        out = run_stages([dec])
+        run_s = time.perf_counter() - t0
+        each = [self.vision.finish(p, v, run_s) for p, v in zip(runs, got)]
+        d = self.decoder.finish(dec, out[0], run_s)
+        vmaps = [
+            DenseMap(block_diagonal(np.concatenate([v.maps[j].array() for v in each]), [len(each)]))
+            for j in range(len(each[0].maps))
+        ]
+        return vmaps, each[0], d, f
+
     def _prepare_inputs(self, feeds: dict, mode: str) -> tuple[list[int], PreparedRun, PreparedRun]:
         """The chain's first two stages prepared: the vision file on the rows' images (dense where a row holds
         several, see :meth:`_vision_maps`) and embed_tokens.onnx on the ids; with the images per row."""
         pixels = feeds["pixel_values"]
         per_row = self.family.images_per_row(pixels)
+        if feeds["input_ids"].shape[0] == 1 and len(per_row) > 1:  # one prompt's several images (check_feeds)
+            per_row = [sum(per_row)]
         single = all(k == 1 for k in per_row)
         vis = self.vision.prepare(self.family.vision_feeds(self.vision.inputs, pixels), mode if single else "dense")
         emb = self.embed.prepare_outputs({self.embed.inputs[0].name: feeds["input_ids"].astype(np.int64)})
@@ -497,7 +550,7 @@ class VLMCache:
         feeds = vs.check_feeds(feeds)
         known = vs._chain_shapes.get(self.shape_key(feeds))
         spliced = vs._spliced(feeds["input_ids"])
-        if known is None or spliced is None:
+        if known is None or spliced is None or vs._separate(feeds):  # several images a run each: two requests
             return None
         try:
             f = vs._decoder_feeds(feeds, spliced)

@@ -51,6 +51,9 @@ class Family:
     position_offset = 0  # added to the positions counted over the real tokens (PaliGemma counts from 1)
     # the decoder's position_ids axes before [B, T] (Qwen2-VL's M-RoPE: 3, a cached step's equal on each)
     position_axes: tuple[int, ...] = ()
+    # the processor matches several placeholders to several images of one prompt, and attnviz runs them (each
+    # image's tokens on its own grid); a family without it takes one image per prompt
+    several_images = False
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
@@ -112,6 +115,15 @@ class Family:
         placeholder, once."""
         fix = f"write {self.placeholder} once in the text (it is expanded to the image's tokens)"
         return fix + (" or leave it out (it is put before the text)" if self.placed_when_missing else "")
+
+    def placeholder_count(self, found: int, count: int) -> AttnvizError:
+        """The line for a prompt whose placeholders (``found``) are not one per image given (``count``)."""
+        where = ", or leave them all out (the images go before the text)" if self.placed_when_missing else ""
+        return AttnvizError(
+            f"the prompt holds {found} {self.placeholder} placeholder{'s' if found != 1 else ''} and {count} images "
+            f"were given; write {self.placeholder} once per image, where each image goes, in the images' order{where}",
+            param="text",
+        )
 
     def describe(self) -> dict:
         return {"family": self.name, "token": self.token, "placeholder": self.placeholder}

@@ -107,6 +107,8 @@ class Qwen2VL(Family):
     placeholder = PAD
     placed_when_missing = True  # the chat template's <|vision_start|><|image_pad|><|vision_end|> before the text
     position_axes = (3,)  # M-RoPE's temporal, row and column positions
+    several_images = True  # Qwen2VLProcessor expands each <|image_pad|> to its image's tokens, in order
+    separate_vision_runs = True  # the vision file attends within one image: each image is a run of its own
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -231,6 +233,10 @@ class Qwen2VL(Family):
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
         return QwenTokens(inner, self)
 
+    def one_image_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> list[dict[str, np.ndarray]]:
+        """The vision file's feeds for each of one prompt's images ``[N, 3, H, W]``, in order."""
+        return [self.vision_feeds(vision_inputs, pixels[i : i + 1]) for i in range(pixels.shape[0])]
+
     def probe_ids(self) -> list[int]:
         self.merged = (1, 1)  # probe_pixels: one merge window, one image token
         end = self.config.get("vision_end_token_id")
@@ -261,17 +267,25 @@ class QwenTokens(ip.TextEncoder):
     """The folder's tokenizer with Qwen2VLProcessor's expansion: ``<|image_pad|>`` repeated once per merged image
     token, labelled ``img[r,c]`` on the merged grid."""
 
-    def __init__(self, inner: ip.TextEncoder, family: Qwen2VL, merged: tuple[int, int] | None = None):
-        self.inner, self.family, self.merged = inner, family, merged
+    def __init__(self, inner: ip.TextEncoder, family: Qwen2VL, merged: tuple[int, int] | None = None, count: int = 1):
+        self.inner, self.family, self.merged, self.count = inner, family, merged, count
         self.unk_id = inner.unk_id
 
     def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
         # the family's Tiles are the merged grid of image tokens (rows × columns)
         return self if not tiles or not tiles.rows else QwenTokens(self.inner, self.family, (tiles.rows, tiles.cols))
 
+    def for_images(self, tiles: Tiles | None, count: int) -> ip.TextEncoder:
+        if count <= 1:
+            return self.for_image(tiles)
+        merged = (tiles.rows, tiles.cols) if tiles and tiles.rows else self.merged
+        return QwenTokens(self.inner, self.family, merged, count)
+
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
-        if PAD not in text:  # the chat template's place for the image: before the text
-            text = START + PAD + END + text
+        if PAD not in text:  # the chat template's place for the images: before the text, one after the other
+            text = (START + PAD + END) * self.count + text
+        elif self.count > 1 and text.count(PAD) != self.count:
+            raise self.family.placeholder_count(text.count(PAD), self.count)
         rows, cols = self.merged or self.family.merged
         text = text.replace(PAD, PAD * (rows * cols))
         e = self.inner.encode(text, pair, add_special)
@@ -283,10 +297,15 @@ class QwenTokens(ip.TextEncoder):
         return self.inner.label(i)
 
     def _labels(self, ids, cols: int) -> list[str]:
-        out, k = [], 0
+        """``img[r,c]`` along the merged grid; several images in the row: ``img1[r,c]``, ``img2[r,c]``, ... (each
+        run of image tokens is one image, numbered in order)."""
+        token = self.family.token
+        several = _runs(np.asarray(ids, np.int64), token) > 1
+        out, k, image = [], 0, 0
         for i in ids:
-            if int(i) == self.family.token:
-                out.append(f"img[{k // cols},{k % cols}]")
+            if int(i) == token:
+                image += k == 0
+                out.append(f"img{image if several else ''}[{k // cols},{k % cols}]")
                 k += 1
             else:
                 out.append(self.inner.label(int(i)))
@@ -303,6 +322,13 @@ class QwenTokens(ip.TextEncoder):
         if len(placed) < rows * cols:
             return None
         return PatchGrid(rows, cols, placed[0])
+
+    def image_grids(self, ids) -> list[PatchGrid]:
+        """Each run of image tokens on the merged grid (the images of one prompt share their size)."""
+        rows, cols = self.merged or self.family.merged
+        on = np.asarray([int(i) == self.family.token for i in ids], bool)
+        starts = [int(k) for k in np.flatnonzero(on & ~np.concatenate([[False], on[:-1]]))]
+        return [PatchGrid(rows, cols, k) for k in starts if on[k : k + rows * cols].sum() == rows * cols]
 
     def is_special(self, i: int) -> bool:
         return i != self.family.token and self.inner.is_special(i)
