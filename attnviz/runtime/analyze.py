@@ -149,7 +149,9 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         batch=prep.batch,
         notes=list(result.info.get("notes", [])) + list(prep.notes),
         image=_image_name(req.image),
-        images=[_image_name(i) or "image" for i in req.image] if _several(req.image) else None,
+        images=[_image_name(i) or "image" for i in req.image]
+        if isinstance(req.image, (list, tuple)) and len(req.image) > 1
+        else None,
         image_preprocessing=prep.image_info,
         audio=prep.audio,
         alignment=_declared_alignment(model),
@@ -213,10 +215,6 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         attach_word_times(model, result)
         result.info["total_s"] = time.perf_counter() - t0
     return result
-
-
-def _several(image) -> bool:
-    return isinstance(image, (list, tuple)) and len(image) > 1
 
 
 def _image_name(image) -> str | None:

@@ -285,9 +285,7 @@ class VLMSet(AnalyzeMethod):
         """One prompt's several images through a vision file that attends within one image (Qwen2-VL's): a run
         each, the features put together where the decoder's embeddings are made (:meth:`_chain_each`)."""
         return (
-            getattr(self.family, "separate_vision_runs", False)
-            and feeds["input_ids"].shape[0] == 1
-            and feeds["pixel_values"].shape[0] > 1
+            self.family.separate_vision_runs and feeds["input_ids"].shape[0] == 1 and feeds["pixel_values"].shape[0] > 1
         )
 
     def _decoder_feeds(self, feeds: dict, emb: np.ndarray | Spliced | None) -> dict:

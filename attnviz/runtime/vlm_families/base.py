@@ -54,6 +54,7 @@ class Family:
     # the processor matches several placeholders to several images of one prompt, and attnviz runs them (each
     # image's tokens on its own grid); a family without it takes one image per prompt
     several_images = False
+    separate_vision_runs = False  # several images: the vision file attends within one image, so a run each
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
@@ -69,6 +70,10 @@ class Family:
 
     def vision_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> dict[str, np.ndarray]:
         return {vision_inputs[0].name: pixels}
+
+    def one_image_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> list[dict[str, np.ndarray]]:
+        """The vision file's feeds for each of one prompt's images ``[N, ...]``, in order (a run each)."""
+        return [self.vision_feeds(vision_inputs, pixels[i : i + 1]) for i in range(pixels.shape[0])]
 
     def vision_batch(self, vision_inputs: list[ip.IOInfo]) -> str | None:
         """The vision input whose first axis counts the images (None: the first input, pixel_values)."""

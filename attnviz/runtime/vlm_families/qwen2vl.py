@@ -233,10 +233,6 @@ class Qwen2VL(Family):
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
         return QwenTokens(inner, self)
 
-    def one_image_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> list[dict[str, np.ndarray]]:
-        """The vision file's feeds for each of one prompt's images ``[N, 3, H, W]``, in order."""
-        return [self.vision_feeds(vision_inputs, pixels[i : i + 1]) for i in range(pixels.shape[0])]
-
     def probe_ids(self) -> list[int]:
         self.merged = (1, 1)  # probe_pixels: one merge window, one image token
         end = self.config.get("vision_end_token_id")
