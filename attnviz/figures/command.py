@@ -42,6 +42,7 @@ _SPEC_ARGS = (
     "rows",
     "image_base",
     "scale",
+    "picture",
 )
 
 
@@ -141,6 +142,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=tuple(SCALES),
         help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
         "(stretched to each map's maximum); the colour bar says which",
+    )
+    view.add_argument(
+        "--picture",
+        type=int,
+        metavar="N",
+        help="image view of a prompt that held several images: draw image N (from 1; default the first)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
