@@ -179,7 +179,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         if staged is not None:  # a Swin's grid is its first stage's (the image's patches); later stages halve it
             grid, n_keys = staged.layout.grid, staged.layout.tokens
         else:
-            grid = model.grid(n_keys, hw) if n_keys else None
+            # one prompt's several images: the vision tower's keys are every image's patches, on no one grid
+            grid = model.grid(n_keys, hw) if n_keys and not prep.images else None
         result.patch_grid = grid
         if grid is not None and n_keys:
             # a dual encoder's text (no decoder: the only other axis) becomes the second axis, the one its text

@@ -55,6 +55,7 @@ class Prepared:
     image_tiles: Tiles | None = None  # how a VLM family's processor split the image (its prompt expansion follows)
     image_count: int = 0  # the images given (a vision–language prompt may hold several)
     images: list[np.ndarray] | None = None  # several images: each as the model saw it, in order (shown: the first)
+    image_tiles_each: list = field(default_factory=list)  # each image's split (image_tiles: the last), in order
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
@@ -204,29 +205,37 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         )
     sources = list(req.image) if isinstance(req.image, (list, tuple)) else [req.image]
     prep.image_count = len(sources)
-    if len(sources) > 1:
-        several = getattr(model, "check_several_images", None)  # a vision–language set whose family takes several
-        if several is None:
-            raise AttnvizError(
-                f"{len(sources)} images given and {model.path.name} takes one image per run; give one image "
-                "(--image once)",
-                param="image",
-            )
-        several(len(sources))
-    loaded = [_one_image(model, source, spec, prep) for source in sources]
+    sized = model.several_images(len(sources))  # refused in one line where the model takes one image a run
+    loaded, infos = [], []
+    for source in sources:
+        loaded.append(_one_image(model, source, spec, prep))
+        prep.image_tiles_each.append(prep.image_tiles)  # each image's split (Qwen2-VL: its grid of tokens)
+        infos.append(prep.image_info)
     prep.shown = loaded[0][1]
     if len(loaded) == 1:
         feeds[img_in.name] = loaded[0][0]
         return
-    sizes = [f"{px.shape[-1]}x{px.shape[-2]}" for px, _ in loaded]
-    if len(set(sizes)) > 1:
+    if len(set(infos)) > 1:  # the run info says how each image was processed
+        prep.image_info = "; ".join(f"image {k + 1}: {info}" for k, info in enumerate(infos))
+    prep.images = [shown for _, shown in loaded]
+    sizes = [tuple(int(d) for d in px.shape[-2:]) for px, _ in loaded]
+    if len(set(sizes)) == 1:
+        feeds[img_in.name] = np.concatenate([px for px, _ in loaded], axis=0)  # the prompt's images, in order
+        return
+    if sized is None:
+        said = ", ".join(f"{w}x{h}" for h, w in sizes)
         raise AttnvizError(
-            f"the images are resized by the processor to different sizes ({', '.join(sizes)}); attnviz runs several "
-            "images of one size per prompt: give images of the same size (crop or resize them alike)",
+            f"the images are resized by the processor to different sizes ({said}); attnviz runs several images of "
+            f"one size per prompt for {model.path.name}: give images of the same size (crop or resize them alike)",
             param="image",
         )
-    feeds[img_in.name] = np.concatenate([px for px, _ in loaded], axis=0)  # the prompt's images, in order
-    prep.images = [shown for _, shown in loaded]
+    # one array for the prompt's images: each at the top left of the largest size, its own size beside it
+    top = (max(h for h, _ in sizes), max(w for _, w in sizes))
+    padded = np.zeros((len(loaded), *loaded[0][0].shape[1:-2], *top), loaded[0][0].dtype)
+    for k, (px, _) in enumerate(loaded):
+        padded[k, ..., : px.shape[-2], : px.shape[-1]] = px[0]
+    feeds[img_in.name] = padded
+    feeds[sized] = np.asarray(sizes, np.int64)
 
 
 def _one_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
@@ -401,7 +410,9 @@ def _prompt_text(b: _Build) -> None:
     if tok is None:
         raise _no_tokenizer(b.model)
     # a VLM's expansion of its image placeholder follows the image's split, and its placeholders the images given
-    tok = tok.for_images(b.prep.image_tiles, b.prep.image_count)
+    tok = tok.for_images(b.prep.image_tiles_each)
+    if b.prep.image_count > 1:  # several images: their tokens' labels and grids follow each one's split
+        b.tgt_tok = tok
     b.prompt = fit_positions(b.model, tok.encode(b.req.text, add_special=False), b.req.max_tokens, b.prep.notes).ids
 
 
@@ -557,8 +568,8 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     for media in MEDIA_BUILDERS:
         media(model, req, feeds, prep)
     # (one prompt's several images are no batch of rows)
-    several = prep.img_in.name if prep.images and prep.img_in is not None else None
-    prep.batch = max((v.shape[0] for k, v in feeds.items() if v.ndim >= 2 and k != several), default=1)
+    several = (prep.img_in.name, "image_sizes") if prep.images and prep.img_in else ()
+    prep.batch = max((v.shape[0] for k, v in feeds.items() if v.ndim >= 2 and k not in several), default=1)
     dec_in, tok_in = by_role(model, "decoder_tokens"), by_role(model, "tokens")
     # the token input of an image-captioning graph or a decoder-only graph is the decoder's
     prep.decoder_is_tokens = model.kind in ("vision-decoder", "decoder") and dec_in is None and tok_in is not None

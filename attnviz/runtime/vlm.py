@@ -107,6 +107,22 @@ def read_family(layout: VLMLayout) -> Family:
     return family_for(config, pre, sidecar_json(layout.decoder, "processor_config.json"), str(layout.folder))
 
 
+SIZES = "image_sizes"  # one prompt's several images of their own sizes: each one's (height, width), [N, 2]
+
+
+def block_diagonal_each(maps: list[np.ndarray]) -> np.ndarray:
+    """One prompt's images' maps, each ``[1, H, P_i, P_i]`` (its own size), as one map: each image attending only
+    to its own patches, one after another, ``[1, H, ΣP, ΣP]``."""
+    n = sum(m.shape[-1] for m in maps)
+    out = np.zeros((1, maps[0].shape[1], n, n), maps[0].dtype)
+    at = 0
+    for m in maps:
+        p = m.shape[-1]
+        out[0, :, at : at + p, at : at + p] = m[0]
+        at += p
+    return out
+
+
 def block_diagonal(maps: np.ndarray, per_row: list[int]) -> np.ndarray:
     """The vision file's maps, one per image ``[images, H, P, P]``, as one map per prompt row: its images' patches
     one after another, each image attending only to its own (as the tower runs them), ``[rows, H, n·P, n·P]``."""
@@ -220,9 +236,11 @@ class VLMSet(AnalyzeMethod):
         """The family's own image processor (None: attnviz's resize / rescale / normalise to ``spec``)."""
         return self.family.load_image(source, spec)
 
-    def check_several_images(self, count: int) -> None:
-        """Refuse ``count`` images in one prompt in one line where the family runs one image per prompt."""
+    def several_images(self, count: int) -> str | None:
+        """Refuse ``count`` images in one prompt in one line where the family runs one image per prompt; the feed
+        that takes each image's own size where their sizes differ (None: the family runs one size only)."""
         check_several(self.family, count)
+        return SIZES if self.family.sized_images else None
 
     def describe(self) -> dict:
         d = self.decoder.describe()
@@ -258,7 +276,7 @@ class VLMSet(AnalyzeMethod):
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         known = {i.name: i for i in self.inputs}
         for k in feeds:
-            if k not in known:
+            if k not in known and not (k == SIZES and self.family.sized_images):
                 raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(known)}")
         out: dict[str, np.ndarray] = {}
         for name, i in known.items():
@@ -277,9 +295,27 @@ class VLMSet(AnalyzeMethod):
         if images != rows:
             if rows == 1 and images > 1:  # several images in one prompt, in order (where the family takes them)
                 check_several(self.family, images)
+                if SIZES in feeds:
+                    out[SIZES] = self._sizes(feeds[SIZES], out["pixel_values"])
                 return out
             raise AttnvizError("pixel_values and input_ids hold different batch sizes; give one image per row")
+        if SIZES in feeds:
+            raise AttnvizError(f"{SIZES} is for one prompt's several images; give one row of input_ids with them")
         return out
+
+    @staticmethod
+    def _sizes(sizes, pixels: np.ndarray) -> np.ndarray:
+        """``image_sizes`` checked: one (height, width) per image, each within pixel_values' padded size."""
+        a = np.asarray(sizes)
+        if a.shape != (pixels.shape[0], 2) or a.dtype.kind not in "iu":
+            raise AttnvizError(
+                f"{SIZES} of shape {tuple(a.shape)}: give one integer (height, width) per image, [{pixels.shape[0]}, 2]"
+            )
+        if (a <= 0).any() or (a[:, 0] > pixels.shape[-2]).any() or (a[:, 1] > pixels.shape[-1]).any():
+            raise AttnvizError(
+                f"{SIZES} {a.tolist()}: each image's size within pixel_values' {pixels.shape[-2]}x{pixels.shape[-1]}"
+            )
+        return a.astype(np.int64)
 
     def _separate(self, feeds: dict) -> bool:
         """One prompt's several images through a vision file that attends within one image (Qwen2-VL's): a run
@@ -305,7 +341,7 @@ class VLMSet(AnalyzeMethod):
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
         self._offset_positions(f)
         # a family that computes its positions (Qwen2-VL's M-RoPE [3, B, T] from the image's grid)
-        pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"])
+        pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"], feeds.get(SIZES))
         if pos is not None:
             for i in self.decoder.inputs:
                 if roles[i.name] == "positions":
@@ -391,7 +427,8 @@ class VLMSet(AnalyzeMethod):
         spliced here (refused in the splice's line where the counts differ), the decoder a second request.  The
         vision maps: one per site, each image's block on the diagonal (as transformers' cu_seqlens chunks)."""
         ids, pixels = feeds["input_ids"], feeds["pixel_values"]
-        runs = [self.vision.prepare(f, "dense") for f in self.family.one_image_feeds(self.vision.inputs, pixels)]
+        each = self.family.one_image_feeds(self.vision.inputs, pixels, feeds.get(SIZES))
+        runs = [self.vision.prepare(f, "dense") for f in each]
         emb = self.embed.prepare_outputs({self.embed.inputs[0].name: ids.astype(np.int64)})
         t0 = time.perf_counter()
         f = self._decoder_feeds(feeds, None)
@@ -409,13 +446,10 @@ class VLMSet(AnalyzeMethod):
         dec = self.decoder.prepare(f, mode)
         out = run_stages([dec])
         run_s = time.perf_counter() - t0
-        each = [self.vision.finish(p, v, run_s) for p, v in zip(runs, got)]
+        seen = [self.vision.finish(p, v, run_s) for p, v in zip(runs, got)]
         d = self.decoder.finish(dec, out[0], run_s)
-        vmaps = [
-            DenseMap(block_diagonal(np.concatenate([v.maps[j].array() for v in each]), [len(each)]))
-            for j in range(len(each[0].maps))
-        ]
-        return vmaps, each[0], d, f
+        vmaps = [DenseMap(block_diagonal_each([v.maps[j].array() for v in seen])) for j in range(len(seen[0].maps))]
+        return vmaps, seen[0], d, f
 
     def _prepare_inputs(self, feeds: dict, mode: str) -> tuple[list[int], PreparedRun, PreparedRun]:
         """The chain's first two stages prepared: the vision file on the rows' images (dense where a row holds

@@ -39,9 +39,9 @@ def placed_by_hand(keys: list[str], row: np.ndarray, image: int) -> np.ndarray:
 @pytest.fixture
 def two_images(tmp_path):
     paths = []
-    for k, seed in enumerate((3, 4)):
+    for k, (seed, size) in enumerate(((3, (45, 70)), (4, (60, 100)))):  # 3 x 4 and 3 x 5 image tokens
         p = tmp_path / f"{'ab'[k]}.png"
-        Image.fromarray((np.random.default_rng(seed).random((45, 70, 3)) * 255).astype(np.uint8)).save(p)
+        Image.fromarray((np.random.default_rng(seed).random((*size, 3)) * 255).astype(np.uint8)).save(p)
         paths.append(str(p))
     return paths
 
@@ -56,11 +56,11 @@ def test_each_image_of_the_prompt_shows_its_words_rows_on_screen_and_in_the_figu
     assert len(r.images) == 2
     from attnviz.core.token_counts import token_rows
 
-    # the Run sidebar counts both images' tokens (24 of the 3 × 4 grid's 12 each), and the words apart
-    n_words = len(r.key_tokens) - 24
+    # the Run sidebar counts both images' tokens (3 × 4 and 3 × 5), and the words apart
+    n_words = len(r.key_tokens) - 27
     assert token_rows(r) == [
         ("text tokens", f"{n_words} in the decoder"),
-        ("image tokens", "24 in the decoder (2 images: 3×4, 3×4)"),
+        ("image tokens", "27 in the decoder (2 images: 3×4, 3×5)"),
     ]
     w.select_view("image")
     v = w.image_regions
@@ -79,6 +79,7 @@ def test_each_image_of_the_prompt_shows_its_words_rows_on_screen_and_in_the_figu
         assert not any(x.startswith("img") for x in words)  # the other image's tokens are no word
         assert words[-3:] == ["where", "the", "cat"] and ("dog" in words) == (picture == 0)
         assert np.array_equal(v.base_image(grid), r.images[picture])  # drawn over this image
+        assert (grid.rows, grid.cols) == [(3, 4), (3, 5)][picture] and v._image_size == r.images[picture].shape[:2]
         for i, (_, row) in enumerate(v.queries):
             v.set_query(i)
             want = placed_by_hand(keys, r.maps[decoder[1]].array()[0, 2, row], picture + 1)

@@ -152,6 +152,52 @@ def test_llava_two_images_equal_transformers_eager(llava_repo, images):
     assert keys[placed[0]] == "img1[0,0]" and keys[placed[n]] == "img2[0,0]"
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_qwen2vl_two_images_of_their_own_sizes_equal_transformers(qwen2vl_repo, images, qwen, tmp_path, use_cache):
+    """Each image resized to its own size (48 x 64: 3 x 4 tokens; 48 x 80: 3 x 5), as the processor does: one
+    padded pixel_values with each image's size beside it, each image's own run of the vision file, grid,
+    expansion, labels and M-RoPE positions; maps, logits and greedy tokens equal transformers'."""
+    wide = _image(tmp_path / "wide.png", 60, 100, 5)
+    two = [images[0], wide]
+    m = open_model(qwen2vl_repo, provider="cpu")
+    prep = bd.prepare(m, AnalyzeRequest(text=QWEN, image=two))
+    assert prep.feeds["pixel_values"].shape == (2, 3, 48, 80)
+    assert prep.feeds["image_sizes"].tolist() == [[48, 64], [48, 80]]
+    assert not prep.feeds["pixel_values"][0, :, :, 64:].any()  # the first image, padded at its right
+    px, grid = _qwen_processed(two)
+    assert grid.tolist() == [[1, 6, 8], [1, 6, 10]]
+    ids = qm.tokenizer()(qm.expand(QWEN, grid))["input_ids"]
+    assert prep.prompts == [ids]
+    r = m.analyze(text=QWEN, image=two, generate=4, use_cache=use_cache)
+    seen = qm.record_vision_attention(qwen, px, grid)
+    sizes = [48, 60]  # each image's patches
+    for layer in range(2):
+        a = r.maps[layer].array()[0]
+        assert a.shape[-1] == sum(sizes)
+        for k, (at, p) in enumerate(((0, 48), (48, 60))):
+            assert np.abs(a[:, at : at + p, at : at + p] - seen[2 * layer + k][0]).max() < TOL
+    qwen.model.rope_deltas = None
+    with torch.no_grad():
+        out = qwen.generate(
+            input_ids=torch.as_tensor([ids]),
+            pixel_values=torch.as_tensor(px),
+            image_grid_thw=torch.as_tensor(grid),
+            mm_token_type_ids=qm.image_types([ids]),
+            attention_mask=torch.ones((1, len(ids)), dtype=torch.int64),
+            max_new_tokens=4,
+            do_sample=False,
+            eos_token_id=None,
+        )
+    assert r.info["generated_ids"] == out[0, len(ids) :].tolist()
+    _, decoder, _ = qm.reference(qwen, px, grid, out[:, :-1])
+    assert max(float(np.abs(got.array() - want).max()) for got, want in zip(r.maps[2:], decoder)) < TOL
+    starts = _runs(ids, qm.IMAGE_TOKEN)
+    assert [(g.rows, g.cols, g.offset) for g in r.image_grids()] == [(3, 4, starts[0]), (3, 5, starts[1])]
+    keys = r.blocks()[-1].key_axis.labels
+    assert keys[starts[1] + 5] == "img2[1,0]" and keys[starts[1] + 14] == "img2[2,4]"
+    assert [a.shape for a in r.images] == [(48, 64, 3), (48, 80, 3)]
+
+
 def test_several_images_survive_the_npz(qwen2vl_repo, images, tmp_path):
     m = open_model(qwen2vl_repo, provider="cpu")
     r = m.analyze(text=QWEN, image=list(images))
@@ -166,9 +212,12 @@ def test_mismatches_are_one_line(qwen2vl_repo, llava_repo, images, tmp_path):
     with pytest.raises(AttnvizError, match=r"holds 1 <\|image_pad\|> placeholder and 2 images were given") as e:
         q.analyze(text=one_pad, image=list(images))
     assert "once per image" in str(e.value) and "leave them all out" in str(e.value)
-    big = _image(tmp_path / "big.png", 90, 70, 5)
-    with pytest.raises(AttnvizError, match=r"different sizes \(64x48, 48x64\).*same size"):
-        q.analyze(text=QWEN, image=[images[0], big])
+    ids = np.asarray([[3, qm.IMAGE_TOKEN, 4, 3, qm.IMAGE_TOKEN, 4]], np.int64)
+    px = np.zeros((2, 3, 16, 16), np.float32)
+    with pytest.raises(AttnvizError, match=r"image_sizes of shape \(1, 2\): give one integer \(height, width\)"):
+        q.analyze(feeds={"pixel_values": px, "input_ids": ids, "image_sizes": np.asarray([[16, 16]])})
+    with pytest.raises(AttnvizError, match=r"image_sizes \[\[16, 16\], \[32, 16\]\]: each image's size within"):
+        q.analyze(feeds={"pixel_values": px, "input_ids": ids, "image_sizes": np.asarray([[16, 16], [32, 16]])})
     v = open_model(llava_repo, provider="cpu")
     with pytest.raises(AttnvizError, match="holds 1 <image> placeholder and 2 images.*once per image"):
         v.analyze(text="<image> where the cat", image=list(images))
@@ -180,6 +229,14 @@ def test_a_family_taking_one_image_is_one_line(paligemma_repo, images):
     m = open_model(paligemma_repo, provider="cpu")
     with pytest.raises(AttnvizError, match="one image per prompt for paligemma.*llava, qwen2-vl.*--image once"):
         m.analyze(text="where the cat", image=list(images))
+
+
+def test_a_model_taking_one_image_a_run_is_one_line(llava_repo, images):
+    """An image encoder alone (LLaVA's vision file opened as one file): two images are one line naming the fix."""
+    m = open_model(llava_repo / "onnx" / "vision_encoder.onnx", provider="cpu")
+    assert not isinstance(m, type(open_model(llava_repo, provider="cpu")))
+    with pytest.raises(AttnvizError, match="2 images given and .* takes one image per run; give one image"):
+        m.analyze(image=list(images))
 
 
 def test_cli_takes_image_more_than_once(qwen2vl_repo, images, tmp_path, capsys):

@@ -95,8 +95,8 @@ class LlavaTokens(ip.TextEncoder):
     def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
         return self  # one image, one grid: nothing depends on the image
 
-    def for_images(self, tiles: Tiles | None, count: int) -> ip.TextEncoder:
-        return self if count <= 1 else LlavaTokens(self.inner, self.family, count)
+    def for_images(self, tiles_each: list) -> ip.TextEncoder:
+        return self if len(tiles_each) <= 1 else LlavaTokens(self.inner, self.family, len(tiles_each))
 
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
         e = self.inner.encode(text, pair, add_special)
