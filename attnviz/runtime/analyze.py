@@ -196,9 +196,10 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         result.token_grid = grids[0]
         if any(g != grids[0] for g in grids[1:]):  # a padded batch (left padding shifts a row's image tokens)
             result.info[TOKEN_GRIDS_KEY] = [g.to_dict() if g is not None else None for g in grids]
-        if prep.images:  # one prompt's several images: each one and where its tokens lie, in order
-            result.images = prep.images
-            result.info[IMAGE_GRIDS_KEY] = [g.to_dict() for g in prep.tgt_tok.image_grids(rows[0])]
+        several = prep.tgt_tok.image_grids(rows[0]) if len(rows) == 1 else []
+        if len(several) > 1:  # one prompt's several images: where each one's tokens lie, in order (and each image)
+            result.info[IMAGE_GRIDS_KEY] = [g.to_dict() for g in several]
+            result.images = prep.images or []
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
         result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []

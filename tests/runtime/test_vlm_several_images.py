@@ -196,6 +196,14 @@ def test_qwen2vl_two_images_of_their_own_sizes_equal_transformers(qwen2vl_repo, 
     keys = r.blocks()[-1].key_axis.labels
     assert keys[starts[1] + 5] == "img2[1,0]" and keys[starts[1] + 14] == "img2[2,4]"
     assert [a.shape for a in r.images] == [(48, 64, 3), (48, 80, 3)]
+    # the same prompt as raw feeds (pixel_values, image_sizes, input_ids): the same maps, labels and grids
+    raw = m.analyze(
+        feeds={k: prep.feeds[k] for k in ("pixel_values", "image_sizes")} | {"input_ids": np.asarray([ids])}
+    )
+    plain = m.analyze(text=QWEN, image=two)
+    assert raw.blocks()[-1].key_axis.labels == plain.blocks()[-1].key_axis.labels
+    assert [(g.rows, g.cols, g.offset) for g in raw.image_grids()] == [(3, 4, starts[0]), (3, 5, starts[1])]
+    assert all(np.array_equal(x.array(), y.array()) for x, y in zip(raw.maps, plain.maps))
 
 
 def test_several_images_survive_the_npz(qwen2vl_repo, images, tmp_path):

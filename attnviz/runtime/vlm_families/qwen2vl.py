@@ -153,6 +153,8 @@ class Qwen2VL(Family):
         self.std = np.asarray(preprocessor.get("image_std", CLIP_STD) if norm else [1.0] * 3, np.float32)
         # the merged grid of the latest image (rows, columns of image tokens): its tokens' labels and place
         self.merged = (1, 1)
+        # the latest run's several images (one prompt's), each one's merged grid in order; None: one image
+        self.merged_each: list[tuple[int, int]] | None = None
 
     @property
     def factor(self) -> int:
@@ -174,7 +176,7 @@ class Qwen2VL(Family):
         shown = np.asarray(img)
         a = (shown.astype(np.float64) * self.rescale).astype(np.float32)
         px = ((a - self.mean) / self.std).transpose(2, 0, 1)[None].astype(np.float32)
-        self.merged = (h // self.factor, w // self.factor)
+        self.merged, self.merged_each = (h // self.factor, w // self.factor), None
         info = (
             f"Qwen2-VL processor: {h}x{w} ({h // self.patch}x{w // self.patch} patches, "
             f"{self.merged[0]}x{self.merged[1]} image tokens), mean {'/'.join(f'{v:.3g}' for v in self.mean)}, "
@@ -199,11 +201,20 @@ class Qwen2VL(Family):
             )
         self.grid_thw(pixels)  # sides the processor makes (multiples of patch × merge)
         flat, thw = patchify(pixels[0], self.patch, self.merge, self.temporal)
-        self.merged = (int(thw[0, 1]) // self.merge, int(thw[0, 2]) // self.merge)
+        self.merged, self.merged_each = (int(thw[0, 1]) // self.merge, int(thw[0, 2]) // self.merge), None
         feeds = {vision_inputs[0].name: flat}
         for i in vision_inputs[1:]:  # image_grid_thw
             feeds[i.name] = thw.astype(np.dtype(i.dtype))
         return feeds
+
+    def one_image_feeds(
+        self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray, sizes: np.ndarray | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        each = super().one_image_feeds(vision_inputs, pixels, sizes)
+        # the tokens' labels of a prompt given as raw feeds follow each image's grid (as the latest image's for one)
+        hw = sizes if sizes is not None else [pixels.shape[-2:]] * pixels.shape[0]
+        self.merged_each = [(int(h) // self.factor, int(w) // self.factor) for h, w in hw]
+        return each
 
     def vision_batch(self, vision_inputs: list[ip.IOInfo]) -> str | None:
         """image_grid_thw counts the images (the flattened patches' first axis is their count)."""
@@ -235,7 +246,7 @@ class Qwen2VL(Family):
         return QwenTokens(inner, self)
 
     def probe_ids(self) -> list[int]:
-        self.merged = (1, 1)  # probe_pixels: one merge window, one image token
+        self.merged, self.merged_each = (1, 1), None  # probe_pixels: one merge window, one image token
         end = self.config.get("vision_end_token_id")
         return [self.token, end if isinstance(end, int) and end != self.token else 0]
 
@@ -292,8 +303,8 @@ class QwenTokens(ip.TextEncoder):
         return QwenTokens(self.inner, self.family, each[0], each)
 
     def _grids(self) -> list[tuple[int, int]]:
-        """Each image's merged grid, in order (one image: the one grid)."""
-        return self.each or [self.merged or self.family.merged]
+        """Each image's merged grid, in order (one image: the one grid; raw feeds: the latest run's images')."""
+        return self.each or (None if self.merged else self.family.merged_each) or [self.merged or self.family.merged]
 
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
         if PAD not in text:  # the chat template's place for the images: before the text, one after the other
@@ -339,7 +350,7 @@ class QwenTokens(ip.TextEncoder):
         return self._labels(ids)
 
     def image_grid(self, ids) -> PatchGrid | None:
-        rows, cols = self.merged or self.family.merged
+        rows, cols = self._grids()[0]
         placed = [k for k, i in enumerate(ids) if int(i) == self.family.token]
         if len(placed) < rows * cols:
             return None
