@@ -798,6 +798,10 @@ class AttentionModel(engine.AnalyzeMethod):
     def load_image(self, source, spec):
         return None  # a file's image goes through attnviz's own resize / rescale / normalise
 
+    def several_images(self, count: int) -> str | None:
+        ip.one_image_per_run(self.path.name, count)
+        return None
+
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""
         sess, _ = self._session("dense")
