@@ -161,6 +161,9 @@ class _Host:
         self.feed_area = _FeedArea(self.outdir)
         # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
+        # the child's answer to "are the slots page-locked" (runtime/pinning.py), asked again only after a reply
+        # that made slots or a session created (the only times it can change): no round trip on a repeated run
+        self.pin_state: str | None = None
 
     def _readable(self) -> bool:
         """Wait up to POLL_S for the child's reply (or its end).  One poll object per host, made once:
@@ -288,6 +291,8 @@ class _Host:
         """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
         replies are applied in the order the child sent them)."""
         items, created, deleted = reply
+        if created:
+            self.pin_state = None
         for i in deleted:
             mm = self.maps.pop(i, None)
             if mm is not None:
@@ -622,6 +627,7 @@ class RemoteSession:
                     f"{self.label}: onnxruntime cannot load this model: {ort_message(e)}; re-export it (or update onnxruntime)"
                 ) from None
             self._host = host
+            host.pin_state = None  # a CUDA session starts the child's page-locking
             return desc
         raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
 
@@ -662,6 +668,15 @@ class RemoteSession:
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
+
+    def pinned(self) -> str:
+        """Whether the child's slots, which this session's outputs are bound into, are page-locked: ``"yes"`` or
+        ``"no (why)"`` (runtime/pinning.py)."""
+        host = self._attach()
+        state = host.pin_state
+        if state is None:
+            state = host.pin_state = str(host.call("pinned", what="reading the page-locking state"))
+        return state
 
     def _attach(self) -> _Host:
         """The child this session lives in, created there first if that child is not the current one."""
@@ -798,6 +813,10 @@ class GuardedSession:
     def run(self, names, feeds, run_options=None) -> list:
         self.memory.check(feeds, None if names is None else list(names))
         return self._sess.run(names, feeds, run_options)
+
+    def pinned(self) -> str:
+        """In-process outputs land in buffers onnxruntime allocates per run: none is page-locked."""
+        return "no (in-process: outputs go into onnxruntime's own buffers)"
 
     def run_bound(self, names, feeds) -> list:
         """Like :meth:`RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
