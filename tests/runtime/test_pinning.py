@@ -46,20 +46,20 @@ class FakeCudart:
         self.unregistered: list[int] = []
         self.unmapped_at_unregister: list[int] = []
 
-    def cudaHostRegister(self, ptr, size, flags):  # noqa: N802 - the C name
+    def cudaHostRegister(self, ptr, size, flags):
         self.calls += 1
         if self.calls == self.fail_at:
             return 2
         self.registered.append((ptr.value, int(size), int(flags)))
         return 0
 
-    def cudaHostUnregister(self, ptr):  # noqa: N802
+    def cudaHostUnregister(self, ptr):
         if not _mapped(ptr.value):
             self.unmapped_at_unregister.append(ptr.value)
         self.unregistered.append(ptr.value)
         return 0
 
-    def cudaGetErrorName(self, err):  # noqa: N802
+    def cudaGetErrorName(self, err):
         return {2: b"cudaErrorMemoryAllocation"}.get(err, b"cudaErrorUnknown")
 
     def live(self) -> set[int]:
