@@ -58,6 +58,7 @@ from attnviz.runtime.worker import _slot_size, serve_orphanless
 
 if TYPE_CHECKING:
     from attnviz.runtime.memory import MemoryPlan
+    from attnviz.runtime.pinned_outputs import PinnedOutputs
 
 __all__ = [
     "INLINE_BYTES",
@@ -806,6 +807,12 @@ class GuardedSession:
         self._sess = sess
         self.memory = memory
         self.unguarded = sess  # for a loop that checked its first step's shapes itself (model.run_loop)
+        # on CUDA: its large outputs go into page-locked buffers (runtime/pinned_outputs.py); never looked at on CPU
+        self.outputs: PinnedOutputs | None = None
+        if sess.get_providers()[:1] == ["CUDAExecutionProvider"]:
+            from attnviz.runtime.pinned_outputs import PinnedOutputs, shared_buffers
+
+            self.outputs = PinnedOutputs(shared_buffers())
 
     def __getattr__(self, name: str):
         return getattr(self._sess, name)
@@ -815,12 +822,14 @@ class GuardedSession:
         return self._sess.run(names, feeds, run_options)
 
     def pinned(self) -> str:
-        """In-process outputs land in buffers onnxruntime allocates per run: none is page-locked."""
-        return "no (in-process: outputs go into onnxruntime's own buffers)"
+        """Whether this session's large outputs go into page-locked buffers: ``"yes"`` or ``"no (why)"``."""
+        return self.outputs.buffers.pinner.state if self.outputs is not None else "no (not a CUDA session)"
 
     def run_bound(self, names, feeds) -> list:
         """Like :meth:`RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
         self.memory.check(feeds, list(names))
+        if self.outputs is not None:
+            return self.outputs.run(self._sess, list(names), feeds)
         io = self._sess.io_binding()
         for k, v in feeds.items():
             io.bind_cpu_input(k, np.ascontiguousarray(v))

@@ -297,3 +297,82 @@ def test_find_cudart_reads_the_loaded_libraries(tmp_path):
         with pytest.raises(OSError):
             pinning.open_cudart("libcudart.so.12")
         assert pinning.find_cudart() is None
+
+
+# -- in-process sessions (ATTNVIZ_INPROCESS=1): runtime/pinned_outputs.py ------------------------------------
+
+
+def test_no_cpu_session_starts_pinning_isolated_or_in_process(tmp_path, monkeypatch):
+    starts = []
+    monkeypatch.setattr(pinning.Pinner, "start", lambda self: starts.append(self))
+    path = str(_double_model(tmp_path / "double.onnx"))
+    x = np.random.default_rng(6).standard_normal((900, 300)).astype(np.float32)
+    for inprocess in (True, False):
+        if inprocess:
+            monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
+        else:
+            monkeypatch.delenv("ATTNVIZ_INPROCESS", raising=False)
+        sess = host.make_session(path, "cpu")[0]
+        for _ in range(3):
+            np.testing.assert_array_equal(sess.run_bound(["y"], {"x": x})[0], 2 * x)
+        assert sess.pinned() == "no (not a CUDA session)"
+    assert starts == []
+    host.shutdown()  # the isolated child checked its own (its pinner never started: "not a CUDA session")
+
+
+def _local(lib: FakeCudart, tmp_path):
+    import onnxruntime as ort
+
+    from attnviz.runtime.pinned_outputs import Buffers, PinnedOutputs
+
+    pinner = Lookups(lib).pinner()
+    pinner.start()
+    sess = ort.InferenceSession(str(_double_model(tmp_path / "double.onnx")), providers=["CPUExecutionProvider"])
+    return PinnedOutputs(Buffers(pinner)), sess
+
+
+def test_in_process_outputs_reuse_a_registered_buffer_only_once_no_view_of_it_is_left(tmp_path):
+    from attnviz.runtime.pinned_outputs import KEEP_RUNS
+
+    lib = FakeCudart()
+    out, sess = _local(lib, tmp_path)
+    rng = np.random.default_rng(7)
+
+    def run(rows=900):
+        x = rng.standard_normal((rows, 300)).astype(np.float32)
+        (y,) = out.run(sess, ["y"], {"x": x})
+        np.testing.assert_array_equal(y, 2 * x)
+        return y, x
+
+    run()  # learns the shape: onnxruntime's own buffer
+    assert lib.registered == []
+    y1, x1 = run()  # bound into a registered buffer
+    assert len(lib.registered) == 1 and lib.registered[0][0] <= y1.ctypes.data < sum(lib.registered[0][:2])
+    held = y1[10:20]  # a view of it is kept: the buffer must not be written again
+    del y1
+    y2, _ = run()
+    assert len(lib.registered) == 2
+    np.testing.assert_array_equal(held, 2 * x1[10:20])
+    del held, y2
+    for _ in range(3):
+        y, _ = run()
+        del y
+    assert len(lib.registered) == 2  # both free again: reused, nothing registered per run
+    for _ in range(KEEP_RUNS + 1):  # another shape: the 900-row buffers age out
+        y, _ = run(2000)
+        del y
+    assert len(out.buffers.bufs) < 4 and lib.unmapped_at_unregister == []
+    assert lib.live() == {b.addr for b in out.buffers.bufs}
+    out.buffers.close()
+    assert lib.live() == set()
+
+
+def test_in_process_refused_registration_runs_as_before_and_says_why(tmp_path):
+    lib = FakeCudart(fail_at=1)
+    out, sess = _local(lib, tmp_path)
+    rng = np.random.default_rng(8)
+    for _ in range(4):
+        x = rng.standard_normal((900, 300)).astype(np.float32)
+        np.testing.assert_array_equal(out.run(sess, ["y"], {"x": x})[0], 2 * x)
+    assert out.buffers.pinner.state.startswith("no (cudaHostRegister of ")
+    assert lib.calls == 1 and lib.live() == set() and out.buffers.bufs == []
