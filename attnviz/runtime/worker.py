@@ -67,7 +67,7 @@ from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare p
     read_message,
     write_message,
 )
-from attnviz.runtime.steps import Loop, advance  # noqa: E402
+from attnviz.runtime.steps import Loop, advance, step_run  # noqa: E402
 
 # a free slot unused for this many runs is deleted.  A result held while the next run fills new slots frees its
 # slots one run later, and a generation is three requests (the encoder, the decoder on the prompt, the loop's
@@ -430,6 +430,7 @@ class Server:
         borrowed: dict[str, np.ndarray] = {}
         if start is not None:
             plan, feeds, length, embed_sid = start
+            self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
             self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed)
         ids, finished, names, items, finite = self._chunk(sid, token, n, eos, budget, borrowed)
         return ids, finished, names, items, finite, *self.pool.changes()
@@ -449,6 +450,7 @@ class Server:
         self.pool.release(released)
         self.pool.run += 1
         plan, feeds, length, first, held, embed_sid = start
+        self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
         t0 = time.perf_counter()
         outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
         try:
@@ -507,7 +509,7 @@ class Server:
         if loop is None:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
         try:
-            chunk = advance(loop, token, n, eos, loop_run(self.sessions[sid][0]), budget)
+            chunk = advance(loop, token, n, eos, step_run(self.sessions[sid][0], loop.plan), budget)
         except BaseException:
             self.loops.pop(sid, None)
             raise
