@@ -48,7 +48,8 @@ def test_onnxruntimes_symbolic_inference_misreads_a_batched_gathernd():
             d.dim_value = n
     inferred = memory._ssi().SymbolicShapeInference.infer_shapes(fixed, auto_merge=True)
     out = next(v for v in [*inferred.graph.output, *inferred.graph.value_info] if v.name == "y")
-    assert tuple(d.dim_value for d in out.type.tensor_type.shape.dim) != y.shape
+    sized = tuple(d.dim_value for d in out.type.tensor_type.shape.dim)
+    assert sized != y.shape, "onnxruntime's symbolic inference sizes a batched GatherND now: drop the guard"
     assert not memory._followable(m.graph)
 
 
