@@ -601,7 +601,7 @@ def main():
                 f"{cpu_base / least_cpu[(engine, w, t)]:.2f}× |",
                 flush=True,
             )
-        # the plain loop includes its pool's start-up (spawn, imports, sessions: ~0.8 s on this 2-core box) while
+        # the plain loop includes its pool's start-up (spawn, imports, sessions: ~0.3 s of 3.7 at 1k items here) while
         # run.json's starts with attnviz's workers already spawned: a fixed share that flatters small corpora
         ready = base["ready_items_per_s"]
         loops = ", ".join(f"{e} {r['items_per_s'] / ready:.2f}×" for (e, _, _), r in best.items() if e != "plain")
