@@ -597,6 +597,8 @@ class AttentionModel(engine.AnalyzeMethod):
             "model": self.name,
             "model_path": str(self.path),
         }
+        if info["provider"] == "CUDAExecutionProvider" and hasattr(sess, "pinned"):
+            info["pinned"] = sess.pinned()  # the outputs' host buffers page-locked or why not (runtime/pinning.py)
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
         if fidelity:
