@@ -5,7 +5,6 @@ A :class:`BatchSpec` is small and picklable (token ids, not arrays of maps): the
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,26 +135,50 @@ def encode_items(model, items: list[Item], kind: str | None = None) -> Encoded:
         raise AttnvizError(
             f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
         )
-    lengths = np.zeros(len(items) + 1, np.int64)
-    ids, types, special = array("i"), array("b"), array("b")  # grow flat, never as lists of lists
-    for n, it in enumerate(items, 1):
-        # decoders see raw text (as in `attnviz open`); encoders get their [CLS]/[SEP] and the optional pair
-        try:
-            enc = tok.encode_ids(it.text, None, add_special=False) if decoder else tok.encode_ids(it.text, it.pair)
-            check_positions(model, len(enc.ids), fix=SHORTEN + " (or drop the item)")
-        except AttnvizError as e:
-            raise item_error(it, e) from None
-        if not enc.ids:  # an item with no tokens still counts; one pad-id token keeps shapes valid
-            ids.append(0)
-            types.append(0)
-            special.append(1)
-            lengths[n] = 1
-            continue
-        ids.extend(enc.ids)
-        types.extend(enc.type_ids or [0] * len(enc.ids))
-        special.extend(enc.special)
-        lengths[n] = len(enc.ids)
-    return Encoded(np.cumsum(lengths), np.array(ids, np.int32), np.array(types, np.int8), np.array(special, bool))
+    parts = [
+        _encode_chunk(model, tok, decoder, items[s : s + ENCODE_CHUNK]) for s in range(0, len(items), ENCODE_CHUNK)
+    ]
+    ids, special, types, counts = (
+        np.concatenate([p[k] for p in parts]).astype(dt, copy=False) if parts else np.zeros(0, dt)
+        for k, dt in enumerate((np.int32, bool, np.int8, np.int64))
+    )
+    offsets = np.zeros(len(items) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Encoded(offsets, ids, types, special)
+
+
+ENCODE_CHUNK = 4096  # items a tokenizer call encodes at once: its per-item objects stay small beside the flat arrays
+
+
+def _encode_chunk(model, tok, decoder: bool, items: list[Item]):
+    """``(ids, special, type_ids, counts)`` of ``items``: one batched call (decoders see raw text, as in `attnviz
+    open`; encoders get their [CLS]/[SEP] and the optional pair).  An item with no tokens still counts: one pad-id
+    token keeps shapes valid.  Where anything fails, one by one, so that the error names the item."""
+    texts = [it.text for it in items]
+    pairs = None if decoder else [it.pair for it in items]
+    try:
+        ids, special, types, counts = tok.encode_many(texts, pairs, add_special=not decoder)
+        for n in counts:
+            check_positions(model, int(n), fix=SHORTEN + " (or drop the item)")
+    except AttnvizError:
+        encs = []
+        for it in items:  # one item at a time, as before: the error names the item
+            try:
+                enc = tok.encode_ids(it.text, None, add_special=False) if decoder else tok.encode_ids(it.text, it.pair)
+                check_positions(model, len(enc.ids), fix=SHORTEN + " (or drop the item)")
+            except AttnvizError as e:
+                raise item_error(it, e) from None
+            encs.append(enc)
+        counts = np.array([len(e.ids) for e in encs], np.int64)
+        ids = np.fromiter((v for e in encs for v in e.ids), np.int32)
+        special = np.fromiter((v for e in encs for v in e.special), bool)
+        types = np.fromiter((v for e in encs for v in (e.type_ids or [0] * len(e.ids))), np.int8)
+    empty = counts == 0
+    if empty.any():
+        at = np.cumsum(counts)[empty]  # where each empty item's one token goes (before the next item's)
+        ids, special, types = np.insert(ids, at, 0), np.insert(special, at, True), np.insert(types, at, 0)
+        counts = np.where(empty, 1, counts)
+    return ids, special, types, counts
 
 
 MAP_BUDGET_BYTES = 256 * 2**20  # all of one batch's maps at once; long items get smaller batches

@@ -84,6 +84,17 @@ class TextEncoder:
         left empty, as a tokenizer that builds its labels one by one does."""
         return self.encode(text, pair, add_special)
 
+    def encode_many(self, texts: list[str], pairs: list[str | None] | None = None, add_special: bool = True):
+        """:meth:`encode_ids` of each text (a corpus's items, in order): ``(ids, special, type_ids)`` flat numpy
+        arrays and each text's token count.  A tokenizer that can encodes them in one call; this default goes
+        one by one."""
+        pairs = pairs or [None] * len(texts)
+        encs = [self.encode_ids(t, p, add_special) for t, p in zip(texts, pairs)]
+        ids = np.fromiter((v for e in encs for v in e.ids), np.int32)
+        special = np.fromiter((v for e in encs for v in e.special), bool)
+        types = np.fromiter((v for e in encs for v in (e.type_ids or [0] * len(e.ids))), np.int8)
+        return ids, special, types, np.array([len(e.ids) for e in encs], np.int64)
+
     def label(self, i: int) -> str:  # pragma: no cover
         raise NotImplementedError
 
@@ -197,6 +208,32 @@ class HFTokenizer(TextEncoder):
         _check_tokens(len(enc.ids))
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
         return enc, Encoded(list(enc.ids), [], [bool(x) for x in sm], list(enc.type_ids))
+
+    def encode_many(self, texts, pairs=None, add_special=True):
+        """One ``encode_batch`` (tokenizers' Rust threads, as a user's own batched script tokenises), read into flat
+        arrays without a Python int per token.  Any failure goes one by one instead, so that the error names the
+        text it came from."""
+        if pairs is not None and any(p is not None for p in pairs):
+            if any(p is None for p in pairs):  # a mix of single texts and pairs: one by one
+                return super().encode_many(texts, pairs, add_special)
+            inputs: list = list(zip(texts, pairs))
+        else:
+            inputs = list(texts)
+        try:
+            with _rust_guard():
+                encs = self.tok.encode_batch(inputs, add_special_tokens=add_special)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            return super().encode_many(texts, pairs, add_special)
+        counts = np.array([len(e.ids) for e in encs], np.int64)
+        for n in counts:
+            _check_tokens(int(n))
+        n = int(counts.sum())
+        ids = np.fromiter((v for e in encs for v in e.ids), np.int32, n)
+        special = np.fromiter((v for e in encs for v in e.special_tokens_mask), bool, n)
+        types = np.fromiter((v for e in encs for v in e.type_ids), np.int8, n)
+        return ids, special, types, counts
 
     def label(self, i):
         t = self.tok.id_to_token(int(i))
