@@ -1,0 +1,151 @@
+"""A site's attention as an array or recomputed per head: the probabilities normalised to ``[B, H, Tq, Tk]``,
+one site kept as Q and Kᵀ with its graph's epilogue (on-demand memory mode), onnxruntime's packed Attention
+recomputed from its inputs.  numpy only, besides the epilogue session a :class:`RecomputeMap` is handed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz import AttnvizError
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x.astype(np.float32)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(x - m)
+    s = e.sum(axis=axis, keepdims=True)
+    out = np.divide(e, s, out=np.zeros_like(e), where=s > 0)  # a row masked everywhere: zeros
+    # a NaN score (a NaN scale) makes its row NaN, not zeros, so analyze.refuse_non_finite sees it
+    return np.where(np.isnan(s), np.float32(np.nan), out) if np.isnan(s).any() else out
+
+
+def to_bhqk(a: np.ndarray, batch: int) -> np.ndarray:
+    """Normalise a probability tensor to ``[B, H, Tq, Tk]`` float32."""
+    a = np.asarray(a)
+    if a.ndim == 4:
+        out = a
+    elif a.ndim == 3:
+        out = a.reshape(batch, a.shape[0] // batch, *a.shape[1:]) if a.shape[0] % batch == 0 else a[None]
+    elif a.ndim == 2:
+        out = a[None, None]
+    elif a.ndim == 5:  # grouped heads [B, Hkv, G, Tq, Tk]
+        out = a.reshape(a.shape[0], a.shape[1] * a.shape[2], *a.shape[3:])
+    else:
+        raise AttnvizError(f"attention tensor has unexpected rank {a.ndim} (shape {a.shape})")
+    if out.shape[0] != batch and out.shape[0] == 1:
+        out = np.broadcast_to(out, (batch, *out.shape[1:]))
+    if out.dtype == np.float32 and out.flags.c_contiguous:
+        return out  # the very array (numpy may hand back a view of an unpickled one): its NaN/Inf note holds
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class RecomputeMap:
+    """One site kept as Q and Kᵀ; a head's probabilities are recomputed through the graph's own epilogue."""
+
+    def __init__(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        side: dict[str, np.ndarray],
+        epi_session,
+        qk_name: str,
+        batch: int,
+        matmul_attrs: dict,
+    ):
+        q = np.asarray(q)
+        k = np.asarray(k)
+        if q.ndim == 3:
+            q = q.reshape(batch, -1, *q.shape[1:])
+        if k.ndim == 3:
+            k = k.reshape(batch, -1, *k.shape[1:])
+        if matmul_attrs.get("transA"):
+            q = np.swapaxes(q, -1, -2)
+        if matmul_attrs.get("transB"):
+            k = np.swapaxes(k, -1, -2)
+        self.q, self.k = q, k
+        self.alpha = float(matmul_attrs.get("alpha", 1.0))
+        # side inputs (masks, biases) broadcast right-aligned against [B, H, Tq, Tk]: make them 4-D to slice
+        self.side = {n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v for n, v in side.items()}
+        self.sess = epi_session
+        self.qk_name = qk_name
+        self.batch = batch
+        heads = max(q.shape[1], k.shape[1])
+        self.shape = (batch, int(heads), int(q.shape[-2]), int(k.shape[-1]))
+        self.out_name = epi_session.get_outputs()[0].name
+
+    CHUNK_ELEMS = 1 << 22  # rows per epilogue call so that one chunk of scores is ~16 MB
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        qh = self.q[b if self.q.shape[0] > 1 else 0, h if self.q.shape[1] > 1 else 0]
+        kh = self.k[b if self.k.shape[0] > 1 else 0, h * self.k.shape[1] // self.shape[1]]
+        tq, tk = self.shape[2], self.shape[3]
+        side = {}
+        for name, v in self.side.items():
+            if v.ndim == 4:
+                v = v[b : b + 1] if v.shape[0] == self.batch and self.batch > 1 else v[:1]
+                v = v[:, h : h + 1] if v.shape[1] == self.shape[1] and self.shape[1] > 1 else v[:, :1]
+            side[name] = v
+        out = np.empty((tq, tk), np.float32)
+        step = max(1, self.CHUNK_ELEMS // max(tk, 1))
+        # softmax is per row: the epilogue runs on row blocks, so a head never needs more than ~3 chunks at once
+        for r0 in range(0, tq, step):
+            r1 = min(tq, r0 + step)
+            scores = qh[r0:r1] @ kh
+            if self.alpha != 1.0:
+                scores *= self.alpha
+            feeds = {self.qk_name: scores[None, None].astype(self.q.dtype, copy=False)}
+            for name, v in side.items():
+                feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
+            out[r0:r1] = np.asarray(self.sess.run([self.out_name], feeds)[0], np.float32).reshape(r1 - r0, tk)
+        return out
+
+    def array(self) -> np.ndarray:
+        return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.k.nbytes
+
+
+class PackedMap:
+    """onnxruntime's packed com.microsoft.Attention: probabilities recomputed from X and the QKV weights."""
+
+    def __init__(
+        self, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, heads: int, mask: np.ndarray | None, extra: dict
+    ):
+        b, t, _ = x.shape
+        sizes = extra.get("qkv_hidden_sizes") or [w.shape[1] // 3] * 3
+        qw, kw = w[:, : sizes[0]], w[:, sizes[0] : sizes[0] + sizes[1]]
+        q = x @ qw
+        k = x @ kw
+        if bias is not None:
+            q = q + bias[: sizes[0]]
+            k = k + bias[sizes[0] : sizes[0] + sizes[1]]
+        d = sizes[0] // heads
+        self.q = q.reshape(b, t, heads, d).transpose(0, 2, 1, 3)  # (B, H, T, d)
+        self.k = k.reshape(b, t, heads, sizes[1] // heads).transpose(0, 2, 1, 3)
+        self.scale = extra.get("scale") or 1.0 / np.sqrt(d)
+        fill = extra.get("mask_filter_value", -10000.0)
+        bias_add = np.zeros((b, 1, t, t), np.float32)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.ndim == 2:  # [B, T] 1 = keep
+                bias_add += ((1 - mask.astype(np.float32)) * fill)[:, None, None, :]
+            elif mask.ndim == 1:  # [B] right-padded lengths (or [2B] end/start)
+                lens = mask[:b]
+                keep = np.arange(t)[None, :] < lens[:, None]
+                bias_add += np.where(keep, 0.0, fill)[:, None, None, :]
+            elif mask.ndim == 3:
+                bias_add += ((1 - mask.astype(np.float32)) * fill)[:, None]
+        if extra.get("unidirectional"):
+            bias_add = bias_add + np.triu(np.full((t, t), fill, np.float32), 1)[None, None]
+        self.bias = bias_add
+        self.shape = (b, heads, t, t)
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        s = (self.q[b, h] @ self.k[b, h].T) * self.scale + self.bias[b, 0]
+        return softmax(s)
+
+    def array(self) -> np.ndarray:
+        return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
