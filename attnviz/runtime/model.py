@@ -17,8 +17,8 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core import windows as win
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
-from attnviz.core.words import with_article
 from attnviz.runtime import analyze as engine
+from attnviz.runtime import feedcheck as fc
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
@@ -331,52 +331,14 @@ class AttentionModel(engine.AnalyzeMethod):
     def check_feeds(self, feeds: dict[str, np.ndarray], made: Collection[str] = ()) -> dict[str, np.ndarray]:
         """The feeds checked (and cast where the input's dtype differs); ``made``: inputs a chain makes where
         the session runs (:mod:`attnviz.runtime.chain`), checked there, left out here."""
-        plan = self._feed_plan()
-        for k in feeds:
-            if k not in plan:
-                raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(sorted(plan))}")
-        out = {}
-        for name, (i, fixed, cast_to, vocab) in plan.items():
-            if name in made:
-                continue
-            if name not in feeds:
-                raise AttnvizError(f"missing input {name!r} ({i.describe()}); add it to the feeds")
-            a = np.asarray(feeds[name])
-            if a.dtype.kind not in "biuf":
-                raise AttnvizError(
-                    f"input {name!r} is {with_article(str(a.dtype))} array; feeds must be numeric ({i.describe()})"
-                )
-            if a.ndim != i.rank:
-                raise AttnvizError(f"input {name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
-            for ax, want in fixed:
-                if want != a.shape[ax]:
-                    raise AttnvizError(
-                        f"input {name!r} expects size {want} on axis {ax} ({i.describe()}), got shape {tuple(a.shape)}"
-                    )
-            if cast_to is not None and a.dtype != cast_to:
-                a = _cast_feed(name, i, a, cast_to)
-            _check_values(name, a, vocab)
-            out[name] = a
-        return out
+        return fc.check_feeds(self._feed_plan(), feeds, made)
 
     def _feed_plan(self) -> dict[str, tuple]:
         """Per input, what :meth:`check_feeds` checks, worked out once: the IOInfo, its fixed axes, the dtype
         feeds are cast to, and the vocabulary size of every embedding table it indexes (token ids beyond it
         crash inside onnxruntime).  A run's checks then cost a few microseconds, not a graph lookup each."""
         if self._plan is None:
-            plan = {}
-            for i in self.inputs:
-                fixed = [(ax, want) for ax, want in enumerate(i.shape) if isinstance(want, int) and want > 0]
-                cast_to = np.dtype(i.dtype) if i.dtype in _CASTABLE else None
-                vocab = []
-                for ci, j in self.graph.consumers.get(i.name, []):
-                    n = self.graph.nodes[ci]
-                    if n.op_type == "Gather" and j == 1:
-                        table = self.graph.initializers.get(n.input[0])
-                        if table is not None and table.dims:
-                            vocab.append(int(table.dims[0]))
-                plan[i.name] = (i, fixed, cast_to, min(vocab) if vocab else None)
-            self._plan = plan
+            self._plan = fc.feed_plan(self.inputs, self.graph)
         return self._plan
 
     # -- running ---------------------------------------------------------------------
@@ -866,38 +828,6 @@ def _renumber(sites: list[gr.Site]) -> None:
         key = (s.stack, s.kind)
         s.layer = count.get(key, 0)
         count[key] = s.layer + 1
-
-
-_CASTABLE = ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
-
-
-def _cast_feed(name: str, i: IOInfo, a: np.ndarray, cast_to: np.dtype) -> np.ndarray:
-    """A feed cast to the input's dtype, refused where the cast would change its values."""
-    if cast_to.kind in "iu" and a.dtype.kind == "f":
-        if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-            raise AttnvizError(f"input {name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
-    if cast_to.kind == "f" and a.dtype.kind not in "fiub":
-        raise AttnvizError(f"input {name!r} expects {i.dtype}, got {a.dtype}")
-    if cast_to.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
-        lo, hi = np.iinfo(cast_to).min, np.iinfo(cast_to).max
-        if int(a.min()) < lo or int(a.max()) > hi:
-            raise AttnvizError(f"input {name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds")
-    return a.astype(cast_to)
-
-
-def _check_values(name: str, a: np.ndarray, vocab: int | None) -> None:
-    """NaN never is a legal feed (±inf is, as an additive mask); token ids must index the embedding table."""
-    if a.dtype.kind == "f" and np.isnan(a).any():
-        raise AttnvizError(f"input {name!r} contains NaN values; every map would be NaN — fix the inputs")
-    if vocab is None or a.dtype.kind not in "iu" or a.size == 0:
-        return
-    hi, lo = int(a.max()), int(a.min())
-    if hi >= vocab or lo < 0:  # a negative id is no token: Gather would wrap it to the end of the vocabulary
-        bad = a[(a >= vocab) | (a < 0)]
-        raise AttnvizError(
-            f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} "
-            f"entries, ids 0 to {vocab - 1}"
-        )
 
 
 @dataclasses.dataclass
