@@ -15,9 +15,9 @@ import onnx
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core import windows as win
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.runtime import analyze as engine
+from attnviz.runtime import assemble as asm
 from attnviz.runtime import feedcheck as fc
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
@@ -32,7 +32,7 @@ from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import sidecar_json
-from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk
+from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401 (re-exported: imported from here)
 from attnviz.runtime.steps import CHUNK_S, Chunk, Loop, StepPlan, advance, loop_device, step_run
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
@@ -400,12 +400,14 @@ class AttentionModel(engine.AnalyzeMethod):
             else 1
         )
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
-        maps = self._place_windows(kept, maps, feeds) if self.maps_per_image else maps
+        if self.maps_per_image:
+            image = next((i.name for i in self.inputs if self.roles[i.name] == "image" and i.name in feeds), None)
+            maps = asm.place_windows(self.path.name, self.meta, image, kept, maps, feeds)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         if not self._stack_confirmed:
             self._confirm_stack(sites, maps, kept)
             sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]  # the stacks it may have relabelled
-        sites = [_with_stage(i, m) for i, m in zip(sites, maps)]
+        sites = [asm.with_stage(i, m) for i, m in zip(sites, maps)]
         for site, m in zip(kept, maps):
             site.heads = site.heads or int(m.shape[1])  # a real run counts heads as well as a probe would
         fidelity = self.fidelity + fid.map_notes(sites, maps, self.attention_config)
@@ -430,49 +432,6 @@ class AttentionModel(engine.AnalyzeMethod):
             info["map_dtype"] = "float16"
         return AttentionResult(maps=maps, sites=sites, outputs={n: got[n] for n in own}, info=info)
 
-    def _place_windows(self, kept: list[gr.Site], maps: list, feeds: dict[str, np.ndarray]) -> list:
-        """Windowed attention (Swin: ``[B·windows, H, N, N]``, each window's patches attending among themselves)
-        would pass for a batch of B·windows inputs with N tokens each: a map right number by number but shown on
-        the wrong axes.  With a window layout (``attnviz.windows`` metadata, or a Swin export folder's
-        config.json) every site becomes a :class:`~attnviz.core.windows.WindowedMap` over its stage's patch grid,
-        once each map has exactly the shape the layout predicts for the size the image was fed; a windowed model
-        without a layout, or one that disagrees with it, is refused in one line."""
-        image = next((i.name for i in self.inputs if self.roles[i.name] == "image" and i.name in feeds), None)
-        if image is None:
-            return maps
-        batch = feeds[image].shape[0]
-        windowed = next(
-            ((s, m) for s, m in zip(kept, maps) if m.shape[0] != batch and batch and m.shape[0] % batch == 0), None
-        )
-        layout = win.WindowLayout.from_meta(md.section(self.meta, "windows"))
-        if layout is None:
-            if windowed is None:
-                return maps
-            s, m = windowed
-            raise AttnvizError(
-                f"{self.path.name}: site {s.node_name!r} attends within windows ({m.shape[0] // batch} windows of "
-                f"{m.shape[-1]} patches per image, as Swin does) and no window layout is known to place them on "
-                "the image; open the model from its export folder (config.json with model_type swin) or declare "
-                "attnviz.windows metadata"
-            )
-        hw = feeds[image].shape[-2:]
-        plan = layout.sites((int(hw[0]), int(hw[1])))
-        if len(plan) != len(maps):
-            raise AttnvizError(
-                f"{self.path.name}: its window layout has {len(plan)} blocks (depths {list(layout.depths)}) but "
-                f"the graph has {len(maps)} attention sites; the layout does not describe this model"
-            )
-        placed = []
-        for s, m, sw in zip(kept, maps, plan):
-            why = win.layout_problem(sw, m.shape, batch)
-            if why:
-                raise AttnvizError(
-                    f"{self.path.name}: site {s.node_name!r} does not match its window layout at "
-                    f"{hw[0]}x{hw[1]} pixels: {why}"
-                )
-            placed.append(win.WindowedMap(m.array(), batch, sw))
-        return placed
-
     def _fetch_list(self, mode: str, exposed) -> list[str]:
         """The outputs a run of ``mode``'s session fetches: the model's own, then each site's exposed tensors
         (worked out once per session)."""
@@ -488,76 +447,17 @@ class AttentionModel(engine.AnalyzeMethod):
         return list(fetch)
 
     def _collect_maps(self, exposed, got: dict, batch: int, mode: str) -> tuple[list[gr.Site], list, list[str]]:
-        """Maps in canonical order, with the sites they belong to.
-
-        A site in a ``Loop``/``Scan`` body gives one map per iteration (its layers, numbered on); a site in an
-        ``If`` branch that did not run (an empty placeholder) gives none; a Softmax found not to normalise the
-        key axis is refused with a note, never shown as attention.
-        """
-        kept: list[gr.Site] = []
-        maps: list = []
-        notes: list[str] = []
-        for s, ex in zip(self._sites, exposed.site_extra):
-            raw = got.get(s.probs) if "q" not in ex else None
-            if raw is not None and raw.size == 0 and s.g is not None and s.g.path:
-                continue  # the If branch holding this site did not run
-            if raw is not None and not _normalises_keys(s, raw):
-                notes.append(
-                    f"site {s.node_name!r} skipped: its Softmax normalises axis {s.extra['softmax_axis']} of a "
-                    f"rank-{raw.ndim - bool(s.loop)} tensor, not the key axis, so it is not attention"
-                )
-                continue
-            if s.loop and raw is not None:
-                for it in range(raw.shape[0]):
-                    kept.append(_iteration_site(s, it))
-                    maps.append(self._site_map(s, ex, {s.probs: raw[it]}, batch, mode))
-                continue
-            kept.append(s)
-            maps.append(self._site_map(s, ex, got, batch, mode))
-        if len(kept) != len(self._sites) or any(s.loop for s in kept):
-            kept = [dataclasses.replace(s, extra=dict(s.extra)) for s in kept]  # this run's numbering only
-            _renumber(kept)
-        if not kept:
-            raise AttnvizError(
-                f"{self.path.name}: no attention map came out of this run ({'; '.join(notes) or 'every site was in a branch that did not run'})"
-            )
-        return kept, maps, notes
+        """Maps in canonical order, with the sites they belong to (:func:`attnviz.runtime.assemble.collect_maps`)."""
+        return asm.collect_maps(
+            self.path.name,
+            self._sites,
+            exposed,
+            got,
+            lambda s, ex, fetched: self._site_map(s, ex, fetched, batch, mode),
+        )
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
-        if "q" in ex:
-            epi = self._epilogue_session(s, got)
-            if epi is not None:
-                side = {n: got[n] for n in ex.get("side", [])}
-                node = self.graph.nodes[self.graph.producer[s.qk]]
-                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-                return RecomputeMap(got[ex["q"]], got[ex["k"]], side, epi, s.qk, batch, attrs)
-            raise AttnvizError(
-                f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use dense memory mode",
-                param="memory",
-            )
-        if s.method == "mha-qk":
-            return DenseMap(softmax(to_bhqk(got[s.probs], batch)))
-        if s.method == "recompute-packed":
-            node = self.graph.nodes[s.node_index]
-            w = self._packed_const(node.input[1])
-            bias = self._packed_const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-            mask = None
-            if "mask_index" in ex:
-                mask = got.get(ex["mask_index"])
-                if mask is None:
-                    mask = self.graph.const_value(ex["mask_index"])
-            pm = PackedMap(got[s.probs].astype(np.float32), w, bias, s.heads, mask, s.extra)
-            return pm if mode == "ondemand" else DenseMap(pm.array())
-        return DenseMap(to_bhqk(got[s.probs], batch))
-
-    def _packed_const(self, name: str) -> np.ndarray:
-        """A weight or bias of a com.microsoft Attention node, as float32 (the site finder refuses non-constant ones)."""
-        v = self.graph.const_value(name)
-        if v is None:
-            raise AttnvizError(
-                f"{name!r} of a com.microsoft Attention node is not a constant; its maps cannot be recomputed"
-            )
-        return v.astype(np.float32)
+        return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session)
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
@@ -795,39 +695,6 @@ def _zero_head_node(graph: gr.Graph) -> str | None:
             if a.name in _HEAD_ATTRIBUTES and a.type == onnx.AttributeProto.INT and a.i <= 0:
                 return f"{n.name or n.op_type!r} ({n.op_type}, {a.name}={a.i})"
     return None
-
-
-def _normalises_keys(s: gr.Site, raw: np.ndarray) -> bool:
-    """A Softmax with an explicit axis must normalise the last (key) axis of the tensor it produced."""
-    axis = s.extra.get("softmax_axis")
-    if axis is None:
-        return True
-    rank = raw.ndim - (1 if s.loop else 0)
-    return (axis % rank if rank else axis) == rank - 1
-
-
-def _with_stage(info: SiteInfo, m) -> SiteInfo:
-    """A windowed site is labelled with its stage: stages have grids of their own and form blocks of their own."""
-    if not isinstance(m, win.WindowedMap):
-        return info
-    import dataclasses
-
-    return dataclasses.replace(info, stage=m.layout.stage)
-
-
-def _iteration_site(s: gr.Site, it: int) -> gr.Site:
-    import dataclasses
-
-    return dataclasses.replace(s, layer=s.layer + it, node_name=f"{s.node_name}[iteration {it}]", extra=dict(s.extra))
-
-
-def _renumber(sites: list[gr.Site]) -> None:
-    """Layers numbered 0.. per (stack, kind) again after loop iterations were added or sites skipped."""
-    count: dict[tuple[str, str], int] = {}
-    for s in sites:
-        key = (s.stack, s.kind)
-        s.layer = count.get(key, 0)
-        count[key] = s.layer + 1
 
 
 @dataclasses.dataclass
