@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Callable, Collection
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -22,22 +22,28 @@ from attnviz.runtime import feedcheck as fc
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.chain import First, first_token, reads, resolve, run_local, run_outs
+
+# run_bound's old private name here: bench/ and tests' spies read and patch model._run_bound
+from attnviz.runtime.chain import run_bound as _run_bound
+from attnviz.runtime.chain import run_local
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.generate import FileCache
-from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain, run_chain_steps
+from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain
 from attnviz.runtime.inputs import IOInfo
-from attnviz.runtime.isolation import Spliced, Taken, loop_run
+from attnviz.runtime.isolation import Spliced, Taken
 from attnviz.runtime.limits import PositionLimit, find_position_limit
+from attnviz.runtime.model_loop import ModelLoop
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import sidecar_json
-from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401 (re-exported: imported from here)
-from attnviz.runtime.steps import CHUNK_S, Chunk, Loop, StepPlan, advance, loop_device, step_run
+
+# re-exported: their home was this module
+from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401
+
+if TYPE_CHECKING:
+    from attnviz.runtime.steps import Loop
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
-# site methods whose dense output is one [.., q, k] tensor per run: a generation loop stacks each step's rows
-_STACKABLE = ("softmax", "onnx-attention", "mha-qk", "gqa-qk")
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
     1: "float32",
@@ -62,7 +68,7 @@ def io_info(v) -> IOInfo:
     return IOInfo(v.name, ONNX_DTYPES.get(t.elem_type, f"type{t.elem_type}"), dims)
 
 
-class AttentionModel(engine.AnalyzeMethod):
+class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     """A loaded model with its attention sites found and labelled.  Sessions are created lazily.
 
     ``encoder_pairing``: for a decoder file that takes encoder_hidden_states, how to run it behind the encoder
@@ -538,149 +544,6 @@ class AttentionModel(engine.AnalyzeMethod):
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
         return FileCache.for_model(self)
 
-    def loop_maps(self) -> tuple[tuple[str, float], ...] | None:
-        """The dense session's map outputs a generation loop beside the session can stack row by row, each
-        with what pads the keys a row could not see yet (0 for probabilities, -inf for scores a softmax
-        follows), or None when a site's maps are not one tensor per run (packed recompute, Loop/Scan bodies)."""
-        if any(s.method not in _STACKABLE or s.loop for s in self._sites):
-            return None
-        return tuple((s.probs, -np.inf if s.method == "mha-qk" else 0.0) for s in self._sites)
-
-    def run_loop(
-        self,
-        plan: StepPlan | None,
-        feeds: dict | None,
-        length: int,
-        token: int,
-        n: int,
-        eos,
-        embed: AttentionModel | None = None,
-    ):
-        """A chunk of greedy cached steps run where the session lives (:mod:`attnviz.runtime.steps`): with
-        ``plan`` a new generation from ``feeds`` (the cache included, ``length`` tokens in it), else the one in
-        progress; ``embed``: the model each token goes through first (``plan.embed``), run beside this one.
-        Returns (ids, finished, this file's maps in site order ``[B, H, steps, keys]``, run facts)."""
-        sess, exposed = self._session("dense")
-        embed_sess = embed._session("dense")[0] if embed is not None and plan is not None else None
-        start = None
-        if plan is not None:
-            plan = self._loop_plan(plan, sess, exposed)
-            embed_sid = embed_sess.sid_on(sess) if isinstance(embed_sess, RemoteSession) else None
-            start = (plan, self.check_feeds(feeds or {}), length, embed_sid)
-        t0 = time.perf_counter()
-        try:
-            if isinstance(sess, RemoteSession):
-                ids, finished, got = sess.steps(start, token, n, eos, CHUNK_S)
-            else:  # ATTNVIZ_INPROCESS: the same loop, here
-                if start is not None:
-                    sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
-                    embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
-                    self._loop = Loop(start[0], dict(start[1]), length, embed_run)
-                if self._loop is None:
-                    raise AttnvizError("generation lost its cache; generate again")
-                chunk = self._advance_here(sess, token, n, eos)
-                ids, finished, got = chunk.ids, chunk.finished, chunk.maps
-        except (AttnvizError, Cancelled):
-            raise
-        except Exception as e:
-            raise AttnvizError(f"generation with the KV cache failed: {ort_message(e)}") from None
-        return ids, finished, *self._loop_maps(sess, exposed, got, t0)
-
-    def chain_loop(
-        self,
-        runs: list[PreparedRun],
-        plan: StepPlan,
-        feeds: dict,
-        length: int,
-        first: First,
-        n: int,
-        eos,
-        embed: AttentionModel | None = None,
-    ) -> tuple[list[list[np.ndarray]], list[int], bool, list[np.ndarray] | None, dict]:
-        """Prepared runs (:func:`run_stages`) and a new generation beside this file's session after them, in one
-        go where the sessions live (with crash isolation one request): the first token chosen from the runs'
-        outputs (``first``, :func:`attnviz.runtime.chain.first_token`), then up to ``n - 1`` greedy cached steps
-        from ``feeds`` (``length`` tokens in their cache), whose :class:`~attnviz.runtime.isolation.Taken` feeds
-        are the runs' outputs.  Returns (each run's values, the ids with the first token, finished, this file's
-        maps in site order ``[B, H, steps, keys]`` or None where no step ran, the steps' run facts).  The runs'
-        outputs that only the loop reads (its Taken feeds: a prompt's presents) stay where the sessions run: None
-        among the values with crash isolation.  ``embed``: the model each token goes through first (``plan.embed``,
-        a VLM's embed_tokens.onnx), run beside this one."""
-        sess, exposed = self._session("dense")
-        embed_sess = embed._session("dense")[0] if embed is not None else None
-        plan = self._loop_plan(plan, sess, exposed)
-        made = {k: v for k, v in feeds.items() if isinstance(v, Taken)}
-        held = sorted({v.source for v in made.values()} - reads(p.feeds for p in runs) - {(first[0], first[1])})
-        start = (plan, {**self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made), **made})
-        t0 = time.perf_counter()
-        try:
-            if isinstance(sess, RemoteSession) and all(isinstance(p.sess, RemoteSession) for p in runs):
-                stages = [(p.sess, p.fetch, p.feeds) for p in runs]
-                embed_sid = embed_sess.sid_on(sess) if isinstance(embed_sess, RemoteSession) else None
-                values, ids, finished, got = run_chain_steps(
-                    stages, sess, (*start, length, first, held, embed_sid), n, eos, CHUNK_S
-                )
-            else:  # ATTNVIZ_INPROCESS: the same, here
-                sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
-                outs, values = run_outs(
-                    [(p.fetch, p.feeds) for p in runs], lambda i, f, x: _run_bound(runs[i].sess, f, x)
-                )
-                token = first_token(first, outs)
-                ids, finished, got = [token], eos is not None and token == int(eos), {}
-                self._loop = None
-                if not finished and n > 1:
-                    embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
-                    self._loop = Loop(start[0], resolve(start[1], outs), length, embed_run)
-                    chunk = self._advance_here(sess, token, n - 1, eos)
-                    ids, finished, got = ids + chunk.ids, chunk.finished, chunk.maps
-        except (AttnvizError, Cancelled):
-            raise
-        except Exception as e:
-            raise AttnvizError(f"generation with the KV cache failed: {ort_message(e)}") from None
-        if not got:
-            return values, ids, finished, None, {}
-        return values, ids, finished, *self._loop_maps(sess, exposed, got, t0)
-
-    def _loop_plan(self, plan: StepPlan, sess, exposed) -> StepPlan:
-        """The caller's plan with this file's fetch list and where the loop keeps the cache (the session's provider
-        decides: :func:`~attnviz.runtime.steps.loop_device`)."""
-        device = loop_device(sess.get_providers()[0])
-        self._loop_cache = device or "numpy"
-        return dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)), device=device)
-
-    def _advance_here(self, sess, token: int, n: int, eos) -> Chunk:
-        """A chunk of the in-process loop; the loop (its cache: on CUDA device memory) is dropped once the
-        generation ends or fails, as the child drops its own (the caller asks for exactly the steps it needs)."""
-        loop = self._loop
-        assert loop is not None
-        try:
-            chunk = advance(loop, token, n, eos, step_run(sess.unguarded, loop.plan))
-        except BaseException:
-            self._loop = None
-            raise
-        if chunk.finished or len(chunk.ids) >= n:
-            self._loop = None
-        return chunk
-
-    def _loop_maps(self, sess, exposed, got: dict, t0: float) -> tuple[list[np.ndarray], dict]:
-        """A chunk's maps in this file's site order, from the rows the loop fetched, and its run facts."""
-        kept, maps, _ = self._collect_maps(exposed, got, 1, "dense")
-        if len(kept) != len(self._sites):
-            raise AttnvizError("generation with the KV cache lost a site's maps; use the full re-run")
-        info = {
-            "provider": sess.get_providers()[0],
-            "provider_note": self.provider_note,
-            "mode": "dense",
-            "loop_cache": self._loop_cache,  # numpy feeds, or IO binding's device ("cpu", "cuda")
-            "run_s": time.perf_counter() - t0,
-            "model": self.name,
-            "model_path": str(self.path),
-        }
-        if self.fidelity:  # what every run of this file says (run() adds them too): generation's result keeps them
-            info["notes"] = list(self.fidelity)
-            info["fidelity"] = list(self.fidelity)
-        return [m.array() for m in maps], info
-
 
 _HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")
 
@@ -727,20 +590,6 @@ def run_stages(runs: list[PreparedRun]) -> list[list[np.ndarray]]:
         raise AttnvizError(
             f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {name} lists them)"
         ) from None
-
-
-def _run_bound(sess, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Run with I/O binding: outputs land in onnxruntime-allocated host buffers handed to numpy,
-    measured ~5 % faster than ``sess.run`` when 72 MB of maps come back (MiniLM, 512 tokens)."""
-    if hasattr(sess, "run_bound"):  # a session in the crash-isolation child binds there
-        return sess.run_bound(fetch, feeds)
-    io = sess.io_binding()
-    for k, v in feeds.items():
-        io.bind_cpu_input(k, np.ascontiguousarray(v))
-    for n in fetch:
-        io.bind_output(n, "cpu")
-    sess.run_with_iobinding(io)
-    return [o.numpy() for o in io.get_outputs()]
 
 
 class ExtraSession:

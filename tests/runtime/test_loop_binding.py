@@ -24,7 +24,7 @@ from one_request import count_calls, open_without_eos, same_generation
 from test_host_slots import _cache_step_model, cache_step_plan
 
 from attnviz import AttnvizError
-from attnviz.runtime import model as model_module
+from attnviz.runtime import model_loop as model_module  # where the generation loop reads CHUNK_S and Loop
 from attnviz.runtime.isolation import INLINE_BYTES, SlotFeed
 from attnviz.runtime.steps import BINDING_ENV, DeviceRun, Loop, advance, loop_device
 from attnviz.runtime.worker import Server

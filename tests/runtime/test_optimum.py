@@ -286,7 +286,7 @@ def test_gpt2_generation_loop_beside_the_session_equals_one_request_per_step(gpt
     chunks of one step, the default chunks, the loop in this process (ATTNVIZ_INPROCESS) and the path with one
     request per step give the same ids and the same maps; an EOS mid-chunk stops there; a cancel between
     chunks stops the generation."""
-    from attnviz.runtime import model as model_mod
+    from attnviz.runtime import model_loop as model_mod  # where the generation loop reads CHUNK_S
     from attnviz.runtime.errors import Cancelled
     from attnviz.runtime.generate import FileCache
 

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 from one_request import count_calls, count_ops, nan_llava_copy, open_without_eos, same_generation
 from PIL import Image
 
-from attnviz.runtime import model as model_module
+from attnviz.runtime import model_loop as model_module  # where the generation loop reads CHUNK_S and Loop
 from attnviz.runtime.vlm import VLMCache
 
 STEPS = 8

@@ -11,7 +11,7 @@ import pytest
 from one_request import count_calls, count_ops, open_without_eos, same_generation
 
 from attnviz import AttnvizError
-from attnviz.runtime import model as model_module
+from attnviz.runtime import model_loop as model_module  # where the generation loop reads CHUNK_S and Loop
 from attnviz.runtime.folder import FolderCache
 
 pytestmark = pytest.mark.slow
