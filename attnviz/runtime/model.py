@@ -22,6 +22,7 @@ from attnviz.runtime import feedcheck as fc
 from attnviz.runtime import fidelity as fid
 from attnviz.runtime import graph as gr
 from attnviz.runtime import inputs as ip
+from attnviz.runtime import probing
 
 # run_bound's old private name here: bench/ and tests' spies read and patch model._run_bound
 from attnviz.runtime.chain import run_bound as _run_bound
@@ -34,16 +35,16 @@ from attnviz.runtime.isolation import Spliced, Taken
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.model_loop import ModelLoop
 from attnviz.runtime.naming import model_name
+
+# PROBE_MAX_ELEMENTS and the map objects are re-exported: their home was this module
+from attnviz.runtime.probing import PROBE_MAX_ELEMENTS  # noqa: F401
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import sidecar_json
-
-# re-exported: their home was this module
 from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401
 
 if TYPE_CHECKING:
     from attnviz.runtime.steps import Loop
 
-PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
     1: "float32",
@@ -173,32 +174,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         if (self._stack_confirmed and all(s.heads for s in self._sites)) or self._probed:
             return self._stack_confirmed
         self._probed = True
-        feeds = {}
-        for i in self.inputs:
-            role = self.roles[i.name]
-            shape = []
-            for ax, d in enumerate(i.shape):
-                if isinstance(d, int) and d > 0:
-                    shape.append(d)
-                elif ax == 0:
-                    shape.append(1)
-                else:
-                    shape.append(0 if role == "past" else 6)
-            dt = np.dtype(i.dtype) if i.dtype in ("float32", "float16", "int64", "int32", "bool") else None
-            if dt is None:
-                return False
-            if int(np.prod(shape)) > PROBE_MAX_ELEMENTS:
-                return False  # a declared input size this big would make the "short" run costly: labels stay static
-            if role == "image" or dt.kind == "f":
-                feeds[i.name] = np.random.default_rng(0).standard_normal(shape).astype(dt)
-            elif role in ("mask", "decoder_mask"):
-                feeds[i.name] = np.ones(shape, dt)
-            elif role in ("positions", "cache_position"):
-                feeds[i.name] = np.broadcast_to(np.arange(shape[-1], dtype=dt), shape).copy()
-            elif dt == np.bool_:
-                feeds[i.name] = np.zeros(shape, dt)
-            else:
-                feeds[i.name] = np.full(shape, 1, dt)
+        feeds = probing.dummy_feeds(self.inputs, self.roles)
+        if feeds is None:
+            return False
         try:
             r = self.run(feeds, mode="dense")
         except Exception:
@@ -487,14 +465,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             return
         if len({s.stack for s in self._sites}) != 1:
             return
-        m = maps[0]
-        _, _, tq, tk = m.shape
-        if tq < 3 or tq != tk:
+        want = probing.stack_of(maps[0])
+        if want is None:
             return
-        h = m.head(0, 0)
-        upper = float(np.abs(np.triu(h, 1)).sum())
-        causal = upper < 1e-6
-        want = "decoder" if causal else "encoder"
         for s in [*self._sites, *(kept or [])]:
             s.stack = want
         self._stack_confirmed = True
