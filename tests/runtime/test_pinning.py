@@ -245,7 +245,7 @@ def test_slots_made_before_the_first_cuda_session_are_registered_when_it_comes(t
 
 def test_the_child_unregisters_every_slot_when_its_parent_goes(tmp_path, monkeypatch):
     """serve() as the child runs it: requests over a socket, then the parent's end closes."""
-    from attnviz.runtime import worker
+    from attnviz.runtime import slots, worker
 
     lib = FakeCudart()
     lookups = Lookups(lib)
@@ -255,7 +255,7 @@ def test_the_child_unregisters_every_slot_when_its_parent_goes(tmp_path, monkeyp
         p.start()  # as after a CUDA session: every slot made from here is registered
         return p
 
-    monkeypatch.setattr(worker, "Pinner", started)
+    monkeypatch.setattr(slots, "Pinner", started)  # where the child's pool makes its pinner
     mine, theirs = socket.socketpair()
     child = threading.Thread(target=worker.serve, args=(Connection(theirs.detach()), str(tmp_path)))
     child.start()
