@@ -53,7 +53,7 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
     _light_package()
 
 from attnviz import AttnvizError  # noqa: E402
-from attnviz.core import limits  # noqa: E402
+from attnviz.runtime.arena import shared_arena, worth_shrinking  # noqa: E402
 from attnviz.runtime.chain import first_token, reads, resolve  # noqa: E402
 from attnviz.runtime.finite import all_finite  # noqa: E402
 from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
@@ -96,7 +96,7 @@ class Server:
         self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see host._FeedArea)
-        self.arena = _shared_arena()
+        self.arena = shared_arena()
         # ATTNVIZ_TRACE=1: per run request, (received, onnxruntime started, onnxruntime done, handled) on the
         # system-wide monotonic clock the parent's stamps use (bench/engine_breakdown_bench.py); off: no cost
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
@@ -452,7 +452,7 @@ class Server:
         del io
         copies = sum(_nbytes(o) for n, o in zip(names, outs) if o is not None and n not in bound)
         big = any(o is not None and n not in bound and _nbytes(o) > INLINE_BYTES for n, o in zip(names, outs))
-        shrink = big and _worth_shrinking(copies)
+        shrink = big and worth_shrinking(copies)
         if shrink:
             self._give_back_arena()  # the run's intermediates first: the copies below then add ~one map at most
         got = {}
@@ -540,52 +540,6 @@ class Server:
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
             self.loops.pop(sid, None)
-
-
-# a 65-byte ONNX model, y = Identity(x) on float[1] (built with onnx.helper; the child does not import onnx)
-_IDENTITY_MODEL = (
-    b'\x08\x08:7\n\x10\n\x01x\x12\x01y"\x08Identity\x12\x01gZ\x0f\n\x01x\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01'
-    b"b\x0f\n\x01y\x12\n\n\x08\x08\x01\x12\x04\n\x02\x08\x01B\x04\n\x00\x10\x11"
-)
-
-
-# Giving the arena back costs the next run its pages again: at 4,096 tokens on MiniLM 470k page faults and 0.85 s
-# of system time a run (20 % of the run), to save holding on-demand's 72 MB of Q/K twice.  So it is given back only
-# when the outputs to copy are a large share of what the process holds (dense maps: 75 MB of a ~300 MB process at
-# 512 tokens), not a sliver of it (on-demand's Q/K beside 2.5 GB of attention scores the next run needs again).
-SHRINK_SHARE = 0.2
-
-
-def _worth_shrinking(copies: int) -> bool:
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return True  # no way to tell here: keep the memory promise
-    return copies >= SHRINK_SHARE * rss
-
-
-def _shared_arena():
-    """One CPU arena for every session of the child (``session.use_env_allocators``), growing by exactly what
-    is asked (so a run's large outputs sit in regions of their own), and a tiny session whose run with
-    ``memory.enable_memory_arena_shrinkage`` returns the arena's free regions to the system.  None where this
-    onnxruntime cannot (the child then works as before, with the arena keeping what it allocated)."""
-    try:
-        import onnxruntime as ort
-
-        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-        # capped at the run memory cap too: a backstop for what the shape estimate cannot size (runtime/memory.py)
-        cfg = {"arena_extend_strategy": 1, "max_mem": limits.memory_cap()[0]}  # kSameAsRequested
-        ort.create_and_register_allocator(info, ort.OrtArenaCfg(cfg))
-        so = ort.SessionOptions()
-        so.add_session_config_entry("session.use_env_allocators", "1")
-        so.intra_op_num_threads = 1
-        tiny = ort.InferenceSession(_IDENTITY_MODEL, so, providers=["CPUExecutionProvider"])
-        opts = ort.RunOptions()
-        opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        return tiny, opts
-    except Exception:
-        return None
 
 
 def _close_map(mm: mmap.mmap) -> None:
