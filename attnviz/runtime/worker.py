@@ -1,7 +1,7 @@
 """The crash-isolation child: onnxruntime sessions run on the parent's requests (started by :mod:`attnviz.runtime.host`).
 
 ``python .../attnviz/runtime/worker.py FD OUTDIR WATCH PARENT MAIN``: started as a script, by path, so that the child imports only
-numpy, onnxruntime and the three small attnviz modules it needs, not ``attnviz.runtime``'s package init (onnx,
+numpy, onnxruntime and the small attnviz modules it needs (slots.py, arena.py, worker_steps.py, ...), not ``attnviz.runtime``'s package init (onnx,
 the graph code, folders: ~12 MB of memory and ~0.5 s per child).  The server's classes still pickle under their
 real module names.
 
@@ -54,15 +54,12 @@ if __name__ == "__main__":  # pragma: no cover - the child, before anything impo
 
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.runtime.arena import shared_arena, worth_shrinking  # noqa: E402
-from attnviz.runtime.chain import first_token, reads, resolve  # noqa: E402
+from attnviz.runtime.chain import reads, resolve  # noqa: E402
 from attnviz.runtime.finite import all_finite  # noqa: E402
 from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare package)
     INLINE_BYTES,
     NodeArg,
     SharedFeed,
-    SlotFeed,
-    Taken,
-    loop_run,
     read_message,
     write_message,
 )
@@ -73,10 +70,11 @@ from attnviz.runtime.slots import (  # noqa: E402, F401  (re-exported: tests and
     Slot,
     _slot_size,
 )
-from attnviz.runtime.steps import Loop, advance, step_run  # noqa: E402
+from attnviz.runtime.steps import Loop  # noqa: E402
+from attnviz.runtime.worker_steps import StepRequests  # noqa: E402
 
 
-class Server:
+class Server(StepRequests):
     OPS = {
         "create": "create",
         "run": "reply_run",
@@ -256,110 +254,6 @@ class Server:
         self.replied = True
         self.send(again.reply)
         return True
-
-    def steps(self, sid, start, token, n, eos, budget, released):
-        """A chunk of greedy cached steps run here (:func:`attnviz.runtime.steps.advance`), the cache kept in
-        this process between chunks.  ``start``: (plan, feeds, cache length) for a new generation, None to go
-        on.  Reply: (ids, finished, map output names, their items, the checked ones' NaN/Inf verdicts, slots
-        created, slots deleted)."""
-        self.pool.release(released)
-        self.pool.run += 1
-        borrowed: dict[str, np.ndarray] = {}
-        if start is not None:
-            plan, feeds, length, embed_sid = start
-            self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
-            self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed)
-        ids, finished, names, items, finite = self._chunk(sid, token, n, eos, budget, borrowed)
-        return ids, finished, names, items, finite, *self.pool.changes()
-
-    def chain_steps(self, stages, sid, start, n, eos, budget, released):
-        """A chain (:meth:`chain`) and a new generation's first chunk (:meth:`steps`) after it, as one request: a
-        speech model's encoder, its decoder on the prompt, the first token chosen from the prompt's logits, then
-        the with-past decoder's steps fed the decoder's presents (:class:`~attnviz.runtime.isolation.Taken`), so
-        the hidden states and the cache never leave this process and three round trips are one.  ``start``:
-        (plan, feeds, cache length, :data:`~attnviz.runtime.chain.First`, held, the session id of the model each
-        token goes through first or None: a VLM's embeddings); ``n`` counts the first token;
-        ``held``: the (stage, output) pairs the caller does not want back (the prompt's presents, which only the
-        loop reads): their items come back empty and their slots are free again once the chunk has run (a loop
-        going on past it has copied what it still reads, see :meth:`_chunk`).
-        Reply: (ids, finished, map output names, their items, their verdicts, items per stage, per stage the
-        verdicts, slots created, slots deleted) (verdicts: :meth:`_finite_stages`)."""
-        self.pool.release(released)
-        self.pool.run += 1
-        plan, feeds, length, first, held, embed_sid = start
-        self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
-        t0 = time.perf_counter()
-        outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
-        try:
-            stage_finite = self._finite_stages(stages, stage_items)  # the prompt's maps, before the loop runs
-            token = first_token(first, outs)
-            ids, finished = [token], eos is not None and token == int(eos)
-            names: list[str] = []
-            items: list = []
-            finite: dict[str, bool] = {}
-            if not finished and n > 1:
-                borrowed: dict[str, np.ndarray] = {}
-                self.loops[sid] = self._loop(plan, feeds, length, embed_sid, outs, borrowed)
-                more, finished, names, items, finite = self._chunk(sid, token, n - 1, eos, budget, borrowed)
-                ids += more
-        except BaseException:
-            self.loops.pop(sid, None)
-            self._release_items(stage_items)
-            raise
-        for stage, name in held:
-            k = stages[stage][1].index(name)
-            kept = stage_items[stage][k]
-            if kept[0] == "slot":
-                self.pool.release([kept[1]])
-            stage_items[stage][k] = ("inline", None)
-        self._ort_span = (t0, time.perf_counter())
-        return ids, finished, names, items, finite, stage_items, stage_finite, *self.pool.changes()
-
-    def _loop(self, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict) -> Loop:
-        """A new generation's loop on ``feeds``: those from the feed area (rewritten by the parent's next request),
-        slots lent to the parent (handed back by a later request) and a chain's outputs (lent with this reply)
-        are read in place during the first chunk (a Whisper cache is 2 MB) and noted in ``borrowed``, to be
-        copied by :meth:`_chunk` only when the loop goes on past it."""
-        own = {}
-        for k, v in feeds.items():
-            if isinstance(v, SharedFeed):
-                own[k] = borrowed[k] = self._feed(v)
-            elif isinstance(v, SlotFeed):  # this process's output, lent to the parent for this request
-                own[k] = borrowed[k] = self.pool.slots[v.slot].array(np.dtype(v.dtype), v.shape)
-            elif isinstance(v, Taken):  # a chain's output in this request
-                own[k] = borrowed[k] = resolve({k: v}, outs)[k]
-            else:
-                own[k] = np.asarray(v)  # unpickled from the request: this process's own
-        embed = None
-        if embed_sid is not None:  # a VLM's embed_tokens session, created in this process beside the decoder
-            if embed_sid not in self.sessions:
-                raise AttnvizError(
-                    "generation lost its embedding model (the model's process restarted); generate again"
-                )
-            embed = loop_run(self.sessions[embed_sid][0])
-        return Loop(plan, own, int(length), embed)
-
-    def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list, dict]:
-        """A chunk of the loop of session ``sid``: (ids, finished, map output names, their items, the checked
-        ones' NaN/Inf verdicts)."""
-        loop = self.loops.get(sid)
-        if loop is None:
-            raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
-        try:
-            chunk = advance(loop, token, n, eos, step_run(self.sessions[sid][0], loop.plan), budget)
-        except BaseException:
-            self.loops.pop(sid, None)
-            raise
-        if chunk.finished or len(chunk.ids) >= n:
-            self.loops.pop(sid, None)  # the caller asks for exactly the steps it still needs
-        else:
-            for k, v in borrowed.items():
-                if loop.feeds.get(k) is v:  # still the parent's bytes (the encoder's half of a cache stays)
-                    loop.feeds[k] = np.array(v)
-        names = list(chunk.maps)
-        checked = self.finite.get(sid, frozenset())
-        finite = {k: all_finite(chunk.maps[k]) for k in names if k in checked}
-        return chunk.ids, chunk.finished, names, [self._pack(chunk.maps[k]) for k in names], finite
 
     def settle(self) -> None:
         """After a run's reply: learn its output shapes and trim free slots (the slots trimmed here are
