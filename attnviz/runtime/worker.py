@@ -1,9 +1,9 @@
 """The crash-isolation child: onnxruntime sessions run on the parent's requests (started by :mod:`attnviz.runtime.host`).
 
 ``python .../attnviz/runtime/worker.py FD OUTDIR WATCH PARENT MAIN``: started as a script, by path, so that the child imports only
-numpy, onnxruntime and the small attnviz modules it needs (slots.py, arena.py, worker_steps.py, ...), not ``attnviz.runtime``'s package init (onnx,
-the graph code, folders: ~12 MB of memory and ~0.5 s per child).  The server's classes still pickle under their
-real module names.
+numpy, onnxruntime and the small attnviz modules it needs (slots.py, arena.py, worker_steps.py, ...), not
+``attnviz.runtime``'s package init (onnx, the graph code, folders: ~12 MB of memory and ~0.5 s per child).  The
+server's classes still pickle under their real module names.
 
 Outputs over :data:`INLINE_BYTES` come back in *slots*: files in a memory-backed folder that the child and the
 parent both keep mapped across runs, so that a run's maps cost neither a copy through the pipe nor fresh page
