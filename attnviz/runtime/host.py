@@ -6,7 +6,8 @@ Untrusted models reach code paths in onnxruntime that abort the process (a 115-b
 kept across runs, so a run costs a pipe round trip, not a process start).  Large outputs come back in shared-memory
 *slots* that both processes keep mapped and reuse (:mod:`attnviz.runtime.worker` has the ownership rule): the
 caller gets numpy views onto them, and a slot goes back to the child only when no view of it is left.  Feeds
-go the other way through a feed area the parent owns (:class:`_FeedArea`), never through the socket.
+go the other way through a feed area the parent owns (:class:`~attnviz.runtime.feedarea.FeedArea`), never through
+the socket.
 
 When the child dies the call raises :class:`ModelCrashed` ("the model crashed onnxruntime: ..."); the next
 call starts a fresh child and re-creates the sessions of other models transparently.  A run whose caller was
@@ -44,17 +45,18 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.feedarea import FeedArea as _FeedArea  # the old name: tests read host._FeedArea
 from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import (
     INLINE_BYTES,
     PROVIDERS,
     NodeArg,
-    SharedFeed,
     SlotFeed,
     read_message,
     write_message,
 )
-from attnviz.runtime.worker import _slot_size, serve_orphanless
+from attnviz.runtime.slots import close_map
+from attnviz.runtime.worker import serve_orphanless
 
 if TYPE_CHECKING:
     from attnviz.runtime.memory import MemoryPlan
@@ -297,7 +299,7 @@ class _Host:
         for i in deleted:
             mm = self.maps.pop(i, None)
             if mm is not None:
-                _close(mm)
+                close_map(mm)
         for i, name, size in created:
             fd = os.open(os.path.join(self.outdir, name), os.O_RDWR)
             try:  # MAP_POPULATE maps every page now: no page fault when the maps are read
@@ -403,7 +405,7 @@ class _Host:
             os.close(self.lifeline)
             self.lifeline = -1
         for mm in self.maps.values():
-            _close(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
+            close_map(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
         self.maps.clear()
         self.feed_area.close()
         shm.release(self.outdir)
@@ -423,85 +425,6 @@ def _huge_pages_env(environ) -> dict[str, str]:
     if "glibc.malloc.hugetlb" in have:
         return {}
     return {"GLIBC_TUNABLES": ":".join(t for t in (have, "glibc.malloc.hugetlb=1") if t)}
-
-
-class _FeedArea:
-    """A shared-memory file the parent owns for the feeds (numpy arrays), so that they reach the child without
-    pickling and without a socket that moves 1 MB in ~200 kB turns, each a wake-up of the other process (a head
-    recompute at 512 tokens spent most of its time there).  Small feeds (token ids) go there too: a run on the
-    same shapes then puts each feed at the same place, and the child's kept I/O binding, which already points
-    there, needs no rebinding (two ``bind_input`` calls and the feeds' pickling were ~10 % of isolation's
-    fixed cost per run).  Written only under the host's lock, before the request is sent: the child reads it
-    during that run alone, so one area is reused by every run.  It grows (a new file, the old one dropped)
-    when a run's feeds do not fit."""
-
-    ALIGN = 64
-
-    def __init__(self, outdir: str):
-        self.outdir = outdir
-        self.names = itertools.count(1)
-        self.file: str | None = None
-        self.mm: mmap.mmap | None = None
-
-    def share(self, feeds: dict) -> dict:
-        shared = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray) and not v.dtype.hasobject}
-        if not shared or os.name != "posix":
-            return feeds
-        need = sum(-(-v.nbytes // self.ALIGN) * self.ALIGN for v in shared.values())
-        if (self.mm is None or len(self.mm) < need) and not self._grow(need):
-            return feeds  # shared memory full: the feeds travel through the socket as before
-        assert self.mm is not None and self.file is not None
-        out = dict(feeds)
-        at = 0
-        for k, v in shared.items():
-            dst = np.frombuffer(self.mm, v.dtype, v.size, at).reshape(v.shape)
-            np.copyto(dst, v)
-            del dst
-            out[k] = SharedFeed(self.file, at, v.dtype.str, tuple(v.shape))
-            at += -(-v.nbytes // self.ALIGN) * self.ALIGN
-        return out
-
-    def _grow(self, need: int) -> bool:
-        self.close()
-        size = _slot_size(need)
-        name = f"feeds-{next(self.names)}"
-        path = os.path.join(self.outdir, name)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except OSError:
-            return False
-        try:
-            try:  # reserve the pages now: a full tmpfs fails here, not with a SIGBUS while writing
-                if hasattr(os, "posix_fallocate"):
-                    os.posix_fallocate(fd, 0, size)
-                else:
-                    os.ftruncate(fd, size)
-            except OSError:
-                os.unlink(path)
-                return False
-            self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
-        finally:
-            os.close(fd)
-        self.file = name
-        return True
-
-    def close(self) -> None:
-        if self.mm is not None:
-            _close(self.mm)
-            self.mm = None
-        if self.file is not None:
-            try:  # the child keeps its mapping until it sees the next file's name; the pages go with it
-                os.unlink(os.path.join(self.outdir, self.file))
-            except OSError:
-                pass
-            self.file = None
-
-
-def _close(mm: mmap.mmap) -> None:
-    try:
-        mm.close()
-    except BufferError:  # arrays still view it: it is unmapped when the last of them is collected
-        pass
 
 
 class _Popen(subprocess.Popen):

@@ -202,3 +202,12 @@ class ShapeLinks:
                 return None
             shape.append(values.pop())
         return np.dtype(known[0]), tuple(shape)
+
+
+def close_map(mm: mmap.mmap) -> None:
+    """Close a mapping now, or, while arrays still view it (a slot still lent, a view from a failed run), leave it
+    to go when the last of them is collected."""
+    try:
+        mm.close()
+    except BufferError:
+        pass

@@ -69,6 +69,7 @@ from attnviz.runtime.slots import (  # noqa: E402, F401  (re-exported: tests and
     ShapeLinks,
     Slot,
     _slot_size,
+    close_map,
 )
 from attnviz.runtime.steps import Loop  # noqa: E402
 from attnviz.runtime.worker_steps import StepRequests  # noqa: E402
@@ -398,7 +399,7 @@ class Server(StepRequests):
         """A view of a feed in the parent's feed area, valid for this run (the parent rewrites it for the next)."""
         if self.feed_area is None or self.feed_area[0] != ref.file:
             if self.feed_area is not None:
-                _close_map(self.feed_area[1])
+                close_map(self.feed_area[1])
             fd = os.open(os.path.join(self.pool.outdir, ref.file), os.O_RDWR)
             try:
                 self.feed_area = (ref.file, mmap.mmap(fd, 0, flags=mmap.MAP_SHARED))
@@ -434,13 +435,6 @@ class Server(StepRequests):
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
             self.loops.pop(sid, None)
-
-
-def _close_map(mm: mmap.mmap) -> None:
-    try:
-        mm.close()
-    except BufferError:  # a view from a failed run may linger until collected: the mapping goes with it
-        pass
 
 
 def _nbytes(ov) -> int:
