@@ -38,7 +38,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from attnviz.runtime import lifetime, shm
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.feedarea import FeedArea as _FeedArea  # the old name: tests read host._FeedArea
 from attnviz.runtime.finite import note
+from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import (
     INLINE_BYTES,
     PROVIDERS,
@@ -57,10 +58,6 @@ from attnviz.runtime.isolation import (
 )
 from attnviz.runtime.slots import close_map
 from attnviz.runtime.worker import serve_orphanless
-
-if TYPE_CHECKING:
-    from attnviz.runtime.memory import MemoryPlan
-    from attnviz.runtime.pinned_outputs import PinnedOutputs
 
 __all__ = [
     "INLINE_BYTES",
@@ -701,65 +698,6 @@ def _together(sessions: list[RemoteSession], request: Callable[[_Host], Any]):
                 sess._host = None  # the child was stopped; the sessions are re-created on the next run
             raise
     raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
-
-
-class MemoryCheck:
-    """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
-    structure is read on the first run, not when the session opens."""
-
-    def __init__(self, model: bytes | str, label: str):
-        self._model: bytes | str | None = model
-        self._plan: MemoryPlan | None = None
-        self.label = label
-
-    def check(self, feeds: dict, names: list[str] | None) -> None:
-        from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
-
-        if self._plan is None:
-            assert self._model is not None
-            self._plan = memory.MemoryPlan(self._model)
-            self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
-        memory.check_run(self._plan, feeds, names, self.label)
-
-
-class GuardedSession:
-    """An in-process ``onnxruntime.InferenceSession`` (``ATTNVIZ_INPROCESS=1``: corpus workers, Ray actors)
-    whose runs pass the same memory check as the child's; anything else goes to the session itself."""
-
-    def __init__(self, sess, memory: MemoryCheck):
-        self._sess = sess
-        self.memory = memory
-        self.unguarded = sess  # for a loop that checked its first step's shapes itself (model.run_loop)
-        # on CUDA: its large outputs go into page-locked buffers (runtime/pinned_outputs.py); never looked at on CPU
-        self.outputs: PinnedOutputs | None = None
-        if sess.get_providers()[:1] == ["CUDAExecutionProvider"]:
-            from attnviz.runtime.pinned_outputs import PinnedOutputs, shared_buffers
-
-            self.outputs = PinnedOutputs(shared_buffers())
-
-    def __getattr__(self, name: str):
-        return getattr(self._sess, name)
-
-    def run(self, names, feeds, run_options=None) -> list:
-        self.memory.check(feeds, None if names is None else list(names))
-        return self._sess.run(names, feeds, run_options)
-
-    def pinned(self) -> str:
-        """Whether this session's large outputs go into page-locked buffers: ``"yes"`` or ``"no (why)"``."""
-        return self.outputs.buffers.pinner.state if self.outputs is not None else "no (not a CUDA session)"
-
-    def run_bound(self, names, feeds) -> list:
-        """Like :meth:`RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
-        self.memory.check(feeds, list(names))
-        if self.outputs is not None:
-            return self.outputs.run(self._sess, list(names), feeds)
-        io = self._sess.io_binding()
-        for k, v in feeds.items():
-            io.bind_cpu_input(k, np.ascontiguousarray(v))
-        for n in names:
-            io.bind_output(n, "cpu")
-        self._sess.run_with_iobinding(io)
-        return [o.numpy() for o in io.get_outputs()]
 
 
 def isolated() -> bool:

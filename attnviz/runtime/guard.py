@@ -1,0 +1,66 @@
+"""A session's memory check before each run, and the in-process session that passes it
+(``ATTNVIZ_INPROCESS=1``: corpus workers, Ray actors) as the crash-isolation child's sessions do
+(:mod:`attnviz.runtime.host`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnviz.runtime.chain import run_bound
+
+if TYPE_CHECKING:
+    from attnviz.runtime.memory import MemoryPlan
+    from attnviz.runtime.pinned_outputs import PinnedOutputs
+
+
+class MemoryCheck:
+    """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
+    structure is read on the first run, not when the session opens."""
+
+    def __init__(self, model: bytes | str, label: str):
+        self._model: bytes | str | None = model
+        self._plan: MemoryPlan | None = None
+        self.label = label
+
+    def check(self, feeds: dict, names: list[str] | None) -> None:
+        from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
+
+        if self._plan is None:
+            assert self._model is not None
+            self._plan = memory.MemoryPlan(self._model)
+            self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
+        memory.check_run(self._plan, feeds, names, self.label)
+
+
+class GuardedSession:
+    """An in-process ``onnxruntime.InferenceSession`` (``ATTNVIZ_INPROCESS=1``: corpus workers, Ray actors)
+    whose runs pass the same memory check as the child's; anything else goes to the session itself."""
+
+    def __init__(self, sess, memory: MemoryCheck):
+        self._sess = sess
+        self.memory = memory
+        self.unguarded = sess  # for a loop that checked its first step's shapes itself (model.run_loop)
+        # on CUDA: its large outputs go into page-locked buffers (runtime/pinned_outputs.py); never looked at on CPU
+        self.outputs: PinnedOutputs | None = None
+        if sess.get_providers()[:1] == ["CUDAExecutionProvider"]:
+            from attnviz.runtime.pinned_outputs import PinnedOutputs, shared_buffers
+
+            self.outputs = PinnedOutputs(shared_buffers())
+
+    def __getattr__(self, name: str):
+        return getattr(self._sess, name)
+
+    def run(self, names, feeds, run_options=None) -> list:
+        self.memory.check(feeds, None if names is None else list(names))
+        return self._sess.run(names, feeds, run_options)
+
+    def pinned(self) -> str:
+        """Whether this session's large outputs go into page-locked buffers: ``"yes"`` or ``"no (why)"``."""
+        return self.outputs.buffers.pinner.state if self.outputs is not None else "no (not a CUDA session)"
+
+    def run_bound(self, names, feeds) -> list:
+        """Like :meth:`~attnviz.runtime.host.RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
+        self.memory.check(feeds, list(names))
+        if self.outputs is not None:
+            return self.outputs.run(self._sess, list(names), feeds)
+        return run_bound(self._sess, list(names), feeds)  # onnxruntime's session: bound as any in-process run is
