@@ -30,7 +30,7 @@ class NodeArg:
 
 
 class SharedFeed(NamedTuple):
-    """A feed the parent wrote into its shared-memory feed area (``host._FeedArea``), sent in place of the array:
+    """A feed the parent wrote into its shared-memory feed area (``feedarea.FeedArea``), sent in place of the array:
     file name in the child's folder, byte offset, numpy dtype string, shape.  A named tuple, not a dataclass:
     one is made, pickled and compared per feed and run, at a quarter of the cost."""
 

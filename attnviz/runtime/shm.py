@@ -3,7 +3,7 @@
 Each host (:mod:`attnviz.runtime.host`) keeps its slot files in a folder named after the process that owns it,
 the parent.  Three things remove it, so that none outlives both processes for long:
 
-- the parent, when it stops its child (``_Host.kill``: a crash, a cancel, :func:`~attnviz.runtime.host.shutdown`
+- the parent, when it stops its child (``child.ChildProcess.kill``: a crash, a cancel, :func:`~attnviz.runtime.host.shutdown`
   at exit);
 - the child, when its parent goes without doing so (killed by a signal, ``os._exit``): the socket then reads end
   of file and the child removes the folder before it exits (``worker.py``);

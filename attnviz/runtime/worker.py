@@ -11,7 +11,7 @@ faults.  Ownership is one rule each way:
 
 - a slot the child names in a reply is *lent* to the parent; the child never writes into a lent slot;
 - the parent hands a slot back (inside its next run request) only once no array viewing it is left
-  (``host._Host.lend``: a weak reference to the object every view of the slot keeps alive).
+  (``child.ChildProcess.lend``: a weak reference to the object every view of the slot keeps alive).
 
 A free slot is reused: when an output's shape is known before the run, onnxruntime writes straight into a free
 slot through I/O binding (no copy at all); otherwise onnxruntime allocates it and the child copies it into a slot
@@ -94,7 +94,7 @@ class Server(StepRequests):
         self.keep: dict[int, tuple] = {}
         self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
-        self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see host._FeedArea)
+        self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see feedarea.FeedArea)
         self.arena = shared_arena()
         # ATTNVIZ_TRACE=1: per run request, (received, onnxruntime started, onnxruntime done, handled) on the
         # system-wide monotonic clock the parent's stamps use (bench/engine_breakdown_bench.py); off: no cost

@@ -1,0 +1,435 @@
+"""The parent's handle on the crash-isolation child (:mod:`attnviz.runtime.host` keeps the one in use): the
+process started and watched, one request at a time with the feeds in the feed area, the slots of its replies
+mapped and lent to callers until no view of them is left, a cancel or the child's death noticed while waiting."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import mmap
+import multiprocessing as mp
+import os
+import pickle
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.runtime import lifetime, shm
+from attnviz.runtime.errors import Cancelled
+from attnviz.runtime.feedarea import FeedArea
+from attnviz.runtime.finite import note
+from attnviz.runtime.isolation import SlotFeed, read_message, write_message
+from attnviz.runtime.slots import close_map
+from attnviz.runtime.worker import serve_orphanless
+
+POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
+
+
+class ModelCrashed(AttnvizError):
+    """The child running onnxruntime died (a native fault in the model's ops)."""
+
+
+class RunCancelled(Cancelled):
+    """The caller cancelled while onnxruntime was running; the child was stopped."""
+
+
+class RemoteRunError(RuntimeError):
+    """onnxruntime raised inside the child; the text is onnxruntime's own message."""
+
+
+# -- cancellation scope (thread-local: each GUI worker thread has its own flag) -------------------------
+_scope = threading.local()
+
+
+@contextmanager
+def cancel_scope(cancelled):
+    """While inside, remote calls made by this thread poll ``cancelled()`` and stop the child when it is True."""
+    prev = getattr(_scope, "check", None)
+    _scope.check = cancelled
+    try:
+        yield
+    finally:
+        _scope.check = prev
+
+
+def _cancel_requested() -> bool:
+    check = getattr(_scope, "check", None)
+    return bool(check is not None and check())
+
+
+# -- the parent's handle on the child -------------------------------------------------------------------
+class ChildProcess:
+    """One child process; requests are serialised by a lock (onnxruntime parallelises inside a run)."""
+
+    def __init__(self):
+        self.outdir = shm.make(shm_dir())  # attnviz-host-<this pid>-XXXXXXXX; stale ones of dead owners go first
+        if os.name == "posix":
+            # a fresh interpreter running this module: unlike multiprocessing's spawn it never re-imports the
+            # user's __main__ (a script without a main guard, stdin, a notebook), and a fork would copy Qt/torch
+            mine, theirs = socket.socketpair()
+            root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+            env.update(huge_pages_env(os.environ))
+            # the child dies with this process (runtime/lifetime.py): it watches `watch`, whose other end only
+            # this process holds; the Linux parent-death signal only when spawned from the main thread
+            watch, self.lifeline = lifetime.lifeline()
+            main = "1" if threading.current_thread() is threading.main_thread() else "0"
+            script = str(Path(__file__).with_name("worker.py"))
+            args = [str(theirs.fileno()), self.outdir, str(watch), str(os.getpid()), main]
+            self.proc: _Popen | _MpProcess = _Popen(
+                [sys.executable, script, *args], pass_fds=(theirs.fileno(), watch), stdin=subprocess.DEVNULL, env=env
+            )
+            theirs.close()
+            os.close(watch)
+            self.conn = Connection(mine.detach())
+        else:  # pragma: no cover - Windows has no pass_fds
+            ctx = mp.get_context("spawn")
+            self.conn, child = ctx.Pipe()
+            self.lifeline = -1  # the child watches multiprocessing's parent sentinel instead
+            self.proc = _MpProcess(
+                ctx.Process(target=serve_orphanless, args=(child, self.outdir, os.getpid()), daemon=True)
+            )
+            child.close()
+        self.lock = threading.Lock()
+        self.poller = None
+        self.read: Callable[[], bytes | memoryview] = self.conn.recv_bytes
+        self.write: Callable[[bytes], None] = self.conn.send_bytes
+        if hasattr(select, "poll"):  # posix: the socket's descriptor, written, read and polled directly
+            fd = self.conn.fileno()
+            self.poller = select.poll()
+            self.poller.register(fd, select.POLLIN)
+            self.read, self.write = (lambda: read_message(fd)), (lambda data: write_message(fd, data))
+        self.generation = next(_generations)
+        self.maps: dict[int, mmap.mmap] = {}  # the child's slots, mapped once each and kept
+        # slots lent to callers, each with a weak reference to the object every view of it keeps alive; read
+        # and changed only under ``lock`` (a run request hands back those whose object is gone)
+        self.lent: list[tuple[weakref.ref, int]] = []
+        # the arrays lend() made, by id: (a weak reference to the array, its slot), so that one fed back whole to
+        # a generation's start goes as its slot (SlotFeed); pruned with the lent slots
+        self.lent_arrays: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
+        self.feed_area = FeedArea(self.outdir)
+        # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
+        self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
+        # the child's answer to "are the slots page-locked" (runtime/pinning.py), asked again only after a reply
+        # that made slots or a session created (the only times it can change): no round trip on a repeated run
+        self.pin_state: str | None = None
+
+    def _readable(self) -> bool:
+        """Wait up to POLL_S for the child's reply (or its end).  One poll object per host, made once:
+        ``Connection.poll`` builds a selector per call, which cost ~20 us of every run's return trip."""
+        if self.poller is None:
+            return self.conn.poll(POLL_S)
+        return bool(self.poller.poll(POLL_S * 1000))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, sid: int, names: list[str], feeds: dict) -> list[np.ndarray]:
+        """One run in the child; large outputs are views onto its slots, lent until the caller drops them."""
+        return self.call("run", sid, names, feeds, adopt=self._adopt, prepare=self._prepare_run)
+
+    def chain(self, stages: list[tuple[int, list[str], dict]]) -> list[list[np.ndarray]]:
+        """Sessions' runs as one request (:meth:`worker.Server.chain`): every stage's feeds go into the feed area
+        together, and every stage's outputs come back, large ones as views onto the child's slots."""
+
+        def prepare(args: tuple) -> tuple:
+            (stages,) = args
+            shared = self.feed_area.share({(i, k): v for i, (_, _, f) in enumerate(stages) for k, v in f.items()})
+            return [(sid, names, {k: shared[(i, k)] for k in f}) for i, (sid, names, f) in enumerate(stages)], (
+                self._hand_back()
+            )
+
+        def adopt(reply) -> list[list[np.ndarray]]:
+            per_stage, finite, created, deleted = reply
+            flat = iter(self._adopt(([it for items in per_stage for it in items], created, deleted)))
+            values = [[next(flat) for _ in items] for items in per_stage]
+            _note_finite(stages, values, finite)
+            return values
+
+        return self.call("chain", stages, adopt=adopt, prepare=prepare)
+
+    def steps(self, sid: int, start, token: int, n: int, eos, budget: float):
+        """A chunk of cached generation steps run in the child (:meth:`worker.Server.steps`): (ids, finished,
+        {map output: array})."""
+
+        def prepare(args: tuple) -> tuple:
+            sid, start, *rest = args
+            if start is not None:
+                plan, feeds, length, embed_sid = start
+                start = (plan, self.feed_area.share(self._own_slots(feeds)), length, embed_sid)
+            return (sid, start, *rest, self._hand_back())
+
+        def adopt(reply) -> tuple:
+            ids, finished, names, items, finite, created, deleted = reply
+            maps = dict(zip(names, self._adopt((items, created, deleted))))
+            for k, ok in finite.items():
+                note(maps[k], ok)
+            return ids, finished, maps
+
+        return self.call("steps", sid, start, token, n, eos, budget, what="generating", adopt=adopt, prepare=prepare)
+
+    def chain_steps(
+        self, stages: list[tuple[int, list[str], dict]], sid: int, start: tuple, n: int, eos, budget: float
+    ):
+        """A chain and a new generation's first chunk after it, as one request (:meth:`worker.Server.chain_steps`):
+        (per stage its outputs, None for those held, ids, finished, {map output: array}); ``start``: (plan,
+        feeds, cache length, first, the (stage, output) pairs held in the child, the id of the session each token
+        goes through first or None)."""
+
+        def prepare(args: tuple) -> tuple:
+            stages, sid, (plan, feeds, length, first, held, embed_sid), *rest = args
+            both = {(i, k): v for i, (_, _, f) in enumerate(stages) for k, v in f.items()}
+            both.update({(-1, k): v for k, v in self._own_slots(feeds).items()})
+            shared = self.feed_area.share(both)
+            stages = [(s, names, {k: shared[(i, k)] for k in f}) for i, (s, names, f) in enumerate(stages)]
+            start = (plan, {k: shared[(-1, k)] for k in feeds}, length, first, held, embed_sid)
+            return (stages, sid, start, *rest, self._hand_back())
+
+        def adopt(reply) -> tuple:
+            ids, finished, names, items, finite, per_stage, stage_finite, created, deleted = reply
+            flat = iter(self._adopt(([*items, *(it for stage in per_stage for it in stage)], created, deleted)))
+            maps = {k: next(flat) for k in names}
+            for k, ok in finite.items():
+                note(maps[k], ok)
+            values = [[next(flat) for _ in stage] for stage in per_stage]
+            _note_finite(stages, values, stage_finite)
+            return values, ids, finished, maps
+
+        return self.call(
+            "chain_steps", stages, sid, start, n, eos, budget, what="generating", adopt=adopt, prepare=prepare
+        )
+
+    def _own_slots(self, feeds: dict) -> dict:
+        """Feeds that are arrays lend() made (the child's outputs, whole) as their slots: no copy either way.
+        Under the lock, before ``_hand_back``: the feeds hold the arrays, so their slots are not handed back."""
+        out = dict(feeds)
+        for k, v in feeds.items():
+            got = self.lent_arrays.get(id(v))
+            if got is not None and isinstance(v, np.ndarray):
+                feed = SlotFeed(got[1], v.dtype.str, tuple(v.shape))
+                if got[0]() is v:  # the very array lent (an id alone may be a later object's)
+                    out[k] = feed
+        return out
+
+    def _prepare_run(self, args: tuple) -> tuple:
+        """Under the lock: large feeds go into the feed area, and the request carries the slots to hand back."""
+        sid, names, feeds = args
+        return sid, names, self.feed_area.share(feeds), self._hand_back()
+
+    def _hand_back(self) -> list[int]:
+        """The lent slots no array views any more (under the lock: a slot is handed back exactly once).
+
+        Weak references polled here, at the next request, rather than a finaliser per view: the child can only
+        reuse a slot once it is told, which happens with the next request anyway, and a finaliser costs ~12 us
+        per output (7 a run on MiniLM) where a weak reference costs ~1 us."""
+        still: list[tuple[weakref.ref, int]] = []
+        free: list[int] = []
+        for ref, slot in self.lent:
+            if ref() is not None:
+                still.append((ref, slot))
+            else:
+                free.append(slot)
+        self.lent = still
+        if free:
+            gone = set(free)
+            self.lent_arrays = {k: e for k, e in self.lent_arrays.items() if e[1] not in gone and e[0]() is not None}
+        return free
+
+    def _adopt(self, reply) -> list[np.ndarray]:
+        """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
+        replies are applied in the order the child sent them)."""
+        items, created, deleted = reply
+        if created:
+            self.pin_state = None
+        for i in deleted:
+            mm = self.maps.pop(i, None)
+            if mm is not None:
+                close_map(mm)
+        for i, name, size in created:
+            fd = os.open(os.path.join(self.outdir, name), os.O_RDWR)
+            try:  # MAP_POPULATE maps every page now: no page fault when the maps are read
+                self.maps[i] = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+            finally:
+                os.close(fd)
+        lent: dict[int, np.ndarray] = {}  # a name fetched twice is one slot: one owner, one weak reference
+        for item in items:
+            if item[0] == "slot" and item[1] not in lent:
+                lent[item[1]] = self.lend(*item[1:])
+        return [lent[item[1]] if item[0] == "slot" else item[1] for item in items]
+
+    def lend(self, slot: int, dtype: str, shape: tuple) -> np.ndarray:
+        """An array viewing a slot.  Every view numpy derives from it keeps ``owner`` alive (through the buffer
+        it was made from), so its weak reference dies only with the last of them; the next request then hands
+        the slot back."""
+        dt = np.dtype(dtype)
+        n = math.prod(shape)
+        owner = (ctypes.c_char * (n * dt.itemsize)).from_buffer(self.maps[slot])
+        self.lent.append((weakref.ref(owner), slot))
+        arr = np.frombuffer(owner, dt, n).reshape(shape)
+        self.lent_arrays[id(arr)] = (weakref.ref(arr), slot)
+        return arr
+
+    def call(self, op: str, *args, what: str = "running the model", adopt=None, prepare=None):
+        t0 = time.perf_counter()
+        while not self.lock.acquire(timeout=POLL_S):
+            if _cancel_requested():
+                raise RunCancelled("cancelled")
+        try:
+            if not self.alive:
+                raise Dead()
+            self._close_dropped()
+            if prepare is not None:
+                args = prepare(args)
+            try:
+                self.write(pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
+            except (OSError, ValueError) as e:
+                raise Dead() from e
+            t1 = time.perf_counter()
+            while not self._readable():
+                if _cancel_requested():
+                    self.kill()
+                    raise RunCancelled("cancelled")  # the GUI shows "Cancelled.", not an error
+                if not self.alive and not self.conn.poll(0):
+                    raise ModelCrashed(
+                        f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
+                    )
+            try:
+                status, reply = pickle.loads(self.read())
+            except (EOFError, OSError):
+                self.proc.wait(1)
+                raise ModelCrashed(
+                    f"the model crashed onnxruntime: {self._death()} while {what}; the model cannot be run"
+                ) from None
+            if status == "ok" and adopt is not None:
+                t2 = time.perf_counter()
+                out = adopt(reply)
+                if self.trace is not None:
+                    self.trace.append((t0, t1, t2, time.perf_counter()))
+                return out
+        finally:
+            self.lock.release()
+        if status == "ok":
+            return reply
+        if status == "attnviz":
+            raise AttnvizError(reply)
+        raise RemoteRunError(reply)
+
+    def _close_dropped(self) -> None:
+        """Free the child's sessions whose proxies were garbage-collected (their __del__ only queues the id:
+        it may run on a thread that holds this lock)."""
+        sids = []
+        while dropped:
+            try:
+                sids.append(dropped.pop())
+            except IndexError:
+                break
+        if sids:
+            try:
+                self.conn.send(("close", (sids,)))
+                self.conn.recv()
+            except (OSError, EOFError, ValueError):
+                raise Dead() from None
+
+    def _death(self) -> str:
+        self.proc.wait(2)
+        code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the process was killed by {name}"
+        return f"the process exited with code {code}"
+
+    def kill(self) -> None:
+        if self.alive:
+            self.proc.kill()
+        self.proc.wait(5)
+        self.conn.close()
+        if self.lifeline >= 0:
+            os.close(self.lifeline)
+            self.lifeline = -1
+        for mm in self.maps.values():
+            close_map(mm)  # slots still lent stay mapped until their arrays are gone (the files go now)
+        self.maps.clear()
+        self.feed_area.close()
+        shm.release(self.outdir)
+
+
+def huge_pages_env(environ) -> dict[str, str]:
+    """``ATTNVIZ_HUGEPAGES=1``: the child's malloc asks for transparent huge pages (glibc >= 2.35
+    ``glibc.malloc.hugetlb=1``: madvise on its mappings), so onnxruntime's packed weights and arena sit in 2 MB
+    pages.  Off by default since session 9: it saved ~3-4 % of CPU per MiniLM run at 512 tokens, but where THP
+    defrags on madvise (the Debian/Ubuntu default) every new 2 MB page of a long input's attention scores is
+    compacted for: at 4,096 tokens the child's first runs spent 6 s and 4 s of system time (a plain process 0.7 s)
+    and its steady runs were 5.2 s against 4.6 s without (bench/RESULTS.md, "On-demand at 4,096 tokens").  A
+    tunable the user set already wins."""
+    if environ.get("ATTNVIZ_HUGEPAGES") != "1" or not sys.platform.startswith("linux"):
+        return {}
+    have = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" in have:
+        return {}
+    return {"GLIBC_TUNABLES": ":".join(t for t in (have, "glibc.malloc.hugetlb=1") if t)}
+
+
+class _Popen(subprocess.Popen):
+    def wait(self, timeout=None):
+        try:
+            return super().wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class _MpProcess:  # pragma: no cover - the Popen interface over a multiprocessing.Process (Windows)
+    def __init__(self, p):
+        self.p = p
+        p.start()
+        self.pid = p.pid
+
+    def poll(self):
+        return self.p.exitcode
+
+    def wait(self, timeout=None):
+        self.p.join(timeout)
+        return self.p.exitcode
+
+    def kill(self):
+        self.p.kill()
+
+    @property
+    def returncode(self):
+        return self.p.exitcode
+
+
+class Dead(Exception):
+    pass
+
+
+_generations = itertools.count(1)
+dropped: list[int] = []  # session ids whose proxies are gone (list.append/pop are atomic)
+
+
+def shm_dir() -> str | None:
+    d = "/dev/shm"
+    return d if os.path.isdir(d) and os.access(d, os.W_OK) else None
+
+
+def _note_finite(stages: list, values: list[list], finite: list[dict[str, bool]]) -> None:
+    """The child's NaN/Inf verdict per stage and map output, noted beside the arrays lent from its reply."""
+    for (_, names, _), got, checked in zip(stages, values, finite):
+        for k, ok in checked.items():
+            note(got[names.index(k)], ok)
