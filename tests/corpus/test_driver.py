@@ -75,9 +75,9 @@ def test_the_early_pool_runs_the_batches_and_no_worker_outlives_the_run(planted,
     started = []
     real = engines.WarmPool.start.__func__  # type: ignore[attr-defined]
 
-    def start(cls, setup, processes):
+    def start(cls, setup, processes, **kw):
         started.append(setup)
-        return real(cls, setup, processes)
+        return real(cls, setup, processes, **kw)
 
     monkeypatch.setattr(engines.WarmPool, "start", classmethod(start))
     run_corpus(_cfg(model, texts, tmp_path / "one", workers=2, threads=1))
