@@ -77,11 +77,13 @@ def _enter_worker() -> None:
     os.environ["ATTNVIZ_INPROCESS"] = "1"
 
 
-def _warm(setup: WorkerSetup) -> None:
-    """Pool initializer: open the session before the first batch arrives.  An error here is left for that
-    batch to raise as itself (an initializer's exception would only break the pool, with no message)."""
+def _warm(setup: WorkerSetup, now: bool = True) -> None:
+    """Pool initializer: open the session before the first batch arrives (``now=False``: a task does, after the
+    probe).  An error here is left for that batch to raise as itself (an initializer's exception would only
+    break the pool, with no message)."""
     _enter_worker()
-    _warm_up(setup)
+    if now:
+        _warm_up(setup)
 
 
 def _warm_up(setup: WorkerSetup) -> None:
@@ -158,8 +160,8 @@ class WarmPool:
         pool = ProcessPoolExecutor(
             setup.workers,
             mp_context=mp.get_context("spawn"),
-            initializer=_enter_worker if first else _warm,
-            initargs=() if first else (setup,),
+            initializer=_warm,
+            initargs=(setup, not first),
         )
         probing = pool.submit(_probe, setup) if first else None
         task = (_warm_up, setup) if first else (_ready,)
