@@ -48,8 +48,9 @@ def plain_loop(path: Path, prompt: np.ndarray, n: int, threads: int, provider: s
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    prov = ["CUDAExecutionProvider", "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
-    sess = ort.InferenceSession(str(path), so, providers=prov)
+    # on CUDA exact float32, as attnviz asks for (TF32 off)
+    prov = [("CUDAExecutionProvider", {"use_tf32": "0"})] if provider == "cuda" else []
+    sess = ort.InferenceSession(str(path), so, providers=[*prov, "CPUExecutionProvider"])
     ins = {i.name: i for i in sess.get_inputs()}
     past = [k for k in ins if k.startswith("past_key_values")]
     outs = [o.name for o in sess.get_outputs()]
@@ -78,13 +79,53 @@ def plain_loop(path: Path, prompt: np.ndarray, n: int, threads: int, provider: s
     return go
 
 
-def hf_loop(folder: Path, prompt: np.ndarray, n: int, threads: int):
+def plain_iobind_loop(path: Path, prompt: np.ndarray, n: int, threads: int, device: str = "cuda"):
+    """The CUDA loop a careful user writes with IO binding: the cache stays on the GPU, only the logits come back."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    prov = [("CUDAExecutionProvider", {"use_tf32": "0"})] if device == "cuda" else ["CPUExecutionProvider"]
+    sess = ort.InferenceSession(str(path), so, providers=prov)
+    ins = {i.name: i for i in sess.get_inputs()}
+    past = [k for k in ins if k.startswith("past_key_values")]
+    heads, dim = (int(x) for x in ins[past[0]].shape[1:4:2])
+
+    def go() -> list[int]:
+        ids = prompt
+        cache = {p: ort.OrtValue.ortvalue_from_numpy(np.zeros((1, heads, 0, dim), np.float32), device, 0) for p in past}
+        mask = np.ones((1, ids.shape[1]), np.int64)
+        made: list[int] = []
+        for _ in range(n):
+            b = sess.io_binding()
+            b.bind_cpu_input("input_ids", ids)
+            b.bind_cpu_input("attention_mask", mask)
+            if "position_ids" in ins:
+                b.bind_cpu_input("position_ids", np.arange(mask.shape[1] - ids.shape[1], mask.shape[1])[None])
+            for p, v in cache.items():
+                b.bind_ortvalue_input(p, v)
+            b.bind_output("logits", "cpu")
+            for p in past:
+                b.bind_output(p.replace("past_key_values", "present"), device, 0)
+            sess.run_with_iobinding(b)
+            outs = dict(zip([o.name for o in sess.get_outputs()], b.get_outputs()))
+            nxt = int(np.argmax(outs["logits"].numpy()[0, -1]))
+            made.append(nxt)
+            cache = {p: outs[p.replace("past_key_values", "present")] for p in past}
+            ids = np.array([[nxt]], np.int64)
+            mask = np.ones((1, mask.shape[1] + 1), np.int64)
+        return made
+
+    return go
+
+
+def hf_loop(folder: Path, prompt: np.ndarray, n: int, threads: int, device: str = "cpu"):
     import torch
     import transformers as T
 
     torch.set_num_threads(threads)
-    model = T.GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-    x = torch.from_numpy(prompt)
+    model = T.GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval().to(device)
+    x = torch.from_numpy(prompt).to(device)
 
     def go() -> list[int]:
         with torch.inference_mode():
@@ -112,16 +153,21 @@ def main() -> None:
     ap.add_argument("--size", type=int, nargs=3, default=[256, 4, 8], metavar=("HIDDEN", "LAYERS", "HEADS"))
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--no-hf", action="store_true", help="skip transformers (no torch here)")
+    ap.add_argument("--folder", type=Path, help="an export this script made before (holds hf/ and onnx/): reused as is")
+    ap.add_argument("--export-only", action="store_true", help="export into --folder and stop (to carry it elsewhere)")
     args = ap.parse_args()
-    import optimum_env
-
     from attnviz.runtime import open_model
 
-    # the tests' export script, with room for 1,024 new tokens (its GPT-2 has 512 positions)
-    script = optimum_env.EXPORT_SCRIPT.replace("n_positions=512", f"n_positions={max(args.steps) + 16}")
-    assert script != optimum_env.EXPORT_SCRIPT
-    out = Path(tempfile.mkdtemp(prefix="attnviz-genplain-"))
-    optimum_env.run(script, "gpt2", str(out), *map(str, args.size))
+    out = args.folder or Path(tempfile.mkdtemp(prefix="attnviz-genplain-"))
+    if not (out / "onnx").is_dir():
+        import optimum_env
+
+        # the tests' export script, with room for the longest run (its GPT-2 has 512 positions)
+        script = optimum_env.EXPORT_SCRIPT.replace("n_positions=512", f"n_positions={max(args.steps) + 16}")
+        assert script != optimum_env.EXPORT_SCRIPT
+        optimum_env.run(script, "gpt2", str(out), *map(str, args.size))
+    if args.export_only:
+        return
     onnx_dir = out / "onnx"
     model_file = next(p for p in (onnx_dir / "model.onnx", onnx_dir / "decoder_model_merged.onnx") if p.exists())
     m = open_model(onnx_dir, provider=args.provider, threads=args.threads)
@@ -140,8 +186,10 @@ def main() -> None:
             "attnviz": lambda n=n: m.analyze(feeds=feeds, generate=n).info["generated_ids"],
             "plain": plain_loop(model_file, prompt, n, args.threads, args.provider),
         }
+        if args.provider == "cuda":
+            loops["plain-iobind"] = plain_iobind_loop(model_file, prompt, n, args.threads)
         if not args.no_hf:
-            loops["hf"] = hf_loop(out / "hf", prompt, n, args.threads)
+            loops["hf"] = hf_loop(out / "hf", prompt, n, args.threads, args.provider)
         for go in loops.values():
             go()  # warm-up
         times: dict[str, list[float]] = {k: [] for k in loops}
@@ -159,6 +207,10 @@ def main() -> None:
         hf = med.get("hf")
         same = all(v == ids["plain"] for v in ids.values())
         vs_hf = f"{med['attnviz'] / hf:.2f}×" if hf else "–"
+        if "plain-iobind" in med:  # the CUDA loop with the cache kept on the GPU: printed beside the table
+            print(
+                f"  ({n} tokens, plain with IO binding: {med['plain-iobind']:.2f} ms, attnviz / it {med['attnviz'] / med['plain-iobind']:.2f}×)"
+            )
         print(
             f"| {n} | {med['attnviz']:.2f} ms | {med['plain']:.2f} ms | {f'{hf:.2f} ms' if hf else '–'} "
             f"| {med['attnviz'] / med['plain']:.2f}× ({cpu_ratio:.2f}× CPU) | {vs_hf} | {'yes' if same else 'NO'} |"

@@ -1,6 +1,6 @@
 """On-demand maps at long inputs against plain onnxruntime (issue 26 item 3: ≤ 1.05× at 4,096 tokens).
 
-    python bench/ondemand_bench.py [--lengths 2048 4096] [--rounds 5]
+    python bench/ondemand_bench.py [--lengths 2048 4096] [--rounds 5] [--provider cpu|cuda]
 
 Model: all-MiniLM-L6-v2 with its position table tiled to the longest length (bench/engine_bench.export_minilm).
 Rows, interleaved round by round (order alternating), one thread each:
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 CHILD = r"""
 import os, sys, time, json
 sys.path.insert(0, sys.argv[1])
-mode, path, t, rounds = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+mode, path, t, rounds, provider = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 if mode == "in-process":
     os.environ["ATTNVIZ_INPROCESS"] = "1"
 from engine_bench import feeds
@@ -37,11 +37,14 @@ if mode == "plain":
     import onnxruntime as ort
     so = ort.SessionOptions(); so.intra_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    prov = ["CPUExecutionProvider"]
+    if provider == "cuda":  # what attnviz asks for on CUDA too: exact float32 (no TF32)
+        prov.insert(0, ("CUDAExecutionProvider", {"use_tf32": "0"}))
+    s = ort.InferenceSession(path, so, providers=prov)
     run = lambda: s.run(None, f)
 else:
     from attnviz.runtime import open_model
-    m = open_model(path, provider="cpu", threads=1)
+    m = open_model(path, provider=provider, threads=1)
     run = lambda: m.run(f, mode="ondemand")
 run()  # warm: the session, the arena, the slots
 def cpu():
@@ -67,12 +70,16 @@ print(json.dumps(out))
 """
 
 
-def measure(mode: str, model: Path, t: int, rounds: int) -> list[tuple[float, float]]:
+def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> list[tuple[float, float]]:
     import json
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+    }
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT / "bench"), mode, str(model), str(t), str(rounds)],
+        [sys.executable, "-c", CHILD, str(ROOT / "bench"), mode, str(model), str(t), str(rounds), provider],
         capture_output=True,
         text=True,
         env=env,
@@ -85,19 +92,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (each: every row, 2 runs)")
+    ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
     from engine_bench import export_minilm
 
     with tempfile.TemporaryDirectory() as tmp:
         model = export_minilm(Path(tmp), max(a.lengths))
-        print(f"load average at start: {os.getloadavg()[0]:.1f}")
+        print(f"provider {a.provider}; load average at start: {os.getloadavg()[0]:.1f}")
         print(f"{'tokens':>6} | {'row':<10} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain")
         for t in a.lengths:
             rows: dict[str, list] = {"plain": [], "attnviz": [], "in-process": []}
             for r in range(a.rounds):
                 order = list(rows) if r % 2 == 0 else list(reversed(rows))
                 for mode in order:
-                    rows[mode] += measure(mode, model, t, 2)
+                    rows[mode] += measure(mode, model, t, 2, a.provider)
             base_w = statistics.median(x[0] for x in rows["plain"])
             base_c = statistics.median(x[1] for x in rows["plain"])
             for mode, xs in rows.items():

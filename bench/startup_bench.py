@@ -1,6 +1,6 @@
 """The first map in a fresh process: whole commands, each in a new interpreter.
 
-    python bench/startup_bench.py [--rounds 5] [--tokens 32] [--threads 1]
+    python bench/startup_bench.py [--rounds 5] [--tokens 32] [--threads 1] [--provider cpu|cuda]
 
 Rows (interleaved rounds, medians of wall and of CPU time of the process and its children):
 
@@ -34,7 +34,10 @@ sys.path.insert(0, str(ROOT))
 PLAIN = """
 import sys, numpy as np, onnxruntime as ort
 so = ort.SessionOptions(); so.intra_op_num_threads = int(sys.argv[3]); so.inter_op_num_threads = 1
-sess = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+prov = ["CPUExecutionProvider"]
+if sys.argv[4] == "cuda":  # what attnviz asks for on CUDA too: exact float32 (no TF32)
+    prov.insert(0, ("CUDAExecutionProvider", {"use_tf32": "0"}))
+sess = ort.InferenceSession(sys.argv[1], so, providers=prov)
 feeds = dict(np.load(sys.argv[2]))
 sess.run(None, feeds)
 """
@@ -55,6 +58,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     from engine_bench import export_minilm
 
@@ -63,15 +67,20 @@ def main() -> None:
     ids = np.random.default_rng(0).integers(1000, 2000, (1, args.tokens))
     feeds = tmp / "feeds.npz"
     np.savez(feeds, input_ids=ids, attention_mask=np.ones_like(ids))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATTNVIZ_THREADS=str(args.threads), OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        ATTNVIZ_THREADS=str(args.threads),
+        OMP_NUM_THREADS="1",
+    )
     py = sys.executable
     rows = {
         "import onnx, onnxruntime": [py, "-c", "import onnx, onnxruntime"],
         "attnviz inspect --no-probe": [py, "-m", "attnviz.cli", "inspect", str(model), "--no-probe"],
-        "plain: session + one run": [py, "-c", PLAIN, str(model), str(feeds), str(args.threads)],
+        "plain: session + one run": [py, "-c", PLAIN, str(model), str(feeds), str(args.threads), args.provider],
         "attnviz extract (every map, written)": [
             *[py, "-m", "attnviz.cli", "extract", str(model), "--inputs", str(feeds)],
-            *["--provider", "cpu", "--out", str(tmp / "maps.npz")],
+            *["--provider", args.provider, "--out", str(tmp / "maps.npz")],
         ],
     }
     for cmd in rows.values():
@@ -84,7 +93,9 @@ def main() -> None:
             wall[k].append(w)
             cpu[k].append(c)
     med = {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in rows}
-    print(f"MiniLM-L6, {args.tokens} tokens, {args.threads} thread(s), fresh process per row, median of {args.rounds}")
+    print(
+        f"MiniLM-L6, {args.tokens} tokens, {args.threads} thread(s), provider {args.provider}, fresh process per row, median of {args.rounds}"
+    )
     print("| command | wall | CPU | ratio (wall / CPU) |")
     print("|---|---:|---:|---|")
     base = {
