@@ -59,6 +59,7 @@ PARAM_FLAGS = {
     "view": "--view",
     "image_base": "--image-base",
     "scale": "--scale",
+    "picture": "--picture",
     "batch": None,
 }
 

@@ -8,6 +8,8 @@ Rows, interleaved round by round (order alternating), one thread each:
   attnviz      AttentionModel.run(feeds, mode="ondemand"), as shipped: the session in the crash-isolation child
   in-process   the same with ATTNVIZ_INPROCESS=1 (a corpus worker's layout)
 Wall time, and CPU time of this process and its children (the isolation child's included, read from /proc).
+pinned: on CUDA, whether the output slots were page-locked (``yes``) or why not (runtime/pinning.py;
+ATTNVIZ_PIN=off in the environment turns it off); "-" where it does not apply (plain, CPU).
 On-demand keeps each site's Q and Kᵀ (and the mask) and recomputes a head's rows when one is drawn; a run itself
 should cost what plain inference costs.
 """
@@ -46,7 +48,10 @@ else:
     from attnviz.runtime import open_model
     m = open_model(path, provider=provider, threads=1)
     run = lambda: m.run(f, mode="ondemand")
-run()  # warm: the session, the arena, the slots
+warm = run()  # warm: the session, the arena, the slots
+# on CUDA: whether the output slots are page-locked, or why not (runtime/pinning.py); plain has no such thing
+pinned = getattr(warm, "info", {}).get("pinned", "-")
+del warm
 def cpu():
     import resource
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -66,11 +71,11 @@ for _ in range(rounds):
     w, c = time.perf_counter(), cpu()
     r = run(); del r
     out.append((time.perf_counter() - w, cpu() - c))
-print(json.dumps(out))
+print(json.dumps([out, pinned]))
 """
 
 
-def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> list[tuple[float, float]]:
+def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> tuple[list[tuple[float, float]], str]:
     import json
 
     env = {
@@ -85,7 +90,8 @@ def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> list[
         env=env,
         check=True,
     )
-    return [tuple(x) for x in json.loads(r.stdout.strip().splitlines()[-1])]
+    out, pinned = json.loads(r.stdout.strip().splitlines()[-1])
+    return [tuple(x) for x in out], pinned
 
 
 def main() -> None:
@@ -99,19 +105,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = export_minilm(Path(tmp), max(a.lengths))
         print(f"provider {a.provider}; load average at start: {os.getloadavg()[0]:.1f}")
-        print(f"{'tokens':>6} | {'row':<10} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain")
+        print(
+            f"{'tokens':>6} | {'row':<10} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain"
+            " | pinned"
+        )
         for t in a.lengths:
             rows: dict[str, list] = {"plain": [], "attnviz": [], "in-process": []}
+            pinned: dict[str, set[str]] = {mode: set() for mode in rows}
             for r in range(a.rounds):
                 order = list(rows) if r % 2 == 0 else list(reversed(rows))
                 for mode in order:
-                    rows[mode] += measure(mode, model, t, 2, a.provider)
+                    got, pin = measure(mode, model, t, 2, a.provider)
+                    rows[mode] += got
+                    pinned[mode].add(pin)
             base_w = statistics.median(x[0] for x in rows["plain"])
             base_c = statistics.median(x[1] for x in rows["plain"])
             for mode, xs in rows.items():
                 w = statistics.median(x[0] for x in xs)
                 c = statistics.median(x[1] for x in xs)
-                print(f"{t:>6} | {mode:<10} | {w:>10.2f}s | {c:>9.2f}s | {w / base_w:>12.3f}× | {c / base_c:>11.3f}×")
+                pin = " / ".join(sorted(pinned[mode]))
+                print(
+                    f"{t:>6} | {mode:<10} | {w:>10.2f}s | {c:>9.2f}s | {w / base_w:>12.3f}× | {c / base_c:>11.3f}×"
+                    f" | {pin}"
+                )
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

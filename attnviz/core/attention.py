@@ -12,7 +12,7 @@ a :class:`MapSource` for one head at a time and only call ``array()`` when they 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -303,6 +303,8 @@ class AudioTrack:
 
 
 TOKEN_GRIDS_KEY = "token_grids"  # info: each batch row's token grid (AttentionResult.token_grid_of)
+# info: one prompt's several images, each image's token grid in order (AttentionResult.image_grids)
+IMAGE_GRIDS_KEY = "image_grids"
 
 
 @dataclass
@@ -317,6 +319,9 @@ class AttentionResult:
     # a vision–language decoder: where the image's tokens lie among its own keys (offset = the first image token)
     token_grid: PatchGrid | None = None
     image: np.ndarray | None = None  # [H, W, 3] uint8, the image as the model saw it (resized)
+    # a prompt holding several images (a vision–language decoder): every one as the model saw it, in order
+    # (``image`` is the first); empty for one image
+    images: list[np.ndarray] = field(default_factory=list)
     audio: AudioTrack | None = None  # a speech model's clips and features (cross-attention keys are their frames)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)  # the model's ordinary graph outputs
     generated: list[str] = field(default_factory=list)  # generated words (decoder axis after the prompt)
@@ -340,6 +345,25 @@ class AttentionResult:
             except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
                 return None
         return self.token_grid
+
+    def image_grids(self) -> list[PatchGrid]:
+        """Where each image's tokens lie among the keys, in order: one prompt's several images
+        (``info["image_grids"]``, so an extracted ``.npz`` keeps them), else the one ``token_grid``."""
+        grids = (self.info or {}).get(IMAGE_GRIDS_KEY)
+        if isinstance(grids, list) and len(grids) > 1:
+            try:
+                return [PatchGrid.from_dict(d) for d in grids]
+            except (KeyError, TypeError, ValueError, AttributeError):  # a hand-edited file: the first image only
+                pass
+        return [] if self.token_grid is None else [self.token_grid]
+
+    def picture(self, k: int) -> AttentionResult:
+        """This result seen through image ``k`` (0-based) of a prompt's several: that image and its tokens' grid,
+        the maps and axes shared (what Image regions draws); the result itself for its first or only image."""
+        grids = self.image_grids()
+        if k == 0 or not 0 < k < len(grids):
+            return self
+        return replace(self, image=self.images[k] if k < len(self.images) else None, token_grid=grids[k])
 
     # -- axes --------------------------------------------------------------
     def row_axes(self, batch: int = 0) -> tuple[TokenAxis | None, TokenAxis | None]:

@@ -71,6 +71,8 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
             arrays["token_grid_global"] = np.array([gg.rows, gg.cols, gg.offset], dtype=np.int64)
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
+    for k, picture in enumerate(result.images):  # one prompt's several images, in order
+        arrays[f"images_{k:03d}"] = np.asarray(picture, dtype=np.uint8)
     if result.audio is not None:
         arrays.update(_audio_arrays(result.audio))
     if result.generated:
@@ -181,6 +183,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         patch_grid=grid,
         token_grid=token_grid,
         image=z["image"] if "image" in z.files else None,
+        images=[z[k] for k in sorted(f for f in z.files if f.startswith("images_"))],
         audio=_audio(z, path) if "audio_waves" in z.files else None,
         generated=z["generated"].tolist() if "generated" in z.files else [],
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,

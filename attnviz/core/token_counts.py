@@ -34,6 +34,10 @@ def _vlm(result: AttentionResult, g: PatchGrid) -> list[tuple[str, str]]:
     where = (
         f"tiles {g.rows}×{g.cols} + global image {glob.rows}×{glob.cols}" if glob is not None else f"{g.rows}×{g.cols}"
     )
+    several = result.image_grids()
+    if len(several) > 1:  # one prompt's several images: every image's tokens
+        n_image = sum(s.n for s in several)
+        where = f"{len(several)} images: " + ", ".join(f"{s.rows}×{s.cols}" for s in several)
     rows = [("text tokens", f"{_n(dec) - n_image} in the decoder")] if dec is not None else []
     image = f"{n_image} in the decoder ({where})"
     if result.tokens is not None:  # the vision tower's own sequence: every tile's patches, and a CLS where it has one

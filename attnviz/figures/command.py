@@ -42,6 +42,7 @@ _SPEC_ARGS = (
     "rows",
     "image_base",
     "scale",
+    "picture",
 )
 
 
@@ -80,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="R.json",
         help="regenerate the figure a recipe describes (view options given here override it)",
     )
-    add_input_arguments(p, model_required=False)
+    add_input_arguments(p, model_required=False, several_images=True)
     add_variant_argument(p)
     # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
     p.set_defaults(generate=None)
@@ -141,6 +142,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=tuple(SCALES),
         help="top of the colour scale: fixed 0-1 (default, as in the window), shared by the block's heads, or map "
         "(stretched to each map's maximum); the colour bar says which",
+    )
+    view.add_argument(
+        "--picture",
+        type=int,
+        metavar="N",
+        help="image view of a prompt that held several images: draw image N (from 1; default the first)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")
@@ -209,7 +216,8 @@ def _sources_from_recipe(r: dict, args) -> dict:
         "maps": path(s.get("maps")),
         "text": i.get("text"),
         "text_pair": i.get("text_pair"),
-        "image": path(i.get("image")),
+        # one image's entry, or (one prompt's several images) each file in order
+        "image": path(i.get("image")) or ([e["path"] for e in i["images"]] if i.get("images") else None),
         "audio": path(i.get("audio")),
         "feeds": path(i.get("feeds")),
         "tokenizer": path(i.get("tokenizer")),
@@ -353,8 +361,9 @@ def run(args) -> int:
     if not args.all_heads:
         figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
         for kind in ("image", "audio", "feeds", "tokenizer"):
-            if src[kind] is not None and not Path(src[kind]).is_file():
-                raise AttnvizError(f"{src[kind]}: no such file")
+            for given in src[kind] if isinstance(src[kind], list) else [src[kind]]:  # several images: each
+                if given is not None and not Path(given).is_file():
+                    raise AttnvizError(f"{given}: no such file")
     if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "audio", "feeds")):
         from attnviz.runtime.sample import sample_for_path
 

@@ -31,6 +31,8 @@ _FILE_KEYS = (
     ("inputs", "feeds"),
     ("inputs", "tokenizer"),
 )
+# lists of file entries: one prompt's several images (a vision–language model), in order
+_FILE_LISTS = (("inputs", "images"),)
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
@@ -80,7 +82,7 @@ def make_recipe(
     maps: str | os.PathLike | None = None,
     text: str | None = None,
     text_pair: str | None = None,
-    image: str | os.PathLike | None = None,
+    image: str | os.PathLike | list[str] | None = None,
     feeds: str | os.PathLike | None = None,
     tokenizer: str | os.PathLike | None = None,
     generate: int = 0,
@@ -92,10 +94,13 @@ def make_recipe(
     if (model is None) == (maps is None):
         raise AttnvizError("a recipe needs exactly one source: a model file or an 'attnviz extract' maps file")
     source = {"model": _file_entry(model)} if model is not None else {"maps": _file_entry(maps)}
+    files = list(image) if isinstance(image, (list, tuple)) else [image] if image is not None else []
     inputs = {
         "text": text,
         "text_pair": text_pair,
-        "image": _file_entry(image),
+        "image": _file_entry(files[0]) if len(files) == 1 else None,
+        # several images in one prompt: each file in order (recipes of one image have no such key)
+        **({"images": [_file_entry(f) for f in files]} if len(files) > 1 else {}),
         **({"audio": _file_entry(audio)} if audio is not None else {}),  # older recipes stay as they were
         "feeds": _file_entry(feeds),
         "tokenizer": _file_entry(tokenizer),
@@ -140,6 +145,9 @@ def write_recipe(recipe: dict, path: str | os.PathLike) -> Path:
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _relativise(r[sec][key], base)
+    for sec, key in _FILE_LISTS:
+        if r.get(sec) and r[sec].get(key):
+            r[sec][key] = [_relativise(e, base) for e in r[sec][key]]
     if r.get("output"):
         r["output"] = _relativise(r["output"], base)
     text = json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -202,6 +210,9 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
     for sec, key in _FILE_KEYS:
         if r.get(sec) and r[sec].get(key):
             r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes)
+    for sec, key in _FILE_LISTS:
+        if r.get(sec) and r[sec].get(key):
+            r[sec][key] = [_resolve(e, base, "image", check_hashes) for e in r[sec][key]]
     for sec in ("source", "inputs", "options", "output", "view"):
         if r.get(sec) is not None and not isinstance(r[sec], dict):
             raise TypeError(f"'{sec}' must be an object")

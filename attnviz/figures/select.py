@@ -169,10 +169,11 @@ def _why_not_image(result: AttentionResult) -> str | None:
         )
     if result.image is None:
         return "the image view needs the input image; this result has none (run the model on an image)"
-    if result.patch_grid is None:
+    if result.patch_grid is None and result.token_grid is None:
         return "the image view needs the image patch grid; this result has none (not an image model?)"
     if patch_block(result) is None:
-        g = result.patch_grid
+        g = result.patch_grid or result.token_grid
+        assert g is not None
         return f"no attention block has {g.offset + g.n} keys matching the {g.rows}x{g.cols} patch grid"
     return None
 
@@ -333,7 +334,10 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         rows=str(spec.rows or (declared[1] if declared else "predict")),
         image_base=str(spec.image_base or view.default_image_base(result)),
         scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
+        picture=int(spec.picture or 1) - 1,
     )
+    if spec.picture is not None:  # an image the result does not hold: one line naming the images it has
+        view.pictured(result, base.picture)
     if spec.heads is not None:
         heads = tuple(check_head(b, layer, h) for h in spec.heads)
         return base.with_(mode="head", layer=layer, head=heads[0], heads=heads)
@@ -365,8 +369,10 @@ def keys_are_patches(result: AttentionResult, block: Block) -> bool:
     """The block's keys are exactly the result's patches, or (a stage of a hierarchical encoder) its stage's, or
     (a vision–language decoder's self-attention) hold the run of image tokens."""
     g = result.patch_grid
+    if _vlm_words(result, block):  # (a VLM's several images leave its vision tower no one patch grid)
+        return view.block_grid(result, block) is not None
     if g is None:
         return False
-    if block.stage or _vlm_words(result, block):
+    if block.stage:
         return view.block_grid(result, block) is not None
     return len(block.key_axis) == g.offset + g.n

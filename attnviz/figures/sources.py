@@ -14,7 +14,7 @@ def load_result(
     maps: str | os.PathLike | None = None,
     text: str | None = None,
     text_pair: str | None = None,
-    image: str | os.PathLike | None = None,
+    image: str | os.PathLike | list[str] | None = None,
     feeds: str | os.PathLike | None = None,
     tokenizer: str | os.PathLike | None = None,
     generate: int | None = 0,
@@ -67,7 +67,7 @@ def load_result(
     result = m.analyze(
         text=text,
         text_pair=text_pair,
-        image=str(image) if image is not None else None,
+        image=[str(i) for i in image] if isinstance(image, list) else str(image) if image is not None else None,
         feeds=str(feeds) if feeds is not None else None,  # the runtime loads and checks the .npz
         generate=int(generate or 0),
         mode=mode or "auto",

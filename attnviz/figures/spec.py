@@ -123,6 +123,8 @@ class FigureSpec:
     # the scale every figure had before there was a choice, so a recipe written then draws the same bytes;
     # `attnviz figure` without --scale writes the view model's default (fixed) into its recipe
     scale: str | None = None
+    # image: which of one prompt's several images is drawn (1-based); None: the first (a recipe without it)
+    picture: int | None = None
 
     def __post_init__(self):
         self.validate()
@@ -148,6 +150,8 @@ class FigureSpec:
             raise AttnvizError(f"step {self.step} must be 0 or more")
         if self.scale is not None and self.scale not in SCALES:
             raise AttnvizError(f"unknown colour scale {self.scale!r}; use one of {', '.join(SCALES)}", param="scale")
+        if self.picture is not None and (isinstance(self.picture, bool) or int(self.picture) < 1):
+            raise AttnvizError(f"picture {self.picture}: images count from 1; give --picture N", param="picture")
         if self.image_base not in IMAGE_BASES:
             raise AttnvizError(
                 f"unknown image base {self.image_base!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base"
@@ -160,7 +164,10 @@ class FigureSpec:
         return FigureStyle(**{k: getattr(self, k) for k in STYLE_FIELDS}, only_layer=only)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["picture"] is None:  # a figure of the first (or only) image: its recipe as before there was a choice
+            del d["picture"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> FigureSpec:

@@ -456,7 +456,7 @@ def _image_selection(sel: vm.Selection) -> vm.Selection:
 
 def draw_image(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     spec = style
-    image = _rgb(result.image)
+    image = _rgb(vm.pictured(result, sel.picture).image)  # the image chosen of a prompt's several
     ov = vm.overlay_view(result, _image_selection(sel), image.shape[:2])
     fs = float(spec.font_size)
     ih, iw = image.shape[:2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnviz.core.view import IMAGE_BASES
-from attnviz.runtime.commands.common import DeprecatedAlias, add_variant_argument
+from attnviz.runtime.commands.common import DeprecatedAlias, SeveralImages, add_variant_argument
 from attnviz.runtime.request import AnalyzeRequest
 
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
@@ -19,7 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--text", help="input text")
     p.add_argument("--text-pair", dest="text_pair", help="second sentence for pair models")
-    p.add_argument("--image", help="image file for vision / captioning models")
+    p.add_argument(
+        "--image",
+        action=SeveralImages,
+        help="image file for vision / captioning models; again for several images in one prompt (a vision–language "
+        "model)",
+    )
     p.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
     p.add_argument(
@@ -56,6 +61,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Image regions: what lies under the heat (default grey; colour keeps the image's colours; none)",
     )
     p.add_argument(
+        "--picture",
+        type=int,
+        metavar="N",
+        default=None,
+        help="Image regions of a prompt that held several images: show image N (from 1; default the first)",
+    )
+    p.add_argument(
         "--mode",
         dest="mode",
         choices=("head", "mean", "max", "min", "rollout"),
@@ -75,6 +87,10 @@ def check_focus(result, focus: dict, sel) -> None:
     layer = select.check_layer(b, focus["layer"]) if focus.get("layer") is not None else min(sel.layer, b.n_layers - 1)
     if focus.get("head") is not None:
         select.check_head(b, layer, focus["head"])
+    if focus.get("picture") is not None:  # an image the prompt did not hold: named, not clamped
+        from attnviz.core.view import pictured
+
+        pictured(result, focus["picture"])
 
 
 def run(args) -> int:
@@ -135,6 +151,10 @@ def run(args) -> int:
     focus = {
         k: getattr(args, k) for k in ("block", "layer", "head", "mode", "image_base") if getattr(args, k) is not None
     }
+    if args.picture is not None:
+        if args.picture < 1:
+            raise AttnvizError(f"--picture {args.picture}: images count from 1; give --picture N")
+        focus["picture"] = args.picture - 1
     if "head" in focus:
         focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
     if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:

@@ -46,6 +46,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "keep": lambda v: 0 < v <= 1,
     "step": lambda v: v >= -1,
     "batch": lambda v: v >= 0,
+    "picture": lambda v: v >= 0,
     "query": lambda v: v is None or v >= 0,
     "heads": lambda v: all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in v),
 }

@@ -20,7 +20,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, DenseMap, MapSource, PatchGrid
+from attnviz.core.attention import IMAGE_GRIDS_KEY, TOKEN_GRIDS_KEY, AttentionResult, DenseMap, MapSource, PatchGrid
 from attnviz.core.rows import RowAxes, set_row_axes
 from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
@@ -148,7 +148,10 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         text_pair=req.text_pair,
         batch=prep.batch,
         notes=list(result.info.get("notes", [])) + list(prep.notes),
-        image=str(req.image) if isinstance(req.image, (str, Path)) else None,
+        image=_image_name(req.image),
+        images=[_image_name(i) or "image" for i in req.image]
+        if isinstance(req.image, (list, tuple)) and len(req.image) > 1
+        else None,
         image_preprocessing=prep.image_info,
         audio=prep.audio,
         alignment=_declared_alignment(model),
@@ -176,7 +179,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         if staged is not None:  # a Swin's grid is its first stage's (the image's patches); later stages halve it
             grid, n_keys = staged.layout.grid, staged.layout.tokens
         else:
-            grid = model.grid(n_keys, hw) if n_keys else None
+            # one prompt's several images: the vision tower's keys are every image's patches, on no one grid
+            grid = model.grid(n_keys, hw) if n_keys and not prep.images else None
         result.patch_grid = grid
         if grid is not None and n_keys:
             # a dual encoder's text (no decoder: the only other axis) becomes the second axis, the one its text
@@ -192,6 +196,10 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         result.token_grid = grids[0]
         if any(g != grids[0] for g in grids[1:]):  # a padded batch (left padding shifts a row's image tokens)
             result.info[TOKEN_GRIDS_KEY] = [g.to_dict() if g is not None else None for g in grids]
+        several = prep.tgt_tok.image_grids(rows[0]) if len(rows) == 1 else []
+        if len(several) > 1:  # one prompt's several images: where each one's tokens lie, in order (and each image)
+            result.info[IMAGE_GRIDS_KEY] = [g.to_dict() for g in several]
+            result.images = prep.images or []
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
         result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []
@@ -209,6 +217,13 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         attach_word_times(model, result)
         result.info["total_s"] = time.perf_counter() - t0
     return result
+
+
+def _image_name(image) -> str | None:
+    """The image file's path as the run info keeps it (the first of several; None: an image given in memory)."""
+    if isinstance(image, (list, tuple)):
+        image = image[0] if image else None
+    return str(image) if isinstance(image, (str, Path)) else None
 
 
 def refuse_non_finite(result: AttentionResult) -> None:

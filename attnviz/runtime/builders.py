@@ -53,6 +53,9 @@ class Prepared:
     audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
     track: AudioTrack | None = None  # the clips and their features, kept on the result for the Audio regions view
     image_tiles: Tiles | None = None  # how a VLM family's processor split the image (its prompt expansion follows)
+    image_count: int = 0  # the images given (a vision–language prompt may hold several)
+    images: list[np.ndarray] | None = None  # several images: each as the model saw it, in order (shown: the first)
+    image_tiles_each: list = field(default_factory=list)  # each image's split (image_tiles: the last), in order
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes):
@@ -200,18 +203,54 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             f"{model.path.name} does not declare its image size and the {spec.height}x{spec.width} guess failed: "
             "give --image-size H W, the size it was trained on"
         )
-    if isinstance(req.image, np.ndarray):  # an image already in memory (GUI): through the same resize path
-        from PIL import Image
+    sources = list(req.image) if isinstance(req.image, (list, tuple)) else [req.image]
+    prep.image_count = len(sources)
+    sized = model.several_images(len(sources))  # refused in one line where the model takes one image a run
+    loaded, infos = [], []
+    for source in sources:
+        loaded.append(_one_image(model, source, spec, prep))
+        prep.image_tiles_each.append(prep.image_tiles)  # each image's split (Qwen2-VL: its grid of tokens)
+        infos.append(prep.image_info)
+    prep.shown = loaded[0][1]
+    if len(loaded) == 1:
+        feeds[img_in.name] = loaded[0][0]
+        return
+    if len(set(infos)) > 1:  # the run info says how each image was processed
+        prep.image_info = "; ".join(f"image {k + 1}: {info}" for k, info in enumerate(infos))
+    prep.images = [shown for _, shown in loaded]
+    sizes = [tuple(int(d) for d in px.shape[-2:]) for px, _ in loaded]
+    if len(set(sizes)) == 1:
+        feeds[img_in.name] = np.concatenate([px for px, _ in loaded], axis=0)  # the prompt's images, in order
+        return
+    if sized is None:
+        said = ", ".join(f"{w}x{h}" for h, w in sizes)
+        raise AttnvizError(
+            f"the images are resized by the processor to different sizes ({said}); attnviz runs several images of "
+            f"one size per prompt for {model.path.name}: give images of the same size (crop or resize them alike)",
+            param="image",
+        )
+    # one array for the prompt's images: each at the top left of the largest size, its own size beside it
+    top = (max(h for h, _ in sizes), max(w for _, w in sizes))
+    padded = np.zeros((len(loaded), *loaded[0][0].shape[1:-2], *top), loaded[0][0].dtype)
+    for k, (px, _) in enumerate(loaded):
+        padded[k, ..., : px.shape[-2], : px.shape[-1]] = px[0]
+    feeds[img_in.name] = padded
+    feeds[sized] = np.asarray(sizes, np.int64)
 
-        fd, tmp = tempfile.mkstemp(suffix=".png")
-        os.close(fd)
-        Image.fromarray(req.image).save(tmp)
-        try:
-            feeds[img_in.name], prep.shown = _load_image(model, tmp, spec, prep)
-        finally:
-            os.unlink(tmp)
-    else:
-        feeds[img_in.name], prep.shown = _load_image(model, req.image, spec, prep)
+
+def _one_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """One image file (or array) through the model's processing: its pixel values and the image as seen."""
+    if not isinstance(source, np.ndarray):
+        return _load_image(model, source, spec, prep)
+    from PIL import Image  # an image already in memory (GUI): through the same resize path
+
+    fd, tmp = tempfile.mkstemp(suffix=".png")
+    os.close(fd)
+    Image.fromarray(source).save(tmp)
+    try:
+        return _load_image(model, tmp, spec, prep)
+    finally:
+        os.unlink(tmp)
 
 
 def _load_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
@@ -370,7 +409,10 @@ def _prompt_text(b: _Build) -> None:
     tok = b.tgt_tok or b.src_tok
     if tok is None:
         raise _no_tokenizer(b.model)
-    tok = tok.for_image(b.prep.image_tiles)  # a VLM's expansion of its image placeholder follows the image's split
+    # a VLM's expansion of its image placeholder follows the image's split, and its placeholders the images given
+    tok = tok.for_images(b.prep.image_tiles_each)
+    if b.prep.image_count > 1:  # several images: their tokens' labels and grids follow each one's split
+        b.tgt_tok = tok
     b.prompt = fit_positions(b.model, tok.encode(b.req.text, add_special=False), b.req.max_tokens, b.prep.notes).ids
 
 
@@ -525,7 +567,9 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     prep = Prepared(feeds=feeds)
     for media in MEDIA_BUILDERS:
         media(model, req, feeds, prep)
-    prep.batch = max((v.shape[0] for v in feeds.values() if v.ndim >= 2), default=1)
+    # (one prompt's several images are no batch of rows)
+    several = (prep.img_in.name, "image_sizes") if prep.images and prep.img_in else ()
+    prep.batch = max((v.shape[0] for k, v in feeds.items() if v.ndim >= 2 and k not in several), default=1)
     dec_in, tok_in = by_role(model, "decoder_tokens"), by_role(model, "tokens")
     # the token input of an image-captioning graph or a decoder-only graph is the decoder's
     prep.decoder_is_tokens = model.kind in ("vision-decoder", "decoder") and dec_in is None and tok_in is not None

@@ -240,6 +240,10 @@ class ModelSet(AnalyzeMethod):
     def load_image(self, source, spec):
         return None  # an export folder's image goes through attnviz's own resize / rescale / normalise
 
+    def several_images(self, count: int) -> str | None:
+        ip.one_image_per_run(self.path.name, count)
+        return None
+
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
         return next((i.name for i in model.inputs if model.roles[i.name] == role), None)

@@ -58,6 +58,7 @@ from attnviz.runtime.worker import _slot_size, serve_orphanless
 
 if TYPE_CHECKING:
     from attnviz.runtime.memory import MemoryPlan
+    from attnviz.runtime.pinned_outputs import PinnedOutputs
 
 __all__ = [
     "INLINE_BYTES",
@@ -161,6 +162,9 @@ class _Host:
         self.feed_area = _FeedArea(self.outdir)
         # ATTNVIZ_TRACE=1 (read here and by the child): per run, (called, request sent, reply received, returned)
         self.trace: list[tuple[float, ...]] | None = [] if os.environ.get("ATTNVIZ_TRACE") == "1" else None
+        # the child's answer to "are the slots page-locked" (runtime/pinning.py), asked again only after a reply
+        # that made slots or a session created (the only times it can change): no round trip on a repeated run
+        self.pin_state: str | None = None
 
     def _readable(self) -> bool:
         """Wait up to POLL_S for the child's reply (or its end).  One poll object per host, made once:
@@ -288,6 +292,8 @@ class _Host:
         """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
         replies are applied in the order the child sent them)."""
         items, created, deleted = reply
+        if created:
+            self.pin_state = None
         for i in deleted:
             mm = self.maps.pop(i, None)
             if mm is not None:
@@ -622,6 +628,7 @@ class RemoteSession:
                     f"{self.label}: onnxruntime cannot load this model: {ort_message(e)}; re-export it (or update onnxruntime)"
                 ) from None
             self._host = host
+            host.pin_state = None  # a CUDA session starts the child's page-locking
             return desc
         raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
 
@@ -662,6 +669,15 @@ class RemoteSession:
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
+
+    def pinned(self) -> str:
+        """Whether the child's slots, which this session's outputs are bound into, are page-locked: ``"yes"`` or
+        ``"no (why)"`` (runtime/pinning.py)."""
+        host = self._attach()
+        state = host.pin_state
+        if state is None:
+            state = host.pin_state = str(host.call("pinned", what="reading the page-locking state"))
+        return state
 
     def _attach(self) -> _Host:
         """The child this session lives in, created there first if that child is not the current one."""
@@ -791,6 +807,12 @@ class GuardedSession:
         self._sess = sess
         self.memory = memory
         self.unguarded = sess  # for a loop that checked its first step's shapes itself (model.run_loop)
+        # on CUDA: its large outputs go into page-locked buffers (runtime/pinned_outputs.py); never looked at on CPU
+        self.outputs: PinnedOutputs | None = None
+        if sess.get_providers()[:1] == ["CUDAExecutionProvider"]:
+            from attnviz.runtime.pinned_outputs import PinnedOutputs, shared_buffers
+
+            self.outputs = PinnedOutputs(shared_buffers())
 
     def __getattr__(self, name: str):
         return getattr(self._sess, name)
@@ -799,9 +821,15 @@ class GuardedSession:
         self.memory.check(feeds, None if names is None else list(names))
         return self._sess.run(names, feeds, run_options)
 
+    def pinned(self) -> str:
+        """Whether this session's large outputs go into page-locked buffers: ``"yes"`` or ``"no (why)"``."""
+        return self.outputs.buffers.pinner.state if self.outputs is not None else "no (not a CUDA session)"
+
     def run_bound(self, names, feeds) -> list:
         """Like :meth:`RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
         self.memory.check(feeds, list(names))
+        if self.outputs is not None:
+            return self.outputs.run(self._sess, list(names), feeds)
         io = self._sess.io_binding()
         for k, v in feeds.items():
             io.bind_cpu_input(k, np.ascontiguousarray(v))

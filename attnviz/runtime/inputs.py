@@ -107,9 +107,28 @@ class TextEncoder:
         ``vlm_families.Tiles``, or None): the placeholder expansion of some families depends on the split."""
         return self
 
+    def for_images(self, tiles_each: list) -> TextEncoder:
+        """:meth:`for_image` for a prompt about the images whose splits ``tiles_each`` lists, in order (a family
+        that takes several matches its placeholders to them in order, and refuses a prompt whose count differs)."""
+        return self.for_image(tiles_each[-1] if tiles_each else None)
+
+    def image_grids(self, ids) -> list[PatchGrid]:
+        """Where each image's tokens lie on its image, in order (one grid per image of the row)."""
+        g = self.image_grid(ids)
+        return [] if g is None else [g]
+
     @property
     def size(self) -> int:  # pragma: no cover
         raise NotImplementedError
+
+
+def one_image_per_run(name: str, count: int) -> None:
+    """Refuse ``count`` > 1 images for a model that takes one image a run (every model but a vision–language set
+    whose family takes several), in one line."""
+    if count > 1:
+        raise AttnvizError(
+            f"{count} images given and {name} takes one image per run; give one image (--image once)", param="image"
+        )
 
 
 class HFTokenizer(TextEncoder):

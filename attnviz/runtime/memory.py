@@ -233,6 +233,8 @@ class _Symbolic:
 
     @classmethod
     def of(cls, proto: onnx.ModelProto, fed: list[str]) -> _Symbolic | None:
+        if not _followable(proto.graph):
+            return None
         try:
             import sympy
 
@@ -311,6 +313,20 @@ class _Symbolic:
             if all(d >= 0 for d in got):
                 sizes[name] = (_numel(got) * _itemsize(elem), got, elem)
         return sizes
+
+
+def _followable(g: onnx.GraphProto) -> bool:
+    """Whether onnxruntime's symbolic inference can size ``g``.  It sizes GatherND as if ``batch_dims`` were 0
+    (onnxruntime 1.32), so every shape after a batched GatherND is wrong; on the corpus statistics graph
+    (runtime/statgraph.py gathers each statistic's best rows that way) the pass failed after ~0.9 s CPU with
+    sympy's import, once per corpus worker, on the batch that first got near the cap: the run's last and longest,
+    alone on the command's tail.  Such a graph keeps ONNX's own inference, which is where that failure left it."""
+    for n in g.node:
+        if n.op_type == "GatherND" and any(a.name == "batch_dims" and a.i for a in n.attribute):
+            return False
+        if not all(_followable(sg) for sg in _subgraphs(n)):
+            return False
+    return True
 
 
 def _collect_sizes(g: onnx.GraphProto, sizes: dict) -> None:

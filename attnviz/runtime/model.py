@@ -32,7 +32,7 @@ from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.naming import model_name
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import sidecar_json
-from attnviz.runtime.steps import CHUNK_S, Loop, StepPlan, advance
+from attnviz.runtime.steps import CHUNK_S, Chunk, Loop, StepPlan, advance, loop_device, step_run
 
 PROBE_MAX_ELEMENTS = 1 << 20  # per dummy input (a 3x512x512 image); above it no probe runs (issue 9: 6.4 GB)
 # site methods whose dense output is one [.., q, k] tensor per run: a generation loop stacks each step's rows
@@ -262,6 +262,7 @@ class AttentionModel(engine.AnalyzeMethod):
         self._grids: dict[tuple, gr.TokenGrid | None] = {}  # (image input, fed size, keys) -> the graph's grid
         self.encoder_pairing = encoder_pairing
         self._loop: Loop | None = None  # an in-process generation loop's state (see run_loop)
+        self._loop_cache = "numpy"  # where the last generation's loop kept its cache (run facts: loop_cache)
         self.timings = {"load_s": time.perf_counter() - t0}
 
     # -- description -----------------------------------------------------------
@@ -596,6 +597,8 @@ class AttentionModel(engine.AnalyzeMethod):
             "model": self.name,
             "model_path": str(self.path),
         }
+        if info["provider"] == "CUDAExecutionProvider" and hasattr(sess, "pinned"):
+            info["pinned"] = sess.pinned()  # the outputs' host buffers page-locked or why not (runtime/pinning.py)
         if notes:
             info["notes"] = notes  # analyze() appends its own notes to these
         if fidelity:
@@ -797,6 +800,10 @@ class AttentionModel(engine.AnalyzeMethod):
     def load_image(self, source, spec):
         return None  # a file's image goes through attnviz's own resize / rescale / normalise
 
+    def several_images(self, count: int) -> str | None:
+        ip.one_image_per_run(self.path.name, count)
+        return None
+
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""
         sess, _ = self._session("dense")
@@ -836,7 +843,7 @@ class AttentionModel(engine.AnalyzeMethod):
         embed_sess = embed._session("dense")[0] if embed is not None and plan is not None else None
         start = None
         if plan is not None:
-            plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
+            plan = self._loop_plan(plan, sess, exposed)
             embed_sid = embed_sess.sid_on(sess) if isinstance(embed_sess, RemoteSession) else None
             start = (plan, self.check_feeds(feeds or {}), length, embed_sid)
         t0 = time.perf_counter()
@@ -850,7 +857,7 @@ class AttentionModel(engine.AnalyzeMethod):
                     self._loop = Loop(start[0], dict(start[1]), length, embed_run)
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
-                chunk = advance(self._loop, token, n, eos, loop_run(sess.unguarded))
+                chunk = self._advance_here(sess, token, n, eos)
                 ids, finished, got = chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise
@@ -880,7 +887,7 @@ class AttentionModel(engine.AnalyzeMethod):
         a VLM's embed_tokens.onnx), run beside this one."""
         sess, exposed = self._session("dense")
         embed_sess = embed._session("dense")[0] if embed is not None else None
-        plan = dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)))
+        plan = self._loop_plan(plan, sess, exposed)
         made = {k: v for k, v in feeds.items() if isinstance(v, Taken)}
         held = sorted({v.source for v in made.values()} - reads(p.feeds for p in runs) - {(first[0], first[1])})
         start = (plan, {**self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made), **made})
@@ -903,7 +910,7 @@ class AttentionModel(engine.AnalyzeMethod):
                 if not finished and n > 1:
                     embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
                     self._loop = Loop(start[0], resolve(start[1], outs), length, embed_run)
-                    chunk = advance(self._loop, token, n - 1, eos, loop_run(sess.unguarded))
+                    chunk = self._advance_here(sess, token, n - 1, eos)
                     ids, finished, got = ids + chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
             raise
@@ -912,6 +919,27 @@ class AttentionModel(engine.AnalyzeMethod):
         if not got:
             return values, ids, finished, None, {}
         return values, ids, finished, *self._loop_maps(sess, exposed, got, t0)
+
+    def _loop_plan(self, plan: StepPlan, sess, exposed) -> StepPlan:
+        """The caller's plan with this file's fetch list and where the loop keeps the cache (the session's provider
+        decides: :func:`~attnviz.runtime.steps.loop_device`)."""
+        device = loop_device(sess.get_providers()[0])
+        self._loop_cache = device or "numpy"
+        return dataclasses.replace(plan, fetch=tuple(self._fetch_list("dense", exposed)), device=device)
+
+    def _advance_here(self, sess, token: int, n: int, eos) -> Chunk:
+        """A chunk of the in-process loop; the loop (its cache: on CUDA device memory) is dropped once the
+        generation ends or fails, as the child drops its own (the caller asks for exactly the steps it needs)."""
+        loop = self._loop
+        assert loop is not None
+        try:
+            chunk = advance(loop, token, n, eos, step_run(sess.unguarded, loop.plan))
+        except BaseException:
+            self._loop = None
+            raise
+        if chunk.finished or len(chunk.ids) >= n:
+            self._loop = None
+        return chunk
 
     def _loop_maps(self, sess, exposed, got: dict, t0: float) -> tuple[list[np.ndarray], dict]:
         """A chunk's maps in this file's site order, from the rows the loop fetched, and its run facts."""
@@ -922,6 +950,7 @@ class AttentionModel(engine.AnalyzeMethod):
             "provider": sess.get_providers()[0],
             "provider_note": self.provider_note,
             "mode": "dense",
+            "loop_cache": self._loop_cache,  # numpy feeds, or IO binding's device ("cpu", "cuda")
             "run_s": time.perf_counter() - t0,
             "model": self.name,
             "model_path": str(self.path),

@@ -108,6 +108,11 @@ class AttnModel(Protocol):
     # rescale / normalise to ``spec``
     def load_image(self, source: str | Path, spec: ImageSpec) -> LoadedImage | None: ...
 
+    # one prompt's ``count`` images (a vision–language family that takes several): refused in one line where the
+    # model takes one image a run; returns the feed that takes each image's own size where the images' sizes differ
+    # (None: they must share one size)
+    def several_images(self, count: int) -> str | None: ...
+
     def analyze(
         self,
         text: str | None = None,

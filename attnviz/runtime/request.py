@@ -21,7 +21,9 @@ class AnalyzeRequest:
 
     text: str | None = None
     text_pair: str | None = None
-    image: str | Path | np.ndarray | None = None
+    # an image file or array; a list of them: several images in one prompt (a vision–language model whose processor
+    # takes several: its placeholders matched to them in order)
+    image: str | Path | np.ndarray | Sequence[str | Path | np.ndarray] | None = None
     feeds: Mapping[str, np.ndarray] | str | Path | None = None  # raw feeds, or a .npz keyed by input name
     generate: int = 0
     mode: str = "auto"  # auto | dense | ondemand
@@ -54,6 +56,8 @@ def validate(req: AnalyzeRequest) -> None:
         )
     if req.max_seconds is not None and not req.max_seconds > 0:
         raise AttnvizError(f"max seconds {req.max_seconds}: give a positive number of seconds", param="audio")
+    if isinstance(req.image, (list, tuple)) and not req.image:
+        raise AttnvizError("no image given; give an image file (--image PATH, once per image)", param="image")
     if req.mode not in MODES:
         raise AttnvizError(f"unknown mode {req.mode!r}; use auto, dense or ondemand")
 
@@ -68,6 +72,7 @@ class RunInfo:
     text: str | None = None
     text_pair: str | None = None
     image: str | None = None
+    images: list[str] | None = None  # several images in one prompt: every one, in order (``image`` is the first)
     audio: list[str] | None = None  # the sound files (or "samples" for clips given in memory)
     generated_ids: list[int] | None = None
     generation: str | None = None  # "kv-cache" | "full re-run" when the model generated
@@ -82,7 +87,7 @@ class RunInfo:
         # its fields' values, lists and dicts copied (what asdict gives): asdict's generic deep copy
         # was ~0.1 ms of every call
         d = {f.name: _copied(getattr(self, f.name)) for f in fields(self)}
-        for k in ("audio", "generated_ids", "generation", "image_preprocessing", "alignment"):
+        for k in ("images", "audio", "generated_ids", "generation", "image_preprocessing", "alignment"):
             if d[k] is None:
                 d.pop(k)
         if not d["notes"]:

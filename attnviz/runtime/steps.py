@@ -7,19 +7,31 @@ Here the whole loop runs next to the session instead: the cache stays where onnx
 token is chosen there, each step's attention rows are kept, and the caller gets one reply per *chunk* of steps
 (a chunk ends after :data:`CHUNK_S` seconds, so progress and cancellation still reach the caller).
 
+Where the session runs on CUDA the cache also stays on the device between steps (:class:`DeviceRun`: IO binding,
+the ``present.*`` outputs left in onnxruntime's device memory and bound as the next step's past inputs); only what
+the loop reads comes to the host (the logits' row, the map rows).  Fed as numpy arrays, every step copied the whole
+cache device->host and back, a cost that grows with the cache (issue 26's H100 rows: 1.07x a plain IO-binding loop
+at 64 tokens, 2.19x at 1,024).
+
 Imported by the child (``worker.py``, which must not import onnx or the engine) and by the in-process path
-alike, so it imports numpy and :mod:`attnviz.runtime.isolation`'s neighbours only.
+alike, so it imports numpy and :mod:`attnviz.runtime.isolation`'s neighbours only (onnxruntime where a loop binds).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from attnviz import AttnvizError
+from attnviz.runtime.isolation import loop_run
+
 CHUNK_S = 0.25  # a chunk's length: the caller checks cancellation and reports progress between chunks
+BINDING_ENV = "ATTNVIZ_LOOP_BINDING"  # auto (bind on CUDA) | on (bind on CPU too) | off (numpy feeds everywhere)
+_BINDINGS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,97 @@ class StepPlan:
     # (input, output, id dtype) of an embedding model the token goes through first, its output fed to ``token``
     # (a vision-language decoder takes inputs_embeds: the Hub's embed_tokens.onnx runs beside it, see Loop.embed)
     embed: tuple[str, str, str] | None = None
+    # where the cache stays between steps: "" numpy feeds (each step's presents come back as arrays and go in
+    # again), else IO binding's device, "cpu" or "cuda" (see loop_device: the caller, which knows the provider)
+    device: str = ""
+
+
+def loop_device(provider: str, binding: str | None = None) -> str:
+    """:attr:`StepPlan.device` for a session whose first provider is ``provider``: CUDA binds (the cache stays on
+    the GPU); CPU feeds numpy arrays, as a plain loop does (bit for bit the loop's CPU path of before).
+    ``binding`` (default: the ``ATTNVIZ_LOOP_BINDING`` environment variable, else "auto"): "on" binds on CPU
+    too ("cpu" OrtValues through the same code: how the tests run the CUDA path's code without a GPU), "off"
+    feeds numpy arrays on CUDA too (what ``bench/gen_iobind_check.py`` compares against)."""
+    mode = binding if binding is not None else os.environ.get(BINDING_ENV, "auto") or "auto"
+    if mode not in _BINDINGS:
+        raise AttnvizError(f"{BINDING_ENV}={mode!r} is not a loop binding; use one of {', '.join(_BINDINGS)}")
+    if mode == "off":
+        return ""
+    if provider == "CUDAExecutionProvider":
+        return "cuda"
+    return "cpu" if mode == "on" else ""
+
+
+class DeviceRun:
+    """A step's run through IO binding, with :func:`~attnviz.runtime.isolation.loop_run`'s call signature: the
+    carried presents come back as OrtValues where onnxruntime wrote them (``plan.device``), which :func:`advance`
+    feeds to the next step as they are; the logits and the maps come back as numpy arrays (bound to host memory);
+    other outputs the plan fetches are not computed (None: the loop reads none of them).
+
+    On a device other than the CPU every feed that no step rewrites (the prompt's cache, an encoder's states and
+    mask) goes there once: replaced in the loop's feeds by its device copy, so that later steps and chunks bind
+    it without a copy.  On the CPU the arrays are bound in place, as the numpy run reads them (a feed still lent
+    by the parent is copied by the child at the chunk's end as before: ``worker.Server._chunk``).  A new binding
+    each step: a binding reused would write the next step's presents into the buffers it fed as the past."""
+
+    def __init__(self, sess, plan: StepPlan, move: bool | None = None):
+        from onnxruntime import OrtValue  # the child imports onnxruntime anyway; the numpy path does not need it
+
+        self._ortvalue = OrtValue
+        self.sess = sess
+        self.device = plan.device
+        # feeds no step rewrites go to the device once (``move``: True off the CPU; a test sets it on the CPU to
+        # run those lines without a GPU)
+        self.move = self.device != "cpu" if move is None else move
+        self.device_id = 0
+        if self.device == "cuda":  # the session's own GPU
+            opts = sess.get_provider_options().get("CUDAExecutionProvider", {})
+            self.device_id = int(opts.get("device_id", 0) or 0)
+        self.keep = frozenset(p for _, p in plan.carry)
+        self.host = frozenset((plan.logits, *(n for n, _ in plan.maps)))
+        self.fresh = frozenset(
+            (plan.token, *plan.grow, *plan.positions, *plan.cache_position, *(n for n, _ in plan.flags))
+        )
+
+    def __call__(self, names: list[str], feeds: dict) -> list:
+        io = self.sess.io_binding()
+        for k, v in feeds.items():
+            if isinstance(v, self._ortvalue):
+                io.bind_ortvalue_input(k, v)
+            elif self.move and k not in self.fresh:  # once: the loop keeps the device copy
+                v = feeds[k] = self._ortvalue.ortvalue_from_numpy(_c_order(v), self.device, self.device_id)
+                io.bind_ortvalue_input(k, v)
+            else:
+                io.bind_cpu_input(k, _c_order(v))  # the binding holds the array until it is dropped
+        wanted = [n for n in names if n in self.keep or n in self.host]
+        for n in wanted:
+            if n in self.keep:
+                io.bind_output(n, self.device, self.device_id)
+            else:
+                io.bind_output(n, "cpu", 0)
+        self.sess.run_with_iobinding(io)
+        got = dict(zip(wanted, io.get_outputs()))
+        return [None if n not in got else got[n] if n in self.keep else got[n].numpy() for n in names]
+
+
+def _c_order(v) -> np.ndarray:
+    """``v`` as a C-ordered array, itself where it is one (bound in place); rank 0 stays rank 0 (unlike
+    ``np.ascontiguousarray``, which makes it [1])."""
+    if type(v) is np.ndarray and v.flags.c_contiguous:  # every array the loop writes: no np.require (~2 us)
+        return v
+    return np.require(v, requirements="C")
+
+
+def step_run(sess, plan: StepPlan) -> Callable[[list[str], dict], list]:
+    """The run :func:`advance` steps ``sess`` with: numpy feeds (:func:`~attnviz.runtime.isolation.loop_run`) or
+    IO binding with the cache kept on ``plan.device`` (:class:`DeviceRun`)."""
+    return DeviceRun(sess, plan) if plan.device else loop_run(sess)
+
+
+def _dims(x) -> tuple:
+    """A cache tensor's shape: a numpy array's, or an OrtValue's (a method there)."""
+    shape = x.shape
+    return tuple(shape()) if callable(shape) else shape
 
 
 @dataclass
@@ -51,7 +154,7 @@ class Loop:
     """A generation in progress: the next step's feeds (the cache included) and the cache's length."""
 
     plan: StepPlan
-    feeds: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]  # a bound loop's (plan.device) carried cache and moved feeds: OrtValues
     length: int
     embed: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]] | None = None  # the embedder's run
 
@@ -116,7 +219,8 @@ def advance(
     budget_s: float = CHUNK_S,
 ) -> Chunk:
     """Feed ``token``, choose the next greedily, and so on for up to ``steps`` steps or ``budget_s`` seconds
-    (at least one step), stopping after EOS.  ``run(names, feeds)`` is the session's run."""
+    (at least one step), stopping after EOS.  ``run(names, feeds)`` is the session's run (:func:`step_run`): the
+    carried presents it returns may be OrtValues, which stay in the feeds as they are."""
     plan = loop.plan
     dtypes = dict(plan.dtypes)
     fetch = list(plan.fetch)
@@ -148,9 +252,9 @@ def advance(
         loop.length += 1
         for past, present in plan.carry:
             new = out[at[present]]
-            old = f[past]
+            have, got = _dims(f[past]), _dims(new)
             # the encoder half of a merged decoder's cache comes back as an empty placeholder: it stays as it was
-            if new.shape[0] == old.shape[0] and new.shape[-2] >= old.shape[-2]:
+            if got[0] == have[0] and got[-2] >= have[-2]:
                 f[past] = new
         for n in rows:
             rows[n].append(np.asarray(out[at[n]], np.float32))

@@ -40,7 +40,7 @@ from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stage
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
-from attnviz.runtime.vlm_families import Family, LoadedImage, family_for
+from attnviz.runtime.vlm_families import Family, LoadedImage, check_several, family_for
 
 LEARNED_SHAPES = 64  # the shapes fed whose presents' shapes a VLM keeps (VLMCache.start_steps)
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -105,6 +105,22 @@ def read_family(layout: VLMLayout) -> Family:
         )
     pre = sidecar_json(layout.decoder, "preprocessor_config.json")
     return family_for(config, pre, sidecar_json(layout.decoder, "processor_config.json"), str(layout.folder))
+
+
+SIZES = "image_sizes"  # one prompt's several images of their own sizes: each one's (height, width), [N, 2]
+
+
+def block_diagonal_each(maps: list[np.ndarray]) -> np.ndarray:
+    """One prompt's images' maps, each ``[1, H, P_i, P_i]`` (its own size), as one map: each image attending only
+    to its own patches, one after another, ``[1, H, ΣP, ΣP]``."""
+    n = sum(m.shape[-1] for m in maps)
+    out = np.zeros((1, maps[0].shape[1], n, n), maps[0].dtype)
+    at = 0
+    for m in maps:
+        p = m.shape[-1]
+        out[0, :, at : at + p, at : at + p] = m[0]
+        at += p
+    return out
 
 
 def block_diagonal(maps: np.ndarray, per_row: list[int]) -> np.ndarray:
@@ -220,6 +236,12 @@ class VLMSet(AnalyzeMethod):
         """The family's own image processor (None: attnviz's resize / rescale / normalise to ``spec``)."""
         return self.family.load_image(source, spec)
 
+    def several_images(self, count: int) -> str | None:
+        """Refuse ``count`` images in one prompt in one line where the family runs one image per prompt; the feed
+        that takes each image's own size where their sizes differ (None: the family runs one size only)."""
+        check_several(self.family, count)
+        return SIZES if self.family.sized_images else None
+
     def describe(self) -> dict:
         d = self.decoder.describe()
         d.update(
@@ -254,7 +276,7 @@ class VLMSet(AnalyzeMethod):
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         known = {i.name: i for i in self.inputs}
         for k in feeds:
-            if k not in known:
+            if k not in known and not (k == SIZES and self.family.sized_images):
                 raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(known)}")
         out: dict[str, np.ndarray] = {}
         for name, i in known.items():
@@ -269,9 +291,38 @@ class VLMSet(AnalyzeMethod):
             out[name] = a
         if out["attention_mask"].shape != out["input_ids"].shape:
             raise AttnvizError("attention_mask and input_ids have different shapes; give them the same shape")
-        if out["pixel_values"].shape[0] != out["input_ids"].shape[0]:
+        images, rows = out["pixel_values"].shape[0], out["input_ids"].shape[0]
+        if images != rows:
+            if rows == 1 and images > 1:  # several images in one prompt, in order (where the family takes them)
+                check_several(self.family, images)
+                if SIZES in feeds:
+                    out[SIZES] = self._sizes(feeds[SIZES], out["pixel_values"])
+                return out
             raise AttnvizError("pixel_values and input_ids hold different batch sizes; give one image per row")
+        if SIZES in feeds:
+            raise AttnvizError(f"{SIZES} is for one prompt's several images; give one row of input_ids with them")
         return out
+
+    @staticmethod
+    def _sizes(sizes, pixels: np.ndarray) -> np.ndarray:
+        """``image_sizes`` checked: one (height, width) per image, each within pixel_values' padded size."""
+        a = np.asarray(sizes)
+        if a.shape != (pixels.shape[0], 2) or a.dtype.kind not in "iu":
+            raise AttnvizError(
+                f"{SIZES} of shape {tuple(a.shape)}: give one integer (height, width) per image, [{pixels.shape[0]}, 2]"
+            )
+        if (a <= 0).any() or (a[:, 0] > pixels.shape[-2]).any() or (a[:, 1] > pixels.shape[-1]).any():
+            raise AttnvizError(
+                f"{SIZES} {a.tolist()}: each image's size within pixel_values' {pixels.shape[-2]}x{pixels.shape[-1]}"
+            )
+        return a.astype(np.int64)
+
+    def _separate(self, feeds: dict) -> bool:
+        """One prompt's several images through a vision file that attends within one image (Qwen2-VL's): a run
+        each, the features put together where the decoder's embeddings are made (:meth:`_chain_each`)."""
+        return (
+            self.family.separate_vision_runs and feeds["input_ids"].shape[0] == 1 and feeds["pixel_values"].shape[0] > 1
+        )
 
     def _decoder_feeds(self, feeds: dict, emb: np.ndarray | Spliced | None) -> dict:
         """The spliced embeddings (``emb``: made where the chain runs), the mask, positions, an empty cache."""
@@ -290,7 +341,7 @@ class VLMSet(AnalyzeMethod):
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
         self._offset_positions(f)
         # a family that computes its positions (Qwen2-VL's M-RoPE [3, B, T] from the image's grid)
-        pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"])
+        pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"], feeds.get(SIZES))
         if pos is not None:
             for i in self.decoder.inputs:
                 if roles[i.name] == "positions":
@@ -344,6 +395,8 @@ class VLMSet(AnalyzeMethod):
         them; several, Idefics3's tiles, are put together by :func:`block_diagonal`), the vision file's result
         (its features among the outputs), the decoder's, and the decoder's feeds (the embeddings a Spliced)."""
         ids = feeds["input_ids"]
+        if self._separate(feeds):
+            return self._chain_each(feeds, mode)
         per_row, vis, emb = self._prepare_inputs(feeds, mode)
         spliced = self._spliced(ids)
         t0 = time.perf_counter()
@@ -368,11 +421,43 @@ class VLMSet(AnalyzeMethod):
         d = self.decoder.finish(dec, got[-1], run_s)
         return self._vision_maps(v, per_row), v, d, f
 
+    def _chain_each(self, feeds: dict, mode: str) -> tuple[list, AttentionResult, AttentionResult, dict]:
+        """:meth:`chain` for one prompt's several images where the vision file takes one image a run: each
+        image's run and the embeddings as one request, the features put together in the images' order and
+        spliced here (refused in the splice's line where the counts differ), the decoder a second request.  The
+        vision maps: one per site, each image's block on the diagonal (as transformers' cu_seqlens chunks)."""
+        ids, pixels = feeds["input_ids"], feeds["pixel_values"]
+        each = self.family.one_image_feeds(self.vision.inputs, pixels, feeds.get(SIZES))
+        runs = [self.vision.prepare(f, "dense") for f in each]
+        emb = self.embed.prepare_outputs({self.embed.inputs[0].name: ids.astype(np.int64)})
+        t0 = time.perf_counter()
+        f = self._decoder_feeds(feeds, None)
+        got = run_stages([*runs, emb])
+        vis_name, emb_name = self.vision.outputs[0].name, emb.fetch[0]
+        feats = [dict(zip(p.fetch, v))[vis_name] for p, v in zip(runs, got)]
+        base = dict(zip(emb.fetch, got[-1]))[emb_name]
+        features = np.concatenate([a.reshape(-1, a.shape[-1]) for a in feats])
+        if self._embeds_input is not None:
+            name = self._embeds_input
+            dtype = next(i.dtype for i in self.decoder.inputs if i.name == name)
+            s = Spliced(name, (1, emb_name), (0, vis_name), ids == self.family.token, base.shape, dtype, "")
+            s = s._replace(fix=self.family.placeholder_fix())
+            f[name] = splice(s, [{vis_name: features}, {emb_name: base}])
+        dec = self.decoder.prepare(f, mode)
+        out = run_stages([dec])
+        run_s = time.perf_counter() - t0
+        seen = [self.vision.finish(p, v, run_s) for p, v in zip(runs, got)]
+        d = self.decoder.finish(dec, out[0], run_s)
+        vmaps = [DenseMap(block_diagonal_each([v.maps[j].array() for v in seen])) for j in range(len(seen[0].maps))]
+        return vmaps, seen[0], d, f
+
     def _prepare_inputs(self, feeds: dict, mode: str) -> tuple[list[int], PreparedRun, PreparedRun]:
         """The chain's first two stages prepared: the vision file on the rows' images (dense where a row holds
         several, see :meth:`_vision_maps`) and embed_tokens.onnx on the ids; with the images per row."""
         pixels = feeds["pixel_values"]
         per_row = self.family.images_per_row(pixels)
+        if feeds["input_ids"].shape[0] == 1 and len(per_row) > 1:  # one prompt's several images (check_feeds)
+            per_row = [sum(per_row)]
         single = all(k == 1 for k in per_row)
         vis = self.vision.prepare(self.family.vision_feeds(self.vision.inputs, pixels), mode if single else "dense")
         emb = self.embed.prepare_outputs({self.embed.inputs[0].name: feeds["input_ids"].astype(np.int64)})
@@ -497,7 +582,7 @@ class VLMCache:
         feeds = vs.check_feeds(feeds)
         known = vs._chain_shapes.get(self.shape_key(feeds))
         spliced = vs._spliced(feeds["input_ids"])
-        if known is None or spliced is None:
+        if known is None or spliced is None or vs._separate(feeds):  # several images a run each: two requests
             return None
         try:
             f = vs._decoder_feeds(feeds, spliced)

@@ -67,7 +67,8 @@ from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare p
     read_message,
     write_message,
 )
-from attnviz.runtime.steps import Loop, advance  # noqa: E402
+from attnviz.runtime.pinning import Pinner  # noqa: E402
+from attnviz.runtime.steps import Loop, advance, step_run  # noqa: E402
 
 # a free slot unused for this many runs is deleted.  A result held while the next run fills new slots frees its
 # slots one run later, and a generation is three requests (the encoder, the decoder on the prompt, the loop's
@@ -108,6 +109,19 @@ class Pool:
         self.created: list[tuple[int, str, int]] = []
         self.deleted: list[int] = []
         self.enabled = os.name == "posix"
+        # on CUDA every slot is page-locked once, when made (runtime/pinning.py): the device-to-host copies of the
+        # outputs bound into it then run at DMA speed; started by the child's first CUDA session, never on CPU
+        self.pinner = Pinner()
+
+    def pin_all(self) -> None:
+        """Start page-locking (a CUDA session exists now): the slots made so far, and every later one."""
+        self.pinner.start()
+        for s in self.slots.values():
+            self.pinner.pin(s.view.ctypes.data, s.cap)
+
+    def close(self) -> None:
+        """Unregister every page-locked slot (the child is leaving; its slots' folder goes next)."""
+        self.pinner.close()
 
     def release(self, ids) -> None:
         for i in ids:
@@ -155,6 +169,8 @@ class Pool:
             os.close(fd)
         slot = Slot(sid, name, size, mm, self.run)
         self.slots[sid] = slot
+        if self.pinner.active:  # once per slot: a slot is reused run after run until trimmed
+            self.pinner.pin(slot.view.ctypes.data, size)
         self.created.append((sid, name, size))
         return slot
 
@@ -171,6 +187,7 @@ class Pool:
     def _delete(self, s: Slot) -> None:
         self.free.discard(s.id)
         del self.slots[s.id]
+        self.pinner.unpin(s.view.ctypes.data)  # before the pages go: a registration must not outlive its mapping
         del s.view  # numpy's export of the mapping must go before it can be closed
         s.mm.close()
         try:
@@ -251,6 +268,7 @@ class Server:
         "chain_steps": "chain_steps",
         "close": "close",
         "trace": "take_trace",
+        "pinned": "pinned",
     }
 
     def __init__(self, conn, outdir: str):
@@ -291,6 +309,8 @@ class Server:
         self.finite[sid] = frozenset(kwargs.pop("finite", ()))  # map outputs checked for NaN/Inf after a run
         sess, note = make_session(model, **kwargs)
         self.sessions[sid] = (sess, ShapeLinks())
+        if "CUDAExecutionProvider" in sess.get_providers()[:1]:  # its provider loaded the CUDA runtime
+            self.pool.pin_all()
         desc = [
             [NodeArg(a.name, a.type, tuple(a.shape)) for a in getattr(sess, f"get_{k}")()]
             for k in ("inputs", "outputs")
@@ -430,6 +450,7 @@ class Server:
         borrowed: dict[str, np.ndarray] = {}
         if start is not None:
             plan, feeds, length, embed_sid = start
+            self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
             self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed)
         ids, finished, names, items, finite = self._chunk(sid, token, n, eos, budget, borrowed)
         return ids, finished, names, items, finite, *self.pool.changes()
@@ -449,6 +470,7 @@ class Server:
         self.pool.release(released)
         self.pool.run += 1
         plan, feeds, length, first, held, embed_sid = start
+        self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
         t0 = time.perf_counter()
         outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
         try:
@@ -507,7 +529,7 @@ class Server:
         if loop is None:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
         try:
-            chunk = advance(loop, token, n, eos, loop_run(self.sessions[sid][0]), budget)
+            chunk = advance(loop, token, n, eos, step_run(self.sessions[sid][0], loop.plan), budget)
         except BaseException:
             self.loops.pop(sid, None)
             raise
@@ -657,6 +679,10 @@ class Server:
         out, self.trace = self.trace or [], [] if self.trace is not None else None
         return out
 
+    def pinned(self) -> str:
+        """Whether the slots are page-locked: ``"yes"``, or ``"no (why)"`` (runtime/pinning.py)."""
+        return self.pool.pinner.state
+
     def _feed(self, ref: SharedFeed) -> np.ndarray:
         """A view of a feed in the parent's feed area, valid for this run (the parent rewrites it for the next)."""
         if self.feed_area is None or self.feed_area[0] != ref.file:
@@ -796,12 +822,15 @@ def serve(conn, outdir: str) -> None:  # pragma: no cover - runs in the child pr
     server = Server(conn, outdir)
     fd = conn.fileno() if os.name == "posix" else None  # Windows: a pipe handle, used through the Connection
     server.send = conn.send_bytes if fd is None else (lambda data: write_message(fd, data))
-    while True:
-        try:
-            op, args = conn.recv() if fd is None else pickle.loads(read_message(fd))
-        except (EOFError, OSError):
-            return
-        server.handle(op, args)
+    try:
+        while True:
+            try:
+                op, args = conn.recv() if fd is None else pickle.loads(read_message(fd))
+            except (EOFError, OSError):
+                return
+            server.handle(op, args)
+    finally:
+        server.pool.close()  # no page-locked slot outlives the loop (a killed child's go with its process)
 
 
 def serve_orphanless(conn, outdir: str, parent: int) -> None:  # pragma: no cover - the Windows child

@@ -114,6 +114,11 @@ class FakeModel:
     def load_image(self, source, spec):
         return None
 
+    def several_images(self, count):
+        if count > 1:
+            raise AttnvizError(f"{count} images given and {self.path.name} takes one image per run")
+        return None
+
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
         import time
 

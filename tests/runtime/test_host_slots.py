@@ -401,11 +401,12 @@ def test_every_kind_of_feed_goes_through_the_feed_area(tmp_path):
         np.testing.assert_array_equal(y, x.astype(np.float32) * np.float32(2.0 + i) + (i % 2 == 0) + 3)
 
 
-def cache_step_plan():
-    """The step loop's plan for :func:`_cache_step_model`: ``past`` carried from ``present``, ``probs`` the map."""
+def cache_step_plan(**changes):
+    """The step loop's plan for :func:`_cache_step_model`: ``past`` carried from ``present``, ``probs`` the map
+    (``changes``: fields set otherwise, e.g. ``device``)."""
     from attnviz.runtime.steps import StepPlan
 
-    return StepPlan(
+    plan = dict(
         fetch=("logits", "present", "probs"),
         logits="logits",
         carry=(("past", "present"),),
@@ -413,6 +414,7 @@ def cache_step_plan():
         maps=(("probs", 0.0),),
         dtypes=(("input_ids", "int64"), ("past", "float32"), ("memory", "float32")),
     )
+    return StepPlan(**{**plan, **changes})
 
 
 def _cache_step_model(path, vocab=50, d=64, seed=3):

@@ -134,6 +134,9 @@ from attnviz.core.view.patches import (
     patch_grid_for,
     patch_label,
     patch_query,
+    picture_count,
+    picture_label,
+    pictured,
     step_query,
 )
 from attnviz.core.view.selection import (
@@ -237,6 +240,9 @@ __all__ = [
     "layer_labels",
     "layer_range",
     "layer_windows",
+    "picture_count",
+    "picture_label",
+    "pictured",
     "link_alpha",
     "link_heads",
     "links_view",

@@ -14,7 +14,15 @@ from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import compute_map
-from attnviz.core.view.patches import global_grid, image_queries, image_source, patch_label, step_query
+from attnviz.core.view.patches import (
+    global_grid,
+    image_queries,
+    image_source,
+    patch_label,
+    picture_label,
+    pictured,
+    step_query,
+)
 from attnviz.core.view.selection import Selection, ViewError, clamp, result_blocks
 
 QUERY_OUTLINE = "white"  # the outline of a query patch on the image: screen and figure draw it alike
@@ -92,8 +100,11 @@ class OverlayView:
 def overlay_view(
     result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None, blocks: list[Block] | None = None
 ) -> OverlayView:
-    """The image-regions overlay: ``sel.query`` row (None: the default query) of the image block."""
+    """The image-regions overlay: ``sel.query`` row (None: the default query) of the image block, over image
+    ``sel.picture`` of a prompt that holds several."""
     blocks = result_blocks(result, sel, blocks)
+    which = picture_label(result, sel.picture)
+    result = pictured(result, sel.picture)
     src = image_source(result, blocks, sel.block)
     if src is None:
         raise ViewError(
@@ -149,7 +160,7 @@ def overlay_view(
         )
     heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
-    title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], f"query “{label}”"])
+    title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], *([which] if which else []), f"query “{label}”"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
 

@@ -10,8 +10,33 @@ from __future__ import annotations
 from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.selection import blk_len, real_rows
+from attnviz.core.view.selection import ViewError, blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
+
+
+def picture_count(result: AttentionResult) -> int:
+    """How many images one prompt of this result holds (1 for a single image or none)."""
+    return max(1, len(result.image_grids()))
+
+
+def pictured(result: AttentionResult, picture: int) -> AttentionResult:
+    """``result`` seen through image ``picture`` (0-based) of its prompt's several (refused in one line when it
+    holds no such image): what Image regions draws, on screen and in the figure."""
+    n = picture_count(result)
+    if not 0 <= picture < n:
+        raise ViewError(
+            f"image {picture + 1} is not in this result; its prompt holds "
+            + ("one image" if n == 1 else f"images 1–{n}")
+            + f" (choose one of them{' with --picture N' if n > 1 else ''})",
+            param="picture",
+        )
+    return result.picture(picture)
+
+
+def picture_label(result: AttentionResult, picture: int) -> str:
+    """The drawn image's name beside a title ("image 2 of 2"); empty for a result with one image."""
+    n = picture_count(result)
+    return f"image {picture + 1} of {n}" if n > 1 else ""
 
 
 def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
@@ -87,7 +112,10 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
         # (a padded batch's row: its pads are no word to ask about)
-        rows = real_rows(blk, [(r, blk.query_axis.labels[r]) for r in range(g.end, len(blk.query_axis))])
+        # one prompt's several images: another image's tokens are no word either
+        others = [range(o.offset, o.end) for o in result.image_grids() if o.offset != g.offset]
+        after = [r for r in range(g.end, len(blk.query_axis)) if not any(r in span for span in others)]
+        rows = real_rows(blk, [(r, blk.query_axis.labels[r]) for r in after])
         return [(clean_label(w), r) for r, w in rows]
     first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
     # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images

@@ -53,6 +53,7 @@ class Selection:
     image_base: str = "grey"  # image regions: what lies under the heat, one of IMAGE_BASES
     heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
     scale: str = DEFAULT_SCALE  # the colour scale's top, one of SCALES
+    picture: int = 0  # image regions: which of one prompt's several images is drawn (0-based; 0 for one image)
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -74,7 +75,8 @@ def clamp(sel: Selection, blocks: list[Block]) -> Selection:
     head = min(max(sel.head, 0), blk.heads_in(layer) - 1)
     lo = min(max(sel.layer_lo, 0), blk.n_layers - 1)
     hi = sel.layer_hi if sel.layer_hi < 0 else min(max(sel.layer_hi, lo), blk.n_layers - 1)
-    return sel.with_(block=b, layer=layer, head=head, layer_lo=lo, layer_hi=hi)
+    picture = min(max(sel.picture, 0), max(1, len(blk.result.image_grids())) - 1)  # one prompt's several images
+    return sel.with_(block=b, layer=layer, head=head, layer_lo=lo, layer_hi=hi, picture=picture)
 
 
 def blk_len(blk: Block, axis: int) -> int:

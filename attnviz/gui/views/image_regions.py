@@ -130,8 +130,17 @@ class ImageRegionsView(View):
         self.base_box.currentIndexChanged.connect(
             lambda _i: self.session.select(image_base=self.base_box.currentData())
         )
+        # one prompt's several images (a vision–language model): which one the words' attention is drawn over
+        self.picture_box = QComboBox()
+        self.picture_box.setToolTip(
+            "the prompt held several images: the image whose tokens the words' attention is drawn over "
+            "(File ▸ Export view draws the same; attnviz figure --picture N)"
+        )
+        self.picture_box.currentIndexChanged.connect(self._on_picture)
+        self.picture_box.hide()
         top = QHBoxLayout()
         top.addWidget(qscroll, 1)
+        top.addWidget(self.picture_box)
         top.addWidget(self.base_box)
         self.info = info_label()
         lay = QVBoxLayout(self.body)
@@ -155,7 +164,14 @@ class ImageRegionsView(View):
         # a Swin's stages are one attention at several grids: the stage selected is the one shown (and exported)
         staged = 0 <= s.sel.block < len(s.blocks) and s.blocks[s.sel.block].stage
         prefer = s.sel.block if staged else None
-        return vm.image_source(s.result, s.blocks, prefer)  # captioning: the words' cross-attention; a ViT: its encoder
+        return vm.image_source(
+            self._pictured(), s.blocks, prefer
+        )  # captioning: the words' cross-attention; a ViT: its encoder
+
+    def _pictured(self):
+        """The result seen through the image chosen of its prompt's several (the result itself for one image)."""
+        s = self.session
+        return vm.pictured(s.result, min(s.sel.picture, vm.picture_count(s.result) - 1))
 
     def reason(self) -> str | None:
         why = super().reason()
@@ -168,7 +184,7 @@ class ImageRegionsView(View):
     def _build_queries(self) -> None:
         s = self.session
         bi, grid, kind = self.source()
-        self.queries = vm.image_queries(s.result, s.blocks[bi], grid)
+        self.queries = vm.image_queries(self._pictured(), s.blocks[bi], grid)
         self._make_buttons()
         if kind == "self" or not self.queries:
             self.query = 0
@@ -218,6 +234,22 @@ class ImageRegionsView(View):
         self._make_buttons()
         self.set_query(len(self.queries) - 1)
 
+    def _on_picture(self, i: int) -> None:
+        if i >= 0 and self.picture_box.isVisible():
+            self.session.select(picture=i)
+
+    def _show_pictures(self) -> None:
+        """The image chooser: shown, with one entry per image, only for a prompt that held several."""
+        s = self.session
+        n = vm.picture_count(s.result)
+        self.picture_box.blockSignals(True)  # showing the selection is not a new choice
+        if self.picture_box.count() != n:
+            self.picture_box.clear()
+            self.picture_box.addItems([f"image {k + 1} of {n}" for k in range(n)])
+        self.picture_box.setCurrentIndex(min(s.sel.picture, n - 1))
+        self.picture_box.setVisible(n > 1)
+        self.picture_box.blockSignals(False)
+
     def on_result(self) -> None:
         self._struct_key = None
         bi, _grid, kind = self.source()
@@ -234,7 +266,7 @@ class ImageRegionsView(View):
         return self.overlay_for(qi).patch
 
     def base_image(self, grid: PatchGrid) -> np.ndarray:
-        img = self.session.result.image
+        img = self._pictured().image  # the image chosen of a prompt's several
         if img is None:
             return np.full((grid.rows * 16, grid.cols * 16, 3), 200, np.uint8)
         img = np.asarray(img)
@@ -248,8 +280,9 @@ class ImageRegionsView(View):
 
     def draw(self) -> None:
         s = self.session
+        self._show_pictures()
         bi, grid, kind = self.source()
-        key = (id(s.result), bi)
+        key = (id(s.result), bi, s.sel.picture)  # another image of the prompt: its own words (after its tokens)
         if key != self._struct_key:
             self._build_queries()
             self._struct_key = key

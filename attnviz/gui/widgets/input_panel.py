@@ -55,6 +55,17 @@ def takes_audio(model: AttnModel | None) -> bool:
     return model is not None and "audio" in set(model.roles.values())
 
 
+IMAGE_SEPARATOR = "; "  # between the files of one prompt's several images in the image box
+
+
+def several_images(text: str | None) -> str | list[str] | None:
+    """The image box's text as the request's image: one path, or the paths of several images (``a.png; b.png``)."""
+    if not text:
+        return text
+    paths = [p.strip() for p in text.split(";") if p.strip()]
+    return paths if len(paths) > 1 else text
+
+
 def takes_image_and_text(model: AttnModel | None) -> bool:
     """A dual encoder (CLIP, SigLIP whole): an image tower and a text tower, both fed on every run."""
     return model is not None and model.kind == "vision" and "tokens" in set(model.roles.values())
@@ -73,7 +84,7 @@ class InputPanel(QWidget):
         self.text_pair = QLineEdit()
         self.text_pair.setPlaceholderText("optional second sentence")
         self.image = QLineEdit()
-        self.image.setPlaceholderText("image file for vision / captioning models")
+        self.image.setPlaceholderText("image file for vision / captioning models (several: a.png; b.png)")
         self.browse = QPushButton("…")
         self.browse.setFixedWidth(28)
         self.audio = QLineEdit()
@@ -147,7 +158,8 @@ class InputPanel(QWidget):
     def request(self) -> AnalyzeRequest:
         """What the fields ask for, as the same :class:`AnalyzeRequest` the CLI builds from the equivalent flags
         (checked by the same rule: a bad value raises the same one-line :class:`AttnvizError`)."""
-        return AnalyzeRequest(**self.values())
+        values = self.values()
+        return AnalyzeRequest(**values | {"image": several_images(values["image"])})
 
     def values(self) -> dict:
         """The fields by :class:`AnalyzeRequest` field name (also what :mod:`attnviz.gui.restore` saves).  Fields
@@ -180,7 +192,9 @@ class InputPanel(QWidget):
         if text_pair is not None:
             self.text_pair.setText(text_pair)
         if image is not None:
-            self.image.setText(str(image))
+            self.image.setText(
+                IMAGE_SEPARATOR.join(map(str, image)) if isinstance(image, (list, tuple)) else str(image)
+            )
         if audio is not None:
             self.audio.setText(str(audio))
         if generate is not None:
@@ -243,7 +257,8 @@ class InputPanel(QWidget):
             self.request_run()
 
     def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose an image", "", IMAGE_FILTER)
-        if path:
-            self.image.setText(path)
+        # several files chosen at once: several images in one prompt (a vision–language model), in order
+        paths, _ = QFileDialog.getOpenFileNames(self, "Choose an image (or several)", "", IMAGE_FILTER)
+        if paths:
+            self.image.setText(IMAGE_SEPARATOR.join(paths))
             self.request_run()

@@ -211,6 +211,7 @@ class ModelSidebar(QTreeWidget):
                     "generated_ids",
                     "rows",
                     "token_grids",  # each batch row's image-token grid (Image regions places them)
+                    "image_grids",  # one prompt's several images' grids (the image tokens row says them)
                     "fidelity",  # the Model section's warnings
                 ) or v in (None, "", [], {}):
                     continue

@@ -33,7 +33,32 @@ def add_variant_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+class SeveralImages(argparse.Action):
+    """``--image`` given once is its path, as always; given again, the list of them in order (several images in
+    one prompt, for a vision–language model whose processor takes several)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        had = getattr(namespace, self.dest, None)
+        if had is None:
+            setattr(namespace, self.dest, values)
+        else:
+            setattr(namespace, self.dest, [*(had if isinstance(had, list) else [had]), values])
+
+
+class OneImage(argparse.Action):
+    """``--image`` for a command that takes one image: given twice it is refused, where argparse's default would
+    keep the last one and drop the first without a word."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(
+                f"{option_string} given twice: this command takes one image "
+                "(several images in one prompt: attnviz extract, figure or open)"
+            )
+        setattr(namespace, self.dest, values)
+
+
+def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True, several_images: bool = False) -> None:
     if model_required:
         p.add_argument(
             "model", metavar="MODEL", help="ONNX model file, or an export folder (optimum encoder + decoder files)"
@@ -44,7 +69,16 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True)
     src.add_argument(
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
-    src.add_argument("--image", metavar="PATH", help="image file for vision models")
+    if several_images:
+        src.add_argument(
+            "--image",
+            metavar="PATH",
+            action=SeveralImages,
+            help="image file for vision models; give it again for several images in one prompt (a vision–language "
+            "model: its placeholders matched to them in order)",
+        )
+    else:
+        src.add_argument("--image", metavar="PATH", action=OneImage, help="image file for vision models")
     src.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(

@@ -8,7 +8,7 @@ HELP = "run a model and save every attention map to .npz (attn_000... [B,H,Tq,Tk
 def add_arguments(p):
     from attnviz.runtime.commands.common import add_input_arguments, add_variant_argument
 
-    add_input_arguments(p)
+    add_input_arguments(p, several_images=True)
     p.add_argument("--out", required=True, metavar="OUT.npz", help="output file")
     add_variant_argument(p)
 

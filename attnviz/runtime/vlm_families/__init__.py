@@ -31,4 +31,15 @@ def family_for(config: dict, preprocessor: dict, processor: dict, where: str) ->
     return cls(config, preprocessor, processor, where)
 
 
-__all__ = ["FAMILIES", "Family", "LoadedImage", "Tiles", "family_for"]
+def check_several(family: Family, count: int) -> None:
+    """Refuse ``count`` > 1 images in one prompt in one line where the family runs one image per prompt."""
+    if count > 1 and not family.several_images:
+        takes = ", ".join(cls.name for cls in FAMILIES.values() if cls.several_images)
+        raise AttnvizError(
+            f"{count} images given and attnviz runs one image per prompt for {family.name} (several images per "
+            f"prompt: {takes}); give one image (--image once), or ask about each image in a run of its own",
+            param="image",
+        )
+
+
+__all__ = ["FAMILIES", "Family", "LoadedImage", "Tiles", "check_several", "family_for"]

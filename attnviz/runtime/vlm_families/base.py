@@ -51,6 +51,13 @@ class Family:
     position_offset = 0  # added to the positions counted over the real tokens (PaliGemma counts from 1)
     # the decoder's position_ids axes before [B, T] (Qwen2-VL's M-RoPE: 3, a cached step's equal on each)
     position_axes: tuple[int, ...] = ()
+    # the processor matches several placeholders to several images of one prompt, and attnviz runs them (each
+    # image's tokens on its own grid); a family without it takes one image per prompt
+    several_images = False
+    separate_vision_runs = False  # several images: the vision file attends within one image, so a run each
+    # several images of their own sizes in one prompt: pixel_values padded to the largest, each one's size in
+    # the set's image_sizes feed (Qwen2-VL resizes each image to its own size)
+    sized_images = False
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
@@ -66,6 +73,18 @@ class Family:
 
     def vision_feeds(self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray) -> dict[str, np.ndarray]:
         return {vision_inputs[0].name: pixels}
+
+    def one_image_feeds(
+        self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray, sizes: np.ndarray | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        """The vision file's feeds for each of one prompt's images ``[N, ...]``, in order (a run each), each cut
+        to its own ``sizes[i]`` (height, width) where they differ."""
+        if sizes is None:
+            return [self.vision_feeds(vision_inputs, pixels[i : i + 1]) for i in range(pixels.shape[0])]
+        return [
+            self.vision_feeds(vision_inputs, pixels[i : i + 1, ..., : int(h), : int(w)])
+            for i, (h, w) in enumerate(sizes)
+        ]
 
     def vision_batch(self, vision_inputs: list[ip.IOInfo]) -> str | None:
         """The vision input whose first axis counts the images (None: the first input, pixel_values)."""
@@ -98,9 +117,12 @@ class Family:
         """The decoder's ``token_type_ids`` where its file takes them (one segment unless the family says)."""
         return np.zeros(ids.shape, np.int64)
 
-    def positions(self, ids: np.ndarray, mask: np.ndarray, pixels: np.ndarray) -> np.ndarray | None:
-        """The prompt's ``position_ids`` where the family computes them (Qwen2-VL's M-RoPE ``[3, B, T]``); None:
-        counted over the real tokens.  A cached step's position then continues from the largest + 1."""
+    def positions(
+        self, ids: np.ndarray, mask: np.ndarray, pixels: np.ndarray, sizes: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """The prompt's ``position_ids`` where the family computes them (Qwen2-VL's M-RoPE ``[3, B, T]``, each
+        image's grid its ``sizes`` where given); None: counted over the real tokens.  A cached step's position
+        then continues from the largest + 1."""
         return None
 
     def decoder_notes(self, decoder_inputs: list[ip.IOInfo]) -> list[str]:
@@ -112,6 +134,15 @@ class Family:
         placeholder, once."""
         fix = f"write {self.placeholder} once in the text (it is expanded to the image's tokens)"
         return fix + (" or leave it out (it is put before the text)" if self.placed_when_missing else "")
+
+    def placeholder_count(self, found: int, count: int) -> AttnvizError:
+        """The line for a prompt whose placeholders (``found``) are not one per image given (``count``)."""
+        where = ", or leave them all out (the images go before the text)" if self.placed_when_missing else ""
+        return AttnvizError(
+            f"the prompt holds {found} {self.placeholder} placeholder{'s' if found != 1 else ''} and {count} images "
+            f"were given; write {self.placeholder} once per image, where each image goes, in the images' order{where}",
+            param="text",
+        )
 
     def describe(self) -> dict:
         return {"family": self.name, "token": self.token, "placeholder": self.placeholder}

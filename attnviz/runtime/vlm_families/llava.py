@@ -17,6 +17,7 @@ SELECT_STRATEGIES = {"default": 1, "full": 0}  # vision_feature_select_strategy 
 
 class Llava(Family):
     name = "llava"
+    several_images = True  # LlavaProcessor expands each <image> to one image's tokens, in order
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -74,14 +75,17 @@ class ImageRun(Protocol):
     @property
     def cols(self) -> int: ...
     def label(self, k: int) -> str: ...
+    @property
+    def placeholder(self) -> str: ...
+    def placeholder_count(self, found: int, count: int) -> AttnvizError: ...
 
 
 class LlavaTokens(ip.TextEncoder):
     """The folder's tokenizer with LLaVA's placeholder expansion: each ``<image>`` becomes one token per image
     feature (as ``LlavaProcessor`` expands it), labelled ``img[r,c]`` by its patch's row and column."""
 
-    def __init__(self, inner: ip.TextEncoder, family: ImageRun):
-        self.inner, self.family = inner, family
+    def __init__(self, inner: ip.TextEncoder, family: ImageRun, count: int = 1):
+        self.inner, self.family, self.count = inner, family, count
         self.unk_id = inner.unk_id
         # each id's label and specialness, looked up once: every call labels its whole prompt again (221 ids:
         # ~0.3 ms of a 30 ms caption through the tokenizer's id_to_token and clean_token)
@@ -91,8 +95,15 @@ class LlavaTokens(ip.TextEncoder):
     def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
         return self  # one image, one grid: nothing depends on the image
 
+    def for_images(self, tiles_each: list) -> ip.TextEncoder:
+        return self if len(tiles_each) <= 1 else LlavaTokens(self.inner, self.family, len(tiles_each))
+
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
         e = self.inner.encode(text, pair, add_special)
+        if self.count > 1:  # several images: one placeholder each, matched in order
+            found = sum(i == self.family.token for i in e.ids)
+            if found != self.count:
+                raise self.family.placeholder_count(found, self.count)
         out = ip.Encoded([], [], [], [])
         fam = self.family
         for i, t, s, ty in zip(e.ids, e.tokens, e.special, e.type_ids):
@@ -106,6 +117,8 @@ class LlavaTokens(ip.TextEncoder):
                 out.tokens.append(t)
                 out.special.append(s)
                 out.type_ids.append(ty)
+        if self.count > 1:  # img1[r,c], img2[r,c], ...: which image each token belongs to
+            out.tokens = self.row_labels(out.ids)
         return out
 
     def label(self, i: int) -> str:
@@ -117,9 +130,13 @@ class LlavaTokens(ip.TextEncoder):
         out, k = [], 0
         run = self._run_labels
         token, labels = self.family.token, self._labels
+        n = len(run)
+        several = sum(int(i) == token for i in ids) > n
+        image = 0
         for i in map(int, ids):
             if i == token:
-                out.append(run[k % len(run)])
+                image += k % n == 0
+                out.append(run[k % n].replace("img", f"img{image}", 1) if several else run[k % n])
                 k += 1
             else:
                 lab = labels.get(i)
@@ -140,6 +157,12 @@ class LlavaTokens(ip.TextEncoder):
         if len(placed) < self.family.n:
             return None
         return PatchGrid(self.family.rows, self.family.cols, placed[0])
+
+    def image_grids(self, ids) -> list[PatchGrid]:
+        """Each image's run of ``n`` tokens on the vision grid, in order (adjacent images share one run of ids)."""
+        placed = [k for k, i in enumerate(ids) if int(i) == self.family.token]
+        n = self.family.n
+        return [PatchGrid(self.family.rows, self.family.cols, placed[j]) for j in range(0, len(placed) - n + 1, n)]
 
     def is_special(self, i: int) -> bool:
         got = self._special.get(i)

@@ -31,6 +31,7 @@ def window_order(rows: int, cols: int, units: int) -> np.ndarray:
 
 class Qwen25VL(Qwen2VL):
     name = "qwen2.5-vl"
+    several_images = False  # its windowed vision blocks over several images are not compared with transformers yet
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)

@@ -107,6 +107,9 @@ class Qwen2VL(Family):
     placeholder = PAD
     placed_when_missing = True  # the chat template's <|vision_start|><|image_pad|><|vision_end|> before the text
     position_axes = (3,)  # M-RoPE's temporal, row and column positions
+    several_images = True  # Qwen2VLProcessor expands each <|image_pad|> to its image's tokens, in order
+    separate_vision_runs = True  # the vision file attends within one image: each image is a run of its own
+    sized_images = True  # the processor resizes each image to its own size (smart_resize)
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -150,6 +153,8 @@ class Qwen2VL(Family):
         self.std = np.asarray(preprocessor.get("image_std", CLIP_STD) if norm else [1.0] * 3, np.float32)
         # the merged grid of the latest image (rows, columns of image tokens): its tokens' labels and place
         self.merged = (1, 1)
+        # the latest run's several images (one prompt's), each one's merged grid in order; None: one image
+        self.merged_each: list[tuple[int, int]] | None = None
 
     @property
     def factor(self) -> int:
@@ -171,7 +176,7 @@ class Qwen2VL(Family):
         shown = np.asarray(img)
         a = (shown.astype(np.float64) * self.rescale).astype(np.float32)
         px = ((a - self.mean) / self.std).transpose(2, 0, 1)[None].astype(np.float32)
-        self.merged = (h // self.factor, w // self.factor)
+        self.merged, self.merged_each = (h // self.factor, w // self.factor), None
         info = (
             f"Qwen2-VL processor: {h}x{w} ({h // self.patch}x{w // self.patch} patches, "
             f"{self.merged[0]}x{self.merged[1]} image tokens), mean {'/'.join(f'{v:.3g}' for v in self.mean)}, "
@@ -196,11 +201,20 @@ class Qwen2VL(Family):
             )
         self.grid_thw(pixels)  # sides the processor makes (multiples of patch × merge)
         flat, thw = patchify(pixels[0], self.patch, self.merge, self.temporal)
-        self.merged = (int(thw[0, 1]) // self.merge, int(thw[0, 2]) // self.merge)
+        self.merged, self.merged_each = (int(thw[0, 1]) // self.merge, int(thw[0, 2]) // self.merge), None
         feeds = {vision_inputs[0].name: flat}
         for i in vision_inputs[1:]:  # image_grid_thw
             feeds[i.name] = thw.astype(np.dtype(i.dtype))
         return feeds
+
+    def one_image_feeds(
+        self, vision_inputs: list[ip.IOInfo], pixels: np.ndarray, sizes: np.ndarray | None = None
+    ) -> list[dict[str, np.ndarray]]:
+        each = super().one_image_feeds(vision_inputs, pixels, sizes)
+        # the tokens' labels of a prompt given as raw feeds follow each image's grid (as the latest image's for one)
+        hw = sizes if sizes is not None else [pixels.shape[-2:]] * pixels.shape[0]
+        self.merged_each = [(int(h) // self.factor, int(w) // self.factor) for h, w in hw]
+        return each
 
     def vision_batch(self, vision_inputs: list[ip.IOInfo]) -> str | None:
         """image_grid_thw counts the images (the flattened patches' first axis is their count)."""
@@ -232,15 +246,20 @@ class Qwen2VL(Family):
         return QwenTokens(inner, self)
 
     def probe_ids(self) -> list[int]:
-        self.merged = (1, 1)  # probe_pixels: one merge window, one image token
+        self.merged, self.merged_each = (1, 1), None  # probe_pixels: one merge window, one image token
         end = self.config.get("vision_end_token_id")
         return [self.token, end if isinstance(end, int) and end != self.token else 0]
 
     # -- the decoder -----------------------------------------------------------------
-    def positions(self, ids: np.ndarray, mask: np.ndarray, pixels: np.ndarray) -> np.ndarray:
-        """The prompt's M-RoPE ``position_ids [3, B, T]`` (each row's image the set's pixel_values)."""
-        grid = self.grid_thw(pixels)
-        grids = [grid] * int(sum(_runs(row[m != 0], self.token) for row, m in zip(ids, mask)))
+    def positions(
+        self, ids: np.ndarray, mask: np.ndarray, pixels: np.ndarray, sizes: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The prompt's M-RoPE ``position_ids [3, B, T]`` (each row's image the set's pixel_values; one prompt's
+        several images of their own ``sizes``: each one's grid, in order)."""
+        if sizes is not None:
+            grids = [self.grid_thw(pixels[:1, :, : int(h), : int(w)]) for h, w in sizes]
+        else:
+            grids = [self.grid_thw(pixels)] * int(sum(_runs(row[m != 0], self.token) for row, m in zip(ids, mask)))
         return rope_index(ids, mask, self.token, grids, self.merge)[0]
 
     def describe(self) -> dict:
@@ -261,32 +280,65 @@ class QwenTokens(ip.TextEncoder):
     """The folder's tokenizer with Qwen2VLProcessor's expansion: ``<|image_pad|>`` repeated once per merged image
     token, labelled ``img[r,c]`` on the merged grid."""
 
-    def __init__(self, inner: ip.TextEncoder, family: Qwen2VL, merged: tuple[int, int] | None = None):
-        self.inner, self.family, self.merged = inner, family, merged
+    def __init__(
+        self,
+        inner: ip.TextEncoder,
+        family: Qwen2VL,
+        merged: tuple[int, int] | None = None,
+        each: list[tuple[int, int]] | None = None,
+    ):
+        # each: one prompt's several images, every one's merged grid in order (merged: the first's)
+        self.inner, self.family, self.merged, self.each = inner, family, merged, each
+        self.count = len(each) if each else 1
         self.unk_id = inner.unk_id
 
     def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
         # the family's Tiles are the merged grid of image tokens (rows × columns)
         return self if not tiles or not tiles.rows else QwenTokens(self.inner, self.family, (tiles.rows, tiles.cols))
 
+    def for_images(self, tiles_each: list) -> ip.TextEncoder:
+        if len(tiles_each) <= 1:
+            return self.for_image(tiles_each[0] if tiles_each else None)
+        each = [(t.rows, t.cols) if t and t.rows else self.family.merged for t in tiles_each]
+        return QwenTokens(self.inner, self.family, each[0], each)
+
+    def _grids(self) -> list[tuple[int, int]]:
+        """Each image's merged grid, in order (one image: the one grid; raw feeds: the latest run's images')."""
+        return self.each or (None if self.merged else self.family.merged_each) or [self.merged or self.family.merged]
+
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
-        if PAD not in text:  # the chat template's place for the image: before the text
-            text = START + PAD + END + text
-        rows, cols = self.merged or self.family.merged
-        text = text.replace(PAD, PAD * (rows * cols))
+        if PAD not in text:  # the chat template's place for the images: before the text, one after the other
+            text = (START + PAD + END) * self.count + text
+        elif self.count > 1 and text.count(PAD) != self.count:
+            raise self.family.placeholder_count(text.count(PAD), self.count)
+        if self.each:  # several images: each placeholder becomes its own image's tokens, in order
+            parts = text.split(PAD)
+            text = parts[0] + "".join(PAD * (r * c) + rest for (r, c), rest in zip(self.each, parts[1:]))
+            want = sum(r * c for r, c in self.each)
+        else:
+            rows, cols = self.merged or self.family.merged
+            text = text.replace(PAD, PAD * (rows * cols))
+            want = rows * cols
         e = self.inner.encode(text, pair, add_special)
-        if sum(i == self.family.token for i in e.ids) % (rows * cols):
+        if sum(i == self.family.token for i in e.ids) % want:
             raise AttnvizError(f"the tokenizer does not keep {PAD} as one token; give the repository's own tokenizer")
-        return ip.Encoded(e.ids, self._labels(e.ids, cols), [self.is_special(i) for i in e.ids], e.type_ids)
+        return ip.Encoded(e.ids, self._labels(e.ids), [self.is_special(i) for i in e.ids], e.type_ids)
 
     def label(self, i: int) -> str:
         return self.inner.label(i)
 
-    def _labels(self, ids, cols: int) -> list[str]:
-        out, k = [], 0
+    def _labels(self, ids) -> list[str]:
+        """``img[r,c]`` along the merged grid; several images in the row: ``img1[r,c]``, ``img2[r,c]``, ... (each
+        run of image tokens is one image, numbered in order, on its own grid)."""
+        token, grids = self.family.token, self._grids()
+        several = _runs(np.asarray(ids, np.int64), token) > 1
+        out, k, image, cols = [], 0, 0, grids[0][1]
         for i in ids:
-            if int(i) == self.family.token:
-                out.append(f"img[{k // cols},{k % cols}]")
+            if int(i) == token:
+                if k == 0:
+                    image += 1
+                    cols = grids[min(image, len(grids)) - 1][1]
+                out.append(f"img{image if several else ''}[{k // cols},{k % cols}]")
                 k += 1
             else:
                 out.append(self.inner.label(int(i)))
@@ -295,14 +347,26 @@ class QwenTokens(ip.TextEncoder):
 
     def row_labels(self, ids) -> list[str]:
         """Each run of image tokens numbered row by row along the merged grid."""
-        return self._labels(ids, (self.merged or self.family.merged)[1])
+        return self._labels(ids)
 
     def image_grid(self, ids) -> PatchGrid | None:
-        rows, cols = self.merged or self.family.merged
+        rows, cols = self._grids()[0]
         placed = [k for k, i in enumerate(ids) if int(i) == self.family.token]
         if len(placed) < rows * cols:
             return None
         return PatchGrid(rows, cols, placed[0])
+
+    def image_grids(self, ids) -> list[PatchGrid]:
+        """Each run of image tokens on its image's merged grid, in order."""
+        grids = self._grids()
+        on = np.asarray([int(i) == self.family.token for i in ids], bool)
+        starts = [int(k) for k in np.flatnonzero(on & ~np.concatenate([[False], on[:-1]]))]
+        out = []
+        for j, k in enumerate(starts):
+            rows, cols = grids[min(j, len(grids) - 1)]
+            if on[k : k + rows * cols].sum() == rows * cols:
+                out.append(PatchGrid(rows, cols, k))
+        return out
 
     def is_special(self, i: int) -> bool:
         return i != self.family.token and self.inner.is_special(i)
