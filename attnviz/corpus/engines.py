@@ -56,6 +56,10 @@ def _device_known(setup: WorkerSetup) -> bool:
     return setup.provider in ("cpu", "cuda") or (setup.provider == "auto" and not gpu_present())
 
 
+def _cpu_only(setup: WorkerSetup) -> bool:
+    return setup.provider != "cuda" and _device_known(setup)
+
+
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 
 
@@ -73,11 +77,21 @@ def _enter_worker() -> None:
     os.environ["ATTNVIZ_INPROCESS"] = "1"
 
 
-def _warm(setup: WorkerSetup) -> None:
-    """Pool initializer: open the session before the first batch arrives.  An error here is left for that
-    batch to raise as itself (an initializer's exception would only break the pool, with no message)."""
-    global _REDUCER
+def _warm(setup: WorkerSetup, now: bool = True) -> None:
+    """Pool initializer: open the session before the first batch arrives (``now=False``: a task does, after the
+    probe).  An error here is left for that batch to raise as itself (an initializer's exception would only
+    break the pool, with no message)."""
     _enter_worker()
+    if now:
+        _warm_up(setup)
+
+
+def _warm_up(setup: WorkerSetup) -> None:
+    """:func:`_warm`'s session, as a pool task where the pool probes first (``WarmPool.start(probe=True)``);
+    nothing in a process that is warm already."""
+    global _REDUCER
+    if _REDUCER is not None:
+        return
     try:
         _REDUCER = setup.warm()
     except Exception:
@@ -128,28 +142,42 @@ class WarmPool:
     pool: ProcessPoolExecutor
     started: int
     exiting: list[threading.Thread] = field(default_factory=list)  # close(wait=False): joined by the next close
+    probing: Future | None = None  # start(probe=True): the probe, queued before the warm-ups
 
     @classmethod
-    def start(cls, setup: WorkerSetup, processes: int) -> WarmPool:
+    def start(cls, setup: WorkerSetup, processes: int, probe: bool = False) -> WarmPool:
+        """``processes`` of ``setup.workers`` started, each opening its session.  ``probe``: the driver will ask
+        for the model's probe (:meth:`probe`); where every process starts now and the sessions are on the CPU,
+        the probe is the first task, ahead of the warm-ups, so that the first process to be up answers it while
+        the others open their sessions (queued behind a warm-up, the driver waited on both: ~0.3 s)."""
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
+        n = max(1, min(processes, setup.workers))
+        # every process now: one more task than processes would start one process more (a tiny corpus's)
+        first = probe and n == setup.workers and _cpu_only(setup)
         # spawn: a fork would copy the driver's onnxruntime thread pools into the children
         pool = ProcessPoolExecutor(
-            setup.workers, mp_context=mp.get_context("spawn"), initializer=_warm, initargs=(setup,)
+            setup.workers,
+            mp_context=mp.get_context("spawn"),
+            initializer=_warm,
+            initargs=(setup, not first),
         )
-        n = max(1, min(processes, setup.workers))
+        probing = pool.submit(_probe, setup) if first else None
+        task = (_warm_up, setup) if first else (_ready,)
         for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
-            pool.submit(_ready)
-        return cls(setup, pool, n)
+            pool.submit(*task)
+        return cls(setup, pool, n, probing=probing)
 
     def probe(self) -> Future:
-        """The model's probe in the first worker that is warm (:func:`_probe`)."""
-        return self.pool.submit(_probe, self.setup)
+        """The model's probe (:func:`_probe`): the one queued first by :meth:`start`, else in the first worker
+        that is warm."""
+        job, self.probing = self.probing, None
+        return job if job is not None else self.pool.submit(_probe, self.setup)
 
     def cpu_only(self) -> bool:
         """Its sessions are known to land on the CPU (a probe there holds no GPU memory)."""
-        return self.setup.provider != "cuda" and _device_known(self.setup)
+        return _cpu_only(self.setup)
 
     def fits(self, setup: WorkerSetup) -> bool:
         """The same sessions (model, provider, threads) and enough processes for ``setup``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,26 +164,33 @@ def read_images(folder: str | Path, max_items: int | None = None) -> list[Item]:
     return [Item(i, image=str(p)) for i, p in enumerate(files)]
 
 
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+class HashStopped(Exception):
+    """A hash given up on (its ``stop`` event was set): the run that wanted it has ended."""
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20, stop: threading.Event | None = None) -> str:
     h = hashlib.sha256()
     with open_regular(path, "model") as f:
         while block := f.read(chunk):
+            if stop is not None and stop.is_set():
+                raise HashStopped(str(path))
             h.update(block)
     return h.hexdigest()
 
 
-def sha256_model(path: str | Path) -> str:
+def sha256_model(path: str | Path, stop: threading.Event | None = None) -> str:
     """One .onnx file's sha256, or a model folder's (an optimum export): every file in it, by name -- and in a Hub
-    repository's ``onnx/`` folder, where its model files are (the files above are only its configs)."""
+    repository's ``onnx/`` folder, where its model files are (the files above are only its configs).  ``stop``:
+    set from another thread, the hash ends at the next MB read with :class:`HashStopped`."""
     path = Path(path)
     if not path.is_dir():
-        return sha256_file(path)
+        return sha256_file(path, stop=stop)
     h = hashlib.sha256()
     files = [p for p in path.iterdir() if p.is_file()]
     if (path / "onnx").is_dir():
         files += [p for p in (path / "onnx").iterdir() if p.is_file()]
     for f in sorted(files):
-        h.update(json.dumps([f.relative_to(path).as_posix(), sha256_file(f)]).encode())
+        h.update(json.dumps([f.relative_to(path).as_posix(), sha256_file(f, stop=stop)]).encode())
     return h.hexdigest()
 
 

@@ -167,22 +167,29 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
             (CHECKPOINT,),
         )
         warm: list[WarmPool] = []  # local workers started early (see _prestart); stopped however the run ends
+        hashing: list[_ModelHash] = []  # the model's hash in a thread; given up on however the run ends
         try:
-            return _run(cfg, on_batch, warm)
+            return _run(cfg, on_batch, warm, hashing)
         finally:
             for w in warm:
                 w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
+            for h in hashing:
+                h.stop()
             withdraw()
 
 
-def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool]) -> CorpusSummary:
-    from attnviz.runtime import open_model
-    from attnviz.runtime.host import prestart
-
+def _run(
+    cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool], hashing: list[_ModelHash]
+) -> CorpusSummary:
     t_start = time.perf_counter()
     for w in _prestart(cfg):  # first: a worker's start-up (spawn, imports, session) is the longest
         warm.append(w)
         offer(w)  # local_engine takes it when it fits the setup planned below
+    hashing.append(model_hash := _ModelHash(cfg.model))
+    # only now onnx (through the runtime's open_model, ~0.1 s): the workers spawned above start up meanwhile
+    from attnviz.runtime import open_model
+    from attnviz.runtime.host import prestart
+
     # a text corpus on the CPU is probed in a worker (_probe_while_reading); otherwise the driver's probe needs
     # its isolation child, which loads onnxruntime while the model is read
     by_worker = warm[0] if warm and warm[0].cpu_only() and _overlaps(cfg) else None
@@ -191,7 +198,8 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
-    early = _probe_while_reading(cfg, model, by_worker)  # decoders are confirmed by a causal map; heads counted
+    # decoders are confirmed by a causal map; heads counted
+    early = _probe_while_reading(cfg, model, model_hash, by_worker)
     speech = "audio" in model.meta
     if speech != (cfg.audio_dir is not None):
         raise AttnvizError(
@@ -224,7 +232,7 @@ def _run(cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[W
 
     gpu = _gpu_session(model) if early is None or early.provider is None else early.provider.startswith("CUDA")
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
-    model_sha = early.model_sha if early is not None else it.sha256_model(cfg.model)
+    model_sha = model_hash.result()
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
     ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
@@ -375,13 +383,11 @@ def _decoder_input(cfg: CorpusConfig, kind: str) -> str | None:
 @dataclass
 class _Tokenised:
     """A text corpus read and tokenised while the model's probe ran (:func:`_probe_while_reading`), as the kind
-    ``kind`` reads it, and the model file's hash.  :meth:`take` hands the items over once (the driver keeps no
-    items during the run)."""
+    ``kind`` reads it.  :meth:`take` hands the items over once (the driver keeps no items during the run)."""
 
     items: list[it.Item] | None
     enc: Encoded | None
     kind: str
-    model_sha: str
     provider: str | None = None  # the probe's session's provider, where a worker probed (None: ask the model)
 
     def take(self) -> tuple[list[it.Item], Encoded]:
@@ -391,15 +397,49 @@ class _Tokenised:
         return items, enc
 
 
+class _ModelHash:
+    """The model's sha256 (run.json, the checkpoint's identity) in a thread from the command's first moments, where
+    the driver imports onnx and the workers spawn: file reads and hashlib release the GIL, and a core is idle then
+    (a 90 MB model: ~0.06-0.2 s).  :meth:`result` waits for it where the hash was computed before, and raises its
+    error there, so that every message comes where and as it came."""
+
+    def __init__(self, path: str):
+        self._stop = threading.Event()
+        self._sha: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._hash, args=(path,), name="attnviz-model-hash", daemon=True)
+        self._thread.start()
+
+    def _hash(self, path: str) -> None:
+        try:
+            self._sha = it.sha256_model(path, self._stop)
+        except BaseException as e:  # raised by result(), in the driver's thread
+            self._error = e
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._sha is not None
+        return self._sha
+
+    def stop(self) -> None:
+        """The run is over (a result taken, or an error): a hash still running ends at its next MB."""
+        self._stop.set()
+        self._thread.join()
+
+
 def _overlaps(cfg: CorpusConfig) -> bool:
     """Whether :func:`_probe_while_reading` may overlap the probe with reading the corpus (as far as the
     configuration tells, before the model is open)."""
     return cfg.texts is not None and cfg.engine != "ray" and not cfg.gold_column  # Ray Data reads the corpus itself
 
 
-def _probe_while_reading(cfg: CorpusConfig, model, pool: WarmPool | None = None) -> _Tokenised | None:
+def _probe_while_reading(
+    cfg: CorpusConfig, model, model_hash: _ModelHash, pool: WarmPool | None = None
+) -> _Tokenised | None:
     """Probe ``model``.  For a text corpus of an encoder or a decoder (as its graph declares it), read and tokenise
-    the corpus and hash the model meanwhile: the probe waits on the isolation child building a session of the
+    the corpus meanwhile (the model's hash comes from its thread, :class:`_ModelHash`): the probe waits on the isolation child building a session of the
     model (about 0.3 s of the driver's start-up, the longest part of it after the imports), or, given ``pool``
     (workers on the CPU started early), on the first of its workers that is warm, which has onnxruntime imported
     already: the isolation child is then never started (~0.3 s CPU).  A probe only ever turns such an encoder
@@ -424,13 +464,13 @@ def _probe_while_reading(cfg: CorpusConfig, model, pool: WarmPool | None = None)
         probe = threading.Thread(target=model.probe, name="attnviz-probe", daemon=True)
         probe.start()
     try:
-        model_sha = it.sha256_model(cfg.model)
+        model_hash.result()  # (hashed in its thread) here, so that an unreadable model is reported before the corpus
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
         enc = encode_items(model, items, kind)
     finally:
         if pool is None:
             probe.join()
-    return _Tokenised(items, enc, kind, model_sha, None if pool is None else _adopt_probe(model, job))
+    return _Tokenised(items, enc, kind, None if pool is None else _adopt_probe(model, job))
 
 
 def _adopt_probe(model, job) -> str | None:
@@ -592,7 +632,10 @@ def _prestart(cfg: CorpusConfig) -> list[WarmPool]:
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     threads = cfg.threads or default_threads(workers)
     setup = WorkerSetup(str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, (), workers)
-    return [WarmPool.start(setup, min(workers, _batches_at_least(cfg, workers)))]
+    # a text corpus will be probed in a worker (_probe_while_reading) if the model is an encoder or a decoder, as
+    # a file is (a folder is an encoder-decoder export): the probe goes first
+    probe = _overlaps(cfg) and Path(cfg.model).is_file()
+    return [WarmPool.start(setup, min(workers, _batches_at_least(cfg, workers)), probe=probe)]
 
 
 def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:

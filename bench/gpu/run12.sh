@@ -27,11 +27,12 @@ python3 -c "import onnxruntime as o; print(o.__version__, o.__file__, o.get_avai
 python3 -m compileall -q attnviz
 step() {  # step NAME SECONDS CMD...: one table, its log kept under $OUT
   local name=$1 t=$2; shift 2
+  [ "$t" = 0 ] && return  # T_GEN=0 etc.: that table skipped
   echo "=== $name ($(date +%T))"
   timeout "$t" "$@" > "$OUT/$name.log" 2>&1; echo "rc $?"; tail -n 14 "$OUT/$name.log"
 }
 step generation "${T_GEN:-200}" python3 bench/generation_plain_bench.py --provider cuda --rounds 3 \
-  --steps 64 128 256 1024 --folder /tmp/pay/genplain
+  --steps ${GEN_STEPS:-64 128 256 1024} --folder /tmp/pay/genplain
 step corpus "${T_CORPUS:-150}" env OMP_NUM_THREADS=1 python3 bench/corpus_bench.py --provider cuda --items 10000 \
   --rounds 2 --memory --no-per-batch
 step startup "${T_START:-80}" python3 bench/startup_bench.py --provider cuda --rounds 2

@@ -75,9 +75,9 @@ def test_the_early_pool_runs_the_batches_and_no_worker_outlives_the_run(planted,
     started = []
     real = engines.WarmPool.start.__func__  # type: ignore[attr-defined]
 
-    def start(cls, setup, processes):
+    def start(cls, setup, processes, **kw):
         started.append(setup)
-        return real(cls, setup, processes)
+        return real(cls, setup, processes, **kw)
 
     monkeypatch.setattr(engines.WarmPool, "start", classmethod(start))
     run_corpus(_cfg(model, texts, tmp_path / "one", workers=2, threads=1))
@@ -210,3 +210,50 @@ def test_a_close_that_does_not_wait_leaves_the_workers_exit_to_the_next_close(pl
     assert len(warm.exiting) == 1  # the pool's manager thread, which reaps the processes
     warm.close(kill=True)  # as run_corpus closes its early pool after writing the results
     assert warm.exiting == [] and not any(p.is_alive() for p in procs) and mp.active_children() == []
+
+
+def test_a_pool_that_probes_first_answers_the_probe_it_queued_and_starts_no_extra_process(planted):
+    """WarmPool.start(probe=True) queues the probe ahead of the warm-ups (the first process up answers it while
+    the other opens its session); the probe is the driver's own, and a pool of fewer processes than workers (a
+    tiny corpus) queues nothing extra, since one more task than processes would start one more process."""
+    from attnviz.runtime import open_model
+
+    model, _texts = planted
+    setup = engines.WorkerSetup(str(model), "cpu", None, 1, 5, (), 2)
+    own = open_model(str(model), provider="cpu")
+    own.probe()
+    warm = engines.WarmPool.start(setup, 2, probe=True)
+    try:
+        job = warm.probing
+        assert job is not None and warm.probe() is job and warm.probing is None
+        assert job.result() == (own.probe_state(), own.provider)
+        assert len(warm.pool._processes) == 2
+        again = warm.probe()  # asked again: a new task, answered as well
+        assert again is not job and again.result() == job.result()
+    finally:
+        warm.close(kill=True)
+    tiny = engines.WarmPool.start(setup, 1, probe=True)
+    try:
+        assert tiny.probing is None and len(tiny.pool._processes) == 1
+        assert tiny.probe().result() == job.result()
+    finally:
+        tiny.close(kill=True)
+    assert mp.active_children() == []
+
+
+def test_a_model_hash_given_up_on_ends_at_its_next_read(tmp_path):
+    import hashlib
+    import os
+    import threading
+
+    from attnviz.corpus import items as it
+
+    f = tmp_path / "m.onnx"
+    f.write_bytes(os.urandom(3 << 20))
+    stop = threading.Event()
+    assert it.sha256_model(f, stop) == hashlib.sha256(f.read_bytes()).hexdigest()
+    stop.set()
+    with pytest.raises(it.HashStopped):
+        it.sha256_model(f, stop)
+    with pytest.raises(it.HashStopped):
+        it.sha256_model(tmp_path, stop)  # a folder's files too

@@ -91,3 +91,44 @@ print('ok')
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+
+
+def test_the_driver_spawns_its_workers_before_it_imports_onnx(tmp_path):
+    """The workers' start-up (interpreter, imports, sessions) is the longest part of a run's head: the driver
+    starts them before its own onnx import (~0.1 s), which ``import attnviz.runtime`` no longer pulls in (its
+    public names load on first use and are the defining modules' own)."""
+    from planted import corpus_lines, planted_model
+
+    m = planted_model(tmp_path / "m.onnx")
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(40)))
+    code = f"""
+import sys
+from attnviz.corpus import engines
+seen = []
+start = engines.WarmPool.start.__func__
+def spy(cls, setup, processes, **kw):
+    seen.append('onnx' in sys.modules)
+    return start(cls, setup, processes, **kw)
+engines.WarmPool.start = classmethod(spy)
+from attnviz.cli import main
+argv = ['corpus', {str(m)!r}, '--texts', {str(tmp_path / "c.txt")!r}, '--out', {str(tmp_path / "out")!r}]
+assert main([*argv, '--no-progress', '--workers', '2', '--batch-size', '8']) == 0
+assert seen == [False], seen
+import attnviz.runtime
+from attnviz.runtime import AttentionModel, AttnModel, IOInfo, ModelSet, open_model
+from attnviz.runtime import folder, model, protocol
+assert (open_model, ModelSet) == (folder.open_model, folder.ModelSet)
+assert (AttentionModel, IOInfo, AttnModel) == (model.AttentionModel, model.IOInfo, protocol.AttnModel)
+try:
+    attnviz.runtime.no_such_name
+except AttributeError as e:
+    assert 'no_such_name' in str(e)
+else:
+    raise AssertionError('no AttributeError')
+print('ok')
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+    light = "import sys, attnviz.runtime, attnviz.corpus.run; print('onnx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, timeout=120, check=False)
+    assert out.stdout.strip() == "False", out.stderr
