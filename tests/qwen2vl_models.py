@@ -183,6 +183,22 @@ def image_types(ids):
     return (ids == IMAGE_TOKEN).to(torch.int64)
 
 
+def greedy(m, ids, pixel_values, grid_thw, n: int):
+    """transformers' greedy generation of ``n`` tokens (EOS off) on the processor's inputs: the whole sequence."""
+    m.model.rope_deltas = None  # a previous generation's deltas would shift this one's positions
+    with torch.no_grad():
+        return m.generate(
+            input_ids=ids,
+            pixel_values=torch.as_tensor(pixel_values),
+            image_grid_thw=torch.as_tensor(grid_thw),
+            mm_token_type_ids=image_types(ids),
+            attention_mask=torch.ones(ids.shape, dtype=torch.int64),
+            max_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+        )
+
+
 def rope_index(m, ids, grid_thw, attention_mask=None):
     """transformers' get_rope_index: position_ids [3, B, T] and the rope deltas [B, 1]."""
     ids = torch.as_tensor(ids)

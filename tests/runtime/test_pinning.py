@@ -15,9 +15,8 @@ import threading
 from multiprocessing.connection import Connection
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
+from test_host_slots import _double_model  # y = x + x on float[rows, n]
 
 from attnviz.runtime import host, open_model, pinning
 from attnviz.runtime.isolation import read_message, write_message
@@ -91,18 +90,6 @@ class Lookups:
 
     def pinner(self) -> pinning.Pinner:
         return pinning.Pinner(find=self.find, opener=self.open)
-
-
-def _double_model(path, n=300):
-    """y = x + x on float[rows, n]."""
-    g = helper.make_graph(
-        [helper.make_node("Add", ["x", "x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["r", n])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    return path
 
 
 class _AsCuda:

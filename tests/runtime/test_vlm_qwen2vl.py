@@ -152,18 +152,7 @@ def test_generation_equals_transformers_greedy(repo, image, torch_model, use_cac
     r = m.analyze(text=PROMPT, image=str(image), generate=5, use_cache=use_cache)
     px, grid = _processed(image)
     ids = torch.as_tensor(bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image))).prompts)
-    torch_model.model.rope_deltas = None
-    with torch.no_grad():
-        out = torch_model.generate(
-            input_ids=ids,
-            pixel_values=torch.as_tensor(px),
-            image_grid_thw=torch.as_tensor(grid),
-            mm_token_type_ids=qm.image_types(ids),
-            attention_mask=torch.ones(ids.shape, dtype=torch.int64),
-            max_new_tokens=5,
-            do_sample=False,
-            eos_token_id=None,
-        )
+    out = qm.greedy(torch_model, ids, px, grid, 5)
     assert r.info["generated_ids"] == out[0, ids.shape[1] :].tolist()
     assert r.info["generation"] == ("kv-cache" if use_cache else "full re-run")
     _, decoder, _ = qm.reference(torch_model, px, grid, out[:, :-1])

@@ -103,18 +103,7 @@ def test_qwen2vl_two_images_generation_equals_transformers_greedy(qwen2vl_repo, 
     r = m.analyze(text=QWEN, image=list(images), generate=5, use_cache=use_cache)
     px, grid = _qwen_processed(images)
     ids = torch.as_tensor([qm.tokenizer()(qm.expand(QWEN, grid))["input_ids"]])
-    qwen.model.rope_deltas = None
-    with torch.no_grad():
-        out = qwen.generate(
-            input_ids=ids,
-            pixel_values=torch.as_tensor(px),
-            image_grid_thw=torch.as_tensor(grid),
-            mm_token_type_ids=qm.image_types(ids),
-            attention_mask=torch.ones(ids.shape, dtype=torch.int64),
-            max_new_tokens=5,
-            do_sample=False,
-            eos_token_id=None,
-        )
+    out = qm.greedy(qwen, ids, px, grid, 5)
     assert r.info["generated_ids"] == out[0, ids.shape[1] :].tolist()
     assert r.info["generation"] == ("kv-cache" if use_cache else "full re-run")
     _, decoder, _ = qm.reference(qwen, px, grid, out[:, :-1])
