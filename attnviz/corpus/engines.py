@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     import threading
     from concurrent.futures import Future, ProcessPoolExecutor
 
+    from attnviz.runtime.model import AttentionModel
+
 
 @dataclass(frozen=True)
 class WorkerSetup:
@@ -36,6 +38,16 @@ class WorkerSetup:
 
     def reducer(self) -> BatchReducer:
         return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
+
+    def probed(self, model: AttentionModel) -> BatchReducer:
+        """A reducer over ``model``, this setup's model that this process probed for the driver (:func:`_probe`):
+        neither opened nor probed again (a probe builds a session with every map exposed and runs it: ~0.13 s
+        CPU for MiniLM).  The groups are its probe's, which the driver adopted (:func:`_work` checks them)."""
+        if _cpu_only(self):  # the probe's session goes first, as when the probe's model was dropped (one copy of
+            model.close_session("dense")  # the weights); its device, which the statistics layout follows, is known
+        r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
+        r.prepare()  # the statistics session (elsewhere it replaces the probe's: InGraphReducer.build)
+        return r
 
     def warm(self) -> BatchReducer:
         """A pool process's worker, opened before its first batch arrives (a subclass with another kind of work,
@@ -61,6 +73,9 @@ def _cpu_only(setup: WorkerSetup) -> bool:
 
 
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
+# the model this process probed for the driver (_probe), with what it was opened with: its reducer takes it over
+# (_own_reducer), so that a worker that probes opens and probes the model once
+_PROBED: tuple[tuple, AttentionModel] | None = None
 
 
 def _enter_worker() -> None:
@@ -93,9 +108,23 @@ def _warm_up(setup: WorkerSetup) -> None:
     if _REDUCER is not None:
         return
     try:
-        _REDUCER = setup.warm()
+        _REDUCER = _own_reducer(setup, warm=True)
     except Exception:
         _REDUCER = None
+
+
+def _opened_as(setup: WorkerSetup) -> tuple:
+    return (type(setup), setup.model, setup.provider, setup.tokenizer, setup.threads)
+
+
+def _own_reducer(setup: WorkerSetup, warm: bool) -> BatchReducer:
+    """This process's reducer: over the model it probed (:data:`_PROBED`, taken once), else ``setup``'s own
+    (``warm``: :meth:`WorkerSetup.warm`, before the driver's probe; else :meth:`WorkerSetup.reducer`)."""
+    global _PROBED
+    probed, _PROBED = _PROBED, None
+    if probed is not None and probed[0] == _opened_as(setup):
+        return setup.probed(probed[1])
+    return setup.warm() if warm else setup.reducer()
 
 
 def _ready() -> int:
@@ -106,7 +135,9 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     """A pool task: the driver's probe (:meth:`~attnviz.runtime.model.Model.probe_state`) and the provider its
     session got (None: no session), run here where onnxruntime is already imported, instead of in a crash-isolation
     child that the driver would start for it (interpreter and imports: ~0.25 s CPU).  A model of its own, so
-    that this worker's reducer stays as the driver's state makes it (BatchReducer.adopt)."""
+    that the driver's state (which it adopts) is this probe's alone.  This process's reducer then takes that model
+    over (:func:`_own_reducer`) where the probe counted every head: opened and probed once."""
+    global _PROBED
     from attnviz.runtime import open_model
 
     model = open_model(setup.model, provider=setup.provider, tokenizer=setup.tokenizer, threads=setup.threads)
@@ -115,7 +146,10 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
         provider: str | None = model.provider
     except Exception:  # as run._gpu_session: the driver asks again (and says what is wrong where it did)
         provider = None
-    return model.probe_state(), provider
+    state = model.probe_state()
+    if provider is not None and all(s.heads for s in model.sites):  # else the reducer opens its own, as before
+        _PROBED = (_opened_as(setup), model)
+    return state, provider
 
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
@@ -126,7 +160,7 @@ def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
         _REDUCER.adopt(setup.groups)  # driver's (its probe leaves them unknown): the same session reduces them
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
-        _REDUCER = setup.reducer()
+        _REDUCER = _own_reducer(setup, warm=False)
     return _REDUCER.many(specs)
 
 

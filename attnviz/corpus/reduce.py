@@ -33,6 +33,7 @@ from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 if TYPE_CHECKING:
     from attnviz.corpus.graph_reduce import InGraphReducer
+    from attnviz.runtime.model import AttentionModel
 
 EXAMPLE_RANKING = "direction"  # run.json: top-k examples at each score's interesting end (core/score_direction.py)
 
@@ -93,15 +94,22 @@ class BatchReducer:
         groups: list[HeadGroup] | None = None,
         in_graph: bool = True,
         probe: bool = True,
+        opened: AttentionModel | None = None,
     ):
         """``probe=False`` (a pool worker warming up before the driver has probed): the model is not run on
         dummy inputs here, which would build a session of the model with every map exposed only to count heads;
         the statistics session is built from the sites the graph declares, and the heads and kind the driver's
-        probe found come with the first batch (:meth:`adopt`)."""
+        probe found come with the first batch (:meth:`adopt`).  ``opened``: the model of ``model_path`` opened
+        with these arguments already (a pool worker's, probed for the driver: engines._probe), taken over instead
+        of opening it again."""
         from attnviz.runtime import inputs as ip
         from attnviz.runtime import open_model
 
-        self.model = open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
+        self.model = (
+            opened
+            if opened is not None
+            else open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
+        )
         if md.section(self.model.meta, "windows"):
             # per-head statistics assume one token axis per stack; Swin's stages each have their own grid
             raise AttnvizError(
@@ -237,6 +245,7 @@ class BatchReducer:
             part.gold = per_item.sum(0)
             part.gold_top_value, part.gold_top_item = gold.worst_items(per_item, spec.items, nh, self.k)
         if gen:
+            assert tok is not None  # set_decoder_rows read it already (for the type checker)
             named = set(np.unique(part.top_item).tolist())
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
         return part

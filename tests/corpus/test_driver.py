@@ -10,6 +10,8 @@ import pytest
 
 from attnviz import AttnvizError
 from attnviz.corpus import CorpusConfig, engines, run_corpus
+from attnviz.corpus.fold import layout
+from attnviz.corpus.graph_reduce import InGraphReducer
 from attnviz.corpus.items import Item
 from attnviz.corpus.output import read
 from attnviz.corpus.plan import Encoded, plan_text
@@ -161,7 +163,7 @@ def test_an_input_a_corpus_cannot_fill_keeps_the_export_advice():
 
 
 @pytest.mark.parametrize("which", ["encoder", "decoder"])
-def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(which, planted, tmp_path):
+def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(which, planted, tmp_path, monkeypatch):
     """engines._probe (the pool task) counts the heads and confirms the stacks as the driver's own probe would;
     the driver's model takes that over (Model.adopt_probe) and reads the same sites, kind and provider."""
     from planted_induction import planted_induction_model
@@ -169,6 +171,7 @@ def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(whic
     from attnviz.runtime import open_model
 
     model = planted[0] if which == "encoder" else planted_induction_model(tmp_path / "induction.onnx")
+    monkeypatch.setattr(engines, "_PROBED", None)  # the probed model this process keeps goes with the test
     state, provider = engines._probe(engines.WorkerSetup(str(model), "cpu", None, 1, 5, (), 1))
     own = open_model(str(model), provider="cpu")
     own.probe()
@@ -182,6 +185,51 @@ def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(whic
     assert (driver.sites, driver.kind) == (own.sites, own.kind)
     assert driver.kind == which and all(s.heads > 0 for s in driver.sites)
     assert provider == own.provider == "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize("first", ["warm-up", "batch"])
+def test_the_worker_that_probed_opens_and_probes_the_model_once(first, planted, monkeypatch):
+    """The process that probes for the driver (engines._probe) builds its reducer over the model it probed, whether
+    its warm-up builds it or (the other process took both warm-ups) its first batch: one model opened and one
+    probe's session in the process, not a second model (nor, from its first batch, a second probe)."""
+    from attnviz.runtime import model as rm
+    from attnviz.runtime import open_model
+
+    model, _texts = planted
+    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # as in a pool process (engines._enter_worker)
+    monkeypatch.setattr(engines, "_PROBED", None)
+    monkeypatch.setattr(engines, "_REDUCER", None)
+    opened, sessions = [], []
+    init, make = rm.AttentionModel.__init__, rm.make_session
+
+    def counted_init(self, *a, **kw):
+        opened.append(self)
+        init(self, *a, **kw)
+
+    def counted_make(data, *a, **kw):
+        sessions.append(bool(kw.get("finite")))  # True: a dense session (its maps checked for NaN/Inf)
+        return make(data, *a, **kw)
+
+    monkeypatch.setattr(rm.AttentionModel, "__init__", counted_init)
+    monkeypatch.setattr(rm, "make_session", counted_make)
+    setup = engines.WorkerSetup(str(model), "cpu", None, 1, 5, (), 2)
+    state, _provider = engines._probe(setup)
+    own = open_model(str(model), provider="cpu")
+    own.probe()
+    assert state == own.probe_state()
+    del opened[1:], sessions[1:]  # the reference model's
+    driver = engines.WorkerSetup(str(model), "cpu", None, 1, 5, tuple(layout(own.sites)), 2, kind=own.kind)
+    if first == "warm-up":
+        engines._warm_up(setup)  # before the driver planned: its setup has no groups yet
+        red = engines._REDUCER
+    else:
+        red = engines._own_reducer(driver, warm=False)  # as engines._work builds it (and then compares the groups)
+    assert red is not None and red.model is opened[0] and len(opened) == 1
+    assert sessions == [True, False]  # the probe's session, then the statistics session: no second probe
+    assert red.heads_known and red.groups == list(driver.groups) and red.kind == own.kind
+    assert isinstance(red.in_graph, InGraphReducer) and engines._PROBED is None  # taken over once
+    again = engines._own_reducer(driver, warm=False)  # a reducer built again (other groups) opens its own
+    assert again.model is not red.model and len(opened) == 2
 
 
 def test_a_cpu_text_run_probes_in_a_worker_and_starts_no_isolation_child(planted, tmp_path, monkeypatch):
