@@ -103,6 +103,30 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def refuse_repeated(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A single-value flag given twice is refused in one line: argparse keeps the last and drops the first without
+    a word (``--text A ... --text B`` would run on B alone: a lost input).  Flags that take several (``--image`` on
+    the commands that read several images, appends, counts) are not single-value and pass."""
+    seen: dict[str, str] = {}
+    longs = [o for o in parser._option_string_actions if o.startswith("--")]
+    for tok in argv:
+        if tok == "--":
+            break
+        if not tok.startswith("-") or tok == "-" or tok.lstrip("-").replace(".", "", 1).isdigit():
+            continue
+        name = tok.split("=", 1)[0]
+        action = parser._option_string_actions.get(name)
+        if action is None and name.startswith("--") and parser.allow_abbrev:  # argparse's unique prefixes
+            hits = {parser._option_string_actions[o] for o in longs if o.startswith(name)}
+            action = hits.pop() if len(hits) == 1 else None
+        if type(action) is not argparse._StoreAction:
+            continue
+        if action.dest in seen:
+            flag = action.option_strings[-1]
+            parser.error(f"{flag} given twice: give it once (the second would replace the first)")
+        seen[action.dest] = name
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # plain `attnviz` (or `attnviz MODEL.onnx --text ...`, `attnviz --screenshot x.png`): the app
@@ -114,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if hasattr(args, "_parser"):
+        refuse_repeated(args._parser, argv[1:])
     if getattr(args, "_unavailable", None):
         print(f"attnviz: {args._unavailable}", file=sys.stderr)
         return 2

@@ -41,3 +41,29 @@ def test_a_second_image_is_refused_where_a_command_takes_one(command, capsys, tm
     assert e.value.code == 2
     assert f"attnviz {command}: error: --image given twice: this command takes one image" in err, err
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["extract", "m.onnx", "--text", "first", "--text", "second", "--out", "o.npz"], "--text"),
+        (["extract", "m.onnx", "--text", "t", "--out", "a.npz", "--out=b.npz"], "--out"),
+        (["figure", "m.onnx", "--text", "t", "--dp", "100", "--dpi", "200", "--out", "f.pdf"], "--dpi"),  # a prefix
+        (["m.onnx", "--text", "first", "--text", "second"], "--text"),  # plain `attnviz MODEL ...` is `open`
+    ],
+)
+def test_a_single_value_flag_given_twice_is_refused(argv, flag, capsys, tmp_path, monkeypatch):
+    """argparse keeps the last of a repeated flag and drops the first without a word: a lost input."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert f"error: {flag} given twice: give it once" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_flags_that_take_several_still_do(tmp_path, capsys):
+    """--image on extract reads several images: given twice it is a list, not refused (the model is missing, so the
+    command stops at the model with its own line)."""
+    assert main(["extract", str(tmp_path / "m.onnx"), "--image", "a.png", "--image", "b.png", "--out", "o.npz"]) == 2
+    assert "given twice" not in capsys.readouterr().err
