@@ -180,3 +180,13 @@ def runs(monkeypatch):
 
     monkeypatch.setattr(am, "_run_bound", spy)
     return got
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """pytest's faulthandler plugin switches the handler off when the session ends, so a crash while the interpreter
+    exits (one fresh-clone run in session 12 ended in SIGSEGV after every test passed) leaves no trace: keep it on
+    to the end, so that such a crash prints where every thread was."""
+    import faulthandler
+
+    faulthandler.enable(file=sys.__stderr__)
