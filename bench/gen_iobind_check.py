@@ -23,7 +23,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -59,20 +58,13 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--size", type=int, nargs=3, default=[256, 4, 8], metavar=("HIDDEN", "LAYERS", "HEADS"))
     args = ap.parse_args()
-    from generation_plain_bench import plain_iobind_loop
+    from generation_plain_bench import gpt2_export, plain_iobind_loop
 
     from attnviz.runtime import open_model
     from attnviz.runtime.steps import BINDING_ENV
 
-    out = args.folder or Path(tempfile.mkdtemp(prefix="attnviz-iobind-"))
-    if not (out / "onnx").is_dir():
-        import optimum_env
-
-        script = optimum_env.EXPORT_SCRIPT.replace("n_positions=512", f"n_positions={max(args.steps) + 16}")
-        assert script != optimum_env.EXPORT_SCRIPT
-        optimum_env.run(script, "gpt2", str(out), *map(str, args.size))
+    out, model_file = gpt2_export(args.folder, max(args.steps), args.size, "attnviz-iobind-")
     onnx_dir = out / "onnx"
-    model_file = next(p for p in (onnx_dir / "model.onnx", onnx_dir / "decoder_model_merged.onnx") if p.exists())
     prompt = np.random.default_rng(0).integers(3, 99, (1, 8))
     feeds = {"input_ids": prompt, "attention_mask": np.ones_like(prompt)}
 

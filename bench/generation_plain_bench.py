@@ -41,6 +41,21 @@ def cpu_s() -> float:
     return time.process_time() + sum(sum(c.cpu_times()[:2]) for c in me.children(recursive=True))
 
 
+def gpt2_export(folder: Path | None, longest: int, size, prefix: str) -> tuple[Path, Path]:
+    """The random-init GPT-2 of these benches, exported by optimum into ``folder`` (a new temporary one when None)
+    unless it holds one already: (the folder, its with-past ONNX file)."""
+    out = folder or Path(tempfile.mkdtemp(prefix=prefix))
+    if not (out / "onnx").is_dir():
+        import optimum_env
+
+        # the tests' export script, with room for the longest run (its GPT-2 has 512 positions)
+        script = optimum_env.EXPORT_SCRIPT.replace("n_positions=512", f"n_positions={longest + 16}")
+        assert script != optimum_env.EXPORT_SCRIPT
+        optimum_env.run(script, "gpt2", str(out), *map(str, size))
+    onnx_dir = out / "onnx"
+    return out, next(p for p in (onnx_dir / "model.onnx", onnx_dir / "decoder_model_merged.onnx") if p.exists())
+
+
 def plain_loop(path: Path, prompt: np.ndarray, n: int, threads: int, provider: str):
     """A plain onnxruntime greedy loop through the export's cache: returns a callable making N ids."""
     import onnxruntime as ort
@@ -158,18 +173,10 @@ def main() -> None:
     args = ap.parse_args()
     from attnviz.runtime import open_model
 
-    out = args.folder or Path(tempfile.mkdtemp(prefix="attnviz-genplain-"))
-    if not (out / "onnx").is_dir():
-        import optimum_env
-
-        # the tests' export script, with room for the longest run (its GPT-2 has 512 positions)
-        script = optimum_env.EXPORT_SCRIPT.replace("n_positions=512", f"n_positions={max(args.steps) + 16}")
-        assert script != optimum_env.EXPORT_SCRIPT
-        optimum_env.run(script, "gpt2", str(out), *map(str, args.size))
+    out, model_file = gpt2_export(args.folder, max(args.steps), args.size, "attnviz-genplain-")
     if args.export_only:
         return
     onnx_dir = out / "onnx"
-    model_file = next(p for p in (onnx_dir / "model.onnx", onnx_dir / "decoder_model_merged.onnx") if p.exists())
     m = open_model(onnx_dir, provider=args.provider, threads=args.threads)
     m.meta["special"] = {k: v for k, v in (m.meta.get("special") or {}).items() if k != "eos"}  # N tokens exactly
     prompt = np.random.default_rng(0).integers(3, 99, (1, 8))
