@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 from attnviz.corpus.tables import HEADS, RUN, row_keys, write_heads
-from attnviz.runtime.commands.common import OneImage
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
 
@@ -41,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--text-pair", metavar="T2", help="second text: sentence B for encoders, the forced target for encoder-decoders"
     )
-    src.add_argument("--image", metavar="PATH", action=OneImage, help="image file for vision models")
+    src.add_argument("--image", metavar="PATH", help="image file for vision models")
     src.add_argument(
         "--texts",
         metavar="FILE",

@@ -45,19 +45,6 @@ class SeveralImages(argparse.Action):
             setattr(namespace, self.dest, [*(had if isinstance(had, list) else [had]), values])
 
 
-class OneImage(argparse.Action):
-    """``--image`` for a command that takes one image: given twice it is refused, where argparse's default would
-    keep the last one and drop the first without a word."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if getattr(namespace, self.dest, None) is not None:
-            parser.error(
-                f"{option_string} given twice: this command takes one image "
-                "(several images in one prompt: attnviz extract, figure or open)"
-            )
-        setattr(namespace, self.dest, values)
-
-
 def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True, several_images: bool = False) -> None:
     if model_required:
         p.add_argument(
@@ -78,7 +65,7 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True,
             "model: its placeholders matched to them in order)",
         )
     else:
-        src.add_argument("--image", metavar="PATH", action=OneImage, help="image file for vision models")
+        src.add_argument("--image", metavar="PATH", help="image file for vision models")
     src.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(
