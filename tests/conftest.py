@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# faulthandler stays armed through Ray's resets and past the session's end (tests/crash_trace.py)
+pytest_plugins = ["crash_trace"]
+
 # helpers shared by test folders (hf_models, onnx_builders) live beside this file
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -180,13 +183,3 @@ def runs(monkeypatch):
 
     monkeypatch.setattr(am, "_run_bound", spy)
     return got
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):
-    """pytest's faulthandler plugin switches the handler off when the session ends, so a crash while the interpreter
-    exits (one fresh-clone run in session 12 ended in SIGSEGV after every test passed) leaves no trace: keep it on
-    to the end, so that such a crash prints where every thread was."""
-    import faulthandler
-
-    faulthandler.enable(file=sys.__stderr__)
