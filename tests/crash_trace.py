@@ -6,7 +6,7 @@ pytest's faulthandler plugin prints every thread's Python stack on SIGSEGV, but 
 - ``ray.init`` installs Ray's own SIGSEGV handler and ``ray.shutdown`` resets it to the default, so after
   tests/corpus's Ray tests any crash killed the process without a word; and ``faulthandler.enable`` does nothing
   while faulthandler believes it is on.  So before each test the handler is switched off and on again, onto
-  pytest's own copy of stderr (fd 2 is the capture file during a test);
+  a copy of the real stderr;
 - pytest switches faulthandler off when the session ends, so a crash at interpreter exit went unreported: it is
   switched on again last thing.
 """
@@ -14,21 +14,29 @@ pytest's faulthandler plugin prints every thread's Python stack on SIGSEGV, but 
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 
 import pytest
-from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+_STDERR: list[int] = []  # a copy of the real stderr, taken before any test: fd 2 is the capture file during a test
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _STDERR.append(os.dup(sys.stderr.fileno()))  # (kept open to the end: the exit-time dump writes to it too)
+
+
+def _rearm() -> None:
+    if _STDERR:
+        faulthandler.disable()
+        faulthandler.enable(file=_STDERR[0])
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    fd = item.config.stash.get(fault_handler_stderr_fd_key, None)
-    if fd is not None:
-        faulthandler.disable()
-        faulthandler.enable(file=fd)
+    _rearm()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    faulthandler.disable()
-    faulthandler.enable(file=sys.__stderr__)
+    _rearm()
