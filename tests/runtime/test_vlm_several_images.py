@@ -1,4 +1,5 @@
-"""Several images in one prompt (Qwen2-VL, LLaVA): the prompt's placeholders matched to the images in order, as
+"""Several images in one prompt (Qwen2-VL, LLaVA; Qwen2.5-VL, Idefics3 and PaliGemma in
+test_vlm_several_images_families.py): the prompt's placeholders matched to the images in order, as
 the family's processor does; every map, the logits and greedy tokens equal transformers' eager attention on the
 same two-image prompt; each image's run of tokens is where the processor puts it, labelled with its image
 (``img1[r,c]``, ``img2[r,c]``); a count mismatch, images of two sizes and a family that takes one image a prompt are
@@ -222,10 +223,22 @@ def test_mismatches_are_one_line(qwen2vl_repo, llava_repo, images, tmp_path):
         v.analyze(text="<image><image><image> cat", image=list(images))
 
 
-def test_a_family_taking_one_image_is_one_line(paligemma_repo, images):
-    m = open_model(paligemma_repo, provider="cpu")
-    with pytest.raises(AttnvizError, match="one image per prompt for paligemma.*llava, qwen2-vl.*--image once"):
-        m.analyze(text="where the cat", image=list(images))
+def test_a_family_taking_one_image_is_one_line(llava_repo):
+    """Every family registered takes several images; one that did not (its processor matching one image a prompt)
+    would be refused in one line naming those that do."""
+    import json
+
+    from attnviz.runtime.vlm_families import FAMILIES, Llava, check_several
+
+    class OneImage(Llava):
+        name = "one-image"
+        several_images = False
+
+    assert all(cls.several_images for cls in FAMILIES.values())
+    cfg = json.loads((llava_repo / "config.json").read_text())
+    check_several(OneImage(cfg, {}, {}, "test"), 1)
+    with pytest.raises(AttnvizError, match="one image per prompt for one-image .*llava, idefics3, paligemma, qwen2-vl"):
+        check_several(OneImage(cfg, {}, {}, "test"), 2)
 
 
 def test_a_model_taking_one_image_a_run_is_one_line(llava_repo, images):

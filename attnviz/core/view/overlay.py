@@ -130,7 +130,8 @@ def overlay_view(
         query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
     cell = None
     if query < 0:
-        vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
+        # the grid's own patches as queries (one prompt's several images: this image's, not the next one's)
+        vec, label = mv.matrix[grid.offset : grid.end].mean(axis=0), "all patches (mean)"
     else:
         vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
