@@ -181,6 +181,20 @@ def test_idefics3_two_images_equal_transformers(idefics3_repo, idefics, files):
     assert keys[-1] == f"img2({im.TILE // im.PATCH - 1},{im.TILE // im.PATCH - 1})"
 
 
+def test_idefics3_two_images_as_raw_feeds(idefics3_repo, files):
+    """The processor's own feeds (pixel_values of both images' frames, input_ids): the same maps, labels, token
+    grids and vision grids as the prompt and images given."""
+    two = [files["square"], files["flat"]]
+    m = open_model(idefics3_repo, provider="cpu")
+    enc = im.processor(idefics3_repo)(text=[IDEFICS], images=[_rgb(two)], return_tensors="np")
+    raw = m.analyze(feeds={k: enc[k] for k in ("pixel_values", "input_ids", "attention_mask")})
+    plain = m.analyze(text=IDEFICS, image=two)
+    assert [b.key_axis.labels for b in raw.blocks()] == [b.key_axis.labels for b in plain.blocks()]
+    assert raw.image_grids() == plain.image_grids() and len(raw.image_grids()) == 2
+    assert raw.vision_grids() == plain.vision_grids() and len(raw.vision_grids()) == 2
+    assert all(np.abs(x.array() - y.array()).max() < 1e-5 for x, y in zip(raw.maps, plain.maps))
+
+
 def test_idefics3_placeholders_not_one_per_image_are_one_line(idefics3_repo, files):
     m = open_model(idefics3_repo, provider="cpu")
     two = [files["square"], files["flat"]]
