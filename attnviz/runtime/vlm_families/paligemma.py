@@ -38,7 +38,7 @@ class PaliGemma(Family):
     position_offset = 1  # PaliGemma's positions count from 1 (PaliGemmaModel.forward, prepare_inputs_for_generation)
     # PaliGemmaProcessor takes a list of images for one text: each <image> (or, without any, one per image in
     # front) becomes one image's tokens, in order, all before the BOS; the model scatters each image's features
-    # into its run (the checkpoints were trained on one image a prompt: the maps are of what the model does)
+    # into its run, in order
     several_images = True
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
