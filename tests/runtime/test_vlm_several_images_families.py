@@ -282,3 +282,4 @@ def test_the_vision_block_of_each_image_on_its_own_grid(qwen2vl_repo, files, tmp
     assert ov2.query_cell == cell and ov2.query_label == f"patch ({cell[0]}, {cell[1]})"
     back = load_npz(save_npz(r, tmp_path / "m.npz"))
     assert back.vision_grids() == r.vision_grids() and back.blocks()[0].key_axis.labels == keys
+    assert back.patch_grid == r.patch_grid == r.vision_grids()[0]  # image 1's keys in their merge-window order
