@@ -267,6 +267,9 @@ def test_the_vision_block_of_each_image_on_its_own_grid(qwen2vl_repo, files, tmp
     sel = v.Selection(block=0, layer=1, head=2, picture=1)
     ov = v.overlay_view(r, sel)
     assert ov.block_index == 0 and (ov.grid.rows, ov.grid.cols) == (6, 10) and "image 2 of 2" in ov.title
+    # the vision block's map (Head map, figure) says it holds both images; the overlay draws one, named
+    assert v.compute_map(r, sel).title == "vision self-attention · layer 1 · head 2 · images 1–2 on the diagonal"
+    assert "diagonal" not in ov.title and "diagonal" not in v.compute_map(r, sel.with_(block=1)).title
     row = r.maps[1].array()[0, 2, first:, :].mean(axis=0)  # image 2's patches as the queries (mean)
     want = np.zeros((6, 10))
     for k in range(first, len(keys)):

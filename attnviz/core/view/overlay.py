@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.maps import compute_map
+from attnviz.core.view.maps import compute_map, images_note
 from attnviz.core.view.patches import (
     global_grid,
     image_queries,
@@ -161,7 +161,9 @@ def overlay_view(
         )
     heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
-    title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], *([which] if which else []), f"query “{label}”"])
+    # the map's title less its note of several images on the diagonal: the overlay draws one of them, named
+    what = [p for p in mv.title.split(" · ")[1:] if p != images_note(result, blocks[bi])]
+    title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
 
