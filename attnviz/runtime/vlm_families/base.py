@@ -149,8 +149,8 @@ class Family:
         """The line for a prompt whose placeholders (``found``) are not one per image given (``count``)."""
         where = ", or leave them all out (the images go before the text)" if self.placed_when_missing else ""
         return AttnvizError(
-            f"the prompt holds {found} {self.placeholder} placeholder{'s' if found != 1 else ''} and {count} images "
-            f"were given; write {self.placeholder} once per image, where each image goes, in the images' order{where}",
+            f"the prompt holds {found} {self.placeholder} placeholder{'s' if found != 1 else ''} and {count} "
+            f"image{'s were' if count != 1 else ' was'} given; write {self.placeholder} once per image, where each image goes, in the images' order{where}",
             param="text",
         )
 

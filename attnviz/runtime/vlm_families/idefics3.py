@@ -282,10 +282,8 @@ class Idefics3Tokens(ip.TextEncoder):
                 raise self.family.placeholder_count(found, len(self.each))
             parts = text.split(IMAGE)
             text = parts[0] + "".join(self.family.expansion(t) + rest for t, rest in zip(self.each, parts[1:]))
-        elif found > 1:
-            raise AttnvizError(
-                f"the prompt holds {found} {IMAGE} placeholders; give one image, {self.family.placeholder_fix()}"
-            )
+        elif found > 1:  # one image given: its placeholder once (or an image for each)
+            raise self.family.placeholder_count(found, 1)
         elif IMAGE in text:
             text = text.replace(IMAGE, self.family.expansion(self.tiles or Tiles()))
         e = self.inner.encode(text, pair, add_special)
