@@ -187,6 +187,7 @@ class VLMSet(AnalyzeMethod):
         self._chain_shapes: dict[tuple, dict[str, tuple[int, ...]]] = {}
         # the latest run's one prompt's several images: each one's keys in the vision block, in order (vision_grids)
         self._image_keys: list[int] = []
+        self._image_hw: tuple[int, int] | None = None  # their pixels' size (one batch of the vision file: one size)
         self.no_attention_reason = self.vision.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
 
@@ -252,17 +253,20 @@ class VLMSet(AnalyzeMethod):
             return []
         out, at = [], 0
         for k, n in enumerate(keys):
-            g = self.family.vision_grid_of(k, n) or self.vision.grid(n, None)
+            g = self.family.vision_grid_of(k, n) or self.vision.grid(n, self._image_hw)
             if g is None:
                 return []
             out.append(g.shifted(at))
             at += n
         return out
 
-    def _keep_image_keys(self, ids: np.ndarray, per_row: list[int], v: AttentionResult) -> None:
+    def _keep_image_keys(self, feeds: dict, per_row: list[int], v: AttentionResult) -> None:
         """Each of one prompt's images' keys in the vision block of a run of the vision file on all its images (the
-        family says how many of the file's images each one is: Idefics3's tiles and global image)."""
-        self._image_keys = []
+        family says how many of the file's images each one is: Idefics3's tiles and global image), and their size
+        (where the vision file's graph says how its keys lie: LLaVA's CLS before the patches)."""
+        ids = feeds["input_ids"]
+        h, w = feeds["pixel_values"].shape[-2:]
+        self._image_keys, self._image_hw = [], (int(h), int(w))
         if ids.shape[0] != 1 or len(per_row) != 1 or per_row[0] < 2 or not v.maps:
             return
         frames = self.family.frames_each(ids[0], per_row[0])
@@ -446,7 +450,7 @@ class VLMSet(AnalyzeMethod):
         run_s = time.perf_counter() - t0
         v = self.vision.finish(vis, got[0], run_s)
         d = self.decoder.finish(dec, got[-1], run_s)
-        self._keep_image_keys(ids, per_row, v)
+        self._keep_image_keys(feeds, per_row, v)
         return self._vision_maps(v, per_row), v, d, f
 
     def _chain_each(self, feeds: dict, mode: str) -> tuple[list, AttentionResult, AttentionResult, dict]:
@@ -632,7 +636,7 @@ class VLMCache:
         run_s = time.perf_counter() - t0
         v = vs.vision.finish(vis, values[0], run_s)
         r = vs.decoder.finish(runs[2], values[2], run_s)
-        vs._keep_image_keys(feeds["input_ids"], per_row, v)
+        vs._keep_image_keys(feeds, per_row, v)
         self.cache = {}  # the presents stayed with the loop (the step path never follows a plan's start)
         self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the decoder
         prompt = StepOut(

@@ -136,6 +136,22 @@ def test_llava_two_images_equal_transformers_eager(llava_repo, images):
         a = got.array()[0]
         for k in range(2):
             assert np.abs(a[:, k * p : (k + 1) * p, k * p : (k + 1) * p] - want[k]).max() < TOL
+    # the vision block's keys by image, each image's CLS before its patches (as the graph concatenates them);
+    # image 2's Image regions of the vision block: its own CLS and patches
+    from attnviz.core import view as v
+
+    vkeys = r.blocks()[0].key_axis.labels
+    assert (vkeys[0], vkeys[1], vkeys[p], vkeys[p + 1], vkeys[-1]) == (
+        "img1[CLS]",
+        "img1(0,0)",
+        "img2[CLS]",
+        "img2(0,0)",
+        f"img2({lm.GRID - 1},{lm.GRID - 1})",
+    )
+    second = r.picture(1)
+    bi, grid, _ = v.image_source(second, r.blocks(), 0)
+    assert bi == 0 and (grid.offset, grid.end) == (p + 1, 2 * p)
+    assert v.image_queries(second, r.blocks()[0], grid) == [("img2[CLS]", p), ("all patches (mean)", -1)]
     placed = [k for k in range(ids.shape[1]) if ids[0, k] == lm.IMAGE_TOKEN]
     assert [g.offset for g in r.image_grids()] == [placed[0], placed[n]]
     keys = r.blocks()[-1].key_axis.labels
