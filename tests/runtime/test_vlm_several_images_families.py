@@ -129,6 +129,15 @@ def test_qwen25vl_two_images_equal_transformers(qwen25_repo, qwen25, files, seco
     pos = pos.reshape(-1, q5.MERGE**2, 2)[index].reshape(-1, 2).tolist()
     first = int(np.prod(grid[0]))
     assert r.blocks()[0].key_axis.labels == [f"img{1 if k < first else 2}({h},{w})" for k, (h, w) in enumerate(pos)]
+    # the same prompt as raw feeds (pixel_values, image_sizes where the sizes differ, input_ids): the same maps,
+    # labels and grids
+    raw = m.analyze(
+        feeds={k: v for k, v in prep.feeds.items() if k in ("pixel_values", "image_sizes")}
+        | {"input_ids": np.asarray([ids])}
+    )
+    assert [b.key_axis.labels for b in raw.blocks()] == [b.key_axis.labels for b in plain.blocks()]
+    assert raw.image_grids() == plain.image_grids() and raw.vision_grids() == plain.vision_grids()
+    assert all(np.array_equal(x.array(), y.array()) for x, y in zip(raw.maps, plain.maps))
 
 
 # -- Idefics3 / SmolVLM ------------------------------------------------------------------------------------------------
