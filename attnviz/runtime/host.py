@@ -307,8 +307,9 @@ def make_session(
     initializers=None,
     shared_arena: bool = True,
     finite: tuple[str, ...] = (),
+    keep: str | None = None,
 ):
-    """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
+    """Like :func:`attnviz.runtime.session.make_session` (``keep`` too), but the session runs in the child process.
     ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
     (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
@@ -321,11 +322,19 @@ def make_session(
     if initializers and initializers[0]:
         names, values = initializers
         extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
+    if keep is not None:
+        extra["keep"] = keep
     if not isolated():
         from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
 
         sess, note = local.make_session(
-            model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
+            model,
+            provider,
+            threads,
+            arena,
+            external_dir,
+            keep=keep,
+            **({"initializers": initializers} if "initializers" in extra else {}),
         )
         return GuardedSession(sess, MemoryCheck(model, label)), note
     if not shared_arena:

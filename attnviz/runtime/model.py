@@ -115,6 +115,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
+        # its own sessions' optimised graphs kept on disk as extra_session(keep=True) keeps them (a corpus worker's
+        # probe: the dense session it opens for one run on dummy inputs)
+        self.keep_optimized = False
         # extra_session's sessions, alive while their callers hold them (a dropped one frees its memory)
         self._extra_sessions: weakref.WeakValueDictionary[str, ExtraSession] = weakref.WeakValueDictionary()
         self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
@@ -247,6 +250,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
                     finite=tuple(s.probs for s in self._sites if s.method not in ("mha-qk", "recompute-packed"))
                     if mode == "dense"
                     else (),
+                    keep=self._graph_key(self.proto, data) if self.keep_optimized else None,
                 )
             except ModelCrashed:
                 raise
@@ -285,21 +289,39 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         extra = next(iter(self._extra_sessions.values()), None)
         return extra.provider if extra is not None else None
 
-    def extra_session(self, edited: onnx.ModelProto, key: str) -> ExtraSession:
+    def extra_session(self, edited: onnx.ModelProto, key: str, keep: bool = False) -> ExtraSession:
         """A session of ``edited`` (a changed copy of this model's graph) with this model's provider, threads,
         external-data folder and crash isolation.  Cached under ``key`` while the caller holds it: the same key
-        returns the same session, so the key must name everything the edit depends on."""
+        returns the same session, so the key must name everything the edit depends on.  ``keep``: onnxruntime's
+        optimised graph of it is kept on disk for the next command's session (:mod:`attnviz.runtime.optcache`;
+        on the CPU, where this model file's sha256 is known and every weight lies in the file itself)."""
         extra = self._extra_sessions.get(key)
         if extra is None:
+            data = _serialize(edited)
             sess, _ = make_session(
-                _serialize(edited),
+                data,
                 self.requested_provider,
                 self.threads,
                 external_dir=self.external_dir,
                 label=self.path.name,
+                keep=self._graph_key(edited, data) if keep else None,
             )
             extra = self._extra_sessions[key] = ExtraSession(sess)
         return extra
+
+    def _graph_key(self, edited: onnx.ModelProto, data: bytes) -> str | None:
+        """:func:`attnviz.runtime.optcache.graph_key` of ``data`` (``edited`` serialised, or a graph with its
+        weights), None where a weight lies outside this file (a .data file beside it: the key, this file's hash,
+        would not name those weights)."""
+        from attnviz.runtime import optcache
+        from attnviz.runtime.loading import all_tensors
+
+        for t in all_tensors(edited):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                where = next((e.value for e in t.external_data if e.key == "location"), None)
+                if where != self.path.name:
+                    return None
+        return optcache.graph_key(self.path, data)
 
     def close_session(self, mode: str) -> None:
         """Drop this model's own session of ``mode`` (``"dense"``: e.g. once an extra session replaces it, so the
