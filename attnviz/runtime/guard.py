@@ -17,17 +17,19 @@ class MemoryCheck:
     """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
     structure is read on the first run, not when the session opens."""
 
-    def __init__(self, model: bytes | str, label: str):
+    def __init__(self, model: bytes | str, label: str, keep: str | None = None):
+        """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: its estimates are kept on disk."""
         self._model: bytes | str | None = model
         self._plan: MemoryPlan | None = None
         self.label = label
+        self.keep = keep
 
     def check(self, feeds: dict, names: list[str] | None) -> None:
         from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
 
         if self._plan is None:
             assert self._model is not None
-            self._plan = memory.MemoryPlan(self._model)
+            self._plan = memory.MemoryPlan(self._model, keep=self.keep)
             self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
         memory.check_run(self._plan, feeds, names, self.label)
 

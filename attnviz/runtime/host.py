@@ -126,7 +126,7 @@ class RemoteSession:
         self._sid = next(_sids)
         self._host: ChildProcess | None = None
         self.crashed: str | None = None
-        self.memory = MemoryCheck(model, label)
+        self.memory = MemoryCheck(model, label, kwargs.get("keep"))
         self.note, self._providers, self._inputs, self._outputs = self._ensure()
 
     def _ensure(self):
@@ -336,7 +336,7 @@ def make_session(
             keep=keep,
             **({"initializers": initializers} if "initializers" in extra else {}),
         )
-        return GuardedSession(sess, MemoryCheck(model, label)), note
+        return GuardedSession(sess, MemoryCheck(model, label, keep)), note
     if not shared_arena:
         extra["shared_arena"] = False
     if finite:

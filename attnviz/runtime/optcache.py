@@ -8,7 +8,9 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - a file's sha256, keyed by what the file system says of the file (device, inode, size, modification and change
   times in ns, as git's index does): any write changes its change time, so a changed file is hashed again;
 - an optimised graph (:func:`graph_key`, :func:`optimized_path`), keyed by the model file's sha256, the exact graph bytes handed to
-  onnxruntime, onnxruntime's version and this CPU (an optimised graph may hold layouts for its instruction set).
+  onnxruntime, onnxruntime's version and this CPU (an optimised graph may hold layouts for its instruction set);
+- a session's memory estimates (:func:`kept_json`, :func:`keep_json`; :class:`attnviz.runtime.memory.MemoryPlan`),
+  by the same graph key, the shapes, the cap and onnx's and onnxruntime's versions (its shape inferences).
   It is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph onnxruntime
   would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
 
@@ -85,6 +87,27 @@ def _write(entry: Path, data: bytes) -> None:
         os.replace(tmp, entry)
     except OSError:  # a read-only or full disk: the next command hashes again
         pass
+
+
+def kept_json(kind: str, key: str) -> object | None:
+    """What :func:`keep_json` kept under ``key`` (None: nothing, or not readable as JSON)."""
+    import json
+
+    entry = _entry(kind, key)
+    if entry is None:
+        return None
+    try:
+        return json.loads(entry.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def keep_json(kind: str, key: str, value: object) -> None:
+    import json
+
+    entry = _entry(kind, key)
+    if entry is not None:
+        _write(entry, json.dumps(value).encode())
 
 
 def _cpu() -> str:

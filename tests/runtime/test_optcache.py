@@ -162,3 +162,36 @@ def test_the_key_names_the_graph_onnxruntime_and_the_cpu(tmp_path, cache):
     assert optcache.optimized_path(key, "1.0") != optcache.optimized_path(key, "1.1")
     m = helper.make_model(helper.make_graph([], "g", [], []))
     assert optcache.graph_key(tmp_path / "unhashed.onnx", m.SerializeToString()) is None
+
+
+def test_memory_estimates_are_kept_by_graph_and_shapes(tmp_path, cache, monkeypatch):
+    from attnviz.runtime import memory
+
+    path = tiny_text_model(tmp_path / "m.onnx", d=64)
+    data = path.read_bytes()
+    it.sha256_model(path)
+    key = optcache.graph_key(path, data)
+    shapes = {"input_ids": ((2, 5), onnx.TensorProto.INT64)}
+    first = memory.MemoryPlan(data, keep=key).estimate(shapes, ["logits"], within=2**40)
+    assert first.bytes > first.weights > 0 and len(_files(cache, "memory")) == 1
+    assert first == memory.MemoryPlan(data).estimate(shapes, ["logits"], within=2**40)  # as without keeping
+
+    # the next command's session of the same graph: read, not worked out again
+    def no_estimate(*a, **k):
+        raise AssertionError("estimated again")
+
+    monkeypatch.setattr(memory.MemoryPlan, "_estimate", no_estimate)
+    assert memory.MemoryPlan(data, keep=key).estimate(shapes, ["logits"], within=2**40) == first
+    # other shapes (past the first's bucket), another cap, another graph: not read from there
+    for plan, feeds, cap in (
+        (memory.MemoryPlan(data, keep=key), {"input_ids": ((2, 500), onnx.TensorProto.INT64)}, 2**40),
+        (memory.MemoryPlan(data, keep=key), shapes, 2**30),
+        (memory.MemoryPlan(data, keep=key + "x"), shapes, 2**40),
+    ):
+        with pytest.raises(AssertionError, match="estimated again"):
+            plan.estimate(feeds, ["logits"], within=cap)
+    monkeypatch.undo()
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(cache))
+    (entry,) = _files(cache, "memory")
+    entry.write_text("[1, 2]")  # not an estimate: worked out again
+    assert memory.MemoryPlan(data, keep=key).estimate(shapes, ["logits"], within=2**40) == first
