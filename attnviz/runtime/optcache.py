@@ -80,25 +80,27 @@ def remember_sha256(path: str | Path, sha: str, before: str | None) -> None:
 
 
 def _write(entry: Path, data: bytes) -> None:
+    from attnviz import AttnvizError
+    from attnviz.core.writes import atomic_write_bytes
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, entry)
-    except OSError:  # a read-only or full disk: the next command hashes again
+        atomic_write_bytes(entry, data)
+    except (OSError, AttnvizError):  # a read-only or full disk: the next command works it out again
         pass
 
 
 def kept_json(kind: str, key: str) -> object | None:
     """What :func:`keep_json` kept under ``key`` (None: nothing, or not readable as JSON)."""
-    import json
+    from attnviz import AttnvizError
+    from attnviz.core.untrusted import parse_json
 
     entry = _entry(kind, key)
     if entry is None:
         return None
     try:
-        return json.loads(entry.read_bytes())
-    except (OSError, ValueError):
+        return parse_json(entry.read_bytes(), str(entry))
+    except (OSError, AttnvizError):
         return None
 
 
@@ -138,16 +140,10 @@ def optimized_path(key: str, onnxruntime_version: str) -> str | None:
     return None if entry is None else str(entry.with_suffix(".onnx"))
 
 
-def keep_optimized(written: str, entry: str | None) -> None:
-    """Move the optimised graph onnxruntime wrote to ``written`` into the cache as ``entry`` (None, or a graph over
-    :data:`KEEP_MAX_BYTES`: dropped)."""
+def drop_if_large(entry: str) -> None:
+    """An optimised graph over :data:`KEEP_MAX_BYTES` (weights folded into it) is not kept."""
     try:
-        if entry is not None and os.path.getsize(written) <= KEEP_MAX_BYTES:
-            os.replace(written, entry)
-            return
-    except OSError:
-        pass
-    try:
-        os.unlink(written)
+        if os.path.getsize(entry) > KEEP_MAX_BYTES:
+            os.unlink(entry)
     except OSError:
         pass

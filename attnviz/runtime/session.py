@@ -91,7 +91,8 @@ def make_session(
 def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.InferenceSession:
     """A CPU session of ``model`` from its optimised graph kept at ``entry`` (graph optimisation off: onnxruntime
     made that graph from ``model`` with these options), else made as usual with that graph written there."""
-    from attnviz.runtime.optcache import keep_optimized
+    from attnviz.core.writes import atomic_path
+    from attnviz.runtime.optcache import drop_if_large
 
     try:
         with open(entry, "rb") as f:
@@ -105,16 +106,15 @@ def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.Inferen
             return ort.InferenceSession(kept, so, providers=[CPU])
         except Exception:  # damaged or not onnxruntime's: made and written again below
             so.graph_optimization_level = level
-    written = f"{entry}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(entry), exist_ok=True)
-        so.optimized_model_filepath = written
-        sess = ort.InferenceSession(model, so, providers=[CPU])
+        with atomic_path(entry) as written:  # onnxruntime writes its graph there; renamed once the session is made
+            so.optimized_model_filepath = str(written)
+            sess = ort.InferenceSession(model, so, providers=[CPU])
     except Exception:  # the folder or the write failed (a model over 2 GB cannot be written in one piece): as usual
         so.optimized_model_filepath = ""
-        keep_optimized(written, None)  # (drops a partial file)
         return ort.InferenceSession(model, so, providers=[CPU])
-    keep_optimized(written, entry)
+    drop_if_large(entry)
     return sess
 
 

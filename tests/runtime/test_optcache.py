@@ -195,3 +195,15 @@ def test_memory_estimates_are_kept_by_graph_and_shapes(tmp_path, cache, monkeypa
     (entry,) = _files(cache, "memory")
     entry.write_text("[1, 2]")  # not an estimate: worked out again
     assert memory.MemoryPlan(data, keep=key).estimate(shapes, ["logits"], within=2**40) == first
+
+
+def test_the_crash_isolation_child_keeps_and_reads_the_same_graph(tmp_path, cache, monkeypatch):
+    monkeypatch.delenv("ATTNVIZ_INPROCESS")  # sessions in the child: keep travels with the session's arguments
+    path = tiny_text_model(tmp_path / "m.onnx", d=64)
+    it.sha256_model(path)
+    fresh = _outputs(path, keep=False)
+    assert _same(_outputs(path, keep=True), fresh)
+    (entry,) = _files(cache, "optimized")
+    made = os.stat(entry).st_mtime_ns
+    assert _same(_outputs(path, keep=True), fresh) and os.stat(entry).st_mtime_ns == made
+    assert len(_files(cache, "memory")) == 1  # the parent's estimate of that session, kept too
