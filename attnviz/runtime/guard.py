@@ -10,6 +10,7 @@ from attnviz.runtime.chain import run_bound
 
 if TYPE_CHECKING:
     from attnviz.runtime.memory import MemoryPlan
+    from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.pinned_outputs import PinnedOutputs
 
 
@@ -17,7 +18,7 @@ class MemoryCheck:
     """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
     structure is read on the first run, not when the session opens."""
 
-    def __init__(self, model: bytes | str, label: str, keep: str | None = None):
+    def __init__(self, model: bytes | str, label: str, keep: GraphKey | None = None):
         """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: its estimates are kept on disk."""
         self._model: bytes | str | None = model
         self._plan: MemoryPlan | None = None

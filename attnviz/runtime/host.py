@@ -43,6 +43,7 @@ from attnviz.runtime.errors import ort_message
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
+from attnviz.runtime.optcache import GraphKey
 
 # the old names of what moved to child.py and feedarea.py: tests and bench/ read host._Host, host._FeedArea, ...
 _Host = ChildProcess
@@ -307,7 +308,7 @@ def make_session(
     initializers=None,
     shared_arena: bool = True,
     finite: tuple[str, ...] = (),
-    keep: str | None = None,
+    keep: GraphKey | None = None,
 ):
     """Like :func:`attnviz.runtime.session.make_session` (``keep`` too), but the session runs in the child process.
     ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run

@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from attnviz.core import limits
+from attnviz.runtime.optcache import GraphKey
 
 KEEP_ELEMENTS = 4096  # initializers up to this size keep their values: shapes are computed from such constants
 _CACHE = 64  # estimates remembered per session (by the shapes fed)
@@ -67,7 +68,7 @@ def _numel(dims) -> int:
 class MemoryPlan:
     """A model's structure for estimates (no weight values kept): built once per session, asked once per run."""
 
-    def __init__(self, model: bytes | str | onnx.ModelProto, keep: str | None = None):
+    def __init__(self, model: bytes | str | onnx.ModelProto, keep: GraphKey | None = None):
         """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: each estimate is kept on disk under it
         and read back by the next command's session of the same graph (5 estimates were ~0.09 s CPU of a corpus
         command: one shape inference and node walk per bucket and worker)."""
@@ -162,7 +163,7 @@ class MemoryPlan:
                 del self.cache[next(iter(self.cache))]
         return est
 
-    def _disk_key(self, form: tuple, dims: tuple, within: int | None) -> str | None:
+    def _disk_key(self, form: tuple, dims: tuple, within: int | None) -> GraphKey | None:
         """What an estimate depends on beyond the graph: the shapes (dims, in ``form``'s order) and fetch, the cap
         (near it the symbolic pass may run) and the versions of the two shape inferences."""
         if self.keep is None:
@@ -170,7 +171,8 @@ class MemoryPlan:
         import sys
 
         ort = sys.modules.get("onnxruntime")
-        return repr((self.keep, form, dims, within, onnx.__version__, getattr(ort, "__version__", None)))
+        detail = (self.keep.key, form, dims, within, onnx.__version__, getattr(ort, "__version__", None))
+        return GraphKey(self.keep.folder, repr(detail))
 
     def _kept(self, form: tuple, dims: tuple, within: int | None) -> Estimate | None:
         from attnviz.runtime import optcache

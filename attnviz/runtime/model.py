@@ -43,6 +43,7 @@ from attnviz.runtime.sidecar import sidecar_json
 from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401
 
 if TYPE_CHECKING:
+    from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.steps import Loop
 
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -309,7 +310,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             extra = self._extra_sessions[key] = ExtraSession(sess)
         return extra
 
-    def _graph_key(self, edited: onnx.ModelProto, data: bytes) -> str | None:
+    def _graph_key(self, edited: onnx.ModelProto, data: bytes) -> GraphKey | None:
         """:func:`attnviz.runtime.optcache.graph_key` of ``data`` (``edited`` serialised, or a graph with its
         weights), None where a weight lies outside this file (a .data file beside it: the key, this file's hash,
         would not name those weights)."""

@@ -23,6 +23,7 @@ import hashlib
 import os
 import platform
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 _OFF = ("", "0", "off", "none")
@@ -47,9 +48,18 @@ def _stat_key(path: Path) -> str | None:
     return f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 
 
-def _entry(kind: str, key: str) -> Path | None:
-    root = folder()
+def _entry(kind: str, key: str, root: Path | None = None) -> Path | None:
+    root = root or folder()
     return None if root is None else root / kind / hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class GraphKey:
+    """What names a session's graph in the cache (:func:`graph_key`), and the cache folder it was found in: a
+    session made in the crash-isolation child keeps its graph there, whatever that process's environment says."""
+
+    folder: str
+    key: str
 
 
 def known_sha256(path: str | Path) -> str | None:
@@ -90,12 +100,12 @@ def _write(entry: Path, data: bytes) -> None:
         pass
 
 
-def kept_json(kind: str, key: str) -> object | None:
+def kept_json(kind: str, key: GraphKey) -> object | None:
     """What :func:`keep_json` kept under ``key`` (None: nothing, or not readable as JSON)."""
     from attnviz import AttnvizError
     from attnviz.core.untrusted import parse_json
 
-    entry = _entry(kind, key)
+    entry = _entry(kind, key.key, Path(key.folder))
     if entry is None:
         return None
     try:
@@ -104,10 +114,10 @@ def kept_json(kind: str, key: str) -> object | None:
         return None
 
 
-def keep_json(kind: str, key: str, value: object) -> None:
+def keep_json(kind: str, key: GraphKey, value: object) -> None:
     import json
 
-    entry = _entry(kind, key)
+    entry = _entry(kind, key.key, Path(key.folder))
     if entry is not None:
         _write(entry, json.dumps(value).encode())
 
@@ -124,19 +134,20 @@ def _cpu() -> str:
     return f"{platform.machine()} {platform.processor()}"
 
 
-def graph_key(model_file: str | Path, graph: bytes) -> str | None:
+def graph_key(model_file: str | Path, graph: bytes) -> GraphKey | None:
     """What names onnxruntime's optimised graph of ``graph`` (bytes of an edited copy of ``model_file``'s graph whose
     weights stay in that file), for :func:`optimized_path` where the session is made; None where nothing is kept:
     caching off, or a model file whose sha256 no command has computed yet (no file is hashed only for this)."""
-    if folder() is None:
-        return None
-    sha = known_sha256(model_file)
-    return None if sha is None else f"{sha}|{hashlib.sha256(graph).hexdigest()}"
+    root = folder()
+    sha = known_sha256(model_file) if root is not None else None
+    return None if root is None or sha is None else GraphKey(str(root), f"{sha}|{hashlib.sha256(graph).hexdigest()}")
 
 
-def optimized_path(key: str, onnxruntime_version: str) -> str | None:
+def optimized_path(key: GraphKey, onnxruntime_version: str) -> str | None:
     """The file of a :func:`graph_key`'s optimised graph for a CPU session of this onnxruntime on this CPU."""
-    entry = _entry("optimized", "|".join([key, onnxruntime_version, "CPUExecutionProvider", _cpu()]))
+    entry = _entry(
+        "optimized", "|".join([key.key, onnxruntime_version, "CPUExecutionProvider", _cpu()]), Path(key.folder)
+    )
     return None if entry is None else str(entry.with_suffix(".onnx"))
 
 

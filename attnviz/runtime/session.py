@@ -8,6 +8,7 @@ import onnxruntime as ort
 
 from attnviz import AttnvizError
 from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onnxruntime: the parent uses them
+from attnviz.runtime.optcache import GraphKey
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -37,7 +38,7 @@ def make_session(
     arena: bool = True,
     external_dir: str | None = None,
     shared_arena: bool = False,
-    keep: str | None = None,
+    keep: GraphKey | None = None,
 ) -> tuple[ort.InferenceSession, str]:
     """Create a session; return it and a note when the provider differs from what was asked.  ``keep``: a
     :func:`attnviz.runtime.optcache.graph_key` of ``model``: on the CPU its optimised graph is read from the cache

@@ -157,7 +157,8 @@ def test_the_key_names_the_graph_onnxruntime_and_the_cpu(tmp_path, cache):
     it.sha256_model(path)
     data = onnx.load(str(path)).SerializeToString()
     key = optcache.graph_key(path, data)
-    assert key is not None and key.startswith(hashlib.sha256(path.read_bytes()).hexdigest())
+    assert key is not None and key.key.startswith(hashlib.sha256(path.read_bytes()).hexdigest())
+    assert key.folder == str(cache)
     assert optcache.graph_key(path, data + b"\x00") != key
     assert optcache.optimized_path(key, "1.0") != optcache.optimized_path(key, "1.1")
     m = helper.make_model(helper.make_graph([], "g", [], []))
@@ -186,7 +187,7 @@ def test_memory_estimates_are_kept_by_graph_and_shapes(tmp_path, cache, monkeypa
     for plan, feeds, cap in (
         (memory.MemoryPlan(data, keep=key), {"input_ids": ((2, 500), onnx.TensorProto.INT64)}, 2**40),
         (memory.MemoryPlan(data, keep=key), shapes, 2**30),
-        (memory.MemoryPlan(data, keep=key + "x"), shapes, 2**40),
+        (memory.MemoryPlan(data, keep=optcache.GraphKey(key.folder, key.key + "x")), shapes, 2**40),
     ):
         with pytest.raises(AssertionError, match="estimated again"):
             plan.estimate(feeds, ["logits"], within=cap)
@@ -200,10 +201,14 @@ def test_memory_estimates_are_kept_by_graph_and_shapes(tmp_path, cache, monkeypa
 def test_the_crash_isolation_child_keeps_and_reads_the_same_graph(tmp_path, cache, monkeypatch):
     monkeypatch.delenv("ATTNVIZ_INPROCESS")  # sessions in the child: keep travels with the session's arguments
     path = tiny_text_model(tmp_path / "m.onnx", d=64)
-    it.sha256_model(path)
+    # the child (started now if none runs) has another cache folder in its environment: the parent's is used
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(tmp_path / "elsewhere"))
     fresh = _outputs(path, keep=False)
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(cache))
+    it.sha256_model(path)
     assert _same(_outputs(path, keep=True), fresh)
     (entry,) = _files(cache, "optimized")
     made = os.stat(entry).st_mtime_ns
     assert _same(_outputs(path, keep=True), fresh) and os.stat(entry).st_mtime_ns == made
     assert len(_files(cache, "memory")) == 1  # the parent's estimate of that session, kept too
+    assert not (tmp_path / "elsewhere").exists()
