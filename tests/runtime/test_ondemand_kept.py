@@ -92,7 +92,7 @@ def test_kept_rows_in_chunks_runs_again_and_heads_in_any_order(tmp_path, placeme
     sessions = dict(m._heads)
     assert len(sessions) == 2 and all(s is not None for s in sessions.values())
     for order in ([(0, 1), (1, 3), (0, 0)], [(1, 2), (0, 3), (1, 1)]):  # sites, heads, runs interleaved
-        for r, (res, hres) in enumerate(zip(results[::-1], hosts[::-1])):
+        for res, hres in zip(results[::-1], hosts[::-1]):
             for site, h in order:
                 got = res.maps[site].head(0, h)
                 want = hres.maps[site]
