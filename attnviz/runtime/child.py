@@ -283,7 +283,7 @@ class ChildProcess:
             self.lent_arrays = {k: e for k, e in self.lent_arrays.items() if e[1] not in gone and e[0]() is not None}
         return free
 
-    def _adopt(self, reply) -> list[np.ndarray]:
+    def _adopt(self, reply) -> list:  # arrays, and KeptRef where the child kept a value on its device
         """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
         replies are applied in the order the child sent them)."""
         items, created, deleted = reply
