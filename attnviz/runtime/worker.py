@@ -18,6 +18,9 @@ slot through I/O binding (no copy at all); otherwise onnxruntime allocates it an
 once.  Shapes are learned per session from earlier runs (:class:`ShapeLinks`).  Free slots unused for two runs are
 deleted and the parent is told to unmap them.  A session whose outputs all went into slots keeps its I/O binding,
 and each output asks for the slot it had last time, so a repeated run rebinds only its feeds.
+
+An on-demand session's Q and Kᵀ may instead stay where onnxruntime wrote them (a CUDA session's GPU): kept here by
+id until the parent drops its handle, and fed to a site's head model when a head is drawn (``worker_kept.py``).
 """
 
 from __future__ import annotations
