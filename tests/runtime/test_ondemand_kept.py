@@ -145,3 +145,24 @@ def test_the_switch_is_off_on_the_cpu_by_default_and_checked(tmp_path, placement
     monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "gpu")
     with pytest.raises(AttnvizError, match=r"ATTNVIZ_QK_DEVICE='gpu' is not a Q/K placement; use one of auto, on, off"):
         rm.open_model(path, provider="cpu").run({"input_ids": np.array([[1, 3, 4, 2]])}, mode="ondemand")
+
+
+def test_long_heads_come_back_through_the_childs_slots(tmp_path, monkeypatch):
+    """A head's rows past the inline size (here 200 × 200 float32 = 160 kB) are written by onnxruntime straight
+    into a slot of the child's (page-locked on CUDA), whole or in row blocks; the same numbers as the host's."""
+    path = _tiny(tmp_path)
+    ids = {"input_ids": np.random.default_rng(0).integers(3, 12, (1, 200))}
+    monkeypatch.delenv("ATTNVIZ_QK_DEVICE", raising=False)
+    want = rm.open_model(path, provider="cpu").run(ids, mode="ondemand")
+    monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
+    got = rm.open_model(path, provider="cpu").run(ids, mode="ondemand")
+    whole = got.maps[1].head(0, 3)
+    owner = whole
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    # a view of the slot the child wrote (child.ChildProcess.lend: the shared mapping's ctypes buffer), not a copy
+    assert whole.nbytes > host.INLINE_BYTES and type(owner).__name__ == f"c_char_Array_{whole.nbytes}"
+    np.testing.assert_allclose(whole, want.maps[1].head(0, 3), atol=SAME, rtol=0)
+    monkeypatch.setattr(KeptMap, "CHUNK_ELEMS", 200 * 90)  # blocks of 90, 90 and 20 rows
+    np.testing.assert_allclose(got.maps[0].head(0, 1), want.maps[0].head(0, 1), atol=SAME, rtol=0)
+    np.testing.assert_allclose(_hand(want.maps[0].q, want.maps[0].k, True)[0, 1], got.maps[0].head(0, 1), atol=1e-6)
