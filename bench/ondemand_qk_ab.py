@@ -1,6 +1,6 @@
 """On-demand runs with Q and Kᵀ brought to the host against the same runs keeping them on the session's device
-(runtime/kept.py), alternating in one process: the A/B that a shared machine can resolve (ondemand_bench.py's
-fresh process per row moves by ±6 % at load 8-10 on 2 cores; this moves by ~1-2 %).
+(runtime/kept.py), alternating in one process, each round's pair back to back (ondemand_bench.py's fresh process
+per row moved by ±6 % between rows at load 8-10 on 2 cores).
 
     python bench/ondemand_qk_ab.py [--tokens 2048] [--rounds 8] [--provider cpu|cuda] [--inprocess]
 
@@ -80,8 +80,13 @@ def main() -> None:
         for k, (w, c) in med.items():
             cpus = " ".join(f"{x[1]:.2f}" for x in got[k])
             print(f"  {k}: wall {w * 1000:.1f} ms, CPU {c * 1000:.1f} ms ({cpus} s); a head drawn {head[k]:.1f} ms")
+        # each round's pair ran back to back, under about the same load: the median of the pairs' ratios is
+        # steadier than the ratio of the medians where the load moves between rounds
+        pairs = [k[1] / h[1] for k, h in zip(got["kept"], got["host"])]
         print(
             f"  kept / host: wall {med['kept'][0] / med['host'][0]:.3f}x, CPU {med['kept'][1] / med['host'][1]:.3f}x;"
+            f" CPU per round's pair: median {statistics.median(pairs):.3f}x ({' '.join(f'{p:.2f}' for p in pairs)});"
+            f" least CPU {min(x[1] for x in got['kept']) / min(x[1] for x in got['host']):.3f}x;"
             f" load average {os.getloadavg()[0]:.1f}"
         )
 

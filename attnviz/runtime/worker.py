@@ -229,6 +229,7 @@ class Server(StepRequests, KeptRequests):
 
     def _release_items(self, items: list[list]) -> None:
         self.pool.release(it[1] for stage in items for it in stage if it[0] == "slot")
+        self.forget(it[1] for stage in items for it in stage if it[0] == "kept")  # no reply named them either
 
     def _array(self, item) -> np.ndarray:
         """The array an output item holds: a view of its slot, or the inline array."""
