@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import weakref
 from collections.abc import Callable, Collection
@@ -457,7 +458,10 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         if not any(got[n].ndim > 4 for n in side):
             m = gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, (len(q.shape), len(k.shape)))
             if m is not None:
-                sess = make_session(_serialize(m), self.requested_provider, self.threads, label=self.path.name)[0]
+                data = _serialize(m)
+                sess = LazySession(
+                    lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0]
+                )
         self._heads[s.node_index] = sess
         return sess
 
@@ -589,6 +593,28 @@ def run_stages(runs: list[PreparedRun]) -> list[list[np.ndarray]]:
         raise AttnvizError(
             f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {name} lists them)"
         ) from None
+
+
+class LazySession:
+    """A session made on first use: a site's head model (:meth:`AttentionModel._head_session`) is opened when one of
+    its heads is first drawn, not for every site at a model's first on-demand run (a CUDA session each)."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make = make
+        self._sess: Any = None
+        self._lock = threading.Lock()  # the window's thread and its worker may draw at once: one session
+
+    def _get(self):
+        with self._lock:
+            if self._sess is None:
+                self._sess = self._make()
+            return self._sess
+
+    def get_outputs(self) -> list:
+        return self._get().get_outputs()
+
+    def run_kept(self, names, feeds, values, hints) -> list:
+        return self._get().run_kept(names, feeds, values, hints)
 
 
 class ExtraSession:

@@ -131,9 +131,7 @@ class KeptMap:
         self.sess = head_session
         self.batch = batch
         self.shape = (batch, int(max(self.qbh[1], self.kbh[1])), int(tq), int(tk))
-        out = head_session.get_outputs()[0]
-        self.out_name = out.name
-        self.out_dtype = kept.tensor_dtype(out.type)
+        self._out: tuple[str, str] | None = None  # the head model's output and dtype, read on the first head
         self.fixed = {
             kept.Q_SHAPE: np.array([-1, qs[-2], qs[-1]], np.int64),
             kept.K_SHAPE: np.array([-1, ks[-2], ks[-1]], np.int64),
@@ -151,6 +149,10 @@ class KeptMap:
                 v = v[b : b + 1] if v.shape[0] == self.batch and self.batch > 1 else v[:1]
                 v = v[:, h : h + 1] if v.shape[1] == heads and heads > 1 else v[:, :1]
             side[name] = v
+        if self._out is None:  # asked of the session first on a head drawn (it is made then: model.LazySession)
+            out = self.sess.get_outputs()[0]
+            self._out = (out.name, kept.tensor_dtype(out.type))
+        out_name, out_dtype = self._out
         values = {}
         for name, v in ((kept.Q, self.q), (kept.K, self.k)):
             if isinstance(v, np.ndarray):  # one of them a host array (a model output, never kept): fed as it is
@@ -165,8 +167,8 @@ class KeptMap:
             feeds[kept.SCORES_SHAPE] = np.array([1, 1, r1 - r0, tk], np.int64)
             for name, v in side.items():
                 feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
-            hint = {self.out_name: (self.out_dtype, (1, 1, r1 - r0, tk))}
-            rows = np.asarray(self.sess.run_kept([self.out_name], feeds, values, hint)[0], np.float32)
+            hint = {out_name: (out_dtype, (1, 1, r1 - r0, tk))}
+            rows = np.asarray(self.sess.run_kept([out_name], feeds, values, hint)[0], np.float32)
             if out is None:
                 return rows.reshape(tq, tk)  # one call: the rows as they came back (a slot lent, on the child)
             out[r0:r1] = rows.reshape(r1 - r0, tk)
