@@ -526,6 +526,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         ip.one_image_per_run(self.path.name, count)
         return None
 
+    def vision_grids(self, n_keys: int) -> list[PatchGrid]:
+        return []  # one image a run
+
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""
         sess, _ = self._session("dense")
