@@ -8,7 +8,7 @@ Rows, interleaved round by round (order alternating), one thread each:
   attnviz      AttentionModel.run(feeds, mode="ondemand"), as shipped: the session in the crash-isolation child
   in-process   the same with ATTNVIZ_INPROCESS=1 (a corpus worker's layout)
 --qk both: each attnviz row twice, Q and Kᵀ brought to the host (ATTNVIZ_QK_DEVICE=off, the CPU default) and left
-on the session's device (=on; CUDA's default, runtime/kept.py), rows "attnviz qk-host", "attnviz qk-dev", ...
+on the session's device (=on; runtime/kept.py), rows "attnviz qk-host", "attnviz qk-dev", ...
 Wall time, and CPU time of this process and its children (the isolation child's included, read from /proc).
 pinned: on CUDA, whether the output slots were page-locked (``yes``) or why not (runtime/pinning.py;
 ATTNVIZ_PIN=off in the environment turns it off); "-" where it does not apply (plain, CPU).

@@ -334,8 +334,8 @@ def make_session(
     ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
     OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
     instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`).  ``keep``: outputs
-    (an on-demand session's Q and Kᵀ) its runs leave on its device where ``ATTNVIZ_QK_DEVICE`` says so (on CUDA by
-    default), returned as handles a head model's run is fed (:mod:`attnviz.runtime.kept`)."""
+    (an on-demand session's Q and Kᵀ) its runs leave on its device where ``ATTNVIZ_QK_DEVICE`` says so (``on``;
+    ``auto`` where measured to pay), returned as handles a head model's run is fed (:mod:`attnviz.runtime.kept`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra: dict[str, Any] = {}

@@ -26,7 +26,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 
-KEEP_ENV = "ATTNVIZ_QK_DEVICE"  # auto (keep on CUDA) | on (keep on the CPU too) | off (Q and Kᵀ to the host)
+KEEP_ENV = "ATTNVIZ_QK_DEVICE"  # auto (AUTO_KEEPS) | on (keep on the device, the CPU too) | off (Q and Kᵀ to the host)
 _MODES = ("auto", "on", "off")
 # onnxruntime's type words for the dtypes a kept Q/Kᵀ can have (anything else comes to the host as before)
 _TYPES = {"tensor(float)": "<f4", "tensor(float16)": "<f2", "tensor(double)": "<f8"}
@@ -48,15 +48,20 @@ def keep_mode(mode: str | None = None) -> str:
     return got
 
 
+# "auto" keeps Q and Kᵀ on the device where that was measured to pay.  Written without a GPU (session 13): the
+# CUDA path ran only on CPU OrtValues (bit-equal there), so CUDA keeps the host path by default until a GPU session
+# has run bench/gpu/run_kept.sh (ATTNVIZ_QK_DEVICE=on) and checked cuBLAS's heads and the 1.05x; then add it here.
+AUTO_KEEPS: frozenset[str] = frozenset()
+
+
 def keep_device(provider: str, mode: str) -> str:
-    """Where a session whose first provider is ``provider`` keeps Q and Kᵀ: "cuda" on CUDA (unless "off"); "cpu"
-    with "on" (CPU OrtValues through the same code: how the tests run the CUDA path without a GPU); "" to the host
-    as numpy arrays (the CPU default: there the copy out is a memcpy the run barely notices)."""
-    if mode == "off":
+    """Where a session whose first provider is ``provider`` keeps Q and Kᵀ: "" to the host as numpy arrays (the
+    default: on a CPU the copy out is a memcpy the run barely notices); with "on", "cuda" on CUDA and "cpu"
+    elsewhere (CPU OrtValues through the same code: how the tests run the CUDA path without a GPU); with "auto",
+    on the device for the providers in :data:`AUTO_KEEPS`."""
+    if mode == "off" or (mode == "auto" and provider not in AUTO_KEEPS):
         return ""
-    if provider == "CUDAExecutionProvider":
-        return "cuda"
-    return "cpu" if mode == "on" else ""
+    return "cuda" if provider == "CUDAExecutionProvider" else "cpu"
 
 
 def device_id(sess, device: str) -> int:

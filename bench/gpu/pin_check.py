@@ -12,7 +12,7 @@ alternating), one onnxruntime thread:
   inproc pinned    ATTNVIZ_INPROCESS=1
   inproc pageable  ATTNVIZ_INPROCESS=1 ATTNVIZ_PIN=off
   iso qk-host      on-demand's Q and Kᵀ brought to the host (ATTNVIZ_QK_DEVICE=off: how CUDA ran before session 13;
-  inproc qk-host   the other rows keep them on the GPU, runtime/kept.py, and compute a drawn head there)
+  inproc qk-host   the other rows keep them on the GPU with ATTNVIZ_QK_DEVICE=on (run_kept.sh sets it), runtime/kept.py, and compute a drawn head there)
 Prints the median wall per run, its ratio to plain, each row's info["pinned"] and map class, and whether the maps
 (on-demand: each site's first head, with each site's Q and Kᵀ where they are on the host; dense: every map) are
 bit-equal between pinned and pageable; for on-demand also the median time to draw one head (site 0, head 0,

@@ -10,6 +10,7 @@
 # on-demand rows "vs plain" (iso/inproc pinned: kept; qk-host: before) against issue 26's 1.05x, and its
 # "kept Q/Kᵀ vs host Q/Kᵀ: max |diff|" line (cuBLAS against numpy: the last float32 bits, expected <= 1e-6).
 export TAIL=40
+export ATTNVIZ_QK_DEVICE=on  # kept on the GPU (auto still brings them to the host until this run says it pays)
 source bench/gpu/device_env.sh
 python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers(), 'no CUDA provider'"
 step ab_iso "${T_AB:-80}" python3 bench/ondemand_qk_ab.py --provider cuda --tokens 4096 --rounds 10
