@@ -38,9 +38,9 @@ def make_session(
     arena: bool = True,
     external_dir: str | None = None,
     shared_arena: bool = False,
-    keep: GraphKey | None = None,
+    optimized: GraphKey | None = None,
 ) -> tuple[ort.InferenceSession, str]:
-    """Create a session; return it and a note when the provider differs from what was asked.  ``keep``: a
+    """Create a session; return it and a note when the provider differs from what was asked.  ``optimized``: a
     :func:`attnviz.runtime.optcache.graph_key` of ``model``: on the CPU its optimised graph is read from the cache
     (optimisation then skipped) or kept there for the next session of the same graph."""
     if provider not in PROVIDERS:
@@ -81,10 +81,10 @@ def make_session(
     if provider == "auto" and CUDA in available:
         note = "no NVIDIA GPU found; running on CPU"
     entry = None
-    if keep is not None:
+    if optimized is not None:
         from attnviz.runtime.optcache import optimized_path
 
-        entry = optimized_path(keep, ort.__version__)
+        entry = optimized_path(optimized, ort.__version__)
     sess = _kept(model, so, entry) if entry is not None else ort.InferenceSession(model, so, providers=[CPU])
     return sess, note
 
