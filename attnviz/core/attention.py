@@ -215,6 +215,8 @@ class PatchGrid:
             d["stop"] = self.stop
         if self.global_grid is not None:
             d["global_grid"] = self.global_grid.to_dict()
+        if self.lead_images:  # a tiled image's vision keys (its tiles before the global image's patches)
+            d["lead_images"] = self.lead_images
         return d
 
     @classmethod
@@ -226,7 +228,21 @@ class PatchGrid:
             int(d.get("offset", 0)),
             tuple(d["columns"]) if d.get("columns") is not None else None,
             int(d["stop"]) if d.get("stop") is not None else None,
+            lead_images=int(d.get("lead_images", 0)),
             global_grid=cls.from_dict(glob) if isinstance(glob, dict) else None,
+        )
+
+    def shifted(self, by: int) -> PatchGrid:
+        """The same grid over keys ``by`` later (one prompt's several images: image k's keys follow the earlier
+        images' in the vision block, each image's grid made over its own keys first)."""
+        return PatchGrid(
+            self.rows,
+            self.cols,
+            self.offset + by,
+            tuple(c + by for c in self.columns) if self.columns is not None else None,
+            self.end + by,
+            self.lead_images,
+            self.global_grid.shifted(by) if self.global_grid is not None else None,
         )
 
     def to_image(self, row: np.ndarray) -> np.ndarray:
@@ -305,6 +321,9 @@ class AudioTrack:
 TOKEN_GRIDS_KEY = "token_grids"  # info: each batch row's token grid (AttentionResult.token_grid_of)
 # info: one prompt's several images, each image's token grid in order (AttentionResult.image_grids)
 IMAGE_GRIDS_KEY = "image_grids"
+# info: one prompt's several images, each image's patch grid among the vision tower's keys, in order (each image's
+# keys after the earlier ones': the vision block is their maps on the diagonal; AttentionResult.vision_grids)
+VISION_GRIDS_KEY = "vision_grids"
 
 
 @dataclass
@@ -357,13 +376,31 @@ class AttentionResult:
                 pass
         return [] if self.token_grid is None else [self.token_grid]
 
+    def vision_grids(self) -> list[PatchGrid]:
+        """Where each of one prompt's several images' patches lie among the vision tower's keys, in order
+        (``info["vision_grids"]``); empty for one image (``patch_grid`` is its grid)."""
+        grids = (self.info or {}).get(VISION_GRIDS_KEY)
+        if isinstance(grids, list) and len(grids) > 1:
+            try:
+                return [PatchGrid.from_dict(d) for d in grids]
+            except (KeyError, TypeError, ValueError, AttributeError):  # a hand-edited file: no per-image grids
+                pass
+        return []
+
     def picture(self, k: int) -> AttentionResult:
-        """This result seen through image ``k`` (0-based) of a prompt's several: that image and its tokens' grid,
-        the maps and axes shared (what Image regions draws); the result itself for its first or only image."""
+        """This result seen through image ``k`` (0-based) of a prompt's several: that image, its tokens' grid and
+        its patches' grid in the vision tower, the maps and axes shared (what Image regions draws); the result
+        itself for its first or only image."""
         grids = self.image_grids()
         if k == 0 or not 0 < k < len(grids):
             return self
-        return replace(self, image=self.images[k] if k < len(self.images) else None, token_grid=grids[k])
+        vision = self.vision_grids()
+        return replace(
+            self,
+            image=self.images[k] if k < len(self.images) else None,
+            token_grid=grids[k],
+            patch_grid=vision[k] if k < len(vision) else self.patch_grid,
+        )
 
     # -- axes --------------------------------------------------------------
     def row_axes(self, batch: int = 0) -> tuple[TokenAxis | None, TokenAxis | None]:

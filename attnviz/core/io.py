@@ -175,7 +175,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
     if notes:
         info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]
-    return AttentionResult(
+    result = AttentionResult(
         maps=maps,
         sites=sites,
         tokens=tokens,
@@ -189,6 +189,14 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
         info=info,
     )
+    each = result.vision_grids()  # one prompt's several images: the first image's patch grid whole (its key order)
+    if (
+        each
+        and grid is not None
+        and (grid.rows, grid.cols, grid.offset) == (each[0].rows, each[0].cols, each[0].offset)
+    ):
+        result.patch_grid = each[0]
+    return result
 
 
 REEXTRACT = "extract the maps again with 'attnviz extract'"

@@ -375,4 +375,7 @@ def keys_are_patches(result: AttentionResult, block: Block) -> bool:
         return False
     if block.stage:
         return view.block_grid(result, block) is not None
+    each = result.vision_grids()  # one prompt's several images: the vision tower's keys are all their patches
+    if each and block.stack == "encoder":
+        return len(block.key_axis) == each[-1].end
     return len(block.key_axis) == g.offset + g.n

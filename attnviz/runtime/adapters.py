@@ -17,6 +17,24 @@ def patch_axis(grid: PatchGrid, n: int) -> TokenAxis:
     return TokenAxis(list(labels), list(special))
 
 
+def patch_axis_each(grids: list[PatchGrid], n: int) -> TokenAxis:
+    """The axis of ``n`` vision keys holding one prompt's several images one after another (``grids``: each image's
+    among all the keys, in order): each key labelled by its image and its own patch, ``img2(r,c)`` (a tile's
+    ``img2.t0(r,c)``)."""
+    labels: list[str] = []
+    special: list[bool] = []
+    at = 0
+    for k, g in enumerate(grids):
+        own = g.shifted(-at)  # the image's grid over its own keys
+        lab, sp = _patch_labels(own.rows, own.cols, own.offset, own.columns, own.lead_images, g.end - at)
+        labels += [f"img{k + 1}{'' if x[:1] in '([' else '.'}{x}" for x in lab]  # img2(r,c), img2.t0(r,c)
+        special += sp
+        at = g.end
+    labels += [f"[{p}]" for p in range(at, n)]
+    special += [True] * (n - at)
+    return TokenAxis(labels[:n], special[:n])
+
+
 @functools.lru_cache(maxsize=32)
 def _patch_labels(
     rows: int, cols: int, offset: int, columns: tuple[int, ...] | None, lead_images: int, n: int

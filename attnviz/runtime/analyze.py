@@ -20,12 +20,20 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import IMAGE_GRIDS_KEY, TOKEN_GRIDS_KEY, AttentionResult, DenseMap, MapSource, PatchGrid
+from attnviz.core.attention import (
+    IMAGE_GRIDS_KEY,
+    TOKEN_GRIDS_KEY,
+    VISION_GRIDS_KEY,
+    AttentionResult,
+    DenseMap,
+    MapSource,
+    PatchGrid,
+)
 from attnviz.core.rows import RowAxes, set_row_axes
 from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
-from attnviz.runtime.adapters import patch_axis
+from attnviz.runtime.adapters import patch_axis, patch_axis_each
 from attnviz.runtime.finite import all_finite, noted
 from attnviz.runtime.request import AnalyzeRequest, RunInfo
 
@@ -176,13 +184,22 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         hw = tuple(np.shape(img)[-2:]) if img is not None else None  # the size actually fed decides the grid
         staged = next((m for m in result.maps if isinstance(m, WindowedMap)), None)
         grid: PatchGrid | None
+        # one prompt's several images: each image's patches among the vision tower's keys, one after another
+        each = model.vision_grids(n_keys) if n_keys and staged is None else []
         if staged is not None:  # a Swin's grid is its first stage's (the image's patches); later stages halve it
             grid, n_keys = staged.layout.grid, staged.layout.tokens
         else:
             # one prompt's several images: the vision tower's keys are every image's patches, on no one grid
             grid = model.grid(n_keys, hw) if n_keys and not prep.images else None
         result.patch_grid = grid
-        if grid is not None and n_keys:
+        if each and n_keys:  # each key named by its image and patch (img2(r,c)); the first image's grid drawn
+            grid = result.patch_grid = each[0]
+            result.info[VISION_GRIDS_KEY] = [g.to_dict() for g in each]
+            axes = [
+                RowAxes(patch_axis_each(each, n_keys), a.key_tokens if a.key_tokens is not None else a.tokens)
+                for a in axes
+            ]
+        elif grid is not None and n_keys:
             # a dual encoder's text (no decoder: the only other axis) becomes the second axis, the one its text
             # tower's blocks take (core.attention._axes_for)
             axes = [

@@ -218,6 +218,9 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     if len(set(infos)) > 1:  # the run info says how each image was processed
         prep.image_info = "; ".join(f"image {k + 1}: {info}" for k, info in enumerate(infos))
     prep.images = [shown for _, shown in loaded]
+    if img_in.rank == 5:  # a prompt row's own images axis (Idefics3's frames): every image's, one after another
+        feeds[img_in.name] = np.concatenate([px for px, _ in loaded], axis=1)
+        return
     sizes = [tuple(int(d) for d in px.shape[-2:]) for px, _ in loaded]
     if len(set(sizes)) == 1:
         feeds[img_in.name] = np.concatenate([px for px, _ in loaded], axis=0)  # the prompt's images, in order

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from attnviz.runtime.isolation import SharedFeed
-from attnviz.runtime.slots import _slot_size, close_map
+from attnviz.runtime.slots import _slot_size, close_map, reserve_map
 
 
 class FeedArea:
@@ -55,21 +55,12 @@ class FeedArea:
         name = f"feeds-{next(self.names)}"
         path = os.path.join(self.outdir, name)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            mm = reserve_map(path, size)
         except OSError:
             return False
-        try:
-            try:  # reserve the pages now: a full tmpfs fails here, not with a SIGBUS while writing
-                if hasattr(os, "posix_fallocate"):
-                    os.posix_fallocate(fd, 0, size)
-                else:
-                    os.ftruncate(fd, size)
-            except OSError:
-                os.unlink(path)
-                return False
-            self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
-        finally:
-            os.close(fd)
+        if mm is None:
+            return False
+        self.mm = mm
         self.file = name
         return True
 

@@ -244,6 +244,9 @@ class ModelSet(AnalyzeMethod):
         ip.one_image_per_run(self.path.name, count)
         return None
 
+    def vision_grids(self, n_keys: int) -> list[PatchGrid]:
+        return []  # one image a run
+
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
         return next((i.name for i in model.inputs if model.roles[i.name] == role), None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import weakref
 from collections.abc import Callable, Collection
@@ -121,6 +122,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         self._roles: tuple[tuple, dict[str, str]] | None = None  # (what they were worked out from, the roles)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
+        self._heads: dict[int, object] = {}  # per site: its head model's session (runtime/kept.py), None: none
         self.provider_note = ""
         # the graph or the config already said why this is an encoder (a dual encoder's tower): no map overrules it
         self._stack_confirmed = any("encoder_why" in s.extra for s in self._sites)
@@ -247,6 +249,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
                     finite=tuple(s.probs for s in self._sites if s.method not in ("mha-qk", "recompute-packed"))
                     if mode == "dense"
                     else (),
+                    keep=_kept_names(exposed, self.outputs) if mode == "ondemand" else (),
                 )
             except ModelCrashed:
                 raise
@@ -441,7 +444,26 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         )
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
-        return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session)
+        return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session, self._head_session)
+
+    def _head_session(self, s: gr.Site, got: dict, attrs: dict):
+        """Site ``s``'s head model's session (:func:`attnviz.runtime.graph.head_model`), made once beside the
+        session that keeps its Q and Kᵀ on their device: the same provider, in the same process (the child's)."""
+        if s.node_index in self._heads:
+            return self._heads[s.node_index]
+        side = gr.epilogue_side_inputs(self.graph, s)
+        q, k = got[s.q], got[s.k]
+        dtypes = {s.qk: (q.dtype, 4), **{n: (got[n].dtype, 4) for n in side}}
+        sess = None
+        if not any(got[n].ndim > 4 for n in side):
+            m = gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, (len(q.shape), len(k.shape)))
+            if m is not None:
+                data = _serialize(m)
+                sess = LazySession(
+                    lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0]
+                )
+        self._heads[s.node_index] = sess
+        return sess
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
@@ -504,6 +526,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         ip.one_image_per_run(self.path.name, count)
         return None
 
+    def vision_grids(self, n_keys: int) -> list[PatchGrid]:
+        return []  # one image a run
+
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""
         sess, _ = self._session("dense")
@@ -516,6 +541,14 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     def cache_stepper(self) -> FileCache | None:
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
         return FileCache.for_model(self)
+
+
+def _kept_names(exposed, outputs: list[IOInfo]) -> tuple[str, ...]:
+    """The Q and Kᵀ an on-demand session exposes, which its runs may leave on the device (runtime/kept.py): never
+    one that is also a model output (the caller reads those as arrays)."""
+    own = {o.name for o in outputs}
+    names = (n for ex in exposed.site_extra if "q" in ex for n in (ex["q"], ex["k"]))
+    return tuple(n for n in dict.fromkeys(names) if n not in own)
 
 
 _HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")
@@ -563,6 +596,28 @@ def run_stages(runs: list[PreparedRun]) -> list[list[np.ndarray]]:
         raise AttnvizError(
             f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {name} lists them)"
         ) from None
+
+
+class LazySession:
+    """A session made on first use: a site's head model (:meth:`AttentionModel._head_session`) is opened when one of
+    its heads is first drawn, not for every site at a model's first on-demand run (a CUDA session each)."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make = make
+        self._sess: Any = None
+        self._lock = threading.Lock()  # the window's thread and its worker may draw at once: one session
+
+    def _get(self):
+        with self._lock:
+            if self._sess is None:
+                self._sess = self._make()
+            return self._sess
+
+    def get_outputs(self) -> list:
+        return self._get().get_outputs()
+
+    def run_kept(self, names, feeds, values, hints) -> list:
+        return self._get().run_kept(names, feeds, values, hints)
 
 
 class ExtraSession:

@@ -100,6 +100,10 @@ class AttnModel(Protocol):
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None: ...
 
+    # one prompt's several images (a vision–language set): each image's patch grid among the ``n_keys`` keys of the
+    # latest run's vision block, in order (each image's maps on the diagonal); [] for one image or another model
+    def vision_grids(self, n_keys: int) -> list[PatchGrid]: ...
+
     def cache_stepper(self) -> CacheStepper | None: ...  # None: generation re-runs the whole sequence
 
     def pair_with_encoder(self) -> EncoderPair | None: ...  # None: the model runs on its own inputs

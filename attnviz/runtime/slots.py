@@ -98,20 +98,9 @@ class Pool:
         sid = next(self.ids)
         name = f"slot-{sid}"
         path = os.path.join(self.outdir, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            try:
-                if hasattr(os, "posix_fallocate"):
-                    # reserve the pages now: a full tmpfs raises here instead of SIGBUS-ing onnxruntime mid-run
-                    os.posix_fallocate(fd, 0, size)
-                else:  # macOS: no fallocate (and no /dev/shm: the folder is on disk)
-                    os.ftruncate(fd, size)
-            except OSError:
-                os.unlink(path)
-                return None
-            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
-        finally:
-            os.close(fd)
+        mm = reserve_map(path, size, populate=True)
+        if mm is None:
+            return None
         slot = Slot(sid, name, size, mm, self.run)
         self.slots[sid] = slot
         if self.pinner.active:  # once per slot: a slot is reused run after run until trimmed
@@ -211,3 +200,24 @@ def close_map(mm: mmap.mmap) -> None:
         mm.close()
     except BufferError:
         pass
+
+
+def reserve_map(path: str, size: int, populate: bool = False) -> mmap.mmap | None:
+    """A new shared-memory file of ``size`` bytes at ``path``, mapped.  The pages are reserved now, so a full tmpfs
+    answers None here (the file removed) instead of a SIGBUS in onnxruntime or numpy mid-write; a failing
+    ``open`` (the file exists, the folder is gone) raises OSError.  ``populate``: fault the pages in at once
+    (output slots are written by the engine right away; the parent's feed area need not)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, size)
+            else:  # macOS: no fallocate (and no /dev/shm: the folder is on disk)
+                os.ftruncate(fd, size)
+        except OSError:
+            os.unlink(path)
+            return None
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+        return mmap.mmap(fd, size, flags=flags)
+    finally:
+        os.close(fd)

@@ -185,6 +185,9 @@ class VLMSet(AnalyzeMethod):
         # per shapes fed (VLMCache.shape_key): the prompt's presents' shapes, learned from a generation's first
         # run, so that a later one names them before they exist (a generation as one request, VLMCache.start_steps)
         self._chain_shapes: dict[tuple, dict[str, tuple[int, ...]]] = {}
+        # the latest run's one prompt's several images: each one's keys in the vision block, in order (vision_grids)
+        self._image_keys: list[int] = []
+        self._image_hw: tuple[int, int] | None = None  # their pixels' size (one batch of the vision file: one size)
         self.no_attention_reason = self.vision.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
 
@@ -241,6 +244,34 @@ class VLMSet(AnalyzeMethod):
         that takes each image's own size where their sizes differ (None: the family runs one size only)."""
         check_several(self.family, count)
         return SIZES if self.family.sized_images else None
+
+    def vision_grids(self, n_keys: int) -> list[PatchGrid]:
+        """The latest run's one prompt's several images: each one's patch grid among the vision block's ``n_keys``
+        keys (its maps on the diagonal, image after image), in order; [] for one image."""
+        keys = self._image_keys
+        if len(keys) < 2 or sum(keys) != n_keys:
+            return []
+        out, at = [], 0
+        for k, n in enumerate(keys):
+            g = self.family.vision_grid_of(k, n) or self.vision.grid(n, self._image_hw)
+            if g is None:
+                return []
+            out.append(g.shifted(at))
+            at += n
+        return out
+
+    def _keep_image_keys(self, feeds: dict, per_row: list[int], v: AttentionResult) -> None:
+        """Each of one prompt's images' keys in the vision block of a run of the vision file on all its images (the
+        family says how many of the file's images each one is: Idefics3's tiles and global image), and their size
+        (where the vision file's graph says how its keys lie: LLaVA's CLS before the patches)."""
+        ids = feeds["input_ids"]
+        h, w = feeds["pixel_values"].shape[-2:]
+        self._image_keys, self._image_hw = [], (int(h), int(w))
+        if ids.shape[0] != 1 or len(per_row) != 1 or per_row[0] < 2 or not v.maps:
+            return
+        frames = self.family.frames_each(ids[0], per_row[0])
+        if frames and sum(frames) == per_row[0]:
+            self._image_keys = [f * int(v.maps[0].shape[-1]) for f in frames]
 
     def describe(self) -> dict:
         d = self.decoder.describe()
@@ -419,6 +450,7 @@ class VLMSet(AnalyzeMethod):
         run_s = time.perf_counter() - t0
         v = self.vision.finish(vis, got[0], run_s)
         d = self.decoder.finish(dec, got[-1], run_s)
+        self._keep_image_keys(feeds, per_row, v)
         return self._vision_maps(v, per_row), v, d, f
 
     def _chain_each(self, feeds: dict, mode: str) -> tuple[list, AttentionResult, AttentionResult, dict]:
@@ -448,6 +480,7 @@ class VLMSet(AnalyzeMethod):
         run_s = time.perf_counter() - t0
         seen = [self.vision.finish(p, v, run_s) for p, v in zip(runs, got)]
         d = self.decoder.finish(dec, out[0], run_s)
+        self._image_keys = [int(v.maps[0].shape[-1]) for v in seen] if seen[0].maps else []
         vmaps = [DenseMap(block_diagonal_each([v.maps[j].array() for v in seen])) for j in range(len(seen[0].maps))]
         return vmaps, seen[0], d, f
 
@@ -603,6 +636,7 @@ class VLMCache:
         run_s = time.perf_counter() - t0
         v = vs.vision.finish(vis, values[0], run_s)
         r = vs.decoder.finish(runs[2], values[2], run_s)
+        vs._keep_image_keys(feeds, per_row, v)
         self.cache = {}  # the presents stayed with the loop (the step path never follows a plan's start)
         self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the decoder
         prompt = StepOut(

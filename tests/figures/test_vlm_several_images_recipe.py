@@ -38,3 +38,27 @@ def test_the_recipe_keeps_every_image_and_draws_the_same_again(qwen2vl_repo, tmp
     assert main(["figure", "--recipe", str(recipe), "--out", str(tmp_path / "h.png")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "b.png has changed since the recipe was written" in err[0]
+
+
+def test_the_vision_blocks_figure_names_its_image(qwen2vl_repo, tmp_path):
+    """figure --view image --block 0 --picture 2: the vision tower's self-attention over image 2's own patches (its
+    grid, its picture), the title naming the block and the image; image 1 on its own grid."""
+    from attnviz.core import view as v
+    from attnviz.figures import FigureSpec, render_spec
+    from attnviz.runtime import open_model
+
+    images = []
+    for name, seed, (h, w) in (("a.png", 3, (45, 70)), ("b.png", 4, (60, 100))):
+        Image.fromarray((np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)).save(tmp_path / name)
+        images.append(str(tmp_path / name))
+    r = open_model(qwen2vl_repo, provider="cpu").analyze(text=PROMPT, image=images)
+    for picture, (rows, cols) in ((1, (6, 8)), (2, (6, 10))):
+        spec = FigureSpec(view="image", block=0, layer=1, picture=picture, dpi=40)
+        fig = render_spec(r, spec)
+        from matplotlib.text import Text
+
+        titles = " ".join(t.get_text() for t in fig.findobj(Text))
+        assert "vision self-attention" in titles and f"image {picture} of 2" in titles
+        ov = v.overlay_view(r, v.Selection(block=0, layer=1, picture=picture - 1, mode="mean"))
+        assert (ov.grid.rows, ov.grid.cols) == (rows, cols)
+        assert ov.heat.shape[:2] == r.images[picture - 1].shape[:2]  # drawn over that image

@@ -119,6 +119,9 @@ class FakeModel:
             raise AttnvizError(f"{count} images given and {self.path.name} takes one image per run")
         return None
 
+    def vision_grids(self, n_keys):
+        return []
+
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
         import time
 

@@ -56,11 +56,12 @@ def test_each_image_of_the_prompt_shows_its_words_rows_on_screen_and_in_the_figu
     assert len(r.images) == 2
     from attnviz.core.token_counts import token_rows
 
-    # the Run sidebar counts both images' tokens (3 × 4 and 3 × 5), and the words apart
+    # the Run sidebar counts both images' tokens (3 × 4 and 3 × 5), and the words apart; the vision tower's
+    # patches of both (6 × 8 and 6 × 10)
     n_words = len(r.key_tokens) - 27
     assert token_rows(r) == [
         ("text tokens", f"{n_words} in the decoder"),
-        ("image tokens", "27 in the decoder (2 images: 3×4, 3×5)"),
+        ("image tokens", "27 in the decoder (2 images: 3×4, 3×5) · 108 tokens in the vision tower"),
     ]
     w.select_view("image")
     v = w.image_regions

@@ -1,4 +1,5 @@
-"""Several images in one prompt (Qwen2-VL, LLaVA): the prompt's placeholders matched to the images in order, as
+"""Several images in one prompt (Qwen2-VL, LLaVA; Qwen2.5-VL, Idefics3 and PaliGemma in
+test_vlm_several_images_families.py): the prompt's placeholders matched to the images in order, as
 the family's processor does; every map, the logits and greedy tokens equal transformers' eager attention on the
 same two-image prompt; each image's run of tokens is where the processor puts it, labelled with its image
 (``img1[r,c]``, ``img2[r,c]``); a count mismatch, images of two sizes and a family that takes one image a prompt are
@@ -135,6 +136,22 @@ def test_llava_two_images_equal_transformers_eager(llava_repo, images):
         a = got.array()[0]
         for k in range(2):
             assert np.abs(a[:, k * p : (k + 1) * p, k * p : (k + 1) * p] - want[k]).max() < TOL
+    # the vision block's keys by image, each image's CLS before its patches (as the graph concatenates them);
+    # image 2's Image regions of the vision block: its own CLS and patches
+    from attnviz.core import view as v
+
+    vkeys = r.blocks()[0].key_axis.labels
+    assert (vkeys[0], vkeys[1], vkeys[p], vkeys[p + 1], vkeys[-1]) == (
+        "img1[CLS]",
+        "img1(0,0)",
+        "img2[CLS]",
+        "img2(0,0)",
+        f"img2({lm.GRID - 1},{lm.GRID - 1})",
+    )
+    second = r.picture(1)
+    bi, grid, _ = v.image_source(second, r.blocks(), 0)
+    assert bi == 0 and (grid.offset, grid.end) == (p + 1, 2 * p)
+    assert v.image_queries(second, r.blocks()[0], grid) == [("img2[CLS]", p), ("all patches (mean)", -1)]
     placed = [k for k in range(ids.shape[1]) if ids[0, k] == lm.IMAGE_TOKEN]
     assert [g.offset for g in r.image_grids()] == [placed[0], placed[n]]
     keys = r.blocks()[-1].key_axis.labels
@@ -222,10 +239,22 @@ def test_mismatches_are_one_line(qwen2vl_repo, llava_repo, images, tmp_path):
         v.analyze(text="<image><image><image> cat", image=list(images))
 
 
-def test_a_family_taking_one_image_is_one_line(paligemma_repo, images):
-    m = open_model(paligemma_repo, provider="cpu")
-    with pytest.raises(AttnvizError, match="one image per prompt for paligemma.*llava, qwen2-vl.*--image once"):
-        m.analyze(text="where the cat", image=list(images))
+def test_a_family_taking_one_image_is_one_line(llava_repo):
+    """Every family registered takes several images; one that did not (its processor matching one image a prompt)
+    would be refused in one line naming those that do."""
+    import json
+
+    from attnviz.runtime.vlm_families import FAMILIES, Llava, check_several
+
+    class OneImage(Llava):
+        name = "one-image"
+        several_images = False
+
+    assert all(cls.several_images for cls in FAMILIES.values())
+    cfg = json.loads((llava_repo / "config.json").read_text())
+    check_several(OneImage(cfg, {}, {}, "test"), 1)
+    with pytest.raises(AttnvizError, match="one image per prompt for one-image .*llava, idefics3, paligemma, qwen2-vl"):
+        check_several(OneImage(cfg, {}, {}, "test"), 2)
 
 
 def test_a_model_taking_one_image_a_run_is_one_line(llava_repo, images):

@@ -58,6 +58,13 @@ class MapView:
         return float(self.matrix[row, col])
 
 
+def images_note(result: AttentionResult, blk: Block) -> str | None:
+    """One prompt's several images in a vision tower: its map holds each image's block on the diagonal, in order
+    (its keys say img1(r,c), img2(r,c), ...); the title says so.  None for any other block."""
+    several = len(result.vision_grids()) if blk.stack == "encoder" else 0
+    return f"images 1–{several} on the diagonal" if several > 1 else None
+
+
 def compute_map(
     result: AttentionResult, sel: Selection, blocks: list[Block] | None = None, keep_pads: bool = False
 ) -> MapView:
@@ -93,6 +100,9 @@ def compute_map(
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
         notes.append(f"top {round(sel.keep * 100)}% mass")
+    diagonal = images_note(result, blk)
+    if diagonal:
+        notes.append(diagonal)
     q_labels = clean_labels(blk.query_axis.labels, q_pos)
     k_labels = clean_labels(blk.key_axis.labels, k_pos)
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")

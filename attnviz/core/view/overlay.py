@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.maps import compute_map
+from attnviz.core.view.maps import compute_map, images_note
 from attnviz.core.view.patches import (
     global_grid,
     image_queries,
@@ -130,7 +130,8 @@ def overlay_view(
         query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
     cell = None
     if query < 0:
-        vec, label = mv.matrix[grid.offset :].mean(axis=0), "all patches (mean)"
+        # the grid's own patches as queries (one prompt's several images: this image's, not the next one's)
+        vec, label = mv.matrix[grid.offset : grid.end].mean(axis=0), "all patches (mean)"
     else:
         vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
@@ -160,7 +161,9 @@ def overlay_view(
         )
     heat = np.clip(upsample(patch, size) / vmax, 0.0, 1.0)
     alpha = overlay_alpha(heat, sel.image_base)
-    title = " · ".join([blocks[bi].name, mv.title.split(" · ", 1)[1], *([which] if which else []), f"query “{label}”"])
+    # the map's title less its note of several images on the diagonal: the overlay draws one of them, named
+    what = [p for p in mv.title.split(" · ")[1:] if p != images_note(result, blocks[bi])]
+    title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
 

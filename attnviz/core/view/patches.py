@@ -117,9 +117,11 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         after = [r for r in range(g.end, len(blk.query_axis)) if not any(r in span for span in others)]
         rows = real_rows(blk, [(r, blk.query_axis.labels[r]) for r in after])
         return [(clean_label(w), r) for r, w in rows]
-    first = clean_label(blk.query_axis.labels[0]) if len(blk.query_axis) else "CLS"
+    # one prompt's several images in a vision tower: this image's keys begin after the earlier images'
+    start = max((g.end for g in result.vision_grids() if g.end <= grid.offset), default=0)
+    first = clean_label(blk.query_axis.labels[start]) if len(blk.query_axis) > start else "CLS"
     # the leading keys are a CLS token, or (a VLM's tiles before its global image) patches of other images
-    out = [(first, 0)] if grid.offset > 0 and not grid.lead_images else []
+    out = [(first, start)] if grid.offset > start and not grid.lead_images else []
     return out + [("all patches (mean)", -1)]
 
 

@@ -105,6 +105,16 @@ class Family:
         """The patch grid of the vision block's keys (None: the vision file's own guess)."""
         return None
 
+    def vision_grid_of(self, image: int, n_keys: int) -> PatchGrid | None:
+        """One prompt's image ``image`` (0-based): the patch grid of its ``n_keys`` keys in the vision block, over
+        its own keys (None: the vision file's own guess)."""
+        return self.vision_grid(n_keys)
+
+    def frames_each(self, ids: np.ndarray, frames: int) -> list[int] | None:
+        """How many of the vision file's images (``frames`` in all, one run) each of one prompt's images is, in
+        order, from the prompt's ids ``[T]``: one each (None: the ids do not tell)."""
+        return [1] * frames
+
     # -- the prompt ------------------------------------------------------------------
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:  # pragma: no cover - every family defines it
         raise NotImplementedError
@@ -139,8 +149,8 @@ class Family:
         """The line for a prompt whose placeholders (``found``) are not one per image given (``count``)."""
         where = ", or leave them all out (the images go before the text)" if self.placed_when_missing else ""
         return AttnvizError(
-            f"the prompt holds {found} {self.placeholder} placeholder{'s' if found != 1 else ''} and {count} images "
-            f"were given; write {self.placeholder} once per image, where each image goes, in the images' order{where}",
+            f"the prompt holds {found} {self.placeholder} placeholder{'s' if found != 1 else ''} and {count} "
+            f"image{'s were' if count != 1 else ' was'} given; write {self.placeholder} once per image, where each image goes, in the images' order{where}",
             param="text",
         )
 

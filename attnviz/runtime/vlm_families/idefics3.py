@@ -15,6 +15,10 @@ then ``\\n<fake_token_around_image><global-img>`` with the global image's tokens
 feature row and column) and ``g[r,c]`` (the global image); the result's token grid places the tiles side by side
 on the resized image, each key column on its tile and feature cell, and the global image's keys on a grid of their
 own over the same picture (``PatchGrid.global_grid``: Image regions draws it beside the tiles).
+
+Several images in one prompt (``Idefics3Processor`` with a list of images for one text): each ``<image>`` becomes
+its own image's expansion, in order, and the row's ``pixel_values`` hold every image's frames one after another;
+the tokens are labelled ``img1.t0[r,c]``, ``img2.g[r,c]`` (each image ends with its global image's run).
 """
 
 from __future__ import annotations
@@ -79,6 +83,10 @@ def for_vision_encoder(h: int, w: int, m: int) -> tuple[int, int]:
 class Idefics3(Family):
     name = "idefics3"
     placeholder = IMAGE
+    # Idefics3Processor takes a list of images for one text: each <image> becomes its own image's tiles and global
+    # image, in order; the row's pixel_values hold every image's frames one after another (its images axis)
+    several_images = True
+    glob: int | None = None  # the tokenizer's <global-img> (each image's last run follows it), once tokens() is made
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -202,7 +210,25 @@ class Idefics3(Family):
         return f"{rows}\n{glob}"
 
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
-        return Idefics3Tokens(inner, self)
+        tok = Idefics3Tokens(inner, self)
+        self.glob = tok.glob
+        return tok
+
+    def frames_each(self, ids: np.ndarray, frames: int) -> list[int] | None:
+        """Each image's frames from the prompt's ids: its runs of image tokens (a tile each) up to and with the run
+        after ``<global-img>`` (its global image, the image's last)."""
+        if self.glob is None:
+            return None
+        row = np.asarray(ids, np.int64)
+        on = row == self.token
+        starts = np.flatnonzero(on & ~np.concatenate([[False], on[:-1]]))
+        out, k = [], 0
+        for st in starts:
+            k += 1
+            if st > 0 and row[st - 1] == self.glob:
+                out.append(k)
+                k = 0
+        return out if not k and sum(out) == frames else None
 
     def probe_ids(self) -> list[int]:
         return [self.token] * self.n
@@ -228,6 +254,7 @@ class Idefics3Tokens(ip.TextEncoder):
 
     def __init__(self, inner: ip.TextEncoder, family: Idefics3, tiles: Tiles | None = None):
         self.inner, self.family, self.tiles = inner, family, tiles
+        self.each: list[Tiles] | None = None  # one prompt's several images: each one's split, in order
         self.unk_id = inner.unk_id
         self.fake, self.glob = _one_id(inner, FAKE), _one_id(inner, GLOBAL)
         self.cells = {
@@ -238,15 +265,26 @@ class Idefics3Tokens(ip.TextEncoder):
 
     def for_image(self, tiles: Tiles | None) -> ip.TextEncoder:
         out = Idefics3Tokens.__new__(Idefics3Tokens)
-        out.__dict__.update(self.__dict__, tiles=tiles)
+        out.__dict__.update(self.__dict__, tiles=tiles, each=None)
+        return out
+
+    def for_images(self, tiles_each: list) -> ip.TextEncoder:
+        if len(tiles_each) <= 1:
+            return self.for_image(tiles_each[0] if tiles_each else None)
+        out = Idefics3Tokens.__new__(Idefics3Tokens)
+        out.__dict__.update(self.__dict__, tiles=tiles_each[0], each=[t or Tiles() for t in tiles_each])
         return out
 
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
-        if text.count(IMAGE) > 1:
-            raise AttnvizError(
-                f"the prompt holds {text.count(IMAGE)} {IMAGE} placeholders; give one image, {self.family.placeholder_fix()}"
-            )
-        if IMAGE in text:
+        found = text.count(IMAGE)
+        if self.each:  # several images: each <image> becomes its own image's tiles and global image, in order
+            if found != len(self.each):
+                raise self.family.placeholder_count(found, len(self.each))
+            parts = text.split(IMAGE)
+            text = parts[0] + "".join(self.family.expansion(t) + rest for t, rest in zip(self.each, parts[1:]))
+        elif found > 1:  # one image given: its placeholder once (or an image for each)
+            raise self.family.placeholder_count(found, 1)
+        elif IMAGE in text:
             text = text.replace(IMAGE, self.family.expansion(self.tiles or Tiles()))
         e = self.inner.encode(text, pair, add_special)
         e.tokens = [lab if i == self.family.token else t for i, t, lab in zip(e.ids, e.tokens, self.row_labels(e.ids))]
@@ -278,26 +316,47 @@ class Idefics3Tokens(ip.TextEncoder):
             k += 1
         return runs
 
+    def _images(self, ids) -> list[list[tuple[tuple[int, int] | None, int, int]]]:
+        """:meth:`_runs` by image: each image's tile runs and its global image's run, which ends it."""
+        out: list[list[tuple[tuple[int, int] | None, int, int]]] = [[]]
+        for run in self._runs(ids):
+            out[-1].append(run)
+            if run[0] is None:
+                out.append([])
+        return [runs for runs in out if runs]
+
     def row_labels(self, ids) -> list[str]:
         """Tile ``k`` (reading order within its image) ``t{k}[r,c]``, the global image ``g[r,c]``; a run longer
-        than one image's features counts on as the next image of that kind."""
+        than one image's features counts on as the next image of that kind.  Several images in the row (each
+        ending with its global image): ``img1.t0[r,c]``, ``img2.g[r,c]``, ..."""
         out = [self.inner.label(int(i)) for i in ids]
         side, n = self.family.side, self.family.n
-        tile = -1
-        for cell, start, length in self._runs(ids):
-            tile = 0 if cell == (0, 0) else tile + 1
-            for j in range(length):
-                r, c = divmod(j % n, side)
-                out[start + j] = f"g[{r},{c}]" if cell is None else f"t{tile}[{r},{c}]"
+        images = self._images(ids)
+        for k, runs in enumerate(images):
+            which = f"img{k + 1}." if len(images) > 1 else ""
+            tile = -1
+            for cell, start, length in runs:
+                tile = 0 if cell == (0, 0) else tile + 1
+                for j in range(length):
+                    r, c = divmod(j % n, side)
+                    out[start + j] = which + (f"g[{r},{c}]" if cell is None else f"t{tile}[{r},{c}]")
         return out
 
     def image_grid(self, ids) -> PatchGrid | None:
         """The first image's tiles side by side (each key column on its tile's feature cell) with its global image
         (the whole picture at one tile's resolution) as the grid's ``global_grid``, or the global image alone when
         it was not split; ``stop`` after the global image's closing marker."""
+        return self._grid(self._runs(ids), ids)
+
+    def image_grids(self, ids) -> list[PatchGrid]:
+        """Each image's tiles and global image on its grid (:meth:`image_grid`), in order."""
+        grids = [self._grid(runs, ids) for runs in self._images(ids)]
+        return [g for g in grids if g is not None] if all(g is not None for g in grids) else []
+
+    def _grid(self, runs: list[tuple[tuple[int, int] | None, int, int]], ids) -> PatchGrid | None:
         side, n = self.family.side, self.family.n
         tiles: dict[tuple[int, int], int] = {}
-        for cell, start, length in self._runs(ids):
+        for cell, start, length in runs:
             if length != n:
                 return None
             if cell is not None:

@@ -36,6 +36,10 @@ class PaliGemma(Family):
     placeholder = IMAGE
     placed_when_missing = True  # PaliGemmaProcessor puts the image's tokens in front of a prompt without <image>
     position_offset = 1  # PaliGemma's positions count from 1 (PaliGemmaModel.forward, prepare_inputs_for_generation)
+    # PaliGemmaProcessor takes a list of images for one text: each <image> (or, without any, one per image in
+    # front) becomes one image's tokens, in order, all before the BOS; the model scatters each image's features
+    # into its run, in order
+    several_images = True
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -97,17 +101,22 @@ class PaliGemmaTokens(LlavaTokens):
     """The folder's tokenizer with PaliGemmaProcessor's layout: the image tokens (``img[r,c]``), BOS, the prefix,
     ``"\\n"``; a pair (the suffix) with EOS after it."""
 
-    def __init__(self, inner: ip.TextEncoder, family: PaliGemma):
-        # the labels, grid and special ids are LLaVA's (one run of image tokens on one grid); the layout is its own
-        super().__init__(inner, family)
+    def __init__(self, inner: ip.TextEncoder, family: PaliGemma, count: int = 1):
+        # the labels, grid and special ids are LLaVA's (a run of image tokens on one grid each); the layout its own
+        super().__init__(inner, family, count)
         self.pali = family
         nl = inner.encode("\n", add_special=False).ids
         self.newline = nl[0] if len(nl) == 1 else None  # the prefix's closing token (token types switch after it)
 
+    def for_images(self, tiles_each: list) -> ip.TextEncoder:
+        return self if len(tiles_each) <= 1 else PaliGemmaTokens(self.inner, self.pali, len(tiles_each))
+
     def encode(self, text: str, pair: str | None = None, add_special: bool = True) -> ip.Encoded:
         fam = self.pali
-        if IMAGE not in text:  # the processor's own fallback: the image's tokens in front
-            text = IMAGE + text
+        if IMAGE not in text:  # the processor's own fallback: each image's tokens in front
+            text = IMAGE * self.count + text
+        elif self.count > 1 and text.count(IMAGE) != self.count:
+            raise fam.placeholder_count(text.count(IMAGE), self.count)
         end = text.rfind(IMAGE) + len(IMAGE)
         before, after = text[:end], text[end:]
         head = self.inner.encode(before.replace(IMAGE, IMAGE * fam.n), add_special=False)

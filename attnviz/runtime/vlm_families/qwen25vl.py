@@ -31,7 +31,8 @@ def window_order(rows: int, cols: int, units: int) -> np.ndarray:
 
 class Qwen25VL(Qwen2VL):
     name = "qwen2.5-vl"
-    several_images = False  # its windowed vision blocks over several images are not compared with transformers yet
+    # several images: each one's run of the vision file orders and windows its own patches (transformers'
+    # get_vision_window_index windows each image apart, and its full blocks attend within one image too)
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
@@ -49,11 +50,11 @@ class Qwen25VL(Qwen2VL):
     def vision_window(self, layer: int) -> str | None:
         return None if layer in self.full else f"{self.window}-px windows"
 
-    def vision_grid(self, n_keys: int) -> PatchGrid | None:
+    def vision_grid(self, n_keys: int, merged: tuple[int, int] | None = None) -> PatchGrid | None:
         """The vision block's keys are the patches in the window order (see the module's doc): each cell of the
-        patch grid names its key."""
+        patch grid names its key.  ``merged``: the image's merged grid (default the latest image's)."""
         m = self.merge
-        rows, cols = self.merged
+        rows, cols = merged or self.merged
         gh, gw = rows * m, cols * m
         if n_keys != gh * gw:
             return None

@@ -220,15 +220,21 @@ class Qwen2VL(Family):
         """image_grid_thw counts the images (the flattened patches' first axis is their count)."""
         return vision_inputs[1].name if len(vision_inputs) > 1 else None
 
-    def vision_grid(self, n_keys: int) -> PatchGrid | None:
+    def vision_grid(self, n_keys: int, merged: tuple[int, int] | None = None) -> PatchGrid | None:
         """The vision block's keys are the patches merge window by merge window (the processor's order): each
-        cell names its key."""
+        cell names its key.  ``merged``: the image's merged grid (default the latest image's)."""
         m = self.merge
-        gh, gw = self.merged[0] * m, self.merged[1] * m
+        rows, cols = merged or self.merged
+        gh, gw = rows * m, cols * m
         if n_keys != gh * gw:
             return None
         keys = [((r // m) * (gw // m) + c // m) * m * m + (r % m) * m + c % m for r in range(gh) for c in range(gw)]
         return PatchGrid(gh, gw, 0, columns=tuple(keys), stop=n_keys)
+
+    def vision_grid_of(self, image: int, n_keys: int) -> PatchGrid | None:
+        """Each image of one prompt's several on its own merged grid (the latest run's)."""
+        each = self.merged_each
+        return self.vision_grid(n_keys, each[image] if each and image < len(each) else None)
 
     def probe_pixels(self, spec: ip.ImageSpec) -> np.ndarray:
         return np.zeros((1, 3, self.factor, self.factor), np.float32)
