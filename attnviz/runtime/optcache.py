@@ -48,9 +48,24 @@ def _stat_key(path: Path) -> str | None:
     return f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 
 
+def _usable(root: Path) -> bool:
+    """A cache folder another user may write to could hand this one planted graphs and hashes, so kept work is
+    read and written only in a folder this user owns and no one else may write (POSIX); a missing one is made so."""
+    if os.name != "posix":
+        return True
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(root)
+    except OSError:  # a read-only home: nothing kept, each command works it out again
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _entry(kind: str, key: str, root: Path | None = None) -> Path | None:
     root = root or folder()
-    return None if root is None else root / kind / hashlib.sha256(key.encode()).hexdigest()
+    if root is None or not _usable(root):
+        return None
+    return root / kind / hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

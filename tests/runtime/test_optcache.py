@@ -212,3 +212,19 @@ def test_the_crash_isolation_child_keeps_and_reads_the_same_graph(tmp_path, cach
     assert _same(_outputs(path, keep=True), fresh) and os.stat(entry).st_mtime_ns == made
     assert len(_files(cache, "memory")) == 1  # the parent's estimate of that session, kept too
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes")
+def test_a_cache_folder_others_may_write_is_neither_read_nor_written(tmp_path, cache):
+    """Another user could plant a hash (or an optimised graph) there: a planted wrong hash is not believed."""
+    f = tmp_path / "m.onnx"
+    f.write_bytes(b"y" * 5000)
+    it.sha256_model(f)
+    (entry,) = _files(cache, "sha256")
+    entry.write_text("0" * 64)  # what a planted entry would say
+    os.chmod(cache, 0o777)
+    assert optcache.known_sha256(f) is None
+    assert it.sha256_model(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert entry.read_text() == "0" * 64  # and nothing written there either
+    os.chmod(cache, 0o700)
+    assert optcache.known_sha256(f) == "0" * 64  # the same folder, this user's alone again: read
