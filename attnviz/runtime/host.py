@@ -323,7 +323,6 @@ def make_session(
     arena: bool = True,
     external_dir: str | None = None,
     label: str = "model",
-    initializers=None,
     shared_arena: bool = True,
     finite: tuple[str, ...] = (),
     keep: tuple[str, ...] = (),
@@ -334,17 +333,13 @@ def make_session(
     ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
     (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
-    ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
-    OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
+    ``shared_arena=False``: the session keeps an arena of its own
     instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`).  ``keep``: outputs
     (an on-demand session's Q and Kᵀ) its runs leave on its device where ``ATTNVIZ_QK_DEVICE`` says so (``on``;
     ``auto`` where measured to pay), returned as handles a head model's run is fed (:mod:`attnviz.runtime.kept`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra: dict[str, Any] = {}
-    if initializers and initializers[0]:
-        names, values = initializers
-        extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
     mode = keep_mode() if keep else "off"  # the switch read (and refused in one line) where the caller runs
     if not isolated():
         from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
@@ -356,7 +351,6 @@ def make_session(
             arena,
             external_dir,
             optimized=optimized,
-            **({"initializers": initializers} if extra else {}),
         )
         memory = MemoryCheck(model, label, optimized)
         return GuardedSession(sess, memory, keep if mode != "off" else (), mode), note

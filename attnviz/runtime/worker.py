@@ -98,7 +98,6 @@ class Server(StepRequests, KeptRequests):
         self.conn = conn
         self.pool = Pool(outdir)
         self.sessions: dict[int, tuple] = {}
-        self.keep: dict[int, tuple] = {}
         self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see feedarea.FeedArea)
@@ -122,12 +121,6 @@ class Server(StepRequests, KeptRequests):
     def create(self, sid, model, kwargs):
         from attnviz.runtime.session import make_session
 
-        if kwargs.get("initializers"):  # weights handed over as arrays: OrtValues that share their memory
-            import onnxruntime as ort
-
-            names, arrays = kwargs["initializers"]
-            kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
-            self.keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
         kwargs = dict(
             kwargs,
             shared_arena=bool(
@@ -462,7 +455,6 @@ class Server(StepRequests, KeptRequests):
     def close(self, sids):
         for sid in sids:
             self.sessions.pop(sid, None)
-            self.keep.pop(sid, None)
             self.finite.pop(sid, None)
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
