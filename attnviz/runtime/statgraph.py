@@ -347,6 +347,7 @@ def stats_model(
         if len(parts[name]) == 1 and name in (SUMS, PICKS):  # one set: its node writes the output (no copy)
             node = next(n for n in m.graph.node if parts[name][0] in n.output)
             node.output[list(node.output).index(parts[name][0])] = name
+            ends = {i: [name if t == parts[name][0] else t for t in e] for i, e in ends.items()}  # renamed
         else:
             m.graph.node.append(helper.make_node("Concat", parts[name], [name], name=name, axis=1))
         m.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
