@@ -15,6 +15,8 @@ attnviz packages timed are byte-compiled first, as an install does: see ``compil
     thread;
   - `python -m attnviz corpus` (every map reduced to statistics + top-k examples, Parquet written), with 1 worker ×
     all cores and one worker per core; `--engines ray` adds the Ray engine (Ray Data reads, tokenises, writes).
+    The commands share ATTNVIZ_CACHE_DIR (a second run on a model reads its hash and optimised statistics graphs
+    from there); `--cold-cache` gives each an empty one (a first run).
   Whole-command ratio: best plain wall / this wall; CPU: user + system seconds of the command and every process it
   waited for (its workers, its isolation child; not Ray's daemons), less sensitive than wall time to other load.  Loop ratio: run.json's items/s (the reduce loop, worker
   start-up included) / the plain loop's (which includes its pool's start-up, while attnviz's workers are spawned
@@ -301,7 +303,10 @@ def corpus_rate(
     provider: str,
     batch: int,
     root: Path = ROOT,
+    cold: bool = False,
 ) -> dict:
+    """``cold``: the command gets an empty ATTNVIZ_CACHE_DIR, so it reads nothing an earlier command kept (the model's
+    hash, the statistics sessions' optimised graphs: attnviz/runtime/optcache.py) and pays for keeping them."""
     cmd = [
         sys.executable,
         "-m",
@@ -329,7 +334,12 @@ def corpus_rate(
     shutil.rmtree(out, ignore_errors=True)  # a checkpoint left by an interrupted bench would make this a resume
     c0, t0 = _children_cpu(), time.perf_counter()
     # python -m attnviz imports the package from its working folder (before PYTHONPATH and the installed one)
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
+    env = None
+    if cold:
+        cache = out.with_name(out.name + "_cache")
+        shutil.rmtree(cache, ignore_errors=True)
+        env = {**os.environ, "ATTNVIZ_CACHE_DIR": str(cache)}
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False, env=env)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
@@ -520,6 +530,12 @@ def main():
         action="store_true",
         help="only the one-process-per-core rows (plain and corpus: the layout the corpus uses by default here)",
     )
+    ap.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="every corpus command starts from an empty ATTNVIZ_CACHE_DIR (its first run on a model); else the rounds "
+        "after the first read what the first kept (the model's hash, the optimised statistics graphs)",
+    )
     ap.add_argument("--check-batches", action="store_true", help="check the plain baseline's batches, then stop")
     ap.add_argument("--child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "OUT"))
     ap.add_argument("--plain-child", nargs=4, metavar=("MODEL", "TOK", "TEXTS", "PROCSxTHREADS"))
@@ -570,7 +586,8 @@ def main():
                 else:
                     eng, _, other = engine.partition("@")
                     root = Path(a.other_root) if other else ROOT
-                    r = corpus_rate(model, tok, texts, work / f"out_{engine}_{w}", eng, w, t, a.provider, a.batch, root)
+                    out = work / f"out_{engine}_{w}"
+                    r = corpus_rate(model, tok, texts, out, eng, w, t, a.provider, a.batch, root, a.cold_cache)
                 key = (engine, w, t)
                 print(
                     f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, cpu {r['cpu_s']:.1f} s, "

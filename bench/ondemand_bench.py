@@ -1,12 +1,14 @@
 """On-demand maps at long inputs against plain onnxruntime (issue 26 item 3: ≤ 1.05× at 4,096 tokens).
 
-    python bench/ondemand_bench.py [--lengths 2048 4096] [--rounds 5] [--provider cpu|cuda]
+    python bench/ondemand_bench.py [--lengths 2048 4096] [--rounds 5] [--provider cpu|cuda] [--qk auto|both]
 
 Model: all-MiniLM-L6-v2 with its position table tiled to the longest length (bench/engine_bench.export_minilm).
 Rows, interleaved round by round (order alternating), one thread each:
   plain        onnxruntime.InferenceSession(path).run(None, feeds) in this process -- the baseline
   attnviz      AttentionModel.run(feeds, mode="ondemand"), as shipped: the session in the crash-isolation child
   in-process   the same with ATTNVIZ_INPROCESS=1 (a corpus worker's layout)
+--qk both: each attnviz row twice, Q and Kᵀ brought to the host (ATTNVIZ_QK_DEVICE=off, the CPU default) and left
+on the session's device (=on; runtime/kept.py), rows "attnviz qk-host", "attnviz qk-dev", ...
 Wall time, and CPU time of this process and its children (the isolation child's included, read from /proc).
 pinned: on CUDA, whether the output slots were page-locked (``yes``) or why not (runtime/pinning.py;
 ATTNVIZ_PIN=off in the environment turns it off); "-" where it does not apply (plain, CPU).
@@ -31,7 +33,7 @@ CHILD = r"""
 import os, sys, time, json
 sys.path.insert(0, sys.argv[1])
 mode, path, t, rounds, provider = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-if mode == "in-process":
+if mode.startswith("in-process"):
     os.environ["ATTNVIZ_INPROCESS"] = "1"
 from engine_bench import feeds
 f = feeds(t)
@@ -51,6 +53,8 @@ else:
 warm = run()  # warm: the session, the arena, the slots
 # on CUDA: whether the output slots are page-locked, or why not (runtime/pinning.py); plain has no such thing
 pinned = getattr(warm, "info", {}).get("pinned", "-")
+# KeptMap: Q and Kᵀ left on the session's device (runtime/kept.py); RecomputeMap: brought to the host
+kind = type(warm.maps[0]).__name__ if hasattr(warm, "maps") else "-"
 del warm
 def cpu():
     import resource
@@ -71,15 +75,20 @@ for _ in range(rounds):
     w, c = time.perf_counter(), cpu()
     r = run(); del r
     out.append((time.perf_counter() - w, cpu() - c))
-print(json.dumps([out, pinned]))
+print(json.dumps([out, pinned, kind]))
 """
 
 
-def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> tuple[list[tuple[float, float]], str]:
+QK_ROWS = {"qk-host": "off", "qk-dev": "on"}  # --qk both: ATTNVIZ_QK_DEVICE per twin row (runtime/kept.py)
+
+
+def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> tuple[list[tuple[float, float]], str, str]:
     import json
 
+    qk = QK_ROWS.get(mode.rsplit(" ", 1)[-1])
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "ATTNVIZ_QK_DEVICE"},
+        **({"ATTNVIZ_QK_DEVICE": qk} if qk else {}),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "OMP_NUM_THREADS": "1",
     }
@@ -90,8 +99,8 @@ def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> tuple
         env=env,
         check=True,
     )
-    out, pinned = json.loads(r.stdout.strip().splitlines()[-1])
-    return [tuple(x) for x in out], pinned
+    out, pinned, kind = json.loads(r.stdout.strip().splitlines()[-1])
+    return [tuple(x) for x in out], pinned, kind
 
 
 def main() -> None:
@@ -99,25 +108,33 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (each: every row, 2 runs)")
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument(
+        "--qk", default="auto", choices=["auto", "both"], help="both: each attnviz row with Q/Kᵀ on the host and kept"
+    )
     a = ap.parse_args()
+    names = ["plain", "attnviz", "in-process"]
+    if a.qk == "both":
+        names = ["plain", *(f"{n} {q}" for n in names[1:] for q in QK_ROWS)]
     from engine_bench import export_minilm
 
     with tempfile.TemporaryDirectory() as tmp:
         model = export_minilm(Path(tmp), max(a.lengths))
         print(f"provider {a.provider}; load average at start: {os.getloadavg()[0]:.1f}")
         print(
-            f"{'tokens':>6} | {'row':<10} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain"
-            " | pinned"
+            f"{'tokens':>6} | {'row':<18} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain"
+            " | pinned | maps"
         )
         for t in a.lengths:
-            rows: dict[str, list] = {"plain": [], "attnviz": [], "in-process": []}
+            rows: dict[str, list] = {n: [] for n in names}
             pinned: dict[str, set[str]] = {mode: set() for mode in rows}
+            kinds: dict[str, set[str]] = {mode: set() for mode in rows}
             for r in range(a.rounds):
                 order = list(rows) if r % 2 == 0 else list(reversed(rows))
                 for mode in order:
-                    got, pin = measure(mode, model, t, 2, a.provider)
+                    got, pin, kind = measure(mode, model, t, 2, a.provider)
                     rows[mode] += got
                     pinned[mode].add(pin)
+                    kinds[mode].add(kind)
             base_w = statistics.median(x[0] for x in rows["plain"])
             base_c = statistics.median(x[1] for x in rows["plain"])
             for mode, xs in rows.items():
@@ -125,8 +142,8 @@ def main() -> None:
                 c = statistics.median(x[1] for x in xs)
                 pin = " / ".join(sorted(pinned[mode]))
                 print(
-                    f"{t:>6} | {mode:<10} | {w:>10.2f}s | {c:>9.2f}s | {w / base_w:>12.3f}× | {c / base_c:>11.3f}×"
-                    f" | {pin}"
+                    f"{t:>6} | {mode:<18} | {w:>10.2f}s | {c:>9.2f}s | {w / base_w:>12.3f}× | {c / base_c:>11.3f}×"
+                    f" | {pin} | {' / '.join(sorted(kinds[mode]))}"
                 )
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
 

@@ -19,6 +19,8 @@ os.environ.setdefault("ATTNVIZ_FORCE_CPU", "1")  # CI has no GPU; keep onnxrunti
 _settings_dir = tempfile.mkdtemp(prefix="attnviz-test-settings-")
 atexit.register(shutil.rmtree, _settings_dir, ignore_errors=True)
 os.environ["ATTNVIZ_SETTINGS"] = os.path.join(_settings_dir, "settings.ini")
+# model hashes and optimised graphs kept between commands (runtime/optcache.py): in that folder too, not the user's
+os.environ["ATTNVIZ_CACHE_DIR"] = os.path.join(_settings_dir, "cache")
 
 
 @pytest.fixture(scope="session")

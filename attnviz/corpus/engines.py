@@ -141,6 +141,7 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     from attnviz.runtime import open_model
 
     model = open_model(setup.model, provider=setup.provider, tokenizer=setup.tokenizer, threads=setup.threads)
+    model.keep_optimized = True  # its probe's session from onnxruntime's graph kept by the last command (optcache)
     model.probe()
     try:
         provider: str | None = model.provider

@@ -47,7 +47,7 @@ class InGraphReducer:
         wanted = {g.site for g in groups}
         m, self.exposed, self.outputs = sg.stats_model(model.graph, sites, wanted, rows, join)
         # the key names everything the edited graph depends on: the same key is the same session
-        self.sess = model.extra_session(m, f"corpus-stats sites={sorted(wanted)} rows={rows} join={join}")
+        self.sess = model.extra_session(m, f"corpus-stats sites={sorted(wanted)} rows={rows} join={join}", keep=True)
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
         self.fetch = ([sg.SUMS, sg.PICKS] + ([sg.VALUES, sg.KEYS] if rows else [])) if self.outputs else []
         for i in fallback:

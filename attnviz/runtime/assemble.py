@@ -17,7 +17,7 @@ from attnviz.core import metadata as md
 from attnviz.core import windows as win
 from attnviz.core.attention import DenseMap, SiteInfo
 from attnviz.runtime import graph as gr
-from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk
+from attnviz.runtime.sitemaps import KeptMap, PackedMap, RecomputeMap, softmax, to_bhqk
 
 
 def collect_maps(
@@ -61,18 +61,33 @@ def collect_maps(
 
 
 def site_map(
-    graph: gr.Graph, s: gr.Site, ex: dict, got: dict, batch: int, mode: str, epilogue: Callable[[gr.Site, dict], Any]
+    graph: gr.Graph,
+    s: gr.Site,
+    ex: dict,
+    got: dict,
+    batch: int,
+    mode: str,
+    epilogue: Callable[[gr.Site, dict], Any],
+    head_session: Callable[[gr.Site, dict, dict], Any] | None = None,
 ):
     """Site ``s``'s map from the tensors a run fetched (``ex``: what its session exposes for it): Q and Kᵀ kept
-    for per-head recompute through ``epilogue(site, fetched)``'s session (None: it could not be rebuilt), scores
-    a softmax follows, packed Attention's inputs, or the probabilities as fetched."""
+    for per-head recompute through ``epilogue(site, fetched)``'s session (None: it could not be rebuilt) -- or,
+    where the run left them on its device (runtime/kept.py), through ``head_session(site, fetched, QK node
+    attributes)``'s -- scores a softmax follows, packed Attention's inputs, or the probabilities as fetched."""
     if "q" in ex:
-        epi = epilogue(s, got)
-        if epi is not None:
-            side = {n: got[n] for n in ex.get("side", [])}
-            node = graph.nodes[graph.producer[s.qk]]
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            return RecomputeMap(got[ex["q"]], got[ex["k"]], side, epi, s.qk, batch, attrs)
+        q, k = got[ex["q"]], got[ex["k"]]
+        node = graph.nodes[graph.producer[s.qk]]
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        side = {n: got[n] for n in ex.get("side", [])}
+        on_device = not isinstance(q, np.ndarray) or not isinstance(k, np.ndarray)
+        if on_device:
+            head = head_session(s, got, attrs) if head_session is not None else None
+            if head is not None:
+                return KeptMap(q, k, side, head, batch, attrs)
+        else:
+            epi = epilogue(s, got)
+            if epi is not None:
+                return RecomputeMap(q, k, side, epi, s.qk, batch, attrs)
         raise AttnvizError(
             f"site {s.node_name!r}: its epilogue could not be rebuilt for per-head recompute; use dense memory mode",
             param="memory",

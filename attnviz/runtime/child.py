@@ -32,6 +32,7 @@ from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import SlotFeed, read_message, write_message
+from attnviz.runtime.kept import KeptRef
 from attnviz.runtime.slots import close_map
 from attnviz.runtime.worker import serve_orphanless
 
@@ -126,6 +127,9 @@ class ChildProcess:
         # the child's answer to "are the slots page-locked" (runtime/pinning.py), asked again only after a reply
         # that made slots or a session created (the only times it can change): no round trip on a repeated run
         self.pin_state: str | None = None
+        # ids of values the child keeps for this process (runtime/kept.py) whose KeptRef was collected: sent
+        # ahead of the next request, so the child drops them (appended from finalizers: list.append is atomic)
+        self.forget: list[int] = []
 
     def _readable(self) -> bool:
         """Wait up to POLL_S for the child's reply (or its end).  One poll object per host, made once:
@@ -161,6 +165,36 @@ class ChildProcess:
             return values
 
         return self.call("chain", stages, adopt=adopt, prepare=prepare)
+
+    def run_kept(self, sid: int, names: list[str], feeds: dict, values: dict[str, KeptRef], hints: dict) -> list:
+        """A run of ``sid`` (a site's head model, :meth:`worker_kept.KeptRequests.run_kept`) fed the values the child
+        keeps for ``values`` and ``feeds`` from here; outputs as :meth:`run` gives them."""
+        for v in values.values():
+            if v.host is not self:
+                raise AttnvizError(
+                    "this on-demand result's Q and Kᵀ were lost when the model's process restarted; run the model again"
+                )
+
+        def prepare(args: tuple) -> tuple:
+            sid, names, feeds, values, hints = args
+            kids = {k: v.kid for k, v in values.items()}
+            return sid, names, self.feed_area.share(feeds), kids, hints, self._hand_back()
+
+        return self.call(
+            "run_kept",
+            sid,
+            names,
+            feeds,
+            values,
+            hints,
+            what="computing a head's map",
+            adopt=self._adopt,
+            prepare=prepare,
+        )
+
+    def kept_count(self) -> int:
+        """How many values the child keeps for this process (runtime/kept.py), after those dropped here are gone."""
+        return int(self.call("kept", what="counting kept values"))
 
     def steps(self, sid: int, start, token: int, n: int, eos, budget: float):
         """A chunk of cached generation steps run in the child (:meth:`worker.Server.steps`): (ids, finished,
@@ -249,7 +283,7 @@ class ChildProcess:
             self.lent_arrays = {k: e for k, e in self.lent_arrays.items() if e[1] not in gone and e[0]() is not None}
         return free
 
-    def _adopt(self, reply) -> list[np.ndarray]:
+    def _adopt(self, reply) -> list:  # arrays, and KeptRef where the child kept a value on its device
         """Map the slots the child created, unmap those it deleted, and wrap the items (under the lock, so that
         replies are applied in the order the child sent them)."""
         items, created, deleted = reply
@@ -266,10 +300,15 @@ class ChildProcess:
             finally:
                 os.close(fd)
         lent: dict[int, np.ndarray] = {}  # a name fetched twice is one slot: one owner, one weak reference
+        held: dict[int, KeptRef] = {}  # likewise a value kept on the child's device (runtime/kept.py)
         for item in items:
             if item[0] == "slot" and item[1] not in lent:
                 lent[item[1]] = self.lend(*item[1:])
-        return [lent[item[1]] if item[0] == "slot" else item[1] for item in items]
+            elif item[0] == "kept" and item[1] not in held:
+                held[item[1]] = KeptRef(self, *item[1:])
+        return [
+            lent[item[1]] if item[0] == "slot" else held[item[1]] if item[0] == "kept" else item[1] for item in items
+        ]
 
     def lend(self, slot: int, dtype: str, shape: tuple) -> np.ndarray:
         """An array viewing a slot.  Every view numpy derives from it keeps ``owner`` alive (through the buffer
@@ -294,8 +333,12 @@ class ChildProcess:
             self._close_dropped()
             if prepare is not None:
                 args = prepare(args)
+            message = (op, args)
+            if self.forget:  # values the child keeps that nothing here holds any more: dropped before the request
+                kids = [self.forget.pop() for _ in range(len(self.forget))]
+                message = ("forget_then", (kids, op, args))
             try:
-                self.write(pickle.dumps((op, args), pickle.HIGHEST_PROTOCOL))
+                self.write(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError) as e:
                 raise Dead() from e
             t1 = time.perf_counter()

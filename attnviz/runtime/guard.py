@@ -10,6 +10,7 @@ from attnviz.runtime.chain import run_bound
 
 if TYPE_CHECKING:
     from attnviz.runtime.memory import MemoryPlan
+    from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.pinned_outputs import PinnedOutputs
 
 
@@ -17,17 +18,19 @@ class MemoryCheck:
     """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
     structure is read on the first run, not when the session opens."""
 
-    def __init__(self, model: bytes | str, label: str):
+    def __init__(self, model: bytes | str, label: str, keep: GraphKey | None = None):
+        """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: its estimates are kept on disk."""
         self._model: bytes | str | None = model
         self._plan: MemoryPlan | None = None
         self.label = label
+        self.keep = keep
 
     def check(self, feeds: dict, names: list[str] | None) -> None:
         from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
 
         if self._plan is None:
             assert self._model is not None
-            self._plan = memory.MemoryPlan(self._model)
+            self._plan = memory.MemoryPlan(self._model, keep=self.keep)
             self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
         memory.check_run(self._plan, feeds, names, self.label)
 
@@ -36,10 +39,18 @@ class GuardedSession:
     """An in-process ``onnxruntime.InferenceSession`` (``ATTNVIZ_INPROCESS=1``: corpus workers, Ray actors)
     whose runs pass the same memory check as the child's; anything else goes to the session itself."""
 
-    def __init__(self, sess, memory: MemoryCheck):
+    def __init__(self, sess, memory: MemoryCheck, keep: tuple[str, ...] = (), keep_mode: str = "off"):
         self._sess = sess
         self.memory = memory
         self.unguarded = sess  # for a loop that checked its first step's shapes itself (model.run_loop)
+        # the outputs (an on-demand session's Q and Kᵀ) its runs leave on its device, where (runtime/kept.py)
+        self.keep: tuple[frozenset[str], str, int] | None = None
+        if keep:
+            from attnviz.runtime.kept import device_id, keep_device
+
+            device = keep_device(sess.get_providers()[0], keep_mode)
+            if device:
+                self.keep = (frozenset(keep), device, device_id(sess, device))
         # on CUDA: its large outputs go into page-locked buffers (runtime/pinned_outputs.py); never looked at on CPU
         self.outputs: PinnedOutputs | None = None
         if sess.get_providers()[:1] == ["CUDAExecutionProvider"]:
@@ -61,6 +72,18 @@ class GuardedSession:
     def run_bound(self, names, feeds) -> list:
         """Like :meth:`~attnviz.runtime.host.RemoteSession.run_bound`: outputs bound to onnxruntime-allocated host buffers."""
         self.memory.check(feeds, list(names))
+        if self.keep is not None:  # Q and Kᵀ stay where onnxruntime wrote them; the rest is small (outputs, masks)
+            from attnviz.runtime.kept import bind_run
+
+            return bind_run(self._sess, list(names), feeds, *self.keep)
         if self.outputs is not None:
             return self.outputs.run(self._sess, list(names), feeds)
         return run_bound(self._sess, list(names), feeds)  # onnxruntime's session: bound as any in-process run is
+
+    def run_kept(self, names, feeds, values, hints) -> list:
+        """Like :meth:`~attnviz.runtime.host.RemoteSession.run_kept`: ``values`` are
+        :class:`~attnviz.runtime.kept.Kept` OrtValues of this process, bound where they are (``hints`` unused: the
+        outputs land where onnxruntime puts them, as a run's here do)."""
+        from attnviz.runtime.kept import head_run
+
+        return head_run(self._sess, list(names), feeds, {k: v.value for k, v in values.items()}, {})

@@ -43,6 +43,8 @@ from attnviz.runtime.errors import ort_message
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
+from attnviz.runtime.kept import keep_mode
+from attnviz.runtime.optcache import GraphKey
 
 # the old names of what moved to child.py and feedarea.py: tests and bench/ read host._Host, host._FeedArea, ...
 _Host = ChildProcess
@@ -126,7 +128,7 @@ class RemoteSession:
         self._sid = next(_sids)
         self._host: ChildProcess | None = None
         self.crashed: str | None = None
-        self.memory = MemoryCheck(model, label)
+        self.memory = MemoryCheck(model, label, kwargs.get("optimized"))
         self.note, self._providers, self._inputs, self._outputs = self._ensure()
 
     def _ensure(self):
@@ -189,6 +191,23 @@ class RemoteSession:
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
         return self.run(names, feeds)
+
+    def run_kept(self, names, feeds, values, hints) -> list[np.ndarray]:
+        """A run fed ``values`` (input -> :class:`~attnviz.runtime.kept.KeptRef`: values the child keeps, bound
+        where they are) and ``feeds`` (numpy); ``hints`` (output -> (dtype, shape)): what an output will be, so the
+        child writes it straight into a slot.  No memory check: a head model's run is one head's rows."""
+        host = self._attach()
+        try:
+            return host.run_kept(self._sid, list(names), dict(feeds), dict(values), dict(hints))
+        except Dead:
+            self._host = None
+            raise ModelCrashed("the model crashed onnxruntime while computing a head's map") from None
+        except ModelCrashed as e:
+            self.crashed = str(e)
+            raise
+        except RunCancelled:
+            self._host = None
+            raise
 
     def pinned(self) -> str:
         """Whether the child's slots, which this session's outputs are bound into, are page-locked: ``"yes"`` or
@@ -304,34 +323,45 @@ def make_session(
     arena: bool = True,
     external_dir: str | None = None,
     label: str = "model",
-    initializers=None,
     shared_arena: bool = True,
     finite: tuple[str, ...] = (),
+    keep: tuple[str, ...] = (),
+    optimized: GraphKey | None = None,
 ):
-    """Like :func:`attnviz.runtime.session.make_session`, but the session runs in the child process.
+    """Like :func:`attnviz.runtime.session.make_session` (``optimized`` too), but the session runs in the child
+    process.
     ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
     (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
-    ``initializers``: (names, values) the graph needs but does not contain; values are numpy arrays or
-    OrtValues (sent to the child as arrays).  ``shared_arena=False``: the session keeps an arena of its own
-    instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`)."""
+    ``shared_arena=False``: the session keeps an arena of its own
+    instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`).  ``keep``: outputs
+    (an on-demand session's Q and Kᵀ) its runs leave on its device where ``ATTNVIZ_QK_DEVICE`` says so (``on``;
+    ``auto`` where measured to pay), returned as handles a head model's run is fed (:mod:`attnviz.runtime.kept`)."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra: dict[str, Any] = {}
-    if initializers and initializers[0]:
-        names, values = initializers
-        extra["initializers"] = (list(names), [v.numpy() if hasattr(v, "numpy") else np.asarray(v) for v in values])
+    mode = keep_mode() if keep else "off"  # the switch read (and refused in one line) where the caller runs
     if not isolated():
         from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
 
         sess, note = local.make_session(
-            model, provider, threads, arena, external_dir, **({"initializers": initializers} if extra else {})
+            model,
+            provider,
+            threads,
+            arena,
+            external_dir,
+            optimized=optimized,
         )
-        return GuardedSession(sess, MemoryCheck(model, label)), note
+        memory = MemoryCheck(model, label, optimized)
+        return GuardedSession(sess, memory, keep if mode != "off" else (), mode), note
+    if optimized is not None:
+        extra["optimized"] = optimized
     if not shared_arena:
         extra["shared_arena"] = False
     if finite:
         extra["finite"] = list(finite)
+    if keep and mode != "off":
+        extra["keep"] = (list(keep), mode)
     sess = RemoteSession(
         model, label, provider=provider, threads=threads, arena=arena, external_dir=external_dir, **extra
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import weakref
 from collections.abc import Callable, Collection
@@ -43,6 +44,7 @@ from attnviz.runtime.sidecar import sidecar_json
 from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401
 
 if TYPE_CHECKING:
+    from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.steps import Loop
 
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
@@ -115,12 +117,16 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         self._tokenizer_arg = tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None  # found on first use
         self._sessions: dict[str, tuple] = {}
+        # its own sessions' optimised graphs kept on disk as extra_session(keep=True) keeps them (a corpus worker's
+        # probe: the dense session it opens for one run on dummy inputs)
+        self.keep_optimized = False
         # extra_session's sessions, alive while their callers hold them (a dropped one frees its memory)
         self._extra_sessions: weakref.WeakValueDictionary[str, ExtraSession] = weakref.WeakValueDictionary()
         self._plan: dict[str, tuple] | None = None  # check_feeds' per-input checks (_feed_plan)
         self._roles: tuple[tuple, dict[str, str]] | None = None  # (what they were worked out from, the roles)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
+        self._heads: dict[int, object] = {}  # per site: its head model's session (runtime/kept.py), None: none
         self.provider_note = ""
         # the graph or the config already said why this is an encoder (a dual encoder's tower): no map overrules it
         self._stack_confirmed = any("encoder_why" in s.extra for s in self._sites)
@@ -247,6 +253,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
                     finite=tuple(s.probs for s in self._sites if s.method not in ("mha-qk", "recompute-packed"))
                     if mode == "dense"
                     else (),
+                    keep=_kept_names(exposed, self.outputs) if mode == "ondemand" else (),
+                    optimized=self._graph_key(self.proto, data) if self.keep_optimized else None,
                 )
             except ModelCrashed:
                 raise
@@ -285,21 +293,39 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         extra = next(iter(self._extra_sessions.values()), None)
         return extra.provider if extra is not None else None
 
-    def extra_session(self, edited: onnx.ModelProto, key: str) -> ExtraSession:
+    def extra_session(self, edited: onnx.ModelProto, key: str, keep: bool = False) -> ExtraSession:
         """A session of ``edited`` (a changed copy of this model's graph) with this model's provider, threads,
         external-data folder and crash isolation.  Cached under ``key`` while the caller holds it: the same key
-        returns the same session, so the key must name everything the edit depends on."""
+        returns the same session, so the key must name everything the edit depends on.  ``keep``: onnxruntime's
+        optimised graph of it is kept on disk for the next command's session (:mod:`attnviz.runtime.optcache`;
+        on the CPU, where this model file's sha256 is known and every weight lies in the file itself)."""
         extra = self._extra_sessions.get(key)
         if extra is None:
+            data = _serialize(edited)
             sess, _ = make_session(
-                _serialize(edited),
+                data,
                 self.requested_provider,
                 self.threads,
                 external_dir=self.external_dir,
                 label=self.path.name,
+                optimized=self._graph_key(edited, data) if keep else None,
             )
             extra = self._extra_sessions[key] = ExtraSession(sess)
         return extra
+
+    def _graph_key(self, edited: onnx.ModelProto, data: bytes) -> GraphKey | None:
+        """:func:`attnviz.runtime.optcache.graph_key` of ``data`` (``edited`` serialised, or a graph with its
+        weights), None where a weight lies outside this file (a .data file beside it: the key, this file's hash,
+        would not name those weights)."""
+        from attnviz.runtime import optcache
+        from attnviz.runtime.loading import all_tensors
+
+        for t in all_tensors(edited):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                where = next((e.value for e in t.external_data if e.key == "location"), None)
+                if where != self.path.name:
+                    return None
+        return optcache.graph_key(self.path, data)
 
     def close_session(self, mode: str) -> None:
         """Drop this model's own session of ``mode`` (``"dense"``: e.g. once an extra session replaces it, so the
@@ -441,7 +467,26 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         )
 
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
-        return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session)
+        return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session, self._head_session)
+
+    def _head_session(self, s: gr.Site, got: dict, attrs: dict):
+        """Site ``s``'s head model's session (:func:`attnviz.runtime.graph.head_model`), made once beside the
+        session that keeps its Q and Kᵀ on their device: the same provider, in the same process (the child's)."""
+        if s.node_index in self._heads:
+            return self._heads[s.node_index]
+        side = gr.epilogue_side_inputs(self.graph, s)
+        q, k = got[s.q], got[s.k]
+        dtypes = {s.qk: (q.dtype, 4), **{n: (got[n].dtype, 4) for n in side}}
+        sess = None
+        if not any(got[n].ndim > 4 for n in side):
+            m = gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, (len(q.shape), len(k.shape)))
+            if m is not None:
+                data = _serialize(m)
+                sess = LazySession(
+                    lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0]
+                )
+        self._heads[s.node_index] = sess
+        return sess
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
@@ -521,6 +566,14 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         return FileCache.for_model(self)
 
 
+def _kept_names(exposed, outputs: list[IOInfo]) -> tuple[str, ...]:
+    """The Q and Kᵀ an on-demand session exposes, which its runs may leave on the device (runtime/kept.py): never
+    one that is also a model output (the caller reads those as arrays)."""
+    own = {o.name for o in outputs}
+    names = (n for ex in exposed.site_extra if "q" in ex for n in (ex["q"], ex["k"]))
+    return tuple(n for n in dict.fromkeys(names) if n not in own)
+
+
 _HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")
 
 
@@ -566,6 +619,28 @@ def run_stages(runs: list[PreparedRun]) -> list[list[np.ndarray]]:
         raise AttnvizError(
             f"the model failed to run: {ort_message(e)}; check the inputs (attnviz inspect {name} lists them)"
         ) from None
+
+
+class LazySession:
+    """A session made on first use: a site's head model (:meth:`AttentionModel._head_session`) is opened when one of
+    its heads is first drawn, not for every site at a model's first on-demand run (a CUDA session each)."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make = make
+        self._sess: Any = None
+        self._lock = threading.Lock()  # the window's thread and its worker may draw at once: one session
+
+    def _get(self):
+        with self._lock:
+            if self._sess is None:
+                self._sess = self._make()
+            return self._sess
+
+    def get_outputs(self) -> list:
+        return self._get().get_outputs()
+
+    def run_kept(self, names, feeds, values, hints) -> list:
+        return self._get().run_kept(names, feeds, values, hints)
 
 
 class ExtraSession:

@@ -8,6 +8,7 @@ import onnxruntime as ort
 
 from attnviz import AttnvizError
 from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onnxruntime: the parent uses them
+from attnviz.runtime.optcache import GraphKey
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -37,8 +38,11 @@ def make_session(
     arena: bool = True,
     external_dir: str | None = None,
     shared_arena: bool = False,
+    optimized: GraphKey | None = None,
 ) -> tuple[ort.InferenceSession, str]:
-    """Create a session; return it and a note when the provider differs from what was asked."""
+    """Create a session; return it and a note when the provider differs from what was asked.  ``optimized``: a
+    :func:`attnviz.runtime.optcache.graph_key` of ``model``: on the CPU its optimised graph is read from the cache
+    (optimisation then skipped) or kept there for the next session of the same graph."""
     if provider not in PROVIDERS:
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     available = ort.get_available_providers()
@@ -76,8 +80,43 @@ def make_session(
         return sess, note
     if provider == "auto" and CUDA in available:
         note = "no NVIDIA GPU found; running on CPU"
-    sess = ort.InferenceSession(model, so, providers=[CPU])
+    entry = None
+    if optimized is not None:
+        from attnviz.runtime.optcache import optimized_path
+
+        entry = optimized_path(optimized, ort.__version__)
+    sess = _kept(model, so, entry) if entry is not None else ort.InferenceSession(model, so, providers=[CPU])
     return sess, note
+
+
+def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.InferenceSession:
+    """A CPU session of ``model`` from its optimised graph kept at ``entry`` (graph optimisation off: onnxruntime
+    made that graph from ``model`` with these options), else made as usual with that graph written there."""
+    from attnviz.core.writes import atomic_path
+    from attnviz.runtime.optcache import drop_if_large
+
+    try:
+        with open(entry, "rb") as f:
+            kept = f.read()
+    except OSError:
+        kept = None
+    if kept is not None:
+        level = so.graph_optimization_level
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            return ort.InferenceSession(kept, so, providers=[CPU])
+        except Exception:  # damaged or not onnxruntime's: made and written again below
+            so.graph_optimization_level = level
+    try:
+        os.makedirs(os.path.dirname(entry), exist_ok=True)
+        with atomic_path(entry) as written:  # onnxruntime writes its graph there; renamed once the session is made
+            so.optimized_model_filepath = str(written)
+            sess = ort.InferenceSession(model, so, providers=[CPU])
+    except Exception:  # the folder or the write failed (a model over 2 GB cannot be written in one piece): as usual
+        so.optimized_model_filepath = ""
+        return ort.InferenceSession(model, so, providers=[CPU])
+    drop_if_large(entry)
+    return sess
 
 
 def _quiet():

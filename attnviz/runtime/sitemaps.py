@@ -1,12 +1,14 @@
 """A site's attention as an array or recomputed per head: the probabilities normalised to ``[B, H, Tq, Tk]``,
 one site kept as Q and Kᵀ with its graph's epilogue (on-demand memory mode), onnxruntime's packed Attention
-recomputed from its inputs.  numpy only, besides the epilogue session a :class:`RecomputeMap` is handed."""
+recomputed from its inputs, and a site whose Q and Kᵀ stay on their device (:class:`KeptMap`).  numpy only,
+besides the sessions a :class:`RecomputeMap` and a :class:`KeptMap` are handed."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.runtime import kept  # a head model's input names
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -106,6 +108,79 @@ class RecomputeMap:
     @property
     def nbytes(self) -> int:
         return self.q.nbytes + self.k.nbytes
+
+
+class KeptMap:
+    """One site kept as Q and Kᵀ where onnxruntime wrote them (:mod:`attnviz.runtime.kept`: a CUDA session's GPU): a
+    head's rows are computed there by the site's head model (:func:`attnviz.runtime.graph.head_model`, the same
+    steps as :class:`RecomputeMap`'s) and only those rows come back.  ``q``/``k``: the kept values (``dtype``,
+    ``shape``); ``head_session``: the head model's session beside them (``run_kept``)."""
+
+    # rows per head-model call: one call a head up to 4,096 tokens (64 MB of float32 scores, on the device)
+    CHUNK_ELEMS = 1 << 24
+
+    def __init__(self, q, k, side: dict[str, np.ndarray], head_session, batch: int, matmul_attrs: dict):
+        self.q, self.k = q, k
+        qs, ks = tuple(q.shape), tuple(k.shape)
+        # rank 3 is [B·H, ., .] (RecomputeMap reshapes it to [B, H, ., .]); the head model indexes the flat axis
+        self.qbh = (batch, qs[0] // batch) if len(qs) == 3 else (qs[0], qs[1])
+        self.kbh = (batch, ks[0] // batch) if len(ks) == 3 else (ks[0], ks[1])
+        tq = qs[-1] if matmul_attrs.get("transA") else qs[-2]
+        tk = ks[-2] if matmul_attrs.get("transB") else ks[-1]
+        self.side = {n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v for n, v in side.items()}
+        self.sess = head_session
+        self.batch = batch
+        self.shape = (batch, int(max(self.qbh[1], self.kbh[1])), int(tq), int(tk))
+        self._out: tuple[str, str] | None = None  # the head model's output and dtype, read on the first head
+        self.fixed = {
+            kept.Q_SHAPE: np.array([-1, qs[-2], qs[-1]], np.int64),
+            kept.K_SHAPE: np.array([-1, ks[-2], ks[-1]], np.int64),
+        }
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        (qb, qh), (kb, kh) = self.qbh, self.kbh
+        _, heads, tq, tk = self.shape
+        feeds = dict(self.fixed)
+        feeds[kept.Q_INDEX] = np.array((b if qb > 1 else 0) * qh + (h if qh > 1 else 0), np.int64)
+        feeds[kept.K_INDEX] = np.array((b if kb > 1 else 0) * kh + h * kh // heads, np.int64)
+        side = {}
+        for name, v in self.side.items():  # as RecomputeMap slices them
+            if v.ndim == 4:
+                v = v[b : b + 1] if v.shape[0] == self.batch and self.batch > 1 else v[:1]
+                v = v[:, h : h + 1] if v.shape[1] == heads and heads > 1 else v[:, :1]
+            side[name] = v
+        if self._out is None:  # asked of the session first on a head drawn (it is made then: model.LazySession)
+            out = self.sess.get_outputs()[0]
+            self._out = (out.name, kept.tensor_dtype(out.type))
+        out_name, out_dtype = self._out
+        values = {}
+        for name, v in ((kept.Q, self.q), (kept.K, self.k)):
+            if isinstance(v, np.ndarray):  # one of them a host array (a model output, never kept): fed as it is
+                feeds[name] = v
+            else:
+                values[name] = v
+        step = max(1, self.CHUNK_ELEMS // max(tk, 1))
+        out = None if step >= tq else np.empty((tq, tk), np.float32)
+        for r0 in range(0, tq, step):
+            r1 = min(tq, r0 + step)
+            feeds[kept.ROWS] = np.arange(r0, r1, dtype=np.int64)
+            feeds[kept.SCORES_SHAPE] = np.array([1, 1, r1 - r0, tk], np.int64)
+            for name, v in side.items():
+                feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
+            hint = {out_name: (out_dtype, (1, 1, r1 - r0, tk))}
+            rows = np.asarray(self.sess.run_kept([out_name], feeds, values, hint)[0], np.float32)
+            if out is None:
+                return rows.reshape(tq, tk)  # one call: the rows as they came back (a slot lent, on the child)
+            out[r0:r1] = rows.reshape(r1 - r0, tk)
+        assert out is not None
+        return out
+
+    def array(self) -> np.ndarray:
+        return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.k.nbytes  # held on their device (a result kept keeps them)
 
 
 class PackedMap:

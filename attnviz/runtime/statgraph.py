@@ -290,7 +290,8 @@ def stats_model(
     launches are free and the copy is not, so sites keep their own sets there.  Joined sites are read as
     ``[B, heads, T, T]`` (:data:`BHTT`; a rank-2 map, or a rank-3 ``[H, T, T]`` one for a batch of B items, makes
     the run fail: the caller then reduces that model from maps); they read the near-diagonal weights with one
-    Gather, the per-site sets with strided slices (faster on a CPU)."""
+    Gather, the per-site sets with strided slices (faster on a CPU).  Per-site sets run right after their map is made
+    (:func:`_run_in_turn`), so that a batch holds one map at a time, not every site's."""
     m, exposed = gr.instrument(g, sites, "dense")
     on = sorted(i for i, s in enumerate(sites) if i in groups_sites and supported(g, s))
     keep = [exposed.outputs[i] for i in range(len(sites)) if i not in on]
@@ -317,6 +318,7 @@ def stats_model(
     )
     opset = gr._opset(g.model)
     parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
+    ends: dict[int, list[str]] = {}
     batch = None
     if not join:  # (the statistics' nodes read the masked map, which has B whatever the site's leading axis)
         shared = _Nodes(m.graph, "attnviz_stat_")
@@ -339,16 +341,58 @@ def stats_model(
             keys = _row_keys(nd, pm, kw)
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
+        ends[members[0]] = [sums, picks]
     types = {SUMS: f64, PICKS: i64, VALUES: f32, KEYS: i64}
     for name in (SUMS, PICKS, VALUES, KEYS) if rows else (SUMS, PICKS):
         if len(parts[name]) == 1 and name in (SUMS, PICKS):  # one set: its node writes the output (no copy)
             node = next(n for n in m.graph.node if parts[name][0] in n.output)
             node.output[list(node.output).index(parts[name][0])] = name
+            ends = {i: [name if t == parts[name][0] else t for t in e] for i, e in ends.items()}  # renamed
         else:
             m.graph.node.append(helper.make_node("Concat", parts[name], [name], name=name, axis=1))
         m.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
     _prune(m.graph)
+    if not join:
+        _run_in_turn(m.graph, [exposed.outputs[i] for i in on], [ends[i] for i in on])
     return m, exposed, on
+
+
+def _run_in_turn(graph: onnx.GraphProto, maps: list[str], ends: list[list[str]]) -> None:
+    """Make each site's statistics run right after its map is made, before the model reads the map on.
+
+    onnxruntime orders nodes by a depth-first walk back from the outputs: appended statistics ran after the whole
+    model, every map stayed alive until then and each pass over it read memory.  The model's own readers of the map
+    (the P·V MatMul) now read it through a Reshape to its own shape whose shape waits for the site's outputs (their
+    shapes' first entry times 0, added to the map's shape): a view (onnxruntime's Reshape aliases its input), so no
+    value changes; the statistics read the map itself, so no cycle.  ``ends``: each site's output tensors."""
+    for k, (name, outs) in enumerate(zip(maps, ends)):
+        readers = [n for n in graph.node if name in n.input and not n.name.startswith("attnviz_stat")]
+        if not readers:
+            continue  # (the last site: the pruned graph reads its map no further)
+        nd = _Nodes(graph, f"attnviz_stat_turn{k}_")
+        first = [nd("Slice", [nd("Shape", [e]), nd.const([0]), nd.const([1])]) for e in outs]
+        shape = nd("Add", [nd("Shape", [name]), nd("Mul", [nd("Add", first), nd.const([0])])])
+        view = nd("Reshape", [name, shape])
+        for n in readers:
+            for j, t in enumerate(n.input):
+                if t == name:
+                    n.input[j] = view
+    # the new nodes must come before the readers: ONNX graphs are in topological order (stable: one pass a site)
+    done = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    order, pending = [], list(graph.node)
+    while pending:
+        left = []
+        for n in pending:
+            if all(t in done for t in gr._reads(n)):
+                order.append(n)
+                done.update(n.output)
+            else:
+                left.append(n)
+        if len(left) == len(pending):
+            return  # not sortable here (a name read from an outer scope): onnxruntime sorts it itself
+        pending = left
+    del graph.node[:]
+    graph.node.extend(order)
 
 
 def _prune(graph: onnx.GraphProto) -> None:

@@ -18,10 +18,14 @@ slot through I/O binding (no copy at all); otherwise onnxruntime allocates it an
 once.  Shapes are learned per session from earlier runs (:class:`ShapeLinks`).  Free slots unused for two runs are
 deleted and the parent is told to unmap them.  A session whose outputs all went into slots keeps its I/O binding,
 and each output asks for the slot it had last time, so a repeated run rebinds only its feeds.
+
+An on-demand session's Q and Kᵀ may instead stay where onnxruntime wrote them (a CUDA session's GPU): kept here by
+id until the parent drops its handle, and fed to a site's head model when a head is drawn (``worker_kept.py``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import mmap
 import os
@@ -72,10 +76,11 @@ from attnviz.runtime.slots import (  # noqa: E402, F401  (re-exported: tests and
     close_map,
 )
 from attnviz.runtime.steps import Loop  # noqa: E402
+from attnviz.runtime.worker_kept import KeptRequests  # noqa: E402
 from attnviz.runtime.worker_steps import StepRequests  # noqa: E402
 
 
-class Server(StepRequests):
+class Server(StepRequests, KeptRequests):
     OPS = {
         "create": "create",
         "run": "reply_run",
@@ -85,13 +90,14 @@ class Server(StepRequests):
         "close": "close",
         "trace": "take_trace",
         "pinned": "pinned",
+        "run_kept": "run_kept",
+        "kept": "kept_count",
     }
 
     def __init__(self, conn, outdir: str):
         self.conn = conn
         self.pool = Pool(outdir)
         self.sessions: dict[int, tuple] = {}
-        self.keep: dict[int, tuple] = {}
         self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
         self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see feedarea.FeedArea)
@@ -106,16 +112,15 @@ class Server(StepRequests):
         self.repeats: dict[int, _Repeat] = {}  # per session: its last run, to repeat without planning
         self.received = 0.0  # when this request arrived (for the trace)
         self.loops: dict[int, Loop] = {}  # per session: a generation running here (see attnviz.runtime.steps)
+        # per session: the outputs its runs leave on its device (names, device, device id: runtime/kept.py), and
+        # the values so kept, by id, until the parent says it dropped them (``forget``, ahead of a request)
+        self.keep_on: dict[int, tuple[frozenset[str], str, int]] = {}
+        self.kept: dict[int, object] = {}
+        self.kept_ids = itertools.count(1)
 
     def create(self, sid, model, kwargs):
         from attnviz.runtime.session import make_session
 
-        if kwargs.get("initializers"):  # weights handed over as arrays: OrtValues that share their memory
-            import onnxruntime as ort
-
-            names, arrays = kwargs["initializers"]
-            kwargs = dict(kwargs, initializers=(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]))
-            self.keep[sid] = (arrays, kwargs["initializers"])  # must outlive the session
         kwargs = dict(
             kwargs,
             shared_arena=bool(
@@ -123,8 +128,10 @@ class Server(StepRequests):
             ),
         )
         self.finite[sid] = frozenset(kwargs.pop("finite", ()))  # map outputs checked for NaN/Inf after a run
+        keep = kwargs.pop("keep", None)  # on-demand Q/Kᵀ left on the device (runtime/kept.py)
         sess, note = make_session(model, **kwargs)
         self.sessions[sid] = (sess, ShapeLinks())
+        self.keep_for(sid, sess, keep)
         if "CUDAExecutionProvider" in sess.get_providers()[:1]:  # its provider loaded the CUDA runtime
             self.pool.pin_all()
         desc = [
@@ -215,11 +222,14 @@ class Server(StepRequests):
 
     def _release_items(self, items: list[list]) -> None:
         self.pool.release(it[1] for stage in items for it in stage if it[0] == "slot")
+        self.forget(it[1] for stage in items for it in stage if it[0] == "kept")  # no reply named them either
 
     def _array(self, item) -> np.ndarray:
         """The array an output item holds: a view of its slot, or the inline array."""
         if item[0] == "slot":
             return self.pool.slots[item[1]].array(np.dtype(item[2]), item[3])
+        if item[0] == "kept":  # a later stage reads a value kept on the device (none does today): its host copy
+            return self.kept[item[1]].numpy()  # type: ignore[attr-defined]  # an OrtValue
         return item[1]
 
     def _repeat(self, sid: int, sess, again: _Repeat, names, feeds) -> bool:
@@ -277,7 +287,10 @@ class Server(StepRequests):
         kept = self.bindings.pop(sid, None)
         last = kept.outs if kept is not None else {}
         plan: dict[str, tuple[Slot, np.dtype, tuple]] = {}
+        keep, device, dev = self.keep_on.get(sid) or (frozenset(), "", 0)
         for n in names:
+            if n in keep:
+                continue  # left on the device (runtime/kept.py): never a slot
             p = predicted.get(n)
             nbytes = math.prod(p[1]) * p[0].itemsize if p is not None else 0
             slot = self.pool.take(nbytes, (last.get(n) or (None,))[0]) if nbytes > INLINE_BYTES else None
@@ -301,6 +314,8 @@ class Server(StepRequests):
             if sig is not None:
                 slot, dtype, shape = plan[n]
                 io.bind_output(n, "cpu", 0, dtype.type, list(shape), slot.view.ctypes.data)
+            elif n in keep:
+                io.bind_output(n, device, dev)
             else:
                 io.bind_output(n, "cpu")
             outs_of[n] = sig
@@ -345,8 +360,11 @@ class Server(StepRequests):
         outs = io.get_outputs()
         io.clear_binding_outputs()  # from here ``outs`` holds onnxruntime's buffers alone: each can go on its own
         del io
-        copies = sum(_nbytes(o) for n, o in zip(names, outs) if o is not None and n not in bound)
-        big = any(o is not None and n not in bound and _nbytes(o) > INLINE_BYTES for n, o in zip(names, outs))
+        copies = sum(_nbytes(o) for n, o in zip(names, outs) if o is not None and n not in bound and n not in keep)
+        big = any(
+            o is not None and n not in bound and n not in keep and _nbytes(o) > INLINE_BYTES
+            for n, o in zip(names, outs)
+        )
         shrink = big and worth_shrinking(copies)
         if shrink:
             self._give_back_arena()  # the run's intermediates first: the copies below then add ~one map at most
@@ -356,6 +374,10 @@ class Server(StepRequests):
             if n in bound:
                 dtype, shape = predicted[n]
                 got[n] = (("slot", bound[n].id, dtype.str, shape), _Shaped(dtype, shape))
+                continue
+            held = self.keep_value(ov) if n in keep else None
+            if held is not None:
+                got[n] = (held, _Shaped(np.dtype(held[2]), held[3]))
                 continue
             arr = ov.numpy()
             del ov
@@ -373,6 +395,9 @@ class Server(StepRequests):
         assert self.send is not None
         self.received, self.replied = time.perf_counter(), False
         try:
+            if op == "forget_then":  # kept values the parent dropped, sent ahead of its request (runtime/kept.py)
+                kids, op, args = args
+                self.forget(kids)
             if op not in self.OPS:
                 raise ValueError(f"unknown op {op!r}")
             reply = getattr(self, self.OPS[op])(*args)
@@ -430,11 +455,11 @@ class Server(StepRequests):
     def close(self, sids):
         for sid in sids:
             self.sessions.pop(sid, None)
-            self.keep.pop(sid, None)
             self.finite.pop(sid, None)
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
             self.loops.pop(sid, None)
+            self.keep_on.pop(sid, None)
 
 
 def _nbytes(ov) -> int:

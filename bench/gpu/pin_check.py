@@ -11,8 +11,12 @@ alternating), one onnxruntime thread:
   iso pageable     the same with ATTNVIZ_PIN=off
   inproc pinned    ATTNVIZ_INPROCESS=1
   inproc pageable  ATTNVIZ_INPROCESS=1 ATTNVIZ_PIN=off
-Prints the median wall per run, its ratio to plain, each row's info["pinned"], and whether the maps (on-demand: each
-site's Q and Kᵀ and site 0's first head recomputed; dense: every map) are bit-equal between pinned and pageable.
+  iso qk-host      on-demand's Q and Kᵀ brought to the host (ATTNVIZ_QK_DEVICE=off: how CUDA ran before session 13;
+  inproc qk-host   the other rows keep them on the GPU with ATTNVIZ_QK_DEVICE=on (run_kept.sh sets it), runtime/kept.py, and compute a drawn head there)
+Prints the median wall per run, its ratio to plain, each row's info["pinned"] and map class, and whether the maps
+(on-demand: each site's first head, with each site's Q and Kᵀ where they are on the host; dense: every map) are
+bit-equal between pinned and pageable; for on-demand also the median time to draw one head (site 0, head 0,
+recomputed) and the largest difference between the heads drawn from kept Q/Kᵀ and from host ones.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ ROWS = {
     "iso pageable": {"ATTNVIZ_PIN": "off"},
     "inproc pinned": {"ATTNVIZ_INPROCESS": "1"},
     "inproc pageable": {"ATTNVIZ_INPROCESS": "1", "ATTNVIZ_PIN": "off"},
+    "iso qk-host": {"ATTNVIZ_QK_DEVICE": "off"},
+    "inproc qk-host": {"ATTNVIZ_INPROCESS": "1", "ATTNVIZ_QK_DEVICE": "off"},
 }
 
 
@@ -51,15 +57,29 @@ def case_feeds(t: int, b: int) -> dict:
 
 def digest(result) -> str:
     h = hashlib.blake2b(digest_size=12)
-    for i, m in enumerate(result.maps):
-        if hasattr(m, "q"):  # on-demand: what the run kept, and one head recomputed from it
-            h.update(np.ascontiguousarray(m.q).tobytes())
-            h.update(np.ascontiguousarray(m.k).tobytes())
-            if i == 0:
-                h.update(m.head(0, 0).tobytes())
+    for m in result.maps:
+        if hasattr(m, "q"):  # on-demand: what the run kept where it is on the host, and a head recomputed from it
+            for v in (m.q, m.k):
+                if isinstance(v, np.ndarray):  # a KeptMap's stay on the GPU (runtime/kept.py)
+                    h.update(np.ascontiguousarray(v).tobytes())
+            h.update(m.head(0, 0).tobytes())
         else:
             h.update(np.ascontiguousarray(m.array()).tobytes())
     return h.hexdigest()
+
+
+def heads(result, into: Path) -> dict:
+    """An on-demand result's first head of every site (every 32nd row: 12 MB at 4,096 tokens, not 400) saved to
+    ``into`` (the driver compares rows' files), and the median time to draw site 0's first head (three draws)."""
+    if not hasattr(result.maps[0], "q"):
+        return {}
+    np.save(into, np.stack([m.head(0, 0)[::32] for m in result.maps]))
+    took = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        result.maps[0].head(0, 0)
+        took.append(time.perf_counter() - t0)
+    return {"heads": str(into), "head_ms": statistics.median(took) * 1000}
 
 
 def worker(row: str, path: str, provider: str, cases: list) -> None:
@@ -97,6 +117,9 @@ def worker(row: str, path: str, provider: str, cases: list) -> None:
         else:
             r = runs[i]()
             out = {"digest": "" if row == "plain" else digest(r), "pinned": getattr(r, "info", {}).get("pinned")}
+            if row != "plain":
+                out["maps"] = type(r.maps[0]).__name__
+                out.update(heads(r, Path(path).parent / f"heads-{row.replace(' ', '_')}-{i}.npy"))
             del r
         print(json.dumps(out), flush=True)
 
@@ -106,7 +129,7 @@ class Row:
         env = {**os.environ, **ROWS[name], "OMP_NUM_THREADS": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         if "ATTNVIZ_PIN" not in ROWS[name]:
-            env.pop("ATTNVIZ_PIN", None)
+            env.pop("ATTNVIZ_PIN", None)  # (ATTNVIZ_QK_DEVICE=on from outside reaches the other rows: a CPU smoke)
         self.p = subprocess.Popen(
             [sys.executable, __file__, "--worker", name, str(path), provider, *(["--small"] if small else [])],
             stdin=subprocess.PIPE,
@@ -150,7 +173,9 @@ def main() -> None:
             r.ask()
         print(f"rows ready {time.perf_counter() - t0:.0f} s", flush=True)
         print(
-            "| case | tokens x batch | row | median wall | vs plain | pinned |\n|---|---|---|---|---|---|", flush=True
+            "| case | tokens x batch | row | median wall | vs plain | pinned | maps | a head drawn |\n"
+            "|---|---|---|---|---|---|---|---|",
+            flush=True,
         )
         for i, (mode, t, b) in enumerate(cases):
             times: dict[str, list[float]] = {n: [] for n in rows}
@@ -161,12 +186,19 @@ def main() -> None:
             base = statistics.median(times["plain"])
             for n in rows:
                 w = statistics.median(times[n])
+                c = checks[n]
+                head = f"{c['head_ms']:.1f} ms" if "head_ms" in c else "-"
                 print(
-                    f"| {mode} | {t} x {b} | {n} | {w * 1000:.1f} ms | {w / base:.3f}x | {checks[n]['pinned'] or '-'} |"
+                    f"| {mode} | {t} x {b} | {n} | {w * 1000:.1f} ms | {w / base:.3f}x | {c['pinned'] or '-'} "
+                    f"| {c.get('maps', '-')} | {head} |"
                 )
             for layout in ("iso", "inproc"):
                 d1, d2 = checks[f"{layout} pinned"]["digest"], checks[f"{layout} pageable"]["digest"]
                 print(f"  {layout}: maps pinned == pageable (bit-equal): {d1 == d2}", flush=True)
+                kept, hosted = checks[f"{layout} pinned"].get("heads"), checks[f"{layout} qk-host"].get("heads")
+                if kept and hosted:
+                    diff = float(np.abs(np.load(kept).astype(np.float64) - np.load(hosted)).max())
+                    print(f"  {layout}: every site's first head, kept Q/Kᵀ vs host Q/Kᵀ: max |diff| {diff:.2e}")
         for r in rows.values():
             assert r.p.stdin is not None
             r.p.stdin.close()

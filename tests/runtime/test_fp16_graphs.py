@@ -49,8 +49,12 @@ def _own_probs(path) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("softmax32", [False, True], ids=["softmax-fp16", "softmax-fp32-between-casts"])
-@pytest.mark.parametrize("mode", ["dense", "ondemand"])
-def test_fp16_maps_are_the_graphs_own_as_float32(tmp_path, softmax32, mode):
+@pytest.mark.parametrize("mode", ["dense", "ondemand", "ondemand-kept"])
+def test_fp16_maps_are_the_graphs_own_as_float32(tmp_path, softmax32, mode, monkeypatch):
+    kept = mode == "ondemand-kept"
+    if kept:  # Q and Kᵀ left where onnxruntime wrote them, a head by the site's head model (runtime/kept.py)
+        monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
+        mode = "ondemand"
     full = tiny_text_model(tmp_path / "m.onnx", causal=True)
     half = _fp16(full, tmp_path / "m_fp16.onnx", softmax32)
     want = _own_probs(half)
@@ -59,6 +63,7 @@ def test_fp16_maps_are_the_graphs_own_as_float32(tmp_path, softmax32, mode):
     r32 = open_model(full, provider="cpu").run({"input_ids": IDS}, mode=mode)
     assert [s.method for s in r.sites] == ["softmax", "softmax"] and r.info["map_dtype"] == "float16"
     assert "map_dtype" not in r32.info
+    assert all((type(m).__name__ == "KeptMap") == kept for m in (*r.maps, *r32.maps))
     for got, w, ref in zip(r.maps, want, r32.maps):
         a = got.array()
         assert a.dtype == np.float32 and np.isfinite(a).all()

@@ -461,3 +461,55 @@ def test_keys_are_read_at_the_best_rows_only(opset):
             else:
                 want = r
             assert np.array_equal(got[..., st], want), name
+
+
+def test_each_sites_statistics_run_before_the_model_reads_its_map_on(tmp_path, monkeypatch):
+    """onnxruntime orders nodes by the data, not by the node list: statistics merely appended ran after the whole
+    model (the last site's first), so every map stayed alive until then (about twice a MiniLM batch's peak,
+    bench/RESULTS.md).  The model's readers of each map now wait for its statistics: in onnxruntime's own
+    execution order (its profiler's events) each site's statistics finish before a later model node runs and come
+    in site order; the graph stays a valid, sorted ONNX graph; and its outputs are bit for bit those of the same
+    graph without the edit."""
+    import json
+
+    import onnxruntime as ort
+
+    path = tiny_text_model(tmp_path / "m.onnx", layers=3, heads=2, classifier=False)
+    m = open_model(path, provider="cpu")
+    m.probe()
+    sites = set(range(len(m.sites)))
+    stats, _, on = sg.stats_model(m.graph, m._sites, sites)
+    assert on == [0, 1, 2]
+    known = {i.name for i in stats.graph.input} | {t.name for t in stats.graph.initializer} | {""}
+    for n in stats.graph.node:  # still in topological order, as ONNX requires
+        assert all(t in known for t in n.input), n.name
+        known.update(n.output)
+    ids = np.random.default_rng(5).integers(3, 8, (3, 9))
+    lengths = np.array([9, 5, 2])
+    special = np.zeros((3, 9), bool)
+    special[:, 0] = True
+    extra, _ = sg.stat_feeds(lengths, special, 9)
+    feeds = {m.inputs[0].name: ids, **extra}
+
+    def run(model, profile=""):
+        so = ort.SessionOptions()
+        if profile:
+            so.enable_profiling, so.profile_file_prefix = True, str(tmp_path / profile)
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        names = {i.name for i in sess.get_inputs()}
+        out = sess.run([sg.SUMS, sg.PICKS], {k: v for k, v in feeds.items() if k in names})
+        return out, (sess.end_profiling() if profile else "")
+
+    got, prof = run(stats, "order")
+    events = [e for e in json.loads(Path(prof).read_text()) if e.get("cat") == "Node" and e["name"].endswith("_time")]
+    names = list(dict.fromkeys(e["name"][: -len("_kernel_time")] for e in events if e["name"].endswith("_kernel_time")))
+    at = {i: [k for k, n in enumerate(names) if n.startswith(f"attnviz_stat{i}_")] for i in on}
+    model_nodes = [k for k, n in enumerate(names) if not n.startswith("attnviz_stat")]
+    assert all(at[i] for i in on)
+    assert max(at[0]) < min(at[1]) and max(at[1]) < min(at[2])  # in site order (it was the reverse)
+    assert max(at[0]) < max(model_nodes) and max(at[1]) < max(model_nodes)  # before the model went on
+
+    monkeypatch.setattr(sg, "_run_in_turn", lambda *a: None)
+    plain, _, _ = sg.stats_model(m.graph, m._sites, sites)
+    want, _ = run(plain)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))

@@ -18,6 +18,7 @@ The package is split along the seams onnxruntime's transformer tools use (``onnx
 * :mod:`.labels` — stack / kind / layer and canonical order;
 * :mod:`.dtypes` — a tensor's element type without whole-model shape inference (fp16 graphs' bodies);
 * :mod:`.instrument` — the extra outputs (dense maps, or Q/K for on-demand recompute);
+* :mod:`.headmodel` — one head's rows from a site's kept Q/Kᵀ, on their device (on-demand maps kept there);
 * :mod:`.ablate` — per-head gates (a ``[H]`` mask graph input per site) for head ablation (``attnviz ablate``);
 * :mod:`.grids` — an image encoder's token grid.
 
@@ -28,6 +29,7 @@ Everything here works on an in-memory copy; the user's file is never written.
 from attnviz.runtime.graph.base import Finder, Scan, Site
 from attnviz.runtime.graph.fused import MS_QK_METHODS, UNSUPPORTED_FUSED
 from attnviz.runtime.graph.grids import SPATIAL_OPS, TokenGrid, token_grid
+from attnviz.runtime.graph.headmodel import head_model
 from attnviz.runtime.graph.index import MS, Graph, _opset, _reads, load_model
 from attnviz.runtime.graph.instrument import (
     ELEMENTWISE,
@@ -82,6 +84,7 @@ __all__ = [
     "epilogue_model",
     "epilogue_side_inputs",
     "find_sites",
+    "head_model",
     "instrument",
     "instrumented_bytes",
     "label_sites",

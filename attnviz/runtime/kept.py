@@ -1,0 +1,157 @@
+"""On-demand maps' Q and Kᵀ kept where onnxruntime wrote them, a head's map computed there when it is asked for.
+
+An on-demand run (``--mode ondemand``) returns each site's Q and Kᵀ instead of its ``[B, H, T, T]`` map.  On CUDA
+bringing them to the host is most of what the run costs beyond plain inference (MiniLM's shape at 4,096 tokens:
+69 MB through PCIe a run, 1.17× plain on an H100, bench/RESULTS.md).  Where this module's switch says so the run
+binds them to the session's device instead (IO binding, as :class:`attnviz.runtime.steps.DeviceRun` keeps a
+generation's cache), and a head's probabilities are computed on that device by a small session of the site's
+head model (:func:`attnviz.runtime.graph.head_model`: the head's rows gathered, Q·Kᵀ, the graph's own epilogue),
+so only the ``[rows, Tk]`` asked for crosses back.
+
+Ownership: a kept value lives as long as something holds it.  In-process that is the :class:`Kept` wrapper the
+run returned; in the crash-isolation child it is a :class:`KeptRef` the parent holds, whose collection tells the
+child (with the next request) to drop the value.  A result kept beside a newer run therefore still draws.
+
+Imported by the child (``worker.py``): numpy and :mod:`attnviz.runtime.isolation`'s neighbours only, onnxruntime
+where a run binds.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+
+from attnviz import AttnvizError
+
+KEEP_ENV = "ATTNVIZ_QK_DEVICE"  # auto (AUTO_KEEPS) | on (keep on the device, the CPU too) | off (Q and Kᵀ to the host)
+_MODES = ("auto", "on", "off")
+# onnxruntime's type words for the dtypes a kept Q/Kᵀ can have (anything else comes to the host as before)
+_TYPES = {"tensor(float)": "<f4", "tensor(float16)": "<f2", "tensor(double)": "<f8"}
+
+# a head model's own inputs (:func:`attnviz.runtime.graph.head_model`; a prefix no exported graph uses), beside
+# its epilogue's side inputs, which keep their names
+Q, K = "attnviz_head_q", "attnviz_head_k"
+Q_SHAPE, K_SHAPE = "attnviz_head_q_shape", "attnviz_head_k_shape"  # int64 [3]: [-1, *Q's last two axes]
+Q_INDEX, K_INDEX = "attnviz_head_q_index", "attnviz_head_k_index"  # int64 scalar: the head along the flat axis
+ROWS = "attnviz_head_rows"  # int64 [r]: the query rows asked for
+SCORES_SHAPE = "attnviz_head_scores_shape"  # int64 [4]: [1, 1, r, Tk], as the epilogue is fed on the host
+
+
+def keep_mode(mode: str | None = None) -> str:
+    """The switch's value (``mode``, else the ``ATTNVIZ_QK_DEVICE`` environment variable, else "auto"), checked."""
+    got = mode if mode is not None else os.environ.get(KEEP_ENV, "auto") or "auto"
+    if got not in _MODES:
+        raise AttnvizError(f"{KEEP_ENV}={got!r} is not a Q/K placement; use one of {', '.join(_MODES)}")
+    return got
+
+
+# "auto" keeps Q and Kᵀ on the device where that was measured to pay.  Written without a GPU (session 13): the
+# CUDA path ran only on CPU OrtValues (bit-equal there), so CUDA keeps the host path by default until a GPU session
+# has run bench/gpu/run_kept.sh (ATTNVIZ_QK_DEVICE=on) and checked cuBLAS's heads and the 1.05x; then add it here.
+AUTO_KEEPS: frozenset[str] = frozenset()
+
+
+def keep_device(provider: str, mode: str) -> str:
+    """Where a session whose first provider is ``provider`` keeps Q and Kᵀ: "" to the host as numpy arrays (the
+    default: on a CPU the copy out is a memcpy the run barely notices); with "on", "cuda" on CUDA and "cpu"
+    elsewhere (CPU OrtValues through the same code: how the tests run the CUDA path without a GPU); with "auto",
+    on the device for the providers in :data:`AUTO_KEEPS`."""
+    if mode == "off" or (mode == "auto" and provider not in AUTO_KEEPS):
+        return ""
+    return "cuda" if provider == "CUDAExecutionProvider" else "cpu"
+
+
+def device_id(sess, device: str) -> int:
+    """The session's own GPU (0 on the CPU)."""
+    if device != "cuda":
+        return 0
+    opts = sess.get_provider_options().get("CUDAExecutionProvider", {})
+    return int(opts.get("device_id", 0) or 0)
+
+
+def tensor_dtype(word: str) -> str:
+    """A NodeArg's type word (``tensor(float16)``) as a numpy dtype string (float32 for one not kept)."""
+    return _TYPES.get(word, "<f4")
+
+
+def ort_dtype(ov) -> np.dtype | None:
+    """A tensor OrtValue's numpy dtype, None for one this module does not keep."""
+    word = _TYPES.get(ov.data_type())
+    return np.dtype(word) if word else None
+
+
+class Kept:
+    """An OrtValue kept in this process (``ATTNVIZ_INPROCESS=1``), with the dtype and shape a map reads."""
+
+    __slots__ = ("value", "dtype", "shape")
+
+    def __init__(self, value, dtype: np.dtype):
+        self.value, self.dtype, self.shape = value, dtype, tuple(int(d) for d in value.shape())
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class KeptRef:
+    """A value the crash-isolation child keeps for this process (its id there, dtype and shape); when this object
+    is collected the child is told, with the next request, to drop the value."""
+
+    __slots__ = ("host", "kid", "dtype", "shape", "__weakref__")
+
+    def __init__(self, host, kid: int, dtype: str, shape: tuple):
+        self.host, self.kid, self.dtype, self.shape = host, kid, np.dtype(dtype), tuple(shape)
+        weakref.finalize(self, host.forget.append, kid)  # list.append: atomic, safe from any thread's collection
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def bind_run(sess, names: list[str], feeds: dict, keep: frozenset[str], device: str, dev: int) -> list:
+    """An in-process run with the ``keep`` outputs bound to ``device`` (returned as :class:`Kept`) and the others
+    to host memory (numpy arrays, as :func:`attnviz.runtime.chain.run_bound` gives them)."""
+    io = sess.io_binding()
+    for k, v in feeds.items():
+        io.bind_cpu_input(k, np.ascontiguousarray(v))
+    uniq = list(dict.fromkeys(names))
+    for n in uniq:
+        if n in keep:
+            io.bind_output(n, device, dev)
+        else:
+            io.bind_output(n, "cpu")
+    sess.run_with_iobinding(io)
+    got = {}
+    for n, ov in zip(uniq, io.get_outputs()):
+        dt = ort_dtype(ov) if n in keep else None
+        got[n] = Kept(ov, dt) if dt is not None else ov.numpy()
+    return [got[n] for n in names]
+
+
+def head_run(sess, names: list[str], feeds: dict, values: dict[str, Any], into: dict[str, np.ndarray]) -> list:
+    """A head model's run: ``values`` (input -> OrtValue: the kept Q and Kᵀ, wherever they are) bound as they are,
+    ``feeds`` (numpy) bound from host memory, each output written into host memory: into its array in ``into``
+    (the child's page-locked slot, shaped as the caller expects) or where onnxruntime puts it.  A shape that was
+    not what the caller expected runs again unbound.  Returns the outputs in ``names`` order (an ``into`` array
+    itself where it was written)."""
+    io = sess.io_binding()
+    for k, v in values.items():
+        io.bind_ortvalue_input(k, v)
+    for k, v in feeds.items():
+        io.bind_cpu_input(k, np.require(v, requirements="C"))  # rank 0 stays rank 0 (a head's index)
+    for n in names:
+        arr = into.get(n)
+        if arr is not None:
+            io.bind_output(n, "cpu", 0, arr.dtype.type, list(arr.shape), arr.ctypes.data)
+        else:
+            io.bind_output(n, "cpu")
+    try:
+        sess.run_with_iobinding(io)
+    except Exception:
+        if not into:
+            raise
+        return head_run(sess, names, feeds, values, {})  # onnxruntime says what else was wrong, if anything
+    return [into[n] if n in into else ov.numpy() for n, ov in zip(names, io.get_outputs())]

@@ -1,0 +1,175 @@
+"""Work kept on disk between commands: a model file's sha256, and onnxruntime's optimised graph of a session.
+
+A researcher runs ``attnviz corpus`` on one model again and again.  Each command hashed the whole file (90 MB:
+~0.1 s CPU) and each of its workers had onnxruntime optimise the same statistics graph (~0.04 s CPU of a ~0.08 s
+session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/attnviz``, else ``~/.cache/attnviz``;
+``ATTNVIZ_CACHE_DIR=off`` keeps nothing):
+
+- a file's sha256, keyed by what the file system says of the file (device, inode, size, modification and change
+  times in ns, as git's index does): any write changes its change time, so a changed file is hashed again;
+- an optimised graph (:func:`graph_key`, :func:`optimized_path`), keyed by the model file's sha256, the exact graph bytes handed to
+  onnxruntime, onnxruntime's version and this CPU (an optimised graph may hold layouts for its instruction set);
+- a session's memory estimates (:func:`kept_json`, :func:`keep_json`; :class:`attnviz.runtime.memory.MemoryPlan`),
+  by the same graph key, the shapes, the cap and onnx's and onnxruntime's versions (its shape inferences).
+  It is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph onnxruntime
+  would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
+
+An entry that cannot be read is ignored (and written again); writes go to a temporary file that is renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_OFF = ("", "0", "off", "none")
+_SHA = re.compile(r"[0-9a-f]{64}")
+KEEP_MAX_BYTES = 64 * 2**20  # an optimised graph larger than this (weights folded into it) is not kept
+
+
+def folder() -> Path | None:
+    """The cache folder (not created here), or None where caching is off."""
+    given = os.environ.get("ATTNVIZ_CACHE_DIR")
+    if given is not None:
+        return None if given.strip().lower() in _OFF else Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attnviz"
+
+
+def _stat_key(path: Path) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+
+
+def _usable(root: Path) -> bool:
+    """A cache folder another user may write to could hand this one planted graphs and hashes, so kept work is
+    read and written only in a folder this user owns and no one else may write (POSIX); a missing one is made so."""
+    if os.name != "posix":
+        return True
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(root)
+    except OSError:  # a read-only home: nothing kept, each command works it out again
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _entry(kind: str, key: str, root: Path | None = None) -> Path | None:
+    root = root or folder()
+    if root is None or not _usable(root):
+        return None
+    return root / kind / hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class GraphKey:
+    """What names a session's graph in the cache (:func:`graph_key`), and the cache folder it was found in: a
+    session made in the crash-isolation child keeps its graph there, whatever that process's environment says."""
+
+    folder: str
+    key: str
+
+
+def known_sha256(path: str | Path) -> str | None:
+    """The file's sha256 where a command hashed it before and the file has not changed since; never hashes."""
+    key = _stat_key(Path(path))
+    entry = _entry("sha256", key) if key else None
+    if entry is None:
+        return None
+    try:
+        text = entry.read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if _SHA.fullmatch(text) else None
+
+
+def stat_key(path: str | Path) -> str | None:
+    """What :func:`remember_sha256` compares: taken before hashing, so that a file written meanwhile is not kept."""
+    return _stat_key(Path(path))
+
+
+def remember_sha256(path: str | Path, sha: str, before: str | None) -> None:
+    """Keep ``sha`` for the file, if it is still as it was when its hashing began (``before``: :func:`stat_key`)."""
+    key = _stat_key(Path(path))
+    entry = _entry("sha256", key) if key else None
+    if entry is None or key != before or not _SHA.fullmatch(sha):
+        return
+    _write(entry, sha.encode("ascii"))
+
+
+def _write(entry: Path, data: bytes) -> None:
+    from attnviz import AttnvizError
+    from attnviz.core.writes import atomic_write_bytes
+
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(entry, data)
+    except (OSError, AttnvizError):  # a read-only or full disk: the next command works it out again
+        pass
+
+
+def kept_json(kind: str, key: GraphKey) -> object | None:
+    """What :func:`keep_json` kept under ``key`` (None: nothing, or not readable as JSON)."""
+    from attnviz import AttnvizError
+    from attnviz.core.untrusted import parse_json
+
+    entry = _entry(kind, key.key, Path(key.folder))
+    if entry is None:
+        return None
+    try:
+        return parse_json(entry.read_bytes(), str(entry))
+    except (OSError, AttnvizError):
+        return None
+
+
+def keep_json(kind: str, key: GraphKey, value: object) -> None:
+    import json
+
+    entry = _entry(kind, key.key, Path(key.folder))
+    if entry is not None:
+        _write(entry, json.dumps(value).encode())
+
+
+def _cpu() -> str:
+    """This CPU's instruction sets (Linux), else the machine's name: optimised graphs are kept per CPU."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return f"{platform.machine()} {platform.processor()}"
+
+
+def graph_key(model_file: str | Path, graph: bytes) -> GraphKey | None:
+    """What names onnxruntime's optimised graph of ``graph`` (bytes of an edited copy of ``model_file``'s graph whose
+    weights stay in that file), for :func:`optimized_path` where the session is made; None where nothing is kept:
+    caching off, or a model file whose sha256 no command has computed yet (no file is hashed only for this)."""
+    root = folder()
+    sha = known_sha256(model_file) if root is not None else None
+    return None if root is None or sha is None else GraphKey(str(root), f"{sha}|{hashlib.sha256(graph).hexdigest()}")
+
+
+def optimized_path(key: GraphKey, onnxruntime_version: str) -> str | None:
+    """The file of a :func:`graph_key`'s optimised graph for a CPU session of this onnxruntime on this CPU."""
+    entry = _entry(
+        "optimized", "|".join([key.key, onnxruntime_version, "CPUExecutionProvider", _cpu()]), Path(key.folder)
+    )
+    return None if entry is None else str(entry.with_suffix(".onnx"))
+
+
+def drop_if_large(entry: str) -> None:
+    """An optimised graph over :data:`KEEP_MAX_BYTES` (weights folded into it) is not kept."""
+    try:
+        if os.path.getsize(entry) > KEEP_MAX_BYTES:
+            os.unlink(entry)
+    except OSError:
+        pass
