@@ -23,7 +23,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,8 @@ from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
 from attnviz.runtime.kept import keep_mode
 from attnviz.runtime.optcache import GraphKey
+
+_T = TypeVar("_T")
 
 # the old names of what moved to child.py and feedarea.py: tests and bench/ read host._Host, host._FeedArea, ...
 _Host = ChildProcess
@@ -197,16 +199,25 @@ class RemoteSession:
         where they are) and ``feeds`` (numpy); ``hints`` (output -> (dtype, shape)): what an output will be, so the
         child writes it straight into a slot.  No memory check: a head model's run is one head's rows."""
         host = self._attach()
+        return self._once(
+            lambda: host.run_kept(self._sid, list(names), dict(feeds), dict(values), dict(hints)),
+            "computing a head's map",
+        )
+
+    def _once(self, call: Callable[[], _T], doing: str) -> _T:
+        """``call`` (a request to this session's child), once: unlike :meth:`run` it is not sent again to a new
+        child, since what it needs (kept values, a generation's cache) died with the old one; a death is this
+        request's crash, named by ``doing``."""
         try:
-            return host.run_kept(self._sid, list(names), dict(feeds), dict(values), dict(hints))
+            return call()
         except Dead:
             self._host = None
-            raise ModelCrashed("the model crashed onnxruntime while computing a head's map") from None
+            raise ModelCrashed(f"the model crashed onnxruntime while {doing}") from None
         except ModelCrashed as e:
             self.crashed = str(e)
             raise
         except RunCancelled:
-            self._host = None
+            self._host = None  # the child was stopped; the session is re-created on the next run
             raise
 
     def pinned(self) -> str:
@@ -244,17 +255,10 @@ class RemoteSession:
             self._ensure()
         if self._host is None or self._host is not _host:
             raise AttnvizError("generation lost its cache (the model's process restarted); generate again")
-        try:
-            return self._host.steps(self._sid, start, token, n, eos, budget)
-        except Dead:
-            self._host = None
-            raise ModelCrashed("the model crashed onnxruntime while generating; the model cannot be run") from None
-        except ModelCrashed as e:
-            self.crashed = str(e)
-            raise
-        except RunCancelled:
-            self._host = None
-            raise
+        host = self._host
+        return self._once(
+            lambda: host.steps(self._sid, start, token, n, eos, budget), "generating; the model cannot be run"
+        )
 
 
 def run_chain(stages: list[tuple[RemoteSession, list[str], dict]]) -> list[list[np.ndarray]]:
