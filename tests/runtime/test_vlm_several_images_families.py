@@ -78,19 +78,7 @@ def _qwen25_vision(m, px, grid) -> list[np.ndarray]:
     from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as mq
 
     seen = q2.record_vision_attention(m, px, grid, mq)
-    n = int(np.prod(grid, axis=1).sum())
-    maps, k = [], 0
-    for _ in range(q5.DEPTH):
-        full = np.zeros((1, q5.HEADS, n, n), np.float32)
-        at = 0
-        while at < n:
-            w = seen[k]
-            full[:, :, at : at + w.shape[-1], at : at + w.shape[-1]] = w
-            at += w.shape[-1]
-            k += 1
-        maps.append(full)
-    assert k == len(seen)
-    return maps
+    return q5.on_diagonal(seen, int(np.prod(grid, axis=1).sum()))
 
 
 @pytest.mark.parametrize("second", ["b", "wide"])  # the same size (3 x 4 tokens each), or 3 x 5
