@@ -177,18 +177,12 @@ class RemoteSession:
         for _ in range(2):
             if self._host is None or self._host is not _host or self.crashed:
                 self._ensure()  # a dead child is found by the call below (Dead), not checked here first
-            assert self._host is not None  # _ensure either set it or raised
+            host = self._host
+            assert host is not None  # _ensure either set it or raised
             try:
-                return self._host.run(self._sid, names, dict(feeds))
-            except Dead:
-                self._host = None
+                return self._once(lambda: host.run(self._sid, names, dict(feeds)))
+            except Dead:  # the child died before the run: once more in a new one
                 continue
-            except ModelCrashed as e:
-                self.crashed = str(e)
-                raise
-            except RunCancelled:
-                self._host = None  # the child was stopped; the session is re-created on the next run
-                raise
         raise ModelCrashed("the model crashed onnxruntime: its process could not be started")
 
     def run_bound(self, names, feeds) -> list[np.ndarray]:
@@ -204,14 +198,16 @@ class RemoteSession:
             "computing a head's map",
         )
 
-    def _once(self, call: Callable[[], _T], doing: str) -> _T:
-        """``call`` (a request to this session's child), once: unlike :meth:`run` it is not sent again to a new
-        child, since what it needs (kept values, a generation's cache) died with the old one; a death is this
-        request's crash, named by ``doing``."""
+    def _once(self, call: Callable[[], _T], doing: str | None = None) -> _T:
+        """``call`` (a request to this session's child), the session's state kept as the child answered.  A dead
+        child: with ``doing``, this request's crash, so named (a kept-values run, a generation's chunk: what they
+        need died with it); without, :class:`Dead` for the caller to send it again (:meth:`run`)."""
         try:
             return call()
         except Dead:
             self._host = None
+            if doing is None:
+                raise
             raise ModelCrashed(f"the model crashed onnxruntime while {doing}") from None
         except ModelCrashed as e:
             self.crashed = str(e)
