@@ -232,3 +232,12 @@ def cached_repo(save_repo: Callable[..., Path], dest: Path, **kwargs) -> Path:
     cached = build_cache.cached_folder(name, key, lambda out: save_repo(out / "repo", **kwargs))
     shutil.copytree(cached / "repo", dest)
     return Path(dest)
+
+
+def random_image(path, h: int, w: int, seed: int) -> str:
+    """A seeded random RGB picture of h x w saved at ``path`` (PNG): its path, as the CLI and processors take it."""
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray((np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)).save(path)
+    return str(path)

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import qwen2vl_models as qm  # noqa: E402
+import vlm_build as vb  # noqa: E402
 import vlm_models as lm  # noqa: E402
 from PIL import Image  # noqa: E402
 
@@ -27,16 +28,11 @@ QWEN = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_pa
 TOL = 5e-4
 
 
-def _image(path, h, w, seed):
-    Image.fromarray((np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)).save(path)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     d = tmp_path_factory.mktemp("two")
     # one size (resized to 48 x 64: 3 x 4 image tokens each), other pixels
-    return _image(d / "a.png", 45, 70, 3), _image(d / "b.png", 45, 70, 4)
+    return vb.random_image(d / "a.png", 45, 70, 3), vb.random_image(d / "b.png", 45, 70, 4)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +159,7 @@ def test_qwen2vl_two_images_of_their_own_sizes_equal_transformers(qwen2vl_repo, 
     """Each image resized to its own size (48 x 64: 3 x 4 tokens; 48 x 80: 3 x 5), as the processor does: one
     padded pixel_values with each image's size beside it, each image's own run of the vision file, grid,
     expansion, labels and M-RoPE positions; maps, logits and greedy tokens equal transformers'."""
-    wide = _image(tmp_path / "wide.png", 60, 100, 5)
+    wide = vb.random_image(tmp_path / "wide.png", 60, 100, 5)
     two = [images[0], wide]
     m = open_model(qwen2vl_repo, provider="cpu")
     prep = bd.prepare(m, AnalyzeRequest(text=QWEN, image=two))

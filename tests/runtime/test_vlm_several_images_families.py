@@ -29,16 +29,11 @@ TOL = 5e-4
 QWEN = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_pad|><|vision_end|>where the cat"
 
 
-def _image(path, h, w, seed):
-    Image.fromarray((np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)).save(path)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("two")
     sizes = {"a": (45, 70), "b": (45, 70), "wide": (60, 100), "square": (70, 64), "flat": (30, 90)}
-    return {k: _image(d / f"{k}.png", h, w, seed) for seed, (k, (h, w)) in enumerate(sizes.items(), start=3)}
+    return {k: vb.random_image(d / f"{k}.png", h, w, seed) for seed, (k, (h, w)) in enumerate(sizes.items(), start=3)}
 
 
 def _rgb(paths):
