@@ -48,10 +48,12 @@ def keep_mode(mode: str | None = None) -> str:
     return got
 
 
-# "auto" keeps Q and Kᵀ on the device where that was measured to pay.  Written without a GPU (session 13): the
-# CUDA path ran only on CPU OrtValues (bit-equal there), so CUDA keeps the host path by default until a GPU session
-# has run bench/gpu/run_kept.sh (ATTNVIZ_QK_DEVICE=on) and checked cuBLAS's heads and the 1.05x; then add it here.
-AUTO_KEEPS: frozenset[str] = frozenset()
+# "auto" keeps Q and Kᵀ on the device where that was measured to pay.  CUDA: measured on an H100 (session 14,
+# bench/gpu/run_kept.sh, bench/RESULTS.md): cuBLAS's heads within 1.75e-10 of the host recompute; an isolated run at
+# 4,096 tokens costs the same as bringing Q/Kᵀ to the host (kept / host wall 0.96x, CPU 1.00x) and a drawn head
+# comes back 6x sooner (28 ms against 170; in-process 13 against 121, for runs 1.12x the host's).  On a CPU the copy
+# out is a memcpy the run barely notices, so the CPU keeps the host path.
+AUTO_KEEPS: frozenset[str] = frozenset({"CUDAExecutionProvider"})
 
 
 def keep_device(provider: str, mode: str) -> str:
