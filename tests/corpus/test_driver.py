@@ -242,7 +242,7 @@ def test_a_cpu_text_run_probes_in_a_worker_and_starts_no_isolation_child(planted
     run_corpus(_cfg(model, texts, tmp_path / "worker", workers=2, threads=1))
     assert host._host is None
     assert mp.active_children() == []
-    monkeypatch.setattr(engines.WarmPool, "cpu_only", lambda self: False)  # as before: the driver's own probe
+    monkeypatch.setattr(engines.WarmPool, "probes", lambda self: False)  # as before: the driver's own probe
     run_corpus(_cfg(model, texts, tmp_path / "driver", workers=2, threads=1))
     assert host._host is not None
     for name in ("heads.parquet", "examples.parquet"):
