@@ -329,6 +329,8 @@ def _run(
         "engine": cfg.engine,
         "workers": workers,
         "threads_per_worker": threads,
+        # local: a process per worker, or one process running `workers` batches at once (engines.LAYOUTS)
+        "worker_layout": choose_layout(gpu) if cfg.engine == "local" else None,
         "provider": cfg.provider,
         "gpu": gpu,
         "batch_size": cfg.batch_size,

@@ -41,7 +41,8 @@ def test_the_shared_layout_writes_the_process_layouts_bytes_from_one_process(pla
     for name in ("heads.parquet", "examples.parquet"):
         assert (tmp_path / "threads" / name).read_bytes() == (tmp_path / "processes" / name).read_bytes(), name
     run = json.loads((tmp_path / "threads" / "run.json").read_text())
-    assert run["workers"] == 3 and run["batches"] == 7
+    assert run["workers"] == 3 and run["batches"] == 7 and run["worker_layout"] == "threads"
+    assert json.loads((tmp_path / "processes" / "run.json").read_text())["worker_layout"] == "processes"
 
 
 def test_the_layout_follows_the_device_unless_the_environment_names_one(monkeypatch):
