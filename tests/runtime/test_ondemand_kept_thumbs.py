@@ -8,6 +8,7 @@ pooled; each request is counted where the map makes it (model.LazySession.run_ke
 import dataclasses
 
 import numpy as np
+import onnx
 import pytest
 from onnx_builders import tiny_text_model
 
@@ -187,3 +188,25 @@ def test_filters_that_change_the_numbers_pool_on_the_host_from_one_request(tmp_p
     want = vm.thumbnails(host_r, vm.Selection())
     for key in got:
         np.testing.assert_allclose(got[key], want[key], atol=SAME, rtol=0)
+
+
+def test_float16_thumbnails_are_the_kept_heads_pooled(tmp_path, requests, monkeypatch):
+    """A float16 graph (onnxruntime's converter, float32 at its edges, as the Hub's ``_fp16`` files): the twin pools
+    float16 probabilities, so its thumbnails are the kept heads' (float16 numbers shown as float32) pooled here
+    exactly.  The host recompute's heads round their float16 scores elsewhere (numpy's MatMul, not onnxruntime's:
+    up to 0.02 apart at 130 tokens, before this pooling too); a max moves no more than the numbers it is of."""
+    float16 = pytest.importorskip("onnxruntime.transformers.float16")
+    path, feeds = _tiny(tmp_path, tokens=130)
+    half = tmp_path / "lm_fp16.onnx"
+    onnx.save(float16.convert_float_to_float16(onnx.load(str(path)), keep_io_types=True), str(half))
+    host_r, kept_r = _runs(half, feeds, monkeypatch)
+    assert kept_r.info["map_dtype"] == "float16" and all(isinstance(k, KeptMap) for k in kept_r.maps)
+    before = len(requests)
+    got = vm.thumbnails(kept_r, vm.Selection())
+    assert len(requests) - before == 2
+    want = vm.thumbnails(host_r, vm.Selection())
+    for (bi, layer, h), g in got.items():
+        site = kept_r.blocks(0)[bi].sites[layer]
+        mine, theirs = kept_r.maps[site].head(0, h), host_r.maps[site].head(0, h)
+        np.testing.assert_array_equal(g, downsample(mine))
+        assert np.abs(g - want[(bi, layer, h)]).max() <= np.abs(mine - theirs).max()
