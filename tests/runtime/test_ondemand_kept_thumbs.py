@@ -14,6 +14,7 @@ from onnx_builders import tiny_text_model
 
 from attnviz.core import view as vm
 from attnviz.core.attention import DenseMap, TokenAxis
+from attnviz.core.rows import pick_row
 from attnviz.core.view.overview import downsample
 from attnviz.runtime import model as rm
 from attnviz.runtime.graph import headmodel
@@ -107,6 +108,13 @@ def test_kept_thumbnails_take_one_request_a_site_and_equal_the_host_and_transfor
                         np.testing.assert_array_equal(
                             got[(kept_r.blocks(b).index(blk), layer, h)], downsample(heads[h])
                         )
+        one = pick_row(kept_r, b)  # the row alone (a figure of it, token counts): its maps pool as the row's
+        before = len(requests)
+        alone = vm.thumbnails(one, vm.Selection())
+        assert len(requests) - before == sites and set(requests[before:]) == went
+        assert alone.keys() == got.keys()
+        for key, g in alone.items():
+            np.testing.assert_array_equal(g, got[key])
 
 
 def test_kept_array_is_one_request_a_site(hf_export, requests, monkeypatch):
