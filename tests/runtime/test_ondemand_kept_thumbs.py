@@ -24,13 +24,6 @@ SAME = 1e-6  # the head model's Q·Kᵀ against numpy's (test_ondemand_kept.py);
 TOL = 5e-4  # against transformers' own maps (test_parity's tolerance), pooled: a max moves no more than its values
 
 
-@pytest.fixture(params=["isolated", "in-process"])
-def placement(request, monkeypatch):
-    if request.param == "in-process":
-        monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    return request.param
-
-
 @pytest.fixture
 def requests(monkeypatch) -> list:
     """Each request a kept map makes of a site's session (head model or pooling twin), as the session it went to."""
