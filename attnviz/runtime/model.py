@@ -492,6 +492,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         return made
 
     def _lazy(self, data: bytes) -> LazySession:
+        """A session of the serialized model ``data`` on this model's provider, made on its first request."""
         return LazySession(lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0])
 
     def _epilogue_session(self, s: gr.Site, got: dict):
