@@ -21,6 +21,9 @@ attnviz packages timed are byte-compiled first, as an install does: see ``compil
   waited for (its workers, its isolation child; not Ray's daemons), less sensitive than wall time to other load.  Loop ratio: run.json's items/s (the reduce loop, worker
   start-up included) / the plain loop's (which includes its pool's start-up, while attnviz's workers are spawned
   before run.json's loop starts: the line under the table gives the plain loop from its first session made on).  Then the per-batch ratio, interleaved batch by batch in one process.
+``--layouts processes threads`` times the local engine's rows in each worker layout (attnviz/corpus/engines.py
+  LAYOUTS, forced through ATTNVIZ_CORPUS_LAYOUT) and says whether each row wrote the first row's bytes;
+  ``--no-single`` skips the corpus rows of one worker × all cores (``--gpu-workers`` picks the GPU rows).
 Table 2 (peak memory): `attnviz corpus` with one worker at each corpus size, a fresh process per row: the driver's
   RSS after planning (token ids), its peak (VmHWM), the pool worker's and the driver's crash-isolation child's
   peaks (VmHWM sampled every 0.2 s), and the largest child's ru_maxrss.
@@ -191,6 +194,8 @@ def _plain_session(model_path: str, threads: int, provider: str):
     return ort.InferenceSession(model_path, so, providers=providers)
 
 
+LAYOUT_ENV = "ATTNVIZ_CORPUS_LAYOUT"  # attnviz.corpus.engines.LAYOUT_ENV (not imported: the plain side stays plain)
+
 _SESS = None
 _READY = 0.0  # time.time() when this process's session was made (the plain loop's start-up ends there)
 
@@ -304,9 +309,12 @@ def corpus_rate(
     batch: int,
     root: Path = ROOT,
     cold: bool = False,
+    layout: str | None = None,
 ) -> dict:
     """``cold``: the command gets an empty ATTNVIZ_CACHE_DIR, so it reads nothing an earlier command kept (the model's
-    hash, the statistics sessions' optimised graphs: attnviz/runtime/optcache.py) and pays for keeping them."""
+    hash, the statistics sessions' optimised graphs: attnviz/runtime/optcache.py) and pays for keeping them.
+    ``layout``: the local engine's worker layout, forced through ATTNVIZ_CORPUS_LAYOUT (None: the device's default;
+    attnviz/corpus/engines.py LAYOUTS)."""
     cmd = [
         sys.executable,
         "-m",
@@ -334,17 +342,47 @@ def corpus_rate(
     shutil.rmtree(out, ignore_errors=True)  # a checkpoint left by an interrupted bench would make this a resume
     c0, t0 = _children_cpu(), time.perf_counter()
     # python -m attnviz imports the package from its working folder (before PYTHONPATH and the installed one)
-    env = None
+    env = {k: v for k, v in os.environ.items() if k != LAYOUT_ENV}
+    if layout:
+        env[LAYOUT_ENV] = layout
     if cold:
         cache = out.with_name(out.name + "_cache")
         shutil.rmtree(cache, ignore_errors=True)
-        env = {**os.environ, "ATTNVIZ_CACHE_DIR": str(cache)}
+        env["ATTNVIZ_CACHE_DIR"] = str(cache)
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False, env=env)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
         raise SystemExit(f"corpus failed: {p.stderr[-2000:]}")
     run = json.loads((out / "run.json").read_text())
     return {"items_per_s": run["items_per_s"], "wall_s": wall, "cpu_s": cpu, "items": run["items"]}
+
+
+def same_outputs(outs: dict[tuple, Path]) -> None:
+    """Each corpus row's results against the first row's (the last round's files): the same bytes, else how far
+    apart the heads' statistics are (engines, worker counts and layouts are meant to write the same bytes)."""
+    from attnviz.corpus.output import read
+
+    keys = list(outs)
+    if len(keys) < 2:
+        return
+    first = outs[keys[0]]
+    for key in keys[1:]:
+        names = ("heads.parquet", "examples.parquet")
+        same = [(outs[key] / f).read_bytes() == (first / f).read_bytes() for f in names]
+        if all(same):
+            print(f"outputs {key} = {keys[0]}: the same bytes ({', '.join(names)})")
+            continue
+        mine, theirs = read(first).heads, read(outs[key]).heads
+        diff = max(
+            (
+                abs(float(x[c]) - float(y[c]))
+                for x, y in zip(mine, theirs)
+                for c in x
+                if isinstance(x[c], float) and not (math.isnan(x[c]) and math.isnan(y[c]))
+            ),
+            default=float("nan"),
+        )
+        print(f"outputs {key} vs {keys[0]}: bytes differ ({dict(zip(names, same))}); heads' largest |diff| {diff:.3g}")
 
 
 def compiled(root: Path) -> None:
@@ -526,6 +564,13 @@ def main():
         "its package is byte-compiled there (give a copy, e.g. cp -r /work/main/attnviz DIR/)",
     )
     ap.add_argument(
+        "--layouts",
+        nargs="+",
+        choices=("processes", "threads"),
+        help="the local engine's rows once per worker layout (ATTNVIZ_CORPUS_LAYOUT; default: the device's own)",
+    )
+    ap.add_argument("--no-single", action="store_true", help="skip the corpus rows of one worker × all cores")
+    ap.add_argument(
         "--split-only",
         action="store_true",
         help="only the one-process-per-core rows (plain and corpus: the layout the corpus uses by default here)",
@@ -566,29 +611,35 @@ def main():
         print(f"throughput: {n} items, {len(feeds)} batches of {a.batch}, {cores} cores, provider {a.provider}")
         del feeds
         split = a.provider == "cpu" and cores > 1  # also one process per core, one thread each
-        runs = ([] if split and a.split_only else [("plain", 1, cores)]) + ([("plain", cores, 1)] if split else [])
+        runs: list[tuple] = [("plain", 1, cores, None)] if not (split and a.split_only) else []
+        runs += [("plain", cores, 1, None)] if split else []
         from attnviz.corpus.engines import default_workers
 
-        # a GPU: processes sharing it (the default count, or each of --gpu-workers)
+        # a GPU: workers sharing it (the default count, or each of --gpu-workers)
         gpu_workers = a.gpu_workers or [default_workers("cuda", True)]
         for engine in a.engines:
-            runs += ([] if split and a.split_only else [(engine, 1, cores)]) + ([(engine, cores, 1)] if split else [])
-            if a.other_root:
-                runs += [(f"{engine}@other", cores if split else 1, 1 if split else cores)]
+            # the local engine's rows once per --layouts layout (None: the device's default)
+            lays = (a.layouts or [None]) if engine == "local" else [None]
+            shapes = [] if (split and a.split_only) or a.no_single else [(1, cores)]
+            shapes += [(cores, 1)] if split else []
             if a.provider == "cuda" and engine == "local":
-                runs += [(engine, w, max(1, cores // w)) for w in gpu_workers if w > 1]
+                shapes += [(w, max(1, cores // w)) for w in gpu_workers if w > 1]
+            runs += [(engine, w, t, lay) for w, t in shapes for lay in lays]
+            if a.other_root:
+                runs += [(f"{engine}@other", cores if split else 1, 1 if split else cores, None)]
         best: dict[tuple, dict] = {}
         least_cpu: dict[tuple, float] = {}
+        outs: dict[tuple, Path] = {}
         for rnd in range(a.rounds):  # interleaved: load from other jobs on the machine hits every row alike
-            for engine, w, t in runs:
+            for engine, w, t, lay in runs:
+                key = (engine, w, t, lay)
                 if engine == "plain":
                     r = plain_command(model, tok, texts, w, t, a.provider, a.batch)
                 else:
                     eng, _, other = engine.partition("@")
                     root = Path(a.other_root) if other else ROOT
-                    out = work / f"out_{engine}_{w}"
-                    r = corpus_rate(model, tok, texts, out, eng, w, t, a.provider, a.batch, root, a.cold_cache)
-                key = (engine, w, t)
+                    out = outs[key] = work / (f"out_{engine}_{w}" + (f"_{lay}" if lay else ""))
+                    r = corpus_rate(model, tok, texts, out, eng, w, t, a.provider, a.batch, root, a.cold_cache, lay)
                 print(
                     f"  round {rnd}: {key} wall {r['wall_s']:.1f} s, cpu {r['cpu_s']:.1f} s, "
                     f"loop {r['items_per_s']:.1f} items/s, load average {os.getloadavg()[0]:.1f}",
@@ -605,24 +656,31 @@ def main():
             "| CPU s (all its processes, least of the rounds) | vs plain CPU |"
         )
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for (engine, w, t), r in best.items():
+        for (engine, w, t, lay), r in best.items():
             name = (
                 "plain ORT (same batches, no maps)"
                 if engine == "plain"
-                else f"attnviz corpus --engine {engine.split('@')[0]}" + (f" ({a.other_root})" if "@" in engine else "")
+                else f"attnviz corpus --engine {engine.split('@')[0]}"
+                + (f" ({a.other_root})" if "@" in engine else "")
+                + (f", {lay} layout" if lay else "")
             )
             print(
                 f"| {name}, {w} × {t} threads | {r['wall_s']:.1f} s | {n / r['wall_s']:.1f} | "
                 f"{base['wall_s'] / r['wall_s']:.2f}× | {r['items_per_s']:.1f} | "
-                f"{r['items_per_s'] / base['items_per_s']:.2f}× | {least_cpu[(engine, w, t)]:.1f} | "
-                f"{cpu_base / least_cpu[(engine, w, t)]:.2f}× |",
+                f"{r['items_per_s'] / base['items_per_s']:.2f}× | {least_cpu[(engine, w, t, lay)]:.1f} | "
+                f"{cpu_base / least_cpu[(engine, w, t, lay)]:.2f}× |",
                 flush=True,
             )
         # the plain loop includes its pool's start-up (spawn, imports, sessions: ~0.3 s of 3.7 at 1k items here) while
         # run.json's starts with attnviz's workers already spawned: a fixed share that flatters small corpora
         ready = base["ready_items_per_s"]
-        loops = ", ".join(f"{e} {r['items_per_s'] / ready:.2f}×" for (e, _, _), r in best.items() if e != "plain")
+        loops = ", ".join(
+            f"{e}{'/' + lay if lay else ''} {w}×{t} {r['items_per_s'] / ready:.2f}×"
+            for (e, w, t, lay), r in best.items()
+            if e != "plain"
+        )
         print(f"plain loop from its first session made: {ready:.1f} items/s; the loops against it: {loops}", flush=True)
+        same_outputs(outs)
         if a.rounds and "local" in a.engines and not a.no_per_batch:
             ip, ic = interleaved(model, tok, texts, a.batch, cores, a.provider)
             print(

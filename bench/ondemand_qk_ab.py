@@ -9,6 +9,14 @@ of the same file, one opened with ATTNVIZ_QK_DEVICE=off (host) and one with =on 
 ``--rounds`` runs each, interleaved (order alternating).  Per run: wall, and CPU time of this process and the
 isolation child (/proc).  Prints the medians, kept / host, and the median time to draw one head (site 0, head 0)
 from the last result of each (host: numpy recompute; kept: the head model beside Q and Kᵀ).
+
+``--thumbs N``: then N interleaved rounds of the overview's thumbnails of those last results, pooled afresh as a
+step or filter change makes the window pool them (core/view/overview.thumbnails, use_cache=False; the drawing
+itself is bench/gui_bench.py's): the host recompute's (each head recomputed and pooled here), the kept result's
+as before session 14 (a request a head, each whole head brought back and pooled here) and as now (every head of a
+site pooled beside Q and Kᵀ, one request a site, only the thumbnails back); and the time to bring one layer's
+every head (Block.layer: a request a head before, one now).  ``--thumbs-host M``: time the host recompute's in
+only the first M of those rounds (72 heads recomputed on the host take seconds a round at 2,048 tokens).
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--inprocess", action="store_true", help="ATTNVIZ_INPROCESS=1 (no isolation child)")
+    ap.add_argument("--thumbs", type=int, default=0, help="rounds timing the overview's thumbnails (0: none)")
+    ap.add_argument(
+        "--thumbs-host", type=int, default=None, help="of which the host recompute's (default all; 0: not timed)"
+    )
     a = ap.parse_args()
     if a.inprocess:
         os.environ["ATTNVIZ_INPROCESS"] = "1"
@@ -89,6 +101,76 @@ def main() -> None:
             f" least CPU {min(x[1] for x in got['kept']) / min(x[1] for x in got['host']):.3f}x;"
             f" load average {os.getloadavg()[0]:.1f}"
         )
+        if a.thumbs:
+            thumbs_table(last, a.thumbs, a.thumbs if a.thumbs_host is None else a.thumbs_host)
+
+
+def gpu_memory() -> None:
+    """What each process holds on the GPU now (nvidia-smi; nothing without one): every site's head model and pooling
+    twin keep their CUDA arena's peak, one request a site's worth (runtime/sitemaps.KeptMap.SITE_ELEMS)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi"):
+        q = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"]
+        got = subprocess.run(q, capture_output=True, text=True, check=False).stdout.strip().replace("\n", "; ")
+        print(f"  GPU memory after the thumbnails (pid, used): {got or 'none listed'}")
+
+
+def thumbs_table(last: dict, rounds: int, host_rounds: int) -> None:
+    """The overview's pooling of the host and kept results, interleaved (module docstring)."""
+    import numpy as np
+
+    from attnviz.core import view as vm
+    from attnviz.runtime.sitemaps import KeptMap
+
+    kept_maps = [m for m in last["kept"].maps if isinstance(m, KeptMap)]
+
+    def before(fn):  # the kept path as it was: no pooling twin, every head its own request
+        def run():
+            pools, elems = [m.pool for m in kept_maps], KeptMap.SITE_ELEMS
+            KeptMap.SITE_ELEMS = 1
+            for m in kept_maps:
+                m.pool = None
+            try:
+                return fn()
+            finally:
+                KeptMap.SITE_ELEMS = elems
+                for m, p in zip(kept_maps, pools):
+                    m.pool = p
+
+        return run
+
+    sel = vm.Selection()
+    blk = last["kept"].blocks(0)[0]
+
+    def pool(name: str):
+        return lambda: vm.thumbnails(last[name], sel, use_cache=False)
+
+    kinds = {
+        "thumbnails, host recompute": pool("host"),
+        "thumbnails, kept: a head a request (before)": before(pool("kept")),
+        "thumbnails, kept: pooled there (now)": pool("kept"),
+        "a layer's heads, kept: a head a request (before)": before(lambda: blk.layer(0)),
+        "a layer's heads, kept: one request (now)": lambda: blk.layer(0),
+    }
+    got = {k: fn() for k, fn in kinds.items()}  # warm: every session made, every slot mapped
+    for k in ("thumbnails, kept: pooled there (now)", "thumbnails, kept: a head a request (before)"):
+        diff = max(float(np.abs(got[k][key] - got["thumbnails, host recompute"][key]).max()) for key in got[k])
+        print(f"  {k}: max |difference| from the host's {diff:.2e} over {len(got[k])} thumbnails")
+    took: dict[str, list[float]] = {k: [] for k in kinds}
+    for i in range(rounds):
+        for k in list(kinds) if i % 2 == 0 else list(reversed(kinds)):
+            if k == "thumbnails, host recompute" and i >= host_rounds:  # 72 heads recomputed: seconds a round
+                continue
+            t0 = time.perf_counter()
+            kinds[k]()
+            took[k].append(time.perf_counter() - t0)
+    gpu_memory()
+    print(f"  overview pooling, {len(got['thumbnails, host recompute'])} heads, median of {rounds} rounds:")
+    for k, v in took.items():
+        if v:
+            print(f"    {k}: {statistics.median(v) * 1000:.1f} ms ({' '.join(f'{x * 1000:.0f}' for x in v)})")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,25 @@ class MapSource(Protocol):
         ...
 
 
+@runtime_checkable
+class RowSource(Protocol):
+    """A :class:`MapSource` that brings every head of a batch row at once more cheaply than one head at a time (an
+    on-demand map kept on a device: one request a site, not one a head)."""
+
+    def heads(self, b: int) -> np.ndarray:  # [H, Tq, Tk] float32
+        ...
+
+
+@runtime_checkable
+class PooledSource(Protocol):
+    """A :class:`MapSource` that max-pools its heads where its numbers are (an on-demand map kept on a device:
+    only the thumbnails come back), as :func:`attnviz.core.view.downsample` pools each head of
+    ``array()[b, :, :n_q, :n_k]``; None when it cannot (the caller pools on the host)."""
+
+    def pooled(self, b: int, n_q: int, n_k: int, max_side: int) -> np.ndarray | None:  # [H, <=side, <=side]
+        ...
+
+
 class DenseMap:
     """A map held in memory."""
 
@@ -296,6 +315,8 @@ class Block:
         src = self.result.maps[self.sites[layer]]
         if isinstance(src, DenseMap):
             return src.array()[self.batch]
+        if isinstance(src, RowSource):
+            return src.heads(self.batch)
         return np.stack([src.head(self.batch, h) for h in range(src.shape[1])])
 
     def stacked(self) -> np.ndarray:

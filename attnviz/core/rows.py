@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, TokenAxis
+from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, PooledSource, RowSource, TokenAxis
 
 ROWS_KEY = "rows"
 
@@ -67,8 +67,23 @@ class RowMap:
             raise IndexError(f"batch row {b} of a one-row map")
         return self.src.head(self.b, h)
 
+    def heads(self, b: int) -> np.ndarray:
+        """``[H, Tq, Tk]``, as its source brings a row's heads (:class:`~attnviz.core.attention.RowSource`: one
+        request for an on-demand map kept on a device) or one head at a time."""
+        if b != 0:
+            raise IndexError(f"batch row {b} of a one-row map")
+        if isinstance(self.src, RowSource):
+            return self.src.heads(self.b)
+        return np.stack([self.src.head(self.b, h) for h in range(self.shape[1])])
+
     def array(self) -> np.ndarray:
-        return np.stack([self.head(0, h) for h in range(self.shape[1])])[None]
+        return self.heads(0)[None]
+
+    def pooled(self, b: int, n_q: int, n_k: int, max_side: int) -> np.ndarray | None:
+        """Its source's thumbnails where it pools them (:class:`~attnviz.core.attention.PooledSource`), else None."""
+        if b != 0:
+            raise IndexError(f"batch row {b} of a one-row map")
+        return self.src.pooled(self.b, n_q, n_k, max_side) if isinstance(self.src, PooledSource) else None
 
 
 def check_row(result: AttentionResult, b: int) -> int:

@@ -107,7 +107,8 @@ class HeadAblator:
             with np.load(io.BytesIO(setup.means)) as z:
                 self.means = {int(k): z[k] for k in z.files}
 
-    def many(self, specs: list[LabelledSpec]) -> list[AblatePartial]:
+    def many(self, specs: list[LabelledSpec], depth: int = 1) -> list[AblatePartial]:
+        """One batch at a time whatever ``depth`` (an ablation run keeps the process layout: AblateSetup's)."""
         return [self(s) for s in specs]
 
     def masks(self, off: Off) -> dict[str, np.ndarray]:

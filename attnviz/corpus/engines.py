@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from attnviz import AttnvizError
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
 
@@ -35,6 +36,7 @@ class WorkerSetup:
     ray_address: str | None = None
     gpu: bool = False
     kind: str | None = None  # the model's kind as the driver's probe found it (None: before the probe)
+    layout: str = "processes"  # how the local engine places the workers (LAYOUTS)
 
     def reducer(self) -> BatchReducer:
         return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
@@ -70,6 +72,63 @@ def _device_known(setup: WorkerSetup) -> bool:
 
 def _cpu_only(setup: WorkerSetup) -> bool:
     return setup.provider != "cuda" and _device_known(setup)
+
+
+def _probes_in_worker(setup: WorkerSetup) -> bool:
+    """Whether a worker answers the driver's probe.  On the CPU a probe there holds no GPU memory; on CUDA only in
+    the shared layout, whose one process then holds the run's only CUDA session (the probe's, replaced by the
+    statistics session: InGraphReducer.build), where the driver's isolation child would start a process and a CUDA
+    session of its own.  The process layout's GPU workers build their sessions meanwhile instead."""
+    return _cpu_only(setup) or (setup.provider == "cuda" and LAYOUTS[setup.layout].shared)
+
+
+@dataclass(frozen=True)
+class WorkerLayout:
+    """How the local engine places ``--workers``: ``shared``: one process holding one session, on which that many
+    batches run at once from threads (``BatchReducer.many``'s depth); else one process and session per worker.
+
+    On a GPU the four processes of the process layout overlapped their host work with the device (the loop beat
+    plain onnxruntime: 1.08x on an H100) but paid four start-ups and four CUDA sessions, ~1.7 s of a 2 s job
+    (bench/RESULTS.md, session 14); one process alone left the device idle while it did its numpy.  One process
+    with several runs in flight on its one session pays for one of each and keeps the overlap.  On a CPU the
+    processes stay: a batch's numpy there competes with onnxruntime for the same cores, and a process per core
+    runs level with plain onnxruntime's."""
+
+    name: str
+    shared: bool
+    chunk_cpu: int  # batches a task, with the session on the CPU
+    chunk_gpu: int  # and on a GPU
+
+    def processes(self, workers: int) -> int:
+        return 1 if self.shared else max(1, workers)
+
+    def depth(self, workers: int) -> int:
+        """Runs in flight in one process: the next batch's run while this one is folded (1), or ``workers``."""
+        return max(1, workers) if self.shared else 1
+
+    def chunk(self, gpu: bool) -> int:
+        return self.chunk_gpu if gpu else self.chunk_cpu
+
+
+GPU_CHUNK = 8  # batches per task on a GPU: a worker runs one while it folds the one before (BatchReducer.many)
+# one process: a task's runs drain before the next task's start (the worker cannot see it coming), once a task
+SHARED_CHUNK = 32
+
+LAYOUTS = {
+    # on a CPU a batch's numpy competes with onnxruntime for the same cores: one batch a task
+    "processes": WorkerLayout("processes", shared=False, chunk_cpu=1, chunk_gpu=GPU_CHUNK),
+    "threads": WorkerLayout("threads", shared=True, chunk_cpu=SHARED_CHUNK, chunk_gpu=SHARED_CHUNK),
+}
+LAYOUT_BY_DEVICE = {False: "processes", True: "threads"}  # keyed by "the sessions run on a GPU"
+LAYOUT_ENV = "ATTNVIZ_CORPUS_LAYOUT"  # a layout forced for every device (benches compare them; tests run both)
+
+
+def choose_layout(gpu: bool) -> str:
+    """The layout for sessions on a GPU (``gpu``) or on the CPU: :data:`LAYOUT_ENV` where set, else the device's."""
+    forced = os.environ.get(LAYOUT_ENV, "").strip()
+    if forced and forced not in LAYOUTS:
+        raise AttnvizError(f"{LAYOUT_ENV}={forced}: unknown worker layout; use {' or '.join(LAYOUTS)} (or unset it)")
+    return forced or LAYOUT_BY_DEVICE[gpu]
 
 
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
@@ -173,10 +232,7 @@ def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = _own_reducer(setup, warm=False)
-    return _REDUCER.many(specs)
-
-
-GPU_CHUNK = 8  # batches per task on a GPU: a worker runs one while it folds the one before (BatchReducer.many)
+    return _REDUCER.many(specs, LAYOUTS[setup.layout].depth(setup.workers))
 
 
 @dataclass
@@ -199,12 +255,13 @@ class WarmPool:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        n = max(1, min(processes, setup.workers))
+        procs = LAYOUTS[setup.layout].processes(setup.workers)
+        n = max(1, min(processes, procs))
         # every process now: one more task than processes would start one process more (a tiny corpus's)
-        first = probe and n == setup.workers and _cpu_only(setup)
+        first = probe and n == procs and _probes_in_worker(setup)
         # spawn: a fork would copy the driver's onnxruntime thread pools into the children
         pool = ProcessPoolExecutor(
-            setup.workers,
+            procs,
             mp_context=mp.get_context("spawn"),
             initializer=_warm,
             initargs=(setup, not first),
@@ -221,19 +278,20 @@ class WarmPool:
         job, self.probing = self.probing, None
         return job if job is not None else self.pool.submit(_probe, self.setup)
 
-    def cpu_only(self) -> bool:
-        """Its sessions are known to land on the CPU (a probe there holds no GPU memory)."""
-        return _cpu_only(self.setup)
+    def probes(self) -> bool:
+        """Its first process answers the driver's probe (:meth:`probe`) where the driver's isolation child would."""
+        return _probes_in_worker(self.setup)
 
     def fits(self, setup: WorkerSetup) -> bool:
         """The same sessions (model, provider, threads) and enough processes for ``setup``."""
         mine, theirs = self.setup, setup
-        return (mine.model, mine.provider, mine.tokenizer, mine.threads, mine.k) == (
+        return (mine.model, mine.provider, mine.tokenizer, mine.threads, mine.k, mine.layout) == (
             theirs.model,
             theirs.provider,
             theirs.tokenizer,
             theirs.threads,
             theirs.k,
+            theirs.layout,
         ) and mine.workers >= theirs.workers
 
     def close(self, kill: bool = False, wait: bool = True) -> None:
@@ -271,9 +329,10 @@ def withdraw() -> None:
 
 
 def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
-    """A spawn pool of ``setup.workers`` processes, each with its own session; partials come back in batch order.
+    """A spawn pool of ``setup.workers`` processes, each with its own session, or of one process running that many
+    batches at once on its one session (``setup.layout``: :data:`LAYOUTS`); partials come back in batch order.
 
-    At most two batches per worker are in flight, so partials never pile up in the driver.  A pool offered
+    At most two tasks per process are in flight, so partials never pile up in the driver.  A pool offered
     earlier (:func:`offer`) is used when it fits ``setup``."""
     warm = _claim()
     offered = warm is not None  # its caller closes it again in the end (run.run_corpus), waiting there
@@ -290,13 +349,13 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
         warm = WarmPool.start(setup, setup.workers)
         offered = False
     pool = warm.pool
-    # on a CPU a batch's numpy competes with onnxruntime for the same cores: one batch a task
-    chunk = GPU_CHUNK if setup.gpu else 1
+    lay = LAYOUTS[setup.layout]
+    chunk = lay.chunk(setup.gpu)
     todo = (specs[i : i + chunk] for i in range(0, len(specs), chunk))
     window: deque = deque()
     done = False
     try:
-        for task in itertools.islice(todo, 2 * setup.workers):
+        for task in itertools.islice(todo, 2 * lay.processes(setup.workers)):
             window.append(pool.submit(_work, setup, task))
         while window:
             parts = window.popleft().result()
@@ -329,7 +388,7 @@ def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
 ENGINES = {"local": local_engine, "ray": ray_engine}
 
 
-GPU_LOCAL_WORKERS = 4  # processes sharing one GPU, each with its own CUDA session (small GPUs: pass --workers)
+GPU_LOCAL_WORKERS = 4  # batches in flight on one GPU: runs on the one session (or processes: LAYOUTS)
 
 
 def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:
@@ -337,9 +396,9 @@ def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:
     if gpu and provider in ("cuda", "auto"):
         if engine == "ray":
             return 1  # its actors ask for a whole GPU each
-        # processes sharing the GPU, each with its own session: when the maps were reduced in numpy, one worker
-        # ran at 0.04x of plain CUDA inference per batch (H100, bench/RESULTS.md) and several reduced side by
-        # side.  Now only [B, H, S] leaves the session and each worker overlaps its fold with its next run
-        # (BatchReducer.many), so they matter less (measured: bench/RESULTS.md, gpustat)
+        # batches in flight on the GPU: when the maps were reduced in numpy, one worker ran at 0.04x of plain CUDA
+        # inference per batch (H100, bench/RESULTS.md) and several reduced side by side.  Now only [B, H, S]
+        # leaves the session and the fold of one batch overlaps the runs of the next (BatchReducer.many); four
+        # processes still ran the loop at 1.08x plain where one ran it at 0.60x (H100, session 14)
         return max(1, min(GPU_LOCAL_WORKERS, cores // 2))
     return cores

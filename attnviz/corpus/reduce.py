@@ -9,6 +9,7 @@ same float64 additions happen in the same order whichever process produced each 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_fe
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     from attnviz.corpus.graph_reduce import InGraphReducer
     from attnviz.runtime.model import AttentionModel
 
@@ -131,6 +134,7 @@ class BatchReducer:
         # row sums computed inside onnxruntime (built on the first batch that can use them; False: maps only)
         self.in_graph: InGraphReducer | bool | None = None if in_graph else False
         self.image_axis: tuple[int, np.ndarray] | None = None  # images: (tokens, special keys) once seen
+        self._runs: tuple[int, ThreadPoolExecutor] | None = None  # many()'s threads and their count
 
     def prepare(self) -> None:
         """Build the statistics session now rather than on the first batch (a worker calls this while it waits
@@ -181,11 +185,14 @@ class BatchReducer:
         axes = {stack: Axis(lengths, special, self.kind == "decoder")}
         return reduce_maps(maps, self.groups, axes, spec.items, self.k, spec.batch_id)
 
-    def many(self, specs: list[BatchSpec]) -> list[Partial]:
-        """The partials of several batches.  With the statistics session, batch n + 1 runs in onnxruntime (which
-        releases the GIL) on a second thread while this one folds batch n: on a GPU the numpy after each run
-        then no longer leaves the device idle.  Anything else goes batch by batch."""
-        from concurrent.futures import ThreadPoolExecutor
+    def many(self, specs: list[BatchSpec], depth: int = 1) -> list[Partial]:
+        """The partials of several batches, in order.  With the statistics session, up to ``depth`` later batches
+        run in onnxruntime (which releases the GIL) on other threads while this one folds batch n: on a GPU the
+        numpy after each run then no longer leaves the device idle, and with ``depth`` > 1 several runs share the
+        one session (onnxruntime's ``run`` is thread-safe; each CUDA run gets its own stream) where the process
+        layout gave each its own process and session (engines.LAYOUTS).  Anything else goes batch by batch."""
+        from collections import deque
+        from concurrent.futures import wait
 
         from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
 
@@ -206,19 +213,35 @@ class BatchReducer:
             return lengths, special, red.run(feeds, lengths, special, causal)
 
         out: list[Partial] = []
-        with ThreadPoolExecutor(1, thread_name_prefix="attnviz-run") as ex:
-            pending = ex.submit(launch, specs[0])
-            for i, spec in enumerate(specs):
-                try:
-                    lengths, special, ran = pending.result()
-                except NotInGraph:  # as __call__: this model stays on the maps path from here on
-                    self.in_graph = False
-                    return out + [self(s) for s in specs[i:]]
-                if i + 1 < len(specs):
-                    pending = ex.submit(launch, specs[i + 1])
-                parts = red.finish(ran, lengths, special, causal)
-                out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
+        ex = self._runner(max(1, depth))
+        ahead = iter(specs)
+        pending = deque(ex.submit(launch, s) for s in itertools.islice(ahead, depth))
+        for i, spec in enumerate(specs):
+            try:
+                lengths, special, ran = pending.popleft().result()
+            except NotInGraph:  # as __call__: this model stays on the maps path from here on
+                self.in_graph = False
+                for f in pending:
+                    f.cancel()
+                wait(pending)  # the runs already started end first; their results go unused
+                return out + [self(s) for s in specs[i:]]
+            nxt = next(ahead, None)
+            if nxt is not None:
+                pending.append(ex.submit(launch, nxt))
+            parts = red.finish(ran, lengths, special, causal)
+            out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
         return out
+
+    def _runner(self, depth: int) -> ThreadPoolExecutor:
+        """:meth:`many`'s threads, kept from one call to the next (a worker's tasks): onnxruntime's CUDA provider
+        gives each thread that runs a session its own cuBLAS and cuDNN handles on its first run."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._runs is None or self._runs[0] != depth:
+            if self._runs is not None:
+                self._runs[1].shutdown()
+            self._runs = (depth, ThreadPoolExecutor(depth, thread_name_prefix="attnviz-run"))
+        return self._runs[1]
 
     def _pair(self, spec: PairSpec) -> Partial:
         """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""

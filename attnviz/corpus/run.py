@@ -23,7 +23,15 @@ from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus import output, pairs
 from attnviz.corpus.audio_items import sha256_audio, sites_of
-from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, default_workers, offer, withdraw
+from attnviz.corpus.engines import (
+    ENGINES,
+    WarmPool,
+    WorkerSetup,
+    choose_layout,
+    default_workers,
+    offer,
+    withdraw,
+)
 from attnviz.corpus.plan import (
     BatchSpec,
     Encoded,
@@ -190,9 +198,10 @@ def _run(
     from attnviz.runtime import open_model
     from attnviz.runtime.host import prestart
 
-    # a text corpus on the CPU is probed in a worker (_probe_while_reading); otherwise the driver's probe needs
-    # its isolation child, which loads onnxruntime while the model is read
-    by_worker = warm[0] if warm and warm[0].cpu_only() and _overlaps(cfg) else None
+    # a text corpus on the CPU (or on CUDA in one shared worker: engines.LAYOUTS) is probed in a worker
+    # (_probe_while_reading); otherwise the driver's probe needs its isolation child, which loads onnxruntime
+    # while the model is read
+    by_worker = warm[0] if warm and warm[0].probes() and _overlaps(cfg) else None
     if by_worker is None:
         prestart()
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
@@ -320,6 +329,8 @@ def _run(
         "engine": cfg.engine,
         "workers": workers,
         "threads_per_worker": threads,
+        # local: a process per worker, or one process running `workers` batches at once (engines.LAYOUTS)
+        "worker_layout": choose_layout(gpu) if cfg.engine == "local" else None,
         "provider": cfg.provider,
         "gpu": gpu,
         "batch_size": cfg.batch_size,
@@ -550,7 +561,17 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         ).encode()
     ).hexdigest()
     setup = WorkerSetup(
-        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, tuple(groups), workers, cfg.ray_address, gpu, kind
+        str(cfg.model),
+        cfg.provider,
+        cfg.tokenizer,
+        threads,
+        cfg.k,
+        tuple(groups),
+        workers,
+        cfg.ray_address,
+        gpu,
+        kind,
+        choose_layout(gpu),
     )
     if cfg.texts is not None:  # the texts are read again for the examples: the driver keeps only the plan
         del items
@@ -631,7 +652,9 @@ def _prestart(cfg: CorpusConfig) -> list[WarmPool]:
     gpu = cfg.provider == "cuda" or (cfg.provider == "auto" and gpu_present())
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     threads = cfg.threads or default_threads(workers)
-    setup = WorkerSetup(str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, (), workers)
+    setup = WorkerSetup(
+        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, (), workers, layout=choose_layout(gpu)
+    )
     # a text corpus will be probed in a worker (_probe_while_reading) if the model is an encoder or a decoder, as
     # a file is (a folder is an encoder-decoder export): the probe goes first
     probe = _overlaps(cfg) and Path(cfg.model).is_file()

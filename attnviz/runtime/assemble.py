@@ -73,7 +73,8 @@ def site_map(
     """Site ``s``'s map from the tensors a run fetched (``ex``: what its session exposes for it): Q and Kᵀ kept
     for per-head recompute through ``epilogue(site, fetched)``'s session (None: it could not be rebuilt) -- or,
     where the run left them on its device (runtime/kept.py), through ``head_session(site, fetched, QK node
-    attributes)``'s -- scores a softmax follows, packed Attention's inputs, or the probabilities as fetched."""
+    attributes)``'s (the head model's session and its pooling twin's) -- scores a softmax follows, packed
+    Attention's inputs, or the probabilities as fetched."""
     if "q" in ex:
         q, k = got[ex["q"]], got[ex["k"]]
         node = graph.nodes[graph.producer[s.qk]]
@@ -81,9 +82,10 @@ def site_map(
         side = {n: got[n] for n in ex.get("side", [])}
         on_device = not isinstance(q, np.ndarray) or not isinstance(k, np.ndarray)
         if on_device:
-            head = head_session(s, got, attrs) if head_session is not None else None
-            if head is not None:
-                return KeptMap(q, k, side, head, batch, attrs)
+            sessions = head_session(s, got, attrs) if head_session is not None else None
+            if sessions is not None:
+                head, pool = sessions
+                return KeptMap(q, k, side, head, batch, attrs, pool)
         else:
             epi = epilogue(s, got)
             if epi is not None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from attnviz.runtime.chain import run_bound
@@ -24,14 +25,17 @@ class MemoryCheck:
         self._plan: MemoryPlan | None = None
         self.label = label
         self.keep = keep
+        self._planning = threading.Lock()  # runs from several threads (a corpus worker's): the plan is made once
 
     def check(self, feeds: dict, names: list[str] | None) -> None:
         from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
 
         if self._plan is None:
-            assert self._model is not None
-            self._plan = memory.MemoryPlan(self._model, keep=self.keep)
-            self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
+            with self._planning:
+                if self._plan is None:
+                    assert self._model is not None
+                    self._plan = memory.MemoryPlan(self._model, keep=self.keep)
+                    self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
         memory.check_run(self._plan, feeds, names, self.label)
 
 

@@ -35,9 +35,26 @@ _TYPES = {"tensor(float)": "<f4", "tensor(float16)": "<f2", "tensor(double)": "<
 # its epilogue's side inputs, which keep their names
 Q, K = "attnviz_head_q", "attnviz_head_k"
 Q_SHAPE, K_SHAPE = "attnviz_head_q_shape", "attnviz_head_k_shape"  # int64 [3]: [-1, *Q's last two axes]
-Q_INDEX, K_INDEX = "attnviz_head_q_index", "attnviz_head_k_index"  # int64 scalar: the head along the flat axis
+Q_INDEX, K_INDEX = "attnviz_head_q_index", "attnviz_head_k_index"  # int64 [n]: the heads along the flat axis
 ROWS = "attnviz_head_rows"  # int64 [r]: the query rows asked for
-SCORES_SHAPE = "attnviz_head_scores_shape"  # int64 [4]: [1, 1, r, Tk], as the epilogue is fed on the host
+SCORES_SHAPE = "attnviz_head_scores_shape"  # int64 [4]: [1, n, r, Tk], as the epilogue is fed on the host
+# the pooling twin's (``head_model(pool=True)``): its output and the lengths it is fed (:func:`pool_feeds`)
+THUMBS = "attnviz_pool_thumbs"  # [n, R, C]: each head's rows max-pooled
+POOL_ENDS = "attnviz_pool_ends"  # int64 [1]: the keys kept (a step's)
+POOL_PADS = "attnviz_pool_pads"  # int64 [8]: zeros padding rows and keys to whole runs
+POOL_ROWS, POOL_COLS = "attnviz_pool_rows_shape", "attnviz_pool_cols_shape"  # int64 [4]: the runs laid out
+
+
+def pool_feeds(n: int, rows: int, n_k: int, fq: int, fk: int) -> dict[str, np.ndarray]:
+    """The pooling twin's lengths for ``n`` heads' ``rows`` query rows (whole runs of ``fq`` but perhaps the
+    last block's) over their first ``n_k`` keys, pooled in runs of ``fq`` rows and ``fk`` keys."""
+    r_cells, c_cells = -(-rows // fq), -(-n_k // fk)
+    return {
+        POOL_ENDS: np.array([n_k], np.int64),
+        POOL_PADS: np.array([0, 0, 0, 0, 0, 0, r_cells * fq - rows, c_cells * fk - n_k], np.int64),
+        POOL_ROWS: np.array([n, r_cells, fq, c_cells * fk], np.int64),
+        POOL_COLS: np.array([n, r_cells, c_cells, fk], np.int64),
+    }
 
 
 def keep_mode(mode: str | None = None) -> str:

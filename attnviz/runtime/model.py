@@ -126,7 +126,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         self._roles: tuple[tuple, dict[str, str]] | None = None  # (what they were worked out from, the roles)
         self._fetch: dict[str, tuple] = {}  # per session mode: (its exposed outputs, the names a run fetches)
         self._epilogues: dict[int, object] = {}
-        self._heads: dict[int, object] = {}  # per site: its head model's session (runtime/kept.py), None: none
+        # per site: its head model's session and its pooling twin's (runtime/kept.py), None: no head model
+        self._heads: dict[int, tuple | None] = {}
         self.provider_note = ""
         # the graph or the config already said why this is an encoder (a dual encoder's tower): no map overrules it
         self._stack_confirmed = any("encoder_why" in s.extra for s in self._sites)
@@ -475,23 +476,29 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session, self._head_session)
 
     def _head_session(self, s: gr.Site, got: dict, attrs: dict):
-        """Site ``s``'s head model's session (:func:`attnviz.runtime.graph.head_model`), made once beside the
-        session that keeps its Q and Kᵀ on their device: the same provider, in the same process (the child's)."""
+        """Site ``s``'s head model's session and its pooling twin's (:func:`attnviz.runtime.graph.head_model`; the
+        twin None below its opset), made once beside the session that keeps its Q and Kᵀ on their device: the
+        same provider, in the same process (the child's); each made on its first request.  None: no head model."""
         if s.node_index in self._heads:
             return self._heads[s.node_index]
         side = gr.epilogue_side_inputs(self.graph, s)
         q, k = got[s.q], got[s.k]
         dtypes = {s.qk: (q.dtype, 4), **{n: (got[n].dtype, 4) for n in side}}
-        sess = None
+        made = None
         if not any(got[n].ndim > 4 for n in side):
-            m = gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, (len(q.shape), len(k.shape)))
-            if m is not None:
-                data = _serialize(m)
-                sess = LazySession(
-                    lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0]
-                )
-        self._heads[s.node_index] = sess
-        return sess
+            ranks = (len(q.shape), len(k.shape))
+            models = [
+                gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, ranks, pool=p)
+                for p in (False, True)
+            ]
+            if models[0] is not None:
+                made = tuple(None if m is None else self._lazy(_serialize(m)) for m in models)
+        self._heads[s.node_index] = made
+        return made
+
+    def _lazy(self, data: bytes) -> LazySession:
+        """A session of the serialized model ``data`` on this model's provider, made on its first request."""
+        return LazySession(lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0])
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import mmap
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,9 @@ class Buffers:
         self.pinner = pinner
         self.bufs: list[_Buf] = []
         self.run = 0
+        # runs from several threads at once (a corpus worker's runs in flight on one session): a buffer is taken,
+        # and viewed (which marks it taken), under this lock, so that no two runs are bound into one buffer
+        self.lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray | None:
         """A free page-locked buffer of at least ``nbytes`` (its base array: views of it keep it taken), or None
@@ -117,23 +121,25 @@ class PinnedOutputs:
 
     def run(self, sess: Any, names: list[str], feeds: dict) -> list[np.ndarray]:
         bufs = self.buffers
-        bufs.run += 1
         feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
         key = tuple((k, v.dtype.str, v.shape) for k, v in feeds.items())
-        shapes = self.memo[1] if self.memo[0] == key else {}
+        memo = self.memo
+        shapes = memo[1] if memo[0] == key else {}
         io = sess.io_binding()
         for k, v in feeds.items():
             io.bind_cpu_input(k, v)
         bound: dict[str, np.ndarray] = {}
-        for n in dict.fromkeys(names):
-            known = shapes.get(n)
-            nbytes = math.prod(known[1]) * known[0].itemsize if known is not None else 0
-            base = bufs.take(nbytes) if nbytes > INLINE_BYTES else None
-            if known is not None and base is not None:
-                arr = bound[n] = base[:nbytes].view(known[0]).reshape(known[1])
-                io.bind_output(n, "cpu", 0, known[0].type, list(known[1]), arr.ctypes.data)
-            else:
-                io.bind_output(n, "cpu")
+        with bufs.lock:
+            bufs.run += 1
+            for n in dict.fromkeys(names):
+                known = shapes.get(n)
+                nbytes = math.prod(known[1]) * known[0].itemsize if known is not None else 0
+                base = bufs.take(nbytes) if nbytes > INLINE_BYTES else None
+                if known is not None and base is not None:
+                    arr = bound[n] = base[:nbytes].view(known[0]).reshape(known[1])
+                    io.bind_output(n, "cpu", 0, known[0].type, list(known[1]), arr.ctypes.data)
+                else:
+                    io.bind_output(n, "cpu")
         try:
             sess.run_with_iobinding(io)
         except Exception:
@@ -148,5 +154,6 @@ class PinnedOutputs:
         else:
             out = bound
         del io
-        bufs.trim()  # (after a refused registration the pinner unregistered them all: they age out pageable)
+        with bufs.lock:
+            bufs.trim()  # (after a refused registration the pinner unregistered them all: they age out pageable)
         return [out[n] for n in names]

@@ -114,12 +114,22 @@ class KeptMap:
     """One site kept as Q and Kᵀ where onnxruntime wrote them (:mod:`attnviz.runtime.kept`: a CUDA session's GPU): a
     head's rows are computed there by the site's head model (:func:`attnviz.runtime.graph.head_model`, the same
     steps as :class:`RecomputeMap`'s) and only those rows come back.  ``q``/``k``: the kept values (``dtype``,
-    ``shape``); ``head_session``: the head model's session beside them (``run_kept``)."""
+    ``shape``); ``head_session``: the head model's session beside them (``run_kept``); ``pool_session``: its
+    pooling twin's (None: the overview pools on the host), which returns every head's thumbnail at once.
+
+    Every head of a batch row (:meth:`heads`, :meth:`array`) and every head's thumbnail (:meth:`pooled`) come from
+    one request a site where :data:`SITE_ELEMS` allows, not one a head: a request is a round trip to the device
+    (and to the isolation child), 72 of them for a 6 × 12 model's overview."""
 
     # rows per head-model call: one call a head up to 4,096 tokens (64 MB of float32 scores, on the device)
     CHUNK_ELEMS = 1 << 24
+    # scores per call when several heads are asked at once: every head of a 12-head site up to 2,048 tokens
+    # (256 MB of float32 scores on the device, and as much again for the probabilities, brought back by array())
+    SITE_ELEMS = 1 << 26
 
-    def __init__(self, q, k, side: dict[str, np.ndarray], head_session, batch: int, matmul_attrs: dict):
+    def __init__(
+        self, q, k, side: dict[str, np.ndarray], head_session, batch: int, matmul_attrs: dict, pool_session=None
+    ):
         self.q, self.k = q, k
         qs, ks = tuple(q.shape), tuple(k.shape)
         # rank 3 is [B·H, ., .] (RecomputeMap reshapes it to [B, H, ., .]); the head model indexes the flat axis
@@ -129,54 +139,117 @@ class KeptMap:
         tk = ks[-2] if matmul_attrs.get("transB") else ks[-1]
         self.side = {n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v for n, v in side.items()}
         self.sess = head_session
+        self.pool = pool_session
         self.batch = batch
         self.shape = (batch, int(max(self.qbh[1], self.kbh[1])), int(tq), int(tk))
-        self._out: tuple[str, str] | None = None  # the head model's output and dtype, read on the first head
+        self._outs: dict[int, tuple[str, str]] = {}  # a session's output and dtype, read on its first request
         self.fixed = {
             kept.Q_SHAPE: np.array([-1, qs[-2], qs[-1]], np.int64),
             kept.K_SHAPE: np.array([-1, ks[-2], ks[-1]], np.int64),
         }
 
-    def head(self, b: int, h: int) -> np.ndarray:
+    def _out(self, sess) -> tuple[str, str]:
+        """``sess``'s output name and dtype, asked of it on its first request (it is made then: model.LazySession)."""
+        got = self._outs.get(id(sess))
+        if got is None:
+            out = sess.get_outputs()[0]
+            got = self._outs[id(sess)] = (out.name, kept.tensor_dtype(out.type))
+        return got
+
+    def _feeds(self, b: int, h0: int, h1: int) -> tuple[dict, dict, dict]:
+        """Heads ``h0:h1`` of batch row ``b``: the head model's feeds, the kept values bound as they are, and the
+        side inputs sliced as :class:`RecomputeMap` slices them (rows still to slice)."""
         (qb, qh), (kb, kh) = self.qbh, self.kbh
-        _, heads, tq, tk = self.shape
+        heads = self.shape[1]
+        hs = np.arange(h0, h1, dtype=np.int64)
         feeds = dict(self.fixed)
-        feeds[kept.Q_INDEX] = np.array((b if qb > 1 else 0) * qh + (h if qh > 1 else 0), np.int64)
-        feeds[kept.K_INDEX] = np.array((b if kb > 1 else 0) * kh + h * kh // heads, np.int64)
+        feeds[kept.Q_INDEX] = (b if qb > 1 else 0) * qh + (hs if qh > 1 else np.zeros_like(hs))
+        feeds[kept.K_INDEX] = (b if kb > 1 else 0) * kh + hs * kh // heads
         side = {}
-        for name, v in self.side.items():  # as RecomputeMap slices them
+        for name, v in self.side.items():
             if v.ndim == 4:
                 v = v[b : b + 1] if v.shape[0] == self.batch and self.batch > 1 else v[:1]
-                v = v[:, h : h + 1] if v.shape[1] == heads and heads > 1 else v[:, :1]
+                v = v[:, h0:h1] if v.shape[1] == heads and heads > 1 else v[:, :1]
             side[name] = v
-        if self._out is None:  # asked of the session first on a head drawn (it is made then: model.LazySession)
-            out = self.sess.get_outputs()[0]
-            self._out = (out.name, kept.tensor_dtype(out.type))
-        out_name, out_dtype = self._out
         values = {}
         for name, v in ((kept.Q, self.q), (kept.K, self.k)):
             if isinstance(v, np.ndarray):  # one of them a host array (a model output, never kept): fed as it is
                 feeds[name] = v
             else:
                 values[name] = v
-        step = max(1, self.CHUNK_ELEMS // max(tk, 1))
-        out = None if step >= tq else np.empty((tq, tk), np.float32)
+        return feeds, values, side
+
+    def _request(self, sess, feeds: dict, values: dict, side: dict, r0: int, r1: int, shape: tuple) -> np.ndarray:
+        """One request of ``sess`` for query rows ``r0:r1`` (``shape``: what its output will be)."""
+        tq, tk = self.shape[2], self.shape[3]
+        feeds[kept.ROWS] = np.arange(r0, r1, dtype=np.int64)
+        feeds[kept.SCORES_SHAPE] = np.array([1, len(feeds[kept.Q_INDEX]), r1 - r0, tk], np.int64)
+        for name, v in side.items():
+            feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
+        out_name, out_dtype = self._out(sess)
+        got = sess.run_kept([out_name], feeds, values, {out_name: (out_dtype, shape)})[0]
+        return np.asarray(got, np.float32).reshape(shape)
+
+    def _rows(self, b: int, h0: int, h1: int, step: int) -> np.ndarray:
+        """``[h1 - h0, Tq, Tk]``: heads ``h0:h1``'s rows, ``step`` rows a request."""
+        _, _, tq, tk = self.shape
+        n = h1 - h0
+        feeds, values, side = self._feeds(b, h0, h1)
+        out = None if step >= tq else np.empty((n, tq, tk), np.float32)
         for r0 in range(0, tq, step):
             r1 = min(tq, r0 + step)
-            feeds[kept.ROWS] = np.arange(r0, r1, dtype=np.int64)
-            feeds[kept.SCORES_SHAPE] = np.array([1, 1, r1 - r0, tk], np.int64)
-            for name, v in side.items():
-                feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
-            hint = {out_name: (out_dtype, (1, 1, r1 - r0, tk))}
-            rows = np.asarray(self.sess.run_kept([out_name], feeds, values, hint)[0], np.float32)
+            rows = self._request(self.sess, feeds, values, side, r0, r1, (1, n, r1 - r0, tk))
             if out is None:
-                return rows.reshape(tq, tk)  # one call: the rows as they came back (a slot lent, on the child)
-            out[r0:r1] = rows.reshape(r1 - r0, tk)
+                return rows.reshape(n, tq, tk)  # one call: the rows as they came back (a slot lent, on the child)
+            out[:, r0:r1] = rows.reshape(n, r1 - r0, tk)
         assert out is not None
         return out
 
+    def head(self, b: int, h: int) -> np.ndarray:
+        return self._rows(b, h, h + 1, max(1, self.CHUNK_ELEMS // max(self.shape[3], 1)))[0]
+
+    def _per_request(self) -> int:
+        """Heads a request when several are asked (1: each head alone, in :data:`CHUNK_ELEMS` row blocks)."""
+        return max(1, self.SITE_ELEMS // max(self.shape[2] * self.shape[3], 1))
+
+    def heads(self, b: int) -> np.ndarray:
+        """``[H, Tq, Tk]``: every head of batch row ``b``, as few requests as :data:`SITE_ELEMS` allows."""
+        heads, tq = self.shape[1], self.shape[2]
+        n = self._per_request()
+        if n == 1:
+            return np.stack([self.head(b, h) for h in range(heads)])
+        if n >= heads:
+            return self._rows(b, 0, heads, tq)
+        return np.concatenate([self._rows(b, h0, min(heads, h0 + n), tq) for h0 in range(0, heads, n)])
+
     def array(self) -> np.ndarray:
-        return np.stack([np.stack([self.head(b, h) for h in range(self.shape[1])]) for b in range(self.shape[0])])
+        return np.stack([self.heads(b) for b in range(self.shape[0])])
+
+    def pooled(self, b: int, n_q: int, n_k: int, max_side: int) -> np.ndarray | None:
+        """``[H, <=max_side, <=max_side]``: every head of batch row ``b`` over its first ``n_q`` query rows and
+        ``n_k`` keys, max-pooled on the device as :func:`attnviz.core.view.downsample` pools (the very maxima:
+        the same numbers as pooling :meth:`head`'s on the host), one request a site where :data:`SITE_ELEMS`
+        allows (then heads a request, then row blocks of whole runs).  None without a pooling session."""
+        if self.pool is None:
+            return None
+        heads, tk = self.shape[1], self.shape[3]
+        fq, fk = -(-n_q // max_side), -(-n_k // max_side)
+        n = min(heads, max(1, self.SITE_ELEMS // max(n_q * tk, 1)))
+        whole = n > 1 or n_q * tk <= self.SITE_ELEMS
+        step = n_q if whole else max(fq, self.SITE_ELEMS // max(tk, 1) // fq * fq)
+        out = []
+        for h0 in range(0, heads, n):
+            h1 = min(heads, h0 + n)
+            feeds, values, side = self._feeds(b, h0, h1)
+            blocks = []
+            for r0 in range(0, n_q, step):
+                r1 = min(n_q, r0 + step)
+                feeds.update(kept.pool_feeds(h1 - h0, r1 - r0, n_k, fq, fk))
+                shape = (h1 - h0, -(-(r1 - r0) // fq), -(-n_k // fk))
+                # a copy: kept with the result (the overview's cache), it must not hold the child's slot
+                blocks.append(np.array(self._request(self.pool, feeds, values, side, r0, r1, shape)))
+            out.append(blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1))
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
     @property
     def nbytes(self) -> int:

@@ -188,14 +188,19 @@ def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(whic
 
 
 @pytest.mark.parametrize("first", ["warm-up", "batch"])
-def test_the_worker_that_probed_opens_and_probes_the_model_once(first, planted, monkeypatch):
+@pytest.mark.parametrize("device", ["cpu", "as on cuda"])
+def test_the_worker_that_probed_opens_and_probes_the_model_once(first, device, planted, monkeypatch):
     """The process that probes for the driver (engines._probe) builds its reducer over the model it probed, whether
     its warm-up builds it or (the other process took both warm-ups) its first batch: one model opened and one
-    probe's session in the process, not a second model (nor, from its first batch, a second probe)."""
+    probe's session in the process, not a second model (nor, from its first batch, a second probe).  ``as on
+    cuda``: the shared layout's worker on a GPU, whose probe's session stays open until the statistics session,
+    laid out for the device that session says, replaces it (here the CPU's, standing in)."""
     from attnviz.runtime import model as rm
     from attnviz.runtime import open_model
 
     model, _texts = planted
+    if device != "cpu":
+        monkeypatch.setattr(engines, "_cpu_only", lambda setup: False)
     monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # as in a pool process (engines._enter_worker)
     monkeypatch.setattr(engines, "_PROBED", None)
     monkeypatch.setattr(engines, "_REDUCER", None)
@@ -228,6 +233,7 @@ def test_the_worker_that_probed_opens_and_probes_the_model_once(first, planted, 
     assert sessions == [True, False]  # the probe's session, then the statistics session: no second probe
     assert red.heads_known and red.groups == list(driver.groups) and red.kind == own.kind
     assert isinstance(red.in_graph, InGraphReducer) and engines._PROBED is None  # taken over once
+    assert red.model.open_provider == "CPUExecutionProvider" and "dense" not in red.model._sessions  # replaced
     again = engines._own_reducer(driver, warm=False)  # a reducer built again (other groups) opens its own
     assert again.model is not red.model and len(opened) == 2
 
@@ -242,7 +248,7 @@ def test_a_cpu_text_run_probes_in_a_worker_and_starts_no_isolation_child(planted
     run_corpus(_cfg(model, texts, tmp_path / "worker", workers=2, threads=1))
     assert host._host is None
     assert mp.active_children() == []
-    monkeypatch.setattr(engines.WarmPool, "cpu_only", lambda self: False)  # as before: the driver's own probe
+    monkeypatch.setattr(engines.WarmPool, "probes", lambda self: False)  # as before: the driver's own probe
     run_corpus(_cfg(model, texts, tmp_path / "driver", workers=2, threads=1))
     assert host._host is not None
     for name in ("heads.parquet", "examples.parquet"):

@@ -34,34 +34,62 @@ def batches(tmp_path):
     return model, specs
 
 
-def test_many_equals_one_at_a_time(batches):
+@pytest.mark.parametrize("depth", [1, 3])
+def test_many_equals_one_at_a_time(batches, depth):
+    """``depth`` 3: three runs in flight at once on the one session (the shared layout's worker)."""
     model, specs = batches
     one = BatchReducer(str(model), "cpu", None, 1, 3)
     want = [one(s) for s in specs]
     many = BatchReducer(str(model), "cpu", None, 1, 3)
-    _same(many.many(specs), want)
+    _same(many.many(specs, depth), want)
     assert isinstance(many.in_graph, graph_reduce.InGraphReducer)
 
 
-def test_many_falls_back_to_maps_mid_way(batches, monkeypatch):
-    """A batch the statistics session cannot run (here: the third) sends it and the rest down the maps path."""
+def test_runs_in_flight_overlap_on_one_session(batches):
+    """With depth 3 the session really runs batches side by side (the point of the shared layout): the first two
+    runs wait for each other, which only returns if both are in flight at once (else the barrier breaks)."""
+    import threading
+
+    model, specs = batches
+    want = [BatchReducer(str(model), "cpu", None, 1, 3)(s) for s in specs]
+    red = BatchReducer(str(model), "cpu", None, 1, 3)
+    red.prepare()
+    barrier = threading.Barrier(2, timeout=60)
+    first_two = iter(range(2))
+    inner = red.in_graph.run
+
+    def meet(*a):
+        if next(first_two, None) is not None:
+            barrier.wait()
+        return inner(*a)
+
+    red.in_graph.run = meet
+    _same(red.many(specs, 3), want)
+    assert not barrier.broken
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_many_falls_back_to_maps_mid_way(batches, monkeypatch, depth):
+    """A batch the statistics session cannot run (here: the third) sends it and the rest down the maps path
+    (``depth`` 3: the later runs already started are dropped and reduced from maps too)."""
     model, specs = batches
     maps = BatchReducer(str(model), "cpu", None, 1, 3, in_graph=False)
     graph = BatchReducer(str(model), "cpu", None, 1, 3)
     want = [graph(s) for s in specs[:2]] + [maps(s) for s in specs[2:]]
     real = graph_reduce.InGraphReducer.run
+    third = graph.feeds(specs[2])[0]["input_ids"]  # runs in flight start in any order: the batch is told by its ids
     calls = []
 
-    def run(self, *a):
+    def run(self, feeds, *a):
         calls.append(1)
-        if len(calls) == 3:
+        if np.array_equal(feeds["input_ids"], third):
             raise graph_reduce.NotInGraph("planted failure")
-        return real(self, *a)
+        return real(self, feeds, *a)
 
     monkeypatch.setattr(graph_reduce.InGraphReducer, "run", run)
     red = BatchReducer(str(model), "cpu", None, 1, 3)
-    _same(red.many(specs), want)
-    assert red.in_graph is False and len(calls) == 3
+    _same(red.many(specs, depth), want)
+    assert red.in_graph is False and 3 <= len(calls) <= 2 + depth  # (runs not yet started are cancelled)
 
 
 def test_gpu_engine_tasks_of_several_batches(batches):
@@ -75,3 +103,23 @@ def test_gpu_engine_tasks_of_several_batches(batches):
         runs[gpu] = list(local_engine(setup, specs))
     _same(runs[True], runs[False])
     assert len(runs[True]) == len(specs)
+
+
+def test_the_shared_layout_gives_the_process_layouts_partials(batches, monkeypatch):
+    """One process with three batches in flight on its session, in tasks of two batches (so that tasks follow
+    one another), against three processes of one batch a task: the same partials in the same order."""
+    import dataclasses
+
+    from attnviz.corpus import engines
+
+    model, specs = batches
+    red = BatchReducer(str(model), "cpu", None, 1, 3)
+    groups = tuple(layout(red.model.sites))
+    shared = dataclasses.replace(engines.LAYOUTS["threads"], chunk_cpu=2)
+    monkeypatch.setitem(engines.LAYOUTS, "threads", shared)
+    runs = {}
+    for name in ("processes", "threads"):
+        setup = WorkerSetup(str(model), "cpu", None, 1, 3, groups, 3, layout=name)
+        runs[name] = list(local_engine(setup, specs))
+    _same(runs["threads"], runs["processes"])
+    assert len(runs["threads"]) == len(specs) > 2 * shared.chunk_cpu

@@ -21,13 +21,6 @@ SAME = 1e-6
 TOL = 5e-4  # against transformers' own maps (test_parity's tolerance)
 
 
-@pytest.fixture(params=["isolated", "in-process"])
-def placement(request, monkeypatch):
-    if request.param == "in-process":
-        monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")
-    return request.param
-
-
 def _runs(path, feeds, monkeypatch):
     monkeypatch.delenv("ATTNVIZ_QK_DEVICE", raising=False)
     host_maps = rm.open_model(path, provider="cpu").run(feeds, mode="ondemand")

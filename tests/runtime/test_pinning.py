@@ -363,3 +363,41 @@ def test_in_process_refused_registration_runs_as_before_and_says_why(tmp_path):
         np.testing.assert_array_equal(out.run(sess, ["y"], {"x": x})[0], 2 * x)
     assert out.buffers.pinner.state.startswith("no (cudaHostRegister of ")
     assert lib.calls == 1 and lib.live() == set() and out.buffers.bufs == []
+
+
+def test_in_process_runs_from_several_threads_never_share_a_buffer(tmp_path):
+    """A corpus worker's runs in flight on one session (attnviz/corpus/engines.py LAYOUTS): each run's outputs
+    go into a buffer no other run holds, so that every result is its own input doubled, whatever the interleaving
+    (thread switches made as frequent as the interpreter allows, so that a take and a view race if they can)."""
+    import sys
+
+    lib = FakeCudart()
+    out, sess = _local(lib, tmp_path)
+    bad: list[str] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        held = []
+        for i in range(40):
+            x = rng.standard_normal((900, 300)).astype(np.float32)
+            (y,) = out.run(sess, ["y"], {"x": x})
+            if not np.array_equal(y, 2 * x):
+                bad.append(f"thread {seed} run {i}")
+            if i % 3 == 0:  # every third result kept to the end: buffers both held and freed meanwhile
+                held.append((y, x))
+            del y
+        bad.extend(f"thread {seed} kept" for y, x in held if not np.array_equal(y, 2 * x))
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert bad == [] and len(lib.registered) > 1
+    out.buffers.close()
+    assert lib.live() == set() and lib.unmapped_at_unregister == []

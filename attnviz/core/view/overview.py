@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.core import reduce
-from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.attention import AttentionResult, Block, PooledSource
 from attnviz.core.view.colourbar import check_scale
 from attnviz.core.view.selection import Selection, _pad, _special, blk_len, hide_mask, result_blocks
 from attnviz.core.view.steps import step_rows
@@ -202,12 +202,21 @@ def _pool_map(fn: Callable[[int], np.ndarray], n: int, cells: int) -> list[np.nd
 def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[np.ndarray]:
     """``[H, <=max_side, <=max_side]`` per layer of one block, pooled from its full maps.
 
-    Every head is pooled on its own (a contiguous read of its map), large layers on threads.  Hiding and kept
+    Every head is pooled on its own (a contiguous read of its map), large layers on threads; a map that pools its
+    heads where they are (:class:`~attnviz.core.attention.PooledSource`: on-demand Q and Kᵀ kept on a GPU) does,
+    when neither hiding nor kept mass change the numbers first, and only the thumbnails come back.  Hiding and kept
     mass make a new map per head (one head at a time per thread: a 2,048-token layer would need 200 MB for each
     temporary)."""
     hide = f.hides
     out = []
     for layer in range(blk.n_layers):
+        src = blk.result.maps[blk.sites[layer]]
+        if not hide and sel.keep >= 1.0 and isinstance(src, PooledSource):  # pooled where its numbers are
+            pooled = src.pooled(blk.batch, f.n_q, f.n_k, max_side)
+            if pooled is not None:
+                pooled.flags.writeable = False
+                out.append(pooled)
+                continue
         a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
         if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
             a = a[:, : f.n_q, : f.n_k]
