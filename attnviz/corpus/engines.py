@@ -203,7 +203,7 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     model = open_model(setup.model, provider=setup.provider, tokenizer=setup.tokenizer, threads=setup.threads)
     model.keep_optimized = True  # its probe's session from onnxruntime's graph kept by the last command (optcache)
     # the last command's probe of the same file, code and versions (runtime/probe_kept.py): no session with every
-    # map exposed is made for one dummy run (~0.15 s CPU); taken before the probe, which may relabel the stacks
+    # map exposed is made for one dummy run (~0.1 s CPU); taken before the probe, which may relabel the stacks
     key = pk.probe_key(model) if _cpu_only(setup) else None
     found = pk.kept(key, len(model.sites)) if key is not None else None
     provider: str | None

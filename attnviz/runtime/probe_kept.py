@@ -1,7 +1,7 @@
 """A model's probe (each site's stack and head count: :meth:`AttentionModel.probe`) kept between commands.
 
 A corpus worker probed the model at every command: a session with every map exposed, made for one run on dummy
-inputs (~0.15 s CPU of MiniLM's worker start-up), to find what the last command on the same file found.  What a
+inputs (~0.1 s CPU of MiniLM's worker start-up), to find what the last command on the same file found.  What a
 probe finds depends on the model file, on attnviz's code (finding, labelling and instrumenting the sites, the dummy
 feeds, the causal check) and on onnx, onnxruntime and numpy, so the key names all of them: the file's sha256 where
 every weight lies in it (:meth:`AttentionModel.file_key`), a digest of attnviz's source
