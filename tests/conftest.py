@@ -23,6 +23,26 @@ os.environ["ATTNVIZ_SETTINGS"] = os.path.join(_settings_dir, "settings.ini")
 os.environ["ATTNVIZ_CACHE_DIR"] = os.path.join(_settings_dir, "cache")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    """Once a test has made the QApplication, cyclic garbage is collected in this (the GUI) thread only, as in the
+    app (attnviz/gui/gcguard.py): Ray's and tqdm's threads linger in this process and would otherwise collect the
+    windows of earlier tests off the GUI thread."""
+    yield
+    widgets = sys.modules.get("PySide6.QtWidgets")
+    if widgets is not None and widgets.QApplication.instance() is not None:
+        from attnviz.gui import gcguard
+
+        gcguard.install(widgets.QApplication.instance())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    guard = sys.modules.get("attnviz.gui.gcguard")
+    if guard is not None:
+        guard.collect_due()
+
+
 @pytest.fixture(scope="session")
 def hf_export(tmp_path_factory):
     """hf_export(arch, exporter, attn, opset) -> (onnx path, feeds, reference maps, labels); cached per session."""

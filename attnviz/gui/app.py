@@ -52,13 +52,14 @@ def make_app(argv=None):
     """The QApplication (created once), with pyqtgraph configured."""
     from PySide6.QtWidgets import QApplication
 
-    from attnviz.gui import style
+    from attnviz.gui import gcguard, style
 
     app = QApplication.instance()
     if app is None:
         app = QApplication(list(argv or sys.argv[:1]))
         app.setApplicationName("attnviz")
         app.setOrganizationName("attnviz")
+    gcguard.install(app)  # cycles holding Qt objects are collected in this thread, never a worker's
     style.configure()
     return app
 
