@@ -60,6 +60,7 @@ PARAM_FLAGS = {
     "image_base": "--image-base",
     "scale": "--scale",
     "picture": "--picture",
+    "image_from": "--image-from",
     "batch": None,
 }
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
+from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, IMAGE_FROM, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
@@ -43,6 +43,7 @@ _SPEC_ARGS = (
     "image_base",
     "scale",
     "picture",
+    "image_from",
 )
 
 
@@ -148,6 +149,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="image view of a prompt that held several images: draw image N (from 1; default the first)",
+    )
+    view.add_argument(
+        "--image-from",
+        dest="image_from",
+        choices=tuple(IMAGE_FROM),
+        help="image view: whose attention lies over the image, the words' (default) or the vision tower's own "
+        "(patch to patch; as --block with the vision block)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")

@@ -260,6 +260,15 @@ def _image_block(result: AttentionResult, block: int | str | None) -> int:
     return bi
 
 
+def image_from_block(result: AttentionResult, spec: FigureSpec) -> int | None:
+    """The block that draws ``--image-from``'s attention over the image (the view model's choice, as the window's
+    chooser selects it), so that --layer and --head are checked against it; None: the view's default."""
+    if spec.view != "image" or _why_not_image(result):
+        return None
+    src = view.image_source(result, result.blocks(), None, str(spec.image_from))
+    return src[0] if src is not None else None
+
+
 def _strip_block(result: AttentionResult, block: int | str | None) -> int:
     why = _why_not_strip(result)
     if why:
@@ -309,7 +318,8 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
     if not result.blocks():
         raise AttnvizError("this result holds no attention maps; nothing to draw", param="model")
     pick = VIEW_BLOCKS.get(spec.view)
-    bi, b = resolve_block(result, pick(result, spec.block) if pick else spec.block)
+    asked = image_from_block(result, spec) if spec.block is None and spec.image_from else spec.block
+    bi, b = resolve_block(result, pick(result, asked) if pick else asked)
     try:
         layer = check_layer(b, spec.layer)
     except AttnvizError as e:
@@ -335,6 +345,7 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         image_base=str(spec.image_base or view.default_image_base(result)),
         scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
         picture=int(spec.picture or 1) - 1,
+        image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
     )
     if spec.picture is not None:  # an image the result does not hold: one line naming the images it has
         view.pictured(result, base.picture)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnviz import AttnvizError
-from attnviz.core.view import IMAGE_BASES, MAP_CMAP, OVERLAY_CMAP, SCALES
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MAP_CMAP, OVERLAY_CMAP, SCALES
 from attnviz.core.view_names import FIGURE_VIEWS
 
 # figure view (core.view_names) -> one-line description (the renderer's registry in views.py has the same keys)
@@ -125,6 +125,8 @@ class FigureSpec:
     scale: str | None = None
     # image: which of one prompt's several images is drawn (1-based); None: the first (a recipe without it)
     picture: int | None = None
+    # image: whose attention lies over the image, the words' or the vision tower's own (IMAGE_FROM); None: the words'
+    image_from: str | None = None
 
     def __post_init__(self):
         self.validate()
@@ -152,6 +154,10 @@ class FigureSpec:
             raise AttnvizError(f"unknown colour scale {self.scale!r}; use one of {', '.join(SCALES)}", param="scale")
         if self.picture is not None and (isinstance(self.picture, bool) or int(self.picture) < 1):
             raise AttnvizError(f"picture {self.picture}: images count from 1; give --picture N", param="picture")
+        if self.image_from is not None and self.image_from not in IMAGE_FROM:
+            raise AttnvizError(
+                f"unknown image attention {self.image_from!r}; use one of {', '.join(IMAGE_FROM)}", param="image_from"
+            )
         if self.image_base not in IMAGE_BASES:
             raise AttnvizError(
                 f"unknown image base {self.image_base!r}; use one of {', '.join(IMAGE_BASES)}", param="image_base"
@@ -165,8 +171,9 @@ class FigureSpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if d["picture"] is None:  # a figure of the first (or only) image: its recipe as before there was a choice
-            del d["picture"]
+        for key in ("picture", "image_from"):  # not chosen: the recipe as it was before there was a choice
+            if d[key] is None:
+                del d[key]
         return d
 
     @classmethod

@@ -502,7 +502,8 @@ def draw_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
 
 def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, sv: vm.StripView):
     spec = style
-    isel = _image_selection(sel).with_(block=sv.block_index)
+    # a panel per word: the words' attention over the image, whatever the image view was drawing
+    isel = _image_selection(sel).with_(block=sv.block_index, image_from=vm.DEFAULT_IMAGE_FROM)
     rows = [(p.row, p.word) for p in sv.panels]
     image = _rgb(result.image)
     ih, iw = image.shape[:2]

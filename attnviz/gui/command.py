@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.core.view import IMAGE_BASES
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
 from attnviz.runtime.commands.common import DeprecatedAlias, SeveralImages, add_variant_argument
 from attnviz.runtime.request import AnalyzeRequest
 
@@ -59,6 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=tuple(IMAGE_BASES),
         default=None,
         help="Image regions: what lies under the heat (default grey; colour keeps the image's colours; none)",
+    )
+    p.add_argument(
+        "--image-from",
+        dest="image_from",
+        choices=tuple(IMAGE_FROM),
+        default=None,
+        help="Image regions: whose attention lies over the image, the words' (default) or the vision tower's own "
+        "(patch to patch)",
     )
     p.add_argument(
         "--picture",
@@ -149,7 +157,9 @@ def run(args) -> int:
         win.select_view(args.view)
     win.show()
     focus = {
-        k: getattr(args, k) for k in ("block", "layer", "head", "mode", "image_base") if getattr(args, k) is not None
+        k: getattr(args, k)
+        for k in ("block", "layer", "head", "mode", "image_base", "image_from")
+        if getattr(args, k) is not None
     }
     if args.picture is not None:
         if args.picture < 1:
@@ -163,6 +173,8 @@ def run(args) -> int:
 
         def apply_focus():
             win.result_shown.disconnect(apply_focus)
+            if "image_from" in focus:  # first: its block is then selected, and --layer/--head are that block's
+                win.image_regions.choose_from(focus["image_from"])
             try:
                 check_focus(win.session.result, focus, win.session.sel)
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped

@@ -19,7 +19,7 @@ from typing import Any
 from attnviz import AttnvizError
 from attnviz.core.align import CONVENTIONS
 from attnviz.core.untrusted import parse_json
-from attnviz.core.view import IMAGE_BASES, MODES, SCALES, Selection
+from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MODES, SCALES, Selection
 
 KEY = "session/last"
 # the inputs saved, the kind of value each takes back, and which of those the input panel can hold
@@ -42,6 +42,7 @@ SELECTION_VALUES: dict[str, Callable[[Any], bool]] = {
     "mode": lambda v: v in MODES,
     "rows": lambda v: v in CONVENTIONS,
     "image_base": lambda v: v in IMAGE_BASES,
+    "image_from": lambda v: v in IMAGE_FROM,
     "scale": lambda v: v in SCALES,
     "keep": lambda v: 0 < v <= 1,
     "step": lambda v: v >= -1,

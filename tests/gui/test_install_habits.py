@@ -175,7 +175,16 @@ def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtb
         "model": str(files["text.onnx"]),
         "inputs": {"text": "the cat sat", "generate": "many", "max_tokens": -3},
         "view": ["Head map"],
-        "selection": {"layer": 3, "head": [1], "mode": "nope", "step": None, "keep": -5, "log": "yes", "block": 0},
+        "selection": {
+            "layer": 3,
+            "head": [1],
+            "mode": "nope",
+            "step": None,
+            "keep": -5,
+            "log": "yes",
+            "block": 0,
+            "image_from": "pixels",
+        },
     }
     settings.setValue(restore.KEY, json.dumps(saved))
     w = _reopened(qtbot, settings)
@@ -183,12 +192,13 @@ def test_a_saved_session_with_values_the_views_cannot_draw_restores_the_rest(qtb
         restore.restore(w, restore.load(settings))
     qtbot.waitUntil(lambda: w.session.sel.layer == 3, timeout=5000)  # what the views can draw is applied
     sel, default = w.session.sel, default_selection(w.session.result)  # where a freshly opened model opens
-    assert (sel.head, sel.mode, sel.step, sel.keep, sel.log) == (
+    assert (sel.head, sel.mode, sel.step, sel.keep, sel.log, sel.image_from) == (
         default.head,
         default.mode,
         default.step,
         default.keep,
         default.log,
+        default.image_from,
     )
     assert w.inputs.text.text() == "the cat sat"
     w.close()

@@ -19,7 +19,8 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
 - :mod:`.links` -- token links; :mod:`.strip` -- one panel per generated word
-- :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: the keys, the drawing, the view
+- :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: whose attention (the words'
+  or the vision tower's), the keys, the drawing, the view
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
 
 Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level
@@ -77,6 +78,12 @@ from attnviz.core.view.heat import (
     overlay_alpha,
     upsample,
 )
+from attnviz.core.view.image_from import (
+    DEFAULT_IMAGE_FROM,
+    IMAGE_FROM,
+    ImageFrom,
+    image_from_entry,
+)
 from attnviz.core.view.labels import (
     MAX_LABEL_CHARS,
     clean_label,
@@ -129,6 +136,7 @@ from attnviz.core.view.patches import (
     block_grid,
     caption_rows,
     global_grid,
+    image_attentions,
     image_queries,
     image_source,
     patch_grid_for,
@@ -172,6 +180,7 @@ from attnviz.core.view.strip import (
 __all__ = [
     "CBAR_TICKS",
     "DECODER_TEXT",
+    "DEFAULT_IMAGE_FROM",
     "DEFAULT_GENERATE",
     "DEFAULT_SCALE",
     "DIFF_CMAP",
@@ -183,9 +192,11 @@ __all__ = [
     "HEAD_COLOURS",
     "HIDDEN_NOTE",
     "IMAGE_BASES",
+    "IMAGE_FROM",
     "LINKS_PER_ROW",
     "LINK_MIN",
     "LOG_DECADES",
+    "ImageFrom",
     "LinksView",
     "MAP_CMAP",
     "MAX_LABEL_CHARS",
@@ -235,6 +246,8 @@ __all__ = [
     "grey_base",
     "head_matrix",
     "hide_mask",
+    "image_attentions",
+    "image_from_entry",
     "image_queries",
     "image_source",
     "layer_labels",

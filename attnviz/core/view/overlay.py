@@ -105,7 +105,7 @@ def overlay_view(
     blocks = result_blocks(result, sel, blocks)
     which = picture_label(result, sel.picture)
     result = pictured(result, sel.picture)
-    src = image_source(result, blocks, sel.block)
+    src = image_source(result, blocks, sel.block, sel.image_from)
     if src is None:
         raise ViewError(
             "image regions need an image input (a vision or captioning model); this result has no image patches",

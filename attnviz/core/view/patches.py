@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
+from attnviz.core.view.image_from import DEFAULT_IMAGE_FROM, IMAGE_FROM, ImageFrom, image_from_entry
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.selection import ViewError, blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
@@ -60,30 +61,48 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
 
 
 def image_source(
-    result: AttentionResult, blocks: list[Block], prefer: int | None = None
+    result: AttentionResult, blocks: list[Block], prefer: int | None = None, attention: str = DEFAULT_IMAGE_FROM
 ) -> tuple[int, PatchGrid, str] | None:
     """``(block index, grid, kind)`` of the attention over image patches, or None.
 
-    The selected block when it attends to the patches; else cross-attention (captioning: where
-    each word looks), else a vision–language decoder's self-attention to its image tokens (the same question),
-    else the first self-attention block over the patches (a ViT).
+    ``attention`` (:data:`IMAGE_FROM`) says whose: the words' (cross-attention, where each caption word looks, else
+    a vision–language decoder's self-attention to its image tokens, the same question, else a ViT's encoder) or the
+    vision tower's own.  The selected block (``prefer``) first, unless it draws the other one; a result without the
+    attention asked for draws the words' (a captioner without an encoder over the patches).
     """
     if result.image is None and result.patch_grid is None:
         return None
-
-    def grid_of(i):
-        return block_grid(result, blocks[i])
-
-    order = [prefer] if prefer is not None and 0 <= prefer < len(blocks) else []
-    order += [i for i, b in enumerate(blocks) if b.kind == "cross"]
-    if result.token_grid is not None:
-        order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "decoder"]
-    order += [i for i, b in enumerate(blocks) if b.kind == "self" and b.stack == "encoder"]
-    for i in order:
-        g = grid_of(i)
-        if g is not None:
-            return i, g, blocks[i].kind
+    for entry in (image_from_entry(attention), IMAGE_FROM[DEFAULT_IMAGE_FROM]):
+        order = (
+            [prefer]
+            if prefer is not None and 0 <= prefer < len(blocks) and _may_prefer(result, blocks[prefer], entry)
+            else []
+        )
+        order += [i for tier in entry.tiers for i, b in enumerate(blocks) if tier(result, b)]
+        for i in order:
+            g = block_grid(result, blocks[i])
+            if g is not None:
+                return i, g, blocks[i].kind
     return None
+
+
+def _may_prefer(result: AttentionResult, blk: Block, entry: ImageFrom) -> bool:
+    """The selected block goes first unless it is another attention's (the decoder's words when the tower's own
+    is asked for); a block none answers (a pooling head) is the user's choice."""
+    return entry.answers(result, blk) or not any(f.answers(result, blk) for f in IMAGE_FROM.values())
+
+
+def image_attentions(result: AttentionResult, blocks: list[Block]) -> list[ImageFrom]:
+    """The :data:`IMAGE_FROM` entries this result can draw, each over a block of its own: a chooser's entries
+    (a ViT's words and tower are its one encoder: one entry, no choice)."""
+    out: list[ImageFrom] = []
+    seen: set[int] = set()
+    for entry in IMAGE_FROM.values():
+        src = image_source(result, blocks, None, entry.name)
+        if src is not None and src[0] not in seen and entry.answers(result, blocks[src[0]]):
+            seen.add(src[0])
+            out.append(entry)
+    return out
 
 
 def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:

@@ -54,6 +54,8 @@ class Selection:
     heads: tuple[int, ...] = ()  # token links: heads overlaid in head mode; () = the focused head (link_heads)
     scale: str = DEFAULT_SCALE  # the colour scale's top, one of SCALES
     picture: int = 0  # image regions: which of one prompt's several images is drawn (0-based; 0 for one image)
+    # image regions: whose attention lies over the picture, the words' or the vision tower's own (IMAGE_FROM)
+    image_from: str = "words"
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)
@@ -158,5 +160,5 @@ def hide_mask(special: np.ndarray) -> np.ndarray:
 def map_inputs(sel: Selection) -> Selection:
     """``sel`` less what :func:`compute_map` does not read: selections with equal inputs give the same map, so
     a cache keyed on this redraws nothing when only those change (a head switch under "mean over heads")."""
-    sel = sel.with_(query=None, rows="predict", image_base="grey", heads=())
+    sel = sel.with_(query=None, rows="predict", image_base="grey", heads=(), image_from="words")
     return sel if sel.mode == "head" else sel.with_(layer=0, head=0)

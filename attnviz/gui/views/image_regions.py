@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.app import rules
 from attnviz.core import view as vm
 from attnviz.core.attention import PatchGrid
 from attnviz.core.view_names import tab_title
@@ -138,8 +139,18 @@ class ImageRegionsView(View):
         )
         self.picture_box.currentIndexChanged.connect(self._on_picture)
         self.picture_box.hide()
+        # a vision–language model or a captioner: the words' attention over the image, or the vision tower's own
+        # (the view model's IMAGE_FROM; shown only where the two are different blocks)
+        self.from_box = QComboBox()
+        self.from_box.setToolTip(
+            "whose attention lies over the image: the words' (where each word looks) or the vision tower's own "
+            "(patch to patch); File ▸ Export view draws the same"
+        )
+        self.from_box.currentIndexChanged.connect(self._on_from)
+        self.from_box.hide()
         top = QHBoxLayout()
         top.addWidget(qscroll, 1)
+        top.addWidget(self.from_box)
         top.addWidget(self.picture_box)
         top.addWidget(self.base_box)
         self.info = info_label()
@@ -164,9 +175,8 @@ class ImageRegionsView(View):
         # a Swin's stages are one attention at several grids: the stage selected is the one shown (and exported)
         staged = 0 <= s.sel.block < len(s.blocks) and s.blocks[s.sel.block].stage
         prefer = s.sel.block if staged else None
-        return vm.image_source(
-            self._pictured(), s.blocks, prefer
-        )  # captioning: the words' cross-attention; a ViT: its encoder
+        # the words' attention (captioning: cross-attention; a VLM: its decoder's), or the vision tower's own
+        return vm.image_source(self._pictured(), s.blocks, prefer, s.sel.image_from)
 
     def _pictured(self):
         """The result seen through the image chosen of its prompt's several (the result itself for one image)."""
@@ -238,6 +248,36 @@ class ImageRegionsView(View):
         if i >= 0 and self.picture_box.isVisible():
             self.session.select(picture=i)
 
+    def _on_from(self, i: int) -> None:
+        """Another attention over the image: the block that draws it is selected with it, so the layer and head
+        controls (and the block box) are that block's, as for the block a tab opens on."""
+        if i >= 0 and self.from_box.count() > 1:
+            self.choose_from(self.from_box.itemData(i))
+
+    def choose_from(self, name: str) -> None:
+        """Draw attention ``name`` (the view model's IMAGE_FROM) over the image, with the block that draws it
+        selected (the chooser, ``attnviz open --image-from``)."""
+        s = self.session
+        src = vm.image_source(self._pictured(), s.blocks, None, name)  # an unknown name: one line
+        moved = rules.on_block(s.sel, s.blocks, src[0]) if src is not None else s.sel
+        s.select(image_from=name, block=moved.block, mode=moved.mode)
+
+    def _show_from(self) -> None:
+        """The attention chooser: one entry per attention this result draws over a block of its own, shown only
+        where there are two (a ViT has one)."""
+        s = self.session
+        entries = vm.image_attentions(self._pictured(), s.blocks)
+        self.from_box.blockSignals(True)  # showing the selection is not a new choice
+        if [self.from_box.itemData(i) for i in range(self.from_box.count())] != [e.name for e in entries]:
+            self.from_box.clear()
+            for k, e in enumerate(entries):
+                self.from_box.addItem(e.text, e.name)
+                self.from_box.setItemData(k, e.tip, Qt.ItemDataRole.ToolTipRole)
+        # an attention this result lacks draws the words' (the view model's fallback): the first entry
+        self.from_box.setCurrentIndex(max(0, self.from_box.findData(s.sel.image_from)))
+        self.from_box.setVisible(len(entries) > 1)
+        self.from_box.blockSignals(False)
+
     def _show_pictures(self) -> None:
         """The image chooser: shown, with one entry per image, only for a prompt that held several."""
         s = self.session
@@ -281,6 +321,7 @@ class ImageRegionsView(View):
     def draw(self) -> None:
         s = self.session
         self._show_pictures()
+        self._show_from()
         bi, grid, kind = self.source()
         key = (id(s.result), bi, s.sel.picture)  # another image of the prompt: its own words (after its tokens)
         if key != self._struct_key:
@@ -331,7 +372,10 @@ class ImageRegionsView(View):
         if glob is not None:  # the global image's own grid and peak, after the tiles'
             gr, gc = np.unravel_index(int(np.argmax(glob.patch)), glob.patch.shape)
             beside = f" · global image {glob.grid.rows}×{glob.grid.cols} beside them, peak at ({gr}, {gc})"
-        if grid.columns:  # a VLM's tiles
+        if blk.stack == "encoder" and s.result.token_grid is not None:  # a VLM's vision tower: this image's keys
+            keys = grid.columns or range(grid.offset, grid.offset + grid.n)
+            extra = f"patches at keys {min(keys)}–{max(keys)} of the tower"
+        elif grid.columns:  # a VLM's tiles
             extra = "tiles in place"
         elif (blk.stack, blk.kind) == (
             "decoder",

@@ -1,0 +1,149 @@
+"""Image regions' two attentions over one image (the view model's ``image_from``): the words' (a vision–language
+decoder's word over the image's tokens) or the vision tower's own (patch to patch), per image of a prompt that held
+two, against rows of the maps placed on the patch grid by hand from the keys' labels (``img2(r,c)``)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from attnviz.core import view as vm
+from attnviz.core.attention import (
+    IMAGE_GRIDS_KEY,
+    VISION_GRIDS_KEY,
+    AttentionResult,
+    DenseMap,
+    PatchGrid,
+    SiteInfo,
+    TokenAxis,
+)
+
+# the vision tower's keys: image 1's 2 x 3 patches in the tower's own (2 x 2 merge) order, then image 2's 3 x 2
+TOWER_1 = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2)]
+TOWER_2 = [(r, c) for r in range(3) for c in range(2)]
+DECODER = ["a", "img1[0,0]", "img1[0,1]", "b", "img2[0,0]", "img2[1,0]", "where", "cat"]
+
+
+def _soft(rng, *shape):
+    m = rng.random((1, *shape)).astype(np.float32) ** 4  # peaky rows: a wrong cell shows
+    return m / m.sum(-1, keepdims=True)
+
+
+def _vlm() -> AttentionResult:
+    """A two-image prompt as a vision–language run leaves it: the tower's two layers over both images' 12 patches
+    (each image's on the diagonal), the decoder's two layers over 8 tokens (image 1's 1 x 2, image 2's 2 x 1)."""
+    rng = np.random.default_rng(5)
+    tower = np.zeros((1, 3, 12, 12), np.float32)
+    maps = []
+    for _ in range(2):
+        t = tower.copy()
+        t[:, :, :6, :6] = _soft(rng, 3, 6, 6)
+        t[:, :, 6:, 6:] = _soft(rng, 3, 6, 6)
+        maps.append(DenseMap(t))
+    maps += [DenseMap(_soft(rng, 3, 8, 8)) for _ in range(2)]
+    sites = [SiteInfo("encoder", "self", k, 3, f"v{k}", "softmax") for k in range(2)]
+    sites += [SiteInfo("decoder", "self", k, 3, f"d{k}", "softmax") for k in range(2)]
+    first = PatchGrid(2, 3, 0, tuple(TOWER_1.index((r, c)) for r in range(2) for c in range(3)), 6)
+    vision = [first, PatchGrid(3, 2).shifted(6)]
+    tokens = [PatchGrid(1, 2, 1), PatchGrid(2, 1, 4)]
+    labels = [f"img1({r},{c})" for r, c in TOWER_1] + [f"img2({r},{c})" for r, c in TOWER_2]
+    images = [np.full((20, 30, 3), 90, np.uint8), np.full((30, 20, 3), 160, np.uint8)]
+    return AttentionResult(
+        maps,
+        sites,
+        tokens=TokenAxis(labels),
+        key_tokens=TokenAxis(DECODER),
+        patch_grid=vision[0],
+        token_grid=tokens[0],
+        image=images[0],
+        images=images,
+        info={IMAGE_GRIDS_KEY: [g.to_dict() for g in tokens], VISION_GRIDS_KEY: [g.to_dict() for g in vision]},
+    )
+
+
+def placed(labels: list[str], row: np.ndarray, pattern: str) -> np.ndarray:
+    """``row``'s weights at the cells their keys' labels name (``pattern`` matches a label, groups row and col)."""
+    cells = {(int(m[1]), int(m[2])): float(row[k]) for k, lab in enumerate(labels) if (m := re.fullmatch(pattern, lab))}
+    out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
+    for (r, c), v in cells.items():
+        out[r, c] = v
+    assert not np.isnan(out).any()
+    return out
+
+
+def test_a_vision_language_result_offers_the_words_and_the_tower_and_a_vit_only_one():
+    r = _vlm()
+    assert [f.name for f in vm.image_attentions(r, r.blocks())] == ["words", "tower"]
+    assert vm.image_source(r, r.blocks())[0] == 1  # the decoder's words, as before there was a choice
+    assert vm.image_source(r, r.blocks(), None, "tower")[0] == 0
+    # a ViT: its encoder is the words' fallback and the tower both, one block: nothing to choose
+    cls = _soft(np.random.default_rng(1), 2, 5, 5)
+    vit = AttentionResult(
+        [DenseMap(cls)], [SiteInfo("encoder", "self", 0, 2, "e", "softmax")], tokens=TokenAxis(["CLS", *"abcd"])
+    )
+    vit.patch_grid = PatchGrid(2, 2, 1)
+    assert len(vm.image_attentions(vit, vit.blocks())) == 1
+    for name in vm.IMAGE_FROM:  # the [CLS] row over the 2 x 2 patches, whichever is asked for
+        ov = vm.overlay_view(vit, vm.Selection(mode="head", head=1, image_from=name))
+        np.testing.assert_array_equal(ov.patch, cls[0, 1, 0, 1:].reshape(2, 2))
+        assert ov.query_label == "CLS"
+
+
+@pytest.mark.parametrize("picture", [0, 1])
+def test_the_towers_rows_over_each_image_are_its_patches_rows_placed_on_its_grid(picture):
+    r = _vlm()
+    tower = [f"img{picture + 1}({r_},{c})" for r_, c in (TOWER_1, TOWER_2)[picture]]
+    labels = list(r.tokens.labels)
+    pattern = rf"img{picture + 1}\((\d+),(\d+)\)"
+    mine = [k for k, lab in enumerate(labels) if lab in tower]
+    layer1 = r.maps[1].array()[0]
+    # the decoder's block selected (another tab's) does not win over the tower asked for
+    sel = vm.Selection(block=1, mode="head", layer=1, head=2, picture=picture, image_from="tower")
+    ov = vm.overlay_view(r, sel)
+    assert ov.block_index == 0 and (ov.grid.rows, ov.grid.cols) == [(2, 3), (3, 2)][picture]
+    # no CLS in this tower: the mean of this image's patches' rows, the attention each of its patches receives
+    assert ov.query_label == "all patches (mean)"
+    np.testing.assert_allclose(ov.patch, placed(labels, layer1[2, mine].mean(axis=0), pattern), rtol=1e-6)
+    assert ov.heat.shape == r.images[picture].shape[:2]  # over this image
+    # a patch as the query: its row, and its cell outlined
+    key = labels.index(f"img{picture + 1}(1,1)")
+    ov = vm.overlay_view(r, sel.with_(query=key))
+    np.testing.assert_allclose(ov.patch, placed(labels, layer1[2, key], pattern), rtol=1e-6)
+    assert ov.query_label == "patch (1, 1)" and ov.query_cell == (1, 1)
+    # the mean over heads of layers 0-1, as elsewhere
+    mean = np.concatenate([r.maps[k].array()[0] for k in (0, 1)]).mean(axis=0)
+    ov = vm.overlay_view(r, sel.with_(query=key, mode="mean", layer_lo=0, layer_hi=1))
+    np.testing.assert_allclose(ov.patch, placed(labels, mean[key], pattern), rtol=1e-5)
+    assert "vision self-attention" in ov.title and f"image {picture + 1} of 2" in ov.title
+
+
+def test_the_words_rows_are_drawn_by_default_and_the_choice_is_checked():
+    r = _vlm()
+    ov = vm.overlay_view(r, vm.Selection(block=0, mode="head", layer=0, head=1, picture=1, query=6))
+    assert ov.block_index == 0  # a selected tower block is drawn, as `figure --block 0` asks
+    ov = vm.overlay_view(r, vm.Selection(block=1, mode="head", layer=0, head=1, picture=1, query=6))
+    assert ov.block_index == 1 and ov.query_label == "where"
+    np.testing.assert_allclose(ov.patch, placed(DECODER, r.maps[2].array()[0, 1, 6], r"img2\[(\d+),(\d+)\]"), rtol=1e-6)
+    with pytest.raises(vm.ViewError) as e:
+        vm.overlay_view(r, vm.Selection(image_from="pixels"))
+    assert str(e.value) == "unknown image attention 'pixels'; use one of words, tower"
+
+
+def test_a_captioner_without_a_tower_over_the_patches_draws_the_words():
+    """The tower asked of a result that has none over the image: the words' attention (the chooser offers one)."""
+    rng = np.random.default_rng(2)
+    cross = _soft(rng, 2, 3, 4)
+    r = AttentionResult(
+        [DenseMap(_soft(rng, 2, 3, 3)), DenseMap(cross)],
+        [SiteInfo("decoder", "self", 0, 2, "d", "softmax"), SiteInfo("decoder", "cross", 0, 2, "c", "softmax")],
+        key_tokens=TokenAxis(["<s>", "a", "dog"]),
+        patch_grid=PatchGrid(2, 2),
+        image=np.zeros((8, 8, 3), np.uint8),
+        prompt_len=3,
+    )
+    assert [f.name for f in vm.image_attentions(r, r.blocks())] == ["words"]
+    ov = vm.overlay_view(r, vm.Selection(block=1, mode="head", head=0, image_from="tower", query=1))
+    assert r.blocks()[ov.block_index].kind == "cross"
+    np.testing.assert_array_equal(ov.patch, cross[0, 0, 1].reshape(2, 2))
