@@ -12,9 +12,12 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - a session's memory estimates (:func:`kept_json`, :func:`keep_json`; :class:`attnviz.runtime.memory.MemoryPlan`),
   by the same graph key, the shapes, the cap and onnx's and onnxruntime's versions (its shape inferences);
 - a model's probe (:mod:`attnviz.runtime.probe_kept`), by the file's sha256 and :func:`code_digest` (what attnviz's
-  own code decided is named by that code: an edit or an upgrade works it out again).
-  It is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph onnxruntime
-  would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
+  own code decided is named by that code: an edit or an upgrade works it out again);
+- a corpus worker's statistics graph (:mod:`attnviz.runtime.statgraph_kept`: the edited graph's bytes and what
+  it exposes), by the same two and the sites it was built for.
+
+An optimised graph is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph
+onnxruntime would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
 
 An entry that cannot be read is ignored (and written again); writes go to a temporary file that is renamed.
 """
@@ -138,6 +141,23 @@ def keep_json(kind: str, key: GraphKey, value: object) -> None:
     entry = _entry(kind, key.key, Path(key.folder))
     if entry is not None:
         _write(entry, json.dumps(value).encode())
+
+
+def kept_bytes(kind: str, key: GraphKey) -> bytes | None:
+    """What :func:`keep_bytes` kept under ``key`` (None: nothing, or not readable)."""
+    entry = _entry(kind, key.key, Path(key.folder))
+    if entry is None:
+        return None
+    try:
+        return entry.read_bytes()
+    except OSError:
+        return None
+
+
+def keep_bytes(kind: str, key: GraphKey, data: bytes) -> None:
+    entry = _entry(kind, key.key, Path(key.folder))
+    if entry is not None and len(data) <= KEEP_MAX_BYTES:
+        _write(entry, data)
 
 
 def _cpu() -> str:
