@@ -4,7 +4,7 @@ Each worker of every command built the same edited graph of the same model (~0.0
 before onnxruntime read it.  What it builds depends on the model file, on attnviz's code (finding the sites,
 instrumenting them, the statistics' nodes), on onnx and numpy (the helpers that make the nodes and constants), on the
 sites as the probe labelled them and on the arguments, so the key names all of them: the file's sha256 where every
-weight lies in it (:meth:`AttentionModel.file_key`), a digest of attnviz's source
+weight lies in it (:meth:`AttentionModel.file_key`) and its name (which the graph's weights refer to), a digest of attnviz's source
 (:func:`attnviz.runtime.optcache.code_digest`), the versions, every site as found and probed (its record, node and
 tensors), and ``wanted`` / ``rows`` / ``join``.  The entry is the graph's serialised bytes, which the session's own
 keys (the optimised graph, the memory estimates) hash: a kept graph finds the same kept session.  An entry that does
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import onnx
@@ -60,6 +61,9 @@ def graph_key(model: AttentionModel, wanted: set[int], rows: bool, join: bool) -
     described = [
         FORMAT,
         code,
+        # the graph's weights name the file they lie in (runtime/wire.py): the same bytes under another name are
+        # another graph
+        Path(model.path).resolve().name,
         onnx.__version__,
         numpy.__version__,
         sorted(wanted),

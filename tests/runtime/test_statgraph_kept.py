@@ -127,6 +127,16 @@ def test_the_key_names_the_file_the_code_the_arguments_and_the_sites(tmp_path, c
     unprobed = open_model(str(path), provider="cpu")  # the sites before the probe (heads unknown)
     assert sgk.graph_key(unprobed, wanted, False, False) != key
 
+    # the same bytes under another name: the graph's weights name their file
+    twin = tmp_path / "twin" / "t.onnx"
+    twin.parent.mkdir()
+    shutil.copyfile(path, twin)
+    it.sha256_model(twin)
+    twin_model, _ = _model(twin)
+    assert sgk.graph_key(twin_model, wanted, False, False) not in (None, key)
+    built, _, _ = sgk.stats_model(twin_model, wanted)
+    assert {e.value for t in built.graph.initializer for e in t.external_data if e.key == "location"} == {"t.onnx"}
+
     # another file at the same path: another hash, another key; unhashed, none at all
     shutil.copyfile(_encoder(tmp_path, "other.onnx", seed=1), path)
     assert sgk.graph_key(_model(path)[0], wanted, False, False) is None
