@@ -9,6 +9,8 @@ model's own (``external_dir``).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +71,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
     bad = _first_undecodable(model)
     if bad is not None:  # protobuf hands invalid UTF-8 in string fields back as bytes: every name must be text
         raise AttnvizError(f"{path}: a {bad} field is not valid UTF-8 text; the file is corrupt — re-export it")
-    _check_arity(model, path)
+    _check_arity_once(model, path)
     _check_single_definitions(model.graph, path)
     base = path.resolve().parent
     external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
@@ -171,6 +173,41 @@ def _check_single_definitions(g: onnx.GraphProto, path: Path) -> None:
                     "the file is corrupt — re-export it"
                 )
             defined.add(o)
+
+
+ARITY_KIND = "arity"  # the cache's kind of a file that passed _check_arity (optcache)
+
+
+def _check_arity_once(model: onnx.ModelProto, path: Path) -> None:
+    """:func:`_check_arity`, or nothing where an earlier process checked this very file: the check's first
+    ``onnx.defs.get_schema`` builds onnx's schema registry (~9 ms CPU, in each of a corpus command's three processes,
+    for nothing else).  Kept (:mod:`attnviz.runtime.optcache`) by the file's sha256 as known from its stat (never
+    hashed for this), onnx's version (its schemas) and the code that parses and checks it; only a pass is kept."""
+    from attnviz.runtime import optcache
+
+    code = _checking_code()
+    key = optcache.file_key(path, ARITY_KIND, [onnx.__version__, code]) if code is not None else None
+    kept = optcache.kept_json(ARITY_KIND, key) if key is not None else None
+    if isinstance(kept, dict) and kept.get("passed") is True:  # (is: JSON's 1 equals True)
+        return
+    _check_arity(model, path)
+    if key is not None:
+        optcache.keep_json(ARITY_KIND, key, {"passed": True})
+
+
+@functools.cache
+def _checking_code() -> str | None:
+    """sha256 of this module's and the wire parser's sources (what turns the file into the nodes checked); None
+    without sources (nothing is kept then: nothing would name the code)."""
+    from attnviz.runtime import wire
+
+    h = hashlib.sha256()
+    for module in (__file__, wire.__file__):
+        try:
+            h.update(Path(module).read_bytes())
+        except (OSError, TypeError):
+            return None
+    return h.hexdigest()
 
 
 def _check_arity(model: onnx.ModelProto, path: Path) -> None:

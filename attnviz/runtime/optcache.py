@@ -13,6 +13,8 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
   by the same graph key, the shapes, the cap and onnx's and onnxruntime's versions (its shape inferences);
 - a model's probe (:mod:`attnviz.runtime.probe_kept`), by the file's sha256 and :func:`code_digest` (what attnviz's
   own code decided is named by that code: an edit or an upgrade works it out again);
+- that a model file passed a check whose first call is costly (:func:`file_key`; runtime/loading.py: the nodes'
+  input and output counts against onnx's schemas), by its sha256, onnx's version and the checking code;
 - a corpus worker's statistics graph (:mod:`attnviz.runtime.statgraph_kept`: the edited graph's bytes and what
   it exposes), by the same two and the sites it was built for.
 
@@ -179,6 +181,17 @@ def graph_key(model_file: str | Path, graph: bytes) -> GraphKey | None:
     root = folder()
     sha = known_sha256(model_file) if root is not None else None
     return None if root is None or sha is None else GraphKey(str(root), f"{sha}|{hashlib.sha256(graph).hexdigest()}")
+
+
+def file_key(path: str | Path, what: str, described: list) -> GraphKey | None:
+    """What names a fact ``what`` about the file at ``path`` (e.g. a check it passed, as ``described``: the versions
+    and code that decided it); None where caching is off or the file's sha256 is not known (never hashed for this)."""
+    import json
+
+    root = folder()
+    # a folder no command made yet holds no hash: not made here (opening a model must not create it)
+    sha = known_sha256(path) if root is not None and root.is_dir() else None
+    return None if root is None or sha is None else GraphKey(str(root), json.dumps([sha, what, described]))
 
 
 def optimized_path(key: GraphKey, onnxruntime_version: str) -> str | None:

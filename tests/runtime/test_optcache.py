@@ -228,3 +228,55 @@ def test_a_cache_folder_others_may_write_is_neither_read_nor_written(tmp_path, c
     assert entry.read_text() == "0" * 64  # and nothing written there either
     os.chmod(cache, 0o700)
     assert optcache.known_sha256(f) == "0" * 64  # the same folder, this user's alone again: read
+
+
+def _bad_arity(src, dst):
+    """``src`` with one Add given a third input (the ONNX spec allows two)."""
+    m = onnx.load(str(src))
+    add = next(n for n in m.graph.node if n.op_type == "Add")
+    add.input.append(add.input[0])
+    onnx.save(m, str(dst))
+    return dst
+
+
+def test_a_passed_arity_check_is_kept_and_a_bad_file_is_always_refused(tmp_path, cache, monkeypatch):
+    """runtime/loading.py: a file that passed the node-count check is not checked again by a later process (onnx's
+    schema registry, ~9 ms a process, is then never built); only a pass is kept, only for a file whose sha256 is
+    known, and the key names the file's bytes, onnx's version and the checking code."""
+    from attnviz import AttnvizError
+    from attnviz.runtime import loading
+
+    path = tiny_text_model(tmp_path / "m.onnx")
+    loading.load_model(path)
+    assert _files(cache, loading.ARITY_KIND) == []  # the file's hash unknown: nothing kept, never hashed for this
+    it.sha256_model(path)
+    want = loading.load_model(path)[0]
+    (entry,) = _files(cache, loading.ARITY_KIND)
+    checked = []
+    real = loading._check_arity
+    monkeypatch.setattr(loading, "_check_arity", lambda m, p: checked.append(p) or real(m, p))
+    got = loading.load_model(path)[0]
+    assert checked == [] and got.SerializeToString() == want.SerializeToString()
+
+    for data in (b"{not json", b'{"passed": false}', b'{"passed": 1}', b"[]"):  # damaged: checked again, kept again
+        entry.write_bytes(data)
+        loading.load_model(path)
+        assert len(checked) == 1 and entry.read_bytes() == b'{"passed": true}'
+        checked.clear()
+    with monkeypatch.context() as m:
+        m.setattr(onnx, "__version__", onnx.__version__ + ".1")  # other schemas
+        loading.load_model(path)
+        m.setattr(loading, "_checking_code", lambda: "0" * 64)  # other checking code
+        loading.load_model(path)
+        assert len(checked) == 2 and len(_files(cache, loading.ARITY_KIND)) == 3
+        checked.clear()
+
+    bad = _bad_arity(path, tmp_path / "bad.onnx")
+    it.sha256_model(bad)
+    for _ in range(2):
+        with pytest.raises(AttnvizError, match=r"\(Add\) has 3 inputs, the ONNX spec allows 2"):
+            loading.load_model(bad)
+    assert len(_files(cache, loading.ARITY_KIND)) == 3  # a refusal is not kept
+    _bad_arity(path, path)  # the checked file rewritten: its stat changes, its hash is unknown, it is checked
+    with pytest.raises(AttnvizError, match="the ONNX spec allows 2"):
+        loading.load_model(path)
