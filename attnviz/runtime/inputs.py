@@ -178,7 +178,7 @@ class HFTokenizer(TextEncoder):
         from tokenizers import Tokenizer
 
         try:
-            _check_template(parse_json(text, source))
+            _check_template(_parsed_json(text, source))
             with _rust_guard():
                 return cls(Tokenizer.from_str(text), source)
         except (KeyboardInterrupt, SystemExit):
@@ -320,6 +320,43 @@ def _check_tokens(n: int) -> None:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:120]
+
+
+JSON_CHECKED = "json-checked"  # the cache's kind of a tokenizer text that parse_json accepted (optcache)
+
+
+def _parsed_json(text: str, source: str):
+    """``parse_json(text, source)``, without its guard against hostile JSON (``check_json``: two regex passes, ~10 ms
+    CPU over MiniLM's 460 kB tokenizer.json, in every command that tokenises) where an earlier process parsed
+    this very text: kept (:mod:`attnviz.runtime.optcache`) by the text's sha256, Python's version and the guard's
+    code; only a text that parsed whole."""
+    import json
+    import sys
+
+    from attnviz.runtime import optcache
+
+    code = _guard_code()
+    key = optcache.text_key(text, JSON_CHECKED, [sys.version, code]) if code is not None else None
+    kept = optcache.kept_json(JSON_CHECKED, key) if key is not None else None
+    if isinstance(kept, dict) and kept.get("passed") is True:  # (is: JSON's 1 equals True)
+        return json.loads(text)
+    value = parse_json(text, source)
+    if key is not None:
+        optcache.keep_json(JSON_CHECKED, key, {"passed": True})
+    return value
+
+
+@functools.cache
+def _guard_code() -> str | None:
+    """sha256 of the JSON guard's source (core/untrusted.py); None without it (nothing kept)."""
+    import hashlib
+
+    from attnviz.core import untrusted
+
+    try:
+        return hashlib.sha256(Path(untrusted.__file__).read_bytes()).hexdigest()
+    except (OSError, TypeError):
+        return None
 
 
 def _check_template(cfg) -> None:

@@ -14,7 +14,8 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - a model's probe (:mod:`attnviz.runtime.probe_kept`), by the file's sha256 and :func:`code_digest` (what attnviz's
   own code decided is named by that code: an edit or an upgrade works it out again);
 - that a model file passed a check whose first call is costly (:func:`file_key`; runtime/loading.py: the nodes'
-  input and output counts against onnx's schemas), by its sha256, onnx's version and the checking code;
+  input and output counts against onnx's schemas), by its sha256, onnx's version and the checking code; that a
+  tokenizer.json passed the JSON guard (:func:`text_key`; runtime/inputs.py), by the text's sha256 and the guard's code;
 - a corpus worker's statistics graph (:mod:`attnviz.runtime.statgraph_kept`: the edited graph's bytes and what
   it exposes), by the same two and the sites it was built for.
 
@@ -186,12 +187,31 @@ def graph_key(model_file: str | Path, graph: bytes) -> GraphKey | None:
 def file_key(path: str | Path, what: str, described: list) -> GraphKey | None:
     """What names a fact ``what`` about the file at ``path`` (e.g. a check it passed, as ``described``: the versions
     and code that decided it); None where caching is off or the file's sha256 is not known (never hashed for this)."""
+    root = _made_folder()
+    sha = known_sha256(path) if root is not None else None
+    return None if root is None or sha is None else fact_key(root, [sha, what, described])
+
+
+def text_key(text: str, what: str, described: list) -> GraphKey | None:
+    """What names a fact ``what`` about ``text`` (by its sha256; e.g. that it passed a check); None where caching
+    is off or no command made the cache folder yet."""
+    root = _made_folder()
+    if root is None:
+        return None
+    return fact_key(root, [hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), what, described])
+
+
+def fact_key(root: Path, described: list) -> GraphKey:
     import json
 
+    return GraphKey(str(root), json.dumps(described))
+
+
+def _made_folder() -> Path | None:
+    """The cache folder where it exists: a folder no command made yet holds nothing, and is not made for a lookup
+    (opening a model must not create it)."""
     root = folder()
-    # a folder no command made yet holds no hash: not made here (opening a model must not create it)
-    sha = known_sha256(path) if root is not None and root.is_dir() else None
-    return None if root is None or sha is None else GraphKey(str(root), json.dumps([sha, what, described]))
+    return root if root is not None and root.is_dir() else None
 
 
 def optimized_path(key: GraphKey, onnxruntime_version: str) -> str | None:

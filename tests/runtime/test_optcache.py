@@ -3,6 +3,7 @@ between commands (``ATTNVIZ_CACHE_DIR``).  Checked against the file's bytes (has
 without the cache (outputs byte-equal), and through a changed model file (the key changes, nothing stale is read)."""
 
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -280,3 +281,63 @@ def test_a_passed_arity_check_is_kept_and_a_bad_file_is_always_refused(tmp_path,
     _bad_arity(path, path)  # the checked file rewritten: its stat changes, its hash is unknown, it is checked
     with pytest.raises(AttnvizError, match="the ONNX spec allows 2"):
         loading.load_model(path)
+
+
+def _word_tokenizer(vocab=("the", "cat")) -> dict:
+    words = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(vocab)}}
+    return {
+        "version": "1.0",
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "[UNK]"},
+        "pre_tokenizer": {"type": "Whitespace"},
+    }
+
+
+def test_a_tokenizer_text_the_json_guard_passed_is_not_guarded_again(tmp_path, cache, monkeypatch):
+    """runtime/inputs.py: a tokenizer.json text that parsed whole is parsed without the hostile-JSON guard (two regex
+    passes, ~10 ms over MiniLM's) by a later process; kept by the text's sha256 only where the cache folder exists;
+    only a pass; an edited text, a damaged entry or other guard code is guarded again."""
+    from attnviz import AttnvizError
+    from attnviz.core import untrusted
+    from attnviz.runtime import inputs
+
+    tok = tmp_path / "tokenizer.json"
+    tok.write_text(json.dumps(_word_tokenizer()))
+    want = inputs.HFTokenizer.from_file(tok).encode_ids("the cat sat").ids
+    assert want == [1, 2, 0]
+    assert not cache.exists()  # no command made the folder: nothing kept, and the folder is not made for it
+    cache.mkdir()
+    guarded = []
+    real = untrusted.check_json
+
+    def guard(text, *a, **k):
+        if "WordLevel" in text:  # (the cache's own entries are read through the guard too)
+            guarded.append(1)
+        return real(text, *a, **k)
+
+    monkeypatch.setattr(untrusted, "check_json", guard)
+    inputs.HFTokenizer.from_file(tok)
+    (entry,) = _files(cache, inputs.JSON_CHECKED)
+    assert len(guarded) == 1
+    assert inputs.HFTokenizer.from_file(tok).encode_ids("the cat sat").ids == want and len(guarded) == 1
+
+    guarded.clear()
+    for data in (b"{not json", b'{"passed": 1}', b"null"):  # damaged: guarded again, kept again
+        entry.write_bytes(data)
+        inputs.HFTokenizer.from_file(tok)
+        assert len(guarded) == 1 and entry.read_bytes() == b'{"passed": true}'
+        guarded.clear()
+    with monkeypatch.context() as m:
+        m.setattr(inputs, "_guard_code", lambda: "0" * 64)  # another guard
+        inputs.HFTokenizer.from_file(tok)
+    tok.write_text(json.dumps(_word_tokenizer(("the", "dog"))))  # another text
+    assert inputs.HFTokenizer.from_file(tok).encode_ids("the dog").ids == [1, 2]
+    assert len(guarded) == 2 and len(_files(cache, inputs.JSON_CHECKED)) == 3
+    guarded.clear()
+
+    deep = _word_tokenizer()
+    deep["extra"] = json.loads("[" * 150 + "]" * 150)
+    tok.write_text(json.dumps(deep))
+    for _ in range(2):  # refused each time: a refusal is not kept
+        with pytest.raises(AttnvizError, match="nested deeper than 100"):
+            inputs.HFTokenizer.from_file(tok)
+    assert len(guarded) == 2 and len(_files(cache, inputs.JSON_CHECKED)) == 3
