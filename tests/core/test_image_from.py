@@ -147,3 +147,49 @@ def test_a_captioner_without_a_tower_over_the_patches_draws_the_words():
     ov = vm.overlay_view(r, vm.Selection(block=1, mode="head", head=0, image_from="tower", query=1))
     assert r.blocks()[ov.block_index].kind == "cross"
     np.testing.assert_array_equal(ov.patch, cross[0, 0, 1].reshape(2, 2))
+
+
+@pytest.mark.parametrize("picture", [0, 1])
+def test_a_block_picked_is_the_attention_drawn_over_the_image(picture):
+    """The sidebar's block and the chooser are one choice: the tower's block draws the tower (its rows placed by
+    hand), the decoder's the words; a block over no image keeps what was drawn."""
+    r = _vlm()
+    blocks = r.blocks()
+    for current in vm.IMAGE_FROM:
+        sel = vm.Selection(block=0, mode="head", layer=1, head=2, picture=picture, image_from=current)
+        tower = vm.follow_block(r, blocks, sel)
+        assert tower.image_from == "tower" and tower.with_(image_from=current) == sel  # nothing else moves
+        ov = vm.overlay_view(r, tower)
+        labels = list(r.tokens.labels)
+        pattern = rf"img{picture + 1}\((\d+),(\d+)\)"
+        mine = [k for k, lab in enumerate(labels) if re.fullmatch(pattern, lab)]
+        np.testing.assert_allclose(ov.patch, placed(labels, r.maps[1].array()[0, 2, mine].mean(0), pattern), rtol=1e-6)
+        words = vm.follow_block(r, blocks, sel.with_(block=1, query=6))
+        assert words.image_from == "words"
+        ov = vm.overlay_view(r, words)
+        assert ov.block_index == 1 and ov.query_label == "where"
+        want = r.maps[3].array()[0, 2, 6]
+        np.testing.assert_allclose(ov.patch, placed(DECODER, want, rf"img{picture + 1}\[(\d+),(\d+)\]"), rtol=1e-6)
+    # a ViT's one encoder is the words' (its one entry): picking it changes nothing
+    vit = AttentionResult(
+        [DenseMap(_soft(np.random.default_rng(1), 2, 5, 5))],
+        [SiteInfo("encoder", "self", 0, 2, "e", "softmax")],
+        tokens=TokenAxis(["CLS", *"abcd"]),
+    )
+    vit.patch_grid = PatchGrid(2, 2, 1)
+    assert vm.follow_block(vit, vit.blocks(), vm.Selection()).image_from == "words"
+    # a block out of range, or a result without an image: the choice stays
+    assert vm.block_image_from(r, blocks, 7, "tower") == "tower"
+
+
+def test_a_figure_of_a_block_names_the_attention_it_draws():
+    from attnviz.figures import FigureSpec
+    from attnviz.figures.select import resolve
+
+    r = _vlm()
+    assert resolve(r, FigureSpec(view="image", block=0)).image_from == "tower"
+    assert resolve(r, FigureSpec(view="image", block=1)).image_from == "words"
+    assert resolve(r, FigureSpec(view="image")).image_from == "words"  # the default opens on the words
+    assert resolve(r, FigureSpec(view="image", image_from="tower")).block == 0
+    assert resolve(r, FigureSpec(view="heatmap", block=0)).image_from == "words"  # other views: as they were
+

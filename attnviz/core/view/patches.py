@@ -11,7 +11,7 @@ from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.image_from import DEFAULT_IMAGE_FROM, IMAGE_FROM, ImageFrom, image_from_entry
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.selection import ViewError, blk_len, real_rows
+from attnviz.core.view.selection import Selection, ViewError, blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
 
 
@@ -103,6 +103,29 @@ def image_attentions(result: AttentionResult, blocks: list[Block]) -> list[Image
             seen.add(src[0])
             out.append(entry)
     return out
+
+
+def block_image_from(result: AttentionResult, blocks: list[Block], block: int, current: str) -> str:
+    """The :data:`IMAGE_FROM` entry that ``block`` draws, so that the block selected and the attention over the image
+    are one choice (the sidebar's block box, the chooser, ``--block``): among the entries the chooser offers, the one
+    that ``block`` answers by its most direct tier (a VLM's tower is the words' last resort, a ViT's, but the
+    tower's own), else ``current`` (a block over no image: the view keeps drawing what it drew)."""
+    if not 0 <= block < len(blocks) or (result.image is None and result.patch_grid is None):
+        return current
+    blk = blocks[block]
+    ranked = [
+        (next(k for k, tier in enumerate(e.tiers) if tier(result, blk)), e.name != current, e.name)
+        for e in image_attentions(result, blocks)
+        if e.answers(result, blk)
+    ]
+    return min(ranked)[2] if ranked else current
+
+
+def follow_block(result: AttentionResult, blocks: list[Block], sel: Selection) -> Selection:
+    """``sel`` with the attention over the image that its block draws (:func:`block_image_from`), over the image
+    it has chosen of its prompt's several: a block picked is the chooser's entry too, in one selection."""
+    picture = min(max(sel.picture, 0), picture_count(result) - 1)
+    return sel.with_(image_from=block_image_from(pictured(result, picture), blocks, sel.block, sel.image_from))
 
 
 def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
