@@ -193,3 +193,59 @@ def test_a_figure_of_a_block_names_the_attention_it_draws():
     assert resolve(r, FigureSpec(view="image", image_from="tower")).block == 0
     assert resolve(r, FigureSpec(view="heatmap", block=0)).image_from == "words"  # other views: as they were
 
+
+def _tiled() -> AttentionResult:
+    """An Idefics3-like run: the tower over a 1 x 2 tiled image's two tiles (2 x 2 patches each, ``t0(r,c)``,
+    ``t1(r,c)``) and its global image (``(r,c)``), each its own tower run (its rows on the diagonal); the decoder's
+    tokens: each tile one feature (``t0[0,0]``, ``t1[0,0]``) side by side, the global image's one beside them."""
+    rng = np.random.default_rng(9)
+    tower = np.zeros((1, 2, 12, 12), np.float32)
+    for k in range(3):
+        tower[:, :, 4 * k : 4 * k + 4, 4 * k : 4 * k + 4] = _soft(rng, 2, 4, 4)
+    labels = [f"t{t}({r},{c})" for t in range(2) for r in range(2) for c in range(2)]
+    labels += [f"({r},{c})" for r in range(2) for c in range(2)]
+    words = ["<s>", "t0[0,0]", "t1[0,0]", "g[0,0]", "what"]
+    tiles = PatchGrid(1, 2, 1, (1, 2), 4, global_grid=PatchGrid(1, 1, 3))
+    return AttentionResult(
+        [DenseMap(tower), DenseMap(_soft(rng, 2, 5, 5))],
+        [SiteInfo("encoder", "self", 0, 2, "v", "softmax"), SiteInfo("decoder", "self", 0, 2, "d", "softmax")],
+        tokens=TokenAxis(labels),
+        key_tokens=TokenAxis(words),
+        patch_grid=PatchGrid(2, 2, 8, lead_images=2),
+        token_grid=tiles,
+        image=np.full((16, 32, 3), 90, np.uint8),
+    )
+
+
+def test_a_tiled_images_tower_draws_every_tile_beside_the_global_image():
+    """The tower over each tile, not only the global image: tile t's patch (r, c) at cell (r, 2t + c) of the tiles'
+    picture (placed from the keys' labels), the global image's patches beside them, as the words' view lays out."""
+    r = _tiled()
+    labels = list(r.tokens.labels)
+    tower = r.maps[0].array()[0, 1]
+
+    def tiles_of(row: np.ndarray) -> np.ndarray:
+        return placed(
+            [re.sub(r"^t(\d)\((\d),(\d)\)$", lambda m: f"T({m[2]},{2 * int(m[1]) + int(m[3])})", x) for x in labels],
+            row,
+            r"T\((\d+),(\d+)\)",
+        )
+
+    sel = vm.Selection(mode="head", head=1, image_from="tower")
+    ov = vm.overlay_view(r, sel)
+    assert ov.block_index == 0 and (ov.grid.rows, ov.grid.cols) == (2, 4)
+    assert ov.query_label == "all patches (mean)"  # every tile's and the global image's rows
+    mean = tower.mean(axis=0)
+    np.testing.assert_allclose(ov.patch, tiles_of(mean), rtol=1e-6)
+    np.testing.assert_allclose(ov.global_panel.patch, placed(labels, mean, r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # a patch of tile 1 as the query: its row over its own tile, nothing on tile 0 or the global image
+    key = labels.index("t1(1,0)")
+    ov = vm.overlay_view(r, sel.with_(query=key))
+    np.testing.assert_allclose(ov.patch, tiles_of(tower[key]), rtol=1e-6)
+    assert ov.query_label == "patch (1, 2)" and ov.query_cell == (1, 2) and ov.global_panel.share == 0
+    # the global image's patch: its row beside the tiles
+    key = labels.index("(0,1)")
+    ov = vm.overlay_view(r, sel.with_(query=key))
+    np.testing.assert_allclose(ov.global_panel.patch, placed(labels, tower[key], r"\((\d+),(\d+)\)"), rtol=1e-6)
+    assert ov.query_label == "global image patch (0, 1)" and ov.global_panel.query_cell == (0, 1)
+    assert not ov.patch.any()

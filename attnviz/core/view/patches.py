@@ -57,7 +57,32 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
-    return patch_grid_for(result, n_keys)
+    g = patch_grid_for(result, n_keys)
+    if g is not None and g.lead_images and blk.stack == "encoder":  # a tiled image's tower: every tile's patches
+        return tower_tiles(result, g) or g
+    return g
+
+
+def tower_tiles(result: AttentionResult, glob: PatchGrid) -> PatchGrid | None:
+    """A tiled image's vision tower (Idefics3 / SmolVLM: each tile and then the global image a tower run of its
+    own, ``glob.lead_images`` tiles of ``glob``'s patches each, in reading order, before the global image's) laid
+    out as the words' view lays the image's tokens out: the tiles side by side on the picture, each patch's key in
+    its cell, and the global image on its own grid beside them.  The tiles' arrangement is the decoder's token grid's
+    (its tiled grid over its global image's); None without one that agrees (the global image alone is drawn)."""
+    words = result.token_grid
+    whole = words.global_grid if words is not None else None
+    if whole is None or words is None or words.rows % whole.rows or words.cols % whole.cols:
+        return None
+    across, down = words.cols // whole.cols, words.rows // whole.rows
+    if across * down != glob.lead_images or glob.offset < glob.lead_images * glob.n:
+        return None
+    first = glob.offset - glob.lead_images * glob.n  # this image's first tile (a prompt's several: after the others)
+    columns = tuple(
+        first + ((r // glob.rows) * across + c // glob.cols) * glob.n + (r % glob.rows) * glob.cols + c % glob.cols
+        for r in range(down * glob.rows)
+        for c in range(across * glob.cols)
+    )
+    return PatchGrid(down * glob.rows, across * glob.cols, first, columns, glob.end, global_grid=glob)
 
 
 def image_source(
