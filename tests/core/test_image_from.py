@@ -128,7 +128,7 @@ def test_the_words_rows_are_drawn_by_default_and_the_choice_is_checked():
     np.testing.assert_allclose(ov.patch, placed(DECODER, r.maps[2].array()[0, 1, 6], r"img2\[(\d+),(\d+)\]"), rtol=1e-6)
     with pytest.raises(vm.ViewError) as e:
         vm.overlay_view(r, vm.Selection(image_from="pixels"))
-    assert str(e.value) == "unknown image attention 'pixels'; use one of words, tower"
+    assert str(e.value) == "unknown image attention 'pixels'; use one of words, tower, pooling"
 
 
 def test_a_captioner_without_a_tower_over_the_patches_draws_the_words():
@@ -170,14 +170,15 @@ def test_a_block_picked_is_the_attention_drawn_over_the_image(picture):
         assert ov.block_index == 1 and ov.query_label == "where"
         want = r.maps[3].array()[0, 2, 6]
         np.testing.assert_allclose(ov.patch, placed(DECODER, want, rf"img{picture + 1}\[(\d+),(\d+)\]"), rtol=1e-6)
-    # a ViT's one encoder is the words' (its one entry): picking it changes nothing
+    # a ViT's one encoder is its tower (its one entry, the words' fallback too): picking it names the tower
     vit = AttentionResult(
         [DenseMap(_soft(np.random.default_rng(1), 2, 5, 5))],
         [SiteInfo("encoder", "self", 0, 2, "e", "softmax")],
         tokens=TokenAxis(["CLS", *"abcd"]),
     )
     vit.patch_grid = PatchGrid(2, 2, 1)
-    assert vm.follow_block(vit, vit.blocks(), vm.Selection()).image_from == "words"
+    assert [f.name for f in vm.image_attentions(vit, vit.blocks())] == ["tower"]
+    assert vm.follow_block(vit, vit.blocks(), vm.Selection()).image_from == "tower"
     # a block out of range, or a result without an image: the choice stays
     assert vm.block_image_from(r, blocks, 7, "tower") == "tower"
 
@@ -249,3 +250,54 @@ def test_a_tiled_images_tower_draws_every_tile_beside_the_global_image():
     np.testing.assert_allclose(ov.global_panel.patch, placed(labels, tower[key], r"\((\d+),(\d+)\)"), rtol=1e-6)
     assert ov.query_label == "global image patch (0, 1)" and ov.global_panel.query_cell == (0, 1)
     assert not ov.patch.any()
+
+
+def _siglip() -> AttentionResult:
+    """A SigLIP run: the image tower's two layers over its 2 x 3 patches (no CLS), its attention-pooling head (one
+    learned query over the patches), the text tower's layer over three words."""
+    rng = np.random.default_rng(4)
+    maps = [DenseMap(_soft(rng, 2, 6, 6)) for _ in range(2)] + [DenseMap(_soft(rng, 2, 1, 6))]
+    maps.append(DenseMap(_soft(rng, 2, 3, 3)))
+    sites = [SiteInfo("encoder", "self", k, 2, f"v{k}", "softmax", tower="image") for k in range(2)]
+    sites += [SiteInfo("encoder", "pooling", 0, 2, "p", "softmax", tower="image")]
+    sites += [SiteInfo("encoder", "self", 0, 2, "t", "softmax", tower="text")]
+    return AttentionResult(
+        maps,
+        sites,
+        tokens=TokenAxis([f"({r},{c})" for r in range(2) for c in range(3)]),
+        patch_grid=PatchGrid(2, 3),
+        image=np.full((20, 30, 3), 90, np.uint8),
+    )
+
+
+def test_siglips_pooling_head_is_offered_and_draws_its_one_query_over_the_patches():
+    r = _siglip()
+    blocks = r.blocks()
+    assert [(b.kind, b.tower) for b in blocks] == [("self", "image"), ("pooling", "image"), ("self", "text")]
+    # the chooser: the image tower (its words' fallback too, named by what it is) and the pooling head
+    assert [f.name for f in vm.image_attentions(r, blocks)] == ["tower", "pooling"]
+    labels = list(blocks[1].key_axis.labels)
+    probe = r.maps[2].array()[0]  # [heads, 1, patches]
+    for sel in (
+        vm.Selection(image_from="pooling", mode="head", head=1),
+        vm.follow_block(r, blocks, vm.Selection(block=1, mode="head", head=1)),
+    ):
+        assert sel.image_from == "pooling"
+        ov = vm.overlay_view(r, sel)
+        assert ov.block_index == 1 and ov.query_label == "pooling query" and ov.query_cell is None
+        np.testing.assert_allclose(ov.patch, placed(labels, probe[1, 0], r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # the mean over heads; rollout (square maps only) is their mean over a pooling head, as over words
+    for mode in ("mean", "rollout"):
+        ov = vm.overlay_view(r, vm.Selection(image_from="pooling", mode=mode, layer_lo=0, layer_hi=0))
+        np.testing.assert_allclose(ov.patch, placed(labels, probe.mean(axis=0)[0], r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # the tower's block picked: the tower again (the mean of its patches' rows)
+    assert vm.follow_block(r, blocks, vm.Selection(block=0, image_from="pooling")).image_from == "tower"
+    ov = vm.overlay_view(r, vm.Selection(image_from="tower", mode="head", layer=1, head=0))
+    tower = r.maps[1].array()[0, 0]
+    np.testing.assert_allclose(ov.patch, placed(labels, tower.mean(axis=0), r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # a figure of the pooling block names it
+    from attnviz.figures import FigureSpec
+    from attnviz.figures.select import resolve
+
+    assert resolve(r, FigureSpec(view="image", block=1)).image_from == "pooling"
+    assert resolve(r, FigureSpec(view="image", image_from="pooling")).block == 1

@@ -14,6 +14,8 @@ from attnviz.core.view.labels import clean_label
 from attnviz.core.view.selection import Selection, ViewError, blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
 
+POOLING_QUERY = "pooling query"  # an attention-pooling head's learned query, wherever it is named
+
 
 def picture_count(result: AttentionResult) -> int:
     """How many images one prompt of this result holds (1 for a single image or none)."""
@@ -118,16 +120,20 @@ def _may_prefer(result: AttentionResult, blk: Block, entry: ImageFrom) -> bool:
 
 
 def image_attentions(result: AttentionResult, blocks: list[Block]) -> list[ImageFrom]:
-    """The :data:`IMAGE_FROM` entries this result can draw, each over a block of its own: a chooser's entries
-    (a ViT's words and tower are its one encoder: one entry, no choice)."""
-    out: list[ImageFrom] = []
-    seen: set[int] = set()
+    """The :data:`IMAGE_FROM` entries this result can draw, each over a block of its own: a chooser's entries.  Two
+    entries drawing one block are one, named by the entry that block answers most directly (a ViT's words and
+    tower are its one encoder: its tower, no choice; SigLIP's encoder is its tower beside its pooling head)."""
+    found: dict[int, list[ImageFrom]] = {}
     for entry in IMAGE_FROM.values():
         src = image_source(result, blocks, None, entry.name)
-        if src is not None and src[0] not in seen and entry.answers(result, blocks[src[0]]):
-            seen.add(src[0])
-            out.append(entry)
-    return out
+        if src is not None and entry.answers(result, blocks[src[0]]):
+            found.setdefault(src[0], []).append(entry)
+    return [min(entries, key=lambda e: _tier(result, blocks[bi], e)) for bi, entries in found.items()]
+
+
+def _tier(result: AttentionResult, blk: Block, entry: ImageFrom) -> int:
+    """How directly ``entry`` answers ``blk``: the index of its first tier that does (an entry's own blocks first)."""
+    return next(k for k, tier in enumerate(entry.tiers) if tier(result, blk))
 
 
 def block_image_from(result: AttentionResult, blocks: list[Block], block: int, current: str) -> str:
@@ -139,7 +145,7 @@ def block_image_from(result: AttentionResult, blocks: list[Block], block: int, c
         return current
     blk = blocks[block]
     ranked = [
-        (next(k for k, tier in enumerate(e.tiers) if tier(result, blk)), e.name != current, e.name)
+        (_tier(result, blk, e), e.name != current, e.name)
         for e in image_attentions(result, blocks)
         if e.answers(result, blk)
     ]
@@ -175,6 +181,11 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
+    if blk.kind == "pooling":  # an attention-pooling head: its learned query (SigLIP's one), no input's
+        return [
+            (POOLING_QUERY if len(blk.query_axis) == 1 else f"{POOLING_QUERY} {q + 1}", q)
+            for q in range(len(blk.query_axis))
+        ]
     g = result.token_grid_of(blk.batch)
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)
