@@ -43,7 +43,7 @@ from attnviz.runtime.errors import ort_message
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
-from attnviz.runtime.kept import keep_mode
+from attnviz.runtime.kept import HelperMemory, keep_mode
 from attnviz.runtime.optcache import GraphKey
 
 _T = TypeVar("_T")
@@ -197,6 +197,11 @@ class RemoteSession:
             lambda: host.run_kept(self._sid, list(names), dict(feeds), dict(values), dict(hints)),
             "computing a head's map",
         )
+
+    def helper_memory(self) -> HelperMemory:
+        """How this session holds memory in the child (:func:`attnviz.runtime.kept.helper_memory`)."""
+        host = self._attach()
+        return self._once(lambda: host.helper_memory(self._sid))
 
     def _once(self, call: Callable[[], _T], doing: str | None = None) -> _T:
         """``call`` (a request to this session's child), the session's state kept as the child answered.  A dead
