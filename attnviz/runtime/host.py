@@ -332,9 +332,10 @@ def make_session(
     finite: tuple[str, ...] = (),
     keep: tuple[str, ...] = (),
     optimized: GraphKey | None = None,
+    helper: bool = False,
 ):
-    """Like :func:`attnviz.runtime.session.make_session` (``optimized`` too), but the session runs in the child
-    process.
+    """Like :func:`attnviz.runtime.session.make_session` (``optimized`` and ``helper`` too), but the session runs in
+    the child process; a helper shares the process's CPU arena there (runtime/arena.py), in-process too.
     ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
     (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
@@ -348,6 +349,7 @@ def make_session(
     mode = keep_mode() if keep else "off"  # the switch read (and refused in one line) where the caller runs
     if not isolated():
         from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
+        from attnviz.runtime.arena import process_arena
 
         sess, note = local.make_session(
             model,
@@ -355,7 +357,9 @@ def make_session(
             threads,
             arena,
             external_dir,
+            shared_arena=helper and arena and process_arena(),
             optimized=optimized,
+            helper=helper,
         )
         memory = MemoryCheck(model, label, optimized)
         return GuardedSession(sess, memory, keep if mode != "off" else (), mode), note
@@ -365,6 +369,8 @@ def make_session(
         extra["shared_arena"] = False
     if finite:
         extra["finite"] = list(finite)
+    if helper:
+        extra["helper"] = True
     if keep and mode != "off":
         extra["keep"] = (list(keep), mode)
     sess = RemoteSession(

@@ -45,13 +45,14 @@ POOL_PADS = "attnviz_pool_pads"  # int64 [8]: zeros padding rows and keys to who
 POOL_ROWS, POOL_COLS = "attnviz_pool_rows_shape", "attnviz_pool_cols_shape"  # int64 [4]: the runs laid out
 
 
-# ATTNVIZ_HELPER_ARENA=1: the site sessions keep their arenas as before memkept14 (each its peak for good; on CUDA
-# 12.5 GB of an H100 after MiniLM's overview at 2,048 tokens), for bench/ondemand_qk_ab.py to compare in one process
+# ATTNVIZ_HELPER_ARENA=1: the site sessions are made as before memkept14 (on CUDA each keeps its arena's peak: 12.5 GB
+# of an H100 after MiniLM's overview at 2,048 tokens; in-process each its own CPU arena), for bench/ondemand_qk_ab.py
+# to compare
 HELPER_ARENA_ENV = "ATTNVIZ_HELPER_ARENA"
 
 
 def helper_arena() -> bool:
-    """Whether a site's head-model sessions get an arena that keeps what it grew (default: no, see session.py)."""
+    """Whether a site's head-model sessions are made as other sessions are (default: no, as helpers: session.py)."""
     return os.environ.get(HELPER_ARENA_ENV) == "1"
 
 
@@ -115,8 +116,8 @@ def ort_dtype(ov) -> np.dtype | None:
 class HelperMemory(NamedTuple):
     """How a site's head-model session holds memory, read back from onnxruntime (:func:`helper_memory`)."""
 
-    cpu_arena: bool  # the session's own CPU arena (SessionOptions.enable_cpu_mem_arena)
-    env_allocators: bool  # the isolation child's shared CPU arena (session.use_env_allocators)
+    cpu_arena: bool  # a CPU arena (SessionOptions.enable_cpu_mem_arena)
+    env_allocators: bool  # the process's shared one (session.use_env_allocators: runtime/arena.py)
     cuda_extend: str  # the CUDA provider's arena_extend_strategy ("" on the CPU)
     release: str  # the run option a request runs with (memory.enable_memory_arena_shrinkage; "" none)
 
@@ -192,9 +193,9 @@ def head_run(sess, names: list[str], feeds: dict, values: dict[str, Any], into: 
     ``feeds`` (numpy) bound from host memory, each output written into host memory: into its array in ``into``
     (the child's page-locked slot, shaped as the caller expects) or where onnxruntime puts it.  A shape that was
     not what the caller expected runs again unbound.  Returns the outputs in ``names`` order (an ``into`` array
-    itself where it was written).  ``sess`` is a helper made with ``arena=False``: on CUDA each run gives back the
-    GPU memory it grew when it ends (:func:`attnviz.runtime.session.release_options`), so a dozen sites' sessions
-    hold one request's worth while it runs, not each its peak for good."""
+    itself where it was written).  ``sess`` is a helper (``make_session(helper=True)``): on CUDA each run gives back
+    the GPU memory it grew when it ends (:func:`attnviz.runtime.session.release_options`), so a dozen sites'
+    sessions hold one request's worth while it runs, not each its peak for good."""
     from attnviz.runtime.session import release_options
 
     io = sess.io_binding()

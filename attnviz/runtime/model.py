@@ -493,13 +493,13 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         return made
 
     def _lazy(self, data: bytes) -> LazySession:
-        """A session of the serialized model ``data`` on this model's provider, made on its first request; without
-        an arena of its own (``arena=False``: on CUDA one that gives back what a request grew, runtime/session.py),
-        so that the ~12 sites' sessions an overview makes hold memory only while a request runs (a request is up to
-        :data:`~attnviz.runtime.sitemaps.KeptMap.SITE_ELEMS` scores: ~0.25 GB an intermediate)."""
-        arena = helper_arena()  # read where the model is: the parent, which sends it to the child
+        """A session of the serialized model ``data`` on this model's provider, made on its first request; a helper
+        (runtime/session.py: on CUDA it gives back what a request grew, on the CPU it shares one arena with the
+        other helpers), so that the dozen site sessions an overview makes do not each keep their peak (a request is
+        up to :data:`~attnviz.runtime.sitemaps.KeptMap.SITE_ELEMS` scores: ~0.25 GB an intermediate)."""
+        helper = not helper_arena()  # read where the model is: the parent, which sends it to the child
         return LazySession(
-            lambda: make_session(data, self.requested_provider, self.threads, arena=arena, label=self.path.name)[0]
+            lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name, helper=helper)[0]
         )
 
     def _epilogue_session(self, s: gr.Site, got: dict):

@@ -1,9 +1,9 @@
-"""The sessions beside kept Q and Kᵀ (runtime/kept.py: a site's head model and its pooling twin) hold memory only
-while a request runs: no CPU arena of their own nor the isolation child's shared one (which would keep a request's
-peak), and on CUDA an arena grown by exactly what a request asks and given back when it ends (runtime/session.py
-``arena=False``, :func:`~attnviz.runtime.session.release_options`).  Read back from onnxruntime where the sessions
-live (the child or this process), after they served a head and the overview, against the on-demand session itself,
-which keeps its arena."""
+"""The sessions beside kept Q and Kᵀ (runtime/kept.py: a site's head model and its pooling twin) do not each keep
+their peak: on the CPU they share one arena (the isolation child's, or one registered in this process), on CUDA
+their arena grows by exactly what a request asks and is given back when it ends (runtime/session.py ``helper``,
+:func:`~attnviz.runtime.session.release_options`).  Read back from onnxruntime where the sessions live (the child
+or this process), after they served heads and the overview, against the on-demand session itself, which keeps an
+arena of its own in-process and the default CUDA arena."""
 
 import numpy as np
 import onnxruntime as ort
@@ -47,11 +47,11 @@ def _overview(tmp_path, provider: str, monkeypatch, served: list):
     return m, m._session("ondemand")[0], helpers
 
 
-def test_site_sessions_keep_no_arena_on_the_cpu(tmp_path, placement, monkeypatch, served):
+def test_site_sessions_share_one_cpu_arena(tmp_path, placement, monkeypatch, served):
     _, main, helpers = _overview(tmp_path, "cpu", monkeypatch, served)
     for sess in helpers:
-        assert sess.helper_memory() == HelperMemory(cpu_arena=False, env_allocators=False, cuda_extend="", release="")
-    # the on-demand session keeps its arena (the child's shared one when isolated): the readback tells them apart
+        assert sess.helper_memory() == HelperMemory(cpu_arena=True, env_allocators=True, cuda_extend="", release="")
+    # the on-demand session: the child's shared arena too, an arena of its own in-process (the readback tells apart)
     assert main.helper_memory() == HelperMemory(True, placement == "isolated", "", "")
 
 
@@ -59,5 +59,5 @@ def test_site_sessions_keep_no_arena_on_the_cpu(tmp_path, placement, monkeypatch
 def test_site_sessions_give_back_their_gpu_arena_after_each_request(tmp_path, placement, monkeypatch, served):
     _, main, helpers = _overview(tmp_path, "cuda", monkeypatch, served)
     for sess in helpers:
-        assert sess.helper_memory() == HelperMemory(False, False, "kSameAsRequested", "gpu:0")
+        assert sess.helper_memory() == HelperMemory(True, True, "kSameAsRequested", "gpu:0")
     assert main.helper_memory().cuda_extend == "kNextPowerOfTwo" and main.helper_memory().release == ""
