@@ -241,3 +241,25 @@ def random_image(path, h: int, w: int, seed: int) -> str:
 
     Image.fromarray((np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)).save(path)
     return str(path)
+
+
+def two_random_images(folder) -> list[str]:
+    """The two seeded pictures of the several-images tests, of different sizes (45 x 70 and 60 x 100): a.png, b.png."""
+    from pathlib import Path
+
+    return [random_image(Path(folder) / "a.png", 45, 70, 3), random_image(Path(folder) / "b.png", 60, 100, 4)]
+
+
+def on_grid(labels, row, pattern: str):
+    """``row``'s weights at the cells its keys' labels name (``pattern``: a regular expression whose two groups are
+    the row and column), laid out by hand as the labels say; every cell must have a key."""
+    import re
+
+    import numpy as np
+
+    cells = {(int(m[1]), int(m[2])): float(row[k]) for k, lab in enumerate(labels) if (m := re.fullmatch(pattern, lab))}
+    out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
+    for (r, c), v in cells.items():
+        out[r, c] = v
+    assert not np.isnan(out).any(), "every cell of the image has a key"
+    return out

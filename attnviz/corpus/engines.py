@@ -198,14 +198,25 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     over (:func:`_own_reducer`) where the probe counted every head: opened and probed once."""
     global _PROBED
     from attnviz.runtime import open_model
+    from attnviz.runtime import probe_kept as pk
 
     model = open_model(setup.model, provider=setup.provider, tokenizer=setup.tokenizer, threads=setup.threads)
     model.keep_optimized = True  # its probe's session from onnxruntime's graph kept by the last command (optcache)
-    model.probe()
-    try:
-        provider: str | None = model.provider
-    except Exception:  # as run._gpu_session: the driver asks again (and says what is wrong where it did)
-        provider = None
+    # the last command's probe of the same file, code and versions (runtime/probe_kept.py): no session with every
+    # map exposed is made for one dummy run (~0.1 s CPU); taken before the probe, which may relabel the stacks
+    key = pk.probe_key(model) if _cpu_only(setup) else None
+    found = pk.kept(key, len(model.sites)) if key is not None else None
+    provider: str | None
+    if found is not None and model.adopt_probe(found.state):
+        provider = found.provider
+    else:
+        ran = model.probe()
+        try:
+            provider = model.provider
+        except Exception:  # as run._gpu_session: the driver asks again (and says what is wrong where it did)
+            provider = None
+        if key is not None and ran and provider is not None:
+            pk.keep(key, pk.KeptProbe(model.probe_state(), provider))
     state = model.probe_state()
     if provider is not None and all(s.heads for s in model.sites):  # else the reducer opens its own, as before
         _PROBED = (_opened_as(setup), model)

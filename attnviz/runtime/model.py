@@ -329,6 +329,11 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
                     return None
         return optcache.graph_key(self.path, data)
 
+    def file_key(self, what: bytes) -> GraphKey | None:
+        """The cache's name of ``what`` about this model's own file (:meth:`_graph_key` of its graph: None where
+        nothing is kept), e.g. its probe (:mod:`attnviz.runtime.probe_kept`)."""
+        return self._graph_key(self.proto, what)
+
     def close_session(self, mode: str) -> None:
         """Drop this model's own session of ``mode`` (``"dense"``: e.g. once an extra session replaces it, so the
         weights sit in memory once); a later :meth:`run` in that mode opens it again."""

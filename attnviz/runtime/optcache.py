@@ -10,7 +10,9 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - an optimised graph (:func:`graph_key`, :func:`optimized_path`), keyed by the model file's sha256, the exact graph bytes handed to
   onnxruntime, onnxruntime's version and this CPU (an optimised graph may hold layouts for its instruction set);
 - a session's memory estimates (:func:`kept_json`, :func:`keep_json`; :class:`attnviz.runtime.memory.MemoryPlan`),
-  by the same graph key, the shapes, the cap and onnx's and onnxruntime's versions (its shape inferences).
+  by the same graph key, the shapes, the cap and onnx's and onnxruntime's versions (its shape inferences);
+- a model's probe (:mod:`attnviz.runtime.probe_kept`), by the file's sha256 and :func:`code_digest` (what attnviz's
+  own code decided is named by that code: an edit or an upgrade works it out again).
   It is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph onnxruntime
   would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
 
@@ -19,6 +21,7 @@ An entry that cannot be read is ignored (and written again); writes go to a temp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -164,6 +167,31 @@ def optimized_path(key: GraphKey, onnxruntime_version: str) -> str | None:
         "optimized", "|".join([key.key, onnxruntime_version, "CPUExecutionProvider", _cpu()]), Path(key.folder)
     )
     return None if entry is None else str(entry.with_suffix(".onnx"))
+
+
+@functools.cache
+def code_digest() -> str | None:
+    """:func:`source_digest` of the attnviz package this process runs (computed once a process: ~5 ms)."""
+    return source_digest(Path(__file__).resolve().parents[1])
+
+
+def source_digest(package: Path) -> str | None:
+    """sha256 of every ``.py`` file under ``package``, by relative path and bytes; None where there is none (an
+    install without sources): work that attnviz's code decides (a probe's labels and head counts) is then not
+    kept, as nothing would say which code made it."""
+    h = hashlib.sha256()
+    found = False
+    try:
+        for dirpath, dirnames, filenames in os.walk(package):
+            dirnames.sort()  # os.walk's order is the file system's: the digest must not depend on it
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    path = Path(dirpath, name)
+                    h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+                    found = True
+    except OSError:
+        return None
+    return h.hexdigest() if found else None
 
 
 def drop_if_large(entry: str) -> None:

@@ -6,11 +6,10 @@ recipe (which draws the same bytes again); a recipe without it is the words', as
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
-from PIL import Image
+import vlm_build
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -19,16 +18,7 @@ PROMPT = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_
 
 
 def placed(labels: list[str], row: np.ndarray, image: int) -> np.ndarray:
-    cells = {
-        (int(m[1]), int(m[2])): float(row[k])
-        for k, lab in enumerate(labels)
-        if (m := re.fullmatch(rf"img{image}\((\d+),(\d+)\)", lab))
-    }
-    out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
-    for (r, c), v in cells.items():
-        out[r, c] = v
-    assert not np.isnan(out).any()
-    return out
+    return vlm_build.on_grid(labels, row, rf"img{image}\((\d+),(\d+)\)")
 
 
 def test_the_towers_figure_draws_its_grid_and_its_recipe_keeps_the_choice(qwen2vl_repo, tmp_path, capsys):
@@ -37,10 +27,7 @@ def test_the_towers_figure_draws_its_grid_and_its_recipe_keeps_the_choice(qwen2v
     from attnviz.figures import FigureSpec, render_spec
     from attnviz.runtime import open_model
 
-    images = []
-    for name, seed, (h, w) in (("a.png", 3, (45, 70)), ("b.png", 4, (60, 100))):
-        Image.fromarray((np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)).save(tmp_path / name)
-        images.append(str(tmp_path / name))
+    images = vlm_build.two_random_images(tmp_path)
     r = open_model(qwen2vl_repo, provider="cpu").analyze(text=PROMPT, image=images)
     tower = [i for i, s in enumerate(r.sites) if s.stack == "encoder"]
     labels = list(r.blocks()[0].key_axis.labels)

@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 import pytest
+import vlm_build
 from gui_helpers import open_and_wait
-from PIL import Image
 from screen_figure import check_image, figure
 
 pytest.importorskip("onnxruntime")
@@ -26,13 +26,7 @@ PROMPT = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_
 
 
 def placed(labels: list[str], row: np.ndarray, pattern: str) -> np.ndarray:
-    """``row``'s weights at the cells its keys' labels name (``pattern``'s two groups: row, col)."""
-    cells = {(int(m[1]), int(m[2])): float(row[k]) for k, lab in enumerate(labels) if (m := re.fullmatch(pattern, lab))}
-    out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
-    for (r, c), v in cells.items():
-        out[r, c] = v
-    assert not np.isnan(out).any(), "every cell of the image has a key"
-    return out
+    return vlm_build.on_grid(labels, row, pattern)
 
 
 def heat_alpha(want: np.ndarray, shape: tuple[int, int], base: str) -> np.ndarray:
@@ -46,12 +40,7 @@ def heat_alpha(want: np.ndarray, shape: tuple[int, int], base: str) -> np.ndarra
 
 @pytest.fixture
 def two_images(tmp_path):
-    paths = []
-    for k, (seed, size) in enumerate(((3, (45, 70)), (4, (60, 100)))):  # 6 x 8 and 6 x 10 tower patches
-        p = tmp_path / f"{'ab'[k]}.png"
-        Image.fromarray((np.random.default_rng(seed).random((*size, 3)) * 255).astype(np.uint8)).save(p)
-        paths.append(str(p))
-    return paths
+    return vlm_build.two_random_images(tmp_path)  # 6 x 8 and 6 x 10 tower patches
 
 
 def _click(qtbot, v, x: float, y: float) -> None:

@@ -7,12 +7,10 @@ the image; a figure of an image the prompt did not hold is one line."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+import vlm_build
 from gui_helpers import open_and_wait
-from PIL import Image
 from screen_figure import check_image, figure
 
 pytest.importorskip("onnxruntime")
@@ -24,26 +22,12 @@ PROMPT = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_
 
 def placed_by_hand(keys: list[str], row: np.ndarray, image: int) -> np.ndarray:
     """Image ``image``'s tokens where their labels put them: ``img{image}[r,c]`` at (r, c)."""
-    cells = {
-        (int(m[1]), int(m[2])): float(row[k])
-        for k, label in enumerate(keys)
-        if (m := re.fullmatch(rf"img{image}\[(\d+),(\d+)\]", label))
-    }
-    out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
-    for (r, c), v in cells.items():
-        out[r, c] = v
-    assert not np.isnan(out).any(), "every cell of the image has a token"
-    return out
+    return vlm_build.on_grid(keys, row, rf"img{image}\[(\d+),(\d+)\]")
 
 
 @pytest.fixture
 def two_images(tmp_path):
-    paths = []
-    for k, (seed, size) in enumerate(((3, (45, 70)), (4, (60, 100)))):  # 3 x 4 and 3 x 5 image tokens
-        p = tmp_path / f"{'ab'[k]}.png"
-        Image.fromarray((np.random.default_rng(seed).random((*size, 3)) * 255).astype(np.uint8)).save(p)
-        paths.append(str(p))
-    return paths
+    return vlm_build.two_random_images(tmp_path)  # 3 x 4 and 3 x 5 image tokens
 
 
 def test_each_image_of_the_prompt_shows_its_words_rows_on_screen_and_in_the_figure(
