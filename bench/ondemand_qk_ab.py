@@ -17,6 +17,14 @@ as before session 14 (a request a head, each whole head brought back and pooled 
 site pooled beside Q and Kᵀ, one request a site, only the thumbnails back); and the time to bring one layer's
 every head (Block.layer: a request a head before, one now).  ``--thumbs-host M``: time the host recompute's in
 only the first M of those rounds (72 heads recomputed on the host take seconds a round at 2,048 tokens).
+``--now-only``: only the kept result's thumbnails as now (no host recompute, no "before", no difference check).
+
+Memory (session 14, memkept14): the resident set of the process that owns the sessions (the isolation child, or
+this one with ``--inprocess``; /proc VmRSS, and VmHWM: its peak since the counter was reset by writing 5 to
+/proc/<pid>/clear_refs, just before the thumbnails) before the thumbnails, after their first pass and after all
+rounds; on a GPU also each process's GPU memory (nvidia-smi) at the same points.  The kept result's site sessions
+(head model, pooling twin) hold memory only while a request runs since memkept14 (runtime/session.py
+``arena=False``); before, each kept its arena's peak (12.5 GB of an H100 at 2,048 tokens).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ def main() -> None:
     ap.add_argument(
         "--thumbs-host", type=int, default=None, help="of which the host recompute's (default all; 0: not timed)"
     )
+    ap.add_argument("--now-only", action="store_true", help="only the kept thumbnails as now (memory runs)")
     a = ap.parse_args()
     if a.inprocess:
         os.environ["ATTNVIZ_INPROCESS"] = "1"
@@ -102,22 +111,65 @@ def main() -> None:
             f" load average {os.getloadavg()[0]:.1f}"
         )
         if a.thumbs:
-            thumbs_table(last, a.thumbs, a.thumbs if a.thumbs_host is None else a.thumbs_host)
+            thumbs_table(last, a.thumbs, a.thumbs if a.thumbs_host is None else a.thumbs_host, cpu, a.now_only)
+            helpers(models["kept"])
 
 
-def gpu_memory() -> None:
-    """What each process holds on the GPU now (nvidia-smi; nothing without one): every site's head model and pooling
-    twin keep their CUDA arena's peak, one request a site's worth (runtime/sitemaps.KeptMap.SITE_ELEMS)."""
+def helpers(model) -> None:
+    """How the site sessions the kept result made hold memory, as onnxruntime reports it where they live."""
+    made = [s for pair in model._heads.values() if pair for s in pair if s is not None and s._sess is not None]
+    if made and hasattr(made[0], "helper_memory"):  # a checkout before memkept14 cannot say
+        seen: dict = {}
+        for s in made:
+            got = s.helper_memory()
+            seen[got] = seen.get(got, 0) + 1
+        print(f"  {len(made)} site sessions: " + "; ".join(f"{n} x {m}" for m, n in seen.items()))
+
+
+def owner() -> int:
+    """The process whose sessions run: the isolation child, else this one."""
+    from attnviz.runtime import host
+
+    return host._host.proc.pid if host._host is not None else os.getpid()
+
+
+def reset_peak() -> bool:
+    """VmHWM counts from now (Linux >= 4.0; False where it cannot be reset: it then counts from the start)."""
+    try:
+        with open(f"/proc/{owner()}/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def memory(when: str) -> None:
+    """The owning process's resident set now and its peak (module docstring), and each process's GPU memory."""
+    pid = owner()
+    got = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, val = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                got[key] = int(val.split()[0]) / 1024
+    kind = "this process" if pid == os.getpid() else "the isolation child"
+    print(f"  memory {when}: {kind} RSS {got['VmRSS']:.0f} MB, peak {got['VmHWM']:.0f} MB", flush=True)
+    gpu_memory(when)
+
+
+def gpu_memory(when: str) -> None:
+    """What each process holds on the GPU now (nvidia-smi; nothing without one): before memkept14 every site's head
+    model and pooling twin kept their CUDA arena's peak, one request a site's worth (sitemaps.KeptMap.SITE_ELEMS)."""
     import shutil
     import subprocess
 
     if shutil.which("nvidia-smi"):
         q = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"]
         got = subprocess.run(q, capture_output=True, text=True, check=False).stdout.strip().replace("\n", "; ")
-        print(f"  GPU memory after the thumbnails (pid, used): {got or 'none listed'}")
+        print(f"  GPU memory {when} (pid, used; the owner is {owner()}): {got or 'none listed'}", flush=True)
 
 
-def thumbs_table(last: dict, rounds: int, host_rounds: int) -> None:
+def thumbs_table(last: dict, rounds: int, host_rounds: int, cpu, now_only: bool = False) -> None:
     """The overview's pooling of the host and kept results, interleaved (module docstring)."""
     import numpy as np
 
@@ -154,23 +206,33 @@ def thumbs_table(last: dict, rounds: int, host_rounds: int) -> None:
         "a layer's heads, kept: a head a request (before)": before(lambda: blk.layer(0)),
         "a layer's heads, kept: one request (now)": lambda: blk.layer(0),
     }
+    if now_only:
+        kinds = {k: v for k, v in kinds.items() if k.endswith("(now)")}
+    memory("before the thumbnails")
+    peak = "since the thumbnails began" if reset_peak() else "since the process started"
     got = {k: fn() for k, fn in kinds.items()}  # warm: every session made, every slot mapped
+    memory(f"after their first pass (peak {peak})")
     for k in ("thumbnails, kept: pooled there (now)", "thumbnails, kept: a head a request (before)"):
+        if k not in got or "thumbnails, host recompute" not in got:
+            continue
         diff = max(float(np.abs(got[k][key] - got["thumbnails, host recompute"][key]).max()) for key in got[k])
         print(f"  {k}: max |difference| from the host's {diff:.2e} over {len(got[k])} thumbnails")
-    took: dict[str, list[float]] = {k: [] for k in kinds}
+    took: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     for i in range(rounds):
         for k in list(kinds) if i % 2 == 0 else list(reversed(kinds)):
             if k == "thumbnails, host recompute" and i >= host_rounds:  # 72 heads recomputed: seconds a round
                 continue
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu()
             kinds[k]()
-            took[k].append(time.perf_counter() - t0)
-    gpu_memory()
-    print(f"  overview pooling, {len(got['thumbnails, host recompute'])} heads, median of {rounds} rounds:")
+            took[k].append((time.perf_counter() - t0, cpu() - c0))
+    memory(f"after {rounds} rounds (peak {peak})")
+    heads = len(got["thumbnails, kept: pooled there (now)"])
+    print(f"  overview pooling, {heads} heads, median of {rounds} rounds (wall; CPU of both processes):")
     for k, v in took.items():
         if v:
-            print(f"    {k}: {statistics.median(v) * 1000:.1f} ms ({' '.join(f'{x * 1000:.0f}' for x in v)})")
+            w, c = statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)
+            walls = " ".join(f"{x[0] * 1000:.0f}" for x in v)
+            print(f"    {k}: {w * 1000:.1f} ms ({walls}); CPU {c * 1000:.1f} ms; load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

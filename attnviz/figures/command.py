@@ -154,8 +154,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--image-from",
         dest="image_from",
         choices=tuple(IMAGE_FROM),
-        help="image view: whose attention lies over the image, the words' (default) or the vision tower's own "
-        "(patch to patch; as --block with the vision block)",
+        help="image view: whose attention lies over the image, the words' (default), the vision tower's own "
+        "(patch to patch; as --block with the vision block) or its attention-pooling head's (SigLIP's)",
     )
     view.add_argument("--cmap", help="matplotlib colormap (default viridis; magma for image overlays)")
     view.add_argument("--vmax", type=float, help="top of the colour scale by hand (default: the one --scale gives)")

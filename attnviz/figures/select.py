@@ -349,6 +349,8 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
     )
     if spec.picture is not None:  # an image the result does not hold: one line naming the images it has
         view.pictured(result, base.picture)
+    if spec.view == "image" and spec.image_from is None:  # --block alone: the attention that block draws, as on screen
+        base = view.follow_block(result, result.blocks(base.batch), base)
     if spec.heads is not None:
         heads = tuple(check_head(b, layer, h) for h in spec.heads)
         return base.with_(mode="head", layer=layer, head=heads[0], heads=heads)

@@ -65,8 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="image_from",
         choices=tuple(IMAGE_FROM),
         default=None,
-        help="Image regions: whose attention lies over the image, the words' (default) or the vision tower's own "
-        "(patch to patch)",
+        help="Image regions: whose attention lies over the image, the words' (default), the vision tower's own "
+        "(patch to patch) or its attention-pooling head's (SigLIP's)",
     )
     p.add_argument(
         "--picture",

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attnviz.app.ablation import AblationState
 from attnviz.core.attention import AttentionResult, Block
-from attnviz.core.view import ViewError, default_selection, map_inputs
+from attnviz.core.view import ViewError, default_selection, follow_block, map_inputs
 from attnviz.gui.selection import MapView, Selection, clamp, compute_map
 
 if TYPE_CHECKING:
@@ -123,6 +123,10 @@ class Session(QObject):
             self.blocks = self.result.blocks(batch)
             self._map_cache = None
         new = clamp(self.sel.with_(**changes), self.blocks)
+        if "block" in changes and "image_from" not in changes and self.result is not None:
+            # a block picked (the sidebar, a tab, --block) is Image regions' attention too, in this one selection:
+            # the tower's block draws the tower, the decoder's the words (the chooser selects the block alike)
+            new = follow_block(self.result, self.blocks, new)
         if new != self.sel:
             self.sel = new
             self.selection_changed.emit()

@@ -8,6 +8,7 @@ made.
 from __future__ import annotations
 
 import os
+import threading
 
 from attnviz.core import limits
 
@@ -55,3 +56,17 @@ def shared_arena():
         return tiny, opts
     except Exception:
         return None
+
+
+_process: list[bool] = []  # in-process: whether process_arena() registered one (once a process)
+_lock = threading.Lock()
+
+
+def process_arena() -> bool:
+    """Register :func:`shared_arena` in this process once (the child does at its start), for the sessions made with
+    ``shared_arena`` here (``ATTNVIZ_INPROCESS=1``: a kept site's helper sessions, runtime/model.py); whether
+    there is one."""
+    with _lock:
+        if not _process:
+            _process.append(shared_arena() is not None)
+        return _process[0]

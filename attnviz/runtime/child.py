@@ -32,7 +32,7 @@ from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import SlotFeed, read_message, write_message
-from attnviz.runtime.kept import KeptRef
+from attnviz.runtime.kept import HelperMemory, KeptRef
 from attnviz.runtime.slots import close_map
 from attnviz.runtime.worker import serve_orphanless
 
@@ -191,6 +191,10 @@ class ChildProcess:
             adopt=self._adopt,
             prepare=prepare,
         )
+
+    def helper_memory(self, sid: int) -> HelperMemory:
+        """How the child's session ``sid`` holds memory (:func:`attnviz.runtime.kept.helper_memory`)."""
+        return HelperMemory(*self.call("helper_memory", sid, what="reading a session's memory settings"))
 
     def kept_count(self) -> int:
         """How many values the child keeps for this process (runtime/kept.py), after those dropped here are gone."""

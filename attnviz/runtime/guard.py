@@ -84,6 +84,12 @@ class GuardedSession:
             return self.outputs.run(self._sess, list(names), feeds)
         return run_bound(self._sess, list(names), feeds)  # onnxruntime's session: bound as any in-process run is
 
+    def helper_memory(self):
+        """How this session holds memory (:func:`attnviz.runtime.kept.helper_memory`)."""
+        from attnviz.runtime.kept import helper_memory
+
+        return helper_memory(self._sess)
+
     def run_kept(self, names, feeds, values, hints) -> list:
         """Like :meth:`~attnviz.runtime.host.RemoteSession.run_kept`: ``values`` are
         :class:`~attnviz.runtime.kept.Kept` OrtValues of this process, bound where they are (``hints`` unused: the

@@ -43,7 +43,7 @@ from attnviz.runtime.errors import ort_message
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
-from attnviz.runtime.kept import keep_mode
+from attnviz.runtime.kept import HelperMemory, keep_mode
 from attnviz.runtime.optcache import GraphKey
 
 _T = TypeVar("_T")
@@ -198,6 +198,11 @@ class RemoteSession:
             "computing a head's map",
         )
 
+    def helper_memory(self) -> HelperMemory:
+        """How this session holds memory in the child (:func:`attnviz.runtime.kept.helper_memory`)."""
+        host = self._attach()
+        return self._once(lambda: host.helper_memory(self._sid))
+
     def _once(self, call: Callable[[], _T], doing: str | None = None) -> _T:
         """``call`` (a request to this session's child), the session's state kept as the child answered.  A dead
         child: with ``doing``, this request's crash, so named (a kept-values run, a generation's chunk: what they
@@ -327,9 +332,10 @@ def make_session(
     finite: tuple[str, ...] = (),
     keep: tuple[str, ...] = (),
     optimized: GraphKey | None = None,
+    helper: bool = False,
 ):
-    """Like :func:`attnviz.runtime.session.make_session` (``optimized`` too), but the session runs in the child
-    process.
+    """Like :func:`attnviz.runtime.session.make_session` (``optimized`` and ``helper`` too), but the session runs in
+    the child process; a helper shares the process's CPU arena there (runtime/arena.py), in-process too.
     ``finite``: the map outputs the child checks for NaN/Inf right after a chain's or a generation's run
     (:mod:`attnviz.runtime.finite`; in-process the parent checks them as before).
 
@@ -343,6 +349,7 @@ def make_session(
     mode = keep_mode() if keep else "off"  # the switch read (and refused in one line) where the caller runs
     if not isolated():
         from attnviz.runtime import session as local  # onnxruntime is imported only where sessions run
+        from attnviz.runtime.arena import process_arena
 
         sess, note = local.make_session(
             model,
@@ -350,7 +357,9 @@ def make_session(
             threads,
             arena,
             external_dir,
+            shared_arena=helper and arena and process_arena(),
             optimized=optimized,
+            helper=helper,
         )
         memory = MemoryCheck(model, label, optimized)
         return GuardedSession(sess, memory, keep if mode != "off" else (), mode), note
@@ -360,6 +369,8 @@ def make_session(
         extra["shared_arena"] = False
     if finite:
         extra["finite"] = list(finite)
+    if helper:
+        extra["helper"] = True
     if keep and mode != "off":
         extra["keep"] = (list(keep), mode)
     sess = RemoteSession(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,6 +43,17 @@ THUMBS = "attnviz_pool_thumbs"  # [n, R, C]: each head's rows max-pooled
 POOL_ENDS = "attnviz_pool_ends"  # int64 [1]: the keys kept (a step's)
 POOL_PADS = "attnviz_pool_pads"  # int64 [8]: zeros padding rows and keys to whole runs
 POOL_ROWS, POOL_COLS = "attnviz_pool_rows_shape", "attnviz_pool_cols_shape"  # int64 [4]: the runs laid out
+
+
+# ATTNVIZ_HELPER_ARENA=1: the site sessions are made as before memkept14 (on CUDA each keeps its arena's peak: 12.5 GB
+# of an H100 after MiniLM's overview at 2,048 tokens; in-process each its own CPU arena), for bench/ondemand_qk_ab.py
+# to compare
+HELPER_ARENA_ENV = "ATTNVIZ_HELPER_ARENA"
+
+
+def helper_arena() -> bool:
+    """Whether a site's head-model sessions are made as other sessions are (default: no, as helpers: session.py)."""
+    return os.environ.get(HELPER_ARENA_ENV) == "1"
 
 
 def pool_feeds(n: int, rows: int, n_k: int, fq: int, fk: int) -> dict[str, np.ndarray]:
@@ -102,6 +113,33 @@ def ort_dtype(ov) -> np.dtype | None:
     return np.dtype(word) if word else None
 
 
+class HelperMemory(NamedTuple):
+    """How a site's head-model session holds memory, read back from onnxruntime (:func:`helper_memory`)."""
+
+    cpu_arena: bool  # a CPU arena (SessionOptions.enable_cpu_mem_arena)
+    env_allocators: bool  # the process's shared one (session.use_env_allocators: runtime/arena.py)
+    cuda_extend: str  # the CUDA provider's arena_extend_strategy ("" on the CPU)
+    release: str  # the run option a request runs with (memory.enable_memory_arena_shrinkage; "" none)
+
+
+def helper_memory(sess) -> HelperMemory:
+    """What onnxruntime says of ``sess``'s memory (tests, and benches on a GPU, check a helper's)."""
+    from attnviz.runtime.session import SHRINK, release_options
+
+    so = sess.get_session_options()
+    try:
+        env = so.get_session_config_entry("session.use_env_allocators") == "1"
+    except RuntimeError:  # onnxruntime raises for a key never set
+        env = False
+    opts = release_options(sess)
+    try:
+        release = opts.get_run_config_entry(SHRINK) if opts is not None else ""
+    except RuntimeError:
+        release = ""
+    cuda = sess.get_provider_options().get("CUDAExecutionProvider", {})
+    return HelperMemory(bool(so.enable_cpu_mem_arena), env, str(cuda.get("arena_extend_strategy", "")), release)
+
+
 class Kept:
     """An OrtValue kept in this process (``ATTNVIZ_INPROCESS=1``), with the dtype and shape a map reads."""
 
@@ -155,7 +193,11 @@ def head_run(sess, names: list[str], feeds: dict, values: dict[str, Any], into: 
     ``feeds`` (numpy) bound from host memory, each output written into host memory: into its array in ``into``
     (the child's page-locked slot, shaped as the caller expects) or where onnxruntime puts it.  A shape that was
     not what the caller expected runs again unbound.  Returns the outputs in ``names`` order (an ``into`` array
-    itself where it was written)."""
+    itself where it was written).  ``sess`` is a helper (``make_session(helper=True)``): on CUDA each run gives back
+    the GPU memory it grew when it ends (:func:`attnviz.runtime.session.release_options`), so a dozen sites'
+    sessions hold one request's worth while it runs, not each its peak for good."""
+    from attnviz.runtime.session import release_options
+
     io = sess.io_binding()
     for k, v in values.items():
         io.bind_ortvalue_input(k, v)
@@ -168,7 +210,7 @@ def head_run(sess, names: list[str], feeds: dict, values: dict[str, Any], into: 
         else:
             io.bind_output(n, "cpu")
     try:
-        sess.run_with_iobinding(io)
+        sess.run_with_iobinding(io, release_options(sess))
     except Exception:
         if not into:
             raise

@@ -33,6 +33,7 @@ from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain
 from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.isolation import Spliced, Taken
+from attnviz.runtime.kept import helper_arena
 from attnviz.runtime.limits import PositionLimit, find_position_limit
 from attnviz.runtime.model_loop import ModelLoop
 from attnviz.runtime.naming import model_name
@@ -497,8 +498,14 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         return made
 
     def _lazy(self, data: bytes) -> LazySession:
-        """A session of the serialized model ``data`` on this model's provider, made on its first request."""
-        return LazySession(lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name)[0])
+        """A session of the serialized model ``data`` on this model's provider, made on its first request; a helper
+        (runtime/session.py: on CUDA it gives back what a request grew, on the CPU it shares one arena with the
+        other helpers), so that the dozen site sessions an overview makes do not each keep their peak (a request is
+        up to :data:`~attnviz.runtime.sitemaps.KeptMap.SITE_ELEMS` scores: ~0.25 GB an intermediate)."""
+        helper = not helper_arena()  # read where the model is: the parent, which sends it to the child
+        return LazySession(
+            lambda: make_session(data, self.requested_provider, self.threads, label=self.path.name, helper=helper)[0]
+        )
 
     def _epilogue_session(self, s: gr.Site, got: dict):
         if s.node_index in self._epilogues:
@@ -653,6 +660,10 @@ class LazySession:
 
     def run_kept(self, names, feeds, values, hints) -> list:
         return self._get().run_kept(names, feeds, values, hints)
+
+    def helper_memory(self):
+        """How the session holds memory (:func:`attnviz.runtime.kept.helper_memory`; made here if not yet)."""
+        return self._get().helper_memory()
 
 
 class ExtraSession:

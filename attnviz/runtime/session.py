@@ -15,6 +15,14 @@ CUDA = "CUDAExecutionProvider"
 # TF32 matmuls (onnxruntime's CUDA default) put attention maps up to 5.5e-3 away from the CPU's on MiniLM (H100,
 # bench/gpu_bench.py); with TF32 off they agree within 8e-6, and a viewer of attention weights wants the weights.
 CUDA_OPTIONS = {"use_tf32": "0"}
+# a helper session (``helper=True``: a kept site's head model or pooling twin, runtime/kept.py) holds GPU memory only
+# while a request runs: its CUDA arena grows by exactly what a request asks (not the next power of two) and
+# :func:`release_options` has each request give that back when it ends.  Before, each of a MiniLM overview's dozen
+# helper sessions kept its arena's peak: 12.5 GB of an H100 at 2,048 tokens (bench/RESULTS.md, session 14).  Their
+# CPU memory is one arena shared by every helper (the caller's ``shared_arena``): no arena at all would give it back
+# too, but paid for in page faults (1.6x the CPU time of an overview at 2,048 tokens, memkept14).
+CUDA_HELPER_OPTIONS = {**CUDA_OPTIONS, "arena_extend_strategy": "kSameAsRequested"}
+SHRINK = "memory.enable_memory_arena_shrinkage"  # run option: the listed arenas free their unused regions at the end
 
 
 def session_options(threads: int | None = None, arena: bool = True) -> ort.SessionOptions:
@@ -39,10 +47,12 @@ def make_session(
     external_dir: str | None = None,
     shared_arena: bool = False,
     optimized: GraphKey | None = None,
+    helper: bool = False,
 ) -> tuple[ort.InferenceSession, str]:
     """Create a session; return it and a note when the provider differs from what was asked.  ``optimized``: a
     :func:`attnviz.runtime.optcache.graph_key` of ``model``: on the CPU its optimised graph is read from the cache
-    (optimisation then skipped) or kept there for the next session of the same graph."""
+    (optimisation then skipped) or kept there for the next session of the same graph.  ``helper``: a small session
+    beside another's kept values (:data:`CUDA_HELPER_OPTIONS`, run with :func:`release_options`)."""
     if provider not in PROVIDERS:
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     available = ort.get_available_providers()
@@ -66,7 +76,8 @@ def make_session(
         # keep the loader noise quiet and check what was really used instead
         prev = _quiet()
         try:
-            sess = ort.InferenceSession(model, so, providers=[(CUDA, CUDA_OPTIONS), CPU])
+            cuda = CUDA_HELPER_OPTIONS if helper else CUDA_OPTIONS
+            sess = ort.InferenceSession(model, so, providers=[(CUDA, cuda), CPU])
         finally:
             _restore(prev)
         used = sess.get_providers()[0]
@@ -87,6 +98,20 @@ def make_session(
         entry = optimized_path(optimized, ort.__version__)
     sess = _kept(model, so, entry) if entry is not None else ort.InferenceSession(model, so, providers=[CPU])
     return sess, note
+
+
+def release_options(sess) -> ort.RunOptions | None:
+    """Run options that make a helper session (``helper=True``: its CUDA arena grows by what is asked) give back
+    the GPU memory a run grew, when the run ends; None for any other session, and on the CPU, where the helpers
+    share one arena instead.  ("cpu" is not listed: the shared CPU arena keeps what the next request needs.)"""
+    if sess.get_providers()[:1] != [CUDA]:
+        return None
+    opts = sess.get_provider_options().get(CUDA, {})
+    if opts.get("arena_extend_strategy") != CUDA_HELPER_OPTIONS["arena_extend_strategy"]:
+        return None
+    run = ort.RunOptions()
+    run.add_run_config_entry(SHRINK, f"gpu:{int(opts.get('device_id', 0) or 0)}")
+    return run
 
 
 def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.InferenceSession:

@@ -92,6 +92,7 @@ class Server(StepRequests, KeptRequests):
         "pinned": "pinned",
         "run_kept": "run_kept",
         "kept": "kept_count",
+        "helper_memory": "helper_memory",
     }
 
     def __init__(self, conn, outdir: str):

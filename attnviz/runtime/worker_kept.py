@@ -15,7 +15,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.runtime.isolation import INLINE_BYTES, SharedFeed
-from attnviz.runtime.kept import device_id, head_run, keep_device, ort_dtype
+from attnviz.runtime.kept import HelperMemory, device_id, head_run, helper_memory, keep_device, ort_dtype
 from attnviz.runtime.slots import Pool, Slot
 
 
@@ -64,6 +64,10 @@ class KeptRequests:
     def kept_count(self: _Child) -> int:
         """How many values this process keeps for the parent (tests and benches watch it)."""
         return len(self.kept)
+
+    def helper_memory(self: _Child, sid: int) -> HelperMemory:
+        """How session ``sid`` (a site's head model) holds memory, as onnxruntime reports it here."""
+        return helper_memory(self.sessions[sid][0])
 
     def run_kept(self: _Child, sid, names, feeds, values, hints, released):
         """A run of session ``sid`` (a site's head model) with ``values`` (input -> kept id) bound where they are

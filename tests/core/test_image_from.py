@@ -128,7 +128,7 @@ def test_the_words_rows_are_drawn_by_default_and_the_choice_is_checked():
     np.testing.assert_allclose(ov.patch, placed(DECODER, r.maps[2].array()[0, 1, 6], r"img2\[(\d+),(\d+)\]"), rtol=1e-6)
     with pytest.raises(vm.ViewError) as e:
         vm.overlay_view(r, vm.Selection(image_from="pixels"))
-    assert str(e.value) == "unknown image attention 'pixels'; use one of words, tower"
+    assert str(e.value) == "unknown image attention 'pixels'; use one of words, tower, pooling"
 
 
 def test_a_captioner_without_a_tower_over_the_patches_draws_the_words():
@@ -147,3 +147,157 @@ def test_a_captioner_without_a_tower_over_the_patches_draws_the_words():
     ov = vm.overlay_view(r, vm.Selection(block=1, mode="head", head=0, image_from="tower", query=1))
     assert r.blocks()[ov.block_index].kind == "cross"
     np.testing.assert_array_equal(ov.patch, cross[0, 0, 1].reshape(2, 2))
+
+
+@pytest.mark.parametrize("picture", [0, 1])
+def test_a_block_picked_is_the_attention_drawn_over_the_image(picture):
+    """The sidebar's block and the chooser are one choice: the tower's block draws the tower (its rows placed by
+    hand), the decoder's the words; a block over no image keeps what was drawn."""
+    r = _vlm()
+    blocks = r.blocks()
+    for current in vm.IMAGE_FROM:
+        sel = vm.Selection(block=0, mode="head", layer=1, head=2, picture=picture, image_from=current)
+        tower = vm.follow_block(r, blocks, sel)
+        assert tower.image_from == "tower" and tower.with_(image_from=current) == sel  # nothing else moves
+        ov = vm.overlay_view(r, tower)
+        labels = list(r.tokens.labels)
+        pattern = rf"img{picture + 1}\((\d+),(\d+)\)"
+        mine = [k for k, lab in enumerate(labels) if re.fullmatch(pattern, lab)]
+        np.testing.assert_allclose(ov.patch, placed(labels, r.maps[1].array()[0, 2, mine].mean(0), pattern), rtol=1e-6)
+        words = vm.follow_block(r, blocks, sel.with_(block=1, query=6))
+        assert words.image_from == "words"
+        ov = vm.overlay_view(r, words)
+        assert ov.block_index == 1 and ov.query_label == "where"
+        want = r.maps[3].array()[0, 2, 6]
+        np.testing.assert_allclose(ov.patch, placed(DECODER, want, rf"img{picture + 1}\[(\d+),(\d+)\]"), rtol=1e-6)
+    # a ViT's one encoder is its tower (its one entry, the words' fallback too): picking it names the tower
+    vit = AttentionResult(
+        [DenseMap(_soft(np.random.default_rng(1), 2, 5, 5))],
+        [SiteInfo("encoder", "self", 0, 2, "e", "softmax")],
+        tokens=TokenAxis(["CLS", *"abcd"]),
+    )
+    vit.patch_grid = PatchGrid(2, 2, 1)
+    assert [f.name for f in vm.image_attentions(vit, vit.blocks())] == ["tower"]
+    assert vm.follow_block(vit, vit.blocks(), vm.Selection()).image_from == "tower"
+    # a block out of range, or a result without an image: the choice stays
+    assert vm.block_image_from(r, blocks, 7, "tower") == "tower"
+
+
+def test_a_figure_of_a_block_names_the_attention_it_draws():
+    from attnviz.figures import FigureSpec
+    from attnviz.figures.select import resolve
+
+    r = _vlm()
+    assert resolve(r, FigureSpec(view="image", block=0)).image_from == "tower"
+    assert resolve(r, FigureSpec(view="image", block=1)).image_from == "words"
+    assert resolve(r, FigureSpec(view="image")).image_from == "words"  # the default opens on the words
+    assert resolve(r, FigureSpec(view="image", image_from="tower")).block == 0
+    assert resolve(r, FigureSpec(view="heatmap", block=0)).image_from == "words"  # other views: as they were
+
+
+def _tiled() -> AttentionResult:
+    """An Idefics3-like run: the tower over a 1 x 2 tiled image's two tiles (2 x 2 patches each, ``t0(r,c)``,
+    ``t1(r,c)``) and its global image (``(r,c)``), each its own tower run (its rows on the diagonal); the decoder's
+    tokens: each tile one feature (``t0[0,0]``, ``t1[0,0]``) side by side, the global image's one beside them."""
+    rng = np.random.default_rng(9)
+    tower = np.zeros((1, 2, 12, 12), np.float32)
+    for k in range(3):
+        tower[:, :, 4 * k : 4 * k + 4, 4 * k : 4 * k + 4] = _soft(rng, 2, 4, 4)
+    labels = [f"t{t}({r},{c})" for t in range(2) for r in range(2) for c in range(2)]
+    labels += [f"({r},{c})" for r in range(2) for c in range(2)]
+    words = ["<s>", "t0[0,0]", "t1[0,0]", "g[0,0]", "what"]
+    tiles = PatchGrid(1, 2, 1, (1, 2), 4, global_grid=PatchGrid(1, 1, 3))
+    return AttentionResult(
+        [DenseMap(tower), DenseMap(_soft(rng, 2, 5, 5))],
+        [SiteInfo("encoder", "self", 0, 2, "v", "softmax"), SiteInfo("decoder", "self", 0, 2, "d", "softmax")],
+        tokens=TokenAxis(labels),
+        key_tokens=TokenAxis(words),
+        patch_grid=PatchGrid(2, 2, 8, lead_images=2),
+        token_grid=tiles,
+        image=np.full((16, 32, 3), 90, np.uint8),
+    )
+
+
+def test_a_tiled_images_tower_draws_every_tile_beside_the_global_image():
+    """The tower over each tile, not only the global image: tile t's patch (r, c) at cell (r, 2t + c) of the tiles'
+    picture (placed from the keys' labels), the global image's patches beside them, as the words' view lays out."""
+    r = _tiled()
+    labels = list(r.tokens.labels)
+    tower = r.maps[0].array()[0, 1]
+
+    def tiles_of(row: np.ndarray) -> np.ndarray:
+        return placed(
+            [re.sub(r"^t(\d)\((\d),(\d)\)$", lambda m: f"T({m[2]},{2 * int(m[1]) + int(m[3])})", x) for x in labels],
+            row,
+            r"T\((\d+),(\d+)\)",
+        )
+
+    sel = vm.Selection(mode="head", head=1, image_from="tower")
+    ov = vm.overlay_view(r, sel)
+    assert ov.block_index == 0 and (ov.grid.rows, ov.grid.cols) == (2, 4)
+    assert ov.query_label == "all patches (mean)"  # every tile's and the global image's rows
+    mean = tower.mean(axis=0)
+    np.testing.assert_allclose(ov.patch, tiles_of(mean), rtol=1e-6)
+    np.testing.assert_allclose(ov.global_panel.patch, placed(labels, mean, r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # a patch of tile 1 as the query: its row over its own tile, nothing on tile 0 or the global image
+    key = labels.index("t1(1,0)")
+    ov = vm.overlay_view(r, sel.with_(query=key))
+    np.testing.assert_allclose(ov.patch, tiles_of(tower[key]), rtol=1e-6)
+    assert ov.query_label == "patch (1, 2)" and ov.query_cell == (1, 2) and ov.global_panel.share == 0
+    # the global image's patch: its row beside the tiles
+    key = labels.index("(0,1)")
+    ov = vm.overlay_view(r, sel.with_(query=key))
+    np.testing.assert_allclose(ov.global_panel.patch, placed(labels, tower[key], r"\((\d+),(\d+)\)"), rtol=1e-6)
+    assert ov.query_label == "global image patch (0, 1)" and ov.global_panel.query_cell == (0, 1)
+    assert not ov.patch.any()
+
+
+def _siglip() -> AttentionResult:
+    """A SigLIP run: the image tower's two layers over its 2 x 3 patches (no CLS), its attention-pooling head (one
+    learned query over the patches), the text tower's layer over three words."""
+    rng = np.random.default_rng(4)
+    maps = [DenseMap(_soft(rng, 2, 6, 6)) for _ in range(2)] + [DenseMap(_soft(rng, 2, 1, 6))]
+    maps.append(DenseMap(_soft(rng, 2, 3, 3)))
+    sites = [SiteInfo("encoder", "self", k, 2, f"v{k}", "softmax", tower="image") for k in range(2)]
+    sites += [SiteInfo("encoder", "pooling", 0, 2, "p", "softmax", tower="image")]
+    sites += [SiteInfo("encoder", "self", 0, 2, "t", "softmax", tower="text")]
+    return AttentionResult(
+        maps,
+        sites,
+        tokens=TokenAxis([f"({r},{c})" for r in range(2) for c in range(3)]),
+        patch_grid=PatchGrid(2, 3),
+        image=np.full((20, 30, 3), 90, np.uint8),
+    )
+
+
+def test_siglips_pooling_head_is_offered_and_draws_its_one_query_over_the_patches():
+    r = _siglip()
+    blocks = r.blocks()
+    assert [(b.kind, b.tower) for b in blocks] == [("self", "image"), ("pooling", "image"), ("self", "text")]
+    # the chooser: the image tower (its words' fallback too, named by what it is) and the pooling head
+    assert [f.name for f in vm.image_attentions(r, blocks)] == ["tower", "pooling"]
+    labels = list(blocks[1].key_axis.labels)
+    probe = r.maps[2].array()[0]  # [heads, 1, patches]
+    for sel in (
+        vm.Selection(image_from="pooling", mode="head", head=1),
+        vm.follow_block(r, blocks, vm.Selection(block=1, mode="head", head=1)),
+    ):
+        assert sel.image_from == "pooling"
+        ov = vm.overlay_view(r, sel)
+        assert ov.block_index == 1 and ov.query_label == "pooling query" and ov.query_cell is None
+        np.testing.assert_allclose(ov.patch, placed(labels, probe[1, 0], r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # the mean over heads; rollout (square maps only) is their mean over a pooling head, as over words
+    for mode in ("mean", "rollout"):
+        ov = vm.overlay_view(r, vm.Selection(image_from="pooling", mode=mode, layer_lo=0, layer_hi=0))
+        np.testing.assert_allclose(ov.patch, placed(labels, probe.mean(axis=0)[0], r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # the tower's block picked: the tower again (the mean of its patches' rows)
+    assert vm.follow_block(r, blocks, vm.Selection(block=0, image_from="pooling")).image_from == "tower"
+    ov = vm.overlay_view(r, vm.Selection(image_from="tower", mode="head", layer=1, head=0))
+    tower = r.maps[1].array()[0, 0]
+    np.testing.assert_allclose(ov.patch, placed(labels, tower.mean(axis=0), r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # a figure of the pooling block names it
+    from attnviz.figures import FigureSpec
+    from attnviz.figures.select import resolve
+
+    assert resolve(r, FigureSpec(view="image", block=1)).image_from == "pooling"
+    assert resolve(r, FigureSpec(view="image", image_from="pooling")).block == 1

@@ -96,7 +96,6 @@ def test_switching_to_the_vision_tower_draws_its_patch_rows_over_each_image(
         np.testing.assert_allclose(v.patch_map, placed(labels, row[key], pattern), rtol=1e-5, atol=1e-8)
         check_image(w, figure(w, v))
     # the command line's figure of the tower over image 2 (its default query: the mean) draws the same grid
-    from attnviz.core import view as vm
     from attnviz.figures import FigureSpec, render_spec
 
     fig = render_spec(r, FigureSpec(view="image", block=0, layer=1, head=2, picture=2, dpi=40))
@@ -105,7 +104,7 @@ def test_switching_to_the_vision_tower_draws_its_patch_rows_over_each_image(
     mine = [k for k, lab in enumerate(labels) if lab.startswith("img2(")]
     want = placed(labels, r.maps[tower[1]].array()[0, 2][mine].mean(axis=0), r"img2\((\d+),(\d+)\)")
     np.testing.assert_allclose(rgba[..., 3], heat_alpha(want, rgba.shape[:2], "grey"), atol=1e-6)
-    assert fig.attnviz_selection.image_from == vm.DEFAULT_IMAGE_FROM  # --block 0 alone picks the tower
+    assert fig.attnviz_selection.image_from == "tower"  # --block 0 alone: the tower, as its block on screen
     # back to the words: a word's row of the decoder over image 1's tokens (img1[r,c]), as the view opened
     box.setCurrentIndex(0)
     assert s.sel.image_from == "words" and s.blocks[s.sel.block].stack == "decoder"
@@ -115,3 +114,39 @@ def test_switching_to_the_vision_tower_draws_its_patch_rows_over_each_image(
     v.set_query(cat)
     want = placed(keys, r.maps[decoder[1]].array()[0, 2, v.queries[cat][1]], r"img1\[(\d+),(\d+)\]")
     np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
+
+
+def test_the_sidebars_block_drives_the_chooser_in_one_redraw(qtbot, real_window, qwen2vl_repo, two_images):
+    """Picking the tower's block in the sidebar's block box draws the tower (the chooser follows, its rows placed by
+    hand), picking the decoder's draws the words: one selection change, one redraw each; other tabs as they were."""
+    w = real_window
+    open_and_wait(qtbot, w, qwen2vl_repo, text=PROMPT, image=two_images)
+    r, s, v = w.session.result, w.session, w.image_regions
+    w.select_view("image")
+    tower_block = next(i for i, b in enumerate(s.blocks) if b.stack == "encoder")
+    decoder_block = next(i for i, b in enumerate(s.blocks) if b.stack == "decoder")
+    assert s.sel.block == decoder_block and v.from_box.currentData() == "words"
+    changes, draws = [], []
+    s.selection_changed.connect(lambda: changes.append(s.sel))
+    draw = v.draw
+    v.draw = lambda: (draws.append(s.sel), draw())[1]  # type: ignore[method-assign]
+    w.controls.block.setCurrentIndex(tower_block)  # as a user picks it
+    assert len(changes) == 1 and len(draws) == 1 and s.sel.block == tower_block
+    assert s.sel.image_from == "tower" and v.from_box.currentData() == "tower" and v.source()[0] == tower_block
+    labels = list(s.blocks[tower_block].key_axis.labels)
+    tower = [i for i, site in enumerate(r.sites) if site.stack == "encoder"]
+    mine = [k for k, lab in enumerate(labels) if lab.startswith("img1(")]
+    last = r.maps[tower[-1]].array()[0].mean(axis=0)  # the window's mean over the heads of the last layer
+    want = placed(labels, last[mine].mean(axis=0), r"img1\((\d+),(\d+)\)")
+    np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
+    check_image(w, figure(w, v))  # File ▸ Export view: the same tower
+    changes.clear(), draws.clear()
+    w.controls.block.setCurrentIndex(decoder_block)
+    assert len(changes) == 1 and len(draws) == 1
+    assert s.sel.image_from == "words" and v.from_box.currentData() == "words" and v.source()[0] == decoder_block
+    # another tab: the block box moves the block as it did; Image regions opens on what that block draws
+    w.select_view("heatmap")
+    w.controls.block.setCurrentIndex(tower_block)
+    assert s.sel.block == tower_block and s.sel.image_from == "tower"
+    w.select_view("image")
+    assert s.sel.block == tower_block and v.from_box.currentData() == "tower"

@@ -24,8 +24,11 @@ from attnviz.runtime import host, shm
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the child and /dev/shm are posix")
 
 ROOT = Path(__file__).resolve().parents[2]
+# SIGHUP back to its default: a suite started under nohup hands every child an ignored SIGHUP, and the owner would
+# outlive the hang-up this test sends it
 OWNER = r"""
-import os, sys
+import os, signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from attnviz.runtime import host
 h = host._current_host()
 print(h.outdir, h.proc.pid, flush=True)

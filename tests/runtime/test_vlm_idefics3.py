@@ -282,13 +282,23 @@ def test_the_image_figure_draws_the_tiled_grid(model, images):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_vision_block_over_the_image_is_the_global_images(model, images):
-    """The vision block's Image regions: the global image's patches (the last image, the whole picture) on the
-    grid; no tile patch is offered as if it were a CLS query (its row over the global image would be all zero)."""
+def test_the_vision_block_over_the_image_is_every_tile_beside_the_global_image(model, images):
+    """The vision block's Image regions: each tile's patches (a tower run each) where the tile lies on the picture,
+    the global image's patches (the last run, the whole picture) on a grid of their own beside them, as the words'
+    view lays the image's tokens out; no tile patch is offered as if it were a CLS query."""
     from attnviz.core import view as v
 
-    r = model.analyze(text=PROMPT, image=str(images["wide"]))
+    r = model.analyze(text=PROMPT, image=str(images["wide"]))  # 1 x 2 tiles
     blocks = r.blocks()
     bi, grid, kind = v.image_source(r, blocks, prefer=0)
-    assert (bi, kind) == (0, "self") and grid.lead_images == 2 and (grid.rows, grid.cols) == (6, 6)
+    side = r.token_grid.global_grid.rows * (grid.rows // r.token_grid.rows)  # a tile's patches a side (6)
+    assert (bi, kind) == (0, "self") and (grid.rows, grid.cols) == (side, 2 * side) == (6, 12)
+    keys = list(blocks[0].key_axis.labels)  # the tower's own labels: tile t's patch t{t}(r,c), the global's (r,c)
+    assert [keys[grid.key(R, C)] for R in range(6) for C in range(12)] == [
+        f"t{C // 6}({R},{C % 6})" for R in range(6) for C in range(12)
+    ]
+    whole = grid.global_grid
+    assert [keys[whole.key(R, C)] for R in range(6) for C in range(6)] == [
+        f"({R},{C})" for R in range(6) for C in range(6)
+    ]
     assert v.image_queries(r, blocks[0], grid) == [("all patches (mean)", -1)]

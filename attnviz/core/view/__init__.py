@@ -134,7 +134,9 @@ from attnviz.core.view.palette import (
 )
 from attnviz.core.view.patches import (
     block_grid,
+    block_image_from,
     caption_rows,
+    follow_block,
     global_grid,
     image_attentions,
     image_queries,
@@ -246,6 +248,8 @@ __all__ = [
     "grey_base",
     "head_matrix",
     "hide_mask",
+    "block_image_from",
+    "follow_block",
     "image_attentions",
     "image_from_entry",
     "image_queries",

@@ -32,6 +32,11 @@ def _tower(_result: AttentionResult, blk: Block) -> bool:
     return (blk.stack, blk.kind) == ("encoder", "self")  # the image encoder: a VLM's vision tower, a ViT
 
 
+def _pooling(_result: AttentionResult, blk: Block) -> bool:
+    # an attention-pooling head (SigLIP's "MAP" head): one learned probe query over the tower's patches
+    return (blk.stack, blk.kind) == ("encoder", "pooling")
+
+
 @dataclass(frozen=True)
 class ImageFrom:
     """One answer to "whose attention lies over the picture": the chooser's words and the blocks that draw it."""
@@ -61,6 +66,13 @@ IMAGE_FROM: dict[str, ImageFrom] = {
             "the image encoder's own attention, patch to patch: a patch's row (click one), the [CLS] row, or the "
             "mean of all patches' rows (the attention each patch receives)",
             (_tower,),
+        ),
+        ImageFrom(
+            "pooling",
+            "pooling head",
+            "the tower's attention-pooling head (SigLIP's): its one learned query's attention over the patches, "
+            "the weights that pool them into the image's embedding",
+            (_pooling,),
         ),
     )
 }

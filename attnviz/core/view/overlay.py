@@ -118,7 +118,8 @@ def overlay_view(
             step=-1,
             hide_special=False,
             keep=1.0,
-            mode="mean" if kind == "cross" and sel.mode == "rollout" else sel.mode,
+            # rollout multiplies square self-attention maps: over words' or a pooling head's queries, their mean
+            mode="mean" if kind != "self" and sel.mode == "rollout" else sel.mode,
         ),
         blocks,
     )

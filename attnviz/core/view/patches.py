@@ -11,8 +11,10 @@ from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.image_from import DEFAULT_IMAGE_FROM, IMAGE_FROM, ImageFrom, image_from_entry
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.selection import ViewError, blk_len, real_rows
+from attnviz.core.view.selection import Selection, ViewError, blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
+
+POOLING_QUERY = "pooling query"  # an attention-pooling head's learned query, wherever it is named
 
 
 def picture_count(result: AttentionResult) -> int:
@@ -57,7 +59,32 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
-    return patch_grid_for(result, n_keys)
+    g = patch_grid_for(result, n_keys)
+    if g is not None and g.lead_images and blk.stack == "encoder":  # a tiled image's tower: every tile's patches
+        return tower_tiles(result, g) or g
+    return g
+
+
+def tower_tiles(result: AttentionResult, glob: PatchGrid) -> PatchGrid | None:
+    """A tiled image's vision tower (Idefics3 / SmolVLM: each tile and then the global image a tower run of its
+    own, ``glob.lead_images`` tiles of ``glob``'s patches each, in reading order, before the global image's) laid
+    out as the words' view lays the image's tokens out: the tiles side by side on the picture, each patch's key in
+    its cell, and the global image on its own grid beside them.  The tiles' arrangement is the decoder's token grid's
+    (its tiled grid over its global image's); None without one that agrees (the global image alone is drawn)."""
+    words = result.token_grid
+    whole = words.global_grid if words is not None else None
+    if whole is None or words is None or words.rows % whole.rows or words.cols % whole.cols:
+        return None
+    across, down = words.cols // whole.cols, words.rows // whole.rows
+    if across * down != glob.lead_images or glob.offset < glob.lead_images * glob.n:
+        return None
+    first = glob.offset - glob.lead_images * glob.n  # this image's first tile (a prompt's several: after the others)
+    columns = tuple(
+        first + ((r // glob.rows) * across + c // glob.cols) * glob.n + (r % glob.rows) * glob.cols + c % glob.cols
+        for r in range(down * glob.rows)
+        for c in range(across * glob.cols)
+    )
+    return PatchGrid(down * glob.rows, across * glob.cols, first, columns, glob.end, global_grid=glob)
 
 
 def image_source(
@@ -93,16 +120,43 @@ def _may_prefer(result: AttentionResult, blk: Block, entry: ImageFrom) -> bool:
 
 
 def image_attentions(result: AttentionResult, blocks: list[Block]) -> list[ImageFrom]:
-    """The :data:`IMAGE_FROM` entries this result can draw, each over a block of its own: a chooser's entries
-    (a ViT's words and tower are its one encoder: one entry, no choice)."""
-    out: list[ImageFrom] = []
-    seen: set[int] = set()
+    """The :data:`IMAGE_FROM` entries this result can draw, each over a block of its own: a chooser's entries.  Two
+    entries drawing one block are one, named by the entry that block answers most directly (a ViT's words and
+    tower are its one encoder: its tower, no choice; SigLIP's encoder is its tower beside its pooling head)."""
+    found: dict[int, list[ImageFrom]] = {}
     for entry in IMAGE_FROM.values():
         src = image_source(result, blocks, None, entry.name)
-        if src is not None and src[0] not in seen and entry.answers(result, blocks[src[0]]):
-            seen.add(src[0])
-            out.append(entry)
-    return out
+        if src is not None and entry.answers(result, blocks[src[0]]):
+            found.setdefault(src[0], []).append(entry)
+    return [min(entries, key=lambda e: _tier(result, blocks[bi], e)) for bi, entries in found.items()]
+
+
+def _tier(result: AttentionResult, blk: Block, entry: ImageFrom) -> int:
+    """How directly ``entry`` answers ``blk``: the index of its first tier that does (an entry's own blocks first)."""
+    return next(k for k, tier in enumerate(entry.tiers) if tier(result, blk))
+
+
+def block_image_from(result: AttentionResult, blocks: list[Block], block: int, current: str) -> str:
+    """The :data:`IMAGE_FROM` entry that ``block`` draws, so that the block selected and the attention over the image
+    are one choice (the sidebar's block box, the chooser, ``--block``): among the entries the chooser offers, the one
+    that ``block`` answers by its most direct tier (a VLM's tower is the words' last resort, a ViT's, but the
+    tower's own), else ``current`` (a block over no image: the view keeps drawing what it drew)."""
+    if not 0 <= block < len(blocks) or (result.image is None and result.patch_grid is None):
+        return current
+    blk = blocks[block]
+    ranked = [
+        (_tier(result, blk, e), e.name != current, e.name)
+        for e in image_attentions(result, blocks)
+        if e.answers(result, blk)
+    ]
+    return min(ranked)[2] if ranked else current
+
+
+def follow_block(result: AttentionResult, blocks: list[Block], sel: Selection) -> Selection:
+    """``sel`` with the attention over the image that its block draws (:func:`block_image_from`), over the image
+    it has chosen of its prompt's several: a block picked is the chooser's entry too, in one selection."""
+    picture = min(max(sel.picture, 0), picture_count(result) - 1)
+    return sel.with_(image_from=block_image_from(pictured(result, picture), blocks, sel.block, sel.image_from))
 
 
 def caption_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
@@ -127,6 +181,11 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
+    if blk.kind == "pooling":  # an attention-pooling head: its learned query (SigLIP's one), no input's
+        return [
+            (POOLING_QUERY if len(blk.query_axis) == 1 else f"{POOLING_QUERY} {q + 1}", q)
+            for q in range(len(blk.query_axis))
+        ]
     g = result.token_grid_of(blk.batch)
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
         # a vision–language decoder: each text token after the image, at its own row (where that word looks)

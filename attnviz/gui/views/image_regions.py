@@ -375,6 +375,8 @@ class ImageRegionsView(View):
         if blk.stack == "encoder" and s.result.token_grid is not None:  # a VLM's vision tower: this image's keys
             keys = grid.columns or range(grid.offset, grid.offset + grid.n)
             extra = f"patches at keys {min(keys)}–{max(keys)} of the tower"
+            if grid.global_grid is not None:  # a tiled image: each tile a tower run of its own, laid out in place
+                extra = f"tiles in place, {extra}"
         elif grid.columns:  # a VLM's tiles
             extra = "tiles in place"
         elif (blk.stack, blk.kind) == (

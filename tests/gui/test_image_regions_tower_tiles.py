@@ -1,0 +1,87 @@
+"""Image regions of a tiled vision–language image (Idefics3 / SmolVLM): the vision tower's own attention over every
+tile, not only the global image.  Each tile is a tower run of its own (keys ``t{k}(r,c)``, then the global image's
+``(r,c)``); the tiny Idefics3 in the real window on the 64 px sample (resized to 96: 2 x 2 tiles of 48) draws, with
+"vision tower" chosen, the tiles side by side where the words' view lays them and the global image beside them, each
+cell the row's weight on the key its label names (placed by hand), on screen and in the exported figure."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gui_helpers import open_and_wait
+from screen_figure import check_image, figure
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("matplotlib")
+
+SAMPLE = Path(__file__).resolve().parents[2] / "resources" / "samples" / "captioning.png"
+PROMPT = "<s> <image> a photo of the cat"
+
+
+def tiles_by_hand(labels: list[str], row: np.ndarray, across: int) -> np.ndarray:
+    """Tile ``k``'s patch ``(r, c)`` (``t{k}(r,c)``, tiles in reading order, ``across`` a row) at its cell of the
+    tiled picture."""
+    found = [
+        (int(m[1]), int(m[2]), int(m[3]), k)
+        for k, lab in enumerate(labels)
+        if (m := re.fullmatch(r"t(\d+)\((\d+),(\d+)\)", lab))
+    ]
+    side = 1 + max(r for _, r, _, _ in found)
+    down = (1 + max(t for t, *_ in found)) // across
+    out = np.full((down * side, across * side), np.nan, np.float32)
+    for t, r, c, k in found:
+        out[(t // across) * side + r, (t % across) * side + c] = row[k]
+    assert not np.isnan(out).any()
+    return out
+
+
+def global_by_hand(labels: list[str], row: np.ndarray) -> np.ndarray:
+    found = [(int(m[1]), int(m[2]), k) for k, lab in enumerate(labels) if (m := re.fullmatch(r"\((\d+),(\d+)\)", lab))]
+    out = np.zeros((1 + max(r for r, _, _ in found), 1 + max(c for _, c, _ in found)), np.float32)
+    for r, c, k in found:
+        out[r, c] = row[k]
+    return out
+
+
+def test_the_towers_attention_over_every_tile_and_the_global_image(qtbot, real_window, idefics3_repo):
+    from PySide6.QtCore import QPointF, Qt
+
+    w = real_window
+    open_and_wait(qtbot, w, idefics3_repo, text=PROMPT, image=str(SAMPLE))
+    r, s, v = w.session.result, w.session, w.image_regions
+    w.select_view("image")
+    v.from_box.setCurrentIndex(v.from_box.findData("tower"))  # as a user picks it
+    bi, grid, kind = v.source()
+    assert s.blocks[bi].stack == "encoder" and s.sel.block == bi and (grid.rows, grid.cols) == (12, 12)
+    labels = list(s.blocks[bi].key_axis.labels)
+    tower = [i for i, site in enumerate(r.sites) if site.stack == "encoder"]
+    s.select(mode="head", layer=1, head=2)
+    att = r.maps[tower[1]].array()[0, 2]
+    mean = att[: len(labels)].mean(axis=0)  # every tile's and the global image's rows: the attention each receives
+    assert v.queries[v.query][0] == "all patches (mean)"
+    np.testing.assert_allclose(v.patch_map, tiles_by_hand(labels, mean, 2), rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(v.global_map, global_by_hand(labels, mean), rtol=1e-5, atol=1e-8)
+    assert "grid 12×12 (tiles in place, patches at keys 0–143 of the tower)" in v.info.text()
+    assert v._two and [c.textItem.toPlainText() for c in v.captions if c.isVisible()][0].startswith("tiles · ")
+    check_image(w, figure(w, v))  # File ▸ Export view: the same tiles, global image, heat and captions
+    # a click on tile 3's patch (1, 4) (bottom right tile): that patch's row, over its own tile only
+    h, wd = v._image_size
+    scene = v.vb.mapViewToScene(QPointF((6 + 4 + 0.5) * wd / 12, (6 + 1 + 0.5) * h / 12))
+    qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
+    label, row = v.queries[v.query]
+    assert label == "patch (7, 10)" and labels[row] == "t3(1,4)"
+    want = tiles_by_hand(labels, att[row], 2)
+    np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
+    assert want[6:, 6:].sum() == pytest.approx(1.0, rel=1e-4) and not v.global_map.any()  # its own run's row
+    check_image(w, figure(w, v))
+    # the command line's figure of the tower's block draws the same tiles (its default query: the mean)
+    from attnviz.figures import FigureSpec, render_spec
+
+    fig = render_spec(r, FigureSpec(view="image", block=0, layer=1, head=2, dpi=40))
+    assert fig.attnviz_selection.image_from == "tower"
+    assert len([a for a in fig.axes if len(a.images) == 2]) == 2  # the tiles' picture and the global image's
