@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,3 +256,13 @@ def drop_if_large(entry: str) -> None:
             os.unlink(entry)
     except OSError:
         pass
+
+
+def code_key(file_key: GraphKey | None, described: Callable[[str], list]) -> GraphKey | None:
+    """A key for work that depends on a model file (``file_key``: its sha256, :meth:`AttentionModel.file_key`), on
+    attnviz's code (:func:`code_digest`) and on what ``described(code)`` lists; None where the file's hash or the
+    sources are not known (nothing is kept then)."""
+    code = code_digest() if file_key is not None else None
+    if file_key is None or code is None:
+        return None
+    return GraphKey(file_key.folder, f"{file_key.key}|{json.dumps(described(code), sort_keys=True)}")

@@ -12,7 +12,6 @@ not read back as a probe of these sites is not believed: the probe runs, and kee
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,24 +41,22 @@ def probe_key(model: AttentionModel) -> optcache.GraphKey | None:
 
     from attnviz.runtime.isolation import gpu_present
 
-    base = model.file_key(b"probe")
-    code = optcache.code_digest() if base is not None else None
-    if base is None or code is None:
-        return None
-    described = [
-        FORMAT,
-        code,
-        onnx.__version__,
-        onnxruntime.__version__,
-        numpy.__version__,
-        model.requested_provider,
-        gpu_present(),
-        model.needs_probe,
-        [s.to_dict() for s in model.sites],
-        [[i.name, i.dtype, i.shape] for i in model.inputs],
-        sorted(model.roles.items()),
-    ]
-    return optcache.GraphKey(base.folder, f"{base.key}|{json.dumps(described, sort_keys=True)}")
+    def described(code: str) -> list:
+        return [
+            FORMAT,
+            code,
+            onnx.__version__,
+            onnxruntime.__version__,
+            numpy.__version__,
+            model.requested_provider,
+            gpu_present(),
+            model.needs_probe,
+            [s.to_dict() for s in model.sites],
+            [[i.name, i.dtype, i.shape] for i in model.inputs],
+            sorted(model.roles.items()),
+        ]
+
+    return optcache.code_key(model.file_key(b"probe"), described)
 
 
 def kept(key: optcache.GraphKey, sites: int) -> KeptProbe | None:

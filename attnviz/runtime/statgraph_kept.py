@@ -54,25 +54,24 @@ def graph_key(model: AttentionModel, wanted: set[int], rows: bool, join: bool) -
 
     if any(s.method != "softmax" or s.g.path for s in model.graph_sites):
         return None  # instrumenting these sets their Site's tensor names (graph.instrument): they are built each time
-    base = model.file_key(KIND.encode())
-    code = optcache.code_digest() if base is not None else None
-    if base is None or code is None:
-        return None
-    described = [
-        FORMAT,
-        code,
-        # the graph's weights name the file they lie in (runtime/wire.py): the same bytes under another name are
-        # another graph
-        Path(model.path).resolve().name,
-        onnx.__version__,
-        numpy.__version__,
-        sorted(wanted),
-        rows,
-        join,
-        [s.to_dict() for s in model.sites],
-        [repr(s) for s in model.graph_sites],  # the sites as found and probed: node, tensors, method, heads, extra
-    ]
-    return optcache.GraphKey(base.folder, f"{base.key}|{json.dumps(described, sort_keys=True)}")
+
+    def described(code: str) -> list:
+        return [
+            FORMAT,
+            code,
+            # the graph's weights name the file they lie in (runtime/wire.py): the same bytes under another name are
+            # another graph
+            Path(model.path).resolve().name,
+            onnx.__version__,
+            numpy.__version__,
+            sorted(wanted),
+            rows,
+            join,
+            [s.to_dict() for s in model.sites],
+            [repr(s) for s in model.graph_sites],  # the sites as found and probed: node, tensors, method, heads, extra
+        ]
+
+    return optcache.code_key(model.file_key(KIND.encode()), described)
 
 
 def _entry(m: onnx.ModelProto, exposed: Exposed, on: list[int]) -> bytes:

@@ -18,21 +18,7 @@ from attnviz.runtime.kept import HelperMemory
 CUDA = "CUDAExecutionProvider" in ort.get_available_providers() and gpu_present()
 
 
-@pytest.fixture
-def served(monkeypatch) -> list:
-    """The site sessions (model.LazySession) that served a kept map's requests."""
-    made: list = []
-    run_kept = rm.LazySession.run_kept
-
-    def counted(self, names, feeds, values, hints):
-        made.append(self)
-        return run_kept(self, names, feeds, values, hints)
-
-    monkeypatch.setattr(rm.LazySession, "run_kept", counted)
-    return made
-
-
-def _overview(tmp_path, provider: str, monkeypatch, served: list):
+def _overview(tmp_path, provider: str, monkeypatch, kept_requests: list):
     """A tiny model's on-demand result kept on ``provider``'s device, a head of each site drawn and the overview
     pooled; the model, the on-demand session and the site sessions that served them."""
     monkeypatch.setenv("ATTNVIZ_QK_DEVICE", "on")
@@ -42,13 +28,13 @@ def _overview(tmp_path, provider: str, monkeypatch, served: list):
     assert [x.head(0, 1).shape for x in r.maps] == [(7, 7)] * 2
     thumbs = vm.thumbnails(r, vm.Selection(), use_cache=False)
     assert len(thumbs) == 8  # two sites × four heads
-    helpers = list(dict.fromkeys(served))
+    helpers = list(dict.fromkeys(kept_requests))
     assert len(helpers) == 4  # per site its head model (a head drawn) and its pooling twin (the overview)
     return m, m._session("ondemand")[0], helpers
 
 
-def test_site_sessions_share_one_cpu_arena(tmp_path, placement, monkeypatch, served):
-    _, main, helpers = _overview(tmp_path, "cpu", monkeypatch, served)
+def test_site_sessions_share_one_cpu_arena(tmp_path, placement, monkeypatch, kept_requests):
+    _, main, helpers = _overview(tmp_path, "cpu", monkeypatch, kept_requests)
     for sess in helpers:
         assert sess.helper_memory() == HelperMemory(cpu_arena=True, env_allocators=True, cuda_extend="", release="")
     # the on-demand session: the child's shared arena too, an arena of its own in-process (the readback tells apart)
@@ -56,8 +42,8 @@ def test_site_sessions_share_one_cpu_arena(tmp_path, placement, monkeypatch, ser
 
 
 @pytest.mark.skipif(not CUDA, reason="needs onnxruntime's CUDA provider and an NVIDIA GPU")
-def test_site_sessions_give_back_their_gpu_arena_after_each_request(tmp_path, placement, monkeypatch, served):
-    _, main, helpers = _overview(tmp_path, "cuda", monkeypatch, served)
+def test_site_sessions_give_back_their_gpu_arena_after_each_request(tmp_path, placement, monkeypatch, kept_requests):
+    _, main, helpers = _overview(tmp_path, "cuda", monkeypatch, kept_requests)
     for sess in helpers:
         assert sess.helper_memory() == HelperMemory(True, True, "kSameAsRequested", "gpu:0")
     own = main.helper_memory()  # the on-demand session keeps onnxruntime's default arena (the next power of two)

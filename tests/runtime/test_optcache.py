@@ -19,14 +19,6 @@ from attnviz.runtime import open_model, optcache
 FEEDS = {"input_ids": np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]], np.int64)}
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(folder))
-    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # sessions in this process, as in a corpus worker
-    return folder
-
-
 def _files(folder, kind):
     return sorted((folder / kind).iterdir()) if (folder / kind).is_dir() else []
 

@@ -17,13 +17,9 @@ from attnviz.runtime import probe_kept as pk
 from attnviz.runtime.model import AttentionModel
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(folder))
-    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # sessions in this process, as in a corpus worker
+@pytest.fixture(autouse=True)
+def _no_probed_model(monkeypatch):
     monkeypatch.setattr(engines, "_PROBED", None)  # what engines._probe leaves for this process's reducer
-    return folder
 
 
 def _entries(folder):

@@ -17,14 +17,6 @@ from attnviz.runtime import statgraph as sg
 from attnviz.runtime import statgraph_kept as sgk
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(folder))
-    monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # sessions in this process, as in a corpus worker
-    return folder
-
-
 def _entries(folder):
     return sorted((folder / sgk.KIND).iterdir()) if (folder / sgk.KIND).is_dir() else []
 
