@@ -330,7 +330,6 @@ def _parsed_json(text: str, source: str):
     CPU over MiniLM's 460 kB tokenizer.json, in every command that tokenises) where an earlier process parsed
     this very text: kept (:mod:`attnviz.runtime.optcache`) by the text's sha256, Python's version and the guard's
     code; only a text that parsed whole."""
-    import json
     import sys
 
     from attnviz.runtime import optcache
@@ -339,7 +338,7 @@ def _parsed_json(text: str, source: str):
     key = optcache.text_key(text, JSON_CHECKED, [sys.version, code]) if code is not None else None
     kept = optcache.kept_json(JSON_CHECKED, key) if key is not None else None
     if isinstance(kept, dict) and kept.get("passed") is True:  # (is: JSON's 1 equals True)
-        return json.loads(text)
+        return parse_json(text, source, checked=True)
     value = parse_json(text, source)
     if key is not None:
         optcache.keep_json(JSON_CHECKED, key, {"passed": True})
