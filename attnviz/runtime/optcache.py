@@ -22,7 +22,9 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 An optimised graph is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph
 onnxruntime would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
 
-An entry that cannot be read is ignored (and written again); writes go to a temporary file that is renamed.
+An entry that cannot be read is ignored (and written again); writes go to a temporary file that is renamed.  The
+folder is held to ``ATTNVIZ_CACHE_MAX_MB`` (default 512), the entries used longest ago removed first, checked only
+after a write (:mod:`attnviz.runtime.cache_prune`: old versions' entries would otherwise pile up for good).
 """
 
 from __future__ import annotations
@@ -37,9 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.runtime import cache_prune
+
 _OFF = ("", "0", "off", "none")
 _SHA = re.compile(r"[0-9a-f]{64}")
 KEEP_MAX_BYTES = 64 * 2**20  # an optimised graph larger than this (weights folded into it) is not kept
+# The cache's kind folders: the only ones an entry is written to, and the only ones pruned (cache_prune).
+KINDS = frozenset({"sha256", "optimized", "memory", "probe", "statgraph", "arity", "json-checked"})
 
 
 def folder() -> Path | None:
@@ -73,6 +79,8 @@ def _usable(root: Path) -> bool:
 
 
 def _entry(kind: str, key: str, root: Path | None = None) -> Path | None:
+    if kind not in KINDS:  # an unlisted kind would never be pruned
+        raise ValueError(f"cache kind {kind!r} is not in optcache.KINDS")
     root = root or folder()
     if root is None or not _usable(root):
         return None
@@ -98,7 +106,10 @@ def known_sha256(path: str | Path) -> str | None:
         text = entry.read_text("ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return text if _SHA.fullmatch(text) else None
+    if not _SHA.fullmatch(text):
+        return None
+    cache_prune.refresh(entry)
+    return text
 
 
 def stat_key(path: str | Path) -> str | None:
@@ -123,7 +134,8 @@ def _write(entry: Path, data: bytes) -> None:
         entry.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(entry, data)
     except (OSError, AttnvizError):  # a read-only or full disk: the next command works it out again
-        pass
+        return
+    cache_prune.wrote(entry.parent.parent, KINDS, len(data))
 
 
 def kept_json(kind: str, key: GraphKey) -> object | None:
@@ -135,9 +147,11 @@ def kept_json(kind: str, key: GraphKey) -> object | None:
     if entry is None:
         return None
     try:
-        return parse_json(entry.read_bytes(), str(entry))
+        value = parse_json(entry.read_bytes(), str(entry))
     except (OSError, AttnvizError):
         return None
+    cache_prune.refresh(entry)
+    return value
 
 
 def keep_json(kind: str, key: GraphKey, value: object) -> None:
@@ -154,9 +168,11 @@ def kept_bytes(kind: str, key: GraphKey) -> bytes | None:
     if entry is None:
         return None
     try:
-        return entry.read_bytes()
+        data = entry.read_bytes()
     except OSError:
         return None
+    cache_prune.refresh(entry)
+    return data
 
 
 def keep_bytes(kind: str, key: GraphKey, data: bytes) -> None:
@@ -249,13 +265,22 @@ def source_digest(package: Path) -> str | None:
     return h.hexdigest() if found else None
 
 
-def drop_if_large(entry: str) -> None:
-    """An optimised graph over :data:`KEEP_MAX_BYTES` (weights folded into it) is not kept."""
+def optimized_written(entry: str) -> None:
+    """onnxruntime wrote an optimised graph: over :data:`KEEP_MAX_BYTES` (weights folded into it) it is not kept;
+    one kept counts towards the folder's cap (:func:`attnviz.runtime.cache_prune.wrote`)."""
     try:
-        if os.path.getsize(entry) > KEEP_MAX_BYTES:
+        size = os.path.getsize(entry)
+        if size > KEEP_MAX_BYTES:
             os.unlink(entry)
+            return
     except OSError:
-        pass
+        return
+    cache_prune.wrote(Path(entry).parent.parent, KINDS, size)
+
+
+def used(entry: str) -> None:
+    """An optimised graph (:func:`optimized_path`) was read: it counts as used (cache_prune)."""
+    cache_prune.refresh(entry)
 
 
 def code_key(file_key: GraphKey | None, described: Callable[[str], list]) -> GraphKey | None:

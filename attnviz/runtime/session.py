@@ -118,7 +118,7 @@ def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.Inferen
     """A CPU session of ``model`` from its optimised graph kept at ``entry`` (graph optimisation off: onnxruntime
     made that graph from ``model`` with these options), else made as usual with that graph written there."""
     from attnviz.core.writes import atomic_path
-    from attnviz.runtime.optcache import drop_if_large
+    from attnviz.runtime.optcache import optimized_written, used
 
     try:
         with open(entry, "rb") as f:
@@ -129,7 +129,9 @@ def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.Inferen
         level = so.graph_optimization_level
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
-            return ort.InferenceSession(kept, so, providers=[CPU])
+            sess = ort.InferenceSession(kept, so, providers=[CPU])
+            used(entry)
+            return sess
         except Exception:  # damaged or not onnxruntime's: made and written again below
             so.graph_optimization_level = level
     try:
@@ -140,7 +142,7 @@ def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.Inferen
     except Exception:  # the folder or the write failed (a model over 2 GB cannot be written in one piece): as usual
         so.optimized_model_filepath = ""
         return ort.InferenceSession(model, so, providers=[CPU])
-    drop_if_large(entry)
+    optimized_written(entry)
     return sess
 
 

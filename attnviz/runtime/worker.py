@@ -48,7 +48,8 @@ def _light_package() -> None:
     pkg = types.ModuleType("attnviz.runtime")
     pkg.__path__ = [here]
     sys.modules["attnviz.runtime"] = pkg
-    attnviz.runtime = pkg  # type: ignore[attr-defined]  # set by hand, as import would: mypy sees no such module attribute
+    # set by hand, as import would; whether mypy already sees the attribute depends on what the imports import
+    attnviz.runtime = pkg  # type: ignore[attr-defined, unused-ignore]
 
 
 if __name__ == "__main__":  # pragma: no cover - the child, before anything imports attnviz.runtime

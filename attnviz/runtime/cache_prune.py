@@ -1,0 +1,94 @@
+"""The cache folder (runtime/optcache.py) held to a size cap, the entries used longest ago removed first.
+
+Keys name attnviz's source digest and the libraries' versions, so each edit or upgrade leaves the old entries behind
+for good (an optimised graph can be 64 MB): without a cap the folder only grows.  ``ATTNVIZ_CACHE_MAX_MB`` (whole
+MB, default :data:`DEFAULT_MAX_MB`; a value that is not a whole number >= 0 is the default) sets the cap.
+
+Listing the folder costs a stat of every entry, so it is never done on a read: a process's first write lists it once
+and keeps a running total, each later write adds its size, and only a total over the cap lists it again and removes
+the oldest entries until the folder is under :data:`LOW_WATER` of the cap (the next writes then do not list it
+again).  Other processes write too, so the total is an estimate each process corrects when it lists the folder.
+
+"Used" is an entry's modification time: a write sets it and a read refreshes it (:func:`refresh`).  Only files named
+as attnviz names its entries (a sha256 in hex, ``.onnx`` for an optimised graph), lying directly in one of the
+cache's own kind folders, are counted or removed; links (a kind folder or an entry) are neither followed nor removed,
+and nothing outside the folder is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+DEFAULT_MAX_MB = 512
+LOW_WATER = 0.75  # a prune leaves the folder at this share of the cap
+REFRESH_AFTER_NS = 3600 * 10**9  # a read moves an entry's time only where it is older: not a write on every read
+_NAME = re.compile(r"[0-9a-f]{64}(\.onnx)?")
+_totals: dict[str, int] = {}  # cache folder -> its entries' bytes as this process last listed them, plus writes since
+
+
+def max_bytes() -> int:
+    given = os.environ.get("ATTNVIZ_CACHE_MAX_MB", "").strip()
+    mb = int(given) if given.isdigit() else DEFAULT_MAX_MB
+    return mb * 2**20
+
+
+def refresh(entry: str | Path) -> None:
+    """An entry just read is used: its modification time set to now, where it is older than an hour (a corpus's
+    workers read the same entries; a fresh one keeps the time its write gave it)."""
+    try:
+        st = os.lstat(entry)
+        if stat.S_ISREG(st.st_mode) and time.time_ns() - st.st_mtime_ns > REFRESH_AFTER_NS:
+            os.utime(entry, follow_symlinks=False)
+    except (OSError, NotImplementedError):  # a read-only folder: the entry is as old as its write
+        pass
+
+
+def wrote(root: Path, kinds: Iterable[str], size: int) -> None:
+    """After a write of ``size`` bytes into the cache folder ``root``: remove the oldest entries if it is over the cap."""
+    key = str(root)
+    total = _totals.get(key)
+    total = sum(size for _, _, size in _entries(root, kinds)) if total is None else total + size
+    cap = max_bytes()
+    if total > cap:
+        total = _prune(root, kinds, int(cap * LOW_WATER))
+    _totals[key] = total
+
+
+def _entries(root: Path, kinds: Iterable[str]) -> list[tuple[int, str, int]]:
+    """(modification time in ns, path, size) of each entry in ``root``'s kind folders."""
+    found = []
+    for kind in kinds:
+        folder = os.path.join(root, kind)
+        try:
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):  # missing, or a link in the kind folder's place
+                continue
+            with os.scandir(folder) as listed:
+                for e in listed:
+                    if _NAME.fullmatch(e.name) and e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        found.append((st.st_mtime_ns, e.path, st.st_size))
+        except OSError:  # a folder or entry removed meanwhile (another process pruning): listed as it is
+            continue
+    return found
+
+
+def _prune(root: Path, kinds: Iterable[str], low: int) -> int:
+    """Remove the entries used longest ago until ``root``'s entries take at most ``low`` bytes; their total after."""
+    found = sorted(_entries(root, kinds))
+    total = sum(size for _, _, size in found)
+    for _, path, size in found:
+        if total <= low:
+            break
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # another process pruned it first
+            pass
+        except OSError:
+            continue
+        total -= size
+    return total

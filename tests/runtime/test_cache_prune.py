@@ -1,0 +1,144 @@
+"""runtime/cache_prune.py: the cache folder (runtime/optcache.py) held to ``ATTNVIZ_CACHE_MAX_MB``, the entries used
+longest ago removed first.  Ages are set with os.utime; what is left is checked by listing the folder."""
+
+import hashlib
+import os
+import time
+
+import pytest
+from onnx_builders import tiny_text_model
+
+from attnviz.corpus import items as it
+from attnviz.runtime import cache_prune, optcache
+
+MB = 2**20
+OLD = 1_000_000_000  # 2001: older than any write or read of the test (seconds)
+
+
+def _key(cache, name):
+    return optcache.GraphKey(str(cache), name)
+
+
+def _path(cache, kind, name):
+    return cache / kind / hashlib.sha256(name.encode()).hexdigest()
+
+
+def _keep(cache, kind, name, size, age):
+    """An entry of ``size`` bytes written, then dated ``age`` seconds after OLD; its path."""
+    optcache.keep_bytes(kind, _key(cache, name), name.encode() * (size // len(name)))
+    path = _path(cache, kind, name)
+    os.utime(path, (OLD + age, OLD + age))
+    return path
+
+
+def _left(cache):
+    return sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def test_writes_past_the_cap_remove_the_oldest_entries_first(cache, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "1")
+    a = _keep(cache, "statgraph", "a", 300_000, 0)
+    b = _keep(cache, "probe", "b", 300_000, 1)  # another kind: one cap, one age order over all of them
+    c = _keep(cache, "statgraph", "c", 300_000, 2)
+    assert all(p.exists() for p in (a, b, c))  # 900 kB: under 1 MB
+    d = _keep(cache, "memory", "d", 300_000, 3)  # 1.2 MB: the oldest go until the folder is under 3/4 MB
+    assert not a.exists() and not b.exists() and c.exists() and d.exists()
+    assert sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()) <= 0.75 * MB
+    assert optcache.kept_bytes("statgraph", _key(cache, "c")) == b"c" * 300_000
+
+
+def test_a_read_refreshes_an_entry_so_it_survives(cache, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "1")
+    a = _keep(cache, "statgraph", "a", 300_000, 0)
+    b = _keep(cache, "statgraph", "b", 300_000, 1)
+    c = _keep(cache, "statgraph", "c", 300_000, 2)
+    assert optcache.kept_bytes("statgraph", _key(cache, "a")) == b"a" * 300_000  # the oldest, used now
+    assert a.stat().st_mtime > c.stat().st_mtime
+    _keep(cache, "statgraph", "d", 300_000, 3)
+    assert a.exists() and not b.exists() and not c.exists()
+
+
+def test_a_fresh_entry_read_keeps_its_time(cache):
+    """A read moves only an entry older than an hour: the workers of one corpus run write no times."""
+    a = _keep(cache, "statgraph", "a", 1000, 0)
+    fresh = time.time_ns() - cache_prune.REFRESH_AFTER_NS // 2  # written half an hour ago
+    os.utime(a, ns=(fresh, fresh))
+    optcache.kept_bytes("statgraph", _key(cache, "a"))
+    assert a.stat().st_mtime_ns == fresh
+
+
+def test_a_hash_and_an_optimised_graph_read_are_refreshed(tmp_path, cache):
+    from test_optcache import _outputs
+
+    path = tiny_text_model(tmp_path / "m.onnx", d=64)
+    it.sha256_model(path)
+    _outputs(path, keep=True)
+    entries = [p for p in cache.rglob("*") if p.is_file() and p.parent.name in ("sha256", "optimized")]
+    assert len(entries) == 2
+    for p in entries:
+        os.utime(p, (OLD, OLD))
+    _outputs(path, keep=True)  # reads the file's hash (its session key) and the optimised graph
+    assert all(p.stat().st_mtime > OLD + 3600 for p in entries)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symbolic links")
+def test_only_entries_in_the_kind_folders_are_counted_or_removed(tmp_path, cache, monkeypatch):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / ("0" * 64)
+    target.write_bytes(b"t" * 2 * MB)
+    cache.mkdir(mode=0o700)
+    (cache / "notes.txt").write_bytes(b"n" * 2 * MB)  # beside the kind folders
+    (cache / "mine").mkdir()
+    (cache / "mine" / ("1" * 64)).write_bytes(b"m" * 2 * MB)  # an entry's name, in a folder that is no kind
+    (cache / "statgraph").mkdir()
+    (cache / "statgraph" / "README").write_bytes(b"r" * 2 * MB)  # in a kind folder, no entry's name
+    (cache / "statgraph" / ("2" * 64)).symlink_to(target)  # a link with an entry's name
+    (cache / "probe").symlink_to(outside, target_is_directory=True)  # a link in a kind folder's place
+    others = _left(cache)
+    for p in [*cache.rglob("*"), target]:
+        os.utime(p, (OLD, OLD), follow_symlinks=False)
+
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "1")
+    a = _keep(cache, "statgraph", "a", 300_000, 5)  # 10 MB beside it, none of it counted: nothing removed
+    assert _left(cache) == sorted([*others, a.relative_to(cache).as_posix()])
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "0")
+    optcache.keep_bytes("statgraph", _key(cache, "b"), b"b")  # a cap of 0: every entry goes, this one too
+    assert _left(cache) == others and target.read_bytes() == b"t" * 2 * MB
+
+
+def test_reads_never_list_the_folder_and_writes_list_it_once(cache, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "1")
+    listed = []
+    real = cache_prune._entries
+    monkeypatch.setattr(cache_prune, "_entries", lambda *a: listed.append(1) or real(*a))
+    optcache.kept_bytes("statgraph", _key(cache, "a"))
+    assert listed == []
+    for i, name in enumerate("abc"):
+        _keep(cache, "statgraph", name, 300_000, i)
+        optcache.kept_bytes("statgraph", _key(cache, name))
+    assert listed == [1]  # the first write: the running total after it
+    _keep(cache, "statgraph", "d", 300_000, 3)
+    assert listed == [1, 1]  # over the cap: listed again to choose what goes
+
+
+def test_with_caching_off_nothing_is_written_or_removed(tmp_path, cache, monkeypatch):
+    a = _keep(cache, "statgraph", "a", 1000, 0)
+    before = _left(cache)
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", "off")
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "0")
+    f = tmp_path / "m.onnx"
+    f.write_bytes(b"x" * 5000)
+    assert it.sha256_model(f) == hashlib.sha256(b"x" * 5000).hexdigest()
+    assert _left(cache) == before and a.stat().st_mtime == OLD
+
+
+@pytest.mark.parametrize(("given", "mb"), [("", 512), ("64", 64), ("0", 0), ("lots", 512), ("-5", 512), ("1.5", 512)])
+def test_the_cap_setting(monkeypatch, given, mb):
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", given)
+    assert cache_prune.max_bytes() == mb * MB
+
+
+def test_an_unlisted_kind_is_refused(cache):
+    with pytest.raises(ValueError, match="not in optcache.KINDS"):
+        optcache.keep_bytes("elsewhere", _key(cache, "a"), b"x")
