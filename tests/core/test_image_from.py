@@ -243,13 +243,32 @@ def test_a_tiled_images_tower_draws_every_tile_beside_the_global_image():
     key = labels.index("t1(1,0)")
     ov = vm.overlay_view(r, sel.with_(query=key))
     np.testing.assert_allclose(ov.patch, tiles_of(tower[key]), rtol=1e-6)
-    assert ov.query_label == "patch (1, 2)" and ov.query_cell == (1, 2) and ov.global_panel.share == 0
+    # named by its tile and its cell in that tile, as its key is (t1(1,0)), not by its cell (1, 2) of the tiled picture
+    assert ov.query_label == "tile 1 patch (1, 0)" and ov.query_cell == (1, 2) and ov.global_panel.share == 0
+    assert vm.is_patch_label(ov.query_label) and "query “tile 1 patch (1, 0)”" in ov.title  # the figure's title
     # the global image's patch: its row beside the tiles
     key = labels.index("(0,1)")
     ov = vm.overlay_view(r, sel.with_(query=key))
     np.testing.assert_allclose(ov.global_panel.patch, placed(labels, tower[key], r"\((\d+),(\d+)\)"), rtol=1e-6)
     assert ov.query_label == "global image patch (0, 1)" and ov.global_panel.query_cell == (0, 1)
     assert not ov.patch.any()
+    # the info line's note: the tiles laid out in place, each tile's and the global image's keys of the tower
+    assert vm.grid_note(r, r.blocks()[0], ov.grid) == "tiles in place, patches at keys 0–7 of the tower"
+
+
+def test_a_tiled_images_patches_are_named_by_tile_as_their_keys_are():
+    """Each cell of a tiled grid named as its key's label names it (tile ``k`` in reading order, its cell in that
+    tile): the tower's ``t{k}(r,c)`` keys and the decoder's ``t{k}[r,c]`` tokens, labels written by hand here."""
+    r = _tiled()
+    tower = vm.block_grid(r, r.blocks()[0])
+    for key, lab in enumerate(r.tokens.labels[:8]):
+        t, rr, cc = map(int, re.fullmatch(r"t(\d)\((\d),(\d)\)", lab).groups())
+        assert vm.patch_label(tower, key) == f"tile {t} patch ({rr}, {cc})"
+    words = r.token_grid
+    assert [vm.patch_label(words, k) for k in (1, 2)] == ["tile 0 patch (0, 0)", "tile 1 patch (0, 0)"]
+    # a grid without tiles keeps its plain names
+    assert vm.patch_label(PatchGrid(2, 3, 1), 6) == "patch (1, 2)"
+    assert vm.is_patch_label("global image patch (1, 2)") and not vm.is_patch_label("all patches (mean)")
 
 
 def _siglip() -> AttentionResult:
@@ -295,6 +314,15 @@ def test_siglips_pooling_head_is_offered_and_draws_its_one_query_over_the_patche
     ov = vm.overlay_view(r, vm.Selection(image_from="tower", mode="head", layer=1, head=0))
     tower = r.maps[1].array()[0, 0]
     np.testing.assert_allclose(ov.patch, placed(labels, tower.mean(axis=0), r"\((\d+),(\d+)\)"), rtol=1e-6)
+    # no [CLS] in front of SigLIP's patches: the info line's note says nothing ("+0 non-patch" before); a ViT's, "+1"
+    assert vm.grid_note(r, blocks[0], ov.grid) == ""
+    vit = AttentionResult(
+        [DenseMap(_soft(np.random.default_rng(2), 1, 5, 5))],
+        [SiteInfo("encoder", "self", 0, 1, "e", "softmax")],
+        tokens=TokenAxis(["CLS", *"abcd"]),
+        patch_grid=PatchGrid(2, 2, 1),
+    )
+    assert vm.grid_note(vit, vit.blocks()[0], vm.block_grid(vit, vit.blocks()[0])) == "+1 non-patch"
     # a figure of the pooling block names it
     from attnviz.figures import FigureSpec
     from attnviz.figures.select import resolve

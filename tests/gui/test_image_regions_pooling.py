@@ -46,6 +46,9 @@ def test_siglips_pooling_head_over_the_patches(qtbot, real_window, tmp_path):
     box = v.from_box
     assert box.isVisible() and [box.itemText(i) for i in range(box.count())] == ["vision tower", "pooling head"]
     assert box.currentIndex() == 0 and s.blocks[v.source()[0]].kind == "self"
+    # no [CLS] in SigLIP's tower: nothing in brackets after the grid's size (it said "+0 non-patch")
+    g = v.source()[1]
+    assert f"grid {g.rows}×{g.cols} · peak at patch (" in v.info.text() and "non-patch" not in v.info.text()
     box.setCurrentIndex(1)  # as a user picks it
     pool = next(i for i, b in enumerate(s.blocks) if b.kind == "pooling")
     assert s.sel.image_from == "pooling" and s.sel.block == pool == v.source()[0]
@@ -55,7 +58,7 @@ def test_siglips_pooling_head_over_the_patches(qtbot, real_window, tmp_path):
     np.testing.assert_allclose(v.patch_map, placed(labels, probe.mean(axis=0)[0]), rtol=1e-5, atol=1e-8)
     s.select(mode="head", head=1)
     np.testing.assert_allclose(v.patch_map, placed(labels, probe[1, 0]), rtol=1e-5, atol=1e-8)
-    assert "pooling query" in v.info.text()
+    assert "pooling query" in v.info.text() and f"grid {g.rows}×{g.cols} · peak at patch (" in v.info.text()
     check_image(w, figure(w, v))  # File ▸ Export view: the same map
     w.controls.block.setCurrentIndex(0)  # the sidebar's tower block: the tower again
     assert s.sel.image_from == "tower" and box.currentData() == "tower" and v.source()[0] == 0

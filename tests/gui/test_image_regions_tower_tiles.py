@@ -74,11 +74,19 @@ def test_the_towers_attention_over_every_tile_and_the_global_image(qtbot, real_w
     scene = v.vb.mapViewToScene(QPointF((6 + 4 + 0.5) * wd / 12, (6 + 1 + 0.5) * h / 12))
     qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
     label, row = v.queries[v.query]
-    assert label == "patch (7, 10)" and labels[row] == "t3(1,4)"
+    # named by its tile and its cell in it, as its key (t3(1,4)), not by its cell (7, 10) of the tiled picture
+    assert label == "tile 3 patch (1, 4)" and labels[row] == "t3(1,4)"
+    assert "query “tile 3 patch (1, 4)”" in v.info.text()
     want = tiles_by_hand(labels, att[row], 2)
     np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
     assert want[6:, 6:].sum() == pytest.approx(1.0, rel=1e-4) and not v.global_map.any()  # its own run's row
     check_image(w, figure(w, v))
+    # a click on tile 0's patch (0, 0) replaces it: one clicked patch at a time, named by its tile too
+    before = [q for q in v.queries if q != (label, row)]
+    scene = v.vb.mapViewToScene(QPointF(0.5 * wd / 12, 0.5 * h / 12))
+    qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
+    label, row = v.queries[v.query]
+    assert label == "tile 0 patch (0, 0)" and labels[row] == "t0(0,0)" and v.queries == [*before, (label, row)]
     # the command line's figure of the tower's block draws the same tiles (its default query: the mean)
     from attnviz.figures import FigureSpec, render_spec
 

@@ -109,6 +109,7 @@ from attnviz.core.view.overlay import (
     TILES_PANEL,
     OverlayPanel,
     OverlayView,
+    is_patch_label,
     overlay_view,
 )
 from attnviz.core.view.overview import (
@@ -138,6 +139,7 @@ from attnviz.core.view.patches import (
     caption_rows,
     follow_block,
     global_grid,
+    grid_note,
     image_attentions,
     image_queries,
     image_source,
@@ -246,6 +248,7 @@ __all__ = [
     "generation_rows",
     "global_grid",
     "grey_base",
+    "grid_note",
     "head_matrix",
     "hide_mask",
     "block_image_from",
@@ -254,6 +257,7 @@ __all__ = [
     "image_from_entry",
     "image_queries",
     "image_source",
+    "is_patch_label",
     "layer_labels",
     "layer_range",
     "layer_windows",

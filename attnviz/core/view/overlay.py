@@ -6,6 +6,7 @@ patch's outline (:meth:`OverlayView.query_rect`) is where the screen and the fig
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,14 @@ class OverlayPanel:
 
 
 GLOBAL_PANEL = "global image"
+
+
+def is_patch_label(label: str) -> bool:
+    """Whether a query's name is a patch's (:func:`patch_label`'s, a tile's, the global image's): a clicked patch,
+    of which the view keeps one."""
+    return re.fullmatch(rf"({GLOBAL_PANEL} |tile \d+ )?patch \(\d+, \d+\)", label) is not None
+
+
 TILES_PANEL = "tiles"
 
 

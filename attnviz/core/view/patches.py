@@ -216,9 +216,33 @@ def patch_query(grid: PatchGrid, x: float, y: float, width: int, height: int) ->
 
 
 def patch_label(grid: PatchGrid, row: int) -> str:
-    """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure)."""
+    """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure).
+    On a tiled image's grid (tiles side by side, each the size of its global image's grid) a patch is named by its
+    tile and its cell in that tile, "tile 3 patch (1, 4)", as its key is (the tower's ``t3(1,4)``, the decoder's
+    ``t3[1,4]``: tiles counted from 0 in reading order), not by its cell in the whole tiled picture."""
     r, c = grid.cell(row) or divmod(row - grid.offset, grid.cols)
+    tile = grid.global_grid
+    if tile is not None and tile.n and grid.rows % tile.rows == 0 and grid.cols % tile.cols == 0:
+        k = (r // tile.rows) * (grid.cols // tile.cols) + c // tile.cols
+        return f"tile {k} patch ({r % tile.rows}, {c % tile.cols})"
     return f"patch ({r}, {c})"
+
+
+def grid_note(result: AttentionResult, blk: Block, grid: PatchGrid) -> str:
+    """What the info line says in brackets after the grid's size: where the image's keys lie among the block's
+    (a VLM's tower: its keys of the tower; tiles laid out in place; a decoder's image tokens among its words) or how
+    many keys lead the patches (a ViT's [CLS] and registers, "+1 non-patch"); empty where nothing leads them (SigLIP,
+    a tower without a [CLS] token)."""
+    if blk.stack == "encoder" and result.token_grid is not None:  # a VLM's vision tower: this image's keys
+        keys = grid.columns or range(grid.offset, grid.offset + grid.n)
+        note = f"patches at keys {min(keys)}–{max(keys)} of the tower"
+        # a tiled image: each tile a tower run of its own, laid out in place
+        return f"tiles in place, {note}" if grid.global_grid is not None else note
+    if grid.columns:  # a VLM's tiles
+        return "tiles in place"
+    if (blk.stack, blk.kind) == ("decoder", "self"):  # a VLM's image tokens sit among the words, not before patches
+        return f"image tokens at keys {grid.offset}–{grid.offset + grid.n - 1}"
+    return f"+{grid.offset} non-patch" if grid.offset else ""  # CLS / registers
 
 
 def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:

@@ -239,7 +239,7 @@ class ImageRegionsView(View):
             return
         picked = (name + picked[0], picked[1])  # the view model's name for it (the figure's title)
         # one clicked patch at a time
-        keep = [q for q in self.queries if not q[0].startswith(("patch (", f"{vm.GLOBAL_PANEL} patch ("))]
+        keep = [q for q in self.queries if not vm.is_patch_label(q[0])]
         self.queries = [*keep, picked]
         self._make_buttons()
         self.set_query(len(self.queries) - 1)
@@ -372,22 +372,10 @@ class ImageRegionsView(View):
         if glob is not None:  # the global image's own grid and peak, after the tiles'
             gr, gc = np.unravel_index(int(np.argmax(glob.patch)), glob.patch.shape)
             beside = f" · global image {glob.grid.rows}×{glob.grid.cols} beside them, peak at ({gr}, {gc})"
-        if blk.stack == "encoder" and s.result.token_grid is not None:  # a VLM's vision tower: this image's keys
-            keys = grid.columns or range(grid.offset, grid.offset + grid.n)
-            extra = f"patches at keys {min(keys)}–{max(keys)} of the tower"
-            if grid.global_grid is not None:  # a tiled image: each tile a tower run of its own, laid out in place
-                extra = f"tiles in place, {extra}"
-        elif grid.columns:  # a VLM's tiles
-            extra = "tiles in place"
-        elif (blk.stack, blk.kind) == (
-            "decoder",
-            "self",
-        ):  # a VLM's image tokens sit among the words, not in front of the patches
-            extra = f"image tokens at keys {grid.offset}–{grid.offset + grid.n - 1}"
-        else:  # CLS / registers
-            extra = f"+{grid.offset} non-patch"
+        note = vm.grid_note(s.result, blk, grid)  # the view model's words, so a ViT's "+1 non-patch", SigLIP's none
         self.info.setText(
-            f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols} ({extra}) · peak at patch ({r}, {c})"
+            f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols}"
+            f"{f' ({note})' if note else ''} · peak at {vm.patch_label(grid, grid.key(int(r), int(c)))}"
             f"{beside} · colours span 0–{ov.vmax:.3g}{NO_PICTURE if s.result.image is None else ''}"
         )
         self.block_name = blk.name
