@@ -336,26 +336,20 @@ def _parsed_json(text: str, source: str):
 
     code = _guard_code()
     key = optcache.text_key(text, JSON_CHECKED, [sys.version, code]) if code is not None else None
-    kept = optcache.kept_json(JSON_CHECKED, key) if key is not None else None
-    if isinstance(kept, dict) and kept.get("passed") is True:  # (is: JSON's 1 equals True)
+    if optcache.passed(JSON_CHECKED, key):
         return parse_json(text, source, checked=True)
     value = parse_json(text, source)
-    if key is not None:
-        optcache.keep_json(JSON_CHECKED, key, {"passed": True})
+    optcache.keep_passed(JSON_CHECKED, key)
     return value
 
 
 @functools.cache
 def _guard_code() -> str | None:
     """sha256 of the JSON guard's source (core/untrusted.py); None without it (nothing kept)."""
-    import hashlib
-
     from attnviz.core import untrusted
+    from attnviz.runtime import optcache
 
-    try:
-        return hashlib.sha256(Path(untrusted.__file__).read_bytes()).hexdigest()
-    except (OSError, TypeError):
-        return None
+    return optcache.sources_digest(untrusted.__file__)
 
 
 def _check_template(cfg) -> None:

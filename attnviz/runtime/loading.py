@@ -10,7 +10,6 @@ model's own (``external_dir``).
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -187,27 +186,19 @@ def _check_arity_once(model: onnx.ModelProto, path: Path) -> None:
 
     code = _checking_code()
     key = optcache.file_key(path, ARITY_KIND, [onnx.__version__, code]) if code is not None else None
-    kept = optcache.kept_json(ARITY_KIND, key) if key is not None else None
-    if isinstance(kept, dict) and kept.get("passed") is True:  # (is: JSON's 1 equals True)
+    if optcache.passed(ARITY_KIND, key):
         return
     _check_arity(model, path)
-    if key is not None:
-        optcache.keep_json(ARITY_KIND, key, {"passed": True})
+    optcache.keep_passed(ARITY_KIND, key)
 
 
 @functools.cache
 def _checking_code() -> str | None:
     """sha256 of this module's and the wire parser's sources (what turns the file into the nodes checked); None
     without sources (nothing is kept then: nothing would name the code)."""
-    from attnviz.runtime import wire
+    from attnviz.runtime import optcache, wire
 
-    h = hashlib.sha256()
-    for module in (__file__, wire.__file__):
-        try:
-            h.update(Path(module).read_bytes())
-        except (OSError, TypeError):
-            return None
-    return h.hexdigest()
+    return optcache.sources_digest(__file__, wire.__file__)
 
 
 def _check_arity(model: onnx.ModelProto, path: Path) -> None:

@@ -220,9 +220,33 @@ def text_key(text: str, what: str, described: list) -> GraphKey | None:
 
 
 def fact_key(root: Path, described: list) -> GraphKey:
-    import json
-
     return GraphKey(str(root), json.dumps(described))
+
+
+def passed(kind: str, key: GraphKey | None) -> bool:
+    """Whether an earlier process kept a pass (:func:`keep_passed`) of the check ``key`` names (a file's or a text's:
+    :func:`file_key`, :func:`text_key`).  Only passes are kept: a refusal is worked out, and said, every time."""
+    kept = kept_json(kind, key) if key is not None else None
+    return isinstance(kept, dict) and kept.get("passed") is True  # (is: JSON's 1 equals True)
+
+
+def keep_passed(kind: str, key: GraphKey | None) -> None:
+    if key is not None:
+        keep_json(kind, key, {"passed": True})
+
+
+def sources_digest(*files: str | None) -> str | None:
+    """sha256 of the source ``files`` (the code that makes a check: a kept pass names it); None where one cannot be
+    read (nothing is kept then)."""
+    h = hashlib.sha256()
+    for f in files:
+        try:
+            if f is None:  # a module without a file (a frozen install)
+                return None
+            h.update(Path(f).read_bytes() + b"\0")
+        except OSError:
+            return None
+    return h.hexdigest()
 
 
 def _made_folder() -> Path | None:
