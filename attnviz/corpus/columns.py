@@ -7,6 +7,9 @@ small Parquet files.  :func:`table` builds the same table from buffers wherever 
 
 from __future__ import annotations
 
+import itertools
+import operator
+
 import numpy as np
 import pyarrow as pa
 
@@ -29,41 +32,59 @@ def column(values: list, dtype: pa.DataType | None = None) -> pa.Array:
     anything else is handed to ``pa.array`` itself (same result, same errors)."""
     n = len(values)
     kinds = set(map(type, values)) - {type(None)}
+    if not kinds <= PLAIN:
+        return pa.array(values, dtype)
     want = dtype if dtype is not None else _inferred(kinds)
-    nulls = sum(v is None for v in values)
+    if want is None:  # a mix pyarrow infers for itself (ints and strings...)
+        return pa.array(values, dtype)
+    # the per-value passes below iterate in C (map, fromiter over a list, str.join): a generator resumed per value
+    # was most of the corpus driver's write (~3,600 example rows x 15 columns)
+    nulls = values.count(None)  # (== None is False for every value of these types but None)
     bitmap = None
     if nulls:
-        valid = np.fromiter((v is not None for v in values), bool, n)
+        valid = np.fromiter(map(operator.is_not, values, itertools.repeat(None)), bool, n)
         bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    if want is None:
-        pass
-    elif want == pa.null() and not kinds:
+    if want == pa.null() and not kinds:
         return pa.nulls(n)
-    elif want == pa.bool_() and kinds <= {bool}:
-        bits = np.packbits(np.fromiter((v is True for v in values), bool, n), bitorder="little")
+    if want == pa.bool_() and kinds <= {bool}:
+        bits = np.packbits(np.fromiter(map(operator.is_, values, itertools.repeat(True)), bool, n), bitorder="little")
         return pa.Array.from_buffers(want, n, [bitmap, pa.py_buffer(bits)], null_count=nulls)
-    elif want == pa.int64() and kinds <= {int}:
+    if want == pa.int64() and kinds <= {int}:
         try:
-            data = np.fromiter((0 if v is None else v for v in values), np.int64, n)
+            data = np.fromiter(_zeroed(values, 0) if nulls else values, np.int64, n)
         except OverflowError:  # beyond int64: pyarrow's own conversion (and message)
             return pa.array(values, dtype)
         return pa.Array.from_buffers(want, n, [bitmap, pa.py_buffer(data)], null_count=nulls)
-    elif want == pa.float64() and kinds <= {int, float}:
+    if want == pa.float64() and kinds <= {int, float}:
         if int in kinds and not all(abs(v) <= EXACT_INT for v in values if type(v) is int):
             return pa.array(values, dtype)
-        data = np.fromiter((0.0 if v is None else v for v in values), np.float64, n)
+        data = np.fromiter(_zeroed(values, 0.0) if nulls else values, np.float64, n)
         return pa.Array.from_buffers(want, n, [bitmap, pa.py_buffer(data)], null_count=nulls)
-    elif want == pa.string() and kinds <= {str}:
-        try:
-            encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-        except UnicodeEncodeError:  # a lone surrogate: pyarrow's own message
-            return pa.array(values, dtype)
+    if want == pa.string() and kinds <= {str}:
+        texts = _zeroed(values, "") if nulls else values
+        joined = "".join(texts)
+        if joined.isascii():  # one byte a character: each text's length is its UTF-8 length
+            data, sizes = joined.encode("ascii"), map(len, texts)
+        else:
+            try:
+                encoded = [v.encode("utf-8") for v in texts]
+            except UnicodeEncodeError:  # a lone surrogate: pyarrow's own message
+                return pa.array(values, dtype)
+            data, sizes = b"".join(encoded), map(len, encoded)
         offsets = np.zeros(n + 1, np.int64)
-        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        np.cumsum(np.fromiter(sizes, np.int64, n), out=offsets[1:])
         if offsets[-1] < 2**31:  # string's int32 offsets (beyond: pyarrow chooses for itself)
-            buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))]
+            buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
             return pa.Array.from_buffers(want, n, buffers, null_count=nulls)
     return pa.array(values, dtype)
+
+
+PLAIN = {bool, int, float, str}  # the value types this module converts itself
+
+
+def _zeroed(values: list, zero):
+    """``values`` with each None as ``zero`` (a null's slot in the data buffer)."""
+    return [zero if v is None else v for v in values]
 
 
 def _inferred(kinds: set[type]) -> pa.DataType | None:

@@ -158,8 +158,9 @@ def _encode_chunk(model, tok, decoder: bool, items: list[Item]):
     pairs = None if decoder else [it.pair for it in items]
     try:
         ids, special, types, counts = tok.encode_many(texts, pairs, add_special=not decoder)
-        for n in counts:
-            check_positions(model, int(n), fix=SHORTEN + " (or drop the item)")
+        # the longest item fails if any does (then one by one below, naming the item): one check, not one an item
+        if len(counts):
+            check_positions(model, int(counts.max()), fix=SHORTEN + " (or drop the item)")
     except AttnvizError:
         encs = []
         for it in items:  # one item at a time, as before: the error names the item
