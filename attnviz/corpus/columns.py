@@ -64,17 +64,17 @@ def column(values: list, dtype: pa.DataType | None = None) -> pa.Array:
         texts = _zeroed(values, "") if nulls else values
         joined = "".join(texts)
         if joined.isascii():  # one byte a character: each text's length is its UTF-8 length
-            data, sizes = joined.encode("ascii"), map(len, texts)
+            raw, sizes = joined.encode("ascii"), map(len, texts)
         else:
             try:
                 encoded = [v.encode("utf-8") for v in texts]
             except UnicodeEncodeError:  # a lone surrogate: pyarrow's own message
                 return pa.array(values, dtype)
-            data, sizes = b"".join(encoded), map(len, encoded)
+            raw, sizes = b"".join(encoded), map(len, encoded)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(np.fromiter(sizes, np.int64, n), out=offsets[1:])
         if offsets[-1] < 2**31:  # string's int32 offsets (beyond: pyarrow chooses for itself)
-            buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+            buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(raw)]
             return pa.Array.from_buffers(want, n, buffers, null_count=nulls)
     return pa.array(values, dtype)
 

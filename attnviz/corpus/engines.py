@@ -341,8 +341,6 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
     from collections import deque
     from concurrent.futures.process import BrokenProcessPool
 
-    from attnviz.runtime.host import ModelCrashed
-
     if warm is None or not warm.fits(setup):
         if warm is not None:
             warm.close()
@@ -366,6 +364,9 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
                 done = True
             yield from parts
     except BrokenProcessPool:
+        # (imported here: the crash-isolation host's modules are ~5 ms of a driver that never starts its child)
+        from attnviz.runtime.host import ModelCrashed
+
         raise ModelCrashed(
             "the model crashed onnxruntime: a corpus worker process died while running a batch; the model cannot be run"
         ) from None

@@ -26,16 +26,16 @@ from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
-from attnviz.corpus.audio_items import AudioSpec
 from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs, sites_layout
 from attnviz.corpus.fold import key_columns as _cols
-from attnviz.corpus.pairs import PairSpec, decoder_start, generate_rows, pair_feeds, set_decoder_rows
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
+    from attnviz.corpus.audio_items import AudioSpec
     from attnviz.corpus.graph_reduce import InGraphReducer
+    from attnviz.corpus.pairs import PairSpec
     from attnviz.runtime.model import AttentionModel
 
 _NO_ITEM = np.iinfo(np.int64).max  # an empty top-list slot (item -1) sorts after every item
@@ -164,6 +164,11 @@ class BatchReducer:
         return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
 
     def __call__(self, spec: BatchSpec) -> Partial:
+        # the pair and speech batches' modules load where such a batch runs: the driver imports this module (its
+        # Accumulator) for a text or image corpus too
+        from attnviz.corpus.audio_items import AudioSpec
+        from attnviz.corpus.pairs import PairSpec
+
         if isinstance(spec, PairSpec):
             return self._pair(spec)
         if isinstance(spec, AudioSpec):
@@ -196,6 +201,7 @@ class BatchReducer:
         from concurrent.futures import wait
 
         from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
+        from attnviz.corpus.pairs import PairSpec
 
         if self.in_graph is None:
             self.prepare()
@@ -246,6 +252,8 @@ class BatchReducer:
 
     def _pair(self, spec: PairSpec) -> Partial:
         """Encoder-decoder: encoder self sites over the source, decoder self (causal) and cross sites over the target."""
+        from attnviz.corpus.pairs import decoder_start, generate_rows, pair_feeds, set_decoder_rows
+
         gen: list[list[int]] = []
         tok = self.model.tokenizers[1] or self.model.tokenizers[0]
         if spec.dec_ids is None:  # no targets: generate, then read the rows `analyze` shows after --generate

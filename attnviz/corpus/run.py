@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
-from attnviz.corpus import output, pairs
-from attnviz.corpus.audio_items import sha256_audio, sites_of
+from attnviz.corpus import output
 from attnviz.corpus.engines import (
     ENGINES,
     WarmPool,
@@ -194,17 +194,15 @@ def _run(
         warm.append(w)
         offer(w)  # local_engine takes it when it fits the setup planned below
     hashing.append(model_hash := _ModelHash(cfg.model))
-    # only now onnx (through the runtime's open_model, ~0.1 s): the workers spawned above start up meanwhile
-    from attnviz.runtime import open_model
-    from attnviz.runtime.host import prestart
-
     # a text corpus on the CPU (or on CUDA in one shared worker: engines.LAYOUTS) is probed in a worker
     # (_probe_while_reading); otherwise the driver's probe needs its isolation child, which loads onnxruntime
     # while the model is read
     by_worker = warm[0] if warm and warm[0].probes() and _overlaps(cfg) else None
     if by_worker is None:
+        from attnviz.runtime.host import prestart
+
         prestart()
-    model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
+    model, summary = _open(cfg, by_worker is not None)
     if not model.sites:
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
     # decoders are confirmed by a causal map; heads counted
@@ -228,7 +226,11 @@ def _run(
             f"--generate {cfg.generate} with --gold-dir: the reference's words are teacher-forced, nothing is "
             "generated; drop --generate"
         )
-    speech_sites = sites_of(model) if speech else None  # its probe leaves a speech model's head counts unknown
+    speech_sites = None
+    if speech:  # its probe leaves a speech model's head counts unknown
+        from attnviz.corpus.audio_items import sites_of
+
+        speech_sites = sites_of(model)
     groups = layout(speech_sites or model.sites)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
@@ -242,6 +244,10 @@ def _run(
     gpu = _gpu_session(model) if early is None or early.provider is None else early.provider.startswith("CUDA")
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     model_sha = model_hash.result()
+    if summary is not None:  # (once the hash is in: a summary is kept under the file's sha256)
+        from attnviz.runtime import model_summary
+
+        model_summary.keep(cfg.model, summary)
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
     ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
@@ -308,6 +314,8 @@ def _run(
 
     induction = None
     if kind == "decoder":  # one small extra run on repeated random sequences (the same in every engine)
+        from attnviz.runtime import open_model
+
         model = open_model(cfg.model, provider="cpu", tokenizer=cfg.tokenizer)
         model.probe()
         induction = induction_scores(model, groups)
@@ -361,6 +369,25 @@ def _run(
     return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
 
 
+def _open(cfg: CorpusConfig, probed_by_worker: bool) -> tuple[Any, dict | None]:
+    """The model, and what to keep of it for the next command (None: nothing).  Where a worker probes it (a text
+    corpus on the CPU) and an earlier command kept what the driver reads of this very file, sidecars and code
+    (runtime/model_summary.py), that instead: the driver then imports no onnx and parses nothing (~0.07 s CPU).
+    Otherwise onnx is imported only now (through open_model, ~0.1 s): the workers spawned before start up
+    meanwhile."""
+    from attnviz.runtime import model_summary
+
+    if probed_by_worker and Path(cfg.model).is_file():
+        found = model_summary.kept(cfg.model, cfg.provider, cfg.tokenizer)
+        if found is not None:
+            return found, None
+    from attnviz.runtime import open_model
+
+    model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
+    # taken before its probe (a summary describes the model as opened), kept once the model's hash is in
+    return model, model_summary.describe(model) if probed_by_worker else None
+
+
 def _prepare_write_quietly() -> None:
     """:func:`output.prepare_write` in a thread: a failing import is left for the write to report as itself."""
     try:
@@ -371,6 +398,8 @@ def _prepare_write_quietly() -> None:
 
 def _write_words(out: Path, part, recordings: dict[int, it.Item]) -> None:
     """``--audio-dir``: each recording's word times, ``out/words/NAME.words.tsv`` (as ``align-audio`` writes them)."""
+    if not part.words:  # any other corpus: its batches bring no words (and the speech module is not loaded for it)
+        return
     from attnviz.core.writes import atomic_write_bytes
     from attnviz.corpus.audio_items import WORDS
 
@@ -507,6 +536,8 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     if cfg.audio_dir is not None:
         items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
     elif cfg.texts is not None and kind == "encoder-decoder":
+        from attnviz.corpus import pairs  # (source/target pairs only: a text or image corpus never loads it)
+
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
         plan_gold = None
@@ -538,7 +569,12 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         specs = plan_images(items, cfg.batch_size)
     threads = cfg.threads or default_threads(workers)  # as the pool started early (_prestart) has them
     workers = max(1, min(workers, len(specs)))
-    data_sha = it.sha256_items(items) if cfg.audio_dir is None else sha256_audio(items)
+    if cfg.audio_dir is None:
+        data_sha = it.sha256_items(items)
+    else:
+        from attnviz.corpus.audio_items import sha256_audio
+
+        data_sha = sha256_audio(items)
     n_items = len(items)
     # the plan's identity: a checkpoint is only resumed by a run that would cut the very same batches
     plan_h = hashlib.sha256()

@@ -38,7 +38,6 @@ from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar, sidecar_json
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
-from attnviz.runtime.vlm import VLMLayout, VLMSet
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -705,19 +704,16 @@ def open_model(
     vision–language repository one :class:`VLMSet` (``variant``: which of its quantized siblings; full precision
     by default)."""
     p = Path(path)
+    if variant is None and not p.is_dir():  # a file: no vision-language layout to look for (its module not imported)
+        return _open_file(p, provider, tokenizer, threads)
+    from attnviz.runtime.vlm import VLMLayout, VLMSet  # (~3 ms of imports that a single file never needs)
+
     if variant is not None and (not p.is_dir() or VLMLayout.find(p, variant) is None):
         raise AttnvizError(
             f"{p}: --variant chooses among a Hub repository's quantized siblings (onnx/vision_encoder_q4.onnx, ...); "
             "this is not one: open the file itself",
             param="variant",
         )
-    if not p.is_dir():
-        m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
-        states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
-        if states is not None:  # analyze() pairs it with its encoder on use
-            m.encoder_pairing = EncoderPairing(m, states)
-        config = sidecar(p, "config.json")
-        return _with_config(m) if config is not None and config.is_file() else m
     vlm = VLMLayout.find(p, variant)
     if vlm is not None:  # a Hub vision–language repository (REPO/ or REPO/onnx/): three files, one model
         return VLMSet(vlm, provider=provider, tokenizer=tokenizer, threads=threads)
@@ -746,6 +742,16 @@ def open_model(
             "give one of the files"
         )
     return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads))
+
+
+def _open_file(p: Path, provider: str, tokenizer: str | None, threads: int | None):
+    """:func:`open_model` of one ``.onnx`` file."""
+    m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
+    states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
+    if states is not None:  # analyze() pairs it with its encoder on use
+        m.encoder_pairing = EncoderPairing(m, states)
+    config = sidecar(p, "config.json")
+    return _with_config(m) if config is not None and config.is_file() else m
 
 
 _: type[AttnModel] = ModelSet  # mypy checks here that an export folder satisfies the model Protocol

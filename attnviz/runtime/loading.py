@@ -44,6 +44,14 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
     are left on disk: onnxruntime reads them itself and the graph we instrument stays small (which is
     also how models over protobuf's 2 GB limit work).
     """
+    model, base, _ = load_model_and_data(path)
+    return model, base
+
+
+def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, list[str]]:
+    """:func:`load_model`, and the data files beside the model that its tensors come from (not the model file
+    itself): what the file's own bytes do not hold (the small tensors among them are read into the graph here,
+    after which the graph no longer says where they came from)."""
     path = Path(path)
     if path.is_dir():
         raise AttnvizError(f"{path}: is a folder; give the .onnx file inside it")
@@ -87,11 +95,13 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
             raise AttnvizError(
                 f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model"
             )
+    own = path.resolve().name  # references into the model file itself are the parse's own: they stay
+    locations = ({e.key: e.value for e in t.external_data}.get("location", "") for t in external)
+    others = sorted({loc for loc in locations if loc != own})  # (before the small ones lose their location below)
     if external:
         # small tensors (shapes, scales) must be inline for onnxruntime's shape inference; big weights stay on disk
         from onnx.external_data_helper import load_external_data_for_tensor
 
-        own = path.resolve().name  # references into the model file itself are the parse's own: they stay
         for t in external:
             if {e.key: e.value for e in t.external_data}.get("location") == own:
                 continue
@@ -104,7 +114,7 @@ def load_model(path: str | Path) -> tuple[onnx.ModelProto, str | None]:
                     ) from None
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
-    return model, (str(base) if external else None)
+    return model, (str(base) if external else None), others
 
 
 MAX_LOCATION = 1024  # characters: a file name beside the model, never a path the OS would refuse as too long

@@ -35,7 +35,9 @@ from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.isolation import Spliced, Taken
 from attnviz.runtime.kept import helper_arena
 from attnviz.runtime.limits import PositionLimit, find_position_limit
+from attnviz.runtime.loading import load_model_and_data
 from attnviz.runtime.model_loop import ModelLoop
+from attnviz.runtime.model_summary import kind_of, roles_of
 from attnviz.runtime.naming import model_name
 
 # PROBE_MAX_ELEMENTS and the map objects are re-exported: their home was this module
@@ -96,7 +98,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     ):
         t0 = time.perf_counter()
         self.path = Path(path)
-        self.proto, self.external_dir = gr.load_model(self.path)
+        # data_files: the files beside it that its tensors come from (a kept summary's key names this file only)
+        self.proto, self.external_dir, self.data_files = load_model_and_data(self.path)
         self.metadata = {p.key: p.value for p in self.proto.metadata_props}
         self.meta = md.parse(self.metadata)
         md.check_special(self.meta.get("special"), f"{self.path.name} metadata attnviz.special")
@@ -151,22 +154,12 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         given = md.section(self.meta, "inputs")
         key = (id(self.inputs), len(self.inputs), tuple(given.items()))
         if self._roles is None or self._roles[0] != key:
-            roles = {i.name: given.get(i.name) or ip.guess_role(i.name, i.dtype, i.rank) for i in self.inputs}
-            self._roles = (key, roles)
+            self._roles = (key, roles_of(self.inputs, self.meta))
         return dict(self._roles[1])
 
     @property
     def kind(self) -> str:
-        roles = set(self.roles.values())
-        stacks = {s.stack for s in self._sites}
-        has_cross = any(s.kind == "cross" for s in self._sites)
-        if "image" in roles:
-            return "vision-decoder" if has_cross or "decoder" in stacks else "vision"
-        if has_cross or ("encoder" in stacks and "decoder" in stacks):
-            return "encoder-decoder"
-        if stacks == {"decoder"}:
-            return "decoder"
-        return "encoder"
+        return kind_of(self.roles, self._sites)
 
     @property
     def provider(self) -> str:

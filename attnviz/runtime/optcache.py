@@ -16,6 +16,8 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - that a model file passed a check whose first call is costly (:func:`file_key`; runtime/loading.py: the nodes'
   input and output counts against onnx's schemas), by its sha256, onnx's version and the checking code; that a
   tokenizer.json passed the JSON guard (:func:`text_key`; runtime/inputs.py), by the text's sha256 and the guard's code;
+- what a corpus driver reads of a model file (:mod:`attnviz.runtime.model_summary`), by its sha256, the sidecar
+  files the open reads, :func:`code_digest` and onnx's installation;
 - a corpus worker's statistics graph (:mod:`attnviz.runtime.statgraph_kept`: the edited graph's bytes and what
   it exposes), by the same two and the sites it was built for.
 
@@ -45,7 +47,7 @@ _OFF = ("", "0", "off", "none")
 _SHA = re.compile(r"[0-9a-f]{64}")
 KEEP_MAX_BYTES = 64 * 2**20  # an optimised graph larger than this (weights folded into it) is not kept
 # The cache's kind folders: the only ones an entry is written to, and the only ones pruned (cache_prune).
-KINDS = frozenset({"sha256", "optimized", "memory", "probe", "statgraph", "arity", "json-checked"})
+KINDS = frozenset({"sha256", "optimized", "memory", "probe", "statgraph", "arity", "json-checked", "summary"})
 
 
 def folder() -> Path | None:

@@ -1,5 +1,6 @@
 """attnviz.corpus is runtime-level: no Qt, torch or matplotlib, and Ray only when --engine ray asks for it."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,10 @@ assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'ou
 # same tables without it
 assert 'pandas' not in sys.modules
 assert 'tqdm' not in sys.modules  # --no-progress: no bar to draw
+# a text corpus's driver loads nothing of the other corpus kinds (source/target pairs, recordings) nor of
+# vision-language sets, and its fold sorts no ids (np.unique imported numpy.ma): each was ~1-5 ms of its CPU
+light = ('attnviz.corpus.pairs', 'attnviz.corpus.gold', 'attnviz.corpus.audio_items', 'attnviz.runtime.vlm', 'numpy.ma')
+assert not [m for m in light if m in sys.modules], [m for m in light if m in sys.modules]
 assert main(['corpus', str(m), '--texts', str(d / 'c.txt'), '--out', str(d / 'o2'), '--engine', 'ray', '--no-progress']) == 2
 print('ok')
 """
@@ -38,6 +43,38 @@ print('ok')
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
     assert "needs Ray: pip install 'ray[data]'" in out.stderr  # the missing-Ray message is one line
+
+
+def test_a_second_text_corpus_command_reads_its_model_without_onnx(tmp_path):
+    """The first command kept what its driver read of the model (runtime/model_summary.py); the second one's
+    driver (a fresh process) imports no onnx and no model code, and writes the same bytes."""
+    here = Path(__file__).parent
+    code = f"""
+import sys
+sys.path.insert(0, {str(here)!r}); sys.path.insert(0, {str(here.parent)!r})
+from pathlib import Path
+from attnviz.cli import main
+d = Path({str(tmp_path)!r})
+if sys.argv[1] == 'make':
+    from planted import planted_model, corpus_lines
+    planted_model(d / 'm.onnx')
+    (d / 'c.txt').write_text(chr(10).join(corpus_lines(40)))
+out = d / sys.argv[1]
+assert main(['corpus', str(d / 'm.onnx'), '--texts', str(d / 'c.txt'), '--out', str(out), '--no-progress', '--workers', '2', '--provider', 'cpu', '--batch-size', '8']) == 0
+print([m for m in ('onnx', 'attnviz.runtime.model', 'attnviz.runtime.folder', 'attnviz.runtime.host') if m in sys.modules])
+"""
+    runs = {}
+    env = {**os.environ, "ATTNVIZ_CACHE_DIR": str(tmp_path / "cache")}  # nothing kept by another test's commands
+    for name in ("make", "again"):
+        out = subprocess.run(
+            [sys.executable, "-c", code, name], capture_output=True, text=True, timeout=180, check=False, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        runs[name] = out.stdout.strip().splitlines()[-1]
+    assert "'onnx', 'attnviz.runtime.model'" in runs["make"]  # the first one opened the model (and described it)
+    assert runs["again"] == "[]"
+    for f in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "make" / f).read_bytes() == (tmp_path / "again" / f).read_bytes()
 
 
 def test_reading_corpus_results_and_a_parquet_corpus_imports_no_pandas(tmp_path):
