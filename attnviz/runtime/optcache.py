@@ -24,7 +24,8 @@ onnxruntime would have made again, so the outputs are byte-equal (tests/runtime/
 
 An entry that cannot be read is ignored (and written again); writes go to a temporary file that is renamed.  The
 folder is held to ``ATTNVIZ_CACHE_MAX_MB`` (default 512), the entries used longest ago removed first, checked only
-after a write (:mod:`attnviz.runtime.cache_prune`: old versions' entries would otherwise pile up for good).
+after a write (:mod:`attnviz.runtime.cache_prune`: old versions' entries would otherwise pile up for good); a killed
+write's temporary file is removed there once it is a day old.
 """
 
 from __future__ import annotations
