@@ -1,8 +1,9 @@
 """The cache folder (runtime/optcache.py) held to a size cap, the entries used longest ago removed first.
 
 Keys name attnviz's source digest and the libraries' versions, so each edit or upgrade leaves the old entries behind
-for good (an optimised graph can be 64 MB): without a cap the folder only grows.  ``ATTNVIZ_CACHE_MAX_MB`` (whole
-MB, default :data:`DEFAULT_MAX_MB`; a value that is not a whole number >= 0 is the default) sets the cap.
+for good (an optimised graph can be 64 MB): without a cap the folder only grows.  ``ATTNVIZ_CACHE_MAX_MB`` (MB,
+default :data:`DEFAULT_MAX_MB`) sets the cap; a value that is not a number >= 0 is refused in one line
+(:func:`max_bytes`), as the other ATTNVIZ_ settings are, at a command's first use of the cache (optcache.folder).
 
 Listing the folder costs a stat of every entry, so it is never done on a read: a process's first write lists it once
 and keeps a running total, each later write adds its size, and only a total over the cap lists it again and removes
@@ -19,6 +20,7 @@ the cap while it is young (a write in flight: never removed) and is removed, as 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -26,6 +28,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from attnviz import AttnvizError
+
+CAP_ENV = "ATTNVIZ_CACHE_MAX_MB"
 DEFAULT_MAX_MB = 512
 LOW_WATER = 0.75  # a prune leaves the folder at this share of the cap
 REFRESH_AFTER_NS = 3600 * 10**9  # a read moves an entry's time only where it is older: not a write on every read
@@ -45,9 +50,22 @@ _totals: dict[str, int] = {}
 
 
 def max_bytes() -> int:
-    given = os.environ.get("ATTNVIZ_CACHE_MAX_MB", "").strip()
-    mb = int(given) if given.isdigit() else DEFAULT_MAX_MB
-    return mb * 2**20
+    """The cap in bytes: ``ATTNVIZ_CACHE_MAX_MB`` MB (a fraction too), :data:`DEFAULT_MAX_MB` where it is unset or
+    blank.  Anything else is refused in one line naming the variable and the fix, as core/limits.py refuses an
+    ``ATTNVIZ_MAX_*`` setting: a "2G" or a "-1" quietly taken as 512 MB would prune a cache the user had made larger."""
+    raw = os.environ.get(CAP_ENV, "")
+    if not raw.strip():
+        return DEFAULT_MAX_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = math.nan
+    if not (math.isfinite(mb) and mb >= 0):
+        raise AttnvizError(
+            f"{CAP_ENV}={raw!r}: give the cache folder's size cap in MB, 0 or more (e.g. {DEFAULT_MAX_MB}), "
+            f"or unset it for {DEFAULT_MAX_MB}"
+        )
+    return int(mb * 2**20)
 
 
 def refresh(entry: str | Path) -> None:

@@ -1,14 +1,16 @@
 """runtime/cache_prune.py: the cache folder (runtime/optcache.py) held to ``ATTNVIZ_CACHE_MAX_MB``, the entries used
-longest ago removed first, a killed write's temporary file once a day old.  Ages are set with os.utime; what is left
-is checked by listing the folder."""
+longest ago removed first, a killed write's temporary file once a day old; an invalid cap refused in one line.  Ages
+are set with os.utime; what is left is checked by listing the folder."""
 
 import hashlib
 import os
 import time
 
 import pytest
+from cli_run import run_cli
 from onnx_builders import tiny_text_model
 
+from attnviz import AttnvizError
 from attnviz.core.writes import atomic_path
 from attnviz.corpus import items as it
 from attnviz.runtime import cache_prune, optcache
@@ -136,10 +138,39 @@ def test_with_caching_off_nothing_is_written_or_removed(tmp_path, cache, monkeyp
     assert _left(cache) == before and a.stat().st_mtime == OLD
 
 
-@pytest.mark.parametrize(("given", "mb"), [("", 512), ("64", 64), ("0", 0), ("lots", 512), ("-5", 512), ("1.5", 512)])
+@pytest.mark.parametrize(("given", "mb"), [("", 512), (" ", 512), ("64", 64), (" 64 ", 64), ("0", 0), ("1.5", 1.5)])
 def test_the_cap_setting(monkeypatch, given, mb):
     monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", given)
-    assert cache_prune.max_bytes() == mb * MB
+    assert cache_prune.max_bytes() == int(mb * MB)
+
+
+@pytest.mark.parametrize("given", ["lots", "-5", "2G", "nan", "inf"])
+def test_an_invalid_cap_is_refused_in_one_line_at_the_first_use_of_the_cache(cache, monkeypatch, given):
+    """Not quietly 512 MB: the line names the variable, the value and the fix, as for the ATTNVIZ_MAX_* limits."""
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", given)
+    with pytest.raises(AttnvizError) as refused:
+        optcache.folder()
+    assert str(refused.value) == (
+        f"ATTNVIZ_CACHE_MAX_MB={given!r}: give the cache folder's size cap in MB, 0 or more (e.g. 512), "
+        "or unset it for 512"
+    )
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", "off")  # nothing kept: the cap is not read
+    assert optcache.folder() is None
+
+
+def test_a_corpus_run_refuses_an_invalid_cap_before_any_work_with_exit_2_and_one_line(tmp_path):
+    model = tiny_text_model(tmp_path / "m.onnx")
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\na dog ran home\n")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    env = {"ATTNVIZ_CACHE_DIR": str(cache), "ATTNVIZ_CACHE_MAX_MB": "2G"}
+    rc, err = run_cli("corpus", model, "--texts", texts, "--out", out, env=env)
+    assert rc == 2
+    assert err.splitlines() == [
+        "attnviz: error: ATTNVIZ_CACHE_MAX_MB='2G': give the cache folder's size cap in MB, 0 or more (e.g. 512), "
+        "or unset it for 512"
+    ]
+    assert not out.exists() and not cache.exists()
 
 
 def test_an_unlisted_kind_is_refused(cache):
