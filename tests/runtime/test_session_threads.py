@@ -1,6 +1,7 @@
 """ATTNVIZ_THREADS: onnxruntime's intra-op threads for sessions whose caller names none (bench/startup_bench.py pins
 attnviz to the plain script's threads with it); a bad value is one line, exit 2."""
 
+import os
 import subprocess
 import sys
 
@@ -35,11 +36,12 @@ def test_a_bad_value_is_one_line(tmp_path, monkeypatch, bad):
 def test_a_bad_value_through_the_cli(tmp_path):
     """The first map's command (its session is made in the crash-isolation child) says it in one line, exit 2."""
     path = tiny_text_model(tmp_path / "tiny.onnx")
+    out = tmp_path / "m.npz"
     p = subprocess.run(
-        [sys.executable, "-m", "attnviz", "extract", str(path), "--text", "the cat sat", "--out", str(tmp_path / "m.npz")],
+        [sys.executable, "-m", "attnviz", "extract", str(path), "--text", "the cat sat", "--out", str(out)],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "ATTNVIZ_THREADS": "many"},
+        env={**os.environ, "ATTNVIZ_THREADS": "many"},
         timeout=120,
     )
     assert p.returncode == 2, p.stderr
@@ -47,4 +49,4 @@ def test_a_bad_value_through_the_cli(tmp_path):
         "attnviz: error: ATTNVIZ_THREADS='many': give onnxruntime's threads per session as a whole number, 1 or more, "
         "or unset it"
     ]
-    assert not (tmp_path / "m.npz").exists()
+    assert not out.exists()
