@@ -103,16 +103,26 @@ def _entries(root: Path, kinds: Iterable[str]) -> list[tuple[int, str, int, bool
             with os.scandir(folder) as listed:
                 for e in listed:
                     entry = _NAME.fullmatch(e.name) is not None
-                    if not (entry or _TEMP.fullmatch(e.name)) or not e.is_file(follow_symlinks=False):
-                        continue
-                    st = e.stat(follow_symlinks=False)
-                    if entry or now - st.st_mtime_ns <= STALE_TEMP_NS:
-                        found.append((st.st_mtime_ns, e.path, st.st_size, entry))
-                    else:
-                        _remove(e.path)
-        except OSError:  # a folder or entry removed meanwhile (another process pruning): listed as it is
+                    if entry or _TEMP.fullmatch(e.name):
+                        _list_one(e, entry, now, found)
+        except OSError:  # the folder removed meanwhile (another process pruning): listed as it is
             continue
     return found
+
+
+def _list_one(e: os.DirEntry, entry: bool, now: int, found: list[tuple[int, str, int, bool]]) -> None:
+    """One file of a kind folder into ``found``, or removed (a stale temporary file).  A file gone meanwhile (another
+    process pruning) is skipped alone: the rest of its folder is still listed and counted."""
+    try:
+        if not e.is_file(follow_symlinks=False):
+            return
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return
+    if entry or now - st.st_mtime_ns <= STALE_TEMP_NS:
+        found.append((st.st_mtime_ns, e.path, st.st_size, entry))
+    else:
+        _remove(e.path)
 
 
 def _remove(path: str) -> bool:

@@ -239,3 +239,32 @@ def test_only_temporary_files_directly_in_the_kind_folders_are_removed_and_links
     assert not killed.exists()
     assert _left(cache) == sorted([*others, a.relative_to(cache).as_posix()])
     assert all(p.exists() for p in beside) and target.read_bytes() == b"t" * 1000 and link.is_symlink()
+
+
+def test_a_file_removed_meanwhile_is_skipped_alone_and_the_rest_of_its_folder_still_counts(cache, monkeypatch):
+    """Another process pruning removes a file after this listing read its name: only that file drops out."""
+    paths = [_keep(cache, "statgraph", name, 1000, n) for n, name in enumerate("abc")]
+    real = os.scandir
+
+    class Racing:  # os.scandir whose first file is removed just before the listing looks at it
+        def __init__(self, folder):
+            self.listed = real(folder)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.listed.close()
+
+        def __iter__(self):
+            for n, e in enumerate(self.listed):
+                if n == 0:
+                    os.unlink(e.path)
+                yield e
+
+    with monkeypatch.context() as m:
+        m.setattr(cache_prune.os, "scandir", Racing)
+        listed = cache_prune._entries(cache, ["statgraph"])
+    left = [str(p) for p in paths if p.exists()]
+    assert len(left) == 2
+    assert sorted(path for _, path, _, _ in listed) == sorted(left)
