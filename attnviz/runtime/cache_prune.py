@@ -93,7 +93,7 @@ def wrote(root: Path, kinds: Iterable[str], size: int) -> None:
 def _entries(root: Path, kinds: Iterable[str]) -> list[tuple[int, str, int, bool]]:
     """(modification time in ns, path, size, whether it is an entry) of each entry in ``root``'s kind folders and
     of each write's temporary file there that is younger than :data:`STALE_TEMP_NS`; older ones are removed."""
-    found = []
+    found: list[tuple[int, str, int, bool]] = []
     now = time.time_ns()
     for kind in kinds:
         folder = os.path.join(root, kind)
