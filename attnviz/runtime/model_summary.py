@@ -30,7 +30,7 @@ from pathlib import Path
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import SiteInfo
-from attnviz.core.untrusted import JSON_MAX_BYTES, read_bytes
+from attnviz.core.untrusted import JSON_MAX_BYTES, parse_json, read_bytes
 from attnviz.runtime import inputs as ip
 from attnviz.runtime import optcache
 from attnviz.runtime.limits import PositionLimit
@@ -160,10 +160,10 @@ def describe(model) -> dict | None:
         "position_limit": None if limit is None else [limit.tokens, limit.source],
         "confirmed": model._stack_confirmed,
     }
-    try:
-        if json.loads(json.dumps(entry)) != entry:  # metadata JSON would not give back as it is
+    try:  # read back as kept() reads it: metadata that JSON would not give back as it is is not kept
+        if parse_json(json.dumps(entry), "a model summary") != entry:
             return None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttnvizError):
         return None
     return entry
 
