@@ -161,11 +161,10 @@ def describe(model) -> dict | None:
         "confirmed": model._stack_confirmed,
     }
     try:  # read back as kept() reads it: metadata that JSON would not give back as it is is not kept
-        if parse_json(json.dumps(entry), "a model summary") != entry:
-            return None
+        copy = parse_json(json.dumps(entry), "a model summary")
     except (TypeError, ValueError, AttnvizError):
         return None
-    return entry
+    return copy if copy == entry else None  # (a copy: the model's metadata may change after, with its probe)
 
 
 def keep(path: str | Path, entry: dict) -> None:
