@@ -24,11 +24,13 @@ from attnviz.core.row_sums import FIXED_KEYS, ROW_TIE, ItemStats, key_table, val
 from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS
 from attnviz.runtime import graph as gr
+from attnviz.runtime.graph.dtypes import elem_type
 
 # methods whose exposed tensor is the post-softmax probabilities (mha-qk gives scores; packed is recomputed)
 IN_GRAPH_METHODS = {"softmax", "softmax-reduce", "onnx-attention", "gqa-qk"}
 MIN_OPSET = 11  # Clip, Pad and Slice with their bounds as inputs; older graphs keep the numpy path
 EPS = 1e-30  # the same guard as core.stats.row_stats: 0·log(0 + eps) = 0 and log stays finite
+LOWEST = float(np.finfo(np.float32).min)  # a -inf score clipped to it: 0·LOWEST = 0 where 0·-inf is NaN
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
 # [B, 1, T, T] float32: 1 where the key is a real token (the same for every row: a mask as wide as the map's last two
@@ -133,10 +135,11 @@ class _Nodes:
         return outs
 
 
-def _as_bhtt(nd: _Nodes, probs: str, batch: str) -> str:
+def _as_bhtt(nd: _Nodes, probs: str, batch: str, *more: str) -> list[str]:
     """The site's tensor as float32 ``[B or 1, H, Tq, Tk]``, reshaped exactly as ``model.to_bhqk`` does:
     rank 4 as is, rank 3 ``[B·H, T, T]`` (or ``[H, T, T]`` when B does not divide it), rank 2 one head,
-    rank 5 grouped heads ``[B, Hkv, G, T, T]``.  A leading 1 broadcasts against the batch's masks."""
+    rank 5 grouped heads ``[B, Hkv, G, T, T]``.  A leading 1 broadcasts against the batch's masks.  ``more``:
+    float32 tensors of the same shape (the softmax's input), reshaped alike."""
     p = nd("Cast", [probs], to=TensorProto.FLOAT)  # onnxruntime drops it when the tensor is float32 already
     shape = nd("Shape", [p])
     rank = nd("Size", [shape])
@@ -152,7 +155,8 @@ def _as_bhtt(nd: _Nodes, probs: str, batch: str) -> str:
             nd("Where", [nd("Equal", [rank, nd.const(2)]), one, d0]),
         ],
     )
-    return nd("Reshape", [p, nd("Concat", [lead, nd.const([-1]), tail], axis=0)])
+    to = nd("Concat", [lead, nd.const([-1]), tail], axis=0)
+    return [nd("Reshape", [t, to]) for t in (p, *more)]
 
 
 def _reduce(nd: _Nodes, op: str, x: str, axis: int, keepdims: int, opset: int) -> str:
@@ -182,14 +186,16 @@ def _near_diagonal(nd: _Nodes, pm: str, p: str, gather: bool) -> list[str]:
     return [run(t, [0, 0, 1, 0, 0, 0, 0, 0]), run(nd.const([1]), [0, 0, 0, 0, 0, 0, 1, 0]), run(nd.const([0]))]
 
 
-def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str, str]:
+def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool, x: str | None = None) -> tuple[str, str, str]:
     """Each row's statistics ``[B, H, T, S]`` (S = len(ROW_STATS)) times :data:`SIGN` (float32, ROW_STATS
     order, the arithmetic of ``row_stats``), the masked map ``pm`` and the key-weight table ``kw``
     (both ``[B, H, T, .]``: :func:`_keys_at` reads each statistic's key at its best row from them).  ``p``: float32
-    ``[B or 1, H, T, T]``.
+    ``[B or 1, H, T, T]``; ``x``: the softmax's input (the scores, shaped as ``p``) where ``p`` is a float32
+    Softmax's own output, else None.
 
-    Eight nodes read the whole map: the masked map (Mul) and its largest weight (ReduceMax: its key is found
-    only at the rows that need one, :func:`_keys_at`); p·ln p (Add, Log, Mul and its row sum); p·|i - j| (Mul
+    Eight nodes read the whole map: the masked map (Mul) and its largest weight (ReduceMax; given ``x``, ArgMax
+    and the weight gathered there: :func:`_plogp_from_scores` shifts by that key's score); p·ln p (Add, Log, Mul
+    and its row sum; given ``x``, Sub, Clip, Mul and its row sum, no Log over the map); p·|i - j| (Mul
     and its row sum: the weight depends on the row, so no key-weight table holds it); and ONE MatMul against the
     key-weight table KEYW for every statistic that weights the keys of every row alike (the real keys' sum, key
     0, the special keys, each special key alone).  Diagonal, previous and next are read at 3T points a map; the
@@ -202,9 +208,13 @@ def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str,
         return nd("Reshape", [x, row])
 
     mx = across(_reduce(nd, "ReduceMax", pm, -1, 0, opset))
-    plogp = _reduce(
-        nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 0, opset
-    )
+    if x is None:
+        plogp = _reduce(
+            nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 0, opset
+        )
+        log_top = None
+    else:
+        plogp, log_top = _plogp_from_scores(nd, pm, x, p, opset)
     dist = _reduce(nd, "ReduceSum", nd("Mul", [pm, DIST]), -1, 0, opset)
     kw = nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
     if gather:  # one [B, H, T, 3] Gather: prev, next, diag as rows
@@ -215,16 +225,34 @@ def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str,
     fixed = nd("Slice", [kwt, nd.const([0]), nd.const([len(KEY_COLUMNS)]), nd.const([2])])
     # row_stats' finishing arithmetic (float32): one reciprocal of the row sum per row, not one division per weight
     # (Clip, not Max: the same maximum, and onnxruntime's Max broadcasts a scalar ~30x slower)
-    ms = nd("Clip", [nd("Slice", [kwt, nd.const([0]), nd.const([1]), nd.const([2])]), nd.const(EPS, np.float32)])
-    parts = [across(plogp), across(dist), *near, mx, fixed]
+    total = nd("Slice", [kwt, nd.const([0]), nd.const([1]), nd.const([2])])  # [B, H, 1, T]: each row's real mass
+    ms = nd("Clip", [total, nd.const(EPS, np.float32)])
+    plogp = across(plogp)
+    if log_top is not None:  # sum pm·ln p = sum pm·(x - x_top) + s·ln p_top (a row without real mass: 0, as the Log)
+        plogp = nd("Add", [plogp, nd("Mul", [total, across(log_top)])])
+    parts = [plogp, across(dist), *near, mx, fixed]
     lin = nd("Mul", [nd("Concat", parts, axis=2), nd("Reciprocal", [ms])])
+    log_sum = nd("Log", [ms])
     # back to rows before statistics for the MatMul against MIX and the division (a small transpose): each
     # value then comes out of the same arithmetic, and _item_nodes adds rows in the same order, as before the
     # tail put rows last (the float64 sums run.json's means and examples.parquet carry stay bit for bit)
-    x = nd("Transpose", [nd("Concat", [nd("Log", [ms]), lin], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 11]
+    x = nd("Transpose", [nd("Concat", [log_sum, lin], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 11]
     mixed = nd("MatMul", [x, nd.const(MIX, np.float32)])
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
     return values, pm, kw
+
+
+def _plogp_from_scores(nd: _Nodes, pm: str, x: str, p: str, opset: int) -> tuple[str, str]:
+    """Each row's sum of pm·(x - max x) ``[B, H, T]`` and ln max p ``[B, H, T, 1]``: a softmax row has
+    ln p = (x - max x) + ln max p for every key (the largest score's key has the largest weight), so
+    sum pm·ln p = that sum + s·ln max p without a Log over the map.  Both terms are <= 0, so nothing cancels: the
+    error stays relative to the entropy, unlike sum pm·x - s·(max x - ln max p).  Scores of -inf (masked keys,
+    whose pm is 0; a row of them) are clipped to the lowest float: 0·-inf would be NaN."""
+    x_top = nd("Clip", [_reduce(nd, "ReduceMax", x, -1, 1, opset), nd.const(LOWEST, np.float32)])
+    shifted = nd("Clip", [nd("Sub", [x, x_top]), nd.const(LOWEST, np.float32)])
+    plogp = _reduce(nd, "ReduceSum", nd("Mul", [pm, shifted]), -1, 0, opset)
+    p_top = _reduce(nd, "ReduceMax", p, -1, 1, opset)
+    return plogp, nd("Log", [nd("Clip", [p_top, nd.const(EPS, np.float32)])])
 
 
 def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
@@ -320,18 +348,23 @@ def stats_model(
     parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
     ends: dict[int, list[str]] = {}
     batch = None
+    # per-site sets read ln p off the scores where the map is a Softmax's own float32 output (no Log over the map)
+    scores = {} if join else _softmax_inputs(m, g, [exposed.outputs[i] for i in on])
     if not join:  # (the statistics' nodes read the masked map, which has B whatever the site's leading axis)
         shared = _Nodes(m.graph, "attnviz_stat_")
         batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
     for members in [on] if join else [[i] for i in on]:
         nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
+        x = None
         if join:  # [B, heads, T, T] for every rank but 2 (and [H, T, T] for B items): those fail, see above
             ps = [nd("Reshape", [nd("Cast", [exposed.outputs[i]], to=f32), BHTT]) for i in members]
             p = ps[0] if len(ps) == 1 else nd("Concat", ps, axis=1)
         else:
             assert batch is not None
-            p = _as_bhtt(nd, exposed.outputs[members[0]], batch)
-        values, pm, kw = _site_nodes(nd, p, opset, gather=join)
+            x = scores.get(exposed.outputs[members[0]])
+            p, *xs = _as_bhtt(nd, exposed.outputs[members[0]], batch, *([x] if x else []))
+            x = xs[0] if xs else None
+        values, pm, kw = _site_nodes(nd, p, opset, gather=join, x=x)
         sums, best = _item_nodes(nd, values, opset)
         at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
         picks = nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)
@@ -355,6 +388,22 @@ def stats_model(
     if not join:
         _run_in_turn(m.graph, [exposed.outputs[i] for i in on], [ends[i] for i in on])
     return m, exposed, on
+
+
+def _softmax_inputs(m: onnx.ModelProto, g: gr.Graph, probs: list[str]) -> dict[str, str]:
+    """For each of ``probs`` that is a float32 Softmax's own output over the last axis in the edited model ``m``:
+    the Softmax's input (:func:`_plogp_from_scores` reads ln p off it).  A map that passes a NaN guard, a Cast or a
+    Reshape after its Softmax, or comes out of a fused op, is left out: its entropy keeps the Log path."""
+    want = set(probs)
+    out = {}
+    for n in m.graph.node:
+        name = n.output[0] if n.output else ""
+        if name in want and n.op_type == "Softmax" and n.domain in ("", "ai.onnx") and n.input and n.input[0]:
+            axis = next((a.i for a in n.attribute if a.name == "axis"), -1 if gr._opset(m) >= 13 else 1)
+            float32 = all(elem_type(g, t, TensorProto.UNDEFINED) == TensorProto.FLOAT for t in (n.input[0], name))
+            if axis == -1 and float32:
+                out[name] = n.input[0]
+    return out
 
 
 def _run_in_turn(graph: onnx.GraphProto, maps: list[str], ends: list[list[str]]) -> None:
