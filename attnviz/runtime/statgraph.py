@@ -39,7 +39,10 @@ REAL = "attnviz_stat_real"
 # [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
 # special key (slots 0, 1, ... of each item, in key order)
 KEYW = "attnviz_stat_keyw"
-KEY_COLUMNS = ("sum", "first", "special", "special_other")  # real keys, key 0 if real, real special keys, those after 0
+# real keys, key 0 if real, real special keys, those after 0, padded keys (only to check that the model gave them
+# no weight: the statistics' masses are the first four, MIXED)
+KEY_COLUMNS = ("sum", "first", "special", "special_other", "padded")
+MIXED = KEY_COLUMNS[:4]
 DIST = "attnviz_stat_dist"  # [T, T] float32: |i - j|
 # [B, 1, 2, K] float32, added to a row's key weights before the argmax of its "special" / "special_other" key:
 # 0 for a special key the statistic may take, -2 for a padding slot (or key 0 for "special_other"), -inf for the
@@ -78,10 +81,10 @@ _KEY_FROM = [
 ]
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
-# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, KEY_COLUMNS) / s]
+# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, MIXED) / s]
 # against MIX: entropy in bits = (ln s - plogp / s) / ln 2, the rest copied into ROW_STATS order, all signed
 # (the column of a one in MIX is an exact copy: x·1 + 0·y)
-_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *KEY_COLUMNS)
+_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *MIXED)
 
 
 def _mix() -> np.ndarray:
@@ -186,12 +189,16 @@ def _near_diagonal(nd: _Nodes, pm: str, p: str, gather: bool) -> list[str]:
     return [run(t, [0, 0, 1, 0, 0, 0, 0, 0]), run(nd.const([1]), [0, 0, 0, 0, 0, 0, 1, 0]), run(nd.const([0]))]
 
 
-def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool, x: str | None = None) -> tuple[str, str, str]:
+def _site_nodes(
+    nd: _Nodes, p: str, opset: int, gather: bool, x: str | None = None, kw: str = "", exact: bool = True
+) -> tuple[str, str, str]:
     """Each row's statistics ``[B, H, T, S]`` (S = len(ROW_STATS)) times :data:`SIGN` (float32, ROW_STATS
     order, the arithmetic of ``row_stats``), the masked map ``pm`` and the key-weight table ``kw``
     (both ``[B, H, T, .]``: :func:`_keys_at` reads each statistic's key at its best row from them).  ``p``: float32
     ``[B or 1, H, T, T]``; ``x``: the softmax's input (the scores, shaped as ``p``) where ``p`` is a float32
-    Softmax's own output, else None.
+    Softmax's own output, else None; ``kw``: the key-weight table if made already.  ``exact=False`` (with ``x``)
+    trusts the batch to give padded keys no weight and to have no score of -inf: no mask Mul (``pm`` is ``p``) and
+    no Clip, two passes less; :func:`_trusting_site` checks both and recomputes the exact way where they fail.
 
     Eight nodes read the whole map: the masked map (Mul) and its largest weight (ReduceMax; given ``x``, ArgMax
     and the weight gathered there: :func:`_plogp_from_scores` shifts by that key's score); p·ln p (Add, Log, Mul
@@ -201,28 +208,31 @@ def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool, x: str | None = No
     0, the special keys, each special key alone).  Diagonal, previous and next are read at 3T points a map; the
     rest works on ``[B, H, k, T]``: one reciprocal of the row sum per row (row_stats' arithmetic), then one MatMul
     against MIX puts entropy (bits) and the normalised masses into ROW_STATS order, signed."""
-    pm = nd("Mul", [p, REAL])  # padded keys dropped; rows are renormalised below by the row sum
+    pm = nd("Mul", [p, REAL]) if exact or x is None else p  # padded keys dropped; rows renormalised by the row sum
     row = nd.const([0, 0, 1, -1])  # a [B, H, T] (or [B, H, T, 1]) column as one [B, H, 1, T] row of the tail
 
     def across(x: str) -> str:
         return nd("Reshape", [x, row])
 
-    mx = across(_reduce(nd, "ReduceMax", pm, -1, 0, opset))
+    if x is None or exact:
+        mx = across(_reduce(nd, "ReduceMax", pm, -1, 0, opset))
     if x is None:
         plogp = _reduce(
             nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 0, opset
         )
         log_top = None
     else:
-        plogp, log_top = _plogp_from_scores(nd, pm, x, p, opset)
+        plogp, p_top, log_top = _plogp_from_scores(nd, pm, x, p, opset, exact)
+        if not exact:  # pm is p: its largest weight is the one ln p is shifted by (one ReduceMax, not two)
+            mx = across(p_top)
     dist = _reduce(nd, "ReduceSum", nd("Mul", [pm, DIST]), -1, 0, opset)
-    kw = nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
+    kw = kw or nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
     if gather:  # one [B, H, T, 3] Gather: prev, next, diag as rows
         near = [nd("Transpose", [_near_diagonal(nd, pm, p, True)[0]], perm=[0, 1, 3, 2])]
     else:
         near = [across(c) for c in _near_diagonal(nd, pm, p, False)]
     kwt = nd("Transpose", [kw], perm=[0, 1, 3, 2])  # [B, H, K, T]: small (K columns a row)
-    fixed = nd("Slice", [kwt, nd.const([0]), nd.const([len(KEY_COLUMNS)]), nd.const([2])])
+    fixed = nd("Slice", [kwt, nd.const([0]), nd.const([len(MIXED)]), nd.const([2])])
     # row_stats' finishing arithmetic (float32): one reciprocal of the row sum per row, not one division per weight
     # (Clip, not Max: the same maximum, and onnxruntime's Max broadcasts a scalar ~30x slower)
     total = nd("Slice", [kwt, nd.const([0]), nd.const([1]), nd.const([2])])  # [B, H, 1, T]: each row's real mass
@@ -242,17 +252,20 @@ def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool, x: str | None = No
     return values, pm, kw
 
 
-def _plogp_from_scores(nd: _Nodes, pm: str, x: str, p: str, opset: int) -> tuple[str, str]:
-    """Each row's sum of pm·(x - max x) ``[B, H, T]`` and ln max p ``[B, H, T, 1]``: a softmax row has
+def _plogp_from_scores(nd: _Nodes, pm: str, x: str, p: str, opset: int, exact: bool) -> tuple[str, str, str]:
+    """Each row's sum of pm·(x - max x) ``[B, H, T]``, max p and ln max p (``[B, H, T, 1]`` each): a softmax row has
     ln p = (x - max x) + ln max p for every key (the largest score's key has the largest weight), so
     sum pm·ln p = that sum + s·ln max p without a Log over the map.  Both terms are <= 0, so nothing cancels: the
     error stays relative to the entropy, unlike sum pm·x - s·(max x - ln max p).  Scores of -inf (masked keys,
-    whose pm is 0; a row of them) are clipped to the lowest float: 0·-inf would be NaN."""
+    whose pm is 0; a row of them) are clipped to the lowest float: 0·-inf would be NaN (``exact=False``: not
+    clipped, the NaN tells :func:`_trusting_site` to recompute)."""
     x_top = nd("Clip", [_reduce(nd, "ReduceMax", x, -1, 1, opset), nd.const(LOWEST, np.float32)])
-    shifted = nd("Clip", [nd("Sub", [x, x_top]), nd.const(LOWEST, np.float32)])
+    shifted = nd("Sub", [x, x_top])
+    if exact:
+        shifted = nd("Clip", [shifted, nd.const(LOWEST, np.float32)])
     plogp = _reduce(nd, "ReduceSum", nd("Mul", [pm, shifted]), -1, 0, opset)
     p_top = _reduce(nd, "ReduceMax", p, -1, 1, opset)
-    return plogp, nd("Log", [nd("Clip", [p_top, nd.const(EPS, np.float32)])])
+    return plogp, p_top, nd("Log", [nd("Clip", [p_top, nd.const(EPS, np.float32)])])
 
 
 def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
@@ -264,11 +277,12 @@ def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
     return nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)
 
 
-def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int) -> str:
+def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int, masked: bool = True) -> str:
     """Each statistic's key at its best row ``rows [B, H, S]`` (int64 ``[B, H, S]``): the real key with the largest
     weight (the first of equal ones) for :data:`REAL_KEYED`, the special key with the largest weight for "special"
     and "special_other" (slot + len(KEY_COLUMNS)), the row itself for the fixed ones.  Reads S rows of the map a
-    head, not T: the argmax of every row was a full pass over the maps."""
+    head, not T: the argmax of every row was a full pass over the maps.  ``masked=False``: ``pm`` is the map
+    itself, and the rows read are masked here (REAL's first row), S rows a head, not the whole map."""
 
     def at_rows(x: str, cols: list[int]) -> str:  # [B, H, len(cols), x's last axis]: x's rows picked by those stats
         r = nd("Reshape", [nd("Gather", [rows, nd.const(cols)], axis=-1), nd.const([0, 0, -1, 1])])
@@ -278,7 +292,11 @@ def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int) -> str:
         idx = nd("Expand", [r, nd("Concat", [nd.const([1, 1, 1]), width], axis=0)])  # each row index repeated
         return nd("GatherElements", [x, idx], axis=2)
 
-    k_real = nd("ArgMax", [at_rows(pm, REAL_KEYED)], axis=-1, keepdims=0)
+    real_rows = at_rows(pm, REAL_KEYED)
+    if not masked:
+        first = nd("Slice", [REAL, nd.const([0]), nd.const([1]), nd.const([2])])  # [B, 1, 1, T]: the real keys
+        real_rows = nd("Mul", [real_rows, first])
+    k_real = nd("ArgMax", [real_rows], axis=-1, keepdims=0)
     k_sp = nd("ArgMax", [nd("Add", [at_rows(kw, [_SP, _SP + 1]), SP_OFF])], axis=-1, keepdims=0)
     every = nd("Concat", [k_real, k_sp, rows], axis=-1)
     return nd("Gather", [every, nd.const(_KEY_FROM)], axis=-1)
@@ -364,14 +382,18 @@ def stats_model(
             x = scores.get(exposed.outputs[members[0]])
             p, *xs = _as_bhtt(nd, exposed.outputs[members[0]], batch, *([x] if x else []))
             x = xs[0] if xs else None
-        values, pm, kw = _site_nodes(nd, p, opset, gather=join, x=x)
+        if x is None:
+            values, pm, kw = _site_nodes(nd, p, opset, gather=join)
+        else:
+            values, kw = _trusting_site(nd, p, x, opset)
+            pm = p
         sums, best = _item_nodes(nd, values, opset)
-        at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
+        at = (best, _keys_at(nd, pm, kw, best, opset, masked=x is None))  # [B, H, S] each: rows, then their keys
         picks = nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)
         keys = ""
         if rows:
             values = nd("Mul", [values, nd.const(SIGN, np.float32)])  # unsigned, as row_stats
-            keys = _row_keys(nd, pm, kw)
+            keys = _row_keys(nd, pm if x is None else nd("Mul", [p, REAL]), kw)
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
         ends[members[0]] = [sums, picks]
@@ -388,6 +410,27 @@ def stats_model(
     if not join:
         _run_in_turn(m.graph, [exposed.outputs[i] for i in on], [ends[i] for i in on])
     return m, exposed, on
+
+
+def _trusting_site(nd: _Nodes, p: str, x: str, opset: int) -> tuple[str, str]:
+    """A per-site set that reads ln p off the scores ``x`` (``values`` and ``kw`` as :func:`_site_nodes`'), made
+    without the mask Mul and the Clip (``exact=False``) and checked: where the batch gives a padded key any weight
+    (KEYW's "padded" column: a sum of weights >= 0 is 0 only if each is) or a value came out NaN (a score of -inf:
+    0·-inf), an If recomputes the values the exact way.  Where neither happens, the mask multiplies every weight
+    by 1 or an exact 0 by 0 and the Clip changes no finite score: the same bits either way."""
+    kw = nd("MatMul", [p, KEYW])
+    fast, _, _ = _site_nodes(nd, p, opset, False, x, kw, exact=False)
+    padded = nd("Slice", [kw, nd.const([KEY_COLUMNS.index("padded")]), nd.const([len(KEY_COLUMNS)]), nd.const([3])])
+    leaks = nd("Greater", [nd("ReduceMax", [padded], keepdims=0), nd.const(0.0, np.float32)])
+    unsure = nd("Or", [leaks, nd("IsNaN", [nd("ReduceSum", [fast], keepdims=0)])])
+    branches = []
+    for label, exact in (("exact", True), ("trusted", False)):
+        body = helper.make_graph([], f"{nd.prefix}{label}", [], [])
+        bn = _Nodes(body, f"{nd.prefix}{label}_")
+        out = _site_nodes(bn, p, opset, False, x, kw, exact=True)[0] if exact else bn("Identity", [fast])
+        body.output.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, None))
+        branches.append(body)
+    return nd("If", [unsure], then_branch=branches[0], else_branch=branches[1]), kw
 
 
 def _softmax_inputs(m: onnx.ModelProto, g: gr.Graph, probs: list[str]) -> dict[str, str]:
@@ -502,6 +545,7 @@ def stat_feeds(
     keyw[:, 0, 1] = real[:, 0]
     keyw[:, :, 2] = sp
     keyw[:, 1:, 3] = sp[:, 1:]
+    keyw[:, :, 4] = ~real
     r, c = np.nonzero(sp)  # item r's special keys c, in key order: slots 0, 1, ... of that item
     slot = (np.cumsum(sp, 1) - 1)[r, c]
     idx[r, slot] = c
