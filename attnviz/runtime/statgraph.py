@@ -200,9 +200,10 @@ def _site_nodes(
     trusts the batch to give padded keys no weight and to have no score of -inf: no mask Mul (``pm`` is ``p``) and
     no Clip, two passes less; :func:`_trusting_site` checks both and recomputes the exact way where they fail.
 
-    Eight nodes read the whole map: the masked map (Mul) and its largest weight (ReduceMax; given ``x``, ArgMax
-    and the weight gathered there: :func:`_plogp_from_scores` shifts by that key's score); p·ln p (Add, Log, Mul
-    and its row sum; given ``x``, Sub, Clip, Mul and its row sum, no Log over the map); p·|i - j| (Mul
+    The nodes that read the whole map (nine; eight with ``exact=False``): the masked map (Mul) and its largest weight (ReduceMax: its key is found
+    only at the rows that need one, :func:`_keys_at`); p·ln p (Add, Log, Mul and its row sum; given ``x``, the
+    scores' ReduceMax, Sub, Clip, Mul and its row sum, :func:`_plogp_from_scores`: no Log over the map, and with
+    ``exact=False`` no mask Mul, no Clip and one ReduceMax of the map for both); p·|i - j| (Mul
     and its row sum: the weight depends on the row, so no key-weight table holds it); and ONE MatMul against the
     key-weight table KEYW for every statistic that weights the keys of every row alike (the real keys' sum, key
     0, the special keys, each special key alone).  Diagonal, previous and next are read at 3T points a map; the
@@ -241,6 +242,8 @@ def _site_nodes(
     if log_top is not None:  # sum pm·ln p = sum pm·(x - x_top) + s·ln p_top (a row without real mass: 0, as the Log)
         plogp = nd("Add", [plogp, nd("Mul", [total, across(log_top)])])
     parts = [plogp, across(dist), *near, mx, fixed]
+    if not exact and x is not None:  # read off p itself, whose leading axis may be 1 (a map the batch shares)
+        parts[1:-1] = [nd("Expand", [nd("Concat", parts[1:-1], axis=2), _batch_1111(nd)])]
     lin = nd("Mul", [nd("Concat", parts, axis=2), nd("Reciprocal", [ms])])
     log_sum = nd("Log", [ms])
     # back to rows before statistics for the MatMul against MIX and the division (a small transpose): each
@@ -250,6 +253,11 @@ def _site_nodes(
     mixed = nd("MatMul", [x, nd.const(MIX, np.float32)])
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
     return values, pm, kw
+
+
+def _batch_1111(nd: _Nodes) -> str:
+    """The shape ``[B, 1, 1, 1]`` (B: the batch's items): Expand broadcasts a tensor whose leading axis is 1."""
+    return nd("Concat", [nd("Slice", [nd("Shape", [REAL]), nd.const([0]), nd.const([1])]), nd.const([1, 1, 1])], axis=0)
 
 
 def _plogp_from_scores(nd: _Nodes, pm: str, x: str, p: str, opset: int, exact: bool) -> tuple[str, str, str]:
@@ -286,6 +294,8 @@ def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int, masked: bool =
 
     def at_rows(x: str, cols: list[int]) -> str:  # [B, H, len(cols), x's last axis]: x's rows picked by those stats
         r = nd("Reshape", [nd("Gather", [rows, nd.const(cols)], axis=-1), nd.const([0, 0, -1, 1])])
+        if not masked and x == pm:
+            return _map_rows(nd, x, r)
         if opset >= 12:  # GatherND with batch axes: whole rows at once (3x faster than GatherElements here)
             return nd("GatherND", [x, r], batch_dims=2)
         width = nd("Slice", [nd("Shape", [x]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])
@@ -293,13 +303,32 @@ def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int, masked: bool =
         return nd("GatherElements", [x, idx], axis=2)
 
     real_rows = at_rows(pm, REAL_KEYED)
-    if not masked:
+    if not masked:  # (the map's leading axis may be 1: _map_rows reads every item's rows out of it)
         first = nd("Slice", [REAL, nd.const([0]), nd.const([1]), nd.const([2])])  # [B, 1, 1, T]: the real keys
         real_rows = nd("Mul", [real_rows, first])
     k_real = nd("ArgMax", [real_rows], axis=-1, keepdims=0)
     k_sp = nd("ArgMax", [nd("Add", [at_rows(kw, [_SP, _SP + 1]), SP_OFF])], axis=-1, keepdims=0)
     every = nd("Concat", [k_real, k_sp, rows], axis=-1)
     return nd("Gather", [every, nd.const(_KEY_FROM)], axis=-1)
+
+
+def _map_rows(nd: _Nodes, p: str, r: str) -> str:
+    """Rows ``r [B, H, n, 1]`` (int64) of the map ``p [B or 1, H, T, T]`` as ``[B, H, n, T]``: one Gather of the
+    map's rows at item·H·T + head·T + row (item 0 for every item where the map's leading axis is 1)."""
+    shape = nd("Shape", [p])
+    one = nd.const([1])
+    lead, heads, t, tk = (nd("Slice", [shape, nd.const([i]), nd.const([i + 1])]) for i in range(4))
+    batch = nd("Slice", [nd("Shape", [r]), nd.const([0]), one])
+
+    def arange(n: str, shape: list[int]) -> str:  # 0, 1, ..., n - 1 shaped as ``shape`` (Range wants scalars)
+        ones = nd("ConstantOfShape", [n], value=numpy_helper.from_array(np.array([1], np.int64)))
+        return nd("Reshape", [nd("Sub", [nd("CumSum", [ones, nd.const(0)]), one]), nd.const(shape)])
+
+    shared = nd("Cast", [nd("Equal", [lead, batch])], to=TensorProto.INT64)  # 0 where the items share one map
+    item = nd("Mul", [arange(batch, [-1, 1, 1, 1]), shared])
+    head = nd("Add", [nd("Mul", [item, heads]), arange(heads, [1, -1, 1, 1])])
+    at = nd("Reshape", [nd("Add", [nd("Mul", [head, t]), r]), nd.const([0, 0, -1])])  # [B, H, n]
+    return nd("Gather", [nd("Reshape", [p, nd("Concat", [nd.const([-1]), tk], axis=0)]), at], axis=0)
 
 
 def _item_nodes(nd: _Nodes, values: str, opset: int) -> tuple[str, str]:
