@@ -57,6 +57,7 @@ OFF = "attnviz_stat_off"  # [B, 1, S, T] float32: 0 where it counts, -inf where 
 # over the counted ones
 DIVISOR = "attnviz_stat_div"
 NEAR = "attnviz_stat_near"  # [T, 3] int64: flat positions of (i, i-1), (i, i+1), (i, i) (the joined layout's Gather)
+BATCH_1111 = "attnviz_stat_batch_1111"  # made in the graph: [B, 1, 1, 1], the shape Expand broadcasts a map's 1 to
 BHTT = "attnviz_stat_bhtt"  # [4] int64: B, -1, T, T (the joined layout reads every site as [B, heads, T, T])
 # the outputs: every in-graph site's per-item statistics side by side along the head axis (sites in index order),
 # so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
@@ -243,7 +244,7 @@ def _site_nodes(
         plogp = nd("Add", [plogp, nd("Mul", [total, across(log_top)])])
     parts = [plogp, across(dist), *near, mx, fixed]
     if not exact and x is not None:  # read off p itself, whose leading axis may be 1 (a map the batch shares)
-        parts[1:-1] = [nd("Expand", [nd("Concat", parts[1:-1], axis=2), _batch_1111(nd)])]
+        parts[1:-1] = [nd("Expand", [nd("Concat", parts[1:-1], axis=2), BATCH_1111])]
     lin = nd("Mul", [nd("Concat", parts, axis=2), nd("Reciprocal", [ms])])
     log_sum = nd("Log", [ms])
     # back to rows before statistics for the MatMul against MIX and the division (a small transpose): each
@@ -253,11 +254,6 @@ def _site_nodes(
     mixed = nd("MatMul", [x, nd.const(MIX, np.float32)])
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
     return values, pm, kw
-
-
-def _batch_1111(nd: _Nodes) -> str:
-    """The shape ``[B, 1, 1, 1]`` (B: the batch's items): Expand broadcasts a tensor whose leading axis is 1."""
-    return nd("Concat", [nd("Slice", [nd("Shape", [REAL]), nd.const([0]), nd.const([1])]), nd.const([1, 1, 1])], axis=0)
 
 
 def _plogp_from_scores(nd: _Nodes, pm: str, x: str, p: str, opset: int, exact: bool) -> tuple[str, str, str]:
@@ -285,50 +281,24 @@ def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
     return nd("Concat", [am] * _SP + [a_sp] + [am] * (len(ROW_STATS) - _SP - 2), axis=-1)
 
 
-def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int, masked: bool = True) -> str:
+def _keys_at(nd: _Nodes, pm: str, kw: str, rows: str, opset: int) -> str:
     """Each statistic's key at its best row ``rows [B, H, S]`` (int64 ``[B, H, S]``): the real key with the largest
     weight (the first of equal ones) for :data:`REAL_KEYED`, the special key with the largest weight for "special"
     and "special_other" (slot + len(KEY_COLUMNS)), the row itself for the fixed ones.  Reads S rows of the map a
-    head, not T: the argmax of every row was a full pass over the maps.  ``masked=False``: ``pm`` is the map
-    itself, and the rows read are masked here (REAL's first row), S rows a head, not the whole map."""
+    head, not T: the argmax of every row was a full pass over the maps."""
 
     def at_rows(x: str, cols: list[int]) -> str:  # [B, H, len(cols), x's last axis]: x's rows picked by those stats
         r = nd("Reshape", [nd("Gather", [rows, nd.const(cols)], axis=-1), nd.const([0, 0, -1, 1])])
-        if not masked and x == pm:
-            return _map_rows(nd, x, r)
         if opset >= 12:  # GatherND with batch axes: whole rows at once (3x faster than GatherElements here)
             return nd("GatherND", [x, r], batch_dims=2)
         width = nd("Slice", [nd("Shape", [x]), nd.const([-1]), nd.const([np.iinfo(np.int64).max])])
         idx = nd("Expand", [r, nd("Concat", [nd.const([1, 1, 1]), width], axis=0)])  # each row index repeated
         return nd("GatherElements", [x, idx], axis=2)
 
-    real_rows = at_rows(pm, REAL_KEYED)
-    if not masked:  # (the map's leading axis may be 1: _map_rows reads every item's rows out of it)
-        first = nd("Slice", [REAL, nd.const([0]), nd.const([1]), nd.const([2])])  # [B, 1, 1, T]: the real keys
-        real_rows = nd("Mul", [real_rows, first])
-    k_real = nd("ArgMax", [real_rows], axis=-1, keepdims=0)
+    k_real = nd("ArgMax", [at_rows(pm, REAL_KEYED)], axis=-1, keepdims=0)
     k_sp = nd("ArgMax", [nd("Add", [at_rows(kw, [_SP, _SP + 1]), SP_OFF])], axis=-1, keepdims=0)
     every = nd("Concat", [k_real, k_sp, rows], axis=-1)
     return nd("Gather", [every, nd.const(_KEY_FROM)], axis=-1)
-
-
-def _map_rows(nd: _Nodes, p: str, r: str) -> str:
-    """Rows ``r [B, H, n, 1]`` (int64) of the map ``p [B or 1, H, T, T]`` as ``[B, H, n, T]``: one Gather of the
-    map's rows at item·H·T + head·T + row (item 0 for every item where the map's leading axis is 1)."""
-    shape = nd("Shape", [p])
-    one = nd.const([1])
-    lead, heads, t, tk = (nd("Slice", [shape, nd.const([i]), nd.const([i + 1])]) for i in range(4))
-    batch = nd("Slice", [nd("Shape", [r]), nd.const([0]), one])
-
-    def arange(n: str, shape: list[int]) -> str:  # 0, 1, ..., n - 1 shaped as ``shape`` (Range wants scalars)
-        ones = nd("ConstantOfShape", [n], value=numpy_helper.from_array(np.array([1], np.int64)))
-        return nd("Reshape", [nd("Sub", [nd("CumSum", [ones, nd.const(0)]), one]), nd.const(shape)])
-
-    shared = nd("Cast", [nd("Equal", [lead, batch])], to=TensorProto.INT64)  # 0 where the items share one map
-    item = nd("Mul", [arange(batch, [-1, 1, 1, 1]), shared])
-    head = nd("Add", [nd("Mul", [item, heads]), arange(heads, [1, -1, 1, 1])])
-    at = nd("Reshape", [nd("Add", [nd("Mul", [head, t]), r]), nd.const([0, 0, -1])])  # [B, H, n]
-    return nd("Gather", [nd("Reshape", [p, nd("Concat", [nd.const([-1]), tk], axis=0)]), at], axis=0)
 
 
 def _item_nodes(nd: _Nodes, values: str, opset: int) -> tuple[str, str]:
@@ -400,6 +370,9 @@ def stats_model(
     if not join:  # (the statistics' nodes read the masked map, which has B whatever the site's leading axis)
         shared = _Nodes(m.graph, "attnviz_stat_")
         batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
+        shared.graph.node.append(
+            helper.make_node("Concat", [batch, shared.const([1, 1, 1])], [BATCH_1111], name=BATCH_1111, axis=0)
+        )
     for members in [on] if join else [[i] for i in on]:
         nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
         x = None
@@ -412,17 +385,10 @@ def stats_model(
             p, *xs = _as_bhtt(nd, exposed.outputs[members[0]], batch, *([x] if x else []))
             x = xs[0] if xs else None
         if x is None:
-            values, pm, kw = _site_nodes(nd, p, opset, gather=join)
+            sums, picks, values, keys = (*_finish(nd, *_site_nodes(nd, p, opset, gather=join), opset, rows), "", "")[:4]
         else:
-            values, kw = _trusting_site(nd, p, x, opset)
-            pm = p
-        sums, best = _item_nodes(nd, values, opset)
-        at = (best, _keys_at(nd, pm, kw, best, opset, masked=x is None))  # [B, H, S] each: rows, then their keys
-        picks = nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)
-        keys = ""
-        if rows:
-            values = nd("Mul", [values, nd.const(SIGN, np.float32)])  # unsigned, as row_stats
-            keys = _row_keys(nd, pm if x is None else nd("Mul", [p, REAL]), kw)
+            assert batch is not None
+            sums, picks, values, keys = (*_trusting_site(nd, p, x, batch, opset, rows), "", "")[:4]
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
         ends[members[0]] = [sums, picks]
@@ -441,25 +407,44 @@ def stats_model(
     return m, exposed, on
 
 
-def _trusting_site(nd: _Nodes, p: str, x: str, opset: int) -> tuple[str, str]:
-    """A per-site set that reads ln p off the scores ``x`` (``values`` and ``kw`` as :func:`_site_nodes`'), made
-    without the mask Mul and the Clip (``exact=False``) and checked: where the batch gives a padded key any weight
-    (KEYW's "padded" column: a sum of weights >= 0 is 0 only if each is) or a value came out NaN (a score of -inf:
-    0·-inf), an If recomputes the values the exact way.  Where neither happens, the mask multiplies every weight
-    by 1 or an exact 0 by 0 and the Clip changes no finite score: the same bits either way."""
+def _finish(nd: _Nodes, values: str, pm: str, kw: str, opset: int, rows: bool) -> list[str]:
+    """A set's outputs from its row values: per-item sums and picks (``[B, H, S]``, ``[B, H, 2, S]``: best rows,
+    then their keys), with ``rows`` also every row's unsigned values and keys (tests)."""
+    sums, best = _item_nodes(nd, values, opset)
+    at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
+    out = [sums, nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)]
+    if rows:
+        out += [nd("Mul", [values, nd.const(SIGN, np.float32)]), _row_keys(nd, pm, kw)]  # unsigned, as row_stats
+    return out
+
+
+def _trusting_site(nd: _Nodes, p: str, x: str, batch: str, opset: int, rows: bool) -> list[str]:
+    """A per-site set that reads ln p off the scores ``x`` (outputs as :func:`_finish`'s), made without the mask
+    Mul and the Clip (``exact=False``) and checked: where the batch gives a padded key any weight (KEYW's "padded"
+    column: a sum of weights >= 0 is 0 only if each is), a value came out NaN (a score of -inf: 0·-inf) or the
+    map's leading axis is not the batch's (a map the items share: its rows are read per item from the masked map),
+    an If finishes the set the exact way.  Where none happens, the mask multiplies every weight by 1 or an exact 0
+    by 0 and the Clip changes no finite score: the same bits either way."""
     kw = nd("MatMul", [p, KEYW])
-    fast, _, _ = _site_nodes(nd, p, opset, False, x, kw, exact=False)
+    fast = _site_nodes(nd, p, opset, False, x, kw, exact=False)[0]
     padded = nd("Slice", [kw, nd.const([KEY_COLUMNS.index("padded")]), nd.const([len(KEY_COLUMNS)]), nd.const([3])])
     leaks = nd("Greater", [nd("ReduceMax", [padded], keepdims=0), nd.const(0.0, np.float32)])
-    unsure = nd("Or", [leaks, nd("IsNaN", [nd("ReduceSum", [fast], keepdims=0)])])
+    shared = nd("Not", [nd("Equal", [nd("Slice", [nd("Shape", [p]), nd.const([0]), nd.const([1])]), batch])])
+    nan = nd("IsNaN", [nd("ReduceSum", [fast], keepdims=0)])
+    unsure = nd("Or", [nd("Or", [leaks, nan]), nd("Squeeze", [shared])])
     branches = []
     for label, exact in (("exact", True), ("trusted", False)):
         body = helper.make_graph([], f"{nd.prefix}{label}", [], [])
         bn = _Nodes(body, f"{nd.prefix}{label}_")
-        out = _site_nodes(bn, p, opset, False, x, kw, exact=True)[0] if exact else bn("Identity", [fast])
-        body.output.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, None))
+        if exact:
+            values, pm, _ = _site_nodes(bn, p, opset, False, x, kw, exact=True)
+            outs = _finish(bn, values, pm, kw, opset, rows)
+        else:
+            outs = _finish(bn, fast, p, kw, opset, rows)
+        types = [TensorProto.DOUBLE, TensorProto.INT64, TensorProto.FLOAT, TensorProto.INT64]
+        body.output.extend(helper.make_tensor_value_info(o, t, None) for o, t in zip(outs, types))
         branches.append(body)
-    return nd("If", [unsure], then_branch=branches[0], else_branch=branches[1]), kw
+    return nd.multi("If", [unsure], 4 if rows else 2, then_branch=branches[0], else_branch=branches[1])
 
 
 def _softmax_inputs(m: onnx.ModelProto, g: gr.Graph, probs: list[str]) -> dict[str, str]:
