@@ -172,7 +172,9 @@ class PatchGrid:
     the key of cell ``k`` (row-major over ``rows`` × ``cols``), and ``stop`` is the key after the image's last
     token (its global image and closing markers included), where the words after the image begin.  Such an
     image's global image (Idefics3 / SmolVLM: the whole picture again, resized to one tile) is a second run of
-    tokens on a grid of its own, ``global_grid``, over the same picture.
+    tokens on a grid of its own, ``global_grid``, over the same picture.  A tiled image's vision tower (its tiles'
+    patches, ``lead_images`` runs of this grid, before the global image's) whose tiles' arrangement the processor's
+    split gave (the tower opened alone, no decoder's tokens to read it from) names it in ``tile_layout``.
     """
 
     rows: int
@@ -182,6 +184,7 @@ class PatchGrid:
     stop: int | None = None
     lead_images: int = 0  # the ``offset`` leading keys are this many earlier images on the same grid (VLM tiles)
     global_grid: PatchGrid | None = None  # the tiled image's global image: its keys on their own grid
+    tile_layout: tuple[int, int] | None = None  # the lead images as rows x columns of tiles, where the split is known
 
     def __post_init__(self) -> None:
         if self.columns is not None:
@@ -236,11 +239,14 @@ class PatchGrid:
             d["global_grid"] = self.global_grid.to_dict()
         if self.lead_images:  # a tiled image's vision keys (its tiles before the global image's patches)
             d["lead_images"] = self.lead_images
+        if self.tile_layout is not None:
+            d["tile_layout"] = list(self.tile_layout)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> PatchGrid:
         glob = d.get("global_grid")
+        layout = d.get("tile_layout")
         return cls(
             int(d["rows"]),
             int(d["cols"]),
@@ -249,6 +255,7 @@ class PatchGrid:
             int(d["stop"]) if d.get("stop") is not None else None,
             lead_images=int(d.get("lead_images", 0)),
             global_grid=cls.from_dict(glob) if isinstance(glob, dict) else None,
+            tile_layout=(int(layout[0]), int(layout[1])) if isinstance(layout, list) and len(layout) == 2 else None,
         )
 
     def shifted(self, by: int) -> PatchGrid:
@@ -262,6 +269,7 @@ class PatchGrid:
             self.end + by,
             self.lead_images,
             self.global_grid.shifted(by) if self.global_grid is not None else None,
+            self.tile_layout,
         )
 
     def to_image(self, row: np.ndarray) -> np.ndarray:

@@ -58,6 +58,9 @@ class Family:
     # several images of their own sizes in one prompt: pixel_values padded to the largest, each one's size in
     # the set's image_sizes feed (Qwen2-VL resizes each image to its own size)
     sized_images = False
+    # its vision file opened alone runs through the family (attnviz.runtime.vlm_tower: the processor's frames, the
+    # tower's block over them); a family without it leaves that file to attnviz's own image path
+    tower_alone = False
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
