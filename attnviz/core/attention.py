@@ -348,6 +348,9 @@ class AudioTrack:
 
 
 TOKEN_GRIDS_KEY = "token_grids"  # info: each batch row's token grid (AttentionResult.token_grid_of)
+# info: each batch row's patch grid among the vision tower's keys, where a padded batch's rows hold different numbers
+# of frames (Idefics3's tiles: a row's own, its padding frames' keys after them; AttentionResult.patch_grid_of)
+PATCH_GRIDS_KEY = "patch_grids"
 # info: one prompt's several images, each image's token grid in order (AttentionResult.image_grids)
 IMAGE_GRIDS_KEY = "image_grids"
 # info: one prompt's several images, each image's patch grid among the vision tower's keys, in order (each image's
@@ -393,6 +396,19 @@ class AttentionResult:
             except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
                 return None
         return self.token_grid
+
+    def patch_grid_of(self, batch: int = 0) -> PatchGrid | None:
+        """Where batch row ``batch``'s image patches lie among the vision tower's keys: rows of a padded batch
+        differ where they hold different numbers of frames (Idefics3's tiles); ``info["patch_grids"]`` keeps each
+        row's, else every row is ``patch_grid``."""
+        grids = (self.info or {}).get(PATCH_GRIDS_KEY)
+        if batch and isinstance(grids, list) and batch < len(grids):
+            d = grids[batch]
+            try:
+                return PatchGrid.from_dict(d) if isinstance(d, dict) else None
+            except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
+                return None
+        return self.patch_grid
 
     def image_grids(self) -> list[PatchGrid]:
         """Where each image's tokens lie among the keys, in order: one prompt's several images

@@ -7,9 +7,12 @@ The family is read from the folder's config.json as for the whole model (``model
 :mod:`attnviz.runtime.vlm_families` with ``tower_alone``), its processor from the folder's
 preprocessor_config.json: ``--image`` goes through the family's own preprocessing (the same code the whole model
 runs), the mask is made as the whole model makes it, and each row's frames' maps (the file gives one map per real
-frame) become one map per row, each frame attending within itself (:func:`attnviz.runtime.vlm.block_diagonal`, as
+frame) become one map per row, each frame attending within itself (:func:`~attnviz.runtime.vlm_families.block_diagonal`, as
 the whole model's tower block).  The processor's split is known here without a decoder, so the tower's grid names
 the tiles' arrangement (``PatchGrid.tile_layout``) and Image regions lays every tile out beside the global image.
+
+:class:`TowerFrames` is what the file's :class:`~attnviz.runtime.model.AttentionModel` consults for all of that
+(its ``frames``, set by :func:`attnviz.runtime.folder.open_model` as it sets ``encoder_pairing``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid
+from attnviz.core.attention import DenseMap, PatchGrid
 from attnviz.runtime import inputs as ip
-from attnviz.runtime.model import AttentionModel, PreparedRun
 from attnviz.runtime.sidecar import sidecar, sidecar_json
-from attnviz.runtime.vlm import block_diagonal
-from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, family_for
+from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, block_diagonal, family_for
 
 PREPROCESSOR = "preprocessor_config.json"
 
@@ -40,45 +41,31 @@ def tower_family(path: Path, roles: dict[str, str], inputs: list[ip.IOInfo]) -> 
     return cls if any(roles[i.name] == "image" and i.rank == 5 for i in inputs) else None
 
 
-class VLMTower(AttentionModel):
-    """A VLM's vision file alone, its images through the family (see the module)."""
+class TowerFrames:
+    """A VLM's vision file alone: its images through the family (see the module); ``inputs``: the file's, its
+    rank-5 pixel input among them."""
 
-    maps_per_image = False  # the maps' first axis counts a row's frames (tiles), not windows
-
-    family: Family | None
-    family_error: str
-
-    @classmethod
-    def adopt(cls, model: AttentionModel, family: type[Family]) -> VLMTower:
-        """``model`` (the file loaded, its sites found) as a tower of ``family``: its state taken over, not the
-        file loaded twice."""
-        out = cls.__new__(cls)
-        out.__dict__.update(model.__dict__)
-        out._as_tower(family)
-        return out
-
-    def _as_tower(self, cls: type[Family]) -> None:
-        for s in self._sites:
-            s.stack = "encoder"
-        self._stack_confirmed = True
-        self.family_name = cls.name
-        self.family, self.family_error = None, ""
+    def __init__(self, path: Path, cls: type[Family], inputs: list[ip.IOInfo]):
+        self.path, self.family_name, self.inputs = path, cls.name, inputs
+        self.image_input = next(i for i in inputs if i.rank == 5)
+        self.family: Family | None = None
+        self.family_error = ""
         try:
             self.family = family_for(
-                sidecar_json(self.path, "config.json"),
-                sidecar_json(self.path, PREPROCESSOR),
-                sidecar_json(self.path, "processor_config.json"),
-                self.path.name,
+                sidecar_json(path, "config.json"),
+                sidecar_json(path, PREPROCESSOR),
+                sidecar_json(path, "processor_config.json"),
+                path.name,
             )
         except AttnvizError as e:  # raw pixel values still run; an image says what is missing (load_image)
             self.family_error = str(e)
-        self.image_input = next(i for i in self.inputs if self.roles[i.name] == "image" and i.rank == 5)
         self._loaded: tuple[np.ndarray, Tiles] | None = None  # the latest image's pixel values and split
         self._split: Tiles | None = None  # the split of the image the latest run was fed (None: raw pixel values)
         self._frame_keys = 0  # the latest run's keys per frame
+        self._row_frames: list[int] = []  # the latest run's real frames of each row
 
     # -- the image -------------------------------------------------------------------
-    def load_image(self, source, spec: ip.ImageSpec) -> LoadedImage:
+    def load_image(self, source, spec: ip.ImageSpec) -> LoadedImage | None:
         """The family's own processor: the tiles and the global image, as the whole model's run makes them."""
         if self.family is None:
             if sidecar(self.path, PREPROCESSOR) is None:
@@ -91,13 +78,13 @@ class VLMTower(AttentionModel):
                 )
             raise AttnvizError(self.family_error, param="image")
         loaded = self.family.load_image(source, spec)
-        self._loaded = (loaded.pixels, loaded.tiles)
+        self._loaded = (loaded.pixels, loaded.tiles) if loaded is not None else None
         return loaded
 
     # -- running ---------------------------------------------------------------------
-    def check_feeds(self, feeds: dict[str, np.ndarray], made=()) -> dict[str, np.ndarray]:
-        """The feeds checked, the frames' mask made as the whole model makes it where not given; a pixel array
-        without the images axis is refused in one line that says how to give it."""
+    def feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The frames' mask made as the whole model makes it where not given; a pixel array without the images
+        axis is refused in one line that says how to give it."""
         name = self.image_input.name
         px = feeds.get(name)
         if px is not None and np.ndim(px) == 4:
@@ -108,48 +95,60 @@ class VLMTower(AttentionModel):
                 param="feeds",
             )
         if px is not None and self.family is not None and np.ndim(px) == 5:
-            feeds = {**self.family.vision_feeds(self.inputs, np.asarray(px)), **feeds}
-        return super().check_feeds(feeds, made)
+            return {**self.family.vision_feeds(self.inputs, np.asarray(px)), **feeds}
+        return feeds
 
-    def _per_row(self, pixels: np.ndarray) -> list[int]:
+    def per_row(self, pixels: np.ndarray) -> list[int]:
         """Each row's real frames (the family's count: padding frames are all zero), every frame without one."""
         if self.family is not None:
             return self.family.images_per_row(pixels)
         return [int(pixels.shape[1])] * int(pixels.shape[0])
 
-    def prepare(self, feeds: dict, mode: str = "auto") -> PreparedRun:
+    def mode(self, feeds: dict, mode: str) -> str:
+        """Dense where a row holds several frames (they are put together in :meth:`maps`)."""
         px = feeds.get(self.image_input.name)
-        several = px is not None and np.ndim(px) == 5 and any(k > 1 for k in self._per_row(np.asarray(px)))
-        return super().prepare(feeds, "dense" if several else mode)  # a row's frames put together (finish)
+        several = px is not None and np.ndim(px) == 5 and any(k > 1 for k in self.per_row(np.asarray(px)))
+        return "dense" if several else mode
 
-    def finish(self, p: PreparedRun, values: list, run_s: float) -> AttentionResult:
+    def maps(self, feeds: dict, maps: list) -> list:
         """The maps one per row, each row's frames on the diagonal (:func:`block_diagonal`, as the whole model's
-        tower block); the split of the image fed, where it is the latest image loaded."""
-        r = super().finish(p, values, run_s)
-        pixels = np.asarray(p.feeds[self.image_input.name])
-        per_row = self._per_row(pixels)
-        self._frame_keys = int(r.maps[0].shape[-1]) if r.maps else 0
+        tower block); the split of the image fed kept, where it is the latest image loaded."""
+        pixels = np.asarray(feeds[self.image_input.name])
+        per_row = self.per_row(pixels)
+        self._frame_keys = int(maps[0].shape[-1]) if maps else 0
+        self._row_frames = per_row
         loaded = self._loaded
         self._split = loaded[1] if loaded is not None and np.array_equal(loaded[0], pixels) else None
-        if r.maps and sum(per_row) != r.maps[0].shape[0]:
+        if maps and sum(per_row) != maps[0].shape[0]:
             raise AttnvizError(
-                f"{self.path.name} gave maps for {r.maps[0].shape[0]} images and {self.image_input.name} holds "
+                f"{self.path.name} gave maps for {maps[0].shape[0]} images and {self.image_input.name} holds "
                 f"{sum(per_row)} real ones (all-zero frames are padding); give each row's images, padding last"
             )
-        if not all(k == 1 for k in per_row):
-            r.maps = [DenseMap(block_diagonal(m.array(), per_row)) for m in r.maps]
-        return r
+        if all(k == 1 for k in per_row):
+            return maps
+        return [DenseMap(block_diagonal(m.array(), per_row)) for m in maps]
 
-    def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
+    # -- the grid --------------------------------------------------------------------
+    def grid(self, n_keys: int) -> PatchGrid | None:
         """A frame's patch grid repeated: the tiles' patches before the global image's (``lead_images``), the
-        tiles' arrangement named where the image fed was split by the processor here (``tile_layout``)."""
+        tiles' arrangement named where the image fed was split by the processor here (``tile_layout``); None:
+        the file's own guess."""
         per = self._frame_keys
         frame = (self.family.vision_grid(per) if self.family is not None and per else None) or (
             PatchGrid.infer(per) if per else None
         )
         if frame is None or frame.offset or n_keys % per:
-            return super().grid(n_keys, image_hw)
+            return None
         lead = n_keys // per - 1
         split = self._split
         layout = (split.rows, split.cols) if split is not None and split.rows * split.cols == lead and lead else None
         return PatchGrid(frame.rows, frame.cols, n_keys - per, lead_images=lead, tile_layout=layout)
+
+    def rows(self, n_keys: int) -> list[PatchGrid]:
+        """A padded batch's rows of different numbers of frames: each row's own frames' grid among the ``n_keys``
+        keys (its padding's keys after them); [] where every row's are all."""
+        per, rows = self._frame_keys, self._row_frames
+        if len(set(rows)) < 2 or max(rows) * per != n_keys:
+            return []
+        grids = [self.grid(k * per) for k in rows]
+        return [g for g in grids if g is not None] if all(g is not None for g in grids) else []

@@ -24,8 +24,8 @@ from attnviz.core import io  # noqa: E402
 from attnviz.core import view as v  # noqa: E402
 from attnviz.runtime import builders as bd  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
+from attnviz.runtime.model import AttentionModel  # noqa: E402
 from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
-from attnviz.runtime.vlm_tower import VLMTower  # noqa: E402
 
 PROMPT = "<s> <image> a photo of the cat"
 TOL = 5e-4
@@ -63,7 +63,12 @@ def processed(repo, path):
 
 
 def test_opens_as_the_familys_vision_tower(tower):
-    assert isinstance(tower, VLMTower) and tower.kind == "vision" and tower.family is not None
+    assert (
+        isinstance(tower, AttentionModel)
+        and tower.frames is not None
+        and tower.kind == "vision"
+        and tower.frames.family is not None
+    )
     assert [(s.stack, s.kind, s.layer) for s in tower.sites] == [("encoder", "self", 0), ("encoder", "self", 1)]
 
 
@@ -174,7 +179,7 @@ def test_no_processor_config_is_one_line(idefics3_repo, images, tmp_path):
     shutil.copy(idefics3_repo / "config.json", tmp_path / "config.json")
     shutil.copy(idefics3_repo / "onnx" / "vision_encoder.onnx", tmp_path / "onnx" / "vision_encoder.onnx")
     m = open_model(tmp_path / "onnx" / "vision_encoder.onnx", provider="cpu")
-    assert isinstance(m, VLMTower)
+    assert m.frames is not None and m.frames.family is None
     with pytest.raises(AttnvizError, match="no preprocessor_config.json is beside it") as e:
         m.analyze(image=str(images["wide"]))
     assert "put the repository's preprocessor_config.json there" in str(e.value) and "\n" not in str(e.value)
@@ -187,9 +192,45 @@ def test_a_bare_file_names_the_config_files(idefics3_repo, images, tmp_path):
     """The file alone, no config files at all: --image names them; raw frames are not taken for Swin's windows."""
     shutil.copy(idefics3_repo / "onnx" / "vision_encoder.onnx", tmp_path / "vision_encoder.onnx")
     m = open_model(tmp_path / "vision_encoder.onnx", provider="cpu")
-    assert not isinstance(m, VLMTower)
+    assert m.frames is None
     with pytest.raises(AttnvizError, match="put the repository's config.json and preprocessor_config.json beside"):
         m.analyze(image=str(images["wide"]))
     px = np.ones((1, 3, 3, im.TILE, im.TILE), np.float32)
     r = m.analyze(feeds={"pixel_values": px, "pixel_attention_mask": np.ones((1, 3, im.TILE, im.TILE), bool)})
     assert r.maps[0].shape == (3, im.HEADS, 36, 36)  # a map row per frame, as the file gives them
+
+
+def test_a_padded_batchs_rows_each_get_their_own_tower_grid(whole, tower, idefics3_repo, images, tmp_path):
+    """Two rows of different splits (1 x 2 and 2 x 2 tiles: 3 and 5 frames, the first row's padded with zero
+    frames): each row's tower view lays out its own tiles and its own global image, each cell placed by hand from
+    that row's key labels; the padding's keys are no patch (row 0 drew them as its global image)."""
+    pics = [Image.open(images["wide"]).convert("RGB"), Image.open(images["square"]).convert("RGB")]
+    enc = im.processor(idefics3_repo)(
+        text=["<image> a cat", "red <image> dog"], images=[[p] for p in pics], return_tensors="np", padding=True
+    )
+    r = whole.analyze(feeds={k: enc[k] for k in ("pixel_values", "input_ids", "attention_mask")})
+    for b, (rows, cols) in enumerate([(1, 2), (2, 2)]):
+        blocks = r.blocks(batch=b)
+        bi, grid, _ = v.image_source(r, blocks, attention="tower")
+        labels = list(blocks[bi].key_axis.labels)
+        own = (rows * cols + 1) * 36
+        assert blocks[bi].stack == "encoder" and (grid.rows, grid.cols) == (6 * rows, 6 * cols)
+        assert all(lab.startswith("[") for lab in labels[own:]) and grid.global_grid.offset == own - 36
+        q = blocks[bi].layer(1)[0][:own].mean(axis=0)
+        np.testing.assert_array_equal(grid.to_image(q), tiles_by_hand(labels, q, rows, cols))
+        np.testing.assert_array_equal(grid.global_grid.to_image(q), vb.on_grid(labels, q, r"\((\d+),(\d+)\)"))
+        assert v.grid_note(r, blocks[bi], grid) == f"tiles in place, patches at keys 0–{own - 37} of the tower"
+    io.save_npz(r, tmp_path / "two.npz")  # each row's grid kept
+    back = io.load_npz(tmp_path / "two.npz")
+    assert [back.patch_grid_of(b) for b in range(2)] == [r.patch_grid_of(b) for b in range(2)]
+    assert r.patch_grid_of(0).lead_images == 2 and r.patch_grid_of(1).lead_images == 4
+    # the tower alone on the same pixel values: each row's own frames, its tiles' layout unknown (raw values)
+    t = tower.analyze(feeds={"pixel_values": enc["pixel_values"]})
+    for b, tiles in enumerate([2, 4]):
+        blocks = t.blocks(batch=b)
+        _, grid, _ = v.image_source(t, blocks, attention="tower")
+        assert (grid.lead_images, grid.offset) == (tiles, tiles * 36)
+        assert v.grid_note(t, blocks[0], grid) == (
+            f"global image only: its {tiles} tiles at keys 0–{tiles * 36 - 1} of the tower not drawn, no decoder "
+            "image tokens to lay them out"
+        )

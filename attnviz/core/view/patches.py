@@ -43,8 +43,8 @@ def picture_label(result: AttentionResult, picture: int) -> str:
     return f"image {picture + 1} of {n}" if n > 1 else ""
 
 
-def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
-    g = result.patch_grid
+def patch_grid_for(result: AttentionResult, n_keys: int, batch: int = 0) -> PatchGrid | None:
+    g = result.patch_grid_of(batch)  # a padded batch's row: its own frames (Idefics3's tiles)
     if g is not None and g.offset + g.n <= n_keys:
         return g
     return PatchGrid.infer(n_keys)
@@ -60,7 +60,7 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
-    g = patch_grid_for(result, n_keys)
+    g = patch_grid_for(result, n_keys, blk.batch)
     if g is not None and g.lead_images and blk.stack == "encoder":  # a tiled image's tower: every tile's patches
         return tower_tiles(result, g, blk.batch) or g
     return g
