@@ -4,9 +4,10 @@ Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` 
 order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_pad``/``key_tokens_pad`` (bool: a padded batch's
 padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
-series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens; a tiled image adds
-``token_grid_columns``, every cell's key, ``token_grid_stop`` and ``token_grid_global``, its global image's
-[rows, cols, offset]), ``image``, ``generated`` (str array), ``info``
+series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens); either may add
+``_columns`` (every cell's key: a tiled image's tokens, Qwen2-VL's tower in merge order), ``_stop``, ``_global``
+(a tiled image's global image, [rows, cols, offset]) and ``_lead`` (Idefics3's tower: the tiles before the global
+image's patches), e.g. ``token_grid_columns``; ``image``, ``generated`` (str array), ``info``
 (JSON); a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]),
 ``audio_features`` ([B, mels, frames] log-mel) and ``audio_timing`` ([rate, hop, seconds per encoder frame]).
 """
@@ -56,19 +57,9 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
                 arrays[f"{name}_values"] = np.array(ax.values, dtype=np.float64)
             if ax.pad is not None:  # a padded batch's row 0: which positions are padding
                 arrays[f"{name}_pad"] = np.array(ax.pad, dtype=bool)
-    if result.patch_grid is not None:
-        g = result.patch_grid
-        arrays["patch_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
-    if result.token_grid is not None:
-        g = result.token_grid
-        arrays["token_grid"] = np.array([g.rows, g.cols, g.offset], dtype=np.int64)
-        if g.columns is not None:  # a tiled image: every cell's key, and where the image's tokens stop
-            arrays["token_grid_columns"] = np.array(g.columns, dtype=np.int64)
-        if g.stop is not None:
-            arrays["token_grid_stop"] = np.array(g.stop, dtype=np.int64)
-        if g.global_grid is not None:  # the tiled image's global image, on its own grid
-            gg = g.global_grid
-            arrays["token_grid_global"] = np.array([gg.rows, gg.cols, gg.offset], dtype=np.int64)
+    for name, grid in (("patch_grid", result.patch_grid), ("token_grid", result.token_grid)):
+        if grid is not None:
+            arrays.update(_grid_arrays(name, grid))
     if result.image is not None:
         arrays["image"] = np.asarray(result.image, dtype=np.uint8)
     for k, picture in enumerate(result.images):  # one prompt's several images, in order
@@ -111,6 +102,56 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
 def _grid(a: np.ndarray) -> PatchGrid:
     rows, cols, offset = (int(v) for v in a)  # [rows, cols, offset]: anything else is a malformed file
     return PatchGrid(rows, cols, offset)
+
+
+def _grid_arrays(name: str, g: PatchGrid) -> dict[str, np.ndarray]:
+    """A grid as ``name`` ([rows, cols, offset]) and what it adds: every cell's key (a tiled image's decoder
+    tokens, Qwen2-VL's tower in its merge order), where its keys stop, its global image's grid, and how many tiles
+    lead its keys (Idefics3's tower: each tile a run of the tower's keys before the global image's)."""
+    out = {name: np.array([g.rows, g.cols, g.offset], dtype=np.int64)}
+    if g.columns is not None:
+        out[f"{name}_columns"] = np.array(g.columns, dtype=np.int64)
+    if g.stop is not None:
+        out[f"{name}_stop"] = np.array(g.stop, dtype=np.int64)
+    if g.global_grid is not None:
+        gg = g.global_grid
+        out[f"{name}_global"] = np.array([gg.rows, gg.cols, gg.offset], dtype=np.int64)
+    if g.lead_images:
+        out[f"{name}_lead"] = np.array(g.lead_images, dtype=np.int64)
+    return out
+
+
+def _grid_from(z: np.lib.npyio.NpzFile, name: str, path: Path) -> PatchGrid | None:
+    """:func:`_grid_arrays`' grid back (None: the file has none); a file from before an addition was kept reads
+    without it."""
+    if name not in z.files:
+        return None
+    g = _grid(z[name])
+    if f"{name}_columns" in z.files:
+        columns = tuple(int(v) for v in np.ravel(z[f"{name}_columns"]))
+        if len(columns) != g.n:
+            raise AttnvizError(f"{path}: {name}_columns does not name one key per grid cell; {REEXTRACT}")
+        g.columns = columns
+    if f"{name}_stop" in z.files:
+        g.stop = int(z[f"{name}_stop"])
+    if f"{name}_global" in z.files:
+        g.global_grid = _grid(z[f"{name}_global"])
+    if f"{name}_lead" in z.files:
+        g.lead_images = int(z[f"{name}_lead"])
+        if not 0 <= g.lead_images * g.n <= g.offset:  # the tiles' keys lie before the grid's own
+            raise AttnvizError(f"{path}: {name}_lead names more tiles than keys before the grid; {REEXTRACT}")
+    return g
+
+
+def _tiles_before(tower: PatchGrid, words: PatchGrid | None) -> int:
+    """A file from before ``patch_grid_lead`` was kept: the tiles whose tower keys lead the global image's, from
+    the decoder's tiled image (Idefics3: as many tiles as its tokens' grid holds of its global image's, each a tower
+    run of the global image's size) where the tower's leading keys are exactly that many runs; else none."""
+    whole = words.global_grid if words is not None else None
+    if words is None or whole is None or not whole.n or words.rows % whole.rows or words.cols % whole.cols:
+        return 0
+    tiles = (words.rows // whole.rows) * (words.cols // whole.cols)
+    return tiles if tower.offset == tiles * tower.n else 0
 
 
 def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
@@ -161,17 +202,9 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         vals_list = None if vals is None else vals.astype(float).tolist()
         return TokenAxis(labels.tolist(), sp, vals_list, None if pad is None else pad.tolist())
 
-    grid = _grid(z["patch_grid"]) if "patch_grid" in z.files else None
-    token_grid = _grid(z["token_grid"]) if "token_grid" in z.files else None
-    if token_grid is not None and "token_grid_columns" in z.files:
-        columns = tuple(int(v) for v in np.ravel(z["token_grid_columns"]))
-        if len(columns) != token_grid.n:
-            raise AttnvizError(f"{path}: token_grid_columns does not name one key per grid cell; {REEXTRACT}")
-        token_grid.columns = columns
-    if token_grid is not None and "token_grid_stop" in z.files:
-        token_grid.stop = int(z["token_grid_stop"])
-    if token_grid is not None and "token_grid_global" in z.files:
-        token_grid.global_grid = _grid(z["token_grid_global"])
+    grid, token_grid = _grid_from(z, "patch_grid", path), _grid_from(z, "token_grid", path)
+    if grid is not None and "patch_grid_lead" not in z.files:
+        grid.lead_images = _tiles_before(grid, token_grid)
     tokens, key_tokens, info = axis("tokens"), axis("key_tokens"), _info(z, path)
     if notes:
         info["notes"] = [*(info["notes"] if isinstance(info.get("notes"), list) else []), *notes]

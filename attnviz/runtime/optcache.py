@@ -24,7 +24,8 @@ onnxruntime would have made again, so the outputs are byte-equal (tests/runtime/
 
 An entry that cannot be read is ignored (and written again); writes go to a temporary file that is renamed.  The
 folder is held to ``ATTNVIZ_CACHE_MAX_MB`` (default 512), the entries used longest ago removed first, checked only
-after a write (:mod:`attnviz.runtime.cache_prune`: old versions' entries would otherwise pile up for good).
+after a write (:mod:`attnviz.runtime.cache_prune`: old versions' entries would otherwise pile up for good); a killed
+write's temporary file is removed there once it is a day old.
 """
 
 from __future__ import annotations
@@ -49,10 +50,16 @@ KINDS = frozenset({"sha256", "optimized", "memory", "probe", "statgraph", "arity
 
 
 def folder() -> Path | None:
-    """The cache folder (not created here), or None where caching is off."""
+    """The cache folder (not created here), or None where caching is off.  An invalid ``ATTNVIZ_CACHE_MAX_MB`` is
+    refused here (:func:`cache_prune.max_bytes`: one line, AttnvizError): at a command's first use of the cache,
+    as it opens a model, before any work, rather than at a write, which may come late in a command (a session's
+    optimised graph)."""
     given = os.environ.get("ATTNVIZ_CACHE_DIR")
+    if given is not None and given.strip().lower() in _OFF:
+        return None  # nothing kept: the cap means nothing, and is not checked
+    cache_prune.max_bytes()
     if given is not None:
-        return None if given.strip().lower() in _OFF else Path(given)
+        return Path(given)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "attnviz"
 

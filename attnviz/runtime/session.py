@@ -33,6 +33,7 @@ def session_options(threads: int | None = None, arena: bool = True) -> ort.Sessi
     spin = "1" if os.environ.get("ATTNVIZ_SPIN") == "1" else "0"
     so.add_session_config_entry("session.intra_op.allow_spinning", spin)
     so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    threads = threads or default_threads()
     if threads:
         so.intra_op_num_threads = int(threads)
     so.log_severity_level = 4  # failures become one-line AttnvizErrors; the C++ log would repeat them on stderr
@@ -155,6 +156,18 @@ def _restore(prev):
     ort.set_default_logger_severity(prev)
 
 
+THREADS_ENV = "ATTNVIZ_THREADS"
+
+
 def default_threads() -> int | None:
-    v = os.environ.get("ATTNVIZ_THREADS")
-    return int(v) if v else None
+    """onnxruntime's intra-op threads for a session whose caller names none: :data:`THREADS_ENV` where set (benches
+    pin attnviz to the threads of the plain script they compare with), else None (onnxruntime's default)."""
+    v = os.environ.get(THREADS_ENV, "").strip()
+    if not v:
+        return None
+    n = int(v) if v.isdigit() else 0
+    if n < 1:
+        raise AttnvizError(
+            f"{THREADS_ENV}={v!r}: give onnxruntime's threads per session as a whole number, 1 or more, or unset it"
+        )
+    return n

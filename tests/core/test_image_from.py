@@ -271,6 +271,75 @@ def test_a_tiled_images_patches_are_named_by_tile_as_their_keys_are():
     assert vm.is_patch_label("global image patch (1, 2)") and not vm.is_patch_label("all patches (mean)")
 
 
+def _named(label: str) -> str:
+    """A tower key's label (``t1(0,1)``, the global image's ``(0,1)``) as the view names that patch, written here."""
+    m = re.fullmatch(r"t(\d+)\((\d+),(\d+)\)", label)
+    if m:
+        return f"tile {m[1]} patch ({m[2]}, {m[3]})"
+    m = re.fullmatch(r"\((\d+),(\d+)\)", label)
+    return f"global image patch ({m[1]}, {m[2]})"
+
+
+def _top(labels: list[str], row: np.ndarray, pattern: str) -> str:
+    """The label of the key with the largest weight among those whose labels match ``pattern``."""
+    keys = [k for k, lab in enumerate(labels) if re.fullmatch(pattern, lab)]
+    return labels[max(keys, key=lambda k: row[k])]
+
+
+def test_the_global_images_patches_and_peak_are_named_as_the_global_image():
+    """The global image beside the tiles names its patches "global image patch (r, c)", as a tile's are "tile k patch
+    (r, c)": a click on it, a key of it, and the info line's peak (the view model's words, the window's and the
+    figure's), each against the key's label read by hand."""
+    r = _tiled()
+    labels = list(r.tokens.labels)
+    tower = r.maps[0].array()[0, 1]
+    grid = vm.block_grid(r, r.blocks()[0])
+    for key in range(8, 12):  # the global image's keys, (r,c)
+        assert vm.patch_label(grid, key) == _named(labels[key])
+    # a click on the global image, 16 x 32 pixels beside the tiles: its 2 x 2 cells, (1, 0) at the bottom left
+    label, row = vm.patch_query(grid, 3.0, 12.0, 32, 16, on_global=True)
+    assert (label, labels[row]) == ("global image patch (1, 0)", "(1,0)")
+    label, row = vm.patch_query(grid, 3.0, 12.0, 32, 16)  # the same pixel on the tiles: tile 0's patch (1, 0)
+    assert (label, labels[row]) == ("tile 0 patch (1, 0)", "t0(1,0)")
+    # the peaks of the mean row: a tile's patch and the global image's patch, each named from its key's label
+    ov = vm.overlay_view(r, vm.Selection(mode="head", head=1, image_from="tower"))
+    mean = tower.mean(axis=0)
+    tile, whole = _top(labels, mean, r"t\d\(\d,\d\)"), _top(labels, mean, r"\(\d,\d\)")
+    assert ov.peak == f"peak at {_named(tile)} · global image 2×2 beside them, peak at {_named(whole)}"
+    # a global patch as the query: named so in the title (what `attnviz figure --query` writes)
+    ov = vm.overlay_view(r, vm.Selection(mode="head", head=1, image_from="tower", query=labels.index("(1,1)")))
+    assert ov.query_label == "global image patch (1, 1)" and "query “global image patch (1, 1)”" in ov.title
+
+
+def test_a_tiled_tower_without_the_decoders_grid_says_its_tiles_are_not_drawn():
+    """A result holding Idefics3's tower but no decoder token grid (a folder without its tokenizer run on raw
+    feeds: nothing says how the tiles lie): the global image alone, its patches named so, and the info line's note
+    saying that the tiles are not drawn and why, rather than "+8 non-patch"."""
+    from dataclasses import replace
+
+    r = replace(_tiled(), token_grid=None)
+    labels = list(r.tokens.labels)
+    tower = r.maps[0].array()[0, 1]
+    ov = vm.overlay_view(r, vm.Selection(mode="head", head=1, image_from="tower"))
+    assert (ov.grid.rows, ov.grid.cols) == (2, 2) and ov.global_panel is None
+    mean = tower[8:].mean(axis=0)  # the global image's rows: the one picture drawn
+    np.testing.assert_allclose(ov.patch, placed(labels, mean, r"\((\d+),(\d+)\)"), rtol=1e-6)
+    assert ov.peak == "peak at " + _named(_top(labels, mean, r"\(\d,\d\)"))
+    assert vm.grid_note(r, r.blocks()[0], ov.grid) == (
+        "global image only: its 2 tiles at keys 0–7 of the tower not drawn, no decoder image tokens to lay them out"
+    )
+    ov = vm.overlay_view(r, vm.Selection(mode="head", head=1, image_from="tower", query=labels.index("(0,1)")))
+    assert ov.query_label == "global image patch (0, 1)" and ov.query_cell == (0, 1)
+    # a decoder grid of three tiles for the tower's two: the tiles are not drawn either, and the note says why
+    three = PatchGrid(1, 3, 1, (1, 2, 3), 5, global_grid=PatchGrid(1, 1, 4))
+    r = replace(_tiled(), token_grid=three)
+    grid = vm.block_grid(r, r.blocks()[0])
+    assert grid.global_grid is None and vm.grid_note(r, r.blocks()[0], grid) == (
+        "global image only: its 2 tiles at keys 0–7 of the tower not drawn, the decoder's image tokens do not lay "
+        "them out"
+    )
+
+
 def _siglip() -> AttentionResult:
     """A SigLIP run: the image tower's two layers over its 2 x 3 patches (no CLS), its attention-pooling head (one
     learned query over the patches), the text tower's layer over three words."""

@@ -1,18 +1,23 @@
 """runtime/cache_prune.py: the cache folder (runtime/optcache.py) held to ``ATTNVIZ_CACHE_MAX_MB``, the entries used
-longest ago removed first.  Ages are set with os.utime; what is left is checked by listing the folder."""
+longest ago removed first, a killed write's temporary file once a day old; an invalid cap refused in one line.  Ages
+are set with os.utime; what is left is checked by listing the folder."""
 
 import hashlib
 import os
 import time
 
 import pytest
+from cli_run import run_cli
 from onnx_builders import tiny_text_model
 
+from attnviz import AttnvizError
+from attnviz.core.writes import atomic_path
 from attnviz.corpus import items as it
 from attnviz.runtime import cache_prune, optcache
 
 MB = 2**20
 OLD = 1_000_000_000  # 2001: older than any write or read of the test (seconds)
+DAY = 24 * 3600
 
 
 def _key(cache, name):
@@ -133,12 +138,133 @@ def test_with_caching_off_nothing_is_written_or_removed(tmp_path, cache, monkeyp
     assert _left(cache) == before and a.stat().st_mtime == OLD
 
 
-@pytest.mark.parametrize(("given", "mb"), [("", 512), ("64", 64), ("0", 0), ("lots", 512), ("-5", 512), ("1.5", 512)])
+@pytest.mark.parametrize(("given", "mb"), [("", 512), (" ", 512), ("64", 64), (" 64 ", 64), ("0", 0), ("1.5", 1.5)])
 def test_the_cap_setting(monkeypatch, given, mb):
     monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", given)
-    assert cache_prune.max_bytes() == mb * MB
+    assert cache_prune.max_bytes() == int(mb * MB)
+
+
+@pytest.mark.parametrize("given", ["lots", "-5", "2G", "nan", "inf"])
+def test_an_invalid_cap_is_refused_in_one_line_at_the_first_use_of_the_cache(cache, monkeypatch, given):
+    """Not quietly 512 MB: the line names the variable, the value and the fix, as for the ATTNVIZ_MAX_* limits."""
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", given)
+    with pytest.raises(AttnvizError) as refused:
+        optcache.folder()
+    assert str(refused.value) == (
+        f"ATTNVIZ_CACHE_MAX_MB={given!r}: give the cache folder's size cap in MB, 0 or more (e.g. 512), "
+        "or unset it for 512"
+    )
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", "off")  # nothing kept: the cap is not read
+    assert optcache.folder() is None
+
+
+def test_a_corpus_run_refuses_an_invalid_cap_before_any_work_with_exit_2_and_one_line(tmp_path):
+    model = tiny_text_model(tmp_path / "m.onnx")
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\na dog ran home\n")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    env = {"ATTNVIZ_CACHE_DIR": str(cache), "ATTNVIZ_CACHE_MAX_MB": "2G"}
+    rc, err = run_cli("corpus", model, "--texts", texts, "--out", out, env=env)
+    assert rc == 2
+    assert err.splitlines() == [
+        "attnviz: error: ATTNVIZ_CACHE_MAX_MB='2G': give the cache folder's size cap in MB, 0 or more (e.g. 512), "
+        "or unset it for 512"
+    ]
+    assert not out.exists() and not cache.exists()
 
 
 def test_an_unlisted_kind_is_refused(cache):
     with pytest.raises(ValueError, match="not in optcache.KINDS"):
         optcache.keep_bytes("elsewhere", _key(cache, "a"), b"x")
+
+
+def _temp(folder, name, size, age_s):
+    """A write's temporary file as core/writes.atomic_path names it (``.<entry>.<random>.tmp``), last written
+    ``age_s`` seconds ago; its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f".{name}.k1ll3d_0.tmp"
+    path.write_bytes(b"t" * size)
+    when = time.time() - age_s
+    os.utime(path, (when, when))
+    return path
+
+
+def test_a_killed_writes_temporary_file_is_removed_once_a_day_old(cache):
+    entry_name = hashlib.sha256(b"x").hexdigest()
+    killed = _temp(cache / "statgraph", entry_name, 3 * MB, 2 * DAY)  # a write killed two days ago
+    killed_graph = _temp(cache / "optimized", entry_name + ".onnx", 3 * MB, DAY + 600)
+    recent = _temp(cache / "probe", entry_name, 1000, DAY - 600)  # younger than a day: a write perhaps still going
+    a = _keep(cache, "statgraph", "a", 1000, 0)  # a process's first write lists the folder
+    assert not killed.exists() and not killed_graph.exists()
+    assert recent.exists() and a.exists()
+
+
+def test_a_write_in_flight_counts_towards_the_cap_and_keeps_its_file(cache, monkeypatch):
+    """A write of another process, between its temporary file and its rename, while this one prunes the folder: a
+    long one (an hour), so older than the entry this process writes meanwhile; it is counted, and never removed."""
+    monkeypatch.setenv("ATTNVIZ_CACHE_MAX_MB", "1")
+    old = _path(cache, "statgraph", "old")  # an entry an earlier command kept
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"o" * 100_000)
+    os.utime(old, (OLD, OLD))
+    entry = _path(cache, "memory", "in flight")
+    entry.parent.mkdir()
+    with atomic_path(entry) as tmp:
+        tmp.write_bytes(b"f" * 700_000)
+        an_hour_ago = time.time() - 3600
+        os.utime(tmp, (an_hour_ago, an_hour_ago))
+        optcache.keep_bytes("statgraph", _key(cache, "b"), b"b" * 300_000)  # this process's first write: 1.1 MB
+        # over the cap: the oldest go until the folder is under 3/4 MB, the write in flight counted but left
+        assert tmp.read_bytes() == b"f" * 700_000
+        assert not old.exists() and not _path(cache, "statgraph", "b").exists()
+    assert entry.read_bytes() == b"f" * 700_000  # published: its temporary file was not taken
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symbolic links")
+def test_only_temporary_files_directly_in_the_kind_folders_are_removed_and_links_never(tmp_path, cache):
+    name = hashlib.sha256(b"x").hexdigest()
+    outside = tmp_path / "outside"
+    target = _temp(outside, name, 1000, 2 * DAY)  # a temporary file's name and age, outside the cache
+    cache.mkdir(mode=0o700)
+    beside = [_temp(cache, name, 1000, 2 * DAY), _temp(cache / "mine", name, 1000, 2 * DAY)]  # not a kind folder
+    (cache / "probe").symlink_to(outside, target_is_directory=True)  # a link in a kind folder's place
+    link = cache / "statgraph" / f".{name}.l1nk_000.tmp"
+    link.parent.mkdir()
+    link.symlink_to(target)  # a link with a temporary file's name, itself two days old
+    os.utime(link, (OLD, OLD), follow_symlinks=False)
+    killed = _temp(cache / "statgraph", name, 1000, 2 * DAY)
+    others = [p for p in _left(cache) if p != killed.relative_to(cache).as_posix()]
+
+    a = _keep(cache, "statgraph", "a", 1000, 0)
+    assert not killed.exists()
+    assert _left(cache) == sorted([*others, a.relative_to(cache).as_posix()])
+    assert all(p.exists() for p in beside) and target.read_bytes() == b"t" * 1000 and link.is_symlink()
+
+
+def test_a_file_removed_meanwhile_is_skipped_alone_and_the_rest_of_its_folder_still_counts(cache, monkeypatch):
+    """Another process pruning removes a file after this listing read its name: only that file drops out."""
+    paths = [_keep(cache, "statgraph", name, 1000, n) for n, name in enumerate("abc")]
+    real = os.scandir
+
+    class Racing:  # os.scandir whose first file is removed just before the listing looks at it
+        def __init__(self, folder):
+            self.listed = real(folder)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.listed.close()
+
+        def __iter__(self):
+            for n, e in enumerate(self.listed):
+                if n == 0:
+                    os.unlink(e.path)
+                yield e
+
+    with monkeypatch.context() as m:
+        m.setattr(cache_prune.os, "scandir", Racing)
+        listed = cache_prune._entries(cache, ["statgraph"])
+    left = [str(p) for p in paths if p.exists()]
+    assert len(left) == 2
+    assert sorted(path for _, path, _, _ in listed) == sorted(left)

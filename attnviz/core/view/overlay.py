@@ -16,6 +16,7 @@ from attnviz.core.view.heat import overlay_alpha, upsample
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import compute_map, images_note
 from attnviz.core.view.patches import (
+    GLOBAL_PANEL,
     global_grid,
     image_queries,
     image_source,
@@ -62,9 +63,6 @@ class OverlayPanel:
         return f"{self.name} · {self.share:.0%} of the row"
 
 
-GLOBAL_PANEL = "global image"
-
-
 def is_patch_label(label: str) -> bool:
     """Whether a query's name is a patch's (:func:`patch_label`'s, a tile's, the global image's): a clicked patch,
     of which the view keeps one."""
@@ -96,6 +94,17 @@ class OverlayView:
         """``(x, y, w, h)`` of the query patch on an image ``width`` × ``height`` (pixel edges at 0 and width), or
         None: the outline the screen and the figure draw around the patch whose attention is shown."""
         return _cell_rect(self.grid, self.query_cell, width, height)
+
+    @property
+    def peak(self) -> str:
+        """Where the drawn weights peak, each patch named as a clicked one is (:func:`patch_label`): "peak at tile 2
+        patch (2, 4)", and with a global image beside the tiles " · global image 6×6 beside them, peak at global
+        image patch (2, 5)" (the screen's info line)."""
+        out = f"peak at {_peak_label(self.grid, self.grid, self.patch)}"
+        g = self.global_panel
+        if g is not None:
+            out += f" · {g.name} {g.grid.rows}×{g.grid.cols} beside them, peak at {_peak_label(self.grid, g.grid, g.patch)}"
+        return out
 
     @property
     def captions(self) -> tuple[str, ...]:
@@ -151,7 +160,7 @@ def overlay_view(
     patch = grid.to_image(vec)
     whole = global_grid(grid, len(vec))
     if whole is not None and query >= 0 and whole.cell(query) is not None:  # a global image's token as the query
-        label = f"{GLOBAL_PANEL} {patch_label(whole, query)}"
+        label = patch_label(grid, query)
     if size is None:
         shape = np.asarray(result.image).shape if result.image is not None else (grid.rows * 16, grid.cols * 16)
         size = (int(shape[0]), int(shape[1]))
@@ -176,6 +185,12 @@ def overlay_view(
     title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
+
+
+def _peak_label(grid: PatchGrid, cells: PatchGrid, patch: np.ndarray) -> str:
+    """The name of ``patch``'s top cell (``cells``: the grid it lies on, ``grid`` or its global image's)."""
+    r, c = np.unravel_index(int(np.argmax(patch)), patch.shape)
+    return patch_label(grid, cells.key(int(r), int(c)))
 
 
 def _drawn_top(patch: np.ndarray) -> float:

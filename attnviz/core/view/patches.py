@@ -15,6 +15,7 @@ from attnviz.core.view.selection import Selection, ViewError, blk_len, real_rows
 from attnviz.core.view.steps import generation_rows, n_steps, producing_row
 
 POOLING_QUERY = "pooling query"  # an attention-pooling head's learned query, wherever it is named
+GLOBAL_PANEL = "global image"  # a tiled image's global image (Idefics3 / SmolVLM), wherever it is named
 
 
 def picture_count(result: AttentionResult) -> int:
@@ -61,17 +62,18 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
         return g if g.n == n_keys else None
     g = patch_grid_for(result, n_keys)
     if g is not None and g.lead_images and blk.stack == "encoder":  # a tiled image's tower: every tile's patches
-        return tower_tiles(result, g) or g
+        return tower_tiles(result, g, blk.batch) or g
     return g
 
 
-def tower_tiles(result: AttentionResult, glob: PatchGrid) -> PatchGrid | None:
+def tower_tiles(result: AttentionResult, glob: PatchGrid, batch: int = 0) -> PatchGrid | None:
     """A tiled image's vision tower (Idefics3 / SmolVLM: each tile and then the global image a tower run of its
     own, ``glob.lead_images`` tiles of ``glob``'s patches each, in reading order, before the global image's) laid
     out as the words' view lays the image's tokens out: the tiles side by side on the picture, each patch's key in
     its cell, and the global image on its own grid beside them.  The tiles' arrangement is the decoder's token grid's
-    (its tiled grid over its global image's); None without one that agrees (the global image alone is drawn)."""
-    words = result.token_grid
+    (its tiled grid over its global image's, batch row ``batch``'s); None without one that agrees (the global image
+    alone is drawn, and :func:`grid_note` says why)."""
+    words = result.token_grid_of(batch)
     whole = words.global_grid if words is not None else None
     if whole is None or words is None or words.rows % whole.rows or words.cols % whole.cols:
         return None
@@ -203,15 +205,19 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
     return out + [("all patches (mean)", -1)]
 
 
-def patch_query(grid: PatchGrid, x: float, y: float, width: int, height: int) -> tuple[str, int] | None:
+def patch_query(
+    grid: PatchGrid, x: float, y: float, width: int, height: int, on_global: bool = False
+) -> tuple[str, int] | None:
     """``(label, query row)`` of the patch under pixel ``(x, y)`` of an image ``width`` × ``height`` (None outside
     it): "where does this patch look?".  Patch ``(r, c)`` covers the image's ``r``-th of ``rows`` bands, as
-    :meth:`PatchGrid.to_image` lays a row of keys out and :func:`upsample` stretches it."""
-    if not (0 <= x < width and 0 <= y < height):
+    :meth:`PatchGrid.to_image` lays a row of keys out and :func:`upsample` stretches it.  ``on_global``: the pixel
+    is on the tiled image's global image, drawn beside the tiles (``grid.global_grid``)."""
+    cells = grid.global_grid if on_global else grid
+    if cells is None or not (0 <= x < width and 0 <= y < height):
         return None
-    r = min(int(y * grid.rows / height), grid.rows - 1)
-    c = min(int(x * grid.cols / width), grid.cols - 1)
-    row = grid.key(r, c)
+    r = min(int(y * cells.rows / height), cells.rows - 1)
+    c = min(int(x * cells.cols / width), cells.cols - 1)
+    row = cells.key(r, c)
     return patch_label(grid, row), row
 
 
@@ -219,9 +225,15 @@ def patch_label(grid: PatchGrid, row: int) -> str:
     """A patch query's name, "patch (r, c)", wherever it is shown (the view's button, its info line, a figure).
     On a tiled image's grid (tiles side by side, each the size of its global image's grid) a patch is named by its
     tile and its cell in that tile, "tile 3 patch (1, 4)", as its key is (the tower's ``t3(1,4)``, the decoder's
-    ``t3[1,4]``: tiles counted from 0 in reading order), not by its cell in the whole tiled picture."""
+    ``t3[1,4]``: tiles counted from 0 in reading order), not by its cell in the whole tiled picture; a patch of its
+    global image (beside the tiles, or drawn alone where the tiles' layout is unknown) "global image patch (r, c)"."""
+    tile = grid.global_grid  # a tiled grid's global image: the size of one tile
+    on_global = tile.cell(row) if tile is not None else None
+    if on_global is not None:
+        return f"{GLOBAL_PANEL} patch ({on_global[0]}, {on_global[1]})"
     r, c = grid.cell(row) or divmod(row - grid.offset, grid.cols)
-    tile = grid.global_grid
+    if grid.lead_images:  # a tiled image's tower drawn over its global image alone (:func:`grid_note` says why)
+        return f"{GLOBAL_PANEL} patch ({r}, {c})"
     if tile is not None and tile.n and grid.rows % tile.rows == 0 and grid.cols % tile.cols == 0:
         k = (r // tile.rows) * (grid.cols // tile.cols) + c // tile.cols
         return f"tile {k} patch ({r % tile.rows}, {c % tile.cols})"
@@ -230,9 +242,20 @@ def patch_label(grid: PatchGrid, row: int) -> str:
 
 def grid_note(result: AttentionResult, blk: Block, grid: PatchGrid) -> str:
     """What the info line says in brackets after the grid's size: where the image's keys lie among the block's
-    (a VLM's tower: its keys of the tower; tiles laid out in place; a decoder's image tokens among its words) or how
-    many keys lead the patches (a ViT's [CLS] and registers, "+1 non-patch"); empty where nothing leads them (SigLIP,
-    a tower without a [CLS] token)."""
+    (a VLM's tower: its keys of the tower; tiles laid out in place; a decoder's image tokens among its words), that
+    a tiled image's tiles are not drawn and why, or how many keys lead the patches (a ViT's [CLS] and registers,
+    "+1 non-patch"); empty where nothing leads them (SigLIP, a tower without a [CLS] token)."""
+    if grid.lead_images and blk.stack == "encoder":  # Idefics3's tower, its tiles not laid out (tower_tiles)
+        first = grid.offset - grid.lead_images * grid.n
+        why = (
+            "no decoder image tokens to lay them out"
+            if result.token_grid_of(blk.batch) is None
+            else "the decoder's image tokens do not lay them out"
+        )
+        return (
+            f"{GLOBAL_PANEL} only: its {grid.lead_images} tiles at keys {first}–{grid.offset - 1} of the tower "
+            f"not drawn, {why}"
+        )
     if blk.stack == "encoder" and result.token_grid is not None:  # a VLM's vision tower: this image's keys
         keys = grid.columns or range(grid.offset, grid.offset + grid.n)
         note = f"patches at keys {min(keys)}–{max(keys)} of the tower"

@@ -229,15 +229,13 @@ class ImageRegionsView(View):
         src = self.source() if self.session.result is not None else None
         if src is None or src[2] != "self" or ev.button() != Qt.MouseButton.LeftButton or self._image_size is None:
             return
-        grid, vb, name = src[1], self.vb, ""
-        if self._two and src[1].global_grid is not None and self.gvb.sceneBoundingRect().contains(ev.scenePos()):
-            grid, vb, name = src[1].global_grid, self.gvb, f"{vm.GLOBAL_PANEL} "  # a patch of the global image
-        at = vb.mapSceneToView(ev.scenePos())
+        # a patch of the global image, beside the tiles, or of the tiles (or the one picture)
+        on_global = self._two and self.gvb.sceneBoundingRect().contains(ev.scenePos())
+        at = (self.gvb if on_global else self.vb).mapSceneToView(ev.scenePos())
         h, w = self._image_size
-        picked = vm.patch_query(grid, at.x(), at.y(), w, h)
+        picked = vm.patch_query(src[1], at.x(), at.y(), w, h, on_global)  # named by the view model, as in the figure
         if picked is None:
             return
-        picked = (name + picked[0], picked[1])  # the view model's name for it (the figure's title)
         # one clicked patch at a time
         keep = [q for q in self.queries if not vm.is_patch_label(q[0])]
         self.queries = [*keep, picked]
@@ -367,16 +365,12 @@ class ImageRegionsView(View):
                 outline.setRect(QRectF(*rect))
             vb.setRange(QRectF(0, -top, w, h + top), padding=0)
         blk = s.blocks[bi]
-        r, c = np.unravel_index(int(np.argmax(self.patch_map)), self.patch_map.shape)
-        beside = ""
-        if glob is not None:  # the global image's own grid and peak, after the tiles'
-            gr, gc = np.unravel_index(int(np.argmax(glob.patch)), glob.patch.shape)
-            beside = f" · global image {glob.grid.rows}×{glob.grid.cols} beside them, peak at ({gr}, {gc})"
-        note = vm.grid_note(s.result, blk, grid)  # the view model's words, so a ViT's "+1 non-patch", SigLIP's none
+        # the view model's words: a ViT's "+1 non-patch", SigLIP's none; the peaks named as clicked patches are
+        note = vm.grid_note(self._pictured(), blk, grid)
         self.info.setText(
             f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols}"
-            f"{f' ({note})' if note else ''} · peak at {vm.patch_label(grid, grid.key(int(r), int(c)))}"
-            f"{beside} · colours span 0–{ov.vmax:.3g}{NO_PICTURE if s.result.image is None else ''}"
+            f"{f' ({note})' if note else ''} · {ov.peak} · colours span 0–{ov.vmax:.3g}"
+            f"{NO_PICTURE if s.result.image is None else ''}"
         )
         self.block_name = blk.name
         self._draw_strip(grid, img, kind)
