@@ -39,6 +39,7 @@ from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_imag
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
 from attnviz.runtime.vlm import VLMLayout, VLMSet
+from attnviz.runtime.vlm_tower import TowerFrames, tower_family
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -246,6 +247,9 @@ class ModelSet(AnalyzeMethod):
 
     def vision_grids(self, n_keys: int) -> list[PatchGrid]:
         return []  # one image a run
+
+    def tower_rows(self, n_keys: int) -> list[PatchGrid]:
+        return []  # every row's image on the one grid
 
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
@@ -713,6 +717,13 @@ def open_model(
         )
     if not p.is_dir():
         m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
+        tower = tower_family(p, m.roles, m.inputs)
+        if tower is not None:  # a VLM's vision file alone (Idefics3's): its images through the family's processor
+            m.frames = TowerFrames(p, tower, m.inputs)
+            for s in m._sites:  # its vision tower: an encoder, whatever a probe would guess
+                s.stack = "encoder"
+            m._stack_confirmed = True
+            return _with_config(m)
         states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
         if states is not None:  # analyze() pairs it with its encoder on use
             m.encoder_pairing = EncoderPairing(m, states)
