@@ -172,7 +172,9 @@ class PatchGrid:
     the key of cell ``k`` (row-major over ``rows`` × ``cols``), and ``stop`` is the key after the image's last
     token (its global image and closing markers included), where the words after the image begin.  Such an
     image's global image (Idefics3 / SmolVLM: the whole picture again, resized to one tile) is a second run of
-    tokens on a grid of its own, ``global_grid``, over the same picture.
+    tokens on a grid of its own, ``global_grid``, over the same picture.  A tiled image's vision tower (its tiles'
+    patches, ``lead_images`` runs of this grid, before the global image's) whose tiles' arrangement the processor's
+    split gave (the tower opened alone, no decoder's tokens to read it from) names it in ``tile_layout``.
     """
 
     rows: int
@@ -182,6 +184,7 @@ class PatchGrid:
     stop: int | None = None
     lead_images: int = 0  # the ``offset`` leading keys are this many earlier images on the same grid (VLM tiles)
     global_grid: PatchGrid | None = None  # the tiled image's global image: its keys on their own grid
+    tile_layout: tuple[int, int] | None = None  # the lead images as rows x columns of tiles, where the split is known
 
     def __post_init__(self) -> None:
         if self.columns is not None:
@@ -236,11 +239,14 @@ class PatchGrid:
             d["global_grid"] = self.global_grid.to_dict()
         if self.lead_images:  # a tiled image's vision keys (its tiles before the global image's patches)
             d["lead_images"] = self.lead_images
+        if self.tile_layout is not None:
+            d["tile_layout"] = list(self.tile_layout)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> PatchGrid:
         glob = d.get("global_grid")
+        layout = d.get("tile_layout")
         return cls(
             int(d["rows"]),
             int(d["cols"]),
@@ -249,6 +255,7 @@ class PatchGrid:
             int(d["stop"]) if d.get("stop") is not None else None,
             lead_images=int(d.get("lead_images", 0)),
             global_grid=cls.from_dict(glob) if isinstance(glob, dict) else None,
+            tile_layout=(int(layout[0]), int(layout[1])) if isinstance(layout, list) and len(layout) == 2 else None,
         )
 
     def shifted(self, by: int) -> PatchGrid:
@@ -262,6 +269,7 @@ class PatchGrid:
             self.end + by,
             self.lead_images,
             self.global_grid.shifted(by) if self.global_grid is not None else None,
+            self.tile_layout,
         )
 
     def to_image(self, row: np.ndarray) -> np.ndarray:
@@ -340,6 +348,9 @@ class AudioTrack:
 
 
 TOKEN_GRIDS_KEY = "token_grids"  # info: each batch row's token grid (AttentionResult.token_grid_of)
+# info: each batch row's patch grid among the vision tower's keys, where a padded batch's rows hold different numbers
+# of frames (Idefics3's tiles: a row's own, its padding frames' keys after them; AttentionResult.patch_grid_of)
+PATCH_GRIDS_KEY = "patch_grids"
 # info: one prompt's several images, each image's token grid in order (AttentionResult.image_grids)
 IMAGE_GRIDS_KEY = "image_grids"
 # info: one prompt's several images, each image's patch grid among the vision tower's keys, in order (each image's
@@ -385,6 +396,19 @@ class AttentionResult:
             except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
                 return None
         return self.token_grid
+
+    def patch_grid_of(self, batch: int = 0) -> PatchGrid | None:
+        """Where batch row ``batch``'s image patches lie among the vision tower's keys: rows of a padded batch
+        differ where they hold different numbers of frames (Idefics3's tiles); ``info["patch_grids"]`` keeps each
+        row's, else every row is ``patch_grid``."""
+        grids = (self.info or {}).get(PATCH_GRIDS_KEY)
+        if batch and isinstance(grids, list) and batch < len(grids):
+            d = grids[batch]
+            try:
+                return PatchGrid.from_dict(d) if isinstance(d, dict) else None
+            except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
+                return None
+        return self.patch_grid
 
     def image_grids(self) -> list[PatchGrid]:
         """Where each image's tokens lie among the keys, in order: one prompt's several images

@@ -6,8 +6,8 @@ order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (
 padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
 series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens); either may add
 ``_columns`` (every cell's key: a tiled image's tokens, Qwen2-VL's tower in merge order), ``_stop``, ``_global``
-(a tiled image's global image, [rows, cols, offset]) and ``_lead`` (Idefics3's tower: the tiles before the global
-image's patches), e.g. ``token_grid_columns``; ``image``, ``generated`` (str array), ``info``
+(a tiled image's global image, [rows, cols, offset]), ``_lead`` (Idefics3's tower: the tiles before the global
+image's patches) and ``_tiles`` (those tiles' [rows, cols], where the tower ran alone on an image), e.g. ``token_grid_columns``; ``image``, ``generated`` (str array), ``info``
 (JSON); a speech model's sound: ``audio_waves`` ([B, samples], zero-padded), ``audio_lengths`` ([B]),
 ``audio_features`` ([B, mels, frames] log-mel) and ``audio_timing`` ([rate, hop, seconds per encoder frame]).
 """
@@ -118,6 +118,8 @@ def _grid_arrays(name: str, g: PatchGrid) -> dict[str, np.ndarray]:
         out[f"{name}_global"] = np.array([gg.rows, gg.cols, gg.offset], dtype=np.int64)
     if g.lead_images:
         out[f"{name}_lead"] = np.array(g.lead_images, dtype=np.int64)
+    if g.tile_layout is not None:
+        out[f"{name}_tiles"] = np.array(g.tile_layout, dtype=np.int64)
     return out
 
 
@@ -140,6 +142,11 @@ def _grid_from(z: np.lib.npyio.NpzFile, name: str, path: Path) -> PatchGrid | No
         g.lead_images = int(z[f"{name}_lead"])
         if not 0 <= g.lead_images * g.n <= g.offset:  # the tiles' keys lie before the grid's own
             raise AttnvizError(f"{path}: {name}_lead names more tiles than keys before the grid; {REEXTRACT}")
+    if f"{name}_tiles" in z.files:
+        layout = np.ravel(z[f"{name}_tiles"])
+        if layout.shape != (2,) or layout.dtype.kind not in "iu" or int(layout[0]) * int(layout[1]) != g.lead_images:
+            raise AttnvizError(f"{path}: {name}_tiles is not [rows, cols] of its {name}_lead tiles; {REEXTRACT}")
+        g.tile_layout = (int(layout[0]), int(layout[1]))
     return g
 
 

@@ -22,6 +22,7 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import (
     IMAGE_GRIDS_KEY,
+    PATCH_GRIDS_KEY,
     TOKEN_GRIDS_KEY,
     VISION_GRIDS_KEY,
     AttentionResult,
@@ -192,7 +193,16 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             # one prompt's several images: the vision tower's keys are every image's patches, on no one grid
             grid = model.grid(n_keys, hw) if n_keys and not prep.images else None
         result.patch_grid = grid
-        if each and n_keys:  # each key named by its image and patch (img2(r,c)); the first image's grid drawn
+        # a padded batch whose rows hold different numbers of frames (Idefics3's tiles): each row's own grid
+        own = model.tower_rows(n_keys) if n_keys and grid is not None and not each else []
+        if n_keys and len(own) == len(axes) > 1:
+            grid = result.patch_grid = own[0]
+            result.info[PATCH_GRIDS_KEY] = [g.to_dict() for g in own]
+            axes = [
+                RowAxes(patch_axis(g, n_keys), a.key_tokens if a.key_tokens is not None else a.tokens)
+                for g, a in zip(own, axes)
+            ]
+        elif each and n_keys:  # each key named by its image and patch (img2(r,c)); the first image's grid drawn
             grid = result.patch_grid = each[0]
             result.info[VISION_GRIDS_KEY] = [g.to_dict() for g in each]
             axes = [

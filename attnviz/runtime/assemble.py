@@ -132,11 +132,13 @@ def place_windows(
     (None: no image, the maps as they are); ``label``: the file named in refusals."""
     if image is None:
         return maps
+    layout = win.WindowLayout.from_meta(md.section(meta, "windows"))
+    if layout is None and np.ndim(feeds[image]) == 5:  # an images axis (a VLM's tiles): a map row per image
+        return maps
     batch = feeds[image].shape[0]
     windowed = next(
         ((s, m) for s, m in zip(kept, maps) if m.shape[0] != batch and batch and m.shape[0] % batch == 0), None
     )
-    layout = win.WindowLayout.from_meta(md.section(meta, "windows"))
     if layout is None:
         if windowed is None:
             return maps

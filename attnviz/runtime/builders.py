@@ -260,6 +260,18 @@ def _load_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) ->
     """attnviz's resize / rescale / normalise, or a vision–language family's own processor (Idefics3 splits the
     image into tiles, and the prompt's expansion follows the split: kept for the text's encoding)."""
     loaded = model.load_image(source, spec)
+    if loaded is None and prep.img_in is not None and prep.img_in.rank == 5:
+        # attnviz's own path makes one [1, C, H, W] image; an images axis (a VLM's tiles) is a family processor's
+        from attnviz.runtime.vlm_families import FAMILIES
+
+        alone = ", ".join(c.name for c in FAMILIES.values() if c.tower_alone)
+        raise AttnvizError(
+            f"{model.path.name} takes {prep.img_in.describe()}: several images a row (a vision–language model's "
+            f"tiles), which only the model family's processor makes ({alone}); put the repository's config.json and "
+            "preprocessor_config.json beside the file (or in the repository above onnx/), or give "
+            f"{prep.img_in.name} with --inputs FEEDS.npz",
+            param="image",
+        )
     if loaded is None:
         return ip.load_image(source, spec)
     prep.image_tiles, prep.image_info = loaded.tiles, loaded.info

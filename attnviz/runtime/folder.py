@@ -246,6 +246,9 @@ class ModelSet(AnalyzeMethod):
     def vision_grids(self, n_keys: int) -> list[PatchGrid]:
         return []  # one image a run
 
+    def tower_rows(self, n_keys: int) -> list[PatchGrid]:
+        return []  # every row's image on the one grid
+
     @staticmethod
     def _by_role(model: AttentionModel, role: str) -> str | None:
         return next((i.name for i in model.inputs if model.roles[i.name] == role), None)
@@ -747,6 +750,16 @@ def open_model(
 def _open_file(p: Path, provider: str, tokenizer: str | None, threads: int | None):
     """:func:`open_model` of one ``.onnx`` file."""
     m = AttentionModel(p, provider=provider, tokenizer=tokenizer, threads=threads)
+    if any(m.roles[i.name] == "image" and i.rank == 5 for i in m.inputs):  # what vlm_tower.tower_family asks first:
+        from attnviz.runtime.vlm_tower import TowerFrames, tower_family  # (its families load only for such a file)
+
+        tower = tower_family(p, m.roles, m.inputs)
+        if tower is not None:  # a VLM's vision file alone (Idefics3's): its images through the family's processor
+            m.frames = TowerFrames(p, tower, m.inputs)
+            for s in m._sites:  # its vision tower: an encoder, whatever a probe would guess
+                s.stack = "encoder"
+            m._stack_confirmed = True
+            return _with_config(m)
     states = next((i.name for i in m.inputs if m.roles[i.name] == "encoder_states"), None)
     if states is not None:  # analyze() pairs it with its encoder on use
         m.encoder_pairing = EncoderPairing(m, states)

@@ -49,6 +49,7 @@ from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  
 if TYPE_CHECKING:
     from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.steps import Loop
+    from attnviz.runtime.vlm_tower import TowerFrames
 
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
@@ -138,6 +139,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         self._probed = False
         self._grids: dict[tuple, gr.TokenGrid | None] = {}  # (image input, fed size, keys) -> the graph's grid
         self.encoder_pairing = encoder_pairing
+        # a VLM's vision file opened alone (Idefics3's): its images are its family processor's frames, its maps one
+        # per row (runtime/vlm_tower.py); folder.open_model sets it, as it sets encoder_pairing
+        self.frames: TowerFrames | None = None
         self._loop: Loop | None = None  # an in-process generation loop's state (see run_loop)
         self._loop_cache = "numpy"  # where the last generation's loop kept its cache (run facts: loop_cache)
         self.timings = {"load_s": time.perf_counter() - t0}
@@ -341,6 +345,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     def check_feeds(self, feeds: dict[str, np.ndarray], made: Collection[str] = ()) -> dict[str, np.ndarray]:
         """The feeds checked (and cast where the input's dtype differs); ``made``: inputs a chain makes where
         the session runs (:mod:`attnviz.runtime.chain`), checked there, left out here."""
+        if self.frames is not None:  # a VLM's tower alone: the frames' mask made, a rank-4 image refused
+            feeds = self.frames.feeds(feeds)
         return fc.check_feeds(self._feed_plan(), feeds, made)
 
     def _feed_plan(self) -> dict[str, tuple]:
@@ -388,7 +394,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             raise AttnvizError(f"{self.path.name}: {self.no_attention_reason}")
         made = {k: v for k, v in feeds.items() if isinstance(v, (Spliced, Taken))}
         checked = self.check_feeds({k: v for k, v in feeds.items() if k not in made}, made=made)
-        mode = self.choose_mode(checked, mode)
+        mode = self.choose_mode(checked, mode if self.frames is None else self.frames.mode(checked, mode))
         sess, exposed = self._session(mode)
         return PreparedRun(self, {**checked, **made}, mode, sess, exposed, self._fetch_list(mode, exposed))
 
@@ -410,7 +416,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             else 1
         )
         kept, maps, notes = self._collect_maps(exposed, got, batch, mode)
-        if self.maps_per_image:
+        if self.frames is not None:  # a VLM's tower alone: each row's frames' maps as one (as the whole model's)
+            maps = self.frames.maps(feeds, maps)
+        elif self.maps_per_image:
             image = next((i.name for i in self.inputs if self.roles[i.name] == "image" and i.name in feeds), None)
             maps = asm.place_windows(self.path.name, self.meta, image, kept, maps, feeds)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
@@ -552,10 +560,12 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         return self.encoder_pairing() if self.encoder_pairing is not None else None
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
-        return grid_for(self, n_keys, image_hw)
+        tower = self.frames.grid(n_keys) if self.frames is not None else None
+        return tower or grid_for(self, n_keys, image_hw)
 
     def load_image(self, source, spec):
-        return None  # a file's image goes through attnviz's own resize / rescale / normalise
+        # a file's image goes through attnviz's own resize / rescale / normalise; a VLM's tower alone, its family's
+        return self.frames.load_image(source, spec) if self.frames is not None else None
 
     def several_images(self, count: int) -> str | None:
         ip.one_image_per_run(self.path.name, count)
@@ -563,6 +573,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
 
     def vision_grids(self, n_keys: int) -> list[PatchGrid]:
         return []  # one image a run
+
+    def tower_rows(self, n_keys: int) -> list[PatchGrid]:
+        return self.frames.rows(n_keys) if self.frames is not None else []  # else every row's image on one grid
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The logits alone (generation steps): the instrumented session, no maps fetched."""

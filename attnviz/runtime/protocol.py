@@ -104,6 +104,10 @@ class AttnModel(Protocol):
     # latest run's vision block, in order (each image's maps on the diagonal); [] for one image or another model
     def vision_grids(self, n_keys: int) -> list[PatchGrid]: ...
 
+    # a padded batch whose rows hold different numbers of frames (Idefics3's tiles, padding frames dropped): each
+    # row's patch grid among the ``n_keys`` keys of the latest run's vision block; [] where one grid serves all
+    def tower_rows(self, n_keys: int) -> list[PatchGrid]: ...
+
     def cache_stepper(self) -> CacheStepper | None: ...  # None: generation re-runs the whole sequence
 
     def pair_with_encoder(self) -> EncoderPair | None: ...  # None: the model runs on its own inputs

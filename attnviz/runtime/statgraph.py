@@ -24,11 +24,13 @@ from attnviz.core.row_sums import FIXED_KEYS, ROW_TIE, ItemStats, key_table, val
 from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS
 from attnviz.runtime import graph as gr
+from attnviz.runtime.graph.dtypes import elem_type
 
 # methods whose exposed tensor is the post-softmax probabilities (mha-qk gives scores; packed is recomputed)
 IN_GRAPH_METHODS = {"softmax", "softmax-reduce", "onnx-attention", "gqa-qk"}
 MIN_OPSET = 11  # Clip, Pad and Slice with their bounds as inputs; older graphs keep the numpy path
 EPS = 1e-30  # the same guard as core.stats.row_stats: 0·log(0 + eps) = 0 and log stays finite
+LOWEST = float(np.finfo(np.float32).min)  # a -inf score clipped to it: 0·LOWEST = 0 where 0·-inf is NaN
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
 # [B, 1, T, T] float32: 1 where the key is a real token (the same for every row: a mask as wide as the map's last two
@@ -37,7 +39,10 @@ REAL = "attnviz_stat_real"
 # [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
 # special key (slots 0, 1, ... of each item, in key order)
 KEYW = "attnviz_stat_keyw"
-KEY_COLUMNS = ("sum", "first", "special", "special_other")  # real keys, key 0 if real, real special keys, those after 0
+# real keys, key 0 if real, real special keys, those after 0, padded keys (only to check that the model gave them
+# no weight: the statistics' masses are the first four, MIXED)
+KEY_COLUMNS = ("sum", "first", "special", "special_other", "padded")
+MIXED = KEY_COLUMNS[:4]
 DIST = "attnviz_stat_dist"  # [T, T] float32: |i - j|
 # [B, 1, 2, K] float32, added to a row's key weights before the argmax of its "special" / "special_other" key:
 # 0 for a special key the statistic may take, -2 for a padding slot (or key 0 for "special_other"), -inf for the
@@ -52,6 +57,7 @@ OFF = "attnviz_stat_off"  # [B, 1, S, T] float32: 0 where it counts, -inf where 
 # over the counted ones
 DIVISOR = "attnviz_stat_div"
 NEAR = "attnviz_stat_near"  # [T, 3] int64: flat positions of (i, i-1), (i, i+1), (i, i) (the joined layout's Gather)
+BATCH_1111 = "attnviz_stat_batch_1111"  # made in the graph: [B, 1, 1, 1], the shape Expand broadcasts a map's 1 to
 BHTT = "attnviz_stat_bhtt"  # [4] int64: B, -1, T, T (the joined layout reads every site as [B, heads, T, T])
 # the outputs: every in-graph site's per-item statistics side by side along the head axis (sites in index order),
 # so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
@@ -76,10 +82,10 @@ _KEY_FROM = [
 ]
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
-# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, KEY_COLUMNS) / s]
+# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, MIXED) / s]
 # against MIX: entropy in bits = (ln s - plogp / s) / ln 2, the rest copied into ROW_STATS order, all signed
 # (the column of a one in MIX is an exact copy: x·1 + 0·y)
-_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *KEY_COLUMNS)
+_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *MIXED)
 
 
 def _mix() -> np.ndarray:
@@ -133,10 +139,11 @@ class _Nodes:
         return outs
 
 
-def _as_bhtt(nd: _Nodes, probs: str, batch: str) -> str:
+def _as_bhtt(nd: _Nodes, probs: str, batch: str, *more: str) -> list[str]:
     """The site's tensor as float32 ``[B or 1, H, Tq, Tk]``, reshaped exactly as ``model.to_bhqk`` does:
     rank 4 as is, rank 3 ``[B·H, T, T]`` (or ``[H, T, T]`` when B does not divide it), rank 2 one head,
-    rank 5 grouped heads ``[B, Hkv, G, T, T]``.  A leading 1 broadcasts against the batch's masks."""
+    rank 5 grouped heads ``[B, Hkv, G, T, T]``.  A leading 1 broadcasts against the batch's masks.  ``more``:
+    float32 tensors of the same shape (the softmax's input), reshaped alike."""
     p = nd("Cast", [probs], to=TensorProto.FLOAT)  # onnxruntime drops it when the tensor is float32 already
     shape = nd("Shape", [p])
     rank = nd("Size", [shape])
@@ -152,7 +159,8 @@ def _as_bhtt(nd: _Nodes, probs: str, batch: str) -> str:
             nd("Where", [nd("Equal", [rank, nd.const(2)]), one, d0]),
         ],
     )
-    return nd("Reshape", [p, nd("Concat", [lead, nd.const([-1]), tail], axis=0)])
+    to = nd("Concat", [lead, nd.const([-1]), tail], axis=0)
+    return [nd("Reshape", [t, to]) for t in (p, *more)]
 
 
 def _reduce(nd: _Nodes, op: str, x: str, axis: int, keepdims: int, opset: int) -> str:
@@ -182,49 +190,86 @@ def _near_diagonal(nd: _Nodes, pm: str, p: str, gather: bool) -> list[str]:
     return [run(t, [0, 0, 1, 0, 0, 0, 0, 0]), run(nd.const([1]), [0, 0, 0, 0, 0, 0, 1, 0]), run(nd.const([0]))]
 
 
-def _site_nodes(nd: _Nodes, p: str, opset: int, gather: bool) -> tuple[str, str, str]:
+def _site_nodes(
+    nd: _Nodes, p: str, opset: int, gather: bool, x: str | None = None, kw: str = "", exact: bool = True
+) -> tuple[str, str, str]:
     """Each row's statistics ``[B, H, T, S]`` (S = len(ROW_STATS)) times :data:`SIGN` (float32, ROW_STATS
     order, the arithmetic of ``row_stats``), the masked map ``pm`` and the key-weight table ``kw``
     (both ``[B, H, T, .]``: :func:`_keys_at` reads each statistic's key at its best row from them).  ``p``: float32
-    ``[B or 1, H, T, T]``.
+    ``[B or 1, H, T, T]``; ``x``: the softmax's input (the scores, shaped as ``p``) where ``p`` is a float32
+    Softmax's own output, else None; ``kw``: the key-weight table if made already.  ``exact=False`` (with ``x``)
+    trusts the batch to give padded keys no weight and to have no score of -inf: no mask Mul (``pm`` is ``p``) and
+    no Clip, two passes less; :func:`_trusting_site` checks both and recomputes the exact way where they fail.
 
-    Eight nodes read the whole map: the masked map (Mul) and its largest weight (ReduceMax: its key is found
-    only at the rows that need one, :func:`_keys_at`); p·ln p (Add, Log, Mul and its row sum); p·|i - j| (Mul
+    The nodes that read the whole map (nine; eight with ``exact=False``): the masked map (Mul) and its largest weight (ReduceMax: its key is found
+    only at the rows that need one, :func:`_keys_at`); p·ln p (Add, Log, Mul and its row sum; given ``x``, the
+    scores' ReduceMax, Sub, Clip, Mul and its row sum, :func:`_plogp_from_scores`: no Log over the map, and with
+    ``exact=False`` no mask Mul, no Clip and one ReduceMax of the map for both); p·|i - j| (Mul
     and its row sum: the weight depends on the row, so no key-weight table holds it); and ONE MatMul against the
     key-weight table KEYW for every statistic that weights the keys of every row alike (the real keys' sum, key
     0, the special keys, each special key alone).  Diagonal, previous and next are read at 3T points a map; the
     rest works on ``[B, H, k, T]``: one reciprocal of the row sum per row (row_stats' arithmetic), then one MatMul
     against MIX puts entropy (bits) and the normalised masses into ROW_STATS order, signed."""
-    pm = nd("Mul", [p, REAL])  # padded keys dropped; rows are renormalised below by the row sum
+    pm = nd("Mul", [p, REAL]) if exact or x is None else p  # padded keys dropped; rows renormalised by the row sum
     row = nd.const([0, 0, 1, -1])  # a [B, H, T] (or [B, H, T, 1]) column as one [B, H, 1, T] row of the tail
 
     def across(x: str) -> str:
         return nd("Reshape", [x, row])
 
-    mx = across(_reduce(nd, "ReduceMax", pm, -1, 0, opset))
-    plogp = _reduce(
-        nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 0, opset
-    )
+    if x is None or exact:
+        mx = across(_reduce(nd, "ReduceMax", pm, -1, 0, opset))
+    if x is None:
+        plogp = _reduce(
+            nd, "ReduceSum", nd("Mul", [pm, nd("Log", [nd("Add", [pm, nd.const(EPS, np.float32)])])]), -1, 0, opset
+        )
+        log_top = None
+    else:
+        plogp, p_top, log_top = _plogp_from_scores(nd, pm, x, p, opset, exact)
+        if not exact:  # pm is p: its largest weight is the one ln p is shifted by (one ReduceMax, not two)
+            mx = across(p_top)
     dist = _reduce(nd, "ReduceSum", nd("Mul", [pm, DIST]), -1, 0, opset)
-    kw = nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
+    kw = kw or nd("MatMul", [p, KEYW])  # [B, H, T, K]: KEYW drops padded keys itself
     if gather:  # one [B, H, T, 3] Gather: prev, next, diag as rows
         near = [nd("Transpose", [_near_diagonal(nd, pm, p, True)[0]], perm=[0, 1, 3, 2])]
     else:
         near = [across(c) for c in _near_diagonal(nd, pm, p, False)]
     kwt = nd("Transpose", [kw], perm=[0, 1, 3, 2])  # [B, H, K, T]: small (K columns a row)
-    fixed = nd("Slice", [kwt, nd.const([0]), nd.const([len(KEY_COLUMNS)]), nd.const([2])])
+    fixed = nd("Slice", [kwt, nd.const([0]), nd.const([len(MIXED)]), nd.const([2])])
     # row_stats' finishing arithmetic (float32): one reciprocal of the row sum per row, not one division per weight
     # (Clip, not Max: the same maximum, and onnxruntime's Max broadcasts a scalar ~30x slower)
-    ms = nd("Clip", [nd("Slice", [kwt, nd.const([0]), nd.const([1]), nd.const([2])]), nd.const(EPS, np.float32)])
-    parts = [across(plogp), across(dist), *near, mx, fixed]
+    total = nd("Slice", [kwt, nd.const([0]), nd.const([1]), nd.const([2])])  # [B, H, 1, T]: each row's real mass
+    ms = nd("Clip", [total, nd.const(EPS, np.float32)])
+    plogp = across(plogp)
+    if log_top is not None:  # sum pm·ln p = sum pm·(x - x_top) + s·ln p_top (a row without real mass: 0, as the Log)
+        plogp = nd("Add", [plogp, nd("Mul", [total, across(log_top)])])
+    parts = [plogp, across(dist), *near, mx, fixed]
+    if not exact and x is not None:  # read off p itself, whose leading axis may be 1 (a map the batch shares)
+        parts[1:-1] = [nd("Expand", [nd("Concat", parts[1:-1], axis=2), BATCH_1111])]
     lin = nd("Mul", [nd("Concat", parts, axis=2), nd("Reciprocal", [ms])])
+    log_sum = nd("Log", [ms])
     # back to rows before statistics for the MatMul against MIX and the division (a small transpose): each
     # value then comes out of the same arithmetic, and _item_nodes adds rows in the same order, as before the
     # tail put rows last (the float64 sums run.json's means and examples.parquet carry stay bit for bit)
-    x = nd("Transpose", [nd("Concat", [nd("Log", [ms]), lin], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 11]
+    x = nd("Transpose", [nd("Concat", [log_sum, lin], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 11]
     mixed = nd("MatMul", [x, nd.const(MIX, np.float32)])
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
     return values, pm, kw
+
+
+def _plogp_from_scores(nd: _Nodes, pm: str, x: str, p: str, opset: int, exact: bool) -> tuple[str, str, str]:
+    """Each row's sum of pm·(x - max x) ``[B, H, T]``, max p and ln max p (``[B, H, T, 1]`` each): a softmax row has
+    ln p = (x - max x) + ln max p for every key (the largest score's key has the largest weight), so
+    sum pm·ln p = that sum + s·ln max p without a Log over the map.  Both terms are <= 0, so nothing cancels: the
+    error stays relative to the entropy, unlike sum pm·x - s·(max x - ln max p).  Scores of -inf (masked keys,
+    whose pm is 0; a row of them) are clipped to the lowest float: 0·-inf would be NaN (``exact=False``: not
+    clipped, the NaN tells :func:`_trusting_site` to recompute)."""
+    x_top = nd("Clip", [_reduce(nd, "ReduceMax", x, -1, 1, opset), nd.const(LOWEST, np.float32)])
+    shifted = nd("Sub", [x, x_top])
+    if exact:
+        shifted = nd("Clip", [shifted, nd.const(LOWEST, np.float32)])
+    plogp = _reduce(nd, "ReduceSum", nd("Mul", [pm, shifted]), -1, 0, opset)
+    p_top = _reduce(nd, "ReduceMax", p, -1, 1, opset)
+    return plogp, p_top, nd("Log", [nd("Clip", [p_top, nd.const(EPS, np.float32)])])
 
 
 def _row_keys(nd: _Nodes, pm: str, kw: str) -> str:
@@ -320,25 +365,30 @@ def stats_model(
     parts: dict[str, list[str]] = {SUMS: [], PICKS: [], VALUES: [], KEYS: []}
     ends: dict[int, list[str]] = {}
     batch = None
+    # per-site sets read ln p off the scores where the map is a Softmax's own float32 output (no Log over the map)
+    scores = {} if join else _softmax_inputs(m, g, [exposed.outputs[i] for i in on])
     if not join:  # (the statistics' nodes read the masked map, which has B whatever the site's leading axis)
         shared = _Nodes(m.graph, "attnviz_stat_")
         batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
+        shared.graph.node.append(
+            helper.make_node("Concat", [batch, shared.const([1, 1, 1])], [BATCH_1111], name=BATCH_1111, axis=0)
+        )
     for members in [on] if join else [[i] for i in on]:
         nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
+        x = None
         if join:  # [B, heads, T, T] for every rank but 2 (and [H, T, T] for B items): those fail, see above
             ps = [nd("Reshape", [nd("Cast", [exposed.outputs[i]], to=f32), BHTT]) for i in members]
             p = ps[0] if len(ps) == 1 else nd("Concat", ps, axis=1)
         else:
             assert batch is not None
-            p = _as_bhtt(nd, exposed.outputs[members[0]], batch)
-        values, pm, kw = _site_nodes(nd, p, opset, gather=join)
-        sums, best = _item_nodes(nd, values, opset)
-        at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
-        picks = nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)
-        keys = ""
-        if rows:
-            values = nd("Mul", [values, nd.const(SIGN, np.float32)])  # unsigned, as row_stats
-            keys = _row_keys(nd, pm, kw)
+            x = scores.get(exposed.outputs[members[0]])
+            p, *xs = _as_bhtt(nd, exposed.outputs[members[0]], batch, *([x] if x else []))
+            x = xs[0] if xs else None
+        if x is None:
+            sums, picks, values, keys = (*_finish(nd, *_site_nodes(nd, p, opset, gather=join), opset, rows), "", "")[:4]
+        else:
+            assert batch is not None
+            sums, picks, values, keys = (*_trusting_site(nd, p, x, batch, opset, rows), "", "")[:4]
         for name, t in ((SUMS, sums), (PICKS, picks), (VALUES, values), (KEYS, keys)):
             parts[name].append(t)
         ends[members[0]] = [sums, picks]
@@ -355,6 +405,62 @@ def stats_model(
     if not join:
         _run_in_turn(m.graph, [exposed.outputs[i] for i in on], [ends[i] for i in on])
     return m, exposed, on
+
+
+def _finish(nd: _Nodes, values: str, pm: str, kw: str, opset: int, rows: bool) -> list[str]:
+    """A set's outputs from its row values: per-item sums and picks (``[B, H, S]``, ``[B, H, 2, S]``: best rows,
+    then their keys), with ``rows`` also every row's unsigned values and keys (tests)."""
+    sums, best = _item_nodes(nd, values, opset)
+    at = (best, _keys_at(nd, pm, kw, best, opset))  # [B, H, S] each: rows, then their keys
+    out = [sums, nd("Concat", [nd("Reshape", [r, nd.const([0, 0, 1, -1])]) for r in at], axis=2)]
+    if rows:
+        out += [nd("Mul", [values, nd.const(SIGN, np.float32)]), _row_keys(nd, pm, kw)]  # unsigned, as row_stats
+    return out
+
+
+def _trusting_site(nd: _Nodes, p: str, x: str, batch: str, opset: int, rows: bool) -> list[str]:
+    """A per-site set that reads ln p off the scores ``x`` (outputs as :func:`_finish`'s), made without the mask
+    Mul and the Clip (``exact=False``) and checked: where the batch gives a padded key any weight (KEYW's "padded"
+    column: a sum of weights >= 0 is 0 only if each is), a value came out NaN (a score of -inf: 0·-inf) or the
+    map's leading axis is not the batch's (a map the items share: its rows are read per item from the masked map),
+    an If finishes the set the exact way.  Where none happens, the mask multiplies every weight by 1 or an exact 0
+    by 0 and the Clip changes no finite score: the same bits either way."""
+    kw = nd("MatMul", [p, KEYW])
+    fast = _site_nodes(nd, p, opset, False, x, kw, exact=False)[0]
+    padded = nd("Slice", [kw, nd.const([KEY_COLUMNS.index("padded")]), nd.const([len(KEY_COLUMNS)]), nd.const([3])])
+    leaks = nd("Greater", [nd("ReduceMax", [padded], keepdims=0), nd.const(0.0, np.float32)])
+    shared = nd("Not", [nd("Equal", [nd("Slice", [nd("Shape", [p]), nd.const([0]), nd.const([1])]), batch])])
+    nan = nd("IsNaN", [nd("ReduceSum", [fast], keepdims=0)])
+    unsure = nd("Or", [nd("Or", [leaks, nan]), nd("Squeeze", [shared])])
+    branches = []
+    for label, exact in (("exact", True), ("trusted", False)):
+        body = helper.make_graph([], f"{nd.prefix}{label}", [], [])
+        bn = _Nodes(body, f"{nd.prefix}{label}_")
+        if exact:
+            values, pm, _ = _site_nodes(bn, p, opset, False, x, kw, exact=True)
+            outs = _finish(bn, values, pm, kw, opset, rows)
+        else:
+            outs = _finish(bn, fast, p, kw, opset, rows)
+        types = [TensorProto.DOUBLE, TensorProto.INT64, TensorProto.FLOAT, TensorProto.INT64]
+        body.output.extend(helper.make_tensor_value_info(o, t, None) for o, t in zip(outs, types))
+        branches.append(body)
+    return nd.multi("If", [unsure], 4 if rows else 2, then_branch=branches[0], else_branch=branches[1])
+
+
+def _softmax_inputs(m: onnx.ModelProto, g: gr.Graph, probs: list[str]) -> dict[str, str]:
+    """For each of ``probs`` that is a float32 Softmax's own output over the last axis in the edited model ``m``:
+    the Softmax's input (:func:`_plogp_from_scores` reads ln p off it).  A map that passes a NaN guard, a Cast or a
+    Reshape after its Softmax, or comes out of a fused op, is left out: its entropy keeps the Log path."""
+    want = set(probs)
+    out = {}
+    for n in m.graph.node:
+        name = n.output[0] if n.output else ""
+        if name in want and n.op_type == "Softmax" and n.domain in ("", "ai.onnx") and n.input and n.input[0]:
+            axis = next((a.i for a in n.attribute if a.name == "axis"), -1 if gr._opset(m) >= 13 else 1)
+            float32 = all(elem_type(g, t, TensorProto.UNDEFINED) == TensorProto.FLOAT for t in (n.input[0], name))
+            if axis == -1 and float32:
+                out[name] = n.input[0]
+    return out
 
 
 def _run_in_turn(graph: onnx.GraphProto, maps: list[str], ends: list[list[str]]) -> None:
@@ -453,6 +559,7 @@ def stat_feeds(
     keyw[:, 0, 1] = real[:, 0]
     keyw[:, :, 2] = sp
     keyw[:, 1:, 3] = sp[:, 1:]
+    keyw[:, :, 4] = ~real
     r, c = np.nonzero(sp)  # item r's special keys c, in key order: slots 0, 1, ... of that item
     slot = (np.cumsum(sp, 1) - 1)[r, c]
     idx[r, slot] = c

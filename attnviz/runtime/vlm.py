@@ -40,7 +40,7 @@ from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stage
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
-from attnviz.runtime.vlm_families import Family, LoadedImage, check_several, family_for
+from attnviz.runtime.vlm_families import Family, LoadedImage, block_diagonal, check_several, family_for
 
 LEARNED_SHAPES = 64  # the shapes fed whose presents' shapes a VLM keeps (VLMCache.start_steps)
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -123,19 +123,6 @@ def block_diagonal_each(maps: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def block_diagonal(maps: np.ndarray, per_row: list[int]) -> np.ndarray:
-    """The vision file's maps, one per image ``[images, H, P, P]``, as one map per prompt row: its images' patches
-    one after another, each image attending only to its own (as the tower runs them), ``[rows, H, n·P, n·P]``."""
-    p = maps.shape[-1]
-    out = np.zeros((len(per_row), maps.shape[1], max(per_row) * p, max(per_row) * p), maps.dtype)
-    i = 0
-    for b, k in enumerate(per_row):
-        for t in range(k):
-            out[b, :, t * p : (t + 1) * p, t * p : (t + 1) * p] = maps[i]
-            i += 1
-    return out
-
-
 class VLMSet(AnalyzeMethod):
     """The three files run as one vision–language decoder (the :class:`AttnModel` surface): ``pixel_values``,
     ``input_ids`` (with the placeholder expanded) and ``attention_mask`` in, logits out."""
@@ -188,6 +175,7 @@ class VLMSet(AnalyzeMethod):
         # the latest run's one prompt's several images: each one's keys in the vision block, in order (vision_grids)
         self._image_keys: list[int] = []
         self._image_hw: tuple[int, int] | None = None  # their pixels' size (one batch of the vision file: one size)
+        self._row_keys: list[int] = []  # the latest run's keys of each row's own frames in the vision block
         self.no_attention_reason = self.vision.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
 
@@ -260,6 +248,15 @@ class VLMSet(AnalyzeMethod):
             at += n
         return out
 
+    def tower_rows(self, n_keys: int) -> list[PatchGrid]:
+        """A padded batch's rows of different numbers of frames (Idefics3's tiles): each row's own frames' grid
+        among the vision block's ``n_keys`` keys (its padding's keys after them); [] where every row's are all."""
+        keys = self._row_keys
+        if len(set(keys)) < 2 or max(keys) != n_keys:
+            return []
+        grids = [self.grid(k, self._image_hw) for k in keys]
+        return [g for g in grids if g is not None] if all(g is not None for g in grids) else []
+
     def _keep_image_keys(self, feeds: dict, per_row: list[int], v: AttentionResult) -> None:
         """Each of one prompt's images' keys in the vision block of a run of the vision file on all its images (the
         family says how many of the file's images each one is: Idefics3's tiles and global image), and their size
@@ -267,6 +264,7 @@ class VLMSet(AnalyzeMethod):
         ids = feeds["input_ids"]
         h, w = feeds["pixel_values"].shape[-2:]
         self._image_keys, self._image_hw = [], (int(h), int(w))
+        self._row_keys = [k * int(v.maps[0].shape[-1]) for k in per_row] if v.maps else []
         if ids.shape[0] != 1 or len(per_row) != 1 or per_row[0] < 2 or not v.maps:
             return
         frames = self.family.frames_each(ids[0], per_row[0])
@@ -481,6 +479,7 @@ class VLMSet(AnalyzeMethod):
         seen = [self.vision.finish(p, v, run_s) for p, v in zip(runs, got)]
         d = self.decoder.finish(dec, out[0], run_s)
         self._image_keys = [int(v.maps[0].shape[-1]) for v in seen] if seen[0].maps else []
+        self._row_keys = []  # one row
         vmaps = [DenseMap(block_diagonal_each([v.maps[j].array() for v in seen])) for j in range(len(seen[0].maps))]
         return vmaps, seen[0], d, f
 

@@ -264,3 +264,23 @@ def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left
             assert np.all(np.abs(got.top_value - want.top_value)[~same] < 1e-12), what
             for f in ("top_row", "top_col"):
                 assert np.array_equal(getattr(got, f)[same], getattr(want, f)[same]), (what, f)
+
+
+@pytest.mark.parametrize("kb", [1, 2, 5, 31, 32])
+def test_stable_smallest_is_a_stable_sorts_first_columns(kb):
+    """fold_items' ranking takes each row's kb smallest by partition and sorts only those: the same columns, in
+    the same order, as numpy's stable argsort of the whole row, with ties at the kb-th value (equal means of
+    several items), NaN (sorted last), -inf, -0.0 against 0.0 and rows of one value."""
+    from attnviz.corpus.fold import stable_smallest
+
+    rng = np.random.default_rng(7)
+    key = rng.standard_normal((400, 32))
+    key[::5, 3:9] = 0.25  # a tie straddling the kb-th smallest
+    key[1::7] = rng.integers(0, 3, (len(key[1::7]), 32)) / 3.0  # few distinct values: ties everywhere
+    key[2::11, ::3] = -np.inf
+    key[3] = np.nan
+    key[4, ::2] = np.nan
+    key[6, :] = 1.0
+    key[8, 1], key[8, 2], key[8, 3:] = -0.0, 0.0, 5.0
+    expected = np.argsort(key, axis=-1, kind="stable")[:, :kb]
+    assert np.array_equal(stable_smallest(key, kb), expected)

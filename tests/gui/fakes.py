@@ -122,6 +122,9 @@ class FakeModel:
     def vision_grids(self, n_keys):
         return []
 
+    def tower_rows(self, n_keys):
+        return []
+
     def analyze(self, text=None, text_pair=None, image=None, feeds=None, generate=0):
         import time
 

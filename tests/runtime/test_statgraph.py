@@ -282,12 +282,16 @@ def test_long_rows_minilm_error_stays_inside_the_tolerance(hf_export):
     assert row < 1e-6 and item < 1e-6
 
 
-def _maps_model(path, heads=3, sites=2):
+def _maps_model(path, heads=3, sites=2, bias=False):
     """Attention maps the test chooses: site l is softmax(scores_l) over keys (``scores_l [B, heads, T, T]`` an
     input, read through a Q·Kᵀ MatMul against the identity, then a P·V MatMul), so attnviz finds self-attention
-    sites whose maps are whatever the scores say (-1e4 gives exact zeros, equal scores exact ties)."""
+    sites whose maps are whatever the scores say (-1e4 gives exact zeros, equal scores exact ties).  ``bias``: an
+    input ``bias [B, 1, T, T]`` added to every site's scores after the MatMul (a mask of -inf: the MatMul against
+    the identity would make -inf·0 = NaN of a score)."""
     f = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info(f"scores{i}", f, ["B", heads, "T", "T"]) for i in range(sites)]
+    if bias:
+        inputs.append(helper.make_tensor_value_info("bias", f, ["B", 1, "T", "T"]))
     inputs.append(helper.make_tensor_value_info("v", f, ["B", heads, "T", 2]))
     inits = [numpy_helper.from_array(np.array([k], np.int64), n) for n, k in (("two", 2), ("four", 4))]
     zero = numpy_helper.from_array(np.array([0.0], np.float32))
@@ -300,9 +304,11 @@ def _maps_model(path, heads=3, sites=2):
     outputs = []
     for i in range(sites):
         p = f"/encoder/layers.{i}/attn/"
+        nodes.append(helper.make_node("MatMul", [f"scores{i}", "eye"], [p + "qk"], name=p + "MatMul"))
+        if bias:
+            nodes.append(helper.make_node("Add", [p + "qk", "bias"], [p + "qkm"], name=p + "Add"))
         nodes += [
-            helper.make_node("MatMul", [f"scores{i}", "eye"], [p + "qk"], name=p + "MatMul"),
-            helper.make_node("Softmax", [p + "qk"], [p + "probs"], axis=-1, name=p + "Softmax"),
+            helper.make_node("Softmax", [p + ("qkm" if bias else "qk")], [p + "probs"], axis=-1, name=p + "Softmax"),
             helper.make_node("MatMul", [p + "probs", "v"], [p + "ctx"], name=p + "MatMul_1"),
         ]
         outputs.append(helper.make_tensor_value_info(p + "ctx", f, None))
@@ -513,3 +519,139 @@ def test_each_sites_statistics_run_before_the_model_reads_its_map_on(tmp_path, m
     plain, _, _ = sg.stats_model(m.graph, m._sites, sites)
     want, _ = run(plain)
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+def _stats_session(stats, profile=None, force_exact=False):
+    """An onnxruntime session of a statistics model (profiled to files named ``profile``...); ``force_exact``: every site's If
+    takes its exact branch whatever the batch."""
+    import onnxruntime as ort
+
+    stats = onnx.ModelProto.FromString(stats.SerializeToString())
+    ifs = [n for n in stats.graph.node if n.op_type == "If"]
+    if force_exact:
+        true = helper.make_tensor("", TensorProto.BOOL, [], [1])
+        stats.graph.node.insert(0, helper.make_node("Constant", [], ["always"], value=true))
+        for n in ifs:
+            n.input[0] = "always"
+    so = ort.SessionOptions()
+    if profile is not None:
+        so.enable_profiling, so.profile_file_prefix = True, str(profile)
+    return ort.InferenceSession(stats.SerializeToString(), so, providers=["CPUExecutionProvider"]), len(ifs)
+
+
+def test_near_one_hot_rows_keep_their_entropy_relative_to_it(tmp_path):
+    """Focused rows (one key ~1 - 3e-7, entropy 2e-6 to 6e-5 bits) on scores of +-60 (|x|·eps ~4e-6 nats: a form
+    that cancels the scores, sum p·x - s·(max x - ln max p), is off by about the entropy): every counted row's
+    entropy and each item's entropy sum stay within 10 % of a float64 hand computation on the same float32 maps
+    (-sum q log2 q, q the row over its real keys).  What is left is float32's ln s of a row sum ~1 (~1e-7 bits,
+    main's Log path the same: 5.5 % at worst here)."""
+    m = open_model(_maps_model(tmp_path / "maps.onnx"), provider="cpu")
+    m.probe()
+    b, t = 3, 9
+    lengths = np.array([9, 7, 5])
+    ar = np.arange(t)
+    real = ar[None, :] < lengths[:, None]
+    rng = np.random.default_rng(2)
+    target = rng.integers(0, lengths[:, None], (b, t))  # each row's focus, a real key
+    focus = np.where(ar[None, None, :] == target[:, :, None], 0.0, -17.0)  # [B, T, T]
+    s0 = np.empty((b, 3, t, t), np.float32)
+    s0[:, 0] = 60 + focus
+    s0[:, 1] = -60 + focus + rng.uniform(-0.5, 0.5, (b, t, t))  # uneven small weights, negative scores
+    s0[:, 2] = 60 + focus - 3 * (ar[None, None, :] % 2)  # two levels of small weights
+    s0 += np.where(real, 0.0, -1e4).astype(np.float32)[:, None, None, :]
+    feeds = {"scores0": s0, "scores1": s0[:, ::-1].copy(), "v": np.zeros((b, 3, t, 2), np.float32)}
+    p = m.run(feeds, mode="dense").maps[0].array().astype(np.float64) * real[:, None, None, :]
+    q = p / p.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = -np.where(q > 0, q * np.log2(q), 0.0).sum(-1)  # [B, H, T]
+    counted = np.broadcast_to(real[:, None, :], want.shape)
+    assert 1e-6 < want[counted].min() and want[counted].max() < 1e-4  # focused rows indeed
+    red = InGraphReducer.build(m, layout(m.sites), rows=True)
+    special = np.zeros((b, t), bool)
+    got, _, _, _ = red.run(feeds, lengths, special, False)
+    e = ROW_STATS.index("entropy")
+    rows = got[sg.VALUES][:, :3, :, e]
+    assert np.all(np.abs(rows - want)[counted] <= 0.1 * want[counted]), np.max(np.abs(rows / want - 1)[counted])
+    st = dict(red.items(feeds, lengths, special, False))[layout(m.sites)[0]]
+    sums = (want * counted).sum(-1)
+    assert np.all(np.abs(st.sums[..., e] - sums) <= 0.1 * sums)
+
+
+def test_the_unmasked_sets_are_checked_and_recomputed_exactly(tmp_path):
+    """Sites whose maps are a Softmax's own output skip the mask Mul and the Clip unless the batch needs them: on
+    batches whose model masks padding with -1e4 (padded weights exactly 0, finite scores) the If's exact branch
+    does not run and the outputs are bit for bit those of that branch; on scores of -inf (padding and a causal
+    mask) and on an unmasked model (weight on padded keys) it runs, and the values equal row_stats'."""
+    import json
+
+    m = open_model(_maps_model(tmp_path / "maps.onnx", bias=True), provider="cpu")
+    m.probe()
+    stats, _, on = sg.stats_model(m.graph, m._sites, set(range(len(m.sites))), rows=True)
+    assert on == [0, 1]
+    b, t = 4, 9
+    lengths = np.array([9, 6, 2, 1])
+    ar = np.arange(t)
+    real = ar[None, :] < lengths[:, None]
+    special = np.zeros((b, t), bool)
+    special[:, 0] = True
+    rng = np.random.default_rng(7)
+    scores = {f"scores{i}": rng.standard_normal((b, 3, t, t)).astype(np.float32) * 2 for i in range(2)}
+    causal = ar[None, :] <= ar[:, None]
+    cases = {  # the bias, whether the batch needs the exact branch
+        "masked -1e4": (np.where(real[:, None, None, :], 0.0, -1e4), False),
+        "-inf": (np.where(real[:, None, None, :] & causal, 0.0, -np.inf), True),
+        "unmasked": (np.zeros((b, 1, t, t)), True),
+    }
+    extra, _ = sg.stat_feeds(lengths, special, t, causal=True)
+    fetch = [sg.SUMS, sg.PICKS, sg.VALUES, sg.KEYS]
+    for k, (label, (bias, exact)) in enumerate(cases.items()):
+        feeds = {**scores, "v": np.zeros((b, 3, t, 2), np.float32), "bias": bias.astype(np.float32)}
+        sess, ifs = _stats_session(stats, tmp_path / f"prof{k}")
+        assert ifs == 2
+        names = {i.name for i in sess.get_inputs()}
+        got = sess.run(fetch, {n: v for n, v in {**feeds, **extra}.items() if n in names})
+        prof = json.loads(Path(sess.end_profiling()).read_text())
+        ran = {e["name"] for e in prof if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
+        for i in on:
+            assert any(n.startswith(f"attnviz_stat{i}_exact_") for n in ran) == exact, (label, i)
+        always, _ = _stats_session(stats, force_exact=True)
+        want = always.run(fetch, {n: v for n, v in {**feeds, **extra}.items() if n in names})
+        assert all(np.array_equal(a, w) for a, w in zip(got, want)), label
+        assert not np.isnan(got[0]).any(), label
+        _compare(m, feeds, lengths, special, True, in_graph_sites=[0, 1])
+
+
+def test_a_map_the_batch_shares_gives_each_item_the_statistics_of_its_own_copy(tmp_path):
+    """A map with a leading axis of 1 for a batch of 3 (the model's attention does not depend on the item): the
+    unmasked set reads p itself, so its per-row values and each item's best rows' keys come from that one map;
+    they equal those of the same map repeated for every item (keys and best rows exactly, values within the
+    tests' tolerance), on a batch that masks padding and one that does not (the If's exact branch)."""
+    m = open_model(_maps_model(tmp_path / "maps.onnx"), provider="cpu")
+    m.probe()
+    stats, _, _ = sg.stats_model(m.graph, m._sites, set(range(len(m.sites))), rows=True)
+    sess, _ = _stats_session(stats)
+    t = 9
+    lengths = np.array([9, 6, 4])
+    special = np.zeros((3, t), bool)
+    special[:, [0, 3]] = True
+    extra, _ = sg.stat_feeds(lengths, special, t)
+    names = {i.name for i in sess.get_inputs()}
+    rng = np.random.default_rng(4)
+    for pad in (-1e4, 0.0):
+        shared = {
+            f"scores{i}": rng.standard_normal((1, 3, t, t)).astype(np.float32) + np.where(np.arange(t) < 4, 0, pad)
+            for i in range(2)
+        }
+        shared = {k: v.astype(np.float32) for k, v in shared.items()}
+        each = {k: np.repeat(v, 3, axis=0) for k, v in shared.items()}
+        out = []
+        for scores in (shared, each):
+            feeds = {**scores, "v": np.zeros((len(scores["scores0"]), 3, t, 2), np.float32), **extra}
+            out.append(
+                sess.run([sg.SUMS, sg.PICKS, sg.VALUES, sg.KEYS], {n: v for n, v in feeds.items() if n in names})
+            )
+        (sums, picks, values, keys), want = out
+        assert np.array_equal(picks, want[1]) and np.array_equal(keys, want[3]), pad
+        # (onnxruntime's kernels broadcast the shared map another way: the last bit may differ)
+        np.testing.assert_allclose(values, want[2], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(sums, want[0], rtol=RTOL, atol=ATOL)

@@ -43,8 +43,8 @@ def picture_label(result: AttentionResult, picture: int) -> str:
     return f"image {picture + 1} of {n}" if n > 1 else ""
 
 
-def patch_grid_for(result: AttentionResult, n_keys: int) -> PatchGrid | None:
-    g = result.patch_grid
+def patch_grid_for(result: AttentionResult, n_keys: int, batch: int = 0) -> PatchGrid | None:
+    g = result.patch_grid_of(batch)  # a padded batch's row: its own frames (Idefics3's tiles)
     if g is not None and g.offset + g.n <= n_keys:
         return g
     return PatchGrid.infer(n_keys)
@@ -60,7 +60,7 @@ def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
     if blk.stage and result.patch_grid is not None:
         g = windows.stage_grid(result.patch_grid, blk.stage)
         return g if g.n == n_keys else None
-    g = patch_grid_for(result, n_keys)
+    g = patch_grid_for(result, n_keys, blk.batch)
     if g is not None and g.lead_images and blk.stack == "encoder":  # a tiled image's tower: every tile's patches
         return tower_tiles(result, g, blk.batch) or g
     return g
@@ -70,14 +70,14 @@ def tower_tiles(result: AttentionResult, glob: PatchGrid, batch: int = 0) -> Pat
     """A tiled image's vision tower (Idefics3 / SmolVLM: each tile and then the global image a tower run of its
     own, ``glob.lead_images`` tiles of ``glob``'s patches each, in reading order, before the global image's) laid
     out as the words' view lays the image's tokens out: the tiles side by side on the picture, each patch's key in
-    its cell, and the global image on its own grid beside them.  The tiles' arrangement is the decoder's token grid's
-    (its tiled grid over its global image's, batch row ``batch``'s); None without one that agrees (the global image
-    alone is drawn, and :func:`grid_note` says why)."""
-    words = result.token_grid_of(batch)
-    whole = words.global_grid if words is not None else None
-    if whole is None or words is None or words.rows % whole.rows or words.cols % whole.cols:
+    its cell, and the global image on its own grid beside them.  The tiles' arrangement is the processor's split
+    where the tower's grid names it (``glob.tile_layout``: the tower opened alone on an image), else the decoder's
+    token grid's (its tiled grid over its global image's, batch row ``batch``'s); None without one that agrees (the
+    global image alone is drawn, and :func:`grid_note` says why)."""
+    layout = glob.tile_layout or _decoder_tiles(result, batch)
+    if layout is None:
         return None
-    across, down = words.cols // whole.cols, words.rows // whole.rows
+    down, across = layout
     if across * down != glob.lead_images or glob.offset < glob.lead_images * glob.n:
         return None
     first = glob.offset - glob.lead_images * glob.n  # this image's first tile (a prompt's several: after the others)
@@ -87,6 +87,16 @@ def tower_tiles(result: AttentionResult, glob: PatchGrid, batch: int = 0) -> Pat
         for c in range(across * glob.cols)
     )
     return PatchGrid(down * glob.rows, across * glob.cols, first, columns, glob.end, global_grid=glob)
+
+
+def _decoder_tiles(result: AttentionResult, batch: int) -> tuple[int, int] | None:
+    """``(rows, columns)`` of tiles in batch row ``batch``'s decoder token grid (its tiled grid over its global
+    image's), or None without one."""
+    words = result.token_grid_of(batch)
+    whole = words.global_grid if words is not None else None
+    if whole is None or words is None or words.rows % whole.rows or words.cols % whole.cols:
+        return None
+    return words.rows // whole.rows, words.cols // whole.cols
 
 
 def image_source(
@@ -256,7 +266,8 @@ def grid_note(result: AttentionResult, blk: Block, grid: PatchGrid) -> str:
             f"{GLOBAL_PANEL} only: its {grid.lead_images} tiles at keys {first}–{grid.offset - 1} of the tower "
             f"not drawn, {why}"
         )
-    if blk.stack == "encoder" and result.token_grid is not None:  # a VLM's vision tower: this image's keys
+    # a VLM's vision tower (also opened alone, its tiles laid out by the processor's split): this image's keys
+    if blk.stack == "encoder" and (result.token_grid is not None or grid.global_grid is not None):
         keys = grid.columns or range(grid.offset, grid.offset + grid.n)
         note = f"patches at keys {min(keys)}–{max(keys)} of the tower"
         # a tiled image: each tile a tower run of its own, laid out in place

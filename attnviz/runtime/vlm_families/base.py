@@ -58,6 +58,9 @@ class Family:
     # several images of their own sizes in one prompt: pixel_values padded to the largest, each one's size in
     # the set's image_sizes feed (Qwen2-VL resizes each image to its own size)
     sized_images = False
+    # its vision file opened alone runs through the family (attnviz.runtime.vlm_tower: the processor's frames, the
+    # tower's block over them); a family without it leaves that file to attnviz's own image path
+    tower_alone = False
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         self.config, self.preprocessor, self.where = config, preprocessor, where
@@ -156,3 +159,16 @@ class Family:
 
     def describe(self) -> dict:
         return {"family": self.name, "token": self.token, "placeholder": self.placeholder}
+
+
+def block_diagonal(maps: np.ndarray, per_row: list[int]) -> np.ndarray:
+    """The vision file's maps, one per image ``[images, H, P, P]``, as one map per prompt row: its images' patches
+    one after another, each image attending only to its own (as the tower runs them), ``[rows, H, n·P, n·P]``."""
+    p = maps.shape[-1]
+    out = np.zeros((len(per_row), maps.shape[1], max(per_row) * p, max(per_row) * p), maps.dtype)
+    i = 0
+    for b, k in enumerate(per_row):
+        for t in range(k):
+            out[b, :, t * p : (t + 1) * p, t * p : (t + 1) * p] = maps[i]
+            i += 1
+    return out

@@ -86,6 +86,7 @@ class Idefics3(Family):
     # Idefics3Processor takes a list of images for one text: each <image> becomes its own image's tiles and global
     # image, in order; the row's pixel_values hold every image's frames one after another (its images axis)
     several_images = True
+    tower_alone = True  # vision_encoder.onnx alone: the tiles and global image as pixel_values [1, frames, 3, M, M]
     glob: int | None = None  # the tokenizer's <global-img> (each image's last run follows it), once tokens() is made
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
