@@ -382,10 +382,13 @@ def _open(cfg: CorpusConfig, probed_by_worker: bool) -> tuple[Any, dict | None]:
         if found is not None:
             return found, None
     from attnviz.runtime import open_model
+    from attnviz.runtime.model import AttentionModel
 
     model = open_model(cfg.model, provider=cfg.provider, tokenizer=cfg.tokenizer)
-    # taken before its probe (a summary describes the model as opened), kept once the model's hash is in
-    return model, model_summary.describe(model) if probed_by_worker else None
+    # taken before its probe (a summary describes the model as opened), kept once the model's hash is in; one file's
+    # model only (a set of files is not named by one file's hash)
+    one_file = isinstance(model, AttentionModel)
+    return model, model_summary.describe(model) if probed_by_worker and one_file else None
 
 
 def _prepare_write_quietly() -> None:

@@ -138,13 +138,11 @@ def kept(path: str | Path, provider: str, tokenizer: str | None) -> ModelSummary
 
 
 def describe(model) -> dict | None:
-    """What a summary keeps of ``model`` (an :class:`AttentionModel` just opened, not yet probed), None where its
+    """What a summary keeps of ``model`` (one file's :class:`AttentionModel` just opened, not yet probed: the caller
+    checks the type, as this module is imported by model.py), None where its
     description depends on more than the key names (or is not a text encoder's or decoder's)."""
-    from attnviz.runtime.model import AttentionModel  # (onnx is imported already: the model was opened)
-
     if (
-        not isinstance(model, AttentionModel)  # one file's model (a set of files has no data_files)
-        or model.encoder_pairing is not None
+        model.encoder_pairing is not None
         or model._probed
         or not model.sites
         or model.kind not in KINDS_KEPT
