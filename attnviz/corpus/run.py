@@ -565,6 +565,9 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         )
         del tokens
     else:
+        frames = getattr(model, "frames", None)
+        if frames is not None:  # a VLM's vision file alone: its processor's config is needed by every batch
+            frames.require_family(raw=False)
         items = it.read_images(cfg.images, cfg.max_items)
         specs = plan_images(items, cfg.batch_size)
     threads = cfg.threads or default_threads(workers)  # as the pool started early (_prestart) has them
