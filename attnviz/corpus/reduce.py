@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -444,6 +444,8 @@ class Accumulator:
     GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item", "audio")  # only with --gold-column / --gold-dir
 
     def save(self, path: Path, fingerprint: str) -> None:
+        # a VLM's tower alone: the example images' frames (a run without them saves none, as before)
+        frames: dict[str, Any] = {"frames": np.array(json.dumps(self.frames))} if self.frames else {}
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
         with (
             atomic_path(path, "--out") as tmp,
@@ -456,8 +458,8 @@ class Accumulator:
                 items=self.items,
                 tokens=self.tokens,
                 generated=np.array(json.dumps(self.generated)),
-                **({"frames": np.array(json.dumps(self.frames))} if self.frames else {}),
                 **{n: getattr(self, n) for n in (*self.FIELDS, *self.GOLD_FIELDS) if getattr(self, n) is not None},
+                **frames,
             )
 
     @classmethod

@@ -28,6 +28,18 @@ from attnviz.core.attention import PatchGrid
 from attnviz.core.row_sums import FIXED_KEYS, ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.corpus.fold import HeadGroup, Partial, fold_items, signs
+from attnviz.corpus.plan import MAP_BUDGET_BYTES
+
+
+def images_per_batch(family, heads: int, batch_size: int, budget: int = MAP_BUDGET_BYTES) -> int:
+    """At most ``batch_size`` images a batch, fewer where their maps (``heads`` in all layers, each image's most
+    frames, each frame's keys squared, float32) would pass ``budget`` (as text batches end: plan.plan_encoded); at
+    least one.  SmolVLM's 17 frames of 1024 patches are ~10 GB of maps an image: one image a batch."""
+    most = family.frames_at_most()
+    if most is None:
+        return batch_size
+    frames, per = most
+    return max(1, min(batch_size, budget // max(1, frames * heads * per * per * 4)))
 
 
 def tower_feeds(model, images: list[str], image_spec) -> tuple[dict[str, np.ndarray], list[int]]:

@@ -9,17 +9,21 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import vlm_build as vb  # noqa: E402
+import vlm_build as vb
 
-from attnviz.cli import main  # noqa: E402
-from attnviz.core import io  # noqa: E402
-from attnviz.core.stats import ROW_STATS, row_stats  # noqa: E402
-from attnviz.corpus.output import read  # noqa: E402
+from attnviz.cli import main
+from attnviz.core import io
+from attnviz.core.stats import ROW_STATS, row_stats
+from attnviz.corpus.output import read
+from attnviz.corpus.run import CHECKPOINT, CorpusConfig, run_corpus
+from attnviz.corpus.tower import images_per_batch
+from attnviz.runtime import open_model
 
 TOL = 1e-5
 # (h, w): the processor's split 1 x 2, 2 x 2, 2 x 2 (upscaled to its longest edge, 96) and 2 x 1 tiles, each and a
@@ -48,7 +52,9 @@ def extracted(tower, images, tmp_path_factory):
     d = tmp_path_factory.mktemp("tower_npz")
     out = {}
     for name in SHAPES:
-        assert main(["extract", str(tower), "--image", str(images / f"{name}.png"), "--out", str(d / f"{name}.npz")]) == 0
+        assert (
+            main(["extract", str(tower), "--image", str(images / f"{name}.png"), "--out", str(d / f"{name}.npz")]) == 0
+        )
         r = io.load_npz(d / f"{name}.npz")
         out[name] = ([m.array()[0] for m in r.maps], list(r.blocks()[0].key_axis.labels))
     return out
@@ -129,7 +135,10 @@ def test_no_preprocessor_config_is_one_line(idefics3_repo, images, tmp_path, cap
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
-    assert "no preprocessor_config.json is beside it" in err[0] and "put the repository's preprocessor_config.json" in err[0]
+    assert (
+        "no preprocessor_config.json is beside it" in err[0]
+        and "put the repository's preprocessor_config.json" in err[0]
+    )
     assert "--inputs" not in err[0] and not (tmp_path / "o").exists()
 
 
@@ -143,3 +152,58 @@ def test_an_image_that_cannot_be_read_is_one_line(tower, images, tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert "broken.png: cannot open it as an image" in err[0]
+
+
+def _same_tables(a, b) -> None:
+    for name in ("heads.parquet", "examples.parquet"):
+        np.testing.assert_equal(pq.read_table(a / name).to_pylist(), pq.read_table(b / name).to_pylist())
+
+
+def _cfg(tower, images, out, **kw) -> CorpusConfig:
+    return CorpusConfig(
+        model=str(tower),
+        images=str(images),
+        out=str(out),
+        batch_size=2,
+        workers=1,
+        provider="cpu",
+        progress=False,
+        **kw,
+    )
+
+
+def test_a_resumed_run_gives_the_same_tables(tower, images, results, tmp_path):
+    """Interrupted after its first batch and run again: the checkpoint keeps the example images' frames, so the
+    patches are named as by the uninterrupted run (the same tables, bit for bit)."""
+    cut = tmp_path / "cut"
+
+    def stop(done):
+        if done >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_corpus(_cfg(tower, images, cut), on_batch=stop)
+    assert (cut / CHECKPOINT).exists() and not (cut / "heads.parquet").exists()
+    s = run_corpus(_cfg(tower, images, cut))
+    assert s.resumed_items == 2 and s.items == len(SHAPES)
+    _same_tables(results.folder, cut)
+
+
+def test_ray_runs_the_drivers_plan_through_the_familys_processor(tower, images, results, tmp_path, ray_local):
+    """``--engine ray``: the driver's plan (Ray Data's own image reading would resize the images as attnviz
+    does, not split them as the processor does): the local engine's tables, bit for bit."""
+    pytest.importorskip("ray.data")
+    run_corpus(_cfg(tower, images, tmp_path / "ray", engine="ray"))
+    _same_tables(results.folder, tmp_path / "ray")
+
+
+def test_batches_hold_fewer_images_where_their_maps_would_pass_the_budget(tower):
+    """The tiny model's processor: images resized to a longest edge of 96 in tiles of 48, so 2 x 2 tiles and the
+    global image at most, each 6 x 6 patches; its 2 layers of 4 heads: 5 · 8 · 36² · 4 bytes of maps an image."""
+    family = open_model(tower, provider="cpu").frames.require_family()
+    assert family.frames_at_most() == (5, 36)
+    one = 5 * 8 * 36 * 36 * 4
+    assert images_per_batch(family, 8, 32, budget=3 * one) == 3
+    assert images_per_batch(family, 8, 32, budget=3 * one - 1) == 2
+    assert images_per_batch(family, 8, 32, budget=1) == 1  # one image a batch, whatever its maps
+    assert images_per_batch(family, 8, 2) == 2  # --batch-size stays the most
