@@ -388,27 +388,24 @@ class AttentionResult:
         """Where batch row ``batch``'s image tokens lie among its keys: rows of a padded batch differ (left padding
         shifts them, Idefics3 rows may split their images differently); ``info["token_grids"]`` keeps each row's
         (plain values, so an extracted ``.npz`` has them), else every row is ``token_grid``."""
-        grids = (self.info or {}).get(TOKEN_GRIDS_KEY)
-        if batch and isinstance(grids, list) and batch < len(grids):
-            d = grids[batch]
-            try:
-                return PatchGrid.from_dict(d) if isinstance(d, dict) else None
-            except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
-                return None
-        return self.token_grid
+        return self._row_grid(TOKEN_GRIDS_KEY, batch, self.token_grid)
 
     def patch_grid_of(self, batch: int = 0) -> PatchGrid | None:
         """Where batch row ``batch``'s image patches lie among the vision tower's keys: rows of a padded batch
         differ where they hold different numbers of frames (Idefics3's tiles); ``info["patch_grids"]`` keeps each
         row's, else every row is ``patch_grid``."""
-        grids = (self.info or {}).get(PATCH_GRIDS_KEY)
+        return self._row_grid(PATCH_GRIDS_KEY, batch, self.patch_grid)
+
+    def _row_grid(self, key: str, batch: int, first: PatchGrid | None) -> PatchGrid | None:
+        """Row ``batch``'s grid out of ``info[key]`` (one per row), else ``first`` (row 0's, every row's)."""
+        grids = (self.info or {}).get(key)
         if batch and isinstance(grids, list) and batch < len(grids):
             d = grids[batch]
             try:
                 return PatchGrid.from_dict(d) if isinstance(d, dict) else None
             except (KeyError, TypeError, ValueError):  # a hand-edited file: no grid rather than a wrong one
                 return None
-        return self.patch_grid
+        return first
 
     def image_grids(self) -> list[PatchGrid]:
         """Where each image's tokens lie among the keys, in order: one prompt's several images

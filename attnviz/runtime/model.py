@@ -315,7 +315,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     def _graph_key(self, edited: onnx.ModelProto, data: bytes) -> GraphKey | None:
         """:func:`attnviz.runtime.optcache.graph_key` of ``data`` (``edited`` serialised, or a graph with its
         weights), None where a weight lies outside this file (a .data file beside it: the key, this file's hash,
-        would not name those weights)."""
+        would not name those weights).  The small tensors the loader read in from a .data file are in ``data``,
+        which the key hashes: new values there are another key."""
         from attnviz.runtime import optcache
         from attnviz.runtime.loading import all_tensors
 
@@ -328,7 +329,15 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
 
     def file_key(self, what: bytes) -> GraphKey | None:
         """The cache's name of ``what`` about this model's own file (:meth:`_graph_key` of its graph: None where
-        nothing is kept), e.g. its probe (:mod:`attnviz.runtime.probe_kept`)."""
+        nothing is kept), e.g. its probe (:mod:`attnviz.runtime.probe_kept`), its statistics graph
+        (:mod:`attnviz.runtime.statgraph_kept`).  None for a model with any tensor in a .data file beside it, as
+        for its kept summary (runtime/model_summary.py): the loader read the small ones into the graph, which then
+        no longer says where they lay, and this key names the .onnx file's bytes and ``what``, not the graph's
+        (:meth:`_graph_key`'s optimised graph and memory estimates hash the bytes that hold them: a new .data file
+        there is a new key).  Nothing hashes a .data file (a corpus driver hashes the .onnx file), and naming them
+        would mean hashing gigabytes for the models that have them."""
+        if self.data_files:
+            return None
         return self._graph_key(self.proto, what)
 
     def close_session(self, mode: str) -> None:

@@ -140,8 +140,10 @@ def kept(path: str | Path, provider: str, tokenizer: str | None) -> ModelSummary
 def describe(model) -> dict | None:
     """What a summary keeps of ``model`` (an :class:`AttentionModel` just opened, not yet probed), None where its
     description depends on more than the key names (or is not a text encoder's or decoder's)."""
+    from attnviz.runtime.model import AttentionModel  # (onnx is imported already: the model was opened)
+
     if (
-        not isinstance(getattr(model, "data_files", None), list)  # one file's AttentionModel (a set of files has none)
+        not isinstance(model, AttentionModel)  # one file's model (a set of files has no data_files)
         or model.encoder_pairing is not None
         or model._probed
         or not model.sites

@@ -21,6 +21,11 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - a corpus worker's statistics graph (:mod:`attnviz.runtime.statgraph_kept`: the edited graph's bytes and what
   it exposes), by the same two and the sites it was built for.
 
+A model with a tensor in a .data file beside it keeps nothing named by its file's hash (the probe, the statistics
+graph, the summary: :meth:`attnviz.runtime.model.AttentionModel.file_key`); an optimised graph is named by the bytes
+it is made from, which hold the small tensors the loader read in from that file, and is not kept where a large one
+stays there.
+
 An optimised graph is loaded with graph optimisation off (:func:`attnviz.runtime.session.make_session`): the graph
 onnxruntime would have made again, so the outputs are byte-equal (tests/runtime/test_optcache.py).
 

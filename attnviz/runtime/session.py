@@ -140,6 +140,9 @@ def _kept(model: bytes | str, so: ort.SessionOptions, entry: str) -> ort.Inferen
         with atomic_path(entry) as written:  # onnxruntime writes its graph there; renamed once the session is made
             so.optimized_model_filepath = str(written)
             sess = ort.InferenceSession(model, so, providers=[CPU])
+            from attnviz.runtime.optgraph import unique_subgraph_names
+
+            unique_subgraph_names(str(written))  # else a graph with an If may not load back (optgraph.py)
     except Exception:  # the folder or the write failed (a model over 2 GB cannot be written in one piece): as usual
         so.optimized_model_filepath = ""
         return ort.InferenceSession(model, so, providers=[CPU])
