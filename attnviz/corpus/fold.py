@@ -89,6 +89,9 @@ class Partial:
     audio: np.ndarray | None = None
     # --audio-dir: each recording's word times (Item.index -> the words TSV's bytes), written by the driver
     words: dict[int, bytes] = field(default_factory=dict)
+    # a VLM's vision file alone (corpus/tower.py): the images named above, Item.index -> (frames, a frame's patch
+    # rows, its patch columns), so that an example's row and key are named as the view names them
+    frames: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def key_columns(

@@ -112,6 +112,7 @@ def gold_summary(acc: Accumulator, groups: list[HeadGroup], info: dict) -> dict:
 def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item]) -> list[dict]:
     from attnviz.corpus.reduce import signs
 
+    names = _patch_names(acc)
     rows = []
     for g in groups:
         sign = signs(g.kind)  # the accumulator ranks sign · value (reduce.Partial.top_value)
@@ -124,6 +125,8 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                         continue
                     src = items[it]
                     gen = acc.generated.get(it)  # encoder-decoder without targets: what the model generated
+                    row, col = int(acc.top_row[s, i, rank]), int(acc.top_col[s, i, rank])
+                    patch = names.get(it)
                     rows.append(
                         {
                             "stack": g.stack,
@@ -134,8 +137,9 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                             "rank": rank,
                             "item": it,
                             "value": float(sign[s] * acc.top_value[s, i, rank]),
-                            "row": int(acc.top_row[s, i, rank]),
-                            "col": int(acc.top_col[s, i, rank]),
+                            "row": row,
+                            "col": col,
+                            **({"row_patch": patch[row], "col_patch": patch[col]} if patch else {}),
                             "text": src.text,
                             "pair": src.pair,
                             "image": src.image,
@@ -147,6 +151,15 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
             if g.kind == "cross" and acc.gold_top_item is not None and acc.gold_top_value is not None:
                 rows += _worst_aligned(acc.gold_top_value[i], acc.gold_top_item[i], g, h, items)
     return rows
+
+
+def _patch_names(acc: Accumulator) -> dict[int, list[str]]:
+    """A VLM's vision file alone: each example image's keys named as the view names them (corpus/tower.py)."""
+    if not acc.frames:
+        return {}
+    from attnviz.corpus.tower import patch_names
+
+    return {it: patch_names(*shape) for it, shape in acc.frames.items()}
 
 
 def _worst_aligned(values: np.ndarray, ids: np.ndarray, g: HeadGroup, h: int, items: dict[int, Item]) -> list[dict]:
@@ -230,6 +243,10 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
             ("generate", pa.int64()),  # how many: `attnviz open --generate N` shows the same decoder rows
         ]
     )
+    if any("row_patch" in e for e in examples):  # a VLM's tower alone: the row's and the key's patches, named
+        at = ex_schema.get_field_index("col") + 1
+        ex_schema = ex_schema.insert(at, pa.field("row_patch", pa.string()))
+        ex_schema = ex_schema.insert(at + 1, pa.field("col_patch", pa.string()))
     if any("audio" in e for e in examples):  # a speech corpus: each example's recording
         ex_schema = ex_schema.insert(ex_schema.get_field_index("image") + 1, pa.field("audio", pa.string()))
     with writes.atomic_path(out / EXAMPLES, "--out") as tmp:

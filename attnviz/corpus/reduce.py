@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -173,6 +173,8 @@ class BatchReducer:
             return self._pair(spec)
         if isinstance(spec, AudioSpec):
             return self._audio(spec)
+        if self.model.frames is not None and spec.images:
+            return self._tower(spec)
         feeds, lengths, special = self.feeds(spec)
         part = self._in_graph(spec, feeds, lengths, special)
         if part is not None:
@@ -282,6 +284,24 @@ class BatchReducer:
             part.generated = {int(i): [tok.label(t) for t in g] for i, g in zip(spec.items, gen) if int(i) in named}
         return part
 
+    def _tower(self, spec: BatchSpec) -> Partial:
+        """A VLM's vision file alone: its images through the family's processor, each frame's map reduced by
+        itself (corpus/tower.py says why not over the block-diagonal map the view draws)."""
+        from attnviz.corpus.tower import reduce_tower, tower_feeds
+
+        frames = self.model.frames
+        assert frames is not None and self.image_spec is not None  # (for the type checker: __call__ checked)
+        feeds, counts = tower_feeds(self.model, spec.images, self.image_spec)
+        frames.whole = False  # the maps one per real frame, never the block-diagonal map (vlm_tower.TowerFrames)
+        maps = [m.array() for m in self.model.run(feeds, mode="dense").maps]
+        part = reduce_tower(maps, self.groups, counts, spec.items, self.k, spec.batch_id)
+        per = int(maps[self.groups[0].site].shape[-1])
+        grid = frames.family.vision_grid(per) if frames.family is not None else None
+        rows, cols = (grid.rows, grid.cols) if grid is not None and grid.n == per else (1, per)
+        named = set(part.top_item.ravel().tolist())
+        part.frames = {int(i): (n, rows, cols) for i, n in zip(spec.items, counts) if int(i) in named}
+        return part
+
     def _audio(self, spec: AudioSpec) -> Partial:
         """A recording (``--audio-dir``): encoder self over its frames, decoder self (causal) and cross over the
         decoder's rows, plus its boundary counts and words (corpus/audio_items.py)."""
@@ -332,6 +352,7 @@ class Accumulator:
         self.top_row = np.full((S, nh, k), -1, np.int64)
         self.top_col = np.full((S, nh, k), -1, np.int64)
         self.generated: dict[int, list[str]] = {}  # generated tokens of the items in the top lists
+        self.frames: dict[int, tuple[int, int, int]] = {}  # a VLM's tower alone: Partial.frames of the top lists
         self.gold: np.ndarray | None = None  # --gold-column: link counts (corpus/gold.py), once a batch brings them
         self.gold_top_value: np.ndarray | None = None  # and per head the items it aligns worst (AER, Item.index)
         self.gold_top_item: np.ndarray | None = None
@@ -347,6 +368,10 @@ class Accumulator:
         if generated or p.generated:  # (an encoder's or a decoder's batches generate nothing: no set of the ids)
             named = set(top_item.ravel().tolist())  # not np.unique: it sorts, and imports numpy.ma (~5 ms) once
             generated = {n: g for n, g in (self.generated | p.generated).items() if n in named}
+        frames = self.frames
+        if frames or p.frames:
+            named = set(top_item.ravel().tolist())
+            frames = {n: f for n, f in (self.frames | p.frames).items() if n in named}
         # the new state is built aside and swapped in by one dict update: a Ctrl-C (delivered between bytecodes)
         # then finds the batch either wholly folded or not at all, so the checkpoint never counts it twice
         gold = self.gold if p.gold is None else p.gold if self.gold is None else self.gold + p.gold
@@ -358,6 +383,7 @@ class Accumulator:
             gold_top_value=worst[0],
             gold_top_item=worst[1],
             generated=generated,
+            frames=frames,
             sums=self.sums + p.sums,
             counts=self.counts + p.counts,
             items=self.items + p.items,
@@ -418,6 +444,8 @@ class Accumulator:
     GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item", "audio")  # only with --gold-column / --gold-dir
 
     def save(self, path: Path, fingerprint: str) -> None:
+        # a VLM's tower alone: the example images' frames (a run without them saves none, as before)
+        frames: dict[str, Any] = {"frames": np.array(json.dumps(self.frames))} if self.frames else {}
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
         with (
             atomic_path(path, "--out") as tmp,
@@ -431,6 +459,7 @@ class Accumulator:
                 tokens=self.tokens,
                 generated=np.array(json.dumps(self.generated)),
                 **{n: getattr(self, n) for n in (*self.FIELDS, *self.GOLD_FIELDS) if getattr(self, n) is not None},
+                **frames,
             )
 
     @classmethod
@@ -451,6 +480,9 @@ class Accumulator:
                         setattr(acc, n, z[n])
                 if "generated" in z.files:  # checkpoints from before generation have none
                     acc.generated = {int(i): g for i, g in parse_json(str(z["generated"]), f"{path} generated").items()}
+                if "frames" in z.files:  # only a VLM's tower alone keeps them
+                    kept = parse_json(str(z["frames"]), f"{path} frames")
+                    acc.frames = {int(i): (int(f[0]), int(f[1]), int(f[2])) for i, f in kept.items()}
         except Exception as e:  # truncated or not ours
             raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc

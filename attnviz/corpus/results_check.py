@@ -47,7 +47,15 @@ EXAMPLE_COLUMNS = {
     "row": "signed",
     "col": "signed",
 }
-EXAMPLE_OPTIONAL = {"text": "text", "pair": "text", "image": "text", "generated": "text", "generate": "index"}
+EXAMPLE_OPTIONAL = {
+    "text": "text",
+    "pair": "text",
+    "image": "text",
+    "generated": "text",
+    "generate": "index",
+    "row_patch": "text",  # a VLM's vision file alone (corpus/tower.py): the row's and the key's patch, as the view names
+    "col_patch": "text",
+}
 # run.json keys the window reads, with the types `attnviz corpus` writes them in
 RUN_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,),

@@ -248,8 +248,10 @@ def _run(
         from attnviz.runtime import model_summary
 
         model_summary.keep(cfg.model, summary)
-    # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan
-    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder"
+    # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan,
+    # and so does a VLM's vision file alone (its images go through the family's processor in the workers, not
+    # through Ray Data's decoding and attnviz's own resize: corpus/tower.py)
+    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and getattr(model, "frames", None) is None
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
@@ -568,8 +570,14 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         )
         del tokens
     else:
+        size = cfg.batch_size
+        frames = getattr(model, "frames", None)
+        if frames is not None:  # a VLM's vision file alone: its processor's config is needed by every batch
+            from attnviz.corpus.tower import images_per_batch
+
+            size = images_per_batch(frames.require_family(raw=False), nh, size)
         items = it.read_images(cfg.images, cfg.max_items)
-        specs = plan_images(items, cfg.batch_size)
+        specs = plan_images(items, size)
     threads = cfg.threads or default_threads(workers)  # as the pool started early (_prestart) has them
     workers = max(1, min(workers, len(specs)))
     if cfg.audio_dir is None:

@@ -63,23 +63,35 @@ class TowerFrames:
         self._split: Tiles | None = None  # the split of the image the latest run was fed (None: raw pixel values)
         self._frame_keys = 0  # the latest run's keys per frame
         self._row_frames: list[int] = []  # the latest run's real frames of each row
+        # False (a corpus run, attnviz.corpus.tower): the maps are left one per real frame, as the file gives them;
+        # the corpus reduces each frame's map itself, and never makes the block-diagonal map (the frames' maps
+        # times the frame count: ~15 GB a layer for SmolVLM's 17 frames of 1024 patches)
+        self.whole = True
 
     # -- the image -------------------------------------------------------------------
     def load_image(self, source, spec: ip.ImageSpec) -> LoadedImage | None:
         """The family's own processor: the tiles and the global image, as the whole model's run makes them."""
+        family = self.require_family()
+        loaded = family.load_image(source, spec)
+        self._loaded = (loaded.pixels, loaded.tiles) if loaded is not None else None
+        return loaded
+
+    def require_family(self, raw: bool = True) -> Family:
+        """The family's processor, or one line naming the missing file and the fix (an image cannot be split
+        into the tiles and global image without it); ``raw``: the fix may also be the pixel values given raw
+        (``--inputs``; a corpus run has no such flag)."""
         if self.family is None:
+            param = "image" if raw else None
             if sidecar(self.path, PREPROCESSOR) is None:
+                also = f", or give {self.image_input.describe()} with --inputs FEEDS.npz" if raw else ""
                 raise AttnvizError(
                     f"{self.path.name}: {self.family_name}'s vision encoder takes an image as its processor's tiles "
                     f"and global image, and no {PREPROCESSOR} is beside it (or in the repository above onnx/) to say "
-                    f"how; put the repository's {PREPROCESSOR} there, or give {self.image_input.describe()} with "
-                    "--inputs FEEDS.npz",
-                    param="image",
+                    f"how; put the repository's {PREPROCESSOR} there{also}",
+                    param=param,
                 )
-            raise AttnvizError(self.family_error, param="image")
-        loaded = self.family.load_image(source, spec)
-        self._loaded = (loaded.pixels, loaded.tiles) if loaded is not None else None
-        return loaded
+            raise AttnvizError(self.family_error, param=param)
+        return self.family
 
     # -- running ---------------------------------------------------------------------
     def feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -124,7 +136,7 @@ class TowerFrames:
                 f"{self.path.name} gave maps for {maps[0].shape[0]} images and {self.image_input.name} holds "
                 f"{sum(per_row)} real ones (all-zero frames are padding); give each row's images, padding last"
             )
-        if all(k == 1 for k in per_row):
+        if all(k == 1 for k in per_row) or not self.whole:
             return maps
         return [DenseMap(block_diagonal(m.array(), per_row)) for m in maps]
 

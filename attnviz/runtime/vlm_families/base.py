@@ -108,6 +108,11 @@ class Family:
         """The patch grid of the vision block's keys (None: the vision file's own guess)."""
         return None
 
+    def frames_at_most(self) -> tuple[int, int] | None:
+        """The most frames the processor makes of one image and each frame's keys (a corpus over the vision file
+        alone sizes its batches by them); None: not known."""
+        return None
+
     def vision_grid_of(self, image: int, n_keys: int) -> PatchGrid | None:
         """One prompt's image ``image`` (0-based): the patch grid of its ``n_keys`` keys in the vision block, over
         its own keys (None: the vision file's own guess)."""

@@ -197,6 +197,15 @@ class Idefics3(Family):
             return None
         return PatchGrid(self.patches, self.patches, n_keys - per, lead_images=n_keys // per - 1)
 
+    def frames_at_most(self) -> tuple[int, int] | None:
+        """Tiles up to the resized longest edge's multiple of the tile (at most MAX_TILES a side: more is refused)
+        and the global image; an image alone where the processor does not split."""
+        per = self.patches * self.patches
+        if not self.split:
+            return 1, per
+        side = MAX_TILES if self.longest is None else min(MAX_TILES, -(-self.longest // self.tile))
+        return side * side + 1, per
+
     # -- the prompt ------------------------------------------------------------------
     def expansion(self, tiles: Tiles) -> str:
         """What the processor writes for one ``<image>`` (Idefics3Processor.replace_image_token)."""
