@@ -251,7 +251,7 @@ def _run(
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan,
     # and so does a VLM's vision file alone (its images go through the family's processor in the workers, not
     # through Ray Data's decoding and attnviz's own resize: corpus/tower.py)
-    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and getattr(model, "frames", None) is None
+    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and _tower_frames(cfg, model) is None
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
@@ -369,6 +369,16 @@ def _run(
     )
     ckpt.unlink(missing_ok=True)
     return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
+
+
+def _tower_frames(cfg: CorpusConfig, model):
+    """A VLM's vision file opened alone (one file's model whose images are its family processor's frames:
+    runtime/vlm_tower.py), else None.  Only an image corpus asks: its model was opened (onnx imported already)."""
+    if cfg.images is None:
+        return None
+    from attnviz.runtime.model import AttentionModel
+
+    return model.frames if isinstance(model, AttentionModel) else None
 
 
 def _open(cfg: CorpusConfig, probed_by_worker: bool) -> tuple[Any, dict | None]:
@@ -571,7 +581,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         del tokens
     else:
         size = cfg.batch_size
-        frames = getattr(model, "frames", None)
+        frames = _tower_frames(cfg, model)
         if frames is not None:  # a VLM's vision file alone: its processor's config is needed by every batch
             from attnviz.corpus.tower import images_per_batch
 
