@@ -324,6 +324,8 @@ WRITES_ALLOWED = {
     "corpus/ablate_plan.py": "the corpus-mean rows: np.savez into memory (io.BytesIO) for the workers' setup",
     "corpus/align_audio.py": "heads.parquet: pq.write_table into core.writes.atomic_path's temp file",
     "corpus/ray_engine.py": "image bytes into a private TemporaryDirectory, decoded and deleted at once",
+    "runtime/optgraph.py": "onnx.save of onnxruntime's optimised graph, renamed in place inside session._kept's "
+    "core.writes.atomic_path temp file (its only caller)",
     "runtime/builders.py": "an image into a private mkstemp file the tokenizer-free builder reads and deletes",
     "training/export.py": "onnx.save into core.writes.atomic_path's temp file",
     "training/hf_export.py": "onnx.save / copies into a private staging folder published by core.writes.publish_folder",

@@ -21,7 +21,9 @@ SUFFIX = "__attnviz_sub"  # a renamed value: its old name, this, a number (uniqu
 
 def unique_subgraph_names(path: str) -> bool:
     """Rewrite the graph at ``path`` (its weights left where they are) so that no value made in a subgraph shares
-    its name with any other in the model; True where anything was renamed (else the file is left untouched).  A
+    its name with any other in the model; True where anything was renamed (else the file is left untouched).
+    ``path`` is the temporary file of ``session._kept``'s atomic write (core.writes.atomic_path), never a kept
+    entry or a user's file: an interrupted rewrite leaves nothing behind.  A
     graph too large to keep (:data:`~attnviz.runtime.optcache.KEEP_MAX_BYTES`) is not read: it is dropped anyway."""
     if os.path.getsize(path) > KEEP_MAX_BYTES:
         return False
