@@ -15,8 +15,6 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
-
 from attnviz import AttnvizError
 from attnviz.core.words import with_article
 
@@ -95,6 +93,9 @@ _LONG_DIGITS = re.compile(rf"\d{{{JSON_MAX_DIGITS + 1}}}")
 
 def _json_depth(text: str) -> int:
     """The deepest bracket nesting in ``text`` outside strings (numpy over the bracket bytes only: no recursion)."""
+    import numpy as np  # here: the modules that import this one for its file checks (runtime.raster, the corpus
+    # command's checks before it starts its workers) need no numpy
+
     b = np.frombuffer(text.encode("utf-8", "replace"), np.uint8)
     opens, closes = (b == 91) | (b == 123), (b == 93) | (b == 125)  # [ {  and  ] }
     steps = opens[opens | closes].astype(np.int64) * 2 - 1

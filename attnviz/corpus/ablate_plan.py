@@ -53,9 +53,9 @@ def check_config(cfg: AblateCorpusConfig) -> None:
     if cfg.ray_address and cfg.engine != "ray":
         raise AttnvizError("--ray-address needs --engine ray")
     if cfg.engine == "ray":
-        from attnviz.corpus.run import _importable
+        from attnviz.corpus.prestart import importable
 
-        if not _importable("ray"):
+        if not importable("ray"):
             raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.mode not in ("zero", "mean"):
         raise AttnvizError(f"unknown --mode {cfg.mode!r}; use zero or mean")
@@ -220,9 +220,8 @@ class Plan:
 def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
     """Open the model, read and tokenise the corpus, cut the batches, and (``--mode mean``) run the first pass."""
     from attnviz.corpus import items as it
-    from attnviz.corpus.engines import default_workers
+    from attnviz.corpus.engines import default_threads, default_workers
     from attnviz.corpus.plan import encode_items, has_mask, plan_text
-    from attnviz.corpus.reduce import default_threads
     from attnviz.corpus.run import _gpu_session
     from attnviz.runtime.ablation import REGRESSION_TASKS
 

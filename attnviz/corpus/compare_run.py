@@ -65,7 +65,7 @@ class CompareCorpusResult:
 
 
 def _check(cfg: CompareCorpusConfig) -> None:
-    from attnviz.corpus.run import _importable
+    from attnviz.corpus.prestart import importable
 
     if cfg.batch_size < 1:
         raise AttnvizError("--batch-size must be 1 or more")
@@ -77,7 +77,7 @@ def _check(cfg: CompareCorpusConfig) -> None:
         raise AttnvizError("--threads must be 1 or more")
     if cfg.engine not in ENGINES:
         raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
-    if cfg.engine == "ray" and not _importable("ray"):
+    if cfg.engine == "ray" and not importable("ray"):
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.ray_address and cfg.engine != "ray":
         raise AttnvizError("--ray-address needs --engine ray")
@@ -116,9 +116,9 @@ def _gpu(provider: str) -> bool:
 
 
 def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> CompareCorpusResult:
-    from attnviz.corpus.engines import default_workers
-    from attnviz.corpus.reduce import default_threads
-    from attnviz.corpus.run import CorpusConfig, _batches_at_least
+    from attnviz.corpus.config import CorpusConfig
+    from attnviz.corpus.engines import default_threads, default_workers
+    from attnviz.corpus.prestart import batches_at_least
     from attnviz.runtime import open_model
 
     t_start = time.perf_counter()
@@ -128,7 +128,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     early = CompareSetup(cfg.a, cfg.b, cfg.provider, cfg.tokenizer, threads, workers, (), (), cfg.ray_address, gpu)
     if cfg.engine == "local":  # the workers open both models while the driver opens, tokenises and plans
         probe = CorpusConfig(cfg.a, cfg.out, texts=cfg.texts, batch_size=cfg.batch_size, max_items=cfg.max_items)
-        pools.append(ComparePool.start(early, min(workers, _batches_at_least(probe, workers))))
+        pools.append(ComparePool.start(early, min(workers, batches_at_least(probe, workers))))
     models = [open_model(p, provider=cfg.provider, tokenizer=cfg.tokenizer) for p in (cfg.a, cfg.b)]
     kind = _check_models(cfg, models)
     matched, unmatched = match_sites(models[0].sites, models[1].sites)

@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
-from attnviz.corpus.plan import BatchSpec
-from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
 
+# the reduction (numpy, the runtime) is imported where a worker builds its reducer, not here: the driver of
+# `attnviz corpus` starts its pool (WarmPool, WorkerSetup) before it imports numpy (corpus/prestart.py)
 if TYPE_CHECKING:
     import threading
     from concurrent.futures import Future, ProcessPoolExecutor
 
+    from attnviz.corpus.plan import BatchSpec
+    from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
     from attnviz.runtime.model import AttentionModel
 
 
@@ -39,12 +41,16 @@ class WorkerSetup:
     layout: str = "processes"  # how the local engine places the workers (LAYOUTS)
 
     def reducer(self) -> BatchReducer:
+        from attnviz.corpus.reduce import BatchReducer
+
         return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
 
     def probed(self, model: AttentionModel) -> BatchReducer:
         """A reducer over ``model``, this setup's model that this process probed for the driver (:func:`_probe`):
         neither opened nor probed again (a probe builds a session with every map exposed and runs it: ~0.13 s
         CPU for MiniLM).  The groups are its probe's, which the driver adopted (:func:`_work` checks them)."""
+        from attnviz.corpus.reduce import BatchReducer
+
         if _cpu_only(self):  # the probe's session goes first, as when the probe's model was dropped (one copy of
             model.close_session("dense")  # the weights); its device, which the statistics layout follows, is known
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
@@ -56,6 +62,8 @@ class WorkerSetup:
         e.g. :class:`attnviz.corpus.ablate_work.AblateSetup`, opens its own)."""
         # the heads and kind come with the first batch (BatchReducer.adopt): the driver probes the model itself,
         # and a probe here would build a session of the model with every map exposed only to count them
+        from attnviz.corpus.reduce import BatchReducer
+
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, probe=not _device_known(self))
         r.prepare()  # the statistics session, while the driver still plans
         return r
@@ -225,6 +233,8 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     global _REDUCER
+    from attnviz.corpus.reduce import BatchReducer
+
     if isinstance(_REDUCER, BatchReducer) and not _REDUCER.heads_known:  # warmed up unprobed: the driver's probe
         _REDUCER.adopt(setup.groups, setup.kind)
     elif isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.model.meta:  # a speech model's heads: the
@@ -311,7 +321,7 @@ class WarmPool:
             self.exiting.pop().join()
 
 
-_OFFERED: list[WarmPool] = []  # started early by the driver (run._prestart) for the local_engine call that follows
+_OFFERED: list[WarmPool] = []  # started early by the driver (prestart.prestart) for the local_engine call that follows
 
 
 def offer(warm: WarmPool) -> None:
@@ -390,6 +400,10 @@ ENGINES = {"local": local_engine, "ray": ray_engine}
 
 
 GPU_LOCAL_WORKERS = 4  # batches in flight on one GPU: runs on the one session (or processes: LAYOUTS)
+
+
+def default_threads(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
 def default_workers(provider: str, gpu: bool, engine: str = "local") -> int:

@@ -14,13 +14,11 @@ from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
 from attnviz.core.untrusted import read_json
 from attnviz.corpus.items import Item
+
+# the file names and the --out guard live without numpy (the command checks --out before it starts its workers)
+from attnviz.corpus.outfiles import EXAMPLES, HEADS, RUN, guard  # noqa: F401
 from attnviz.corpus.reduce import Accumulator, HeadGroup
 from attnviz.corpus.roles import role_of
-
-HEADS = "heads.parquet"
-EXAMPLES = "examples.parquet"
-RUN = "run.json"
-
 
 GOLD_COLUMNS = GOLD_SCORES  # heads.parquet, with --gold-column (NaN off cross heads); directions in the registry
 
@@ -190,21 +188,6 @@ def _worst_aligned(values: np.ndarray, ids: np.ndarray, g: HeadGroup, h: int, it
             }
         )
     return out
-
-
-def guard(out: Path, inputs: dict[str, str | None], extra: tuple[str, ...] = ()) -> None:
-    """Refuse (before anything is written) a results folder where a result would replace an input — e.g.
-    ``--texts d/heads.parquet --out d``; an ``--images`` folder stands for its image files."""
-    from attnviz.runtime.raster import IMAGE_SUFFIXES
-
-    def files(what: str, p: str | None):
-        if what == "the --images folder" and p and Path(p).is_dir():
-            return sorted(str(f) for f in Path(p).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        return p
-
-    writes.guard(
-        {w: files(w, p) for w, p in inputs.items()}, {"--out": [out / n for n in (HEADS, EXAMPLES, RUN, *extra)]}
-    )
 
 
 def prepare_write() -> None:

@@ -106,7 +106,7 @@ def _encode_words(model, out: Encoded, src_tok, tgt_tok, start: int, items: list
 
     out.src_words, out.dec_words = [], []
     for it in items:
-        assert it.text is not None and it.pair is not None  # --gold-column needs both (run._check)
+        assert it.text is not None and it.pair is not None  # --gold-column needs both (prestart.check)
         try:
             src = encode_words(src_tok, it.text.split(), special=True)
             check_positions(model, len(src.ids), fix=FIX)

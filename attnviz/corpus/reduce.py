@@ -333,10 +333,6 @@ class BatchReducer:
             return None
 
 
-def default_threads(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
 class Accumulator:
     """Running totals; ``fold`` takes partials strictly in batch order."""
 

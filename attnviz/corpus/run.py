@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import itertools
 import json
 import platform
 import re
@@ -23,11 +22,14 @@ from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus import output
+from attnviz.corpus import prestart as starting
+from attnviz.corpus.config import CHECKPOINT, GENERATE_DEFAULT, CorpusConfig  # noqa: F401 (run.CorpusConfig: callers')
 from attnviz.corpus.engines import (
     ENGINES,
     WarmPool,
     WorkerSetup,
     choose_layout,
+    default_threads,
     default_workers,
     offer,
     withdraw,
@@ -41,45 +43,11 @@ from attnviz.corpus.plan import (
     plan_images,
     plan_text,
 )
-from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, default_threads, layout
+from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, layout
 from attnviz.corpus.roles import induction_scores
 from attnviz.corpus.stream import Stream
 
-CHECKPOINT = "checkpoint.npz"
 CHECKPOINT_EVERY_S = 2.0
-GENERATE_DEFAULT = 32  # greedy tokens per item when --generate is not given
-
-
-@dataclass
-class CorpusConfig:
-    model: str
-    out: str
-    texts: str | None = None
-    images: str | None = None
-    pair_column: str | None = None
-    batch_size: int = 32
-    max_items: int | None = None
-    engine: str = "local"
-    provider: str = "auto"
-    tokenizer: str | None = None
-    workers: int | None = None
-    threads: int | None = None
-    ray_address: str | None = None
-    k: int = 5
-    progress: bool = True
-    # encoder-decoder without --text-pair-column: greedy tokens per item at most.  Always the effective value: the
-    # checkpoint fingerprint hashes it, so a run keeps its identity whether or not the 32 was typed
-    generate: int = GENERATE_DEFAULT
-    # --generate was typed: refused where nothing is generated (a pair column, a model that is not an
-    # encoder-decoder) rather than ignored; a separate flag, so that `generate` (and the fingerprint) stay as they were
-    generate_given: bool = False
-    gold_column: str | None = None  # each pair's gold word alignment (Pharaoh): AER per cross-attention head
-    convention: str | None = (
-        None  # decoder row = the token it predicts / reads; None: the model's declared, else predict
-    )
-    audio_dir: str | None = None  # a folder of recordings for a speech model (corpus/audio_items.py)
-    gold_dir: str | None = None  # their reference word times, NAME.tsv or NAME.TextGrid per NAME.wav
-    tier: str | None = None  # the TextGrid tier of the words
 
 
 @dataclass
@@ -90,40 +58,6 @@ class CorpusSummary:
     resumed_items: int
     wall_s: float
     items_per_s: float
-
-
-def _check(cfg: CorpusConfig) -> None:
-    if sum(x is not None for x in (cfg.texts, cfg.images, cfg.audio_dir)) != 1:
-        raise AttnvizError("give exactly one of --texts FILE, --images DIR or --audio-dir DIR")
-    if cfg.gold_dir is not None and cfg.audio_dir is None:
-        raise AttnvizError("--gold-dir holds reference word times of recordings; give them with --audio-dir DIR")
-    if cfg.tier is not None and cfg.gold_dir is None:
-        raise AttnvizError("--tier names the TextGrid tier of the references; give --gold-dir DIR too")
-    for flag, folder in (("--audio-dir", cfg.audio_dir), ("--gold-dir", cfg.gold_dir)):
-        if folder and Path(folder).is_dir() and Path(cfg.out).resolve().is_relative_to(Path(folder).resolve()):
-            raise AttnvizError(f"--out {cfg.out} is inside {flag} {folder}; give a results folder outside the inputs")
-    if cfg.batch_size < 1:
-        raise AttnvizError("--batch-size must be 1 or more")
-    if cfg.max_items is not None and cfg.max_items < 1:
-        raise AttnvizError("--max-items must be 1 or more")
-    if cfg.engine not in ENGINES:
-        raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
-    if cfg.engine == "ray" and not _importable("ray"):
-        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
-    if cfg.workers is not None and cfg.workers < 1:
-        raise AttnvizError("--workers must be 1 or more")
-    if not (Path(cfg.model).is_file() or Path(cfg.model).is_dir()):  # a folder: an optimum encoder-decoder export
-        raise AttnvizError(f"model {cfg.model}: no such file or folder")
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
-    if cfg.gold_column and not cfg.pair_column:
-        raise AttnvizError(
-            f"--gold-column {cfg.gold_column} aligns sources with their targets: give the targets' column too "
-            "(--text-pair-column C)"
-        )
-    if cfg.convention is not None and not cfg.gold_column:
-        raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
 
 
 def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
@@ -143,13 +77,6 @@ def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
         )
 
 
-def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ImportError:  # a broken install (or an import hook refusing it)
-        return False
-
-
 def _gpu_session(model) -> bool:
     try:
         return model.provider.startswith("CUDA")
@@ -160,21 +87,10 @@ def _gpu_session(model) -> bool:
 def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None) -> CorpusSummary:
     """Run ``cfg``; ``on_batch(items_done)`` is called after each folded batch (an exception there, e.g.
     KeyboardInterrupt, stops the run with its progress checkpointed)."""
-    _check(cfg)
+    starting.check(cfg)
     with command_scope():  # the inputs declared below end with the run: library callers run many in one process
-        output.guard(
-            Path(cfg.out),
-            {
-                "the model": cfg.model,
-                "the --texts file": cfg.texts,
-                "the --images folder": cfg.images,
-                "the --audio-dir folder": cfg.audio_dir,
-                "the --gold-dir folder": cfg.gold_dir,
-                "the --tokenizer file": cfg.tokenizer,
-            },
-            (CHECKPOINT,),
-        )
-        warm: list[WarmPool] = []  # local workers started early (see _prestart); stopped however the run ends
+        starting.guard(cfg)
+        warm: list[WarmPool] = []  # local workers started early (starting.prestart); stopped however the run ends
         hashing: list[_ModelHash] = []  # the model's hash in a thread; given up on however the run ends
         try:
             return _run(cfg, on_batch, warm, hashing)
@@ -190,14 +106,17 @@ def _run(
     cfg: CorpusConfig, on_batch: Callable[[int], None] | None, warm: list[WarmPool], hashing: list[_ModelHash]
 ) -> CorpusSummary:
     t_start = time.perf_counter()
-    for w in _prestart(cfg):  # first: a worker's start-up (spawn, imports, session) is the longest
+    # first: a worker's start-up (spawn, imports, session) is the longest; the command started them already, before
+    # it imported this module (starting.started)
+    early = starting.take(cfg)
+    for w in early if early is not None else starting.prestart(cfg):
         warm.append(w)
         offer(w)  # local_engine takes it when it fits the setup planned below
     hashing.append(model_hash := _ModelHash(cfg.model))
     # a text corpus on the CPU (or on CUDA in one shared worker: engines.LAYOUTS) is probed in a worker
     # (_probe_while_reading); otherwise the driver's probe needs its isolation child, which loads onnxruntime
     # while the model is read
-    by_worker = warm[0] if warm and warm[0].probes() and _overlaps(cfg) else None
+    by_worker = warm[0] if warm and warm[0].probes() and starting.overlaps(cfg) else None
     if by_worker is None:
         from attnviz.runtime.host import prestart
 
@@ -484,12 +403,6 @@ class _ModelHash:
         self._thread.join()
 
 
-def _overlaps(cfg: CorpusConfig) -> bool:
-    """Whether :func:`_probe_while_reading` may overlap the probe with reading the corpus (as far as the
-    configuration tells, before the model is open)."""
-    return cfg.texts is not None and cfg.engine != "ray" and not cfg.gold_column  # Ray Data reads the corpus itself
-
-
 def _probe_while_reading(
     cfg: CorpusConfig, model, model_hash: _ModelHash, pool: WarmPool | None = None
 ) -> _Tokenised | None:
@@ -501,8 +414,8 @@ def _probe_while_reading(
     into a decoder (a causal map); :func:`_planned` then tokenises the items again."""
     kind = model.kind
     if (
-        cfg.texts is None  # (as _overlaps says; here for the type checker)
-        or not _overlaps(cfg)
+        cfg.texts is None  # (as starting.overlaps says; here for the type checker)
+        or not starting.overlaps(cfg)
         or "audio" in model.meta
         or kind not in ("encoder", "decoder")
         or not any(s.kind in ("self", "cross") for s in model.sites)
@@ -588,7 +501,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             size = images_per_batch(frames.require_family(raw=False), nh, size)
         items = it.read_images(cfg.images, cfg.max_items)
         specs = plan_images(items, size)
-    threads = cfg.threads or default_threads(workers)  # as the pool started early (_prestart) has them
+    threads = cfg.threads or default_threads(workers)  # as the pool started early (starting.prestart) has them
     workers = max(1, min(workers, len(specs)))
     if cfg.audio_dir is None:
         data_sha = it.sha256_items(items)
@@ -696,48 +609,6 @@ def _read_again(cfg: CorpusConfig, data_sha: str, specs: list) -> dict[int, it.I
             f"--texts {cfg.texts} changed during the run; run again on a file that stays as it is (a copy)"
         )
     return {i.index: i for i in items}
-
-
-def _prestart(cfg: CorpusConfig) -> list[WarmPool]:
-    """Start the local workers before the driver probes the model and plans, so that the two start-ups overlap.
-    The device is guessed as the model will find it; a wrong guess only costs the early start (engines.local_engine
-    starts a pool that fits)."""
-    if cfg.engine != "local":
-        return []
-    from attnviz.runtime.isolation import gpu_present
-
-    gpu = cfg.provider == "cuda" or (cfg.provider == "auto" and gpu_present())
-    workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
-    threads = cfg.threads or default_threads(workers)
-    setup = WorkerSetup(
-        str(cfg.model), cfg.provider, cfg.tokenizer, threads, cfg.k, (), workers, layout=choose_layout(gpu)
-    )
-    # a text corpus will be probed in a worker (_probe_while_reading) if the model is an encoder or a decoder, as
-    # a file is (a folder is an encoder-decoder export): the probe goes first
-    probe = _overlaps(cfg) and Path(cfg.model).is_file()
-    return [WarmPool.start(setup, min(workers, _batches_at_least(cfg, workers)), probe=probe)]
-
-
-def _batches_at_least(cfg: CorpusConfig, enough: int) -> int:
-    """How many batches the input gives, counted up to ``enough`` (reads a few kB: a tiny corpus should not
-    start a process per core)."""
-    want = enough * cfg.batch_size
-    if cfg.max_items is not None:
-        want = min(want, cfg.max_items)
-    n = 0
-    try:
-        if cfg.audio_dir is not None:  # one batch a recording
-            return max(1, sum(1 for _ in itertools.islice(Path(cfg.audio_dir).iterdir(), enough)))
-        if cfg.images is not None:
-            n = sum(1 for _ in itertools.islice(Path(cfg.images).iterdir(), want))
-        elif Path(str(cfg.texts)).suffix.lower() in (".txt", ".jsonl"):
-            with open(str(cfg.texts), "rb") as f:
-                n = sum(1 for line in itertools.islice(f, 4 * want) if line.strip())
-        else:  # .parquet: its row count needs pyarrow (seconds to import); assume enough
-            return enough
-    except OSError:
-        return 1  # the readers will say what is wrong
-    return max(1, -(-min(n, want) // cfg.batch_size))
 
 
 def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:

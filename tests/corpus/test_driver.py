@@ -311,3 +311,46 @@ def test_a_model_hash_given_up_on_ends_at_its_next_read(tmp_path):
         it.sha256_model(f, stop)
     with pytest.raises(it.HashStopped):
         it.sha256_model(tmp_path, stop)  # a folder's files too
+
+
+def test_the_command_starts_the_pool_the_run_takes_and_stops_one_nobody_took(planted, tmp_path, monkeypatch):
+    """``attnviz corpus`` starts its workers before it imports the run (corpus/prestart.py): ``run_corpus`` takes
+    that very pool (no second start) and writes what a run that started its own writes; a pool the run never took
+    (an import that failed in between) is stopped on the way out, and bad settings start nothing."""
+    from attnviz.corpus import prestart
+
+    model, texts = planted
+    pools = []
+    real = engines.WarmPool.start.__func__  # type: ignore[attr-defined]
+
+    def start(cls, setup, processes, **kw):
+        pools.append(real(cls, setup, processes, **kw))
+        return pools[-1]
+
+    monkeypatch.setattr(engines.WarmPool, "start", classmethod(start))
+    run_corpus(_cfg(model, texts, tmp_path / "own", workers=2, threads=1))
+    assert len(pools) == 1
+    cfg = _cfg(model, texts, tmp_path / "early", workers=2, threads=1)
+    with prestart.started(cfg):
+        assert len(pools) == 2 and pools[1].pool._processes  # started before the run is called
+        run_corpus(cfg)
+    assert len(pools) == 2  # the run took it
+    for name in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "early" / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
+    assert mp.active_children() == []
+
+    with pytest.raises(ImportError), prestart.started(_cfg(model, texts, tmp_path / "x", workers=2, threads=1)):
+        assert pools[2].pool._processes
+        raise ImportError("the run's modules")
+    assert mp.active_children() == [] and prestart.take(cfg) is None
+
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "heads.parquet").write_text("my corpus")
+    for bad, message in (
+        (_cfg(model, texts, tmp_path / "z", batch_size=0), "--batch-size must be 1 or more"),
+        (_cfg(model, tmp_path / "y" / "heads.parquet", tmp_path / "y"), "heads.parquet"),  # a result replaces it
+    ):
+        with pytest.raises(AttnvizError, match=message), prestart.started(bad):
+            raise AssertionError("not reached")
+    assert len(pools) == 3  # refused before a pool started
+    assert (tmp_path / "y" / "heads.parquet").read_text() == "my corpus"

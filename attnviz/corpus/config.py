@@ -1,0 +1,41 @@
+"""A corpus run's settings (plain Python: the command builds them, checks them and starts its workers before it
+imports numpy and the run's modules: corpus/prestart.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHECKPOINT = "checkpoint.npz"
+GENERATE_DEFAULT = 32  # greedy tokens per item when --generate is not given
+
+
+@dataclass
+class CorpusConfig:
+    model: str
+    out: str
+    texts: str | None = None
+    images: str | None = None
+    pair_column: str | None = None
+    batch_size: int = 32
+    max_items: int | None = None
+    engine: str = "local"
+    provider: str = "auto"
+    tokenizer: str | None = None
+    workers: int | None = None
+    threads: int | None = None
+    ray_address: str | None = None
+    k: int = 5
+    progress: bool = True
+    # encoder-decoder without --text-pair-column: greedy tokens per item at most.  Always the effective value: the
+    # checkpoint fingerprint hashes it, so a run keeps its identity whether or not the 32 was typed
+    generate: int = GENERATE_DEFAULT
+    # --generate was typed: refused where nothing is generated (a pair column, a model that is not an
+    # encoder-decoder) rather than ignored; a separate flag, so that `generate` (and the fingerprint) stay as they were
+    generate_given: bool = False
+    gold_column: str | None = None  # each pair's gold word alignment (Pharaoh): AER per cross-attention head
+    convention: str | None = (
+        None  # decoder row = the token it predicts / reads; None: the model's declared, else predict
+    )
+    audio_dir: str | None = None  # a folder of recordings for a speech model (corpus/audio_items.py)
+    gold_dir: str | None = None  # their reference word times, NAME.tsv or NAME.TextGrid per NAME.wav
+    tier: str | None = None  # the TextGrid tier of the words
