@@ -2,4 +2,4 @@ import sys
 
 from attnviz.cli import main
 
-sys.exit(main())
+sys.exit(main(leave=True))

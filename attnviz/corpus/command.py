@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# the process may end without the interpreter's teardown once the command returns (cli._leave_at_once): its results
+# are written and closed by then, and its workers stopped and joined
+LEAVES_AT_ONCE = True
+
 HELP = "run a model over a corpus and reduce its attention to per-head statistics, roles and top examples (Parquet)"
 
 

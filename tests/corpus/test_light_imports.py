@@ -197,3 +197,45 @@ print(launched)
     assert out.returncode == 0, out.stderr
     # the resource tracker is no spawn Popen: the two workers, both before numpy and the run
     assert out.stdout.strip().splitlines()[-1] == "[(False, False), (False, False)]", out.stdout
+
+
+def test_python_m_attnviz_corpus_ends_without_the_interpreters_teardown(tmp_path):
+    """``python -m attnviz corpus`` ends its process itself once the command returns (cli._leave_at_once): the exit
+    handlers run (multiprocessing's: no worker left) and what it printed is flushed, but the modules are not freed
+    one by one (pyarrow's, numpy's, ~0.03-0.07 s CPU a command).  A library call of ``main`` returns as before, and
+    the results are the same bytes."""
+    from planted import corpus_lines, planted_model
+
+    m = planted_model(tmp_path / "m.onnx")
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(40)))
+    code = """
+import atexit, builtins, multiprocessing, os, sys
+class Teardown:
+    def __del__(self):  # freed by the interpreter's teardown (builtins go last)
+        os.write(1, b'teardown ran\\n')
+builtins._attnviz_test_teardown = Teardown()
+atexit.register(lambda: print('exit handlers ran; children:', multiprocessing.active_children()))
+from attnviz.cli import main
+mode, out, *argv = sys.argv[1:]
+sys.exit(main(['corpus', *argv, '--out', out, '--no-progress', '--workers', '2', '--batch-size', '8'], leave=mode == 'leave'))
+"""
+    runs = {}
+    for mode in ("leave", "return"):
+        for out, extra in ((tmp_path / mode, []), (tmp_path / f"{mode}_bad", ["--top-k", "0"])):
+            argv = [str(m), "--texts", str(tmp_path / "c.txt"), *extra]
+            p = subprocess.run(
+                [sys.executable, "-c", code, mode, str(out), *argv],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+            runs[out.name] = p
+    for mode in ("leave", "return"):
+        ok, bad = runs[mode], runs[f"{mode}_bad"]
+        assert ok.returncode == 0 and "wrote " in ok.stdout and "exit handlers ran; children: []" in ok.stdout, ok
+        assert bad.returncode == 2 and "--top-k must be 1 or more" in bad.stderr, bad
+        assert ("teardown ran" in ok.stdout + bad.stdout) is (mode == "return"), (ok.stdout, bad.stdout)
+        assert "leaked" not in ok.stderr  # multiprocessing's semaphores were released by its exit handler
+    for f in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "leave" / f).read_bytes() == (tmp_path / "return" / f).read_bytes()
