@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["AttentionResult", "Block", "DenseMap", "MapSource", "PatchGrid", "SiteInfo", "TokenAxis"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in __all__:
         raise AttributeError(f"module 'attnviz.core' has no attribute {name!r}")
     from attnviz.core import attention

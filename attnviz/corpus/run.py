@@ -108,8 +108,8 @@ def _run(
     t_start = time.perf_counter()
     # first: a worker's start-up (spawn, imports, session) is the longest; the command started them already, before
     # it imported this module (starting.started)
-    early = starting.take(cfg)
-    for w in early if early is not None else starting.prestart(cfg):
+    started = starting.take(cfg)
+    for w in started if started is not None else starting.prestart(cfg):
         warm.append(w)
         offer(w)  # local_engine takes it when it fits the setup planned below
     hashing.append(model_hash := _ModelHash(cfg.model))
