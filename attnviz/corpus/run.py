@@ -194,6 +194,7 @@ def _run(
     last_save = t0
     recordings = stream.items() if cfg.audio_dir is not None else {}
     versions: dict | None = None
+    items: dict[int, it.Item] | None = None
     loading: threading.Thread | None = None
     try:
         for part in stream.partials(acc.next_batch):
@@ -207,9 +208,11 @@ def _run(
                 loading.start()
             if versions is None and stream.batches is not None and stream.batches - acc.next_batch < stream.workers:
                 # the last batches are running and a worker's core is idle: the tail's imports happen there
-                # (pyarrow for the Parquet files) instead of after them
+                # (pyarrow for the Parquet files) instead of after them, and so does the reading of the texts again
+                # for the examples (checked against the planned corpus: a text corpus changed since still stops)
                 versions = _versions(cfg.engine)
                 output.prepare_write()
+                items = stream.items()
             if stream.fingerprint is not None and (
                 acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
             ):  # first batch: resumable at once
@@ -230,7 +233,8 @@ def _run(
     if stream.resumed != (0, 0):  # a Ray Data run resumed from its kept partials (folded above with the new ones)
         resumed, resumed_tokens = stream.resumed
     run_s = time.perf_counter() - t0
-    items = stream.items()
+    if items is None:
+        items = stream.items()
     workers, threads = stream.workers, stream.threads
 
     induction = None

@@ -354,3 +354,35 @@ def test_the_command_starts_the_pool_the_run_takes_and_stops_one_nobody_took(pla
             raise AssertionError("not reached")
     assert len(pools) == 3  # refused before a pool started
     assert (tmp_path / "y" / "heads.parquet").read_text() == "my corpus"
+
+
+def test_the_texts_are_read_again_while_the_last_batch_runs(planted, tmp_path, monkeypatch):
+    """The examples' texts are read again (and checked against the planned corpus) once fewer batches are left
+    than workers, while a worker's core is idle, not after the last batch on the command's tail; the results are
+    the bytes of a run with one worker (which reads them after its last batch, as before)."""
+    from attnviz.corpus import run as corpus_run
+    from attnviz.corpus.reduce import Accumulator
+
+    model, texts = planted
+    events: list[tuple[str, int]] = []
+    read_again, fold = corpus_run._read_again, Accumulator.fold
+
+    def spy_read(cfg, data_sha, specs):
+        events.append(("read", -1))
+        return read_again(cfg, data_sha, specs)
+
+    def spy_fold(self, p):
+        events.append(("fold", p.batch_id))
+        return fold(self, p)
+
+    monkeypatch.setattr(corpus_run, "_read_again", spy_read)
+    monkeypatch.setattr(Accumulator, "fold", spy_fold)
+    run_corpus(_cfg(model, texts, tmp_path / "two", workers=2, threads=1))
+    folds = [b for e, b in events if e == "fold"]
+    assert events.count(("read", -1)) == 1 and len(folds) == 7  # 40 items in batches of 6
+    assert events.index(("read", -1)) < events.index(("fold", 6))  # before the last batch was folded
+    events.clear()
+    run_corpus(_cfg(model, texts, tmp_path / "one", workers=1))
+    assert events[-1] == ("read", -1) and events.count(("read", -1)) == 1
+    for name in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
