@@ -102,4 +102,4 @@ class FramesMap:
 
 def frames_of(maps: list) -> list[FramesMap] | None:
     """``maps`` as frames' maps where every one is (a tower's block), else None."""
-    return maps if maps and all(isinstance(m, FramesMap) for m in maps) else None  # type: ignore[return-value]
+    return maps if maps and all(isinstance(m, FramesMap) for m in maps) else None

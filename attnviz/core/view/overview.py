@@ -8,6 +8,7 @@ colour scale's top is the block's largest pooled weight (max-pooling keeps maxim
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -218,21 +219,15 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
                 pooled.flags.writeable = False
                 out.append(pooled)
                 continue
+        one: Callable[[int], np.ndarray]  # head h's map after the step
         if isinstance(src, FramesMap):  # a tower's frames: one head laid out at a time (no threads: one each)
-
-            def one(h: int, src: FramesMap = src) -> np.ndarray:
-                return src.head(blk.batch, h)[: f.n_q, : f.n_k]
-
+            one = functools.partial(_laid_out, src, blk.batch, f)
             n_heads, cells = src.shape[1], 0
         else:
             a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
             if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
                 a = a[:, : f.n_q, : f.n_k]
-
-            def one(h: int, a: np.ndarray = a) -> np.ndarray:
-                return a[h]
-
-            n_heads, cells = a.shape[0], a.size
+            one, n_heads, cells = a.__getitem__, a.shape[0], a.size
 
         def head(h: int, one: Callable[[int], np.ndarray] = one) -> np.ndarray:
             m = reduce.drop_positions(one(h), f.drop_q, f.drop_k) if hide else one(h)  # the head map's numbers
@@ -244,6 +239,10 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
         small.flags.writeable = False  # shared by every later draw: nobody may change it in place
         out.append(small)
     return out
+
+
+def _laid_out(src: FramesMap, b: int, f: _Filters, h: int) -> np.ndarray:
+    return src.head(b, h)[: f.n_q, : f.n_k]
 
 
 def thumbnails(

@@ -7,6 +7,7 @@ nothing of the views, so this module sits at the bottom of the view model (with 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -138,7 +139,7 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
     raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
 
 
-def _per_block(mode: str):
+def _per_block(mode: str) -> Callable[[list[np.ndarray]], np.ndarray]:
     """``mode``'s reduction of several layers' ``[H, P, P]`` to one ``[P, P]``, as :func:`head_matrix` reduces the
     whole layers (both are block-separable: :mod:`attnviz.core.frames`)."""
     if mode == "rollout":
