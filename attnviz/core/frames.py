@@ -18,13 +18,15 @@ from collections.abc import Callable
 
 import numpy as np
 
+MAX_FRAMES = 1024  # a row's frames a file may name (Idefics3 / SmolVLM split an image into at most ~17)
+
 
 class FramesMap:
     """One site's maps as ``[B, H, n·P, n·P]`` (a :class:`~attnviz.core.attention.MapSource`), held as its frames'
     ``blocks [frames, H, P, P]`` (every row's real frames one after another) and ``per_row`` (each row's count):
-    row ``b``'s frames on the diagonal, ``n = max(per_row)``."""
+    row ``b``'s frames on the diagonal, ``n = max(per_row)`` (``side``: more keys, ``n·P``, where given)."""
 
-    def __init__(self, blocks: np.ndarray, per_row: list[int]):
+    def __init__(self, blocks: np.ndarray, per_row: list[int], side: int | None = None):
         # kept as the very array (runtime/finite.py notes what it checked of that object)
         if not (type(blocks) is np.ndarray and blocks.dtype == np.float32):
             blocks = np.asarray(blocks, dtype=np.float32)
@@ -36,13 +38,26 @@ class FramesMap:
         self.blocks, self.per_row = blocks, per_row
         self.starts = np.concatenate([[0], np.cumsum(per_row)[:-1]]).astype(int).tolist()
         self.keys = int(blocks.shape[-1])  # P: each frame's patches
-        side = max(per_row) * self.keys
+        least = max(per_row) * self.keys
+        side = least if side is None else int(side)  # more: one row of a padded batch, its padding kept (row)
+        if side < least:
+            raise ValueError(f"{side} keys cannot hold {max(per_row)} frames of {self.keys} patches")
         self.shape = (len(per_row), int(blocks.shape[1]), side, side)
 
     def frames(self, b: int) -> np.ndarray:
         """Row ``b``'s frames' maps ``[n_b, H, P, P]`` (a view, no copy)."""
         s = self.starts[b]
         return self.blocks[s : s + self.per_row[b]]
+
+    def row(self, b: int) -> FramesMap:
+        """Row ``b`` alone, as a batch of one (:func:`attnviz.core.rows.pick_row`): its frames' maps (a view) and
+        its padding's keys (the row's axes still name them)."""
+        return FramesMap(self.frames(b), [self.per_row[b]], self.shape[2])
+
+    @property
+    def natural(self) -> bool:
+        """Whether the keys are the most frames' (else a padded batch's row alone: its padding's keys after)."""
+        return self.shape[2] == max(self.per_row) * self.keys
 
     def padding(self, b: int) -> int:
         """Row ``b``'s padding keys after its frames' (a shorter row of a padded batch): their rows are all zero."""

@@ -133,3 +133,33 @@ def test_a_frame_count_that_does_not_fit_is_one_line(pair, tmp_path, counts, why
 def test_frame_counts_that_do_not_fit_the_maps_are_refused():
     with pytest.raises(ValueError, match="do not add up"):
         FramesMap(frames_maps()[0], [2, 3])
+
+
+def test_one_row_of_a_padded_batch_keeps_its_frames_and_its_padding(pair, tmp_path):
+    """pick_row (a figure of one row): row 0's 2 frames over the batch's 4 frames' keys, as the dense row is, and
+    an .npz of it reads back the same (its keys kept: attn_NNN_keys)."""
+    from attnviz.core.rows import pick_row
+
+    frames, dense = (pick_row(r, 0) for r in pair)
+    for f, d in zip(frames.maps, dense.maps, strict=True):
+        assert isinstance(f, FramesMap) and f.per_row == [2] and f.shape == d.shape == (1, HEADS, 4 * P, 4 * P)
+        np.testing.assert_array_equal(f.array(), d.array())
+    for mode in ("mean", "rollout"):
+        sel = v.Selection(mode=mode, layer_hi=1)
+        got, want = v.head_matrix(frames.blocks()[0], sel)[0], v.head_matrix(dense.blocks()[0], sel)[0]
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    io.save_npz(frames, tmp_path / "row.npz")
+    with np.load(tmp_path / "row.npz") as z:
+        assert z["attn_000_keys"] == 4 * P and z["attn_000"].shape == (2, HEADS, P, P)
+    back = io.load_npz(tmp_path / "row.npz")
+    np.testing.assert_array_equal(back.maps[0].array(), dense.maps[0].array())
+    bad = tmp_path / "bad.npz"
+    with zipfile.ZipFile(tmp_path / "row.npz") as src, zipfile.ZipFile(bad, "w") as dst:
+        for item in src.namelist():
+            if item == "attn_000_keys.npy":
+                with dst.open(item, "w") as f:
+                    np.lib.format.write_array(f, np.array(10**9))  # each head would be laid out over 10⁹ keys
+            else:
+                dst.writestr(item, src.read(item))
+    with pytest.raises(AttnvizError, match="attn_000_keys is not a count of keys of at most 1024 frames of 9"):
+        io.load_npz(bad)
