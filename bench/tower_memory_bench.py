@@ -1,7 +1,7 @@
 """Peak memory of ``attnviz extract`` on an Idefics3 / SmolVLM vision encoder opened alone, at SmolVLM's frame and
 patch counts with a tiny width (towermem16).
 
-    python bench/tower_memory_bench.py [--heads 2] [--layers 1] [--tiles 4] [--root DIR ...]
+    python bench/tower_memory_bench.py [--heads 2] [--layers 1] [--tiles 4] [--root DIR ...] [--view]
 
 The tower: tests/idefics3_models.py's random-init Idefics3 with a 512-pixel tile and 16-pixel patches (1,024
 patches a frame, as SmolVLM's), ``--heads`` heads of width 8, ``--layers`` layers, the processor splitting an image
@@ -11,6 +11,8 @@ command, e.g. /work/main for the code before) runs ``python -m attnviz.cli extra
 --image X --out OUT.npz`` under ``/usr/bin/time -v``: its maximum resident set (the largest single process of the
 command and the crash-isolation child it waits for), its wall time, and the file's size.  A dense map of the
 tower's keys is ``heads × (frames · 1024)² × 4`` bytes a layer; the frames' maps are ``frames × heads × 1024² × 4``.
+``--view``: the file is then opened and drawn in a process of its own (:data:`VIEW`: the overview's thumbnails,
+the token map and Image regions, mean over heads, and Image regions' figure), its ``ru_maxrss``.
 """
 
 from __future__ import annotations
@@ -83,12 +85,39 @@ def extract(root: Path, model: Path, picture: Path, out: Path) -> dict:
     }
 
 
+# the window's first draw of the file, in a process of its own: the overview's thumbnails, the token map and Image
+# regions (mean over heads, every patch's row) and its figure
+VIEW = """
+import resource, sys, time
+t0 = time.perf_counter()
+from attnviz.core import io, view as v
+from attnviz.figures import figure_bytes, render_figure
+r = io.load_npz(sys.argv[1])
+sel = v.Selection(mode="mean")
+v.thumbnails(r, sel)
+v.compute_map(r, sel)
+ov = v.overlay_view(r, sel)
+figure_bytes(render_figure(r, "image", sel))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0, ov.peak)
+"""
+
+
+def view(root: Path, npz: Path) -> str:
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="2", MPLBACKEND="Agg")
+    p = subprocess.run([sys.executable, "-c", VIEW, str(npz)], env=env, capture_output=True, text=True, cwd=root)
+    if p.returncode:
+        return f"failed: {(p.stderr.strip().splitlines() or [''])[-1][:160]}"
+    rss, wall, peak = p.stdout.split(maxsplit=2)
+    return f"max RSS {float(rss):,.0f} MB, {float(wall):.1f} s, {peak.strip()}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--heads", type=int, default=2, help="at least 2 (the tiny decoder's 2 key-value heads)")
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--tiles", type=int, default=4)
     ap.add_argument("--root", action="append", default=[], help="a checkout to run (default: this one)")
+    ap.add_argument("--view", action="store_true", help="also open each file and draw it (peak RSS)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "attnviz-tower-bench"))
     a = ap.parse_args()
     repo = build(Path(a.cache) / f"h{a.heads}-l{a.layers}-t{a.tiles}", a.heads, a.layers, a.tiles)
@@ -101,10 +130,14 @@ def main() -> None:
     for root in a.root or [str(ROOT)]:
         with tempfile.TemporaryDirectory() as d:
             r = extract(Path(root), repo / "onnx" / "vision_encoder.onnx", picture, Path(d) / "out.npz")
-        print(
-            f"  {root}: rc {r['rc']}, max RSS {r['max_rss_mb']:,.0f} MB, wall {r['wall']}, "
-            f"file {r['file_mb']:,.1f} MB; {r['said']}"
-        )
+            print(
+                f"  {root}: extract rc {r['rc']}, max RSS {r['max_rss_mb']:,.0f} MB, wall {r['wall']}, "
+                f"file {r['file_mb']:,.1f} MB; {r['said']}"
+            )
+            if a.view and r["rc"] == 0:
+                print(
+                    f"    the file opened and drawn (thumbnails, token map, Image regions and its figure): {view(Path(root), Path(d) / 'out.npz')}"
+                )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,9 @@ def _from_steps(model: AttnModel, maps: dict, outputs: dict) -> AttentionResult:
     missing = [i for i in range(len(sites)) if i not in maps]
     if missing:
         raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
-    dense: list[MapSource] = [DenseMap(maps[i]) for i in range(len(sites))]
+    dense: list[MapSource] = [
+        m if isinstance(m, FramesMap) else DenseMap(m) for m in (maps[i] for i in range(len(sites)))
+    ]
     infos = [dataclasses.replace(s, heads=int(m.shape[1])) for s, m in zip(sites, dense)]
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 

@@ -579,8 +579,11 @@ class VLMCache:
         """What the shapes of the prompt's presents follow from: the shapes fed (checked)."""
         return tuple((k, tuple(v.shape), v.dtype.str) for k, v in sorted(feeds.items()))
 
-    def _prompt_maps(self, vmaps: list, r: AttentionResult) -> dict[int, np.ndarray]:
-        maps = {j: m.array() for j, m in enumerate(vmaps)}
+    def _prompt_maps(self, vmaps: list, r: AttentionResult) -> dict[int, np.ndarray | FramesMap]:
+        # a tower's frames stay its frames' maps (the steps never add to the tower's sites: MapAssembler keeps them)
+        maps: dict[int, np.ndarray | FramesMap] = {
+            j: m if isinstance(m, FramesMap) else m.array() for j, m in enumerate(vmaps)
+        }
         maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
         return maps
 

@@ -158,3 +158,15 @@ def test_the_whole_models_tower_block_is_the_frames_maps(idefics3_repo, images, 
     got, want = v.overlay_view(full, sel), v.overlay_view(dense(full, n), sel)
     assert (got.query_label, got.peak) == (want.query_label, want.peak)
     np.testing.assert_array_equal(got.patch, want.patch)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_keeps_the_towers_frames(idefics3_repo, images, square, use_cache):
+    """The whole model generating (through the KV cache, or re-run on the whole sequence): the tower's sites are
+    still the frames' maps, the tower alone's on the same image."""
+    whole = open_model(idefics3_repo, provider="cpu")
+    r = whole.analyze(text=PROMPT, image=str(images["square"]), generate=3, use_cache=use_cache)
+    assert len(r.generated) == 3
+    for got, want in zip(r.maps[: len(square.maps)], square.maps, strict=True):
+        assert isinstance(got, FramesMap) and got.per_row == [5]
+        np.testing.assert_allclose(got.blocks, want.blocks, atol=1e-6)
