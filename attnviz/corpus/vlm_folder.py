@@ -36,7 +36,8 @@ def vision_file(model: str, images: str | None) -> tuple[str, str]:
     if found is None:
         return model, ""  # not a vision–language folder: the usual checks say what it is
     d, variants = found
-    vision = d / f"{STEMS[0]}.onnx"
+    # the full-precision file (what 'attnviz open REPO' opens), else the first variant's for the one-line refusals
+    vision = d / (f"{STEMS[0]}.onnx" if FULL in variants else f"{STEMS[0]}_{variants[0]}.onnx")
     kind = sidecar_json(vision, "config.json").get("model_type")
     family = FAMILIES.get(kind) if isinstance(kind, str) else None
     named = f"{p.name} ({kind})" if isinstance(kind, str) else p.name
