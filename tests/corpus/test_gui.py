@@ -64,6 +64,7 @@ def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
     assert any(a.text() == "Open &corpus results…" for a in win.menuBar().actions()[0].menu().actions())
     v = open_corpus_results(win, results)
     qtbot.waitExposed(v)
+    assert v.preview is None  # a text corpus's examples are tokens: no image beside them (a tower's: corpus_patch)
     t = v.table
     assert t.rowCount() == 8
     assert v.status.currentMessage().startswith("8 heads from ")  # its own status, not the main window's
