@@ -106,6 +106,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _row_label(stack: str, kind: str, layer: int) -> str:
     """Grid row title: "enc L0", "dec L0" (self) and "dec× L0" (cross: decoder queries over the source)."""
     return f"{stack[:3]}{'×' if kind == 'cross' else ''} L{layer}"
@@ -143,7 +147,8 @@ class CorpusView(QWidget):
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # with gold alignments (attnviz corpus --gold-column) the heads also carry AER, precision and recall
         # (next to the role: "which heads align?" is what a researcher opens such results for)
-        gold = [c for c in GOLD_SCORES if any(c in h for h in self.heads)]
+        # (the results reader gives every corpus these columns, NaN without gold: show them only where a head scored)
+        gold = [c for c in GOLD_SCORES if any(_finite(h.get(c)) for h in self.heads)]
         at = TABLE_COLUMNS.index("role_score") + 1
         self.columns = (*TABLE_COLUMNS[:at], *gold, *TABLE_COLUMNS[at:])
         self.score = QComboBox()
