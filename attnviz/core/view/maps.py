@@ -7,6 +7,7 @@ from this map.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,9 @@ from attnviz.core.view.selection import (
     _special,
     blk_len,
     clamp,
+    frames_reduction,
     head_matrix,
+    head_what,
     hide_mask,
     result_blocks,
 )
@@ -127,6 +130,45 @@ def compute_map(
         sel.scale,
         k_values,
     )
+
+
+@dataclass
+class MapRows:
+    """Rows of the map a selection points at (Image regions reads one query's row, or the mean of an image's
+    patches' rows): ``n_rows`` queries, the map's ``title``, and ``sums(lo, hi)`` the sum of rows ``lo``–``hi - 1``
+    as :func:`compute_map`'s matrix holds them (its keys by position, pads kept)."""
+
+    n_rows: int
+    title: str
+    sums: Callable[[int, int], np.ndarray]
+
+    def row(self, q: int) -> np.ndarray:
+        return self.sums(q, q + 1)
+
+    def mean(self, lo: int, hi: int) -> np.ndarray:
+        """The mean of rows ``lo``–``hi - 1``, as ``matrix[lo:hi].mean(axis=0)`` gives it."""
+        lo, hi = max(lo, 0), min(hi, self.n_rows)
+        with np.errstate(invalid="ignore", divide="ignore"):  # no rows: NaN, as numpy's mean of none
+            return np.true_divide(self.sums(lo, hi), max(hi - lo, 0))
+
+
+def map_rows(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapRows:
+    """:func:`compute_map` with ``keep_pads``, read by rows.  A tower's frames (:class:`FramesMap`) are read frame by
+    frame (:meth:`FramesMap.row_sum`: the blocks the rows lie in), never laid out as the whole ``[Tq, Tk]``
+    (17 frames of 1,024 patches: 1.2 GB), where nothing else changes the map's numbers (a generation step, hidden
+    tokens, kept mass): the same numbers as the matrix's rows.  Any other map: the matrix's rows."""
+    blocks = result_blocks(result, sel, blocks)
+    if blocks:
+        sel = clamp(sel, blocks)
+        blk = blocks[sel.block]
+        frames = frames_reduction(blk, sel)
+        plain = step_rows(result, blk, sel.step) is None and not sel.hide_special and sel.keep >= 1.0
+        if frames is not None and plain:
+            fn, layers = frames
+            title = " · ".join([blk.name, head_what(blk, sel), *filter(None, [images_note(result, blk)])])
+            return MapRows(layers[0].shape[2], title, lambda lo, hi: layers[0].row_sum(blk.batch, lo, hi, fn, layers))
+    mv = compute_map(result, sel, blocks, keep_pads=True)
+    return MapRows(mv.matrix.shape[0], mv.title, lambda lo, hi: mv.matrix[lo:hi].sum(axis=0))
 
 
 def _hide(
