@@ -178,7 +178,9 @@ def test_row_sums_are_the_laid_out_maps_rows_summed(pair, mode, batch):
     want = v.head_matrix(dense.blocks(batch)[0], sel)[0]
     for lo, hi in ((0, 1), (P + 4, P + 5), (3, 2 * P + 5), (0, 4 * P), (2 * P + 1, 3 * P), (35, 40), (-2, 3)):
         got = layers[0].row_sum(batch, lo, hi, fn, layers)
-        np.testing.assert_allclose(got, want[max(lo, 0) : hi].sum(axis=0), rtol=0, atol=1e-6 if mode == "rollout" else 0)
+        np.testing.assert_allclose(
+            got, want[max(lo, 0) : hi].sum(axis=0), rtol=0, atol=1e-6 if mode == "rollout" else 0
+        )
 
 
 @pytest.mark.parametrize("batch", [0, 1])
