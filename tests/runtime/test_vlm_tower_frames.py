@@ -124,8 +124,8 @@ def never_laid_out(monkeypatch):
 
 
 def test_image_regions_the_overview_and_the_stats_table_never_lay_the_frames_out(square, never_laid_out):
-    """Drawing Image regions (every query, every mode, its figure), the overview's thumbnails and the stats table
-    reads the frames' blocks (one row's block, the blocks' rows, each frame's pooled map), never the whole map
+    """Drawing Image regions (every query, every mode, its figure), the overview (thumbnails, its figure) and the
+    stats table reads the frames' blocks (one row's block, the blocks' rows, each frame's pooled map), never the whole map
     (17 frames of 1,024 patches: 1.2 GB).  The values are the dense path's (the tests above, and
     tests/core/test_frames_map.py for the stats)."""
     from attnviz.core.stats import block_stats
@@ -136,6 +136,7 @@ def test_image_regions_the_overview_and_the_stats_table_never_lay_the_frames_out
             assert v.overlay_view(square, v.Selection(mode=mode, query=query, layer_lo=0, layer_hi=1)).peak
     render_figure(square, "image", v.Selection(mode="mean", query=40))
     assert v.thumbnails(square, v.Selection(), use_cache=False)
+    render_figure(square, "overview", v.Selection())  # its notes without the mean map (map_notes)
     assert len(block_stats(square.blocks()[0])) == im.LAYERS * im.HEADS
     with pytest.raises(AssertionError, match="was laid out"):  # the token map still lays the whole block out
         v.compute_map(square, v.Selection(mode="mean"))

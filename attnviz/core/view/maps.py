@@ -91,7 +91,7 @@ def compute_map(
         if blk.kind == "self":
             k_pos = k_pos[:n]
         m = m[np.ix_(q_pos, k_pos)]
-        notes.append(f"step {sel.step + 1}/{n_steps(result)}")
+        notes.append(_step_note(result, sel))
     if not keep_pads:
         pq, pk = _pad(blk.query_axis, q_pos, blk_len(blk, 0)), _pad(blk.key_axis, k_pos, blk_len(blk, 1))
         if pq.any() or pk.any():
@@ -102,10 +102,7 @@ def compute_map(
     m, q_pos, k_pos, q_sp, k_sp = _hide(m, q_pos, k_pos, q_sp, k_sp, sel.hide_special, notes)
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
-        notes.append(f"top {round(sel.keep * 100)}% mass")
-    diagonal = images_note(result, blk)
-    if diagonal:
-        notes.append(diagonal)
+    notes += _after_hiding(result, blk, sel)
     q_labels = clean_labels(blk.query_axis.labels, q_pos)
     k_labels = clean_labels(blk.key_axis.labels, k_pos)
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
@@ -130,6 +127,30 @@ def compute_map(
         sel.scale,
         k_values,
     )
+
+
+def _step_note(result: AttentionResult, sel: Selection) -> str:
+    return f"step {sel.step + 1}/{n_steps(result)}"
+
+
+def _after_hiding(result: AttentionResult, blk: Block, sel: Selection) -> list[str]:
+    """:func:`compute_map`'s notes after "hidden special tokens": the kept mass, several images on the diagonal."""
+    notes = [f"top {round(sel.keep * 100)}% mass"] if sel.keep < 1.0 else []
+    diagonal = images_note(result, blk)
+    return notes + ([diagonal] if diagonal else [])
+
+
+def map_notes(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[str]:
+    """The notes :func:`compute_map` gives ``sel``'s map (the step, the kept mass, several images on the diagonal)
+    less "hidden special tokens", without making the map (the overview figure's: a tower's frames are never laid
+    out for it)."""
+    blocks = result_blocks(result, sel, blocks)
+    if not blocks:
+        raise ViewError("this result has no attention maps; nothing to draw", param="model")
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    step = [_step_note(result, sel)] if step_rows(result, blk, sel.step) is not None else []
+    return step + _after_hiding(result, blk, sel)
 
 
 @dataclass
