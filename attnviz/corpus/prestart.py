@@ -138,6 +138,11 @@ def started(cfg: CorpusConfig) -> Iterator[None]:
     import that failed).  Bad settings are refused before anything starts, as by ``run_corpus``, which checks
     them again."""
     check(cfg)
+    if cfg.images is not None and Path(cfg.model).is_dir():
+        # a VLM folder over images runs on its vision file, which the run finds first (corpus/vlm_folder.py) and
+        # starts its workers on: nothing to start here
+        yield
+        return
     with command_scope():  # (the run declares its inputs again, in its own scope)
         guard(cfg)
     entry = (cfg, prestart(cfg))
