@@ -255,3 +255,22 @@ def test_zero_or_nan_std_refused(tmp_path, std):
     Image.new("RGB", (4, 4)).save(p)
     with pytest.raises(AttnvizError, match="std"):
         ip.load_image(p, ip.ImageSpec(4, 4, 3, [0.5] * 3, std, "test"))
+
+
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("notes.npz", b"hello\n"),  # a text file named .npz
+        ("empty.npz", b""),
+        ("one.npy", b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (0,), }" + b" " * 45),
+    ],
+)
+def test_maps_that_are_not_a_zip_archive_say_so(tmp_path, capsys, name, data):
+    """``--maps`` on a file that is no .npz at all: np.load takes it for a pickle (or an .npy) and its own message,
+    "This file contains pickled (object) data...", told the user nothing; the line says what the file is not."""
+    maps = tmp_path / name
+    maps.write_bytes(data)
+    assert main(["figure", "--maps", str(maps), "--view", "heatmap", "--out", str(tmp_path / "f.pdf")]) == 2
+    err = capsys.readouterr().err
+    one_line(err, name, "not a .npz file", "attnviz extract")
+    assert "pickled" not in err and not (tmp_path / "f.pdf").exists() and maps.read_bytes() == data
