@@ -404,3 +404,14 @@ def test_a_recipe_of_an_export_folder_regenerates_the_same_bytes(tmp_path):
     again = tmp_path / "again.png"
     assert fig("--recipe", recipe, "--out", again) == 0
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_picture_past_a_single_image_names_the_flag_to_drop(maps, tmp_path, capsys):
+    """One image in the prompt: "choose one of them" (of one) told nothing; the line names --picture."""
+    assert fig("--maps", maps["cap"], "--view", "image", "--picture", 2, "--out", tmp_path / "f.png") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "attnviz: error: image 2 is not in this result; its prompt holds one image "
+        "(leave out --picture, or give --picture 1)"
+    )
+    assert not (tmp_path / "f.png").exists()
