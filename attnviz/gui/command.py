@@ -106,7 +106,14 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.gui.app import demo_model, ensure_platform, make_app, quiet_plugin_limits
+    from attnviz.gui.app import (
+        demo_model,
+        drop_scratch,
+        ensure_platform,
+        make_app,
+        quiet_plugin_limits,
+        scratch_settings,
+    )
 
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
@@ -144,7 +151,8 @@ def run(args) -> int:
     from attnviz.gui.main_window import MainWindow
     from attnviz.gui.screenshot import ScreenshotTaker
 
-    win = MainWindow(provider=args.provider)
+    scratch = scratch_settings() if args.screenshot else None  # a scripted run: the user's settings stay theirs
+    win = MainWindow(provider=args.provider, settings=scratch)
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
     win.variant = args.variant
@@ -208,6 +216,8 @@ def run(args) -> int:
     # for it at interpreter exit would hang `open --screenshot` forever: leave without it
     win.workers.cancel()
     stuck = not (win.workers.wait(5000) and win.stats.workers.wait(1000))
+    if scratch is not None:
+        drop_scratch(scratch)
     error = taker.error if taker is not None else None
     code = 2 if error else 0
     message = None
