@@ -122,6 +122,13 @@ class BatchReducer:
             )
         if probe:
             self.model.probe()
+        from attnviz.runtime.model import AttentionModel  # (loaded by open_model already)
+
+        # a VLM's vision file alone: a corpus reduces each frame's own map (_tower), never the block-diagonal map
+        # (vlm_tower.TowerFrames); an encoder-decoder folder's ModelSet has no frames
+        frames = self.model.frames if isinstance(self.model, AttentionModel) else None
+        if frames is not None:
+            frames.whole = False
         self.kind = self.model.kind
         self.k = k
         self.heads_known = probe or groups is not None
@@ -292,7 +299,6 @@ class BatchReducer:
         frames = self.model.frames
         assert frames is not None and self.image_spec is not None  # (for the type checker: __call__ checked)
         feeds, counts = tower_feeds(self.model, spec.images, self.image_spec)
-        frames.whole = False  # the maps one per real frame, never the block-diagonal map (vlm_tower.TowerFrames)
         maps = [m.array() for m in self.model.run(feeds, mode="dense").maps]
         part = reduce_tower(maps, self.groups, counts, spec.items, self.k, spec.batch_id)
         per = int(maps[self.groups[0].site].shape[-1])
