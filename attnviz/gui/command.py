@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
 from attnviz.runtime.commands.common import DeprecatedAlias, SeveralImages, add_variant_argument
@@ -99,6 +101,33 @@ def check_focus(result, focus: dict, sel) -> None:
         from attnviz.core.view import pictured
 
         pictured(result, focus["picture"])
+
+
+@contextmanager
+def _ctrl_c_closes(win, app) -> Iterator[list[bool]]:
+    """While the window runs, Ctrl-C in the terminal closes it as its close button does (session and layout saved)
+    and the command ends "interrupted"; the list yielded is non-empty once it did.  Without this the signal raised
+    KeyboardInterrupt inside whichever Python slot Qt ran next (a traceback on stderr) and the window stayed open.
+    Qt's loop runs no Python while idle: the handler runs at the next Python call, the collector's 500 ms timer at
+    the latest (gcguard)."""
+    import signal
+    import threading
+
+    interrupted: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield interrupted
+        return
+
+    def on_interrupt(*_) -> None:
+        interrupted.append(True)
+        win.close()
+        app.quit()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run(args) -> int:
@@ -211,16 +240,21 @@ def run(args) -> int:
         win.open_model(target, **values)
     else:
         win.open_path(target, **values)  # a folder (an export) opens as a model with these inputs
-    app.exec()
+    with _ctrl_c_closes(win, app) as interrupted:
+        app.exec()
     # a model run in the child process stops on cancel; a job stuck in Python code cannot be stopped, and waiting
     # for it at interpreter exit would hang `open --screenshot` forever: leave without it
     win.workers.cancel()
     stuck = not (win.workers.wait(5000) and win.stats.workers.wait(1000))
     if scratch is not None:
         drop_scratch(scratch)
-    error = taker.error if taker is not None else None
-    code = 2 if error else 0
+    error = taker.error if taker is not None and not interrupted else None
+    code = 130 if interrupted else 2 if error else 0
     message = None
+    if interrupted:
+        message = "attnviz: interrupted"
+        if not stuck:
+            raise KeyboardInterrupt  # the command line's one line and exit status 130, as every command's
     if error:
         message = f"attnviz: error: {error}"
     elif taker is not None:
