@@ -274,3 +274,25 @@ def test_maps_that_are_not_a_zip_archive_say_so(tmp_path, capsys, name, data):
     err = capsys.readouterr().err
     one_line(err, name, "not a .npz file", "attnviz extract")
     assert "pickled" not in err and not (tmp_path / "f.pdf").exists() and maps.read_bytes() == data
+
+
+def _safetensors_bytes() -> bytes:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    return len(header).to_bytes(8, "little") + header + b"\0" * 4  # the format's layout, written by hand
+
+
+def test_a_hugging_face_download_given_as_the_model_says_to_export_it(tmp_path, capsys):
+    """A newcomer's first try: the Hub folder (config.json + weights) or its weights file where the ONNX export
+    goes.  It was "no .onnx file in this folder" and, for the weights, "not a readable ONNX model (Wire format was
+    corrupt) ... re-export it" (nothing was exported yet); the line names export-hf."""
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    weights = folder / "model.safetensors"
+    weights.write_bytes(_safetensors_bytes())
+    before = sha_all(folder / "config.json", weights)
+    for given, words in ((folder, ("Hugging Face model folder", f"attnviz export-hf {folder} --out DIR")),
+                         (weights, ("safetensors weights", "attnviz export-hf FOLDER --out DIR"))):  # fmt: skip
+        assert main(["extract", str(given), "--text", "the cat", "--out", str(tmp_path / "m.npz")]) == 2
+        one_line(capsys.readouterr().err, *words)
+    assert sha_all(folder / "config.json", weights) == before and not (tmp_path / "m.npz").exists()

@@ -736,6 +736,11 @@ def open_model(
                 f"{p}: an attnviz corpus results folder ({', '.join(CORPUS_FILES)}), not a model; "
                 f"attnviz open {shlex.quote(str(p))} shows it"
             )
+        if not found and (p / "config.json").is_file() and any(p.glob("*.safetensors")) | any(p.glob("*.bin")):
+            raise AttnvizError(  # a Hugging Face download, not yet exported
+                f"{p}: a Hugging Face model folder (config.json and weights) with no ONNX export; export it first: "
+                f"attnviz export-hf {shlex.quote(str(p))} --out DIR, then open DIR"
+            )
         if not found:
             raise AttnvizError(
                 f"{p}: no .onnx file in this folder; give an ONNX model file or an optimum export folder"
