@@ -296,3 +296,20 @@ def test_a_hugging_face_download_given_as_the_model_says_to_export_it(tmp_path, 
         assert main(["extract", str(given), "--text", "the cat", "--out", str(tmp_path / "m.npz")]) == 2
         one_line(capsys.readouterr().err, *words)
     assert sha_all(folder / "config.json", weights) == before and not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "series, words",
+    [
+        ("1 2 3 abc", ["'abc' is not a number", "numbers separated by spaces or commas"]),
+        ("1,2;3", ["'2;3' is not a number"]),
+        ("1 2 nan 4", ["series value nan", "give a measured value in its place"]),  # not "give smaller numbers"
+        ("1e308 2", ["series value 1e+308", "give smaller numbers"]),
+    ],
+)
+def test_a_series_that_is_not_numbers_names_the_word(tmp_path, capsys, series, words):
+    """A forecaster's --text: the line named no word ("give numbers") and told a NaN to be smaller."""
+    model = ROOT / "models" / "forecasting.onnx"
+    assert main(["extract", str(model), "--text", series, "--out", str(tmp_path / "m.npz")]) == 2
+    one_line(capsys.readouterr().err, *words)
+    assert not (tmp_path / "m.npz").exists()
