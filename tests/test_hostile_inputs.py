@@ -313,3 +313,18 @@ def test_a_series_that_is_not_numbers_names_the_word(tmp_path, capsys, series, w
     assert main(["extract", str(model), "--text", series, "--out", str(tmp_path / "m.npz")]) == 2
     one_line(capsys.readouterr().err, *words)
     assert not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["bert-base-uncased", "google-bert/bert-base-uncased"])
+def test_a_hub_model_name_says_attnviz_opens_local_files_and_how_to_get_one(tmp_path, monkeypatch, capsys, name):
+    """`attnviz open bert-base-uncased` (a researcher's first guess) was "no such file"; the line says attnviz
+    reads local ONNX files and how to download and export that model.  A missing .onnx path stays "no such file"."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["inspect", name], ["extract", name, "--text", "hi", "--out", "m.npz"]):
+        assert main(argv) == 2
+        one_line(capsys.readouterr().err, "opens local ONNX files", f"huggingface-cli download {name} --local-dir DIR",
+                 "attnviz export-hf DIR")  # fmt: skip
+    assert main(["inspect", "gone.onnx"]) == 2
+    err = capsys.readouterr().err
+    one_line(err, "gone.onnx: no such file")
+    assert "huggingface" not in err

@@ -147,7 +147,12 @@ def run(args) -> int:
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
     if target is not None and not target.exists():
-        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results")
+        from attnviz.runtime.folder import hub_name_hint
+
+        raise AttnvizError(
+            hub_name_hint(target)
+            or f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results"
+        )
     if args.screenshot:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".png":
