@@ -397,6 +397,9 @@ def run(args) -> int:
         from attnviz.figures.select import declared_defaults
 
         spec, note = declared_defaults(result, spec)
+        if args.all_heads and args.layer is None and spec.layer is not None:
+            # the declared alignment head picks the block; every layer's heads are drawn (it drew one layer's)
+            spec, note = FigureSpec(**dict(spec.to_dict(), layer=None, head=None)), None
         if note:
             print(f"attnviz: {note}", file=sys.stderr)
 
