@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.limits import set_memory_cap
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
-def _count_interrupts() -> tuple[list[int], object]:
+def _count_interrupts() -> tuple[list[int], Any]:
     """Ctrl-C still raises KeyboardInterrupt as Python's own handler does, and is also counted: one that arrives
     while a C extension initialises (torch, transformers) comes out as that import's error, which is then told as
     the interrupt it was, not as an internal error.  Nothing changes where SIGINT is ignored or handled otherwise

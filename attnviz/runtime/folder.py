@@ -722,9 +722,9 @@ def open_model(
     vision–language repository one :class:`VLMSet` (``variant``: which of its quantized siblings; full precision
     by default)."""
     p = Path(path)
-    hub = hub_name_hint(p)
-    if hub is not None:
-        raise AttnvizError(hub)
+    hint = hub_name_hint(p)
+    if hint is not None:
+        raise AttnvizError(hint)
     if variant is None and not p.is_dir():  # a file: no vision-language layout to look for (its module not imported)
         return _open_file(p, provider, tokenizer, threads)
     from attnviz.runtime.vlm import VLMLayout, VLMSet  # (~3 ms of imports that a single file never needs)
