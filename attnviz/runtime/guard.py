@@ -43,13 +43,16 @@ class MemoryCheck:
         memory_kept.check_run(self._plan, feeds, names, self.label)
 
     def _made(self, model: bytes | str) -> EstimateCache:
-        if self.head is not None and isinstance(model, bytes):
+        def full() -> EstimateCache:
+            from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
+
+            return memory.MemoryPlan(model, keep=self.keep)
+
+        if self.head is not None:
             from attnviz.runtime.memory_kept import KeptPlan
 
-            return KeptPlan(model, self.head, self.keep)
-        from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
-
-        return memory.MemoryPlan(model, keep=self.keep)
+            return KeptPlan(self.head, self.keep, full)
+        return full()
 
 
 class GuardedSession:

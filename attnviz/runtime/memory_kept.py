@@ -13,6 +13,7 @@ importing onnx.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,20 +187,19 @@ class EstimateCache:
 
 class KeptPlan(EstimateCache):
     """A plan from its :class:`PlanHead` (no graph parsed): estimates come from disk, and one that is not kept there
-    is worked out by the full plan of ``model`` (the graph's bytes), made then."""
+    is worked out by the full plan, made then by ``full`` (:class:`~attnviz.runtime.memory.MemoryPlan` of the graph:
+    onnx imported then; passed in, as memory.py imports this module)."""
 
-    def __init__(self, model: bytes, head: PlanHead, keep: GraphKey | None):
+    def __init__(self, head: PlanHead, keep: GraphKey | None, full: Callable[[], EstimateCache]):
         super().__init__(head, keep)
-        self._model = model
+        self._make_full = full
         self._full: EstimateCache | None = None
 
     def full(self) -> EstimateCache:
-        """The full :class:`~attnviz.runtime.memory.MemoryPlan` (onnx imported now), made once."""
+        """The full plan, made once."""
         with self.lock:
             if self._full is None:
-                from attnviz.runtime.memory import MemoryPlan
-
-                self._full = MemoryPlan(self._model, keep=self.keep)
+                self._full = self._make_full()
         return self._full
 
     def outputs(self) -> list[str]:

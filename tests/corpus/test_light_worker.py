@@ -221,7 +221,7 @@ def test_a_kept_plan_estimates_as_the_full_plan(kept):
     graph = entry.read_bytes().split(b"\n", 1)[1]
     full = memory.MemoryPlan(graph)
     head = memory.plan_head(onnx.load_model_from_string(graph))
-    light = memory_kept.KeptPlan(graph, head, None)
+    light = memory_kept.KeptPlan(head, None, lambda: memory.MemoryPlan(graph))
     assert (light.weights, light.fixed) == (full.weights, full.fixed) and light._full is None
     shapes = {"input_ids": ((2, 9), 7), "attention_mask": ((2, 9), 7)}
     assert light.estimate(shapes, ["attnviz_stat_sums"], 2**40) == full.estimate(shapes, ["attnviz_stat_sums"], 2**40)
