@@ -48,9 +48,10 @@ class WorkerSetup:
         CPU for MiniLM).  The groups are its probe's, which the driver adopted (:func:`_work` checks them)."""
         from attnviz.runtime.light_model import LightModel
 
-        if _cpu_only(self) and not isinstance(model, LightModel):  # the probe's session goes first, as when the
-            model.close_session("dense")  # probe's model was dropped (one copy of the weights); its device, which
-        # the statistics layout follows, is known (a light model holds no session)
+        # the probe's session goes first, as when the probe's model was dropped (one copy of the weights); its device,
+        # which the statistics layout follows, is known (a light model holds no session)
+        if _cpu_only(self) and not isinstance(model, LightModel):
+            model.close_session("dense")
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
         r.prepare()  # the statistics session (elsewhere it replaces the probe's: InGraphReducer.build)
         return r

@@ -178,7 +178,6 @@ class BatchReducer:
     def prepare(self) -> None:
         """Build the statistics session now rather than on the first batch (a worker calls this while it waits
         for work: on a GPU, creating the second session is a large part of a short run's start-up)."""
-
         # text only: pairs reduce maps, and an image corpus's first batch needs the probe's maps session
         if self.in_graph is None and self.kind in ("encoder", "decoder"):
             self.in_graph = self._build()

@@ -138,13 +138,16 @@ def _refused(*a, **k):
     raise AssertionError("the model was opened and its statistics session built")
 
 
-@pytest.mark.parametrize("change", ["sidecar", "code", "file"])
-def test_another_file_sidecar_or_code_finds_no_light_model(kept, change, monkeypatch):
+@pytest.mark.parametrize("change", ["sidecar", "code", "onnx", "file"])
+def test_another_file_sidecar_code_or_onnx_finds_no_light_model(kept, change, monkeypatch):
     path = kept[0]
     if change == "sidecar":  # a config.json beside it may relabel its sites
         (path.parent / "config.json").write_text('{"model_type": "bert"}')
     elif change == "code":
         monkeypatch.setattr(optcache, "code_digest", lambda: "another attnviz")
+    elif change == "onnx":  # (another installation: an upgrade or a reinstall rewrites its __init__.py)
+        real = model_summary.installed_package
+        monkeypatch.setattr(model_summary, "installed_package", lambda p: ["elsewhere"] if p == "onnx" else real(p))
     else:
         path.write_bytes(path.read_bytes() + b"\0")  # (a changed file: its sha256 is not known)
     assert light_model.light(path, "cpu", None, 1) is None
