@@ -295,8 +295,10 @@ class Block:
 
     @property
     def name(self) -> str:
-        # a vision–language decoder's encoder is its vision tower: "encoder" would read as a text encoder
-        stack = "vision" if self.stack == "encoder" and self.result.token_grid is not None else self.stack
+        # a vision–language decoder's encoder is its vision tower: "encoder" would read as a text encoder; so is
+        # that tower run alone, named as the whole model names it
+        tower = self.result.token_grid is not None or (self.result.info or {}).get(VISION_TOWER_KEY) is True
+        stack = "vision" if self.stack == "encoder" and tower else self.stack
         return (
             f"{stack} {self.kind}-attention"
             + (f" stage {self.stage}" if self.stage else "")
@@ -356,6 +358,9 @@ IMAGE_GRIDS_KEY = "image_grids"
 # info: one prompt's several images, each image's patch grid among the vision tower's keys, in order (each image's
 # keys after the earlier ones': the vision block is their maps on the diagonal; AttentionResult.vision_grids)
 VISION_GRIDS_KEY = "vision_grids"
+# info: the maps are a vision–language model's vision tower run alone (its vision file opened by itself,
+# runtime/vlm_tower.py): its encoder block is named as the whole model names it (Block.name)
+VISION_TOWER_KEY = "vision_tower"
 
 
 @dataclass

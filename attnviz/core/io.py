@@ -1,7 +1,10 @@
 """Figure-independent I/O: attention results to and from ``.npz``.
 
 Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` float32 in canonical
-order; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
+order, except a tower's frames (Idefics3's tiles and global image: :class:`~attnviz.core.frames.FramesMap`), whose
+``attn_NNN`` is the frames' own maps ``[frames, H, P, P]`` (every row's real frames in turn) and ``attn_NNN_frames``
+each row's frame count (``[B]`` int): row ``b``'s ``[H, Tq, Tk]`` is its frames' maps on the diagonal, zeros off
+it (the dense map would be the frame count times larger); ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_pad``/``key_tokens_pad`` (bool: a padded batch's
 padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
 series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens); either may add
@@ -34,6 +37,7 @@ from attnviz.core.attention import (
     SiteInfo,
     TokenAxis,
 )
+from attnviz.core.frames import MAX_FRAMES, FramesMap
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
 
@@ -47,6 +51,12 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     path = Path(path)
     arrays: dict[str, object] = {}
     for i, m in enumerate(result.maps):
+        if isinstance(m, FramesMap):  # a tower's frames: their own maps and each row's count, never laid out
+            arrays[f"attn_{i:03d}"] = m.blocks
+            arrays[f"attn_{i:03d}{FRAMES_SUFFIX}"] = np.array(m.per_row, dtype=np.int64)
+            if not m.natural:  # one row of a padded batch: its padding's keys after its frames'
+                arrays[f"attn_{i:03d}{KEYS_SUFFIX}"] = np.array(m.shape[2], dtype=np.int64)
+            continue
         arrays[f"attn_{i:03d}"] = m.array  # called when its turn to be written comes
     arrays["sites"] = np.array(result.sites_json())
     for name, ax in (("tokens", result.tokens), ("key_tokens", result.key_tokens)):
@@ -74,12 +84,21 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for name, value in arrays.items():
                 a = np.asarray(value() if callable(value) else value)
-                if name.startswith("attn_"):
+                if name.startswith("attn_") and not name.endswith((FRAMES_SUFFIX, KEYS_SUFFIX)):
                     a = a.astype(np.float32, copy=False)
                 with zf.open(name + ".npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, a, allow_pickle=False)
                 del a
     return path
+
+
+def written_bytes(m: MapSource) -> int:
+    """The bytes :func:`save_npz` writes of map ``m``: its dense ``[B, H, Tq, Tk]`` float32, a tower's frames'
+    own maps (``attn_NNN_frames``)."""
+    if isinstance(m, FramesMap):
+        return m.nbytes
+    b, h, tq, tk = m.shape
+    return b * h * tq * tk * 4
 
 
 def load_npz(path: str | os.PathLike) -> AttentionResult:
@@ -172,6 +191,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         a = z[f"attn_{i:03d}"]
         if a.ndim != 4 or a.dtype.kind != "f":
             raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+        per_row, side = _frames(z, i, a, path)
         if a.shape[1] != sites[i].heads:  # a site's head count is what every view and ranking labels
             raise AttnvizError(
                 f"{path}: site {i} claims {sites[i].heads:,} heads but attn_{i:03d} holds {a.shape[1]}; {REEXTRACT}"
@@ -183,7 +203,7 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
             )
         if not np.all(np.isfinite(a)):
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
-        maps.append(DenseMap(a))
+        maps.append(DenseMap(a) if per_row is None else FramesMap(a, per_row, side))
 
     lengths = {n for m in maps for n in m.shape[2:]}  # every query and key length some map has
     notes: list[str] = []
@@ -240,6 +260,40 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
 
 
 REEXTRACT = "extract the maps again with 'attnviz extract'"
+FRAMES_SUFFIX = "_frames"  # attn_NNN_frames: attn_NNN holds a tower's frames' maps, this many frames a row
+KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (its padding's after its frames')
+
+
+def _frames(z: np.lib.npyio.NpzFile, i: int, a: np.ndarray, path: Path) -> tuple[list[int] | None, int | None]:
+    """Each row's frame count where ``attn_NNN`` holds a tower's frames' maps ``[frames, H, P, P]`` (checked:
+    a file from elsewhere may hold any counts), else None (a dense ``[B, H, Tq, Tk]`` map); and the map's keys
+    where they are more than its most frames' (``attn_NNN_keys``), else None."""
+    name, keys = f"attn_{i:03d}{FRAMES_SUFFIX}", f"attn_{i:03d}{KEYS_SUFFIX}"
+    if name not in z.files:
+        return None, None
+    side = z[keys] if keys in z.files else None
+    p = a.shape[-1]
+    if side is not None and (
+        side.ndim != 0 or side.dtype.kind not in "iu" or int(side) % max(p, 1) or int(side) > MAX_FRAMES * p
+    ):  # a hand-edited count would have each head laid out over that many keys
+        raise AttnvizError(
+            f"{path}: {keys} is not a count of keys of at most {MAX_FRAMES} frames of {p} patches; {REEXTRACT}"
+        )
+    counts = z[name]
+    if (
+        counts.ndim != 1
+        or not len(counts)
+        or counts.dtype.kind not in "iu"
+        or counts.min() < 1
+        or int(counts.sum()) != a.shape[0]
+        or a.shape[2] != a.shape[3]
+        or (side is not None and int(side) < int(counts.max()) * a.shape[2])
+    ):
+        raise AttnvizError(
+            f"{path}: {name} ({list(counts.shape)}) does not count the {a.shape[0]} frames' maps of attn_{i:03d} "
+            f"{list(a.shape)} [frames, H, P, P] row by row; {REEXTRACT}"
+        )
+    return [int(k) for k in counts], None if side is None else int(side)
 
 
 def _audio_arrays(a: AudioTrack) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, PooledSource, RowSource, TokenAxis
+from attnviz.core.frames import FramesMap
 
 ROWS_KEY = "rows"
 
@@ -105,7 +106,7 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
     info["batch_row"] = b
     return replace(
         result,
-        maps=[RowMap(m, b) for m in result.maps],
+        maps=[m.row(b) if isinstance(m, FramesMap) else RowMap(m, b) for m in result.maps],  # a tower's: frames
         tokens=tokens,
         key_tokens=key_tokens,
         token_grid=result.token_grid_of(b),  # where this row's image tokens lie (a VLM's padded batch)

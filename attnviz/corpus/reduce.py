@@ -130,6 +130,14 @@ class BatchReducer:
             )
         if probe and not (self._light is not None and self._light.probed):  # (a light model's probe was kept)
             self.model.probe()
+        if self._model is not None:  # (a light model is a text model's: no frames)
+            from attnviz.runtime.model import AttentionModel  # (loaded by open_model already)
+
+            # a VLM's vision file alone: a corpus reduces each frame's own map (_tower), never the block-diagonal
+            # map (vlm_tower.TowerFrames); an encoder-decoder folder's ModelSet has no frames
+            frames = self._model.frames if isinstance(self._model, AttentionModel) else None
+            if frames is not None:
+                frames.whole = False
         desc = self._desc
         self.kind = desc.kind
         self.k = k
@@ -328,7 +336,6 @@ class BatchReducer:
         frames = self.model.frames
         assert frames is not None and self.image_spec is not None  # (for the type checker: __call__ checked)
         feeds, counts = tower_feeds(self.model, spec.images, self.image_spec)
-        frames.whole = False  # the maps one per real frame, never the block-diagonal map (vlm_tower.TowerFrames)
         maps = [m.array() for m in self.model.run(feeds, mode="dense").maps]
         part = reduce_tower(maps, self.groups, counts, spec.items, self.k, spec.batch_id)
         per = int(maps[self.groups[0].site].shape[-1])

@@ -8,10 +8,11 @@ import itertools
 import json
 import platform
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from attnviz.corpus.plan import (
 from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, default_threads, layout
 from attnviz.corpus.roles import induction_scores
 from attnviz.corpus.stream import Stream
+from attnviz.corpus.vlm_folder import vision_file
 
 CHECKPOINT = "checkpoint.npz"
 CHECKPOINT_EVERY_S = 2.0
@@ -161,6 +163,10 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     """Run ``cfg``; ``on_batch(items_done)`` is called after each folded batch (an exception there, e.g.
     KeyboardInterrupt, stops the run with its progress checkpointed)."""
     _check(cfg)
+    model, note = vision_file(cfg.model, cfg.images)  # a VLM folder over images: its vision tower (vlm_folder.py)
+    if note:
+        print(f"attnviz: {note}", file=sys.stderr)
+        cfg = replace(cfg, model=model)
     with command_scope():  # the inputs declared below end with the run: library callers run many in one process
         output.guard(
             Path(cfg.out),

@@ -30,6 +30,7 @@ from attnviz.core.attention import (
     MapSource,
     PatchGrid,
 )
+from attnviz.core.frames import FramesMap
 from attnviz.core.rows import RowAxes, set_row_axes
 from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
@@ -75,7 +76,9 @@ def _from_steps(model: AttnModel, maps: dict, outputs: dict) -> AttentionResult:
     missing = [i for i in range(len(sites)) if i not in maps]
     if missing:
         raise AttnvizError(f"generation with the KV cache recorded no map for sites {missing}; use the full re-run")
-    dense: list[MapSource] = [DenseMap(maps[i]) for i in range(len(sites))]
+    dense: list[MapSource] = [
+        m if isinstance(m, FramesMap) else DenseMap(m) for m in (maps[i] for i in range(len(sites)))
+    ]
     infos = [dataclasses.replace(s, heads=int(m.shape[1])) for s, m in zip(sites, dense)]
     return AttentionResult(maps=dense, sites=infos, outputs=outputs, info={"mode": "dense"})
 
@@ -257,9 +260,9 @@ def refuse_non_finite(result: AttentionResult) -> None:
     """NaN or Inf attention (a NaN scale, NaN weights) is refused in one line: drawn, it would show as all-zero
     maps with no word of why.  Dense maps only: checking on-demand ones would compute every head."""
     for site, m in zip(result.sites, result.maps):
-        if not isinstance(m, DenseMap):
+        if not isinstance(m, (DenseMap, FramesMap)):
             continue
-        a = m.array()
+        a = m.blocks if isinstance(m, FramesMap) else m.array()  # a tower's frames: their own maps, not laid out
         known = noted(a)  # the crash-isolation child's check right after the run (attnviz.runtime.finite)
         if not (all_finite(a) if known is None else known):
             if result.info.get("map_dtype") == "float16":

@@ -15,13 +15,14 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.frames import FramesMap
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.finite import note, noted
 from attnviz.runtime.steps import StepPlan, greedy
@@ -32,7 +33,7 @@ class StepOut:
     """What one cached decoder step gives: next-token logits ``[B, V]`` and maps by canonical site index."""
 
     logits: np.ndarray
-    maps: dict[int, np.ndarray] = field(default_factory=dict)
+    maps: Mapping[int, np.ndarray | FramesMap] = field(default_factory=dict)  # a tower's frames (VLMCache) as they are
     info: dict = field(default_factory=dict)  # the run's facts (provider, mode, ...)
 
 
@@ -42,7 +43,7 @@ class StepsOut:
     index, ``[B, H, steps, keys]`` (keys a step could not see yet are 0)."""
 
     ids: list[int]
-    maps: dict[int, np.ndarray]
+    maps: Mapping[int, np.ndarray | FramesMap]
     info: dict
 
 
@@ -129,15 +130,19 @@ class MapAssembler:
 
     def __init__(self) -> None:
         self.parts: dict[int, list[np.ndarray]] = {}
+        self.frames: dict[int, FramesMap] = {}  # a tower's sites, seen once with the prompt: kept as they are
 
-    def add(self, maps: dict[int, np.ndarray]) -> None:
+    def add(self, maps: Mapping[int, np.ndarray | FramesMap]) -> None:
         for i, a in maps.items():
+            if isinstance(a, FramesMap):
+                self.frames[i] = a
+                continue
             # the very array where it is float32 already (its NaN/Inf note, attnviz.runtime.finite, holds)
             f32 = a if type(a) is np.ndarray and a.dtype == np.float32 else np.asarray(a, np.float32)
             self.parts.setdefault(i, []).append(f32)
 
-    def maps(self) -> dict[int, np.ndarray]:
-        out = {}
+    def maps(self) -> dict[int, np.ndarray | FramesMap]:
+        out: dict[int, np.ndarray | FramesMap] = dict(self.frames)
         for i, parts in self.parts.items():
             if len(parts) == 1:  # a site the steps never added to (an encoder's, seen once): no copy to make
                 out[i] = parts[0]
@@ -166,7 +171,7 @@ class Generation:
     ids: list[int]
     seconds: float
     method: str  # "kv-cache" | "full re-run"
-    maps: dict[int, np.ndarray] | None = None
+    maps: dict[int, np.ndarray | FramesMap] | None = None
     info: dict = field(default_factory=dict)  # the last cached step's run facts
 
 

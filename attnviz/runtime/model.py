@@ -16,7 +16,7 @@ import onnx
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
+from attnviz.core.attention import VISION_TOWER_KEY, AttentionResult, DenseMap, PatchGrid, SiteInfo, TokenAxis
 from attnviz.runtime import analyze as engine
 from attnviz.runtime import assemble as asm
 from attnviz.runtime import feedcheck as fc
@@ -452,6 +452,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             "model": self.name,
             "model_path": str(self.path),
         }
+        if self.frames is not None:  # a VLM's vision file alone: its block named as the whole model's (Block.name)
+            info[VISION_TOWER_KEY] = True
         if info["provider"] == "CUDAExecutionProvider" and hasattr(sess, "pinned"):
             info["pinned"] = sess.pinned()  # the outputs' host buffers page-locked or why not (runtime/pinning.py)
         if notes:

@@ -29,6 +29,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo
+from attnviz.core.frames import FramesMap
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -40,7 +41,7 @@ from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stage
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
-from attnviz.runtime.vlm_families import Family, LoadedImage, block_diagonal, check_several, family_for
+from attnviz.runtime.vlm_families import Family, LoadedImage, check_several, family_for
 
 LEARNED_SHAPES = 64  # the shapes fed whose presents' shapes a VLM keeps (VLMCache.start_steps)
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -421,7 +422,7 @@ class VLMSet(AnalyzeMethod):
         """The vision file on the rows' images, the embeddings and the decoder on the spliced embeddings, as one
         request to the sessions' process (:func:`attnviz.runtime.model.run_stages`): the features and embeddings
         never leave it.  Returns the vision maps one per row (one image a row, LLaVA, keeps them as the mode made
-        them; several, Idefics3's tiles, are put together by :func:`block_diagonal`), the vision file's result
+        them; several, Idefics3's tiles, each row's frames' maps on the diagonal: :meth:`_vision_maps`), the vision file's result
         (its features among the outputs), the decoder's, and the decoder's feeds (the embeddings a Spliced)."""
         ids = feeds["input_ids"]
         if self._separate(feeds):
@@ -498,10 +499,10 @@ class VLMSet(AnalyzeMethod):
     @staticmethod
     def _vision_maps(v: AttentionResult, per_row: list[int]) -> list:
         """The vision maps one per row: as the mode made them for one image a row (LLaVA), several (Idefics3's
-        tiles) put together by :func:`block_diagonal`."""
+        tiles) put together as :func:`block_diagonal` would, without making it (a :class:`FramesMap`)."""
         if all(k == 1 for k in per_row):
             return v.maps
-        return [DenseMap(block_diagonal(m.array(), per_row)) for m in v.maps]
+        return [FramesMap(m.array(), per_row) for m in v.maps]  # the frames' maps kept, never laid out whole
 
     def _embedded(self, vis: PreparedRun, emb: PreparedRun, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
         """The vision file and the embeddings as one request, the features spliced here (refused in the
@@ -578,8 +579,11 @@ class VLMCache:
         """What the shapes of the prompt's presents follow from: the shapes fed (checked)."""
         return tuple((k, tuple(v.shape), v.dtype.str) for k, v in sorted(feeds.items()))
 
-    def _prompt_maps(self, vmaps: list, r: AttentionResult) -> dict[int, np.ndarray]:
-        maps = {j: m.array() for j, m in enumerate(vmaps)}
+    def _prompt_maps(self, vmaps: list, r: AttentionResult) -> dict[int, np.ndarray | FramesMap]:
+        # a tower's frames stay its frames' maps (the steps never add to the tower's sites: MapAssembler keeps them)
+        maps: dict[int, np.ndarray | FramesMap] = {
+            j: m if isinstance(m, FramesMap) else m.array() for j, m in enumerate(vmaps)
+        }
         maps.update({self.n_vis + j: m.array() for j, m in enumerate(r.maps)})
         return maps
 

@@ -7,8 +7,8 @@ The family is read from the folder's config.json as for the whole model (``model
 :mod:`attnviz.runtime.vlm_families` with ``tower_alone``), its processor from the folder's
 preprocessor_config.json: ``--image`` goes through the family's own preprocessing (the same code the whole model
 runs), the mask is made as the whole model makes it, and each row's frames' maps (the file gives one map per real
-frame) become one map per row, each frame attending within itself (:func:`~attnviz.runtime.vlm_families.block_diagonal`, as
-the whole model's tower block).  The processor's split is known here without a decoder, so the tower's grid names
+frame) become one map per row, each frame attending within itself (:class:`~attnviz.core.frames.FramesMap`, as
+the whole model's tower block: the frames' maps kept, the block-diagonal map never made).  The processor's split is known here without a decoder, so the tower's grid names
 the tiles' arrangement (``PatchGrid.tile_layout``) and Image regions lays every tile out beside the global image.
 
 :class:`TowerFrames` is what the file's :class:`~attnviz.runtime.model.AttentionModel` consults for all of that
@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import DenseMap, PatchGrid
+from attnviz.core.attention import PatchGrid
+from attnviz.core.frames import FramesMap
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.sidecar import sidecar, sidecar_json
-from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, block_diagonal, family_for
+from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, family_for
 
 PREPROCESSOR = "preprocessor_config.json"
 
@@ -123,8 +124,9 @@ class TowerFrames:
         return "dense" if several else mode
 
     def maps(self, feeds: dict, maps: list) -> list:
-        """The maps one per row, each row's frames on the diagonal (:func:`block_diagonal`, as the whole model's
-        tower block); the split of the image fed kept, where it is the latest image loaded."""
+        """The maps one per row, each row's frames on the diagonal (a :class:`FramesMap`: the frames' maps kept,
+        the whole model's tower block without laying it out); the split of the image fed kept, where it is the
+        latest image loaded."""
         pixels = np.asarray(feeds[self.image_input.name])
         per_row = self.per_row(pixels)
         self._frame_keys = int(maps[0].shape[-1]) if maps else 0
@@ -138,7 +140,7 @@ class TowerFrames:
             )
         if all(k == 1 for k in per_row) or not self.whole:
             return maps
-        return [DenseMap(block_diagonal(m.array(), per_row)) for m in maps]
+        return [FramesMap(m.array(), per_row) for m in maps]  # the frames' maps kept, never laid out whole
 
     # -- the grid --------------------------------------------------------------------
     def grid(self, n_keys: int) -> PatchGrid | None:

@@ -1,6 +1,8 @@
 """File ▸ Open corpus results: head table (sortable, roles coloured), layer × head grid, examples that open
 in the usual views with their head focused."""
 
+import math
+
 import pytest
 
 pytest.importorskip("PySide6")
@@ -64,7 +66,13 @@ def test_corpus_view_table_grid_and_example_focus(qtbot, win, results):
     assert any(a.text() == "Open &corpus results…" for a in win.menuBar().actions()[0].menu().actions())
     v = open_corpus_results(win, results)
     qtbot.waitExposed(v)
+    assert v.preview is None  # a text corpus's examples are tokens: no image beside them (a tower's: corpus_patch)
     t = v.table
+    # no gold alignments in this run: no AER columns or scores (its heads carry them as NaN)
+    assert all(math.isnan(h["aer"]) for h in v.heads)
+    names = [t.horizontalHeaderItem(i).text() for i in range(t.columnCount())]
+    assert not {"aer", "aer_precision", "aer_recall"} & set(names)
+    assert "aer" not in [v.score.itemText(i) for i in range(v.score.count())]
     assert t.rowCount() == 8
     assert v.status.currentMessage().startswith("8 heads from ")  # its own status, not the main window's
     role_c = _col(t, "role")

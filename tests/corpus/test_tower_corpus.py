@@ -207,3 +207,17 @@ def test_batches_hold_fewer_images_where_their_maps_would_pass_the_budget(tower)
     assert images_per_batch(family, 8, 32, budget=3 * one - 1) == 2
     assert images_per_batch(family, 8, 32, budget=1) == 1  # one image a batch, whatever its maps
     assert images_per_batch(family, 8, 2) == 2  # --batch-size stays the most
+
+
+def test_a_reducer_opens_the_tower_with_its_maps_one_per_frame(tower, images):
+    """Set where the worker opens the model, not at each batch: the reducer's model gives each real frame's map
+    (b_square: 2 x 2 tiles and the global image), as reduce_tower takes them, before any batch has run."""
+    from attnviz.corpus.reduce import BatchReducer
+    from attnviz.corpus.tower import tower_feeds
+
+    r = BatchReducer(str(tower), "cpu", None, 1, 5)
+    assert r.image_spec is not None
+    feeds, counts = tower_feeds(r.model, [str(images / "b_square.png")], r.image_spec)
+    maps = r.model.run(feeds, mode="dense").maps
+    assert counts == [FRAMES["b_square"]]
+    assert [m.shape for m in maps] == [(FRAMES["b_square"], 4, PER, PER)] * 2

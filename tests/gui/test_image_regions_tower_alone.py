@@ -31,6 +31,9 @@ def test_the_encoder_alone_draws_every_tile_beside_the_global_image(qtbot, real_
     w.select_view("image")
     bi, grid, _ = v.source()
     assert s.blocks[bi].stack == "encoder" and (grid.rows, grid.cols) == (12, 12) and v._two
+    # its tower block named as the whole model names it; the flag that says so is not a run fact of its own
+    run = w.sidebar.values("Run")
+    assert run["maps"] == "2 sites, vision self-attention 2×4" and "vision_tower" not in run
     labels = list(s.blocks[bi].key_axis.labels)
     s.select(mode="head", layer=1, head=2)
     att = r.maps[1].array()[0, 2]

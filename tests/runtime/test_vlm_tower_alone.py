@@ -139,6 +139,22 @@ def test_the_tower_view_lays_every_tile_beside_the_global_image(tower, whole, im
     ]
 
 
+def test_the_tower_block_is_named_as_the_whole_models(tower, whole, images, tmp_path):
+    """The block reads "vision self-attention" alone as in the whole model (not "encoder", read as a text encoder's): the block,
+    the map's title (Head map, figures), an extracted .npz; the command line's short name stays "encoder self"."""
+    from attnviz.figures.select import block_label, resolve_block
+
+    r = tower.analyze(image=str(images["wide"]))
+    full = whole.analyze(text=PROMPT, image=str(images["wide"]))
+    assert r.blocks()[0].name == full.blocks()[0].name == "vision self-attention"
+    sel = v.Selection(block=0, layer=1, head=2)
+    assert v.compute_map(r, sel).title.startswith("vision self-attention · layer 1 · head 2")
+    io.save_npz(r, tmp_path / "t.npz")
+    assert io.load_npz(tmp_path / "t.npz").blocks()[0].name == "vision self-attention"
+    assert block_label(r.blocks()[0]) == block_label(full.blocks()[0]) == "encoder self"
+    assert resolve_block(r, "vision self")[0] == resolve_block(r, "encoder self")[0] == 0
+
+
 def test_the_split_is_kept_in_the_npz(tower, images, tmp_path):
     r = tower.analyze(image=str(images["tall"]))
     io.save_npz(r, tmp_path / "t.npz")

@@ -8,6 +8,7 @@ colour scale's top is the block's largest pooled weight (max-pooling keeps maxim
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy as np
 
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PooledSource
+from attnviz.core.frames import FramesMap
 from attnviz.core.view.colourbar import check_scale
 from attnviz.core.view.selection import Selection, _pad, _special, blk_len, hide_mask, result_blocks
 from attnviz.core.view.steps import step_rows
@@ -217,20 +219,30 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
                 pooled.flags.writeable = False
                 out.append(pooled)
                 continue
-        a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
-        if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
-            a = a[:, : f.n_q, : f.n_k]
+        one: Callable[[int], np.ndarray]  # head h's map after the step
+        if isinstance(src, FramesMap):  # a tower's frames: one head laid out at a time (no threads: one each)
+            one = functools.partial(_laid_out, src, blk.batch, f)
+            n_heads, cells = src.shape[1], 0
+        else:
+            a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
+            if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
+                a = a[:, : f.n_q, : f.n_k]
+            one, n_heads, cells = a.__getitem__, a.shape[0], a.size
 
-        def head(h: int, a: np.ndarray = a) -> np.ndarray:
-            m = reduce.drop_positions(a[h], f.drop_q, f.drop_k) if hide else a[h]  # the head map's numbers
+        def head(h: int, one: Callable[[int], np.ndarray] = one) -> np.ndarray:
+            m = reduce.drop_positions(one(h), f.drop_q, f.drop_k) if hide else one(h)  # the head map's numbers
             if sel.keep < 1.0:
                 m = reduce.keep_mass(m, max(sel.keep, 1e-3))
             return downsample(m, max_side)
 
-        small = np.stack(_pool_map(head, a.shape[0], a.size))
+        small = np.stack(_pool_map(head, n_heads, cells))
         small.flags.writeable = False  # shared by every later draw: nobody may change it in place
         out.append(small)
     return out
+
+
+def _laid_out(src: FramesMap, b: int, f: _Filters, h: int) -> np.ndarray:
+    return src.head(b, h)[: f.n_q, : f.n_k]
 
 
 def thumbnails(

@@ -75,8 +75,12 @@ def tower_tiles(result: AttentionResult, glob: PatchGrid, batch: int = 0) -> Pat
     token grid's (its tiled grid over its global image's, batch row ``batch``'s); None without one that agrees (the
     global image alone is drawn, and :func:`grid_note` says why)."""
     layout = glob.tile_layout or _decoder_tiles(result, batch)
-    if layout is None:
-        return None
+    return tiles_in_place(glob, layout) if layout is not None else None
+
+
+def tiles_in_place(glob: PatchGrid, layout: tuple[int, int]) -> PatchGrid | None:
+    """:func:`tower_tiles` once the tiles' arrangement ``layout`` (rows, columns of tiles) is known: the grid over
+    the tiled picture (its ``global_grid`` the global image's); None where ``glob``'s tiles do not fill it."""
     down, across = layout
     if across * down != glob.lead_images or glob.offset < glob.lead_images * glob.n:
         return None

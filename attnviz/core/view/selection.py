@@ -7,6 +7,7 @@ nothing of the views, so this module sits at the bottom of the view model (with 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
+from attnviz.core.frames import frames_of
 from attnviz.core.view.palette import DEFAULT_SCALE
 
 
@@ -116,6 +118,12 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
     rng = f"layer {lo}" if lo == hi else f"layers {lo}–{hi}"
     if sel.mode == "head":
         return blk.head(sel.layer, sel.head), f"layer {sel.layer} · head {sel.head}"
+    known = sel.mode == "rollout" or sel.mode in reduce.HEAD_AGGREGATES  # an unknown one is refused below
+    frames = frames_of([blk.result.maps[blk.sites[i]] for i in range(lo, hi + 1)]) if known else None
+    if frames is not None:  # a tower's frames: each frame's block reduced and laid out, never the whole layers
+        return frames[0].lay_out(blk.batch, _per_block(sel.mode), frames), (
+            f"rollout {rng}" if sel.mode == "rollout" else f"{rng} · {sel.mode} over heads"
+        )
     if sel.mode in reduce.HEAD_AGGREGATES:
         per_layer = [blk.layer(i) for i in range(lo, hi + 1)]
         heads = per_layer[0] if len(per_layer) == 1 else np.concatenate(per_layer, axis=0)  # one layer: no copy
@@ -129,6 +137,14 @@ def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
             )
         return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), f"rollout {rng}"
     raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
+
+
+def _per_block(mode: str) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """``mode``'s reduction of several layers' ``[H, P, P]`` to one ``[P, P]``, as :func:`head_matrix` reduces the
+    whole layers (both are block-separable: :mod:`attnviz.core.frames`)."""
+    if mode == "rollout":
+        return reduce.rollout
+    return lambda layers: reduce.aggregate_heads(layers[0] if len(layers) == 1 else np.concatenate(layers), mode)
 
 
 def _special(axis: TokenAxis, positions: np.ndarray, n_full: int) -> np.ndarray:

@@ -29,9 +29,11 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.app.corpus_entry import example_open
+from attnviz.app.corpus_patches import example_image, is_tower_example, label_name
 from attnviz.core.cross_stats import CROSS_STAT_HELP
 from attnviz.core.score_direction import DIRECTIONS, GOLD_SCORES, direction, examples_end
 from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
+from attnviz.gui.views.corpus_patch import PatchPreview
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
 ROLE_COLORS = {
@@ -104,6 +106,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _row_label(stack: str, kind: str, layer: int) -> str:
     """Grid row title: "enc L0", "dec L0" (self) and "dec× L0" (cross: decoder queries over the source)."""
     return f"{stack[:3]}{'×' if kind == 'cross' else ''} L{layer}"
@@ -141,7 +147,8 @@ class CorpusView(QWidget):
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # with gold alignments (attnviz corpus --gold-column) the heads also carry AER, precision and recall
         # (next to the role: "which heads align?" is what a researcher opens such results for)
-        gold = [c for c in GOLD_SCORES if any(c in h for h in self.heads)]
+        # (the results reader gives every corpus these columns, NaN without gold: show them only where a head scored)
+        gold = [c for c in GOLD_SCORES if any(_finite(h.get(c)) for h in self.heads)]
         at = TABLE_COLUMNS.index("role_score") + 1
         self.columns = (*TABLE_COLUMNS[:at], *gold, *TABLE_COLUMNS[at:])
         self.score = QComboBox()
@@ -162,6 +169,17 @@ class CorpusView(QWidget):
         self.examples = self._make_table(("rank", "value", "row", "col", "item", "text"))
         self.examples.horizontalHeader().setSectionResizeMode(5, QHeaderView.ResizeMode.Stretch)
         self.examples.cellClicked.connect(self._on_example_click)
+        # a VLM tower's corpus (corpus/tower.py): an example's row and key are patches, named as the view's axis
+        # names them, and shown on the example's image beside the list (app/corpus_patches.py)
+        self.patches = any(is_tower_example(e) for e in results.examples)
+        self.preview: PatchPreview | None = None
+        if self.patches:
+            self.preview = PatchPreview()
+            self.examples.currentCellChanged.connect(lambda r, _c, _pr, _pc: self._show_patches(r))
+            for c, what in ((2, "query"), (3, "key")):
+                header = self.examples.horizontalHeaderItem(c)
+                if header is not None:
+                    header.setToolTip(f"the {what} patch, named as the view's axis names it (its position in the tip)")
         self.examples_label = QLabel(
             "Click a head for its top examples; click an example to open it with that head focused."
         )
@@ -178,7 +196,13 @@ class CorpusView(QWidget):
         rv.addWidget(self.grid_label)
         rv.addWidget(self.grid, 3)
         rv.addWidget(self.examples_label)
-        rv.addWidget(self.examples, 2)
+        if self.preview is None:
+            rv.addWidget(self.examples, 2)
+        else:
+            below = QHBoxLayout()
+            below.addWidget(self.examples, 1)
+            below.addWidget(self.preview)
+            rv.addLayout(below, 2)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
         split.addWidget(right)
@@ -347,6 +371,11 @@ class CorpusView(QWidget):
             for c, v in enumerate((e["rank"] + 1, e["value"], e["row"], e["col"], e["item"], label)):
                 # a whole pair scored (AER): no row or key did, -1 in the file
                 t.setItem(r, c, ValueItem(v, "–") if c in (2, 3) and v < 0 else ValueItem(v))
+            if is_tower_example(e):  # the patches by their axis labels (sorted by position), their names in the tip
+                for c, (name, pos) in enumerate(((e["row_patch"], e["row"]), (e["col_patch"], e["col"])), 2):
+                    item = ValueItem(pos, name)
+                    item.setToolTip(f"{label_name(name)} (position {pos} of the image's patches)")
+                    t.setItem(r, c, item)
         stat = ex[0]["score"] if ex else score
         what = f"top items by {stat} — {self.listed_end(stat, head['kind'])} — click one to open it"
         if stat in GOLD_SCORES:  # a corpus count: the head's value, and for AER the pairs it aligns worst
@@ -366,6 +395,8 @@ class CorpusView(QWidget):
             scored = f"the pair's {stat}" if stat in GOLD_SCORES else f"the item's {stat} (its best row)"
             value.setToolTip(f"{scored}; the list holds the {listed} values")
         t.resizeColumnsToContents()
+        if self.preview is not None:
+            self._show_patches(t.currentRow())
         where = f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']}"
         self.status.showMessage(
             f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus for {where}"
@@ -385,6 +416,16 @@ class CorpusView(QWidget):
             return f"the {listed} values ({d.describe()})"
         # runs so far keep the highest values of every score (see core/score_direction.py)
         return f"the {listed} values, not the interesting end ({d.describe()})"
+
+    def _show_patches(self, r: int) -> None:
+        """A tower example's query and key patches on its image (the first example's until one is picked)."""
+        shown = getattr(self, "shown_examples", [])
+        if self.preview is None or not shown:
+            return
+        ex = shown[r if 0 <= r < len(shown) else 0]
+        if is_tower_example(ex):
+            model = str(self.results.run.get("model", ""))
+            self.preview.show_example(example_image(ex, model), Path(str(ex.get("image") or "")).name)
 
     def _on_example_click(self, r: int, _c: int) -> None:
         if 0 <= r < len(getattr(self, "shown_examples", [])):

@@ -53,13 +53,13 @@ def compute_stats(result, blk, step: int) -> list[dict]:
     special = np.asarray(blk.key_axis.special, bool)
     out = []
     for layer in range(blk.n_layers):
-        a = blk.layer(layer)
-        if n is not None:
-            a = a[:, :n, :n] if blk.kind == "self" else a[:, :n]
-        sp = special[: a.shape[-1]] if len(special) >= a.shape[-1] else None
-        for h in range(a.shape[0]):
+        for h in range(blk.heads_in(layer)):  # a head at a time: a tower's frames are laid out one head at a time
+            a = blk.head(layer, h)
+            if n is not None:
+                a = a[:n, :n] if blk.kind == "self" else a[:n]
+            sp = special[: a.shape[-1]] if len(special) >= a.shape[-1] else None
             row: dict[str, float] = {"layer": layer, "head": h}
-            row.update(head_stats(a[h], sp))
+            row.update(head_stats(a, sp))
             out.append(row)
     return out
 

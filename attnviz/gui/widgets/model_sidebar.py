@@ -213,6 +213,7 @@ class ModelSidebar(QTreeWidget):
                     "token_grids",  # each batch row's image-token grid (Image regions places them)
                     "image_grids",  # one prompt's several images' grids (the image tokens row says them)
                     "vision_grids",  # their patches' grids in the vision tower (its keys say img1(r,c), ...)
+                    "vision_tower",  # a VLM's tower alone: its blocks say "vision" (the maps row above)
                     "fidelity",  # the Model section's warnings
                 ) or v in (None, "", [], {}):
                     continue

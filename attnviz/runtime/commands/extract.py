@@ -18,7 +18,7 @@ def run(args) -> int:
 
     from attnviz import AttnvizError
     from attnviz.core import limits
-    from attnviz.core.io import save_npz
+    from attnviz.core.io import save_npz, written_bytes
     from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
 
@@ -35,7 +35,7 @@ def run(args) -> int:
         {"--out": out},
     )
     model, result = analyze_from_args(args)
-    mb = sum(m.shape[0] * m.shape[1] * m.shape[2] * m.shape[3] * 4 for m in result.maps) / 2**20
+    mb = sum(written_bytes(m) for m in result.maps) / 2**20
     limits.check("output_mb", mb, f"the maps for {out.name}")  # before on-demand maps are materialised
     save_npz(result, out)
     dev = result.info.get("provider", "?")

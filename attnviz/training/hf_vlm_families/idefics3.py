@@ -85,7 +85,7 @@ class Idefics3(Recipe):
     def vision_maps(self, model, s: Sample) -> list[np.ndarray]:
         import torch
 
-        from attnviz.runtime.vlm import block_diagonal
+        from attnviz.runtime.vlm_families import block_diagonal
 
         px = torch.as_tensor(s.pixel_values)
         with torch.no_grad():

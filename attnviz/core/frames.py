@@ -1,0 +1,120 @@
+"""A tower run on several frames of one image (Idefics3 / SmolVLM: the processor's tiles, then its global image),
+held as the frames' own maps.
+
+The tower runs each frame by itself, so a row's map over all its frames' patches (the keys the view numbers:
+frame ``f``'s patch ``i`` at ``f · P + i``, the global image last) is block-diagonal: each frame's ``[H, P, P]``
+on the diagonal, zeros off it, and a row with fewer frames than the batch's most has all-zero padding after its
+own.  Made dense, that map is the frame count times larger than the frames' maps (SmolVLM's 13 frames of 1,024
+patches and 12 heads: 8.5 GB a layer instead of 0.65 GB), so :class:`FramesMap` keeps the frames' maps and lays
+one head out (:meth:`FramesMap.head`) or pools the thumbnails (:meth:`FramesMap.pooled`) from them when asked;
+what is drawn is the same block-diagonal map a dense one would give.  A function that works on a map row by row
+and on zeros gives zeros (a head aggregate, rollout) is block-separable: :meth:`FramesMap.lay_out` applies it
+to each diagonal block and lays the blocks out, never the whole map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+MAX_FRAMES = 1024  # a row's frames a file may name (Idefics3 / SmolVLM split an image into at most ~17)
+
+
+class FramesMap:
+    """One site's maps as ``[B, H, n·P, n·P]`` (a :class:`~attnviz.core.attention.MapSource`), held as its frames'
+    ``blocks [frames, H, P, P]`` (every row's real frames one after another) and ``per_row`` (each row's count):
+    row ``b``'s frames on the diagonal, ``n = max(per_row)`` (``side``: more keys, ``n·P``, where given)."""
+
+    def __init__(self, blocks: np.ndarray, per_row: list[int], side: int | None = None):
+        # kept as the very array (runtime/finite.py notes what it checked of that object)
+        if not (type(blocks) is np.ndarray and blocks.dtype == np.float32):
+            blocks = np.asarray(blocks, dtype=np.float32)
+        per_row = [int(k) for k in per_row]
+        if blocks.ndim != 4 or blocks.shape[-1] != blocks.shape[-2]:
+            raise ValueError(f"frames' maps must be [frames, H, P, P], got shape {blocks.shape}")
+        if not per_row or min(per_row) < 1 or sum(per_row) != blocks.shape[0]:
+            raise ValueError(f"frames per row {per_row} do not add up to the {blocks.shape[0]} frames' maps")
+        self.blocks, self.per_row = blocks, per_row
+        self.starts = np.concatenate([[0], np.cumsum(per_row)[:-1]]).astype(int).tolist()
+        self.keys = int(blocks.shape[-1])  # P: each frame's patches
+        least = max(per_row) * self.keys
+        side = least if side is None else int(side)  # more: one row of a padded batch, its padding kept (row)
+        if side < least:
+            raise ValueError(f"{side} keys cannot hold {max(per_row)} frames of {self.keys} patches")
+        self.shape = (len(per_row), int(blocks.shape[1]), side, side)
+
+    def frames(self, b: int) -> np.ndarray:
+        """Row ``b``'s frames' maps ``[n_b, H, P, P]`` (a view, no copy)."""
+        s = self.starts[b]
+        return self.blocks[s : s + self.per_row[b]]
+
+    def row(self, b: int) -> FramesMap:
+        """Row ``b`` alone, as a batch of one (:func:`attnviz.core.rows.pick_row`): its frames' maps (a view) and
+        its padding's keys (the row's axes still name them)."""
+        return FramesMap(self.frames(b), [self.per_row[b]], self.shape[2])
+
+    @property
+    def natural(self) -> bool:
+        """Whether the keys are the most frames' (else a padded batch's row alone: its padding's keys after)."""
+        return self.shape[2] == max(self.per_row) * self.keys
+
+    def padding(self, b: int) -> int:
+        """Row ``b``'s padding keys after its frames' (a shorter row of a padded batch): their rows are all zero."""
+        return self.shape[2] - self.per_row[b] * self.keys
+
+    def lay_out(self, b: int, fn: Callable[[list[np.ndarray]], np.ndarray], layers: list[FramesMap]) -> np.ndarray:
+        """``[Tq, Tk]``: ``fn`` over several layers' maps of the same frames (``layers``: this one, or a layer range
+        of the block), each diagonal block's ``[H, P, P]`` of every layer (a frame's, or the padding's zeros) to
+        one ``[P, P]``, laid out on the diagonal, zeros elsewhere: what ``fn`` gives on the whole block-diagonal
+        maps, where it is block-separable (see the module)."""
+        p = self.keys
+        out = np.zeros(self.shape[2:], np.float32)
+        for f in range(self.per_row[b]):
+            out[f * p : (f + 1) * p, f * p : (f + 1) * p] = fn([m.frames(b)[f] for m in layers])
+        pad = self.padding(b)
+        if pad:
+            zeros = np.zeros((self.shape[1], pad, pad), np.float32)
+            out[-pad:, -pad:] = fn([zeros] * len(layers))
+        return out
+
+    def head(self, b: int, h: int) -> np.ndarray:
+        return self.lay_out(b, lambda ms: ms[0][h], [self])
+
+    def heads(self, b: int) -> np.ndarray:
+        """``[H, Tq, Tk]``: every head laid out (costly: the frame count times the frames' maps)."""
+        return np.stack([self.head(b, h) for h in range(self.shape[1])])
+
+    def array(self) -> np.ndarray:
+        """``[B, H, Tq, Tk]`` dense (costly; what a file of the dense layout holds)."""
+        return np.stack([self.heads(b) for b in range(self.shape[0])])
+
+    def pooled(self, b: int, n_q: int, n_k: int, max_side: int) -> np.ndarray | None:
+        """``[H, <=side, <=side]``: the heads of ``[:n_q, :n_k]`` max-pooled as
+        :func:`attnviz.core.view.downsample` pools the dense map (runs of ``ceil(n / max_side)`` from the start, a
+        short last run as if padded with zeros), from each frame's map alone: the off-diagonal zeros add nothing
+        to a maximum of weights (never negative) that a cell does not get from its own zeros."""
+        fq, fk = -(-n_q // max_side), -(-n_k // max_side)
+        h, p = self.shape[1], self.keys
+        out = np.zeros((h, -(-n_q // fq), -(-n_k // fk)), np.float32)
+        for f, m in enumerate(self.frames(b)):
+            o = f * p
+            if o >= n_q or o >= n_k:
+                break
+            m = m[:, : min(p, n_q - o), : min(p, n_k - o)]
+            r0, c0 = o // fq, o // fk
+            rows, cols = -(-(o + m.shape[1]) // fq) - r0, -(-(o + m.shape[2]) // fk) - c0
+            cell = np.zeros((h, rows * fq, cols * fk), np.float32)  # the block on whole cells, zeros around it
+            cell[:, o - r0 * fq : o - r0 * fq + m.shape[1], o - c0 * fk : o - c0 * fk + m.shape[2]] = m
+            small = cell.reshape(h, rows, fq, cols, fk).max(axis=(2, 4))
+            np.maximum(out[:, r0 : r0 + rows, c0 : c0 + cols], small, out=out[:, r0 : r0 + rows, c0 : c0 + cols])
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.nbytes
+
+
+def frames_of(maps: list) -> list[FramesMap] | None:
+    """``maps`` as frames' maps where every one is (a tower's block), else None."""
+    return maps if maps and all(isinstance(m, FramesMap) for m in maps) else None

@@ -1,0 +1,117 @@
+"""A tower corpus example's patches (app/corpus_patches.py) over ``attnviz corpus vision_encoder.onnx --images``:
+each example's query and key named as Image regions names that key of ``attnviz open``'s tower view, and boxed
+where transformers' Idefics3 processor took the patch's pixels from (a tile's patch: the very pixels; the global
+image's: the region whose resize it is, on a smooth picture); names only, with one line, where the model or the
+image is gone or the image no longer splits as the run named it."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import idefics3_models as im
+from PIL import Image
+
+from attnviz.app.corpus_patches import example_image, label_name
+from attnviz.cli import main
+from attnviz.core import view as v
+from attnviz.corpus.output import read
+from attnviz.runtime import open_model
+
+SHAPES = {"wide": (40, 100), "square": (70, 64), "tall": (90, 30)}  # 1 x 2, 2 x 2, 2 x 1 tiles
+
+
+def smooth(h: int, w: int) -> np.ndarray:
+    """A picture whose colour follows the position (red across, green down): a resized region's mean is the
+    mean of the region it came from."""
+    y, x = np.mgrid[0:h, 0:w]
+    return np.dstack([x * 255 / max(1, w - 1), y * 255 / max(1, h - 1), np.full((h, w), 128.0)]).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def run(idefics3_repo, tmp_path_factory):
+    d = tmp_path_factory.mktemp("patch_imgs")
+    for name, (h, w) in SHAPES.items():
+        Image.fromarray(smooth(h, w)).save(d / f"{name}.png")
+    out = tmp_path_factory.mktemp("patch_out") / "o"
+    tower = idefics3_repo / "onnx" / "vision_encoder.onnx"
+    args = ["corpus", str(tower), "--images", str(d), "--out", str(out), "--top-k", "3", "--workers", "1"]
+    assert main([*args, "--provider", "cpu", "--no-progress"]) == 0
+    return read(out), tower, d
+
+
+def distinct(examples: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for e in examples:
+        key = (e["image"], e["row"], e["col"])
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+def frames_rgb(repo, path) -> np.ndarray:
+    """transformers' processor's frames of the image, back to 0..255 (``[frames, M, M, 3]``)."""
+    pre = im.processor(repo).image_processor
+    px = pre(images=[[Image.open(path).convert("RGB")]], return_tensors="np")["pixel_values"][0]
+    mean, std = np.asarray(pre.image_mean)[:, None, None], np.asarray(pre.image_std)[:, None, None]
+    return ((px * std + mean) * 255).transpose(0, 2, 3, 1)
+
+
+def test_patches_are_named_as_the_view_names_them_and_boxed_where_the_processor_took_them(run, idefics3_repo):
+    results, tower, _ = run
+    model = open_model(tower, provider="cpu")
+    views = {}
+    checked = {"tile": 0, "global": 0}
+    for e in distinct(results.examples):
+        ex = example_image(e, results.run["model"])
+        assert ex.shown is not None and ex.note == "", ex.note
+        if e["image"] not in views:
+            r = model.analyze(image=e["image"])
+            views[e["image"]] = v.image_source(r, r.blocks(), attention="tower")[1]
+        grid = views[e["image"]]
+        frames = frames_rgb(idefics3_repo, e["image"])
+        per, p = 36, im.PATCH
+        for region, pos, label in ((ex.query, e["row"], e["row_patch"]), (ex.key, e["col"], e["col_patch"])):
+            assert region.label == label and region.name == v.patch_label(grid, pos)  # Image regions' name
+            assert region.name == label_name(label)  # the same from the label alone
+            frame, (r, c) = pos // per, divmod(pos % per, 6)
+            want = frames[frame, r * p : (r + 1) * p, c * p : (c + 1) * p]
+            t, left, b, right = (round(x) for x in region.box)
+            got = ex.shown[t:b, left:right].astype(np.float64)
+            if label.startswith("t"):  # a tile: the patch's very pixels
+                assert got.shape == want.shape and np.abs(got - want).max() <= 1.0
+                checked["tile"] += 1
+            else:  # the global image, the whole picture resized: the region its patch was resized from
+                assert np.abs(got.mean((0, 1)) - want.mean((0, 1))).max() < 3.0
+                checked["global"] += 1
+    assert checked["tile"] and checked["global"]
+
+
+def test_names_only_where_the_model_or_image_is_gone(run, tmp_path):
+    results, _, _ = run
+    e = results.examples[0]
+    gone = example_image(e, str(tmp_path / "vision_encoder.onnx"))
+    assert gone.shown is None and "is gone; its patches are named, not drawn" in gone.note
+    assert (gone.query.name, gone.key.name) == (label_name(e["row_patch"]), label_name(e["col_patch"]))
+    no_image = example_image({**e, "image": str(tmp_path / "x.png")}, results.run["model"])
+    assert no_image.shown is None and "x.png is gone" in no_image.note
+
+
+def test_an_image_that_splits_otherwise_now_keeps_the_names(run, tmp_path):
+    """An example of a 2 x 2 image past its first two tiles, its file replaced by a 1 x 2 one: the global image's
+    patches come after 2 tiles now, not 4; the names stay, the boxes would be a guess."""
+    results, _, images = run
+    e = next(
+        x for x in results.examples if x["image"].endswith("square.png") and not x["row_patch"].startswith(("t0", "t1"))
+    )
+    moved = tmp_path / "square.png"
+    shutil.copy(images / "wide.png", moved)
+    ex = example_image({**e, "image": str(moved)}, results.run["model"])
+    assert ex.shown is None and ex.query.label == e["row_patch"]
+    assert "square.png now splits into 1 x 2 tiles and a global image" in ex.note
