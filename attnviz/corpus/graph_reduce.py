@@ -7,7 +7,8 @@ on which path made it (to float rounding: the graph sums a row's weights in anot
 
 Only the runtime's public surface is used: the model's graph and site records, and a session of the edited graph
 from :meth:`~attnviz.runtime.model.AttentionModel.extra_session` (tests/test_layering.py keeps private runtime
-names out of corpus).
+names out of corpus); or, on a second command, the session an earlier command's worker kept, made without the
+model (:meth:`InGraphReducer.kept`, runtime/light_model.py).  onnx is imported only where a graph is built.
 """
 
 from __future__ import annotations
