@@ -40,7 +40,14 @@ class WorkerSetup:
     layout: str = "processes"  # how the local engine places the workers (LAYOUTS)
 
     def reducer(self) -> BatchReducer:
-        return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
+        """A reducer for the driver's groups, made where a batch arrives first (the other process took both
+        warm-ups, or this one's failed): over the light model where its probe was kept (runtime/light_model.py),
+        else the model opened and probed."""
+        light = self.light()
+        if light is not None and light.take_probe() is None:
+            light = None  # (no kept probe for it to take: the model's own probe, as before)
+        groups = list(self.groups)
+        return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, groups, opened=light)
 
     def probed(self, model: AttentionModel | LightModel) -> BatchReducer:
         """A reducer over ``model``, this setup's model that this process probed for the driver (:func:`_probe`):

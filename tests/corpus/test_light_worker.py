@@ -123,6 +123,16 @@ def test_a_light_worker_opens_nothing_and_gives_the_same_partials(kept, monkeypa
     _same([probed(s) for s in specs], want)
 
 
+def test_a_worker_whose_first_task_is_a_batch_opens_nothing(kept, monkeypatch):
+    """The other process took both warm-ups: this one builds its reducer for the batch's groups (engines._work's
+    ``_own_reducer(setup, warm=False)``), over the light model with its kept probe."""
+    path, specs, want, groups = kept
+    monkeypatch.setattr(graph_reduce.InGraphReducer, "build", _refused)
+    red = engines._own_reducer(engines.WorkerSetup(str(path), "cpu", None, 1, 3, tuple(groups), 2), warm=False)
+    _same(red.many(specs), want)
+    assert red._model is None and red.groups == groups
+
+
 def test_the_memory_check_of_a_light_session_reads_its_estimates_back_without_the_graph(kept, monkeypatch):
     path, specs, want, groups = kept
 
