@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
+from typing import Any
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.limits import set_memory_cap
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
     # names, metadata and messages come from files written by strangers: no terminal escape codes get through
     sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err)
+    interrupts, previous = _count_interrupts()
     try:
         set_memory_cap(args.max_memory)  # before any model opens: child processes inherit it
         with command_scope():  # the inputs a command declares (core.writes.guard) are its own
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
         return 0
     except Exception as e:  # never a traceback to the user; ATTNVIZ_DEBUG=1 shows it
+        if interrupts:  # Ctrl-C inside an extension's import surfaces as its ImportError("initialization failed")
+            print("attnviz: interrupted", file=sys.stderr)
+            return 130
         if os.environ.get("ATTNVIZ_DEBUG"):
             raise
         print(
@@ -180,6 +187,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sys.stdout, sys.stderr = out, err
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _count_interrupts() -> tuple[list[int], Any]:
+    """Ctrl-C still raises KeyboardInterrupt as Python's own handler does, and is also counted: one that arrives
+    while a C extension initialises (torch, transformers) comes out as that import's error, which is then told as
+    the interrupt it was, not as an internal error.  Nothing changes where SIGINT is ignored or handled otherwise
+    (a background job, a caller's handler) or off the main thread.  Returns the count and the handler to restore."""
+    count: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return count, None
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return count, None
+
+    def counted(signum, frame):
+        count.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    return count, signal.signal(signal.SIGINT, counted)
 
 
 def one_line(text: str) -> str:

@@ -12,7 +12,8 @@ command, e.g. /work/main for the code before) runs ``python -m attnviz.cli extra
 command and the crash-isolation child it waits for), its wall time, and the file's size.  A dense map of the
 tower's keys is ``heads × (frames · 1024)² × 4`` bytes a layer; the frames' maps are ``frames × heads × 1024² × 4``.
 ``--view``: the file is then opened and drawn in a process of its own (:data:`VIEW`: the overview's thumbnails,
-the token map and Image regions, mean over heads, and Image regions' figure), its ``ru_maxrss``.
+Image regions, mean over heads, and its figure; then the token map), its ``ru_maxrss`` before and after the token
+map (the one view that lays the whole ``[Tq, Tk]`` out).
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def extract(root: Path, model: Path, picture: Path, out: Path) -> dict:
     }
 
 
-# the window's first draw of the file, in a process of its own: the overview's thumbnails, the token map and Image
-# regions (mean over heads, every patch's row) and its figure
+# the window's first draw of the file, in a process of its own: the overview's thumbnails, Image regions (mean over
+# heads, every patch's row, then one patch's row) and its figure; the peak then (what drawing Image regions holds),
+# and again after the token map (mean over heads: the whole [Tq, Tk], laid out when the user opens the Head map)
 VIEW = """
 import resource, sys, time
 t0 = time.perf_counter()
@@ -95,10 +97,12 @@ from attnviz.figures import figure_bytes, render_figure
 r = io.load_npz(sys.argv[1])
 sel = v.Selection(mode="mean")
 v.thumbnails(r, sel)
-v.compute_map(r, sel)
 ov = v.overlay_view(r, sel)
+v.overlay_view(r, sel.with_(query=40))
 figure_bytes(render_figure(r, "image", sel))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0, ov.peak)
+drawn, t1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0
+v.compute_map(r, sel)
+print(drawn, t1, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0, ov.peak)
 """
 
 
@@ -107,8 +111,11 @@ def view(root: Path, npz: Path) -> str:
     p = subprocess.run([sys.executable, "-c", VIEW, str(npz)], env=env, capture_output=True, text=True, cwd=root)
     if p.returncode:
         return f"failed: {(p.stderr.strip().splitlines() or [''])[-1][:160]}"
-    rss, wall, peak = p.stdout.split(maxsplit=2)
-    return f"max RSS {float(rss):,.0f} MB, {float(wall):.1f} s, {peak.strip()}"
+    rss, wall, rss_map, wall_map, peak = p.stdout.split(maxsplit=4)
+    return (
+        f"thumbnails + Image regions + its figure: max RSS {float(rss):,.0f} MB, {float(wall):.1f} s; then the token "
+        f"map: max RSS {float(rss_map):,.0f} MB, {float(wall_map):.1f} s; {peak.strip()}"
+    )
 
 
 def main() -> None:
@@ -135,9 +142,7 @@ def main() -> None:
                 f"file {r['file_mb']:,.1f} MB; {r['said']}"
             )
             if a.view and r["rc"] == 0:
-                print(
-                    f"    the file opened and drawn (thumbnails, token map, Image regions and its figure): {view(Path(root), Path(d) / 'out.npz')}"
-                )
+                print(f"    the file opened and drawn: {view(Path(root), Path(d) / 'out.npz')}")
 
 
 if __name__ == "__main__":

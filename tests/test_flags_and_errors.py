@@ -75,3 +75,32 @@ def test_cli_adds_the_flag_to_a_library_error(tmp_path, capsys):
     assert main(["figure", "--maps", str(maps), "--layer", "5", "--out", str(tmp_path / "f.png")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("attnviz: error: layer 5 is out of range") and "(see --layer)" in err
+
+
+def test_ctrl_c_that_an_extension_import_turned_into_its_error_is_told_as_an_interrupt(monkeypatch, capsys):
+    """A Ctrl-C that lands while a C extension initialises (export-hf importing torch / transformers) reaches the
+    command as that import's ``ImportError: initialization failed``: it was reported as an internal error of
+    attnviz (exit 1); it is the interrupt it was (exit 130).  An error with no Ctrl-C before it stays internal."""
+    import os
+    import signal
+
+    from attnviz.cli import main
+    from attnviz.runtime.commands import inspect
+
+    def interrupted_import(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C: Python's handler runs as the call returns
+            raise AssertionError("the interrupt was not raised")
+        except KeyboardInterrupt:  # what an extension's module init does with it
+            raise ImportError("initialization failed") from None
+
+    monkeypatch.setattr(inspect, "run", interrupted_import)
+    assert main(["inspect", "m.onnx"]) == 130
+    assert capsys.readouterr().err.strip() == "attnviz: interrupted"
+
+    def plain_error(args):
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(inspect, "run", plain_error)
+    assert main(["inspect", "m.onnx"]) == 1
+    assert "internal error (ImportError" in capsys.readouterr().err

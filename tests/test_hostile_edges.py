@@ -174,6 +174,8 @@ def test_a_read_only_out_is_one_line_for_every_command_that_writes(tmp_path, rea
         "corpus (the folder)": ["corpus", model, "--texts", texts, "--out", read_only, "--no-progress"],
         "align": ["align", REPO / "models" / "translation.onnx", "--src", texts, "--tgt", texts],
         "testset": ["testset", "translation-synthetic", "--out", read_only / "ts"],
+        "compare --texts": ["compare", model, model, "--texts", texts, "--out", read_only / "cmp", "--no-progress"],
+        "ablate --texts": ["ablate", model, "--all-heads", "--texts", texts, "--out", read_only / "abl"],
     }
     commands["align"] += ["--out", read_only / "a.json"]
     for name, argv in commands.items():
@@ -182,3 +184,17 @@ def test_a_read_only_out_is_one_line_for_every_command_that_writes(tmp_path, rea
         assert rc == 2 and len(lines) == 1, (name, err[-2000:])
         assert lines[0].startswith("attnviz: error:") and "--out" in lines[0], (name, lines[0])
         assert not any(read_only.iterdir()), name
+
+
+def test_a_read_only_out_of_export_hf_is_one_line_before_the_export(tmp_path, read_only):
+    """export-hf stages the whole folder beside --out: a folder that cannot be written was an internal error,
+    and only after the model was loaded and exported."""
+    pytest.importorskip("transformers")
+    import hf_models
+
+    src = hf_models.save_hf_folder("bert", tmp_path / "hf")
+    rc, err = run_cli("export-hf", src, "--out", read_only / "onnx", cwd=tmp_path)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1, err[-2000:]
+    assert lines[0].startswith("attnviz: error: cannot write in") and "--out" in lines[0], lines[0]
+    assert not any(read_only.iterdir())

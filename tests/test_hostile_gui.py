@@ -170,3 +170,97 @@ def test_open_screenshot_always_exits(tmp_path):
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("attnviz: error: no result within"), r.stderr
+
+
+def test_open_screenshot_neither_reads_nor_writes_the_users_settings(qtbot, tmp_path):
+    """A window once closed narrow saved a Model dock at its minimum width, and every later `open --screenshot`
+    restored it (a sliver of a dock in a 1400 px window) and saved its own session, layout and recent files over
+    the user's.  A scripted screenshot keeps to settings of its own: the user's file is byte-identical after it and
+    the dock it shoots is as wide as the window's default lays it out."""
+    import os
+    import subprocess
+    import sys
+
+    from attnviz.gui.main_window import MainWindow
+
+    ini = tmp_path / "user.ini"
+    narrow = MainWindow(settings=QSettings(str(ini), QSettings.IniFormat))
+    qtbot.addWidget(narrow)
+    narrow.resize(200, 150)
+    narrow.show()
+    qtbot.waitExposed(narrow)
+    narrow.close()  # saves its geometry and dock layout, as quitting the app does
+    narrow.settings.sync()
+    assert QSettings(str(ini), QSettings.IniFormat).value("window/state") is not None
+    before = ini.read_bytes()
+    model = tiny_text_model(tmp_path / "model.onnx")
+    code = (
+        "import sys\n"
+        "from PySide6.QtWidgets import QDockWidget\n"
+        "import attnviz.gui.screenshot as s\n"
+        "take = s.ScreenshotTaker._take\n"
+        "def measured(self, widget=None):\n"
+        "    print('model dock', self.window.findChild(QDockWidget, 'model_dock').width(), flush=True)\n"
+        "    return take(self, widget)\n"
+        "s.ScreenshotTaker._take = measured\n"
+        "from attnviz.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    argv = [sys.executable, "-c", code, "open", str(model), "--text", "the cat", "--size", "1400x900"]
+    r = subprocess.run(
+        [*argv, "--screenshot", str(tmp_path / "s.png")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "ATTNVIZ_SETTINGS": str(ini)},
+    )
+    assert r.returncode == 0, r.stderr
+    width = int(next(line for line in r.stdout.splitlines() if line.startswith("model dock")).split()[-1])
+    assert width >= 250, r.stdout  # the default layout's 320 px (its minimum is 70)
+    assert ini.read_bytes() == before
+
+
+def test_ctrl_c_closes_the_window_and_says_interrupted(tmp_path):
+    """Ctrl-C in the terminal (SIGINT to the whole process group) raised KeyboardInterrupt inside the next Python
+    slot Qt ran (a traceback on stderr) and the window stayed open; it now closes it as its close button does (the
+    session saved) and the command ends with the one line every command ends an interrupt with, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    model = tiny_text_model(tmp_path / "model.onnx")
+    ini = tmp_path / "user.ini"
+    code = (
+        "import sys\n"
+        "import attnviz.gui.main_window as mw\n"
+        "init = mw.MainWindow.__init__\n"
+        "def announced(self, *a, **k):\n"
+        "    init(self, *a, **k)\n"
+        "    self.result_shown.connect(lambda: print('shown', flush=True))\n"
+        "mw.MainWindow.__init__ = announced\n"
+        "from attnviz.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, "open", str(model), "--text", "the cat"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "ATTNVIZ_SETTINGS": str(ini)},
+        start_new_session=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "shown"  # the window is up with its result
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1] == "attnviz: interrupted", err
+    assert str(model) in QSettings(str(ini), QSettings.IniFormat).value("session/last")  # closed as the button does

@@ -255,3 +255,76 @@ def test_zero_or_nan_std_refused(tmp_path, std):
     Image.new("RGB", (4, 4)).save(p)
     with pytest.raises(AttnvizError, match="std"):
         ip.load_image(p, ip.ImageSpec(4, 4, 3, [0.5] * 3, std, "test"))
+
+
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("notes.npz", b"hello\n"),  # a text file named .npz
+        ("empty.npz", b""),
+        ("one.npy", b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (0,), }" + b" " * 45),
+    ],
+)
+def test_maps_that_are_not_a_zip_archive_say_so(tmp_path, capsys, name, data):
+    """``--maps`` on a file that is no .npz at all: np.load takes it for a pickle (or an .npy) and its own message,
+    "This file contains pickled (object) data...", told the user nothing; the line says what the file is not."""
+    maps = tmp_path / name
+    maps.write_bytes(data)
+    assert main(["figure", "--maps", str(maps), "--view", "heatmap", "--out", str(tmp_path / "f.pdf")]) == 2
+    err = capsys.readouterr().err
+    one_line(err, name, "not a .npz file", "attnviz extract")
+    assert "pickled" not in err and not (tmp_path / "f.pdf").exists() and maps.read_bytes() == data
+
+
+def _safetensors_bytes() -> bytes:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    return len(header).to_bytes(8, "little") + header + b"\0" * 4  # the format's layout, written by hand
+
+
+def test_a_hugging_face_download_given_as_the_model_says_to_export_it(tmp_path, capsys):
+    """A newcomer's first try: the Hub folder (config.json + weights) or its weights file where the ONNX export
+    goes.  It was "no .onnx file in this folder" and, for the weights, "not a readable ONNX model (Wire format was
+    corrupt) ... re-export it" (nothing was exported yet); the line names export-hf."""
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    weights = folder / "model.safetensors"
+    weights.write_bytes(_safetensors_bytes())
+    before = sha_all(folder / "config.json", weights)
+    for given, words in ((folder, ("Hugging Face model folder", f"attnviz export-hf {folder} --out DIR")),
+                         (weights, ("safetensors weights", "attnviz export-hf FOLDER --out DIR"))):  # fmt: skip
+        assert main(["extract", str(given), "--text", "the cat", "--out", str(tmp_path / "m.npz")]) == 2
+        one_line(capsys.readouterr().err, *words)
+    assert sha_all(folder / "config.json", weights) == before and not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "series, words",
+    [
+        ("1 2 3 abc", ["'abc' is not a number", "numbers separated by spaces or commas"]),
+        ("1,2;3", ["'2;3' is not a number"]),
+        ("1 2 nan 4", ["series value nan", "give a measured value in its place"]),  # not "give smaller numbers"
+        ("1e308 2", ["series value 1e+308", "give smaller numbers"]),
+    ],
+)
+def test_a_series_that_is_not_numbers_names_the_word(tmp_path, capsys, series, words):
+    """A forecaster's --text: the line named no word ("give numbers") and told a NaN to be smaller."""
+    model = ROOT / "models" / "forecasting.onnx"
+    assert main(["extract", str(model), "--text", series, "--out", str(tmp_path / "m.npz")]) == 2
+    one_line(capsys.readouterr().err, *words)
+    assert not (tmp_path / "m.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["bert-base-uncased", "google-bert/bert-base-uncased"])
+def test_a_hub_model_name_says_attnviz_opens_local_files_and_how_to_get_one(tmp_path, monkeypatch, capsys, name):
+    """`attnviz open bert-base-uncased` (a researcher's first guess) was "no such file"; the line says attnviz
+    reads local ONNX files and how to download and export that model.  A missing .onnx path stays "no such file"."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["inspect", name], ["extract", name, "--text", "hi", "--out", "m.npz"]):
+        assert main(argv) == 2
+        one_line(capsys.readouterr().err, "opens local ONNX files", f"huggingface-cli download {name} --local-dir DIR",
+                 "attnviz export-hf DIR")  # fmt: skip
+    assert main(["inspect", "gone.onnx"]) == 2
+    err = capsys.readouterr().err
+    one_line(err, "gone.onnx: no such file")
+    assert "huggingface" not in err

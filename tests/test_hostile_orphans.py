@@ -4,6 +4,7 @@
 multiprocessing's resource tracker; ``attnviz extract``: the crash-isolation host) the parent alone is killed with
 SIGKILL, and every child recorded must be gone within a bounded time.  The resource tracker is Python's own: it is expected to end
 by itself once every process holding its pipe has, which this checks too.
+A Ctrl-C (SIGINT to the whole process group) ends with the parent's one line, no child's traceback.
 """
 
 from __future__ import annotations
@@ -118,6 +119,49 @@ def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
             parent.kill()
             parent.wait(10)
         os.close(r)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
+def test_ctrl_c_of_extract_says_interrupted_without_the_hosts_traceback(tmp_path):
+    """A terminal's Ctrl-C signals the whole process group, the crash-isolation host too: the parent says
+    "interrupted" (exit 130) and the host, idle in its read of the next request, must not print a
+    KeyboardInterrupt traceback of its own.  The parent is held on its last line (a full stdout pipe) after the
+    maps are written, so the host has served its runs and waits when the signal comes."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    out = tmp_path / "maps.npz"
+    argv = [sys.executable, "-u", "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7"]
+    argv += ["--out", str(out)]
+    parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stdout=w, stderr=subprocess.PIPE, text=True)
+    os.close(w)
+    try:
+        children = _children_until(parent, lambda cmds: any("worker.py" in c for c in cmds) and out.exists())
+        os.killpg(parent.pid, signal.SIGINT)
+        os.set_blocking(r, False)  # unblock the parent's stdout from here on: read what it writes
+        deadline = time.monotonic() + GONE_S
+        while parent.poll() is None and time.monotonic() < deadline:
+            try:
+                os.read(r, 1 << 20)
+            except BlockingIOError:
+                time.sleep(0.05)  # polling interval; the deadline bounds it
+        err = parent.communicate(timeout=GONE_S)[1]
+        while any(_live(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling interval; the deadline bounds it
+        left = [cmd for pid, cmd in children.items() if _live(pid)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        os.close(r)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert parent.returncode == 130 and err.strip().splitlines()[-1] == "attnviz: interrupted", err
+    assert left == []
 
 
 def test_an_orphan_at_birth_exits_at_once(tmp_path):

@@ -57,6 +57,21 @@ def test_figure_recipe_out_onto_the_model_is_refused(tiny, tmp_path, capsys):
     assert not (tmp_path / "f.png").exists()  # refused before anything was written
 
 
+def test_figure_recipe_out_that_is_not_json_is_refused_before_the_run(tiny, tmp_path, capsys):
+    """--recipe-out on a user's corpus (a slip of tab completion onto texts.jsonl) replaced its lines with a recipe:
+    a recipe is a .json file, and any other name is refused before anything runs or is written."""
+    corpus = tmp_path / "texts.jsonl"
+    corpus.write_text('{"text": "the cat"}\n{"text": "the dog"}\n')
+    before = sha_all(corpus, tiny)
+    argv = ["figure", tiny, "--text", "the cat", "--view", "heatmap", "--out", tmp_path / "f.png"]
+    rc, err = run(capsys, *argv, "--recipe-out", corpus)
+    assert rc == 2
+    one_line(err, "--recipe-out", "texts.jsonl", ".json")
+    assert sha_all(corpus, tiny) == before and not (tmp_path / "f.png").exists()
+    rc, err = run(capsys, *argv, "--recipe-out", tmp_path / "r.JSON")  # the suffix in any case
+    assert rc == 0 and json.loads((tmp_path / "r.JSON").read_text())["attnviz_recipe"] == 1
+
+
 def test_figure_out_onto_an_input_is_refused(tiny, tmp_path, capsys):
     img = tmp_path / "in.png"
     from PIL import Image

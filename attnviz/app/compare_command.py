@@ -71,7 +71,7 @@ def _draw(path: str, spec: str | None, result_a: AttentionResult, result_b: Atte
     from attnviz.figures import render_compare_figure, save_figure
 
     sel, row = figure_selection(result_a, comp.heads, spec)
-    out = save_figure(render_compare_figure(result_a, result_b, sel), path)
+    out = save_figure(render_compare_figure(result_a, result_b, sel), path, flag="--figure")
     return (
         f"wrote {out}: A | B | A − B of {row['stack']} {row['kind']} {row['layer']}:{row['head']} "
         f"(JS {row['js_divergence']:.4g} bits, largest |Δ| {row['max_abs_diff']:.4g})"

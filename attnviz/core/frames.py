@@ -78,6 +78,25 @@ class FramesMap:
             out[-pad:, -pad:] = fn([zeros] * len(layers))
         return out
 
+    def row_sum(
+        self, b: int, lo: int, hi: int, fn: Callable[[list[np.ndarray]], np.ndarray], layers: list[FramesMap]
+    ) -> np.ndarray:
+        """``[Tk]``: the sum of rows ``lo``–``hi - 1`` of :meth:`lay_out` (one row: that row), from the blocks those
+        rows lie in alone, each reduced by ``fn`` by itself (``[P, P]``): what Image regions reads of the map, never
+        the whole ``[Tq, Tk]``.  The same numbers as summing the laid-out rows (numpy adds them in order, and the
+        other frames' rows add zeros)."""
+        p, side, n = self.keys, self.shape[2], self.per_row[b] * self.keys
+        lo, hi = max(lo, 0), min(hi, side)
+        out = np.zeros(side, np.float32)
+        for f in range(lo // p, min(-(-hi // p), self.per_row[b])):
+            o = f * p
+            block = fn([m.frames(b)[f] for m in layers])
+            out[o : o + p] = block[max(lo - o, 0) : min(hi - o, p)].sum(axis=0)
+        if hi > n:  # the padding's rows (a shorter row of a padded batch): what fn makes of its zeros
+            zeros = np.zeros((self.shape[1], side - n, side - n), np.float32)
+            out[n:] = fn([zeros] * len(layers))[max(lo - n, 0) : hi - n].sum(axis=0)
+        return out
+
     def head(self, b: int, h: int) -> np.ndarray:
         return self.lay_out(b, lambda ms: ms[0][h], [self])
 

@@ -105,6 +105,9 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
     """Read an ``attnviz extract`` file; anything malformed is one :class:`AttnvizError` line, never a traceback."""
     path = Path(path)
     with open_regular(path, "maps") as f:
+        if f.read(2) != b"PK":  # np.load would take it for a pickle and say it "contains pickled (object) data"
+            raise AttnvizError(f"{path}: not a .npz file (not a zip archive); extract one with 'attnviz extract'")
+        f.seek(0)
         try:
             with np.load(f, allow_pickle=False) as z:
                 return _parse(z, path)

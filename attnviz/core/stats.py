@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.core.attention import Block
+from attnviz.core.frames import FramesMap
 
 # name -> (column title, help text); the GUI table and the CLI read this
 STAT_COLUMNS = {
@@ -81,14 +82,53 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
     return out
 
 
+def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | None = None) -> dict[str, float]:
+    """:func:`head_stats` of head ``h`` of a tower's frames (row ``b`` laid out block-diagonally), frame by frame:
+    never the whole ``[Tq, Tk]`` (17 frames of 1,024 patches: 1.2 GB, and twice that in float64).  Every statistic
+    is a mean over the rows of something each row gets from its own weights, which lie in its frame's block (the
+    other keys' zeros add nothing); a padding row's are all zero, so it adds 0.  Equal to :func:`head_stats` of
+    the laid-out map up to float64 rounding (the sums' order)."""
+    side, p = m.shape[2], m.keys
+    sp = np.asarray(key_special, bool) if key_special is not None and np.any(key_special) else None
+    sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max"), 0.0)
+    i = np.arange(p)
+    dist = np.abs(i[:, None] - i[None, :])  # within a frame: its queries' and keys' offsets cancel
+    for f, frame in enumerate(m.frames(b)):
+        block = np.asarray(frame[h], dtype=np.float64)
+        rows = block / np.maximum(block.sum(-1, keepdims=True), 1e-12)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sums["entropy"] += float(-np.nansum(np.where(rows > 0, rows * np.log2(rows), 0.0)))
+        sums["distance"] += float((rows * dist).sum())
+        sums["prev"] += float(rows[i[1:], i[:-1]].sum())  # a frame's first row: its previous key is another frame's
+        sums["first"] += float(rows[:, 0].sum()) if f == 0 else 0.0
+        sums["special"] += float(rows[:, sp[f * p : (f + 1) * p]].sum()) if sp is not None else 0.0
+        sums["diag"] += float(np.trace(rows))
+        sums["max"] += float(rows.max(-1).sum())
+    out = {k: v / side for k, v in sums.items()}
+    out["prev"] = sums["prev"] / (side - 1) if side > 1 else 0.0  # rows 1.. have a previous key
+    return out
+
+
+def block_head_stats(block: Block, layer: int, h: int, n: int | None = None) -> dict[str, float]:
+    """:func:`head_stats` of head ``h`` of ``layer`` (the first ``n`` rows: a generation step), its special keys the
+    block's; a tower's frames frame by frame (:func:`frames_head_stats`), never laid out whole."""
+    special = np.asarray(block.key_axis.special, bool)
+    src = block.result.maps[block.sites[layer]]
+    if isinstance(src, FramesMap) and n is None:
+        return frames_head_stats(src, block.batch, h, special if len(special) >= src.shape[3] else None)
+    a = block.head(layer, h)
+    if n is not None:
+        a = a[:n, :n] if block.kind == "self" else a[:n]
+    return head_stats(a, special[: a.shape[-1]] if len(special) >= a.shape[-1] else None)
+
+
 def block_stats(block: Block) -> list[dict[str, float]]:
     """One row per (layer, head) of a :class:`~attnviz.core.attention.Block`."""
-    special = np.asarray(block.key_axis.special, bool)
     out = []
     for layer in range(block.n_layers):
         for h in range(block.heads_in(layer)):
             row: dict[str, float] = {"layer": layer, "head": h}
-            row.update(head_stats(block.head(layer, h), special))
+            row.update(block_head_stats(block, layer, h))
             out.append(row)
     return out
 

@@ -87,6 +87,17 @@ def make_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
     return path
 
 
+def staging_folder(target: str | os.PathLike, flag: str = "--out") -> Path:
+    """A new hidden folder beside ``target`` (same file system) to write a whole output folder into before
+    :func:`publish_folder` renames it: a folder that cannot be written is one line naming ``flag``, never an OSError."""
+    target = Path(target)
+    parent = target.resolve().parent
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+    except OSError as e:
+        raise AttnvizError(f"cannot write in {parent}: {e.strerror or e}; choose a writable {flag}") from None
+
+
 def publish_folder(staging: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Move a fully written ``staging`` folder to ``target`` (absent or empty) in one rename, on the same filesystem."""
     target = Path(target)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.writes import make_folder
 from attnviz.corpus.ablate_plan import AblateCorpusConfig, check_config, plan_ablation
 from attnviz.corpus.ablate_work import AblatePartial, Off
 
@@ -139,7 +140,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
     output, distribution = setup.output, setup.distribution
     out = Path(cfg.out)
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     ckpt = out / CHECKPOINT
     tot = Totals.load(ckpt, fingerprint, len(offs))
     if tot is None and ckpt.exists():

@@ -185,7 +185,7 @@ def _jobs(args, out: Path) -> tuple[list[Job], Path | None]:
 def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core.untrusted import read_text
-    from attnviz.core.writes import atomic_write_bytes, atomic_write_json, guard
+    from attnviz.core.writes import atomic_write_bytes, atomic_write_json, guard, make_folder
     from attnviz.runtime import audio_words as aw
     from attnviz.runtime import open_model
     from attnviz.runtime.ablation import parse_heads
@@ -217,7 +217,7 @@ def run(args) -> int:
     spec = FeatureSpec.from_dict(model.meta["audio"])
     tally = aw.HeadTally()
     if args.audio_dir is not None:
-        out.mkdir(exist_ok=True)
+        make_folder(out)
     for job, gold in zip(jobs, golds):
         transcript = typed if typed is not None else (" ".join(g.text for g in gold) if gold else None)
         wave, notes = load_audio(job.audio, spec, args.max_seconds)

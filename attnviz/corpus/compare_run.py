@@ -22,7 +22,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.compare import MEASURES
 from attnviz.core.words import with_article
-from attnviz.core.writes import command_scope
+from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
@@ -149,7 +149,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
 
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
-    out.mkdir(parents=True, exist_ok=True)  # after the input checks: bad input leaves no empty results folder
+    make_folder(out)  # after the input checks: bad input leaves no empty results folder
     nh, no = setup.heads, len(outputs)
     loaded = CompareAccumulator.load(ckpt, fingerprint, nh, no)
     if loaded is None and ckpt.exists():

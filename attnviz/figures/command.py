@@ -385,6 +385,10 @@ def run(args) -> int:
     inputs = _inputs_of(src, args)
     # the --all-heads figures and every recipe beside a figure are checked again as they are written
     guard(inputs, {} if args.all_heads else {"--out": out, "--recipe-out": args.recipe_out})
+    if args.recipe_out and args.all_heads:  # before the (possibly slow) model run, as the checks above
+        raise AttnvizError("--recipe-out names one file; with --all-heads every figure gets FILE.recipe.json beside it")
+    if args.recipe_out and Path(args.recipe_out).suffix.lower() != ".json":  # a slip onto a .jsonl, .txt, .png...
+        raise AttnvizError(f"--recipe-out {args.recipe_out}: end the file name in .json (a recipe is a JSON file)")
     row = src.get("batch_index")
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
     if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
@@ -393,6 +397,9 @@ def run(args) -> int:
         from attnviz.figures.select import declared_defaults
 
         spec, note = declared_defaults(result, spec)
+        if args.all_heads and args.layer is None and spec.layer is not None:
+            # the declared alignment head picks the block; every layer's heads are drawn (it drew one layer's)
+            spec, note = FigureSpec(**dict(spec.to_dict(), layer=None, head=None)), None
         if note:
             print(f"attnviz: {note}", file=sys.stderr)
 
@@ -420,8 +427,6 @@ def run(args) -> int:
         print(f"wrote {path}")
         return 0
 
-    if args.recipe_out:
-        raise AttnvizError("--recipe-out names one file; with --all-heads every figure gets FILE.recipe.json beside it")
     bi, block = resolve_block(result, spec.block)
     folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
     from attnviz.core.writes import make_folder

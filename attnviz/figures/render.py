@@ -199,10 +199,11 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
     return buf.getvalue()
 
 
-def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str = "--out") -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) atomically: temp file in the same folder + rename.
 
-    A failed write never leaves a half-written file or touches an existing one.
+    A failed write never leaves a half-written file or touches an existing one.  ``flag``: the option that named
+    ``path``, for the messages (``compare --figure``).
     """
     path = Path(path)
     fmt = figure_format(path)
@@ -210,12 +211,12 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None) 
     if path.is_dir():
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another --out")
+        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another {flag}")
     if fmt == "png":  # a raster's memory grows with (inches × dpi)²: estimate before drawing
         w, h = fig.get_size_inches() * float(dpi or fig.dpi)
         limits.check("figure_pixels", w * h, f"the figure {path.name} ({w:.0f}×{h:.0f} px)")
     data = figure_bytes(fig, fmt, dpi)
-    return atomic_write_bytes(path, data, "--out")
+    return atomic_write_bytes(path, data, flag)
 
 
 def export_figure(

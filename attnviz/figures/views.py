@@ -245,8 +245,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
     thumbs = vm.thumbnails(result, sel, vm.THUMB, blocks)  # every block: the screen's overview shares one scale
     top_weight = vm.overview_top(thumbs, sel.scale)
     maps = {(li, h): thumbs[(bi, li, h)] for li in layers for h in range(block.heads_in(li))}
-    notes = vm.compute_map(result, sel.with_(mode="mean")).notes
-    notes = [n for n in notes if n != vm.HIDDEN_NOTE]
+    notes = vm.map_notes(result, sel, blocks)  # not the map itself: a tower's frames are never laid out for it
     H = max(block.heads_in(li) for li in layers)
     # panels: one row per layer; a single layer wraps its heads into a near-square grid
     if len(layers) == 1:

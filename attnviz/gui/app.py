@@ -37,6 +37,26 @@ def demo_model(folder: Path | None = None) -> Path | None:
     return found[0] if found else None
 
 
+def scratch_settings():
+    """Settings of one scripted run (``open --screenshot``), in a new temporary folder (:func:`drop_scratch` removes
+    it): a screenshot neither restores the user's saved layout (a window once narrowed left every later screenshot a
+    sliver of a Model dock) nor records its own session, layout and recent files over theirs."""
+    import tempfile
+
+    from PySide6.QtCore import QSettings
+
+    folder = tempfile.mkdtemp(prefix="attnviz-screenshot-")
+    return QSettings(os.path.join(folder, "settings.ini"), QSettings.Format.IniFormat)
+
+
+def drop_scratch(settings) -> None:
+    """Remove what :func:`scratch_settings` made (written out first, so nothing is left to write it back)."""
+    import shutil
+
+    settings.sync()
+    shutil.rmtree(os.path.dirname(settings.fileName()), ignore_errors=True)
+
+
 def make_settings():
     """The app's QSettings: ``ATTNVIZ_SETTINGS=FILE.ini`` redirects them (the test suite sets it, so it never
     touches the user's recent files, window layout or session)."""

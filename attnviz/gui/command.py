@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
 from attnviz.runtime.commands.common import DeprecatedAlias, SeveralImages, add_variant_argument
@@ -101,17 +103,56 @@ def check_focus(result, focus: dict, sel) -> None:
         pictured(result, focus["picture"])
 
 
+@contextmanager
+def _ctrl_c_closes(win, app) -> Iterator[list[bool]]:
+    """While the window runs, Ctrl-C in the terminal closes it as its close button does (session and layout saved)
+    and the command ends "interrupted"; the list yielded is non-empty once it did.  Without this the signal raised
+    KeyboardInterrupt inside whichever Python slot Qt ran next (a traceback on stderr) and the window stayed open.
+    Qt's loop runs no Python while idle: the handler runs at the next Python call, the collector's 500 ms timer at
+    the latest (gcguard)."""
+    import signal
+    import threading
+
+    interrupted: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield interrupted
+        return
+
+    def on_interrupt(*_) -> None:
+        interrupted.append(True)
+        win.close()
+        app.quit()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.gui.app import demo_model, ensure_platform, make_app, quiet_plugin_limits
+    from attnviz.gui.app import (
+        demo_model,
+        drop_scratch,
+        ensure_platform,
+        make_app,
+        quiet_plugin_limits,
+        scratch_settings,
+    )
 
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
     if target is not None and not target.exists():
-        raise AttnvizError(f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results")
+        from attnviz.runtime.folder import hub_name_hint
+
+        raise AttnvizError(
+            hub_name_hint(target)
+            or f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results"
+        )
     if args.screenshot:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".png":
@@ -144,7 +185,8 @@ def run(args) -> int:
     from attnviz.gui.main_window import MainWindow
     from attnviz.gui.screenshot import ScreenshotTaker
 
-    win = MainWindow(provider=args.provider)
+    scratch = scratch_settings() if args.screenshot else None  # a scripted run: the user's settings stay theirs
+    win = MainWindow(provider=args.provider, settings=scratch)
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
     win.variant = args.variant
@@ -203,14 +245,21 @@ def run(args) -> int:
         win.open_model(target, **values)
     else:
         win.open_path(target, **values)  # a folder (an export) opens as a model with these inputs
-    app.exec()
+    with _ctrl_c_closes(win, app) as interrupted:
+        app.exec()
     # a model run in the child process stops on cancel; a job stuck in Python code cannot be stopped, and waiting
     # for it at interpreter exit would hang `open --screenshot` forever: leave without it
     win.workers.cancel()
     stuck = not (win.workers.wait(5000) and win.stats.workers.wait(1000))
-    error = taker.error if taker is not None else None
-    code = 2 if error else 0
+    if scratch is not None:
+        drop_scratch(scratch)
+    error = taker.error if taker is not None and not interrupted else None
+    code = 130 if interrupted else 2 if error else 0
     message = None
+    if interrupted:
+        message = "attnviz: interrupted"
+        if not stuck:
+            raise KeyboardInterrupt  # the command line's one line and exit status 130, as every command's
     if error:
         message = f"attnviz: error: {error}"
     elif taker is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -696,6 +697,20 @@ def is_corpus_results(path: str | Path) -> bool:
     return p.is_dir() and all((p / name).is_file() for name in CORPUS_FILES)
 
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def hub_name_hint(p: Path) -> str | None:
+    """The line for a model that is not here but is named like a Hugging Face Hub model (``bert-base-uncased``,
+    ``org/name``): attnviz reads local files only, so it says how to get one; None for anything else."""
+    if p.exists() or p.suffix.lower() == ".onnx" or not _HUB_NAME.fullmatch(str(p)):
+        return None
+    return (
+        f"{p}: no such file or folder here; attnviz opens local ONNX files: for the Hub model {str(p)!r}, "
+        f"download it (huggingface-cli download {p} --local-dir DIR) and export it (attnviz export-hf DIR --out OUT)"
+    )
+
+
 def open_model(
     path: str | Path,
     provider: str = "auto",
@@ -707,6 +722,9 @@ def open_model(
     vision–language repository one :class:`VLMSet` (``variant``: which of its quantized siblings; full precision
     by default)."""
     p = Path(path)
+    hint = hub_name_hint(p)
+    if hint is not None:
+        raise AttnvizError(hint)
     if variant is None and not p.is_dir():  # a file: no vision-language layout to look for (its module not imported)
         return _open_file(p, provider, tokenizer, threads)
     from attnviz.runtime.vlm import VLMLayout, VLMSet  # (~3 ms of imports that a single file never needs)
@@ -735,6 +753,11 @@ def open_model(
             raise AttnvizError(
                 f"{p}: an attnviz corpus results folder ({', '.join(CORPUS_FILES)}), not a model; "
                 f"attnviz open {shlex.quote(str(p))} shows it"
+            )
+        if not found and (p / "config.json").is_file() and any(p.glob("*.safetensors")) | any(p.glob("*.bin")):
+            raise AttnvizError(  # a Hugging Face download, not yet exported
+                f"{p}: a Hugging Face model folder (config.json and weights) with no ONNX export; export it first: "
+                f"attnviz export-hf {shlex.quote(str(p))} --out DIR, then open DIR"
             )
         if not found:
             raise AttnvizError(

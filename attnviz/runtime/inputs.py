@@ -593,10 +593,15 @@ def _check_feed(p: Path, name: str, a: np.ndarray) -> None:
 
 
 def parse_series(text: str) -> np.ndarray:
+    words = [x for x in re.split(r"[,\s]+", text.strip()) if x]
     try:
-        vals = [float(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+        vals = [float(x) for x in words]
     except ValueError:
-        raise AttnvizError("this model takes a numeric series: give numbers separated by spaces or commas") from None
+        word = next(x for x in words if not _is_float(x))
+        raise AttnvizError(
+            f"this model takes a numeric series and {word[:40]!r} is not a number: give numbers separated by spaces "
+            "or commas"
+        ) from None
     if not vals:
         raise AttnvizError("empty series: give numbers separated by spaces or commas")
     # the model takes float32: a value past its range would become inf in the cast (numpy warns on stderr) and
@@ -604,7 +609,14 @@ def parse_series(text: str) -> np.ndarray:
     top = float(np.finfo(np.float32).max)
     bad = next((v for v in vals if not abs(v) <= top), None)
     if bad is not None:
-        raise AttnvizError(
-            f"series value {bad:g} is not a finite number within float32's range (±{top:.3g}); give smaller numbers"
-        )
+        fix = "give a measured value in its place" if bad != bad else "give smaller numbers"  # NaN: no size to shrink
+        raise AttnvizError(f"series value {bad:g} is not a finite number within float32's range (±{top:.3g}); {fix}")
     return np.asarray(vals, np.float32)
+
+
+def _is_float(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True

@@ -59,6 +59,11 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
         head = f.read(64)
         if not head:
             raise AttnvizError(f"{path}: empty file; re-export or re-download the model")
+        if _weights(head):  # a Hugging Face checkpoint's weights, given where its ONNX export was meant
+            raise AttnvizError(
+                f"{path}: not an ONNX model (it looks like {_weights(head)}); export the model's folder first: "
+                "attnviz export-hf FOLDER --out DIR, then open DIR"
+            )
         if head[:1] in (b"{", b"<", b"#") or head.startswith((b"PK", b"\x89PNG")):
             raise AttnvizError(f"{path}: not an ONNX model (it looks like a {_sniff(head)} file); open a .onnx file")
         f.seek(0)
@@ -288,6 +293,16 @@ def _attr_tensors(a: onnx.AttributeProto):
         for s in a.sparse_tensors:
             yield s.values
             yield s.indices
+
+
+def _weights(head: bytes) -> str | None:
+    """What kind of weights file ``head`` (a file's first bytes) starts, or None: safetensors (an 8-byte header
+    length, then its JSON header) or a pickle (PyTorch's pre-zip ``pytorch_model.bin``)."""
+    if len(head) > 9 and head[8:10] == b'{"' and int.from_bytes(head[:8], "little") < 1 << 32:
+        return "safetensors weights"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "pickled PyTorch weights"
+    return None
 
 
 def _sniff(head: bytes) -> str:

@@ -76,11 +76,30 @@ class VLMLayout:
                 found.add(suffix[1:] or FULL)
         return sorted(found, key=lambda v: (v != FULL, v))
 
+    @staticmethod
+    def incomplete_in(d: Path) -> str | None:
+        """One line naming the file missing where two of a set's three files are there and the third is not (a
+        download cut short): that folder otherwise opened its decoder alone, as a model of numeric series."""
+        names = {f.name for f in d.glob("*.onnx")} if d.is_dir() else set()
+        suffixes = {n.removesuffix(".onnx")[len(s) :] for n in names for s in STEMS if n.startswith(s)}
+        for suffix in sorted(x for x in suffixes if x == "" or x.startswith("_")):
+            files = [f"{s}{suffix}.onnx" for s in STEMS]
+            missing = [f for f in files if f not in names]
+            if len(missing) == 1:
+                return (
+                    f"{d}: {', '.join(f for f in files if f not in missing)} of a vision–language model and no "
+                    f"{missing[0]}; the three files go together: download {missing[0]} again, or open one file itself"
+                )
+        return None
+
     @classmethod
     def find(cls, folder: Path, variant: str | None = None) -> VLMLayout | None:
         for d in (folder / HUB_ONNX_FOLDER, folder):
             have = cls.variants_in(d)
             if not have:
+                incomplete = cls.incomplete_in(d) if variant is None else None
+                if incomplete is not None:
+                    raise AttnvizError(incomplete)
                 continue
             want = (variant or FULL).removeprefix("_")
             if want not in have:

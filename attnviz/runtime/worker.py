@@ -30,9 +30,15 @@ import math
 import mmap
 import os
 import pickle
+import signal
 import sys
 import time
 from collections.abc import Callable
+
+if __name__ == "__main__":  # pragma: no cover - the child, first thing (numpy's import alone takes a while)
+    # a terminal's Ctrl-C goes to the whole process group: it is the parent's to handle (it stops, says
+    # "interrupted" and kills this child at exit, host.shutdown), not a KeyboardInterrupt traceback of ours on stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 import numpy as np
 

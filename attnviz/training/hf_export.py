@@ -14,7 +14,6 @@ published (a folder rename) only when every map agrees within :data:`ATOL`.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core import preprocess
 from attnviz.core.untrusted import read_json
-from attnviz.core.writes import publish_folder
+from attnviz.core.writes import publish_folder, staging_folder
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
 from attnviz.training.hf_onnx import (  # noqa: F401
     _AXES,
@@ -453,6 +452,7 @@ def _check_paths(model_dir: Path, out_dir: Path) -> None:
         raise AttnvizError(f"--out {out_dir}: exists and is not an empty folder; choose a new folder")
     if not out_dir.resolve().parent.is_dir():
         raise AttnvizError(f"--out {out_dir}: folder {out_dir.resolve().parent} does not exist")
+    staging_folder(out_dir).rmdir()  # a folder that cannot be written is refused now, not after the export
 
 
 def export_hf(
@@ -541,7 +541,7 @@ def export_hf(
     if fam.text and inputs[0].get("input_ids") is not None and "decoder_input_ids" not in inputs[0]:
         meta["sample"] = {"text": texts[0]}
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.resolve().parent))
+    staging = staging_folder(out_dir)
     try:
         if fam.name == "speech":  # two files, as optimum writes them; each names the source, the roles are by name
             onnx_path = staging

@@ -25,7 +25,6 @@ vision–language config of another type is refused in one line before its weigh
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.untrusted import read_json
-from attnviz.core.writes import publish_folder
+from attnviz.core.writes import publish_folder, staging_folder
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER
 from attnviz.runtime.vlm import DECODER_FILE, EMBED_FILE, VISION_FILE
 from attnviz.training.hf_onnx import ATOL, RTOL, excess, export_or_explain
@@ -288,7 +287,7 @@ def export_vlm(
     import transformers
 
     checks = recipe.samples(model, tok, texts, bos)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.resolve().parent))
+    staging = staging_folder(out_dir)
     try:
         onnx_dir = staging / HUB_ONNX_FOLDER
         onnx_dir.mkdir()

@@ -14,6 +14,7 @@ from attnviz.core import io
 from attnviz.core import view as v
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
 from attnviz.core.frames import FramesMap
+from attnviz.core.view.selection import frames_reduction
 from attnviz.runtime.vlm_families import block_diagonal
 
 HEADS, P, LAYERS = 3, 9, 2
@@ -163,3 +164,38 @@ def test_one_row_of_a_padded_batch_keeps_its_frames_and_its_padding(pair, tmp_pa
                 dst.writestr(item, src.read(item))
     with pytest.raises(AttnvizError, match="attn_000_keys is not a count of keys of at most 1024 frames of 9"):
         io.load_npz(bad)
+
+
+@pytest.mark.parametrize("mode", v.MODES)
+@pytest.mark.parametrize("batch", [0, 1])
+def test_row_sums_are_the_laid_out_maps_rows_summed(pair, mode, batch):
+    """What Image regions reads (one row, the mean of a run of rows, padding rows included: row 0's last two
+    frames' keys are its padding, and rollout makes the identity of them) from the blocks those rows lie in, the
+    same numbers as the dense map's rows added up."""
+    frames, dense = pair
+    sel = v.Selection(mode=mode, layer=1, head=2, layer_lo=0, layer_hi=1, batch=batch)
+    fn, layers = frames_reduction(frames.blocks(batch)[0], sel)
+    want = v.head_matrix(dense.blocks(batch)[0], sel)[0]
+    for lo, hi in ((0, 1), (P + 4, P + 5), (3, 2 * P + 5), (0, 4 * P), (2 * P + 1, 3 * P), (35, 40), (-2, 3)):
+        got = layers[0].row_sum(batch, lo, hi, fn, layers)
+        np.testing.assert_allclose(
+            got, want[max(lo, 0) : hi].sum(axis=0), rtol=0, atol=1e-6 if mode == "rollout" else 0
+        )
+
+
+@pytest.mark.parametrize("batch", [0, 1])
+def test_head_stats_frame_by_frame_are_the_laid_out_heads(pair, batch):
+    """The stats table's numbers of each head, frame by frame (a padded row's zero rows, the special key 0),
+    the laid-out head's :func:`head_stats` up to float64 rounding."""
+    from attnviz.core.stats import block_head_stats, head_stats
+
+    frames, dense = pair
+    fb, db = frames.blocks(batch)[0], dense.blocks(batch)[0]
+    special = np.asarray(db.key_axis.special, bool)
+    for layer in range(LAYERS):
+        for h in range(HEADS):
+            got, want = block_head_stats(fb, layer, h), head_stats(db.head(layer, h), special)
+            assert got.keys() == want.keys()
+            for k in want:
+                assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15), k
+            assert block_head_stats(db, layer, h) == want  # any other map: the laid-out head's, as before

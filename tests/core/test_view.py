@@ -288,3 +288,15 @@ def test_a_padded_captioning_row_offers_its_own_words_and_the_first_row_all_of_i
         back = io.load_npz(Path(d) / "m.npz")
     assert [offered(back, b) for b in range(2)] == [offered(r, b) for b in range(2)]
     assert back.key_tokens.pad is None and back.row_axes(1)[1].pad == [False, False, False, True, True]
+
+
+@pytest.mark.parametrize("block", [0, 1, 2])
+@pytest.mark.parametrize("step,keep,hide", [(-1, 1.0, False), (1, 1.0, True), (0, 0.5, False), (2, 0.7, True)])
+def test_the_notes_without_the_map_are_the_maps_notes_less_hidden_tokens(block, step, keep, hide):
+    """The overview figure's notes (map_notes: a tower's frames are never laid out for them) are the mean map's
+    own, the step and the kept mass among them, less "hidden special tokens"."""
+    r, _ = _encdec(1)
+    sel = vm.Selection(block=block, step=step, keep=keep, hide_special=hide)
+    want = [n for n in vm.compute_map(r, sel.with_(mode="mean")).notes if n != vm.HIDDEN_NOTE]
+    assert vm.map_notes(r, sel) == want
+    assert any(n.startswith("step") for n in want) == (step >= 0 and block > 0)  # the encoder has no steps

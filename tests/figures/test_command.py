@@ -404,3 +404,33 @@ def test_a_recipe_of_an_export_folder_regenerates_the_same_bytes(tmp_path):
     again = tmp_path / "again.png"
     assert fig("--recipe", recipe, "--out", again) == 0
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_picture_past_a_single_image_names_the_flag_to_drop(maps, tmp_path, capsys):
+    """One image in the prompt: "choose one of them" (of one) told nothing; the line names --picture."""
+    assert fig("--maps", maps["cap"], "--view", "image", "--picture", 2, "--out", tmp_path / "f.png") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "attnviz: error: image 2 is not in this result; its prompt holds one image "
+        "(leave out --picture, or give --picture 1)"
+    )
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_all_heads_of_a_model_that_declares_its_alignment_head_draws_every_layer(tmp_path, capsys):
+    """--all-heads on the translation demo (which declares decoder layer 2 head 0) drew layer 2's four heads only:
+    the declared head chose a layer as well as the block.  Every head of every layer of that block is drawn."""
+    from pathlib import Path
+
+    from attnviz.runtime import open_model
+
+    model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    opened = open_model(model, provider="cpu")
+    assert opened.probe()  # head counts are read from one run
+    cross = [s for s in opened.sites if s.kind == "cross"]
+    out = tmp_path / "heads"
+    argv = ["--text", "μακάριοι οἱ πτωχοὶ", "--all-heads", "--out", out, "--format", "svg", "--no-recipe"]
+    assert fig(model, *argv) == 0
+    drawn = sorted(p.name for p in out.iterdir())
+    assert drawn == sorted(f"heatmap_decoder-cross_L{s.layer:02d}_H{h:02d}.svg" for s in cross for h in range(s.heads))
+    assert len(drawn) == 12

@@ -106,6 +106,7 @@ def test_default_head_is_the_largest_divergence_and_bad_flags_are_one_line(quant
         (["--figure", str(tmp_path / "x.bmp")], "cannot tell the figure format"),
         (["--figure-head", "encoder self 0:1"], "--figure-head names the head --figure draws"),
         (["--figure", str(tmp_path / "y.png"), "--figure-head", "encoder self 7:0"], "no such compared head"),
+        (["--figure", str(tmp_path / "no_folder" / "z.png")], "choose another --figure"),  # the flag that named it
     ):
         assert main([*argv, *extra]) == 2
         err = capsys.readouterr().err

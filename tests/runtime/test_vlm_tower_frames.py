@@ -112,6 +112,47 @@ def test_the_token_map_thumbnails_and_figures_are_the_dense_paths(square):
         assert figure_bytes(render_figure(square, view, sel)) == figure_bytes(render_figure(want_r, view, sel)), view
 
 
+@pytest.fixture
+def never_laid_out(monkeypatch):
+    """A tower's frames that refuse to be laid out as a whole ``[Tq, Tk]`` (a head, an aggregate, the array)."""
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
+
+    for name in ("lay_out", "head", "heads", "array"):
+        monkeypatch.setattr(FramesMap, name, refuse)
+
+
+def test_image_regions_the_overview_and_the_stats_table_never_lay_the_frames_out(square, never_laid_out):
+    """Drawing Image regions (every query, every mode, its figure), the overview (thumbnails, its figure) and the
+    stats table reads the frames' blocks (one row's block, the blocks' rows, each frame's pooled map), never the whole map
+    (17 frames of 1,024 patches: 1.2 GB).  The values are the dense path's (the tests above, and
+    tests/core/test_frames_map.py for the stats)."""
+    from attnviz.core.stats import block_stats
+    from attnviz.figures import render_figure
+
+    for mode in v.MODES:
+        for query in QUERIES:
+            assert v.overlay_view(square, v.Selection(mode=mode, query=query, layer_lo=0, layer_hi=1)).peak
+    render_figure(square, "image", v.Selection(mode="mean", query=40))
+    assert v.thumbnails(square, v.Selection(), use_cache=False)
+    render_figure(square, "overview", v.Selection())  # its notes without the mean map (map_notes)
+    assert len(block_stats(square.blocks()[0])) == im.LAYERS * im.HEADS
+    with pytest.raises(AssertionError, match="was laid out"):  # the token map still lays the whole block out
+        v.compute_map(square, v.Selection(mode="mean"))
+
+
+def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
+    pytest.importorskip("PySide6")
+    from attnviz.gui.views.stats_table import compute_stats
+
+    blk, want_blk = square.blocks()[0], dense(square).blocks()[0]
+    got, want = compute_stats(square, blk, -1), compute_stats(dense(square), want_blk, -1)
+    assert [(r["layer"], r["head"]) for r in got] == [(r["layer"], r["head"]) for r in want]
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-9, abs=1e-12)
+
+
 def test_extract_writes_the_frames_maps_and_the_window_opens_them_again(tower, images, square, tmp_path):
     out = tmp_path / "t.npz"
     assert main(["extract", str(tower.path), "--image", str(images["square"]), "--out", str(out)]) == 0

@@ -75,6 +75,24 @@ def test_a_missing_variant_or_full_precision_is_one_line(repo, tmp_path):
         open_model(repo / "onnx" / "embed_tokens.onnx", provider="cpu", variant="int8")
 
 
+@pytest.mark.parametrize("gone", FILES)
+def test_a_set_missing_one_of_its_three_files_names_it(repo, image, tmp_path, capsys, gone):
+    """A download cut short (one of the three files not there): the folder opened its decoder alone, as a model of
+    numeric series, and then told the user to give numbers instead of their image; the line names the missing file."""
+    cut = tmp_path / "cut"
+    shutil.copytree(repo, cut, ignore=shutil.ignore_patterns("*_int8.onnx", "*_uint8.onnx"))
+    (cut / "onnx" / f"{gone}.onnx").unlink()
+    for opened in (cut, cut / "onnx"):
+        argv = ["extract", str(opened), "--image", str(image), "--text", PROMPT, "--out", str(tmp_path / "m.npz")]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("attnviz: error:") and "\n" not in err, err
+        assert f"and no {gone}.onnx" in err and f"download {gone}.onnx again" in err, err
+    assert not (tmp_path / "m.npz").exists()
+    alone = next(f for f in FILES if f not in (gone, "embed_tokens"))  # a file with attention, opened by its name
+    assert open_model(cut / "onnx" / f"{alone}.onnx", provider="cpu").sites
+
+
 def test_the_cli_lists_and_takes_variants(repo, image, tmp_path, capsys):
     assert main(["inspect", str(repo), "--no-probe"]) == 0
     assert "variant  full (of full, int8, uint8; choose with --variant NAME)" in capsys.readouterr().out

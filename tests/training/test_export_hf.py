@@ -123,6 +123,7 @@ def test_export_hf_refuses_bad_folders_and_writes_nothing(tmp_path, capsys):
     assert main(["export-hf", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")]) == 2
     assert "no such folder" in capsys.readouterr().err
     src = hf_models.save_hf_folder("bert", tmp_path / "hf")
+    capsys.readouterr()  # transformers' own "Writing model shards" bar, when this test runs alone
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("user file")

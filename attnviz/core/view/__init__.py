@@ -102,6 +102,7 @@ from attnviz.core.view.links import (
 from attnviz.core.view.maps import (
     MapView,
     compute_map,
+    map_notes,
 )
 from attnviz.core.view.overlay import (
     GLOBAL_PANEL,
@@ -237,6 +238,7 @@ __all__ = [
     "composite",
     "compute_diff_map",
     "compute_map",
+    "map_notes",
     "compute_other_map",
     "cross_block",
     "declared_alignment",

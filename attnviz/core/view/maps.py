@@ -7,6 +7,7 @@ from this map.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,9 @@ from attnviz.core.view.selection import (
     _special,
     blk_len,
     clamp,
+    frames_reduction,
     head_matrix,
+    head_what,
     hide_mask,
     result_blocks,
 )
@@ -88,7 +91,7 @@ def compute_map(
         if blk.kind == "self":
             k_pos = k_pos[:n]
         m = m[np.ix_(q_pos, k_pos)]
-        notes.append(f"step {sel.step + 1}/{n_steps(result)}")
+        notes.append(_step_note(result, sel))
     if not keep_pads:
         pq, pk = _pad(blk.query_axis, q_pos, blk_len(blk, 0)), _pad(blk.key_axis, k_pos, blk_len(blk, 1))
         if pq.any() or pk.any():
@@ -99,10 +102,7 @@ def compute_map(
     m, q_pos, k_pos, q_sp, k_sp = _hide(m, q_pos, k_pos, q_sp, k_sp, sel.hide_special, notes)
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
-        notes.append(f"top {round(sel.keep * 100)}% mass")
-    diagonal = images_note(result, blk)
-    if diagonal:
-        notes.append(diagonal)
+    notes += _after_hiding(result, blk, sel)
     q_labels = clean_labels(blk.query_axis.labels, q_pos)
     k_labels = clean_labels(blk.key_axis.labels, k_pos)
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")
@@ -127,6 +127,69 @@ def compute_map(
         sel.scale,
         k_values,
     )
+
+
+def _step_note(result: AttentionResult, sel: Selection) -> str:
+    return f"step {sel.step + 1}/{n_steps(result)}"
+
+
+def _after_hiding(result: AttentionResult, blk: Block, sel: Selection) -> list[str]:
+    """:func:`compute_map`'s notes after "hidden special tokens": the kept mass, several images on the diagonal."""
+    notes = [f"top {round(sel.keep * 100)}% mass"] if sel.keep < 1.0 else []
+    diagonal = images_note(result, blk)
+    return notes + ([diagonal] if diagonal else [])
+
+
+def map_notes(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[str]:
+    """The notes :func:`compute_map` gives ``sel``'s map (the step, the kept mass, several images on the diagonal)
+    less "hidden special tokens", without making the map (the overview figure's: a tower's frames are never laid
+    out for it)."""
+    blocks = result_blocks(result, sel, blocks)
+    if not blocks:
+        raise ViewError("this result has no attention maps; nothing to draw", param="model")
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    step = [_step_note(result, sel)] if step_rows(result, blk, sel.step) is not None else []
+    return step + _after_hiding(result, blk, sel)
+
+
+@dataclass
+class MapRows:
+    """Rows of the map a selection points at (Image regions reads one query's row, or the mean of an image's
+    patches' rows): ``n_rows`` queries, the map's ``title``, and ``sums(lo, hi)`` the sum of rows ``lo``–``hi - 1``
+    as :func:`compute_map`'s matrix holds them (its keys by position, pads kept)."""
+
+    n_rows: int
+    title: str
+    sums: Callable[[int, int], np.ndarray]
+
+    def row(self, q: int) -> np.ndarray:
+        return self.sums(q, q + 1)
+
+    def mean(self, lo: int, hi: int) -> np.ndarray:
+        """The mean of rows ``lo``–``hi - 1``, as ``matrix[lo:hi].mean(axis=0)`` gives it."""
+        lo, hi = max(lo, 0), min(hi, self.n_rows)
+        with np.errstate(invalid="ignore", divide="ignore"):  # no rows: NaN, as numpy's mean of none
+            return np.true_divide(self.sums(lo, hi), max(hi - lo, 0))
+
+
+def map_rows(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapRows:
+    """:func:`compute_map` with ``keep_pads``, read by rows.  A tower's frames (:class:`FramesMap`) are read frame by
+    frame (:meth:`FramesMap.row_sum`: the blocks the rows lie in), never laid out as the whole ``[Tq, Tk]``
+    (17 frames of 1,024 patches: 1.2 GB), where nothing else changes the map's numbers (a generation step, hidden
+    tokens, kept mass): the same numbers as the matrix's rows.  Any other map: the matrix's rows."""
+    blocks = result_blocks(result, sel, blocks)
+    if blocks:
+        sel = clamp(sel, blocks)
+        blk = blocks[sel.block]
+        frames = frames_reduction(blk, sel)
+        plain = step_rows(result, blk, sel.step) is None and not sel.hide_special and sel.keep >= 1.0
+        if frames is not None and plain:
+            fn, layers = frames
+            title = " · ".join([blk.name, head_what(blk, sel), *filter(None, [images_note(result, blk)])])
+            return MapRows(layers[0].shape[2], title, lambda lo, hi: layers[0].row_sum(blk.batch, lo, hi, fn, layers))
+    mv = compute_map(result, sel, blocks, keep_pads=True)
+    return MapRows(mv.matrix.shape[0], mv.title, lambda lo, hi: mv.matrix[lo:hi].sum(axis=0))
 
 
 def _hide(

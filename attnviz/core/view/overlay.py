@@ -14,7 +14,7 @@ import numpy as np
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.maps import compute_map, images_note
+from attnviz.core.view.maps import images_note, map_rows
 from attnviz.core.view.patches import (
     GLOBAL_PANEL,
     global_grid,
@@ -141,18 +141,19 @@ def overlay_view(
         ),
         blocks,
     )
-    mv = compute_map(result, s, blocks, keep_pads=True)  # rows and keys by position (its queries skip pads)
+    # the map's rows and keys by position (its queries skip pads), read by rows: a tower's frames are never laid out
+    mv = map_rows(result, s, blocks)
     queries = image_queries(result, blocks[bi], grid)
     rows = [r for _, r in queries]
-    query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.matrix.shape[0]) else None
+    query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.n_rows) else None
     if query is None:
         query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
     cell = None
     if query < 0:
         # the grid's own patches as queries (one prompt's several images: this image's, not the next one's)
-        vec, label = mv.matrix[grid.offset : grid.end].mean(axis=0), "all patches (mean)"
+        vec, label = mv.mean(grid.offset, grid.end), "all patches (mean)"
     else:
-        vec = mv.matrix[min(query, mv.matrix.shape[0] - 1)]
+        vec = mv.row(min(query, mv.n_rows - 1))
         label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
         if kind == "self" and grid.cell(query) is not None:  # a patch as the query
             label = patch_label(grid, query)

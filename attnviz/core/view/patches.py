@@ -29,9 +29,9 @@ def pictured(result: AttentionResult, picture: int) -> AttentionResult:
     n = picture_count(result)
     if not 0 <= picture < n:
         raise ViewError(
-            f"image {picture + 1} is not in this result; its prompt holds "
-            + ("one image" if n == 1 else f"images 1–{n}")
-            + f" (choose one of them{' with --picture N' if n > 1 else ''})",
+            f"image {picture + 1} is not in this result; its prompt holds"
+            + (" one image (leave out --picture, or give --picture 1)" if n == 1 else f" images 1–{n}")
+            + (" (choose one of them with --picture N)" if n > 1 else ""),
             param="picture",
         )
     return result.picture(picture)

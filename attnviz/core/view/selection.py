@@ -7,6 +7,7 @@ nothing of the views, so this module sits at the bottom of the view model (with 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
-from attnviz.core.frames import frames_of
+from attnviz.core.frames import FramesMap, frames_of
 from attnviz.core.view.palette import DEFAULT_SCALE
 
 
@@ -114,29 +115,60 @@ def check_not_empty(blk: Block) -> None:
 
 def head_matrix(blk: Block, sel: Selection) -> tuple[np.ndarray, str]:
     """``[Tq, Tk]`` for one head, a head aggregate over the layer range, or rollout; and what it is."""
-    lo, hi = layer_range(sel, blk.n_layers)
-    rng = f"layer {lo}" if lo == hi else f"layers {lo}–{hi}"
+    what = head_what(blk, sel)
     if sel.mode == "head":
-        return blk.head(sel.layer, sel.head), f"layer {sel.layer} · head {sel.head}"
-    known = sel.mode == "rollout" or sel.mode in reduce.HEAD_AGGREGATES  # an unknown one is refused below
-    frames = frames_of([blk.result.maps[blk.sites[i]] for i in range(lo, hi + 1)]) if known else None
+        return blk.head(sel.layer, sel.head), what
+    frames = frames_reduction(blk, sel)
     if frames is not None:  # a tower's frames: each frame's block reduced and laid out, never the whole layers
-        return frames[0].lay_out(blk.batch, _per_block(sel.mode), frames), (
-            f"rollout {rng}" if sel.mode == "rollout" else f"{rng} · {sel.mode} over heads"
-        )
+        fn, layers = frames
+        return layers[0].lay_out(blk.batch, fn, layers), what
+    lo, hi = layer_range(sel, blk.n_layers)
     if sel.mode in reduce.HEAD_AGGREGATES:
         per_layer = [blk.layer(i) for i in range(lo, hi + 1)]
         heads = per_layer[0] if len(per_layer) == 1 else np.concatenate(per_layer, axis=0)  # one layer: no copy
-        return reduce.aggregate_heads(heads, sel.mode), f"{rng} · {sel.mode} over heads"
+        return reduce.aggregate_heads(heads, sel.mode), what
+    if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
+        raise ViewError(
+            "rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
+            "self-attention block or a mean/max/min aggregate",
+            param="aggregate",
+        )
+    return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), what
+
+
+def head_what(blk: Block, sel: Selection) -> str:
+    """What :func:`head_matrix` draws, in the title's words ("layer 2 · head 3", "layers 0–3 · mean over heads");
+    an unknown mode is refused in one line."""
+    lo, hi = layer_range(sel, blk.n_layers)
+    rng = f"layer {lo}" if lo == hi else f"layers {lo}–{hi}"
+    if sel.mode == "head":
+        return f"layer {sel.layer} · head {sel.head}"
     if sel.mode == "rollout":
-        if blk.kind != "self" or blk_len(blk, 0) != blk_len(blk, 1):
-            raise ViewError(
-                "rollout needs self-attention over one sequence (square maps); pick an encoder or decoder "
-                "self-attention block or a mean/max/min aggregate",
-                param="aggregate",
-            )
-        return reduce.rollout([blk.layer(i) for i in range(lo, hi + 1)]), f"rollout {rng}"
+        return f"rollout {rng}"
+    if sel.mode in reduce.HEAD_AGGREGATES:
+        return f"{rng} · {sel.mode} over heads"
     raise ViewError(f"unknown aggregate {sel.mode!r}; use one of {', '.join(MODES)}", param="aggregate")
+
+
+def frames_reduction(
+    blk: Block, sel: Selection
+) -> tuple[Callable[[list[np.ndarray]], np.ndarray], list[FramesMap]] | None:
+    """A tower's frames (:class:`~attnviz.core.frames.FramesMap`): what :func:`head_matrix` makes of each frame's
+    block (one head, the aggregate or rollout over the layer range) and the layers' maps it reads, so that a view
+    may lay the blocks out (:meth:`FramesMap.lay_out`) or read rows of them (:meth:`FramesMap.row_sum`); None for
+    any other map (or an unknown mode: :func:`head_matrix` refuses it)."""
+    if sel.mode == "head":
+        layers = frames_of([blk.result.maps[blk.sites[sel.layer]]])
+        return (functools.partial(_one_head, sel.head), layers) if layers is not None else None
+    if sel.mode != "rollout" and sel.mode not in reduce.HEAD_AGGREGATES:
+        return None
+    lo, hi = layer_range(sel, blk.n_layers)
+    layers = frames_of([blk.result.maps[blk.sites[i]] for i in range(lo, hi + 1)])
+    return (_per_block(sel.mode), layers) if layers is not None else None
+
+
+def _one_head(h: int, layers: list[np.ndarray]) -> np.ndarray:
+    return layers[0][h]
 
 
 def _per_block(mode: str) -> Callable[[list[np.ndarray]], np.ndarray]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
-from attnviz.core.stats import STAT_COLUMNS, head_stats, stat_columns
+from attnviz.core.stats import STAT_COLUMNS, block_head_stats, stat_columns
 from attnviz.core.view import check_not_empty
 from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
@@ -50,16 +49,11 @@ def compute_stats(result, blk, step: int) -> list[dict]:
     """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
     check_not_empty(blk)  # 0 heads would give an empty table with no word why
     n = step_rows(result, blk, step)
-    special = np.asarray(blk.key_axis.special, bool)
     out = []
     for layer in range(blk.n_layers):
-        for h in range(blk.heads_in(layer)):  # a head at a time: a tower's frames are laid out one head at a time
-            a = blk.head(layer, h)
-            if n is not None:
-                a = a[:n, :n] if blk.kind == "self" else a[:n]
-            sp = special[: a.shape[-1]] if len(special) >= a.shape[-1] else None
+        for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
             row: dict[str, float] = {"layer": layer, "head": h}
-            row.update(head_stats(a, sp))
+            row.update(block_head_stats(blk, layer, h, n))
             out.append(row)
     return out
 
