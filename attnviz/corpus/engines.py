@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from attnviz.corpus.plan import BatchSpec
     from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
+    from attnviz.runtime.light_model import LightModel
     from attnviz.runtime.model import AttentionModel
 
 
@@ -41,18 +42,28 @@ class WorkerSetup:
     layout: str = "processes"  # how the local engine places the workers (LAYOUTS)
 
     def reducer(self) -> BatchReducer:
+        """A reducer for the driver's groups, made where a batch arrives first (the other process took both
+        warm-ups, or this one's failed): over the light model where its probe was kept (runtime/light_model.py),
+        else the model opened and probed."""
         from attnviz.corpus.reduce import BatchReducer
 
-        return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, list(self.groups))
+        light = self.light()
+        if light is not None and light.take_probe() is None:
+            light = None  # (no kept probe for it to take: the model's own probe, as before)
+        groups = list(self.groups)
+        return BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, groups, opened=light)
 
-    def probed(self, model: AttentionModel) -> BatchReducer:
+    def probed(self, model: AttentionModel | LightModel) -> BatchReducer:
         """A reducer over ``model``, this setup's model that this process probed for the driver (:func:`_probe`):
         neither opened nor probed again (a probe builds a session with every map exposed and runs it: ~0.13 s
         CPU for MiniLM).  The groups are its probe's, which the driver adopted (:func:`_work` checks them)."""
         from attnviz.corpus.reduce import BatchReducer
+        from attnviz.runtime.light_model import LightModel
 
-        if _cpu_only(self):  # the probe's session goes first, as when the probe's model was dropped (one copy of
-            model.close_session("dense")  # the weights); its device, which the statistics layout follows, is known
+        # the probe's session goes first, as when the probe's model was dropped (one copy of the weights); its device,
+        # which the statistics layout follows, is known (a light model holds no session)
+        if _cpu_only(self) and not isinstance(model, LightModel):
+            model.close_session("dense")
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
         r.prepare()  # the statistics session (elsewhere it replaces the probe's: InGraphReducer.build)
         return r
@@ -64,9 +75,21 @@ class WorkerSetup:
         # and a probe here would build a session of the model with every map exposed only to count them
         from attnviz.corpus.reduce import BatchReducer
 
-        r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, probe=not _device_known(self))
+        known = _device_known(self)
+        r = BatchReducer(
+            self.model, self.provider, self.tokenizer, self.threads, self.k, probe=not known, opened=self.light()
+        )
         r.prepare()  # the statistics session, while the driver still plans
         return r
+
+    def light(self) -> LightModel | None:
+        """The model as earlier commands kept it for a worker (runtime/light_model.py: no onnx imported, nothing
+        parsed), where this worker's sessions are on the CPU; else None (it opens the model)."""
+        if not _cpu_only(self):
+            return None
+        from attnviz.runtime.light_model import light
+
+        return light(self.model, self.provider, self.tokenizer, self.threads)
 
 
 def _device_known(setup: WorkerSetup) -> bool:
@@ -142,7 +165,7 @@ def choose_layout(gpu: bool) -> str:
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 # the model this process probed for the driver (_probe), with what it was opened with: its reducer takes it over
 # (_own_reducer), so that a worker that probes opens and probes the model once
-_PROBED: tuple[tuple, AttentionModel] | None = None
+_PROBED: tuple[tuple, AttentionModel | LightModel] | None = None
 
 
 def _enter_worker() -> None:
@@ -205,7 +228,13 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     that the driver's state (which it adopts) is this probe's alone.  This process's reducer then takes that model
     over (:func:`_own_reducer`) where the probe counted every head: opened and probed once."""
     global _PROBED
-    from attnviz.runtime import open_model
+    light = setup.light()
+    taken = light.take_probe() if light is not None else None
+    if light is not None and taken is not None and all(s.heads for s in light.sites):
+        # the last command's worker kept this probe for a worker that opens nothing (runtime/light_model.py)
+        _PROBED = (_opened_as(setup), light)
+        return light.probe_state(), taken
+    from attnviz.runtime import light_model, open_model
     from attnviz.runtime import probe_kept as pk
 
     model = open_model(setup.model, provider=setup.provider, tokenizer=setup.tokenizer, threads=setup.threads)
@@ -225,6 +254,8 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
             provider = None
         if key is not None and ran and provider is not None:
             pk.keep(key, pk.KeptProbe(model.probe_state(), provider))
+    if key is not None and provider is not None and model.probe_state()[0]:  # and for the next command's light
+        light_model.keep_probe(model, pk.KeptProbe(model.probe_state(), provider))  # worker (none made now)
     state = model.probe_state()
     if provider is not None and all(s.heads for s in model.sites):  # else the reducer opens its own, as before
         _PROBED = (_opened_as(setup), model)
@@ -237,7 +268,7 @@ def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
 
     if isinstance(_REDUCER, BatchReducer) and not _REDUCER.heads_known:  # warmed up unprobed: the driver's probe
         _REDUCER.adopt(setup.groups, setup.kind)
-    elif isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.model.meta:  # a speech model's heads: the
+    elif isinstance(_REDUCER, BatchReducer) and "audio" in _REDUCER.meta:  # a speech model's heads: the
         _REDUCER.adopt(setup.groups)  # driver's (its probe leaves them unknown): the same session reduces them
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()

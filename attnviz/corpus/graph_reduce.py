@@ -7,7 +7,8 @@ on which path made it (to float rounding: the graph sums a row's weights in anot
 
 Only the runtime's public surface is used: the model's graph and site records, and a session of the edited graph
 from :meth:`~attnviz.runtime.model.AttentionModel.extra_session` (tests/test_layering.py keeps private runtime
-names out of corpus).
+names out of corpus); or, on a second command, the session an earlier command's worker kept, made without the
+model (:meth:`InGraphReducer.kept`, runtime/light_model.py).  onnx is imported only where a graph is built.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import numpy as np
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.corpus.fold import HeadGroup, Partial, fold_items, key_columns, signs
-from attnviz.runtime import statgraph as sg
-from attnviz.runtime import statgraph_kept as sgk
+from attnviz.runtime import statfeeds as sf
 
 if TYPE_CHECKING:
+    from attnviz.runtime.graph import Exposed
+    from attnviz.runtime.light_model import LightModel
     from attnviz.runtime.model import AttentionModel
 
 
@@ -38,7 +40,13 @@ class InGraphReducer:
     session runs on CUDA."""
 
     def __init__(self, model: AttentionModel, groups: list[HeadGroup], rows: bool = False, join: bool | None = None):
-        self.model, self.groups = model, groups
+        # (the graph's builders import onnx: here, not at the top, so that a worker whose session is read back
+        # whole from the cache, InGraphReducer.kept, never imports them)
+        from attnviz.runtime import light_model
+        from attnviz.runtime import statgraph_kept as sgk
+
+        self.model: AttentionModel | None = model
+        self.groups = groups
         sites = model.graph_sites
         if join is None:
             # the probe's session says where it ran (no session is made only to ask)
@@ -47,16 +55,35 @@ class InGraphReducer:
         self.joined = join
         wanted = {g.site for g in groups}
         # built by an earlier command's worker where it can be (runtime/statgraph_kept.py: ~0.02 s CPU a worker)
-        m, self.exposed, self.outputs = sgk.stats_model(model, wanted, rows, join)
+        m, exposed, self.outputs = sgk.stats_model(model, wanted, rows, join)
+        self.exposed: Exposed | None = exposed  # (None: a kept session, which exposes no map)
         # the key names everything the edited graph depends on: the same key is the same session
         self.sess = model.extra_session(m, f"corpus-stats sites={sorted(wanted)} rows={rows} join={join}", keep=True)
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
-        self.fetch = ([sg.SUMS, sg.PICKS] + ([sg.VALUES, sg.KEYS] if rows else [])) if self.outputs else []
+        self.fetch = ([sf.SUMS, sf.PICKS] + ([sf.VALUES, sf.KEYS] if rows else [])) if self.outputs else []
         for i in fallback:
-            ex = self.exposed.site_extra[i]
-            for n in [self.exposed.outputs[i], *([ex["mask_index"]] if "mask_index" in ex else [])]:
+            ex = exposed.site_extra[i]
+            for n in [exposed.outputs[i], *([ex["mask_index"]] if "mask_index" in ex else [])]:
                 if n not in self.fetch and any(o.name == n for o in m.graph.output):
                     self.fetch.append(n)
+        if self.fetch == [sf.SUMS, sf.PICKS]:  # the next command's worker makes this session without the model
+            light_model.keep_stats(model, wanted, rows, join, m, self.sess, self.outputs)
+
+    @classmethod
+    def kept(cls, model: LightModel, groups: list[HeadGroup]) -> InGraphReducer | None:
+        """The reducer an earlier command's worker built for these sites (runtime/light_model.py), its session
+        made from the kept graph without opening the model; None where nothing whole is kept for them (then
+        :meth:`build` on the model opened as before).  Its graph reduces every site of ``groups``: no map leaves it."""
+        join = model.requested_provider == "cuda"  # as __init__ where no session is open yet
+        found = model.stats_session({g.site for g in groups}, False, join)
+        if found is None:
+            return None
+        red = cls.__new__(cls)
+        red.model, red.groups, red.joined = None, groups, join
+        red.sess, red.outputs = found
+        red.exposed = None
+        red.fetch = [sf.SUMS, sf.PICKS]
+        return red
 
     @classmethod
     def build(
@@ -64,6 +91,8 @@ class InGraphReducer:
     ) -> InGraphReducer | None:
         """None when no group can use it, or when a site's maps do not map one-to-one onto sites (a Loop body
         gives one map per iteration, an If branch may give none, an explicit softmax axis may be refused)."""
+        from attnviz.runtime import statgraph as sg
+
         sites = model.graph_sites
         if any(s.g.path or s.loop or "softmax_axis" in s.extra for s in sites):
             return None
@@ -91,7 +120,7 @@ class InGraphReducer:
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, int]:
         """The session's outputs by name, the statistics inputs it was fed, the special keys' positions, T."""
         t = next(a.shape[-1] for a in feeds.values() if a.ndim == 2) if special is None else special.shape[1]
-        extra, positions = sg.stat_feeds(lengths, special, t, causal)
+        extra, positions = sf.stat_feeds(lengths, special, t, causal)
         try:
             got = dict(zip(self.fetch, self.sess.run(self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
@@ -116,9 +145,9 @@ class InGraphReducer:
         split = np.cumsum([0] + [heads[i] for i in self.outputs])
         joined = None
         if self.outputs:
-            if got[sg.SUMS].shape[:2] != (batch, split[-1]):
-                raise NotInGraph(f"statistics of shape {got[sg.SUMS].shape}, expected {batch} x {split[-1]} heads")
-            joined = sg.item_stats(got[sg.SUMS], got[sg.PICKS], extra, positions)
+            if got[sf.SUMS].shape[:2] != (batch, split[-1]):
+                raise NotInGraph(f"statistics of shape {got[sf.SUMS].shape}, expected {batch} x {split[-1]} heads")
+            joined = sf.item_stats(got[sf.SUMS], got[sf.PICKS], extra, positions)
         at = {i: slice(split[j], split[j + 1]) for j, i in enumerate(self.outputs)}
         out = []
         for g in self.groups:
@@ -128,6 +157,8 @@ class InGraphReducer:
                 continue
             real = np.arange(t)[None, :] < lengths[:, None]
             sp = np.zeros_like(real) if special is None else np.asarray(special, bool)[:, :t]
+            if self.model is None or self.exposed is None:  # a kept session reduces every site it was made for
+                raise NotInGraph(f"site {g.site} is not reduced by the kept statistics session")
             p = self.model.dense_map(g.site, got, batch, self.exposed.site_extra[g.site])
             values, valid = row_stats(p, lengths, sp, causal)
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from attnviz.corpus.audio_items import AudioSpec
     from attnviz.corpus.graph_reduce import InGraphReducer
     from attnviz.corpus.pairs import PairSpec
+    from attnviz.runtime.light_model import LightModel
     from attnviz.runtime.model import AttentionModel
 
 _NO_ITEM = np.iinfo(np.int64).max  # an empty top-list slot (item -1) sorts after every item
@@ -98,42 +99,51 @@ class BatchReducer:
         groups: list[HeadGroup] | None = None,
         in_graph: bool = True,
         probe: bool = True,
-        opened: AttentionModel | None = None,
+        opened: AttentionModel | LightModel | None = None,
     ):
         """``probe=False`` (a pool worker warming up before the driver has probed): the model is not run on
         dummy inputs here, which would build a session of the model with every map exposed only to count heads;
         the statistics session is built from the sites the graph declares, and the heads and kind the driver's
         probe found come with the first batch (:meth:`adopt`).  ``opened``: the model of ``model_path`` opened
         with these arguments already (a pool worker's, probed for the driver: engines._probe), taken over instead
-        of opening it again."""
+        of opening it again; or a :class:`~attnviz.runtime.light_model.LightModel` (a second command's worker:
+        what earlier commands kept of it), whose statistics session is made without opening the model, which
+        :attr:`model` opens only where something else is asked of it."""
         from attnviz.runtime import inputs as ip
-        from attnviz.runtime import open_model
+        from attnviz.runtime.light_model import LightModel
 
-        self.model = (
-            opened
-            if opened is not None
-            else open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
-        )
-        if md.section(self.model.meta, "windows"):
+        self._light = opened if isinstance(opened, LightModel) else None
+        self._model: AttentionModel | None = None
+        if not isinstance(opened, LightModel):
+            from attnviz.runtime import open_model
+
+            self._model = (
+                opened
+                if opened is not None
+                else open_model(model_path, provider=provider, tokenizer=tokenizer, threads=threads)
+            )
+        if md.section(self._desc.meta, "windows"):
             # per-head statistics assume one token axis per stack; Swin's stages each have their own grid
             raise AttnvizError(
                 f"{Path(model_path).name}: corpus statistics over windowed (Swin) attention are not supported yet; "
                 "inspect its images one at a time (attnviz open / extract / figure)"
             )
-        if probe:
+        if probe and not (self._light is not None and self._light.probed):  # (a light model's probe was kept)
             self.model.probe()
-        from attnviz.runtime.model import AttentionModel  # (loaded by open_model already)
+        if self._model is not None:  # (a light model is a text model's: no frames)
+            from attnviz.runtime.model import AttentionModel  # (loaded by open_model already)
 
-        # a VLM's vision file alone: a corpus reduces each frame's own map (_tower), never the block-diagonal map
-        # (vlm_tower.TowerFrames); an encoder-decoder folder's ModelSet has no frames
-        frames = self.model.frames if isinstance(self.model, AttentionModel) else None
-        if frames is not None:
-            frames.whole = False
-        self.kind = self.model.kind
+            # a VLM's vision file alone: a corpus reduces each frame's own map (_tower), never the block-diagonal
+            # map (vlm_tower.TowerFrames); an encoder-decoder folder's ModelSet has no frames
+            frames = self._model.frames if isinstance(self._model, AttentionModel) else None
+            if frames is not None:
+                frames.whole = False
+        desc = self._desc
+        self.kind = desc.kind
         self.k = k
         self.heads_known = probe or groups is not None
         if groups is None:  # the model's own: unprobed, only which sites (their heads come with adopt)
-            groups = layout(self.model.sites) if probe else sites_layout(self.model.sites)
+            groups = layout(desc.sites) if probe else sites_layout(desc.sites)
         self.groups = groups
         self.image_spec = None
         if self.kind == "vision":
@@ -144,14 +154,41 @@ class BatchReducer:
         self.image_axis: tuple[int, np.ndarray] | None = None  # images: (tokens, special keys) once seen
         self._runs: tuple[int, ThreadPoolExecutor] | None = None  # many()'s threads and their count
 
+    @property
+    def model(self) -> AttentionModel:
+        """The model itself: a light model's (:class:`~attnviz.runtime.light_model.LightModel`) opened here, on
+        first use, where a batch needs more than its kept statistics session (maps, a fallback)."""
+        if self._model is None:
+            assert self._light is not None
+            self._model, self._light = self._light.opened(), None
+        return self._model
+
+    @property
+    def _desc(self) -> AttentionModel | LightModel:
+        """What describes the model (meta, kind, sites, inputs and roles): the light model while there is one."""
+        return self._light if self._light is not None else self.model
+
+    @property
+    def meta(self) -> dict:
+        return self._desc.meta
+
+    def _build(self) -> InGraphReducer | bool:
+        """The statistics session's reducer (False: none for these groups): a light model's kept one, else built
+        on the model (opened now where it was light and nothing is kept for these sites)."""
+        from attnviz.corpus.graph_reduce import InGraphReducer
+
+        if self._light is not None:
+            kept = InGraphReducer.kept(self._light, self.groups)
+            if kept is not None:
+                return kept
+        return InGraphReducer.build(self.model, self.groups) or False
+
     def prepare(self) -> None:
         """Build the statistics session now rather than on the first batch (a worker calls this while it waits
         for work: on a GPU, creating the second session is a large part of a short run's start-up)."""
-        from attnviz.corpus.graph_reduce import InGraphReducer
-
         # text only: pairs reduce maps, and an image corpus's first batch needs the probe's maps session
         if self.in_graph is None and self.kind in ("encoder", "decoder"):
-            self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+            self.in_graph = self._build()
 
     def adopt(self, groups: Sequence[HeadGroup], kind: str | None = None) -> None:
         """The head groups (and the model's kind: a probe may find a decoder where the graph said encoder) that
@@ -168,7 +205,7 @@ class BatchReducer:
         self.kind = kind or self.kind
 
     def feeds(self, spec: BatchSpec):
-        return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self.model, spec)
+        return image_feeds(self.model, spec, self.image_spec) if spec.images else text_feeds(self._desc, spec)
 
     def __call__(self, spec: BatchSpec) -> Partial:
         # the pair and speech batches' modules load where such a batch runs: the driver imports this module (its
@@ -180,7 +217,7 @@ class BatchReducer:
             return self._pair(spec)
         if isinstance(spec, AudioSpec):
             return self._audio(spec)
-        if self.model.frames is not None and spec.images:
+        if spec.images and self.model.frames is not None:
             return self._tower(spec)
         feeds, lengths, special = self.feeds(spec)
         part = self._in_graph(spec, feeds, lengths, special)
@@ -329,7 +366,7 @@ class BatchReducer:
         if self.in_graph is False or lengths is None:
             return None
         if self.in_graph is None:
-            self.in_graph = InGraphReducer.build(self.model, self.groups) or False
+            self.in_graph = self._build()
         if not isinstance(self.in_graph, InGraphReducer):
             return None
         try:

@@ -10,33 +10,49 @@ from typing import TYPE_CHECKING
 from attnviz.runtime.chain import run_bound
 
 if TYPE_CHECKING:
-    from attnviz.runtime.memory import MemoryPlan
+    from attnviz.runtime.memory_kept import EstimateCache, PlanHead
     from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.pinned_outputs import PinnedOutputs
 
 
 class MemoryCheck:
-    """A session's memory check before each run (:func:`attnviz.runtime.memory.check_run`); the model's
+    """A session's memory check before each run (:func:`attnviz.runtime.memory_kept.check_run`); the model's
     structure is read on the first run, not when the session opens."""
 
-    def __init__(self, model: bytes | str, label: str, keep: GraphKey | None = None):
-        """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: its estimates are kept on disk."""
+    def __init__(self, model: bytes | str, label: str, keep: GraphKey | None = None, head: PlanHead | None = None):
+        """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: its estimates are kept on disk.
+        ``head``: what a :class:`~attnviz.runtime.memory.MemoryPlan` of ``model`` (bytes) said of it before any
+        estimate, kept by an earlier command: the plan is then made without parsing the graph (and without
+        importing onnx) until an estimate is not on disk (:class:`~attnviz.runtime.memory_kept.KeptPlan`)."""
         self._model: bytes | str | None = model
-        self._plan: MemoryPlan | None = None
+        self._plan: EstimateCache | None = None
         self.label = label
         self.keep = keep
+        self.head = head
         self._planning = threading.Lock()  # runs from several threads (a corpus worker's): the plan is made once
 
     def check(self, feeds: dict, names: list[str] | None) -> None:
-        from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
+        from attnviz.runtime import memory_kept
 
         if self._plan is None:
             with self._planning:
                 if self._plan is None:
                     assert self._model is not None
-                    self._plan = memory.MemoryPlan(self._model, keep=self.keep)
+                    self._plan = self._made(self._model)
                     self._model = None  # the plan keeps the structure; the bytes stay with the session's owner
-        memory.check_run(self._plan, feeds, names, self.label)
+        memory_kept.check_run(self._plan, feeds, names, self.label)
+
+    def _made(self, model: bytes | str) -> EstimateCache:
+        def full() -> EstimateCache:
+            from attnviz.runtime import memory  # onnx's shape inference, imported where sessions run
+
+            return memory.MemoryPlan(model, keep=self.keep)
+
+        if self.head is not None:
+            from attnviz.runtime.memory_kept import KeptPlan
+
+            return KeptPlan(self.head, self.keep, full)
+        return full()
 
 
 class GuardedSession:

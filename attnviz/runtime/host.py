@@ -44,6 +44,7 @@ from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.guard import GuardedSession, MemoryCheck
 from attnviz.runtime.isolation import INLINE_BYTES, PROVIDERS, NodeArg
 from attnviz.runtime.kept import HelperMemory, keep_mode
+from attnviz.runtime.memory_kept import PlanHead
 from attnviz.runtime.optcache import GraphKey
 
 _T = TypeVar("_T")
@@ -333,6 +334,7 @@ def make_session(
     keep: tuple[str, ...] = (),
     optimized: GraphKey | None = None,
     helper: bool = False,
+    plan: PlanHead | None = None,
 ):
     """Like :func:`attnviz.runtime.session.make_session` (``optimized`` and ``helper`` too), but the session runs in
     the child process; a helper shares the process's CPU arena there (runtime/arena.py), in-process too.
@@ -342,7 +344,9 @@ def make_session(
     ``shared_arena=False``: the session keeps an arena of its own
     instead of the child's shared one (see :meth:`attnviz.runtime.model.AttentionModel._session`).  ``keep``: outputs
     (an on-demand session's Q and Kᵀ) its runs leave on its device where ``ATTNVIZ_QK_DEVICE`` says so (``on``;
-    ``auto`` where measured to pay), returned as handles a head model's run is fed (:mod:`attnviz.runtime.kept`)."""
+    ``auto`` where measured to pay), returned as handles a head model's run is fed (:mod:`attnviz.runtime.kept`).
+    ``plan``: in-process, the memory check's plan head of ``model`` (bytes) kept by an earlier command
+    (:class:`attnviz.runtime.guard.MemoryCheck`); the child reads the graph itself."""
     if provider not in PROVIDERS:  # argument errors need no child
         raise AttnvizError(f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
     extra: dict[str, Any] = {}
@@ -361,7 +365,7 @@ def make_session(
             optimized=optimized,
             helper=helper,
         )
-        memory = MemoryCheck(model, label, optimized)
+        memory = MemoryCheck(model, label, optimized, plan)
         return GuardedSession(sess, memory, keep if mode != "off" else (), mode), note
     if optimized is not None:
         extra["optimized"] = optimized

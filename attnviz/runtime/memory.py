@@ -16,35 +16,27 @@ estimate is a floor there; the child's shared onnxruntime arena is capped at the
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from attnviz.core import limits
+# the onnx-free half (estimates by shape, the check before a run) lives in runtime/memory_kept.py; its names stay
+# importable from here, their first home
+from attnviz.runtime.memory_kept import (  # noqa: F401
+    _CACHE,
+    BUCKET_MIN,
+    Estimate,
+    EstimateCache,
+    PlanHead,
+    _seen_key,
+    check_run,
+)
 from attnviz.runtime.optcache import GraphKey
 
 KEEP_ELEMENTS = 4096  # initializers up to this size keep their values: shapes are computed from such constants
-_CACHE = 64  # estimates remembered per session (by the shapes fed)
-BUCKET_MIN = 64  # open axes shorter than this are estimated at this length (MemoryPlan.estimate)
 LONG_AXIS = 1024  # a fed axis this long (tokens, frames) gets the symbolic pass (MemoryPlan._worth_symbolic)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    bytes: int  # the peak: weights + everything alive at once
-    weights: int
-    largest: tuple[str, tuple[int, ...], str, int]  # (tensor, shape, dtype, bytes) of the largest single tensor
-
-    def detail(self) -> str:
-        name, shape, dtype, n = self.largest
-        if n * 4 < self.bytes:
-            return ""
-        return f" (tensor {name!r} {list(shape)} {dtype} alone is {limits.size_text(n)})"
 
 
 def _itemsize(elem_type: int) -> int:
@@ -65,14 +57,31 @@ def _numel(dims) -> int:
     return math.prod(int(d) for d in dims)
 
 
-class MemoryPlan:
+def plan_head(proto: onnx.ModelProto) -> PlanHead:
+    """What :class:`MemoryPlan` knows of ``proto`` before any estimate (kept with a corpus worker's statistics
+    session, whose next command's plan is then made without parsing it: memory_kept.KeptPlan): the weights' bytes
+    (initializers and Constant nodes' tensors), per fed input and axis whether the model fixes its size, onnx's
+    version."""
+    g = proto.graph
+    weights = sum(_numel(t.dims) * _itemsize(t.data_type) for t in g.initializer)
+    for node in g.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    weights += _numel(a.t.dims) * _itemsize(a.t.data_type)
+    fixed = {  # per fed input and axis: does the model fix its size (then it is never rounded up)
+        i.name: [d.HasField("dim_value") and d.dim_value > 0 for d in i.type.tensor_type.shape.dim] for i in g.input
+    }
+    return PlanHead(weights, fixed, onnx.__version__)
+
+
+class MemoryPlan(EstimateCache):
     """A model's structure for estimates (no weight values kept): built once per session, asked once per run."""
 
     def __init__(self, model: bytes | str | onnx.ModelProto, keep: GraphKey | None = None):
         """``keep``: the model's :func:`attnviz.runtime.optcache.graph_key`: each estimate is kept on disk under it
         and read back by the next command's session of the same graph (5 estimates were ~0.09 s CPU of a corpus
         command: one shape inference and node walk per bucket and worker)."""
-        self.keep = keep
         if isinstance(model, onnx.ModelProto):
             proto = onnx.ModelProto()
             proto.CopyFrom(model)
@@ -80,13 +89,11 @@ class MemoryPlan:
             proto = onnx.load_from_string(bytes(model))
         else:
             proto = onnx.load(str(model), load_external_data=False)
+        super().__init__(plan_head(proto), keep)
         g = proto.graph
-        self.weights = 0
         small: list[onnx.TensorProto] = []
         big: list[onnx.TensorProto] = []
         for t in g.initializer:
-            n = _numel(t.dims) * _itemsize(t.data_type)
-            self.weights += n
             external = t.data_location == TensorProto.EXTERNAL
             (big if external or _numel(t.dims) > KEEP_ELEMENTS else small).append(t)
         # big weights become declared inputs: shape inference needs their shapes, not their bytes
@@ -94,105 +101,14 @@ class MemoryPlan:
         g.initializer.extend(small)
         declared = {i.name for i in g.input}
         self.fed = [i.name for i in g.input]  # what a run feeds (weights declared as inputs below are not)
-        self.fixed = {  # per fed input and axis: does the model fix its size (then it is never rounded up)
-            i.name: [d.HasField("dim_value") and d.dim_value > 0 for d in i.type.tensor_type.shape.dim] for i in g.input
-        }
         for t in big:
             if t.name not in declared:
                 g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        for node in g.node:
-            if node.op_type == "Constant":
-                for a in node.attribute:
-                    if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                        self.weights += _numel(a.t.dims) * _itemsize(a.t.data_type)
         self.proto = proto
         self._symbolic: _Symbolic | None | bool = False  # built on the first estimate; None where it failed
-        self.lock = threading.Lock()
-        self.cache: dict[tuple, Estimate] = {}  # in insertion order: the oldest goes first
-        # exact (feeds' names, shapes and dtypes; fetch) -> the cap a run of them was within: a repeated call's
-        # check is one lookup (the shapes' tuples, buckets and sorted forms were ~0.1 ms of every run)
-        self.passed: dict[tuple, int] = {}
 
-    def estimate(
-        self, shapes: dict[str, tuple[tuple[int, ...], int]], keep: list[str], within: int | None = None
-    ) -> Estimate:
-        """The peak for feeds of ``shapes`` (name -> (shape, onnx element type)) when ``keep`` is fetched.
-
-        With ``within`` (the cap), what is returned may be an upper bound instead, whenever that bound is within
-        it: the estimate for the feeds with every axis the model leaves open rounded up to a power of two (at
-        least :data:`BUCKET_MIN`), which shapes only grow.  So a corpus of many lengths or a generation that
-        re-runs the model a token longer each step costs one shape inference per bucket (~20-35 ms on a
-        700-node graph), not one per run; only a bound over the cap is worked out again exactly."""
-        form = (tuple(sorted((k, len(s), t) for k, (s, t) in shapes.items())), tuple(sorted(set(keep))))
-        if within is not None:
-            bucket = {k: (self._bucket(k, s), t) for k, (s, t) in shapes.items()}
-            est = self._cached(form, bucket, keep, within)
-            if est.bytes <= within:
-                return est
-        return self._cached(form, shapes, keep, None)
-
-    def _bucket(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-        fixed = self.fixed.get(name, ())
-        return tuple(
-            d if (a < len(fixed) and fixed[a]) or d <= 1 else max(BUCKET_MIN, 1 << (int(d) - 1).bit_length())
-            for a, d in enumerate(shape)
-        )
-
-    def _cached(self, form: tuple, shapes: dict, keep: list[str], within: int | None) -> Estimate:
-        dims = tuple(d for _, (s, _t) in sorted(shapes.items()) for d in s)
-        with self.lock:
-            hit = self.cache.get((form, dims))
-            if hit is None and within is not None:  # an estimate for feeds at least as large on every axis
-                hit = next(
-                    (
-                        e
-                        for (f, d), e in self.cache.items()
-                        if f == form and e.bytes <= within and all(a >= b for a, b in zip(d, dims))
-                    ),
-                    None,
-                )
-            if hit is not None:
-                return hit
-        est = self._kept(form, dims, within)
-        if est is None:
-            est = self._estimate(shapes, set(keep), within)
-            self._keep(form, dims, within, est)
-        with self.lock:
-            self.cache[(form, dims)] = est
-            while len(self.cache) > _CACHE:
-                del self.cache[next(iter(self.cache))]
-        return est
-
-    def _disk_key(self, form: tuple, dims: tuple, within: int | None) -> GraphKey | None:
-        """What an estimate depends on beyond the graph: the shapes (dims, in ``form``'s order) and fetch, the cap
-        (near it the symbolic pass may run) and the versions of the two shape inferences."""
-        if self.keep is None:
-            return None
-        import sys
-
-        ort = sys.modules.get("onnxruntime")
-        detail = (self.keep.key, form, dims, within, onnx.__version__, getattr(ort, "__version__", None))
-        return GraphKey(self.keep.folder, repr(detail))
-
-    def _kept(self, form: tuple, dims: tuple, within: int | None) -> Estimate | None:
-        from attnviz.runtime import optcache
-
-        key = self._disk_key(form, dims, within)
-        got: Any = optcache.kept_json("memory", key) if key else None
-        try:
-            peak, weights, largest = got
-            name, shape, dtype, n = largest
-            est = Estimate(int(peak), int(weights), (str(name), tuple(int(d) for d in shape), str(dtype), int(n)))
-        except (TypeError, ValueError):  # nothing kept, or not an estimate
-            return None
-        return est if est.weights == self.weights else None
-
-    def _keep(self, form: tuple, dims: tuple, within: int | None, est: Estimate) -> None:
-        from attnviz.runtime import optcache
-
-        key = self._disk_key(form, dims, within)
-        if key:
-            optcache.keep_json("memory", key, [est.bytes, est.weights, list(est.largest)])
+    def outputs(self) -> list[str]:
+        return [o.name for o in self.proto.graph.output]
 
     def _estimate(self, shapes: dict[str, tuple[tuple[int, ...], int]], keep: set[str], cap: int | None) -> Estimate:
         graph, sizes = self._inferred(shapes)
@@ -422,47 +338,3 @@ def _peak(g: onnx.GraphProto, sizes: dict, keep: set[str], fed: set[str]) -> int
             if x in produced and x not in keep and x not in fed and last.get(x, k) <= k:
                 alive -= sizes.get(x, (0,))[0]
     return peak
-
-
-def _seen_key(feeds: dict, fetch: list[str] | None) -> tuple | None:
-    """What decides a run's estimate, exactly: every feed's name, shape and dtype (an array's, or a feed made where
-    the session runs: a Spliced, a shared feed), and the fetch list; None where a feed has no shape (a list)."""
-    key = []
-    for k, v in feeds.items():
-        shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
-        if shape is None or dtype is None:
-            return None
-        key.append((k, tuple(shape), dtype))
-    return tuple(key), tuple(fetch) if fetch is not None else None
-
-
-def check_run(plan: MemoryPlan, feeds: dict, fetch: list[str] | None, label: str) -> None:
-    """The one memory check before a session runs (every run entry goes through a session): refuse, in one
-    line, a run whose estimate is over the cap."""
-    cap, _ = limits.memory_cap()
-    seen = _seen_key(feeds, fetch)
-    if seen is not None and plan.passed.get(seen) == cap:
-        return
-    shapes: dict[str, tuple[tuple[int, ...], int]] = {}
-    for k, v in feeds.items():
-        a = v if hasattr(v, "shape") and hasattr(v, "dtype") else np.asarray(v)
-        try:
-            elem = int(helper.np_dtype_to_tensor_dtype(np.dtype(a.dtype)))
-        except Exception:
-            continue
-        shapes[k] = (tuple(int(d) for d in a.shape), elem)
-    est = plan.estimate(shapes, list(fetch or [o.name for o in plan.proto.graph.output]), within=cap)
-    if est.bytes <= cap:  # the common case: no message to word (a generation's 17 cache shapes were ~30 us a run)
-        if seen is not None:
-            with plan.lock:
-                if len(plan.passed) >= _CACHE:
-                    plan.passed.pop(next(iter(plan.passed)))
-                plan.passed[seen] = cap
-        return
-    fed = ", ".join(f"{k} {list(s)}" for k, (s, _) in shapes.items())
-    limits.check_memory(
-        est.bytes,
-        f"{label}: running it on {fed}" if fed else f"{label}: running it",
-        est.detail(),
-        hint="shorten the input if the need grows with it",
-    )

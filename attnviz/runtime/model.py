@@ -29,6 +29,7 @@ from attnviz.runtime import probing
 from attnviz.runtime.chain import run_bound as _run_bound
 from attnviz.runtime.chain import run_local
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.extra_session import ExtraSession
 from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain
 from attnviz.runtime.inputs import IOInfo
@@ -300,16 +301,20 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         on the CPU, where this model file's sha256 is known and every weight lies in the file itself)."""
         extra = self._extra_sessions.get(key)
         if extra is None:
+            import hashlib
+
             data = _serialize(edited)
+            optimized = self._graph_key(edited, data) if keep else None
             sess, _ = make_session(
                 data,
                 self.requested_provider,
                 self.threads,
                 external_dir=self.external_dir,
                 label=self.path.name,
-                optimized=self._graph_key(edited, data) if keep else None,
+                optimized=optimized,
             )
-            extra = self._extra_sessions[key] = ExtraSession(sess)
+            digest = hashlib.sha256(data).hexdigest()
+            extra = self._extra_sessions[key] = ExtraSession(sess, digest, optimized is not None)
         return extra
 
     def _graph_key(self, edited: onnx.ModelProto, data: bytes) -> GraphKey | None:
@@ -681,22 +686,6 @@ class LazySession:
     def helper_memory(self):
         """How the session holds memory (:func:`attnviz.runtime.kept.helper_memory`; made here if not yet)."""
         return self._get().helper_memory()
-
-
-class ExtraSession:
-    """A session of an edited copy of a model's graph (:meth:`AttentionModel.extra_session`)."""
-
-    def __init__(self, sess):
-        self._sess = sess
-
-    @property
-    def provider(self) -> str:
-        """The execution provider it runs on."""
-        return self._sess.get_providers()[0]
-
-    def run(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The ``fetch`` outputs for ``feeds`` (onnxruntime's errors pass through unchanged)."""
-        return _run_bound(self._sess, fetch, feeds)
 
 
 def _serialize(model: onnx.ModelProto) -> bytes:

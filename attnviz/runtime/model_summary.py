@@ -74,7 +74,7 @@ class ModelSummary:
         limit = entry["position_limit"]
         self.position_limit = PositionLimit(int(limit[0]), str(limit[1])) if limit is not None else None
         self._probed, self._stack_confirmed = False, bool(entry["confirmed"])
-        self.requested_provider, self._tokenizer_arg = provider, tokenizer
+        self.requested_provider, self.tokenizer_arg = provider, tokenizer
         self._tokenizers: tuple[ip.TextEncoder | None, ip.TextEncoder | None] | None = None
         self._model = None
 
@@ -93,7 +93,7 @@ class ModelSummary:
     @property
     def tokenizers(self) -> tuple[ip.TextEncoder | None, ip.TextEncoder | None]:
         if self._tokenizers is None:
-            self._tokenizers = ip.find_tokenizers(self.path, self.meta, self._tokenizer_arg)
+            self._tokenizers = ip.find_tokenizers(self.path, self.meta, self.tokenizer_arg)
         return self._tokenizers
 
     def adopt_probe(self, state: tuple[bool, bool, list[tuple[str, int]]]) -> bool:
@@ -107,12 +107,16 @@ class ModelSummary:
         self._probed, self._stack_confirmed = bool(probed), bool(confirmed)
         return True
 
+    def probe_state(self) -> tuple[bool, bool, list[tuple[str, int]]]:
+        """:meth:`AttentionModel.probe_state` of this description (after :meth:`adopt_probe`, the probe's)."""
+        return self._probed, self._stack_confirmed, [(str(d["stack"]), int(d["heads"] or 0)) for d in self._sites]
+
     def model(self):
         """The model itself, opened on first use (what only it can answer)."""
         if self._model is None:
             from attnviz.runtime import open_model
 
-            self._model = open_model(self.path, provider=self.requested_provider, tokenizer=self._tokenizer_arg)
+            self._model = open_model(self.path, provider=self.requested_provider, tokenizer=self.tokenizer_arg)
         return self._model
 
     def probe(self) -> bool:
@@ -176,12 +180,19 @@ def keep(path: str | Path, entry: dict) -> None:
 
 
 def _key(path: Path) -> optcache.GraphKey | None:
+    parts = key_parts(path)
+    return optcache.file_key(path, KIND, [FORMAT, *parts]) if parts is not None else None
+
+
+def key_parts(path: Path) -> list | None:
+    """What a summary depends on besides the file's sha256 (its key then names the file): attnviz's source digest,
+    the sidecars' bytes, onnx's and numpy's installations; None where one cannot be named (nothing is kept)."""
     code = optcache.code_digest()
     sidecars = _sidecars(path)
-    installed = [_installed("onnx"), _installed("numpy")]
+    installed = [installed_package("onnx"), installed_package("numpy")]
     if code is None or sidecars is None or None in installed:
         return None
-    return optcache.file_key(path, KIND, [FORMAT, code, sidecars, installed])
+    return [code, sidecars, installed]
 
 
 def _sidecars(path: Path) -> list | None:
@@ -200,7 +211,7 @@ def _sidecars(path: Path) -> list | None:
     return out
 
 
-def _installed(package: str) -> list | None:
+def installed_package(package: str) -> list | None:
     """A package's installation, named without importing it (onnx: ~0.04 s): its ``__init__.py``'s path, size and
     modification time, which an upgrade or a reinstall rewrites."""
     try:

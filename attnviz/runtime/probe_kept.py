@@ -59,10 +59,11 @@ def probe_key(model: AttentionModel) -> optcache.GraphKey | None:
     return optcache.code_key(model.file_key(b"probe"), described)
 
 
-def kept(key: optcache.GraphKey, sites: int) -> KeptProbe | None:
+def kept(key: optcache.GraphKey, sites: int, kind: str = KIND) -> KeptProbe | None:
     """The probe an earlier command kept under ``key`` (:func:`probe_key`, taken before this command's probe), None
-    where there is none, or one that does not read as a probe of ``sites`` sites."""
-    return _parsed(optcache.kept_json(KIND, key), sites)
+    where there is none, or one that does not read as a probe of ``sites`` sites.  ``kind``: the cache folder (a
+    light worker's probe is kept under its own key: runtime/light_model.py)."""
+    return _parsed(optcache.kept_json(kind, key), sites)
 
 
 def _parsed(entry: object, sites: int) -> KeptProbe | None:
@@ -84,11 +85,11 @@ def _parsed(entry: object, sites: int) -> KeptProbe | None:
     return KeptProbe((probed, confirmed, heads), provider)
 
 
-def keep(key: optcache.GraphKey, probe: KeptProbe) -> None:
+def keep(key: optcache.GraphKey, probe: KeptProbe, kind: str = KIND) -> None:
     """Keep a probe under ``key`` (:func:`probe_key` as it was before the probe, which may relabel the stacks):
     only a whole one (every site's heads counted)."""
     probed, confirmed, found = probe.state
     if not probed or not found or any(h < 1 for _, h in found):
         return
     value = {"format": FORMAT, "state": [probed, confirmed, [list(s) for s in found]], "provider": probe.provider}
-    optcache.keep_json(KIND, key, value)
+    optcache.keep_json(kind, key, value)

@@ -1,0 +1,29 @@
+"""A session of an edited copy of a model's graph (:meth:`attnviz.runtime.model.AttentionModel.extra_session`).
+
+Here, not in model.py, so that a corpus worker whose statistics session is read back from the cache
+(runtime/light_model.py) runs it without importing onnx and the model's code."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz.runtime.chain import run_bound
+
+
+class ExtraSession:
+    """A session of an edited copy of a model's graph.  ``graph_sha256``: the sha256 of the bytes it was made
+    from; ``kept``: whether onnxruntime's optimised graph of it is kept on disk (runtime/optcache.py)."""
+
+    def __init__(self, sess, graph_sha256: str = "", kept: bool = False):
+        self._sess = sess
+        self.graph_sha256 = graph_sha256
+        self.kept = kept
+
+    @property
+    def provider(self) -> str:
+        """The execution provider it runs on."""
+        return self._sess.get_providers()[0]
+
+    def run(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The ``fetch`` outputs for ``feeds`` (onnxruntime's errors pass through unchanged)."""
+        return run_bound(self._sess, fetch, feeds)

@@ -1,0 +1,149 @@
+"""The onnx-free half of the corpus statistics graph (:mod:`attnviz.runtime.statgraph`): the names of its extra inputs
+and outputs, each batch's extra inputs (:func:`stat_feeds`) and its outputs read back as :class:`ItemStats`
+(:func:`item_stats`).
+
+A corpus worker runs these for every batch; only building the graph needs onnx.  A second command's worker, whose
+statistics session is read back whole from the cache (runtime/light_model.py), imports this module and not onnx
+(~0.04 s CPU a worker).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from attnviz.core.row_sums import FIXED_KEYS, ItemStats, key_table, valid_rows
+from attnviz.core.score_direction import direction
+from attnviz.core.stats import ROW_STATS
+
+# extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
+# [B, 1, T, T] float32: 1 where the key is a real token (the same for every row: a mask as wide as the map's last two
+# axes multiplies it at a quarter less cost than a [B, 1, 1, T] one, which onnxruntime broadcasts one row at a time)
+REAL = "attnviz_stat_real"
+# [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
+# special key (slots 0, 1, ... of each item, in key order)
+KEYW = "attnviz_stat_keyw"
+# real keys, key 0 if real, real special keys, those after 0, padded keys (only to check that the model gave them
+# no weight: the statistics' masses are the first four, MIXED)
+KEY_COLUMNS = ("sum", "first", "special", "special_other", "padded")
+MIXED = KEY_COLUMNS[:4]
+DIST = "attnviz_stat_dist"  # [T, T] float32: |i - j|
+# [B, 1, 2, K] float32, added to a row's key weights before the argmax of its "special" / "special_other" key:
+# 0 for a special key the statistic may take, -2 for a padding slot (or key 0 for "special_other"), -inf for the
+# KEY_COLUMNS (so the argmax is a slot + len(KEY_COLUMNS))
+SP_OFF = "attnviz_stat_sp_off"
+# the per-row tail works on [B, H, k, T] (rows last) where it can: every broadcast there is one value a row of T,
+# which onnxruntime's kernels vectorise (a [B, H, T, 1] one is ~10x slower a value), and the best rows are
+# reductions over the last axis
+OFF = "attnviz_stat_off"  # [B, 1, S, T] float32: 0 where it counts, -inf where not
+# [B, 1, T, S] float32: where the row counts for the statistic 1, or in "broad"'s column log2 of the keys the row may
+# see (>= 2); +inf where it does not count, so that the row's value there is 0 and a plain sum over rows is the sum
+# over the counted ones
+DIVISOR = "attnviz_stat_div"
+NEAR = "attnviz_stat_near"  # [T, 3] int64: flat positions of (i, i-1), (i, i+1), (i, i) (the joined layout's Gather)
+BATCH_1111 = "attnviz_stat_batch_1111"  # made in the graph: [B, 1, 1, 1], the shape Expand broadcasts a map's 1 to
+BHTT = "attnviz_stat_bhtt"  # [4] int64: B, -1, T, T (the joined layout reads every site as [B, heads, T, T])
+# the outputs: every in-graph site's per-item statistics side by side along the head axis (sites in index order),
+# so that a batch hands back two small arrays in all (each output is a copy off the device and a sync)
+SUMS = "attnviz_stat_sums"  # float64 [B, heads of all in-graph sites, S]
+PICKS = "attnviz_stat_picks"  # int64 [B, heads of all in-graph sites, 2, S]: best rows, then their keys
+VALUES = "attnviz_stat_values"  # with rows=True (tests): float32 [B, heads, T, S], each row's statistics
+KEYS = "attnviz_stat_keys"  # with rows=True: int64 [B, heads, T, S], each row's key (special: slot + len(KEY_COLUMNS))
+ARGMAX = ("real", "special", "special_other")  # the key columns the graph finds per row, in this order
+KEY_TABLE = [ARGMAX.index(key_table(n)) for n in ROW_STATS]  # which of them each statistic's key comes from
+# the per-row argmax over special keys comes as one [.., 2] pair (special, special_other): ROW_STATS has them side
+# by side, so each row's keys in ROW_STATS order are one Concat of the real-key argmax and that pair
+_SP = ROW_STATS.index("special")
+assert KEY_TABLE[_SP : _SP + 2] == [1, 2] and KEY_TABLE.count(0) == len(ROW_STATS) - 2
+# a worker needs keys only at each statistic's best row: the real-key argmax for these statistics (the others'
+# keys follow from the row, FIXED_KEYS, or are special ones), found after the rows are picked
+REAL_KEYED = [s for s, n in enumerate(ROW_STATS) if KEY_TABLE[s] == 0 and n not in FIXED_KEYS]
+# each statistic's key out of [real-key argmax at REAL_KEYED rows, the special pair, the rows themselves]: a fixed
+# statistic's place holds its row (ItemStats.with_fixed_keys puts its key there)
+_KEY_FROM = [
+    REAL_KEYED.index(s) if s in REAL_KEYED else len(REAL_KEYED) + s - _SP if KEY_TABLE[s] else len(REAL_KEYED) + 2 + s
+    for s in range(len(ROW_STATS))
+]
+# the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
+SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
+
+
+@functools.lru_cache(maxsize=64)
+def _per_length(t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs that depend on T alone (read-only: every batch of that length shares them): DIST and NEAR."""
+    ar = np.arange(t)
+    dist = np.abs(ar[:, None] - ar[None, :]).astype(np.float32)
+    near = ar[:, None] * (t + 1) + np.array([-1, 1, 0])
+    near[0, 0], near[-1, 1] = 0, t * t - 1  # (0, -1) and (T-1, T) do not exist: those rows never count
+    for a in (dist, near):
+        a.flags.writeable = False
+    return dist, near
+
+
+def stat_feeds(
+    lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool = False
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The extra inputs for one right-padded batch (``lengths [B]`` real tokens, ``special [B, T]`` special
+    keys), and the key position of each special slot ``[B, n]``."""
+    lengths = np.asarray(lengths, np.int64)
+    b = len(lengths)
+    ar = np.arange(t)
+    real = ar[None, :] < lengths[:, None]
+    sp = np.zeros((b, t), bool) if special is None else np.asarray(special, bool)[:, :t]
+    sp = sp & real
+    n = max(1, int(sp.sum(1).max(initial=0)))  # one padding slot at least: ArgMax needs a non-empty axis
+    idx = np.zeros((b, n), np.int64)
+    keep = np.zeros((b, n), bool)
+    k = len(KEY_COLUMNS)
+    keyw = np.zeros((b, t, k + n), np.float32)
+    keyw[:, :, 0] = real
+    keyw[:, 0, 1] = real[:, 0]
+    keyw[:, :, 2] = sp
+    keyw[:, 1:, 3] = sp[:, 1:]
+    keyw[:, :, 4] = ~real
+    r, c = np.nonzero(sp)  # item r's special keys c, in key order: slots 0, 1, ... of that item
+    slot = (np.cumsum(sp, 1) - 1)[r, c]
+    idx[r, slot] = c
+    keep[r, slot] = True
+    keyw[r, c, k + slot] = 1.0
+    # kept slots hold weights in [0, 1], the others weight - 2 < 0: ArgMax never picks one while any is kept
+    sp_off = np.full((b, 2, k + n), -np.inf, np.float32)  # [B, 2, K]
+    sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
+    sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
+    valid, seen = valid_rows(lengths, t, causal)
+    ok = np.stack([valid[name] for name in ROW_STATS], 1)[:, None]  # [B, 1, S, T]
+    divisor = np.ones(ok.shape, np.float32)
+    divisor[:, 0, ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))
+    # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first
+    divisor = np.where(ok, divisor, np.float32(np.inf)).transpose(0, 1, 3, 2).copy()
+    dist, near = _per_length(t)
+    feeds = {
+        REAL: np.broadcast_to(real.astype(np.float32)[:, None, None, :], (b, 1, t, t)).copy(),
+        KEYW: keyw[:, None],
+        DIST: dist,
+        SP_OFF: sp_off[:, None],
+        OFF: np.where(ok, 0.0, -np.inf).astype(np.float32),
+        DIVISOR: divisor,
+        NEAR: near,
+        BHTT: np.array([b, -1, t, t], np.int64),
+    }
+    return feeds, idx
+
+
+def item_stats(sums: np.ndarray, picks: np.ndarray, feeds: dict[str, np.ndarray], idx: np.ndarray) -> ItemStats:
+    """One site's outputs as :class:`ItemStats`: key slots of the special statistics mapped back to key
+    positions ``idx``, keys of the fixed statistics (diag, prev, next, first) taken from their rows.
+    ``sums`` are of the signed values (:data:`SIGN`): times SIGN again they are the values' sums."""
+    s = len(ROW_STATS)
+    picks = picks.reshape(*picks.shape[:2], 2 * s)
+    rows, keys = picks[..., :s], picks[..., s:].copy()
+    b = np.arange(idx.shape[0])[:, None]
+    off = feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :]  # [B, 2, n]
+    for j, name in enumerate(("special", "special_other")):
+        c = ROW_STATS.index(name)
+        any_key = (off[:, j] == 0).any(-1)[:, None]
+        # none kept: numpy's argmax of all -1 is 0
+        keys[..., c] = np.where(any_key, idx[b, keys[..., c] - len(KEY_COLUMNS)], 0)
+    counts = (feeds[OFF][:, 0] == 0).sum(-1).astype(np.int64)  # [B, S]
+    return ItemStats.with_fixed_keys(sums * SIGN.astype(np.float64), counts, rows, keys)
