@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     return code
 
 
+def script() -> int:
+    """The ``attnviz`` console script: ``main`` as the process's last act, as ``python -m attnviz`` runs it (the
+    generated script only does ``sys.exit(script())``)."""
+    return main(leave=True)
+
+
 def _leave_at_once(code: int) -> None:
     """End the process with ``code`` as the interpreter's own exit would, without its teardown: the exit handlers
     run (multiprocessing's among them) and the streams are flushed, but the modules are not freed one by one

@@ -239,3 +239,31 @@ sys.exit(main(['corpus', *argv, '--out', out, '--no-progress', '--workers', '2',
         assert "leaked" not in ok.stderr  # multiprocessing's semaphores were released by its exit handler
     for f in ("heads.parquet", "examples.parquet"):
         assert (tmp_path / "leave" / f).read_bytes() == (tmp_path / "return" / f).read_bytes()
+
+
+def test_the_attnviz_console_script_leaves_as_python_m_attnviz_does(tmp_path):
+    """The ``attnviz`` script that pip writes calls pyproject's entry point; it is ``main`` as the process's last
+    act, so ``attnviz corpus`` skips the interpreter's teardown as ``python -m attnviz corpus`` does."""
+    import tomllib
+
+    from planted import corpus_lines, planted_model
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    target = project["scripts"]["attnviz"]
+    module, func = target.split(":")
+    m = planted_model(tmp_path / "m.onnx")
+    (tmp_path / "c.txt").write_text("\n".join(corpus_lines(20)))
+    code = f"""
+import builtins, os, sys
+class Teardown:
+    def __del__(self):
+        os.write(1, b'teardown ran\\n')
+builtins._attnviz_test_teardown = Teardown()
+from {module} import {func} as entry
+sys.argv = ['attnviz', 'corpus', *sys.argv[1:]]
+sys.exit(entry())
+"""
+    argv = [str(m), "--texts", str(tmp_path / "c.txt"), "--out", str(tmp_path / "o"), "--no-progress", "--workers", "1"]
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=180, check=False)
+    assert p.returncode == 0 and "wrote " in p.stdout, p
+    assert "teardown ran" not in p.stdout
