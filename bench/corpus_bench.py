@@ -349,6 +349,10 @@ def corpus_rate(
         cache = out.with_name(out.name + "_cache")
         shutil.rmtree(cache, ignore_errors=True)
         env["ATTNVIZ_CACHE_DIR"] = str(cache)
+    elif root != ROOT:
+        # --other-root's commands keep their own cache: an optimised graph is kept under its graph's bytes, so one
+        # shared folder would let either side's writer decide whether the other's workers read it back
+        env["ATTNVIZ_CACHE_DIR"] = str(out.parent / "cache_other_root")
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False, env=env)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
     if p.returncode != 0:
