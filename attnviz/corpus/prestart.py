@@ -42,8 +42,12 @@ def check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
+    if cfg.threads is not None and cfg.threads < 1:  # 0 read as "the default" (cfg.threads or ...) unsaid
+        raise AttnvizError("--threads must be 1 or more (leave it out for cores / workers)")
     if not (Path(cfg.model).is_file() or Path(cfg.model).is_dir()):  # a folder: an optimum encoder-decoder export
-        raise AttnvizError(f"model {cfg.model}: no such file or folder")
+        from attnviz.runtime.folder import hub_name_hint  # (numpy: only on this way out)
+
+        raise AttnvizError(hub_name_hint(Path(cfg.model)) or f"model {cfg.model}: no such file or folder")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")

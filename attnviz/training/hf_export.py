@@ -438,9 +438,17 @@ def check_against_transformers(
 
 # --------------------------------------------------------------------------- the command's work
 def _check_paths(model_dir: Path, out_dir: Path) -> None:
-    if not model_dir.is_dir():
+    if model_dir.is_file():  # config.json (or a weights file) itself: its folder is the model
         raise AttnvizError(
-            f"{model_dir}: no such folder; give a local Hugging Face model folder (config.json + weights + tokenizer)"
+            f"{model_dir} is a file; give the folder that holds it ({model_dir.parent}: config.json + weights + "
+            "tokenizer)"
+        )
+    if not model_dir.is_dir():
+        from attnviz.runtime.folder import hub_name_hint
+
+        raise AttnvizError(
+            hub_name_hint(model_dir)
+            or f"{model_dir}: no such folder; give a local Hugging Face model folder (config.json + weights + tokenizer)"
         )
     if not (model_dir / "config.json").is_file():
         raise AttnvizError(
