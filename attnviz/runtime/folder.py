@@ -36,7 +36,14 @@ from attnviz.runtime.isolation import Taken
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
-from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar, sidecar_json
+from attnviz.runtime.sidecar import (
+    HUB_ONNX_FOLDER,
+    beside,
+    config_special,
+    folder_image,
+    sidecar,
+    sidecar_json,
+)
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
 
@@ -106,7 +113,11 @@ class FolderLayout:
         if not enc.is_file() or dec is None:
             return None
         past = folder / WITH_PAST_FILE
-        return cls(folder, enc, dec, past if past.is_file() else None)
+        past = past if past.is_file() else None
+        for f in (enc, dec, past):  # the folder was named, not these files: a link out of it is refused (core.links)
+            if f is not None:
+                beside(f, f)
+        return cls(folder, enc, dec, past)
 
 
 class ModelSet(AnalyzeMethod):
@@ -676,10 +687,7 @@ class EncoderPairing:
                 f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
                 f"or give {states} with --inputs FEEDS.npz"
             )
-        if enc.resolve().parent != folder.resolve():
-            raise AttnvizError(
-                f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
-            )
+        beside(model.path, enc)  # found beside the file, not named: a link out of its folder is refused (core.links)
         layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
         paired = ModelSet(
             layout,
@@ -767,6 +775,7 @@ def open_model(
             f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
             "give one of the files"
         )
+    beside(single, single)  # found in the folder the user named: a link out of it is refused (core.links)
     return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads))
 
 
