@@ -62,3 +62,10 @@ def readable_beside(path: str | os.PathLike, folder: str | os.PathLike) -> Path:
     raise AttnvizError(
         f"{p}: a link to {target}, outside the model's folder {base}; copy the file itself into the folder"
     )
+
+
+def hub_linked(model_file: str | os.PathLike) -> bool:
+    """Whether ``model_file`` is a Hugging Face cache snapshot's link into its repository's blobs (its external
+    data files then lie in the blobs under their hashes, where no location in the graph names them)."""
+    blobs = hub_blobs(Path(model_file).absolute().parent)
+    return blobs is not None and blobs in _target(Path(model_file)).parents

@@ -260,3 +260,27 @@ def test_export_hf_refuses_a_source_folder_linking_out_unread(tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(src / "tokenizer.json") in err and "copy the file itself into the folder" in err
     assert str(secret.resolve()) not in opened and not (tmp_path / "out").exists()
+
+
+def test_a_hub_cache_model_with_external_data_says_to_copy_the_snapshot(tmp_path, capsys):
+    """model.onnx and model.onnx_data both links into blobs: onnxruntime (1.32) refuses external data whose real
+    path leaves the model's folder, so the one line says to copy the snapshot; the copy opens as the plain folder."""
+    import onnx
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    src = tiny_text_model(plain / "model.onnx", d=128, metadata=False, causal=True, classifier=False)
+    onnx.save(onnx.load(str(src)), str(src), save_as_external_data=True, location="model.onnx_data", size_threshold=0)
+    repo = tmp_path / "hub" / "models--org--ext"
+    snap = repo / "snapshots" / "r1"
+    (snap / "onnx").mkdir(parents=True)
+    for name in ("model.onnx", "model.onnx_data"):
+        (snap / "onnx" / name).symlink_to("../../../blobs/" + _blob(repo, (plain / name).read_bytes()))
+    assert main(["inspect", str(snap)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'model.onnx_data'" in err and "cp -rL" in err, err
+    copy = tmp_path / "copy"
+    shutil.copytree(snap, copy, symlinks=False)  # what cp -rL does
+    got = open_model(copy, provider="cpu").run({"input_ids": np.array([[3, 9, 4]])}, mode="dense")
+    want = open_model(src, provider="cpu").run({"input_ids": np.array([[3, 9, 4]])}, mode="dense")
+    np.testing.assert_array_equal(got.maps[0].array(), want.maps[0].array())
