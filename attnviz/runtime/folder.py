@@ -112,8 +112,7 @@ class FolderLayout:
         dec = next((folder / n for n in DECODER_FILES if (folder / n).is_file()), None)
         if not enc.is_file() or dec is None:
             return None
-        past = folder / WITH_PAST_FILE
-        past = past if past.is_file() else None
+        past = folder / WITH_PAST_FILE if (folder / WITH_PAST_FILE).is_file() else None
         for f in (enc, dec, past):  # the folder was named, not these files: a link out of it is refused (core.links)
             if f is not None:
                 beside(f, f)
