@@ -761,7 +761,7 @@ def open_model(
                 f"{p}: an attnviz corpus results folder ({', '.join(CORPUS_FILES)}), not a model; "
                 f"attnviz open {shlex.quote(str(p))} shows it"
             )
-        if not found and (p / "config.json").is_file() and any(p.glob("*.safetensors")) | any(p.glob("*.bin")):
+        if not found and _hf_weights_folder(p):
             raise AttnvizError(  # a Hugging Face download, not yet exported
                 f"{p}: a Hugging Face model folder (config.json and weights) with no ONNX export; export it first: "
                 f"attnviz export-hf {shlex.quote(str(p))} --out DIR, then open DIR"
@@ -799,3 +799,10 @@ def _open_file(p: Path, provider: str, tokenizer: str | None, threads: int | Non
 
 
 _: type[AttnModel] = ModelSet  # mypy checks here that an export folder satisfies the model Protocol
+
+
+def _hf_weights_folder(p: Path) -> bool:
+    """A Hugging Face download (a config and its torch weights) rather than an ONNX export.  Only names are looked
+    at: the config is never read here (sidecar reads go through runtime/sidecar.py)."""
+    names = {f.name for f in p.iterdir() if f.is_file()}
+    return "config.json" in names and any(n.endswith((".safetensors", ".bin")) for n in names)
