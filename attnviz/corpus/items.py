@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.links import may_read
 from attnviz.core.untrusted import open_regular, parse_json, read_bytes
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
@@ -195,7 +196,10 @@ def sha256_model(path: str | Path, stop: threading.Event | None = None) -> str:
     if (path / "onnx").is_dir():
         files += [p for p in (path / "onnx").iterdir() if p.is_file()]
     for f in sorted(files):
-        h.update(json.dumps([f.relative_to(path).as_posix(), sha256_kept(f, stop)]).encode())
+        # a link out of the folder (attnviz.core.links) is named by where it points, never read: the open refuses it
+        # if the model needs it, and a file the model does not read is no reason to read outside the folder
+        sha = sha256_kept(f, stop) if may_read(f, path) else f"a link to {f.resolve()}"
+        h.update(json.dumps([f.relative_to(path).as_posix(), sha]).encode())
     return h.hexdigest()
 
 

@@ -15,7 +15,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import PatchGrid
 from attnviz.core.untrusted import open_regular, parse_json, read_text, regular_file
 from attnviz.runtime.raster import open_raster
-from attnviz.runtime.sidecar import sidecar
+from attnviz.runtime.sidecar import beside, sidecar
 
 # HF naming conventions for inputs; metadata attnviz.inputs overrides
 NAME_ROLES = [
@@ -447,7 +447,7 @@ def find_tokenizers(
     if src is None:
         # MODEL.tokenizer.json, else the folder's tokenizer.json (a Hub repo's above onnx/: the sidecar guard)
         own = model_path.with_suffix(".tokenizer.json")
-        cand = own if own.exists() else sidecar(model_path, "tokenizer.json")
+        cand = beside(model_path, own) if own.exists() else sidecar(model_path, "tokenizer.json")
         if cand is not None:
             src = HFTokenizer.from_file(cand)
     vocab = meta.get("vocab")
