@@ -95,10 +95,8 @@ def test_kill_9_of_corpus_takes_its_workers_host_and_tracker_along(tmp_path):
             parent.wait(10)
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
-def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
-    """The parent is held (its unbuffered stdout is a full pipe: its last line blocks) after the isolation host
-    started; then killed."""
+def _full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is full: a process writing its next line to ``w`` blocks there (held, not sleeping)."""
     r, w = os.pipe()
     os.set_blocking(w, False)
     try:
@@ -107,6 +105,14 @@ def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
     except BlockingIOError:
         pass
     os.set_blocking(w, True)
+    return r, w
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
+def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
+    """The parent is held (its unbuffered stdout is a full pipe: its last line blocks) after the isolation host
+    started; then killed."""
+    r, w = _full_pipe()
     argv = [sys.executable, "-u", "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7"]
     argv += ["--out", str(tmp_path / "maps.npz")]
     parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stdout=w, stderr=subprocess.DEVNULL)
@@ -127,14 +133,7 @@ def test_ctrl_c_of_extract_says_interrupted_without_the_hosts_traceback(tmp_path
     "interrupted" (exit 130) and the host, idle in its read of the next request, must not print a
     KeyboardInterrupt traceback of its own.  The parent is held on its last line (a full stdout pipe) after the
     maps are written, so the host has served its runs and waits when the signal comes."""
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-    try:
-        while True:
-            os.write(w, b"x" * 65536)
-    except BlockingIOError:
-        pass
-    os.set_blocking(w, True)
+    r, w = _full_pipe()
     out = tmp_path / "maps.npz"
     argv = [sys.executable, "-u", "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7"]
     argv += ["--out", str(out)]
