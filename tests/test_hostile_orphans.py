@@ -95,10 +95,8 @@ def test_kill_9_of_corpus_takes_its_workers_host_and_tracker_along(tmp_path):
             parent.wait(10)
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
-def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
-    """The parent is held (its unbuffered stdout is a full pipe: its last line blocks) after the isolation host
-    started; then killed."""
+def _full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is full: a process writing its next line to ``w`` blocks there (held, not sleeping)."""
     r, w = os.pipe()
     os.set_blocking(w, False)
     try:
@@ -107,6 +105,14 @@ def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
     except BlockingIOError:
         pass
     os.set_blocking(w, True)
+    return r, w
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
+def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
+    """The parent is held (its unbuffered stdout is a full pipe: its last line blocks) after the isolation host
+    started; then killed."""
+    r, w = _full_pipe()
     argv = [sys.executable, "-u", "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7"]
     argv += ["--out", str(tmp_path / "maps.npz")]
     parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stdout=w, stderr=subprocess.DEVNULL)
@@ -127,14 +133,7 @@ def test_ctrl_c_of_extract_says_interrupted_without_the_hosts_traceback(tmp_path
     "interrupted" (exit 130) and the host, idle in its read of the next request, must not print a
     KeyboardInterrupt traceback of its own.  The parent is held on its last line (a full stdout pipe) after the
     maps are written, so the host has served its runs and waits when the signal comes."""
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-    try:
-        while True:
-            os.write(w, b"x" * 65536)
-    except BlockingIOError:
-        pass
-    os.set_blocking(w, True)
+    r, w = _full_pipe()
     out = tmp_path / "maps.npz"
     argv = [sys.executable, "-u", "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7"]
     argv += ["--out", str(out)]
@@ -176,3 +175,58 @@ def test_an_orphan_at_birth_exits_at_once(tmp_path):
     from attnviz.runtime.lifetime import ORPHAN_EXIT
 
     assert done.returncode == ORPHAN_EXIT and "still here" not in done.stdout
+
+
+def _child_waits_then_settles(conn) -> None:  # a QuietSpawnProcess's target: the signal came while it started
+    from attnviz.corpus.quietspawn import settle
+
+    conn.recv()
+    settle()
+    conn.send("alive")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signal masks are POSIX")
+def test_a_pool_process_is_quiet_on_ctrl_c_from_the_moment_it_exists():
+    """audit16: a corpus worker ignored SIGINT only once its initializer ran, so a Ctrl-C while the pool was
+    starting printed each worker's spawn/import traceback.  The SIGINT is sent right after the spawn returns,
+    before the child's target may run (it waits for the go that follows): the child must survive it and finish."""
+    from attnviz.corpus import quietspawn
+
+    ctx = quietspawn.context()
+    mine, theirs = ctx.Pipe()
+    child = ctx.Process(target=_child_waits_then_settles, args=(theirs,))
+    child.start()
+    os.kill(child.pid, signal.SIGINT)
+    mine.send("go")
+    child.join(GONE_S)
+    assert child.exitcode == 0 and mine.poll(GONE_S) and mine.recv() == "alive"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
+def test_ctrl_c_while_corpus_spawns_its_workers_says_interrupted_only(tmp_path):
+    """Ctrl-C to the group as soon as the first worker exists (the command starts them before it imports numpy):
+    the driver's one line, no worker's traceback, no process left, no results; a second run completes."""
+    texts = tmp_path / "digits.txt"
+    texts.write_text("\n".join(" ".join(str((i * 7 + j) % 10) for j in range(12)) for i in range(50)) + "\n")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "attnviz.cli", "corpus", str(MODEL), "--texts", str(texts)]
+    argv += ["--out", str(out), "--workers", "2", "--provider", "cpu", "--no-progress"]
+    parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        children = _children_until(parent, lambda cmds: any("spawn_main" in c for c in cmds))
+        os.killpg(parent.pid, signal.SIGINT)
+        err = parent.communicate(timeout=GONE_S)[1]
+        deadline = time.monotonic() + GONE_S
+        while any(_live(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling interval; the deadline bounds it
+        left = [cmd for pid, cmd in children.items() if _live(pid)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert parent.returncode == 130 and err.strip().splitlines()[-1] == "attnviz: interrupted", err
+    assert left == [] and not (out / "heads.parquet").exists()
+    again = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=APPEAR_S)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "run.json").read_text())["items"] == 50

@@ -48,6 +48,8 @@ def check_config(cfg: AblateCorpusConfig) -> None:
         raise AttnvizError("--max-items must be 1 or more")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
+    if cfg.threads is not None and cfg.threads < 1:  # 0 read as "the default" (cfg.threads or ...) unsaid
+        raise AttnvizError("--threads must be 1 or more (leave it out for cores / workers)")
     if cfg.engine not in ENGINES:
         raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
     if cfg.ray_address and cfg.engine != "ray":

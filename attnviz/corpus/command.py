@@ -64,6 +64,13 @@ def add_arguments(p):
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="items per padded batch (default 32)")
     p.add_argument("--max-items", type=int, metavar="N", help="only the first N items")
     p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="text items: keep each item's first N tokens, a final [SEP] or </s> kept last, as 'open --max-tokens' "
+        "(default: an item past the model's positions is refused); run.json counts the items cut",
+    )
+    p.add_argument(
         "--engine",
         choices=("local", "ray"),
         default="local",
@@ -101,6 +108,7 @@ def run(args) -> int:
         pair_column=args.text_pair_column,
         batch_size=args.batch_size,
         max_items=args.max_items,
+        max_tokens=args.max_tokens,
         engine=args.engine,
         provider=args.provider,
         tokenizer=args.tokenizer,

@@ -59,12 +59,12 @@ class ComparePool:
 
     @classmethod
     def start(cls, setup: CompareSetup, processes: int) -> ComparePool:
-        import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(
-            setup.workers, mp_context=mp.get_context("spawn"), initializer=_warm, initargs=(setup,)
-        )
+        from attnviz.corpus import quietspawn
+
+        # quiet on Ctrl-C from the start, not only once _warm runs
+        pool = ProcessPoolExecutor(setup.workers, mp_context=quietspawn.context(), initializer=_warm, initargs=(setup,))
         for _ in range(max(1, min(processes, setup.workers))):  # spawn pools grow on demand: one task each
             pool.submit(_ready)
         return cls(pool, setup)

@@ -83,7 +83,9 @@ def _check(cfg: CompareCorpusConfig) -> None:
         raise AttnvizError("--ray-address needs --engine ray")
     for name, path in (("A", cfg.a), ("B", cfg.b)):
         if not (Path(path).is_file() or Path(path).is_dir()):
-            raise AttnvizError(f"model {name} {path}: no such file or folder")
+            from attnviz.runtime.folder import hub_name_hint  # (numpy: only on this way out)
+
+            raise AttnvizError(hub_name_hint(Path(path)) or f"model {name} {path}: no such file or folder")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS}, {ITEMS} and {RUN}")

@@ -18,6 +18,7 @@ class CorpusConfig:
     pair_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
+    max_tokens: int | None = None  # --max-tokens: each text item's first N tokens (as `attnviz open --max-tokens`)
     engine: str = "local"
     provider: str = "auto"
     tokenizer: str | None = None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
+from attnviz.corpus import quietspawn
+from attnviz.corpus.quietspawn import settle
 
 # the reduction (numpy, the runtime) is imported where a worker builds its reducer, not here: the driver of
 # `attnviz corpus` starts its pool (WarmPool, WorkerSetup) before it imports numpy (corpus/prestart.py)
@@ -176,7 +177,7 @@ def _enter_worker() -> None:
     parent = mp.parent_process()  # spawned by the driver's thread that runs the corpus (it outlives the pool)
     if parent is not None and parent.pid is not None:  # a kill -9 of the driver takes its workers along
         die_with_parent(parent.pid, parent.sentinel)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it checkpoints and stops the pool
+    settle()  # Ctrl-C is the driver's: it checkpoints and stops the pool
     # this process is already the crash boundary (a dead worker breaks the pool, below): a second process
     # per worker for onnxruntime would only copy every batch's maps across once more
     os.environ["ATTNVIZ_INPROCESS"] = "1"
@@ -293,7 +294,6 @@ class WarmPool:
         for the model's probe (:meth:`probe`); where every process starts now and the sessions are on the CPU,
         the probe is the first task, ahead of the warm-ups, so that the first process to be up answers it while
         the others open their sessions (queued behind a warm-up, the driver waited on both: ~0.3 s)."""
-        import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         procs = LAYOUTS[setup.layout].processes(setup.workers)
@@ -303,7 +303,7 @@ class WarmPool:
         # spawn: a fork would copy the driver's onnxruntime thread pools into the children
         pool = ProcessPoolExecutor(
             procs,
-            mp_context=mp.get_context("spawn"),
+            mp_context=quietspawn.context(),  # quiet on Ctrl-C from the start, not only once _warm runs
             initializer=_warm,
             initargs=(setup, not first),
         )

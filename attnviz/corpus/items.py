@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.links import may_read
 from attnviz.core.untrusted import open_regular, parse_json, read_bytes
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
@@ -27,6 +28,7 @@ class Item:
     gold: str | None = None
     audio: str | None = None
     reference: str | None = None
+    where: str | None = None  # where in the --texts file ("line 12", "row 12"), for a message naming it
 
 
 def item_error(it: Item, e: AttnvizError, pair: bool = False) -> AttnvizError:
@@ -35,7 +37,8 @@ def item_error(it: Item, e: AttnvizError, pair: bool = False) -> AttnvizError:
     text = str((it.pair if pair else it.text) or "")
     head = text if len(text) <= 40 else text[:40] + "…"
     what = "the --text-pair-column of corpus item" if pair else "corpus item"
-    return AttnvizError(f"{what} {it.index} {head!r}: {e}", param=e.param)
+    at = f" ({it.where})" if it.where else ""
+    return AttnvizError(f"{what} {it.index}{at} {head!r}: {e}", param=e.param)
 
 
 @dataclass(frozen=True)
@@ -57,15 +60,15 @@ class Columns:
         )
 
 
-Row = tuple[str, tuple[str | None, str | None]]  # text, (pair, gold)
+Row = tuple[str, tuple[str | None, str | None], str]  # text, (pair, gold), where in the file
 
 
 def _txt(path: Path, cols: Columns) -> list[Row]:
     for flag, c in cols.named():
         raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl or .parquet")
     return [
-        (line, (None, None))
-        for line in read_bytes(path, "--texts").decode("utf-8", errors="replace").splitlines()
+        (line, (None, None), f"line {n}")
+        for n, line in enumerate(read_bytes(path, "--texts").decode("utf-8", errors="replace").splitlines(), 1)
         if line.strip()
     ]
 
@@ -88,6 +91,7 @@ def _jsonl(path: Path, cols: Columns) -> list[Row]:
                         cols.values(
                             lambda flag, c, rec=rec, n=n: _string(rec.get(c), flag, c, f"{path.name} line {n}")
                         ),
+                        f"line {n}",
                     )
                 )
     return out
@@ -120,7 +124,9 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
     for n, t in enumerate(texts):
         if isinstance(t, str) and t.strip():
             where = f"{path.name} row {n + 1}"
-            out.append((t, cols.values(lambda flag, c, n=n, where=where: _string(extra[c][n], flag, c, where))))
+            out.append(
+                (t, cols.values(lambda flag, c, n=n, where=where: _string(extra[c][n], flag, c, where)), f"row {n + 1}")
+            )
     return out
 
 
@@ -149,7 +155,7 @@ def read_texts(
         rows = rows[:max_items]
     if not rows:
         raise AttnvizError(f"--texts {path.name}: no items (empty lines are skipped)")
-    return [Item(i, text=t, pair=p, gold=g) for i, (t, (p, g)) in enumerate(rows)]
+    return [Item(i, text=t, pair=p, gold=g, where=w) for i, (t, (p, g), w) in enumerate(rows)]
 
 
 def read_images(folder: str | Path, max_items: int | None = None) -> list[Item]:
@@ -190,7 +196,10 @@ def sha256_model(path: str | Path, stop: threading.Event | None = None) -> str:
     if (path / "onnx").is_dir():
         files += [p for p in (path / "onnx").iterdir() if p.is_file()]
     for f in sorted(files):
-        h.update(json.dumps([f.relative_to(path).as_posix(), sha256_kept(f, stop)]).encode())
+        # a link out of the folder (attnviz.core.links) is named by where it points, never read: the open refuses it
+        # if the model needs it, and a file the model does not read is no reason to read outside the folder
+        sha = sha256_kept(f, stop) if may_read(f, path) else f"a link to {f.resolve()}"
+        h.update(json.dumps([f.relative_to(path).as_posix(), sha]).encode())
     return h.hexdigest()
 
 

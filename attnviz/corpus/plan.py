@@ -12,7 +12,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.words import with_article
 from attnviz.corpus.items import Item, item_error
-from attnviz.runtime.limits import SHORTEN, check_positions
+from attnviz.runtime.limits import check_positions
 
 # model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
 # encoder-decoder text models (source + teacher-forced target: corpus/pairs.py)
@@ -105,6 +105,8 @@ class Encoded:
     ids: np.ndarray  # int32
     type_ids: np.ndarray  # int8
     special: np.ndarray  # bool
+    # --max-tokens: Item.index -> the start of the text its kept tokens cover (what the model read), items cut only
+    cuts: dict[int, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -126,8 +128,9 @@ class Encoded:
         )
 
 
-def encode_items(model, items: list[Item], kind: str | None = None) -> Encoded:
-    """``kind``: the model's kind as the items are to be read (default: ``model.kind``)."""
+def encode_items(model, items: list[Item], kind: str | None = None, max_tokens: int | None = None) -> Encoded:
+    """``kind``: the model's kind as the items are to be read (default: ``model.kind``).  ``max_tokens``: each
+    item's first N tokens, a final special token kept last (as ``attnviz open --max-tokens``, limits.truncate)."""
     src, tgt = model.tokenizers
     decoder = (kind or model.kind) == "decoder"
     tok = (tgt or src) if decoder else src
@@ -136,7 +139,8 @@ def encode_items(model, items: list[Item], kind: str | None = None) -> Encoded:
             f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
         )
     parts = [
-        _encode_chunk(model, tok, decoder, items[s : s + ENCODE_CHUNK]) for s in range(0, len(items), ENCODE_CHUNK)
+        _encode_chunk(model, tok, decoder, items[s : s + ENCODE_CHUNK], max_tokens)
+        for s in range(0, len(items), ENCODE_CHUNK)
     ]
     ids, special, types, counts = (
         np.concatenate([p[k] for p in parts]).astype(dt, copy=False) if parts else np.zeros(0, dt)
@@ -144,29 +148,26 @@ def encode_items(model, items: list[Item], kind: str | None = None) -> Encoded:
     )
     offsets = np.zeros(len(items) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return Encoded(offsets, ids, types, special)
+    return Encoded(offsets, ids, types, special, {k: v for p in parts for k, v in p[4].items()})
 
 
 ENCODE_CHUNK = 4096  # items a tokenizer call encodes at once: its per-item objects stay small beside the flat arrays
 
 
-def _encode_chunk(model, tok, decoder: bool, items: list[Item]):
-    """``(ids, special, type_ids, counts)`` of ``items``: one batched call (decoders see raw text, as in `attnviz
-    open`; encoders get their [CLS]/[SEP] and the optional pair).  An item with no tokens still counts: one pad-id
-    token keeps shapes valid.  Where anything fails, one by one, so that the error names the item."""
+def _encode_chunk(model, tok, decoder: bool, items: list[Item], max_tokens: int | None = None):
+    """``(ids, special, type_ids, counts, cuts)`` of ``items``: one batched call (decoders see raw text, as in
+    `attnviz open`; encoders get their [CLS]/[SEP] and the optional pair), cut to ``max_tokens`` (``cuts``: see
+    :class:`Encoded`).  An item with no tokens still counts: one pad-id token keeps shapes valid.  Where the
+    tokenizer fails, one by one, so that the error names the item; so does an item past the model's positions."""
     texts = [it.text for it in items]
     pairs = None if decoder else [it.pair for it in items]
     try:
         ids, special, types, counts = tok.encode_many(texts, pairs, add_special=not decoder)
-        # the longest item fails if any does (then one by one below, naming the item): one check, not one an item
-        if len(counts):
-            check_positions(model, int(counts.max()), fix=SHORTEN + " (or drop the item)")
     except AttnvizError:
         encs = []
         for it in items:  # one item at a time, as before: the error names the item
             try:
                 enc = tok.encode_ids(it.text, None, add_special=False) if decoder else tok.encode_ids(it.text, it.pair)
-                check_positions(model, len(enc.ids), fix=SHORTEN + " (or drop the item)")
             except AttnvizError as e:
                 raise item_error(it, e) from None
             encs.append(enc)
@@ -174,12 +175,44 @@ def _encode_chunk(model, tok, decoder: bool, items: list[Item]):
         ids = np.fromiter((v for e in encs for v in e.ids), np.int32)
         special = np.fromiter((v for e in encs for v in e.special), bool)
         types = np.fromiter((v for e in encs for v in (e.type_ids or [0] * len(e.ids))), np.int8)
+    cuts: dict[int, str] = {}
+    if max_tokens is not None and len(counts) and int(counts.max()) > max_tokens:
+        ids, special, types, counts, cuts = _cut(tok, items, ids, special, types, counts, max_tokens)
+    # the longest item fails if any does: one check, not one an item; then the first that fails, named
+    if len(counts) and _too_long(model, int(counts.max())):
+        limit = model.position_limit
+        fix = f"use --max-tokens {limit.tokens} to truncate every item to it, or shorten or drop this one"
+        for it, c in zip(items, counts.tolist()):
+            try:
+                check_positions(model, c, fix=fix)
+            except AttnvizError as e:
+                raise item_error(it, e) from None
     empty = counts == 0
     if empty.any():
         at = np.cumsum(counts)[empty]  # where each empty item's one token goes (before the next item's)
         ids, special, types = np.insert(ids, at, 0), np.insert(special, at, True), np.insert(types, at, 0)
         counts = np.where(empty, 1, counts)
-    return ids, special, types, counts
+    return ids, special, types, counts, cuts
+
+
+def _too_long(model, n: int) -> bool:
+    limit = model.position_limit
+    return limit is not None and n > limit.tokens
+
+
+def _cut(tok, items: list[Item], ids, special, types, counts, n: int):
+    """Each item past ``n`` tokens cut to its first ``n`` (a final special token kept last: limits.truncate's rule,
+    here over the flat arrays), and the text its kept tokens cover."""
+    keep = np.ones(len(ids), bool)
+    starts = np.cumsum(counts) - counts
+    cuts: dict[int, str] = {}
+    for i in np.flatnonzero(counts > n).tolist():
+        s, c = int(starts[i]), int(counts[i])
+        final = bool(special[s + c - 1]) and n > 1  # [SEP], </s>: stays last
+        keep[s + n - final : s + c - final] = False
+        kept = keep[s : s + c] & ~special[s : s + c]
+        cuts[items[i].index] = tok.leading_text(str(items[i].text), int(kept.sum()))
+    return ids[keep], special[keep], types[keep], np.minimum(counts, n), cuts
 
 
 MAP_BUDGET_BYTES = 256 * 2**20  # all of one batch's maps at once; long items get smaller batches

@@ -36,14 +36,20 @@ def check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
         raise AttnvizError("--max-items must be 1 or more")
+    if cfg.max_tokens is not None:
+        check_max_tokens(cfg)
     if cfg.engine not in ENGINES:
         raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
     if cfg.engine == "ray" and not importable("ray"):
         raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
     if cfg.workers is not None and cfg.workers < 1:
         raise AttnvizError("--workers must be 1 or more")
+    if cfg.threads is not None and cfg.threads < 1:  # 0 read as "the default" (cfg.threads or ...) unsaid
+        raise AttnvizError("--threads must be 1 or more (leave it out for cores / workers)")
     if not (Path(cfg.model).is_file() or Path(cfg.model).is_dir()):  # a folder: an optimum encoder-decoder export
-        raise AttnvizError(f"model {cfg.model}: no such file or folder")
+        from attnviz.runtime.folder import hub_name_hint  # (numpy: only on this way out)
+
+        raise AttnvizError(hub_name_hint(Path(cfg.model)) or f"model {cfg.model}: no such file or folder")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
@@ -54,6 +60,20 @@ def check(cfg: CorpusConfig) -> None:
         )
     if cfg.convention is not None and not cfg.gold_column:
         raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
+
+
+def check_max_tokens(cfg: CorpusConfig) -> None:
+    """``--max-tokens`` cuts single texts that the driver tokenises (corpus/plan.py): where else it would be
+    ignored, it is refused."""
+    assert cfg.max_tokens is not None
+    if cfg.max_tokens < 1:
+        raise AttnvizError("--max-tokens must be 1 or more")
+    if cfg.texts is None:
+        raise AttnvizError("--max-tokens cuts text items; give --texts FILE, or leave --max-tokens out")
+    if cfg.pair_column:
+        raise AttnvizError("--max-tokens cuts single texts; leave out --text-pair-column or --max-tokens")
+    if cfg.engine != "local":
+        raise AttnvizError("--max-tokens runs with --engine local (Ray Data tokenises the file itself); leave one out")
 
 
 def importable(name: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -286,6 +287,8 @@ def _run(
         "reduce_s": run_s,
         "versions": versions,
     }
+    if cfg.max_tokens is not None:  # the items cut to their first N tokens (their examples show what was read)
+        run["max_tokens"], run["items_truncated"] = cfg.max_tokens, stream.cut
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
@@ -444,7 +447,7 @@ def _probe_while_reading(
     try:
         model_hash.result()  # (hashed in its thread) here, so that an unreadable model is reported before the corpus
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
-        enc = encode_items(model, items, kind)
+        enc = encode_items(model, items, kind, cfg.max_tokens)
     finally:
         if pool is None:
             probe.join()
@@ -471,10 +474,17 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     specs: list[BatchSpec]
     gold_info = None
     audio = None
+    cuts: dict[int, str] = {}  # --max-tokens: the items cut, with the text the model read of each
     if cfg.audio_dir is not None:
         items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
     elif cfg.texts is not None and kind == "encoder-decoder":
         from attnviz.corpus import pairs  # (source/target pairs only: a text or image corpus never loads it)
+
+        if cfg.max_tokens is not None:
+            raise AttnvizError(
+                "--max-tokens cuts an encoder's or a decoder's items; this encoder-decoder model's are "
+                "sources and targets: leave it out"
+            )
 
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
@@ -487,10 +497,10 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         if early is not None:
             items, tokens = early.take()
             if early.kind != kind:  # the probe found a decoder (causal maps): its items are tokenised as one
-                tokens = encode_items(model, items)
+                tokens = encode_items(model, items, max_tokens=cfg.max_tokens)
         else:
             items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
-            tokens = encode_items(model, items)
+            tokens = encode_items(model, items, max_tokens=cfg.max_tokens)
         # without a mask input only a causal model may be padded (padding after a row is never seen)
         specs = plan_text(
             items,
@@ -501,6 +511,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             equal_lengths=kind == "encoder" and not has_mask(model),
             heads=nh,
         )
+        cuts = tokens.cuts
         del tokens
     else:
         size = cfg.batch_size
@@ -537,6 +548,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
                 cfg.generate,
                 EXAMPLE_RANKING,
                 *([cfg.gold_column, gold_info] if gold_info else []),  # a run without gold keeps its old identity
+                *([cfg.max_tokens] if cfg.max_tokens is not None else []),  # the tokens the batches hold
             ]
         ).encode()
     ).hexdigest()
@@ -555,7 +567,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     )
     if cfg.texts is not None:  # the texts are read again for the examples: the driver keeps only the plan
         del items
-        found = lambda: _read_again(cfg, data_sha, specs)  # noqa: E731
+        found = lambda: _as_read(_read_again(cfg, data_sha, specs), cuts)  # noqa: E731
     else:  # image items are paths, and reading them again would hash every image again
         by_index = {i.index: i for i in items}
         found = lambda: by_index  # noqa: E731
@@ -571,6 +583,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         gold=gold_info if cfg.audio_dir is None else None,
         audio=audio,
         batches=len(specs),
+        cut=None if cfg.max_tokens is None else len(cuts),
     )
 
 
@@ -619,6 +632,13 @@ def _read_again(cfg: CorpusConfig, data_sha: str, specs: list) -> dict[int, it.I
             f"--texts {cfg.texts} changed during the run; run again on a file that stays as it is (a copy)"
         )
     return {i.index: i for i in items}
+
+
+def _as_read(items: dict[int, it.Item], cuts: dict[int, str]) -> dict[int, it.Item]:
+    """``items`` with each one cut by --max-tokens holding the text the model read of it (``cuts``)."""
+    for k, text in cuts.items():
+        items[k] = dataclasses.replace(items[k], text=text)
+    return items
 
 
 def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:

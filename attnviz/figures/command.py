@@ -366,7 +366,9 @@ def run(args) -> int:
     out = args.out or recipe_out_default
     if not out:
         raise AttnvizError("give --out FOLDER for --all-heads" if args.all_heads else "give --out FILE.pdf|.svg|.png")
-    if not args.all_heads:
+    if args.all_heads:  # a bad --out or --format refused before the (possibly slow) model run, as below
+        _all_heads_targets(out, args.format, spec.view, "")
+    else:
         figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
         for kind in ("image", "audio", "feeds", "tokenizer"):
             for given in src[kind] if isinstance(src[kind], list) else [src[kind]]:  # several images: each

@@ -36,7 +36,14 @@ from attnviz.runtime.isolation import Taken
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
 from attnviz.runtime.protocol import AttnModel, EncoderPair
-from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar, sidecar_json
+from attnviz.runtime.sidecar import (
+    HUB_ONNX_FOLDER,
+    beside,
+    config_special,
+    folder_image,
+    sidecar,
+    sidecar_json,
+)
 from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
 
@@ -105,8 +112,11 @@ class FolderLayout:
         dec = next((folder / n for n in DECODER_FILES if (folder / n).is_file()), None)
         if not enc.is_file() or dec is None:
             return None
-        past = folder / WITH_PAST_FILE
-        return cls(folder, enc, dec, past if past.is_file() else None)
+        past = folder / WITH_PAST_FILE if (folder / WITH_PAST_FILE).is_file() else None
+        for f in (enc, dec, past):  # the folder was named, not these files: a link out of it is refused (core.links)
+            if f is not None:
+                beside(f, f)
+        return cls(folder, enc, dec, past)
 
 
 class ModelSet(AnalyzeMethod):
@@ -676,10 +686,7 @@ class EncoderPairing:
                 f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
                 f"or give {states} with --inputs FEEDS.npz"
             )
-        if enc.resolve().parent != folder.resolve():
-            raise AttnvizError(
-                f"{enc}: links outside the model's folder; refusing to read it (copy the encoder file beside the model)"
-            )
+        beside(model.path, enc)  # found beside the file, not named: a link out of its folder is refused (core.links)
         layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one
         paired = ModelSet(
             layout,
@@ -754,7 +761,7 @@ def open_model(
                 f"{p}: an attnviz corpus results folder ({', '.join(CORPUS_FILES)}), not a model; "
                 f"attnviz open {shlex.quote(str(p))} shows it"
             )
-        if not found and (p / "config.json").is_file() and any(p.glob("*.safetensors")) | any(p.glob("*.bin")):
+        if not found and _hf_weights_folder(p):
             raise AttnvizError(  # a Hugging Face download, not yet exported
                 f"{p}: a Hugging Face model folder (config.json and weights) with no ONNX export; export it first: "
                 f"attnviz export-hf {shlex.quote(str(p))} --out DIR, then open DIR"
@@ -767,6 +774,7 @@ def open_model(
             f"{p}: holds {len(found)} models ({', '.join(found[:6])}) and no optimum encoder/decoder pair; "
             "give one of the files"
         )
+    beside(single, single)  # found in the folder the user named: a link out of it is refused (core.links)
     return _with_config(AttentionModel(single, provider=provider, tokenizer=tokenizer, threads=threads))
 
 
@@ -791,3 +799,10 @@ def _open_file(p: Path, provider: str, tokenizer: str | None, threads: int | Non
 
 
 _: type[AttnModel] = ModelSet  # mypy checks here that an export folder satisfies the model Protocol
+
+
+def _hf_weights_folder(p: Path) -> bool:
+    """A Hugging Face download (a config and its torch weights) rather than an ONNX export.  Only names are looked
+    at: the config is never read here (sidecar reads go through runtime/sidecar.py)."""
+    names = {f.name for f in p.iterdir() if f.is_file()}
+    return "config.json" in names and any(n.endswith((".safetensors", ".bin")) for n in names)

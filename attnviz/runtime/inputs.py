@@ -15,7 +15,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import PatchGrid
 from attnviz.core.untrusted import open_regular, parse_json, read_text, regular_file
 from attnviz.runtime.raster import open_raster
-from attnviz.runtime.sidecar import sidecar
+from attnviz.runtime.sidecar import beside, sidecar
 
 # HF naming conventions for inputs; metadata attnviz.inputs overrides
 NAME_ROLES = [
@@ -95,6 +95,11 @@ class TextEncoder:
         special = np.fromiter((v for e in encs for v in e.special), bool)
         types = np.fromiter((v for e in encs for v in (e.type_ids or [0] * len(e.ids))), np.int8)
         return ids, special, types, np.array([len(e.ids) for e in encs], np.int64)
+
+    def leading_text(self, text: str, n: int) -> str:  # pragma: no cover
+        """The start of ``text`` that its first ``n`` tokens cover (special tokens not counted): what a model
+        given those tokens alone read of it (``--max-tokens``)."""
+        raise NotImplementedError
 
     def label(self, i: int) -> str:  # pragma: no cover
         raise NotImplementedError
@@ -210,6 +215,11 @@ class HFTokenizer(TextEncoder):
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
         return enc, Encoded(list(enc.ids), [], [bool(x) for x in sm], list(enc.type_ids))
 
+    def leading_text(self, text, n):
+        enc = self._encode(text, None, False)[0]
+        spans = [o for o, sp in zip(enc.offsets, enc.special_tokens_mask or [0] * len(enc.offsets)) if not sp]
+        return text if n >= len(spans) else text[: spans[n - 1][1]] if n > 0 else ""
+
     def encode_many(self, texts, pairs=None, add_special=True):
         """One ``encode_batch`` (tokenizers' Rust threads, as a user's own batched script tokenises), read into flat
         arrays without a Python int per token.  Any failure goes one by one instead, so that the error names the
@@ -308,6 +318,10 @@ class VocabTokenizer(TextEncoder):
             if "sep" in self.special:
                 ids = ids + [self.special["sep"]]
         return Encoded(ids, [self.label(i) for i in ids], [i in self.special_ids for i in ids], [0] * len(ids))
+
+    def leading_text(self, text, n):
+        pieces = list(re.finditer("[^ ]" if self.split == "chars" else r"\S+", text))  # as encode splits it
+        return text if n >= len(pieces) else text[: pieces[n - 1].end()] if n > 0 else ""
 
     def label(self, i):
         i = int(i)
@@ -433,7 +447,7 @@ def find_tokenizers(
     if src is None:
         # MODEL.tokenizer.json, else the folder's tokenizer.json (a Hub repo's above onnx/: the sidecar guard)
         own = model_path.with_suffix(".tokenizer.json")
-        cand = own if own.exists() else sidecar(model_path, "tokenizer.json")
+        cand = beside(model_path, own) if own.exists() else sidecar(model_path, "tokenizer.json")
         if cand is not None:
             src = HFTokenizer.from_file(cand)
     vocab = meta.get("vocab")

@@ -18,6 +18,7 @@ from onnx import TensorProto
 
 from attnviz import AttnvizError
 from attnviz.core import limits
+from attnviz.core.links import hub_linked
 from attnviz.core.untrusted import open_regular
 from attnviz.runtime.wire import weights_by_reference_in
 
@@ -95,6 +96,11 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
             raise AttnvizError(
                 f"{path}: external data path {loc!r} of tensor {t.name!r} leaves the model's folder; "
                 "refusing to read it (keep external data files beside the model)"
+            )
+        if not target.is_file() and hub_linked(path):  # onnxruntime reads no data file through a link
+            raise AttnvizError(
+                f"{path}: a Hugging Face cache snapshot's link, and its external data {loc!r} is a link too, which "
+                "onnxruntime refuses; copy the snapshot's folder with its files (cp -rL SNAPSHOT DIR) and open the copy"
             )
         if not target.is_file():
             raise AttnvizError(

@@ -4,7 +4,9 @@ Sidecars are the files that travel with a model: ``tokenizer.json``, ``tokenizer
 ``generation_config.json``, ``preprocessor_config.json``.  They are read from the model's own folder only, so a
 file planted next to that folder never changes a result.  The one sanctioned step up is the Hugging Face Hub
 layout, ``REPO/onnx/model.onnx`` with the tokenizer and config files in ``REPO/``: a model in a folder named
-exactly ``onnx`` also reads them from the folder above (its own folder first).  The readers of what a folder's
+exactly ``onnx`` also reads them from the folder above (its own folder first).  A sidecar that is a link is read
+only where :mod:`attnviz.core.links` allows (inside those folders, or a Hugging Face cache snapshot's own blobs);
+any other link is refused in one line before its target is read.  The readers of what a folder's
 config files say (special token ids, image preprocessing) live here too: every model kind reads them the same way.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.links import readable_beside
 from attnviz.core.metadata import is_token_id
 from attnviz.core.untrusted import read_json
 
@@ -25,11 +28,20 @@ def sidecar_dirs(model_file: str | Path) -> list[Path]:
     return [folder, folder.parent] if folder.name == HUB_ONNX_FOLDER else [folder]
 
 
+def beside(model_file: str | Path, path: str | Path) -> Path:
+    """``path``, a file found beside a model file, if the link policy (:mod:`attnviz.core.links`) lets it be
+    read: its real location lies inside the model's folders (:func:`sidecar_dirs`, the Hub repo above ``onnx/``
+    included) or in the Hugging Face cache repository's blobs; else one :class:`~attnviz.AttnvizError`."""
+    return readable_beside(path, sidecar_dirs(model_file)[-1])
+
+
 def sidecar(model_file: str | Path, name: str) -> Path | None:
     """The sidecar ``name`` of a model file (the nearest of :func:`sidecar_dirs` that has it), or None.  Whatever
     is there is returned, a FIFO or a folder too: the reader's own guard refuses it in one line (a tokenizer) or
-    passes over it (a config file), so nothing blocks and nothing nearer is skipped for a file further up."""
-    return next((d / name for d in sidecar_dirs(model_file) if (d / name).exists()), None)
+    passes over it (a config file), so nothing blocks and nothing nearer is skipped for a file further up.  A
+    link out of the folder is refused here (:func:`beside`), for every reader alike, before anything reads it."""
+    found = next((d / name for d in sidecar_dirs(model_file) if (d / name).exists()), None)
+    return None if found is None else beside(model_file, found)
 
 
 def sidecar_json(model_file: str | Path, name: str) -> dict:

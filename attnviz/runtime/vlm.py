@@ -39,7 +39,7 @@ from attnviz.runtime.isolation import Spliced, Taken
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stages
 from attnviz.runtime.protocol import AttnModel, EncoderPair
-from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, config_special, folder_image, sidecar_json
+from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, beside, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
 from attnviz.runtime.vlm_families import Family, LoadedImage, check_several, family_for
 
@@ -111,6 +111,8 @@ class VLMLayout:
                 )
             suffix = "" if want == FULL else f"_{want}"
             vision, embed, decoder = (d / f"{s}{suffix}.onnx" for s in STEMS)
+            for f in (vision, embed, decoder):  # the folder was named, not these files: no link out of it (core.links)
+                beside(f, f)
             return cls(folder, vision, embed, decoder, variant=want, variants=tuple(have))
         return None
 

@@ -22,6 +22,7 @@ import numpy as np
 from attnviz import AttnvizError, __version__
 from attnviz.core import metadata as meta_keys
 from attnviz.core import preprocess
+from attnviz.core.links import readable_beside
 from attnviz.core.untrusted import read_json
 from attnviz.core.writes import publish_folder, staging_folder
 from attnviz.runtime.graph.labels import DUAL_ENCODER_MODEL_TYPES
@@ -438,9 +439,17 @@ def check_against_transformers(
 
 # --------------------------------------------------------------------------- the command's work
 def _check_paths(model_dir: Path, out_dir: Path) -> None:
-    if not model_dir.is_dir():
+    if model_dir.is_file():  # config.json (or a weights file) itself: its folder is the model
         raise AttnvizError(
-            f"{model_dir}: no such folder; give a local Hugging Face model folder (config.json + weights + tokenizer)"
+            f"{model_dir} is a file; give the folder that holds it ({model_dir.parent}: config.json + weights + "
+            "tokenizer)"
+        )
+    if not model_dir.is_dir():
+        from attnviz.runtime.folder import hub_name_hint
+
+        raise AttnvizError(
+            hub_name_hint(model_dir)
+            or f"{model_dir}: no such folder; give a local Hugging Face model folder (config.json + weights + tokenizer)"
         )
     if not (model_dir / "config.json").is_file():
         raise AttnvizError(
@@ -448,6 +457,8 @@ def _check_paths(model_dir: Path, out_dir: Path) -> None:
         )
     if not any(model_dir.glob("*.safetensors")) and not any(model_dir.glob("*.bin")):
         raise AttnvizError(f"{model_dir}: no weights (*.safetensors or pytorch_model.bin) beside config.json")
+    for entry in sorted(model_dir.iterdir()):  # what transformers and the copy read: no link out (core.links)
+        readable_beside(entry, model_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise AttnvizError(f"--out {out_dir}: exists and is not an empty folder; choose a new folder")
     if not out_dir.resolve().parent.is_dir():

@@ -99,7 +99,7 @@ def test_an_error_after_the_early_start_leaves_no_worker(planted, tmp_path):
 
 def test_an_unknown_word_names_the_item_it_is_in(tmp_path, capsys):
     """In a corpus of thousands of lines the word alone does not say where to look: the item's number (blank
-    lines skipped) and the start of its text come with it."""
+    lines skipped), its line in the file and the start of its text come with it."""
     from attnviz.cli import main
 
     model = Path(__file__).resolve().parents[2] / "models" / "sequence-classification.onnx"
@@ -109,7 +109,9 @@ def test_an_unknown_word_names_the_item_it_is_in(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     head = "4 5 x 6 " + "1 " * 16  # the first 40 characters, then an ellipsis
     assert code == 2 and len(err) == 1
-    assert err[0].startswith(f"attnviz: error: corpus item 2 {head + '…'!r}: unknown token 'x': not in the model")
+    assert err[0].startswith(
+        f"attnviz: error: corpus item 2 (line 4) {head + '…'!r}: unknown token 'x': not in the model"
+    )
     assert not (tmp_path / "o").exists()
 
 

@@ -81,3 +81,26 @@ def test_an_item_over_the_position_limit_is_named(tok):
     with pytest.raises(AttnvizError) as e:
         plan.encode_items(model, items)
     assert str(e.value).startswith("corpus item 4 "), str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_max_tokens_cuts_as_the_tokenizers_own_truncation(tok, kind, monkeypatch):
+    """--max-tokens N: each item as tokenizers' own truncation to N cuts it ([CLS] ... [SEP] kept around the first
+    words), and the text recorded for a cut item tokenises, untruncated, to exactly the tokens kept."""
+    from tokenizers import Tokenizer
+
+    monkeypatch.setattr(plan, "ENCODE_CHUNK", 4)
+    items = [Item(i, t) for i, t in enumerate(TEXTS * 2)]
+    model, _ = model_of(tok, kind, positions=6)  # "a " * 30 alone would be refused
+    enc = plan.encode_items(model, items, max_tokens=5)
+    ref = Tokenizer.from_file(str(tok))
+    ref.enable_truncation(max_length=5)
+    plain = Tokenizer.from_file(str(tok))
+    decoder = kind == "decoder"
+    for i, it in enumerate(items):
+        want = ref.encode(it.text, add_special_tokens=not decoder).ids or [0]  # an empty item: one pad token
+        assert enc.ids[enc.offsets[i] : enc.offsets[i + 1]].tolist() == want, it.text
+        if it.index in enc.cuts:
+            assert plain.encode(enc.cuts[it.index], add_special_tokens=not decoder).ids == want
+    long = {it.index for it in items if len(plain.encode(it.text, add_special_tokens=not decoder).ids) > 5}
+    assert long and set(enc.cuts) == long

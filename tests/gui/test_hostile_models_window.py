@@ -1,7 +1,7 @@
 """Issue 24, the window's half: hostile model files opened for real (``open_path`` on the real runtime).
 
 Each file is generated here from the tiny text model: NaN attention, bytes that are no ONNX, external data that
-points outside the model's folder, and metadata no model needs (200,000 entries and one 60 MB value).  Each open
+points outside the model's folder, a tokenizer.json that links out of it, and metadata no model needs (200,000 entries and one 60 MB value).  Each open
 is at most one message, no exception reaches ``sys.excepthook`` and Qt prints no warning (strict.py), no file
 changes, and the window opens a good model afterwards.
 """
@@ -56,10 +56,20 @@ def _external_outside(t: Path) -> Path:
     return p
 
 
+def _tokenizer_link_out(t: Path) -> Path:
+    """tokenizer.json beside the model is a link to a file outside its folder (attnviz.core.links)."""
+    folder = t / "linked"
+    folder.mkdir()
+    (t / "secret.json").write_text("{}")
+    (folder / "tokenizer.json").symlink_to("../secret.json")
+    return tiny_text_model(folder / "model.onnx", metadata=False, causal=True, classifier=False)
+
+
 CASES = {
     "nan attention": (_nan_attention, "nan"),
     "not onnx": (_not_onnx, "onnx"),
     "external data outside the folder": (_external_outside, "leaves the model's folder"),
+    "tokenizer.json linking out of the folder": (_tokenizer_link_out, "copy the file itself into the folder"),
 }
 
 

@@ -39,6 +39,12 @@ def run(args) -> int:
     from attnviz.training.tasks import get_task
 
     run_dir = Path(args.run)
+    seen: dict[Path, str] = {}
+    for f in args.weights:  # twice would weigh one checkpoint double in the mean: a slip (a glob plus a name)
+        key = Path(f).resolve()
+        if key in seen:
+            raise AttnvizError(f"--weights names {f} twice (as {seen[key]}); list each checkpoint once")
+        seen[key] = f
     if args.out is not None:
         from attnviz.core.writes import guard
 
