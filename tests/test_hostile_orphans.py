@@ -38,6 +38,19 @@ def _live(pid: int) -> bool:
         return False
 
 
+def _left_by(children: dict[int, str], deadline: float) -> list[str]:
+    """The command lines of ``children`` still alive once they are all gone or ``deadline`` passed."""
+    while any(_live(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling interval; the deadline bounds it
+    return [cmd for pid, cmd in children.items() if _live(pid)]
+
+
+def _assert_interrupted_alone(parent: subprocess.Popen, err: str) -> None:
+    """A Ctrl-C'd command ended 130 with its one line, and no process printed a traceback."""
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert parent.returncode == 130 and err.strip().splitlines()[-1] == "attnviz: interrupted", err
+
+
 def _children_until(parent: subprocess.Popen, enough) -> dict[int, str]:
     """The parent's descendants (pid -> command line), polled until ``enough(cmdlines)`` or the deadline."""
     seen: dict[int, str] = {}
@@ -150,16 +163,13 @@ def test_ctrl_c_of_extract_says_interrupted_without_the_hosts_traceback(tmp_path
             except BlockingIOError:
                 time.sleep(0.05)  # polling interval; the deadline bounds it
         err = parent.communicate(timeout=GONE_S)[1]
-        while any(_live(pid) for pid in children) and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling interval; the deadline bounds it
-        left = [cmd for pid, cmd in children.items() if _live(pid)]
+        left = _left_by(children, deadline)
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait(10)
         os.close(r)
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert parent.returncode == 130 and err.strip().splitlines()[-1] == "attnviz: interrupted", err
+    _assert_interrupted_alone(parent, err)
     assert left == []
 
 
@@ -217,15 +227,12 @@ def test_ctrl_c_while_corpus_spawns_its_workers_says_interrupted_only(tmp_path):
         os.killpg(parent.pid, signal.SIGINT)
         err = parent.communicate(timeout=GONE_S)[1]
         deadline = time.monotonic() + GONE_S
-        while any(_live(pid) for pid in children) and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling interval; the deadline bounds it
-        left = [cmd for pid, cmd in children.items() if _live(pid)]
+        left = _left_by(children, deadline)
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait(10)
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert parent.returncode == 130 and err.strip().splitlines()[-1] == "attnviz: interrupted", err
+    _assert_interrupted_alone(parent, err)
     assert left == [] and not (out / "heads.parquet").exists()
     again = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=APPEAR_S)
     assert again.returncode == 0, again.stderr
