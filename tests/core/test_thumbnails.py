@@ -132,3 +132,27 @@ def test_heads_pooled_on_threads_are_the_same_cell_maxima(monkeypatch):
         for (_, layer, head), small in thumbs.items():
             drawn = vm.compute_map(r, sel.with_(mode="head", layer=layer, head=head)).matrix
             np.testing.assert_array_equal(small, _cell_max(drawn))
+
+
+def test_pooling_a_map_with_hidden_positions_equals_pooling_the_renormalised_map_bit_for_bit():
+    """The overview pools hidden-token maps without making them: the same bits as drop_positions + downsample."""
+    rng = np.random.default_rng(7)
+    for t_q, t_k, side in ((203, 203, 64), (130, 70, 64), (40, 300, 16), (9, 9, 64)):
+        m = rng.random((t_q, t_k)).astype(np.float32) ** 6
+        m[5] = 0  # a row with no mass: zeros after renormalising
+        m[7, :] = m[7, :] * 1e-30  # a row of tiny weights: their sum is still > 0
+        m[2, 3] = np.nan  # a NaN weight: its row's cells stay NaN
+        for dq, dk in (
+            ([0, t_q - 1], [0, t_k - 1]),  # special tokens at both ends (views)
+            ([3, 4, 8], [1, t_k // 2]),  # inside (taken)
+            ([], [t_k - 1]),
+            ([1], []),
+            (list(range(t_q)), [0]),  # every row hidden
+        ):
+            drop_q, drop_k = np.isin(np.arange(t_q), dq), np.isin(np.arange(t_k), dk)
+            want = vm.downsample(reduce.drop_positions(m, drop_q, drop_k), side)
+            got = vm_overview.pool_dropped(m, drop_q, drop_k, side)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+            if want.size:  # and cell by cell, independently of downsample
+                np.testing.assert_array_equal(got, _cell_max(reduce.drop_positions(m, drop_q, drop_k), side))
