@@ -17,10 +17,11 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.corpus.ablate_work import AblateSetup, LabelledSpec, Off
+from attnviz.corpus.config import EngineConfig
 
 
 @dataclass
-class AblateCorpusConfig:
+class AblateCorpusConfig(EngineConfig):
     model: str
     out: str
     texts: str
@@ -30,13 +31,6 @@ class AblateCorpusConfig:
     label_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
-    engine: str = "local"
-    provider: str = "auto"
-    tokenizer: str | None = None
-    workers: int | None = None
-    threads: int | None = None
-    ray_address: str | None = None
-    progress: bool = True
 
 
 def check_config(cfg: AblateCorpusConfig) -> None:

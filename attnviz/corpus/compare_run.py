@@ -26,6 +26,7 @@ from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
+from attnviz.corpus.config import EngineConfig
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.tables import HEADS, RUN, write_heads
 
@@ -35,7 +36,7 @@ CHECKPOINT_EVERY_S = 2.0
 
 
 @dataclass
-class CompareCorpusConfig:
+class CompareCorpusConfig(EngineConfig):
     a: str
     b: str
     out: str
@@ -43,13 +44,6 @@ class CompareCorpusConfig:
     pair_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
-    engine: str = "local"
-    provider: str = "auto"
-    tokenizer: str | None = None
-    workers: int | None = None
-    threads: int | None = None
-    ray_address: str | None = None
-    progress: bool = True
 
 
 @dataclass
