@@ -98,8 +98,6 @@ def run(args) -> int:
         raise AttnvizError("--top-k must be 1 or more")
     if args.generate is not None and args.generate < 1:
         raise AttnvizError("--generate must be 1 or more")
-    if args.ray_address and args.engine != "ray":
-        raise AttnvizError("--ray-address needs --engine ray")
     cfg = CorpusConfig(
         model=args.model,
         out=args.out,
