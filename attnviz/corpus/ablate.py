@@ -165,6 +165,7 @@ def run_corpus(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core.words import count
     from attnviz.corpus.ablate_corpus import AblateCorpusConfig, run_ablation
+    from attnviz.corpus.config import engine_flags
 
     given = [f for f, v in (("--text", args.text), ("--inputs", args.inputs), ("--image", args.image)) if v]
     given += ["--text-pair"] if args.text_pair else []
@@ -186,13 +187,7 @@ def run_corpus(args) -> int:
             label_column=args.label_column,
             batch_size=args.batch_size,
             max_items=args.max_items,
-            engine=args.engine,
-            provider=args.provider,
-            tokenizer=args.tokenizer,
-            workers=args.workers,
-            threads=args.threads,
-            ray_address=args.ray_address,
-            progress=not args.no_progress,
+            **engine_flags(args),
         )
     )
     run = r.run

@@ -279,6 +279,7 @@ SINGLE_ONLY = ("text", "text_pair", "image", "audio", "inputs", "generate", "var
 def _run_corpus(args) -> int:
     from attnviz import AttnvizError
     from attnviz.corpus.compare_run import ITEMS, CompareCorpusConfig, run_compare_corpus
+    from attnviz.corpus.config import engine_flags
 
     given = [f"--{n.replace('_', '-')}" for n in SINGLE_ONLY if getattr(args, n, None)]
     if given:
@@ -294,13 +295,7 @@ def _run_corpus(args) -> int:
         pair_column=args.text_pair_column,
         batch_size=32 if args.batch_size is None else args.batch_size,
         max_items=args.max_items,
-        engine=args.engine,
-        provider=args.provider,
-        tokenizer=args.tokenizer,
-        workers=args.workers,
-        threads=args.threads,
-        ray_address=args.ray_address,
-        progress=not args.no_progress,
+        **engine_flags(args),
     )
     r = run_compare_corpus(cfg)
     resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""

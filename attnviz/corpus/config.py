@@ -27,6 +27,19 @@ class EngineConfig:
     progress: bool = True
 
 
+def engine_flags(args) -> dict:
+    """The :class:`EngineConfig` fields from a command's parsed flags (--engine ... --no-progress), as keywords."""
+    return {
+        "engine": args.engine,
+        "provider": args.provider,
+        "tokenizer": args.tokenizer,
+        "workers": args.workers,
+        "threads": args.threads,
+        "ray_address": args.ray_address,
+        "progress": not args.no_progress,
+    }
+
+
 @dataclass
 class CorpusConfig(EngineConfig):
     model: str
