@@ -27,7 +27,7 @@ import argparse
 import time
 from pathlib import Path
 
-from attnviz.corpus.tables import HEADS, RUN, row_keys, write_heads
+from attnviz.corpus.tables import HEADS, RUN, given_input, row_keys, write_heads
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
 
@@ -279,17 +279,7 @@ def run_one(args) -> int:
         }
     run_info = {
         "model": {"path": str(args.model), "sha256": sha256_model(args.model)},
-        "input": {
-            k: v
-            for k, v in (
-                ("text", args.text),
-                ("text_pair", args.text_pair),
-                ("image", args.image),
-                ("inputs", args.inputs),
-                ("generate", args.generate),
-            )
-            if v
-        },
+        "input": given_input(args, ("text", "text_pair", "image", "inputs", "generate")),
         "mode": args.ablation,
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,

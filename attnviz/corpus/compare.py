@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz.corpus.tables import HEADS, RUN, write_heads
+from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
 HELP = "compare two models' attention head by head on the same input (quantized vs full, two checkpoints, ...)"
 
@@ -220,18 +220,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
             "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},
             "B": {"path": str(args.other), "sha256": sha256_model(args.other), "variant": args.variant_b or "full"},
         },
-        "input": {
-            k: v
-            for k, v in (
-                ("text", args.text),
-                ("text_pair", args.text_pair),
-                ("image", args.image),
-                ("audio", args.audio),
-                ("inputs", args.inputs),
-                ("generate", args.generate),
-            )
-            if v
-        },
+        "input": given_input(args, ("text", "text_pair", "image", "audio", "inputs", "generate")),
         "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
         "heads": len(comp.heads),
         "outputs": comp.outputs,
