@@ -27,7 +27,7 @@ import argparse
 import time
 from pathlib import Path
 
-from attnviz.corpus.tables import HEADS, RUN, row_keys, write_heads
+from attnviz.corpus.tables import HEADS, RUN, given_input, row_keys, write_heads
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
 
@@ -165,6 +165,7 @@ def run_corpus(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core.words import count
     from attnviz.corpus.ablate_corpus import AblateCorpusConfig, run_ablation
+    from attnviz.corpus.config import engine_flags
 
     given = [f for f, v in (("--text", args.text), ("--inputs", args.inputs), ("--image", args.image)) if v]
     given += ["--text-pair"] if args.text_pair else []
@@ -186,13 +187,7 @@ def run_corpus(args) -> int:
             label_column=args.label_column,
             batch_size=args.batch_size,
             max_items=args.max_items,
-            engine=args.engine,
-            provider=args.provider,
-            tokenizer=args.tokenizer,
-            workers=args.workers,
-            threads=args.threads,
-            ray_address=args.ray_address,
-            progress=not args.no_progress,
+            **engine_flags(args),
         )
     )
     run = r.run
@@ -284,17 +279,7 @@ def run_one(args) -> int:
         }
     run_info = {
         "model": {"path": str(args.model), "sha256": sha256_model(args.model)},
-        "input": {
-            k: v
-            for k, v in (
-                ("text", args.text),
-                ("text_pair", args.text_pair),
-                ("image", args.image),
-                ("inputs", args.inputs),
-                ("generate", args.generate),
-            )
-            if v
-        },
+        "input": given_input(args, ("text", "text_pair", "image", "inputs", "generate")),
         "mode": args.ablation,
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,

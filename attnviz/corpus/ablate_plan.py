@@ -17,10 +17,11 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.corpus.ablate_work import AblateSetup, LabelledSpec, Off
+from attnviz.corpus.config import EngineConfig
 
 
 @dataclass
-class AblateCorpusConfig:
+class AblateCorpusConfig(EngineConfig):
     model: str
     out: str
     texts: str
@@ -30,35 +31,17 @@ class AblateCorpusConfig:
     label_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
-    engine: str = "local"
-    provider: str = "auto"
-    tokenizer: str | None = None
-    workers: int | None = None
-    threads: int | None = None
-    ray_address: str | None = None
-    progress: bool = True
 
 
 def check_config(cfg: AblateCorpusConfig) -> None:
     from attnviz.corpus.engines import ENGINES
+    from attnviz.corpus.prestart import check_engine
 
     if cfg.batch_size < 1:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
         raise AttnvizError("--max-items must be 1 or more")
-    if cfg.workers is not None and cfg.workers < 1:
-        raise AttnvizError("--workers must be 1 or more")
-    if cfg.threads is not None and cfg.threads < 1:  # 0 read as "the default" (cfg.threads or ...) unsaid
-        raise AttnvizError("--threads must be 1 or more (leave it out for cores / workers)")
-    if cfg.engine not in ENGINES:
-        raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
-    if cfg.ray_address and cfg.engine != "ray":
-        raise AttnvizError("--ray-address needs --engine ray")
-    if cfg.engine == "ray":
-        from attnviz.corpus.prestart import importable
-
-        if not importable("ray"):
-            raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
+    check_engine(cfg, ENGINES)
     if cfg.mode not in ("zero", "mean"):
         raise AttnvizError(f"unknown --mode {cfg.mode!r}; use zero or mean")
     out = Path(cfg.out)

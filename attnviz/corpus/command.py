@@ -92,14 +92,12 @@ def add_arguments(p):
 def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.corpus import prestart
-    from attnviz.corpus.config import GENERATE_DEFAULT, CorpusConfig
+    from attnviz.corpus.config import GENERATE_DEFAULT, CorpusConfig, engine_flags
 
     if args.top_k < 1:
         raise AttnvizError("--top-k must be 1 or more")
     if args.generate is not None and args.generate < 1:
         raise AttnvizError("--generate must be 1 or more")
-    if args.ray_address and args.engine != "ray":
-        raise AttnvizError("--ray-address needs --engine ray")
     cfg = CorpusConfig(
         model=args.model,
         out=args.out,
@@ -109,14 +107,7 @@ def run(args) -> int:
         batch_size=args.batch_size,
         max_items=args.max_items,
         max_tokens=args.max_tokens,
-        engine=args.engine,
-        provider=args.provider,
-        tokenizer=args.tokenizer,
-        workers=args.workers,
-        threads=args.threads,
-        ray_address=args.ray_address,
         k=args.top_k,
-        progress=not args.no_progress,
         generate=GENERATE_DEFAULT if args.generate is None else args.generate,
         generate_given=args.generate is not None,
         gold_column=args.gold_column,
@@ -124,6 +115,7 @@ def run(args) -> int:
         audio_dir=args.audio_dir,
         gold_dir=args.gold_dir,
         tier=args.tier,
+        **engine_flags(args),
     )
     # the workers start now, before this process imports numpy and the run (~0.1 s CPU on the path to them)
     with prestart.started(cfg):

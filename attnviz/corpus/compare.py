@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnviz.corpus.tables import HEADS, RUN, write_heads
+from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
 HELP = "compare two models' attention head by head on the same input (quantized vs full, two checkpoints, ...)"
 
@@ -220,18 +220,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
             "A": {"path": str(args.model), "sha256": sha256_model(args.model), "variant": args.variant_a or "full"},
             "B": {"path": str(args.other), "sha256": sha256_model(args.other), "variant": args.variant_b or "full"},
         },
-        "input": {
-            k: v
-            for k, v in (
-                ("text", args.text),
-                ("text_pair", args.text_pair),
-                ("image", args.image),
-                ("audio", args.audio),
-                ("inputs", args.inputs),
-                ("generate", args.generate),
-            )
-            if v
-        },
+        "input": given_input(args, ("text", "text_pair", "image", "audio", "inputs", "generate")),
         "tokens": list(ra.tokens.labels) if ra.tokens is not None else None,
         "heads": len(comp.heads),
         "outputs": comp.outputs,
@@ -279,6 +268,7 @@ SINGLE_ONLY = ("text", "text_pair", "image", "audio", "inputs", "generate", "var
 def _run_corpus(args) -> int:
     from attnviz import AttnvizError
     from attnviz.corpus.compare_run import ITEMS, CompareCorpusConfig, run_compare_corpus
+    from attnviz.corpus.config import engine_flags
 
     given = [f"--{n.replace('_', '-')}" for n in SINGLE_ONLY if getattr(args, n, None)]
     if given:
@@ -294,13 +284,7 @@ def _run_corpus(args) -> int:
         pair_column=args.text_pair_column,
         batch_size=32 if args.batch_size is None else args.batch_size,
         max_items=args.max_items,
-        engine=args.engine,
-        provider=args.provider,
-        tokenizer=args.tokenizer,
-        workers=args.workers,
-        threads=args.threads,
-        ray_address=args.ray_address,
-        progress=not args.no_progress,
+        **engine_flags(args),
     )
     r = run_compare_corpus(cfg)
     resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""

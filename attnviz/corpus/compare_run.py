@@ -26,6 +26,7 @@ from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
+from attnviz.corpus.config import EngineConfig
 from attnviz.corpus.plan import BatchSpec
 from attnviz.corpus.tables import HEADS, RUN, write_heads
 
@@ -35,7 +36,7 @@ CHECKPOINT_EVERY_S = 2.0
 
 
 @dataclass
-class CompareCorpusConfig:
+class CompareCorpusConfig(EngineConfig):
     a: str
     b: str
     out: str
@@ -43,13 +44,6 @@ class CompareCorpusConfig:
     pair_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
-    engine: str = "local"
-    provider: str = "auto"
-    tokenizer: str | None = None
-    workers: int | None = None
-    threads: int | None = None
-    ray_address: str | None = None
-    progress: bool = True
 
 
 @dataclass
@@ -65,22 +59,13 @@ class CompareCorpusResult:
 
 
 def _check(cfg: CompareCorpusConfig) -> None:
-    from attnviz.corpus.prestart import importable
+    from attnviz.corpus.prestart import check_engine
 
     if cfg.batch_size < 1:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
         raise AttnvizError("--max-items must be 1 or more")
-    if cfg.workers is not None and cfg.workers < 1:
-        raise AttnvizError("--workers must be 1 or more")
-    if cfg.threads is not None and cfg.threads < 1:
-        raise AttnvizError("--threads must be 1 or more")
-    if cfg.engine not in ENGINES:
-        raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
-    if cfg.engine == "ray" and not importable("ray"):
-        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
-    if cfg.ray_address and cfg.engine != "ray":
-        raise AttnvizError("--ray-address needs --engine ray")
+    check_engine(cfg, ENGINES)
     for name, path in (("A", cfg.a), ("B", cfg.b)):
         if not (Path(path).is_file() or Path(path).is_dir()):
             from attnviz.runtime.folder import hub_name_hint  # (numpy: only on this way out)

@@ -9,8 +9,39 @@ CHECKPOINT = "checkpoint.npz"
 GENERATE_DEFAULT = 32  # greedy tokens per item when --generate is not given
 
 
+@dataclass(kw_only=True)
+class EngineConfig:
+    """How a corpus run's batches are run (``--engine``, ``--provider``, ``--workers``, ...): the same settings for
+    ``attnviz corpus``, ``compare --texts`` and ``ablate --texts``, which inherit them.  Keyword-only, so that each
+    command's own fields keep their positional order (``CorpusConfig(model, out, ...)``).  Moving fields here
+    changes no checkpoint's identity: no fingerprint hashes a config whole or in field order, each lists the
+    values it hashes by name (run.py, compare_run.py, ablate_plan.py), and none of these is one of them
+    (tests/corpus/test_checkpoint_identity.py)."""
+
+    engine: str = "local"
+    provider: str = "auto"
+    tokenizer: str | None = None
+    workers: int | None = None
+    threads: int | None = None
+    ray_address: str | None = None
+    progress: bool = True
+
+
+def engine_flags(args) -> dict:
+    """The :class:`EngineConfig` fields from a command's parsed flags (--engine ... --no-progress), as keywords."""
+    return {
+        "engine": args.engine,
+        "provider": args.provider,
+        "tokenizer": args.tokenizer,
+        "workers": args.workers,
+        "threads": args.threads,
+        "ray_address": args.ray_address,
+        "progress": not args.no_progress,
+    }
+
+
 @dataclass
-class CorpusConfig:
+class CorpusConfig(EngineConfig):
     model: str
     out: str
     texts: str | None = None
@@ -19,14 +50,7 @@ class CorpusConfig:
     batch_size: int = 32
     max_items: int | None = None
     max_tokens: int | None = None  # --max-tokens: each text item's first N tokens (as `attnviz open --max-tokens`)
-    engine: str = "local"
-    provider: str = "auto"
-    tokenizer: str | None = None
-    workers: int | None = None
-    threads: int | None = None
-    ray_address: str | None = None
     k: int = 5
-    progress: bool = True
     # encoder-decoder without --text-pair-column: greedy tokens per item at most.  Always the effective value: the
     # checkpoint fingerprint hashes it, so a run keeps its identity whether or not the 32 was typed
     generate: int = GENERATE_DEFAULT

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.writes import command_scope
-from attnviz.corpus.config import CHECKPOINT, CorpusConfig
+from attnviz.corpus.config import CHECKPOINT, CorpusConfig, EngineConfig
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, choose_layout, default_threads, default_workers
 from attnviz.corpus.outfiles import guard as guard_out
 
@@ -38,14 +38,7 @@ def check(cfg: CorpusConfig) -> None:
         raise AttnvizError("--max-items must be 1 or more")
     if cfg.max_tokens is not None:
         check_max_tokens(cfg)
-    if cfg.engine not in ENGINES:
-        raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(ENGINES)}")
-    if cfg.engine == "ray" and not importable("ray"):
-        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
-    if cfg.workers is not None and cfg.workers < 1:
-        raise AttnvizError("--workers must be 1 or more")
-    if cfg.threads is not None and cfg.threads < 1:  # 0 read as "the default" (cfg.threads or ...) unsaid
-        raise AttnvizError("--threads must be 1 or more (leave it out for cores / workers)")
+    check_engine(cfg, ENGINES)
     if not (Path(cfg.model).is_file() or Path(cfg.model).is_dir()):  # a folder: an optimum encoder-decoder export
         from attnviz.runtime.folder import hub_name_hint  # (numpy: only on this way out)
 
@@ -60,6 +53,21 @@ def check(cfg: CorpusConfig) -> None:
         )
     if cfg.convention is not None and not cfg.gold_column:
         raise AttnvizError("--convention says how gold alignments read decoder rows; it needs --gold-column C")
+
+
+def check_engine(cfg: EngineConfig, engines: Mapping[str, object]) -> None:
+    """The engine settings every corpus run refuses before it starts, one line each: ``attnviz corpus``'s
+    (:func:`check`), ``compare --texts``'s and ``ablate --texts``'s; ``engines``: the run's engine registry."""
+    if cfg.workers is not None and cfg.workers < 1:
+        raise AttnvizError("--workers must be 1 or more")
+    if cfg.threads is not None and cfg.threads < 1:  # 0 read as "the default" (cfg.threads or ...) unsaid
+        raise AttnvizError("--threads must be 1 or more (leave it out for cores / workers)")
+    if cfg.engine not in engines:
+        raise AttnvizError(f"unknown engine {cfg.engine!r}; use {' or '.join(engines)}")
+    if cfg.ray_address and cfg.engine != "ray":
+        raise AttnvizError("--ray-address needs --engine ray")
+    if cfg.engine == "ray" and not importable("ray"):
+        raise AttnvizError("--engine ray needs Ray: pip install 'ray[data]' (or use --engine local)")
 
 
 def check_max_tokens(cfg: CorpusConfig) -> None:

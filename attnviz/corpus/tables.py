@@ -15,6 +15,11 @@ def row_keys(site, head: int) -> dict:
     return {"stack": site.stack, "kind": site.kind, "layer": int(site.layer), "head": int(head)}
 
 
+def given_input(args, names: tuple[str, ...]) -> dict:
+    """run.json's ``input``: each of ``names`` (the command's input flags, as argparse names them) that was given."""
+    return {k: v for k in names if (v := getattr(args, k))}
+
+
 def write_heads(out: Path, rows: list[dict], measures: tuple[tuple[str, str], ...], run: dict) -> None:
     """``rows`` under the schema ``HEAD_KEYS + measures`` (pyarrow type names: "float64", "bool_", ...) into
     ``out/heads.parquet``, ``run`` into ``out/run.json``; ``out`` is made if missing.  Each file goes through

@@ -317,6 +317,7 @@ def test_joint_ablation_and_generation(tmp_path, capsys):
     assert rows[0]["ablation_kl"] == rows[1]["ablation_kl"]  # one joint ablation, repeated per named head
     run = json.loads((out / "run.json").read_text())
     assert len(run["base_generated"]) >= 1 and run["joint"]["heads"] == ["decoder self 0:0", "decoder self 1:1"]
+    assert run["input"] == {"text": "the cat", "generate": 4}  # the input flags given, and only they
     # the joint numbers against the gated session run by hand: the greedy tokens with both heads off
     model = open_model(path, provider="cpu")
     ab = Ablation(model, [0, 1], "zero", AnalyzeRequest(text="the cat", generate=4))

@@ -54,6 +54,7 @@ def test_a_model_against_itself_is_zero_everywhere(tmp_path, capsys):
     run = json.loads((tmp_path / "c" / "run.json").read_text())
     assert run["models"]["A"]["sha256"] == run["models"]["B"]["sha256"]
     assert all(o["max_abs_diff"] == 0.0 for o in run["outputs"]) and run["unmatched"] == []
+    assert run["input"] == {"text": TEXT}  # the input flags given, and only they
     assert "most changed" in out
 
 

@@ -65,17 +65,17 @@ def test_a_speech_folder_runs_on_a_sound_and_shows_where_each_word_listened(qtbo
     assert w.inputs.form.labelForField(w.inputs.text_pair).text() == "transcript"
     r = w.session.result
     assert r.audio is not None and r.info["audio"] == [str(sound)]
-    assert [b.text() for b in v.word_buttons] == ["w3", "w17", "w5"]
+    assert [b.text() for b in v.word_bar.buttons] == ["w3", "w17", "w5"]
     assert w.session.block.kind == "cross"  # the tab selected the block it draws
     w.session.select(mode="head", layer=1, head=2)
     n = int(np.ceil(2.2 / 0.02))
     x, y = v.curve_item.getData()
     np.testing.assert_allclose(x, np.arange(n) * 0.02 + 0.01)
     np.testing.assert_array_equal(y, r.maps[cross_site(r, 1)].array()[0, 2, 3, :n])  # "w3": row 3 chose it
-    assert v.word_buttons[0].isChecked()
+    assert v.word_bar.buttons[0].isChecked()
     # a word in the strip becomes the query
-    v.word_buttons[2].click()
-    assert w.session.sel.query == 5 and v.word_buttons[2].isChecked()
+    v.word_bar.buttons[2].click()
+    assert w.session.sel.query == 5 and v.word_bar.buttons[2].isChecked()
     np.testing.assert_array_equal(v.curve_item.getData()[1], r.maps[cross_site(r, 1)].array()[0, 2, 5, :n])
     # a click on the spectrogram at 1.507 s: frame 75 becomes the encoder's query
     scene = v.spec_plot.vb.mapViewToScene(QPointF(1.507, 40.0))
@@ -85,7 +85,7 @@ def test_a_speech_folder_runs_on_a_sound_and_shows_where_each_word_listened(qtbo
     enc = next(i for i, s in enumerate(r.sites) if s.stack == "encoder" and s.layer == 1)
     np.testing.assert_array_equal(v.curve_item.getData()[1], r.maps[enc].array()[0, 2, 75, :n])
     assert [m.getRegion() for _, m in v.marks] == [pytest.approx((1.5, 1.52))] * 2
-    assert not any(b.isChecked() for b in v.word_buttons)
+    assert not any(b.isChecked() for b in v.word_bar.buttons)
     check_screen_is_figure(w, v)
 
 

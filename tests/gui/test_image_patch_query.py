@@ -42,7 +42,7 @@ def test_a_clicked_patch_is_the_query_on_screen_and_in_the_export(qtbot, real_wi
     label, row = v.queries[v.query]
     assert (label, row) == ("patch (2, 1)", 1 + 2 * grid.cols + 1)
     assert f"grid {grid.rows}×{grid.cols} (+1 non-patch) · " in v.info.text()  # the [CLS] key before the patches
-    assert v.queries[:-1] == before and v.query_buttons[v.query].isChecked()
+    assert v.queries[:-1] == before and v.query_bar.buttons[v.query].isChecked()
     # the overlay is that patch's row of layer 1, head 2 over the patches (CLS left out), from the raw map
     site = [i for i, s in enumerate(w.session.result.sites) if s.layer == 1][0]
     want = w.session.result.maps[site].array()[0, 2, row, 1:].reshape(grid.rows, grid.cols)

@@ -132,7 +132,7 @@ def test_the_global_images_patches_and_peak_are_named_as_the_global_image(qtbot,
     qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
     label, row = v.queries[v.query]
     assert (label, labels[row]) == ("global image patch (4, 1)", "(4,1)")
-    assert v.query_buttons[v.query].text() == label and f"query “{label}”" in v.info.text()
+    assert v.query_bar.buttons[v.query].text() == label and f"query “{label}”" in v.info.text()
     peak = named(top(labels, att[row], r"\(\d+,\d+\)"))  # its row lies on the global image's own keys
     assert f"global image 6×6 beside them, peak at {peak} · colours span" in v.info.text()
     check_image(w, figure(w, v))  # the figure's title: query “global image patch (4, 1)”

@@ -230,8 +230,8 @@ def test_captioning_words_and_strip(qtbot, window, files):
     words = window.session.result.generated
     assert [q for q, _ in v.queries] == words
     assert len(v.strip) == 4 and [b.text() for b in v.strip] == words
-    qtbot.mouseClick(v.query_buttons[1], Qt.LeftButton)
-    assert v.query == 1 and v.query_buttons[1].isChecked()
+    qtbot.mouseClick(v.query_bar.buttons[1], Qt.LeftButton)
+    assert v.query == 1 and v.query_bar.buttons[1].isChecked()
     assert v.info.text().startswith(f"query “{words[1]}” · decoder cross-attention")
     qtbot.mouseClick(v.strip[2], Qt.LeftButton)
     assert v.query == 2

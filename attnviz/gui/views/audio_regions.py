@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout
 
 from attnviz.core import audio_view as av
 from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
+from attnviz.gui.widgets.query_buttons import QueryButtons
 
 WAVE_BRUSH = (89, 89, 89)  # the figure's 0.35 grey
 # panel heights relative to each other, as the figure's (waveform, spectrogram, heat band, curve)
@@ -39,16 +40,7 @@ class AudioRegionsView(View):
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
         style.configure()
-        self.word_bar = QHBoxLayout()
-        self.word_group = QButtonGroup(self)
-        self.word_group.setExclusive(True)
-        self.word_buttons: list[QPushButton] = []
-        wrap = QWidget()
-        wrap.setLayout(self.word_bar)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(wrap)
-        scroll.setFixedHeight(48)
+        self.word_bar = QueryButtons()
         self.glw = pg.GraphicsLayoutWidget()
         self.plots: list[pg.PlotItem] = []
         for i, stretch in enumerate(PANEL_STRETCH):
@@ -97,7 +89,7 @@ class AudioRegionsView(View):
         self.info = info_label()
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
-        lay.addWidget(scroll)
+        lay.addWidget(self.word_bar)
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
         self.view: av.AudioView | None = None
@@ -159,29 +151,12 @@ class AudioRegionsView(View):
     # -- drawing ----------------------------------------------------------------
     def _draw_words(self, v: av.AudioView) -> None:
         key = (id(self.session.result), self.session.sel.batch)
+        rows = [row for _, row in v.words]
         if key != self._words_key:
             self._words_key = key
-            for b in self.word_buttons:
-                self.word_group.removeButton(b)
-                self.word_bar.removeWidget(b)
-                b.hide()  # deleteLater waits for the event loop; until then an old button would still paint
-                b.deleteLater()
-            self.word_buttons = []
-            for label, row in v.words:
-                b = QPushButton(label)
-                b.setCheckable(True)
-                b.setFlat(True)
-                b.setStyleSheet(
-                    "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
-                )
-                b.clicked.connect(lambda _=False, row=row: self.select_word(row))
-                self.word_group.addButton(b)
-                self.word_bar.addWidget(b)
-                self.word_buttons.append(b)
-        self.word_group.setExclusive(False)  # a frame query checks no word
-        for b, (_, row) in zip(self.word_buttons, v.words):
-            b.setChecked(v.query_kind == "word" and row == v.query)
-        self.word_group.setExclusive(True)
+            self.word_bar.fill([label for label, _ in v.words], lambda i: self.select_word(rows[i]))
+        # a frame query (a click on the sound) checks no word
+        self.word_bar.check(rows.index(v.query) if v.query_kind == "word" and v.query in rows else None)
 
     def draw(self) -> None:
         s = self.session

@@ -15,11 +15,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QIcon, QImage, QPixmap
 from PySide6.QtWidgets import (
-    QButtonGroup,
     QComboBox,
     QGraphicsRectItem,
     QHBoxLayout,
-    QPushButton,
     QScrollArea,
     QToolButton,
     QVBoxLayout,
@@ -33,6 +31,7 @@ from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
+from attnviz.gui.widgets.query_buttons import QueryButtons
 
 THUMB_PX = 96
 OVERLAY_PX = 448  # the heat overlay is computed at least this large
@@ -102,16 +101,7 @@ class ImageRegionsView(View):
             vb.addItem(caption)
         self._two = False
         self.glw.scene().sigMouseClicked.connect(self._on_click)
-        self.query_bar = QHBoxLayout()
-        self.query_group = QButtonGroup(self)
-        self.query_group.setExclusive(True)
-        self.query_buttons: list[QPushButton] = []
-        qwrap = QWidget()
-        qwrap.setLayout(self.query_bar)
-        qscroll = QScrollArea()
-        qscroll.setWidgetResizable(True)
-        qscroll.setWidget(qwrap)
-        qscroll.setFixedHeight(48)
+        self.query_bar = QueryButtons()
         self.strip_bar = QHBoxLayout()
         self.strip: list[QToolButton] = []
         swrap = QWidget()
@@ -149,7 +139,7 @@ class ImageRegionsView(View):
         self.from_box.currentIndexChanged.connect(self._on_from)
         self.from_box.hide()
         top = QHBoxLayout()
-        top.addWidget(qscroll, 1)
+        top.addWidget(self.query_bar, 1)
         top.addWidget(self.from_box)
         top.addWidget(self.picture_box)
         top.addWidget(self.base_box)
@@ -205,23 +195,7 @@ class ImageRegionsView(View):
             self.query = int(np.argmax(peaks))
 
     def _make_buttons(self) -> None:
-        for b in self.query_buttons:
-            self.query_group.removeButton(b)
-            self.query_bar.removeWidget(b)
-            b.hide()  # deleteLater waits for the event loop; until then an old button would still paint
-            b.deleteLater()
-        self.query_buttons = []
-        for qi, (label, _) in enumerate(self.queries):
-            b = QPushButton(label)
-            b.setCheckable(True)
-            b.setFlat(True)
-            b.setStyleSheet(
-                "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
-            )
-            b.clicked.connect(lambda _=False, qi=qi: self.set_query(qi))
-            self.query_group.addButton(b)
-            self.query_bar.addWidget(b)
-            self.query_buttons.append(b)
+        self.query_bar.fill([label for label, _ in self.queries], self.set_query)
 
     def _on_click(self, ev) -> None:
         """A click on the image makes the patch under it the query (self-attention over patches: a ViT, a Swin
@@ -329,8 +303,7 @@ class ImageRegionsView(View):
         if kind == "cross" and s.sel.step >= 0:
             self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
         self.query = min(self.query, len(self.queries) - 1)
-        for i, b in enumerate(self.query_buttons):
-            b.setChecked(i == self.query)
+        self.query_bar.check(self.query)
         img = self.base_image(grid)
         h, w = img.shape[:2]
         self._image_size = (h, w)

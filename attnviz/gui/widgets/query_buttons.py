@@ -1,0 +1,51 @@
+"""A row of query buttons that scrolls sideways: the words (or patches) a view can make its query, one checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QWidget
+
+STYLE = "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
+
+
+class QueryButtons(QScrollArea):
+    """Flat checkable buttons, one checked at most (Image regions' queries, Audio regions' words): :meth:`fill`
+    replaces them, :meth:`check` marks one."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.bar = QHBoxLayout()
+        self.group = QButtonGroup(self)
+        self.group.setExclusive(True)
+        self.buttons: list[QPushButton] = []
+        wrap = QWidget()
+        wrap.setLayout(self.bar)
+        self.setWidgetResizable(True)
+        self.setWidget(wrap)
+        self.setFixedHeight(48)
+
+    def fill(self, labels: Sequence[str], on_click: Callable[[int], None]) -> None:
+        """One button per label, in order; a click calls ``on_click`` with the button's index."""
+        for b in self.buttons:
+            self.group.removeButton(b)
+            self.bar.removeWidget(b)
+            b.hide()  # deleteLater waits for the event loop; until then an old button would still paint
+            b.deleteLater()
+        self.buttons = []
+        for i, label in enumerate(labels):
+            b = QPushButton(label)
+            b.setCheckable(True)
+            b.setFlat(True)
+            b.setStyleSheet(STYLE)
+            b.clicked.connect(lambda _=False, i=i: on_click(i))
+            self.group.addButton(b)
+            self.bar.addWidget(b)
+            self.buttons.append(b)
+
+    def check(self, index: int | None) -> None:
+        """Button ``index`` checked and the others not; None: none (a query that is no button's)."""
+        self.group.setExclusive(False)  # an exclusive group will not uncheck its checked button
+        for i, b in enumerate(self.buttons):
+            b.setChecked(i == index)
+        self.group.setExclusive(True)
