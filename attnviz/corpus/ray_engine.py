@@ -3,8 +3,8 @@
 Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
 
     read_text / read_json / read_parquet -> drop blank items -> limit -> zip with range (item index)
-    -> map_batches(tokenise) -> sort(length, index) -> map_batches(ReduceActor, one session per actor)
-    -> write_parquet(partials)
+    -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
+    -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
 The driver then reads the partials Parquet back and folds it (``partials``).  A batch Ray hands an actor is cut
 again by :func:`~attnviz.corpus.plan.plan_text` (the map budget; equal lengths for a mask-less encoder), so
