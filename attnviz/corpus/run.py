@@ -649,8 +649,10 @@ def _truncation(cfg: CorpusConfig, kind: str, cut: int, sides: tuple[int, int] |
     else:
         rule = rules.PAIR if cfg.pair_column and kind != "decoder" else rules.SINGLE
     out = {"max_tokens": cfg.max_tokens, "items_truncated": cut, "truncation": rule}
-    if sides is not None:
-        out["sources_truncated"], out["targets_truncated"] = sides
+    if sides is not None:  # (generated targets are never cut: --generate bounds them)
+        out["sources_truncated"] = sides[0]
+        if cfg.pair_column:
+            out["targets_truncated"] = sides[1]
     return out
 
 

@@ -208,3 +208,27 @@ def test_pair_refusals_are_one_line(planted, tmp_path, capsys, extra, words):
     assert _corpus(model, tmp_path / "p.jsonl", tmp_path / "out", "--text-pair-column", "b", *extra) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_without_targets_only_the_sources_are_cut_and_the_decoder_reads_its_generation(tmp_path):
+    """No --text-pair-column: each source is cut (its first N words), and the decoder generates from it as from the
+    hand-cut source; run.json counts the sources cut and names no target."""
+    from attnviz.runtime import open_model
+
+    src_tok, _ = open_model(TRANSLATION, provider="cpu").tokenizers
+    sw = _one_token_words(src_tok, 30, 6)
+    rng = np.random.default_rng(7)
+    sources = [" ".join(rng.choice(sw, int(rng.integers(2, 9)))) for _ in range(8)]
+    (tmp_path / "long.txt").write_text("".join(s + "\n" for s in sources))
+    cut_sources = [" ".join(s.split()[:N_SRC]) for s in sources]
+    (tmp_path / "cut.txt").write_text("".join(s + "\n" for s in cut_sources))
+    assert _corpus(TRANSLATION, tmp_path / "long.txt", tmp_path / "a", "--generate", 3, "--max-tokens", N_SRC) == 0
+    assert _corpus(TRANSLATION, tmp_path / "cut.txt", tmp_path / "b", "--generate", 3) == 0
+    _same_statistics(tmp_path / "a", tmp_path / "b")
+    examples = read(tmp_path / "a").examples
+    assert all(e["text"] == cut_sources[e["item"]] and e["pair"] is None for e in examples)
+    assert [e["generated"] for e in examples] == [e["generated"] for e in read(tmp_path / "b").examples]
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    want = sum(len(s.split()) > N_SRC for s in sources)
+    assert 0 < want < len(sources) and run["items_truncated"] == run["sources_truncated"] == want
+    assert "targets_truncated" not in run and "generates" in run["truncation"]
