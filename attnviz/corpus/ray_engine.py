@@ -242,14 +242,14 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
     was_cut = []
     for n, (index, text, pair) in enumerate(zip(batch.column("id").to_pylist(), texts, pairs)):
         enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
-        row = (list(enc.ids), list(enc.type_ids or [0] * len(enc.ids)), [bool(s) for s in enc.special])
+        row = [list(enc.ids), list(enc.type_ids or [0] * len(enc.ids)), [bool(s) for s in enc.special]]
         was_cut.append(max_tokens is not None and len(row[0]) > max_tokens)
-        if was_cut[-1]:
+        if max_tokens is not None and was_cut[-1]:
             try:
                 keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
             except AttnvizError as e:
                 raise item_error(Item(int(index), text=text, pair=pair), e) from None
-            row = tuple([x for x, k in zip(v, keep) if k] for v in row)
+            row = [[x for x, k in zip(v, keep) if k] for v in row]
             texts[n], pairs[n] = read.text, pairs[n] if read.pair is None else read.pair
         if row[0]:
             ids.append(row[0])
