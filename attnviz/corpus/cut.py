@@ -79,8 +79,8 @@ def cut(tok, text: str, pair: str | None, special: np.ndarray, n: int) -> tuple[
     lb = len(tok.encode_ids(pair, None, add_special=False).ids)
     if la + lb != len(words):
         raise AttnvizError(
-            f"its pair reads as {len(words)} tokens and its sentences as {la} + {lb}, so --max-tokens cannot tell "
-            "them apart; leave out --max-tokens (or --text-pair-column)"
+            f"its pair reads as {len(words)} tokens and its sentences as {la} + {lb} (a special token typed in the "
+            "text?), so --max-tokens cannot tell them apart; remove it from the text, or leave out --max-tokens"
         )
     fixed = len(special) - len(words)
     if n < fixed + 2:

@@ -232,3 +232,16 @@ def test_without_targets_only_the_sources_are_cut_and_the_decoder_reads_its_gene
     want = sum(len(s.split()) > N_SRC for s in sources)
     assert 0 < want < len(sources) and run["items_truncated"] == run["sources_truncated"] == want
     assert "targets_truncated" not in run and "generates" in run["truncation"]
+
+
+def test_a_pair_whose_sentences_cannot_be_told_apart_is_one_line_naming_it(planted, tmp_path, capsys):
+    """The vocabulary tokenizer reads a typed [SEP] as its special token: the pair's words no longer add up to its
+    two sentences', so where one sentence ends is unknown and the cut is refused rather than guessed."""
+    model, _ = planted
+    f = tmp_path / "p.jsonl"
+    rows = [{"text": "the cat", "b": "a dog"}, {"text": "the [SEP] cat sat on the mat", "b": "a dog ran home"}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert _corpus(model, f, tmp_path / "out", "--text-pair-column", "b", "--max-tokens", 6) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "corpus item 1 (line 2)" in err and "special token typed" in err
+    assert not (tmp_path / "out").exists()
