@@ -144,7 +144,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     outputs = tuple(o.name for o in models[0].outputs if o.name in names)
     items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
     heads = sum(s.heads or 0 for m in models for s in m.sites)  # both models' maps are held at once
-    tasks, cuts = plan(models, kind, items, cfg.batch_size, heads, cfg.max_tokens)
+    tasks, cuts, sides = plan(models, kind, items, cfg.batch_size, heads, cfg.max_tokens)
     items = _as_read(items, cuts)  # items.parquet shows what A and B read of each item cut
     del models  # the workers hold their own sessions
     workers = max(1, min(workers, len(tasks)))
@@ -188,7 +188,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     out_rows = acc.output_rows(outputs)
     run = _run_info(cfg, sha_a, sha_b, data_sha, acc, rows, out_rows, unmatched, setup, resumed, run_s, t_start)
     if cfg.max_tokens is not None:
-        run.update(_truncation(cfg, kind, cuts))
+        run.update(_truncation(cfg, kind, cuts, sides))
     write_heads(out, rows, MEASURES, run)
     _write_items(out / ITEMS, acc, items, outputs)
     ckpt.unlink(missing_ok=True)
@@ -270,16 +270,17 @@ def _differ(item: it.Item, side: str, ids_a: list[int], ids_b: list[int], toks) 
 
 def plan(
     models, kind: str, items: list[it.Item], batch_size: int, heads: int, max_tokens: int | None = None
-) -> tuple[list[CompareTask], dict[int, Read]]:
+) -> tuple[list[CompareTask], dict[int, Read], tuple[int, int] | None]:
     """Both models' tokens of every item (cut to ``max_tokens`` by corpus/cut.py, each model's own tokenizer
     cutting its own tokens), checked to agree; A's padded batches (and B's, where its ids differ: the same tokens
     cut the same batches, since lengths and file order are all that cutting depends on); and what the models read
-    of each item cut (A's reading: the tokens agree)."""
+    of each item cut (A's reading: the tokens agree), with (sources cut, targets cut) for an encoder-decoder."""
     cut = _plan_pairs if kind == "encoder-decoder" else _plan_text
-    specs_a, specs_b, cuts = cut(models, kind, items, batch_size, heads, max_tokens)
+    specs_a, specs_b, cuts, sides = cut(models, kind, items, batch_size, heads, max_tokens)
     if specs_b is not None:
         assert [s.items for s in specs_a] == [s.items for s in specs_b]
-    return [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)], cuts
+    tasks = [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)]
+    return tasks, cuts, sides
 
 
 def _as_read(items: list[it.Item], cuts: dict[int, Read]) -> list[it.Item]:
@@ -293,7 +294,7 @@ def _as_read(items: list[it.Item], cuts: dict[int, Read]) -> list[it.Item]:
     ]
 
 
-def _truncation(cfg: CompareCorpusConfig, kind: str, cuts: dict[int, Read]) -> dict:
+def _truncation(cfg: CompareCorpusConfig, kind: str, cuts: dict[int, Read], sides: tuple[int, int] | None) -> dict:
     """run.json's account of --max-tokens (as ``attnviz corpus`` writes it)."""
     from attnviz.corpus import cut as rules
 
@@ -301,7 +302,10 @@ def _truncation(cfg: CompareCorpusConfig, kind: str, cuts: dict[int, Read]) -> d
         rule = rules.SOURCE_TARGET
     else:
         rule = rules.PAIR if cfg.pair_column and kind != "decoder" else rules.SINGLE
-    return {"max_tokens": cfg.max_tokens, "items_truncated": len(cuts), "truncation": rule}
+    out = {"max_tokens": cfg.max_tokens, "items_truncated": len(cuts), "truncation": rule}
+    if sides is not None:
+        out["sources_truncated"], out["targets_truncated"] = sides
+    return out
 
 
 def _plan_pairs(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
@@ -318,7 +322,7 @@ def _plan_pairs(models, kind, items, batch_size, heads, max_tokens=None) -> tupl
                 if (e := _differ(item, side, xa[n], xb[n], toks)) is not None:
                     raise e
     specs_a = pairs.plan_pairs(items, ea, batch_size, heads)
-    return specs_a, None if same else pairs.plan_pairs(items, eb, batch_size, heads), ea.cuts
+    return specs_a, None if same else pairs.plan_pairs(items, eb, batch_size, heads), ea.cuts, ea.sides_cut
 
 
 def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
@@ -339,7 +343,7 @@ def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple
     equal = kind == "encoder" and not (has_mask(ma) and has_mask(mb))
     specs_a = plan_text(items, ea, None, None, batch_size, equal_lengths=equal, heads=heads)
     specs_b = None if same else plan_text(items, eb, None, None, batch_size, equal_lengths=equal, heads=heads)
-    return specs_a, specs_b, ea.cuts
+    return specs_a, specs_b, ea.cuts, None
 
 
 def _fingerprint(cfg, sha_a: str, sha_b: str, data_sha: str, tasks: list[CompareTask], setup: CompareSetup) -> str:

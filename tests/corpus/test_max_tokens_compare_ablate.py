@@ -90,6 +90,8 @@ def test_compare_cuts_sources_and_targets_of_encoder_decoders(tmp_path, capsys):
     run = json.loads((tmp_path / "x" / "run.json").read_text())
     want = sum(len(s.split()) > N or len(t.split()) + 1 > N for s, t in pairs)
     assert 0 < want < len(pairs) and run["items_truncated"] == want and "target" in run["truncation"]
+    sides = (sum(len(s.split()) > N for s, _ in pairs), sum(len(t.split()) + 1 > N for _, t in pairs))
+    assert (run["sources_truncated"], run["targets_truncated"]) == sides
 
 
 def test_ablate_base_and_ablated_runs_read_the_cut_items(tmp_path, capsys):
