@@ -65,7 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy steps: did the generation change?")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="keep only the first N tokens of the text; with --texts each item's (as 'attnviz corpus --max-tokens': "
+        "a final [SEP] or </s> kept last), the base and ablated runs reading the same cut item",
+    )
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W")
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
@@ -171,7 +177,7 @@ def run_corpus(args) -> int:
     given += ["--text-pair"] if args.text_pair else []
     given += ["--generate"] if args.generate else []
     given += [f for f, v in (("--image-size", args.image_size), ("--image-mean", args.image_mean)) if v]
-    given += [f for f, v in (("--image-std", args.image_std), ("--max-tokens", args.max_tokens)) if v]
+    given += ["--image-std"] if args.image_std else []
     if given:
         raise AttnvizError(
             f"{', '.join(given)}: for one input; over a corpus (--texts) drop {'them' if len(given) > 1 else 'it'}"
@@ -187,6 +193,7 @@ def run_corpus(args) -> int:
             label_column=args.label_column,
             batch_size=args.batch_size,
             max_items=args.max_items,
+            max_tokens=args.max_tokens,
             **engine_flags(args),
         )
     )

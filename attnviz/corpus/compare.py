@@ -39,7 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             metavar="NAME",
             help=f"which of {side.upper()}'s quantized siblings (a Hub repository's onnx/*_NAME.onnx; default full)",
         )
-    c = p.add_argument_group("over a corpus (instead of one input; through the corpus engine)")
+    c = p.add_argument_group(
+        "over a corpus (instead of one input; through the corpus engine)",
+        "--max-tokens N cuts each item as 'attnviz corpus --max-tokens' does (one text: its first N tokens, a final "
+        "[SEP] or </s> kept last; a pair: longest first; an encoder-decoder: sources and decoder rows to N): A and B "
+        "read the same cut items",
+    )
     c.add_argument(
         "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
     )
@@ -284,6 +289,7 @@ def _run_corpus(args) -> int:
         pair_column=args.text_pair_column,
         batch_size=32 if args.batch_size is None else args.batch_size,
         max_items=args.max_items,
+        max_tokens=args.max_tokens,
         **engine_flags(args),
     )
     r = run_compare_corpus(cfg)

@@ -26,6 +26,7 @@ from attnviz.corpus import items as it
 from attnviz.corpus import output
 from attnviz.corpus import prestart as starting
 from attnviz.corpus.config import CHECKPOINT, GENERATE_DEFAULT, CorpusConfig  # noqa: F401 (run.CorpusConfig: callers')
+from attnviz.corpus.cut import Read
 from attnviz.corpus.engines import (
     ENGINES,
     WarmPool,
@@ -287,8 +288,8 @@ def _run(
         "reduce_s": run_s,
         "versions": versions,
     }
-    if cfg.max_tokens is not None:  # the items cut to their first N tokens (their examples show what was read)
-        run["max_tokens"], run["items_truncated"] = cfg.max_tokens, stream.cut
+    if stream.cut is not None:  # --max-tokens: the items cut (their examples show what was read), and how
+        run.update(stream.cut)
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
@@ -474,20 +475,16 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     specs: list[BatchSpec]
     gold_info = None
     audio = None
-    cuts: dict[int, str] = {}  # --max-tokens: the items cut, with the text the model read of each
+    cuts: dict[int, Read] = {}  # --max-tokens: the items cut, with what the model read of each
+    sides = None  # --max-tokens over sources and targets: (sources cut, targets cut)
     if cfg.audio_dir is not None:
         items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
     elif cfg.texts is not None and kind == "encoder-decoder":
         from attnviz.corpus import pairs  # (source/target pairs only: a text or image corpus never loads it)
 
-        if cfg.max_tokens is not None:
-            raise AttnvizError(
-                "--max-tokens cuts an encoder's or a decoder's items; this encoder-decoder model's are "
-                "sources and targets: leave it out"
-            )
-
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
-        enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
+        enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None, max_tokens=cfg.max_tokens)
+        cuts, sides = enc.cuts, enc.sides_cut
         plan_gold = None
         if cfg.gold_column:
             plan_gold, gold_info = _gold_plan(cfg, model, items, enc)
@@ -583,7 +580,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         gold=gold_info if cfg.audio_dir is None else None,
         audio=audio,
         batches=len(specs),
-        cut=None if cfg.max_tokens is None else len(cuts),
+        cut=None if cfg.max_tokens is None else _truncation(cfg, kind, len(cuts), sides),
     )
 
 
@@ -634,11 +631,29 @@ def _read_again(cfg: CorpusConfig, data_sha: str, specs: list) -> dict[int, it.I
     return {i.index: i for i in items}
 
 
-def _as_read(items: dict[int, it.Item], cuts: dict[int, str]) -> dict[int, it.Item]:
-    """``items`` with each one cut by --max-tokens holding the text the model read of it (``cuts``)."""
-    for k, text in cuts.items():
-        items[k] = dataclasses.replace(items[k], text=text)
+def _as_read(items: dict[int, it.Item], cuts: dict[int, Read]) -> dict[int, it.Item]:
+    """``items`` with each one cut by --max-tokens holding what the model read of it (``cuts``)."""
+    for k, read in cuts.items():
+        items[k] = dataclasses.replace(
+            items[k], text=read.text, pair=read.pair if read.pair is not None else items[k].pair
+        )
     return items
+
+
+def _truncation(cfg: CorpusConfig, kind: str, cut: int, sides: tuple[int, int] | None = None) -> dict:
+    """run.json's account of --max-tokens: the limit, the items cut, and the rule (corpus/cut.py) in words."""
+    from attnviz.corpus import cut as rules
+
+    if kind == "encoder-decoder":
+        rule = rules.SOURCE_TARGET if cfg.pair_column else rules.SOURCE_GENERATE
+    else:
+        rule = rules.PAIR if cfg.pair_column and kind != "decoder" else rules.SINGLE
+    out = {"max_tokens": cfg.max_tokens, "items_truncated": cut, "truncation": rule}
+    if sides is not None:  # (generated targets are never cut: --generate bounds them)
+        out["sources_truncated"] = sides[0]
+        if cfg.pair_column:
+            out["targets_truncated"] = sides[1]
+    return out
 
 
 def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
@@ -666,7 +681,10 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
     # partials kept by an interrupted Ray run are reused only by a run that would produce the same ones
     fingerprint = hashlib.sha256(
         json.dumps(
-            [model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh, EXAMPLE_RANKING]
+            [
+                *(model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh, EXAMPLE_RANKING),
+                *([cfg.max_tokens] if cfg.max_tokens is not None else []),  # a run without it keeps its identity
+            ]
         ).encode()
     ).hexdigest()
     job = ray_engine.TextJob(
@@ -679,12 +697,15 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
         kind == "decoder",
         pickle.dumps(tok),
         fingerprint,
+        cfg.max_tokens,
     )
     found: dict[int, it.Item] = {}
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items, stream.resumed = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        parts, items, stream.resumed, cut = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
         found.update(items)
+        if cut is not None:
+            stream.cut = _truncation(cfg, kind, cut)
         return parts
 
     stream = Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
