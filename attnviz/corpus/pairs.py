@@ -17,11 +17,12 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.corpus.cut import Read, keep_single
+from attnviz.corpus.cut import Read
 from attnviz.corpus.gold import GoldBatch, GoldPair
 from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 from attnviz.runtime.limits import SHORTEN, check_positions
+from attnviz.runtime.truncation import keep_single
 
 FIX = SHORTEN + " (or drop the item)"
 

@@ -58,15 +58,23 @@ class Prepared:
     image_tiles_each: list = field(default_factory=list)  # each image's split (image_tiles: the last), in order
 
 
-def fit_positions(model: AttnModel, enc, max_tokens, notes):
+def fit_positions(model: AttnModel, enc, max_tokens, notes, pair: tuple | None = None):
     """Truncate to ``max_tokens`` when asked; refuse (offering the flag) more tokens than the model has positions.
-    A tokenizer.json's truncation length is a training-time choice, never used as the limit."""
-    from attnviz.runtime.limits import check_positions, truncate
+    A tokenizer.json's truncation length is a training-time choice, never used as the limit.  ``pair``: where
+    ``enc`` is a sentence pair, ``(tokenizer, text, text_pair)``: it is cut longest first, as a corpus run cuts the
+    same pair (:mod:`attnviz.runtime.truncation`), and the note says which sentence lost how many tokens."""
+    from attnviz.runtime.limits import check_positions
+    from attnviz.runtime.truncation import truncate, truncate_pair
 
     n = len(enc.ids)
     if max_tokens is not None and n > max_tokens:
-        enc = truncate(enc, int(max_tokens))
-        notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
+        if pair is None:
+            enc = truncate(enc, int(max_tokens))
+            notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
+        else:
+            tok, text, text_pair = pair
+            enc, how = truncate_pair(tok, enc, text, text_pair, int(max_tokens))
+            notes.append(f"{n} tokens truncated to {len(enc.ids)} (--max-tokens {max_tokens}): {how.describe()}")
     check_positions(model, len(enc.ids))
     return enc
 
@@ -442,10 +450,12 @@ def _encoder_text(b: _Build) -> None:
     b.src_tok, b.tgt_tok = b.model.tokenizers
     if b.src_tok is None:
         raise _no_tokenizer(b.model)
-    enc = b.src_tok.encode(b.req.text, None if b.dec_in is not None else b.req.text_pair)
+    pair = None if b.dec_in is not None else b.req.text_pair
+    enc = b.src_tok.encode(b.req.text, pair)
     if not enc.ids:
         raise AttnvizError("the text gives no tokens; type some words")
-    enc = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes)
+    cut_as = (b.src_tok, b.req.text, pair) if pair is not None else None
+    enc = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes, cut_as)
     fill_text_inputs(b.model, b.feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
     b.prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
 

@@ -124,19 +124,3 @@ def find_position_limit(meta: dict, proto, model_file: Path) -> PositionLimit | 
     (A model's ``position_limit`` property calls this once.)"""
     limit = _from_metadata(meta) or (_from_graph(proto) if proto is not None else None)
     return limit if limit is not None else _from_tokenizer_config(model_file)
-
-
-def truncate(enc, n: int):
-    """The first ``n`` tokens of an encoding, keeping a final special token (``[SEP]``, ``</s>``) last."""
-    if n < 1:
-        raise AttnvizError(f"--max-tokens {n}: give at least 1")
-    if len(enc.ids) <= n:
-        return enc
-    keep = list(range(n))
-    if enc.special and enc.special[-1] and n > 1:
-        keep = list(range(n - 1)) + [len(enc.ids) - 1]
-
-    def pick(xs):
-        return [xs[i] for i in keep] if xs is not None and len(xs) == len(enc.ids) else xs
-
-    return type(enc)(ids=pick(enc.ids), tokens=pick(enc.tokens), special=pick(enc.special), type_ids=pick(enc.type_ids))
