@@ -69,8 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         metavar="N",
-        help="keep only the first N tokens of the text; with --texts each item's (as 'attnviz corpus --max-tokens': "
-        "a final [SEP] or </s> kept last), the base and ablated runs reading the same cut item",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last (a --text-pair pair: the "
+        "longer sentence cut first, special tokens kept, as 'attnviz corpus --max-tokens'); with --texts each "
+        "item's, the base and ablated runs reading the same cut item",
     )
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W")

@@ -32,7 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)"
     )
-    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; a --text-pair pair keeps its "
+        "special tokens and loses tokens of the longer sentence first, from its end (Hugging Face tokenizers' "
+        "longest_first, as 'attnviz corpus --max-tokens' cuts a pair)",
+    )
     add_variant_argument(p)
     p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"

@@ -72,8 +72,10 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True,
         "--max-tokens",
         type=int,
         metavar="N",
-        help="keep only the first N tokens of the text (the model's "
-        "position limit is checked and named when a text is longer)",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; a --text-pair pair keeps its "
+        "special tokens and loses tokens of the longer sentence first, from its end (Hugging Face tokenizers' "
+        "longest_first, as 'attnviz corpus --max-tokens' cuts a pair). The model's position limit is checked and "
+        "named when a text is longer",
     )
     p.add_argument(
         "--max-seconds",
