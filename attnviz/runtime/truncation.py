@@ -20,7 +20,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 
-RULE = "the longer sentence first, special tokens kept: Hugging Face tokenizers' longest_first"
+RULE = "longest first, special tokens kept, as Hugging Face tokenizers cut a pair"  # the note's words
 
 
 def split_budget(la: int, lb: int, budget: int) -> tuple[int, int]:
