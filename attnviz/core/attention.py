@@ -372,6 +372,11 @@ def shown_stack(stack: str, vision_tower: bool) -> str:
     return VISION_STACK if vision_tower and stack == "encoder" else stack
 
 
+def shown_label(site: SiteInfo, vision_tower: bool) -> str:
+    """``site.label`` with its stack as :func:`shown_stack` shows it ("vision self L0" on a vision tower)."""
+    return shown_stack(site.stack, vision_tower) + site.label[len(site.stack) :]
+
+
 def site_stack(name: str, vision_tower: bool) -> str:
     """The sites' stack a user's name means (``--heads 'vision self 2:5'`` on a vision tower is its encoder's
     sites); the sites' own spelling ("encoder") means itself."""

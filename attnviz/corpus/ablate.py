@@ -220,7 +220,7 @@ def run_one(args) -> int:
     import onnxruntime
 
     from attnviz import AttnvizError, __version__
-    from attnviz.core.attention import shown_stack
+    from attnviz.core.attention import shown_label, shown_stack
     from attnviz.core.words import count
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
@@ -301,7 +301,7 @@ def run_one(args) -> int:
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,
         "sites": [
-            {"site": sites[i].label, "node": sites[i].node, "heads": g.heads, "gate": g.method}
+            {"site": shown_label(sites[i], vision_tower), "node": sites[i].node, "heads": g.heads, "gate": g.method}
             for i, g in sorted(ab.gates.items())
         ],
         "not_ablated": refused,

@@ -18,7 +18,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import SiteInfo, shown_stack, site_stack
+from attnviz.core.attention import SiteInfo, shown_label, site_stack
 from attnviz.core.compare import is_logits, log_softmax, output_difference
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
@@ -37,7 +37,7 @@ def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) ->
     views and tables name them: core.attention.shown_stack)."""
     out: dict[int, list[int]] = {}
     index = {(s.stack, s.kind, s.layer): i for i, s in enumerate(sites)}
-    names = ", ".join(f"{shown_stack(s.stack, vision_tower)}{s.label[len(s.stack) :]} ({s.heads} heads)" for s in sites)
+    names = ", ".join(f"{shown_label(s, vision_tower)} ({s.heads} heads)" for s in sites)
     for part in spec.split(","):
         if not part.strip():
             continue

@@ -6,6 +6,7 @@ frames, through core.stats.row_stats); what cannot be done is one line, exit 2."
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -249,6 +250,8 @@ def test_ablate_reads_and_writes_vision_self_and_still_takes_encoder_self(tower,
     a, b = heads_of(tmp_path / "vision"), heads_of(tmp_path / "encoder")
     assert a == b and [(r["stack"], r["kind"], r["layer"], r["head"]) for r in a] == [("vision", "self", 1, 2)]
     assert a[0]["ablation_max_dlogit"] > 0  # a head that was switched off
+    run = json.loads((tmp_path / "vision" / "run.json").read_text())
+    assert run["joint"]["heads"] == ["vision self 1:2"] and [s["site"] for s in run["sites"]] == ["vision self L1"]
     capsys.readouterr()
     out = tmp_path / "all"
     assert main(["ablate", str(tower), "--image", image, "--all-heads", "--out", str(out), "--provider", "cpu"]) == 0
