@@ -7,6 +7,10 @@ token-type table's zeros, T5's relative buckets, a fixed range) are not limits: 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -62,8 +66,25 @@ def test_extract_and_open_refuse_a_longer_text_in_one_line(planted, tmp_path, ca
     assert not (tmp_path / "m.npz").exists()
     assert main(["extract", str(model), "--text", LONG, "--max-tokens", "24", "--out", str(tmp_path / "m.npz")]) == 0
     pytest.importorskip("PySide6")
-    err = one_line(capsys, ["open", model, "--text", LONG, "--screenshot", tmp_path / "x.png"])
-    assert err == "attnviz: error: 42 tokens; this model's positions stop at 24 (position table pos_table)."
+    # the window in a process of its own (an in-process one would leave its application behind for later tests)
+    argv = [
+        sys.executable,
+        "-m",
+        "attnviz",
+        "open",
+        str(model),
+        "--text",
+        LONG,
+        "--screenshot",
+        str(tmp_path / "x.png"),
+    ]
+    r = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    )
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip() == "attnviz: error: 42 tokens; this model's positions stop at 24 (position table pos_table)."
+    )
 
 
 def test_corpus_names_max_tokens_and_runs_with_it(planted, tmp_path, capsys):
