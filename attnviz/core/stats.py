@@ -143,6 +143,21 @@ ROW_STAT_HELP = {
     "broad": "mean row entropy / log2(keys the row may see): 1 = uniform",
     "special_other": "mean mass on special tokens after position 0 (e.g. [SEP])",
 }
+# a VLM's vision file alone (corpus/tower.py): every statistic is each frame's (a tile, the global image), over its
+# own patches in raster order; a frame's keys start with its top-left patch (a vision tower has no [CLS])
+TOWER_STAT_HELP = {
+    **{k: v for k, v in STAT_CONTEXT_HELP["patches"].items() if v is not None},
+    "next": "mean mass on the patch after in raster order (the right neighbour; at a row end, the first patch of "
+    "the row below)",
+    "first": "mean mass on each frame's first patch (the top-left patch of its tile or of the global image; a "
+    "vision tower has no [CLS] or BOS)",
+}
+
+
+def row_stat_help(score: str, vision_tower: bool = False) -> str | None:
+    """What a corpus row statistic measures (None: not one): ``vision_tower``, over a VLM's vision file alone's
+    frames (:data:`TOWER_STAT_HELP`), else over tokens."""
+    return (TOWER_STAT_HELP.get(score) if vision_tower else None) or ROW_STAT_HELP.get(score)
 
 
 # maps per row_stats pass (float32 elements, 512 kB): about eight full passes over the maps (mask, sum, log, ...)

@@ -96,9 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _row(site, head: int, c, gate: str, together: int) -> dict:
+def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = False) -> dict:
     return {
-        **row_keys(site, head),
+        **row_keys(site, head, vision_tower),
         "ablation_kl": c.kl_bits,
         "ablation_max_dlogit": float(c.max_dlogit),
         "prediction_changed": c.prediction_changed,
@@ -223,6 +223,7 @@ def run_one(args) -> int:
     import onnxruntime
 
     from attnviz import AttnvizError, __version__
+    from attnviz.core.attention import shown_label, shown_stack
     from attnviz.core.words import count
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
@@ -243,13 +244,14 @@ def run_one(args) -> int:
     prestart()
     model = _open(args)
     sites = model.sites
+    vision_tower = model.frames is not None  # a VLM's vision file alone: its heads are "vision self" (as its views say)
     if args.all_heads:
         chosen, refused = gateable(model)
         if not chosen:
             raise AttnvizError(f"no head can be ablated: {'; '.join(refused)}")
         off_sets = [{i: [h]} for i in chosen for h in range(sites[i].heads)]
     else:
-        wanted = parse_heads(args.heads, sites)
+        wanted = parse_heads(args.heads, sites, vision_tower)
         chosen, refused = sorted(wanted), []
         off_sets = [wanted]
     req = request_from_args(args)
@@ -263,7 +265,7 @@ def run_one(args) -> int:
     for off, c in zip(off_sets, changes):
         together = sum(len(h) for h in off.values())
         for i, heads in sorted(off.items()):
-            rows.extend(_row(sites[i], h, c, ab.gates[i].method, together) for h in sorted(heads))
+            rows.extend(_row(sites[i], h, c, ab.gates[i].method, together, vision_tower) for h in sorted(heads))
     tok = ab.prep.tgt_tok
 
     def words(ids):
@@ -274,7 +276,7 @@ def run_one(args) -> int:
         c = changes[0]
         joint = {
             "heads": [
-                f"{sites[i].stack} {sites[i].kind} {sites[i].layer}:{h}"
+                f"{shown_stack(sites[i].stack, vision_tower)} {sites[i].kind} {sites[i].layer}:{h}"
                 for i, hs in sorted(off_sets[0].items())
                 for h in hs
             ],
@@ -292,7 +294,7 @@ def run_one(args) -> int:
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,
         "sites": [
-            {"site": sites[i].label, "node": sites[i].node, "heads": g.heads, "gate": g.method}
+            {"site": shown_label(sites[i], vision_tower), "node": sites[i].node, "heads": g.heads, "gate": g.method}
             for i, g in sorted(ab.gates.items())
         ],
         "not_ablated": refused,

@@ -102,6 +102,15 @@ def _same_tokens(ra, rb) -> None:
             )
 
 
+def row_stack(site, vision_tower: bool = False) -> str:
+    """The ``stack`` a comparison row names a site (a SiteInfo) by: a dual encoder's tower in brackets; a
+    vision–language model's encoder "vision", as its views name it (core.attention.shown_stack)."""
+    from attnviz.core.attention import shown_stack
+
+    stack = shown_stack(site.stack, vision_tower)
+    return stack if site.tower is None else f"{stack} ({site.tower})"
+
+
 def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     """Match the two results' sites and measure every head of each matched pair."""
     import numpy as np
@@ -129,7 +138,7 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
         for h in range(a.shape[1]):
             heads.append(
                 {
-                    "stack": s.stack if s.tower is None else f"{s.stack} ({s.tower})",
+                    "stack": row_stack(s, ra.vision_tower),
                     "kind": s.kind,
                     "layer": int(s.layer),
                     "head": h,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.attention import VISION_TOWER_KEY
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
@@ -178,7 +179,8 @@ def _run(
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan,
     # and so does a VLM's vision file alone (its images go through the family's processor in the workers, not
     # through Ray Data's decoding and attnviz's own resize: corpus/tower.py)
-    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and _tower_frames(cfg, model) is None
+    vision_tower = _tower_frames(cfg, model) is not None
+    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and not vision_tower
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
@@ -288,6 +290,8 @@ def _run(
         "reduce_s": run_s,
         "versions": versions,
     }
+    if vision_tower:  # its heads are the vision tower's ("vision self"); "first" is each frame's first patch
+        run[VISION_TOWER_KEY] = True
     if stream.cut is not None:  # --max-tokens: the items cut (their examples show what was read), and how
         run.update(stream.cut)
     if stream.gold is not None:
@@ -296,8 +300,8 @@ def _run(
         run["audio_gold"] = stream.audio(acc.audio)
     output.write(
         out,
-        output.head_rows(acc, groups, induction),
-        output.example_rows(acc, groups, items),
+        output.head_rows(acc, groups, induction, vision_tower),
+        output.example_rows(acc, groups, items, vision_tower),
         run,
     )
     ckpt.unlink(missing_ok=True)

@@ -149,7 +149,8 @@ class Session(QObject):
         return mv
 
     def block_index(self, stack: str, kind: str) -> int | None:
+        """The first block of ``stack`` (the sites' name, or the name the views show: "vision") and ``kind``."""
         for i, b in enumerate(self.blocks):
-            if b.stack == stack and b.kind == kind:
+            if stack in (b.stack, b.shown_stack) and b.kind == kind:
                 return i
         return None
