@@ -98,8 +98,9 @@ def test_image_regions_peaks_and_labels_are_the_dense_paths(square, mode):
 
 
 def test_the_token_map_thumbnails_and_figures_are_the_dense_paths(square):
-    """The tower block's token map is the whole block-diagonal map (off the diagonal blocks, zeros), as the whole
-    model's tower block draws it; its figures' bytes are the dense path's."""
+    """The tower block's token map (compute_map) is the whole block-diagonal map (off the diagonal blocks, zeros), as
+    the whole model's tower block draws it; its figures' bytes are the dense path's, but the heatmap's: the Head map
+    draws one frame (tests/gui/test_head_map_frames.py)."""
     from attnviz.figures import figure_bytes, render_figure
 
     want_r = dense(square)
@@ -108,8 +109,13 @@ def test_the_token_map_thumbnails_and_figures_are_the_dense_paths(square):
         got, want = v.thumbnails(square, sel, use_cache=False), v.thumbnails(want_r, sel, use_cache=False)
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
     sel = v.Selection(layer=1, head=2, query=40)
-    for view in ("heatmap", "overview", "image"):
+    for view in ("overview", "image"):
         assert figure_bytes(render_figure(square, view, sel)) == figure_bytes(render_figure(want_r, view, sel)), view
+    # the heatmap figure draws the Head map's: the query's frame alone (tile 1), the dense map's diagonal block
+    fig = render_figure(square, "heatmap", sel)
+    drawn = next(a for a in fig.axes if a.images).images[0].get_array()
+    np.testing.assert_array_equal(drawn, v.compute_map(want_r, sel).matrix[P : 2 * P, P : 2 * P])
+    assert "tile 1 (row 0, col 1)" in next(a for a in fig.axes if a.get_title()).get_title()
 
 
 @pytest.fixture

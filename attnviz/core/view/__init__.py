@@ -18,6 +18,7 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
+- :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
 - :mod:`.links` -- token links; :mod:`.strip` -- one panel per generated word
 - :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: whose attention (the words'
   or the vision tower's), the keys, the drawing, the view
@@ -67,6 +68,11 @@ from attnviz.core.view.defaults import (
     default_generate,
     default_image_base,
     default_selection,
+)
+from attnviz.core.view.frame_map import (
+    frame_names,
+    head_map,
+    tower_frames,
 )
 from attnviz.core.view.heat import (
     IMAGE_BASES,
@@ -238,6 +244,9 @@ __all__ = [
     "composite",
     "compute_diff_map",
     "compute_map",
+    "frame_names",
+    "head_map",
+    "tower_frames",
     "map_notes",
     "compute_other_map",
     "cross_block",

@@ -1,0 +1,134 @@
+"""The Head map of a tower's frames (Idefics3 / SmolVLM: the processor's tiles and the global image, each a tower run
+of its own; :class:`~attnviz.core.frames.FramesMap`): one frame's patch-to-patch map at a time, never the whole
+block-diagonal ``[F·P, F·P]`` (17 frames of 1,024 patches: 1.2 GB a head, and a picture of zeros but for 1/F of it).
+
+A patch of one frame attends only to its own frame's patches, so frame ``f``'s ``[P, P]`` is exactly the dense
+map's diagonal block at keys ``f·P … (f+1)·P``: :func:`head_map` reduces that block alone (one head, mean / max /
+min over heads, rollout: :func:`~attnviz.core.view.selection.frames_reduction`) and names its rows and columns by
+their keys in the whole block (``q_pos`` / ``k_pos``, the labels ``t1(0,4)``), so hover read-outs and clicks name
+the same keys as every other view.  Any other block: :func:`~attnviz.core.view.maps.compute_map`, unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from attnviz.core import reduce
+from attnviz.core.attention import AttentionResult, Block, TokenAxis
+from attnviz.core.view.colourbar import HIDDEN_NOTE
+from attnviz.core.view.labels import clean_labels
+from attnviz.core.view.maps import MapView, _after_hiding, compute_map
+from attnviz.core.view.overview import scale_top
+from attnviz.core.view.patches import GLOBAL_PANEL, patch_grid_for
+from attnviz.core.view.selection import (
+    Selection,
+    _pad,
+    _special,
+    blk_len,
+    clamp,
+    frames_reduction,
+    head_what,
+    result_blocks,
+)
+from attnviz.core.view.steps import step_rows
+
+_KEY_CELL = re.compile(r"\(\d+,\s*\d+\)$")  # a patch key's cell, "t1(0,4)" -> "t1"
+
+
+def tower_frames(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[str] | None:
+    """The frames of ``sel``'s block, by name ("tile 0 (row 0, col 0)" …, "global image"), where the block is a
+    tower's frames drawn one at a time (:func:`head_map`); None for any other block."""
+    blocks = result_blocks(result, sel, blocks)
+    if not blocks:
+        return None
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    frames = frames_reduction(blk, sel.with_(mode="head"))
+    if frames is None or step_rows(result, blk, sel.step) is not None:
+        return None
+    return frame_names(result, blk, frames[1][0].per_row[blk.batch], frames[1][0].keys)
+
+
+def frame_names(result: AttentionResult, blk: Block, n: int, p: int) -> list[str]:
+    """Each of the row's ``n`` frames of ``p`` patches by name: a tiled image's tiles (where the processor's split
+    is known, their place in it) and then its global image, as Image regions and the keys' labels name them; else
+    "frame k of n" and its keys' name ("img2")."""
+    grid = patch_grid_for(result, blk_len(blk, 1), blk.batch)
+    if grid is not None and grid.lead_images == n - 1 and grid.n == p:
+        layout = grid.tile_layout
+        tiles = [
+            f"tile {k} (row {k // layout[1]}, col {k % layout[1]})" if layout else f"tile {k}" for k in range(n - 1)
+        ]
+        return [*tiles, GLOBAL_PANEL]
+    labels = blk.key_axis.labels if len(blk.key_axis) == blk_len(blk, 1) else []
+    out = []
+    for f in range(n):
+        stem = _KEY_CELL.sub("", str(labels[f * p])) if f * p < len(labels) else ""
+        out.append(f"frame {f + 1} of {n}" + (f" ({stem})" if stem else ""))
+    return out
+
+
+def head_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:
+    """The map the Head map draws for ``sel``: a tower's frames' block one frame at a time (the query's frame where
+    ``sel.query`` is one of their patches, else ``sel.frame`` clamped to the row's frames), titled with its name;
+    any other block (and a tower at a generation step, which no tower has): :func:`compute_map`'s map."""
+    blocks = result_blocks(result, sel, blocks)
+    names = tower_frames(result, sel, blocks)
+    if names is None:
+        return compute_map(result, sel, blocks)
+    sel = clamp(sel, blocks)
+    blk = blocks[sel.block]
+    what = head_what(blk, sel)  # an unknown aggregate: its one line
+    fn, layers = frames_reduction(blk, sel)  # type: ignore[misc]  # a tower's frames (tower_frames), a known mode
+    p = layers[0].keys
+    f = _frame(sel, len(names), p)
+    m = np.asarray(fn([layer.frames(blk.batch)[f] for layer in layers]), dtype=np.float32)
+    q_pos = np.arange(f * p, (f + 1) * p)
+    k_pos = q_pos.copy()
+    notes: list[str] = []
+    if sel.hide_special:
+        dq, dk = (_hidden(ax, blk_len(blk, i))[q_pos] for i, ax in enumerate((blk.query_axis, blk.key_axis)))
+        if dq.any() or dk.any():
+            m = reduce.drop_positions(m, dq, dk, renormalize=True)
+            q_pos, k_pos = q_pos[~dq], k_pos[~dk]
+            notes.append(HIDDEN_NOTE)
+    if sel.keep < 1.0:
+        m = reduce.keep_mass(m, max(sel.keep, 1e-3))
+    notes += _after_hiding(result, blk, sel)
+    q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
+    k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
+    short = names[f].split(" (")[0]  # "tile 1", "global image": the axes' titles (the title has its place)
+    return MapView(
+        m,
+        clean_labels(blk.query_axis.labels, q_pos),
+        clean_labels(blk.key_axis.labels, k_pos),
+        q_pos,
+        k_pos,
+        " · ".join([blk.name, names[f], what, *notes]),
+        blk,
+        q_sp.tolist(),
+        k_sp.tolist(),
+        f"key ({short})",
+        f"query ({short})",
+        notes,
+        scale_top(result, sel, sel.block, m, blocks),
+        sel.scale,
+    )
+
+
+def _frame(sel: Selection, n: int, p: int) -> int:
+    """The frame drawn: a query's (``attnviz figure --query 40``: its row is highlighted, so its frame is drawn),
+    else ``sel.frame`` within the row's ``n``."""
+    if sel.query is not None and 0 <= sel.query < n * p:
+        return sel.query // p
+    return min(max(sel.frame, 0), n - 1)
+
+
+def _hidden(axis: TokenAxis, n: int) -> np.ndarray:
+    """Which of the whole axis's ``n`` positions "hide special tokens" drops, by :func:`compute_map`'s rule (over
+    the row's positions less its padding: the special ones, unless every one is)."""
+    every = np.arange(n)
+    sp, pad = _special(axis, every, n), _pad(axis, every, n)
+    return sp & ~pad if sp[~pad].size and not sp[~pad].all() else np.zeros(n, bool)
