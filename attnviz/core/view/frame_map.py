@@ -19,7 +19,7 @@ from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
 from attnviz.core.view.colourbar import HIDDEN_NOTE
 from attnviz.core.view.labels import clean_labels
-from attnviz.core.view.maps import MapView, _after_hiding, compute_map
+from attnviz.core.view.maps import MapView, compute_map
 from attnviz.core.view.overview import scale_top
 from attnviz.core.view.patches import GLOBAL_PANEL, patch_grid_for
 from attnviz.core.view.selection import (
@@ -35,6 +35,9 @@ from attnviz.core.view.selection import (
 from attnviz.core.view.steps import step_rows
 
 _KEY_CELL = re.compile(r"\(\d+,\s*\d+\)$")  # a patch key's cell, "t1(0,4)" -> "t1"
+# a frame's first key less its cell: "img2.t0" (image 2's tile 0), "img2" (its global image, or a whole image),
+# "t1" (a tile), "" (the global image, or one image), "img1[CLS]" (LLaVA's: the image's class token first)
+_FRAME_KEY = re.compile(r"(?:img(\d+))?\.?(?:t(\d+))?(?:\[CLS\])?")
 
 
 def tower_frames(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[str] | None:
@@ -48,25 +51,29 @@ def tower_frames(result: AttentionResult, sel: Selection, blocks: list[Block] | 
     frames = frames_reduction(blk, sel.with_(mode="head"))
     if frames is None or step_rows(result, blk, sel.step) is not None:
         return None
-    return frame_names(result, blk, frames[1][0].per_row[blk.batch], frames[1][0].keys)
+    return frame_names(result, blk, frames[1][0].spans(blk.batch))
 
 
-def frame_names(result: AttentionResult, blk: Block, n: int, p: int) -> list[str]:
-    """Each of the row's ``n`` frames of ``p`` patches by name: a tiled image's tiles (where the processor's split
-    is known, their place in it) and then its global image, as Image regions and the keys' labels name them; else
-    "frame k of n" and its keys' name ("img2")."""
-    grid = patch_grid_for(result, blk_len(blk, 1), blk.batch)
-    if grid is not None and grid.lead_images == n - 1 and grid.n == p:
-        layout = grid.tile_layout
-        tiles = [
-            f"tile {k} (row {k // layout[1]}, col {k % layout[1]})" if layout else f"tile {k}" for k in range(n - 1)
-        ]
-        return [*tiles, GLOBAL_PANEL]
+def frame_names(result: AttentionResult, blk: Block, spans: list[tuple[int, int]]) -> list[str]:
+    """Each of the row's frames (``(first key, patches)``) by name, read from its first key's label as Image
+    regions names patches: a tiled image's tiles ("t1(0,0)": "tile 1", with its place in the processor's split
+    where the tower ran alone and knows it) and its global image ("(0,0)" after tiles); one prompt's several images
+    ("img2(0,0)": "image 2", "img2.t0(0,0)": "image 2 · tile 0"); else "frame k of n"."""
     labels = blk.key_axis.labels if len(blk.key_axis) == blk_len(blk, 1) else []
+    found = [_FRAME_KEY.fullmatch(_KEY_CELL.sub("", str(labels[o]))) if o < len(labels) else None for o, _ in spans]
+    keys = [k for k in found if k is not None]
+    if len(keys) < len(spans):
+        return [f"frame {f + 1} of {len(spans)}" for f in range(len(spans))]
+    tiled = {k[1] for k in keys if k[2] is not None}  # the images split into tiles
+    grid = patch_grid_for(result, blk_len(blk, 1), blk.batch)
+    layout = grid.tile_layout if grid is not None and len(spans) == grid.lead_images + 1 else None
     out = []
-    for f in range(n):
-        stem = _KEY_CELL.sub("", str(labels[f * p])) if f * p < len(labels) else ""
-        out.append(f"frame {f + 1} of {n}" + (f" ({stem})" if stem else ""))
+    for k in keys:
+        image, tile = k[1], k[2]
+        part = f"tile {tile}" if tile is not None else GLOBAL_PANEL if image in tiled else ""
+        if tile is not None and layout:
+            part += f" (row {int(tile) // layout[1]}, col {int(tile) % layout[1]})"
+        out.append(" · ".join(filter(None, [f"image {image}" if image else "", part])) or "image")
     return out
 
 
@@ -82,10 +89,11 @@ def head_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None
     blk = blocks[sel.block]
     what = head_what(blk, sel)  # an unknown aggregate: its one line
     fn, layers = frames_reduction(blk, sel)  # type: ignore[misc]  # a tower's frames (tower_frames), a known mode
-    p = layers[0].keys
-    f = _frame(sel, len(names), p)
+    spans = layers[0].spans(blk.batch)
+    f = _frame(sel, spans)
+    o, p = spans[f]
     m = np.asarray(fn([layer.frames(blk.batch)[f] for layer in layers]), dtype=np.float32)
-    q_pos = np.arange(f * p, (f + 1) * p)
+    q_pos = np.arange(o, o + p)
     k_pos = q_pos.copy()
     notes: list[str] = []
     if sel.hide_special:
@@ -96,7 +104,7 @@ def head_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None
             notes.append(HIDDEN_NOTE)
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
-    notes += _after_hiding(result, blk, sel)
+    notes += [f"top {round(sel.keep * 100)}% mass"] if sel.keep < 1.0 else []  # one frame: no "images on the diagonal"
     q_sp = _special(blk.query_axis, q_pos, blk_len(blk, 0))
     k_sp = _special(blk.key_axis, k_pos, blk_len(blk, 1))
     short = names[f].split(" (")[0]  # "tile 1", "global image": the axes' titles (the title has its place)
@@ -118,12 +126,14 @@ def head_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None
     )
 
 
-def _frame(sel: Selection, n: int, p: int) -> int:
+def _frame(sel: Selection, spans: list[tuple[int, int]]) -> int:
     """The frame drawn: a query's (``attnviz figure --query 40``: its row is highlighted, so its frame is drawn),
-    else ``sel.frame`` within the row's ``n``."""
-    if sel.query is not None and 0 <= sel.query < n * p:
-        return sel.query // p
-    return min(max(sel.frame, 0), n - 1)
+    else ``sel.frame`` within the row's frames."""
+    if sel.query is not None:
+        for f, (o, p) in enumerate(spans):
+            if o <= sel.query < o + p:
+                return f
+    return min(max(sel.frame, 0), len(spans) - 1)
 
 
 def _hidden(axis: TokenAxis, n: int) -> np.ndarray:
