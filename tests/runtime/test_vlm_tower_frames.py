@@ -175,6 +175,24 @@ def test_extract_writes_the_frames_maps_and_the_window_opens_them_again(tower, i
         np.testing.assert_allclose(got.patch, want.patch, atol=1e-6)
 
 
+def test_extracts_size_limit_counts_the_frames_own_maps(tower, images, square, tmp_path, monkeypatch, capsys):
+    """``output_mb`` counts what is written, the frames' maps (2 layers x 5 frames x 4 heads x 36² float32: 0.2 MB),
+    not the dense block-diagonal map (180²: 1.0 MB); a refusal says so, in one line."""
+    from attnviz.core import limits
+
+    out = tmp_path / "t.npz"
+    monkeypatch.setenv("ATTNVIZ_MAX_OUTPUT_MB", "1")  # the frames fit, the dense maps would not
+    assert main(["extract", str(tower.path), "--image", str(images["square"]), "--out", str(out)]) == 0
+    assert sum(io.written_bytes(m) for m in square.maps) == im.LAYERS * 5 * im.HEADS * P * P * 4
+    monkeypatch.delenv("ATTNVIZ_MAX_OUTPUT_MB")
+    monkeypatch.setitem(limits.LIMITS, "output_mb", limits.Limit(0, "MB", "use a shorter input or fewer layers"))
+    capsys.readouterr()
+    assert main(["extract", str(tower.path), "--image", str(images["square"]), "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the maps for x.npz (a vision tower's 5 frames counted as their own maps" in err and "0.2 MB" in err
+    assert "\n" not in err and not (tmp_path / "x.npz").exists()
+
+
 def test_a_padded_batchs_rows_are_their_own_frames(tower, idefics3_repo, images):
     """Two images of 3 and 5 frames as one run: each row's frames, the shorter row's padding all zero, the same
     maps and views as the dense path."""
