@@ -111,3 +111,59 @@ def test_a_result_without_a_towers_frames_is_drawn_as_before(qtbot, window, file
         want = vm.compute_map(s.result, s.sel, s.blocks)
         np.testing.assert_array_equal(hm.heatmap.mv.matrix, want.matrix)
         assert hm.heatmap.mv.title == want.title and hm.heatmap.mv.k_labels == want.k_labels
+
+
+def test_figure_frame_draws_that_frame_and_names_what_it_cannot(idefics3_repo, tmp_path, capsys):
+    """``attnviz figure --view heatmap --frame N``: frame N's map (the recipe keeps it); a frame the tower has not,
+    a query of another frame and a block that is no tower's frames are one line each."""
+    from attnviz.cli import main
+    from attnviz.core import io
+    from attnviz.figures import FigureSpec, render_spec
+
+    maps = tmp_path / "t.npz"
+    enc = idefics3_repo / "onnx" / "vision_encoder.onnx"
+    assert main(["extract", str(enc), "--image", str(SAMPLE), "--out", str(maps)]) == 0
+    out = tmp_path / "f.png"
+    assert main(["figure", "--maps", str(maps), "--view", "heatmap", "--frame", "5", "--out", str(out)]) == 0
+    assert '"frame": 5' in (tmp_path / "f.png.recipe.json").read_text()
+    r = io.load_npz(maps)
+    fig = render_spec(r, FigureSpec(view="heatmap", frame=5, head=1, layer=0, dpi=40))
+    drawn = next(a for a in fig.axes if a.images).images[0].get_array()
+    np.testing.assert_array_equal(drawn, _dense(r, [0])[0][1][4 * P :, 4 * P :].astype(np.float32))
+    assert "global image" in next(a for a in fig.axes if a.get_title()).get_title()
+    capsys.readouterr()
+    for extra, line in (
+        (["--frame", "9"], "--frame 9: vision self-attention has frames 1–5 (tile 0 (row 0, col 0) … global image)"),
+        (["--frame", "2", "--query", "150"], "--frame 2 and --query 150: that query is a patch of frame 5"),
+        (["--frame", "0"], "frame 0: frames count from 1; give --frame N"),
+    ):
+        assert main(["figure", "--maps", str(maps), "--view", "heatmap", *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and line in err[0], err
+
+
+def test_a_frame_of_a_block_without_frames_is_one_line(qtbot, window, files):
+    from attnviz.core import view as vm
+
+    open_and_wait(qtbot, window, files["text.onnx"], text="the cat sat")
+    s = window.session
+    with pytest.raises(vm.ViewError, match="--frame 2: .* is not a vision tower's frames") as e:
+        vm.check_frame(s.result, s.sel.with_(frame=1), s.blocks)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("frame,code,line", [("5", 0, "saved"), ("6", 2, "attnviz: error: --frame 6: vision")])
+def test_open_frame_shows_that_frame_or_names_the_frames(idefics3_repo, tmp_path, frame, code, line):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    shot = tmp_path / "s.png"
+    args = ["open", str(idefics3_repo / "onnx" / "vision_encoder.onnx"), "--image", str(SAMPLE), "--view", "heatmap"]
+    args += ["--frame", frame, "--screenshot", str(shot)]
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(root), ATTNVIZ_SETTINGS=str(tmp_path / "s.ini"))
+    p = subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, env=env, timeout=180)
+    assert p.returncode == code, p.stderr[-2000:]
+    out = (p.stderr if code else p.stdout).strip().splitlines()
+    assert out[-1].startswith(line) and "Traceback" not in p.stderr

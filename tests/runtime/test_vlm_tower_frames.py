@@ -148,6 +148,24 @@ def test_image_regions_the_overview_and_the_stats_table_never_lay_the_frames_out
         v.compute_map(square, v.Selection(mode="mean"))
 
 
+def test_a_comparison_draws_the_selected_frame_of_both(tower, images, square, tmp_path, never_laid_out):
+    """File ▸ Compare with… on a tower: B's map and A − B are of the frame the Head map shows, each the dense
+    block-diagonal map's block (B: the same tower on another picture of the same split), never laid out whole."""
+    other = tmp_path / "other.png"
+    Image.fromarray((np.random.default_rng(9).random((70, 64, 3)) * 255).astype(np.uint8)).save(other)
+    b = tower.analyze(image=str(other))
+    assert b.maps[0].per_row == [5]
+    want_a, want_b = dense(square), dense(b)
+    for frame in (1, 4):
+        for sel in (v.Selection(layer=1, head=2, frame=frame), v.Selection(mode="rollout", frame=frame)):
+            cut = slice(frame * P, (frame + 1) * P)
+            block_a, block_b = (v.compute_map(r, sel).matrix[cut, cut] for r in (want_a, want_b))
+            np.testing.assert_allclose(v.compute_other_map(square, b, sel).matrix, block_b, atol=1e-6)
+            diff = v.compute_diff_map(square, b, sel)
+            np.testing.assert_allclose(diff.matrix, block_a - block_b, atol=1e-6)
+            assert diff.diverging and ("tile 1" if frame == 1 else "global image") in diff.title
+
+
 def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
     pytest.importorskip("PySide6")
     from attnviz.gui.views.stats_table import compute_stats

@@ -70,6 +70,7 @@ from attnviz.core.view.defaults import (
     default_selection,
 )
 from attnviz.core.view.frame_map import (
+    check_frame,
     frame_names,
     head_map,
     tower_frames,
@@ -244,6 +245,7 @@ __all__ = [
     "composite",
     "compute_diff_map",
     "compute_map",
+    "check_frame",
     "frame_names",
     "head_map",
     "tower_frames",

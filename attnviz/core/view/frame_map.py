@@ -24,6 +24,7 @@ from attnviz.core.view.overview import scale_top
 from attnviz.core.view.patches import GLOBAL_PANEL, patch_grid_for
 from attnviz.core.view.selection import (
     Selection,
+    ViewError,
     _pad,
     _special,
     blk_len,
@@ -43,15 +44,51 @@ _FRAME_KEY = re.compile(r"(?:img(\d+))?\.?(?:t(\d+))?(?:\[CLS\])?")
 def tower_frames(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[str] | None:
     """The frames of ``sel``'s block, by name ("tile 0 (row 0, col 0)" …, "global image"), where the block is a
     tower's frames drawn one at a time (:func:`head_map`); None for any other block."""
+    tower = _tower(result, sel, blocks)
+    return None if tower is None else frame_names(result, tower[0], tower[1])
+
+
+def _tower(
+    result: AttentionResult, sel: Selection, blocks: list[Block] | None
+) -> tuple[Block, list[tuple[int, int]]] | None:
+    """``sel``'s block and its row's frames (``(first key, patches)``), where it is a tower's frames (and no
+    generation step, which no tower has), else None."""
     blocks = result_blocks(result, sel, blocks)
     if not blocks:
         return None
-    sel = clamp(sel, blocks)
-    blk = blocks[sel.block]
+    blk = blocks[clamp(sel, blocks).block]
     frames = frames_reduction(blk, sel.with_(mode="head"))
     if frames is None or step_rows(result, blk, sel.step) is not None:
         return None
-    return frame_names(result, blk, frames[1][0].spans(blk.batch))
+    return blk, frames[1][0].spans(blk.batch)
+
+
+def check_frame(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> None:
+    """``sel.frame`` asked for by name (``--frame N``, from 1): refused in one line where ``sel``'s block is not a
+    tower's frames or has fewer, naming the frames it has, or where ``sel.query`` is another frame's patch."""
+    blocks = result_blocks(result, sel, blocks)
+    tower = _tower(result, sel, blocks)
+    if tower is None:
+        raise ViewError(
+            f"--frame {sel.frame + 1}: {blocks[clamp(sel, blocks).block].name} is not a vision tower's frames "
+            "(tiles, images) drawn one at a time; leave --frame out or pick the vision block with --block",
+            param="frame",
+        )
+    blk, spans = tower
+    names = frame_names(result, blk, spans)
+    if not 0 <= sel.frame < len(names):
+        raise ViewError(
+            f"--frame {sel.frame + 1}: {blk.name} has frames 1–{len(names)} ({names[0]} … {names[-1]}); give one "
+            "of them",
+            param="frame",
+        )
+    shown = _frame(sel, spans)
+    if shown != sel.frame:  # the query's frame is drawn (its row highlighted)
+        raise ViewError(
+            f"--frame {sel.frame + 1} and --query {sel.query}: that query is a patch of frame {shown + 1} "
+            f"({names[shown]}); give --frame {shown + 1} or leave one out",
+            param="frame",
+        )
 
 
 def frame_names(result: AttentionResult, blk: Block, spans: list[tuple[int, int]]) -> list[str]:

@@ -79,7 +79,7 @@ class HeadMapView(View):
 
     def draw(self) -> None:
         s, c, shown = self.session, self.session.comparison, self.shown()
-        self._show_frames(vm.tower_frames(s.result, s.sel, s.blocks) if c is None or shown == "A" else None)
+        self._show_frames(vm.tower_frames(s.result, s.sel, s.blocks))  # A's frames: B's map and A − B are of it
         if c is not None and shown == "B":
             mv = vm.compute_other_map(s.result, c.result_b, s.sel, s.blocks)
         elif c is not None and shown == "diff":
