@@ -18,10 +18,10 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
-- :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
 - :mod:`.links` -- token links; :mod:`.strip` -- one panel per generated word
 - :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: whose attention (the words'
   or the vision tower's), the keys, the drawing, the view
+- :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
 
 Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level

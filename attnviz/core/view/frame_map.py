@@ -3,10 +3,11 @@ of its own; :class:`~attnviz.core.frames.FramesMap`): one frame's patch-to-patch
 block-diagonal ``[F·P, F·P]`` (17 frames of 1,024 patches: 1.2 GB a head, and a picture of zeros but for 1/F of it).
 
 A patch of one frame attends only to its own frame's patches, so frame ``f``'s ``[P, P]`` is exactly the dense
-map's diagonal block at keys ``f·P … (f+1)·P``: :func:`head_map` reduces that block alone (one head, mean / max /
-min over heads, rollout: :func:`~attnviz.core.view.selection.frames_reduction`) and names its rows and columns by
-their keys in the whole block (``q_pos`` / ``k_pos``, the labels ``t1(0,4)``), so hover read-outs and clicks name
-the same keys as every other view.  Any other block: :func:`~attnviz.core.view.maps.compute_map`, unchanged.
+map's diagonal block at its keys (``f·P … (f+1)·P``; frames of several sizes: :meth:`FramesMap.spans`):
+:func:`head_map` reduces that block alone (one head, mean / max / min over heads, rollout:
+:func:`~attnviz.core.view.selection.frames_reduction`) and names its rows and columns by their keys in the whole
+block (``q_pos`` / ``k_pos``, the labels ``t1(0,4)``), so hover read-outs name the same keys as every other view.
+Any other block: :func:`~attnviz.core.view.maps.compute_map`, unchanged.
 """
 
 from __future__ import annotations
