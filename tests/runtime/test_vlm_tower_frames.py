@@ -228,6 +228,14 @@ def test_a_padded_batchs_rows_are_their_own_frames(tower, idefics3_repo, images)
             assert got.peak == want.peak
             np.testing.assert_allclose(got.patch, want.patch, atol=1e-6)
             np.testing.assert_allclose(v.compute_map(r, sel).matrix, v.compute_map(want_r, sel).matrix, atol=1e-6)
+    # the Head map: each row's own frames (row 0's 2 tiles and global image, never its padding), each its block
+    assert [len(v.tower_frames(r, v.Selection(batch=b))) for b in (0, 1)] == [3, 5]
+    assert v.tower_frames(r, v.Selection(batch=0))[-1] == "global image"
+    for b, frame in ((0, 2), (0, 9), (1, 3)):
+        sel = v.Selection(mode="mean", batch=b, frame=frame)
+        f = min(frame, 2 if b == 0 else 4)  # a frame past the row's: its last
+        cut = slice(f * P, (f + 1) * P)
+        np.testing.assert_array_equal(v.head_map(r, sel).matrix, v.compute_map(want_r, sel).matrix[cut, cut])
 
 
 def test_the_whole_models_tower_block_is_the_frames_maps(idefics3_repo, images, square):
