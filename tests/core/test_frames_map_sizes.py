@@ -221,3 +221,15 @@ def test_a_nan_in_a_frame_is_refused_in_one_line():
     r = result([FramesMap.of(each, PER_ROW), FramesMap.of(frames_each(1)[1], PER_ROW)])
     with pytest.raises(AttnvizError, match="NaN/Inf attention at"):
         refuse_non_finite(r)
+
+
+@pytest.mark.parametrize("mode", ["head", "mean"])
+def test_token_links_are_the_head_maps_frame(pair, mode, never_laid_out):
+    """Token links of a tower's frames: the links of the Head map's frame, its block of the dense map."""
+    frames, dense = pair
+    sel = v.Selection(mode=mode, layer=1, head=2, layer_lo=1, layer_hi=1, frame=1)
+    lv = v.links_view(frames, sel)
+    want = v.compute_map(dense, sel).matrix[5:14, 5:14]
+    assert len(lv.items) == 1 and lv.q_labels == v.compute_map(dense, sel).q_labels[5:14]
+    np.testing.assert_array_equal(lv.items[0][2], want)
+    assert "image 2" in lv.title

@@ -85,6 +85,16 @@ def test_a_towers_head_map_is_one_frame_at_a_time(qtbot, real_window, idefics3_r
             assert name in mv.title and mv.x_title == f"key ({name.split(' (')[0]})"
         check_map(hm.heatmap, figure(w, hm))  # File ▸ Export: the same frame's map, labels and title
     assert labels[P + 4] == "t1(0,4)" and labels[4 * P] == "(0,0)"  # the keys the frames' names say
+    # Token links of the tower: the Head map's frame alone (the frame box's choice), each head's its block
+    box.setCurrentIndex(2)
+    s.select(mode="head", layer=1, head=0)
+    w.select_view("links")
+    lv = w.links.lv
+    cut = slice(2 * P, 3 * P)
+    assert lv.q_labels == labels[cut] and "tile 2 (row 1, col 0)" in lv.title
+    for name, _colour, m in lv.items:
+        np.testing.assert_allclose(m, dense[1][int(name.split()[-1])][cut, cut], rtol=1e-5, atol=1e-7)
+    w.select_view("head")
     # keep mass: each row's top weights of its own frame (the dense row's, its other keys zero)
     box.setCurrentIndex(1)
     s.select(mode="head", layer=0, head=1, keep=0.5)

@@ -64,6 +64,15 @@ def _tower(
     return blk, frames[1][0].spans(blk.batch)
 
 
+def shown_frame(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> str | None:
+    """The name of the frame :func:`head_map` draws for ``sel`` (a query's, else ``sel.frame``); None where the
+    block is not a tower's frames (the whole map is drawn)."""
+    tower = _tower(result, sel, blocks)
+    if tower is None:
+        return None
+    return frame_names(result, tower[0], tower[1])[_frame(sel, tower[1])]
+
+
 def check_frame(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> None:
     """``sel.frame`` asked for by name (``--frame N``, from 1): refused in one line where ``sel``'s block is not a
     tower's frames or has fewer, naming the frames it has, or where ``sel.query`` is another frame's patch."""
