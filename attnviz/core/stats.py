@@ -88,20 +88,20 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     is a mean over the rows of something each row gets from its own weights, which lie in its frame's block (the
     other keys' zeros add nothing); a padding row's are all zero, so it adds 0.  Equal to :func:`head_stats` of
     the laid-out map up to float64 rounding (the sums' order)."""
-    side, p = m.shape[2], m.keys
+    side = m.shape[2]
     sp = np.asarray(key_special, bool) if key_special is not None and np.any(key_special) else None
     sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max"), 0.0)
-    i = np.arange(p)
-    dist = np.abs(i[:, None] - i[None, :])  # within a frame: its queries' and keys' offsets cancel
-    for f, frame in enumerate(m.frames(b)):
+    for frame, (o, p) in zip(m.frames(b), m.spans(b)):  # frames of one size or several (each its own P)
+        i = np.arange(p)
+        dist = np.abs(i[:, None] - i[None, :])  # within a frame: its queries' and keys' offsets cancel
         block = np.asarray(frame[h], dtype=np.float64)
         rows = block / np.maximum(block.sum(-1, keepdims=True), 1e-12)
         with np.errstate(divide="ignore", invalid="ignore"):
             sums["entropy"] += float(-np.nansum(np.where(rows > 0, rows * np.log2(rows), 0.0)))
         sums["distance"] += float((rows * dist).sum())
         sums["prev"] += float(rows[i[1:], i[:-1]].sum())  # a frame's first row: its previous key is another frame's
-        sums["first"] += float(rows[:, 0].sum()) if f == 0 else 0.0
-        sums["special"] += float(rows[:, sp[f * p : (f + 1) * p]].sum()) if sp is not None else 0.0
+        sums["first"] += float(rows[:, 0].sum()) if o == 0 else 0.0
+        sums["special"] += float(rows[:, sp[o : o + p]].sum()) if sp is not None else 0.0
         sums["diag"] += float(np.trace(rows))
         sums["max"] += float(rows.max(-1).sum())
     out = {k: v / side for k, v in sums.items()}
