@@ -156,6 +156,8 @@ def test_the_head_maps_frame_is_the_dense_maps_block(pair, mode, never_laid_out)
 
 
 def test_the_stats_frame_by_frame_are_the_laid_out_heads(pair):
+    from frames_stats import per_frame_first_prev
+
     from attnviz.core.stats import block_head_stats, head_stats
 
     frames, dense = pair
@@ -165,6 +167,8 @@ def test_the_stats_frame_by_frame_are_the_laid_out_heads(pair):
         for layer in range(LAYERS):
             for h in range(HEADS):
                 got, want = block_head_stats(fb, layer, h), head_stats(db.head(layer, h), special)
+                sizes = SIZES[: PER_ROW[0]] if batch == 0 else SIZES[PER_ROW[0] :]
+                want["first"], want["prev"] = per_frame_first_prev(db.head(layer, h), sizes)  # each frame's
                 for k in want:
                     assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15), k
 

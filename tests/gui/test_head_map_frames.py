@@ -177,3 +177,24 @@ def test_open_frame_shows_that_frame_or_names_the_frames(idefics3_repo, tmp_path
     assert p.returncode == code, p.stderr[-2000:]
     out = (p.stderr if code else p.stdout).strip().splitlines()
     assert out[-1].startswith(line) and "Traceback" not in p.stderr
+
+
+def test_a_towers_head_stats_are_each_frames(qtbot, real_window, idefics3_repo):
+    """The Head stats tab of a tower: "first" is the mass on each frame's top-left patch (no [CLS]) and says so,
+    its numbers each frame's by hand from the laid-out heads (tests/core/test_frames_map.py)."""
+    from frames_stats import per_frame_first_prev
+
+    w = real_window
+    open_and_wait(qtbot, w, idefics3_repo / "onnx" / "vision_encoder.onnx", image=str(SAMPLE))
+    r = w.session.result
+    w.select_view("stats")
+    n = sum(s.heads for s in r.sites)
+    qtbot.waitUntil(lambda: w.stats.table.rowCount() == n and w.stats._pending is None, timeout=30000)
+    t = w.stats.table
+    col = {t.horizontalHeaderItem(i).text().replace("\n", " "): i for i in range(t.columnCount())}
+    assert "each frame's first patch" in t.horizontalHeaderItem(col["first token"]).toolTip()
+    dense = _dense(r, range(len(r.sites)))
+    for row in range(t.rowCount()):
+        layer, head = int(t.item(row, 0).text()), int(t.item(row, 1).text())
+        first, _ = per_frame_first_prev(dense[layer][head], [P] * len(NAMES))
+        assert float(t.item(row, col["first token"]).text()) == pytest.approx(first, abs=6e-3)
