@@ -51,8 +51,8 @@ def _library() -> tuple[Tokenizer, Tokenizer]:
     return Tokenizer.from_str(meta["attnviz.tokenizer"]), Tokenizer.from_str(meta["attnviz.target_tokenizer"])
 
 
-def _extract(out: Path, src: str, tgt: str, *extra) -> dict:
-    argv = ["extract", TRANSLATION, "--text", src, "--text-pair", tgt, "--out", out, "--provider", "cpu", *extra]
+def _extract(out: Path, src: str, tgt: str, *extra, model: Path = TRANSLATION) -> dict:
+    argv = ["extract", model, "--text", src, "--text-pair", tgt, "--out", out, "--provider", "cpu", *extra]
     assert main([str(a) for a in argv]) == 0
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
@@ -158,3 +158,32 @@ def test_generation_without_a_target_cuts_the_source_alone_as_before(tmp_path):
         assert list(z["tokens"]) == src_lib.encode(src).tokens[:5]
         ns = len(src_lib.encode(src).ids)
         assert json.loads(str(z["info"]))["notes"][0] == f"{ns} tokens truncated to the first 5 (--max-tokens 5)"
+
+
+def test_a_bart_source_keeps_its_final_special_and_reads_what_a_corpus_example_records(hf_export, tmp_path):
+    """A transformers BART (random init, exported) with a tokenizer.json whose source form is ``[CLS] A [SEP]``: the
+    source keeps [CLS], its first N - 2 words and its final [SEP]; the decoder rows the start token and the target's
+    first N - 1 words; a corpus run of the same pairs records exactly those words."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import hf_models
+
+    path, *_ = hf_export("bart", "legacy", "eager", 17)
+    tok = tmp_path / "tokenizer.json"
+    hf_models.word_tokenizer(99).backend_tokenizer.save(str(tok))
+    words = hf_models.WORDS
+    pairs = [(" ".join(words[i : i + la]), " ".join(words[-lb - i : len(words) - i])) for i, la, lb in
+             [(0, 12, 3), (2, 3, 12), (4, 10, 10), (1, 4, 4)]]  # fmt: skip
+    n = 7
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"text": a, "en": b}) + "\n" for a, b in pairs))
+    argv = ["corpus", path, "--texts", tmp_path / "p.jsonl", "--text-pair-column", "en", "--max-tokens", n]
+    argv += ["--out", tmp_path / "out", "--workers", 1, "--top-k", len(pairs), "--tokenizer", tok]
+    assert main([str(a) for a in (*argv, "--provider", "cpu", "--no-progress")]) == 0
+    read_of = {e["item"]: (e["text"], e["pair"]) for e in read(tmp_path / "out").examples}
+    assert set(read_of) == set(range(len(pairs)))
+    for i, (a, b) in enumerate(pairs):
+        z = _extract(tmp_path / f"{i}.npz", a, b, "--max-tokens", n, "--tokenizer", tok, model=path)
+        kept_a, kept_b = a.split()[: n - 2], b.split()[: n - 1]
+        assert list(z["tokens"]) == ["[CLS]", *kept_a, "[SEP]"]
+        assert list(z["key_tokens"])[1:] == kept_b and len(z["key_tokens"]) == len(kept_b) + 1
+        assert read_of[i] == (" ".join(kept_a), " ".join(kept_b))
