@@ -9,9 +9,9 @@
 * An encoder-decoder's source and target (:mod:`attnviz.corpus.pairs`): the source as one text, and the decoder's
   rows (its start token, then the target's tokens) to their first N.
 
-The first two are ``attnviz open --max-tokens``'s rules, and live in :mod:`attnviz.runtime.truncation` (the
-runtime cuts what ``open``/``extract`` and the window show: a corpus example and ``open`` of the same text read the
-same tokens).
+All three are ``attnviz open --max-tokens``'s rules, and live in :mod:`attnviz.runtime.truncation` (the runtime
+cuts what ``open``/``extract`` and the window show: a corpus example and ``open`` of the same text or source and
+target read the same tokens).
 
 What the model read of an item cut is kept (:class:`Read`): the examples show it, not the file's text.
 """

@@ -22,7 +22,7 @@ from attnviz.corpus.gold import GoldBatch, GoldPair
 from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 from attnviz.runtime.limits import SHORTEN, check_positions
-from attnviz.runtime.truncation import keep_single
+from attnviz.runtime.truncation import decoder_rows, keep_single
 
 FIX = SHORTEN + " (or drop the item)"
 
@@ -68,8 +68,9 @@ def encode_pairs(model, items: list[Item], words: bool = False, max_tokens: int 
     """Token lists of every item; the decoder's are empty when no item has a target (greedy generation).
     ``words``: encode each side as its whitespace-separated words (as ``attnviz align``) and keep each piece's
     word, so that gold alignments (word indices) can address the maps.  ``max_tokens``: each source to its
-    first N tokens (a final ``</s>`` kept last, as ``attnviz open --max-tokens`` cuts a source) and each decoder
-    row sequence (the start token, then the target's tokens) to its first N (corpus/cut.py)."""
+    first N tokens (a final ``</s>`` kept last) and each decoder row sequence (the start token, then the target's
+    tokens) to its first N, as ``attnviz open --text SRC --text-pair TGT --max-tokens N`` cuts them
+    (runtime/truncation.py)."""
     src_tok, tgt_tok = model.tokenizers
     tgt_tok = tgt_tok or src_tok
     if src_tok is None or tgt_tok is None:
@@ -109,10 +110,10 @@ def encode_pairs(model, items: list[Item], words: bool = False, max_tokens: int 
             out.dec_special.append([])
         else:
             try:
-                dec = [start, *tgt_tok.encode_ids(it.pair, add_special=False).ids]
-                if max_tokens is not None and len(dec) > max_tokens:
-                    dec = dec[:max_tokens]
-                    pair_read = tgt_tok.leading_text(it.pair, max_tokens - 1)  # the start token is not the target's
+                target = tgt_tok.encode_ids(it.pair, add_special=False).ids
+                dec = decoder_rows([start], target, max_tokens)  # as open --text-pair --max-tokens cuts them
+                if len(dec) < 1 + len(target):
+                    pair_read = tgt_tok.leading_text(it.pair, len(dec) - 1)  # the start token is not the target's
                     n_tgt += 1
                 check_positions(model, len(dec), fix=FIX)
             except AttnvizError as e:

@@ -36,9 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         metavar="N",
-        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; a --text-pair pair keeps its "
-        "special tokens and loses tokens of the longer sentence first, from its end (Hugging Face tokenizers' "
-        "longest_first, as 'attnviz corpus --max-tokens' cuts a pair)",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; an encoder's --text-pair "
+        "pair keeps its special tokens and loses tokens of the longer sentence first, from its end (Hugging Face "
+        "tokenizers' longest_first, as 'attnviz corpus --max-tokens' cuts a pair); an encoder-decoder's source keeps its first N "
+        "and its --text-pair target the decoder's first N rows (the start token, then the target's tokens), as a "
+        "corpus run cuts them",
     )
     add_variant_argument(p)
     p.add_argument(

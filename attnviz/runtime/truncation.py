@@ -10,6 +10,9 @@ text are the same tokens.
   tokens from its end until the pair fits; where both are longer than half of what is left, A keeps the lower half
   and B the rest.  (Cutting the tail instead would drop B whole before A lost a token: not what the model was
   trained on, and not what a corpus run of the same pair reads.)
+* An encoder–decoder's source and teacher-forced target (``--text SRC --text-pair TGT``, a corpus's
+  ``--text-pair-column``): the source as one text, and the decoder's rows (its start token, then the target's
+  tokens) to their first N (:func:`decoder_rows`): each side has its own positions, so each gets N.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 from attnviz import AttnvizError
 
 RULE = "longest first, special tokens kept, as Hugging Face tokenizers cut a pair"  # the note's words
+ROWS_RULE = "the decoder rows are the start token, then the target's tokens; each side to its first N, as a corpus cuts"
 
 
 def split_budget(la: int, lb: int, budget: int) -> tuple[int, int]:
@@ -85,6 +89,34 @@ def cut_pair(tok, text: str, pair: str, special: np.ndarray, n: int) -> PairCut:
     keep[words[ka:la]] = False
     keep[words[la + kb :]] = False
     return PairCut(keep, (la, lb), (ka, kb))
+
+
+def decoder_rows(start: list[int], target: list[int], n: int | None) -> list[int]:
+    """An encoder–decoder's teacher-forced decoder rows, ``start`` (its start token) then the ``target``'s tokens,
+    cut to their first ``n`` (None: all).  No end token is kept last: the target has none (the model would predict
+    it), so the rows kept are the start and the target's first ``n - 1`` tokens."""
+    rows = [*start, *target]
+    return rows if n is None else rows[:n]
+
+
+@dataclass(frozen=True)
+class SourceTargetCut:
+    """An encoder–decoder's source and decoder rows cut to N: how many of each before and after."""
+
+    source: tuple[int, int]  # the source's tokens (special tokens included) before and after the cut
+    rows: tuple[int, int]  # the decoder's rows (the start token, then the target's tokens) before and after
+
+    @property
+    def cut(self) -> bool:
+        return self.source[1] < self.source[0] or self.rows[1] < self.rows[0]
+
+    def describe(self) -> str:
+        """Which side lost how many tokens, for the run's note."""
+        (ns, ks), (nr, kr) = self.source, self.rows
+        return (
+            f"the source lost {ns - ks} of its {ns} tokens, the target's decoder rows {nr - kr} of their {nr} "
+            f"({ROWS_RULE})"
+        )
 
 
 def _pick(enc, keep: np.ndarray):
