@@ -124,6 +124,7 @@ class ModelSet(AnalyzeMethod):
     as one file)."""
 
     needs_probe = False  # the folder says which file is which
+    vision_tower = False  # an optimum export's encoder is a text or image encoder (a VLM folder is a VLMSet)
     OPTIONAL = ("attention_mask", "decoder_attention_mask")  # all ones when not given, as in transformers
 
     def __init__(

@@ -566,6 +566,12 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         """A single-stack graph whose labels are guesses: a short run tells encoder from decoder first."""
         return not self._stack_confirmed and len({s.stack for s in self._sites}) == 1
 
+    @property
+    def vision_tower(self) -> bool:
+        """A VLM's vision file opened alone: its encoder sites are the tower's, shown as "vision" (as its results'
+        blocks are: ``info[VISION_TOWER_KEY]``)."""
+        return self.frames is not None
+
     @cached_property
     def position_limit(self) -> PositionLimit | None:
         """The longest token input: metadata, the graph's position table, or the folder's tokenizer_config.json."""

@@ -87,6 +87,9 @@ class AttnModel(Protocol):
     @property
     def position_limit(self) -> PositionLimit | None: ...  # the longest token input (None: nothing says)
 
+    @property
+    def vision_tower(self) -> bool: ...  # its encoder sites are a VLM's vision tower (shown "vision", not "encoder")
+
     # -- behaviour ----------------------------------------------------------------------------------------
     def probe(self) -> bool: ...  # a short dummy run for head counts; False when none could run
 

@@ -138,6 +138,7 @@ class VLMSet(AnalyzeMethod):
 
     needs_probe = False  # the layout says which file is which
     kind = "vision-decoder"
+    vision_tower = True  # its encoder sites are the vision tower's: shown as "vision" (core.attention.shown_stack)
 
     def __init__(self, layout: VLMLayout, provider: str = "auto", tokenizer: str | None = None, threads=None):
         t0 = time.perf_counter()

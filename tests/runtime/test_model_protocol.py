@@ -47,6 +47,9 @@ VALUE_CHECKS = {
         isinstance(v, tuple) and len(v) == 2 and all(t is None or isinstance(t, TextEncoder) for t in v)
     ),
     "position_limit": lambda m, v: v is None or (isinstance(v, PositionLimit) and v.tokens > 0),
+    "vision_tower": lambda m, v: (
+        v is False
+    ),  # none of these kinds is a VLM's tower (tests/runtime/test_vlm_tower_alone.py)
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,6 +154,30 @@ def test_the_tower_block_is_named_as_the_whole_models(tower, whole, images, tmp_
     assert io.load_npz(tmp_path / "t.npz").blocks()[0].name == "vision self-attention"
     assert block_label(r.blocks()[0]) == block_label(full.blocks()[0]) == "encoder self"
     assert resolve_block(r, "vision self")[0] == resolve_block(r, "encoder self")[0] == 0
+
+
+def test_inspect_names_the_towers_sites_vision(idefics3_repo, capsys):
+    """`attnviz inspect` lists a tower's sites as every view names them ("vision"), alone and in the whole model;
+    --json keeps the sites' own "encoder" (what scripts read back)."""
+    import json
+
+    from attnviz.cli import main
+
+    for path, stacks in (
+        (idefics3_repo / "onnx" / "vision_encoder.onnx", ["vision", "vision"]),
+        (idefics3_repo, ["vision", "vision", "decoder", "decoder"]),
+    ):
+        assert main(["inspect", str(path), "--no-probe"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        rows = out[out.index(next(line for line in out if line.startswith("attention sites"))) + 2 :]
+        assert [r.split()[1] for r in rows[: len(stacks)]] == stacks
+        assert any("vision: the vision tower's sites" in r for r in rows)
+        assert main(["inspect", str(path), "--no-probe", "--json"]) == 0
+        assert {s["stack"] for s in json.loads(capsys.readouterr().out)["sites"]} <= {"encoder", "decoder"}
+    assert (
+        main(["inspect", str(Path(__file__).resolve().parents[2] / "models" / "translation.onnx"), "--no-probe"]) == 0
+    )
+    assert "vision" not in capsys.readouterr().out  # a text encoder stays "encoder"
 
 
 def test_the_split_is_kept_in_the_npz(tower, images, tmp_path):

@@ -44,6 +44,7 @@ def _load_error(m) -> str | None:
 
 
 def run(args) -> int:
+    from attnviz.core.attention import shown_stack
     from attnviz.runtime import open_model
 
     m = open_model(args.model, provider="cpu", variant=args.variant)
@@ -86,13 +87,19 @@ def run(args) -> int:
         return 1
     print(f"attention sites ({len(d['sites'])})")
     print(f"  {'#':>3}  {'stack':<8} {'kind':<7} {'layer':>5} {'heads':>5}  {'method':<17} node")
+    tower = m.vision_tower  # a VLM's encoder reads "vision" as in every view (--json: the sites' own spelling)
     for i, s in enumerate(d["sites"]):
+        stack = shown_stack(s["stack"], tower)
         print(
-            f"  {i:>3}  {s['stack']:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
+            f"  {i:>3}  {stack:<8} {s['kind']:<7} {s['layer']:>5} {s['heads'] or '?':>5}  {s['method']:<17} {clean(s['node'], 120)}"
             + (f"  ({clean(s['tower'])} tower)" if s.get("tower") else "")
             + (f"  (within {clean(s['window'])})" if s.get("window") else "")
         )
     _method_legend(d["sites"])
+    if tower and any(s["stack"] == "encoder" for s in d["sites"]):
+        print(
+            "  vision: the vision tower's sites (ablate --heads and compare --figure-head take 'vision' or 'encoder')"
+        )
     return 0
 
 
