@@ -152,6 +152,20 @@ class FramesMap:
             out[n:] = fn([zeros] * len(layers))[max(lo - n, 0) : hi - n].sum(axis=0)
         return out
 
+    def head_rows(self, b: int, h: int, rows: np.ndarray, n_k: int) -> np.ndarray:
+        """``[len(rows), n_k]``: rows ``rows`` (ascending) of :meth:`head` ``(b, h)``, keys ``:n_k``, each row's
+        frame's weights at its keys and zeros elsewhere (a padding row all zeros): the very rows of the laid-out
+        head, so a row-local filter over them gives what it gives on the whole head, from a band of it."""
+        rows = np.asarray(rows, dtype=np.intp)
+        out = np.zeros((rows.size, n_k), np.float32)
+        for m, (o, p) in zip(self.frames(b), self.spans(b)):
+            lo, hi = np.searchsorted(rows, [o, o + p])  # the band's rows in this frame (ascending: one run)
+            if lo == hi or o >= n_k:
+                continue
+            w = min(p, n_k - o)
+            out[lo:hi, o : o + w] = m[h, rows[lo:hi] - o, :w]
+        return out
+
     def head(self, b: int, h: int) -> np.ndarray:
         return self.lay_out(b, lambda ms: ms[0][h], [self])
 

@@ -241,7 +241,7 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
     heads where they are (:class:`~attnviz.core.attention.PooledSource`: on-demand Q and Kᵀ kept on a GPU) does,
     when neither hiding nor kept mass change the numbers first, and only the thumbnails come back.  Hiding and kept
     mass make a new map per head (one head at a time per thread: a 2,048-token layer would need 200 MB for each
-    temporary)."""
+    temporary); a tower's frames, filtered, one band of rows at a time (:func:`pool_frames_filtered`)."""
     hide = f.hides
     out = []
     for layer in range(blk.n_layers):
@@ -252,15 +252,17 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
                 pooled.flags.writeable = False
                 out.append(pooled)
                 continue
-        one: Callable[[int], np.ndarray]  # head h's map after the step
-        if isinstance(src, FramesMap):  # a tower's frames: one head laid out at a time (no threads: one each)
-            one = functools.partial(_laid_out, src, blk.batch, f)
-            n_heads, cells = src.shape[1], 0
-        else:
-            a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
-            if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
-                a = a[:, : f.n_q, : f.n_k]
-            one, n_heads, cells = a.__getitem__, a.shape[0], a.size
+        if isinstance(src, FramesMap):  # a tower's frames, filtered: band by band, never a whole head laid out
+            fn = functools.partial(pool_frames_filtered, src, blk.batch, f, sel.keep, max_side)
+            small = np.stack(_pool_map(fn, src.shape[1], src.shape[1] * f.n_q * f.n_k))
+            small.flags.writeable = False
+            out.append(small)
+            continue
+        a = np.asarray(blk.layer(layer), np.float32)  # [H, Tq, Tk]
+        if f.step is not None:  # slice (a view), never copy the full layer when no step is chosen
+            a = a[:, : f.n_q, : f.n_k]
+        one: Callable[[int], np.ndarray] = a.__getitem__  # head h's map after the step
+        n_heads, cells = a.shape[0], a.size
 
         def head(h: int, one: Callable[[int], np.ndarray] = one) -> np.ndarray:
             if hide and sel.keep >= 1.0:  # hidden tokens alone: pooled without making the renormalised map
@@ -276,8 +278,36 @@ def _pool_block(blk: Block, sel: Selection, max_side: int, f: _Filters) -> list[
     return out
 
 
-def _laid_out(src: FramesMap, b: int, f: _Filters, h: int) -> np.ndarray:
-    return src.head(b, h)[: f.n_q, : f.n_k]
+def pool_frames_filtered(src: FramesMap, b: int, f: _Filters, keep: float, max_side: int, h: int) -> np.ndarray:
+    """Head ``h`` of a tower's frames after the step, hidden positions and kept mass, max-pooled: bit for bit what
+    ``downsample(keep_mass(drop_positions(src.head(b, h)[:n_q, :n_k])))`` gives, one band of rows at a time.
+
+    Laying the head out is the frame count times its frames' maps (17 frames of 1,024 patches: 1.2 GB a head, and
+    keep mass's sort and sums ~6x that), yet both filters are row-local: a row keeps (or renormalises over) its own
+    weights alone.  So each band of kept rows that pools into one cell row is laid out by itself
+    (:meth:`FramesMap.head_rows`: the very rows of the laid-out head, their zeros off the frame's block included,
+    so each row is sorted, summed and divided exactly as the whole head's is), filtered by the same functions and
+    max-pooled (maxima are exact in any order; a short last cell holds the zero padding's 0).  A dropped position
+    moves every later row and key up one: the rows are the kept ones and the keys are cut by ``drop_positions``
+    itself, so cells straddle frame borders exactly as they do in the laid-out head."""
+    rows = np.flatnonzero(~np.asarray(f.drop_q, bool))  # the kept rows among the step's n_q
+    n_k = int((~np.asarray(f.drop_k, bool)).sum())
+    if not (rows.size and n_k):  # every row or every key hidden: nothing to pool, as the laid-out path gives
+        return downsample(np.zeros((rows.size, n_k), np.float32), max_side)
+    fq = -(-rows.size // max_side)
+    no_rows = np.zeros(min(fq, rows.size), bool)
+    bands = []
+    for start in range(0, rows.size, fq):
+        band = src.head_rows(b, h, rows[start : start + fq], f.n_k)
+        if f.hides:
+            band = reduce.drop_positions(band, no_rows[: band.shape[0]], f.drop_k)
+        if keep < 1.0:
+            band = reduce.keep_mass(band, max(keep, 1e-3))
+        top = band.max(axis=-2)
+        bands.append(np.maximum(top, 0) if band.shape[-2] < fq else top)  # a short last cell holds a 0 too
+    small = np.stack(bands)
+    fk = -(-n_k // max_side)
+    return _pool_axis(small, fk, -1) if fk > 1 else small
 
 
 def thumbnails(
