@@ -168,12 +168,16 @@ def test_a_comparison_draws_the_selected_frame_of_both(tower, images, square, tm
 
 def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
     pytest.importorskip("PySide6")
+    from frames_stats import per_frame_first_prev
+
     from attnviz.gui.views.stats_table import compute_stats
 
     blk, want_blk = square.blocks()[0], dense(square).blocks()[0]
     got, want = compute_stats(square, blk, -1), compute_stats(dense(square), want_blk, -1)
     assert [(r["layer"], r["head"]) for r in got] == [(r["layer"], r["head"]) for r in want]
     for g, w in zip(got, want, strict=True):
+        # "first" and "prev" are each frame's own (core.stats.frames_head_stats), by hand from the laid-out head
+        w["first"], w["prev"] = per_frame_first_prev(want_blk.head(w["layer"], w["head"]), [P] * 5)
         assert g == pytest.approx(w, rel=1e-9, abs=1e-12)
 
 
