@@ -164,6 +164,7 @@ def test_the_set_satisfies_the_model_protocol(llava_repo):
     for member in METHODS:
         assert callable(getattr(m, member)), member
     assert m.probe() and [s.heads for s in m.sites] == [vm.HEADS] * 3
+    assert m.vision_tower is True  # its encoder sites are the vision tower's ("vision" in inspect and the views)
     d = m.describe()
     assert d["kind"] == "vision-decoder" and d["files"] == [
         "vision_encoder.onnx",
