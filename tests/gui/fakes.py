@@ -43,6 +43,7 @@ class FakeModel:
     needs_probe = False
     provider_note = ""
     position_limit = None
+    vision_tower = False  # a fake "vision-decoder" is a captioner (cross-attention), not a VLM set
     tokenizers = (None, None)
 
     def __init__(self, path, kind="encoder", layers=2, heads=4, provider="CPUExecutionProvider", delay=0.0):
