@@ -133,13 +133,13 @@ def read_labels(path: str, column: str, n: int) -> list:
     """The ``column`` value of each item of a .jsonl / .parquet corpus (items as :func:`attnviz.corpus.items.
     read_texts` keeps them: records with a non-blank ``text``), the first ``n``."""
     from attnviz.core.untrusted import parse_json, read_bytes
-    from attnviz.corpus.items import read_parquet
+    from attnviz.corpus.items import decode_texts, read_parquet
 
     p = Path(path)
     suffix = p.suffix.lower()
     out: list = []
     if suffix == ".jsonl":
-        for line in read_bytes(p, "--texts").decode("utf-8", errors="replace").splitlines():
+        for line in decode_texts(read_bytes(p, "--texts"), p).splitlines():
             if line.strip():
                 rec = parse_json(line, p.name)
                 if isinstance(rec, dict) and isinstance(rec.get("text"), str) and rec["text"].strip():

@@ -23,7 +23,6 @@ over the batch specs (resumable from the driver's checkpoint).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import pickle
@@ -37,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import check_json, open_regular, parse_json, read_json
-from attnviz.corpus.items import Item
+from attnviz.core.untrusted import check_json, parse_json, read_json
+from attnviz.corpus.items import Item, text_lines
 from attnviz.corpus.plan import BatchSpec, plan_text
 from attnviz.corpus.reduce import Partial
 
@@ -352,11 +351,13 @@ class ReduceActor:
         return row
 
 
-def _check_jsonl(path: Path) -> None:
-    """Ray Data parses ``.jsonl`` with pyarrow, past the JSON guard: each line passes its checks here first
-    (nesting, 1,000-digit numbers: what the local reader refuses through ``parse_json``), streamed, in one pass."""
-    with io.TextIOWrapper(open_regular(path, "--texts"), encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
+def _check_lines(path: Path) -> None:
+    """Ray Data reads ``.txt`` and ``.jsonl`` itself, past the local readers' checks: each line passes them here
+    first, streamed, in one pass: UTF-8 text (corpus.items.decode_texts: Ray's decoder stopped at a Latin-1 byte
+    with its own traceback text) and, in a .jsonl, the JSON guard (nesting, 1,000-digit numbers)."""
+    jsonl = path.suffix.lower() == ".jsonl"
+    for n, line in text_lines(path):
+        if jsonl:
             check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
 
 
@@ -367,7 +368,8 @@ def _read(job: TextJob):
     path = str(Path(job.path).resolve())
     cols = ["text", job.pair_column] if job.pair_column else ["text"]
     readers = {
-        ".txt": lambda: ray.data.read_text(path, drop_empty_lines=True),
+        # utf-8-sig: a byte-order mark at the start is dropped, as the local reader drops it (corpus.items)
+        ".txt": lambda: ray.data.read_text(path, encoding="utf-8-sig", drop_empty_lines=True),
         ".jsonl": lambda: ray.data.read_json(path, lines=True),  # _keep_texts names a missing field
         ".parquet": lambda: ray.data.read_parquet(path, columns=cols),
     }
@@ -403,8 +405,8 @@ def run_texts(
     """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, and the
     (items, tokens) an interrupted run had already reduced."""
     _ray()  # a clear line when Ray is missing, before anything starts
-    if Path(job.path).suffix.lower() == ".jsonl":
-        _check_jsonl(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
+    if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
+        _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
     _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)

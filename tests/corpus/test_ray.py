@@ -87,6 +87,25 @@ def test_ray_data_errors_are_one_line(planted, tmp_path, capsys):
     assert "--engine local" in err[0]
 
 
+def test_ray_drops_a_byte_order_mark_and_refuses_latin1_as_local_does(planted, tmp_path, capsys):
+    """Audit 17: Ray Data read a UTF-8 mark into the first item (the local reader now drops it: equal results), and
+    a Latin-1 byte is refused before Ray starts, in the local reader's line (tests/corpus/test_text_encodings.py)."""
+    import codecs
+
+    model, texts = planted
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(codecs.BOM_UTF8 + texts.read_bytes())
+    _both(model, marked, tmp_path, "marked", batch_size=4)
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("the cat\nthe café\n".encode("latin-1"))
+    out = tmp_path / "o"
+    args = ["corpus", str(model), "--texts", str(latin), "--out", str(out), "--engine", "ray", "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "latin1.txt line 2: byte 0xE9" in err[0] and "UTF-8" in err[0], err
+    assert not out.exists()
+
+
 def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path):
     """Source/target pairs keep the driver's plan under Ray (the actors reduce its batches): the same statistics
     and gold link counts as the local engine, and an interrupted Ray run resumes from its checkpoint to the
