@@ -185,7 +185,8 @@ def _check_in_bounds(t: onnx.TensorProto, target: Path, path: Path) -> None:
     if offset + need > size:
         raise AttnvizError(
             f"{path}: external data file {target.name!r} holds {size:,} bytes and tensor {t.name[:80]!r} needs "
-            f"{need:,} from byte {offset:,}; the data file is truncated — copy or download it again"
+            f"{need:,} from byte {offset:,}; the data file is truncated (or is not this model's) — copy or download it "
+            "again"
         )
 
 
