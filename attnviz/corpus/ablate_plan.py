@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.corpus import outfiles
 from attnviz.corpus.ablate_work import AblateSetup, LabelledSpec, Off
 from attnviz.corpus.config import EngineConfig
 
@@ -47,6 +48,7 @@ def check_config(cfg: AblateCorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for the results")
+    outfiles.refuse_foreign(out, "ablate")
 
 
 def _open(cfg: AblateCorpusConfig):

@@ -24,6 +24,7 @@ from attnviz.core.compare import MEASURES
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
+from attnviz.corpus import outfiles
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
 from attnviz.corpus.config import EngineConfig
@@ -74,6 +75,7 @@ def _check(cfg: CompareCorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS}, {ITEMS} and {RUN}")
+    outfiles.refuse_foreign(out, "compare")
 
 
 def run_compare_corpus(cfg: CompareCorpusConfig, on_batch: Callable[[int], None] | None = None) -> CompareCorpusResult:
