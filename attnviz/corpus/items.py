@@ -153,6 +153,12 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
     except Exception as e:  # missing column, not parquet
         also = "".join(f" and {c!r}" for c in named)
         raise AttnvizError(f'{path.name}: cannot read a "text" column{also} ({str(e).splitlines()[0][:160]})') from None
+    import pyarrow as pa
+
+    for c in ("text", *named):  # a column of numbers or lists held no string, and the run said "no items"
+        kind = table.schema.field(c).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise AttnvizError(f"--texts {path.name}: column {c!r} holds {kind}, not text; give a column of strings")
     texts = table.column("text").to_pylist()
     extra = {c: table.column(c).to_pylist() for c in named}
     out = []

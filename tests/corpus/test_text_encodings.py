@@ -92,3 +92,23 @@ def test_a_folder_given_as_texts_is_named_a_folder(planted, tmp_path, capsys):
     assert rc == 2
     one_line(err, "is a folder", "--images")
     assert "no such file" not in err
+
+
+@pytest.mark.parametrize("column", ["text", "en"])
+def test_a_parquet_column_that_holds_no_strings_is_named(planted, tmp_path, capsys, column):
+    """A "text" column of numbers (or lists) held no string, and the run said "no items (empty lines are
+    skipped)"; a --text-pair-column of numbers was "row 1: no 'en' string".  Now the column and its type."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    model, _ = planted
+    data = {"text": ["the cat", "the dog"], "en": ["a", "b"]}
+    data[column] = [[1, 2], [3]] if column == "text" else [1, 2]
+    f = tmp_path / "c.parquet"
+    pq.write_table(pa.table(data), f)
+    argv = ["corpus", str(model), "--texts", str(f), "--out", str(tmp_path / "o"), "--no-progress"]
+    rc = main([*argv, *(["--text-pair-column", "en"] if column == "en" else [])])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    one_line(err, "c.parquet", f"column {column!r}", "int64", "not text")
+    assert not (tmp_path / "o").exists()
