@@ -12,8 +12,8 @@ command, e.g. /work/main for the code before) runs ``python -m attnviz.cli extra
 command and the crash-isolation child it waits for), its wall time, and the file's size.  A dense map of the
 tower's keys is ``heads × (frames · 1024)² × 4`` bytes a layer; the frames' maps are ``frames × heads × 1024² × 4``.
 ``--view``: the file is then opened and drawn in a process of its own (:data:`VIEW`: the overview's thumbnails,
-Image regions, mean over heads, and its figure; then the token map), its ``ru_maxrss`` before and after the token
-map (the one view that lays the whole ``[Tq, Tk]`` out).
+Image regions, mean over heads, and its figure; then the Head map as the window draws it, ``head_map`` where the
+code has it — one frame — else ``compute_map``; then the whole token map), its ``ru_maxrss`` after each.
 """
 
 from __future__ import annotations
@@ -101,8 +101,11 @@ ov = v.overlay_view(r, sel)
 v.overlay_view(r, sel.with_(query=40))
 figure_bytes(render_figure(r, "image", sel))
 drawn, t1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0
+# the Head map as the window draws it (its session's current_map): head_map where the code has it (one frame)
+(getattr(v, "head_map", None) or v.compute_map)(r, sel)
+head, t2 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0
 v.compute_map(r, sel)
-print(drawn, t1, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0, ov.peak)
+print(drawn, t1, head, t2, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0, ov.peak)
 """
 
 
@@ -111,10 +114,11 @@ def view(root: Path, npz: Path) -> str:
     p = subprocess.run([sys.executable, "-c", VIEW, str(npz)], env=env, capture_output=True, text=True, cwd=root)
     if p.returncode:
         return f"failed: {(p.stderr.strip().splitlines() or [''])[-1][:160]}"
-    rss, wall, rss_map, wall_map, peak = p.stdout.split(maxsplit=4)
+    rss, wall, rss_head, wall_head, rss_map, wall_map, peak = p.stdout.split(maxsplit=6)
     return (
-        f"thumbnails + Image regions + its figure: max RSS {float(rss):,.0f} MB, {float(wall):.1f} s; then the token "
-        f"map: max RSS {float(rss_map):,.0f} MB, {float(wall_map):.1f} s; {peak.strip()}"
+        f"thumbnails + Image regions + its figure: max RSS {float(rss):,.0f} MB, {float(wall):.1f} s; then the Head "
+        f"map: max RSS {float(rss_head):,.0f} MB, {float(wall_head):.1f} s; then the whole token map (compute_map): "
+        f"max RSS {float(rss_map):,.0f} MB, {float(wall_map):.1f} s; {peak.strip()}"
     )
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.attention import shown_stack
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Block, SiteInfo
@@ -36,11 +37,14 @@ class HeadRef:
     layer: int
     head: int
     tower: str | None = None
+    # a vision–language model's encoder: named "vision" as its views name it (the same head either way)
+    vision_tower: bool = field(default=False, compare=False)
 
     @property
     def label(self) -> str:
-        """``"encoder self 2:5"``: the CLI's ``--heads`` spelling."""
-        return f"{self.stack}{f' ({self.tower})' if self.tower else ''} {self.kind} {self.layer}:{self.head}"
+        """``"encoder self 2:5"`` (``"vision self 2:5"`` on a VLM's vision tower): the CLI's ``--heads`` spelling."""
+        stack = shown_stack(self.stack, self.vision_tower)
+        return f"{stack}{f' ({self.tower})' if self.tower else ''} {self.kind} {self.layer}:{self.head}"
 
     def matches(self, site: SiteInfo) -> bool:
         return (site.stack, site.kind, int(site.layer), site.tower) == (self.stack, self.kind, self.layer, self.tower)
@@ -50,7 +54,7 @@ def head_at(blocks: list[Block], block: int, layer: int, head: int) -> HeadRef:
     """The head at an Overview cell ``(block, layer index in the block, head)`` or a Head stats row."""
     blk = blocks[block]
     s = blk.result.sites[blk.sites[layer]]
-    return HeadRef(s.stack, s.kind, int(s.layer), int(head), s.tower)
+    return HeadRef(s.stack, s.kind, int(s.layer), int(head), s.tower, blk.result.vision_tower)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from attnviz import AttnvizError
 from attnviz.core import view as vm
 
 if TYPE_CHECKING:
-    from attnviz.core.attention import AttentionResult, Block, SiteInfo
+    from attnviz.core.attention import AttentionResult, Block
     from attnviz.corpus.compare import Comparison
     from attnviz.runtime.protocol import AttnModel
     from attnviz.runtime.request import AnalyzeRequest
@@ -33,11 +33,6 @@ COMPARE_COLUMNS = {
         "share of real query rows whose most-attended key is the same in A and in B",
     ),
 }
-
-
-def row_stack(site: SiteInfo) -> str:
-    """The ``stack`` a comparison row names a site by (a dual encoder's tower in brackets, as compare_results)."""
-    return site.stack if site.tower is None else f"{site.stack} ({site.tower})"
 
 
 @dataclass(frozen=True)
@@ -60,12 +55,14 @@ class HeldComparison:
     def block_rows(self, blk: Block) -> dict[tuple[int, int], dict]:
         """``(layer index in blk, head) -> row`` for the heads of ``blk`` (a block of ``result_a``) that were
         compared; heads of a site B lacks are absent."""
+        from attnviz.corpus.compare import row_stack
+
         by_key = {(r["stack"], r["kind"], r["layer"], r["head"]): r for r in self.comparison.heads}
         out = {}
         for li, i in enumerate(blk.sites):
             s = blk.result.sites[i]
             for h in range(blk.heads_in(li)):
-                row = by_key.get((row_stack(s), s.kind, int(s.layer), h))
+                row = by_key.get((row_stack(s, blk.result.vision_tower), s.kind, int(s.layer), h))
                 if row is not None:
                     out[(li, h)] = row
         return out

@@ -13,7 +13,6 @@ import argparse
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
-from attnviz.app.compare import row_stack
 from attnviz.corpus import compare as engine
 
 if TYPE_CHECKING:
@@ -42,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def figure_selection(result_a: AttentionResult, rows: list[dict], spec: str | None) -> tuple[Selection, dict]:
     """The selection on A of the head ``spec`` names (None: the compared head with the largest JS divergence), as
     the window selects it when that head's Overview cell is clicked, and its comparison row."""
+    from attnviz.core.attention import shown_stack
     from attnviz.core.view import Selection
     from attnviz.runtime.ablation import HEAD_RE
 
@@ -53,7 +53,8 @@ def figure_selection(result_a: AttentionResult, rows: list[dict], spec: str | No
             raise AttnvizError(
                 f"--figure-head {spec!r}: write the head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 1:2'"
             )
-        key = (m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+        # a vision–language model's encoder: its rows say "vision", and the sites' "encoder" means the same heads
+        key = (shown_stack(m.group(1), result_a.vision_tower), m.group(2), int(m.group(3)), int(m.group(4)))
         found = next((r for r in rows if (r["stack"], r["kind"], r["layer"], r["head"]) == key), None)
         if found is None:
             heads = sorted({f"{r['stack']} {r['kind']} {r['layer']}" for r in rows})
@@ -62,7 +63,11 @@ def figure_selection(result_a: AttentionResult, rows: list[dict], spec: str | No
     for bi, blk in enumerate(result_a.blocks(0)):
         for li, i in enumerate(blk.sites):
             s = result_a.sites[i]
-            if (row_stack(s), s.kind, int(s.layer)) == (row["stack"], row["kind"], row["layer"]):
+            if (engine.row_stack(s, result_a.vision_tower), s.kind, int(s.layer)) == (
+                row["stack"],
+                row["kind"],
+                row["layer"],
+            ):
                 return Selection(block=bi, layer=li, head=int(row["head"]), mode="head"), row
     raise AttnvizError(f"--figure-head: {row['stack']} {row['kind']} {row['layer']} is not a block of A")  # not reached
 

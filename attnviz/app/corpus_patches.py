@@ -55,19 +55,30 @@ def is_tower_example(example: dict) -> bool:
     return isinstance(example.get("row_patch"), str) and isinstance(example.get("col_patch"), str)
 
 
-def label_name(label: str) -> str:
-    """A patch's name from its axis label alone (no image at hand): "tile k patch (r, c)", "global image patch
-    (r, c)" (the labels of an image the processor did not split, its picture alone, read the same)."""
+def label_name(label: str, frames: int | None = None) -> str:
+    """A patch's name from its axis label and its image's ``frames`` (no image at hand), as the drawn view names
+    it (:func:`patch_label`): "tile k patch (r, c)"; "global image patch (r, c)" beside tiles (several frames);
+    "patch (r, c)" of an image the processor did not split (one frame: its picture alone, no global image beside
+    anything), and where the frames are not known (results written before examples.parquet held them: the label
+    ``(r,c)`` reads the same either way)."""
     m = _TILE.fullmatch(label)
     if m:
         return f"tile {m[1]} patch ({m[2]}, {m[3]})"
     m = _GLOBAL.fullmatch(label)
-    return f"{GLOBAL_PANEL} patch ({m[1]}, {m[2]})" if m else label
+    if m is None:
+        return label
+    return f"{GLOBAL_PANEL + ' ' if frames is not None and frames > 1 else ''}patch ({m[1]}, {m[2]})"
+
+
+def frames_of(example: dict) -> int | None:
+    """The example's image's frames (examples.parquet's ``frames``; None in results written before it)."""
+    n = example.get("frames")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def names_only(example: dict, note: str = "") -> ExampleImage:
-    q, k = str(example["row_patch"]), str(example["col_patch"])
-    return ExampleImage(PatchRegion(q, label_name(q)), PatchRegion(k, label_name(k)), note=note)
+    q, k, n = str(example["row_patch"]), str(example["col_patch"]), frames_of(example)
+    return ExampleImage(PatchRegion(q, label_name(q, n)), PatchRegion(k, label_name(k, n)), note=note)
 
 
 def example_image(example: dict, model_path: str) -> ExampleImage:

@@ -294,13 +294,14 @@ class Block:
     tower: str | None = None  # a dual encoder's tower (SiteInfo.tower): one block per tower
 
     @property
+    def shown_stack(self) -> str:
+        """The stack as a user reads it: "vision" for a vision–language model's tower (:func:`shown_stack`)."""
+        return shown_stack(self.stack, self.result.vision_tower)
+
+    @property
     def name(self) -> str:
-        # a vision–language decoder's encoder is its vision tower: "encoder" would read as a text encoder; so is
-        # that tower run alone, named as the whole model names it
-        tower = self.result.token_grid is not None or (self.result.info or {}).get(VISION_TOWER_KEY) is True
-        stack = "vision" if self.stack == "encoder" and tower else self.stack
         return (
-            f"{stack} {self.kind}-attention"
+            f"{self.shown_stack} {self.kind}-attention"
             + (f" stage {self.stage}" if self.stage else "")
             + (f" ({self.tower})" if self.tower else "")
         )
@@ -361,6 +362,25 @@ VISION_GRIDS_KEY = "vision_grids"
 # info: the maps are a vision–language model's vision tower run alone (its vision file opened by itself,
 # runtime/vlm_tower.py): its encoder block is named as the whole model names it (Block.name)
 VISION_TOWER_KEY = "vision_tower"
+VISION_STACK = "vision"  # what a vision–language model's encoder sites are called wherever a user reads them
+
+
+def shown_stack(stack: str, vision_tower: bool) -> str:
+    """A stack's name as the views, tables and messages show it: a vision–language model's encoder (the whole
+    model's, or its vision file run alone: ``vision_tower``) is its vision tower, and "encoder" would read as a text
+    encoder.  The sites keep "encoder" (SiteInfo.stack); :func:`site_stack` reads either name back."""
+    return VISION_STACK if vision_tower and stack == "encoder" else stack
+
+
+def shown_label(site: SiteInfo, vision_tower: bool) -> str:
+    """``site.label`` with its stack as :func:`shown_stack` shows it ("vision self L0" on a vision tower)."""
+    return shown_stack(site.stack, vision_tower) + site.label[len(site.stack) :]
+
+
+def site_stack(name: str, vision_tower: bool) -> str:
+    """The sites' stack a user's name means (``--heads 'vision self 2:5'`` on a vision tower is its encoder's
+    sites); the sites' own spelling ("encoder") means itself."""
+    return "encoder" if vision_tower and name == VISION_STACK else name
 
 
 @dataclass
@@ -388,6 +408,12 @@ class AttentionResult:
     def __post_init__(self):
         if len(self.maps) != len(self.sites):
             raise ValueError("maps and sites differ in length")
+
+    @property
+    def vision_tower(self) -> bool:
+        """The encoder is a vision–language model's vision tower: the whole model's (its image tokens among the
+        decoder's keys) or its vision file run alone (:data:`VISION_TOWER_KEY`)."""
+        return self.token_grid is not None or (self.info or {}).get(VISION_TOWER_KEY) is True
 
     def token_grid_of(self, batch: int = 0) -> PatchGrid | None:
         """Where batch row ``batch``'s image tokens lie among its keys: rows of a padded batch differ (left padding

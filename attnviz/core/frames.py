@@ -10,6 +10,11 @@ one head out (:meth:`FramesMap.head`) or pools the thumbnails (:meth:`FramesMap.
 what is drawn is the same block-diagonal map a dense one would give.  A function that works on a map row by row
 and on zeros gives zeros (a head aggregate, rollout) is block-separable: :meth:`FramesMap.lay_out` applies it
 to each diagonal block and lays the blocks out, never the whole map.
+
+Frames of several sizes (one prompt's images each resized to its own size, Qwen2-VL's separate tower runs) are one
+:class:`FramesMap` too: their maps one after another in one flat buffer (``blocks`` 1-D, ``sizes`` each frame's
+patches), each frame a view of it; every method places frame ``f`` at the keys after its row's earlier frames
+(:meth:`FramesMap.spans`), so no reader needs the frames to be of one size.
 """
 
 from __future__ import annotations
@@ -22,56 +27,105 @@ MAX_FRAMES = 1024  # a row's frames a file may name (Idefics3 / SmolVLM split an
 
 
 class FramesMap:
-    """One site's maps as ``[B, H, n·P, n·P]`` (a :class:`~attnviz.core.attention.MapSource`), held as its frames'
-    ``blocks [frames, H, P, P]`` (every row's real frames one after another) and ``per_row`` (each row's count):
-    row ``b``'s frames on the diagonal, ``n = max(per_row)`` (``side``: more keys, ``n·P``, where given)."""
+    """One site's maps as ``[B, H, Tq, Tk]`` (a :class:`~attnviz.core.attention.MapSource`), held as its frames'
+    maps (every row's real frames one after another) and ``per_row`` (each row's count): row ``b``'s frames on the
+    diagonal, its keys the sum of its frames' (``side``: more, its padding's after them, where given).
 
-    def __init__(self, blocks: np.ndarray, per_row: list[int], side: int | None = None):
+    ``blocks`` is ``[frames, H, P, P]`` where every frame has ``P`` patches (``keys``); frames of several sizes
+    (``sizes``: each frame's patches) are one flat float32 buffer, frame after frame, each ``[H, P_f, P_f]``."""
+
+    def __init__(self, blocks: np.ndarray, per_row: list[int], side: int | None = None, sizes: list[int] | None = None):
         # kept as the very array (runtime/finite.py notes what it checked of that object)
         if not (type(blocks) is np.ndarray and blocks.dtype == np.float32):
             blocks = np.asarray(blocks, dtype=np.float32)
         per_row = [int(k) for k in per_row]
-        if blocks.ndim != 4 or blocks.shape[-1] != blocks.shape[-2]:
-            raise ValueError(f"frames' maps must be [frames, H, P, P], got shape {blocks.shape}")
-        if not per_row or min(per_row) < 1 or sum(per_row) != blocks.shape[0]:
-            raise ValueError(f"frames per row {per_row} do not add up to the {blocks.shape[0]} frames' maps")
+        if sizes is None:
+            if blocks.ndim != 4 or blocks.shape[-1] != blocks.shape[-2]:
+                raise ValueError(f"frames' maps must be [frames, H, P, P], got shape {blocks.shape}")
+            n_frames, heads = int(blocks.shape[0]), int(blocks.shape[1])
+            self.sizes = [int(blocks.shape[-1])] * n_frames
+            self._frames: list[np.ndarray] | np.ndarray = blocks
+        else:
+            self.sizes = [int(p) for p in sizes]
+            cells = sum(p * p for p in self.sizes)
+            if blocks.ndim != 1 or not self.sizes or min(self.sizes) < 1 or blocks.size % cells:
+                raise ValueError(
+                    f"frames of {self.sizes} patches need a flat buffer of heads x {cells} weights, got {blocks.shape}"
+                )
+            n_frames, heads = len(self.sizes), blocks.size // cells
+            self._frames = _views(blocks, heads, self.sizes)
+        if not per_row or min(per_row) < 1 or sum(per_row) != n_frames:
+            raise ValueError(f"frames per row {per_row} do not add up to the {n_frames} frames' maps")
         self.blocks, self.per_row = blocks, per_row
         self.starts = np.concatenate([[0], np.cumsum(per_row)[:-1]]).astype(int).tolist()
-        self.keys = int(blocks.shape[-1])  # P: each frame's patches
-        least = max(per_row) * self.keys
+        self.uniform = sizes is None
+        least = max(self.row_keys(b) for b in range(len(per_row)))
         side = least if side is None else int(side)  # more: one row of a padded batch, its padding kept (row)
         if side < least:
-            raise ValueError(f"{side} keys cannot hold {max(per_row)} frames of {self.keys} patches")
-        self.shape = (len(per_row), int(blocks.shape[1]), side, side)
+            raise ValueError(f"{side} keys cannot hold a row's {least} frames' patches")
+        self.shape = (len(per_row), heads, side, side)
 
-    def frames(self, b: int) -> np.ndarray:
-        """Row ``b``'s frames' maps ``[n_b, H, P, P]`` (a view, no copy)."""
+    @classmethod
+    def of(cls, frames: list[np.ndarray], per_row: list[int]) -> FramesMap:
+        """From each frame's ``[H, P_f, P_f]``: one ``[frames, H, P, P]`` array where they are of one size, else
+        the flat buffer of frames of several sizes (copied once; never laid out)."""
+        sizes = [int(f.shape[-1]) for f in frames]
+        if len(set(sizes)) == 1:
+            return cls(np.stack(frames).astype(np.float32, copy=False), per_row)
+        return cls(np.concatenate([np.asarray(f, np.float32).ravel() for f in frames]), per_row, sizes=sizes)
+
+    @property
+    def keys(self) -> int:
+        """``P``: every frame's patches (frames of one size only: :meth:`spans` names each frame's)."""
+        if not self.uniform:
+            raise ValueError(f"frames of several sizes ({self.sizes} patches) have no one P; read spans(b)")
+        return self.sizes[0]
+
+    def frames(self, b: int) -> np.ndarray | list[np.ndarray]:
+        """Row ``b``'s frames' maps, each ``[H, P_f, P_f]`` (an array ``[n_b, H, P, P]`` of frames of one size, a
+        list of views of frames of several; no copy)."""
         s = self.starts[b]
-        return self.blocks[s : s + self.per_row[b]]
+        return self._frames[s : s + self.per_row[b]]
+
+    def spans(self, b: int) -> list[tuple[int, int]]:
+        """Row ``b``'s frames as ``(first key, patches)``: each frame's keys after its row's earlier frames'."""
+        s = self.starts[b]
+        sizes = self.sizes[s : s + self.per_row[b]]
+        return [(int(o), p) for o, p in zip(np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)]
+
+    def row_keys(self, b: int) -> int:
+        """Row ``b``'s frames' keys (its padding's, in a padded batch, not counted)."""
+        s = self.starts[b]
+        return sum(self.sizes[s : s + self.per_row[b]])
 
     def row(self, b: int) -> FramesMap:
         """Row ``b`` alone, as a batch of one (:func:`attnviz.core.rows.pick_row`): its frames' maps (a view) and
         its padding's keys (the row's axes still name them)."""
-        return FramesMap(self.frames(b), [self.per_row[b]], self.shape[2])
+        s, n, h = self.starts[b], self.per_row[b], self.shape[1]
+        if self.uniform:
+            return FramesMap(self.blocks[s : s + n], [n], self.shape[2])
+        lo = h * sum(p * p for p in self.sizes[:s])
+        hi = lo + h * sum(p * p for p in self.sizes[s : s + n])
+        return FramesMap(self.blocks[lo:hi], [n], self.shape[2], sizes=self.sizes[s : s + n])
 
     @property
     def natural(self) -> bool:
-        """Whether the keys are the most frames' (else a padded batch's row alone: its padding's keys after)."""
-        return self.shape[2] == max(self.per_row) * self.keys
+        """Whether the keys are the longest row's frames' (else a padded batch's row alone: its padding's keys
+        after)."""
+        return self.shape[2] == max(self.row_keys(b) for b in range(len(self.per_row)))
 
     def padding(self, b: int) -> int:
         """Row ``b``'s padding keys after its frames' (a shorter row of a padded batch): their rows are all zero."""
-        return self.shape[2] - self.per_row[b] * self.keys
+        return self.shape[2] - self.row_keys(b)
 
     def lay_out(self, b: int, fn: Callable[[list[np.ndarray]], np.ndarray], layers: list[FramesMap]) -> np.ndarray:
         """``[Tq, Tk]``: ``fn`` over several layers' maps of the same frames (``layers``: this one, or a layer range
         of the block), each diagonal block's ``[H, P, P]`` of every layer (a frame's, or the padding's zeros) to
         one ``[P, P]``, laid out on the diagonal, zeros elsewhere: what ``fn`` gives on the whole block-diagonal
         maps, where it is block-separable (see the module)."""
-        p = self.keys
         out = np.zeros(self.shape[2:], np.float32)
-        for f in range(self.per_row[b]):
-            out[f * p : (f + 1) * p, f * p : (f + 1) * p] = fn([m.frames(b)[f] for m in layers])
+        for f, (o, p) in enumerate(self.spans(b)):
+            out[o : o + p, o : o + p] = fn([m.frames(b)[f] for m in layers])
         pad = self.padding(b)
         if pad:
             zeros = np.zeros((self.shape[1], pad, pad), np.float32)
@@ -85,11 +139,12 @@ class FramesMap:
         rows lie in alone, each reduced by ``fn`` by itself (``[P, P]``): what Image regions reads of the map, never
         the whole ``[Tq, Tk]``.  The same numbers as summing the laid-out rows (numpy adds them in order, and the
         other frames' rows add zeros)."""
-        p, side, n = self.keys, self.shape[2], self.per_row[b] * self.keys
+        side, n = self.shape[2], self.row_keys(b)
         lo, hi = max(lo, 0), min(hi, side)
         out = np.zeros(side, np.float32)
-        for f in range(lo // p, min(-(-hi // p), self.per_row[b])):
-            o = f * p
+        for f, (o, p) in enumerate(self.spans(b)):
+            if o + p <= lo or o >= hi:
+                continue
             block = fn([m.frames(b)[f] for m in layers])
             out[o : o + p] = block[max(lo - o, 0) : min(hi - o, p)].sum(axis=0)
         if hi > n:  # the padding's rows (a shorter row of a padded batch): what fn makes of its zeros
@@ -114,10 +169,9 @@ class FramesMap:
         short last run as if padded with zeros), from each frame's map alone: the off-diagonal zeros add nothing
         to a maximum of weights (never negative) that a cell does not get from its own zeros."""
         fq, fk = -(-n_q // max_side), -(-n_k // max_side)
-        h, p = self.shape[1], self.keys
+        h = self.shape[1]
         out = np.zeros((h, -(-n_q // fq), -(-n_k // fk)), np.float32)
-        for f, m in enumerate(self.frames(b)):
-            o = f * p
+        for m, (o, p) in zip(self.frames(b), self.spans(b)):
             if o >= n_q or o >= n_k:
                 break
             m = m[:, : min(p, n_q - o), : min(p, n_k - o)]
@@ -132,6 +186,15 @@ class FramesMap:
     @property
     def nbytes(self) -> int:
         return self.blocks.nbytes
+
+
+def _views(flat: np.ndarray, heads: int, sizes: list[int]) -> list[np.ndarray]:
+    """Each frame's ``[H, P_f, P_f]`` as a view of the flat buffer, frame after frame."""
+    out, at = [], 0
+    for p in sizes:
+        out.append(flat[at : at + heads * p * p].reshape(heads, p, p))
+        at += heads * p * p
+    return out
 
 
 def frames_of(maps: list) -> list[FramesMap] | None:

@@ -4,7 +4,9 @@ Layout (the CLI contract): ``attn_000``, ``attn_001``, ... each ``[B,H,Tq,Tk]`` 
 order, except a tower's frames (Idefics3's tiles and global image: :class:`~attnviz.core.frames.FramesMap`), whose
 ``attn_NNN`` is the frames' own maps ``[frames, H, P, P]`` (every row's real frames in turn) and ``attn_NNN_frames``
 each row's frame count (``[B]`` int): row ``b``'s ``[H, Tq, Tk]`` is its frames' maps on the diagonal, zeros off
-it (the dense map would be the frame count times larger); ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
+it (the dense map would be the frame count times larger); frames of several sizes (one prompt's images, each at its
+own size) add ``attn_NNN_sizes`` (each frame's patches) and their ``attn_NNN`` is flat, each ``[H, P_f, P_f]`` in
+turn; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_pad``/``key_tokens_pad`` (bool: a padded batch's
 padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
 series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens); either may add
@@ -54,6 +56,8 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         if isinstance(m, FramesMap):  # a tower's frames: their own maps and each row's count, never laid out
             arrays[f"attn_{i:03d}"] = m.blocks
             arrays[f"attn_{i:03d}{FRAMES_SUFFIX}"] = np.array(m.per_row, dtype=np.int64)
+            if not m.uniform:  # frames of several sizes: attn_NNN is their flat buffer, frame after frame
+                arrays[f"attn_{i:03d}{SIZES_SUFFIX}"] = np.array(m.sizes, dtype=np.int64)
             if not m.natural:  # one row of a padded batch: its padding's keys after its frames'
                 arrays[f"attn_{i:03d}{KEYS_SUFFIX}"] = np.array(m.shape[2], dtype=np.int64)
             continue
@@ -84,7 +88,7 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for name, value in arrays.items():
                 a = np.asarray(value() if callable(value) else value)
-                if name.startswith("attn_") and not name.endswith((FRAMES_SUFFIX, KEYS_SUFFIX)):
+                if name.startswith("attn_") and not name.endswith((FRAMES_SUFFIX, KEYS_SUFFIX, SIZES_SUFFIX)):
                     a = a.astype(np.float32, copy=False)
                 with zf.open(name + ".npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, a, allow_pickle=False)
@@ -192,6 +196,10 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     maps: list[MapSource] = []
     for i in range(len(sites)):
         a = z[f"attn_{i:03d}"]
+        sized = _sized_frames(z, i, a, sites[i].heads, path)
+        if sized is not None:  # frames of several sizes (one prompt's images each at its own size)
+            maps.append(sized)
+            continue
         if a.ndim != 4 or a.dtype.kind != "f":
             raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
         per_row, side = _frames(z, i, a, path)
@@ -265,6 +273,45 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
 REEXTRACT = "extract the maps again with 'attnviz extract'"
 FRAMES_SUFFIX = "_frames"  # attn_NNN_frames: attn_NNN holds a tower's frames' maps, this many frames a row
 KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (its padding's after its frames')
+SIZES_SUFFIX = "_sizes"  # attn_NNN_sizes: each frame's patches, frames of several sizes (attn_NNN flat, in turn)
+
+
+def _sized_frames(z: np.lib.npyio.NpzFile, i: int, a: np.ndarray, heads: int, path: Path) -> FramesMap | None:
+    """Frames of several sizes (``attn_NNN_sizes``: each frame's patches; ``attn_NNN`` their ``[H, P_f, P_f]`` maps
+    flat, frame after frame; ``attn_NNN_frames`` each row's count), checked as a file from elsewhere may hold
+    anything; None where ``attn_NNN`` is not such frames."""
+    name, counts_name = f"attn_{i:03d}{SIZES_SUFFIX}", f"attn_{i:03d}{FRAMES_SUFFIX}"
+    if name not in z.files:
+        return None
+    sizes = z[name]
+    counts = z[counts_name] if counts_name in z.files else np.zeros(0, np.int64)
+    keys = f"attn_{i:03d}{KEYS_SUFFIX}"
+    side = z[keys] if keys in z.files else None
+    ok = (
+        a.ndim == 1
+        and a.dtype.kind == "f"
+        and sizes.ndim == 1
+        and counts.ndim == 1
+        and sizes.dtype.kind in "iu"
+        and counts.dtype.kind in "iu"
+        and 0 < len(counts)
+        and len(sizes) <= MAX_FRAMES * len(counts)
+        and (not len(sizes) or sizes.min() >= 1)
+        and (not len(counts) or counts.min() >= 1)
+        and int(counts.sum()) == len(sizes)
+        and a.size == heads * int((sizes.astype(np.int64) ** 2).sum())
+        and (side is None or (side.ndim == 0 and side.dtype.kind in "iu"))
+    )
+    if ok:
+        m = FramesMap(a.astype(np.float32, copy=False), counts.tolist(), None, sizes=sizes.tolist())
+        if side is None or m.shape[2] <= int(side) <= m.shape[2] + MAX_FRAMES * max(m.sizes):
+            if not np.all(np.isfinite(a)):
+                raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
+            return m if side is None else FramesMap(m.blocks, m.per_row, int(side), sizes=m.sizes)
+    raise AttnvizError(
+        f"{path}: attn_{i:03d} {a.dtype}{list(a.shape)} is not {heads} heads of the frames {name} names "
+        f"(each [H, P, P] flat, counted row by row by {counts_name}); {REEXTRACT}"
+    )
 
 
 def _frames(z: np.lib.npyio.NpzFile, i: int, a: np.ndarray, path: Path) -> tuple[list[int] | None, int | None]:

@@ -14,6 +14,7 @@ Pure Python + numpy: no Qt, no onnxruntime.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,16 +91,26 @@ DIRECTIONS: dict[str, dict[str, Direction]] = {
 }
 GOLD_SCORES = ("aer", "aer_precision", "aer_recall")  # counted over the corpus; examples for aer only
 assert set(ROW_STATS) <= set(DIRECTIONS)  # every corpus row statistic has a direction
+# what the position scores' interesting end means over a VLM's vision file alone (corpus/tower.py): each frame (a
+# tile, the global image) by itself, its patches in raster order from its top-left one (no [CLS] or BOS)
+TOWER_MEANINGS = {
+    "first": "a sink on each frame's first patch (its top-left; a vision tower has no [CLS])",
+    "prev": "attends to the patch before in raster order",
+    "next": "attends to the patch after in raster order",
+    "diag": "attends to the query patch itself",
+}
 
 
-def direction(score: str, kind: str = "self") -> Direction:
-    """The direction of ``score`` on ``kind`` attention; one message naming the known scores otherwise."""
+def direction(score: str, kind: str = "self", vision_tower: bool = False) -> Direction:
+    """The direction of ``score`` on ``kind`` attention (``vision_tower``: over a VLM's vision file alone's
+    frames, which says what a position score means there); one message naming the known scores otherwise."""
     per_kind = DIRECTIONS.get(score)
     if per_kind is None:
         raise AttnvizError(f"score {score!r} has no direction; known scores: {', '.join(DIRECTIONS)}")
     if kind not in per_kind:
         raise AttnvizError(f"attention kind {kind!r} is not one of {', '.join(KINDS)}")
-    return per_kind[kind]
+    meaning = TOWER_MEANINGS.get(score) if vision_tower and kind == "self" else None
+    return dataclasses.replace(per_kind[kind], meaning=meaning) if meaning else per_kind[kind]
 
 
 def rank_order(values: np.ndarray, score: str, kind: str = "self") -> np.ndarray:

@@ -30,6 +30,16 @@ STAT_CONTEXT_HELP: dict[str, dict[str, str | None]] = {
         "distance": "mean |target position - source position| weighted by attention (0 = the monotone diagonal)",
     },
     "cross-image": {"diag": None, "prev": None, "distance": None},  # word i vs patch i: no meaning, left out
+    # a vision tower's frames (tiles, the global image, images of a prompt): each frame's patches in raster order
+    "frames": {
+        "diag": "mean mass on the query patch itself",
+        "prev": "mean mass on the patch before in raster order within the frame (the left neighbour; at a row "
+        "start, the last patch of the row above; a frame's first patch has none)",
+        "distance": "mean |i - j| between patches of a frame in raster order (vertical neighbours are a row's "
+        "width apart), not the distance on the image",
+        "first": "mean mass on each frame's first patch (the top-left patch of its tile, of the global image or of "
+        "its image; a vision tower has no [CLS] or BOS)",
+    },
     "patches": {
         "diag": "mean mass on the query patch itself",
         "prev": "mean mass on the patch before in raster order (the left neighbour; at a row start, the last patch "
@@ -41,7 +51,7 @@ STAT_CONTEXT_HELP: dict[str, dict[str, str | None]] = {
 
 
 def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
-    """``STAT_COLUMNS`` with the help that is true for ``context`` (text | cross | cross-image | patches); a column
+    """``STAT_COLUMNS`` with the help that is true for ``context`` (text | cross | cross-image | patches | frames); a column
     whose statistic means nothing there is left out."""
     extra = STAT_CONTEXT_HELP.get(context, {})
     out = {}
@@ -87,25 +97,29 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     never the whole ``[Tq, Tk]`` (17 frames of 1,024 patches: 1.2 GB, and twice that in float64).  Every statistic
     is a mean over the rows of something each row gets from its own weights, which lie in its frame's block (the
     other keys' zeros add nothing); a padding row's are all zero, so it adds 0.  Equal to :func:`head_stats` of
-    the laid-out map up to float64 rounding (the sums' order)."""
-    side, p = m.shape[2], m.keys
+    the laid-out map up to float64 rounding (the sums' order), but for two that are each frame's, as a tower
+    corpus measures them (:data:`TOWER_STAT_HELP`): "first" is the mass on each frame's first patch (key 0 of the
+    laid-out map is only the first tile's top-left corner: a tower has no [CLS]), and "prev" is a mean over the
+    rows that have a previous patch in their frame (a frame's first row has none)."""
+    side = m.shape[2]
     sp = np.asarray(key_special, bool) if key_special is not None and np.any(key_special) else None
     sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max"), 0.0)
-    i = np.arange(p)
-    dist = np.abs(i[:, None] - i[None, :])  # within a frame: its queries' and keys' offsets cancel
-    for f, frame in enumerate(m.frames(b)):
+    for frame, (o, p) in zip(m.frames(b), m.spans(b)):  # frames of one size or several (each its own P)
+        i = np.arange(p)
+        dist = np.abs(i[:, None] - i[None, :])  # within a frame: its queries' and keys' offsets cancel
         block = np.asarray(frame[h], dtype=np.float64)
         rows = block / np.maximum(block.sum(-1, keepdims=True), 1e-12)
         with np.errstate(divide="ignore", invalid="ignore"):
             sums["entropy"] += float(-np.nansum(np.where(rows > 0, rows * np.log2(rows), 0.0)))
         sums["distance"] += float((rows * dist).sum())
         sums["prev"] += float(rows[i[1:], i[:-1]].sum())  # a frame's first row: its previous key is another frame's
-        sums["first"] += float(rows[:, 0].sum()) if f == 0 else 0.0
-        sums["special"] += float(rows[:, sp[f * p : (f + 1) * p]].sum()) if sp is not None else 0.0
+        sums["first"] += float(rows[:, 0].sum())  # each frame's top-left patch
+        sums["special"] += float(rows[:, sp[o : o + p]].sum()) if sp is not None else 0.0
         sums["diag"] += float(np.trace(rows))
         sums["max"] += float(rows.max(-1).sum())
     out = {k: v / side for k, v in sums.items()}
-    out["prev"] = sums["prev"] / (side - 1) if side > 1 else 0.0  # rows 1.. have a previous key
+    with_prev = side - len(m.spans(b))  # each frame's rows but its first
+    out["prev"] = sums["prev"] / with_prev if with_prev > 0 else 0.0
     return out
 
 
@@ -143,6 +157,19 @@ ROW_STAT_HELP = {
     "broad": "mean row entropy / log2(keys the row may see): 1 = uniform",
     "special_other": "mean mass on special tokens after position 0 (e.g. [SEP])",
 }
+# a VLM's vision file alone (corpus/tower.py): every statistic is each frame's (a tile, the global image), over its
+# own patches in raster order; a frame's keys start with its top-left patch (a vision tower has no [CLS])
+TOWER_STAT_HELP = {
+    **{k: v for k, v in STAT_CONTEXT_HELP["frames"].items() if v is not None},  # the stats table's words for frames
+    "next": "mean mass on the patch after in raster order within the frame (the right neighbour; at a row end, "
+    "the first patch of the row below)",
+}
+
+
+def row_stat_help(score: str, vision_tower: bool = False) -> str | None:
+    """What a corpus row statistic measures (None: not one): ``vision_tower``, over a VLM's vision file alone's
+    frames (:data:`TOWER_STAT_HELP`), else over tokens."""
+    return (TOWER_STAT_HELP.get(score) if vision_tower else None) or ROW_STAT_HELP.get(score)
 
 
 # maps per row_stats pass (float32 elements, 512 kB): about eight full passes over the maps (mask, sum, log, ...)

@@ -66,7 +66,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help=f"results folder: {HEADS}, {RUN}")
     p.add_argument("--generate", type=int, default=0, metavar="N", help="greedy steps: did the generation change?")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last (a --text-pair pair: the "
+        "longer sentence cut first, special tokens kept, as 'attnviz corpus --max-tokens'); with --texts each "
+        "item's, the base and ablated runs reading the same cut item",
+    )
     p.add_argument("--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="resize images to H W")
     p.add_argument("--image-mean", type=float, nargs="+", metavar="M", help="per-channel mean")
@@ -90,9 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _row(site, head: int, c, gate: str, together: int) -> dict:
+def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = False) -> dict:
     return {
-        **row_keys(site, head),
+        **row_keys(site, head, vision_tower),
         "ablation_kl": c.kl_bits,
         "ablation_max_dlogit": float(c.max_dlogit),
         "prediction_changed": c.prediction_changed,
@@ -172,7 +179,7 @@ def run_corpus(args) -> int:
     given += ["--text-pair"] if args.text_pair else []
     given += ["--generate"] if args.generate else []
     given += [f for f, v in (("--image-size", args.image_size), ("--image-mean", args.image_mean)) if v]
-    given += [f for f, v in (("--image-std", args.image_std), ("--max-tokens", args.max_tokens)) if v]
+    given += ["--image-std"] if args.image_std else []
     if given:
         raise AttnvizError(
             f"{', '.join(given)}: for one input; over a corpus (--texts) drop {'them' if len(given) > 1 else 'it'}"
@@ -188,6 +195,7 @@ def run_corpus(args) -> int:
             label_column=args.label_column,
             batch_size=args.batch_size,
             max_items=args.max_items,
+            max_tokens=args.max_tokens,
             **engine_flags(args),
         )
     )
@@ -216,6 +224,7 @@ def run_one(args) -> int:
     import onnxruntime
 
     from attnviz import AttnvizError, __version__
+    from attnviz.core.attention import shown_label, shown_stack
     from attnviz.core.words import count
     from attnviz.core.writes import guard
     from attnviz.corpus.items import sha256_model
@@ -237,13 +246,14 @@ def run_one(args) -> int:
     prestart()
     model = _open(args)
     sites = model.sites
+    vision_tower = model.frames is not None  # a VLM's vision file alone: its heads are "vision self" (as its views say)
     if args.all_heads:
         chosen, refused = gateable(model)
         if not chosen:
             raise AttnvizError(f"no head can be ablated: {'; '.join(refused)}")
         off_sets = [{i: [h]} for i in chosen for h in range(sites[i].heads)]
     else:
-        wanted = parse_heads(args.heads, sites)
+        wanted = parse_heads(args.heads, sites, vision_tower)
         chosen, refused = sorted(wanted), []
         off_sets = [wanted]
     req = request_from_args(args)
@@ -257,7 +267,7 @@ def run_one(args) -> int:
     for off, c in zip(off_sets, changes):
         together = sum(len(h) for h in off.values())
         for i, heads in sorted(off.items()):
-            rows.extend(_row(sites[i], h, c, ab.gates[i].method, together) for h in sorted(heads))
+            rows.extend(_row(sites[i], h, c, ab.gates[i].method, together, vision_tower) for h in sorted(heads))
     tok = ab.prep.tgt_tok
 
     def words(ids):
@@ -268,7 +278,7 @@ def run_one(args) -> int:
         c = changes[0]
         joint = {
             "heads": [
-                f"{sites[i].stack} {sites[i].kind} {sites[i].layer}:{h}"
+                f"{shown_stack(sites[i].stack, vision_tower)} {sites[i].kind} {sites[i].layer}:{h}"
                 for i, hs in sorted(off_sets[0].items())
                 for h in hs
             ],
@@ -286,7 +296,7 @@ def run_one(args) -> int:
         "output": ab.output,
         "base_generated": words(ab.base_generated) if args.generate else None,
         "sites": [
-            {"site": sites[i].label, "node": sites[i].node, "heads": g.heads, "gate": g.method}
+            {"site": shown_label(sites[i], vision_tower), "node": sites[i].node, "heads": g.heads, "gate": g.method}
             for i, g in sorted(ab.gates.items())
         ],
         "not_ablated": refused,

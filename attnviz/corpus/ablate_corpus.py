@@ -129,6 +129,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
     import onnxruntime
 
     from attnviz import __version__
+    from attnviz.corpus import cut as rules
     from attnviz.corpus.engines import ENGINES
     from attnviz.corpus.run import _bar
 
@@ -185,6 +186,11 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
         "labelled_items": tot.labelled,
         "base_loss": tot.base_loss / tot.labelled if tot.labelled else None,
         "base_accuracy": tot.base_acc / tot.labelled if tot.labelled else None,
+        **(
+            {"max_tokens": cfg.max_tokens, "items_truncated": plan.cut, "truncation": rules.SINGLE}
+            if cfg.max_tokens is not None
+            else {}
+        ),
         "batch_size": cfg.batch_size,
         "batches": tot.next_batch,
         "engine": cfg.engine,

@@ -32,6 +32,7 @@ class AblateCorpusConfig(EngineConfig):
     label_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
+    max_tokens: int | None = None  # each item's first N tokens (corpus/cut.py), read by the base and ablated runs
 
 
 def check_config(cfg: AblateCorpusConfig) -> None:
@@ -42,6 +43,8 @@ def check_config(cfg: AblateCorpusConfig) -> None:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
         raise AttnvizError("--max-items must be 1 or more")
+    if cfg.max_tokens is not None and cfg.max_tokens < 1:
+        raise AttnvizError("--max-tokens must be 1 or more")
     check_engine(cfg, ENGINES)
     if cfg.mode not in ("zero", "mean"):
         raise AttnvizError(f"unknown --mode {cfg.mode!r}; use zero or mean")
@@ -202,6 +205,7 @@ class Plan:
     items: int
     model_sha: str
     data_sha: str
+    cut: int | None = None  # --max-tokens: the items cut (None: not asked)
 
 
 def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
@@ -219,7 +223,7 @@ def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
     distribution = model.meta.get("task") not in REGRESSION_TASKS and "logit" in output.lower()
     items = it.read_texts(cfg.texts, None, cfg.max_items)
     labels_kind, labels = _labels(cfg, model, kind, len(items), output)
-    enc = encode_items(model, items)
+    enc = encode_items(model, items, max_tokens=cfg.max_tokens)
     specs: list[LabelledSpec] = []
     for s in plan_text(items, enc, None, None, cfg.batch_size, kind == "encoder" and not has_mask(model)):
         lab = labels[np.asarray(s.items)] if labels is not None else None
@@ -266,6 +270,7 @@ def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
                 repr(offs),
                 output,
                 plan_h.hexdigest(),
+                *([cfg.max_tokens] if cfg.max_tokens is not None else []),  # a run without it keeps its identity
             ]
         ).encode()
     ).hexdigest()
@@ -282,4 +287,5 @@ def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
         len(items),
         model_sha,
         data_sha,
+        None if cfg.max_tokens is None else len(enc.cuts),
     )

@@ -67,8 +67,13 @@ def add_arguments(p):
         "--max-tokens",
         type=int,
         metavar="N",
-        help="text items: keep each item's first N tokens, a final [SEP] or </s> kept last, as 'open --max-tokens' "
-        "(default: an item past the model's positions is refused); run.json counts the items cut",
+        help="text items cut to N tokens (default: an item past the model's positions is refused). One text: its "
+        "first N tokens, a final [SEP] or </s> kept last, as 'open --max-tokens'. A --text-pair-column pair: its "
+        "tokens as the encoder reads them ([CLS] A [SEP] B [SEP]) to N, the special tokens kept and the longer "
+        "sentence cut first from its end (Hugging Face tokenizers' longest_first, as 'open --text-pair --max-tokens'). "
+        "An encoder-decoder: each source "
+        "to its first N tokens and each target to N decoder rows (the start token, then the target's first N-1 "
+        "tokens). Both engines cut alike; examples show the text the model read; run.json counts the items cut",
     )
     p.add_argument(
         "--engine",

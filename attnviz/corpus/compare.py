@@ -40,7 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             metavar="NAME",
             help=f"which of {side.upper()}'s quantized siblings (a Hub repository's onnx/*_NAME.onnx; default full)",
         )
-    c = p.add_argument_group("over a corpus (instead of one input; through the corpus engine)")
+    c = p.add_argument_group(
+        "over a corpus (instead of one input; through the corpus engine)",
+        "--max-tokens N cuts each item as 'attnviz corpus --max-tokens' does (one text: its first N tokens, a final "
+        "[SEP] or </s> kept last; a pair: longest first; an encoder-decoder: sources and decoder rows to N): A and B "
+        "read the same cut items",
+    )
     c.add_argument(
         "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
     )
@@ -98,6 +103,15 @@ def _same_tokens(ra, rb) -> None:
             )
 
 
+def row_stack(site, vision_tower: bool = False) -> str:
+    """The ``stack`` a comparison row names a site (a SiteInfo) by: a dual encoder's tower in brackets; a
+    vision–language model's encoder "vision", as its views name it (core.attention.shown_stack)."""
+    from attnviz.core.attention import shown_stack
+
+    stack = shown_stack(site.stack, vision_tower)
+    return stack if site.tower is None else f"{stack} ({site.tower})"
+
+
 def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
     """Match the two results' sites and measure every head of each matched pair."""
     import numpy as np
@@ -125,7 +139,7 @@ def compare_results(ra, rb, feeds: dict | None = None) -> Comparison:
         for h in range(a.shape[1]):
             heads.append(
                 {
-                    "stack": s.stack if s.tower is None else f"{s.stack} ({s.tower})",
+                    "stack": row_stack(s, ra.vision_tower),
                     "kind": s.kind,
                     "layer": int(s.layer),
                     "head": h,
@@ -286,6 +300,7 @@ def _run_corpus(args) -> int:
         pair_column=args.text_pair_column,
         batch_size=32 if args.batch_size is None else args.batch_size,
         max_items=args.max_items,
+        max_tokens=args.max_tokens,
         **engine_flags(args),
     )
     r = run_compare_corpus(cfg)

@@ -10,10 +10,11 @@ form's columns, each measure over every real query row of the corpus), ``items.p
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from attnviz.corpus import outfiles
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
 from attnviz.corpus.config import EngineConfig
-from attnviz.corpus.plan import BatchSpec
+from attnviz.corpus.cut import Read
 from attnviz.corpus.tables import HEADS, RUN, write_heads
 
 ITEMS = "items.parquet"
@@ -45,6 +46,7 @@ class CompareCorpusConfig(EngineConfig):
     pair_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
+    max_tokens: int | None = None  # each item cut to N tokens (corpus/cut.py): A and B read the same cut items
 
 
 @dataclass
@@ -66,6 +68,8 @@ def _check(cfg: CompareCorpusConfig) -> None:
         raise AttnvizError("--batch-size must be 1 or more")
     if cfg.max_items is not None and cfg.max_items < 1:
         raise AttnvizError("--max-items must be 1 or more")
+    if cfg.max_tokens is not None and cfg.max_tokens < 1:
+        raise AttnvizError("--max-tokens must be 1 or more")
     check_engine(cfg, ENGINES)
     for name, path in (("A", cfg.a), ("B", cfg.b)):
         if not (Path(path).is_file() or Path(path).is_dir()):
@@ -127,7 +131,8 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     outputs = tuple(o.name for o in models[0].outputs if o.name in names)
     items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
     heads = sum(s.heads or 0 for m in models for s in m.sites)  # both models' maps are held at once
-    tasks = plan(models, kind, items, cfg.batch_size, heads)
+    tasks, cuts, sides = plan(models, kind, items, cfg.batch_size, heads, cfg.max_tokens)
+    items = _as_read(items, cuts)  # items.parquet shows what A and B read of each item cut
     del models  # the workers hold their own sessions
     workers = max(1, min(workers, len(tasks)))
     setup = CompareSetup(
@@ -169,6 +174,8 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     rows = head_rows(acc, matched)
     out_rows = acc.output_rows(outputs)
     run = _run_info(cfg, sha_a, sha_b, data_sha, acc, rows, out_rows, unmatched, setup, resumed, run_s, t_start)
+    if cfg.max_tokens is not None:
+        run.update(_truncation(cfg, kind, cuts, sides))
     write_heads(out, rows, MEASURES, run)
     _write_items(out / ITEMS, acc, items, outputs)
     ckpt.unlink(missing_ok=True)
@@ -248,20 +255,50 @@ def _differ(item: it.Item, side: str, ids_a: list[int], ids_b: list[int], toks) 
     )
 
 
-def plan(models, kind: str, items: list[it.Item], batch_size: int, heads: int) -> list[CompareTask]:
-    """Both models' tokens of every item, checked to agree; A's padded batches (and B's, where its ids differ:
-    the same tokens cut the same batches, since lengths and file order are all that cutting depends on)."""
+def plan(
+    models, kind: str, items: list[it.Item], batch_size: int, heads: int, max_tokens: int | None = None
+) -> tuple[list[CompareTask], dict[int, Read], tuple[int, int] | None]:
+    """Both models' tokens of every item (cut to ``max_tokens`` by corpus/cut.py, each model's own tokenizer
+    cutting its own tokens), checked to agree; A's padded batches (and B's, where its ids differ: the same tokens
+    cut the same batches, since lengths and file order are all that cutting depends on); and what the models read
+    of each item cut (A's reading: the tokens agree), with (sources cut, targets cut) for an encoder-decoder."""
     cut = _plan_pairs if kind == "encoder-decoder" else _plan_text
-    specs_a, specs_b = cut(models, kind, items, batch_size, heads)
+    specs_a, specs_b, cuts, sides = cut(models, kind, items, batch_size, heads, max_tokens)
     if specs_b is not None:
         assert [s.items for s in specs_a] == [s.items for s in specs_b]
-    return [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)]
+    tasks = [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)]
+    return tasks, cuts, sides
 
 
-def _plan_pairs(models, kind, items, batch_size, heads) -> tuple[Sequence[BatchSpec], Sequence[BatchSpec] | None]:
+def _as_read(items: list[it.Item], cuts: dict[int, Read]) -> list[it.Item]:
+    return [
+        dataclasses.replace(
+            i, text=cuts[i.index].text, pair=i.pair if cuts[i.index].pair is None else cuts[i.index].pair
+        )
+        if i.index in cuts
+        else i
+        for i in items
+    ]
+
+
+def _truncation(cfg: CompareCorpusConfig, kind: str, cuts: dict[int, Read], sides: tuple[int, int] | None) -> dict:
+    """run.json's account of --max-tokens (as ``attnviz corpus`` writes it)."""
+    from attnviz.corpus import cut as rules
+
+    if kind == "encoder-decoder":
+        rule = rules.SOURCE_TARGET
+    else:
+        rule = rules.PAIR if cfg.pair_column and kind != "decoder" else rules.SINGLE
+    out = {"max_tokens": cfg.max_tokens, "items_truncated": len(cuts), "truncation": rule}
+    if sides is not None:
+        out["sources_truncated"], out["targets_truncated"] = sides
+    return out
+
+
+def _plan_pairs(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
     from attnviz.corpus import pairs
 
-    ea, eb = (pairs.encode_pairs(m, items) for m in models)
+    ea, eb = (pairs.encode_pairs(m, items, max_tokens=max_tokens) for m in models)
     src = [m.tokenizers[0] for m in models]
     tgt = [m.tokenizers[1] or m.tokenizers[0] for m in models]
     same = True
@@ -272,14 +309,14 @@ def _plan_pairs(models, kind, items, batch_size, heads) -> tuple[Sequence[BatchS
                 if (e := _differ(item, side, xa[n], xb[n], toks)) is not None:
                     raise e
     specs_a = pairs.plan_pairs(items, ea, batch_size, heads)
-    return specs_a, None if same else pairs.plan_pairs(items, eb, batch_size, heads)
+    return specs_a, None if same else pairs.plan_pairs(items, eb, batch_size, heads), ea.cuts, ea.sides_cut
 
 
-def _plan_text(models, kind, items, batch_size, heads) -> tuple[Sequence[BatchSpec], Sequence[BatchSpec] | None]:
+def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
     from attnviz.corpus.plan import encode_items, has_mask, plan_text
 
     ma, mb = models
-    ea, eb = encode_items(ma, items), encode_items(mb, items)
+    ea, eb = encode_items(ma, items, max_tokens=max_tokens), encode_items(mb, items, max_tokens=max_tokens)
     decoder = kind == "decoder"
     toks = [(m.tokenizers[1] or m.tokenizers[0]) if decoder else m.tokenizers[0] for m in models]
     same = np.array_equal(ea.offsets, eb.offsets) and np.array_equal(ea.ids, eb.ids)
@@ -292,7 +329,8 @@ def _plan_text(models, kind, items, batch_size, heads) -> tuple[Sequence[BatchSp
     # an encoder without a mask input (either model) cannot be padded: a batch holds one length
     equal = kind == "encoder" and not (has_mask(ma) and has_mask(mb))
     specs_a = plan_text(items, ea, None, None, batch_size, equal_lengths=equal, heads=heads)
-    return specs_a, None if same else plan_text(items, eb, None, None, batch_size, equal_lengths=equal, heads=heads)
+    specs_b = None if same else plan_text(items, eb, None, None, batch_size, equal_lengths=equal, heads=heads)
+    return specs_a, specs_b, ea.cuts, None
 
 
 def _fingerprint(cfg, sha_a: str, sha_b: str, data_sha: str, tasks: list[CompareTask], setup: CompareSetup) -> str:
@@ -313,6 +351,7 @@ def _fingerprint(cfg, sha_a: str, sha_b: str, data_sha: str, tasks: list[Compare
                 plan_h.hexdigest(),
                 keys,
                 setup.outputs,
+                *([cfg.max_tokens] if cfg.max_tokens is not None else []),  # a run without it keeps its identity
             ]
         ).encode()
     ).hexdigest()
@@ -387,6 +426,7 @@ def _run_info(cfg, sha_a, sha_b, data_sha, acc, rows, out_rows, unmatched, setup
                 ("texts", str(Path(cfg.texts).resolve())),
                 ("text_pair_column", cfg.pair_column),
                 ("max_items", cfg.max_items),
+                ("max_tokens", cfg.max_tokens),
             )
             if v
         },

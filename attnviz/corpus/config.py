@@ -49,7 +49,7 @@ class CorpusConfig(EngineConfig):
     pair_column: str | None = None
     batch_size: int = 32
     max_items: int | None = None
-    max_tokens: int | None = None  # --max-tokens: each text item's first N tokens (as `attnviz open --max-tokens`)
+    max_tokens: int | None = None  # --max-tokens: each item cut to N tokens (as `attnviz open --max-tokens`)
     k: int = 5
     # encoder-decoder without --text-pair-column: greedy tokens per item at most.  Always the effective value: the
     # checkpoint fingerprint hashes it, so a run keeps its identity whether or not the 32 was typed

@@ -10,6 +10,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import writes
+from attnviz.core.attention import shown_stack
 from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
 from attnviz.core.untrusted import read_json
@@ -23,7 +24,11 @@ from attnviz.corpus.roles import role_of
 GOLD_COLUMNS = GOLD_SCORES  # heads.parquet, with --gold-column (NaN off cross heads); directions in the registry
 
 
-def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray | None) -> list[dict]:
+def head_rows(
+    acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray | None, vision_tower: bool = False
+) -> list[dict]:
+    """One row per head.  ``vision_tower``: a VLM's vision file alone, whose encoder heads are named as every view names
+    them, "vision" (core.attention.shown_stack; ``ablate --heads`` reads that name back)."""
     means = acc.means()
     gold = _gold_scores(acc) if acc.gold is not None else None
     aligned = _alignment(acc, groups)
@@ -40,7 +45,7 @@ def head_rows(acc: Accumulator, groups: list[HeadGroup], induction: np.ndarray |
                 scored = {c: float(v[i]) if cross else math.nan for c, v in zip(GOLD_COLUMNS, gold)}
             rows.append(
                 {
-                    "stack": g.stack,
+                    "stack": shown_stack(g.stack, vision_tower),
                     "kind": g.kind,
                     "layer": g.layer,
                     "head": h,
@@ -107,7 +112,9 @@ def gold_summary(acc: Accumulator, groups: list[HeadGroup], info: dict) -> dict:
     }
 
 
-def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item]) -> list[dict]:
+def example_rows(
+    acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item], vision_tower: bool = False
+) -> list[dict]:
     from attnviz.corpus.reduce import signs
 
     names = _patch_names(acc)
@@ -127,7 +134,7 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                     patch = names.get(it)
                     rows.append(
                         {
-                            "stack": g.stack,
+                            "stack": shown_stack(g.stack, vision_tower),
                             "kind": g.kind,
                             "layer": g.layer,
                             "head": h,
@@ -137,7 +144,13 @@ def example_rows(acc: Accumulator, groups: list[HeadGroup], items: dict[int, Ite
                             "value": float(sign[s] * acc.top_value[s, i, rank]),
                             "row": row,
                             "col": col,
-                            **({"row_patch": patch[row], "col_patch": patch[col]} if patch else {}),
+                            # the image's frames too: one (not split) names its patches "patch (r, c)", several
+                            # (tiles and a global image) its last frame's "global image patch (r, c)"
+                            **(
+                                {"row_patch": patch[row], "col_patch": patch[col], "frames": acc.frames[it][0]}
+                                if patch
+                                else {}
+                            ),
                             "text": src.text,
                             "pair": src.pair,
                             "image": src.image,
@@ -230,6 +243,7 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
         at = ex_schema.get_field_index("col") + 1
         ex_schema = ex_schema.insert(at, pa.field("row_patch", pa.string()))
         ex_schema = ex_schema.insert(at + 1, pa.field("col_patch", pa.string()))
+        ex_schema = ex_schema.insert(at + 2, pa.field("frames", pa.int64()))
     if any("audio" in e for e in examples):  # a speech corpus: each example's recording
         ex_schema = ex_schema.insert(ex_schema.get_field_index("image") + 1, pa.field("audio", pa.string()))
     with writes.atomic_path(out / EXAMPLES, "--out") as tmp:

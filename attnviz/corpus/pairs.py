@@ -11,16 +11,18 @@ never sees them; a decoder mask input hides them too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
+from attnviz.corpus.cut import Read
 from attnviz.corpus.gold import GoldBatch, GoldPair
 from attnviz.corpus.items import Item, item_error
 from attnviz.corpus.plan import MAP_BUDGET_BYTES, BatchSpec
 from attnviz.runtime.limits import SHORTEN, check_positions
+from attnviz.runtime.truncation import decoder_rows, keep_single
 
 FIX = SHORTEN + " (or drop the item)"
 
@@ -46,6 +48,9 @@ class Encoded:
     # words=True: the word (whitespace-separated, -1 for none) of each source piece / target piece after the start
     src_words: list[list[int]] | None = None
     dec_words: list[list[int]] | None = None
+    # --max-tokens: Item.index -> what the model read of it (items cut only), and (sources cut, targets cut)
+    cuts: dict[int, Read] = field(default_factory=dict)
+    sides_cut: tuple[int, int] = (0, 0)
 
 
 def decoder_start(model) -> int:
@@ -59,10 +64,13 @@ def end_token(model) -> int | None:
     return int(eos) if eos is not None else None
 
 
-def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
+def encode_pairs(model, items: list[Item], words: bool = False, max_tokens: int | None = None) -> Encoded:
     """Token lists of every item; the decoder's are empty when no item has a target (greedy generation).
     ``words``: encode each side as its whitespace-separated words (as ``attnviz align``) and keep each piece's
-    word, so that gold alignments (word indices) can address the maps."""
+    word, so that gold alignments (word indices) can address the maps.  ``max_tokens``: each source to its
+    first N tokens (a final ``</s>`` kept last) and each decoder row sequence (the start token, then the target's
+    tokens) to its first N, as ``attnviz open --text SRC --text-pair TGT --max-tokens N`` cuts them
+    (runtime/truncation.py)."""
     src_tok, tgt_tok = model.tokenizers
     tgt_tok = tgt_tok or src_tok
     if src_tok is None or tgt_tok is None:
@@ -73,31 +81,50 @@ def encode_pairs(model, items: list[Item], words: bool = False) -> Encoded:
     out = Encoded([], [], [], [], [])
     if words:
         return _encode_words(model, out, src_tok, tgt_tok, start, items)
+    n_src = n_tgt = 0
     for it in items:
         try:
             enc = src_tok.encode_ids(it.text, None)
-            check_positions(model, len(enc.ids), fix=FIX)
+            ids, types = list(enc.ids), list(enc.type_ids or [0] * len(enc.ids))
+            special = [bool(s) for s in enc.special]
+            text_read = None
+            if max_tokens is not None and len(ids) > max_tokens:
+                keep = keep_single(np.array(special, bool), max_tokens)
+                ids, types, special = ([x for x, k in zip(v, keep) if k] for v in (ids, types, special))
+                text_read = src_tok.leading_text(str(it.text), sum(not s for s in special))
+                n_src += 1
+            check_positions(model, len(ids), fix=FIX)
         except AttnvizError as e:
             raise item_error(it, e) from None
-        if enc.ids:
-            out.src.append(list(enc.ids))
-            out.types.append(list(enc.type_ids or [0] * len(enc.ids)))
-            out.src_special.append([bool(s) for s in enc.special])
+        if ids:
+            out.src.append(ids)
+            out.types.append(types)
+            out.src_special.append(special)
         else:  # as encode_items: one pad-id token keeps shapes valid
             out.src.append([0])
             out.types.append([0])
             out.src_special.append([True])
+        pair_read = None
         if it.pair is None:
             out.dec.append([])
             out.dec_special.append([])
-            continue
-        try:
-            dec = [start, *tgt_tok.encode_ids(it.pair, add_special=False).ids]
-            check_positions(model, len(dec), fix=FIX)
-        except AttnvizError as e:
-            raise item_error(it, e, pair=True) from None
-        out.dec.append(dec)
-        out.dec_special.append([bool(tgt_tok.is_special(i)) for i in dec])
+        else:
+            try:
+                target = tgt_tok.encode_ids(it.pair, add_special=False).ids
+                dec = decoder_rows([start], target, max_tokens)  # as open --text-pair --max-tokens cuts them
+                if len(dec) < 1 + len(target):
+                    pair_read = tgt_tok.leading_text(it.pair, len(dec) - 1)  # the start token is not the target's
+                    n_tgt += 1
+                check_positions(model, len(dec), fix=FIX)
+            except AttnvizError as e:
+                raise item_error(it, e, pair=True) from None
+            out.dec.append(dec)
+            out.dec_special.append([bool(tgt_tok.is_special(i)) for i in dec])
+        if text_read is not None or pair_read is not None:
+            out.cuts[it.index] = Read(
+                str(it.text) if text_read is None else text_read, it.pair if pair_read is None else pair_read
+            )
+    out.sides_cut = (n_src, n_tgt)
     return out
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.words import with_article
+from attnviz.corpus.cut import Read, cut
 from attnviz.corpus.items import Item, item_error
 from attnviz.runtime.limits import check_positions
 
@@ -105,8 +106,8 @@ class Encoded:
     ids: np.ndarray  # int32
     type_ids: np.ndarray  # int8
     special: np.ndarray  # bool
-    # --max-tokens: Item.index -> the start of the text its kept tokens cover (what the model read), items cut only
-    cuts: dict[int, str] = field(default_factory=dict)
+    # --max-tokens: Item.index -> what the model read of it (the start of its text, and pair), items cut only
+    cuts: dict[int, Read] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -130,7 +131,8 @@ class Encoded:
 
 def encode_items(model, items: list[Item], kind: str | None = None, max_tokens: int | None = None) -> Encoded:
     """``kind``: the model's kind as the items are to be read (default: ``model.kind``).  ``max_tokens``: each
-    item's first N tokens, a final special token kept last (as ``attnviz open --max-tokens``, limits.truncate)."""
+    item cut to N tokens by :mod:`attnviz.corpus.cut` (one text as ``attnviz open --max-tokens``; a pair longest
+    first)."""
     src, tgt = model.tokenizers
     decoder = (kind or model.kind) == "decoder"
     tok = (tgt or src) if decoder else src
@@ -175,9 +177,9 @@ def _encode_chunk(model, tok, decoder: bool, items: list[Item], max_tokens: int 
         ids = np.fromiter((v for e in encs for v in e.ids), np.int32)
         special = np.fromiter((v for e in encs for v in e.special), bool)
         types = np.fromiter((v for e in encs for v in (e.type_ids or [0] * len(e.ids))), np.int8)
-    cuts: dict[int, str] = {}
+    cuts: dict[int, Read] = {}
     if max_tokens is not None and len(counts) and int(counts.max()) > max_tokens:
-        ids, special, types, counts, cuts = _cut(tok, items, ids, special, types, counts, max_tokens)
+        ids, special, types, counts, cuts = _cut(tok, decoder, items, ids, special, types, counts, max_tokens)
     # the longest item fails if any does: one check, not one an item; then the first that fails, named
     if len(counts) and _too_long(model, int(counts.max())):
         limit = model.position_limit
@@ -200,19 +202,20 @@ def _too_long(model, n: int) -> bool:
     return limit is not None and n > limit.tokens
 
 
-def _cut(tok, items: list[Item], ids, special, types, counts, n: int):
-    """Each item past ``n`` tokens cut to its first ``n`` (a final special token kept last: limits.truncate's rule,
-    here over the flat arrays), and the text its kept tokens cover."""
+def _cut(tok, decoder: bool, items: list[Item], ids, special, types, counts, n: int):
+    """Each item past ``n`` tokens cut by :func:`attnviz.corpus.cut.cut` (one text: its first ``n``, a final special
+    token kept last; a pair: longest first), here over the flat arrays, and what the model read of each."""
     keep = np.ones(len(ids), bool)
     starts = np.cumsum(counts) - counts
-    cuts: dict[int, str] = {}
+    cuts: dict[int, Read] = {}
     for i in np.flatnonzero(counts > n).tolist():
-        s, c = int(starts[i]), int(counts[i])
-        final = bool(special[s + c - 1]) and n > 1  # [SEP], </s>: stays last
-        keep[s + n - final : s + c - final] = False
-        kept = keep[s : s + c] & ~special[s : s + c]
-        cuts[items[i].index] = tok.leading_text(str(items[i].text), int(kept.sum()))
-    return ids[keep], special[keep], types[keep], np.minimum(counts, n), cuts
+        s, c, it = int(starts[i]), int(counts[i]), items[i]
+        try:
+            mask, cuts[it.index] = cut(tok, str(it.text), None if decoder else it.pair, special[s : s + c], n)
+        except AttnvizError as e:
+            raise item_error(it, e) from None
+        keep[s : s + c] = mask
+    return ids[keep], special[keep], types[keep], np.minimum(counts, n), cuts  # (either rule keeps exactly n)
 
 
 MAP_BUDGET_BYTES = 256 * 2**20  # all of one batch's maps at once; long items get smaller batches

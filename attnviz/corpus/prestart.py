@@ -73,17 +73,18 @@ def check_engine(cfg: EngineConfig, engines: Mapping[str, object]) -> None:
 
 
 def check_max_tokens(cfg: CorpusConfig) -> None:
-    """``--max-tokens`` cuts single texts that the driver tokenises (corpus/plan.py): where else it would be
-    ignored, it is refused."""
+    """``--max-tokens`` cuts text items (corpus/cut.py: single texts, sentence pairs, sources and targets), in the
+    driver's plan and in Ray Data's tokenise step alike: where else it would be ignored, it is refused."""
     assert cfg.max_tokens is not None
     if cfg.max_tokens < 1:
         raise AttnvizError("--max-tokens must be 1 or more")
     if cfg.texts is None:
         raise AttnvizError("--max-tokens cuts text items; give --texts FILE, or leave --max-tokens out")
-    if cfg.pair_column:
-        raise AttnvizError("--max-tokens cuts single texts; leave out --text-pair-column or --max-tokens")
-    if cfg.engine != "local":
-        raise AttnvizError("--max-tokens runs with --engine local (Ray Data tokenises the file itself); leave one out")
+    if cfg.gold_column:
+        raise AttnvizError(
+            "--max-tokens would cut words that --gold-column's alignments name; leave one of them out "
+            "(or shorten the pairs in the file)"
+        )
 
 
 def importable(name: str) -> bool:

@@ -3,8 +3,8 @@
 Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
 
     read_text / read_json / read_parquet -> drop blank items -> limit -> zip with range (item index)
-    -> map_batches(tokenise) -> sort(length, index) -> map_batches(ReduceActor, one session per actor)
-    -> write_parquet(partials)
+    -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
+    -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
 The driver then reads the partials Parquet back and folds it (``partials``).  A batch Ray hands an actor is cut
 again by :func:`~attnviz.corpus.plan.plan_text` (the map budget; equal lengths for a mask-less encoder), so
@@ -60,6 +60,7 @@ class TextJob:
     decoder: bool  # decoders see raw text, without [CLS]/[SEP] (as encode_items)
     tokenizer: bytes  # the driver's pickled tokenizer, so every task encodes exactly as the local engine
     fingerprint: str = ""  # the run's identity: partials left by an interrupted run are reused only under it
+    max_tokens: int | None = None  # --max-tokens: each item cut in the tokenise step (corpus/cut.py), as the plan's
 
 
 @dataclass(frozen=True)
@@ -226,17 +227,33 @@ def _keep_texts(batch, pair_column: str | None, name: str):
     return pa.table(out)
 
 
-def _tokenise(batch, tokenizer: bytes, decoder: bool):
+def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = None):
+    """Each item's tokens (as encode_items), cut by ``max_tokens`` as the local plan cuts them (corpus/cut.py):
+    an item cut then carries what the model read of it as its text (and pair), and ``cut`` says so."""
     import pyarrow as pa
+
+    from attnviz.corpus.cut import cut
+    from attnviz.corpus.items import item_error
 
     tok = pickle.loads(tokenizer)
     ids, types, special = [], [], []
-    for text, pair in zip(batch.column("text").to_pylist(), batch.column("pair").to_pylist()):
+    texts, pairs = batch.column("text").to_pylist(), batch.column("pair").to_pylist()
+    was_cut = []
+    for n, (index, text, pair) in enumerate(zip(batch.column("id").to_pylist(), texts, pairs)):
         enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
-        if enc.ids:
-            ids.append(list(enc.ids))
-            types.append(list(enc.type_ids or [0] * len(enc.ids)))
-            special.append([bool(s) for s in enc.special])
+        row = [list(enc.ids), list(enc.type_ids or [0] * len(enc.ids)), [bool(s) for s in enc.special]]
+        was_cut.append(max_tokens is not None and len(row[0]) > max_tokens)
+        if max_tokens is not None and was_cut[-1]:
+            try:
+                keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
+            except AttnvizError as e:
+                raise item_error(Item(int(index), text=text, pair=pair), e) from None
+            row = [[x for x, k in zip(v, keep) if k] for v in row]
+            texts[n], pairs[n] = read.text, pairs[n] if read.pair is None else read.pair
+        if row[0]:
+            ids.append(row[0])
+            types.append(row[1])
+            special.append(row[2])
         else:  # as encode_items: one pad-id token keeps shapes valid
             ids.append([0])
             types.append([0])
@@ -247,6 +264,10 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool):
         "special": pa.array(special, pa.list_(pa.bool_())),
         "length": pa.array([len(x) for x in ids], pa.int32()),
     }
+    if max_tokens is not None:  # the examples show what the model read; the driver counts the items cut
+        batch = batch.set_column(batch.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
+        batch = batch.set_column(batch.schema.get_field_index("pair"), "pair", pa.array(pairs, pa.string()))
+        new["cut"] = pa.array(was_cut, pa.bool_())
     for name, col in new.items():
         batch = batch.append_column(name, col)
     return batch
@@ -318,12 +339,15 @@ class ReduceActor:
             heads=self.job.heads,
         )
         by_id = {it.index: (it.text or "", it.pair) for it in items}
+        cut = dict(zip(cols["id"], batch.column("cut").to_pylist())) if self.job.max_tokens is not None else None
         rows = []
         for spec in specs:
             p = self.reducer(spec)
             named = {int(i) for i in np.unique(p.top_item) if int(i) in by_id}
             assert spec.lengths is not None  # text specs always carry lengths
             rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}, spec.items))
+            if cut is not None:  # --max-tokens: the batch's items cut (a column only then: older partials lack it)
+                rows[-1]["cut"] = sum(bool(cut[i]) for i in spec.items)
         return pa.Table.from_pylist(rows)
 
     def _images(self, batch) -> dict:
@@ -401,9 +425,10 @@ def _with_index(ds):
 
 def run_texts(
     setup, job: TextJob, out: Path, progress: bool = False
-) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int]]:
-    """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, and the
-    (items, tokens) an interrupted run had already reduced."""
+) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int], int | None]:
+    """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, the
+    (items, tokens) an interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked;
+    an interrupted run's included, as its tokens are)."""
     _ray()  # a clear line when Ray is missing, before anything starts
     if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
@@ -424,7 +449,9 @@ def run_texts(
         if done:
             ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
         ds = ds.map_batches(
-            _tokenise, batch_format="pyarrow", fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder}
+            _tokenise,
+            batch_format="pyarrow",
+            fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder, "max_tokens": job.max_tokens},
         )
         # sorted and materialised before the actors start: an actor pool holding every CPU would starve these tasks
         ds = ds.sort(["length", "id"])
@@ -446,7 +473,8 @@ def run_texts(
     for r in rows:
         for i, (t, p) in parse_json(r["texts"], PARTIALS).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done)
+    cut = None if job.max_tokens is None else sum(int(r["cut"]) for r in rows)
+    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done), cut
 
 
 def _reduce_and_write(ds, setup, job, partials: Path) -> None:

@@ -55,6 +55,7 @@ EXAMPLE_OPTIONAL = {
     "generate": "index",
     "row_patch": "text",  # a VLM's vision file alone (corpus/tower.py): the row's and the key's patch, as the view names
     "col_patch": "text",
+    "frames": "count",  # the same: the image's frames (its tiles and its global image; 1: not split)
 }
 # run.json keys the window reads, with the types `attnviz corpus` writes them in
 RUN_TYPES: dict[str, tuple[type, ...]] = {

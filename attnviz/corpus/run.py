@@ -20,12 +20,14 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.attention import VISION_TOWER_KEY
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
 from attnviz.corpus import output, resume_settings
 from attnviz.corpus import prestart as starting
 from attnviz.corpus.config import CHECKPOINT, GENERATE_DEFAULT, CorpusConfig  # noqa: F401 (run.CorpusConfig: callers')
+from attnviz.corpus.cut import Read
 from attnviz.corpus.engines import (
     ENGINES,
     WarmPool,
@@ -177,7 +179,8 @@ def _run(
     # Ray Data reads text corpora and image folders itself; source/target pairs keep the driver's (resumable) plan,
     # and so does a VLM's vision file alone (its images go through the family's processor in the workers, not
     # through Ray Data's decoding and attnviz's own resize: corpus/tower.py)
-    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and _tower_frames(cfg, model) is None
+    vision_tower = _tower_frames(cfg, model) is not None
+    ray_reads = cfg.engine == "ray" and kind != "encoder-decoder" and not vision_tower
     source = (_ray_texts if cfg.texts is not None else _ray_images) if ray_reads else partial(_planned, early=early)
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
@@ -289,16 +292,18 @@ def _run(
         "reduce_s": run_s,
         "versions": versions,
     }
-    if cfg.max_tokens is not None:  # the items cut to their first N tokens (their examples show what was read)
-        run["max_tokens"], run["items_truncated"] = cfg.max_tokens, stream.cut
+    if vision_tower:  # its heads are the vision tower's ("vision self"); "first" is each frame's first patch
+        run[VISION_TOWER_KEY] = True
+    if stream.cut is not None:  # --max-tokens: the items cut (their examples show what was read), and how
+        run.update(stream.cut)
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
         run["audio_gold"] = stream.audio(acc.audio)
     output.write(
         out,
-        output.head_rows(acc, groups, induction),
-        output.example_rows(acc, groups, items),
+        output.head_rows(acc, groups, induction, vision_tower),
+        output.example_rows(acc, groups, items, vision_tower),
         run,
     )
     ckpt.unlink(missing_ok=True)
@@ -476,20 +481,16 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     specs: list[BatchSpec]
     gold_info = None
     audio = None
-    cuts: dict[int, str] = {}  # --max-tokens: the items cut, with the text the model read of each
+    cuts: dict[int, Read] = {}  # --max-tokens: the items cut, with what the model read of each
+    sides = None  # --max-tokens over sources and targets: (sources cut, targets cut)
     if cfg.audio_dir is not None:
         items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
     elif cfg.texts is not None and kind == "encoder-decoder":
         from attnviz.corpus import pairs  # (source/target pairs only: a text or image corpus never loads it)
 
-        if cfg.max_tokens is not None:
-            raise AttnvizError(
-                "--max-tokens cuts an encoder's or a decoder's items; this encoder-decoder model's are "
-                "sources and targets: leave it out"
-            )
-
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
-        enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None)
+        enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None, max_tokens=cfg.max_tokens)
+        cuts, sides = enc.cuts, enc.sides_cut
         plan_gold = None
         if cfg.gold_column:
             plan_gold, gold_info = _gold_plan(cfg, model, items, enc)
@@ -585,7 +586,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         gold=gold_info if cfg.audio_dir is None else None,
         audio=audio,
         batches=len(specs),
-        cut=None if cfg.max_tokens is None else len(cuts),
+        cut=None if cfg.max_tokens is None else _truncation(cfg, kind, len(cuts), sides),
         settings={  # what the fingerprint hashes, by name (the plan and the heads follow from these)
             "the model": model_sha,
             "the data": data_sha,
@@ -647,11 +648,29 @@ def _read_again(cfg: CorpusConfig, data_sha: str, specs: list) -> dict[int, it.I
     return {i.index: i for i in items}
 
 
-def _as_read(items: dict[int, it.Item], cuts: dict[int, str]) -> dict[int, it.Item]:
-    """``items`` with each one cut by --max-tokens holding the text the model read of it (``cuts``)."""
-    for k, text in cuts.items():
-        items[k] = dataclasses.replace(items[k], text=text)
+def _as_read(items: dict[int, it.Item], cuts: dict[int, Read]) -> dict[int, it.Item]:
+    """``items`` with each one cut by --max-tokens holding what the model read of it (``cuts``)."""
+    for k, read in cuts.items():
+        items[k] = dataclasses.replace(
+            items[k], text=read.text, pair=read.pair if read.pair is not None else items[k].pair
+        )
     return items
+
+
+def _truncation(cfg: CorpusConfig, kind: str, cut: int, sides: tuple[int, int] | None = None) -> dict:
+    """run.json's account of --max-tokens: the limit, the items cut, and the rule (corpus/cut.py) in words."""
+    from attnviz.corpus import cut as rules
+
+    if kind == "encoder-decoder":
+        rule = rules.SOURCE_TARGET if cfg.pair_column else rules.SOURCE_GENERATE
+    else:
+        rule = rules.PAIR if cfg.pair_column and kind != "decoder" else rules.SINGLE
+    out = {"max_tokens": cfg.max_tokens, "items_truncated": cut, "truncation": rule}
+    if sides is not None:  # (generated targets are never cut: --generate bounds them)
+        out["sources_truncated"] = sides[0]
+        if cfg.pair_column:
+            out["targets_truncated"] = sides[1]
+    return out
 
 
 def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
@@ -679,7 +698,10 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
     # partials kept by an interrupted Ray run are reused only by a run that would produce the same ones
     fingerprint = hashlib.sha256(
         json.dumps(
-            [model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh, EXAMPLE_RANKING]
+            [
+                *(model_sha, data_sha, cfg.batch_size, cfg.k, cfg.pair_column, cfg.max_items, nh, EXAMPLE_RANKING),
+                *([cfg.max_tokens] if cfg.max_tokens is not None else []),  # a run without it keeps its identity
+            ]
         ).encode()
     ).hexdigest()
     job = ray_engine.TextJob(
@@ -692,12 +714,15 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
         kind == "decoder",
         pickle.dumps(tok),
         fingerprint,
+        cfg.max_tokens,
     )
     found: dict[int, it.Item] = {}
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items, stream.resumed = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        parts, items, stream.resumed, cut = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
         found.update(items)
+        if cut is not None:
+            stream.cut = _truncation(cfg, kind, cut)
         return parts
 
     stream = Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)

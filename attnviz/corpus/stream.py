@@ -26,6 +26,6 @@ class Stream:
     gold: dict | None = None  # --gold-column: what run.json says of it (column, convention, punctuation)
     audio: Callable | None = None  # --audio-dir: the summed boundary counts (or None) -> run.json's audio_gold
     batches: int | None = None  # the plan's batch count (None: Ray Data cuts the batches itself)
-    cut: int | None = None  # --max-tokens: the items cut to it (None: not asked)
+    cut: dict | None = None  # --max-tokens: run.json's account of the cut (run._truncation; None: not asked)
     # the settings the fingerprint stands for, by name (flag -> value), kept beside it (corpus/resume_settings.py)
     settings: dict | None = None

@@ -10,9 +10,17 @@ RUN = "run.json"
 HEAD_KEYS = (("stack", "string"), ("kind", "string"), ("layer", "int64"), ("head", "int64"))
 
 
-def row_keys(site, head: int) -> dict:
-    """The :data:`HEAD_KEYS` of head ``head`` of ``site`` (a SiteInfo)."""
-    return {"stack": site.stack, "kind": site.kind, "layer": int(site.layer), "head": int(head)}
+def row_keys(site, head: int, vision_tower: bool = False) -> dict:
+    """The :data:`HEAD_KEYS` of head ``head`` of ``site`` (a SiteInfo); ``vision_tower``: a vision–language model's vision
+    file, whose encoder is named "vision" as its views name it (core.attention.shown_stack)."""
+    from attnviz.core.attention import shown_stack
+
+    return {
+        "stack": shown_stack(site.stack, vision_tower),
+        "kind": site.kind,
+        "layer": int(site.layer),
+        "head": int(head),
+    }
 
 
 def given_input(args, names: tuple[str, ...]) -> dict:

@@ -44,6 +44,7 @@ _SPEC_ARGS = (
     "scale",
     "picture",
     "image_from",
+    "frame",
 )
 
 
@@ -149,6 +150,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="image view of a prompt that held several images: draw image N (from 1; default the first)",
+    )
+    view.add_argument(
+        "--frame",
+        type=int,
+        metavar="N",
+        help="heatmap of a vision tower that runs each tile / image by itself (Idefics3, SmolVLM, Qwen2-VL's images): "
+        "draw frame N's map (from 1, as the Head map's frame box lists them; default the first)",
     )
     view.add_argument(
         "--image-from",

@@ -1,7 +1,7 @@
 """Two models' maps of one head side by side: A | B | A − B (``attnviz compare ... --figure OUT``).
 
 Each panel is what the window's Head map draws for the same selection while a comparison is held (its "A", "B"
-and "A − B"): the view model's :func:`~attnviz.core.view.compute_map`, :func:`~attnviz.core.view.compute_other_map`
+and "A − B"): the view model's :func:`~attnviz.core.view.head_map`, :func:`~attnviz.core.view.compute_other_map`
 and :func:`~attnviz.core.view.compute_diff_map` give the matrices, labels, titles and colour ranges; this module
 only lays the three out in one figure, each with its own colour bar (A − B on the diverging map, symmetric about 0).
 """
@@ -35,7 +35,7 @@ PANELS = ("A", "B", "A − B")
 def compare_maps(result_a: AttentionResult, result_b: AttentionResult, sel: vm.Selection) -> list[vm.MapView]:
     """The three panels' maps: what Head map shows as "A", "B" and "A − B" for ``sel`` (a selection on A)."""
     return [
-        vm.compute_map(result_a, sel),
+        vm.head_map(result_a, sel),  # the Head map's (a tower's frames: one frame)
         vm.compute_other_map(result_a, result_b, sel),
         vm.compute_diff_map(result_a, result_b, sel),
     ]

@@ -346,7 +346,10 @@ def resolve(result: AttentionResult, spec: FigureSpec) -> view.Selection:
         scale=spec.scale or "map",  # unset in a recipe written before scales: the stretched scale it was drawn on
         picture=int(spec.picture or 1) - 1,
         image_from=spec.image_from or view.DEFAULT_IMAGE_FROM,
+        frame=int(spec.frame or 1) - 1,
     )
+    if spec.frame is not None:  # a frame the block does not have (or not a tower's frames): one line naming them
+        view.check_frame(result, base)
     if spec.picture is not None:  # an image the result does not hold: one line naming the images it has
         view.pictured(result, base.picture)
     if spec.view == "image" and spec.image_from is None:  # --block alone: the attention that block draws, as on screen

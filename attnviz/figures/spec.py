@@ -127,6 +127,8 @@ class FigureSpec:
     picture: int | None = None
     # image: whose attention lies over the image, the words' or the vision tower's own (IMAGE_FROM); None: the words'
     image_from: str | None = None
+    # heatmap of a vision tower's frames (tiles, images): which frame is drawn (1-based); None: the first
+    frame: int | None = None
 
     def __post_init__(self):
         self.validate()
@@ -154,6 +156,8 @@ class FigureSpec:
             raise AttnvizError(f"unknown colour scale {self.scale!r}; use one of {', '.join(SCALES)}", param="scale")
         if self.picture is not None and (isinstance(self.picture, bool) or int(self.picture) < 1):
             raise AttnvizError(f"picture {self.picture}: images count from 1; give --picture N", param="picture")
+        if self.frame is not None and (isinstance(self.frame, bool) or int(self.frame) < 1):
+            raise AttnvizError(f"frame {self.frame}: frames count from 1; give --frame N", param="frame")
         if self.image_from is not None and self.image_from not in IMAGE_FROM:
             raise AttnvizError(
                 f"unknown image attention {self.image_from!r}; use one of {', '.join(IMAGE_FROM)}", param="image_from"
@@ -171,7 +175,7 @@ class FigureSpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("picture", "image_from"):  # not chosen: the recipe as it was before there was a choice
+        for key in ("picture", "image_from", "frame"):  # not chosen: the recipe as it was before there was a choice
             if d[key] is None:
                 del d[key]
         return d

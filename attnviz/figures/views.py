@@ -207,7 +207,7 @@ def _query_row(pos, query: int | None) -> int | None:
 
 
 def draw_heatmap(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
-    mv = vm.compute_map(result, sel)
+    mv = vm.head_map(result, sel)  # the Head map's: a tower's frames one frame at a time (sel.frame)
     return _map_figure(result, sel, style, mv, _query_row(mv.q_pos, sel.query))
 
 

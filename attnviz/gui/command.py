@@ -32,7 +32,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)"
     )
-    p.add_argument("--max-tokens", type=int, metavar="N", help="keep only the first N tokens of the text")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; an encoder's --text-pair "
+        "pair keeps its special tokens and loses tokens of the longer sentence first, from its end (Hugging Face "
+        "tokenizers' longest_first, as 'attnviz corpus --max-tokens' cuts a pair); an encoder-decoder's source keeps its first N "
+        "and its --text-pair target the decoder's first N rows (the start token, then the target's tokens), as a "
+        "corpus run cuts them",
+    )
     add_variant_argument(p)
     p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
@@ -78,6 +87,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Image regions of a prompt that held several images: show image N (from 1; default the first)",
     )
     p.add_argument(
+        "--frame",
+        type=int,
+        metavar="N",
+        default=None,
+        help="Head map of a vision tower that runs each tile / image by itself: show frame N (from 1; default the first)",
+    )
+    p.add_argument(
         "--mode",
         dest="mode",
         choices=("head", "mean", "max", "min", "rollout"),
@@ -93,10 +109,14 @@ def check_focus(result, focus: dict, sel) -> None:
     given is the selection's (``sel``)."""
     from attnviz.figures import select
 
-    _, b = select.resolve_block(result, focus.get("block"), sel.block)
+    bi, b = select.resolve_block(result, focus.get("block"), sel.block)
     layer = select.check_layer(b, focus["layer"]) if focus.get("layer") is not None else min(sel.layer, b.n_layers - 1)
     if focus.get("head") is not None:
         select.check_head(b, layer, focus["head"])
+    if focus.get("frame") is not None:  # a frame the tower block does not have: named, not clamped
+        from attnviz.core.view import check_frame
+
+        check_frame(result, sel.with_(block=bi, frame=focus["frame"]))
     if focus.get("picture") is not None:  # an image the prompt did not hold: named, not clamped
         from attnviz.core.view import pictured
 
@@ -203,6 +223,10 @@ def run(args) -> int:
         for k in ("block", "layer", "head", "mode", "image_base", "image_from")
         if getattr(args, k) is not None
     }
+    if args.frame is not None:
+        if args.frame < 1:
+            raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")
+        focus["frame"] = args.frame - 1
     if args.picture is not None:
         if args.picture < 1:
             raise AttnvizError(f"--picture {args.picture}: images count from 1; give --picture N")

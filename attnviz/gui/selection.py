@@ -12,6 +12,7 @@ from attnviz.core.view import (  # noqa: F401 -- re-exports
     compute_map,
     downsample,
     generation_rows,
+    head_map,
     layer_range,
     n_steps,
     producing_row,

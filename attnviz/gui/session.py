@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Signal
 from attnviz.app.ablation import AblationState
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view import ViewError, default_selection, follow_block, map_inputs
-from attnviz.gui.selection import MapView, Selection, clamp, compute_map
+from attnviz.gui.selection import MapView, Selection, clamp, head_map
 
 if TYPE_CHECKING:
     from attnviz.app.ablation import AblationOutcome
@@ -144,12 +144,13 @@ class Session(QObject):
         key = (id(self.result), map_inputs(sel))
         if self._map_cache is not None and self._map_cache[0] == key:
             return self._map_cache[1]
-        mv = compute_map(self.result, sel, self.blocks)
+        mv = head_map(self.result, sel, self.blocks)  # a tower's frames: one frame's map (the Head map's)
         self._map_cache = (key, mv)
         return mv
 
     def block_index(self, stack: str, kind: str) -> int | None:
+        """The first block of ``stack`` (the sites' name, or the name the views show: "vision") and ``kind``."""
         for i, b in enumerate(self.blocks):
-            if b.stack == stack and b.kind == kind:
+            if stack in (b.stack, b.shown_stack) and b.kind == kind:
                 return i
         return None

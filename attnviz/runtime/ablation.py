@@ -18,7 +18,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
-from attnviz.core.attention import SiteInfo
+from attnviz.core.attention import SiteInfo, shown_label, site_stack
 from attnviz.core.compare import is_logits, log_softmax, output_difference
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
@@ -31,11 +31,13 @@ REGRESSION_TASKS = ("forecasting",)
 HEAD_RE = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d+)\s*:\s*(\d+)\s*$")
 
 
-def parse_heads(spec: str, sites: list[SiteInfo]) -> dict[int, list[int]]:
-    """``"encoder self 2:5,decoder cross 0:1"`` -> {site index: [heads]}, checked against the model's sites."""
+def parse_heads(spec: str, sites: list[SiteInfo], vision_tower: bool = False) -> dict[int, list[int]]:
+    """``"encoder self 2:5,decoder cross 0:1"`` -> {site index: [heads]}, checked against the model's sites.
+    ``vision_tower``: a vision–language model's vision file, whose encoder heads are also "vision self 2:5" (as its
+    views and tables name them: core.attention.shown_stack)."""
     out: dict[int, list[int]] = {}
     index = {(s.stack, s.kind, s.layer): i for i, s in enumerate(sites)}
-    names = ", ".join(f"{s.label} ({s.heads} heads)" for s in sites)
+    names = ", ".join(f"{shown_label(s, vision_tower)} ({s.heads} heads)" for s in sites)
     for part in spec.split(","):
         if not part.strip():
             continue
@@ -44,11 +46,11 @@ def parse_heads(spec: str, sites: list[SiteInfo]) -> dict[int, list[int]]:
             raise AttnvizError(
                 f"--heads {part.strip()!r}: write each head as 'STACK KIND LAYER:HEAD', e.g. 'encoder self 2:5'"
             )
-        stack, kind, layer, head = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+        stack, kind, layer, head = site_stack(m.group(1), vision_tower), m.group(2), int(m.group(3)), int(m.group(4))
         i = index.get((stack, kind, layer))
         if i is None:
             raise AttnvizError(
-                f"--heads {part.strip()!r}: the model has no site {stack} {kind} L{layer}; its sites: {names}"
+                f"--heads {part.strip()!r}: the model has no site {m.group(1)} {kind} L{layer}; its sites: {names}"
             )
         if head >= sites[i].heads:
             raise AttnvizError(

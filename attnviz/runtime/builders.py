@@ -58,15 +58,26 @@ class Prepared:
     image_tiles_each: list = field(default_factory=list)  # each image's split (image_tiles: the last), in order
 
 
-def fit_positions(model: AttnModel, enc, max_tokens, notes):
+def fit_positions(model: AttnModel, enc, max_tokens, notes: list[str] | None, pair: tuple | None = None):
     """Truncate to ``max_tokens`` when asked; refuse (offering the flag) more tokens than the model has positions.
-    A tokenizer.json's truncation length is a training-time choice, never used as the limit."""
-    from attnviz.runtime.limits import check_positions, truncate
+    A tokenizer.json's truncation length is a training-time choice, never used as the limit.  ``pair``: where
+    ``enc`` is a sentence pair, ``(tokenizer, text, text_pair)``: it is cut longest first, as a corpus run cuts the
+    same pair (:mod:`attnviz.runtime.truncation`), and the note says which sentence lost how many tokens.
+    ``notes``: None where the caller says what was cut (an encoder–decoder's note covers its target too)."""
+    from attnviz.runtime.limits import check_positions
+    from attnviz.runtime.truncation import truncate, truncate_pair
 
     n = len(enc.ids)
     if max_tokens is not None and n > max_tokens:
-        enc = truncate(enc, int(max_tokens))
-        notes.append(f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})")
+        if pair is None:
+            enc = truncate(enc, int(max_tokens))
+            note = f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})"
+        else:
+            tok, text, text_pair = pair
+            enc, how = truncate_pair(tok, enc, text, text_pair, int(max_tokens))
+            note = f"{n} tokens truncated to {len(enc.ids)} (--max-tokens {max_tokens}): {how.describe()}"
+        if notes is not None:
+            notes.append(note)
     check_positions(model, len(enc.ids))
     return enc
 
@@ -390,6 +401,9 @@ class _Build:
     tgt_tok: ip.TextEncoder | None = None
     prompt: list[int] | None = None
     caption: str | None = None
+    # an encoder–decoder's text source with a teacher-forced target: its tokens before and after --max-tokens (the
+    # target is cut by the same N, and one note says what both sides lost)
+    source_cut: tuple[int, int] | None = None
 
     @property
     def feeds(self) -> dict:
@@ -442,10 +456,16 @@ def _encoder_text(b: _Build) -> None:
     b.src_tok, b.tgt_tok = b.model.tokenizers
     if b.src_tok is None:
         raise _no_tokenizer(b.model)
-    enc = b.src_tok.encode(b.req.text, None if b.dec_in is not None else b.req.text_pair)
+    pair = None if b.dec_in is not None else b.req.text_pair
+    enc = b.src_tok.encode(b.req.text, pair)
     if not enc.ids:
         raise AttnvizError("the text gives no tokens; type some words")
-    enc = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes)
+    cut_as = (b.src_tok, b.req.text, pair) if pair is not None else None
+    forced = b.dec_in is not None and bool(b.req.text_pair)  # an encoder–decoder's target: noted with its cut
+    n = len(enc.ids)
+    enc = fit_positions(b.model, enc, b.req.max_tokens, None if forced else b.prep.notes, cut_as)
+    if forced:
+        b.source_cut = (n, len(enc.ids))
     fill_text_inputs(b.model, b.feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)
     b.prep.src_rows = [TokenAxis(enc.tokens, enc.special)]
 
@@ -541,22 +561,33 @@ def _decoder_prompts(b: _Build) -> None:
 
 def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
     """The decoder's start token (or a speech model's forced prompt), then the caption or the text pair to force
-    (teacher forcing)."""
+    (teacher forcing).  An encoder–decoder's text pair after a text source is cut by ``--max-tokens`` as a corpus
+    cuts it (:func:`~attnviz.runtime.truncation.decoder_rows`); a caption or a speech model's is not."""
+    from attnviz.runtime.limits import SHORTEN, check_positions
+    from attnviz.runtime.truncation import SourceTargetCut, decoder_rows
+
     sp = md.section(b.model.meta, "special")
     start = sp.get("decoder_start", sp.get("bos"))
     prompt = list(start_ids) if start_ids is not None else [int(start if start is not None else 0)]
     forced = b.caption if b.caption is not None else b.req.text_pair
-    if forced:
-        if b.prep.tgt_tok is None:
-            raise AttnvizError(
-                "no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer"
-            )
-        prompt += b.prep.tgt_tok.encode(forced, add_special=False).ids
-        from attnviz.runtime.limits import SHORTEN, check_positions
-
+    if not forced:
+        return prompt
+    if b.prep.tgt_tok is None:
+        raise AttnvizError(
+            "no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer"
+        )
+    target = b.prep.tgt_tok.encode(forced, add_special=False).ids
+    if b.caption is not None or b.source_cut is None:
+        prompt += target
         what = "the caption" if b.caption is not None else "the text pair (decoder side)"
         check_positions(b.model, len(prompt), what, SHORTEN)
-    return prompt
+        return prompt
+    rows = decoder_rows(prompt, target, b.req.max_tokens)
+    cut = SourceTargetCut(b.source_cut, (len(prompt) + len(target), len(rows)))
+    if cut.cut:
+        b.prep.notes.append(f"source and target truncated (--max-tokens {b.req.max_tokens}): {cut.describe()}")
+    check_positions(b.model, len(rows), "the text pair (decoder side)")  # past the positions: offers --max-tokens
+    return rows
 
 
 def _refuse_generation(b: _Build) -> None:

@@ -80,7 +80,10 @@ def _scalar(name: str, inits: dict, consts: dict) -> int | None:
 
 
 def _from_graph(proto) -> PositionLimit | None:
-    """The smallest learned position table that a Gather reads, minus a constant index offset (BART adds 2)."""
+    """The smallest learned position table that a Gather reads, minus a constant index offset (BART adds 2): any
+    ``[P, D]`` table gathered at the positions of the input's length (:func:`_position_offset`: a hand-built
+    model's ``pos_table``), or a table named as one (:data:`POSITION_NAMES`: where its positions come otherwise,
+    e.g. a ``position_ids`` input)."""
     from onnx import numpy_helper
 
     g = proto.graph
@@ -91,24 +94,85 @@ def _from_graph(proto) -> PositionLimit | None:
         for n in g.node
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"
     }
+    inputs = {i.name for i in g.input} - set(inits)  # (an old IR lists the initializers among the inputs too)
     best: PositionLimit | None = None
     for n in g.node:
         if n.op_type != "Gather" or n.input[0] not in inits:
             continue
         name = n.input[0]
         dims = list(inits[name].dims)
-        if len(dims) != 2 or not any(k in name.lower() for k in POSITION_NAMES):
+        if len(dims) != 2:
             continue
         rows = int(dims[0])
-        p = producer.get(n.input[1])
-        if p is not None and p.op_type == "Add":
-            found = [_scalar(x, inits, consts) for x in p.input]
-            offs = [o for o in found if o is not None and 0 < o < rows]
-            if offs:
-                rows -= offs[0]
+        offset = _position_offset(n, producer, inits, consts, inputs)
+        if offset is None:  # not gathered at the input's positions: a table named as one (its offset added next)
+            if not any(k in name.lower() for k in POSITION_NAMES):
+                continue
+            p = producer.get(n.input[1])
+            found = [_scalar(x, inits, consts) for x in p.input] if p is not None and p.op_type == "Add" else []
+            offset = next((o for o in found if o is not None and 0 < o < rows), 0)
+        if 0 < offset < rows:
+            rows -= offset
         if best is None or rows < best.tokens:
             best = PositionLimit(rows, f"position table {name}")
     return best
+
+
+# what positions pass through between their Range and the Gather that reads the table, each keeping a position's
+# value (an Add only of a constant offset: BART's + 2); anything else (T5's relative buckets: a Sub of two ranges,
+# Abs, Log, Min) makes other numbers than positions, and the table gathered is not a position table
+KEEPS_POSITIONS = ("Add", "Cast", "Expand", "Identity", "Reshape", "Slice", "Squeeze", "Tile", "Unsqueeze")
+# what an input's length is read through: its values never reach the positions through these
+LENGTH_OPS = ("Shape", "Size")
+
+
+def _position_offset(gather, producer: dict, inits: dict, consts: dict, inputs: set[str]) -> int | None:
+    """Where ``gather`` (axis 0) reads its table at the positions of an input's length, ``offset .. offset + T-1``:
+    the offset (a constant Range start, constant Adds on the way: BART's 2); else None.  Its indices must be a
+    Range (through :data:`KEEPS_POSITIONS`) whose bounds come from the inputs' shapes and never from their values.
+    A vocabulary embedding is gathered at the token ids themselves (an input's values), a token-type table where
+    the model was given none at zeros of the input's shape (no Range): neither is a position limit."""
+    if any(a.name == "axis" and a.i != 0 for a in gather.attribute):
+        return None
+    offset = 0
+    node = producer.get(gather.input[1])
+    while node is not None and node.op_type != "Range":
+        if node.op_type not in KEEPS_POSITIONS or not node.input:
+            return None
+        if node.op_type == "Add":  # one side the positions, the other a constant offset
+            side = [x for x in node.input if _scalar(x, inits, consts) is None]
+            offset += sum(v for x in node.input if (v := _scalar(x, inits, consts)) is not None)
+        else:  # the positions first; a Slice's or an Expand's bounds not from an input's values
+            side = node.input[:1] if _from_length(node.input[1:], producer, inputs, need_shape=False) else []
+        if len(side) != 1:
+            return None
+        node = producer.get(side[0])
+    if node is None or not _from_length(list(node.input), producer, inputs):
+        return None
+    return offset + (_scalar(node.input[0], inits, consts) or 0)  # a Range from a past length: its step's own
+
+
+def _from_length(names, producer: dict, inputs: set[str], need_shape: bool = True) -> bool:
+    """Whether the tensors ``names`` are computed from no input's values (initializers, constants and the inputs'
+    shapes: a Shape or Size of them) and, with ``need_shape``, from some input's shape."""
+    seen: set[str] = set()
+    todo = [x for x in names if x]
+    shaped = False
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in inputs:
+            return False
+        node = producer.get(t)
+        if node is None:
+            continue  # an initializer
+        if node.op_type in LENGTH_OPS:
+            shaped = True
+            continue
+        todo.extend(x for x in node.input if x)
+    return shaped or not need_shape
 
 
 def _from_tokenizer_config(model_file: Path) -> PositionLimit | None:
@@ -124,19 +188,3 @@ def find_position_limit(meta: dict, proto, model_file: Path) -> PositionLimit | 
     (A model's ``position_limit`` property calls this once.)"""
     limit = _from_metadata(meta) or (_from_graph(proto) if proto is not None else None)
     return limit if limit is not None else _from_tokenizer_config(model_file)
-
-
-def truncate(enc, n: int):
-    """The first ``n`` tokens of an encoding, keeping a final special token (``[SEP]``, ``</s>``) last."""
-    if n < 1:
-        raise AttnvizError(f"--max-tokens {n}: give at least 1")
-    if len(enc.ids) <= n:
-        return enc
-    keep = list(range(n))
-    if enc.special and enc.special[-1] and n > 1:
-        keep = list(range(n - 1)) + [len(enc.ids) - 1]
-
-    def pick(xs):
-        return [xs[i] for i in keep] if xs is not None and len(xs) == len(enc.ids) else xs
-
-    return type(enc)(ids=pick(enc.ids), tokens=pick(enc.tokens), special=pick(enc.special), type_ids=pick(enc.type_ids))

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.attention import AttentionResult, DenseMap, PatchGrid, SiteInfo
+from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.core.frames import FramesMap
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
@@ -130,19 +130,6 @@ def read_family(layout: VLMLayout) -> Family:
 
 
 SIZES = "image_sizes"  # one prompt's several images of their own sizes: each one's (height, width), [N, 2]
-
-
-def block_diagonal_each(maps: list[np.ndarray]) -> np.ndarray:
-    """One prompt's images' maps, each ``[1, H, P_i, P_i]`` (its own size), as one map: each image attending only
-    to its own patches, one after another, ``[1, H, ΣP, ΣP]``."""
-    n = sum(m.shape[-1] for m in maps)
-    out = np.zeros((1, maps[0].shape[1], n, n), maps[0].dtype)
-    at = 0
-    for m in maps:
-        p = m.shape[-1]
-        out[0, :, at : at + p, at : at + p] = m[0]
-        at += p
-    return out
 
 
 class VLMSet(AnalyzeMethod):
@@ -477,7 +464,8 @@ class VLMSet(AnalyzeMethod):
         """:meth:`chain` for one prompt's several images where the vision file takes one image a run: each
         image's run and the embeddings as one request, the features put together in the images' order and
         spliced here (refused in the splice's line where the counts differ), the decoder a second request.  The
-        vision maps: one per site, each image's block on the diagonal (as transformers' cu_seqlens chunks)."""
+        vision maps: one per site, each image's block on the diagonal (as transformers' cu_seqlens chunks), kept
+        as the images' own maps (a :class:`FramesMap` of frames of several sizes), never laid out."""
         ids, pixels = feeds["input_ids"], feeds["pixel_values"]
         each = self.family.one_image_feeds(self.vision.inputs, pixels, feeds.get(SIZES))
         runs = [self.vision.prepare(f, "dense") for f in each]
@@ -502,7 +490,8 @@ class VLMSet(AnalyzeMethod):
         d = self.decoder.finish(dec, out[0], run_s)
         self._image_keys = [int(v.maps[0].shape[-1]) for v in seen] if seen[0].maps else []
         self._row_keys = []  # one row
-        vmaps = [DenseMap(block_diagonal_each([v.maps[j].array() for v in seen])) for j in range(len(seen[0].maps))]
+        # each image's map a frame of its own size (a FramesMap): never the dense block-diagonal [ΣP, ΣP]
+        vmaps = [FramesMap.of([v.maps[j].array()[0] for v in seen], [len(seen)]) for j in range(len(seen[0].maps))]
         return vmaps, seen[0], d, f
 
     def _prepare_inputs(self, feeds: dict, mode: str) -> tuple[list[int], PreparedRun, PreparedRun]:

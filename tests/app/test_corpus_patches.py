@@ -6,6 +6,7 @@ image is gone or the image no longer splits as the run named it."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -76,10 +77,11 @@ def test_patches_are_named_as_the_view_names_them_and_boxed_where_the_processor_
             views[e["image"]] = v.image_source(r, r.blocks(), attention="tower")[1]
         grid = views[e["image"]]
         frames = frames_rgb(idefics3_repo, e["image"])
+        assert e["frames"] == len(frames)  # its tiles and its global image, as the processor made them
         per, p = 36, im.PATCH
         for region, pos, label in ((ex.query, e["row"], e["row_patch"]), (ex.key, e["col"], e["col_patch"])):
             assert region.label == label and region.name == v.patch_label(grid, pos)  # Image regions' name
-            assert region.name == label_name(label)  # the same from the label alone
+            assert region.name == label_name(label, e["frames"])  # the same from the label and the frames alone
             frame, (r, c) = pos // per, divmod(pos % per, 6)
             want = frames[frame, r * p : (r + 1) * p, c * p : (c + 1) * p]
             t, left, b, right = (round(x) for x in region.box)
@@ -98,7 +100,10 @@ def test_names_only_where_the_model_or_image_is_gone(run, tmp_path):
     e = results.examples[0]
     gone = example_image(e, str(tmp_path / "vision_encoder.onnx"))
     assert gone.shown is None and "is gone; its patches are named, not drawn" in gone.note
-    assert (gone.query.name, gone.key.name) == (label_name(e["row_patch"]), label_name(e["col_patch"]))
+    assert (gone.query.name, gone.key.name) == (
+        label_name(e["row_patch"], e["frames"]),
+        label_name(e["col_patch"], e["frames"]),
+    )
     no_image = example_image({**e, "image": str(tmp_path / "x.png")}, results.run["model"])
     assert no_image.shown is None and "x.png is gone" in no_image.note
 
@@ -115,3 +120,47 @@ def test_an_image_that_splits_otherwise_now_keeps_the_names(run, tmp_path):
     ex = example_image({**e, "image": str(moved)}, results.run["model"])
     assert ex.shown is None and ex.query.label == e["row_patch"]
     assert "square.png now splits into 1 x 2 tiles and a global image" in ex.note
+
+
+@pytest.fixture(scope="module")
+def unsplit(idefics3_repo, tmp_path_factory):
+    """The same tower whose processor does not split images (``do_image_splitting`` off: each image one frame, its
+    picture alone), and a corpus over two images through it."""
+    repo = tmp_path_factory.mktemp("unsplit_repo")
+    (repo / "onnx").mkdir()
+    shutil.copy(idefics3_repo / "onnx" / "vision_encoder.onnx", repo / "onnx" / "vision_encoder.onnx")
+    for name in ("config.json", "processor_config.json"):
+        shutil.copy(idefics3_repo / name, repo / name)
+    pre = json.loads((idefics3_repo / "preprocessor_config.json").read_text()) | {"do_image_splitting": False}
+    (repo / "preprocessor_config.json").write_text(json.dumps(pre))
+    d = tmp_path_factory.mktemp("unsplit_imgs")
+    for name, (h, w) in list(SHAPES.items())[:2]:
+        Image.fromarray(smooth(h, w)).save(d / f"{name}.png")
+    out = tmp_path_factory.mktemp("unsplit_out") / "o"
+    tower = repo / "onnx" / "vision_encoder.onnx"
+    args = ["corpus", str(tower), "--images", str(d), "--out", str(out), "--top-k", "2", "--workers", "1"]
+    assert main([*args, "--provider", "cpu", "--no-progress"]) == 0
+    return read(out), tower
+
+
+def test_an_unsplit_images_patches_are_named_as_the_drawn_view_names_them(unsplit):
+    """One frame, no tiles: "patch (r, c)" as the window's Image regions names the patch (not a "global image"
+    beside tiles there are none of), from the image at hand, from the label and frames alone, and with the model
+    gone."""
+    results, tower = unsplit
+    model = open_model(tower, provider="cpu")
+    views = {}
+    for e in distinct(results.examples):
+        assert e["frames"] == 1 and not e["row_patch"].startswith("t")
+        if e["image"] not in views:
+            r = model.analyze(image=e["image"])
+            views[e["image"]] = v.image_source(r, r.blocks(), attention="tower")[1]
+        ex = example_image(e, results.run["model"])
+        gone = example_image(e, "")
+        for region, alone, pos, label in (
+            (ex.query, gone.query, e["row"], e["row_patch"]),
+            (ex.key, gone.key, e["col"], e["col_patch"]),
+        ):
+            drawn = v.patch_label(views[e["image"]], pos)
+            assert drawn.startswith("patch (") and region.name == drawn
+            assert label_name(label, e["frames"]) == alone.name == drawn

@@ -75,3 +75,15 @@ def test_unknown_score_or_kind_is_one_message():
         direction("sharpness")
     with pytest.raises(AttnvizError, match="attention kind 'mixed' is not one of self, cross"):
         direction("entropy", "mixed")
+
+
+def test_over_a_vision_towers_frames_the_position_scores_speak_of_patches():
+    """A VLM's vision file alone (corpus/tower.py): each frame's keys start with its top-left patch, no [CLS]/BOS;
+    the ends stay the same, only what they mean is said of patches (cross-attention and other scores unchanged)."""
+    first = direction("first", "self", vision_tower=True)
+    assert first.high == direction("first").high and "each frame's first patch" in first.meaning
+    assert (
+        "previous token" in direction("prev").meaning and "patch before" in direction("prev", vision_tower=True).meaning
+    )
+    assert direction("entropy", vision_tower=True) == direction("entropy")
+    assert direction("diag", "cross", vision_tower=True) == direction("diag", "cross")

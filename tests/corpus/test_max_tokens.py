@@ -49,7 +49,7 @@ def test_max_tokens_gives_the_statistics_of_the_hand_cut_corpus(planted, tmp_pat
     "extra, words",
     [
         (["--max-tokens", "0"], "--max-tokens must be 1 or more"),
-        (["--max-tokens", "4", "--engine", "ray"], "--max-tokens runs with --engine local"),
+        (["--max-tokens", "4", "--text-pair-column", "b", "--gold-column", "g"], "would cut words that --gold-column"),
     ],
 )
 def test_max_tokens_refusals_are_one_line(planted, tmp_path, capsys, extra, words):

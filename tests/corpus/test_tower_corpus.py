@@ -6,6 +6,7 @@ frames, through core.stats.row_stats); what cannot be done is one line, exit 2."
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -221,3 +222,67 @@ def test_a_reducer_opens_the_tower_with_its_maps_one_per_frame(tower, images):
     maps = r.model.run(feeds, mode="dense").maps
     assert counts == [FRAMES["b_square"]]
     assert [m.shape for m in maps] == [(FRAMES["b_square"], 4, PER, PER)] * 2
+
+
+def test_heads_and_examples_name_the_stack_as_the_view_names_the_block(tower, images, results, tmp_path):
+    """Every view names the tower's sites "vision self-attention" (``attnviz extract``'s block, as the window draws
+    it): the tables say "vision" too, and run.json that the corpus was a vision tower's."""
+    assert main(["extract", str(tower), "--image", str(images / "a_wide.png"), "--out", str(tmp_path / "a.npz")]) == 0
+    (block,) = io.load_npz(tmp_path / "a.npz").blocks()
+    assert block.name == "vision self-attention"
+    assert {f"{r['stack']} {r['kind']}-attention" for r in results.heads} == {block.name}
+    assert {f"{e['stack']} {e['kind']}-attention" for e in results.examples} == {block.name}
+    assert results.run["vision_tower"] is True
+
+
+def heads_of(out) -> list[dict]:
+    return pq.read_table(out / "heads.parquet").to_pylist()
+
+
+def test_ablate_reads_and_writes_vision_self_and_still_takes_encoder_self(tower, images, tmp_path, capsys):
+    """``--heads 'vision self 1:2'`` (the tables' name) switches off the very head 'encoder self 1:2' (the sites'
+    name) does: the same output change; the rows and the printed heads say "vision"."""
+    image = str(images / "b_square.png")
+    for name in ("vision", "encoder"):
+        out = tmp_path / name
+        argv = ["ablate", str(tower), "--image", image, "--heads", f"{name} self 1:2", "--out", str(out)]
+        assert main([*argv, "--provider", "cpu"]) == 0
+    a, b = heads_of(tmp_path / "vision"), heads_of(tmp_path / "encoder")
+    assert a == b and [(r["stack"], r["kind"], r["layer"], r["head"]) for r in a] == [("vision", "self", 1, 2)]
+    assert a[0]["ablation_max_dlogit"] > 0  # a head that was switched off
+    run = json.loads((tmp_path / "vision" / "run.json").read_text())
+    assert run["joint"]["heads"] == ["vision self 1:2"] and [s["site"] for s in run["sites"]] == ["vision self L1"]
+    capsys.readouterr()
+    out = tmp_path / "all"
+    assert main(["ablate", str(tower), "--image", image, "--all-heads", "--out", str(out), "--provider", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "  vision self " in printed and "encoder self" not in printed
+    assert {r["stack"] for r in heads_of(out)} == {"vision"}
+    # a site the model lacks is named as the user wrote it, the sites as the tables name them
+    bad = ["ablate", str(tower), "--image", image, "--heads", "vision self 5:1", "--out", str(tmp_path / "x")]
+    assert main(bad) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "--heads 'vision self 5:1': the model has no site vision self L5; its sites: vision self L0 (4 heads), "
+        "vision self L1 (4 heads)"
+    )
+
+
+def test_vision_self_is_a_vision_towers_name_only(planted, tmp_path, capsys):
+    """A text encoder has no vision tower: 'vision self' is no site of it (its encoder is not renamed)."""
+    argv = ["ablate", str(planted[0]), "--text", "the cat sat", "--heads", "vision self 0:1"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "the model has no site vision self L0; its sites: encoder self L0 (4 heads)" in err
+
+
+def test_compare_rows_say_vision_and_figure_head_takes_either_name(tower, images, tmp_path, capsys):
+    image = str(images / "b_square.png")
+    out = tmp_path / "c"
+    argv = ["compare", str(tower), str(tower), "--image", image, "--out", str(out), "--provider", "cpu"]
+    for name in ("vision", "encoder"):
+        fig = tmp_path / f"{name}.png"
+        assert main([*argv, "--figure", str(fig), "--figure-head", f"{name} self 1:2"]) == 0
+        printed = capsys.readouterr().out
+        assert f"wrote {fig}: A | B | A − B of vision self 1:2 " in printed and "encoder self" not in printed
+    assert {r["stack"] for r in heads_of(out)} == {"vision"}

@@ -82,3 +82,72 @@ def test_an_example_of_a_gone_model_is_named_not_drawn(qtbot, results, tmp_path)
     assert v.preview is not None and v.preview.picture.pixmap().isNull()
     caption = v.preview.caption.text()
     assert label_name(e["row_patch"]) in caption and "is gone; its patches are named, not drawn" in caption
+
+
+def _col(table, name: str) -> int:
+    return [table.horizontalHeaderItem(i).text() for i in range(table.columnCount())].index(name)
+
+
+def test_heads_read_vision_self_and_first_is_each_frames_first_patch(qtbot, results):
+    """The tower's heads as every view names them ("vision self", "vis L0" in the grid), and the scores' help
+    about frames of patches: "first" is each frame's first patch (the tower has no [CLS] or BOS)."""
+    from attnviz.core.score_direction import direction
+    from attnviz.core.stats import ROW_STAT_HELP
+    from attnviz.gui.views.corpus import CorpusView
+
+    v = CorpusView(results)
+    qtbot.addWidget(v)
+    stack = _col(v.table, "stack")
+    assert {v.table.item(r, stack).text() for r in range(v.table.rowCount())} == {"vision self"}
+    rows = [v.grid.verticalHeaderItem(r).text() for r in range(v.grid.rowCount())]
+    assert rows == ["vis L0", "vis L1"]
+    v.score.setCurrentText("first")
+    v.show_head(v.heads[0])
+    assert v.examples_label.text().startswith("vision self layer 0 head 0 · ")
+    assert "a sink on each frame's first patch" in v.examples_label.text()
+    assert v.status.currentMessage().endswith("for vision self layer 0 head 0")
+    token = (ROW_STAT_HELP["first"], direction("first").meaning)  # a text corpus's: key 0, a [CLS]/BOS sink
+    for tip in (v.table.horizontalHeaderItem(_col(v.table, "first")).toolTip(), v.direction_tip("first")):
+        assert "each frame's first patch" in tip and not any(t in tip for t in token), tip
+    assert "patch before in raster order" in v.direction_tip("prev")
+
+
+def test_results_written_before_say_vision_too(qtbot, results):
+    """Results whose files say "encoder" and whose run.json does not say "vision_tower" (written before): their
+    examples' patches show a tower's corpus, named the same; an unsplit image's patches, whose frames they do not
+    say, are "patch (r, c)" and never a global image's."""
+    from attnviz.corpus.output import CorpusResults
+    from attnviz.gui.views.corpus import CorpusView
+
+    old = [{**h, "stack": "encoder"} for h in results.heads]
+    run = {k: x for k, x in results.run.items() if k != "vision_tower"}
+    examples = [{**e, "stack": "encoder", "frames": None} for e in results.examples]
+    v = CorpusView(CorpusResults(results.folder, old, examples, run))
+    qtbot.addWidget(v)
+    stack = _col(v.table, "stack")
+    assert {v.table.item(r, stack).text() for r in range(v.table.rowCount())} == {"vision self"}
+    v.show_head(v.heads[0])
+    assert v.shown_examples and v.examples_label.text().startswith("vision self layer 0 head 0 · ")
+    for r, e in enumerate(v.shown_examples):
+        if not e["row_patch"].startswith("t"):
+            assert v.examples.item(r, 2).toolTip().startswith("patch (")
+
+
+def test_an_example_opens_with_its_vision_head_focused(qtbot, results, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from attnviz.gui.main_window import MainWindow
+    from attnviz.gui.views.corpus import open_example
+
+    win = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.show()
+    e = next(x for x in results.examples if x["layer"] == 1 and x["head"] == 2)
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        open_example(win, e, results.run["model"])
+    qtbot.waitUntil(lambda: win.tabs.currentWidget() is win.head_map, timeout=5000)
+    s = win.session
+    assert s.block.name == "vision self-attention" and (s.sel.layer, s.sel.head) == (1, 2)
+    assert s.block_index("vision", "self") == s.block_index("encoder", "self") == 0
+    win.workers.cancel()
+    assert win.workers.wait(10000)

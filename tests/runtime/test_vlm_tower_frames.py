@@ -98,8 +98,9 @@ def test_image_regions_peaks_and_labels_are_the_dense_paths(square, mode):
 
 
 def test_the_token_map_thumbnails_and_figures_are_the_dense_paths(square):
-    """The tower block's token map is the whole block-diagonal map (off the diagonal blocks, zeros), as the whole
-    model's tower block draws it; its figures' bytes are the dense path's."""
+    """The tower block's token map (compute_map) is the whole block-diagonal map (off the diagonal blocks, zeros), as
+    the whole model's tower block draws it; its figures' bytes are the dense path's, but the heatmap's: the Head map
+    draws one frame (tests/gui/test_head_map_frames.py)."""
     from attnviz.figures import figure_bytes, render_figure
 
     want_r = dense(square)
@@ -108,8 +109,13 @@ def test_the_token_map_thumbnails_and_figures_are_the_dense_paths(square):
         got, want = v.thumbnails(square, sel, use_cache=False), v.thumbnails(want_r, sel, use_cache=False)
         assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
     sel = v.Selection(layer=1, head=2, query=40)
-    for view in ("heatmap", "overview", "image"):
+    for view in ("overview", "image"):
         assert figure_bytes(render_figure(square, view, sel)) == figure_bytes(render_figure(want_r, view, sel)), view
+    # the heatmap figure draws the Head map's: the query's frame alone (tile 1), the dense map's diagonal block
+    fig = render_figure(square, "heatmap", sel)
+    drawn = next(a for a in fig.axes if a.images).images[0].get_array()
+    np.testing.assert_array_equal(drawn, v.compute_map(want_r, sel).matrix[P : 2 * P, P : 2 * P])
+    assert "tile 1 (row 0, col 1)" in next(a for a in fig.axes if a.get_title()).get_title()
 
 
 @pytest.fixture
@@ -142,6 +148,24 @@ def test_image_regions_the_overview_and_the_stats_table_never_lay_the_frames_out
         v.compute_map(square, v.Selection(mode="mean"))
 
 
+def test_a_comparison_draws_the_selected_frame_of_both(tower, images, square, tmp_path, never_laid_out):
+    """File ▸ Compare with… on a tower: B's map and A − B are of the frame the Head map shows, each the dense
+    block-diagonal map's block (B: the same tower on another picture of the same split), never laid out whole."""
+    other = tmp_path / "other.png"
+    Image.fromarray((np.random.default_rng(9).random((70, 64, 3)) * 255).astype(np.uint8)).save(other)
+    b = tower.analyze(image=str(other))
+    assert b.maps[0].per_row == [5]
+    want_a, want_b = dense(square), dense(b)
+    for frame in (1, 4):
+        for sel in (v.Selection(layer=1, head=2, frame=frame), v.Selection(mode="rollout", frame=frame)):
+            cut = slice(frame * P, (frame + 1) * P)
+            block_a, block_b = (v.compute_map(r, sel).matrix[cut, cut] for r in (want_a, want_b))
+            np.testing.assert_allclose(v.compute_other_map(square, b, sel).matrix, block_b, atol=1e-6)
+            diff = v.compute_diff_map(square, b, sel)
+            np.testing.assert_allclose(diff.matrix, block_a - block_b, atol=1e-6)
+            assert diff.diverging and ("tile 1" if frame == 1 else "global image") in diff.title
+
+
 def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
     pytest.importorskip("PySide6")
     from attnviz.gui.views.stats_table import compute_stats
@@ -169,6 +193,24 @@ def test_extract_writes_the_frames_maps_and_the_window_opens_them_again(tower, i
         np.testing.assert_allclose(got.patch, want.patch, atol=1e-6)
 
 
+def test_extracts_size_limit_counts_the_frames_own_maps(tower, images, square, tmp_path, monkeypatch, capsys):
+    """``output_mb`` counts what is written, the frames' maps (2 layers x 5 frames x 4 heads x 36² float32: 0.2 MB),
+    not the dense block-diagonal map (180²: 1.0 MB); a refusal says so, in one line."""
+    from attnviz.core import limits
+
+    out = tmp_path / "t.npz"
+    monkeypatch.setenv("ATTNVIZ_MAX_OUTPUT_MB", "1")  # the frames fit, the dense maps would not
+    assert main(["extract", str(tower.path), "--image", str(images["square"]), "--out", str(out)]) == 0
+    assert sum(io.written_bytes(m) for m in square.maps) == im.LAYERS * 5 * im.HEADS * P * P * 4
+    monkeypatch.delenv("ATTNVIZ_MAX_OUTPUT_MB")
+    monkeypatch.setitem(limits.LIMITS, "output_mb", limits.Limit(0, "MB", "use a shorter input or fewer layers"))
+    capsys.readouterr()
+    assert main(["extract", str(tower.path), "--image", str(images["square"]), "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the maps for x.npz (a vision tower's 5 frames counted as their own maps" in err and "0.2 MB" in err
+    assert "\n" not in err and not (tmp_path / "x.npz").exists()
+
+
 def test_a_padded_batchs_rows_are_their_own_frames(tower, idefics3_repo, images):
     """Two images of 3 and 5 frames as one run: each row's frames, the shorter row's padding all zero, the same
     maps and views as the dense path."""
@@ -186,6 +228,14 @@ def test_a_padded_batchs_rows_are_their_own_frames(tower, idefics3_repo, images)
             assert got.peak == want.peak
             np.testing.assert_allclose(got.patch, want.patch, atol=1e-6)
             np.testing.assert_allclose(v.compute_map(r, sel).matrix, v.compute_map(want_r, sel).matrix, atol=1e-6)
+    # the Head map: each row's own frames (row 0's 2 tiles and global image, never its padding), each its block
+    assert [len(v.tower_frames(r, v.Selection(batch=b))) for b in (0, 1)] == [3, 5]
+    assert v.tower_frames(r, v.Selection(batch=0))[-1] == "global image"
+    for b, frame in ((0, 2), (0, 9), (1, 3)):
+        sel = v.Selection(mode="mean", batch=b, frame=frame)
+        f = min(frame, 2 if b == 0 else 4)  # a frame past the row's: its last
+        cut = slice(f * P, (f + 1) * P)
+        np.testing.assert_array_equal(v.head_map(r, sel).matrix, v.compute_map(want_r, sel).matrix[cut, cut])
 
 
 def test_the_whole_models_tower_block_is_the_frames_maps(idefics3_repo, images, square):

@@ -18,9 +18,11 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
-- :mod:`.links` -- token links; :mod:`.strip` -- one panel per generated word
+- :mod:`.strip` -- one panel per generated word
 - :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: whose attention (the words'
   or the vision tower's), the keys, the drawing, the view
+- :mod:`.frame_map` -- the Head map: a tower's frames one frame at a time (:func:`head_map`), else compute_map
+- :mod:`.links` -- token links (a tower's frames: the Head map's frame)
 - :mod:`.compare` -- two models compared: B's map of A's selection, and A − B
 
 Callers import from the package (``from attnviz.core import view as vm``); a test that patches a module-level
@@ -67,6 +69,13 @@ from attnviz.core.view.defaults import (
     default_generate,
     default_image_base,
     default_selection,
+)
+from attnviz.core.view.frame_map import (
+    check_frame,
+    frame_names,
+    head_map,
+    shown_frame,
+    tower_frames,
 )
 from attnviz.core.view.heat import (
     IMAGE_BASES,
@@ -238,6 +247,11 @@ __all__ = [
     "composite",
     "compute_diff_map",
     "compute_map",
+    "check_frame",
+    "shown_frame",
+    "frame_names",
+    "head_map",
+    "tower_frames",
     "map_notes",
     "compute_other_map",
     "cross_block",

@@ -12,7 +12,8 @@ import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view.colourbar import HIDDEN_NOTE, notes_label
-from attnviz.core.view.maps import MapView, compute_map
+from attnviz.core.view.frame_map import head_map
+from attnviz.core.view.maps import MapView
 from attnviz.core.view.selection import Selection, ViewError, clamp, result_blocks
 
 DIFF_CMAP = "RdBu_r"  # A − B: blue where B attends more, white where they agree, red where A attends more
@@ -88,8 +89,8 @@ def matching_selection(
 def compute_other_map(
     result_a: AttentionResult, result_b: AttentionResult, sel: Selection, blocks_a: list[Block] | None = None
 ) -> MapView:
-    """Model B's map of what ``sel`` selects on model A (what Head map shows as "B")."""
-    return compute_map(result_b, matching_selection(result_a, result_b, sel, blocks_a))
+    """Model B's map of what ``sel`` selects on model A (what Head map shows as "B"; a tower's frames: one frame)."""
+    return head_map(result_b, matching_selection(result_a, result_b, sel, blocks_a))
 
 
 def compute_diff_map(
@@ -98,8 +99,8 @@ def compute_diff_map(
     """A − B for what ``sel`` selects (the same step, hidden tokens and kept mass applied to both), on a
     diverging scale centred on 0 with symmetric limits ±max |A − B|; never on a log scale (it is signed)."""
     sel = sel.with_(log=False)
-    a = compute_map(result_a, sel, blocks_a)
-    b = compute_map(result_b, matching_selection(result_a, result_b, sel, blocks_a))
+    a = head_map(result_a, sel, blocks_a)  # a tower's frames: the frame selected, in both
+    b = head_map(result_b, matching_selection(result_a, result_b, sel, blocks_a))
     if a.matrix.shape != b.matrix.shape or a.q_labels != b.q_labels or a.k_labels != b.k_labels:
         raise ViewError(
             f"A's map is {list(a.matrix.shape)} and B's {list(b.matrix.shape)} over other tokens: no difference to "

@@ -59,6 +59,8 @@ class Selection:
     picture: int = 0  # image regions: which of one prompt's several images is drawn (0-based; 0 for one image)
     # image regions: whose attention lies over the picture, the words' or the vision tower's own (IMAGE_FROM)
     image_from: str = "words"
+    # head map of a tower's frames (Idefics3's tiles, then the global image): which frame's map is drawn (0-based)
+    frame: int = 0
 
     def with_(self, **changes: Any) -> Selection:
         return replace(self, **changes)

@@ -29,10 +29,11 @@ from PySide6.QtWidgets import (
 
 from attnviz import AttnvizError
 from attnviz.app.corpus_entry import example_open
-from attnviz.app.corpus_patches import example_image, is_tower_example, label_name
+from attnviz.app.corpus_patches import example_image, frames_of, is_tower_example, label_name
+from attnviz.core.attention import VISION_TOWER_KEY, shown_stack
 from attnviz.core.cross_stats import CROSS_STAT_HELP
 from attnviz.core.score_direction import DIRECTIONS, GOLD_SCORES, direction, examples_end
-from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS
+from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS, row_stat_help
 from attnviz.gui.views.corpus_patch import PatchPreview
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
@@ -172,6 +173,9 @@ class CorpusView(QWidget):
         # a VLM tower's corpus (corpus/tower.py): an example's row and key are patches, named as the view's axis
         # names them, and shown on the example's image beside the list (app/corpus_patches.py)
         self.patches = any(is_tower_example(e) for e in results.examples)
+        # a VLM's vision tower: its heads are "vision self" as every view names them (results written before the
+        # run said so, by their examples' patches; their files still say "encoder")
+        self.vision_tower = r.get(VISION_TOWER_KEY) is True or self.patches
         self.preview: PatchPreview | None = None
         if self.patches:
             self.preview = PatchPreview()
@@ -215,9 +219,10 @@ class CorpusView(QWidget):
         self.status.setSizeGripEnabled(False)
         lay.addWidget(self.status)
 
-        # encoder self, then decoder self, then decoder cross (a set has no order of its own)
+        # encoder (or vision) self, then decoder self, then decoder cross (a set has no order of its own)
         self.stacks = sorted(
-            {(h["stack"], h["kind"]) for h in self.heads}, key=lambda sk: (sk[0] != "encoder", sk[1] != "self", sk)
+            {(h["stack"], h["kind"]) for h in self.heads},
+            key=lambda sk: (sk[0] not in ("encoder", "vision"), sk[1] != "self", sk),
         )
         self.current: dict | None = None
         self._show_directions()
@@ -247,11 +252,11 @@ class CorpusView(QWidget):
     def direction_tip(self, score: str) -> str:
         """What a score measures and which end is interesting, for each attention kind in these results."""
         kinds = [k for k in ("self", "cross") if any(h["kind"] == k for h in self.heads)] or ["self"]
-        lines = [ROW_STAT_HELP.get(score, score)]
+        lines = [row_stat_help(score, self.vision_tower) or score]
         if "cross" in kinds and score in CROSS_STAT_HELP:
             lines.append(CROSS_STAT_HELP[score])
         for k in kinds:
-            d = direction(score, k)
+            d = direction(score, k, self.vision_tower)
             lines.append(f"{d.arrow} {k}: {d.describe()}" if len(kinds) > 1 else f"{d.arrow} {d.describe()}")
         return "\n".join(lines)
 
@@ -272,7 +277,7 @@ class CorpusView(QWidget):
         t.setRowCount(len(self.heads))
         for r, h in enumerate(self.heads):
             for c, col in enumerate(self.columns):
-                item = ValueItem(h.get(col) if col != "stack" else f"{h['stack']} {h['kind']}")
+                item = ValueItem(h.get(col) if col != "stack" else f"{self.stack_of(h)} {h['kind']}")
                 item.setData(Qt.ItemDataRole.UserRole, r)  # index into self.heads, stable under sorting
                 if col == "role":
                     color = QColor(ROLE_COLORS.get(h["role"], "#FFFFFF"))
@@ -302,7 +307,9 @@ class CorpusView(QWidget):
         self.grid.setRowCount(len(rows))
         self.grid.setColumnCount(n_heads)
         self.grid.setHorizontalHeaderLabels([f"H{h}" for h in range(n_heads)])
-        self.grid.setVerticalHeaderLabels([_row_label(s, k, layer) for s, k, layer in rows])
+        self.grid.setVerticalHeaderLabels(
+            [_row_label(shown_stack(s, self.vision_tower), k, layer) for s, k, layer in rows]
+        )
         self._cell_values = {}
         for i, h in enumerate(self.heads):
             r = rows.index((h["stack"], h["kind"], h["layer"]))
@@ -374,7 +381,7 @@ class CorpusView(QWidget):
             if is_tower_example(e):  # the patches by their axis labels (sorted by position), their names in the tip
                 for c, (name, pos) in enumerate(((e["row_patch"], e["row"]), (e["col_patch"], e["col"])), 2):
                     item = ValueItem(pos, name)
-                    item.setToolTip(f"{label_name(name)} (position {pos} of the image's patches)")
+                    item.setToolTip(f"{label_name(name, frames_of(e))} (position {pos} of the image's patches)")
                     t.setItem(r, c, item)
         stat = ex[0]["score"] if ex else score
         what = f"top items by {stat} — {self.listed_end(stat, head['kind'])} — click one to open it"
@@ -385,7 +392,7 @@ class CorpusView(QWidget):
                 else " (no per-item examples; pick aer or another score)"
             )
         self.examples_label.setText(
-            f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
+            f"{self.stack_of(head)} {head['kind']} layer {head['layer']} head {head['head']} · role {head['role']} "
             f"({_fmt(head['role_score'])}) · {what}"
         )
         listed = examples_end(self.results.run, stat, head["kind"]) if stat in DIRECTIONS else "highest"
@@ -397,18 +404,22 @@ class CorpusView(QWidget):
         t.resizeColumnsToContents()
         if self.preview is not None:
             self._show_patches(t.currentRow())
-        where = f"{head['stack']} {head['kind']} layer {head['layer']} head {head['head']}"
+        where = f"{self.stack_of(head)} {head['kind']} layer {head['layer']} head {head['head']}"
         self.status.showMessage(
             f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus for {where}"
             if stat in GOLD_SCORES
             else f"{len(ex)} top items by {stat} for {where}"
         )
 
+    def stack_of(self, head: dict) -> str:
+        """A head's stack as the views name it ("vision" for a VLM's vision tower, core.attention.shown_stack)."""
+        return shown_stack(str(head["stack"]), self.vision_tower)
+
     def listed_end(self, stat: str, kind: str) -> str:
         """Which end of ``stat`` the examples list, said against the end that is interesting."""
         if stat not in DIRECTIONS:
             return "the highest values"
-        d = direction(stat, kind)
+        d = direction(stat, kind, self.vision_tower)
         listed = examples_end(self.results.run, stat, kind)
         if d.examples is not None and listed == d.examples[0]:  # the other end on purpose (AER: the failures)
             return f"the {listed} values: {d.examples[1]}"

@@ -1,5 +1,7 @@
 """Head map: the selected head (or aggregate) as a heatmap with tokens on both axes; while a second model is
-compared (File ▸ Compare with…), model A's map, model B's, or A − B on a diverging scale."""
+compared (File ▸ Compare with…), model A's map, model B's, or A − B on a diverging scale.  A tower's frames
+(Idefics3 / SmolVLM: the tiles, then the global image) are drawn one frame at a time, picked in the frame box
+(the view model's :func:`~attnviz.core.view.head_map`): never the whole block-diagonal map."""
 
 from __future__ import annotations
 
@@ -29,9 +31,24 @@ class HeadMapView(View):
         row.addWidget(self.show_box)
         row.addStretch(1)
         self.show_row.hide()  # only while a comparison is held
+        # a tower's frames: which tile's (or the global image's) patch-to-patch map is drawn
+        self.frame_box = QComboBox()
+        self.frame_box.setToolTip(
+            "the vision tower runs each tile and the global image by itself: a patch attends only to its own "
+            "frame's patches, so each frame's map is drawn alone (File ▸ Export view draws the same)"
+        )
+        self.frame_box.currentIndexChanged.connect(self._on_frame)
+        self.frame_row = QWidget()
+        frow = QHBoxLayout(self.frame_row)
+        frow.setContentsMargins(0, 0, 0, 0)
+        frow.addWidget(QLabel("frame:"))
+        frow.addWidget(self.frame_box)
+        frow.addStretch(1)
+        self.frame_row.hide()  # only for a tower's frames
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.show_row)
+        lay.addWidget(self.frame_row)
         lay.addWidget(self.heatmap)
         self._last_shape = None
         self.show_box.currentIndexChanged.connect(lambda _i: self.refresh() if self.isVisible() else None)
@@ -41,12 +58,28 @@ class HeadMapView(View):
         self.show_row.setVisible(self.session.comparison is not None)
         self._on_selection()
 
+    def _on_frame(self, i: int) -> None:
+        if i >= 0 and self.frame_row.isVisible():
+            self.session.select(frame=i)
+
+    def _show_frames(self, names: list[str] | None) -> None:
+        """The frame box: one entry per frame of the selected row's tower block, shown only for such a block."""
+        self.frame_box.blockSignals(True)  # showing the selection is not a new choice
+        if [self.frame_box.itemText(i) for i in range(self.frame_box.count())] != (names or []):
+            self.frame_box.clear()
+            self.frame_box.addItems(names or [])
+        if names:
+            self.frame_box.setCurrentIndex(min(max(self.session.sel.frame, 0), len(names) - 1))
+        self.frame_row.setVisible(bool(names))
+        self.frame_box.blockSignals(False)
+
     def shown(self) -> str:
         """What is drawn: "A", "B" or "diff" (always "A" without a comparison)."""
         return self.show_box.currentData() if self.session.comparison is not None else "A"
 
     def draw(self) -> None:
         s, c, shown = self.session, self.session.comparison, self.shown()
+        self._show_frames(vm.tower_frames(s.result, s.sel, s.blocks))  # A's frames: B's map and A − B are of it
         if c is not None and shown == "B":
             mv = vm.compute_other_map(s.result, c.result_b, s.sel, s.blocks)
         elif c is not None and shown == "diff":

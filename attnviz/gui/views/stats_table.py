@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
+from attnviz.core.frames import FramesMap
 from attnviz.core.stats import STAT_COLUMNS, block_head_stats, stat_columns
 from attnviz.core.view import check_not_empty
 from attnviz.core.view_names import tab_title
@@ -169,12 +170,14 @@ class StatsView(View):
         return True
 
     def context(self) -> str:
-        """text | cross | cross-image | patches: what the current block's key positions are."""
+        """text | cross | cross-image | patches | frames: what the current block's key positions are."""
         s = self.session
         blk = s.block
         image = blk is not None and vm.block_grid(s.result, blk) is not None
         if blk is not None and blk.kind == "cross":
             return "cross-image" if image else "cross"
+        if blk is not None and isinstance(blk.result.maps[blk.sites[0]], FramesMap):
+            return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
         return "patches" if image else "text"
 
     def draw(self) -> None:

@@ -112,8 +112,10 @@ class InputPanel(QWidget):
         self.max_tokens.setRange(0, 1_000_000)
         self.max_tokens.setSpecialValueText("all")  # 0: keep every token (the model's position limit is checked)
         self.max_tokens.setToolTip(
-            "keep only the first N tokens of the text (all: every token; a text longer than "
-            "the model's positions offers to truncate)"
+            "keep only the first N tokens of the text (all: every token; a text longer than the model's positions "
+            "offers to truncate); a text pair keeps its special tokens and loses tokens of the longer sentence first "
+            "(Hugging Face tokenizers' longest_first, as a corpus run cuts it); an encoder–decoder's source keeps its "
+            "first N tokens and its target the decoder's first N rows (the start token, then the target's tokens)"
         )
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)

@@ -72,8 +72,11 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True,
         "--max-tokens",
         type=int,
         metavar="N",
-        help="keep only the first N tokens of the text (the model's "
-        "position limit is checked and named when a text is longer)",
+        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; an encoder's --text-pair "
+        "pair keeps its special tokens and loses tokens of the longer sentence first, from its end (Hugging Face "
+        "tokenizers' longest_first, as 'attnviz corpus --max-tokens' cuts a pair); an encoder-decoder's source keeps its first N "
+        "and its --text-pair target the decoder's first N rows (the start token, then the target's tokens), as a "
+        "corpus run cuts them. The model's position limit is checked and named when a text is longer",
     )
     p.add_argument(
         "--max-seconds",

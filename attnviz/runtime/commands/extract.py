@@ -36,7 +36,7 @@ def run(args) -> int:
     )
     model, result = analyze_from_args(args)
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
-    limits.check("output_mb", mb, f"the maps for {out.name}")  # before on-demand maps are materialised
+    limits.check("output_mb", mb, f"the maps for {out.name}{_frames_said(result.maps)}")  # before on-demand maps
     save_npz(result, out)
     dev = result.info.get("provider", "?")
     note = result.info.get("provider_note")
@@ -59,3 +59,14 @@ def run(args) -> int:
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
         print(f"warning: {note}")
     return 0
+
+
+def _frames_said(maps: list) -> str:
+    """A vision tower's frames counted as what is written, their own maps (never the block-diagonal map, the frame
+    count times larger), said where the size is refused: the size falls with the frames, i.e. a smaller image."""
+    from attnviz.core.frames import FramesMap
+
+    counts = [len(m.sizes) for m in maps if isinstance(m, FramesMap)]
+    if not counts:
+        return ""
+    return f" (a vision tower's {max(counts)} frames counted as their own maps; a smaller image makes fewer frames)"

@@ -1,0 +1,19 @@
+"""A tower's per-frame head statistics by hand (tests of core.stats.frames_head_stats and the Head stats tab)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def per_frame_first_prev(head: np.ndarray, sizes: list[int]) -> tuple[float, float]:
+    """By hand, from a laid-out head ``[T, T]`` whose frames of ``sizes`` patches lie on its diagonal from key 0
+    (padding rows after them): the mean mass on each frame's first patch over all T rows, and on the patch before
+    within the frame over the rows that have one (T less one row a frame)."""
+    rows = head.astype(np.float64) / np.maximum(head.astype(np.float64).sum(-1, keepdims=True), 1e-12)
+    first = prev = 0.0
+    o = 0
+    for p in sizes:
+        first += rows[o : o + p, o].sum()
+        prev += sum(rows[o + i, o + i - 1] for i in range(1, p))
+        o += p
+    return first / len(head), prev / (len(head) - len(sizes))
