@@ -206,6 +206,7 @@ class Plan:
     model_sha: str
     data_sha: str
     cut: int | None = None  # --max-tokens: the items cut (None: not asked)
+    settings: dict | None = None  # what the fingerprint hashes, by name (corpus/resume_settings.py)
 
 
 def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
@@ -288,4 +289,13 @@ def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
         model_sha,
         data_sha,
         None if cfg.max_tokens is None else len(enc.cuts),
+        {
+            "the model": model_sha,
+            "the data": data_sha,
+            "--batch-size": cfg.batch_size,
+            "--mode": cfg.mode,
+            "--label-column": cfg.label_column,
+            "the heads switched off": repr(offs),
+            "--max-tokens": cfg.max_tokens,
+        },
     )

@@ -39,11 +39,12 @@ def kept(path: Path) -> dict[str, Any] | None:
     return got if isinstance(got, dict) else None
 
 
+def _is_sha(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
 def _shown(v: Any) -> str:
-    if v is None:
-        return "none"
-    text = str(v)
-    return text[:12] + "…" if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text[:60]
+    return "none" if v is None else str(v)[:60]
 
 
 def difference(path: Path, now: dict[str, Any] | None, fallback: str) -> str:
@@ -57,7 +58,7 @@ def difference(path: Path, now: dict[str, Any] | None, fallback: str) -> str:
         a, b = before.get(name), now.get(name)
         if a == b:
             continue
-        if name in ("the model", "the data"):  # sha256s: that they differ is what a user can act on
+        if _is_sha(a) and _is_sha(b):  # a model's or the data's sha256: that it changed is what a user can act on
             diffs.append(f"{name} changed")
         else:
             diffs.append(f"{name} {_shown(a)} there, {_shown(b)} here")

@@ -8,6 +8,7 @@ an earlier version that hashes the same list (before the engine settings moved i
 resumes; and the engine settings (--workers, --threads, --provider) are no part of it: a run resumes under others.
 """
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -162,4 +163,27 @@ def test_a_refused_resume_names_the_settings_that_differ(corpus, tmp_path, capsy
     assert "(the data changed)" in capsys.readouterr().err
     assert main([*base, "--batch-size", "4"]) == 0  # its own settings: resumed
     capsys.readouterr()
+    assert json.loads((out / "run.json").read_text())["resumed_from_items"] > 0
+
+
+@pytest.mark.parametrize("command", ["compare", "ablate"])
+def test_compare_and_ablate_refusals_name_the_settings_that_differ_too(corpus, tmp_path, capsys, command):
+    from attnviz.cli import main
+
+    model, texts, _ = corpus
+    out = tmp_path / "out"
+    if command == "compare":
+        cfg = CompareCorpusConfig(str(model), str(model), str(out), str(texts), batch_size=4, workers=1, progress=False)
+        _interrupted(run_compare_corpus, cfg)
+        argv = ["compare", str(model), str(model)]
+    else:
+        cfg = AblateCorpusConfig(str(model), str(out), texts=str(texts), all_heads=True, batch_size=4, workers=1)
+        _interrupted(run_ablation, dataclasses.replace(cfg, progress=False))
+        argv = ["ablate", str(model), "--all-heads"]
+    base = [*argv, "--texts", str(texts), "--out", str(out), "--no-progress", "--workers", "1"]
+    assert main([*base, "--batch-size", "4", "--max-tokens", "6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnviz: error:") and "\n" not in err, err
+    assert "(--max-tokens none there, 6 here)" in err, err
+    assert main([*base, "--batch-size", "4"]) == 0  # its own settings: resumed
     assert json.loads((out / "run.json").read_text())["resumed_from_items"] > 0
