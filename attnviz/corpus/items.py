@@ -153,12 +153,7 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
     except Exception as e:  # missing column, not parquet
         also = "".join(f" and {c!r}" for c in named)
         raise AttnvizError(f'{path.name}: cannot read a "text" column{also} ({str(e).splitlines()[0][:160]})') from None
-    import pyarrow as pa
-
-    for c in ("text", *named):  # a column of numbers or lists held no string, and the run said "no items"
-        kind = table.schema.field(c).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
-            raise AttnvizError(f"--texts {path.name}: column {c!r} holds {kind}, not text; give a column of strings")
+    check_string_columns(table.schema, ["text", *named], path)
     texts = table.column("text").to_pylist()
     extra = {c: table.column(c).to_pylist() for c in named}
     out = []
@@ -169,6 +164,19 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
                 (t, cols.values(lambda flag, c, n=n, where=where: _string(extra[c][n], flag, c, where)), f"row {n + 1}")
             )
     return out
+
+
+def check_string_columns(schema, columns: list[str], path: Path) -> None:
+    """Each of ``columns`` that a Parquet file's ``schema`` has holds strings: a column of numbers or lists held no
+    string, and the run said "no items (empty lines are skipped)"."""
+    import pyarrow as pa
+
+    for c in columns:
+        if c not in schema.names:
+            continue  # (a missing column is named where it is read)
+        kind = schema.field(c).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise AttnvizError(f"--texts {path.name}: column {c!r} holds {kind}, not text; give a column of strings")
 
 
 def _string(v, flag: str, column: str, where: str) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import check_json, parse_json, read_json
+from attnviz.core.untrusted import check_json, open_regular, parse_json, read_json
 from attnviz.corpus.items import Item, text_lines
 from attnviz.corpus.plan import BatchSpec, plan_text
 from attnviz.corpus.reduce import Partial
@@ -385,6 +385,22 @@ def _check_lines(path: Path) -> None:
             check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
 
 
+def _check_parquet(path: Path, pair_column: str | None) -> None:
+    """The columns Ray Data will read hold strings (its footer's schema only; corpus.items.check_string_columns)."""
+    import pyarrow.parquet as pq
+
+    from attnviz.corpus.items import check_string_columns
+
+    try:
+        with open_regular(path, "--texts") as f:
+            schema = pq.read_schema(f)
+    except AttnvizError:
+        raise
+    except Exception:  # not Parquet: Ray Data's reader names that (run_texts)
+        return
+    check_string_columns(schema, ["text", *([pair_column] if pair_column else [])], path)
+
+
 def _read(job: TextJob):
     """Ray Data reads the file itself; every reader yields ``text`` (+ the pair column)."""
     import ray.data
@@ -432,6 +448,8 @@ def run_texts(
     _ray()  # a clear line when Ray is missing, before anything starts
     if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
+    elif Path(job.path).suffix.lower() == ".parquet":
+        _check_parquet(Path(job.path), job.pair_column)
     _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)

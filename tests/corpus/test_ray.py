@@ -104,6 +104,15 @@ def test_ray_drops_a_byte_order_mark_and_refuses_latin1_as_local_does(planted, t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "latin1.txt line 2: byte 0xE9" in err[0] and "UTF-8" in err[0], err
     assert not out.exists()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    numbers = tmp_path / "numbers.parquet"  # was: "no items (empty lines are skipped)"
+    pq.write_table(pa.table({"text": [1, 2]}), numbers)
+    args[args.index("--texts") + 1] = str(numbers)
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "column 'text' holds int64, not text" in err[0], err
 
 
 def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path):
