@@ -138,3 +138,13 @@ def test_fits(value, tp, ok):
 def test_describe():
     assert describe(int | None) == "a whole number or null"
     assert describe(list[float] | None) == "a list of numbers or null"
+
+
+def test_figure_out_naming_a_folder_says_so(recipe_dir, capsys):
+    """``--out FOLDER`` said "cannot tell the figure format of FOLDER (no suffix)"; the fix is a file in it."""
+    folder = recipe_dir / "figs"
+    folder.mkdir()
+    rc, err = run(capsys, "figure", recipe_dir / "model.onnx", "--text", "the cat", "--out", folder)
+    assert rc == 2
+    one_line(err, "is a folder", "--all-heads", str(folder / "figure.pdf"))
+    assert list(folder.iterdir()) == []
