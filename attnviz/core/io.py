@@ -133,11 +133,13 @@ def _check_declared_size(z: np.lib.npyio.NpzFile, path: Path) -> None:
     allocate 3.4 GB (a MemoryError's text, or the OOM killer, on a smaller machine)."""
     from attnviz.core import limits
 
+    archive = z.zip
+    assert archive is not None  # (an NpzFile np.load made from a zip archive)
     total = 0
-    for info in z.zip.infolist():
+    for info in archive.infolist():
         if not info.filename.endswith(".npy"):
             continue
-        with z.zip.open(info) as fh:
+        with archive.open(info) as fh:
             version = np.lib.format.read_magic(fh)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)

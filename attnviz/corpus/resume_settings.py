@@ -20,7 +20,7 @@ from attnviz.core.untrusted import open_regular, parse_json
 KEY = "settings"  # the checkpoint .npz entry: a JSON object
 
 
-def saved(settings: dict[str, Any] | None) -> dict[str, np.ndarray]:
+def saved(settings: dict[str, Any] | None) -> dict[str, Any]:
     """The entry to add to a checkpoint's arrays (none when the run names no settings)."""
     return {} if settings is None else {KEY: np.array(json.dumps(settings))}
 

@@ -139,8 +139,8 @@ MAX_LOCATION = 1024  # characters: a file name beside the model, never a path th
 
 # bits an element of each tensor type takes in an external data file (packed, for the sub-byte types); a type not
 # here (strings, a type newer than this table) is not checked
-_SUB_BYTE_BITS = {TensorProto.UINT4: 4, TensorProto.INT4: 4, TensorProto.FLOAT4E2M1: 4}
-_WHOLE_BYTES = {
+_SUB_BYTE_BITS: dict[int, int] = {TensorProto.UINT4: 4, TensorProto.INT4: 4, TensorProto.FLOAT4E2M1: 4}
+_WHOLE_BYTES: dict[int, int] = {
     TensorProto.FLOAT: 4,
     TensorProto.UINT8: 1,
     TensorProto.INT8: 1,
