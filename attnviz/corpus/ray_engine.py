@@ -144,10 +144,25 @@ def _ray():
     return ray
 
 
+def _quiet_token_notice(record: logging.LogRecord) -> bool:
+    """Ray 2.5x+ announces on stderr, as it starts a local cluster, that token authentication is on and how to turn
+    it off ("Set RAY_AUTH_MODE=disabled to opt out"): a line of engine text beside attnviz's own on every run, and
+    advice a user of attnviz has no reason to take.  That notice alone is dropped; Ray's other warnings pass."""
+    return record.funcName != "_warn_token_auth_enabled"
+
+
+def quiet_notices() -> None:
+    """Drop Ray's token notice (:func:`_quiet_token_notice`) from here on; idempotent."""
+    notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if _quiet_token_notice not in notices.filters:
+        notices.addFilter(_quiet_token_notice)
+
+
 def _init(setup) -> None:
     ray = _ray()
     if ray.is_initialized():
         return
+    quiet_notices()
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         if setup.ray_address:
@@ -234,18 +249,24 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
 
     from attnviz.corpus.cut import cut
     from attnviz.corpus.items import item_error
+    from attnviz.runtime.inputs import tokens_kept
 
     tok = pickle.loads(tokenizer)
     ids, types, special = [], [], []
     texts, pairs = batch.column("text").to_pylist(), batch.column("pair").to_pylist()
     was_cut = []
     for n, (index, text, pair) in enumerate(zip(batch.column("id").to_pylist(), texts, pairs)):
-        enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
+        try:
+            with tokens_kept(max_tokens):  # the tokens cap counts what is kept (runtime/inputs.py)
+                enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
+        except AttnvizError as e:  # as the local plan's: the line names the item
+            raise item_error(Item(int(index), text=text, pair=pair), e) from None
         row = [list(enc.ids), list(enc.type_ids or [0] * len(enc.ids)), [bool(s) for s in enc.special]]
         was_cut.append(max_tokens is not None and len(row[0]) > max_tokens)
         if max_tokens is not None and was_cut[-1]:
             try:
-                keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
+                with tokens_kept(max_tokens):
+                    keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
             except AttnvizError as e:
                 raise item_error(Item(int(index), text=text, pair=pair), e) from None
             row = [[x for x, k in zip(v, keep) if k] for v in row]

@@ -51,3 +51,21 @@ def test_extract_cuts_a_text_past_the_cap(planted, tmp_path, capsys):
         == 2
     )
     assert "17,000 tokens is over the limit" in capsys.readouterr().err  # what is kept still meets the cap
+
+
+def test_ray_cuts_a_line_past_the_cap_as_the_local_engine(planted, tmp_path, capsys, ray_local):
+    """--engine ray tokenises in its own tasks: the same cap on what is kept, and without --max-tokens the same
+    refusal, naming the item (it said only "the text: 20,000 tokens ...")."""
+    model, texts = planted
+    lines = texts.read_text().splitlines()
+    words = lines[0].split()
+    huge = tmp_path / "huge.txt"
+    huge.write_text("\n".join([" ".join((words * (N // len(words) + 1))[:N]), *lines[1:]]) + "\n")
+    run_corpus(_cfg(model, huge, tmp_path / "local", max_tokens=5))
+    run_corpus(_cfg(model, huge, tmp_path / "ray", max_tokens=5, engine="ray", threads=1))
+    _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+    argv = ["corpus", str(model), "--texts", str(huge), "--out", str(tmp_path / "o"), "--no-progress"]
+    capsys.readouterr()  # (what the fixture's own ray.init printed)
+    assert main([*argv, "--engine", "ray", "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "corpus item 0" in err[0] and "ATTNVIZ_MAX_TOKENS" in err[0], err

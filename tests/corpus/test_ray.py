@@ -240,3 +240,27 @@ def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_pa
     assert not partials.exists()
     run_corpus(_cfg(model, texts, tmp_path / "local", batch_size=2))
     _assert_same(_table(tmp_path / "local"), _table(out), tol=1e-6)
+
+
+def test_rays_token_notice_is_dropped_and_its_other_warnings_pass():
+    """Audit 17: every --engine ray run printed Ray's "Token authentication is enabled for this Ray cluster. Set
+    RAY_AUTH_MODE=disabled to opt out ..." beside attnviz's own line.  Ray's own functions log here (to its logger,
+    which does not propagate: a handler on it sees what its stderr handler would)."""
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as ts
+
+    from attnviz.corpus.ray_engine import quiet_notices
+
+    said: list[str] = []
+    seen = logging.Handler(logging.WARNING)
+    seen.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    ts.logger.addHandler(seen)
+    try:
+        quiet_notices()
+        ts._warn_token_auth_enabled()
+        ts._warn_token_auth_disabled()  # the warning that the cluster is open to anyone stays
+    finally:
+        ts.logger.removeHandler(seen)
+    assert not any("RAY_AUTH_MODE=disabled" in m for m in said), said
+    assert any("Token authentication is disabled" in m for m in said), said
