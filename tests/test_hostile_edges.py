@@ -100,7 +100,8 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "graph output listed twice": (duplicated_output, ("graph output 'logits' is listed twice",)),
     "tensor defined twice": (defined_twice, ("defined twice",)),
     "attention op with 0 heads": (zero_heads, ("num_heads=0", "declares 0 heads", "re-export")),
-    "Constant offset past the end": (lambda t: external(t, "constant", offset="100000"), ("offset (100000)",)),
+    # (onnx's own words were "offset (100000) exceeds file size"; the size check names the file and the fix)
+    "Constant offset past the end": (lambda t: external(t, "constant", offset="100000"), ("from byte 100,000",)),
     **{
         f"{where} {name}": (lambda t, w=where, f=fields: external(t, w, **f), words)
         for where in ("initializer", "constant")

@@ -20,6 +20,7 @@ image's patches) and ``_tiles`` (those tiles' [rows, cols], where the tower ran 
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -114,6 +115,7 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
         f.seek(0)
         try:
             with np.load(f, allow_pickle=False) as z:
+                _check_declared_size(z, path)
                 return _parse(z, path)
         except AttnvizError:
             raise
@@ -123,6 +125,32 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
                 f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
                 "extract one with 'attnviz extract'"
             ) from None
+
+
+def _check_declared_size(z: np.lib.npyio.NpzFile, path: Path) -> None:
+    """The arrays' sizes as their .npy headers declare them, against the cap ``attnviz extract`` writes under
+    (ATTNVIZ_MAX_OUTPUT_MB), before any is read: a 3.5 MB compressed file of zeros declaring a 30,000² map had numpy
+    allocate 3.4 GB (a MemoryError's text, or the OOM killer, on a smaller machine)."""
+    from attnviz.core import limits
+
+    archive = z.zip
+    assert archive is not None  # (an NpzFile np.load made from a zip archive)
+    total = 0
+    for info in archive.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        with archive.open(info) as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+        total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize  # (float: a lying shape cannot overflow)
+    mb, cap = total / 2**20, limits.limit("output_mb")
+    if mb > cap:
+        env = limits.LIMITS["output_mb"].env("output_mb")
+        raise AttnvizError(
+            f"{path.name}: its arrays hold {mb:,.0f} MB once decompressed, over the limit of {cap:,} MB that "
+            f"'attnviz extract' writes under; open a smaller file, or raise the limit with {env}={math.ceil(mb)}"
+        )
 
 
 def _grid(a: np.ndarray) -> PatchGrid:

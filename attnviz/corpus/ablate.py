@@ -27,6 +27,7 @@ import argparse
 import time
 from pathlib import Path
 
+from attnviz.corpus import outfiles
 from attnviz.corpus.tables import HEADS, RUN, given_input, row_keys, write_heads
 
 HELP = "switch attention heads off (a gate in an in-memory copy of the graph) and measure the output change"
@@ -240,6 +241,7 @@ def run_one(args) -> int:
     }
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
+    outfiles.refuse_foreign(out, "ablate")
     guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
     prestart()
     model = _open(args)

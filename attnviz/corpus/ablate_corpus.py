@@ -78,12 +78,14 @@ class Totals:
             seconds={k: self.seconds.get(k, 0.0) + v for k, v in p.seconds.items()},
         )
 
-    def save(self, path: Path, fingerprint: str) -> None:
+    def save(self, path: Path, fingerprint: str, settings: dict | None = None) -> None:
+        """``settings``: the run's settings by name (corpus/resume_settings.py), for a refused resume to name."""
         from attnviz.core.writes import atomic_path
+        from attnviz.corpus import resume_settings
 
         arrays: dict[str, Any] = {n: np.asarray(getattr(self, n)) for n in (*self.FIELDS, *self.SCALARS)}
         with atomic_path(path) as tmp, open(tmp, "wb") as f:  # atomic: an interrupt leaves the previous one
-            np.savez(f, fingerprint=np.array(fingerprint), **arrays)
+            np.savez(f, fingerprint=np.array(fingerprint), **arrays, **resume_settings.saved(settings))
 
     @classmethod
     def load(cls, path: Path, fingerprint: str, n: int) -> Totals | None:
@@ -145,9 +147,12 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
     ckpt = out / CHECKPOINT
     tot = Totals.load(ckpt, fingerprint, len(offs))
     if tot is None and ckpt.exists():
+        from attnviz.corpus import resume_settings
+
+        why = resume_settings.difference(ckpt, plan.settings, "model, data, heads, mode or batch size differ")
         raise AttnvizError(
-            f"{ckpt} belongs to another run (model, data, heads, mode or batch size differ); use another --out or "
-            "delete it"
+            f"{ckpt} belongs to another run ({why}); to resume it, run with its settings; else use another --out "
+            "or delete it"
         )
     tot = tot or Totals(len(offs))
     resumed = tot.items
@@ -158,13 +163,13 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
             tot.fold(part)  # type: ignore[arg-type]  # an AblateSetup's workers hand back AblatePartials
             bar.update(part.items)
             if tot.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S:
-                tot.save(ckpt, fingerprint)
+                tot.save(ckpt, fingerprint, plan.settings)
                 last_save = time.perf_counter()
             if on_batch is not None:
                 on_batch(tot.items)
     except BaseException:
         if tot.next_batch > 0:
-            tot.save(ckpt, fingerprint)  # interrupted: every folded batch is kept for the next run
+            tot.save(ckpt, fingerprint, plan.settings)  # interrupted: every folded batch is kept for the next run
         elif made and not any(out.iterdir()):
             out.rmdir()
         bar.close()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.corpus import outfiles
 from attnviz.corpus.ablate_work import AblateSetup, LabelledSpec, Off
 from attnviz.corpus.config import EngineConfig
 
@@ -50,6 +51,7 @@ def check_config(cfg: AblateCorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for the results")
+    outfiles.refuse_foreign(out, "ablate")
 
 
 def _open(cfg: AblateCorpusConfig):
@@ -136,13 +138,13 @@ def read_labels(path: str, column: str, n: int) -> list:
     """The ``column`` value of each item of a .jsonl / .parquet corpus (items as :func:`attnviz.corpus.items.
     read_texts` keeps them: records with a non-blank ``text``), the first ``n``."""
     from attnviz.core.untrusted import parse_json, read_bytes
-    from attnviz.corpus.items import read_parquet
+    from attnviz.corpus.items import decode_texts, read_parquet
 
     p = Path(path)
     suffix = p.suffix.lower()
     out: list = []
     if suffix == ".jsonl":
-        for line in read_bytes(p, "--texts").decode("utf-8", errors="replace").splitlines():
+        for line in decode_texts(read_bytes(p, "--texts"), p).splitlines():
             if line.strip():
                 rec = parse_json(line, p.name)
                 if isinstance(rec, dict) and isinstance(rec.get("text"), str) and rec["text"].strip():
@@ -204,6 +206,7 @@ class Plan:
     model_sha: str
     data_sha: str
     cut: int | None = None  # --max-tokens: the items cut (None: not asked)
+    settings: dict | None = None  # what the fingerprint hashes, by name (corpus/resume_settings.py)
 
 
 def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
@@ -286,4 +289,13 @@ def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
         model_sha,
         data_sha,
         None if cfg.max_tokens is None else len(enc.cuts),
+        {
+            "the model": model_sha,
+            "the data": data_sha,
+            "--batch-size": cfg.batch_size,
+            "--mode": cfg.mode,
+            "--label-column": cfg.label_column,
+            "the heads switched off": repr(offs),
+            "--max-tokens": cfg.max_tokens,
+        },
     )

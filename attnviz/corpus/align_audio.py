@@ -164,6 +164,7 @@ def _jobs(args, out: Path) -> tuple[list[Job], Path | None]:
             raise AttnvizError("--table holds the per-head scores against --gold; give --gold REF too")
         if table is not None and table.resolve() == out.resolve():
             raise AttnvizError(f"--table {table} is --out too; give them different names")
+        _not_foreign(args, table)
         return [Job(Path(args.audio), Path(args.gold) if args.gold else None, out)], table
     if args.gold or args.transcript:
         raise AttnvizError("--audio-dir takes its references from --gold-dir (NAME.tsv or NAME.TextGrid per file)")
@@ -179,7 +180,17 @@ def _jobs(args, out: Path) -> tuple[list[Job], Path | None]:
     table = Path(args.table) if args.table else (out / "heads.parquet" if args.gold_dir else None)
     if table is not None and not args.gold_dir:
         raise AttnvizError("--table holds the per-head scores against --gold-dir; give --gold-dir DIR too")
+    _not_foreign(args, table)
     return jobs, table
+
+
+def _not_foreign(args, table: Path | None) -> None:
+    """The table's default place (beside --out) may be a corpus, compare or ablate results folder, whose
+    heads.parquet it would replace (corpus/outfiles.py); a --table named on the command line is the user's choice."""
+    from attnviz.corpus import outfiles
+
+    if table is not None and not args.table:
+        outfiles.refuse_foreign(table.parent, "align-audio")
 
 
 def run(args) -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnviz.corpus import outfiles
 from attnviz.corpus.tables import HEADS, RUN, given_input, write_heads
 
 HELP = "compare two models' attention head by head on the same input (quantized vs full, two checkpoints, ...)"
@@ -208,6 +209,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     }
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
+    outfiles.refuse_foreign(out, "compare")
     outputs: dict[str, list[Path]] = {"--out": [out / HEADS, out / RUN]}
     if figure is not None and args.figure:
         outputs["--figure"] = [Path(args.figure)]

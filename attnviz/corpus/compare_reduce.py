@@ -269,13 +269,17 @@ class CompareAccumulator:
         "item_cols",
     )
 
-    def save(self, path: Path, fingerprint: str) -> None:
+    def save(self, path: Path, fingerprint: str, settings: dict | None = None) -> None:
+        """``settings``: the run's settings by name (corpus/resume_settings.py), for a refused resume to name."""
+        from attnviz.corpus import resume_settings
+
         with atomic_path(path) as tmp, open(tmp, "wb") as f:  # an interrupt mid-write keeps the previous one
             np.savez(
                 f,
                 fingerprint=np.array(fingerprint),
                 next_batch=self.next_batch,
                 **{n: getattr(self, n) for n in self.FIELDS},
+                **resume_settings.saved(settings),
             )
 
     @classmethod

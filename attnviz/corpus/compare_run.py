@@ -25,6 +25,7 @@ from attnviz.core.compare import MEASURES
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
+from attnviz.corpus import outfiles, resume_settings
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
 from attnviz.corpus.config import EngineConfig
@@ -78,6 +79,7 @@ def _check(cfg: CompareCorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS}, {ITEMS} and {RUN}")
+    outfiles.refuse_foreign(out, "compare")
 
 
 def run_compare_corpus(cfg: CompareCorpusConfig, on_batch: Callable[[int], None] | None = None) -> CompareCorpusResult:
@@ -130,6 +132,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
     heads = sum(s.heads or 0 for m in models for s in m.sites)  # both models' maps are held at once
     tasks, cuts, sides = plan(models, kind, items, cfg.batch_size, heads, cfg.max_tokens)
+    file_sha = it.sha256_items(items) if cuts else None  # the items as the file holds them, before the cut
     items = _as_read(items, cuts)  # items.parquet shows what A and B read of each item cut
     del models  # the workers hold their own sessions
     workers = max(1, min(workers, len(tasks)))
@@ -138,6 +141,14 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     )
     sha_a, sha_b, data_sha = it.sha256_model(cfg.a), it.sha256_model(cfg.b), it.sha256_items(items)
     fingerprint = _fingerprint(cfg, sha_a, sha_b, data_sha, tasks, setup)
+    settings = {  # what the fingerprint hashes, by name (the plan and the heads follow from these)
+        "model A": sha_a,
+        "model B": sha_b,
+        "the data": file_sha or data_sha,  # (data_sha hashes the items cut: a change of --max-tokens is no new data)
+        "--batch-size": cfg.batch_size,
+        "--text-pair-column": cfg.pair_column,
+        "--max-tokens": cfg.max_tokens,
+    }
 
     out = Path(cfg.out)
     ckpt = out / CHECKPOINT
@@ -145,8 +156,10 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     nh, no = setup.heads, len(outputs)
     loaded = CompareAccumulator.load(ckpt, fingerprint, nh, no)
     if loaded is None and ckpt.exists():
+        why = resume_settings.difference(ckpt, settings, "models, data or batch size differ")
         raise AttnvizError(
-            f"{ckpt} belongs to another run (models, data or batch size differ); use another --out or delete it"
+            f"{ckpt} belongs to another run ({why}); to resume it, run with its settings; else use another --out "
+            "or delete it"
         )
     acc = loaded or CompareAccumulator(nh, no)
     resumed = acc.items
@@ -158,13 +171,13 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
             acc.fold(part)
             bar.update(len(part.items))
             if acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S:
-                acc.save(ckpt, fingerprint)
+                acc.save(ckpt, fingerprint, settings)
                 last_save = time.perf_counter()
             if on_batch is not None:
                 on_batch(acc.items)
     except BaseException:
         if acc.next_batch > 0:
-            acc.save(ckpt, fingerprint)  # interrupted: every folded batch is kept for the next run
+            acc.save(ckpt, fingerprint, settings)  # interrupted: every folded batch is kept for the next run
         bar.close()
         raise
     bar.close()

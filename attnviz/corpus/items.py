@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
-import io
 import json
 import threading
 from dataclasses import dataclass
@@ -63,37 +63,72 @@ class Columns:
 Row = tuple[str, tuple[str | None, str | None], str]  # text, (pair, gold), where in the file
 
 
+_UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # (UTF-32 LE's mark begins with UTF-16 LE's)
+
+
+def decode_texts(data: bytes, path: str | Path, first_line: int = 1) -> str:
+    """A --texts file's bytes (or one line's, ``first_line`` its number) as text: UTF-8, a byte-order mark at the
+    start dropped (Notepad writes one); else one line naming the line and the fix.  Decoding with
+    ``errors="replace"`` turned a Latin-1 corpus into U+FFFD tokens ([UNK] to a WordPiece tokenizer: statistics of
+    the wrong words, exit 0) and kept the mark in the first item, where a tokenizer refused it as an unknown word."""
+    name = Path(path).name
+    if first_line == 1:
+        if data.startswith(_UTF16_MARKS):
+            raise AttnvizError(f"--texts {name}: UTF-16 text; save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
+        data = data.removeprefix(codecs.BOM_UTF8)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = first_line + data.count(b"\n", 0, nul)
+        raise AttnvizError(
+            f"--texts {name} line {line}: a NUL byte: a binary file (or UTF-16 "
+            "text without its mark), not text; give UTF-8 text, one item a line"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + data.count(b"\n", 0, e.start)
+        col = e.start - data.rfind(b"\n", 0, e.start)
+        raise AttnvizError(
+            f"--texts {name} line {line}: byte 0x{data[e.start]:02X} (column {col}) is not UTF-8; save the file as "
+            "UTF-8 (e.g. iconv -f latin1 -t UTF-8)"
+        ) from None
+
+
+def text_lines(path: str | Path):
+    """``(number, text)`` of each line of a .jsonl (or .txt) file, streamed, each decoded by :func:`decode_texts`."""
+    with open_regular(path, "--texts") as f:
+        for n, raw in enumerate(f, 1):
+            yield n, decode_texts(raw, path, n)
+
+
 def _txt(path: Path, cols: Columns) -> list[Row]:
     for flag, c in cols.named():
         raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl or .parquet")
     return [
         (line, (None, None), f"line {n}")
-        for n, line in enumerate(read_bytes(path, "--texts").decode("utf-8", errors="replace").splitlines(), 1)
+        for n, line in enumerate(decode_texts(read_bytes(path, "--texts"), path).splitlines(), 1)
         if line.strip()
     ]
 
 
 def _jsonl(path: Path, cols: Columns) -> list[Row]:
     out = []
-    with io.TextIOWrapper(open_regular(path, "--texts"), encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rec = parse_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
-            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                raise AttnvizError(
-                    f'{path.name} line {n}: no "text" string; write one object per line like {{"text": "..."}}'
+    for n, line in text_lines(path):
+        if not line.strip():
+            continue
+        rec = parse_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
+        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+            raise AttnvizError(
+                f'{path.name} line {n}: no "text" string; write one object per line like {{"text": "..."}}'
+            )
+        if rec["text"].strip():  # a blank text is skipped, as a blank .txt line or .parquet row
+            out.append(
+                (
+                    rec["text"],
+                    cols.values(lambda flag, c, rec=rec, n=n: _string(rec.get(c), flag, c, f"{path.name} line {n}")),
+                    f"line {n}",
                 )
-            if rec["text"].strip():  # a blank text is skipped, as a blank .txt line or .parquet row
-                out.append(
-                    (
-                        rec["text"],
-                        cols.values(
-                            lambda flag, c, rec=rec, n=n: _string(rec.get(c), flag, c, f"{path.name} line {n}")
-                        ),
-                        f"line {n}",
-                    )
-                )
+            )
     return out
 
 
@@ -118,6 +153,7 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
     except Exception as e:  # missing column, not parquet
         also = "".join(f" and {c!r}" for c in named)
         raise AttnvizError(f'{path.name}: cannot read a "text" column{also} ({str(e).splitlines()[0][:160]})') from None
+    check_string_columns(table.schema, ["text", *named], path)
     texts = table.column("text").to_pylist()
     extra = {c: table.column(c).to_pylist() for c in named}
     out = []
@@ -128,6 +164,19 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
                 (t, cols.values(lambda flag, c, n=n, where=where: _string(extra[c][n], flag, c, where)), f"row {n + 1}")
             )
     return out
+
+
+def check_string_columns(schema, columns: list[str], path: Path) -> None:
+    """Each of ``columns`` that a Parquet file's ``schema`` has holds strings: a column of numbers or lists held no
+    string, and the run said "no items (empty lines are skipped)"."""
+    import pyarrow as pa
+
+    for c in columns:
+        if c not in schema.names:
+            continue  # (a missing column is named where it is read)
+        kind = schema.field(c).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise AttnvizError(f"--texts {path.name}: column {c!r} holds {kind}, not text; give a column of strings")
 
 
 def _string(v, flag: str, column: str, where: str) -> str:
@@ -143,6 +192,8 @@ def read_texts(
     path: str | Path, pair_column: str | None = None, max_items: int | None = None, gold_column: str | None = None
 ) -> list[Item]:
     path = Path(path)
+    if path.is_dir():  # (it exists: "no such file" sent the user looking for a typo)
+        raise AttnvizError(f"--texts {path}: is a folder; give a .txt, .jsonl or .parquet file (images: --images DIR)")
     if not path.is_file():
         raise AttnvizError(f"--texts {path}: no such file")
     reader = READERS.get(path.suffix.lower())

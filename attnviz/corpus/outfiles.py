@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnviz import AttnvizError
 from attnviz.core import writes
 
 HEADS = "heads.parquet"
@@ -27,3 +28,29 @@ def guard(out: Path, inputs: dict[str, str | None], extra: tuple[str, ...] = ())
     writes.guard(
         {w: files(w, p) for w, p in inputs.items()}, {"--out": [out / n for n in (HEADS, EXAMPLES, RUN, *extra)]}
     )
+
+
+# the command that wrote a results folder, told by a key only its run.json holds (corpus, compare and ablate all
+# write heads.parquet and run.json; older folders carry no command name)
+_OWNER_KEYS = (("models", "compare"), ("not_ablated", "ablate"), ("example_ranking", "corpus"), ("top_k", "corpus"))
+
+
+def refuse_foreign(out: Path, command: str) -> None:
+    """Refuse an ``--out`` folder that holds another command's results: ``ablate --out`` a corpus run's folder
+    replaced its heads.parquet and run.json without a word (hours of corpus statistics lost), leaving a mix that
+    ``attnviz open`` could not read.  The same command's results are its own to replace (a rerun, a resume)."""
+    from attnviz.core.untrusted import read_json
+
+    run = out / RUN
+    if not run.is_file():
+        return
+    try:
+        kept = read_json(run, "run.json", limit=64 * 2**20)
+    except AttnvizError:  # not a run.json attnviz can read: nobody's results to keep
+        return
+    owner = next((cmd for key, cmd in _OWNER_KEYS if isinstance(kept, dict) and key in kept), None)
+    if owner is not None and owner != command:
+        raise AttnvizError(
+            f"--out {out} holds the results of 'attnviz {owner}' ({HEADS}, {RUN}), which 'attnviz {command}' would "
+            "replace; give another --out"
+        )

@@ -81,10 +81,13 @@ def encode_pairs(model, items: list[Item], words: bool = False, max_tokens: int 
     out = Encoded([], [], [], [], [])
     if words:
         return _encode_words(model, out, src_tok, tgt_tok, start, items)
+    from attnviz.runtime.inputs import tokens_kept  # (loaded with the model)
+
     n_src = n_tgt = 0
     for it in items:
         try:
-            enc = src_tok.encode_ids(it.text, None)
+            with tokens_kept(max_tokens):  # the tokens cap counts what is kept (runtime/inputs.py)
+                enc = src_tok.encode_ids(it.text, None)
             ids, types = list(enc.ids), list(enc.type_ids or [0] * len(enc.ids))
             special = [bool(s) for s in enc.special]
             text_read = None
@@ -110,7 +113,8 @@ def encode_pairs(model, items: list[Item], words: bool = False, max_tokens: int 
             out.dec_special.append([])
         else:
             try:
-                target = tgt_tok.encode_ids(it.pair, add_special=False).ids
+                with tokens_kept(max_tokens):
+                    target = tgt_tok.encode_ids(it.pair, add_special=False).ids
                 dec = decoder_rows([start], target, max_tokens)  # as open --text-pair --max-tokens cuts them
                 if len(dec) < 1 + len(target):
                     pair_read = tgt_tok.leading_text(it.pair, len(dec) - 1)  # the start token is not the target's

@@ -140,10 +140,13 @@ def encode_items(model, items: list[Item], kind: str | None = None, max_tokens: 
         raise AttnvizError(
             f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
         )
-    parts = [
-        _encode_chunk(model, tok, decoder, items[s : s + ENCODE_CHUNK], max_tokens)
-        for s in range(0, len(items), ENCODE_CHUNK)
-    ]
+    from attnviz.runtime.inputs import tokens_kept  # (loaded with the model: no import here on the light paths)
+
+    with tokens_kept(max_tokens):  # the tokens cap counts what is kept of each item
+        parts = [
+            _encode_chunk(model, tok, decoder, items[s : s + ENCODE_CHUNK], max_tokens)
+            for s in range(0, len(items), ENCODE_CHUNK)
+        ]
     ids, special, types, counts = (
         np.concatenate([p[k] for p in parts]).astype(dt, copy=False) if parts else np.zeros(0, dt)
         for k, dt in enumerate((np.int32, bool, np.int8, np.int64))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.writes import command_scope
+from attnviz.corpus import outfiles
 from attnviz.corpus.config import CHECKPOINT, CorpusConfig, EngineConfig
 from attnviz.corpus.engines import ENGINES, WarmPool, WorkerSetup, choose_layout, default_threads, default_workers
 from attnviz.corpus.outfiles import guard as guard_out
@@ -46,6 +47,7 @@ def check(cfg: CorpusConfig) -> None:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
+    outfiles.refuse_foreign(out, "corpus")
     if cfg.gold_column and not cfg.pair_column:
         raise AttnvizError(
             f"--gold-column {cfg.gold_column} aligns sources with their targets: give the targets' column too "

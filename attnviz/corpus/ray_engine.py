@@ -23,7 +23,6 @@ over the batch specs (resumable from the driver's checkpoint).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import pickle
@@ -38,7 +37,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.untrusted import check_json, open_regular, parse_json, read_json
-from attnviz.corpus.items import Item
+from attnviz.corpus.items import Item, text_lines
 from attnviz.corpus.plan import BatchSpec, plan_text
 from attnviz.corpus.reduce import Partial
 
@@ -145,10 +144,25 @@ def _ray():
     return ray
 
 
+def _quiet_token_notice(record: logging.LogRecord) -> bool:
+    """Ray 2.5x+ announces on stderr, as it starts a local cluster, that token authentication is on and how to turn
+    it off ("Set RAY_AUTH_MODE=disabled to opt out"): a line of engine text beside attnviz's own on every run, and
+    advice a user of attnviz has no reason to take.  That notice alone is dropped; Ray's other warnings pass."""
+    return record.funcName != "_warn_token_auth_enabled"
+
+
+def quiet_notices() -> None:
+    """Drop Ray's token notice (:func:`_quiet_token_notice`) from here on; idempotent."""
+    notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if _quiet_token_notice not in notices.filters:
+        notices.addFilter(_quiet_token_notice)
+
+
 def _init(setup) -> None:
     ray = _ray()
     if ray.is_initialized():
         return
+    quiet_notices()
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         if setup.ray_address:
@@ -235,18 +249,24 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
 
     from attnviz.corpus.cut import cut
     from attnviz.corpus.items import item_error
+    from attnviz.runtime.inputs import tokens_kept
 
     tok = pickle.loads(tokenizer)
     ids, types, special = [], [], []
     texts, pairs = batch.column("text").to_pylist(), batch.column("pair").to_pylist()
     was_cut = []
     for n, (index, text, pair) in enumerate(zip(batch.column("id").to_pylist(), texts, pairs)):
-        enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
+        try:
+            with tokens_kept(max_tokens):  # the tokens cap counts what is kept (runtime/inputs.py)
+                enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
+        except AttnvizError as e:  # as the local plan's: the line names the item
+            raise item_error(Item(int(index), text=text, pair=pair), e) from None
         row = [list(enc.ids), list(enc.type_ids or [0] * len(enc.ids)), [bool(s) for s in enc.special]]
         was_cut.append(max_tokens is not None and len(row[0]) > max_tokens)
         if max_tokens is not None and was_cut[-1]:
             try:
-                keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
+                with tokens_kept(max_tokens):
+                    keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
             except AttnvizError as e:
                 raise item_error(Item(int(index), text=text, pair=pair), e) from None
             row = [[x for x, k in zip(v, keep) if k] for v in row]
@@ -376,12 +396,30 @@ class ReduceActor:
         return row
 
 
-def _check_jsonl(path: Path) -> None:
-    """Ray Data parses ``.jsonl`` with pyarrow, past the JSON guard: each line passes its checks here first
-    (nesting, 1,000-digit numbers: what the local reader refuses through ``parse_json``), streamed, in one pass."""
-    with io.TextIOWrapper(open_regular(path, "--texts"), encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
+def _check_lines(path: Path) -> None:
+    """Ray Data reads ``.txt`` and ``.jsonl`` itself, past the local readers' checks: each line passes them here
+    first, streamed, in one pass: UTF-8 text (corpus.items.decode_texts: Ray's decoder stopped at a Latin-1 byte
+    with its own traceback text) and, in a .jsonl, the JSON guard (nesting, 1,000-digit numbers)."""
+    jsonl = path.suffix.lower() == ".jsonl"
+    for n, line in text_lines(path):
+        if jsonl:
             check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
+
+
+def _check_parquet(path: Path, pair_column: str | None) -> None:
+    """The columns Ray Data will read hold strings (its footer's schema only; corpus.items.check_string_columns)."""
+    import pyarrow.parquet as pq
+
+    from attnviz.corpus.items import check_string_columns
+
+    try:
+        with open_regular(path, "--texts") as f:
+            schema = pq.read_schema(f)
+    except AttnvizError:
+        raise
+    except Exception:  # not Parquet: Ray Data's reader names that (run_texts)
+        return
+    check_string_columns(schema, ["text", *([pair_column] if pair_column else [])], path)
 
 
 def _read(job: TextJob):
@@ -391,7 +429,8 @@ def _read(job: TextJob):
     path = str(Path(job.path).resolve())
     cols = ["text", job.pair_column] if job.pair_column else ["text"]
     readers = {
-        ".txt": lambda: ray.data.read_text(path, drop_empty_lines=True),
+        # utf-8-sig: a byte-order mark at the start is dropped, as the local reader drops it (corpus.items)
+        ".txt": lambda: ray.data.read_text(path, encoding="utf-8-sig", drop_empty_lines=True),
         ".jsonl": lambda: ray.data.read_json(path, lines=True),  # _keep_texts names a missing field
         ".parquet": lambda: ray.data.read_parquet(path, columns=cols),
     }
@@ -428,8 +467,10 @@ def run_texts(
     (items, tokens) an interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked;
     an interrupted run's included, as its tokens are)."""
     _ray()  # a clear line when Ray is missing, before anything starts
-    if Path(job.path).suffix.lower() == ".jsonl":
-        _check_jsonl(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
+    if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
+        _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
+    elif Path(job.path).suffix.lower() == ".parquet":
+        _check_parquet(Path(job.path), job.pair_column)
     _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)

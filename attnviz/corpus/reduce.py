@@ -482,7 +482,10 @@ class Accumulator:
     FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
     GOLD_FIELDS = ("gold", "gold_top_value", "gold_top_item", "audio")  # only with --gold-column / --gold-dir
 
-    def save(self, path: Path, fingerprint: str) -> None:
+    def save(self, path: Path, fingerprint: str, settings: dict | None = None) -> None:
+        """``settings``: the run's settings by name (corpus/resume_settings.py), for a refused resume to name."""
+        from attnviz.corpus import resume_settings
+
         # a VLM's tower alone: the example images' frames (a run without them saves none, as before)
         frames: dict[str, Any] = {"frames": np.array(json.dumps(self.frames))} if self.frames else {}
         # atomic: an interrupt mid-write leaves the previous checkpoint intact
@@ -499,6 +502,7 @@ class Accumulator:
                 generated=np.array(json.dumps(self.generated)),
                 **{n: getattr(self, n) for n in (*self.FIELDS, *self.GOLD_FIELDS) if getattr(self, n) is not None},
                 **frames,
+                **resume_settings.saved(settings),
             )
 
     @classmethod

@@ -24,7 +24,7 @@ from attnviz.core.attention import VISION_TOWER_KEY
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
-from attnviz.corpus import output
+from attnviz.corpus import output, resume_settings
 from attnviz.corpus import prestart as starting
 from attnviz.corpus.config import CHECKPOINT, GENERATE_DEFAULT, CorpusConfig  # noqa: F401 (run.CorpusConfig: callers')
 from attnviz.corpus.cut import Read
@@ -193,8 +193,10 @@ def _run(
     if stream.fingerprint is not None:
         loaded = Accumulator.load(ckpt, stream.fingerprint, nh, cfg.k)
         if loaded is None and ckpt.exists():
+            why = resume_settings.difference(ckpt, stream.settings, "model, data, batch size or top-k differ")
             raise AttnvizError(
-                f"{ckpt} belongs to another run (model, data, batch size or top-k differ); use another --out or delete it"
+                f"{ckpt} belongs to another run ({why}); to resume it, run with its settings; else use another --out "
+                "or delete it"
             )
         acc = loaded or acc
     resumed, resumed_tokens = acc.items, acc.tokens
@@ -226,7 +228,7 @@ def _run(
             if stream.fingerprint is not None and (
                 acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
             ):  # first batch: resumable at once
-                acc.save(ckpt, stream.fingerprint)
+                acc.save(ckpt, stream.fingerprint, stream.settings)
                 last_save = time.perf_counter()
             if on_batch is not None:
                 on_batch(acc.items)
@@ -234,7 +236,7 @@ def _run(
         if loading is not None:
             loading.join()  # not left importing while the interpreter exits
         if stream.fingerprint is not None and acc.next_batch > 0:
-            acc.save(ckpt, stream.fingerprint)  # interrupted: keep every folded batch for the next run
+            acc.save(ckpt, stream.fingerprint, stream.settings)  # interrupted: keep every folded batch for the next run
         elif made and not any(out.iterdir()):  # stopped before its first batch (a model refused at its first run)
             out.rmdir()
         bar.close()
@@ -585,6 +587,17 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         audio=audio,
         batches=len(specs),
         cut=None if cfg.max_tokens is None else _truncation(cfg, kind, len(cuts), sides),
+        settings={  # what the fingerprint hashes, by name (the plan and the heads follow from these)
+            "the model": model_sha,
+            "the data": data_sha,
+            "--batch-size": cfg.batch_size,
+            "--top-k": cfg.k,
+            "--text-pair-column": cfg.pair_column,
+            "--generate": cfg.generate,
+            "--gold-column": cfg.gold_column,
+            "--max-tokens": cfg.max_tokens,
+            "example ranking (the attnviz version)": EXAMPLE_RANKING,
+        },
     )
 
 

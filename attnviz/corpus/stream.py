@@ -27,3 +27,5 @@ class Stream:
     audio: Callable | None = None  # --audio-dir: the summed boundary counts (or None) -> run.json's audio_gold
     batches: int | None = None  # the plan's batch count (None: Ray Data cuts the batches itself)
     cut: dict | None = None  # --max-tokens: run.json's account of the cut (run._truncation; None: not asked)
+    # the settings the fingerprint stands for, by name (flag -> value), kept beside it (corpus/resume_settings.py)
+    settings: dict | None = None

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.json_types import check_types, hints_of, shown
 from attnviz.core.untrusted import open_regular, read_json
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FigureSpec
@@ -33,6 +34,24 @@ _FILE_KEYS = (
 )
 # lists of file entries: one prompt's several images (a vision–language model), in order
 _FILE_LISTS = (("inputs", "images"),)
+# the types of the values a recipe's sections hold besides its file entries (its "view" is a FigureSpec's fields):
+# checked before use, so a hand edit is one line naming the key (core.json_types), never an internal error
+_SECTION_TYPES: dict[str, dict] = {
+    "inputs": {"text": str | None, "text_pair": str | None, "generate": int | None},
+    "options": {
+        "provider": str,
+        "mode": str,
+        "image_size": list[int] | None,
+        "image_mean": list[float] | None,
+        "image_std": list[float] | None,
+        "max_tokens": int | None,
+        "batch_index": int | None,
+        "max_seconds": float | None,
+        "variant": str | None,
+    },
+    "output": {"path": str | None, "format": str | None},
+}
+_FIX = "correct it, or write the recipe again with 'attnviz figure ... --out F'"
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: --all-heads hashes a model once
@@ -154,9 +173,17 @@ def write_recipe(recipe: dict, path: str | os.PathLike) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"), "--recipe-out")
 
 
-def _resolve(entry: dict | None, base: Path, what: str, check: bool) -> dict | None:
+def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str = "the recipe's entry") -> dict | None:
     if not entry:
         return None
+    if not (
+        isinstance(entry, dict)
+        and isinstance(entry.get("path"), str)
+        and all(isinstance(entry.get(k), (str, type(None))) for k in ("abs_path", "sha256"))
+    ):
+        raise AttnvizError(
+            f'{where} is {shown(entry)}; give an object like {{"path": "FILE", "sha256": "..."}} ({_FIX})'
+        )
     cands = [base / entry["path"]]
     if entry.get("abs_path"):
         cands.append(Path(entry["abs_path"]))
@@ -207,16 +234,27 @@ def _checked_recipe(r, path: Path, check_hashes: bool) -> dict:
         "feeds": "feeds file",
         "tokenizer": "tokenizer",
     }
-    for sec, key in _FILE_KEYS:
-        if r.get(sec) and r[sec].get(key):
-            r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes)
-    for sec, key in _FILE_LISTS:
-        if r.get(sec) and r[sec].get(key):
-            r[sec][key] = [_resolve(e, base, "image", check_hashes) for e in r[sec][key]]
     for sec in ("source", "inputs", "options", "output", "view"):
         if r.get(sec) is not None and not isinstance(r[sec], dict):
             raise TypeError(f"'{sec}' must be an object")
-    r.setdefault("inputs", {})
+        if sec in _SECTION_TYPES and r.get(sec):
+            check_types(r[sec], _SECTION_TYPES[sec], f"{path.name}: {sec}", _FIX)
+    check_types(r.get("view") or {}, hints_of(FigureSpec), f"{path.name}: view", _FIX)
+    for sec, key in _FILE_KEYS:
+        if r.get(sec) and r[sec].get(key):
+            r[sec][key] = _resolve(r[sec][key], base, names[key], check_hashes, f"{path.name}: {sec}.{key}")
+    for sec, key in _FILE_LISTS:
+        if r.get(sec) and r[sec].get(key):
+            if not isinstance(r[sec][key], list):
+                raise AttnvizError(
+                    f"{path.name}: {sec}.{key} is {shown(r[sec][key])}; give a list of file entries ({_FIX})"
+                )
+            r[sec][key] = [
+                _resolve(e, base, "image", check_hashes, f"{path.name}: {sec}.{key}[{n}]")
+                for n, e in enumerate(r[sec][key])
+            ]
+    if r.get("inputs") is None:  # written as null: no inputs, as when the key is left out
+        r["inputs"] = {}
     if r.get("output"):
         o = r["output"]
         out = (base / str(o["path"])).resolve()

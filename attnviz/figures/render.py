@@ -181,6 +181,11 @@ def render_spec(result: AttentionResult, spec: FigureSpec) -> Figure:
 
 def figure_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS and Path(path).is_dir():  # "no suffix" sent the user to rename a folder
+        raise AttnvizError(
+            f"{path} is a folder; give a file in it (e.g. {Path(path) / 'figure.pdf'}), or --all-heads to write one "
+            "figure a head into it"
+        )
     if suffix not in FORMATS:
         shown = f"'.{suffix}'" if suffix else "no suffix"
         raise AttnvizError(

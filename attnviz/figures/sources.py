@@ -74,7 +74,8 @@ def load_result(
         image_size=tuple(image_size) if image_size else None,
         image_mean=list(image_mean) if image_mean else None,
         image_std=list(image_std) if image_std else None,
-        **({"max_tokens": int(max_tokens)} if max_tokens else {}),
+        # 0 is passed on, for the request's own refusal (``if max_tokens`` read it as "keep every token")
+        **({"max_tokens": int(max_tokens)} if max_tokens is not None else {}),
         audio=str(audio) if audio is not None else None,
         max_seconds=max_seconds,
     )

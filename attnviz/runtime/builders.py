@@ -624,14 +624,15 @@ def prepare(model: AttnModel, req: AnalyzeRequest) -> Prepared:
     if req.text is not None and prep.batch > 1:
         raise AttnvizError("give a text or a batch of raw inputs, not both", param="inputs")
     build = source_builder(b)
-    if build is not None:
-        build(b)
-    if len(prep.src_rows) != prep.batch:
-        prep.src_rows = (prep.src_rows * prep.batch)[: prep.batch]  # an image batch: every row has the same patch axis
-    if prep.dec_in is not None:
-        _decoder_prompts(b)
-    elif req.generate:
-        _refuse_generation(b)
+    with ip.tokens_kept(req.max_tokens):  # the tokens cap counts what --max-tokens keeps (runtime/inputs.py)
+        if build is not None:
+            build(b)
+        if len(prep.src_rows) != prep.batch:
+            prep.src_rows = (prep.src_rows * prep.batch)[: prep.batch]  # an image batch: each row has one patch axis
+        if prep.dec_in is not None:
+            _decoder_prompts(b)
+        elif req.generate:
+            _refuse_generation(b)
     return prep
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -335,10 +337,27 @@ class VocabTokenizer(TextEncoder):
         return len(self.vocab)
 
 
+# --max-tokens N: the texts encoded within tokens_kept(N) are cut to N tokens after encoding, so the cap on a text's
+# tokens (it bounds the maps: T x T a head) counts the N kept.  A 200,000-token line with --max-tokens 8 was refused
+# with "200,000 tokens is over the limit ...; raise ATTNVIZ_MAX_TOKENS=200000": the flag asked for was the fix.
+_KEPT: ContextVar[int | None] = ContextVar("attnviz_tokens_kept", default=None)
+
+
+@contextlib.contextmanager
+def tokens_kept(n: int | None):
+    """Within: the texts encoded are cut to their first ``n`` tokens afterwards (None: kept whole)."""
+    token = _KEPT.set(n)
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
+
+
 def _check_tokens(n: int) -> None:
     from attnviz.core import limits
 
-    limits.check("tokens", n, "the text")
+    kept = _KEPT.get()
+    limits.check("tokens", n if kept is None else min(n, kept), "the text")
 
 
 def _first_line(e: BaseException) -> str:

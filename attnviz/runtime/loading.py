@@ -106,6 +106,7 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
             raise AttnvizError(
                 f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model"
             )
+        _check_in_bounds(t, target, path)
     own = path.resolve().name  # references into the model file itself are the parse's own: they stay
     locations = ({e.key: e.value for e in t.external_data}.get("location", "") for t in external)
     others = sorted({loc for loc in locations if loc != own})  # (before the small ones lose their location below)
@@ -117,6 +118,11 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
             if {e.key: e.value for e in t.external_data}.get("location") == own:
                 continue
             if int(np.prod(t.dims or [1])) <= INLINE_LIMIT:
+                fields = {e.key: e.value for e in t.external_data}
+                if not fields.get("length") and _stored_bytes(t) is not None:
+                    # no length: onnx's loader reads to the end of the file, onnxruntime its shape's bytes (so
+                    # several such tensors share one file); read them as onnxruntime reads the large ones
+                    t.external_data.add(key="length", value=str(_stored_bytes(t)))
                 try:
                     load_external_data_for_tensor(t, str(base))
                 except Exception as e:
@@ -129,6 +135,59 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
 
 
 MAX_LOCATION = 1024  # characters: a file name beside the model, never a path the OS would refuse as too long
+
+
+# bits an element of each tensor type takes in an external data file (packed, for the sub-byte types); a type not
+# here (strings, a type newer than this table) is not checked
+_SUB_BYTE_BITS: dict[int, int] = {TensorProto.UINT4: 4, TensorProto.INT4: 4, TensorProto.FLOAT4E2M1: 4}
+_WHOLE_BYTES: dict[int, int] = {
+    TensorProto.FLOAT: 4,
+    TensorProto.UINT8: 1,
+    TensorProto.INT8: 1,
+    TensorProto.UINT16: 2,
+    TensorProto.INT16: 2,
+    TensorProto.INT32: 4,
+    TensorProto.INT64: 8,
+    TensorProto.BOOL: 1,
+    TensorProto.FLOAT16: 2,
+    TensorProto.DOUBLE: 8,
+    TensorProto.UINT32: 4,
+    TensorProto.UINT64: 8,
+    TensorProto.COMPLEX64: 8,
+    TensorProto.COMPLEX128: 16,
+    TensorProto.BFLOAT16: 2,
+    TensorProto.FLOAT8E4M3FN: 1,
+    TensorProto.FLOAT8E4M3FNUZ: 1,
+    TensorProto.FLOAT8E5M2: 1,
+    TensorProto.FLOAT8E5M2FNUZ: 1,
+}
+
+
+def _stored_bytes(t: onnx.TensorProto) -> int | None:
+    """The bytes ``t``'s elements take in a data file, from its type and shape (None: a type not counted here)."""
+    n = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
+    if t.data_type in _WHOLE_BYTES:
+        return n * _WHOLE_BYTES[t.data_type]
+    bits = _SUB_BYTE_BITS.get(t.data_type)
+    return None if bits is None else (n * bits + 7) // 8
+
+
+def _check_in_bounds(t: onnx.TensorProto, target: Path, path: Path) -> None:
+    """The bytes ``t`` reads from its data file lie inside that file.  Where the tensor records no ``length`` (some
+    exporters write none), a truncated file reached onnxruntime, whose refusal ("Deserialize tensor ...
+    GetExtDataFromTensorProto ... out of bounds") said to re-export the model; the data file is what to fetch again."""
+    fields = {e.key: e.value for e in t.external_data}
+    offset = int(fields.get("offset") or 0)  # digits only (_check_external_fields)
+    need = int(fields["length"]) if fields.get("length") else _stored_bytes(t)
+    if need is None:
+        return
+    size = target.stat().st_size
+    if offset + need > size:
+        raise AttnvizError(
+            f"{path}: external data file {target.name!r} holds {size:,} bytes and tensor {t.name[:80]!r} needs "
+            f"{need:,} from byte {offset:,}; the data file is truncated (or is not this model's) — copy or download it "
+            "again"
+        )
 
 
 def _check_external_fields(t: onnx.TensorProto, path: Path) -> None:

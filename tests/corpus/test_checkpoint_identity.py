@@ -8,6 +8,7 @@ an earlier version that hashes the same list (before the engine settings moved i
 resumes; and the engine settings (--workers, --threads, --provider) are no part of it: a run resumes under others.
 """
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -129,3 +130,60 @@ def test_ablate_checkpoint_is_the_documented_list_and_not_the_engine_settings(tm
     expected = ["ablate", _sha(lm.read_bytes()), _data_sha(lines), 3, "zero", *labels, offs, "logits"]
     assert got == _fingerprint([*expected, _plan_sha(lines, 3)])
     assert _interrupted(run_ablation, cfg("two", workers=2, threads=1, provider="cpu", progress=False)) == got
+
+
+def test_a_refused_resume_names_the_settings_that_differ(corpus, tmp_path, capsys):
+    """Audit 17: a run resumed with other flags was refused with "(model, data, batch size or top-k differ)" whatever
+    it was that differed (--max-tokens, --generate, ...).  The checkpoint keeps its settings by name beside the
+    fingerprint, and the refusal names each one that differs, with both values; the same flags then resume it."""
+    from attnviz.cli import main
+
+    model, texts, lines = corpus
+    out = tmp_path / "out"
+    cfg = CorpusConfig(str(model), str(out), texts=str(texts), batch_size=4, progress=False, workers=1, provider="cpu")
+    _interrupted(run_corpus, cfg)
+    ckpt = out / CHECKPOINT
+    before = _sha(ckpt.read_bytes())
+    base = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--no-progress", "--workers", "1"]
+    cases = [
+        (["--batch-size", "4", "--max-tokens", "6"], ["--max-tokens none there, 6 here"]),
+        (["--batch-size", "3", "--top-k", "2"], ["--batch-size 4 there, 3 here", "--top-k 5 there, 2 here"]),
+    ]
+    for flags, words in cases:
+        assert main([*base, *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("attnviz: error:") and "\n" not in err, err
+        for w in words:
+            assert w in err, (w, err)
+        assert "model, data, batch size or top-k" not in err
+        assert _sha(ckpt.read_bytes()) == before  # refused: the checkpoint is as it was
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(lines[:-1]) + "\n")
+    assert main([*base[:3], str(other), *base[4:], "--batch-size", "4"]) == 2
+    assert "(the data changed)" in capsys.readouterr().err
+    assert main([*base, "--batch-size", "4"]) == 0  # its own settings: resumed
+    capsys.readouterr()
+    assert json.loads((out / "run.json").read_text())["resumed_from_items"] > 0
+
+
+@pytest.mark.parametrize("command", ["compare", "ablate"])
+def test_compare_and_ablate_refusals_name_the_settings_that_differ_too(corpus, tmp_path, capsys, command):
+    from attnviz.cli import main
+
+    model, texts, _ = corpus
+    out = tmp_path / "out"
+    if command == "compare":
+        cfg = CompareCorpusConfig(str(model), str(model), str(out), str(texts), batch_size=4, workers=1, progress=False)
+        _interrupted(run_compare_corpus, cfg)
+        argv = ["compare", str(model), str(model)]
+    else:
+        cfg = AblateCorpusConfig(str(model), str(out), texts=str(texts), all_heads=True, batch_size=4, workers=1)
+        _interrupted(run_ablation, dataclasses.replace(cfg, progress=False))
+        argv = ["ablate", str(model), "--all-heads"]
+    base = [*argv, "--texts", str(texts), "--out", str(out), "--no-progress", "--workers", "1"]
+    assert main([*base, "--batch-size", "4", "--max-tokens", "6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnviz: error:") and "\n" not in err, err
+    assert "(--max-tokens none there, 6 here)" in err, err
+    assert main([*base, "--batch-size", "4"]) == 0  # its own settings: resumed
+    assert json.loads((out / "run.json").read_text())["resumed_from_items"] > 0

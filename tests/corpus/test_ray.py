@@ -87,6 +87,34 @@ def test_ray_data_errors_are_one_line(planted, tmp_path, capsys):
     assert "--engine local" in err[0]
 
 
+def test_ray_drops_a_byte_order_mark_and_refuses_latin1_as_local_does(planted, tmp_path, capsys):
+    """Audit 17: Ray Data read a UTF-8 mark into the first item (the local reader now drops it: equal results), and
+    a Latin-1 byte is refused before Ray starts, in the local reader's line (tests/corpus/test_text_encodings.py)."""
+    import codecs
+
+    model, texts = planted
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(codecs.BOM_UTF8 + texts.read_bytes())
+    _both(model, marked, tmp_path, "marked", batch_size=4)
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("the cat\nthe café\n".encode("latin-1"))
+    out = tmp_path / "o"
+    args = ["corpus", str(model), "--texts", str(latin), "--out", str(out), "--engine", "ray", "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "latin1.txt line 2: byte 0xE9" in err[0] and "UTF-8" in err[0], err
+    assert not out.exists()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    numbers = tmp_path / "numbers.parquet"  # was: "no items (empty lines are skipped)"
+    pq.write_table(pa.table({"text": [1, 2]}), numbers)
+    args[args.index("--texts") + 1] = str(numbers)
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "column 'text' holds int64, not text" in err[0], err
+
+
 def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path):
     """Source/target pairs keep the driver's plan under Ray (the actors reduce its batches): the same statistics
     and gold link counts as the local engine, and an interrupted Ray run resumes from its checkpoint to the
@@ -212,3 +240,27 @@ def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_pa
     assert not partials.exists()
     run_corpus(_cfg(model, texts, tmp_path / "local", batch_size=2))
     _assert_same(_table(tmp_path / "local"), _table(out), tol=1e-6)
+
+
+def test_rays_token_notice_is_dropped_and_its_other_warnings_pass():
+    """Audit 17: every --engine ray run printed Ray's "Token authentication is enabled for this Ray cluster. Set
+    RAY_AUTH_MODE=disabled to opt out ..." beside attnviz's own line.  Ray's own functions log here (to its logger,
+    which does not propagate: a handler on it sees what its stderr handler would)."""
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as ts
+
+    from attnviz.corpus.ray_engine import quiet_notices
+
+    said: list[str] = []
+    seen = logging.Handler(logging.WARNING)
+    seen.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    ts.logger.addHandler(seen)
+    try:
+        quiet_notices()
+        ts._warn_token_auth_enabled()
+        ts._warn_token_auth_disabled()  # the warning that the cluster is open to anyone stays
+    finally:
+        ts.logger.removeHandler(seen)
+    assert not any("RAY_AUTH_MODE=disabled" in m for m in said), said
+    assert any("Token authentication is disabled" in m for m in said), said

@@ -261,6 +261,27 @@ def test_cli_named_heads_and_generation(whisper, tmp_path, capsys):
     assert {w["probability"] for w in d["words"]} == {None}  # cached generation keeps no logits
 
 
+def test_the_default_table_never_replaces_another_commands_results(whisper, tmp_path, capsys):
+    """Audit 17: with --gold, heads.parquet goes beside --out; --out inside a corpus results folder replaced the
+    corpus run's heads.parquet.  Refused in one line (tests/test_hostile_foreign_results.py: the other commands)."""
+    folder, _, _ = whisper
+    wav = tmp_path / "chirp.wav"
+    sf.write(wav, chirp(), RATE, subtype="FLOAT")
+    gold = _gold_words(tmp_path)
+    results = tmp_path / "corpus-results"
+    results.mkdir()
+    (results / "run.json").write_text(json.dumps({"top_k": 5, "example_ranking": "direction"}))
+    (results / "heads.parquet").write_bytes(b"the corpus run's table")
+    out = results / "words.tsv"
+    assert main(["align-audio", str(folder), "--audio", str(wav), "--gold", str(gold), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'attnviz corpus'" in err[0] and "another --out" in err[0], err
+    assert (results / "heads.parquet").read_bytes() == b"the corpus run's table" and not out.exists()
+    table = tmp_path / "mine.parquet"  # a --table named by the user is written where it says
+    args = ["align-audio", str(folder), "--audio", str(wav), "--gold", str(gold), "--table", str(table)]
+    assert main([*args, "--out", str(out)]) == 0 and table.is_file()
+
+
 def test_cli_bad_input_is_one_line_and_writes_nothing(whisper, optimum_export, tmp_path, capsys):
     folder, _, _ = whisper
     wav = tmp_path / "chirp.wav"

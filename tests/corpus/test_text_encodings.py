@@ -1,0 +1,114 @@
+"""Audit 17: a --texts file that is not plain UTF-8.  The readers decoded with ``errors="replace"``: a Latin-1
+corpus became U+FFFD characters (to a WordPiece tokenizer [UNK] tokens: statistics of words nobody wrote, exit 0),
+a UTF-8 byte-order mark (Notepad's) stayed in the first item (refused as an unknown token), UTF-16 and binary files
+became garbage items, and a folder given as --texts was "no such file".  Now: a mark is dropped, the rest is one
+line naming the line and the fix, nothing written, the file unchanged."""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+
+import pytest
+from test_engines import _assert_same, _cfg, _table
+
+from attnviz.cli import main
+from attnviz.corpus import run_corpus
+
+
+def one_line(err: str, *words):
+    assert err.startswith("attnviz: error:") and "\n" not in err and "Traceback" not in err, err
+    for w in words:
+        assert w.lower() in err.lower(), (w, err)
+
+
+def test_a_byte_order_mark_is_dropped_and_the_results_equal_the_files_without_it(planted, tmp_path):
+    model, texts = planted
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(codecs.BOM_UTF8 + texts.read_bytes())
+    run_corpus(_cfg(model, texts, tmp_path / "plain"))
+    run_corpus(_cfg(model, marked, tmp_path / "marked"))
+    _assert_same(_table(tmp_path / "plain"), _table(tmp_path / "marked"))
+    runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("plain", "marked")]
+    assert runs[0]["data_sha256"] == runs[1]["data_sha256"]  # the same items, the mark in none of them
+    jsonl = tmp_path / "marked.jsonl"
+    lines = texts.read_text().splitlines()
+    jsonl.write_bytes(codecs.BOM_UTF8 + "".join(json.dumps({"text": t}) + "\n" for t in lines).encode())
+    run_corpus(_cfg(model, jsonl, tmp_path / "marked_jsonl"))  # was: line 1 "not valid JSON"
+    _assert_same(_table(tmp_path / "plain"), _table(tmp_path / "marked_jsonl"))
+
+
+def _latin1(tmp_path, words, suffix):
+    p = tmp_path / f"latin1{suffix}"
+    lines = [words[0], f"{words[1]} café {words[2]}", words[3]]
+    if suffix == ".jsonl":
+        lines = [json.dumps({"text": t}, ensure_ascii=False) for t in lines]
+    p.write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    return p
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+@pytest.mark.parametrize("command", ["corpus", "ablate"])
+def test_latin1_is_one_line_naming_the_line_and_the_byte(planted, tmp_path, capsys, suffix, command):
+    model, texts = planted
+    words = texts.read_text().split()
+    bad = _latin1(tmp_path, words, suffix)
+    before = hashlib.sha256(bad.read_bytes()).hexdigest()
+    out = tmp_path / "out"
+    extra = ["--all-heads"] if command == "ablate" else []
+    rc = main([command, str(model), "--texts", str(bad), "--out", str(out), "--no-progress", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    one_line(err, bad.name, "line 2", "0xE9", "UTF-8")
+    assert not out.exists() and hashlib.sha256(bad.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("the cat sat\n".encode("utf-16"), ["UTF-16"]),  # with its mark
+        ("the cat sat\n".encode("utf-16-le"), ["line 1", "NUL"]),  # without it
+        (b"MZ\x90\x00\x03\x00\x00\x00\x04\x00", ["line 1", "NUL", "binary"]),  # an executable's first bytes
+    ],
+    ids=["utf16", "utf16-no-mark", "binary"],
+)
+def test_utf16_and_binary_files_are_refused(planted, tmp_path, capsys, content, words):
+    model, _ = planted
+    bad = tmp_path / "odd.txt"
+    bad.write_bytes(content)
+    rc = main(["corpus", str(model), "--texts", str(bad), "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    one_line(err, "odd.txt", *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_given_as_texts_is_named_a_folder(planted, tmp_path, capsys):
+    model, _ = planted
+    (tmp_path / "texts").mkdir()
+    rc = main(["corpus", str(model), "--texts", str(tmp_path / "texts"), "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    one_line(err, "is a folder", "--images")
+    assert "no such file" not in err
+
+
+@pytest.mark.parametrize("column", ["text", "en"])
+def test_a_parquet_column_that_holds_no_strings_is_named(planted, tmp_path, capsys, column):
+    """A "text" column of numbers (or lists) held no string, and the run said "no items (empty lines are
+    skipped)"; a --text-pair-column of numbers was "row 1: no 'en' string".  Now the column and its type."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    model, _ = planted
+    data = {"text": ["the cat", "the dog"], "en": ["a", "b"]}
+    data[column] = [[1, 2], [3]] if column == "text" else [1, 2]
+    f = tmp_path / "c.parquet"
+    pq.write_table(pa.table(data), f)
+    argv = ["corpus", str(model), "--texts", str(f), "--out", str(tmp_path / "o"), "--no-progress"]
+    rc = main([*argv, *(["--text-pair-column", "en"] if column == "en" else [])])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    one_line(err, "c.parquet", f"column {column!r}", "int64", "not text")
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,79 @@
+"""Audit 17: a model whose external data file was cut short (an interrupted copy or download).  Where the tensors
+record no ``length`` (some exporters write none) or the cut falls in a large weight that onnxruntime reads itself,
+``extract`` printed onnxruntime's "Deserialize tensor ... GetExtDataFromTensorProto ... out of bounds" with the
+advice to re-export the model.  Each tensor's bytes are now checked against its file's size as the model opens:
+one line naming the data file, the tensor and the fix (fetch the file again), exit 2.  And several tensors without
+a ``length`` in one file (valid: onnxruntime reads each its shape's bytes) opened as onnxruntime reads them, where
+onnx's loader read each small one to the end of the file ("raw_data size (222016 bytes) does not match")."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx_builders import tiny_text_model
+
+from attnviz.cli import main
+from attnviz.runtime import open_model
+
+IDS = np.array([[1, 3, 4, 5, 2]], np.int64)
+
+
+def external_copy(src: Path, folder: Path, one_file: bool, lengths: bool) -> Path:
+    """``src`` saved with every tensor as external data (one data file, or one a tensor), with or without the
+    ``length`` fields."""
+    folder.mkdir()
+    m = onnx.load(str(src))
+    dst = folder / "model.onnx"
+    onnx.save(
+        m,
+        str(dst),
+        save_as_external_data=True,
+        all_tensors_to_one_file=one_file,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    if not lengths:
+        m = onnx.load(str(dst), load_external_data=False)
+        for t in m.graph.initializer:
+            for kv in [kv for kv in t.external_data if kv.key == "length"]:
+                t.external_data.remove(kv)
+        onnx.save(m, str(dst))
+    return dst
+
+
+def largest_tensor(model_path: Path) -> onnx.TensorProto:
+    m = onnx.load(str(model_path), load_external_data=False)
+    return max(m.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    # d=96: its 96x96 weights are over loading.INLINE_LIMIT elements, so onnxruntime, not attnviz, reads them
+    return tiny_text_model(tmp_path_factory.mktemp("src") / "model.onnx", d=96, heads=2)
+
+
+@pytest.mark.parametrize("one_file, lengths", [(False, False), (True, True), (True, False)])
+def test_a_truncated_data_file_is_one_line_naming_it(src, tmp_path, capsys, one_file, lengths):
+    model = external_copy(src, tmp_path / "m", one_file, lengths)
+    want = open_model(src, provider="cpu").run({"input_ids": IDS}, mode="dense").maps[0].array()
+    got = open_model(model, provider="cpu").run({"input_ids": IDS}, mode="dense").maps[0].array()
+    np.testing.assert_allclose(got, want, atol=1e-6)  # the copy is sound before the cut
+    big = largest_tensor(model)
+    fields = {e.key: e.value for e in big.external_data}
+    data = model.parent / fields["location"]
+    os.truncate(data, int(fields.get("offset") or 0) + 100)  # the cut falls inside the largest weight
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    out = tmp_path / "o.npz"
+    rc = main(["extract", str(model), "--text", "the cat sat", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.startswith("attnviz: error:") and "\n" not in err, err
+    for w in (data.name, "truncated", "download it again"):
+        assert w in err, (w, err)
+    assert "Deserialize" not in err and "re-export" not in err, err
+    assert not out.exists() and hashlib.sha256(data.read_bytes()).hexdigest() == digest
