@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
-from attnviz.runtime.commands.common import DeprecatedAlias, SeveralImages, add_variant_argument
+from attnviz.runtime.commands.common import MAX_TOKENS_HELP, DeprecatedAlias, SeveralImages, add_variant_argument
 from attnviz.runtime.request import AnalyzeRequest
 
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
@@ -36,11 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-tokens",
         type=int,
         metavar="N",
-        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; an encoder's --text-pair "
-        "pair keeps its special tokens and loses tokens of the longer sentence first, from its end (Hugging Face "
-        "tokenizers' longest_first, as 'attnviz corpus --max-tokens' cuts a pair); an encoder-decoder's source keeps its first N "
-        "and its --text-pair target the decoder's first N rows (the start token, then the target's tokens), as a "
-        "corpus run cuts them",
+        help=MAX_TOKENS_HELP,
     )
     add_variant_argument(p)
     p.add_argument(

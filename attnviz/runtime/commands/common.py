@@ -23,6 +23,16 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+# --max-tokens of open, extract and figure: one rule with the corpus's (runtime/truncation.py)
+MAX_TOKENS_HELP = (
+    "keep only the first N tokens of the text, a final [SEP] or </s> kept last; an encoder's --text-pair pair keeps "
+    "its special tokens and loses tokens of the longer sentence first, from its end (Hugging Face tokenizers' "
+    "longest_first, as 'attnviz corpus --max-tokens' cuts a pair); an encoder-decoder's source keeps its first N "
+    "and its --text-pair target the decoder's first N rows (the start token, then the target's tokens), as a "
+    "corpus run cuts them"
+)
+
+
 def add_variant_argument(p: argparse.ArgumentParser) -> None:
     """``--variant``: which of a Hub repository's quantized sibling files to open (inspect, extract, figure, open)."""
     p.add_argument(
@@ -72,11 +82,7 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True,
         "--max-tokens",
         type=int,
         metavar="N",
-        help="keep only the first N tokens of the text, a final [SEP] or </s> kept last; an encoder's --text-pair "
-        "pair keeps its special tokens and loses tokens of the longer sentence first, from its end (Hugging Face "
-        "tokenizers' longest_first, as 'attnviz corpus --max-tokens' cuts a pair); an encoder-decoder's source keeps its first N "
-        "and its --text-pair target the decoder's first N rows (the start token, then the target's tokens), as a "
-        "corpus run cuts them. The model's position limit is checked and named when a text is longer",
+        help=MAX_TOKENS_HELP + ". The model's position limit is checked and named when a text is longer",
     )
     p.add_argument(
         "--max-seconds",
