@@ -205,3 +205,16 @@ def runs(monkeypatch):
 
     monkeypatch.setattr(am, "_run_bound", spy)
     return got
+
+
+@pytest.fixture
+def never_laid_out(monkeypatch):
+    """A tower's frames (core/frames.py FramesMap) that refuse to be laid out as a whole ``[Tq, Tk]`` (a head, an
+    aggregate, the array): a test using it fails if any path it drives builds the block-diagonal map."""
+    from attnviz.core.frames import FramesMap
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
+
+    for name in ("lay_out", "head", "heads", "array"):
+        monkeypatch.setattr(FramesMap, name, refuse)

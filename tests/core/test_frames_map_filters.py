@@ -55,17 +55,6 @@ def pair(sizes: list[int], special: list[int], ties: bool) -> tuple[AttentionRes
     return frames, dense
 
 
-@pytest.fixture
-def never_laid_out(monkeypatch):
-    """A tower's frames that refuse to lay out a whole head (or aggregate, or the array)."""
-
-    def refuse(*_a, **_k):
-        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
-
-    for name in ("lay_out", "head", "heads", "array"):
-        monkeypatch.setattr(FramesMap, name, refuse)
-
-
 SIZES = {"one size": [12, 12, 12, 12, 12], "several sizes": [9, 12, 7, 12, 6]}
 SPECIAL = {"none": [], "first": [0], "first and inside a frame": [0, 10, 11]}
 

@@ -69,15 +69,6 @@ def pair() -> tuple[AttentionResult, AttentionResult]:
     return result(frames), result([DenseMap(by_hand(layer)) for layer in each])
 
 
-@pytest.fixture
-def never_laid_out(monkeypatch):
-    def refuse(*_a, **_k):
-        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
-
-    for name in ("lay_out", "head", "heads", "array"):
-        monkeypatch.setattr(FramesMap, name, refuse)
-
-
 def test_heads_and_array_are_the_block_diagonal_map(pair):
     frames, dense = pair
     for f, d in zip(frames.maps, dense.maps, strict=True):

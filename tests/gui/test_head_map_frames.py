@@ -26,18 +26,6 @@ NAMES = ["tile 0 (row 0, col 0)", "tile 1 (row 0, col 1)", "tile 2 (row 1, col 0
 NAMES += ["global image"]
 
 
-@pytest.fixture
-def never_laid_out(monkeypatch):
-    """A tower's frames that refuse to be laid out as a whole ``[Tq, Tk]`` (a head, an aggregate, the array)."""
-    from attnviz.core.frames import FramesMap
-
-    def refuse(*_a, **_k):
-        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
-
-    for name in ("lay_out", "head", "heads", "array"):
-        monkeypatch.setattr(FramesMap, name, refuse)
-
-
 def _dense(r, layers):
     """Each layer's dense block-diagonal ``[H, F·P, F·P]``, as the dense path made it."""
     from attnviz.runtime.vlm_families import block_diagonal

@@ -61,17 +61,6 @@ def dense(r):
     return replace(r, maps=[DenseMap(by_hand(m)) for m in r.maps[:TOWER]] + list(r.maps[TOWER:]))
 
 
-@pytest.fixture
-def never_laid_out(monkeypatch):
-    """A tower's frames that refuse to be laid out as a whole ``[Tq, Tk]`` (a head, an aggregate, the array)."""
-
-    def refuse(*_a, **_k):
-        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
-
-    for name in ("lay_out", "head", "heads", "array"):
-        monkeypatch.setattr(FramesMap, name, refuse)
-
-
 def test_the_towers_maps_are_each_images_own(r):
     for m in r.maps[:TOWER]:
         assert isinstance(m, FramesMap) and m.sizes == SIZES and m.per_row == [2] and not m.uniform

@@ -118,17 +118,6 @@ def test_the_token_map_thumbnails_and_figures_are_the_dense_paths(square):
     assert "tile 1 (row 0, col 1)" in next(a for a in fig.axes if a.get_title()).get_title()
 
 
-@pytest.fixture
-def never_laid_out(monkeypatch):
-    """A tower's frames that refuse to be laid out as a whole ``[Tq, Tk]`` (a head, an aggregate, the array)."""
-
-    def refuse(*_a, **_k):
-        raise AssertionError("the whole [Tq, Tk] of a tower's frames was laid out")
-
-    for name in ("lay_out", "head", "heads", "array"):
-        monkeypatch.setattr(FramesMap, name, refuse)
-
-
 def test_image_regions_the_overview_and_the_stats_table_never_lay_the_frames_out(square, never_laid_out):
     """Drawing Image regions (every query, every mode, its figure), the overview (thumbnails, its figure) and the
     stats table reads the frames' blocks (one row's block, the blocks' rows, each frame's pooled map), never the whole map

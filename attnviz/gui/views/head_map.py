@@ -24,13 +24,7 @@ class HeadMapView(View):
         for key, text in SHOWN.items():
             self.show_box.addItem(text, key)
         self.show_box.setToolTip("model A (the open model), model B (compared with it), or A − B")
-        self.show_row = QWidget()
-        row = QHBoxLayout(self.show_row)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel("show:"))
-        row.addWidget(self.show_box)
-        row.addStretch(1)
-        self.show_row.hide()  # only while a comparison is held
+        self.show_row = _labelled_row("show:", self.show_box)  # shown only while a comparison is held
         # a tower's frames: which tile's (or the global image's) patch-to-patch map is drawn
         self.frame_box = QComboBox()
         self.frame_box.setToolTip(
@@ -38,13 +32,7 @@ class HeadMapView(View):
             "frame's patches, so each frame's map is drawn alone (File ▸ Export view draws the same)"
         )
         self.frame_box.currentIndexChanged.connect(self._on_frame)
-        self.frame_row = QWidget()
-        frow = QHBoxLayout(self.frame_row)
-        frow.setContentsMargins(0, 0, 0, 0)
-        frow.addWidget(QLabel("frame:"))
-        frow.addWidget(self.frame_box)
-        frow.addStretch(1)
-        self.frame_row.hide()  # only for a tower's frames
+        self.frame_row = _labelled_row("frame:", self.frame_box)  # shown only for a tower's frames
         lay = QVBoxLayout(self.body)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.show_row)
@@ -91,3 +79,15 @@ class HeadMapView(View):
         key = (id(s.result), s.sel.block, mv.matrix.shape)
         self.heatmap.set_map(mv, log=s.sel.log, reset_view=key != self._last_shape)
         self._last_shape = key
+
+
+def _labelled_row(label: str, box: QWidget) -> QWidget:
+    """A hidden row above the map: ``label`` then ``box``, left-aligned (the view shows it when it applies)."""
+    row = QWidget()
+    lay = QHBoxLayout(row)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.addWidget(QLabel(label))
+    lay.addWidget(box)
+    lay.addStretch(1)
+    row.hide()
+    return row
