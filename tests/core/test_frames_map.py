@@ -8,7 +8,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from frames_stats import per_frame_first_prev
+from frames_by_hand import per_frame_first_prev
 
 from attnviz import AttnvizError
 from attnviz.core import io

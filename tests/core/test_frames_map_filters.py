@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from frames_by_hand import block_diagonal_by_hand
 
 from attnviz.core import view as v
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
@@ -30,20 +31,6 @@ def softmax_frames(sizes: list[int], seed: int, ties: bool) -> list[np.ndarray]:
     return out
 
 
-def by_hand(frames: list[np.ndarray], side: int) -> np.ndarray:
-    """The dense ``[rows, H, side, side]``: each row's frames on the diagonal one after another, zeros elsewhere."""
-    out = np.zeros((len(PER_ROW), HEADS, side, side), np.float32)
-    k = 0
-    for b, n in enumerate(PER_ROW):
-        at = 0
-        for _ in range(n):
-            p = frames[k].shape[-1]
-            out[b, :, at : at + p, at : at + p] = frames[k]
-            at += p
-            k += 1
-    return out
-
-
 def pair(sizes: list[int], special: list[int], ties: bool) -> tuple[AttentionResult, AttentionResult]:
     """The same maps as a FramesMap per layer and as the dense block-diagonal maps."""
     side = max(sum(sizes[:2]), sum(sizes[2:]))
@@ -51,7 +38,7 @@ def pair(sizes: list[int], special: list[int], ties: bool) -> tuple[AttentionRes
     sites = [SiteInfo("encoder", "self", i, HEADS, f"n{i}", "softmax") for i in range(LAYERS)]
     tokens = TokenAxis([f"p{i}" for i in range(side)], [i in special for i in range(side)])
     frames = AttentionResult([FramesMap.of(layer, PER_ROW) for layer in each], sites, tokens)
-    dense = AttentionResult([DenseMap(by_hand(layer, side)) for layer in each], sites, tokens)
+    dense = AttentionResult([DenseMap(block_diagonal_by_hand(layer, PER_ROW, side)) for layer in each], sites, tokens)
     return frames, dense
 
 

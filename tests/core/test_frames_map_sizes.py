@@ -11,6 +11,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from frames_by_hand import block_diagonal_by_hand
 
 from attnviz import AttnvizError
 from attnviz.core import io
@@ -39,20 +40,6 @@ def frames_each(seed=0) -> list[list[np.ndarray]]:
     return out
 
 
-def by_hand(frames: list[np.ndarray]) -> np.ndarray:
-    """The dense ``[rows, H, SIDE, SIDE]``: each row's frames one after another on the diagonal, zeros elsewhere."""
-    out = np.zeros((len(PER_ROW), HEADS, SIDE, SIDE), np.float32)
-    k = 0
-    for b, n in enumerate(PER_ROW):
-        at = 0
-        for _ in range(n):
-            p = frames[k].shape[-1]
-            out[b, :, at : at + p, at : at + p] = frames[k]
-            at += p
-            k += 1
-    return out
-
-
 def result(maps: list) -> AttentionResult:
     sites = [SiteInfo("encoder", "self", i, HEADS, f"n{i}", "softmax") for i in range(LAYERS)]
     special = [i == 0 for i in range(SIDE)]  # one special key, so "hide special tokens" changes the numbers
@@ -66,7 +53,7 @@ def pair() -> tuple[AttentionResult, AttentionResult]:
     each = frames_each()
     frames = [FramesMap.of(layer, PER_ROW) for layer in each]
     assert all(not m.uniform and m.sizes == SIZES and m.blocks.ndim == 1 for m in frames)
-    return result(frames), result([DenseMap(by_hand(layer)) for layer in each])
+    return result(frames), result([DenseMap(block_diagonal_by_hand(layer, PER_ROW, SIDE)) for layer in each])
 
 
 def test_heads_and_array_are_the_block_diagonal_map(pair):
@@ -147,7 +134,7 @@ def test_the_head_maps_frame_is_the_dense_maps_block(pair, mode, never_laid_out)
 
 
 def test_the_stats_frame_by_frame_are_the_laid_out_heads(pair):
-    from frames_stats import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev
 
     from attnviz.core.stats import block_head_stats, head_stats
 

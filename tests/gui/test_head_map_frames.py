@@ -170,7 +170,7 @@ def test_open_frame_shows_that_frame_or_names_the_frames(idefics3_repo, tmp_path
 def test_a_towers_head_stats_are_each_frames(qtbot, real_window, idefics3_repo):
     """The Head stats tab of a tower: "first" is the mass on each frame's top-left patch (no [CLS]) and says so,
     its numbers each frame's by hand from the laid-out heads (tests/core/test_frames_map.py)."""
-    from frames_stats import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev
 
     w = real_window
     open_and_wait(qtbot, w, idefics3_repo / "onnx" / "vision_encoder.onnx", image=str(SAMPLE))

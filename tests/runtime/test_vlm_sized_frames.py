@@ -81,7 +81,7 @@ def test_image_regions_of_each_image_are_the_dense_paths(r, mode):
 
 
 def test_the_token_map_thumbnails_stats_and_figures_are_the_dense_paths(r):
-    from frames_stats import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev
 
     from attnviz.core.stats import block_stats
     from attnviz.figures import figure_bytes, render_figure

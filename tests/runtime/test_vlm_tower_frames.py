@@ -157,7 +157,7 @@ def test_a_comparison_draws_the_selected_frame_of_both(tower, images, square, tm
 
 def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
     pytest.importorskip("PySide6")
-    from frames_stats import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev
 
     from attnviz.gui.views.stats_table import compute_stats
 

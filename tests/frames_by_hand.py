@@ -1,4 +1,5 @@
-"""A tower's per-frame head statistics by hand (tests of core.stats.frames_head_stats and the Head stats tab)."""
+"""A tower's frames by hand: laid out block-diagonally, and their per-frame head statistics (tests of core/frames.py,
+core.stats.frames_head_stats and the Head stats tab)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,18 @@ def per_frame_first_prev(head: np.ndarray, sizes: list[int]) -> tuple[float, flo
         prev += sum(rows[o + i, o + i - 1] for i in range(1, p))
         o += p
     return first / len(head), prev / (len(head) - len(sizes))
+
+
+def block_diagonal_by_hand(frames: list[np.ndarray], per_row: list[int], side: int) -> np.ndarray:
+    """The dense ``[rows, H, side, side]`` of ``frames`` (``[H, P, P]`` each, ``per_row[b]`` of them in row b): each
+    row's frames on the diagonal one after another, zeros elsewhere."""
+    out = np.zeros((len(per_row), frames[0].shape[0], side, side), np.float32)
+    k = 0
+    for b, n in enumerate(per_row):
+        at = 0
+        for _ in range(n):
+            p = frames[k].shape[-1]
+            out[b, :, at : at + p, at : at + p] = frames[k]
+            at += p
+            k += 1
+    return out
