@@ -19,5 +19,5 @@ step ondemand "${T_OND:-45}" python3 bench/ondemand_bench.py --provider cuda --l
 export ATTNVIZ_QK_DEVICE=on
 A=(--provider cuda --tokens 2048 --rounds 2 --thumbs 4 --now-only)
 TAIL=10 step mem_iso "${T_MEM:-40}" python3 bench/ondemand_qk_ab.py "${A[@]}"
-TAIL=6 step mem_test "${T_TEST:-30}" python3 -m pytest -q -p no:cacheprovider tests/runtime/test_ondemand_kept_memory.py
+ATTNVIZ_FORCE_CPU= TAIL=6 step mem_test "${T_TEST:-30}" python3 -m pytest -q -p no:cacheprovider tests/runtime/test_ondemand_kept_memory.py
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv

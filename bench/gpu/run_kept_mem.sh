@@ -26,4 +26,4 @@ ATTNVIZ_HELPER_ARENA=1 step mem_iso_before "${T_OLD:-40}" python3 bench/ondemand
 step mem_inproc "${T_INP:-30}" python3 bench/ondemand_qk_ab.py "${A[@]}" --inprocess
 # the unit test's CUDA half (skipped without a GPU): the helpers' settings read back from onnxruntime, both
 # placements (needs pytest and onnx on the device; a failure to import says so in mem_test.log)
-step mem_test "${T_TEST:-30}" python3 -m pytest -q -p no:cacheprovider tests/runtime/test_ondemand_kept_memory.py
+ATTNVIZ_FORCE_CPU= step mem_test "${T_TEST:-30}" python3 -m pytest -q -p no:cacheprovider tests/runtime/test_ondemand_kept_memory.py
