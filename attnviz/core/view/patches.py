@@ -70,9 +70,8 @@ def tower_tiles(result: AttentionResult, glob: PatchGrid, batch: int = 0) -> Pat
     """A tiled image's vision tower (Idefics3 / SmolVLM: each tile and then the global image a tower run of its
     own, ``glob.lead_images`` tiles of ``glob``'s patches each, in reading order, before the global image's) laid
     out as the words' view lays the image's tokens out: the tiles side by side on the picture, each patch's key in
-    its cell, and the global image on its own grid beside them.  The tiles' arrangement is the processor's split
-    where the tower's grid names it (``glob.tile_layout``: the tower opened alone on an image), else the decoder's
-    token grid's (its tiled grid over its global image's, batch row ``batch``'s); None without one that agrees (the
+    its cell, and the global image on its own grid beside them.  The tiles' arrangement is :func:`tile_layout`'s
+    (the tower's grid's, else batch row ``batch``'s decoder token grid's); None without one that agrees (the
     global image alone is drawn, and :func:`grid_note` says why)."""
     layout = tile_layout(glob, result.token_grid_of(batch))
     return tiles_in_place(glob, layout) if layout is not None else None
