@@ -173,8 +173,9 @@ class PatchGrid:
     token (its global image and closing markers included), where the words after the image begin.  Such an
     image's global image (Idefics3 / SmolVLM: the whole picture again, resized to one tile) is a second run of
     tokens on a grid of its own, ``global_grid``, over the same picture.  A tiled image's vision tower (its tiles'
-    patches, ``lead_images`` runs of this grid, before the global image's) whose tiles' arrangement the processor's
-    split gave (the tower opened alone, no decoder's tokens to read it from) names it in ``tile_layout``.
+    patches, ``lead_images`` runs of this grid, before the global image's) names its tiles' arrangement in
+    ``tile_layout`` where the split is known (the tower opened alone: the processor's split; the whole model: the
+    prompt's ``<row_r_col_c>`` markers), so a frame is named by its place either way.
     """
 
     rows: int

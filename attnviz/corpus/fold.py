@@ -90,8 +90,12 @@ class Partial:
     # --audio-dir: each recording's word times (Item.index -> the words TSV's bytes), written by the driver
     words: dict[int, bytes] = field(default_factory=dict)
     # a VLM's vision file alone (corpus/tower.py): the images named above, Item.index -> (frames, a frame's patch
-    # rows, its patch columns), so that an example's row and key are named as the view names them
-    frames: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # rows, its patch columns, the processor's tile rows, its tile columns: 0, 0 unsplit), so that an example's row,
+    # key and frame are named as the view names them
+    frames: dict[int, FrameShape] = field(default_factory=dict)
+
+
+FrameShape = tuple[int, int, int, int, int]  # Partial.frames: (frames, patch rows, patch cols, tile rows, tile cols)
 
 
 def key_columns(

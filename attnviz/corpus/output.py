@@ -14,6 +14,7 @@ from attnviz.core.attention import shown_stack
 from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
 from attnviz.core.untrusted import read_json
+from attnviz.corpus.fold import FrameShape
 from attnviz.corpus.items import Item
 
 # the file names and the --out guard live without numpy (the command checks --out before it starts its workers)
@@ -145,12 +146,9 @@ def example_rows(
                             "row": row,
                             "col": col,
                             # the image's frames too: one (not split) names its patches "patch (r, c)", several
-                            # (tiles and a global image) its last frame's "global image patch (r, c)"
-                            **(
-                                {"row_patch": patch[row], "col_patch": patch[col], "frames": acc.frames[it][0]}
-                                if patch
-                                else {}
-                            ),
+                            # (tiles and a global image) its last frame's "global image patch (r, c)"; and the
+                            # row's frame (its key's too: each frame attends within itself) as the Head map names it
+                            **(_tower_columns(patch, row, col, acc.frames[it]) if patch else {}),
                             "text": src.text,
                             "pair": src.pair,
                             "image": src.image,
@@ -170,7 +168,21 @@ def _patch_names(acc: Accumulator) -> dict[int, list[str]]:
         return {}
     from attnviz.corpus.tower import patch_names
 
-    return {it: patch_names(*shape) for it, shape in acc.frames.items()}
+    return {it: patch_names(*shape[:3]) for it, shape in acc.frames.items()}
+
+
+def _tower_columns(patch: list[str], row: int, col: int, shape: FrameShape) -> dict:
+    """An example of a VLM's vision file alone: its row's and key's patches, its image's frame count and the row's
+    frame by name ("tile 1 (row 0, col 1)", :func:`attnviz.corpus.tower.frame_name`)."""
+    from attnviz.corpus.tower import frame_name
+
+    frames, rows, cols, down, across = shape
+    return {
+        "row_patch": patch[row],
+        "col_patch": patch[col],
+        "frames": frames,
+        "frame": frame_name(row // (rows * cols), frames, (down, across)),
+    }
 
 
 def _worst_aligned(values: np.ndarray, ids: np.ndarray, g: HeadGroup, h: int, items: dict[int, Item]) -> list[dict]:
@@ -244,6 +256,7 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
         ex_schema = ex_schema.insert(at, pa.field("row_patch", pa.string()))
         ex_schema = ex_schema.insert(at + 1, pa.field("col_patch", pa.string()))
         ex_schema = ex_schema.insert(at + 2, pa.field("frames", pa.int64()))
+        ex_schema = ex_schema.insert(at + 3, pa.field("frame", pa.string()))
     if any("audio" in e for e in examples):  # a speech corpus: each example's recording
         ex_schema = ex_schema.insert(ex_schema.get_field_index("image") + 1, pa.field("audio", pa.string()))
     with writes.atomic_path(out / EXAMPLES, "--out") as tmp:

@@ -26,7 +26,7 @@ from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.core.untrusted import open_regular, parse_json
 from attnviz.core.writes import atomic_path
-from attnviz.corpus.fold import HeadGroup, Partial, S, fold_items, layout, signs, sites_layout
+from attnviz.corpus.fold import FrameShape, HeadGroup, Partial, S, fold_items, layout, signs, sites_layout
 from attnviz.corpus.fold import key_columns as _cols
 from attnviz.corpus.plan import BatchSpec, image_feeds, text_feeds
 
@@ -335,14 +335,16 @@ class BatchReducer:
 
         frames = self.model.frames
         assert frames is not None and self.image_spec is not None  # (for the type checker: __call__ checked)
-        feeds, counts = tower_feeds(self.model, spec.images, self.image_spec)
+        feeds, counts, splits = tower_feeds(self.model, spec.images, self.image_spec)
         maps = [m.array() for m in self.model.run(feeds, mode="dense").maps]
         part = reduce_tower(maps, self.groups, counts, spec.items, self.k, spec.batch_id)
         per = int(maps[self.groups[0].site].shape[-1])
         grid = frames.family.vision_grid(per) if frames.family is not None else None
         rows, cols = (grid.rows, grid.cols) if grid is not None and grid.n == per else (1, per)
         named = set(part.top_item.ravel().tolist())
-        part.frames = {int(i): (n, rows, cols) for i, n in zip(spec.items, counts) if int(i) in named}
+        part.frames = {
+            int(i): (n, rows, cols, s.rows, s.cols) for i, n, s in zip(spec.items, counts, splits) if int(i) in named
+        }
         return part
 
     def _audio(self, spec: AudioSpec) -> Partial:
@@ -391,7 +393,7 @@ class Accumulator:
         self.top_row = np.full((S, nh, k), -1, np.int64)
         self.top_col = np.full((S, nh, k), -1, np.int64)
         self.generated: dict[int, list[str]] = {}  # generated tokens of the items in the top lists
-        self.frames: dict[int, tuple[int, int, int]] = {}  # a VLM's tower alone: Partial.frames of the top lists
+        self.frames: dict[int, FrameShape] = {}  # a VLM's tower alone: Partial.frames of the top lists
         self.gold: np.ndarray | None = None  # --gold-column: link counts (corpus/gold.py), once a batch brings them
         self.gold_top_value: np.ndarray | None = None  # and per head the items it aligns worst (AER, Item.index)
         self.gold_top_item: np.ndarray | None = None
@@ -525,7 +527,14 @@ class Accumulator:
                     acc.generated = {int(i): g for i, g in parse_json(str(z["generated"]), f"{path} generated").items()}
                 if "frames" in z.files:  # only a VLM's tower alone keeps them
                     kept = parse_json(str(z["frames"]), f"{path} frames")
-                    acc.frames = {int(i): (int(f[0]), int(f[1]), int(f[2])) for i, f in kept.items()}
+                    acc.frames = {int(i): _frame_shape(f) for i, f in kept.items()}
         except Exception as e:  # truncated or not ours
             raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
         return acc
+
+
+def _frame_shape(f: list) -> FrameShape:
+    """A checkpoint's ``Partial.frames`` entry; one from before the split was kept has three (its tiles' places not
+    known: 0, 0)."""
+    rows, cols = (int(f[3]), int(f[4])) if len(f) >= 5 else (0, 0)
+    return int(f[0]), int(f[1]), int(f[2]), rows, cols

@@ -56,6 +56,7 @@ EXAMPLE_OPTIONAL = {
     "row_patch": "text",  # a VLM's vision file alone (corpus/tower.py): the row's and the key's patch, as the view names
     "col_patch": "text",
     "frames": "count",  # the same: the image's frames (its tiles and its global image; 1: not split)
+    "frame": "text",  # the same: the row's frame as the Head map names it ("tile 1 (row 0, col 1)", "global image")
 }
 # run.json keys the window reads, with the types `attnviz corpus` writes them in
 RUN_TYPES: dict[str, tuple[type, ...]] = {

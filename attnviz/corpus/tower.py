@@ -27,8 +27,11 @@ import numpy as np
 from attnviz.core.attention import PatchGrid
 from attnviz.core.row_sums import FIXED_KEYS, ItemStats
 from attnviz.core.stats import row_stats
+from attnviz.core.view.frame_map import tile_name
+from attnviz.core.view.patches import GLOBAL_PANEL
 from attnviz.corpus.fold import HeadGroup, Partial, fold_items, signs
 from attnviz.corpus.plan import MAP_BUDGET_BYTES
+from attnviz.runtime.vlm_families import Tiles
 
 
 def images_per_batch(family, heads: int, batch_size: int, budget: int = MAP_BUDGET_BYTES) -> int:
@@ -42,17 +45,18 @@ def images_per_batch(family, heads: int, batch_size: int, budget: int = MAP_BUDG
     return max(1, min(batch_size, budget // max(1, frames * heads * per * per * 4)))
 
 
-def tower_feeds(model, images: list[str], image_spec) -> tuple[dict[str, np.ndarray], list[int]]:
+def tower_feeds(model, images: list[str], image_spec) -> tuple[dict[str, np.ndarray], list[int], list[Tiles]]:
     """The images through the family's processor, one row each (padded with all-zero frames to the batch's most
-    frames), and each image's frame count.  A missing preprocessor_config.json or an image that cannot be read is
+    frames), each image's frame count and its split (its frames' names: :func:`frame_name`).  A missing preprocessor_config.json or an image that cannot be read is
     one line (:meth:`~attnviz.runtime.vlm_tower.TowerFrames.require_family`, the raster reader)."""
     family = model.frames.require_family(raw=False)
-    pixels = [family.load_image(p, image_spec).pixels for p in images]  # each [1, frames, 3, M, M]
+    loaded = [family.load_image(p, image_spec) for p in images]
+    pixels = [im.pixels for im in loaded]  # each [1, frames, 3, M, M]
     counts = [int(px.shape[1]) for px in pixels]
     batch = np.zeros((len(pixels), max(counts), *pixels[0].shape[2:]), np.float32)
     for b, px in enumerate(pixels):
         batch[b, : px.shape[1]] = px[0]
-    return {model.frames.image_input.name: batch}, counts
+    return {model.frames.image_input.name: batch}, counts, [im.tiles for im in loaded]
 
 
 def reduce_tower(
@@ -104,3 +108,12 @@ def patch_names(frames: int, rows: int, cols: int) -> list[str]:
     per = rows * cols
     grid = PatchGrid(rows, cols, (frames - 1) * per, lead_images=frames - 1)
     return list(patch_axis(grid, frames * per).labels)
+
+
+def frame_name(frame: int, frames: int, layout: tuple[int, int]) -> str:
+    """Frame ``frame`` of an image's ``frames`` as the Head map's frame box names it (the whole model's and the tower
+    alone's alike): "tile 1 (row 0, col 1)" by its place in the processor's split ``layout`` (tile rows, columns;
+    0, 0 unsplit or not known), "global image" last beside tiles, "image" for an image not split."""
+    if frames == 1:
+        return "image"
+    return GLOBAL_PANEL if frame == frames - 1 else tile_name(frame, layout if layout[0] else None)

@@ -41,7 +41,7 @@ from attnviz.runtime.model import AttentionModel, IOInfo, PreparedRun, run_stage
 from attnviz.runtime.protocol import AttnModel, EncoderPair
 from attnviz.runtime.sidecar import HUB_ONNX_FOLDER, beside, config_special, folder_image, sidecar_json
 from attnviz.runtime.steps import StepPlan
-from attnviz.runtime.vlm_families import Family, LoadedImage, check_several, family_for
+from attnviz.runtime.vlm_families import Family, LoadedImage, Tiles, check_several, family_for, laid_out
 
 LEARNED_SHAPES = 64  # the shapes fed whose presents' shapes a VLM keeps (VLMCache.start_steps)
 VISION_FILE, EMBED_FILE, DECODER_FILE = "vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"
@@ -186,6 +186,9 @@ class VLMSet(AnalyzeMethod):
         self._image_keys: list[int] = []
         self._image_hw: tuple[int, int] | None = None  # their pixels' size (one batch of the vision file: one size)
         self._row_keys: list[int] = []  # the latest run's keys of each row's own frames in the vision block
+        # the latest run's splits: each row's images' (Idefics3's tiles), as its prompt names them to the decoder
+        # (tile_layout of the tower's grids, so its frames are named "tile 1 (row 0, col 1)" as the tower alone's)
+        self._splits: list[list[Tiles | None] | None] = []
         self.no_attention_reason = self.vision.no_attention_reason or self.decoder.no_attention_reason
         self.timings = {"load_s": time.perf_counter() - t0}
 
@@ -231,7 +234,17 @@ class VLMSet(AnalyzeMethod):
         return VLMCache.for_set(self)
 
     def grid(self, n_keys: int, image_hw: tuple[int, int] | None = None) -> PatchGrid | None:
-        return self.family.vision_grid(n_keys) or self.vision.grid(n_keys, image_hw)
+        return self._row_grid(n_keys, image_hw, 0)
+
+    def _row_grid(self, n_keys: int, image_hw: tuple[int, int] | None, row: int) -> PatchGrid | None:
+        """Batch row ``row``'s vision grid over ``n_keys`` keys, its tiles' arrangement named where the row's one
+        image was split (:meth:`_split`)."""
+        return laid_out(self.family.vision_grid(n_keys) or self.vision.grid(n_keys, image_hw), self._split(row, 0))
+
+    def _split(self, row: int, image: int) -> Tiles | None:
+        """The latest run's split of batch row ``row``'s image ``image`` (of its one, or of one prompt's several)."""
+        each = self._splits[row] if row < len(self._splits) else None
+        return each[image] if each is not None and image < len(each) else None
 
     def load_image(self, source, spec: ip.ImageSpec) -> LoadedImage | None:
         """The family's own image processor (None: attnviz's resize / rescale / normalise to ``spec``)."""
@@ -251,7 +264,7 @@ class VLMSet(AnalyzeMethod):
             return []
         out, at = [], 0
         for k, n in enumerate(keys):
-            g = self.family.vision_grid_of(k, n) or self.vision.grid(n, self._image_hw)
+            g = laid_out(self.family.vision_grid_of(k, n) or self.vision.grid(n, self._image_hw), self._split(0, k))
             if g is None:
                 return []
             out.append(g.shifted(at))
@@ -262,9 +275,11 @@ class VLMSet(AnalyzeMethod):
         """A padded batch's rows of different numbers of frames (Idefics3's tiles): each row's own frames' grid
         among the vision block's ``n_keys`` keys (its padding's keys after them); [] where every row's are all."""
         keys = self._row_keys
-        if len(set(keys)) < 2 or max(keys) != n_keys:
+        # rows of as many frames differ too where their images were split differently (2 x 1 and 1 x 2 tiles)
+        layouts = {self._split(b, 0) for b in range(len(keys))}
+        if (len(set(keys)) < 2 and len(layouts) < 2) or not keys or max(keys) != n_keys:
             return []
-        grids = [self.grid(k, self._image_hw) for k in keys]
+        grids = [self._row_grid(k, self._image_hw, b) for b, k in enumerate(keys)]
         return [g for g in grids if g is not None] if all(g is not None for g in grids) else []
 
     def _keep_image_keys(self, feeds: dict, per_row: list[int], v: AttentionResult) -> None:
@@ -274,6 +289,7 @@ class VLMSet(AnalyzeMethod):
         ids = feeds["input_ids"]
         h, w = feeds["pixel_values"].shape[-2:]
         self._image_keys, self._image_hw = [], (int(h), int(w))
+        self._splits = [self.family.splits(row) for row in ids]
         self._row_keys = [k * int(v.maps[0].shape[-1]) for k in per_row] if v.maps else []
         if ids.shape[0] != 1 or len(per_row) != 1 or per_row[0] < 2 or not v.maps:
             return
@@ -491,6 +507,7 @@ class VLMSet(AnalyzeMethod):
         d = self.decoder.finish(dec, out[0], run_s)
         self._image_keys = [int(v.maps[0].shape[-1]) for v in seen] if seen[0].maps else []
         self._row_keys = []  # one row
+        self._splits = []  # (a family that splits no image)
         # each image's map a frame of its own size (a FramesMap): never the dense block-diagonal [ΣP, ΣP]
         vmaps = [FramesMap.of([v.maps[j].array()[0] for v in seen], [len(seen)]) for j in range(len(seen[0].maps))]
         return vmaps, seen[0], d, f

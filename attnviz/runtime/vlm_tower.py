@@ -26,7 +26,7 @@ from attnviz.core.attention import PatchGrid
 from attnviz.core.frames import FramesMap
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.sidecar import sidecar, sidecar_json
-from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, family_for
+from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, family_for, laid_out
 
 PREPROCESSOR = "preprocessor_config.json"
 
@@ -153,10 +153,7 @@ class TowerFrames:
         )
         if frame is None or frame.offset or n_keys % per:
             return None
-        lead = n_keys // per - 1
-        split = self._split
-        layout = (split.rows, split.cols) if split is not None and split.rows * split.cols == lead and lead else None
-        return PatchGrid(frame.rows, frame.cols, n_keys - per, lead_images=lead, tile_layout=layout)
+        return laid_out(PatchGrid(frame.rows, frame.cols, n_keys - per, lead_images=n_keys // per - 1), self._split)
 
     def rows(self, n_keys: int) -> list[PatchGrid]:
         """A padded batch's rows of different numbers of frames: each row's own frames' grid among the ``n_keys``

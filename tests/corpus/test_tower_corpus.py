@@ -126,6 +126,31 @@ def test_examples_name_the_image_and_the_patches_as_the_view_does(results, extra
     assert any(n.startswith("t") for n in named) and any(n.startswith("(") for n in named)  # tiles and global
 
 
+def test_examples_name_the_rows_frame_by_its_place_as_the_head_map_does(results, idefics3_repo):
+    """An example's ``frame``: its row's frame by its place in transformers' processor's split of its image
+    (``return_row_col_info``: 1 x 2, 2 x 2 and 2 x 1 tiles here), the name the whole model's Head map gives that
+    frame; ``frames`` counts the tiles and the global image."""
+    import idefics3_models as im
+    from PIL import Image
+
+    from attnviz.core import view as v
+
+    proc, whole = im.processor(idefics3_repo).image_processor, open_model(idefics3_repo, provider="cpu")
+    seen: dict[str, tuple[int, int, list[str]]] = {}
+    for e in results.examples:
+        if e["image"] not in seen:
+            info = proc([[Image.open(e["image"]).convert("RGB")]], return_row_col_info=True)
+            r = whole.analyze(text="<s> <image> a photo", image=e["image"])
+            seen[e["image"]] = (int(info["rows"][0][0]), int(info["cols"][0][0]), v.tower_frames(r, v.Selection()))
+        rows, cols, head_map = seen[e["image"]]
+        f = e["row"] // PER
+        want = "global image" if f == rows * cols else f"tile {f} (row {f // cols}, col {f % cols})"
+        assert e["frames"] == rows * cols + 1 and e["frame"] == want == head_map[f]
+    # a second tile of a 1 x 2 and of a 2 x 1 image among them: rows told from columns
+    assert {(seen[e["image"]][:2], e["row"] // PER) for e in results.examples} >= {((1, 2), 1), ((2, 1), 1)}
+    assert any(e["frame"] == "global image" for e in results.examples)
+
+
 def test_no_preprocessor_config_is_one_line(idefics3_repo, images, tmp_path, capsys):
     (tmp_path / "onnx").mkdir()
     shutil.copy(idefics3_repo / "config.json", tmp_path / "config.json")
@@ -190,6 +215,35 @@ def test_a_resumed_run_gives_the_same_tables(tower, images, results, tmp_path):
     _same_tables(results.folder, cut)
 
 
+def test_a_checkpoint_from_before_the_split_was_kept_resumes(tower, images, results, tmp_path):
+    """A checkpoint whose images' frames hold three entries (no split: written before the split was kept) resumes;
+    its images' frames are named without their place ("tile 1"), the later batches' with it, as the uninterrupted
+    run names them."""
+    cut = tmp_path / "old"
+
+    def stop(done):
+        if done >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_corpus(_cfg(tower, images, cut), on_batch=stop)
+    with np.load(cut / CHECKPOINT) as z:
+        kept = {k: z[k] for k in z.files}
+    older = {i: f[:3] for i, f in json.loads(str(kept["frames"])).items()}
+    assert older and all(len(f) == 5 for f in json.loads(str(kept["frames"])).values())
+    with open(cut / CHECKPOINT, "wb") as f:
+        np.savez(f, **{**kept, "frames": np.array(json.dumps(older))})
+    assert run_corpus(_cfg(tower, images, cut)).resumed_items == 2
+    key = ("layer", "head", "score", "rank")
+    full = {tuple(e[k] for k in key): e for e in results.examples}
+    placeless = 0
+    for e in read(cut).examples:
+        want = full[tuple(e[k] for k in key)]["frame"]
+        assert e["frame"] == (want.split(" (")[0] if str(e["item"]) in older else want)
+        placeless += e["frame"] != want
+    assert placeless  # some of the checkpoint's images' tiles among the examples
+
+
 def test_ray_runs_the_drivers_plan_through_the_familys_processor(tower, images, results, tmp_path, ray_local):
     """``--engine ray``: the driver's plan (Ray Data's own image reading would resize the images as attnviz
     does, not split them as the processor does): the local engine's tables, bit for bit."""
@@ -218,9 +272,9 @@ def test_a_reducer_opens_the_tower_with_its_maps_one_per_frame(tower, images):
 
     r = BatchReducer(str(tower), "cpu", None, 1, 5)
     assert r.image_spec is not None
-    feeds, counts = tower_feeds(r.model, [str(images / "b_square.png")], r.image_spec)
+    feeds, counts, splits = tower_feeds(r.model, [str(images / "b_square.png")], r.image_spec)
     maps = r.model.run(feeds, mode="dense").maps
-    assert counts == [FRAMES["b_square"]]
+    assert counts == [FRAMES["b_square"]] and [(s.rows, s.cols) for s in splits] == [(2, 2)]
     assert [m.shape for m in maps] == [(FRAMES["b_square"], 4, PER, PER)] * 2
 
 

@@ -186,3 +186,24 @@ def test_a_towers_head_stats_are_each_frames(qtbot, real_window, idefics3_repo):
         layer, head = int(t.item(row, 0).text()), int(t.item(row, 1).text())
         first, _ = per_frame_first_prev(dense[layer][head], [P] * len(NAMES))
         assert float(t.item(row, col["first token"]).text()) == pytest.approx(first, abs=6e-3)
+
+
+def test_the_whole_models_frame_box_names_the_frames_as_the_tower_alones(qtbot, real_window, idefics3_repo):
+    """The whole model (its prompt's <row_r_col_c> markers) and its vision file alone (the processor's split) name
+    the same image's frames alike in the frame box, each tile by its place (tests/runtime/test_vlm_frame_names.py
+    checks the places against transformers' processor)."""
+    w = real_window
+    boxes = []
+    for path, values in (
+        (idefics3_repo, dict(text="<s> <image> a photo of the cat", image=str(SAMPLE))),
+        (idefics3_repo / "onnx" / "vision_encoder.onnx", dict(image=str(SAMPLE))),
+    ):
+        open_and_wait(qtbot, w, path, **values)
+        w.select_view("head")
+        s, box = w.session, w.head_map.frame_box
+        s.select(block=next(i for i, b in enumerate(s.blocks) if b.name == "vision self-attention"))
+        assert w.head_map.frame_row.isVisible()
+        boxes.append([box.itemText(i) for i in range(box.count())])
+        box.setCurrentIndex(2)
+        assert boxes[-1][2] in w.head_map.heatmap.mv.title
+    assert boxes[0] == boxes[1] == NAMES

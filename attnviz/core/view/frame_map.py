@@ -22,7 +22,7 @@ from attnviz.core.view.colourbar import HIDDEN_NOTE
 from attnviz.core.view.labels import clean_labels
 from attnviz.core.view.maps import MapView, compute_map
 from attnviz.core.view.overview import scale_top
-from attnviz.core.view.patches import GLOBAL_PANEL, patch_grid_for
+from attnviz.core.view.patches import GLOBAL_PANEL, patch_grid_for, tile_layout
 from attnviz.core.view.selection import (
     Selection,
     ViewError,
@@ -103,25 +103,48 @@ def check_frame(result: AttentionResult, sel: Selection, blocks: list[Block] | N
 
 def frame_names(result: AttentionResult, blk: Block, spans: list[tuple[int, int]]) -> list[str]:
     """Each of the row's frames (``(first key, patches)``) by name, read from its first key's label as Image
-    regions names patches: a tiled image's tiles ("t1(0,0)": "tile 1", with its place in the processor's split
-    where the tower ran alone and knows it) and its global image ("(0,0)" after tiles); one prompt's several images
-    ("img2(0,0)": "image 2", "img2.t0(0,0)": "image 2 · tile 0"); else "frame k of n"."""
+    regions names patches: a tiled image's tiles ("t1(0,0)": "tile 1 (row 0, col 1)", its place in the split where
+    known, :func:`_layouts`) and its global image ("(0,0)" after tiles); one prompt's several images ("img2(0,0)":
+    "image 2", "img2.t0(0,0)": "image 2 · tile 0 (row 0, col 0)"); else "frame k of n"."""
     labels = blk.key_axis.labels if len(blk.key_axis) == blk_len(blk, 1) else []
     found = [_FRAME_KEY.fullmatch(_KEY_CELL.sub("", str(labels[o]))) if o < len(labels) else None for o, _ in spans]
     keys = [k for k in found if k is not None]
     if len(keys) < len(spans):
         return [f"frame {f + 1} of {len(spans)}" for f in range(len(spans))]
     tiled = {k[1] for k in keys if k[2] is not None}  # the images split into tiles
-    grid = patch_grid_for(result, blk_len(blk, 1), blk.batch)
-    layout = grid.tile_layout if grid is not None and len(spans) == grid.lead_images + 1 else None
+    layouts = _layouts(result, blk, spans)
     out = []
     for k in keys:
         image, tile = k[1], k[2]
-        part = f"tile {tile}" if tile is not None else GLOBAL_PANEL if image in tiled else ""
-        if tile is not None and layout:
-            part += f" (row {int(tile) // layout[1]}, col {int(tile) % layout[1]})"
+        part = GLOBAL_PANEL if image in tiled else ""
+        if tile is not None:
+            part = tile_name(int(tile), layouts.get(image or ""))
         out.append(" · ".join(filter(None, [f"image {image}" if image else "", part])) or "image")
     return out
+
+
+def tile_name(tile: int, layout: tuple[int, int] | None) -> str:
+    """Tile ``tile`` (reading order) by name, with its place in the split where ``layout`` (rows, columns of
+    tiles) holds it: "tile 1 (row 0, col 1)"; "tile 1" where the split is not known."""
+    if layout and 0 <= tile < layout[0] * layout[1]:
+        return f"tile {tile} (row {tile // layout[1]}, col {tile % layout[1]})"
+    return f"tile {tile}"
+
+
+def _layouts(result: AttentionResult, blk: Block, spans: list[tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Each tiled image's tiles as rows × columns (:func:`tile_layout`), by the image's number in its keys'
+    labels ("2" for ``img2.t0(0,0)``; "" for a prompt's one image), where known: the same name for a frame
+    whether the tower ran alone or in the whole model."""
+    each = result.vision_grids()  # one prompt's several images: each one's own grid, and its tokens'
+    if each:
+        words = result.image_grids()
+        found = {str(k + 1): tile_layout(g, words[k] if k < len(words) else None) for k, g in enumerate(each)}
+        return {k: lay for k, lay in found.items() if lay is not None}
+    grid = patch_grid_for(result, blk_len(blk, 1), blk.batch)
+    if grid is None or len(spans) != grid.lead_images + 1:
+        return {}
+    layout = tile_layout(grid, result.token_grid_of(blk.batch))
+    return {"": layout} if layout is not None else {}
 
 
 def head_map(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> MapView:

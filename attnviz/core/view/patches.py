@@ -70,12 +70,19 @@ def tower_tiles(result: AttentionResult, glob: PatchGrid, batch: int = 0) -> Pat
     """A tiled image's vision tower (Idefics3 / SmolVLM: each tile and then the global image a tower run of its
     own, ``glob.lead_images`` tiles of ``glob``'s patches each, in reading order, before the global image's) laid
     out as the words' view lays the image's tokens out: the tiles side by side on the picture, each patch's key in
-    its cell, and the global image on its own grid beside them.  The tiles' arrangement is the processor's split
-    where the tower's grid names it (``glob.tile_layout``: the tower opened alone on an image), else the decoder's
-    token grid's (its tiled grid over its global image's, batch row ``batch``'s); None without one that agrees (the
+    its cell, and the global image on its own grid beside them.  The tiles' arrangement is :func:`tile_layout`'s
+    (the tower's grid's, else batch row ``batch``'s decoder token grid's); None without one that agrees (the
     global image alone is drawn, and :func:`grid_note` says why)."""
-    layout = glob.tile_layout or _decoder_tiles(result, batch)
+    layout = tile_layout(glob, result.token_grid_of(batch))
     return tiles_in_place(glob, layout) if layout is not None else None
+
+
+def tile_layout(glob: PatchGrid, words: PatchGrid | None) -> tuple[int, int] | None:
+    """``(rows, columns)`` of a tiled image's tiles: what its tower grid ``glob`` names (``tile_layout``: the
+    processor's split where the tower ran alone, the prompt's ``<row_r_col_c>`` markers in the whole model), else
+    what the decoder's token grid of the same image (``words``: its tiled grid over its global image's) shows (a
+    result saved before the tower's grid named it); None without either."""
+    return glob.tile_layout or _decoder_tiles(words)
 
 
 def tiles_in_place(glob: PatchGrid, layout: tuple[int, int]) -> PatchGrid | None:
@@ -93,10 +100,9 @@ def tiles_in_place(glob: PatchGrid, layout: tuple[int, int]) -> PatchGrid | None
     return PatchGrid(down * glob.rows, across * glob.cols, first, columns, glob.end, global_grid=glob)
 
 
-def _decoder_tiles(result: AttentionResult, batch: int) -> tuple[int, int] | None:
-    """``(rows, columns)`` of tiles in batch row ``batch``'s decoder token grid (its tiled grid over its global
-    image's), or None without one."""
-    words = result.token_grid_of(batch)
+def _decoder_tiles(words: PatchGrid | None) -> tuple[int, int] | None:
+    """``(rows, columns)`` of tiles in a decoder token grid (its tiled grid over its global image's), or None
+    without one."""
     whole = words.global_grid if words is not None else None
     if whole is None or words is None or words.rows % whole.rows or words.cols % whole.cols:
         return None

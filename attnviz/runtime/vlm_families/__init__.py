@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attnviz import AttnvizError
-from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles, block_diagonal
+from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles, block_diagonal, laid_out
 from attnviz.runtime.vlm_families.idefics3 import Idefics3
 from attnviz.runtime.vlm_families.llava import Llava
 from attnviz.runtime.vlm_families.paligemma import PaliGemma
@@ -42,4 +42,4 @@ def check_several(family: Family, count: int) -> None:
         )
 
 
-__all__ = ["FAMILIES", "Family", "LoadedImage", "Tiles", "block_diagonal", "check_several", "family_for"]
+__all__ = ["FAMILIES", "Family", "LoadedImage", "Tiles", "block_diagonal", "check_several", "family_for", "laid_out"]

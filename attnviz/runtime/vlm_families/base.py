@@ -5,7 +5,7 @@ config.json's ``model_type`` in ``__init__.py``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,21 @@ class Tiles:
 
     rows: int = 0
     cols: int = 0
+
+    def layout(self, lead: int) -> tuple[int, int] | None:
+        """``(rows, cols)`` of the tiles where they are the ``lead`` frames before the global image (a tower
+        grid's ``lead_images``: ``PatchGrid.tile_layout``); None where the image was not split or the frames
+        are not these tiles."""
+        return (self.rows, self.cols) if lead and self.rows * self.cols == lead else None
+
+
+def laid_out(grid: PatchGrid | None, split: Tiles | None) -> PatchGrid | None:
+    """``grid`` (a vision tower's over an image's frames) naming its tiles' arrangement (``tile_layout``) where
+    ``split`` is the split those frames came from; else ``grid`` as it is.  The tower alone
+    (:mod:`attnviz.runtime.vlm_tower`: the processor's split) and the whole model (:class:`~attnviz.runtime.vlm.
+    VLMSet`: the prompt's markers) both name it so: the same frame has the same name either way."""
+    layout = split.layout(grid.lead_images) if grid is not None and split is not None else None
+    return replace(grid, tile_layout=layout) if grid is not None and layout else grid
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,12 @@ class Family:
         """How many of the vision file's images (``frames`` in all, one run) each of one prompt's images is, in
         order, from the prompt's ids ``[T]``: one each (None: the ids do not tell)."""
         return [1] * frames
+
+    def splits(self, ids: np.ndarray) -> list[Tiles | None] | None:
+        """How the processor split each of one prompt's images, in order, as the prompt's ids ``[T]`` name it to
+        the decoder (Idefics3's ``<row_r_col_c>`` before each tile's tokens): ``Tiles()`` for an image not split,
+        None for one whose markers name no rows × columns; None: the family never splits an image."""
+        return None
 
     # -- the prompt ------------------------------------------------------------------
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:  # pragma: no cover - every family defines it

@@ -91,6 +91,7 @@ class Idefics3(Family):
 
     def __init__(self, config: dict, preprocessor: dict, processor: dict, where: str):
         super().__init__(config, preprocessor, processor, where)
+        self.cells: dict[int, tuple[int, int]] = {}  # the tokenizer's <row_r_col_c> ids, each its cell (tokens())
         vision = config.get("vision_config")
         if not isinstance(vision, dict):
             raise AttnvizError(f"{where}: config.json has no vision_config; give the repository's own config.json")
@@ -221,7 +222,7 @@ class Idefics3(Family):
 
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
         tok = Idefics3Tokens(inner, self)
-        self.glob = tok.glob
+        self.glob, self.cells = tok.glob, tok.cells
         return tok
 
     def frames_each(self, ids: np.ndarray, frames: int) -> list[int] | None:
@@ -240,6 +241,13 @@ class Idefics3(Family):
                 k = 0
         return out if not k and sum(out) == frames else None
 
+    def splits(self, ids: np.ndarray) -> list[Tiles | None] | None:
+        """Each image's split from its tiles' ``<row_r_col_c>`` markers, which the decoder reads before each
+        tile's tokens (the processor writes them from its own split, row by row)."""
+        if self.glob is None:
+            return None
+        return [split_of(runs) for runs in by_image(image_runs(ids, self.token, self.cells, self.glob))]
+
     def probe_ids(self) -> list[int]:
         return [self.token] * self.n
 
@@ -250,6 +258,53 @@ class Idefics3(Family):
             "splitting": self.split,
             "scale_factor": self.scale,
         }
+
+
+Run = tuple[tuple[int, int] | None, int, int]  # (a tile's cell, None for the global image; first key; length)
+
+
+def image_runs(ids, token: int, cells: dict[int, tuple[int, int]], glob: int) -> list[Run]:
+    """``(tile cell or None for the global image, first key, length)`` of each run of image tokens ``token``,
+    with the marker just before it (``cells``: each ``<row_r_col_c>`` id's 0-based cell; ``glob``:
+    ``<global-img>``)."""
+    runs: list[Run] = []
+    mark: tuple[int, int] | None = None
+    k = 0
+    ids = [int(i) for i in ids]
+    while k < len(ids):
+        i = ids[k]
+        if i == token:
+            start = k
+            while k < len(ids) and ids[k] == token:
+                k += 1
+            runs.append((mark, start, k - start))
+            continue
+        if i in cells:
+            mark = cells[i]
+        elif i == glob:
+            mark = None
+        k += 1
+    return runs
+
+
+def by_image(runs: list[Run]) -> list[list[Run]]:
+    """:func:`image_runs` by image: each image's tile runs and its global image's run, which ends it."""
+    out: list[list[Run]] = [[]]
+    for run in runs:
+        out[-1].append(run)
+        if run[0] is None:
+            out.append([])
+    return [r for r in out if r]
+
+
+def split_of(runs: list[Run]) -> Tiles | None:
+    """One image's split as its markers name it: its tiles' cells, row by row, fill ``rows`` × ``cols``
+    (the processor writes them so); ``Tiles()`` for an image not split; None for markers out of that order."""
+    cells = [cell for cell, _, _ in runs if cell is not None]
+    if not cells:
+        return Tiles()
+    rows, cols = max(r for r, _ in cells) + 1, max(c for _, c in cells) + 1
+    return Tiles(rows, cols) if cells == [(r, c) for r in range(rows) for c in range(cols)] else None
 
 
 def _one_id(inner: ip.TextEncoder, text: str) -> int:
@@ -304,36 +359,11 @@ class Idefics3Tokens(ip.TextEncoder):
     def label(self, i: int) -> str:
         return self.inner.label(i)
 
-    def _runs(self, ids) -> list[tuple[tuple[int, int] | None, int, int]]:
-        """``(tile cell or None for the global image, first key, length)`` of each run of image tokens, with the
-        marker just before it."""
-        runs: list[tuple[tuple[int, int] | None, int, int]] = []
-        mark: tuple[int, int] | None = None
-        k = 0
-        ids = [int(i) for i in ids]
-        while k < len(ids):
-            i = ids[k]
-            if i == self.family.token:
-                start = k
-                while k < len(ids) and ids[k] == self.family.token:
-                    k += 1
-                runs.append((mark, start, k - start))
-                continue
-            if i in self.cells:
-                mark = self.cells[i]
-            elif i == self.glob:
-                mark = None
-            k += 1
-        return runs
+    def _runs(self, ids) -> list[Run]:
+        return image_runs(ids, self.family.token, self.cells, self.glob)
 
-    def _images(self, ids) -> list[list[tuple[tuple[int, int] | None, int, int]]]:
-        """:meth:`_runs` by image: each image's tile runs and its global image's run, which ends it."""
-        out: list[list[tuple[tuple[int, int] | None, int, int]]] = [[]]
-        for run in self._runs(ids):
-            out[-1].append(run)
-            if run[0] is None:
-                out.append([])
-        return [runs for runs in out if runs]
+    def _images(self, ids) -> list[list[Run]]:
+        return by_image(self._runs(ids))
 
     def row_labels(self, ids) -> list[str]:
         """Tile ``k`` (reading order within its image) ``t{k}[r,c]``, the global image ``g[r,c]``; a run longer
@@ -363,7 +393,7 @@ class Idefics3Tokens(ip.TextEncoder):
         grids = [self._grid(runs, ids) for runs in self._images(ids)]
         return [g for g in grids if g is not None] if all(g is not None for g in grids) else []
 
-    def _grid(self, runs: list[tuple[tuple[int, int] | None, int, int]], ids) -> PatchGrid | None:
+    def _grid(self, runs: list[Run], ids) -> PatchGrid | None:
         side, n = self.family.side, self.family.n
         tiles: dict[tuple[int, int], int] = {}
         for cell, start, length in runs:

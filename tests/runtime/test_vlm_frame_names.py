@@ -1,0 +1,131 @@
+"""An Idefics3 / SmolVLM tower's frames (the processor's tiles and its global image) are named by their place in the
+split whether the whole model is opened or its vision file alone: "tile 1 (row 0, col 1)", never a bare "tile 1"
+where the split is known.  Checked against transformers' own processor: its image processor's rows × cols of each
+image (``return_row_col_info``) and the ``<row_r_col_c>`` marker its prompt puts before each tile's tokens, tile by
+tile; images split 1 × 2 and 2 × 1 tell rows from columns.  The whole model reads the split from the prompt's
+markers (a run from raw feeds has no image loaded), so its grids carry it as the tower alone's do, and an
+extracted ``.npz`` keeps it (a file written before it did is named from its decoder's token grid)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import idefics3_models as im
+import vlm_build as vb
+from PIL import Image
+
+from attnviz.cli import main
+from attnviz.core import io
+from attnviz.core import view as v
+from attnviz.runtime import open_model
+
+PROMPT = "<s> <image> a photo of the cat"
+TWO = "<s> <image> a photo <image> of the cat"
+SHAPES = {"wide": (40, 100), "tall": (100, 40), "square": (70, 64)}  # (h, w): 1 x 2, 2 x 1 and 2 x 2 tiles
+MARKER = re.compile(r"<row_(\d+)_col_(\d+)>")
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("frame_names")
+    return {k: vb.random_image(d / f"{k}.png", h, w, seed) for seed, (k, (h, w)) in enumerate(SHAPES.items())}
+
+
+@pytest.fixture(scope="module")
+def whole(idefics3_repo):
+    return open_model(idefics3_repo, provider="cpu")
+
+
+@pytest.fixture(scope="module")
+def tower(idefics3_repo):
+    return open_model(idefics3_repo / "onnx" / "vision_encoder.onnx", provider="cpu")
+
+
+def _rgb(path):
+    return Image.open(path).convert("RGB")
+
+
+def reference(repo, text, rows_of_images):
+    """transformers' processor on ``text`` (one per row) with each row's images: its inputs, each image's split
+    (rows, cols) from its image processor, and each row's tiles' cells as its prompt's markers name them, tile
+    by tile, per image (an image's markers end at the ``<global-img>`` its global image follows)."""
+    proc = im.processor(repo)
+    pil = [[_rgb(p) for p in row] for row in rows_of_images]
+    texts = [text] if isinstance(text, str) else text
+    enc = proc(text=texts, images=pil, return_tensors="np", padding=True)
+    info = proc.image_processor(pil, return_row_col_info=True, return_tensors="np")
+    splits = [list(zip(r, c)) for r, c in zip(info["rows"], info["cols"])]
+    cells = []
+    for ids in enc["input_ids"]:
+        images, tiles = [], []
+        for t in proc.tokenizer.convert_ids_to_tokens(ids.tolist()):
+            m = MARKER.fullmatch(t)
+            if m:
+                tiles.append((int(m[1]) - 1, int(m[2]) - 1))
+            elif t == "<global-img>":
+                images.append(tiles)
+                tiles = []
+        cells.append(images)
+    return enc, splits, cells
+
+
+def names(split, cells, image: str = "") -> list[str]:
+    """The frames' names from transformers' split and markers: tile k at the cell its marker names (checked to
+    be reading order over the image processor's rows × cols), then the global image."""
+    rows, cols = (int(x) for x in split)
+    assert cells == [divmod(k, cols) for k in range(rows * cols)]  # the two references agree
+    out = [f"tile {k} (row {r}, col {c})" for k, (r, c) in enumerate(cells)] + ["global image"]
+    return [f"{image} · {n}" if image else n for n in out]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_whole_model_and_the_tower_alone_name_each_frame_by_its_place(whole, tower, idefics3_repo, images, shape):
+    _, splits, cells = reference(idefics3_repo, PROMPT, [[images[shape]]])
+    want = names(splits[0][0], cells[0][0])
+    r = whole.analyze(text=PROMPT, image=images[shape])
+    alone = tower.analyze(image=images[shape])
+    assert v.tower_frames(r, v.Selection()) == want == v.tower_frames(alone, v.Selection())
+    assert r.patch_grid.tile_layout == tuple(int(x) for x in splits[0][0]) == alone.patch_grid.tile_layout
+    # the Head map's title and --frame's refusal name the frame the same way
+    assert want[1] in v.head_map(r, v.Selection(frame=1, mode="mean")).title
+    with pytest.raises(v.ViewError, match=re.escape(f"frames 1–{len(want)} ({want[0]} … global image)")):
+        v.check_frame(r, v.Selection(frame=len(want)))
+
+
+def test_one_prompts_several_images_name_each_images_tiles_by_their_place(whole, idefics3_repo, images):
+    two = [images["wide"], images["tall"]]
+    _, splits, cells = reference(idefics3_repo, TWO, [two])
+    want = names(splits[0][0], cells[0][0], "image 1") + names(splits[0][1], cells[0][1], "image 2")
+    r = whole.analyze(text=TWO, image=two)
+    assert v.tower_frames(r, v.Selection()) == want
+    assert [g.tile_layout for g in r.vision_grids()] == [tuple(int(x) for x in s) for s in splits[0]]
+
+
+def test_a_batch_from_raw_feeds_names_each_rows_frames_from_its_prompt(whole, idefics3_repo, images):
+    """Rows of as many frames split differently (1 x 2, 2 x 1): each row's own names, read from its ids alone
+    (no image was loaded: the feeds are transformers' processor's)."""
+    enc, splits, cells = reference(
+        idefics3_repo, ["<image> a cat", "red <image> dog"], [[images["wide"]], [images["tall"]]]
+    )
+    r = whole.analyze(feeds={k: enc[k] for k in ("pixel_values", "input_ids", "attention_mask")})
+    for b in range(2):
+        assert v.tower_frames(r, v.Selection(batch=b)) == names(splits[b][0], cells[b][0])
+
+
+def test_an_extracted_file_keeps_the_names_and_an_older_one_reads_them_off_its_tokens(idefics3_repo, images, tmp_path):
+    _, splits, cells = reference(idefics3_repo, PROMPT, [[images["tall"]]])
+    want = names(splits[0][0], cells[0][0])
+    out = tmp_path / "whole.npz"
+    assert main(["extract", str(idefics3_repo), "--text", PROMPT, "--image", images["tall"], "--out", str(out)]) == 0
+    with np.load(out) as z:
+        assert z["patch_grid_tiles"].tolist() == [int(x) for x in splits[0][0]]
+        older = {k: z[k] for k in z.files if k != "patch_grid_tiles"}  # as written before the grid named the split
+    assert v.tower_frames(io.load_npz(out), v.Selection()) == want
+    np.savez(tmp_path / "older.npz", **older)
+    assert v.tower_frames(io.load_npz(tmp_path / "older.npz"), v.Selection()) == want
