@@ -80,6 +80,7 @@ def _check(cfg: CompareCorpusConfig) -> None:
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS}, {ITEMS} and {RUN}")
     outfiles.refuse_foreign(out, "compare")
+    outfiles.refuse_model_folder(out, {"model A": cfg.a, "model B": cfg.b})
 
 
 def run_compare_corpus(cfg: CompareCorpusConfig, on_batch: Callable[[int], None] | None = None) -> CompareCorpusResult:

@@ -48,6 +48,7 @@ def check(cfg: CorpusConfig) -> None:
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
     outfiles.refuse_foreign(out, "corpus")
+    outfiles.refuse_model_folder(out, {"the model": cfg.model})
     if cfg.gold_column and not cfg.pair_column:
         raise AttnvizError(
             f"--gold-column {cfg.gold_column} aligns sources with their targets: give the targets' column too "
