@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     corpus.add_argument("--workers", type=int, metavar="N", help="worker processes / Ray actors (default: 1 per core)")
     corpus.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker")
     corpus.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")
-    corpus.add_argument("--no-progress", action="store_true", help="no progress bar")
+    corpus.add_argument("--no-progress", action="store_true", help="no progress bar (one input has none)")
 
 
 def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = False) -> dict:
