@@ -28,7 +28,7 @@ RULE = "longest first, special tokens kept, as Hugging Face tokenizers cut a pai
 ROWS_RULE = "the decoder rows are the start token, then the target's tokens; each side to its first N, as a corpus cuts"
 
 
-def cut_flag(n: int) -> str:
+def cut_flag(n: int | None) -> str:
     """How every note of a cut names it, "(--max-tokens N)" (:func:`cut_notes` finds them by it)."""
     return f"(--max-tokens {n})"
 
