@@ -242,8 +242,8 @@ def run_one(args) -> int:
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
     outfiles.refuse_foreign(out, "ablate")
-    outfiles.refuse_model_folder(out, {"the model": args.model})
     guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
+    outfiles.refuse_model_folder(out, {"the model": args.model})
     prestart()
     model = _open(args)
     sites = model.sites

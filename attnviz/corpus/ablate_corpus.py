@@ -126,6 +126,7 @@ def run_ablation(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None
             {"the model": cfg.model, "the --texts file": cfg.texts, "the --tokenizer file": cfg.tokenizer},
             (CHECKPOINT, RUN),
         )
+        output.refuse_model_folder(Path(cfg.out), {"the model": cfg.model})
         return _run(cfg, on_batch)
 
 

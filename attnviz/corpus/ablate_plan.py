@@ -52,7 +52,6 @@ def check_config(cfg: AblateCorpusConfig) -> None:
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for the results")
     outfiles.refuse_foreign(out, "ablate")
-    outfiles.refuse_model_folder(out, {"the model": cfg.model})
 
 
 def _open(cfg: AblateCorpusConfig):

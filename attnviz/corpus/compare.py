@@ -210,11 +210,11 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
     outfiles.refuse_foreign(out, "compare")
-    outfiles.refuse_model_folder(out, {"model A": args.model, "model B": args.other})
     outputs: dict[str, list[Path]] = {"--out": [out / HEADS, out / RUN]}
     if figure is not None and args.figure:
         outputs["--figure"] = [Path(args.figure)]
     guard(inputs, outputs)  # before any work: an output never replaces an input
+    outfiles.refuse_model_folder(out, {"model A": args.model, "model B": args.other})
     prestart()
     feeds = load_feeds(args.inputs) if args.inputs else None
     # every map is compared: on-demand recompute would materialise them anyway

@@ -48,7 +48,6 @@ def check(cfg: CorpusConfig) -> None:
     if out.exists() and not out.is_dir():
         raise AttnvizError(f"--out {out}: is a file; give a folder for the results")
     outfiles.refuse_foreign(out, "corpus")
-    outfiles.refuse_model_folder(out, {"the model": cfg.model})
     if cfg.gold_column and not cfg.pair_column:
         raise AttnvizError(
             f"--gold-column {cfg.gold_column} aligns sources with their targets: give the targets' column too "
@@ -157,6 +156,8 @@ def guard(cfg: CorpusConfig) -> None:
         },
         (CHECKPOINT,),
     )
+    # after the inputs' guard: a model file named like a result in --out is the graver case, said first
+    outfiles.refuse_model_folder(Path(cfg.out), {"the model": cfg.model})
 
 
 # pools started by :func:`started` for the run_corpus call on the same settings (the same object), not yet taken
