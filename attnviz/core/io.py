@@ -41,7 +41,7 @@ from attnviz.core.attention import (
     TokenAxis,
 )
 from attnviz.core.frames import MAX_FRAMES, FramesMap
-from attnviz.core.untrusted import open_regular, parse_json
+from attnviz.core.untrusted import npz_problem, open_regular, parse_json
 from attnviz.core.writes import atomic_path
 
 
@@ -116,15 +116,55 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
         try:
             with np.load(f, allow_pickle=False) as z:
                 _check_declared_size(z, path)
-                return _parse(z, path)
+                return _parse(_Entries(z, path), path)
         except AttnvizError:
             raise
-        except Exception as e:  # zipfile / format / JSON / shape errors in a file from elsewhere
-            text = str(e).strip().splitlines()[0][:100] if str(e).strip() else ""
+        except Exception as e:  # the archive itself (cut short, not a zip), or a layout no check below foresaw
+            why = npz_problem(e, other="its entries are not laid out as 'attnviz extract' writes them")
+            raise AttnvizError(f"{path}: not a readable attnviz .npz file: {why}; {REEXTRACT}") from None
+
+
+def _held(a: np.ndarray) -> str:
+    """An array's shape and what it holds, in words ("[1, 5] (texts)"), not numpy's dtype codes ("<U1")."""
+    kind = {"b": "true/false values", "i": "numbers", "u": "numbers", "f": "numbers", "U": "texts"}
+    return f"{list(a.shape)} ({kind.get(a.dtype.kind, 'other data')})"
+
+
+class _Entries:
+    """The archive's entries, each read with any failure in one plain line naming the entry (a missing one, one
+    of pickled objects, one cut short) instead of Python's own words."""
+
+    def __init__(self, z: np.lib.npyio.NpzFile, path: Path) -> None:
+        self._z, self._path, self.files = z, path, z.files
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._z[name]
+        except Exception as e:
+            raise AttnvizError(f"{self._path}: {npz_problem(e, name)}; {REEXTRACT}") from None
+
+    def whole(self, name: str) -> int:
+        """Entry ``name``: one whole number (a count, an index)."""
+        a = self[name]
+        if a.ndim != 0 or a.dtype.kind not in "iu":
+            raise AttnvizError(f"{self._path}: {name} is {_held(a)}, not one whole number; {REEXTRACT}")
+        return int(a)
+
+    def texts(self, name: str) -> np.ndarray:
+        """Entry ``name``: a list of texts (labels, generated words)."""
+        a = self[name]
+        if a.ndim != 1 or a.dtype.kind != "U":
+            raise AttnvizError(f"{self._path}: {name} is {_held(a)}, not one list of texts; {REEXTRACT}")
+        return a
+
+    def picture(self, name: str) -> np.ndarray:
+        """Entry ``name``: an image, [H, W] or [H, W, 1|3|4] numbers."""
+        a = self[name]
+        if a.dtype.kind not in "uif" or not (a.ndim == 2 or (a.ndim == 3 and a.shape[2] in (1, 3, 4))) or 0 in a.shape:
             raise AttnvizError(
-                f"{path}: not a valid attnviz .npz file ({type(e).__name__}{': ' + text if text else ''}); "
-                "extract one with 'attnviz extract'"
-            ) from None
+                f"{self._path}: {name} is {_held(a)}, not an image of numbers [H, W] or [H, W, 3]; {REEXTRACT}"
+            )
+        return a
 
 
 def _check_declared_size(z: np.lib.npyio.NpzFile, path: Path) -> None:
@@ -139,10 +179,13 @@ def _check_declared_size(z: np.lib.npyio.NpzFile, path: Path) -> None:
     for info in archive.infolist():
         if not info.filename.endswith(".npy"):
             continue
-        with archive.open(info) as fh:
-            version = np.lib.format.read_magic(fh)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _, dtype = read(fh)
+        try:
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(fh)
+        except Exception as e:  # a header numpy cannot read: which entry, in plain words
+            raise AttnvizError(f"{path}: {npz_problem(e, info.filename[:-4])}; {REEXTRACT}") from None
         total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize  # (float: a lying shape cannot overflow)
     mb, cap = total / 2**20, limits.limit("output_mb")
     if mb > cap:
@@ -153,8 +196,11 @@ def _check_declared_size(z: np.lib.npyio.NpzFile, path: Path) -> None:
         )
 
 
-def _grid(a: np.ndarray) -> PatchGrid:
-    rows, cols, offset = (int(v) for v in a)  # [rows, cols, offset]: anything else is a malformed file
+def _grid(z: _Entries, name: str, path: Path) -> PatchGrid:
+    a = z[name]
+    if a.shape != (3,) or a.dtype.kind not in "iu" or a.min() < 0:
+        raise AttnvizError(f"{path}: {name} is {_held(a)}, not [rows, cols, offset] whole numbers; {REEXTRACT}")
+    rows, cols, offset = (int(v) for v in a)
     return PatchGrid(rows, cols, offset)
 
 
@@ -177,23 +223,23 @@ def _grid_arrays(name: str, g: PatchGrid) -> dict[str, np.ndarray]:
     return out
 
 
-def _grid_from(z: np.lib.npyio.NpzFile, name: str, path: Path) -> PatchGrid | None:
+def _grid_from(z: _Entries, name: str, path: Path) -> PatchGrid | None:
     """:func:`_grid_arrays`' grid back (None: the file has none); a file from before an addition was kept reads
     without it."""
     if name not in z.files:
         return None
-    g = _grid(z[name])
+    g = _grid(z, name, path)
     if f"{name}_columns" in z.files:
         columns = tuple(int(v) for v in np.ravel(z[f"{name}_columns"]))
         if len(columns) != g.n:
             raise AttnvizError(f"{path}: {name}_columns does not name one key per grid cell; {REEXTRACT}")
         g.columns = columns
     if f"{name}_stop" in z.files:
-        g.stop = int(z[f"{name}_stop"])
+        g.stop = z.whole(f"{name}_stop")
     if f"{name}_global" in z.files:
-        g.global_grid = _grid(z[f"{name}_global"])
+        g.global_grid = _grid(z, f"{name}_global", path)
     if f"{name}_lead" in z.files:
-        g.lead_images = int(z[f"{name}_lead"])
+        g.lead_images = z.whole(f"{name}_lead")
         if not 0 <= g.lead_images * g.n <= g.offset:  # the tiles' keys lie before the grid's own
             raise AttnvizError(f"{path}: {name}_lead names more tiles than keys before the grid; {REEXTRACT}")
     if f"{name}_tiles" in z.files:
@@ -215,7 +261,7 @@ def _tiles_before(tower: PatchGrid, words: PatchGrid | None) -> int:
     return tiles if tower.offset == tiles * tower.n else 0
 
 
-def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
+def _parse(z: _Entries, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
     sites = _sites(parse_json(str(z["sites"]), f"{path}: 'sites'", fix=REEXTRACT), path)
@@ -229,7 +275,9 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
             maps.append(sized)
             continue
         if a.ndim != 4 or a.dtype.kind != "f":
-            raise AttnvizError(f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map")
+            raise AttnvizError(
+                f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map; {REEXTRACT}"
+            )
         per_row, side = _frames(z, i, a, path)
         if a.shape[1] != sites[i].heads:  # a site's head count is what every view and ranking labels
             raise AttnvizError(
@@ -250,15 +298,14 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
     def axis(name):
         if name not in z.files:
             return None
-        labels = z[name]
-        if labels.ndim != 1:
-            raise AttnvizError(f"{path}: {name} is {list(labels.shape)}, not one label per position; {REEXTRACT}")
+        labels = z.texts(name)
         if len(labels) not in lengths:  # views would put positions in its place without a word: say so once
             notes.append(f"{name} ({len(labels)} labels) fit no map's axis ({sorted(lengths)}); shown as positions")
             return None
-        sp = z[f"{name}_special"].tolist() if f"{name}_special" in z.files else None
-        if sp is not None and np.shape(sp) != labels.shape:
-            raise AttnvizError(f"{path}: {name}_special does not match {name}; {REEXTRACT}")
+        sp_a = z[f"{name}_special"] if f"{name}_special" in z.files else None
+        sp = None if sp_a is None else sp_a.tolist()
+        if sp_a is not None and (sp_a.shape != labels.shape or sp_a.dtype.kind != "b"):
+            raise AttnvizError(f"{path}: {name}_special must be one true/false per {name} label; {REEXTRACT}")
         vals = z[f"{name}_values"] if f"{name}_values" in z.files else None
         if vals is not None and (vals.dtype.kind not in "fiu" or vals.shape != labels.shape):
             raise AttnvizError(f"{path}: {name}_values must be one number per {name} label; extract it again")
@@ -281,11 +328,11 @@ def _parse(z: np.lib.npyio.NpzFile, path: Path) -> AttentionResult:
         key_tokens=key_tokens,
         patch_grid=grid,
         token_grid=token_grid,
-        image=z["image"] if "image" in z.files else None,
-        images=[z[k] for k in sorted(f for f in z.files if f.startswith("images_"))],
+        image=z.picture("image") if "image" in z.files else None,
+        images=[z.picture(k) for k in sorted(f for f in z.files if f.startswith("images_"))],
         audio=_audio(z, path) if "audio_waves" in z.files else None,
-        generated=z["generated"].tolist() if "generated" in z.files else [],
-        prompt_len=int(z["prompt_len"]) if "prompt_len" in z.files else 0,
+        generated=z.texts("generated").tolist() if "generated" in z.files else [],
+        prompt_len=z.whole("prompt_len") if "prompt_len" in z.files else 0,
         info=info,
     )
     each = result.vision_grids()  # one prompt's several images: the first image's patch grid whole (its key order)
@@ -304,7 +351,7 @@ KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (it
 SIZES_SUFFIX = "_sizes"  # attn_NNN_sizes: each frame's patches, frames of several sizes (attn_NNN flat, in turn)
 
 
-def _sized_frames(z: np.lib.npyio.NpzFile, i: int, a: np.ndarray, heads: int, path: Path) -> FramesMap | None:
+def _sized_frames(z: _Entries, i: int, a: np.ndarray, heads: int, path: Path) -> FramesMap | None:
     """Frames of several sizes (``attn_NNN_sizes``: each frame's patches; ``attn_NNN`` their ``[H, P_f, P_f]`` maps
     flat, frame after frame; ``attn_NNN_frames`` each row's count), checked as a file from elsewhere may hold
     anything; None where ``attn_NNN`` is not such frames."""
@@ -342,7 +389,7 @@ def _sized_frames(z: np.lib.npyio.NpzFile, i: int, a: np.ndarray, heads: int, pa
     )
 
 
-def _frames(z: np.lib.npyio.NpzFile, i: int, a: np.ndarray, path: Path) -> tuple[list[int] | None, int | None]:
+def _frames(z: _Entries, i: int, a: np.ndarray, path: Path) -> tuple[list[int] | None, int | None]:
     """Each row's frame count where ``attn_NNN`` holds a tower's frames' maps ``[frames, H, P, P]`` (checked:
     a file from elsewhere may hold any counts), else None (a dense ``[B, H, Tq, Tk]`` map); and the map's keys
     where they are more than its most frames' (``attn_NNN_keys``), else None."""
@@ -387,7 +434,7 @@ def _audio_arrays(a: AudioTrack) -> dict[str, np.ndarray]:
     }
 
 
-def _audio(z: np.lib.npyio.NpzFile, path: Path) -> AudioTrack:
+def _audio(z: _Entries, path: Path) -> AudioTrack:
     """The sound of a speech result, checked: a file from elsewhere may hold any shapes."""
     need = ("audio_lengths", "audio_features", "audio_timing")
     waves, lengths = z["audio_waves"], z["audio_lengths"] if "audio_lengths" in z.files else None
@@ -438,7 +485,7 @@ def _sites(raw: Any, path: Path) -> list[SiteInfo]:
     return [SiteInfo.from_dict(d) for d in raw]
 
 
-def _info(z: np.lib.npyio.NpzFile, path: Path) -> dict:
+def _info(z: _Entries, path: Path) -> dict:
     info = parse_json(str(z["info"]), f"{path}: 'info'", fix=REEXTRACT) if "info" in z.files else {}
     if not isinstance(info, dict):
         raise AttnvizError(f"{path}: 'info' is {type(info).__name__}, not a record of run facts; {REEXTRACT}")

@@ -12,6 +12,8 @@ import json
 import os
 import re
 import stat
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -147,3 +149,27 @@ def parse_json(
 def read_json(path: str | os.PathLike, what: str = "file", limit: int | None = JSON_MAX_BYTES, fix: str = "") -> Any:
     """A JSON file read through the regular-file guard (:func:`read_bytes`) and parsed by :func:`parse_json`."""
     return parse_json(read_bytes(path, what, limit), f"{what} {path}", None, fix)
+
+
+def npz_problem(e: BaseException, entry: str | None = None, other: str = "it is not laid out as numpy writes") -> str:
+    """What reading a ``.npz`` (``np.load``, then one entry) ran into, in plain words instead of Python's own
+    ("ValueError: Object arrays cannot be loaded when allow_pickle=False"); ``entry`` names the array read;
+    ``other``: the words for anything else (the caller knows what the file should have held)."""
+    what = f"its entry '{entry}'" if entry else "it"
+    text = str(e)
+    if isinstance(e, KeyError):  # numpy: "NAME is not a file in the archive"
+        return f"it has no '{text.strip(chr(39)).split(' is not a file')[0]}' entry"
+    if isinstance(e, (zipfile.BadZipFile, EOFError, zlib.error)) or "CRC" in text or "EOF" in text:
+        return f"{what} is cut short or damaged (a partial copy or download)"
+    if isinstance(e, ValueError) and "pickle" in text:
+        return f"{what} holds pickled Python objects, which attnviz never loads (loading them can run code)"
+    if isinstance(e, MemoryError):
+        return f"{what} is larger than this machine's free memory"
+    if isinstance(e, NotImplementedError):  # zipfile: a compression method this Python cannot read
+        return f"{what} is compressed in a way numpy cannot read"
+    return f"{what} is not a numpy array numpy can read" if entry else other
+
+
+def checkpoint_problem(e: BaseException) -> str:
+    """:func:`npz_problem` for a corpus command's ``checkpoint.npz``."""
+    return npz_problem(e, other="its entries are not the ones this command writes")

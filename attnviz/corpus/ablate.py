@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     corpus.add_argument("--workers", type=int, metavar="N", help="worker processes / Ray actors (default: 1 per core)")
     corpus.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker")
     corpus.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")
-    corpus.add_argument("--no-progress", action="store_true", help="no progress bar")
+    corpus.add_argument("--no-progress", action="store_true", help="no progress bar (one input has none)")
 
 
 def _row(site, head: int, c, gate: str, together: int, vision_tower: bool = False) -> dict:
@@ -243,6 +243,7 @@ def run_one(args) -> int:
         raise AttnvizError(f"--out {out} is a file; give a folder for {HEADS} and {RUN}")
     outfiles.refuse_foreign(out, "ablate")
     guard(inputs, {"--out": [out / HEADS, out / RUN]})  # before any work: an output never replaces an input
+    outfiles.refuse_model_folder(out, {"the model": args.model})
     prestart()
     model = _open(args)
     sites = model.sites

@@ -91,7 +91,7 @@ class Totals:
     def load(cls, path: Path, fingerprint: str, n: int) -> Totals | None:
         import os
 
-        from attnviz.core.untrusted import open_regular
+        from attnviz.core.untrusted import checkpoint_problem, open_regular
 
         if not os.path.lexists(path):
             return None
@@ -106,7 +106,9 @@ class Totals:
                 for k in cls.SCALARS:
                     setattr(t, k, z[k].item())
         except Exception as e:  # truncated or not ours
-            raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
+            raise AttnvizError(
+                f"{path}: unreadable checkpoint ({checkpoint_problem(e)}); delete it to start over"
+            ) from None
         return t
 
 
@@ -124,6 +126,7 @@ def run_ablation(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None
             {"the model": cfg.model, "the --texts file": cfg.texts, "the --tokenizer file": cfg.tokenizer},
             (CHECKPOINT, RUN),
         )
+        output.refuse_model_folder(Path(cfg.out), {"the model": cfg.model})
         return _run(cfg, on_batch)
 
 

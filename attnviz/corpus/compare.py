@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--workers", type=int, metavar="N", help="worker processes / Ray actors (default: 1 per core)")
     c.add_argument("--threads", type=int, metavar="N", help="onnxruntime threads per worker (default: cores / workers)")
     c.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: start Ray locally)")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar (one input has none)")
 
 
 @dataclass
@@ -190,11 +190,11 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
                 "--figure draws one input's maps (A | B | A − B), and --texts keeps none; draw one item with --text"
             )
         return _run_corpus(args)
+    # (--no-progress passes: one input shows no progress bar to turn off, and a script that always gives it, as
+    # 'attnviz ablate' takes it, should not break on the one-input form)
     given = [f"--{n.replace('_', '-')}" for n in CORPUS_ONLY if getattr(args, n) is not None]
-    if given or args.engine != "local" or args.no_progress:
-        flags = ", ".join(
-            given + (["--engine"] if args.engine != "local" else []) + (["--no-progress"] if args.no_progress else [])
-        )
+    if given or args.engine != "local":
+        flags = ", ".join(given + (["--engine"] if args.engine != "local" else []))
         raise AttnvizError(f"{flags}: for a corpus run; give --texts FILE too, or drop them for one input")
     if args.inputs is None and args.text is None and args.image is None and args.audio is None:
         raise AttnvizError(no_input(args.model))
@@ -214,6 +214,7 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     if figure is not None and args.figure:
         outputs["--figure"] = [Path(args.figure)]
     guard(inputs, outputs)  # before any work: an output never replaces an input
+    outfiles.refuse_model_folder(out, {"model A": args.model, "model B": args.other})
     prestart()
     feeds = load_feeds(args.inputs) if args.inputs else None
     # every map is compared: on-demand recompute would materialise them anyway

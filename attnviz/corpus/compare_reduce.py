@@ -16,7 +16,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.compare import batch_head_sums, is_logits, log_softmax
-from attnviz.core.untrusted import open_regular
+from attnviz.core.untrusted import checkpoint_problem, open_regular
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.pairs import PairSpec, pair_feeds
 from attnviz.corpus.plan import BatchSpec, text_feeds
@@ -302,7 +302,9 @@ class CompareAccumulator:
                 if acc.js_sum.shape != (heads,) or acc.item_cols.shape[1:] != (len(cls.ITEM_COLS) + 3 * outputs,):
                     raise ValueError("shapes")
         except Exception as e:  # truncated or not ours
-            raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
+            raise AttnvizError(
+                f"{path}: unreadable checkpoint ({checkpoint_problem(e)}); delete it to start over"
+            ) from None
         return acc
 
     def head_measures(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

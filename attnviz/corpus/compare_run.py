@@ -94,6 +94,7 @@ def run_compare_corpus(cfg: CompareCorpusConfig, on_batch: Callable[[int], None]
             {"model A": cfg.a, "model B": cfg.b, "the --texts file": cfg.texts, "the --tokenizer file": cfg.tokenizer},
             {"--out": [out / n for n in (HEADS, ITEMS, RUN, CHECKPOINT)]},
         )
+        outfiles.refuse_model_folder(out, {"model A": cfg.a, "model B": cfg.b})
         pools: list[ComparePool] = []
         try:
             return _run(cfg, on_batch, pools)

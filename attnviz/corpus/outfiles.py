@@ -54,3 +54,26 @@ def refuse_foreign(out: Path, command: str) -> None:
             f"--out {out} holds the results of 'attnviz {owner}' ({HEADS}, {RUN}), which 'attnviz {command}' would "
             "replace; give another --out"
         )
+
+
+def _model_folders(model: Path) -> set[Path]:
+    """The folders ``attnviz open`` reads a model from: a file's own folder (and a Hub repository's, above its
+    ``onnx/``), a folder given as the model (and its ``onnx/``)."""
+    p = model.resolve()
+    if p.is_dir():
+        return {p, p / "onnx"}
+    return {p.parent, p.parent.parent} if p.parent.name == "onnx" else {p.parent}
+
+
+def refuse_model_folder(out: Path, models: dict[str, str | None]) -> None:
+    """Refuse an ``--out`` that is the folder a model is read from: its heads.parquet and run.json there made
+    ``attnviz open FOLDER`` open the results instead of the model (a results folder is told by those two files),
+    and mixed them into the export's files.  A folder inside the model's is fine: nothing reads it as the model."""
+    target = out.resolve()
+    for what, model in models.items():
+        if model and target in _model_folders(Path(model)):
+            raise AttnvizError(
+                f"--out {out} is the folder {what} is read from: {HEADS} and {RUN} there would make 'attnviz open' "
+                "of that folder show these results instead of the model; give another --out (a folder inside it is "
+                "fine)"
+            )

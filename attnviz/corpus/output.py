@@ -18,7 +18,7 @@ from attnviz.corpus.fold import FrameShape
 from attnviz.corpus.items import Item
 
 # the file names and the --out guard live without numpy (the command checks --out before it starts its workers)
-from attnviz.corpus.outfiles import EXAMPLES, HEADS, RUN, guard  # noqa: F401
+from attnviz.corpus.outfiles import EXAMPLES, HEADS, RUN, guard, refuse_model_folder  # noqa: F401
 from attnviz.corpus.reduce import Accumulator, HeadGroup
 from attnviz.corpus.roles import role_of
 

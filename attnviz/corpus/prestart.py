@@ -156,6 +156,8 @@ def guard(cfg: CorpusConfig) -> None:
         },
         (CHECKPOINT,),
     )
+    # after the inputs' guard: a model file named like a result in --out is the graver case, said first
+    outfiles.refuse_model_folder(Path(cfg.out), {"the model": cfg.model})
 
 
 # pools started by :func:`started` for the run_corpus call on the same settings (the same object), not yet taken

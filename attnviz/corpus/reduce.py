@@ -24,7 +24,7 @@ from attnviz.core import metadata as md
 from attnviz.core.cross_stats import cross_row_stats, diagonal_key
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
-from attnviz.core.untrusted import open_regular, parse_json
+from attnviz.core.untrusted import checkpoint_problem, open_regular, parse_json
 from attnviz.core.writes import atomic_path
 from attnviz.corpus.fold import FrameShape, HeadGroup, Partial, S, fold_items, layout, signs, sites_layout
 from attnviz.corpus.fold import key_columns as _cols
@@ -529,7 +529,9 @@ class Accumulator:
                     kept = parse_json(str(z["frames"]), f"{path} frames")
                     acc.frames = {int(i): _frame_shape(f) for i, f in kept.items()}
         except Exception as e:  # truncated or not ours
-            raise AttnvizError(f"{path}: unreadable checkpoint ({type(e).__name__}); delete it to start over") from None
+            raise AttnvizError(
+                f"{path}: unreadable checkpoint ({checkpoint_problem(e)}); delete it to start over"
+            ) from None
         return acc
 
 

@@ -19,6 +19,7 @@ LINE = 1.4  # label pitch in font sizes used when a figure is sized to its label
 FIT = 1.15  # the closest pitch (in font sizes) at which neighbouring labels still read apart
 CHAR_W = 0.6  # average glyph width in font sizes (DejaVu Sans)
 PT = 1 / 72  # inches per point
+MINOR_PITCH = 1.0  # points: unlabelled positions get a small tick each where they lie at least this far apart
 
 
 def display_label(tok: str) -> str:
@@ -47,9 +48,17 @@ def text_width_pt(s: str, fs: float) -> float:
     return _advance_pt(s.replace("\\$", "$"), float(fs), str(mpl.rcParams["font.sans-serif"][0]))
 
 
+MEASURED_LABELS = 4096  # the most labels measured for a width (each distinct one costs ~0.5 ms of font work)
+
+
 def text_width_in(labels: list[str], fs: float) -> float:
-    """Width in inches of the widest label at ``fs`` points."""
-    return max((text_width_pt(s, fs) for s in labels), default=fs * CHAR_W) * PT
+    """Width in inches of the widest label at ``fs`` points; of a long axis's the longest ``MEASURED_LABELS`` by
+    characters (30,000 distinct labels took 15 s to measure, and the width only sizes the page: the layout
+    engine makes room for the labels actually drawn)."""
+    distinct = set(labels)
+    if len(distinct) > MEASURED_LABELS:
+        distinct = set(sorted(distinct, key=lambda s: (len(s), s))[-MEASURED_LABELS:])  # (ties: the same each run)
+    return max((text_width_pt(s, fs) for s in distinct), default=fs * CHAR_W) * PT
 
 
 def token_ticks(
@@ -78,8 +87,9 @@ def token_ticks(
         for t, i in zip(tl, pos):
             if special[i]:
                 t.set_color("0.45")
-    if len(pos) < n:
-        # unlabelled positions still get small ticks so the scale reads correctly
+    if len(pos) < n and length_in / n >= MINOR_PITCH * PT:
+        # unlabelled positions still get small ticks so the scale reads correctly (closer than MINOR_PITCH they
+        # would print as one grey band, and each is an object: 60,000 of them took a minute to lay out)
         axis.set_ticks(range(n), minor=True)
         ax.tick_params(axis=which, which="minor", length=1.0, width=0.3)
     return pos

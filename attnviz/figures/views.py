@@ -118,13 +118,20 @@ def _heatmap_figure(
     else:
         fig = new_figure(spec, width, height)
         ax = fig.add_subplot()
+    shown, fq, fk = vm.pool_to(m, *_cells_drawn(spec, map_h, map_w), signed=norm is not None)
     im = ax.imshow(
-        m,
+        shown,
         cmap=cmap if cmap is not None else _cmap(spec, "heatmap"),
         norm=norm if norm is not None else _norm(spec, log, top),
         aspect="auto",
         interpolation="nearest",
+        # pooled: each cell spans its runs of positions, so ticks, the highlighted row and the series stay on them
+        **({} if fq == fk == 1 else {"extent": (-0.5, shown.shape[1] * fk - 0.5, shown.shape[0] * fq - 0.5, -0.5)}),
     )
+    if fq > 1 or fk > 1:
+        ax.set_xlim(-0.5, nk - 0.5)
+        ax.set_ylim(nq - 0.5, -0.5)
+        cbar_label += f" (max of {fq} × {fk} positions a cell)"
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)
@@ -143,6 +150,17 @@ def _heatmap_figure(
     if title:
         (sax or ax).set_title(title, fontsize=fs + 1, loc="center")
     return fig
+
+
+MAX_CELLS = 2048  # a map side drawn in more cells than this is max-pooled: finer than a print shows (8 in: 256/in)
+
+
+def _cells_drawn(spec: FigureStyle, map_h: float, map_w: float) -> tuple[int, int]:
+    """At most how many cells a map of ``map_h`` x ``map_w`` inches is drawn in: a device pixel each at the
+    figure's dpi, and :data:`MAX_CELLS`.  Past that imshow would sample one position in several anyway (a peak
+    could fall between the samples), and it colours every position first and a PDF embeds them all: a crafted
+    30,000-token map drew for minutes.  Max-pooling (as the window's overview does) keeps every peak."""
+    return tuple(min(MAX_CELLS, max(1, math.ceil(inches * spec.dpi))) for inches in (map_h, map_w))  # type: ignore[return-value]
 
 
 def _norm(style: FigureStyle, log: bool, vmax: float):

@@ -65,17 +65,17 @@ def fit_positions(model: AttnModel, enc, max_tokens, notes: list[str] | None, pa
     same pair (:mod:`attnviz.runtime.truncation`), and the note says which sentence lost how many tokens.
     ``notes``: None where the caller says what was cut (an encoder–decoder's note covers its target too)."""
     from attnviz.runtime.limits import check_positions
-    from attnviz.runtime.truncation import truncate, truncate_pair
+    from attnviz.runtime.truncation import cut_flag, truncate, truncate_pair
 
     n = len(enc.ids)
     if max_tokens is not None and n > max_tokens:
         if pair is None:
             enc = truncate(enc, int(max_tokens))
-            note = f"{n} tokens truncated to the first {len(enc.ids)} (--max-tokens {max_tokens})"
+            note = f"{n} tokens truncated to the first {len(enc.ids)} {cut_flag(max_tokens)}"
         else:
             tok, text, text_pair = pair
             enc, how = truncate_pair(tok, enc, text, text_pair, int(max_tokens))
-            note = f"{n} tokens truncated to {len(enc.ids)} (--max-tokens {max_tokens}): {how.describe()}"
+            note = f"{n} tokens truncated to {len(enc.ids)} {cut_flag(max_tokens)}: {how.describe()}"
         if notes is not None:
             notes.append(note)
     check_positions(model, len(enc.ids))
@@ -564,7 +564,7 @@ def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
     (teacher forcing).  An encoder–decoder's text pair after a text source is cut by ``--max-tokens`` as a corpus
     cuts it (:func:`~attnviz.runtime.truncation.decoder_rows`); a caption or a speech model's is not."""
     from attnviz.runtime.limits import SHORTEN, check_positions
-    from attnviz.runtime.truncation import SourceTargetCut, decoder_rows
+    from attnviz.runtime.truncation import SourceTargetCut, cut_flag, decoder_rows
 
     sp = md.section(b.model.meta, "special")
     start = sp.get("decoder_start", sp.get("bos"))
@@ -585,7 +585,7 @@ def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
     rows = decoder_rows(prompt, target, b.req.max_tokens)
     cut = SourceTargetCut(b.source_cut, (len(prompt) + len(target), len(rows)))
     if cut.cut:
-        b.prep.notes.append(f"source and target truncated (--max-tokens {b.req.max_tokens}): {cut.describe()}")
+        b.prep.notes.append(f"source and target truncated {cut_flag(b.req.max_tokens)}: {cut.describe()}")
     check_positions(b.model, len(rows), "the text pair (decoder side)")  # past the positions: offers --max-tokens
     return rows
 

@@ -15,7 +15,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import PatchGrid
-from attnviz.core.untrusted import open_regular, parse_json, read_text, regular_file
+from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_text, regular_file
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import beside, sidecar
 
@@ -603,7 +603,7 @@ def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
         raise
     except Exception as e:
         raise AttnvizError(
-            f"inputs {p}: not a readable .npz ({type(e).__name__}); save feeds with numpy.savez(name=array, ...)"
+            f"inputs {p}: not a readable .npz ({npz_problem(e)}); save feeds with numpy.savez(name=array, ...)"
         ) from None
     for k, a in feeds.items():
         _check_feed(p, k, a)

@@ -10,6 +10,8 @@ model's own (``external_dir``).
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -88,25 +90,15 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
     _check_single_definitions(model.graph, path)
     base = path.resolve().parent
     external = [t for t in all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+    # each data file resolved and stat'ed once, however many tensors it holds: a file read by reference names
+    # itself in every large weight's stub (hundreds), and each stub cost a resolve and three stats
+    files: dict[str, tuple[Path, int]] = {}
     for t in external:
         _check_external_fields(t, path)
         loc = {e.key: e.value for e in t.external_data}.get("location", "")
-        target = (base / loc).resolve()
-        if not loc or Path(loc).is_absolute() or base not in target.parents:
-            raise AttnvizError(
-                f"{path}: external data path {loc!r} of tensor {t.name!r} leaves the model's folder; "
-                "refusing to read it (keep external data files beside the model)"
-            )
-        if not target.is_file() and hub_linked(path):  # onnxruntime reads no data file through a link
-            raise AttnvizError(
-                f"{path}: a Hugging Face cache snapshot's link, and its external data {loc!r} is a link too, which "
-                "onnxruntime refuses; copy the snapshot's folder with its files (cp -rL SNAPSHOT DIR) and open the copy"
-            )
-        if not target.is_file():
-            raise AttnvizError(
-                f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model"
-            )
-        _check_in_bounds(t, target, path)
+        if loc not in files:
+            files[loc] = _data_file(loc, base, t, path)
+        _check_in_bounds(t, *files[loc], path)
     own = path.resolve().name  # references into the model file itself are the parse's own: they stay
     locations = ({e.key: e.value for e in t.external_data}.get("location", "") for t in external)
     others = sorted({loc for loc in locations if loc != own})  # (before the small ones lose their location below)
@@ -172,8 +164,33 @@ def _stored_bytes(t: onnx.TensorProto) -> int | None:
     return None if bits is None else (n * bits + 7) // 8
 
 
-def _check_in_bounds(t: onnx.TensorProto, target: Path, path: Path) -> None:
-    """The bytes ``t`` reads from its data file lie inside that file.  Where the tensor records no ``length`` (some
+def _data_file(loc: str, base: Path, t: onnx.TensorProto, path: Path) -> tuple[Path, int]:
+    """External data ``loc`` (first named by tensor ``t``) as a regular file inside the model's folder ``base``,
+    and its size; otherwise one line."""
+    target = Path(os.path.realpath(base / loc))  # (Path.resolve would stat it once more)
+    if not loc or Path(loc).is_absolute() or base not in target.parents:
+        raise AttnvizError(
+            f"{path}: external data path {loc!r} of tensor {t.name!r} leaves the model's folder; "
+            "refusing to read it (keep external data files beside the model)"
+        )
+    try:
+        st = os.stat(target)
+    except (OSError, ValueError):
+        st = None
+    if (st is None or not stat.S_ISREG(st.st_mode)) and hub_linked(path):  # onnxruntime reads no data file
+        raise AttnvizError(  # through a link
+            f"{path}: a Hugging Face cache snapshot's link, and its external data {loc!r} is a link too, which "
+            "onnxruntime refuses; copy the snapshot's folder with its files (cp -rL SNAPSHOT DIR) and open the copy"
+        )
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise AttnvizError(
+            f"{path}: external data file {loc!r} is missing or not a regular file; copy it beside the model"
+        )
+    return target, st.st_size
+
+
+def _check_in_bounds(t: onnx.TensorProto, target: Path, size: int, path: Path) -> None:
+    """The bytes ``t`` reads from its data file ``target`` (``size`` bytes) lie inside that file.  Where the tensor records no ``length`` (some
     exporters write none), a truncated file reached onnxruntime, whose refusal ("Deserialize tensor ...
     GetExtDataFromTensorProto ... out of bounds") said to re-export the model; the data file is what to fetch again."""
     fields = {e.key: e.value for e in t.external_data}
@@ -181,7 +198,6 @@ def _check_in_bounds(t: onnx.TensorProto, target: Path, path: Path) -> None:
     need = int(fields["length"]) if fields.get("length") else _stored_bytes(t)
     if need is None:
         return
-    size = target.stat().st_size
     if offset + need > size:
         raise AttnvizError(
             f"{path}: external data file {target.name!r} holds {size:,} bytes and tensor {t.name[:80]!r} needs "

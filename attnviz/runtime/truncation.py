@@ -17,6 +17,7 @@ text are the same tokens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,20 @@ from attnviz import AttnvizError
 
 RULE = "longest first, special tokens kept, as Hugging Face tokenizers cut a pair"  # the note's words
 ROWS_RULE = "the decoder rows are the start token, then the target's tokens; each side to its first N, as a corpus cuts"
+
+
+def cut_flag(n: int | None) -> str:
+    """How every note of a cut names it, "(--max-tokens N)" (:func:`cut_notes` finds them by it)."""
+    return f"(--max-tokens {n})"
+
+
+_CUT_FLAG = re.compile(r"\(--max-tokens \d+\)")
+
+
+def cut_notes(notes: object) -> list[str]:
+    """The notes of a run (``info["notes"]``) that say what ``--max-tokens`` cut: which sentence lost how many
+    tokens."""
+    return [n for n in notes if isinstance(n, str) and _CUT_FLAG.search(n)] if isinstance(notes, list) else []
 
 
 def split_budget(la: int, lb: int, budget: int) -> tuple[int, int]:

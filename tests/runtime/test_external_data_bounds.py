@@ -77,3 +77,45 @@ def test_a_truncated_data_file_is_one_line_naming_it(src, tmp_path, capsys, one_
         assert w in err, (w, err)
     assert "Deserialize" not in err and "re-export" not in err, err
     assert not out.exists() and hashlib.sha256(data.read_bytes()).hexdigest() == digest
+
+
+def _stats_during_load(monkeypatch, model_path: Path) -> dict[str, int]:
+    """os.stat calls per file name while the model is loaded (its checks; onnxruntime's own reads are C++)."""
+    from attnviz.runtime import loading
+
+    calls: dict[str, int] = {}
+    real = os.stat
+
+    def counted(p, *a, **k):
+        name = os.path.basename(os.fspath(p))
+        calls[name] = calls.get(name, 0) + 1
+        return real(p, *a, **k)
+
+    monkeypatch.setattr(os, "stat", counted)
+    loading.load_model_and_data(model_path)
+    monkeypatch.setattr(os, "stat", real)
+    return calls
+
+
+def test_each_data_file_is_stat_once_however_many_tensors_it_holds(src, tmp_path, monkeypatch):
+    model_path = external_copy(src, tmp_path / "one", one_file=True, lengths=True)
+    stored = onnx.load(str(model_path), load_external_data=False)
+    n = sum(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
+    assert n >= 10  # every tensor in weights.bin: they cost 4 stats each (a resolve, two is_file, its size)
+    assert _stats_during_load(monkeypatch, model_path).get("weights.bin") == 1
+
+
+def test_a_file_read_by_reference_is_stat_as_often_whatever_its_weights(tmp_path, monkeypatch):
+    """A model whose large weights are inline: each is a reference into the model file itself (loading's
+    by-reference parse), each checked against the file's size; the stats of the file do not grow with them."""
+    counts, refs = [], []
+    for layers in (1, 6):
+        (tmp_path / f"l{layers}").mkdir()
+        path = tiny_text_model(tmp_path / f"l{layers}" / "model.onnx", layers=layers, d=96, heads=2)
+        from attnviz.runtime import loading
+
+        model, _, _ = loading.load_model_and_data(path)
+        refs.append(sum(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer))
+        counts.append(_stats_during_load(monkeypatch, path).get("model.onnx"))
+    assert refs[1] >= refs[0] + 10, refs  # many more references into the file
+    assert counts[0] == counts[1], (counts, refs)

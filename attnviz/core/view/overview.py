@@ -83,6 +83,24 @@ def _pool_axis(m: np.ndarray, f: int, axis: int) -> np.ndarray:
     return out
 
 
+def pool_to(m: np.ndarray, max_q: int, max_k: int, signed: bool = False) -> tuple[np.ndarray, int, int]:
+    """``[..., Tq, Tk]`` max-pooled in runs of ``fq`` rows and ``fk`` keys so it is at most ``max_q`` x ``max_k``
+    cells (as :func:`downsample` pools); returns the map and ``(fq, fk)``.  ``signed`` (an A - B map): each cell
+    keeps its run's value of largest magnitude, with its sign, so neither side's peaks fade."""
+    fq, fk = -(-m.shape[-2] // max(max_q, 1)), -(-m.shape[-1] // max(max_k, 1))
+
+    def pool(a: np.ndarray) -> np.ndarray:
+        a = _pool_axis(a, fq, -2) if fq > 1 else a
+        return _pool_axis(a, fk, -1) if fk > 1 else a
+
+    if fq == fk == 1:
+        return m, 1, 1
+    if not signed:
+        return pool(m), fq, fk
+    top, bottom = pool(m), -pool(-m)
+    return np.where(top >= -bottom, top, bottom), fq, fk
+
+
 def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:
     """Max-pool ``[..., Tq, Tk]`` so neither side exceeds ``max_side`` (keeps sharp peaks visible).
 

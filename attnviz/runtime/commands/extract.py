@@ -14,6 +14,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    import sys
     from pathlib import Path
 
     from attnviz import AttnvizError
@@ -21,6 +22,7 @@ def run(args) -> int:
     from attnviz.core.io import save_npz, written_bytes
     from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
+    from attnviz.runtime.truncation import cut_notes
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -58,6 +60,9 @@ def run(args) -> int:
         print("generated: " + " ".join(result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
         print(f"warning: {note}")
+    # what --max-tokens cut, which sentence lost how many tokens (open and the window say it; the .npz keeps it)
+    for note in cut_notes(result.info.get("notes")):
+        print(f"attnviz: {note}", file=sys.stderr)
     return 0
 
 
