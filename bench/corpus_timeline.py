@@ -152,6 +152,8 @@ def phases(run: dict) -> dict[str, float | None]:
     r["command returned (pipes closed)"] = run["returned"]
     # plain: its one process is the driver
     r["plain: session made"] = first(d, "call-", "corpus_bench._plain_session")
+    if r["plain: session made"] is not None:
+        r["plain: · its session took (s)"] = r["plain: session made"] - first(d, "call+", "ort.InferenceSession")
     r["plain: first run ended"] = first(d, "call-", "ort.first_run")
     r["plain: loop ended (plain_rate)"] = first(d, "call-", "corpus_bench.plain_rate")
     for name in sorted(k for k in ps if k.startswith("worker")):
@@ -162,8 +164,14 @@ def phases(run: dict) -> dict[str, float | None]:
         r[f"{name}: onnx imported"] = first(w, "import-", "onnx")
         r[f"{name}: probe answered (_probe)"] = first(w, "call-", "engines._probe")
         sessions = prefix(w, "call-", "session.make_session")
-        for i, (what, t) in enumerate(sessions[:3]):
+        starts = prefix(w, "call+", "session.make_session")
+        for i, ((what, t), (_, t0)) in enumerate(zip(sessions[:3], starts)):
             r[f"{name}: session {i + 1} made ({what.split('[')[-1].rstrip(']')})"] = t
+            r[f"{name}: · session {i + 1} took (s)"] = t - t0
+        if first(w, "call-", "ort.preload_dlls") is not None:
+            r[f"{name}: · CUDA libraries preloaded, took (s)"] = first(w, "call-", "ort.preload_dlls") - first(
+                w, "call+", "ort.preload_dlls"
+            )
         r[f"{name}: warm (_warm_up returned)"] = first(w, "call-", "engines._warm_up")
         r[f"{name}: first batch starts (_work)"] = first(w, "call+", "engines._work")
         r[f"{name}: cpu before its first batch (s CPU)"] = first(w, "call+", "engines._work", cpu=True)

@@ -11,7 +11,8 @@ start time counts in, so a process's birth lies on the same axis as its stamps) 
 - ``call NAME``: start and end of each call of the functions in :data:`WRAPS` (the driver's and the workers' phases,
   each session made, with its provider; plain's tokenisation, session and loop), wrapped right after their module
   ran, so every later lookup (module globals, ``from`` imports, pickled pool tasks) finds the wrapper;
-- ``run``: the first ``InferenceSession.run`` of the process (its start and end);
+- ``call ort.InferenceSession`` / ``call ort.first_run`` / ``call ort.preload_dlls``: each onnxruntime session made,
+  the process's first run (``run`` or IO binding's), the CUDA libraries' preload (runtime/session.py's, on CUDA);
 - ``exit``: atexit, or ``os._exit`` (the corpus command leaves without the interpreter's teardown).
 
 Without ``ATTNVIZ_TL_DIR`` it does nothing but hand over to the next ``sitecustomize`` on the path, as it does after
@@ -142,6 +143,9 @@ def _patch_ort(ort) -> None:
         return run_
 
     cls.__init__ = __init__
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:  # (runtime/session.py calls it before each CUDA session; plain never does)
+        ort.preload_dlls = _wrap(preload, "ort.preload_dlls")
     for name in ("run", "run_with_iobinding", "run_with_ort_values"):
         if hasattr(cls, name):
             setattr(cls, name, once(getattr(cls, name)))
