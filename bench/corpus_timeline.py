@@ -307,6 +307,12 @@ def main() -> None:
     meds = {s: statistics.median(r["command returned (pipes closed)"] for r in got[s]) for s in sides}
     if "plain" in meds:
         print("median command vs plain: " + ", ".join(f"{s} {meds['plain'] / meds[s]:.2f}×" for s in sides[1:]))
+    if "other" in roots:  # the last round's results of this checkout against the other's
+        files = ("heads.parquet", "examples.parquet")
+        same = [(work / "tl_out_attnviz" / f).read_bytes() == (work / "tl_out_other" / f).read_bytes() for f in files]
+        print(
+            "outputs attnviz vs other: " + ("the same bytes " if all(same) else "DIFFER ") + str(dict(zip(files, same)))
+        )
     print("\nwhat each process did (last round):")
     for side in sides:
         print(f" {side}:")
