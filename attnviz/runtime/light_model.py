@@ -4,9 +4,8 @@ A text corpus's worker (on the CPU, or on CUDA where ``cuda`` was asked for) ope
 the parse, the sites and labels), answers the driver's probe from the probe an earlier command kept, and makes its
 statistics session from the statistics graph an earlier command kept (runtime/statgraph_kept.py), whose memory
 plan parses it again: ~0.065-0.075 s CPU a worker, of which onnx's import is ~0.04 s (bench/RESULTS.md, session
-15).  None of it changes from one command to
-the next on the same file, code and versions.  What the worker needs of it is kept here, beside the driver's model
-summary (runtime/model_summary.py, whose key parts it shares):
+15).  None of it changes from one command to the next on the same file, code and versions.  What the worker needs
+of it is kept here, beside the driver's model summary (runtime/model_summary.py, whose key parts it shares):
 
 - the probe (its state and the provider its session ran on), as :mod:`attnviz.runtime.probe_kept` keeps it;
 - per statistics session (the sites as described when it was built, the sites wanted, ``rows``, ``join``): the
