@@ -61,9 +61,9 @@ class WorkerSetup:
         from attnviz.corpus.reduce import BatchReducer
         from attnviz.runtime.light_model import LightModel
 
-        # the probe's session goes first, as when the probe's model was dropped (one copy of the weights); its device,
-        # which the statistics layout follows, is known (a light model holds no session)
-        if _cpu_only(self) and not isinstance(model, LightModel):
+        # the probe's session goes first, as when the probe's model was dropped (one copy of the weights, one CUDA
+        # session at a time); its device, which the statistics layout follows, is known (a light model holds none)
+        if _device_known(self) and not isinstance(model, LightModel):
             model.close_session("dense")
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
         r.prepare()  # the statistics session (elsewhere it replaces the probe's: InGraphReducer.build)
@@ -85,8 +85,9 @@ class WorkerSetup:
 
     def light(self) -> LightModel | None:
         """The model as earlier commands kept it for a worker (runtime/light_model.py: no onnx imported, nothing
-        parsed), where this worker's sessions are on the CPU; else None (it opens the model)."""
-        if not _cpu_only(self):
+        parsed), where the device of this worker's sessions is known before one exists (``cpu``, ``cuda``); else
+        None (it opens the model)."""
+        if not _device_known(self):
             return None
         from attnviz.runtime.light_model import light
 
@@ -95,8 +96,11 @@ class WorkerSetup:
 
 def _device_known(setup: WorkerSetup) -> bool:
     """Whether the statistics session's device is known before any session exists (its layout depends on it:
-    graph_reduce.InGraphReducer joins the sites on CUDA).  ``auto`` on a machine with an NVIDIA GPU lands on CUDA
-    or, without a usable CUDA build, on the CPU: there only a session (the probe's) can tell."""
+    graph_reduce.InGraphReducer joins the sites on CUDA).  ``cuda`` runs on CUDA or stops (runtime/session.py
+    refuses a CPU fallback), ``cpu`` on the CPU; ``auto`` on a machine with an NVIDIA GPU lands on CUDA or, without
+    a usable CUDA build, on the CPU: there only a session (the probe's) can tell.  Where it is known, what earlier
+    commands kept for a worker is read back (the probe, the light model: no onnx, no parse, no probe's session),
+    on CUDA as on the CPU: the records name the provider asked for and whether a GPU is present."""
     from attnviz.runtime.isolation import gpu_present
 
     return setup.provider in ("cpu", "cuda") or (setup.provider == "auto" and not gpu_present())
@@ -242,7 +246,7 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     model.keep_optimized = True  # its probe's session from onnxruntime's graph kept by the last command (optcache)
     # the last command's probe of the same file, code and versions (runtime/probe_kept.py): no session with every
     # map exposed is made for one dummy run (~0.1 s CPU); taken before the probe, which may relabel the stacks
-    key = pk.probe_key(model) if _cpu_only(setup) else None
+    key = pk.probe_key(model) if _device_known(setup) else None
     found = pk.kept(key, len(model.sites)) if key is not None else None
     provider: str | None
     if found is not None and model.adopt_probe(found.state):

@@ -1,11 +1,11 @@
 """A corpus worker's model on a second command, read back from the cache without importing onnx.
 
-A text corpus's worker on the CPU opens the model file (onnx's import, the parse, the sites and labels), answers
-the driver's probe from the probe an earlier command kept, and makes its statistics session from the statistics
-graph an earlier command kept (runtime/statgraph_kept.py), whose memory plan parses it again: ~0.065-0.075 s CPU a
-worker, of which onnx's import is ~0.04 s (bench/RESULTS.md, session 15).  None of it changes from one command to
-the next on the same file, code and versions.  What the worker needs of it is kept here, beside the driver's model
-summary (runtime/model_summary.py, whose key parts it shares):
+A text corpus's worker (on the CPU, or on CUDA where ``cuda`` was asked for) opens the model file (onnx's import,
+the parse, the sites and labels), answers the driver's probe from the probe an earlier command kept, and makes its
+statistics session from the statistics graph an earlier command kept (runtime/statgraph_kept.py), whose memory
+plan parses it again: ~0.065-0.075 s CPU a worker, of which onnx's import is ~0.04 s (bench/RESULTS.md, session
+15).  None of it changes from one command to the next on the same file, code and versions.  What the worker needs
+of it is kept here, beside the driver's model summary (runtime/model_summary.py, whose key parts it shares):
 
 - the probe (its state and the provider its session ran on), as :mod:`attnviz.runtime.probe_kept` keeps it;
 - per statistics session (the sites as described when it was built, the sites wanted, ``rows``, ``join``): the
@@ -133,8 +133,9 @@ class LightModel:
 
 
 def light(path: str | Path, provider: str, tokenizer: str | None, threads: int | None) -> LightModel | None:
-    """The model at ``path`` as earlier commands kept it for a worker, else None (open it as before).  Only on the
-    CPU (the caller checks: the statistics layout on CUDA depends on its session) and for a file."""
+    """The model at ``path`` as earlier commands kept it for a worker, else None (open it as before).  Only where
+    the device is known before a session exists (the caller checks, engines._device_known: the statistics graph's
+    layout depends on it) and for a file."""
     path = Path(path)
     if not path.is_file():
         return None

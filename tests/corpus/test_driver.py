@@ -190,19 +190,20 @@ def test_a_probe_in_a_worker_leaves_the_driver_model_as_its_own_probe_would(whic
 
 
 @pytest.mark.parametrize("first", ["warm-up", "batch"])
-@pytest.mark.parametrize("device", ["cpu", "as on cuda"])
+@pytest.mark.parametrize("device", ["cpu", "not known before a session"])
 def test_the_worker_that_probed_opens_and_probes_the_model_once(first, device, planted, monkeypatch, tmp_path):
     """The process that probes for the driver (engines._probe) builds its reducer over the model it probed, whether
     its warm-up builds it or (the other process took both warm-ups) its first batch: one model opened and one
-    probe's session in the process, not a second model (nor, from its first batch, a second probe).  ``as on
-    cuda``: the shared layout's worker on a GPU, whose probe's session stays open until the statistics session,
-    laid out for the device that session says, replaces it (here the CPU's, standing in)."""
+    probe's session in the process, not a second model (nor, from its first batch, a second probe).  ``not known
+    before a session``: ``auto`` on a GPU machine (CUDA, or the CPU without a usable CUDA build), whose probe's
+    session stays open until the statistics session, laid out for the device that session says, replaces it (here
+    the CPU's, standing in); with ``cuda`` asked for, the device is known, as with ``cpu``."""
     from attnviz.runtime import model as rm
     from attnviz.runtime import open_model
 
     model, _texts = planted
     if device != "cpu":
-        monkeypatch.setattr(engines, "_cpu_only", lambda setup: False)
+        monkeypatch.setattr(engines, "_device_known", lambda setup: False)
     monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # as in a pool process (engines._enter_worker)
     # nothing kept by other tests' commands on this model: a worker with a kept probe and statistics session
     # opens no model at all (runtime/light_model.py, tests/corpus/test_light_worker.py)
