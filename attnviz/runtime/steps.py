@@ -149,14 +149,95 @@ def _dims(x) -> tuple:
     return tuple(shape()) if callable(shape) else shape
 
 
+def _fresh(shape: tuple[int, ...]) -> tuple[np.ndarray, None]:
+    return np.empty(shape, np.float32), None
+
+
+class Rows:
+    """A generation's map rows, each step's written once, straight into the array the generation's map will be
+    read from: per map output one ``[*lead, q * total, keys]`` array, made at the output's first row for the
+    whole generation (``total`` steps; a step's row sees one key more than the last: keys = the first row's +
+    total - 1), each row followed by the pad on the keys it could not see yet (0 for probabilities, -inf for
+    scores a softmax follows), as :func:`stack_rows` pads them.
+
+    ``make(shape)`` gives the array and a token for it (the child: a slot of its shared memory, so that the
+    generation's last reply names the slot instead of a stacked copy per chunk going through a slot and the
+    parent assembling the copies; issue 26's CUDA rows: 0.3-0.7 ms a token over the in-process loop); ``drop(token)``
+    gives one back that no reply will name (an output whose rows stopped fitting, a generation cancelled or
+    failed: :meth:`close`).  An output whose rows do not fit one array (its lead shape or row count changes, more
+    keys than foreseen, an empty map from an ``If`` branch that did not run) keeps its rows as a list of parts from
+    then on, stacked at the end as before."""
+
+    def __init__(
+        self,
+        pads: dict[str, float],
+        total: int,
+        make: Callable[[tuple[int, ...]], tuple[np.ndarray, object]] = _fresh,
+        drop: Callable[[object], None] | None = None,
+    ):
+        self.pads = pads
+        self.total = max(1, int(total))
+        self.make, self.drop = make, drop
+        self.arrays: dict[str, np.ndarray] = {}
+        self.tokens: dict[str, object] = {}
+        self.used: dict[str, tuple[int, int]] = {}  # per array: the rows written, the most keys a row saw
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.steps = 0  # steps whose rows were added
+
+    def add(self, name: str, row: np.ndarray) -> None:
+        if name in self.parts:
+            self.parts[name].append(row)
+            return
+        a = self.arrays.get(name)
+        if a is None and row.ndim >= 2 and row.size:
+            a, self.tokens[name] = self.make(
+                (*row.shape[:-2], row.shape[-2] * self.total, row.shape[-1] + self.total - 1)
+            )
+            self.arrays[name], self.used[name] = a, (0, 0)
+        r, k = self.used.get(name, (0, 0))
+        q, n = row.shape[-2:] if row.ndim >= 2 else (0, 0)
+        if a is None or not row.size or row.shape[:-2] != a.shape[:-2] or r + q > a.shape[-2] or n > a.shape[-1]:
+            self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
+            self._forget(name)
+            return
+        a[..., r : r + q, :n] = row
+        a[..., r : r + q, n:] = self.pads[name]
+        self.used[name] = (r + q, max(k, n))
+
+    def maps(self) -> dict[str, np.ndarray]:
+        """Every output's rows so far: ``[*lead, rows, keys]`` (a view of its array), or its parts stacked."""
+        out = {}
+        for name in (*self.arrays, *self.parts):
+            if name in self.arrays:
+                r, k = self.used[name]
+                out[name] = self.arrays[name][..., :r, :k]
+            else:
+                out[name] = stack_rows(self.parts[name], self.pads[name])
+        return out
+
+    def close(self) -> None:
+        """Give back every array no reply named (the generation was cancelled, failed or replaced)."""
+        for name in list(self.arrays):
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        self.arrays.pop(name, None)
+        self.used.pop(name, None)
+        token = self.tokens.pop(name, None)
+        if token is not None and self.drop is not None:
+            self.drop(token)
+
+
 @dataclass
 class Loop:
-    """A generation in progress: the next step's feeds (the cache included) and the cache's length."""
+    """A generation in progress: the next step's feeds (the cache included) and the cache's length; ``rows``:
+    where its steps' map rows go for the whole generation (None: each chunk stacks its own, :func:`advance`)."""
 
     plan: StepPlan
     feeds: dict[str, np.ndarray]  # a bound loop's (plan.device) carried cache and moved feeds: OrtValues
     length: int
     embed: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]] | None = None  # the embedder's run
+    rows: Rows | None = None
 
 
 @dataclass
@@ -225,7 +306,8 @@ def advance(
     dtypes = dict(plan.dtypes)
     fetch = list(plan.fetch)
     at = {n: i for i, n in enumerate(fetch)}
-    rows: dict[str, list[np.ndarray]] = {n: [] for n, _ in plan.maps}
+    rows = loop.rows if loop.rows is not None else Rows(dict(plan.maps), steps)
+    names = [n for n, _ in plan.maps]
     f = loop.feeds
     ids: list[int] = []
     finished = False
@@ -256,8 +338,9 @@ def advance(
             # the encoder half of a merged decoder's cache comes back as an empty placeholder: it stays as it was
             if got[0] == have[0] and got[-2] >= have[-2]:
                 f[past] = new
-        for n in rows:
-            rows[n].append(np.asarray(out[at[n]], np.float32))
+        for n in names:
+            rows.add(n, np.asarray(out[at[n]], np.float32))
+        rows.steps += 1
         logits = out[at[plan.logits]]
         token = greedy(logits[0, -1] if logits.ndim == 3 else logits[0], plan.suppress)
         ids.append(token)
@@ -266,5 +349,8 @@ def advance(
             break
         if time.perf_counter() - t0 > budget_s:
             break
-    pads = dict(plan.maps)
-    return Chunk(ids, {n: stack_rows(parts, pads[n]) for n, parts in rows.items() if parts}, finished)
+    if loop.rows is None:
+        return Chunk(ids, rows.maps(), finished)
+    # the generation's rows go out once, with its last chunk (a chunk before it: ids alone)
+    last = finished or rows.steps >= rows.total
+    return Chunk(ids, rows.maps() if last else {}, finished)
