@@ -184,6 +184,9 @@ class StepRequests:
         slot = loop.rows.tokens.get(name) if loop.rows is not None else None
         if not isinstance(slot, Slot):
             return self._pack(rows)
+        # written by every chunk: its age counts from now (stamped when taken, a long generation's slots would be
+        # trimmed as stale the moment the parent hands them back, and made anew for the next generation)
+        slot.used = self.pool.run
         whole = loop.rows.arrays[name]
         item = ("slot", slot.id, whole.dtype.str, whole.shape)
         return item if rows.shape == whole.shape else (*item, rows.shape[-2:])
