@@ -19,6 +19,7 @@ alike, so it imports numpy and :mod:`attnviz.runtime.isolation`'s neighbours onl
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -166,7 +167,14 @@ class Rows:
     gives one back that no reply will name (an output whose rows stopped fitting, a generation cancelled or
     failed: :meth:`close`).  An output whose rows do not fit one array (its lead shape or row count changes, more
     keys than foreseen, an empty map from an ``If`` branch that did not run) keeps its rows as a list of parts from
-    then on, stacked at the end as before."""
+    then on, stacked at the end as before.
+
+    The whole generation's rows are made at once while all outputs' arrays fit :data:`UPFRONT_BYTES` (issue 26's
+    GPT-2 at 1,024 tokens: 4 x 34 MB); beyond it an array starts with the rows that fit its share and doubles when
+    full (the rows so far copied over), so that a long generation stopped early by EOS does not hold, nor fault in,
+    memory for the steps it never ran."""
+
+    UPFRONT_BYTES = 256 << 20
 
     def __init__(
         self,
@@ -189,13 +197,16 @@ class Rows:
             self.parts[name].append(row)
             return
         a = self.arrays.get(name)
+        q, n = row.shape[-2:] if row.ndim >= 2 else (0, 0)
         if a is None and row.ndim >= 2 and row.size:
-            a, self.tokens[name] = self.make(
-                (*row.shape[:-2], row.shape[-2] * self.total, row.shape[-1] + self.total - 1)
-            )
+            keys = n + self.total - 1
+            share = self.UPFRONT_BYTES // max(1, len(self.pads))  # bytes a row of this output takes, below
+            fit = share // max(1, math.prod(row.shape[:-2]) * keys * 4) // max(1, q) * q
+            a, self.tokens[name] = self.make((*row.shape[:-2], min(q * self.total, max(q, fit)), keys))
             self.arrays[name], self.used[name] = a, (0, 0)
         r, k = self.used.get(name, (0, 0))
-        q, n = row.shape[-2:] if row.ndim >= 2 else (0, 0)
+        if a is not None and row.size and r + q > a.shape[-2] and a.shape[-2] < q * self.total:
+            a = self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))
         if a is None or not row.size or row.shape[:-2] != a.shape[:-2] or r + q > a.shape[-2] or n > a.shape[-1]:
             self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
             self._forget(name)
@@ -203,6 +214,18 @@ class Rows:
         a[..., r : r + q, :n] = row
         a[..., r : r + q, n:] = self.pads[name]
         self.used[name] = (r + q, max(k, n))
+
+    def _grow(self, name: str, rows: int) -> np.ndarray:
+        """``name``'s array made anew with room for ``rows`` rows, the rows so far copied over, the old one dropped."""
+        old, token = self.arrays[name], self.tokens[name]
+        r = self.used[name][0]
+        a, self.tokens[name] = self.make((*old.shape[:-2], rows, old.shape[-1]))
+        a[..., :r, :] = old[..., :r, :]
+        self.arrays[name] = a
+        del old
+        if token is not None and self.drop is not None:
+            self.drop(token)
+        return a
 
     def maps(self) -> dict[str, np.ndarray]:
         """Every output's rows so far: ``[*lead, rows, keys]`` (a view of its array), or its parts stacked."""

@@ -49,6 +49,25 @@ def test_rows_lay_each_step_out_as_by_hand(pad):
     assert dropped == [0] and not rows.arrays  # no reply named it: given back
 
 
+def test_rows_past_the_upfront_budget_start_small_and_double():
+    """Rows of 80 bytes with room for 2 made at first: the array doubles to 4, then to 8 (the generation's 8
+    steps), the rows so far copied over and each outgrown array given back; the rows equal the by-hand layout."""
+    rng = np.random.default_rng(3)
+    steps = [rng.random((1, 2, 1, 3 + i), dtype=np.float32) for i in range(7)]
+    make, dropped = _made()
+    rows = Rows({"p": 0.0}, 8, make, dropped.append)
+    rows.UPFRONT_BYTES = 2 * 2 * 10 * 4  # two rows of [2 heads, 10 keys]
+    sizes = []
+    for s in steps:
+        rows.add("p", s)
+        sizes.append(rows.arrays["p"].shape[-2])
+    assert sizes == [2, 2, 4, 4, 8, 8, 8] and dropped == [0, 1]
+    want = np.zeros((1, 2, 7, 9), np.float32)
+    for i, s in enumerate(steps):
+        want[:, :, i, : 3 + i] = s[:, :, 0]
+    np.testing.assert_array_equal(rows.maps()["p"], want)
+
+
 def test_rows_that_stop_fitting_go_on_as_parts_as_before():
     """An empty first map (an ``If`` branch that did not run) and a row with more keys than a step adds: the
     output keeps its rows as parts from there, stacked as the chunked loop stacked them; the array it had is given
