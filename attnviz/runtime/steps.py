@@ -188,51 +188,74 @@ class Rows:
         self.make, self.drop = make, drop
         self.arrays: dict[str, np.ndarray] = {}
         self.tokens: dict[str, object] = {}
-        self.used: dict[str, tuple[int, int]] = {}  # per array: the rows written, the most keys a row saw
+        # per array [rows written, the most keys a row saw, the rows' lead shape]: one lookup a row on the way
+        # that runs every step (~3 us a map output, where two slice writes a row and the checks cost ~20)
+        self.used: dict[str, list] = {}
         self.parts: dict[str, list[np.ndarray]] = {}
         self.steps = 0  # steps whose rows were added
 
     def add(self, name: str, row: np.ndarray) -> None:
+        u = self.used.get(name)
+        if u is not None and row.ndim >= 2:
+            a = self.arrays[name]
+            r, k, lead = u
+            q, n = row.shape[-2:]
+            if row.shape[:-2] == lead and r + q <= a.shape[-2] and n <= a.shape[-1] and row.size:
+                a[..., r : r + q, :n] = row  # the keys past n hold the pad already (_new)
+                u[0] = r + q
+                if n > k:
+                    u[1] = n
+                return
+        self._add(name, row)
+
+    def _add(self, name: str, row: np.ndarray) -> None:
+        """:meth:`add` off its common way: an output's first row, an array outgrown, a row that does not fit."""
         if name in self.parts:
             self.parts[name].append(row)
             return
-        a = self.arrays.get(name)
         q, n = row.shape[-2:] if row.ndim >= 2 else (0, 0)
-        if a is None and row.ndim >= 2 and row.size:
+        if name not in self.arrays and row.ndim >= 2 and row.size:
             keys = n + self.total - 1
             share = self.UPFRONT_BYTES // max(1, len(self.pads))  # bytes a row of this output takes, below
             fit = share // max(1, math.prod(row.shape[:-2]) * keys * 4) // max(1, q) * q
-            a, self.tokens[name] = self.make((*row.shape[:-2], min(q * self.total, max(q, fit)), keys))
-            self.arrays[name], self.used[name] = a, (0, 0)
-        r, k = self.used.get(name, (0, 0))
-        if a is not None and row.size and r + q > a.shape[-2] and a.shape[-2] < q * self.total:
-            a = self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))
-        if a is None or not row.size or row.shape[:-2] != a.shape[:-2] or r + q > a.shape[-2] or n > a.shape[-1]:
-            self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
-            self._forget(name)
+            self._new(name, (*row.shape[:-2], min(q * self.total, max(q, fit)), keys))
+            self.used[name] = [0, 0, row.shape[:-2]]
+            self.add(name, row)
             return
-        a[..., r : r + q, :n] = row
-        a[..., r : r + q, n:] = self.pads[name]
-        self.used[name] = (r + q, max(k, n))
+        a = self.arrays.get(name)
+        r, k, lead = self.used[name] if a is not None else (0, 0, ())
+        if a is not None and row.size and row.shape[:-2] == lead and n <= a.shape[-1] and a.shape[-2] < q * self.total:
+            self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))  # more than it had: add ends
+            self.add(name, row)
+            return
+        # lead shape or row count changed, more keys or steps than foreseen, an empty map: parts from here, as before
+        self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
+        self._forget(name)
 
-    def _grow(self, name: str, rows: int) -> np.ndarray:
+    def _new(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """``name``'s array: every key the pad at first (a slot reused from an earlier run holds its old bytes);
+        a row then writes only its own keys."""
+        a, self.tokens[name] = self.make(shape)
+        a[...] = self.pads[name]
+        self.arrays[name] = a
+        return a
+
+    def _grow(self, name: str, rows: int) -> None:
         """``name``'s array made anew with room for ``rows`` rows, the rows so far copied over, the old one dropped."""
         old, token = self.arrays[name], self.tokens[name]
         r = self.used[name][0]
-        a, self.tokens[name] = self.make((*old.shape[:-2], rows, old.shape[-1]))
+        a = self._new(name, (*old.shape[:-2], rows, old.shape[-1]))
         a[..., :r, :] = old[..., :r, :]
-        self.arrays[name] = a
         del old
         if token is not None and self.drop is not None:
             self.drop(token)
-        return a
 
     def maps(self) -> dict[str, np.ndarray]:
         """Every output's rows so far: ``[*lead, rows, keys]`` (a view of its array), or its parts stacked."""
         out = {}
         for name in (*self.arrays, *self.parts):
             if name in self.arrays:
-                r, k = self.used[name]
+                r, k, _ = self.used[name]
                 out[name] = self.arrays[name][..., :r, :k]
             else:
                 out[name] = stack_rows(self.parts[name], self.pads[name])
