@@ -13,7 +13,10 @@ round), each generation fed a prompt of its own (a model answers the same feeds 
 Printed per length: median wall per token, CPU per token (this process and its children), the ratios, and
 whether the three made the same tokens and the two attnviz paths bit-equal maps.  With ``ATTNVIZ_TRACE=1`` (set
 here) the isolated rows also split into the parent's and the child's parts (``host.take_trace``): per generation
-the requests, the time from the call to the child's receipt, inside the child, and back to the caller.
+the requests, the child's loop (its ``steps`` requests' handling, the prompt's run included), the child's other
+work, the requests and replies in transit (the parent's prepare/adopt included), and the parent's time outside
+requests (building feeds, assembling maps, the result); beside them the in-process loop's own time (its
+``advance`` calls) within that path's wall, so that the child's loop and the in-process one compare directly.
 """
 
 from __future__ import annotations
@@ -59,6 +62,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     from attnviz.runtime import host
+    from attnviz.runtime import model_loop as loop_module
+
+    # the in-process loop's own time (its chunks, as the child's trace spans time the child's): advance, timed
+    loop_s = [0.0]
+    real_advance = loop_module.advance
+
+    def timed_advance(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return real_advance(*args, **kwargs)
+        finally:
+            loop_s[0] += time.perf_counter() - t0
+
+    loop_module.advance = timed_advance
 
     models = {
         "isolated": open_generator(a.folder, a.provider, False),
@@ -99,14 +116,18 @@ def main() -> None:
         host.take_trace()
         wall: dict[str, list[float]] = {k: [] for k in loops}
         cpu: dict[str, list[float]] = {k: [] for k in loops}
-        split: list[tuple[int, float, float, float]] = []
+        split: list[tuple[int, float, float, float, float]] = []
+        here_loop: list[float] = []
         for r in range(a.rounds):
             for k in loops if r % 2 == 0 else list(reversed(loops)):
                 host.take_trace()
+                loop_s[0] = 0.0
                 c0, t0 = cpu_s(), time.perf_counter()
                 loops[k]()
                 wall[k].append(time.perf_counter() - t0)
                 cpu[k].append(cpu_s() - c0)
+                if k == "in-process":
+                    here_loop.append(loop_s[0])
                 if k == "isolated":
                     parent, kid = host.take_trace()
                     # (called, sent, received, returned) here; (received, ort start, ort done, replied) there
@@ -133,8 +154,9 @@ def main() -> None:
         print(
             f"  (isolated, per generation: {reqs:.0f} requests; onnxruntime runs and the loop {loop * 1e3:.2f} ms, the "
             f"child's other work {kid_rest * 1e3:.2f} ms, requests and replies in transit (with the parent's "
-            f"prepare/adopt) {transit * 1e3:.2f} ms, the parent outside requests {here * 1e3:.2f} ms; "
-            f"load {os.getloadavg()[0]:.1f})"
+            f"prepare/adopt) {transit * 1e3:.2f} ms, the parent outside requests {here * 1e3:.2f} ms; in-process, "
+            f"its loop {statistics.median(here_loop) * 1e3:.2f} ms of {statistics.median(wall['in-process']) * 1e3:.2f} "
+            f"ms; load {os.getloadavg()[0]:.1f})"
         )
 
 

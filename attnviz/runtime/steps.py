@@ -170,9 +170,9 @@ class Rows:
     then on, stacked at the end as before.
 
     The whole generation's rows are made at once while all outputs' arrays fit :data:`UPFRONT_BYTES` (issue 26's
-    GPT-2 at 1,024 tokens: 4 x 34 MB); beyond it an array starts with the rows that fit its share and doubles when
-    full (the rows so far copied over), so that a long generation stopped early by EOS does not hold, nor fault in,
-    memory for the steps it never ran."""
+    GPT-2 at 1,024 tokens: 4 x 34 MB); beyond it an array starts with the rows that fit its share, and the keys
+    those rows' steps see, and doubles when full (the rows so far copied over), so that a long generation stopped
+    early by EOS does not hold, nor fault in, memory for the steps it never ran."""
 
     UPFRONT_BYTES = 256 << 20
 
@@ -188,8 +188,8 @@ class Rows:
         self.make, self.drop = make, drop
         self.arrays: dict[str, np.ndarray] = {}
         self.tokens: dict[str, object] = {}
-        # per array [rows written, the most keys a row saw, the rows' lead shape]: one lookup a row on the way
-        # that runs every step (~3 us a map output, where two slice writes a row and the checks cost ~20)
+        # per array [rows written, the most keys a row saw, the rows' lead shape, the first row's keys, rows a step]:
+        # one lookup a row on the way that runs every step (~3 us a map output, where two slice writes a row and the checks cost ~20)
         self.used: dict[str, list] = {}
         self.parts: dict[str, list[np.ndarray]] = {}
         self.steps = 0  # steps whose rows were added
@@ -198,7 +198,7 @@ class Rows:
         u = self.used.get(name)
         if u is not None and row.ndim >= 2:
             a = self.arrays[name]
-            r, k, lead = u
+            r, k, lead = u[0], u[1], u[2]
             q, n = row.shape[-2:]
             if row.shape[:-2] == lead and r + q <= a.shape[-2] and n <= a.shape[-1] and row.size:
                 a[..., r : r + q, :n] = row  # the keys past n hold the pad already (_new)
@@ -215,27 +215,30 @@ class Rows:
             return
         q, n = row.shape[-2:] if row.ndim >= 2 else (0, 0)
         if name not in self.arrays and row.ndim >= 2 and row.size:
-            keys = n + self.total - 1
             share = self.UPFRONT_BYTES // max(1, len(self.pads))  # bytes a row of this output takes, below
-            fit = share // max(1, math.prod(row.shape[:-2]) * keys * 4) // max(1, q) * q
-            self._new(name, (*row.shape[:-2], min(q * self.total, max(q, fit)), keys))
-            self.used[name] = [0, 0, row.shape[:-2]]
+            fit = share // max(1, math.prod(row.shape[:-2]) * (n + self.total - 1) * 4) // max(1, q) * q
+            self.used[name] = [0, 0, row.shape[:-2], n, q]
+            self._new(name, min(q * self.total, max(q, fit)))
             self.add(name, row)
             return
         a = self.arrays.get(name)
-        r, k, lead = self.used[name] if a is not None else (0, 0, ())
-        if a is not None and row.size and row.shape[:-2] == lead and n <= a.shape[-1] and a.shape[-2] < q * self.total:
-            self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))  # more than it had: add ends
-            self.add(name, row)
-            return
+        r, k, lead = self.used[name][:3] if a is not None else (0, 0, ())
+        if a is not None and row.size and row.shape[:-2] == lead and a.shape[-2] < q * self.total:
+            self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))  # more than it had
+            if r + q <= self.arrays[name].shape[-2] and n <= self.arrays[name].shape[-1]:
+                self.add(name, row)
+                return
+            a = self.arrays[name]
         # lead shape or row count changed, more keys or steps than foreseen, an empty map: parts from here, as before
         self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
         self._forget(name)
 
-    def _new(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """``name``'s array: every key the pad at first (a slot reused from an earlier run holds its old bytes);
-        a row then writes only its own keys."""
-        a, self.tokens[name] = self.make(shape)
+    def _new(self, name: str, rows: int) -> np.ndarray:
+        """``name``'s array for ``rows`` rows, and the keys their last step sees (one more a step than the first
+        row's), every key the pad at first (a slot reused from an earlier run holds its old bytes): a row then
+        writes only its own keys."""
+        _, _, lead, first, q = self.used[name]
+        a, self.tokens[name] = self.make((*lead, rows, first + rows // q - 1))
         a[...] = self.pads[name]
         self.arrays[name] = a
         return a
@@ -244,8 +247,8 @@ class Rows:
         """``name``'s array made anew with room for ``rows`` rows, the rows so far copied over, the old one dropped."""
         old, token = self.arrays[name], self.tokens[name]
         r = self.used[name][0]
-        a = self._new(name, (*old.shape[:-2], rows, old.shape[-1]))
-        a[..., :r, :] = old[..., :r, :]
+        a = self._new(name, rows)
+        a[..., :r, : old.shape[-1]] = old[..., :r, :]
         del old
         if token is not None and self.drop is not None:
             self.drop(token)
@@ -255,7 +258,7 @@ class Rows:
         out = {}
         for name in (*self.arrays, *self.parts):
             if name in self.arrays:
-                r, k, _ = self.used[name]
+                r, k = self.used[name][:2]
                 out[name] = self.arrays[name][..., :r, :k]
             else:
                 out[name] = stack_rows(self.parts[name], self.pads[name])

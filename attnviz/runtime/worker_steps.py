@@ -174,8 +174,14 @@ class StepRequests:
                     loop.feeds[k] = np.array(v)
         names = list(chunk.maps)
         checked = self.finite.get(sid, frozenset())
-        finite = {k: all_finite(chunk.maps[k]) for k in names if k in checked}
-        return chunk.ids, chunk.finished, names, [self._rows_item(loop, k, chunk.maps[k]) for k in names], finite
+        try:
+            finite = {k: all_finite(chunk.maps[k]) for k in names if k in checked}
+            items = [self._rows_item(loop, k, chunk.maps[k]) for k in names]
+        except BaseException:
+            if loop.rows is not None:
+                loop.rows.close()  # no reply will name its slots
+            raise
+        return chunk.ids, chunk.finished, names, items, finite
 
     def _rows_item(self: _Child, loop: Loop, name: str, rows: np.ndarray):
         """A reply's item for a generation's rows of one output: the slot they were written into, lent from now on

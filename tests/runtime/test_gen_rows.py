@@ -50,8 +50,9 @@ def test_rows_lay_each_step_out_as_by_hand(pad):
 
 
 def test_rows_past_the_upfront_budget_start_small_and_double():
-    """Rows of 80 bytes with room for 2 made at first: the array doubles to 4, then to 8 (the generation's 8
-    steps), the rows so far copied over and each outgrown array given back; the rows equal the by-hand layout."""
+    """A budget of two full-width rows: the array starts with room for 2 steps (and the 4 keys they see), doubles
+    to 4, then to 8 (the generation's 8 steps), the rows so far copied over and each outgrown array given back;
+    the rows equal the by-hand layout."""
     rng = np.random.default_rng(3)
     steps = [rng.random((1, 2, 1, 3 + i), dtype=np.float32) for i in range(7)]
     make, dropped = _made()
@@ -60,8 +61,9 @@ def test_rows_past_the_upfront_budget_start_small_and_double():
     sizes = []
     for s in steps:
         rows.add("p", s)
-        sizes.append(rows.arrays["p"].shape[-2])
-    assert sizes == [2, 2, 4, 4, 8, 8, 8] and dropped == [0, 1]
+        sizes.append(rows.arrays["p"].shape[-2:])
+    # the keys as far as the rows' steps see: 3 at the first, one more a step
+    assert sizes == [(2, 4), (2, 4), (4, 6), (4, 6), (8, 10), (8, 10), (8, 10)] and dropped == [0, 1]
     want = np.zeros((1, 2, 7, 9), np.float32)
     for i, s in enumerate(steps):
         want[:, :, i, : 3 + i] = s[:, :, 0]
