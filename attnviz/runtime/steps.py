@@ -5,7 +5,9 @@ child (:mod:`attnviz.runtime.host`) a step per request spent most of its time on
 wrote the cache out and read it back every token (issue 26: 2.3–2.9× a plain onnxruntime loop per token).
 Here the whole loop runs next to the session instead: the cache stays where onnxruntime wrote it, the next
 token is chosen there, each step's attention rows are kept, and the caller gets one reply per *chunk* of steps
-(a chunk ends after :data:`CHUNK_S` seconds, so progress and cancellation still reach the caller).
+(a chunk ends after :data:`CHUNK_S` seconds, so progress and cancellation still reach the caller).  The rows go
+straight into one array per map output for the whole generation (:class:`Rows`: in the child a shared slot), which
+the generation's last reply alone names.
 
 Where the session runs on CUDA the cache also stays on the device between steps (:class:`DeviceRun`: IO binding,
 the ``present.*`` outputs left in onnxruntime's device memory and bound as the next step's past inputs); only what
@@ -291,8 +293,9 @@ class Loop:
 
 @dataclass
 class Chunk:
-    """Steps run in one go: the chosen ids (the EOS included when reached), and per map output the steps' rows
-    stacked on the query axis, keys padded to the last step's length."""
+    """Steps run in one go: the chosen ids (the EOS included when reached), and per map output the rows stacked
+    on the query axis, keys padded to the last step's length: this chunk's, or with :attr:`Loop.rows` the whole
+    generation's, given by its last chunk alone (the chunks before it: none)."""
 
     ids: list[int]
     maps: dict[str, np.ndarray] = field(default_factory=dict)
