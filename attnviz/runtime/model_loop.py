@@ -195,7 +195,8 @@ class ModelLoop:
     def _loop_maps(self: _Host, sess, exposed, got: dict, t0: float) -> tuple[list[np.ndarray], dict]:
         """A chunk's maps in this file's site order, from the rows the loop fetched (none before a generation's
         last chunk: :class:`~attnviz.runtime.steps.Rows`), and its run facts."""
-        kept, maps = [], []
+        kept: list[gr.Site] = []
+        maps: list = []
         if got:
             kept, maps, _ = self._collect_maps(exposed, got, 1, "dense")
             if len(kept) != len(self._sites):

@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -182,8 +183,8 @@ class Rows:
         self,
         pads: dict[str, float],
         total: int,
-        make: Callable[[tuple[int, ...]], tuple[np.ndarray, object]] = _fresh,
-        drop: Callable[[object], None] | None = None,
+        make: Callable[[tuple[int, ...]], tuple[np.ndarray, Any]] = _fresh,
+        drop: Callable[[Any], None] | None = None,
     ):
         self.pads = pads
         self.total = max(1, int(total))

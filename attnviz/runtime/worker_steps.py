@@ -44,6 +44,10 @@ class _Child(Protocol):
 
     def _end_loop(self, sid) -> None: ...
 
+    def _rows_array(self, shape: tuple[int, ...]) -> tuple[np.ndarray, Slot | None]: ...
+
+    def _rows_item(self, loop: Loop, name: str, rows: np.ndarray) -> tuple: ...
+
     def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list, dict]: ...
 
 
@@ -183,12 +187,12 @@ class StepRequests:
             raise
         return chunk.ids, chunk.finished, names, items, finite
 
-    def _rows_item(self: _Child, loop: Loop, name: str, rows: np.ndarray):
+    def _rows_item(self: _Child, loop: Loop, name: str, rows: np.ndarray) -> tuple:
         """A reply's item for a generation's rows of one output: the slot they were written into, lent from now on
         (with the rows and keys written where that is less than the slot's array: the parent views that part),
         else packed as any output is."""
         slot = loop.rows.tokens.get(name) if loop.rows is not None else None
-        if not isinstance(slot, Slot):
+        if loop.rows is None or not isinstance(slot, Slot):
             return self._pack(rows)
         # written by every chunk: its age counts from now (stamped when taken, a long generation's slots would be
         # trimmed as stale the moment the parent hands them back, and made anew for the next generation)
