@@ -307,11 +307,12 @@ class ChildProcess:
         held: dict[int, KeptRef] = {}  # likewise a value kept on the child's device (runtime/kept.py)
         for item in items:
             if item[0] == "slot" and item[1] not in lent:
-                lent[item[1]] = self.lend(*item[1:])
+                lent[item[1]] = self.lend(*item[1:4])
             elif item[0] == "kept" and item[1] not in held:
                 held[item[1]] = KeptRef(self, *item[1:])
         return [
-            lent[item[1]] if item[0] == "slot" else held[item[1]] if item[0] == "kept" else item[1] for item in items
+            _part(lent[item[1]], item) if item[0] == "slot" else held[item[1]] if item[0] == "kept" else item[1]
+            for item in items
         ]
 
     def lend(self, slot: int, dtype: str, shape: tuple) -> np.ndarray:
@@ -473,6 +474,15 @@ dropped: list[int] = []  # session ids whose proxies are gone (list.append/pop a
 def shm_dir() -> str | None:
     d = "/dev/shm"
     return d if os.path.isdir(d) and os.access(d, os.W_OK) else None
+
+
+def _part(whole: np.ndarray, item: tuple) -> np.ndarray:
+    """A slot's array, or where the item says (a generation's rows: ``(rows, keys)`` written of its
+    ``[..., rows, keys]``, worker_steps) the part written: a view, which keeps the slot lent as the whole does."""
+    if len(item) < 5:
+        return whole
+    rows, keys = item[4]
+    return whole[..., :rows, :keys]
 
 
 def _note_finite(stages: list, values: list[list], finite: list[dict[str, bool]]) -> None:

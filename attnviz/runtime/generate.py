@@ -124,6 +124,11 @@ class _Buffers:
 _BUFFERS = _Buffers()
 
 
+def buffer_rows(shape: tuple[int, ...]) -> tuple[np.ndarray, None]:
+    """A generation loop's rows array (:class:`~attnviz.runtime.steps.Rows`) from the kept buffers, in-process."""
+    return _BUFFERS.take(shape), None
+
+
 class MapAssembler:
     """Collect each site's step maps ``[B, H, q, k]`` into one ``[B, H, sum q, max k]`` map per site (the keys a
     step could not see yet zero), in memory kept from an earlier generation of the same shapes where it is free."""

@@ -18,9 +18,10 @@ from attnviz import AttnvizError
 from attnviz.runtime import graph as gr
 from attnviz.runtime.chain import First, first_token, reads, resolve, run_bound, run_outs
 from attnviz.runtime.errors import Cancelled, ort_message
+from attnviz.runtime.generate import buffer_rows
 from attnviz.runtime.host import RemoteSession, run_chain_steps
 from attnviz.runtime.isolation import Taken, loop_run
-from attnviz.runtime.steps import CHUNK_S, Chunk, Loop, StepPlan, advance, loop_device, step_run
+from attnviz.runtime.steps import CHUNK_S, Chunk, Loop, Rows, StepPlan, advance, loop_device, step_run
 
 # site methods whose dense output is one [.., q, k] tensor per run: a generation loop stacks each step's rows
 _STACKABLE = ("softmax", "onnx-attention", "mha-qk", "gqa-qk")
@@ -104,7 +105,7 @@ class ModelLoop:
                 if start is not None:
                     sess.memory.check(start[1], None)  # once, as the child does: each step adds one cache row
                     embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
-                    self._loop = Loop(start[0], dict(start[1]), length, embed_run)
+                    self._loop = Loop(start[0], dict(start[1]), length, embed_run, _rows(start[0], n))
                 if self._loop is None:
                     raise AttnvizError("generation lost its cache; generate again")
                 chunk = self._advance_here(sess, token, n, eos)
@@ -159,7 +160,7 @@ class ModelLoop:
                 self._loop = None
                 if not finished and n > 1:
                     embed_run = loop_run(embed_sess.unguarded) if embed_sess is not None else None
-                    self._loop = Loop(start[0], resolve(start[1], outs), length, embed_run)
+                    self._loop = Loop(start[0], resolve(start[1], outs), length, embed_run, _rows(start[0], n - 1))
                     chunk = self._advance_here(sess, token, n - 1, eos)
                     ids, finished, got = ids + chunk.ids, chunk.finished, chunk.maps
         except (AttnvizError, Cancelled):
@@ -192,10 +193,14 @@ class ModelLoop:
         return chunk
 
     def _loop_maps(self: _Host, sess, exposed, got: dict, t0: float) -> tuple[list[np.ndarray], dict]:
-        """A chunk's maps in this file's site order, from the rows the loop fetched, and its run facts."""
-        kept, maps, _ = self._collect_maps(exposed, got, 1, "dense")
-        if len(kept) != len(self._sites):
-            raise AttnvizError("generation with the KV cache lost a site's maps; use the full re-run")
+        """A chunk's maps in this file's site order, from the rows the loop fetched (none before a generation's
+        last chunk: :class:`~attnviz.runtime.steps.Rows`), and its run facts."""
+        kept: list[gr.Site] = []
+        maps: list = []
+        if got:
+            kept, maps, _ = self._collect_maps(exposed, got, 1, "dense")
+            if len(kept) != len(self._sites):
+                raise AttnvizError("generation with the KV cache lost a site's maps; use the full re-run")
         info = {
             "provider": sess.get_providers()[0],
             "provider_note": self.provider_note,
@@ -209,3 +214,9 @@ class ModelLoop:
             info["notes"] = list(self.fidelity)
             info["fidelity"] = list(self.fidelity)
         return [m.array() for m in maps], info
+
+
+def _rows(plan: StepPlan, total: int) -> Rows:
+    """Where an in-process generation's rows go: arrays kept from an earlier generation of the same shapes where
+    they are free (:func:`attnviz.runtime.generate.buffer_rows`)."""
+    return Rows(dict(plan.maps), total, buffer_rows)

@@ -5,7 +5,9 @@ child (:mod:`attnviz.runtime.host`) a step per request spent most of its time on
 wrote the cache out and read it back every token (issue 26: 2.3–2.9× a plain onnxruntime loop per token).
 Here the whole loop runs next to the session instead: the cache stays where onnxruntime wrote it, the next
 token is chosen there, each step's attention rows are kept, and the caller gets one reply per *chunk* of steps
-(a chunk ends after :data:`CHUNK_S` seconds, so progress and cancellation still reach the caller).
+(a chunk ends after :data:`CHUNK_S` seconds, so progress and cancellation still reach the caller).  The rows go
+straight into one array per map output for the whole generation (:class:`Rows`: in the child a shared slot), which
+the generation's last reply alone names.
 
 Where the session runs on CUDA the cache also stays on the device between steps (:class:`DeviceRun`: IO binding,
 the ``present.*`` outputs left in onnxruntime's device memory and bound as the next step's past inputs); only what
@@ -19,10 +21,12 @@ alike, so it imports numpy and :mod:`attnviz.runtime.isolation`'s neighbours onl
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -149,20 +153,150 @@ def _dims(x) -> tuple:
     return tuple(shape()) if callable(shape) else shape
 
 
+def _fresh(shape: tuple[int, ...]) -> tuple[np.ndarray, None]:
+    return np.empty(shape, np.float32), None
+
+
+class Rows:
+    """A generation's map rows, each step's written once, straight into the array the generation's map will be
+    read from: per map output one ``[*lead, q * total, keys]`` array, made at the output's first row for the
+    whole generation (``total`` steps; a step's row sees one key more than the last: keys = the first row's +
+    total - 1), each row followed by the pad on the keys it could not see yet (0 for probabilities, -inf for
+    scores a softmax follows), as :func:`stack_rows` pads them.
+
+    ``make(shape)`` gives the array and a token for it (the child: a slot of its shared memory, so that the
+    generation's last reply names the slot instead of a stacked copy per chunk going through a slot and the
+    parent assembling the copies; issue 26's CUDA rows: 0.3-0.7 ms a token over the in-process loop); ``drop(token)``
+    gives one back that no reply will name (an output whose rows stopped fitting, a generation cancelled or
+    failed: :meth:`close`).  An output whose rows do not fit one array (its lead shape or row count changes, more
+    keys than foreseen, an empty map from an ``If`` branch that did not run) keeps its rows as a list of parts from
+    then on, stacked at the end as before.
+
+    The whole generation's rows are made at once while all outputs' arrays fit :data:`UPFRONT_BYTES` (issue 26's
+    GPT-2 at 1,024 tokens: 4 x 34 MB); beyond it an array starts with the rows that fit its share, and the keys
+    those rows' steps see, and doubles when full (the rows so far copied over), so that a long generation stopped
+    early by EOS does not hold, nor fault in, memory for the steps it never ran."""
+
+    UPFRONT_BYTES = 256 << 20
+
+    def __init__(
+        self,
+        pads: dict[str, float],
+        total: int,
+        make: Callable[[tuple[int, ...]], tuple[np.ndarray, Any]] = _fresh,
+        drop: Callable[[Any], None] | None = None,
+    ):
+        self.pads = pads
+        self.total = max(1, int(total))
+        self.make, self.drop = make, drop
+        self.arrays: dict[str, np.ndarray] = {}
+        self.tokens: dict[str, object] = {}
+        # per array [rows written, the most keys a row saw, the rows' lead shape, the first row's keys, rows a step]:
+        # one lookup a row on the way that runs every step (~3 us a map output, where two slice writes a row and the checks cost ~20)
+        self.used: dict[str, list] = {}
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.steps = 0  # steps whose rows were added
+
+    def add(self, name: str, row: np.ndarray) -> None:
+        u = self.used.get(name)
+        if u is not None and row.ndim >= 2:
+            a = self.arrays[name]
+            r, k, lead = u[0], u[1], u[2]
+            q, n = row.shape[-2:]
+            if row.shape[:-2] == lead and r + q <= a.shape[-2] and n <= a.shape[-1] and row.size:
+                a[..., r : r + q, :n] = row  # the keys past n hold the pad already (_new)
+                u[0] = r + q
+                if n > k:
+                    u[1] = n
+                return
+        self._add(name, row)
+
+    def _add(self, name: str, row: np.ndarray) -> None:
+        """:meth:`add` off its common way: an output's first row, an array outgrown, a row that does not fit."""
+        if name in self.parts:
+            self.parts[name].append(row)
+            return
+        q, n = row.shape[-2:] if row.ndim >= 2 else (0, 0)
+        if name not in self.arrays and row.ndim >= 2 and row.size:
+            share = self.UPFRONT_BYTES // max(1, len(self.pads))  # bytes a row of this output takes, below
+            fit = share // max(1, math.prod(row.shape[:-2]) * (n + self.total - 1) * 4) // max(1, q) * q
+            self.used[name] = [0, 0, row.shape[:-2], n, q]
+            self._new(name, min(q * self.total, max(q, fit)))
+            self.add(name, row)
+            return
+        a = self.arrays.get(name)
+        r, k, lead = self.used[name][:3] if a is not None else (0, 0, ())
+        if a is not None and row.size and row.shape[:-2] == lead and a.shape[-2] < q * self.total:
+            self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))  # more than it had
+            if r + q <= self.arrays[name].shape[-2] and n <= self.arrays[name].shape[-1]:
+                self.add(name, row)
+                return
+            a = self.arrays[name]
+        # lead shape or row count changed, more keys or steps than foreseen, an empty map: parts from here, as before
+        self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
+        self._forget(name)
+
+    def _new(self, name: str, rows: int) -> np.ndarray:
+        """``name``'s array for ``rows`` rows, and the keys their last step sees (one more a step than the first
+        row's), every key the pad at first (a slot reused from an earlier run holds its old bytes): a row then
+        writes only its own keys."""
+        _, _, lead, first, q = self.used[name]
+        a, self.tokens[name] = self.make((*lead, rows, first + rows // q - 1))
+        a[...] = self.pads[name]
+        self.arrays[name] = a
+        return a
+
+    def _grow(self, name: str, rows: int) -> None:
+        """``name``'s array made anew with room for ``rows`` rows, the rows so far copied over, the old one dropped."""
+        old, token = self.arrays[name], self.tokens[name]
+        r = self.used[name][0]
+        a = self._new(name, rows)
+        a[..., :r, : old.shape[-1]] = old[..., :r, :]
+        del old
+        if token is not None and self.drop is not None:
+            self.drop(token)
+
+    def maps(self) -> dict[str, np.ndarray]:
+        """Every output's rows so far: ``[*lead, rows, keys]`` (a view of its array), or its parts stacked."""
+        out = {}
+        for name in (*self.arrays, *self.parts):
+            if name in self.arrays:
+                r, k = self.used[name][:2]
+                out[name] = self.arrays[name][..., :r, :k]
+            else:
+                out[name] = stack_rows(self.parts[name], self.pads[name])
+        return out
+
+    def close(self) -> None:
+        """Give back every array no reply named (the generation was cancelled, failed or replaced)."""
+        for name in list(self.arrays):
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        self.arrays.pop(name, None)
+        self.used.pop(name, None)
+        token = self.tokens.pop(name, None)
+        if token is not None and self.drop is not None:
+            self.drop(token)
+
+
 @dataclass
 class Loop:
-    """A generation in progress: the next step's feeds (the cache included) and the cache's length."""
+    """A generation in progress: the next step's feeds (the cache included) and the cache's length; ``rows``:
+    where its steps' map rows go for the whole generation (None: each chunk stacks its own, :func:`advance`)."""
 
     plan: StepPlan
     feeds: dict[str, np.ndarray]  # a bound loop's (plan.device) carried cache and moved feeds: OrtValues
     length: int
     embed: Callable[[list[str], dict[str, np.ndarray]], list[np.ndarray]] | None = None  # the embedder's run
+    rows: Rows | None = None
 
 
 @dataclass
 class Chunk:
-    """Steps run in one go: the chosen ids (the EOS included when reached), and per map output the steps' rows
-    stacked on the query axis, keys padded to the last step's length."""
+    """Steps run in one go: the chosen ids (the EOS included when reached), and per map output the rows stacked
+    on the query axis, keys padded to the last step's length: this chunk's, or with :attr:`Loop.rows` the whole
+    generation's, given by its last chunk alone (the chunks before it: none)."""
 
     ids: list[int]
     maps: dict[str, np.ndarray] = field(default_factory=dict)
@@ -225,7 +359,8 @@ def advance(
     dtypes = dict(plan.dtypes)
     fetch = list(plan.fetch)
     at = {n: i for i, n in enumerate(fetch)}
-    rows: dict[str, list[np.ndarray]] = {n: [] for n, _ in plan.maps}
+    rows = loop.rows if loop.rows is not None else Rows(dict(plan.maps), steps)
+    names = [n for n, _ in plan.maps]
     f = loop.feeds
     ids: list[int] = []
     finished = False
@@ -256,8 +391,9 @@ def advance(
             # the encoder half of a merged decoder's cache comes back as an empty placeholder: it stays as it was
             if got[0] == have[0] and got[-2] >= have[-2]:
                 f[past] = new
-        for n in rows:
-            rows[n].append(np.asarray(out[at[n]], np.float32))
+        for n in names:
+            rows.add(n, np.asarray(out[at[n]], np.float32))
+        rows.steps += 1
         logits = out[at[plan.logits]]
         token = greedy(logits[0, -1] if logits.ndim == 3 else logits[0], plan.suppress)
         ids.append(token)
@@ -266,5 +402,8 @@ def advance(
             break
         if time.perf_counter() - t0 > budget_s:
             break
-    pads = dict(plan.maps)
-    return Chunk(ids, {n: stack_rows(parts, pads[n]) for n, parts in rows.items() if parts}, finished)
+    if loop.rows is None:
+        return Chunk(ids, rows.maps(), finished)
+    # the generation's rows go out once, with its last chunk (a chunk before it: ids alone)
+    last = finished or rows.steps >= rows.total
+    return Chunk(ids, rows.maps() if last else {}, finished)

@@ -409,7 +409,7 @@ class Server(StepRequests, KeptRequests):
             if op not in self.OPS:
                 raise ValueError(f"unknown op {op!r}")
             reply = getattr(self, self.OPS[op])(*args)
-            if self.trace is not None and op in ("run", "chain", "chain_steps") and not self.replied:
+            if self.trace is not None and op in ("run", "chain", "steps", "chain_steps") and not self.replied:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
             data = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
         except BaseException as e:
@@ -466,7 +466,7 @@ class Server(StepRequests, KeptRequests):
             self.finite.pop(sid, None)
             self.bindings.pop(sid, None)
             self.repeats.pop(sid, None)
-            self.loops.pop(sid, None)
+            self._end_loop(sid)
             self.keep_on.pop(sid, None)
 
 

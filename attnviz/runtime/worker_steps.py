@@ -7,6 +7,7 @@ Imported by the child, which must not import onnx or the engine: numpy and the s
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Protocol
 
@@ -15,9 +16,9 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.runtime.chain import first_token, reads, resolve
 from attnviz.runtime.finite import all_finite
-from attnviz.runtime.isolation import SharedFeed, SlotFeed, Taken, loop_run
-from attnviz.runtime.slots import Pool
-from attnviz.runtime.steps import Loop, advance, step_run
+from attnviz.runtime.isolation import INLINE_BYTES, SharedFeed, SlotFeed, Taken, loop_run
+from attnviz.runtime.slots import Pool, Slot
+from attnviz.runtime.steps import Loop, Rows, advance, step_run
 
 
 class _Child(Protocol):
@@ -39,7 +40,13 @@ class _Child(Protocol):
 
     def _release_items(self, items: list[list]) -> None: ...
 
-    def _loop(self, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict) -> Loop: ...
+    def _loop(self, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict, total: int) -> Loop: ...
+
+    def _end_loop(self, sid) -> None: ...
+
+    def _rows_array(self, shape: tuple[int, ...]) -> tuple[np.ndarray, Slot | None]: ...
+
+    def _rows_item(self, loop: Loop, name: str, rows: np.ndarray) -> tuple: ...
 
     def _chunk(self, sid, token, n, eos, budget, borrowed: dict) -> tuple[list[int], bool, list[str], list, dict]: ...
 
@@ -55,11 +62,13 @@ class StepRequests:
         self.pool.release(released)
         self.pool.run += 1
         borrowed: dict[str, np.ndarray] = {}
+        t0 = time.perf_counter()
         if start is not None:
             plan, feeds, length, embed_sid = start
-            self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
-            self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed)
+            self._end_loop(sid)  # a generation left unfinished (cancelled): its cache goes before the next's
+            self.loops[sid] = self._loop(plan, feeds, length, embed_sid, [], borrowed, n)
         ids, finished, names, items, finite = self._chunk(sid, token, n, eos, budget, borrowed)
+        self._ort_span = (t0, time.perf_counter())
         return ids, finished, names, items, finite, *self.pool.changes()
 
     def chain_steps(self: _Child, stages, sid, start, n, eos, budget, released):
@@ -77,7 +86,7 @@ class StepRequests:
         self.pool.release(released)
         self.pool.run += 1
         plan, feeds, length, first, held, embed_sid = start
-        self.loops.pop(sid, None)  # a generation left unfinished (cancelled): its cache goes before the next's
+        self._end_loop(sid)  # a generation left unfinished (cancelled): its cache goes before the next's
         t0 = time.perf_counter()
         outs, stage_items = self._chain(stages, reads([*(f for _, _, f in stages), feeds]) | {(first[0], first[1])})
         try:
@@ -89,11 +98,11 @@ class StepRequests:
             finite: dict[str, bool] = {}
             if not finished and n > 1:
                 borrowed: dict[str, np.ndarray] = {}
-                self.loops[sid] = self._loop(plan, feeds, length, embed_sid, outs, borrowed)
+                self.loops[sid] = self._loop(plan, feeds, length, embed_sid, outs, borrowed, n - 1)
                 more, finished, names, items, finite = self._chunk(sid, token, n - 1, eos, budget, borrowed)
                 ids += more
         except BaseException:
-            self.loops.pop(sid, None)
+            self._end_loop(sid)
             self._release_items(stage_items)
             raise
         for stage, name in held:
@@ -105,11 +114,13 @@ class StepRequests:
         self._ort_span = (t0, time.perf_counter())
         return ids, finished, names, items, finite, stage_items, stage_finite, *self.pool.changes()
 
-    def _loop(self: _Child, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict) -> Loop:
-        """A new generation's loop on ``feeds``: those from the feed area (rewritten by the parent's next request),
-        slots lent to the parent (handed back by a later request) and a chain's outputs (lent with this reply)
-        are read in place during the first chunk (a Whisper cache is 2 MB) and noted in ``borrowed``, to be
-        copied by :meth:`_chunk` only when the loop goes on past it."""
+    def _loop(self: _Child, plan, feeds: dict, length: int, embed_sid, outs: list, borrowed: dict, total: int) -> Loop:
+        """A new generation's loop of up to ``total`` steps on ``feeds``: those from the feed area (rewritten by
+        the parent's next request), slots lent to the parent (handed back by a later request) and a chain's outputs
+        (lent with this reply) are read in place during the first chunk (a Whisper cache is 2 MB) and noted in
+        ``borrowed``, to be copied by :meth:`_chunk` only when the loop goes on past it.  Its steps' map rows go
+        into slots taken for the whole generation (:class:`~attnviz.runtime.steps.Rows`), named by the reply of
+        its last chunk alone."""
         own = {}
         for k, v in feeds.items():
             if isinstance(v, SharedFeed):
@@ -127,7 +138,24 @@ class StepRequests:
                     "generation lost its embedding model (the model's process restarted); generate again"
                 )
             embed = loop_run(self.sessions[embed_sid][0])
-        return Loop(plan, own, int(length), embed)
+        return Loop(plan, own, int(length), embed, Rows(dict(plan.maps), total, self._rows_array, self.pool.give_back))
+
+    def _rows_array(self: _Child, shape: tuple[int, ...]) -> tuple[np.ndarray, Slot | None]:
+        """A generation's rows of one map output (:class:`~attnviz.runtime.steps.Rows`): in a slot, taken until
+        the reply that names it (or given back when none will); small ones in this process's memory, as
+        :meth:`_pack` keeps them inline."""
+        nbytes = math.prod(shape) * 4
+        slot = self.pool.take(nbytes) if nbytes > INLINE_BYTES else None
+        if slot is None:
+            return np.empty(shape, np.float32), None
+        return slot.array(np.dtype(np.float32), shape), slot
+
+    def _end_loop(self: _Child, sid) -> None:
+        """Drop session ``sid``'s generation before its end (cancelled, failed, replaced): its cache, and the
+        slots its rows were going into (no reply names them)."""
+        loop = self.loops.pop(sid, None)
+        if loop is not None and loop.rows is not None:
+            loop.rows.close()
 
     def _chunk(
         self: _Child, sid, token, n, eos, budget, borrowed: dict
@@ -140,15 +168,35 @@ class StepRequests:
         try:
             chunk = advance(loop, token, n, eos, step_run(self.sessions[sid][0], loop.plan), budget)
         except BaseException:
-            self.loops.pop(sid, None)
+            self._end_loop(sid)
             raise
         if chunk.finished or len(chunk.ids) >= n:
-            self.loops.pop(sid, None)  # the caller asks for exactly the steps it still needs
+            self.loops.pop(sid, None)  # the caller asks for exactly the steps it still needs (the rows: lent below)
         else:
             for k, v in borrowed.items():
                 if loop.feeds.get(k) is v:  # still the parent's bytes (the encoder's half of a cache stays)
                     loop.feeds[k] = np.array(v)
         names = list(chunk.maps)
         checked = self.finite.get(sid, frozenset())
-        finite = {k: all_finite(chunk.maps[k]) for k in names if k in checked}
-        return chunk.ids, chunk.finished, names, [self._pack(chunk.maps[k]) for k in names], finite
+        try:
+            finite = {k: all_finite(chunk.maps[k]) for k in names if k in checked}
+            items = [self._rows_item(loop, k, chunk.maps[k]) for k in names]
+        except BaseException:
+            if loop.rows is not None:
+                loop.rows.close()  # no reply will name its slots
+            raise
+        return chunk.ids, chunk.finished, names, items, finite
+
+    def _rows_item(self: _Child, loop: Loop, name: str, rows: np.ndarray) -> tuple:
+        """A reply's item for a generation's rows of one output: the slot they were written into, lent from now on
+        (with the rows and keys written where that is less than the slot's array: the parent views that part),
+        else packed as any output is."""
+        slot = loop.rows.tokens.get(name) if loop.rows is not None else None
+        if loop.rows is None or not isinstance(slot, Slot):
+            return self._pack(rows)
+        # written by every chunk: its age counts from now (stamped when taken, a long generation's slots would be
+        # trimmed as stale the moment the parent hands them back, and made anew for the next generation)
+        slot.used = self.pool.run
+        whole = loop.rows.arrays[name]
+        item = ("slot", slot.id, whole.dtype.str, whole.shape)
+        return item if rows.shape == whole.shape else (*item, rows.shape[-2:])
