@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (numpy only for the annotation: this module is imported where numpy need not be)
+    import numpy as np
+
 # Messages put model kinds ("encoder", "vision-decoder"), dtypes ("object", "int64") and file kinds before "a";
 # none of them starts with a silent consonant or a "you" sound, so the first letter decides.
 _VOWELS = frozenset("aeiouAEIOU")
@@ -31,7 +36,7 @@ _KIND_WORDS = {
 _SIZED_KIND_WORDS = {"i": "integers", "u": "unsigned integers", "f": "floats"}
 
 
-def dtype_words(dtype) -> str:
+def dtype_words(dtype: np.dtype) -> str:
     """What an array of ``dtype`` (a numpy dtype) holds, in plain words: "text", "64-bit integers", "32-bit
     floats", "records of named fields"; never numpy's codes ("<U1", "|S2", "[('a', '<i4')]")."""
     if dtype.names is not None:
