@@ -218,7 +218,7 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
     "feeds NaN ids": (lambda t: extract_feeds(t, input_ids=np.array([[1.0, np.nan, 2.0]])), ("input_ids", "NaN")),
     "feeds records": (
         lambda t: extract_feeds(t, input_ids=np.zeros((1, 3), dtype=[("a", "i8"), ("b", "f4")])),
-        ("input_ids", "plain numeric"),
+        ("input_ids holds records of named fields", "numeric array"),
     ),
     "feeds batch 0": (lambda t: extract_feeds(t, input_ids=np.zeros((0, 3), np.int64)), ("input_ids", "batch row")),
     # special-token ids in metadata (item 6): numpy overflowed on them, or an end of sequence never matched

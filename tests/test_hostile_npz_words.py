@@ -19,7 +19,10 @@ from attnviz.cli import main
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
 from attnviz.core.io import save_npz
 
-PYTHON_WORDS = re.compile(r"\w+Error\b|BadZipFile|allow_pickle|not a file in the archive|Traceback|np\.str_")
+PYTHON_WORDS = re.compile(
+    r"\w+Error\b|BadZipFile|allow_pickle|not a file in the archive|Traceback|np\.str_|Expecting|line \d+ column|"
+    r"<U\d|\|S\d|<i\d|int32|float64"
+)
 
 
 def _good(tmp: Path) -> Path:
@@ -83,7 +86,10 @@ CASES = {
     "pickled map": (lambda t: _rewritten(t, "p.npz", attn_000=np.array([{}], object)), ["attn_000", "pickled"]),
     "pickled sites": (lambda t: _rewritten(t, "s.npz", sites=np.array([SITES], object)), ["sites", "pickled"]),
     "pickled tokens": (lambda t: _rewritten(t, "k.npz", tokens=np.array(list("abc"), object)), ["tokens", "pickled"]),
-    "int map": (lambda t: _rewritten(t, "i.npz", attn_000=np.ones((1, 1, 3, 3), np.int32)), ["int32", "float"]),
+    "int map": (
+        lambda t: _rewritten(t, "i.npz", attn_000=np.ones((1, 1, 3, 3), np.int32)),
+        ["32-bit integers", "floats"],
+    ),
     "prompt_len list": (lambda t: _rewritten(t, "l.npz", prompt_len=np.array([1, 2])), ["prompt_len", "whole number"]),
     "grid of 4": (
         lambda t: _rewritten(t, "g.npz", patch_grid=np.arange(4)),
@@ -97,6 +103,21 @@ CASES = {
     "generated number": (lambda t: _rewritten(t, "n.npz", generated=np.array(3.5)), ["generated", "texts"]),
     "special words": (lambda t: _rewritten(t, "sp.npz", tokens_special=np.array(list("xyz"))), ["true/false"]),
     "image of words": (lambda t: _rewritten(t, "im.npz", image=np.array(["x"])), ["image", "[H, W"]),
+    # JSON entries: the entry and "not valid JSON", never the parser's "Expecting ',' delimiter" (PYTHON_WORDS)
+    "sites not JSON": (
+        lambda t: _rewritten(t, "sj.npz", sites=np.array('[{"stack": "encoder",, }]')),
+        ["its entry 'sites'", "not valid JSON"],
+    ),
+    "info not JSON": (lambda t: _rewritten(t, "ij.npz", info=np.array('{"a": 1')), ["its entry 'info'", "not valid"]),
+    "sites of numbers": (
+        lambda t: _rewritten(t, "sn.npz", sites=np.array([1, 2, 3])),
+        ["its entry 'sites'", "[3] (64-bit integers)", "not one JSON text"],
+    ),
+    "map of text": (lambda t: _rewritten(t, "mt.npz", attn_000=np.array([["a", "b"]])), ["attn_000", "(text)"]),
+    "map of records": (
+        lambda t: _rewritten(t, "mr.npz", attn_000=np.zeros(3, dtype=[("a", "i4")])),
+        ["attn_000", "records of named fields"],
+    ),
 }
 
 

@@ -42,6 +42,7 @@ from attnviz.core.attention import (
 )
 from attnviz.core.frames import MAX_FRAMES, FramesMap
 from attnviz.core.untrusted import npz_problem, open_regular, parse_json
+from attnviz.core.words import dtype_words
 from attnviz.core.writes import atomic_path
 
 
@@ -125,9 +126,9 @@ def load_npz(path: str | os.PathLike) -> AttentionResult:
 
 
 def _held(a: np.ndarray) -> str:
-    """An array's shape and what it holds, in words ("[1, 5] (texts)"), not numpy's dtype codes ("<U1")."""
-    kind = {"b": "true/false values", "i": "numbers", "u": "numbers", "f": "numbers", "U": "texts"}
-    return f"{list(a.shape)} ({kind.get(a.dtype.kind, 'other data')})"
+    """An array's shape and what it holds, in words ("[1, 5] (text)", "[3] (64-bit integers)"), not numpy's dtype
+    codes ("<U1", "int64")."""
+    return f"{list(a.shape)} ({dtype_words(a.dtype)})"
 
 
 class _Entries:
@@ -156,6 +157,14 @@ class _Entries:
         if a.ndim != 1 or a.dtype.kind != "U":
             raise AttnvizError(f"{self._path}: {name} is {_held(a)}, not one list of texts; {REEXTRACT}")
         return a
+
+    def json(self, name: str) -> Any:
+        """Entry ``name``: one JSON text (``save_npz`` writes a 0-d text array), parsed; malformed, one line naming
+        the entry and the fix, not the JSON parser's words."""
+        a = self[name]
+        if a.ndim != 0 or a.dtype.kind != "U":
+            raise AttnvizError(f"{self._path}: its entry '{name}' is {_held(a)}, not one JSON text; {REEXTRACT}")
+        return parse_json(str(a), f"{self._path}: its entry '{name}'", fix=REEXTRACT, quote=False)
 
     def picture(self, name: str) -> np.ndarray:
         """Entry ``name``: an image, [H, W] or [H, W, 1|3|4] numbers."""
@@ -264,7 +273,7 @@ def _tiles_before(tower: PatchGrid, words: PatchGrid | None) -> int:
 def _parse(z: _Entries, path: Path) -> AttentionResult:
     if "sites" not in z.files:
         raise AttnvizError(f"{path}: has no 'sites' entry; it was not written by 'attnviz extract'")
-    sites = _sites(parse_json(str(z["sites"]), f"{path}: 'sites'", fix=REEXTRACT), path)
+    sites = _sites(z.json("sites"), path)
     if not sites:  # nothing any view or figure could draw
         raise AttnvizError(f"{path}: holds no attention maps (0 sites); {REEXTRACT}")
     maps: list[MapSource] = []
@@ -275,9 +284,7 @@ def _parse(z: _Entries, path: Path) -> AttentionResult:
             maps.append(sized)
             continue
         if a.ndim != 4 or a.dtype.kind != "f":
-            raise AttnvizError(
-                f"{path}: attn_{i:03d} is {a.dtype}{list(a.shape)}, not a float [B, H, Tq, Tk] map; {REEXTRACT}"
-            )
+            raise AttnvizError(f"{path}: attn_{i:03d} is {_held(a)}, not a [B, H, Tq, Tk] map of floats; {REEXTRACT}")
         per_row, side = _frames(z, i, a, path)
         if a.shape[1] != sites[i].heads:  # a site's head count is what every view and ranking labels
             raise AttnvizError(
@@ -288,7 +295,7 @@ def _parse(z: _Entries, path: Path) -> AttentionResult:
                 f"{path}: attn_{i:03d} has an empty axis {list(a.shape)} [B, H, Tq, Tk]; "
                 "extract it again with at least one token and one head"
             )
-        if not np.all(np.isfinite(a)):
+        if not _all_finite(a):
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
         maps.append(DenseMap(a) if per_row is None else FramesMap(a, per_row, side))
 
@@ -349,6 +356,17 @@ REEXTRACT = "extract the maps again with 'attnviz extract'"
 FRAMES_SUFFIX = "_frames"  # attn_NNN_frames: attn_NNN holds a tower's frames' maps, this many frames a row
 KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (its padding's after its frames')
 SIZES_SUFFIX = "_sizes"  # attn_NNN_sizes: each frame's patches, frames of several sizes (attn_NNN flat, in turn)
+FINITE_BAND = 1 << 22  # values checked for NaN/Inf at a time (16 MB of float32): the mask is a band's, not the map's
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """No NaN and no ±Inf in ``a``, checked a band of :data:`FINITE_BAND` values at a time: ``np.isfinite`` of a
+    whole crafted 30,000-token map made a 900 MB mask beside its 3.6 GB.  A map as ``np.load`` reads it is one
+    contiguous block (C or Fortran order), walked as the flat view of it; any other array is checked whole."""
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return bool(np.isfinite(a).all())
+    flat = a.ravel(order="K")  # (a view: the block in memory order)
+    return all(bool(np.isfinite(flat[i : i + FINITE_BAND]).all()) for i in range(0, flat.size, FINITE_BAND))
 
 
 def _sized_frames(z: _Entries, i: int, a: np.ndarray, heads: int, path: Path) -> FramesMap | None:
@@ -380,11 +398,11 @@ def _sized_frames(z: _Entries, i: int, a: np.ndarray, heads: int, path: Path) ->
     if ok:
         m = FramesMap(a.astype(np.float32, copy=False), counts.tolist(), None, sizes=sizes.tolist())
         if side is None or m.shape[2] <= int(side) <= m.shape[2] + MAX_FRAMES * max(m.sizes):
-            if not np.all(np.isfinite(a)):
+            if not _all_finite(a):
                 raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
             return m if side is None else FramesMap(m.blocks, m.per_row, int(side), sizes=m.sizes)
     raise AttnvizError(
-        f"{path}: attn_{i:03d} {a.dtype}{list(a.shape)} is not {heads} heads of the frames {name} names "
+        f"{path}: attn_{i:03d} {_held(a)} is not {heads} heads of the frames {name} names "
         f"(each [H, P, P] flat, counted row by row by {counts_name}); {REEXTRACT}"
     )
 
@@ -486,7 +504,7 @@ def _sites(raw: Any, path: Path) -> list[SiteInfo]:
 
 
 def _info(z: _Entries, path: Path) -> dict:
-    info = parse_json(str(z["info"]), f"{path}: 'info'", fix=REEXTRACT) if "info" in z.files else {}
+    info = z.json("info") if "info" in z.files else {}
     if not isinstance(info, dict):
         raise AttnvizError(f"{path}: 'info' is {type(info).__name__}, not a record of run facts; {REEXTRACT}")
     return info

@@ -117,13 +117,21 @@ def check_json(text: str, what: str, fix: str = "") -> None:
 
 
 def parse_json(
-    data: str | bytes, what: str, limit_bytes: int | None = JSON_MAX_BYTES, fix: str = "", checked: bool = False
+    data: str | bytes,
+    what: str,
+    limit_bytes: int | None = JSON_MAX_BYTES,
+    fix: str = "",
+    checked: bool = False,
+    quote: bool = True,
 ) -> Any:
     """``data`` parsed as JSON, or one :class:`~attnviz.AttnvizError` naming ``what`` (a file, a line, a
     metadata key) and the problem: too large, not UTF-8, nested deeper than :data:`JSON_MAX_DEPTH`, a number
     longer than :data:`JSON_MAX_DIGITS` digits, or not JSON.  ``fix`` (what the user should do) ends the line.
     ``checked``: this very text passed :func:`check_json` in an earlier process (the caller holds the proof: a kept
-    pass, runtime/inputs.py), so its two regex passes are skipped; the rest of the guard stays."""
+    pass, runtime/inputs.py), so its two regex passes are skipped; the rest of the guard stays.  ``quote``: a
+    malformed text's line says where the parser stopped and what it expected (help to whoever wrote the file by
+    hand); False for a text attnviz wrote itself (an ``.npz`` entry), where "Expecting ',' delimiter" helps no one
+    and the fix is to write it again."""
     tail = f"; {fix}" if fix else "; give well-formed JSON"
     if limit_bytes is not None and len(data) > limit_bytes:
         raise AttnvizError(f"{what}: larger than {limit_bytes // 2**20 or 1} MB of JSON{tail}")
@@ -141,6 +149,8 @@ def parse_json(
     except RecursionError:  # the scan above makes this unreachable for JSON; kept so no input can get past
         raise AttnvizError(f"{what}: JSON nested too deeply{tail}") from None
     except ValueError as e:
+        if not quote:
+            raise AttnvizError(f"{what}: not valid JSON (damaged or edited){tail}") from None
         msg = getattr(e, "msg", None) or str(e).splitlines()[0][:80]
         where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
         raise AttnvizError(f"{what}: not valid JSON ({msg}{where}){tail}") from None
@@ -168,6 +178,26 @@ def npz_problem(e: BaseException, entry: str | None = None, other: str = "it is 
     if isinstance(e, NotImplementedError):  # zipfile: a compression method this Python cannot read
         return f"{what} is compressed in a way numpy cannot read"
     return f"{what} is not a numpy array numpy can read" if entry else other
+
+
+class MissingColumn(ValueError):
+    """A Parquet file without a column asked for (its words are attnviz's own: they name the columns it has)."""
+
+
+def parquet_problem(e: BaseException) -> str:
+    """What reading a Parquet file ran into, in plain words instead of pyarrow's ("Parquet magic bytes not found in
+    footer", "Couldn't deserialize thrift: TProtocolException: Invalid data"); a missing column as its own line
+    says.  pyarrow is not imported here: its exceptions are told apart by their words."""
+    text = str(e)
+    if isinstance(e, MissingColumn):
+        return text
+    if isinstance(e, MemoryError):
+        return "it is larger than this machine's free memory"
+    if "size is 0 bytes" in text:
+        return "it is empty"
+    if "magic bytes" in text:
+        return "it is not a Parquet file, or a partial copy cut short"
+    return "it is damaged: parts of it cannot be read"
 
 
 def checkpoint_problem(e: BaseException) -> str:

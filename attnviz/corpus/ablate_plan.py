@@ -137,7 +137,7 @@ def _labels(cfg: AblateCorpusConfig, model, kind: str, n: int, output: str) -> t
 def read_labels(path: str, column: str, n: int) -> list:
     """The ``column`` value of each item of a .jsonl / .parquet corpus (items as :func:`attnviz.corpus.items.
     read_texts` keeps them: records with a non-blank ``text``), the first ``n``."""
-    from attnviz.core.untrusted import parse_json, read_bytes
+    from attnviz.core.untrusted import parquet_problem, parse_json, read_bytes
     from attnviz.corpus.items import decode_texts, read_parquet
 
     p = Path(path)
@@ -152,8 +152,10 @@ def read_labels(path: str, column: str, n: int) -> list:
     elif suffix == ".parquet":
         try:
             t = read_parquet(p, ["text", column])
+        except AttnvizError:
+            raise
         except Exception as e:
-            raise AttnvizError(f"{p.name}: cannot read a {column!r} column ({str(e).splitlines()[0][:160]})") from None
+            raise AttnvizError(f"{p.name}: cannot read a {column!r} column ({parquet_problem(e)})") from None
         texts, values = t.column("text").to_pylist(), t.column(column).to_pylist()
         out = [v for tx, v in zip(texts, values) if isinstance(tx, str) and tx.strip()]
     else:

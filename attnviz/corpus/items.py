@@ -11,7 +11,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.links import may_read
-from attnviz.core.untrusted import open_regular, parse_json, read_bytes
+from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json, read_bytes
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
@@ -135,14 +135,14 @@ def _jsonl(path: Path, cols: Columns) -> list[Row]:
 def read_parquet(path: str | Path, columns: list[str] | None = None):
     """A Parquet file as a pyarrow Table.  Through ``ParquetFile``, not ``pq.read_table``: read_table imports pandas
     (0.2 s warm, about 1 s cold), which opening corpus results in the window paid for nothing.  ParquetFile leaves
-    out a column it does not have without a word, so a missing one is refused here (ValueError)."""
+    out a column it does not have without a word, so a missing one is refused here (:class:`MissingColumn`)."""
     import pyarrow.parquet as pq
 
     with open_regular(path, "parquet file") as fh, pq.ParquetFile(fh) as f:
         names = f.schema_arrow.names
         for c in columns or ():
             if c not in names:
-                raise ValueError(f"no column {c!r}; the file has {', '.join(names) or 'none'}")
+                raise MissingColumn(f"no column {c!r}; the file has {', '.join(names) or 'none'}")
         return f.read(columns=columns)
 
 
@@ -150,9 +150,12 @@ def _parquet(path: Path, cols: Columns) -> list[Row]:
     named = [c for _, c in cols.named()]
     try:
         table = read_parquet(path, ["text", *named])
+    except AttnvizError:
+        raise
     except Exception as e:  # missing column, not parquet
         also = "".join(f" and {c!r}" for c in named)
-        raise AttnvizError(f'{path.name}: cannot read a "text" column{also} ({str(e).splitlines()[0][:160]})') from None
+        fix = "" if isinstance(e, MissingColumn) else '; write it again with a "text" column, or give a .jsonl file'
+        raise AttnvizError(f'{path.name}: cannot read a "text" column{also} ({parquet_problem(e)}){fix}') from None
     check_string_columns(table.schema, ["text", *named], path)
     texts = table.column("text").to_pylist()
     extra = {c: table.column(c).to_pylist() for c in named}

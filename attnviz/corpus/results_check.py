@@ -18,7 +18,7 @@ from typing import Any
 from attnviz import AttnvizError
 from attnviz.core.score_direction import GOLD_SCORES
 from attnviz.core.stats import ROW_STATS
-from attnviz.core.untrusted import inside_folder
+from attnviz.core.untrusted import inside_folder, parquet_problem
 
 # the window lists every head in one table: 10,000 rows draw in about two seconds (Llama-70B has 5,120 heads)
 MAX_HEADS = 10_000
@@ -130,7 +130,7 @@ def table(path: Path, required: dict[str, str], optional: dict[str, str], cap: i
     except AttnvizError:
         raise
     except Exception as e:  # truncated, not Parquet, a corrupt page
-        raise AttnvizError(f"{name}: not readable Parquet ({str(e).splitlines()[0][:120]}); {FIX}") from None
+        raise AttnvizError(f"{name}: not readable Parquet ({parquet_problem(e)}); {FIX}") from None
     for c, kind in {**required, **optional}.items():
         if c not in t.column_names:
             t = t.append_column(c, pa.nulls(t.num_rows, pa.float64() if kind == "number" else pa.string()))

@@ -193,10 +193,13 @@ def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = 
     with open_regular(p, "audio") as f:  # regular files only: a FIFO named clip.wav must not block
         try:
             data, rate = sf.read(f, dtype="float32", always_2d=True)
-        except Exception as e:  # libsndfile's own words: format unknown, truncated header, ...
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        except MemoryError:
+            raise AttnvizError(f"{p.name}: larger than this machine's free memory; give a shorter clip") from None
+        except Exception:  # libsndfile's words quote Python's file object ("Error opening <_io.BufferedReader ...")
             raise AttnvizError(
-                f"{p.name}: not a readable sound file ({why}); give a WAV, FLAC or OGG file", param="audio"
+                f"{p.name}: not a readable sound file (a format libsndfile does not know, or damaged or cut short); "
+                "give a WAV, FLAC or OGG file",
+                param="audio",
             ) from None
     notes = []
     wave = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]

@@ -9,7 +9,7 @@ from collections.abc import Collection
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.words import with_article
+from attnviz.core.words import dtype_words
 from attnviz.runtime import graph as gr
 from attnviz.runtime.inputs import IOInfo
 
@@ -20,13 +20,19 @@ def cast_feed(name: str, i: IOInfo, a: np.ndarray, cast_to: np.dtype) -> np.ndar
     """A feed cast to the input's dtype, refused where the cast would change its values."""
     if cast_to.kind in "iu" and a.dtype.kind == "f":
         if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-            raise AttnvizError(f"input {name!r} expects {i.dtype} ids, got {a.dtype} with non-integer values")
+            raise AttnvizError(
+                f"input {name!r} takes whole numbers ({i.dtype}) and the feeds give {dtype_words(a.dtype)} with "
+                "fractions, NaN or Inf; save whole numbers"
+            )
     if cast_to.kind == "f" and a.dtype.kind not in "fiub":
-        raise AttnvizError(f"input {name!r} expects {i.dtype}, got {a.dtype}")
+        raise AttnvizError(f"input {name!r} takes numbers ({i.dtype}), not {dtype_words(a.dtype)}; save numbers")
     if cast_to.kind in "iu" and a.dtype.kind in "iu" and a.size:  # a cast would wrap (uint64 2⁶⁴-1 -> -1)
         lo, hi = np.iinfo(cast_to).min, np.iinfo(cast_to).max
         if int(a.min()) < lo or int(a.max()) > hi:
-            raise AttnvizError(f"input {name!r} has values outside {i.dtype}'s range ({a.dtype}); fix the feeds")
+            raise AttnvizError(
+                f"input {name!r} holds {dtype_words(a.dtype)} outside {i.dtype}'s range ({lo:,} to {hi:,}); save "
+                "values within it"
+            )
     return a.astype(cast_to)
 
 
@@ -79,9 +85,7 @@ def check_feeds(
             raise AttnvizError(f"missing input {name!r} ({i.describe()}); add it to the feeds")
         a = np.asarray(feeds[name])
         if a.dtype.kind not in "biuf":
-            raise AttnvizError(
-                f"input {name!r} is {with_article(str(a.dtype))} array; feeds must be numeric ({i.describe()})"
-            )
+            raise AttnvizError(f"input {name!r} holds {dtype_words(a.dtype)}; feeds must be numbers ({i.describe()})")
         if a.ndim != i.rank:
             raise AttnvizError(f"input {name!r} expects rank {i.rank} {i.describe()}, got shape {tuple(a.shape)}")
         for ax, want in fixed:

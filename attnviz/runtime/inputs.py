@@ -16,6 +16,7 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import PatchGrid
 from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_text, regular_file
+from attnviz.core.words import dtype_words
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import beside, sidecar
 
@@ -617,7 +618,8 @@ def _check_feed(p: Path, name: str, a: np.ndarray) -> None:
     """A feed from a file is plain numbers with a batch row and no NaN, else one line naming it."""
     if a.dtype.names is not None or a.dtype.kind not in FEED_KINDS:
         raise AttnvizError(
-            f"inputs {p}: {name} is {a.dtype} (records, text or objects); save plain numeric arrays with numpy.savez"
+            f"inputs {p}: {name} holds {dtype_words(a.dtype)}, which no model input takes; save it as a numeric array (whole "
+            "numbers for token ids and masks, floats for pixels and values) with numpy.savez"
         )
     if a.ndim == 0 or a.shape[0] == 0:
         raise AttnvizError(f"inputs {p}: {name} has shape {list(a.shape)}, no batch row; give at least one")

@@ -72,9 +72,12 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
         f.seek(0)
         try:
             model = _parse_by_reference(f, path) or onnx.load_model_from_string(f.read())  # never resolves
-        except Exception as e:
+        except AttnvizError:
+            raise
+        except Exception:  # protobuf's words ("Error parsing message with type 'onnx.ModelProto': Wire format ...")
             raise AttnvizError(
-                f"{path}: not a readable ONNX model ({_short(e)}); the file may be truncated or corrupt — re-export it"
+                f"{path}: not a readable ONNX model (its bytes do not parse as one); the file may be truncated or "
+                "corrupt — re-export it"
             ) from None
     if not model.graph.node:
         raise AttnvizError(
@@ -117,9 +120,10 @@ def load_model_and_data(path: str | Path) -> tuple[onnx.ModelProto, str | None, 
                     t.external_data.add(key="length", value=str(_stored_bytes(t)))
                 try:
                     load_external_data_for_tensor(t, str(base))
-                except Exception as e:
+                except Exception:  # onnx's words name its own internals ("Data of TensorProto ( tensor name: ...")
                     raise AttnvizError(
-                        f"{path}: could not read external data ({_short(e)}); the data file may be truncated"
+                        f"{path}: could not read tensor {t.name[:80]!r} from its external data file; the data file "
+                        "may be truncated — copy it again beside the model"
                     ) from None
                 t.data_location = TensorProto.DEFAULT
                 del t.external_data[:]
@@ -392,8 +396,3 @@ def _sniff(head: bytes) -> str:
     if head.startswith(b"\x89PNG"):
         return "PNG image"
     return "text/JSON"
-
-
-def _short(e: Exception) -> str:
-    s = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return s[:160]

@@ -95,11 +95,21 @@ def _huge(folder: Path) -> None:
 
 # name -> (damage done to a good folder, words the one message must hold)
 CASES = {
+    # pyarrow's words ("Parquet magic bytes not found in footer", "Couldn't deserialize thrift") said in plain ones
     "truncated heads": (
         lambda f: (f / output.HEADS).write_bytes((f / output.HEADS).read_bytes()[:300]),
-        "not readable Parquet",
+        "not readable Parquet (it is not a Parquet file, or a partial copy cut short)",
     ),
-    "garbage examples": (lambda f: (f / output.EXAMPLES).write_bytes(bytes(range(256)) * 20), "not readable Parquet"),
+    "garbage examples": (
+        lambda f: (f / output.EXAMPLES).write_bytes(bytes(range(256)) * 20),
+        "not readable Parquet (it is not a Parquet file, or a partial copy cut short)",
+    ),
+    "damaged heads footer": (
+        lambda f: (f / output.HEADS).write_bytes(
+            (f / output.HEADS).read_bytes()[:-40] + b"\xff" * 32 + (f / output.HEADS).read_bytes()[-8:]
+        ),
+        "not readable Parquet (it is damaged: parts of it cannot be read)",
+    ),
     "run.json a list": (lambda f: (f / output.RUN).write_text("[]"), "not the object"),
     "run.json deeply nested": (lambda f: (f / output.RUN).write_text("[" * 100000 + "]" * 100000), "nested deeper"),
     "run.json wrong types": (lambda f: (f / output.RUN).write_text(json.dumps({"model": 5})), "'model' is int"),
