@@ -85,37 +85,42 @@ class WorkerSetup:
 
     def light(self) -> LightModel | None:
         """The model as earlier commands kept it for a worker (runtime/light_model.py: no onnx imported, nothing
-        parsed), where the device of this worker's sessions is known before one exists (``cpu``, ``cuda``); else
+        parsed), where the device of this worker's sessions is known before one exists (:func:`_device`); else
         None (it opens the model)."""
-        if not _device_known(self):
+        device = _device(self)
+        if device is None:
             return None
         from attnviz.runtime.light_model import light
 
-        return light(self.model, self.provider, self.tokenizer, self.threads)
+        return light(self.model, self.provider, self.tokenizer, self.threads, device)
+
+
+def _device(setup: WorkerSetup) -> str | None:
+    """Where ``setup``'s sessions run, known before one exists (runtime/device.py): "cpu", "cuda", None.  Where it is known, what earlier commands kept for a worker is
+    read back (the probe, the light model: no onnx, no parse, no probe's session), on CUDA as on the CPU; the
+    statistics graph's layout follows it (graph_reduce.InGraphReducer joins the sites on CUDA)."""
+    from attnviz.runtime.device import before_session
+
+    return before_session(setup.model, setup.provider)
 
 
 def _device_known(setup: WorkerSetup) -> bool:
-    """Whether the statistics session's device is known before any session exists (its layout depends on it:
-    graph_reduce.InGraphReducer joins the sites on CUDA).  ``cuda`` runs on CUDA or stops (runtime/session.py
-    refuses a CPU fallback), ``cpu`` on the CPU; ``auto`` on a machine with an NVIDIA GPU lands on CUDA or, without
-    a usable CUDA build, on the CPU: there only a session (the probe's) can tell.  Where it is known, what earlier
-    commands kept for a worker is read back (the probe, the light model: no onnx, no parse, no probe's session),
-    on CUDA as on the CPU: the records name the provider asked for and whether a GPU is present."""
-    from attnviz.runtime.isolation import gpu_present
-
-    return setup.provider in ("cpu", "cuda") or (setup.provider == "auto" and not gpu_present())
+    return _device(setup) is not None
 
 
 def _cpu_only(setup: WorkerSetup) -> bool:
-    return setup.provider != "cuda" and _device_known(setup)
+    return _device(setup) == "cpu"
 
 
 def _probes_in_worker(setup: WorkerSetup) -> bool:
-    """Whether a worker answers the driver's probe.  On the CPU a probe there holds no GPU memory; on CUDA only in
-    the shared layout, whose one process then holds the run's only CUDA session (the probe's, replaced by the
-    statistics session: InGraphReducer.build), where the driver's isolation child would start a process and a CUDA
-    session of its own.  The process layout's GPU workers build their sessions meanwhile instead."""
-    return _cpu_only(setup) or (setup.provider == "cuda" and LAYOUTS[setup.layout].shared)
+    """Whether a worker answers the driver's probe.  On the CPU a probe there holds no GPU memory; on a GPU
+    (``cuda``, or ``auto`` with a GPU present unless it is known to land on the CPU) only in the shared layout,
+    whose one process then holds the run's only CUDA session (the probe's, replaced by the statistics session:
+    InGraphReducer.build), where the driver's isolation child would start a process and a CUDA session of its own;
+    ``auto``'s probe there also keeps where it landed, for the next command (runtime/device.py).  The
+    process layout's GPU workers build their sessions meanwhile instead."""
+    device = _device(setup)
+    return device == "cpu" or (setup.provider in ("cuda", "auto") and LAYOUTS[setup.layout].shared)
 
 
 @dataclass(frozen=True)
@@ -259,8 +264,10 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
             provider = None
         if key is not None and ran and provider is not None:
             pk.keep(key, pk.KeptProbe(model.probe_state(), provider))
-    if key is not None and provider is not None and model.probe_state()[0]:  # and for the next command's light
-        light_model.keep_probe(model, pk.KeptProbe(model.probe_state(), provider))  # worker (none made now)
+    # and for the next command's light worker (none made now); ``auto`` with a GPU present: with the provider its
+    # session landed on, which the next command's worker then takes as its device (runtime/device.py)
+    if provider is not None and model.probe_state()[0]:
+        light_model.keep_probe(model, pk.KeptProbe(model.probe_state(), provider))
     state = model.probe_state()
     if provider is not None and all(s.heads for s in model.sites):  # else the reducer opens its own, as before
         _PROBED = (_opened_as(setup), model)

@@ -51,7 +51,8 @@ class InGraphReducer:
         if join is None:
             # the probe's session says where it ran (no session is made only to ask)
             ran_on = model.open_provider
-            join = ran_on.startswith("CUDA") if ran_on is not None else model.requested_provider == "cuda"
+            # (else where it will run: ``auto`` where it landed before, as a light worker's, InGraphReducer.kept)
+            join = ran_on.startswith("CUDA") if ran_on is not None else _device(model) == "cuda"
         self.joined = join
         wanted = {g.site for g in groups}
         # built by an earlier command's worker where it can be (runtime/statgraph_kept.py: ~0.02 s CPU a worker)
@@ -74,7 +75,7 @@ class InGraphReducer:
         """The reducer an earlier command's worker built for these sites (runtime/light_model.py), its session
         made from the kept graph without opening the model; None where nothing whole is kept for them (then
         :meth:`build` on the model opened as before).  Its graph reduces every site of ``groups``: no map leaves it."""
-        join = model.requested_provider == "cuda"  # as __init__ where no session is open yet
+        join = model.device == "cuda"  # where its session will run (``auto``: where it landed before)
         found = model.stats_session({g.site for g in groups}, False, join)
         if found is None:
             return None
@@ -168,3 +169,10 @@ class InGraphReducer:
             # the tie rule of the graph's sites, so that a model's partial does not depend on which sites it took
             out.append((g, ItemStats.from_rows(values, valid, key_of, tie=True, signs=signs(g.kind))))
         return out
+
+
+def _device(model: AttentionModel) -> str | None:
+    """Where ``model``'s sessions run where none is open yet (runtime/device.py)."""
+    from attnviz.runtime.device import before_session
+
+    return before_session(getattr(model, "path", ""), model.requested_provider)  # (a folder's set: none kept)
