@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/corpus_timeline.py --provider cuda --items 10000 --rounds 3
     OMP_NUM_THREADS=1 ATTNVIZ_CORPUS_LAYOUT=threads python bench/corpus_timeline.py --provider cpu --items 1000
+    OMP_NUM_THREADS=1 python bench/corpus_timeline.py --provider auto --items 10000 --rounds 3   (attnviz's default)
 
 No source edits: bench/timeline_hook.py is installed as ``sitecustomize`` (a folder put first on PYTHONPATH; it hands
 over to the image's own sitecustomize, if any) and stamps every process of each command on ``CLOCK_BOOTTIME``: its
@@ -218,7 +219,7 @@ def did(run: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--items", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
@@ -233,8 +234,11 @@ def main() -> None:
     a = ap.parse_args()
 
     cores = os.cpu_count() or 1
-    workers = a.workers or (4 if a.provider == "cuda" else cores)
-    threads = a.threads or (max(1, cores // 4) if a.provider == "cuda" else 1)
+    from attnviz.runtime.isolation import gpu_present  # (auto: the GPU's rows where one is present)
+
+    gpu = a.provider == "cuda" or (a.provider == "auto" and gpu_present())
+    workers = a.workers or (4 if gpu else cores)
+    threads = a.threads or (max(1, cores // 4) if gpu else 1)
     plain = a.plain or f"1x{cores}"
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -246,7 +250,7 @@ def main() -> None:
         cb.compiled(root)
     base_env = {k: v for k, v in os.environ.items() if k != "ATTNVIZ_TL_DIR"}
     pp = base_env.get("PYTHONPATH", "")
-    layout = base_env.get(LAYOUT_ENV, "") or ("threads" if a.provider == "cuda" else "processes")
+    layout = base_env.get(LAYOUT_ENV, "") or ("threads" if gpu else "processes")
 
     def corpus_cmd(side: str) -> tuple[list[str], Path, dict]:
         root = roots[side]
@@ -266,7 +270,8 @@ def main() -> None:
             "p, t = (int(v) for v in sys.argv[5].split('x')); "
             "cb.plain_child(sys.argv[2], sys.argv[3], sys.argv[4], p, t, sys.argv[6], int(sys.argv[7]))"
         )
-        cmd = [sys.executable, "-c", code, str(BENCH), str(model), tok, str(texts), plain, a.provider, str(a.batch)]
+        on = "cuda" if gpu else "cpu"  # (plain as a user writes it for the device: auto's too)
+        cmd = [sys.executable, "-c", code, str(BENCH), str(model), tok, str(texts), plain, on, str(a.batch)]
         env = {**base_env, "PYTHONPATH": os.pathsep.join([str(hooks), *[p for p in pp.split(os.pathsep) if p]])}
         return cmd, ROOT, env
 

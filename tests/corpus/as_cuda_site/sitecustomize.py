@@ -28,21 +28,25 @@ if os.environ.get("ATTNVIZ_TEST_GPU"):
 
 if os.environ.get("ATTNVIZ_TEST_AS_CUDA"):
     from attnviz.runtime import isolation as _isolation
-    from attnviz.runtime import ort_build as _ort_build
     from attnviz.runtime import session as _session
 
     _real = _session.make_session
-    _real_build = _ort_build.installed
     _gpu_build = not os.environ.get("ATTNVIZ_TEST_CPU_BUILD")
+    try:
+        from attnviz.runtime import ort_build as _ort_build
+    except ImportError:  # (a checkout from before runtime/ort_build.py: bench/corpus_timeline.py --other-root)
+        _ort_build = None
+    if _ort_build is not None:
+        _real_build = _ort_build.installed
 
-    def _installed():
-        build = _real_build()
-        if build is None or not _gpu_build:
-            return build
-        tag = os.environ.get("ATTNVIZ_TEST_ORT_BUILD", "")
-        return [*build[:4], sorted([*build[4], [f"lib{_ort_build.CUDA_LIBRARY}.so{tag}", 1, 0]])]
+        def _installed():
+            build = _real_build()
+            if build is None or not _gpu_build:
+                return build
+            tag = os.environ.get("ATTNVIZ_TEST_ORT_BUILD", "")
+            return [*build[:4], sorted([*build[4], [f"lib{_ort_build.CUDA_LIBRARY}.so{tag}", 1, 0]])]
 
-    _ort_build.installed = _installed
+        _ort_build.installed = _installed
 
     class _AsCuda:
         """A CPU session that says it runs on CUDA (everything else is the session's own)."""
