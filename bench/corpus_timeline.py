@@ -185,6 +185,12 @@ def phases(run: dict) -> dict[str, float | None]:
     return r
 
 
+def cpu_total(run: dict) -> float:
+    """The CPU seconds of the command's processes (driver, workers, isolation child, tracker), each at its last stamp
+    (its exit; a worker killed at the end: its last batch), summed."""
+    return sum(max((c for _, _, _, c in p["events"]), default=0.0) for p in read_stamps(run).values())
+
+
 def did(run: dict) -> list[str]:
     """What each process did: the imports, the sessions it made by provider, its probe, its statistics session."""
     lines = []
@@ -286,6 +292,7 @@ def main() -> None:
         launch(cmd, cwd, env, work / "tl_stamps_warm")
     got: dict[str, list[dict]] = {s: [] for s in sides}
     walls: dict[str, list[str]] = {s: [] for s in sides}
+    cpus: dict[str, list[float]] = {s: [] for s in sides}
     last_runs: dict[str, dict] = {}
     for rnd in range(a.rounds):
         for side in sides:
@@ -293,6 +300,7 @@ def main() -> None:
             run = launch(cmd, cwd, env, work / f"tl_stamps_{side}")
             got[side].append(phases(run))
             walls[side].append(f"{run['returned']:.2f}")
+            cpus[side].append(cpu_total(run))
             last_runs[side] = run
             print(f"  round {rnd}: {side} {run['returned']:.2f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
     names: list[str] = []
@@ -309,6 +317,12 @@ def main() -> None:
         if any(c != "–" for c in cells):
             print(f"| {k} | " + " | ".join(cells) + " |")
     print("\ncommand walls per round (s): " + "; ".join(f"{s} {', '.join(walls[s])}" for s in sides))
+    print(
+        "CPU of all its processes per round (s): "
+        + "; ".join(
+            f"{s} {', '.join(f'{c:.2f}' for c in cpus[s])} (median {statistics.median(cpus[s]):.2f})" for s in sides
+        )
+    )
     meds = {s: statistics.median(r["command returned (pipes closed)"] for r in got[s]) for s in sides}
     if "plain" in meds:
         print("median command vs plain: " + ", ".join(f"{s} {meds['plain'] / meds[s]:.2f}×" for s in sides[1:]))
