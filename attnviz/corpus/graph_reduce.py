@@ -175,4 +175,4 @@ def _device(model: AttentionModel) -> str | None:
     """Where ``model``'s sessions run where none is open yet (runtime/device.py)."""
     from attnviz.runtime.device import before_session
 
-    return before_session(getattr(model, "path", ""), model.requested_provider)  # (a folder's set: none kept)
+    return before_session(model.path, model.requested_provider)  # (a folder: nothing kept, light_model.landed)
