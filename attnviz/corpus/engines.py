@@ -62,8 +62,9 @@ class WorkerSetup:
         from attnviz.runtime.light_model import LightModel
 
         # the probe's session goes first, as when the probe's model was dropped (one copy of the weights, one CUDA
-        # session at a time); its device, which the statistics layout follows, is known (a light model holds none)
-        if _device_known(self) and not isinstance(model, LightModel):
+        # session at a time); its device, which the statistics layout follows, is known (a light model holds none).
+        # Not where only a record says where ``auto`` lands: the probe's session then says where it did
+        if _device_known(self) and not _by_record(self) and not isinstance(model, LightModel):
             model.close_session("dense")
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
         r.prepare()  # the statistics session (elsewhere it replaces the probe's: InGraphReducer.build)
@@ -106,6 +107,12 @@ def _device(setup: WorkerSetup) -> str | None:
 
 def _device_known(setup: WorkerSetup) -> bool:
     return _device(setup) is not None
+
+
+def _by_record(setup: WorkerSetup) -> bool:
+    """``auto`` on CUDA only as far as an earlier command's worker found (runtime/device.py): where the driver plans
+    from this worker's answer (:func:`_probe`), a session made now says it first (CUDA may be unusable since)."""
+    return setup.provider == "auto" and _device(setup) == "cuda"
 
 
 def _cpu_only(setup: WorkerSetup) -> bool:
@@ -175,7 +182,7 @@ def choose_layout(gpu: bool) -> str:
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 # the model this process probed for the driver (_probe), with what it was opened with: its reducer takes it over
 # (_own_reducer), so that a worker that probes opens and probes the model once
-_PROBED: tuple[tuple, AttentionModel | LightModel] | None = None
+_PROBED: tuple[tuple, AttentionModel | LightModel | BatchReducer] | None = None
 
 
 def _enter_worker() -> None:
@@ -223,7 +230,9 @@ def _own_reducer(setup: WorkerSetup, warm: bool) -> BatchReducer:
     global _PROBED
     probed, _PROBED = _PROBED, None
     if probed is not None and probed[0] == _opened_as(setup):
-        return setup.probed(probed[1])
+        from attnviz.corpus.reduce import BatchReducer
+
+        return probed[1] if isinstance(probed[1], BatchReducer) else setup.probed(probed[1])
     return setup.warm() if warm else setup.reducer()
 
 
@@ -243,7 +252,13 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     if light is not None and taken is not None and all(s.heads for s in light.sites):
         # the last command's worker kept this probe for a worker that opens nothing (runtime/light_model.py)
         _PROBED = (_opened_as(setup), light)
-        return light.probe_state(), taken
+        if not _by_record(setup):
+            return light.probe_state(), taken
+        # ``auto`` where it landed on CUDA before: the statistics session first (on CUDA, else the model opened as
+        # ``auto`` opens it: the CPU), and the driver plans for the device it got, as it did from auto's probe
+        ready = _own_reducer(setup, warm=True)
+        _PROBED = (_opened_as(setup), ready)
+        return light.probe_state(), _ran_on(ready)
     from attnviz.runtime import light_model, open_model
     from attnviz.runtime import probe_kept as pk
 
@@ -251,7 +266,8 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     model.keep_optimized = True  # its probe's session from onnxruntime's graph kept by the last command (optcache)
     # the last command's probe of the same file, code and versions (runtime/probe_kept.py): no session with every
     # map exposed is made for one dummy run (~0.1 s CPU); taken before the probe, which may relabel the stacks
-    key = pk.probe_key(model) if _device_known(setup) else None
+    # (not where a record says CUDA for ``auto``: the probe's session says whether it still lands there)
+    key = pk.probe_key(model) if _device_known(setup) and not _by_record(setup) else None
     found = pk.kept(key, len(model.sites)) if key is not None else None
     provider: str | None
     if found is not None and model.adopt_probe(found.state):
@@ -272,6 +288,13 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     if provider is not None and all(s.heads for s in model.sites):  # else the reducer opens its own, as before
         _PROBED = (_opened_as(setup), model)
     return state, provider
+
+
+def _ran_on(r: BatchReducer) -> str:
+    """The provider ``r``'s statistics session runs on (else its model's)."""
+    from attnviz.corpus.graph_reduce import InGraphReducer
+
+    return r.in_graph.sess.provider if isinstance(r.in_graph, InGraphReducer) else r.model.provider
 
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:

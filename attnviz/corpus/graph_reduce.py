@@ -51,8 +51,7 @@ class InGraphReducer:
         if join is None:
             # the probe's session says where it ran (no session is made only to ask)
             ran_on = model.open_provider
-            # (else where it will run: ``auto`` where it landed before, as a light worker's, InGraphReducer.kept)
-            join = ran_on.startswith("CUDA") if ran_on is not None else _device(model) == "cuda"
+            join = ran_on.startswith("CUDA") if ran_on is not None else model.requested_provider == "cuda"
         self.joined = join
         wanted = {g.site for g in groups}
         # built by an earlier command's worker where it can be (runtime/statgraph_kept.py: ~0.02 s CPU a worker)
@@ -169,10 +168,3 @@ class InGraphReducer:
             # the tie rule of the graph's sites, so that a model's partial does not depend on which sites it took
             out.append((g, ItemStats.from_rows(values, valid, key_of, tie=True, signs=signs(g.kind))))
         return out
-
-
-def _device(model: AttentionModel) -> str | None:
-    """Where ``model``'s sessions run where none is open yet (runtime/device.py)."""
-    from attnviz.runtime.device import before_session
-
-    return before_session(model.path, model.requested_provider)  # (a folder: nothing kept, light_model.landed)

@@ -39,7 +39,8 @@ if not (d / 'm.onnx').exists():
     planted_model(d / 'm.onnx')
     (d / 'c.txt').write_text(chr(10).join(corpus_lines(40)))
 argv = ['corpus', str(d / 'm.onnx'), '--texts', str(d / 'c.txt'), '--out', str(d / sys.argv[2]), '--no-progress']
-assert main([*argv, '--workers', '2', '--threads', '1', '--provider', sys.argv[3], '--batch-size', '8']) == 0
+given = [] if sys.argv[4] == 'defaults' else ['--workers', '2', '--threads', '1']  # (else the device's defaults)
+assert main([*argv, *given, '--provider', sys.argv[3], '--batch-size', '8']) == 0
 print(seen)
 """
 
@@ -55,16 +56,19 @@ class Commands:
         for name in ("ATTNVIZ_TEST_GPU", "ATTNVIZ_TEST_AS_CUDA", "ATTNVIZ_FORCE_CPU"):
             self.env.pop(name, None)
 
-    def run(self, name: str, provider: str = "auto", **variables: str) -> tuple[list, dict[int, list[str]], str]:
+    def run(
+        self, name: str, provider: str = "auto", defaults: bool = False, **variables: str
+    ) -> tuple[list, dict[int, list[str]], str]:
         """The pools' processes with the watched modules each had imported when the pool closed, the sessions each
-        process made (as_cuda_site's log), and stderr."""
+        process made (as_cuda_site's log), and stderr.  ``defaults``: the workers and threads the command chooses for
+        the device (else 2 workers × 1 thread)."""
         log = self.folder / f"log_{name}"
         log.mkdir()
         env = {**self.env, **variables}
         if variables:
             env["ATTNVIZ_TEST_AS_CUDA"] = str(log)
         out = subprocess.run(
-            [sys.executable, "-c", CODE, str(self.folder), name, provider],
+            [sys.executable, "-c", CODE, str(self.folder), name, provider, "defaults" if defaults else "given"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -93,7 +97,7 @@ def test_auto_that_landed_on_cuda_runs_as_cuda_from_the_second_command_and_falls
     the command still succeeds on the CPU, as ``auto`` did before, with a ``--provider cpu`` command's bytes; the
     record is forgotten and the next command probes again."""
     c = Commands(tmp_path)
-    c.run("plain_cpu", "cpu")  # (no GPU: the reference bytes, and the model and corpus made)
+    c.run("plain_cpu", "cpu", defaults=True)  # (no GPU: the reference bytes, and the model and corpus made)
     cpu = c.outputs("plain_cpu")
     seen, made = {}, {}
     for name in ("make", "again", "third"):
@@ -115,14 +119,18 @@ def test_auto_that_landed_on_cuda_runs_as_cuda_from_the_second_command_and_falls
     assert list(made_b.values()) == [["cuda stats"]] and seen_b[0][0][1] == [], (made_b, seen_b)
 
     # CUDA unusable now (libraries gone) while the first build's record says CUDA: the worker's CUDA session is
-    # refused, it opens the model as auto does and its statistics session lands on the CPU; no error, CPU's bytes
-    seen_g, made_g, err = c.run("gone", ATTNVIZ_TEST_CUDA_GONE="1", **GPU)
-    assert list(made_g.values()) == [["cuda stats refused", "auto stats on cpu"]], made_g
+    # refused before it answers the driver's probe, it opens the model as auto does and its statistics session lands
+    # on the CPU, and the driver, told the CPU, plans the CPU's workers and threads (as auto's probe made it do):
+    # no error, and a ``--provider cpu`` command's bytes with the device's own defaults
+    seen_g, made_g, err = c.run("gone", defaults=True, ATTNVIZ_TEST_CUDA_GONE="1", **GPU)
+    first = seen_g[0][0][0]  # the first pool's one process (the GPU's layout), then the CPU's pool
+    assert made_g[first] == ["cuda stats refused", "auto stats on cpu"], made_g
+    assert len(seen_g) == 2 and all(s.endswith((" on cpu", " refused")) for ss in made_g.values() for s in ss)
     assert "CUDA was requested" not in err and "Traceback" not in err, err
     assert c.outputs("gone") == cpu
     # the record is forgotten: the next command probes (its session lands on the CPU, and so does the run's)
-    _, made_g, err = c.run("gone_again", ATTNVIZ_TEST_CUDA_GONE="1", **GPU)
-    assert next(iter(made_g.values()))[0] == "auto model on cpu", made_g
+    seen_g, made_g, err = c.run("gone_again", defaults=True, ATTNVIZ_TEST_CUDA_GONE="1", **GPU)
+    assert made_g[seen_g[0][0][0]][0] == "auto model on cpu", made_g
     assert all(s.endswith(" on cpu") for ss in made_g.values() for s in ss), made_g
     assert c.outputs("gone_again") == cpu
     # (and CUDA back: that probe landed on the CPU, which a GPU build's record never vouches for: probed again)
