@@ -154,7 +154,8 @@ def test_auto_on_a_gpu_machine_with_a_cpu_only_onnxruntime_runs_as_cpu(tmp_path)
     assert any(s == "auto model on cpu" for ss in made["make"].values() for s in ss), made["make"]  # probed
     for name in ("again", "third"):
         assert all(modules == [] for _, modules in seen[name][0]), seen[name]
-        assert sorted(made[name].values()) == [["cpu stats on cpu"], ["cpu stats on cpu"]], made[name]
+        # each process that took work made the statistics session only (one of the two may have been left idle)
+        assert made[name] and all(ss == ["cpu stats on cpu"] for ss in made[name].values()), made[name]
 
 
 @pytest.mark.parametrize(
