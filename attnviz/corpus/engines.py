@@ -126,8 +126,11 @@ def _probes_in_worker(setup: WorkerSetup) -> bool:
     InGraphReducer.build), where the driver's isolation child would start a process and a CUDA session of its own;
     ``auto``'s probe there also keeps where it landed, for the next command (runtime/device.py).  The
     process layout's GPU workers build their sessions meanwhile instead."""
-    device = _device(setup)
-    return device == "cpu" or (setup.provider in ("cuda", "auto") and LAYOUTS[setup.layout].shared)
+    from attnviz.runtime.device import before_session
+
+    # (records only ever say CUDA: not read here, in the driver before it imports numpy: WarmPool.start)
+    cpu = before_session(setup.model, setup.provider, kept=False) == "cpu"
+    return cpu or (setup.provider in ("cuda", "auto") and LAYOUTS[setup.layout].shared)
 
 
 @dataclass(frozen=True)
