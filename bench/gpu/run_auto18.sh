@@ -11,6 +11,6 @@ export TAIL=${TAIL:-40}
 source bench/gpu/device_env.sh
 python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers(), 'no CUDA provider'"
 OTHER=(); [ -d .g9/attnviz ] && OTHER=(--other-root .g9)
-step timeline_auto10k "${T_TL:-80}" env OMP_NUM_THREADS=1 python3 bench/corpus_timeline.py --provider auto \
+step timeline_auto10k "${T_TL:-60}" env OMP_NUM_THREADS=1 python3 bench/corpus_timeline.py --provider auto \
   --items 10000 --rounds 3 "${OTHER[@]}"
 TAIL=12 step auto_fallback "${T_FB:-0}" env OMP_NUM_THREADS=1 python3 bench/auto_fallback_check.py "${OTHER[@]}"
