@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/corpus_timeline.py --provider cuda --items 10000 --rounds 3
     OMP_NUM_THREADS=1 ATTNVIZ_CORPUS_LAYOUT=threads python bench/corpus_timeline.py --provider cpu --items 1000
+    OMP_NUM_THREADS=1 python bench/corpus_timeline.py --provider auto --items 10000 --rounds 3   (attnviz's default)
 
 No source edits: bench/timeline_hook.py is installed as ``sitecustomize`` (a folder put first on PYTHONPATH; it hands
 over to the image's own sitecustomize, if any) and stamps every process of each command on ``CLOCK_BOOTTIME``: its
@@ -184,6 +185,12 @@ def phases(run: dict) -> dict[str, float | None]:
     return r
 
 
+def cpu_total(run: dict) -> float:
+    """The CPU seconds of the command's processes (driver, workers, isolation child, tracker), each at its last stamp
+    (its exit; a worker killed at the end: its last batch), summed."""
+    return sum(max((c for _, _, _, c in p["events"]), default=0.0) for p in read_stamps(run).values())
+
+
 def did(run: dict) -> list[str]:
     """What each process did: the imports, the sessions it made by provider, its probe, its statistics session."""
     lines = []
@@ -218,7 +225,7 @@ def did(run: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--provider", default="cpu", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--items", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
@@ -233,8 +240,11 @@ def main() -> None:
     a = ap.parse_args()
 
     cores = os.cpu_count() or 1
-    workers = a.workers or (4 if a.provider == "cuda" else cores)
-    threads = a.threads or (max(1, cores // 4) if a.provider == "cuda" else 1)
+    from attnviz.runtime.isolation import gpu_present  # (auto: the GPU's rows where one is present)
+
+    gpu = a.provider == "cuda" or (a.provider == "auto" and gpu_present())
+    workers = a.workers or (4 if gpu else cores)
+    threads = a.threads or (max(1, cores // 4) if gpu else 1)
     plain = a.plain or f"1x{cores}"
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -246,7 +256,7 @@ def main() -> None:
         cb.compiled(root)
     base_env = {k: v for k, v in os.environ.items() if k != "ATTNVIZ_TL_DIR"}
     pp = base_env.get("PYTHONPATH", "")
-    layout = base_env.get(LAYOUT_ENV, "") or ("threads" if a.provider == "cuda" else "processes")
+    layout = base_env.get(LAYOUT_ENV, "") or ("threads" if gpu else "processes")
 
     def corpus_cmd(side: str) -> tuple[list[str], Path, dict]:
         root = roots[side]
@@ -266,7 +276,8 @@ def main() -> None:
             "p, t = (int(v) for v in sys.argv[5].split('x')); "
             "cb.plain_child(sys.argv[2], sys.argv[3], sys.argv[4], p, t, sys.argv[6], int(sys.argv[7]))"
         )
-        cmd = [sys.executable, "-c", code, str(BENCH), str(model), tok, str(texts), plain, a.provider, str(a.batch)]
+        on = "cuda" if gpu else "cpu"  # (plain as a user writes it for the device: auto's too)
+        cmd = [sys.executable, "-c", code, str(BENCH), str(model), tok, str(texts), plain, on, str(a.batch)]
         env = {**base_env, "PYTHONPATH": os.pathsep.join([str(hooks), *[p for p in pp.split(os.pathsep) if p]])}
         return cmd, ROOT, env
 
@@ -281,6 +292,7 @@ def main() -> None:
         launch(cmd, cwd, env, work / "tl_stamps_warm")
     got: dict[str, list[dict]] = {s: [] for s in sides}
     walls: dict[str, list[str]] = {s: [] for s in sides}
+    cpus: dict[str, list[float]] = {s: [] for s in sides}
     last_runs: dict[str, dict] = {}
     for rnd in range(a.rounds):
         for side in sides:
@@ -288,6 +300,7 @@ def main() -> None:
             run = launch(cmd, cwd, env, work / f"tl_stamps_{side}")
             got[side].append(phases(run))
             walls[side].append(f"{run['returned']:.2f}")
+            cpus[side].append(cpu_total(run))
             last_runs[side] = run
             print(f"  round {rnd}: {side} {run['returned']:.2f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
     names: list[str] = []
@@ -304,6 +317,12 @@ def main() -> None:
         if any(c != "–" for c in cells):
             print(f"| {k} | " + " | ".join(cells) + " |")
     print("\ncommand walls per round (s): " + "; ".join(f"{s} {', '.join(walls[s])}" for s in sides))
+    print(
+        "CPU of all its processes per round (s): "
+        + "; ".join(
+            f"{s} {', '.join(f'{c:.2f}' for c in cpus[s])} (median {statistics.median(cpus[s]):.2f})" for s in sides
+        )
+    )
     meds = {s: statistics.median(r["command returned (pipes closed)"] for r in got[s]) for s in sides}
     if "plain" in meds:
         print("median command vs plain: " + ", ".join(f"{s} {meds['plain'] / meds[s]:.2f}×" for s in sides[1:]))

@@ -62,8 +62,9 @@ class WorkerSetup:
         from attnviz.runtime.light_model import LightModel
 
         # the probe's session goes first, as when the probe's model was dropped (one copy of the weights, one CUDA
-        # session at a time); its device, which the statistics layout follows, is known (a light model holds none)
-        if _device_known(self) and not isinstance(model, LightModel):
+        # session at a time); its device, which the statistics layout follows, is known (a light model holds none).
+        # Not where only a record says where ``auto`` lands: the probe's session then says where it did
+        if _device_known(self) and not _by_record(self) and not isinstance(model, LightModel):
             model.close_session("dense")
         r = BatchReducer(self.model, self.provider, self.tokenizer, self.threads, self.k, opened=model)
         r.prepare()  # the statistics session (elsewhere it replaces the probe's: InGraphReducer.build)
@@ -85,37 +86,51 @@ class WorkerSetup:
 
     def light(self) -> LightModel | None:
         """The model as earlier commands kept it for a worker (runtime/light_model.py: no onnx imported, nothing
-        parsed), where the device of this worker's sessions is known before one exists (``cpu``, ``cuda``); else
+        parsed), where the device of this worker's sessions is known before one exists (:func:`_device`); else
         None (it opens the model)."""
-        if not _device_known(self):
+        device = _device(self)
+        if device is None:
             return None
         from attnviz.runtime.light_model import light
 
-        return light(self.model, self.provider, self.tokenizer, self.threads)
+        return light(self.model, self.provider, self.tokenizer, self.threads, device)
+
+
+def _device(setup: WorkerSetup) -> str | None:
+    """Where ``setup``'s sessions run, known before one exists (runtime/device.py): "cpu", "cuda", None.  Where it is known, what earlier commands kept for a worker is
+    read back (the probe, the light model: no onnx, no parse, no probe's session), on CUDA as on the CPU; the
+    statistics graph's layout follows it (graph_reduce.InGraphReducer joins the sites on CUDA)."""
+    from attnviz.runtime.device import before_session
+
+    return before_session(setup.model, setup.provider)
 
 
 def _device_known(setup: WorkerSetup) -> bool:
-    """Whether the statistics session's device is known before any session exists (its layout depends on it:
-    graph_reduce.InGraphReducer joins the sites on CUDA).  ``cuda`` runs on CUDA or stops (runtime/session.py
-    refuses a CPU fallback), ``cpu`` on the CPU; ``auto`` on a machine with an NVIDIA GPU lands on CUDA or, without
-    a usable CUDA build, on the CPU: there only a session (the probe's) can tell.  Where it is known, what earlier
-    commands kept for a worker is read back (the probe, the light model: no onnx, no parse, no probe's session),
-    on CUDA as on the CPU: the records name the provider asked for and whether a GPU is present."""
-    from attnviz.runtime.isolation import gpu_present
+    return _device(setup) is not None
 
-    return setup.provider in ("cpu", "cuda") or (setup.provider == "auto" and not gpu_present())
+
+def _by_record(setup: WorkerSetup) -> bool:
+    """``auto`` on CUDA only as far as an earlier command's worker found (runtime/device.py): where the driver plans
+    from this worker's answer (:func:`_probe`), a session made now says it first (CUDA may be unusable since)."""
+    return setup.provider == "auto" and _device(setup) == "cuda"
 
 
 def _cpu_only(setup: WorkerSetup) -> bool:
-    return setup.provider != "cuda" and _device_known(setup)
+    return _device(setup) == "cpu"
 
 
 def _probes_in_worker(setup: WorkerSetup) -> bool:
-    """Whether a worker answers the driver's probe.  On the CPU a probe there holds no GPU memory; on CUDA only in
-    the shared layout, whose one process then holds the run's only CUDA session (the probe's, replaced by the
-    statistics session: InGraphReducer.build), where the driver's isolation child would start a process and a CUDA
-    session of its own.  The process layout's GPU workers build their sessions meanwhile instead."""
-    return _cpu_only(setup) or (setup.provider == "cuda" and LAYOUTS[setup.layout].shared)
+    """Whether a worker answers the driver's probe.  On the CPU a probe there holds no GPU memory; on a GPU
+    (``cuda``, or ``auto`` with a GPU present unless it is known to land on the CPU) only in the shared layout,
+    whose one process then holds the run's only CUDA session (the probe's, replaced by the statistics session:
+    InGraphReducer.build), where the driver's isolation child would start a process and a CUDA session of its own;
+    ``auto``'s probe there also keeps where it landed, for the next command (runtime/device.py).  The
+    process layout's GPU workers build their sessions meanwhile instead."""
+    from attnviz.runtime.device import before_session
+
+    # (records only ever say CUDA: not read here, in the driver before it imports numpy: WarmPool.start)
+    cpu = before_session(setup.model, setup.provider, kept=False) == "cpu"
+    return cpu or (setup.provider in ("cuda", "auto") and LAYOUTS[setup.layout].shared)
 
 
 @dataclass(frozen=True)
@@ -170,7 +185,7 @@ def choose_layout(gpu: bool) -> str:
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session
 # the model this process probed for the driver (_probe), with what it was opened with: its reducer takes it over
 # (_own_reducer), so that a worker that probes opens and probes the model once
-_PROBED: tuple[tuple, AttentionModel | LightModel] | None = None
+_PROBED: tuple[tuple, AttentionModel | LightModel | BatchReducer] | None = None
 
 
 def _enter_worker() -> None:
@@ -218,7 +233,9 @@ def _own_reducer(setup: WorkerSetup, warm: bool) -> BatchReducer:
     global _PROBED
     probed, _PROBED = _PROBED, None
     if probed is not None and probed[0] == _opened_as(setup):
-        return setup.probed(probed[1])
+        from attnviz.corpus.reduce import BatchReducer
+
+        return probed[1] if isinstance(probed[1], BatchReducer) else setup.probed(probed[1])
     return setup.warm() if warm else setup.reducer()
 
 
@@ -238,7 +255,13 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     if light is not None and taken is not None and all(s.heads for s in light.sites):
         # the last command's worker kept this probe for a worker that opens nothing (runtime/light_model.py)
         _PROBED = (_opened_as(setup), light)
-        return light.probe_state(), taken
+        if not _by_record(setup):
+            return light.probe_state(), taken
+        # ``auto`` where it landed on CUDA before: the statistics session first (on CUDA, else the model opened as
+        # ``auto`` opens it: the CPU), and the driver plans for the device it got, as it did from auto's probe
+        ready = _own_reducer(setup, warm=True)
+        _PROBED = (_opened_as(setup), ready)
+        return light.probe_state(), _ran_on(ready)
     from attnviz.runtime import light_model, open_model
     from attnviz.runtime import probe_kept as pk
 
@@ -246,7 +269,8 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
     model.keep_optimized = True  # its probe's session from onnxruntime's graph kept by the last command (optcache)
     # the last command's probe of the same file, code and versions (runtime/probe_kept.py): no session with every
     # map exposed is made for one dummy run (~0.1 s CPU); taken before the probe, which may relabel the stacks
-    key = pk.probe_key(model) if _device_known(setup) else None
+    # (not where a record says CUDA for ``auto``: the probe's session says whether it still lands there)
+    key = pk.probe_key(model) if _device_known(setup) and not _by_record(setup) else None
     found = pk.kept(key, len(model.sites)) if key is not None else None
     provider: str | None
     if found is not None and model.adopt_probe(found.state):
@@ -259,12 +283,21 @@ def _probe(setup: WorkerSetup) -> tuple[tuple, str | None]:
             provider = None
         if key is not None and ran and provider is not None:
             pk.keep(key, pk.KeptProbe(model.probe_state(), provider))
-    if key is not None and provider is not None and model.probe_state()[0]:  # and for the next command's light
-        light_model.keep_probe(model, pk.KeptProbe(model.probe_state(), provider))  # worker (none made now)
+    # and for the next command's light worker (none made now); ``auto`` with a GPU present: with the provider its
+    # session landed on, which the next command's worker then takes as its device (runtime/device.py)
+    if provider is not None and model.probe_state()[0]:
+        light_model.keep_probe(model, pk.KeptProbe(model.probe_state(), provider))
     state = model.probe_state()
     if provider is not None and all(s.heads for s in model.sites):  # else the reducer opens its own, as before
         _PROBED = (_opened_as(setup), model)
     return state, provider
+
+
+def _ran_on(r: BatchReducer) -> str:
+    """The provider ``r``'s statistics session runs on (else its model's)."""
+    from attnviz.corpus.graph_reduce import InGraphReducer
+
+    return r.in_graph.sess.provider if isinstance(r.in_graph, InGraphReducer) else r.model.provider
 
 
 def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:

@@ -74,7 +74,7 @@ class InGraphReducer:
         """The reducer an earlier command's worker built for these sites (runtime/light_model.py), its session
         made from the kept graph without opening the model; None where nothing whole is kept for them (then
         :meth:`build` on the model opened as before).  Its graph reduces every site of ``groups``: no map leaves it."""
-        join = model.requested_provider == "cuda"  # as __init__ where no session is open yet
+        join = model.device == "cuda"  # where its session will run (``auto``: where it landed before)
         found = model.stats_session({g.site for g in groups}, False, join)
         if found is None:
             return None

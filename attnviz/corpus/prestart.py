@@ -106,9 +106,11 @@ def prestart(cfg: CorpusConfig) -> list[WarmPool]:
     starts a pool that fits)."""
     if cfg.engine != "local":
         return []
-    from attnviz.runtime.isolation import gpu_present
+    from attnviz.runtime.device import before_session
 
-    gpu = cfg.provider == "cuda" or (cfg.provider == "auto" and gpu_present())
+    # (``auto`` with a GPU present: a GPU unless onnxruntime is a CPU-only build; what a worker kept of where it
+    # landed is not read here, which would import numpy before the workers start)
+    gpu = before_session(cfg.model, cfg.provider, kept=False) != "cpu"
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     threads = cfg.threads or default_threads(workers)
     setup = WorkerSetup(

@@ -1,11 +1,11 @@
 """A corpus worker's model on a second command, read back from the cache without importing onnx.
 
-A text corpus's worker (on the CPU, or on CUDA where ``cuda`` was asked for) opens the model file (onnx's import,
-the parse, the sites and labels), answers the driver's probe from the probe an earlier command kept, and makes its
-statistics session from the statistics graph an earlier command kept (runtime/statgraph_kept.py), whose memory
-plan parses it again: ~0.065-0.075 s CPU a worker, of which onnx's import is ~0.04 s (bench/RESULTS.md, session
-15).  None of it changes from one command to the next on the same file, code and versions.  What the worker needs
-of it is kept here, beside the driver's model summary (runtime/model_summary.py, whose key parts it shares):
+A text corpus's worker (on the CPU, or on CUDA where ``cuda`` was asked for or ``auto`` landed) opens the model file
+(onnx's import, the parse, the sites and labels), answers the driver's probe from the probe an earlier command kept, and
+makes its statistics session from the statistics graph an earlier command kept (runtime/statgraph_kept.py), whose memory
+plan parses it again: ~0.065-0.075 s CPU a worker, of which onnx's import is ~0.04 s (bench/RESULTS.md, session 15).
+None of it changes from one command to the next on the same file, code and versions.  What the worker needs of it is
+kept here, beside the driver's model summary (runtime/model_summary.py, whose key parts it shares):
 
 - the probe (its state and the provider its session ran on), as :mod:`attnviz.runtime.probe_kept` keeps it;
 - per statistics session (the sites as described when it was built, the sites wanted, ``rows``, ``join``): the
@@ -14,7 +14,9 @@ of it is kept here, beside the driver's model summary (runtime/model_summary.py,
   sites the graph reduces, and the memory plan's head (:class:`attnviz.runtime.memory_kept.PlanHead`).
 
 Each is keyed by the file's sha256 (never hashed for this: optcache.file_key), the sidecar files' bytes, attnviz's
-source digest, the onnx, numpy and onnxruntime installations, the provider asked for and whether a GPU is present.
+source digest, the onnx and numpy installations, onnxruntime's build (runtime/ort_build.py), the provider asked
+for and whether a GPU is present.  ``--provider auto`` with a GPU present keeps the provider its probe landed on,
+and a later command's worker runs where it says (:func:`landed`, runtime/device.py).
 Only a model the summary keeps is kept here (one ``.onnx`` file with every weight in it, a text encoder or
 decoder), and only a statistics session that reduces every site it was asked for in the graph, whose optimised
 graph is kept.  Whatever is missing, changed or refused (another file, sidecar, code or version, a record that
@@ -48,11 +50,14 @@ class LightModel:
     (the driver's :class:`~attnviz.runtime.model_summary.ModelSummary`), its probe (:meth:`take_probe`) and its
     statistics sessions (:meth:`stats_session`).  Anything else opens the model itself (:meth:`opened`)."""
 
-    def __init__(self, summary: model_summary.ModelSummary, threads: int | None):
+    def __init__(self, summary: model_summary.ModelSummary, threads: int | None, device: str):
         self.summary = summary
         self.path = summary.path
         self.threads = threads
         self.requested_provider = summary.requested_provider
+        # where its sessions run, known before one exists: "cuda" or "cpu" (``auto``: where it landed before,
+        # :func:`landed`); the statistics session is made there, and its graph laid out for it
+        self.device = device
 
     @property
     def meta(self) -> dict:
@@ -109,7 +114,7 @@ class LightModel:
         try:
             sess, _ = make_session(
                 graph,
-                self.requested_provider,
+                self.device,  # (``auto`` that landed on CUDA: CUDA or an error, never a silent CPU session)
                 self.threads,
                 external_dir=str(self.path.resolve().parent) if external else None,
                 label=self.path.name,
@@ -117,6 +122,10 @@ class LightModel:
                 plan=head,
             )
         except Exception:  # refused (a kept graph onnxruntime no longer takes): opened and built as before
+            if self.device != self.requested_provider:
+                # ``auto`` where it landed on CUDA before, and CUDA cannot be used now: the model is opened as
+                # ``auto`` opens it (on the CPU, laid out for it), and the next command's worker probes again
+                forget_landing(self.path)
             return None
         return ExtraSession(sess, sha, optimized is not None), on
 
@@ -132,15 +141,39 @@ class LightModel:
         return model
 
 
-def light(path: str | Path, provider: str, tokenizer: str | None, threads: int | None) -> LightModel | None:
+def light(
+    path: str | Path, provider: str, tokenizer: str | None, threads: int | None, device: str | None = None
+) -> LightModel | None:
     """The model at ``path`` as earlier commands kept it for a worker, else None (open it as before).  Only where
-    the device is known before a session exists (the caller checks, engines._device_known: the statistics graph's
-    layout depends on it) and for a file."""
+    the ``device`` ("cpu", "cuda"; None: ``provider``'s) is known before a session exists (the caller checks,
+    runtime/device.py: the statistics graph's layout depends on it) and for a file."""
     path = Path(path)
     if not path.is_file():
         return None
     summary = model_summary.kept(path, provider, tokenizer)
-    return LightModel(summary, threads) if summary is not None else None
+    return LightModel(summary, threads, device or provider) if summary is not None else None
+
+
+def landed(path: str | Path) -> str | None:
+    """Where ``--provider auto`` landed with a GPU present the last time a worker probed the model at ``path``
+    with this onnxruntime build, as the probe it kept says: "cuda" where its session ran on CUDA; None where
+    nothing says (no record; another file, code or build; no GPU then; a record forgotten since) or it ran on the
+    CPU (a build with a CUDA provider whose CUDA libraries were missing then: installed since, perhaps).  (A
+    CPU-only build lands on the CPU whatever it kept: runtime/device.py knows that without a record.)"""
+    from attnviz.runtime import ort_build
+
+    path = Path(path)
+    build = ort_build.installed()
+    key = _key(path, "auto", ["probe"], build) if path.is_file() and build is not None else None
+    got = pk.kept_provider(optcache.kept_json(KIND, key)) if key is not None else None
+    return "cuda" if got is not None and got.startswith("CUDA") else None
+
+
+def forget_landing(path: Path) -> None:
+    """Forget where ``auto`` landed for ``path`` (:func:`landed` then says nothing): CUDA failed after it said CUDA."""
+    key = _key(path, "auto", ["probe"])
+    if key is not None:
+        pk.forget(key, KIND)
 
 
 def keep_probe(model: AttentionModel, probe: pk.KeptProbe) -> None:
@@ -200,11 +233,14 @@ def _stats_what(sites: list[SiteInfo], wanted: set[int], rows: bool, join: bool)
     return ["stats", [s.to_dict() for s in sites], sorted(wanted), rows, join]
 
 
-def _key(path: Path, provider: str, what: list) -> optcache.GraphKey | None:
+def _key(path: Path, provider: str, what: list, build: list | None = None) -> optcache.GraphKey | None:
+    """``build``: onnxruntime's (runtime/ort_build.py: a CPU-only build installed over a GPU one of the same version
+    is another key), where the caller has it already."""
+    from attnviz.runtime import ort_build
     from attnviz.runtime.isolation import gpu_present
 
     parts = model_summary.key_parts(path)
-    ort = model_summary.installed_package("onnxruntime")
+    ort = build if build is not None else ort_build.installed()
     if parts is None or ort is None:
         return None
     return optcache.file_key(path, KIND, [FORMAT, *parts, ort, provider, gpu_present(), what])

@@ -1,13 +1,14 @@
 """A model's probe (each site's stack and head count: :meth:`AttentionModel.probe`) kept between commands.
 
-A corpus worker probed the model at every command: a session with every map exposed, made for one run on dummy
-inputs (~0.1 s CPU of MiniLM's worker start-up), to find what the last command on the same file found.  What a
-probe finds depends on the model file, on attnviz's code (finding, labelling and instrumenting the sites, the dummy
-feeds, the causal check) and on onnx, onnxruntime and numpy, so the key names all of them: the file's sha256 where
-every weight lies in it (:meth:`AttentionModel.file_key`), a digest of attnviz's source
-(:func:`attnviz.runtime.optcache.code_digest`), the versions, the provider asked for and whether a GPU is present,
-and the sites and inputs as the graph and its folder's config.json label them before the probe.  An entry that does
-not read back as a probe of these sites is not believed: the probe runs, and keeps its own.
+A corpus worker probed the model at every command: a session with every map exposed, made for one run on dummy inputs
+(~0.1 s CPU of MiniLM's worker start-up), to find what the last command on the same file found.  What a probe finds
+depends on the model file, on attnviz's code (finding, labelling and instrumenting the sites, the dummy feeds, the
+causal check) and on onnx, onnxruntime and numpy, so the key names all of them: the file's sha256 where every weight
+lies in it (:meth:`AttentionModel.file_key`), a digest of attnviz's source
+(:func:`attnviz.runtime.optcache.code_digest`), the versions and onnxruntime's build (runtime/ort_build.py), the
+provider asked for and whether a GPU is present, and the sites and inputs as the graph and its folder's config.json
+label them before the probe.  An entry that does not read back as a probe of these sites is not believed: the probe
+runs, and keeps its own.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ def probe_key(model: AttentionModel) -> optcache.GraphKey | None:
     import onnx
     import onnxruntime
 
+    from attnviz.runtime import ort_build
     from attnviz.runtime.isolation import gpu_present
+
+    build = ort_build.installed()
+    if build is None:
+        return None
 
     def described(code: str) -> list:
         return [
@@ -47,6 +53,7 @@ def probe_key(model: AttentionModel) -> optcache.GraphKey | None:
             code,
             onnx.__version__,
             onnxruntime.__version__,
+            build,
             numpy.__version__,
             model.requested_provider,
             gpu_present(),
@@ -83,6 +90,20 @@ def _parsed(entry: object, sites: int) -> KeptProbe | None:
             return None
         heads.append((s[0], s[1]))
     return KeptProbe((probed, confirmed, heads), provider)
+
+
+def kept_provider(entry: object) -> str | None:
+    """The provider a kept probe's session ran on (an entry as :func:`keep` wrote it, read with
+    ``optcache.kept_json``), without checking its sites; None where it does not read as one."""
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT or not isinstance(entry.get("state"), list):
+        return None
+    provider = entry.get("provider")
+    return provider if isinstance(provider, str) else None
+
+
+def forget(key: optcache.GraphKey, kind: str = KIND) -> None:
+    """Forget the probe kept under ``key``: an entry that reads back as none (the next probe runs and keeps its own)."""
+    optcache.keep_json(kind, key, {"format": FORMAT, "state": None, "provider": None})
 
 
 def keep(key: optcache.GraphKey, probe: KeptProbe, kind: str = KIND) -> None:

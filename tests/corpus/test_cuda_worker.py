@@ -110,16 +110,19 @@ print(seen)
         ("cuda", True, True),
         ("cuda", False, True),  # (no device node: its session is refused in one line, nothing kept is read)
         ("auto", False, True),
-        ("auto", True, False),  # CUDA or, without a usable CUDA build, the CPU: only a session can tell
+        ("auto", True, False),  # a GPU build, nothing kept: CUDA or the CPU, only a session can tell (see
+        # tests/corpus/test_auto_worker.py for auto where it landed before, and a CPU-only build)
     ],
 )
 def test_a_worker_reads_back_what_was_kept_wherever_its_device_is_known(provider, gpu, known, monkeypatch, tmp_path):
     """The light model and the kept probe (engines.WorkerSetup.light, engines._probe's key) and the probe's session
     closed before the statistics session (WorkerSetup.probed) follow whether the device is known before a session
-    exists, on CUDA as on the CPU; only ``auto`` on a GPU machine opens and probes the model at every command."""
-    from attnviz.runtime import light_model
+    exists, on CUDA as on the CPU."""
+    from attnviz.runtime import light_model, ort_build
 
     monkeypatch.setattr(isolation, "gpu_present", lambda: gpu)
+    build = ["init", 1, 1, None, [[f"lib{ort_build.CUDA_LIBRARY}.so", 1, 1]]]  # a GPU build
+    monkeypatch.setattr(ort_build, "installed", lambda: build)
     asked = []
     monkeypatch.setattr(light_model, "light", lambda *a: asked.append(a[1]))
     setup = engines.WorkerSetup(str(tmp_path / "m.onnx"), provider, None, 1, 5, (), 4, layout="threads")

@@ -203,7 +203,7 @@ def test_the_worker_that_probed_opens_and_probes_the_model_once(first, device, p
 
     model, _texts = planted
     if device != "cpu":
-        monkeypatch.setattr(engines, "_device_known", lambda setup: False)
+        monkeypatch.setattr(engines, "_device", lambda setup: None)
     monkeypatch.setenv("ATTNVIZ_INPROCESS", "1")  # as in a pool process (engines._enter_worker)
     # nothing kept by other tests' commands on this model: a worker with a kept probe and statistics session
     # opens no model at all (runtime/light_model.py, tests/corpus/test_light_worker.py)

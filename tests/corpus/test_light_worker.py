@@ -172,8 +172,10 @@ def _opens_as_before(path, specs, want, groups):
 
 def test_another_onnxruntime_opens_the_model(kept, monkeypatch):
     path, specs, want, groups = kept
-    real = model_summary.installed_package
-    monkeypatch.setattr(model_summary, "installed_package", lambda p: ["elsewhere"] if p == "onnxruntime" else real(p))
+    from attnviz.runtime import ort_build
+
+    real = ort_build.installed()  # another build: the same files, one library more (runtime/ort_build.py)
+    monkeypatch.setattr(ort_build, "installed", lambda: [*real[:4], sorted([*real[4], ["libother.so", 1, 0]])])
     light = light_model.light(path, "cpu", None, 1)  # (the driver's summary does not depend on onnxruntime)
     assert light is not None and light.take_probe() is None
     _opens_as_before(path, specs, want, groups)

@@ -25,7 +25,9 @@ def watch_close(engines, seen: list) -> None:
     def close(self, kill: bool = False, wait: bool = True) -> None:
         procs = len(self.pool._processes or {})
         if procs:
-            with mp.Manager() as manager:
+            # spawned, not forked: the driver has threads (and onnxruntime's) running, and a fork of it may start
+            # with the allocator's locks held by one ("corrupted double-linked list" killed a manager once)
+            with mp.get_context("spawn").Manager() as manager:
                 barrier = manager.Barrier(procs)
                 jobs = [self.pool.submit(report, barrier) for _ in range(procs)]
                 seen.append(sorted(j.result(timeout=120) for j in jobs))
