@@ -190,6 +190,22 @@ def native_fault_for_crash_isolation(tmp_path_factory):
 
 
 @pytest.fixture
+def young_gc():
+    """``gc.collect()`` in the test looks only at the objects made since it began: everything older (in the whole
+    suite's process: torch, transformers, Qt, Ray and every earlier test, millions of objects) is frozen for the
+    test's span and thawed after it.  A collection there took seconds under load instead of milliseconds; the
+    tests using this drop results they made themselves and check that those (young) objects are freed, which a
+    young collection decides exactly as a full one (an older object referring to one would keep it alive in both)."""
+    import gc
+
+    gc.freeze()  # (moves the tracked objects to the permanent generation: no traversal, no collection)
+    try:
+        yield
+    finally:
+        gc.unfreeze()  # back into the oldest generation: a later full collection sees them as before
+
+
+@pytest.fixture
 def runs(monkeypatch):
     """Every run of an instrumented session, as the feeds' shapes (a probe runs through the same call)."""
     import numpy as np

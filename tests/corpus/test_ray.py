@@ -200,7 +200,11 @@ def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_pa
 
     model, _ = planted
     texts = tmp_path / "big.txt"
-    texts.write_text("\n".join(corpus_lines(400, seed=9)) + "\n")
+    # 200 items = 7 blocks of 16 batches of 2 (ray_engine.RESUME_BATCHES), one partial file each, written ~2 s
+    # apart: the Ctrl-C below lands after the first one or two with the rest still to go (it was 400: a slower
+    # resume of the same thing)
+    n = 200
+    texts.write_text("\n".join(corpus_lines(n, seed=9)) + "\n")
     out = tmp_path / "out"
     args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "2"]
     args += ["--workers", "1", "--threads", "1", "--provider", "cpu", "--no-progress", "--engine", "ray"]
@@ -234,9 +238,9 @@ def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_pa
     assert kept and (partials / "fingerprint.json").exists() and not (out / "heads.parquet").exists()
 
     s = run_corpus(_cfg(model, texts, out, engine="ray", threads=1, batch_size=2))
-    assert 0 < s.resumed_items < 400 and s.items == 400
+    assert 0 < s.resumed_items < n and s.items == n
     run = json.loads((out / "run.json").read_text())
-    assert run["resumed_from_items"] == s.resumed_items and run["items_this_run"] == 400 - s.resumed_items
+    assert run["resumed_from_items"] == s.resumed_items and run["items_this_run"] == n - s.resumed_items
     assert not partials.exists()
     run_corpus(_cfg(model, texts, tmp_path / "local", batch_size=2))
     _assert_same(_table(tmp_path / "local"), _table(out), tol=1e-6)

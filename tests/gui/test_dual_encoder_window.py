@@ -11,13 +11,14 @@ from gui_helpers import open_and_wait, run_and_wait
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import dual_cache  # (the export, once per machine)
 import hf_models
 
 IMAGE = Path(__file__).resolve().parents[2] / "resources" / "samples" / "captioning.png"
 
 
 def test_siglip_takes_an_image_and_a_text(qtbot, real_window, tmp_path):
-    path = hf_models.export_dual("siglip", "model", tmp_path)
+    path = dual_cache.export_dual("siglip", "model", tmp_path)
     hf_models.word_tokenizer(99, bert_style=False).save_pretrained(str(tmp_path))
     w = real_window
     open_and_wait(qtbot, w, path, image=str(IMAGE), text="a cat on a mat")

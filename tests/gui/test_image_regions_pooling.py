@@ -18,6 +18,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
+import dual_cache  # (the export, once per machine)
 import hf_models
 
 IMAGE = Path(__file__).resolve().parents[2] / "resources" / "samples" / "captioning.png"
@@ -37,7 +38,7 @@ def placed(labels: list[str], row: np.ndarray) -> np.ndarray:
 
 
 def test_siglips_pooling_head_over_the_patches(qtbot, real_window, tmp_path):
-    path = hf_models.export_dual("siglip", "model", tmp_path)
+    path = dual_cache.export_dual("siglip", "model", tmp_path)
     hf_models.word_tokenizer(99, bert_style=False).save_pretrained(str(tmp_path))
     w = real_window
     open_and_wait(qtbot, w, path, image=str(IMAGE), text="a cat on a mat")

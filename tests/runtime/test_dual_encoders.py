@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import dual_cache  # noqa: E402  (the exports, once per machine)
 import hf_models  # noqa: E402
 import onnx_builders  # noqa: E402
 
@@ -33,7 +34,7 @@ def dual(tmp_path_factory):
 
     def get(arch, part="model"):
         if (arch, part) not in cache:
-            cache[arch, part] = hf_models.export_dual(arch, part, folder)
+            cache[arch, part] = dual_cache.export_dual(arch, part, folder)
         return cache[arch, part]
 
     return get

@@ -6,11 +6,15 @@ import gc
 import weakref
 
 import numpy as np
+import pytest
 from onnx import helper
 from onnx_builders import tiny_text_model
 
 from attnviz.runtime import graph as gr
 from attnviz.runtime import open_model
+
+# gc.collect() here frees what each test made; not a traversal of the whole suite's heap (conftest.py)
+pytestmark = pytest.mark.usefixtures("young_gc")
 
 
 def test_an_edited_graph_runs_beside_the_model(tmp_path):

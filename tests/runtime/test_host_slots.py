@@ -19,6 +19,9 @@ from attnviz.runtime import host, open_model
 from attnviz.runtime.isolation import INLINE_BYTES
 from attnviz.runtime.worker import KEEP_RUNS, ShapeLinks, _slot_size
 
+# gc.collect() here frees what each test made; not a traversal of the whole suite's heap (conftest.py)
+pytestmark = pytest.mark.usefixtures("young_gc")
+
 IDS_A = np.array([[1] + [3, 4, 5, 6, 7] * 40 + [2]], np.int64)  # 202 tokens: 320 kB per map, > INLINE_BYTES
 IDS_B = np.array([[1] + [7, 6, 5, 4, 3] * 40 + [2]], np.int64)
 

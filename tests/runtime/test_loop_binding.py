@@ -29,6 +29,9 @@ from attnviz.runtime.isolation import INLINE_BYTES, SlotFeed
 from attnviz.runtime.steps import BINDING_ENV, DeviceRun, Loop, advance, loop_device
 from attnviz.runtime.worker import Server
 
+# gc.collect() here frees what each test made; not a traversal of the whole suite's heap (conftest.py)
+pytestmark = pytest.mark.usefixtures("young_gc")
+
 STEPS = 10
 
 

@@ -14,6 +14,9 @@ from attnviz.runtime import host
 from attnviz.runtime import model as rm
 from attnviz.runtime.sitemaps import KeptMap, RecomputeMap
 
+# gc.collect() here frees what each test made; not a traversal of the whole suite's heap (conftest.py)
+pytestmark = pytest.mark.usefixtures("young_gc")
+
 # the head model's Q·Kᵀ is onnxruntime's MatMul, the host recompute's numpy's: on this CPU they agreed bit for bit
 # (max |difference| 0 over these models and MiniLM at 512 tokens, measured); another summation order (a GPU's
 # kernels) would move probabilities in the last float32 bits, which this allows

@@ -1,16 +1,18 @@
 """``attnviz align``: round trip on a model with a known alignment (toy-reverse), errors, and agreement with the
 training evaluation on the shipped translation demo."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from attnviz.cli import main
 from attnviz.core import align
 
+REVERSE_RECIPE = dict(steps=400, lr=1e-2, align_weight=1.0, align_heads=[[0, 1]], align_convention="predict")
 
-@pytest.fixture(scope="module")
-def reverse_model(tmp_path_factory):
-    """toy-reverse (target = source reversed: gold link j <-> n-1-j), one head trained as aligner (~15 s)."""
+
+def _train_reverse(out: Path) -> None:
     import torch
 
     from attnviz.training.export import export
@@ -20,14 +22,38 @@ def reverse_model(tmp_path_factory):
     torch.set_num_threads(1)
     task = get_task("toy-reverse")
     mcfg, tcfg = task.configs("tiny")
-    tcfg.steps, tcfg.lr = 400, 1e-2
-    tcfg.align_weight, tcfg.align_heads, tcfg.align_convention = 1.0, [[0, 1]], "predict"
+    for k, v in REVERSE_RECIPE.items():
+        setattr(tcfg, k, v)
     trainer = Trainer(task, mcfg, tcfg)
     for _ in trainer.events():
         pass
-    path = tmp_path_factory.mktemp("rev") / "reverse.onnx"
-    export(trainer.model, task, mcfg, tcfg, path)
-    return path
+    export(trainer.model, task, mcfg, tcfg, out / "reverse.onnx")
+
+
+@pytest.fixture(scope="module")
+def reverse_model(tmp_path_factory):
+    """toy-reverse (target = source reversed: gold link j <-> n-1-j), one head trained as aligner (~15 s): trained
+    and exported once per machine (tests/build_cache.py, keyed on the recipe and on the sources of the package's
+    trainer, tasks and exporter), a copy per session.  What the tests check, the alignment read back against the
+    reversal's own gold links, does not depend on which run trained it."""
+    import inspect
+    import shutil
+
+    import build_cache
+
+    from attnviz.training import export, loop, tasks
+
+    key = [
+        "toy-reverse",
+        repr(REVERSE_RECIPE),
+        inspect.getsource(_train_reverse),
+        *build_cache.sources(export, loop, tasks),
+    ]
+    cached = build_cache.cached_folder("align-reverse", key, _train_reverse)
+    folder = tmp_path_factory.mktemp("rev")
+    for f in cached.iterdir():  # the model and whatever the exporter wrote beside it
+        shutil.copy2(f, folder / f.name)
+    return folder / "reverse.onnx"
 
 
 @pytest.fixture()

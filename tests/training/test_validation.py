@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnviz import AttnvizError
+from attnviz.cli import main
 from attnviz.training import checkpoint as ckpt
 from attnviz.training import data_translation as dt
 from attnviz.training.loop import Trainer
@@ -122,21 +123,23 @@ def test_label_smoothing_matches_the_hand_formula():
     assert float(task.loss(logits, {"labels": labels})) == pytest.approx(float(want), rel=1e-6)
 
 
-def test_set_overrides_reach_the_stored_config_and_bad_ones_are_one_line(tmp_path):
+def test_set_overrides_reach_the_stored_config_and_bad_ones_are_one_line(tmp_path, capsys):
     out = tmp_path / "r"
-    cmd = [sys.executable, "-m", "attnviz", "train", "translation-synthetic", "--preset", "tiny", "--steps", "2"]
-    ok = subprocess.run(
-        cmd + ["--out", str(out), "--set", "dropout=0.25", "--set", "align_heads=[[0,1]]", "--set", "align_weight=1"],
+    args = ["train", "translation-synthetic", "--preset", "tiny", "--steps", "2"]
+    ok = subprocess.run(  # the console path, in a fresh interpreter, once
+        [sys.executable, "-m", "attnviz", *args]
+        + ["--out", str(out), "--set", "dropout=0.25", "--set", "align_heads=[[0,1]]", "--set", "align_weight=1"],
         capture_output=True,
         text=True,
     )
     assert ok.returncode == 0, ok.stderr
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["model"]["dropout"] == 0.25 and cfg["train"]["align_heads"] == [[0, 1]]
+    # the refusals through the same main() in this process (each subprocess paid seconds of torch import)
     for bad, msg in (("nosuch=1", "no such"), ("dropout", "FIELD=VALUE"), ("align_convention=sideways", "one of")):
-        r = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "--set", bad], capture_output=True, text=True)
-        assert r.returncode == 2 and msg in r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert main([*args, "--out", str(tmp_path / "b"), "--set", bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
 def test_init_from_starts_with_the_runs_weights_and_tokenizers(tmp_path):
@@ -227,7 +230,7 @@ def test_bleu_floor_needs_validation_and_a_translating_task():
         Trainer(seq, mcfg, tcfg)
 
 
-def test_set_values_of_the_wrong_kind_are_refused_in_one_line_before_training(tmp_path):
+def test_set_values_of_the_wrong_kind_are_refused_in_one_line_before_training(tmp_path, capsys):
     from attnviz.training.commands.train import _apply_overrides
 
     mcfg, tcfg = get_task("translation-synthetic").configs("tiny")
@@ -247,9 +250,10 @@ def test_set_values_of_the_wrong_kind_are_refused_in_one_line_before_training(tm
             _apply_overrides(*get_task("translation-synthetic").configs("tiny"), [bad])
         assert str(e.value) == msg
     # on the command line: exit 2 and that one line (it was an internal error, exit 1, from steps // 10)
-    cmd = [sys.executable, "-m", "attnviz", "train", "translation-synthetic", "--preset", "tiny"]
-    r = subprocess.run(cmd + ["--out", str(tmp_path / "r"), "--set", "steps=abc"], capture_output=True, text=True)
-    assert (r.returncode, r.stderr.strip()) == (2, "attnviz: error: --set steps=abc: steps takes a whole number")
+    # (main() in this process: the console path of `train` runs in a fresh interpreter in the test above)
+    cmd = ["train", "translation-synthetic", "--preset", "tiny"]
+    rc = main(cmd + ["--out", str(tmp_path / "r"), "--set", "steps=abc"])
+    assert (rc, capsys.readouterr().err.strip()) == (2, "attnviz: error: --set steps=abc: steps takes a whole number")
     assert not (tmp_path / "r").exists()
 
 
