@@ -177,7 +177,9 @@ def test_sizes_that_do_not_fit_the_maps_are_one_line(pair, tmp_path, name, value
                 dst.writestr(item, src.read(item))
         with dst.open(name, "w") as f:
             np.lib.format.write_array(f, value)
-    with pytest.raises(AttnvizError, match="attn_000 float32.* is not 3 heads of the frames attn_000_sizes") as e:
+    with pytest.raises(
+        AttnvizError, match=r"attn_000 \[\d+\] \(32-bit floats\) is not 3 heads of the frames attn_000_sizes"
+    ) as e:
         io.load_npz(bad)
     assert "\n" not in str(e.value) and "extract the maps again" in str(e.value)
 

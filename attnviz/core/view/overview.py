@@ -73,10 +73,18 @@ def _pool_axis(m: np.ndarray, f: int, axis: int) -> np.ndarray:
     n = m.shape[axis]
     full = n - n % f
     lead = (slice(None),) * (axis % m.ndim)
-    whole = m[lead + (slice(0, full),)]
-    out = whole.reshape(m.shape[: axis % m.ndim] + (full // f, f) + m.shape[axis % m.ndim + 1 :]).max(
-        axis=axis % m.ndim + 1
-    )
+    if axis % m.ndim == m.ndim - 1:
+        # along the last axis a reshape's max reduces runs of f contiguous floats, which numpy does element by
+        # element (37 ms for a 2,048² head at f = 2, the Head map's every head switch); f strided maxima read the
+        # same values in whole rows (0.8 ms).  Maxima are exact in any order: the same cells bit for bit.
+        out = m[..., 0:full:f].copy()
+        for i in range(1, f):
+            np.maximum(out, m[..., i:full:f], out=out)
+    else:
+        whole = m[lead + (slice(0, full),)]
+        out = whole.reshape(m.shape[: axis % m.ndim] + (full // f, f) + m.shape[axis % m.ndim + 1 :]).max(
+            axis=axis % m.ndim + 1
+        )
     if full < n:
         tail = np.maximum(m[lead + (slice(full, n),)].max(axis=axis, keepdims=True), 0)
         out = np.concatenate([out, tail.astype(out.dtype)], axis=axis)
