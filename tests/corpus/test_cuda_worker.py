@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import worker_modules
 
 from attnviz.corpus import engines
 from attnviz.runtime import isolation
@@ -34,24 +35,9 @@ def test_a_second_cuda_commands_worker_opens_nothing_and_makes_only_the_statisti
     """The GPU's layout (engines.LAYOUTS "threads"): one process, which probes for the driver.  (The process layout,
     forced on a GPU, still opens the model in each worker: its driver probes in its isolation child and keeps no
     summary of the model for a light worker, runtime/model_summary.py.)"""
-    code = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r}); sys.path.insert(0, {str(HERE.parent)!r})
-from pathlib import Path
-from attnviz.corpus import engines
-import worker_modules
-seen = []
-worker_modules.watch_close(engines, seen)
-from attnviz.cli import main
-d = Path({str(tmp_path)!r})
-if sys.argv[1] == 'make':
-    from planted import planted_model, corpus_lines
-    planted_model(d / 'm.onnx')
-    (d / 'c.txt').write_text(chr(10).join(corpus_lines(40)))
-argv = ['corpus', str(d / 'm.onnx'), '--texts', str(d / 'c.txt'), '--out', str(d / sys.argv[1]), '--no-progress']
-assert main([*argv, '--workers', '2', '--threads', '1', '--provider', 'cuda', '--batch-size', '8']) == 0
-print(seen)
-"""
+    code = worker_modules.command_script(
+        tmp_path, ["--workers", "2", "--threads", "1", "--provider", "cuda", "--batch-size", "8"]
+    )
     path = os.pathsep.join([str(HERE / "as_cuda_site"), str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "ATTNVIZ_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": path}
     env.pop(engines.LAYOUT_ENV, None)  # the device's own: threads on a GPU

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import worker_modules
 from planted import corpus_lines, planted_model
 
 from attnviz.corpus import engines, graph_reduce
@@ -29,25 +30,7 @@ def test_a_second_commands_workers_import_no_onnx_and_write_the_same_bytes(tmp_p
     """Asked from inside each worker process (tests/corpus/worker_modules.py: a task per process, before the pool
     closes): the first command's workers opened the model; a later command's import neither onnx nor the model's
     code; every command writes the same heads.parquet and examples.parquet."""
-    here = Path(__file__).parent
-    code = f"""
-import sys
-sys.path.insert(0, {str(here)!r}); sys.path.insert(0, {str(here.parent)!r})
-from pathlib import Path
-from attnviz.corpus import engines
-import worker_modules
-seen = []
-worker_modules.watch_close(engines, seen)
-from attnviz.cli import main
-d = Path({str(tmp_path)!r})
-if sys.argv[1] == 'make':
-    from planted import planted_model, corpus_lines
-    planted_model(d / 'm.onnx')
-    (d / 'c.txt').write_text(chr(10).join(corpus_lines(40)))
-argv = ['corpus', str(d / 'm.onnx'), '--texts', str(d / 'c.txt'), '--out', str(d / sys.argv[1]), '--no-progress']
-assert main([*argv, '--workers', '2', '--provider', 'cpu', '--batch-size', '8']) == 0
-print(seen)
-"""
+    code = worker_modules.command_script(tmp_path, ["--workers", "2", "--provider", "cpu", "--batch-size", "8"])
     env = {**os.environ, "ATTNVIZ_CACHE_DIR": str(tmp_path / "cache")}  # nothing kept by another test's commands
     seen = {}
     for name in ("make", "again", "third"):

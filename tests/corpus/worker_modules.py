@@ -34,3 +34,29 @@ def watch_close(engines, seen: list) -> None:
         real(self, kill, wait)
 
     engines.WarmPool.close = close
+
+
+def command_script(folder, flags: list[str]) -> str:
+    """A ``python -c`` script that runs ``attnviz corpus`` over the planted model and a 40-line corpus in ``folder``
+    (made by the run whose argument is ``make``; each run writes into ``folder / argv[1]``) with ``flags``, every
+    pool the driver closes reporting its processes' modules, and prints them (tests/corpus/test_light_worker.py,
+    test_cuda_worker.py)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return f"""
+import sys
+sys.path.insert(0, {here!r}); sys.path.insert(0, {os.path.dirname(here)!r})
+from pathlib import Path
+from attnviz.corpus import engines
+import worker_modules
+seen = []
+worker_modules.watch_close(engines, seen)
+from attnviz.cli import main
+d = Path({str(folder)!r})
+if sys.argv[1] == 'make':
+    from planted import planted_model, corpus_lines
+    planted_model(d / 'm.onnx')
+    (d / 'c.txt').write_text(chr(10).join(corpus_lines(40)))
+argv = ['corpus', str(d / 'm.onnx'), '--texts', str(d / 'c.txt'), '--out', str(d / sys.argv[1]), '--no-progress']
+assert main([*argv, *{flags!r}]) == 0
+print(seen)
+"""
