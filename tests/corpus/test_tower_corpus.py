@@ -198,10 +198,8 @@ def _cfg(tower, images, out, **kw) -> CorpusConfig:
     )
 
 
-def test_a_resumed_run_gives_the_same_tables(tower, images, results, tmp_path):
-    """Interrupted after its first batch and run again: the checkpoint keeps the example images' frames, so the
-    patches are named as by the uninterrupted run (the same tables, bit for bit)."""
-    cut = tmp_path / "cut"
+def _interrupted_after_two(tower, images, cut) -> None:
+    """A run stopped (Ctrl-C) once two batches are done: its checkpoint is left in ``cut``."""
 
     def stop(done):
         if done >= 2:
@@ -209,6 +207,14 @@ def test_a_resumed_run_gives_the_same_tables(tower, images, results, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         run_corpus(_cfg(tower, images, cut), on_batch=stop)
+
+
+def test_a_resumed_run_gives_the_same_tables(tower, images, results, tmp_path):
+    """Interrupted after its first batch and run again: the checkpoint keeps the example images' frames, so the
+    patches are named as by the uninterrupted run (the same tables, bit for bit)."""
+    cut = tmp_path / "cut"
+
+    _interrupted_after_two(tower, images, cut)
     assert (cut / CHECKPOINT).exists() and not (cut / "heads.parquet").exists()
     s = run_corpus(_cfg(tower, images, cut))
     assert s.resumed_items == 2 and s.items == len(SHAPES)
@@ -221,12 +227,7 @@ def test_a_checkpoint_from_before_the_split_was_kept_resumes(tower, images, resu
     run names them."""
     cut = tmp_path / "old"
 
-    def stop(done):
-        if done >= 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_corpus(_cfg(tower, images, cut), on_batch=stop)
+    _interrupted_after_two(tower, images, cut)
     with np.load(cut / CHECKPOINT) as z:
         kept = {k: z[k] for k in z.files}
     older = {i: f[:3] for i, f in json.loads(str(kept["frames"])).items()}
