@@ -103,10 +103,12 @@ def run_compare_corpus(cfg: CompareCorpusConfig, on_batch: Callable[[int], None]
                 p.close(kill=True)
 
 
-def _gpu(provider: str) -> bool:
-    from attnviz.runtime.isolation import gpu_present
+def _gpu(provider: str, model: str | Path) -> bool:
+    """Whether the workers are laid out for a GPU: ``cuda``, or ``auto`` unless it is known to land on the CPU (no
+    NVIDIA GPU, or an onnxruntime build without the CUDA provider: runtime/device.py, as the corpus decides)."""
+    from attnviz.runtime.device import before_session
 
-    return provider == "cuda" or (provider == "auto" and gpu_present())
+    return before_session(model, provider, kept=False) != "cpu"
 
 
 def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> CompareCorpusResult:
@@ -116,7 +118,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     from attnviz.runtime import open_model
 
     t_start = time.perf_counter()
-    gpu = _gpu(cfg.provider)
+    gpu = _gpu(cfg.provider, cfg.a)
     workers = cfg.workers or default_workers(cfg.provider, gpu, cfg.engine)
     threads = cfg.threads or default_threads(workers)
     early = CompareSetup(cfg.a, cfg.b, cfg.provider, cfg.tokenizer, threads, workers, (), (), cfg.ray_address, gpu)
