@@ -116,14 +116,7 @@ def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:
     with zeros.  Rows first, through a reshape: that reads the map once, contiguously (72 maps of 2,048² in
     about the time memory takes to deliver them), and leaves a map ``f`` times smaller for the columns.
     """
-    tq, tk = m.shape[-2:]
-    fq = -(-tq // max_side)
-    fk = -(-tk // max_side)
-    if fq > 1:
-        m = _pool_axis(m, fq, -2)
-    if fk > 1:
-        m = _pool_axis(m, fk, -1)
-    return m
+    return pool_to(m, max_side, max_side)[0]
 
 
 def pool_dropped(m: np.ndarray, drop_q: np.ndarray, drop_k: np.ndarray, max_side: int = THUMB) -> np.ndarray:
