@@ -172,6 +172,16 @@ LAYOUTS = {
 }
 LAYOUT_BY_DEVICE = {False: "processes", True: "threads"}  # keyed by "the sessions run on a GPU"
 LAYOUT_ENV = "ATTNVIZ_CORPUS_LAYOUT"  # a layout forced for every device (benches compare them; tests run both)
+CHUNK_ENV = "ATTNVIZ_CORPUS_CHUNK"  # batches a task, forced (bench/corpus_ab.py compares task sizes)
+
+
+def _chunk_forced() -> int:
+    v = os.environ.get(CHUNK_ENV, "").strip()
+    if not v:
+        return 0
+    if not v.isdigit() or int(v) < 1:
+        raise AttnvizError(f"{CHUNK_ENV}={v!r}: give the batches a task as a whole number, 1 or more, or unset it")
+    return int(v)
 
 
 def choose_layout(gpu: bool) -> str:
@@ -311,7 +321,13 @@ def _work(setup: WorkerSetup, specs: list[BatchSpec]) -> list[Partial]:
     if _REDUCER is None or _REDUCER.groups != list(setup.groups):  # warm-up failed (or saw other heads): again
         _enter_worker()
         _REDUCER = _own_reducer(setup, warm=False)
-    return _REDUCER.many(specs, LAYOUTS[setup.layout].depth(setup.workers))
+    parts = _REDUCER.many(specs, LAYOUTS[setup.layout].depth(setup.workers))
+    if not isinstance(_REDUCER, BatchReducer):  # (`attnviz ablate`'s workers: partials of their own)
+        return parts
+    from attnviz.corpus.reduce import combine
+
+    # one partial a task: the driver gets one small message and one fold where it got one a batch
+    return combine(parts, _REDUCER.k)
 
 
 @dataclass
@@ -426,7 +442,7 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
         offered = False
     pool = warm.pool
     lay = LAYOUTS[setup.layout]
-    chunk = lay.chunk(setup.gpu)
+    chunk = _chunk_forced() or lay.chunk(setup.gpu)
     todo = (specs[i : i + chunk] for i in range(0, len(specs), chunk))
     window: deque = deque()
     done = False

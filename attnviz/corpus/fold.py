@@ -93,6 +93,12 @@ class Partial:
     # rows, its patch columns, the processor's tile rows, its tile columns: 0, 0 unsplit), so that an example's row,
     # key and frame are named as the view names them
     frames: dict[int, FrameShape] = field(default_factory=dict)
+    # a worker's task of several batches folded into one partial (reduce.combine): ``batches`` consecutive batches
+    # from ``batch_id``, and each one's ``sums`` [batches, NH, S] for the driver to add one by one, in batch order
+    # (float64 sums added in another grouping differ in their last bits: the results' bytes would depend on the
+    # task size); ``sums`` above is then their sum in that order
+    batches: int = 1
+    batch_sums: np.ndarray | None = None
 
 
 FrameShape = tuple[int, int, int, int, int]  # Partial.frames: (frames, patch rows, patch cols, tile rows, tile cols)

@@ -378,6 +378,48 @@ class BatchReducer:
             return None
 
 
+def combine(parts: list[Partial], k: int) -> list[Partial]:
+    """A worker's task of consecutive batches as ONE partial: their top lists merged here (exactly as the driver's
+    :meth:`Accumulator.fold` merges them: each row's ``k`` best by value, ties to the lower item id — an order that
+    does not depend on how the batches are grouped), their counts summed (integers), and each batch's ``sums`` kept
+    for the driver to add one by one.  On a GPU the one worker's 32 partials a task were ~4 MB pickled, sent while
+    the driver folded the task before (~18 ms a task on an H100 between two tasks, the device idle) and 32 folds in
+    the driver; now ~0.2 MB and one fold (bench/RESULTS.md, session 19).  Partials that carry more than statistics
+    (generated tokens, gold links, audio, words, frames) stay as they are."""
+    if len(parts) < 2 or not all(_plain_partial(p) for p in parts):
+        return parts
+    acc = Accumulator(parts[0].sums.shape[0], k)
+    acc.next_batch = parts[0].batch_id
+    for p in parts:
+        acc.fold(p)
+    return [
+        Partial(
+            parts[0].batch_id,
+            acc.items,
+            acc.tokens,
+            acc.sums,
+            acc.counts,
+            acc.top_value,
+            acc.top_item,
+            acc.top_row,
+            acc.top_col,
+            batches=len(parts),
+            batch_sums=np.stack([p.sums for p in parts]),
+        )
+    ]
+
+
+def _plain_partial(p: object) -> bool:
+    return (
+        type(p) is Partial
+        and p.batches == 1
+        and not (p.generated or p.words or p.frames)
+        and p.gold is None
+        and p.gold_top_value is None
+        and p.audio is None
+    )
+
+
 class Accumulator:
     """Running totals; ``fold`` takes partials strictly in batch order."""
 
@@ -425,7 +467,7 @@ class Accumulator:
             gold_top_item=worst[1],
             generated=generated,
             frames=frames,
-            sums=self.sums + p.sums,
+            sums=self._summed(p),
             counts=self.counts + p.counts,
             items=self.items + p.items,
             tokens=self.tokens + p.tokens,
@@ -433,8 +475,18 @@ class Accumulator:
             top_item=top_item,
             top_row=top_row,
             top_col=top_col,
-            next_batch=self.next_batch + 1,
+            next_batch=self.next_batch + p.batches,
         )
+
+    def _summed(self, p: Partial) -> np.ndarray:
+        """The sums with ``p``'s added batch by batch (a combined task's too: the same float64 additions, in the same
+        order, whatever the task size)."""
+        if p.batch_sums is None:
+            return self.sums + p.sums
+        sums = self.sums
+        for s in p.batch_sums:
+            sums = sums + s
+        return sums
 
     def _merged(self, p: Partial) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The top lists with ``p``'s candidates merged in: each (statistic, head) row's ``k`` best by value, ties to

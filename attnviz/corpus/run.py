@@ -226,8 +226,8 @@ def _run(
                 output.prepare_write()
                 items = stream.items()
             if stream.fingerprint is not None and (
-                acc.next_batch == 1 or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
-            ):  # first batch: resumable at once
+                acc.next_batch == part.batches or time.perf_counter() - last_save > CHECKPOINT_EVERY_S
+            ):  # first batch (or task of batches): resumable at once
                 acc.save(ckpt, stream.fingerprint, stream.settings)
                 last_save = time.perf_counter()
             if on_batch is not None:

@@ -79,10 +79,19 @@ def child(spec: dict) -> None:
         a = time.perf_counter()
         sess.run(None, feeds)
         runs.append(time.perf_counter() - a)
-    print(json.dumps({
-        "import": t1 - t0, "preload": t2 - t1, "session": t3 - t2, "first": t4 - t3,
-        "run": statistics.median(runs), "provider": sess.get_providers()[0], "check": check,
-    }))
+    print(
+        json.dumps(
+            {
+                "import": t1 - t0,
+                "preload": t2 - t1,
+                "session": t3 - t2,
+                "first": t4 - t3,
+                "run": statistics.median(runs),
+                "provider": sess.get_providers()[0],
+                "check": check,
+            }
+        )
+    )
 
 
 def stats_graph(model: str, out: Path, join: bool) -> None:
@@ -98,8 +107,9 @@ def stats_graph(model: str, out: Path, join: bool) -> None:
 
 
 def run(spec: dict) -> dict:
-    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, timeout=120
+    )
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if not lines:
         return {"error": (p.stderr.strip().splitlines() or ["no output"])[-1][:200]}
@@ -122,8 +132,16 @@ def main() -> None:
     # provider's fused nodes and its Memcpy nodes
     for level, on_cpu in (("basic", False), ("all", False), ("extended", True)):
         name = f"{level}{'_cpu' if on_cpu else ''}"
-        r = run({"path": str(stats), "level": level, "preload": True, "provider": a.provider, "save_on_cpu": on_cpu,
-                 "save": str(work / f"csc_stats_{name}.onnx")})
+        r = run(
+            {
+                "path": str(stats),
+                "level": level,
+                "preload": True,
+                "provider": a.provider,
+                "save_on_cpu": on_cpu,
+                "save": str(work / f"csc_stats_{name}.onnx"),
+            }
+        )
         print(f"saved at {name}: {r}")
     P = a.provider
     variants = {
@@ -133,15 +151,31 @@ def main() -> None:
         "stats, extended": {"path": str(stats), "level": "extended", "preload": True},
         "stats, basic": {"path": str(stats), "level": "basic", "preload": True},
         "stats, disable": {"path": str(stats), "level": "disable", "preload": True},
-        "stats kept at basic, loaded at all": {"path": str(work / "csc_stats_basic.onnx"), "level": "all", "preload": True},
+        "stats kept at basic, loaded at all": {
+            "path": str(work / "csc_stats_basic.onnx"),
+            "level": "all",
+            "preload": True,
+        },
         "stats kept at basic, loaded at basic": {
-            "path": str(work / "csc_stats_basic.onnx"), "level": "basic", "preload": True},
+            "path": str(work / "csc_stats_basic.onnx"),
+            "level": "basic",
+            "preload": True,
+        },
         "stats kept at all, loaded at disable": {
-            "path": str(work / "csc_stats_all.onnx"), "level": "disable", "preload": True},
+            "path": str(work / "csc_stats_all.onnx"),
+            "level": "disable",
+            "preload": True,
+        },
         "stats kept at extended by CPU, loaded at disable": {
-            "path": str(work / "csc_stats_extended_cpu.onnx"), "level": "disable", "preload": True},
+            "path": str(work / "csc_stats_extended_cpu.onnx"),
+            "level": "disable",
+            "preload": True,
+        },
         "stats kept at extended by CPU, loaded at basic": {
-            "path": str(work / "csc_stats_extended_cpu.onnx"), "level": "basic", "preload": True},
+            "path": str(work / "csc_stats_extended_cpu.onnx"),
+            "level": "basic",
+            "preload": True,
+        },
     }
     got: dict[str, list[dict]] = {k: [] for k in variants}
     for r in range(a.rounds):
@@ -149,15 +183,19 @@ def main() -> None:
         for k in order:
             got[k].append(run({**variants[k], "provider": P}))
     print(f"\n{P}, median of {a.rounds} fresh processes (s; run = one batch of 32 x 24, median of 20)")
-    print(f"{'variant':50s} {'import':>7s} {'preload':>8s} {'session':>8s} {'first':>7s} {'run ms':>7s}  provider, outputs' sum")
+    print(
+        f"{'variant':50s} {'import':>7s} {'preload':>8s} {'session':>8s} {'first':>7s} {'run ms':>7s}  provider, outputs' sum"
+    )
     for k, rs in got.items():
         ok = [x for x in rs if "error" not in x]
         if not ok:
             print(f"{k:50s} error: {rs[0]['error']}")
             continue
         med = {f: statistics.median(x[f] for x in ok) for f in ("import", "preload", "session", "first", "run")}
-        print(f"{k:50s} {med['import']:7.3f} {med['preload']:8.3f} {med['session']:8.3f} {med['first']:7.3f} "
-              f"{1000 * med['run']:7.2f}  {ok[0]['provider'][:4]}, {ok[0]['check']:.6g}")
+        print(
+            f"{k:50s} {med['import']:7.3f} {med['preload']:8.3f} {med['session']:8.3f} {med['first']:7.3f} "
+            f"{1000 * med['run']:7.2f}  {ok[0]['provider'][:4]}, {ok[0]['check']:.6g}"
+        )
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

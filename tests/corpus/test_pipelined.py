@@ -6,12 +6,28 @@ import pytest
 from planted import corpus_lines, planted_model
 
 from attnviz.corpus import graph_reduce
-from attnviz.corpus.engines import WorkerSetup, local_engine
+from attnviz.corpus.engines import GPU_CHUNK, WorkerSetup, local_engine
 from attnviz.corpus.items import read_texts
 from attnviz.corpus.plan import encode_items, plan_text
-from attnviz.corpus.reduce import BatchReducer, layout
+from attnviz.corpus.reduce import Accumulator, BatchReducer, layout
 
 FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
+
+
+def _folded(parts, k=3):
+    """What the driver makes of ``parts``: its accumulator folded in order."""
+    acc = Accumulator(parts[0].sums.shape[0], k)
+    for p in parts:
+        acc.fold(p)
+    return acc
+
+
+def _same_folded(a, b):
+    """Two engines' partials (per batch, or tasks of batches combined in the worker) fold to the same bytes."""
+    x, y = _folded(a), _folded(b)
+    assert (x.next_batch, x.items, x.tokens) == (y.next_batch, y.items, y.tokens)
+    for f in FIELDS:
+        assert getattr(x, f).tobytes() == getattr(y, f).tobytes(), f
 
 
 def _same(a, b):
@@ -101,8 +117,10 @@ def test_gpu_engine_tasks_of_several_batches(batches):
     for gpu in (False, True):
         setup = WorkerSetup(str(model), "cpu", None, 1, 3, groups, 1, gpu=gpu)
         runs[gpu] = list(local_engine(setup, specs))
-    _same(runs[True], runs[False])
-    assert len(runs[True]) == len(specs)
+    _same_folded(runs[True], runs[False])
+    # one partial a batch on a CPU, one a task of GPU_CHUNK batches on a GPU (reduce.combine)
+    assert len(runs[False]) == len(specs)
+    assert [p.batches for p in runs[True]] == [len(specs[i : i + GPU_CHUNK]) for i in range(0, len(specs), GPU_CHUNK)]
 
 
 def test_the_shared_layout_gives_the_process_layouts_partials(batches, monkeypatch):
@@ -121,5 +139,6 @@ def test_the_shared_layout_gives_the_process_layouts_partials(batches, monkeypat
     for name in ("processes", "threads"):
         setup = WorkerSetup(str(model), "cpu", None, 1, 3, groups, 3, layout=name)
         runs[name] = list(local_engine(setup, specs))
-    _same(runs["threads"], runs["processes"])
-    assert len(runs["threads"]) == len(specs) > 2 * shared.chunk_cpu
+    _same_folded(runs["threads"], runs["processes"])
+    assert len(specs) > 2 * shared.chunk_cpu and len(runs["processes"]) == len(specs)
+    assert [p.batches for p in runs["threads"]] == [len(specs[i : i + 2]) for i in range(0, len(specs), 2)]

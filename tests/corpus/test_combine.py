@@ -1,0 +1,73 @@
+"""A worker's task of batches combined into one partial (reduce.combine) folds in the driver to exactly what the
+batches folded one by one give: the same sums (float64, added batch by batch), counts and top lists (ties to the
+lower item id, empty slots, NaN), for any grouping of the batches into tasks."""
+
+import numpy as np
+import pytest
+
+from attnviz.corpus.fold import Partial, S
+from attnviz.corpus.reduce import Accumulator, combine
+
+NH, K = 7, 5
+FIELDS = ("sums", "counts", "top_value", "top_item", "top_row", "top_col")
+
+
+def _batch(rng, batch_id: int, first_item: int, b: int) -> Partial:
+    kb = min(K, b)
+    # few distinct values: many ties between items, which the merge breaks by item id
+    v = rng.integers(0, 4, (S, NH, kb)).astype(np.float64) / 4
+    v[rng.random(v.shape) < 0.05] = -np.inf  # items with no counted row
+    v[rng.random(v.shape) < 0.02] = np.nan
+    items = first_item + np.stack([rng.permutation(b)[:kb] for _ in range(S * NH)]).reshape(S, NH, kb)
+    order = np.lexsort((items, -v), axis=-1)  # a batch's own list is sorted as fold_items sorts it
+    v, items = np.take_along_axis(v, order, -1), np.take_along_axis(items, order, -1)
+    return Partial(
+        batch_id,
+        b,
+        int(rng.integers(b, 40 * b)),
+        rng.standard_normal((NH, S)) * 10.0 ** rng.integers(-3, 4, (NH, S)),  # magnitudes whose sums round
+        rng.integers(0, 500, (NH, S)),
+        v,
+        items.astype(np.int64),
+        rng.integers(0, 40, (S, NH, kb)),
+        rng.integers(0, 40, (S, NH, kb)),
+    )
+
+
+def _fold(parts) -> Accumulator:
+    acc = Accumulator(NH, K)
+    for p in parts:
+        acc.fold(p)
+    return acc
+
+
+@pytest.mark.parametrize("task", [2, 3, 8, 32])
+def test_combined_tasks_fold_to_the_same_bytes(task):
+    rng = np.random.default_rng(task)
+    sizes = [int(x) for x in rng.integers(1, 9, 40)]  # batches smaller than k too: lists with empty slots
+    starts = np.cumsum([0, *sizes[:-1]])
+    batches = [_batch(rng, i, int(s), b) for i, (s, b) in enumerate(zip(starts, sizes))]
+    one = _fold(batches)
+    tasks = [p for i in range(0, len(batches), task) for p in combine(batches[i : i + task], K)]
+    assert [p.batches for p in tasks] == [len(batches[i : i + task]) for i in range(0, len(batches), task)]
+    many = _fold(tasks)
+    assert (
+        (many.next_batch, many.items, many.tokens)
+        == (one.next_batch, one.items, one.tokens)
+        == (40, sum(sizes), one.tokens)
+    )
+    for f in FIELDS:
+        assert getattr(many, f).tobytes() == getattr(one, f).tobytes(), f
+    # the grouping matters to float64 sums: added as one pre-summed array the bytes would differ somewhere
+    presummed = one.sums - one.sums
+    for p in tasks:
+        presummed = presummed + p.sums
+    assert not np.array_equal(presummed, one.sums)
+
+
+def test_partials_that_carry_more_than_statistics_are_left_as_they_are():
+    rng = np.random.default_rng(0)
+    a, b = _batch(rng, 0, 0, 6), _batch(rng, 1, 6, 6)
+    b.generated = {7: ["the", "</s>"]}
+    assert combine([a, b], K) == [a, b]
+    assert combine([a], K) == [a]
