@@ -1,0 +1,135 @@
+"""Where a corpus worker's loop loses to plain onnxruntime's, batch for batch, in one process (issue 26: the corpus
+on CUDA, whose whole-command gap is in the loop: session 19's H100 timeline had the worker at ~2.9 ms a batch
+inside a task against plain's ~2.0).  On the same length-sorted batches (bench/corpus_bench.py's model and corpus):
+
+- ``plain``: the model's own session, default options, run batch after batch on feeds built beforehand (plain's loop);
+- ``stats raw``: the statistics session (``InGraphReducer``'s graph, as a worker makes it) run the same way: the
+  graph's own cost;
+- ``stats wrapped``: the same through attnviz's session wrappers (the memory check; on CUDA the page-locked outputs);
+- ``stats raw ×N``: N threads running the raw statistics session at once (what ``BatchReducer.many`` overlaps);
+- ``many dN``: ``BatchReducer.many(specs, N)`` (feeds, statistics feeds, runs N in flight, the fold): the worker's
+  whole loop less the driver.
+
+Rounds interleaved, the order reversed every other round; ms a batch, median of the rounds.
+
+    OMP_NUM_THREADS=1 python bench/corpus_loop_split.py --provider cuda --items 10000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ["ATTNVIZ_INPROCESS"] = "1"  # the session in this process, as a corpus worker holds it
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus_bench as cb  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def raw(sess):
+    """The onnxruntime session under attnviz's wrappers."""
+    import onnxruntime as ort
+
+    while hasattr(sess, "_sess") and not isinstance(sess, ort.InferenceSession):
+        sess = sess._sess
+    return sess
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--provider", default="cuda", choices=("cpu", "cuda"))
+    ap.add_argument("--items", type=int, default=10000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--depths", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument(
+        "--threads", type=int, default=0, help="onnxruntime intra-op threads (0: cores, or cores/4 on CUDA)"
+    )
+    ap.add_argument("--minilm", metavar="DIR")
+    ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
+    a = ap.parse_args()
+    import onnxruntime as ort
+
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.plan import encode_items, plan_text
+    from attnviz.corpus.reduce import BatchReducer
+    from attnviz.runtime import statfeeds as sf
+    from attnviz.runtime.session import make_session
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    model, tok = cb.minilm(work, a.minilm)
+    texts = cb.corpus_file(work, a.items)
+    cores = os.cpu_count() or 1
+    threads = a.threads or (max(1, cores // 4) if a.provider == "cuda" else cores)
+    plain_feeds, n = cb.plain_batches(str(model), tok, str(texts), a.batch)
+    plain, _ = make_session(str(model), a.provider, threads=cores)  # plain's: one session × all cores
+    plain = raw(plain)
+    takes = {i.name for i in plain.get_inputs()}  # (plain drops the inputs its session does not take)
+    plain_feeds = [{k: v for k, v in f.items() if k in takes} for f in plain_feeds]
+    red = BatchReducer(str(model), a.provider, tok, threads, 5)
+    red.prepare()
+    ig = red.in_graph
+    items = read_texts(texts)
+    specs = plan_text(items, encode_items(red.model, items), None, None, a.batch, equal_lengths=False)
+    stats_feeds = []
+    for s in specs:
+        f, lengths, special = red.feeds(s)
+        lengths = np.asarray(lengths, np.int64)
+        t = next(v.shape[-1] for v in f.values() if v.ndim == 2) if special is None else special.shape[1]
+        extra, _ = sf.stat_feeds(lengths, special, t, False)
+        stats_feeds.append({**f, **extra})
+    rs = raw(ig.sess)
+    print(
+        f"{n} items, {len(specs)} batches of {a.batch}; plain {plain.get_providers()[0]}, statistics session "
+        f"{rs.get_providers()[0]} ({threads} threads); load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+
+    def seq(sess, feeds, fetch=None):
+        for f in feeds:
+            sess.run(fetch, f)
+
+    def threaded(k):
+        ex = ThreadPoolExecutor(k)
+
+        def go():
+            list(ex.map(lambda f: rs.run(ig.fetch, f), stats_feeds))
+
+        return go
+
+    rows = {
+        "plain": lambda: seq(plain, plain_feeds),
+        "stats raw": lambda: seq(rs, stats_feeds, ig.fetch),
+        "stats wrapped": lambda: seq(ig.sess, stats_feeds, ig.fetch),
+    }
+    for k in a.depths:
+        if k > 1:
+            rows[f"stats raw ×{k}"] = threaded(k)
+    for k in a.depths:
+        rows[f"many d{k}"] = lambda k=k: red.many(specs, k)
+    for fn in rows.values():  # first runs (handles, arenas) out of the way
+        fn()
+    took: dict[str, list[float]] = {k: [] for k in rows}
+    for r in range(a.rounds):
+        for k in list(rows) if r % 2 == 0 else reversed(list(rows)):
+            t0 = time.perf_counter()
+            rows[k]()
+            took[k].append(time.perf_counter() - t0)
+    base = statistics.median(took["plain"])
+    print(f"\n| loop | ms a batch (median of {a.rounds}) | vs plain |")
+    print("|---|---:|---:|")
+    for k, v in took.items():
+        m = statistics.median(v)
+        print(f"| {k} | {1000 * m / len(specs):.3f} | {m / base:.2f}× |")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
