@@ -18,9 +18,10 @@ import numpy as np
 
 from attnviz.core.view.overview import pool_by, pool_note
 
-# each side of the visible positions pooled too, as a fraction of the visible span: a pan of up to this much (or a
-# zoom out by up to 1 + 2 x this) is still drawn while the re-pool waits, and a smaller one needs no re-pool at all
-MARGIN = 0.25
+# each side of the visible positions pooled too, as a fraction of the visible span: a pan of up to this much is still
+# drawn while the re-pool waits, and needs no re-pool at all.  A quarter made a 2,048-position region's re-pool
+# 21 ms of CPU (2.25 x the visible cells pooled and painted; bench/zoom_bench.py), over the 16 ms of a head switch
+MARGIN = 0.125
 
 
 @dataclass(frozen=True)
