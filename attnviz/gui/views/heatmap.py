@@ -254,16 +254,6 @@ class HeatmapWidget(QWidget):
         tq, tk = mv.matrix.shape
         if reset_view or not same_shape:
             self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
-        # a map with more positions than the screen has pixels is drawn max-pooled (as the figure is): handed whole
-        # to pyqtgraph, a crafted 30,000-token map was coloured into a 3.6 GB picture (8 GB held, 33 s to the
-        # first paint) that Qt then sampled one cell in ~50 of, its peaks lost between the samples
-        self._long = max(tq, tk) > screen_cells()
-        self._repool_timer.stop()
-        if self._long:
-            self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
-        else:
-            self.region = None
-            self._draw(mv.matrix, "", QRectF(0, 0, tk, tq))
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()
@@ -274,6 +264,17 @@ class HeatmapWidget(QWidget):
             self._titles = titles
         pi.setTitle(mv.title, size="10pt")
         self._set_series(mv)
+        # a map with more positions than the screen has pixels is drawn max-pooled (as the figure is): handed whole
+        # to pyqtgraph, a crafted 30,000-token map was coloured into a 3.6 GB picture (8 GB held, 33 s to the
+        # first paint) that Qt then sampled one cell in ~50 of, its peaks lost between the samples
+        self._long = max(tq, tk) > screen_cells()
+        self._repool_timer.stop()
+        if self._long:
+            pi.layout.activate()  # the view's pixels with the title and series just set: else pooled twice
+            self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
+        else:
+            self.region = None
+            self._draw(mv.matrix, "", QRectF(0, 0, tk, tq))
         r, c = self.hover
         if 0 <= r < tq and 0 <= c < tk:
             self.set_hover(r, c)
