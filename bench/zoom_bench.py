@@ -7,7 +7,7 @@ a ``visible`` x ``visible`` region (alternating between two places so that each 
 and its repaint of the axes untimed: they are the zoom's, with or without a re-pool), and timed: ``pool``, the view
 model alone (plan_region + pool_region: what re-pooling reads); ``re-pool + paint``, the widget's whole re-pool
 (the pooling, log/colour, setImage and the synchronous repaint it causes); and, once, the whole map in view (the
-head switch / first draw).  Wall and CPU medians; tracemalloc's peak of one re-pool beside the region's and the
+head switch / first draw) with its tracemalloc peak.  Wall and CPU medians; tracemalloc's peak of one re-pool beside the region's and the
 map's sizes.  Target: re-pool + paint of a 2,048 x 2,048 region <= 16 ms (issue 26's head switch budget).
 """
 
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     print(
         f"{'tokens':>6} | {'visible':>7} | {'pixels':>9} | {'runs':>5} | {'region':>11} | {'pool ms wall/cpu':>16} |"
         f" {'re-pool+paint ms wall/cpu':>25} | {'peak MB':>7} | {'region MB':>9} | {'map MB':>7} | {'whole view ms':>13}"
+        f" | {'whole peak MB':>13}"
     )
     ok = True
     for n in args.tokens:
@@ -73,10 +74,13 @@ def main(argv=None) -> int:
         site = SiteInfo("encoder", "self", 0, 1, "synthetic_softmax", "softmax")
         result = AttentionResult([DenseMap(m)], [site], tokens=TokenAxis([f"t{i}" for i in range(n)]))
         mv = vm.head_map(result, vm.Selection(mode="head"))
+        tracemalloc.start()
         w0 = time.perf_counter()
         hm.set_map(mv)
         app.processEvents()
         whole_ms = (time.perf_counter() - w0) * 1000
+        whole_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
         v = min(args.visible, n)
         places = [(n - v) // 4, (n - v) * 3 // 4]  # two regions apart: each round pools anew
         state = {"i": 0}
@@ -112,6 +116,7 @@ def main(argv=None) -> int:
             f"{n:>6} | {v:>7} | {px:>9} | {r.fq}x{r.fk:<3} | {r.q1 - r.q0:>5}x{r.k1 - r.k0:<5} |"
             f" {pool_ms[0]:>7.1f} / {pool_ms[1]:<6.1f} | {draw_ms[0]:>12.1f} / {draw_ms[1]:<10.1f} |"
             f" {peak / 1e6:>7.1f} | {region_mb:>9.1f} | {m.nbytes / 1e6:>7.0f} | {whole_ms:>13.0f}"
+            f" | {whole_peak / 1e6:>13.1f}"
         )
         del m, result, mv, pool
     print(f"load average {os.getloadavg()[0]:.2f} at end")
