@@ -10,7 +10,9 @@ import math
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication
 
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
@@ -164,3 +166,32 @@ def test_a_map_no_longer_than_the_screen_is_never_pooled_however_it_is_zoomed(wi
     qtbot.waitUntil(lambda: not widget._repool_timer.isActive())
     np.testing.assert_array_equal(widget.image.image, m[:150, :180])
     assert widget.region is None
+
+
+def test_a_mouse_wheel_zoom_is_pooled_once_when_it_settles_at_one_position_a_cell(widget, qtbot):
+    mv, m = _map()
+    widget.set_map(mv)
+    pooled = []
+    widget.repooled.connect(lambda: pooled.append(widget.region))
+    viewport = widget.plot.viewport()
+    at = widget.plot.mapFromScene(widget.scene_pos_of(300, 450))
+    with qtbot.waitSignal(widget.repooled, timeout=3000):
+        for _ in range(10):  # ten wheel notches in one go, as a turn of the wheel sends them
+            notch = QWheelEvent(
+                QPointF(at),
+                QPointF(viewport.mapToGlobal(at)),
+                QPoint(0, 0),
+                QPoint(0, 120),
+                Qt.MouseButton.NoButton,
+                Qt.KeyboardModifier.NoModifier,
+                Qt.ScrollPhase.NoScrollPhase,
+                False,
+            )
+            QApplication.sendEvent(viewport, notch)
+    qtbot.waitUntil(lambda: not widget._repool_timer.isActive())
+    assert len(pooled) == 1  # the range moved ten times: pooled once, after it settled
+    (x0, x1), (y0, y1) = widget.vb.viewRange()
+    assert x1 - x0 < 100 and x0 < 450 < x1 and y0 < 300 < y1  # zoomed in about the pointer
+    (q0, q1), (k0, k1) = _edges(y0, y1, 1, TQ), _edges(x0, x1, 1, TK)
+    np.testing.assert_array_equal(widget.image.image, m[q0:q1, k0:k1])
+    assert "positions a cell" not in widget.colorbar.axis.labelText
