@@ -131,7 +131,7 @@ def _heatmap_figure(
     if fq > 1 or fk > 1:
         ax.set_xlim(-0.5, nk - 0.5)
         ax.set_ylim(nq - 0.5, -0.5)
-        cbar_label += f" (max of {fq} × {fk} positions a cell)"
+        cbar_label += vm.pool_note(fq, fk)
     token_ticks(ax, "x", k_labels, k_special, nk * cell, fs, focus=None)
     token_ticks(ax, "y", q_labels, q_special, map_h, fs, focus=highlight_row)
     ax.tick_params(which="major", length=2, width=0.5, pad=1.5)

@@ -17,6 +17,7 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.defaults` -- what a freshly opened result shows; :mod:`.labels` -- token labels and ticks
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
+- :mod:`.zoom` -- a long map's region drawn at a zoomed view's pixels (:func:`plan_region`, :func:`pool_region`)
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
 - :mod:`.strip` -- one panel per generated word
 - :mod:`.image_from`, :mod:`.patches`, :mod:`.heat`, :mod:`.overlay` -- image regions: whose attention (the words'
@@ -130,6 +131,8 @@ from attnviz.core.view.overview import (
     downsample,
     layer_labels,
     layer_windows,
+    pool_by,
+    pool_note,
     pool_to,
     scale_top,
     thumbnails,
@@ -191,6 +194,7 @@ from attnviz.core.view.strip import (
     strip_block,
     strip_view,
 )
+from attnviz.core.view.zoom import MapRegion, plan_region, pool_region
 
 __all__ = [
     "CBAR_TICKS",
@@ -262,6 +266,8 @@ __all__ = [
     "default_selection",
     "divergence_colour",
     "downsample",
+    "pool_by",
+    "pool_note",
     "pool_to",
     "generation_rows",
     "global_grid",
@@ -318,5 +324,8 @@ __all__ = [
     "upsample",
     "weight_label",
     "windows_note",
+    "MapRegion",
+    "plan_region",
+    "pool_region",
     "word_special",
 ]

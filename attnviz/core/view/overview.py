@@ -96,17 +96,29 @@ def pool_to(m: np.ndarray, max_q: int, max_k: int, signed: bool = False) -> tupl
     cells (as :func:`downsample` pools); returns the map and ``(fq, fk)``.  ``signed`` (an A - B map): each cell
     keeps its run's value of largest magnitude, with its sign, so neither side's peaks fade."""
     fq, fk = -(-m.shape[-2] // max(max_q, 1)), -(-m.shape[-1] // max(max_k, 1))
+    return pool_by(m, fq, fk, signed), fq, fk
+
+
+def pool_by(m: np.ndarray, fq: int, fk: int, signed: bool = False) -> np.ndarray:
+    """``[..., Tq, Tk]`` max-pooled in runs of ``fq`` rows and ``fk`` keys from the first position (a short last run
+    also counts a 0); ``m`` itself when both are 1.  ``signed``: as :func:`pool_to`."""
 
     def pool(a: np.ndarray) -> np.ndarray:
         a = _pool_axis(a, fq, -2) if fq > 1 else a
         return _pool_axis(a, fk, -1) if fk > 1 else a
 
     if fq == fk == 1:
-        return m, 1, 1
+        return m
     if not signed:
-        return pool(m), fq, fk
+        return pool(m)
     top, bottom = pool(m), -pool(-m)
-    return np.where(top >= -bottom, top, bottom), fq, fk
+    return np.where(top >= -bottom, top, bottom)
+
+
+def pool_note(fq: int, fk: int) -> str:
+    """The colour bar's words for a pooled map (screen and figure): `` (max of 4 × 4 positions a cell)``, or
+    nothing when every cell is one position."""
+    return "" if fq == fk == 1 else f" (max of {fq} × {fk} positions a cell)"
 
 
 def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
@@ -135,6 +135,11 @@ def screen_cells() -> int:
     return max(MIN_CELLS, math.ceil(max(sides, default=0)))
 
 
+# how long the view's range and size must stay still before a long map's visible region is pooled again: a wheel
+# turn or a drag sends dozens of range changes, each re-pool reads up to the whole map
+REPOOL_DELAY_MS = 80
+
+
 class HeatmapWidget(QWidget):
     """Draws a :class:`MapView`; rows are queries (top to bottom), columns keys.
 
@@ -142,10 +147,17 @@ class HeatmapWidget(QWidget):
     -------
     hovered(int, int)   row and column under the cursor (-1, -1 when outside)
     clicked(int, int)   row and column clicked
+    repooled()          a map longer than the screen was drawn again for the view's range and size
+
+    A map longer than the screen (:func:`screen_cells`) is drawn max-pooled, and only the region around the view:
+    after a zoom, pan or resize settles (:data:`REPOOL_DELAY_MS`) the view model plans the region and its runs for
+    the view's pixels (:func:`attnviz.core.view.plan_region`: one position a pixel or more when they fit) and it is
+    pooled from the full map again.  Axes, hover and boxes count positions throughout.
     """
 
     hovered = Signal(int, int)
     clicked = Signal(int, int)
+    repooled = Signal()
 
     def __init__(self, parent=None, x_title: str = "key", y_title: str = "query"):
         super().__init__(parent)
@@ -166,6 +178,15 @@ class HeatmapWidget(QWidget):
         pi.hideButtons()
         pi.setMenuEnabled(False)
         self.vb = pi.getViewBox()
+        self.region: vm.MapRegion | None = None  # what a long map's image holds (None: the whole map, cell for cell)
+        self._long = False  # the map is longer than the screen: drawn pooled, region by region
+        self._levels: tuple[float, float] = (0.0, 1.0)
+        self._repool_timer = QTimer(self)
+        self._repool_timer.setSingleShot(True)
+        self._repool_timer.setInterval(REPOOL_DELAY_MS)
+        self._repool_timer.timeout.connect(self._repool)
+        self.vb.sigRangeChanged.connect(self._range_moved)
+        self.vb.sigResized.connect(self._range_moved)
         self.image = pg.ImageItem(axisOrder="row-major")
         self.vb.addItem(self.image)
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=style.colormap(), interactive=False, width=14)
@@ -229,20 +250,10 @@ class HeatmapWidget(QWidget):
         if mv.diverging != self._diverging:
             self._diverging = mv.diverging
             self.colorbar.setColorMap(style.diff_colormap() if mv.diverging else style.colormap())
-        # a map with more positions than the screen has pixels is drawn max-pooled (as the figure is): handed whole
-        # to pyqtgraph, a crafted 30,000-token map was coloured into a 3.6 GB picture (8 GB held, 33 s to the
-        # first paint) that Qt then sampled one cell in ~50 of, its peaks lost between the samples
-        pooled, fq, fk = vm.pool_to(mv.matrix, *(screen_cells(),) * 2, signed=mv.diverging)
-        self.shown = style.display_values(pooled, log, (lo, hi))  # (log after max: log10 keeps the order)
-        self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
+        self._levels = (lo, hi)
         tq, tk = mv.matrix.shape
-        # each cell over its runs of positions: the axes, hover and boxes keep counting positions
-        self.image.setRect(QRectF(0, 0, pooled.shape[1] * fk, pooled.shape[0] * fq))
-        label = vm.map_label(mv, log) + ("" if fq == fk == 1 else f" (max of {fq} × {fk} positions a cell)")
-        bar = ((lo, hi), log, label, mv.diverging)  # the figure's words
-        if bar != self._bar:  # setting it again would re-lay the colour bar's axis on every head switch
-            style.set_colorbar(self.colorbar, *bar[:3])
-            self._bar = bar
+        if reset_view or not same_shape:
+            self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
         self.x_axis.set_labels(mv.k_labels)
         self.y_axis.set_labels(mv.q_labels)
         pi = self.plot.getPlotItem()
@@ -252,14 +263,74 @@ class HeatmapWidget(QWidget):
             pi.setLabel("left", mv.y_title)
             self._titles = titles
         pi.setTitle(mv.title, size="10pt")
-        if reset_view or not same_shape:
-            self.vb.setRange(QRectF(0, 0, tk, tq), padding=0)
         self._set_series(mv)
+        # a map with more positions than the screen has pixels is drawn max-pooled (as the figure is): handed whole
+        # to pyqtgraph, a crafted 30,000-token map was coloured into a 3.6 GB picture (8 GB held, 33 s to the
+        # first paint) that Qt then sampled one cell in ~50 of, its peaks lost between the samples
+        self._long = max(tq, tk) > screen_cells()
+        self._repool_timer.stop()
+        if self._long:
+            pi.layout.activate()  # the view's pixels with the title and series just set: else pooled twice
+            self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
+        else:
+            self.region = None
+            self._draw(mv.matrix, "", QRectF(0, 0, tk, tq))
         r, c = self.hover
         if 0 <= r < tq and 0 <= c < tk:
             self.set_hover(r, c)
         else:
             self.set_hover(-1, -1)
+
+    def _draw(self, cells: np.ndarray, note: str, rect: QRectF) -> None:
+        """``cells`` (weights, pooled or not) coloured over ``rect`` (position coordinates); ``note`` says how many
+        positions a cell holds, on the colour bar."""
+        mv, (lo, hi) = self.mv, self._levels
+        assert mv is not None
+        self.shown = style.display_values(cells, self.log, (lo, hi))  # (log after max: log10 keeps the order)
+        self.image.setImage(self.shown, autoLevels=False, levels=(lo, hi))
+        self.image.setRect(rect)  # each cell over its runs of positions: axes, hover and boxes count positions
+        bar = ((lo, hi), self.log, vm.map_label(mv, self.log) + note, mv.diverging)  # the figure's words
+        if bar != self._bar:  # setting it again would re-lay the colour bar's axis on every head switch
+            style.set_colorbar(self.colorbar, *bar[:3])
+            self._bar = bar
+
+    def _draw_region(self, region: vm.MapRegion) -> None:
+        assert self.mv is not None
+        # only the region is read; at one position a cell it is a view, copied here at most the pixels' size
+        cells = np.ascontiguousarray(vm.pool_region(self.mv.matrix, region, signed=self.mv.diverging))
+        self.region = region
+        self._draw(cells, region.note, QRectF(*region.rect))
+        self.repooled.emit()
+
+    def _pixels(self) -> tuple[float, float]:
+        """The view's size in device pixels (never more than the screen's: no more can show); the screen's before
+        the widget is laid out."""
+        side = screen_cells()
+        w, h = self.vb.width(), self.vb.height()
+        if w < 2 or h < 2:
+            return side, side
+        ratio = self.plot.devicePixelRatioF()
+        return min(w * ratio, side), min(h * ratio, side)
+
+    def _plan(self, margin: float = vm.zoom.MARGIN) -> vm.MapRegion | None:
+        assert self.mv is not None
+        x_range, y_range = self.vb.viewRange()
+        return vm.plan_region(self.mv.matrix.shape, x_range, y_range, self._pixels(), margin)
+
+    def _range_moved(self, *_) -> None:
+        if self._long:
+            self._repool_timer.start()  # (re)started: pooled once the range stops moving
+
+    def _repool(self) -> None:
+        """The view settled: pool the region around it again unless what is drawn already shows it at its runs."""
+        if not self._long or self.mv is None:
+            return
+        needed = self._plan(margin=0.0)
+        if needed is None or (self.region is not None and self.region.holds(needed)):
+            return  # beside the map, or inside the drawn margin at the same runs: nothing new to show
+        region = self._plan()
+        if region is not None:
+            self._draw_region(region)
 
     def _set_series(self, mv: MapView) -> None:
         """The series above the map (the figure draws the same values, see figures.views)."""
