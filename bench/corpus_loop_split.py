@@ -28,8 +28,8 @@ from pathlib import Path
 os.environ["ATTNVIZ_INPROCESS"] = "1"  # the session in this process, as a corpus worker holds it
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import corpus_bench as cb  # noqa: E402
-import numpy as np  # noqa: E402
+import corpus_bench as cb
+import numpy as np
 
 
 def raw(sess):
@@ -54,7 +54,6 @@ def main() -> None:
     ap.add_argument("--minilm", metavar="DIR")
     ap.add_argument("--work", default="/tmp/attnviz_corpus_bench")
     a = ap.parse_args()
-    import onnxruntime as ort
 
     from attnviz.corpus.items import read_texts
     from attnviz.corpus.plan import encode_items, plan_text
