@@ -116,17 +116,21 @@ def main() -> None:
     for fn in rows.values():  # first runs (handles, arenas) out of the way
         fn()
     took: dict[str, list[float]] = {k: [] for k in rows}
+    cpu: dict[str, list[float]] = {k: [] for k in rows}
     for r in range(a.rounds):
         for k in list(rows) if r % 2 == 0 else reversed(list(rows)):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             rows[k]()
             took[k].append(time.perf_counter() - t0)
-    base = statistics.median(took["plain"])
-    print(f"\n| loop | ms a batch (median of {a.rounds}) | vs plain |")
-    print("|---|---:|---:|")
+            cpu[k].append(time.process_time() - c0)
+    base, cbase = statistics.median(took["plain"]), statistics.median(cpu["plain"])
+    print(f"\n| loop | ms a batch (median of {a.rounds}) | vs plain | CPU ms a batch (all threads) | vs plain |")
+    print("|---|---:|---:|---:|---:|")
     for k, v in took.items():
-        m = statistics.median(v)
-        print(f"| {k} | {1000 * m / len(specs):.3f} | {m / base:.2f}× |")
+        m, c = statistics.median(v), statistics.median(cpu[k])
+        print(
+            f"| {k} | {1000 * m / len(specs):.3f} | {m / base:.2f}× | {1000 * c / len(specs):.3f} | {c / cbase:.2f}× |"
+        )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
