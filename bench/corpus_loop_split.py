@@ -41,6 +41,30 @@ def raw(sess):
     return sess
 
 
+def placement(path: str, provider: str) -> str:
+    """Which nodes of the graph at ``path`` onnxruntime runs off the device: the graph it optimised for ``provider``
+    saved, its Memcpy nodes counted and the ops fed by a MemcpyToHost named (on the CPU: none)."""
+    import collections
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    if provider != "cuda":
+        return "CPU session: no copies"
+    with tempfile.TemporaryDirectory(dir=str(Path(path).parent)) as tmp:
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        so.optimized_model_filepath = str(Path(tmp) / "opt.onnx")
+        ort.InferenceSession(path, so, providers=[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"])
+        m = onnx.load(so.optimized_model_filepath, load_external_data=False)
+    nodes = list(m.graph.node)
+    copies = collections.Counter(n.op_type for n in nodes if n.op_type.startswith("Memcpy"))
+    to_host = {o for n in nodes if n.op_type == "MemcpyToHost" for o in n.output}
+    on_cpu = collections.Counter(n.op_type for n in nodes if any(i in to_host for i in n.input))
+    return f"{len(nodes)} nodes optimised, copies {dict(copies)}, ops fed from the device's copies {dict(on_cpu)}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--provider", default="cuda", choices=("cpu", "cuda"))
@@ -85,6 +109,16 @@ def main() -> None:
         extra, _ = sf.stat_feeds(lengths, special, t, False)
         stats_feeds.append({**f, **extra})
     rs = raw(ig.sess)
+    from attnviz.runtime import statgraph_kept
+
+    g, _, _ = statgraph_kept.stats_model(red.model, {gr.site for gr in ig.groups}, False, ig.joined)
+    stats_path = Path(model).parent / "loop_split_stats.onnx"  # beside the model: its weights are named relative
+    stats_path.write_bytes(g.SerializeToString())
+    for name, path in (("plain", model), (f"statistics (joined={ig.joined})", stats_path)):
+        try:
+            print(f"{name}: {placement(str(path), a.provider)}", flush=True)
+        except Exception as e:  # the tables below matter more than this line
+            print(f"{name}: placement not read ({str(e).splitlines()[0][:160]})", flush=True)
     print(
         f"{n} items, {len(specs)} batches of {a.batch}; plain {plain.get_providers()[0]}, statistics session "
         f"{rs.get_providers()[0]} ({threads} threads); load average {os.getloadavg()[0]:.1f}",
