@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from attnviz.core.untrusted import where_json_breaks
+
 # a one-word model that every tokenizers version reads: each of the file's sections is tried beside it alone
 _TRIVIAL_MODEL = {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"}
 _SECTIONS = ("version", "model", "normalizer", "pre_tokenizer", "post_processor", "decoder", "added_tokens",
@@ -36,30 +38,21 @@ def text_problem(text: str) -> str | None:
     """Why ``text`` is not JSON, in plain words; None where it is JSON (then the JSON guard's own line stands)."""
     if not text.strip():
         return "the file is empty"
-    try:
-        json.loads(text)
-    except RecursionError:
+    at = where_json_breaks(text)
+    if at is None:
         return None
-    except json.JSONDecodeError as e:
-        return _not_json(text, e)
-    except ValueError:  # a number past Python's digit limit: the guard's own line says so
-        return None
-    return None
-
-
-def _not_json(text: str, e: json.JSONDecodeError) -> str:
-    if text.lstrip()[:1] in ("{", "[") and _cut_short(text, e):
+    if text.lstrip()[:1] in ("{", "[") and _cut_short(text):
         return f"cut short, its JSON stops part-way after {len(text.encode()):,} bytes (a partial download or copy?)"
     if _word_list(text):
         return "a list of words, one a line (a vocab.txt or merges.txt?), not JSON"
-    return f"not JSON, malformed at line {e.lineno}, column {e.colno}"
+    return f"not JSON, malformed at line {at[0]}, column {at[1]}"
 
 
-def _cut_short(text: str, e: json.JSONDecodeError) -> bool:
-    """More brackets opened than closed outside strings, or the parser ran out of text: the file's end is missing."""
+def _cut_short(text: str) -> bool:
+    """More brackets opened than closed outside strings: the file's end is missing (a string cut part-way leaves
+    its object's brackets open too)."""
     bare = _JSON_STRING.sub('""', text)
-    opened = bare.count("{") + bare.count("[")
-    return opened > bare.count("}") + bare.count("]") or e.pos >= len(text.rstrip())
+    return bare.count("{") + bare.count("[") > bare.count("}") + bare.count("]")
 
 
 def _word_list(text: str) -> bool:
@@ -136,15 +129,15 @@ def known_types(section: str) -> frozenset[str]:
     """The ``type`` names the installed tokenizers reads in ``section`` (its Python classes bear the same names)."""
     import tokenizers
 
-    module, base = {
+    module = {
         "model": ("models", "Model"),
         "normalizer": ("normalizers", "Normalizer"),
         "pre_tokenizer": ("pre_tokenizers", "PreTokenizer"),
         "post_processor": ("processors", "PostProcessor"),
         "decoder": ("decoders", "Decoder"),
-    }.get(section, (None, None))
+    }.get(section)
     if module is None:
         return frozenset()
-    mod = getattr(tokenizers, module)
-    root = getattr(mod, base)
+    mod = getattr(tokenizers, module[0])
+    root = getattr(mod, module[1])
     return frozenset(n for n, c in vars(mod).items() if isinstance(c, type) and c is not root and issubclass(c, root))
