@@ -108,10 +108,10 @@ def _device(setup: WorkerSetup) -> str | None:
     read back (the probe, the light model: no onnx, no parse, no probe's session), on CUDA as on the CPU; the
     statistics graph's layout follows it (graph_reduce.InGraphReducer joins the sites on CUDA).  Asked once per
     setup in a process (a stat of onnxruntime's build, the model's hash, a record read), not at each question."""
-    from attnviz.runtime import device
+    from attnviz.runtime import device, landings
 
     # (and again where this process kept or forgot where ``auto`` lands since: the answer a fresh ask would give)
-    key = (setup.asked, setup.model, setup.provider, device.landings_changed())
+    key = (setup.asked, setup.model, setup.provider, landings.count())
     if key not in _DEVICES:
         if len(_DEVICES) > 16:  # a long-lived process (the window's pool across runs): the last commands' only
             _DEVICES.clear()

@@ -7,21 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# where ``auto`` landed, as this process has kept or forgotten it (runtime/light_model.py): counted, so that a caller
-# that keeps before_session's answer for a command (corpus/engines._device) asks again once a record changed
-_landings_changed = 0
-
-
-def landing_changed() -> None:
-    """This process kept or forgot where ``auto`` landed for a model (:func:`before_session` may answer otherwise)."""
-    global _landings_changed
-    _landings_changed += 1
-
-
-def landings_changed() -> int:
-    """How many times this process kept or forgot where ``auto`` landed (:func:`landing_changed`)."""
-    return _landings_changed
-
 
 def before_session(model: str | Path, provider: str, kept: bool = True) -> str | None:
     """Where the sessions of ``model`` asked for on ``provider`` run, known before any session exists: "cpu",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz.core.attention import SiteInfo
-from attnviz.runtime import device, model_summary, optcache
+from attnviz.runtime import landings, model_summary, optcache
 from attnviz.runtime import probe_kept as pk
 from attnviz.runtime.extra_session import ExtraSession
 from attnviz.runtime.memory_kept import PlanHead
@@ -174,7 +174,7 @@ def forget_landing(path: Path) -> None:
     key = _key(path, "auto", ["probe"])
     if key is not None:
         pk.forget(key, KIND)
-        device.landing_changed()
+        landings.changed()
 
 
 def keep_probe(model: AttentionModel, probe: pk.KeptProbe) -> None:
@@ -184,7 +184,7 @@ def keep_probe(model: AttentionModel, probe: pk.KeptProbe) -> None:
         if key is not None:
             pk.keep(key, probe, KIND)
             if model.requested_provider == "auto":  # where ``auto`` landed (landed): before_session's record
-                device.landing_changed()
+                landings.changed()
 
 
 def keep_stats(

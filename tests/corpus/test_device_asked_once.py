@@ -13,7 +13,7 @@ import pickle
 import pytest
 
 from attnviz.corpus import engines
-from attnviz.runtime import device, isolation
+from attnviz.runtime import device, isolation, landings
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_another_setup_or_a_landing_kept_or_forgotten_asks_again(planted, asked)
     for s in (first, first, second, second):
         engines._device(s)
     assert len(asked) == 2
-    device.landing_changed()  # as light_model.keep_probe / forget_landing do where ``auto`` landed
+    landings.changed()  # as light_model.keep_probe / forget_landing do where ``auto`` landed
     engines._device(first)
     engines._device(first)
     assert len(asked) == 3
@@ -84,9 +84,9 @@ def test_keeping_and_forgetting_where_auto_landed_is_counted(planted, monkeypatc
         m = open_model(str(path), provider=provider)
         m.probe()
         assert light_model._key(m.path, provider, ["probe"]) is not None  # a record is really written
-        before = device.landings_changed()
+        before = landings.count()
         light_model.keep_probe(m, pk.KeptProbe(m.probe_state(), m.provider))
-        assert device.landings_changed() - before == counted
-    before = device.landings_changed()
+        assert landings.count() - before == counted
+    before = landings.count()
     light_model.forget_landing(path)
-    assert device.landings_changed() == before + 1
+    assert landings.count() == before + 1
