@@ -2,8 +2,9 @@
 query and key named as the view names them, and where they lie on the image.
 
 examples.parquet names an example's row and key as the view's axis does (``row_patch`` / ``col_patch``:
-``t{k}(r,c)`` for tile ``k``'s patch, ``(r,c)`` for the global image's).  The Corpus view shows those labels where
-a text corpus shows its row and key, and their names in words ("tile 0 patch (2, 3)", Image regions' wording:
+``tile k·(r,c)`` for tile ``k``'s patch, ``(r,c)`` for the global image's: :mod:`attnviz.core.patch_names`).  The
+Corpus view shows those labels where a text corpus shows its row and key, and their names in words ("tile 0 patch
+(2, 3)", Image regions' wording:
 :func:`attnviz.core.view.patch_label`).  Where the run's model and the image are still there, the image goes through
 the family's processor again (a preprocessing, no model run) to find the processor's split, so each patch gets its
 box on the image as the processor resized it: a tile's patch on its tile, in place; a global image's patch on the
@@ -22,11 +23,11 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
+from attnviz.core.patch_names import TILE_PATCH, canonical
 from attnviz.core.view.patches import GLOBAL_PANEL, patch_label, tiles_in_place
 
 Box = tuple[float, float, float, float]  # (top, left, bottom, right) in the shown image's pixels
 
-_TILE = re.compile(r"t(\d+)\((\d+),(\d+)\)")
 _GLOBAL = re.compile(r"\((\d+),(\d+)\)")
 
 
@@ -61,7 +62,7 @@ def label_name(label: str, frames: int | None = None) -> str:
     "patch (r, c)" of an image the processor did not split (one frame: its picture alone, no global image beside
     anything), and where the frames are not known (results written before examples.parquet held them: the label
     ``(r,c)`` reads the same either way)."""
-    m = _TILE.fullmatch(label)
+    m = TILE_PATCH.fullmatch(canonical(label))  # a label written before session 19 (t1(0,4)) reads the same
     if m:
         return f"tile {m[1]} patch ({m[2]}, {m[3]})"
     m = _GLOBAL.fullmatch(label)
@@ -96,8 +97,8 @@ def example_image(example: dict, model_path: str) -> ExampleImage:
     labels = list(patch_axis(glob, frames * per).labels)
     q, k = int(example["row"]), int(example["col"])
     if not (0 <= q < len(labels) and 0 <= k < len(labels)) or [labels[q], labels[k]] != [
-        example["row_patch"],
-        example["col_patch"],
+        canonical(str(example["row_patch"])),
+        canonical(str(example["col_patch"])),
     ]:
         split = f"{rows} x {cols} tiles and a global image" if rows else "one frame"
         return names_only(

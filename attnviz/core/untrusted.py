@@ -156,6 +156,19 @@ def parse_json(
         raise AttnvizError(f"{what}: not valid JSON ({msg}{where}){tail}") from None
 
 
+def where_json_breaks(text: str) -> tuple[int, int] | None:
+    """(line, column) where ``text`` stops being JSON, for a refusal that says what the text is in its own words
+    (runtime/tokenizer_file.py); None where it parses, or where :func:`check_json` refuses it before any parse."""
+    try:
+        check_json(text, "text")
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return e.lineno, e.colno
+    except (AttnvizError, ValueError, RecursionError):
+        return None
+    return None
+
+
 def read_json(path: str | os.PathLike, what: str = "file", limit: int | None = JSON_MAX_BYTES, fix: str = "") -> Any:
     """A JSON file read through the regular-file guard (:func:`read_bytes`) and parsed by :func:`parse_json`."""
     return parse_json(read_bytes(path, what, limit), f"{what} {path}", None, fix)

@@ -41,6 +41,9 @@ class WorkerSetup:
     gpu: bool = False
     kind: str | None = None  # the model's kind as the driver's probe found it (None: before the probe)
     layout: str = "processes"  # how the local engine places the workers (LAYOUTS)
+    # this setup's own token, carried to every process with it (and by dataclasses.replace): each process asks where
+    # its sessions run once per setup (_device), not at each of a worker's 3-4 questions; never compared (fits)
+    asked: str = field(default_factory=lambda: os.urandom(8).hex(), compare=False, repr=False)
 
     def reducer(self) -> BatchReducer:
         """A reducer for the driver's groups, made where a batch arrives first (the other process took both
@@ -96,13 +99,24 @@ class WorkerSetup:
         return light(self.model, self.provider, self.tokenizer, self.threads, device)
 
 
+# each setup's answer in this process (_device), by its token: a command's setup is one token in all its processes
+_DEVICES: dict[tuple[str, str, str, int], str | None] = {}
+
+
 def _device(setup: WorkerSetup) -> str | None:
     """Where ``setup``'s sessions run, known before one exists (runtime/device.py): "cpu", "cuda", None.  Where it is known, what earlier commands kept for a worker is
     read back (the probe, the light model: no onnx, no parse, no probe's session), on CUDA as on the CPU; the
-    statistics graph's layout follows it (graph_reduce.InGraphReducer joins the sites on CUDA)."""
-    from attnviz.runtime.device import before_session
+    statistics graph's layout follows it (graph_reduce.InGraphReducer joins the sites on CUDA).  Asked once per
+    setup in a process (a stat of onnxruntime's build, the model's hash, a record read), not at each question."""
+    from attnviz.runtime import device, landings
 
-    return before_session(setup.model, setup.provider)
+    # (and again where this process kept or forgot where ``auto`` lands since: the answer a fresh ask would give)
+    key = (setup.asked, setup.model, setup.provider, landings.count())
+    if key not in _DEVICES:
+        if len(_DEVICES) > 16:  # a long-lived process (the window's pool across runs): the last commands' only
+            _DEVICES.clear()
+        _DEVICES[key] = device.before_session(setup.model, setup.provider)
+    return _DEVICES[key]
 
 
 def _device_known(setup: WorkerSetup) -> bool:

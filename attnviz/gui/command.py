@@ -188,8 +188,12 @@ def run(args) -> int:
     AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
     if args.audio and not Path(args.audio).is_file():
         raise AttnvizError(f"--audio {args.audio}: no such file; give a WAV, FLAC or OGG file", param="audio")
-    if args.tokenizer and not Path(args.tokenizer).is_file():
+    if args.tokenizer and not Path(args.tokenizer).exists():
         raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
+    if args.tokenizer:  # a folder, a pipe: refused now, in the check's words; its contents when the model opens
+        from attnviz.core.untrusted import regular_file
+
+        regular_file(args.tokenizer, "--tokenizer")
     try:
         w, h = (int(x) for x in args.size.lower().split("x"))
     except ValueError:

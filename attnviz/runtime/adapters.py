@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 from attnviz.core.attention import PatchGrid, TokenAxis
+from attnviz.core.patch_names import in_image, tile_patch
 
 
 def patch_axis(grid: PatchGrid, n: int) -> TokenAxis:
@@ -20,14 +21,14 @@ def patch_axis(grid: PatchGrid, n: int) -> TokenAxis:
 def patch_axis_each(grids: list[PatchGrid], n: int) -> TokenAxis:
     """The axis of ``n`` vision keys holding one prompt's several images one after another (``grids``: each image's
     among all the keys, in order): each key labelled by its image and its own patch, ``img2(r,c)`` (a tile's
-    ``img2.t0(r,c)``)."""
+    ``img2·tile 0·(r,c)``: :mod:`attnviz.core.patch_names`)."""
     labels: list[str] = []
     special: list[bool] = []
     at = 0
     for k, g in enumerate(grids):
         own = g.shifted(-at)  # the image's grid over its own keys
         lab, sp = _patch_labels(own.rows, own.cols, own.offset, own.columns, own.lead_images, g.end - at)
-        labels += [f"img{k + 1}{'' if x[:1] in '([' else '.'}{x}" for x in lab]  # img2(r,c), img2.t0(r,c)
+        labels += [in_image(k + 1, x) for x in lab]  # img2(r,c), img2·tile 0·(r,c)
         special += sp
         at = g.end
     labels += [f"[{p}]" for p in range(at, n)]
@@ -49,7 +50,7 @@ def _patch_labels(
         elif p < grid.offset and grid.lead_images:  # a VLM's tiles before its global image: tile k's patch (r, c)
             t, k = divmod(p, grid.n)
             r, c = divmod(k, grid.cols)
-            labels.append(f"t{t}({r},{c})")
+            labels.append(tile_patch(t, r, c))
             special.append(False)
         elif p < grid.offset:
             labels.append("[CLS]" if p == 0 else f"[REG{p}]")

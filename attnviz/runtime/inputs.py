@@ -15,8 +15,9 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import PatchGrid
-from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_text, regular_file
+from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_bytes, regular_file
 from attnviz.core.words import dtype_words
+from attnviz.runtime import tokenizer_file as tf
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import beside, sidecar
 
@@ -151,6 +152,35 @@ def one_image_per_run(name: str, count: int) -> None:
         )
 
 
+def load_tokenizer(text: str, head: str, fix: str):
+    """The ``tokenizers.Tokenizer`` in ``text``, or one line that says what the text is instead: ``head`` names it
+    (a file, a model's metadata), ``fix`` ends the line."""
+    from tokenizers import Tokenizer
+
+    try:
+        cfg = _parsed_json(text, head, fix)
+    except AttnvizError as e:
+        words = tf.text_problem(text)  # None: valid JSON the guard refused (nesting, digits): its line stands
+        raise (_not_a_tokenizer(head, words, fix) if words else AttnvizError(str(e), param="tokenizer")) from None
+    try:
+        _check_template(cfg)
+        with _rust_guard():
+            return Tokenizer.from_str(text)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except tf.TemplateError as e:
+        raise _not_a_tokenizer(head, str(e), fix) from None
+    except BaseException:  # a Rust panic is a BaseException; serde's words are no help: say what the text is
+        import tokenizers
+
+        with _rust_guard():
+            words = tf.json_problem(cfg, Tokenizer.from_str, tokenizers.__version__)
+        raise _not_a_tokenizer(head, words, fix) from None
+
+
+SAVED = "that save_pretrained (or tokenizer.save) wrote for the model"  # the file a refusal asks for
+
+
 class HFTokenizer(TextEncoder):
     def __init__(self, tok, source: str):
         tok.no_padding()  # one sequence at a time: padding would only add [PAD] columns to every map
@@ -170,30 +200,31 @@ class HFTokenizer(TextEncoder):
             pass
 
     @classmethod
-    def from_file(cls, path: Path) -> HFTokenizer:
-        text = read_text(path, "tokenizer")  # regular files only: a FIFO named tokenizer.json must not block
-        return cls._build(
-            text,
-            str(path),
-            f"{path}: not a usable Hugging Face tokenizer.json ({{}}); give a tokenizer.json with --tokenizer",
+    def from_file(cls, path: Path, beside_model: bool = False) -> HFTokenizer:
+        """The tokenizer in ``path``: one the user gave, or (``beside_model``) the one found beside the model."""
+        fix = (
+            f"replace it with the tokenizer.json {SAVED}, or give another"
+            if beside_model
+            else f"give the tokenizer.json {SAVED}"
         )
+        head = f"tokenizer file {path}"
+        # regular files only: a FIFO named tokenizer.json must not block
+        with _about_tokenizer():
+            data = read_bytes(path, "tokenizer", 64 * 2**20)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _not_a_tokenizer(head, tf.binary_problem(), fix) from None
+        return cls._build(text, str(path), head, fix)
 
     @classmethod
     def from_str(cls, s: str, source: str) -> HFTokenizer:
-        return cls._build(s, source, f"{source}: embedded tokenizer is invalid ({{}}); re-export the model")
+        fix = "re-export the model, or give a tokenizer.json"
+        return cls._build(s, source, f"the tokenizer in {source}", fix)
 
     @classmethod
-    def _build(cls, text: str, source: str, message: str) -> HFTokenizer:
-        from tokenizers import Tokenizer
-
-        try:
-            _check_template(_parsed_json(text, source))
-            with _rust_guard():
-                return cls(Tokenizer.from_str(text), source)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:
-            raise AttnvizError(message.format(_first_line(e))) from None
+    def _build(cls, text: str, source: str, head: str, fix: str) -> HFTokenizer:
+        return cls(load_tokenizer(text, head, fix), source)
 
     def encode(self, text, pair=None, add_special=True):
         enc, out = self._encode(text, pair, add_special)
@@ -361,6 +392,20 @@ def _check_tokens(n: int) -> None:
     limits.check("tokens", n if kept is None else min(n, kept), "the text")
 
 
+@contextlib.contextmanager
+def _about_tokenizer():
+    """A file check's refusal (no such file, a folder, unreadable, too large) is the tokenizer setting's to fix."""
+    try:
+        yield
+    except AttnvizError as e:
+        e.param = e.param or "tokenizer"
+        raise
+
+
+def _not_a_tokenizer(head: str, words: str, fix: str) -> AttnvizError:
+    return AttnvizError(f"{head} is not a Hugging Face tokenizer.json: {words}; {fix}", param="tokenizer")
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:120]
@@ -369,7 +414,7 @@ def _first_line(e: BaseException) -> str:
 JSON_CHECKED = "json-checked"  # the cache's kind of a tokenizer text that parse_json accepted (optcache)
 
 
-def _parsed_json(text: str, source: str):
+def _parsed_json(text: str, source: str, fix: str = ""):
     """``parse_json(text, source)``, without its guard against hostile JSON (``check_json``: two regex passes, ~10 ms
     CPU over MiniLM's 460 kB tokenizer.json, in every command that tokenises) where an earlier process parsed
     this very text: kept (:mod:`attnviz.runtime.optcache`) by the text's sha256, Python's version and the guard's
@@ -381,8 +426,8 @@ def _parsed_json(text: str, source: str):
     code = _guard_code()
     key = optcache.text_key(text, JSON_CHECKED, [sys.version, code]) if code is not None else None
     if optcache.passed(JSON_CHECKED, key):
-        return parse_json(text, source, checked=True)
-    value = parse_json(text, source)
+        return parse_json(text, source, fix=fix, checked=True)
+    value = parse_json(text, source, fix=fix)
     optcache.keep_passed(JSON_CHECKED, key)
     return value
 
@@ -410,7 +455,9 @@ def _check_template(cfg) -> None:
             for piece in proc.get(part) or []:
                 tok = piece.get("SpecialToken") if isinstance(piece, dict) else None
                 if isinstance(tok, dict) and tok.get("id") not in defined:
-                    raise ValueError(f"template uses special token {tok.get('id')!r} that it does not define")
+                    raise tf.TemplateError(
+                        f"its post_processor template uses special token {tok.get('id')!r} that it does not define"
+                    )
 
 
 class _rust_guard:
@@ -457,7 +504,8 @@ def find_tokenizers(
     src: TextEncoder | None = None
     tgt: TextEncoder | None = None
     if explicit:
-        p = regular_file(explicit, "tokenizer")
+        with _about_tokenizer():
+            p = regular_file(explicit, "tokenizer")
         src = tgt = HFTokenizer.from_file(p)
         return src, tgt
     if isinstance(meta.get("tokenizer"), str) and meta["tokenizer"].strip().startswith("{"):
@@ -469,7 +517,7 @@ def find_tokenizers(
         own = model_path.with_suffix(".tokenizer.json")
         cand = beside(model_path, own) if own.exists() else sidecar(model_path, "tokenizer.json")
         if cand is not None:
-            src = HFTokenizer.from_file(cand)
+            src = HFTokenizer.from_file(cand, beside_model=True)
     vocab = meta.get("vocab")
     if src is None and vocab is not None:
         if isinstance(vocab, dict):

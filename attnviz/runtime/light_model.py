@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnviz.core.attention import SiteInfo
-from attnviz.runtime import model_summary, optcache
+from attnviz.runtime import landings, model_summary, optcache
 from attnviz.runtime import probe_kept as pk
 from attnviz.runtime.extra_session import ExtraSession
 from attnviz.runtime.memory_kept import PlanHead
@@ -174,6 +174,7 @@ def forget_landing(path: Path) -> None:
     key = _key(path, "auto", ["probe"])
     if key is not None:
         pk.forget(key, KIND)
+        landings.changed()
 
 
 def keep_probe(model: AttentionModel, probe: pk.KeptProbe) -> None:
@@ -182,6 +183,8 @@ def keep_probe(model: AttentionModel, probe: pk.KeptProbe) -> None:
         key = _key(model.path, model.requested_provider, ["probe"])
         if key is not None:
             pk.keep(key, probe, KIND)
+            if model.requested_provider == "auto":  # where ``auto`` landed (landed): before_session's record
+                landings.changed()
 
 
 def keep_stats(

@@ -86,13 +86,28 @@ def test_patches_are_named_as_the_view_names_them_and_boxed_where_the_processor_
             want = frames[frame, r * p : (r + 1) * p, c * p : (c + 1) * p]
             t, left, b, right = (round(x) for x in region.box)
             got = ex.shown[t:b, left:right].astype(np.float64)
-            if label.startswith("t"):  # a tile: the patch's very pixels
+            if label.startswith("tile "):  # a tile: the patch's very pixels
                 assert got.shape == want.shape and np.abs(got - want).max() <= 1.0
                 checked["tile"] += 1
             else:  # the global image, the whole picture resized: the region its patch was resized from
                 assert np.abs(got.mean((0, 1)) - want.mean((0, 1))).max() < 3.0
                 checked["global"] += 1
     assert checked["tile"] and checked["global"]
+
+
+def test_results_written_before_session_19_read_the_same(run):
+    """examples.parquet of before session 19 named a tile's patch ``t1(0,4)``: named and boxed as today's
+    ``tile 1·(0,4)`` is (the image still splits into the frames the labels name)."""
+    import re
+
+    results, _, _ = run
+    e = next(x for x in distinct(results.examples) if x["row_patch"].startswith("tile "))
+    old = {k: re.sub(r"^tile (\d+)·", r"t\1", e[k]) for k in ("row_patch", "col_patch")}
+    assert old["row_patch"].startswith("t") and old["row_patch"] != e["row_patch"]
+    then, now = example_image({**e, **old}, results.run["model"]), example_image(e, results.run["model"])
+    assert then.note == "" and then.shown is not None
+    assert (then.query.name, then.query.box, then.key.box) == (now.query.name, now.query.box, now.key.box)
+    assert label_name(old["row_patch"], e["frames"]) == label_name(e["row_patch"], e["frames"]) == now.query.name
 
 
 def test_names_only_where_the_model_or_image_is_gone(run, tmp_path):
@@ -113,7 +128,9 @@ def test_an_image_that_splits_otherwise_now_keeps_the_names(run, tmp_path):
     patches come after 2 tiles now, not 4; the names stay, the boxes would be a guess."""
     results, _, images = run
     e = next(
-        x for x in results.examples if x["image"].endswith("square.png") and not x["row_patch"].startswith(("t0", "t1"))
+        x
+        for x in results.examples
+        if x["image"].endswith("square.png") and not x["row_patch"].startswith(("tile 0·", "tile 1·"))
     )
     moved = tmp_path / "square.png"
     shutil.copy(images / "wide.png", moved)
@@ -151,7 +168,7 @@ def test_an_unsplit_images_patches_are_named_as_the_drawn_view_names_them(unspli
     model = open_model(tower, provider="cpu")
     views = {}
     for e in distinct(results.examples):
-        assert e["frames"] == 1 and not e["row_patch"].startswith("t")
+        assert e["frames"] == 1 and not e["row_patch"].startswith("tile ")
         if e["image"] not in views:
             r = model.analyze(image=e["image"])
             views[e["image"]] = v.image_source(r, r.blocks(), attention="tower")[1]

@@ -7,6 +7,7 @@ frames, through core.stats.row_stats); what cannot be done is one line, exit 2."
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import numpy as np
@@ -123,7 +124,7 @@ def test_examples_name_the_image_and_the_patches_as_the_view_does(results, extra
         if e["score"] == "max":
             assert e["col"] == int(maps[e["layer"]][e["head"], e["row"]].argmax())
     named = {e["row_patch"] for e in results.examples} | {e["col_patch"] for e in results.examples}
-    assert any(n.startswith("t") for n in named) and any(n.startswith("(") for n in named)  # tiles and global
+    assert any(n.startswith("tile ") for n in named) and any(n.startswith("(") for n in named)  # tiles and global
 
 
 def test_examples_name_the_rows_frame_by_its_place_as_the_head_map_does(results, idefics3_repo):
@@ -146,6 +147,12 @@ def test_examples_name_the_rows_frame_by_its_place_as_the_head_map_does(results,
         f = e["row"] // PER
         want = "global image" if f == rows * cols else f"tile {f} (row {f // cols}, col {f % cols})"
         assert e["frames"] == rows * cols + 1 and e["frame"] == want == head_map[f]
+        side = math.isqrt(
+            PER
+        )  # the row's and key's patches name the tile their frame names (one frame: asserted above)
+        for pos, label in ((e["row"], e["row_patch"]), (e["col"], e["col_patch"])):
+            cell = f"({pos % PER // side},{pos % PER % side})"
+            assert label == (cell if f == rows * cols else f"{want.split(' (')[0]}·{cell}"), (label, want)
     # a second tile of a 1 x 2 and of a 2 x 1 image among them: rows told from columns
     assert {(seen[e["image"]][:2], e["row"] // PER) for e in results.examples} >= {((1, 2), 1), ((2, 1), 1)}
     assert any(e["frame"] == "global image" for e in results.examples)

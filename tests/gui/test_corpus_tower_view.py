@@ -129,7 +129,7 @@ def test_results_written_before_say_vision_too(qtbot, results):
     v.show_head(v.heads[0])
     assert v.shown_examples and v.examples_label.text().startswith("vision self layer 0 head 0 · ")
     for r, e in enumerate(v.shown_examples):
-        if not e["row_patch"].startswith("t"):
+        if not e["row_patch"].startswith("tile "):
             assert v.examples.item(r, 2).toolTip().startswith("patch (")
 
 

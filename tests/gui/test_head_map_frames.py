@@ -72,7 +72,7 @@ def test_a_towers_head_map_is_one_frame_at_a_time(qtbot, real_window, idefics3_r
             assert hm.heatmap.x_axis.labels == labels[cut] == hm.heatmap.y_axis.labels
             assert name in mv.title and mv.x_title == f"key ({name.split(' (')[0]})"
         check_map(hm.heatmap, figure(w, hm))  # File ▸ Export: the same frame's map, labels and title
-    assert labels[P + 4] == "t1(0,4)" and labels[4 * P] == "(0,0)"  # the keys the frames' names say
+    assert labels[P + 4] == "tile 1·(0,4)" and labels[4 * P] == "(0,0)"  # the keys the frames' names say
     # Token links of the tower: the Head map's frame alone (the frame box's choice), each head's its block
     box.setCurrentIndex(2)
     s.select(mode="head", layer=1, head=0)

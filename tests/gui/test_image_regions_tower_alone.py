@@ -38,7 +38,7 @@ def test_the_encoder_alone_draws_every_tile_beside_the_global_image(qtbot, real_
     s.select(mode="head", layer=1, head=2)
     att = r.maps[1].array()[0, 2]
     mean = att.mean(axis=0)  # every tile's and the global image's rows
-    tiles = [vb.on_grid(labels, mean, rf"t{k}\((\d+),(\d+)\)") for k in range(4)]
+    tiles = [vb.on_grid(labels, mean, rf"tile {k}·\((\d+),(\d+)\)") for k in range(4)]
     assert v.queries[v.query][0] == "all patches (mean)"
     np.testing.assert_allclose(v.patch_map, np.block([tiles[:2], tiles[2:]]), rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(v.global_map, vb.on_grid(labels, mean, r"\((\d+),(\d+)\)"), rtol=1e-5, atol=1e-8)
@@ -49,8 +49,8 @@ def test_the_encoder_alone_draws_every_tile_beside_the_global_image(qtbot, real_
     scene = v.vb.mapViewToScene(QPointF((6 + 4 + 0.5) * wd / 12, (6 + 1 + 0.5) * h / 12))
     qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
     label, row = v.queries[v.query]
-    assert (label, labels[row]) == ("tile 3 patch (1, 4)", "t3(1,4)")
-    own = vb.on_grid(labels, att[row], r"t3\((\d+),(\d+)\)")
+    assert (label, labels[row]) == ("tile 3 patch (1, 4)", "tile 3·(1,4)")
+    own = vb.on_grid(labels, att[row], r"tile 3·\((\d+),(\d+)\)")
     np.testing.assert_allclose(v.patch_map[6:, 6:], own, rtol=1e-5, atol=1e-8)
     assert own.sum() == pytest.approx(1.0, rel=1e-4) and not v.global_map.any()
     # a click on the global image's patch (2, 5)

@@ -1,5 +1,5 @@
 """Image regions of a tiled vision–language image (Idefics3 / SmolVLM): the vision tower's own attention over every
-tile, not only the global image.  Each tile is a tower run of its own (keys ``t{k}(r,c)``, then the global image's
+tile, not only the global image.  Each tile is a tower run of its own (keys ``tile k·(r,c)``, then the global image's
 ``(r,c)``); the tiny Idefics3 in the real window on the 64 px sample (resized to 96: 2 x 2 tiles of 48) draws, with
 "vision tower" chosen, the tiles side by side where the words' view lays them and the global image beside them, each
 cell the row's weight on the key its label names (placed by hand), on screen and in the exported figure."""
@@ -24,12 +24,12 @@ PROMPT = "<s> <image> a photo of the cat"
 
 
 def tiles_by_hand(labels: list[str], row: np.ndarray, across: int) -> np.ndarray:
-    """Tile ``k``'s patch ``(r, c)`` (``t{k}(r,c)``, tiles in reading order, ``across`` a row) at its cell of the
+    """Tile ``k``'s patch ``(r, c)`` (``tile k·(r,c)``, tiles in reading order, ``across`` a row) at its cell of the
     tiled picture."""
     found = [
         (int(m[1]), int(m[2]), int(m[3]), k)
         for k, lab in enumerate(labels)
-        if (m := re.fullmatch(r"t(\d+)\((\d+),(\d+)\)", lab))
+        if (m := re.fullmatch(r"tile (\d+)·\((\d+),(\d+)\)", lab))
     ]
     side = 1 + max(r for _, r, _, _ in found)
     down = (1 + max(t for t, *_ in found)) // across
@@ -74,8 +74,8 @@ def test_the_towers_attention_over_every_tile_and_the_global_image(qtbot, real_w
     scene = v.vb.mapViewToScene(QPointF((6 + 4 + 0.5) * wd / 12, (6 + 1 + 0.5) * h / 12))
     qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
     label, row = v.queries[v.query]
-    # named by its tile and its cell in it, as its key (t3(1,4)), not by its cell (7, 10) of the tiled picture
-    assert label == "tile 3 patch (1, 4)" and labels[row] == "t3(1,4)"
+    # named by its tile and its cell in it, as its key (tile 3·(1,4)), not by its cell (7, 10) of the tiled picture
+    assert label == "tile 3 patch (1, 4)" and labels[row] == "tile 3·(1,4)"
     assert "query “tile 3 patch (1, 4)”" in v.info.text()
     want = tiles_by_hand(labels, att[row], 2)
     np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
@@ -86,7 +86,7 @@ def test_the_towers_attention_over_every_tile_and_the_global_image(qtbot, real_w
     scene = v.vb.mapViewToScene(QPointF(0.5 * wd / 12, 0.5 * h / 12))
     qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
     label, row = v.queries[v.query]
-    assert label == "tile 0 patch (0, 0)" and labels[row] == "t0(0,0)" and v.queries == [*before, (label, row)]
+    assert label == "tile 0 patch (0, 0)" and labels[row] == "tile 0·(0,0)" and v.queries == [*before, (label, row)]
     # the command line's figure of the tower's block draws the same tiles (its default query: the mean)
     from attnviz.figures import FigureSpec, render_spec
 
@@ -96,8 +96,8 @@ def test_the_towers_attention_over_every_tile_and_the_global_image(qtbot, real_w
 
 
 def named(label: str) -> str:
-    """A tower key's label (``t2(3,4)``, the global image's ``(3,4)``) as a patch is named, written here by hand."""
-    if m := re.fullmatch(r"t(\d+)\((\d+),(\d+)\)", label):
+    """A tower key's label (``tile 2·(3,4)``, the global image's ``(3,4)``) as a patch is named, written here by hand."""
+    if m := re.fullmatch(r"tile (\d+)·\((\d+),(\d+)\)", label):
         return f"tile {m[1]} patch ({m[2]}, {m[3]})"
     m = re.fullmatch(r"\((\d+),(\d+)\)", label)
     return f"global image patch ({m[1]}, {m[2]})"
@@ -123,7 +123,7 @@ def test_the_global_images_patches_and_peak_are_named_as_the_global_image(qtbot,
     s.select(mode="head", layer=1, head=2)
     att = r.maps[[i for i, site in enumerate(r.sites) if site.stack == "encoder"][1]].array()[0, 2]
     mean = att[: len(labels)].mean(axis=0)
-    tile, whole = top(labels, mean, r"t\d+\(\d+,\d+\)"), top(labels, mean, r"\(\d+,\d+\)")
+    tile, whole = top(labels, mean, r"tile \d+·\(\d+,\d+\)"), top(labels, mean, r"\(\d+,\d+\)")
     want = f"peak at {named(tile)} · global image 6×6 beside them, peak at {named(whole)} · colours span"
     assert want in v.info.text()
     # a click on the global image's patch (4, 1): named so on its button, in the info line and in the export

@@ -129,3 +129,52 @@ def test_an_extracted_file_keeps_the_names_and_an_older_one_reads_them_off_its_t
     assert v.tower_frames(io.load_npz(out), v.Selection()) == want
     np.savez(tmp_path / "older.npz", **older)
     assert v.tower_frames(io.load_npz(tmp_path / "older.npz"), v.Selection()) == want
+
+
+def patches_by_hand(split, cells, image: int | None = None) -> list[str]:
+    """Every tower key's label, written here from transformers' split and markers: tile k's patch (r, c) of that
+    tile ``tile k·(r,c)`` (the tile as its frame is named, "tile k (row …, col …)"), then the global image's
+    ``(r,c)``; one prompt's image ``i`` among several ``img{i}·tile k·(r,c)``, ``img{i}(r,c)``."""
+    side = im.TILE // im.PATCH  # the tower's patches a tile side (before the pixel shuffle)
+    cell = [f"({p // side},{p % side})" for p in range(side * side)]
+    tiles = names(split, cells)[:-1]
+    out = [f"{t.split(' (')[0]}·{c}" for t in tiles for c in cell] + cell
+    return [f"img{image}{'' if x.startswith('(') else '·'}{x}" for x in out] if image else out
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_each_patch_names_its_tile_as_the_frames_do(whole, tower, idefics3_repo, images, shape):
+    """The tower's keys (the whole model's and the tower alone's alike) name a tile's patch by the tile as the Head
+    map's frame box names it: every key of frame "tile 1 (row 0, col 1)" reads ``tile 1·(r,c)``, never ``t1(r,c)``."""
+    _, splits, cells = reference(idefics3_repo, PROMPT, [[images[shape]]])
+    want = patches_by_hand(splits[0][0], cells[0][0])
+    r = whole.analyze(text=PROMPT, image=images[shape])
+    alone = tower.analyze(image=images[shape])
+    assert list(r.blocks()[0].key_axis.labels) == want == list(alone.blocks()[0].key_axis.labels)
+    frames, per = v.tower_frames(r, v.Selection()), len(want) // len(cells[0][0] + [None])
+    for f, name in enumerate(frames[:-1]):  # each frame's Head map: its axis labels all start with the frame's tile
+        view = v.head_map(r, v.Selection(frame=f, mode="mean"))
+        assert name in view.title and all(k.startswith(name.split(" (")[0] + "·") for k in view.k_labels)
+        assert list(view.k_labels) == want[f * per : (f + 1) * per]
+
+
+def test_one_prompts_several_images_name_each_patch_by_its_image_and_tile(whole, idefics3_repo, images):
+    two = [images["wide"], images["tall"]]
+    _, splits, cells = reference(idefics3_repo, TWO, [two])
+    want = patches_by_hand(splits[0][0], cells[0][0], 1) + patches_by_hand(splits[0][1], cells[0][1], 2)
+    r = whole.analyze(text=TWO, image=two)
+    assert list(r.blocks()[0].key_axis.labels) == want
+
+
+def test_an_older_files_tile_labels_still_name_its_frames(idefics3_repo, images, tmp_path):
+    """An .npz written before session 19 labels a tile's patch ``t1(0,4)`` (``img2.t0(0,0)``): its frames are still
+    named by their place."""
+    _, splits, cells = reference(idefics3_repo, PROMPT, [[images["square"]]])
+    out = tmp_path / "whole.npz"
+    assert main(["extract", str(idefics3_repo), "--text", PROMPT, "--image", images["square"], "--out", str(out)]) == 0
+    r = io.load_npz(out)
+    blk = r.blocks()[0]
+    old = [re.sub(r"^tile (\d+)·", r"t\1", k) for k in blk.key_axis.labels]
+    assert old[0] == "t0(0,0)" and old[-1].startswith("(")
+    blk.key_axis.labels[:] = old
+    assert v.tower_frames(r, v.Selection(), [blk, *r.blocks()[1:]]) == names(splits[0][0], cells[0][0])

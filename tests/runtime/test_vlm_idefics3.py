@@ -249,7 +249,12 @@ def test_image_regions_show_a_word_over_the_tiles(model, images, torch_model, id
     # the vision block: each image's patches (the tiles', then the global image's, which lie on the image)
     p = (im.TILE // im.PATCH) ** 2
     vision = blocks[0].key_axis.labels
-    assert len(vision) == 3 * p and vision[0] == "t0(0,0)" and vision[p + 1] == "t1(0,1)" and vision[2 * p] == "(0,0)"
+    assert (
+        len(vision) == 3 * p
+        and vision[0] == "tile 0·(0,0)"
+        and vision[p + 1] == "tile 1·(0,1)"
+        and vision[2 * p] == "(0,0)"
+    )
     assert r.patch_grid.offset == 2 * p
     io.save_npz(r, tmp_path / "r.npz")
     assert io.load_npz(tmp_path / "r.npz").token_grid == r.token_grid
@@ -293,9 +298,9 @@ def test_the_vision_block_over_the_image_is_every_tile_beside_the_global_image(m
     bi, grid, kind = v.image_source(r, blocks, prefer=0)
     side = r.token_grid.global_grid.rows * (grid.rows // r.token_grid.rows)  # a tile's patches a side (6)
     assert (bi, kind) == (0, "self") and (grid.rows, grid.cols) == (side, 2 * side) == (6, 12)
-    keys = list(blocks[0].key_axis.labels)  # the tower's own labels: tile t's patch t{t}(r,c), the global's (r,c)
+    keys = list(blocks[0].key_axis.labels)  # the tower's own labels: tile t's patch tile t·(r,c), the global's (r,c)
     assert [keys[grid.key(R, C)] for R in range(6) for C in range(12)] == [
-        f"t{C // 6}({R},{C % 6})" for R in range(6) for C in range(12)
+        f"tile {C // 6}·({R},{C % 6})" for R in range(6) for C in range(12)
     ]
     whole = grid.global_grid
     assert [keys[whole.key(R, C)] for R in range(6) for C in range(6)] == [

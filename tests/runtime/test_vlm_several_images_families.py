@@ -169,7 +169,7 @@ def test_idefics3_two_images_equal_transformers(idefics3_repo, idefics, files):
     vg = r.vision_grids()
     assert [(g.offset, g.end, g.lead_images) for g in vg] == [(4 * per, 5 * per, 4), (7 * per, 8 * per, 2)]
     keys = r.blocks()[0].key_axis.labels
-    assert keys[0] == "img1.t0(0,0)" and keys[4 * per] == "img1(0,0)" and keys[5 * per] == "img2.t0(0,0)"
+    assert keys[0] == "img1·tile 0·(0,0)" and keys[4 * per] == "img1(0,0)" and keys[5 * per] == "img2·tile 0·(0,0)"
     assert keys[-1] == f"img2({im.TILE // im.PATCH - 1},{im.TILE // im.PATCH - 1})"
 
 

@@ -100,13 +100,13 @@ def test_maps_equal_transformers_vision_model_and_the_whole_models_tower(
     full = whole.analyze(text=PROMPT, image=str(images["square"]))
     for got, want in zip(r.maps, full.maps[: len(r.maps)], strict=True):
         np.testing.assert_allclose(got.array(), want.array(), atol=1e-6)
-    assert r.blocks()[0].key_axis.labels == full.blocks()[0].key_axis.labels  # t{k}(r,c), then the global's (r,c)
+    assert r.blocks()[0].key_axis.labels == full.blocks()[0].key_axis.labels  # tile k·(r,c), then the global's (r,c)
 
 
 def tiles_by_hand(labels: list[str], row: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """Tile ``k`` (reading order, ``cols`` a row) at its place in the picture, each cell the weight on the key its
-    label ``t{k}(r,c)`` names (vlm_build.on_grid); the processor's split ``rows`` x ``cols``."""
-    each = [vb.on_grid(labels, row, rf"t{k}\((\d+),(\d+)\)") for k in range(rows * cols)]
+    label ``tile k·(r,c)`` names (vlm_build.on_grid); the processor's split ``rows`` x ``cols``."""
+    each = [vb.on_grid(labels, row, rf"tile {k}·\((\d+),(\d+)\)") for k in range(rows * cols)]
     return np.vstack([np.hstack(each[r * cols : (r + 1) * cols]) for r in range(rows)])
 
 
@@ -123,11 +123,11 @@ def test_the_tower_view_lays_every_tile_beside_the_global_image(tower, whole, im
     assert (bi, kind) == (0, "self") and grid.global_grid is not None and r.patch_grid.tile_layout == (rows, cols)
     for layer in range(im.LAYERS):
         att = blocks[bi].layer(layer)[1]
-        for q in (att.mean(axis=0), att[labels.index("t0(2,3)")], att[labels.index("(4,1)")]):
+        for q in (att.mean(axis=0), att[labels.index("tile 0·(2,3)")], att[labels.index("(4,1)")]):
             np.testing.assert_array_equal(grid.to_image(q), tiles_by_hand(labels, q, rows, cols))
             np.testing.assert_array_equal(grid.global_grid.to_image(q), vb.on_grid(labels, q, r"\((\d+),(\d+)\)"))
     last = rows * cols - 1
-    assert v.patch_label(grid, labels.index(f"t{last}(1,4)")) == f"tile {last} patch (1, 4)"
+    assert v.patch_label(grid, labels.index(f"tile {last}·(1,4)")) == f"tile {last} patch (1, 4)"
     assert v.patch_label(grid, labels.index("(2,5)")) == "global image patch (2, 5)"
     assert v.image_queries(r, blocks[bi], grid) == [("all patches (mean)", -1)]
     assert v.grid_note(r, blocks[bi], grid) == f"tiles in place, patches at keys 0–{rows * cols * 36 - 1} of the tower"

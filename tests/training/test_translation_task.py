@@ -139,3 +139,20 @@ def test_configs_without_the_bible_data(monkeypatch):
     assert (mc.vocab_size, mc.tgt_vocab_size) == (3000, 3000) and tc.n_test == 528
     with pytest.raises(AttnvizError, match="pip install --no-deps bible-alignments"):
         task.make_split("train", mc, tc)
+
+
+def test_a_damaged_embedded_tokenizer_is_one_plain_line(synthetic):
+    """``attnviz eval`` of a model whose embedded target tokenizer was edited: what is wrong, in plain words."""
+    import json
+
+    from attnviz import AttnvizError
+
+    task, mcfg, *_ = synthetic
+    meta = task.metadata(mcfg)
+    cfg = json.loads(meta["target_tokenizer"])
+    cfg["model"]["type"] = "Bogus"
+    with pytest.raises(AttnvizError) as raised:
+        TranslationSynthetic().restore(meta | {"target_tokenizer": json.dumps(cfg)})
+    msg = str(raised.value)
+    assert "attnviz.target_tokenizer" in msg and "unknown model type 'Bogus'" in msg and "re-export" in msg, msg
+    assert "untagged enum" not in msg and "\n" not in msg

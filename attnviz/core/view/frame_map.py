@@ -6,7 +6,7 @@ A patch of one frame attends only to its own frame's patches, so frame ``f``'s `
 map's diagonal block at its keys (``f·P … (f+1)·P``; frames of several sizes: :meth:`FramesMap.spans`):
 :func:`head_map` reduces that block alone (one head, mean / max / min over heads, rollout:
 :func:`~attnviz.core.view.selection.frames_reduction`) and names its rows and columns by their keys in the whole
-block (``q_pos`` / ``k_pos``, the labels ``t1(0,4)``), so hover read-outs name the same keys as every other view.
+block (``q_pos`` / ``k_pos``, the labels ``tile 1·(0,4)``), so hover read-outs name the same keys as every other view.
 Any other block: :func:`~attnviz.core.view.maps.compute_map`, unchanged.
 """
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, TokenAxis
+from attnviz.core.patch_names import SEP, canonical
 from attnviz.core.view.colourbar import HIDDEN_NOTE
 from attnviz.core.view.labels import clean_labels
 from attnviz.core.view.maps import MapView, compute_map
@@ -36,10 +37,11 @@ from attnviz.core.view.selection import (
 )
 from attnviz.core.view.steps import step_rows
 
-_KEY_CELL = re.compile(r"\(\d+,\s*\d+\)$")  # a patch key's cell, "t1(0,4)" -> "t1"
-# a frame's first key less its cell: "img2.t0" (image 2's tile 0), "img2" (its global image, or a whole image),
-# "t1" (a tile), "" (the global image, or one image), "img1[CLS]" (LLaVA's: the image's class token first)
-_FRAME_KEY = re.compile(r"(?:img(\d+))?\.?(?:t(\d+))?(?:\[CLS\])?")
+_KEY_CELL = re.compile(r"\(\d+,\s*\d+\)$")  # a patch key's cell, "tile 1·(0,4)" -> "tile 1·"
+# a frame's first key (core/patch_names.py: labels of before session 19 read as today's) less its cell:
+# "img2·tile 0·" (image 2's tile 0), "img2" (its global image, or a whole image), "tile 1·" (a tile), "" (the
+# global image, or one image), "img1[CLS]" (LLaVA's: the image's class token first)
+_FRAME_KEY = re.compile(rf"(?:img(\d+))?{SEP}?(?:tile (\d+){SEP})?(?:\[CLS\])?")
 
 
 def tower_frames(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> list[str] | None:
@@ -103,11 +105,12 @@ def check_frame(result: AttentionResult, sel: Selection, blocks: list[Block] | N
 
 def frame_names(result: AttentionResult, blk: Block, spans: list[tuple[int, int]]) -> list[str]:
     """Each of the row's frames (``(first key, patches)``) by name, read from its first key's label as Image
-    regions names patches: a tiled image's tiles ("t1(0,0)": "tile 1 (row 0, col 1)", its place in the split where
-    known, :func:`_layouts`) and its global image ("(0,0)" after tiles); one prompt's several images ("img2(0,0)":
-    "image 2", "img2.t0(0,0)": "image 2 · tile 0 (row 0, col 0)"); else "frame k of n"."""
+    regions names patches: a tiled image's tiles ("tile 1·(0,0)": "tile 1 (row 0, col 1)", its place in the split
+    where known, :func:`_layouts`) and its global image ("(0,0)" after tiles); one prompt's several images
+    ("img2(0,0)": "image 2", "img2·tile 0·(0,0)": "image 2 · tile 0 (row 0, col 0)"); else "frame k of n"."""
     labels = blk.key_axis.labels if len(blk.key_axis) == blk_len(blk, 1) else []
-    found = [_FRAME_KEY.fullmatch(_KEY_CELL.sub("", str(labels[o]))) if o < len(labels) else None for o, _ in spans]
+    firsts = [canonical(str(labels[o])) if o < len(labels) else None for o, _ in spans]
+    found = [_FRAME_KEY.fullmatch(_KEY_CELL.sub("", k)) if k is not None else None for k in firsts]
     keys = [k for k in found if k is not None]
     if len(keys) < len(spans):
         return [f"frame {f + 1} of {len(spans)}" for f in range(len(spans))]
@@ -133,7 +136,7 @@ def tile_name(tile: int, layout: tuple[int, int] | None) -> str:
 
 def _layouts(result: AttentionResult, blk: Block, spans: list[tuple[int, int]]) -> dict[str, tuple[int, int]]:
     """Each tiled image's tiles as rows × columns (:func:`tile_layout`), by the image's number in its keys'
-    labels ("2" for ``img2.t0(0,0)``; "" for a prompt's one image), where known: the same name for a frame
+    labels ("2" for ``img2·tile 0·(0,0)``; "" for a prompt's one image), where known: the same name for a frame
     whether the tower ran alone or in the whole model."""
     each = result.vision_grids()  # one prompt's several images: each one's own grid, and its tokens'
     if each:

@@ -76,7 +76,7 @@ class _TranslationBase(Task):
 
     def restore(self, meta: dict) -> None:
         """Take the tokenizers embedded in an exported model (``attnviz eval``)."""
-        from tokenizers import Tokenizer
+        from attnviz.runtime.inputs import load_tokenizer
 
         src, tgt = meta.get("tokenizer"), meta.get("target_tokenizer")
         if not src or not tgt:
@@ -84,7 +84,11 @@ class _TranslationBase(Task):
                 "this translation model has no embedded tokenizers (attnviz.tokenizer / "
                 "attnviz.target_tokenizer); re-export it with `attnviz train translation`"
             )
-        self.tokenizers = dt.TranslationTokenizers(Tokenizer.from_str(src), Tokenizer.from_str(tgt))
+        fix = "re-export it with `attnviz train translation`"
+        self.tokenizers = dt.TranslationTokenizers(
+            load_tokenizer(src, "the model's attnviz.tokenizer", fix),
+            load_tokenizer(tgt, "the model's attnviz.target_tokenizer", fix),
+        )
 
     def vocab_sizes(self) -> tuple[int, int]:
         """Vocabulary sizes of the tokenizers; the requested sizes when the data is not installed (so the
