@@ -76,7 +76,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         + "\n\nexamples:"
         + __doc__.split("Examples::")[1]
     )
-    p.add_argument("model", nargs="?", metavar="MODEL", help="ONNX model file (or use --maps / --recipe)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="ONNX model file; a .npz is taken as --maps, a .json as --recipe (attnviz open reads them alike)",
+    )
     p.add_argument("--maps", metavar="MAPS.npz", help="attention maps written by 'attnviz extract' (no model run)")
     p.add_argument(
         "--recipe",
@@ -331,6 +336,20 @@ def _pick_row(result, row: int | None):
         raise AttnvizError(f"--batch-index {row}: the input holds rows 0..{max(n, 1) - 1}; pick one of them") from None
 
 
+def _positional_file(args) -> None:
+    """``attnviz figure MAPS.npz`` / ``attnviz figure R.json``: what the file is says what it is for (a model is never
+    a .npz or a .json, and ``attnviz open MAPS.npz`` opens maps the same way) — else the maps of ``extract`` were
+    refused as "not an ONNX model"."""
+    given = args.model
+    if not given or args.maps or args.recipe:
+        return
+    suffix = Path(given).suffix.lower()
+    if suffix == ".npz":
+        args.model, args.maps = None, given
+    elif suffix == ".json":
+        args.model, args.recipe = None, given
+
+
 def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
@@ -339,6 +358,7 @@ def run(args) -> int:
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
 
+    _positional_file(args)
     src = _sources_from_args(args)
     spec_d: dict = {}
     recipe_out_default = None

@@ -434,3 +434,18 @@ def test_all_heads_of_a_model_that_declares_its_alignment_head_draws_every_layer
     drawn = sorted(p.name for p in out.iterdir())
     assert drawn == sorted(f"heatmap_decoder-cross_L{s.layer:02d}_H{h:02d}.svg" for s in cross for h in range(s.heads))
     assert len(drawn) == 12
+
+
+def test_a_maps_file_or_recipe_given_as_the_positional_file(maps, tmp_path):
+    """``attnviz figure MAPS.npz`` draws the maps as ``--maps`` does (the same PNG bytes, the same recipe source),
+    and ``attnviz figure R.json`` regenerates as ``--recipe`` does; before, a .npz was refused as "not an ONNX
+    model"."""
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    assert fig("--maps", maps["text"], "--head", 1, "--out", a, "--dpi", 50) == 0
+    assert fig(maps["text"], "--head", 1, "--out", b, "--dpi", 50) == 0
+    assert a.read_bytes() == b.read_bytes()
+    ra, rb = (load_recipe(str(p) + ".recipe.json") for p in (a, b))
+    assert ra["inputs"] == rb["inputs"] and ra["view"] == rb["view"]
+    c = tmp_path / "c.png"
+    assert fig(str(b) + ".recipe.json", "--out", c) == 0
+    assert c.read_bytes() == b.read_bytes()
