@@ -8,6 +8,7 @@ outside ``core``).  Failures are :class:`~attnviz.AttnvizError` with one line na
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -27,14 +28,34 @@ def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise AttnvizError(f"{what} {p}: no such file") from None
+        raise AttnvizError(f"{what} {p}: {missing(p)}") from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise AttnvizError(f"{what} {p}: {LOOP}") from None
         raise AttnvizError(f"{what} {p}: cannot read it ({e.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
         raise AttnvizError(f"{what} {p}: is a folder; give a file")
     if not stat.S_ISREG(st.st_mode):
         raise AttnvizError(f"{what} {p}: not a regular file (a pipe, socket or device); give a regular file")
     return p
+
+
+LOOP = "a symbolic link that leads back to itself; point it at the file"
+
+
+def missing(p: Path) -> str:
+    """Why ``p`` is not there: no such file, or a link whose target is gone (the link itself is there: "no such
+    file" sent the user looking for a typo)."""
+    try:
+        target = os.readlink(p)
+    except OSError:
+        return "no such file"
+    try:
+        os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return LOOP
+    return f"a symbolic link to {target}, which does not exist; point it at the file, or give the file itself"
 
 
 def open_regular(path: str | os.PathLike, what: str = "file") -> BinaryIO:

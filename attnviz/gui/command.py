@@ -163,12 +163,12 @@ def run(args) -> int:
     ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
     if target is not None and not target.exists():
+        from attnviz.core.untrusted import missing
         from attnviz.runtime.folder import hub_name_hint
 
-        raise AttnvizError(
-            hub_name_hint(target)
-            or f"{target}: no such file; give an .onnx model, an image, an .npz file or corpus results"
-        )
+        why = missing(target)  # (a link that leads nowhere says so, and what to do, itself)
+        kinds = "; give an .onnx model, an image, an .npz file or corpus results" if why == "no such file" else ""
+        raise AttnvizError(hub_name_hint(target) or f"{target}: {why}{kinds}")
     if args.screenshot:
         shot = Path(args.screenshot)
         if shot.suffix.lower() != ".png":

@@ -711,8 +711,8 @@ _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 def hub_name_hint(p: Path) -> str | None:
     """The line for a model that is not here but is named like a Hugging Face Hub model (``bert-base-uncased``,
     ``org/name``): attnviz reads local files only, so it says how to get one; None for anything else."""
-    if p.exists() or p.suffix.lower() == ".onnx" or not _HUB_NAME.fullmatch(str(p)):
-        return None
+    if p.exists() or p.is_symlink() or p.suffix.lower() == ".onnx" or not _HUB_NAME.fullmatch(str(p)):
+        return None  # (a link that leads nowhere is a local file gone wrong, not a Hub name: said where it is read)
     return (
         f"{p}: no such file or folder here; attnviz opens local ONNX files: for the Hub model {str(p)!r}, "
         f"download it (huggingface-cli download {p} --local-dir DIR) and export it (attnviz export-hf DIR --out OUT)"
