@@ -147,6 +147,16 @@ def main() -> None:
             rows[f"stats raw ×{k}"] = threaded(k)
     for k in a.depths:
         rows[f"many d{k}"] = lambda k=k: red.many(specs, k)
+    # sessions of their own, one thread each (each CUDA session has its own stream: runs on one session from
+    # several threads may share one, so that only the host work overlaps): the batches dealt round-robin
+    for name, path, feeds, fetch in (("plain", model, plain_feeds, None), ("stats", stats_path, stats_feeds, ig.fetch)):
+        own = [raw(make_session(str(path), a.provider, threads=threads)[0]) for _ in range(2)]
+        ex2 = ThreadPoolExecutor(2)
+
+        def dealt(own=own, feeds=feeds, fetch=fetch, ex2=ex2):
+            list(ex2.map(lambda i: seq(own[i], feeds[i::2], fetch), range(2)))
+
+        rows[f"{name}, 2 sessions × 1 thread"] = dealt
     for fn in rows.values():  # first runs (handles, arenas) out of the way
         fn()
     took: dict[str, list[float]] = {k: [] for k in rows}

@@ -1,7 +1,8 @@
 #!/bin/bash
 # GPU lease (prepared in session 19 for the next): what is left of issue 26 on CUDA, in one call after the payload
 # parts (make_payload12.sh: .g1, then .g2 + .g3 with this call).  The corpus's loop split batch for batch in one
-# process (the graph, attnviz's session wrappers, N threads on the raw session, BatchReducer.many at each depth:
+# process (the graph, attnviz's session wrappers, N threads on the raw session, BatchReducer.many at each depth,
+# two sessions of their own (a CUDA stream each) for plain and for the statistics:
 # session 19's timeline put the whole gap inside the tasks, ~2.9 ms a batch against plain's 2.0), the corpus row
 # with more rounds (plain's walls spread 1.9-2.9 s across 4 rounds in session 19), and on-demand at 4,096 tokens
 # (6 rounds overran 90 s in session 19).
@@ -9,7 +10,7 @@
 export TAIL=${TAIL:-24}
 source bench/gpu/device_env.sh
 python3 -c "import onnxruntime as o; assert 'CUDAExecutionProvider' in o.get_available_providers(), 'no CUDA provider'"
-TAIL=14 step loop_split "${T_LS:-90}" env OMP_NUM_THREADS=1 python3 bench/corpus_loop_split.py --provider cuda \
+TAIL=14 step loop_split "${T_LS:-120}" env OMP_NUM_THREADS=1 python3 bench/corpus_loop_split.py --provider cuda \
   --items 10000 --rounds 3 --depths 1 2 4 8
 TAIL=16 step ab10k "${T_AB:-110}" env OMP_NUM_THREADS=1 python3 bench/corpus_ab.py --provider cuda --items 10000 \
   --rounds 8 main:4x4 main:8x2
