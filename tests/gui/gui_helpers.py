@@ -25,3 +25,17 @@ def run_and_wait(qtbot, w, timeout=30000, **values):
     with qtbot.waitSignal(w.result_shown, timeout=timeout):
         w.inputs.set_values(**values)
         w.inputs.run_button.click()
+
+
+def shown_heatmap(qtbot, monkeypatch, screen: int):
+    """A Head map widget shown at 700 x 700 on a screen of ``screen`` pixels a side (maps longer than that are
+    "long": drawn pooled to the view, re-pooled on zoom)."""
+    from attnviz.gui.views import heatmap
+
+    monkeypatch.setattr(heatmap, "screen_cells", lambda: screen)
+    w = heatmap.HeatmapWidget()
+    qtbot.addWidget(w)
+    w.resize(700, 700)
+    w.show()
+    qtbot.waitExposed(w)
+    return w

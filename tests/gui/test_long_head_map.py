@@ -9,11 +9,10 @@ import math
 
 import numpy as np
 import pytest
+from gui_helpers import shown_heatmap
 
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
-from attnviz.gui.views import heatmap
-from attnviz.gui.views.heatmap import HeatmapWidget
 
 TQ, TK, PEAK = 130, 170, (97, 123)
 
@@ -38,15 +37,7 @@ def _result() -> tuple[AttentionResult, np.ndarray]:
 
 @pytest.fixture
 def widget(qtbot, monkeypatch):
-    monkeypatch.setattr(
-        heatmap, "screen_cells", lambda: 50, raising=False
-    )  # a 50-pixel screen: 130 x 170 positions are "long"
-    w = HeatmapWidget()
-    qtbot.addWidget(w)
-    w.resize(700, 700)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
+    return shown_heatmap(qtbot, monkeypatch, 50)  # a 50-pixel screen: 130 x 170 positions are "long"
 
 
 @pytest.mark.parametrize("log", [False, True])

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from gui_helpers import shown_heatmap
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
@@ -17,7 +18,6 @@ from PySide6.QtWidgets import QApplication
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult, DenseMap, SiteInfo, TokenAxis
 from attnviz.core.view.zoom import MARGIN
-from attnviz.gui.views import heatmap
 from attnviz.gui.views.heatmap import HeatmapWidget
 
 TQ, TK, SCREEN = 600, 900, 200
@@ -49,13 +49,7 @@ def _map() -> tuple[vm.MapView, np.ndarray]:
 
 @pytest.fixture
 def widget(qtbot, monkeypatch):
-    monkeypatch.setattr(heatmap, "screen_cells", lambda: SCREEN)  # 600 x 900 positions are "long"
-    w = HeatmapWidget()
-    qtbot.addWidget(w)
-    w.resize(700, 700)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
+    return shown_heatmap(qtbot, monkeypatch, SCREEN)  # 600 x 900 positions are "long"
 
 
 def _pixels(w: HeatmapWidget) -> tuple[float, float]:
