@@ -83,6 +83,19 @@ class StatsView(View):
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
         self.columns = ["layer", "head"] + list(STAT_COLUMNS)
+        self.rows: list[dict] = []
+        self.gold: dict | None = None  # alignment_table of a loaded gold test set
+        self.word_times = None  # app.word_times.WordTimesScores of the shown speech result
+        self._key = None
+        self._pending = None
+        # the window waits for these workers when it closes: made with the view, built or not
+        self.workers = WorkerPool(max_threads=1, parent=self)
+        self.workers.returned.connect(self._on_stats)
+        self.workers.errored.connect(self._on_stats_error)
+        session.comparison_changed.connect(self._on_comparison)
+        session.ablation_changed.connect(self.mark_off)
+
+    def build(self) -> None:
         self.table = QTableWidget(0, len(self.columns))
         self.table.setHorizontalHeaderLabels(["layer", "head"] + [STAT_COLUMNS[c][0] for c in STAT_COLUMNS])
         for i, c in enumerate(STAT_COLUMNS):
@@ -103,16 +116,6 @@ class StatsView(View):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)
         lay.addWidget(self.table, 1)
-        self.rows: list[dict] = []
-        self.gold: dict | None = None  # alignment_table of a loaded gold test set
-        self.word_times = None  # app.word_times.WordTimesScores of the shown speech result
-        self._key = None
-        self._pending = None
-        self.workers = WorkerPool(max_threads=1, parent=self)
-        self.workers.returned.connect(self._on_stats)
-        self.workers.errored.connect(self._on_stats_error)
-        session.comparison_changed.connect(self._on_comparison)
-        session.ablation_changed.connect(self.mark_off)
 
     def _on_comparison(self) -> None:
         """A comparison with model B was set or dropped: refill with or without its columns."""
@@ -267,6 +270,8 @@ class StatsView(View):
 
     def mark_off(self) -> None:
         """Strike out the layer and head of each row whose head is switched off (right-click ▸ Switch head off)."""
+        if not self.built:  # nothing drawn yet: the rows are struck out when they are filled
+            return
         s, t = self.session, self.table
         if s.block is None or t.columnCount() < 2:
             return
@@ -310,7 +315,7 @@ class StatsView(View):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        if self.table.columnCount():
+        if self.built and self.table.columnCount():
             self._fit_columns()
 
     def _on_stats_error(self, kind: str, rid: int, exc) -> None:
