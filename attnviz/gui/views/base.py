@@ -25,8 +25,9 @@ class View(QWidget):
     just the tab on screen; the others catch up when shown.
 
     A view's widgets (plots, pyqtgraph view boxes, tables) are made by :meth:`build` the first time it has
-    something to draw, not when the window opens: a window shows one tab, and building all of them cost ~0.5 s
-    at every start (pyqtgraph's plot and axis items).  ``__init__`` holds the state; :meth:`build` the widgets.
+    something to draw, not when the window opens: a window shows one tab, and building all seven made
+    ``MainWindow()`` 30 times slower (pyqtgraph's plot and axis items; bench/RESULTS.md, session 19 suite19).
+    ``__init__`` holds the state; :meth:`build` the widgets.
     Asking for one of those widgets (``view.heatmap``) before then builds the view first (:meth:`__getattr__`).
     """
 
