@@ -372,9 +372,10 @@ class ImageRegionsView(View):
         self._strip_key = key
         while self.strip_bar.count():
             it = self.strip_bar.takeAt(0)
-            if it.widget() is not None:
-                it.widget().hide()  # (as above) an old thumbnail must not paint behind the new strip
-                it.widget().deleteLater()
+            old = it.widget() if it is not None else None
+            if old is not None:
+                old.hide()  # (as above) an old thumbnail must not paint behind the new strip
+                old.deleteLater()
         self.strip = []
         if kind != "cross":
             self.strip_scroll.hide()
