@@ -92,9 +92,10 @@ class View(QWidget):
             self.body.layout().activate()
         self.body.setHidden(hidden)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> object:
         """Only for names ordinary lookup does not find: a widget :meth:`build` makes, asked for before the view
-        was built (a caller or test reading ``view.table``), builds the view and is then found."""
+        was built (a caller or test reading ``view.table``), builds the view and is then found.  (Typed ``object``,
+        not ``Any``: mypy sees build()'s attributes anyway, and a misspelt one stays an error where it is used.)"""
         if name.startswith("__") or self.__dict__.get("_built", True):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         self.ensure_built()
