@@ -77,21 +77,40 @@ def real_window(qtbot, settings):
     yield from _window(qtbot, None, settings)
 
 
+ONNX_BUILDERS = {
+    "text": "build_bert",
+    "mt": "build_bart",
+    "vit": "build_vit",
+    "mlp": "build_no_attention",
+    "gpt": "build_gpt2",
+    "captioner": "build_captioner",
+    "image": "sample_image",
+}
+
+
 @pytest.fixture(scope="session")
 def onnx_dir(tmp_path_factory):
-    """Tiny real models (built once per session)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    """Tiny real models, built once per machine (tests/build_cache.py: keyed on onnx_models' source, which imports
+    no attnviz, and the versions its files depend on); a session reads its own copy."""
+    import importlib.metadata
+    import inspect
+    import json
+    import shutil
+
+    import build_cache
     import onnx_models as om
 
+    def build(into: Path) -> None:
+        pytest.importorskip("torch")  # only to build them (~2 s of imports a session otherwise)
+        pytest.importorskip("transformers")
+        made = {name: getattr(om, fn)(into).name for name, fn in ONNX_BUILDERS.items()}
+        (into / "made.json").write_text(json.dumps(made))
+
+    # build_cache.sources() reads the helpers in tests/ only; this one is in tests/gui: its source goes in by hand
+    versions = [f"{d}=={importlib.metadata.version(d)}" for d in ("numpy", "Pillow")]  # (torch & co.: build_cache)
+    key = ["gui-onnx", json.dumps(ONNX_BUILDERS), inspect.getsource(om), *versions]
+    cached = build_cache.cached_folder("gui-onnx", key, build)
     d = tmp_path_factory.mktemp("onnx")
-    out = {
-        "text": om.build_bert(d),
-        "mt": om.build_bart(d),
-        "vit": om.build_vit(d),
-        "mlp": om.build_no_attention(d),
-        "gpt": om.build_gpt2(d),
-        "captioner": om.build_captioner(d),
-        "image": om.sample_image(d),
-    }
-    return out
+    shutil.copytree(cached, d, dirs_exist_ok=True)
+    made = json.loads((d / "made.json").read_text())
+    return {name: d / made[name] for name in ONNX_BUILDERS}

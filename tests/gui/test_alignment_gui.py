@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gui_helpers import open_and_wait
@@ -9,10 +11,10 @@ from gui_helpers import open_and_wait
 pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture(scope="module")
-def aligned_model(tmp_path_factory):
-    """toy-reverse with decoder layer 0 head 1 trained as aligner, rows = input token (~15 s)."""
-    pytest.importorskip("torch")
+ALIGNER_RECIPE = dict(steps=400, lr=1e-2, align_weight=1.0, align_heads=[[0, 1]], align_convention="input")
+
+
+def _train_aligner(out: Path) -> None:
     import torch
 
     from attnviz.training.export import export
@@ -23,14 +25,39 @@ def aligned_model(tmp_path_factory):
     torch.set_num_threads(1)
     task = get_task("toy-reverse")
     mcfg, tcfg = task.configs("tiny")
-    tcfg.steps, tcfg.lr = 400, 1e-2
-    tcfg.align_weight, tcfg.align_heads, tcfg.align_convention = 1.0, [[0, 1]], "input"
+    for k, v in ALIGNER_RECIPE.items():
+        setattr(tcfg, k, v)
     trainer = Trainer(task, mcfg, tcfg)
     for _ in trainer.events():
         pass
-    d = tmp_path_factory.mktemp("aligned")
-    export(trainer.model, task, mcfg, tcfg, d / "reverse.onnx")
+    export(trainer.model, task, mcfg, tcfg, out / "reverse.onnx")
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def aligned_model(tmp_path_factory):
+    """toy-reverse with decoder layer 0 head 1 trained as aligner, rows = input token (~15 s): trained and exported
+    once per machine (tests/build_cache.py, keyed on the recipe and on the sources of the package's trainer, tasks
+    and exporter, as tests/training/test_align_command.py's), a copy per session.  The tests read the alignment
+    back against the reversal's own gold links, whichever run trained it."""
+    pytest.importorskip("torch")
+    import inspect
+    import shutil
+
+    import build_cache
+
+    from attnviz.training import export, loop, tasks
+
+    key = [
+        "toy-reverse",
+        repr(ALIGNER_RECIPE),
+        inspect.getsource(_train_aligner),
+        *build_cache.sources(export, loop, tasks),
+    ]
+    cached = build_cache.cached_folder("align-reverse-input", key, _train_aligner)
+    d = tmp_path_factory.mktemp("aligned")
+    for f in cached.iterdir():  # the model and whatever the exporter wrote beside it
+        shutil.copy2(f, d / f.name)
     # a gold test set: X.gold with X.src / X.tgt beside it
     rng = np.random.default_rng(3)
     src, tgt, gold = [], [], []

@@ -20,6 +20,9 @@ class AlignmentView(View):
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
+        self.mv: MapView | None = None
+
+    def build(self) -> None:
         self.heatmap = HeatmapWidget(x_title="source", y_title="generated")
         self.step_label = info_label()
         self.step_label.setObjectName("step_label")
@@ -39,7 +42,6 @@ class AlignmentView(View):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(top)
         lay.addWidget(self.heatmap, 1)
-        self.mv: MapView | None = None
 
     def cross_block(self) -> int | None:
         return vm.cross_block(self.session.blocks, self.session.sel)

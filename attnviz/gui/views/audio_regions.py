@@ -39,6 +39,10 @@ class AudioRegionsView(View):
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
+        self.view: av.AudioView | None = None
+        self._words_key: tuple | None = None
+
+    def build(self) -> None:
         style.configure()
         self.word_bar = QueryButtons()
         self.glw = pg.GraphicsLayoutWidget()
@@ -92,8 +96,6 @@ class AudioRegionsView(View):
         lay.addWidget(self.word_bar)
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
-        self.view: av.AudioView | None = None
-        self._words_key: tuple | None = None
 
     # -- which block / which query --------------------------------------------
     def blocks(self) -> tuple[int, int | None] | None:

@@ -1,4 +1,5 @@
-"""Base class of the tabbed views: redraw from the session only while visible."""
+"""Base class of the tabbed views: built the first time they are shown, redrawn from the session only while
+visible."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ class View(QWidget):
 
     Signal handlers only mark the view dirty when it is hidden, so a selection change redraws
     just the tab on screen; the others catch up when shown.
+
+    A view's widgets (plots, pyqtgraph view boxes, tables) are made by :meth:`build` the first time it has
+    something to draw, not when the window opens: a window shows one tab, and building all seven made
+    ``MainWindow()`` 30 times slower (pyqtgraph's plot and axis items; bench/RESULTS.md, session 19 suite19).
+    ``__init__`` holds the state; :meth:`build` the widgets.
+    Asking for one of those widgets (``view.heatmap``) before then builds the view first (:meth:`__getattr__`).
     """
 
     title = "view"
@@ -30,6 +37,8 @@ class View(QWidget):
         super().__init__(parent)
         self.session = session
         self._dirty = True
+        self._result_pending = True  # on_result() is due before the next draw()
+        self._built = False
         self._stack = QStackedLayout()
         self.placeholder = QLabel("")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -53,11 +62,44 @@ class View(QWidget):
             return "This result has no attention maps."
         return None
 
+    def build(self) -> None:
+        """Make the view's widgets in :attr:`body` (called once, by :meth:`ensure_built`)."""
+
     def draw(self) -> None:
         raise NotImplementedError
 
     def on_result(self) -> None:
         """A new result arrived (rebuild structure); draw() follows."""
+
+    # -- building ---------------------------------------------------------------
+    @property
+    def built(self) -> bool:
+        return self._built
+
+    def ensure_built(self) -> None:
+        """Build the widgets now, if they are not yet: laid out at the size the view has, as they would have been
+        had they been made with the window (the Overview fits its grid to its plot's size)."""
+        if self._built:
+            return
+        self._built = True  # first: build() looking up an attribute it has not set yet must not build again
+        # built into a hidden body: a visible one shows each widget added at the next turn of the event loop
+        # (Qt's queued show), so right after the tab switch that built them they would be hidden, unsized
+        hidden = self.body.isHidden()
+        self.body.hide()
+        self.build()
+        if self.body.layout() is not None:  # laid out now at the view's size, as with the window (the stack
+            self.body.setGeometry(self.rect())  # fills the view, no margins; a stacked layout keeps no rectangle)
+            self.body.layout().activate()
+        self.body.setHidden(hidden)
+
+    def __getattr__(self, name: str) -> object:
+        """Only for names ordinary lookup does not find: a widget :meth:`build` makes, asked for before the view
+        was built (a caller or test reading ``view.table``), builds the view and is then found.  (Typed ``object``,
+        not ``Any``: mypy sees build()'s attributes anyway, and a misspelt one stays an error where it is used.)"""
+        if name.startswith("__") or self.__dict__.get("_built", True):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.ensure_built()
+        return getattr(self, name)
 
     # -- plumbing --------------------------------------------------------------
     @property
@@ -86,7 +128,8 @@ class View(QWidget):
             self.placeholder.setText(why)
             self._stack.setCurrentWidget(self.placeholder)
             return
-        if getattr(self, "_result_pending", True):
+        self.ensure_built()
+        if self._result_pending:
             self._result_pending = False
             self.on_result()
         try:
@@ -99,4 +142,5 @@ class View(QWidget):
 
     def export_target(self) -> QWidget:
         """The widget a PNG/SVG/PDF grab of this view renders."""
+        self.ensure_built()
         return self.body

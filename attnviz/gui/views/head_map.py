@@ -19,6 +19,10 @@ class HeadMapView(View):
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
+        self._last_shape = None
+        session.comparison_changed.connect(self._on_comparison)
+
+    def build(self) -> None:
         self.heatmap = HeatmapWidget()
         self.show_box = QComboBox()
         for key, text in SHOWN.items():
@@ -38,12 +42,12 @@ class HeadMapView(View):
         lay.addWidget(self.show_row)
         lay.addWidget(self.frame_row)
         lay.addWidget(self.heatmap)
-        self._last_shape = None
         self.show_box.currentIndexChanged.connect(lambda _i: self.refresh() if self.isVisible() else None)
-        session.comparison_changed.connect(self._on_comparison)
+        self.show_row.setVisible(self.session.comparison is not None)
 
     def _on_comparison(self) -> None:
-        self.show_row.setVisible(self.session.comparison is not None)
+        if self.built:  # else build() shows the row as the comparison then stands
+            self.show_row.setVisible(self.session.comparison is not None)
         self._on_selection()
 
     def _on_frame(self, i: int) -> None:
@@ -63,7 +67,11 @@ class HeadMapView(View):
 
     def shown(self) -> str:
         """What is drawn: "A", "B" or "diff" (always "A" without a comparison)."""
-        return self.show_box.currentData() if self.session.comparison is not None else "A"
+        if self.session.comparison is None:
+            return "A"
+        if not self.built:  # never shown: the show box would stand on its first entry
+            return next(iter(SHOWN))
+        return self.show_box.currentData()
 
     def draw(self) -> None:
         s, c, shown = self.session, self.session.comparison, self.shown()

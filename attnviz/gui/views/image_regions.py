@@ -86,6 +86,15 @@ class ImageRegionsView(View):
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
+        self.queries: list[tuple[str, int]] = []  # (label, query row in the source block)
+        self.query = 0
+        self.patch_map: np.ndarray | None = None
+        self.global_map: np.ndarray | None = None  # the global image's map beside the tiles (None: one picture)
+        self._image_size: tuple[int, int] | None = None  # (height, width) of the image drawn, in its pixels
+        self._struct_key = None
+        self._strip_key: tuple | None = None  # (result, selection) the strip was drawn for
+
+    def build(self) -> None:
         style.configure()
         self.glw = pg.GraphicsLayoutWidget()
         self.vb, self.image_item, self.overlay_item, self.query_outline = _picture()
@@ -150,13 +159,6 @@ class ImageRegionsView(View):
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
         lay.addWidget(self.strip_scroll)
-        self.queries: list[tuple[str, int]] = []  # (label, query row in the source block)
-        self.query = 0
-        self.patch_map: np.ndarray | None = None
-        self.global_map: np.ndarray | None = None  # the global image's map beside the tiles (None: one picture)
-        self._image_size: tuple[int, int] | None = None  # (height, width) of the image drawn, in its pixels
-        self._struct_key = None
-        self._strip_key: tuple | None = None  # (result, selection) the strip was drawn for
 
     # -- which block / which queries ------------------------------------------
     def source(self):
@@ -370,9 +372,10 @@ class ImageRegionsView(View):
         self._strip_key = key
         while self.strip_bar.count():
             it = self.strip_bar.takeAt(0)
-            if it.widget() is not None:
-                it.widget().hide()  # (as above) an old thumbnail must not paint behind the new strip
-                it.widget().deleteLater()
+            old = it.widget() if it is not None else None
+            if old is not None:
+                old.hide()  # (as above) an old thumbnail must not paint behind the new strip
+                old.deleteLater()
         self.strip = []
         if kind != "cross":
             self.strip_scroll.hide()

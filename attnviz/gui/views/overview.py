@@ -42,6 +42,24 @@ class OverviewView(View):
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
+        self.thumbs: dict[tuple[int, int, int], pg.ImageItem] = {}
+        self.cells: dict[tuple[int, int, int], QRectF] = {}
+        self._labels: list = []
+        self._titles: list = []  # (block title, its top row)
+        self.levels = (0.0, 1.0)
+        self.vmax = 1.0
+        self._drawn_key = None
+        # File ▸ Compare with…: a frame around each head, coloured by its divergence from model B
+        self.frames: dict[tuple[int, int, int], QGraphicsRectItem] = {}
+        self.frame_colours: dict[tuple[int, int, int], str] = {}
+        self._frames_for: tuple[int, int] | None = None  # (comparison, result) the frames were drawn for
+        session.comparison_changed.connect(self._on_selection)
+        # right-click ▸ Switch head off: a cross over each head that is off
+        self.crosses: dict[tuple[int, int, int], list[QGraphicsItem]] = {}
+        self._crosses_for: tuple | None = None
+        session.ablation_changed.connect(self._on_selection)
+
+    def build(self) -> None:
         style.configure()
         self.glw = pg.GraphicsLayoutWidget()
         self.vb = self.glw.addViewBox(row=0, col=0, lockAspect=True, invertY=True, enableMenu=False)
@@ -53,9 +71,6 @@ class OverviewView(View):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)
         lay.addWidget(self.glw, 1)
-        self.thumbs: dict[tuple[int, int, int], pg.ImageItem] = {}
-        self.cells: dict[tuple[int, int, int], QRectF] = {}
-        self._labels: list = []
         pen = QPen(QColor(255, 40, 40))
         pen.setCosmetic(True)
         pen.setWidthF(2.5)
@@ -63,20 +78,9 @@ class OverviewView(View):
         self.focus_box.setPen(pen)
         self.focus_box.setZValue(20)
         self.vb.addItem(self.focus_box, ignoreBounds=True)
-        self.levels = (0.0, 1.0)
-        self._drawn_key = None
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.vb.sigRangeChanged.connect(self._place_titles)
         self.vb.sigResized.connect(self._place_titles)
-        # File ▸ Compare with…: a frame around each head, coloured by its divergence from model B
-        self.frames: dict[tuple[int, int, int], QGraphicsRectItem] = {}
-        self.frame_colours: dict[tuple[int, int, int], str] = {}
-        self._frames_for: tuple[int, int] | None = None  # (comparison, result) the frames were drawn for
-        session.comparison_changed.connect(self._on_selection)
-        # right-click ▸ Switch head off: a cross over each head that is off
-        self.crosses: dict[tuple[int, int, int], list[QGraphicsItem]] = {}
-        self._crosses_for: tuple | None = None
-        session.ablation_changed.connect(self._on_selection)
 
     # -- structure ---------------------------------------------------------------
     def on_result(self) -> None:
@@ -147,11 +151,10 @@ class OverviewView(View):
 
     def _place_titles(self, *_) -> None:
         """Keep each block title just above its head labels, whatever the zoom."""
-        titles = getattr(self, "_titles", [])
-        if not titles:
+        if not self._titles:
             return
         ph = abs(self.vb.viewPixelSize()[1]) or 0.02
-        for title, y_top in titles:
+        for title, y_top in self._titles:
             title.setPos(0, y_top - HEAD_LABEL_PX * ph)
 
     # -- drawing -------------------------------------------------------------------
@@ -264,7 +267,7 @@ class OverviewView(View):
         self.focus_box.show()
         blk = self.session.block
         self.info.setText(
-            f"{len(self.thumbs)} heads · shared scale 0–{getattr(self, 'vmax', 1.0):.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
+            f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
             + (f" · crossed: switched off ({len(self.crosses)})" if self.crosses else "")

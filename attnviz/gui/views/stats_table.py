@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
@@ -83,10 +85,25 @@ class StatsView(View):
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
         self.columns = ["layer", "head"] + list(STAT_COLUMNS)
+        self.rows: list[dict] = []
+        self.gold: dict | None = None  # alignment_table of a loaded gold test set
+        self.word_times = None  # app.word_times.WordTimesScores of the shown speech result
+        self._key = None
+        self._pending = None
+        # the window waits for these workers when it closes: made with the view, built or not
+        self.workers = WorkerPool(max_threads=1, parent=self)
+        self.workers.returned.connect(self._on_stats)
+        self.workers.errored.connect(self._on_stats_error)
+        session.comparison_changed.connect(self._on_comparison)
+        session.ablation_changed.connect(self.mark_off)
+
+    def build(self) -> None:
         self.table = QTableWidget(0, len(self.columns))
         self.table.setHorizontalHeaderLabels(["layer", "head"] + [STAT_COLUMNS[c][0] for c in STAT_COLUMNS])
         for i, c in enumerate(STAT_COLUMNS):
-            self.table.horizontalHeaderItem(i + 2).setToolTip(STAT_COLUMNS[c][1])
+            header = self.table.horizontalHeaderItem(i + 2)
+            if header is not None:
+                header.setToolTip(STAT_COLUMNS[c][1])
         self.table.setSortingEnabled(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -103,16 +120,6 @@ class StatsView(View):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(self.info)
         lay.addWidget(self.table, 1)
-        self.rows: list[dict] = []
-        self.gold: dict | None = None  # alignment_table of a loaded gold test set
-        self.word_times = None  # app.word_times.WordTimesScores of the shown speech result
-        self._key = None
-        self._pending = None
-        self.workers = WorkerPool(max_threads=1, parent=self)
-        self.workers.returned.connect(self._on_stats)
-        self.workers.errored.connect(self._on_stats_error)
-        session.comparison_changed.connect(self._on_comparison)
-        session.ablation_changed.connect(self.mark_off)
 
     def _on_comparison(self) -> None:
         """A comparison with model B was set or dropped: refill with or without its columns."""
@@ -267,6 +274,8 @@ class StatsView(View):
 
     def mark_off(self) -> None:
         """Strike out the layer and head of each row whose head is switched off (right-click ▸ Switch head off)."""
+        if not self.built:  # nothing drawn yet: the rows are struck out when they are filled
+            return
         s, t = self.session, self.table
         if s.block is None or t.columnCount() < 2:
             return
@@ -274,7 +283,7 @@ class StatsView(View):
             return  # the rows are another block's or result's (a hidden tab refills, then marks, when shown)
         for r in range(t.rowCount()):
             layer, head = t.item(r, 0), t.item(r, 1)
-            if layer is None or head is None:
+            if not (isinstance(layer, NumItem) and isinstance(head, NumItem)):
                 continue
             off = s.ablation.is_off(head_at(s.blocks, s.sel.block, int(layer.value), int(head.value)))
             for item in (layer, head):
@@ -286,11 +295,10 @@ class StatsView(View):
 
     def off_rows(self) -> list[tuple[int, int]]:
         """``(layer, head)`` of the rows shown struck out."""
-        t = self.table
         return [
-            (int(t.item(r, 0).value), int(t.item(r, 1).value))
-            for r in range(t.rowCount())
-            if t.item(r, 1).font().strikeOut()
+            (int(self.cell(r, 0).value), int(self.cell(r, 1).value))
+            for r in range(self.table.rowCount())
+            if self.cell(r, 1).font().strikeOut()
         ]
 
     def _on_context(self, pos) -> None:
@@ -298,7 +306,7 @@ class StatsView(View):
         if r < 0:
             return
         at = self.table.viewport().mapToGlobal(pos)
-        self.context_requested.emit(int(self.table.item(r, 0).value), int(self.table.item(r, 1).value), at)
+        self.context_requested.emit(int(self.cell(r, 0).value), int(self.cell(r, 1).value), at)
 
     def _fit_columns(self) -> None:
         """Every title readable: columns share the width when their (two-line) titles and numbers fit, else
@@ -310,7 +318,7 @@ class StatsView(View):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        if self.table.columnCount():
+        if self.built and self.table.columnCount():
             self._fit_columns()
 
     def _on_stats_error(self, kind: str, rid: int, exc) -> None:
@@ -322,16 +330,20 @@ class StatsView(View):
         sel = self.session.sel
         t = self.table
         for r in range(t.rowCount()):
-            if int(t.item(r, 0).value) == sel.layer and int(t.item(r, 1).value) == sel.head:
+            if int(self.cell(r, 0).value) == sel.layer and int(self.cell(r, 1).value) == sel.head:
                 t.blockSignals(True)
                 t.selectRow(r)
-                t.scrollToItem(t.item(r, 0))
+                t.scrollToItem(self.cell(r, 0))
                 t.blockSignals(False)
                 break
 
     def column_values(self, name: str) -> list[float]:
         c = self.columns.index(name)
-        return [self.table.item(r, c).value for r in range(self.table.rowCount())]
+        return [self.cell(r, c).value for r in range(self.table.rowCount())]
+
+    def cell(self, r: int, c: int) -> NumItem:
+        """The item at row ``r``, column ``c``: every cell of the filled table is a :class:`NumItem`."""
+        return cast(NumItem, self.table.item(r, c))
 
     def _on_click(self, r: int, c: int) -> None:
-        self.picked.emit(int(self.table.item(r, 0).value), int(self.table.item(r, 1).value))
+        self.picked.emit(int(self.cell(r, 0).value), int(self.cell(r, 1).value))

@@ -162,6 +162,11 @@ class TokenLinksView(View):
 
     def __init__(self, session, parent=None):
         super().__init__(session, parent)
+        self.checked: set[int] = set()
+        self._layer_key = None
+        self.lv: vm.LinksView | None = None  # what the canvas draws
+
+    def build(self) -> None:
         self.canvas = LinksCanvas()
         self.heads_bar = QHBoxLayout()
         self.head_boxes: list[QCheckBox] = []
@@ -178,11 +183,10 @@ class TokenLinksView(View):
         lay.addLayout(top)
         lay.addWidget(self.info)
         lay.addWidget(scroll, 1)
-        self.checked: set[int] = set()
-        self._layer_key = None
         self.canvas.hovered.connect(self._on_hover)
 
     def export_target(self):
+        self.ensure_built()
         return self.canvas
 
     def _rebuild_heads(self, n: int) -> None:
@@ -243,7 +247,7 @@ class TokenLinksView(View):
             return
         labels = self.canvas.q_labels if side == "query" else self.canvas.k_labels
         text = f"“{labels[i]}”"
-        lv = getattr(self, "lv", None)
+        lv = self.lv
         if (
             side == "query"
             and lv is not None
