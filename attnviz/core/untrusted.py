@@ -179,9 +179,10 @@ def parse_json(
 
 def where_json_breaks(text: str) -> tuple[int, int] | None:
     """(line, column) where ``text`` stops being JSON, for a refusal that says what the text is in its own words
-    (runtime/tokenizer_file.py); None where it parses, or where :func:`check_json` refuses it before any parse."""
+    (runtime/tokenizer_file.py); None where it parses, or where Python's parser gives up on it (nesting past its
+    recursion limit, a number past its digits limit: the guard's own line then stands).  Only called on a text
+    already refused, so the guard (:func:`check_json`) is not run over it a second time."""
     try:
-        check_json(text, "text")
         json.loads(text)
     except json.JSONDecodeError as e:
         return e.lineno, e.colno
