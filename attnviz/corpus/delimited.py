@@ -82,8 +82,8 @@ def read_table(path: Path) -> Table:
     if names is None:
         shown = SHOWN[delim]
         raise AttnvizError(
-            f"--texts {path.name}: no header row (the file is empty or blank); write a header row naming the columns, e.g. "
-            f"text{shown}label, then one item a row"
+            f"--texts {path.name}: no header row (the file is empty or blank); write a header row naming the "
+            f"columns, e.g. text{shown}label, then one item a row"
         )
     return Table(path.name, names, rows)
 

@@ -2,7 +2,8 @@
 
 Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
 
-    read_text / read_json / read_parquet (a .tsv / .csv: the local reader's table, from_arrow) -> drop blank items -> limit -> zip with range (item index)
+    read_text / read_json / read_parquet (.tsv / .csv: the local reader's table, from_arrow) -> drop blank items
+    -> limit -> zip with range (item index)
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
     -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
