@@ -108,6 +108,22 @@ def test_a_csv_of_sentence_pairs_and_gold_links_gives_the_jsonl_bytes(bible_gold
     assert json.loads((tmp_path / "d" / "run.json").read_text())["gold"]["counts"]
 
 
+def test_compare_reads_a_tsv_as_the_jsonl(planted, tmp_path):
+    from test_compare_corpus import _planted_change
+
+    model, _ = planted
+    other = _planted_change(model, tmp_path / "changed.onnx")
+    f, jsonl = _write(tmp_path, "c.tsv", ["note", "text", "b"], _planted_recs(), blank_after=2)
+    runs = []
+    for texts in (f, jsonl):
+        out = tmp_path / texts.suffix[1:]
+        argv = ["compare", model, other, "--texts", texts, "--text-pair-column", "b", "--workers", "1", "--out", out]
+        assert main(list(map(str, argv))) == 0
+        runs.append([(out / n).read_bytes() for n in ("heads.parquet", "items.parquet")])
+    assert runs[0] == runs[1]
+    assert pq.read_table(tmp_path / "tsv" / "items.parquet").num_rows == len(_planted_recs()) - 1
+
+
 def test_ablate_reads_a_tsv_label_column_as_the_jsonl_one(tmp_path):
     """Labels as class names or class indices: a .tsv holds both as text ("1"), the .jsonl as a name or a number."""
     from test_ablate_corpus import _corpus as labelled
