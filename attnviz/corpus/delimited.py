@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
-from attnviz.core.untrusted import read_bytes
 
 DELIMITERS = {".tsv": "\t", ".csv": ","}
 SHOWN = {"\t": "<TAB>", ",": ","}  # how a fix writes the delimiter: a tab is invisible in a message
@@ -49,14 +48,12 @@ class Table:
         )
 
 
-def read_table(path: Path) -> Table:
-    """The header and rows of a .tsv / .csv file (by its suffix); blank lines skipped.  Bad input is one line:
-    bytes that are not UTF-8 or hold a NUL (corpus.items.decode_texts), no header, a row with another number of
-    fields than the header, a quote left open, a field past :data:`FIELD_LIMIT`."""
-    from attnviz.corpus.items import decode_texts
-
+def parse_table(text: str, path: Path) -> Table:
+    """The header and rows of the .tsv / .csv file ``path`` (the delimiter by its suffix), ``text`` its contents
+    (decoded by corpus.items.decode_texts: bytes that are not UTF-8, or hold a NUL, are refused there, a byte-order
+    mark dropped); blank lines skipped.  Bad input is one line: no header, a row with another number of fields than
+    the header, a quote left open, a field past :data:`FIELD_LIMIT`."""
     delim = DELIMITERS[path.suffix.lower()]
-    text = decode_texts(read_bytes(path, "--texts"), path)  # a UTF-8 byte-order mark is dropped here
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim, strict=True)
     names: list[str] | None = None
     rows: list[tuple[int, list[str]]] = []

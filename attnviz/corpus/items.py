@@ -189,12 +189,17 @@ def _string(v, flag: str, column: str, where: str) -> str:
     return v
 
 
-def _delimited(path: Path, cols: Columns) -> list[Row]:
-    """A .tsv / .csv file with a header row (corpus/delimited.py): its ``text`` column and the named ones, each item
-    where its row starts; a blank text is skipped, as a blank line."""
-    from attnviz.corpus.delimited import read_table
+def _table(path: Path):
+    """A .tsv / .csv file's header and rows (corpus/delimited.py), its bytes decoded as every --texts file's."""
+    from attnviz.corpus.delimited import parse_table
 
-    table = read_table(path)
+    return parse_table(decode_texts(read_bytes(path, "--texts"), path), path)
+
+
+def _delimited(path: Path, cols: Columns) -> list[Row]:
+    """A .tsv / .csv file with a header row: its ``text`` column and the named ones, each item where its row
+    starts; a blank text is skipped, as a blank line."""
+    table = _table(path)
     text = table.column("text")
     at = {c: table.column(c, flag) for flag, c in cols.named()}  # every named column checked, even with no rows
     return [
@@ -206,9 +211,7 @@ def _delimited(path: Path, cols: Columns) -> list[Row]:
 
 def delimited_column(path: str | Path, column: str, flag: str) -> list[str]:
     """The ``column`` value of each item of a .tsv / .csv corpus, items as :func:`read_texts` keeps them."""
-    from attnviz.corpus.delimited import read_table
-
-    table = read_table(Path(path))
+    table = _table(Path(path))
     text, at = table.column("text"), table.column(column, flag)
     return [fields[at] for _, fields in table.rows if fields[text].strip()]
 
