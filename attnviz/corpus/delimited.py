@@ -15,6 +15,7 @@ from attnviz import AttnvizError
 
 DELIMITERS = {".tsv": "\t", ".csv": ","}
 SHOWN = {"\t": "<TAB>", ",": ","}  # how a fix writes the delimiter: a tab is invisible in a message
+WORDS = {"\t": "tabs", ",": "commas", ";": "semicolons"}
 # csv's own limit is 128 Ki characters a field and its refusal ("field larger than field limit") names no line.
 # 16 Mi characters is millions of tokens, far past what any model reads (--max-tokens cuts the rest), and still
 # stops early a quote left open that would otherwise swallow the rest of a large file into one field.
@@ -35,9 +36,19 @@ class Table:
         file has and the fix."""
         if column in self.names:
             return self.names.index(column)
-        has = ", ".join(repr(n) for n in self.names)
+        has = _shown(self.names)
         if flag is None:
-            delim = SHOWN[DELIMITERS[Path(self.name).suffix.lower()]]
+            delim = DELIMITERS[Path(self.name).suffix.lower()]
+            other = next((d for d in ("\t", ",", ";") if d != delim and d in self.names[0]), None)
+            if len(self.names) == 1 and other is not None:  # a TSV named .csv, or Excel's ';' (a comma locale)
+                fix = {"\t": "name it .tsv", ",": "name it .csv"}.get(
+                    other, "save it comma-separated, or tab-separated as a .tsv"
+                )
+                raise AttnvizError(
+                    f"--texts {self.name}: no 'text' column; its first row {has} is separated by {WORDS[other]}, not "
+                    f"{WORDS[delim]}; {fix}"
+                )
+            delim = SHOWN[delim]
             raise AttnvizError(
                 f"--texts {self.name}: no 'text' column; its first row has {has}; start the file with a header row "
                 f"naming a text column, e.g. text{delim}label"
@@ -46,6 +57,12 @@ class Table:
             f"{flag} {column}: --texts {self.name} has no {column!r} column; its header row has {has}; name one of "
             "them, or add that column"
         )
+
+
+def _shown(names: list[str], most: int = 8, width: int = 40) -> str:
+    """A header's names for a message: a first row that is data (no header) may hold a whole paragraph."""
+    cut = [repr(n if len(n) <= width else n[:width] + "…") for n in names[:most]]
+    return ", ".join(cut) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def parse_table(text: str, path: Path) -> Table:
@@ -66,7 +83,7 @@ def parse_table(text: str, path: Path) -> Table:
                 if not any(f.strip() for f in fields) and len(fields) <= 1:
                     continue  # a blank (or only-spaces) line, as a .txt file's
                 if names is None:
-                    names = [n.strip() for n in fields]
+                    names = [n.strip() for n in fields]  # "text, label" names "label" (values keep theirs)
                     _check_header(names, path.name, line)
                 elif len(fields) != len(names):
                     _wrong_count(path.name, line, len(fields), len(names), delim)

@@ -154,6 +154,8 @@ CASES = [  # (file name, its bytes, extra flags, what the one line says)
     ("empty.tsv", b"", [], ["empty.tsv: no header row", "text<TAB>label"]),
     ("nohead.tsv", b"the cat\t1\nthe dog\t0\n", [], ["no 'text' column", "'the cat', '1'", "text<TAB>label"]),
     ("nohead.csv", b"sentence,label\nthe cat,1\n", [], ["no 'text' column", "'sentence', 'label'", "text,label"]),
+    ("tabs.csv", b"text\tlabel\nthe cat\t1\n", [], ["separated by tabs, not commas; name it .tsv"]),
+    ("semi.csv", b"text;label\nthe cat;1\n", [], ["separated by semicolons, not commas", "comma-separated"]),
     ("nopair.tsv", b"text\ten\nthe cat\tx\n", ["--text-pair-column", "b"], ["--text-pair-column b", "'text', 'en'"]),
     ("few.tsv", b'text\tb\nthe\tcat\n"the\ncat"\n', [], ["few.tsv line 3: 1 field, the header row has 2", "a tab"]),
     ("many.csv", b"text,b\nthe cat,dog,x\n", [], ["many.csv line 2: 3 fields, the header row has 2", "a comma"]),
