@@ -15,7 +15,7 @@ def add_arguments(p):
     src.add_argument(
         "--texts",
         metavar="FILE",
-        help='.txt (one item a line), .jsonl ("text" field), .parquet, or .tsv / .csv with a header row ("text" column)',
+        help='.txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / .csv: a header row naming it)',
     )
     src.add_argument("--images", metavar="DIR", help="folder of images (image-encoder models)")
     src.add_argument(

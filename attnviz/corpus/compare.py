@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--texts",
         metavar="FILE",
-        help='.txt (one item a line), .jsonl ("text" field), .parquet, or .tsv / .csv with a header row ("text" column)',
+        help='.txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / .csv: a header row naming it)',
     )
     c.add_argument(
         "--text-pair-column",

@@ -217,7 +217,7 @@ def delimited_column(path: str | Path, column: str, flag: str) -> list[str]:
 
 
 READERS = {".txt": _txt, ".jsonl": _jsonl, ".parquet": _parquet, ".tsv": _delimited, ".csv": _delimited}
-FORMATS = '.txt (one item a line), .jsonl ("text" field), .parquet, or .tsv / .csv with a header row ("text" column)'
+FORMATS = '.txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / .csv: a header row naming it)'
 
 
 def read_texts(

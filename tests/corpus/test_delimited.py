@@ -165,7 +165,12 @@ CASES = [  # (file name, its bytes, extra flags, what the one line says)
     ("after.csv", b'text,b\n"the"cat,dog\n', [], ["after.csv line 2", "after its closing quote", '("")']),
     ("dup.tsv", b"text\ttext\nthe\tcat\n", [], ["line 1: the header row names 'text' twice"]),
     ("blank.tsv", b"text\tb\n \tcat\n\n", [], ["blank.tsv: no items"]),
-    ("data.xlsx", b"PK\x03\x04", [], ["data.xlsx: unknown format", ".tsv / .csv with a header row"]),
+    (
+        "data.xlsx",
+        b"PK\x03\x04",
+        [],
+        ["data.xlsx: unknown format", '.tsv or .csv ("text" column; .tsv / .csv: a header'],
+    ),
 ]
 
 
