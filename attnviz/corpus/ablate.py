@@ -45,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--texts",
         metavar="FILE",
-        help='a corpus: .txt (one item a line), .jsonl ("text" field) or .parquet ("text" column); each head\'s '
-        "importance over it (the corpus engine)",
+        help='a corpus: .txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / '
+        ".csv: a header row naming it); each head's importance over it (the corpus engine)",
     )
     which = p.add_argument_group("heads (one of)")
     which.add_argument(

@@ -116,6 +116,8 @@ def _labels(cfg: AblateCorpusConfig, model, kind: str, n: int, output: str) -> t
     raw = read_labels(cfg.texts, cfg.label_column, n)
     got = np.zeros(n, np.int64)
     for k, v in enumerate(raw):
+        if isinstance(v, str) and not (names and v in names) and v.strip().isascii() and v.strip().isdigit():
+            v = int(v)  # a class index as text: every value of a .tsv / .csv is a string
         if isinstance(v, str) and names is not None and v in names:
             got[k] = names.index(v)
         elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < (classes or len(names or []) or v + 1):
@@ -135,10 +137,10 @@ def _labels(cfg: AblateCorpusConfig, model, kind: str, n: int, output: str) -> t
 
 
 def read_labels(path: str, column: str, n: int) -> list:
-    """The ``column`` value of each item of a .jsonl / .parquet corpus (items as :func:`attnviz.corpus.items.
-    read_texts` keeps them: records with a non-blank ``text``), the first ``n``."""
+    """The ``column`` value of each item of a .jsonl / .parquet / .tsv / .csv corpus (items as
+    :func:`attnviz.corpus.items.read_texts` keeps them: records with a non-blank ``text``), the first ``n``."""
     from attnviz.core.untrusted import parquet_problem, parse_json, read_bytes
-    from attnviz.corpus.items import decode_texts, read_parquet
+    from attnviz.corpus.items import decode_texts, delimited_column, read_parquet
 
     p = Path(path)
     suffix = p.suffix.lower()
@@ -158,8 +160,10 @@ def read_labels(path: str, column: str, n: int) -> list:
             raise AttnvizError(f"{p.name}: cannot read a {column!r} column ({parquet_problem(e)})") from None
         texts, values = t.column("text").to_pylist(), t.column(column).to_pylist()
         out = [v for tx, v in zip(texts, values) if isinstance(tx, str) and tx.strip()]
+    elif suffix in (".tsv", ".csv"):
+        out = list(delimited_column(p, column, "--label-column"))  # strings: a class name, or digits (_labels)
     else:
-        raise AttnvizError(f"--label-column {column}: .txt files have no columns; use .jsonl or .parquet")
+        raise AttnvizError(f"--label-column {column}: .txt files have no columns; use .jsonl, .parquet, .tsv or .csv")
     return out[:n]
 
 

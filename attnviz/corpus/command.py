@@ -13,7 +13,9 @@ def add_arguments(p):
     p.add_argument("model", metavar="MODEL", help="ONNX model file")
     src = p.add_argument_group("corpus (one of)")
     src.add_argument(
-        "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
+        "--texts",
+        metavar="FILE",
+        help='.txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / .csv: a header row naming it)',
     )
     src.add_argument("--images", metavar="DIR", help="folder of images (image-encoder models)")
     src.add_argument(

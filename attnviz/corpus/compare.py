@@ -47,7 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "read the same cut items",
     )
     c.add_argument(
-        "--texts", metavar="FILE", help='.txt (one item a line), .jsonl ("text" field) or .parquet ("text" column)'
+        "--texts",
+        metavar="FILE",
+        help='.txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / .csv: a header row naming it)',
     )
     c.add_argument(
         "--text-pair-column",

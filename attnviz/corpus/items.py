@@ -1,4 +1,5 @@
-"""Corpus inputs: one item per line of .txt, per record of .jsonl / .parquet, or per image file of a folder."""
+"""Corpus inputs: one item per line of .txt, per record of .jsonl / .parquet / .tsv / .csv, or per image file of a
+folder."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def text_lines(path: str | Path):
 
 def _txt(path: Path, cols: Columns) -> list[Row]:
     for flag, c in cols.named():
-        raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl or .parquet")
+        raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl, .parquet, .tsv or .csv")
     return [
         (line, (None, None), f"line {n}")
         for n, line in enumerate(decode_texts(read_bytes(path, "--texts"), path).splitlines(), 1)
@@ -188,7 +189,35 @@ def _string(v, flag: str, column: str, where: str) -> str:
     return v
 
 
-READERS = {".txt": _txt, ".jsonl": _jsonl, ".parquet": _parquet}
+def _table(path: Path):
+    """A .tsv / .csv file's header and rows (corpus/delimited.py), its bytes decoded as every --texts file's."""
+    from attnviz.corpus.delimited import parse_table
+
+    return parse_table(decode_texts(read_bytes(path, "--texts"), path), path)
+
+
+def _delimited(path: Path, cols: Columns) -> list[Row]:
+    """A .tsv / .csv file with a header row: its ``text`` column and the named ones, each item where its row
+    starts; a blank text is skipped, as a blank line."""
+    table = _table(path)
+    text = table.column("text")
+    at = {c: table.column(c, flag) for flag, c in cols.named()}  # every named column checked, even with no rows
+    return [
+        (fields[text], cols.values(lambda flag, c, fields=fields: fields[at[c]]), f"line {line}")
+        for line, fields in table.rows
+        if fields[text].strip()
+    ]
+
+
+def delimited_column(path: str | Path, column: str, flag: str) -> list[str]:
+    """The ``column`` value of each item of a .tsv / .csv corpus, items as :func:`read_texts` keeps them."""
+    table = _table(Path(path))
+    text, at = table.column("text"), table.column(column, flag)
+    return [fields[at] for _, fields in table.rows if fields[text].strip()]
+
+
+READERS = {".txt": _txt, ".jsonl": _jsonl, ".parquet": _parquet, ".tsv": _delimited, ".csv": _delimited}
+FORMATS = '.txt (one item a line), .jsonl ("text" field), .parquet, .tsv or .csv ("text" column; .tsv / .csv: a header row naming it)'
 
 
 def read_texts(
@@ -196,14 +225,14 @@ def read_texts(
 ) -> list[Item]:
     path = Path(path)
     if path.is_dir():  # (it exists: "no such file" sent the user looking for a typo)
-        raise AttnvizError(f"--texts {path}: is a folder; give a .txt, .jsonl or .parquet file (images: --images DIR)")
+        raise AttnvizError(
+            f"--texts {path}: is a folder; give a .txt, .jsonl, .parquet, .tsv or .csv file (images: --images DIR)"
+        )
     if not path.is_file():
         raise AttnvizError(f"--texts {path}: no such file")
     reader = READERS.get(path.suffix.lower())
     if reader is None:
-        raise AttnvizError(
-            f'--texts {path.name}: unknown format; use .txt (one item a line), .jsonl ("text" field) or .parquet'
-        )
+        raise AttnvizError(f"--texts {path.name}: unknown format; use {FORMATS}")
     rows = reader(path, Columns(pair_column, gold_column))
     if max_items is not None:
         rows = rows[:max_items]

@@ -134,8 +134,9 @@ def batches_at_least(cfg: CorpusConfig, enough: int) -> int:
             return max(1, sum(1 for _ in itertools.islice(Path(cfg.audio_dir).iterdir(), enough)))
         if cfg.images is not None:
             n = sum(1 for _ in itertools.islice(Path(cfg.images).iterdir(), want))
-        elif Path(str(cfg.texts)).suffix.lower() in (".txt", ".jsonl"):
+        elif Path(str(cfg.texts)).suffix.lower() in (".txt", ".jsonl", ".tsv", ".csv"):
             with open(str(cfg.texts), "rb") as f:
+                # (a .tsv / .csv: its header and a quoted field's further lines count too, a batch more at most)
                 n = sum(1 for line in itertools.islice(f, 4 * want) if line.strip())
         else:  # .parquet: its row count needs pyarrow (seconds to import); assume enough
             return enough

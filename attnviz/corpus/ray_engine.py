@@ -2,7 +2,8 @@
 
 Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
 
-    read_text / read_json / read_parquet -> drop blank items -> limit -> zip with range (item index)
+    read_text / read_json / read_parquet (.tsv / .csv: the local reader's table, from_arrow) -> drop blank items
+    -> limit -> zip with range (item index)
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
     -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
@@ -422,10 +423,29 @@ def _check_parquet(path: Path, pair_column: str | None) -> None:
     check_string_columns(schema, ["text", *([pair_column] if pair_column else [])], path)
 
 
-def _read(job: TextJob):
-    """Ray Data reads the file itself; every reader yields ``text`` (+ the pair column)."""
+def _read_delimited(job: TextJob):
+    """A .tsv / .csv read here, on the driver, by the local reader (corpus/delimited.py), as a table of ``text`` (+
+    the pair column): Ray Data's CSV reader (pyarrow's) differs from Python's ``csv`` in quoting, blank lines and
+    its errors, and the local checks parse the whole file anyway; so both engines read the very same items."""
+    import pyarrow as pa
+
+    from attnviz.corpus.items import READERS, Columns
+
+    path = Path(job.path)
+    rows = READERS[path.suffix.lower()](path, Columns(job.pair_column))
+    table = {"text": pa.array([t for t, _, _ in rows], pa.string())}
+    if job.pair_column:
+        table[job.pair_column] = pa.array([p for _, (p, _), _ in rows], pa.string())
+    return pa.table(table)
+
+
+def _read(job: TextJob, table=None):
+    """Ray Data reads the file itself (a .tsv / .csv: ``table``, read by :func:`_read_delimited`); every reader
+    yields ``text`` (+ the pair column)."""
     import ray.data
 
+    if table is not None:
+        return ray.data.from_arrow(table)
     path = str(Path(job.path).resolve())
     cols = ["text", job.pair_column] if job.pair_column else ["text"]
     readers = {
@@ -467,17 +487,20 @@ def run_texts(
     (items, tokens) an interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked;
     an interrupted run's included, as its tokens are)."""
     _ray()  # a clear line when Ray is missing, before anything starts
+    table = None
     if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
     elif Path(job.path).suffix.lower() == ".parquet":
         _check_parquet(Path(job.path), job.pair_column)
+    elif Path(job.path).suffix.lower() in (".tsv", ".csv"):
+        table = _read_delimited(job)  # read and checked before Ray starts, as the others' checks
     _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)
     done, n_done, tokens_done = store.start()
     partials = store.folder
     try:
-        ds = _read(job).map_batches(
+        ds = _read(job, table).map_batches(
             _keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column, "name": Path(job.path).name}
         )
         if job.max_items is not None:

@@ -745,11 +745,11 @@ def _check_texts(cfg: CorpusConfig) -> None:
     if not path.is_file():
         raise AttnvizError(f"--texts {path}: no such file")
     if path.suffix.lower() not in it.READERS:
-        raise AttnvizError(
-            f'--texts {path.name}: unknown format; use .txt (one item a line), .jsonl ("text" field) or .parquet'
-        )
+        raise AttnvizError(f"--texts {path.name}: unknown format; use {it.FORMATS}")
     if cfg.pair_column and path.suffix.lower() == ".txt":
-        raise AttnvizError(f"--text-pair-column {cfg.pair_column}: .txt files have no columns; use .jsonl or .parquet")
+        raise AttnvizError(
+            f"--text-pair-column {cfg.pair_column}: .txt files have no columns; use .jsonl, .parquet, .tsv or .csv"
+        )
 
 
 class _NoBar:

@@ -199,8 +199,8 @@ def test_bad_input_one_line(planted, tmp_path, capsys, case, expect):
     if case == "missing_texts":
         args[3] = str(tmp_path / "nope.txt")
     elif case == "bad_suffix":
-        (tmp_path / "c.csv").write_text("a,b\n")
-        args[3] = str(tmp_path / "c.csv")
+        (tmp_path / "c.xlsx").write_bytes(b"PK\x03\x04")  # (.csv is read now: tests/corpus/test_delimited.py)
+        args[3] = str(tmp_path / "c.xlsx")
     elif case == "jsonl_no_text":
         (tmp_path / "c.jsonl").write_text('{"sentence": "x"}\n')
         args[3] = str(tmp_path / "c.jsonl")

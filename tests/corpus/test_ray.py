@@ -59,6 +59,26 @@ def test_ray_data_parquet_equals_local(planted, tmp_path):
     _both(model, tmp_path / "c.parquet", tmp_path, "pq")
 
 
+def test_ray_reads_a_quoted_tsv_as_the_local_engine_does(planted, tmp_path, capsys):
+    """A .tsv is read by the local reader on the driver (ray_engine._read_delimited): the same items, indices and
+    statistics as the local engine (which gives the .jsonl's bytes: tests/corpus/test_delimited.py), and its
+    refusals are the local reader's one line, before Ray does anything."""
+    from test_delimited import _planted_recs, _write
+
+    model, _ = planted
+    f, _ = _write(tmp_path, "c.tsv", ["text", "b", "note"], _planted_recs(), bom=True, blank_after=3)
+    run = _both(model, f, tmp_path, "tsv", pair_column="b", max_items=11, batch_size=4)
+    assert run["items"] == 11
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b'text\tb\nthe\tcat\n"the\tdog\n')
+    out = tmp_path / "o"
+    args = ["corpus", str(model), "--texts", str(bad), "--out", str(out), "--engine", "ray", "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.tsv line 3: a quote" in err[0] and "never closed" in err[0], err
+    assert not out.exists()
+
+
 def test_ray_actor_cuts_equal_length_batches_and_decoders_see_raw_text(tmp_path):
     texts = tmp_path / "c.txt"
     texts.write_text("\n".join(corpus_lines(20, seed=5)) + "\n")
