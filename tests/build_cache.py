@@ -143,3 +143,18 @@ def _prune(name: str, current: Path) -> None:
         except OSError:  # another run pruned it first
             continue
         shutil.rmtree(gone, ignore_errors=True)
+
+
+def trained_copy(name: str, recipe: object, train: Callable[[Path], None], dest: Path) -> Path:
+    """A model the package's trainer makes (``train(folder)``, on ``recipe``) trained once per machine, keyed on
+    the recipe, ``train``'s source and the sources of the trainer, its tasks and the exporter, and copied into
+    ``dest`` (a test may write beside it); returns ``dest``."""
+    import inspect
+    import shutil
+
+    from attnviz.training import export, loop, tasks
+
+    key = ["toy-reverse", repr(recipe), inspect.getsource(train), *sources(export, loop, tasks)]
+    for f in cached_folder(name, key, train).iterdir():  # the model and whatever the exporter wrote beside it
+        shutil.copy2(f, dest / f.name)
+    return dest

@@ -41,23 +41,11 @@ def aligned_model(tmp_path_factory):
     and exporter, as tests/training/test_align_command.py's), a copy per session.  The tests read the alignment
     back against the reversal's own gold links, whichever run trained it."""
     pytest.importorskip("torch")
-    import inspect
-    import shutil
-
     import build_cache
 
-    from attnviz.training import export, loop, tasks
-
-    key = [
-        "toy-reverse",
-        repr(ALIGNER_RECIPE),
-        inspect.getsource(_train_aligner),
-        *build_cache.sources(export, loop, tasks),
-    ]
-    cached = build_cache.cached_folder("align-reverse-input", key, _train_aligner)
-    d = tmp_path_factory.mktemp("aligned")
-    for f in cached.iterdir():  # the model and whatever the exporter wrote beside it
-        shutil.copy2(f, d / f.name)
+    d = build_cache.trained_copy(
+        "align-reverse-input", ALIGNER_RECIPE, _train_aligner, tmp_path_factory.mktemp("aligned")
+    )
     # a gold test set: X.gold with X.src / X.tgt beside it
     rng = np.random.default_rng(3)
     src, tgt, gold = [], [], []

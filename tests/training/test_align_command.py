@@ -36,23 +36,9 @@ def reverse_model(tmp_path_factory):
     and exported once per machine (tests/build_cache.py, keyed on the recipe and on the sources of the package's
     trainer, tasks and exporter), a copy per session.  What the tests check, the alignment read back against the
     reversal's own gold links, does not depend on which run trained it."""
-    import inspect
-    import shutil
-
     import build_cache
 
-    from attnviz.training import export, loop, tasks
-
-    key = [
-        "toy-reverse",
-        repr(REVERSE_RECIPE),
-        inspect.getsource(_train_reverse),
-        *build_cache.sources(export, loop, tasks),
-    ]
-    cached = build_cache.cached_folder("align-reverse", key, _train_reverse)
-    folder = tmp_path_factory.mktemp("rev")
-    for f in cached.iterdir():  # the model and whatever the exporter wrote beside it
-        shutil.copy2(f, folder / f.name)
+    folder = build_cache.trained_copy("align-reverse", REVERSE_RECIPE, _train_reverse, tmp_path_factory.mktemp("rev"))
     return folder / "reverse.onnx"
 
 
