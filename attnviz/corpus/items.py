@@ -67,6 +67,10 @@ Row = tuple[str, tuple[str | None, str | None], str]  # text, (pair, gold), wher
 _UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # (UTF-32 LE's mark begins with UTF-16 LE's)
 
 
+# what a --texts file of each format holds, for a refusal's fix (a .txt holds one item a line; a table does not)
+_LAYOUT = {".tsv": "a header row, then one item a row", ".csv": "a header row, then one item a row"}
+
+
 def decode_texts(data: bytes, path: str | Path, first_line: int = 1) -> str:
     """A --texts file's bytes (or one line's, ``first_line`` its number) as text: UTF-8, a byte-order mark at the
     start dropped (Notepad writes one); else one line naming the line and the fix.  Decoding with
@@ -82,7 +86,7 @@ def decode_texts(data: bytes, path: str | Path, first_line: int = 1) -> str:
         line = first_line + data.count(b"\n", 0, nul)
         raise AttnvizError(
             f"--texts {name} line {line}: a NUL byte: a binary file (or UTF-16 "
-            "text without its mark), not text; give UTF-8 text, one item a line"
+            f"text without its mark), not text; give UTF-8 text, {_LAYOUT.get(Path(path).suffix.lower(), 'one item a line')}"
         )
     try:
         return data.decode("utf-8")

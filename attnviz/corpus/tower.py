@@ -16,7 +16,7 @@ statistics of the tower run on that frame alone (transformers' vision model's at
 
 An item is still the image: its rows are every frame's rows (its per-item mean and its best row are over all of
 them), numbered as the view numbers them (frame ``f``'s patch ``i`` at ``f · P + i``, the global image last), so an
-example's row and key are the view's and are named as its axis names them: ``t{k}(r,c)`` for tile ``k``'s patch,
+example's row and key are the view's and are named as its axis names them: ``tile k·(r,c)`` for tile ``k``'s patch,
 ``(r,c)`` for the global image's (:func:`patch_names`; examples.parquet's ``row_patch`` and ``col_patch``).
 """
 
@@ -102,7 +102,7 @@ def reduce_tower(
 
 def patch_names(frames: int, rows: int, cols: int) -> list[str]:
     """The view's names of an image's keys (its ``frames`` of ``rows`` × ``cols`` patches, the global image last):
-    ``t{k}(r,c)``, then ``(r,c)`` (:func:`attnviz.runtime.adapters.patch_axis` on the tower's grid)."""
+    ``tile k·(r,c)`` (core/patch_names.py), then ``(r,c)`` (:func:`attnviz.runtime.adapters.patch_axis` on the tower's grid)."""
     from attnviz.runtime.adapters import patch_axis
 
     per = rows * cols

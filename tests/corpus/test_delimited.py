@@ -160,7 +160,7 @@ CASES = [  # (file name, its bytes, extra flags, what the one line says)
     ("few.tsv", b'text\tb\nthe\tcat\n"the\ncat"\n', [], ["few.tsv line 3: 1 field, the header row has 2", "a tab"]),
     ("many.csv", b"text,b\nthe cat,dog,x\n", [], ["many.csv line 2: 3 fields, the header row has 2", "a comma"]),
     ("latin1.tsv", "text\nthe caf\xe9\n".encode("latin-1"), [], ["latin1.tsv line 2: byte 0xE9", "UTF-8"]),
-    ("nul.csv", b"text\nthe\ncat\0\n", [], ["nul.csv line 3: a NUL byte"]),
+    ("nul.csv", b"text\nthe\ncat\0\n", [], ["nul.csv line 3: a NUL byte", "a header row, then one item a row"]),
     ("open.csv", b'text,b\nthe,cat\n"the,dog\nthe,cat\n', [], ["open.csv line 3", "never closed"]),
     ("after.csv", b'text,b\n"the"cat,dog\n', [], ["after.csv line 2", "after its closing quote", '("")']),
     ("dup.tsv", b"text\ttext\nthe\tcat\n", [], ["line 1: the header row names 'text' twice"]),
