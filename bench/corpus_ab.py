@@ -2,7 +2,7 @@
 corpus on CUDA).  A variant is ``ROOT:WORKERSxTHREADS[:ENV=VALUE,...]``: ROOT ``main`` (this checkout) or ``other``
 (``--other-root DIR``: e.g. a tree before a change, ``git archive REV attnviz | tar -x -C DIR``), the corpus's
 ``--workers``/``--threads``, and environment for that command (``layout=threads`` sets ATTNVIZ_CORPUS_LAYOUT,
-``chunk=64`` ATTNVIZ_CORPUS_CHUNK).  Every variant runs one unmeasured command first (what it keeps between commands
+``chunk=64`` ATTNVIZ_CORPUS_CHUNK, ``sessions=2`` ATTNVIZ_CORPUS_SESSIONS).  Every variant runs one unmeasured command first (what it keeps between commands
 is then kept: the measured commands are second commands, as a researcher's are), then ``--rounds`` rounds, the
 order reversed every other round.  Prints per variant the median wall, the median of its per-round ratios to plain's
 wall, the median CPU of all its processes, and whether its heads.parquet / examples.parquet are the first variant's
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import corpus_bench as cb
 
-ENV = {"layout": cb.LAYOUT_ENV, "chunk": "ATTNVIZ_CORPUS_CHUNK"}
+ENV = {"layout": cb.LAYOUT_ENV, "chunk": "ATTNVIZ_CORPUS_CHUNK", "sessions": "ATTNVIZ_CORPUS_SESSIONS"}
 
 
 def parse(v: str) -> tuple[str, int, int, dict[str, str]]:

@@ -13,19 +13,37 @@ model (:meth:`InGraphReducer.kept`, runtime/light_model.py).  onnx is imported o
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from attnviz import AttnvizError
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.corpus.fold import HeadGroup, Partial, fold_items, key_columns, signs
 from attnviz.runtime import statfeeds as sf
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from attnviz.runtime.graph import Exposed
     from attnviz.runtime.light_model import LightModel
     from attnviz.runtime.model import AttentionModel
+
+
+SESSIONS_ENV = "ATTNVIZ_CORPUS_SESSIONS"  # statistics sessions a shared worker runs its batches on (default 1)
+
+
+def sessions_forced() -> int:
+    """:data:`SESSIONS_ENV`: sessions of their own for the runs in flight in one process (bench/corpus_ab.py
+    compares them on a GPU; 1, the default, is the layout measured so far)."""
+    v = os.environ.get(SESSIONS_ENV, "").strip()
+    if not v:
+        return 1
+    if not v.isdigit() or int(v) < 1:
+        raise AttnvizError(f"{SESSIONS_ENV}={v!r}: give the sessions as a whole number, 1 or more, or unset it")
+    return int(v)
 
 
 class NotInGraph(Exception):
@@ -58,7 +76,11 @@ class InGraphReducer:
         m, exposed, self.outputs = sgk.stats_model(model, wanted, rows, join)
         self.exposed: Exposed | None = exposed  # (None: a kept session, which exposes no map)
         # the key names everything the edited graph depends on: the same key is the same session
-        self.sess = model.extra_session(m, f"corpus-stats sites={sorted(wanted)} rows={rows} join={join}", keep=True)
+        key = f"corpus-stats sites={sorted(wanted)} rows={rows} join={join}"
+        self.sess = model.extra_session(m, key, keep=True)
+        # another session of the same graph (:meth:`sessions`): a key of its own is a session of its own
+        self.remake: Callable[[int], object] | None = lambda n: model.extra_session(m, f"{key} copy {n}", keep=True)
+        self.copies: list = []
         fallback = [i for i in range(len(sites)) if i not in self.outputs]
         self.fetch = ([sf.SUMS, sf.PICKS] + ([sf.VALUES, sf.KEYS] if rows else [])) if self.outputs else []
         for i in fallback:
@@ -81,6 +103,14 @@ class InGraphReducer:
         red = cls.__new__(cls)
         red.model, red.groups, red.joined = None, groups, join
         red.sess, red.outputs = found
+
+        wanted = frozenset(g.site for g in groups)
+
+        def again(n: int):
+            made = model.stats_session(set(wanted), False, join)  # made anew from the kept graph each call
+            return made[0] if made is not None else None
+
+        red.remake, red.copies = again, []
         red.exposed = None
         red.fetch = [sf.SUMS, sf.PICKS]
         return red
@@ -115,14 +145,33 @@ class InGraphReducer:
         parts = self.items(feeds, lengths, special, causal)
         return fold_items(parts, items, k, batch_id, int(np.asarray(lengths).sum()))
 
+    def sessions(self, n: int) -> list:
+        """``n`` sessions of this graph (this one first), the others made on first use and kept: runs from several
+        threads on ONE CUDA session may share its stream, so that only their host work overlaps; sessions of
+        their own (a stream each) may overlap on the device too.  Fewer where another cannot be made.  Only where
+        asked for (``ATTNVIZ_CORPUS_SESSIONS``, engines.py): measured against one on a GPU first."""
+        while 1 + len(self.copies) < n and self.remake is not None:
+            more = self.remake(len(self.copies) + 1)
+            if more is None:
+                self.remake = None
+                break
+            self.copies.append(more)
+        return [self.sess, *self.copies][: max(1, n)]
+
     def run(
-        self, feeds: dict[str, np.ndarray], lengths: np.ndarray, special: np.ndarray | None, causal: bool
+        self,
+        feeds: dict[str, np.ndarray],
+        lengths: np.ndarray,
+        special: np.ndarray | None,
+        causal: bool,
+        sess=None,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, int]:
-        """The session's outputs by name, the statistics inputs it was fed, the special keys' positions, T."""
+        """The session's outputs by name, the statistics inputs it was fed, the special keys' positions, T.
+        ``sess``: one of :meth:`sessions` (default this one's)."""
         t = next(a.shape[-1] for a in feeds.values() if a.ndim == 2) if special is None else special.shape[1]
         extra, positions = sf.stat_feeds(lengths, special, t, causal)
         try:
-            got = dict(zip(self.fetch, self.sess.run(self.fetch, {**feeds, **extra})))
+            got = dict(zip(self.fetch, (sess or self.sess).run(self.fetch, {**feeds, **extra})))
         except Exception as e:  # e.g. a site whose map is not T×T for these feeds: the maps path still works
             raise NotInGraph(str(e)) from None
         return got, extra, positions, t

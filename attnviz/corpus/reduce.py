@@ -246,7 +246,7 @@ class BatchReducer:
         from collections import deque
         from concurrent.futures import wait
 
-        from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph
+        from attnviz.corpus.graph_reduce import InGraphReducer, NotInGraph, sessions_forced
         from attnviz.corpus.pairs import PairSpec
 
         if self.in_graph is None:
@@ -260,15 +260,22 @@ class BatchReducer:
             return [self(s) for s in specs]
         causal = self.kind == "decoder"
 
-        def launch(spec: BatchSpec):
+        # (one session unless ATTNVIZ_CORPUS_SESSIONS asks for more: InGraphReducer.sessions)
+        own = red.sessions(min(sessions_forced(), depth)) if depth > 1 else [red.sess]
+        turn = itertools.count()
+
+        def launch(spec: BatchSpec, sess):
             feeds, lengths, special = self.feeds(spec)
             lengths = np.asarray(lengths, np.int64)
-            return lengths, special, red.run(feeds, lengths, special, causal)
+            return lengths, special, red.run(feeds, lengths, special, causal, sess)
+
+        def submit(spec: BatchSpec):
+            return ex.submit(launch, spec, own[next(turn) % len(own)])
 
         out: list[Partial] = []
         ex = self._runner(max(1, depth))
         ahead = iter(specs)
-        pending = deque(ex.submit(launch, s) for s in itertools.islice(ahead, depth))
+        pending = deque(submit(s) for s in itertools.islice(ahead, depth))
         for i, spec in enumerate(specs):
             try:
                 lengths, special, ran = pending.popleft().result()
@@ -280,7 +287,7 @@ class BatchReducer:
                 return out + [self(s) for s in specs[i:]]
             nxt = next(ahead, None)
             if nxt is not None:
-                pending.append(ex.submit(launch, nxt))
+                pending.append(submit(nxt))
             parts = red.finish(ran, lengths, special, causal)
             out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
         return out

@@ -142,3 +142,23 @@ def test_the_shared_layout_gives_the_process_layouts_partials(batches, monkeypat
     _same_folded(runs["threads"], runs["processes"])
     assert len(specs) > 2 * shared.chunk_cpu and len(runs["processes"]) == len(specs)
     assert [p.batches for p in runs["threads"]] == [len(specs[i : i + 2]) for i in range(0, len(specs), 2)]
+
+
+@pytest.mark.parametrize("sessions", [1, 2])
+def test_runs_in_flight_on_sessions_of_their_own_give_the_same_partials(batches, monkeypatch, sessions):
+    """ATTNVIZ_CORPUS_SESSIONS=2 (a bench's knob for a GPU, where each session has a CUDA stream of its own): the
+    batches in flight are dealt to two sessions of the same graph, and the partials are one at a time's."""
+    model, specs = batches
+    want = [BatchReducer(str(model), "cpu", None, 1, 3)(s) for s in specs]
+    monkeypatch.setenv("ATTNVIZ_CORPUS_SESSIONS", str(sessions))
+    used = []
+    real = graph_reduce.InGraphReducer.run
+
+    def run(self, feeds, lengths, special, causal, sess=None):
+        used.append(id(sess or self.sess))
+        return real(self, feeds, lengths, special, causal, sess)
+
+    monkeypatch.setattr(graph_reduce.InGraphReducer, "run", run)
+    red = BatchReducer(str(model), "cpu", None, 1, 3)
+    _same(red.many(specs, 3), want)
+    assert len(set(used)) == sessions and len(used) == len(specs)
