@@ -374,17 +374,10 @@ class WarmPool:
             initializer=_warm,
             initargs=(setup, not first),
         )
-        try:
-            probing = pool.submit(_probe, setup) if first else None
-            task = (_warm_up, setup) if first else (_ready,)
-            for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
-                pool.submit(*task)
-        except BaseException:
-            # a Ctrl-C while the processes spawn (the command starts them first thing): the ones already up were
-            # left warming up, ignoring SIGINT, and the interrupted command's exit waited for them (>30 s on a
-            # loaded machine: concurrent.futures joins its pools at exit)
-            cls(setup, pool, 0).close(kill=True)
-            raise
+        probing = pool.submit(_probe, setup) if first else None
+        task = (_warm_up, setup) if first else (_ready,)
+        for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
+            pool.submit(*task)
         return cls(setup, pool, n, probing=probing)
 
     def probe(self) -> Future:
