@@ -136,3 +136,15 @@ def check_memory(need: float, what: str, detail: str = "", hint: str = "use a sm
             int(min(need, 2**63 - 1)),
             cap,
         )
+
+
+def env_count(name: str, what: str) -> int | None:
+    """A whole number, 1 or more, set in the environment variable ``name`` (``what`` it counts, for the message);
+    None where unset or blank.  Benches' knobs (ATTNVIZ_THREADS, ATTNVIZ_CORPUS_CHUNK, ...) read through it, so a
+    bad value is one line naming the variable."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    if not (v.isascii() and v.isdigit()) or int(v) < 1:
+        raise AttnvizError(f"{name}={v!r}: give {what} as a whole number, 1 or more, or unset it")
+    return int(v)

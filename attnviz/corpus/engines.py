@@ -190,12 +190,9 @@ CHUNK_ENV = "ATTNVIZ_CORPUS_CHUNK"  # batches a task, forced (bench/corpus_ab.py
 
 
 def _chunk_forced() -> int:
-    v = os.environ.get(CHUNK_ENV, "").strip()
-    if not v:
-        return 0
-    if not v.isdigit() or int(v) < 1:
-        raise AttnvizError(f"{CHUNK_ENV}={v!r}: give the batches a task as a whole number, 1 or more, or unset it")
-    return int(v)
+    from attnviz.core.limits import env_count
+
+    return env_count(CHUNK_ENV, "the batches a task") or 0
 
 
 def choose_layout(gpu: bool) -> str:

@@ -13,12 +13,10 @@ model (:meth:`InGraphReducer.kept`, runtime/light_model.py).  onnx is imported o
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnviz import AttnvizError
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.stats import row_stats
 from attnviz.corpus.fold import HeadGroup, Partial, fold_items, key_columns, signs
@@ -38,12 +36,9 @@ SESSIONS_ENV = "ATTNVIZ_CORPUS_SESSIONS"  # statistics sessions a shared worker 
 def sessions_forced() -> int:
     """:data:`SESSIONS_ENV`: sessions of their own for the runs in flight in one process (bench/corpus_ab.py
     compares them on a GPU; 1, the default, is the layout measured so far)."""
-    v = os.environ.get(SESSIONS_ENV, "").strip()
-    if not v:
-        return 1
-    if not v.isdigit() or int(v) < 1:
-        raise AttnvizError(f"{SESSIONS_ENV}={v!r}: give the sessions as a whole number, 1 or more, or unset it")
-    return int(v)
+    from attnviz.core.limits import env_count
+
+    return env_count(SESSIONS_ENV, "the sessions") or 1
 
 
 class NotInGraph(Exception):

@@ -165,12 +165,6 @@ THREADS_ENV = "ATTNVIZ_THREADS"
 def default_threads() -> int | None:
     """onnxruntime's intra-op threads for a session whose caller names none: :data:`THREADS_ENV` where set (benches
     pin attnviz to the threads of the plain script they compare with), else None (onnxruntime's default)."""
-    v = os.environ.get(THREADS_ENV, "").strip()
-    if not v:
-        return None
-    n = int(v) if v.isdigit() else 0
-    if n < 1:
-        raise AttnvizError(
-            f"{THREADS_ENV}={v!r}: give onnxruntime's threads per session as a whole number, 1 or more, or unset it"
-        )
-    return n
+    from attnviz.core.limits import env_count
+
+    return env_count(THREADS_ENV, "onnxruntime's threads per session")
