@@ -389,10 +389,11 @@ def combine(parts: list[Partial], k: int) -> list[Partial]:
     """A worker's task of consecutive batches as ONE partial: their top lists merged here (exactly as the driver's
     :meth:`Accumulator.fold` merges them: each row's ``k`` best by value, ties to the lower item id — an order that
     does not depend on how the batches are grouped), their counts summed (integers), and each batch's ``sums`` kept
-    for the driver to add one by one.  On a GPU the one worker's 32 partials a task were ~4 MB pickled, sent while
-    the driver folded the task before (~18 ms a task on an H100 between two tasks, the device idle) and 32 folds in
-    the driver; now ~0.2 MB and one fold (bench/RESULTS.md, session 19).  Partials that carry more than statistics
-    (generated tokens, gold links, audio, words, frames) stay as they are."""
+    for the driver to add one by one.  A shared worker's 32 partials a task were ~4 MB pickled, sent while the
+    driver folded the task before (~18 ms between two tasks on an H100), and 32 folds in the driver; now ~0.3 MB
+    and one fold: the gap between tasks 17-19 ms -> 5 ms on the CPU, the H100's whole command unchanged within its
+    noise (bench/RESULTS.md, session 19).  Partials that carry more than statistics (generated tokens, gold
+    links, audio, words, frames) stay as they are."""
     if len(parts) < 2 or not all(_plain_partial(p) for p in parts):
         return parts
     acc = Accumulator(parts[0].sums.shape[0], k)
