@@ -160,7 +160,6 @@ def run(args) -> int:
         scratch_settings,
     )
 
-    ensure_platform(bool(args.screenshot))
     target = Path(args.model) if args.model else demo_model()
     if target is not None and not target.exists():
         from attnviz.core.untrusted import missing
@@ -199,6 +198,9 @@ def run(args) -> int:
     except ValueError:
         raise AttnvizError(f"--size {args.size}: use WxH, e.g. 1400x900") from None
 
+    # the window system is checked once the arguments are: a path that is not there is the problem to name, even
+    # where there is no display (a typo over ssh got "no X display" first)
+    ensure_platform(bool(args.screenshot))
     app = make_app()
     if args.screenshot:
         quiet_plugin_limits()

@@ -66,3 +66,19 @@ def test_cli_exits_2_with_one_line_instead_of_qt_aborting(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("attnviz: error: ") and "libfake9" in lines[0]
+
+
+@pytest.mark.parametrize("flags", [[], ["--screenshot", "x.txt"], ["--size", "big"]])
+def test_a_bad_argument_is_named_before_the_missing_display(tmp_path, flags):
+    """No display (ssh without -X) and a mistyped model path or flag: the path or flag is the problem to name,
+    not the display the user may not need once it is fixed (e.g. with --screenshot)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "DISPLAY")}
+    model = [str(tmp_path / "typo.onnx")] if not flags else []
+    argv = [sys.executable, "-m", "attnviz.cli", "open", *model, *flags]
+    r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the display check is the Linux one")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "DISPLAY" not in lines[0], lines
+    assert ("typo.onnx" in lines[0]) if model else (flags[0] in lines[0])
