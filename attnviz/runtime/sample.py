@@ -112,5 +112,10 @@ def no_input(model_path) -> str:
     flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
     what = sample.describe().split(",")[0]
     what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
-    shown = value if len(value) <= 40 else value[:40] + "…"
-    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown!r}) or --inputs FEEDS.npz"
+    if flag == "--image":  # a path to paste as it is: cut short it named no file
+        import shlex
+
+        shown = shlex.quote(value)
+    else:
+        shown = repr(value if len(value) <= 40 else value[:40] + "…")
+    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown}) or --inputs FEEDS.npz"
