@@ -106,7 +106,10 @@ def measure(mode: str, model: Path, t: int, rounds: int, provider: str) -> tuple
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096])
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (each: every row, 2 runs)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (each: every row, --runs runs)")
+    # a fresh process a row and round costs a CUDA start-up (~5 s on an H100: 6 rounds overran 90 s in session 19)
+    # while a run at 4,096 takes ~40 ms there: more runs a process buy samples without more start-ups
+    ap.add_argument("--runs", type=int, default=2, help="warm runs measured in each row's process (default 2)")
     ap.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument(
         "--qk", default="auto", choices=["auto", "both"], help="both: each attnviz row with Q/Kᵀ on the host and kept"
@@ -119,7 +122,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model = export_minilm(Path(tmp), max(a.lengths))
-        print(f"provider {a.provider}; load average at start: {os.getloadavg()[0]:.1f}")
+        print(
+            f"provider {a.provider}; {a.rounds} rounds × {a.runs} runs a row; load average at start: {os.getloadavg()[0]:.1f}"
+        )
         print(
             f"{'tokens':>6} | {'row':<18} | {'wall median':>11} | {'CPU median':>10} | wall vs plain | CPU vs plain"
             " | pinned | maps"
@@ -131,7 +136,7 @@ def main() -> None:
             for r in range(a.rounds):
                 order = list(rows) if r % 2 == 0 else list(reversed(rows))
                 for mode in order:
-                    got, pin, kind = measure(mode, model, t, 2, a.provider)
+                    got, pin, kind = measure(mode, model, t, a.runs, a.provider)
                     rows[mode] += got
                     pinned[mode].add(pin)
                     kinds[mode].add(kind)

@@ -4,7 +4,7 @@
 # process (the graph, attnviz's session wrappers, N threads on the raw session, BatchReducer.many at each depth,
 # two sessions of their own (a CUDA stream each) for plain and for the statistics:
 # session 19's timeline put the whole gap inside the tasks, ~2.9 ms a batch against plain's 2.0), the corpus row
-# with more rounds (plain's walls spread 1.9-2.9 s across 4 rounds in session 19), and on-demand at 4,096 tokens
+# with more rounds (on-demand: 4 rounds of 10 runs a process; plain's walls spread 1.9-2.9 s across 4 rounds in session 19), and on-demand at 4,096 tokens
 # (6 rounds overran 90 s in session 19).  ab10k also tries the threads layout with statistics sessions of their own
 # (ATTNVIZ_CORPUS_SESSIONS=2, 4: a CUDA stream each) and the process layout again (session 14: its loop beat
 # plain's, 1.08x, but four start-ups lost the command; reduce.combine and the kept graphs cut start-up since).
@@ -17,5 +17,5 @@ TAIL=14 step loop_split "${T_LS:-120}" env OMP_NUM_THREADS=1 python3 bench/corpu
 TAIL=18 step ab10k "${T_AB:-170}" env OMP_NUM_THREADS=1 python3 bench/corpus_ab.py --provider cuda --items 10000 \
   --rounds 5 main:4x4 main:4x4:sessions=2 main:4x4:sessions=4 main:8x2 \
   main:4x4:layout=processes
-step ondemand "${T_OND:-150}" python3 bench/ondemand_bench.py --provider cuda --lengths 4096 --rounds 5
+step ondemand "${T_OND:-150}" python3 bench/ondemand_bench.py --provider cuda --lengths 4096 --rounds 4 --runs 10
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
