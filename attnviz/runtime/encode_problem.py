@@ -10,7 +10,6 @@ run again one at a time here (each guarded: a step may panic again) to find the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -95,10 +94,15 @@ def _without_post(tok):
 
 
 def _config(tok, guard: Callable) -> dict:
+    """The tokenizer's sections, as tokenizers writes them back (its file passed the JSON guard on load: so does
+    this; no size cap, the file's was checked then)."""
+    from attnviz import AttnvizError
+    from attnviz.core.untrusted import parse_json
+
     text = _run(guard, tok.to_str)
     try:
-        cfg = json.loads(text) if text else {}
-    except ValueError:
+        cfg = parse_json(text, "the tokenizer", limit_bytes=None) if text else {}
+    except AttnvizError:
         cfg = {}
     return cfg if isinstance(cfg, dict) else {}
 
