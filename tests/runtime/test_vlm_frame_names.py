@@ -213,6 +213,14 @@ def test_the_decoders_image_tokens_name_their_tile_as_the_towers_patches_do(whol
     assert old[0] == "t0[0,0]" and [canonical(x) for x in old] == want
 
 
+def test_an_extracted_file_keeps_the_decoders_names(idefics3_repo, images, tmp_path):
+    enc, splits, cells = reference(idefics3_repo, PROMPT, [[images["square"]]])
+    out = tmp_path / "whole.npz"
+    assert main(["extract", str(idefics3_repo), "--text", PROMPT, "--image", images["square"], "--out", str(out)]) == 0
+    decoder = io.load_npz(out).blocks()[-1].key_axis.labels
+    assert [decoder[k] for k in image_tokens(enc)] == patches_by_hand(splits[0][0], cells[0][0], side=im.SIDE)
+
+
 def test_one_prompts_several_images_name_each_decoder_token_by_its_image_and_tile(whole, idefics3_repo, images):
     two = [images["wide"], images["tall"]]
     enc, splits, cells = reference(idefics3_repo, TWO, [two])
