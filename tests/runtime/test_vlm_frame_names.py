@@ -217,8 +217,20 @@ def test_an_extracted_file_keeps_the_decoders_names(idefics3_repo, images, tmp_p
     enc, splits, cells = reference(idefics3_repo, PROMPT, [[images["square"]]])
     out = tmp_path / "whole.npz"
     assert main(["extract", str(idefics3_repo), "--text", PROMPT, "--image", images["square"], "--out", str(out)]) == 0
-    decoder = io.load_npz(out).blocks()[-1].key_axis.labels
+    r = io.load_npz(out)
+    decoder = r.blocks()[-1].key_axis.labels
     assert [decoder[k] for k in image_tokens(enc)] == patches_by_hand(splits[0][0], cells[0][0], side=im.SIDE)
+    # a file written before session 20 (t0[0,0] / g[0,0] on the decoder's image tokens) draws the same
+    sel = v.Selection(block=len(r.blocks()) - 1, mode="mean")
+    now = v.overlay_view(r, sel)
+    blk = r.blocks()[-1]
+    for k, old in zip(image_tokens(enc), old_decoder_labels(splits[0][0], cells[0][0])):
+        blk.key_axis.labels[k] = old
+    then = v.overlay_view(r, sel, blocks=[*r.blocks()[:-1], blk])
+    assert then.query_label == now.query_label and blk.key_axis.labels[image_tokens(enc)[0]] == "t0[0,0]"
+    np.testing.assert_array_equal(then.patch, now.patch)
+    assert then.global_panel is not None and then.title == now.title and then.peak == now.peak
+    np.testing.assert_array_equal(then.global_panel.patch, now.global_panel.patch)
 
 
 def test_one_prompts_several_images_name_each_decoder_token_by_its_image_and_tile(whole, idefics3_repo, images):
