@@ -39,7 +39,9 @@ def item_error(it: Item, e: AttnvizError, pair: bool = False) -> AttnvizError:
     head = text if len(text) <= 40 else text[:40] + "…"
     what = "the --text-pair-column of corpus item" if pair else "corpus item"
     at = f" ({it.where})" if it.where else ""
-    return AttnvizError(f"{what} {it.index}{at} {head!r}: {e}", param=e.param)
+    # the item's own text is the corpus file's, not a --text to fix: its line names it
+    param = None if e.param in ("text", "text_pair") else e.param
+    return AttnvizError(f"{what} {it.index}{at} {head!r}: {e}", param=param)
 
 
 @dataclass(frozen=True)

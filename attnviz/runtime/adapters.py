@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from attnviz.core.attention import PatchGrid, TokenAxis
-from attnviz.core.patch_names import in_image, tile_patch
+from attnviz.core.patch_names import in_image, patch_name
 
 
 def patch_axis(grid: PatchGrid, n: int) -> TokenAxis:
@@ -45,19 +45,18 @@ def _patch_labels(
     for p in range(n):
         if grid.columns is not None:  # a grid naming each cell's key (Qwen2-VL's patches, merge window by window)
             cell = grid.cell(p)
-            labels.append(f"({cell[0]},{cell[1]})" if cell else f"[{p}]")
+            labels.append(patch_name(*cell) if cell else f"[{p}]")
             special.append(cell is None)
         elif p < grid.offset and grid.lead_images:  # a VLM's tiles before its global image: tile k's patch (r, c)
             t, k = divmod(p, grid.n)
             r, c = divmod(k, grid.cols)
-            labels.append(tile_patch(t, r, c))
+            labels.append(patch_name(r, c, tile=t))
             special.append(False)
         elif p < grid.offset:
             labels.append("[CLS]" if p == 0 else f"[REG{p}]")
             special.append(True)
         elif p < grid.offset + grid.n:
-            r, c = divmod(p - grid.offset, grid.cols)
-            labels.append(f"({r},{c})")
+            labels.append(patch_name(*divmod(p - grid.offset, grid.cols)))
             special.append(False)
         else:
             labels.append(f"[{p}]")

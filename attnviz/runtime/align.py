@@ -50,7 +50,7 @@ class PairAttention:
 def encode_words(encoder: TextEncoder, words: list[str], special: bool) -> Encoded:
     """Pieces of a pre-split sentence and the word of each piece (``special``: add the tokenizer's specials)."""
     if isinstance(encoder, HFTokenizer):  # a Hugging Face tokenizers.Tokenizer: it knows each piece's word
-        enc = encoder.tok.encode(words, is_pretokenized=True, add_special_tokens=special)
+        enc = encoder.encode_words(words, special)  # guarded: a failure is one line, as any encode's
         return Encoded(list(enc.ids), [-1 if w is None else int(w) for w in enc.word_ids])
     # a plain vocabulary (metadata list): encode word by word, then add the specials the full encoding has
     ids: list[int] = []

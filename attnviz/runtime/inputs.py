@@ -6,6 +6,7 @@ import contextlib
 import functools
 import itertools
 import re
+import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,13 +242,35 @@ class HFTokenizer(TextEncoder):
                 enc = self.tok.encode(text, pair, add_special_tokens=add_special)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as e:
-            raise AttnvizError(
-                f"tokenizer {self.source} failed on this text ({_first_line(e)}); use another tokenizer.json"
-            ) from None
+        except BaseException:
+            texts = [("text", text)] + ([("pair text", pair)] if pair is not None else [])
+            again = lambda t: t.encode(text, pair, add_special_tokens=add_special)  # noqa: E731
+            raise self._encode_error(texts, [t for _, t in texts], again, pair is not None) from None
         _check_tokens(len(enc.ids))
         sm = list(enc.special_tokens_mask) if enc.special_tokens_mask else [False] * len(enc.ids)
         return enc, Encoded(list(enc.ids), [], [bool(x) for x in sm], list(enc.type_ids))
+
+    def encode_words(self, words: list[str], add_special: bool):
+        """The tokenizer's own encoding of a text already split into ``words`` (each piece knows its word)."""
+        try:
+            with _rust_guard():
+                return self.tok.encode(words, is_pretokenized=True, add_special_tokens=add_special)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            again = lambda t: t.encode(words, is_pretokenized=True, add_special_tokens=add_special)  # noqa: E731
+            raise self._encode_error([("text", " ".join(map(str, words)))], list(words), again, False) from None
+
+    def _encode_error(self, texts: list[tuple[str, object]], pieces: list, again, pair: bool) -> AttnvizError:
+        """One line on an encode that raised or panicked: what is wrong with ``texts`` (what each is, its value) or
+        with the tokenizer, and the fix (:mod:`attnviz.runtime.encode_problem`); never the library's own words,
+        which name its code.  ``pieces``: what was encoded (the texts, or a text's words); ``again(t)``: that
+        encode with tokenizer ``t``."""
+        from attnviz.runtime import encode_problem as ep
+
+        p = ep.text_problem(texts) or ep.tokenizer_problem(self.tok, pieces, again, pair, _rust_guard)
+        head = "" if p.param != "tokenizer" else f"tokenizer {self.source} cannot encode this text: "
+        return AttnvizError(f"{head}{p.words}; {p.fix}", param=p.param)
 
     def leading_text(self, text, n):
         enc = self._encode(text, None, False)[0]
@@ -265,7 +288,7 @@ class HFTokenizer(TextEncoder):
         else:
             inputs = list(texts)
         try:
-            with _rust_guard():
+            with _rust_guard(any_thread=False):  # a failure is encoded again one by one, each guarded
                 encs = self.tok.encode_batch(inputs, add_special_tokens=add_special)
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -301,8 +324,12 @@ class HFTokenizer(TextEncoder):
                 return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as e:
-            raise AttnvizError(f"tokenizer {self.source} cannot decode these tokens ({_first_line(e)})") from None
+        except BaseException:  # the library's words name its code, not the file: say what failed and the fix
+            raise AttnvizError(
+                f"tokenizer {self.source} cannot turn these token ids back into text: its decoder fails on them; "
+                f"give the tokenizer.json {SAVED}",
+                param="tokenizer",
+            ) from None
 
     def is_special(self, i):
         return self.tok.id_to_token(int(i)) in self._special
@@ -406,11 +433,6 @@ def _not_a_tokenizer(head: str, words: str, fix: str) -> AttnvizError:
     return AttnvizError(f"{head} is not a Hugging Face tokenizer.json: {words}; {fix}", param="tokenizer")
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:120]
-
-
 JSON_CHECKED = "json-checked"  # the cache's kind of a tokenizer text that parse_json accepted (optcache)
 
 
@@ -460,31 +482,60 @@ def _check_template(cfg) -> None:
                     )
 
 
+class _Quiet:
+    """The one redirection of stderr (fd 2) to /dev/null that the threads inside a :class:`_rust_guard` share: the
+    first in saves the terminal's, the last out puts it back (each thread saving and restoring its own would leave
+    /dev/null there when two overlap)."""
+
+    lock = threading.Lock()
+    depth = 0
+    saved: int | None = None
+    devnull: int | None = None  # opened once and kept: two system calls fewer on every encode (~2 µs of ~7)
+
+
 class _rust_guard:
-    """On the main thread (the CLI), keep a Rust panic's multi-line report off the terminal: the caller turns the
-    panic into one line.  Worker threads (the GUI) leave stderr alone; the window shows the message."""
+    """Keep a Rust panic's multi-line report (its message and a backtrace under RUST_BACKTRACE) off the terminal:
+    the caller turns the panic into one line.  On any thread by default: the window's worker encodes its text (a
+    panic's report would otherwise print under ``attnviz open`` beside the window's one message); the other threads'
+    own writes to stderr go nowhere for those milliseconds.  ``any_thread=False``: the main thread only (a corpus's
+    batched encode, long enough that another thread's progress line would be lost)."""
+
+    def __init__(self, any_thread: bool = True):
+        self.any_thread = any_thread
+        self._on = False
 
     def __enter__(self):
         import os
-        import threading
 
-        self._saved = None
-        if threading.current_thread() is threading.main_thread():
-            try:
-                self._saved = os.dup(2)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 2)
-                os.close(devnull)
-            except OSError:
-                self._saved = None
+        if not (self.any_thread or threading.current_thread() is threading.main_thread()):
+            return self
+        with _Quiet.lock:
+            if _Quiet.depth == 0:
+                try:
+                    if _Quiet.devnull is None:
+                        _Quiet.devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                    _Quiet.saved = os.dup(2)
+                    os.dup2(_Quiet.devnull, 2)
+                except OSError:
+                    if _Quiet.saved is not None:
+                        os.close(_Quiet.saved)
+                    _Quiet.saved = None
+                    return self
+            _Quiet.depth += 1
+            self._on = True
         return self
 
     def __exit__(self, *exc):
         import os
 
-        if self._saved is not None:
-            os.dup2(self._saved, 2)
-            os.close(self._saved)
+        if self._on:
+            with _Quiet.lock:
+                _Quiet.depth -= 1
+                if _Quiet.depth == 0 and _Quiet.saved is not None:
+                    os.dup2(_Quiet.saved, 2)
+                    os.close(_Quiet.saved)
+                    _Quiet.saved = None
+            self._on = False
         return False
 
 

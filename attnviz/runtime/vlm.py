@@ -11,9 +11,9 @@ tokens and an empty cache.  What differs between families (image processing, til
 and grid of the image tokens) lives in :mod:`attnviz.runtime.vlm_families`, one class each, chosen by
 config.json's ``model_type``; others are named and refused in one line.  Its sites are the vision tower's
 self-attention (the encoder block, one map per prompt row holding all its images) then the decoder's
-self-attention, whose image-token columns are labelled by their patch (``img[r,c]``; ``t{k}[r,c]`` / ``g[r,c]``
-for tiles and the global image); the result's ``token_grid`` places them on the image, so Image regions shows a
-word's row over it.  Generation steps through the decoder's cache (:class:`VLMCache`); an optimum ``If``-merged
+self-attention, whose image-token columns are labelled by their patch as the tower's keys are (``(r,c)``;
+``tile k·(r,c)`` for a tile: :mod:`attnviz.core.patch_names`); the result's ``token_grid`` places them on the
+image, so Image regions shows a word's row over it.  Generation steps through the decoder's cache (:class:`VLMCache`); an optimum ``If``-merged
 decoder runs the prompt through its without-past branch (``use_cache_branch`` false) and each cached step through
 the other.
 """

@@ -23,7 +23,7 @@ from attnviz.core.attention import (
 # the vision tower's keys: image 1's 2 x 3 patches in the tower's own (2 x 2 merge) order, then image 2's 3 x 2
 TOWER_1 = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2)]
 TOWER_2 = [(r, c) for r in range(3) for c in range(2)]
-DECODER = ["a", "img1[0,0]", "img1[0,1]", "b", "img2[0,0]", "img2[1,0]", "where", "cat"]
+DECODER = ["a", "img1(0,0)", "img1(0,1)", "b", "img2(0,0)", "img2(1,0)", "where", "cat"]  # named as the tower's
 
 
 def _soft(rng, *shape):
@@ -125,7 +125,7 @@ def test_the_words_rows_are_drawn_by_default_and_the_choice_is_checked():
     assert ov.block_index == 0  # a selected tower block is drawn, as `figure --block 0` asks
     ov = vm.overlay_view(r, vm.Selection(block=1, mode="head", layer=0, head=1, picture=1, query=6))
     assert ov.block_index == 1 and ov.query_label == "where"
-    np.testing.assert_allclose(ov.patch, placed(DECODER, r.maps[2].array()[0, 1, 6], r"img2\[(\d+),(\d+)\]"), rtol=1e-6)
+    np.testing.assert_allclose(ov.patch, placed(DECODER, r.maps[2].array()[0, 1, 6], r"img2\((\d+),(\d+)\)"), rtol=1e-6)
     with pytest.raises(vm.ViewError) as e:
         vm.overlay_view(r, vm.Selection(image_from="pixels"))
     assert str(e.value) == "unknown image attention 'pixels'; use one of words, tower, pooling"
@@ -169,7 +169,7 @@ def test_a_block_picked_is_the_attention_drawn_over_the_image(picture):
         ov = vm.overlay_view(r, words)
         assert ov.block_index == 1 and ov.query_label == "where"
         want = r.maps[3].array()[0, 2, 6]
-        np.testing.assert_allclose(ov.patch, placed(DECODER, want, rf"img{picture + 1}\[(\d+),(\d+)\]"), rtol=1e-6)
+        np.testing.assert_allclose(ov.patch, placed(DECODER, want, rf"img{picture + 1}\((\d+),(\d+)\)"), rtol=1e-6)
     # a ViT's one encoder is its tower (its one entry, the words' fallback too): picking it names the tower
     vit = AttentionResult(
         [DenseMap(_soft(np.random.default_rng(1), 2, 5, 5))],

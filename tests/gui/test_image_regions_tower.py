@@ -105,14 +105,14 @@ def test_switching_to_the_vision_tower_draws_its_patch_rows_over_each_image(
     want = placed(labels, r.maps[tower[1]].array()[0, 2][mine].mean(axis=0), r"img2\((\d+),(\d+)\)")
     np.testing.assert_allclose(rgba[..., 3], heat_alpha(want, rgba.shape[:2], "grey"), atol=1e-6)
     assert fig.attnviz_selection.image_from == "tower"  # --block 0 alone: the tower, as its block on screen
-    # back to the words: a word's row of the decoder over image 1's tokens (img1[r,c]), as the view opened
+    # back to the words: a word's row of the decoder over image 1's tokens (img1(r,c)), as the view opened
     box.setCurrentIndex(0)
     assert s.sel.image_from == "words" and s.blocks[s.sel.block].stack == "decoder"
     keys = list(s.blocks[s.sel.block].key_axis.labels)
     decoder = [i for i, site in enumerate(r.sites) if site.stack == "decoder"]
     cat = next(i for i, q in enumerate(v.queries) if q[0] == "cat")
     v.set_query(cat)
-    want = placed(keys, r.maps[decoder[1]].array()[0, 2, v.queries[cat][1]], r"img1\[(\d+),(\d+)\]")
+    want = placed(keys, r.maps[decoder[1]].array()[0, 2, v.queries[cat][1]], r"img1\((\d+),(\d+)\)")
     np.testing.assert_allclose(v.patch_map, want, rtol=1e-5, atol=1e-8)
 
 

@@ -1,9 +1,9 @@
 """Issue 22, screen = figure on vision–language decoders: the tiny LLaVA and Idefics3 repositories (tiles and a
 global image) opened in the real window on the sample image with a typed caption.  For each caption word in Image
 regions the overlay is that word's row of the decoder's self-attention over the image tokens, placed by hand from
-the token labels (LLaVA's ``img[r,c]``; Idefics3's tiles where the processor's ``<row_i_col_j>`` marker in front of
-each tile puts them, and its global image's ``g[r,c]`` in a second picture beside them), and the exported figure
-draws the same pictures, heat, captions and words."""
+the token labels, named as the tower names its patches (LLaVA's ``(r,c)``; Idefics3's tiles ``tile k·(r,c)`` where
+the processor's ``<row_i_col_j>`` marker in front of each tile puts them, and its global image's ``(r,c)`` in a
+second picture beside them), and the exported figure draws the same pictures, heat, captions and words."""
 
 from __future__ import annotations
 
@@ -22,15 +22,20 @@ pytest.importorskip("transformers")
 SAMPLE = Path(__file__).resolve().parents[2] / "resources" / "samples" / "captioning.png"
 CAPTION = "a photo of the cat"
 PROMPT = f"<s> <image> {CAPTION}"
+TILE = re.compile(r"tile \d+·\((\d+),(\d+)\)")  # a tile's token (core/patch_names.py)
+CELL = re.compile(r"\((\d+),(\d+)\)")  # an image's token: the global image's beside tiles
+
+
+def tiled(keys: list[str]) -> bool:
+    return any(TILE.fullmatch(k) for k in keys)
 
 
 def global_by_hand(keys: list[str], row: np.ndarray) -> np.ndarray | None:
-    """The global image as its tokens' labels lay it out: ``g[r,c]`` at (r, c) (None: no global image's tokens)."""
-    cells = {
-        (int(m[1]), int(m[2])): float(row[k])
-        for k, lab in enumerate(keys)
-        if (m := re.fullmatch(r"g\[(\d+),(\d+)\]", lab))
-    }
+    """The global image as its tokens' labels lay it out: ``(r,c)`` at (r, c) beside tiles (None: no tiles, so no
+    global image's tokens)."""
+    if not tiled(keys):
+        return None
+    cells = {(int(m[1]), int(m[2])): float(row[k]) for k, lab in enumerate(keys) if (m := CELL.fullmatch(lab))}
     if not cells:
         return None
     out = np.full((1 + max(r for r, _ in cells), 1 + max(c for _, c in cells)), np.nan, np.float32)
@@ -41,15 +46,16 @@ def global_by_hand(keys: list[str], row: np.ndarray) -> np.ndarray | None:
 
 
 def placed_by_hand(keys: list[str], row: np.ndarray) -> np.ndarray:
-    """The image as the tokens' labels lay it out: ``img[r,c]`` at (r, c); a tile's ``t{k}[r,c]`` at (r, c) of
-    the tile the last ``<row_i_col_j>`` marker before it names (1-based, as the processor writes them); the global
-    image's ``g[r,c]`` is a picture of its own (:func:`global_by_hand`)."""
+    """The image as the tokens' labels lay it out: ``(r,c)`` at (r, c); a tile's ``tile k·(r,c)`` at (r, c) of
+    the tile the last ``<row_i_col_j>`` marker before it names (1-based, as the processor writes them); beside
+    tiles, the global image's ``(r,c)`` is a picture of its own (:func:`global_by_hand`)."""
+    pattern = TILE if tiled(keys) else CELL
     cells: dict[tuple[int, int], float] = {}
     tile, side = (0, 0), 0
     for key, label in enumerate(keys):
         if m := re.fullmatch(r"<row_(\d+)_col_(\d+)>", label):
             tile = (int(m[1]) - 1, int(m[2]) - 1)
-        elif m := re.fullmatch(r"(?:img|t\d+)\[(\d+),(\d+)\]", label):
+        elif m := pattern.fullmatch(label):
             r, c = int(m[1]), int(m[2])
             side = max(side, r + 1)
             cells[(r, c, *tile)] = float(row[key])  # type: ignore[index]
@@ -103,13 +109,13 @@ def test_each_caption_word_shows_its_row_over_the_image_on_screen_and_in_the_fig
             assert f"query “{word}”" in v.info.text()
     markers = [k for k in keys if k.startswith("<row_")]
     assert max(1, len(markers)) == tiles[0] * tiles[1]
-    first = min(k for k, label in enumerate(keys) if label.startswith(("img[", "t0[")))
+    first = min(k for k, label in enumerate(keys) if (TILE if tiled(keys) else CELL).fullmatch(label))
     said = "tiles in place" if tiles != (1, 1) else f"image tokens at keys {first}–{first + grid.n - 1}"
     assert said in v.info.text()  # not "+1 non-patch": the <s> in front is one of the words
 
 
 def test_a_click_on_the_global_image_makes_its_token_the_query(qtbot, real_window, idefics3_repo):
-    """A click on the global image's picture: the query is the global image's token under it (``g[r,c]``), its
+    """A click on the global image's picture: the query is the global image's token under it (``(r,c)``), its
     cell outlined on that picture only, and the export draws the same."""
     from PySide6.QtCore import QPointF, Qt
 
@@ -125,7 +131,7 @@ def test_a_click_on_the_global_image_makes_its_token_the_query(qtbot, real_windo
     qtbot.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
     label, row = v.queries[v.query]
     keys = list(w.session.blocks[v.source()[0]].key_axis.labels)
-    assert label == "global image patch (1, 2)" and keys[row] == "g[1,2]" and row == whole.key(1, 2)
+    assert label == "global image patch (1, 2)" and keys[row] == "(1,2)" and row == whole.key(1, 2)
     assert v.g_outline.isVisible() and not v.query_outline.isVisible()
     r = v.g_outline.rect()
     assert (r.x(), r.y(), r.width(), r.height()) == pytest.approx((2 * wd / 3, h / 3, wd / 3, h / 3))

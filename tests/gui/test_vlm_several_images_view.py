@@ -1,7 +1,7 @@
 """Several images in one prompt on screen and in the figure: the tiny Qwen2-VL opened in the real window with two
 images (the image box's ``a.png; b.png``, as the file dialog writes several files).  Image regions offers one entry
 per image; for each image chosen, each word after that image's tokens shows its row of the decoder's
-self-attention over that image's tokens, placed by hand from their labels (``img1[r,c]`` / ``img2[r,c]``), drawn
+self-attention over that image's tokens, placed by hand from their labels (``img1(r,c)`` / ``img2(r,c)``), drawn
 over that image; the other image's tokens are no word to ask about; the exported figure draws the same and names
 the image; a figure of an image the prompt did not hold is one line."""
 
@@ -21,8 +21,8 @@ PROMPT = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_
 
 
 def placed_by_hand(keys: list[str], row: np.ndarray, image: int) -> np.ndarray:
-    """Image ``image``'s tokens where their labels put them: ``img{image}[r,c]`` at (r, c)."""
-    return vlm_build.on_grid(keys, row, rf"img{image}\[(\d+),(\d+)\]")
+    """Image ``image``'s tokens where their labels put them: ``img{image}(r,c)`` at (r, c)."""
+    return vlm_build.on_grid(keys, row, rf"img{image}\((\d+),(\d+)\)")
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_each_image_of_the_prompt_shows_its_words_rows_on_screen_and_in_the_figu
         assert w.session.sel.picture == picture
         bi, grid, kind = v.source()
         keys = list(w.session.blocks[bi].key_axis.labels)
-        mine = [k for k, label in enumerate(keys) if label.startswith(f"img{picture + 1}[")]
+        mine = [k for k, label in enumerate(keys) if label.startswith(f"img{picture + 1}(")]
         assert (grid.offset, grid.n) == (mine[0], len(mine))  # this image's run of tokens
         words = [keys[row] for _, row in v.queries]
         assert not any(x.startswith("img") for x in words)  # the other image's tokens are no word

@@ -116,7 +116,7 @@ def test_image_columns_labelled_with_the_patch_torch_puts_there(llava_repo, imag
     m = open_model(llava_repo, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image))
     keys = r.blocks()[-1].key_axis.labels
-    first = keys.index("img[0,0]")
+    first = keys.index("(0,0)")
     conv = torch_model.model.vision_tower.embeddings.patch_embedding
     base = torch.zeros(1, 3, vm.IMAGE, vm.IMAGE)
     for row in range(vm.GRID):
@@ -126,7 +126,7 @@ def test_image_columns_labelled_with_the_patch_torch_puts_there(llava_repo, imag
             with torch.no_grad():  # as CLIPVisionEmbeddings: conv, flatten(2), transpose -> [B, patches, dim]
                 diff = (conv(px) - conv(base)).flatten(2).transpose(1, 2)[0].abs().sum(-1)
             k = int(torch.nonzero(diff).flatten().item())
-            assert keys[first + k] == f"img[{row},{col}]"
+            assert keys[first + k] == f"({row},{col})"
     assert keys[:first] == ["<s>"] and keys[first + vm.N_IMAGE :] == "a photo of the cat".split()
 
 

@@ -23,6 +23,7 @@ from PIL import Image
 from attnviz.cli import main
 from attnviz.core import io
 from attnviz.core import view as v
+from attnviz.core.patch_names import canonical
 from attnviz.runtime import open_model
 
 PROMPT = "<s> <image> a photo of the cat"
@@ -131,15 +132,28 @@ def test_an_extracted_file_keeps_the_names_and_an_older_one_reads_them_off_its_t
     assert v.tower_frames(io.load_npz(tmp_path / "older.npz"), v.Selection()) == want
 
 
-def patches_by_hand(split, cells, image: int | None = None) -> list[str]:
+def patches_by_hand(split, cells, image: int | None = None, side: int = im.TILE // im.PATCH) -> list[str]:
     """Every tower key's label, written here from transformers' split and markers: tile k's patch (r, c) of that
     tile ``tile k·(r,c)`` (the tile as its frame is named, "tile k (row …, col …)"), then the global image's
-    ``(r,c)``; one prompt's image ``i`` among several ``img{i}·tile k·(r,c)``, ``img{i}(r,c)``."""
-    side = im.TILE // im.PATCH  # the tower's patches a tile side (before the pixel shuffle)
+    ``(r,c)``; one prompt's image ``i`` among several ``img{i}·tile k·(r,c)``, ``img{i}(r,c)``.  ``side``: the
+    tower's patches a tile side (before the pixel shuffle; the decoder's features: ``im.SIDE``)."""
     cell = [f"({p // side},{p % side})" for p in range(side * side)]
     tiles = names(split, cells)[:-1]
     out = [f"{t.split(' (')[0]}·{c}" for t in tiles for c in cell] + cell
     return [f"img{image}{'' if x.startswith('(') else '·'}{x}" for x in out] if image else out
+
+
+def old_decoder_labels(split, cells, image: int | None = None) -> list[str]:
+    """The decoder's image tokens as labelled before session 20, written here: ``t{k}[r,c]``, ``g[r,c]``
+    (``img{i}.t{k}[r,c]``, ``img{i}.g[r,c]`` among several images)."""
+    side = im.SIDE
+    cell = [f"[{p // side},{p % side}]" for p in range(side * side)]
+    out = [f"t{k}{c}" for k in range(len(names(split, cells)) - 1) for c in cell] + [f"g{c}" for c in cell]
+    return [f"img{image}.{x}" for x in out] if image else out
+
+
+def image_tokens(enc, row: int = 0) -> list[int]:
+    return [k for k, i in enumerate(enc["input_ids"][row].tolist()) if i == im.IMAGE_TOKEN]
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -178,3 +192,59 @@ def test_an_older_files_tile_labels_still_name_its_frames(idefics3_repo, images,
     assert old[0] == "t0(0,0)" and old[-1].startswith("(")
     blk.key_axis.labels[:] = old
     assert v.tower_frames(r, v.Selection(), [blk, *r.blocks()[1:]]) == names(splits[0][0], cells[0][0])
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_decoders_image_tokens_name_their_tile_as_the_towers_patches_do(whole, idefics3_repo, images, shape):
+    """A decoder row's image columns read as the tower's keys do: tile k's feature (r, c) ``tile k·(r,c)``, the
+    global image's ``(r,c)``, at the places transformers' processor puts the image tokens; every tile's tokens
+    and that tile's frame in the tower carry the same tile name.  An older file's ``t1[0,4]`` / ``g[0,4]`` read as
+    today's (core/patch_names.canonical)."""
+    enc, splits, cells = reference(idefics3_repo, PROMPT, [[images[shape]]])
+    want = patches_by_hand(splits[0][0], cells[0][0], side=im.SIDE)
+    r = whole.analyze(text=PROMPT, image=images[shape])
+    decoder = r.blocks()[-1].key_axis.labels
+    assert r.blocks()[-1].stack == "decoder" and len(decoder) == enc["input_ids"].shape[1]
+    assert [decoder[k] for k in image_tokens(enc)] == want
+    tower = r.blocks()[0].key_axis.labels
+    tile = re.compile(r"(tile \d+·|)\(\d+,\d+\)")  # the tile part of a label ("" for the global image)
+    assert sorted({tile.fullmatch(x)[1] for x in want}) == sorted({tile.fullmatch(x)[1] for x in tower})
+    old = old_decoder_labels(splits[0][0], cells[0][0])
+    assert old[0] == "t0[0,0]" and [canonical(x) for x in old] == want
+
+
+def test_an_extracted_file_keeps_the_decoders_names(idefics3_repo, images, tmp_path):
+    enc, splits, cells = reference(idefics3_repo, PROMPT, [[images["square"]]])
+    out = tmp_path / "whole.npz"
+    assert main(["extract", str(idefics3_repo), "--text", PROMPT, "--image", images["square"], "--out", str(out)]) == 0
+    r = io.load_npz(out)
+    decoder = r.blocks()[-1].key_axis.labels
+    assert [decoder[k] for k in image_tokens(enc)] == patches_by_hand(splits[0][0], cells[0][0], side=im.SIDE)
+    # a file written before session 20 (t0[0,0] / g[0,0] on the decoder's image tokens) draws the same
+    sel = v.Selection(block=len(r.blocks()) - 1, mode="mean")
+    now = v.overlay_view(r, sel)
+    blk = r.blocks()[-1]
+    for k, old in zip(image_tokens(enc), old_decoder_labels(splits[0][0], cells[0][0])):
+        blk.key_axis.labels[k] = old
+    then = v.overlay_view(r, sel, blocks=[*r.blocks()[:-1], blk])
+    assert then.query_label == now.query_label and blk.key_axis.labels[image_tokens(enc)[0]] == "t0[0,0]"
+    np.testing.assert_array_equal(then.patch, now.patch)
+    assert then.global_panel is not None and then.title == now.title and then.peak == now.peak
+    np.testing.assert_array_equal(then.global_panel.patch, now.global_panel.patch)
+
+
+def test_one_prompts_several_images_name_each_decoder_token_by_its_image_and_tile(whole, idefics3_repo, images):
+    two = [images["wide"], images["tall"]]
+    enc, splits, cells = reference(idefics3_repo, TWO, [two])
+    want = [patches_by_hand(splits[0][i], cells[0][i], i + 1, side=im.SIDE) for i in range(2)]
+    r = whole.analyze(text=TWO, image=two)
+    decoder = r.blocks()[-1].key_axis.labels
+    assert [decoder[k] for k in image_tokens(enc)] == want[0] + want[1]
+    assert want[0][0] == "img1·tile 0·(0,0)" and want[1][-1] == f"img2({im.SIDE - 1},{im.SIDE - 1})"
+    old = [old_decoder_labels(splits[0][i], cells[0][i], i + 1) for i in range(2)]
+    assert [canonical(x) for x in old[0] + old[1]] == want[0] + want[1]
+    # the tower's keys carry the same image and tile names
+    tile = re.compile(r"(img\d+)(·tile \d+|)·?\(\d+,\d+\)")
+    assert {tile.fullmatch(x).groups() for x in want[0] + want[1]} == {
+        tile.fullmatch(x).groups() for x in r.blocks()[0].key_axis.labels
+    }

@@ -178,14 +178,14 @@ def test_each_key_column_lies_on_the_tile_and_cell_torch_puts_there(model, idefi
         key = runs[tile] + feature  # the processor's layout: tile runs in reading order, features row-major
         assert g.key(y, x) == key and g.cell(key) == (y, x)
         fr, fc = divmod(feature, im.SIDE)
-        assert r.blocks()[-1].key_axis.labels[key] == f"t{tile}[{fr},{fc}]"
+        assert r.blocks()[-1].key_axis.labels[key] == f"tile {tile}·({fr},{fc})"
 
 
 def test_each_global_key_column_lies_on_the_cell_torch_puts_there(model, idefics3_repo, torch_model, tmp_path):
     """Hand-built: an image 2 tiles high and 2 wide, black but for one bright block the size of one global-image
     feature; the processor resizes the whole image to one tile (the global image, the last frame), and the feature
     torch's patch embedding and pixel shuffle change most there is the key column of the global grid's cell under
-    the block (labelled ``g[r,c]``)."""
+    the block (labelled ``(r,c)``, as the tower names its patch)."""
     big = 2 * im.TILE
     block = 2 * im.PATCH * im.SCALE  # a global feature's s x s patches, in the image twice the tile's size
     conv = torch_model.model.vision_model.embeddings.patch_embedding
@@ -209,7 +209,7 @@ def test_each_global_key_column_lies_on_the_cell_torch_puts_there(model, idefics
         key = runs[-1] + feature  # the processor's layout: the global image's run last, features row-major
         assert divmod(feature, im.SIDE) == (y, x)  # the block's cell (the resize keeps it where it was)
         assert whole.key(y, x) == key and whole.cell(key) == (y, x) and r.token_grid.cell(key) is None
-        assert r.blocks()[-1].key_axis.labels[key] == f"g[{y},{x}]"
+        assert r.blocks()[-1].key_axis.labels[key] == f"({y},{x})"
 
 
 def test_image_regions_show_a_word_over_the_tiles(model, images, torch_model, idefics3_repo, tmp_path):

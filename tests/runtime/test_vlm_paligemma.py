@@ -284,7 +284,7 @@ def test_image_columns_labelled_with_the_patch_torch_puts_there(prefix_repo, ima
             with torch.no_grad():  # as SiglipVisionEmbeddings: conv, flatten(2), transpose -> [B, patches, dim]
                 diff = (conv(px) - conv(base)).flatten(2).transpose(1, 2)[0].abs().sum(-1)
             k = int(torch.nonzero(diff).flatten().item())
-            assert keys[k] == f"img[{row},{col}]"
+            assert keys[k] == f"({row},{col})"
     assert keys[pm.N_IMAGE :] == ["<bos>", *"a photo of the cat".split(), "\n"]
 
 

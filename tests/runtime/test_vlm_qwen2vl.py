@@ -243,7 +243,7 @@ def test_image_tokens_labelled_and_placed_on_the_merged_grid(repo, image):
             changed = np.flatnonzero(np.abs(got - want).max(axis=1) > 0)
             token = int(changed[0]) // qm.MERGE**2
             assert changed.tolist() == list(range(4 * token, 4 * token + 4))
-            assert keys[grid.offset + token] == f"img[{row},{col}]" and grid.cell(grid.offset + token) == (row, col)
+            assert keys[grid.offset + token] == f"({row},{col})" and grid.cell(grid.offset + token) == (row, col)
     assert keys[: grid.offset] == ["<|vision_start|>"] and keys[grid.end :] == [
         "<|vision_end|>",
         "describe",

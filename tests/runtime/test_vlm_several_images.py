@@ -2,7 +2,7 @@
 test_vlm_several_images_families.py): the prompt's placeholders matched to the images in order, as
 the family's processor does; every map, the logits and greedy tokens equal transformers' eager attention on the
 same two-image prompt; each image's run of tokens is where the processor puts it, labelled with its image
-(``img1[r,c]``, ``img2[r,c]``); a count mismatch, images of two sizes and a family that takes one image a prompt are
+(``img1(r,c)``, ``img2(r,c)``); a count mismatch, images of two sizes and a family that takes one image a prompt are
 one line each."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def test_qwen2vl_two_images_equal_transformers_eager(qwen2vl_repo, images, qwen)
     starts = _runs(ids, qm.IMAGE_TOKEN)
     assert [g.offset for g in r.image_grids()] == starts and [(g.rows, g.cols) for g in r.image_grids()] == [(3, 4)] * 2
     labels = r.blocks()[-1].key_axis.labels
-    assert labels[starts[0]] == "img1[0,0]" and labels[starts[0] + 5] == "img1[1,1]"
-    assert labels[starts[1]] == "img2[0,0]" and labels[starts[1] + 11] == "img2[2,3]"
+    assert labels[starts[0]] == "img1(0,0)" and labels[starts[0] + 5] == "img1(1,1)"
+    assert labels[starts[1]] == "img2(0,0)" and labels[starts[1] + 11] == "img2(2,3)"
     assert len(r.images) == 2 and r.images[0] is r.image
     assert np.array_equal(r.images[1], np.asarray(Image.open(images[1]).convert("RGB").resize((64, 48), 3)))
     assert r.info["images"] == list(images)
@@ -151,7 +151,7 @@ def test_llava_two_images_equal_transformers_eager(llava_repo, images):
     placed = [k for k in range(ids.shape[1]) if ids[0, k] == lm.IMAGE_TOKEN]
     assert [g.offset for g in r.image_grids()] == [placed[0], placed[n]]
     keys = r.blocks()[-1].key_axis.labels
-    assert keys[placed[0]] == "img1[0,0]" and keys[placed[n]] == "img2[0,0]"
+    assert keys[placed[0]] == "img1(0,0)" and keys[placed[n]] == "img2(0,0)"
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
@@ -196,7 +196,7 @@ def test_qwen2vl_two_images_of_their_own_sizes_equal_transformers(qwen2vl_repo, 
     starts = _runs(ids, qm.IMAGE_TOKEN)
     assert [(g.rows, g.cols, g.offset) for g in r.image_grids()] == [(3, 4, starts[0]), (3, 5, starts[1])]
     keys = r.blocks()[-1].key_axis.labels
-    assert keys[starts[1] + 5] == "img2[1,0]" and keys[starts[1] + 14] == "img2[2,4]"
+    assert keys[starts[1] + 5] == "img2(1,0)" and keys[starts[1] + 14] == "img2(2,4)"
     assert [a.shape for a in r.images] == [(48, 64, 3), (48, 80, 3)]
     # the same prompt as raw feeds (pixel_values, image_sizes, input_ids): the same maps, labels and grids
     raw = m.analyze(

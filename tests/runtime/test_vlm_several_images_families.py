@@ -162,8 +162,8 @@ def test_idefics3_two_images_equal_transformers(idefics3_repo, idefics, files):
     spans = [sorted([*g.columns, *range(g.global_grid.offset, g.global_grid.offset + im.N_TILE)]) for g in grids]
     assert spans[0] + spans[1] == runs and len(spans[0]) == 5 * im.N_TILE
     labels = r.blocks()[-1].key_axis.labels
-    assert labels[runs[0]] == "img1.t0[0,0]" and labels[spans[0][-1]] == f"img1.g[{im.SIDE - 1},{im.SIDE - 1}]"
-    assert labels[spans[1][0]] == "img2.t0[0,0]" and labels[runs[-1]] == f"img2.g[{im.SIDE - 1},{im.SIDE - 1}]"
+    assert labels[runs[0]] == "img1·tile 0·(0,0)" and labels[spans[0][-1]] == f"img1({im.SIDE - 1},{im.SIDE - 1})"
+    assert labels[spans[1][0]] == "img2·tile 0·(0,0)" and labels[runs[-1]] == f"img2({im.SIDE - 1},{im.SIDE - 1})"
     # the vision tower's keys: image 1's five frames, then image 2's three, each image's global frame on its grid
     per = (im.TILE // im.PATCH) ** 2
     vg = r.vision_grids()
@@ -230,9 +230,9 @@ def test_paligemma_two_images_equal_transformers(paligemma_repo, pali, files, te
     assert [g.offset for g in r.image_grids()] == [0, pm.N_IMAGE]
     labels = r.blocks()[-1].key_axis.labels
     assert (
-        labels[0] == "img1[0,0]"
-        and labels[pm.N_IMAGE] == "img2[0,0]"
-        and labels[2 * pm.N_IMAGE - 1] == (f"img2[{pm.GRID - 1},{pm.GRID - 1}]")
+        labels[0] == "img1(0,0)"
+        and labels[pm.N_IMAGE] == "img2(0,0)"
+        and labels[2 * pm.N_IMAGE - 1] == (f"img2({pm.GRID - 1},{pm.GRID - 1})")
     )
     assert r.blocks()[0].key_axis.labels[pm.N_IMAGE + 1] == "img2(0,1)"
 

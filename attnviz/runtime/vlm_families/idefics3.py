@@ -11,14 +11,15 @@ The prompt (``Idefics3Processor``): each ``<image>`` becomes, per tile,
 ``<fake_token_around_image><row_r_col_c>`` and its features' ``<image>`` tokens, a newline after each row of tiles,
 then ``\\n<fake_token_around_image><global-img>`` with the global image's tokens and a closing
 ``<fake_token_around_image>``; unsplit, only the global part.  The expanded text goes through the tokenizer whole
-(its newlines are the tokenizer's own).  Image tokens are labelled ``t{k}[r,c]`` (tile ``k`` in reading order,
-feature row and column) and ``g[r,c]`` (the global image); the result's token grid places the tiles side by side
+(its newlines are the tokenizer's own).  Image tokens are labelled as the tower labels its patches
+(:func:`~attnviz.core.patch_names.patch_name`): ``tile k·(r,c)`` (tile ``k`` in reading order, feature row and
+column) and ``(r,c)`` (the global image); the result's token grid places the tiles side by side
 on the resized image, each key column on its tile and feature cell, and the global image's keys on a grid of their
 own over the same picture (``PatchGrid.global_grid``: Image regions draws it beside the tiles).
 
 Several images in one prompt (``Idefics3Processor`` with a list of images for one text): each ``<image>`` becomes
 its own image's expansion, in order, and the row's ``pixel_values`` hold every image's frames one after another;
-the tokens are labelled ``img1.t0[r,c]``, ``img2.g[r,c]`` (each image ends with its global image's run).
+the tokens are labelled ``img1·tile 0·(r,c)``, ``img2(r,c)`` (each image ends with its global image's run).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
+from attnviz.core.patch_names import patch_name
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles, config_int
 
@@ -366,20 +368,21 @@ class Idefics3Tokens(ip.TextEncoder):
         return by_image(self._runs(ids))
 
     def row_labels(self, ids) -> list[str]:
-        """Tile ``k`` (reading order within its image) ``t{k}[r,c]``, the global image ``g[r,c]``; a run longer
-        than one image's features counts on as the next image of that kind.  Several images in the row (each
-        ending with its global image): ``img1.t0[r,c]``, ``img2.g[r,c]``, ..."""
+        """Tile ``k`` (reading order within its image) ``tile k·(r,c)``, the global image ``(r,c)``, as the tower
+        names its patches (here on the decoder's feature grid); a run longer than one image's features counts on
+        as the next image of that kind.  Several images in the row (each ending with its global image):
+        ``img1·tile 0·(r,c)``, ``img2(r,c)``, ..."""
         out = [self.inner.label(int(i)) for i in ids]
         side, n = self.family.side, self.family.n
         images = self._images(ids)
         for k, runs in enumerate(images):
-            which = f"img{k + 1}." if len(images) > 1 else ""
+            which = k + 1 if len(images) > 1 else None
             tile = -1
             for cell, start, length in runs:
                 tile = 0 if cell == (0, 0) else tile + 1
                 for j in range(length):
                     r, c = divmod(j % n, side)
-                    out[start + j] = which + (f"g[{r},{c}]" if cell is None else f"t{tile}[{r},{c}]")
+                    out[start + j] = patch_name(r, c, None if cell is None else tile, which)
         return out
 
     def image_grid(self, ids) -> PatchGrid | None:

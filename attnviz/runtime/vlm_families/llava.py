@@ -9,6 +9,7 @@ from typing import Protocol
 
 from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
+from attnviz.core.patch_names import in_image, patch_name
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.vlm_families.base import Family, Tiles
 
@@ -50,8 +51,7 @@ class Llava(Family):
         return self.rows * self.cols
 
     def label(self, k: int) -> str:
-        r, c = divmod(k % self.n, self.cols)
-        return f"img[{r},{c}]"
+        return patch_name(*divmod(k % self.n, self.cols))  # as the tower names its patch (core/patch_names.py)
 
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
         return LlavaTokens(inner, self)
@@ -82,7 +82,7 @@ class ImageRun(Protocol):
 
 class LlavaTokens(ip.TextEncoder):
     """The folder's tokenizer with LLaVA's placeholder expansion: each ``<image>`` becomes one token per image
-    feature (as ``LlavaProcessor`` expands it), labelled ``img[r,c]`` by its patch's row and column."""
+    feature (as ``LlavaProcessor`` expands it), labelled ``(r,c)`` by its patch's row and column, as the tower names the patch."""
 
     def __init__(self, inner: ip.TextEncoder, family: ImageRun, count: int = 1):
         self.inner, self.family, self.count = inner, family, count
@@ -117,7 +117,7 @@ class LlavaTokens(ip.TextEncoder):
                 out.tokens.append(t)
                 out.special.append(s)
                 out.type_ids.append(ty)
-        if self.count > 1:  # img1[r,c], img2[r,c], ...: which image each token belongs to
+        if self.count > 1:  # img1(r,c), img2(r,c), ...: which image each token belongs to
             out.tokens = self.row_labels(out.ids)
         return out
 
@@ -136,7 +136,7 @@ class LlavaTokens(ip.TextEncoder):
         for i in map(int, ids):
             if i == token:
                 image += k % n == 0
-                out.append(run[k % n].replace("img", f"img{image}", 1) if several else run[k % n])
+                out.append(in_image(image, run[k % n]) if several else run[k % n])
                 k += 1
             else:
                 lab = labels.get(i)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.patch_names import patch_name
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.vlm_families.base import Family, config_int
 from attnviz.runtime.vlm_families.llava import LlavaTokens
@@ -65,8 +66,7 @@ class PaliGemma(Family):
         return self.rows * self.cols
 
     def label(self, k: int) -> str:
-        r, c = divmod(k % self.n, self.cols)
-        return f"img[{r},{c}]"
+        return patch_name(*divmod(k % self.n, self.cols))  # as the tower names its patch (core/patch_names.py)
 
     newline: int | None = None  # the tokenizer's "\n" (the prefix's closing token), known once tokens() is made
 
@@ -98,7 +98,7 @@ class PaliGemma(Family):
 
 
 class PaliGemmaTokens(LlavaTokens):
-    """The folder's tokenizer with PaliGemmaProcessor's layout: the image tokens (``img[r,c]``), BOS, the prefix,
+    """The folder's tokenizer with PaliGemmaProcessor's layout: the image tokens (``(r,c)``), BOS, the prefix,
     ``"\\n"``; a pair (the suffix) with EOS after it."""
 
     def __init__(self, inner: ip.TextEncoder, family: PaliGemma, count: int = 1):

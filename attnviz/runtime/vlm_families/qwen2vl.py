@@ -27,6 +27,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
+from attnviz.core.patch_names import patch_name
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles, config_int
 
@@ -245,8 +246,7 @@ class Qwen2VL(Family):
         return self.merged[0] * self.merged[1]
 
     def label(self, k: int) -> str:
-        r, c = divmod(k % self.n, self.merged[1])
-        return f"img[{r},{c}]"
+        return patch_name(*divmod(k % self.n, self.merged[1]))  # as the tower names a patch (core/patch_names.py)
 
     def tokens(self, inner: ip.TextEncoder) -> ip.TextEncoder:
         return QwenTokens(inner, self)
@@ -284,7 +284,7 @@ def _runs(row: np.ndarray, token: int) -> int:
 
 class QwenTokens(ip.TextEncoder):
     """The folder's tokenizer with Qwen2VLProcessor's expansion: ``<|image_pad|>`` repeated once per merged image
-    token, labelled ``img[r,c]`` on the merged grid."""
+    token, labelled ``(r,c)`` on the merged grid."""
 
     def __init__(
         self,
@@ -334,7 +334,7 @@ class QwenTokens(ip.TextEncoder):
         return self.inner.label(i)
 
     def _labels(self, ids) -> list[str]:
-        """``img[r,c]`` along the merged grid; several images in the row: ``img1[r,c]``, ``img2[r,c]``, ... (each
+        """``(r,c)`` along the merged grid; several images in the row: ``img1(r,c)``, ``img2(r,c)``, ... (each
         run of image tokens is one image, numbered in order, on its own grid)."""
         token, grids = self.family.token, self._grids()
         several = _runs(np.asarray(ids, np.int64), token) > 1
@@ -344,7 +344,7 @@ class QwenTokens(ip.TextEncoder):
                 if k == 0:
                     image += 1
                     cols = grids[min(image, len(grids)) - 1][1]
-                out.append(f"img{image if several else ''}[{k // cols},{k % cols}]")
+                out.append(patch_name(k // cols, k % cols, image=image if several else None))
                 k += 1
             else:
                 out.append(self.inner.label(int(i)))
