@@ -90,9 +90,18 @@ class ChildProcess:
             main = "1" if threading.current_thread() is threading.main_thread() else "0"
             script = str(Path(__file__).with_name("worker.py"))
             args = [str(theirs.fileno()), self.outdir, str(watch), str(os.getpid()), main]
-            self.proc: _Popen | _MpProcess = _Popen(
-                [sys.executable, script, *args], pass_fds=(theirs.fileno(), watch), stdin=subprocess.DEVNULL, env=env
-            )
+            from attnviz.runtime import quiet_stderr
+
+            # another thread may be muting stderr around an encode (a tokenizer panic's report): the child gets
+            # the terminal's, not /dev/null for life
+            with quiet_stderr.terminal() as err:
+                self.proc: _Popen | _MpProcess = _Popen(
+                    [sys.executable, script, *args],
+                    pass_fds=(theirs.fileno(), watch),
+                    stdin=subprocess.DEVNULL,
+                    stderr=err,
+                    env=env,
+                )
             theirs.close()
             os.close(watch)
             self.conn = Connection(mine.detach())

@@ -6,7 +6,6 @@ import contextlib
 import functools
 import itertools
 import re
-import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from attnviz.core.attention import PatchGrid
 from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_bytes, regular_file
 from attnviz.core.words import dtype_words
 from attnviz.runtime import tokenizer_file as tf
+from attnviz.runtime.quiet_stderr import muted as _rust_guard  # the one stderr redirection, every thread's
 from attnviz.runtime.raster import open_raster
 from attnviz.runtime.sidecar import beside, sidecar
 
@@ -480,63 +480,6 @@ def _check_template(cfg) -> None:
                     raise tf.TemplateError(
                         f"its post_processor template uses special token {tok.get('id')!r} that it does not define"
                     )
-
-
-class _Quiet:
-    """The one redirection of stderr (fd 2) to /dev/null that the threads inside a :class:`_rust_guard` share: the
-    first in saves the terminal's, the last out puts it back (each thread saving and restoring its own would leave
-    /dev/null there when two overlap)."""
-
-    lock = threading.Lock()
-    depth = 0
-    saved: int | None = None
-    devnull: int | None = None  # opened once and kept: two system calls fewer on every encode (~2 µs of ~7)
-
-
-class _rust_guard:
-    """Keep a Rust panic's multi-line report (its message and a backtrace under RUST_BACKTRACE) off the terminal:
-    the caller turns the panic into one line.  On any thread by default: the window's worker encodes its text (a
-    panic's report would otherwise print under ``attnviz open`` beside the window's one message); the other threads'
-    own writes to stderr go nowhere for those milliseconds.  ``any_thread=False``: the main thread only (a corpus's
-    batched encode, long enough that another thread's progress line would be lost)."""
-
-    def __init__(self, any_thread: bool = True):
-        self.any_thread = any_thread
-        self._on = False
-
-    def __enter__(self):
-        import os
-
-        if not (self.any_thread or threading.current_thread() is threading.main_thread()):
-            return self
-        with _Quiet.lock:
-            if _Quiet.depth == 0:
-                try:
-                    if _Quiet.devnull is None:
-                        _Quiet.devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-                    _Quiet.saved = os.dup(2)
-                    os.dup2(_Quiet.devnull, 2)
-                except OSError:
-                    if _Quiet.saved is not None:
-                        os.close(_Quiet.saved)
-                    _Quiet.saved = None
-                    return self
-            _Quiet.depth += 1
-            self._on = True
-        return self
-
-    def __exit__(self, *exc):
-        import os
-
-        if self._on:
-            with _Quiet.lock:
-                _Quiet.depth -= 1
-                if _Quiet.depth == 0 and _Quiet.saved is not None:
-                    os.dup2(_Quiet.saved, 2)
-                    os.close(_Quiet.saved)
-                    _Quiet.saved = None
-            self._on = False
-        return False
 
 
 def clean_token(t: str) -> str:
