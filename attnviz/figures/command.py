@@ -423,6 +423,7 @@ def run(args) -> int:
     result = _pick_row(load_result(**{k: v for k, v in src.items() if k != "batch_index"}), row)
     if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
         src["generate"] = int((result.info or {}).get("generate") or 0)
+    note = None  # said once the figure is drawn: a refusal (--view image of a text model) is its one line alone
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
         from attnviz.figures.select import declared_defaults
 
@@ -430,8 +431,6 @@ def run(args) -> int:
         if args.all_heads and args.layer is None and spec.layer is not None:
             # the declared alignment head picks the block; every layer's heads are drawn (it drew one layer's)
             spec, note = FigureSpec(**dict(spec.to_dict(), layer=None, head=None)), None
-        if note:
-            print(f"attnviz: {note}", file=sys.stderr)
 
     def recipe_for(spec_, path):
         r = make_recipe(spec_, output=path, **src)
@@ -449,6 +448,8 @@ def run(args) -> int:
 
     if not args.all_heads:
         fig = render_spec(result, spec)
+        if note:
+            print(f"attnviz: {note}", file=sys.stderr)
         path = save_figure(fig, out)
         if not args.no_recipe:
             rpath = Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
@@ -458,6 +459,8 @@ def run(args) -> int:
         return 0
 
     bi, block = resolve_block(result, spec.block)
+    if note:
+        print(f"attnviz: {note}", file=sys.stderr)
     folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
     from attnviz.core.writes import make_folder
 

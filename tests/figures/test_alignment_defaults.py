@@ -80,3 +80,13 @@ def test_maps_saved_by_extract_keep_the_declaration(run, tmp_path, capsys):
     assert fig("--recipe", tmp_path / "x.pdf.recipe.json", "--out", tmp_path / "y.pdf") == 0
     assert "declared" not in capsys.readouterr().err
     assert (tmp_path / "y.pdf").read_bytes() == (tmp_path / "x.pdf").read_bytes()
+
+
+def test_a_refused_view_is_its_one_error_line_without_the_note(tmp_path, capsys):
+    """`--view image` of the text demo: the note on the declared head used to come first, about a figure that was
+    never drawn (session 20, running the README's commands); the refusal is now the one line on stderr."""
+    out = tmp_path / "i.pdf"
+    assert fig(TRANSLATION, "--text", SRC, "--view", "image", "--out", out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnviz: error: the image view needs the input image"), err
+    assert not out.exists()

@@ -6,6 +6,8 @@ export's in one line, and its maps are transformers' own causal ones."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -355,3 +357,21 @@ def test_two_placeholders_are_one_line_naming_the_familys_own(prefix_repo, image
         m.analyze(text="<image><image>a photo", image=str(image))
     assert "write <image> once in the text" in str(e.value) and "or leave it out" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_extract_prints_newline_tokens_visibly_on_one_line(prefix_repo, tmp_path, capsys):
+    """The tiny PaliGemma generates "\\n" tokens: `extract` printed "generated: " and then blank lines, naming none
+    (session 20, running the README's commands).  Each token is one word on the one line, newlines drawn as ↵."""
+    from attnviz.cli import main
+
+    out = tmp_path / "pg.npz"
+    sample = Path(__file__).resolve().parents[2] / "resources" / "samples" / "captioning.png"
+    argv = ["extract", str(prefix_repo), "--image", str(sample), "--text", PROMPT, "--generate", "3", "--out", str(out)]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    generated = np.load(out)["generated"].tolist()  # the tokens themselves, as the file keeps them
+    assert len(generated) == 3 and "\n" in generated  # what this test is about: the model does generate a newline
+    lines = stdout.splitlines()
+    assert all(line.strip() for line in lines), stdout  # no empty line
+    [line] = [line for line in lines if line.startswith("generated: ")]
+    assert line.removeprefix("generated: ").split(" ") == ["↵" if t == "\n" else t for t in generated]

@@ -57,13 +57,21 @@ def run(args) -> int:
         f"{' (' + note + ')' if note else ''}; {timing}"
     )
     if result.generated:
-        print("generated: " + " ".join(result.generated))
+        print("generated: " + " ".join(_shown(t) for t in result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
         print(f"warning: {note}")
     # what --max-tokens cut, which sentence lost how many tokens (open and the window say it; the .npz keeps it)
     for note in cut_notes(result.info.get("notes")):
         print(f"attnviz: {note}", file=sys.stderr)
     return 0
+
+
+def _shown(token: str) -> str:
+    """A generated token on the one ``generated:`` line, its newlines and tabs drawn as the views draw them (↵, ⇥;
+    a blank token ␣, core/view/labels.py) but never shortened: printed raw, a tiny PaliGemma's three "\\n" tokens
+    were "generated: " and three empty lines, naming no token."""
+    s = token.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+    return s if s.strip() else "␣"
 
 
 def _frames_said(maps: list) -> str:
