@@ -90,8 +90,10 @@ class Ablation:
         self.sess = model.extra_session(edited, f"ablate sites={sorted(sites)} mode={mode}")
         names = [o.name for o in model.outputs]
         self.output = "logits" if "logits" in names else names[0]
-        # a forecaster's "logits" are the forecast values: the largest |Δ| is the measure there
-        self.distribution = model.meta.get("task") not in REGRESSION_TASKS
+        # a forecaster's "logits" are the forecast values, and an encoder's features (last_hidden_state, a vision
+        # tower's image_features) are no distribution either: the largest |Δ| is the measure there, no KL, no
+        # argmax "prediction" (as the corpus ablation decides it: ablate_plan)
+        self.distribution = model.meta.get("task") not in REGRESSION_TASKS and is_logits(self.output)
         self.prep = bd.prepare(model, req)
         self.steps = req.generate
         self.eos = md.section(model.meta, "special").get("eos")
@@ -108,7 +110,7 @@ class Ablation:
         # the base's log-probabilities once, not once per ablation (the measures cost a third of a small model's
         # forward per head otherwise: the translation demo's logits, measured)
         rows = self.base[self.rows] if self.rows is not None else self.base
-        self.base_log = log_softmax(rows) if self.distribution and is_logits(self.output) and rows.size else None
+        self.base_log = log_softmax(rows) if self.distribution and rows.size else None
 
     def _feeds(self, generated: list[int]) -> dict[str, np.ndarray]:
         """The feeds of the one run the output change is measured on (after generation: the base sequence)."""

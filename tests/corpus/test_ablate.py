@@ -426,6 +426,28 @@ def test_a_forecaster_gets_the_largest_difference_alone(tmp_path, capsys):
     assert max(r["ablation_max_dlogit"] for r in rows) > 1e-4 and "KL" not in printed.splitlines()[2]
 
 
+def test_features_get_the_largest_difference_alone(tmp_path, capsys):
+    """An encoder's features (last_hidden_state, a tower's image_features) are no distribution: no KL and no
+    argmax "prediction changed" (argmax over hidden units means nothing), as the corpus ablation decides it."""
+    path = tiny_text_model(tmp_path / "h.onnx", layers=1, heads=2, d=8)
+    m = onnx.load(path)
+    old = m.graph.output[0].name
+    for n in m.graph.node:
+        n.input[:] = ["last_hidden_state" if t == old else t for t in n.input]
+        n.output[:] = ["last_hidden_state" if t == old else t for t in n.output]
+    m.graph.output[0].name = "last_hidden_state"
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, path)
+    rc, printed, err = _run(
+        ["ablate", str(path), "--text", TEXT, "--heads", "encoder self 0:1", "--out", str(tmp_path / "o")], capsys
+    )
+    assert rc == 0, err
+    rows = _heads(tmp_path / "o")
+    assert rows and all(r["ablation_kl"] is None and r["prediction_changed"] is None for r in rows)
+    said = next(line for line in printed.splitlines() if line.startswith("output change:"))
+    assert "Δlast_hidden_state" in said and "prediction" not in said and "KL" not in said
+
+
 def test_an_export_folder_is_refused_in_one_line(tmp_path, capsys):
     from pathlib import Path
 
