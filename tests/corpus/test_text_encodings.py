@@ -112,3 +112,44 @@ def test_a_parquet_column_that_holds_no_strings_is_named(planted, tmp_path, caps
     assert rc == 2
     one_line(err, "c.parquet", f"column {column!r}", "int64", "not text")
     assert not (tmp_path / "o").exists()
+
+
+# One corpus in each format, its lines counted by hand: a blank line, and in a .tsv / .csv a header row and a quoted
+# field over two lines.  (its bytes with LF line ends, the line each item starts on, the line of "the\rdog" below)
+LINE_ENDS = {
+    ".txt": (b"the cat\n\nthe dog\nthe bird\n", [1, 3, 4], 3),
+    ".jsonl": (b'{"text": "the cat"}\n\n{"text": "the dog"}\n{"text": "the bird"}\n', [1, 3, 4], 3),
+    ".tsv": (b'text\tb\nthe cat\t"x\ny"\n\nthe dog\tz\nthe bird\tw\n', [2, 5, 6], 5),
+    ".csv": (b'text,b\nthe cat,"x\ny"\n\nthe dog,z\nthe bird,w\n', [2, 5, 6], 5),
+}
+
+
+@pytest.mark.parametrize("suffix", LINE_ENDS)
+def test_line_numbers_count_lf_and_crlf_alike_and_a_lone_cr_is_refused(tmp_path, suffix):
+    """Every reader numbers lines as editors, grep -n and wc -l do: CRLF and LF give the same items and the same
+    "line N"; a lone CR (old-Mac line ends, or one stray inside a line) is a line end to some readers and not to
+    others (csv and str.splitlines against JSON lines, grep, vim), so it is refused, naming its line, in every
+    format alike."""
+    from attnviz import AttnvizError
+    from attnviz.corpus.items import read_texts
+
+    lf, lines, stray = LINE_ENDS[suffix]
+    got = []
+    for name, data in (("lf", lf), ("crlf", lf.replace(b"\n", b"\r\n"))):
+        f = tmp_path / f"{name}{suffix}"
+        f.write_bytes(data)
+        items = read_texts(f)
+        assert [it.text for it in items] == ["the cat", "the dog", "the bird"]
+        got.append([it.where for it in items])
+    assert got == [[f"line {n}" for n in lines]] * 2
+    for name, data, line in (
+        ("mac", lf.replace(b"\n", b"\r"), 1),
+        ("stray", lf.replace(b"the dog", b"the\rdog"), stray),
+        ("stray_crlf", lf.replace(b"\n", b"\r\n").replace(b"the dog", b"the\rdog"), stray),
+    ):
+        f = tmp_path / f"{name}{suffix}"
+        f.write_bytes(data)
+        with pytest.raises(AttnvizError) as e:
+            read_texts(f)
+        assert f"--texts {f.name} line {line}: a carriage return (CR," in str(e.value), e.value
+        assert "LF or CRLF" in str(e.value) and f"< {f.name} > fixed{suffix}" in str(e.value)
