@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.links import may_read
-from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json, read_bytes
+from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
@@ -158,14 +158,22 @@ def text_lines(path: str | Path):
             yield n, decode_texts(raw, path, n)
 
 
-def _txt(path: Path, cols: Columns) -> list[Row]:
+def txt_rows(f, path: Path, cols: Columns) -> Iterator[Row]:
+    """The items of the .txt file open as ``f`` (binary), streamed: one a line, blank lines skipped.  A line ends at
+    LF or CRLF only, as grep -n and a .jsonl's reader count lines, not at the other ends ``str.splitlines`` knows
+    (a form feed, U+2028...: they stay in their line's text), so "line N" is the same line in every format.  Both
+    engines read a .txt through here (the Ray engine in its read task)."""
     for flag, c in cols.named():
         raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl, .parquet, .tsv or .csv")
-    return [
-        (line, (None, None), f"line {n}")
-        for n, line in enumerate(decode_texts(read_bytes(path, "--texts"), path).splitlines(), 1)
-        if line.strip()
-    ]
+    for n, line in enumerate(text_lines_of(f, path), 1):
+        text = line.removesuffix("\n").removesuffix("\r")
+        if text.strip():
+            yield text, (None, None), f"line {n}"
+
+
+def _txt(path: Path, cols: Columns) -> list[Row]:
+    with open_regular(path, "--texts") as f:
+        return list(txt_rows(f, path, cols))
 
 
 def _jsonl(path: Path, cols: Columns) -> list[Row]:

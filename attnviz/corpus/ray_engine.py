@@ -2,7 +2,7 @@
 
 Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
 
-    read_text / read_json / read_parquet (.tsv / .csv: the local reader in a read task) -> drop blank items
+    read_json / read_parquet (.txt / .tsv / .csv: the local reader in a read task) -> drop blank items
     -> limit -> zip with range (item index)
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
     -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
@@ -401,13 +401,11 @@ class ReduceActor:
 
 
 def _check_lines(path: Path) -> None:
-    """Ray Data reads ``.txt`` and ``.jsonl`` itself, past the local readers' checks: each line passes them here
-    first, streamed, in one pass: UTF-8 text (corpus.items.decode_texts: Ray's decoder stopped at a Latin-1 byte
-    with its own traceback text) and, in a .jsonl, the JSON guard (nesting, 1,000-digit numbers)."""
-    jsonl = path.suffix.lower() == ".jsonl"
+    """Ray Data reads a ``.jsonl`` itself, past the local reader's checks: each line passes them here first,
+    streamed, in one pass: UTF-8 text without a lone CR (corpus.items.decode_texts: Ray's decoder stopped at a
+    Latin-1 byte with its own traceback text) and the JSON guard (nesting, 1,000-digit numbers)."""
     for n, line in text_lines(path):
-        if jsonl:
-            check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
+        check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
 
 
 def _check_parquet(path: Path, pair_column: str | None) -> None:
@@ -426,20 +424,27 @@ def _check_parquet(path: Path, pair_column: str | None) -> None:
     check_string_columns(schema, ["text", *([pair_column] if pair_column else [])], path)
 
 
-def _check_delimited(path: Path, pair_column: str | None) -> None:
-    """A .tsv / .csv passes the local reader's checks here, before Ray starts, streamed (the driver holds a few MB
-    of it, never its texts): a refusal is the local engine's one line, and the only line on stderr."""
-    from attnviz.corpus.items import Columns, delimited_rows
-
+def _check_rows(path: Path, pair_column: str | None) -> None:
+    """A .txt / .tsv / .csv passes the local reader's checks here, before Ray starts, streamed (the driver holds a
+    few MB of it, never its texts): a refusal is the local engine's one line, and the only line on stderr."""
     with open_regular(path, "--texts") as f:
-        for _ in delimited_rows(f, path, Columns(pair_column)):
+        for _ in _rows_of(f, path, pair_column):
             pass
 
 
-def _delimited_source(path: str, pair_column: str | None, block_chars: int | None = None):
-    """A Ray Data datasource reading a .tsv / .csv in its read task with the local reader itself
-    (corpus.items.delimited_rows, Python's ``csv``): Ray Data's own CSV reader (pyarrow's) differs in quoting,
-    blank lines and its errors, so both engines read the very same items.  One task a file (a quoted field may
+def _rows_of(f, path: Path, pair_column: str | None):
+    """The local reader's items of the .txt / .tsv / .csv file open as ``f`` (corpus/items.py)."""
+    from attnviz.corpus.items import Columns, delimited_rows, txt_rows
+
+    reader = txt_rows if path.suffix.lower() == ".txt" else delimited_rows
+    return reader(f, path, Columns(pair_column))
+
+
+def _lines_source(path: str, pair_column: str | None, block_chars: int | None = None):
+    """A Ray Data datasource reading a .txt / .tsv / .csv in its read task with the local reader itself
+    (corpus.items.txt_rows / delimited_rows): Ray Data's own CSV reader (pyarrow's) differs from Python's ``csv`` in
+    quoting, blank lines and its errors, and its ``read_text`` splits lines where ``str.splitlines`` does (NEL,
+    U+2028), so both engines read the very same items, each with its line.  One task a file (a quoted field may
     span lines, so the file cannot be cut at a byte offset), yielding ``text`` (+ the pair column) and ``where`` a
     block at a time: a block of Ray Data's target size (``block_chars`` characters of fields, default its
     ``target_max_block_size``), so a corpus up to that size is one block, as ``from_arrow`` of the whole file
@@ -454,10 +459,8 @@ def _delimited_source(path: str, pair_column: str | None, block_chars: int | Non
         def _read_stream(self, f, path: str):
             import pyarrow as pa
 
-            from attnviz.corpus.items import Columns, delimited_rows
-
             rows, size = [], 0
-            for row in delimited_rows(f, Path(path), Columns(pair_column)):
+            for row in _rows_of(f, Path(path), pair_column):
                 rows.append(row)
                 size += len(row[0]) + len(row[1][0] or "") + len(row[2])
                 if size >= block_chars:
@@ -485,14 +488,13 @@ def _read(job: TextJob):
     cols = ["text", job.pair_column] if job.pair_column else ["text"]
     # one read task (one file), its blocks as it yields them: not split further for parallelism (the sort after
     # would then cut other batches than the local engine's)
-    delimited = lambda: ray.data.read_datasource(_delimited_source(path, job.pair_column), override_num_blocks=1)  # noqa: E731
+    lines = lambda: ray.data.read_datasource(_lines_source(path, job.pair_column), override_num_blocks=1)  # noqa: E731
     readers = {
-        # utf-8-sig: a byte-order mark at the start is dropped, as the local reader drops it (corpus.items)
-        ".txt": lambda: ray.data.read_text(path, encoding="utf-8-sig", drop_empty_lines=True),
+        ".txt": lines,
         ".jsonl": lambda: ray.data.read_json(path, lines=True),  # _keep_texts names a missing field
         ".parquet": lambda: ray.data.read_parquet(path, columns=cols),
-        ".tsv": delimited,
-        ".csv": delimited,
+        ".tsv": lines,
+        ".csv": lines,
     }
     return readers[Path(path).suffix.lower()]()
 
@@ -527,12 +529,12 @@ def run_texts(
     (items, tokens) an interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked;
     an interrupted run's included, as its tokens are)."""
     _ray()  # a clear line when Ray is missing, before anything starts
-    if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
+    if Path(job.path).suffix.lower() == ".jsonl":
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
     elif Path(job.path).suffix.lower() == ".parquet":
         _check_parquet(Path(job.path), job.pair_column)
-    elif Path(job.path).suffix.lower() in (".tsv", ".csv"):
-        _check_delimited(Path(job.path), job.pair_column)
+    else:  # .txt, .tsv, .csv
+        _check_rows(Path(job.path), job.pair_column)
     _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)

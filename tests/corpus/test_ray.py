@@ -60,14 +60,14 @@ def test_ray_data_parquet_equals_local(planted, tmp_path):
 
 
 def test_ray_streams_a_quoted_tsv_as_the_local_engine_reads_it(planted, tmp_path, capsys):
-    """A .tsv is read in a Ray read task by the local reader itself (ray_engine._delimited_source): the same items,
+    """A .tsv is read in a Ray read task by the local reader itself (ray_engine._lines_source): the same items,
     indices, statistics and result bytes as the local engine (which gives the .jsonl's bytes:
     tests/corpus/test_delimited.py); its refusals are the local reader's one line, before Ray does anything; and an
     item the tokenizer refuses names the line an editor shows, after a quoted multi-line field, as locally."""
     from test_delimited import _planted_recs, _write
 
     from attnviz.corpus.items import read_texts
-    from attnviz.corpus.ray_engine import _delimited_source
+    from attnviz.corpus.ray_engine import _lines_source
 
     model, _ = planted
     f, _ = _write(tmp_path, "c.tsv", ["text", "b", "note"], _planted_recs(), bom=True, crlf=True, blank_after=3)
@@ -76,7 +76,7 @@ def test_ray_streams_a_quoted_tsv_as_the_local_engine_reads_it(planted, tmp_path
     for name in ("heads.parquet", "examples.parquet"):
         assert (tmp_path / "tsv_ray" / name).read_bytes() == (tmp_path / "tsv_local" / name).read_bytes(), name
     # a corpus past one block (here 300 characters) is yielded a block at a time, the items the local reader's
-    src = _delimited_source(str(f), "b", block_chars=300)
+    src = _lines_source(str(f), "b", block_chars=300)
     with open(f, "rb") as fh:
         blocks = list(src._read_stream(fh, str(f)))
     cols = [[v for b in blocks for v in b.column(c).to_pylist()] for c in ("text", "b", "where")]

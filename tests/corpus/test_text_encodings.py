@@ -126,8 +126,8 @@ LINE_ENDS = {
 
 @pytest.mark.parametrize("suffix", LINE_ENDS)
 def test_line_numbers_count_lf_and_crlf_alike_and_a_lone_cr_is_refused(tmp_path, suffix):
-    """Every reader numbers lines as editors, grep -n and wc -l do: CRLF and LF give the same items and the same
-    "line N"; a lone CR (old-Mac line ends, or one stray inside a line) is a line end to some readers and not to
+    """Every reader numbers lines as grep -n and wc -l do: CRLF and LF give the same items and the same "line N"
+    (NEL or U+2028 inside a line, line ends to str.splitlines, stay in its text); a lone CR (old-Mac line ends, or one stray inside a line) is a line end to some readers and not to
     others (csv and str.splitlines against JSON lines, grep, vim), so it is refused, naming its line, in every
     format alike."""
     from attnviz import AttnvizError
@@ -135,13 +135,14 @@ def test_line_numbers_count_lf_and_crlf_alike_and_a_lone_cr_is_refused(tmp_path,
 
     lf, lines, stray = LINE_ENDS[suffix]
     got = []
-    for name, data in (("lf", lf), ("crlf", lf.replace(b"\n", b"\r\n"))):
+    odd = "the\x85dog\u2028".encode()  # NEL and U+2028: line ends to str.splitlines, not to grep or JSON lines
+    for name, data in (("lf", lf), ("crlf", lf.replace(b"\n", b"\r\n")), ("odd", lf.replace(b"the dog", odd))):
         f = tmp_path / f"{name}{suffix}"
         f.write_bytes(data)
         items = read_texts(f)
-        assert [it.text for it in items] == ["the cat", "the dog", "the bird"]
+        assert [it.text for it in items] == ["the cat", "the dog" if name != "odd" else odd.decode(), "the bird"]
         got.append([it.where for it in items])
-    assert got == [[f"line {n}" for n in lines]] * 2
+    assert got == [[f"line {n}" for n in lines]] * 3
     for name, data, line in (
         ("mac", lf.replace(b"\n", b"\r"), 1),
         ("stray", lf.replace(b"the dog", b"the\rdog"), stray),
