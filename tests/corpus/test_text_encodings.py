@@ -154,3 +154,16 @@ def test_line_numbers_count_lf_and_crlf_alike_and_a_lone_cr_is_refused(tmp_path,
             read_texts(f)
         assert f"--texts {f.name} line {line}: a carriage return (CR," in str(e.value), e.value
         assert "LF or CRLF" in str(e.value) and f"< {f.name} > fixed{suffix}" in str(e.value)
+
+
+def test_ablate_reads_the_labels_of_the_items_read_texts_reads(tmp_path):
+    """A raw NEL or U+2028 inside a .jsonl string (json.dumps(ensure_ascii=False) writes them so) is a line end to
+    str.splitlines: the label reader cut such a record in two (refused as not JSON) while read_texts read it whole."""
+    from attnviz.corpus.ablate_plan import read_labels
+    from attnviz.corpus.items import read_texts
+
+    recs = [{"text": "the cat", "y": "a"}, {"text": "the\x85dog\u2028sat", "y": "b"}, {"text": "the mat", "y": "c"}]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    assert [it.text for it in read_texts(f)] == [r["text"] for r in recs]
+    assert read_labels(str(f), "y", 10) == ["a", "b", "c"]
