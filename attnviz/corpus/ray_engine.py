@@ -571,13 +571,28 @@ def run_texts(
         raise _ray_error(e, f"--texts {Path(job.path).name}", "the file") from None
     # a Ctrl-C (KeyboardInterrupt, not an Exception) leaves the store for the next run to resume from
     store.drop()
-    rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
+    order = _fold_order(table, ("first_length", "first_item"))
+    texts = table.column("texts").to_pylist()
     items: dict[int, Item] = {}
-    for r in rows:
-        for i, (t, p) in parse_json(r["texts"], PARTIALS).items():
+    for r in order:
+        for i, (t, p) in parse_json(texts[r], PARTIALS).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
-    cut = None if job.max_tokens is None else sum(int(r["cut"]) for r in rows)
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done), cut
+    cut = None if job.max_tokens is None else sum(int(c) for c in table.column("cut").to_pylist())
+    return _partials_in(table, order), items, (n_done, tokens_done), cut
+
+
+def _fold_order(table, keys: tuple[str, ...]) -> list[int]:
+    """The partials table's rows in fold order (by ``keys``), as row numbers."""
+    cols = [table.column(k).to_pylist() for k in keys]
+    return sorted(range(table.num_rows), key=lambda i: tuple(c[i] for c in cols))
+
+
+def _partials_in(table, order: list[int]) -> Iterator[Partial]:
+    """Each row's :class:`Partial`, in ``order``, converted as the fold takes it: ``to_pylist()`` of the whole
+    table held a Python copy of every batch's arrays beside Arrow's until the fold ended (the driver's peak grew
+    with the corpus: bench/ray_delimited_memory.py)."""
+    for b, i in enumerate(order):
+        yield partial_from_row(table.slice(i, 1).to_pylist()[0], b)
 
 
 def _reduce_and_write(ds, setup, job, partials: Path) -> None:
@@ -652,19 +667,20 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
         store.drop()
         raise _ray_error(e, f"--images {job.folder}", "the folder") from None
     store.drop()  # kept only after a Ctrl-C, for the next run to resume from
-    rows = sorted(table.to_pylist(), key=lambda r: r["first_item"])
+    order = _fold_order(table, ("first_item",))
+    texts, digested = table.column("texts").to_pylist(), table.column("digests").to_pylist()
     items: dict[int, Item] = {}
     digests = []
-    for r in rows:
-        for i, (path, _) in parse_json(r["texts"], PARTIALS).items():
+    for r in order:
+        for i, (path, _) in parse_json(texts[r], PARTIALS).items():
             items[int(i)] = Item(int(i), image=path)
-        digests += parse_json(r["digests"], PARTIALS)
+        digests += parse_json(digested[r], PARTIALS)
     digests.sort()
     h = hashlib.sha256()
     for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash
         h.update(json.dumps([None, None, name]).encode())
         h.update(digest.encode())
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, h.hexdigest(), len(digests), (n_done, tok_done)
+    return _partials_in(table, order), items, h.hexdigest(), len(digests), (n_done, tok_done)
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
