@@ -118,7 +118,8 @@ def _lone_cr(data: bytes) -> int:
     refuses it instead, and every line number counts LFs.  Two C scans when there is none (the usual case)."""
     if data.count(b"\r") == data.count(b"\r\n"):
         return -1
-    return _LONE_CR.search(data).start()
+    found = _LONE_CR.search(data)
+    return found.start() if found else -1
 
 
 _LONE_CR = re.compile(rb"\r(?!\n)")
@@ -282,8 +283,12 @@ def _delimited(path: Path, cols: Columns) -> list[Row]:
 
 def delimited_column(path: str | Path, column: str, flag: str) -> list[str]:
     """The ``column`` value of each item of a .tsv / .csv corpus, items as :func:`read_texts` keeps them."""
+    out = []
     with open_regular(path, "--texts") as f:
-        return [v for _, (v, _), _ in delimited_rows(f, Path(path), Columns(), (flag, column))]
+        for _, (v, _), _ in delimited_rows(f, Path(path), Columns(), (flag, column)):
+            assert v is not None  # (a field: always a string)
+            out.append(v)
+    return out
 
 
 READERS = {".txt": _txt, ".jsonl": _jsonl, ".parquet": _parquet, ".tsv": _delimited, ".csv": _delimited}

@@ -452,10 +452,9 @@ def _lines_source(path: str, pair_column: str | None, block_chars: int | None = 
     from ray.data import DataContext
     from ray.data.datasource import FileBasedDatasource
 
-    if block_chars is None:
-        block_chars = DataContext.get_current().target_max_block_size or 128 * 2**20
+    block: int = block_chars or DataContext.get_current().target_max_block_size or 128 * 2**20
 
-    class DelimitedDatasource(FileBasedDatasource):
+    class LinesDatasource(FileBasedDatasource):
         def _read_stream(self, f, path: str):
             import pyarrow as pa
 
@@ -463,13 +462,13 @@ def _lines_source(path: str, pair_column: str | None, block_chars: int | None = 
             for row in _rows_of(f, Path(path), pair_column):
                 rows.append(row)
                 size += len(row[0]) + len(row[1][0] or "") + len(row[2])
-                if size >= block_chars:
+                if size >= block:
                     yield _delimited_block(rows, pair_column, pa)
                     rows, size = [], 0
             if rows:
                 yield _delimited_block(rows, pair_column, pa)
 
-    return DelimitedDatasource(path)
+    return LinesDatasource(path)
 
 
 def _delimited_block(rows, pair_column: str | None, pa):
