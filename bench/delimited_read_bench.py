@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/delimited_read_bench.py [--items 200000] [--rounds 3]
 
-One process; the three files hold the same records (a text of 5-40 words and a 20-word pair, commas among the
+One process; the three files hold the same records (and a .txt their texts alone) (a text of 5-40 words and a 20-word pair, commas among the
 words, so the CSV quotes some fields); each round reads each file once through ``items.read_texts(path, "en")``, the
 order fixed, rounds interleaved; best wall and best CPU (process time) per format, and each's ratio to .jsonl.
 """
@@ -32,7 +32,8 @@ def _files(d: Path, n: int) -> list[Path]:
     (d / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "c.tsv").write_text("text\ten\n" + "".join(f"{r['text']}\t{r['en']}\n" for r in recs))
     (d / "c.csv").write_text("text,en\n" + "".join(f"{quote(r['text'])},{quote(r['en'])}\n" for r in recs))
-    return [d / "c.jsonl", d / "c.tsv", d / "c.csv"]
+    (d / "c.txt").write_text("".join(f"{r['text']}\n" for r in recs))  # the texts alone
+    return [d / "c.jsonl", d / "c.tsv", d / "c.csv", d / "c.txt"]
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for f in files:
                 t0, c0 = time.perf_counter(), time.process_time()
-                assert len(read_texts(f, "en")) == args.items
+                assert len(read_texts(f, None if f.suffix == ".txt" else "en")) == args.items
                 times[f].append((time.perf_counter() - t0, time.process_time() - c0))
         base = min(c for _, c in times[files[0]])
         for f, v in times.items():

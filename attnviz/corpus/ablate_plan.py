@@ -139,14 +139,14 @@ def _labels(cfg: AblateCorpusConfig, model, kind: str, n: int, output: str) -> t
 def read_labels(path: str, column: str, n: int) -> list:
     """The ``column`` value of each item of a .jsonl / .parquet / .tsv / .csv corpus (items as
     :func:`attnviz.corpus.items.read_texts` keeps them: records with a non-blank ``text``), the first ``n``."""
-    from attnviz.core.untrusted import parquet_problem, parse_json, read_bytes
-    from attnviz.corpus.items import decode_texts, delimited_column, read_parquet
+    from attnviz.core.untrusted import parquet_problem, parse_json
+    from attnviz.corpus.items import delimited_column, read_parquet, text_lines
 
     p = Path(path)
     suffix = p.suffix.lower()
     out: list = []
     if suffix == ".jsonl":
-        for line in decode_texts(read_bytes(p, "--texts"), p).splitlines():
+        for _, line in text_lines(p):  # LF-ended lines, as read_texts reads them (splitlines cut a raw U+2028)
             if line.strip():
                 rec = parse_json(line, p.name)
                 if isinstance(rec, dict) and isinstance(rec.get("text"), str) and rec["text"].strip():

@@ -6,8 +6,8 @@ lines, so a message about an item names the line an editor shows."""
 from __future__ import annotations
 
 import csv
-import io
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +24,11 @@ _limit_lock = threading.Lock()  # csv.field_size_limit is one setting for the wh
 
 
 @dataclass(frozen=True)
-class Table:
-    """A delimited file's header (``names``) and its rows: (the line each row starts on, its fields)."""
+class Header:
+    """A delimited file's header row: the names of its columns."""
 
     name: str  # the file's name, for messages
     names: list[str]
-    rows: list[tuple[int, list[str]]]
 
     def column(self, column: str, flag: str | None = None) -> int:
         """The position of ``column`` (``flag``: the option that named it), or one line naming the columns the
@@ -65,41 +64,65 @@ def _shown(names: list[str], most: int = 8, width: int = 40) -> str:
     return ", ".join(cut) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def parse_table(text: str, path: Path) -> Table:
-    """The header and rows of the .tsv / .csv file ``path`` (the delimiter by its suffix), ``text`` its contents
-    (decoded by corpus.items.decode_texts: bytes that are not UTF-8, or hold a NUL, are refused there, a byte-order
-    mark dropped); blank lines skipped.  Bad input is one line: no header, a row with another number of fields than
-    the header, a quote left open, a field past :data:`FIELD_LIMIT`."""
-    delim = DELIMITERS[path.suffix.lower()]
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim, strict=True)
-    names: list[str] | None = None
-    rows: list[tuple[int, list[str]]] = []
-    start = 1  # the line the next row starts on (a quoted field may span lines)
-    with _limit_lock:
-        before = csv.field_size_limit(FIELD_LIMIT)
-        try:
-            for fields in reader:
-                line, start = start, reader.line_num + 1
-                if not any(f.strip() for f in fields) and len(fields) <= 1:
-                    continue  # a blank (or only-spaces) line, as a .txt file's
-                if names is None:
-                    names = [n.strip() for n in fields]  # "text, label" names "label" (values keep theirs)
-                    _check_header(names, path.name, line)
-                elif len(fields) != len(names):
-                    _wrong_count(path.name, line, len(fields), len(names), delim)
-                else:
-                    rows.append((line, fields))
-        except csv.Error as e:
-            _csv_error(e, path.name, start, reader.line_num, delim)
-        finally:
-            csv.field_size_limit(before)
-    if names is None:
-        shown = SHOWN[delim]
+ROWS_UNDER_LOCK = 1024  # rows csv reads under one hold of the field-limit lock (never held across a yield)
+
+
+def read_rows(lines: Iterable[str], path: Path) -> tuple[Header, Iterator[tuple[int, list[str]]]]:
+    """The header of the .tsv / .csv file ``path`` (the delimiter by its suffix) and an iterator over its rows: (the
+    line each row starts on, its fields); blank lines skipped.  ``lines``: its decoded lines with their ends
+    (corpus.items.text_pieces: bytes that are not UTF-8, hold a NUL or a lone CR, are refused there, a byte-order
+    mark dropped), consumed as the rows are, so a file of any size is read in a few MB.  Bad input is one line,
+    raised as the rows reach it: no header, a row with another number of fields than the header, a quote left open,
+    a field past :data:`FIELD_LIMIT`."""
+    rows = _rows(lines, path)
+    first = next(rows, None)
+    if first is None:
+        shown = SHOWN[DELIMITERS[path.suffix.lower()]]
         raise AttnvizError(
             f"--texts {path.name}: no header row (the file is empty or blank); write a header row naming the "
             f"columns, e.g. text{shown}label, then one item a row"
         )
-    return Table(path.name, names, rows)
+    line, fields = first
+    names = [n.strip() for n in fields]  # "text, label" names "label" (values keep theirs)
+    _check_header(names, path.name, line)
+    return Header(path.name, names), _counted(rows, path.name, len(names), DELIMITERS[path.suffix.lower()])
+
+
+def _counted(rows, name: str, want: int, delim: str) -> Iterator[tuple[int, list[str]]]:
+    for line, fields in rows:
+        if len(fields) != want:
+            _wrong_count(name, line, len(fields), want, delim)
+        yield line, fields
+
+
+def _rows(lines: Iterable[str], path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line, fields) of each non-blank row, the header's included.  csv counts the lines it reads
+    (``line_num``), so a row after a quoted multi-line field starts where an editor shows it."""
+    delim = DELIMITERS[path.suffix.lower()]
+    reader = csv.reader(lines, delimiter=delim, strict=True)
+    start = 1  # the line the next row starts on (a quoted field may span lines)
+    while True:
+        got: list[tuple[int, list[str]]] = []
+        error = None  # raised after the rows before it: a refusal names the first bad line, as a whole read did
+        with _limit_lock:  # a block of rows at a time: the process's own limit is back between blocks
+            before = csv.field_size_limit(FIELD_LIMIT)
+            try:
+                for fields in reader:
+                    line, start = start, reader.line_num + 1
+                    if not any(f.strip() for f in fields) and len(fields) <= 1:
+                        continue  # a blank (or only-spaces) line, as a .txt file's
+                    got.append((line, fields))
+                    if len(got) == ROWS_UNDER_LOCK:
+                        break
+            except csv.Error as e:
+                error = (e, start, reader.line_num)
+            finally:
+                csv.field_size_limit(before)
+        yield from got
+        if error is not None:
+            _csv_error(error[0], path.name, error[1], error[2], delim)
+        if len(got) < ROWS_UNDER_LOCK:
+            return
 
 
 def _check_header(names: list[str], name: str, line: int) -> None:

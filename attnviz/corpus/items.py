@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import io
 import json
+import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.links import may_read
-from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json, read_bytes
+from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
@@ -90,6 +93,15 @@ def decode_texts(data: bytes, path: str | Path, first_line: int = 1) -> str:
             f"--texts {name} line {line}: a NUL byte: a binary file (or UTF-16 "
             f"text without its mark), not text; give UTF-8 text, {_LAYOUT.get(Path(path).suffix.lower(), 'one item a line')}"
         )
+    cr = _lone_cr(data)
+    if cr >= 0:
+        line = first_line + data.count(b"\n", 0, cr)
+        col = cr - data.rfind(b"\n", 0, cr)
+        raise AttnvizError(
+            f"--texts {name} line {line}: a carriage return (CR, column {col}) with no line feed after it (an old-Mac "
+            "line end, or a stray CR); end lines with LF or CRLF (an old-Mac file: tr '\\r' '\\n' < "
+            f"{name} > fixed{Path(name).suffix}), or remove the CR"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -101,6 +113,47 @@ def decode_texts(data: bytes, path: str | Path, first_line: int = 1) -> str:
         ) from None
 
 
+def _lone_cr(data: bytes) -> int:
+    """Where the first CR that no LF follows lies in ``data``, or -1.  A lone CR (classic Mac OS line ends; Excel
+    for Mac's "CSV (Macintosh)") is a line end to Python's ``csv`` and ``str.splitlines`` but not to a JSON-lines
+    reader, ``grep -n``, ``wc -l`` or vim, so a "line N" would mean another line in each of them: every reader
+    refuses it instead, and every line number counts LFs.  Two C scans when there is none (the usual case)."""
+    if data.count(b"\r") == data.count(b"\r\n"):
+        return -1
+    found = _LONE_CR.search(data)
+    return found.start() if found else -1
+
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
+PIECE = 1 << 20  # bytes a streamed read decodes at a time (text_pieces)
+
+
+def text_pieces(f, path: str | Path, size: int = PIECE) -> Iterator[str]:
+    """The decoded text of the --texts file open as ``f`` (binary, ``read(n)``: a file object or Ray's pyarrow
+    stream), in pieces of about ``size`` bytes that each end with a line, each checked by :func:`decode_texts` with
+    the number of its first line: every error names the line that the whole file decoded at once named."""
+    line, parts = 1, []
+    while block := f.read(size):
+        end = block.rfind(b"\n") + 1
+        if end == 0:  # a line longer than a block: kept until it ends
+            parts.append(block)
+            continue
+        data = b"".join([*parts, block[:end]])
+        yield decode_texts(data, path, line)
+        line += data.count(b"\n")
+        parts = [block[end:]]
+    data = b"".join(parts)
+    if data or line == 1:  # (an empty file is one empty piece: its reader says what it lacks)
+        yield decode_texts(data, path, line)
+
+
+def text_lines_of(f, path: str | Path) -> Iterator[str]:
+    """The lines of the --texts file open as ``f`` with their ends (LF or CRLF: :func:`decode_texts` refuses a lone
+    CR), streamed through :func:`text_pieces`; line ``n`` of the file is the ``n``-th."""
+    for piece in text_pieces(f, path):
+        yield from io.StringIO(piece, newline="")  # (only CR, LF and CRLF end a line here, never U+2028)
+
+
 def text_lines(path: str | Path):
     """``(number, text)`` of each line of a .jsonl (or .txt) file, streamed, each decoded by :func:`decode_texts`."""
     with open_regular(path, "--texts") as f:
@@ -108,14 +161,22 @@ def text_lines(path: str | Path):
             yield n, decode_texts(raw, path, n)
 
 
-def _txt(path: Path, cols: Columns) -> list[Row]:
+def txt_rows(f, path: Path, cols: Columns) -> Iterator[Row]:
+    """The items of the .txt file open as ``f`` (binary), streamed: one a line, blank lines skipped.  A line ends at
+    LF or CRLF only, as grep -n and a .jsonl's reader count lines, not at the other ends ``str.splitlines`` knows
+    (a form feed, U+2028...: they stay in their line's text), so "line N" is the same line in every format.  Both
+    engines read a .txt through here (the Ray engine in its read task)."""
     for flag, c in cols.named():
         raise AttnvizError(f"{flag} {c}: .txt files have no columns; use .jsonl, .parquet, .tsv or .csv")
-    return [
-        (line, (None, None), f"line {n}")
-        for n, line in enumerate(decode_texts(read_bytes(path, "--texts"), path).splitlines(), 1)
-        if line.strip()
-    ]
+    for n, line in enumerate(text_lines_of(f, path), 1):
+        text = line.removesuffix("\n").removesuffix("\r")
+        if text.strip():
+            yield text, (None, None), f"line {n}"
+
+
+def _txt(path: Path, cols: Columns) -> list[Row]:
+    with open_regular(path, "--texts") as f:
+        return list(txt_rows(f, path, cols))
 
 
 def _jsonl(path: Path, cols: Columns) -> list[Row]:
@@ -195,31 +256,41 @@ def _string(v, flag: str, column: str, where: str) -> str:
     return v
 
 
-def _table(path: Path):
-    """A .tsv / .csv file's header and rows (corpus/delimited.py), its bytes decoded as every --texts file's."""
-    from attnviz.corpus.delimited import parse_table
+def delimited_rows(f, path: Path, cols: Columns, column: tuple[str, str] | None = None) -> Iterator[Row]:
+    """The items of the .tsv / .csv file open as ``f`` (binary; a header row, corpus/delimited.py), streamed: its
+    ``text`` column and the named ones, each item where its row starts; a blank text is skipped, as a blank line.
+    ``column``: (flag, name) of one more column every row must have, whose value then stands for the (pair, gold)
+    (:func:`delimited_column`).  Both engines read a delimited corpus through here (the Ray engine in its read
+    task), so they read the very same items and refuse the same files in the same line."""
+    from attnviz.corpus.delimited import read_rows
 
-    return parse_table(decode_texts(read_bytes(path, "--texts"), path), path)
+    header, rows = read_rows(text_lines_of(f, path), path)
+    text = header.column("text")
+    at = {c: header.column(c, flag) for flag, c in cols.named()}  # every named column checked, even with no rows
+    if column is not None:
+        extra = header.column(column[1], column[0])
+        for line, fields in rows:
+            if fields[text].strip():
+                yield fields[text], (fields[extra], None), f"line {line}"
+        return
+    for line, fields in rows:
+        if fields[text].strip():
+            yield fields[text], cols.values(lambda flag, c, fields=fields: fields[at[c]]), f"line {line}"
 
 
 def _delimited(path: Path, cols: Columns) -> list[Row]:
-    """A .tsv / .csv file with a header row: its ``text`` column and the named ones, each item where its row
-    starts; a blank text is skipped, as a blank line."""
-    table = _table(path)
-    text = table.column("text")
-    at = {c: table.column(c, flag) for flag, c in cols.named()}  # every named column checked, even with no rows
-    return [
-        (fields[text], cols.values(lambda flag, c, fields=fields: fields[at[c]]), f"line {line}")
-        for line, fields in table.rows
-        if fields[text].strip()
-    ]
+    with open_regular(path, "--texts") as f:
+        return list(delimited_rows(f, path, cols))
 
 
 def delimited_column(path: str | Path, column: str, flag: str) -> list[str]:
     """The ``column`` value of each item of a .tsv / .csv corpus, items as :func:`read_texts` keeps them."""
-    table = _table(Path(path))
-    text, at = table.column("text"), table.column(column, flag)
-    return [fields[at] for _, fields in table.rows if fields[text].strip()]
+    out = []
+    with open_regular(path, "--texts") as f:
+        for _, (v, _), _ in delimited_rows(f, Path(path), Columns(), (flag, column)):
+            assert v is not None  # (a field: always a string)
+            out.append(v)
+    return out
 
 
 READERS = {".txt": _txt, ".jsonl": _jsonl, ".parquet": _parquet, ".tsv": _delimited, ".csv": _delimited}

@@ -2,7 +2,7 @@
 
 Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray.  The pipeline for ``--texts``:
 
-    read_text / read_json / read_parquet (.tsv / .csv: the local reader's table, from_arrow) -> drop blank items
+    read_json / read_parquet (.txt / .tsv / .csv: the local reader in a read task) -> drop blank items
     -> limit -> zip with range (item index)
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
     -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
@@ -240,6 +240,8 @@ def _keep_texts(batch, pair_column: str | None, name: str):
         out["pair"] = pa.array([p for p, k in zip(pairs, keep) if k], pa.string())
     else:
         out["pair"] = pa.nulls(sum(keep), pa.string())
+    if "where" in batch.column_names:  # (a .tsv / .csv's: the line each item starts on, for an item's refusal)
+        out["where"] = pa.array([w for w, k in zip(batch.column("where").to_pylist(), keep) if k], pa.string())
     return pa.table(out)
 
 
@@ -255,13 +257,14 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
     tok = pickle.loads(tokenizer)
     ids, types, special = [], [], []
     texts, pairs = batch.column("text").to_pylist(), batch.column("pair").to_pylist()
+    wheres = batch.column("where").to_pylist() if "where" in batch.column_names else [None] * len(texts)
     was_cut = []
     for n, (index, text, pair) in enumerate(zip(batch.column("id").to_pylist(), texts, pairs)):
         try:
             with tokens_kept(max_tokens):  # the tokens cap counts what is kept (runtime/inputs.py)
                 enc = tok.encode(text, None, add_special=False) if decoder else tok.encode(text, pair)
-        except AttnvizError as e:  # as the local plan's: the line names the item
-            raise item_error(Item(int(index), text=text, pair=pair), e) from None
+        except AttnvizError as e:  # as the local plan's: the line names the item (and its line, where known)
+            raise item_error(Item(int(index), text=text, pair=pair, where=wheres[n]), e) from None
         row = [list(enc.ids), list(enc.type_ids or [0] * len(enc.ids)), [bool(s) for s in enc.special]]
         was_cut.append(max_tokens is not None and len(row[0]) > max_tokens)
         if max_tokens is not None and was_cut[-1]:
@@ -269,7 +272,7 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
                 with tokens_kept(max_tokens):
                     keep, read = cut(tok, text, None if decoder else pair, np.array(row[2], bool), max_tokens)
             except AttnvizError as e:
-                raise item_error(Item(int(index), text=text, pair=pair), e) from None
+                raise item_error(Item(int(index), text=text, pair=pair, where=wheres[n]), e) from None
             row = [[x for x, k in zip(v, keep) if k] for v in row]
             texts[n], pairs[n] = read.text, pairs[n] if read.pair is None else read.pair
         if row[0]:
@@ -398,13 +401,11 @@ class ReduceActor:
 
 
 def _check_lines(path: Path) -> None:
-    """Ray Data reads ``.txt`` and ``.jsonl`` itself, past the local readers' checks: each line passes them here
-    first, streamed, in one pass: UTF-8 text (corpus.items.decode_texts: Ray's decoder stopped at a Latin-1 byte
-    with its own traceback text) and, in a .jsonl, the JSON guard (nesting, 1,000-digit numbers)."""
-    jsonl = path.suffix.lower() == ".jsonl"
+    """Ray Data reads a ``.jsonl`` itself, past the local reader's checks: each line passes them here first,
+    streamed, in one pass: UTF-8 text without a lone CR (corpus.items.decode_texts: Ray's decoder stopped at a
+    Latin-1 byte with its own traceback text) and the JSON guard (nesting, 1,000-digit numbers)."""
     for n, line in text_lines(path):
-        if jsonl:
-            check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
+        check_json(line, f"{path.name} line {n}", fix='write one object per line like {"text": "..."}')
 
 
 def _check_parquet(path: Path, pair_column: str | None) -> None:
@@ -423,36 +424,76 @@ def _check_parquet(path: Path, pair_column: str | None) -> None:
     check_string_columns(schema, ["text", *([pair_column] if pair_column else [])], path)
 
 
-def _read_delimited(job: TextJob):
-    """A .tsv / .csv read here, on the driver, by the local reader (corpus/delimited.py), as a table of ``text`` (+
-    the pair column): Ray Data's CSV reader (pyarrow's) differs from Python's ``csv`` in quoting, blank lines and
-    its errors, and the local checks parse the whole file anyway; so both engines read the very same items."""
-    import pyarrow as pa
+def _check_rows(path: Path, pair_column: str | None) -> None:
+    """A .txt / .tsv / .csv passes the local reader's checks here, before Ray starts, streamed (the driver holds a
+    few MB of it, never its texts): a refusal is the local engine's one line, and the only line on stderr."""
+    with open_regular(path, "--texts") as f:
+        for _ in _rows_of(f, path, pair_column):
+            pass
 
-    from attnviz.corpus.items import READERS, Columns
 
-    path = Path(job.path)
-    rows = READERS[path.suffix.lower()](path, Columns(job.pair_column))
+def _rows_of(f, path: Path, pair_column: str | None):
+    """The local reader's items of the .txt / .tsv / .csv file open as ``f`` (corpus/items.py)."""
+    from attnviz.corpus.items import Columns, delimited_rows, txt_rows
+
+    reader = txt_rows if path.suffix.lower() == ".txt" else delimited_rows
+    return reader(f, path, Columns(pair_column))
+
+
+def _lines_source(path: str, pair_column: str | None, block_chars: int | None = None):
+    """A Ray Data datasource reading a .txt / .tsv / .csv in its read task with the local reader itself
+    (corpus.items.txt_rows / delimited_rows): Ray Data's own CSV reader (pyarrow's) differs from Python's ``csv`` in
+    quoting, blank lines and its errors, and its ``read_text`` splits lines where ``str.splitlines`` does (NEL,
+    U+2028), so both engines read the very same items, each with its line.  One task a file (a quoted field may
+    span lines, so the file cannot be cut at a byte offset), yielding ``text`` (+ the pair column) and ``where`` a
+    block at a time: a block of Ray Data's target size (``block_chars`` characters of fields, default its
+    ``target_max_block_size``), so a corpus up to that size is one block, as ``from_arrow`` of the whole file
+    was: the same sorted blocks and batches as then, hence the local engine's result bytes."""
+    from ray.data import DataContext
+    from ray.data.datasource import FileBasedDatasource
+
+    block: int = block_chars or DataContext.get_current().target_max_block_size or 128 * 2**20
+
+    class LinesDatasource(FileBasedDatasource):
+        def _read_stream(self, f, path: str):
+            import pyarrow as pa
+
+            rows, size = [], 0
+            for row in _rows_of(f, Path(path), pair_column):
+                rows.append(row)
+                size += len(row[0]) + len(row[1][0] or "") + len(row[2])
+                if size >= block:
+                    yield _delimited_block(rows, pair_column, pa)
+                    rows, size = [], 0
+            if rows:
+                yield _delimited_block(rows, pair_column, pa)
+
+    return LinesDatasource(path)
+
+
+def _delimited_block(rows, pair_column: str | None, pa):
     table = {"text": pa.array([t for t, _, _ in rows], pa.string())}
-    if job.pair_column:
-        table[job.pair_column] = pa.array([p for _, (p, _), _ in rows], pa.string())
+    if pair_column:
+        table[pair_column] = pa.array([p for _, (p, _), _ in rows], pa.string())
+    table["where"] = pa.array([w for _, _, w in rows], pa.string())
     return pa.table(table)
 
 
-def _read(job: TextJob, table=None):
-    """Ray Data reads the file itself (a .tsv / .csv: ``table``, read by :func:`_read_delimited`); every reader
-    yields ``text`` (+ the pair column)."""
+def _read(job: TextJob):
+    """Ray Data reads the file itself, in its read tasks; every reader yields ``text`` (+ the pair column)."""
     import ray.data
 
-    if table is not None:
-        return ray.data.from_arrow(table)
     path = str(Path(job.path).resolve())
     cols = ["text", job.pair_column] if job.pair_column else ["text"]
+    # one read task (one file), its blocks as it yields them: not split further for parallelism (the sort after
+    # would then cut other batches than the local engine's)
+    lines = lambda: ray.data.read_datasource(_lines_source(path, job.pair_column), override_num_blocks=1)  # noqa: E731
     readers = {
-        # utf-8-sig: a byte-order mark at the start is dropped, as the local reader drops it (corpus.items)
-        ".txt": lambda: ray.data.read_text(path, encoding="utf-8-sig", drop_empty_lines=True),
+        ".txt": lines,
         ".jsonl": lambda: ray.data.read_json(path, lines=True),  # _keep_texts names a missing field
         ".parquet": lambda: ray.data.read_parquet(path, columns=cols),
+        ".tsv": lines,
+        ".csv": lines,
     }
     return readers[Path(path).suffix.lower()]()
 
@@ -487,20 +528,19 @@ def run_texts(
     (items, tokens) an interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked;
     an interrupted run's included, as its tokens are)."""
     _ray()  # a clear line when Ray is missing, before anything starts
-    table = None
-    if Path(job.path).suffix.lower() in (".jsonl", ".txt"):
+    if Path(job.path).suffix.lower() == ".jsonl":
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
     elif Path(job.path).suffix.lower() == ".parquet":
         _check_parquet(Path(job.path), job.pair_column)
-    elif Path(job.path).suffix.lower() in (".tsv", ".csv"):
-        table = _read_delimited(job)  # read and checked before Ray starts, as the others' checks
+    else:  # .txt, .tsv, .csv
+        _check_rows(Path(job.path), job.pair_column)
     _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)
     done, n_done, tokens_done = store.start()
     partials = store.folder
     try:
-        ds = _read(job, table).map_batches(
+        ds = _read(job).map_batches(
             _keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": job.pair_column, "name": Path(job.path).name}
         )
         if job.max_items is not None:
@@ -530,13 +570,28 @@ def run_texts(
         raise _ray_error(e, f"--texts {Path(job.path).name}", "the file") from None
     # a Ctrl-C (KeyboardInterrupt, not an Exception) leaves the store for the next run to resume from
     store.drop()
-    rows = sorted(table.to_pylist(), key=lambda r: (r["first_length"], r["first_item"]))
+    order = _fold_order(table, ("first_length", "first_item"))
+    texts = table.column("texts").to_pylist()
     items: dict[int, Item] = {}
-    for r in rows:
-        for i, (t, p) in parse_json(r["texts"], PARTIALS).items():
+    for r in order:
+        for i, (t, p) in parse_json(texts[r], PARTIALS).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
-    cut = None if job.max_tokens is None else sum(int(r["cut"]) for r in rows)
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, (n_done, tokens_done), cut
+    cut = None if job.max_tokens is None else sum(int(c) for c in table.column("cut").to_pylist())
+    return _partials_in(table, order), items, (n_done, tokens_done), cut
+
+
+def _fold_order(table, keys: tuple[str, ...]) -> list[int]:
+    """The partials table's rows in fold order (by ``keys``), as row numbers."""
+    cols = [table.column(k).to_pylist() for k in keys]
+    return sorted(range(table.num_rows), key=lambda i: tuple(c[i] for c in cols))
+
+
+def _partials_in(table, order: list[int]) -> Iterator[Partial]:
+    """Each row's :class:`Partial`, in ``order``, converted as the fold takes it: ``to_pylist()`` of the whole
+    table held a Python copy of every batch's arrays beside Arrow's until the fold ended (the driver's peak grew
+    with the corpus: bench/ray_delimited_memory.py)."""
+    for b, i in enumerate(order):
+        yield partial_from_row(table.slice(i, 1).to_pylist()[0], b)
 
 
 def _reduce_and_write(ds, setup, job, partials: Path) -> None:
@@ -611,19 +666,20 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
         store.drop()
         raise _ray_error(e, f"--images {job.folder}", "the folder") from None
     store.drop()  # kept only after a Ctrl-C, for the next run to resume from
-    rows = sorted(table.to_pylist(), key=lambda r: r["first_item"])
+    order = _fold_order(table, ("first_item",))
+    texts, digested = table.column("texts").to_pylist(), table.column("digests").to_pylist()
     items: dict[int, Item] = {}
     digests = []
-    for r in rows:
-        for i, (path, _) in parse_json(r["texts"], PARTIALS).items():
+    for r in order:
+        for i, (path, _) in parse_json(texts[r], PARTIALS).items():
             items[int(i)] = Item(int(i), image=path)
-        digests += parse_json(r["digests"], PARTIALS)
+        digests += parse_json(digested[r], PARTIALS)
     digests.sort()
     h = hashlib.sha256()
     for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash
         h.update(json.dumps([None, None, name]).encode())
         h.update(digest.encode())
-    return (partial_from_row(r, b) for b, r in enumerate(rows)), items, h.hexdigest(), len(digests), (n_done, tok_done)
+    return _partials_in(table, order), items, h.hexdigest(), len(digests), (n_done, tok_done)
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")

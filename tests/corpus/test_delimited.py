@@ -164,6 +164,7 @@ CASES = [  # (file name, its bytes, extra flags, what the one line says)
     ("open.csv", b'text,b\nthe,cat\n"the,dog\nthe,cat\n', [], ["open.csv line 3", "never closed"]),
     ("after.csv", b'text,b\n"the"cat,dog\n', [], ["after.csv line 2", "after its closing quote", '("")']),
     ("dup.tsv", b"text\ttext\nthe\tcat\n", [], ["line 1: the header row names 'text' twice"]),
+    ("mac.csv", b"text,b\rthe cat,x\r", [], ["mac.csv line 1: a carriage return (CR, column 7)", "LF or CRLF"]),
     ("blank.tsv", b"text\tb\n \tcat\n\n", [], ["blank.tsv: no items"]),
     (
         "data.xlsx",

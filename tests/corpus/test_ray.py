@@ -59,24 +59,58 @@ def test_ray_data_parquet_equals_local(planted, tmp_path):
     _both(model, tmp_path / "c.parquet", tmp_path, "pq")
 
 
-def test_ray_reads_a_quoted_tsv_as_the_local_engine_does(planted, tmp_path, capsys):
-    """A .tsv is read by the local reader on the driver (ray_engine._read_delimited): the same items, indices and
-    statistics as the local engine (which gives the .jsonl's bytes: tests/corpus/test_delimited.py), and its
-    refusals are the local reader's one line, before Ray does anything."""
+def test_ray_streams_a_quoted_tsv_as_the_local_engine_reads_it(planted, tmp_path, capsys):
+    """A .tsv is read in a Ray read task by the local reader itself (ray_engine._lines_source): the same items,
+    indices, statistics and result bytes as the local engine (which gives the .jsonl's bytes:
+    tests/corpus/test_delimited.py); its refusals are the local reader's one line, before Ray does anything; and an
+    item the tokenizer refuses names the line an editor shows, after a quoted multi-line field, as locally."""
     from test_delimited import _planted_recs, _write
 
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.ray_engine import _lines_source
+
     model, _ = planted
-    f, _ = _write(tmp_path, "c.tsv", ["text", "b", "note"], _planted_recs(), bom=True, blank_after=3)
+    f, _ = _write(tmp_path, "c.tsv", ["text", "b", "note"], _planted_recs(), bom=True, crlf=True, blank_after=3)
     run = _both(model, f, tmp_path, "tsv", pair_column="b", max_items=11, batch_size=4)
     assert run["items"] == 11
-    bad = tmp_path / "bad.tsv"
-    bad.write_bytes(b'text\tb\nthe\tcat\n"the\tdog\n')
+    for name in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "tsv_ray" / name).read_bytes() == (tmp_path / "tsv_local" / name).read_bytes(), name
+    # a corpus past one block (here 300 characters) is yielded a block at a time, the items the local reader's
+    src = _lines_source(str(f), "b", block_chars=300)
+    with open(f, "rb") as fh:
+        blocks = list(src._read_stream(fh, str(f)))
+    cols = [[v for b in blocks for v in b.column(c).to_pylist()] for c in ("text", "b", "where")]
+    assert len(blocks) > 2 and [*zip(*cols)] == [(it.text, it.pair, it.where) for it in read_texts(f, "b")]
     out = tmp_path / "o"
-    args = ["corpus", str(model), "--texts", str(bad), "--out", str(out), "--engine", "ray", "--no-progress"]
-    assert main([*args, "--workers", "1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "bad.tsv line 3: a quote" in err[0] and "never closed" in err[0], err
-    assert not out.exists()
+    args = [
+        "corpus",
+        str(model),
+        "--texts",
+        "",
+        "--out",
+        str(out),
+        "--engine",
+        "ray",
+        "--no-progress",
+        "--workers",
+        "1",
+    ]
+    for name, data, says in (
+        ("bad.tsv", b'text\tb\nthe\tcat\n"the\tdog\n', "bad.tsv line 3: a quote"),
+        ("mac.tsv", b"text\tb\rthe\tcat\r", "mac.tsv line 1: a carriage return (CR, column 7)"),
+        (
+            "zebra.csv",
+            b'text,note\r\nthe cat,"one\r\ntwo\nthree"\r\n\r\nthe zebra,x\r\n',
+            "item 1 (line 6) 'the zebra'",
+        ),
+    ):
+        (tmp_path / name).write_bytes(data)
+        args[3] = str(tmp_path / name)
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+        assert not out.exists() or name == "zebra.csv"  # (a refused item: Ray had started, its partials are gone)
+    assert not (out / PARTIALS).exists()
 
 
 def test_ray_actor_cuts_equal_length_batches_and_decoders_see_raw_text(tmp_path):
@@ -136,15 +170,18 @@ def test_ray_drops_a_byte_order_mark_and_refuses_latin1_as_local_does(planted, t
 
 
 def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path):
-    """Source/target pairs keep the driver's plan under Ray (the actors reduce its batches): the same statistics
-    and gold link counts as the local engine, and an interrupted Ray run resumes from its checkpoint to the
-    same result."""
+    """Source/target pairs keep the driver's plan under Ray (the actors reduce its batches): from a .csv with gold
+    alignments (--gold-column), the same result bytes -- statistics, gold AER columns, examples -- and gold link
+    counts as the local engine, and an interrupted Ray run resumes from its checkpoint to the same result."""
     from pathlib import Path
+
+    from test_delimited import _write
 
     from attnviz.corpus.run import CHECKPOINT
 
     model = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
-    bible = bible_gold / "pairs.jsonl"
+    recs = [json.loads(x) for x in (bible_gold / "pairs.jsonl").read_text().splitlines()]
+    bible, _ = _write(tmp_path, "pairs.csv", ["gold", "en", "text"], recs, crlf=True)
     kw = dict(pair_column="en", batch_size=3, gold_column="gold")
     run_corpus(_cfg(model, bible, tmp_path / "local", **kw))
 
@@ -159,9 +196,15 @@ def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path
     assert s.resumed_items == 6 and s.items == 16
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["engine"] == "ray" and run["model_kind"] == "encoder-decoder"
-    _assert_same(_table(tmp_path / "local"), _table(tmp_path / "ray"), tol=1e-6)
+    for name in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     local = json.loads((tmp_path / "local" / "run.json").read_text())
-    assert run["gold"]["counts"] == local["gold"]["counts"] and run["gold"]["pairs"] == 16
+    assert run["gold"] == local["gold"] and run["gold"]["pairs"] == 16 and run["gold"]["counts"]
+    import pyarrow.parquet as pq
+
+    from attnviz.core.score_direction import GOLD_SCORES
+
+    assert set(GOLD_SCORES) <= set(pq.read_schema(tmp_path / "ray" / "heads.parquet").names)  # the gold in the bytes
 
 
 def test_ray_reads_an_image_folder_itself_equal_local(tmp_path):

@@ -112,3 +112,58 @@ def test_a_parquet_column_that_holds_no_strings_is_named(planted, tmp_path, caps
     assert rc == 2
     one_line(err, "c.parquet", f"column {column!r}", "int64", "not text")
     assert not (tmp_path / "o").exists()
+
+
+# One corpus in each format, its lines counted by hand: a blank line, and in a .tsv / .csv a header row and a quoted
+# field over two lines.  (its bytes with LF line ends, the line each item starts on, the line of "the\rdog" below)
+LINE_ENDS = {
+    ".txt": (b"the cat\n\nthe dog\nthe bird\n", [1, 3, 4], 3),
+    ".jsonl": (b'{"text": "the cat"}\n\n{"text": "the dog"}\n{"text": "the bird"}\n', [1, 3, 4], 3),
+    ".tsv": (b'text\tb\nthe cat\t"x\ny"\n\nthe dog\tz\nthe bird\tw\n', [2, 5, 6], 5),
+    ".csv": (b'text,b\nthe cat,"x\ny"\n\nthe dog,z\nthe bird,w\n', [2, 5, 6], 5),
+}
+
+
+@pytest.mark.parametrize("suffix", LINE_ENDS)
+def test_line_numbers_count_lf_and_crlf_alike_and_a_lone_cr_is_refused(tmp_path, suffix):
+    """Every reader numbers lines as grep -n and wc -l do: CRLF and LF give the same items and the same "line N"
+    (NEL or U+2028 inside a line, line ends to str.splitlines, stay in its text); a lone CR (old-Mac line ends, or one stray inside a line) is a line end to some readers and not to
+    others (csv and str.splitlines against JSON lines, grep, vim), so it is refused, naming its line, in every
+    format alike."""
+    from attnviz import AttnvizError
+    from attnviz.corpus.items import read_texts
+
+    lf, lines, stray = LINE_ENDS[suffix]
+    got = []
+    odd = "the\x85dog\u2028".encode()  # NEL and U+2028: line ends to str.splitlines, not to grep or JSON lines
+    for name, data in (("lf", lf), ("crlf", lf.replace(b"\n", b"\r\n")), ("odd", lf.replace(b"the dog", odd))):
+        f = tmp_path / f"{name}{suffix}"
+        f.write_bytes(data)
+        items = read_texts(f)
+        assert [it.text for it in items] == ["the cat", "the dog" if name != "odd" else odd.decode(), "the bird"]
+        got.append([it.where for it in items])
+    assert got == [[f"line {n}" for n in lines]] * 3
+    for name, data, line in (
+        ("mac", lf.replace(b"\n", b"\r"), 1),
+        ("stray", lf.replace(b"the dog", b"the\rdog"), stray),
+        ("stray_crlf", lf.replace(b"\n", b"\r\n").replace(b"the dog", b"the\rdog"), stray),
+    ):
+        f = tmp_path / f"{name}{suffix}"
+        f.write_bytes(data)
+        with pytest.raises(AttnvizError) as e:
+            read_texts(f)
+        assert f"--texts {f.name} line {line}: a carriage return (CR," in str(e.value), e.value
+        assert "LF or CRLF" in str(e.value) and f"< {f.name} > fixed{suffix}" in str(e.value)
+
+
+def test_ablate_reads_the_labels_of_the_items_read_texts_reads(tmp_path):
+    """A raw NEL or U+2028 inside a .jsonl string (json.dumps(ensure_ascii=False) writes them so) is a line end to
+    str.splitlines: the label reader cut such a record in two (refused as not JSON) while read_texts read it whole."""
+    from attnviz.corpus.ablate_plan import read_labels
+    from attnviz.corpus.items import read_texts
+
+    recs = [{"text": "the cat", "y": "a"}, {"text": "the\x85dog\u2028sat", "y": "b"}, {"text": "the mat", "y": "c"}]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    assert [it.text for it in read_texts(f)] == [r["text"] for r in recs]
+    assert read_labels(str(f), "y", 10) == ["a", "b", "c"]
