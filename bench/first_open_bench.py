@@ -56,7 +56,9 @@ def main(argv=None) -> int:
 
     for tokens in args.tokens:
         site = SiteInfo("encoder", "self", 0, 1, "synthetic_softmax", "softmax")
-        result = AttentionResult([DenseMap(make_map(tokens))], [site], tokens=TokenAxis([f"t{i}" for i in range(tokens)]))
+        result = AttentionResult(
+            [DenseMap(make_map(tokens))], [site], tokens=TokenAxis([f"t{i}" for i in range(tokens)])
+        )
         win = MainWindow(opener=lambda *a, **k: None, settings=QSettings(os.devnull, QSettings.IniFormat))
         win.resize(1600, 1000)
         win.show()
