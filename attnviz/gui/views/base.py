@@ -159,7 +159,7 @@ class View(QWidget):
         except Exception as e:  # (nothing was kept: a later refresh, e.g. the next selection, builds it again)
             self._dirty = True  # shown again, it tries again
             self.placeholder.setText(
-                f"This view could not be made: {e or type(e).__name__}. Switch to another tab and back to try again."
+                f"This view could not be made: {str(e) or type(e).__name__}. Switch tabs and back to try again."
             )
             self._stack.setCurrentWidget(self.placeholder)
             return
