@@ -109,7 +109,7 @@ class View(QWidget):
         """Forget what a failed :meth:`build` made: the attributes it set and the body it filled (its widgets and
         layout go with it; an empty body takes its place in the stack)."""
         for name in set(self.__dict__) - before - {"_building"}:
-            del self.__dict__[name]
+            delattr(self, name)
         old, self.body = self.body, QWidget()
         self.body.setHidden(hidden)
         self._stack.insertWidget(self._stack.indexOf(old), self.body)
