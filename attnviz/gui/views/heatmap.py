@@ -106,7 +106,7 @@ class TokenAxis(pg.AxisItem):
                 self.drawPicture(painter, *specs)
         finally:
             painter.end()
-        self.picture = picture
+        self.picture = picture  # type: ignore[assignment]  # (pyqtgraph sets it None in __init__; its paint stores one)
 
     def tickValues(self, minVal, maxVal, size):
         return [(1.0, [i + 0.5 for i in self.shown(minVal, maxVal, size)])]
