@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 
 from attnviz.core import view as vm
-from attnviz.core.view import zoom
+from attnviz.core.view import pooling
 from attnviz.core.view.zoom import run_length
 
 
@@ -110,17 +110,17 @@ def test_pooling_a_region_copies_none_of_the_map():
         tracemalloc.stop()
     part = m[r.q0 : r.q1, r.k0 : r.k1]
     # what is held: the cells and one band's row maxima; a copy of the region alone would be 9 MB, of the map 36 MB
-    assert part.nbytes == 9_000_000 and peak <= cells.nbytes + zoom.BAND_BYTES
+    assert part.nbytes == 9_000_000 and peak <= cells.nbytes + pooling.BAND_BYTES
     np.testing.assert_array_equal(cells, _by_hand(part, 2, 2))
 
 
 def test_a_region_pooled_in_many_bands_of_rows_is_the_region_pooled_whole(monkeypatch):
-    monkeypatch.setattr(zoom, "BAND_BYTES", 10_000)  # a few runs of rows a band; the last band and last run short
+    monkeypatch.setattr(pooling, "BAND_BYTES", 10_000)  # a few runs of rows a band; the last band and last run short
     m = _map(1001, 700, seed=5) - 0.5
     r = vm.plan_region(m.shape, (100.0, 700.0), (300.0, 1001.0), (150, 150), margin=0.25)
     part = m[r.q0 : r.q1, r.k0 : r.k1]
     # 881 rows in runs of 5 (the last of 1, at the map's end), each run of 700 keys more than a band: 177 bands
-    assert (r.fq, r.fk, r.q1, part.shape) == (5, 4, 1001, (881, 700)) and 5 * 700 * 4 > zoom.BAND_BYTES
+    assert (r.fq, r.fk, r.q1, part.shape) == (5, 4, 1001, (881, 700)) and 5 * 700 * 4 > pooling.BAND_BYTES
     np.testing.assert_array_equal(vm.pool_region(m, r), _by_hand(part, r.fq, r.fk))
     np.testing.assert_array_equal(vm.pool_region(m, r, signed=True), vm.pool_by(part, r.fq, r.fk, signed=True))
     stacked = vm.pool_region(np.stack([m, m[::-1]]), r)  # heads ahead of the rows: a band holds every head's rows

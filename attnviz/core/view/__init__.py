@@ -16,6 +16,7 @@ The modules, each importing only those above it (no cycles):
 - :mod:`.selection` -- :class:`Selection`, :class:`ViewError`, the blocks and the matrix a selection picks
 - :mod:`.defaults` -- what a freshly opened result shows; :mod:`.labels` -- token labels and ticks
 - :mod:`.colourbar` -- colour-bar ticks, range and words; :mod:`.steps` -- generation steps and decoder rows
+- :mod:`.pooling` -- max-pooling a map in runs of positions, band by band of rows (screen, thumbnails, figure)
 - :mod:`.overview` -- thumbnails and their cache, and the top of the "shared" colour scale
 - :mod:`.zoom` -- a long map's region drawn at a zoomed view's pixels (:func:`plan_region`, :func:`pool_region`)
 - :mod:`.maps` -- :class:`MapView` and :func:`compute_map` (heatmap); :mod:`.alignment` -- words x source tokens
@@ -131,9 +132,6 @@ from attnviz.core.view.overview import (
     downsample,
     layer_labels,
     layer_windows,
-    pool_by,
-    pool_note,
-    pool_to,
     scale_top,
     thumbnails,
     thumbnails_kept,
@@ -165,6 +163,7 @@ from attnviz.core.view.patches import (
     pictured,
     step_query,
 )
+from attnviz.core.view.pooling import pool_by, pool_note, pool_to
 from attnviz.core.view.selection import (
     MODE_TITLES,
     MODES,

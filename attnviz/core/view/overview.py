@@ -19,6 +19,7 @@ from attnviz.core import reduce
 from attnviz.core.attention import AttentionResult, Block, PooledSource
 from attnviz.core.frames import FramesMap
 from attnviz.core.view.colourbar import check_scale
+from attnviz.core.view.pooling import _pool_axis, pool_to
 from attnviz.core.view.selection import Selection, _pad, _special, blk_len, hide_mask, result_blocks
 from attnviz.core.view.steps import step_rows
 
@@ -66,59 +67,6 @@ def scale_top(
         return 1.0
     top = block_top(result, sel, block, blocks) if scale == "shared" else float(np.nanmax(m)) if m.size else 0.0
     return max(top, 1e-6)
-
-
-def _pool_axis(m: np.ndarray, f: int, axis: int) -> np.ndarray:
-    """Max over runs of ``f`` positions along ``axis``; a short last run also counts a 0 (the zero padding)."""
-    n = m.shape[axis]
-    full = n - n % f
-    lead = (slice(None),) * (axis % m.ndim)
-    if axis % m.ndim == m.ndim - 1:
-        # along the last axis a reshape's max reduces runs of f contiguous floats, which numpy does element by
-        # element (37 ms for a 2,048² head at f = 2, the Head map's every head switch); f strided maxima read the
-        # same values in whole rows (0.8 ms).  Maxima are exact in any order: the same cells bit for bit.
-        out = m[..., 0:full:f].copy()
-        for i in range(1, f):
-            np.maximum(out, m[..., i:full:f], out=out)
-    else:
-        whole = m[lead + (slice(0, full),)]
-        out = whole.reshape(m.shape[: axis % m.ndim] + (full // f, f) + m.shape[axis % m.ndim + 1 :]).max(
-            axis=axis % m.ndim + 1
-        )
-    if full < n:
-        tail = np.maximum(m[lead + (slice(full, n),)].max(axis=axis, keepdims=True), 0)
-        out = np.concatenate([out, tail.astype(out.dtype)], axis=axis)
-    return out
-
-
-def pool_to(m: np.ndarray, max_q: int, max_k: int, signed: bool = False) -> tuple[np.ndarray, int, int]:
-    """``[..., Tq, Tk]`` max-pooled in runs of ``fq`` rows and ``fk`` keys so it is at most ``max_q`` x ``max_k``
-    cells (as :func:`downsample` pools); returns the map and ``(fq, fk)``.  ``signed`` (an A - B map): each cell
-    keeps its run's value of largest magnitude, with its sign, so neither side's peaks fade."""
-    fq, fk = -(-m.shape[-2] // max(max_q, 1)), -(-m.shape[-1] // max(max_k, 1))
-    return pool_by(m, fq, fk, signed), fq, fk
-
-
-def pool_by(m: np.ndarray, fq: int, fk: int, signed: bool = False) -> np.ndarray:
-    """``[..., Tq, Tk]`` max-pooled in runs of ``fq`` rows and ``fk`` keys from the first position (a short last run
-    also counts a 0); ``m`` itself when both are 1.  ``signed``: as :func:`pool_to`."""
-
-    def pool(a: np.ndarray) -> np.ndarray:
-        a = _pool_axis(a, fq, -2) if fq > 1 else a
-        return _pool_axis(a, fk, -1) if fk > 1 else a
-
-    if fq == fk == 1:
-        return m
-    if not signed:
-        return pool(m)
-    top, bottom = pool(m), -pool(-m)
-    return np.where(top >= -bottom, top, bottom)
-
-
-def pool_note(fq: int, fk: int) -> str:
-    """The colour bar's words for a pooled map (screen and figure): `` (max of 4 × 4 positions a cell)``, or
-    nothing when every cell is one position."""
-    return "" if fq == fk == 1 else f" (max of {fq} × {fk} positions a cell)"
 
 
 def downsample(m: np.ndarray, max_side: int = THUMB) -> np.ndarray:

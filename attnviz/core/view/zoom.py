@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.core.view.overview import pool_by, pool_note
+from attnviz.core.view.pooling import pool_by, pool_note
 
 # each side of the visible positions pooled too, as a fraction of the visible span: a pan of up to this much is still
 # drawn while the re-pool waits, and needs no re-pool at all.  A quarter made a 2,048-position region's re-pool
@@ -100,27 +100,8 @@ def plan_region(
     return MapRegion(rows[0], rows[1], keys[0], keys[1], rows[2], keys[2])
 
 
-# rows pooled at once: a band this size and its row maxima stay in the cache for the pass over the keys (pooled
-# whole, a 2,562-position region's row maxima went out to memory and back: 8-11 ms against 4-5 ms in bands)
-BAND_BYTES = 2 << 20
-
-
 def pool_region(m: np.ndarray, region: MapRegion, signed: bool = False) -> np.ndarray:
     """The region's cells of ``[..., Tq, Tk]``: each the max of its positions (``signed``: the largest magnitude,
-    as :func:`~attnviz.core.view.overview.pool_to`), bit for bit :func:`pool_by` of the region.  Only the region is
-    read -- a view of it is pooled, band by band of rows, with no copy of it or the map -- and at one position a
-    cell it is the region itself (a view)."""
-    part = m[..., region.q0 : region.q1, region.k0 : region.k1]
-    fq, fk = region.fq, region.fk
-    if fq == fk == 1:
-        return part
-    row_bytes = part.dtype.itemsize * part.shape[-1] * math.prod(part.shape[:-2])
-    band = fq * max(1, BAND_BYTES // max(1, fq * row_bytes))  # whole runs of rows: cells never straddle bands
-    n = part.shape[-2]
-    if band >= n:
-        return pool_by(part, fq, fk, signed)
-    out = np.empty((*part.shape[:-2], *region.cells), part.dtype)
-    for start in range(0, n, band):
-        cells = pool_by(part[..., start : start + band, :], fq, fk, signed)
-        out[..., start // fq : start // fq + cells.shape[-2], :] = cells
-    return out
+    as :func:`~attnviz.core.view.pooling.pool_by`).  Only the region is read -- a view of it is pooled, band by
+    band of rows, with no copy of it or the map -- and at one position a cell it is the region itself (a view)."""
+    return pool_by(m[..., region.q0 : region.q1, region.k0 : region.k1], region.fq, region.fk, signed)

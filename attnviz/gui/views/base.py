@@ -39,6 +39,7 @@ class View(QWidget):
         self._dirty = True
         self._result_pending = True  # on_result() is due before the next draw()
         self._built = False
+        self._building = False  # build() is running
         self._stack = QStackedLayout()
         self.placeholder = QLabel("")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -78,25 +79,50 @@ class View(QWidget):
 
     def ensure_built(self) -> None:
         """Build the widgets now, if they are not yet: laid out at the size the view has, as they would have been
-        had they been made with the window (the Overview fits its grid to its plot's size)."""
+        had they been made with the window (the Overview fits its grid to its plot's size).
+
+        A :meth:`build` that raises leaves no half-built view: what it made is dropped (the attributes it set, the
+        body it filled, replaced by an empty one), the view counts as unbuilt, so the next :meth:`refresh` or
+        widget asked for builds it again, and the error goes on to the caller (:meth:`refresh` shows it)."""
         if self._built:
             return
-        self._built = True  # first: build() looking up an attribute it has not set yet must not build again
+        before = set(self.__dict__)
+        self._building = True  # build() looking up an attribute it has not set yet must not build again
         # built into a hidden body: a visible one shows each widget added at the next turn of the event loop
         # (Qt's queued show), so right after the tab switch that built them they would be hidden, unsized
         hidden = self.body.isHidden()
         self.body.hide()
-        self.build()
+        try:
+            self.build()
+        except BaseException:
+            self._discard_build(before, hidden)
+            raise
+        finally:
+            self._building = False
+        self._built = True
         if self.body.layout() is not None:  # laid out now at the view's size, as with the window (the stack
             self.body.setGeometry(self.rect())  # fills the view, no margins; a stacked layout keeps no rectangle)
             self.body.layout().activate()
         self.body.setHidden(hidden)
 
+    def _discard_build(self, before: set[str], hidden: bool) -> None:
+        """Forget what a failed :meth:`build` made: the attributes it set and the body it filled (its widgets and
+        layout go with it; an empty body takes its place in the stack)."""
+        for name in set(self.__dict__) - before - {"_building"}:
+            delattr(self, name)
+        old, self.body = self.body, QWidget()
+        self.body.setHidden(hidden)
+        self._stack.insertWidget(self._stack.indexOf(old), self.body)
+        self._stack.removeWidget(old)
+        old.setParent(None)  # out of the window's widget tree now; deleted at the next turn of the event loop
+        old.deleteLater()
+
     def __getattr__(self, name: str) -> object:
         """Only for names ordinary lookup does not find: a widget :meth:`build` makes, asked for before the view
         was built (a caller or test reading ``view.table``), builds the view and is then found.  (Typed ``object``,
         not ``Any``: mypy sees build()'s attributes anyway, and a misspelt one stays an error where it is used.)"""
-        if name.startswith("__") or self.__dict__.get("_built", True):
+        d = self.__dict__
+        if name.startswith("__") or d.get("_built", True) or d.get("_building", False):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         self.ensure_built()
         return getattr(self, name)
@@ -128,7 +154,15 @@ class View(QWidget):
             self.placeholder.setText(why)
             self._stack.setCurrentWidget(self.placeholder)
             return
-        self.ensure_built()
+        try:
+            self.ensure_built()
+        except Exception as e:  # (nothing was kept: a later refresh, e.g. the next selection, builds it again)
+            self._dirty = True  # shown again, it tries again
+            self.placeholder.setText(
+                f"This view could not be made: {str(e) or type(e).__name__}. Switch tabs and back to try again."
+            )
+            self._stack.setCurrentWidget(self.placeholder)
+            return
         if self._result_pending:
             self._result_pending = False
             self.on_result()

@@ -16,6 +16,7 @@ from PySide6.QtGui import (
     QPainter,
     QPainterPath,
     QPen,
+    QPicture,
     QTransform,
 )
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QSizePolicy, QToolTip, QVBoxLayout, QWidget
@@ -85,6 +86,27 @@ class TokenAxis(pg.AxisItem):
             fit = int(px / self._label_px(self.rotated))
         focus = self.focus - lo if self.focus is not None and lo <= self.focus <= hi else None
         return [lo + i for i in vm.tick_indices(visible, fit, focus)]
+
+    def fit_labels(self) -> None:
+        """Draw the axis's picture now, as its paint would, sizing the axis for its labels at its present range and
+        length.  pyqtgraph learns the room the labels need only while drawing them (``_updateMaxTextSize``): a long
+        map's first paint stood the key labels upright and widened the query labels' band, the view shrank (8,192
+        tokens: 833 -> 814 px high) and the map, pooled for the first size, was pooled again (bench/RESULTS.md,
+        session 20 view20).  The picture is kept for the paint; a resize or a new range drops it (pyqtgraph's own
+        rule), so it is drawn again only when the layout moved the axis.  Nothing to do while a picture stands."""
+        if self.picture is not None:
+            return
+        picture = QPicture()
+        painter = QPainter(picture)
+        try:  # AxisItem.paint's steps
+            if self.style["tickFont"]:
+                painter.setFont(self.style["tickFont"])
+            specs = self.generateDrawSpecs(painter)
+            if specs is not None:
+                self.drawPicture(painter, *specs)
+        finally:
+            painter.end()
+        self.picture = picture  # type: ignore[assignment]  # (pyqtgraph sets it None in __init__; its paint stores one)
 
     def tickValues(self, minVal, maxVal, size):
         return [(1.0, [i + 0.5 for i in self.shown(minVal, maxVal, size)])]
@@ -270,7 +292,7 @@ class HeatmapWidget(QWidget):
         self._long = max(tq, tk) > screen_cells()
         self._repool_timer.stop()
         if self._long:
-            pi.layout.activate()  # the view's pixels with the title and series just set: else pooled twice
+            self._fit_axes(pi)  # the view's pixels with the title, series and label bands just set: else pooled twice
             self._draw_region(self._plan() or vm.MapRegion(0, tq, 0, tk, *(-(-n // screen_cells()) for n in (tq, tk))))
         else:
             self.region = None
@@ -280,6 +302,19 @@ class HeatmapWidget(QWidget):
             self.set_hover(r, c)
         else:
             self.set_hover(-1, -1)
+
+    def _fit_axes(self, pi) -> None:
+        """Lay the plot out with the room its axes' labels take once drawn.  The query labels' band sets the key
+        axis's length, which decides whether the key labels stand upright, whose band sets the query axis's length,
+        which picks the query labels shown: drawn and laid out again until neither axis moves (twice on a new map;
+        a head switch finds both pictures standing and only lays out)."""
+        for _ in range(3):
+            pi.layout.activate()
+            if self.x_axis.picture is not None and self.y_axis.picture is not None:
+                return
+            self.y_axis.fit_labels()
+            self.x_axis.fit_labels()
+        pi.layout.activate()
 
     def _draw(self, cells: np.ndarray, note: str, rect: QRectF) -> None:
         """``cells`` (weights, pooled or not) coloured over ``rect`` (position coordinates); ``note`` says how many
