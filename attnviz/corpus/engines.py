@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
@@ -418,6 +418,13 @@ class WarmPool:
             self.exiting.pop().join()
 
 
+def carried(setup: WorkerSetup, early: WorkerSetup) -> WorkerSetup:
+    """``setup`` as the tasks in a pool started on ``early`` (the same command's, fitting it) carry it: with the
+    pool's token, so that its processes, which asked where their sessions run for ``early`` (:func:`_device`),
+    do not ask again for the run's setup, planned since (another token; the same model and provider)."""
+    return replace(setup, asked=early.asked)
+
+
 _OFFERED: list[WarmPool] = []  # started early by the driver (prestart.prestart) for the local_engine call that follows
 
 
@@ -453,6 +460,8 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
             warm.close()
         warm = WarmPool.start(setup, setup.workers)
         offered = False
+    else:
+        setup = carried(setup, warm.setup)
     pool = warm.pool
     lay = LAYOUTS[setup.layout]
     chunk = _chunk_forced() or lay.chunk(setup.gpu)
