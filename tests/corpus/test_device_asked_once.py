@@ -95,25 +95,19 @@ def test_keeping_and_forgetting_where_auto_landed_is_counted(planted, monkeypatc
 @pytest.mark.parametrize("carried", [True, False], ids=["as-local_engine-sends-it", "the-runs-own-token"])
 def test_the_early_pools_probing_process_asks_once_for_the_command(planted, tmp_path, monkeypatch, asked, carried):
     """The command starts its pool on a setup of its own (prestart; the first process answers the probe) and plans
-    the run's later (another token).  That process's first batch, with the run's setup as local_engine sends it
-    (engines.carried: the pool's token), asks no more; with the run's own token it asked again (before)."""
-    from planted import corpus_lines
-
-    from attnviz.corpus.items import read_texts
-    from attnviz.corpus.plan import encode_items, plan_text
+    the run's later (another token).  The reducer that process's first batch builds (engines._work, less the
+    process's own set-up), for the run's setup as local_engine sends it (engines.carried: the pool's token), asks
+    no more; for the run's own token it asked again (before)."""
     from attnviz.corpus.reduce import BatchReducer, layout
 
     monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(tmp_path / "cache"))
     model = str(planted[0])
-    texts = tmp_path / "c.txt"
-    texts.write_text("\n".join(corpus_lines(4)) + "\n")
-    red = BatchReducer(model, "cpu", None, 1, 5)
-    items = read_texts(texts)
-    specs = plan_text(items, encode_items(red.model, items), None, None, 4, equal_lengths=False)
+    groups = tuple(layout(BatchReducer(model, "cpu", None, 1, 5).model.sites))
     early = engines.WorkerSetup(model, "auto", None, 1, 5, (), 2)  # prestart's
-    run = engines.WorkerSetup(model, "auto", None, 1, 5, tuple(layout(red.model.sites)), 2)  # the run's
+    run = engines.WorkerSetup(model, "auto", None, 1, 5, groups, 2)  # the run's
     engines._probe(_copy(early))  # the driver's probe, in the pool's first process
     sent = engines.carried(run, early) if carried else run
     assert sent == run  # the same setup otherwise
-    engines._work(_copy(sent), specs[:1])  # its first batch
+    red = engines._own_reducer(_copy(sent), warm=False)
+    assert red.groups == list(groups)
     assert len(asked) == (1 if carried else 2)
