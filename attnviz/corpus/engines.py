@@ -374,8 +374,8 @@ class WarmPool:
                 pool.submit(*task)
         except BaseException:
             # a Ctrl-C while the processes spawn (the command's first act): those up ignore it and would warm up
-            # while the interrupted command's exit joined them (>30 s at load 7); every one is the pool's
-            # (quietpool.held), stopped and joined here before the pool's queues go
+            # while the interrupted command's exit joined them; every one is now the pool's (quietpool.held: one
+            # not yet recorded was never stopped, and the exit joined it for ever), stopped and joined here
             pool.stop()
             raise
         return cls(setup, pool, n, probing=probing)
