@@ -25,6 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "sequence-classification.onnx"
 APPEAR_S = 180  # a loaded 2-core machine: spawning and importing three interpreters can take a while
 GONE_S = 30
+# a Ctrl-C'd command's exit, from the signal (its workers stopped, not waited for): 0.1-0.6 s measured on this 2-core
+# box at load 7-14; before, an interrupted start left workers warming up that the exit waited on (>30 s at load 7)
+PROMPT_S = 10
 
 
 def _env() -> dict[str, str]:
@@ -212,20 +215,36 @@ def test_a_pool_process_is_quiet_on_ctrl_c_from_the_moment_it_exists():
     assert child.exitcode == 0 and mine.poll(GONE_S) and mine.recv() == "alive"
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
-def test_ctrl_c_while_corpus_spawns_its_workers_says_interrupted_only(tmp_path):
-    """Ctrl-C to the group as soon as the first worker exists (the command starts them before it imports numpy):
-    the driver's one line, no worker's traceback, no process left, no results; a second run completes."""
+def _digits_corpus(tmp_path: Path) -> tuple[list[str], Path]:
+    """``attnviz corpus``'s arguments over 50 lines of digits on two CPU workers, and its --out folder."""
     texts = tmp_path / "digits.txt"
     texts.write_text("\n".join(" ".join(str((i * 7 + j) % 10) for j in range(12)) for i in range(50)) + "\n")
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "attnviz.cli", "corpus", str(MODEL), "--texts", str(texts)]
-    argv += ["--out", str(out), "--workers", "2", "--provider", "cpu", "--no-progress"]
+    args = ["corpus", str(MODEL), "--texts", str(texts)]
+    return [*args, "--out", str(out), "--workers", "2", "--provider", "cpu", "--no-progress"], out
+
+
+def _a_second_run_completes(args: list[str], out: Path) -> None:
+    again = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", *args], env=_env(), capture_output=True, text=True, timeout=APPEAR_S
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "run.json").read_text())["items"] == 50
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
+def test_ctrl_c_while_corpus_spawns_its_workers_says_interrupted_only(tmp_path):
+    """Ctrl-C to the group as soon as the first worker exists (the command starts them before it imports numpy):
+    the driver's one line, promptly, no worker's traceback, no process left, no results; a second run completes."""
+    args, out = _digits_corpus(tmp_path)
+    argv = [sys.executable, "-m", "attnviz.cli", *args]
     parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
         children = _children_until(parent, lambda cmds: any("spawn_main" in c for c in cmds))
+        signalled = time.monotonic()
         os.killpg(parent.pid, signal.SIGINT)
         err = parent.communicate(timeout=GONE_S)[1]
+        took = time.monotonic() - signalled
         deadline = time.monotonic() + GONE_S
         left = _left_by(children, deadline)
     finally:
@@ -234,6 +253,60 @@ def test_ctrl_c_while_corpus_spawns_its_workers_says_interrupted_only(tmp_path):
             parent.wait(10)
     _assert_interrupted_alone(parent, err)
     assert left == [] and not (out / "heads.parquet").exists()
-    again = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=APPEAR_S)
-    assert again.returncode == 0, again.stderr
-    assert json.loads((out / "run.json").read_text())["items"] == 50
+    assert took < PROMPT_S, f"{took:.1f} s from the Ctrl-C to the exit"
+    _a_second_run_completes(args, out)
+
+
+# `attnviz corpus` with the terminal's Ctrl-C (SIGINT to the whole group) sent by the driver itself right after it
+# spawned its N-th worker's interpreter, before it wrote that worker's start-up data: the phase that a Ctrl-C "as
+# soon as the first worker exists" hits only now and then.  The signal's time and every process spawned so far
+# (the resource tracker too) go to a file.
+_CTRL_C_AT_SPAWN = """
+import json, os, signal, sys, time
+from multiprocessing import util
+real, spawned, workers = util.spawnv_passfds, [], []
+def spawn(path, args, fds):
+    pid = real(path, args, fds)
+    spawned.append(pid)
+    if '--multiprocessing-fork' in args:
+        workers.append(pid)
+        if len(workers) == int(sys.argv[1]):
+            with open(sys.argv[2], 'w') as f:
+                json.dump({'t': time.monotonic(), 'pids': spawned}, f)
+            os.killpg(0, signal.SIGINT)
+    return pid
+util.spawnv_passfds = spawn
+from attnviz.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
+@pytest.mark.parametrize("at", [1, 2], ids=["first-worker", "second-worker"])
+def test_ctrl_c_at_a_worker_spawn_exits_promptly_and_quietly(tmp_path, at):
+    """Before: a Ctrl-C at the first worker's spawn gave that worker's FileNotFoundError traceback (the pool's
+    queues freed under it); at the second's, the command never exited (that worker, unknown to the pool, waited on
+    its queue and the interpreter's exit joined it).  Now: the one line within PROMPT_S, every process gone, no
+    results; a second run completes."""
+    args, out = _digits_corpus(tmp_path)
+    sent = tmp_path / "signalled.json"
+    argv = [sys.executable, "-c", _CTRL_C_AT_SPAWN, str(at), str(sent), *args]
+    parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        err = parent.communicate(timeout=APPEAR_S)[1]  # (stderr's end: the parent's exit and every child's)
+        exited = time.monotonic()
+        signal_sent = json.loads(sent.read_text())
+        pids = signal_sent["pids"]
+        left = _left_by({pid: str(pid) for pid in pids}, time.monotonic() + GONE_S)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        for pid in pids:  # this test's own strays: stopped before failing
+            if _live(pid):
+                os.kill(pid, signal.SIGKILL)
+    _assert_interrupted_alone(parent, err)
+    assert len(pids) == at + 1 and left == [] and not (out / "heads.parquet").exists()  # (+1: the resource tracker)
+    assert exited - signal_sent["t"] < PROMPT_S, f"{exited - signal_sent['t']:.1f} s from the Ctrl-C to the exit"
+    _a_second_run_completes(args, out)

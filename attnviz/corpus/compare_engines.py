@@ -18,7 +18,7 @@ from attnviz.corpus.compare_reduce import ComparePartial, CompareSetup, CompareT
 from attnviz.corpus.engines import _enter_worker
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from attnviz.corpus.quietpool import QuietPool
 
 _PAIR: PairReducer | None = None  # one per pool process: both models' sessions
 
@@ -54,26 +54,27 @@ class ComparePool:
     """Worker processes started before the driver opens and plans (both start-ups overlap); the driver's setup
     (matched sites, outputs) comes later, with :meth:`ready`."""
 
-    pool: ProcessPoolExecutor
+    pool: QuietPool
     setup: CompareSetup
 
     @classmethod
     def start(cls, setup: CompareSetup, processes: int) -> ComparePool:
-        from concurrent.futures import ProcessPoolExecutor
+        from attnviz.corpus.quietpool import QuietPool
 
-        from attnviz.corpus import quietspawn
-
-        # quiet on Ctrl-C from the start, not only once _warm runs
-        pool = ProcessPoolExecutor(setup.workers, mp_context=quietspawn.context(), initializer=_warm, initargs=(setup,))
-        for _ in range(max(1, min(processes, setup.workers))):  # spawn pools grow on demand: one task each
-            pool.submit(_ready)
+        pool = QuietPool(setup.workers, _warm, (setup,))  # quiet on Ctrl-C from the start, not only once _warm runs
+        try:
+            for _ in range(max(1, min(processes, setup.workers))):  # spawn pools grow on demand: one task each
+                pool.submit(_ready)
+        except BaseException:  # a Ctrl-C while they spawn: as engines.WarmPool.start
+            pool.stop()
+            raise
         return cls(pool, setup)
 
     def close(self, kill: bool = False) -> None:
         if kill:
-            for proc in list((getattr(self.pool, "_processes", None) or {}).values()):  # no public way (3.11)
-                proc.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.stop()
+        else:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def local_engine(

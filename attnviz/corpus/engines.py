@@ -9,20 +9,20 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
-from attnviz.corpus import quietspawn
 from attnviz.corpus.quietspawn import settle
 
 # the reduction (numpy, the runtime) is imported where a worker builds its reducer, not here: the driver of
 # `attnviz corpus` starts its pool (WarmPool, WorkerSetup) before it imports numpy (corpus/prestart.py)
 if TYPE_CHECKING:
     import threading
-    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures import Future
 
     from attnviz.corpus.plan import BatchSpec
+    from attnviz.corpus.quietpool import QuietPool
     from attnviz.corpus.reduce import BatchReducer, HeadGroup, Partial
     from attnviz.runtime.light_model import LightModel
     from attnviz.runtime.model import AttentionModel
@@ -347,7 +347,7 @@ class WarmPool:
     (spawn, imports, session, probe: 1.5-3 s a worker on this 2-core box) overlaps the driver's own."""
 
     setup: WorkerSetup
-    pool: ProcessPoolExecutor
+    pool: QuietPool
     started: int
     exiting: list[threading.Thread] = field(default_factory=list)  # close(wait=False): joined by the next close
     probing: Future | None = None  # start(probe=True): the probe, queued before the warm-ups
@@ -358,23 +358,26 @@ class WarmPool:
         for the model's probe (:meth:`probe`); where every process starts now and the sessions are on the CPU,
         the probe is the first task, ahead of the warm-ups, so that the first process to be up answers it while
         the others open their sessions (queued behind a warm-up, the driver waited on both: ~0.3 s)."""
-        from concurrent.futures import ProcessPoolExecutor
+        from attnviz.corpus.quietpool import QuietPool
 
         procs = LAYOUTS[setup.layout].processes(setup.workers)
         n = max(1, min(processes, procs))
         # every process now: one more task than processes would start one process more (a tiny corpus's)
         first = probe and n == procs and _probes_in_worker(setup)
-        # spawn: a fork would copy the driver's onnxruntime thread pools into the children
-        pool = ProcessPoolExecutor(
-            procs,
-            mp_context=quietspawn.context(),  # quiet on Ctrl-C from the start, not only once _warm runs
-            initializer=_warm,
-            initargs=(setup, not first),
-        )
-        probing = pool.submit(_probe, setup) if first else None
-        task = (_warm_up, setup) if first else (_ready,)
-        for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
-            pool.submit(*task)
+        # spawn, quiet on Ctrl-C from the start, not only once _warm runs: a fork would copy the driver's
+        # onnxruntime thread pools into the children
+        pool = QuietPool(procs, _warm, (setup, not first))
+        try:
+            probing = pool.submit(_probe, setup) if first else None
+            task = (_warm_up, setup) if first else (_ready,)
+            for _ in range(n):  # each task that finds no idle process starts one (3.11: spawn pools grow on demand)
+                pool.submit(*task)
+        except BaseException:
+            # a Ctrl-C while the processes spawn (the command's first act): those up ignore it and would warm up
+            # while the interrupted command's exit joined them; every one is now the pool's (quietpool.held: one
+            # not yet recorded was never stopped, and the exit joined it for ever), stopped and joined here
+            pool.stop()
+            raise
         return cls(setup, pool, n, probing=probing)
 
     def probe(self) -> Future:
@@ -404,16 +407,22 @@ class WarmPool:
         error, the model may be one that hangs onnxruntime).  ``wait=False``: their exit is waited for by the
         next close that waits (the caller's, after it wrote its results: the processes' teardown, ~0.03 s, then
         overlaps the writes instead of preceding them)."""
-        if kill:
-            procs = getattr(self.pool, "_processes", None) or {}  # None once shut down
-            for proc in list(procs.values()):  # no public way to stop them in Python 3.11
-                proc.terminate()
         manager = getattr(self.pool, "_executor_manager_thread", None)  # joins the processes; None once shut down
-        self.pool.shutdown(wait=wait, cancel_futures=True)
+        if kill:
+            self.pool.stop(wait=wait)
+        else:
+            self.pool.shutdown(wait=wait, cancel_futures=True)
         if not wait and manager is not None:
             self.exiting.append(manager)
         while wait and self.exiting:
             self.exiting.pop().join()
+
+
+def carried(setup: WorkerSetup, early: WorkerSetup) -> WorkerSetup:
+    """``setup`` as the tasks in a pool started on ``early`` (the same command's, fitting it) carry it: with the
+    pool's token, so that its processes, which asked where their sessions run for ``early`` (:func:`_device`),
+    do not ask again for the run's setup, planned since (another token; the same model and provider)."""
+    return replace(setup, asked=early.asked)
 
 
 _OFFERED: list[WarmPool] = []  # started early by the driver (prestart.prestart) for the local_engine call that follows
@@ -451,6 +460,8 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
             warm.close()
         warm = WarmPool.start(setup, setup.workers)
         offered = False
+    else:
+        setup = carried(setup, warm.setup)
     pool = warm.pool
     lay = LAYOUTS[setup.layout]
     chunk = _chunk_forced() or lay.chunk(setup.gpu)

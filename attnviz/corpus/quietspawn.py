@@ -6,7 +6,9 @@ on a busy box, during which a Ctrl-C printed a ``KeyboardInterrupt`` traceback f
 starting thread blocks SIGINT while it spawns: the child inherits the blocked mask through fork and exec (a signal
 sent meanwhile stays pending there, not delivered), and its initializer ignores SIGINT before it unblocks it
 (:func:`settle`).  The driver loses nothing: a signal to the process goes to a thread that does not block it, or
-waits in the starting thread until the spawn returns (a few ms)."""
+waits in the starting thread until the spawn returns (a few ms).  (Another thread's signal is still raised in the
+main thread mid-spawn, as Python runs its handlers there: the pool holds it until the process is recorded,
+corpus/quietpool.py.)"""
 
 from __future__ import annotations
 

@@ -90,3 +90,24 @@ def test_keeping_and_forgetting_where_auto_landed_is_counted(planted, monkeypatc
     before = landings.count()
     light_model.forget_landing(path)
     assert landings.count() == before + 1
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["as-local_engine-sends-it", "the-runs-own-token"])
+def test_the_early_pools_probing_process_asks_once_for_the_command(planted, tmp_path, monkeypatch, asked, carried):
+    """The command starts its pool on a setup of its own (prestart; the first process answers the probe) and plans
+    the run's later (another token).  The reducer that process's first batch builds (engines._work, less the
+    process's own set-up), for the run's setup as local_engine sends it (engines.carried: the pool's token), asks
+    no more; for the run's own token it asked again (before)."""
+    from attnviz.corpus.reduce import BatchReducer, layout
+
+    monkeypatch.setenv("ATTNVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    model = str(planted[0])
+    groups = tuple(layout(BatchReducer(model, "cpu", None, 1, 5).model.sites))
+    early = engines.WorkerSetup(model, "auto", None, 1, 5, (), 2)  # prestart's
+    run = engines.WorkerSetup(model, "auto", None, 1, 5, groups, 2)  # the run's
+    engines._probe(_copy(early))  # the driver's probe, in the pool's first process
+    sent = engines.carried(run, early) if carried else run
+    assert sent == run  # the same setup otherwise
+    red = engines._own_reducer(_copy(sent), warm=False)
+    assert red.groups == list(groups)
+    assert len(asked) == (1 if carried else 2)

@@ -1,0 +1,62 @@
+"""The corpus commands' process pool: every process it spawns is one it can stop, whenever the Ctrl-C comes.
+
+A spawn pool (Python 3.11) starts a process inside ``submit`` and records it once ``Process.start`` returned.  A
+Ctrl-C raised between the two (in the driver's main thread, by a signal that another of its threads received: the
+pool's manager and feeder threads do not block it, quietspawn's mask is the starting thread's alone) left a process
+that the pool did not know: one that never got its start-up data printed an ``EOFError`` traceback, one that got it
+waited on the pool's queue for ever, and the interpreter's exit joined it for ever (a CI timeout).  Here ``submit``
+holds a Ctrl-C until it returns (:func:`held`: a few ms, a spawn's); then :meth:`QuietPool.stop` reaches every
+process the pool started.  The caller that was starting the pool stops it (engines.WarmPool.start): the processes
+already up ignore SIGINT (quietspawn.settle) and would warm up for seconds while the interrupted command's exit
+waited on them (concurrent.futures joins its pools at exit).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+
+from attnviz.corpus import quietspawn
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """A Ctrl-C meanwhile is raised when the block ends, by the handler it would have run (the command's counting
+    one, or Python's own); only in the main thread, where Python runs the handlers, and only where a Python handler
+    is set (an ignored SIGINT stays ignored).  Not for a block that may wait long: a second Ctrl-C is held too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        yield
+        return
+    caught: list = []
+    signal.signal(signal.SIGINT, lambda *signal_and_frame: caught.append(signal_and_frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if caught:
+            handler(*caught[0])
+
+
+class QuietPool(ProcessPoolExecutor):
+    """A spawn pool whose processes are quiet on Ctrl-C (quietspawn) and all stoppable (:meth:`stop`)."""
+
+    def __init__(self, processes: int, initializer, initargs: tuple) -> None:
+        super().__init__(processes, mp_context=quietspawn.context(), initializer=initializer, initargs=initargs)
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        with held():  # the process it may spawn is recorded before a Ctrl-C surfaces
+            return super().submit(fn, *args, **kwargs)
+
+    def stop(self, wait: bool = True) -> None:
+        """Terminate every process (SIGTERM: one still reading its start-up data dies silently too) and shut the
+        pool down; ``wait``: until its manager thread has joined them."""
+        for proc in list((self._processes or {}).values()):  # None once shut down; no public way (Python 3.11)
+            proc.terminate()
+        self.shutdown(wait=wait, cancel_futures=True)
