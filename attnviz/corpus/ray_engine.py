@@ -597,10 +597,12 @@ def _keys(files: list[Path], keys: tuple[str, ...], small: tuple[str, ...] = ())
     rows = []
     for f, path in enumerate(files):
         pf = pq.ParquetFile(path)
+        cols = pf.read(columns=[*keys, *small]).to_pydict()  # a file's key columns at once (Ray: a row group a batch)
+        n = 0
         for g in range(pf.num_row_groups):
-            cols = pf.read_row_group(g, columns=[*keys, *small]).to_pydict()
             for r in range(pf.metadata.row_group(g).num_rows):
-                rows.append(RowKey(tuple(cols[k][r] for k in keys), f, g, r, {c: cols[c][r] for c in small}))
+                rows.append(RowKey(tuple(cols[k][n] for k in keys), f, g, r, {c: cols[c][n] for c in small}))
+                n += 1
     return sorted(rows, key=lambda k: k.key)  # sorted() is stable: equal keys keep file and row order
 
 
@@ -609,7 +611,7 @@ FOLD_COLUMNS = ("items", "tokens", "heads", "kb", *ARRAYS, "texts")  # what the 
 
 class Pieces:
     """The partial files' rows one piece at a time: a piece is one row group of one file (Ray Data writes one
-    block, ``RESUME_BATCHES`` batches, a file), read when the fold order first asks for a row in it and dropped
+    block, ``RESUME_BATCHES`` batches, a file, each batch its own row group), read when the fold order first asks for a row in it and dropped
     when it asks for another piece's.  The whole table in the driver grew with the corpus (bench/ray_delimited_memory.py:
     256 MiB at 20k rows, 340 at 200k); this holds one piece.  ``loads`` and ``most_rows`` say what it read."""
 
@@ -618,6 +620,7 @@ class Pieces:
         self.columns = list(columns)
         self.at: tuple[int, int] | None = None
         self.piece = None
+        self.file: tuple[int, Any] | None = None  # the file the piece is of, open
         self.loads = 0  # pieces read
         self.most_rows = 0  # the most rows held at once
 
@@ -626,7 +629,9 @@ class Pieces:
 
         if self.at != (k.file, k.group):
             self.piece = None  # the previous piece goes before the next is read
-            piece = pq.ParquetFile(self.files[k.file]).read_row_group(k.group, columns=self.columns)
+            if self.file is None or self.file[0] != k.file:  # its footer parsed once (Ray: a row group a batch)
+                self.file = (k.file, pq.ParquetFile(self.files[k.file]))
+            piece = self.file[1].read_row_group(k.group, columns=self.columns)
             self.piece, self.at = piece, (k.file, k.group)
             self.loads += 1
             self.most_rows = max(self.most_rows, piece.num_rows)
