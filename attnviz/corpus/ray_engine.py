@@ -611,9 +611,10 @@ FOLD_COLUMNS = ("items", "tokens", "heads", "kb", *ARRAYS, "texts")  # what the 
 
 class Pieces:
     """The partial files' rows one piece at a time: a piece is one row group of one file (Ray Data writes one
-    block, ``RESUME_BATCHES`` batches, a file, each batch its own row group), read when the fold order first asks for a row in it and dropped
-    when it asks for another piece's.  The whole table in the driver grew with the corpus (bench/ray_delimited_memory.py:
-    256 MiB at 20k rows, 340 at 200k); this holds one piece.  ``loads`` and ``most_rows`` say what it read."""
+    block, ``RESUME_BATCHES`` batches, a file, each batch its own row group), read when the fold order first asks
+    for a row in it and dropped when it asks for another piece's.  The whole table in the driver grew with the
+    corpus (bench/ray_delimited_memory.py: a peak of 251 MiB at 20k rows, 340 at 200k; now 238 and 248); this
+    holds one piece.  ``loads`` and ``most_rows`` say what it read."""
 
     def __init__(self, files: list[Path], columns: tuple[str, ...] = FOLD_COLUMNS):
         self.files = files
@@ -655,8 +656,9 @@ def _fold(store: PartialsStore, keys: list[RowKey], each=None, pieces: Pieces | 
         raise
     except Exception as e:  # a partial file unreadable after Ray wrote it (the disk, another process)
         store.drop()
+        why = (str(e).strip().splitlines() or [""])[0]
         raise AttnvizError(
-            f"{store.folder}: a partial result could not be read back ({type(e).__name__}: {str(e)[:120]}); "
+            f"{store.folder}: a partial result could not be read back ({type(e).__name__}: {why[:120]}); "
             "run again (the folder is removed)"
         ) from None
     store.drop()
