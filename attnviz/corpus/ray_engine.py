@@ -7,7 +7,8 @@ Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray. 
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
     -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
-The driver then reads the partials Parquet back and folds it (``partials``).  A batch Ray hands an actor is cut
+The driver then folds the partials Parquet streamed: the fold keys of every batch first, then the batches' arrays
+a row group at a time in fold order (``Pieces``), never the whole table.  A batch Ray hands an actor is cut
 again by :func:`~attnviz.corpus.plan.plan_text` (the map budget; equal lengths for a mask-less encoder), so
 each padded batch obeys the same rules as the local engine's.  Sums fold in (length, first item) order and
 top-k ties go to the lower item index, so results equal the local engine's up to float64 summation order.
@@ -118,11 +119,8 @@ class PartialsStore:
         atomic_write_json(meta, {"fingerprint": self.fingerprint}, "--out")
         return [], 0, 0
 
-    def read(self):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        return pa.concat_tables([pq.read_table(f) for f in sorted(self.folder.glob("*.parquet"))])
+    def files(self) -> list[Path]:
+        return sorted(self.folder.glob("*.parquet"))
 
     def drop(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -524,9 +522,10 @@ def _with_index(ds):
 def run_texts(
     setup, job: TextJob, out: Path, progress: bool = False
 ) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int], int | None]:
-    """Run the whole pipeline; returns the partials in fold order, the items the top-k examples name, the
-    (items, tokens) an interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked;
-    an interrupted run's included, as its tokens are)."""
+    """Run the whole pipeline; returns the partials in fold order (read as they are folded), the items the top-k
+    examples name (a dict filled as the fold goes: whole once the partials are exhausted), the (items, tokens) an
+    interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked; an interrupted
+    run's included, as its tokens are)."""
     _ray()  # a clear line when Ray is missing, before anything starts
     if Path(job.path).suffix.lower() == ".jsonl":
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
@@ -561,37 +560,108 @@ def run_texts(
         # loses at most the blocks in flight (one sorted block would hold back every file to the end)
         ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
         _reduce_and_write(ds, setup, job, partials)
-        table = store.read()
+        keys = _keys(store.files(), ("first_length", "first_item"), ("cut",) if job.max_tokens is not None else ())
     except AttnvizError:
         store.drop()
         raise
     except Exception as e:  # Ray wraps reader and task errors; the remote error line names the cause
         store.drop()
         raise _ray_error(e, f"--texts {Path(job.path).name}", "the file") from None
-    # a Ctrl-C (KeyboardInterrupt, not an Exception) leaves the store for the next run to resume from
-    store.drop()
-    order = _fold_order(table, ("first_length", "first_item"))
-    texts = table.column("texts").to_pylist()
+    cut = None if job.max_tokens is None else sum(int(k.small["cut"]) for k in keys)
     items: dict[int, Item] = {}
-    for r in order:
-        for i, (t, p) in parse_json(texts[r], PARTIALS).items():
+
+    def named(row: dict) -> None:  # the items a batch's top-k names, gathered as the fold takes it
+        for i, (t, p) in parse_json(row["texts"], PARTIALS).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
-    cut = None if job.max_tokens is None else sum(int(c) for c in table.column("cut").to_pylist())
-    return _partials_in(table, order), items, (n_done, tokens_done), cut
+
+    return _fold(store, keys, named), items, (n_done, tokens_done), cut
 
 
-def _fold_order(table, keys: tuple[str, ...]) -> list[int]:
-    """The partials table's rows in fold order (by ``keys``), as row numbers."""
-    cols = [table.column(k).to_pylist() for k in keys]
-    return sorted(range(table.num_rows), key=lambda i: tuple(c[i] for c in cols))
+@dataclass(frozen=True)
+class RowKey:
+    """Where one partial (one padded batch) lies: its fold key, its file, row group and row there, and the small
+    columns asked for beside the key (the driver reads these of every row; the arrays only as the fold takes them)."""
+
+    key: tuple
+    file: int
+    group: int
+    row: int
+    small: dict
 
 
-def _partials_in(table, order: list[int]) -> Iterator[Partial]:
-    """Each row's :class:`Partial`, in ``order``, converted as the fold takes it: ``to_pylist()`` of the whole
-    table held a Python copy of every batch's arrays beside Arrow's until the fold ended (the driver's peak grew
-    with the corpus: bench/ray_delimited_memory.py)."""
-    for b, i in enumerate(order):
-        yield partial_from_row(table.slice(i, 1).to_pylist()[0], b)
+def _keys(files: list[Path], keys: tuple[str, ...], small: tuple[str, ...] = ()) -> list[RowKey]:
+    """Every partial's :class:`RowKey`, in fold order (by ``keys``; ties in file and row order, as the whole table's
+    stable sort had them).  Reads only those columns: a few numbers a batch, not its arrays."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for f, path in enumerate(files):
+        pf = pq.ParquetFile(path)
+        cols = pf.read(columns=[*keys, *small]).to_pydict()  # a file's key columns at once (Ray: a row group a batch)
+        n = 0
+        for g in range(pf.num_row_groups):
+            for r in range(pf.metadata.row_group(g).num_rows):
+                rows.append(RowKey(tuple(cols[k][n] for k in keys), f, g, r, {c: cols[c][n] for c in small}))
+                n += 1
+    return sorted(rows, key=lambda k: k.key)  # sorted() is stable: equal keys keep file and row order
+
+
+FOLD_COLUMNS = ("items", "tokens", "heads", "kb", *ARRAYS, "texts")  # what the fold reads of a partial
+
+
+class Pieces:
+    """The partial files' rows one piece at a time: a piece is one row group of one file (Ray Data writes one
+    block, ``RESUME_BATCHES`` batches, a file, each batch its own row group), read when the fold order first asks
+    for a row in it and dropped when it asks for another piece's.  The whole table in the driver grew with the
+    corpus (bench/ray_delimited_memory.py: a peak of 251 MiB at 20k rows, 340 at 200k; now 238 and 248); this
+    holds one piece.  ``loads`` and ``most_rows`` say what it read."""
+
+    def __init__(self, files: list[Path], columns: tuple[str, ...] = FOLD_COLUMNS):
+        self.files = files
+        self.columns = list(columns)
+        self.at: tuple[int, int] | None = None
+        self.piece = None
+        self.file: tuple[int, Any] | None = None  # the file the piece is of, open
+        self.loads = 0  # pieces read
+        self.most_rows = 0  # the most rows held at once
+
+    def row(self, k: RowKey) -> dict:
+        import pyarrow.parquet as pq
+
+        if self.at != (k.file, k.group):
+            self.piece = None  # the previous piece goes before the next is read
+            if self.file is None or self.file[0] != k.file:  # its footer parsed once (Ray: a row group a batch)
+                self.file = (k.file, pq.ParquetFile(self.files[k.file]))
+            piece = self.file[1].read_row_group(k.group, columns=self.columns)
+            self.piece, self.at = piece, (k.file, k.group)
+            self.loads += 1
+            self.most_rows = max(self.most_rows, piece.num_rows)
+        assert self.piece is not None
+        return self.piece.slice(k.row, 1).to_pylist()[0]
+
+
+def _fold(store: PartialsStore, keys: list[RowKey], each=None, pieces: Pieces | None = None) -> Iterator[Partial]:
+    """Each partial in fold order, read a piece at a time (:class:`Pieces`); ``each(row)`` sees every row first.
+    The files stay until the last is folded: a Ctrl-C during the fold leaves them for the next run to resume from;
+    an error reading them removes them, as one before the fold did."""
+    pieces = pieces or Pieces(store.files())
+    try:
+        for b, k in enumerate(keys):
+            row = pieces.row(k)
+            if each is not None:
+                each(row)
+            yield partial_from_row(row, b)
+    except AttnvizError:
+        store.drop()
+        raise
+    except Exception as e:  # a partial file unreadable after Ray wrote it (the disk, another process)
+        store.drop()
+        why = (str(e).strip().splitlines() or [""])[0]
+        raise AttnvizError(
+            f"{store.folder}: a partial result could not be read back ({type(e).__name__}: {why[:120]}); "
+            "run again (the folder is removed)"
+        ) from None
+    store.drop()
 
 
 def _reduce_and_write(ds, setup, job, partials: Path) -> None:
@@ -632,8 +702,9 @@ def _direct_images(batch, folder: str):
 
 
 def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
-    """Ray Data reads the image folder; returns (partials in fold order, the examples' items, the data sha256
-    computed as :func:`attnviz.corpus.items.sha256_items` does, the number of items, (items, tokens) resumed)."""
+    """Ray Data reads the image folder; returns (partials in fold order, the examples' items (filled as the fold
+    goes), the data sha256 computed as :func:`attnviz.corpus.items.sha256_items` does, the number of items,
+    (items, tokens) resumed)."""
     ray = _ray()
 
     from attnviz.runtime.raster import IMAGE_SUFFIXES
@@ -658,28 +729,28 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
             ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
         ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES)  # one file per block
         _reduce_and_write(ds, setup, job, partials)
-        table = store.read()
+        keys = _keys(store.files(), ("first_item",), ("digests",))
     except AttnvizError:
         store.drop()
         raise
     except Exception as e:
         store.drop()
         raise _ray_error(e, f"--images {job.folder}", "the folder") from None
-    store.drop()  # kept only after a Ctrl-C, for the next run to resume from
-    order = _fold_order(table, ("first_item",))
-    texts, digested = table.column("texts").to_pylist(), table.column("digests").to_pylist()
     items: dict[int, Item] = {}
     digests = []
-    for r in order:
-        for i, (path, _) in parse_json(texts[r], PARTIALS).items():
-            items[int(i)] = Item(int(i), image=path)
-        digests += parse_json(digested[r], PARTIALS)
+    for k in keys:  # every image's name and hash (the data's sha256 is known before the fold)
+        digests += parse_json(k.small["digests"], PARTIALS)
     digests.sort()
     h = hashlib.sha256()
     for _, name, digest in digests:  # as sha256_items: each item's [text, pair, image name], then its bytes' hash
         h.update(json.dumps([None, None, name]).encode())
         h.update(digest.encode())
-    return _partials_in(table, order), items, h.hexdigest(), len(digests), (n_done, tok_done)
+
+    def named(row: dict) -> None:
+        for i, (path, _) in parse_json(row["texts"], PARTIALS).items():
+            items[int(i)] = Item(int(i), image=path)
+
+    return _fold(store, keys, named), items, h.hexdigest(), len(digests), (n_done, tok_done)
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -754,14 +825,13 @@ def images_stream(cfg, workers: int, threads: int, setup, ckpt: Path, model_sha:
     folder = Path(str(cfg.images))
     if not folder.is_dir():
         raise AttnvizError(f"--images {folder}: not a folder")
-    found: dict[int, Item] = {}
     job = ImageJob(str(folder), cfg.max_items, cfg.batch_size, _folder_fingerprint(cfg, folder, model_sha))
 
     def partials(start: int) -> Iterator[Partial]:
         parts, items, sha, n, resumed = run_images(setup, job, Path(cfg.out), cfg.progress)
-        found.update(items)
+        stream.items = lambda: items  # filled as the partials are folded (read after the fold)
         stream.data_sha, stream.total, stream.resumed = sha, n, resumed  # known once Ray has read every image
         return parts
 
-    stream = Stream(partials, lambda: found, None, "", "items", None, workers, threads)
+    stream = Stream(partials, dict, None, "", "items", None, workers, threads)
     return stream

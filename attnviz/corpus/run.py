@@ -716,16 +716,15 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
         fingerprint,
         cfg.max_tokens,
     )
-    found: dict[int, it.Item] = {}
 
     def partials(start: int) -> Iterator[Partial]:
         parts, items, stream.resumed, cut = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
-        found.update(items)
+        stream.items = lambda: items  # filled as the partials are folded (Ray runs read it after the fold)
         if cut is not None:
             stream.cut = _truncation(cfg, kind, cut)
         return parts
 
-    stream = Stream(partials, lambda: found, None, data_sha, "file", None, workers, threads)
+    stream = Stream(partials, dict, None, data_sha, "file", None, workers, threads)
     return stream
 
 
