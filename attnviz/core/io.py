@@ -24,7 +24,7 @@ import math
 import os
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -143,6 +143,53 @@ class _Entries:
             return self._z[name]
         except Exception as e:
             raise AttnvizError(f"{self._path}: {npz_problem(e, name)}; {REEXTRACT}") from None
+
+    def floats(self, name: str) -> np.ndarray:
+        """Entry ``name``, a map: read as numpy reads it, except that floats of another width or byte order
+        (float64: a user's own maps, a double-precision model's) are read :data:`READ_BAND` bytes at a time into
+        the float32 array every map is held as (:class:`~attnviz.core.attention.DenseMap` converts at the same
+        rounding): ``np.load`` then ``astype`` held the float64 array and its float32 copy at once, 3x the map."""
+        header = self._header(name)
+        if header is None:
+            return self[name]
+        shape, fortran, dtype = header
+        out = np.empty(shape, np.float32, order="F" if fortran else "C")
+        flat, step = out.ravel(order="K"), max(1, READ_BAND // dtype.itemsize)  # (a view: memory order)
+        archive = self._z.zip
+        assert archive is not None  # (_header found the entry in it)
+        try:
+            with archive.open(name + ".npy") as fh:
+                self._skip_header(fh)
+                for i in range(0, flat.size, step):
+                    n = min(step, flat.size - i)
+                    raw = fh.read(n * dtype.itemsize)
+                    if len(raw) != n * dtype.itemsize:
+                        raise EOFError("EOF: the array's data is cut short")
+                    flat[i : i + n] = np.frombuffer(raw, dtype=dtype)
+        except Exception as e:
+            raise AttnvizError(f"{self._path}: {npz_problem(e, name)}; {REEXTRACT}") from None
+        return out
+
+    def _header(self, name: str) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+        """Entry ``name``'s shape, order and dtype where it holds floats other than native float32; else None
+        (read whole by numpy, any problem in its words)."""
+        archive = self._z.zip
+        if archive is None or name + ".npy" not in archive.namelist():
+            return None
+        try:
+            with archive.open(name + ".npy") as fh:
+                shape, fortran, dtype = self._skip_header(fh)
+        except Exception:  # a header numpy cannot read: numpy's own read says which problem
+            return None
+        if dtype.kind != "f" or dtype == np.float32 or dtype.hasobject:
+            return None
+        return tuple(int(s) for s in shape), bool(fortran), dtype
+
+    @staticmethod
+    def _skip_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        return read(fh)
 
     def whole(self, name: str) -> int:
         """Entry ``name``: one whole number (a count, an index)."""
@@ -278,7 +325,7 @@ def _parse(z: _Entries, path: Path) -> AttentionResult:
         raise AttnvizError(f"{path}: holds no attention maps (0 sites); {REEXTRACT}")
     maps: list[MapSource] = []
     for i in range(len(sites)):
-        a = z[f"attn_{i:03d}"]
+        a = z.floats(f"attn_{i:03d}")
         sized = _sized_frames(z, i, a, sites[i].heads, path)
         if sized is not None:  # frames of several sizes (one prompt's images each at its own size)
             maps.append(sized)
@@ -356,6 +403,7 @@ REEXTRACT = "extract the maps again with 'attnviz extract'"
 FRAMES_SUFFIX = "_frames"  # attn_NNN_frames: attn_NNN holds a tower's frames' maps, this many frames a row
 KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (its padding's after its frames')
 SIZES_SUFFIX = "_sizes"  # attn_NNN_sizes: each frame's patches, frames of several sizes (attn_NNN flat, in turn)
+READ_BAND = 1 << 20  # bytes of a float64 (any non-float32) map read at a time into its float32 array (1 MiB)
 FINITE_BAND = 1 << 22  # values checked for NaN/Inf at a time (16 MB of float32): the mask is a band's, not the map's
 
 
