@@ -153,11 +153,11 @@ class _Entries:
         if header is None:
             return self[name]
         shape, fortran, dtype = header
-        out = np.empty(shape, np.float32, order="F" if fortran else "C")
-        flat, step = out.ravel(order="K"), max(1, READ_BAND // dtype.itemsize)  # (a view: memory order)
         archive = self._z.zip
         assert archive is not None  # (_header found the entry in it)
-        try:
+        try:  # (the allocation too: a shape numpy refuses, or no memory for it, is the entry's problem as before)
+            out = np.empty(shape, np.float32, order="F" if fortran else "C")
+            flat, step = out.ravel(order="K"), max(1, READ_BAND // dtype.itemsize)  # (a view: memory order)
             with archive.open(name + ".npy") as fh:
                 self._skip_header(fh)
                 for i in range(0, flat.size, step):
@@ -165,7 +165,8 @@ class _Entries:
                     raw = fh.read(n * dtype.itemsize)
                     if len(raw) != n * dtype.itemsize:
                         raise EOFError("EOF: the array's data is cut short")
-                    flat[i : i + n] = np.frombuffer(raw, dtype=dtype)
+                    with np.errstate(over="ignore"):  # past float32's range: Inf, refused in one line by _parse
+                        flat[i : i + n] = np.frombuffer(raw, dtype=dtype)
         except Exception as e:
             raise AttnvizError(f"{self._path}: {npz_problem(e, name)}; {REEXTRACT}") from None
         return out

@@ -110,3 +110,16 @@ def test_a_float64_map_cut_short_is_one_line(tmp_path):
         f"{p}: its entry 'attn_000' is cut short or damaged (a partial copy or download); "
         "extract the maps again with 'attnviz extract'"
     )
+
+
+def test_a_float64_value_past_float32s_range_is_refused_in_one_line(tmp_path, recwarn):
+    """Before, the float64 check passed and the float32 map then held Inf (what no view can colour); now the
+    map as held is checked, and numpy's overflow warning is not printed beside the line."""
+    a = np.full((1, 1, 2, 2), 0.25)
+    a[0, 0, 1, 0] = 1e300
+    p = tmp_path / "over.npz"
+    np.savez(p, attn_000=a, sites=sites(1))
+    with pytest.raises(AttnvizError) as e:
+        load_npz(p)
+    assert str(e.value) == f"{p}: attn_000 contains NaN or Inf values; these maps cannot be shown"
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
