@@ -12,8 +12,9 @@ few bytes a pixel.
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.image import AxesImage, _resample
-from matplotlib.transforms import Affine2D, Bbox, IdentityTransform
+from matplotlib import image as mimage
+from matplotlib.image import AxesImage
+from matplotlib.transforms import Affine2D, Bbox, IdentityTransform, Transform
 
 EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most cells numbered exactly
 
@@ -33,13 +34,17 @@ class CellImage(AxesImage):
             or self.get_alpha() is not None
         )
         if plain:  # what this class does not cover is drawn the usual way
-            return super()._make_image(A, in_bbox, out_bbox, clip_bbox, magnification, unsampled, round_to_pixel_border)
+            return super()._make_image(  # type: ignore[misc]
+                A, in_bbox, out_bbox, clip_bbox, magnification, unsampled, round_to_pixel_border
+            )
         placed = _placement(self, A.shape, in_bbox, out_bbox, clip_bbox, magnification)
         if placed is None:
             return None, 0, 0, None
         x0, y0, (h, w), t = placed
         numbers = np.arange(1, A.size + 1, dtype=np.float32).reshape(A.shape)  # 0: a pixel outside the map
-        at = _resample(self, numbers, (h, w), t)  # each output pixel's cell number, as Agg's nearest sampling picks
+        # each output pixel's cell number, as Agg's nearest sampling picks it (imshow's own resampler)
+        resample = mimage._resample  # type: ignore[attr-defined]
+        at = resample(self, numbers, (h, w), t)
         del numbers
         colours = np.zeros(A.size + 1, np.uint32)
         colours[1:] = self.to_rgba(A, bytes=True).view(np.uint32).ravel()
@@ -54,14 +59,14 @@ def _placement(image: AxesImage, shape, in_bbox, out_bbox, clip_bbox, magnificat
     clipped = Bbox.intersection(out_bbox, clip_bbox)
     if clipped is None:
         return None
-    e = clipped.extents * magnification
+    e = np.asarray(clipped.extents) * magnification
     # rounded to the nearest output pixel, with the base class's fudge on the sides away from Agg's anchor
     x0, y0 = np.floor(e[0] + 0.5), np.ceil(e[1] - 0.5 - 1e-8)
     x1, y1 = np.floor(e[2] + 0.5 + 1e-8), np.ceil(e[3] - 0.5)
     if x1 - x0 <= 0 or y1 - y0 <= 0:
         return None
     rows, cols = shape
-    t0 = Affine2D().translate(0, -rows).scale(1, -1) if image.origin == "upper" else IdentityTransform()
+    t0: Transform = Affine2D().translate(0, -rows).scale(1, -1) if image.origin == "upper" else IdentityTransform()
     t0 += (
         Affine2D().scale(in_bbox.width / cols, in_bbox.height / rows).translate(in_bbox.x0, in_bbox.y0)
         + image.get_transform()
@@ -74,4 +79,5 @@ def as_cells(image: AxesImage) -> CellImage:
     """``image`` (from ``ax.imshow``, which sets its limits, aspect and clip path) drawn as a :class:`CellImage`:
     its class swapped, its state the same (CellImage adds no state, only the way it is rasterised)."""
     image.__class__ = CellImage
+    assert isinstance(image, CellImage)
     return image
