@@ -25,6 +25,7 @@ from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult
 from attnviz.figures import select as sel_
 from attnviz.figures.audio import draw_audio
+from attnviz.figures.cells import as_cells
 from attnviz.figures.layout import (
     CHAR_W,
     FIT,
@@ -119,14 +120,16 @@ def _heatmap_figure(
         fig = new_figure(spec, width, height)
         ax = fig.add_subplot()
     shown, fq, fk = vm.pool_to(m, *_cells_drawn(spec, map_h, map_w), signed=norm is not None)
-    im = ax.imshow(
-        shown,
-        cmap=cmap if cmap is not None else _cmap(spec, "heatmap"),
-        norm=norm if norm is not None else _norm(spec, log, top),
-        aspect="auto",
-        interpolation="nearest",
-        # pooled: each cell spans its runs of positions, so ticks, the highlighted row and the series stay on them
-        **({} if fq == fk == 1 else {"extent": (-0.5, shown.shape[1] * fk - 0.5, shown.shape[0] * fq - 0.5, -0.5)}),
+    im = as_cells(
+        ax.imshow(
+            shown,
+            cmap=cmap if cmap is not None else _cmap(spec, "heatmap"),
+            norm=norm if norm is not None else _norm(spec, log, top),
+            aspect="auto",
+            interpolation="nearest",
+            # pooled: each cell spans its runs of positions, so ticks, the highlighted row and the series stay on them
+            **({} if fq == fk == 1 else {"extent": (-0.5, shown.shape[1] * fk - 0.5, shown.shape[0] * fq - 0.5, -0.5)}),
+        )
     )
     if fq > 1 or fk > 1:
         ax.set_xlim(-0.5, nk - 0.5)
@@ -323,7 +326,7 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         if (li, h) not in maps:  # fewer heads in this layer
             ax.set_axis_off()
             continue
-        im = ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest")
+        im = as_cells(ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
     _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)

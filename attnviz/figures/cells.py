@@ -1,0 +1,83 @@
+"""A map's cells drawn at the output's pixels in bytes: matplotlib's ``imshow`` with its float pipeline skipped.
+
+Drawing an image, matplotlib resamples the map's values (or their float64 RGBA) to every output pixel and colours
+them there: a map ~13 in square at 300 dpi is 15 million pixels, and its float64 RGBA copies (~0.5 GB each) made
+a 16 in figure take 1.5 GB and 4-10 s of CPU whatever the token count (bench/RESULTS.md session 20 figmem20).
+:class:`CellImage` colours each cell once, in bytes, and lets the same Agg resampler place a cell *number* per
+output pixel (exact in float32 up to 2**24 cells; a map side is pooled to at most ``MAX_CELLS``): the pixels
+are those of ``imshow(..., interpolation="nearest")`` (tests/figures/test_cells.py compares them), the memory a
+few bytes a pixel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib import image as mimage
+from matplotlib.image import AxesImage
+from matplotlib.transforms import Affine2D, Bbox, IdentityTransform, Transform
+
+EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most cells numbered exactly
+
+
+class CellImage(AxesImage):
+    """An :class:`AxesImage` of a 2-D map drawn with nearest sampling: cells coloured once, in bytes, then placed."""
+
+    def _make_image(
+        self, A, in_bbox, out_bbox, clip_bbox, magnification=1.0, unsampled=False, round_to_pixel_border=True
+    ):
+        plain = (
+            unsampled
+            or A.ndim != 2
+            or self.get_interpolation() != "nearest"
+            or A.size >= EXACT_CELLS
+            or np.ma.getmask(A) is not np.ma.nomask
+            or self.get_alpha() is not None
+        )
+        if plain:  # what this class does not cover is drawn the usual way
+            return super()._make_image(  # type: ignore[misc]
+                A, in_bbox, out_bbox, clip_bbox, magnification, unsampled, round_to_pixel_border
+            )
+        placed = _placement(self, A.shape, in_bbox, out_bbox, clip_bbox, magnification)
+        if placed is None:
+            return None, 0, 0, None
+        x0, y0, (h, w), t = placed
+        numbers = np.arange(1, A.size + 1, dtype=np.float32).reshape(A.shape)  # 0: a pixel outside the map
+        # each output pixel's cell number, as Agg's nearest sampling picks it (imshow's own resampler)
+        resample = mimage._resample  # type: ignore[attr-defined]
+        at = resample(self, numbers, (h, w), t)
+        del numbers
+        colours = np.zeros(A.size + 1, np.uint32)
+        colours[1:] = self.to_rgba(A, bytes=True).view(np.uint32).ravel()
+        out = colours[at.astype(np.int32)].view(np.uint8).reshape(h, w, 4)
+        return out, x0 / magnification, y0 / magnification, t
+
+
+def _placement(image: AxesImage, shape, in_bbox, out_bbox, clip_bbox, magnification: float):
+    """The output box (whole pixels) and the image-to-pixel transform, as ``AxesImage._make_image`` computes them
+    for a resampled image (matplotlib 3.11; the pixel comparison in tests/figures/test_cells.py would catch a
+    change): ``(x0, y0, (height, width), transform)``, or None when nothing shows."""
+    clipped = Bbox.intersection(out_bbox, clip_bbox)
+    if clipped is None:
+        return None
+    e = np.asarray(clipped.extents) * magnification
+    # rounded to the nearest output pixel, with the base class's fudge on the sides away from Agg's anchor
+    x0, y0 = np.floor(e[0] + 0.5), np.ceil(e[1] - 0.5 - 1e-8)
+    x1, y1 = np.floor(e[2] + 0.5 + 1e-8), np.ceil(e[3] - 0.5)
+    if x1 - x0 <= 0 or y1 - y0 <= 0:
+        return None
+    rows, cols = shape
+    t0: Transform = Affine2D().translate(0, -rows).scale(1, -1) if image.origin == "upper" else IdentityTransform()
+    t0 += (
+        Affine2D().scale(in_bbox.width / cols, in_bbox.height / rows).translate(in_bbox.x0, in_bbox.y0)
+        + image.get_transform()
+    )
+    t = t0 + Affine2D().scale(magnification).translate(-x0, -y0)
+    return x0, y0, (int(y1 - y0), int(x1 - x0)), t
+
+
+def as_cells(image: AxesImage) -> CellImage:
+    """``image`` (from ``ax.imshow``, which sets its limits, aspect and clip path) drawn as a :class:`CellImage`:
+    its class swapped, its state the same (CellImage adds no state, only the way it is rasterised)."""
+    image.__class__ = CellImage
+    assert isinstance(image, CellImage)
+    return image
