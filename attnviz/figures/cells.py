@@ -32,6 +32,7 @@ class CellImage(AxesImage):
             or A.size >= EXACT_CELLS
             or np.ma.getmask(A) is not np.ma.nomask
             or self.get_alpha() is not None
+            or not hasattr(mimage, "_resample")  # a matplotlib without the private resampler: its own way
         )
         if plain:  # what this class does not cover is drawn the usual way
             return super()._make_image(  # type: ignore[misc]

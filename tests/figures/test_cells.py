@@ -147,3 +147,21 @@ def test_as_cells_keeps_the_images_state():
     assert as_cells(im) is im and isinstance(im, CellImage)
     assert (im.get_extent(), im.get_cmap().name, im.norm.vmin, im.norm.vmax, ax.get_xlim()) == before
     np.testing.assert_array_equal(im.get_array(), m)
+
+
+def test_a_matplotlib_without_the_private_resampler_draws_its_own_way(monkeypatch):
+    """CellImage leans on matplotlib's private ``image._resample`` (pinned only as matplotlib>=3.8): where a
+    version lacks it, the figure is matplotlib's own drawing, not an AttributeError."""
+    import types
+
+    from attnviz.figures import cells
+
+    m = np.random.default_rng(3).random((40, 60)).astype(np.float32)
+    fig = Figure(figsize=(3, 2), dpi=80)
+    FigureCanvasAgg(fig)
+    im = fig.add_subplot().imshow(m, aspect="auto", interpolation="nearest")
+    ours, theirs = _both(fig, im)  # with the resampler: the cells path, pixel-equal
+    assert (ours == theirs).all()
+    monkeypatch.setattr(cells, "mimage", types.SimpleNamespace())  # a version whose private name moved
+    again, _ = _both(fig, im)
+    assert (again == theirs).all()
