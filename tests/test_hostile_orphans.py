@@ -315,7 +315,7 @@ def test_ctrl_c_at_a_worker_spawn_exits_promptly_and_quietly(tmp_path, at):
 # a Ctrl-C'd run's exit when its workers are busy (a batch in flight): they are stopped, not waited for.  0.06-0.16 s
 # measured on this 2-core box at load 4 (bench/RESULTS.md, session 20, ctrlrun20); before, the exit waited for every
 # batch in flight, 8-13 s here for the slow batches below
-MID_RUN_S = 3
+MID_RUN_S = 2
 
 
 def _slow_corpus(tmp_path: Path) -> tuple[list[str], Path]:
