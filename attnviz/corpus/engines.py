@@ -404,9 +404,9 @@ class WarmPool:
 
     def close(self, kill: bool = False, wait: bool = True) -> None:
         """Stop the processes; ``kill``: without waiting for one that is still opening the model (after an
-        error, the model may be one that hangs onnxruntime) or running a batch (after a Ctrl-C).  ``wait=False``: their exit is waited for by the
-        next close that waits (the caller's, after it wrote its results: the processes' teardown, ~0.03 s, then
-        overlaps the writes instead of preceding them)."""
+        error, the model may be one that hangs onnxruntime) or running a batch (after a Ctrl-C).  ``wait=False``:
+        their exit is waited for by the next close that waits (the caller's, after it wrote its results: the
+        processes' teardown, ~0.03 s, then overlaps the writes instead of preceding them)."""
         manager = getattr(self.pool, "_executor_manager_thread", None)  # joins the processes; None once shut down
         if kill:
             self.pool.stop(wait=wait)
