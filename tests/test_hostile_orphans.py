@@ -364,8 +364,14 @@ def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_byte
     parent = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
 
-        def mid_run(cmds):  # the first batch folded; the workers and the resource tracker up
-            return (out / "checkpoint.npz").exists() and any("resource_tracker" in c for c in cmds)
+        def mid_run(cmds):  # the first batch folded; the workers and the resource tracker up; and the driver's
+            # pyarrow import, which the first batch starts in a thread (run._prepare_write_quietly), done: an
+            # interrupted run joins it, seconds under load (a window of its own, not the workers')
+            folded = (out / "checkpoint.npz").exists() and any("resource_tracker" in c for c in cmds)
+            try:
+                return folded and "libparquet" in Path(f"/proc/{parent.pid}/maps").read_text()
+            except OSError:  # it exited meanwhile: _children_until says so
+                return False
 
         children = _children_until(parent, mid_run)
         signalled = time.monotonic()
