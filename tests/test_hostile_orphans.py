@@ -310,3 +310,91 @@ def test_ctrl_c_at_a_worker_spawn_exits_promptly_and_quietly(tmp_path, at):
     assert len(pids) == at + 1 and left == [] and not (out / "heads.parquet").exists()  # (+1: the resource tracker)
     assert exited - signal_sent["t"] < PROMPT_S, f"{exited - signal_sent['t']:.1f} s from the Ctrl-C to the exit"
     _a_second_run_completes(args, out)
+
+
+# a Ctrl-C'd run's exit when its workers are busy (a batch in flight): they are stopped, not waited for.  0.06-0.16 s
+# measured on this 2-core box at load 4 (bench/RESULTS.md, session 20, ctrlrun20); before, the exit waited for every
+# batch in flight, 8-13 s here for the slow batches below
+MID_RUN_S = 2
+
+
+def _slow_corpus(tmp_path: Path) -> tuple[list[str], Path]:
+    """``attnviz corpus``'s arguments (two CPU workers) over a model whose big batch takes seconds (d=1024: ~1.5 G
+    multiply-adds an item of 64 tokens), and its --out folder.  Batches are length-sorted: the first, of 256 short
+    items, is back fast (the run's first checkpoint); the two of 256 long items are then in flight."""
+    from onnx_builders import VOCAB, tiny_text_model
+
+    model = tiny_text_model(tmp_path / "wide.onnx", layers=2, heads=2, d=1024, seed=0)
+    words = VOCAB[3:]
+    short = (" ".join(words[(i + j) % len(words)] for j in range(3)) for i in range(256))
+    long = (" ".join(words[(i * 3 + j) % len(words)] for j in range(62)) for i in range(512))
+    texts = tmp_path / "words.txt"
+    texts.write_text("\n".join([*short, *long]) + "\n")
+    args = ["corpus", str(model), "--texts", str(texts), "--workers", "2", "--provider", "cpu", "--batch-size", "256"]
+    return [*args, "--no-progress"], tmp_path / "out"
+
+
+def _results(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.name != "run.json"}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
+@pytest.mark.parametrize("layout", ["processes", "threads"])
+def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_bytes(tmp_path, layout):
+    """Ctrl-C to the group once the run's first batch is folded (its checkpoint written) while the workers run big
+    batches: before, the exit waited for those batches (8-13 s here); now the driver's one line within MID_RUN_S,
+    no traceback, every process gone (the resource tracker too), only the checkpoint in --out (nothing that looks
+    like results); the next run resumes from it and writes the bytes of an uninterrupted run.  ``threads``: one
+    process running the batches from threads on one session (engines.LAYOUTS), a task a batch."""
+    args, out = _slow_corpus(tmp_path)
+    env = dict(_env(), ATTNVIZ_CORPUS_LAYOUT=layout, OMP_NUM_THREADS="1")
+    if layout == "threads":
+        env["ATTNVIZ_CORPUS_CHUNK"] = "1"  # (32 batches a task: the whole corpus)
+    whole = tmp_path / "whole"
+    ran = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", *args, "--out", str(whole)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=APPEAR_S,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads((whole / "run.json").read_text())["batches"] == 3
+    argv = [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)]
+    parent = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+
+        def mid_run(cmds):  # the first batch folded; the workers and the resource tracker up; and the driver's
+            # pyarrow import, which the first batch starts in a thread (run._prepare_write_quietly), done: an
+            # interrupted run joins it, seconds under load (a window of its own, not the workers')
+            folded = (out / "checkpoint.npz").exists() and any("resource_tracker" in c for c in cmds)
+            try:
+                return folded and "libparquet" in Path(f"/proc/{parent.pid}/maps").read_text()
+            except OSError:  # it exited meanwhile: _children_until says so
+                return False
+
+        children = _children_until(parent, mid_run)
+        signalled = time.monotonic()
+        os.killpg(parent.pid, signal.SIGINT)
+        err = parent.communicate(timeout=APPEAR_S)[1]
+        took = time.monotonic() - signalled
+        left = _left_by(children, time.monotonic() + GONE_S)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+    _assert_interrupted_alone(parent, err)
+    assert sum("spawn_main" in c for c in children.values()) == (2 if layout == "processes" else 1)
+    assert left == [] and sorted(p.name for p in out.iterdir()) == ["checkpoint.npz"]
+    assert took < MID_RUN_S, f"{took:.1f} s from the Ctrl-C to the exit"
+    again = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=APPEAR_S,
+    )
+    assert again.returncode == 0, again.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert 0 < run["resumed_from_items"] < run["items"] == 768  # it resumed, from a part
+    assert _results(out) == _results(whole) and set(_results(out)) >= {"heads.parquet", "examples.parquet"}

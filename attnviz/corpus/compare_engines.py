@@ -111,8 +111,8 @@ def local_engine(
     finally:
         for f in window:
             f.cancel()
-        if own:
-            pool.close()
+        if own:  # stopped, not waited for: idle once done; after a Ctrl-C, batches no one reads (engines.local_engine)
+            pool.close(kill=True)
 
 
 def ray_engine(

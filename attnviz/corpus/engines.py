@@ -404,9 +404,9 @@ class WarmPool:
 
     def close(self, kill: bool = False, wait: bool = True) -> None:
         """Stop the processes; ``kill``: without waiting for one that is still opening the model (after an
-        error, the model may be one that hangs onnxruntime).  ``wait=False``: their exit is waited for by the
-        next close that waits (the caller's, after it wrote its results: the processes' teardown, ~0.03 s, then
-        overlaps the writes instead of preceding them)."""
+        error, the model may be one that hangs onnxruntime) or running a batch (after a Ctrl-C).  ``wait=False``:
+        their exit is waited for by the next close that waits (the caller's, after it wrote its results: the
+        processes' teardown, ~0.03 s, then overlaps the writes instead of preceding them)."""
         manager = getattr(self.pool, "_executor_manager_thread", None)  # joins the processes; None once shut down
         if kill:
             self.pool.stop(wait=wait)
@@ -491,8 +491,10 @@ def local_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial
             f.cancel()
         # idle workers are stopped, not asked to exit: a worker's own exit (freeing its sessions, tearing down
         # its interpreter) took ~1 s on this 2-core box, on the command's critical path before the results are
-        # written (a plain multiprocessing.Pool's __exit__ terminates its workers too)
-        warm.close(kill=done, wait=not (done and offered))
+        # written (a plain multiprocessing.Pool's __exit__ terminates its workers too).  Busy ones (a Ctrl-C or an
+        # error mid-run) are stopped too: a shutdown waited for every batch in flight, seconds for big batches,
+        # whose results no one reads (the driver keeps what it folded: its checkpoint)
+        warm.close(kill=True, wait=not (done and offered))
 
 
 def ray_engine(setup: WorkerSetup, specs: list[BatchSpec]) -> Iterator[Partial]:
