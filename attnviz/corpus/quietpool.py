@@ -59,4 +59,11 @@ class QuietPool(ProcessPoolExecutor):
         pool down; ``wait``: until its manager thread has joined them."""
         for proc in list((self._processes or {}).values()):  # None once shut down; no public way (Python 3.11)
             proc.terminate()
+        # A worker killed while it sent a result over 16 KiB (a header, then the body: two writes) left the
+        # manager thread reading the rest for ever, and shutdown(wait) and the interpreter's exit joining it: the
+        # result pipe's other writers are the dead workers and this process, which never writes to it.  Its end
+        # closed, the read ends at EOF once the workers are gone (a broken pool: stopped anyway).
+        writer = getattr(getattr(self, "_result_queue", None), "_writer", None)
+        if writer is not None:
+            writer.close()
         self.shutdown(wait=wait, cancel_futures=True)
