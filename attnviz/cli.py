@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from attnviz import AttnvizError, __version__
@@ -243,7 +244,38 @@ def _count_interrupts() -> tuple[list[int], Any]:
         count.append(signum)
         signal.default_int_handler(signum, frame)
 
+    _redeliver_swallowed_interrupts()
     return count, signal.signal(signal.SIGINT, counted)
+
+
+REDELIVER_S = 0.05  # a swallowed Ctrl-C's second delivery, after the callback it landed in has returned
+
+
+def _redeliver_swallowed_interrupts() -> None:
+    """A Ctrl-C whose handler runs inside a callback Python cannot raise from (importlib's module-lock weakref
+    callback while the command imports, a ``__del__``) was printed as "Exception ignored in: ... KeyboardInterrupt"
+    with a traceback, and lost: the command went on.  Such an interrupt is delivered again to the main thread, where
+    it raises in ordinary code (the one "interrupted" line), and is not printed.  Delivered from another thread a
+    moment later: delivered at once, the handler would run inside this hook, which cannot raise either; one that
+    lands in such a place again comes back here."""
+    import _thread
+
+    before = sys.unraisablehook
+
+    def again() -> None:
+        time.sleep(REDELIVER_S)  # the main thread has left the hook and the callback by then
+        _thread.interrupt_main()
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Thread(target=again, name="attnviz-interrupt", daemon=True).start()
+            return
+        before(unraisable)
+
+    if getattr(before, "_attnviz_redelivers", False):
+        return
+    hook._attnviz_redelivers = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def one_line(text: str) -> str:
