@@ -338,6 +338,12 @@ def _results(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.name != "run.json"}
 
 
+def _corpus_to(args: list[str], out: Path, env: dict) -> subprocess.CompletedProcess:
+    """The corpus command ``args`` run to its end into ``out``."""
+    argv = [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=APPEAR_S)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
 @pytest.mark.parametrize("layout", ["processes", "threads"])
 def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_bytes(tmp_path, layout):
@@ -351,13 +357,7 @@ def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_byte
     if layout == "threads":
         env["ATTNVIZ_CORPUS_CHUNK"] = "1"  # (32 batches a task: the whole corpus)
     whole = tmp_path / "whole"
-    ran = subprocess.run(
-        [sys.executable, "-m", "attnviz.cli", *args, "--out", str(whole)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=APPEAR_S,
-    )
+    ran = _corpus_to(args, whole, env)
     assert ran.returncode == 0, ran.stderr
     assert json.loads((whole / "run.json").read_text())["batches"] == 3
     argv = [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)]
@@ -387,13 +387,7 @@ def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_byte
     assert sum("spawn_main" in c for c in children.values()) == (2 if layout == "processes" else 1)
     assert left == [] and sorted(p.name for p in out.iterdir()) == ["checkpoint.npz"]
     assert took < MID_RUN_S, f"{took:.1f} s from the Ctrl-C to the exit"
-    again = subprocess.run(
-        [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=APPEAR_S,
-    )
+    again = _corpus_to(args, out, env)
     assert again.returncode == 0, again.stderr
     run = json.loads((out / "run.json").read_text())
     assert 0 < run["resumed_from_items"] < run["items"] == 768  # it resumed, from a part
