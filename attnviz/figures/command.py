@@ -17,6 +17,8 @@ from pathlib import Path
 from attnviz import AttnvizError
 from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, IMAGE_FROM, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
+# what a source file is called in a one-line refusal, as extract names it (runtime.inputs, runtime.audio)
+_SOURCE_WORDS = {"image": "image", "audio": "audio", "feeds": "inputs", "tokenizer": "tokenizer"}
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
 # FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
@@ -398,10 +400,12 @@ def run(args) -> int:
         _all_heads_targets(out, args.format, spec.view, "")
     else:
         figure_format(out)  # fail on a bad suffix before the (possibly slow) model run
-        for kind in ("image", "audio", "feeds", "tokenizer"):
+        from attnviz.core.untrusted import regular_file
+
+        for kind, words in _SOURCE_WORDS.items():
             for given in src[kind] if isinstance(src[kind], list) else [src[kind]]:  # several images: each
-                if given is not None and not Path(given).is_file():
-                    raise AttnvizError(f"{given}: no such file")
+                if given is not None:  # a FIFO, a folder or a dangling link is named as such, not "no such file"
+                    regular_file(given, words)
     if src["model"] and not src["maps"] and not any(src[k] for k in ("text", "image", "audio", "feeds")):
         from attnviz.runtime.sample import sample_for_path
 

@@ -190,9 +190,18 @@ def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = 
     from attnviz.core.untrusted import open_regular
 
     p = Path(path)
+    notes = []
     with open_regular(p, "audio") as f:  # regular files only: a FIFO named clip.wav must not block
         try:
-            data, rate = sf.read(f, dtype="float32", always_2d=True)
+            with sf.SoundFile(f) as snd:
+                # The length comes from the header (libsndfile caps it at the data really there), so a long
+                # clip is refused, or cut to --max-seconds, before its samples are read: an 8 h file's float
+                # samples are 1.8 GB per channel, read only to be thrown away.
+                rate, frames = snd.samplerate, snd.frames
+                keep = _frames_to_read(p.name, rate, frames, spec, max_seconds, notes)
+                data = snd.read(keep, dtype="float32", always_2d=True)
+        except AttnvizError:
+            raise
         except MemoryError:
             raise AttnvizError(f"{p.name}: larger than this machine's free memory; give a shorter clip") from None
         except Exception:  # libsndfile's words quote Python's file object ("Error opening <_io.BufferedReader ...")
@@ -201,16 +210,42 @@ def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = 
                 "give a WAV, FLAC or OGG file",
                 param="audio",
             ) from None
-    notes = []
     wave = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     if data.shape[1] > 1:
         notes.append(f"{p.name}: {data.shape[1]} channels mixed down to mono")
-    wave, cut = check_clip(wave, int(rate), spec, p.name, max_seconds)
-    notes += cut
+    wave, _ = check_clip(wave, int(rate), spec, p.name)  # cut to max_seconds above, from the header
     if rate != spec.sampling_rate:
         wave = resample(wave, rate, spec.sampling_rate)
         notes.append(f"{p.name}: resampled from {rate} Hz to {spec.sampling_rate} Hz")
     return wave.astype(np.float32), notes
+
+
+def _frames_to_read(
+    name: str, rate: int, frames: int, spec: FeatureSpec, max_seconds: float | None, notes: list[str]
+) -> int:
+    """How many frames of a ``frames``-long clip at ``rate`` to read: all of it, the first ``max_seconds`` (noted),
+    or none, refused in one line when it is longer than the model's window."""
+    if rate <= 0:
+        raise AttnvizError(f"{name}: its header gives a sample rate of {rate} Hz; re-save the recording", param="audio")
+    seconds = frames / rate
+    if max_seconds is not None and seconds > max_seconds:
+        notes.append(_cut_note(name, seconds, max_seconds))
+        return int(round(max_seconds * rate))
+    if seconds > spec.seconds + 0.5 / rate:
+        raise _too_long(name, seconds, spec)
+    return frames
+
+
+def _cut_note(name: str, seconds: float, max_seconds: float) -> str:
+    return f"{name}: {seconds:.2f} s cut to the first {max_seconds:g} s (--max-seconds {max_seconds:g})"
+
+
+def _too_long(name: str, seconds: float, spec: FeatureSpec) -> AttnvizError:
+    return AttnvizError(
+        f"{name}: {seconds:.2f} s long; the model hears at most {spec.seconds:g} s at a time: give "
+        f"--max-seconds {spec.seconds:g} to keep the first {spec.seconds:g} s, or cut the file",
+        param="audio",
+    )
 
 
 def check_clip(
@@ -225,7 +260,7 @@ def check_clip(
     seconds = len(wave) / rate
     if max_seconds is not None and seconds > max_seconds:
         wave = wave[: int(round(max_seconds * rate))]
-        notes.append(f"{name}: {seconds:.2f} s cut to the first {max_seconds:g} s (--max-seconds {max_seconds:g})")
+        notes.append(_cut_note(name, seconds, max_seconds))
         seconds = len(wave) / rate
     if len(wave) == 0:
         raise AttnvizError(f"{name}: holds no samples; give a recording", param="audio")
@@ -234,11 +269,7 @@ def check_clip(
     if float(np.max(np.abs(wave))) < SILENT:
         raise AttnvizError(f"{name}: is silent (every sample is 0); give a recording with sound in it", param="audio")
     if seconds > spec.seconds + 0.5 / rate:
-        raise AttnvizError(
-            f"{name}: {seconds:.2f} s long; the model hears at most {spec.seconds:g} s at a time: give "
-            f"--max-seconds {spec.seconds:g} to keep the first {spec.seconds:g} s, or cut the file",
-            param="audio",
-        )
+        raise _too_long(name, seconds, spec)
     return wave, notes
 
 

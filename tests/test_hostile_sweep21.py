@@ -1,0 +1,122 @@
+"""Session 21's hostile-input sweep (bench/hostile_sweep.py): what it found still wrong, each as one line naming
+the file and the fix, exit code 2, the inputs unchanged.
+
+* A long recording was read whole before its length was checked: an 8-hour, four-channel WAV (3.7 GB of 16-bit
+  samples, 7.4 GB as floats) was "larger than this machine's free memory" even with ``--max-seconds 5``.  The
+  length now comes from the header and only the kept seconds are read.
+* ``figure --image`` / ``--audio`` naming a FIFO or a folder said "no such file" (the user looked for a typo in a
+  name that is there); it now says what the path is, as extract does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_run import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+VIT = ROOT / "models" / "vit-classification.onnx"
+RATE = 16000
+
+
+def one_line(err: str, *words: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("attnviz: error:") and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def sha(*paths: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+def long_wav(path: Path, hours: float, channels: int) -> Path:
+    """A 16-bit WAV of ``hours`` at 16 kHz, a 440 Hz tone in its first second and silence after, written sparse
+    (the header and the first second; the rest is a hole the filesystem reads back as zeros)."""
+    frames = int(hours * 3600 * RATE)
+    block = 2 * channels
+    data = frames * block
+    assert data < 2**32  # a plain RIFF's size fields
+    head = (
+        b"RIFF"
+        + struct.pack("<I", 36 + data)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<IHHIIHH", 16, 1, channels, RATE, RATE * block, block, 16)
+        + b"data"
+        + struct.pack("<I", data)
+    )
+    tone = (0.3 * 32767 * np.sin(2 * np.pi * 440 * np.arange(RATE) / RATE)).astype("<i2")
+    with open(path, "wb") as f:
+        f.write(head + np.repeat(tone[:, None], channels, axis=1).tobytes())
+        f.truncate(len(head) + data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def speech(optimum_export) -> Path:
+    """The Whisper test export (a 5 s window: chunk_length 5)."""
+    return optimum_export("whisper") / "onnx"
+
+
+def test_an_8_hour_recording_is_cut_or_refused_from_its_header(speech, tmp_path):
+    clip = long_wav(tmp_path / "night.wav", hours=8, channels=4)
+    assert os.path.getsize(clip) > 3.6e9
+    out = tmp_path / "maps.npz"
+    # 3 GB of address space: the old code's float samples alone were 7.4 GB
+    code, err = run_cli("extract", speech, "--audio", clip, "--out", out, memory_gb=3.0)
+    assert code == 2
+    one_line(err, "night.wav: 28800.00 s long", "give --max-seconds 5")
+    assert not out.exists()
+    code, err = run_cli("extract", speech, "--audio", clip, "--max-seconds", "5", "--out", out, memory_gb=3.0)
+    assert code == 0, err
+    with np.load(out) as z:
+        info = json.loads(str(z["info"]))
+        wave = z["audio_waves"][0]
+    assert info["notes"] == [
+        "night.wav: 28800.00 s cut to the first 5 s (--max-seconds 5)",
+        "night.wav: 4 channels mixed down to mono",
+    ]
+    tone = (0.3 * 32767 * np.sin(2 * np.pi * 440 * np.arange(RATE) / RATE)).astype("<i2") / 32768
+    np.testing.assert_allclose(wave, np.r_[tone, np.zeros(4 * RATE)], atol=1e-6)  # the file's first 5 s, as written
+
+
+def test_the_cut_reads_the_same_samples_as_a_short_file(tmp_path):
+    """Reading only the kept frames gives exactly the samples a whole read then a cut gave (a mixed-down tone)."""
+    import soundfile as sf
+
+    from attnviz.runtime.audio import FeatureSpec, load_audio
+
+    rng = np.random.default_rng(0)
+    stereo = (rng.standard_normal((RATE * 9, 2)) * 0.1).astype(np.float32)
+    sf.write(tmp_path / "nine.wav", stereo, RATE, subtype="FLOAT")
+    wave, notes = load_audio(tmp_path / "nine.wav", FeatureSpec(), max_seconds=2.5)
+    np.testing.assert_array_equal(wave, stereo[: int(2.5 * RATE)].mean(axis=1))
+    assert sorted(notes) == [
+        "nine.wav: 2 channels mixed down to mono",
+        "nine.wav: 9.00 s cut to the first 2.5 s (--max-seconds 2.5)",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_figure_names_a_source_that_is_no_file_as_what_it_is(tmp_path, kind):
+    model = tmp_path / "vit.onnx"
+    shutil.copy(VIT, model)
+    before = sha(model)
+    given = tmp_path / "photo.png"
+    os.mkfifo(given) if kind == "fifo" else given.mkdir()
+    out = tmp_path / "fig.png"
+    code, err = run_cli("figure", model, "--image", given, "--view", "image", "--out", out)
+    assert code == 2
+    why = "not a regular file (a pipe, socket or device); give a regular file" if kind == "fifo" else "is a folder"
+    line = one_line(err, f"image {given}: {why}")
+    assert "no such file" not in line
+    assert sha(model) == before and not out.exists()
