@@ -120,3 +120,22 @@ def test_figure_names_a_source_that_is_no_file_as_what_it_is(tmp_path, kind):
     line = one_line(err, f"image {given}: {why}")
     assert "no such file" not in line
     assert sha(model) == before and not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_corpus_of_texts_that_is_no_file_is_refused_at_once(tmp_path, kind):
+    """The early worker start counted the --texts lines with a plain open(): a FIFO waited for a writer for ever,
+    and /dev/zero is one endless line.  Both are refused in one line naming what they are."""
+    model = tmp_path / "model.onnx"
+    shutil.copy(ROOT / "models" / "sequence-classification.onnx", model)
+    before = sha(model)
+    texts = tmp_path / "texts.txt"
+    if kind == "fifo":
+        os.mkfifo(texts)
+    else:
+        texts = Path("/dev/zero")
+    out = tmp_path / "results"
+    code, err = run_cli("corpus", model, "--texts", texts, "--out", out, "--no-progress", bound_s=60)
+    assert code == 2
+    one_line(err, f"--texts {texts}: not a regular file (a pipe, socket or device); give a regular file")
+    assert sha(model) == before and not out.exists()

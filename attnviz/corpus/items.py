@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attnviz import AttnvizError
 from attnviz.core.links import may_read
-from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json
+from attnviz.core.untrusted import MissingColumn, open_regular, parquet_problem, parse_json, regular_file
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
 
@@ -305,8 +305,7 @@ def read_texts(
         raise AttnvizError(
             f"--texts {path}: is a folder; give a .txt, .jsonl, .parquet, .tsv or .csv file (images: --images DIR)"
         )
-    if not path.is_file():
-        raise AttnvizError(f"--texts {path}: no such file")
+    regular_file(path, "--texts")  # a FIFO or a device is named as one, not "no such file"
     reader = READERS.get(path.suffix.lower())
     if reader is None:
         raise AttnvizError(f"--texts {path.name}: unknown format; use {FORMATS}")

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import open_regular
 from attnviz.core.writes import command_scope
 from attnviz.corpus import outfiles
 from attnviz.corpus.config import CHECKPOINT, CorpusConfig, EngineConfig
@@ -135,12 +136,14 @@ def batches_at_least(cfg: CorpusConfig, enough: int) -> int:
         if cfg.images is not None:
             n = sum(1 for _ in itertools.islice(Path(cfg.images).iterdir(), want))
         elif Path(str(cfg.texts)).suffix.lower() in (".txt", ".jsonl", ".tsv", ".csv"):
-            with open(str(cfg.texts), "rb") as f:
+            # a regular file only: open() of a FIFO named texts.txt waited for a writer for ever, and /dev/zero
+            # is one endless line
+            with open_regular(str(cfg.texts), "--texts") as f:
                 # (a .tsv / .csv: its header and a quoted field's further lines count too, a batch more at most)
                 n = sum(1 for line in itertools.islice(f, 4 * want) if line.strip())
         else:  # .parquet: its row count needs pyarrow (seconds to import); assume enough
             return enough
-    except OSError:
+    except (OSError, AttnvizError):
         return 1  # the readers will say what is wrong
     return max(1, -(-min(n, want) // cfg.batch_size))
 

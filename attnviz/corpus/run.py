@@ -21,6 +21,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
+from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
@@ -740,9 +741,7 @@ def _ray_images(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sit
 
 def _check_texts(cfg: CorpusConfig) -> None:
     """The file-level checks of the local readers (Ray reports the rest)."""
-    path = Path(str(cfg.texts))
-    if not path.is_file():
-        raise AttnvizError(f"--texts {path}: no such file")
+    path = regular_file(str(cfg.texts), "--texts")  # a FIFO or a device is named as one, not "no such file"
     if path.suffix.lower() not in it.READERS:
         raise AttnvizError(f"--texts {path.name}: unknown format; use {it.FORMATS}")
     if cfg.pair_column and path.suffix.lower() == ".txt":
