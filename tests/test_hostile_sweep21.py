@@ -139,3 +139,25 @@ def test_a_corpus_of_texts_that_is_no_file_is_refused_at_once(tmp_path, kind):
     assert code == 2
     one_line(err, f"--texts {texts}: not a regular file (a pipe, socket or device); give a regular file")
     assert sha(model) == before and not out.exists()
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
+@pytest.mark.parametrize("text", ["[1, 2]", '"bert"', "7"])
+def test_a_config_file_of_valid_json_that_is_no_object_is_passed_over(tmp_path, name, text):
+    """config.json (or generation_config.json) holding a list, a string or a number was read for special token ids
+    as if it were an object: an internal error (AttributeError) in every command that opens the model.  It is
+    passed over as an unreadable one is; the model opens and runs as without the file."""
+    from onnx_builders import tiny_text_model
+
+    model = tiny_text_model(tmp_path / "model.onnx", metadata=False)
+    (tmp_path / "config.json").write_text("{}")  # (the folder's config files are read where config.json is)
+    (tmp_path / name).write_text(text)
+    before = sha(model, tmp_path / name)
+    code, err = run_cli("inspect", model)
+    assert code == 0, err
+    np.savez(tmp_path / "feeds.npz", input_ids=np.array([[1, 3, 4, 5, 2]], np.int64))
+    code, err = run_cli("extract", model, "--inputs", tmp_path / "feeds.npz", "--out", tmp_path / "maps.npz")
+    assert code == 0, err
+    with np.load(tmp_path / "maps.npz") as z:
+        assert z["attn_000"].shape == (1, 2, 5, 5)
+    assert sha(model, tmp_path / name) == before

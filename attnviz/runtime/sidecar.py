@@ -68,13 +68,7 @@ def config_special(model_file: Path) -> dict:
     """Special token ids from config.json, then generation_config.json (which wins, as in transformers)."""
     out: dict = {}
     for name in ("config.json", "generation_config.json"):
-        p = sidecar(model_file, name)
-        if p is None or not p.is_file():
-            continue
-        try:
-            cfg = read_json(p, name)
-        except AttnvizError:
-            continue
+        cfg = sidecar_json(model_file, name)  # valid JSON that is no object (a list) is passed over as unreadable
         for key, role in CONFIG_SPECIAL.items():
             v = cfg.get(key)
             if isinstance(v, list):
