@@ -161,3 +161,67 @@ def test_a_config_file_of_valid_json_that_is_no_object_is_passed_over(tmp_path, 
     with np.load(tmp_path / "maps.npz") as z:
         assert z["attn_000"].shape == (1, 2, 5, 5)
     assert sha(model, tmp_path / name) == before
+
+
+def _speech_copy(speech: Path, dst: Path) -> Path:
+    shutil.copytree(speech, dst)
+    return dst
+
+
+def _clip(path: Path) -> Path:
+    import soundfile as sf
+
+    t = np.arange(2 * RATE) / RATE
+    sf.write(path, (0.3 * np.sin(2 * np.pi * 440 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32), RATE)
+    return path
+
+
+def test_a_decoder_start_id_no_input_can_hold_is_passed_over(speech, tmp_path):
+    """generation_config.json's decoder_start_token_id of 10**20 reached numpy (OverflowError: an internal error);
+    it is passed over as a missing one is, and config.json's start is used: the words equal the plain folder's."""
+    clip = _clip(tmp_path / "a.wav")
+    good = _speech_copy(speech, tmp_path / "good")
+    bad = _speech_copy(speech, tmp_path / "bad")
+    gen = json.loads((bad / "generation_config.json").read_text())
+    cfg = json.loads((bad / "config.json").read_text())
+    assert gen["decoder_start_token_id"] == cfg["decoder_start_token_id"]  # config.json's is the same id
+    (bad / "generation_config.json").write_text(json.dumps(gen | {"decoder_start_token_id": 10**20}))
+    before = sha(*bad.iterdir(), clip)
+    for folder in (good, bad):
+        code, err = run_cli("align-audio", folder, "--audio", clip, "--out", tmp_path / f"{folder.name}.tsv")
+        assert code == 0, err
+    assert (tmp_path / "bad.tsv").read_text() == (tmp_path / "good.tsv").read_text()
+    assert sha(*bad.iterdir(), clip) == before
+
+
+@pytest.mark.parametrize(
+    "filters, why",
+    [([[1.0], [1.0, 2.0]], "rows of unequal lengths or values that are not numbers"), ([["a"]], "not numbers")],
+)
+def test_mel_filters_that_are_no_table_of_numbers_are_one_line(speech, tmp_path, filters, why):
+    """A ragged or non-numeric mel_filters in preprocessor_config.json was numpy's ValueError (an internal error)."""
+    folder = _speech_copy(speech, tmp_path / "model")
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").write_text(json.dumps(pre | {"mel_filters": filters}))
+    clip = _clip(tmp_path / "a.wav")
+    out = tmp_path / "maps.npz"
+    code, err = run_cli("extract", folder, "--audio", clip, "--out", out)
+    assert code == 2
+    one_line(err, "preprocessor_config.json: mel_filters has", why, "fix the file or remove mel_filters")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("size", [("0", "0"), ("-3", "5"), ("99999", "224")])
+def test_an_image_size_no_image_can_have_is_one_line(tmp_path, size):
+    """--image-size 0 0 reached Pillow's resize (ValueError: an internal error); 99999 a side was resized to first
+    (99999 x 99999 pixels are 120 GB as floats), refused only by the model's input shape, where it had one."""
+    model = tmp_path / "vit.onnx"
+    shutil.copy(VIT, model)
+    image = tmp_path / "cat.png"
+    shutil.copy(ROOT / "resources" / "samples" / "vit-classification.png", image)
+    before = sha(model, image)
+    out = tmp_path / "maps.npz"
+    code, err = run_cli("extract", model, "--image", image, "--image-size", *size, "--out", out)
+    assert code == 2
+    one_line(err, f"--image-size {' '.join(size)}: give the height and width in pixels, each in 1..16384")
+    assert sha(model, image) == before and not out.exists()

@@ -69,10 +69,16 @@ class FeatureSpec:
         filters = d.get("mel_filters")
         mel = None
         if isinstance(filters, (list, tuple)) and filters:
-            arr = np.asarray(filters, np.float64)
-            if arr.shape != (n_fft // 2 + 1, feature_size):
+            try:
+                arr = np.asarray(filters, np.float64)
+            except (ValueError, TypeError):  # rows of unequal lengths, or values that are not numbers
+                arr = None
+            if arr is None or arr.shape != (n_fft // 2 + 1, feature_size) or not np.isfinite(arr).all():
+                got = "rows of unequal lengths or values that are not numbers" if arr is None else f"shape {arr.shape}"
+                if arr is not None and arr.shape == (n_fft // 2 + 1, feature_size):
+                    got = "values that are not finite"
                 raise AttnvizError(
-                    f"{PREPROCESSOR}: mel_filters has shape {arr.shape}, expected {(n_fft // 2 + 1, feature_size)} "
+                    f"{PREPROCESSOR}: mel_filters has {got}, expected {(n_fft // 2 + 1, feature_size)} numbers "
                     "(n_fft // 2 + 1, feature_size); fix the file or remove mel_filters"
                 )
             mel = tuple(tuple(float(x) for x in row) for row in arr)

@@ -558,6 +558,10 @@ def image_spec(
         input_shape[1] if len(input_shape) == 4 and isinstance(input_shape[1], int) else 3
     )
     src = "metadata" if im else "defaults"
+    if size is not None and not all(type(v) is int and 0 < v <= IMAGE_MAX_SIDE for v in size):
+        raise AttnvizError(
+            f"--image-size {' '.join(map(str, size))}: give the height and width in pixels, each in 1..{IMAGE_MAX_SIDE}"
+        )
     if size is None:
         if im.get("size"):
             s = im["size"]

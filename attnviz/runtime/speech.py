@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.metadata import is_token_id
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,11 @@ class SpeechPrompt:
 
 
 def _int(v) -> int | None:
+    """A token id from a config file, or None: a value no id input can hold (negative, past int32: it overflowed
+    numpy when fed, an internal error) is passed over as a missing one, as config_special passes it over."""
     if isinstance(v, list):
         v = v[0] if v else None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return v if is_token_id(v) else None
 
 
 def _language_id(language: str, lang_to_id: Mapping[str, int]) -> int:
