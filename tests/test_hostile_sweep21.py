@@ -225,3 +225,62 @@ def test_an_image_size_no_image_can_have_is_one_line(tmp_path, size):
     assert code == 2
     one_line(err, f"--image-size {' '.join(size)}: give the height and width in pixels, each in 1..16384")
     assert sha(model, image) == before and not out.exists()
+
+
+def _grey_ramp() -> np.ndarray:
+    return (np.arange(12 * 20).reshape(12, 20) % 256).astype(np.uint8)
+
+
+def _shown(path: Path, h: int, w: int) -> np.ndarray:
+    from attnviz.runtime import inputs as ip
+
+    _x, shown = ip.load_image(path, ip.ImageSpec(h, w, 3, [0.0] * 3, [1.0] * 3, "test"))
+    return shown
+
+
+@pytest.mark.parametrize("kind", ["16-bit PNG", "float TIFF in 0..1"])
+def test_a_deep_image_is_seen_as_its_8_bit_twin(tmp_path, kind):
+    """Pillow's convert("RGB") clips each value at 255: a 16-bit PNG came out almost all white and a float TIFF in
+    0..1 black, and the model ran on that without a word.  The same picture at 8 bits is the reference."""
+    from PIL import Image
+
+    v8 = _grey_ramp()
+    Image.fromarray(v8).save(tmp_path / "eight.png")
+    if kind == "16-bit PNG":
+        deep = tmp_path / "deep.png"
+        Image.fromarray(v8.astype(np.uint16) * 257).save(deep)  # 128 -> 0x8080: 16-bit for the same grey
+        assert Image.open(deep).mode.startswith("I")
+    else:
+        deep = tmp_path / "deep.tif"
+        Image.fromarray(v8.astype(np.float32) / 255).save(deep)
+        assert Image.open(deep).mode == "F"
+    np.testing.assert_array_equal(_shown(deep, 12, 20), _shown(tmp_path / "eight.png", 12, 20))
+
+
+def test_a_float_image_of_no_agreed_range_is_one_line(tmp_path):
+    from PIL import Image
+
+    from attnviz import AttnvizError
+
+    p = tmp_path / "depth.tif"
+    Image.fromarray(np.linspace(-5, 900, 40, dtype=np.float32).reshape(4, 10)).save(p)
+    with pytest.raises(AttnvizError) as e:
+        _shown(p, 4, 10)
+    assert str(e.value) == (
+        f"image {p}: floating-point pixel values from -5 to 900, no brightness range a viewer agrees on; "
+        "save it as an 8- or 16-bit PNG"
+    )
+
+
+def test_an_exif_rotated_photo_is_seen_upright(tmp_path):
+    """A phone stores an upright photo sideways with EXIF orientation 6 ("rotate 90° clockwise to show"): the
+    model saw it on its side.  The reference is the stored pixels turned by numpy."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    stored = rng.integers(0, 255, (12, 20, 3), np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    p = tmp_path / "phone.png"
+    Image.fromarray(stored).save(p, exif=exif)
+    np.testing.assert_array_equal(_shown(p, 20, 12), np.rot90(stored, k=-1))

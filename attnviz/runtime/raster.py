@@ -79,4 +79,42 @@ def open_raster(path: str | os.PathLike, what: str = "image", pixel_cap: int | N
             raise AttnvizError(
                 f"{what} {p}: cannot decode it as {fmt} ({type(e).__name__}); re-save it as PNG"
             ) from None
-    return im
+    return _upright(_eight_bit(im, f"{what} {p}"))
+
+
+def _upright(im):
+    """The image as a viewer shows it: a camera's EXIF orientation applied (a phone photo taken upright is stored
+    sideways with a tag saying so; transformers' ``load_image`` applies it too).  Without it the model saw the
+    photo on its side."""
+    from PIL import ImageOps
+
+    try:
+        orientation = im.getexif().get(0x0112, 1)
+    except Exception:  # a damaged EXIF block: the pixels as stored
+        return im
+    return ImageOps.exif_transpose(im) if orientation in range(2, 9) else im
+
+
+def _eight_bit(im, named: str):
+    """A 16-bit, 32-bit integer or floating-point grey image as 8-bit grey ("L"), scaled by its depth as image
+    viewers scale it.  Pillow's ``convert("RGB")`` clips each value at 255: a 16-bit scan came out 99.6 % white,
+    a float image in 0..1 black, and the model saw that without a word."""
+    if not (im.mode.startswith("I") or im.mode == "F"):
+        return im
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(im, dtype=np.float64)
+    if not np.isfinite(a).all():
+        raise AttnvizError(f"{named}: holds NaN or infinite pixel values; save it as an 8- or 16-bit PNG")
+    lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if im.mode == "F" and lo >= 0 and hi <= 1:
+        a = a * 255.0  # a float image in 0..1
+    elif im.mode.startswith("I;16") or (im.mode == "I" and lo >= 0 and hi <= 65535):
+        a = a / 257.0  # 16-bit: 65535 -> 255, as 8-bit = 16-bit >> 8 rounds
+    elif not (lo >= 0 and hi <= 255):
+        raise AttnvizError(
+            f"{named}: {'floating-point' if im.mode == 'F' else '32-bit'} pixel values from {lo:g} to {hi:g}, no "
+            "brightness range a viewer agrees on; save it as an 8- or 16-bit PNG"
+        )
+    return Image.fromarray(np.rint(a).astype(np.uint8))  # 2-D uint8: mode "L"
