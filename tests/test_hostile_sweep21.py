@@ -284,3 +284,40 @@ def test_an_exif_rotated_photo_is_seen_upright(tmp_path):
     p = tmp_path / "phone.png"
     Image.fromarray(stored).save(p, exif=exif)
     np.testing.assert_array_equal(_shown(p, 20, 12), np.rot90(stored, k=-1))
+
+
+def test_a_screenshot_onto_a_full_disk_is_one_line(tmp_path):
+    """A PNG that cannot be written (a full disk; here the file-size limit, which fails the write the same way) put
+    libpng's own "libpng error: Write Error" on the terminal above attnviz's line, which named no reason."""
+    import resource
+    import subprocess
+    import sys
+
+    from cli_run import REPO
+
+    model = tmp_path / "model.onnx"
+    shutil.copy(ROOT / "models" / "sequence-classification.onnx", model)
+    before = sha(model)
+    shot = tmp_path / "shot.png"
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # (Python ignores SIGXFSZ: the write fails)
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen")
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", "open", str(model), "--text", "7 2 9", "--screenshot", str(shot)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=small_files,
+    )
+    assert done.returncode == 2
+    one_line(
+        done.stderr,
+        f"could not save the screenshot {shot}: cannot write {shot}: File too large; check the folder is writable and "
+        "has space",
+    )
+    assert sha(model) == before and not shot.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from PySide6.QtCore import QMarginsF, QPoint, QRect, QSizeF
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QPoint, QRect, QSizeF
 from PySide6.QtGui import QPageLayout, QPageSize, QPainter, QPdfWriter
 from PySide6.QtWidgets import QHeaderView, QWidget
 
@@ -76,8 +76,15 @@ def _paint(widget: QWidget, ext: str, tmp: str) -> bool:
     try:
         size = widget.size()
         if ext == ".png":
-            pm = widget.grab()
-            ok = pm.save(tmp, "PNG")
+            # encoded in memory, written by Python: a write that fails (a full disk) is the OSError atomic_path
+            # words, not libpng's "libpng error: Write Error" printed on the terminal beside it
+            data = QByteArray()
+            buf = QBuffer(data)
+            buf.open(QIODevice.OpenModeFlag.WriteOnly)
+            ok = widget.grab().save(buf, "PNG")
+            buf.close()
+            if ok:
+                Path(tmp).write_bytes(data.data())
         elif ext == ".svg":
             from PySide6.QtSvg import QSvgGenerator
 
@@ -97,7 +104,7 @@ def _paint(widget: QWidget, ext: str, tmp: str) -> bool:
             with _flat_headers(widget):
                 ok = _render(widget, w)
             del w  # QPdfWriter writes the file when it is destroyed
-    except AttnvizError:
+    except (AttnvizError, OSError):  # (an OSError: atomic_path names the file and the fix)
         raise
     except Exception as e:
         raise AttnvizError(f"could not export {Path(tmp).name}: {type(e).__name__}: {e}") from None
