@@ -321,3 +321,34 @@ def test_a_screenshot_onto_a_full_disk_is_one_line(tmp_path):
         "has space",
     )
     assert sha(model) == before and not shot.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+@pytest.mark.parametrize(
+    "data, why",
+    [
+        ("7 2 9\n1 8 é\n".encode("latin-1"), " line 2: byte 0xE9 (column 5) is not UTF-8; save the file as UTF-8 "),
+        ("7 2 9\n1 8 6\n".encode("utf-16"), ": UTF-16 text; save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)"),
+    ],
+)
+def test_align_sentences_that_are_not_utf8_name_the_line_and_the_fix(tmp_path, data, why):
+    """align --src said "not UTF-8 text" and no more (no line, no byte, no fix), where corpus --texts says all."""
+    model = tmp_path / "translation.onnx"
+    shutil.copy(ROOT / "models" / "translation.onnx", model)
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_bytes(data)
+    tgt.write_text("7 2 9\n1 8 6\n")
+    before = sha(model, src, tgt)
+    out = tmp_path / "align.txt"
+    code, err = run_cli("align", model, "--src", src, "--tgt", tgt, "--out", out)
+    assert code == 2
+    one_line(err, f"--src {src}{why}")
+    assert sha(model, src, tgt) == before and not out.exists()
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    """Notepad's mark stuck to the first source word ("\\ufeff7"), a word the tokenizer does not know."""
+    from attnviz.core.align import read_lines
+
+    p = tmp_path / "src.txt"
+    p.write_bytes(b"\xef\xbb\xbf7 2 9\r\n1 8 6\r\n")
+    assert read_lines(p, "--src") == ["7 2 9", "1 8 6"]

@@ -95,11 +95,20 @@ def read_bytes(path: str | os.PathLike, what: str = "file", limit: int | None = 
 
 
 def read_text(path: str | os.PathLike, what: str = "file", limit: int | None = 64 * 2**20) -> str:
+    """A UTF-8 text file (a UTF-8 byte-order mark dropped: Notepad writes one, and it stuck to the first word);
+    else one line naming the line, the byte and the fix (it said "not UTF-8 text" and no more)."""
     data = read_bytes(path, what, limit)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise AttnvizError(f"{what} {path}: UTF-16 text; save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise AttnvizError(f"{what} {path}: not UTF-8 text") from None
+        return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line, col = data.count(b"\n", 0, at) + 1, at - data.rfind(b"\n", 0, at)
+        raise AttnvizError(
+            f"{what} {path} line {line}: byte 0x{data[at]:02X} (column {col}) is not UTF-8; save the file as UTF-8 "
+            "(e.g. iconv -f latin1 -t UTF-8)"
+        ) from None
 
 
 # --- JSON from strangers ---------------------------------------------------------------------------------------
