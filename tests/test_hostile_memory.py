@@ -173,3 +173,40 @@ def test_train_with_a_million_wide_model_is_refused_before_torch_allocates(tmp_p
     assert code == 2
     one_line(err, "4,000,088,000,034 parameters", "TB", "--max-memory", "--set")
     assert not out.exists()
+
+
+def test_train_with_10_to_the_30_layers_is_refused_in_seconds(tmp_path):
+    """The parameter count built the model on torch's meta device as asked: n_layers=10**30 looped for ever
+    creating modules (a hang, not a refusal).  Counted from two layers a stack, it is one line at once."""
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    code, err = run_cli(
+        "train", "sequence-classification", "--out", out, "--preset", "tiny", "--set", f"n_layers={10**30}", bound_s=60
+    )
+    assert code == 2
+    one_line(err, "2,224,000,000,000,000,000,000,000,000,000,242 parameters", f"n_layers={10**30}", "--set")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "arch",
+    [
+        {"arch": "encoder"},
+        {"arch": "encoder-decoder", "head": "lm"},
+        {"arch": "decoder", "head": "lm"},
+        {"arch": "image-decoder", "head": "lm", "image_encoder": "cnn", "n_layers": 0},
+    ],
+)
+def test_the_extrapolated_parameter_count_is_the_built_models(arch, monkeypatch):
+    """The count from two layers a stack equals torch's count of the model built with every layer (3 + 3)."""
+    pytest.importorskip("torch")
+    from attnviz.training import budget
+    from attnviz.training.config import preset_configs
+    from attnviz.training.model import AttnModel
+
+    mcfg, tcfg = preset_configs("tiny", {"n_layers": 3, "n_dec_layers": 3, **arch})
+    seen = []
+    monkeypatch.setattr(limits, "check_memory", lambda need, what, **kw: seen.append(what))
+    budget.check_training_memory(mcfg, tcfg)
+    built = sum(p.numel() for p in AttnModel(mcfg).parameters())
+    assert len(seen) == 1 and f"({built:,} parameters;" in seen[0], (built, seen)

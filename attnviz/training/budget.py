@@ -8,6 +8,8 @@ then an upper estimate of the bytes is held against the caps in :mod:`attnviz.co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from attnviz import AttnvizError
 from attnviz.core import limits
 
@@ -75,8 +77,16 @@ def check_training_memory(mcfg, tcfg) -> None:
 
     from attnviz.training.model import AttnModel
 
-    with torch.device("meta"):
-        params = sum(p.numel() for p in AttnModel(mcfg).parameters())
+    def count(enc: int, dec: int) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in AttnModel(replace(mcfg, n_layers=enc, n_dec_layers=dec)).parameters())
+
+    # Built with at most two layers a stack and extrapolated (every layer of a stack has the same parameters):
+    # built as asked, n_layers=10**30 looped for ever creating modules, before anything was counted.
+    e0, d0 = min(int(mcfg.n_layers), 1), min(int(mcfg.n_dec_layers), 1)
+    base = count(e0, d0)
+    params = base + (int(mcfg.n_layers) - e0) * (count(e0 + 1, d0) - base)
+    params += (int(mcfg.n_dec_layers) - d0) * (count(e0, d0 + 1) - base)
     layers = max(1, int(mcfg.n_layers) + int(mcfg.n_dec_layers))
     tokens = int(tcfg.batch_size) * int(mcfg.max_len)
     # per layer: ~4 copies of the [B, H, T, T] scores (scores, softmax, dropout, gradient), ~4 of [B, T, d_ff]
