@@ -352,3 +352,28 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
     p = tmp_path / "src.txt"
     p.write_bytes(b"\xef\xbb\xbf7 2 9\r\n1 8 6\r\n")
     assert read_lines(p, "--src") == ["7 2 9", "1 8 6"]
+
+
+@pytest.mark.parametrize(
+    "pre, why",
+    [
+        ([1], "holds list JSON, not an object of settings"),
+        ({"size": {"height": "abc", "width": 224}}, "size height is 'abc', not pixels in 1..16384"),
+        ({"image_mean": "x"}, "image_mean is 'x', not a list of numbers per channel"),
+        ({"image_std": [0, 0, 0]}, "image_std [0, 0, 0] holds 0 (every pixel would divide by zero)"),
+    ],
+)
+def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(optimum_export, tmp_path, pre, why):
+    folder = tmp_path / "hf"
+    shutil.copytree(optimum_export("vit-gpt2") / "hf", folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps(pre))
+    before = sha(*folder.iterdir())
+    out = tmp_path / "export"
+    code, err = run_cli("export-hf", folder, "--out", out)
+    assert code == 2
+    one_line(
+        err,
+        f"preprocessor_config.json: {why}; fix {folder / 'preprocessor_config.json'} (it is what transformers' "
+        "image processor reads)",
+    )
+    assert sha(*folder.iterdir()) == before and not out.exists()

@@ -13,6 +13,7 @@ published (a folder rename) only when every map agrees within :data:`ATOL`.
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,6 +216,28 @@ def _special(tok, config) -> dict:
     return out
 
 
+def _check_preprocessor(pre, path: Path) -> None:
+    """The fields image_settings reads, of the types transformers' image processor takes; else one line: a list
+    for the whole file (AttributeError) or a size of "abc" (int()'s ValueError) was an internal error, and an
+    image_std of 0 was written into the export's metadata."""
+    fix = f"fix {path} (it is what transformers' image processor reads)"
+    if not isinstance(pre, dict):
+        raise AttnvizError(f"{path.name}: holds {type(pre).__name__} JSON, not an object of settings; {fix}")
+    for key in ("image_mean", "image_std"):
+        v = pre.get(key)
+        if v is not None and not (
+            isinstance(v, list) and v and all(type(x) in (int, float) and math.isfinite(x) for x in v)
+        ):
+            raise AttnvizError(f"{path.name}: {key} is {repr(v)[:40]}, not a list of numbers per channel; {fix}")
+        if key == "image_std" and v is not None and 0 in v:
+            raise AttnvizError(f"{path.name}: image_std {v} holds 0 (every pixel would divide by zero); {fix}")
+    s = pre.get("size")
+    if isinstance(s, dict) and "height" in s and "width" in s:
+        for side in ("height", "width"):
+            if type(s[side]) is not int or not 0 < s[side] <= 16384:
+                raise AttnvizError(f"{path.name}: size {side} is {repr(s[side])[:40]}, not pixels in 1..16384; {fix}")
+
+
 def image_settings(model_dir: Path, config) -> dict:
     """attnviz.image metadata from preprocessor_config.json (or the config's size and the 0.5 preset)."""
     vcfg = getattr(config, "encoder", None) or getattr(config, "vision_config", None) or config
@@ -224,13 +247,14 @@ def image_settings(model_dir: Path, config) -> dict:
     pre_file = model_dir / "preprocessor_config.json"
     pre = read_json(pre_file, pre_file.name) if pre_file.is_file() else {}
     if pre:
+        _check_preprocessor(pre, pre_file)
         mean, std = pre.get("image_mean", IMAGE_PRESETS["0.5"][0]), pre.get("image_std", IMAGE_PRESETS["0.5"][1])
         if pre.get("do_normalize") is False:
             mean, std = IMAGE_PRESETS["none"]
         preset = preprocess.name_of(mean, std)
         s = pre.get("size")
         if isinstance(s, dict) and "height" in s and "width" in s:
-            size = [int(s["height"]), int(s["width"])]
+            size = [s["height"], s["width"]]
         source = "preprocessor_config.json"
     else:  # transformers' ViTImageProcessor default
         mean, std = IMAGE_PRESETS["0.5"]
