@@ -196,7 +196,7 @@ def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = 
     from attnviz.core.untrusted import open_regular
 
     p = Path(path)
-    notes = []
+    notes: list[str] = []
     with open_regular(p, "audio") as f:  # regular files only: a FIFO named clip.wav must not block
         try:
             with sf.SoundFile(f) as snd:
