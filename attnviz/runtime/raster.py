@@ -89,10 +89,9 @@ def _upright(im):
     from PIL import ImageOps
 
     try:
-        orientation = im.getexif().get(0x0112, 1)
-    except Exception:  # a damaged EXIF block: the pixels as stored
+        return ImageOps.exif_transpose(im) if im.getexif().get(0x0112, 1) in range(2, 9) else im
+    except Exception:  # a damaged EXIF block (Pillow's parsers raise many kinds): the pixels as stored
         return im
-    return ImageOps.exif_transpose(im) if orientation in range(2, 9) else im
 
 
 def _eight_bit(im, named: str):
