@@ -377,3 +377,30 @@ def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(optimum_export, 
         "image processor reads)",
     )
     assert sha(*folder.iterdir()) == before and not out.exists()
+
+
+@pytest.mark.parametrize("size", ["100000x100000", "0x500"])
+def test_open_a_window_size_no_screen_holds_is_one_line(tmp_path, size):
+    """--size 100000x100000 printed thousands of Qt lines ("QPainter::begin: Paint device returned engine == 0":
+    a 40 GB pixmap) and then "could not write" the screenshot, naming neither the size nor the fix."""
+    model = tmp_path / "model.onnx"
+    shutil.copy(ROOT / "models" / "sequence-classification.onnx", model)
+    shot = tmp_path / "shot.png"
+    code, err = run_cli(
+        "open", model, "--text", "7 2 9", "--size", size, "--screenshot", shot, env={"QT_QPA_PLATFORM": "offscreen"}
+    )
+    assert code == 2
+    one_line(err, f"--size {size}: give a width and height in 1..16384 pixels, e.g. 1400x900")
+    assert not shot.exists()
+
+
+def test_open_names_an_audio_fifo_as_what_it_is(tmp_path):
+    model = tmp_path / "model.onnx"
+    shutil.copy(ROOT / "models" / "sequence-classification.onnx", model)
+    clip = tmp_path / "clip.wav"
+    os.mkfifo(clip)
+    code, err = run_cli(
+        "open", model, "--audio", clip, "--screenshot", tmp_path / "s.png", env={"QT_QPA_PLATFORM": "offscreen"}
+    )
+    assert code == 2
+    one_line(err, f"--audio {clip}: not a regular file (a pipe, socket or device); give a regular file")

@@ -10,6 +10,8 @@ from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
 from attnviz.runtime.commands.common import MAX_TOKENS_HELP, DeprecatedAlias, SeveralImages, add_variant_argument
 from attnviz.runtime.request import AnalyzeRequest
 
+MAX_WINDOW_SIDE = 16384  # pixels a side of the window --size asks for (a 1 GB screenshot at most)
+
 HELP = "open the desktop app on an ONNX model (default: the bundled demo) and explore its attention"
 
 
@@ -185,8 +187,12 @@ def run(args) -> int:
         guard(opened, {"--screenshot": shot})
     # the input flags' values get the check the window's input panel and `extract` get (one wording)
     AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
-    if args.audio and not Path(args.audio).is_file():
+    if args.audio and not Path(args.audio).exists():
         raise AttnvizError(f"--audio {args.audio}: no such file; give a WAV, FLAC or OGG file", param="audio")
+    if args.audio:  # a FIFO or a folder is named as what it is ("no such file" of a path that is there misled)
+        from attnviz.core.untrusted import regular_file
+
+        regular_file(args.audio, "--audio")
     if args.tokenizer and not Path(args.tokenizer).exists():
         raise AttnvizError(f"--tokenizer {args.tokenizer}: no such file; give a Hugging Face tokenizer.json")
     if args.tokenizer:  # a folder, a pipe: refused now, in the check's words; its contents when the model opens
@@ -197,6 +203,10 @@ def run(args) -> int:
         w, h = (int(x) for x in args.size.lower().split("x"))
     except ValueError:
         raise AttnvizError(f"--size {args.size}: use WxH, e.g. 1400x900") from None
+    if not (0 < w <= MAX_WINDOW_SIDE and 0 < h <= MAX_WINDOW_SIDE):
+        # 100000x100000 made Qt print thousands of "QPainter::begin: Paint device returned engine == 0" lines (a
+        # 40 GB pixmap it could not allocate) and the screenshot "could not write", naming neither the size nor a fix
+        raise AttnvizError(f"--size {args.size}: give a width and height in 1..{MAX_WINDOW_SIDE} pixels, e.g. 1400x900")
 
     # the window system is checked once the arguments are: a path that is not there is the problem to name, even
     # where there is no display (a typo over ssh got "no X display" first)
