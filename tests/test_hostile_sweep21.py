@@ -135,7 +135,9 @@ def test_a_corpus_of_texts_that_is_no_file_is_refused_at_once(tmp_path, kind):
     else:
         texts = Path("/dev/zero")
     out = tmp_path / "results"
-    code, err = run_cli("corpus", model, "--texts", texts, "--out", out, "--no-progress", bound_s=60)
+    code, err = run_cli(
+        "corpus", model, "--texts", texts, "--out", out, "--no-progress", bound_s=60, memory_gb=3.0
+    )  # (a regression reading /dev/zero stops at 3 GB)
     assert code == 2
     one_line(err, f"--texts {texts}: not a regular file (a pipe, socket or device); give a regular file")
     assert sha(model) == before and not out.exists()
@@ -404,3 +406,16 @@ def test_open_names_an_audio_fifo_as_what_it_is(tmp_path):
     )
     assert code == 2
     one_line(err, f"--audio {clip}: not a regular file (a pipe, socket or device); give a regular file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_eval_of_a_model_that_is_no_file_is_refused_at_once(tmp_path, kind):
+    """onnx.load of a FIFO waited for a writer for ever (and /dev/zero never ends): eval reads through the guard."""
+    model = tmp_path / "model.onnx"
+    if kind == "fifo":
+        os.mkfifo(model)
+    else:
+        model = Path("/dev/zero")
+    code, err = run_cli("eval", model, bound_s=60, memory_gb=3.0)  # (a regression reading /dev/zero stops there)
+    assert code == 2
+    one_line(err, f"model {model}: not a regular file (a pipe, socket or device); give a regular file")

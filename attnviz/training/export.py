@@ -195,10 +195,14 @@ def read_config(path: str | Path) -> tuple[str, ModelConfig, TrainConfig, dict]:
     """(task name, ModelConfig, TrainConfig, parsed attnviz metadata) of an exported model."""
     import onnx
 
+    from attnviz.core.untrusted import read_bytes
+
+    # a regular file only, read by the guard: onnx.load of a FIFO waited for a writer for ever, /dev/zero never ended
+    if not Path(path).exists() and not Path(path).is_symlink():  # (a dangling link: the guard names the link)
+        raise AttnvizError(f"no such model file: {path}")
+    data = read_bytes(path, "model")
     try:
-        m = onnx.load(str(path), load_external_data=False)
-    except FileNotFoundError:
-        raise AttnvizError(f"no such model file: {path}") from None
+        m = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf DecodeError etc.
         raise AttnvizError(
             f"{path} is not a readable ONNX file ({type(e).__name__}); re-export it with 'attnviz train'"
