@@ -15,6 +15,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -292,8 +294,6 @@ def test_a_screenshot_onto_a_full_disk_is_one_line(tmp_path):
     """A PNG that cannot be written (a full disk; here the file-size limit, which fails the write the same way) put
     libpng's own "libpng error: Write Error" on the terminal above attnviz's line, which named no reason."""
     import resource
-    import subprocess
-    import sys
 
     from cli_run import REPO
 
@@ -419,3 +419,40 @@ def test_eval_of_a_model_that_is_no_file_is_refused_at_once(tmp_path, kind):
     code, err = run_cli("eval", model, bound_s=60, memory_gb=3.0)  # (a regression reading /dev/zero stops there)
     assert code == 2
     one_line(err, f"model {model}: not a regular file (a pipe, socket or device); give a regular file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "junk"])
+def test_average_weights_that_are_no_checkpoint_are_one_plain_line(tmp_path, kind):
+    """--weights naming a FIFO waited for ever; a folder said "(No such device (os error 19))" and a file of junk
+    "(Error while deserializing header: header too small)": safetensors' own words."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    good = tmp_path / "a.safetensors"
+    save_file({"model.w": torch.tensor([1.0, 2.0])}, good)
+    bad = tmp_path / "b.safetensors"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "folder":
+        bad.mkdir()
+    else:
+        bad.write_bytes(bytes(range(100)))
+    why = {
+        "fifo": "not a regular file (a pipe, socket or device); give a regular file",
+        "folder": "is a folder; give a file",
+        "junk": "not a safetensors checkpoint (damaged, cut short or another format); pass checkpoint files",
+    }[kind]
+    # in a child under a time bound: the FIFO case hung for ever, and must fail this test, not block the suite
+    code = (
+        "import sys\nfrom attnviz import AttnvizError\nfrom attnviz.training.average import average_weights\n"
+        "try:\n    average_weights(sys.argv[1:])\nexcept AttnvizError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(good), str(bad)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.stdout.strip() == f"cannot read weights {bad}: {why}", done.stderr

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.untrusted import regular_file
 from attnviz.training import checkpoint as ckpt
 
 
@@ -24,12 +25,15 @@ def average_weights(files: Sequence[str | Path]) -> dict:
         raise AttnvizError("checkpoint averaging needs at least one weights file")
     total: dict | None = None
     first = Path(files[0])
+    for f in files:  # regular files first: a FIFO was waited on for ever, a device or folder got the OS's errno
+        regular_file(f, "cannot read weights")
     for f in files:
         try:
             sd = ckpt.read_weights(Path(f))
-        except Exception as e:  # missing, truncated or not safetensors
+        except Exception:  # truncated or not safetensors: safetensors' Rust words ("header too small") said nothing
             raise AttnvizError(
-                f"cannot read weights {f} ({str(e).splitlines()[0][:120]}); pass checkpoint files"
+                f"cannot read weights {f}: not a safetensors checkpoint (damaged, cut short or another format); "
+                "pass checkpoint files"
             ) from None
         if not sd:
             raise AttnvizError(f"{f} holds no model tensors (model.*); pass checkpoint or snapshot files")
