@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -456,3 +457,39 @@ def test_average_weights_that_are_no_checkpoint_are_one_plain_line(tmp_path, kin
         stdin=subprocess.DEVNULL,
     )
     assert done.stdout.strip() == f"cannot read weights {bad}: {why}", done.stderr
+
+
+def _special(path: Path, kind: str) -> Path:
+    """A FIFO, a character device (root only: /dev/null's numbers) or a link to a FIFO at ``path``."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("a device node needs root")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    else:  # as /dev/stdout is a link to /proc/self/fd/1
+        os.mkfifo(path.with_name("pipe"))
+        os.symlink(path.with_name("pipe"), path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "link to a fifo"])
+@pytest.mark.parametrize("command", ["align", "extract", "figure"])
+def test_an_out_that_is_a_device_or_pipe_is_never_replaced(tmp_path, kind, command):
+    """The atomic rename replaces the path it lands on: `attnviz align ... --out /dev/null` run as root turned
+    /dev/null into a regular file for every program on the machine.  A device, pipe or socket at --out (or a
+    link to one, as /dev/stdout is) is refused and left as it was."""
+    texts = tmp_path / "s.txt"
+    texts.write_text("7 2 9\n1 8 6\n")
+    out = _special(tmp_path / {"align": "a.txt", "extract": "m.npz", "figure": "f.png"}[command], kind)
+    before = os.stat(out).st_mode
+    model = ROOT / "models" / ("translation.onnx" if command == "align" else "sequence-classification.onnx")
+    argv = {
+        "align": ["align", model, "--src", texts, "--tgt", texts, "--out", out],
+        "extract": ["extract", model, "--text", "7 2", "--out", out],
+        "figure": ["figure", model, "--text", "7 2", "--out", out],
+    }[command]
+    code, err = run_cli(*argv, bound_s=60)
+    assert code == 2
+    one_line(err, f"cannot write {out}: it is a device, pipe or socket, not a file, and writing would replace it")
+    assert os.stat(out).st_mode == before and not stat.S_ISREG(before)

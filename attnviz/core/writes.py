@@ -37,6 +37,17 @@ def _mode() -> int:
 def _folder(path: Path, flag: str) -> Path:
     if path.is_dir():
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name{_hint(flag)}")
+    try:
+        st = os.stat(path)  # (a link followed: /dev/stdout is a link to the process's fd)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        # the atomic rename replaces the path itself: run as root, --out /dev/null turned /dev/null into a
+        # regular file for every program on the machine (and /dev/stdout's link into a file)
+        raise AttnvizError(
+            f"cannot write {path}: it is a device, pipe or socket, not a file, and writing would replace it; give a "
+            f"file name{_hint(flag)}"
+        )
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise AttnvizError(
