@@ -764,16 +764,31 @@ def main() -> None:
         os.symlink(IN / "secret.bin", lk3)
         run_case("out/onto-input", "figure --out a symlink to a file outside the inputs", ["figure", TEXT, "--text", "7 2",
                  "--out", lk3], IN, "clean")  # fmt: skip
-        run_case(
-            "out/dev", "extract --out /dev/full", ["extract", TEXT, "--text", "7 2", "--out", "/dev/full"], IN, "error"
-        )
-        run_case(
-            "out/dev",
-            "figure --out /dev/null.pdf",
-            ["figure", TEXT, "--text", "7 2", "--out", "/dev/null"],
-            IN,
-            "error",
-        )
+        # a device, a FIFO and a link to a FIFO at --out: never the machine's own /dev (an atomic rename lands on
+        # the path itself: as root it would replace /dev/null), a copy of /dev/null's node in the sandbox instead
+        dev = base / "dev"
+        dev.mkdir()
+        for name, ext in (("align", ".txt"), ("extract", ".npz"), ("figure", ".png"), ("align-audio", ".tsv")):
+            targets = {"fifo": dev / f"fifo-{name}{ext}", "link to a fifo": dev / f"link-{name}{ext}"}
+            os.mkfifo(targets["fifo"])
+            os.symlink(targets["fifo"], targets["link to a fifo"])
+            if os.geteuid() == 0:
+                targets["device (1,3)"] = dev / f"null-{name}{ext}"
+                os.mknod(targets["device (1,3)"], 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            for kind, target in targets.items():
+                argv = {
+                    "align": ["align", MT, "--src", texts["good"], "--tgt", texts["good"], "--out", target],
+                    "extract": ["extract", TEXT, "--text", "7 2", "--out", target],
+                    "figure": ["figure", TEXT, "--text", "7 2", "--out", target],
+                    "align-audio": ["align-audio", WHISPER, "--audio", auds["good"], "--out", target],
+                }[name]
+                if name == "align-audio" and not WHISPER:
+                    continue
+                mode = os.stat(target).st_mode
+                run_case("out/dev", f"{name} --out a {kind}", argv, IN, "error")
+                if os.stat(target).st_mode != mode:
+                    RESULTS[-1]["problems"].append(f"REPLACED {target}")
+                    print(f"FAIL [out/dev] {name} --out a {kind}: replaced it", flush=True)
     finally:
         for m in mounted:
             subprocess.run(["umount", str(m)])
