@@ -493,3 +493,43 @@ def test_an_out_that_is_a_device_or_pipe_is_never_replaced(tmp_path, kind, comma
     assert code == 2
     one_line(err, f"cannot write {out}: it is a device, pipe or socket, not a file, and writing would replace it")
     assert os.stat(out).st_mode == before and not stat.S_ISREG(before)
+
+
+@pytest.mark.parametrize("command", ["corpus", "compare", "ablate"])
+def test_a_checkpoint_that_cannot_be_written_is_a_line_of_its_own_after_the_bar(tmp_path, command):
+    """A full disk at the first checkpoint: the progress bar was closed only after the failing save, so the line
+    came out glued to the bar ("... 18.51item/s]attnviz: error: cannot write ...") and the bar was drawn again
+    below it at exit.  Here the file-size limit fails the write as a full disk does."""
+    import resource
+
+    model = ROOT / "models" / "sequence-classification.onnx"
+    texts = tmp_path / "t.txt"
+    texts.write_text("7 2 9 5\n1 8 6 3\n")
+    out = tmp_path / "results"
+    argv = {
+        "corpus": ["corpus", model, "--texts", texts],
+        "compare": ["compare", model, model, "--texts", texts],
+        "ablate": ["ablate", model, "--texts", texts, "--all-heads"],
+    }[command]
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))  # (Python ignores SIGXFSZ: the write fails)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", *map(str, argv), "--out", str(out)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=small_files,
+    )
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.replace("\r", "\n").split("\n") if ln.strip()]
+    line = (
+        f"attnviz: error: cannot write {out / 'checkpoint.npz'}: File too large; check the folder is writable and "
+        "has space"
+    )
+    assert lines[-1] == line, done.stderr
+    assert sum("attnviz: error:" in ln for ln in lines) == 1 and "Traceback" not in done.stderr, done.stderr

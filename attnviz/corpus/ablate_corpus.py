@@ -171,11 +171,11 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
             if on_batch is not None:
                 on_batch(tot.items)
     except BaseException:
+        bar.close()  # first: a save that fails below must not put its error line on the bar's line (run.py)
         if tot.next_batch > 0:
             tot.save(ckpt, fingerprint, plan.settings)  # interrupted: every folded batch is kept for the next run
         elif made and not any(out.iterdir()):
             out.rmdir()
-        bar.close()
         raise
     bar.close()
     run_s = time.perf_counter() - t0

@@ -179,9 +179,9 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
             if on_batch is not None:
                 on_batch(acc.items)
     except BaseException:
+        bar.close()  # first: a save that fails below must not put its error line on the bar's line (run.py)
         if acc.next_batch > 0:
             acc.save(ckpt, fingerprint, settings)  # interrupted: every folded batch is kept for the next run
-        bar.close()
         raise
     bar.close()
     run_s = time.perf_counter() - t0

@@ -234,13 +234,15 @@ def _run(
             if on_batch is not None:
                 on_batch(acc.items)
     except BaseException:
+        # the bar first: tqdm leaves the cursor after the bar, and a checkpoint that cannot be saved below (a full
+        # disk) put "attnviz: error: ..." on the bar's line, the bar drawn again after it at exit
+        bar.close()
         if loading is not None:
             loading.join()  # not left importing while the interpreter exits
         if stream.fingerprint is not None and acc.next_batch > 0:
             acc.save(ckpt, stream.fingerprint, stream.settings)  # interrupted: keep every folded batch for the next run
         elif made and not any(out.iterdir()):  # stopped before its first batch (a model refused at its first run)
             out.rmdir()
-        bar.close()
         raise
     bar.close()
     if stream.resumed != (0, 0):  # a Ray Data run resumed from its kept partials (folded above with the new ones)
