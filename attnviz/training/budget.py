@@ -81,17 +81,24 @@ def check_training_memory(mcfg, tcfg) -> None:
         with torch.device("meta"):
             return sum(p.numel() for p in AttnModel(replace(mcfg, n_layers=enc, n_dec_layers=dec)).parameters())
 
+    layers = max(1, int(mcfg.n_layers) + int(mcfg.n_dec_layers))
+    tokens = int(tcfg.batch_size) * int(mcfg.max_len)
+    # per layer: ~4 copies of the [B, H, T, T] scores (scores, softmax, dropout, gradient), ~4 of [B, T, d_ff]
+    acts = layers * 4 * 4 * (tokens * int(mcfg.max_len) * int(mcfg.n_heads) + tokens * int(mcfg.d_ff))
+    sizes = f"d_model={mcfg.d_model}, n_layers={mcfg.n_layers}, d_ff={mcfg.d_ff}, max_len={mcfg.max_len}"
+    # the activations alone first, before any module is built: max_len=10**12 made even the meta build's causal
+    # mask overflow ("Storage size calculation overflowed": an internal error)
+    limits.check_memory(
+        acts,
+        f"training this model ({sizes}, batch_size={tcfg.batch_size}: its activations alone)",
+        hint="choose smaller sizes with --set",
+    )
     # Built with at most two layers a stack and extrapolated (every layer of a stack has the same parameters):
     # built as asked, n_layers=10**30 looped for ever creating modules, before anything was counted.
     e0, d0 = min(int(mcfg.n_layers), 1), min(int(mcfg.n_dec_layers), 1)
     base = count(e0, d0)
     params = base + (int(mcfg.n_layers) - e0) * (count(e0 + 1, d0) - base)
     params += (int(mcfg.n_dec_layers) - d0) * (count(e0, d0 + 1) - base)
-    layers = max(1, int(mcfg.n_layers) + int(mcfg.n_dec_layers))
-    tokens = int(tcfg.batch_size) * int(mcfg.max_len)
-    # per layer: ~4 copies of the [B, H, T, T] scores (scores, softmax, dropout, gradient), ~4 of [B, T, d_ff]
-    acts = layers * 4 * 4 * (tokens * int(mcfg.max_len) * int(mcfg.n_heads) + tokens * int(mcfg.d_ff))
-    sizes = f"d_model={mcfg.d_model}, n_layers={mcfg.n_layers}, d_ff={mcfg.d_ff}, max_len={mcfg.max_len}"
     limits.check_memory(
         params * 16 + acts,
         f"training this model ({params:,} parameters; {sizes}, batch_size={tcfg.batch_size})",
