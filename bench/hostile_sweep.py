@@ -692,13 +692,13 @@ def main() -> None:
     if os.geteuid() == 0:
         if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=64", "tmpfs", str(full)]).returncode == 0:
             mounted.append(full)
-            with open(full / "filler", "wb") as f:  # every block taken: even a 30-byte alignment file fails
-                try:
-                    while True:
-                        f.write(b"\0" * 4096)
-                        f.flush()
-                except OSError:
+            fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)  # every block taken: a 30-byte file fails too
+            try:
+                while os.write(fd, b"\0" * 4096):
                     pass
+            except OSError:
+                pass
+            os.close(fd)
         if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)]).returncode == 0:
             mounted.append(ro)
     else:
