@@ -238,18 +238,27 @@ def test_gpt2_maps_are_the_loops_rows_and_equal_the_copy(optimum_export, monkeyp
     _same(got, m.analyze(feeds=feeds, generate=80))
 
 
+VLM_PROMPTS = {
+    "llava_repo": "<s> <image> a photo of the cat",
+    "idefics3_repo": "<s> <image> a photo of the cat",
+    "qwen2vl_repo": "<|vision_start|><|image_pad|><|vision_end|>describe the cat",
+    "paligemma_repo": "<image>a photo of the cat",
+}
+
+
 @pytest.mark.slow
-def test_llava_maps_are_the_loops_rows_and_equal_the_copy(llava_repo, tmp_path, monkeypatch):
-    """A vision-language model: the decoder's sites in place (the reserved rows are the spliced prompt's, image
+@pytest.mark.parametrize("fixture", list(VLM_PROMPTS))
+def test_vlm_maps_are_the_loops_rows_and_equal_the_copy(request, fixture, tmp_path, monkeypatch):
+    """Vision-language models: the decoder's sites in place (the reserved rows are the spliced prompt's, image
     tokens included), the tower's frames as they were; both generation paths."""
     pytest.importorskip("torch")
     from PIL import Image
 
     image = tmp_path / "photo.png"
     Image.fromarray((np.random.default_rng(3).random((45, 70, 3)) * 255).astype(np.uint8)).save(image)
-    m = open_without_eos(llava_repo)
+    m = open_without_eos(request.getfixturevalue(fixture))
     watch = _Watch(monkeypatch)
-    kw = dict(text="<s> <image> a photo of the cat", image=str(image), generate=8)
+    kw = dict(text=VLM_PROMPTS[fixture], image=str(image), generate=8)
     first = m.analyze(**kw)
     again = m.analyze(**kw)
     decoder = sum(s.stack == "decoder" for s in again.sites)
