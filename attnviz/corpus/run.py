@@ -21,6 +21,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
+from attnviz.core.notice import say
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
 from attnviz.corpus import items as it
@@ -95,7 +96,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     starting.check(cfg)
     model, note = vision_file(cfg.model, cfg.images)  # a VLM folder over images: its vision tower (vlm_folder.py)
     if note:
-        print(f"attnviz: {note}", file=sys.stderr)
+        say(note)
         cfg = replace(cfg, model=model)
     with command_scope():  # the inputs declared below end with the run: library callers run many in one process
         starting.guard(cfg)
@@ -795,7 +796,6 @@ def _onnxruntime_version() -> str:
     sessions live in the workers and the isolation child; the import is ~0.1 s CPU): the literal its
     ``__init__.py`` assigns, which is what the attribute holds (read from the package, not from a distribution's
     metadata: onnxruntime-gpu and the other builds install the same package under other names)."""
-    import sys
 
     mod = sys.modules.get("onnxruntime")
     if mod is not None:
