@@ -27,6 +27,8 @@ def _both(model, texts, tmp_path, name, **kw):
     run = json.loads((tmp_path / f"{name}_ray" / "run.json").read_text())
     assert run["engine"] == "ray" and "ray" in run["versions"]
     assert run["data_sha256_of"] == "file"  # Ray Data read it: the driver never held the items
+    # Ray places its actors itself: no local layout; an actor and its session a worker, one batch at a time each
+    assert (run["worker_layout"], run["sessions"], run["batches_per_session"]) == (None, run["workers"], 1)
     assert not (tmp_path / f"{name}_ray" / PARTIALS).exists()
     _assert_same(_table(tmp_path / f"{name}_local"), _table(tmp_path / f"{name}_ray"), tol=1e-6)
     return run
@@ -233,6 +235,7 @@ def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path
     assert s.resumed_items == 6 and s.items == 16
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["engine"] == "ray" and run["model_kind"] == "encoder-decoder"
+    assert run["worker_layout"] is None and run["worker_layout_from"] is None  # the driver's plan, Ray's actors
     for name in ("heads.parquet", "examples.parquet"):
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     local = json.loads((tmp_path / "local" / "run.json").read_text())
