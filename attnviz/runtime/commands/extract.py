@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attnviz.core.notice import say
+
 HELP = "run a model and save every attention map to .npz (attn_000... [B,H,Tq,Tk] + sites JSON)"
 
 
@@ -14,7 +16,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    import sys
     from pathlib import Path
 
     from attnviz import AttnvizError
@@ -59,10 +60,10 @@ def run(args) -> int:
     if result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
-        print(f"warning: {note}")
+        say(note, "warning")
     # what --max-tokens cut, which sentence lost how many tokens (open and the window say it; the .npz keeps it)
     for note in cut_notes(result.info.get("notes")):
-        print(f"attnviz: {note}", file=sys.stderr)
+        say(note)
     return 0
 
 
