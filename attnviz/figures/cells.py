@@ -7,6 +7,13 @@ a 16 in figure take 1.5 GB and 4-10 s of CPU whatever the token count (bench/RES
 output pixel (exact in float32 up to 2**24 cells; a map side is pooled to at most ``MAX_CELLS``): the pixels
 are those of ``imshow(..., interpolation="nearest")`` (tests/figures/test_cells.py compares them), the memory a
 few bytes a pixel.
+
+In a vector output (PDF, SVG) the map is not rasterised at the figure's dpi at all: it is embedded at CELL
+resolution, one image pixel a cell (or a pooled cell: the heat maps pool to at most a device pixel a cell at the
+figure's dpi, ``views._cells_drawn``), and the viewer scales it without smoothing (matplotlib's "unsampled" image:
+SVG ``image-rendering:pixelated``; PDF ``/Interpolate false``, written by ``render.figure_bytes``).  Every cell
+stays a crisp square at any zoom, and the file and the writer's memory are the cells', not ~15 M pixels
+(bench/RESULTS.md session 21, pdfcells21).
 """
 
 from __future__ import annotations
@@ -19,8 +26,19 @@ from matplotlib.transforms import Affine2D, Bbox, IdentityTransform, Transform
 EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most cells numbered exactly
 
 
-class CellImage(AxesImage):
-    """An :class:`AxesImage` of a 2-D map drawn with nearest sampling: cells coloured once, in bytes, then placed."""
+class VectorCells(AxesImage):
+    """An :class:`AxesImage` of cells that a vector backend embeds unsampled (a pixel a cell, scaled by the
+    viewer without smoothing) instead of resampled to the figure's dpi.  Raster output (Agg) is untouched: Agg
+    does not take a transformed image (``option_scale_image`` is False), so it never asks."""
+
+    def _check_unsampled_image(self):
+        # nearest sampling is what "no smoothing between cells" means; anything else asked for keeps its resampling
+        return self.get_interpolation() in ("nearest", "none")
+
+
+class CellImage(VectorCells):
+    """An :class:`AxesImage` of a 2-D map drawn with nearest sampling: cells coloured once, in bytes, then placed
+    (raster output); embedded a pixel a cell in vector output (:class:`VectorCells`)."""
 
     def _make_image(
         self, A, in_bbox, out_bbox, clip_bbox, magnification=1.0, unsampled=False, round_to_pixel_border=True
@@ -74,6 +92,14 @@ def _placement(image: AxesImage, shape, in_bbox, out_bbox, clip_bbox, magnificat
     )
     t = t0 + Affine2D().scale(magnification).translate(-x0, -y0)
     return x0, y0, (int(y1 - y0), int(x1 - x0)), t
+
+
+def as_vector_cells(image: AxesImage) -> VectorCells:
+    """``image`` embedded a pixel a cell in vector output, drawn exactly as before in raster output (its class
+    swapped to :class:`VectorCells`, which changes nothing else)."""
+    image.__class__ = VectorCells
+    assert isinstance(image, VectorCells)
+    return image
 
 
 def as_cells(image: AxesImage) -> CellImage:

@@ -25,6 +25,7 @@ from attnviz.core import limits
 from attnviz.core.attention import AttentionResult
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
+from attnviz.figures.pdfwrite import save_pdf
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
 from attnviz.figures.views import VIEW_DRAWERS
 
@@ -200,7 +201,10 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
         raise AttnvizError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     buf = io.BytesIO()
     with style():
-        fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
+        if fmt == "pdf":  # a map's cells embedded a pixel a cell, scaled by the viewer without smoothing
+            save_pdf(fig, buf, dpi or fig.dpi, _METADATA[fmt])
+        else:
+            fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
     return buf.getvalue()
 
 

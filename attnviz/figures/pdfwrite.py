@@ -1,0 +1,37 @@
+"""PDF output whose images say ``/Interpolate false``: a map's cells, embedded a pixel a cell
+(:class:`attnviz.figures.cells.VectorCells`), are scaled up by the viewer without smoothing.
+
+``/Interpolate`` defaults to false in the PDF specification (ISO 32000 §8.9.5.3), but matplotlib omits the key and
+some viewers smooth images that do not say so; the figures say it.  matplotlib's PDF writer has no option for it:
+its :class:`PdfFile` is swapped for one that adds the key to every image XObject's dictionary (the figures embed
+no image that wants smoothing: maps are cells, a photo is shown at its own pixels), through :class:`PdfPages`,
+matplotlib's public way of handing ``savefig`` a writer.
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+from matplotlib.backends.backend_pdf import Name, PdfFile, PdfPages
+from matplotlib.figure import Figure
+
+
+class _CrispPdfFile(PdfFile):
+    def beginStream(self, id, len, extra=None, png=None):
+        if extra is not None and extra.get("Subtype") == Name("Image"):
+            extra = {**extra, "Interpolate": False}
+        super().beginStream(id, len, extra, png)
+
+
+class _CrispPages(PdfPages):
+    def _ensure_file(self):  # matplotlib 3.11: where PdfPages opens its PdfFile (tests/figures/test_vector_cells.py)
+        if self._file is None:
+            self._file = _CrispPdfFile(self._filename, metadata=self._metadata)
+        return self._file
+
+
+def save_pdf(fig: Figure, out: IO[bytes], dpi: float, metadata: dict) -> None:
+    """``fig`` as a one-page PDF into ``out`` (what ``fig.savefig(out, format="pdf", ...)`` writes, its images
+    marked ``/Interpolate false``)."""
+    with _CrispPages(out, metadata=metadata) as pages:
+        pages.savefig(fig, dpi=dpi)
