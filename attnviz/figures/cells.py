@@ -27,13 +27,47 @@ EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most c
 
 
 class VectorCells(AxesImage):
-    """An :class:`AxesImage` of cells that a vector backend embeds unsampled (a pixel a cell, scaled by the
-    viewer without smoothing) instead of resampled to the figure's dpi.  Raster output (Agg) is untouched: Agg
-    does not take a transformed image (``option_scale_image`` is False), so it never asks."""
+    """An :class:`AxesImage` that a vector backend embeds at its own pixels (a pixel a cell, or a photo's pixel,
+    scaled by the viewer without smoothing) instead of resampled to the figure's dpi.  Raster output (Agg) is
+    untouched: Agg does not take a transformed image (``option_scale_image`` is False), so it never asks."""
 
     def _check_unsampled_image(self):
-        # nearest sampling is what "no smoothing between cells" means; anything else asked for keeps its resampling
-        return self.get_interpolation() in ("nearest", "none")
+        return True
+
+
+def _vector(renderer) -> bool:
+    """Whether ``renderer`` writes a vector file (PDF, SVG, PS: images placed by a transform) rather than pixels."""
+    return bool(renderer.option_scale_image())
+
+
+class RasterOnly(AxesImage):
+    """Drawn in raster output only: in vector output a :class:`PhotoOverlay` above it draws it, composited.
+    Never grouped with its neighbours by the backend (PDF and SVG would resample the group to the dpi)."""
+
+    def can_composite(self):
+        return False
+
+    def draw(self, renderer):
+        if not _vector(renderer):
+            super().draw(renderer)
+
+
+class PhotoOverlay(AxesImage):
+    """A heat layer over a photo (a :class:`RasterOnly` below it): drawn as itself in raster output; in vector
+    output as ``composite`` (``[H, W, 3|4]`` uint8 at the photo's pixels: the photo under the heat, what the two
+    layers show), embedded at those pixels (one image, the photo at its own resolution)."""
+
+    composite: np.ndarray
+
+    def can_composite(self):
+        return False
+
+    def _check_unsampled_image(self):
+        return True
+
+    def _make_image(self, A, *args, unsampled=False, **kw):
+        # unsampled: only vector backends ask (Agg never does), and the composite has the heat's shape and extent
+        return super()._make_image(self.composite if unsampled else A, *args, unsampled=unsampled, **kw)  # type: ignore[misc]
 
 
 class CellImage(VectorCells):
@@ -95,10 +129,25 @@ def _placement(image: AxesImage, shape, in_bbox, out_bbox, clip_bbox, magnificat
 
 
 def as_vector_cells(image: AxesImage) -> VectorCells:
-    """``image`` embedded a pixel a cell in vector output, drawn exactly as before in raster output (its class
+    """``image`` embedded at its own pixels in vector output, drawn exactly as before in raster output (its class
     swapped to :class:`VectorCells`, which changes nothing else)."""
     image.__class__ = VectorCells
     assert isinstance(image, VectorCells)
+    return image
+
+
+def raster_only(image: AxesImage) -> RasterOnly:
+    """``image`` drawn as before in raster output and, in vector output, by the overlay above it (:class:`RasterOnly`)."""
+    image.__class__ = RasterOnly
+    assert isinstance(image, RasterOnly)
+    return image
+
+
+def photo_overlay(image: AxesImage, composite: np.ndarray) -> PhotoOverlay:
+    """``image`` (a heat layer over a :func:`raster_only` photo) drawn as ``composite`` in vector output."""
+    image.__class__ = PhotoOverlay
+    assert isinstance(image, PhotoOverlay)
+    image.composite = composite
     return image
 
 

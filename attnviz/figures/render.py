@@ -25,8 +25,8 @@ from attnviz.core import limits
 from attnviz.core.attention import AttentionResult
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
-from attnviz.figures.pdfwrite import save_pdf
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
+from attnviz.figures.vector_out import crisp_svg, save_pdf
 from attnviz.figures.views import VIEW_DRAWERS
 
 # fonts tried after DejaVu Sans for glyphs it lacks (CJK...), where installed; matplotlib falls back per glyph
@@ -205,7 +205,7 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
             save_pdf(fig, buf, dpi or fig.dpi, _METADATA[fmt])
         else:
             fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
-    return buf.getvalue()
+    return crisp_svg(buf.getvalue()) if fmt == "svg" else buf.getvalue()
 
 
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str = "--out") -> Path:
