@@ -35,9 +35,9 @@ class Run:
     rss_mb: float
 
 
-def _time(tree: Path, maps: Path, out: Path, cwd: Path) -> Run:
+def _time(tree: Path, maps: Path, out: Path, cwd: Path, extra: tuple[str, ...] = ()) -> Run:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "attnviz", "figure", str(maps), "--out", str(out)]
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "attnviz", "figure", str(maps), "--out", str(out), *extra]
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")

@@ -11,7 +11,7 @@ matplotlib's public way of handing ``savefig`` a writer.
 SVG: matplotlib marks an unsampled image ``image-rendering:crisp-edges;image-rendering:pixelated``, which a
 renderer that knows neither value ignores and smooths (cairosvg 2.9 drew a 9 x 9 map as a blur; it knows
 ``optimizeSpeed``, CSS Images 3's deprecated name of ``crisp-edges``): that is added last.  A browser that takes
-it draws crisp edges, one that rejects it keeps ``pixelated`` (librsvg 2.48 smooths whatever is asked:
+it draws crisp edges, one that rejects it keeps ``pixelated`` (librsvg 2.54 smooths an image whatever it asks:
 bench/RESULTS.md session 21, pdfcells21).
 """
 
