@@ -26,7 +26,6 @@ from attnviz.core.attention import AttentionResult
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
-from attnviz.figures.vector_out import crisp_svg, save_pdf
 from attnviz.figures.views import VIEW_DRAWERS
 
 # fonts tried after DejaVu Sans for glyphs it lacks (CJK...), where installed; matplotlib falls back per glyph
@@ -202,10 +201,17 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
     buf = io.BytesIO()
     with style():
         if fmt == "pdf":  # a map's cells embedded a pixel a cell, scaled by the viewer without smoothing
+            # (imported here: matplotlib's PDF backend, ~10 MB of modules that a PNG does not need)
+            from attnviz.figures.vector_out import save_pdf
+
             save_pdf(fig, buf, dpi or fig.dpi, _METADATA[fmt])
         else:
             fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
-    return crisp_svg(buf.getvalue()) if fmt == "svg" else buf.getvalue()
+    if fmt == "svg":
+        from attnviz.figures.vector_out import crisp_svg
+
+        return crisp_svg(buf.getvalue())
+    return buf.getvalue()
 
 
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str = "--out") -> Path:
