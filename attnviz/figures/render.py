@@ -202,13 +202,13 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
     with style():
         if fmt == "pdf":  # a map's cells embedded a pixel a cell, scaled by the viewer without smoothing
             # (imported here: matplotlib's PDF backend, ~10 MB of modules that a PNG does not need)
-            from attnviz.figures.vector_out import save_pdf
+            from attnviz.figures.pdf_out import save_pdf
 
             save_pdf(fig, buf, dpi or fig.dpi, _METADATA[fmt])
         else:
             fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
     if fmt == "svg":
-        from attnviz.figures.vector_out import crisp_svg
+        from attnviz.figures.svg_out import crisp_svg
 
         return crisp_svg(buf.getvalue())
     return buf.getvalue()

@@ -1,18 +1,11 @@
-"""Vector output whose images are scaled by the viewer without smoothing: a map's cells, embedded a pixel a cell
-(:class:`attnviz.figures.cells.VectorCells`), stay crisp squares at any zoom.
+"""PDF output whose images are scaled by the viewer without smoothing: a map's cells, embedded a pixel a cell
+(:class:`attnviz.figures.cells.VectorCells`), stay crisp squares at any zoom; every image says ``/Interpolate false``.
 
-PDF: every image says ``/Interpolate false``.
 ``/Interpolate`` defaults to false in the PDF specification (ISO 32000 §8.9.5.3), but matplotlib omits the key and
 some viewers smooth images that do not say so; the figures say it.  matplotlib's PDF writer has no option for it:
 its :class:`PdfFile` is swapped for one that adds the key to every image XObject's dictionary (the figures embed
 no image that wants smoothing: maps are cells, a photo is shown at its own pixels), through :class:`PdfPages`,
 matplotlib's public way of handing ``savefig`` a writer.
-
-SVG: matplotlib marks an unsampled image ``image-rendering:crisp-edges;image-rendering:pixelated``, which a
-renderer that knows neither value ignores and smooths (cairosvg 2.9 drew a 9 x 9 map as a blur; it knows
-``optimizeSpeed``, CSS Images 3's deprecated name of ``crisp-edges``): that is added last.  A browser that takes
-it draws crisp edges, one that rejects it keeps ``pixelated`` (librsvg 2.54 smooths an image whatever it asks:
-bench/RESULTS.md session 21, pdfcells21).
 """
 
 from __future__ import annotations
@@ -31,20 +24,12 @@ class _CrispPdfFile(PdfFile):
 
 
 class _CrispPages(PdfPages):
-    def _ensure_file(self):  # matplotlib 3.11: where PdfPages opens its PdfFile (tests/figures/test_vector_cells.py)
+    def _ensure_file(
+        self,
+    ):  # matplotlib 3.11: where PdfPages opens its PdfFile (tests/figures/test_vector_cells.py checks the key)
         if self._file is None:
             self._file = _CrispPdfFile(self._filename, metadata=self._metadata)
         return self._file
-
-
-SVG_PIXELATED = b'style="image-rendering:crisp-edges;image-rendering:pixelated"'
-SVG_CRISP = b'style="image-rendering:crisp-edges;image-rendering:pixelated;image-rendering:optimizeSpeed"'
-
-
-def crisp_svg(data: bytes) -> bytes:
-    """matplotlib's SVG with its unsampled images' style made crisp in older renderers too (an attribute's
-    quotes are never in an SVG's text, which is escaped: only the images' ``style`` attributes match)."""
-    return data.replace(SVG_PIXELATED, SVG_CRISP)
 
 
 def save_pdf(fig: Figure, out: IO[bytes], dpi: float, metadata: dict) -> None:
