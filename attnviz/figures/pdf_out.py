@@ -24,9 +24,8 @@ class _CrispPdfFile(PdfFile):
 
 
 class _CrispPages(PdfPages):
-    def _ensure_file(
-        self,
-    ):  # matplotlib 3.11: where PdfPages opens its PdfFile (tests/figures/test_vector_cells.py checks the key)
+    # matplotlib 3.11: where PdfPages opens its PdfFile (private; tests/figures/test_vector_cells.py checks the key)
+    def _ensure_file(self):
         if self._file is None:
             self._file = _CrispPdfFile(self._filename, metadata=self._metadata)
         return self._file
