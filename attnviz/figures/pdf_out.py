@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import IO
 
 from matplotlib.backends.backend_pdf import Name, PdfFile, PdfPages
-from matplotlib.figure import Figure
 
 
 class _CrispPdfFile(PdfFile):
@@ -31,8 +30,8 @@ class _CrispPages(PdfPages):
         return self._file
 
 
-def save_pdf(fig: Figure, out: IO[bytes], dpi: float, metadata: dict) -> None:
-    """``fig`` as a one-page PDF into ``out`` (what ``fig.savefig(out, format="pdf", ...)`` writes, its images
-    marked ``/Interpolate false``)."""
-    with _CrispPages(out, metadata=metadata) as pages:
-        pages.savefig(fig, dpi=dpi)
+def crisp_pages(out: IO[bytes], metadata: dict) -> PdfPages:
+    """A :class:`PdfPages` into ``out`` whose images say ``/Interpolate false``: its ``savefig`` of a figure writes
+    what the figure's own ``savefig`` to a PDF writes, with that key (``render.figure_bytes`` saves through it, in
+    memory)."""
+    return _CrispPages(out, metadata=metadata)

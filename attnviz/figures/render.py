@@ -202,9 +202,10 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
     with style():
         if fmt == "pdf":  # a map's cells embedded a pixel a cell, scaled by the viewer without smoothing
             # (imported here: matplotlib's PDF backend, ~10 MB of modules that a PNG does not need)
-            from attnviz.figures.pdf_out import save_pdf
+            from attnviz.figures.pdf_out import crisp_pages
 
-            save_pdf(fig, buf, dpi or fig.dpi, _METADATA[fmt])
+            with crisp_pages(buf, _METADATA[fmt]) as pages:
+                pages.savefig(fig, dpi=dpi or fig.dpi)
         else:
             fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
     if fmt == "svg":
