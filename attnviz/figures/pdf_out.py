@@ -2,10 +2,10 @@
 (:class:`attnviz.figures.cells.VectorCells`), stay crisp squares at any zoom; every image says ``/Interpolate false``.
 
 ``/Interpolate`` defaults to false in the PDF specification (ISO 32000 §8.9.5.3), but matplotlib omits the key; it
-is written out, so that the file says what it means whatever a viewer's default.  matplotlib's PDF writer has no
-option for it: its :class:`PdfFile` is swapped for one that adds the key to every image XObject's dictionary (the figures embed
-no image that wants smoothing: maps are cells, a photo is shown at its own pixels), through :class:`PdfPages`,
-matplotlib's public way of handing ``savefig`` a writer.
+is written out, so that the file says what it means whatever a viewer's default. matplotlib's PDF writer has no
+option for it: its :class:`PdfFile` is swapped for one that adds the key to every image XObject's dictionary (the
+figures embed no image that wants smoothing: maps are cells, a photo is shown at its own pixels), through
+:class:`PdfPages`, matplotlib's public way of handing ``savefig`` a writer.
 """
 
 from __future__ import annotations
