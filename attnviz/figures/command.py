@@ -179,7 +179,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--width", choices=tuple(WIDTH_PRESETS), help="column width preset: single 3.5 in, double 7.16 in"
     )
     size.add_argument("--width-in", type=float, metavar="W", help="figure width in inches")
-    size.add_argument("--dpi", type=int, help="raster resolution (default 300): PNG width = width x dpi")
+    size.add_argument(
+        "--dpi",
+        type=int,
+        help="raster resolution (default 300): PNG width = width x dpi; a PDF or SVG embeds a map a pixel a cell, "
+        "pooled where it has more cells than pixels at this dpi",
+    )
     size.add_argument("--font-size", type=float, metavar="PT", help="tick-label size in points (default 7)")
     size.add_argument("--out", help="output file .pdf/.svg/.png (with --all-heads: a folder, or a name pattern)")
     size.add_argument("--format", choices=FORMATS, help="file format for --all-heads into a folder (default png)")

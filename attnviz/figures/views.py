@@ -25,7 +25,7 @@ from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult
 from attnviz.figures import select as sel_
 from attnviz.figures.audio import draw_audio
-from attnviz.figures.cells import as_cells
+from attnviz.figures.cells import as_cells, as_vector_cells, photo_overlay, raster_only
 from attnviz.figures.layout import (
     CHAR_W,
     FIT,
@@ -459,8 +459,12 @@ def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap, panel: vm.OverlayP
     rgba = cmap(drawn.heat)
     rgba[..., 3] = drawn.alpha
     ih, iw = image.shape[:2]
-    ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto")
-    ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
+    # raster output: the base and the heat as two layers resampled to the dpi (as ever); vector output: the same
+    # composite at the image's own pixels (the heat is already the view model's smoothed map at those pixels),
+    # one image pixel a photo pixel, scaled by the viewer without smoothing
+    raster_only(ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto"))
+    heat = ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
+    photo_overlay(heat, vm.composite(image, rgba, drawn.alpha, ov.base))
     rect = drawn.query_rect(iw, ih)
     if rect is not None:  # the query patch, outlined as on screen (pixel edges sit half a pixel off the centres)
         x, y, w, h = rect
@@ -546,8 +550,8 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
         y0 = height - title_in - (r + 1) * (img_h + word_in) + word_in
         ax = fig.add_axes((x0 / width, y0 / height, (pw - 0.08) / width, img_h / height))
         ax.set_axis_off()
-        if k == 0:
-            ax.imshow(image, interpolation="auto")
+        if k == 0:  # the photo at its own pixels in a PDF or SVG
+            as_vector_cells(ax.imshow(image, interpolation="auto"))
             word, weight = "(input)", "normal"
         else:
             row, word = rows[k - 1]
