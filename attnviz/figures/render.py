@@ -76,7 +76,7 @@ RC: dict[RcKeyType, Any] = {
 }
 
 # per-format metadata: drop dates and versions so the same figure gives the same bytes
-_METADATA = {
+_METADATA: dict[str, dict] = {
     "png": {"Software": None},
     "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": f"attnviz {__version__}"},
     "svg": {"Date": None, "Creator": f"attnviz {__version__}"},
