@@ -219,6 +219,10 @@ class HFTokenizer(TextEncoder):
         tok.no_truncation()
         self.tok = tok
         self.source = source
+        # the unknown token's id, where the model names one (runtime/unknown_tokens.py: a text mostly of it is said)
+        kind = tok.model  # the tokenizers library's model (WordPiece, BPE, ...), not an attention model
+        unk = getattr(kind, "unk_token", None)
+        self.unk_id = tok.token_to_id(unk) if isinstance(unk, str) and unk else None
         self._special = set()
         try:
             for t in tok.get_added_tokens_decoder().values():

@@ -24,6 +24,7 @@ def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
     from attnviz.runtime.truncation import cut_notes
+    from attnviz.runtime.unknown_tokens import unknown_notes
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -63,6 +64,8 @@ def run(args) -> int:
         say(note, "warning")
     # what --max-tokens cut, which sentence lost how many tokens (open and the window say it; the .npz keeps it)
     for note in cut_notes(result.info.get("notes")):
+        say(note)
+    for note in unknown_notes(result.info.get("notes")):  # a text the tokenizer does not know (first-hour slip)
         say(note)
     return 0
 
