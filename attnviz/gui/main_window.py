@@ -221,7 +221,7 @@ class MainWindow(QMainWindow):
         s = self.session
         if s.block is None:
             return
-        layer, head = rules.neighbour_head(s.block.n_layers, s.block.heads_in, s.sel.layer, s.sel.head, d)
+        layer, head = rules.head_step(s.sel, s.block.n_layers, s.block.heads_in, d)
         s.select(head=head, layer=layer, mode="head")
 
     def step_layer(self, d: int) -> None:

@@ -257,17 +257,21 @@ class OverviewView(View):
             self.crosses[cell] = items
 
     def update_focus(self) -> None:
+        """Frame what the other views draw: one head, or every head of an aggregate's layer range."""
         s = self.session.sel
-        rect = self.cells.get((s.block, s.layer, s.head))
-        if rect is None:
+        blk = self.session.block
+        rects = [self.cells.get((s.block, layer, h)) for layer, h in vm.focus_heads(blk, s)] if blk else []
+        if not rects or any(r is None for r in rects):
             self.focus_box.hide()
             return
+        rect = rects[0]
+        for r in rects[1:]:
+            rect = rect.united(r)
         pad = 0.04
         self.focus_box.setRect(rect.adjusted(-pad, -pad, pad, pad))
         self.focus_box.show()
-        blk = self.session.block
         self.info.setText(
-            f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
+            f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
             + (f" · crossed: switched off ({len(self.crosses)})" if self.crosses else "")

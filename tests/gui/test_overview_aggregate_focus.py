@@ -1,0 +1,44 @@
+"""The overview frames what the other views draw: under "mean over heads" (what a result opens on) every head of
+the layer range, named as the Head map's title names it, and ←/→ step from there into that range's first / last
+head (the old frame sat on head 0 with "focus: … head 0", and → skipped head 0)."""
+
+from __future__ import annotations
+
+from gui_helpers import open_and_wait
+from PySide6.QtCore import Qt
+
+
+def _frame_holds(ov, key) -> bool:
+    return ov.focus_box.rect().contains(ov.cells[key])
+
+
+def test_mean_frames_the_whole_layer_and_names_it(qtbot, window, files):
+    open_and_wait(qtbot, window, files["text.onnx"])  # 6 layers × 12 heads: opens on the mean over layer 5
+    ov = window.overview
+    sel = window.session.sel
+    assert (sel.mode, sel.layer_lo, sel.layer_hi) == ("mean", 5, 5)
+    assert ov.focus_box.isVisible()
+    assert all(_frame_holds(ov, (0, 5, h)) for h in range(12))
+    assert not any(_frame_holds(ov, (0, 4, h)) for h in range(12))
+    text = ov.info.text()
+    assert "focus: encoder self-attention · layer 5 · mean over heads" in text
+    assert "head 0" not in text
+
+
+def test_layer_range_framed_then_arrows_enter_it(qtbot, window, files):
+    open_and_wait(qtbot, window, files["text.onnx"])
+    window.session.select(mode="max", layer_lo=2, layer_hi=3)
+    ov = window.overview
+    assert all(_frame_holds(ov, (0, layer, h)) for layer in (2, 3) for h in range(12))
+    assert not _frame_holds(ov, (0, 1, 0)) and not _frame_holds(ov, (0, 4, 0))
+    assert "layers 2–3 · max over heads" in ov.info.text()
+    window.tabs.setFocus()
+    qtbot.keyClick(window.tabs, Qt.Key_Right)  # into the range's first head
+    sel = window.session.sel
+    assert (sel.mode, sel.layer, sel.head) == ("head", 2, 0)
+    assert ov.focus_box.rect().center() == ov.cells[(0, 2, 0)].center()
+    assert "layer 2 · head 0" in ov.info.text()
+    window.session.select(mode="max")
+    qtbot.keyClick(window.tabs, Qt.Key_Left)  # into the range's last head
+    sel = window.session.sel
+    assert (sel.mode, sel.layer, sel.head) == ("head", 3, 11)
