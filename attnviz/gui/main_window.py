@@ -354,6 +354,8 @@ class MainWindow(QMainWindow):
         if isinstance(exc, Cancelled):
             self.inputs.set_busy(False, "cancelled")
             self.statusBar().showMessage("Cancelled.")
+            if kind == "run":
+                self.session.set_run_note("The run was cancelled: press Run to run the input again.")
             return
         self.inputs.set_busy(False, "error")
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
@@ -361,7 +363,10 @@ class MainWindow(QMainWindow):
         if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
             self.offer_truncation(exc.n, exc.limit)
             return
-        self.show_error(error_text(exc), param=getattr(exc, "param", None))
+        text = error_text(exc)
+        if kind == "run":
+            self.session.set_run_note(f"The run stopped: {text}")
+        self.show_error(text, param=getattr(exc, "param", None))
 
     def _mark_widget(self, w) -> None:
         """Focus the control to fix and frame it in red until its value changes."""
@@ -376,6 +381,10 @@ class MainWindow(QMainWindow):
     def offer_truncation(self, n: int, limit) -> None:
         """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
         box = self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+        self.session.set_run_note(
+            f"The run stopped: {n} tokens, and this model's positions stop at {limit.tokens}. Truncate from the "
+            f"message, or set max tokens to {limit.tokens} and press Run."
+        )
         button = box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.ButtonRole.AcceptRole)
 
         def truncate():
@@ -425,6 +434,7 @@ class MainWindow(QMainWindow):
         if rid != self._latest["open"]:
             return
         self.inputs.set_busy(False)
+        self.session.run_note = ""  # a new model: the last one's run said nothing about it (set_model redraws)
         self.session.set_result(None)
         self.session.set_model(model)
         self.inputs.configure_for(model)
@@ -506,6 +516,7 @@ class MainWindow(QMainWindow):
         self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")
+        self.session.set_run_note(f"Running {rules.model_name(m)}…")
 
     def cancel(self) -> None:
         for kind in ("run", "open", "export"):
@@ -513,6 +524,7 @@ class MainWindow(QMainWindow):
             self._latest[kind] = -1  # drop whatever comes back
         self.inputs.set_busy(False, "cancelled")
         self.statusBar().showMessage("Cancelled.")
+        self.session.set_run_note("The run was cancelled: press Run to run the input again.")
 
     def _on_result(self, rid, result) -> None:
         if rid != self._latest["run"]:
