@@ -458,6 +458,7 @@ class MainWindow(QMainWindow):
         waiting = rules.waiting_for_audio(model, values)
         if waiting:  # nothing to hear yet: say what to do instead of running into the engine's refusal
             self.statusBar().showMessage(waiting)
+            self.session.set_run_note(f"{waiting}.")  # the views too, where they would say "run an input"
             self.inputs.audio.setFocus()
             return
         if run:

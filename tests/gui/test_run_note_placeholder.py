@@ -4,6 +4,8 @@ while every tab asked for one."""
 
 from __future__ import annotations
 
+import pytest
+
 OPEN_A_MODEL = "Open a model (File ▸ Open, or drop an .onnx file here) and run an input."
 
 
@@ -57,3 +59,16 @@ def test_too_long_input_says_how_to_fit(qtbot, window, files, monkeypatch):
         "The run stopped: 9 tokens, and this model's positions stop at 4. Truncate from the message, "
         "or set max tokens to 4 and press Run."
     )
+
+
+@pytest.mark.slow  # the Whisper export (cached per machine under ~/.cache/attnviz-tests)
+def test_a_speech_model_without_sound_asks_for_one_in_the_views(qtbot, real_window, optimum_export):
+    from attnviz.app import rules
+
+    w = real_window
+    w.open_path(optimum_export("whisper") / "onnx")
+    qtbot.waitUntil(lambda: w.session.model is not None, timeout=120000)
+    want = rules.waiting_for_audio(w.session.model, {})
+    assert want is not None and "choose a sound file" in want
+    w.select_view("audio")
+    assert w.audio_regions.message == f"{want}."
