@@ -57,6 +57,7 @@ from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.request import AnalyzeRequest
 
 MAX_RECENT = 10
+DOCK_FLOOR = 240  # px a dock keeps when the view tabs need its width (_fit_tabs)
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
 _default_opener = open_model_ready
 
@@ -115,6 +116,7 @@ class MainWindow(QMainWindow):
         self.views: dict[str, View] = {v.title: v for v in tabs}
         for v in tabs:
             self.tabs.addTab(v, v.title)
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # a tab's whole title, or _fit_tabs makes room for it
         self.setCentralWidget(self.tabs)
         self.tabs.currentChanged.connect(self._follow_view_block)
         self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
@@ -205,6 +207,30 @@ class MainWindow(QMainWindow):
         vm.addAction(self.left_dock.toggleViewAction())
         vm.addAction(self.right_dock.toggleViewAction())
         self._rebuild_recent()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        # once the docks have their new widths: a window sized before it is shown (attnviz open --size) gets its
+        # first resize before its layout has placed them
+        QTimer.singleShot(0, self._fit_tabs)
+
+    def _fit_tabs(self) -> None:
+        """Give the view tabs the width their titles need, taken from the docks (the Model sidebar first) down to
+        :data:`DOCK_FLOOR`: at 1280 px the seventh tab, Head stats, was scrolled out of sight behind two arrows.
+        Only ever narrows a dock, and only by what the tabs lack; a window too narrow still scrolls the tabs."""
+        bar = self.tabs.tabBar()
+        need = sum(bar.tabSizeHint(i).width() for i in range(bar.count()))
+        lack = need - self.tabs.width() + 2
+        if lack <= 0:
+            return
+        docks = [d for d in (self.right_dock, self.left_dock) if d.isVisible() and not d.isFloating()]
+        widths = {d: d.width() for d in docks}
+        for d in docks:
+            give = max(0, min(lack, widths[d] - DOCK_FLOOR))
+            widths[d] -= give
+            lack -= give
+        if docks and any(widths[d] != d.width() for d in docks):
+            self.resizeDocks(docks, [widths[d] for d in docks], Qt.Orientation.Horizontal)
 
     def _build_keys(self) -> None:
         for key, fn in (
