@@ -743,6 +743,8 @@ class MainWindow(QMainWindow):
             style = None
             if view is self.overview and held is not None and held.result_a is result:  # the frames too
                 style = held.overview_style(self.session.blocks, sel.block)
+            if view is self.overview and self.session.ablation.off:  # the switched-off heads' crosses too
+                style = self.session.ablation.overview_style(self.session.blocks, sel.block, style)
             self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return
         try:

@@ -233,7 +233,7 @@ class OverviewView(View):
             for old in drawn:
                 self.vb.removeItem(old)
         self.crosses.clear()
-        pen = QPen(QColor(30, 30, 30))
+        pen = QPen(QColor(vm.OFF_CROSS))  # the exported figure's colours (the view model's palette)
         pen.setCosmetic(True)
         pen.setWidthF(2.5)
         for cell in sorted(s.ablation.cells(s.blocks)):
@@ -242,7 +242,7 @@ class OverviewView(View):
                 continue
             veil = QGraphicsRectItem(r)  # the head's map greyed under the cross: it no longer reaches the output
             veil.setPen(QPen(Qt.PenStyle.NoPen))
-            veil.setBrush(QColor(255, 255, 255, 150))
+            veil.setBrush(QColor(*vm.OFF_VEIL))
             items: list[QGraphicsItem] = [
                 veil,
                 QGraphicsLineItem(r.left(), r.top(), r.right(), r.bottom()),
@@ -274,7 +274,7 @@ class OverviewView(View):
             f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
-            + (f" · crossed: switched off ({len(self.crosses)})" if self.crosses else "")
+            + (f" · {vm.OFF_NOTE} ({len(self.crosses)})" if self.crosses else "")
             + " · right-click a head to switch it off"
         )
 
