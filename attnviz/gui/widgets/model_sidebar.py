@@ -8,6 +8,7 @@ import json
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
+from attnviz.app.run_facts import run_fact
 from attnviz.core import view as vm
 from attnviz.core.token_counts import token_lines
 
@@ -195,8 +196,8 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("prediction", pred))
             timings = dict(m.timings) if m is not None else {}
             for k, v in timings.items():
-                name = k[:-2] if k.endswith("_s") else k
-                rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
+                name = run_fact(k[:-2] if k.endswith("_s") else k, None)[0]
+                rows.append((name, f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
             for k, v in info.items():
                 # already shown above (model section / input panel) or internal
                 if k in (
@@ -218,7 +219,7 @@ class ModelSidebar(QTreeWidget):
                 ) or v in (None, "", [], {}):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):
-                    rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))
+                    rows.append((run_fact(k[:-2], None)[0], f"{v * 1000:.1f} ms"))
                 elif k == "alignment":  # the model's declaration, as the Alignment view says it
                     declared = vm.declared_alignment(r)
                     if declared is not None:
@@ -227,5 +228,5 @@ class ModelSidebar(QTreeWidget):
                 elif k == "word_times" and isinstance(v, list):  # drawn on the sound (Audio regions): a count here
                     rows.append(("word times", f"{len(v)} words, from the alignment heads"))
                 else:
-                    rows.append((k, v))
+                    rows.append(run_fact(k, v))  # the engine's key and value in the user's words
             self._add("Run", rows)
