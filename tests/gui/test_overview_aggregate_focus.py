@@ -42,3 +42,21 @@ def test_layer_range_framed_then_arrows_enter_it(qtbot, window, files):
     qtbot.keyClick(window.tabs, Qt.Key_Left)  # into the range's last head
     sel = window.session.sel
     assert (sel.mode, sel.layer, sel.head) == ("head", 3, 11)
+
+
+def _selected_heads(stats) -> set[tuple[int, int]]:
+    t = stats.table
+    rows = {i.row() for i in t.selectionModel().selectedRows()}
+    return {(int(stats.cell(r, 0).value), int(stats.cell(r, 1).value)) for r in rows}
+
+
+def test_head_stats_selects_the_heads_the_views_draw(qtbot, window, files):
+    open_and_wait(qtbot, window, files["text.onnx"])  # the mean over layer 5
+    window.select_view("stats")
+    stats = window.stats
+    qtbot.waitUntil(lambda: stats.table.rowCount() == 6 * 12, timeout=20000)
+    assert _selected_heads(stats) == {(5, h) for h in range(12)}
+    window.session.select(mode="head", layer=2, head=7)
+    assert _selected_heads(stats) == {(2, 7)}
+    window.session.select(mode="rollout", layer_lo=0, layer_hi=1)
+    assert _selected_heads(stats) == {(layer, h) for layer in (0, 1) for h in range(12)}
