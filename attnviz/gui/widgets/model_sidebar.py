@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
+from pathlib import PurePath
 
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
@@ -16,16 +18,32 @@ from attnviz.core.token_counts import token_lines
 # (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
 MAX_ROWS = 200
 TIP_CHARS = 4000
+PATH_CHARS = 400  # a path is shown whole up to this long (the 120 characters of other values cut its file name)
 
 
 def _short(v, n: int = 120) -> str:
+    if isinstance(v, PurePath):  # a file's path: its end names the file, so any cut is at its start
+        s = str(v)
+        return s if len(s) <= PATH_CHARS else "…" + s[-(PATH_CHARS - 1) :]
     s = v[: n + 1] if isinstance(v, str) else json.dumps(v, default=str)[: n + 1]  # cut before copying
     s = s.replace("\n", " ")
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+# a break opportunity Qt's word wrap takes (it breaks at spaces only, and ends a longer word in "…"), put after the
+# separators of a long word: a path /…/hf-minilm_legacy_eager_17-74e3/minilm_legacy_eager_17.onnx wraps at its
+# slashes and underscores instead of showing the folder and the file both as "minilm_legacy_eager_17…"
+BREAK = "\u200b"
+_SEPARATORS = re.compile(r"([/\\_.\-])(?=\S)")
+LONG_WORD = 16  # characters: shorter words fit the value column as they are
+
+
+def _breakable(text: str) -> str:
+    return " ".join(_SEPARATORS.sub(r"\1" + BREAK, w) if len(w) > LONG_WORD else w for w in text.split(" "))
+
+
 def _tip(v) -> str:
-    s = v if isinstance(v, str) else json.dumps(v, default=str, indent=1)
+    s = v if isinstance(v, str) else str(v) if isinstance(v, PurePath) else json.dumps(v, default=str, indent=1)
     return s if len(s) <= TIP_CHARS else s[:TIP_CHARS] + f"… ({len(s):,} characters)"
 
 
@@ -117,7 +135,7 @@ class ModelSidebar(QTreeWidget):
         if it is None:
             return {}
         children = (it.child(i) for i in range(it.childCount()))
-        return {c.text(0): c.text(1) for c in children if c is not None}
+        return {c.text(0): c.text(1).replace(BREAK, "") for c in children if c is not None}
 
     def _add(self, title: str, rows, expanded: bool = True, total: int | None = None) -> None:
         """A section of at most :data:`MAX_ROWS` rows; ``total`` (when ``rows`` is already cut) counts them all."""
@@ -127,7 +145,7 @@ class ModelSidebar(QTreeWidget):
         self.addTopLevelItem(top)
         for k, v in rows[:MAX_ROWS]:
             lines = v if isinstance(v, list) else [v]  # a list: a value of several lines (one per batch row)
-            child = QTreeWidgetItem([_short(str(k), 200), "\n".join(_short(x) for x in lines)])
+            child = QTreeWidgetItem([_short(str(k), 200), "\n".join(_breakable(_short(x)) for x in lines)])
             child.setToolTip(0, _tip(str(k)))  # a one-word name longer than its column ("image_preprocessing")
             child.setToolTip(1, _tip(v if not isinstance(v, list) else "\n".join(str(x) for x in v)))
             top.addChild(child)
@@ -147,7 +165,7 @@ class ModelSidebar(QTreeWidget):
                 "Model",
                 [
                     ("name", m.name),
-                    ("file", str(m.path)),
+                    ("file", PurePath(m.path)),
                     ("kind", m.kind),
                     ("device", m.provider),
                     # the export lacks part of the model's eager attention: its maps are the export's (one line each)
