@@ -67,6 +67,7 @@ class MainWindow(QMainWindow):
 
     result_shown = Signal()
     error_shown = Signal(str)
+    input_needed = Signal(str)  # a model opened and waits for an input it cannot run without (a sound)
     corpus_shown = Signal(object)  # a corpus results view (its own window) has opened
 
     def __init__(self, opener=None, settings: QSettings | None = None, provider: str = "auto", parent=None):
@@ -486,6 +487,7 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(waiting)
             self.session.set_run_note(f"{waiting}.")  # the views too, where they would say "run an input"
             self.inputs.audio.setFocus()
+            self.input_needed.emit(waiting)
             return
         if run:
             self.run_analysis()

@@ -25,6 +25,10 @@ class ScreenshotTaker:
         self.error: str | None = None
         window.result_shown.connect(self._soon)
         window.error_shown.connect(self._on_error)
+        # a speech model opened without --audio waits for a sound: say so now, not "no result within 120 s" later
+        needed = getattr(window, "input_needed", None)
+        if needed is not None:
+            needed.connect(lambda text: self._on_error(f"{text}; or give one with --audio FILE"))
         corpus = getattr(window, "corpus_shown", None)
         if corpus is not None:  # `attnviz open RESULTS_DIR`: the corpus view is its own window; shoot that one
             corpus.connect(self._soon_corpus)
