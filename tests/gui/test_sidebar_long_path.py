@@ -32,3 +32,19 @@ def test_a_long_path_wraps_inside_the_value_column(qtbot, real_window, tmp_path)
     assert box.width() <= column - 8, (box.width(), column)  # no line wider than the column: nothing cut
     assert tree.visualItemRect(item).height() >= box.height()  # and the row is as tall as its lines
     assert item.toolTip(1) == str(path)
+
+
+def test_a_long_input_name_wraps_inside_the_property_column(qtbot, real_window):
+    """The translation demo's decoder_input_ids was drawn "decoder_input_…" in the 150-px property column."""
+    w = real_window
+    w.resize(1400, 900)
+    open_and_wait(qtbot, w, DEMO.with_name("translation.onnx"), generate=2)
+    tree = w.sidebar
+    assert "decoder_input_ids" in tree.values("Inputs")  # the name as it is
+    inputs = tree.section("Inputs")
+    rows = [inputs.child(i) for i in range(inputs.childCount())]
+    item = next(r for r in rows if r.text(0).replace("\u200b", "") == "decoder_input_ids")  # break marks aside
+    room = tree.header().sectionSize(0) - 2 * tree.indentation() - 8
+    box = QFontMetrics(tree.font()).boundingRect(QRect(0, 0, room, 1 << 20), Qt.TextFlag.TextWordWrap, item.text(0))
+    assert box.width() <= room, (box.width(), room)
+    assert tree.visualItemRect(item).height() >= box.height()

@@ -35,7 +35,7 @@ def _short(v, n: int = 120) -> str:
 # slashes and underscores instead of showing the folder and the file both as "minilm_legacy_eager_17…"
 BREAK = "\u200b"
 _SEPARATORS = re.compile(r"([/\\_.\-])(?=\S)")
-LONG_WORD = 16  # characters: shorter words fit the value column as they are
+LONG_WORD = 16  # characters: shorter words fit their column as they are (an input's name "decoder_input_ids" wraps)
 
 
 def _breakable(text: str) -> str:
@@ -135,7 +135,7 @@ class ModelSidebar(QTreeWidget):
         if it is None:
             return {}
         children = (it.child(i) for i in range(it.childCount()))
-        return {c.text(0): c.text(1).replace(BREAK, "") for c in children if c is not None}
+        return {c.text(0).replace(BREAK, ""): c.text(1).replace(BREAK, "") for c in children if c is not None}
 
     def _add(self, title: str, rows, expanded: bool = True, total: int | None = None) -> None:
         """A section of at most :data:`MAX_ROWS` rows; ``total`` (when ``rows`` is already cut) counts them all."""
@@ -145,7 +145,7 @@ class ModelSidebar(QTreeWidget):
         self.addTopLevelItem(top)
         for k, v in rows[:MAX_ROWS]:
             lines = v if isinstance(v, list) else [v]  # a list: a value of several lines (one per batch row)
-            child = QTreeWidgetItem([_short(str(k), 200), "\n".join(_breakable(_short(x)) for x in lines)])
+            child = QTreeWidgetItem([_breakable(_short(str(k), 200)), "\n".join(_breakable(_short(x)) for x in lines)])
             child.setToolTip(0, _tip(str(k)))  # a one-word name longer than its column ("image_preprocessing")
             child.setToolTip(1, _tip(v if not isinstance(v, list) else "\n".join(str(x) for x in v)))
             top.addChild(child)
