@@ -545,7 +545,7 @@ class MainWindow(QMainWindow):
         self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")
-        self.session.set_run_note(f"Running {rules.model_name(m)}…")
+        self.session.set_run_note(f"Running {rules.model_name(m)}…" if m is not None else "Running…")
 
     def cancel(self) -> None:
         for kind in ("run", "open", "export"):

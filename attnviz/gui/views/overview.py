@@ -260,13 +260,13 @@ class OverviewView(View):
         """Frame what the other views draw: one head, or every head of an aggregate's layer range."""
         s = self.session.sel
         blk = self.session.block
-        rects = [self.cells.get((s.block, layer, h)) for layer, h in vm.focus_heads(blk, s)] if blk else []
-        if not rects or any(r is None for r in rects):
+        keys = [(s.block, layer, h) for layer, h in vm.focus_heads(blk, s)] if blk else []
+        if not keys or any(k not in self.cells for k in keys):
             self.focus_box.hide()
             return
-        rect = rects[0]
-        for r in rects[1:]:
-            rect = rect.united(r)
+        rect = self.cells[keys[0]]
+        for k in keys[1:]:
+            rect = rect.united(self.cells[k])
         pad = 0.04
         self.focus_box.setRect(rect.adjusted(-pad, -pad, pad, pad))
         self.focus_box.show()
