@@ -18,6 +18,7 @@ from attnviz.core.token_counts import token_lines
 # (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
 MAX_ROWS = 200
 TIP_CHARS = 4000
+RUN_CHARS = 600  # a Run row's value (a note, the generated words) is shown whole up to this long
 PATH_CHARS = 400  # a path is shown whole up to this long (the 120 characters of other values cut its file name)
 
 
@@ -137,7 +138,7 @@ class ModelSidebar(QTreeWidget):
         children = (it.child(i) for i in range(it.childCount()))
         return {c.text(0).replace(BREAK, ""): c.text(1).replace(BREAK, "") for c in children if c is not None}
 
-    def _add(self, title: str, rows, expanded: bool = True, total: int | None = None) -> None:
+    def _add(self, title: str, rows, expanded: bool = True, total: int | None = None, cut: int = 120) -> None:
         """A section of at most :data:`MAX_ROWS` rows; ``total`` (when ``rows`` is already cut) counts them all."""
         rows = list(rows)
         total = len(rows) if total is None else total
@@ -145,7 +146,9 @@ class ModelSidebar(QTreeWidget):
         self.addTopLevelItem(top)
         for k, v in rows[:MAX_ROWS]:
             lines = v if isinstance(v, list) else [v]  # a list: a value of several lines (one per batch row)
-            child = QTreeWidgetItem([_breakable(_short(str(k), 200)), "\n".join(_breakable(_short(x)) for x in lines)])
+            child = QTreeWidgetItem(
+                [_breakable(_short(str(k), 200)), "\n".join(_breakable(_short(x, cut)) for x in lines)]
+            )
             child.setToolTip(0, _tip(str(k)))  # a one-word name longer than its column ("image_preprocessing")
             child.setToolTip(1, _tip(v if not isinstance(v, list) else "\n".join(str(x) for x in v)))
             top.addChild(child)
@@ -247,4 +250,6 @@ class ModelSidebar(QTreeWidget):
                     rows.append(("word times", f"{len(v)} words, from the alignment heads"))
                 else:
                     rows.append(run_fact(k, v))  # the engine's key and value in the user's words
-            self._add("Run", rows)
+            # the run's own words (notes that end in the fix: "…; choose ImageNet or CLIP"), never a file's
+            # 60 MB metadata value: whole up to RUN_CHARS, where a value elsewhere is cut at 120
+            self._add("Run", rows, cut=RUN_CHARS)
