@@ -60,3 +60,15 @@ def test_head_stats_selects_the_heads_the_views_draw(qtbot, window, files):
     assert _selected_heads(stats) == {(2, 7)}
     window.session.select(mode="rollout", layer_lo=0, layer_hi=1)
     assert _selected_heads(stats) == {(layer, h) for layer in (0, 1) for h in range(12)}
+
+
+def test_head_stats_scrolls_its_selection_into_view(qtbot, window, files):
+    """The selected rows are scrolled to once the table is filled (the scroll was lost on the rows just added)."""
+    open_and_wait(qtbot, window, files["text.onnx"])  # 72 rows: layer 5's are below the fold at this size
+    window.select_view("stats")
+    stats = window.stats
+    qtbot.waitUntil(lambda: stats.table.rowCount() == 6 * 12, timeout=20000)
+    t = stats.table
+    rows = sorted({i.row() for i in t.selectionModel().selectedRows()})
+    assert rows == list(range(60, 72))  # layer 5, sorted by layer
+    qtbot.waitUntil(lambda: t.viewport().rect().intersects(t.visualItemRect(t.item(rows[0], 0))), timeout=5000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, QTimer, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from attnviz.app.ablation import head_at
@@ -187,6 +187,11 @@ class StatsView(View):
             return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
         return "patches" if image else "text"
 
+    @property
+    def busy(self) -> bool:
+        """Its statistics are still being computed (the table is empty meanwhile): a screenshot waits for them."""
+        return self._pending is not None
+
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
         s = self.session
@@ -339,9 +344,10 @@ class StatsView(View):
         model, flags = t.selectionModel(), QItemSelectionModel.SelectionFlag
         for r in rows:
             model.select(t.model().index(r, 0), flags.Select | flags.Rows)
-        if rows:
-            t.scrollToItem(self.cell(rows[0], 0))
         t.blockSignals(False)
+        if rows:  # once the rows just filled are laid out: before, the scroll bar has no range and the scroll is lost
+            first = self.cell(rows[0], 0)
+            QTimer.singleShot(0, lambda: t.scrollToItem(first) if first.tableWidget() is t else None)
 
     def column_values(self, name: str) -> list[float]:
         c = self.columns.index(name)
