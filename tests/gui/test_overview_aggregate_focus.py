@@ -70,5 +70,7 @@ def test_head_stats_scrolls_its_selection_into_view(qtbot, window, files):
     qtbot.waitUntil(lambda: stats.table.rowCount() == 6 * 12, timeout=20000)
     t = stats.table
     rows = sorted({i.row() for i in t.selectionModel().selectedRows()})
-    assert rows == list(range(60, 72))  # layer 5, sorted by layer
-    qtbot.waitUntil(lambda: t.viewport().rect().intersects(t.visualItemRect(t.item(rows[0], 0))), timeout=5000)
+    assert rows and rows[0] >= 60  # layer 5's rows, sorted by layer: below the fold of a 72-row table
+    assert t.viewport().rect().intersects(t.visualItemRect(t.item(rows[0], 0)))  # scrolled to, once filled
+    window.session.select(mode="head", layer=0, head=1)
+    assert t.viewport().rect().intersects(t.visualItemRect(t.item(1, 0)))  # and back up to a head clicked above

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from attnviz.app.ablation import head_at
@@ -345,9 +345,9 @@ class StatsView(View):
         for r in rows:
             model.select(t.model().index(r, 0), flags.Select | flags.Rows)
         t.blockSignals(False)
-        if rows:  # once the rows just filled are laid out: before, the scroll bar has no range and the scroll is lost
-            first = self.cell(rows[0], 0)
-            QTimer.singleShot(0, lambda: t.scrollToItem(first) if first.tableWidget() is t else None)
+        if rows:
+            t.doItemsLayout()  # the rows just filled laid out now: before, the scroll bar has no range, the scroll is lost
+            t.scrollToItem(self.cell(rows[0], 0))
 
     def column_values(self, name: str) -> list[float]:
         c = self.columns.index(name)
