@@ -347,6 +347,7 @@ class StatsView(View):
         t.blockSignals(False)
         if rows:
             t.doItemsLayout()  # the rows just filled laid out now: before, the scroll bar has no range, the scroll is lost
+            t.scrollToItem(self.cell(rows[-1], 0))  # the last, then the first: all of a layer's rows when they fit
             t.scrollToItem(self.cell(rows[0], 0))
 
     def column_values(self, name: str) -> list[float]:
