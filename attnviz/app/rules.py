@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
 from attnviz.core import view as view_defaults
-from attnviz.core.view import Selection, clamp
+from attnviz.core.view import Selection, clamp, layer_range
 from attnviz.runtime.folder import CORPUS_FILES, is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
@@ -154,6 +154,16 @@ def neighbour_head(n_layers: int, heads_in, layer: int, head: int, d: int) -> tu
         layer += 1
         h = 0
     return layer, h
+
+
+def head_step(sel: Selection, n_layers: int, heads_in, d: int) -> tuple[int, int]:
+    """Where ←/→ (``d`` = -1/+1) go from the selection: the neighbouring head (:func:`neighbour_head`); from an
+    aggregate or rollout, the first head (→) or the last (←) of the layers it reduces, the ends of the overview's
+    frame (stepping from the spin boxes' hidden head skipped head 0: → from "mean over heads" showed head 1)."""
+    if sel.mode != "head":
+        lo, hi = layer_range(sel, n_layers)
+        return (lo, 0) if d > 0 else (hi, heads_in(hi) - 1)
+    return neighbour_head(n_layers, heads_in, sel.layer, sel.head, d)
 
 
 def on_block(sel: Selection, blocks, block: int, **changes) -> Selection:

@@ -291,6 +291,9 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         what += ", special tokens hidden"
     frames = {(li, h): colour for li, h, colour in style.head_frames}
     extra = [style.frames_note] if frames and style.frames_note else []
+    off = set(style.heads_off) & set(maps)
+    if off:
+        extra.append(vm.OFF_NOTE)
     note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
     windows = [note] if note is not None and not one else []
     title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
@@ -327,6 +330,11 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
             ax.set_axis_off()
             continue
         im = as_cells(ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
+        if (li, h) in off:  # switched off, as the window draws it: veiled (it no longer reaches the output), crossed
+            veil = tuple(c / 255 for c in vm.OFF_VEIL)
+            ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, facecolor=veil, edgecolor="none", zorder=3))
+            for ys in ((0, 1), (1, 0)):
+                ax.add_line(Line2D((0, 1), ys, transform=ax.transAxes, color=vm.OFF_CROSS, linewidth=1.2, zorder=4))
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
     _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)
