@@ -171,3 +171,15 @@ def on_block(sel: Selection, blocks, block: int, **changes) -> Selection:
     multiplies square self-attention maps, so on a cross-attention block it becomes the mean over heads."""
     mode = "mean" if sel.mode == "rollout" and blocks[block].kind == "cross" else sel.mode
     return clamp(sel.with_(block=block, mode=mode, **changes), blocks)
+
+
+def result_status(result) -> str:
+    """The status bar's line for a drawn result: its maps and generated words, and first a note a researcher must
+    not miss (a text mostly of the tokenizer's unknown token: every map is [UNK] against [UNK]); the Run section
+    of the sidebar lists every note whole."""
+    from attnviz.runtime.unknown_tokens import unknown_notes
+
+    gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
+    line = f"{len(result.maps)} attention maps{gen}"
+    unknown = unknown_notes((result.info or {}).get("notes"))
+    return f"note: {unknown[0]} · {line}" if unknown else line

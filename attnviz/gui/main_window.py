@@ -583,9 +583,7 @@ class MainWindow(QMainWindow):
         self.status_device.setText(
             f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else "")
         )
-        n = len(result.maps)
-        gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
-        self.statusBar().showMessage(f"{n} attention maps{gen}")
+        self.statusBar().showMessage(rules.result_status(result))
         self._update_title()
         QTimer.singleShot(0, self.result_shown.emit)
 
