@@ -10,7 +10,7 @@ unknown token at all."""
 from __future__ import annotations
 
 SHARE = 0.5  # at least this share of a text's own tokens (special tokens not counted) unknown: said
-MARK = "are the tokenizer's unknown token"
+MARK = "are the unknown token"
 
 
 def unknown_note(tok, enc, what: str = "the text") -> str | None:
@@ -26,8 +26,8 @@ def unknown_note(tok, enc, what: str = "the text") -> str | None:
     if not own or k == 0 or k < SHARE * len(own):
         return None
     return (
-        f"{k} of {len(own)} tokens of {what} {MARK} {tok.label(unk)!r}: the tokenizer does not know these words; "
-        "is the text in the language and script the model was trained on?"
+        f"{k} of {len(own)} tokens of {what} {MARK} {tok.label(unk)!r} (words the tokenizer does not know): is the "
+        "text in the model's language and script?"
     )
 
 

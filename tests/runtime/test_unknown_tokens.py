@@ -36,8 +36,8 @@ def test_an_english_text_into_the_greek_model_is_said_with_its_count(demo):
     assert k == n > 0  # the premise: the library makes every word [UNK]
     notes = [x for x in model.analyze(text=ENGLISH).info.get("notes", []) if MARK in x]
     assert notes == [
-        f"{k} of {n} tokens of the text {MARK} '[UNK]': the tokenizer does not know these words; is the text in "
-        "the language and script the model was trained on?"
+        f"{k} of {n} tokens of the text {MARK} '[UNK]' (words the tokenizer does not know): is the text in the "
+        "model's language and script?"
     ]
 
 
@@ -53,8 +53,8 @@ def test_extract_prints_the_note_on_stderr_and_writes_the_maps(tmp_path, capsys)
     assert main(["extract", str(TRANSLATION), "--text", ENGLISH, "--out", str(out)]) == 0
     io = capsys.readouterr()
     assert [line for line in io.err.splitlines() if MARK in line] == [
-        f"attnviz: note: 6 of 6 tokens of the text {MARK} '[UNK]': the tokenizer does not know these words; is the "
-        "text in the language and script the model was trained on?"
+        f"attnviz: note: 6 of 6 tokens of the text {MARK} '[UNK]' (words the tokenizer does not know): is the text "
+        "in the model's language and script?"
     ]
     assert out.exists() and MARK not in io.out
 
