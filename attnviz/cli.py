@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     if hasattr(args, "_parser"):
         refuse_repeated(args._parser, argv[1:])
     if getattr(args, "_unavailable", None):
-        print(f"attnviz: {args._unavailable}", file=sys.stderr)
+        print(f"attnviz: error: {args._unavailable}", file=sys.stderr)  # exit 2: an error, spelled as every one
         return 2
     if not hasattr(args, "_run"):
         parser.print_help()

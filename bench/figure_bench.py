@@ -2,6 +2,9 @@
 
     OMP_NUM_THREADS=1 python bench/figure_bench.py --old 71574a4 --tokens 512 2048 8192 --formats pdf png svg
 
+(session 21, pdfcells21: ``--old 0311d8e --tokens 128 512 2048 8192 --rounds 3``; the last column says whether the
+two trees' files of a kind were byte-identical.)
+
 Each run is a fresh process (``/usr/bin/time -v``) in a scratch folder, the two trees interleaved round by round
 (old, new, old, new ...) so that load drifts over both alike.  The old tree is ``git archive REV attnviz``
 unpacked beside the maps.  The maps are bench/long_map.py's (a diagonal, a line beside it, thin columns on
@@ -32,9 +35,9 @@ class Run:
     rss_mb: float
 
 
-def _time(tree: Path, maps: Path, out: Path, cwd: Path) -> Run:
+def _time(tree: Path, maps: Path, out: Path, cwd: Path, extra: tuple[str, ...] = ()) -> Run:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "attnviz", "figure", str(maps), "--out", str(out)]
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "attnviz", "figure", str(maps), "--out", str(out), *extra]
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
@@ -51,9 +54,10 @@ def _time(tree: Path, maps: Path, out: Path, cwd: Path) -> Run:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", default="71574a4", help="the git revision to compare with")
-    ap.add_argument("--tokens", type=int, nargs="+", default=[512, 2048, 8192])
+    ap.add_argument("--new", default="", help="a git revision to measure as the new tree (default: this checkout)")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[128, 512, 2048, 8192])
     ap.add_argument("--formats", nargs="+", default=["pdf", "png", "svg"])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
 
     from long_map import make_map
@@ -63,20 +67,26 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="figure_bench_") as tmp:
         tmp = Path(tmp)
-        old = tmp / "old"
-        old.mkdir()
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", args.old, "attnviz"], capture_output=True, check=True
-        )
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+
+        def unpacked(rev: str, name: str) -> Path:
+            tree = tmp / name
+            tree.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", rev, "attnviz"], capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+            return tree
+
+        old = unpacked(args.old, "old")
         site = SiteInfo("encoder", "self", 0, 1, "synthetic_softmax", "softmax")
         maps = {}
         for n in args.tokens:
             maps[n] = tmp / f"m{n}.npz"
             tokens = TokenAxis([f"t{i}" for i in range(n)])
             save_npz(AttentionResult([DenseMap(make_map(n))], [site], tokens=tokens), maps[n])
-        trees = {"old": old, "new": ROOT}
-        runs: dict[tuple, list[Run]] = {}
+        trees = {"old": old, "new": unpacked(args.new, "new") if args.new else ROOT}
+        runs: dict[tuple, list] = {}
+        start_load = os.getloadavg()[0]
         for _ in range(args.rounds):
             for n in args.tokens:
                 for fmt in args.formats:
@@ -84,10 +94,14 @@ def main(argv=None) -> int:
                         out = tmp / f"{name}{n}.{fmt}"
                         runs.setdefault((n, fmt, name), []).append(_time(tree, maps[n], out, tmp))
                         runs.setdefault((n, fmt, name + "_bytes"), []).append(out.stat().st_size)
-        print(f"load: {os.getloadavg()[0]:.2f} (1 min) at the end; medians of {args.rounds} rounds, interleaved")
+                    same = (tmp / f"old{n}.{fmt}").read_bytes() == (tmp / f"new{n}.{fmt}").read_bytes()
+                    runs.setdefault((n, fmt, "same"), []).append(same)
+        print(
+            f"load: {start_load:.2f} (1 min) at the start, {os.getloadavg()[0]:.2f} at the end; medians of {args.rounds} rounds, interleaved"
+        )
         print(
             f"{'tokens':>6} {'fmt':>4} | {'wall old':>8} {'new':>6} {'ratio':>5} | {'CPU old':>7} {'new':>6} "
-            f"{'ratio':>5} | {'RSS old MB':>10} {'new':>6} {'ratio':>5} | {'file old MB':>11} {'new':>6}"
+            f"{'ratio':>5} | {'RSS old MB':>10} {'new':>6} {'ratio':>5} | {'file old MB':>11} {'new':>6} | same bytes"
         )
         for n in args.tokens:
             for fmt in args.formats:
@@ -103,7 +117,7 @@ def main(argv=None) -> int:
                 fn = runs[(n, fmt, "new_bytes")][-1] / 2**20
                 print(
                     f"{n:>6} {fmt:>4} | {wo:>8.2f} {wn:>6.2f} {wn / wo:>5.2f} | {co:>7.2f} {cn:>6.2f} {cn / co:>5.2f} | "
-                    f"{ro:>10.0f} {rn:>6.0f} {rn / ro:>5.2f} | {fo:>11.2f} {fn:>6.2f}"
+                    f"{ro:>10.0f} {rn:>6.0f} {rn / ro:>5.2f} | {fo:>11.2f} {fn:>6.2f} | {all(runs[(n, fmt, 'same')])}"
                 )
     return 0
 

@@ -313,9 +313,13 @@ def test_ctrl_c_at_a_worker_spawn_exits_promptly_and_quietly(tmp_path, at):
 
 
 # a Ctrl-C'd run's exit when its workers are busy (a batch in flight): they are stopped, not waited for.  0.06-0.16 s
-# measured on this 2-core box at load 4 (bench/RESULTS.md, session 20, ctrlrun20); before, the exit waited for every
-# batch in flight, 8-13 s here for the slow batches below
+# measured on this 2-core box at load 4 (bench/RESULTS.md, session 20, ctrlrun20), 0.1-0.5 s at load 16 (session
+# 21); before, the exit waited for every batch in flight, 8-13 s here for the slow batches below.  The bound is the
+# larger of MID_RUN_S and MID_RUN_SHARE of the uninterrupted run's reduce time (run.json "reduce_s": the workers'
+# warm-up and every batch, the long ones included) measured in the same test: a slower or busier machine (one CI run
+# took 2.2 s) stretches both alike, and an exit that waited for a long batch still takes well over the share
 MID_RUN_S = 2
+MID_RUN_SHARE = 0.3
 
 
 def _slow_corpus(tmp_path: Path) -> tuple[list[str], Path]:
@@ -348,7 +352,7 @@ def _corpus_to(args: list[str], out: Path, env: dict) -> subprocess.CompletedPro
 @pytest.mark.parametrize("layout", ["processes", "threads"])
 def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_bytes(tmp_path, layout):
     """Ctrl-C to the group once the run's first batch is folded (its checkpoint written) while the workers run big
-    batches: before, the exit waited for those batches (8-13 s here); now the driver's one line within MID_RUN_S,
+    batches: before, the exit waited for those batches (8-13 s here); now the driver's one line within the bound above,
     no traceback, every process gone (the resource tracker too), only the checkpoint in --out (nothing that looks
     like results); the next run resumes from it and writes the bytes of an uninterrupted run.  ``threads``: one
     process running the batches from threads on one session (engines.LAYOUTS), a task a batch."""
@@ -359,7 +363,9 @@ def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_byte
     whole = tmp_path / "whole"
     ran = _corpus_to(args, whole, env)
     assert ran.returncode == 0, ran.stderr
-    assert json.loads((whole / "run.json").read_text())["batches"] == 3
+    whole_run = json.loads((whole / "run.json").read_text())
+    assert whole_run["batches"] == 3
+    bound = max(MID_RUN_S, MID_RUN_SHARE * whole_run["reduce_s"])
     argv = [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)]
     parent = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
@@ -386,7 +392,9 @@ def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_byte
     _assert_interrupted_alone(parent, err)
     assert sum("spawn_main" in c for c in children.values()) == (2 if layout == "processes" else 1)
     assert left == [] and sorted(p.name for p in out.iterdir()) == ["checkpoint.npz"]
-    assert took < MID_RUN_S, f"{took:.1f} s from the Ctrl-C to the exit"
+    assert took < bound, (
+        f"{took:.1f} s from the Ctrl-C to the exit (bound {bound:.1f} s; whole run {whole_run['reduce_s']:.1f} s)"
+    )
     again = _corpus_to(args, out, env)
     assert again.returncode == 0, again.stderr
     run = json.loads((out / "run.json").read_text())

@@ -13,7 +13,7 @@ distribution, the top prediction before → after, the greedy words before → a
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -81,6 +81,14 @@ class AblationState:
 
     def summary(self) -> str:
         return ", ".join(r.label for r in sorted(self.off)) if self.off else "none"
+
+    def overview_style(self, blocks: list[Block], block: int, style=None):
+        """The figure style that crosses out this block's switched-off heads in the exported overview, as the
+        window's Overview does (``style``: another's, e.g. a comparison's frames, kept)."""
+        from attnviz.figures.spec import FigureStyle
+
+        off = tuple(sorted((li, h) for bi, li, h in self.cells(blocks) if bi == block))
+        return replace(style or FigureStyle(), heads_off=off)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from attnviz import AttnvizError
 from attnviz.core import view as view_defaults
-from attnviz.core.view import Selection, clamp
+from attnviz.core.view import Selection, clamp, layer_range
 from attnviz.runtime.folder import CORPUS_FILES, is_corpus_results
 from attnviz.runtime.raster import IMAGE_SUFFIXES
 
@@ -156,8 +156,30 @@ def neighbour_head(n_layers: int, heads_in, layer: int, head: int, d: int) -> tu
     return layer, h
 
 
+def head_step(sel: Selection, n_layers: int, heads_in, d: int) -> tuple[int, int]:
+    """Where ←/→ (``d`` = -1/+1) go from the selection: the neighbouring head (:func:`neighbour_head`); from an
+    aggregate or rollout, the first head (→) or the last (←) of the layers it reduces, the ends of the overview's
+    frame (stepping from the spin boxes' hidden head skipped head 0: → from "mean over heads" showed head 1)."""
+    if sel.mode != "head":
+        lo, hi = layer_range(sel, n_layers)
+        return (lo, 0) if d > 0 else (hi, heads_in(hi) - 1)
+    return neighbour_head(n_layers, heads_in, sel.layer, sel.head, d)
+
+
 def on_block(sel: Selection, blocks, block: int, **changes) -> Selection:
     """The selection moved to ``block`` (the Alignment and Image views draw one block of their own): rollout
     multiplies square self-attention maps, so on a cross-attention block it becomes the mean over heads."""
     mode = "mean" if sel.mode == "rollout" and blocks[block].kind == "cross" else sel.mode
     return clamp(sel.with_(block=block, mode=mode, **changes), blocks)
+
+
+def result_status(result) -> str:
+    """The status bar's line for a drawn result: its maps and generated words, and first a note a researcher must
+    not miss (a text mostly of the tokenizer's unknown token: every map is [UNK] against [UNK]); the Run section
+    of the sidebar lists every note whole."""
+    from attnviz.runtime.unknown_tokens import unknown_notes
+
+    gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
+    line = f"{len(result.maps)} attention maps{gen}"
+    unknown = unknown_notes((result.info or {}).get("notes"))
+    return f"note: {unknown[0]} · {line}" if unknown else line

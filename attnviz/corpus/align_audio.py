@@ -7,6 +7,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.core.notice import say
+
 HELP = (
     "word timestamps of a speech model (a Whisper folder) from its alignment heads' cross-attention and dynamic "
     "time warping, as transformers computes them; with --gold, every cross-attention head scored against "
@@ -254,7 +256,7 @@ def run(args) -> int:
         else:
             atomic_write_bytes(job.out, words_tsv(words, clip.probabilities(words)), "--out")
         for n in notes:
-            print(f"note: {n}")
+            say(n)
         print(f"wrote {job.out}: {len(words)} words from {len(choice.heads)} heads ({choice.source})")
         if gold is not None:
             tally.add(clip, gold, choice.heads, config.median_width)

@@ -197,10 +197,16 @@ def _chunk_forced() -> int:
 
 def choose_layout(gpu: bool) -> str:
     """The layout for sessions on a GPU (``gpu``) or on the CPU: :data:`LAYOUT_ENV` where set, else the device's."""
+    return layout_choice(gpu)[0]
+
+
+def layout_choice(gpu: bool) -> tuple[str, str]:
+    """(:func:`choose_layout`'s layout, what chose it: :data:`LAYOUT_ENV` where it names one, else "the device"):
+    run.json records both, so that a result made with a layout forced against its device says so."""
     forced = os.environ.get(LAYOUT_ENV, "").strip()
     if forced and forced not in LAYOUTS:
         raise AttnvizError(f"{LAYOUT_ENV}={forced}: unknown worker layout; use {' or '.join(LAYOUTS)} (or unset it)")
-    return forced or LAYOUT_BY_DEVICE[gpu]
+    return (forced, LAYOUT_ENV) if forced else (LAYOUT_BY_DEVICE[gpu], "the device")
 
 
 _REDUCER: BatchReducer | None = None  # one per pool process: its own onnxruntime session

@@ -423,11 +423,13 @@ def _check_parquet(path: Path, pair_column: str | None) -> None:
 
 
 def _check_rows(path: Path, pair_column: str | None) -> None:
-    """A .txt / .tsv / .csv passes the local reader's checks here, before Ray starts, streamed (the driver holds a
-    few MB of it, never its texts): a refusal is the local engine's one line, and the only line on stderr."""
+    """A .txt / .tsv / .csv's header and first item pass the local reader's checks here, before Ray starts: a file
+    without the columns asked for (the usual slip) is refused in the local engine's line before Ray's seconds of
+    start-up.  The rest is checked once, by the same reader in the read task (:func:`_lines_source`), whose refusal
+    of a later row is the same one line (run_texts: _ray_error); session 20 parsed the whole file here first, a
+    second full parse of every good corpus (bench/RESULTS.md, session 21 tidy21)."""
     with open_regular(path, "--texts") as f:
-        for _ in _rows_of(f, path, pair_column):
-            pass
+        next(iter(_rows_of(f, path, pair_column)), None)
 
 
 def _rows_of(f, path: Path, pair_column: str | None):
@@ -531,7 +533,7 @@ def run_texts(
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
     elif Path(job.path).suffix.lower() == ".parquet":
         _check_parquet(Path(job.path), job.pair_column)
-    else:  # .txt, .tsv, .csv
+    else:  # .txt, .tsv, .csv: the header here, every row in the read task
         _check_rows(Path(job.path), job.pair_column)
     _init(setup)
     _context(progress)

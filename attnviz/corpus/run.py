@@ -21,6 +21,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
+from attnviz.core.notice import say
 from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder
@@ -31,11 +32,12 @@ from attnviz.corpus.config import CHECKPOINT, GENERATE_DEFAULT, CorpusConfig  # 
 from attnviz.corpus.cut import Read
 from attnviz.corpus.engines import (
     ENGINES,
+    LAYOUTS,
     WarmPool,
     WorkerSetup,
-    choose_layout,
     default_threads,
     default_workers,
+    layout_choice,
     offer,
     withdraw,
 )
@@ -96,7 +98,7 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
     starting.check(cfg)
     model, note = vision_file(cfg.model, cfg.images)  # a VLM folder over images: its vision tower (vlm_folder.py)
     if note:
-        print(f"attnviz: {note}", file=sys.stderr)
+        say(note)
         cfg = replace(cfg, model=model)
     with command_scope():  # the inputs declared below end with the run: library callers run many in one process
         starting.guard(cfg)
@@ -277,8 +279,10 @@ def _run(
         "engine": cfg.engine,
         "workers": workers,
         "threads_per_worker": threads,
-        # local: a process per worker, or one process running `workers` batches at once (engines.LAYOUTS)
-        "worker_layout": choose_layout(gpu) if cfg.engine == "local" else None,
+        # local: a process per worker, or one process running `workers` batches at once (engines.LAYOUTS), and
+        # what chose it (ATTNVIZ_CORPUS_LAYOUT, else the device); the model sessions that ran the batches and the
+        # batches each ran at once (Ray: an actor and its session a worker, one batch at a time)
+        **_placement(stream),
         "provider": cfg.provider,
         "gpu": gpu,
         "batch_size": cfg.batch_size,
@@ -558,6 +562,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             ]
         ).encode()
     ).hexdigest()
+    layout = layout_choice(gpu)
     setup = WorkerSetup(
         str(cfg.model),
         cfg.provider,
@@ -569,7 +574,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         cfg.ray_address,
         gpu,
         kind,
-        choose_layout(gpu),
+        layout[0],
     )
     if cfg.texts is not None:  # the texts are read again for the examples: the driver keeps only the plan
         del items
@@ -590,6 +595,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         audio=audio,
         batches=len(specs),
         cut=None if cfg.max_tokens is None else _truncation(cfg, kind, len(cuts), sides),
+        layout=layout if cfg.engine == "local" else None,  # (Ray places its actors itself)
         settings={  # what the fingerprint hashes, by name (the plan and the heads follow from these)
             "the model": model_sha,
             "the data": data_sha,
@@ -674,6 +680,23 @@ def _truncation(cfg: CorpusConfig, kind: str, cut: int, sides: tuple[int, int] |
         if cfg.pair_column:
             out["targets_truncated"] = sides[1]
     return out
+
+
+def _placement(stream: Stream) -> dict[str, object]:
+    """run.json's account of where the batches ran: the layout the engine was given (:attr:`Stream.layout`), the
+    sessions of its pool (at most: a pool starts a process as a task finds none idle) and the batches each runs at
+    once."""
+    workers = stream.workers
+    if stream.layout is None:  # Ray: ActorPoolStrategy(size=workers), one session and one batch at a time each
+        return {"worker_layout": None, "worker_layout_from": None, "sessions": workers, "batches_per_session": 1}
+    name, chosen_by = stream.layout
+    lay = LAYOUTS[name]
+    return {
+        "worker_layout": name,
+        "worker_layout_from": chosen_by,
+        "sessions": lay.processes(workers),
+        "batches_per_session": lay.depth(workers),
+    }
 
 
 def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=None) -> Stream:
@@ -796,7 +819,6 @@ def _onnxruntime_version() -> str:
     sessions live in the workers and the isolation child; the import is ~0.1 s CPU): the literal its
     ``__init__.py`` assigns, which is what the attribute holds (read from the package, not from a distribution's
     metadata: onnxruntime-gpu and the other builds install the same package under other names)."""
-    import sys
 
     mod = sys.modules.get("onnxruntime")
     if mod is not None:

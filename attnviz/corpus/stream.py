@@ -29,3 +29,5 @@ class Stream:
     cut: dict | None = None  # --max-tokens: run.json's account of the cut (run._truncation; None: not asked)
     # the settings the fingerprint stands for, by name (flag -> value), kept beside it (corpus/resume_settings.py)
     settings: dict | None = None
+    # the local engine's worker layout (engines.LAYOUTS) and what chose it (engines.layout_choice); None: Ray's
+    layout: tuple[str, str] | None = None

@@ -8,6 +8,7 @@ import numpy as np
 from attnviz.core import audio_view as av
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult
+from attnviz.figures.cells import as_vector_cells
 from attnviz.figures.layout import colormap_for, fit_title, make_title, new_figure, title_height
 from attnviz.figures.spec import FigureStyle
 
@@ -66,15 +67,17 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
 
     # the log-mel spectrogram (low frequencies at the bottom)
     mels = view.spec.shape[0]
-    ax_spec.imshow(
-        view.spec,
-        cmap="gray",
-        vmin=0.0,
-        vmax=1.0,
-        origin="lower",
-        aspect="auto",
-        interpolation="nearest",
-        extent=(0.0, view.spec_seconds, 0.0, mels),
+    as_vector_cells(  # in a PDF or SVG: a pixel a (mel, frame) cell, as the maps
+        ax_spec.imshow(
+            view.spec,
+            cmap="gray",
+            vmin=0.0,
+            vmax=1.0,
+            origin="lower",
+            aspect="auto",
+            interpolation="nearest",
+            extent=(0.0, view.spec_seconds, 0.0, mels),
+        )
     )
     ax_spec.set_yticks([0, mels])
     ax_spec.set_ylabel("mel", fontsize=fs)
@@ -82,14 +85,16 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
 
     # the heat band: the curve's weights as colours, frame by frame
     n = len(view.curve)
-    ax_band.imshow(
-        view.heat[None, :],
-        cmap=colormap_for(style, "audio"),
-        vmin=0.0,
-        vmax=1.0,
-        aspect="auto",
-        interpolation="nearest",
-        extent=(0.0, n * view.frame_seconds, 0.0, 1.0),
+    as_vector_cells(
+        ax_band.imshow(
+            view.heat[None, :],
+            cmap=colormap_for(style, "audio"),
+            vmin=0.0,
+            vmax=1.0,
+            aspect="auto",
+            interpolation="nearest",
+            extent=(0.0, n * view.frame_seconds, 0.0, 1.0),
+        )
     )
     ax_band.set_yticks([])
 

@@ -7,6 +7,13 @@ a 16 in figure take 1.5 GB and 4-10 s of CPU whatever the token count (bench/RES
 output pixel (exact in float32 up to 2**24 cells; a map side is pooled to at most ``MAX_CELLS``): the pixels
 are those of ``imshow(..., interpolation="nearest")`` (tests/figures/test_cells.py compares them), the memory a
 few bytes a pixel.
+
+In a vector output (PDF, SVG) the map is not rasterised at the figure's dpi at all: it is embedded at CELL
+resolution, one image pixel a cell (or a pooled cell: the heat maps pool to at most a device pixel a cell at the
+figure's dpi, ``views._cells_drawn``), and the viewer scales it without smoothing (matplotlib's "unsampled" image:
+SVG ``image-rendering:pixelated``; PDF ``/Interpolate false``, written by ``render.figure_bytes``).  Every cell
+stays a crisp square at any zoom, and the file and the writer's memory are the cells', not ~15 M pixels
+(bench/RESULTS.md session 21, pdfcells21).
 """
 
 from __future__ import annotations
@@ -19,8 +26,53 @@ from matplotlib.transforms import Affine2D, Bbox, IdentityTransform, Transform
 EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most cells numbered exactly
 
 
-class CellImage(AxesImage):
-    """An :class:`AxesImage` of a 2-D map drawn with nearest sampling: cells coloured once, in bytes, then placed."""
+class VectorCells(AxesImage):
+    """An :class:`AxesImage` that a vector backend embeds at its own pixels (a pixel a cell, or a photo's pixel,
+    scaled by the viewer without smoothing) instead of resampled to the figure's dpi.  Raster output (Agg) is
+    untouched: Agg does not take a transformed image (``option_scale_image`` is False), so it never asks."""
+
+    def _check_unsampled_image(self):
+        return True
+
+
+def _vector(renderer) -> bool:
+    """Whether ``renderer`` writes a vector file (PDF, SVG, PS: images placed by a transform) rather than pixels."""
+    return bool(renderer.option_scale_image())
+
+
+class RasterOnly(AxesImage):
+    """Drawn in raster output only: in vector output a :class:`PhotoOverlay` above it draws it, composited.
+    Never grouped with its neighbours by the backend (PDF and SVG would resample the group to the dpi)."""
+
+    def can_composite(self):
+        return False
+
+    def draw(self, renderer):
+        if not _vector(renderer):
+            super().draw(renderer)
+
+
+class PhotoOverlay(AxesImage):
+    """A heat layer over a photo (a :class:`RasterOnly` below it): drawn as itself in raster output; in vector
+    output as ``composite`` (``[H, W, 3|4]`` uint8 at the photo's pixels: the photo under the heat, what the two
+    layers show), embedded at those pixels (one image, the photo at its own resolution)."""
+
+    composite: np.ndarray
+
+    def can_composite(self):
+        return False
+
+    def _check_unsampled_image(self):
+        return True
+
+    def _make_image(self, A, *args, unsampled=False, **kw):
+        # unsampled: only vector backends ask (Agg never does), and the composite has the heat's shape and extent
+        return super()._make_image(self.composite if unsampled else A, *args, unsampled=unsampled, **kw)  # type: ignore[misc]
+
+
+class CellImage(VectorCells):
+    """An :class:`AxesImage` of a 2-D map drawn with nearest sampling: cells coloured once, in bytes, then placed
+    (raster output); embedded a pixel a cell in vector output (:class:`VectorCells`)."""
 
     def _make_image(
         self, A, in_bbox, out_bbox, clip_bbox, magnification=1.0, unsampled=False, round_to_pixel_border=True
@@ -74,6 +126,29 @@ def _placement(image: AxesImage, shape, in_bbox, out_bbox, clip_bbox, magnificat
     )
     t = t0 + Affine2D().scale(magnification).translate(-x0, -y0)
     return x0, y0, (int(y1 - y0), int(x1 - x0)), t
+
+
+def as_vector_cells(image: AxesImage) -> VectorCells:
+    """``image`` embedded at its own pixels in vector output, drawn exactly as before in raster output (its class
+    swapped to :class:`VectorCells`, which changes nothing else)."""
+    image.__class__ = VectorCells
+    assert isinstance(image, VectorCells)
+    return image
+
+
+def raster_only(image: AxesImage) -> RasterOnly:
+    """``image`` drawn as before in raster output and, in vector output, by the overlay above it (:class:`RasterOnly`)."""
+    image.__class__ = RasterOnly
+    assert isinstance(image, RasterOnly)
+    return image
+
+
+def photo_overlay(image: AxesImage, composite: np.ndarray) -> PhotoOverlay:
+    """``image`` (a heat layer over a :func:`raster_only` photo) drawn as ``composite`` in vector output."""
+    image.__class__ = PhotoOverlay
+    assert isinstance(image, PhotoOverlay)
+    image.composite = composite
+    return image
 
 
 def as_cells(image: AxesImage) -> CellImage:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from attnviz import AttnvizError
+from attnviz.core.notice import say
 from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, IMAGE_FROM, SCALES, VIEW_HELP, VIEWS, WIDTH_PRESETS
 
 # what a source file is called in a one-line refusal, as extract names it (runtime.inputs, runtime.audio)
@@ -180,7 +181,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--width", choices=tuple(WIDTH_PRESETS), help="column width preset: single 3.5 in, double 7.16 in"
     )
     size.add_argument("--width-in", type=float, metavar="W", help="figure width in inches")
-    size.add_argument("--dpi", type=int, help="raster resolution (default 300): PNG width = width x dpi")
+    size.add_argument(
+        "--dpi",
+        type=int,
+        help="raster resolution (default 300): PNG width = width x dpi; a PDF or SVG embeds a map a pixel a cell, "
+        "pooled where it has more cells than pixels at this dpi",
+    )
     size.add_argument("--font-size", type=float, metavar="PT", help="tick-label size in points (default 7)")
     size.add_argument("--out", help="output file .pdf/.svg/.png (with --all-heads: a folder, or a name pattern)")
     size.add_argument("--format", choices=FORMATS, help="file format for --all-heads into a folder (default png)")
@@ -330,7 +336,7 @@ def _pick_row(result, row: int | None):
     n = result.batch_size
     if row is None:
         if n > 1:
-            print(f"note: the input holds {n} rows; drawing row 0 (pick another with --batch-index)", file=sys.stderr)
+            say(f"the input holds {n} rows; drawing row 0 (pick another with --batch-index)")
         return pick_row(result, 0) if n > 1 else result
     try:
         return pick_row(result, row)
@@ -415,7 +421,7 @@ def run(args) -> int:
             src.update({k: v for k, v in sample.items() if k != "generate"})
             if src["generate"] is None and sample.get("generate") is not None:
                 src["generate"] = int(sample["generate"])
-            print(f"attnviz: no input given; using the model's sample input ({found.describe()})", file=sys.stderr)
+            say(f"no input given; using the model's sample input ({found.describe()})")
     inputs = _inputs_of(src, args)
     # the --all-heads figures and every recipe beside a figure are checked again as they are written
     guard(inputs, {} if args.all_heads else {"--out": out, "--recipe-out": args.recipe_out})
@@ -448,12 +454,12 @@ def run(args) -> int:
 
     fidelity = list((result.info or {}).get("fidelity") or ())
     for warning in fidelity:  # as extract says it (the export lacks part of the model's eager attention)
-        print(f"warning: {warning}", file=sys.stderr)
+        say(warning, "warning")
 
     if not args.all_heads:
         fig = render_spec(result, spec)
         if note:
-            print(f"attnviz: {note}", file=sys.stderr)
+            say(note)
         path = save_figure(fig, out)
         if not args.no_recipe:
             rpath = Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
@@ -464,7 +470,7 @@ def run(args) -> int:
 
     bi, block = resolve_block(result, spec.block)
     if note:
-        print(f"attnviz: {note}", file=sys.stderr)
+        say(note)
     folder, prefix, fmt = _all_heads_targets(out, args.format, spec.view, block_label(block))
     from attnviz.core.writes import make_folder
 

@@ -76,7 +76,7 @@ RC: dict[RcKeyType, Any] = {
 }
 
 # per-format metadata: drop dates and versions so the same figure gives the same bytes
-_METADATA = {
+_METADATA: dict[str, dict] = {
     "png": {"Software": None},
     "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": f"attnviz {__version__}"},
     "svg": {"Date": None, "Creator": f"attnviz {__version__}"},
@@ -200,7 +200,18 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
         raise AttnvizError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
     buf = io.BytesIO()
     with style():
-        fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
+        if fmt == "pdf":  # a map's cells embedded a pixel a cell, scaled by the viewer without smoothing
+            # (imported here: matplotlib's PDF backend, ~10 MB of modules that a PNG does not need)
+            from attnviz.figures.pdf_out import crisp_pages
+
+            with crisp_pages(buf, _METADATA[fmt]) as pages:
+                pages.savefig(fig, dpi=dpi or fig.dpi)
+        else:
+            fig.savefig(buf, format=fmt, dpi=dpi or fig.dpi, metadata=_METADATA[fmt])
+    if fmt == "svg":
+        from attnviz.figures.svg_out import crisp_svg
+
+        return crisp_svg(buf.getvalue())
     return buf.getvalue()
 
 

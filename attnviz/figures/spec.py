@@ -55,6 +55,9 @@ class FigureStyle:
     # with…: each head's divergence from model B, as the window frames it).  Not in a recipe: a comparison's
     head_frames: tuple[tuple[int, int, str], ...] = ()
     frames_note: str = ""
+    # overview only: the (layer, head)s of the drawn block that are switched off (right-click ▸ Switch head off),
+    # veiled and crossed out as the window draws them.  Not in a recipe: the window's state, as the frames are
+    heads_off: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self):
         check_style(self)
@@ -72,7 +75,9 @@ class FigureStyle:
         return self.cmap or DEFAULT_CMAP.get(view, FALLBACK_CMAP)
 
 
-STYLE_FIELDS = tuple(f.name for f in fields(FigureStyle) if f.name not in ("only_layer", "head_frames", "frames_note"))
+STYLE_FIELDS = tuple(
+    f.name for f in fields(FigureStyle) if f.name not in ("only_layer", "head_frames", "frames_note", "heads_off")
+)
 
 
 def check_style(st) -> None:

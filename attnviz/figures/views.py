@@ -25,7 +25,7 @@ from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult
 from attnviz.figures import select as sel_
 from attnviz.figures.audio import draw_audio
-from attnviz.figures.cells import as_cells
+from attnviz.figures.cells import as_cells, as_vector_cells, photo_overlay, raster_only
 from attnviz.figures.layout import (
     CHAR_W,
     FIT,
@@ -291,6 +291,9 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
         what += ", special tokens hidden"
     frames = {(li, h): colour for li, h, colour in style.head_frames}
     extra = [style.frames_note] if frames and style.frames_note else []
+    off = set(style.heads_off) & set(maps)
+    if off:
+        extra.append(vm.OFF_NOTE)
     note = vm.windows_note(block)  # what the rows' "win" means, as the screen's block title says
     windows = [note] if note is not None and not one else []
     title = make_title(result, spec, block.name, what, *windows, *notes, "one colour scale", *extra)
@@ -327,6 +330,11 @@ def draw_overview(result: AttentionResult, sel: vm.Selection, style: FigureStyle
             ax.set_axis_off()
             continue
         im = as_cells(ax.imshow(maps[(li, h)], cmap=cmap, norm=norm, aspect="auto", interpolation="nearest"))
+        if (li, h) in off:  # switched off, as the window draws it: veiled (it no longer reaches the output), crossed
+            veil = tuple(c / 255 for c in vm.OFF_VEIL)
+            ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, facecolor=veil, edgecolor="none", zorder=3))
+            for ys in ((0, 1), (1, 0)):
+                ax.add_line(Line2D((0, 1), ys, transform=ax.transAxes, color=vm.OFF_CROSS, linewidth=1.2, zorder=4))
     cb_h = max(grid_h, 0.9)
     cax = fig.add_axes(((width - right + 0.1) / width, (height - top - cb_h) / height, 0.07 / width, cb_h / height))
     _colorbar(fig, im, sel.log, fs, vm.overview_label(sel.log, sel.scale), cb_h, cax=cax)
@@ -459,8 +467,12 @@ def _overlay(ax, image: np.ndarray, ov: vm.OverlayView, cmap, panel: vm.OverlayP
     rgba = cmap(drawn.heat)
     rgba[..., 3] = drawn.alpha
     ih, iw = image.shape[:2]
-    ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto")
-    ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
+    # raster output: the base and the heat as two layers resampled to the dpi (as ever); vector output: the same
+    # composite at the image's own pixels (the heat is already the view model's smoothed map at those pixels),
+    # one image pixel a photo pixel, scaled by the viewer without smoothing
+    raster_only(ax.imshow(vm.base_rgb(image, ov.base), interpolation="auto"))
+    heat = ax.imshow(rgba, interpolation="bilinear", extent=(-0.5, iw - 0.5, ih - 0.5, -0.5))
+    photo_overlay(heat, vm.composite(image, rgba, drawn.alpha, ov.base))
     rect = drawn.query_rect(iw, ih)
     if rect is not None:  # the query patch, outlined as on screen (pixel edges sit half a pixel off the centres)
         x, y, w, h = rect
@@ -546,8 +558,8 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
         y0 = height - title_in - (r + 1) * (img_h + word_in) + word_in
         ax = fig.add_axes((x0 / width, y0 / height, (pw - 0.08) / width, img_h / height))
         ax.set_axis_off()
-        if k == 0:
-            ax.imshow(image, interpolation="auto")
+        if k == 0:  # the photo at its own pixels in a PDF or SVG
+            as_vector_cells(ax.imshow(image, interpolation="auto"))
             word, weight = "(input)", "normal"
         else:
             row, word = rows[k - 1]

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from attnviz.core.notice import say
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM
 from attnviz.runtime.commands.common import MAX_TOKENS_HELP, DeprecatedAlias, SeveralImages, add_variant_argument
 from attnviz.runtime.request import AnalyzeRequest
@@ -227,7 +228,7 @@ def run(args) -> int:
     win.resize(w, h)
     if args.view:
         if args.view.lower() == "head":  # the Head map tab is "heatmap", as in `attnviz figure --view`
-            print("attnviz: note: --view head is deprecated; use --view heatmap", file=sys.stderr)
+            say("--view head is deprecated; use --view heatmap")
         win.select_view(args.view)
     win.show()
     focus = {

@@ -57,6 +57,7 @@ from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.request import AnalyzeRequest
 
 MAX_RECENT = 10
+DOCK_FLOOR = 240  # px a dock keeps when the view tabs need its width (_fit_tabs)
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
 _default_opener = open_model_ready
 
@@ -66,6 +67,7 @@ class MainWindow(QMainWindow):
 
     result_shown = Signal()
     error_shown = Signal(str)
+    input_needed = Signal(str)  # a model opened and waits for an input it cannot run without (a sound)
     corpus_shown = Signal(object)  # a corpus results view (its own window) has opened
 
     def __init__(self, opener=None, settings: QSettings | None = None, provider: str = "auto", parent=None):
@@ -115,6 +117,7 @@ class MainWindow(QMainWindow):
         self.views: dict[str, View] = {v.title: v for v in tabs}
         for v in tabs:
             self.tabs.addTab(v, v.title)
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)  # a tab's whole title, or _fit_tabs makes room for it
         self.setCentralWidget(self.tabs)
         self.tabs.currentChanged.connect(self._follow_view_block)
         self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
@@ -206,6 +209,30 @@ class MainWindow(QMainWindow):
         vm.addAction(self.right_dock.toggleViewAction())
         self._rebuild_recent()
 
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        # once the docks have their new widths: a window sized before it is shown (attnviz open --size) gets its
+        # first resize before its layout has placed them
+        QTimer.singleShot(0, self._fit_tabs)
+
+    def _fit_tabs(self) -> None:
+        """Give the view tabs the width their titles need, taken from the docks (the Model sidebar first) down to
+        :data:`DOCK_FLOOR`: at 1280 px the seventh tab, Head stats, was scrolled out of sight behind two arrows.
+        Only ever narrows a dock, and only by what the tabs lack; a window too narrow still scrolls the tabs."""
+        bar = self.tabs.tabBar()
+        need = sum(bar.tabSizeHint(i).width() for i in range(bar.count()))
+        lack = need - self.tabs.width() + 2
+        if lack <= 0:
+            return
+        docks = [d for d in (self.right_dock, self.left_dock) if d.isVisible() and not d.isFloating()]
+        widths = {d: d.width() for d in docks}
+        for d in docks:
+            give = max(0, min(lack, widths[d] - DOCK_FLOOR))
+            widths[d] -= give
+            lack -= give
+        if docks and any(widths[d] != d.width() for d in docks):
+            self.resizeDocks(docks, [widths[d] for d in docks], Qt.Orientation.Horizontal)
+
     def _build_keys(self) -> None:
         for key, fn in (
             (Qt.Key.Key_Left, lambda: self.step_head(-1)),
@@ -221,7 +248,7 @@ class MainWindow(QMainWindow):
         s = self.session
         if s.block is None:
             return
-        layer, head = rules.neighbour_head(s.block.n_layers, s.block.heads_in, s.sel.layer, s.sel.head, d)
+        layer, head = rules.head_step(s.sel, s.block.n_layers, s.block.heads_in, d)
         s.select(head=head, layer=layer, mode="head")
 
     def step_layer(self, d: int) -> None:
@@ -354,6 +381,8 @@ class MainWindow(QMainWindow):
         if isinstance(exc, Cancelled):
             self.inputs.set_busy(False, "cancelled")
             self.statusBar().showMessage("Cancelled.")
+            if kind == "run":
+                self.session.set_run_note("The run was cancelled: press Run to run the input again.")
             return
         self.inputs.set_busy(False, "error")
         if os.environ.get("ATTNVIZ_DEBUG") and getattr(exc, "__attnviz_traceback__", None):
@@ -361,7 +390,10 @@ class MainWindow(QMainWindow):
         if kind == "run" and getattr(exc, "limit", None) is not None:  # runtime.limits.InputTooLong
             self.offer_truncation(exc.n, exc.limit)
             return
-        self.show_error(error_text(exc), param=getattr(exc, "param", None))
+        text = error_text(exc)
+        if kind == "run":
+            self.session.set_run_note(f"The run stopped: {text}")
+        self.show_error(text, param=getattr(exc, "param", None))
 
     def _mark_widget(self, w) -> None:
         """Focus the control to fix and frame it in red until its value changes."""
@@ -376,6 +408,10 @@ class MainWindow(QMainWindow):
     def offer_truncation(self, n: int, limit) -> None:
         """A text longer than the model's positions: say so and offer to run on the first tokens that fit."""
         box = self.show_error(f"{n} tokens; this model's positions stop at {limit.tokens} ({limit.source}).")
+        self.session.set_run_note(
+            f"The run stopped: {n} tokens, and this model's positions stop at {limit.tokens}. Truncate from the "
+            f"message, or set max tokens to {limit.tokens} and press Run."
+        )
         button = box.addButton(f"Truncate to {limit.tokens} tokens", QMessageBox.ButtonRole.AcceptRole)
 
         def truncate():
@@ -425,6 +461,7 @@ class MainWindow(QMainWindow):
         if rid != self._latest["open"]:
             return
         self.inputs.set_busy(False)
+        self.session.run_note = ""  # a new model: the last one's run said nothing about it (set_model redraws)
         self.session.set_result(None)
         self.session.set_model(model)
         self.inputs.configure_for(model)
@@ -448,7 +485,9 @@ class MainWindow(QMainWindow):
         waiting = rules.waiting_for_audio(model, values)
         if waiting:  # nothing to hear yet: say what to do instead of running into the engine's refusal
             self.statusBar().showMessage(waiting)
+            self.session.set_run_note(f"{waiting}.")  # the views too, where they would say "run an input"
             self.inputs.audio.setFocus()
+            self.input_needed.emit(waiting)
             return
         if run:
             self.run_analysis()
@@ -506,6 +545,7 @@ class MainWindow(QMainWindow):
         self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")
         self.statusBar().showMessage("Running…")
+        self.session.set_run_note(f"Running {rules.model_name(m)}…" if m is not None else "Running…")
 
     def cancel(self) -> None:
         for kind in ("run", "open", "export"):
@@ -513,6 +553,7 @@ class MainWindow(QMainWindow):
             self._latest[kind] = -1  # drop whatever comes back
         self.inputs.set_busy(False, "cancelled")
         self.statusBar().showMessage("Cancelled.")
+        self.session.set_run_note("The run was cancelled: press Run to run the input again.")
 
     def _on_result(self, rid, result) -> None:
         if rid != self._latest["run"]:
@@ -542,9 +583,7 @@ class MainWindow(QMainWindow):
         self.status_device.setText(
             f"device: {dev}" + (f" · {total * 1000:.0f} ms" if isinstance(total, (int, float)) else "")
         )
-        n = len(result.maps)
-        gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
-        self.statusBar().showMessage(f"{n} attention maps{gen}")
+        self.statusBar().showMessage(rules.result_status(result))
         self._update_title()
         QTimer.singleShot(0, self.result_shown.emit)
 
@@ -704,6 +743,8 @@ class MainWindow(QMainWindow):
             style = None
             if view is self.overview and held is not None and held.result_a is result:  # the frames too
                 style = held.overview_style(self.session.blocks, sel.block)
+            if view is self.overview and self.session.ablation.off:  # the switched-off heads' crosses too
+                style = self.session.ablation.overview_style(self.session.blocks, sel.block, style)
             self._start_export(lambda: render_and_save(result, name, sel, path, style), path)
             return
         try:

@@ -10,6 +10,10 @@ from PySide6.QtWidgets import QApplication
 from attnviz.gui.export import export_widget
 
 TIMEOUT_MS = 120_000
+# a view still computing what it shows (Head stats' worker) is polled this often, at most this many times, before
+# the shot: `--view stats --screenshot` saved "computing head statistics…" over an empty table
+BUSY_POLL_MS = 100
+BUSY_WAITS = 600
 
 
 def _quit() -> None:
@@ -23,8 +27,13 @@ class ScreenshotTaker:
         self.window = window
         self.path = path
         self.error: str | None = None
+        self._waits = 0  # polls of a busy view (Head stats computing) before the shot
         window.result_shown.connect(self._soon)
         window.error_shown.connect(self._on_error)
+        # a speech model opened without --audio waits for a sound: say so now, not "no result within 120 s" later
+        needed = getattr(window, "input_needed", None)
+        if needed is not None:
+            needed.connect(lambda text: self._on_error(f"{text}; or give one with --audio FILE"))
         corpus = getattr(window, "corpus_shown", None)
         if corpus is not None:  # `attnviz open RESULTS_DIR`: the corpus view is its own window; shoot that one
             corpus.connect(self._soon_corpus)
@@ -38,6 +47,11 @@ class ScreenshotTaker:
         QTimer.singleShot(400, lambda: self._take(view))
 
     def _take(self, widget=None) -> None:
+        view = self.window.current_view() if widget is None and hasattr(self.window, "current_view") else None
+        if getattr(view, "busy", False) and self._waits < BUSY_WAITS:  # Head stats computing: its table is empty
+            self._waits += 1
+            QTimer.singleShot(BUSY_POLL_MS, self._take)
+            return
         try:
             export_widget(widget if widget is not None else self.window, self.path)
         except Exception as e:

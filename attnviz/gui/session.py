@@ -10,6 +10,7 @@ result_changed()      a new :class:`~attnviz.core.AttentionResult` arrived
 selection_changed()   block / layer / head / aggregation / filters / step changed
 comparison_changed()  a comparison with a second model was set or dropped (``comparison``)
 ablation_changed()    heads were switched off or on, or their output change arrived (``ablation``, ``ablation_outcome``)
+run_note_changed()    what became of the latest run while no result is shown (``run_note``: running, failed, ...)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Session(QObject):
     selection_changed = Signal()
     comparison_changed = Signal()
     ablation_changed = Signal()
+    run_note_changed = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -51,6 +53,9 @@ class Session(QObject):
         # right-click ▸ Switch head off: the heads off, and what that did to the output (None: not measured yet)
         self.ablation = AblationState()
         self.ablation_outcome: AblationOutcome | None = None
+        # what the views say in place of a result while none is shown: the latest run is running, failed, ...
+        # ("" = nothing ran yet; a failed run's views once said "Open a model" under an open model)
+        self.run_note = ""
 
     # -- state changes -------------------------------------------------------
     def set_model(self, model: AttnModel | None) -> None:
@@ -59,6 +64,10 @@ class Session(QObject):
         if self.ablation.off or self.ablation_outcome is not None:  # heads of another model: all back on
             self.set_ablation(AblationState())
         self.model_changed.emit()
+
+    def set_run_note(self, text: str) -> None:
+        self.run_note = text
+        self.run_note_changed.emit()
 
     def set_ablation(self, state: AblationState, outcome: AblationOutcome | None = None) -> None:
         """The heads switched off, and their measured output change once it arrives (an outcome for another

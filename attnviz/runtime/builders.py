@@ -442,7 +442,18 @@ def _prompt_text(b: _Build) -> None:
     tok = tok.for_images(b.prep.image_tiles_each)
     if b.prep.image_count > 1:  # several images: their tokens' labels and grids follow each one's split
         b.tgt_tok = tok
-    b.prompt = fit_positions(b.model, tok.encode(b.req.text, add_special=False), b.req.max_tokens, b.prep.notes).ids
+    enc = tok.encode(b.req.text, add_special=False)
+    _say_unknown(b, tok, enc)
+    b.prompt = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes).ids
+
+
+def _say_unknown(b: _Build, tok, enc) -> None:
+    """A text mostly of the unknown token gets a note (runtime/unknown_tokens.py)."""
+    from attnviz.runtime.unknown_tokens import unknown_note
+
+    note = unknown_note(tok, enc)
+    if note is not None:
+        b.prep.notes.append(note)
 
 
 def _caption_text(b: _Build) -> None:
@@ -460,6 +471,7 @@ def _encoder_text(b: _Build) -> None:
     enc = b.src_tok.encode(b.req.text, pair)
     if not enc.ids:
         raise AttnvizError("the text gives no tokens; type some words")
+    _say_unknown(b, b.src_tok, enc)
     cut_as = (b.src_tok, b.req.text, pair) if pair is not None else None
     forced = b.dec_in is not None and bool(b.req.text_pair)  # an encoder–decoder's target: noted with its cut
     n = len(enc.ids)

@@ -18,14 +18,16 @@ import numpy as np
 _NOTES: dict[int, tuple[weakref.ref, bool]] = {}  # id(array) -> (the array, finite)
 _PRUNE_AT = 256  # entries before the dead ones are dropped
 _lock = threading.Lock()
+_DOTTED = (np.dtype(np.float32), np.dtype(np.float64))  # checked through their sum of squares
 
 
 def all_finite(a: np.ndarray) -> bool:
     """No NaN and no ±Inf in ``a``.  A float32 map's sum of squares first: one read of the array in BLAS, where
     ``np.isfinite(a).all()`` reads it, writes a mask and reads that (0.46 against 0.64 ms of CPU for a LLaVA
     caption's 5 MB of maps, read back cold after the run).  A NaN or an Inf anywhere makes the sum NaN or Inf; a
-    sum that is not finite (which finite values too large to square can also give) is decided exactly."""
-    if a.dtype == np.float32 and a.flags.c_contiguous and a.size:
+    sum that is not finite (which finite values too large to square can also give) is decided exactly.  A float64
+    map (a double-precision model's) alike: no mask of its size (an eighth of it) beside it."""
+    if a.dtype in _DOTTED and a.flags.c_contiguous and a.size:
         flat = a.reshape(-1)
         with np.errstate(over="ignore", invalid="ignore"):  # the overflow is the case decided below
             total = np.dot(flat, flat)

@@ -507,6 +507,7 @@ class FolderCache:
         self.cache: dict[str, np.ndarray] = {}
         self.feeds: dict = {}
         self.looping = False  # a loop beside the with-past session holds the cache (see steps)
+        self.reserve = 0  # the rows the loop's maps keep for the prompt's (StepPlan.reserve)
 
     @classmethod
     def for_set(cls, ms: ModelSet, past_model: AttentionModel) -> FolderCache | None:
@@ -595,10 +596,12 @@ class FolderCache:
         r = ms.decoder.finish(runs[d], values[d], run_s)
         self.cache = {}  # the presents stayed with the loop (the step path below never follows a plan's start)
         self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the session
+        self.reserve = plan.reserve
         prompt = StepOut(r.outputs["logits"][:, -1], self._prompt_maps(enc, r), self._info(r.info))
         if maps is None:
             return prompt, StepsOut(ids, {}, {})
-        return prompt, StepsOut(ids, {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}, self._info(info))
+        maps_at = {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}
+        return prompt, StepsOut(ids, maps_at, self._info(info), plan.reserve)
 
     def _info(self, info: dict) -> dict:
         """A step's run facts, named after the folder (not the decoder file that ran the step)."""
@@ -623,6 +626,7 @@ class FolderCache:
             maps=maps,
             dtypes=tuple((i.name, i.dtype) for i in self.past_model.inputs),
             suppress=suppress_of(self.ms.meta).always,
+            reserve=self.feeds["decoder_input_ids"].shape[1],  # the prompt's rows, before the first step
         )
 
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
@@ -630,11 +634,14 @@ class FolderCache:
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
             return one_step(self, token, eos, suppress_of(self.ms.meta).always)
+        if plan is not None:
+            self.reserve = plan.reserve
         ids, _, maps, info = self.past_model.run_loop(
             plan, self._step_feeds([token]) if plan is not None else None, 0, token, n, eos
         )
         self.looping = True
-        return StepsOut(ids, {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}, self._info(info))
+        maps_at = {self.n_enc + self.order[j]: m for j, m in enumerate(maps)}
+        return StepsOut(ids, maps_at, self._info(info), self.reserve if maps else 0)
 
     def _step_feeds(self, tokens: list[int], enc_out: dict | None = None, cache: dict | None = None) -> dict:
         f = {k: v for k, v in self.feeds.items() if not k.startswith("decoder_")}  # the encoder's side stays

@@ -45,6 +45,9 @@ class StepsOut:
     ids: list[int]
     maps: Mapping[int, np.ndarray | FramesMap]
     info: dict
+    # query rows each map holds ahead of the steps' own, for the steps before it (the prompt's: the loop's
+    # StepPlan.reserve), which MapAssembler writes there
+    reserved: int = 0
 
 
 class CacheStepper(Protocol):
@@ -131,13 +134,18 @@ def buffer_rows(shape: tuple[int, ...]) -> tuple[np.ndarray, None]:
 
 class MapAssembler:
     """Collect each site's step maps ``[B, H, q, k]`` into one ``[B, H, sum q, max k]`` map per site (the keys a
-    step could not see yet zero), in memory kept from an earlier generation of the same shapes where it is free."""
+    step could not see yet zero).  Where the last part came with rows reserved for the parts before it (a
+    generation loop's map: :attr:`StepsOut.reserved`), those parts are written there and the map is that part's
+    array (the loop's slot in the isolation child's shared memory, or its kept buffer here): no copy of the loop's
+    rows, which would hold both at once (2x the generation's maps); else into memory kept from an earlier
+    generation of the same shapes where it is free."""
 
     def __init__(self) -> None:
         self.parts: dict[int, list[np.ndarray]] = {}
+        self.reserved: dict[int, list[int]] = {}  # each part's leading rows left for the parts before it
         self.frames: dict[int, FramesMap] = {}  # a tower's sites, seen once with the prompt: kept as they are
 
-    def add(self, maps: Mapping[int, np.ndarray | FramesMap]) -> None:
+    def add(self, maps: Mapping[int, np.ndarray | FramesMap], reserved: int = 0) -> None:
         for i, a in maps.items():
             if isinstance(a, FramesMap):
                 self.frames[i] = a
@@ -145,28 +153,61 @@ class MapAssembler:
             # the very array where it is float32 already (its NaN/Inf note, attnviz.runtime.finite, holds)
             f32 = a if type(a) is np.ndarray and a.dtype == np.float32 else np.asarray(a, np.float32)
             self.parts.setdefault(i, []).append(f32)
+            self.reserved.setdefault(i, []).append(int(reserved))
 
     def maps(self) -> dict[int, np.ndarray | FramesMap]:
         out: dict[int, np.ndarray | FramesMap] = dict(self.frames)
         for i, parts in self.parts.items():
-            if len(parts) == 1:  # a site the steps never added to (an encoder's, seen once): no copy to make
-                out[i] = parts[0]
-                continue
-            b, h = parts[0].shape[:2]
-            tq = sum(p.shape[2] for p in parts)
-            tk = max(p.shape[3] for p in parts)
-            a = _BUFFERS.take((b, h, tq, tk))
-            r = 0
-            for p in parts:
-                a[:, :, r : r + p.shape[2], : p.shape[3]] = p
-                a[:, :, r : r + p.shape[2], p.shape[3] :] = 0.0
-                r += p.shape[2]
-            # finite where every part was checked finite, not where one was not; else unknown (a reused buffer
-            # forgets its last generation's note)
-            known = [noted(p) for p in parts]
-            note(a, False if False in known else True if all(known) else None)
-            out[i] = a
+            out[i] = _assemble(parts, self.reserved[i])
         return out
+
+
+def _in_place(parts: list[np.ndarray], reserved: list[int]) -> bool:
+    """Whether the parts before the last fill exactly the rows the last one reserved for them, within its keys,
+    and the last can be written (an array unpickled from a reply may not be)."""
+    *before, last = parts
+    rows = sum(p.shape[2] for p in before)
+    return (
+        len(parts) > 1
+        and not any(reserved[:-1])
+        and reserved[-1] == rows > 0
+        and last.shape[2] >= rows
+        and last.flags.writeable
+        and all(p.shape[:2] == last.shape[:2] and p.shape[3] <= last.shape[3] for p in before)
+    )
+
+
+def _assemble(parts: list[np.ndarray], reserved: list[int]) -> np.ndarray:
+    """One site's map from its parts (each with its leading rows reserved for the parts before it)."""
+    # finite where every part was checked finite, not where one was not; else unknown (a reused buffer forgets
+    # its last generation's note)
+    known = [noted(p) for p in parts]
+    verdict = False if False in known else True if all(known) else None
+    if _in_place(parts, reserved):
+        a = parts[-1]
+        r = 0
+        for p in parts[:-1]:
+            a[:, :, r : r + p.shape[2], : p.shape[3]] = p
+            a[:, :, r : r + p.shape[2], p.shape[3] :] = 0.0
+            r += p.shape[2]
+        note(a, verdict)
+        return a
+    if not any(reserved):
+        if len(parts) == 1:  # a site the steps never added to (an encoder's, seen once): no copy to make
+            return parts[0]
+    else:  # reserved rows the parts before do not fill (a site the prompt did not have): left out
+        parts = [p[:, :, n:] for p, n in zip(parts, reserved)]
+    b, h = parts[0].shape[:2]
+    tq = sum(p.shape[2] for p in parts)
+    tk = max(p.shape[3] for p in parts)
+    a = _BUFFERS.take((b, h, tq, tk))
+    r = 0
+    for p in parts:
+        a[:, :, r : r + p.shape[2], : p.shape[3]] = p
+        a[:, :, r : r + p.shape[2], p.shape[3] :] = 0.0
+        r += p.shape[2]
+    note(a, verdict)
+    return a
 
 
 @dataclass
@@ -250,7 +291,7 @@ def with_cache(
     if got is not None:
         out, first = got
         asm.add(out.maps)
-        asm.add(first.maps)
+        asm.add(first.maps, first.reserved)
         ids = list(first.ids)
         info = dict(first.info) or dict(out.info)
     else:
@@ -262,7 +303,7 @@ def with_cache(
     while len(ids) < steps and (eos is None or ids[-1] != int(eos)):
         _check(len(ids), steps, progress, cancelled)
         part = stepper.steps(ids[-1], steps - len(ids), eos)
-        asm.add(part.maps)
+        asm.add(part.maps, part.reserved)
         ids += part.ids
         info = dict(part.info) or info
     return Generation(ids, time.perf_counter() - t0, "kv-cache", asm.maps(), info)
@@ -285,6 +326,7 @@ class FileCache:
         self.feeds: dict[str, np.ndarray] = {}
         self.length = 0
         self.looping = False  # a loop beside the session holds the cache (see steps)
+        self.reserve = 0  # the rows the loop's maps keep for the prompt's (StepPlan.reserve)
 
     @classmethod
     def for_model(cls, model) -> FileCache | None:
@@ -338,6 +380,7 @@ class FileCache:
             flags=tuple((i.name, i.rank) for i in self.model.inputs if i.dtype == "bool" and i.rank <= 1),
             maps=maps,
             dtypes=tuple(dtypes),
+            reserve=self.length,  # the prompt's rows, before the first step (FileCache.start)
         )
 
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
@@ -345,11 +388,13 @@ class FileCache:
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
             return one_step(self, token, eos)
+        if plan is not None:
+            self.reserve = plan.reserve
         ids, _, maps, info = self.model.run_loop(plan, self.feeds, self.length, token, n, eos)
         self.looping = True
         self.length += len(ids)
         order = self.order or list(range(len(maps)))
-        return StepsOut(ids, {order[j]: m for j, m in enumerate(maps)}, info)
+        return StepsOut(ids, {order[j]: m for j, m in enumerate(maps)}, info, self.reserve if maps else 0)
 
     def step(self, tokens: list[int]) -> StepOut:
         f = self.feeds

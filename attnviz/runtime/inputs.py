@@ -182,6 +182,33 @@ def load_tokenizer(text: str, head: str, fix: str):
 SAVED = "that save_pretrained (or tokenizer.save) wrote for the model"  # the file a refusal asks for
 
 
+def encode_pretokenized(tok, words: list[str], add_special: bool, source: str):
+    """``tok.encode(words, is_pretokenized=True)`` of a ``tokenizers.Tokenizer``, guarded as every encode here: a
+    Rust panic's report kept off the terminal, and a failure one line (:func:`encode_error`; ``source`` names the
+    tokenizer in it).  For :class:`HFTokenizer` and for callers holding a bare Tokenizer (training's translation
+    data: attnviz/training/data_translation.py)."""
+    try:
+        with _rust_guard():
+            return tok.encode(words, is_pretokenized=True, add_special_tokens=add_special)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:
+        again = lambda t: t.encode(words, is_pretokenized=True, add_special_tokens=add_special)  # noqa: E731
+        raise encode_error(tok, source, [("text", " ".join(map(str, words)))], list(words), again, False) from None
+
+
+def encode_error(tok, source: str, texts: list[tuple[str, object]], pieces: list, again, pair: bool) -> AttnvizError:
+    """One line on an encode of ``tok`` that raised or panicked: what is wrong with ``texts`` (what each is, its
+    value) or with the tokenizer (``source`` names it), and the fix (:mod:`attnviz.runtime.encode_problem`); never
+    the library's own words, which name its code.  ``pieces``: what was encoded (the texts, or a text's words);
+    ``again(t)``: that encode with tokenizer ``t``."""
+    from attnviz.runtime import encode_problem as ep
+
+    p = ep.text_problem(texts) or ep.tokenizer_problem(tok, pieces, again, pair, _rust_guard)
+    head = "" if p.param != "tokenizer" else f"tokenizer {source} cannot encode this text: "
+    return AttnvizError(f"{head}{p.words}; {p.fix}", param=p.param)
+
+
 class HFTokenizer(TextEncoder):
     def __init__(self, tok, source: str):
         tok.no_padding()  # one sequence at a time: padding would only add [PAD] columns to every map
@@ -192,6 +219,10 @@ class HFTokenizer(TextEncoder):
         tok.no_truncation()
         self.tok = tok
         self.source = source
+        # the unknown token's id, where the model names one (runtime/unknown_tokens.py: a text mostly of it is said)
+        kind = tok.model  # the tokenizers library's model (WordPiece, BPE, ...), not an attention model
+        unk = getattr(kind, "unk_token", None)
+        self.unk_id = tok.token_to_id(unk) if isinstance(unk, str) and unk else None
         self._special = set()
         try:
             for t in tok.get_added_tokens_decoder().values():
@@ -252,25 +283,10 @@ class HFTokenizer(TextEncoder):
 
     def encode_words(self, words: list[str], add_special: bool):
         """The tokenizer's own encoding of a text already split into ``words`` (each piece knows its word)."""
-        try:
-            with _rust_guard():
-                return self.tok.encode(words, is_pretokenized=True, add_special_tokens=add_special)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException:
-            again = lambda t: t.encode(words, is_pretokenized=True, add_special_tokens=add_special)  # noqa: E731
-            raise self._encode_error([("text", " ".join(map(str, words)))], list(words), again, False) from None
+        return encode_pretokenized(self.tok, words, add_special, self.source)
 
     def _encode_error(self, texts: list[tuple[str, object]], pieces: list, again, pair: bool) -> AttnvizError:
-        """One line on an encode that raised or panicked: what is wrong with ``texts`` (what each is, its value) or
-        with the tokenizer, and the fix (:mod:`attnviz.runtime.encode_problem`); never the library's own words,
-        which name its code.  ``pieces``: what was encoded (the texts, or a text's words); ``again(t)``: that
-        encode with tokenizer ``t``."""
-        from attnviz.runtime import encode_problem as ep
-
-        p = ep.text_problem(texts) or ep.tokenizer_problem(self.tok, pieces, again, pair, _rust_guard)
-        head = "" if p.param != "tokenizer" else f"tokenizer {self.source} cannot encode this text: "
-        return AttnvizError(f"{head}{p.words}; {p.fix}", param=p.param)
+        return encode_error(self.tok, self.source, texts, pieces, again, pair)
 
     def leading_text(self, text, n):
         enc = self._encode(text, None, False)[0]

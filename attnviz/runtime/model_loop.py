@@ -219,4 +219,4 @@ class ModelLoop:
 def _rows(plan: StepPlan, total: int) -> Rows:
     """Where an in-process generation's rows go: arrays kept from an earlier generation of the same shapes where
     they are free (:func:`attnviz.runtime.generate.buffer_rows`)."""
-    return Rows(dict(plan.maps), total, buffer_rows)
+    return Rows(dict(plan.maps), total, buffer_rows, reserve=plan.reserve)

@@ -21,7 +21,9 @@ session).  Both are kept in ``ATTNVIZ_CACHE_DIR`` (default ``$XDG_CACHE_HOME/att
 - a corpus worker's statistics graph (:mod:`attnviz.runtime.statgraph_kept`: the edited graph's bytes and what
   it exposes), by the same two and the sites it was built for;
 - what a corpus worker reads of a model file and its kept statistics session, so that a second command's worker
-  imports no onnx (:mod:`attnviz.runtime.light_model`), keyed as the driver's summary and onnxruntime's install.
+  imports no onnx (:mod:`attnviz.runtime.light_model`), keyed as the driver's summary and onnxruntime's install;
+- that ``--provider auto`` found CUDA unusable (:mod:`attnviz.runtime.cuda_kept`), by onnxruntime's install, the
+  NVIDIA driver and the library path.
 
 A model with a tensor in a .data file beside it keeps nothing named by its file's hash (the probe, the statistics
 graph, the summary: :meth:`attnviz.runtime.model.AttentionModel.file_key`); an optimised graph is named by the bytes
@@ -55,7 +57,9 @@ _OFF = ("", "0", "off", "none")
 _SHA = re.compile(r"[0-9a-f]{64}")
 KEEP_MAX_BYTES = 64 * 2**20  # an optimised graph larger than this (weights folded into it) is not kept
 # The cache's kind folders: the only ones an entry is written to, and the only ones pruned (cache_prune).
-KINDS = frozenset({"sha256", "optimized", "memory", "probe", "statgraph", "arity", "json-checked", "summary", "worker"})
+KINDS = frozenset(
+    {"sha256", "optimized", "memory", "probe", "statgraph", "arity", "json-checked", "summary", "worker", "cuda"}
+)
 
 
 def folder() -> Path | None:

@@ -7,6 +7,7 @@ import os
 import onnxruntime as ort
 
 from attnviz import AttnvizError
+from attnviz.runtime import cuda_kept
 from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onnxruntime: the parent uses them
 from attnviz.runtime.optcache import GraphKey
 
@@ -22,6 +23,7 @@ CUDA_OPTIONS = {"use_tf32": "0"}
 # CPU memory is one arena shared by every helper (the caller's ``shared_arena``): no arena at all would give it back
 # too, but paid for in page faults (1.6x the CPU time of an overview at 2,048 tokens, memkept14).
 CUDA_HELPER_OPTIONS = {**CUDA_OPTIONS, "arena_extend_strategy": "kSameAsRequested"}
+CUDA_UNUSABLE = "CUDA provider unavailable (no GPU or CUDA libraries); running on CPU"  # ``auto``'s note then
 SHRINK = "memory.enable_memory_arena_shrinkage"  # run option: the listed arenas free their unused regions at the end
 
 
@@ -59,6 +61,10 @@ def make_session(
     available = ort.get_available_providers()
     note = ""
     want_cuda = provider == "cuda" or (provider == "auto" and CUDA in available and gpu_present())
+    # ``auto`` where an earlier session with this onnxruntime, driver and library path landed on the CPU: not asked
+    # again (runtime/cuda_kept.py; ``cuda`` always asks, and refuses in one line when CUDA fails)
+    known = provider == "auto" and want_cuda and cuda_kept.unusable()
+    want_cuda = want_cuda and not known
     if provider == "cuda" and CUDA not in available:
         raise AttnvizError(
             "CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu"
@@ -69,28 +75,21 @@ def make_session(
     if external_dir:  # a model given as bytes reads its external weights from here
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_dir)
     if want_cuda:
-        try:
-            ort.preload_dlls()  # finds CUDA/cuDNN from nvidia-* pip wheels when present
-        except Exception:
-            pass
-        # onnxruntime-gpu falls back to CPU silently (only a log line) when CUDA libraries are missing:
-        # keep the loader noise quiet and check what was really used instead
-        prev = _quiet()
-        try:
-            cuda = CUDA_HELPER_OPTIONS if helper else CUDA_OPTIONS
-            sess = ort.InferenceSession(model, so, providers=[(CUDA, cuda), CPU])
-        finally:
-            _restore(prev)
-        used = sess.get_providers()[0]
-        if used != CUDA:
+        sess = _cuda_session(model, so, CUDA_HELPER_OPTIONS if helper else CUDA_OPTIONS)
+        if sess.get_providers()[0] != CUDA:
             if provider == "cuda":
                 raise AttnvizError(
                     "CUDA was requested but onnxruntime could not use it (CUDA/cuDNN libraries missing or no GPU); "
                     "use --provider cpu, or install the CUDA 12/13 runtime wheels"
                 )
-            note = "CUDA provider unavailable (no GPU or CUDA libraries); running on CPU"
+            cuda_kept.keep_unusable()
+            note = CUDA_UNUSABLE
+        elif provider == "cuda":
+            cuda_kept.forget()  # CUDA works here now: ``auto`` asks again
         return sess, note
-    if provider == "auto" and CUDA in available:
+    if known:
+        note = CUDA_UNUSABLE
+    elif provider == "auto" and CUDA in available:
         note = "no NVIDIA GPU found; running on CPU"
     entry = None
     if optimized is not None:
@@ -99,6 +98,21 @@ def make_session(
         entry = optimized_path(optimized, ort.__version__)
     sess = _kept(model, so, entry) if entry is not None else ort.InferenceSession(model, so, providers=[CPU])
     return sess, note
+
+
+def _cuda_session(model: bytes | str, so: ort.SessionOptions, options: dict) -> ort.InferenceSession:
+    """A session asked for on CUDA, the CPU after it: onnxruntime-gpu falls back to the CPU silently (only a log
+    line) when the CUDA libraries are missing, so the caller reads the provider it got.  The loader's noise is
+    kept quiet."""
+    try:
+        ort.preload_dlls()  # finds CUDA/cuDNN from nvidia-* pip wheels when present
+    except Exception:
+        pass
+    prev = _quiet()
+    try:
+        return ort.InferenceSession(model, so, providers=[(CUDA, options), CPU])
+    finally:
+        _restore(prev)
 
 
 def release_options(sess) -> ort.RunOptions | None:

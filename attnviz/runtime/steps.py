@@ -63,6 +63,9 @@ class StepPlan:
     # where the cache stays between steps: "" numpy feeds (each step's presents come back as arrays and go in
     # again), else IO binding's device, "cpu" or "cuda" (see loop_device: the caller, which knows the provider)
     device: str = ""
+    # query rows each map's array keeps ahead of the loop's own (:class:`Rows`), for the prompt's: the generation's
+    # map is then that array, the prompt's rows written into it (generate.MapAssembler), not a copy of both
+    reserve: int = 0
 
 
 def loop_device(provider: str, binding: str | None = None) -> str:
@@ -175,7 +178,12 @@ class Rows:
     The whole generation's rows are made at once while all outputs' arrays fit :data:`UPFRONT_BYTES` (issue 26's
     GPT-2 at 1,024 tokens: 4 x 34 MB); beyond it an array starts with the rows that fit its share, and the keys
     those rows' steps see, and doubles when full (the rows so far copied over), so that a long generation stopped
-    early by EOS does not hold, nor fault in, memory for the steps it never ran."""
+    early by EOS does not hold, nor fault in, memory for the steps it never ran.
+
+    ``reserve`` (:attr:`StepPlan.reserve`): query rows every output's map keeps ahead of the steps' rows, the pad
+    until the prompt's rows are written there (:class:`~attnviz.runtime.generate.MapAssembler`), so that the
+    generation's map is this array rather than a new one holding a copy of both (Whisper-large's cross maps: 1.6
+    GB of copy at 448 tokens); every map :meth:`maps` gives starts with them."""
 
     UPFRONT_BYTES = 256 << 20
 
@@ -185,16 +193,20 @@ class Rows:
         total: int,
         make: Callable[[tuple[int, ...]], tuple[np.ndarray, Any]] = _fresh,
         drop: Callable[[Any], None] | None = None,
+        reserve: int = 0,
     ):
         self.pads = pads
         self.total = max(1, int(total))
         self.make, self.drop = make, drop
+        self.reserve = max(0, int(reserve))
         self.arrays: dict[str, np.ndarray] = {}
         self.tokens: dict[str, object] = {}
-        # per array [rows written, the most keys a row saw, the rows' lead shape, the first row's keys, rows a step]:
-        # one lookup a row on the way that runs every step (~3 us a map output, where two slice writes a row and the checks cost ~20)
+        # per array [rows written (the reserved ones included), the most keys a row saw, the rows' lead shape, the
+        # first row's keys, rows a step]: one lookup a row on the way that runs every step (~3 us a map output,
+        # where two slice writes a row and the checks cost ~20)
         self.used: dict[str, list] = {}
         self.parts: dict[str, list[np.ndarray]] = {}
+        self.bare: set[str] = set()  # outputs whose parts never had an array: no reserved rows among them
         self.steps = 0  # steps whose rows were added
 
     def add(self, name: str, row: np.ndarray) -> None:
@@ -220,34 +232,39 @@ class Rows:
         if name not in self.arrays and row.ndim >= 2 and row.size:
             share = self.UPFRONT_BYTES // max(1, len(self.pads))  # bytes a row of this output takes, below
             fit = share // max(1, math.prod(row.shape[:-2]) * (n + self.total - 1) * 4) // max(1, q) * q
-            self.used[name] = [0, 0, row.shape[:-2], n, q]
+            self.used[name] = [self.reserve, 0, row.shape[:-2], n, q]
             self._new(name, min(q * self.total, max(q, fit)))
             self.add(name, row)
             return
         a = self.arrays.get(name)
         r, k, lead = self.used[name][:3] if a is not None else (0, 0, ())
-        if a is not None and row.size and row.shape[:-2] == lead and a.shape[-2] < q * self.total:
-            self._grow(name, min(q * self.total, max(r + q, 2 * a.shape[-2])))  # more than it had
+        if a is not None and row.size and row.shape[:-2] == lead and a.shape[-2] - self.reserve < q * self.total:
+            had = a.shape[-2] - self.reserve  # the steps' rows it had room for
+            self._grow(name, min(q * self.total, max(r - self.reserve + q, 2 * had)))  # more than it had
             if r + q <= self.arrays[name].shape[-2] and n <= self.arrays[name].shape[-1]:
                 self.add(name, row)
                 return
             a = self.arrays[name]
         # lead shape or row count changed, more keys or steps than foreseen, an empty map: parts from here, as before
+        # (the first of them the array's rows so far: the reserved ones included)
         self.parts[name] = ([a[..., :r, :k].copy()] if a is not None and r else []) + [row]
+        if a is None:
+            self.bare.add(name)
         self._forget(name)
 
     def _new(self, name: str, rows: int) -> np.ndarray:
-        """``name``'s array for ``rows`` rows, and the keys their last step sees (one more a step than the first
-        row's), every key the pad at first (a slot reused from an earlier run holds its old bytes): a row then
-        writes only its own keys."""
+        """``name``'s array for the reserved rows and ``rows`` rows of steps, and the keys their last step sees (one
+        more a step than the first row's), every key the pad at first (a slot reused from an earlier run holds its
+        old bytes): a row then writes only its own keys."""
         _, _, lead, first, q = self.used[name]
-        a, self.tokens[name] = self.make((*lead, rows, first + rows // q - 1))
+        a, self.tokens[name] = self.make((*lead, self.reserve + rows, first + rows // q - 1))
         a[...] = self.pads[name]
         self.arrays[name] = a
         return a
 
     def _grow(self, name: str, rows: int) -> None:
-        """``name``'s array made anew with room for ``rows`` rows, the rows so far copied over, the old one dropped."""
+        """``name``'s array made anew with room for ``rows`` rows of steps, the rows so far copied over, the old one
+        dropped."""
         old, token = self.arrays[name], self.tokens[name]
         r = self.used[name][0]
         a = self._new(name, rows)
@@ -257,14 +274,18 @@ class Rows:
             self.drop(token)
 
     def maps(self) -> dict[str, np.ndarray]:
-        """Every output's rows so far: ``[*lead, rows, keys]`` (a view of its array), or its parts stacked."""
+        """Every output's rows so far, after the reserved ones: ``[*lead, rows, keys]`` (a view of its array), or
+        its parts stacked."""
         out = {}
         for name in (*self.arrays, *self.parts):
             if name in self.arrays:
                 r, k = self.used[name][:2]
                 out[name] = self.arrays[name][..., :r, :k]
             else:
-                out[name] = stack_rows(self.parts[name], self.pads[name])
+                a = stack_rows(self.parts[name], self.pads[name])
+                if name in self.bare and self.reserve and a.ndim >= 2:  # rows that never had an array: reserve too
+                    a = stack_rows([np.zeros((*a.shape[:-2], self.reserve, 0), np.float32), a], self.pads[name])
+                out[name] = a
         return out
 
     def close(self) -> None:

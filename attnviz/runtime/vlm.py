@@ -571,6 +571,7 @@ class VLMCache:
         self.delta = np.zeros((1, 1), np.int64)  # a family's position shift for the steps (see start)
         self.width: int | None = None  # the embeddings' width, from the prompt's (see steps)
         self.looping = False  # a loop beside the decoder's session holds the cache (see steps)
+        self.reserve = 0  # the rows the loop's maps keep for the prompt's (StepPlan.reserve)
 
     @classmethod
     def for_set(cls, vs: VLMSet) -> VLMCache | None:
@@ -670,12 +671,13 @@ class VLMCache:
         vs._keep_image_keys(feeds, per_row, v)
         self.cache = {}  # the presents stayed with the loop (the step path never follows a plan's start)
         self.looping = not finished and len(ids) < n  # the rest of the loop is held beside the decoder
+        self.reserve = plan.reserve
         prompt = StepOut(
             r.outputs["logits"][:, -1], self._prompt_maps(vs._vision_maps(v, per_row), r), self._info(r.info)
         )
         if maps is None:
             return prompt, StepsOut(ids, {}, {})
-        return prompt, StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
+        return prompt, StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info), plan.reserve)
 
     def step(self, tokens: list[int]) -> StepOut:
         ids = np.asarray([[t] for t in tokens], np.int64)
@@ -737,6 +739,7 @@ class VLMCache:
             maps=maps,
             dtypes=tuple((i.name, i.dtype) for i in dec.inputs),
             embed=(embed_in.name, embed_out.name, embed_in.dtype),
+            reserve=self.mask.shape[1],  # the prompt's rows (its mask's columns), before the first step
         )
 
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
@@ -745,10 +748,13 @@ class VLMCache:
         if not self.looping and plan is None:
             return one_step(self, token, eos)
         feeds = None if plan is None else self._loop_feeds(plan, token, self.cache)
+        if plan is not None:
+            self.reserve = plan.reserve
         ids, _, maps, info = self.vs.decoder.run_loop(plan, feeds, self._length(), token, n, eos, embed=self.vs.embed)
         self.looping = True
         self.cache = {}  # the cache is the loop's now
-        return StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info))
+        maps_at = {self.n_vis + j: m for j, m in enumerate(maps)}
+        return StepsOut(ids, maps_at, self._info(info), self.reserve if maps else 0)
 
     def _length(self) -> int:
         """The count the loop writes each new token's position from: the tokens so far; a family counting from 1

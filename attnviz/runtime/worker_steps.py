@@ -138,7 +138,8 @@ class StepRequests:
                     "generation lost its embedding model (the model's process restarted); generate again"
                 )
             embed = loop_run(self.sessions[embed_sid][0])
-        return Loop(plan, own, int(length), embed, Rows(dict(plan.maps), total, self._rows_array, self.pool.give_back))
+        rows = Rows(dict(plan.maps), total, self._rows_array, self.pool.give_back, plan.reserve)
+        return Loop(plan, own, int(length), embed, rows)
 
     def _rows_array(self: _Child, shape: tuple[int, ...]) -> tuple[np.ndarray, Slot | None]:
         """A generation's rows of one map output (:class:`~attnviz.runtime.steps.Rows`): in a slot, taken until

@@ -396,9 +396,13 @@ def train_tokenizer(
     return tok
 
 
-def encode_words(tok, words: tuple[str, ...] | list[str]) -> tuple[list[int], list[int]]:
-    """Subword ids of a pre-split sentence and, for each subword, the index of the word it came from."""
-    enc = tok.encode(list(words), is_pretokenized=True, add_special_tokens=False)
+def encode_words(tok, words: tuple[str, ...] | list[str], name: str = "trained here") -> tuple[list[int], list[int]]:
+    """Subword ids of a pre-split sentence and, for each subword, the index of the word it came from.  Through the
+    runtime's guarded encode (a word the tokenizer cannot encode, a text that is not Unicode: one line naming it,
+    never the library's panic text); ``name`` says which tokenizer in that line."""
+    from attnviz.runtime.inputs import encode_pretokenized
+
+    enc = encode_pretokenized(tok, list(words), False, name)
     word_ids = [-1 if w is None else int(w) for w in enc.word_ids]
     return list(enc.ids), word_ids
 
@@ -414,6 +418,11 @@ def _token_id(tok: Tokenizer, token: str, side: str = "target") -> int:
 class TranslationTokenizers:
     source: Tokenizer
     target: Tokenizer
+    # where each came from, for the line that refuses a pair it cannot encode ("tokenizer NAME cannot encode ...")
+    names: tuple[str, str] = (
+        "of the source side (trained on the task's pairs)",
+        "of the target side (trained on the task's pairs)",
+    )
 
     def encode_pair(self, pair: AlignedPair) -> dict[str, list[int]]:
         """Ids for the model plus subword->word maps.
@@ -421,12 +430,20 @@ class TranslationTokenizers:
         ``src_ids``: source subwords (no specials); ``tgt_ids``: ``[BOS] + target subwords + [EOS]``.
         ``src_words`` / ``tgt_words``: word index per position, -1 for specials.
         """
-        s_ids, s_w = encode_words(self.source, pair.src)
+        s_ids, s_w = self._words(self.source, pair, "source", 0)
         if pair.tagged:  # the gloss-register marker: the source side's [BOS], which real sources never hold
             s_ids, s_w = [_token_id(self.source, BOS)] + s_ids, [-1] + s_w
-        t_ids, t_w = encode_words(self.target, pair.tgt)
+        t_ids, t_w = self._words(self.target, pair, "target", 1)
         bos, eos = _token_id(self.target, BOS), _token_id(self.target, EOS)
         return {"src_ids": s_ids, "src_words": s_w, "tgt_ids": [bos] + t_ids + [eos], "tgt_words": [-1] + t_w + [-1]}
+
+    def _words(self, tok: Tokenizer, pair: AlignedPair, side: str, k: int) -> tuple[list[int], list[int]]:
+        """One side's :func:`encode_words`; a refusal names the pair and the side (its words' problem alone
+        would not say which of thousands of pairs to look at)."""
+        try:
+            return encode_words(tok, pair.src if side == "source" else pair.tgt, self.names[k])
+        except AttnvizError as e:  # (no param: the runtime's "(see --text)" names no flag of a training command)
+            raise AttnvizError(f"pair {pair.id} ({side} words): {e}") from None
 
 
 def train_tokenizers(

@@ -43,6 +43,54 @@ def test_the_shared_layout_writes_the_process_layouts_bytes_from_one_process(pla
     run = json.loads((tmp_path / "threads" / "run.json").read_text())
     assert run["workers"] == 3 and run["batches"] == 7 and run["worker_layout"] == "threads"
     assert json.loads((tmp_path / "processes" / "run.json").read_text())["worker_layout"] == "processes"
+    # each says the environment chose it, the sessions that ran the batches and the batches each ran at once
+    assert _placed(tmp_path / "threads") == ("threads", engines.LAYOUT_ENV, 1, 3, 1, False)
+    assert _placed(tmp_path / "processes") == ("processes", engines.LAYOUT_ENV, 3, 1, 1, False)
+
+
+PLACED = ("worker_layout", "worker_layout_from", "sessions", "batches_per_session", "threads_per_worker", "gpu")
+
+
+def _placed(out) -> tuple:
+    run = json.loads((out / "run.json").read_text())
+    return tuple(run[k] for k in PLACED)
+
+
+def test_run_json_says_the_device_chose_the_layout(planted, tmp_path, monkeypatch):
+    model, texts = planted
+    monkeypatch.delenv(engines.LAYOUT_ENV, raising=False)
+    run_corpus(_cfg(model, texts, tmp_path / "dev", workers=2, threads=1))
+    assert _placed(tmp_path / "dev") == ("processes", "the device", 2, 1, 1, False)
+
+
+def test_the_process_layout_forced_on_a_gpu_is_recorded(planted, tmp_path):
+    """Session 21: a run with the process layout forced on a GPU (its device's own is threads) wrote the layout's
+    name alone, no word that it was forced nor how many sessions ran.  A GPU stood in by tests/corpus/as_cuda_site
+    (a CPU session that says it runs on CUDA), the command in its own process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    model, texts = planted
+    log = tmp_path / "log"
+    log.mkdir()
+    path = os.pathsep.join([str(here / "as_cuda_site"), str(here.parents[1]), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "ATTNVIZ_TEST_AS_CUDA": str(log), engines.LAYOUT_ENV: "processes"}
+    out = tmp_path / "gpu"
+    argv = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--provider", "cuda", "--no-progress"]
+    p = subprocess.run(
+        [sys.executable, "-m", "attnviz", *argv, "--workers", "2", "--threads", "1", "--batch-size", "6"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=here.parents[1],
+    )
+    assert p.returncode == 0, p.stderr
+    assert _placed(out) == ("processes", engines.LAYOUT_ENV, 2, 1, 1, True)
 
 
 def test_the_layout_follows_the_device_unless_the_environment_names_one(monkeypatch):

@@ -27,6 +27,8 @@ def _both(model, texts, tmp_path, name, **kw):
     run = json.loads((tmp_path / f"{name}_ray" / "run.json").read_text())
     assert run["engine"] == "ray" and "ray" in run["versions"]
     assert run["data_sha256_of"] == "file"  # Ray Data read it: the driver never held the items
+    # Ray places its actors itself: no local layout; an actor and its session a worker, one batch at a time each
+    assert (run["worker_layout"], run["sessions"], run["batches_per_session"]) == (None, run["workers"], 1)
     assert not (tmp_path / f"{name}_ray" / PARTIALS).exists()
     _assert_same(_table(tmp_path / f"{name}_local"), _table(tmp_path / f"{name}_ray"), tol=1e-6)
     return run
@@ -62,8 +64,9 @@ def test_ray_data_parquet_equals_local(planted, tmp_path):
 def test_ray_streams_a_quoted_tsv_as_the_local_engine_reads_it(planted, tmp_path, capsys):
     """A .tsv is read in a Ray read task by the local reader itself (ray_engine._lines_source): the same items,
     indices, statistics and result bytes as the local engine (which gives the .jsonl's bytes:
-    tests/corpus/test_delimited.py); its refusals are the local reader's one line, before Ray does anything; and an
-    item the tokenizer refuses names the line an editor shows, after a quoted multi-line field, as locally."""
+    tests/corpus/test_delimited.py); its refusals are the local reader's one line (a bad row past the first item:
+    the read task's, Ray's wrapping taken off); and an item the tokenizer refuses names the line an editor shows,
+    after a quoted multi-line field, as locally."""
     from test_delimited import _planted_recs, _write
 
     from attnviz.corpus.items import read_texts
@@ -111,6 +114,42 @@ def test_ray_streams_a_quoted_tsv_as_the_local_engine_reads_it(planted, tmp_path
         assert len(err) == 1 and says in err[0], err
         assert not out.exists() or name == "zebra.csv"  # (a refused item: Ray had started, its partials are gone)
     assert not (out / PARTIALS).exists()
+
+
+def test_the_driver_reads_a_tsvs_header_only_and_the_read_task_refuses_a_later_row(
+    planted, tmp_path, capsys, monkeypatch
+):
+    """Session 20 parsed a .tsv twice: all of it in the driver's check, then again in the read task.  The driver
+    now draws the header and one item (counted here, in the driver's process: the read task runs in a Ray worker,
+    which this counter does not reach); a bad row 300 lines down is still one line naming it, from the read task,
+    and leaves no results folder; a missing column is still refused before Ray reads anything."""
+    from attnviz.corpus import ray_engine
+
+    drawn = []
+    real = ray_engine._rows_of
+
+    def counted(f, path, pair_column):
+        for row in real(f, path, pair_column):
+            drawn.append(row)
+            yield row
+
+    monkeypatch.setattr(ray_engine, "_rows_of", counted)
+    model, _ = planted
+    rows = ["text\tb"] + [f"{' '.join(t.split()[:8])}\tthe cat" for t in corpus_lines(400, seed=7)]
+    rows[300] = "the cat\tsat\textra"  # line 301: three fields under a header of two
+    f = tmp_path / "late.tsv"
+    f.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "o"
+    args = ["corpus", str(model), "--texts", str(f), "--out", str(out), "--engine", "ray", "--no-progress"]
+    assert main([*args, "--workers", "1", "--text-pair-column", "b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnviz: error: ") and "late.tsv line 301" in err[0], err
+    assert len(drawn) == 1 and not out.exists()
+    drawn.clear()
+    assert main([*args, "--workers", "1", "--text-pair-column", "pair"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--text-pair-column pair" in err[0] and not out.exists(), err
+    assert drawn == []  # refused at the header
 
 
 def test_ray_actor_cuts_equal_length_batches_and_decoders_see_raw_text(tmp_path):
@@ -196,6 +235,7 @@ def test_encoder_decoder_pairs_ray_equals_local_and_resumes(bible_gold, tmp_path
     assert s.resumed_items == 6 and s.items == 16
     run = json.loads((tmp_path / "ray" / "run.json").read_text())
     assert run["engine"] == "ray" and run["model_kind"] == "encoder-decoder"
+    assert run["worker_layout"] is None and run["worker_layout_from"] is None  # the driver's plan, Ray's actors
     for name in ("heads.parquet", "examples.parquet"):
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
     local = json.loads((tmp_path / "local" / "run.json").read_text())

@@ -331,7 +331,7 @@ def test_the_sample_is_named_by_what_it_is(tmp_path, capsys, name, said):
     out = tmp_path / "fc.png"
     assert main(["figure", str(model), "--view", "overview", "--out", str(out)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"attnviz: no input given; using the model's sample input ({said})"] and out.is_file()
+    assert err == [f"attnviz: note: no input given; using the model's sample input ({said})"] and out.is_file()
 
 
 def test_figure_without_input_uses_the_models_sample(tmp_path, capsys):

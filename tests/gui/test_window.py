@@ -77,7 +77,7 @@ def test_keyboard_and_click_focus(qtbot, window, files):
     # click a thumbnail
     qtbot.mouseClick(window.overview.glw.viewport(), Qt.LeftButton, pos=window.overview.widget_pos_of(0, 4, 7))
     assert (window.session.sel.layer, window.session.sel.head) == (4, 7)
-    assert "layer 4 head 7" in window.overview.info.text()
+    assert "layer 4 · head 7" in window.overview.info.text()
 
 
 def test_aggregations_and_filters(qtbot, window, files):

@@ -30,8 +30,8 @@ def test_a_cut_text_says_so_on_stderr(model, tmp_path, capsys):
     out, err, result = _extract(model, tmp_path, capsys, "--max-tokens", "4")
     # by hand: the first 3 of the 8 tokens, the final [SEP] kept last
     assert result.tokens.labels == ["[CLS]", "the", "cat", "[SEP]"]
-    assert err == ["attnviz: 8 tokens truncated to the first 4 (--max-tokens 4)"]
-    assert err[0].removeprefix("attnviz: ") in result.info["notes"]  # the note the .npz keeps
+    assert err == ["attnviz: note: 8 tokens truncated to the first 4 (--max-tokens 4)"]
+    assert err[0].removeprefix("attnviz: note: ") in result.info["notes"]  # the note the .npz keeps
     assert out.startswith("wrote ") and "truncated" not in out  # stdout as before
 
 
@@ -39,7 +39,7 @@ def test_a_cut_pair_names_which_sentence_lost_how_many(model, tmp_path, capsys):
     _, err, result = _extract(model, tmp_path, capsys, "--text-pair", PAIR, "--max-tokens", "6")
     # by hand, longest first: 6 + 4 words into 6 - 2 special tokens = 4, (6,4) -> (4,4) -> (3,3) -> (2,2)
     assert result.tokens.labels == ["[CLS]", "the", "cat", "a", "dog", "[SEP]"]
-    assert len(err) == 1 and err[0].startswith("attnviz: 12 tokens truncated to 6 (--max-tokens 6): "), err
+    assert len(err) == 1 and err[0].startswith("attnviz: note: 12 tokens truncated to 6 (--max-tokens 6): "), err
     assert "sentence A lost 4 of its 6 tokens, sentence B 2 of its 4" in err[0]
 
 

@@ -93,15 +93,16 @@ def test_softcapping_missing_from_the_graph(tmp_path, capsys, config, graph, war
     am = open_model(path, provider="cpu")
     assert bool(am.describe()["fidelity"]) == warned
     assert main(["inspect", str(path)]) == 0
-    out = capsys.readouterr().out
-    lines = [line for line in out.splitlines() if line.startswith("warning:")]
+    io = capsys.readouterr()
+    lines = [line for line in io.err.splitlines() if line.startswith("attnviz: warning: ")]
+    assert "warning" not in io.out  # the report on stdout; the warning beside it, as every command's notes
     assert len(lines) == int(warned)
     if warned:
         assert "attn_logit_softcapping 50" in lines[0] and "2 of 2" in lines[0] and "export-hf" in lines[0]
         assert "differ from the model's eager attention" in lines[0]
     npz = tmp_path / "out.npz"
     assert main(["extract", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--out", str(npz)]) == 0
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnviz: warning: ")]
     assert len(printed) == int(warned)
     notes = load_npz(npz).info.get("notes") or []
     assert any("attn_logit_softcapping" in n for n in notes) == warned
@@ -123,7 +124,7 @@ def test_sliding_window_missing_from_the_graph(tmp_path, capsys, config, graph, 
     path = _model(tmp_path, config, **graph)
     npz = tmp_path / "out.npz"
     assert main(["extract", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--out", str(npz)]) == 0
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnviz: warning: ")]
     assert len(printed) == int(warned)
     res = load_npz(npz)
     if warned:
@@ -145,7 +146,7 @@ def test_a_figure_says_it_and_its_recipe_records_it(tmp_path, capsys, warned):
     fig = tmp_path / "f.png"
     args = ["figure", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--view", "heatmap", "--dpi", "40"]
     assert main([*args, "--out", str(fig)]) == 0
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnviz: warning: ")]
     assert len(err) == int(warned) and all("attn_logit_softcapping" in line for line in err)
     recipe = json.loads((tmp_path / "f.png.recipe.json").read_text())
     assert bool(recipe["run"].get("fidelity")) == warned

@@ -46,9 +46,11 @@ def test_inspect_says_when_onnxruntime_cannot_load_the_model(tmp_path, capsys):
     m.graph.node.append(helper.make_node("NoSuchOp", ["logits"], ["extra"], domain="ai.onnx"))
     onnx.save(m, str(path))
     assert main(["inspect", str(path)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("warning: m.onnx: onnxruntime cannot load this model:") and "NoSuchOp" in out[0]
-    assert "re-export it" in out[0] and any(line.startswith("attention sites (2)") for line in out)
+    io = capsys.readouterr()
+    err, out = io.err.splitlines(), io.out.splitlines()
+    assert len(err) == 1 and err[0].startswith("attnviz: warning: m.onnx: onnxruntime cannot load this model:")
+    assert "NoSuchOp" in err[0] and "re-export it" in err[0]
+    assert out[0].startswith("model ") and any(line.startswith("attention sites (2)") for line in out)
     assert main(["inspect", str(path), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["probed"] is False and "NoSuchOp" in d["load_error"]

@@ -138,6 +138,8 @@ def test_a_chain_refused_midway_gives_the_earlier_stages_slots_back(tmp_path):
         np.zeros((1, 1, 0, 0), np.float32),
         np.random.default_rng(1).random((1, 2, 8, 8), dtype=np.float32)[:, :, ::2],  # not contiguous
         np.random.default_rng(2).random((1, 2, 5, 5)).astype(np.float16),
+        np.random.default_rng(3).random((1, 2, 5, 5)),  # float64 (a double-precision model's)
+        np.full((1, 1, 4, 4), 1e300),  # float64 whose squares overflow: decided exactly
     ],
 )
 @pytest.mark.parametrize("bad", [None, np.nan, np.inf, -np.inf])

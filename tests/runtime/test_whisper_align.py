@@ -261,6 +261,19 @@ def test_cli_named_heads_and_generation(whisper, tmp_path, capsys):
     assert {w["probability"] for w in d["words"]} == {None}  # cached generation keeps no logits
 
 
+def test_an_audio_note_goes_to_stderr_with_the_prefix(whisper, tmp_path, capsys):
+    """A stereo recording is mixed down, and the command says so: as ``note: ...`` on stdout, between the result
+    lines scripts read, before session 21; now ``attnviz: note: ...`` on stderr, as every command's notes."""
+    folder, _, _ = whisper
+    wav = tmp_path / "stereo.wav"
+    sf.write(wav, np.stack([chirp(), chirp()], axis=1), RATE, subtype="FLOAT")
+    out = tmp_path / "words.json"
+    assert main(["align-audio", str(folder), "--audio", str(wav), "--out", str(out)]) == 0
+    io = capsys.readouterr()
+    assert io.err.splitlines() == ["attnviz: note: stereo.wav: 2 channels mixed down to mono"]
+    assert len(io.out.splitlines()) == 1 and io.out.startswith(f"wrote {out}: ")
+
+
 def test_the_default_table_never_replaces_another_commands_results(whisper, tmp_path, capsys):
     """Audit 17: with --gold, heads.parquet goes beside --out; --out inside a corpus results folder replaced the
     corpus run's heads.parquet.  Refused in one line (tests/test_hostile_foreign_results.py: the other commands)."""

@@ -76,3 +76,32 @@ def test_a_toy_caption_run_opens_on_its_own_sample_image(tmp_path, capsys):
     assert (pixels == (230, 200, 60)).all(-1).sum() > 4  # the drawn shape is there
     r = open_model(out / "model.onnx", provider="cpu").analyze(image=sample["image"], generate=sample["generate"])
     assert 1 <= len(r.generated) <= 3 and any(s.kind == "cross" for s in r.sites)
+
+
+def test_eval_of_a_model_whose_tokenizer_cannot_encode_a_pair_is_one_line(tmp_path, capsys):
+    """``attnviz eval`` encodes the held-out pairs with the model's embedded tokenizers: one that cannot encode a
+    word (here a WordLevel without that word and without an unknown token) was an internal error carrying the
+    library's text ("WordLevel error: Missing [UNK] token"), exit 1; now the one line of every refusal, exit 2."""
+    import onnx
+
+    from attnviz.training.tasks.translation import TranslationSynthetic
+
+    out = tmp_path / "tr"
+    assert (
+        main(["train", "translation-synthetic", "--preset", "tiny", "--steps", "2", "--out", str(out), "--quiet"]) == 0
+    )
+    capsys.readouterr()
+    m = onnx.load(str(out / "model.onnx"))
+    props = {p.key: p for p in m.metadata_props}
+    cfg = json.loads(props["attnviz.tokenizer"].value)
+    pair = TranslationSynthetic()._split().test[0]
+    vocab = {("[GONE]" if k == pair.src[0] else k): v for k, v in cfg["model"]["vocab"].items()}
+    cfg["model"] = {"type": "WordLevel", "vocab": vocab, "unk_token": "[NOPE]"}
+    props["attnviz.tokenizer"].value = json.dumps(cfg)
+    onnx.save(m, str(out / "model.onnx"))
+    assert main(["eval", str(out / "model.onnx")]) == 2
+    io = capsys.readouterr()
+    err = io.err.strip().splitlines()
+    assert io.out == "" and len(err) == 1, io
+    assert err[0].startswith(f"attnviz: error: pair {pair.id} (source words): tokenizer attnviz.tokenizer in "), err
+    assert repr(pair.src[0]) in err[0] and "WordLevel error" not in err[0] and "Traceback" not in err[0], err

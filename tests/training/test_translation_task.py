@@ -156,3 +156,45 @@ def test_a_damaged_embedded_tokenizer_is_one_plain_line(synthetic):
     msg = str(raised.value)
     assert "attnviz.target_tokenizer" in msg and "unknown model type 'Bogus'" in msg and "re-export" in msg, msg
     assert "untagged enum" not in msg and "\n" not in msg
+
+
+def _restored_with_a_missing_word(task, mcfg):
+    """A task restored from its own metadata, but the source tokenizer a WordLevel over the same pieces with the
+    first test pair's first word renamed and no unknown token in its vocabulary: that word cannot be encoded (the
+    library says "WordLevel error: Missing [UNK] token from the vocabulary")."""
+    import json
+
+    meta = task.metadata(mcfg)
+    cfg = json.loads(meta["tokenizer"])
+    pair = task._split().test[0]
+    word = pair.src[0]
+    vocab = {("[GONE]" if k == word else k): v for k, v in cfg["model"]["vocab"].items()}
+    cfg["model"] = {"type": "WordLevel", "vocab": vocab, "unk_token": "[NOPE]"}
+    fresh = TranslationSynthetic()
+    fresh.restore(meta | {"tokenizer": json.dumps(cfg)})
+    return fresh, pair, word
+
+
+def test_a_pair_the_tokenizer_cannot_encode_is_one_plain_line(synthetic):
+    """data_translation encoded unguarded: a word a restored tokenizer (``attnviz eval``, ``init_from``) cannot
+    encode was the library's own text ("WordLevel error: Missing [UNK] token", or a Rust panic's report), an
+    internal error.  Now the runtime's guarded encode (runtime/inputs.encode_pretokenized): one line naming the
+    pair, the side, the tokenizer and the word."""
+    from attnviz import AttnvizError
+    from attnviz.training import data_translation as dt
+
+    task, mcfg, tcfg, *_ = synthetic
+    fresh, pair, word = _restored_with_a_missing_word(task, mcfg)
+    with pytest.raises(AttnvizError) as raised:
+        fresh.make_split("test", mcfg, tcfg)
+    msg = str(raised.value)
+    assert msg.startswith(f"pair {pair.id} (source words): tokenizer attnviz.tokenizer in the model's metadata "), msg
+    assert repr(word) in msg and "\n" not in msg and raised.value.param is None, msg
+    assert "WordLevel error" not in msg and "Missing [UNK]" not in msg, msg
+    # a word that is not Unicode (half a surrogate pair): the trained tokenizers, the same one line
+    bad = dt.AlignedPair("x1", (pair.src[0], "ab\ud800"), pair.tgt, frozenset())
+    with pytest.raises(AttnvizError) as raised:
+        task.tokenizers.encode_pair(bad)
+    msg = str(raised.value)
+    assert msg.startswith("pair x1 (source words): the text holds U+D800 at character "), msg
+    assert "UTF-8" in msg and "\n" not in msg, msg

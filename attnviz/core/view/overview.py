@@ -20,7 +20,15 @@ from attnviz.core.attention import AttentionResult, Block, PooledSource
 from attnviz.core.frames import FramesMap
 from attnviz.core.view.colourbar import check_scale
 from attnviz.core.view.pooling import _pool_axis, pool_to
-from attnviz.core.view.selection import Selection, _pad, _special, blk_len, hide_mask, result_blocks
+from attnviz.core.view.selection import (
+    Selection,
+    _pad,
+    _special,
+    blk_len,
+    hide_mask,
+    layer_range,
+    result_blocks,
+)
 from attnviz.core.view.steps import step_rows
 
 THUMB = 64  # overview maps are max-pooled to at most this many cells a side (screen and figure)
@@ -49,6 +57,16 @@ def windows_note(blk: Block) -> str | None:
     ``win: within 32-px windows``; None when every layer attends over the whole sequence."""
     spans = sorted({w for w in layer_windows(blk) if w})
     return f"{WINDOW_TAG}: within {' / '.join(spans)}" if spans else None
+
+
+def focus_heads(blk: Block, sel: Selection) -> list[tuple[int, int]]:
+    """The (layer, head) thumbnails the selection's map is made of: its one head, or every head of the layer
+    range an aggregate or rollout reduces (the overview frames them all; framing head 0 under "mean over heads"
+    said one head was shown while every other view drew the mean)."""
+    if sel.mode == "head":
+        return [(sel.layer, sel.head)]
+    lo, hi = layer_range(sel, blk.n_layers)
+    return [(layer, h) for layer in range(lo, hi + 1) for h in range(blk.heads_in(layer))]
 
 
 def block_top(result: AttentionResult, sel: Selection, block: int, blocks: list[Block] | None = None) -> float:

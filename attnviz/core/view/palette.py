@@ -10,6 +10,10 @@ from __future__ import annotations
 HEAD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
 MAP_CMAP = "viridis"  # token x token maps: perceptually uniform, colour-blind safe
 OVERLAY_CMAP = "magma"  # heat over the image: dark = unattended, bright = attended
+# a head switched off (right-click ▸ Switch head off): its thumbnail veiled and crossed out, on screen and in print
+OFF_VEIL = (255, 255, 255, 150)  # RGBA over the head's map: it no longer reaches the output
+OFF_CROSS = "#1e1e1e"  # the cross's colour
+OFF_NOTE = "crossed: switched off"
 LOG_DECADES = 3  # log scale spans this many decades below the top weight
 # colour scales: what the top of a map's colour bar is -> the words the colour bar says it in
 SCALES = {

@@ -53,12 +53,17 @@ class View(QWidget):
         outer.addLayout(self._stack)
         session.result_changed.connect(self._on_result)
         session.selection_changed.connect(self._on_selection)
+        session.model_changed.connect(self._on_note)
+        session.run_note_changed.connect(self._on_note)
 
     # -- subclass API --------------------------------------------------------
     def reason(self) -> str | None:
         """Why this view has nothing to show for the current result (None = it applies)."""
         if self.session.result is None:
-            return "Open a model (File ▸ Open, or drop an .onnx file here) and run an input."
+            if self.session.model is None:
+                return "Open a model (File ▸ Open, or drop an .onnx file here) and run an input."
+            name = self.session.model.name or "The model"
+            return self.session.run_note or f"{name} is open: run an input (Run, or Enter in the text box)."
         if not self.session.blocks:
             return "This result has no attention maps."
         return None
@@ -141,6 +146,11 @@ class View(QWidget):
             self.refresh()
         else:
             self._dirty = True
+
+    def _on_note(self) -> None:
+        """The model or the latest run's note changed: only the placeholder that stands in for a result says it."""
+        if self.session.result is None:
+            self._on_selection()
 
     def showEvent(self, event):
         super().showEvent(event)

@@ -109,6 +109,13 @@ class ImageRegionsView(View):
             caption.hide()
             vb.addItem(caption)
         self._two = False
+        # the heat's scale, as the exported figure draws it beside the picture: the colours are divided by the
+        # map's largest weight (the info line's "colours span 0–…" alone left the colours without numbers)
+        self.colorbar = pg.ColorBarItem(
+            values=(0, 1), colorMap=style.colormap(style.HEAT_NAME), interactive=False, width=14
+        )
+        self.colorbar.axis.enableAutoSIPrefix(False)
+        self.glw.ci.addItem(self.colorbar, row=0, col=2)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.query_bar = QueryButtons()
         self.strip_bar = QHBoxLayout()
@@ -339,6 +346,7 @@ class ImageRegionsView(View):
             if rect is not None:
                 outline.setRect(QRectF(*rect))
             vb.setRange(QRectF(0, -top, w, h + top), padding=0)
+        style.set_colorbar(self.colorbar, (0.0, ov.vmax), False, vm.weight_label(False, scale="map"))
         blk = s.blocks[bi]
         # the view model's words: a ViT's "+1 non-patch", SigLIP's none; the peaks named as clicked patches are
         note = vm.grid_note(self._pictured(), blk, grid)

@@ -233,7 +233,7 @@ class OverviewView(View):
             for old in drawn:
                 self.vb.removeItem(old)
         self.crosses.clear()
-        pen = QPen(QColor(30, 30, 30))
+        pen = QPen(QColor(vm.OFF_CROSS))  # the exported figure's colours (the view model's palette)
         pen.setCosmetic(True)
         pen.setWidthF(2.5)
         for cell in sorted(s.ablation.cells(s.blocks)):
@@ -242,7 +242,7 @@ class OverviewView(View):
                 continue
             veil = QGraphicsRectItem(r)  # the head's map greyed under the cross: it no longer reaches the output
             veil.setPen(QPen(Qt.PenStyle.NoPen))
-            veil.setBrush(QColor(255, 255, 255, 150))
+            veil.setBrush(QColor(*vm.OFF_VEIL))
             items: list[QGraphicsItem] = [
                 veil,
                 QGraphicsLineItem(r.left(), r.top(), r.right(), r.bottom()),
@@ -257,20 +257,24 @@ class OverviewView(View):
             self.crosses[cell] = items
 
     def update_focus(self) -> None:
+        """Frame what the other views draw: one head, or every head of an aggregate's layer range."""
         s = self.session.sel
-        rect = self.cells.get((s.block, s.layer, s.head))
-        if rect is None:
+        blk = self.session.block
+        keys = [(s.block, layer, h) for layer, h in vm.focus_heads(blk, s)] if blk else []
+        if not keys or any(k not in self.cells for k in keys):
             self.focus_box.hide()
             return
+        rect = self.cells[keys[0]]
+        for k in keys[1:]:
+            rect = rect.united(self.cells[k])
         pad = 0.04
         self.focus_box.setRect(rect.adjusted(-pad, -pad, pad, pad))
         self.focus_box.show()
-        blk = self.session.block
         self.info.setText(
-            f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} layer {s.layer} head {s.head}"
+            f"{len(self.thumbs)} heads · shared scale 0–{self.vmax:.3g} · focus: {blk.name} · {vm.head_what(blk, s)}"
             "  (click a thumbnail; ←/→ heads, ↑/↓ layers)"
             + (f" · {self.session.comparison.frames_note()}" if self.session.comparison is not None else "")
-            + (f" · crossed: switched off ({len(self.crosses)})" if self.crosses else "")
+            + (f" · {vm.OFF_NOTE} ({len(self.crosses)})" if self.crosses else "")
             + " · right-click a head to switch it off"
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from attnviz.app.ablation import head_at
@@ -187,6 +187,11 @@ class StatsView(View):
             return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
         return "patches" if image else "text"
 
+    @property
+    def busy(self) -> bool:
+        """Its statistics are still being computed (the table is empty meanwhile): a screenshot waits for them."""
+        return self._pending is not None
+
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
         s = self.session
@@ -327,15 +332,23 @@ class StatsView(View):
             self.info.setText(f"head statistics failed: {error_text(exc)}")
 
     def select_current(self) -> None:
+        """Select the rows of what the other views draw: the focused head, or every head of an aggregate's layer
+        range (the Overview frames the same heads; one row, head 0, under "mean over heads" read as one head)."""
         sel = self.session.sel
+        blk = self.session.block
         t = self.table
-        for r in range(t.rowCount()):
-            if int(self.cell(r, 0).value) == sel.layer and int(self.cell(r, 1).value) == sel.head:
-                t.blockSignals(True)
-                t.selectRow(r)
-                t.scrollToItem(self.cell(r, 0))
-                t.blockSignals(False)
-                break
+        want = set(vm.focus_heads(blk, sel)) if blk is not None else set()
+        rows = [r for r in range(t.rowCount()) if (int(self.cell(r, 0).value), int(self.cell(r, 1).value)) in want]
+        t.blockSignals(True)
+        t.clearSelection()
+        model, flags = t.selectionModel(), QItemSelectionModel.SelectionFlag
+        for r in rows:
+            model.select(t.model().index(r, 0), flags.Select | flags.Rows)
+        t.blockSignals(False)
+        if rows:
+            t.doItemsLayout()  # the rows just filled laid out now: before, the scroll bar has no range, the scroll is lost
+            t.scrollToItem(self.cell(rows[-1], 0))  # the last, then the first: all of a layer's rows when they fit
+            t.scrollToItem(self.cell(rows[0], 0))
 
     def column_values(self, name: str) -> list[float]:
         c = self.columns.index(name)

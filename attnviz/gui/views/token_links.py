@@ -236,7 +236,11 @@ class TokenLinksView(View):
             if sel.mode == "head"
             else vm.MODE_TITLES[sel.mode]
         )
-        self.info.setText(f"layer {sel.layer} · {heads}. Hover a token to show only its links.")
+        # the view model's title (block, layer range, aggregate: "layer 5 · mean over heads" named sel.layer where
+        # the mean was over layers 2–3, and no block), with the overlaid heads by number
+        several = sel.mode == "head" and len(checked) > 1
+        title = lv.title.replace(f" · {len(checked)} heads", f" · {heads}", 1) if several else lv.title
+        self.info.setText(f"{title}. Hover a token to show only its links.")
         self.info.setToolTip(
             f"{lv.title}: at most {vm.LINKS_PER_ROW} links per query token, weights of at least "
             f"{vm.LINK_MIN:.0%} of the top one (as in the exported figure)"

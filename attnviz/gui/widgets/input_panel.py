@@ -23,6 +23,7 @@ from attnviz.runtime.request import AnalyzeRequest
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
+EDITED = "input changed: press Run to see it"  # the progress bar after an edit (the views keep the last run)
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
 AUDIO_FILTER = "Sound files (*.wav *.flac *.ogg);;All files (*)"
 # a speech model's decoder text is its transcript: what `--text-pair` means on the command line for the same model
@@ -156,6 +157,14 @@ class InputPanel(QWidget):
         self.run_button.clicked.connect(self.request_run)
         self.cancel_button.clicked.connect(self.cancel_requested)
         self.browse.clicked.connect(self._browse)
+        # the fields the shown result was run on: an edit after it says the views still show the old input
+        self._done_values: dict | None = None
+        self._busy = False
+        for box in (self.text, self.text_pair, self.image, self.audio):
+            box.textChanged.connect(self._on_edited)
+        for spin in (self.generate, self.max_tokens, self.image_size):
+            spin.valueChanged.connect(self._on_edited)
+        self.preprocess.currentIndexChanged.connect(self._on_edited)
 
     def request(self) -> AnalyzeRequest:
         """What the fields ask for, as the same :class:`AnalyzeRequest` the CLI builds from the equivalent flags
@@ -237,6 +246,9 @@ class InputPanel(QWidget):
         self.run_requested.emit()
 
     def set_busy(self, busy: bool, text: str = "") -> None:
+        self._busy = busy
+        if not busy and text == "done":  # the views now show these fields' run
+            self._done_values = self.values()
         self.cancel_button.setEnabled(busy)
         if busy:
             self.progress.setRange(0, 0)  # busy indicator until a percentage arrives
@@ -245,6 +257,15 @@ class InputPanel(QWidget):
             self.progress.setRange(0, 100)
             self.progress.setValue(100 if text == "done" else 0)
             self.progress.setFormat(text or "idle")
+
+    def _on_edited(self, *_) -> None:
+        """An input edited after a run: "done" would read as the views showing it; they show the run's input."""
+        if self._busy or self._done_values is None:
+            return
+        same = self.values() == self._done_values
+        self.progress.setRange(0, 100)
+        self.progress.setValue(100 if same else 0)
+        self.progress.setFormat("done" if same else EDITED)
 
     def set_progress(self, percent: int, text: str) -> None:
         if percent >= 0:

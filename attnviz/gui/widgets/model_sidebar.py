@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
+from pathlib import PurePath
 
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
+from attnviz.app.run_facts import run_fact
 from attnviz.core import view as vm
 from attnviz.core.token_counts import token_lines
 
@@ -15,16 +18,33 @@ from attnviz.core.token_counts import token_lines
 # (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
 MAX_ROWS = 200
 TIP_CHARS = 4000
+RUN_CHARS = 600  # a Run row's value (a note, the generated words) is shown whole up to this long
+PATH_CHARS = 400  # a path is shown whole up to this long (the 120 characters of other values cut its file name)
 
 
 def _short(v, n: int = 120) -> str:
+    if isinstance(v, PurePath):  # a file's path: its end names the file, so any cut is at its start
+        s = str(v)
+        return s if len(s) <= PATH_CHARS else "…" + s[-(PATH_CHARS - 1) :]
     s = v[: n + 1] if isinstance(v, str) else json.dumps(v, default=str)[: n + 1]  # cut before copying
     s = s.replace("\n", " ")
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+# a break opportunity Qt's word wrap takes (it breaks at spaces only, and ends a longer word in "…"), put after the
+# separators of a long word: a path /…/hf-minilm_legacy_eager_17-74e3/minilm_legacy_eager_17.onnx wraps at its
+# slashes and underscores instead of showing the folder and the file both as "minilm_legacy_eager_17…"
+BREAK = "\u200b"
+_SEPARATORS = re.compile(r"([/\\_.\-])(?=\S)")
+LONG_WORD = 16  # characters: shorter words fit their column as they are (an input's name "decoder_input_ids" wraps)
+
+
+def _breakable(text: str) -> str:
+    return " ".join(_SEPARATORS.sub(r"\1" + BREAK, w) if len(w) > LONG_WORD else w for w in text.split(" "))
+
+
 def _tip(v) -> str:
-    s = v if isinstance(v, str) else json.dumps(v, default=str, indent=1)
+    s = v if isinstance(v, str) else str(v) if isinstance(v, PurePath) else json.dumps(v, default=str, indent=1)
     return s if len(s) <= TIP_CHARS else s[:TIP_CHARS] + f"… ({len(s):,} characters)"
 
 
@@ -116,9 +136,9 @@ class ModelSidebar(QTreeWidget):
         if it is None:
             return {}
         children = (it.child(i) for i in range(it.childCount()))
-        return {c.text(0): c.text(1) for c in children if c is not None}
+        return {c.text(0).replace(BREAK, ""): c.text(1).replace(BREAK, "") for c in children if c is not None}
 
-    def _add(self, title: str, rows, expanded: bool = True, total: int | None = None) -> None:
+    def _add(self, title: str, rows, expanded: bool = True, total: int | None = None, cut: int = 120) -> None:
         """A section of at most :data:`MAX_ROWS` rows; ``total`` (when ``rows`` is already cut) counts them all."""
         rows = list(rows)
         total = len(rows) if total is None else total
@@ -126,7 +146,9 @@ class ModelSidebar(QTreeWidget):
         self.addTopLevelItem(top)
         for k, v in rows[:MAX_ROWS]:
             lines = v if isinstance(v, list) else [v]  # a list: a value of several lines (one per batch row)
-            child = QTreeWidgetItem([_short(str(k), 200), "\n".join(_short(x) for x in lines)])
+            child = QTreeWidgetItem(
+                [_breakable(_short(str(k), 200)), "\n".join(_breakable(_short(x, cut)) for x in lines)]
+            )
             child.setToolTip(0, _tip(str(k)))  # a one-word name longer than its column ("image_preprocessing")
             child.setToolTip(1, _tip(v if not isinstance(v, list) else "\n".join(str(x) for x in v)))
             top.addChild(child)
@@ -146,7 +168,7 @@ class ModelSidebar(QTreeWidget):
                 "Model",
                 [
                     ("name", m.name),
-                    ("file", str(m.path)),
+                    ("file", PurePath(m.path)),
                     ("kind", m.kind),
                     ("device", m.provider),
                     # the export lacks part of the model's eager attention: its maps are the export's (one line each)
@@ -195,8 +217,8 @@ class ModelSidebar(QTreeWidget):
                 rows.append(("prediction", pred))
             timings = dict(m.timings) if m is not None else {}
             for k, v in timings.items():
-                name = k[:-2] if k.endswith("_s") else k
-                rows.append((name.replace("_", " "), f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
+                name = run_fact(k[:-2] if k.endswith("_s") else k, None)[0]
+                rows.append((name, f"{v * 1000:.1f} ms" if isinstance(v, (int, float)) else v))
             for k, v in info.items():
                 # already shown above (model section / input panel) or internal
                 if k in (
@@ -218,7 +240,7 @@ class ModelSidebar(QTreeWidget):
                 ) or v in (None, "", [], {}):
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):
-                    rows.append((k[:-2].replace("_", " "), f"{v * 1000:.1f} ms"))
+                    rows.append((run_fact(k[:-2], None)[0], f"{v * 1000:.1f} ms"))
                 elif k == "alignment":  # the model's declaration, as the Alignment view says it
                     declared = vm.declared_alignment(r)
                     if declared is not None:
@@ -227,5 +249,7 @@ class ModelSidebar(QTreeWidget):
                 elif k == "word_times" and isinstance(v, list):  # drawn on the sound (Audio regions): a count here
                     rows.append(("word times", f"{len(v)} words, from the alignment heads"))
                 else:
-                    rows.append((k, v))
-            self._add("Run", rows)
+                    rows.append(run_fact(k, v))  # the engine's key and value in the user's words
+            # the run's own words (notes that end in the fix: "…; choose ImageNet or CLIP"), never a file's
+            # 60 MB metadata value: whole up to RUN_CHARS, where a value elsewhere is cut at 120
+            self._add("Run", rows, cut=RUN_CHARS)

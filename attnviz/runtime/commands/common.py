@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from attnviz.core.notice import say
+
 if TYPE_CHECKING:
     from attnviz.runtime.request import AnalyzeRequest
 
@@ -17,9 +19,7 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import sys
-
-        print(f"attnviz: note: {option_string} is deprecated here; use {self.new}", file=sys.stderr)
+        say(f"{option_string} is deprecated here; use {self.new}")
         setattr(namespace, self.dest, values)
 
 

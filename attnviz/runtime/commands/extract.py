@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attnviz.core.notice import say
+
 HELP = "run a model and save every attention map to .npz (attn_000... [B,H,Tq,Tk] + sites JSON)"
 
 
@@ -14,7 +16,6 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    import sys
     from pathlib import Path
 
     from attnviz import AttnvizError
@@ -23,6 +24,7 @@ def run(args) -> int:
     from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
     from attnviz.runtime.truncation import cut_notes
+    from attnviz.runtime.unknown_tokens import unknown_notes
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -59,10 +61,12 @@ def run(args) -> int:
     if result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
-        print(f"warning: {note}")
+        say(note, "warning")
     # what --max-tokens cut, which sentence lost how many tokens (open and the window say it; the .npz keeps it)
     for note in cut_notes(result.info.get("notes")):
-        print(f"attnviz: {note}", file=sys.stderr)
+        say(note)
+    for note in unknown_notes(result.info.get("notes")):  # a text the tokenizer does not know (first-hour slip)
+        say(note)
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+from attnviz.core.notice import say
+
 HELP = "show a model's inputs, outputs, metadata and the attention sites found"
 
 METADATA_CHARS = 100  # a metadata value is shown on one line, cut here (some exporters store whole configs)
@@ -58,7 +60,7 @@ def run(args) -> int:
         print(json.dumps(d, indent=2))
         return 0 if m.sites else 1
     if load_error:  # the graph is still described; running it (extract, figure, open) will refuse the same way
-        print(f"warning: {clean(load_error, 300)}; extract, figure and open will refuse it")
+        say(f"{clean(load_error, 300)}; extract, figure and open will refuse it", "warning")
     print(
         f"model    {clean(d['model'])}  ({d['kind']}; {clean(d['producer'] or 'unknown producer', 80)}; opsets {clean(d['opsets'])})"
     )
@@ -81,7 +83,7 @@ def run(args) -> int:
         for k, v in m.metadata.items():  # the full values: their real length is reported
             print(f"  {clean(k, 60):<28} {clean(v, METADATA_CHARS)}")
     for note in d.get("fidelity") or ():
-        print(f"warning: {clean(note)}")
+        say(clean(note), "warning")
     if not d["sites"]:
         print(f"attention: none — {d['no_attention_reason']}")
         return 1

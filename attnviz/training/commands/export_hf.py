@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnviz.core.notice import say
+
 HELP = (
     "export a local Hugging Face model folder (config + weights + tokenizer) to ONNX for attnviz, "
     "with eager attention and metadata, checked against transformers"
@@ -41,8 +43,8 @@ def run(args) -> int:
     guard({"the model folder": args.model_dir}, {"--out": args.out})
     r = export_hf(args.model_dir, args.out, opset=args.opset, text=args.text)
     if r.missing_weights:
-        print(
-            f"note: {len(r.missing_weights)} weights were not in the checkpoint and are random "
+        say(
+            f"{len(r.missing_weights)} weights were not in the checkpoint and are random "
             f"({', '.join(r.missing_weights[:4])}{', ...' if len(r.missing_weights) > 4 else ''})"
         )
     print(

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attnviz.core.notice import say
+
 HELP = "train a small transformer on a built-in task and export it, self-described, to DIR/model.onnx"
 
 # kept here (not imported from tasks) so `attnviz --help` does not import torch
@@ -155,10 +157,9 @@ def run(args) -> int:
     tty = sys.stderr.isatty() and not args.quiet
     trainer = Trainer(task, mcfg, tcfg, out=out, restart=args.restart, exported=MODEL)
     if args.preset == "tiny":
-        print(
-            "note: --preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
-            "metrics and unstructured maps; use the default demo preset for a model worth looking at",
-            file=sys.stderr,
+        say(
+            "--preset tiny is a smoke preset (a few seconds of training, for tests): expect chance-level "
+            "metrics and unstructured maps; use the default demo preset for a model worth looking at"
         )
     print(
         f"training {task.name} ({args.preset}: {mcfg.arch}, {sum(p.numel() for p in trainer.model.parameters())} "
@@ -172,7 +173,7 @@ def run(args) -> int:
         for ev in events:
             last = ev
             if ev.message:
-                print(ev.message, file=sys.stderr)
+                say(ev.message)
             elif ev.done:
                 pass
             elif len(ev.metrics) > 1 and not args.quiet:  # a held-out evaluation (eval_every)

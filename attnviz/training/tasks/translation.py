@@ -88,6 +88,7 @@ class _TranslationBase(Task):
         self.tokenizers = dt.TranslationTokenizers(
             load_tokenizer(src, "the model's attnviz.tokenizer", fix),
             load_tokenizer(tgt, "the model's attnviz.target_tokenizer", fix),
+            ("attnviz.tokenizer in the model's metadata", "attnviz.target_tokenizer in the model's metadata"),
         )
 
     def vocab_sizes(self) -> tuple[int, int]:

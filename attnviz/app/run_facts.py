@@ -1,0 +1,48 @@
+"""The Model sidebar's Run section in a researcher's words: the engine's run facts (``result.info`` keys and the
+model's timings) by name, with values that say what they mean.
+
+The engine records ``mode: dense``, ``loop_cache: numpy`` and ``session_dense_s``; the sidebar showed them as they
+were ("mode dense", "loop_cache numpy", "session dense 169 ms", "image_preproc…"), words of the engine, not of the
+user.  A fact not named here keeps its key, underscores as spaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RunFact:
+    label: str  # the row's name
+    values: dict[str, str] = field(default_factory=dict)  # an engine value -> its meaning (others shown as they are)
+
+
+RUN_FACTS: dict[str, RunFact] = {
+    # --memory auto|dense|ondemand (the CLI's flag): how the maps were kept
+    "mode": RunFact(
+        "maps kept",
+        {"dense": "all in memory (--memory dense)", "ondemand": "per head, recomputed when shown (--memory ondemand)"},
+    ),
+    # where a generation's loop kept its key/value cache between steps (runtime/model_loop.py)
+    "loop_cache": RunFact(
+        "generation cache", {"numpy": "host memory", "cpu": "host memory (IO binding)", "cuda": "GPU memory"}
+    ),
+    "generation": RunFact("generation", {"kv-cache": "step by step with a key/value cache"}),
+    "image_preprocessing": RunFact("image preprocessing"),
+    "provider_note": RunFact("device note"),
+    "map_dtype": RunFact("map precision"),
+    "pinned": RunFact("pinned outputs"),
+    # the model's timings (AttnModel.timings, seconds): one onnxruntime session per way of keeping the maps
+    "session_dense": RunFact("session set-up (all maps)"),
+    "session_ondemand": RunFact("session set-up (maps per head)"),
+    "session_plain": RunFact("session set-up (no maps)"),
+}
+
+
+def run_fact(key: str, value: object) -> tuple[str, object]:
+    """``(label, value)`` of one run fact for the sidebar: named and explained by :data:`RUN_FACTS`, else the key
+    with spaces for underscores and the value as it is."""
+    fact = RUN_FACTS.get(key)
+    if fact is None:
+        return key.replace("_", " "), value
+    return fact.label, fact.values.get(value, value) if isinstance(value, str) else value

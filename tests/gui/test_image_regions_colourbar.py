@@ -1,0 +1,50 @@
+"""Image regions draws the heat's colour bar, as the exported figure does: 0 at the bottom, the map's largest drawn
+weight at the top, in the overlay's colours (the window said only "colours span 0–0.077" in its info line, so the
+colours had no numbers beside them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gui_helpers import open_and_wait
+
+from attnviz.core import view as vm
+from attnviz.gui import style
+
+DEMO = Path(__file__).resolve().parents[2] / "models" / "vit-classification.onnx"
+
+
+def _rgb_at(img, x: int, y: int) -> np.ndarray:
+    c = img.pixelColor(x, y)
+    return np.array([c.red(), c.green(), c.blue()])
+
+
+def test_the_heat_has_its_colour_bar(qtbot, real_window):
+    w = real_window
+    open_and_wait(qtbot, w, DEMO)
+    w.select_view("image")
+    v = w.image_regions
+    s = w.session
+    bi, _grid, _kind = v.source()
+    img = v.base_image(_grid)
+    want = vm.overlay_view(s.result, s.sel, img.shape[:2]).vmax  # the figure's top (draw_image's Normalize)
+    assert 0.0 < want <= v.patch_map.max()  # the smoothed heat's top: the map's peak, spread over its patch
+    bar = v.colorbar
+    assert bar.isVisible()
+    lo, hi = bar.levels()
+    assert lo == 0.0 and hi == want
+    assert bar.axis.labelText == vm.weight_label(False, scale="map")
+    assert f"0–{want:.3g}" in v.info.text()
+    # the bar lies inside the view, right of the picture, and its colours are the overlay's colour map
+    grab = v.glw.grab().toImage()
+    bar_rect = v.glw.mapFromScene(bar.bar.sceneBoundingRect()).boundingRect()
+    assert v.glw.rect().contains(bar_rect)
+    pic = v.glw.mapFromScene(v.vb.sceneBoundingRect()).boundingRect()
+    assert bar_rect.left() >= pic.right() - 1
+    lut = style.lut(style.HEAT_NAME)
+    x = bar_rect.center().x()
+    top = _rgb_at(grab, x, bar_rect.top() + 3)
+    bottom = _rgb_at(grab, x, bar_rect.bottom() - 3)
+    assert np.abs(top - lut[-1][:3].astype(int)).max() <= 12, (top, lut[-1])
+    assert np.abs(bottom - lut[0][:3].astype(int)).max() <= 12, (bottom, lut[0])

@@ -1,0 +1,75 @@
+"""A text the tokenizer does not know (runtime/unknown_tokens.py): English typed into the Greek→English translation
+demo is all [UNK], and every map relates [UNK] to [UNK]; the run says so in one note, counted against the
+tokenizer library's own encoding of the text, and a text in the model's language gets none."""
+
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from attnviz.cli import main
+from attnviz.runtime import open_model
+from attnviz.runtime.inputs import VocabTokenizer
+from attnviz.runtime.unknown_tokens import MARK, unknown_note
+
+TRANSLATION = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+ENGLISH = "the cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    model = open_model(TRANSLATION, provider="cpu")
+    own = Tokenizer.from_str(model.metadata["attnviz.tokenizer"])  # the library itself, not attnviz's wrapper
+    return model, own
+
+
+def _unknown(own: Tokenizer, text: str) -> tuple[int, int]:
+    enc = own.encode(text, add_special_tokens=False)
+    unk = own.token_to_id(own.model.unk_token)
+    return sum(i == unk for i in enc.ids), len(enc.ids)
+
+
+def test_an_english_text_into_the_greek_model_is_said_with_its_count(demo):
+    model, own = demo
+    k, n = _unknown(own, ENGLISH)
+    assert k == n > 0  # the premise: the library makes every word [UNK]
+    notes = [x for x in model.analyze(text=ENGLISH).info.get("notes", []) if MARK in x]
+    assert notes == [
+        f"{k} of {n} tokens of the text {MARK} '[UNK]' (words the tokenizer does not know): is the text in the "
+        "model's language and script?"
+    ]
+
+
+def test_the_models_own_sample_text_gets_no_note(demo):
+    model, own = demo
+    sample = json.loads(model.metadata["attnviz.sample"])["text"]
+    assert _unknown(own, sample)[0] < 0.5 * _unknown(own, sample)[1]
+    assert not [x for x in model.analyze(text=sample).info.get("notes", []) if MARK in x]
+
+
+def test_extract_prints_the_note_on_stderr_and_writes_the_maps(tmp_path, capsys):
+    out = tmp_path / "m.npz"
+    assert main(["extract", str(TRANSLATION), "--text", ENGLISH, "--out", str(out)]) == 0
+    io = capsys.readouterr()
+    assert [line for line in io.err.splitlines() if MARK in line] == [
+        f"attnviz: note: 6 of 6 tokens of the text {MARK} '[UNK]' (words the tokenizer does not know): is the text "
+        "in the model's language and script?"
+    ]
+    assert out.exists() and MARK not in io.out
+
+
+@pytest.mark.parametrize(("words", "said"), [("a b zz", False), ("a zz yy", True), ("zz", True), ("a b", False)])
+def test_half_or_more_of_the_texts_own_tokens_unknown_is_said(words, said):
+    tok = VocabTokenizer(["[UNK]", "[CLS]", "[SEP]", "a", "b"], {"unk": 0, "cls": 1, "sep": 2})
+    enc = tok.encode(words)  # [CLS] ... [SEP]: special, not counted
+    note = unknown_note(tok, enc)
+    assert (note is not None) == said
+    if said:
+        k = words.split().count("zz") + words.split().count("yy")
+        assert note.startswith(f"{k} of {len(words.split())} tokens of the text {MARK} '[UNK]'")
+
+
+def test_a_tokenizer_that_names_no_unknown_token_is_not_checked():
+    tok = VocabTokenizer(["a", "b"], {})
+    assert tok.unk_id is None and unknown_note(tok, tok.encode("a b")) is None
