@@ -159,7 +159,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
         )
     tot = tot or Totals(len(offs))
     resumed = tot.items
-    bar = _bar(cfg, plan.items, resumed)  # type: ignore[arg-type]  # reads .progress only
+    bar = _bar(cfg, plan.items, resumed, "ablate")  # type: ignore[arg-type]  # reads .progress only
     t0 = last_save = time.perf_counter()
     try:
         for part in ENGINES[cfg.engine](setup, specs[tot.next_batch :]):  # type: ignore[arg-type]

@@ -785,12 +785,13 @@ class _NoBar:
         pass
 
 
-def _bar(cfg: CorpusConfig, total: int | None, initial: int):
+def _bar(cfg: CorpusConfig, total: int | None, initial: int, desc: str = "corpus"):
+    """The progress bar, named by the command that shows it (``ablate`` runs through this one too)."""
     if not cfg.progress:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, unit="item", desc="corpus", dynamic_ncols=True)
+    return tqdm(total=total, initial=initial, unit="item", desc=desc, dynamic_ncols=True)
 
 
 def _versions(engine: str) -> dict:

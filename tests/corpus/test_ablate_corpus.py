@@ -155,7 +155,9 @@ def test_the_copy_task_needs_one_head_and_the_corpus_ranks_it_first(tmp_path, ca
     out = tmp_path / "out"
     rc = main(["ablate", str(path), "--all-heads", "--texts", str(texts), "--out", str(out), "--workers", "1"])
     assert rc == 0
-    printed = capsys.readouterr().out
+    io = capsys.readouterr()
+    printed = io.out
+    assert "ablate: 100%" in io.err and "corpus:" not in io.err  # its progress bar says which command it is
     rows = sorted(_table(out), key=lambda r: -r["ablation_kl"])
     assert [r["head"] for r in rows] == [1, 0]
     assert rows[0]["ablation_kl"] > 1.0 and rows[0]["prediction_changed"] == 1.0
