@@ -72,3 +72,22 @@ def test_a_results_folder_inside_the_models_folder_is_fine(tmp_path, capsys, mod
     out = m.parent / "results"
     assert main([str(a) for a in [*_argv("corpus", m, texts), "--out", out]]) == 0, capsys.readouterr().err
     assert file_kind(out) == "corpus" and file_kind(m.parent) == "model"  # the model still opens as the model
+
+
+def test_extract_again_into_the_model_folder_names_the_folder_not_the_model(tmp_path, capsys, model):
+    """``attnviz extract FOLDER --out FOLDER/maps.npz`` writes (a new file); the same command again is refused, as
+    every file of a model folder is read: the line said "is the model this command reads ... destroy it" of the
+    command's own last output.  It now names the folder and the fix, and the first maps stay byte for byte."""
+    m, _ = _folder(tmp_path, model)
+    out = m.parent / "maps.npz"
+    argv = ["extract", str(m.parent), "--text", "the cat sat", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    before = listing(m.parent)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"attnviz: error: --out {out} is a file in {m.parent.resolve()} (the model), a folder this command reads: "
+        "writing would overwrite an input file of that folder and destroy it; choose --out outside it"
+    )
+    assert listing(m.parent) == before

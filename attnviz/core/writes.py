@@ -141,6 +141,7 @@ class _Input:
     what: str  # "the model", "the --texts file": how the refusal names it
     path: Path  # resolved (links followed)
     ids: frozenset[tuple[int, int]]  # (device, inode) of the file, or of every file in the folder
+    folder: bool = False  # a folder standing for every file in it (a model's export folder)
 
 
 _DECLARED: ContextVar[tuple[_Input, ...]] = ContextVar("attnviz_declared_inputs", default=())
@@ -177,7 +178,7 @@ def _declare(what: str, path: PathLike) -> _Input | None:
     except (OSError, ValueError):
         return None  # not there (yet): nothing to protect; its reader reports it
     ids = _files(p) if stat.S_ISDIR(st.st_mode) else frozenset({_identity(st)})
-    return _Input(what, p.resolve(), ids)
+    return _Input(what, p.resolve(), ids, stat.S_ISDIR(st.st_mode))
 
 
 def _clobbers(out: Path, inp: _Input) -> bool:
@@ -193,6 +194,12 @@ def _clobbers(out: Path, inp: _Input) -> bool:
 def _refuse(out: Path, flag: str, inputs: Iterable[_Input]) -> None:
     for inp in inputs:
         if _clobbers(out, inp):
+            if inp.folder and out.resolve() != inp.path:  # a file of the folder, maybe this command's own last output:
+                # every file in it counts as read (which the model's opener reads is the runtime's to know)
+                raise AttnvizError(
+                    f"{flag} {out} is a file in {inp.path} ({inp.what}), a folder this command reads: writing would "
+                    f"overwrite an input file of that folder and destroy it; choose {flag} outside it"
+                )
             raise AttnvizError(
                 f"{flag} {out} is {inp.what} this command reads: writing would overwrite an input file and destroy it; "
                 f"choose another {flag}"
