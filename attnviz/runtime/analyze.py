@@ -148,6 +148,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
                 raise AttnvizError(f"{e} ({'; '.join(prep.notes)})") from None
             raise
     refuse_non_finite(result)
+    refuse_empty(result)
     if guessed and model.kind != kind:  # the run's maps overturned the static guess: inputs for the real kind
         prep2 = bd.prepare(model, req)
         rows2, feeds2 = _run_feeds(model, prep2, [])
@@ -274,6 +275,18 @@ def refuse_non_finite(result: AttentionResult) -> None:
             raise AttnvizError(
                 f"the model produced NaN/Inf attention at {site.label} (a NaN scale, or weights or inputs holding "
                 "NaN/Inf); check the model's weights and inputs"
+            )
+
+
+def refuse_empty(result: AttentionResult) -> None:
+    """A map with an empty axis (inputs of 0 tokens: ``--inputs`` with ``input_ids`` of shape [1, 0]) is refused
+    here, in one line: written, it made a .npz that ``figure`` and the window then refuse (core/io.py)."""
+    for site, amap in zip(result.sites, result.maps):
+        shape = [int(d) for d in getattr(amap, "shape", ())]
+        if 0 in shape:
+            raise AttnvizError(
+                f"the attention at {site.label} has an empty axis {shape} [B, H, Tq, Tk]: the inputs hold no tokens "
+                "(or no image); give at least one"
             )
 
 
