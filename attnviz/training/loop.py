@@ -10,6 +10,7 @@ batches as an uninterrupted one and needs no saved RNG state.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Generator, Iterator
@@ -197,6 +198,8 @@ class Trainer:
         if not same:
             raise AttnvizError(f"init_from {run}: that run's model configuration differs from this one")
         if hasattr(self.task, "restore"):  # the tokenizers the weights were trained with
+            # into a copy of the task: the registry's instance is every later run's in this process
+            self.task = copy.copy(self.task)
             self.task.restore(meta)
         if self.step == 0:
             self.model.load_state_dict(ckpt.read_weights(run / ckpt.TENSORS), strict=True)

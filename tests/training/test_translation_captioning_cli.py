@@ -105,3 +105,8 @@ def test_eval_of_a_model_whose_tokenizer_cannot_encode_a_pair_is_one_line(tmp_pa
     assert io.out == "" and len(err) == 1, io
     assert err[0].startswith(f"attnviz: error: pair {pair.id} (source words): tokenizer attnviz.tokenizer in "), err
     assert repr(pair.src[0]) in err[0] and "WordLevel error" not in err[0] and "Traceback" not in err[0], err
+    from attnviz.training.tasks import get_task
+
+    # eval restored the model's tokenizers into a copy: the registry's task (every later caller's in this process,
+    # test_validation's after this file) still encodes the pair
+    assert get_task("translation-synthetic")._tok().encode_pair(pair)

@@ -15,6 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    import copy
     import time
 
     from attnviz import AttnvizError
@@ -25,6 +26,8 @@ def run(args) -> int:
     name, mcfg, tcfg, meta = read_config(args.model)
     task = get_task(name)
     if hasattr(task, "restore"):  # tasks whose state lives in the model (translation: its trained tokenizers)
+        # into a copy: the registry's task is every later caller's in this process (a test suite, a session)
+        task = copy.copy(task)
         task.restore(meta)
     runner = OnnxRunner(args.model, provider=args.provider)
     data = task.make_split("test", mcfg, tcfg)
