@@ -124,6 +124,7 @@ class MainWindow(QMainWindow):
         self.tabs.currentChanged.connect(self._follow_view_block)
         self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
         self.stats.picked.connect(self._focus_from_stats)
+        self.stats.browsed.connect(lambda layer, head: self.session.select(layer=layer, head=head, mode="head"))
 
         # docks
         self.inputs = InputPanel()
