@@ -52,6 +52,7 @@ from attnviz.gui.views.token_links import TokenLinksView
 from attnviz.gui.widgets.controls import Controls
 from attnviz.gui.widgets.input_panel import AUDIO_FILTER, IMAGE_FILTER, InputPanel
 from attnviz.gui.widgets.model_sidebar import ModelSidebar
+from attnviz.gui.widgets.status_bar import ElidingStatusBar
 from attnviz.gui.workers import WorkerPool, error_text
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.request import AnalyzeRequest
@@ -73,6 +74,7 @@ class MainWindow(QMainWindow):
     def __init__(self, opener=None, settings: QSettings | None = None, provider: str = "auto", parent=None):
         super().__init__(parent)
         style.configure()
+        self.setStatusBar(ElidingStatusBar())  # a long message ends in "…" before the device label
         self.setWindowTitle("attnviz")
         self.resize(1400, 900)
         self.setAcceptDrops(True)
@@ -122,6 +124,7 @@ class MainWindow(QMainWindow):
         self.tabs.currentChanged.connect(self._follow_view_block)
         self.overview.picked.connect(lambda b, l, h: self.session.select(block=b, layer=l, head=h, mode="head"))
         self.stats.picked.connect(self._focus_from_stats)
+        self.stats.browsed.connect(lambda layer, head: self.session.select(layer=layer, head=head, mode="head"))
 
         # docks
         self.inputs = InputPanel()

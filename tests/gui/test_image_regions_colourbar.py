@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 from gui_helpers import open_and_wait
+from PySide6.QtCore import QRectF
 
 from attnviz.core import view as vm
 from attnviz.gui import style
@@ -48,3 +49,37 @@ def test_the_heat_has_its_colour_bar(qtbot, real_window):
     bottom = _rgb_at(grab, x, bar_rect.bottom() - 3)
     assert np.abs(top - lut[-1][:3].astype(int)).max() <= 12, (top, lut[-1])
     assert np.abs(bottom - lut[0][:3].astype(int)).max() <= 12, (bottom, lut[0])
+
+
+def test_the_colour_bar_runs_as_high_as_the_picture(qtbot, real_window):
+    """The view box keeps the square picture square: in a view taller than wide the picture is letterboxed, and the
+    bar beside it spans the picture's top to its bottom, not the plot's full height (a GUI walk found it longer)."""
+    w = real_window
+    open_and_wait(qtbot, w, DEMO)
+    w.select_view("image")
+    v = w.image_regions
+    h, wd = v._image_size
+
+    def rects():
+        pic = v.glw.mapFromScene(v.vb.mapViewToScene(QRectF(0, 0, wd, h))).boundingRect()
+        bar = v.glw.mapFromScene(v.colorbar.bar.sceneBoundingRect()).boundingRect()
+        return pic, bar
+
+    for size in ((1300, 1000), (1300, 600)):  # the picture letterboxed above and below, then filling the height
+        w.resize(*size)
+
+        def aligned():
+            pic, bar = rects()
+            return abs(bar.top() - pic.top()) <= 1 and abs(bar.bottom() - pic.bottom()) <= 1
+
+        qtbot.waitUntil(aligned, timeout=3000)
+    w.resize(1300, 1000)
+    qtbot.waitUntil(aligned, timeout=3000)
+    pic, bar = rects()
+    assert pic.height() < v.glw.height() - 40  # the case at hand: a picture shorter than the plot
+    # the bar's colours reach its ends: the top colour at the picture's top, the bottom colour at its bottom
+    grab = v.glw.grab().toImage()
+    lut = style.lut(style.HEAT_NAME)
+    x = bar.center().x()
+    assert np.abs(_rgb_at(grab, x, pic.top() + 2) - lut[-1][:3].astype(int)).max() <= 12
+    assert np.abs(_rgb_at(grab, x, pic.bottom() - 2) - lut[0][:3].astype(int)).max() <= 12

@@ -116,6 +116,9 @@ class ImageRegionsView(View):
         )
         self.colorbar.axis.enableAutoSIPrefix(False)
         self.glw.ci.addItem(self.colorbar, row=0, col=2)
+        # the bar spans the picture's height, not the plot's: the view box letterboxes the square picture
+        self.vb.sigResized.connect(self._fit_colorbar)
+        self.vb.sigRangeChanged.connect(self._fit_colorbar)
         self.glw.scene().sigMouseClicked.connect(self._on_click)
         self.query_bar = QueryButtons()
         self.strip_bar = QHBoxLayout()
@@ -347,6 +350,7 @@ class ImageRegionsView(View):
                 outline.setRect(QRectF(*rect))
             vb.setRange(QRectF(0, -top, w, h + top), padding=0)
         style.set_colorbar(self.colorbar, (0.0, ov.vmax), False, vm.weight_label(False, scale="map"))
+        self._fit_colorbar()
         blk = s.blocks[bi]
         # the view model's words: a ViT's "+1 non-patch", SigLIP's none; the peaks named as clicked patches are
         note = vm.grid_note(self._pictured(), blk, grid)
@@ -357,6 +361,24 @@ class ImageRegionsView(View):
         )
         self.block_name = blk.name
         self._draw_strip(grid, img, kind)
+
+    def _fit_colorbar(self, *_args) -> None:
+        """Pad the colour bar above and below so that its bar runs from the picture's top to its bottom (the view
+        box keeps the picture's aspect, so a tall view left the bar spanning the plot's full height beside a
+        shorter picture). Only vertical margins change: the columns, and so the picture's size, stay as they are."""
+        if self._image_size is None:
+            return
+        h, w = self._image_size
+        pic = self.vb.mapViewToScene(QRectF(0, 0, w, h)).boundingRect()
+        cell = self.colorbar.mapRectToScene(self.colorbar.rect())  # its layout cell: our margins do not move it
+        left, top, right, bottom = self.colorbar.getContentsMargins()
+        # the bar fills the item's own layout inside its margins (the bar's drawn rect lags a margin change until the
+        # layout runs again, so it is not read back here)
+        _l, inner_top, _r, inner_bottom = self.colorbar.layout.getContentsMargins()
+        want_top = max(0.0, pic.top() - cell.top() - inner_top)
+        want_bottom = max(0.0, cell.bottom() - pic.bottom() - inner_bottom)
+        if abs(want_top - top) >= 0.5 or abs(want_bottom - bottom) >= 0.5:
+            self.colorbar.setContentsMargins(left, want_top, right, want_bottom)
 
     def _show_two(self, two: bool) -> None:
         """The global image's picture and the two captions in the layout, or the tiles' picture alone."""

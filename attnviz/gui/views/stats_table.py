@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QPoint, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QVBoxLayout
 
 from attnviz.app.ablation import head_at
@@ -35,6 +35,9 @@ WORD_TIME_COLUMNS = {
     ),
     "boundary_error_ms": ("mean error ms", "mean absolute error of this head's word boundaries, in milliseconds"),
 }
+
+
+ROW_KEYS = {Qt.Key.Key_Up: -1, Qt.Key.Key_Down: 1}  # the focused table's keys (←/→ keep stepping heads)
 
 
 def alignment_columns(table: dict, layer: int, head: int) -> dict[str, float] | None:
@@ -80,6 +83,7 @@ class StatsView(View):
 
     title = tab_title("stats")
     picked = Signal(int, int)
+    browsed = Signal(int, int)  # ↑/↓ in the focused table moved to this row's (layer, head)
     context_requested = Signal(int, int, QPoint)
 
     def __init__(self, session, parent=None):
@@ -113,6 +117,8 @@ class StatsView(View):
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.cellClicked.connect(self._on_click)
+        # ↑/↓ move through the rows, as in any table: the window's ↑/↓ (layers) shortcuts took them from it
+        self.table.installEventFilter(self)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._on_context)
         self.info = info_label()
@@ -357,6 +363,31 @@ class StatsView(View):
     def cell(self, r: int, c: int) -> NumItem:
         """The item at row ``r``, column ``c``: every cell of the filled table is a :class:`NumItem`."""
         return cast(NumItem, self.table.item(r, c))
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.table and event.type() in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress):
+            d = ROW_KEYS.get(event.key()) if event.modifiers() == Qt.KeyboardModifier.NoModifier else None
+            if d is not None:
+                if event.type() == QEvent.Type.ShortcutOverride:
+                    event.accept()  # the key comes here as a key press, not to the window's shortcut
+                    return True
+                self.step_row(d)
+                return True
+        return super().eventFilter(watched, event)
+
+    def step_row(self, d: int) -> None:
+        """The row ``d`` below (above) the current one, in the table's sort order: made current and selected, and
+        its head ``browsed`` (the window selects it and stays on the table, so the next key moves on)."""
+        t = self.table
+        if t.rowCount() == 0:
+            return
+        now = t.currentRow()
+        if now < 0:  # no current row yet: start from the selected head's
+            picked = t.selectionModel().selectedRows()
+            now = picked[0].row() if picked else (-1 if d > 0 else t.rowCount())
+        r = min(max(now + d, 0), t.rowCount() - 1)
+        t.setCurrentCell(r, max(t.currentColumn(), 0))
+        self.browsed.emit(int(self.cell(r, 0).value), int(self.cell(r, 1).value))
 
     def _on_click(self, r: int, c: int) -> None:
         self.picked.emit(int(self.cell(r, 0).value), int(self.cell(r, 1).value))

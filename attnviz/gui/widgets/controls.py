@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.core.view import SCALES
 from attnviz.gui.selection import MODE_TITLES, MODES
+from attnviz.gui.widgets.elided_combo import ElidedCombo
 
 
 class Controls(QWidget):
@@ -26,7 +27,7 @@ class Controls(QWidget):
         self.session = session
         self.batch = QSpinBox()
         self.batch.setToolTip("which row of a padded batch to show (each row keeps its own tokens)")
-        self.block = QComboBox()
+        self.block = ElidedCombo()  # a VLM's block names are long
         self.layer = QSpinBox()
         self.head = QSpinBox()
         self.mode = QComboBox()
