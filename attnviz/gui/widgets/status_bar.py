@@ -23,12 +23,12 @@ class ElidingStatusBar(QStatusBar):
         self._items: list[tuple[QWidget, bool]] = []  # (widget, permanent), in the order added
         self.messageChanged.connect(self._tooltip)
 
-    def addWidget(self, widget: QWidget, stretch: int = 0) -> None:
-        super().addWidget(widget, stretch)
+    def addWidget(self, widget: QWidget, stretch: int | None = 0) -> None:
+        super().addWidget(widget, stretch or 0)
         self._items.append((widget, False))
 
-    def addPermanentWidget(self, widget: QWidget, stretch: int = 0) -> None:
-        super().addPermanentWidget(widget, stretch)
+    def addPermanentWidget(self, widget: QWidget, stretch: int | None = 0) -> None:
+        super().addPermanentWidget(widget, stretch or 0)
         self._items.append((widget, True))
         widget.installEventFilter(self)  # its moves change the message's room: redraw the message
 
