@@ -291,32 +291,37 @@ def test_an_exif_rotated_photo_is_seen_upright(tmp_path):
     np.testing.assert_array_equal(_shown(p, 20, 12), np.rot90(stored, k=-1))
 
 
-def test_a_screenshot_onto_a_full_disk_is_one_line(tmp_path):
-    """A PNG that cannot be written (a full disk; here the file-size limit, which fails the write the same way) put
-    libpng's own "libpng error: Write Error" on the terminal above attnviz's line, which named no reason."""
+def _cli_with_files_up_to(limit: int, argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``attnviz ARGV`` in a child whose files cannot grow past ``limit`` bytes: a write past it fails as on a full
+    disk (Python ignores SIGXFSZ, so the write raises)."""
     import resource
 
-    from cli_run import REPO
-
-    model = tmp_path / "model.onnx"
-    shutil.copy(ROOT / "models" / "sequence-classification.onnx", model)
-    before = sha(model)
-    shot = tmp_path / "shot.png"
-
     def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # (Python ignores SIGXFSZ: the write fails)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    env = dict(os.environ, PYTHONPATH=str(REPO), QT_QPA_PLATFORM="offscreen")
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz.cli", "open", str(model), "--text", "7 2 9", "--screenshot", str(shot)],
-        env=env,
-        cwd=tmp_path,
+    return subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", *argv],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **env),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
         stdin=subprocess.DEVNULL,
         preexec_fn=small_files,
     )
+
+
+def test_a_screenshot_onto_a_full_disk_is_one_line(tmp_path):
+    """A PNG that cannot be written (a full disk; here the file-size limit, which fails the write the same way) put
+    libpng's own "libpng error: Write Error" on the terminal above attnviz's line, which named no reason."""
+
+    model = tmp_path / "model.onnx"
+    shutil.copy(ROOT / "models" / "sequence-classification.onnx", model)
+    before = sha(model)
+    shot = tmp_path / "shot.png"
+
+    argv = ["open", str(model), "--text", "7 2 9", "--screenshot", str(shot)]
+    done = _cli_with_files_up_to(20_000, argv, tmp_path, QT_QPA_PLATFORM="offscreen")
     assert done.returncode == 2
     one_line(
         done.stderr,
@@ -500,7 +505,6 @@ def test_a_checkpoint_that_cannot_be_written_is_a_line_of_its_own_after_the_bar(
     """A full disk at the first checkpoint: the progress bar was closed only after the failing save, so the line
     came out glued to the bar ("... 18.51item/s]attnviz: error: cannot write ...") and the bar was drawn again
     below it at exit.  Here the file-size limit fails the write as a full disk does."""
-    import resource
 
     model = ROOT / "models" / "sequence-classification.onnx"
     texts = tmp_path / "t.txt"
@@ -512,19 +516,7 @@ def test_a_checkpoint_that_cannot_be_written_is_a_line_of_its_own_after_the_bar(
         "ablate": ["ablate", model, "--texts", texts, "--all-heads"],
     }[command]
 
-    def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))  # (Python ignores SIGXFSZ: the write fails)
-
-    done = subprocess.run(
-        [sys.executable, "-m", "attnviz.cli", *map(str, argv), "--out", str(out)],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        preexec_fn=small_files,
-    )
+    done = _cli_with_files_up_to(3000, [*map(str, argv), "--out", str(out)], tmp_path)
     assert done.returncode == 2
     lines = [ln for ln in done.stderr.replace("\r", "\n").split("\n") if ln.strip()]
     line = (
