@@ -184,12 +184,7 @@ def _assemble(parts: list[np.ndarray], reserved: list[int]) -> np.ndarray:
     known = [noted(p) for p in parts]
     verdict = False if False in known else True if all(known) else None
     if _in_place(parts, reserved):
-        a = parts[-1]
-        r = 0
-        for p in parts[:-1]:
-            a[:, :, r : r + p.shape[2], : p.shape[3]] = p
-            a[:, :, r : r + p.shape[2], p.shape[3] :] = 0.0
-            r += p.shape[2]
+        a = _stack_rows(parts[-1], parts[:-1])  # the last part's reserved rows
         note(a, verdict)
         return a
     if not any(reserved):
@@ -200,13 +195,18 @@ def _assemble(parts: list[np.ndarray], reserved: list[int]) -> np.ndarray:
     b, h = parts[0].shape[:2]
     tq = sum(p.shape[2] for p in parts)
     tk = max(p.shape[3] for p in parts)
-    a = _BUFFERS.take((b, h, tq, tk))
+    a = _stack_rows(_BUFFERS.take((b, h, tq, tk)), parts)
+    note(a, verdict)
+    return a
+
+
+def _stack_rows(a: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+    """``parts`` written into ``a``'s leading query rows one after another, the keys a part lacks zero."""
     r = 0
     for p in parts:
         a[:, :, r : r + p.shape[2], : p.shape[3]] = p
         a[:, :, r : r + p.shape[2], p.shape[3] :] = 0.0
         r += p.shape[2]
-    note(a, verdict)
     return a
 
 
