@@ -129,7 +129,57 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
     _confirm_for_generation(model, req)
     guessed, kind = _guessed(model), model.kind
     prep = bd.prepare(model, req)
+    if req.beams > 1 and req.generate and prep.prompts is not None:
+        return _analyze_beams(model, req, prep, progress, cancelled, t0)
     g = _generate(model, req, prep, progress, cancelled)
+    return _labelled(model, req, prep, g, guessed, kind, progress, cancelled, t0)
+
+
+def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled, t0: float):
+    """Beam search: each finished hypothesis labelled as a greedy generation of its ids would be (its maps its own
+    beam's rows), then the hypotheses as one result's batch rows, best first (:mod:`beam_result`)."""
+    from attnviz.runtime import beams as bm
+    from attnviz.runtime.beam_result import merge_beams
+
+    if prep.batch > 1:
+        raise AttnvizError(
+            f"--beams searches one sequence; these inputs hold a batch of {prep.batch} rows: give one row"
+        )
+    guessed, kind = _guessed(model), model.kind
+    prompt = prep.prompts[0]
+    eos = md.section(model.meta, "special").get("eos")
+    search = bm.BeamSearch(req.beams, req.generate, eos, gen.suppress_of(model.meta))
+    stepper = model.cache_stepper() if req.use_cache else None
+    if stepper is not None and callable(getattr(stepper, "reorder", None)):
+        bg = bm.cache_search(stepper, bd.decoder_feeds(model, prep, [prompt]), search, progress, cancelled)
+    else:  # no cache, or one whose batch rows are not reordered yet (a folder's, a VLM's): re-run each beam
+
+        def next_logits(ids):
+            logits = model.logits(model.check_feeds(bd.decoder_feeds(model, prep, [ids])))
+            return logits[0, -1] if logits.ndim == 3 else logits[0]
+
+        bg = bm.rerun_search(next_logits, prompt, search, progress, cancelled)
+    results = []
+    for i, h in enumerate(bg.hypotheses):
+        g = gen.Generation(list(h.ids), bg.seconds, bg.method, bg.maps[i] if bg.maps else None, dict(bg.info))
+        results.append(_labelled(model, req, prep, g, guessed, kind, progress, cancelled, t0))
+    result = merge_beams(results, bg.hypotheses)
+    result.info["total_s"] = time.perf_counter() - t0
+    return result
+
+
+def _labelled(
+    model: AttnModel,
+    req: AnalyzeRequest,
+    prep: bd.Prepared,
+    g: gen.Generation | None,
+    guessed: bool,
+    kind: str,
+    progress,
+    cancelled,
+    t0: float,
+) -> AttentionResult:
+    """The run (or the cached steps' maps) for the generated ids, its axes labelled."""
     generated = g.ids if g is not None else []
     rows, feeds = _run_feeds(model, prep, generated)
 
