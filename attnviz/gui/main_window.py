@@ -440,7 +440,9 @@ class MainWindow(QMainWindow):
             "corpus": lambda: open_corpus_results(self, path),
         }[kind]()
 
-    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True, audio=None) -> None:
+    def open_model(
+        self, path, text=None, text_pair=None, image=None, generate=None, run=True, audio=None, beams=None
+    ) -> None:
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
@@ -453,7 +455,9 @@ class MainWindow(QMainWindow):
         self._latest["open"] = w.request_id
         given = {
             k: v
-            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate, audio=audio).items()
+            for k, v in dict(
+                text=text, text_pair=text_pair, image=image, generate=generate, audio=audio, beams=beams
+            ).items()
             if v is not None
         }
         self._context[w.request_id] = (path, given, run)
@@ -481,6 +485,7 @@ class MainWindow(QMainWindow):
             image=values.get("image"),
             generate=values["generate"],
             audio=values.get("audio"),
+            beams=values.get("beams", 1),  # a model opened after a beam search: greedy unless asked again
         )
         self.statusBar().showMessage(
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"

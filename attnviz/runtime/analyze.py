@@ -375,6 +375,7 @@ class AnalyzeMethod:
         max_tokens: int | None = None,
         audio=None,
         max_seconds: float | None = None,
+        beams: int = 1,
     ) -> AttentionResult:
         """Build feeds from text / image / audio / raw feeds, optionally generate greedily, run, and label axes.
 
@@ -399,6 +400,7 @@ class AnalyzeMethod:
             max_tokens=max_tokens,
             audio=audio,
             max_seconds=max_seconds,
+            beams=beams,
         )
 
     def analyze_request(self: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:

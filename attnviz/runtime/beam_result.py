@@ -4,7 +4,7 @@ Each hypothesis comes labelled as a greedy generation of its ids would be (one r
 of one padded batch, as a padded batch of inputs is held (:mod:`attnviz.core.rows`): every map right-padded with
 zeros to the longest row's queries and keys, each row's own axes with the positions past its end marked padding
 (``TokenAxis.pad``: the views offer only a row's own tokens).  ``info["beams"]`` keeps each row's generated ids,
-words and score (the views label the batch row box "beam" for such a result: :data:`BEAMS_KEY`).
+words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, DenseMap, MapSource, TokenAxis
 from attnviz.core.frames import FramesMap
-from attnviz.core.rows import RowAxes, set_row_axes
+from attnviz.core.rows import BEAMS_KEY, RowAxes, set_row_axes
 from attnviz.runtime.beams import Hypothesis
-
-BEAMS_KEY = "beams"  # info: [{"ids", "generated", "score"}] per row, best first
 
 
 def _padded_axis(ax: TokenAxis | None, n: int) -> TokenAxis | None:
@@ -74,10 +72,3 @@ def merge_beams(results: list[AttentionResult], hyps: list[Hypothesis]) -> Atten
     set_row_axes(out, rows)
     return out
 
-
-def beam_row_words(result: AttentionResult) -> list[list[str]] | None:
-    """Each row's generated words where the result is a beam search's (None: it is not)."""
-    beams = (result.info or {}).get(BEAMS_KEY)
-    if not isinstance(beams, list) or len(beams) != result.batch_size:
-        return None
-    return [[str(w) for w in b.get("generated", [])] if isinstance(b, dict) else [] for b in beams]

@@ -655,6 +655,19 @@ class FolderCache:
                 g[i.name] = np.ones([1] * i.rank, bool)
         return g
 
+    def reorder(self, rows: np.ndarray) -> None:
+        """Beam search (:mod:`attnviz.runtime.beams`): the cache's batch rows taken from the last run's row
+        ``rows[i]`` for running beam ``i`` (numpy take on the batch axis); the encoder's input repeated to the
+        beams' count the first time, so that its states (one encoder run, then kept) match the decoder's rows."""
+        rows = np.asarray(rows, np.int64)
+        self.cache = {p: np.take(v, rows, axis=0) if np.ndim(v) >= 1 else v for p, v in self.cache.items()}
+        k = len(rows)
+        if any(np.ndim(v) >= 2 and np.shape(v)[0] != k for v in self.feeds.values()):
+            self.feeds = {
+                n: np.repeat(v, k, axis=0) if np.ndim(v) >= 2 and np.shape(v)[0] == 1 else v
+                for n, v in self.feeds.items()
+            }
+
     def step(self, tokens: list[int]) -> StepOut:
         r = self.past_model.run(self._step_feeds(tokens), mode="dense")
         for p in self.past_names:

@@ -9,11 +9,27 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.rows import beam_rows
 from attnviz.core.view.selection import _pad, blk_len, real_rows
 
 
 def n_steps(result: AttentionResult | None) -> int:
-    return len(result.generated or []) if result is not None else 0
+    """Generated words: a beam search's longest hypothesis' (its rows may differ in length)."""
+    if result is None:
+        return 0
+    beams = beam_rows(result)
+    if beams is not None:
+        return max(len(b.get("generated") or []) for b in beams)
+    return len(result.generated or [])
+
+
+def generated_words(result: AttentionResult, batch: int = 0) -> list[str]:
+    """Batch row ``batch``'s generated words: a beam search's row its own hypothesis' (``result.generated`` is the
+    best one's), else the result's."""
+    beams = beam_rows(result)
+    if beams is not None and 0 <= batch < len(beams):
+        return [str(w) for w in beams[batch].get("generated") or []]
+    return list(result.generated or [])
 
 
 def producing_row(result: AttentionResult, tq: int, k: int) -> int:
@@ -35,7 +51,8 @@ def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]
     """
     tq = blk_len(blk, 0)
     if blk.stack == "decoder" and n_steps(result):
-        rows = [(r, str(w)) for k, w in enumerate(result.generated) if 0 <= (r := producing_row(result, tq, k)) < tq]
+        words = generated_words(result, blk.batch)
+        rows = [(r, str(w)) for k, w in enumerate(words) if 0 <= (r := producing_row(result, tq, k)) < tq]
         if rows:
             return rows
     return real_rows(blk, [(i, str(blk.query_axis.labels[i])) for i in range(tq)])

@@ -14,9 +14,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.core.rows import row_noun
 from attnviz.core.view import SCALES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
+
+
+ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
+BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 
 
 class Controls(QWidget):
@@ -26,7 +31,7 @@ class Controls(QWidget):
         super().__init__(parent)
         self.session = session
         self.batch = QSpinBox()
-        self.batch.setToolTip("which row of a padded batch to show (each row keeps its own tokens)")
+        self.batch.setToolTip(ROW_TIP)
         self.block = ElidedCombo()  # a VLM's block names are long
         self.layer = QSpinBox()
         self.head = QSpinBox()
@@ -67,8 +72,10 @@ class Controls(QWidget):
             ("keep mass", self.keep),
             ("colour scale", self.scale),
         ]
+        self.labels: dict[str, QLabel] = {}
         for r, (name, w) in enumerate(rows):
-            g.addWidget(QLabel(name), r, 0)
+            self.labels[name] = QLabel(name)
+            g.addWidget(self.labels[name], r, 0)
             g.addWidget(w, r, 1)
         r = len(rows)
         g.addWidget(self.log, r, 0, 1, 2)
@@ -110,6 +117,9 @@ class Controls(QWidget):
             rows = self.session.result.batch_size if self.session.result is not None else 1
             self.batch.setRange(0, max(rows, 1) - 1)
             self.batch.setEnabled(rows > 1)
+            noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
+            self.labels["batch row"].setText(noun)
+            self.batch.setToolTip(BEAM_TIP if noun == "beam" else ROW_TIP)
             g = len(self.session.result.generated) if self.session.result is not None else 0
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
