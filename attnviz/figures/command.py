@@ -331,9 +331,7 @@ def _inputs_of(src: dict, args) -> dict:
 
 def _pick_row(result, row: int | None):
     """One batch row of the result; without --batch-index a batch draws row 0 and says so."""
-    from attnviz.core.rows import pick_row
-
-    from attnviz.core.rows import beam_rows
+    from attnviz.core.rows import beam_rows, pick_row
 
     n = result.batch_size
     if row is None:

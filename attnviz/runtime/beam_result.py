@@ -71,4 +71,3 @@ def merge_beams(results: list[AttentionResult], hyps: list[Hypothesis]) -> Atten
     )
     set_row_axes(out, rows)
     return out
-

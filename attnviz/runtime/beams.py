@@ -104,7 +104,9 @@ class BeamSearch:
         top = _top(acc, keep)
         beam, tok, cand = top // v, top % v, acc[top]
         last = t + 1 >= self.steps
-        hits = np.full(len(top), last) if last else (tok == self.eos if self.eos is not None else np.zeros(len(top), bool))
+        hits = (
+            np.full(len(top), last) if last else (tok == self.eos if self.eos is not None else np.zeros(len(top), bool))
+        )
         cand_ids = [self.ids[b] + (int(w),) for b, w in zip(beam, tok)]
         cand_rows = [self.rows[b] + (int(min(b, logits.shape[0] - 1)),) for b in beam]
         # the K best that go on (the finished ones pushed out of reach)

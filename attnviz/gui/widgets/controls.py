@@ -19,7 +19,6 @@ from attnviz.core.view import SCALES
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
 
-
 ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
 BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 
