@@ -318,6 +318,7 @@ class MainWindow(QMainWindow):
             "image": i.image,
             "audio": i.audio,
             "generate": i.generate,
+            "beams": i.beams,
             "max_tokens": i.max_tokens,
             "block": c.block,
             "layer": c.layer,

@@ -146,6 +146,7 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
             f"--beams searches one sequence; these inputs hold a batch of {prep.batch} rows: give one row"
         )
     guessed, kind = _guessed(model), model.kind
+    assert prep.prompts is not None  # the caller's condition: there is a decoder input to generate from
     prompt = prep.prompts[0]
     eos = md.section(model.meta, "special").get("eos")
     search = bm.BeamSearch(req.beams, req.generate, eos, gen.suppress_of(model.meta))
