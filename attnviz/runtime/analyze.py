@@ -165,6 +165,7 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
         g = gen.Generation(list(h.ids), bg.seconds, bg.method, bg.maps[i] if bg.maps else None, dict(bg.info))
         results.append(_labelled(model, req, prep, g, guessed, kind, progress, cancelled, t0))
     result = merge_beams(results, bg.hypotheses)
+    result.info["beam_steps"] = bg.steps  # steps run, each one a run of every running beam
     result.info["total_s"] = time.perf_counter() - t0
     return result
 
