@@ -153,13 +153,8 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
     stepper = model.cache_stepper() if req.use_cache else None
     if stepper is not None and callable(getattr(stepper, "reorder", None)):
         bg = bm.cache_search(stepper, bd.decoder_feeds(model, prep, [prompt]), search, progress, cancelled)
-    else:  # no cache, or one whose batch rows are not reordered yet (a folder's, a VLM's): re-run each beam
-
-        def next_logits(ids):
-            logits = model.logits(model.check_feeds(bd.decoder_feeds(model, prep, [ids])))
-            return logits[0, -1] if logits.ndim == 3 else logits[0]
-
-        bg = bm.rerun_search(next_logits, prompt, search, progress, cancelled)
+    else:  # no cache, or one whose batch rows are not reordered yet (a VLM's): re-run the beams' sequences
+        bg = bm.rerun_search(_beams_logits(model, prep), prompt, search, progress, cancelled)
     results = []
     for i, h in enumerate(bg.hypotheses):
         g = gen.Generation(list(h.ids), bg.seconds, bg.method, bg.maps[i] if bg.maps else None, dict(bg.info))
@@ -168,6 +163,33 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
     result.info["beam_steps"] = bg.steps  # steps run, each one a run of every running beam
     result.info["total_s"] = time.perf_counter() - t0
     return result
+
+
+def _beams_logits(model: AttnModel, prep: bd.Prepared):
+    """``next_logits(seqs)`` for :func:`attnviz.runtime.beams.rerun_search`: the running beams' sequences as one
+    batch (the source and any other batch-1 feed repeated per beam: one run a step, not K); a model that refuses
+    that batch (a graph exported for one row) runs them one at a time from then on."""
+    from attnviz.runtime.beams import batch_rows
+
+    batched = [True]
+
+    def last(logits: np.ndarray) -> np.ndarray:
+        return logits[:, -1] if logits.ndim == 3 else logits
+
+    def one(seqs: list[list[int]]) -> np.ndarray:
+        return np.concatenate([last(model.logits(model.check_feeds(bd.decoder_feeds(model, prep, [s])))) for s in seqs])
+
+    def next_logits(seqs: list[list[int]]) -> np.ndarray:
+        if len(seqs) == 1 or not batched[0]:
+            return one(seqs)
+        feeds = bd.decoder_feeds(model, prep, seqs)
+        try:
+            return last(model.logits(model.check_feeds(batch_rows(feeds, len(seqs)))))
+        except AttnvizError:
+            batched[0] = False
+            return one(seqs)
+
+    return next_logits
 
 
 def _labelled(

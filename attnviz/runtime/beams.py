@@ -160,19 +160,28 @@ class BeamGeneration:
 
 
 def rerun_search(
-    next_logits: Callable[[list[int]], np.ndarray],
+    next_logits: Callable[[list[list[int]]], np.ndarray],
     prompt: list[int],
     search: BeamSearch,
     progress=None,
     cancelled=None,
 ) -> BeamGeneration:
-    """Beam search re-running each running beam's whole sequence for its next-token logits."""
+    """Beam search re-running the running beams' whole sequences for their next-token logits:
+    ``next_logits(seqs)`` gives ``[len(seqs), V]`` (the beams' sequences are equally long at every step)."""
     t0 = time.perf_counter()
     while not search.done:
         _check(search.step, search.steps, progress, cancelled)
         seqs = [list(prompt)] if search.step == 0 else [list(prompt) + list(ids) for ids in search.ids]
-        search.advance(np.stack([np.asarray(next_logits(s), np.float32) for s in seqs]))
+        search.advance(np.asarray(next_logits(seqs), np.float32))
     return BeamGeneration(search.hypotheses(), time.perf_counter() - t0, "full re-run", steps=search.step)
+
+
+def batch_rows(feeds: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """``feeds`` for ``n`` rows: every batch-1 feed of rank >= 2 (the source, its mask, an image) repeated ``n``
+    times on its batch axis; the beams' own (their tokens, mask, positions) have their ``n`` rows already."""
+    if n <= 1:
+        return feeds
+    return {k: np.repeat(v, n, axis=0) if np.ndim(v) >= 2 and np.shape(v)[0] == 1 else v for k, v in feeds.items()}
 
 
 def cache_search(stepper, feeds: dict, search: BeamSearch, progress=None, cancelled=None) -> BeamGeneration:

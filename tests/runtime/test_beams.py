@@ -97,12 +97,6 @@ def test_gpt2_beams_through_the_cache_and_the_rerun_equal_transformers(optimum_e
                 got = r.maps[layer].array()[j]
                 np.testing.assert_allclose(got[:, : w.shape[1], : w.shape[2]], w, atol=TOL, err_msg=f"{method} {j}")
                 assert not got[:, w.shape[1] :].any()  # the early finisher's rows past its end: padding
-    # one beam is the greedy generation, bit for bit
-    g1 = m.analyze(feeds=feeds, generate=n, beams=1)
-    g0 = m.analyze(feeds=feeds, generate=n)
-    assert g1.info["generated_ids"] == g0.info["generated_ids"] and "beams" not in g1.info
-    for a, b in zip(g1.maps, g0.maps):
-        np.testing.assert_array_equal(a.array(), b.array())
 
 
 @pytest.mark.slow
