@@ -27,5 +27,9 @@ def test_beams_switch_in_the_beam_box(qtbot, real_window):
         assert shown[b] == beams[b]["generated"]  # that beam's own words on its own rows
         assert f"“{beams[b]['generated'][-1]}”" in w.alignment.step_label.text()
     assert shown[2] != shown[0]
+    from attnviz.gui import restore
+
+    restore.save(w)  # the next plain `attnviz` searches with the same beams
+    assert restore.load(w.settings)["inputs"]["beams"] == 3
     run_and_wait(qtbot, w, generate=6, beams=1)  # greedy again: one row, the box is a batch row box again
     assert w.session.result.batch_size == 1 and w.controls.labels["batch row"].text() == "batch row"
