@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core.rows import row_noun
-from attnviz.core.view import SCALES
+from attnviz.core.view import SCALES, n_steps
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
 
@@ -104,7 +104,7 @@ class Controls(QWidget):
             self.session.select(**changes)
 
     def _on_step(self, v: int) -> None:
-        g = len(self.session.result.generated) if self.session.result is not None else 0
+        g = n_steps(self.session.result)  # a beam search's: its longest hypothesis'
         self._set(step=-1 if v >= g else v)
 
     def rebuild(self) -> None:
@@ -119,7 +119,7 @@ class Controls(QWidget):
             noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
             self.labels["batch row"].setText(noun)
             self.batch.setToolTip(BEAM_TIP if noun == "beam" else ROW_TIP)
-            g = len(self.session.result.generated) if self.session.result is not None else 0
+            g = n_steps(self.session.result)
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
             self.step.setEnabled(g > 0)
@@ -156,7 +156,7 @@ class Controls(QWidget):
             self.log.setChecked(sel.log)
             self.scale.setCurrentIndex(max(0, self.scale.findData(sel.scale)))
             self.hide_special.setChecked(sel.hide_special)
-            g = len(s.result.generated)
+            g = n_steps(s.result)
             self.step.setValue(g if sel.step < 0 else sel.step)
             self.step_label.setText(f"step {g if sel.step < 0 else sel.step + 1}/{g}" if g else "step –")
         finally:
