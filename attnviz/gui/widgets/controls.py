@@ -104,7 +104,7 @@ class Controls(QWidget):
             self.session.select(**changes)
 
     def _on_step(self, v: int) -> None:
-        g = n_steps(self.session.result)  # a beam search's: its longest hypothesis'
+        g = n_steps(self.session.result, self.session.sel.batch)  # a beam search's: the shown beam's own
         self._set(step=-1 if v >= g else v)
 
     def rebuild(self) -> None:
@@ -119,7 +119,7 @@ class Controls(QWidget):
             noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
             self.labels["batch row"].setText(noun)
             self.batch.setToolTip(BEAM_TIP if noun == "beam" else ROW_TIP)
-            g = n_steps(self.session.result)
+            g = n_steps(self.session.result, self.session.sel.batch)
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
             self.step.setEnabled(g > 0)
@@ -156,8 +156,9 @@ class Controls(QWidget):
             self.log.setChecked(sel.log)
             self.scale.setCurrentIndex(max(0, self.scale.findData(sel.scale)))
             self.hide_special.setChecked(sel.hide_special)
-            g = n_steps(s.result)
-            self.step.setValue(g if sel.step < 0 else sel.step)
-            self.step_label.setText(f"step {g if sel.step < 0 else sel.step + 1}/{g}" if g else "step –")
+            g = n_steps(s.result, sel.batch)  # a beam's own length: the slider follows the beam shown
+            self.step.setRange(0, max(0, g))
+            self.step.setValue(g if sel.step < 0 else min(sel.step, g))
+            self.step_label.setText(f"step {g if sel.step < 0 else min(sel.step + 1, g)}/{g}" if g else "step –")
         finally:
             self._syncing = False
