@@ -304,3 +304,45 @@ def block_local_model(path: Path, block: int = 2, heads: int = 2, d: int = 8, se
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return Path(path)
+
+
+def sink_model(path: Path, seq: int = 5, heads: int = 2, d: int = 4, seed: int = 0):
+    """Attention with sinks as optimum exports GPT-OSS: one learned logit per head concatenated to every row of
+    Q·Kᵀ scores, the max subtracted, Softmax over T+1 columns, the sink column sliced off before P·V.
+
+    Returns (path, feeds, reference probabilities [1, heads, seq, seq]: rows summing to less than 1)."""
+    rng = np.random.default_rng(seed)
+    H, T = heads, seq
+    sinks = rng.standard_normal(H).astype(np.float32) * 2
+
+    def vi(n):
+        return helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, H, T, d])
+
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="/attn/Transpose"),
+        helper.make_node("MatMul", ["q", "kt"], ["qk"], name="/attn/MatMul"),
+        helper.make_node("Mul", ["qk", "scale"], ["scores"], name="/attn/Mul"),
+        helper.make_node("Concat", ["scores", "sinks"], ["with_sink"], axis=-1, name="/attn/Concat"),
+        helper.make_node("ReduceMax", ["with_sink", "last"], ["row_max"], keepdims=1, name="/attn/ReduceMax"),
+        helper.make_node("Sub", ["with_sink", "row_max"], ["shifted"], name="/attn/Sub"),
+        helper.make_node("Softmax", ["shifted"], ["probs"], axis=-1, name="/attn/Softmax"),
+        helper.make_node("Slice", ["probs", "zero", "t", "last"], ["kept"], name="/attn/Slice"),
+        helper.make_node("MatMul", ["kept", "v"], ["y"], name="/attn/MatMul_1"),
+    ]
+    inits = [
+        _init("scale", np.array(1 / np.sqrt(d), np.float32)),
+        _init("sinks", np.broadcast_to(sinks[None, :, None, None], (1, H, T, 1)).astype(np.float32)),
+        _init("last", np.array([-1], np.int64)),
+        _init("zero", np.array([0], np.int64)),
+        _init("t", np.array([T], np.int64)),
+    ]
+    g = helper.make_graph(nodes, "sinks", [vi("q"), vi("k"), vi("v")], [vi("y")], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], producer_name="attnviz-tests")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    feeds = {n: rng.standard_normal((1, H, T, d)).astype(np.float32) for n in "qkv"}
+    s = feeds["q"] @ feeds["k"].transpose(0, 1, 3, 2) / np.sqrt(d)
+    s = np.concatenate([s, np.broadcast_to(sinks[None, :, None, None], (1, H, T, 1))], -1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return Path(path), feeds, (p / p.sum(-1, keepdims=True))[..., :T].astype(np.float32)
