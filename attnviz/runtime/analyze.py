@@ -222,7 +222,7 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         result.image = prep.shown
     set_row_axes(result, axes)
     if prep.img_in is None and prep.audio is None:
-        refuse_off_tokens(model, result)
+        refuse_off_tokens(model, result, feeds)
     result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
         grids = [prep.tgt_tok.image_grid(r) for r in rows]
@@ -292,14 +292,17 @@ def refuse_empty(result: AttentionResult) -> None:
             )
 
 
-def refuse_off_tokens(model: AttnModel, result: AttentionResult) -> None:
+def refuse_off_tokens(model: AttnModel, result: AttentionResult, feeds: dict) -> None:
     """A text encoder's self-attention map must run over its tokens on both axes.  Attention computed in local
     blocks (LongT5's local encoder: ``[B, blocks, H, L, 3L]``, each block of L queries against its own and its two
     neighbours' keys) reaches here as blocks merged into heads, a map right number by number but over the wrong
-    axes: 16 "heads" of 3 queries x 9 keys for 11 tokens.  Refused in one line, never shown."""
-    if result.tokens is None:
+    axes: 16 "heads" of 3 queries x 9 keys for 11 tokens.  Refused in one line, never shown.  Only where token
+    ids were fed ([B, T]): a model fed other arrays has no token count to hold its maps to."""
+    tok = bd.by_role(model, "tokens")
+    ids = feeds.get(tok.name) if tok is not None else None
+    if ids is None or np.ndim(ids) != 2:
         return
-    n = len(result.tokens.labels)
+    n = int(np.shape(ids)[1])
     for site, amap in zip(result.sites, result.maps):
         if site.stack != "encoder" or site.kind != "self" or site.tower == "image" or isinstance(amap, WindowedMap):
             continue
