@@ -29,6 +29,20 @@ REEXPORT = "re-export with attnviz export-hf, or with optimum from a model loade
 WINDOW_EPS = 1e-4  # weight beyond the window that counts as "not windowed" (a masked key gets exactly 0 or ~1e-30)
 
 
+# config.json model types whose exported attention is no [query, key] map attnviz can place (its graph yields no
+# site), and why: said instead of "no attention found ... may not be a transformer"
+CHUNKED = "sliding-window attention computed in overlapping chunks, each query's probabilities over its own window"
+UNSHOWABLE = {
+    "longformer": f"Longformer's {CHUNKED}",
+    "led": f"LED's encoder has Longformer's {CHUNKED}",
+}
+
+
+def unshowable(model_type) -> str | None:
+    why = UNSHOWABLE.get(model_type) if isinstance(model_type, str) else None
+    return f"{why}: no [query, key] map over the tokens, which attnviz cannot show yet" if why else None
+
+
 @dataclass(frozen=True)
 class AttentionConfig:
     """What config.json says the model's eager attention does beyond softmax(QKᵀ·s + mask)."""

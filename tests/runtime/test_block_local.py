@@ -5,7 +5,7 @@ tokens, written by extract with exit 0, and corpus stopped with an internal erro
 (exit 2) and write nothing.  The graph is hand-built (tests/onnx_builders.block_local_model)."""
 
 import pytest
-from onnx_builders import block_local_model
+from onnx_builders import block_local_model, no_attention_model
 
 from attnviz import AttnvizError
 from attnviz.cli import main
@@ -41,3 +41,31 @@ def test_corpus_over_block_local_attention_is_one_line_and_no_folder(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is a [2, 6, 2, 6] [B, H, Tq, Tk] map" in err and "local attention in blocks" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "model_type, message",
+    [
+        ("longformer", "Longformer's sliding-window attention computed in overlapping chunks"),
+        ("bert", "no attention found: the graph has 1 Softmax node(s) but none feeds a P·V MatMul"),
+    ],
+)
+def test_no_sites_of_a_chunked_architecture_say_why(tmp_path, capsys, model_type, message):
+    """optimum's Longformer export yields no site (its chunked band of probabilities feeds no P·V MatMul of a
+    Q·Kᵀ): "may not be a transformer" misled; its folder's config.json model type now names the reason."""
+    import json
+
+    path = no_attention_model(tmp_path / "model.onnx")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    assert main(["extract", str(path), "--inputs", str(_x(tmp_path)), "--out", str(tmp_path / "m.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnviz: error: model.onnx: ") and "\n" not in err
+    assert message in err
+
+
+def _x(tmp_path):
+    import numpy as np
+
+    f = tmp_path / "x.npz"
+    np.savez(f, x=np.ones((1, 4), np.float32))
+    return f
