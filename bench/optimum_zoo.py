@@ -155,6 +155,9 @@ def as_map(arch: str, r: np.ndarray, i: int, batch: int) -> np.ndarray:
         return windows_on_grid(r, batch, window // 2 if i % 2 and side > window else 0)
     if arch == "longformer":
         return local_on_keys(r, r.shape[-1] - 1)
+    if arch == "squeezebert":  # its output_attentions are the scores, mask added, before the softmax
+        e = np.exp(r - r.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
     return r
 
 

@@ -504,7 +504,15 @@ INIT = {
     "MBartConfig": "init_std",
     "PegasusConfig": "init_std",
     **dict.fromkeys(
-        ("MarianConfig", "M2M100Config", "BlenderbotConfig", "BlenderbotSmallConfig", "XLMConfig", "FlaubertConfig"),
+        (
+            "MarianConfig",
+            "M2M100Config",
+            "BlenderbotConfig",
+            "BlenderbotSmallConfig",
+            "XLMConfig",
+            "FlaubertConfig",
+            "BigBirdPegasusConfig",
+        ),
         "init_std",
     ),
 }
