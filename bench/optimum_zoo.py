@@ -190,7 +190,7 @@ def check(arch: str, variant: str, out: Path) -> Row:
     ref = dict(np.load(out / "ref.npz"))
     refs = [ref[k] for k in sorted(ref) if k.startswith("ref_")]
     refs = [as_map(arch, r, i, 2) for i, r in enumerate(refs)]
-    want = expected_labels(family)
+    want = expected_labels(family, 2 if family == "seq2seq" else len(refs))  # LeViT: 5 attentions in 3 stages
     try:
         m = open_model(folder, provider="cpu")
         r = m.analyze(feeds=attnviz_feeds(family, ref))
