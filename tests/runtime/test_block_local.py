@@ -5,7 +5,7 @@ tokens, written by extract with exit 0, and corpus stopped with an internal erro
 (exit 2) and write nothing.  The graph is hand-built (tests/onnx_builders.block_local_model)."""
 
 import pytest
-from onnx_builders import block_local_model, no_attention_model
+from onnx_builders import block_local_model, no_attention_model, tiny_text_model
 
 from attnviz import AttnvizError
 from attnviz.cli import main
@@ -69,3 +69,22 @@ def _x(tmp_path):
     f = tmp_path / "x.npz"
     np.savez(f, x=np.ones((1, 4), np.float32))
     return f
+
+
+@pytest.mark.parametrize("model_type", ["mobilevit", "bert"])
+def test_an_unshowable_architecture_with_sites_is_refused_at_open(tmp_path, capsys, model_type):
+    """optimum's MobileViT export has Softmax sites (attention across patches per pixel offset, on a batch axis)
+    and was refused as Swin-like windows "with no window layout; open ... config.json with model_type swin": now
+    its folder's model type says what it is.  The same graph beside a bert config.json runs (the control)."""
+    import json
+
+    path = tiny_text_model(tmp_path / "model.onnx")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    out = tmp_path / "m.npz"
+    rc = main(["extract", str(path), "--text", "the cat sat", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    if model_type == "bert":
+        assert rc == 0 and out.exists(), err
+        return
+    assert rc == 2 and "\n" not in err and not out.exists()
+    assert err.startswith("attnviz: error: model.onnx: MobileViT's attention across patches, once per pixel offset")
