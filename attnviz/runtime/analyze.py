@@ -295,6 +295,8 @@ def _labelled(
             ]
         result.image = prep.shown
     set_row_axes(result, axes)
+    if prep.img_in is None and prep.audio is None:
+        refuse_off_tokens(model, result, feeds)
     result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
         grids = [prep.tgt_tok.image_grid(r) for r in rows]
@@ -361,6 +363,29 @@ def refuse_empty(result: AttentionResult) -> None:
             raise AttnvizError(
                 f"the attention at {site.label} has an empty axis {shape} [B, H, Tq, Tk]: the inputs hold no tokens "
                 "(or no image); give at least one"
+            )
+
+
+def refuse_off_tokens(model: AttnModel, result: AttentionResult, feeds: dict) -> None:
+    """A text encoder's self-attention map must run over its tokens on both axes.  Attention computed in local
+    blocks (LongT5's local encoder: ``[B, blocks, H, L, 3L]``, each block of L queries against its own and its two
+    neighbours' keys) reaches here as blocks merged into heads, a map right number by number but over the wrong
+    axes: 16 "heads" of 3 queries x 9 keys for 11 tokens.  Refused in one line, never shown.  Only where token
+    ids were fed ([B, T]): a model fed other arrays has no token count to hold its maps to."""
+    tok = bd.by_role(model, "tokens")
+    ids = feeds.get(tok.name) if tok is not None else None
+    if ids is None or np.ndim(ids) != 2:
+        return
+    n = int(np.shape(ids)[1])
+    for site, amap in zip(result.sites, result.maps):
+        if site.stack != "encoder" or site.kind != "self" or site.tower == "image" or isinstance(amap, WindowedMap):
+            continue
+        shape = [int(d) for d in getattr(amap, "shape", ())]
+        if len(shape) == 4 and shape[2:] != [n, n]:
+            raise AttnvizError(
+                f"{model.path.name}: the attention at {site.label} is a {shape} [B, H, Tq, Tk] map for {n} tokens: "
+                "it is not computed as one [query, key] map over the tokens (local attention in blocks, as "
+                "LongT5's and Longformer's), which attnviz cannot show yet; a model with full attention opens"
             )
 
 

@@ -59,8 +59,9 @@ SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
 # the window's file rules (app/rules.py) need it
 CORPUS_FILES = ("heads.parquet", "run.json")
 # config.json model types whose attention windows attnviz places on the patch grid (attnviz.core.windows): the
-# layout keys they share, read as they are written; other windowed families (swinv2, donut-swin) are not checked
-WINDOWED_MODEL_TYPES = ("swin",)
+# layout keys they share, read as they are written (Swinv2: the same windows, shift and patch merging, checked
+# against transformers by the optimum zoo, session 22); other windowed families (donut-swin) are not checked
+WINDOWED_MODEL_TYPES = ("swin", "swinv2")
 WINDOW_KEYS = ("patch_size", "window_size", "depths")
 
 
