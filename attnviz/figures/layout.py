@@ -154,11 +154,21 @@ def model_name(result: AttentionResult) -> str:
     return name
 
 
+def beam_part(result: AttentionResult) -> str:
+    """``beam 2 (score -0.541)`` for one hypothesis of a beam search (a figure of beam 2 must not pass for the
+    output's own attention); "" otherwise."""
+    info = result.info or {}
+    score = info.get("beam_score")
+    if not isinstance(score, (int, float)) or isinstance(score, bool):
+        return ""
+    return f"beam {int(info.get('batch_row', 0))} (score {float(score):.3f})"
+
+
 def make_title(result: AttentionResult, spec: FigureStyle, *parts: str) -> str:
-    """``spec.title`` if given; else ``model · part · part``."""
+    """``spec.title`` if given; else ``model · [beam b ·] part · part``."""
     if spec.title is not None:
         return spec.title.replace("$", r"\$")
-    bits = [p for p in (model_name(result), *parts) if p]
+    bits = [p for p in (model_name(result), beam_part(result), *parts) if p]
     return " · ".join(bits).replace("$", r"\$")
 
 

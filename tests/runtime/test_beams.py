@@ -170,6 +170,10 @@ def test_translation_demo_beams_are_their_own_teacher_forced_runs(tmp_path, caps
         np.testing.assert_array_equal(a.array(), b.array())
     assert main(["figure", str(out), "--batch-index", "2", "--out", str(tmp_path / "b2.png")]) == 0
     assert (tmp_path / "b2.png").stat().st_size > 0
+    # a figure of beam 2 says so (and its score) in its title: it is not the output's own attention
+    assert main(["figure", str(out), "--batch-index", "2", "--out", str(tmp_path / "b2.svg")]) == 0
+    svg = (tmp_path / "b2.svg").read_text()
+    assert f"beam 2 (score {beams[2]['score']:.3f})" in svg and "beam 0" not in svg
 
 
 def _source_feeds(m, text: str) -> dict:
