@@ -31,7 +31,6 @@ from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import SlotFeed, read_message, write_message
 from attnviz.runtime.kept import HelperMemory, KeptRef
 from attnviz.runtime.slots import close_map
-from attnviz.runtime.worker import serve_orphanless
 
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
 
@@ -80,6 +79,8 @@ class ChildProcess:
             self.proc: _Popen | _Forked | _MpProcess = started.proc
             self.conn = Connection(started.fd)
         else:  # pragma: no cover - Windows has no pass_fds
+            from attnviz.runtime.worker import serve_orphanless  # (here only: the child's modules, not the parent's)
+
             self.outdir = shm.make(shm_dir())
             ctx = mp.get_context("spawn")
             self.conn, child = ctx.Pipe()
