@@ -5,9 +5,10 @@ engine, so the child's onnxruntime loads while this process loads onnx and attnv
 the child is ready when the first session is asked for; started after those imports it was ~0.1 s behind).  There
 the child is a fork of this process taken just after numpy's import (:func:`fork`): it starts with the interpreter
 and numpy already loaded, where a fresh one (:func:`spawn`) paid for both again (~0.09 s CPU of a first map's
-~0.47 s, MiniLM: bench/RESULTS.md, session 22).  Only a process with nothing a fork must not copy forks: one thread,
-no GUI toolkit or torch loaded (their threads and device state), no malloc tunable to set at exec; anything else,
-and every later child (after a crash, a cancel, in the window), is a fresh interpreter.
+~0.47 s, MiniLM: bench/RESULTS.md, session 22).  Only a process with nothing a fork must not copy forks: one
+Python thread, neither onnxruntime nor a GUI toolkit or torch loaded (their threads, environments and device state),
+no malloc tunable to set at exec; anything else, and every later child (after a crash, a cancel, in the window), is
+a fresh interpreter.
 :class:`attnviz.runtime.child.ChildProcess` takes the early process over (:func:`take_early`) or spawns one itself;
 one never taken over is stopped at exit.
 """
@@ -108,8 +109,9 @@ def spawn() -> Started:
     return Started(outdir, proc, mine.detach(), lifeline)
 
 
-# modules whose state a forked child must not inherit (their threads, a display connection, a device context)
-NO_FORK_WITH = ("PySide6", "PySide2", "PyQt6", "PyQt5", "torch", "tensorflow", "jax")
+# modules whose state a forked child must not inherit (their threads, a display connection, a device context):
+# onnxruntime's own too (its environment and thread pools), which the child must set up itself
+NO_FORK_WITH = ("onnxruntime", "PySide6", "PySide2", "PyQt6", "PyQt5", "torch", "tensorflow", "jax")
 
 
 def forkable() -> bool:
@@ -220,9 +222,12 @@ _lock = threading.Lock()
 
 def start_early() -> None:
     """Start the child now for the command's first session (see the module's text); nothing where sessions run in
-    this process (``ATTNVIZ_INPROCESS``), off posix, or where one is started already."""
+    this process (``ATTNVIZ_INPROCESS``), off posix, or where one is started or running already."""
     global _early
     if os.name != "posix" or os.environ.get("ATTNVIZ_INPROCESS"):
+        return
+    host = sys.modules.get("attnviz.runtime.host")
+    if host is not None and host.running():  # a child already serves this process (a second command in it)
         return
     with _lock:
         if _early is None:

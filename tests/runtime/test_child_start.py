@@ -98,9 +98,10 @@ def test_a_process_a_fork_must_not_copy_spawns_its_child(monkeypatch):
     if threading.active_count() != 1 or threading.current_thread() is not threading.main_thread():
         pytest.skip("this test process runs other threads (a fork is then refused anyway)")
     assert child_start.forkable()
-    with monkeypatch.context() as m:
-        m.setitem(sys.modules, "torch", sys)  # torch loaded: its threads and device state must not be copied
-        assert not child_start.forkable()
+    for name in ("torch", "onnxruntime"):  # their threads and state (onnxruntime's environment) must not be copied
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, name, sys)
+            assert not child_start.forkable()
     with monkeypatch.context() as m:
         m.setenv("ATTNVIZ_HUGEPAGES", "1")  # a malloc tunable is set at exec only
         assert not child_start.forkable()
@@ -113,3 +114,20 @@ def test_a_process_a_fork_must_not_copy_spawns_its_child(monkeypatch):
         stop.set()
         t.join()
     assert child_start.forkable()
+
+
+def test_no_second_child_is_started_beside_a_running_one(monkeypatch):
+    """A second command in one process (tests, a notebook) already has its child: nothing is forked or spawned."""
+    from attnviz.runtime import host
+
+    started = []
+    monkeypatch.setattr(child_start, "fork", lambda: started.append("fork"))
+    monkeypatch.setattr(child_start, "spawn", lambda: started.append("spawn"))
+    monkeypatch.delenv("ATTNVIZ_INPROCESS", raising=False)
+    monkeypatch.setattr(child_start, "_early", None)
+    monkeypatch.setattr(host, "running", lambda: True)
+    child_start.start_early()
+    assert started == [] and child_start._early is None
+    monkeypatch.setattr(host, "running", lambda: False)
+    child_start.start_early()
+    assert len(started) == 1 or os.name != "posix"
