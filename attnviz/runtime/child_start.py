@@ -132,6 +132,10 @@ def fork() -> Started:
     exit handler of this process runs twice, no buffer is written twice)."""
     import numpy  # noqa: F401  (the child inherits it loaded: the point of forking)
 
+    # and the child's own modules (numpy-level: slots, chain, steps, ...), most of which this process imports for
+    # its engine anyway: loaded once, here, where the child would load them again (~6 ms CPU)
+    from attnviz.runtime.worker import serve_child
+
     outdir = shm.make(shm_dir())
     mine, theirs = (s.detach() for s in socket.socketpair())  # plain descriptors: no object closes one in the child
     watch, lifeline = lifetime.lifeline()
@@ -149,8 +153,6 @@ def fork() -> Started:
             os.close(mine)
             os.close(lifeline)  # else the child would hold its own watch's other end, and never see the parent go
             _name(FORKED_NAME)
-            from attnviz.runtime.worker import serve_child
-
             serve_child(theirs, outdir, watch, parent, True)
         except BaseException:
             code = 1
