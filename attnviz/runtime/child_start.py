@@ -152,6 +152,9 @@ def fork() -> Started:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's (worker.py's first act)
             os.close(mine)
             os.close(lifeline)  # else the child would hold its own watch's other end, and never see the parent go
+            null = os.open(os.devnull, os.O_RDONLY)  # stdin as spawn() gives it: the terminal is the parent's
+            os.dup2(null, 0)
+            os.close(null)
             _name(FORKED_NAME)
             serve_child(theirs, outdir, watch, parent, True)
         except BaseException:
