@@ -55,14 +55,15 @@ def _assert_interrupted_alone(parent: subprocess.Popen, err: str) -> None:
 
 
 def _children_until(parent: subprocess.Popen, enough) -> dict[int, str]:
-    """The parent's descendants (pid -> command line), polled until ``enough(cmdlines)`` or the deadline."""
+    """The parent's descendants (pid -> process name and command line), polled until ``enough(cmdlines)`` or the
+    deadline."""
     seen: dict[int, str] = {}
     proc = psutil.Process(parent.pid)
     deadline = time.monotonic() + APPEAR_S
     while time.monotonic() < deadline and parent.poll() is None:
         for c in proc.children(recursive=True):
             try:
-                seen[c.pid] = " ".join(c.cmdline())
+                seen[c.pid] = " ".join([c.name(), *c.cmdline()])
             except psutil.Error:
                 pass
         if enough(list(seen.values())):
@@ -124,6 +125,14 @@ def _full_pipe() -> tuple[int, int]:
     return r, w
 
 
+def _isolation_host(seen: str) -> bool:
+    """A descendant as _children_until saw it is the crash-isolation host: worker.py run as a script, or a fork of
+    the command named so (runtime/child_start.py: its command line is the command's)."""
+    from attnviz.runtime.child_start import FORKED_NAME
+
+    return "worker.py" in seen or seen.startswith(FORKED_NAME.decode() + " ")
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="kill -9 and process sessions are POSIX")
 def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
     """The parent is held (its unbuffered stdout is a full pipe: its last line blocks) after the isolation host
@@ -134,7 +143,7 @@ def test_kill_9_of_extract_takes_its_isolation_host_along(tmp_path):
     parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stdout=w, stderr=subprocess.DEVNULL)
     os.close(w)
     try:
-        children = _children_until(parent, lambda cmds: any("worker.py" in c for c in cmds))
+        children = _children_until(parent, lambda cmds: any(map(_isolation_host, cmds)))
         assert _kill_parent_and_wait(parent, children) == []
     finally:
         if parent.poll() is None:
@@ -156,7 +165,7 @@ def test_ctrl_c_of_extract_says_interrupted_without_the_hosts_traceback(tmp_path
     parent = subprocess.Popen(argv, env=_env(), start_new_session=True, stdout=w, stderr=subprocess.PIPE, text=True)
     os.close(w)
     try:
-        children = _children_until(parent, lambda cmds: any("worker.py" in c for c in cmds) and out.exists())
+        children = _children_until(parent, lambda cmds: any(map(_isolation_host, cmds)) and out.exists())
         os.killpg(parent.pid, signal.SIGINT)
         os.set_blocking(r, False)  # unblock the parent's stdout from here on: read what it writes
         deadline = time.monotonic() + GONE_S

@@ -13,28 +13,24 @@ import os
 import pickle
 import select
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.runtime import lifetime, shm
+from attnviz.runtime import shm
+from attnviz.runtime.child_start import _Forked, _Popen, huge_pages_env, shm_dir, spawn, take_early  # noqa: F401  (re-exported)
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.feedarea import FeedArea
 from attnviz.runtime.finite import note
 from attnviz.runtime.isolation import SlotFeed, read_message, write_message
 from attnviz.runtime.kept import HelperMemory, KeptRef
 from attnviz.runtime.slots import close_map
-from attnviz.runtime.worker import serve_orphanless
 
 POLL_S = 0.05  # how often a waiting call checks its caller's cancel flag
 
@@ -76,36 +72,16 @@ class ChildProcess:
     """One child process; requests are serialised by a lock (onnxruntime parallelises inside a run)."""
 
     def __init__(self):
-        self.outdir = shm.make(shm_dir())  # attnviz-host-<this pid>-XXXXXXXX; stale ones of dead owners go first
         if os.name == "posix":
-            # a fresh interpreter running this module: unlike multiprocessing's spawn it never re-imports the
-            # user's __main__ (a script without a main guard, stdin, a notebook), and a fork would copy Qt/torch
-            mine, theirs = socket.socketpair()
-            root = str(Path(__file__).resolve().parents[2])  # the attnviz this process uses, not another install
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-            env.update(huge_pages_env(os.environ))
-            # the child dies with this process (runtime/lifetime.py): it watches `watch`, whose other end only
-            # this process holds; the Linux parent-death signal only when spawned from the main thread
-            watch, self.lifeline = lifetime.lifeline()
-            main = "1" if threading.current_thread() is threading.main_thread() else "0"
-            script = str(Path(__file__).with_name("worker.py"))
-            args = [str(theirs.fileno()), self.outdir, str(watch), str(os.getpid()), main]
-            from attnviz.runtime import quiet_stderr
-
-            # another thread may be muting stderr around an encode (a tokenizer panic's report): the child gets
-            # the terminal's, not /dev/null for life
-            with quiet_stderr.terminal() as err:
-                self.proc: _Popen | _MpProcess = _Popen(
-                    [sys.executable, script, *args],
-                    pass_fds=(theirs.fileno(), watch),
-                    stdin=subprocess.DEVNULL,
-                    stderr=err,
-                    env=env,
-                )
-            theirs.close()
-            os.close(watch)
-            self.conn = Connection(mine.detach())
+            # the process a command started before its imports (child_start.start_early), else a new one
+            started = take_early() or spawn()
+            self.outdir, self.lifeline = started.outdir, started.lifeline
+            self.proc: _Popen | _Forked | _MpProcess = started.proc
+            self.conn = Connection(started.fd)
         else:  # pragma: no cover - Windows has no pass_fds
+            from attnviz.runtime.worker import serve_orphanless  # (here only: the child's modules, not the parent's)
+
+            self.outdir = shm.make(shm_dir())
             ctx = mp.get_context("spawn")
             self.conn, child = ctx.Pipe()
             self.lifeline = -1  # the child watches multiprocessing's parent sentinel instead
@@ -427,30 +403,6 @@ class ChildProcess:
         shm.release(self.outdir)
 
 
-def huge_pages_env(environ) -> dict[str, str]:
-    """``ATTNVIZ_HUGEPAGES=1``: the child's malloc asks for transparent huge pages (glibc >= 2.35
-    ``glibc.malloc.hugetlb=1``: madvise on its mappings), so onnxruntime's packed weights and arena sit in 2 MB
-    pages.  Off by default since session 9: it saved ~3-4 % of CPU per MiniLM run at 512 tokens, but where THP
-    defrags on madvise (the Debian/Ubuntu default) every new 2 MB page of a long input's attention scores is
-    compacted for: at 4,096 tokens the child's first runs spent 6 s and 4 s of system time (a plain process 0.7 s)
-    and its steady runs were 5.2 s against 4.6 s without (bench/RESULTS.md, "On-demand at 4,096 tokens").  A
-    tunable the user set already wins."""
-    if environ.get("ATTNVIZ_HUGEPAGES") != "1" or not sys.platform.startswith("linux"):
-        return {}
-    have = environ.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc.hugetlb" in have:
-        return {}
-    return {"GLIBC_TUNABLES": ":".join(t for t in (have, "glibc.malloc.hugetlb=1") if t)}
-
-
-class _Popen(subprocess.Popen):
-    def wait(self, timeout=None):
-        try:
-            return super().wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-
 class _MpProcess:  # pragma: no cover - the Popen interface over a multiprocessing.Process (Windows)
     def __init__(self, p):
         self.p = p
@@ -478,11 +430,6 @@ class Dead(Exception):
 
 _generations = itertools.count(1)
 dropped: list[int] = []  # session ids whose proxies are gone (list.append/pop are atomic)
-
-
-def shm_dir() -> str | None:
-    d = "/dev/shm"
-    return d if os.path.isdir(d) and os.access(d, os.W_OK) else None
 
 
 def _part(whole: np.ndarray, item: tuple) -> np.ndarray:

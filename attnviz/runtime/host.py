@@ -83,6 +83,12 @@ def _current_host() -> ChildProcess:
         return _host
 
 
+def running() -> bool:
+    """Whether this process has a live child (:mod:`attnviz.runtime.child_start` starts none early then)."""
+    with _host_lock:
+        return _host is not None and _host.alive
+
+
 def prestart() -> None:
     """Start the child now, so that its interpreter and onnxruntime load while this process is still reading
     and instrumenting the model (a command that will run a model calls this first: the child's start-up,

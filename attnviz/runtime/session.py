@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
 from attnviz import AttnvizError
-from attnviz.runtime import cuda_kept
 from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onnxruntime: the parent uses them
-from attnviz.runtime.optcache import GraphKey
+
+if TYPE_CHECKING:  # (the cache's module and cuda_kept are imported where used: a CPU session needs neither)
+    from attnviz.runtime.optcache import GraphKey
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -63,6 +65,8 @@ def make_session(
     want_cuda = provider == "cuda" or (provider == "auto" and CUDA in available and gpu_present())
     # ``auto`` where an earlier session with this onnxruntime, driver and library path landed on the CPU: not asked
     # again (runtime/cuda_kept.py; ``cuda`` always asks, and refuses in one line when CUDA fails)
+    if want_cuda:
+        from attnviz.runtime import cuda_kept
     known = provider == "auto" and want_cuda and cuda_kept.unusable()
     want_cuda = want_cuda and not known
     if provider == "cuda" and CUDA not in available:

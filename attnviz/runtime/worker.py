@@ -536,23 +536,24 @@ def serve_orphanless(conn, outdir: str, parent: int) -> None:  # pragma: no cove
     serve(conn, outdir)
 
 
-if __name__ == "__main__":  # pragma: no cover - the child process
+def serve_child(fd: int, outdir: str, watch: int, parent: int, main: bool) -> None:  # pragma: no cover - the child
+    """The posix child's life: end with the parent (even mid-run: a kill -9 of attnviz must not leave us), serve its
+    requests on the socket ``fd``, and remove the slots' folder where the parent went without doing so.  Run by
+    this file as a script (:func:`attnviz.runtime.child_start.spawn`) and in a forked child (``child_start.fork``)."""
     import shutil
     from multiprocessing.connection import Connection
 
     from attnviz.runtime.lifetime import die_with_parent
 
-    # FD OUTDIR WATCH PARENT MAIN: end with the parent, even mid-run (a kill -9 of attnviz must not leave us)
-    die_with_parent(
-        int(sys.argv[4]),
-        int(sys.argv[3]),
-        signal_ok=sys.argv[5] == "1",
-        on_orphan=lambda: shutil.rmtree(sys.argv[2], ignore_errors=True),
-    )
+    die_with_parent(parent, watch, signal_ok=main, on_orphan=lambda: shutil.rmtree(outdir, ignore_errors=True))
     try:
-        serve(Connection(int(sys.argv[1])), sys.argv[2])
+        serve(Connection(fd), outdir)
     except (EOFError, OSError):  # a reply the parent was no longer there to read
         pass
     # the parent is gone (its end of the socket closed) without removing the slots' folder: it was killed by a
     # signal or left through os._exit (a parent that stops the child kills it first and removes the folder itself)
-    shutil.rmtree(sys.argv[2], ignore_errors=True)
+    shutil.rmtree(outdir, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - the child process: FD OUTDIR WATCH PARENT MAIN
+    serve_child(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1")

@@ -162,6 +162,12 @@ def request_from_args(args) -> AnalyzeRequest:
 
 def analyze_from_args(args):
     """Open args.model and run it on the input the arguments name; returns (model, result)."""
+    from attnviz.runtime.child_start import start_early
+
+    if any(getattr(args, k, None) is not None for k in ("text", "image", "audio", "inputs")):
+        # the isolation child starts before this process imports numpy and onnx (runtime/child_start.py); a
+        # command with no input at all is refused below without one (require_input)
+        start_early()
     from attnviz.runtime import open_model
     from attnviz.runtime.sample import require_input
 

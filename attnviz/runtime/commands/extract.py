@@ -19,13 +19,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.core import limits
-    from attnviz.core.io import save_npz, written_bytes
-    from attnviz.core.rows import beam_rows
     from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
-    from attnviz.runtime.truncation import cut_notes
-    from attnviz.runtime.unknown_tokens import unknown_notes
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -39,7 +34,13 @@ def run(args) -> int:
         },
         {"--out": out},
     )
-    model, result = analyze_from_args(args)
+    model, result = analyze_from_args(args)  # (first: it starts the isolation child before numpy is imported)
+    from attnviz.core import limits
+    from attnviz.core.io import save_npz, written_bytes
+    from attnviz.core.rows import beam_rows
+    from attnviz.runtime.truncation import cut_notes
+    from attnviz.runtime.unknown_tokens import unknown_notes
+
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
     limits.check("output_mb", mb, f"the maps for {out.name}{_frames_said(result.maps)}")  # before on-demand maps
     save_npz(result, out)

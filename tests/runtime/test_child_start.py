@@ -1,0 +1,133 @@
+"""runtime/child_start.py: ``attnviz extract`` starts its crash-isolation child before it imports numpy, onnx or
+onnxruntime, as a fork once numpy is loaded; the maps that child makes are the bytes an in-process session makes;
+a command refused for its arguments starts none; and a process a fork must not copy spawns instead.  Each command
+runs in a fresh interpreter (what is imported when is the point), watched from inside by wrapping the module's
+functions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.runtime import child_start
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = REPO / "models" / "sequence-classification.onnx"
+
+# runs `attnviz ARGV...` in this interpreter with start_early and fork wrapped; prints what they saw, as JSON
+WATCHED = """
+import json, sys
+from attnviz.runtime import child_start
+seen = {"starts": [], "forks": 0}
+start, fork = child_start.start_early, child_start.fork
+def watched_start():
+    seen["starts"].append(sorted(m for m in ("numpy", "onnx", "onnxruntime") if m in sys.modules))
+    start()
+def watched_fork():
+    seen["forks"] += 1
+    return fork()
+child_start.start_early, child_start.fork = watched_start, watched_fork
+from attnviz.cli import main
+seen["code"] = main(sys.argv[1:])
+seen["onnxruntime_here"] = "onnxruntime" in sys.modules
+print(json.dumps(seen))
+"""
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def _watched(*argv) -> dict:
+    env = _env()
+    env.pop("ATTNVIZ_INPROCESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", WATCHED, *map(str, argv)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]) | {"stderr": done.stderr}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
+def test_extract_forks_its_child_before_onnx_and_its_maps_are_an_in_process_sessions_bytes(tmp_path):
+    forked, inproc = tmp_path / "forked.npz", tmp_path / "inproc.npz"
+    seen = _watched("extract", MODEL, "--text", "1 2 3 4 5 6 7", "--out", forked)
+    assert seen["code"] == 0, seen["stderr"]
+    # started once, before numpy, onnx and onnxruntime were imported, as a fork; the parent never loads onnxruntime
+    assert seen["starts"] == [[]] and seen["forks"] == 1 and not seen["onnxruntime_here"]
+
+    # the same command with the session in its own process (ATTNVIZ_INPROCESS): no child at all
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz.cli", "extract", str(MODEL), "--text", "1 2 3 4 5 6 7", "--out", str(inproc)],
+        env=_env(ATTNVIZ_INPROCESS="1"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    a, b = np.load(forked), np.load(inproc)
+    assert sorted(a.files) == sorted(b.files)
+    maps = [k for k in a.files if k.startswith("attn_")]
+    assert maps
+    for k in maps:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes(), k
+
+
+def test_a_command_refused_for_its_arguments_starts_no_child(tmp_path):
+    seen = _watched("extract", MODEL, "--out", tmp_path / "x.npz")  # no input at all
+    assert seen["code"] == 2 and "no input" in seen["stderr"]
+    assert seen["starts"] == [] and seen["forks"] == 0
+
+
+def test_a_process_a_fork_must_not_copy_spawns_its_child(monkeypatch):
+    if not sys.platform.startswith("linux"):
+        assert not child_start.forkable()
+        return
+    monkeypatch.delenv("ATTNVIZ_HUGEPAGES", raising=False)
+    for name in child_start.NO_FORK_WITH:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    if threading.active_count() != 1 or threading.current_thread() is not threading.main_thread():
+        pytest.skip("this test process runs other threads (a fork is then refused anyway)")
+    assert child_start.forkable()
+    for name in ("torch", "onnxruntime"):  # their threads and state (onnxruntime's environment) must not be copied
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, name, sys)
+            assert not child_start.forkable()
+    with monkeypatch.context() as m:
+        m.setenv("ATTNVIZ_HUGEPAGES", "1")  # a malloc tunable is set at exec only
+        assert not child_start.forkable()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not child_start.forkable()  # another thread: it could hold a lock the child would need
+    finally:
+        stop.set()
+        t.join()
+    assert child_start.forkable()
+
+
+def test_no_second_child_is_started_beside_a_running_one(monkeypatch):
+    """A second command in one process (tests, a notebook) already has its child: nothing is forked or spawned."""
+    from attnviz.runtime import host
+
+    started = []
+    monkeypatch.setattr(child_start, "fork", lambda: started.append("fork"))
+    monkeypatch.setattr(child_start, "spawn", lambda: started.append("spawn"))
+    monkeypatch.delenv("ATTNVIZ_INPROCESS", raising=False)
+    monkeypatch.setattr(child_start, "_early", None)
+    monkeypatch.setattr(host, "running", lambda: True)
+    child_start.start_early()
+    assert started == [] and child_start._early is None
+    monkeypatch.setattr(host, "running", lambda: False)
+    child_start.start_early()
+    assert len(started) == 1 or os.name != "posix"
