@@ -52,8 +52,9 @@ from attnviz.corpus.plan import (
 )
 from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, layout
 from attnviz.corpus.roles import induction_scores
-from attnviz.corpus.stream import Stream
+from attnviz.corpus.stream import MostlyUnknown, Stream
 from attnviz.corpus.vlm_folder import vision_file
+from attnviz.runtime.unknown_tokens import corpus_note
 
 CHECKPOINT_EVERY_S = 2.0
 
@@ -66,6 +67,7 @@ class CorpusSummary:
     resumed_items: int
     wall_s: float
     items_per_s: float
+    note: str | None = None  # said once after the run (a corpus mostly of the unknown token)
 
 
 def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
@@ -303,6 +305,11 @@ def _run(
         run[VISION_TOWER_KEY] = True
     if stream.cut is not None:  # --max-tokens: the items cut (their examples show what was read), and how
         run.update(stream.cut)
+    note = None
+    if stream.unknown is not None:  # texts the tokenizer mostly does not know (runtime/unknown_tokens.py)
+        run["items_mostly_unknown"] = stream.unknown.items
+        run["unknown_token"] = stream.unknown.token
+        note = corpus_note(stream.unknown.items, acc.items, stream.unknown.token)
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
@@ -314,7 +321,8 @@ def _run(
         run,
     )
     ckpt.unlink(missing_ok=True)
-    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
+    rate = done / run_s if run_s > 0 else 0.0
+    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, rate, note)
 
 
 def _tower_frames(cfg: CorpusConfig, model):
@@ -489,6 +497,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     gold_info = None
     audio = None
     cuts: dict[int, Read] = {}  # --max-tokens: the items cut, with what the model read of each
+    unknown = None  # texts: the items mostly of the unknown token
     sides = None  # --max-tokens over sources and targets: (sources cut, targets cut)
     if cfg.audio_dir is not None:
         items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
@@ -498,6 +507,9 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None, max_tokens=cfg.max_tokens)
         cuts, sides = enc.cuts, enc.sides_cut
+        unknown = _unknown(
+            model.tokenizers[0] or model.tokenizers[1], pairs.mostly_unknown_items(enc, *model.tokenizers)
+        )
         plan_gold = None
         if cfg.gold_column:
             plan_gold, gold_info = _gold_plan(cfg, model, items, enc)
@@ -522,6 +534,8 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             heads=nh,
         )
         cuts = tokens.cuts
+        src, tgt = model.tokenizers
+        unknown = _unknown((tgt or src) if kind == "decoder" else src, tokens.mostly_unknown)
         del tokens
     else:
         size = cfg.batch_size
@@ -596,6 +610,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         batches=len(specs),
         cut=None if cfg.max_tokens is None else _truncation(cfg, kind, len(cuts), sides),
         layout=layout if cfg.engine == "local" else None,  # (Ray places its actors itself)
+        unknown=unknown,
         settings={  # what the fingerprint hashes, by name (the plan and the heads follow from these)
             "the model": model_sha,
             "the data": data_sha,
@@ -608,6 +623,12 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             "example ranking (the attnviz version)": EXAMPLE_RANKING,
         },
     )
+
+
+def _unknown(tok, count: int | None) -> MostlyUnknown | None:
+    """What run.json and the closing note say of the items mostly of ``tok``'s unknown token (None: not counted)."""
+    unk = getattr(tok, "unk_id", None)
+    return None if count is None or unk is None else MostlyUnknown(count, tok.label(unk))
 
 
 def _audio_plan(cfg: CorpusConfig, model, sites):
@@ -744,10 +765,11 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
     )
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items, stream.resumed, cut = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        parts, items, stream.resumed, cut, unknown = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
         stream.items = lambda: items  # filled as the partials are folded (Ray runs read it after the fold)
         if cut is not None:
             stream.cut = _truncation(cfg, kind, cut)
+        stream.unknown = _unknown(tok, unknown)
         return parts
 
     stream = Stream(partials, dict, None, data_sha, "file", None, workers, threads)
