@@ -24,7 +24,7 @@ from attnviz.core.attention import VISION_TOWER_KEY
 from attnviz.core.notice import say
 from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
-from attnviz.core.writes import command_scope, make_folder
+from attnviz.core.writes import command_scope, make_folder, results_folder_on_failure
 from attnviz.corpus import items as it
 from attnviz.corpus import output, resume_settings
 from attnviz.corpus import prestart as starting
@@ -107,7 +107,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         warm: list[WarmPool] = []  # local workers started early (starting.prestart); stopped however the run ends
         hashing: list[_ModelHash] = []  # the model's hash in a thread; given up on however the run ends
         try:
-            return _run(cfg, on_batch, warm, hashing)
+            with results_folder_on_failure(cfg.out, CHECKPOINT):  # a failed run leaves no folder it made for nothing
+                return _run(cfg, on_batch, warm, hashing)
         finally:
             for w in warm:
                 w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
