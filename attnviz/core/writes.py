@@ -125,9 +125,9 @@ def results_folder_on_failure(folder: str | os.PathLike, resume_file: str | None
     """Around a command that makes ``folder`` (its ``--out``) and writes into it: when the command fails (an
     error: a Ctrl-C is the command's own to handle), a folder it created is removed again, with the parents it
     created, unless it holds a ``resume_file`` this command wrote (a checkpoint that the same command resumes).
-    That one is kept and the error line says so (unless it already tells to run the same command).  A folder that was there
-    before is never removed, nor is anything in it: a failed run on a full disk left an empty or partial folder
-    that the next run then had to be pointed past, or refused (``train``: "not empty")."""
+    That one is kept and the error line says so (unless it already tells to run the same command).  A folder that
+    was there before is never removed, nor is anything in it: a failed run on a full disk left an empty or partial
+    folder that the next run then had to be pointed past, or refused (``train``: "not empty")."""
     path = Path(folder)
     created = _missing_levels(path)
     before = _stamp(path / resume_file) if resume_file else None

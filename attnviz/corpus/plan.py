@@ -164,9 +164,9 @@ ENCODE_CHUNK = 4096  # items a tokenizer call encodes at once: its per-item obje
 
 
 def _encode_chunk(model, tok, decoder: bool, items: list[Item], max_tokens: int | None = None):
-    """``(ids, special, type_ids, counts, cuts, mostly_unknown)`` of ``items``: one batched call (decoders see raw text, as in
-    `attnviz open`; encoders get their [CLS]/[SEP] and the optional pair), cut to ``max_tokens`` (``cuts``: see
-    :class:`Encoded`).  An item with no tokens still counts: one pad-id token keeps shapes valid.  Where the
+    """``(ids, special, type_ids, counts, cuts, mostly_unknown)`` of ``items``: one batched call (decoders see raw
+    text, as in `attnviz open`; encoders get their [CLS]/[SEP] and the optional pair), cut to ``max_tokens``
+    (``cuts``: see :class:`Encoded`; ``mostly_unknown``: the items mostly of the unknown token).  An item with no tokens still counts: one pad-id token keeps shapes valid.  Where the
     tokenizer fails, one by one, so that the error names the item; so does an item past the model's positions."""
     texts = [it.text for it in items]
     pairs = None if decoder else [it.pair for it in items]
