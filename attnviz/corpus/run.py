@@ -21,6 +21,7 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
+from attnviz.core.leaving import leaves_at_once
 from attnviz.core.notice import say
 from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
@@ -238,12 +239,14 @@ def _run(
                 last_save = time.perf_counter()
             if on_batch is not None:
                 on_batch(acc.items)
-    except BaseException:
+    except BaseException as e:
         # the bar first: tqdm leaves the cursor after the bar, and a checkpoint that cannot be saved below (a full
         # disk) put "attnviz: error: ..." on the bar's line, the bar drawn again after it at exit
         bar.close()
-        if loading is not None:
-            loading.join()  # not left importing while the interpreter exits
+        if loading is not None and not (isinstance(e, KeyboardInterrupt) and leaves_at_once()):
+            # not left importing while the interpreter exits; a Ctrl-C of the command, which leaves through
+            # os._exit (no teardown: core/leaving.py), does not wait on it (seconds under load)
+            loading.join()
         if stream.fingerprint is not None and acc.next_batch > 0:
             acc.save(ckpt, stream.fingerprint, stream.settings)  # interrupted: keep every folded batch for the next run
         elif made and not any(out.iterdir()):  # stopped before its first batch (a model refused at its first run)
