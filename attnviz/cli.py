@@ -210,7 +210,7 @@ def _run_command(args: argparse.Namespace) -> int:
         return 130
     except MemoryError:
         print(
-            "attnviz: error: out of memory; use a smaller input (or --mode ondemand for long inputs)", file=sys.stderr
+            "attnviz: error: out of memory; use a smaller input (or --memory ondemand for long inputs)", file=sys.stderr
         )
         return 2
     except BrokenPipeError:  # `attnviz inspect --json | head`: the reader left; not an error of ours
