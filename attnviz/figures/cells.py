@@ -29,13 +29,13 @@ from attnviz.figures.svg_out import in_blocks, writes_svg
 EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most cells numbered exactly
 
 
-def _svg_blocks(image: AxesImage, renderer, made: tuple) -> tuple:
-    """``made`` (``make_image``'s answer for ``image``, unsampled) with each pixel a block of pixels when the
+def _svg_blocks(renderer, made: tuple) -> tuple:
+    """``made`` (``make_image``'s answer for an image, unsampled) with each pixel a block of pixels when the
     output is SVG (:func:`attnviz.figures.svg_out.in_blocks`: librsvg smooths an embedded image)."""
     im, left, bottom, trans = made
     if im is None or not writes_svg(renderer):
         return made
-    im, trans = in_blocks(im, trans, units_per_inch=image.get_figure(root=True).dpi)  # SVG: 72 units an inch
+    im, trans = in_blocks(im, trans, units_per_inch=renderer.points_to_pixels(72.0))  # SVG: 72 units an inch
     return im, left, bottom, trans
 
 
@@ -50,7 +50,7 @@ class VectorCells(AxesImage):
 
     def make_image(self, renderer, magnification=1.0, unsampled=False):
         made = super().make_image(renderer, magnification, unsampled)
-        return _svg_blocks(self, renderer, made) if unsampled else made
+        return _svg_blocks(renderer, made) if unsampled else made
 
 
 def _vector(renderer) -> bool:
@@ -85,7 +85,7 @@ class PhotoOverlay(AxesImage):
 
     def make_image(self, renderer, magnification=1.0, unsampled=False):
         made = super().make_image(renderer, magnification, unsampled)
-        return _svg_blocks(self, renderer, made) if unsampled else made
+        return _svg_blocks(renderer, made) if unsampled else made
 
     def _make_image(self, A, *args, unsampled=False, **kw):
         # unsampled: only vector backends ask (Agg never does), and the composite has the heat's shape and extent
