@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from attnviz import AttnvizError, __version__
+from attnviz.core.leaving import set_leaves_at_once
 from attnviz.core.limits import set_memory_cap
 from attnviz.core.writes import command_scope
 
@@ -155,8 +156,13 @@ def main(argv: list[str] | None = None, *, leave: bool = False) -> int:
     if not hasattr(args, "_run"):
         parser.print_help()
         return 2
-    code = _run_command(args)
-    if leave and args._leaves_at_once:
+    at_once = bool(leave and args._leaves_at_once)
+    set_leaves_at_once(at_once)  # (core/leaving.py: a Ctrl-C need not wait for a daemon thread then)
+    try:
+        code = _run_command(args)
+    finally:
+        set_leaves_at_once(False)
+    if at_once:
         _leave_at_once(code)
     return code
 
@@ -204,7 +210,7 @@ def _run_command(args: argparse.Namespace) -> int:
         return 130
     except MemoryError:
         print(
-            "attnviz: error: out of memory; use a smaller input (or --mode ondemand for long inputs)", file=sys.stderr
+            "attnviz: error: out of memory; use a smaller input (or --memory ondemand for long inputs)", file=sys.stderr
         )
         return 2
     except BrokenPipeError:  # `attnviz inspect --json | head`: the reader left; not an error of ours

@@ -104,3 +104,18 @@ def test_ctrl_c_that_an_extension_import_turned_into_its_error_is_told_as_an_int
     monkeypatch.setattr(inspect, "run", plain_error)
     assert main(["inspect", "m.onnx"]) == 1
     assert "internal error (ImportError" in capsys.readouterr().err
+
+
+def test_out_of_memory_names_the_memory_flag_not_opens_aggregation_flag(monkeypatch, capsys):
+    """It said "--mode ondemand": --mode is `open`'s aggregation (ondemand is no choice of it) and extract's
+    deprecated spelling of --memory."""
+    from attnviz.cli import main
+    from attnviz.runtime.commands import inspect
+
+    def out_of_memory(args):
+        raise MemoryError
+
+    monkeypatch.setattr(inspect, "run", out_of_memory)
+    assert main(["inspect", "m.onnx"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "attnviz: error: out of memory; use a smaller input (or --memory ondemand for long inputs)"

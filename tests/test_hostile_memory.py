@@ -227,3 +227,45 @@ def test_the_extrapolated_parameter_count_is_the_built_models(arch, monkeypatch)
     budget.check_training_memory(mcfg, tcfg)
     built = sum(p.numel() for p in AttnModel(mcfg).parameters())
     assert f"({built:,} parameters;" in seen[-1], (built, seen)  # (seen[0]: the activations alone)
+
+
+def _suggestion(line: str) -> str:
+    """What the refusal tells to do: the line after the estimate (the sizes the user typed stay as typed)."""
+    return line.split("; ", 1)[1]
+
+
+def test_a_need_past_any_machine_names_what_lowers_it_not_a_cap_of_many_digits(monkeypatch):
+    monkeypatch.setenv(limits.MEMORY_ENV, "16")
+    with pytest.raises(limits.MemoryRefused) as e:
+        limits.check_memory(5.2e35, "this run", hint="use a smaller input", lower="cut the input with --max-tokens N")
+    line = str(e.value)
+    assert (
+        line
+        == "this run needs about 5.2e+35 bytes, more memory than any machine has; cut the input with --max-tokens N"
+    )
+    # under a petabyte the cap is still the fix a larger machine can take: its number is short
+    with pytest.raises(limits.MemoryRefused) as e:
+        limits.check_memory(64e12, "this run", lower="unused")
+    assert "--max-memory 70400 " in str(e.value) and "64.0 TB" in str(e.value)
+    assert limits.size_text(2.5e15) == "2.5 PB" and not limits.beyond_any_machine(0.9e15)
+
+
+def test_a_map_of_40_petabytes_names_max_tokens_and_ondemand(tmp_path):
+    model = swollen(tmp_path / "pb.onnx", [100_000_000, 100_000_000], op="ConstantOfShape")  # 4e16 bytes
+    code, err = run_cli("extract", model, "--text", TEXT, "--out", tmp_path / "m.npz", memory_gb=AS_GB)
+    assert code == 2
+    one_line(err, "PB", "more memory than any machine has", "--max-tokens", "--memory ondemand")
+    line = err.strip()
+    assert "--max-memory" not in line and not re.search(r"\d{7}", _suggestion(line))
+
+
+def test_train_with_10_to_the_30_layers_names_the_sizes_to_lower_not_a_27_digit_cap(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    argv = ["train", "sequence-classification", "--out", out, "--preset", "tiny", "--set", f"n_layers={10**30}"]
+    code, err = run_cli(*argv, bound_s=60)
+    assert code == 2
+    one_line(err, "more memory than any machine has", "choose smaller sizes with --set", "n_layers")
+    line = err.strip()
+    assert "--max-memory" not in line and not re.search(r"\d{7}", _suggestion(line))
+    assert not out.exists()

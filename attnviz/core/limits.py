@@ -111,6 +111,10 @@ def memory_cap() -> tuple[int, str]:
 
 
 def size_text(n: float) -> str:
+    if n >= 1e18:  # an absurd model's need: its digits would fill the line
+        return f"{n:.1e} bytes"
+    if n >= 1e15:
+        return f"{n / 1e15:,.1f} PB"
     if n >= 1e12:
         return f"{n / 1e12:,.1f} TB"
     return f"{n / GB:.1f} GB" if n >= 0.1 * GB else f"{n / 1e6:.1f} MB"
@@ -124,10 +128,31 @@ class MemoryRefused(AttnvizError):
         self.need, self.cap = need, cap
 
 
-def check_memory(need: float, what: str, detail: str = "", hint: str = "use a smaller input") -> None:
+BEYOND_BYTES = 1e15  # a petabyte: more than any one machine's memory (the largest hold tens of TB)
+BEYOND_RAM = 1000  # and, on a machine of more than a TB, a thousand times its own
+
+
+def beyond_any_machine(need: float) -> bool:
+    """Whether ``need`` bytes is past any machine (over a petabyte, and over a thousand times this one's RAM): then
+    no cap is worth raising, and a refusal names what lowers the need instead of a ``--max-memory`` of 27 digits.
+    Not the RAM alone: a 64 TB need on a 16 GB laptop still names the cap a larger machine could be given."""
+    ram = physical_memory() or 0
+    return need > max(BEYOND_BYTES, BEYOND_RAM * ram)
+
+
+def check_memory(
+    need: float, what: str, detail: str = "", hint: str = "use a smaller input", lower: str | None = None
+) -> None:
     """The one memory refusal: ``what`` needs about ``need`` bytes (an estimate made before allocating);
-    over the cap it is one line naming the estimate, the cap and the flag that raises it."""
+    over the cap it is one line naming the estimate, the cap and the flag that raises it; past any machine
+    (:func:`beyond_any_machine`), the estimate and what lowers it (``lower``, else ``hint``), no cap to raise."""
     cap, source = memory_cap()
+    if need > cap and beyond_any_machine(need):
+        raise MemoryRefused(
+            f"{what} needs about {size_text(need)}{detail}, more memory than any machine has; {lower or hint}",
+            int(min(need, 2**63 - 1)),
+            cap,
+        )
     if need > cap:
         more = math.ceil(need / GB * 1.1)
         raise MemoryRefused(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -96,6 +97,56 @@ def make_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
     except OSError as e:
         raise AttnvizError(f"cannot create folder {path}: {e.strerror or e}; choose a writable {flag}") from None
     return path
+
+
+def _missing_levels(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist now, deepest first: what a ``mkdir(parents=True)`` would make."""
+    made = []
+    p = Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        made.append(p)
+        p = p.parent
+    return made
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+KEPT = "partial results kept in {}; rerun the same command to resume"
+
+
+@contextmanager
+def results_folder_on_failure(folder: str | os.PathLike, resume_file: str | None = None) -> Iterator[None]:
+    """Around a command that makes ``folder`` (its ``--out``) and writes into it: when the command fails (an
+    error: a Ctrl-C is the command's own to handle), a folder it created is removed again, with the parents it
+    created, unless it holds a ``resume_file`` this command wrote (a checkpoint that the same command resumes).
+    That one is kept and the error line says so (unless it already tells to run the same command).  A folder that
+    was there before is never removed, nor is anything in it: a failed run on a full disk left an empty or partial
+    folder that the next run then had to be pointed past, or refused (``train``: "not empty")."""
+    path = Path(folder)
+    created = _missing_levels(path)
+    before = _stamp(path / resume_file) if resume_file else None
+    try:
+        yield
+    except Exception as e:
+        now = _stamp(path / resume_file) if resume_file else None
+        if now is not None and now != before:  # this run's checkpoint: the same command resumes from it
+            if isinstance(e, AttnvizError) and "the same command" not in str(e):  # (train's interrupts say it)
+                raise AttnvizError(f"{e}; {KEPT.format(path)}", param=e.param) from None
+            raise
+        if created and os.path.isdir(created[0]) and not os.path.islink(created[0]):
+            shutil.rmtree(created[0], ignore_errors=True)  # made by this command: everything in it is its own
+            for parent in created[1:]:
+                try:
+                    os.rmdir(parent)  # only while empty
+                except OSError:
+                    break
+        raise
 
 
 def staging_folder(target: str | os.PathLike, flag: str = "--out") -> Path:

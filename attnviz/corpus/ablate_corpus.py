@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.core.writes import make_folder
+from attnviz.core.writes import make_folder, results_folder_on_failure
 from attnviz.corpus.ablate_plan import AblateCorpusConfig, check_config, plan_ablation
 from attnviz.corpus.ablate_work import AblatePartial, Off
 
@@ -127,7 +127,8 @@ def run_ablation(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None
             (CHECKPOINT, RUN),
         )
         output.refuse_model_folder(Path(cfg.out), {"the model": cfg.model})
-        return _run(cfg, on_batch)
+        with results_folder_on_failure(cfg.out, CHECKPOINT):  # a failed run leaves no folder it made for nothing
+            return _run(cfg, on_batch)
 
 
 def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> AblateCorpusResult:

@@ -134,6 +134,10 @@ def run(args) -> int:
         f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {s.items} items in {s.batches} batches{resumed}, "
         f"{s.items_per_s:.1f} items/s, {s.wall_s:.1f} s"
     )
+    if s.note:
+        from attnviz.core.notice import say
+
+        say(s.note)
     if args.gold_column:
         _print_gold(s.out)
     if args.gold_dir:

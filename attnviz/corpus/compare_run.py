@@ -23,7 +23,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.compare import MEASURES
 from attnviz.core.words import with_article
-from attnviz.core.writes import command_scope, make_folder
+from attnviz.core.writes import command_scope, make_folder, results_folder_on_failure
 from attnviz.corpus import items as it
 from attnviz.corpus import outfiles, resume_settings
 from attnviz.corpus.compare_engines import ENGINES, ComparePool
@@ -97,7 +97,8 @@ def run_compare_corpus(cfg: CompareCorpusConfig, on_batch: Callable[[int], None]
         outfiles.refuse_model_folder(out, {"model A": cfg.a, "model B": cfg.b})
         pools: list[ComparePool] = []
         try:
-            return _run(cfg, on_batch, pools)
+            with results_folder_on_failure(out, CHECKPOINT):  # a failed run leaves no folder it made for nothing
+                return _run(cfg, on_batch, pools)
         finally:
             for p in pools:
                 p.close(kill=True)

@@ -132,6 +132,22 @@ def encode_pairs(model, items: list[Item], words: bool = False, max_tokens: int 
     return out
 
 
+def mostly_unknown_items(enc: Encoded, src_tok, tgt_tok) -> int | None:
+    """How many items have a source, or a target, mostly of its tokenizer's unknown token (a corpus in the wrong
+    language: runtime/unknown_tokens.py); None where neither tokenizer names an unknown token."""
+    from attnviz.runtime.unknown_tokens import mostly_unknown
+
+    unk_src, unk_tgt = getattr(src_tok, "unk_id", None), getattr(tgt_tok or src_tok, "unk_id", None)
+    if unk_src is None and unk_tgt is None:
+        return None
+    n = 0
+    for ids, special, dec, dec_special in zip(enc.src, enc.src_special, enc.dec, enc.dec_special):
+        n += (unk_src is not None and mostly_unknown(unk_src, ids, special)) or (
+            unk_tgt is not None and mostly_unknown(unk_tgt, dec, dec_special)
+        )
+    return n
+
+
 def _encode_words(model, out: Encoded, src_tok, tgt_tok, start: int, items: list[Item]) -> Encoded:
     from attnviz.runtime.align import encode_words
 

@@ -14,6 +14,7 @@ from attnviz.core.words import with_article
 from attnviz.corpus.cut import Read, cut
 from attnviz.corpus.items import Item, item_error
 from attnviz.runtime.limits import check_positions
+from attnviz.runtime.unknown_tokens import items_mostly_unknown
 
 # model kinds a corpus run handles: self-attention over one padded sequence (or fixed-size images), and
 # encoder-decoder text models (source + teacher-forced target: corpus/pairs.py)
@@ -108,6 +109,8 @@ class Encoded:
     special: np.ndarray  # bool
     # --max-tokens: Item.index -> what the model read of it (the start of its text, and pair), items cut only
     cuts: dict[int, Read] = field(default_factory=dict)
+    # the items mostly of the tokenizer's unknown token (runtime/unknown_tokens.py); None: it names none
+    mostly_unknown: int | None = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -153,16 +156,17 @@ def encode_items(model, items: list[Item], kind: str | None = None, max_tokens: 
     )
     offsets = np.zeros(len(items) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return Encoded(offsets, ids, types, special, {k: v for p in parts for k, v in p[4].items()})
+    unknown = None if getattr(tok, "unk_id", None) is None else sum(p[5] for p in parts)
+    return Encoded(offsets, ids, types, special, {k: v for p in parts for k, v in p[4].items()}, unknown)
 
 
 ENCODE_CHUNK = 4096  # items a tokenizer call encodes at once: its per-item objects stay small beside the flat arrays
 
 
 def _encode_chunk(model, tok, decoder: bool, items: list[Item], max_tokens: int | None = None):
-    """``(ids, special, type_ids, counts, cuts)`` of ``items``: one batched call (decoders see raw text, as in
-    `attnviz open`; encoders get their [CLS]/[SEP] and the optional pair), cut to ``max_tokens`` (``cuts``: see
-    :class:`Encoded`).  An item with no tokens still counts: one pad-id token keeps shapes valid.  Where the
+    """``(ids, special, type_ids, counts, cuts, mostly_unknown)`` of ``items``: one batched call (decoders see raw
+    text, as in `attnviz open`; encoders get their [CLS]/[SEP] and the optional pair), cut to ``max_tokens``
+    (``cuts``: see :class:`Encoded`; ``mostly_unknown``: the items mostly of the unknown token).  An item with no tokens still counts: one pad-id token keeps shapes valid.  Where the
     tokenizer fails, one by one, so that the error names the item; so does an item past the model's positions."""
     texts = [it.text for it in items]
     pairs = None if decoder else [it.pair for it in items]
@@ -192,12 +196,15 @@ def _encode_chunk(model, tok, decoder: bool, items: list[Item], max_tokens: int 
                 check_positions(model, c, fix=fix)
             except AttnvizError as e:
                 raise item_error(it, e) from None
+    # counted on the tokens the model reads, before an empty item's pad token (which may be the unknown's id)
+    unk = getattr(tok, "unk_id", None)
+    unknown = 0 if unk is None else items_mostly_unknown(unk, np.asarray(ids), np.asarray(special, bool), counts)
     empty = counts == 0
     if empty.any():
         at = np.cumsum(counts)[empty]  # where each empty item's one token goes (before the next item's)
         ids, special, types = np.insert(ids, at, 0), np.insert(special, at, True), np.insert(types, at, 0)
         counts = np.where(empty, 1, counts)
-    return ids, special, types, counts, cuts
+    return ids, special, types, counts, cuts, unknown
 
 
 def _too_long(model, n: int) -> bool:

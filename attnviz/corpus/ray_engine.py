@@ -251,9 +251,11 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
     from attnviz.corpus.cut import cut
     from attnviz.corpus.items import item_error
     from attnviz.runtime.inputs import tokens_kept
+    from attnviz.runtime.unknown_tokens import mostly_unknown
 
     tok = pickle.loads(tokenizer)
-    ids, types, special = [], [], []
+    unk = getattr(tok, "unk_id", None)  # counted where named: the items mostly of it (runtime/unknown_tokens.py)
+    ids, types, special, unknown = [], [], [], []
     texts, pairs = batch.column("text").to_pylist(), batch.column("pair").to_pylist()
     wheres = batch.column("where").to_pylist() if "where" in batch.column_names else [None] * len(texts)
     was_cut = []
@@ -273,6 +275,8 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
                 raise item_error(Item(int(index), text=text, pair=pair, where=wheres[n]), e) from None
             row = [[x for x, k in zip(v, keep) if k] for v in row]
             texts[n], pairs[n] = read.text, pairs[n] if read.pair is None else read.pair
+        if unk is not None:  # on what the model reads, as the local plan counts (corpus/plan.py)
+            unknown.append(bool(row[0]) and mostly_unknown(unk, row[0], row[2]))
         if row[0]:
             ids.append(row[0])
             types.append(row[1])
@@ -291,6 +295,8 @@ def _tokenise(batch, tokenizer: bytes, decoder: bool, max_tokens: int | None = N
         batch = batch.set_column(batch.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
         batch = batch.set_column(batch.schema.get_field_index("pair"), "pair", pa.array(pairs, pa.string()))
         new["cut"] = pa.array(was_cut, pa.bool_())
+    if unk is not None:
+        new["unknown"] = pa.array(unknown, pa.bool_())
     for name, col in new.items():
         batch = batch.append_column(name, col)
     return batch
@@ -363,6 +369,9 @@ class ReduceActor:
         )
         by_id = {it.index: (it.text or "", it.pair) for it in items}
         cut = dict(zip(cols["id"], batch.column("cut").to_pylist())) if self.job.max_tokens is not None else None
+        unknown = (
+            dict(zip(cols["id"], batch.column("unknown").to_pylist())) if "unknown" in batch.column_names else None
+        )
         rows = []
         for spec in specs:
             p = self.reducer(spec)
@@ -371,6 +380,8 @@ class ReduceActor:
             rows.append(partial_row(p, int(spec.lengths[0]), spec.items[0], {i: by_id[i] for i in named}, spec.items))
             if cut is not None:  # --max-tokens: the batch's items cut (a column only then: older partials lack it)
                 rows[-1]["cut"] = sum(bool(cut[i]) for i in spec.items)
+            if unknown is not None:  # the items mostly of the unknown token (a column only where it is named)
+                rows[-1]["unknown"] = sum(bool(unknown[i]) for i in spec.items)
         return pa.Table.from_pylist(rows)
 
     def _images(self, batch) -> dict:
@@ -523,11 +534,12 @@ def _with_index(ds):
 
 def run_texts(
     setup, job: TextJob, out: Path, progress: bool = False
-) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int], int | None]:
+) -> tuple[Iterator[Partial], dict[int, Item], tuple[int, int], int | None, int | None]:
     """Run the whole pipeline; returns the partials in fold order (read as they are folded), the items the top-k
     examples name (a dict filled as the fold goes: whole once the partials are exhausted), the (items, tokens) an
-    interrupted run had already reduced, and the items ``--max-tokens`` cut (None: not asked; an interrupted
-    run's included, as its tokens are)."""
+    interrupted run had already reduced, the items ``--max-tokens`` cut (None: not asked; an interrupted
+    run's included, as its tokens are), and the items mostly of the unknown token (None: not counted, or not in
+    every partial: the tokenizer names none, or partials kept by an older attnviz)."""
     _ray()  # a clear line when Ray is missing, before anything starts
     if Path(job.path).suffix.lower() == ".jsonl":
         _check_lines(Path(job.path))  # before Ray starts: a refusal is then the only line on stderr
@@ -562,7 +574,8 @@ def run_texts(
         # loses at most the blocks in flight (one sorted block would hold back every file to the end)
         ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
         _reduce_and_write(ds, setup, job, partials)
-        keys = _keys(store.files(), ("first_length", "first_item"), ("cut",) if job.max_tokens is not None else ())
+        small = ("cut",) if job.max_tokens is not None else ()
+        keys = _keys(store.files(), ("first_length", "first_item"), (*small, "unknown"))
     except AttnvizError:
         store.drop()
         raise
@@ -570,13 +583,15 @@ def run_texts(
         store.drop()
         raise _ray_error(e, f"--texts {Path(job.path).name}", "the file") from None
     cut = None if job.max_tokens is None else sum(int(k.small["cut"]) for k in keys)
+    counted = [k.small["unknown"] for k in keys]
+    unknown = None if not counted or None in counted else sum(int(c) for c in counted)
     items: dict[int, Item] = {}
 
     def named(row: dict) -> None:  # the items a batch's top-k names, gathered as the fold takes it
         for i, (t, p) in parse_json(row["texts"], PARTIALS).items():
             items[int(i)] = Item(int(i), text=t, pair=p)
 
-    return _fold(store, keys, named), items, (n_done, tokens_done), cut
+    return _fold(store, keys, named), items, (n_done, tokens_done), cut, unknown
 
 
 @dataclass(frozen=True)
@@ -593,17 +608,20 @@ class RowKey:
 
 def _keys(files: list[Path], keys: tuple[str, ...], small: tuple[str, ...] = ()) -> list[RowKey]:
     """Every partial's :class:`RowKey`, in fold order (by ``keys``; ties in file and row order, as the whole table's
-    stable sort had them).  Reads only those columns: a few numbers a batch, not its arrays."""
+    stable sort had them).  Reads only those columns: a few numbers a batch, not its arrays.  A ``small`` column
+    a file lacks reads as None (a tokenizer without an unknown token writes no ``unknown``)."""
     import pyarrow.parquet as pq
 
     rows = []
     for f, path in enumerate(files):
         pf = pq.ParquetFile(path)
-        cols = pf.read(columns=[*keys, *small]).to_pydict()  # a file's key columns at once (Ray: a row group a batch)
+        has = [c for c in small if c in pf.schema_arrow.names]
+        cols = pf.read(columns=[*keys, *has]).to_pydict()  # a file's key columns at once (Ray: a row group a batch)
         n = 0
         for g in range(pf.num_row_groups):
             for r in range(pf.metadata.row_group(g).num_rows):
-                rows.append(RowKey(tuple(cols[k][n] for k in keys), f, g, r, {c: cols[c][n] for c in small}))
+                found = {c: cols[c][n] if c in cols else None for c in small}
+                rows.append(RowKey(tuple(cols[k][n] for k in keys), f, g, r, found))
                 n += 1
     return sorted(rows, key=lambda k: k.key)  # sorted() is stable: equal keys keep file and row order
 

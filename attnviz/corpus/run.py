@@ -21,10 +21,11 @@ import numpy as np
 
 from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
+from attnviz.core.leaving import leaves_at_once
 from attnviz.core.notice import say
 from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
-from attnviz.core.writes import command_scope, make_folder
+from attnviz.core.writes import command_scope, make_folder, results_folder_on_failure
 from attnviz.corpus import items as it
 from attnviz.corpus import output, resume_settings
 from attnviz.corpus import prestart as starting
@@ -52,8 +53,9 @@ from attnviz.corpus.plan import (
 )
 from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, layout
 from attnviz.corpus.roles import induction_scores
-from attnviz.corpus.stream import Stream
+from attnviz.corpus.stream import MostlyUnknown, Stream
 from attnviz.corpus.vlm_folder import vision_file
+from attnviz.runtime.unknown_tokens import corpus_note
 
 CHECKPOINT_EVERY_S = 2.0
 
@@ -66,6 +68,7 @@ class CorpusSummary:
     resumed_items: int
     wall_s: float
     items_per_s: float
+    note: str | None = None  # said once after the run (a corpus mostly of the unknown token)
 
 
 def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
@@ -105,7 +108,8 @@ def run_corpus(cfg: CorpusConfig, on_batch: Callable[[int], None] | None = None)
         warm: list[WarmPool] = []  # local workers started early (starting.prestart); stopped however the run ends
         hashing: list[_ModelHash] = []  # the model's hash in a thread; given up on however the run ends
         try:
-            return _run(cfg, on_batch, warm, hashing)
+            with results_folder_on_failure(cfg.out, CHECKPOINT):  # a failed run leaves no folder it made for nothing
+                return _run(cfg, on_batch, warm, hashing)
         finally:
             for w in warm:
                 w.close(kill=True)  # idle after a finished run; after an error they may still be opening the model
@@ -235,12 +239,14 @@ def _run(
                 last_save = time.perf_counter()
             if on_batch is not None:
                 on_batch(acc.items)
-    except BaseException:
+    except BaseException as e:
         # the bar first: tqdm leaves the cursor after the bar, and a checkpoint that cannot be saved below (a full
         # disk) put "attnviz: error: ..." on the bar's line, the bar drawn again after it at exit
         bar.close()
-        if loading is not None:
-            loading.join()  # not left importing while the interpreter exits
+        if loading is not None and not (isinstance(e, KeyboardInterrupt) and leaves_at_once()):
+            # not left importing while the interpreter exits; a Ctrl-C of the command, which leaves through
+            # os._exit (no teardown: core/leaving.py), does not wait on it (seconds under load)
+            loading.join()
         if stream.fingerprint is not None and acc.next_batch > 0:
             acc.save(ckpt, stream.fingerprint, stream.settings)  # interrupted: keep every folded batch for the next run
         elif made and not any(out.iterdir()):  # stopped before its first batch (a model refused at its first run)
@@ -303,6 +309,11 @@ def _run(
         run[VISION_TOWER_KEY] = True
     if stream.cut is not None:  # --max-tokens: the items cut (their examples show what was read), and how
         run.update(stream.cut)
+    note = None
+    if stream.unknown is not None:  # texts the tokenizer mostly does not know (runtime/unknown_tokens.py)
+        run["items_mostly_unknown"] = stream.unknown.items
+        run["unknown_token"] = stream.unknown.token
+        note = corpus_note(stream.unknown.items, acc.items, stream.unknown.token)
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
@@ -314,7 +325,8 @@ def _run(
         run,
     )
     ckpt.unlink(missing_ok=True)
-    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, done / run_s if run_s > 0 else 0.0)
+    rate = done / run_s if run_s > 0 else 0.0
+    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, rate, note)
 
 
 def _tower_frames(cfg: CorpusConfig, model):
@@ -489,6 +501,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
     gold_info = None
     audio = None
     cuts: dict[int, Read] = {}  # --max-tokens: the items cut, with what the model read of each
+    unknown = None  # texts: the items mostly of the unknown token
     sides = None  # --max-tokens over sources and targets: (sources cut, targets cut)
     if cfg.audio_dir is not None:
         items, specs, audio, gold_info = _audio_plan(cfg, model, sites)
@@ -498,6 +511,9 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None, max_tokens=cfg.max_tokens)
         cuts, sides = enc.cuts, enc.sides_cut
+        unknown = _unknown(
+            model.tokenizers[0] or model.tokenizers[1], pairs.mostly_unknown_items(enc, *model.tokenizers)
+        )
         plan_gold = None
         if cfg.gold_column:
             plan_gold, gold_info = _gold_plan(cfg, model, items, enc)
@@ -522,6 +538,8 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             heads=nh,
         )
         cuts = tokens.cuts
+        src, tgt = model.tokenizers
+        unknown = _unknown((tgt or src) if kind == "decoder" else src, tokens.mostly_unknown)
         del tokens
     else:
         size = cfg.batch_size
@@ -596,6 +614,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         batches=len(specs),
         cut=None if cfg.max_tokens is None else _truncation(cfg, kind, len(cuts), sides),
         layout=layout if cfg.engine == "local" else None,  # (Ray places its actors itself)
+        unknown=unknown,
         settings={  # what the fingerprint hashes, by name (the plan and the heads follow from these)
             "the model": model_sha,
             "the data": data_sha,
@@ -608,6 +627,12 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             "example ranking (the attnviz version)": EXAMPLE_RANKING,
         },
     )
+
+
+def _unknown(tok, count: int | None) -> MostlyUnknown | None:
+    """What run.json and the closing note say of the items mostly of ``tok``'s unknown token (None: not counted)."""
+    unk = getattr(tok, "unk_id", None)
+    return None if count is None or unk is None else MostlyUnknown(count, tok.label(unk))
 
 
 def _audio_plan(cfg: CorpusConfig, model, sites):
@@ -744,10 +769,11 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
     )
 
     def partials(start: int) -> Iterator[Partial]:
-        parts, items, stream.resumed, cut = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
+        parts, items, stream.resumed, cut, unknown = ray_engine.run_texts(setup, job, Path(cfg.out), cfg.progress)
         stream.items = lambda: items  # filled as the partials are folded (Ray runs read it after the fold)
         if cut is not None:
             stream.cut = _truncation(cfg, kind, cut)
+        stream.unknown = _unknown(tok, unknown)
         return parts
 
     stream = Stream(partials, dict, None, data_sha, "file", None, workers, threads)

@@ -10,6 +10,15 @@ from attnviz.corpus import items as it
 from attnviz.corpus.fold import Partial
 
 
+@dataclass(frozen=True)
+class MostlyUnknown:
+    """The items whose text is mostly the tokenizer's unknown token (runtime/unknown_tokens.py): a corpus in a
+    language or script the model does not read.  run.json records it; the command says it once at the end."""
+
+    items: int
+    token: str  # the unknown token's label ("[UNK]", "<unk>")
+
+
 @dataclass
 class Stream:
     """Where the partials come from: the driver's plan (resumable) or Ray Data reading the file itself."""
@@ -29,5 +38,7 @@ class Stream:
     cut: dict | None = None  # --max-tokens: run.json's account of the cut (run._truncation; None: not asked)
     # the settings the fingerprint stands for, by name (flag -> value), kept beside it (corpus/resume_settings.py)
     settings: dict | None = None
+    # the items mostly of the unknown token (None: not counted: no tokenizer, or one that names no unknown token)
+    unknown: MostlyUnknown | None = None
     # the local engine's worker layout (engines.LAYOUTS) and what chose it (engines.layout_choice); None: Ray's
     layout: tuple[str, str] | None = None

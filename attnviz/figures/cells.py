@@ -11,7 +11,8 @@ few bytes a pixel.
 In a vector output (PDF, SVG) the map is not rasterised at the figure's dpi at all: it is embedded at CELL
 resolution, one image pixel a cell (or a pooled cell: the heat maps pool to at most a device pixel a cell at the
 figure's dpi, ``views._cells_drawn``), and the viewer scales it without smoothing (matplotlib's "unsampled" image:
-SVG ``image-rendering:pixelated``; PDF ``/Interpolate false``, written by ``render.figure_bytes``).  Every cell
+SVG ``image-rendering:pixelated``; PDF ``/Interpolate false``, written by ``render.figure_bytes``).  In SVG each
+cell is a block of pixels (:mod:`attnviz.figures.svg_out`: librsvg smooths whatever the file asks).  Every cell
 stays a crisp square at any zoom, and the file and the writer's memory are the cells', not ~15 M pixels
 (bench/RESULTS.md session 21, pdfcells21).
 """
@@ -23,16 +24,33 @@ from matplotlib import image as mimage
 from matplotlib.image import AxesImage
 from matplotlib.transforms import Affine2D, Bbox, IdentityTransform, Transform
 
+from attnviz.figures.svg_out import in_blocks, writes_svg
+
 EXACT_CELLS = 1 << 24  # float32 holds every whole number up to here: the most cells numbered exactly
+
+
+def _svg_blocks(renderer, made: tuple) -> tuple:
+    """``made`` (``make_image``'s answer for an image, unsampled) with each pixel a block of pixels when the
+    output is SVG (:func:`attnviz.figures.svg_out.in_blocks`: librsvg smooths an embedded image)."""
+    im, left, bottom, trans = made
+    if im is None or not writes_svg(renderer):
+        return made
+    im, trans = in_blocks(im, trans, units_per_inch=renderer.points_to_pixels(72.0))  # SVG: 72 units an inch
+    return im, left, bottom, trans
 
 
 class VectorCells(AxesImage):
     """An :class:`AxesImage` that a vector backend embeds at its own pixels (a pixel a cell, or a photo's pixel,
-    scaled by the viewer without smoothing) instead of resampled to the figure's dpi.  Raster output (Agg) is
-    untouched: Agg does not take a transformed image (``option_scale_image`` is False), so it never asks."""
+    scaled by the viewer without smoothing; in SVG a block of pixels each, :func:`_svg_blocks`) instead of
+    resampled to the figure's dpi.  Raster output (Agg) is untouched: Agg does not take a transformed image
+    (``option_scale_image`` is False), so it never asks."""
 
     def _check_unsampled_image(self):
         return True
+
+    def make_image(self, renderer, magnification=1.0, unsampled=False):
+        made = super().make_image(renderer, magnification, unsampled)
+        return _svg_blocks(renderer, made) if unsampled else made
 
 
 def _vector(renderer) -> bool:
@@ -64,6 +82,10 @@ class PhotoOverlay(AxesImage):
 
     def _check_unsampled_image(self):
         return True
+
+    def make_image(self, renderer, magnification=1.0, unsampled=False):
+        made = super().make_image(renderer, magnification, unsampled)
+        return _svg_blocks(renderer, made) if unsampled else made
 
     def _make_image(self, A, *args, unsampled=False, **kw):
         # unsampled: only vector backends ask (Agg never does), and the composite has the heat's shape and extent

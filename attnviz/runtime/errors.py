@@ -41,6 +41,11 @@ def ort_message(e: BaseException) -> str:
     full = _ARENA_FULL.search(s)
     if full:
         left, asked = (int(x) for x in full.groups())
+        if limits.beyond_any_machine(asked):  # no cap worth raising: what lowers the need
+            return (
+                f"it asked for {limits.size_text(asked)} at once, more memory than any machine has; cut the input "
+                "with --max-tokens N, or keep the maps per head with --memory ondemand"
+            )
         return (
             f"it asked for {limits.size_text(asked)} at once with {limits.size_text(left)} of the memory cap left; "
             f"raise the cap with --max-memory {math.ceil(limits.memory_cap()[0] / limits.GB + asked / limits.GB)} "

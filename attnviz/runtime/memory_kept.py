@@ -265,4 +265,6 @@ def check_run(plan: EstimateCache, feeds: dict, fetch: list[str] | None, label: 
         f"{label}: running it on {fed}" if fed else f"{label}: running it",
         est.detail(),
         hint="shorten the input if the need grows with it",
+        lower="if the need grows with the input, cut it with --max-tokens N, or keep the maps per head with "
+        "--memory ondemand",
     )

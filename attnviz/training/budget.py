@@ -68,6 +68,13 @@ def check_eval(mcfg, tcfg) -> None:
     limits.check("eval_mb", mb, "evaluating the sizes in the model's metadata")
 
 
+# past any machine (core/limits.py): no --max-memory is worth naming, only the sizes that set the need
+LOWER = (
+    "choose smaller sizes with --set: fewer layers (n_layers, n_dec_layers), a shorter max_len, a smaller "
+    "d_model, d_ff or batch_size"
+)
+
+
 def check_training_memory(mcfg, tcfg) -> None:
     """Before torch allocates a model: its parameters counted on torch's ``meta`` device (shapes, no memory), as
     the weights, their gradients and AdamW's two moments (float32: 16 bytes a parameter), plus one batch's
@@ -92,6 +99,7 @@ def check_training_memory(mcfg, tcfg) -> None:
         acts,
         f"training this model ({sizes}, batch_size={tcfg.batch_size}: its activations alone)",
         hint="choose smaller sizes with --set",
+        lower=LOWER,
     )
     # Built with at most two layers a stack and extrapolated (every layer of a stack has the same parameters):
     # built as asked, n_layers=10**30 looped for ever creating modules, before anything was counted.
@@ -103,4 +111,5 @@ def check_training_memory(mcfg, tcfg) -> None:
         params * 16 + acts,
         f"training this model ({params:,} parameters; {sizes}, batch_size={tcfg.batch_size})",
         hint="choose smaller sizes with --set",
+        lower=LOWER,
     )

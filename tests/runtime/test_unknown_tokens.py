@@ -73,3 +73,22 @@ def test_half_or_more_of_the_texts_own_tokens_unknown_is_said(words, said):
 def test_a_tokenizer_that_names_no_unknown_token_is_not_checked():
     tok = VocabTokenizer(["a", "b"], {})
     assert tok.unk_id is None and unknown_note(tok, tok.encode("a b")) is None
+
+
+def test_the_corpus_count_over_flat_arrays_is_the_notes_verdict_item_by_item():
+    # random items of a vocabulary whose unknown token is flagged special (as metadata's is): the vectorised count
+    # over the flat arrays equals, item by item, whether unknown_note would speak
+    import numpy as np
+
+    from attnviz.runtime.unknown_tokens import items_mostly_unknown, mostly_unknown
+
+    tok = VocabTokenizer(["[UNK]", "[CLS]", "[SEP]", "a", "b"], {"unk": 0, "cls": 1, "sep": 2})
+    rng = np.random.default_rng(0)
+    encs = [tok.encode(" ".join(rng.choice(["a", "b", "zz"], size=rng.integers(1, 6)))) for _ in range(300)]
+    said = [unknown_note(tok, e) is not None for e in encs]
+    assert 30 < sum(said) < 270  # both kinds present
+    assert [mostly_unknown(0, e.ids, e.special) for e in encs] == said
+    ids = np.concatenate([e.ids for e in encs])
+    special = np.concatenate([e.special for e in encs]).astype(bool)
+    counts = np.array([len(e.ids) for e in encs])
+    assert items_mostly_unknown(0, ids, special, counts) == sum(said)

@@ -44,7 +44,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
-    from attnviz.core.writes import atomic_write_bytes, guard, make_folder
+    from attnviz.core.writes import atomic_write_bytes, guard, make_folder, results_folder_on_failure
     from attnviz.training import data_translation as dt
 
     if args.max_pairs is not None and args.max_pairs < 1:
@@ -58,15 +58,16 @@ def run(args) -> int:
         raise AttnvizError(f"--out {out} already holds {', '.join(taken)}; choose another folder")
     guard({}, {"--out": [out / n for n in names]})  # nothing is read from the user; written atomically all the same
     pairs = TEST_SETS[args.task]()[: args.max_pairs]
-    make_folder(out)
-    src, tgt, gold = dt.write_pharaoh_files(pairs, out / "test")
-    rows = (
-        {"text": " ".join(p.src), "en": " ".join(p.tgt), "gold": " ".join(f"{i}-{j}" for i, j in sorted(p.links))}
-        for p in pairs
-    )
-    atomic_write_bytes(
-        out / "test.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(), "--out"
-    )
+    with results_folder_on_failure(out):  # a failed write leaves no folder it made, nor its first files
+        make_folder(out)
+        src, tgt, gold = dt.write_pharaoh_files(pairs, out / "test")
+        rows = (
+            {"text": " ".join(p.src), "en": " ".join(p.tgt), "gold": " ".join(f"{i}-{j}" for i, j in sorted(p.links))}
+            for p in pairs
+        )
+        atomic_write_bytes(
+            out / "test.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(), "--out"
+        )
     links = sum(len(p.links) for p in pairs)
     print(f"wrote {src}, {tgt}, {gold} and {out / 'test.jsonl'}: {len(pairs)} pairs, {links} gold links")
     return 0

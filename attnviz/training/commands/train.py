@@ -123,6 +123,16 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
 
 
 def run(args) -> int:
+    from attnviz.core.writes import results_folder_on_failure
+    from attnviz.training.checkpoint import STATE
+
+    # a run that fails before its first checkpoint leaves no folder it made (a later `train --out` refused it as
+    # "not empty"); one with a checkpoint keeps it, and the line says the same command resumes
+    with results_folder_on_failure(args.out, STATE):
+        return _run(args)
+
+
+def _run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.training import checkpoint as ckpt
     from attnviz.training.checkpoint import MODEL, atomic_write_json, check_run_folder
