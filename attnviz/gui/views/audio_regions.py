@@ -119,12 +119,12 @@ class AudioRegionsView(View):
     def on_result(self) -> None:
         self._words_key = None
         found = self.blocks()
-        if found is not None:  # a model that declares its alignment heads opens on them, as Alignment does
+        if found is not None and found[0] is not None:  # declared alignment heads: opened on, as Alignment does
             declared_heads.open_on_declared(self.session, found[0])
 
     def select_word(self, row: int) -> None:
         found = self.blocks()
-        if found is not None:
+        if found is not None and found[0] is not None:
             self._select(found[0], row)
 
     def select_frame(self, frame: int) -> None:
@@ -187,7 +187,7 @@ class AudioRegionsView(View):
         what = v.title.rsplit(" · query", 1)[0]
         where = (
             "click the sound to see where a frame looks"
-            if v.query_kind == "word"
+            if v.query_kind == "word" or not v.words
             else "click a word to see where it looks"
         )
         self.info.setText(
