@@ -237,6 +237,28 @@ model.save_pretrained(src)
 T.Wav2Vec2FeatureExtractor(return_attention_mask=mask, do_normalize=True).save_pretrained(src)
 from optimum.exporters.onnx import main_export
 main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
+if mask:  # optimum exports input_values alone: the mask input comes from torch.onnx (onnx_mask/, the same weights)
+    import shutil
+    masked = out / "onnx_mask"
+    masked.mkdir()
+    for name in ("config.json", "preprocessor_config.json"):
+        shutil.copy(out / "onnx" / name, masked / name)
+    eager = type(model).from_pretrained(src, attn_implementation="eager").eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = eager
+
+        def forward(self, input_values, attention_mask):
+            return self.m(input_values=input_values, attention_mask=attention_mask).last_hidden_state
+
+    x = torch.randn(2, 8000)
+    m = torch.ones(2, 8000, dtype=torch.long)
+    m[1, 5000:] = 0
+    axes = {"input_values": {0: "batch", 1: "samples"}, "attention_mask": {0: "batch", 1: "samples"}}
+    torch.onnx.export(Encoder(), (x, m), str(masked / "model.onnx"), input_names=["input_values", "attention_mask"],
+                      output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
 """
 SCRIPTS = {
     "swin-stages": SWIN_STAGES_SCRIPT,

@@ -342,6 +342,11 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         # the extractor's mask where it returns one; else none, as transformers runs such a model (all ones)
         given = mask if getattr(spec, "return_attention_mask", False) else np.ones_like(mask)
         feeds[mask_in.name] = given.astype(np.dtype(mask_in.dtype))
+    elif mask is not None and len({len(w) for w in waves}) > 1:
+        prep.notes.append(
+            f"{model.path.name} takes no attention mask: the shorter clips' padding ({spec.padding_value:g}) is "
+            "heard as sound and attended to; run them one at a time to see each alone"
+        )
     prep.audio = names
     shown = spec.display(waves, values)
     prep.track = AudioTrack(waves, shown, spec.sampling_rate, spec.hop_length, spec.frame_seconds)

@@ -221,7 +221,16 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             "sites": [s.to_dict() for s in self.sites],
             "no_attention_reason": self.no_attention_reason,
             "fidelity": list(self.fidelity),
-        }
+        } | self._describe_audio()
+
+    def _describe_audio(self) -> dict:
+        """A raw-sample speech encoder's hearing (wav2vec2: its rate and frames), for ``inspect``."""
+        from attnviz.runtime.waveform import EXTRACTOR, WaveSpec
+
+        a = self.meta.get("audio")
+        if not isinstance(a, dict) or a.get("feature_extractor_type") != EXTRACTOR:
+            return {}
+        return {"audio": WaveSpec.from_dict(a).describe()}
 
     # -- sessions ----------------------------------------------------------------
     def _session(self, mode: str):

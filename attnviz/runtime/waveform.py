@@ -123,6 +123,18 @@ class WaveSpec:
             n = (n - k) // s + 1 if n >= k else 0
         return max(n, 0)
 
+    def describe(self) -> dict:
+        """What ``inspect`` says of the model's hearing."""
+        return {
+            "extractor": self.feature_extractor_type,
+            "sampling_rate": self.sampling_rate,
+            "seconds": self.seconds,
+            "frame_seconds": self.frame_seconds,
+            "receptive_seconds": self.receptive_seconds,
+            "do_normalize": self.do_normalize,
+            "return_attention_mask": self.return_attention_mask,
+        }
+
     # -- how long a clip may be ----------------------------------------------------
     def limit(self, max_seconds: float | None) -> float:
         """The longest clip taken: ``--max-seconds`` when given (the model has no window), else the default cap."""
