@@ -225,12 +225,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
 
     def _describe_audio(self) -> dict:
         """A raw-sample speech encoder's hearing (wav2vec2: its rate and frames), for ``inspect``."""
-        from attnviz.runtime.waveform import EXTRACTOR, WaveSpec
+        from attnviz.runtime.waveform import WaveSpec, on_raw_samples
 
-        a = self.meta.get("audio")
-        if not isinstance(a, dict) or a.get("feature_extractor_type") != EXTRACTOR:
-            return {}
-        return {"audio": WaveSpec.from_dict(a).describe()}
+        return {"audio": WaveSpec.from_dict(self.meta["audio"]).describe()} if on_raw_samples(self.meta) else {}
 
     # -- sessions ----------------------------------------------------------------
     def _session(self, mode: str):

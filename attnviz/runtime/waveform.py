@@ -185,6 +185,12 @@ class WaveSpec:
         return log_mel(list(waves), FeatureSpec(sampling_rate=self.sampling_rate, n_samples=max(n, DISPLAY_HOP)))
 
 
+def on_raw_samples(meta: dict) -> bool:
+    """Whether a model's ``meta["audio"]`` is this extractor's (an encoder alone on samples, not Whisper)."""
+    a = meta.get("audio")
+    return isinstance(a, dict) and a.get("feature_extractor_type") == EXTRACTOR
+
+
 def with_conv(prep: dict, cfg: dict) -> dict:
     """``preprocessor_config.json`` with ``config.json``'s conv stack (the frames' spacing lives there)."""
     return {**prep, **{k: cfg[k] for k in ("conv_kernel", "conv_stride") if k in cfg}}
