@@ -170,6 +170,12 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
         alignment=_declared_alignment(model),
     )
 
+    if prep.track is not None and rows is None and "logits" in result.outputs:  # a CTC head on the sound's frames
+        from attnviz.runtime.ctc import label_frames
+
+        prep.src_rows, said = label_frames(model.path, result.outputs["logits"], prep.src_rows)
+        info.notes += said
+
     # axes -------------------------------------------------------------------------------
     dec_rows = bd.decoder_axes(model, prep, rows, feeds) if rows is not None else [None] * prep.batch
     if prep.decoder_is_tokens and model.kind == "decoder":

@@ -294,6 +294,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     a raw-sample encoder's normalised samples (and its attention mask where the graph takes one); the encoder's
     positions are labelled by time (20 ms each for Whisper and wav2vec2's conv stack)."""
     from attnviz.runtime import audio as au
+    from attnviz.runtime.waveform import WaveSpec
 
     aud_in = by_role(model, "audio")
     known = md.section(model.meta, "audio")  # the folder's feature extractor, when it has one
@@ -350,7 +351,18 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     prep.audio = names
     shown = spec.display(waves, values)
     prep.track = AudioTrack(waves, shown, spec.sampling_rate, spec.hop_length, spec.frame_seconds)
-    prep.src_rows = [TokenAxis(au.frame_labels(spec.positions(values.shape[-1]), spec))]
+    n = spec.positions(values.shape[-1])
+    prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
+    if isinstance(spec, WaveSpec):  # an encoder alone on the sound: each clip's loudness above its frames' columns
+        padded = len({len(w) for w in waves}) > 1
+        prep.src_rows = [
+            TokenAxis(
+                au.frame_labels(n, spec),
+                values=spec.levels(w, n),
+                pad=[i >= spec.positions(len(w)) for i in range(n)] if padded else None,
+            )
+            for w in waves
+        ]
 
 
 def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[int]] | None:

@@ -31,6 +31,7 @@ DEFAULT_SECONDS = (
 )
 WAV2VEC2_KERNELS = (10, 3, 3, 3, 3, 2, 2)  # Wav2Vec2Config's (HuBERT's, WavLM's, data2vec-audio's alike)
 WAV2VEC2_STRIDES = (5, 2, 2, 2, 2, 2, 2)
+FLOOR_DB = -80.0  # the level of digital silence (and of the padding after a shorter clip)
 DISPLAY_HOP = 160  # the spectrogram drawn under the maps: Whisper's 10 ms log-mel hop (display only)
 
 
@@ -158,6 +159,17 @@ class WaveSpec:
             f"conv encoder ({ms:g} ms); give a longer clip",
             param="audio",
         )
+
+    def levels(self, wave: np.ndarray, n: int) -> list[float]:
+        """The loudness each of ``n`` frames hears (dBFS: the RMS of its receptive field, floored at
+        :data:`FLOOR_DB`), drawn above the maps on the frames' columns; frames past the clip (a shorter clip in a
+        padded batch) are at the floor."""
+        x = np.asarray(wave, np.float64)
+        cs = np.concatenate([[0.0], np.cumsum(x * x)])
+        start = np.minimum(np.arange(n) * self.hop, len(x))
+        end = np.minimum(start + self.receptive_samples, len(x))
+        power = (cs[end] - cs[start]) / self.receptive_samples
+        return (10 * np.log10(np.maximum(power, 10 ** (FLOOR_DB / 10)))).round(2).tolist()
 
     # -- the model's input -----------------------------------------------------------
     def encode(self, waves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -93,9 +93,21 @@ def test_maps_equal_transformers_on_a_sound_file(speech, tmp_path, monkeypatch):
         np.testing.assert_allclose(a, want, atol=TOL)
     labels = r.blocks()[0].query_axis.labels
     assert len(labels) == n
-    assert labels[1] == (f"{ms / 1000:.2f} s" if ms >= 10 else f"{ms / 1000:.3f} s")
+    assert labels[1].startswith(f"{ms / 1000:.2f} s" if ms >= 10 else f"{ms / 1000:.3f} s")  # (a CTC letter after)
     assert float(labels[-1].split()[0]) == pytest.approx((n - 1) * ms / 1000)
     assert r.audio is not None and r.audio.frame_seconds == pytest.approx(ms / 1000)
+    # above the maps, each frame's loudness: the RMS of the 25 ms (or 6.6 ms) it hears, in dBFS, by hand
+    hop, seen = int(RATE * ms / 1000), spec.receptive_samples
+    rms = [np.sqrt(np.mean(clip[i * hop : i * hop + seen].astype(np.float64) ** 2)) for i in (0, n // 2, n - 1)]
+    got = r.blocks()[0].key_axis.values
+    np.testing.assert_allclose([got[0], got[n // 2], got[n - 1]], 20 * np.log10(rms), atol=0.01)
+    if arch == "wav2vec2":  # the CTC head's greedy transcript, as transformers' tokenizer decodes its argmax
+        tok = transformers.Wav2Vec2CTCTokenizer.from_pretrained(root / "hf")
+        with torch.no_grad():
+            want = tok.batch_decode(hf(torch.tensor(values)).logits.argmax(-1))[0]
+        assert f"CTC transcript (greedy): {want}" in r.info["notes"]
+        letters = [label.split(" ", 2)[2] for label in labels if label.count(" ") == 2]  # "0.42 s T"
+        assert "".join(letters).replace("|", " ").strip() == want and len(letters) > 5
 
 
 def test_a_batch_of_two_clips_feeds_the_extractors_mask(optimum_export, tmp_path):
