@@ -317,9 +317,9 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         )
     if not known:
         raise AttnvizError(
-            f"{model.name} takes {aud_in.describe()} and no preprocessor_config.json is beside it to say how a "
-            "sound becomes that input (Whisper's or wav2vec2's feature extractor); put the model's feature "
-            f"extractor config there, or give {aud_in.name} with --inputs FEEDS.npz",
+            f"{model.name} takes {aud_in.describe()} and no Whisper or wav2vec2 preprocessor_config.json is beside "
+            "it to say how a sound becomes that input; put the model's feature extractor config there, or give "
+            f"{aud_in.name} with --inputs FEEDS.npz",
             param="audio",
         )
     spec = au.audio_spec(known)
