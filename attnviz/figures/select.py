@@ -293,7 +293,9 @@ def _audio_block(result: AttentionResult, block: int | str | None) -> int:
     found = audio_view.audio_blocks(result, result.blocks())
     assert found is not None  # _why_not_audio found them
     if block is None:  # the words' cross-attention, as the window opens it (an encoder alone: its frames)
-        return found[0] if found[0] is not None else found[1]
+        first = found[0] if found[0] is not None else found[1]
+        assert first is not None  # audio_blocks gives None rather than neither
+        return first
     bi, blk = resolve_block(result, block)
     if bi not in found:
         raise AttnvizError(

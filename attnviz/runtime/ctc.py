@@ -84,7 +84,8 @@ def label_frames(model_file: Path, logits, rows: list[TokenAxis | None]) -> tupl
     arr = np.asarray(logits) if logits is not None else None
     if vocab is None or arr is None or arr.ndim != 3 or arr.shape[0] != len(rows) or arr.shape[2] > len(vocab.tokens):
         return rows, []
-    out, notes = [], []
+    out: list[TokenAxis | None] = []
+    notes = []
     for b, axis in enumerate(rows):
         if axis is None or len(axis.labels) != arr.shape[1]:
             return rows, []

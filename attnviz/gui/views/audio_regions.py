@@ -98,7 +98,7 @@ class AudioRegionsView(View):
         lay.addWidget(self.glw, 1)
 
     # -- which block / which query --------------------------------------------
-    def blocks(self) -> tuple[int, int | None] | None:
+    def blocks(self) -> tuple[int | None, int | None] | None:
         s = self.session
         return av.audio_blocks(s.result, s.blocks) if s.result is not None else None
 
@@ -157,6 +157,7 @@ class AudioRegionsView(View):
         if key != self._words_key:
             self._words_key = key
             self.word_bar.fill([label for label, _ in v.words], lambda i: self.select_word(rows[i]))
+            self.word_bar.setVisible(bool(v.words))  # an encoder alone on the sound (wav2vec2) has no words
         # a frame query (a click on the sound) checks no word
         self.word_bar.check(rows.index(v.query) if v.query_kind == "word" and v.query in rows else None)
 
