@@ -181,6 +181,14 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     junk.write_bytes(b"RIFF but not really a wave file" * 10)
     refused(["extract", str(folder), "--audio", str(junk), "--out", str(out)], "junk.wav", "not a readable sound file")
     refused(["extract", str(folder), "--text", "hello", "--out", str(out)], "takes audio", "--audio FILE")
+    # what needs a Whisper folder (words to time, a corpus of recordings) says so rather than failing inside
+    refused(
+        ["align-audio", str(folder), "--audio", str(wav), "--out", str(tmp_path / "a.tsv")], "raw samples", "Whisper"
+    )
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    sf.write(clips / "a.wav", chirp(), RATE)
+    refused(["corpus", str(folder), "--audio-dir", str(clips), "--out", str(tmp_path / "c")], "raw samples", "--audio")
     # --max-seconds cuts, and moves the cap: the model has no window, all 31 s are read
     assert main(["extract", str(folder), "--audio", str(long), "--max-seconds", "2", "--out", str(out)]) == 0
     assert np.load(out)["attn_001"].shape == (1, 4, 99, 99)  # (2 s - 25 ms) / 20 ms + 1
