@@ -9,9 +9,9 @@ bank (0-8 kHz, as the extractor builds it, or the ``mel_filters`` a Hub config c
 through ``soundfile`` (libsndfile ships in its wheel), mixes stereo down and resamples to the extractor's rate.
 
 Encoders on raw samples (wav2vec2, HuBERT, WavLM: ``Wav2Vec2FeatureExtractor``) are :class:`~attnviz.runtime.waveform.
-WaveSpec`'s; :func:`audio_spec` picks the spec class by the file's ``feature_extractor_type`` (:data:`EXTRACTORS`),
-and both share the reading, resampling and checks here (``limit`` / ``too_long`` say what "too long" means for each:
-Whisper's fixed window, a raw-sample encoder's default cap that ``--max-seconds`` moves).
+WaveSpec`'s (:mod:`attnviz.runtime.audio_specs` picks the class by the file's ``feature_extractor_type``); both share
+the reading, resampling and checks here through :class:`ClipRules` (``limit`` / ``too_long`` say what "too long"
+means for each: Whisper's fixed window, a raw-sample encoder's default cap that ``--max-seconds`` moves).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from attnviz import AttnvizError
-from attnviz.runtime.sidecar import sidecar, sidecar_json
-from attnviz.runtime.waveform import WaveSpec, with_conv
+from attnviz.runtime.sidecar import sidecar
 
 PREPROCESSOR = "preprocessor_config.json"
 CONV_STRIDE = 2  # Whisper's second conv layer halves the frames: one encoder position per 2 hops
@@ -32,6 +32,29 @@ SILENT = 1e-6  # peak amplitude (full scale 1.0) below which a clip holds nothin
 MEL_FLOOR = 1e-10
 MEL_MAX_HZ = 8000.0  # WhisperFeatureExtractor's filter bank stops at 8 kHz whatever the rate
 EXTRACTOR = "WhisperFeatureExtractor"  # the one feature extractor computed here
+
+
+class ClipRules(Protocol):
+    """What reading and checking a clip needs of a feature extractor's spec (Whisper's or a raw-sample encoder's)."""
+
+    @property
+    def sampling_rate(self) -> int: ...
+
+    @property
+    def frame_seconds(self) -> float: ...
+
+    def limit(self, max_seconds: float | None) -> float: ...
+
+    def too_long(self, name: str, seconds: float) -> AttnvizError: ...
+
+    def too_short(self, name: str, samples: int) -> AttnvizError | None: ...
+
+
+def unknown_extractor(kind) -> AttnvizError:
+    return AttnvizError(
+        f"{PREPROCESSOR}: {kind} features are not computed here (only Whisper's log-mel and wav2vec2's raw "
+        "samples); give the model's input with --inputs FEEDS.npz"
+    )
 
 
 @dataclass(frozen=True)
@@ -51,8 +74,8 @@ class FeatureSpec:
     @classmethod
     def from_dict(cls, d: dict) -> FeatureSpec:
         kind = d.get("feature_extractor_type", EXTRACTOR)
-        if kind != EXTRACTOR:  # Speech2Text's Kaldi filter banks, ...: other features (wav2vec2's: audio_spec)
-            raise _unknown_extractor(kind)
+        if kind != EXTRACTOR:  # Speech2Text's Kaldi filter banks, ...: other features (wav2vec2's: audio_specs)
+            raise unknown_extractor(kind)
 
         def num(key: str, default, kind=int):
             v = d.get(key, default)
@@ -218,7 +241,7 @@ def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
     return np.fft.irfft(kept, n_out) * (n_out / len(wave))
 
 
-def load_audio(path: str | Path, spec: AudioSpec, max_seconds: float | None = None) -> tuple[np.ndarray, list[str]]:
+def load_audio(path: str | Path, spec: ClipRules, max_seconds: float | None = None) -> tuple[np.ndarray, list[str]]:
     """A sound file as mono float samples at the extractor's rate, and notes on what was done to it, refusing
     in one line an unreadable, empty or silent file and a clip longer than the window."""
     import soundfile as sf
@@ -257,7 +280,7 @@ def load_audio(path: str | Path, spec: AudioSpec, max_seconds: float | None = No
 
 
 def _frames_to_read(
-    name: str, rate: int, frames: int, spec: AudioSpec, max_seconds: float | None, notes: list[str]
+    name: str, rate: int, frames: int, spec: ClipRules, max_seconds: float | None, notes: list[str]
 ) -> int:
     """How many frames of a ``frames``-long clip at ``rate`` to read: all of it, the first ``max_seconds`` (noted),
     or none, refused in one line when it is longer than the model's window."""
@@ -277,7 +300,7 @@ def _cut_note(name: str, seconds: float, max_seconds: float) -> str:
 
 
 def check_clip(
-    wave: np.ndarray, rate: int, spec: AudioSpec, name: str, max_seconds: float | None = None
+    wave: np.ndarray, rate: int, spec: ClipRules, name: str, max_seconds: float | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """A mono clip cut to ``max_seconds`` when given, refused in one line when empty, silent, not finite or
     longer than the model's window (Whisper hears 30 s; transformers would silently drop the rest)."""
@@ -309,50 +332,10 @@ def encoder_positions(spec: FeatureSpec) -> int:
     return (spec.frames - 1) // CONV_STRIDE + 1
 
 
-def frame_labels(n: int, spec: AudioSpec) -> list[str]:
+def frame_labels(n: int, spec: ClipRules) -> list[str]:
     """The times of ``n`` encoder positions (frame i starts at i x its spacing: 2 hops for Whisper, the conv
     strides' product for a raw-sample encoder), to the millisecond where the spacing needs it (HuBERT-like stacks
     of 5 ms frames would repeat labels at 10 ms)."""
     step = spec.frame_seconds
     digits = 2 if abs(step * 100 - round(step * 100)) < 1e-9 else 3
     return [f"{i * step:.{digits}f} s" for i in range(n)]
-
-
-# -- which feature extractor: a registry by preprocessor_config.json's feature_extractor_type ------------------
-AudioSpec = FeatureSpec | WaveSpec
-EXTRACTORS: dict[str, type[FeatureSpec] | type[WaveSpec]] = {
-    EXTRACTOR: FeatureSpec,  # Whisper: log-mel frames of a fixed window
-    WaveSpec.feature_extractor_type: WaveSpec,  # wav2vec2, HuBERT, WavLM, data2vec-audio: raw samples
-}
-
-
-def _unknown_extractor(kind) -> AttnvizError:
-    known = " and ".join(EXTRACTORS)
-    return AttnvizError(
-        f"{PREPROCESSOR}: {kind} features are not computed here (only {known}'s); give the model's input with "
-        "--inputs FEEDS.npz"
-    )
-
-
-def audio_spec(d: dict) -> AudioSpec:
-    """The spec a ``preprocessor_config.json`` (or a spec's ``asdict``, a model's ``meta["audio"]``) describes."""
-    kind = d.get("feature_extractor_type", EXTRACTOR)
-    cls = EXTRACTORS.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise _unknown_extractor(kind)
-    return cls.from_dict(d)
-
-
-def spec_for_model(model_file: Path) -> AudioSpec | None:
-    """The spec beside a model file (read only where :func:`sidecar` allows; a raw-sample encoder's conv stack
-    from the ``config.json`` there), or None when there is none."""
-    from attnviz.core.untrusted import read_json
-
-    p = sidecar(model_file, PREPROCESSOR)
-    if p is None or not p.is_file():
-        return None
-    d = read_json(p, PREPROCESSOR, fix="fix or remove it")
-    d = d if isinstance(d, dict) else {}
-    if d.get("feature_extractor_type") == WaveSpec.feature_extractor_type:
-        d = with_conv(d, sidecar_json(model_file, "config.json"))
-    return audio_spec(d)

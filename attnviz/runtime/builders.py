@@ -294,6 +294,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     a raw-sample encoder's normalised samples (and its attention mask where the graph takes one); the encoder's
     positions are labelled by time (20 ms each for Whisper and wav2vec2's conv stack)."""
     from attnviz.runtime import audio as au
+    from attnviz.runtime.audio_specs import audio_spec
     from attnviz.runtime.waveform import WaveSpec
 
     aud_in = by_role(model, "audio")
@@ -301,7 +302,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     if req.audio is None:
         if aud_in is not None and aud_in.name in feeds:
             if known:  # features or samples given raw: their positions still have times
-                spec = au.audio_spec(known)
+                spec = audio_spec(known)
                 n = spec.positions(int(np.shape(feeds[aud_in.name])[-1]))
                 prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
         elif aud_in is not None:
@@ -322,7 +323,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             f"{aud_in.name} with --inputs FEEDS.npz",
             param="audio",
         )
-    spec = au.audio_spec(known)
+    spec = audio_spec(known)
     clips = list(req.audio) if isinstance(req.audio, (list, tuple)) else [req.audio]
     if not clips:
         raise AttnvizError("no audio clip given; give a sound file (--audio FILE)", param="audio")

@@ -30,7 +30,8 @@ from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
-from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec, spec_for_model
+from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
+from attnviz.runtime.audio_specs import spec_for_model
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, suppress_of
 from attnviz.runtime.isolation import Taken
 from attnviz.runtime.limits import PositionLimit

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec, log_mel
 
-PREPROCESSOR = "preprocessor_config.json"
 EXTRACTOR = "Wav2Vec2FeatureExtractor"
 NORM_EPS = 1e-7  # Wav2Vec2FeatureExtractor.zero_mean_unit_var_norm's
 DEFAULT_SECONDS = (
@@ -191,8 +191,6 @@ class WaveSpec:
     def display(self, waves: list[np.ndarray], features: np.ndarray | None = None) -> np.ndarray:
         """A log-mel spectrogram of each clip (Whisper's, 80 bins every 10 ms, the longest clip's length) for the
         audio view: the model itself never sees it (``features``, its samples, are not one)."""
-        from attnviz.runtime.audio import FeatureSpec, log_mel
-
         n = max(len(w) for w in waves)
         return log_mel(list(waves), FeatureSpec(sampling_rate=self.sampling_rate, n_samples=max(n, DISPLAY_HOP)))
 

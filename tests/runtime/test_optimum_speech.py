@@ -16,7 +16,8 @@ transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
 from attnviz.runtime import open_model  # noqa: E402
-from attnviz.runtime.audio import audio_spec, load_audio  # noqa: E402
+from attnviz.runtime.audio import load_audio  # noqa: E402
+from attnviz.runtime.audio_specs import audio_spec  # noqa: E402
 from attnviz.runtime.waveform import WaveSpec  # noqa: E402
 
 TOL = 1e-4  # measured: at most 6e-6 (bench/RESULTS.md, session 22 w2v22)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from attnviz import AttnvizError
-from attnviz.runtime.audio import audio_spec, frame_labels
+from attnviz.runtime.audio import frame_labels
+from attnviz.runtime.audio_specs import audio_spec
 from attnviz.runtime.waveform import WaveSpec
 
 
