@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.attention import AttentionResult, TokenAxis
 from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec, log_mel
 
 EXTRACTOR = "Wav2Vec2FeatureExtractor"
@@ -193,6 +194,20 @@ class WaveSpec:
         audio view: the model itself never sees it (``features``, its samples, are not one)."""
         n = max(len(w) for w in waves)
         return log_mel(list(waves), FeatureSpec(sampling_rate=self.sampling_rate, n_samples=max(n, DISPLAY_HOP)))
+
+
+def frames_note(result: AttentionResult, rows: list[TokenAxis | None]) -> list[str]:
+    """A note when the encoder's maps hold another number of frames than the conv stack the configs describe (a
+    folder without the model's ``config.json``: wav2vec2's stack assumed): the frames are then numbered, not timed."""
+    enc = next((m for m, s in zip(result.maps, result.sites) if s.stack == "encoder"), None)
+    axis = rows[0] if rows else None
+    if enc is None or axis is None or enc.shape[-1] == len(axis.labels):
+        return []
+    return [
+        f"the encoder's maps hold {enc.shape[-1]} frames, and the conv stack config.json describes (conv_kernel, "
+        f"conv_stride; wav2vec2's when it names none) makes {len(axis.labels)}: frames are numbered, not timed; put "
+        "the model's config.json beside it"
+    ]
 
 
 def on_raw_samples(meta: dict) -> bool:

@@ -195,3 +195,17 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     assert np.load(out)["attn_001"].shape == (1, 4, 99, 99)  # (2 s - 25 ms) / 20 ms + 1
     wave, notes = load_audio(long, audio_spec({"feature_extractor_type": "Wav2Vec2FeatureExtractor"}), 31.0)
     assert len(wave) == 31 * RATE and notes == []
+
+
+def test_a_folder_without_config_json_numbers_frames_it_cannot_time(optimum_export, tmp_path):
+    """HuBERT's own conv stack (5 ms frames) without its config.json: wav2vec2's default stack (20 ms) would
+    mislabel the frames, so they are numbered and a note says why and what to add."""
+    import shutil
+
+    root = optimum_export("hubert")
+    for name in ("model.onnx", "preprocessor_config.json"):
+        shutil.copy(root / "onnx" / name, tmp_path / name)
+    sf.write(tmp_path / "clip.wav", chirp(0.5), RATE)
+    r = open_model(tmp_path, provider="cpu").analyze(audio=str(tmp_path / "clip.wav"))
+    assert r.maps[0].shape[-1] == (8000 - 105) // 80 + 1 and r.blocks()[0].query_axis.labels[:2] == ["0", "1"]
+    assert any("numbered, not timed; put the model's config.json beside it" in n for n in r.info["notes"])
