@@ -37,6 +37,32 @@ FAMILIES = {  # arch -> family, in the order researchers most often reach for th
     **dict.fromkeys(("bart", "mbart", "t5", "pegasus"), "seq2seq"),
     **dict.fromkeys(("vit", "deit", "swin", "beit"), "vision"),
 }
+ZOO22 = {  # session 22: the architectures optimum-onnx 0.1 exports beyond those 23, most used first
+    **dict.fromkeys(
+        ("gpt2", "gemma", "gemma2", "gemma3_text", "phi3", "qwen3", "gptj", "codegen", "gpt_bigcode", "gpt_neo"),
+        "decoder",
+    ),
+    **dict.fromkeys(("granite", "olmo", "olmo2", "mpt"), "decoder"),
+    **dict.fromkeys(
+        ("modernbert", "mobilebert", "mpnet", "roformer", "camembert", "convbert", "deberta", "xlm", "flaubert"),
+        "encoder",
+    ),
+    "nystromformer": "encoder",
+    **dict.fromkeys(("marian", "m2m_100", "blenderbot", "blenderbot-small", "mt5", "longt5"), "seq2seq"),
+    **dict.fromkeys(("dinov2", "yolos", "data2vec-vision", "segformer"), "vision"),
+}
+ZOO22.update(  # second round: newer decoders, sparse/local encoders, vision without output_attentions
+    {
+        **dict.fromkeys(
+            ("gpt_oss", "cohere", "smollm3", "qwen3_moe", "deepseek_v3", "nemotron", "helium", "glm", "arcee"),
+            "decoder",
+        ),
+        **dict.fromkeys(("longformer", "big_bird", "esm", "squeezebert", "rembert", "megatron-bert"), "encoder"),
+        "bigbird_pegasus": "seq2seq",
+        **dict.fromkeys(("swinv2", "pvt", "levit", "mobilevit"), "vision"),
+    }
+)
+FAMILIES.update(ZOO22)
 
 
 @dataclass
@@ -92,6 +118,49 @@ def compare(got: np.ndarray, want: np.ndarray, masks) -> float:
     return worst
 
 
+def windows_on_grid(w: np.ndarray, batch: int, shift: int) -> np.ndarray:
+    """Swin-style ``[B*windows, H, N, N]`` (a hooked block's windows) as the ``[B, H, T, T]`` map over the patch
+    grid: the grid rolled by -shift as torch.roll rolls the patches, cut into windows row-major, each window's
+    weights put where its patches came from (tests/runtime/test_optimum_zoo.py does the same by hand)."""
+    per_image = w.shape[0] // batch
+    n, per_row = int(round(w.shape[-1] ** 0.5)), int(round(per_image**0.5))
+    side = n * per_row
+    rolled = np.roll(np.arange(side * side).reshape(side, side), (-shift, -shift), axis=(0, 1))
+    out = np.zeros((batch, w.shape[1], side * side, side * side), w.dtype)
+    for b in range(batch):
+        for k in range(per_image):
+            r, c = divmod(k, per_row)
+            pos = rolled[r * n : (r + 1) * n, c * n : (c + 1) * n].ravel()
+            out[b][:, pos[:, None], pos[None, :]] = w[b * per_image + k]
+    return out
+
+
+def local_on_keys(a: np.ndarray, window: int) -> np.ndarray:
+    """Longformer's local ``[B, H, T, window+1]`` (key i - window/2 + c at column c) as ``[B, H, T, T]``."""
+    b, h, t, _ = a.shape
+    out = np.zeros((b, h, t, t), a.dtype)
+    for i in range(t):
+        for c in range(window + 1):
+            j = i - window // 2 + c
+            if 0 <= j < t:
+                out[:, :, i, j] = a[:, :, i, c]
+    return out
+
+
+def as_map(arch: str, r: np.ndarray, i: int, batch: int) -> np.ndarray:
+    """A reference in attnviz's ``[B, H, Tq, Tk]`` where transformers returns another layout."""
+    if arch in ("swin", "swinv2") and r.shape[0] != batch:  # windows; odd blocks shifted
+        side = int(round((r.shape[0] // batch) ** 0.5 * r.shape[-1] ** 0.5))
+        window = int(round(r.shape[-1] ** 0.5))
+        return windows_on_grid(r, batch, window // 2 if i % 2 and side > window else 0)
+    if arch == "longformer":
+        return local_on_keys(r, r.shape[-1] - 1)
+    if arch == "squeezebert":  # its output_attentions are the scores, mask added, before the softmax
+        e = np.exp(r - r.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    return r
+
+
 def graph_note(folder: Path) -> str:
     """How many Softmax nodes the export's files hold (If branches of merged decoders included): an sdpa export
     from the legacy exporter keeps one per layer too, a fused-kernel export none."""
@@ -120,7 +189,8 @@ def check(arch: str, variant: str, out: Path) -> Row:
     note = graph_note(folder)
     ref = dict(np.load(out / "ref.npz"))
     refs = [ref[k] for k in sorted(ref) if k.startswith("ref_")]
-    want = expected_labels(family)
+    refs = [as_map(arch, r, i, 2) for i, r in enumerate(refs)]
+    want = expected_labels(family, 2 if family == "seq2seq" else len(refs))  # LeViT: 5 attentions in 3 stages
     try:
         m = open_model(folder, provider="cpu")
         r = m.analyze(feeds=attnviz_feeds(family, ref))
@@ -147,6 +217,7 @@ def check(arch: str, variant: str, out: Path) -> Row:
     spread = min(
         compare(w, np.broadcast_to(w.mean(1, keepdims=True), w.shape), real_masks(family, ref, lab))
         for w, lab in zip(refs, want)
+        if w.ndim == 4  # LongT5's local attention comes back in blocks [B, blocks, H, L, 3L]: no [q, k] map
     )
     diffs = []
     try:

@@ -233,3 +233,116 @@ def split_export(src: Path, folder: Path, encoder_out: str = TRANSLATION_ENCODER
         del m.metadata_props[:]  # a folder's files carry no attnviz metadata (optimum writes none)
         onnx.save(m, str(folder / name))
     return folder
+
+
+def block_local_model(path: Path, block: int = 2, heads: int = 2, d: int = 8, seed: int = 0) -> Path:
+    """A text encoder whose one attention layer is local in blocks, as LongT5's local encoder is: the sequence
+    (its length a multiple of ``block``) cut into blocks of ``block`` queries, each attending to its own block's
+    keys and its two neighbours' (zero keys past either end), so the Softmax sees ``[B, blocks, H, block,
+    3*block]``: no one [query, key] map over the tokens.  input_ids [B, T] -> logits [B, T, vocab]."""
+    rng = np.random.default_rng(seed)
+    D, H, dh, L = d, heads, d // heads, block
+    inits = [
+        _init("emb", rng.standard_normal((len(VOCAB), D)).astype(np.float32)),
+        _init("scale", np.array(1.0 / np.sqrt(dh), np.float32)),
+        _init("to_blocks", np.array([0, -1, L, H, dh], np.int64)),  # [B, blocks, L, H, dh]
+        _init("to_btd", np.array([0, -1, D], np.int64)),
+        _init("pads", np.array([1, 1], np.int64)),
+        _init("pad_axes", np.array([1], np.int64)),
+        _init("axis1", np.array([1], np.int64)),
+        _init("Wlm", rng.standard_normal((D, len(VOCAB))).astype(np.float32)),
+    ]
+    for i, (lo, hi) in enumerate(((0, -2), (1, -1), (2, 2**62))):  # previous, own and next block
+        inits += [_init(f"lo{i}", np.array([lo], np.int64)), _init(f"hi{i}", np.array([hi], np.int64))]
+    p = "/encoder/block.0/layer.0/LocalSelfAttention/"
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x"], name="embed")]
+    for w in "qkv":
+        inits.append(_init(f"W{w}", (rng.standard_normal((D, D)) * 0.7).astype(np.float32)))
+        nodes += [
+            helper.make_node("MatMul", ["x", f"W{w}"], [f"{w}_lin"], name=p + f"{w}/MatMul"),
+            helper.make_node("Reshape", [f"{w}_lin", "to_blocks"], [f"{w}_r"], name=p + f"{w}/Reshape"),
+            helper.make_node("Transpose", [f"{w}_r"], [f"{w}_b"], perm=[0, 1, 3, 2, 4], name=p + f"{w}/Transpose"),
+        ]
+        if w == "q":
+            continue
+        nodes.append(helper.make_node("Pad", [f"{w}_b", "pads", "", "pad_axes"], [f"{w}_pad"], name=p + f"{w}/Pad"))
+        for i in range(3):
+            nodes.append(
+                helper.make_node(
+                    "Slice", [f"{w}_pad", f"lo{i}", f"hi{i}", "axis1"], [f"{w}_s{i}"], name=p + f"{w}/Slice_{i}"
+                )
+            )
+        nodes.append(
+            helper.make_node("Concat", [f"{w}_s{i}" for i in range(3)], [f"{w}3"], axis=3, name=p + f"{w}/Concat")
+        )
+    nodes += [
+        helper.make_node("Transpose", ["k3"], ["k3_t"], perm=[0, 1, 2, 4, 3], name=p + "k/Transpose_1"),
+        helper.make_node("MatMul", ["q_b", "k3_t"], ["scores"], name=p + "MatMul"),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"], name=p + "Mul"),
+        helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1, name=p + "Softmax"),
+        helper.make_node("MatMul", ["probs", "v3"], ["ctx"], name=p + "MatMul_1"),
+        helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 1, 3, 2, 4], name=p + "out/Transpose"),
+        helper.make_node("Reshape", ["ctx_t", "to_btd"], ["ctx_r"], name=p + "out/Reshape"),
+        helper.make_node("Add", ["x", "ctx_r"], ["y"], name=p + "residual"),
+        helper.make_node("MatMul", ["y", "Wlm"], ["logits"], name="lm_head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "block_local",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", len(VOCAB)])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="attnviz-tests")
+    model.ir_version = 8
+    for k, v in {
+        "attnviz.task": "lm",
+        "attnviz.vocab": json.dumps(VOCAB),
+        "attnviz.special": json.dumps({"pad": 0, "cls": 1, "sep": 2}),
+    }.items():
+        model.metadata_props.add(key=k, value=v)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return Path(path)
+
+
+def sink_model(path: Path, seq: int = 5, heads: int = 2, d: int = 4, seed: int = 0):
+    """Attention with sinks as optimum exports GPT-OSS: one learned logit per head concatenated to every row of
+    Q·Kᵀ scores, the max subtracted, Softmax over T+1 columns, the sink column sliced off before P·V.
+
+    Returns (path, feeds, reference probabilities [1, heads, seq, seq]: rows summing to less than 1)."""
+    rng = np.random.default_rng(seed)
+    H, T = heads, seq
+    sinks = rng.standard_normal(H).astype(np.float32) * 2
+
+    def vi(n):
+        return helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, H, T, d])
+
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="/attn/Transpose"),
+        helper.make_node("MatMul", ["q", "kt"], ["qk"], name="/attn/MatMul"),
+        helper.make_node("Mul", ["qk", "scale"], ["scores"], name="/attn/Mul"),
+        helper.make_node("Concat", ["scores", "sinks"], ["with_sink"], axis=-1, name="/attn/Concat"),
+        helper.make_node("ReduceMax", ["with_sink", "last"], ["row_max"], keepdims=1, name="/attn/ReduceMax"),
+        helper.make_node("Sub", ["with_sink", "row_max"], ["shifted"], name="/attn/Sub"),
+        helper.make_node("Softmax", ["shifted"], ["probs"], axis=-1, name="/attn/Softmax"),
+        helper.make_node("Slice", ["probs", "zero", "t", "last"], ["kept"], name="/attn/Slice"),
+        helper.make_node("MatMul", ["kept", "v"], ["y"], name="/attn/MatMul_1"),
+    ]
+    inits = [
+        _init("scale", np.array(1 / np.sqrt(d), np.float32)),
+        _init("sinks", np.broadcast_to(sinks[None, :, None, None], (1, H, T, 1)).astype(np.float32)),
+        _init("last", np.array([-1], np.int64)),
+        _init("zero", np.array([0], np.int64)),
+        _init("t", np.array([T], np.int64)),
+    ]
+    g = helper.make_graph(nodes, "sinks", [vi("q"), vi("k"), vi("v")], [vi("y")], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], producer_name="attnviz-tests")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    feeds = {n: rng.standard_normal((1, H, T, d)).astype(np.float32) for n in "qkv"}
+    s = feeds["q"] @ feeds["k"].transpose(0, 1, 3, 2) / np.sqrt(d)
+    s = np.concatenate([s, np.broadcast_to(sinks[None, :, None, None], (1, H, T, 1))], -1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return Path(path), feeds, (p / p.sum(-1, keepdims=True))[..., :T].astype(np.float32)

@@ -260,7 +260,27 @@ if mask:  # optimum exports input_values alone: the mask input comes from torch.
     torch.onnx.export(Encoder(), (x, m), str(masked / "model.onnx"), input_names=["input_values", "attention_mask"],
                       output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
 """
+# Runs inside the venv: a Swinv2 (cosine attention, a continuous position bias) of two stages, image 32 in 4x4
+# patches with 4x4 windows: an 8x8 grid in four windows (block 1 shifted by 2), then a 4x4 grid in one window.
+# A script of its own (session 22): its cache key leaves the other exports' as they are.
+SWINV2_SCRIPT = r"""
+import sys
+from pathlib import Path
+import torch, transformers as T
+out = Path(sys.argv[2])
+hidden = int(sys.argv[3]) if len(sys.argv) > 3 else 32
+src = out / "hf"
+src.mkdir(parents=True, exist_ok=True)
+torch.manual_seed(0)
+cfg = T.Swinv2Config(image_size=32, patch_size=4, embed_dim=hidden // 2, depths=[2, 1], num_heads=[2, 4], window_size=4,
+                     initializer_range=0.3)
+T.Swinv2Model(cfg).save_pretrained(src)
+T.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(src)
+from optimum.exporters.onnx import main_export
+main_export(str(src), output=str(out / "onnx"), task="feature-extraction", do_validation=False)
+"""
 SCRIPTS = {
+    "swinv2": SWINV2_SCRIPT,
     "swin-stages": SWIN_STAGES_SCRIPT,
     "whisper": WHISPER_SCRIPT,
     "wav2vec2": SPEECH_SCRIPT,
@@ -270,7 +290,7 @@ SCRIPTS = {
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages | whisper | wav2vec2 | hubert | wavlm) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages | swinv2 | whisper | wav2vec2 | hubert | wavlm) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(SCRIPTS.get(arch, EXPORT_SCRIPT), arch, str(out), *map(str, size))
     return out
 

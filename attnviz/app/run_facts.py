@@ -46,3 +46,19 @@ def run_fact(key: str, value: object) -> tuple[str, object]:
     if fact is None:
         return key.replace("_", " "), value
     return fact.label, fact.values.get(value, value) if isinstance(value, str) else value
+
+
+def beam_lines(info: dict) -> list[str]:
+    """A beam search's hypotheses for the Run section, best first: ``beam 0 (score -0.758): In the beginning ...``
+    (``info["beams"]``, :data:`attnviz.core.rows.BEAMS_KEY`); empty for any other result."""
+    beams = info.get("beams")
+    if not isinstance(beams, list) or len(beams) < 2:
+        return []
+    out = []
+    for i, b in enumerate(beams):
+        if not isinstance(b, dict):
+            continue
+        score = b.get("score")
+        said = f"{float(score):.3f}" if isinstance(score, (int, float)) else "?"
+        out.append(f"beam {i} (score {said}): " + " ".join(str(w) for w in b.get("generated") or []))
+    return out

@@ -139,7 +139,7 @@ def audio_words(result: AttentionResult, blk: Block) -> list[tuple[str, int]]:
     special = list(blk.query_axis.special or [])
     given = vm.caption_rows(result, blk)
     rows = [(r, w, bool(special[r + 1]) if r + 1 < len(special) else False) for r, w in given]
-    if vm.n_steps(result):
+    if vm.n_steps(result, blk.batch):
         rows += [(r, w, vm.word_special(result, blk, r, w)) for r, w in vm.generation_rows(result, blk)]
     elif not given:  # no prompt known: every decoder row with its own token
         rows = [(r, w, bool(special[r]) if r < len(special) else False) for r, w in vm.generation_rows(result, blk)]

@@ -16,6 +16,22 @@ from attnviz.core.attention import TOKEN_GRIDS_KEY, AttentionResult, MapSource, 
 from attnviz.core.frames import FramesMap
 
 ROWS_KEY = "rows"
+# a beam search's result (``--beams K``): its batch rows are the K finished hypotheses, best first, and this info key
+# holds each one's ``{"ids", "generated", "score"}`` (runtime/beam_result.py); the views call its rows "beams"
+BEAMS_KEY = "beams"
+
+
+def row_noun(result: AttentionResult | None) -> str:
+    """What the views call one of the result's batch rows: "beam" for a beam search's hypotheses."""
+    return "beam" if result is not None and beam_rows(result) is not None else "batch row"
+
+
+def beam_rows(result: AttentionResult) -> list[dict] | None:
+    """Each batch row's hypothesis where the result is a beam search's, best first (None: it is not)."""
+    beams = (result.info or {}).get(BEAMS_KEY)
+    if not isinstance(beams, list) or len(beams) != max(1, result.batch_size) or len(beams) < 2:
+        return None
+    return [b if isinstance(b, dict) else {} for b in beams]
 
 
 def _axis_dict(ax: TokenAxis | None) -> dict | None:
@@ -104,6 +120,12 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
     }
     info = {k: v for k, v in result.info.items() if k not in (ROWS_KEY, TOKEN_GRIDS_KEY)}
     info["batch_row"] = b
+    generated = result.generated
+    beams = beam_rows(result)
+    if beams is not None:  # a beam's row: its own words (the result's are the best hypothesis')
+        generated = [str(w) for w in beams[b].get("generated") or []]
+        info["generated_ids"] = [int(t) for t in beams[b].get("ids") or []]
+        info["beam_score"] = beams[b].get("score")
     return replace(
         result,
         maps=[m.row(b) if isinstance(m, FramesMap) else RowMap(m, b) for m in result.maps],  # a tower's: frames
@@ -111,5 +133,6 @@ def pick_row(result: AttentionResult, b: int) -> AttentionResult:
         key_tokens=key_tokens,
         token_grid=result.token_grid_of(b),  # where this row's image tokens lie (a VLM's padded batch)
         outputs=outputs,
+        generated=generated,
         info=info,
     )

@@ -186,6 +186,11 @@ def run(args, figure: Callable[[Any, Any, Comparison], str] | None = None) -> in
     from attnviz.runtime.inputs import load_feeds
     from attnviz.runtime.sample import no_input
 
+    if getattr(args, "beams", 1) != 1:  # (the input flags are extract's; a beam search's K rows are not compared yet)
+        raise AttnvizError(
+            f"--beams {args.beams}: compare reads each model's greedy generation; drop --beams (or compare one "
+            "beam's tokens teacher-forced with --text-pair)"
+        )
     if args.texts is not None:
         if figure is not None:
             raise AttnvizError(

@@ -75,6 +75,12 @@ def reduce_maps(
             values, valid = cross_row_stats(p, q.lengths, key.lengths, sp)
             diag = np.clip(diagonal_key(q.lengths, key.lengths, p.shape[-2]), 0, tk - 1)
         else:
+            if p.shape[-2] != tk:  # LongT5's local blocks merged into heads: runtime.analyze.refuse_off_tokens
+                raise AttnvizError(
+                    f"the attention at {g.stack} {g.kind} L{g.layer} is a {list(p.shape)} [B, H, Tq, Tk] map: it "
+                    "is not computed as one [query, key] map over the tokens (local attention in blocks, as "
+                    "LongT5's and Longformer's), which attnviz cannot reduce yet; a model with full attention runs"
+                )
             values, valid = row_stats(p, q.lengths, sp, q.causal)
             diag = None
 

@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_input_arguments(p, model_required=False, several_images=True)
     add_variant_argument(p)
     # not given: as many steps as the window takes for this kind of model (core.view.default_generate)
-    p.set_defaults(generate=None)
+    p.set_defaults(generate=None, beams=None)  # --beams: recorded in a recipe only when given
     view = p.add_argument_group("view")
     view.add_argument("--view", choices=VIEWS, help="what to draw (default heatmap; see the list below)")
     view.add_argument("--block", help='attention block: index or name like "encoder self", "decoder cross"')
@@ -207,7 +207,7 @@ _OPTION_DEFAULTS = {
 }
 
 # options a recipe records only when they were given (recipes written before them stay byte-identical)
-_RECORDED_WHEN_GIVEN = ("max_seconds", "variant")
+_RECORDED_WHEN_GIVEN = ("max_seconds", "variant", "beams")
 
 
 def _option(args, k):
@@ -331,11 +331,13 @@ def _inputs_of(src: dict, args) -> dict:
 
 def _pick_row(result, row: int | None):
     """One batch row of the result; without --batch-index a batch draws row 0 and says so."""
-    from attnviz.core.rows import pick_row
+    from attnviz.core.rows import beam_rows, pick_row
 
     n = result.batch_size
     if row is None:
-        if n > 1:
+        if n > 1 and beam_rows(result) is not None:
+            say(f"the result holds {n} beams, best first; drawing beam 0 (pick another with --batch-index)")
+        elif n > 1:
             say(f"the input holds {n} rows; drawing row 0 (pick another with --batch-index)")
         return pick_row(result, 0) if n > 1 else result
     try:

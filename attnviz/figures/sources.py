@@ -27,6 +27,7 @@ def load_result(
     audio: str | os.PathLike | None = None,
     max_seconds: float | None = None,
     variant: str | None = None,
+    beams: int | None = None,
 ) -> AttentionResult:
     """Run ``model`` on the inputs (through :func:`attnviz.runtime.open_model`) or read a maps file.
 
@@ -35,9 +36,10 @@ def load_result(
     if maps is not None:
         if model is not None:
             raise AttnvizError("give a model or --maps, not both")
-        if any(v for v in (text, text_pair, image, audio, feeds, tokenizer, generate, variant)):
+        if any(v for v in (text, text_pair, image, audio, feeds, tokenizer, generate, variant)) or (beams or 1) > 1:
             raise AttnvizError(
                 "--maps already holds the attention; drop --text/--text-pair/--image/--inputs/--tokenizer/--generate"
+                + ("/--beams" if (beams or 1) > 1 else "")
             )
         from attnviz.core.io import load_npz
 
@@ -78,6 +80,7 @@ def load_result(
         **({"max_tokens": int(max_tokens)} if max_tokens is not None else {}),
         audio=str(audio) if audio is not None else None,
         max_seconds=max_seconds,
+        beams=int(beams or 1),
     )
     result.info.setdefault("model", Path(model).stem)
     result.info["generate"] = int(generate or 0)

@@ -33,6 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audio", metavar="FILE", help="sound file (WAV, FLAC, OGG) for speech models (Whisper)")
     p.add_argument("--generate", type=int, default=None, metavar="N", help="greedy generation steps (decoder models)")
     p.add_argument(
+        "--beams",
+        type=int,
+        default=None,
+        metavar="K",
+        help="beam search with K beams for --generate (default 1: greedy); the beam box switches the hypotheses",
+    )
+    p.add_argument(
         "--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json (default: metadata, or beside the model)"
     )
     p.add_argument(
@@ -187,7 +194,10 @@ def run(args) -> int:
         }
         guard(opened, {"--screenshot": shot})
     # the input flags' values get the check the window's input panel and `extract` get (one wording)
-    AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens)
+    given_beams = args.beams if args.beams is not None and args.generate is not None else 1
+    AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens, beams=given_beams)
+    if args.beams is not None and args.generate is None:  # its range alone: the window generates its default steps
+        AnalyzeRequest(generate=1, beams=args.beams)
     if args.audio and not Path(args.audio).exists():
         raise AttnvizError(f"--audio {args.audio}: no such file; give a WAV, FLAC or OGG file", param="audio")
     if args.audio:  # a FIFO or a folder is named as what it is ("no such file" of a path that is there misled)
@@ -264,7 +274,9 @@ def run(args) -> int:
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {
-        k: getattr(args, k) for k in ("text", "text_pair", "image", "audio", "generate") if getattr(args, k) is not None
+        k: getattr(args, k)
+        for k in ("text", "text_pair", "image", "audio", "generate", "beams")
+        if getattr(args, k) is not None
     }
     taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
     from attnviz.gui import restore

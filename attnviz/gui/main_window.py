@@ -318,6 +318,7 @@ class MainWindow(QMainWindow):
             "image": i.image,
             "audio": i.audio,
             "generate": i.generate,
+            "beams": i.beams,
             "max_tokens": i.max_tokens,
             "block": c.block,
             "layer": c.layer,
@@ -440,7 +441,9 @@ class MainWindow(QMainWindow):
             "corpus": lambda: open_corpus_results(self, path),
         }[kind]()
 
-    def open_model(self, path, text=None, text_pair=None, image=None, generate=None, run=True, audio=None) -> None:
+    def open_model(
+        self, path, text=None, text_pair=None, image=None, generate=None, run=True, audio=None, beams=None
+    ) -> None:
         """Load a model in a worker; on success show its sidebar and run the given or sample input."""
         path = Path(path)
         self.workers.cancel("open")
@@ -453,7 +456,9 @@ class MainWindow(QMainWindow):
         self._latest["open"] = w.request_id
         given = {
             k: v
-            for k, v in dict(text=text, text_pair=text_pair, image=image, generate=generate, audio=audio).items()
+            for k, v in dict(
+                text=text, text_pair=text_pair, image=image, generate=generate, audio=audio, beams=beams
+            ).items()
             if v is not None
         }
         self._context[w.request_id] = (path, given, run)
@@ -481,6 +486,7 @@ class MainWindow(QMainWindow):
             image=values.get("image"),
             generate=values["generate"],
             audio=values.get("audio"),
+            beams=values.get("beams", 1),  # a model opened after a beam search: greedy unless asked again
         )
         self.statusBar().showMessage(
             f"Opened {path.name}: {len(model.sites)} attention sites, {rules.model_kind(model)}"

@@ -20,6 +20,7 @@ from attnviz import AttnvizError
 from attnviz.core.align import CONVENTIONS
 from attnviz.core.untrusted import parse_json
 from attnviz.core.view import IMAGE_BASES, IMAGE_FROM, MODES, SCALES, Selection
+from attnviz.runtime.request import MAX_BEAMS
 
 KEY = "session/last"
 # the inputs saved, the kind of value each takes back, and which of those the input panel can hold
@@ -29,8 +30,13 @@ INPUTS: dict[str, tuple[type, ...]] = {
     "image": (str,),
     "generate": (int,),
     "max_tokens": (int,),
+    "beams": (int,),
 }
-INPUT_VALUES: dict[str, Callable[[Any], bool]] = {"generate": lambda v: v >= 0, "max_tokens": lambda v: v >= 0}
+INPUT_VALUES: dict[str, Callable[[Any], bool]] = {
+    "generate": lambda v: v >= 0,
+    "max_tokens": lambda v: v >= 0,
+    "beams": lambda v: 1 <= v <= MAX_BEAMS,
+}
 # each selection field takes its default's kind, except these; and the values the views can draw, per field
 SELECTION_KINDS: dict[str, tuple[type, ...]] = {
     **{f.name: (type(getattr(Selection(), f.name)),) for f in fields(Selection)},

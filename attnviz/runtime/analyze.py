@@ -129,7 +129,81 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
     _confirm_for_generation(model, req)
     guessed, kind = _guessed(model), model.kind
     prep = bd.prepare(model, req)
+    if req.beams > 1 and req.generate and prep.prompts is not None:
+        return _analyze_beams(model, req, prep, progress, cancelled, t0)
     g = _generate(model, req, prep, progress, cancelled)
+    return _labelled(model, req, prep, g, guessed, kind, progress, cancelled, t0)
+
+
+def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled, t0: float):
+    """Beam search: each finished hypothesis labelled as a greedy generation of its ids would be (its maps its own
+    beam's rows), then the hypotheses as one result's batch rows, best first (:mod:`beam_result`)."""
+    from attnviz.runtime import beams as bm
+    from attnviz.runtime.beam_result import merge_beams
+
+    if prep.batch > 1:
+        raise AttnvizError(
+            f"--beams searches one sequence; these inputs hold a batch of {prep.batch} rows: give one row"
+        )
+    guessed, kind = _guessed(model), model.kind
+    assert prep.prompts is not None  # the caller's condition: there is a decoder input to generate from
+    prompt = prep.prompts[0]
+    eos = md.section(model.meta, "special").get("eos")
+    search = bm.BeamSearch(req.beams, req.generate, eos, gen.suppress_of(model.meta))
+    stepper = model.cache_stepper() if req.use_cache else None
+    if stepper is not None and callable(getattr(stepper, "reorder", None)):
+        bg = bm.cache_search(stepper, bd.decoder_feeds(model, prep, [prompt]), search, progress, cancelled)
+    else:  # no cache, or one whose batch rows are not reordered yet (a VLM's): re-run the beams' sequences
+        bg = bm.rerun_search(_beams_logits(model, prep), prompt, search, progress, cancelled)
+    results = []
+    for i, h in enumerate(bg.hypotheses):
+        g = gen.Generation(list(h.ids), bg.seconds, bg.method, bg.maps[i] if bg.maps else None, dict(bg.info))
+        results.append(_labelled(model, req, prep, g, guessed, kind, progress, cancelled, t0))
+    result = merge_beams(results, bg.hypotheses)
+    result.info["beam_steps"] = bg.steps  # steps run, each one a run of every running beam
+    result.info["total_s"] = time.perf_counter() - t0
+    return result
+
+
+def _beams_logits(model: AttnModel, prep: bd.Prepared):
+    """``next_logits(seqs)`` for :func:`attnviz.runtime.beams.rerun_search`: the running beams' sequences as one
+    batch (the source and any other batch-1 feed repeated per beam: one run a step, not K); a model that refuses
+    that batch (a graph exported for one row) runs them one at a time from then on."""
+    from attnviz.runtime.beams import batch_rows
+
+    batched = [True]
+
+    def last(logits: np.ndarray) -> np.ndarray:
+        return logits[:, -1] if logits.ndim == 3 else logits
+
+    def one(seqs: list[list[int]]) -> np.ndarray:
+        return np.concatenate([last(model.logits(model.check_feeds(bd.decoder_feeds(model, prep, [s])))) for s in seqs])
+
+    def next_logits(seqs: list[list[int]]) -> np.ndarray:
+        if len(seqs) == 1 or not batched[0]:
+            return one(seqs)
+        feeds = bd.decoder_feeds(model, prep, seqs)
+        try:
+            return last(model.logits(model.check_feeds(batch_rows(feeds, len(seqs)))))
+        except AttnvizError:
+            batched[0] = False
+            return one(seqs)
+
+    return next_logits
+
+
+def _labelled(
+    model: AttnModel,
+    req: AnalyzeRequest,
+    prep: bd.Prepared,
+    g: gen.Generation | None,
+    guessed: bool,
+    kind: str,
+    progress,
+    cancelled,
+    t0: float,
+) -> AttentionResult:
+    """The run (or the cached steps' maps) for the generated ids, its axes labelled."""
     generated = g.ids if g is not None else []
     rows, feeds = _run_feeds(model, prep, generated)
 
@@ -230,6 +304,8 @@ def analyze(model: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None
             ]
         result.image = prep.shown
     set_row_axes(result, axes)
+    if prep.img_in is None and prep.audio is None:
+        refuse_off_tokens(model, result, feeds)
     result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
         grids = [prep.tgt_tok.image_grid(r) for r in rows]
@@ -299,6 +375,29 @@ def refuse_empty(result: AttentionResult) -> None:
             )
 
 
+def refuse_off_tokens(model: AttnModel, result: AttentionResult, feeds: dict) -> None:
+    """A text encoder's self-attention map must run over its tokens on both axes.  Attention computed in local
+    blocks (LongT5's local encoder: ``[B, blocks, H, L, 3L]``, each block of L queries against its own and its two
+    neighbours' keys) reaches here as blocks merged into heads, a map right number by number but over the wrong
+    axes: 16 "heads" of 3 queries x 9 keys for 11 tokens.  Refused in one line, never shown.  Only where token
+    ids were fed ([B, T]): a model fed other arrays has no token count to hold its maps to."""
+    tok = bd.by_role(model, "tokens")
+    ids = feeds.get(tok.name) if tok is not None else None
+    if ids is None or np.ndim(ids) != 2:
+        return
+    n = int(np.shape(ids)[1])
+    for site, amap in zip(result.sites, result.maps):
+        if site.stack != "encoder" or site.kind != "self" or site.tower == "image" or isinstance(amap, WindowedMap):
+            continue
+        shape = [int(d) for d in getattr(amap, "shape", ())]
+        if len(shape) == 4 and shape[2:] != [n, n]:
+            raise AttnvizError(
+                f"{model.path.name}: the attention at {site.label} is a {shape} [B, H, Tq, Tk] map for {n} tokens: "
+                "it is not computed as one [query, key] map over the tokens (local attention in blocks, as "
+                "LongT5's and Longformer's), which attnviz cannot show yet; a model with full attention opens"
+            )
+
+
 def analyze_call(model: AttnModel, progress=None, cancelled=None, **fields) -> AttentionResult:
     """``model.analyze(**keywords)`` for every model kind (one file or a folder): build the request (which checks
     its values, :func:`attnviz.runtime.request.validate`), run."""
@@ -334,6 +433,7 @@ class AnalyzeMethod:
         max_tokens: int | None = None,
         audio=None,
         max_seconds: float | None = None,
+        beams: int = 1,
     ) -> AttentionResult:
         """Build feeds from text / image / audio / raw feeds, optionally generate greedily, run, and label axes.
 
@@ -358,6 +458,7 @@ class AnalyzeMethod:
             max_tokens=max_tokens,
             audio=audio,
             max_seconds=max_seconds,
+            beams=beams,
         )
 
     def analyze_request(self: AttnModel, req: AnalyzeRequest, progress=None, cancelled=None) -> AttentionResult:

@@ -29,6 +29,24 @@ REEXPORT = "re-export with attnviz export-hf, or with optimum from a model loade
 WINDOW_EPS = 1e-4  # weight beyond the window that counts as "not windowed" (a masked key gets exactly 0 or ~1e-30)
 
 
+# config.json model types whose exported attention is no [query, key] map attnviz can place, and why: said in one
+# line at open, instead of "no attention found ... may not be a transformer" (Longformer: no site is found) or of
+# Swin's "no window layout" (MobileViT: found as windows on a batch axis, which they are not)
+CHUNKED = "sliding-window attention computed in overlapping chunks, each query's probabilities over its own window"
+UNFOLDED = "attention across patches, once per pixel offset within a patch (the batch axis holds the offsets)"
+UNSHOWABLE = {
+    "longformer": f"Longformer's {CHUNKED}",
+    "led": f"LED's encoder has Longformer's {CHUNKED}",
+    "mobilevit": f"MobileViT's {UNFOLDED}",
+    "mobilevitv2": f"MobileViTV2's {UNFOLDED}",
+}
+
+
+def unshowable(model_type) -> str | None:
+    why = UNSHOWABLE.get(model_type) if isinstance(model_type, str) else None
+    return f"{why}: no [query, key] map over the input, which attnviz cannot show yet" if why else None
+
+
 @dataclass(frozen=True)
 class AttentionConfig:
     """What config.json says the model's eager attention does beyond softmax(QKᵀ·s + mask)."""

@@ -60,8 +60,9 @@ SINGLE_FILES = ("model.onnx", "decoder_model_merged.onnx", "decoder_model.onnx")
 # the window's file rules (app/rules.py) need it
 CORPUS_FILES = ("heads.parquet", "run.json")
 # config.json model types whose attention windows attnviz places on the patch grid (attnviz.core.windows): the
-# layout keys they share, read as they are written; other windowed families (swinv2, donut-swin) are not checked
-WINDOWED_MODEL_TYPES = ("swin",)
+# layout keys they share, read as they are written (Swinv2: the same windows, shift and patch merging, checked
+# against transformers by the optimum zoo, session 22); other windowed families (donut-swin) are not checked
+WINDOWED_MODEL_TYPES = ("swin", "swinv2")
 WINDOW_KEYS = ("patch_size", "window_size", "depths")
 
 
@@ -655,6 +656,19 @@ class FolderCache:
             if i.dtype == "bool" and i.rank <= 1:
                 g[i.name] = np.ones([1] * i.rank, bool)
         return g
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Beam search (:mod:`attnviz.runtime.beams`): the cache's batch rows taken from the last run's row
+        ``rows[i]`` for running beam ``i`` (numpy take on the batch axis); the encoder's input repeated to the
+        beams' count the first time, so that its states (one encoder run, then kept) match the decoder's rows."""
+        rows = np.asarray(rows, np.int64)
+        self.cache = {p: np.take(v, rows, axis=0) if np.ndim(v) >= 1 else v for p, v in self.cache.items()}
+        k = len(rows)
+        if any(np.ndim(v) >= 2 and np.shape(v)[0] != k for v in self.feeds.values()):
+            self.feeds = {
+                n: np.repeat(v, k, axis=0) if np.ndim(v) >= 2 and np.shape(v)[0] == 1 else v
+                for n, v in self.feeds.items()
+            }
 
     def step(self, tokens: list[int]) -> StepOut:
         r = self.past_model.run(self._step_feeds(tokens), mode="dense")

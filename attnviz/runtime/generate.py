@@ -396,6 +396,16 @@ class FileCache:
         order = self.order or list(range(len(maps)))
         return StepsOut(ids, {order[j]: m for j, m in enumerate(maps)}, info, self.reserve if maps else 0)
 
+    def reorder(self, rows: np.ndarray) -> None:
+        """Beam search (:mod:`attnviz.runtime.beams`): every batch row the next step feeds (the cache, the mask, any
+        states) taken from the last run's row ``rows[i]``, the row the running beam ``i`` descends from (numpy take
+        on the batch axis: the first step's one prompt row becomes the K beams' rows)."""
+        rows = np.asarray(rows, np.int64)
+        n = next((np.shape(self.feeds[p])[0] for p in self.past if p in self.feeds), None)
+        for k, v in self.feeds.items():
+            if isinstance(v, np.ndarray) and v.ndim >= 2 and v.shape[0] == n:
+                self.feeds[k] = np.take(v, rows, axis=0)
+
     def step(self, tokens: list[int]) -> StepOut:
         f = self.feeds
         b = len(tokens)

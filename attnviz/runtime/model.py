@@ -112,6 +112,9 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         sites, self.no_attention_reason = gr.find_sites(self.graph)
         # the folder's config.json model type (through the sidecar guard) tells a dual encoder's causal text tower
         model_type = sidecar_json(self.path, "config.json").get("model_type")
+        unshowable = fid.unshowable(model_type)
+        if unshowable:  # an architecture whose attention is known to be no [query, key] map: none shown, and why
+            sites, self.no_attention_reason = [], unshowable
         self._sites = gr.label_sites(self.graph, sites, self.meta, model_type if isinstance(model_type, str) else "")
         for s in self._sites:
             s.heads = gr.static_heads(self.graph, s)

@@ -141,6 +141,7 @@ class AttnModel(Protocol):
         max_tokens: int | None = None,
         audio=None,
         max_seconds: float | None = None,
+        beams: int = 1,  # beam search: the K finished hypotheses as the result's batch rows, best first
     ) -> AttentionResult: ...
 
     # a request built and checked once (the window's input panel, the CLI's flags): the same engine as analyze()

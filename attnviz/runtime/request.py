@@ -13,6 +13,7 @@ import numpy as np
 from attnviz import AttnvizError
 
 MODES = ("auto", "dense", "ondemand")
+MAX_BEAMS = 64  # each beam is a batch row of every step and of the maps kept
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class AnalyzeRequest:
     max_seconds: float | None = (
         None  # keep only the first S seconds of the audio (else longer than the window is refused)
     )
+    # beam search with this many beams (1: greedy); the result's batch rows are the finished hypotheses, best first
+    beams: int = 1
 
     def __post_init__(self):
         validate(self)
@@ -50,6 +53,12 @@ def validate(req: AnalyzeRequest) -> None:
     if not isinstance(req.generate, numbers.Integral) or req.generate < 0:
         raise AttnvizError(f"generate {req.generate}: give a number of steps ≥ 0", param="generate")
     limits.check("generate", req.generate, "--generate")
+    if not isinstance(req.beams, numbers.Integral) or isinstance(req.beams, bool) or not 1 <= req.beams <= MAX_BEAMS:
+        raise AttnvizError(f"beams {req.beams}: give a number of beams from 1 to {MAX_BEAMS}", param="beams")
+    if req.beams > 1 and not req.generate:
+        raise AttnvizError(
+            f"--beams {req.beams} searches a generation; give --generate N too (or drop --beams)", param="beams"
+        )
     if req.max_tokens is not None and req.max_tokens < 1:
         raise AttnvizError(
             f"max tokens {req.max_tokens}: give at least 1 (or none to keep every token)", param="max_tokens"

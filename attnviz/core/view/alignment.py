@@ -23,6 +23,7 @@ from attnviz.core.view.selection import (
     clamp,
     head_matrix,
     hide_mask,
+    real_rows,
     result_blocks,
 )
 from attnviz.core.view.steps import generation_rows, n_steps, target_rows, word_special
@@ -57,17 +58,19 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
     m, what = head_matrix(blk, s)
     m = np.asarray(m, np.float32)
     notes: list[str] = []
-    if n_steps(result):
+    g = n_steps(result, blk.batch)
+    if g:
         rows = generation_rows(result, blk)
         if sel.rows == "input":  # Shift-Att: word k is read by the row after the one that chose it
-            rows = [(r + 1, w) for r, w in rows if r + 1 < m.shape[0]]
+            # (a shorter beam's row after its last fed word is padding, not a row reading it)
+            rows = real_rows(blk, [(r + 1, w) for r, w in rows if r + 1 < m.shape[0]])
         if sel.step >= 0:
             rows = rows[: sel.step + 1]
-            notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+            notes.append(f"step {min(sel.step + 1, g)}/{g}")
         if not rows:  # Shift-Att reads word k at the row after the one that chose it: one word has no such row
             raise ViewError(
                 "reading rows (Shift-Att) read each word at the row after the one that chose it: with "
-                f"{count(n_steps(result), 'generated word')} there is none; generate 2 or more words",
+                f"{count(g, 'generated word')} there is none; generate 2 or more words",
                 param="generate",
             )
         q_pos = np.array([r for r, _ in rows], int)
@@ -93,7 +96,7 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
         notes.append(f"top {round(sel.keep * 100)}% mass")
-    target = "generated" if n_steps(result) else "target"
+    target = "generated" if g else "target"
     title = " · ".join(["alignment (cross-attention)", what, *notes])
     return MapView(
         m,
@@ -116,5 +119,5 @@ def alignment_map(result: AttentionResult, sel: Selection, blocks: list[Block] |
 def row_story(result: AttentionResult, blk: Block, row: int) -> str:
     """``“[BOS]” → “Blessed”``: a decoder row is the token it reads *and* the word it chose."""
     own = clean_label(blk.query_axis.labels[row]) if row < len(blk.query_axis) else str(row)
-    chosen = dict(generation_rows(result, blk)) if blk.stack == "decoder" and n_steps(result) else {}
+    chosen = dict(generation_rows(result, blk)) if blk.stack == "decoder" and n_steps(result, blk.batch) else {}
     return f"“{own}” → “{clean_label(chosen[row])}”" if row in chosen else f"“{own}”"

@@ -130,7 +130,7 @@ def compute_map(
 
 
 def _step_note(result: AttentionResult, sel: Selection) -> str:
-    return f"step {sel.step + 1}/{n_steps(result)}"
+    return f"step {sel.step + 1}/{n_steps(result, sel.batch)}"
 
 
 def _after_hiding(result: AttentionResult, blk: Block, sel: Selection) -> list[str]:

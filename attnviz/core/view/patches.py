@@ -200,7 +200,7 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
     patch queries (-1)."""
     if blk.kind == "cross":
         given = caption_rows(result, blk)
-        if given and not n_steps(result):  # teacher-forced: the typed caption is all there is
+        if given and not n_steps(result, blk.batch):  # teacher-forced: the typed caption is all there is
             return [(clean_label(w), r) for r, w in given]
         return [(clean_label(w), r) for r, w in given + generation_rows(result, blk)]
     if blk.kind == "pooling":  # an attention-pooling head: its learned query (SigLIP's one), no input's
@@ -291,9 +291,10 @@ def grid_note(result: AttentionResult, blk: Block, grid: PatchGrid) -> str:
 
 def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:
     """Index into ``queries`` of generated word ``step`` (given caption words come first); 0 for no step."""
-    if step < 0 or not n_steps(result):
+    g = n_steps(result, blk.batch)
+    if step < 0 or not g:
         return 0
-    row = producing_row(result, blk_len(blk, 0), min(step, n_steps(result) - 1))
+    row = producing_row(result, blk_len(blk, 0), min(step, g - 1), blk.batch)
     return next((i for i, (_, r) in enumerate(queries) if r == row), len(queries) - 1)
 
 

@@ -9,14 +9,28 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.rows import beam_rows
 from attnviz.core.view.selection import _pad, blk_len, real_rows
 
 
-def n_steps(result: AttentionResult | None) -> int:
-    return len(result.generated or []) if result is not None else 0
+def n_steps(result: AttentionResult | None, batch: int = 0) -> int:
+    """Generated words of batch row ``batch``: a beam search's rows are hypotheses of their own lengths (row 0 the
+    best, ``result.generated``); any other result's rows share one generation."""
+    if result is None:
+        return 0
+    return len(generated_words(result, batch))
 
 
-def producing_row(result: AttentionResult, tq: int, k: int) -> int:
+def generated_words(result: AttentionResult, batch: int = 0) -> list[str]:
+    """Batch row ``batch``'s generated words: a beam search's row its own hypothesis' (``result.generated`` is the
+    best one's), else the result's."""
+    beams = beam_rows(result)
+    if beams is not None and 0 <= batch < len(beams):
+        return [str(w) for w in beams[batch].get("generated") or []]
+    return list(result.generated or [])
+
+
+def producing_row(result: AttentionResult, tq: int, k: int, batch: int = 0) -> int:
     """Decoder query row whose output chose generated token ``k`` (0-based).
 
     The query at decoder position ``p`` predicts the token at ``p + 1``, so token ``k`` was chosen
@@ -25,7 +39,7 @@ def producing_row(result: AttentionResult, tq: int, k: int) -> int:
     """
     if result.prompt_len and result.prompt_len > 0:
         return int(result.prompt_len) - 1 + k
-    return tq - n_steps(result) + k
+    return tq - n_steps(result, batch) + k
 
 
 def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:
@@ -34,8 +48,11 @@ def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]
     Without generated words (teacher forcing) every query row with its own token, a padded row's pads left out.
     """
     tq = blk_len(blk, 0)
-    if blk.stack == "decoder" and n_steps(result):
-        rows = [(r, str(w)) for k, w in enumerate(result.generated) if 0 <= (r := producing_row(result, tq, k)) < tq]
+    if blk.stack == "decoder" and n_steps(result, blk.batch):
+        words = generated_words(result, blk.batch)
+        rows = [(r, str(w)) for k, w in enumerate(words) if 0 <= (r := producing_row(result, tq, k, blk.batch)) < tq]
+        # a shorter beam's rows past its own end are padding (its last word, never fed back, has no row: as greedy)
+        rows = real_rows(blk, rows)
         if rows:
             return rows
     return real_rows(blk, [(i, str(blk.query_axis.labels[i])) for i in range(tq)])
@@ -64,7 +81,7 @@ def word_special(result: AttentionResult, blk: Block, row: int, word: str) -> bo
     """Is the word chosen at query ``row`` a special token (EOS...)?  It sits at decoder position row + 1."""
     ax = blk.query_axis
     special = list(ax.special or [])
-    if not n_steps(result):
+    if not n_steps(result, blk.batch):
         return bool(special[row]) if row < len(special) else False
     if row + 1 < len(special) and ax.labels[row + 1] == word:
         return bool(special[row + 1])
@@ -77,8 +94,8 @@ def step_rows(result: AttentionResult, block: Block, step: int) -> int | None:
 
     Step ``s`` shows the positions that existed when the ``s``-th generated token was chosen.
     """
-    g = n_steps(result)
+    g = n_steps(result, block.batch)
     if step < 0 or g == 0 or block.stack != "decoder" or step >= g:
         return None
     tq = blk_len(block, 0)
-    return max(1, min(tq, producing_row(result, tq, step) + 1))
+    return max(1, min(tq, producing_row(result, tq, step, block.batch) + 1))

@@ -79,13 +79,14 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
     if image and sel.mode == "rollout":
         base = base.with_(mode="mean")  # rollout multiplies square self-attention maps
     mv = compute_map(result, base, blocks, keep_pads=True)  # rows and keys by position: pads are skipped below
-    rows = generation_rows(result, blk) if n_steps(result) else []
+    g = n_steps(result, blk.batch)
+    rows = generation_rows(result, blk) if g else []
     if not image and blk.kind == "cross" and sel.rows == "input":  # Alignment's rows: word k on the row reading it
         rows = [(r + 1, w) for r, w in rows if r + 1 < mv.matrix.shape[0]]
     notes: list[str] = []
     if sel.step >= 0 and rows:
         rows = rows[: sel.step + 1]
-        notes.append(f"step {min(sel.step + 1, n_steps(result))}/{n_steps(result)}")
+        notes.append(f"step {min(sel.step + 1, g)}/{g}")
     if image:
         rows = caption_rows(result, blk) + rows
     rows = real_rows(blk, rows)  # a padded batch's row: a panel per word of its own, none per pad

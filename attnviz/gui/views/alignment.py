@@ -7,6 +7,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QVBoxLayout
 
 from attnviz.core import view as vm
 from attnviz.core.view import MapView
+from attnviz.core.view.steps import generated_words
 from attnviz.core.view_names import tab_title
 from attnviz.gui.views import declared as declared_heads
 from attnviz.gui.views.base import View, info_label
@@ -107,7 +108,8 @@ class AlignmentView(View):
             self.rows_box.blockSignals(False)
         self.mv = mv = self.alignment_map()
         self.heatmap.set_map(mv, log=self.session.sel.log)
-        g = len(self.session.result.generated)
+        words = generated_words(self.session.result, self.session.sel.batch)  # a beam's own (a beam search's rows)
+        g = len(words)
         if not g:  # a teacher-forced target: every row at once, no generation step to mark
             self.heatmap.mark_row(None)
             reads = "reading" if self.session.sel.rows == "input" else "predicting"
@@ -123,7 +125,7 @@ class AlignmentView(View):
         if 0 <= row < mv.matrix.shape[0] and mv.matrix.shape[1]:
             j = int(np.argmax(mv.matrix[row]))
             # the step is the slider's (the controls say the same); the row is the one drawn for it
-            last = self.session.result.generated[step]
+            last = words[step]
             unread = f" · “{last}” has no row of its own (never read back, or hidden)" if row < step else ""
             self.step_label.setText(
                 f"step {step + 1}/{g}: “{mv.q_labels[row]}” attends most to “{mv.k_labels[j]}” ({mv.matrix[row, j]:.3f})"

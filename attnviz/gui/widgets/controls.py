@@ -14,9 +14,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.core.view import SCALES
+from attnviz.core.rows import row_noun
+from attnviz.core.view import SCALES, n_steps
 from attnviz.gui.selection import MODE_TITLES, MODES
 from attnviz.gui.widgets.elided_combo import ElidedCombo
+
+ROW_TIP = "which row of a padded batch to show (each row keeps its own tokens)"
+BEAM_TIP = "which hypothesis of the beam search to show, 0 the best (each with its own beam's attention)"
 
 
 class Controls(QWidget):
@@ -26,7 +30,7 @@ class Controls(QWidget):
         super().__init__(parent)
         self.session = session
         self.batch = QSpinBox()
-        self.batch.setToolTip("which row of a padded batch to show (each row keeps its own tokens)")
+        self.batch.setToolTip(ROW_TIP)
         self.block = ElidedCombo()  # a VLM's block names are long
         self.layer = QSpinBox()
         self.head = QSpinBox()
@@ -67,8 +71,10 @@ class Controls(QWidget):
             ("keep mass", self.keep),
             ("colour scale", self.scale),
         ]
+        self.labels: dict[str, QLabel] = {}
         for r, (name, w) in enumerate(rows):
-            g.addWidget(QLabel(name), r, 0)
+            self.labels[name] = QLabel(name)
+            g.addWidget(self.labels[name], r, 0)
             g.addWidget(w, r, 1)
         r = len(rows)
         g.addWidget(self.log, r, 0, 1, 2)
@@ -98,7 +104,7 @@ class Controls(QWidget):
             self.session.select(**changes)
 
     def _on_step(self, v: int) -> None:
-        g = len(self.session.result.generated) if self.session.result is not None else 0
+        g = n_steps(self.session.result, self.session.sel.batch)  # a beam search's: the shown beam's own
         self._set(step=-1 if v >= g else v)
 
     def rebuild(self) -> None:
@@ -110,7 +116,10 @@ class Controls(QWidget):
             rows = self.session.result.batch_size if self.session.result is not None else 1
             self.batch.setRange(0, max(rows, 1) - 1)
             self.batch.setEnabled(rows > 1)
-            g = len(self.session.result.generated) if self.session.result is not None else 0
+            noun = row_noun(self.session.result)  # a beam search's rows are its hypotheses, best first
+            self.labels["batch row"].setText(noun)
+            self.batch.setToolTip(BEAM_TIP if noun == "beam" else ROW_TIP)
+            g = n_steps(self.session.result, self.session.sel.batch)
             self.step.setRange(0, max(0, g))
             self.step.setValue(g)
             self.step.setEnabled(g > 0)
@@ -147,8 +156,9 @@ class Controls(QWidget):
             self.log.setChecked(sel.log)
             self.scale.setCurrentIndex(max(0, self.scale.findData(sel.scale)))
             self.hide_special.setChecked(sel.hide_special)
-            g = len(s.result.generated)
-            self.step.setValue(g if sel.step < 0 else sel.step)
-            self.step_label.setText(f"step {g if sel.step < 0 else sel.step + 1}/{g}" if g else "step –")
+            g = n_steps(s.result, sel.batch)  # a beam's own length: the slider follows the beam shown
+            self.step.setRange(0, max(0, g))
+            self.step.setValue(g if sel.step < 0 else min(sel.step, g))
+            self.step_label.setText(f"step {g if sel.step < 0 else min(sel.step + 1, g)}/{g}" if g else "step –")
         finally:
             self._syncing = False

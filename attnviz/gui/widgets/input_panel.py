@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.core import preprocess
-from attnviz.runtime.request import AnalyzeRequest
+from attnviz.runtime.request import MAX_BEAMS, AnalyzeRequest
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -109,6 +109,12 @@ class InputPanel(QWidget):
         self.generate = QSpinBox()
         self.generate.setRange(0, 512)
         self.generate.setToolTip("greedy generation steps for decoder / encoder-decoder models (0 = just run)")
+        self.beams = QSpinBox()
+        self.beams.setRange(1, MAX_BEAMS)
+        self.beams.setToolTip(
+            "beam search with this many beams (1 = greedy); every finished hypothesis becomes a row, best first, "
+            "with its own beam's attention (the beam box beside the views switches them)"
+        )
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(0, 1_000_000)
         self.max_tokens.setSpecialValueText("all")  # 0: keep every token (the model's position limit is checked)
@@ -146,6 +152,7 @@ class InputPanel(QWidget):
         prep_row.addWidget(self.image_size)
         form.addRow("normalise", prep_row)
         form.addRow("generate", self.generate)
+        form.addRow("beams", self.beams)
         form.addRow("max tokens", self.max_tokens)
         form.addRow(btn_row)
         form.addRow(self.progress)
@@ -162,7 +169,7 @@ class InputPanel(QWidget):
         self._busy = False
         for box in (self.text, self.text_pair, self.image, self.audio):
             box.textChanged.connect(self._on_edited)
-        for spin in (self.generate, self.max_tokens, self.image_size):
+        for spin in (self.generate, self.beams, self.max_tokens, self.image_size):
             spin.valueChanged.connect(self._on_edited)
         self.preprocess.currentIndexChanged.connect(self._on_edited)
 
@@ -181,6 +188,8 @@ class InputPanel(QWidget):
             "image": (self.image.text().strip() or None) if self.image.isEnabled() else None,
             "audio": (self.audio.text().strip() or None) if self.audio.isEnabled() else None,
             "generate": int(self.generate.value()) if self.generate.isEnabled() else 0,
+            # beams search a generation: with none to search (generate 0, a model that generates nothing) greedy
+            "beams": int(self.beams.value()) if self.generate.isEnabled() and self.generate.value() else 1,
             "max_tokens": (int(self.max_tokens.value()) or None) if self.max_tokens.isEnabled() else None,
             **self.image_options(),
         }
@@ -197,7 +206,9 @@ class InputPanel(QWidget):
             out["image_size"] = (self.image_size.value(), self.image_size.value())
         return out
 
-    def set_values(self, text=None, text_pair=None, image=None, generate=None, max_tokens=None, audio=None) -> None:
+    def set_values(
+        self, text=None, text_pair=None, image=None, generate=None, max_tokens=None, audio=None, beams=None
+    ) -> None:
         if text is not None:
             self.text.setText(text)
         if text_pair is not None:
@@ -210,6 +221,8 @@ class InputPanel(QWidget):
             self.audio.setText(str(audio))
         if generate is not None:
             self.generate.setValue(int(generate))
+        if beams is not None:
+            self.beams.setValue(int(beams))
         if max_tokens is not None:
             self.max_tokens.setValue(int(max_tokens))
 
@@ -241,6 +254,7 @@ class InputPanel(QWidget):
         self.preprocess.setEnabled(vision or model is None)
         self.image_size.setEnabled(vision or model is None)
         self.generate.setEnabled(kind in ("decoder", "encoder-decoder", "vision-decoder") or model is None)
+        self.beams.setEnabled(self.generate.isEnabled())
 
     def request_run(self) -> None:
         self.run_requested.emit()

@@ -10,7 +10,7 @@ from pathlib import PurePath
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
-from attnviz.app.run_facts import run_fact
+from attnviz.app.run_facts import beam_lines, run_fact
 from attnviz.core import view as vm
 from attnviz.core.token_counts import token_lines
 
@@ -210,7 +210,10 @@ class ModelSidebar(QTreeWidget):
             )
             # a VLM's or captioner's words and image tokens apart; a padded batch's rows one per line
             rows += [(name, lines if len(lines) > 1 else lines[0]) for name, lines in token_lines(r)]
-            if r.generated:
+            beams = beam_lines(info)
+            if beams:  # a beam search's hypotheses, best first, each with its score
+                rows.append(("beams", beams))
+            elif r.generated:
                 rows.append(("generated", " ".join(r.generated)))
             pred = prediction(r, m.meta if m is not None else {})
             if pred:
@@ -231,6 +234,7 @@ class ModelSidebar(QTreeWidget):
                     "text_pair",
                     "image",
                     "generated_ids",
+                    "beams",  # the beams row above
                     "rows",
                     "token_grids",  # each batch row's image-token grid (Image regions places them)
                     "image_grids",  # one prompt's several images' grids (the image tokens row says them)

@@ -98,6 +98,14 @@ def add_input_arguments(p: argparse.ArgumentParser, model_required: bool = True,
         help="greedy generation steps for decoder / encoder-decoder models",
     )
     p.add_argument(
+        "--beams",
+        type=int,
+        default=1,
+        metavar="K",
+        help="beam search with K beams for --generate (default 1: greedy); the K finished hypotheses become the "
+        "result's batch rows, best first, each with its own beam's attention",
+    )
+    p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)"
     )
     p.add_argument(
@@ -141,6 +149,7 @@ def request_from_args(args) -> AnalyzeRequest:
         image=args.image,
         feeds=args.inputs,
         generate=args.generate,
+        beams=getattr(args, "beams", 1),
         mode=getattr(args, "mode", "auto"),  # `ablate` has no memory flag (its --mode is the ablation's)
         image_size=tuple(args.image_size) if args.image_size else None,
         image_mean=args.image_mean,

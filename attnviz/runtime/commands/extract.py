@@ -21,6 +21,7 @@ def run(args) -> int:
     from attnviz import AttnvizError
     from attnviz.core import limits
     from attnviz.core.io import save_npz, written_bytes
+    from attnviz.core.rows import beam_rows
     from attnviz.core.writes import guard
     from attnviz.runtime.commands.common import analyze_from_args
     from attnviz.runtime.truncation import cut_notes
@@ -58,7 +59,12 @@ def run(args) -> int:
         f"wrote {out}: {len(result.maps)} maps ({mb:.1f} MB) from {name} on {dev}"
         f"{' (' + note + ')' if note else ''}; {timing}"
     )
-    if result.generated:
+    beams = beam_rows(result)
+    if beams is not None:  # --beams: every hypothesis, best first, as the .npz's batch rows hold them
+        for i, b in enumerate(beams):
+            words = " ".join(_shown(str(t)) for t in b.get("generated") or [])
+            print(f"beam {i} (score {float(b.get('score') or 0.0):.4f}): {words}")
+    elif result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
         say(note, "warning")

@@ -11,10 +11,12 @@ import onnx
 from attnviz.runtime.graph.base import Finder, Scan, Site
 from attnviz.runtime.graph.index import Graph, _attr, _opset
 
-# ops a probability tensor may pass through between Softmax and the P·V MatMul
-DOWN_PASS = {"Where", "Cast", "Dropout", "Identity", "Reshape"}
-# ops between the Q·Kᵀ MatMul and the Softmax (scale, mask, bias, softcap)
-UP_PASS = {"Add", "Mul", "Div", "Sub", "Where", "Cast", "Reshape", "Tanh", "Identity", "Max", "Min", "Clip"}
+# ops a probability tensor may pass through between Softmax and the P·V MatMul (Slice: attention sinks, below)
+DOWN_PASS = {"Where", "Cast", "Dropout", "Identity", "Reshape", "Slice"}
+# ops between the Q·Kᵀ MatMul and the Softmax (scale, mask, bias, softcap; Concat: attention sinks).  GPT-OSS
+# concatenates one learned logit per head to every row of scores, normalises, and slices that column off before
+# P·V: the map is the sliced probabilities (rows summing to less than 1), as transformers' output_attentions
+UP_PASS = {"Add", "Mul", "Div", "Sub", "Where", "Cast", "Reshape", "Tanh", "Identity", "Max", "Min", "Clip", "Concat"}
 MATMULS = {"MatMul", "Einsum", "FusedMatMul"}
 # consumers that make a Softmax over Q·Kᵀ scores attention even without a P·V MatMul, and the method they give
 REDUCE_CONSUMERS = {"ReduceSum": "softmax-reduce", "ReduceMean": "softmax-reduce"}

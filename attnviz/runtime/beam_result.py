@@ -1,0 +1,73 @@
+"""A beam search's hypotheses as one result: its batch rows, best first.
+
+Each hypothesis comes labelled as a greedy generation of its ids would be (one row); here they become the rows
+of one padded batch, as a padded batch of inputs is held (:mod:`attnviz.core.rows`): every map right-padded with
+zeros to the longest row's queries and keys, each row's own axes with the positions past its end marked padding
+(``TokenAxis.pad``: the views offer only a row's own tokens).  ``info["beams"]`` keeps each row's generated ids,
+words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from attnviz import AttnvizError
+from attnviz.core.attention import AttentionResult, DenseMap, MapSource, TokenAxis
+from attnviz.core.frames import FramesMap
+from attnviz.core.rows import BEAMS_KEY, RowAxes, set_row_axes
+from attnviz.runtime.beams import Hypothesis
+
+
+def _padded_axis(ax: TokenAxis | None, n: int) -> TokenAxis | None:
+    """``ax`` grown to ``n`` positions, the new ones padding (special, and marked pad)."""
+    if ax is None or len(ax.labels) >= n:
+        return ax
+    extra = n - len(ax.labels)
+    pad = (list(ax.pad) if ax.pad is not None else [False] * len(ax.labels)) + [True] * extra
+    special = list(ax.special or [False] * len(ax.labels)) + [True] * extra
+    values = list(ax.values) + [0.0] * extra if ax.values is not None else None
+    return TokenAxis(list(ax.labels) + ["<pad>"] * extra, special, values, pad)
+
+
+def _stacked(maps: list[MapSource], label: str) -> DenseMap:
+    """One site's maps of every hypothesis ``[1, H, q_i, k_i]`` as ``[K, H, max q, max k]``, zero past a row's end."""
+    if any(isinstance(m, FramesMap) for m in maps):
+        raise AttnvizError(f"--beams keeps dense maps only; {label} is a vision tower's frames: drop --beams")
+    arrays = [np.asarray(m.array(), np.float32) for m in maps]
+    b, h = len(arrays), arrays[0].shape[1]
+    tq = max(a.shape[2] for a in arrays)
+    tk = max(a.shape[3] for a in arrays)
+    out = np.zeros((b, h, tq, tk), np.float32)
+    for i, a in enumerate(arrays):
+        out[i, :, : a.shape[2], : a.shape[3]] = a[0]
+    return DenseMap(out)
+
+
+def merge_beams(results: list[AttentionResult], hyps: list[Hypothesis]) -> AttentionResult:
+    """The hypotheses' one-row results as one result whose batch rows they are, in their order (best first)."""
+    if not results:
+        raise AttnvizError("beam search finished no hypothesis; give more --generate steps")
+    first = results[0]
+    maps: list[MapSource] = [_stacked([r.maps[i] for r in results], s.label) for i, s in enumerate(first.sites)]
+    axes = [r.row_axes(0) for r in results]
+    n_tok = max((len(t.labels) for t, _ in axes if t is not None), default=0)
+    n_key = max((len(k.labels) for _, k in axes if k is not None), default=0)
+    rows = [RowAxes(_padded_axis(t, n_tok), _padded_axis(k, n_key)) for t, k in axes]
+    info = dict(first.info)
+    info["batch"] = len(results)
+    info[BEAMS_KEY] = [
+        {"ids": [int(t) for t in h.ids], "generated": list(r.generated), "score": float(h.score)}
+        for h, r in zip(hyps, results)
+    ]
+    out = dataclasses.replace(
+        first,
+        maps=maps,
+        sites=[dataclasses.replace(s) for s in first.sites],
+        outputs={},  # each hypothesis' own outputs differ in length; the cached steps keep none either
+        info=info,
+        decoder_ids=[list(r.decoder_ids[0]) if r.decoder_ids else [] for r in results],
+    )
+    set_row_axes(out, rows)
+    return out

@@ -1,0 +1,55 @@
+"""A beam search in the window: the batch row box becomes the "beam" box, each beam its own words and rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gui_helpers import open_and_wait, run_and_wait
+
+DEMO = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+
+
+def test_beams_switch_in_the_beam_box(qtbot, real_window):
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, generate=6, beams=3)
+    r = w.session.result
+    beams = r.info["beams"]
+    assert r.batch_size == 3 and w.controls.labels["batch row"].text() == "beam"
+    assert w.controls.batch.isEnabled() and w.controls.batch.maximum() == 2
+    assert w.inputs.beams.value() == 3
+    w.select_view("alignment")
+    w.session.select(rows="predict")  # each row the word it chose: every generated word has its row
+    shown = {}
+    for b in (2, 0):
+        w.controls.batch.setValue(b)
+        assert w.session.sel.batch == b
+        shown[b] = list(w.alignment.mv.q_labels)
+        assert shown[b] == beams[b]["generated"]  # that beam's own words on its own rows
+        assert f"“{beams[b]['generated'][-1]}”" in w.alignment.step_label.text()
+    assert shown[2] != shown[0]
+    from attnviz.gui import restore
+
+    restore.save(w)  # the next plain `attnviz` searches with the same beams
+    assert restore.load(w.settings)["inputs"]["beams"] == 3
+    run_and_wait(qtbot, w, generate=6, beams=1)  # greedy again: one row, the box is a batch row box again
+    assert w.session.result.batch_size == 1 and w.controls.labels["batch row"].text() == "batch row"
+
+
+def test_a_shorter_beam_shows_its_own_steps_and_no_padding_row(qtbot, real_window):
+    """Hypotheses of unequal lengths are padded to the longest: a shorter beam's slider ends at its own last word,
+    and its padding is no row (its last word, never fed back, has no reading row: as in a greedy run)."""
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, generate=20, beams=4)
+    beams = w.session.result.info["beams"]
+    lengths = [len(b["generated"]) for b in beams]
+    assert len(set(lengths)) > 1, lengths  # the demo's default text ends its hypotheses at different steps
+    w.select_view("alignment")
+    for b in range(4):
+        w.controls.batch.setValue(b)
+        own = beams[b]["generated"]
+        assert w.controls.step.maximum() == len(own)
+        assert w.controls.step_label.text() == f"step {len(own)}/{len(own)}"
+        w.session.select(rows="input")  # Shift-Att: word k on the row that reads it
+        assert list(w.alignment.mv.q_labels) == own[:-1]
+        w.session.select(rows="predict")
+        assert list(w.alignment.mv.q_labels) == own
