@@ -205,8 +205,8 @@ main_export(str(src), output=str(out / "onnx"), task="automatic-speech-recogniti
 # ("stable", as the large checkpoints), an extractor that returns the attention mask, and a conv stack of its own
 # (kernels 10, 8, 4, strides 5, 4, 4: 80 samples = 5 ms a frame, 105 seen), so that frame times are read from the
 # config, not assumed.  wavlm: its gated relative position bias, under an audio-classification head.  Weights drawn
-# wider than the default 0.02 (0.3) so that heads really differ.  A script of its own: its cache key leaves the
-# others' as they are.
+# wider than the default 0.02 (0.3) so that heads really differ.  data2vec-audio: an audio-frame-classification head.
+# A script of its own: its cache key leaves the others' as they are.
 SPEECH_SCRIPT = r"""
 import json, sys
 from pathlib import Path
@@ -231,6 +231,10 @@ elif arch == "hubert":
 elif arch == "wavlm":
     cfg = T.WavLMConfig(conv_dim=(16,) * 7, num_buckets=32, max_bucket_distance=100, num_labels=3, **common)
     model, task, mask = T.WavLMForSequenceClassification(cfg), "audio-classification", False
+elif arch == "data2vec-audio":  # its positional convs are layers of their own (num_conv_pos_embeddings of them)
+    kw = dict(common, num_conv_pos_embeddings=2, conv_pos_kernel_size=5)
+    cfg = T.Data2VecAudioConfig(conv_dim=(16,) * 7, num_labels=3, **kw)
+    model, task, mask = T.Data2VecAudioForAudioFrameClassification(cfg), "audio-frame-classification", False
 else:
     raise SystemExit(f"unknown arch {arch}")
 model.save_pretrained(src)
@@ -286,11 +290,12 @@ SCRIPTS = {
     "wav2vec2": SPEECH_SCRIPT,
     "hubert": SPEECH_SCRIPT,
     "wavlm": SPEECH_SCRIPT,
+    "data2vec-audio": SPEECH_SCRIPT,
 }  # arch -> its own export script; every other arch: EXPORT_SCRIPT
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages | swinv2 | whisper | wav2vec2 | hubert | wavlm) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages | swinv2 | whisper | wav2vec2 | hubert | wavlm | data2vec-audio) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(SCRIPTS.get(arch, EXPORT_SCRIPT), arch, str(out), *map(str, size))
     return out
 

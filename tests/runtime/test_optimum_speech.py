@@ -27,6 +27,7 @@ MODELS = {  # arch -> (transformers class, ms per frame from the config's stride
     "wav2vec2": ("Wav2Vec2ForCTC", 20.0),
     "hubert": ("HubertModel", 5.0),
     "wavlm": ("WavLMForSequenceClassification", 20.0),
+    "data2vec-audio": ("Data2VecAudioForAudioFrameClassification", 20.0),
 }
 
 
