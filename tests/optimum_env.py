@@ -198,6 +198,72 @@ from optimum.exporters.onnx import main_export
 main_export(str(src), output=str(out / "onnx"), task="automatic-speech-recognition-with-past", do_validation=False,
             nb_max_frames=500)
 """
+# Runs inside the venv: a tiny random-init speech encoder on raw samples (2 layers, hidden 32, 4 heads, a conv stack
+# of 16 channels) with its Wav2Vec2FeatureExtractor, exported with optimum (input_values only, as optimum exports
+# them).  wav2vec2: a CTC head on wav2vec2-base's conv stack (7 layers, 320 samples = 20 ms a frame, 25 ms seen),
+# group norm, no attention mask, and a letter vocabulary (Wav2Vec2CTCTokenizer's vocab.json).  hubert: layer norm
+# ("stable", as the large checkpoints), an extractor that returns the attention mask, and a conv stack of its own
+# (kernels 10, 8, 4, strides 5, 4, 4: 80 samples = 5 ms a frame, 105 seen), so that frame times are read from the
+# config, not assumed.  wavlm: its gated relative position bias, under an audio-classification head.  Weights drawn
+# wider than the default 0.02 (0.3) so that heads really differ.  data2vec-audio: an audio-frame-classification head.
+# A script of its own: its cache key leaves the others' as they are.
+SPEECH_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+import torch, transformers as T
+arch, out = sys.argv[1], Path(sys.argv[2])
+hidden, layers, heads = (int(x) for x in sys.argv[3:6]) if len(sys.argv) > 5 else (32, 2, 4)
+src = out / "hf"
+src.mkdir(parents=True, exist_ok=True)
+torch.manual_seed(0)
+common = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * hidden,
+              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, initializer_range=0.3, layerdrop=0.0)
+letters = ["<pad>", "<s>", "</s>", "<unk>", "|"] + list("ETAOINSHRDLU")
+if arch == "wav2vec2":
+    cfg = T.Wav2Vec2Config(conv_dim=(16,) * 7, vocab_size=len(letters), pad_token_id=0, **common)
+    model, task, mask = T.Wav2Vec2ForCTC(cfg), "automatic-speech-recognition", False
+    (src / "vocab.json").write_text(json.dumps({w: i for i, w in enumerate(letters)}))
+    T.Wav2Vec2CTCTokenizer(str(src / "vocab.json")).save_pretrained(src)
+elif arch == "hubert":
+    cfg = T.HubertConfig(conv_dim=(16, 16, 16), conv_kernel=(10, 8, 4), conv_stride=(5, 4, 4), feat_extract_norm="layer",
+                         do_stable_layer_norm=True, **common)
+    model, task, mask = T.HubertModel(cfg), "feature-extraction", True
+elif arch == "wavlm":
+    cfg = T.WavLMConfig(conv_dim=(16,) * 7, num_buckets=32, max_bucket_distance=100, num_labels=3, **common)
+    model, task, mask = T.WavLMForSequenceClassification(cfg), "audio-classification", False
+elif arch == "data2vec-audio":  # its positional convs are layers of their own (num_conv_pos_embeddings of them)
+    kw = dict(common, num_conv_pos_embeddings=2, conv_pos_kernel_size=5)
+    cfg = T.Data2VecAudioConfig(conv_dim=(16,) * 7, num_labels=3, **kw)
+    model, task, mask = T.Data2VecAudioForAudioFrameClassification(cfg), "audio-frame-classification", False
+else:
+    raise SystemExit(f"unknown arch {arch}")
+model.save_pretrained(src)
+T.Wav2Vec2FeatureExtractor(return_attention_mask=mask, do_normalize=True).save_pretrained(src)
+from optimum.exporters.onnx import main_export
+main_export(str(src), output=str(out / "onnx"), task=task, do_validation=False)
+if mask:  # optimum exports input_values alone: the mask input comes from torch.onnx (onnx_mask/, the same weights)
+    import shutil
+    masked = out / "onnx_mask"
+    masked.mkdir()
+    for name in ("config.json", "preprocessor_config.json"):
+        shutil.copy(out / "onnx" / name, masked / name)
+    eager = type(model).from_pretrained(src, attn_implementation="eager").eval()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = eager
+
+        def forward(self, input_values, attention_mask):
+            return self.m(input_values=input_values, attention_mask=attention_mask).last_hidden_state
+
+    x = torch.randn(2, 8000)
+    m = torch.ones(2, 8000, dtype=torch.long)
+    m[1, 5000:] = 0
+    axes = {"input_values": {0: "batch", 1: "samples"}, "attention_mask": {0: "batch", 1: "samples"}}
+    torch.onnx.export(Encoder(), (x, m), str(masked / "model.onnx"), input_names=["input_values", "attention_mask"],
+                      output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=17, dynamo=False)
+"""
 # Runs inside the venv: a Swinv2 (cosine attention, a continuous position bias) of two stages, image 32 in 4x4
 # patches with 4x4 windows: an 8x8 grid in four windows (block 1 shifted by 2), then a 4x4 grid in one window.
 # A script of its own (session 22): its cache key leaves the other exports' as they are.
@@ -221,11 +287,15 @@ SCRIPTS = {
     "swinv2": SWINV2_SCRIPT,
     "swin-stages": SWIN_STAGES_SCRIPT,
     "whisper": WHISPER_SCRIPT,
+    "wav2vec2": SPEECH_SCRIPT,
+    "hubert": SPEECH_SCRIPT,
+    "wavlm": SPEECH_SCRIPT,
+    "data2vec-audio": SPEECH_SCRIPT,
 }  # arch -> its own export script; every other arch: EXPORT_SCRIPT
 
 
 def export(arch: str, out: Path, size: tuple[int, int, int] = (32, 2, 4)) -> Path:
-    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages | swinv2 | whisper) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
+    """Export a random-init ``arch`` (marian | gpt2 | vit-gpt2 | vit-trocr | bert | llama | opt | swin | swin-stages | swinv2 | whisper | wav2vec2 | hubert | wavlm | data2vec-audio) of (hidden, layers, heads) with optimum; returns OUT (hf/ and onnx/ inside)."""
     run(SCRIPTS.get(arch, EXPORT_SCRIPT), arch, str(out), *map(str, size))
     return out
 

@@ -27,8 +27,8 @@ CURVE_COLOUR = vm.HEAD_COLOURS[0]
 QUERY_COLOUR = vm.HEAD_COLOURS[1]  # the clicked frame's mark on the sound
 SPAN_COLOUR = vm.HEAD_COLOURS[2]  # word spans (start-end) on the waveform
 NO_AUDIO = (
-    "Audio regions need a speech model run on a sound (a Whisper folder with an audio file: File ▸ Open audio…, "
-    "or --audio FILE); this result has no audio"
+    "Audio regions need a speech model run on a sound (a Whisper or wav2vec2 folder with an audio file: File ▸ "
+    "Open audio…, or --audio FILE); this result has no audio"
 )
 
 
@@ -94,20 +94,23 @@ def frame_at(seconds: float, frame_seconds: float, n: int) -> int | None:
     return min(int(seconds / frame_seconds + 1e-9), n - 1)
 
 
-def audio_blocks(result: AttentionResult, blocks: list[Block]) -> tuple[int, int | None] | None:
+def audio_blocks(result: AttentionResult, blocks: list[Block]) -> tuple[int | None, int | None] | None:
     """``(cross block, encoder self block)`` whose keys are the clip's frames, or None when the result has no
-    sound or no cross-attention over it."""
+    sound or neither.  An encoder alone on the sound (wav2vec2, HuBERT, WavLM) has no cross block: its frames
+    are both the queries and the keys."""
     if result.audio is None:
         return None
     cross = next((i for i, b in enumerate(blocks) if b.kind == "cross"), None)
-    if cross is None:
-        return None
-    n = vm.blk_len(blocks[cross], 1)
+    n = vm.blk_len(blocks[cross], 1) if cross is not None else None
     enc = next(
-        (i for i, b in enumerate(blocks) if b.stack == "encoder" and b.kind == "self" and vm.blk_len(b, 1) == n),
+        (
+            i
+            for i, b in enumerate(blocks)
+            if b.stack == "encoder" and b.kind == "self" and (n is None or vm.blk_len(b, 1) == n)
+        ),
         None,
     )
-    return cross, enc
+    return None if cross is None and enc is None else (cross, enc)
 
 
 def audio_source(result: AttentionResult, blocks: list[Block], sel: vm.Selection) -> tuple[int, str] | None:
@@ -118,10 +121,13 @@ def audio_source(result: AttentionResult, blocks: list[Block], sel: vm.Selection
     if found is None:
         return None
     cross, enc = found
-    return (enc, "frame") if enc is not None and sel.block == enc and sel.query is not None else (cross, "word")
+    if cross is None or (enc is not None and sel.block == enc and sel.query is not None):
+        assert enc is not None  # audio_blocks found one of the two
+        return enc, "frame"
+    return cross, "word"
 
 
-def _cross_of(result: AttentionResult, blocks: list[Block]) -> int:
+def _cross_of(result: AttentionResult, blocks: list[Block]) -> int | None:
     found = audio_blocks(result, blocks)
     assert found is not None  # the caller found the sound's blocks
     return found[0]
@@ -152,8 +158,9 @@ def envelope(wave: np.ndarray, rate: int, bins: int = ENVELOPE_BINS) -> tuple[np
 
 def spectrogram(track: AudioTrack, batch: int, n_frames: int) -> tuple[np.ndarray, float]:
     """The log-mel features of the frames shown as grey levels (white quiet, dark loud), and their width in s."""
-    per = max(1, round(track.frame_seconds * track.rate / track.hop))  # mel frames per encoder frame (2)
-    feats = np.asarray(track.features[batch], np.float32)[:, : n_frames * per]
+    # mel frames under the encoder frames shown (2 per frame for Whisper; a 5 ms frame is half a 10 ms mel frame)
+    per = track.frame_seconds * track.rate / track.hop
+    feats = np.asarray(track.features[batch], np.float32)[:, : max(1, math.ceil(n_frames * per - 1e-9))]
     lo, hi = float(feats.min()), float(feats.max())
     level = (feats - lo) / (hi - lo) if hi > lo else np.zeros_like(feats)
     return 1.0 - (1.0 - SPEC_FLOOR) * level, feats.shape[1] * track.hop / track.rate
@@ -197,7 +204,8 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
     batch = min(max(sel.batch, 0), len(track.waves) - 1)
     n = frames_shown(track, batch, mv.matrix.shape[1])
     spec, spec_seconds = spectrogram(track, batch, n)
-    words = audio_words(result, blocks[bi] if kind == "word" else blocks[_cross_of(result, blocks)])
+    cross = bi if kind == "word" else _cross_of(result, blocks)
+    words = audio_words(result, blocks[cross]) if cross is not None else []  # an encoder alone: no words
     if kind == "frame":
         query = min(max(int(sel.query or 0), 0), n - 1)  # a frame of the clip (the padding after it is not drawn)
         label = f"frame {query} ({query * track.frame_seconds:.2f} s)"

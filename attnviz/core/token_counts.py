@@ -74,6 +74,9 @@ def token_rows(result: AttentionResult) -> list[tuple[str, str]]:
 def _one_row(result: AttentionResult) -> list[tuple[str, str]]:
     if result.token_grid is not None:  # a vision–language decoder: its image tokens among its words
         return _vlm(result, result.token_grid)
+    if result.audio is not None and result.tokens is not None and all(s.stack == "encoder" for s in result.sites):
+        # a speech encoder alone (wav2vec2): its positions are the sound's frames, not tokens
+        return [("frames", f"{_n(result.tokens)} of {result.audio.frame_seconds * 1000:g} ms")]
     captioner = result.patch_grid is not None and any(s.stack == "decoder" and s.kind == "cross" for s in result.sites)
     if captioner and result.tokens is not None and result.key_tokens is not None:
         return _captioner(result.patch_grid, _n(result.tokens), _n(result.key_tokens))

@@ -142,7 +142,15 @@ def _run(
         raise AttnvizError(f"{model.path.name}: {model.no_attention_reason}")
     # decoders are confirmed by a causal map; heads counted
     early = _probe_while_reading(cfg, model, model_hash, by_worker)
+    from attnviz.runtime.waveform import on_raw_samples
+
     speech = "audio" in model.meta
+    if speech and on_raw_samples(model.meta):
+        raise AttnvizError(
+            f"{model.path.name} is a speech encoder on raw samples (wav2vec2, HuBERT, WavLM); a corpus runs Whisper "
+            "folders (--audio-dir: cross-attention word alignment) and text or image models: give a clip at a time "
+            "to extract, figure or open with --audio FILE"
+        )
     if speech != (cfg.audio_dir is not None):
         raise AttnvizError(
             f"{model.path.name} is a speech model; give its recordings with --audio-dir DIR"

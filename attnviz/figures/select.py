@@ -197,9 +197,12 @@ def _why_not_strip(result: AttentionResult) -> str | None:
 
 def _why_not_audio(result: AttentionResult) -> str | None:
     if result.audio is None:
-        return "the audio view needs the sound a speech model heard; run a speech model (Whisper) with --audio FILE"
+        return (
+            "the audio view needs the sound a speech model heard; run a speech model (Whisper, wav2vec2) with "
+            "--audio FILE"
+        )
     if audio_view.audio_blocks(result, result.blocks()) is None:
-        return "the audio view needs cross-attention over the sound (a speech encoder-decoder); this result has none"
+        return "the audio view needs attention over the sound's frames (a speech encoder); this result has none"
     return None
 
 
@@ -289,8 +292,10 @@ def _audio_block(result: AttentionResult, block: int | str | None) -> int:
         raise AttnvizError(why, param="audio")
     found = audio_view.audio_blocks(result, result.blocks())
     assert found is not None  # _why_not_audio found them
-    if block is None:  # the words' cross-attention, as the window opens it
-        return found[0]
+    if block is None:  # the words' cross-attention, as the window opens it (an encoder alone: its frames)
+        first = found[0] if found[0] is not None else found[1]
+        assert first is not None  # audio_blocks gives None rather than neither
+        return first
     bi, blk = resolve_block(result, block)
     if bi not in found:
         raise AttnvizError(

@@ -244,6 +244,15 @@ def _labelled(
         alignment=_declared_alignment(model),
     )
 
+    if prep.track is not None and rows is None:  # an encoder alone on the sound (wav2vec2 and kin)
+        from attnviz.runtime.ctc import label_frames
+        from attnviz.runtime.waveform import frames_note
+
+        info.notes += frames_note(result, prep.src_rows)
+        if "logits" in result.outputs:  # a CTC head on the sound's frames: its letters
+            prep.src_rows, said = label_frames(model.path, result.outputs["logits"], prep.src_rows)
+            info.notes += said
+
     # axes -------------------------------------------------------------------------------
     dec_rows = bd.decoder_axes(model, prep, rows, feeds) if rows is not None else [None] * prep.batch
     if prep.decoder_is_tokens and model.kind == "decoder":

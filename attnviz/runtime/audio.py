@@ -7,6 +7,11 @@ saves); :func:`log_mel` computes what that extractor computes: the clip padded /
 bank (0-8 kHz, as the extractor builds it, or the ``mel_filters`` a Hub config carries), ``log10`` floored at
 1e-10, clamped to 8 below each clip's maximum, then ``(x + 4) / 4``.  :func:`load_audio` reads WAV / FLAC / OGG
 through ``soundfile`` (libsndfile ships in its wheel), mixes stereo down and resamples to the extractor's rate.
+
+Encoders on raw samples (wav2vec2, HuBERT, WavLM: ``Wav2Vec2FeatureExtractor``) are :class:`~attnviz.runtime.waveform.
+WaveSpec`'s (:mod:`attnviz.runtime.audio_specs` picks the class by the file's ``feature_extractor_type``); both share
+the reading, resampling and checks here through :class:`ClipRules` (``limit`` / ``too_long`` say what "too long"
+means for each: Whisper's fixed window, a raw-sample encoder's default cap that ``--max-seconds`` moves).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -26,6 +32,29 @@ SILENT = 1e-6  # peak amplitude (full scale 1.0) below which a clip holds nothin
 MEL_FLOOR = 1e-10
 MEL_MAX_HZ = 8000.0  # WhisperFeatureExtractor's filter bank stops at 8 kHz whatever the rate
 EXTRACTOR = "WhisperFeatureExtractor"  # the one feature extractor computed here
+
+
+class ClipRules(Protocol):
+    """What reading and checking a clip needs of a feature extractor's spec (Whisper's or a raw-sample encoder's)."""
+
+    @property
+    def sampling_rate(self) -> int: ...
+
+    @property
+    def frame_seconds(self) -> float: ...
+
+    def limit(self, max_seconds: float | None) -> float: ...
+
+    def too_long(self, name: str, seconds: float) -> AttnvizError: ...
+
+    def too_short(self, name: str, samples: int) -> AttnvizError | None: ...
+
+
+def unknown_extractor(kind) -> AttnvizError:
+    return AttnvizError(
+        f"{PREPROCESSOR}: {kind} features are not computed here (only Whisper's log-mel and wav2vec2's raw "
+        "samples); give the model's input with --inputs FEEDS.npz"
+    )
 
 
 @dataclass(frozen=True)
@@ -45,11 +74,8 @@ class FeatureSpec:
     @classmethod
     def from_dict(cls, d: dict) -> FeatureSpec:
         kind = d.get("feature_extractor_type", EXTRACTOR)
-        if kind != EXTRACTOR:  # Speech2Text's Kaldi filter banks, wav2vec2's raw samples, ...: other features
-            raise AttnvizError(
-                f"{PREPROCESSOR}: {kind} features are not computed here (only Whisper's log-mel); "
-                "give the model's input_features with --inputs FEEDS.npz"
-            )
+        if kind != EXTRACTOR:  # Speech2Text's Kaldi filter banks, ...: other features (wav2vec2's: audio_specs)
+            raise unknown_extractor(kind)
 
         def num(key: str, default, kind=int):
             v = d.get(key, default)
@@ -94,6 +120,33 @@ class FeatureSpec:
             return None
         d = read_json(p, PREPROCESSOR, fix="fix or remove it")  # regular files only; depth and numbers checked
         return cls.from_dict(d if isinstance(d, dict) else {})
+
+    def limit(self, max_seconds: float | None) -> float:
+        """The longest clip taken: the window, whatever ``--max-seconds`` says (it only cuts)."""
+        return self.seconds
+
+    def too_long(self, name: str, seconds: float) -> AttnvizError:
+        return AttnvizError(
+            f"{name}: {seconds:.2f} s long; the model hears at most {self.seconds:g} s at a time: give "
+            f"--max-seconds {self.seconds:g} to keep the first {self.seconds:g} s, or cut the file",
+            param="audio",
+        )
+
+    def too_short(self, name: str, samples: int) -> AttnvizError | None:
+        return None  # a short clip is padded to the window
+
+    def positions(self, frames: int) -> int:
+        """The encoder's positions for ``frames`` log-mel frames (a clip fills the whole window's): one per
+        :data:`CONV_STRIDE` frames (kernel 3, padding 1)."""
+        return (frames - 1) // CONV_STRIDE + 1
+
+    def encode(self, waves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(input_features, None)``: the log-mel frames (Whisper's encoder takes no mask)."""
+        return log_mel(waves, self), None
+
+    def display(self, waves: list[np.ndarray], features: np.ndarray | None = None) -> np.ndarray:
+        """The spectrogram drawn under the maps: the features the encoder took."""
+        return features if features is not None else log_mel(waves, self)
 
     @property
     def frames(self) -> int:
@@ -188,7 +241,7 @@ def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
     return np.fft.irfft(kept, n_out) * (n_out / len(wave))
 
 
-def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = None) -> tuple[np.ndarray, list[str]]:
+def load_audio(path: str | Path, spec: ClipRules, max_seconds: float | None = None) -> tuple[np.ndarray, list[str]]:
     """A sound file as mono float samples at the extractor's rate, and notes on what was done to it, refusing
     in one line an unreadable, empty or silent file and a clip longer than the window."""
     import soundfile as sf
@@ -219,7 +272,7 @@ def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = 
     wave = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     if data.shape[1] > 1:
         notes.append(f"{p.name}: {data.shape[1]} channels mixed down to mono")
-    wave, _ = check_clip(wave, int(rate), spec, p.name)  # cut to max_seconds above, from the header
+    wave, _ = check_clip(wave, int(rate), spec, p.name, max_seconds)  # cut to max_seconds above, from the header
     if rate != spec.sampling_rate:
         wave = resample(wave, rate, spec.sampling_rate)
         notes.append(f"{p.name}: resampled from {rate} Hz to {spec.sampling_rate} Hz")
@@ -227,7 +280,7 @@ def load_audio(path: str | Path, spec: FeatureSpec, max_seconds: float | None = 
 
 
 def _frames_to_read(
-    name: str, rate: int, frames: int, spec: FeatureSpec, max_seconds: float | None, notes: list[str]
+    name: str, rate: int, frames: int, spec: ClipRules, max_seconds: float | None, notes: list[str]
 ) -> int:
     """How many frames of a ``frames``-long clip at ``rate`` to read: all of it, the first ``max_seconds`` (noted),
     or none, refused in one line when it is longer than the model's window."""
@@ -237,8 +290,8 @@ def _frames_to_read(
     if max_seconds is not None and seconds > max_seconds:
         notes.append(_cut_note(name, seconds, max_seconds))
         return int(round(max_seconds * rate))
-    if seconds > spec.seconds + 0.5 / rate:
-        raise _too_long(name, seconds, spec)
+    if seconds > spec.limit(max_seconds) + 0.5 / rate:
+        raise spec.too_long(name, seconds)
     return frames
 
 
@@ -246,16 +299,8 @@ def _cut_note(name: str, seconds: float, max_seconds: float) -> str:
     return f"{name}: {seconds:.2f} s cut to the first {max_seconds:g} s (--max-seconds {max_seconds:g})"
 
 
-def _too_long(name: str, seconds: float, spec: FeatureSpec) -> AttnvizError:
-    return AttnvizError(
-        f"{name}: {seconds:.2f} s long; the model hears at most {spec.seconds:g} s at a time: give "
-        f"--max-seconds {spec.seconds:g} to keep the first {spec.seconds:g} s, or cut the file",
-        param="audio",
-    )
-
-
 def check_clip(
-    wave: np.ndarray, rate: int, spec: FeatureSpec, name: str, max_seconds: float | None = None
+    wave: np.ndarray, rate: int, spec: ClipRules, name: str, max_seconds: float | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """A mono clip cut to ``max_seconds`` when given, refused in one line when empty, silent, not finite or
     longer than the model's window (Whisper hears 30 s; transformers would silently drop the rest)."""
@@ -274,8 +319,11 @@ def check_clip(
         raise AttnvizError(f"{name}: holds NaN or infinite samples; give a clean recording", param="audio")
     if float(np.max(np.abs(wave))) < SILENT:
         raise AttnvizError(f"{name}: is silent (every sample is 0); give a recording with sound in it", param="audio")
-    if seconds > spec.seconds + 0.5 / rate:
-        raise _too_long(name, seconds, spec)
+    if seconds > spec.limit(max_seconds) + 0.5 / rate:
+        raise spec.too_long(name, seconds)
+    short = spec.too_short(name, int(round(seconds * spec.sampling_rate)))
+    if short is not None:
+        raise short
     return wave, notes
 
 
@@ -284,7 +332,10 @@ def encoder_positions(spec: FeatureSpec) -> int:
     return (spec.frames - 1) // CONV_STRIDE + 1
 
 
-def frame_labels(n: int, spec: FeatureSpec) -> list[str]:
-    """The times of ``n`` encoder positions (frame i starts at i x 2 hops)."""
+def frame_labels(n: int, spec: ClipRules) -> list[str]:
+    """The times of ``n`` encoder positions (frame i starts at i x its spacing: 2 hops for Whisper, the conv
+    strides' product for a raw-sample encoder), to the millisecond where the spacing needs it (HuBERT-like stacks
+    of 5 ms frames would repeat labels at 10 ms)."""
     step = spec.frame_seconds
-    return [f"{i * step:.2f} s" for i in range(n)]
+    digits = 2 if abs(step * 100 - round(step * 100)) < 1e-9 else 3
+    return [f"{i * step:.{digits}f} s" for i in range(n)]

@@ -47,6 +47,14 @@ class AlignConfig:
     def for_model(cls, model) -> AlignConfig:
         """From what the folder's configs said when it opened (``meta["speech_alignment"]``, raw: a malformed list
         is refused here, where it is used, not when the folder opens)."""
+        from attnviz.runtime.waveform import on_raw_samples
+
+        if on_raw_samples(model.meta):  # wav2vec2 and kin: no decoder, no words to time
+            raise AttnvizError(
+                f"{model.path.name} is a speech encoder on raw samples (wav2vec2, HuBERT, WavLM), with no decoder "
+                "whose words' cross-attention could be timed; align-audio takes a Whisper folder (open the clip with "
+                "--audio FILE to see the encoder's frames)"
+            )
         if "audio" not in model.meta or "speech_alignment" not in model.meta:
             raise AttnvizError(
                 f"{model.path.name}: not a speech model folder; give the folder holding encoder_model.onnx, "

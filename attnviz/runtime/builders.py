@@ -290,17 +290,21 @@ def _load_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) ->
 
 
 def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -> None:
-    """Sound files (or mono samples at the model's rate) -> the log-mel features its encoder takes; the
-    encoder's positions are labelled by time (20 ms each for Whisper)."""
+    """Sound files (or mono samples at the model's rate) -> what its encoder takes: Whisper's log-mel features, or
+    a raw-sample encoder's normalised samples (and its attention mask where the graph takes one); the encoder's
+    positions are labelled by time (20 ms each for Whisper and wav2vec2's conv stack)."""
     from attnviz.runtime import audio as au
+    from attnviz.runtime.audio_specs import audio_spec
+    from attnviz.runtime.waveform import WaveSpec
 
     aud_in = by_role(model, "audio")
-    known = md.section(model.meta, "audio")  # the folder's Whisper feature extractor, when it has one
+    known = md.section(model.meta, "audio")  # the folder's feature extractor, when it has one
     if req.audio is None:
         if aud_in is not None and aud_in.name in feeds:
-            if known:  # features given raw: their frames still have times
-                n = (int(np.shape(feeds[aud_in.name])[-1]) - 1) // au.CONV_STRIDE + 1
-                prep.src_rows = [TokenAxis(au.frame_labels(n, au.FeatureSpec.from_dict(known)))]
+            if known:  # features or samples given raw: their positions still have times
+                spec = audio_spec(known)
+                n = spec.positions(int(np.shape(feeds[aud_in.name])[-1]))
+                prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
         elif aud_in is not None:
             raise AttnvizError(
                 f"{model.name} takes audio ({aud_in.describe()}); give a sound file (--audio FILE)", param="audio"
@@ -314,12 +318,12 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
         )
     if not known:
         raise AttnvizError(
-            f"{model.name} takes {aud_in.describe()} and no Whisper preprocessor_config.json is beside it to say "
-            "how a sound becomes those features; put the model's feature extractor config there, or give "
+            f"{model.name} takes {aud_in.describe()} and no Whisper or wav2vec2 preprocessor_config.json is beside "
+            "it to say how a sound becomes that input; put the model's feature extractor config there, or give "
             f"{aud_in.name} with --inputs FEEDS.npz",
             param="audio",
         )
-    spec = au.FeatureSpec.from_dict(known)
+    spec = audio_spec(known)
     clips = list(req.audio) if isinstance(req.audio, (list, tuple)) else [req.audio]
     if not clips:
         raise AttnvizError("no audio clip given; give a sound file (--audio FILE)", param="audio")
@@ -333,11 +337,33 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
             names.append(str(clip))
         waves.append(wave)
         prep.notes += notes
-    features = au.log_mel(waves, spec)
-    feeds[aud_in.name] = features.astype(np.dtype(aud_in.dtype))
+    values, mask = spec.encode(waves)
+    feeds[aud_in.name] = values.astype(np.dtype(aud_in.dtype))
+    mask_in = by_role(model, "mask")
+    if mask is not None and mask_in is not None and mask_in.name not in feeds:
+        # the extractor's mask where it returns one; else none, as transformers runs such a model (all ones)
+        given = mask if getattr(spec, "return_attention_mask", False) else np.ones_like(mask)
+        feeds[mask_in.name] = given.astype(np.dtype(mask_in.dtype))
+    elif mask is not None and len({len(w) for w in waves}) > 1:
+        prep.notes.append(
+            f"{model.path.name} takes no attention mask: the shorter clips' padding ({spec.padding_value:g}) is "
+            "heard as sound and attended to; run them one at a time to see each alone"
+        )
     prep.audio = names
-    prep.track = AudioTrack(waves, features, spec.sampling_rate, spec.hop_length, spec.frame_seconds)
-    prep.src_rows = [TokenAxis(au.frame_labels(au.encoder_positions(spec), spec))]
+    shown = spec.display(waves, values)
+    prep.track = AudioTrack(waves, shown, spec.sampling_rate, spec.hop_length, spec.frame_seconds)
+    n = spec.positions(values.shape[-1])
+    prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
+    if isinstance(spec, WaveSpec):  # an encoder alone on the sound: each clip's loudness above its frames' columns
+        padded = len({len(w) for w in waves}) > 1
+        prep.src_rows = [
+            TokenAxis(
+                au.frame_labels(n, spec),
+                values=spec.levels(w, n),
+                pad=[i >= spec.positions(len(w)) for i in range(n)] if padded else None,
+            )
+            for w in waves
+        ]
 
 
 def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[int]] | None:

@@ -31,6 +31,7 @@ from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
 from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
+from attnviz.runtime.audio_specs import spec_for_model
 from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, suppress_of
 from attnviz.runtime.isolation import Taken
 from attnviz.runtime.limits import PositionLimit
@@ -85,8 +86,8 @@ def _with_config(model: AttentionModel) -> AttentionModel:
         if image:
             model.meta["image"] = image
     if "audio" in model.roles.values() and not isinstance(model.meta.get("audio"), dict):
-        try:  # a Whisper encoder file alone: its frames' times, --audio
-            spec = FeatureSpec.for_model(model.path)
+        try:  # a Whisper encoder file alone, a wav2vec2-like encoder: its frames' times, --audio
+            spec = spec_for_model(model.path)
         except AttnvizError:  # another extractor (Speech2Text's filter banks): the file still runs on raw feeds
             spec = None
         if spec is not None:

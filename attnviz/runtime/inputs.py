@@ -33,6 +33,7 @@ NAME_ROLES = [
     (re.compile(r"^cache_position$"), "cache_position"),
     (re.compile(r"pixel_values$|^image|^images?$|^pixels$"), "image"),
     (re.compile(r"^input_features$"), "audio"),  # log-mel frames (Whisper, Speech2Text)
+    (re.compile(r"^input_values$"), "audio"),  # raw samples (wav2vec2, HuBERT, WavLM, data2vec-audio)
     (re.compile(r"past_key_values|^past_|\.key$|\.value$"), "past"),
     (re.compile(r"encoder_hidden_states|encoder_outputs?"), "encoder_states"),
     (re.compile(r"^tgt$|^target$|^target_ids$"), "decoder_tokens"),

@@ -224,7 +224,13 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             "sites": [s.to_dict() for s in self.sites],
             "no_attention_reason": self.no_attention_reason,
             "fidelity": list(self.fidelity),
-        }
+        } | self._describe_audio()
+
+    def _describe_audio(self) -> dict:
+        """A raw-sample speech encoder's hearing (wav2vec2: its rate and frames), for ``inspect``."""
+        from attnviz.runtime.waveform import WaveSpec, on_raw_samples
+
+        return {"audio": WaveSpec.from_dict(self.meta["audio"]).describe()} if on_raw_samples(self.meta) else {}
 
     # -- sessions ----------------------------------------------------------------
     def _session(self, mode: str):

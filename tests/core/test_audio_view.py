@@ -148,3 +148,28 @@ def test_the_sound_survives_an_npz_round_trip(tmp_path):
     sel = vm.Selection(block=2, batch=1)
     np.testing.assert_array_equal(av.audio_view(back, sel).curve, av.audio_view(r, sel).curve)
     assert av.audio_view(back, sel).duration == pytest.approx(5000 / RATE)
+
+
+def test_an_encoder_alone_on_raw_samples_is_drawn_by_its_frames():
+    """A wav2vec2-like result (runtime/waveform.py: no decoder, frames 5 ms apart from a HuBERT-like conv stack):
+    the view draws the encoder's self-attention with a frame as the query, no word strip, and a spectrogram that
+    covers the frames shown (a 5 ms frame is half a 10 ms mel frame: rounded up, not down to nothing)."""
+    from attnviz.runtime.waveform import WaveSpec
+
+    spec = WaveSpec(conv_kernel=(10, 8, 4), conv_stride=(5, 4, 4))
+    rng = np.random.default_rng(4)
+    wave = (0.3 * np.sin(2 * np.pi * 300 * np.arange(4000) / RATE)).astype(np.float32)  # 0.25 s
+    n = spec.positions(len(wave))
+    r = AttentionResult(
+        [DenseMap(softmax(rng, 1, 2, n, n)) for _ in range(2)],
+        [SiteInfo("encoder", "self", layer, 2, f"/e/{layer}", "softmax") for layer in range(2)],
+        tokens=TokenAxis(frame_labels(n, spec), values=spec.levels(wave, n)),
+        audio=AudioTrack([wave], spec.display([wave]), spec.sampling_rate, spec.hop_length, spec.frame_seconds),
+    )
+    assert av.audio_blocks(r, r.blocks()) == (None, 0)
+    v = av.audio_view(r, vm.Selection(block=0, mode="head", layer=1, head=1, query=7))
+    shown = int(np.ceil(0.25 / 0.005))  # frames within the clip (n = 49: the last one's 6.6 ms ran past it)
+    assert v.query_kind == "frame" and v.words == [] and len(v.curve) == min(n, shown) == n
+    np.testing.assert_array_equal(v.curve, r.maps[1].array()[0, 1, 7, :n])
+    assert v.query_span == pytest.approx((0.035, 0.04))
+    assert v.spec.shape[1] == int(np.ceil(n * 0.5)) and v.spec_seconds == pytest.approx(np.ceil(n * 0.5) * 0.01)

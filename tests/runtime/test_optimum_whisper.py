@@ -204,7 +204,7 @@ def test_another_feature_extractor_is_not_taken_for_whisper(whisper, tmp_path):
     clips = [chirp()]
     feats, refs = _reference(hf, fe, clips, [[61]])
     np.testing.assert_allclose(enc.analyze(feeds={"input_features": feats}).maps[1].array(), refs[1], atol=TOL)
-    with pytest.raises(AttnvizError, match="no Whisper preprocessor_config.json.*--inputs FEEDS.npz"):
+    with pytest.raises(AttnvizError, match="no Whisper or wav2vec2 preprocessor_config.json.*--inputs FEEDS.npz"):
         enc.analyze(audio=clips)
     with pytest.raises(AttnvizError, match="Speech2TextFeatureExtractor features are not computed here"):
         open_model(tmp_path, provider="cpu")

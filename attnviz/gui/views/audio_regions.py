@@ -98,7 +98,7 @@ class AudioRegionsView(View):
         lay.addWidget(self.glw, 1)
 
     # -- which block / which query --------------------------------------------
-    def blocks(self) -> tuple[int, int | None] | None:
+    def blocks(self) -> tuple[int | None, int | None] | None:
         s = self.session
         return av.audio_blocks(s.result, s.blocks) if s.result is not None else None
 
@@ -119,12 +119,12 @@ class AudioRegionsView(View):
     def on_result(self) -> None:
         self._words_key = None
         found = self.blocks()
-        if found is not None:  # a model that declares its alignment heads opens on them, as Alignment does
+        if found is not None and found[0] is not None:  # declared alignment heads: opened on, as Alignment does
             declared_heads.open_on_declared(self.session, found[0])
 
     def select_word(self, row: int) -> None:
         found = self.blocks()
-        if found is not None:
+        if found is not None and found[0] is not None:
             self._select(found[0], row)
 
     def select_frame(self, frame: int) -> None:
@@ -157,6 +157,7 @@ class AudioRegionsView(View):
         if key != self._words_key:
             self._words_key = key
             self.word_bar.fill([label for label, _ in v.words], lambda i: self.select_word(rows[i]))
+            self.word_bar.setVisible(bool(v.words))  # an encoder alone on the sound (wav2vec2) has no words
         # a frame query (a click on the sound) checks no word
         self.word_bar.check(rows.index(v.query) if v.query_kind == "word" and v.query in rows else None)
 
@@ -187,7 +188,7 @@ class AudioRegionsView(View):
         what = v.title.rsplit(" · query", 1)[0]
         where = (
             "click the sound to see where a frame looks"
-            if v.query_kind == "word"
+            if v.query_kind == "word" or not v.words
             else "click a word to see where it looks"
         )
         self.info.setText(

@@ -69,8 +69,15 @@ def run(args) -> int:
     print("inputs")
     for i in d["inputs"]:
         print(f"  {clean(i['name']):<28} {i['dtype']:<8} [{clean(', '.join(map(str, i['shape'])))}]  role={i['role']}")
-    if d.get("audio"):  # a speech model: what it hears and how its decoder starts
-        a = d["audio"]
+    a = d.get("audio")
+    if a and "extractor" in a:  # an encoder on raw samples (wav2vec2): its rate and its conv stack's frames
+        print(
+            f"audio    {a['sampling_rate']} Hz samples ({a['extractor']}"
+            f"{', normalised per clip' if a['do_normalize'] else ''}), frames of {a['frame_seconds'] * 1000:g} ms "
+            f"({a['receptive_seconds'] * 1000:.3g} ms heard each); clips up to {a['seconds']:g} s (--max-seconds "
+            "for longer)"
+        )
+    elif a:  # a speech model: what it hears and how its decoder starts
         print(
             f"audio    {a['sampling_rate']} Hz, a {a['seconds']:g} s window: {a['mel_bins']} mel bins x {a['frames']} "
             f"frames, encoder frames of {a['frame_seconds']:g} s; decoder prompt {clean(' '.join(a['decoder_prompt']))}"

@@ -1,0 +1,49 @@
+"""Audio regions and the Head map on an encoder alone on raw samples: the tests' tiny wav2vec2 CTC export
+(tests/optimum_env.py SPEECH_SCRIPT) in the real window.  No words: the strip is hidden and the view opens on the
+encoder's self-attention of a frame; a click on the sound makes that frame the query; the Head map draws each
+frame's loudness above its column; the screen draws what File ▸ Export view draws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("onnxruntime")
+sf = pytest.importorskip("soundfile")
+
+from gui_helpers import open_and_wait  # noqa: E402
+from PySide6.QtCore import QPointF, Qt  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
+from screen_figure import check_map, figure  # noqa: E402
+from test_audio_regions import check_screen_is_figure, chirp  # noqa: E402
+
+pytestmark = pytest.mark.slow  # the wav2vec2 export (cached per machine under ~/.cache/attnviz-tests)
+
+
+def test_an_encoder_alone_shows_where_a_clicked_frame_listens(qtbot, real_window, optimum_export, tmp_path):
+    w = real_window
+    sound = chirp(tmp_path / "chirp.wav")
+    open_and_wait(qtbot, w, optimum_export("wav2vec2") / "onnx", timeout=120000, audio=str(sound))
+    r = w.session.result
+    n = r.maps[0].shape[-1]
+    assert n == (int(2.2 * 16000) - 400) // 320 + 1  # 20 ms frames, each hearing 25 ms
+    w.select_view("audio")
+    v = w.audio_regions
+    qtbot.waitUntil(lambda: v.view is not None)
+    assert v.view.query_kind == "frame" and v.view.words == [] and not v.word_bar.isVisible()
+    assert w.session.block.stack == "encoder"
+    w.session.select(mode="head", layer=1, head=2)
+    scene = v.spec_plot.vb.mapViewToScene(QPointF(1.507, 40.0))
+    QTest.mouseClick(v.glw.viewport(), Qt.MouseButton.LeftButton, pos=v.glw.mapFromScene(scene))
+    qtbot.waitUntil(lambda: v.view is not None and v.view.query == 75)
+    np.testing.assert_array_equal(v.curve_item.getData()[1], r.maps[1].array()[0, 2, 75, :n])
+    assert [m.getRegion() for _, m in v.marks] == [pytest.approx((1.5, 1.52))] * 2
+    check_screen_is_figure(w, v)
+    # the Head map: the frames' loudness above their columns (the pause at 0.9-1.2 s at the floor)
+    w.select_view("head")
+    hm = w.head_map.heatmap
+    qtbot.waitUntil(lambda: hm.series.isVisible())
+    x, y = hm.series_curve.getData()
+    assert len(y) == n and y[50] == -80.0 and y[10] > -20.0
+    check_map(hm, figure(w, w.head_map))  # the figure: the same map and the same series on its columns
