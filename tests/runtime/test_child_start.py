@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -88,32 +87,44 @@ def test_a_command_refused_for_its_arguments_starts_no_child(tmp_path):
     assert seen["starts"] == [] and seen["forks"] == 0
 
 
-def test_a_process_a_fork_must_not_copy_spawns_its_child(monkeypatch):
+# run in a fresh interpreter: the test process itself runs other threads (Qt, Ray, pools of earlier tests), and a
+# process with other threads must refuse the fork, so the single-threaded case can only be seen in one of its own
+FORKABLE = """
+import os, sys, threading
+from attnviz.runtime import child_start
+os.environ.pop("ATTNVIZ_HUGEPAGES", None)
+for name in child_start.NO_FORK_WITH:
+    sys.modules.pop(name, None)
+assert threading.active_count() == 1
+assert child_start.forkable()
+for name in ("torch", "onnxruntime"):  # their threads and state (onnxruntime's environment) must not be copied
+    sys.modules[name] = sys
+    assert not child_start.forkable(), name
+    del sys.modules[name]
+os.environ["ATTNVIZ_HUGEPAGES"] = "1"  # a malloc tunable is set at exec only
+assert not child_start.forkable()
+del os.environ["ATTNVIZ_HUGEPAGES"]
+stop = threading.Event()
+t = threading.Thread(target=stop.wait)
+t.start()
+try:
+    assert not child_start.forkable()  # another thread: it could hold a lock the child would need
+finally:
+    stop.set()
+    t.join()
+assert child_start.forkable()
+print("checked")
+"""
+
+
+def test_a_process_a_fork_must_not_copy_spawns_its_child():
     if not sys.platform.startswith("linux"):
         assert not child_start.forkable()
         return
-    monkeypatch.delenv("ATTNVIZ_HUGEPAGES", raising=False)
-    for name in child_start.NO_FORK_WITH:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    if threading.active_count() != 1 or threading.current_thread() is not threading.main_thread():
-        pytest.skip("this test process runs other threads (a fork is then refused anyway)")
-    assert child_start.forkable()
-    for name in ("torch", "onnxruntime"):  # their threads and state (onnxruntime's environment) must not be copied
-        with monkeypatch.context() as m:
-            m.setitem(sys.modules, name, sys)
-            assert not child_start.forkable()
-    with monkeypatch.context() as m:
-        m.setenv("ATTNVIZ_HUGEPAGES", "1")  # a malloc tunable is set at exec only
-        assert not child_start.forkable()
-    stop = threading.Event()
-    t = threading.Thread(target=stop.wait)
-    t.start()
-    try:
-        assert not child_start.forkable()  # another thread: it could hold a lock the child would need
-    finally:
-        stop.set()
-        t.join()
-    assert child_start.forkable()
+    env = {k: v for k, v in os.environ.items() if k != "ATTNVIZ_HUGEPAGES"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", FORKABLE], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "checked", done.stderr[-2000:]
 
 
 def test_no_second_child_is_started_beside_a_running_one(monkeypatch):
