@@ -188,3 +188,18 @@ def test_beams_without_generation_or_out_of_range_are_one_line(tmp_path):
     code, text = run_cli("extract", DEMO, "--text", TEXT, "--generate", "4", "--beams", "0",
                          "--out", str(tmp_path / "t.npz"))  # fmt: skip
     assert code == 2 and "beams 0" in text and not (tmp_path / "t.npz").exists()
+
+
+def test_beams_on_a_graph_guessed_encoder_is_the_generation_refusal_not_a_missing_generate(tmp_path):
+    """A single-stack graph the static guess calls an encoder is run once before --generate is refused (the real
+    run is the probe); that probe run's request must not fail its own check: with --generate 3 --beams 2 the
+    line is the encoder's (no decoder input), never "give --generate N too" (it said that on 8424b81)."""
+    from onnx_builders import tiny_text_model
+
+    enc = tiny_text_model(tmp_path / "enc.onnx")
+    assert open_model(enc, provider="cpu").needs_probe  # the path under test: a guess the first run confirms
+    out = tmp_path / "e.npz"
+    code, text = run_cli("extract", str(enc), "--text", "the cat sat", "--generate", "3", "--beams", "2",
+                         "--out", str(out))  # fmt: skip
+    assert code == 2 and "Traceback" not in text and not out.exists()
+    assert "no decoder input" in text and "give --generate N too" not in text
