@@ -68,7 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="mode",
         choices=("head", "mean", "max", "min", "rollout"),
         default=None,
-        help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout",
+        help="show one head, an aggregate over heads (of --layer, else the last layer) or rollout (from the first "
+        "layer up to --layer, else the last), as `figure --aggregate` draws them (default: as the window opens the "
+        "model: its declared alignment head, else the mean over the last layer's heads)",
     )
     p.add_argument(
         "--image-base",
@@ -107,6 +109,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         new="--aggregate",
         help=argparse.SUPPRESS,
     )  # --mode is the memory mode in extract / figure
+
+
+def focus_from_args(args) -> dict:
+    """The selection ``--block/--layer/--head/--aggregate/--frame/--picture/...`` ask for, as the keywords of
+    ``session.select``; what is not given stays the window's default.  Layer ranges as ``figure`` reads the same
+    flags (``figures.select.layer_span``): an aggregate over heads covers ``--layer`` alone, rollout runs from
+    the first layer up to ``--layer`` (else up to the last, the window's default layer)."""
+    from attnviz import AttnvizError
+
+    focus = {
+        k: getattr(args, k)
+        for k in ("block", "layer", "head", "mode", "image_base", "image_from")
+        if getattr(args, k) is not None
+    }
+    if args.frame is not None:
+        if args.frame < 1:
+            raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")
+        focus["frame"] = args.frame - 1
+    if args.picture is not None:
+        if args.picture < 1:
+            raise AttnvizError(f"--picture {args.picture}: images count from 1; give --picture N")
+        focus["picture"] = args.picture - 1
+    if "head" in focus:
+        focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
+    if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
+        focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
+    if args.mode == "rollout":  # rollout of the last layer alone was that layer's map plus the residual
+        focus["layer_lo"] = 0
+        if args.layer is not None:
+            focus["layer_hi"] = args.layer
+    return focus
 
 
 def check_focus(result, focus: dict, sel) -> None:
@@ -241,23 +274,7 @@ def run(args) -> int:
             say("--view head is deprecated; use --view heatmap")
         win.select_view(args.view)
     win.show()
-    focus = {
-        k: getattr(args, k)
-        for k in ("block", "layer", "head", "mode", "image_base", "image_from")
-        if getattr(args, k) is not None
-    }
-    if args.frame is not None:
-        if args.frame < 1:
-            raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")
-        focus["frame"] = args.frame - 1
-    if args.picture is not None:
-        if args.picture < 1:
-            raise AttnvizError(f"--picture {args.picture}: images count from 1; give --picture N")
-        focus["picture"] = args.picture - 1
-    if "head" in focus:
-        focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
-    if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
-        focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
+    focus = focus_from_args(args)
     if focus:
 
         def apply_focus():
