@@ -61,7 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--layer", type=int, default=None, help="layer to focus first")
     p.add_argument("--head", type=int, default=None, help="head to focus first")
-    p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
+    p.add_argument(
+        "--block",
+        default=None,
+        help="block to focus first: its index (0 = the first) or its name, as `figure --block` takes it "
+        '("encoder self", "decoder cross", "encoder self stage 2")',
+    )
     p.add_argument(
         "--aggregate",
         "--agg",
@@ -142,10 +147,10 @@ def focus_from_args(args) -> dict:
     return focus
 
 
-def check_focus(result, focus: dict, sel) -> None:
+def check_focus(result, focus: dict, sel) -> int:
     """``--block/--layer/--head`` against the first result, with ``figure``'s checks and messages: the session
     would clamp them, and a screenshot would show another head than asked for with exit code 0.  What is not
-    given is the selection's (``sel``)."""
+    given is the selection's (``sel``).  Returns the block's index (``--block`` may name it)."""
     from attnviz.figures import select
 
     bi, b = select.resolve_block(result, focus.get("block"), sel.block)
@@ -160,6 +165,7 @@ def check_focus(result, focus: dict, sel) -> None:
         from attnviz.core.view import pictured
 
         pictured(result, focus["picture"])
+    return bi
 
 
 @contextmanager
@@ -282,12 +288,12 @@ def run(args) -> int:
             if "image_from" in focus:  # first: its block is then selected, and --layer/--head are that block's
                 win.image_regions.choose_from(focus["image_from"])
             try:
-                check_focus(win.session.result, focus, win.session.sel)
+                block = check_focus(win.session.result, focus, win.session.sel)
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped
                 win.show_error(str(e), param=e.param)
                 return
             win.alignment.keep_selection()  # --layer/--head win over the model's declared alignment head
-            win.session.select(**focus)
+            win.session.select(**(focus | {"block": block} if "block" in focus else focus))  # a name: its index
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {
