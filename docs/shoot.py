@@ -101,7 +101,13 @@ def shots() -> list[Shot]:
             query="purple",
         ),
         Shot("captioning-alignment", "captioning", "alignment", {"generate": 32}),
-        Shot("vision-image", "vit-classification", "image", {}, {"mode": "rollout", "image_base": "colour"}),
+        Shot(
+            "vision-image",
+            "vit-classification",
+            "image",
+            {},
+            {"mode": "rollout", "layer_lo": 0, "image_base": "colour"},
+        ),
         Shot("vision-heatmap", "vit-classification", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
         Shot("forecasting-heatmap", "forecasting", "heatmap", {}, {"mode": "head", "layer": 1, "head": 0}),
     ]

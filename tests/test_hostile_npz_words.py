@@ -161,3 +161,20 @@ def test_an_odd_checkpoint_is_named_in_plain_words(tmp_path, kind):
     msg = str(e.value)
     assert "delete it to start over" in msg and not PYTHON_WORDS.search(msg), msg
     assert ("cut short" if kind == "cut" else "no 'fingerprint' entry") in msg, msg
+
+
+@pytest.mark.parametrize(
+    "data", [b"input_ids,attention_mask\n1,1\n", b"", b"\x93NUMPY\x01\x00v\x00{'descr': '<i8', 'shape': (1,), }"]
+)
+def test_feeds_that_are_not_a_zip_archive_say_so(tmp_path, data):
+    """``--inputs`` on a text file, an empty one or an .npy: np.load takes it for a pickle, and the line said the
+    file "holds pickled Python objects" (8424b81); it says what the file is not, as ``--maps`` does."""
+    from attnviz.runtime.inputs import load_feeds
+
+    feeds = tmp_path / "feeds.npz"
+    feeds.write_bytes(data)
+    with pytest.raises(AttnvizError) as e:
+        load_feeds(feeds)
+    said = str(e.value)
+    assert "not a .npz file" in said and "numpy.savez" in said and "pickled" not in said
+    assert not PYTHON_WORDS.search(said) and "\n" not in said and feeds.read_bytes() == data

@@ -61,14 +61,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", default="1400x900", help="window size WxH (default 1400x900)")
     p.add_argument("--layer", type=int, default=None, help="layer to focus first")
     p.add_argument("--head", type=int, default=None, help="head to focus first")
-    p.add_argument("--block", type=int, default=None, help="block to focus first (0 = encoder self-attention, ...)")
+    p.add_argument(
+        "--block",
+        default=None,
+        help="block to focus first: its index (0 = the first) or its name, as `figure --block` takes it "
+        '("encoder self", "decoder cross", "encoder self stage 2")',
+    )
     p.add_argument(
         "--aggregate",
         "--agg",
         dest="mode",
         choices=("head", "mean", "max", "min", "rollout"),
         default=None,
-        help="show one head (default), an aggregate over heads (of --layer, else all layers) or rollout",
+        help="show one head, an aggregate over heads (of --layer, else the last layer) or rollout (from the first "
+        "layer up to --layer, else the last), as `figure --aggregate` draws them (default: as the window opens the "
+        "model: its declared alignment head, else the mean over the last layer's heads)",
     )
     p.add_argument(
         "--image-base",
@@ -109,10 +116,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # --mode is the memory mode in extract / figure
 
 
-def check_focus(result, focus: dict, sel) -> None:
+def focus_from_args(args) -> dict:
+    """The selection ``--block/--layer/--head/--aggregate/--frame/--picture/...`` ask for, as the keywords of
+    ``session.select``; what is not given stays the window's default.  Layer ranges as ``figure`` reads the same
+    flags (``figures.select.layer_span``): an aggregate over heads covers ``--layer`` alone, rollout runs from
+    the first layer up to ``--layer`` (else up to the last, the window's default layer)."""
+    from attnviz import AttnvizError
+
+    focus = {
+        k: getattr(args, k)
+        for k in ("block", "layer", "head", "mode", "image_base", "image_from")
+        if getattr(args, k) is not None
+    }
+    if args.frame is not None:
+        if args.frame < 1:
+            raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")
+        focus["frame"] = args.frame - 1
+    if args.picture is not None:
+        if args.picture < 1:
+            raise AttnvizError(f"--picture {args.picture}: images count from 1; give --picture N")
+        focus["picture"] = args.picture - 1
+    if "head" in focus:
+        focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
+    if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
+        focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
+    if args.mode == "rollout":  # rollout of the last layer alone was that layer's map plus the residual
+        focus["layer_lo"] = 0
+        if args.layer is not None:
+            focus["layer_hi"] = args.layer
+    return focus
+
+
+def check_focus(result, focus: dict, sel) -> int:
     """``--block/--layer/--head`` against the first result, with ``figure``'s checks and messages: the session
     would clamp them, and a screenshot would show another head than asked for with exit code 0.  What is not
-    given is the selection's (``sel``)."""
+    given is the selection's (``sel``).  Returns the block's index (``--block`` may name it)."""
     from attnviz.figures import select
 
     bi, b = select.resolve_block(result, focus.get("block"), sel.block)
@@ -127,6 +165,7 @@ def check_focus(result, focus: dict, sel) -> None:
         from attnviz.core.view import pictured
 
         pictured(result, focus["picture"])
+    return bi
 
 
 @contextmanager
@@ -241,23 +280,7 @@ def run(args) -> int:
             say("--view head is deprecated; use --view heatmap")
         win.select_view(args.view)
     win.show()
-    focus = {
-        k: getattr(args, k)
-        for k in ("block", "layer", "head", "mode", "image_base", "image_from")
-        if getattr(args, k) is not None
-    }
-    if args.frame is not None:
-        if args.frame < 1:
-            raise AttnvizError(f"--frame {args.frame}: frames count from 1; give --frame N")
-        focus["frame"] = args.frame - 1
-    if args.picture is not None:
-        if args.picture < 1:
-            raise AttnvizError(f"--picture {args.picture}: images count from 1; give --picture N")
-        focus["picture"] = args.picture - 1
-    if "head" in focus:
-        focus.setdefault("mode", "head")  # a head asked for is shown, whatever aggregate the window opens on
-    if args.mode in ("mean", "max", "min", None) and args.layer is not None and args.head is None:
-        focus.update(layer_lo=args.layer, layer_hi=args.layer)  # the aggregate over that layer's heads
+    focus = focus_from_args(args)
     if focus:
 
         def apply_focus():
@@ -265,12 +288,12 @@ def run(args) -> int:
             if "image_from" in focus:  # first: its block is then selected, and --layer/--head are that block's
                 win.image_regions.choose_from(focus["image_from"])
             try:
-                check_focus(win.session.result, focus, win.session.sel)
+                block = check_focus(win.session.result, focus, win.session.sel)
             except AttnvizError as e:  # as `figure` does: a layer that is not there is named, not clamped
                 win.show_error(str(e), param=e.param)
                 return
             win.alignment.keep_selection()  # --layer/--head win over the model's declared alignment head
-            win.session.select(**focus)
+            win.session.select(**(focus | {"block": block} if "block" in focus else focus))  # a name: its index
 
         win.result_shown.connect(apply_focus)  # connected before the screenshot, so it is applied first
     values = {

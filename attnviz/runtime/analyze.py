@@ -110,7 +110,8 @@ def _confirm_for_generation(model: AttnModel, req: AnalyzeRequest) -> None:
     own input once (the real run is the probe): a causal map makes it a decoder and generation goes on."""
     if not (req.generate and _guessed(model) and model.kind == "encoder"):
         return
-    prep = bd.prepare(model, dataclasses.replace(req, generate=0))
+    # beams=1 with generate=0: the request is re-checked, and beams without a generation is refused
+    prep = bd.prepare(model, dataclasses.replace(req, generate=0, beams=1))
     model.run(_run_feeds(model, prep, [])[1], mode=req.mode)
 
 

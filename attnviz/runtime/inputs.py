@@ -661,8 +661,14 @@ def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarra
 def load_feeds(path: str | Path) -> dict[str, np.ndarray]:
     p = Path(path)
     try:
-        with open_regular(p, "inputs") as f, np.load(f, allow_pickle=False) as z:
-            feeds = {k: z[k] for k in z.files}
+        with open_regular(p, "inputs") as f:
+            if f.read(2) != b"PK":  # np.load takes any other file for a pickle: "holds pickled Python objects" misled
+                raise AttnvizError(
+                    f"inputs {p}: not a .npz file (not a zip archive); save feeds with numpy.savez(name=array, ...)"
+                )
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                feeds = {k: z[k] for k in z.files}
     except AttnvizError:
         raise
     except Exception as e:

@@ -1,0 +1,68 @@
+"""`attnviz open`'s focus flags read as `attnviz figure`'s.  ``--aggregate rollout`` draws the rollout `figure
+--aggregate rollout` draws: from the first layer up to --layer (else the last); the window took the mode alone and
+kept its default range, the last layer by itself (8424b81: the README's `open MODEL --view image --aggregate rollout
+--screenshot` said "rollout layer 1" on the two-layer ViT demo, the figure "rollout layers 0–1").  ``--block``
+takes a block's name as figure's does (the README's `--block "encoder self stage 2"`; open took an index only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gui_helpers import open_and_wait
+
+from attnviz.cli import build_parser
+from attnviz.figures.select import layer_span
+
+VIT = Path(__file__).resolve().parents[2] / "models" / "vit-classification.onnx"
+DEMO = VIT.with_name("translation.onnx")
+
+
+@pytest.mark.parametrize("extra", [[], ["--layer", "0"], ["--layer", "1"]])
+def test_open_rollout_spans_the_layers_figure_spans(qtbot, real_window, extra):
+    from attnviz.gui.command import focus_from_args
+
+    args = build_parser().parse_args(["open", str(VIT), "--view", "image", "--aggregate", "rollout", *extra])
+    open_and_wait(qtbot, real_window, VIT)
+    session = real_window.session
+    block = session.result.blocks()[session.sel.block]
+    last = block.n_layers - 1
+    assert last >= 1  # two layers at least: a range, not one layer either way
+    session.select(**focus_from_args(args))
+    sel = session.sel
+    layer = args.layer if args.layer is not None else last
+    assert (sel.mode, sel.layer_lo, sel.layer_hi) == ("rollout", *layer_span(layer, "rollout", None))
+    shown = session.current_map().matrix  # what the Head map draws, against Abnar & Zuidema's rollout by hand
+    want = np.eye(shown.shape[0])
+    for i in range(layer + 1):  # heads averaged, the residual's half added, rows renormalised, first layer first
+        a = 0.5 * np.eye(shown.shape[0]) + 0.5 * np.asarray(block.layer(i), np.float64).mean(0)
+        want = (a / a.sum(-1, keepdims=True)) @ want
+    np.testing.assert_allclose(shown, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("given", ["decoder cross", "2", "cross"])
+def test_open_block_takes_a_name_or_an_index_as_figure_does(qtbot, real_window, given):
+    from attnviz.figures.select import resolve_block
+    from attnviz.gui.command import check_focus, focus_from_args
+
+    args = build_parser().parse_args(["open", str(DEMO), "--block", given, "--layer", "1", "--head", "3"])
+    open_and_wait(qtbot, real_window, DEMO)
+    session = real_window.session
+    focus = focus_from_args(args)
+    index = check_focus(session.result, focus, session.sel)
+    assert index == resolve_block(session.result, given)[0] == 2  # the demo's blocks: encoder self, decoder self, cross
+    session.select(**(focus | {"block": index}))
+    assert (session.sel.block, session.sel.layer, session.sel.head, session.sel.mode) == (2, 1, 3, "head")
+    assert session.result.blocks()[session.sel.block].kind == "cross"
+
+
+def test_open_block_that_is_not_there_is_named_with_the_blocks(qtbot, real_window):
+    from attnviz import AttnvizError
+    from attnviz.gui.command import check_focus, focus_from_args
+
+    open_and_wait(qtbot, real_window, DEMO)
+    args = build_parser().parse_args(["open", str(DEMO), "--block", "decoder nonsense"])
+    with pytest.raises(AttnvizError) as e:
+        check_focus(real_window.session.result, focus_from_args(args), real_window.session.sel)
+    assert "no block 'decoder nonsense'" in str(e.value) and "2 (decoder cross)" in str(e.value)
