@@ -173,6 +173,17 @@ def on_block(sel: Selection, blocks, block: int, **changes) -> Selection:
     return clamp(sel.with_(block=block, mode=mode, **changes), blocks)
 
 
+def on_mode(sel: Selection, mode: str, n_layers: int, **changes) -> Selection:
+    """The "show" box moved to ``mode``.  Rollout multiplies the layers' maps from the first up: chosen over the one
+    layer the default mean reads (the last), it was a one-layer "rollout" that `figure --aggregate rollout` never
+    draws; it starts at layer 0 then, as the command line's does.  A range the user widened is kept."""
+    new = sel.with_(mode=mode, **changes)
+    lo, hi = layer_range(sel, n_layers)
+    if mode == "rollout" and sel.mode != "rollout" and lo == hi and "layer_lo" not in changes and n_layers > 1:
+        new = new.with_(layer_lo=0, layer_hi=-1)
+    return new
+
+
 def result_status(result) -> str:
     """The status bar's line for a drawn result: its maps and generated words, and first a note a researcher must
     not miss (a text mostly of the tokenizer's unknown token: every map is [UNK] against [UNK]); the Run section

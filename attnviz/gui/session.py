@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.app.ablation import AblationState
+from attnviz.app.rules import on_mode
 from attnviz.core.attention import AttentionResult, Block
 from attnviz.core.view import ViewError, default_selection, follow_block, map_inputs
 from attnviz.gui.selection import MapView, Selection, clamp, head_map
@@ -131,7 +132,12 @@ class Session(QObject):
             changes["batch"] = batch
             self.blocks = self.result.blocks(batch)
             self._map_cache = None
-        new = clamp(self.sel.with_(**changes), self.blocks)
+        base = self.sel
+        if "mode" in changes and self.blocks:  # rollout chosen over one layer starts at layer 0 (app.rules.on_mode)
+            blk = self.blocks[min(max(int(changes.get("block", base.block)), 0), len(self.blocks) - 1)]
+            rest = {k: v for k, v in changes.items() if k != "mode"}
+            base = on_mode(base, changes["mode"], blk.n_layers, **rest)
+        new = clamp(base.with_(**changes), self.blocks)
         if "block" in changes and "image_from" not in changes and self.result is not None:
             # a block picked (the sidebar, a tab, --block) is Image regions' attention too, in this one selection:
             # the tower's block draws the tower, the decoder's the words (the chooser selects the block alike)

@@ -34,11 +34,35 @@ def test_open_rollout_spans_the_layers_figure_spans(qtbot, real_window, extra):
     layer = args.layer if args.layer is not None else last
     assert (sel.mode, sel.layer_lo, sel.layer_hi) == ("rollout", *layer_span(layer, "rollout", None))
     shown = session.current_map().matrix  # what the Head map draws, against Abnar & Zuidema's rollout by hand
-    want = np.eye(shown.shape[0])
-    for i in range(layer + 1):  # heads averaged, the residual's half added, rows renormalised, first layer first
-        a = 0.5 * np.eye(shown.shape[0]) + 0.5 * np.asarray(block.layer(i), np.float64).mean(0)
+    np.testing.assert_allclose(shown, _rollout_by_hand(block, range(layer + 1)), atol=1e-5)
+
+
+def _rollout_by_hand(block, layers) -> np.ndarray:
+    """Abnar & Zuidema's rollout: heads averaged, the residual's half added, rows renormalised, first layer first."""
+    n = np.asarray(block.layer(0)).shape[-1]
+    want = np.eye(n)
+    for i in layers:
+        a = 0.5 * np.eye(n) + 0.5 * np.asarray(block.layer(i), np.float64).mean(0)
         want = (a / a.sum(-1, keepdims=True)) @ want
-    np.testing.assert_allclose(shown, want, atol=1e-5)
+    return want
+
+
+def test_rollout_chosen_in_the_show_box_starts_at_layer_0(qtbot, real_window):
+    """The window opens on the mean over the last layer's heads; choosing "attention rollout" in the show box kept
+    that one layer as the range (a one-layer rollout). It rolls out from layer 0, as the command line does; a range
+    the user sets under rollout is kept."""
+    open_and_wait(qtbot, real_window, VIT)
+    session, controls = real_window.session, real_window.controls
+    block = session.result.blocks()[session.sel.block]
+    last = block.n_layers - 1
+    assert last >= 1 and session.sel.mode == "mean" and session.sel.layer_lo == last  # the default: one layer
+    controls.mode.setCurrentIndex(controls.mode.findData("rollout"))
+    assert (session.sel.mode, session.sel.layer_lo) == ("rollout", 0)
+    assert controls.layer_lo.value() == 0 and controls.layer_hi.value() == last
+    np.testing.assert_allclose(session.current_map().matrix, _rollout_by_hand(block, range(last + 1)), atol=1e-5)
+    controls.layer_lo.setValue(1)  # a range set under rollout is the user's: kept
+    assert (session.sel.mode, session.sel.layer_lo) == ("rollout", 1)
+    np.testing.assert_allclose(session.current_map().matrix, _rollout_by_hand(block, [1]), atol=1e-5)
 
 
 @pytest.mark.parametrize("given", ["decoder cross", "2", "cross"])
