@@ -343,7 +343,8 @@ def _pick_row(result, row: int | None):
     try:
         return pick_row(result, row)
     except IndexError:
-        raise AttnvizError(f"--batch-index {row}: the input holds rows 0..{max(n, 1) - 1}; pick one of them") from None
+        held = "the result holds beams" if beam_rows(result) is not None else "the input holds rows"
+        raise AttnvizError(f"--batch-index {row}: {held} 0..{max(n, 1) - 1}; pick one of them") from None
 
 
 def _positional_file(args) -> None:

@@ -174,6 +174,9 @@ def test_translation_demo_beams_are_their_own_teacher_forced_runs(tmp_path, caps
     assert main(["figure", str(out), "--batch-index", "2", "--out", str(tmp_path / "b2.svg")]) == 0
     svg = (tmp_path / "b2.svg").read_text()
     assert f"beam 2 (score {beams[2]['score']:.3f})" in svg and "beam 0" not in svg
+    capsys.readouterr()
+    assert main(["figure", str(out), "--batch-index", "4", "--out", str(tmp_path / "b4.png")]) == 2
+    assert "--batch-index 4: the result holds beams 0..3" in capsys.readouterr().err
 
 
 def _source_feeds(m, text: str) -> dict:
