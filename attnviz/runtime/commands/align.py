@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--translations",
         metavar="OUT.txt",
         help="without --tgt: where the translations go, one a line, words as the links count them "
-        "(default: beside --out, ALIGN.txt -> ALIGN.translations.txt)",
+        "(default: beside --out, ALIGN.txt -> ALIGN.translations.txt, A.align -> A.align.translations.txt)",
     )
     p.add_argument(
         "--generate",
@@ -113,7 +113,8 @@ def translations_path(args) -> Path:
     if args.translations:
         return Path(args.translations)
     out = Path(args.out)
-    return out.with_name(f"{out.stem}.translations{out.suffix or '.txt'}")
+    base = out.stem if out.suffix.lower() == ".txt" else out.name  # a.align -> a.align.translations.txt
+    return out.with_name(f"{base}.translations.txt")
 
 
 def _check_modes(args) -> None:
@@ -332,7 +333,7 @@ def _translate(
             lines.append(align.format_pharaoh(links))
             n_links += len(links)
             unended += bool(tr.words) and not tr.ended
-            rerun += tr.rerun
+            rerun += tr.rerun and tr.ended
             if bar is not None:
                 bar.update(1)
     finally:
@@ -351,9 +352,9 @@ def _translate(
             f"{unended} translation{'s' if unended != 1 else ''} stopped at the step limit before ending "
             f"(cut short); give a larger --generate"
         )
-    if rerun:
+    if rerun:  # (a translation cut short is rerun too: said above)
         print(
-            f"{rerun} translation{'s' if rerun != 1 else ''} aligned teacher-forced on its words "
-            "(not the search's own rows: cut short, or pieces the tokenizer splits otherwise)"
+            f"{rerun} translation{'s were' if rerun != 1 else ' was'} aligned teacher-forced on its words: the "
+            "tokenizer encodes them into other pieces than the search generated"
         )
     return 0
