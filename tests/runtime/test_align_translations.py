@@ -20,6 +20,7 @@ LINES = [  # Matthew 7:1, 10:36, 12:9, 5:8 (the bible-alignments test split's sh
     "Καὶ μεταβὰς ἐκεῖθεν ἦλθεν εἰς τὴν συναγωγὴν αὐτῶν",
     "μακάριοι οἱ καθαροὶ τῇ καρδίᾳ ὅτι αὐτοὶ τὸν θεὸν ὄψονται",
 ]
+EMPTY = "[BOS]"  # a source of the start token alone: the demo chooses EOS first (greedy and beams alike)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +51,9 @@ def _extract_ids(line: str, steps: int, beams: int, out: Path, capsys) -> list[i
 @pytest.mark.parametrize("beams", [1, 3])
 def test_translations_are_the_generation_and_links_the_teacher_forced_ones(tmp_path, capsys, tokenizers_of_demo, beams):
     src_tok, tgt_tok, eos = tokenizers_of_demo
+    lines = [*LINES[:2], EMPTY, *LINES[2:]]
     src = tmp_path / "nt.src"
-    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "nt.align"
     # greedy: the default length (2 x the source tokens + 10: these verses end well within it); beams: --generate 30
     extra = ["--beams", str(beams), "--generate", "30"] if beams > 1 else []
@@ -60,26 +62,49 @@ def test_translations_are_the_generation_and_links_the_teacher_forced_ones(tmp_p
     printed = capsys.readouterr().out
     trans = tmp_path / "nt.align.translations.txt"
     assert f"wrote {trans}" in printed
-    got = trans.read_text(encoding="utf-8").splitlines()
-    assert len(got) == len(LINES) and len(out.read_text().splitlines()) == len(LINES)
+    got = trans.read_text(encoding="utf-8").split("\n")
+    links = out.read_text().split("\n")
+    assert got[-1] == links[-1] == "" and len(got) == len(links) == len(lines) + 1  # one line each, newline-ended
 
     # (a) each line: what extract generates for it, decoded by the tokenizer, split into words
-    for k, line in enumerate(LINES):
+    for k, line in enumerate(lines):
         steps = 30 if beams > 1 else 2 * len(src_tok.encode(line).ids) + 10
         ids = _extract_ids(line, steps, beams, tmp_path / f"m{k}.npz", capsys)
         assert ids and ids[-1] == eos, ids  # these verses end within the steps
         pieces = ids[:-1]
         words = tgt_tok.decode(pieces, skip_special_tokens=False).split()
         assert got[k] == " ".join(words)
+        if line == EMPTY:
+            assert not pieces and got[k] == links[k] == ""  # EOS at once: an empty line in both files
+            continue
         # the words are the generated pieces themselves: encoding them gives back exactly those ids
         assert tgt_tok.encode(words, is_pretokenized=True, add_special_tokens=False).ids == pieces
 
-    # (b) the links: those the teacher-forced path computes for the translations file as --tgt
-    forced = tmp_path / "forced.align"
-    argv = ["align", str(MODEL), "--src", str(src), "--tgt", str(trans), "--out", str(forced), "--provider", "cpu"]
+    # (b) the links: those the teacher-forced path computes for the translations as --tgt (which refuses an empty
+    # target line: the pairs with words only)
+    keep = [k for k, line in enumerate(lines) if line != EMPTY]
+    src2, tgt2, forced = tmp_path / "f.src", tmp_path / "f.tgt", tmp_path / "forced.align"
+    src2.write_text("".join(lines[k] + "\n" for k in keep), encoding="utf-8")
+    tgt2.write_text("".join(got[k] + "\n" for k in keep), encoding="utf-8")
+    argv = ["align", str(MODEL), "--src", str(src2), "--tgt", str(tgt2), "--out", str(forced), "--provider", "cpu"]
     assert main(argv) == 0, capsys.readouterr().err
+    assert [links[k] for k in keep] == forced.read_text().splitlines()
+    assert all(links[k] for k in keep)  # every translated line has links
+
+
+def test_a_translation_cut_short_is_said_and_aligned_as_its_words(tmp_path, capsys):
+    """--generate 4: no verse ends; each one's last piece was never read back (no row of its own), so its words run
+    teacher-forced, and the links are again those of ``--tgt`` fed the translations."""
+    src = tmp_path / "a.src"
+    src.write_text("\n".join(LINES[:2]) + "\n", encoding="utf-8")
+    out, forced = tmp_path / "a.txt", tmp_path / "forced.txt"
+    argv = ["align", str(MODEL), "--src", str(src), "--out", str(out), "--generate", "4", "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "2 translations stopped at the step limit before ending" in capsys.readouterr().out
+    trans = tmp_path / "a.translations.txt"
+    assert all(1 <= len(t.split()) <= 4 for t in trans.read_text(encoding="utf-8").splitlines())
+    assert main(["align", str(MODEL), "--src", str(src), "--tgt", str(trans), "--out", str(forced)]) == 0
     assert out.read_text() == forced.read_text()
-    assert all(out.read_text().splitlines())  # every line has links (no empty translation here)
 
 
 @pytest.mark.parametrize(
