@@ -6,6 +6,7 @@ teacher-forced ``attnviz align --tgt`` fed the translations file (the links of t
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import onnx
@@ -119,6 +120,7 @@ def test_a_translation_cut_short_is_said_and_aligned_as_its_words(tmp_path, caps
         (["--translations", "{tmp}/o.txt"], "the same file as --out"),
         (["--translations", "{src}"], "would overwrite an input file"),
         (["--translations", "{tmp}/no/t.txt"], "folder"),
+        (["--translations", "{tmp}/fifo"], "cannot write {tmp}/fifo: it is a device, pipe or socket"),
     ],
 )
 def test_refusals_are_one_line_and_write_nothing(tmp_path, capsys, extra, message):
@@ -126,6 +128,8 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, capsys, extra, messag
     src.write_text(LINES[0] + "\n", encoding="utf-8")
     gold = tmp_path / "a.gold"
     gold.write_text("0-0\n")
+    os.mkfifo(tmp_path / "fifo")  # a pipe as --translations: refused before the translating, --out not written
+    message = message.format(tmp=tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
     extra = [a.format(gold=gold, src=src, tmp=tmp_path) for a in extra]
     rc = main(["align", str(MODEL), "--src", str(src), "--out", str(tmp_path / "o.txt"), *extra])

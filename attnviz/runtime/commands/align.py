@@ -193,7 +193,7 @@ def run(args) -> int:
 
     from attnviz import AttnvizError
     from attnviz.core import align
-    from attnviz.core.writes import atomic_write_bytes, guard
+    from attnviz.core.writes import atomic_write_bytes, check_destination, guard
     from attnviz.runtime import open_model
     from attnviz.runtime.align import Aligner
 
@@ -217,6 +217,8 @@ def run(args) -> int:
             raise AttnvizError(f"--translations {trans}: the same file as --out; give another name")
         if not trans.parent.is_dir():
             raise AttnvizError(f"--translations {trans}: folder {trans.parent} does not exist")
+        check_destination(trans, "--translations")  # both files written at the end: neither where one cannot be
+        check_destination(out, "--out")
     src_lines = _read(args.src, "--src")
     tgt_lines = _read(args.tgt, "--tgt") if args.tgt else None
     if tgt_lines is not None and len(src_lines) != len(tgt_lines):
