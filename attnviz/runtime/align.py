@@ -138,12 +138,13 @@ class Aligner:
         return self.max_steps(n)
 
     def max_steps(self, n: int) -> int:
-        """``n`` steps, or as many as the decoder's positions take (it reads the start and every word but the last)."""
+        """``n`` steps, or as many as the decoder's positions take: a translation cut short is run teacher-forced
+        on ``[start] + its pieces``, so one fewer than the positions."""
         from attnviz.core.limits import limit as cap
 
         n = min(n, cap("generate"))  # the default for a very long source stays within the generation cap
         limit = self.model.position_limit
-        return min(n, limit.tokens) if limit is not None else n
+        return min(n, max(1, limit.tokens - 1)) if limit is not None else n
 
     def translate(self, src_words: list[str], steps: int, beams: int = 1) -> Translation:
         """The model's own translation of ``src_words`` (greedy, or the best of a ``beams``-beam search) as words,

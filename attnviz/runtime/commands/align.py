@@ -311,14 +311,17 @@ def _translate(
     args, aligner, links_of: _Links, src_lines: list[str], out, trans, what: str, convention: str, said: str
 ) -> int:
     """Without --tgt: each source line translated by the model (greedy or the best of --beams K) and the links of
-    that translation's words; both files written at the end (an interrupted run writes neither)."""
+    that translation's words; both files written once every line is done (an error or Ctrl-C before writes neither)."""
     from attnviz import AttnvizError
     from attnviz.core import align
+    from attnviz.core.limits import limit
+    from attnviz.core.words import count
     from attnviz.core.writes import atomic_write_bytes
 
     lines: list[str] = []
     words: list[str] = []
     n_links = unended = rerun = 0
+    cap, capped = aligner.max_steps(limit("generate")), False  # the most steps a translation can take
     bar = _bar(len(src_lines), args.no_progress)
     try:
         for k, s in enumerate(src_lines):
@@ -335,6 +338,7 @@ def _translate(
             lines.append(align.format_pharaoh(links))
             n_links += len(links)
             unended += bool(tr.words) and not tr.ended
+            capped |= bool(tr.words) and not tr.ended and steps >= cap
             rerun += tr.rerun and tr.ended
             if bar is not None:
                 bar.update(1)
@@ -345,18 +349,22 @@ def _translate(
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode("utf-8"), "--out")
     search = "greedy" if args.beams == 1 else f"best of {args.beams} beams"
     print(
-        f"wrote {out}: {len(lines)} sentences translated ({search}), {n_links} links from {what}, "
+        f"wrote {out}: {count(len(lines), 'sentence')} translated ({search}), {n_links} links from {what}, "
         f"rows = {convention} convention{said}"
     )
     print(f"wrote {trans}: the translations, line by line with --src")
     if unended:
         print(
-            f"{unended} translation{'s' if unended != 1 else ''} stopped at the step limit before ending "
-            f"(cut short); give a larger --generate"
+            f"{count(unended, 'translation')} stopped at the step limit before ending (cut short); "
+            + (
+                f"{cap} steps are all the model's positions (and the step cap) allow"
+                if capped
+                else f"give a larger --generate (at most {cap}: the model's positions and the step cap)"
+            )
         )
     if rerun:  # (a translation cut short is rerun too: said above)
         print(
-            f"{rerun} translation{'s were' if rerun != 1 else ' was'} aligned teacher-forced on its words: the "
+            f"{rerun} translation{'s were' if rerun != 1 else ' was'} aligned teacher-forced on the words written: the "
             "tokenizer encodes them into other pieces than the search generated"
         )
     return 0
