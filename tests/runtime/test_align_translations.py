@@ -108,6 +108,21 @@ def test_a_translation_cut_short_is_said_and_aligned_as_its_words(tmp_path, caps
     assert out.read_text() == forced.read_text()
 
 
+def test_a_translation_as_long_as_the_positions_allow_is_still_aligned(tmp_path, capsys, tokenizers_of_demo):
+    """A source that makes the demo repeat itself to its 128 positions: --generate 1000 stops at 127 steps (the
+    teacher-forced run of a translation cut short reads [start] + its pieces: 128), not at an error."""
+    _, tgt_tok, _ = tokenizers_of_demo
+    src = tmp_path / "a.src"
+    src.write_text(" ".join(["καὶ ὁ θεὸς"] * 40) + "\n", encoding="utf-8")
+    out = tmp_path / "a.txt"
+    argv = ["align", str(MODEL), "--src", str(src), "--out", str(out), "--generate", "1000", "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "127 steps are all the model's positions (and the step cap) allow" in capsys.readouterr().out
+    words = (tmp_path / "a.translations.txt").read_text(encoding="utf-8").split()
+    assert len(tgt_tok.encode(words, is_pretokenized=True, add_special_tokens=False).ids) == 127
+    assert len(out.read_text().split()) == len(words)  # one link a word (none is punctuation-skipped here)
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
