@@ -262,11 +262,13 @@ def _argv_for(command: str, tmp_path: Path, model: Path) -> tuple[list, Path]:
     out = tmp_path / "out"
     out.mkdir()
     repo = Path(__file__).resolve().parents[1]
-    if command == "align":
+    if command in ("align", "align (translations)"):
         for ext in ("src", "tgt"):
             (tmp_path / f"a.{ext}").write_text("the cat\n")
         src, tgt = tmp_path / "a.src", tmp_path / "a.tgt"
-        return ["align", repo / "models" / "translation.onnx", "--src", src, "--tgt", tgt, "--out", out / "a.out"], out
+        # without --tgt: the model's own translations, a.out.translations.txt beside a.out
+        given = ["--tgt", tgt] if command == "align" else ["--generate", "3", "--no-progress"]
+        return ["align", repo / "models" / "translation.onnx", "--src", src, *given, "--out", out / "a.out"], out
     if command == "corpus":
         (tmp_path / "t.txt").write_text("the cat\nthe dog\n")
         return ["corpus", model, "--texts", tmp_path / "t.txt", "--out", out, "--no-progress", "--workers", "1"], out
@@ -275,7 +277,7 @@ def _argv_for(command: str, tmp_path: Path, model: Path) -> tuple[list, Path]:
     return ["extract", model, "--text", "the cat", "--out", out / "m.npz"], out
 
 
-@pytest.mark.parametrize("command", ["extract", "align", "figure", "corpus"])
+@pytest.mark.parametrize("command", ["extract", "align", "align (translations)", "figure", "corpus"])
 def test_a_rerun_interrupted_mid_write_keeps_the_previous_outputs(model, tmp_path, capsys, monkeypatch, command):
     """The first run's outputs; a second run interrupted after each temp file is written, before its rename:
     every earlier output byte for byte, and no temp file left."""

@@ -57,6 +57,13 @@ def _folder(path: Path, flag: str) -> Path:
     return parent
 
 
+def check_destination(path: str | os.PathLike, flag: str = "") -> None:
+    """Refuse, before the work, an output :func:`atomic_path` would refuse when it lands (a folder, a device or
+    pipe, a missing folder): a command writing several files checks them all first, so that none is written
+    where another one cannot be."""
+    _folder(Path(path), flag)
+
+
 def _hint(flag: str, sep: str = " with ") -> str:
     return f"{sep}{flag}" if flag else (" path" if sep == " " else "")
 

@@ -17,6 +17,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
+from attnviz.core.rows import beam_rows
 from attnviz.core.words import with_article
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.inputs import HFTokenizer, TextEncoder
@@ -107,12 +108,13 @@ class Aligner:
         sp = md.section(model.meta, "special")
         self.start = int(sp.get("decoder_start", sp.get("bos", 0)))
         self.declared = md.alignment_heads(model.meta)
+        eos = sp.get("eos")
+        self.eos = int(eos) if eos is not None else None
 
-    def run(self, src_words: list[str], tgt_words: list[str]) -> PairAttention:
+    def source(self, src_words: list[str]) -> tuple[Encoded, dict[str, np.ndarray]]:
+        """The source's pieces (each with its word) and the encoder's feeds of them (position limit checked)."""
         src = encode_words(self.src_tok, src_words, special=True)
-        tgt = encode_words(self.tgt_tok, tgt_words, special=False)
         check_positions(self.model, len(src.ids), "the source sentence", SHORTEN)
-        check_positions(self.model, len(tgt.ids) + 1, "the target sentence", SHORTEN)  # + the decoder's start
         feeds: dict[str, np.ndarray] = {}
         _fill(
             self.model,
@@ -120,11 +122,67 @@ class Aligner:
             src.ids,
             {"tokens": "tokens", "mask": "mask", "token_types": "token_types", "positions": "positions"},
         )
+        return src, feeds
+
+    def run(self, src_words: list[str], tgt_words: list[str]) -> PairAttention:
+        src, feeds = self.source(src_words)
+        tgt = encode_words(self.tgt_tok, tgt_words, special=False)
+        check_positions(self.model, len(tgt.ids) + 1, "the target sentence", SHORTEN)  # + the decoder's start
         _fill(self.model, feeds, [self.start] + tgt.ids, {"tokens": "decoder_tokens", "mask": "decoder_mask"})
         result = self.model.analyze(feeds=feeds, mode="dense")
-        cross = sorted((s.layer, i) for i, s in enumerate(result.sites) if s.kind == "cross")
-        attn = np.stack([np.asarray(result.maps[i].array()[0], dtype=np.float32) for _, i in cross])  # (L, H, Tq, Tk)
-        return PairAttention(attn, src, tgt, len(src_words), len(tgt_words))
+        return PairAttention(_cross(result, 0), src, tgt, len(src_words), len(tgt_words))
+
+    def steps_for(self, src_words: list[str]) -> int:
+        """The default generation length: twice the source's pieces plus 10, within the decoder's positions."""
+        n = 2 * len(encode_words(self.src_tok, src_words, special=True).ids) + 10
+        return self.max_steps(n)
+
+    def max_steps(self, n: int) -> int:
+        """``n`` steps, or as many as the decoder's positions take: a translation cut short is run teacher-forced
+        on ``[start] + its pieces``, so one fewer than the positions."""
+        from attnviz.core.limits import limit as cap
+
+        n = min(n, cap("generate"))  # the default for a very long source stays within the generation cap
+        limit = self.model.position_limit
+        return min(n, max(1, limit.tokens - 1)) if limit is not None else n
+
+    def translate(self, src_words: list[str], steps: int, beams: int = 1) -> Translation:
+        """The model's own translation of ``src_words`` (greedy, or the best of a ``beams``-beam search) as words,
+        with the cross-attention the search ran it with.  Its words are the target tokenizer's decoding of the
+        generated pieces split at spaces, the words the teacher-forced path (:meth:`run`) would be given; where
+        those words encode to other pieces than the generated ones, or the search stopped before EOS (its last
+        piece never read back: no row for it), the words are run teacher-forced instead, so that the links are
+        always those of the words written."""
+        src, feeds = self.source(src_words)
+        result = self.model.analyze(feeds=feeds, generate=steps, beams=beams, mode="dense")
+        best = beam_rows(result)
+        ids = [int(t) for t in (best[0]["ids"] if best else result.info.get("generated_ids") or [])]
+        ended = bool(ids) and self.eos is not None and ids[-1] == self.eos
+        pieces = ids[:-1] if ended else ids
+        words = self.tgt_tok.decode(pieces).split() if pieces else []
+        if not words:
+            return Translation([], None, ended, False)
+        tgt = encode_words(self.tgt_tok, words, special=False)
+        if ended and tgt.ids == pieces:  # the searched rows are the words' own: [start] + every piece
+            attn = _cross(result, 0)[:, :, : len(pieces) + 1, : len(src.ids)]
+            return Translation(words, PairAttention(attn, src, tgt, len(src_words), len(words)), ended, False)
+        return Translation(words, self.run(src_words, words), ended, True)
+
+
+@dataclass
+class Translation:
+    """A model's own translation of one sentence (:meth:`Aligner.translate`)."""
+
+    words: list[str]  # [] when the search chose EOS first
+    pair: PairAttention | None  # the words' cross-attention (None: no words)
+    ended: bool  # the search reached EOS within its steps
+    rerun: bool  # the words were run teacher-forced (not the search's own pieces or rows)
+
+
+def _cross(result, row: int) -> np.ndarray:
+    """Batch row ``row``'s cross-attention maps of ``result``, ``[L, H, Tq, Tk]`` in layer order."""
+    cross = sorted((s.layer, i) for i, s in enumerate(result.sites) if s.kind == "cross")
+    return np.stack([np.asarray(result.maps[i].array()[row], dtype=np.float32) for _, i in cross])
 
 
 def select(attn: np.ndarray, head: tuple[int, int] | None = None, layer: int | None = None) -> np.ndarray:

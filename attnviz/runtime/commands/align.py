@@ -1,12 +1,21 @@
-"""``attnviz align MODEL --src F --tgt F [--gold F] [--head L:H | --layer L] [--convention C] --out ALIGN.txt``"""
+"""``attnviz align MODEL --src F --tgt F [--gold F] [--head L:H | --layer L] [--convention C] --out ALIGN.txt``
+
+Without ``--tgt`` the model translates each source line itself (greedy, or the best of ``--beams K``) and the
+links are those of its own translation, written line by line to ``--translations`` (default: beside --out).
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HELP = (
-    "write Pharaoh word alignments read from an encoder-decoder model's cross-attention "
-    "(and AER / precision / recall per head and layer when --gold is given)"
+    "write Pharaoh word alignments read from an encoder-decoder model's cross-attention, of given targets "
+    "(and AER / precision / recall per head and layer when --gold is given) or, without --tgt, of the model's own "
+    "translations"
 )
 
 
@@ -15,7 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--src", required=True, metavar="FILE", help="source sentences, one a line, words separated by spaces"
     )
-    p.add_argument("--tgt", required=True, metavar="FILE", help="target sentences, line by line with --src")
+    p.add_argument(
+        "--tgt",
+        metavar="FILE",
+        help="target sentences, line by line with --src (teacher forcing); without it the model translates each "
+        "source line and the links are those of its own translation",
+    )
     p.add_argument(
         "--gold", metavar="FILE", help="gold alignments, Pharaoh lines (i-j sure, i?j possible, 0-based source-target)"
     )
@@ -40,6 +54,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="give target words made only of punctuation no link (for gold sets that never align them)",
     )
     p.add_argument("--out", required=True, metavar="ALIGN.txt", help="output: one Pharaoh line per sentence pair")
+    p.add_argument(
+        "--translations",
+        metavar="OUT.txt",
+        help="without --tgt: where the translations go, one a line, words as the links count them "
+        "(default: beside --out, ALIGN.txt -> ALIGN.translations.txt, A.align -> A.align.translations.txt)",
+    )
+    p.add_argument(
+        "--generate",
+        type=int,
+        metavar="N",
+        help="without --tgt: at most N new tokens a translation (default: 2 x the source's tokens + 10, "
+        "within the model's positions)",
+    )
+    p.add_argument(
+        "--beams",
+        type=int,
+        default=1,
+        metavar="K",
+        help="without --tgt: beam search with K beams, the best hypothesis aligned (default 1: greedy)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar while translating")
     p.add_argument("--tokenizer", metavar="FILE", help="tokenizer.json (default: from metadata or beside the model)")
     p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="execution provider (default auto)"
@@ -71,16 +106,100 @@ def _read(path: str, flag: str) -> list[str]:
         raise AttnvizError(f"{flag} {path}: cannot read it ({e.strerror or e})") from None
 
 
+def translations_path(args) -> Path:
+    """``--translations``, else beside --out: ``ALIGN.txt`` -> ``ALIGN.translations.txt``."""
+    from pathlib import Path
+
+    if args.translations:
+        return Path(args.translations)
+    out = Path(args.out)
+    base = out.stem if out.suffix.lower() == ".txt" else out.name  # a.align -> a.align.translations.txt
+    return out.with_name(f"{base}.translations.txt")
+
+
+def _check_modes(args) -> None:
+    """The flags of one mode only: given targets (--tgt, --gold) or the model's own translations."""
+    from attnviz import AttnvizError
+    from attnviz.core import limits
+    from attnviz.runtime.request import MAX_BEAMS
+
+    if args.tgt:
+        given = {
+            "--translations": args.translations is not None,
+            "--generate": args.generate is not None,
+            "--beams": args.beams != 1,
+        }
+        for flag, on in given.items():
+            if on:
+                raise AttnvizError(
+                    f"{flag} is for the model's own translations; with --tgt the targets are given: drop {flag}"
+                )
+        return
+    if args.gold:
+        raise AttnvizError(
+            "--gold scores alignments of given targets; give --tgt FILE with it (the model's own translations have "
+            "no gold alignment)"
+        )
+    if args.generate is not None:
+        if args.generate < 1:
+            raise AttnvizError(f"--generate {args.generate}: give at least 1 new token a translation")
+        limits.check("generate", args.generate, "--generate")
+    if not 1 <= args.beams <= MAX_BEAMS:
+        raise AttnvizError(f"--beams {args.beams}: give a number of beams from 1 to {MAX_BEAMS}")
+
+
+def _bar(total: int, off: bool):
+    """The progress bar of the corpus-like commands (one line a source sentence); none with --no-progress."""
+    if off:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="line", desc="align", dynamic_ncols=True)
+
+
+class _Links:
+    """The links of one sentence pair's cross-attention, by the one rule of both modes: the head, layer or mean
+    chosen (checked against the decoder once its shape is known), the row convention, punctuation skipped or not."""
+
+    def __init__(self, head, layer, convention: str, skip_punctuation: bool):
+        self.head, self.layer, self.convention, self.skip_punctuation = head, layer, convention, skip_punctuation
+
+    def __call__(self, pa, tgt_words: list[str]):
+        from attnviz import AttnvizError
+        from attnviz.core import align
+        from attnviz.runtime.align import is_punctuation, select
+
+        head, layer = self.head, self.layer
+        L, H = pa.attn.shape[:2]
+        if head is not None and not (0 <= head[0] < L and 0 <= head[1] < H):
+            raise AttnvizError(
+                f"--head {head[0]}:{head[1]} does not exist: the decoder has {L} cross-attention layers of {H} heads"
+            )
+        if layer is not None and not 0 <= layer < L:
+            raise AttnvizError(
+                f"--layer {layer} does not exist: the decoder has {L} cross-attention layers (0-{L - 1})"
+            )
+        sample = pa.sample(self.convention)
+        if self.skip_punctuation:
+            sample.skip = [is_punctuation(w) for w in tgt_words]
+        links = align.attention_to_links(
+            select(pa.attn, head, layer), sample.query_words, sample.key_words, pa.n_tgt, pa.n_src, skip=sample.skip
+        )
+        return sample, links
+
+
 def run(args) -> int:
     from pathlib import Path
 
     from attnviz import AttnvizError
     from attnviz.core import align
-    from attnviz.core.writes import guard
+    from attnviz.core.writes import atomic_write_bytes, check_destination, guard
     from attnviz.runtime import open_model
-    from attnviz.runtime.align import Aligner, is_punctuation, select
+    from attnviz.runtime.align import Aligner
 
+    _check_modes(args)
     out = Path(args.out)
+    trans = None if args.tgt else translations_path(args)
     guard(
         {
             "the model": args.model,
@@ -89,12 +208,20 @@ def run(args) -> int:
             "the --gold file": args.gold,
             "the --tokenizer file": args.tokenizer,
         },
-        {"--out": out},
+        {"--out": out, "--translations": trans},
     )
     if not out.parent.is_dir():
         raise AttnvizError(f"--out {out}: folder {out.parent} does not exist")
-    src_lines, tgt_lines = _read(args.src, "--src"), _read(args.tgt, "--tgt")
-    if len(src_lines) != len(tgt_lines):
+    if trans is not None:
+        if trans.resolve() == out.resolve():
+            raise AttnvizError(f"--translations {trans}: the same file as --out; give another name")
+        if not trans.parent.is_dir():
+            raise AttnvizError(f"--translations {trans}: folder {trans.parent} does not exist")
+        check_destination(trans, "--translations")  # both files written at the end: neither where one cannot be
+        check_destination(out, "--out")
+    src_lines = _read(args.src, "--src")
+    tgt_lines = _read(args.tgt, "--tgt") if args.tgt else None
+    if tgt_lines is not None and len(src_lines) != len(tgt_lines):
         raise AttnvizError(
             f"--src has {len(src_lines)} lines but --tgt has {len(tgt_lines)}; give one target per source line"
         )
@@ -127,6 +254,13 @@ def run(args) -> int:
         if args.layer is not None
         else "mean of all cross-attention heads"
     )
+    links_of = _Links(head, args.layer, convention, args.skip_punctuation)
+    said = (
+        " (declared by the model)" if declared and not args.convention and not args.head and args.layer is None else ""
+    )
+    if tgt_lines is None:
+        assert trans is not None
+        return _translate(args, aligner, links_of, src_lines, out, trans, what, convention, said)
 
     lines: list[str] = []
     samples: list[align.AlignmentSample] = []
@@ -143,26 +277,7 @@ def run(args) -> int:
             pa = aligner.run(sw, tw)
         except AttnvizError as e:
             raise AttnvizError(f"line {k + 1}: {e}") from None
-        L, H = pa.attn.shape[:2]
-        if head is not None and not (0 <= head[0] < L and 0 <= head[1] < H):
-            raise AttnvizError(
-                f"--head {head[0]}:{head[1]} does not exist: the decoder has {L} cross-attention layers of {H} heads"
-            )
-        if args.layer is not None and not 0 <= args.layer < L:
-            raise AttnvizError(
-                f"--layer {args.layer} does not exist: the decoder has {L} cross-attention layers (0-{L - 1})"
-            )
-        sample = pa.sample(convention)
-        if args.skip_punctuation:
-            sample.skip = [is_punctuation(w) for w in tw]
-        links = align.attention_to_links(
-            select(pa.attn, head, args.layer),
-            sample.query_words,
-            sample.key_words,
-            pa.n_tgt,
-            pa.n_src,
-            skip=sample.skip,
-        )
+        sample, links = links_of(pa, tw)
         lines.append(align.format_pharaoh(links))
         n_links += len(links)
         if gold is not None:
@@ -174,16 +289,9 @@ def run(args) -> int:
             samples.append(sample)
             chosen.add(links, *gold[k])
 
-    from attnviz.core.writes import atomic_write_bytes
-
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode("utf-8"), "--out")
     print(
-        f"wrote {out}: {len(lines)} sentence pairs, {n_links} links from {what}, rows = {convention} convention"
-        + (
-            " (declared by the model)"
-            if declared and not args.convention and not args.head and args.layer is None
-            else ""
-        )
+        f"wrote {out}: {len(lines)} sentence pairs, {n_links} links from {what}, rows = {convention} convention{said}"
     )
     if gold is not None:
         sc = chosen.scores()
@@ -196,4 +304,67 @@ def run(args) -> int:
         print(align.format_aer_table(table))
         top = align.ranked_heads(table)[:5]
         print("\nheads ranked by AER: " + ", ".join(f"{lay}:{h} {v:.3f}" for lay, h, v in top))
+    return 0
+
+
+def _translate(
+    args, aligner, links_of: _Links, src_lines: list[str], out, trans, what: str, convention: str, said: str
+) -> int:
+    """Without --tgt: each source line translated by the model (greedy or the best of --beams K) and the links of
+    that translation's words; both files written once every line is done (an error or Ctrl-C before writes neither)."""
+    from attnviz import AttnvizError
+    from attnviz.core import align
+    from attnviz.core.limits import limit
+    from attnviz.core.words import count
+    from attnviz.core.writes import atomic_write_bytes
+
+    lines: list[str] = []
+    words: list[str] = []
+    n_links = unended = rerun = 0
+    cap, capped = aligner.max_steps(limit("generate")), False  # the most steps a translation can take
+    bar = _bar(len(src_lines), args.no_progress)
+    try:
+        for k, s in enumerate(src_lines):
+            sw = s.split()
+            if not sw:
+                raise AttnvizError(f"line {k + 1}: the source sentence is empty; every line needs at least one word")
+            try:
+                steps = aligner.max_steps(args.generate) if args.generate else aligner.steps_for(sw)
+                tr = aligner.translate(sw, steps, args.beams)
+                links = set() if tr.pair is None else links_of(tr.pair, tr.words)[1]
+            except AttnvizError as e:
+                raise AttnvizError(f"line {k + 1}: {e}") from None
+            words.append(" ".join(tr.words))
+            lines.append(align.format_pharaoh(links))
+            n_links += len(links)
+            unended += bool(tr.words) and not tr.ended
+            capped |= bool(tr.words) and not tr.ended and steps >= cap
+            rerun += tr.rerun and tr.ended
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:  # the bar first: an error or "interrupted" then starts a line of its own
+            bar.close()
+    atomic_write_bytes(trans, ("\n".join(words) + "\n").encode("utf-8"), "--translations")
+    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode("utf-8"), "--out")
+    search = "greedy" if args.beams == 1 else f"best of {args.beams} beams"
+    print(
+        f"wrote {out}: {count(len(lines), 'sentence')} translated ({search}), {n_links} links from {what}, "
+        f"rows = {convention} convention{said}"
+    )
+    print(f"wrote {trans}: the translations, line by line with --src")
+    if unended:
+        print(
+            f"{count(unended, 'translation')} stopped at the step limit before ending (cut short); "
+            + (
+                f"{cap} steps are all the model's positions (and the step cap) allow"
+                if capped
+                else f"give a larger --generate (at most {cap}: the model's positions and the step cap)"
+            )
+        )
+    if rerun:  # (a translation cut short is rerun too: said above)
+        print(
+            f"{rerun} translation{'s were' if rerun != 1 else ' was'} aligned teacher-forced on the words written: the "
+            "tokenizer encodes them into other pieces than the search generated"
+        )
     return 0
