@@ -46,6 +46,12 @@ def _load_error(m) -> str | None:
 
 
 def run(args) -> int:
+    if not args.no_probe:
+        from attnviz.runtime.child_start import start_early
+
+        # the probe's isolation child loads onnxruntime while this process imports onnx and reads the model
+        # (runtime/child_start.py; as extract's); a model with no attention site never takes it: stopped at exit
+        start_early()
     from attnviz.core.attention import shown_stack
     from attnviz.runtime import open_model
 
