@@ -63,3 +63,48 @@ def test_a_text_models_extract_imports_no_generation_speech_audio_or_patch_modul
         assert {"attnviz.runtime.analyze", "attnviz.runtime.builders", "attnviz.runtime.model"} <= mods, given
         assert not mods & set(NOT_FOR_TEXT), (given, sorted(mods & set(NOT_FOR_TEXT)))
         assert len(np.load(tmp_path / "maps.npz").files) > 1
+
+
+# `attnviz CMD` as the console script runs it (main(leave=True): the process's last act), with a witness whose
+# __del__ runs only in the interpreter's teardown (the clearing of __main__'s globals)
+LEAVING = """
+import sys
+class Witness:
+    def __del__(self):
+        sys.__stderr__.write("teardown ran\\n")
+witness = Witness()
+from attnviz.cli import main
+sys.exit(main(sys.argv[2:], leave=sys.argv[1] == "leave"))
+"""
+
+
+def _script(how: str, *argv) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-c", LEAVING, how, *map(str, argv)], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_extract_and_inspect_end_without_the_teardown_their_output_whole_and_errors_unchanged(tmp_path):
+    out = tmp_path / "maps.npz"
+    done = _script("leave", "extract", MODEL, "--text", "1 2 3 4 5", "--out", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "teardown ran" not in done.stderr  # ended by os._exit once the exit handlers ran
+    assert done.stdout.startswith(f"wrote {out}:")  # the piped (block-buffered) stdout was flushed first
+    with np.load(out) as z:
+        assert any(k.startswith("attn_") for k in z.files) and "info" in z.files
+
+    inspected = _script("leave", "inspect", MODEL, "--json")
+    assert inspected.returncode == 0 and "teardown ran" not in inspected.stderr
+    assert json.loads(inspected.stdout)["probed"] is True  # the whole JSON, flushed
+
+    # a refused command: the same exit code and message as with the teardown (a library caller's main)
+    for argv in (
+        ["extract", MODEL, "--text", "1 2", "--out", tmp_path / "maps.txt"],
+        ["inspect", tmp_path / "no.onnx"],
+    ):
+        left, stayed = _script("leave", *argv), _script("stay", *argv)
+        assert "teardown ran" in stayed.stderr and "teardown ran" not in left.stderr
+        assert left.returncode == stayed.returncode == 2
+        assert left.stderr == stayed.stderr.replace("teardown ran\n", "") and left.stderr.count("\n") == 1
