@@ -136,7 +136,7 @@ def main() -> None:
     for k, (w, c) in med.items():
         ref = base.get(k.removesuffix(" (other)"))
         ratio = f"{w / med[ref][0]:.2f}× / {c / med[ref][1]:.2f}× of {ref!r}" if ref else "–"
-        print(f"| {k} | {w:.2f} s | {c:.2f} s | {ratio} |")
+        print(f"| {k} | {w:.3f} s | {c:.3f} s | {ratio} |")
 
 
 if __name__ == "__main__":
