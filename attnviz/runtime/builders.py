@@ -22,7 +22,6 @@ from attnviz.core.attention import AudioTrack, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.request import AnalyzeRequest
-from attnviz.runtime.speech import SpeechPrompt
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -293,11 +292,13 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     """Sound files (or mono samples at the model's rate) -> what its encoder takes: Whisper's log-mel features, or
     a raw-sample encoder's normalised samples (and its attention mask where the graph takes one); the encoder's
     positions are labelled by time (20 ms each for Whisper and wav2vec2's conv stack)."""
+    aud_in = by_role(model, "audio")
+    if req.audio is None and aud_in is None:
+        return  # no sound here: the audio modules stay unimported (a text model's first map, first22b)
     from attnviz.runtime import audio as au
     from attnviz.runtime.audio_specs import audio_spec
     from attnviz.runtime.waveform import WaveSpec
 
-    aud_in = by_role(model, "audio")
     known = md.section(model.meta, "audio")  # the folder's feature extractor, when it has one
     if req.audio is None:
         if aud_in is not None and aud_in.name in feeds:
@@ -372,6 +373,8 @@ def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[i
     section = md.section(model.meta, "speech_prompt")
     if not section or prep.dec_in is None:
         return None
+    from attnviz.runtime.speech import SpeechPrompt
+
     prompt = SpeechPrompt.from_meta(section)
     dec_name = prep.dec_in.name
 
@@ -590,6 +593,8 @@ def _decoder_prompts(b: _Build) -> None:
             [_start_prompt(b, start) for start in starts] if starts else [_start_prompt(b) for _ in range(prep.batch)]
         )
         if starts:
+            from attnviz.runtime.speech import SpeechPrompt
+
             SpeechPrompt.from_meta(md.section(b.model.meta, "speech_prompt")).check_room(
                 len(prep.prompts[0]), b.req.generate, b.model.name
             )

@@ -22,6 +22,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,9 +31,6 @@ from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
-from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
-from attnviz.runtime.audio_specs import spec_for_model
-from attnviz.runtime.generate import StepOut, StepsOut, one_step, present_name, suppress_of
 from attnviz.runtime.isolation import Taken
 from attnviz.runtime.limits import PositionLimit
 from attnviz.runtime.model import AttentionModel, IOInfo
@@ -45,8 +43,10 @@ from attnviz.runtime.sidecar import (
     sidecar,
     sidecar_json,
 )
-from attnviz.runtime.speech import from_configs as speech_prompt
 from attnviz.runtime.steps import StepPlan
+
+if TYPE_CHECKING:
+    from attnviz.runtime.generate import StepOut, StepsOut
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILES = ("decoder_model.onnx", "decoder_model_merged.onnx")  # the first present runs full sequences
@@ -86,6 +86,8 @@ def _with_config(model: AttentionModel) -> AttentionModel:
         if image:
             model.meta["image"] = image
     if "audio" in model.roles.values() and not isinstance(model.meta.get("audio"), dict):
+        from attnviz.runtime.audio_specs import spec_for_model
+
         try:  # a Whisper encoder file alone, a wav2vec2-like encoder: its frames' times, --audio
             spec = spec_for_model(model.path)
         except AttnvizError:  # another extractor (Speech2Text's filter banks): the file still runs on raw feeds
@@ -212,6 +214,9 @@ class ModelSet(AnalyzeMethod):
     def _open_audio(self, src: IOInfo) -> None:
         """A speech encoder (Whisper): its log-mel input, the feature extractor that makes it and the decoder's
         forced prompt, from the folder's preprocessor_config.json and generation_config.json."""
+        from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec
+        from attnviz.runtime.speech import from_configs as speech_prompt
+
         enc = self.layout.encoder
         spec = FeatureSpec.for_model(enc)
         if spec is None:
@@ -343,6 +348,8 @@ class ModelSet(AnalyzeMethod):
 
     def _describe_audio(self) -> dict:
         """What the speech encoder hears (its window, rate and frames) and the prompt its decoder starts from."""
+        from attnviz.runtime.audio import FeatureSpec
+
         spec = FeatureSpec.from_dict(self.meta["audio"])
         prompt = list(self.meta.get("speech_prompt", {}).get("ids", []))
         try:
@@ -500,6 +507,7 @@ class FolderCache:
 
     The with-past file's sites are matched to the full decoder's by node name (optimum exports both from the
     same modules), so each step's maps land at the right canonical site whatever that file's own labels say.
+    generate.py's names are imported where used: a folder opened for one run never loads it (first map's CPU).
     """
 
     def __init__(self, ms: ModelSet, past_model: AttentionModel, order: list[int]):
@@ -519,6 +527,8 @@ class FolderCache:
     @staticmethod
     def order_for(ms: ModelSet, past_model: AttentionModel) -> list[int] | None:
         """Where each of ``past_model``'s sites lands among the full decoder's (None: it cannot step the set)."""
+        from attnviz.runtime.generate import present_name
+
         nodes = [s.node for s in ms.decoder.sites]
         order = []
         for s in past_model.sites:
@@ -532,6 +542,8 @@ class FolderCache:
         return order
 
     def start(self, feeds: dict) -> StepOut:
+        from attnviz.runtime.generate import StepOut, present_name
+
         self.looping = False
         self.feeds = self.ms.check_feeds(feeds)
         enc_ran, enc_out = self.ms._encode(self.feeds, "dense")
@@ -566,6 +578,8 @@ class FolderCache:
         Returns the prompt's step (logits, the encoder's and the prompt's maps) and the steps (the ids from the
         first token on, the steps' maps); None where it cannot: the first generation of these shapes (its run
         learns the shapes a later one names before they exist), or no loop beside the session."""
+        from attnviz.runtime.generate import StepOut, StepsOut, present_name
+
         self.looping = False
         self.feeds = self.ms.check_feeds(feeds)
         plan = self.plan()
@@ -612,6 +626,8 @@ class FolderCache:
     def plan(self) -> StepPlan | None:
         """How each step's feeds follow from the last for a loop beside the with-past decoder's session: only
         the token and the cache change (the encoder's states and mask stay), or None: one request per step."""
+        from attnviz.runtime.generate import present_name, suppress_of
+
         maps = self.past_model.loop_maps()
         roles = self.past_model.roles
         if maps is None or self.feeds["decoder_input_ids"].shape[0] != 1:
@@ -633,6 +649,8 @@ class FolderCache:
 
     def steps(self, token: int, n: int, eos: int | None) -> StepsOut:
         """Up to ``n`` greedy steps in one chunk beside the with-past decoder's session (else one step)."""
+        from attnviz.runtime.generate import StepsOut, one_step, suppress_of
+
         plan = None if self.looping else self.plan()
         if not self.looping and plan is None:
             return one_step(self, token, eos, suppress_of(self.ms.meta).always)
@@ -671,6 +689,8 @@ class FolderCache:
             }
 
     def step(self, tokens: list[int]) -> StepOut:
+        from attnviz.runtime.generate import StepOut, present_name
+
         r = self.past_model.run(self._step_feeds(tokens), mode="dense")
         for p in self.past_names:
             # the encoder half stays as the first run made it: a with-past file does not output it, and a merged

@@ -30,7 +30,6 @@ from attnviz.runtime.chain import run_bound as _run_bound
 from attnviz.runtime.chain import run_local
 from attnviz.runtime.errors import Cancelled, ort_message
 from attnviz.runtime.extra_session import ExtraSession
-from attnviz.runtime.generate import FileCache
 from attnviz.runtime.host import ModelCrashed, RemoteSession, make_session, run_chain
 from attnviz.runtime.inputs import IOInfo
 from attnviz.runtime.isolation import Spliced, Taken
@@ -48,6 +47,7 @@ from attnviz.runtime.sidecar import sidecar_json
 from attnviz.runtime.sitemaps import PackedMap, RecomputeMap, softmax, to_bhqk  # noqa: F401
 
 if TYPE_CHECKING:
+    from attnviz.runtime.generate import FileCache
     from attnviz.runtime.optcache import GraphKey
     from attnviz.runtime.steps import Loop
     from attnviz.runtime.vlm_tower import TowerFrames
@@ -619,6 +619,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
 
     def cache_stepper(self) -> FileCache | None:
         """Greedy steps through the KV cache when past inputs are fed by present outputs (else None)."""
+        from attnviz.runtime.generate import FileCache  # (a run without --generate never loads generate.py)
+
         return FileCache.for_model(self)
 
 

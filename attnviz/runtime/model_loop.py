@@ -18,7 +18,6 @@ from attnviz import AttnvizError
 from attnviz.runtime import graph as gr
 from attnviz.runtime.chain import First, first_token, reads, resolve, run_bound, run_outs
 from attnviz.runtime.errors import Cancelled, ort_message
-from attnviz.runtime.generate import buffer_rows
 from attnviz.runtime.host import RemoteSession, run_chain_steps
 from attnviz.runtime.isolation import Taken, loop_run
 from attnviz.runtime.steps import CHUNK_S, Chunk, Loop, Rows, StepPlan, advance, loop_device, step_run
@@ -219,4 +218,6 @@ class ModelLoop:
 def _rows(plan: StepPlan, total: int) -> Rows:
     """Where an in-process generation's rows go: arrays kept from an earlier generation of the same shapes where
     they are free (:func:`attnviz.runtime.generate.buffer_rows`)."""
+    from attnviz.runtime.generate import buffer_rows  # (only a generation: a single run never loads generate.py)
+
     return Rows(dict(plan.maps), total, buffer_rows, reserve=plan.reserve)

@@ -53,7 +53,8 @@ def _watched(*argv) -> dict:
         [sys.executable, "-c", WATCHED, *map(str, argv)], env=env, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1]) | {"stderr": done.stderr}
+    *printed, last = done.stdout.strip().splitlines()
+    return json.loads(last) | {"stderr": done.stderr, "stdout": "\n".join(printed)}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
@@ -85,6 +86,16 @@ def test_a_command_refused_for_its_arguments_starts_no_child(tmp_path):
     seen = _watched("extract", MODEL, "--out", tmp_path / "x.npz")  # no input at all
     assert seen["code"] == 2 and "no input" in seen["stderr"]
     assert seen["starts"] == [] and seen["forks"] == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child is forked on Linux only")
+def test_inspect_forks_its_probes_child_before_onnx_and_no_probe_starts_none():
+    seen = _watched("inspect", MODEL, "--json")
+    assert seen["code"] == 0, seen["stderr"]
+    assert seen["starts"] == [[]] and seen["forks"] == 1 and not seen["onnxruntime_here"]
+    assert json.loads(seen["stdout"])["probed"] is True  # the probe ran, in that child
+    seen = _watched("inspect", MODEL, "--no-probe")
+    assert seen["code"] == 0 and seen["starts"] == [] and seen["forks"] == 0
 
 
 # run in a fresh interpreter: the test process itself runs other threads (Qt, Ray, pools of earlier tests), and a
