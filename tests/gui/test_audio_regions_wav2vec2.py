@@ -46,4 +46,5 @@ def test_an_encoder_alone_shows_where_a_clicked_frame_listens(qtbot, real_window
     qtbot.waitUntil(lambda: hm.series.isVisible())
     x, y = hm.series_curve.getData()
     assert len(y) == n and y[50] == -80.0 and y[10] > -20.0
+    assert hm.series.getPlotItem().getAxis("left").labelText == "loudness (dBFS)"  # the levels' unit, not "value"
     check_map(hm, figure(w, w.head_map))  # the figure: the same map and the same series on its columns

@@ -374,6 +374,7 @@ class HeatmapWidget(QWidget):
             self.series_curve.setData([], [])
             return
         self.series_curve.setData(np.arange(len(mv.k_values)) + 0.5, np.asarray(mv.k_values, float))
+        self.series.getPlotItem().setLabel("left", mv.k_values_title)
         self.series.show()
         pi = self.plot.getPlotItem()
         pi.layout.activate()
