@@ -21,6 +21,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import AudioTrack, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
+from attnviz.runtime.audio_notes import LANGUAGE
 from attnviz.runtime.request import AnalyzeRequest
 from attnviz.runtime.speech import SpeechPrompt
 
@@ -382,7 +383,7 @@ def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[i
     rows = prompt.rows(start_logits, batch)
     if prompt.language_slot is not None and prep.tgt_tok is not None:
         found = sorted({prep.tgt_tok.label(r[prompt.language_slot]) for r in rows})
-        prep.notes.append(f"language detected from the audio: {', '.join(found)}")
+        prep.notes.append(f"{LANGUAGE}: {', '.join(found)}")
     return rows
 
 

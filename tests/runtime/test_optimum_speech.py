@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
+from attnviz.core.io import load_npz  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.audio import load_audio  # noqa: E402
 from attnviz.runtime.audio_specs import audio_spec  # noqa: E402
@@ -156,6 +157,9 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     out = tmp_path / "maps.npz"
     assert main(["extract", str(folder), "--audio", str(wav), "--out", str(out)]) == 0
     z = np.load(out)
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("attnviz: note: ")]
+    transcript = next(n for n in load_npz(out).info["notes"] if n.startswith("CTC transcript (greedy): "))
+    assert said == [f"attnviz: note: {wav.name}: resampled from 22050 Hz to 16000 Hz", f"attnviz: note: {transcript}"]
     n = (int(round(1.3 * RATE)) - 400) // 320 + 1  # frames of 20 ms, each hearing 25 ms
     assert z["attn_000"].shape == (1, 4, n, n) and len(z["audio_waves"][0]) == int(round(1.3 * RATE))
     fig = tmp_path / "audio.png"
@@ -192,7 +196,11 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     sf.write(clips / "a.wav", chirp(), RATE)
     refused(["corpus", str(folder), "--audio-dir", str(clips), "--out", str(tmp_path / "c")], "raw samples", "--audio")
     # --max-seconds cuts, and moves the cap: the model has no window, all 31 s are read
+    capsys.readouterr()
     assert main(["extract", str(folder), "--audio", str(long), "--max-seconds", "2", "--out", str(out)]) == 0
+    said = capsys.readouterr().err.splitlines()  # the cut and the transcript, as the window's notes say them
+    assert said[0] == f"attnviz: note: {long.name}: 31.00 s cut to the first 2 s (--max-seconds 2)"
+    assert len(said) == 2 and said[1].startswith("attnviz: note: CTC transcript (greedy): ")
     assert np.load(out)["attn_001"].shape == (1, 4, 99, 99)  # (2 s - 25 ms) / 20 ms + 1
     wave, notes = load_audio(long, audio_spec({"feature_extractor_type": "Wav2Vec2FeatureExtractor"}), 31.0)
     assert len(wave) == 31 * RATE and notes == []
