@@ -23,6 +23,7 @@ from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.audio_notes import LANGUAGE
 from attnviz.runtime.request import AnalyzeRequest
+from attnviz.runtime.shorten import Shorten
 from attnviz.runtime.speech import SpeechPrompt
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class Prepared:
     tgt_tok: ip.TextEncoder | None = None
     notes: list[str] = field(default_factory=list)
     hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
+    shorten: Shorten | None = None  # how the user cuts the input, named by a memory refusal (a clip's --max-seconds)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
     audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
     track: AudioTrack | None = None  # the clips and their features, kept on the result for the Audio regions view
@@ -356,6 +358,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     n = spec.positions(values.shape[-1])
     prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
     if isinstance(spec, WaveSpec):  # an encoder alone on the sound: each clip's loudness above its frames' columns
+        prep.shorten = Shorten(aud_in.name, spec.sampling_rate, "--max-seconds", "the clip")  # samples grow the need
         padded = len({len(w) for w in waves}) > 1
         prep.src_rows = [
             TokenAxis(

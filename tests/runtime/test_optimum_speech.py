@@ -218,3 +218,29 @@ def test_a_folder_without_config_json_numbers_frames_it_cannot_time(optimum_expo
     r = open_model(tmp_path, provider="cpu").analyze(audio=str(tmp_path / "clip.wav"))
     assert r.maps[0].shape[-1] == (8000 - 105) // 80 + 1 and r.blocks()[0].query_axis.labels[:2] == ["0", "1"]
     assert any("numbered, not timed; put the model's config.json beside it" in n for n in r.info["notes"])
+
+
+def test_a_clip_over_the_memory_cap_is_refused_naming_the_max_seconds_that_runs(optimum_export, tmp_path):
+    """A 60 s clip on the wav2vec2 folder under a 0.2 GB cap (two 4-head maps of 2999 frames: 0.29 GB): the refusal
+    names ``--max-seconds S`` (it said "shorten the input"), and the same command with that S runs in a fresh
+    process under the same cap (its arena enforces it), keeping the first S seconds; its maps alone take most of
+    the cap (the S is not a needlessly short one)."""
+    from cli_run import run_cli
+
+    folder = optimum_export("wav2vec2") / "onnx"
+    long = tmp_path / "minute.wav"
+    sf.write(long, np.tile(chirp(1.0), 60), RATE)
+    out = tmp_path / "maps.npz"
+    args = ("extract", folder, "--audio", long, "--max-memory", "0.2", "--out", out)
+    code, err = run_cli(*args, "--max-seconds", "60")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "over the memory cap of 0.2 GB" in lines[0], err
+    assert "shorten the input" not in lines[0]
+    said = lines[0].split("cut the clip with --max-seconds ")[1].split(",")[0]
+    seconds = float(said)
+    n = (int(round(seconds * RATE)) - 400) // 320 + 1
+    assert 0.85 * 0.8 * 200e6 < 2 * 4 * n * n * 4 < 200e6  # the maps alone: under the cap, not far under
+    code, err = run_cli(*args, "--max-seconds", said)
+    assert code == 0, err
+    assert np.load(out)["attn_000"].shape == (1, 4, n, n)
+    assert f"minute.wav: 60.00 s cut to the first {said} s (--max-seconds {said})" in err
