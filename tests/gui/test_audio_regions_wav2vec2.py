@@ -14,6 +14,7 @@ sf = pytest.importorskip("soundfile")
 
 from gui_helpers import open_and_wait  # noqa: E402
 from PySide6.QtCore import QPointF, Qt  # noqa: E402
+from PySide6.QtGui import QPainter, QPicture  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
 from screen_figure import check_map, figure  # noqa: E402
 from test_audio_regions import check_screen_is_figure, chirp  # noqa: E402
@@ -47,4 +48,12 @@ def test_an_encoder_alone_shows_where_a_clicked_frame_listens(qtbot, real_window
     x, y = hm.series_curve.getData()
     assert len(y) == n and y[50] == -80.0 and y[10] > -20.0
     assert hm.series.getPlotItem().getAxis("left").labelText == "loudness (dBFS)"  # the levels' unit, not "value"
+    # every query row the axis picks (an even stride) has its label drawn, the wider "1.20 s </s>" (a CTC letter)
+    # too: the band beside the series was fixed at the narrower labels' width and pyqtgraph left those out
+    pic = QPicture()
+    painter = QPainter(pic)
+    _, ticks, texts = hm.y_axis.generateDrawSpecs(painter)
+    painter.end()
+    assert len(ticks) > 10 and len(texts) == len(ticks)
+    assert any(len(t.split()) == 3 for _, _, t in texts)  # a letter's row among them
     check_map(hm, figure(w, w.head_map))  # the figure: the same map and the same series on its columns
