@@ -110,13 +110,14 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
         _time_axes(ax, view, fs, ax is ax_curve)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
-    fig.text(
-        1 - 0.02 / width,
-        0.02 / height,
-        f"weight after the clip (padding): {view.padding_mass:.2f}",
-        ha="right",
-        va="bottom",
-        fontsize=fs - 2,
-        color="0.4",
-    )
+    if view.padding_mass is not None:
+        fig.text(
+            1 - 0.02 / width,
+            0.02 / height,
+            f"weight after the clip (padding): {view.padding_mass:.2f}",
+            ha="right",
+            va="bottom",
+            fontsize=fs - 2,
+            color="0.4",
+        )
     return fig

@@ -191,9 +191,10 @@ class AudioRegionsView(View):
             if v.query_kind == "word" or not v.words
             else "click a word to see where it looks"
         )
+        padding = "" if v.padding_mass is None else f" · weight after the clip (padding): {v.padding_mass:.2f}"
         self.info.setText(
             f"query “{v.query_label}” · {what} · peak at {v.peak_time:.2f} s · frames of "
-            f"{v.frame_seconds * 1000:.0f} ms · weight after the clip (padding): {v.padding_mass:.2f} · {where}"
+            f"{v.frame_seconds * 1000:.0f} ms{padding} · {where}"
         )
 
     def _draw_marks(self, v: av.AudioView, peak: float) -> None:
