@@ -83,3 +83,21 @@ def test_a_30_s_clips_small_weights_keep_their_scale(qtbot, real_window, optimum
     assert len(top) >= 6  # e.g. 0.0042
     assert [t for _, _, t in drawn_ticks(v.curve_plot.getAxis("left"))] == ["0", top]
     assert len({p.getAxis("left").width() for p in v.plots}) == 1
+
+
+def test_open_takes_the_max_seconds_a_long_clips_refusal_names(qtbot, real_window, optimum_export, tmp_path, capsys):
+    """A 31 s clip is refused naming --max-seconds; `attnviz open` takes that flag (it had none: the message named a
+    flag the window's command refused), and the window's runs keep the first S seconds."""
+    from attnviz.cli import main
+
+    folder = optimum_export("wav2vec2") / "onnx"
+    sound = tmp_path / "long.wav"
+    sf.write(sound, np.tile(sf.read(chirp(tmp_path / "chirp.wav"))[0], 15)[: 31 * 16000], 16000)
+    capsys.readouterr()
+    assert main(["open", str(folder), "--audio", str(sound), "--max-seconds", "0"]) == 2  # checked before Qt
+    assert "max seconds 0.0: give a positive number of seconds" in capsys.readouterr().err
+    w = real_window
+    w.max_seconds = 2.0  # what `attnviz open --max-seconds 2` sets
+    open_and_wait(qtbot, w, folder, timeout=120000, audio=str(sound))
+    assert w.session.result.maps[0].shape[-1] == (2 * 16000 - 400) // 320 + 1
+    assert any("31.00 s cut to the first 2 s (--max-seconds 2)" in n for n in w.session.result.info["notes"])
