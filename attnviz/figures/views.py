@@ -112,7 +112,8 @@ def _heatmap_figure(
         sax, ax = fig.subplots(
             2, 1, sharex=True, gridspec_kw={"height_ratios": [SERIES_IN, max(height - SERIES_IN, 0.1)]}
         )
-        sax.plot(np.arange(len(series)), series, color="0.2", linewidth=0.8, marker="o", markersize=1.5)
+        dots = {"marker": "o", "markersize": 1.5} if vm.series_dots(series) else {}
+        sax.plot(np.arange(len(series)), series, color="0.2", linewidth=0.8, **dots)
         sax.set_ylabel(series_title, fontsize=fs, labelpad=2)
         sax.tick_params(labelbottom=False, labelsize=fs, length=2, width=0.5, pad=1.5)
         for sp in sax.spines.values():

@@ -50,6 +50,7 @@ def test_an_encoder_alone_shows_where_a_clicked_frame_listens(qtbot, real_window
     qtbot.waitUntil(lambda: hm.series.isVisible())
     x, y = hm.series_curve.getData()
     assert len(y) == n and y[50] == -80.0 and y[10] > -20.0
+    assert hm.series_curve.opts["symbol"] == "o"  # 110 values: a dot on each
     assert hm.series.getPlotItem().getAxis("left").labelText == "loudness (dBFS)"  # the levels' unit, not "value"
     # every query row the axis picks (an even stride) has its label drawn, the wider "1.20 s </s>" (a CTC letter)
     # too: the band beside the series was fixed at the narrower labels' width and pyqtgraph left those out
@@ -83,6 +84,14 @@ def test_a_30_s_clips_small_weights_keep_their_scale(qtbot, real_window, optimum
     assert len(top) >= 6  # e.g. 0.0042
     assert [t for _, _, t in drawn_ticks(v.curve_plot.getAxis("left"))] == ["0", top]
     assert len({p.getAxis("left").width() for p in v.plots}) == 1
+    # the Head map's loudness above 1,499 columns: the line alone (their dots ran together into a band), and the
+    # figure draws it so too
+    w.select_view("head")
+    hm = w.head_map.heatmap
+    qtbot.waitUntil(lambda: hm.series.isVisible())
+    assert len(hm.series_curve.getData()[1]) == 1499 and hm.series_curve.opts["symbol"] is None
+    fig = figure(w, w.head_map)
+    assert next(a for a in fig.axes if a.lines).lines[0].get_marker() in ("None", None, "")
 
 
 def test_open_takes_the_max_seconds_a_long_clips_refusal_names(qtbot, real_window, optimum_export, tmp_path, capsys):

@@ -131,6 +131,15 @@ def compute_map(
     )
 
 
+SERIES_DOTS = 200  # a series of at most this many values is drawn with a dot on each (more: the line alone)
+
+
+def series_dots(values: list[float]) -> bool:
+    """Whether the series above a map marks each value with a dot, on screen and in figures: a 30 s clip's 1,499
+    frames' dots ran together into a thick band that hid the line."""
+    return len(values) <= SERIES_DOTS
+
+
 def series_title(result: AttentionResult) -> str:
     """What a map's series above it measures: a sound's frames carry their loudness (dB relative to full scale,
     the waveform runtime's levels), any other series (a time-series model's inputs) its own values."""

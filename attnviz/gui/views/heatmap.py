@@ -383,6 +383,7 @@ class HeatmapWidget(QWidget):
             self.y_axis.setWidth(None)  # its own labels' width again
             return
         self.series_curve.setData(np.arange(len(mv.k_values)) + 0.5, np.asarray(mv.k_values, float))
+        self.series_curve.setSymbol("o" if vm.series_dots(mv.k_values) else None)
         self.series.getPlotItem().setLabel("left", mv.k_values_title)
         self.series.show()
         pi = self.plot.getPlotItem()
