@@ -61,7 +61,9 @@ class AudioView:
     spec_seconds: float  # the spectrogram's width: mel frames shown × hop / rate
     title: str
     words: list[tuple[str, int]]  # the word strip: (label, decoder row of the cross-attention block)
-    padding_mass: float  # the query's weight on the silent padding after the clip (not drawn)
+    # the query's weight on the silent padding after the clip (not drawn); None where the keys end with the clip
+    # (a raw-sample encoder on one clip: no padding to weigh, and "0.00" read as a measured nothing)
+    padding_mass: float | None
     spans: tuple[WordSpan, ...] = field(default_factory=tuple)
 
     @property
@@ -237,6 +239,6 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
         spec_seconds=spec_seconds,
         title=" · ".join([blk.name, what, f"query “{label}”"]),
         words=words,
-        padding_mass=float(row[n:].sum()),
+        padding_mass=float(row[n:].sum()) if len(row) > n else None,
         spans=word_spans(result),
     )

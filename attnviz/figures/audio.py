@@ -9,7 +9,7 @@ from attnviz.core import audio_view as av
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult
 from attnviz.figures.cells import as_vector_cells
-from attnviz.figures.layout import colormap_for, fit_title, make_title, new_figure, title_height
+from attnviz.figures.layout import PT, colormap_for, fit_title, make_title, new_figure, text_width_in, title_height
 from attnviz.figures.spec import FigureStyle
 
 # panel heights, inches: waveform, spectrogram, heat band, curve
@@ -42,7 +42,11 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     width = style.fixed_width or 6.0
     title = fit_title(make_title(result, style, view.title), width, fs + 1)
     title_in = title_height(title, fs + 1)
-    left, right, bottom_in = 0.55, 0.12, 0.42
+    # the left margin holds the curve's top label and the axis titles beside it: a long clip's small weights
+    # ("0.000773") pushed "weight" off the page at a fixed 0.55 in
+    top_label = f"{view.vmax:.3g}"
+    left = max(0.55, text_width_in([top_label], fs - 1) + 1.6 * fs * PT + 0.12)
+    right, bottom_in = 0.12, 0.42
     heights = PANELS_IN
     height = title_in + sum(heights) + GAP_IN * (len(heights) - 1) + bottom_in
     fig = new_figure(style, width, height, constrained=False)
@@ -103,20 +107,21 @@ def draw_audio(result: AttentionResult, sel: vm.Selection, style: FigureStyle):
     ax_curve.fill_between(x, 0.0, view.curve, color=av.CURVE_COLOUR, alpha=0.25, lw=0)
     ax_curve.plot(x, view.curve, color=av.CURVE_COLOUR, lw=0.8)
     ax_curve.set_ylim(0.0, 1.05 * view.vmax)
-    ax_curve.set_yticks([0.0, view.vmax], labels=["0", f"{view.vmax:.3g}"])
+    ax_curve.set_yticks([0.0, view.vmax], labels=["0", top_label])
     ax_curve.set_ylabel("weight", fontsize=fs)
     ax_curve.set_xlabel("time (s)", fontsize=fs, labelpad=2)
     for ax in axes:
         _time_axes(ax, view, fs, ax is ax_curve)
     if title:
         fig.text(0.5, 1 - 0.04 / height, title, ha="center", va="top", fontsize=fs + 1)
-    fig.text(
-        1 - 0.02 / width,
-        0.02 / height,
-        f"weight after the clip (padding): {view.padding_mass:.2f}",
-        ha="right",
-        va="bottom",
-        fontsize=fs - 2,
-        color="0.4",
-    )
+    if view.padding_mass is not None:
+        fig.text(
+            1 - 0.02 / width,
+            0.02 / height,
+            f"weight after the clip (padding): {view.padding_mass:.2f}",
+            ha="right",
+            va="bottom",
+            fontsize=fs - 2,
+            color="0.4",
+        )
     return fig

@@ -76,9 +76,10 @@ def _heatmap_figure(
     series: list[float] | None = None,
     cmap=None,
     norm=None,
+    series_title: str = "value",
 ):
     """``series``: a time series' value per key column, plotted above the map on the same columns (the screen's
-    Head map draws the same).  ``cmap`` / ``norm``: a signed map's diverging colours and symmetric range (default:
+    Head map draws the same), its axis titled ``series_title``.  ``cmap`` / ``norm``: a signed map's diverging colours and symmetric range (default:
     the style's map colours, the weights' range)."""
     fs = float(spec.font_size)
     nq, nk = m.shape
@@ -111,8 +112,9 @@ def _heatmap_figure(
         sax, ax = fig.subplots(
             2, 1, sharex=True, gridspec_kw={"height_ratios": [SERIES_IN, max(height - SERIES_IN, 0.1)]}
         )
-        sax.plot(np.arange(len(series)), series, color="0.2", linewidth=0.8, marker="o", markersize=1.5)
-        sax.set_ylabel("value", fontsize=fs, labelpad=2)
+        dots = {"marker": "o", "markersize": 1.5} if vm.series_dots(series) else {}
+        sax.plot(np.arange(len(series)), series, color="0.2", linewidth=0.8, **dots)
+        sax.set_ylabel(series_title, fontsize=fs, labelpad=2)
         sax.tick_params(labelbottom=False, labelsize=fs, length=2, width=0.5, pad=1.5)
         for sp in sax.spines.values():
             sp.set_linewidth(0.5)
@@ -212,6 +214,7 @@ def _map_figure(
         highlight_row,
         mv.k_values,
         **signed,
+        series_title=mv.k_values_title,
     )
 
 

@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=MAX_TOKENS_HELP,
     )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        metavar="S",
+        help="keep only the first S seconds of each audio clip (a clip longer than the model's window is refused)",
+    )
     add_variant_argument(p)
     p.add_argument(
         "--provider", choices=("auto", "cpu", "cuda"), default="auto", help="onnxruntime device (default auto)"
@@ -234,7 +240,9 @@ def run(args) -> int:
         guard(opened, {"--screenshot": shot})
     # the input flags' values get the check the window's input panel and `extract` get (one wording)
     given_beams = args.beams if args.beams is not None and args.generate is not None else 1
-    AnalyzeRequest(generate=args.generate or 0, max_tokens=args.max_tokens, beams=given_beams)
+    AnalyzeRequest(
+        generate=args.generate or 0, max_tokens=args.max_tokens, beams=given_beams, max_seconds=args.max_seconds
+    )
     if args.beams is not None and args.generate is None:  # its range alone: the window generates its default steps
         AnalyzeRequest(generate=1, beams=args.beams)
     if args.audio and not Path(args.audio).exists():
@@ -272,6 +280,7 @@ def run(args) -> int:
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
     win.variant = args.variant
+    win.max_seconds = args.max_seconds
     if args.max_tokens:
         win.inputs.set_values(max_tokens=args.max_tokens)
     win.resize(w, h)

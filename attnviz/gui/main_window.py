@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -96,6 +97,7 @@ class MainWindow(QMainWindow):
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
+        self.max_seconds: float | None = None  # keep the first S seconds of each clip (attnviz open --max-seconds)
 
         # views
         self.tabs = QTabWidget()
@@ -544,7 +546,10 @@ class MainWindow(QMainWindow):
         m = self.session.model
         try:
             rules.check_runnable(m)
-            request = request if request is not None else self.inputs.request()
+            if request is None:
+                request = self.inputs.request()
+                if self.max_seconds is not None:  # the flag a long clip's refusal names (no field for it yet)
+                    request = dataclasses.replace(request, max_seconds=self.max_seconds)
         except AttnvizError as e:
             self.show_error(str(e), param=e.param)
             return

@@ -219,8 +219,11 @@ def _labelled(
         result = _from_steps(model, g.maps, {})
         result.info.update({k: v for k, v in g.info.items() if k != "run_s"})
     else:
+        from attnviz.runtime.shorten import shortening
+
         try:
-            result = model.run(feeds, mode=req.mode)
+            with shortening(prep.shorten):  # a memory refusal names the --max-seconds that fits
+                result = model.run(feeds, mode=req.mode)
         except AttnvizError as e:
             if prep.hint:  # the likely cause first: onnxruntime's own words are long and name a node
                 raise AttnvizError(f"{prep.hint} ({e})") from None

@@ -24,6 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.runtime.audio_notes import cut_note
 from attnviz.runtime.sidecar import sidecar
 
 PREPROCESSOR = "preprocessor_config.json"
@@ -288,15 +289,11 @@ def _frames_to_read(
         raise AttnvizError(f"{name}: its header gives a sample rate of {rate} Hz; re-save the recording", param="audio")
     seconds = frames / rate
     if max_seconds is not None and seconds > max_seconds:
-        notes.append(_cut_note(name, seconds, max_seconds))
+        notes.append(cut_note(name, seconds, max_seconds))
         return int(round(max_seconds * rate))
     if seconds > spec.limit(max_seconds) + 0.5 / rate:
         raise spec.too_long(name, seconds)
     return frames
-
-
-def _cut_note(name: str, seconds: float, max_seconds: float) -> str:
-    return f"{name}: {seconds:.2f} s cut to the first {max_seconds:g} s (--max-seconds {max_seconds:g})"
 
 
 def check_clip(
@@ -311,7 +308,7 @@ def check_clip(
     seconds = len(wave) / rate
     if max_seconds is not None and seconds > max_seconds:
         wave = wave[: int(round(max_seconds * rate))]
-        notes.append(_cut_note(name, seconds, max_seconds))
+        notes.append(cut_note(name, seconds, max_seconds))
         seconds = len(wave) / rate
     if len(wave) == 0:
         raise AttnvizError(f"{name}: holds no samples; give a recording", param="audio")

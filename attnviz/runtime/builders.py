@@ -21,7 +21,9 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import AudioTrack, TokenAxis
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
+from attnviz.runtime.audio_notes import LANGUAGE
 from attnviz.runtime.request import AnalyzeRequest
+from attnviz.runtime.shorten import Shorten
 
 if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
@@ -48,6 +50,7 @@ class Prepared:
     tgt_tok: ip.TextEncoder | None = None
     notes: list[str] = field(default_factory=list)
     hint: str | None = None  # the likely cause and fix when the run fails (said before onnxruntime's message)
+    shorten: Shorten | None = None  # how the user cuts the input, named by a memory refusal (a clip's --max-seconds)
     image_info: str | None = None  # how the image was normalised (RunInfo.image_preprocessing)
     audio: list[str] | None = None  # the clips heard (file names; "samples" for clips given in memory)
     track: AudioTrack | None = None  # the clips and their features, kept on the result for the Audio regions view
@@ -356,6 +359,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     n = spec.positions(values.shape[-1])
     prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
     if isinstance(spec, WaveSpec):  # an encoder alone on the sound: each clip's loudness above its frames' columns
+        prep.shorten = Shorten(aud_in.name, spec.sampling_rate, "--max-seconds", "the clip")  # samples grow the need
         padded = len({len(w) for w in waves}) > 1
         prep.src_rows = [
             TokenAxis(
@@ -385,7 +389,7 @@ def _speech_prompts(model: AttnModel, prep: Prepared, batch: int) -> list[list[i
     rows = prompt.rows(start_logits, batch)
     if prompt.language_slot is not None and prep.tgt_tok is not None:
         found = sorted({prep.tgt_tok.label(r[prompt.language_slot]) for r in rows})
-        prep.notes.append(f"language detected from the audio: {', '.join(found)}")
+        prep.notes.append(f"{LANGUAGE}: {', '.join(found)}")
     return rows
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.core.attention import TokenAxis
+from attnviz.runtime.audio_notes import CTC_TRANSCRIPT
 from attnviz.runtime.sidecar import sidecar_json
 
 CTC_TOKENIZER = "Wav2Vec2CTCTokenizer"
@@ -94,5 +95,5 @@ def label_frames(model_file: Path, logits, rows: list[TokenAxis | None]) -> tupl
         out.append(TokenAxis(labels, axis.special, axis.values, axis.pad))
         said = vocab.transcript([c for c, pad in zip(letters, axis.pad or [False] * len(letters)) if not pad])
         cut = said if len(said) <= SHOWN_CHARS else said[:SHOWN_CHARS] + "…"
-        notes.append(f"CTC transcript (greedy){f' of row {b}' if len(rows) > 1 else ''}: {cut or '(nothing)'}")
+        notes.append(f"{CTC_TRANSCRIPT}{f' of row {b}' if len(rows) > 1 else ''}: {cut or '(nothing)'}")
     return out, notes

@@ -260,11 +260,55 @@ def check_run(plan: EstimateCache, feeds: dict, fetch: list[str] | None, label: 
                 plan.passed[seen] = cap
         return
     fed = ", ".join(f"{k} {list(s)}" for k, (s, _) in shapes.items())
+    cut = _cut_that_fits(plan, shapes, list(fetch or plan.outputs()), cap)
     limits.check_memory(
         est.bytes,
         f"{label}: running it on {fed}" if fed else f"{label}: running it",
         est.detail(),
-        hint="shorten the input if the need grows with it",
-        lower="if the need grows with the input, cut it with --max-tokens N, or keep the maps per head with "
+        hint=cut or "shorten the input if the need grows with it",
+        lower=cut
+        or "if the need grows with the input, cut it with --max-tokens N, or keep the maps per head with "
         "--memory ondemand",
     )
+
+
+# the share of a suggested cut's input-dependent need (its estimate less the smallest cut's: the weights, mostly) that
+# the cap must hold beyond it: the arena that enforces the cap (runtime/arena.py) holds more than the estimate's peak
+# (a 20 ms-frame wav2vec2: a cut whose estimate took 0.97 of a 200 MB cap ran out of arena, one at 0.91 ran;
+# bench/RESULTS.md, session 22 audio22), and a cut that the arena then refuses helps no one
+FIT_SHARE = 0.85
+
+
+def _cut_that_fits(plan: EstimateCache, shapes: dict, fetch: list[str], cap: int) -> str | None:
+    """Where the run names how its input is shortened (:mod:`attnviz.runtime.shorten`: a clip's ``--max-seconds``),
+    the flag with the largest value whose run fits ``cap``, found by bisection on exact estimates (the need only
+    grows with the input); None where it names none, or even the smallest step does not fit."""
+    from attnviz.runtime.shorten import current
+
+    how = current()
+    if how is None or how.feed not in shapes or not shapes[how.feed][0]:
+        return None
+    n = shapes[how.feed][0][-1]  # the feeds of its length along their last axis (its attention mask) cut with it
+
+    def need(k: int) -> int:
+        m = how.positions(k * how.step)
+        cut = {name: ((*s[:-1], m) if s and s[-1] == n else s, t) for name, (s, t) in shapes.items()}
+        return plan.estimate(cut, fetch).bytes  # exact: a bound rounded up to a power of two misjudges short cuts
+
+    top = int(n / how.per / how.step)  # the steps shorter than the input
+    while top >= 1 and how.positions(top * how.step) >= n:
+        top -= 1
+    if top < 1:
+        return None
+    base = need(1)
+    if base > cap:
+        return None
+
+    def fits(k: int) -> bool:
+        return base + (need(k) - base) / FIT_SHARE <= cap
+
+    lo, hi = 1, top
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return how.said(round(lo * how.step, 6))

@@ -173,3 +173,4 @@ def test_an_encoder_alone_on_raw_samples_is_drawn_by_its_frames():
     np.testing.assert_array_equal(v.curve, r.maps[1].array()[0, 1, 7, :n])
     assert v.query_span == pytest.approx((0.035, 0.04))
     assert v.spec.shape[1] == int(np.ceil(n * 0.5)) and v.spec_seconds == pytest.approx(np.ceil(n * 0.5) * 0.01)
+    assert v.padding_mass is None  # its keys end with the clip: no padding to weigh (it said "padding: 0.00")

@@ -238,6 +238,23 @@ def test_a_time_series_rides_on_its_axis_to_the_map_and_through_npz(tmp_path):
         TokenAxis(["t0", "t1"], values=[1.0])
     plain = AttentionResult([DenseMap(m[None, None])], result.sites, tokens=TokenAxis(["a", "b", "c", "d"]))
     assert vm.compute_map(plain, vm.Selection()).k_values is None
+    assert mv.k_values_title == "value"
+
+
+def test_a_sounds_loudness_series_is_titled_in_dbfs_through_npz(tmp_path):
+    """A speech encoder's frames carry each frame's loudness (dBFS): the series' title says so, not "value", on a
+    fresh result and on its .npz (which keeps the clip)."""
+    from attnviz.core.attention import AttentionResult, AudioTrack, DenseMap, SiteInfo, TokenAxis
+    from attnviz.core.io import load_npz, save_npz
+
+    m = np.full((1, 1, 3, 3), 1 / 3, np.float32)
+    axis = TokenAxis(["0.00 s", "0.02 s", "0.04 s"], values=[-80.0, -12.5, -3.0])
+    track = AudioTrack([np.zeros(1040, np.float32)], np.zeros((1, 1, 3), np.float32), 16000, 320, 0.02)
+    result = AttentionResult([DenseMap(m)], [SiteInfo("encoder", "self", 0, 1, "n", "softmax")], tokens=axis)
+    result.audio = track
+    assert vm.compute_map(result, vm.Selection()).k_values_title == "loudness (dBFS)"
+    back = load_npz(save_npz(result, tmp_path / "r.npz"))
+    assert back.audio is not None and vm.compute_map(back, vm.Selection()).k_values_title == "loudness (dBFS)"
 
 
 def test_a_padded_captioning_row_offers_its_own_words_and_the_first_row_all_of_its():

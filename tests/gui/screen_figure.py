@@ -62,6 +62,8 @@ def check_map(hm, fig):
         np.testing.assert_allclose(line.get_ydata(), mv.k_values)
         np.testing.assert_allclose(gy, mv.k_values)
         np.testing.assert_allclose(gx - 0.5, line.get_xdata())  # screen cells span [i, i+1), figure's [i-½, i+½)
+        assert next(a for a in fig.axes if a.lines).get_ylabel() == mv.k_values_title
+        assert hm.series.getPlotItem().getAxis("left").labelText == mv.k_values_title
         assert hm.series.isVisible() or not hm.isVisible()
     else:
         assert not hm.series.isVisible()

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
+from attnviz.core.io import load_npz  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.audio import load_audio  # noqa: E402
 from attnviz.runtime.audio_specs import audio_spec  # noqa: E402
@@ -156,6 +157,9 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     out = tmp_path / "maps.npz"
     assert main(["extract", str(folder), "--audio", str(wav), "--out", str(out)]) == 0
     z = np.load(out)
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("attnviz: note: ")]
+    transcript = next(n for n in load_npz(out).info["notes"] if n.startswith("CTC transcript (greedy): "))
+    assert said == [f"attnviz: note: {wav.name}: resampled from 22050 Hz to 16000 Hz", f"attnviz: note: {transcript}"]
     n = (int(round(1.3 * RATE)) - 400) // 320 + 1  # frames of 20 ms, each hearing 25 ms
     assert z["attn_000"].shape == (1, 4, n, n) and len(z["audio_waves"][0]) == int(round(1.3 * RATE))
     fig = tmp_path / "audio.png"
@@ -192,7 +196,11 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     sf.write(clips / "a.wav", chirp(), RATE)
     refused(["corpus", str(folder), "--audio-dir", str(clips), "--out", str(tmp_path / "c")], "raw samples", "--audio")
     # --max-seconds cuts, and moves the cap: the model has no window, all 31 s are read
+    capsys.readouterr()
     assert main(["extract", str(folder), "--audio", str(long), "--max-seconds", "2", "--out", str(out)]) == 0
+    said = capsys.readouterr().err.splitlines()  # the cut and the transcript, as the window's notes say them
+    assert said[0] == f"attnviz: note: {long.name}: 31.00 s cut to the first 2 s (--max-seconds 2)"
+    assert len(said) == 2 and said[1].startswith("attnviz: note: CTC transcript (greedy): ")
     assert np.load(out)["attn_001"].shape == (1, 4, 99, 99)  # (2 s - 25 ms) / 20 ms + 1
     wave, notes = load_audio(long, audio_spec({"feature_extractor_type": "Wav2Vec2FeatureExtractor"}), 31.0)
     assert len(wave) == 31 * RATE and notes == []
@@ -210,3 +218,29 @@ def test_a_folder_without_config_json_numbers_frames_it_cannot_time(optimum_expo
     r = open_model(tmp_path, provider="cpu").analyze(audio=str(tmp_path / "clip.wav"))
     assert r.maps[0].shape[-1] == (8000 - 105) // 80 + 1 and r.blocks()[0].query_axis.labels[:2] == ["0", "1"]
     assert any("numbered, not timed; put the model's config.json beside it" in n for n in r.info["notes"])
+
+
+def test_a_clip_over_the_memory_cap_is_refused_naming_the_max_seconds_that_runs(optimum_export, tmp_path):
+    """A 60 s clip on the wav2vec2 folder under a 0.2 GB cap (two 4-head maps of 2999 frames: 0.29 GB): the refusal
+    names ``--max-seconds S`` (it said "shorten the input"), and the same command with that S runs in a fresh
+    process under the same cap (its arena enforces it), keeping the first S seconds; its maps alone take most of
+    the cap (the S is not a needlessly short one)."""
+    from cli_run import run_cli
+
+    folder = optimum_export("wav2vec2") / "onnx"
+    long = tmp_path / "minute.wav"
+    sf.write(long, np.tile(chirp(1.0), 60), RATE)
+    out = tmp_path / "maps.npz"
+    args = ("extract", folder, "--audio", long, "--max-memory", "0.2", "--out", out)
+    code, err = run_cli(*args, "--max-seconds", "60")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "over the memory cap of 0.2 GB" in lines[0], err
+    assert "shorten the input" not in lines[0]
+    said = lines[0].split("cut the clip with --max-seconds ")[1].split(",")[0]
+    seconds = float(said)
+    n = (int(round(seconds * RATE)) - 400) // 320 + 1
+    assert 0.85 * 0.8 * 200e6 < 2 * 4 * n * n * 4 < 200e6  # the maps alone: under the cap, not far under
+    code, err = run_cli(*args, "--max-seconds", said)
+    assert code == 0, err
+    assert np.load(out)["attn_000"].shape == (1, 4, n, n)
+    assert f"minute.wav: 60.00 s cut to the first {said} s (--max-seconds {said})" in err

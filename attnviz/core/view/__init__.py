@@ -114,6 +114,7 @@ from attnviz.core.view.maps import (
     MapView,
     compute_map,
     map_notes,
+    series_dots,
 )
 from attnviz.core.view.overlay import (
     GLOBAL_PANEL,
@@ -260,6 +261,7 @@ __all__ = [
     "compute_diff_map",
     "compute_map",
     "check_frame",
+    "series_dots",
     "shown_frame",
     "frame_names",
     "head_map",

@@ -53,6 +53,7 @@ class MapView:
     vmax: float = 1.0  # the top of the colour scale (the selection's scale)
     scale: str = DEFAULT_SCALE
     k_values: list[float] | None = None  # a time series' value at each drawn key column (plotted above the map)
+    k_values_title: str = "value"  # what those values are (the series' axis title, on screen and in figures)
     # a signed map (model A minus model B): a diverging colour map from vmin to vmax, centred on 0
     diverging: bool = False
     vmin: float = 0.0
@@ -126,7 +127,23 @@ def compute_map(
         top,
         sel.scale,
         k_values,
+        k_values_title=series_title(result),
     )
+
+
+SERIES_DOTS = 200  # a series of at most this many values is drawn with a dot on each (more: the line alone)
+
+
+def series_dots(values: list[float]) -> bool:
+    """Whether the series above a map marks each value with a dot, on screen and in figures: a 30 s clip's 1,499
+    frames' dots ran together into a thick band that hid the line."""
+    return len(values) <= SERIES_DOTS
+
+
+def series_title(result: AttentionResult) -> str:
+    """What a map's series above it measures: a sound's frames carry their loudness (dB relative to full scale,
+    the waveform runtime's levels), any other series (a time-series model's inputs) its own values."""
+    return "loudness (dBFS)" if result.audio is not None else "value"
 
 
 def _step_note(result: AttentionResult, sel: Selection) -> str:

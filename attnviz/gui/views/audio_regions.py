@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QVBoxLayout
 
 from attnviz.core import audio_view as av
@@ -24,6 +25,7 @@ from attnviz.gui.widgets.query_buttons import QueryButtons
 WAVE_BRUSH = (89, 89, 89)  # the figure's 0.35 grey
 # panel heights relative to each other, as the figure's (waveform, spectrogram, heat band, curve)
 PANEL_STRETCH = (75, 100, 14, 85)
+LEFT_BAND = 48  # px: each panel's left axis band at least (the panels' time axes line up)
 
 
 def _region(span: tuple[float, float], colour: str, alpha: int) -> pg.LinearRegionItem:
@@ -51,7 +53,7 @@ class AudioRegionsView(View):
             p = self.glw.addPlot(row=i, col=0, enableMenu=False)
             p.setMouseEnabled(x=False, y=False)
             p.hideButtons()
-            p.getAxis("left").setWidth(48)
+            p.getAxis("left").setWidth(LEFT_BAND)
             for side in ("left", "bottom"):  # seconds and weights as they are, no "(x0.001)" on the label
                 p.getAxis(side).enableAutoSIPrefix(False)
             if i:
@@ -182,6 +184,7 @@ class AudioRegionsView(View):
         self.curve_item.setData(v.times + v.frame_seconds / 2, v.curve)
         self.curve_plot.setYRange(0.0, 1.05 * v.vmax, padding=0)
         self.curve_plot.getAxis("left").setTicks([[(0.0, "0"), (v.vmax, f"{v.vmax:.3g}")]])
+        self._fit_left_band(f"{v.vmax:.3g}")
         self.wave_plot.setXRange(0.0, v.duration, padding=0)
         self._draw_marks(v, peak)
         self.block_name = s.blocks[v.block_index].name
@@ -191,10 +194,25 @@ class AudioRegionsView(View):
             if v.query_kind == "word" or not v.words
             else "click a word to see where it looks"
         )
+        padding = "" if v.padding_mass is None else f" · weight after the clip (padding): {v.padding_mass:.2f}"
         self.info.setText(
             f"query “{v.query_label}” · {what} · peak at {v.peak_time:.2f} s · frames of "
-            f"{v.frame_seconds * 1000:.0f} ms · weight after the clip (padding): {v.padding_mass:.2f} · {where}"
+            f"{v.frame_seconds * 1000:.0f} ms{padding} · {where}"
         )
+
+    def _fit_left_band(self, top: str) -> None:
+        """Every panel's left band wide enough for the weight axis's top label (pyqtgraph leaves out a label
+        wider than its band: a 30 s clip's 1,499 frames peak at "0.000847", and the weights had no scale), the
+        panels' bands kept equal so their time axes line up."""
+        ax = self.curve_plot.getAxis("left")
+        text = QFontMetrics(ax.style["tickFont"] or QFont()).boundingRect(top).width() + 2
+        title = ax.label.boundingRect().height() * 0.8 if ax.label.isVisible() else 0.0
+        need = text + ax.style["tickTextOffset"][0] + max(0, ax.style["tickLength"]) + title
+        for p in self.plots:
+            p.getAxis("left").setWidth(max(LEFT_BAND, int(np.ceil(need))))
+        self.glw.ci.layout.activate()  # the bands at that width now (the labels are picked for the band drawn)
+        for p in self.plots:
+            p.layout.activate()
 
     def _draw_marks(self, v: av.AudioView, peak: float) -> None:
         for p, it in self.marks:

@@ -62,6 +62,14 @@ class TokenAxis(pg.AxisItem):
             self.picture = None
             self.update()
 
+    def band_width(self) -> float:
+        """The width a left axis takes to draw every one of its labels (pyqtgraph's ``_updateWidth`` with the
+        widest label measured, where pyqtgraph grows the band to the widest it has drawn so far)."""
+        font = self.style["tickFont"] or QFont()
+        widest = max((QFontMetrics(font).boundingRect(s).width() for s in self.labels), default=0)
+        w = max(self.textWidth, widest + 2) + self.style["tickTextOffset"][0] + max(0, self.style["tickLength"])
+        return w + (self.label.boundingRect().height() * 0.8 if self.label.isVisible() else 0)
+
     def _label_px(self, upright: bool = False) -> float:
         if self.orientation in ("left", "right") or upright:
             return self._fm.height() + 1.0
@@ -372,16 +380,22 @@ class HeatmapWidget(QWidget):
         if mv.k_values is None:
             self.series.hide()
             self.series_curve.setData([], [])
+            self.y_axis.setWidth(None)  # its own labels' width again
             return
         self.series_curve.setData(np.arange(len(mv.k_values)) + 0.5, np.asarray(mv.k_values, float))
+        self.series_curve.setSymbol("o" if vm.series_dots(mv.k_values) else None)
+        self.series.getPlotItem().setLabel("left", mv.k_values_title)
         self.series.show()
         pi = self.plot.getPlotItem()
         pi.layout.activate()
         spi = self.series.getPlotItem()
-        width = max(self.y_axis.width(), spi.getAxis("left").width())
+        # the query labels' own width, every label measured (not the width drawn so far: fixed at a narrower map's,
+        # the wider labels, a CTC letter's "0.96 s A" among "0.94 s", were left out and the rows read irregularly)
+        width = max(self.y_axis.band_width(), spi.getAxis("left").width())
         self.y_axis.setWidth(width)
         spi.getAxis("left").setWidth(width)
         self._series_pad.setFixedWidth(self.colorbar.boundingRect().width())
+        pi.layout.activate()  # the map's band at that width now, before the labels are picked for its length
 
     def mark_row(self, row: int | None) -> None:
         if self.mv is None or row is None or row < 0 or row >= self.mv.matrix.shape[0]:

@@ -43,6 +43,7 @@ def run(args) -> int:
     from attnviz.core import limits
     from attnviz.core.io import save_npz, written_bytes
     from attnviz.core.rows import beam_rows
+    from attnviz.runtime.audio_notes import audio_notes
     from attnviz.runtime.truncation import cut_notes
     from attnviz.runtime.unknown_tokens import unknown_notes
 
@@ -71,6 +72,8 @@ def run(args) -> int:
     for note in cut_notes(result.info.get("notes")):
         say(note)
     for note in unknown_notes(result.info.get("notes")):  # a text the tokenizer does not know (first-hour slip)
+        say(note)
+    for note in audio_notes(result.info.get("notes")):  # --max-seconds' cut, a CTC head's transcript
         say(note)
     return 0
 

@@ -1,0 +1,46 @@
+"""How the user shortens what a run is fed, for the memory refusal to name (:func:`attnviz.runtime.memory_kept.
+check_run`): a raw-sample speech encoder's samples are cut with ``--max-seconds S``, so a clip too long for the cap
+is refused naming the S that fits, as the position limit names ``--max-tokens N``.  The analysis sets it around its
+run (:func:`shortening`); the check, deep in the session, reads it, so no run signature carries it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shorten:
+    """``feed``'s last axis holds ``per`` positions per unit of ``flag`` (16000 samples a second of
+    ``--max-seconds``), which the user gives to ``step`` of that unit (a tenth of a second)."""
+
+    feed: str
+    per: float
+    flag: str
+    what: str  # "the clip": what the flag cuts, for the message
+    step: float = 0.1
+
+    def positions(self, value: float) -> int:
+        """The positions ``flag value`` keeps (as the audio reader rounds ``--max-seconds``)."""
+        return int(round(value * self.per))
+
+    def said(self, value: float) -> str:
+        return f"cut {self.what} with {self.flag} {value:g}"
+
+
+_SHORTEN: ContextVar[Shorten | None] = ContextVar("attnviz_shorten", default=None)
+
+
+def current() -> Shorten | None:
+    return _SHORTEN.get()
+
+
+@contextlib.contextmanager
+def shortening(how: Shorten | None) -> Iterator[None]:
+    token = _SHORTEN.set(how)
+    try:
+        yield
+    finally:
+        _SHORTEN.reset(token)
