@@ -46,12 +46,15 @@ def run_cli(*argv, cwd=None, bound_s: float = BOUND_S, memory_gb: float | None =
 
 
 # the commands of run_cli_each, one after another in one interpreter; each one's stderr (the file descriptor, so a
-# native library's or the interpreter's own output counts too) goes to a file of its own
+# native library's or the interpreter's own output counts too) goes to a file of its own, and each starts from the
+# interpreter's environment (a command may set variables for its children: --max-memory's ATTNVIZ_MAX_MEMORY)
 _EACH = """
 import json, os, sys
 from attnviz.cli import main
-codes = []
+codes, environ = [], dict(os.environ)
 for argv, err in json.loads(sys.argv[1]):
+    os.environ.clear()
+    os.environ.update(environ)
     sys.stderr.flush()
     saved, fd = os.dup(2), os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 2)

@@ -371,26 +371,32 @@ HOSTILE_PREPROCESSORS = {
 }
 
 
-def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(optimum_export, tmp_path):
-    """Each case its own folder and its own ``export-hf`` command; the commands run in one interpreter
-    (cli_run.run_cli_each): each paid the torch and transformers imports (~4 s) before its refusal."""
-    folders, outs = {}, {}
+@pytest.fixture(scope="module")
+def hostile_preprocessor_exports(optimum_export, tmp_path_factory) -> dict[str, tuple[Path, Path, dict, int, str]]:
+    """case -> (model folder, --out, the folder's digests before, exit code, stderr) of ``export-hf`` over a copy
+    of the ViT-GPT2 folder holding that case's preprocessor_config.json: the four commands run in one interpreter
+    (cli_run.run_cli_each), each of them paid the torch and transformers imports (~4 s) before its refusal."""
+    root = tmp_path_factory.mktemp("hostile-preprocessors")
+    cases = {}
     for name, (pre, _) in HOSTILE_PREPROCESSORS.items():
-        folders[name] = folder = tmp_path / name / "hf"
+        folder = root / name / "hf"
         shutil.copytree(optimum_export("vit-gpt2") / "hf", folder)
         (folder / "preprocessor_config.json").write_text(json.dumps(pre))
-        outs[name] = tmp_path / name / "export"
-    before = {name: sha(*folder.iterdir()) for name, folder in folders.items()}
-    ran = run_cli_each(*(["export-hf", folders[name], "--out", outs[name]] for name in HOSTILE_PREPROCESSORS))
-    for (name, (_, why)), (code, err) in zip(HOSTILE_PREPROCESSORS.items(), ran):
-        folder = folders[name]
-        assert code == 2, (name, err)
-        one_line(
-            err,
-            f"preprocessor_config.json: {why}; fix {folder / 'preprocessor_config.json'} (it is what transformers' "
-            "image processor reads)",
-        )
-        assert sha(*folder.iterdir()) == before[name] and not outs[name].exists(), name
+        cases[name] = (folder, root / name / "export", sha(*folder.iterdir()))
+    ran = run_cli_each(*(["export-hf", folder, "--out", out] for folder, out, _ in cases.values()))
+    return {name: (*case, code, err) for (name, case), (code, err) in zip(cases.items(), ran)}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_PREPROCESSORS))
+def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(hostile_preprocessor_exports, case):
+    folder, out, before, code, err = hostile_preprocessor_exports[case]
+    assert code == 2
+    one_line(
+        err,
+        f"preprocessor_config.json: {HOSTILE_PREPROCESSORS[case][1]}; fix {folder / 'preprocessor_config.json'} "
+        "(it is what transformers' image processor reads)",
+    )
+    assert sha(*folder.iterdir()) == before and not out.exists()
 
 
 @pytest.mark.parametrize("size", ["100000x100000", "0x500"])
