@@ -43,3 +43,57 @@ def run_cli(*argv, cwd=None, bound_s: float = BOUND_S, memory_gb: float | None =
     except subprocess.TimeoutExpired:
         pytest.fail(f"attnviz {' '.join(map(str, argv))} still ran after {bound_s} s")
     return done.returncode, done.stderr
+
+
+# the commands of run_cli_each, one after another in one interpreter; each one's stderr (the file descriptor, so a
+# native library's or the interpreter's own output counts too) goes to a file of its own, and each starts from the
+# interpreter's environment (a command may set variables for its children: --max-memory's ATTNVIZ_MAX_MEMORY)
+_EACH = """
+import json, os, sys
+from attnviz.cli import main
+codes, environ = [], dict(os.environ)
+for argv, err in json.loads(sys.argv[1]):
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.stderr.flush()
+    saved, fd = os.dup(2), os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        codes.append(main(argv))
+    except SystemExit as e:  # argparse's usage errors
+        codes.append(e.code)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+print(json.dumps(codes))
+"""
+
+
+def run_cli_each(*argvs, bound_s: float = BOUND_S, env=None) -> list[tuple[int, str]]:
+    """[(exit code, stderr)] of each command of ``argvs`` (``attnviz.cli.main``) run in turn in ONE fresh interpreter
+    with this checkout first on the path: a command that imports torch and transformers pays seconds for that, which
+    a set of refusals checked one per interpreter paid again for each.  Bounded as :func:`run_cli`, all together."""
+    import json
+    import tempfile
+
+    env = dict(os.environ, **(env or {}))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="attnviz-cli-each-") as tmp:
+        errs = [Path(tmp) / f"{i}.err" for i in range(len(argvs))]
+        cases = [[list(map(str, argv)), str(err)] for argv, err in zip(argvs, errs)]
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _EACH, json.dumps(cases)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=bound_s,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{len(argvs)} attnviz commands in one interpreter still ran after {bound_s} s")
+        assert done.returncode == 0, f"the interpreter running {len(argvs)} commands ended {done.returncode}: {done}"
+        codes = json.loads(done.stdout.strip().splitlines()[-1])
+        return [(code, err.read_text()) for code, err in zip(codes, errs)]

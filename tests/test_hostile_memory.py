@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_run import run_cli
+from cli_run import run_cli, run_cli_each
 from onnx import helper, numpy_helper
 from onnx_builders import tiny_text_model
 
@@ -165,28 +165,44 @@ def test_the_cap_flag_and_variable_refuse_nonsense(monkeypatch):
         limits.set_memory_cap(-1)
 
 
-def test_train_with_a_million_wide_model_is_refused_before_torch_allocates(tmp_path):
+TRAIN = ["train", "sequence-classification", "--preset", "tiny"]
+# the hostile training sizes of the three tests below: their --set (and --max-memory) arguments
+TRAIN_SIZES = {
+    "million-wide": ["--set", "d_model=1000000"],
+    # a 100 GB cap: the activations (16 GB) pass it on any machine, the parameters (TB) do not
+    "thin-layers": [
+        *[x for s in ["n_layers=100000000", "batch_size=1", "max_len=2", "d_ff=1"] for x in ("--set", s)],
+        *["--max-memory", "100"],
+    ],
+    "trillion-positions": ["--set", f"max_len={10**12}"],
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_trainings(tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
+    """case -> (--out, exit code, stderr) of ``attnviz train`` with that case's sizes: the three commands run in one
+    interpreter (cli_run.run_cli_each; each of them paid the torch import before its refusal), bounded all
+    together by the 60 s that each of the two "in seconds" cases had alone."""
     pytest.importorskip("torch")
-    out = tmp_path / "run"
-    code, err = run_cli(
-        "train", "sequence-classification", "--out", out, "--preset", "tiny", "--set", "d_model=1000000"
-    )
+    root = tmp_path_factory.mktemp("hostile-trainings")
+    outs = {name: root / name / "run" for name in TRAIN_SIZES}
+    ran = run_cli_each(*([*TRAIN, "--out", outs[name], *sets] for name, sets in TRAIN_SIZES.items()), bound_s=60)
+    return {name: (outs[name], code, err) for name, (code, err) in zip(TRAIN_SIZES, ran)}
+
+
+def test_train_with_a_million_wide_model_is_refused_before_torch_allocates(hostile_trainings):
+    out, code, err = hostile_trainings["million-wide"]
     assert code == 2
     one_line(err, "4,000,088,000,034 parameters", "TB", "--max-memory", "--set")
     assert not out.exists()
 
 
-def test_train_with_10_to_the_8_thin_layers_is_refused_in_seconds(tmp_path):
+def test_train_with_10_to_the_8_thin_layers_is_refused_in_seconds(hostile_trainings):
     """The parameter count built the model on torch's meta device as asked: 10**8 layers of a model whose
     activations fit a 100 GB cap (batch 1, 2 positions, d_ff 1) looped for hours creating modules, a hang, not a refusal.
     Counted from two layers a stack, it is one line at once; each layer holds at least its four d_model² attention
     projections (d_model 16 in the tiny preset)."""
-    pytest.importorskip("torch")
-    out = tmp_path / "run"
-    sets = ["n_layers=100000000", "batch_size=1", "max_len=2", "d_ff=1"]
-    argv = ["train", "sequence-classification", "--out", out, "--preset", "tiny"]
-    # a 100 GB cap: the activations (16 GB) pass it on any machine, the parameters (TB) do not
-    code, err = run_cli(*argv, *[x for s in sets for x in ("--set", s)], "--max-memory", "100", bound_s=60)
+    out, code, err = hostile_trainings["thin-layers"]
     assert code == 2
     one_line(err, "n_layers=100000000", "choose smaller sizes with --set")
     params = int(re.search(r"training this model \(([\d,]+) parameters; d_model=16,", err).group(1).replace(",", ""))
@@ -194,12 +210,9 @@ def test_train_with_10_to_the_8_thin_layers_is_refused_in_seconds(tmp_path):
     assert not out.exists()
 
 
-def test_train_with_a_trillion_positions_is_refused_before_any_module_is_built(tmp_path):
+def test_train_with_a_trillion_positions_is_refused_before_any_module_is_built(hostile_trainings):
     """max_len=10**12 overflowed torch's storage size in the meta build's causal mask: an internal error."""
-    pytest.importorskip("torch")
-    out = tmp_path / "run"
-    argv = ["train", "sequence-classification", "--out", out, "--preset", "tiny", "--set", f"max_len={10**12}"]
-    code, err = run_cli(*argv, bound_s=60)
+    out, code, err = hostile_trainings["trillion-positions"]
     assert code == 2
     one_line(err, f"max_len={10**12}, batch_size=32: its activations alone) needs about", "choose smaller sizes")
     assert not out.exists()

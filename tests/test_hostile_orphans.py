@@ -324,17 +324,18 @@ def test_ctrl_c_at_a_worker_spawn_exits_promptly_and_quietly(tmp_path, at):
 # a Ctrl-C'd run's exit when its workers are busy (a batch in flight): they are stopped, not waited for.  0.06-0.16 s
 # measured on this 2-core box at load 4 (bench/RESULTS.md, session 20, ctrlrun20), 0.1-0.5 s at load 16 (session
 # 21); before, the exit waited for every batch in flight, 8-13 s here for the slow batches below.  The bound is the
-# larger of MID_RUN_S and MID_RUN_SHARE of the uninterrupted run's reduce time (run.json "reduce_s": the workers'
-# warm-up and every batch, the long ones included) measured in the same test: a slower or busier machine (one CI run
-# took 2.2 s) stretches both alike, and an exit that waited for a long batch still takes well over the share
+# larger of MID_RUN_S and MID_RUN_SHARE of the resumed run's reduce time (run.json "reduce_s": the workers' warm-up
+# and the two long batches, within the uninterrupted run's, which adds only the short batch) measured in the same
+# test: a slower or busier machine (one CI run took 2.2 s) stretches both alike, and an exit that waited for a long
+# batch still takes well over the share
 MID_RUN_S = 2
 MID_RUN_SHARE = 0.3
 
 
-def _slow_corpus(tmp_path: Path) -> tuple[list[str], Path]:
-    """``attnviz corpus``'s arguments (two CPU workers) over a model whose big batch takes seconds (d=1024: ~1.5 G
-    multiply-adds an item of 64 tokens), and its --out folder.  Batches are length-sorted: the first, of 256 short
-    items, is back fast (the run's first checkpoint); the two of 256 long items are then in flight."""
+def _slow_corpus(tmp_path: Path) -> list[str]:
+    """``attnviz corpus``'s arguments but --out (two CPU workers) over a model whose big batch takes seconds (d=1024:
+    ~1.5 G multiply-adds an item of 64 tokens).  Batches are length-sorted: the first, of 256 short items, is back
+    fast (the run's first checkpoint); the two of 256 long items are then in flight."""
     from onnx_builders import VOCAB, tiny_text_model
 
     model = tiny_text_model(tmp_path / "wide.onnx", layers=2, heads=2, d=1024, seed=0)
@@ -344,7 +345,7 @@ def _slow_corpus(tmp_path: Path) -> tuple[list[str], Path]:
     texts = tmp_path / "words.txt"
     texts.write_text("\n".join([*short, *long]) + "\n")
     args = ["corpus", str(model), "--texts", str(texts), "--workers", "2", "--provider", "cpu", "--batch-size", "256"]
-    return [*args, "--no-progress"], tmp_path / "out"
+    return [*args, "--no-progress"]
 
 
 def _results(out: Path) -> dict[str, bytes]:
@@ -357,24 +358,38 @@ def _corpus_to(args: list[str], out: Path, env: dict) -> subprocess.CompletedPro
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=APPEAR_S)
 
 
+def _layout_env(layout: str) -> dict[str, str]:
+    env = dict(_env(), ATTNVIZ_CORPUS_LAYOUT=layout, OMP_NUM_THREADS="1")
+    if layout == "threads":
+        env["ATTNVIZ_CORPUS_CHUNK"] = "1"  # (32 batches a task: the whole corpus)
+    return env
+
+
+@pytest.fixture(scope="module")
+def slow_corpus(tmp_path_factory) -> tuple[list[str], Path]:
+    """The slow corpus's arguments and the folder of its uninterrupted run (the process layout, the CPU default):
+    one run for both layouts' tests, whose resumed runs must write its bytes (the threads layout writes the process
+    layout's bytes: tests/corpus/test_layouts.py; before, each test ran its own layout's whole corpus for them)."""
+    folder = tmp_path_factory.mktemp("slow-corpus")
+    args = _slow_corpus(folder)
+    whole = folder / "whole"
+    ran = _corpus_to(args, whole, _layout_env("processes"))
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads((whole / "run.json").read_text())["batches"] == 3
+    return args, whole
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX")
 @pytest.mark.parametrize("layout", ["processes", "threads"])
-def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_bytes(tmp_path, layout):
+def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_bytes(tmp_path, layout, slow_corpus):
     """Ctrl-C to the group once the run's first batch is folded (its checkpoint written) while the workers run big
     batches: before, the exit waited for those batches (8-13 s here); now the driver's one line within the bound above,
     no traceback, every process gone (the resource tracker too), only the checkpoint in --out (nothing that looks
     like results); the next run resumes from it and writes the bytes of an uninterrupted run.  ``threads``: one
     process running the batches from threads on one session (engines.LAYOUTS), a task a batch."""
-    args, out = _slow_corpus(tmp_path)
-    env = dict(_env(), ATTNVIZ_CORPUS_LAYOUT=layout, OMP_NUM_THREADS="1")
-    if layout == "threads":
-        env["ATTNVIZ_CORPUS_CHUNK"] = "1"  # (32 batches a task: the whole corpus)
-    whole = tmp_path / "whole"
-    ran = _corpus_to(args, whole, env)
-    assert ran.returncode == 0, ran.stderr
-    whole_run = json.loads((whole / "run.json").read_text())
-    assert whole_run["batches"] == 3
-    bound = max(MID_RUN_S, MID_RUN_SHARE * whole_run["reduce_s"])
+    args, whole = slow_corpus
+    out = tmp_path / "out"
+    env = _layout_env(layout)
     argv = [sys.executable, "-m", "attnviz.cli", *args, "--out", str(out)]
     parent = subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
@@ -401,11 +416,13 @@ def test_ctrl_c_mid_run_stops_the_batches_in_flight_and_resumes_to_the_same_byte
     _assert_interrupted_alone(parent, err)
     assert sum("spawn_main" in c for c in children.values()) == (2 if layout == "processes" else 1)
     assert left == [] and sorted(p.name for p in out.iterdir()) == ["checkpoint.npz"]
-    assert took < bound, (
-        f"{took:.1f} s from the Ctrl-C to the exit (bound {bound:.1f} s; whole run {whole_run['reduce_s']:.1f} s)"
-    )
     again = _corpus_to(args, out, env)
     assert again.returncode == 0, again.stderr
     run = json.loads((out / "run.json").read_text())
+    bound = max(MID_RUN_S, MID_RUN_SHARE * run["reduce_s"])
+    assert took < bound, (
+        f"{took:.1f} s from the Ctrl-C to the exit (bound {bound:.1f} s; resumed run {run['reduce_s']:.1f} s)"
+    )
+    assert run["worker_layout"] == layout
     assert 0 < run["resumed_from_items"] < run["items"] == 768  # it resumed, from a part
     assert _results(out) == _results(whole) and set(_results(out)) >= {"heads.parquet", "examples.parquet"}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_run import run_cli
+from cli_run import run_cli, run_cli_each
 
 ROOT = Path(__file__).resolve().parents[1]
 VIT = ROOT / "models" / "vit-classification.onnx"
@@ -362,27 +362,39 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
     assert read_lines(p, "--src") == ["7 2 9", "1 8 6"]
 
 
-@pytest.mark.parametrize(
-    "pre, why",
-    [
-        ([1], "holds list JSON, not an object of settings"),
-        ({"size": {"height": "abc", "width": 224}}, "size height is 'abc', not pixels in 1..16384"),
-        ({"image_mean": "x"}, "image_mean is 'x', not a list of numbers per channel"),
-        ({"image_std": [0, 0, 0]}, "image_std [0, 0, 0] holds 0 (every pixel would divide by zero)"),
-    ],
-)
-def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(optimum_export, tmp_path, pre, why):
-    folder = tmp_path / "hf"
-    shutil.copytree(optimum_export("vit-gpt2") / "hf", folder)
-    (folder / "preprocessor_config.json").write_text(json.dumps(pre))
-    before = sha(*folder.iterdir())
-    out = tmp_path / "export"
-    code, err = run_cli("export-hf", folder, "--out", out)
+# each hostile preprocessor_config.json and the reason its one line must give
+HOSTILE_PREPROCESSORS = {
+    "list": ([1], "holds list JSON, not an object of settings"),
+    "height-of-letters": ({"size": {"height": "abc", "width": 224}}, "size height is 'abc', not pixels in 1..16384"),
+    "mean-of-letters": ({"image_mean": "x"}, "image_mean is 'x', not a list of numbers per channel"),
+    "std-of-zeros": ({"image_std": [0, 0, 0]}, "image_std [0, 0, 0] holds 0 (every pixel would divide by zero)"),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_preprocessor_exports(optimum_export, tmp_path_factory) -> dict[str, tuple[Path, Path, dict, int, str]]:
+    """case -> (model folder, --out, the folder's digests before, exit code, stderr) of ``export-hf`` over a copy
+    of the ViT-GPT2 folder holding that case's preprocessor_config.json: the four commands run in one interpreter
+    (cli_run.run_cli_each), each of them paid the torch and transformers imports (~4 s) before its refusal."""
+    root = tmp_path_factory.mktemp("hostile-preprocessors")
+    cases = {}
+    for name, (pre, _) in HOSTILE_PREPROCESSORS.items():
+        folder = root / name / "hf"
+        shutil.copytree(optimum_export("vit-gpt2") / "hf", folder)
+        (folder / "preprocessor_config.json").write_text(json.dumps(pre))
+        cases[name] = (folder, root / name / "export", sha(*folder.iterdir()))
+    ran = run_cli_each(*(["export-hf", folder, "--out", out] for folder, out, _ in cases.values()))
+    return {name: (*case, code, err) for (name, case), (code, err) in zip(cases.items(), ran)}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_PREPROCESSORS))
+def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(hostile_preprocessor_exports, case):
+    folder, out, before, code, err = hostile_preprocessor_exports[case]
     assert code == 2
     one_line(
         err,
-        f"preprocessor_config.json: {why}; fix {folder / 'preprocessor_config.json'} (it is what transformers' "
-        "image processor reads)",
+        f"preprocessor_config.json: {HOSTILE_PREPROCESSORS[case][1]}; fix {folder / 'preprocessor_config.json'} "
+        "(it is what transformers' image processor reads)",
     )
     assert sha(*folder.iterdir()) == before and not out.exists()
 
