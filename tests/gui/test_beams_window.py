@@ -53,3 +53,25 @@ def test_a_shorter_beam_shows_its_own_steps_and_no_padding_row(qtbot, real_windo
         assert list(w.alignment.mv.q_labels) == own[:-1]
         w.session.select(rows="predict")
         assert list(w.alignment.mv.q_labels) == own
+
+
+def test_exported_view_of_a_beam_names_that_beam_as_the_command_line_figure_does(qtbot, real_window, tmp_path):
+    """File ▸ Export view of beam 3 is beam 3's figure: its title names the beam and its score, as `attnviz
+    figure --batch-index 3` does (an unnamed map of a lesser hypothesis passes for the output's own)."""
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, generate=8, beams=4)
+    beams = w.session.result.info["beams"]
+    w.controls.batch.setValue(3)
+    svgs = {}
+    for view in ("heatmap", "links", "overview"):
+        w.select_view(view)
+        out = tmp_path / f"{view}.svg"
+        with qtbot.waitSignal(w.workers.returned, timeout=60000):
+            w.export_view(out)
+        qtbot.waitUntil(out.exists, timeout=10000)
+        svg = svgs[view] = out.read_text()
+        assert f"beam 3 (score {beams[3]['score']:.3f})" in svg, view
+        assert "beam 0" not in svg
+    # and the map is beam 3's: the words it alone chose label rows (the SVG keeps text as text)
+    own = set(beams[3]["generated"][:-1]) - set(beams[0]["generated"])
+    assert own and all(word in svgs["heatmap"] for word in own), own
