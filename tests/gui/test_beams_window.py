@@ -75,3 +75,24 @@ def test_exported_view_of_a_beam_names_that_beam_as_the_command_line_figure_does
     # and the map is beam 3's: the words it alone chose label rows (the SVG keeps text as text)
     own = set(beams[3]["generated"][:-1]) - set(beams[0]["generated"])
     assert own and all(word in svgs["heatmap"] for word in own), own
+
+
+def test_image_regions_query_words_follow_the_beam(qtbot, real_window):
+    """The captioning demo's beams: Image regions' word buttons and thumbnails are the shown beam's own words
+    (they kept the first beam's while the maps and the step were the new beam's: "left" drawn under "a")."""
+    w = real_window
+    open_and_wait(qtbot, w, DEMO.with_name("captioning.onnx"), generate=10, beams=4)
+    beams = w.session.result.info["beams"]
+    assert len({tuple(b["generated"]) for b in beams}) == 4  # the sample image's four captions differ
+    w.select_view("image")
+    ir = w.image_regions
+    for b in (0, 1, 3, 2):
+        w.controls.batch.setValue(b)
+        own = beams[b]["generated"]
+        assert [label for label, _ in ir.queries] == own, b
+        assert [t.text() for t in ir.strip] == own
+        # the word checked is the word whose map is drawn (the map the view model draws for that beam's row)
+        label, _ = ir.queries[ir.query]
+        assert ir.info.text().startswith(f"query “{label}”")
+        assert [x.text() for x in ir.query_bar.buttons] == own
+        assert [x.text() for x in ir.query_bar.buttons if x.isChecked()] == [label]
