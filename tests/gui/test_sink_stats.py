@@ -48,3 +48,15 @@ def test_a_softmax_over_the_keys_shows_no_row_sum_column(qtbot, real_window):
     cols = _table(qtbot, w, len(w.session.block.sites) * w.session.block.heads_in(0))
     assert "row sum" not in cols and "entropy" in cols
     assert "Rows sum" not in w.stats.info.text()
+
+
+def test_a_one_site_result_is_one_site_in_the_run_sidebar(qtbot, real_window, tmp_path):
+    """The sink graph has one attention: the Run sidebar said "1 sites"."""
+    from attnviz.cli import main
+
+    path, feeds, _ = sink_model(tmp_path / "sinks.onnx")
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    out = tmp_path / "sinks.npz"
+    assert main(["extract", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--out", str(out)]) == 0
+    open_and_wait(qtbot, real_window, out)
+    assert real_window.sidebar.values("Run")["maps"].startswith("1 site, encoder self-attention 1×2")
