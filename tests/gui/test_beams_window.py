@@ -17,6 +17,9 @@ def test_beams_switch_in_the_beam_box(qtbot, real_window):
     assert r.batch_size == 3 and w.controls.labels["batch row"].text() == "beam"
     assert w.controls.batch.isEnabled() and w.controls.batch.maximum() == 2
     assert w.inputs.beams.value() == 3
+    # the status line names whose words it quotes: it stays while the beam box shows another beam
+    best = " ".join(beams[0]["generated"])
+    assert f"generated “{best}” (the best of 3 beams" in w.statusBar().currentMessage()
     w.select_view("alignment")
     w.session.select(rows="predict")  # each row the word it chose: every generated word has its row
     shown = {}
