@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from gui_helpers import open_and_wait, run_and_wait
 
 DEMO = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
@@ -99,3 +100,30 @@ def test_image_regions_query_words_follow_the_beam(qtbot, real_window):
         assert ir.info.text().startswith(f"query “{label}”")
         assert [x.text() for x in ir.query_bar.buttons] == own
         assert [x.text() for x in ir.query_bar.buttons if x.isChecked()] == [label]
+
+
+def test_head_stats_follow_the_beam(qtbot, real_window):
+    """Head stats of beam 3 are beam 3's (the table kept the first beam's numbers when the beam box changed)."""
+    from attnviz.core.rows import pick_row
+    from attnviz.core.stats import head_stats
+
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, generate=12, beams=4)
+    w.select_view("stats")
+    n = 12  # decoder cross-attention: 3 layers x 4 heads
+
+    def table() -> list[float]:
+        qtbot.waitUntil(lambda: w.stats._pending is None and w.stats.table.rowCount() == n, timeout=20000)
+        t = w.stats.table
+        rows = sorted(range(n), key=lambda r: (t.item(r, 0).value, t.item(r, 1).value))
+        return [t.item(r, w.stats.columns.index("entropy")).value for r in rows]
+
+    first = table()
+    w.controls.batch.setValue(3)
+    shown = table()
+    # beam 3 alone, as `figure --batch-index 3` takes it: its cross-attention heads' entropy from its own maps
+    row = pick_row(w.session.result, 3)
+    blk = next(b for b in row.blocks(0) if b.kind == "cross")
+    want = [head_stats(blk.head(layer, h))["entropy"] for layer in range(blk.n_layers) for h in range(4)]
+    np.testing.assert_allclose(shown, want, rtol=1e-9)
+    assert not np.allclose(first, want)

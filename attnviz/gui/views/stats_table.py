@@ -198,10 +198,15 @@ class StatsView(View):
         """Its statistics are still being computed (the table is empty meanwhile): a screenshot waits for them."""
         return self._pending is not None
 
+    def _table_key(self) -> tuple:
+        """What the rows are of: the result, block, step and batch row (each beam of a beam search its own maps)."""
+        s = self.session
+        return (id(s.result), s.sel.block, s.sel.step, s.sel.batch)
+
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
         s = self.session
-        key = (id(s.result), s.sel.block, s.sel.step)
+        key = self._table_key()
         if key != self._key:
             self._key = key
             self.table.setRowCount(0)
@@ -300,7 +305,7 @@ class StatsView(View):
         s, t = self.session, self.table
         if s.block is None or t.columnCount() < 2:
             return
-        if self._pending is not None or self._key != (id(s.result), s.sel.block, s.sel.step):
+        if self._pending is not None or self._key != self._table_key():
             return  # the rows are another block's or result's (a hidden tab refills, then marks, when shown)
         for r in range(t.rowCount()):
             layer, head = t.item(r, 0), t.item(r, 1)
