@@ -188,9 +188,13 @@ def result_status(result) -> str:
     """The status bar's line for a drawn result: its maps and generated words, and first a note a researcher must
     not miss (a text mostly of the tokenizer's unknown token: every map is [UNK] against [UNK]); the Run section
     of the sidebar lists every note whole."""
+    from attnviz.core.rows import beam_rows
     from attnviz.runtime.unknown_tokens import unknown_notes
 
     gen = f", generated “{' '.join(result.generated)}”" if result.generated else ""
+    beams = beam_rows(result)
+    if gen and beams is not None:  # the line stays while the beam box shows another beam: say whose words these are
+        gen += f" (the best of {len(beams)} beams; the beam box shows the others)"
     line = f"{len(result.maps)} attention maps{gen}"
     unknown = unknown_notes((result.info or {}).get("notes"))
     return f"note: {unknown[0]} · {line}" if unknown else line

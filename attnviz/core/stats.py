@@ -17,6 +17,18 @@ STAT_COLUMNS = {
     "diag": ("diagonal", "mean mass on the same position (query i -> key i)"),
     "max": ("max weight", "mean of each row's largest weight"),
 }
+# every column above is of each row rescaled to sum to 1; this one, shown only where some head's rows sum to less
+# (attention sinks), is how much of the row there was before the rescale: a head that gives most of its mass to
+# its sink otherwise looks like any other head
+ROW_SUM_COLUMN = {
+    "row_sum": (
+        "row sum",
+        "mean sum of a row's weights over the keys before the statistics rescale it "
+        "to 1: below 1, the head's attention sink took the rest (its entropy and masses are of what "
+        "is left)",
+    )
+}
+ROW_SUM_SHOWN_BELOW = 0.99  # float16 softmax rows sum to 1 within ~1e-3: only a sink's missing mass is shown
 
 # what the position-based columns measure where the keys are not the query's own tokens.  Cross-attention over
 # text: another sentence, so "diagonal" is the monotone diagonal (kept: translation is roughly monotone).
@@ -68,7 +80,8 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
     tq, tk = m.shape
     if not tq or not tk:  # every statistic is a mean over rows or keys
         raise ValueError(f"a {tq}×{tk} map has no statistics: it has no query or key tokens")
-    rows = m / np.maximum(m.sum(-1, keepdims=True), 1e-12)
+    sums = m.sum(-1, keepdims=True)
+    rows = m / np.maximum(sums, 1e-12)
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.nansum(np.where(rows > 0, rows * np.log2(rows), 0.0), axis=-1)
     qi = np.arange(tq)[:, None]
@@ -88,8 +101,18 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
         else 0.0,
         "diag": float(np.mean([rows[i, i + shift] for i in range(tq) if i + shift < tk])),
         "max": float(rows.max(-1).mean()),
+        "row_sum": mean_row_sum(sums[:, 0]),
     }
     return out
+
+
+def mean_row_sum(row_sums: np.ndarray) -> float:
+    """The mean sum of a head's rows before the statistics rescale each to 1: 1 for a softmax over the keys, less
+    where an attention sink (GPT-OSS: a learned logit sliced off after the softmax) took the rest.  Rows of no
+    weight (padding) are not rows the head wrote."""
+    s = np.asarray(row_sums, np.float64)
+    s = s[s > 0]
+    return float(s.mean()) if s.size else 1.0
 
 
 def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | None = None) -> dict[str, float]:
@@ -104,11 +127,13 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     side = m.shape[2]
     sp = np.asarray(key_special, bool) if key_special is not None and np.any(key_special) else None
     sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max"), 0.0)
+    row_sums = []
     for frame, (o, p) in zip(m.frames(b), m.spans(b)):  # frames of one size or several (each its own P)
         i = np.arange(p)
         dist = np.abs(i[:, None] - i[None, :])  # within a frame: its queries' and keys' offsets cancel
         block = np.asarray(frame[h], dtype=np.float64)
-        rows = block / np.maximum(block.sum(-1, keepdims=True), 1e-12)
+        row_sums.append(block.sum(-1))
+        rows = block / np.maximum(row_sums[-1][:, None], 1e-12)
         with np.errstate(divide="ignore", invalid="ignore"):
             sums["entropy"] += float(-np.nansum(np.where(rows > 0, rows * np.log2(rows), 0.0)))
         sums["distance"] += float((rows * dist).sum())
@@ -120,6 +145,7 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     out = {k: v / side for k, v in sums.items()}
     with_prev = side - len(m.spans(b))  # each frame's rows but its first
     out["prev"] = sums["prev"] / with_prev if with_prev > 0 else 0.0
+    out["row_sum"] = mean_row_sum(np.concatenate(row_sums)) if row_sums else 1.0
     return out
 
 

@@ -11,7 +11,7 @@ whose counts differ, are counted one by one (``row 0: 17 · row 1: 12``).
 from __future__ import annotations
 
 from attnviz.core.attention import AttentionResult, PatchGrid, TokenAxis
-from attnviz.core.rows import pick_row
+from attnviz.core.rows import pick_row, row_noun
 
 MAX_ROWS = 8  # rows counted one by one; a larger batch says so after them
 
@@ -56,12 +56,13 @@ def token_lines(result: AttentionResult) -> list[tuple[str, list[str]]]:
     if result.batch_size <= 1:
         return [(name, [value]) for name, value in _one_row(result)]
     per = [_one_row(pick_row(result, b)) for b in range(min(result.batch_size, MAX_ROWS))]
-    more = [f"… ({result.batch_size} rows)"] if result.batch_size > MAX_ROWS else []
+    noun = "beam" if row_noun(result) == "beam" else "row"  # a beam search's rows, as the beam box names them
+    more = [f"… ({result.batch_size} {noun}s)"] if result.batch_size > MAX_ROWS else []
     rows = []
     for i, (name, value) in enumerate(per[0]):
         values = [r[i][1] if i < len(r) else "" for r in per]
         same = all(v == value for v in values)
-        rows.append((name, [value] if same else [f"row {b}: {v}" for b, v in enumerate(values)] + more))
+        rows.append((name, [value] if same else [f"{noun} {b}: {v}" for b, v in enumerate(values)] + more))
     return rows
 
 

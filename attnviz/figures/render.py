@@ -23,6 +23,7 @@ from matplotlib.typing import RcKeyType
 from attnviz import AttnvizError, __version__
 from attnviz.core import limits
 from attnviz.core.attention import AttentionResult
+from attnviz.core.rows import beam_rows, pick_row
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
@@ -123,8 +124,13 @@ def render_figure(
     reason = why(result)
     if reason:
         raise AttnvizError(reason, param="view")
+    drawn, drawn_sel = result, selection
+    if beam_rows(result) is not None:
+        # the window exports a beam search's result whole with the beam in its selection: draw that beam alone,
+        # as `figure --batch-index` does, so its title names the beam and its score (not the output's own)
+        drawn, drawn_sel = pick_row(result, selection.batch), selection.with_(batch=0)
     with style():
-        fig = draw(result, selection, st)
+        fig = draw(drawn, drawn_sel, st)
     fig.set_dpi(st.dpi)
     # what it was drawn from, for callers that want it back (the tests compare it with the screen's)
     fig.attnviz_view, fig.attnviz_selection, fig.attnviz_style = view, selection, st

@@ -42,6 +42,9 @@ def test_a_padded_captioning_batch_counts_words_without_pads():
     counts = dict(token_rows(r))
     assert counts["text tokens"] == "row 0: 5 in the decoder · row 1: 2 in the decoder"
     assert counts["image tokens"].startswith("4 from the encoder")
+    # a beam search's rows are its hypotheses: counted as the beam box names them ("beam 1", not "row 1")
+    r.info["beams"] = [{"generated": words[1:]}, {"generated": ["a"]}]
+    assert dict(token_rows(r))["text tokens"] == "beam 0: 5 in the decoder · beam 1: 2 in the decoder"
 
 
 def test_a_padded_batch_gives_each_rows_count_a_line():

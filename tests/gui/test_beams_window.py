@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from gui_helpers import open_and_wait, run_and_wait
 
 DEMO = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
@@ -17,6 +18,9 @@ def test_beams_switch_in_the_beam_box(qtbot, real_window):
     assert r.batch_size == 3 and w.controls.labels["batch row"].text() == "beam"
     assert w.controls.batch.isEnabled() and w.controls.batch.maximum() == 2
     assert w.inputs.beams.value() == 3
+    # the status line names whose words it quotes: it stays while the beam box shows another beam
+    best = " ".join(beams[0]["generated"])
+    assert f"generated “{best}” (the best of 3 beams" in w.statusBar().currentMessage()
     w.select_view("alignment")
     w.session.select(rows="predict")  # each row the word it chose: every generated word has its row
     shown = {}
@@ -53,3 +57,73 @@ def test_a_shorter_beam_shows_its_own_steps_and_no_padding_row(qtbot, real_windo
         assert list(w.alignment.mv.q_labels) == own[:-1]
         w.session.select(rows="predict")
         assert list(w.alignment.mv.q_labels) == own
+
+
+def test_exported_view_of_a_beam_names_that_beam_as_the_command_line_figure_does(qtbot, real_window, tmp_path):
+    """File ▸ Export view of beam 3 is beam 3's figure: its title names the beam and its score, as `attnviz
+    figure --batch-index 3` does (an unnamed map of a lesser hypothesis passes for the output's own)."""
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, generate=8, beams=4)
+    beams = w.session.result.info["beams"]
+    w.controls.batch.setValue(3)
+    svgs = {}
+    for view in ("heatmap", "links", "overview"):
+        w.select_view(view)
+        out = tmp_path / f"{view}.svg"
+        with qtbot.waitSignal(w.workers.returned, timeout=60000):
+            w.export_view(out)
+        qtbot.waitUntil(out.exists, timeout=10000)
+        svg = svgs[view] = out.read_text()
+        assert f"beam 3 (score {beams[3]['score']:.3f})" in svg, view
+        assert "beam 0" not in svg
+    # and the map is beam 3's: the words it alone chose label rows (the SVG keeps text as text)
+    own = set(beams[3]["generated"][:-1]) - set(beams[0]["generated"])
+    assert own and all(word in svgs["heatmap"] for word in own), own
+
+
+def test_image_regions_query_words_follow_the_beam(qtbot, real_window):
+    """The captioning demo's beams: Image regions' word buttons and thumbnails are the shown beam's own words
+    (they kept the first beam's while the maps and the step were the new beam's: "left" drawn under "a")."""
+    w = real_window
+    open_and_wait(qtbot, w, DEMO.with_name("captioning.onnx"), generate=10, beams=4)
+    beams = w.session.result.info["beams"]
+    assert len({tuple(b["generated"]) for b in beams}) == 4  # the sample image's four captions differ
+    w.select_view("image")
+    ir = w.image_regions
+    for b in (0, 1, 3, 2):
+        w.controls.batch.setValue(b)
+        own = beams[b]["generated"]
+        assert [label for label, _ in ir.queries] == own, b
+        assert [t.text() for t in ir.strip] == own
+        # the word checked is the word whose map is drawn (the map the view model draws for that beam's row)
+        label, _ = ir.queries[ir.query]
+        assert ir.info.text().startswith(f"query “{label}”")
+        assert [x.text() for x in ir.query_bar.buttons] == own
+        assert [x.text() for x in ir.query_bar.buttons if x.isChecked()] == [label]
+
+
+def test_head_stats_follow_the_beam(qtbot, real_window):
+    """Head stats of beam 3 are beam 3's (the table kept the first beam's numbers when the beam box changed)."""
+    from attnviz.core.rows import pick_row
+    from attnviz.core.stats import head_stats
+
+    w = real_window
+    open_and_wait(qtbot, w, DEMO, generate=12, beams=4)
+    w.select_view("stats")
+    n = 12  # decoder cross-attention: 3 layers x 4 heads
+
+    def table() -> list[float]:
+        qtbot.waitUntil(lambda: w.stats._pending is None and w.stats.table.rowCount() == n, timeout=20000)
+        t = w.stats.table
+        rows = sorted(range(n), key=lambda r: (t.item(r, 0).value, t.item(r, 1).value))
+        return [t.item(r, w.stats.columns.index("entropy")).value for r in rows]
+
+    first = table()
+    w.controls.batch.setValue(3)
+    shown = table()
+    # beam 3 alone, as `figure --batch-index 3` takes it: its cross-attention heads' entropy from its own maps
+    row = pick_row(w.session.result, 3)
+    blk = next(b for b in row.blocks(0) if b.kind == "cross")
+    want = [head_stats(blk.head(layer, h))["entropy"] for layer in range(blk.n_layers) for h in range(4)]
+    np.testing.assert_allclose(shown, want, rtol=1e-9)
+    assert not np.allclose(first, want)

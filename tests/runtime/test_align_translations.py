@@ -153,3 +153,24 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, capsys, extra, messag
     assert len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert src.read_text(encoding="utf-8") == LINES[0] + "\n"
+
+
+@pytest.mark.parametrize("given_targets", [False, True])
+def test_an_empty_line_is_refused_before_any_line_runs(tmp_path, capsys, monkeypatch, given_targets):
+    """Line 3 empty: refused before lines 1 and 2 are translated (or run teacher-forced) and thrown away with the
+    files that are never written; the same one line as before."""
+    from attnviz.runtime.align import Aligner
+
+    ran = []
+    for name in ("run", "translate"):  # the real methods, counted
+        real = getattr(Aligner, name)
+        monkeypatch.setattr(Aligner, name, lambda self, *a, _real=real, **k: ran.append(1) or _real(self, *a, **k))
+    src = tmp_path / "a.src"
+    src.write_text(f"{LINES[0]}\n{LINES[1]}\n\n{LINES[2]}\n", encoding="utf-8")
+    extra = ["--tgt", str(src)] if given_targets else ["--no-progress"]
+    rc = main(["align", str(MODEL), "--src", str(src), "--out", str(tmp_path / "o.txt"), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == (
+        "attnviz: error: line 3: the source sentence is empty; every line needs at least one word"
+    )
+    assert ran == [] and sorted(p.name for p in tmp_path.iterdir()) == ["a.src"]

@@ -307,7 +307,8 @@ class ImageRegionsView(View):
         self._show_pictures()
         self._show_from()
         bi, grid, kind = self.source()
-        key = (id(s.result), bi, s.sel.picture)  # another image of the prompt: its own words (after its tokens)
+        # another image of the prompt: its own words (after its tokens); another beam: its own words too
+        key = (id(s.result), bi, s.sel.picture, s.sel.batch)
         if key != self._struct_key:
             self._build_queries()
             self._struct_key = key

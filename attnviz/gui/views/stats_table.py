@@ -11,7 +11,7 @@ from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
 from attnviz.core.frames import FramesMap
-from attnviz.core.stats import STAT_COLUMNS, block_head_stats, stat_columns
+from attnviz.core.stats import ROW_SUM_COLUMN, ROW_SUM_SHOWN_BELOW, STAT_COLUMNS, block_head_stats, stat_columns
 from attnviz.core.view import check_not_empty
 from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
@@ -198,10 +198,15 @@ class StatsView(View):
         """Its statistics are still being computed (the table is empty meanwhile): a screenshot waits for them."""
         return self._pending is not None
 
+    def _table_key(self) -> tuple:
+        """What the rows are of: the result, block, step and batch row (each beam of a beam search its own maps)."""
+        s = self.session
+        return (id(s.result), s.sel.block, s.sel.step, s.sel.batch)
+
     def draw(self) -> None:
         """Fill the table; the statistics are computed in a worker (0.5 s for 72 heads at 512 tokens)."""
         s = self.session
-        key = (id(s.result), s.sel.block, s.sel.step)
+        key = self._table_key()
         if key != self._key:
             self._key = key
             self.table.setRowCount(0)
@@ -221,6 +226,11 @@ class StatsView(View):
         timed = self._word_time_rows(rows)
         compared = self._compare_rows(rows)
         shown = stat_columns(self.context())  # what each column means for this block, or not shown at all
+        # heads whose rows sum to less than 1 (attention sinks): how much each row kept, before the statistics
+        # rescale it to 1 (a head that gives its sink most of its mass looks like any other head otherwise)
+        sunk = [row["row_sum"] for row in rows if row.get("row_sum", 1.0) < ROW_SUM_SHOWN_BELOW]
+        if sunk:
+            shown = {**shown, **ROW_SUM_COLUMN}
         stats = (
             (list(ALIGN_COLUMNS) if aligned else [])
             + (list(WORD_TIME_COLUMNS) if timed else [])
@@ -274,6 +284,11 @@ class StatsView(View):
             text += (
                 f" Word-time columns: choose the decoder's cross-attention of the run {self.word_times.name} scored."
             )
+        if sunk:
+            text += (
+                f" Rows sum to less than 1 in {count(len(sunk), 'head')} (head means down to {min(sunk):.2f}: an attention "
+                "sink took the rest); the statistics are of each row rescaled to 1, 'row sum' is how much it kept."
+            )
         c = self.session.comparison
         if compared and c is not None:
             text += f" Compared with B = {c.name_b} (JS in bits)."
@@ -290,7 +305,7 @@ class StatsView(View):
         s, t = self.session, self.table
         if s.block is None or t.columnCount() < 2:
             return
-        if self._pending is not None or self._key != (id(s.result), s.sel.block, s.sel.step):
+        if self._pending is not None or self._key != self._table_key():
             return  # the rows are another block's or result's (a hidden tab refills, then marks, when shown)
         for r in range(t.rowCount()):
             layer, head = t.item(r, 0), t.item(r, 1)

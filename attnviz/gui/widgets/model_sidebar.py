@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWi
 from attnviz.app.run_facts import beam_lines, run_fact
 from attnviz.core import view as vm
 from attnviz.core.token_counts import token_lines
+from attnviz.core.words import count
 
 # a model from elsewhere may carry 200,000 metadata entries or a 60 MB value: each section shows this many rows
 # (then one "… N more" row) and each cell and tooltip at most TIP_CHARS, so the sidebar builds in milliseconds
@@ -204,7 +205,7 @@ class ModelSidebar(QTreeWidget):
             rows.append(
                 (
                     "maps",
-                    f"{len(r.maps)} sites, "
+                    f"{count(len(r.maps), 'site')}, "
                     + ", ".join(f"{b.name} {b.n_layers}×{b.n_heads}" for b in self.session.blocks),
                 )
             )

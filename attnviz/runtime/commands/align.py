@@ -227,6 +227,7 @@ def run(args) -> int:
         )
     if not src_lines:
         raise AttnvizError(f"--src {args.src} is empty; give one sentence a line")
+    _check_no_empty_line(src_lines, tgt_lines)  # before the model loads and the lines above it run
     gold = None
     if args.gold:
         gold_lines = _read(args.gold, "--gold")
@@ -268,11 +269,6 @@ def run(args) -> int:
     n_links = 0
     for k, (s, t) in enumerate(zip(src_lines, tgt_lines)):
         sw, tw = s.split(), t.split()
-        if not sw or not tw:
-            raise AttnvizError(
-                f"line {k + 1}: the {'source' if not sw else 'target'} sentence is empty; "
-                "every line needs at least one word"
-            )
         try:
             pa = aligner.run(sw, tw)
         except AttnvizError as e:
@@ -307,6 +303,20 @@ def run(args) -> int:
     return 0
 
 
+def _check_no_empty_line(src_lines: list[str], tgt_lines: list[str] | None) -> None:
+    """The first empty sentence, refused before any line runs (a translation of every line above it was spent,
+    then thrown away: neither file is written when a line fails)."""
+    from attnviz import AttnvizError
+
+    for k, s in enumerate(src_lines):
+        t = tgt_lines[k] if tgt_lines is not None else "-"
+        if not s.split() or not t.split():
+            raise AttnvizError(
+                f"line {k + 1}: the {'source' if not s.split() else 'target'} sentence is empty; "
+                "every line needs at least one word"
+            )
+
+
 def _translate(
     args, aligner, links_of: _Links, src_lines: list[str], out, trans, what: str, convention: str, said: str
 ) -> int:
@@ -326,8 +336,6 @@ def _translate(
     try:
         for k, s in enumerate(src_lines):
             sw = s.split()
-            if not sw:
-                raise AttnvizError(f"line {k + 1}: the source sentence is empty; every line needs at least one word")
             try:
                 steps = aligner.max_steps(args.generate) if args.generate else aligner.steps_for(sw)
                 tr = aligner.translate(sw, steps, args.beams)
