@@ -1,0 +1,71 @@
+"""``--beams K`` on a vision-language model through the decoder's KV cache (``VLMCache.reorder``), against
+transformers' ``LlavaForConditionalGeneration.generate(num_beams=K)`` on the same image and prompt: the same
+hypotheses, order and scores; every hypothesis' decoder maps are transformers' attentions of each step gathered
+through ``beam_indices`` (the image's rows and columns included), its vision maps the tower's one run; and the
+search took the cache (the prompt and image run once, then one batch-K step a token), not K re-runs a step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import vlm_models as vm  # noqa: E402
+from PIL import Image  # noqa: E402
+from test_beams import TOL, _hf_beams, _hf_hypotheses, _rows_through_beam_indices  # noqa: E402
+
+from attnviz.runtime import builders as bd  # noqa: E402
+from attnviz.runtime import open_model  # noqa: E402
+from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
+from attnviz.runtime.vlm import VLMCache  # noqa: E402
+
+PROMPT = "<s> <image> a photo of the cat"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    p = tmp_path_factory.mktemp("img") / "photo.png"
+    Image.fromarray((np.random.default_rng(3).random((48, 40, 3)) * 255).astype(np.uint8)).save(p)
+    return p
+
+
+@pytest.mark.parametrize("repo", ["llava_repo", "llava_with_past_repo"])
+def test_llava_beams_through_the_cache_equal_transformers(request, repo, image, monkeypatch):
+    """Both Hub forms of the decoder (optimum's If-merged file, whose use_cache_branch the batch-K steps switch
+    on; a with-past file alone).  An EOS one beam meets early (set on both sides) exercises the finishing rule."""
+    root = request.getfixturevalue(repo)
+    hf = vm.build()
+    m = open_model(root, provider="cpu")
+    prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
+    ids = torch.as_tensor(np.asarray(prep.prompts, np.int64))
+    pixels = prep.feeds["pixel_values"]
+    k, n, eos = 3, 6, 31
+    o = _hf_beams(
+        hf, k, n, input_ids=ids, pixel_values=torch.as_tensor(pixels), attention_mask=torch.ones_like(ids),
+        eos_token_id=eos, pad_token_id=0,
+    )  # fmt: skip
+    want = _hf_hypotheses(o, ids.shape[1])
+    assert any(h[-1] == eos and len(h) < n for h in want)  # a hypothesis finished early: padded rows are checked
+    assert len({tuple(h) for h in want}) == k
+    m.meta.setdefault("special", {})["eos"] = eos
+    reordered = []
+    reorder = VLMCache.reorder
+    monkeypatch.setattr(VLMCache, "reorder", lambda self, rows: reordered.append(list(rows)) or reorder(self, rows))
+    r = m.analyze(text=PROMPT, image=str(image), generate=n, beams=k)
+    assert r.info["generation"] == "kv-cache" and r.batch_size == k
+    assert len(reordered) == r.info["beam_steps"] - 1  # every step after the prompt's: the cache taken by parents
+    assert [b["ids"] for b in r.info["beams"]] == want
+    np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
+    vision, _, _ = vm.reference(hf, pixels, ids.numpy())
+    n_vis = len(r.maps) - vm.LAYERS  # the tower's layers up to the one whose states the projector takes
+    assert n_vis >= 1
+    for j, bi in enumerate(o.beam_indices):
+        for layer in range(n_vis):
+            np.testing.assert_allclose(r.maps[layer].array()[j], vision[layer][0], atol=TOL)
+        for layer in range(vm.LAYERS):
+            w = _rows_through_beam_indices(o.attentions, layer, bi, ids.shape[1])
+            got = r.maps[n_vis + layer].array()[j]
+            np.testing.assert_allclose(got[:, : w.shape[1], : w.shape[2]], w, atol=TOL, err_msg=f"beam {j}")
+            assert not got[:, w.shape[1] :].any()  # a shorter hypothesis' rows past its end: padding
