@@ -69,3 +69,42 @@ def test_llava_beams_through_the_cache_equal_transformers(request, repo, image, 
             got = r.maps[n_vis + layer].array()[j]
             np.testing.assert_allclose(got[:, : w.shape[1], : w.shape[2]], w, atol=TOL, err_msg=f"beam {j}")
             assert not got[:, w.shape[1] :].any()  # a shorter hypothesis' rows past its end: padding
+
+
+def test_qwen2vl_beams_through_the_cache_continue_each_rows_mrope_positions(qwen2vl_repo, tmp_path, monkeypatch):
+    """Qwen2-VL: the batch-K steps' positions are [3, K, 1], each beam's count plus the rope delta its cache row
+    came with (taken by the parents with the cache); transformers' own cached beam search (its rope_deltas path)
+    gives the same hypotheses, scores and gathered decoder attentions."""
+    import qwen2vl_models as qm
+
+    path = tmp_path / "q.png"
+    Image.fromarray((np.random.default_rng(3).random((45, 70, 3)) * 255).astype(np.uint8)).save(path)
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>describe the cat"
+    m = open_model(qwen2vl_repo, provider="cpu")
+    hf = qm.build()
+    hf.config.use_cache = True
+    p = qm.image_processor()(images=Image.open(path).convert("RGB"), return_tensors="np")
+    ids = torch.as_tensor(bd.prepare(m, AnalyzeRequest(text=prompt, image=str(path))).prompts)
+    k, n, eos = 3, 6, 45
+    o = _hf_beams(
+        hf, k, n, input_ids=ids, pixel_values=torch.as_tensor(p["pixel_values"]),
+        image_grid_thw=torch.as_tensor(p["image_grid_thw"]), mm_token_type_ids=qm.image_types(ids),
+        attention_mask=torch.ones_like(ids), use_cache=True, eos_token_id=eos, pad_token_id=0,
+    )  # fmt: skip
+    want = _hf_hypotheses(o, ids.shape[1])
+    assert any(h[-1] == eos and len(h) < n for h in want) and len({tuple(h) for h in want}) == k
+    m.meta.setdefault("special", {})["eos"] = eos
+    reordered = []
+    reorder = VLMCache.reorder
+    monkeypatch.setattr(VLMCache, "reorder", lambda self, rows: reordered.append(list(rows)) or reorder(self, rows))
+    r = m.analyze(text=prompt, image=str(path), generate=n, beams=k)
+    assert r.info["generation"] == "kv-cache" and len(reordered) == r.info["beam_steps"] - 1
+    assert [b["ids"] for b in r.info["beams"]] == want
+    np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
+    dec = r.maps[len(r.maps) - len(o.attentions[0]) :]
+    for j, bi in enumerate(o.beam_indices):
+        for layer, got in enumerate(dec):
+            w = _rows_through_beam_indices(o.attentions, layer, bi, ids.shape[1])
+            a = got.array()[j]
+            np.testing.assert_allclose(a[:, : w.shape[1], : w.shape[2]], w, atol=TOL, err_msg=f"beam {j}")
+            assert not a[:, w.shape[1] :].any()
