@@ -2,7 +2,8 @@
 transformers' ``LlavaForConditionalGeneration.generate(num_beams=K)`` on the same image and prompt: the same
 hypotheses, order and scores; every hypothesis' decoder maps are transformers' attentions of each step gathered
 through ``beam_indices`` (the image's rows and columns included), its vision maps the tower's one run; and the
-search took the cache (the prompt and image run once, then one batch-K step a token), not K re-runs a step."""
+search took the cache (the prompt and image run once, then one batch-K step a token), not K re-runs a step.
+Qwen2-VL (M-RoPE [3, K, 1] steps after the rope delta) and PaliGemma (positions from 1, suffix token types) too."""
 
 from __future__ import annotations
 
@@ -108,3 +109,29 @@ def test_qwen2vl_beams_through_the_cache_continue_each_rows_mrope_positions(qwen
             a = got.array()[j]
             np.testing.assert_allclose(a[:, : w.shape[1], : w.shape[2]], w, atol=TOL, err_msg=f"beam {j}")
             assert not a[:, w.shape[1] :].any()
+
+
+def test_paligemma_beams_through_the_cache_count_positions_from_one_and_type_tokens_suffix(paligemma_repo, image):
+    """PaliGemma: each batch-K step's positions counted from 1 and its tokens typed suffix (token_type_ids [K, 1]),
+    against transformers' beam search on the processor's inputs."""
+    import paligemma_models as pm
+
+    prompt = "<image>a photo of the cat"
+    hf = pm.build()
+    inputs = pm.processor(paligemma_repo)(text=prompt, images=Image.open(image).convert("RGB"), return_tensors="pt")
+    k, n = 3, 5
+    o = _hf_beams(hf, k, n, **inputs, eos_token_id=None, pad_token_id=0)
+    t = inputs["input_ids"].shape[1]
+    want = _hf_hypotheses(o, t)
+    assert len({tuple(h) for h in want}) == k
+    m = open_model(paligemma_repo, provider="cpu")
+    m.meta.setdefault("special", {}).pop("eos", None)
+    r = m.analyze(text=prompt, image=str(image), generate=n, beams=k)
+    assert r.info["generation"] == "kv-cache"
+    assert [b["ids"] for b in r.info["beams"]] == want
+    np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
+    dec = r.maps[len(r.maps) - len(o.attentions[0]) :]
+    for j, bi in enumerate(o.beam_indices):
+        for layer, got in enumerate(dec):
+            w = _rows_through_beam_indices(o.attentions, layer, bi, t)
+            np.testing.assert_allclose(got.array()[j], w, atol=TOL, err_msg=f"beam {j}")
