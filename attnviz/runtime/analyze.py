@@ -159,7 +159,7 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
     stepper = model.cache_stepper() if req.use_cache else None
     if stepper is not None and callable(getattr(stepper, "reorder", None)):
         bg = bm.cache_search(stepper, bd.decoder_feeds(model, prep, [prompt]), search, progress, cancelled)
-    else:  # no cache, or one whose batch rows are not reordered yet (a VLM's): re-run the beams' sequences
+    else:  # no cache, or one whose batch rows cannot be reordered: re-run the beams' sequences
         bg = bm.rerun_search(_beams_logits(model, prep), prompt, search, progress, cancelled)
     results = []
     for i, h in enumerate(bg.hypotheses):

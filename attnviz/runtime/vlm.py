@@ -679,6 +679,16 @@ class VLMCache:
             return prompt, StepsOut(ids, {}, {})
         return prompt, StepsOut(ids, {self.n_vis + j: m for j, m in enumerate(maps)}, self._info(info), plan.reserve)
 
+    def reorder(self, rows: np.ndarray) -> None:
+        """Beam search (:func:`attnviz.runtime.beams.cache_search`): every batch row the next :meth:`step` feeds
+        taken from the last run's row ``rows[i]``, the row running beam ``i`` descends from -- the cache, the mask
+        and the family's position shift (Qwen2-VL's rope delta, one per row); the first step's one prompt row
+        becomes the K beams' rows.  The image is in the cache: no beam runs the vision file or the prompt again."""
+        rows = np.asarray(rows, np.int64)
+        self.cache = {p: np.take(a, rows, axis=0) for p, a in self.cache.items()}
+        self.mask = np.take(self.mask, rows, axis=0)
+        self.delta = np.take(self.delta, rows, axis=0)
+
     def step(self, tokens: list[int]) -> StepOut:
         ids = np.asarray([[t] for t in tokens], np.int64)
         self.mask = np.concatenate([self.mask, np.ones_like(ids)], axis=1)
