@@ -92,6 +92,9 @@ class TokenAxis(pg.AxisItem):
         if self.orientation == "bottom":
             self.rotated = fit < visible  # side by side they would be thinned: stand them upright
             fit = int(px / self._label_px(self.rotated))
+        step = vm.frame_step(self.labels)
+        if step is not None:  # an audio encoder's frames: ticks at round times (0.5 s, 1 s...), not every 39th frame
+            return vm.time_tick_indices(lo, hi, step, fit, self.focus)
         focus = self.focus - lo if self.focus is not None and lo <= self.focus <= hi else None
         return [lo + i for i in vm.tick_indices(visible, fit, focus)]
 
