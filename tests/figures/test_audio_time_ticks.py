@@ -34,6 +34,8 @@ def test_time_ticks_by_hand():
     assert vm.time_tick_indices(37, 120, step, 6) == [50, 75, 100]
     # the focused frame is labelled; a tick nearer than a label's extent (84/6 = 14 frames) makes way
     assert vm.time_tick_indices(37, 120, step, 6, focus=95) == [50, 75, 95]
+    # a CTC head's frames carry the letter each chose after the time (runtime/ctc.py)
+    assert vm.frame_step([f"{t} A" if i % 3 else t for i, t in enumerate(labels)]) == pytest.approx(0.02)
     # not times: word tokens, or frames with one dropped (special tokens hidden)
     assert vm.frame_step(["the", "cat"]) is None
     assert vm.frame_step(labels[:3] + labels[4:]) is None

@@ -69,28 +69,29 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
 # an audio axis's tick strides in seconds: a reader counts time in round steps (0.5 s, 1 s, 5 s), never the 0.78 s or
 # 0.84 s that an even stride of 20 ms frames makes
 TIME_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
-_FRAME_TIME = re.compile(r"^(\d+)\.(\d{2,3}) s$")
+# a frame's time, then (a CTC head's frames, runtime/ctc.py) the letter it chose: "0.12 s A"
+_FRAME_TIME = re.compile(r"^(\d+\.(\d{2,3})) s(?: |$)")
 
 
 @functools.lru_cache(maxsize=16)
 def _frame_step(labels: tuple[str, ...]) -> float | None:
-    if len(labels) < 2 or not all(_FRAME_TIME.match(s) for s in (labels[0], labels[-1])):
+    if len(labels) < 2 or not (_FRAME_TIME.match(labels[0]) and _FRAME_TIME.match(labels[-1])):
+        return None  # (words: known at the first label, never 30,000 matches)
+    found = [_FRAME_TIME.match(s) for s in labels]
+    if not all(found):
         return None
-    digits = len(labels[-1].split(".")[1]) - 2
-    step = float(labels[-1][:-2]) / (len(labels) - 1)  # the last label: the spacing to its printed digits / (n-1)
-    if step <= 0:
+    times = [float(m.group(1)) for m in found]  # type: ignore[union-attr]
+    digits = len(found[-1].group(2))  # type: ignore[union-attr]
+    step = times[-1] / (len(labels) - 1)  # the last time: the spacing to its printed digits / (n - 1)
+    if step <= 0 or any(abs(t - i * step) > 0.6 * 10.0**-digits for i, t in enumerate(times)):
         return None
-    for i, s in enumerate(labels):
-        m = _FRAME_TIME.match(s)
-        if m is None or abs(float(s[:-2]) - i * step) > 0.6 * 10.0**-digits:
-            return None
     return step
 
 
 def frame_step(labels: list[str]) -> float | None:
     """Seconds per position where ``labels`` are an audio encoder's frame times (``"0.00 s", "0.02 s", ...``, as
-    :func:`attnviz.runtime.audio.frame_labels` writes them: position i at i x the spacing), else None (tokens, or
-    frames with some dropped: their positions are not times)."""
+    :func:`attnviz.runtime.audio.frame_labels` writes them: position i at i x the spacing; a CTC head's letter may
+    follow, ``"0.12 s A"``), else None (tokens, or frames with some dropped: their positions are not times)."""
     return _frame_step(tuple(labels))
 
 
