@@ -59,19 +59,58 @@ STAT_CONTEXT_HELP: dict[str, dict[str, str | None]] = {
         "distance": "mean |i - j| between patches in raster order (vertical neighbours are a row's width apart), "
         "not the distance on the image",
     },
+    # a speech encoder's self-attention over a clip's frames (wav2vec2, HuBERT, Whisper's encoder): the positions
+    # are times, so the distance is said in seconds (stats_in_seconds) and the columns name frames, not tokens
+    "audio": {
+        "distance": "mean |query time - key time| weighted by attention, in seconds (frames apart x their spacing)",
+        "prev": "mean mass on the frame before (query frame i -> key frame i-1, one frame spacing earlier)",
+        "first": "mean mass on the clip's first frame (a speech encoder has no [CLS] or BOS)",
+        "diag": "mean mass on the query frame itself",
+    },
+    # a speech decoder's cross-attention over the frames: word i against frame i means nothing, left out
+    "cross-audio": {
+        "diag": None,
+        "prev": None,
+        "distance": None,
+        "first": "mean mass on the clip's first frame",
+    },
+}
+
+# column titles where the keys are not tokens (the help above says what they measure there)
+STAT_CONTEXT_TITLES: dict[str, dict[str, str]] = {
+    "audio": {"distance": "mean dist. (s)", "prev": "prev. frame", "first": "first frame"},
+    "cross-audio": {"first": "first frame"},
 }
 
 
 def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
-    """``STAT_COLUMNS`` with the help that is true for ``context`` (text | cross | cross-image | patches | frames); a column
-    whose statistic means nothing there is left out."""
+    """``STAT_COLUMNS`` with the titles and help that are true for ``context`` (text | cross | cross-image | patches |
+    frames | audio | cross-audio); a column whose statistic means nothing there is left out."""
     extra = STAT_CONTEXT_HELP.get(context, {})
+    titles = STAT_CONTEXT_TITLES.get(context, {})
     out = {}
     for key, (label, help_) in STAT_COLUMNS.items():
         if key in extra and extra[key] is None:
             continue
-        out[key] = (label, extra.get(key) or help_)
+        out[key] = (titles.get(key, label), extra.get(key) or help_)
     return out
+
+
+def key_frame_seconds(blk: Block) -> float | None:
+    """Seconds between the block's keys where they are a clip's frames with known times (the result's audio track,
+    and key labels that are the frames' times: a speech encoder's self-attention, a speech decoder's cross), else
+    None (tokens, patches; a Whisper decoder's self-attention)."""
+    audio = blk.result.audio
+    if audio is None:
+        return None
+    from attnviz.core.view.labels import frame_step
+
+    return float(audio.frame_seconds) if frame_step(blk.key_axis.labels) is not None else None
+
+
+def stats_in_seconds(row: dict[str, float], frame_seconds: float) -> dict[str, float]:
+    """One head's statistics with the distance in seconds instead of frames (the "audio" context's column)."""
+    return {**row, "distance": row["distance"] * frame_seconds} if "distance" in row else dict(row)
 
 
 def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str, float]:

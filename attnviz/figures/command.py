@@ -20,6 +20,11 @@ from attnviz.figures.spec import AGGREGATES, FORMATS, IMAGE_BASES, IMAGE_FROM, S
 
 # what a source file is called in a one-line refusal, as extract names it (runtime.inputs, runtime.audio)
 _SOURCE_WORDS = {"image": "image", "audio": "audio", "feeds": "inputs", "tokenizer": "tokenizer"}
+# the process may end without the interpreter's teardown once the command returns (cli._leave_at_once): every figure
+# and recipe is encoded in memory and written through atomic_write_bytes (a `with open` closed before the rename), so
+# nothing is left half-written; the teardown freed matplotlib's, numpy's and onnx's modules one by one, figtail22
+LEAVES_AT_ONCE = True
+
 HELP = "export a publication figure (PDF/SVG/PNG) of a view, with a JSON recipe that regenerates it"
 
 # FigureSpec field -> argparse dest; None on the command line means "not given" (keeps recipe values)
@@ -368,6 +373,7 @@ def run(args) -> int:
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
+    from attnviz.runtime.run_notes import say_run_notes
 
     _positional_file(args)
     src = _sources_from_args(args)
@@ -469,6 +475,7 @@ def run(args) -> int:
             if not (args.recipe and Path(args.recipe).resolve() == rpath.resolve()):
                 write_recipe(recipe_for(spec, path), rpath)
         print(f"wrote {path}")
+        say_run_notes(result.info)  # as extract says them: what --max-tokens / --max-seconds cut, the transcript...
         return 0
 
     bi, block = resolve_block(result, spec.block)
@@ -492,4 +499,5 @@ def run(args) -> int:
             write_recipe(recipe_for(one, path), recipe_path_for(path))
     _progress(len(jobs), len(jobs), "done")
     print(f"wrote {len(jobs)} figures to {folder}")
+    say_run_notes(result.info)
     return 0

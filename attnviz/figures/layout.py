@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attnviz.core.attention import AttentionResult
-from attnviz.core.view import clean_label, tick_indices
+from attnviz.core.view import clean_label, frame_step, tick_indices, time_tick_indices
 from attnviz.figures.spec import FigureStyle
 
 LINE = 1.4  # label pitch in font sizes used when a figure is sized to its labels
@@ -72,10 +72,12 @@ def token_ticks(
     focus: int | None = None,
 ):
     """Real-text tick labels along ``which`` ('x'|'y'); when they would overlap, the view model's rule
-    (:func:`attnviz.core.view.tick_indices`: first, last, an even stride, the focused token)."""
+    (:func:`attnviz.core.view.tick_indices`: first, last, an even stride, the focused token; an audio encoder's
+    frames at round times, :func:`attnviz.core.view.time_tick_indices`)."""
     n = len(labels)
     fit = max(2, int(length_in / (fs * FIT * PT) + 1e-6))
-    pos = tick_indices(n, fit, focus)
+    step = frame_step(labels)  # an audio encoder's frames: ticks at round times (0.5 s, 1 s, 5 s by the span)
+    pos = tick_indices(n, fit, focus) if step is None else time_tick_indices(0, n - 1, step, fit, focus)
     texts = [labels[i] for i in pos]
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_ticks(pos)

@@ -99,7 +99,9 @@ from attnviz.core.view.labels import (
     MAX_LABEL_CHARS,
     clean_label,
     clean_labels,
+    frame_step,
     tick_indices,
+    time_tick_indices,
 )
 from attnviz.core.view.links import (
     LINK_MIN,
@@ -332,6 +334,8 @@ __all__ = [
     "thumbnails",
     "thumbnails_kept",
     "tick_indices",
+    "time_tick_indices",
+    "frame_step",
     "upsample",
     "weight_label",
     "windows_note",

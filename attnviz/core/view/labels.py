@@ -1,13 +1,15 @@
 """Token labels as a person reads them, on screen and in print: cleaned text and which ticks to show.
 
 Pure string and index rules with no view-model imports: the heatmap, the alignment, the links, the strip and the
-figures' layout all label tokens through them, so a token reads the same everywhere.
+figures' layout all label tokens through them, so a token reads the same everywhere (an audio encoder's frames at round
+times: :func:`time_tick_indices`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 
@@ -62,3 +64,52 @@ def tick_indices(n: int, fit: int, focus: int | None = None) -> list[int]:
     near = stride  # a stride is about one label's extent: a label nearer than that to a kept one would overlap it
     keep = {i for i in keep if i in must or all(abs(i - m) >= near for m in must)}
     return sorted(keep | must)
+
+
+# an audio axis's tick strides in seconds: a reader counts time in round steps (0.5 s, 1 s, 5 s), never the 0.78 s or
+# 0.84 s that an even stride of 20 ms frames makes
+TIME_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+# a frame's time, then (a CTC head's frames, runtime/ctc.py) the letter it chose: "0.12 s A"
+_FRAME_TIME = re.compile(r"^(\d+\.(\d{2,3})) s(?: |$)")
+
+
+@functools.lru_cache(maxsize=16)
+def _frame_step(labels: tuple[str, ...]) -> float | None:
+    if len(labels) < 2 or not (_FRAME_TIME.match(labels[0]) and _FRAME_TIME.match(labels[-1])):
+        return None  # (words: known at the first label, never 30,000 matches)
+    found = [_FRAME_TIME.match(s) for s in labels]
+    if not all(found):
+        return None
+    times = [float(m.group(1)) for m in found]  # type: ignore[union-attr]
+    digits = len(found[-1].group(2))  # type: ignore[union-attr]
+    step = times[-1] / (len(labels) - 1)  # the last time: the spacing to its printed digits / (n - 1)
+    if step <= 0 or any(abs(t - i * step) > 0.6 * 10.0**-digits for i, t in enumerate(times)):
+        return None
+    return step
+
+
+def frame_step(labels: list[str]) -> float | None:
+    """Seconds per position where ``labels`` are an audio encoder's frame times (``"0.00 s", "0.02 s", ...``, as
+    :func:`attnviz.runtime.audio.frame_labels` writes them: position i at i x the spacing; a CTC head's letter may
+    follow, ``"0.12 s A"``), else None (tokens, or frames with some dropped: their positions are not times)."""
+    return _frame_step(tuple(labels))
+
+
+def time_tick_indices(lo: int, hi: int, step: float, fit: int, focus: int | None = None) -> list[int]:
+    """Which frames ``lo..hi`` (``step`` seconds apart) to label when ``fit`` labels fit: those at round times, the
+    finest stride of :data:`TIME_STEPS` (a whole number of frames) whose ticks fit, and the focused frame (a tick
+    nearer to it than a label's extent makes way for it, as :func:`tick_indices`)."""
+    fit = max(2, int(fit))
+    ticks: list[int] = []
+    for stride in TIME_STEPS:
+        frames = stride / step
+        if frames < 1 - 1e-6 or abs(frames - round(frames)) > 1e-3:  # a round time falls on a frame, never between
+            continue
+        k0, k1 = math.ceil(lo * step / stride - 1e-6), math.floor(hi * step / stride + 1e-6)
+        ticks = sorted({min(hi, max(lo, round(k * stride / step))) for k in range(k0, k1 + 1)})
+        if len(ticks) <= fit:
+            break
+    if focus is not None and lo <= focus <= hi:
+        near = (hi - lo + 1) / fit  # about one label's extent in frames
+        ticks = sorted({i for i in ticks if abs(i - focus) >= near} | {int(focus)})
+    return ticks if ticks else tick_indices(hi - lo + 1, fit, None if focus is None else focus - lo)

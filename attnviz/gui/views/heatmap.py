@@ -43,11 +43,13 @@ class TokenAxis(pg.AxisItem):
         self._fm = QFontMetrics(QFont())
         self._longest = 10
         self.rotated = False  # bottom labels drawn upright (reading upwards)
+        self._step: float | None = None
 
     def set_labels(self, labels: list[str]) -> None:
         if list(labels) == self.labels:
             return  # same tokens: keep the cached axis picture
         self.labels = list(labels)
+        self._step = vm.frame_step(self.labels)  # seconds per frame where they are a clip's frames, else None
         self._longest = max((self._fm.horizontalAdvance(s) for s in self.labels), default=10)
         if self.orientation in ("top", "bottom"):
             # the first and last labels are centred on the edge cells: let them reach past the axis ends
@@ -92,6 +94,8 @@ class TokenAxis(pg.AxisItem):
         if self.orientation == "bottom":
             self.rotated = fit < visible  # side by side they would be thinned: stand them upright
             fit = int(px / self._label_px(self.rotated))
+        if self._step is not None:  # a clip's frames: ticks at round times (0.5 s, 1 s...), not every 39th frame
+            return vm.time_tick_indices(lo, hi, self._step, fit, self.focus)
         focus = self.focus - lo if self.focus is not None and lo <= self.focus <= hi else None
         return [lo + i for i in vm.tick_indices(visible, fit, focus)]
 

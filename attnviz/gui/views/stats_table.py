@@ -11,7 +11,15 @@ from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
 from attnviz.core.frames import FramesMap
-from attnviz.core.stats import ROW_SUM_COLUMN, ROW_SUM_SHOWN_BELOW, STAT_COLUMNS, block_head_stats, stat_columns
+from attnviz.core.stats import (
+    ROW_SUM_COLUMN,
+    ROW_SUM_SHOWN_BELOW,
+    STAT_COLUMNS,
+    block_head_stats,
+    key_frame_seconds,
+    stat_columns,
+    stats_in_seconds,
+)
 from attnviz.core.view import check_not_empty
 from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
@@ -55,12 +63,14 @@ def compute_stats(result, blk, step: int) -> list[dict]:
     """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
     check_not_empty(blk)  # 0 heads would give an empty table with no word why
     n = step_rows(result, blk, step)
+    # a speech encoder's frames: the distance in seconds (the "audio" context's column), not ~500 frames
+    seconds = key_frame_seconds(blk) if blk.kind == "self" else None
     out = []
     for layer in range(blk.n_layers):
         for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
             row: dict[str, float] = {"layer": layer, "head": h}
             row.update(block_head_stats(blk, layer, h, n))
-            out.append(row)
+            out.append(row if seconds is None else stats_in_seconds(row, seconds))
     return out
 
 
@@ -183,12 +193,16 @@ class StatsView(View):
         return True
 
     def context(self) -> str:
-        """text | cross | cross-image | patches | frames: what the current block's key positions are."""
+        """text | cross | cross-image | patches | frames | audio | cross-audio: what the current block's key
+        positions are."""
         s = self.session
         blk = s.block
         image = blk is not None and vm.block_grid(s.result, blk) is not None
+        frames = blk is not None and key_frame_seconds(blk) is not None  # a clip's frames, with their times
         if blk is not None and blk.kind == "cross":
-            return "cross-image" if image else "cross"
+            return "cross-image" if image else "cross-audio" if frames else "cross"
+        if frames:
+            return "audio"  # compute_stats gave the distance in seconds
         if blk is not None and isinstance(blk.result.maps[blk.sites[0]], FramesMap):
             return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
         return "patches" if image else "text"

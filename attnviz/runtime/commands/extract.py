@@ -43,9 +43,7 @@ def run(args) -> int:
     from attnviz.core import limits
     from attnviz.core.io import save_npz, written_bytes
     from attnviz.core.rows import beam_rows
-    from attnviz.runtime.audio_notes import audio_notes
-    from attnviz.runtime.truncation import cut_notes
-    from attnviz.runtime.unknown_tokens import unknown_notes
+    from attnviz.runtime.run_notes import say_run_notes
 
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
     limits.check("output_mb", mb, f"the maps for {out.name}{_frames_said(result.maps)}")  # before on-demand maps
@@ -68,13 +66,8 @@ def run(args) -> int:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
         say(note, "warning")
-    # what --max-tokens cut, which sentence lost how many tokens (open and the window say it; the .npz keeps it)
-    for note in cut_notes(result.info.get("notes")):
-        say(note)
-    for note in unknown_notes(result.info.get("notes")):  # a text the tokenizer does not know (first-hour slip)
-        say(note)
-    for note in audio_notes(result.info.get("notes")):  # --max-seconds' cut, a CTC head's transcript
-        say(note)
+    # what --max-tokens cut, an unknown-token text, the sound's notes (open and the window say them; the .npz keeps them)
+    say_run_notes(result.info)
     return 0
 
 
