@@ -144,7 +144,8 @@ def results_folder_on_failure(folder: str | os.PathLike, resume_file: str | None
         now = _stamp(path / resume_file) if resume_file else None
         if now is not None and now != before:  # this run's checkpoint: the same command resumes from it
             if isinstance(e, AttnvizError) and "the same command" not in str(e):  # (train's interrupts say it)
-                raise AttnvizError(f"{e}; {KEPT.format(path)}", param=e.param) from None
+                # the same error, its line lengthened: its kind (a model crash, ...) is what callers tell apart
+                e.args = (f"{e}; {KEPT.format(path)}", *e.args[1:])
             raise
         if created and os.path.isdir(created[0]) and not os.path.islink(created[0]):
             shutil.rmtree(created[0], ignore_errors=True)  # made by this command: everything in it is its own
