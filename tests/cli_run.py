@@ -97,3 +97,15 @@ def run_cli_each(*argvs, bound_s: float = BOUND_S, env=None) -> list[tuple[int, 
         assert done.returncode == 0, f"the interpreter running {len(argvs)} commands ended {done.returncode}: {done}"
         codes = json.loads(done.stdout.strip().splitlines()[-1])
         return [(code, err.read_text()) for code, err in zip(codes, errs)]
+
+
+def refused_in_one_line(capsys, args, *words, unwritten: Path) -> None:
+    """``attnviz ARGS`` in this process exits 2 with one line on stderr holding every one of ``words``, and
+    ``unwritten`` (its output) is still not there."""
+    from attnviz.cli import main
+
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and all(w in err[0] for w in words), err
+    assert not unwritten.exists()

@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
+from cli_run import refused_in_one_line  # noqa: E402
+
 from attnviz.core.io import load_npz  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.audio import load_audio  # noqa: E402
@@ -167,11 +169,7 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     assert fig.stat().st_size > 0
 
     def refused(args, *words):
-        capsys.readouterr()
-        assert main(args) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and all(w in err[0] for w in words), err
-        assert not out.exists()
+        refused_in_one_line(capsys, args, *words, unwritten=out)
 
     out.unlink()
     long = tmp_path / "long.wav"  # no window, but a cap: 31 s is refused unless --max-seconds says how much

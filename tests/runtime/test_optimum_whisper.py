@@ -17,6 +17,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
+from cli_run import refused_in_one_line  # noqa: E402
+
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.cli import main  # noqa: E402
 from attnviz.runtime import ModelSet, open_model  # noqa: E402
@@ -276,11 +278,7 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     assert json.loads((tmp_path / "cmp" / "run.json").read_text())["input"]["audio"] == str(wav)
 
     def refused(args, *words):
-        capsys.readouterr()
-        assert main(args) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and all(w in err[0] for w in words), err
-        assert not out.exists()
+        refused_in_one_line(capsys, args, *words, unwritten=out)
 
     out.unlink()
     long = tmp_path / "long.wav"  # the model hears 5 s (its preprocessor_config.json's chunk_length)
