@@ -109,3 +109,18 @@ def refused_in_one_line(capsys, args, *words, unwritten: Path) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and all(w in err[0] for w in words), err
     assert not unwritten.exists()
+
+
+def refuse_unusable_clips(refused, model: Path, out: Path, folder: Path) -> None:
+    """The clips no speech model can hear, each refused in one line by ``refused(args, *words)``: a silent one
+    and a file that is no sound file (written into ``folder``), and a text given instead of audio."""
+    import numpy as np
+    import soundfile as sf
+
+    silent = folder / "silent.flac"
+    sf.write(silent, np.zeros(16000, np.float32), 16000)
+    refused(["extract", str(model), "--audio", str(silent), "--out", str(out)], "silent.flac", "silent")
+    junk = folder / "junk.wav"
+    junk.write_bytes(b"RIFF but not really a wave file" * 10)
+    refused(["extract", str(model), "--audio", str(junk), "--out", str(out)], "junk.wav", "not a readable sound file")
+    refused(["extract", str(model), "--text", "w1 w2", "--out", str(out)], "takes audio", "--audio FILE")

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
-from cli_run import refused_in_one_line  # noqa: E402
+from cli_run import refuse_unusable_clips, refused_in_one_line  # noqa: E402
 
 from attnviz.core.io import load_npz  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
@@ -178,13 +178,7 @@ def test_cli_extract_figure_inspect_and_bad_audio(optimum_export, tmp_path, caps
     short = tmp_path / "short.wav"  # 20 ms: shorter than one frame's 25 ms
     sf.write(short, chirp(0.02), RATE)
     refused(["extract", str(folder), "--audio", str(short), "--out", str(out)], "short.wav", "25 ms")
-    silent = tmp_path / "silent.flac"
-    sf.write(silent, np.zeros(RATE, np.float32), RATE)
-    refused(["extract", str(folder), "--audio", str(silent), "--out", str(out)], "silent.flac", "silent")
-    junk = tmp_path / "junk.wav"
-    junk.write_bytes(b"RIFF but not really a wave file" * 10)
-    refused(["extract", str(folder), "--audio", str(junk), "--out", str(out)], "junk.wav", "not a readable sound file")
-    refused(["extract", str(folder), "--text", "hello", "--out", str(out)], "takes audio", "--audio FILE")
+    refuse_unusable_clips(refused, folder, out, tmp_path)
     # what needs a Whisper folder (words to time, a corpus of recordings) says so rather than failing inside
     refused(
         ["align-audio", str(folder), "--audio", str(wav), "--out", str(tmp_path / "a.tsv")], "raw samples", "Whisper"

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 sf = pytest.importorskip("soundfile")
 
-from cli_run import refused_in_one_line  # noqa: E402
+from cli_run import refuse_unusable_clips, refused_in_one_line  # noqa: E402
 
 from attnviz import AttnvizError  # noqa: E402
 from attnviz.cli import main  # noqa: E402
@@ -284,13 +284,7 @@ def test_cli_extract_inspect_and_bad_audio(whisper, tmp_path, capsys):
     long = tmp_path / "long.wav"  # the model hears 5 s (its preprocessor_config.json's chunk_length)
     sf.write(long, np.tile(chirp(1.0), 6), RATE)
     refused(["extract", str(folder), "--audio", str(long), "--out", str(out)], "6.00 s", "--max-seconds 5")
-    silent = tmp_path / "silent.flac"
-    sf.write(silent, np.zeros(RATE, np.float32), RATE)
-    refused(["extract", str(folder), "--audio", str(silent), "--out", str(out)], "silent.flac", "silent")
-    junk = tmp_path / "junk.wav"
-    junk.write_bytes(b"RIFF but not really a wave file" * 10)
-    refused(["extract", str(folder), "--audio", str(junk), "--out", str(out)], "junk.wav", "not a readable sound file")
-    refused(["extract", str(folder), "--text", "w1 w2", "--out", str(out)], "takes audio", "--audio FILE")
+    refuse_unusable_clips(refused, folder, out, tmp_path)
     # 64 decoder positions (config.json max_target_positions): the 4 forced tokens and 61 new ones fit, 62 do not
     refused(["extract", str(folder), "--audio", str(wav), "--generate", "62", "--out", str(out)], "--generate 61")
     # --max-seconds keeps the first 5 s: the maps are transformers' on the cut clip (as the 16-bit file holds it)
