@@ -1,0 +1,117 @@
+"""Why ``BatchReducer.many`` stops at ~2.7 ms a batch on an H100 at every depth while 4 threads on the raw statistics
+session reach ~1.5 (bench/corpus_loop_split.py, session 23): the hypothesis is the GIL — the host work of a batch
+(statistics feeds, the session wrapper, ``finish``, ``fold_items``) held under one lock.  Rows, interleaved, in one
+process, ms a batch: plain; ``many d4`` as shipped; with a shorter GIL switch interval; with ``fold_items`` skipped;
+with ``finish`` and the fold skipped; the raw session and the wrapped one from 4 threads.
+
+    OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ["ATTNVIZ_INPROCESS"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import corpus_bench as cb
+import numpy as np
+from corpus_loop_split import raw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--provider", default="cuda", choices=("cpu", "cuda"))
+    ap.add_argument("--items", type=int, default=10000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--minilm", metavar="DIR")
+    a = ap.parse_args()
+    from attnviz.corpus import reduce as rd
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.plan import encode_items, plan_text
+    from attnviz.runtime import statfeeds as sf
+    from attnviz.runtime.session import make_session
+
+    work = Path("/tmp/attnviz_corpus_bench")
+    work.mkdir(parents=True, exist_ok=True)
+    model, tok = cb.minilm(work, a.minilm)
+    texts = cb.corpus_file(work, a.items)
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // 4) if a.provider == "cuda" else cores
+    plain_feeds, n = cb.plain_batches(str(model), tok, str(texts), 32)
+    plain = raw(make_session(str(model), a.provider, threads=cores)[0])
+    takes = {i.name for i in plain.get_inputs()}
+    plain_feeds = [{k: v for k, v in f.items() if k in takes} for f in plain_feeds]
+    red = rd.BatchReducer(str(model), a.provider, tok, threads, 5)
+    red.prepare()
+    ig = red.in_graph
+    specs = plan_text(items := read_texts(texts), encode_items(red.model, items), None, None, 32, equal_lengths=False)
+    stats_feeds = []
+    for s in specs:
+        f, lengths, special = red.feeds(s)
+        lengths = np.asarray(lengths, np.int64)
+        t = next(v.shape[-1] for v in f.values() if v.ndim == 2) if special is None else special.shape[1]
+        stats_feeds.append({**f, **sf.stat_feeds(lengths, special, t, False)[0]})
+    rs = raw(ig.sess)
+    ex = ThreadPoolExecutor(4)
+    fold, finish = rd.fold_items, ig.finish
+
+    def many(patch=None, interval=None):
+        def go():
+            old = sys.getswitchinterval()
+            if interval:
+                sys.setswitchinterval(interval)
+            if patch == "fold":
+                rd.fold_items = lambda *x, **k: None
+            if patch == "finish":
+                rd.fold_items = lambda *x, **k: None
+                ig.finish = lambda *x, **k: []
+            try:
+                red.many(specs, 4)
+            finally:
+                rd.fold_items, ig.finish = fold, finish
+                sys.setswitchinterval(old)
+
+        return go
+
+    rows = {
+        "plain": lambda: [plain.run(None, f) for f in plain_feeds],
+        "many d4": many(),
+        "many d4, switch interval 0.1 ms": many(interval=1e-4),
+        "many d4, no fold_items": many("fold"),
+        "many d4, no finish, no fold": many("finish"),
+        "stats raw ×4": lambda: list(ex.map(lambda f: rs.run(ig.fetch, f), stats_feeds)),
+        "stats wrapped ×4": lambda: list(ex.map(lambda f: ig.sess.run(ig.fetch, f), stats_feeds)),
+    }
+    print(
+        f"{n} items, {len(specs)} batches; wrapper {type(ig.sess).__name__}; load {os.getloadavg()[0]:.1f}", flush=True
+    )
+    for fn in rows.values():
+        fn()
+    took: dict[str, list[float]] = {k: [] for k in rows}
+    cpu: dict[str, list[float]] = {k: [] for k in rows}
+    for r in range(a.rounds):
+        for k in list(rows) if r % 2 == 0 else reversed(list(rows)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            rows[k]()
+            took[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    base = statistics.median(took["plain"])
+    print(f"| loop | ms a batch (median of {a.rounds}) | vs plain | CPU ms a batch |\n|---|---:|---:|---:|")
+    for k, v in took.items():
+        m = statistics.median(v)
+        print(
+            f"| {k} | {1000 * m / len(specs):.3f} | {m / base:.2f}× | {1000 * statistics.median(cpu[k]) / len(specs):.3f} |"
+        )
+    print(f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
