@@ -28,8 +28,16 @@ from attnviz import AttnvizError
 
 KEEP_ENV = "ATTNVIZ_QK_DEVICE"  # auto (AUTO_KEEPS) | on (keep on the device, the CPU too) | off (Q and Kᵀ to the host)
 _MODES = ("auto", "on", "off")
-# onnxruntime's type words for the dtypes a kept Q/Kᵀ can have (anything else comes to the host as before)
-_TYPES = {"tensor(float)": "<f4", "tensor(float16)": "<f2", "tensor(double)": "<f8"}
+# onnxruntime's type words for the dtypes a kept value can have: Q/Kᵀ's floats, and the epilogue's side inputs'
+# (an additive mask's float, a boolean mask, an integer one); anything else comes to the host as before
+_TYPES = {
+    "tensor(float)": "<f4",
+    "tensor(float16)": "<f2",
+    "tensor(double)": "<f8",
+    "tensor(bool)": "|b1",
+    "tensor(int64)": "<i8",
+    "tensor(int32)": "<i4",
+}
 
 # a head model's own inputs (:func:`attnviz.runtime.graph.head_model`; a prefix no exported graph uses), beside
 # its epilogue's side inputs, which keep their names
@@ -43,6 +51,36 @@ THUMBS = "attnviz_pool_thumbs"  # [n, R, C]: each head's rows max-pooled
 POOL_ENDS = "attnviz_pool_ends"  # int64 [1]: the keys kept (a step's)
 POOL_PADS = "attnviz_pool_pads"  # int64 [8]: zeros padding rows and keys to whole runs
 POOL_ROWS, POOL_COLS = "attnviz_pool_rows_shape", "attnviz_pool_cols_shape"  # int64 [4]: the runs laid out
+# an epilogue side input kept beside Q and Kᵀ (a padded batch's mask: [B, 1, T, T] float32, 67 MB at 4,096 tokens,
+# whose copy to the host was ~6 ms of a 16 ms H100 run) is fed to the head model whole, and the head model picks
+# the batch row, heads and query rows a request asks for itself (:func:`side_feeds`), as the host slices it
+SIDE_TAGS = ("value", "shape", "rows_of_batch", "heads", "rows")
+
+
+def side_input(name: str, tag: str) -> str:
+    """The head model's input ``tag`` (:data:`SIDE_TAGS`) for the kept side input ``name``."""
+    return f"attnviz_side_{tag}:{name}"
+
+
+def side_feeds(name: str, shape: tuple[int, ...], batch: int, heads: int, tq: int, b: int, h0: int, h1: int) -> dict:
+    """The index feeds of kept side input ``name`` (of ``shape``, any rank up to 4, read right-aligned as
+    ``[B, H, Tq, Tk]``) for batch row ``b`` and heads ``h0:h1``: what KeptMap's host slicing of a side array
+    picks (its batch row where it has one per row, else the first; its heads where it has one per head, else the
+    first).  The rows are fed per request (``side_rows``)."""
+    s4 = (1,) * (4 - len(shape)) + tuple(int(d) for d in shape)
+    return {
+        side_input(name, "shape"): np.array(s4, np.int64),
+        side_input(name, "rows_of_batch"): np.array([b if s4[0] == batch and batch > 1 else 0], np.int64),
+        side_input(name, "heads"): np.arange(h0, h1, dtype=np.int64)
+        if s4[1] == heads and heads > 1
+        else np.zeros(1, np.int64),
+    }
+
+
+def side_rows(shape: tuple[int, ...], tq: int, r0: int, r1: int) -> np.ndarray:
+    """The query rows ``r0:r1`` of a kept side input of ``shape`` (all of its rows where it has not one per query)."""
+    rows = int(shape[-2]) if len(shape) >= 2 else 1
+    return np.arange(r0, r1, dtype=np.int64) if rows == tq and tq > 1 else np.arange(rows, dtype=np.int64)
 
 
 # ATTNVIZ_HELPER_ARENA=1: the site sessions are made as before memkept14 (on CUDA each keeps its arena's peak: 12.5 GB

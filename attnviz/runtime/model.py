@@ -511,11 +511,13 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         side = gr.epilogue_side_inputs(self.graph, s)
         q, k = got[s.q], got[s.k]
         dtypes = {s.qk: (q.dtype, 4), **{n: (got[n].dtype, 4) for n in side}}
+        # side inputs the run left beside Q and Kᵀ: fed whole, sliced in the head model (runtime/kept.py)
+        kept_side = {n: len(got[n].shape) for n in side if not isinstance(got[n], np.ndarray)}
         made = None
-        if not any(got[n].ndim > 4 for n in side):
+        if not any(len(got[n].shape) > 4 for n in side):
             ranks = (len(q.shape), len(k.shape))
             models = [
-                gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, ranks, pool=p)
+                gr.head_model(self.graph, s, self.proto.opset_import, dtypes, attrs, ranks, pool=p, kept_side=kept_side)
                 for p in (False, True)
             ]
             if models[0] is not None:
@@ -625,11 +627,17 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
 
 
 def _kept_names(exposed, outputs: list[IOInfo]) -> tuple[str, ...]:
-    """The Q and Kᵀ an on-demand session exposes, which its runs may leave on the device (runtime/kept.py): never
-    one that is also a model output (the caller reads those as arrays)."""
+    """The Q and Kᵀ an on-demand session exposes, and their epilogues' side inputs (a mask), which its runs may
+    leave on the device (runtime/kept.py): never one that is also a model output (the caller reads those as
+    arrays), and a site's side inputs only where its Q or Kᵀ stays there too (its head model then slices them:
+    a site whose Q and Kᵀ are both model outputs is recomputed on the host, from host arrays)."""
     own = {o.name for o in outputs}
-    names = (n for ex in exposed.site_extra if "q" in ex for n in (ex["q"], ex["k"]))
-    return tuple(n for n in dict.fromkeys(names) if n not in own)
+    names: list[str] = []
+    for ex in exposed.site_extra:
+        qk = [n for n in (ex["q"], ex["k"]) if n not in own] if "q" in ex else []
+        if qk:
+            names += qk + [n for n in ex.get("side", []) if n not in own]
+    return tuple(dict.fromkeys(names))
 
 
 _HEAD_ATTRIBUTES = ("num_heads", "q_num_heads", "kv_num_heads")

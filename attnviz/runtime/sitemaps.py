@@ -137,7 +137,14 @@ class KeptMap:
         self.kbh = (batch, ks[0] // batch) if len(ks) == 3 else (ks[0], ks[1])
         tq = qs[-1] if matmul_attrs.get("transA") else qs[-2]
         tk = ks[-2] if matmul_attrs.get("transB") else ks[-1]
-        self.side = {n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v for n, v in side.items()}
+        # host arrays sliced here, as RecomputeMap slices them; values kept beside Q and Kᵀ (a mask: runtime/kept.py)
+        # are bound whole and sliced by the head model, from the index feeds kept.side_feeds makes
+        self.side = {
+            n: v.reshape((1,) * (4 - v.ndim) + v.shape) if v.ndim < 4 else v
+            for n, v in side.items()
+            if isinstance(v, np.ndarray)
+        }
+        self.side_kept = {n: v for n, v in side.items() if not isinstance(v, np.ndarray)}
         self.sess = head_session
         self.pool = pool_session
         self.batch = batch
@@ -172,6 +179,9 @@ class KeptMap:
                 v = v[:, h0:h1] if v.shape[1] == heads and heads > 1 else v[:, :1]
             side[name] = v
         values = {}
+        for name, v in self.side_kept.items():
+            values[kept.side_input(name, "value")] = v
+            feeds.update(kept.side_feeds(name, v.shape, self.batch, heads, self.shape[2], b, h0, h1))
         for name, v in ((kept.Q, self.q), (kept.K, self.k)):
             if isinstance(v, np.ndarray):  # one of them a host array (a model output, never kept): fed as it is
                 feeds[name] = v
@@ -186,6 +196,8 @@ class KeptMap:
         feeds[kept.SCORES_SHAPE] = np.array([1, len(feeds[kept.Q_INDEX]), r1 - r0, tk], np.int64)
         for name, v in side.items():
             feeds[name] = v[:, :, r0:r1] if v.ndim == 4 and v.shape[2] == tq and tq > 1 else v
+        for name, v in self.side_kept.items():
+            feeds[kept.side_input(name, "rows")] = kept.side_rows(v.shape, tq, r0, r1)
         out_name, out_dtype = self._out(sess)
         got = sess.run_kept([out_name], feeds, values, {out_name: (out_dtype, shape)})[0]
         return np.asarray(got, np.float32).reshape(shape)

@@ -34,6 +34,7 @@ from attnviz.runtime.kept import (
     THUMBS,
     K,
     Q,
+    side_input,
 )
 
 POOL_OPSET = 13  # the pooling's ops in the forms it writes (ReduceMax's axes switch form at 18: both written)
@@ -51,12 +52,14 @@ def head_model(
     attrs: dict,
     ranks: tuple[int, int],
     pool: bool = False,
+    kept_side: dict[str, int] | None = None,
 ) -> onnx.ModelProto | None:
     """Site ``s``'s head model (None where its epilogue cannot be rebuilt, or, with ``pool``, where the model's
     opset is below :data:`POOL_OPSET`).  ``dtypes``: as for :func:`epilogue_model` (the scores' and the side
     inputs' (dtype, rank)); ``attrs``: the QK node's attributes (``transA``, ``transB``, ``alpha`` of a
     FusedMatMul); ``ranks``: the kept Q's and Kᵀ's ranks; ``pool``: the pooling twin, whose one output is
-    :data:`~attnviz.runtime.kept.THUMBS`."""
+    :data:`~attnviz.runtime.kept.THUMBS`; ``kept_side``: the side inputs kept beside Q and Kᵀ (name -> the kept
+    value's rank), fed whole and sliced here (:func:`_side_slices`); the others are fed sliced, as before."""
     epi = epilogue_model(g, s, opset_imports, dtypes)
     if epi is None or (pool and _opset(epi) < POOL_OPSET):
         return None
@@ -99,7 +102,10 @@ def head_model(
         )
     ]
     eg = epi.graph
-    side = [i for i in eg.input if i.name != s.qk]
+    kept_side = kept_side or {}
+    side_nodes, side_inputs = _side_slices(kept_side, {n: np.dtype(dtypes[n][0]) for n in kept_side})
+    nodes = side_nodes + nodes
+    side = [i for i in eg.input if i.name != s.qk and i.name not in kept_side] + side_inputs
     outputs = list(eg.output)
     tail: list[onnx.NodeProto] = []
     if pool:
@@ -119,6 +125,37 @@ def head_model(
         initializer=[*inits, *eg.initializer],
     )
     return helper.make_model(graph, opset_imports=list(epi.opset_import), ir_version=epi.ir_version)
+
+
+def _side_slices(
+    kept_side: dict[str, int], dtypes: dict[str, np.dtype]
+) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
+    """For each kept side input: its whole value made 4-D (a fed shape: Reshape, every opset) and its batch row,
+    heads and query rows gathered (fed index vectors: the rank stays 4), under the name the epilogue reads."""
+    nodes: list[onnx.NodeProto] = []
+    inputs: list[onnx.ValueInfoProto] = []
+    for n, rank in kept_side.items():
+        inputs.append(
+            helper.make_tensor_value_info(
+                side_input(n, "value"), helper.np_dtype_to_tensor_dtype(dtypes[n]), [None] * rank
+            )
+        )
+        inputs.append(helper.make_tensor_value_info(side_input(n, "shape"), TensorProto.INT64, [4]))
+        src = side_input(n, "value")
+        steps = [
+            ("shape", "Reshape", None),
+            ("rows_of_batch", "Gather", 0),
+            ("heads", "Gather", 1),
+            ("rows", "Gather", 2),
+        ]
+        for i, (tag, op, axis) in enumerate(steps):
+            out = n if i == len(steps) - 1 else f"{side_input(n, tag)}/out"
+            extra = {} if axis is None else {"axis": axis}
+            nodes.append(helper.make_node(op, [src, side_input(n, tag)], [out], **extra))
+            if axis is not None:
+                inputs.append(helper.make_tensor_value_info(side_input(n, tag), TensorProto.INT64, [None]))
+            src = out
+    return nodes, inputs
 
 
 def _pooling(probs: str, opset: int) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
