@@ -98,8 +98,11 @@ def test_idefics3_beams_equal_transformers_and_share_the_towers_tile_maps(
 
 def test_the_npz_holds_the_tile_maps_once_and_each_beam_reads_back_its_own(idefics3_repo, image, tmp_path):
     """Written and read back, the tower's frames are one image's (attn_NNN_rows names each beam's: the one set) and
-    every beam's row is the same result's row: its own decoder maps beside the shared tile maps."""
+    every beam's row is the same result's row: its own decoder maps beside the shared tile maps; `figure
+    --batch-index 2` draws beam 2's words over the tiles and the tower's tile map, each titled beam 2's."""
     import zipfile
+
+    from attnviz.cli import main
 
     m = open_model(idefics3_repo, provider="cpu")
     r = m.analyze(text=PROMPT, image=str(image), generate=4, beams=K)
@@ -114,3 +117,12 @@ def test_the_npz_holds_the_tile_maps_once_and_each_beam_reads_back_its_own(idefi
         assert got.generated == r.info["beams"][b]["generated"] == want.generated
         for a, c in zip(want.maps, got.maps):
             np.testing.assert_array_equal(a.array(), c.array())
+    score = f"beam 2 (score {r.info['beams'][2]['score']:.3f})"
+    for view, block in (("image", "decoder self"), ("heatmap", "0")):
+        out = tmp_path / f"{view}.svg"
+        args = ["figure", str(path), "--batch-index", "2", "--view", view, "--block", block, "--out", str(out)]
+        assert main(args) == 0
+        svg = out.read_text()
+        assert score in svg and "beam 0" not in svg
+    assert "tiles · " in (tmp_path / "image.svg").read_text()  # the decoder's row over the tiles, beside the global
+    assert "tile 0 (row 0, col 0)" in svg  # the tower's first tile's map
