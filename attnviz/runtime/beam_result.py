@@ -4,7 +4,9 @@ Each hypothesis comes labelled as a greedy generation of its ids would be (one r
 of one padded batch, as a padded batch of inputs is held (:mod:`attnviz.core.rows`): every map right-padded with
 zeros to the longest row's queries and keys, each row's own axes with the positions past its end marked padding
 (``TokenAxis.pad``: the views offer only a row's own tokens).  ``info["beams"]`` keeps each row's generated ids,
-words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").
+words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").  A vision
+tower's frames (Idefics3 / SmolVLM's tiles, one prompt's several images) are the one run on the image all beams
+share: one set of frames' maps every row shows (:meth:`attnviz.core.frames.FramesMap.shared`), not K copies.
 """
 
 from __future__ import annotations
