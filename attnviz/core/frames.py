@@ -32,9 +32,20 @@ class FramesMap:
     diagonal, its keys the sum of its frames' (``side``: more, its padding's after them, where given).
 
     ``blocks`` is ``[frames, H, P, P]`` where every frame has ``P`` patches (``keys``); frames of several sizes
-    (``sizes``: each frame's patches) are one flat float32 buffer, frame after frame, each ``[H, P_f, P_f]``."""
+    (``sizes``: each frame's patches) are one flat float32 buffer, frame after frame, each ``[H, P_f, P_f]``.
 
-    def __init__(self, blocks: np.ndarray, per_row: list[int], side: int | None = None, sizes: list[int] | None = None):
+    ``rows`` (where given): batch row ``b`` shows the frames of group ``rows[b]``, ``per_row`` then counting each
+    group's frames (``groups``) -- a beam search's K rows are one image's tower run, its frames held once and shown
+    for every beam, not K copies.  ``per_row`` and ``starts`` as read afterwards are each batch row's."""
+
+    def __init__(
+        self,
+        blocks: np.ndarray,
+        per_row: list[int],
+        side: int | None = None,
+        sizes: list[int] | None = None,
+        rows: list[int] | None = None,
+    ):
         # kept as the very array (runtime/finite.py notes what it checked of that object)
         if not (type(blocks) is np.ndarray and blocks.dtype == np.float32):
             blocks = np.asarray(blocks, dtype=np.float32)
@@ -56,14 +67,28 @@ class FramesMap:
             self._frames = _views(blocks, heads, self.sizes)
         if not per_row or min(per_row) < 1 or sum(per_row) != n_frames:
             raise ValueError(f"frames per row {per_row} do not add up to the {n_frames} frames' maps")
-        self.blocks, self.per_row = blocks, per_row
-        self.starts = np.concatenate([[0], np.cumsum(per_row)[:-1]]).astype(int).tolist()
+        starts = np.concatenate([[0], np.cumsum(per_row)[:-1]]).astype(int).tolist()
+        self.groups = per_row  # each group's frames (a group a row, unless rows share them)
+        self.rows = None if rows is None else [int(g) for g in rows]
+        if self.rows is not None:
+            if not self.rows or min(self.rows) < 0 or max(self.rows) >= len(per_row):
+                raise ValueError(f"rows {self.rows} name groups outside the {len(per_row)} groups of frames")
+            per_row, starts = [per_row[g] for g in self.rows], [starts[g] for g in self.rows]
+        self.blocks, self.per_row, self.starts = blocks, per_row, starts
         self.uniform = sizes is None
         least = max(self.row_keys(b) for b in range(len(per_row)))
         side = least if side is None else int(side)  # more: one row of a padded batch, its padding kept (row)
         if side < least:
             raise ValueError(f"{side} keys cannot hold a row's {least} frames' patches")
         self.shape = (len(per_row), heads, side, side)
+
+    def shared(self, n: int) -> FramesMap:
+        """``n`` batch rows each showing this one-row map's frames (the same arrays, no copy): the rows of a beam
+        search, every beam's image the one tower run."""
+        if self.shape[0] != 1:
+            raise ValueError(f"only a one-row map's frames can be shared by rows, not {self.shape[0]} rows'")
+        sizes = None if self.uniform else self.sizes
+        return FramesMap(self.blocks, self.groups, self.shape[2], sizes, [0] * int(n))
 
     @classmethod
     def of(cls, frames: list[np.ndarray], per_row: list[int]) -> FramesMap:

@@ -57,7 +57,9 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
     for i, m in enumerate(result.maps):
         if isinstance(m, FramesMap):  # a tower's frames: their own maps and each row's count, never laid out
             arrays[f"attn_{i:03d}"] = m.blocks
-            arrays[f"attn_{i:03d}{FRAMES_SUFFIX}"] = np.array(m.per_row, dtype=np.int64)
+            arrays[f"attn_{i:03d}{FRAMES_SUFFIX}"] = np.array(m.groups, dtype=np.int64)
+            if m.rows is not None:  # rows sharing frames (a beam search's beams, one image): each row's group
+                arrays[f"attn_{i:03d}{ROWS_SUFFIX}"] = np.array(m.rows, dtype=np.int64)
             if not m.uniform:  # frames of several sizes: attn_NNN is their flat buffer, frame after frame
                 arrays[f"attn_{i:03d}{SIZES_SUFFIX}"] = np.array(m.sizes, dtype=np.int64)
             if not m.natural:  # one row of a padded batch: its padding's keys after its frames'
@@ -90,7 +92,7 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for name, value in arrays.items():
                 a = np.asarray(value() if callable(value) else value)
-                if name.startswith("attn_") and not name.endswith((FRAMES_SUFFIX, KEYS_SUFFIX, SIZES_SUFFIX)):
+                if name.startswith("attn_") and not name.endswith(COUNT_SUFFIXES):
                     a = a.astype(np.float32, copy=False)
                 with zf.open(name + ".npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, a, allow_pickle=False)
@@ -345,7 +347,9 @@ def _parse(z: _Entries, path: Path) -> AttentionResult:
             )
         if not _all_finite(a):
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
-        maps.append(DenseMap(a) if per_row is None else FramesMap(a, per_row, side))
+        maps.append(
+            DenseMap(a) if per_row is None else FramesMap(a, per_row, side, rows=_shared_rows(z, i, per_row, path))
+        )
 
     lengths = {n for m in maps for n in m.shape[2:]}  # every query and key length some map has
     notes: list[str] = []
@@ -404,6 +408,9 @@ REEXTRACT = "extract the maps again with 'attnviz extract'"
 FRAMES_SUFFIX = "_frames"  # attn_NNN_frames: attn_NNN holds a tower's frames' maps, this many frames a row
 KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (its padding's after its frames')
 SIZES_SUFFIX = "_sizes"  # attn_NNN_sizes: each frame's patches, frames of several sizes (attn_NNN flat, in turn)
+ROWS_SUFFIX = "_rows"  # attn_NNN_rows: each batch row's group of frames (rows sharing one tower run: beams)
+COUNT_SUFFIXES = (FRAMES_SUFFIX, KEYS_SUFFIX, SIZES_SUFFIX, ROWS_SUFFIX)
+MAX_SHARED_ROWS = 4096  # rows a file may show one group's frames in (a beam search's beams: at most 64)
 READ_BAND = 1 << 20  # bytes of a float64 (any non-float32) map read at a time into its float32 array (1 MiB)
 FINITE_BAND = 1 << 22  # values checked for NaN/Inf at a time (16 MB of float32): the mask is a band's, not the map's
 
@@ -445,15 +452,37 @@ def _sized_frames(z: _Entries, i: int, a: np.ndarray, heads: int, path: Path) ->
         and (side is None or (side.ndim == 0 and side.dtype.kind in "iu"))
     )
     if ok:
-        m = FramesMap(a.astype(np.float32, copy=False), counts.tolist(), None, sizes=sizes.tolist())
+        rows = _shared_rows(z, i, counts.tolist(), path)
+        m = FramesMap(a.astype(np.float32, copy=False), counts.tolist(), None, sizes=sizes.tolist(), rows=rows)
         if side is None or m.shape[2] <= int(side) <= m.shape[2] + MAX_FRAMES * max(m.sizes):
             if not _all_finite(a):
                 raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
-            return m if side is None else FramesMap(m.blocks, m.per_row, int(side), sizes=m.sizes)
+            return m if side is None else FramesMap(m.blocks, m.groups, int(side), sizes=m.sizes, rows=rows)
     raise AttnvizError(
         f"{path}: attn_{i:03d} {_held(a)} is not {heads} heads of the frames {name} names "
         f"(each [H, P, P] flat, counted row by row by {counts_name}); {REEXTRACT}"
     )
+
+
+def _shared_rows(z: _Entries, i: int, groups: list[int], path: Path) -> list[int] | None:
+    """Each batch row's group of frames where ``attn_NNN_rows`` names them (rows sharing one tower run: a beam
+    search's beams), checked: a file from elsewhere may name any; None where every group is a row."""
+    name = f"attn_{i:03d}{ROWS_SUFFIX}"
+    if name not in z.files:
+        return None
+    rows = z[name]
+    if (
+        rows.ndim != 1
+        or not 0 < len(rows) <= MAX_SHARED_ROWS
+        or rows.dtype.kind not in "iu"
+        or int(rows.min()) < 0
+        or int(rows.max()) >= len(groups)
+    ):
+        raise AttnvizError(
+            f"{path}: {name} ({_held(rows)}) does not name, for at most {MAX_SHARED_ROWS:,} rows, one of the "
+            f"{len(groups)} groups of frames attn_{i:03d}{FRAMES_SUFFIX} counts; {REEXTRACT}"
+        )
+    return [int(g) for g in rows]
 
 
 def _frames(z: _Entries, i: int, a: np.ndarray, path: Path) -> tuple[list[int] | None, int | None]:

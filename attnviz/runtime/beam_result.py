@@ -4,7 +4,9 @@ Each hypothesis comes labelled as a greedy generation of its ids would be (one r
 of one padded batch, as a padded batch of inputs is held (:mod:`attnviz.core.rows`): every map right-padded with
 zeros to the longest row's queries and keys, each row's own axes with the positions past its end marked padding
 (``TokenAxis.pad``: the views offer only a row's own tokens).  ``info["beams"]`` keeps each row's generated ids,
-words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").
+words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").  A vision
+tower's frames (Idefics3 / SmolVLM's tiles, one prompt's several images) are the one run on the image all beams
+share: one set of frames' maps every row shows (:meth:`attnviz.core.frames.FramesMap.shared`), not K copies.
 """
 
 from __future__ import annotations
@@ -31,10 +33,23 @@ def _padded_axis(ax: TokenAxis | None, n: int) -> TokenAxis | None:
     return TokenAxis(list(ax.labels) + ["<pad>"] * extra, special, values, pad)
 
 
-def _stacked(maps: list[MapSource], label: str) -> DenseMap:
-    """One site's maps of every hypothesis ``[1, H, q_i, k_i]`` as ``[K, H, max q, max k]``, zero past a row's end."""
-    if any(isinstance(m, FramesMap) for m in maps):
-        raise AttnvizError(f"--beams keeps dense maps only; {label} is a vision tower's frames: drop --beams")
+def _shared(maps: list[FramesMap], label: str) -> FramesMap:
+    """A vision tower's frames (an image's tiles): the tower ran once on the image every beam shares, so its maps
+    are one set, shown for each of the K rows (:meth:`FramesMap.shared`), not K copies.  (Without a cache each
+    hypothesis' re-run ran the tower again on the same pixels: the first run's maps are kept.)"""
+    first = maps[0]
+    if any(m.shape != first.shape or m.sizes != first.sizes for m in maps):  # never: one image, one processor
+        raise AttnvizError(f"--beams: the hypotheses' runs gave {label} different frames; drop --beams")
+    return first.shared(len(maps))
+
+
+def _stacked(maps: list[MapSource], label: str) -> MapSource:
+    """One site's maps of every hypothesis ``[1, H, q_i, k_i]`` as ``[K, H, max q, max k]``, zero past a row's end
+    (a vision tower's frames: one set every row shows)."""
+    if all(isinstance(m, FramesMap) for m in maps):
+        return _shared([m for m in maps if isinstance(m, FramesMap)], label)
+    if any(isinstance(m, FramesMap) for m in maps):  # never: a site is a tower's in every run or in none
+        raise AttnvizError(f"--beams: {label} is a vision tower's frames in some hypotheses' runs only")
     arrays = [np.asarray(m.array(), np.float32) for m in maps]
     b, h = len(arrays), arrays[0].shape[1]
     tq = max(a.shape[2] for a in arrays)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gui_helpers import open_and_wait, run_and_wait
 
 DEMO = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
@@ -127,3 +128,47 @@ def test_head_stats_follow_the_beam(qtbot, real_window):
     want = [head_stats(blk.head(layer, h))["entropy"] for layer in range(blk.n_layers) for h in range(4)]
     np.testing.assert_allclose(shown, want, rtol=1e-9)
     assert not np.allclose(first, want)
+
+
+def test_a_tiled_images_beams_show_their_own_words_beside_the_one_towers_tiles(qtbot, real_window, idefics3_repo):
+    """SmolVLM's architecture (tiny Idefics3, the image split into tiles): each beam's Head map of the tower is
+    the tower's one run (every beam the same tiles' maps, the frame box naming the tiles), and Image regions'
+    words are that beam's own, each drawn from that beam's decoder row over the tiles."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from attnviz.core import view as v
+
+    w = real_window
+    sample = DEMO.parents[1] / "resources" / "samples" / "captioning.png"
+    open_and_wait(
+        qtbot, w, idefics3_repo, text="<s> <image> a photo of the cat", image=str(sample), generate=4, beams=3
+    )
+    r, s = w.session.result, w.session
+    beams = r.info["beams"]
+    assert r.batch_size == 3 and w.controls.labels["batch row"].text() == "beam"
+    tower = next(i for i, b in enumerate(s.blocks) if b.stack == "encoder")
+    dec = next(i for i, b in enumerate(s.blocks) if b.stack == "decoder")
+    for b in (2, 0, 1):
+        w.controls.batch.setValue(b)
+        w.select_view("heatmap")
+        s.select(block=tower, mode="head", layer=1, head=2, frame=3)
+        names = [w.head_map.frame_box.itemText(i) for i in range(w.head_map.frame_box.count())]
+        assert len(names) == 5 and names[-1] == "global image" and w.head_map.frame_row.isVisibleTo(w)
+        frames = r.maps[s.blocks[tower].sites[1]]
+        np.testing.assert_array_equal(w.head_map.heatmap.mv.matrix, frames.frames(b)[3][2])
+        np.testing.assert_array_equal(frames.frames(b)[3], frames.frames(0)[3])  # one tower run for every beam
+        w.select_view("image")
+        s.select(block=dec, mode="head", layer=1, head=0)
+        ir = w.image_regions
+        own = beams[b]["generated"]
+        # the prompt's words, then the beam's own but its last (never fed back: no row reads it)
+        assert [label for label, _ in ir.queries] == "a photo of the cat".split() + own[:-1], b
+        ir.query_bar.buttons[-1].click()  # the beam's last row (its own word), as a user picks it
+        label, row = ir.queries[ir.query]
+        assert label == own[-2] and ir.info.text().startswith(f"query “{label}”")
+        want = v.overlay_view(r, v.Selection(batch=b, block=dec, mode="head", layer=1, head=0, query=row))
+        np.testing.assert_array_equal(ir.patch_map, want.patch)
+        grid = r.token_grid_of(b)  # that row's weights on the tiles' image tokens, each at its cell
+        beam_row = r.maps[s.blocks[dec].sites[1]].array()[b, 0, row]
+        by_hand = np.array([[beam_row[grid.key(y, x)] for x in range(grid.cols)] for y in range(grid.rows)])
+        np.testing.assert_allclose(ir.patch_map, by_hand, rtol=1e-6)

@@ -72,7 +72,19 @@ def test_llava_beams_through_the_cache_equal_transformers(request, repo, image, 
             assert not got[:, w.shape[1] :].any()  # a shorter hypothesis' rows past its end: padding
 
 
-def test_qwen2vl_beams_through_the_cache_continue_each_rows_mrope_positions(qwen2vl_repo, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def qwen_hf():
+    """The tiny Qwen2-VL in transformers with its cache on (built once: both Qwen2-VL tests search with it)."""
+    import qwen2vl_models as qm
+
+    hf = qm.build()
+    hf.config.use_cache = True
+    return hf
+
+
+def test_qwen2vl_beams_through_the_cache_continue_each_rows_mrope_positions(
+    qwen2vl_repo, qwen_hf, tmp_path, monkeypatch
+):
     """Qwen2-VL: the batch-K steps' positions are [3, K, 1], each beam's count plus the rope delta its cache row
     came with (taken by the parents with the cache); transformers' own cached beam search (its rope_deltas path)
     gives the same hypotheses, scores and gathered decoder attentions."""
@@ -82,8 +94,8 @@ def test_qwen2vl_beams_through_the_cache_continue_each_rows_mrope_positions(qwen
     Image.fromarray((np.random.default_rng(3).random((45, 70, 3)) * 255).astype(np.uint8)).save(path)
     prompt = "<|vision_start|><|image_pad|><|vision_end|>describe the cat"
     m = open_model(qwen2vl_repo, provider="cpu")
-    hf = qm.build()
-    hf.config.use_cache = True
+    hf = qwen_hf
+    hf.model.rope_deltas = None  # another search's deltas would shift this one's positions
     p = qm.image_processor()(images=Image.open(path).convert("RGB"), return_tensors="np")
     ids = torch.as_tensor(bd.prepare(m, AnalyzeRequest(text=prompt, image=str(path))).prompts)
     k, n, eos = 3, 6, 45
@@ -134,4 +146,48 @@ def test_paligemma_beams_through_the_cache_count_positions_from_one_and_type_tok
     for j, bi in enumerate(o.beam_indices):
         for layer, got in enumerate(dec):
             w = _rows_through_beam_indices(o.attentions, layer, bi, t)
+            np.testing.assert_allclose(got.array()[j], w, atol=TOL, err_msg=f"beam {j}")
+
+
+def test_qwen2vl_two_images_of_two_sizes_beams_share_the_towers_frames(qwen2vl_repo, qwen_hf, tmp_path):
+    """Two images of their own sizes (the tower's maps frames of 48 and 60 patches, a run each): the beams equal
+    transformers', every beam's decoder maps transformers' gathered through beam_indices, and the tower's frames
+    one set every beam row shows (it refused them, as Idefics3's tiles, before)."""
+    import qwen2vl_models as qm
+    import vlm_build as vb
+
+    from attnviz.core.frames import FramesMap
+
+    two = [vb.random_image(tmp_path / "a.png", 45, 70, 3), vb.random_image(tmp_path / "b.png", 60, 100, 5)]
+    prompt = "<|vision_start|><|image_pad|><|vision_end|>dog<|vision_start|><|image_pad|><|vision_end|>where the cat"
+    hf = qwen_hf
+    hf.model.rope_deltas = None  # another search's deltas would shift this one's positions
+    p = qm.image_processor()(images=[Image.open(x).convert("RGB") for x in two], return_tensors="np")
+    assert p["image_grid_thw"].tolist() == [[1, 6, 8], [1, 6, 10]]
+    m = open_model(qwen2vl_repo, provider="cpu")
+    ids = torch.as_tensor(bd.prepare(m, AnalyzeRequest(text=prompt, image=two)).prompts)
+    k, n = 3, 4
+    o = _hf_beams(
+        hf, k, n, input_ids=ids, pixel_values=torch.as_tensor(p["pixel_values"]),
+        image_grid_thw=torch.as_tensor(p["image_grid_thw"]), mm_token_type_ids=qm.image_types(ids),
+        attention_mask=torch.ones_like(ids), use_cache=True, eos_token_id=None, pad_token_id=0,
+    )  # fmt: skip
+    want = _hf_hypotheses(o, ids.shape[1])
+    assert len({tuple(h) for h in want}) == k
+    m.meta.setdefault("special", {}).pop("eos", None)
+    r = m.analyze(text=prompt, image=two, generate=n, beams=k)
+    assert r.info["generation"] == "kv-cache" and [b["ids"] for b in r.info["beams"]] == want
+    np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
+    seen = qm.record_vision_attention(hf, p["pixel_values"], p["image_grid_thw"])
+    dec = r.maps[len(r.maps) - len(o.attentions[0]) :]
+    tower = r.maps[: len(r.maps) - len(dec)]
+    for layer, fm in enumerate(tower):
+        assert isinstance(fm, FramesMap) and fm.sizes == [48, 60] and fm.rows == [0] * k
+        for j in range(k):
+            for f, got in enumerate(fm.frames(j)):
+                assert np.shares_memory(got, fm.blocks)
+                np.testing.assert_allclose(got, seen[2 * layer + f][0], atol=TOL)
+    for j, bi in enumerate(o.beam_indices):
+        for layer, got in enumerate(dec):
+            w = _rows_through_beam_indices(o.attentions, layer, bi, ids.shape[1])
             np.testing.assert_allclose(got.array()[j], w, atol=TOL, err_msg=f"beam {j}")
