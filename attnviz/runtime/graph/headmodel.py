@@ -150,8 +150,10 @@ def _side_slices(
         ]
         for i, (tag, op, axis) in enumerate(steps):
             out = n if i == len(steps) - 1 else f"{side_input(n, tag)}/out"
-            extra = {} if axis is None else {"axis": axis}
-            nodes.append(helper.make_node(op, [src, side_input(n, tag)], [out], **extra))
+            if axis is None:
+                nodes.append(helper.make_node(op, [src, side_input(n, tag)], [out]))
+            else:
+                nodes.append(helper.make_node(op, [src, side_input(n, tag)], [out], axis=axis))
             if axis is not None:
                 inputs.append(helper.make_tensor_value_info(side_input(n, tag), TensorProto.INT64, [None]))
             src = out
