@@ -361,7 +361,7 @@ def _translate(
     from attnviz.core import align
     from attnviz.core.limits import limit
     from attnviz.core.words import count
-    from attnviz.core.writes import atomic_write_bytes
+    from attnviz.core.writes import atomic_write_files
 
     lines: list[str] = []
     words: list[str] = []
@@ -394,8 +394,13 @@ def _translate(
     finally:
         if bar is not None:  # the bar first: an error or "interrupted" then starts a line of its own
             bar.close()
-    atomic_write_bytes(trans, ("\n".join(words) + "\n").encode("utf-8"), "--translations")
-    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode("utf-8"), "--out")
+    # the two together: a Ctrl-C between two writes left the new translations beside the old links
+    atomic_write_files(
+        [
+            (trans, ("\n".join(words) + "\n").encode("utf-8"), "--translations"),
+            (out, ("\n".join(lines) + "\n").encode("utf-8"), "--out"),
+        ]
+    )
     search = "greedy" if args.beams == 1 else f"best of {args.beams} beams"
     print(
         f"wrote {out}: {count(len(lines), 'sentence')} translated ({search}), {n_links} links from {what}, "
