@@ -117,7 +117,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)"
     )
-    view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
+    view.add_argument(
+        "--query",
+        type=int,
+        help="query position (image, links, heatmap highlight); image view default: as the window opens it (a "
+        "captioner's most focused word, the word of --step)",
+    )
     view.add_argument(
         "--batch-index",
         type=int,
@@ -443,6 +448,12 @@ def run(args) -> int:
     if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
         src["generate"] = int((result.info or {}).get("generate") or 0)
     note = None  # said once the figure is drawn: a refusal (--view image of a text model) is its one line alone
+    if not args.recipe and args.image_base is None:
+        # the view model's base, as the window opens on (colour under a captioner's words): FigureSpec's "grey" is
+        # what a recipe written before there was a choice was drawn on; the recipe records the base drawn
+        from attnviz.core.view import default_image_base
+
+        spec = FigureSpec(**dict(spec.to_dict(), image_base=default_image_base(result)))
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
         from attnviz.figures.select import declared_defaults
 
