@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from attnviz.core.rows import BEAMS_KEY, score_text
+from attnviz.core.words import count
+
 
 @dataclass(frozen=True)
 class RunFact:
@@ -48,17 +51,39 @@ def run_fact(key: str, value: object) -> tuple[str, object]:
     return fact.label, fact.values.get(value, value) if isinstance(value, str) else value
 
 
+# the engine's keys of a beam search that :func:`beam_summary` says in a beam's words: "batch 4" named the K
+# hypotheses as if they were a padded batch's rows, and "beam steps 11" stood apart from them
+BEAM_KEYS = ("batch", "beam_steps")
+
+
+def _beams(info: dict) -> list[dict] | None:
+    beams = info.get(BEAMS_KEY)
+    if not isinstance(beams, list) or len(beams) < 2:
+        return None
+    return [b if isinstance(b, dict) else {} for b in beams]
+
+
+def _score(b: dict) -> str:
+    score = b.get("score")
+    return score_text(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else "?"
+
+
+def beam_summary(info: dict, shown: int) -> str | None:
+    """The Run section's one line of a beam search: ``4 beams, best first, over 11 steps; beam 1 shown (score
+    -0.567)`` (``shown``: the beam the views draw, the beam box's); None for any other result."""
+    beams = _beams(info)
+    if beams is None:
+        return None
+    steps = info.get("beam_steps")
+    over = f", over {count(int(steps), 'step')}" if isinstance(steps, int) and not isinstance(steps, bool) else ""
+    b = min(max(int(shown), 0), len(beams) - 1)
+    return f"{len(beams)} beams, best first{over}; beam {b} shown (score {_score(beams[b])})"
+
+
 def beam_lines(info: dict) -> list[str]:
     """A beam search's hypotheses for the Run section, best first: ``beam 0 (score -0.758): In the beginning ...``
     (``info["beams"]``, :data:`attnviz.core.rows.BEAMS_KEY`); empty for any other result."""
-    beams = info.get("beams")
-    if not isinstance(beams, list) or len(beams) < 2:
-        return []
-    out = []
-    for i, b in enumerate(beams):
-        if not isinstance(b, dict):
-            continue
-        score = b.get("score")
-        said = f"{float(score):.3f}" if isinstance(score, (int, float)) else "?"
-        out.append(f"beam {i} (score {said}): " + " ".join(str(w) for w in b.get("generated") or []))
-    return out
+    return [
+        f"beam {i} (score {_score(b)}): " + " ".join(str(w) for w in b.get("generated") or [])
+        for i, b in enumerate(_beams(info) or [])
+    ]

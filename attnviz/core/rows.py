@@ -8,6 +8,7 @@ marked padding (``TokenAxis.pad``, the attention mask's 0s), so the views offer 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -19,6 +20,23 @@ ROWS_KEY = "rows"
 # a beam search's result (``--beams K``): its batch rows are the K finished hypotheses, best first, and this info key
 # holds each one's ``{"ids", "generated", "score"}`` (runtime/beam_result.py); the views call its rows "beams"
 BEAMS_KEY = "beams"
+
+
+SCORE_PLACES = 3  # a beam's score (a length-normalised log-probability) to this many decimal places
+
+
+def score_text(score: float) -> str:
+    """A beam's score as every view and command prints it (the CLI's lines, a figure's title, the window): three
+    decimals, ``-0.555``; an exact 0 as ``0.000`` (a negative zero is no score below 0); a score that rounds to
+    zero but is not, with two significant digits (``-0.00031``, ``-3.1e-07``): "score -0.000" read as a rounding
+    slip or a negative zero, and a researcher ranking beams could not tell which beam scored higher."""
+    x = float(score)
+    if x == 0.0:  # -0.0 too
+        return f"{0.0:.{SCORE_PLACES}f}"
+    said = f"{x:.{SCORE_PLACES}f}"
+    if float(said) != 0.0 or not math.isfinite(x):
+        return said
+    return f"{x:.2g}"
 
 
 def row_noun(result: AttentionResult | None) -> str:

@@ -19,7 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -74,25 +74,58 @@ def atomic_path(path: str | os.PathLike, flag: str = "") -> Iterator[Path]:
 
     ``flag`` names the option that chose ``path`` (for messages), e.g. ``"--out"``.
     """
-    path = Path(path)
-    parent = _folder(path, flag)
-    _refuse(path, flag or "output", _DECLARED.get())
+    with atomic_paths([(path, flag)]) as (tmp,):
+        yield tmp
+
+
+@contextmanager
+def atomic_paths(targets: Sequence[tuple[str | os.PathLike, str]]) -> Iterator[list[Path]]:
+    """Yield a temp file path beside each of ``targets`` (``(path, flag)``); on normal exit they replace their
+    paths, together.  The outputs of one command that belong together (``align``'s links and translations, a
+    figure and its recipe) were written one after the other: a Ctrl-C or a failed write between them left a new
+    translations file beside the old links.  Here every file is written in full first (any failure until then
+    leaves every old file as it was), then the renames run one after another with a Ctrl-C held back over them
+    (:func:`attnviz.core.interrupts.held`: microseconds), so an interrupt leaves all the old files or all the new."""
+    from attnviz.core.interrupts import held
+
+    made: list[tuple[Path, str]] = []  # (target, temp file)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as e:
-        raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable {flag or 'folder'}") from None
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, _mode())  # mkstemp makes 0600; published files get the usual permissions
-        os.replace(tmp, path)
-    except OSError as e:
-        raise AttnvizError(
-            f"cannot write {path}: {e.strerror or e}; check the folder is writable and has space"
-        ) from None
+        for path, flag in targets:
+            path = Path(path)
+            parent = _folder(path, flag)
+            _refuse(path, flag or "output", _DECLARED.get())
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+            except OSError as e:
+                raise AttnvizError(f"cannot write {path}: {e.strerror}; choose a writable {flag or 'folder'}") from None
+            os.close(fd)
+            made.append((path, tmp))
+        writing = " and ".join(str(p) for p, _ in made)
+        try:
+            yield [Path(tmp) for _, tmp in made]
+            for _, tmp in made:
+                os.chmod(tmp, _mode())  # mkstemp makes 0600; published files get the usual permissions
+            with held():
+                for path, tmp in made:
+                    writing = str(path)
+                    os.replace(tmp, path)
+        except OSError as e:
+            raise AttnvizError(
+                f"cannot write {writing}: {e.strerror or e}; check the folder is writable and has space"
+            ) from None
     finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        for _, tmp in made:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+
+
+def atomic_write_files(files: Sequence[tuple[str | os.PathLike, bytes, str]]) -> list[Path]:
+    """Several outputs that belong together, ``(path, data, flag)`` each, written as one (:func:`atomic_paths`)."""
+    with atomic_paths([(path, flag) for path, _, flag in files]) as tmps:
+        for tmp, (_, data, _) in zip(tmps, files):
+            with open(tmp, "wb") as f:
+                f.write(data)
+    return [Path(path) for path, _, _ in files]
 
 
 def make_folder(path: str | os.PathLike, flag: str = "--out") -> Path:
@@ -186,9 +219,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, flag: str = "", syn
     return Path(path)
 
 
+def json_bytes(obj: Any, **dumps: Any) -> bytes:
+    """``obj`` as the JSON files attnviz writes hold it (indented by 2 unless ``dumps`` says otherwise)."""
+    return (json.dumps(obj, **(dumps or {"indent": 2})) + "\n").encode("utf-8")
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, flag: str = "", sync: bool = False, **dumps: Any) -> Path:
-    dumps = dumps or {"indent": 2}
-    return atomic_write_bytes(path, (json.dumps(obj, **dumps) + "\n").encode("utf-8"), flag, sync)
+    return atomic_write_bytes(path, json_bytes(obj, **dumps), flag, sync)
 
 
 PathLike = str | os.PathLike

@@ -224,14 +224,13 @@ def prepare_write() -> None:
 
 
 def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None:
-    """The three results, each written atomically (a temp file beside it, then one rename)."""
+    """The three results, written together (core/writes.py's atomic_paths: each to a temp file beside it, then the
+    three renames with a Ctrl-C held over them): never a new heads table beside an old run.json."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from attnviz.corpus.columns import table  # from_pylist's tables without importing pandas
 
-    with writes.atomic_path(out / HEADS, "--out") as tmp:
-        pq.write_table(table(heads), tmp)
     ex_schema = pa.schema(
         [
             ("stack", pa.string()),
@@ -259,9 +258,10 @@ def write(out: Path, heads: list[dict], examples: list[dict], run: dict) -> None
         ex_schema = ex_schema.insert(at + 3, pa.field("frame", pa.string()))
     if any("audio" in e for e in examples):  # a speech corpus: each example's recording
         ex_schema = ex_schema.insert(ex_schema.get_field_index("image") + 1, pa.field("audio", pa.string()))
-    with writes.atomic_path(out / EXAMPLES, "--out") as tmp:
-        pq.write_table(table(examples, ex_schema), tmp)
-    writes.atomic_write_json(out / RUN, run, "--out")
+    with writes.atomic_paths([(out / HEADS, "--out"), (out / EXAMPLES, "--out"), (out / RUN, "--out")]) as tmps:
+        pq.write_table(table(heads), tmps[0])
+        pq.write_table(table(examples, ex_schema), tmps[1])
+        tmps[2].write_bytes(writes.json_bytes(run))
 
 
 @dataclass

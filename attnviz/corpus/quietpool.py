@@ -13,35 +13,12 @@ waited on them (concurrent.futures joins its pools at exit).
 
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
 
+from attnviz.core.interrupts import held  # (moved to core: output files published together hold it too)
 from attnviz.corpus import quietspawn
 
-
-@contextmanager
-def held() -> Iterator[None]:
-    """A Ctrl-C meanwhile is raised when the block ends, by the handler it would have run (the command's counting
-    one, or Python's own); only in the main thread, where Python runs the handlers, and only where a Python handler
-    is set (an ignored SIGINT stays ignored).  Not for a block that may wait long: a second Ctrl-C is held too."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    handler = signal.getsignal(signal.SIGINT)
-    if not callable(handler):
-        yield
-        return
-    caught: list = []
-    signal.signal(signal.SIGINT, lambda *signal_and_frame: caught.append(signal_and_frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, handler)
-        if caught:
-            handler(*caught[0])
+__all__ = ["QuietPool", "held"]
 
 
 class QuietPool(ProcessPoolExecutor):

@@ -30,15 +30,16 @@ def given_input(args, names: tuple[str, ...]) -> dict:
 
 def write_heads(out: Path, rows: list[dict], measures: tuple[tuple[str, str], ...], run: dict) -> None:
     """``rows`` under the schema ``HEAD_KEYS + measures`` (pyarrow type names: "float64", "bool_", ...) into
-    ``out/heads.parquet``, ``run`` into ``out/run.json``; ``out`` is made if missing.  Each file goes through
-    :func:`attnviz.core.writes.atomic_path` (inside a command, checked again against its declared inputs)."""
+    ``out/heads.parquet``, ``run`` into ``out/run.json``; ``out`` is made if missing.  The two go through
+    :func:`attnviz.core.writes.atomic_paths` together (inside a command, checked again against its declared
+    inputs): never a new table beside an old run.json."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from attnviz.core.writes import atomic_path, atomic_write_json, make_folder
+    from attnviz.core.writes import atomic_paths, json_bytes, make_folder
 
     make_folder(out)
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in (*HEAD_KEYS, *measures)])
-    with atomic_path(out / HEADS, "--out") as tmp:
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    atomic_write_json(out / RUN, run, "--out", indent=1)
+    with atomic_paths([(out / HEADS, "--out"), (out / RUN, "--out")]) as (heads, said):
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), heads)
+        said.write_bytes(json_bytes(run, indent=1))

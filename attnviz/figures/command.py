@@ -117,7 +117,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     view.add_argument(
         "--aggregate", "--agg", dest="agg", choices=AGGREGATES, help="aggregate the heads instead (default mean)"
     )
-    view.add_argument("--query", type=int, help="query position (image, links, heatmap highlight)")
+    view.add_argument(
+        "--query",
+        type=int,
+        help="query position (image, links, heatmap highlight); image view default: as the window opens it (a "
+        "captioner's most focused word, the word of --step)",
+    )
     view.add_argument(
         "--batch-index",
         type=int,
@@ -368,8 +373,8 @@ def _positional_file(args) -> None:
 
 def run(args) -> int:
     from attnviz.core.writes import guard
-    from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for, write_recipe
-    from attnviz.figures.render import figure_format, render_spec, save_figure
+    from attnviz.figures.recipe import load_recipe, make_recipe, recipe_path_for
+    from attnviz.figures.render import figure_format, render_spec, save_figure, save_figure_and_recipe
     from attnviz.figures.select import block_label, resolve_block
     from attnviz.figures.sources import load_result
     from attnviz.figures.spec import FigureSpec
@@ -443,6 +448,12 @@ def run(args) -> int:
     if src["model"] and not src["maps"]:  # the recipe records the steps taken (the default, when none were asked)
         src["generate"] = int((result.info or {}).get("generate") or 0)
     note = None  # said once the figure is drawn: a refusal (--view image of a text model) is its one line alone
+    if not args.recipe and args.image_base is None:
+        # the view model's base, as the window opens on (colour under a captioner's words): FigureSpec's "grey" is
+        # what a recipe written before there was a choice was drawn on; the recipe records the base drawn
+        from attnviz.core.view import default_image_base
+
+        spec = FigureSpec(**dict(spec.to_dict(), image_base=default_image_base(result)))
     if not args.recipe:  # a recipe already says which head it drew (and is drawn as it says)
         from attnviz.figures.select import declared_defaults
 
@@ -469,11 +480,12 @@ def run(args) -> int:
         fig = render_spec(result, spec)
         if note:
             say(note)
-        path = save_figure(fig, out)
-        if not args.no_recipe:
-            rpath = Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
-            if not (args.recipe and Path(args.recipe).resolve() == rpath.resolve()):
-                write_recipe(recipe_for(spec, path), rpath)
+        path = Path(out)
+        rpath = None if args.no_recipe else Path(args.recipe_out) if args.recipe_out else recipe_path_for(path)
+        if rpath is None or (args.recipe and Path(args.recipe).resolve() == rpath.resolve()):
+            save_figure(fig, path)  # (the recipe it was drawn from stays as it is)
+        else:  # the two together: a Ctrl-C between them never leaves the new figure beside the old recipe
+            save_figure_and_recipe(fig, path, recipe_for(spec, path), rpath)
         print(f"wrote {path}")
         say_run_notes(result.info)  # as extract says them: what --max-tokens / --max-seconds cut, the transcript...
         return 0
@@ -494,9 +506,10 @@ def run(args) -> int:
         _progress(k, len(jobs), f"L{l} H{h}")
         one = FigureSpec(**dict(spec.to_dict(), block=bi, layer=l, head=h, heads=None, agg=None))
         target = folder / f"{prefix}L{l:02d}_H{h:02d}.{fmt}"
-        path = save_figure(render_spec(result, one), target)
-        if not args.no_recipe:
-            write_recipe(recipe_for(one, path), recipe_path_for(path))
+        if args.no_recipe:
+            save_figure(render_spec(result, one), target)
+        else:
+            save_figure_and_recipe(render_spec(result, one), target, recipe_for(one, target), recipe_path_for(target))
     _progress(len(jobs), len(jobs), "done")
     print(f"wrote {len(jobs)} figures to {folder}")
     say_run_notes(result.info)

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from attnviz.core.attention import AttentionResult
+from attnviz.core.rows import score_text
 from attnviz.core.view import clean_label, frame_step, tick_indices, time_tick_indices
 from attnviz.figures.spec import FigureStyle
 
@@ -163,7 +164,7 @@ def beam_part(result: AttentionResult) -> str:
     score = info.get("beam_score")
     if not isinstance(score, (int, float)) or isinstance(score, bool):
         return ""
-    return f"beam {int(info.get('batch_row', 0))} (score {float(score):.3f})"
+    return f"beam {int(info.get('batch_row', 0))} (score {score_text(score)})"
 
 
 def make_title(result: AttentionResult, spec: FigureStyle, *parts: str) -> str:

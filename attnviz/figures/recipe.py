@@ -155,6 +155,15 @@ def _relativise(entry: dict | None, base: Path) -> dict | None:
 
 def write_recipe(recipe: dict, path: str | os.PathLike) -> Path:
     """Write the recipe as sorted, indented JSON, atomically; file paths relative to its folder."""
+    return atomic_write_bytes(path, recipe_bytes(recipe, path), RECIPE_FLAG)
+
+
+RECIPE_FLAG = "--recipe-out"  # the option that names a recipe's file, for the messages
+
+
+def recipe_bytes(recipe: dict, path: str | os.PathLike) -> bytes:
+    """The recipe as :func:`write_recipe` writes it to ``path`` (its file paths relative to that folder), for a
+    figure and its recipe written together (figures/render.py's :func:`save_figure_and_recipe`)."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -169,8 +178,7 @@ def write_recipe(recipe: dict, path: str | os.PathLike) -> Path:
             r[sec][key] = [_relativise(e, base) for e in r[sec][key]]
     if r.get("output"):
         r["output"] = _relativise(r["output"], base)
-    text = json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return atomic_write_bytes(path, text.encode("utf-8"), "--recipe-out")
+    return (json.dumps(r, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _resolve(entry: dict | None, base: Path, what: str, check: bool, where: str = "the recipe's entry") -> dict | None:

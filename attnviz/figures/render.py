@@ -227,6 +227,26 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, 
     A failed write never leaves a half-written file or touches an existing one.  ``flag``: the option that named
     ``path``, for the messages (``compare --figure``).
     """
+    return atomic_write_bytes(path, encoded_figure(fig, path, dpi, flag), flag)
+
+
+def save_figure_and_recipe(
+    fig: Figure, path: str | os.PathLike, recipe: dict, recipe_path: str | os.PathLike, dpi: float | None = None
+) -> Path:
+    """``fig`` to ``path`` and its ``recipe`` to ``recipe_path``, written together (core/writes.py's
+    :func:`~attnviz.core.writes.atomic_write_files`): one after the other, a Ctrl-C or a failed recipe write between
+    them left the new figure beside the old recipe, whose ``figure --recipe`` then drew the old figure."""
+    from attnviz.core.writes import atomic_write_files
+    from attnviz.figures.recipe import RECIPE_FLAG, recipe_bytes
+
+    data = encoded_figure(fig, path, dpi)
+    atomic_write_files([(path, data, "--out"), (recipe_path, recipe_bytes(recipe, recipe_path), RECIPE_FLAG)])
+    return Path(path)
+
+
+def encoded_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str = "--out") -> bytes:
+    """``fig`` encoded in the format ``path``'s suffix names, once ``path`` is checked to be writable there (not a
+    folder, in one that exists) and a PNG's size within the limit: the bytes :func:`save_figure` writes."""
     path = Path(path)
     fmt = figure_format(path)
     parent = path.parent if str(path.parent) else Path(".")
@@ -237,8 +257,7 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, 
     if fmt == "png":  # a raster's memory grows with (inches × dpi)²: estimate before drawing
         w, h = fig.get_size_inches() * float(dpi or fig.dpi)
         limits.check("figure_pixels", w * h, f"the figure {path.name} ({w:.0f}×{h:.0f} px)")
-    data = figure_bytes(fig, fmt, dpi)
-    return atomic_write_bytes(path, data, flag)
+    return figure_bytes(fig, fmt, dpi)
 
 
 def export_figure(
@@ -249,10 +268,11 @@ def export_figure(
     ``recipe_sources``: the :func:`attnviz.figures.recipe.make_recipe` keywords saying where the result came from,
     e.g. ``{"model": "m.onnx", "text": "the cat sat", "generate": 0}`` or ``{"maps": "maps.npz"}``.
     """
-    from attnviz.figures.recipe import make_recipe, recipe_path_for, write_recipe
+    from attnviz.figures.recipe import make_recipe, recipe_path_for
 
     figure_format(path)
-    out = save_figure(render_spec(result, spec), path)
-    if recipe_sources is not None:
-        write_recipe(make_recipe(spec, output=out, **recipe_sources), recipe_path_for(out))
-    return out
+    fig = render_spec(result, spec)
+    if recipe_sources is None:
+        return save_figure(fig, path)
+    out = Path(path)
+    return save_figure_and_recipe(fig, out, make_recipe(spec, output=out, **recipe_sources), recipe_path_for(out))

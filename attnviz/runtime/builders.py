@@ -476,17 +476,24 @@ def _prompt_text(b: _Build) -> None:
     if b.prep.image_count > 1:  # several images: their tokens' labels and grids follow each one's split
         b.tgt_tok = tok
     enc = tok.encode(b.req.text, add_special=False)
-    _say_unknown(b, tok, enc)
-    b.prompt = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes).ids
+    kept = fit_positions(b.model, enc, b.req.max_tokens, b.prep.notes)
+    _say_unknown(b, tok, kept, len(kept.ids) < len(enc.ids))
+    b.prompt = kept.ids
 
 
-def _say_unknown(b: _Build, tok, enc) -> None:
-    """A text mostly of the unknown token gets a note (runtime/unknown_tokens.py)."""
+def _say_unknown(b: _Build, tok, kept, cut: bool) -> None:
+    """A text mostly of the unknown token gets a note (runtime/unknown_tokens.py), counted over the tokens that
+    run (``kept``: after ``--max-tokens``): the whole text's count said "6 of 9 tokens are [UNK]" of a run whose
+    five tokens were all known, and nothing of one whose kept tokens were all [UNK]."""
     from attnviz.runtime.unknown_tokens import unknown_note
 
-    note = unknown_note(tok, enc)
+    note = unknown_note(tok, kept, KEPT_TEXT if cut else "the text")
     if note is not None:
         b.prep.notes.append(note)
+
+
+# what the note counts where --max-tokens cut the text (no "(--max-tokens N)": that marks the cut's own note)
+KEPT_TEXT = "the text as --max-tokens cut it"
 
 
 def _caption_text(b: _Build) -> None:
@@ -504,11 +511,11 @@ def _encoder_text(b: _Build) -> None:
     enc = b.src_tok.encode(b.req.text, pair)
     if not enc.ids:
         raise AttnvizError("the text gives no tokens; type some words")
-    _say_unknown(b, b.src_tok, enc)
     cut_as = (b.src_tok, b.req.text, pair) if pair is not None else None
     forced = b.dec_in is not None and bool(b.req.text_pair)  # an encoder–decoder's target: noted with its cut
     n = len(enc.ids)
     enc = fit_positions(b.model, enc, b.req.max_tokens, None if forced else b.prep.notes, cut_as)
+    _say_unknown(b, b.src_tok, enc, len(enc.ids) < n)
     if forced:
         b.source_cut = (n, len(enc.ids))
     fill_text_inputs(b.model, b.feeds, [enc.ids], enc.type_ids, ENCODER_ROLES)

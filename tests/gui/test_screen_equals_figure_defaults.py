@@ -151,3 +151,20 @@ def test_the_strip_over_the_decoders_own_tokens_draws_the_head_map_rows(qtbot, r
         assert not mv.matrix[i][n:].any()  # the positions after the word were not there yet
         compared += 1
     assert compared >= 5
+
+
+def test_image_regions_open_on_the_word_figure_draws_without_a_query(qtbot, real_window, tmp_path):
+    """The captioning demo with nothing chosen: Image regions open on the word whose attention is most focused (the
+    highest drawn weight of any word's map, counted here over the maps the tab draws), and `figure --view image`
+    without --query draws that word too, byte for byte (it drew the first word: one view model chooses for both)."""
+    path = demo("captioning")
+    w = real_window
+    open_and_wait(qtbot, w, path, timeout=60000)
+    w.select_view("image")
+    v = w.image_regions
+    peaks = [float(v.patch_map_for(i).max()) for i in range(len(v.queries))]
+    assert v.query == int(np.argmax(peaks)) != 0  # the premise: not the first word, where figure used to start
+    ours = export(qtbot, w, "image", tmp_path / "window-image.png")
+    theirs = tmp_path / "figure-image.png"
+    assert main(["figure", str(path), "--view", "image", "--out", str(theirs), "--no-recipe"]) == 0
+    assert theirs.read_bytes() == ours

@@ -81,16 +81,13 @@ def test_translations_are_the_generation_and_links_the_teacher_forced_ones(tmp_p
         # the words are the generated pieces themselves: encoding them gives back exactly those ids
         assert tgt_tok.encode(words, is_pretokenized=True, add_special_tokens=False).ids == pieces
 
-    # (b) the links: those the teacher-forced path computes for the translations as --tgt (which refuses an empty
-    # target line: the pairs with words only)
-    keep = [k for k, line in enumerate(lines) if line != EMPTY]
-    src2, tgt2, forced = tmp_path / "f.src", tmp_path / "f.tgt", tmp_path / "forced.align"
-    src2.write_text("".join(lines[k] + "\n" for k in keep), encoding="utf-8")
-    tgt2.write_text("".join(got[k] + "\n" for k in keep), encoding="utf-8")
-    argv = ["align", str(MODEL), "--src", str(src2), "--tgt", str(tgt2), "--out", str(forced), "--provider", "cpu"]
+    # (b) the links: those the teacher-forced path computes for the translations file fed back as --tgt as it is
+    # (its empty line, the EOS at once, an empty alignment line there too)
+    forced = tmp_path / "forced.align"
+    argv = ["align", str(MODEL), "--src", str(src), "--tgt", str(trans), "--out", str(forced), "--provider", "cpu"]
     assert main(argv) == 0, capsys.readouterr().err
-    assert [links[k] for k in keep] == forced.read_text().splitlines()
-    assert all(links[k] for k in keep)  # every translated line has links
+    assert links == forced.read_text().split("\n")
+    assert all(links[k] for k, line in enumerate(lines) if line != EMPTY)  # every translated line has links
 
 
 def test_a_translation_cut_short_is_said_and_aligned_as_its_words(tmp_path, capsys):
@@ -155,22 +152,64 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, capsys, extra, messag
     assert src.read_text(encoding="utf-8") == LINES[0] + "\n"
 
 
+TARGETS = ["Do not judge , so that you are not judged", "and a man 's enemies are his household"]
+
+
 @pytest.mark.parametrize("given_targets", [False, True])
-def test_an_empty_line_is_refused_before_any_line_runs(tmp_path, capsys, monkeypatch, given_targets):
-    """Line 3 empty: refused before lines 1 and 2 are translated (or run teacher-forced) and thrown away with the
-    files that are never written; the same one line as before."""
+def test_an_empty_line_gives_an_empty_alignment_line_and_runs_nothing(tmp_path, capsys, monkeypatch, given_targets):
+    """A blank line (a parallel corpus's, or a translation that was EOS at once fed back as --tgt) gives an empty
+    alignment line, as fast_align and awesome-align write one: the files keep one line per --src line, every other
+    line is what the same pairs without the blank ones give, the blank pairs never run, and a note names them."""
     from attnviz.runtime.align import Aligner
 
     ran = []
     for name in ("run", "translate"):  # the real methods, counted
         real = getattr(Aligner, name)
         monkeypatch.setattr(Aligner, name, lambda self, *a, _real=real, **k: ran.append(1) or _real(self, *a, **k))
-    src = tmp_path / "a.src"
-    src.write_text(f"{LINES[0]}\n{LINES[1]}\n\n{LINES[2]}\n", encoding="utf-8")
-    extra = ["--tgt", str(src)] if given_targets else ["--no-progress"]
-    rc = main(["align", str(MODEL), "--src", str(src), "--out", str(tmp_path / "o.txt"), *extra])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.strip() == (
-        "attnviz: error: line 3: the source sentence is empty; every line needs at least one word"
+
+    def align(src_lines, tgt_lines, tag):
+        src, out = tmp_path / f"{tag}.src", tmp_path / f"{tag}.align"
+        src.write_text("".join(f"{x}\n" for x in src_lines), encoding="utf-8")
+        extra = ["--no-progress"]
+        if tgt_lines is not None:
+            (tmp_path / f"{tag}.tgt").write_text("".join(f"{x}\n" for x in tgt_lines), encoding="utf-8")
+            extra = ["--tgt", str(tmp_path / f"{tag}.tgt")]
+        ran.clear()
+        assert main(["align", str(MODEL), "--src", str(src), "--out", str(out), *extra]) == 0
+        err = capsys.readouterr().err
+        files = [out] if tgt_lines is not None else [out, tmp_path / f"{tag}.align.translations.txt"]
+        return [f.read_text(encoding="utf-8").split("\n") for f in files], len(ran), err
+
+    if given_targets:  # line 2's target and line 3's source blank (a space or two is blank too)
+        src_lines, tgt_lines, blank = [LINES[0], LINES[1], "  "], [TARGETS[0], "", TARGETS[1]], [1, 2]
+    else:
+        src_lines, tgt_lines, blank = [LINES[0], "", LINES[1]], None, [1]
+    keep = [k for k in range(3) if k not in blank]
+    got, runs, err = align(src_lines, tgt_lines, "blank")
+    want, _, _ = align([src_lines[k] for k in keep], None if tgt_lines is None else [tgt_lines[k] for k in keep], "w")
+    assert runs == len(keep)  # the blank pairs never ran
+    for g, w in zip(got, want):
+        assert len(g) == 4 and g[-1] == ""  # three lines, newline-ended
+        assert [g[k] for k in blank] == [""] * len(blank)
+        assert [g[k] for k in keep] == w[:-1] and all(w[:-1])
+    lines = ", ".join(str(k + 1) for k in blank)
+    assert f"attnviz: note: {len(blank)} line{'s' if len(blank) > 1 else ''} ({lines}) had an empty source" in err
+
+
+def test_a_blank_pairs_gold_line_must_be_blank(tmp_path, capsys):
+    """--gold with a blank pair: its gold line empty, the AER is that of the other pairs (a link there points past
+    the words: one line naming it)."""
+    src, tgt, gold, out = (tmp_path / n for n in ("a.src", "a.tgt", "a.gold", "a.align"))
+    src.write_text(f"{LINES[0]}\n{LINES[1]}\n", encoding="utf-8")
+    tgt.write_text(f"{TARGETS[0]}\n\n", encoding="utf-8")
+    argv = ["align", str(MODEL), "--src", str(src), "--tgt", str(tgt), "--gold", str(gold), "--out", str(out)]
+    gold.write_text("0-0 1-1\n0-0\n")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        "attnviz: error: --gold line 2: link 0-0 points past the sentence (7 source, 0 target words)"
     )
-    assert ran == [] and sorted(p.name for p in tmp_path.iterdir()) == ["a.src"]
+    assert not out.exists()
+    gold.write_text("0-0 1-1\n\n")
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert out.read_text().split("\n")[1:] == ["", ""] and "(1 pair, 2 sure links)" in printed

@@ -92,3 +92,26 @@ def test_the_corpus_count_over_flat_arrays_is_the_notes_verdict_item_by_item():
     special = np.concatenate([e.special for e in encs]).astype(bool)
     counts = np.array([len(e.ids) for e in encs])
     assert items_mostly_unknown(0, ids, special, counts) == sum(said)
+
+
+GREEK_THEN_ENGLISH = "μακάριοι οἱ πτωχοὶ " + ENGLISH  # 4 known tokens, then 6 unknown: the whole text is mostly [UNK]
+ENGLISH_THEN_GREEK = "the cat sat μακάριοι οἱ πτωχοὶ τῷ πνεύματι ὅτι αὐτῶν ἐστιν ἡ βασιλεία τῶν οὐρανῶν"
+
+
+@pytest.mark.parametrize(("text", "n"), [(GREEK_THEN_ENGLISH, 4), (ENGLISH_THEN_GREEK, 3)])
+def test_after_max_tokens_the_note_counts_the_tokens_that_ran(demo, text, n):
+    """The count is of the first N tokens that ran (this tokenizer adds no special token: the cut keeps the first
+    N), counted with the library's own encoding: the whole text's verdict is the opposite in both cases."""
+    model, own = demo
+    enc = own.encode(text, add_special_tokens=False)
+    unk = own.token_to_id(own.model.unk_token)
+    whole, kept = sum(i == unk for i in enc.ids), sum(i == unk for i in enc.ids[:n])
+    assert (whole >= 0.5 * len(enc.ids)) != (kept >= 0.5 * n)  # the premise: cutting flips the verdict
+    notes = [x for x in model.analyze(text=text, max_tokens=n).info.get("notes", []) if MARK in x]
+    if kept >= 0.5 * n:
+        assert notes == [
+            f"{kept} of {n} tokens of the text as --max-tokens cut it {MARK} '[UNK]' (words the tokenizer does not "
+            "know): is the text in the model's language and script?"
+        ]
+    else:
+        assert notes == []

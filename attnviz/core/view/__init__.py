@@ -124,6 +124,7 @@ from attnviz.core.view.overlay import (
     TILES_PANEL,
     OverlayPanel,
     OverlayView,
+    default_image_query,
     is_patch_label,
     overlay_view,
 )
@@ -313,6 +314,7 @@ __all__ = [
     "over_image",
     "overlay_alpha",
     "overlay_view",
+    "default_image_query",
     "focus_heads",
     "overview_label",
     "overview_scale",

@@ -14,7 +14,7 @@ import numpy as np
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.heat import overlay_alpha, upsample
 from attnviz.core.view.labels import clean_label
-from attnviz.core.view.maps import images_note, map_rows
+from attnviz.core.view.maps import MapRows, images_note, map_rows
 from attnviz.core.view.patches import (
     GLOBAL_PANEL,
     global_grid,
@@ -115,11 +115,22 @@ class OverlayView:
         return (f"{TILES_PANEL} · {self.share:.0%} of the row", self.global_panel.caption)
 
 
-def overlay_view(
-    result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None, blocks: list[Block] | None = None
-) -> OverlayView:
-    """The image-regions overlay: ``sel.query`` row (None: the default query) of the image block, over image
-    ``sel.picture`` of a prompt that holds several."""
+@dataclass
+class _Drawn:
+    """What an overlay of a selection is drawn from: the image block, its grid and kind, the map's rows and the
+    query choices (:func:`image_queries`)."""
+
+    result: AttentionResult  # the result seen through the image chosen (one prompt's several)
+    blocks: list[Block]
+    which: str | None  # that image's name, where there are several
+    bi: int
+    grid: PatchGrid
+    kind: str
+    mv: MapRows
+    queries: list[tuple[str, int]]
+
+
+def _drawn(result: AttentionResult, sel: Selection, blocks: list[Block] | None) -> _Drawn:
     blocks = result_blocks(result, sel, blocks)
     which = picture_label(result, sel.picture)
     result = pictured(result, sel.picture)
@@ -143,11 +154,42 @@ def overlay_view(
     )
     # the map's rows and keys by position (its queries skip pads), read by rows: a tower's frames are never laid out
     mv = map_rows(result, s, blocks)
-    queries = image_queries(result, blocks[bi], grid)
+    return _Drawn(result, blocks, which, bi, grid, kind, mv, image_queries(result, blocks[bi], grid))
+
+
+def _default_query(d: _Drawn, step: int) -> int:
+    """Index into ``d.queries`` of the query the view opens on, :func:`default_image_query`'s rule."""
+    if d.kind == "self" or len(d.queries) < 2:
+        return 0
+    if step >= 0:  # a step chosen: the word generated at that step
+        return step_query(d.result, d.blocks[d.bi], d.queries, step)
+    # all steps: the word whose attention is most focused (the highest patch weight of any word's row)
+    peaks = [float(np.max(d.grid.to_image(d.mv.row(min(r, d.mv.n_rows - 1))))) for _, r in d.queries]
+    return int(np.argmax(peaks))
+
+
+def default_image_query(result: AttentionResult, sel: Selection, blocks: list[Block] | None = None) -> int:
+    """Index into :func:`image_queries` of the query Image regions open on where none is chosen: the window's tab
+    and ``attnviz figure --view image`` without ``--query`` draw the same one (the window opened on the most
+    focused word, the figure on the first).  A self-attention over patches: its first choice (CLS, or the patches'
+    mean).  Words over the image (a captioner's, a VLM's tower read by a pooling head): with a step chosen, the
+    word generated at that step; with all steps, the word whose attention is most focused on the image (the highest
+    patch weight of any word's row), where a first word ("a") usually looks everywhere."""
+    return _default_query(_drawn(result, sel, blocks), sel.step)
+
+
+def overlay_view(
+    result: AttentionResult, sel: Selection, size: tuple[int, int] | None = None, blocks: list[Block] | None = None
+) -> OverlayView:
+    """The image-regions overlay: ``sel.query`` row (None: :func:`default_image_query`) of the image block, over
+    image ``sel.picture`` of a prompt that holds several."""
+    d = _drawn(result, sel, blocks)
+    result, blocks, which = d.result, d.blocks, d.which
+    bi, grid, kind, mv, queries = d.bi, d.grid, d.kind, d.mv, d.queries
     rows = [r for _, r in queries]
     query = sel.query if sel.query is not None and (sel.query in rows or 0 <= sel.query < mv.n_rows) else None
     if query is None:
-        query = rows[step_query(result, blocks[bi], queries, sel.step) if kind == "cross" else 0]
+        query = rows[_default_query(d, sel.step)]
     cell = None
     if query < 0:
         # the grid's own patches as queries (one prompt's several images: this image's, not the next one's)

@@ -195,16 +195,13 @@ class ImageRegionsView(View):
 
     def _build_queries(self) -> None:
         s = self.session
-        bi, grid, kind = self.source()
+        bi, grid, _kind = self.source()
         self.queries = vm.image_queries(self._pictured(), s.blocks[bi], grid)
         self._make_buttons()
-        if kind == "self" or not self.queries:
-            self.query = 0
-        elif s.sel.step >= 0:
-            self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
-        else:  # all steps shown: start on the word whose attention is most focused
-            peaks = [float(self.overlay_for(qi).patch.max()) for qi in range(len(self.queries))]
-            self.query = int(np.argmax(peaks))
+        # the view model's choice, as `attnviz figure --view image` without --query draws it
+        self.query = (
+            vm.default_image_query(s.result, s.sel.with_(block=bi, query=None), s.blocks) if self.queries else 0
+        )
 
     def _make_buttons(self) -> None:
         self.query_bar.fill([label for label, _ in self.queries], self.set_query)

@@ -10,7 +10,7 @@ from pathlib import PurePath
 from PySide6.QtCore import QRect
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget, QTreeWidgetItem
 
-from attnviz.app.run_facts import beam_lines, run_fact
+from attnviz.app.run_facts import BEAM_KEYS, beam_lines, beam_summary, run_fact
 from attnviz.core import view as vm
 from attnviz.core.token_counts import token_lines
 from attnviz.core.words import count
@@ -20,6 +20,7 @@ from attnviz.core.words import count
 MAX_ROWS = 200
 TIP_CHARS = 4000
 RUN_CHARS = 600  # a Run row's value (a note, the generated words) is shown whole up to this long
+BEAM_SEARCH = "beam search"  # the Run section's row of a beam search: beams, the one shown, its score
 PATH_CHARS = 400  # a path is shown whole up to this long (the 120 characters of other values cut its file name)
 
 
@@ -119,7 +120,21 @@ class ModelSidebar(QTreeWidget):
         self.header().sectionResized.connect(lambda *_: self.scheduleDelayedItemsLayout())
         session.model_changed.connect(self.rebuild)
         session.result_changed.connect(self.rebuild)
+        session.selection_changed.connect(self._show_beam)  # the beam box: the beam search row names the beam shown
         self.rebuild()
+
+    def _show_beam(self) -> None:
+        """The Run section's beam search row, for the beam now shown (one cell: the rest of the tree stays as the
+        user left it, sections expanded or not)."""
+        r, run = self.session.result, self.section("Run")
+        said = beam_summary(dict(r.info or {}), self.session.sel.batch) if r is not None else None
+        if said is None or run is None:
+            return
+        for i in range(run.childCount()):
+            item = run.child(i)
+            if item is not None and item.text(0) == BEAM_SEARCH:
+                item.setText(1, _breakable(_short(said, RUN_CHARS)))
+                item.setToolTip(1, _tip(said))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -212,7 +227,9 @@ class ModelSidebar(QTreeWidget):
             # a VLM's or captioner's words and image tokens apart; a padded batch's rows one per line
             rows += [(name, lines if len(lines) > 1 else lines[0]) for name, lines in token_lines(r)]
             beams = beam_lines(info)
-            if beams:  # a beam search's hypotheses, best first, each with its score
+            said = beam_summary(info, self.session.sel.batch)
+            if said is not None:  # a beam search: how many beams, the one shown and its score; then each one
+                rows.append((BEAM_SEARCH, said))
                 rows.append(("beams", beams))
             elif r.generated:
                 rows.append(("generated", " ".join(r.generated)))
@@ -243,6 +260,8 @@ class ModelSidebar(QTreeWidget):
                     "vision_tower",  # a VLM's tower alone: its blocks say "vision" (the maps row above)
                     "fidelity",  # the Model section's warnings
                 ) or v in (None, "", [], {}):
+                    continue
+                if said is not None and k in BEAM_KEYS:  # the beam search row says them
                     continue
                 if k.endswith("_s") and isinstance(v, (int, float)):
                     rows.append((run_fact(k[:-2], None)[0], f"{v * 1000:.1f} ms"))

@@ -53,7 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="give target words made only of punctuation no link (for gold sets that never align them)",
     )
-    p.add_argument("--out", required=True, metavar="ALIGN.txt", help="output: one Pharaoh line per sentence pair")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="ALIGN.txt",
+        help="output: one Pharaoh line per sentence pair (empty where the source or target line is blank)",
+    )
     p.add_argument(
         "--translations",
         metavar="OUT.txt",
@@ -193,6 +198,7 @@ def run(args) -> int:
 
     from attnviz import AttnvizError
     from attnviz.core import align
+    from attnviz.core.words import count
     from attnviz.core.writes import atomic_write_bytes, check_destination, guard
     from attnviz.runtime import open_model
     from attnviz.runtime.align import Aligner
@@ -227,7 +233,7 @@ def run(args) -> int:
         )
     if not src_lines:
         raise AttnvizError(f"--src {args.src} is empty; give one sentence a line")
-    _check_no_empty_line(src_lines, tgt_lines)  # before the model loads and the lines above it run
+    empty = _empty_lines(src_lines, tgt_lines)
     gold = None
     if args.gold:
         gold_lines = _read(args.gold, "--gold")
@@ -261,7 +267,7 @@ def run(args) -> int:
     )
     if tgt_lines is None:
         assert trans is not None
-        return _translate(args, aligner, links_of, src_lines, out, trans, what, convention, said)
+        return _translate(args, aligner, links_of, src_lines, out, trans, what, convention, said, empty)
 
     lines: list[str] = []
     samples: list[align.AlignmentSample] = []
@@ -269,6 +275,14 @@ def run(args) -> int:
     n_links = 0
     for k, (s, t) in enumerate(zip(src_lines, tgt_lines)):
         sw, tw = s.split(), t.split()
+        if k in empty:  # nothing to align: an empty line, as fast_align and awesome-align write one
+            if gold is not None:  # its gold line must be empty too (a link would point past the words)
+                try:
+                    align.check_gold(gold[k], len(sw), len(tw), f"--gold line {k + 1}: ")
+                except align.PharaohError as e:
+                    raise AttnvizError(str(e)) from None
+            lines.append("")
+            continue
         try:
             pa = aligner.run(sw, tw)
         except AttnvizError as e:
@@ -289,11 +303,12 @@ def run(args) -> int:
     print(
         f"wrote {out}: {len(lines)} sentence pairs, {n_links} links from {what}, rows = {convention} convention{said}"
     )
+    _say_empty(empty, "an empty source or target sentence")
     if gold is not None:
         sc = chosen.scores()
         print(
             f"AER {sc.aer:.4f}  precision {sc.precision:.4f}  recall {sc.recall:.4f}  "
-            f"({len(samples)} pairs, {sum(len(g[0]) for g in gold)} sure links)"
+            f"({count(len(samples), 'pair')}, {sum(len(g[0]) for g in gold)} sure links)"
         )
         table = align.alignment_table(samples)
         print(f"\nAER per decoder layer and head ({convention} convention):\n")
@@ -303,22 +318,42 @@ def run(args) -> int:
     return 0
 
 
-def _check_no_empty_line(src_lines: list[str], tgt_lines: list[str] | None) -> None:
-    """The first empty sentence, refused before any line runs (a translation of every line above it was spent,
-    then thrown away: neither file is written when a line fails)."""
-    from attnviz import AttnvizError
+def _empty_lines(src_lines: list[str], tgt_lines: list[str] | None) -> set[int]:
+    """The pairs (0-based lines) with an empty source or target sentence: each gets an empty alignment line (and,
+    translated, an empty translation), so the output keeps one line per --src line.  fast_align writes an empty
+    line for such a pair (with "Error in line N" on stderr) and awesome-align likewise ("Skipping..."): a blank
+    line in a parallel corpus, or a translation that was EOS at once fed back as --tgt, is common, and refusing
+    it made the user delete the line and shift every line after it out of step with --src and --gold."""
+    tgt = tgt_lines if tgt_lines is not None else ["-"] * len(src_lines)
+    return {k for k, (s, t) in enumerate(zip(src_lines, tgt)) if not s.split() or not t.split()}
 
-    for k, s in enumerate(src_lines):
-        t = tgt_lines[k] if tgt_lines is not None else "-"
-        if not s.split() or not t.split():
-            raise AttnvizError(
-                f"line {k + 1}: the {'source' if not s.split() else 'target'} sentence is empty; "
-                "every line needs at least one word"
-            )
+
+SHOWN_LINES = 10  # the empty lines' numbers said, then "…"
+
+
+def _say_empty(empty: set[int], what: str) -> None:
+    """One note naming the lines left empty (stderr, ``attnviz: note:``), none where there were none."""
+    from attnviz.core.notice import say
+    from attnviz.core.words import count
+
+    if not empty:
+        return
+    ks = sorted(empty)
+    shown = ", ".join(str(k + 1) for k in ks[:SHOWN_LINES]) + (", …" if len(ks) > SHOWN_LINES else "")
+    say(f"{count(len(ks), 'line')} ({shown}) had {what}: their alignment lines are empty, one line per --src line")
 
 
 def _translate(
-    args, aligner, links_of: _Links, src_lines: list[str], out, trans, what: str, convention: str, said: str
+    args,
+    aligner,
+    links_of: _Links,
+    src_lines: list[str],
+    out,
+    trans,
+    what: str,
+    convention: str,
+    said: str,
+    empty: set[int],
 ) -> int:
     """Without --tgt: each source line translated by the model (greedy or the best of --beams K) and the links of
     that translation's words; both files written once every line is done (an error or Ctrl-C before writes neither)."""
@@ -326,7 +361,7 @@ def _translate(
     from attnviz.core import align
     from attnviz.core.limits import limit
     from attnviz.core.words import count
-    from attnviz.core.writes import atomic_write_bytes
+    from attnviz.core.writes import atomic_write_files
 
     lines: list[str] = []
     words: list[str] = []
@@ -336,6 +371,12 @@ def _translate(
     try:
         for k, s in enumerate(src_lines):
             sw = s.split()
+            if k in empty:  # an empty source: nothing to translate, an empty line in both files
+                words.append("")
+                lines.append("")
+                if bar is not None:
+                    bar.update(1)
+                continue
             try:
                 steps = aligner.max_steps(args.generate) if args.generate else aligner.steps_for(sw)
                 tr = aligner.translate(sw, steps, args.beams)
@@ -353,14 +394,20 @@ def _translate(
     finally:
         if bar is not None:  # the bar first: an error or "interrupted" then starts a line of its own
             bar.close()
-    atomic_write_bytes(trans, ("\n".join(words) + "\n").encode("utf-8"), "--translations")
-    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode("utf-8"), "--out")
+    # the two together: a Ctrl-C between two writes left the new translations beside the old links
+    atomic_write_files(
+        [
+            (trans, ("\n".join(words) + "\n").encode("utf-8"), "--translations"),
+            (out, ("\n".join(lines) + "\n").encode("utf-8"), "--out"),
+        ]
+    )
     search = "greedy" if args.beams == 1 else f"best of {args.beams} beams"
     print(
         f"wrote {out}: {count(len(lines), 'sentence')} translated ({search}), {n_links} links from {what}, "
         f"rows = {convention} convention{said}"
     )
     print(f"wrote {trans}: the translations, line by line with --src")
+    _say_empty(empty, "an empty source sentence (its translation is empty)")
     if unended:
         print(
             f"{count(unended, 'translation')} stopped at the step limit before ending (cut short); "

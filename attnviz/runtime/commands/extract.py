@@ -42,7 +42,7 @@ def run(args) -> int:
     model, result = analyze_from_args(args)  # (first: it starts the isolation child before numpy is imported)
     from attnviz.core import limits
     from attnviz.core.io import save_npz, written_bytes
-    from attnviz.core.rows import beam_rows
+    from attnviz.core.rows import beam_rows, score_text
     from attnviz.runtime.run_notes import say_run_notes
 
     mb = sum(written_bytes(m) for m in result.maps) / 2**20
@@ -61,7 +61,9 @@ def run(args) -> int:
     if beams is not None:  # --beams: every hypothesis, best first, as the .npz's batch rows hold them
         for i, b in enumerate(beams):
             words = " ".join(_shown(str(t)) for t in b.get("generated") or [])
-            print(f"beam {i} (score {float(b.get('score') or 0.0):.4f}): {words}")
+            score = b.get("score")
+            said = score_text(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else "?"
+            print(f"beam {i} (score {said}): {words}")
     elif result.generated:
         print("generated: " + " ".join(_shown(t) for t in result.generated))
     for note in result.info.get("fidelity") or ():  # the export lacks part of the model's eager attention
