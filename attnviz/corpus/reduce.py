@@ -294,8 +294,7 @@ class BatchReducer:
             nxt = next(ahead, None)
             if nxt is not None:
                 pending.append(submit(nxt))
-            parts = red.finish(ran, lengths, special, causal)
-            out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
+            out.append(red.partial(ran, lengths, special, causal, spec.items, self.k, spec.batch_id))
         return out
 
     def _runner(self, depth: int) -> ThreadPoolExecutor:

@@ -10,6 +10,7 @@ statistics session is read back whole from the cache (runtime/light_model.py), i
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -67,6 +68,9 @@ _KEY_FROM = [
 ]
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
+SIGN64 = SIGN.astype(np.float64)  # (what item_stats multiplies the sums by)
+_SPECIAL_KEYED = [ROW_STATS.index(n) for n in ("special", "special_other")]  # (the order of SP_OFF's two rows)
+_FIXED_AT = [(ROW_STATS.index(n), off) for n, off in FIXED_KEYS.items()]
 
 
 @functools.lru_cache(maxsize=64)
@@ -145,5 +149,38 @@ def item_stats(sums: np.ndarray, picks: np.ndarray, feeds: dict[str, np.ndarray]
         any_key = (off[:, j] == 0).any(-1)[:, None]
         # none kept: numpy's argmax of all -1 is 0
         keys[..., c] = np.where(any_key, idx[b, keys[..., c] - len(KEY_COLUMNS)], 0)
-    counts = (feeds[OFF][:, 0] == 0).sum(-1).astype(np.int64)  # [B, S]
-    return ItemStats.with_fixed_keys(sums * SIGN.astype(np.float64), counts, rows, keys)
+    return ItemStats.with_fixed_keys(sums * SIGN64, counted(feeds), rows, keys)
+
+
+def counted(feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """:func:`item_stats`' ``counts [B, S]``: the rows each statistic counts in each item."""
+    return (feeds[OFF][:, 0] == 0).sum(-1).astype(np.int64)
+
+
+def picked_keys(
+    picks: np.ndarray, feeds: dict[str, np.ndarray], idx: np.ndarray
+) -> Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, np.ndarray]]:
+    """:func:`item_stats`' ``rows`` and ``keys`` at chosen entries only: ``chosen`` = (batch position, head,
+    statistic, their flat index in a C-ordered [B, heads, S]), arrays of one shape, each statistic's along the
+    first axis (corpus/fold.py fold_stats) -> the rows and keys there, each key completed as :func:`item_stats`
+    completes it (a special slot to its key position, a fixed statistic's key from its row).  A fold needs k of
+    each (head, statistic)'s B."""
+    s = len(ROW_STATS)
+    picks = np.ascontiguousarray(picks)
+
+    def at(chosen: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+        pos, _, stat, flat = chosen
+        where = 2 * flat - stat  # (b, h, 0, s) of [B, heads, 2, S]: its key lies S after it
+        rows = picks.take(where)
+        keys = picks.take(where + s).astype(np.int64, copy=False)
+        off = feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :]  # [B, 2, n]
+        for j, c in enumerate(_SPECIAL_KEYED):
+            p = pos[c]
+            any_key = (off[:, j] == 0).any(-1)[p]
+            # none kept: numpy's argmax of all -1 is 0
+            keys[c] = np.where(any_key, idx[p, keys[c] - len(KEY_COLUMNS)], 0)
+        for c, o in _FIXED_AT:
+            keys[c] = 0 if o is None else rows[c] + o
+        return rows, keys
+
+    return at
