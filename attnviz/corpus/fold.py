@@ -16,7 +16,6 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.row_sums import ItemStats
 from attnviz.core.score_direction import direction
-from attnviz.core.scratch import scratch
 from attnviz.core.stats import ROW_STATS
 
 S = len(ROW_STATS)
@@ -182,11 +181,11 @@ def fold_stats(
     shared by every head, or ``[B, NH, S]``), ``picked(chosen)`` the best rows and their keys ``[S, NH, kb]`` at
     the chosen (item, head, statistic) entries only (the session's keys are completed there alone).
 
-    The partial of the fold before it, bit for bit (tests/corpus/test_fold_host.py keeps that one), at well under
-    half its host time (bench/RESULTS.md, session 23 fold23): the ranking key ``-per-item mean`` is made in one
-    pass into its [NH·S, B] layout, in a buffer this thread keeps (every fresh ~180 KB array was new memory the
-    kernel mapped page by page), ranked in batch order (:func:`ranked`), and the means, rows and keys are
-    computed at the k chosen of each row, not for every item."""
+    The partial of the fold before it, bit for bit (tests/corpus/test_fold_host.py keeps that one), at ~0.55 of
+    its host time (with the statistics session's keys, bench/RESULTS.md, session 23 fold23): the ranking key
+    ``-per-item mean`` is made in one pass, straight into its [NH·S, B] layout, ranked in batch order
+    (:func:`ranked`: no copy of the batch in item-id order), and the means, rows and keys are computed at the k
+    chosen of each row only, not for every item."""
     b, nh, s = base.shape
     kb = min(k, b)
     base = np.ascontiguousarray(base)
@@ -197,9 +196,8 @@ def fold_stats(
     # the key -(sign · isum / n) as isum / (-sign · n), ±1 products being exact: the same values (a NaN's sign
     # aside, which no comparison sees); where every head has the same signs, the divisor is [S, B]
     div = signs.flip[..., None] * nmax.transpose(1, 2, 0)  # [1 or NH, S, B]
-    key = scratch("fold_key", nh * s * b, np.float64).reshape(nh, s, b)
     with np.errstate(invalid="ignore", divide="ignore"):
-        np.divide(base.transpose(1, 2, 0), div, out=key)
+        key = np.divide(base.transpose(1, 2, 0), div, order="C")
     empty = n <= 0  # an item with no counted row ranks last (its mean -inf)
     if empty.any():
         np.copyto(key, np.inf, where=empty.transpose(1, 2, 0))
@@ -258,10 +256,8 @@ def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
         return out
     rest = np.ones(r, bool)
     if kb < b:
-        kth = scratch("fold_kth", r * b, key.dtype).reshape(r, b)  # (np.partition's copy, in a kept buffer)
-        np.copyto(kth, key)
-        kth.partition(kb - 1, axis=-1)
-        flat = np.flatnonzero(key <= kth[:, kb - 1 : kb])  # row by row, in column order; NaN is never inside
+        kth = np.partition(key, kb - 1, axis=-1)[:, kb - 1 : kb]
+        flat = np.flatnonzero(key <= kth)  # row by row, in column order; NaN is never inside
         row = flat // b
         clear = np.bincount(row, minlength=r) == kb
         if not clear.all():
