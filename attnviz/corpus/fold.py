@@ -243,12 +243,13 @@ def _summed(base: np.ndarray, mult: np.ndarray | None) -> np.ndarray:
 
 
 def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
-    """Per row of ``key [R, B]`` (a batch's items in batch order) the columns of its ``kb`` smallest, smallest
-    first, ties to the lower ``ids`` (then the earlier column), NaN last: ``by_id[np.argsort(key[:, by_id], axis=-1,
-    kind="stable")[:, :kb]]`` for ``by_id`` the stable argsort of ``ids``, without sorting whole rows.  Where
-    exactly ``kb`` values lie at or below the row's ``kb``-th smallest (a partition finds it) and no two of them
-    are equal, they are its ``kb``, each placed by how many of them are smaller; any other row (a tie, a NaN) is
-    sorted whole, as above.  A batch's fold ranks 32 items for the k=5 best of 720 rows (MiniLM)."""
+    """Per row of ``key [R, B]`` the columns of its ``kb`` smallest, smallest first, ties to the lower id (then
+    the earlier column), NaN last: ``np.lexsort((ids, key), axis=-1)[:, :kb]``, without sorting whole rows.
+    ``ids``: each column's ``[B]`` (a batch's items, in batch order) or each entry's ``[R, B]`` (top lists
+    side by side: :func:`attnviz.corpus.reduce.combine`).  Where exactly ``kb`` values lie at or below the row's
+    ``kb``-th smallest (a partition finds it) and no two of them are equal, they are its ``kb``, each placed by
+    how many of them are smaller; any other row (a tie, a NaN) is sorted whole, as above.  A batch's fold ranks
+    32 items for the k=5 best of 720 rows (MiniLM)."""
     key = np.ascontiguousarray(key)
     r, b = key.shape
     out = np.empty((r, kb), np.intp)
@@ -276,8 +277,8 @@ def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
             out[done] = best[whole]
             rest[done] = False
     if rest.any():
-        by_id = np.argsort(ids, kind="stable")
-        out[rest] = by_id[np.argsort(key[rest][:, by_id], axis=-1, kind="stable")[:, :kb]]
+        some = key[rest]
+        out[rest] = np.lexsort((np.broadcast_to(ids, key.shape)[rest], some), axis=-1)[:, :kb]
     return out
 
 

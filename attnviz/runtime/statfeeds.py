@@ -71,6 +71,8 @@ SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
 SIGN64 = SIGN.astype(np.float64)  # (what item_stats multiplies the sums by)
 _SPECIAL_KEYED = [ROW_STATS.index(n) for n in ("special", "special_other")]  # (the order of SP_OFF's two rows)
 _FIXED_AT = [(ROW_STATS.index(n), off) for n, off in FIXED_KEYS.items()]
+_BROAD = ROW_STATS.index("broad")
+_ZERO, _ONE, _INF = np.float32(0.0), np.float32(1.0), np.float32(np.inf)
 
 
 @functools.lru_cache(maxsize=64)
@@ -116,19 +118,23 @@ def stat_feeds(
     sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
     sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
     valid, seen = valid_rows(lengths, t, causal)
-    ok = np.stack([valid[name] for name in ROW_STATS], 1)[:, None]  # [B, 1, S, T]
-    divisor = np.ones(ok.shape, np.float32)
-    divisor[:, 0, ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))
-    # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first
-    divisor = np.where(ok, divisor, np.float32(np.inf)).transpose(0, 1, 3, 2).copy()
+    ok = np.empty((b, len(ROW_STATS), t), bool)  # [B, S, T]
+    ok[:] = real[:, None]
+    for s, name in enumerate(ROW_STATS):  # (most statistics count the real rows: valid_rows' same array)
+        if valid[name] is not real:
+            ok[:, s] = valid[name]
+    # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first;
+    # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed)
+    divisor = np.where(ok.transpose(0, 2, 1), _ONE, _INF)
+    divisor[:, :, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
     dist, near = _per_length(t)
     feeds = {
         REAL: np.broadcast_to(real.astype(np.float32)[:, None, None, :], (b, 1, t, t)).copy(),
         KEYW: keyw[:, None],
         DIST: dist,
         SP_OFF: sp_off[:, None],
-        OFF: np.where(ok, 0.0, -np.inf).astype(np.float32),
-        DIVISOR: divisor,
+        OFF: np.where(ok, _ZERO, -_INF)[:, None],
+        DIVISOR: divisor[:, None],
         NEAR: near,
         BHTT: np.array([b, -1, t, t], np.int64),
     }
