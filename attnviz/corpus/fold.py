@@ -259,12 +259,12 @@ def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
     if kb < b:
         kth = np.partition(key, kb - 1, axis=-1)[:, kb - 1 : kb]
         flat = np.flatnonzero(key <= kth)  # row by row, in column order; NaN is never inside
-        row = flat // b
+        row, col = np.divmod(flat, b)
         clear = np.bincount(row, minlength=r) == kb
         if not clear.all():
-            flat = flat[clear[row]]
+            flat, col = flat[clear[row]], col[clear[row]]
         if flat.size:
-            cols = (flat % b).reshape(-1, kb)
+            cols = col.reshape(-1, kb)
             v = np.ascontiguousarray(key.ravel()[flat].reshape(-1, kb).T)  # [kb, rows]: numpy's loops run long
             place = np.add.reduce(v[:, None] < v[None], axis=0, dtype=np.intp)  # [kb, rows]: how many are smaller
             place += np.arange(0, cols.size, kb)

@@ -179,12 +179,11 @@ def picked_keys(
         where = 2 * flat - stat  # (b, h, 0, s) of [B, heads, 2, S]: its key lies S after it
         rows = picks.take(where)
         keys = picks.take(where + s).astype(np.int64, copy=False)
-        off = feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :]  # [B, 2, n]
+        any_key = (feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :] == 0).any(-1)  # [B, 2]: an item with a slot kept
         for j, c in enumerate(_SPECIAL_KEYED):
             p = pos[c]
-            any_key = (off[:, j] == 0).any(-1)[p]
             # none kept: numpy's argmax of all -1 is 0
-            keys[c] = np.where(any_key, idx[p, keys[c] - len(KEY_COLUMNS)], 0)
+            keys[c] = np.where(any_key[p, j], idx[p, keys[c] - len(KEY_COLUMNS)], 0)
         for c, o in _FIXED_AT:
             keys[c] = 0 if o is None else rows[c] + o
         return rows, keys
