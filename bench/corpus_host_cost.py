@@ -14,7 +14,9 @@ old, ...), the median round reported:
 - ``finish``: InGraphReducer.finish (incl. statfeeds.item_stats); ``fold``: corpus/fold.py fold_items on its parts;
 - ``tail``: what the worker's loop (BatchReducer.many) does after a run: the old code finish then fold_items, the
   new one InGraphReducer.partial (the same fold on the session's joined outputs, keys completed where chosen);
-- ``host``: stat_feeds + wrapper + tail, wall and process CPU time.
+- ``host``: stat_feeds + wrapper + tail, wall and process CPU time (what bench/gpu/corpus_gil.py's ``many`` loop
+  does on the host besides the feeds); ``combine``: the worker's task of these batches made one partial
+  (reduce.combine, once a task, per batch here), and the host part with it.
 
 Each pass takes the batches in order and each batch's parts one after the other (what one part frees and
 allocates sets the next one's cost), best of ``--reps`` passes a part; CPU-bound, one thread.
@@ -25,6 +27,7 @@ allocates sets the next one's cost), best of ``--reps`` passes a part; CPU-bound
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
@@ -129,6 +132,7 @@ def child(capture_path: str, reps: int) -> None:
 
     from attnviz.corpus.fold import fold_items
     from attnviz.corpus.graph_reduce import InGraphReducer
+    from attnviz.corpus.reduce import combine
     from attnviz.runtime import statfeeds as sf
     from attnviz.runtime.extra_session import ExtraSession
     from attnviz.runtime.guard import GuardedSession, MemoryCheck
@@ -176,27 +180,35 @@ def child(capture_path: str, reps: int) -> None:
         elif part == "fold":
             fold_items(step.parts, items, k, batch_id, int(lengths.sum()))
         elif tail is not None:
-            tail(ran, lengths, special, False, items, k, batch_id)
+            step.out.append(tail(ran, lengths, special, False, items, k, batch_id))
         else:
-            fold_items(red.finish(ran, lengths, special, False), items, k, batch_id, int(lengths.sum()))
+            step.out.append(
+                fold_items(red.finish(ran, lengths, special, False), items, k, batch_id, int(lengths.sum()))
+            )
 
     # each batch's parts one after another, as a worker's loop does them (what each frees and allocates shapes
     # the next one's cost: allocator state), the batches in order; the best of ``reps`` passes per part
-    wall = {p: [] for p in PARTS}
-    cpu = {p: [] for p in PARTS}
+    wall = {p: [] for p in (*PARTS, "combine")}
+    cpu = {p: [] for p in (*PARTS, "combine")}
     for _ in range(reps):
         tw = dict.fromkeys(PARTS, 0.0)
         tc = dict.fromkeys(PARTS, 0.0)
+        step.out = []
         for b in batches:
             for part in PARTS:
                 w0, c0 = time.perf_counter(), time.process_time()
                 step(part, b)
                 tw[part] += time.perf_counter() - w0
                 tc[part] += time.process_time() - c0
-        for part in PARTS:
+        # the worker's task: its batches' partials as one (reduce.combine; batch ids made consecutive)
+        parts = [dataclasses.replace(q, batch_id=i) for i, q in enumerate(step.out)]
+        w0, c0 = time.perf_counter(), time.process_time()
+        combine(parts, k)
+        tw["combine"], tc["combine"] = time.perf_counter() - w0, time.process_time() - c0
+        for part in (*PARTS, "combine"):
             wall[part].append(tw[part])
             cpu[part].append(tc[part])
-    res = {p: (1e6 * min(wall[p]) / len(batches), 1e6 * min(cpu[p]) / len(batches)) for p in PARTS}
+    res = {p: (1e6 * min(wall[p]) / len(batches), 1e6 * min(cpu[p]) / len(batches)) for p in wall}
     res["_check"] = float(
         np.sum([fold_items(red.finish(b[5], b[2], b[3], False), b[0], k, b[1], 1).sums for b in batches])
     )
@@ -249,6 +261,11 @@ def main() -> None:
         print(f"{part:<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
     o, w = tot["old"], tot["new"]
     print(f"{'host (sum)':<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
+    med = {n: [statistics.median(r["combine"][i] for r in rows[n]) for i in (0, 1)] for n in rows}
+    o, w = med["old"], med["new"]
+    print(f"{'combine':<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
+    o, w = [a + b for a, b in zip(tot["old"], med["old"])], [a + b for a, b in zip(tot["new"], med["new"])]
+    print(f"{'host + combine':<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
     print("load average (1 min) before and after each round:", " ".join(f"{x:.2f}" for x in loads))
 
 
