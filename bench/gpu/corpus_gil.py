@@ -4,8 +4,8 @@ session reach ~1.5 (bench/corpus_loop_split.py, session 23): the hypothesis is t
 process, ms a batch: plain; ``many d4`` as shipped; with a shorter GIL switch interval; with the host code of 9077fb9
 (before session 23's fold23: its stat_feeds, finish and fold_items, kept in tests/corpus/fold_9077fb9.py) in place of
 this tree's (the same partials, more host CPU); with each batch's fold skipped (``InGraphReducer.partial``: finish and
-fold_items); with the task's ``combine`` after it (a worker's whole task); the raw session and the wrapped one from 4
-threads.
+fold_items); with the task's ``combine`` after it (a worker's whole task); the raw session, the wrapped one and the
+memory check with onnxruntime's plain run (no I/O binding) from 4 threads.
 
     OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
 """
@@ -65,6 +65,7 @@ def main() -> None:
         t = next(v.shape[-1] for v in f.values() if v.ndim == 2) if special is None else special.shape[1]
         stats_feeds.append({**f, **sf.stat_feeds(lengths, special, t, False)[0]})
     rs = raw(ig.sess)
+    guarded = ig.sess._sess if hasattr(ig.sess._sess, "memory") else rs  # (GuardedSession: its run is the plain one)
     ex = ThreadPoolExecutor(4)
     from fold_9077fb9 import reference_finish, reference_fold, reference_stat_feeds
 
@@ -102,6 +103,9 @@ def main() -> None:
         "many d4 + combine (a worker's tasks)": many(combine=True),
         "stats raw ×4": lambda: list(ex.map(lambda f: rs.run(ig.fetch, f), stats_feeds)),
         "stats wrapped ×4": lambda: list(ex.map(lambda f: ig.sess.run(ig.fetch, f), stats_feeds)),
+        # the memory check and onnxruntime's plain run (no I/O binding, no page-locked outputs): what the wrapper's
+        # binding costs or saves for outputs this small ([B, heads, S] sums and picks)
+        "stats guarded, plain run ×4": lambda: list(ex.map(lambda f: guarded.run(ig.fetch, f), stats_feeds)),
     }
     print(
         f"{n} items, {len(specs)} batches; wrapper {type(ig.sess).__name__}; load {os.getloadavg()[0]:.1f}", flush=True
