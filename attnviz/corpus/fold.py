@@ -181,8 +181,9 @@ def fold_stats(
     shared by every head, or ``[B, NH, S]``), ``picked(chosen)`` the best rows and their keys ``[S, NH, kb]`` at
     the chosen (item, head, statistic) entries only (the session's keys are completed there alone).
 
-    The partial of the fold before it, bit for bit (tests/corpus/test_fold_host.py keeps that one), at ~0.55 of
-    its host time (with the statistics session's keys, bench/RESULTS.md, session 23 fold23): the ranking key
+    The partial of the fold before it (commit 9077fb9), bit for bit (tests/corpus/test_fold_host.py holds it to
+    that code, kept in tests/corpus/fold_9077fb9.py), with the statistics session's finish at ~0.6 of its host CPU
+    (bench/RESULTS.md, session 23 fold23): the ranking key
     ``-per-item mean`` is made in one pass, straight into its [NH·S, B] layout, ranked in batch order
     (:func:`ranked`: no copy of the batch in item-id order), and the means, rows and keys are computed at the k
     chosen of each row only, not for every item."""
@@ -245,11 +246,10 @@ def _summed(base: np.ndarray, mult: np.ndarray | None) -> np.ndarray:
 def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
     """Per row of ``key [R, B]`` the columns of its ``kb`` smallest, smallest first, ties to the lower id (then
     the earlier column), NaN last: ``np.lexsort((ids, key), axis=-1)[:, :kb]``, without sorting whole rows.
-    ``ids``: each column's ``[B]`` (a batch's items, in batch order) or each entry's ``[R, B]`` (top lists
-    side by side: :func:`attnviz.corpus.reduce.combine`).  Where exactly ``kb`` values lie at or below the row's
-    ``kb``-th smallest (a partition finds it) and no two of them are equal, they are its ``kb``, each placed by
-    how many of them are smaller; any other row (a tie, a NaN) is sorted whole, as above.  A batch's fold ranks
-    32 items for the k=5 best of 720 rows (MiniLM)."""
+    ``ids``: each column's ``[B]`` (a batch's items, in batch order), or anything that broadcasts to ``key``.
+    Where exactly ``kb`` values lie at or below the row's ``kb``-th smallest (a partition finds it) and no two of
+    them are equal, they are its ``kb``, each placed by how many of them are smaller; any other row (a tie, a NaN)
+    is sorted whole, as above.  A batch's fold ranks 32 items for the k=5 best of 720 rows (MiniLM)."""
     key = np.ascontiguousarray(key)
     r, b = key.shape
     out = np.empty((r, kb), np.intp)
@@ -290,6 +290,7 @@ class _Signs:
 
 @functools.lru_cache(maxsize=16)
 def _signs_of(groups: tuple[tuple[str, int], ...], mult: tuple[float, ...] | None) -> _Signs:
+    """The groups' signs and the key's flips, made once per layout (read-only: every batch shares them)."""
     sign = _head_signs(groups).astype(np.float64)
     flip = -sign if mult is None else -(sign * np.array(mult))
     if (flip == flip[:1]).all():
