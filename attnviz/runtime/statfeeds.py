@@ -70,7 +70,11 @@ _KEY_FROM = [
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
 SIGN64 = SIGN.astype(np.float64)  # (what item_stats multiplies the sums by)
 _SPECIAL_KEYED = [ROW_STATS.index(n) for n in ("special", "special_other")]  # (the order of SP_OFF's two rows)
-_FIXED_AT = [(ROW_STATS.index(n), off) for n, off in FIXED_KEYS.items()]
+# the statistics whose key follows from the row (FIXED_KEYS): key = row · mul + add, [len, 1, 1] against [S, ...]
+_FIXED_STATS = [ROW_STATS.index(n) for n in FIXED_KEYS]
+_FIXED_MUL = np.array([0 if off is None else 1 for off in FIXED_KEYS.values()], np.int64)[:, None, None]
+_FIXED_ADD = np.array([off or 0 for off in FIXED_KEYS.values()], np.int64)[:, None, None]
+_SPECIAL_SIDE = np.arange(2)[:, None, None]  # SP_OFF's row of each of _SPECIAL_KEYED
 _BROAD = ROW_STATS.index("broad")
 _ZERO, _ONE, _INF = np.float32(0.0), np.float32(1.0), np.float32(np.inf)
 
@@ -180,12 +184,10 @@ def picked_keys(
         rows = picks.take(where)
         keys = picks.take(where + s).astype(np.int64, copy=False)
         any_key = (feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :] == 0).any(-1)  # [B, 2]: an item with a slot kept
-        for j, c in enumerate(_SPECIAL_KEYED):
-            p = pos[c]
-            # none kept: numpy's argmax of all -1 is 0
-            keys[c] = np.where(any_key[p, j], idx[p, keys[c] - len(KEY_COLUMNS)], 0)
-        for c, o in _FIXED_AT:
-            keys[c] = 0 if o is None else rows[c] + o
+        p = pos[_SPECIAL_KEYED]  # [2, ...]: special, special_other
+        # none kept: numpy's argmax of all -1 is 0
+        keys[_SPECIAL_KEYED] = np.where(any_key[p, _SPECIAL_SIDE], idx[p, keys[_SPECIAL_KEYED] - len(KEY_COLUMNS)], 0)
+        keys[_FIXED_STATS] = rows[_FIXED_STATS] * _FIXED_MUL + _FIXED_ADD  # (first: row · 0 + 0)
         return rows, keys
 
     return at
