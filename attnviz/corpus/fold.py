@@ -144,9 +144,9 @@ def fold_items(
         n = shared[:, None]
     else:
         n = np.concatenate([np.broadcast_to(st.counts[:, None], st.sums.shape) for _, st in parts], 1)
-    rows = np.concatenate([st.rows for _, st in parts], 1)
+    rows = np.concatenate([st.rows for _, st in parts], 1)  # [B, NH, S], C-ordered: the chosen by flat index
     keys = np.concatenate([st.keys for _, st in parts], 1)
-    return fold_stats(groups, isum, n, items, k, batch_id, tokens, lambda at: (rows[at[:3]], keys[at[:3]]))
+    return fold_stats(groups, isum, n, items, k, batch_id, tokens, lambda at: (rows.take(at[3]), keys.take(at[3])))
 
 
 def heads_of(groups: list[HeadGroup]) -> int:
