@@ -69,9 +69,12 @@ _KEY_FROM = [
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
 SIGN64 = SIGN.astype(np.float64)  # (what item_stats multiplies the sums by)
-_SPECIAL_KEYED = [ROW_STATS.index(n) for n in ("special", "special_other")]  # (the order of SP_OFF's two rows)
+# the special statistics (in the order of SP_OFF's two rows), side by side in ROW_STATS (asserted above): a slice
+_SPECIAL_KEYED = slice(_SP, _SP + 2)
+assert ROW_STATS[_SPECIAL_KEYED] == ("special", "special_other")
 # the statistics whose key follows from the row (FIXED_KEYS): key = row · mul + add, [len, 1, 1] against [S, ...]
-_FIXED_STATS = [ROW_STATS.index(n) for n in FIXED_KEYS]
+_FIXED_STATS = slice(ROW_STATS.index("prev"), ROW_STATS.index("prev") + len(FIXED_KEYS))  # (side by side: asserted)
+assert ROW_STATS[_FIXED_STATS] == tuple(FIXED_KEYS)
 _FIXED_MUL = np.array([0 if off is None else 1 for off in FIXED_KEYS.values()], np.int64)[:, None, None]
 _FIXED_ADD = np.array([off or 0 for off in FIXED_KEYS.values()], np.int64)[:, None, None]
 _SPECIAL_SIDE = np.arange(2)[:, None, None]  # SP_OFF's row of each of _SPECIAL_KEYED
