@@ -191,33 +191,32 @@ def fold_stats(
     kb = min(k, b)
     base = np.ascontiguousarray(base)
     n = np.ascontiguousarray(n)
-    signs = _signs_of(tuple((g.kind, g.heads) for g in groups), None if mult is None else tuple(mult.tolist()))
+    lay = _layout(tuple((g.kind, g.heads) for g in groups), None if mult is None else tuple(mult.tolist()), kb)
     item_ids = np.asarray(items, np.int64)
     nmax = np.maximum(n, 1)
     # the key -(sign · isum / n) as isum / (-sign · n), ±1 products being exact: the same values (a NaN's sign
     # aside, which no comparison sees); where every head has the same signs, the divisor is [S, B]
-    div = signs.flip[..., None] * nmax.transpose(1, 2, 0)  # [1 or NH, S, B]
+    div = lay.flip[..., None] * nmax.transpose(1, 2, 0)  # [1 or NH, S, B]
     with np.errstate(invalid="ignore", divide="ignore"):
         key = np.divide(base.transpose(1, 2, 0), div, order="C")
     empty = n <= 0  # an item with no counted row ranks last (its mean -inf)
     if empty.any():
         np.copyto(key, np.inf, where=empty.transpose(1, 2, 0))
     best = ranked(key.reshape(nh * s, b), item_ids, kb)  # [NH·S, kb] batch positions
-    at_h, at_s, at_hs = _chosen_index(nh, s, kb)
     pos = best.reshape(nh, s, kb).transpose(1, 0, 2)  # [S, NH, kb]
-    flat = pos * (nh * s) + at_hs
+    flat = pos * (nh * s) + lay.at_hs
     # each chosen mean by the float64 operations the fold made over every item: isum, times the sign, / n
     isum = base.take(flat)
-    if mult is not None:
-        isum *= mult.take(at_s)
-    n_at = n.take(flat if n.shape[1] > 1 else pos * s + at_s)
+    if lay.mult_at is not None:
+        isum *= lay.mult_at
+    n_at = n.take(flat if n.shape[1] > 1 else pos * s + lay.at_s)
     with np.errstate(invalid="ignore", divide="ignore"):
-        top_value = signs.sign.take(at_hs) * isum
+        top_value = lay.sign_at * isum
         if n_at.all():  # (max(n, 1) is n; no -inf)
             top_value /= n_at
         else:
             top_value = np.where(n_at > 0, top_value / np.maximum(n_at, 1), -np.inf)
-    top_row, top_col = picked((pos, at_h, at_s, flat))
+    top_row, top_col = picked((pos, lay.at_h, lay.at_s, flat))
     return Partial(
         batch_id,
         b,
@@ -225,7 +224,7 @@ def fold_stats(
         _summed(base, mult),
         np.broadcast_to(n.sum(0), (nh, s)).copy(),
         top_value,
-        item_ids[pos],
+        item_ids.take(pos),
         top_row,
         top_col,
     )
@@ -283,28 +282,31 @@ def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Signs:
-    sign: np.ndarray  # [NH, S] float64: _head_signs (the same ±1 the int64 ones were cast to in the product)
+class _Layout:
+    """What a fold of these groups (and ``mult``) with ``kb`` places needs that no batch changes, made once
+    (read-only arrays: every batch shares them).  The chosen entries' arrays are [S, NH, kb]."""
+
     flip: np.ndarray  # -sign · mult, [NH, S]; [1, S] where every head's are the same
+    at_h: np.ndarray  # each place's head
+    at_s: np.ndarray  # its statistic
+    at_hs: np.ndarray  # head · S + statistic
+    sign_at: np.ndarray  # float64 _head_signs there (the same ±1 the int64 ones were cast to in the product)
+    mult_at: np.ndarray | None  # mult there
 
 
 @functools.lru_cache(maxsize=16)
-def _signs_of(groups: tuple[tuple[str, int], ...], mult: tuple[float, ...] | None) -> _Signs:
-    """The groups' signs and the key's flips, made once per layout (read-only: every batch shares them)."""
-    sign = _head_signs(groups).astype(np.float64)
+def _layout(groups: tuple[tuple[str, int], ...], mult: tuple[float, ...] | None, kb: int) -> _Layout:
+    sign = _head_signs(groups).astype(np.float64)  # [NH, S]
+    nh, s = sign.shape
     flip = -sign if mult is None else -(sign * np.array(mult))
     if (flip == flip[:1]).all():
         flip = flip[:1]
-    for a in (sign, flip):
-        a.flags.writeable = False
-    return _Signs(sign, flip)
-
-
-@functools.lru_cache(maxsize=16)
-def _chosen_index(nh: int, s: int, kb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The head, the statistic and their flat index (head · S + statistic) of each place of a [S, NH, kb] list."""
     at_s, at_h = np.meshgrid(np.arange(s), np.arange(nh), indexing="ij")
-    out = tuple(np.ascontiguousarray(np.broadcast_to(a[..., None], (s, nh, kb))) for a in (at_h, at_s, at_h * s + at_s))
-    for a in out:
-        a.flags.writeable = False
+    at_h, at_s, at_hs = (
+        np.ascontiguousarray(np.broadcast_to(a[..., None], (s, nh, kb))) for a in (at_h, at_s, at_h * s + at_s)
+    )
+    out = _Layout(flip, at_h, at_s, at_hs, sign.take(at_hs), None if mult is None else np.array(mult).take(at_s))
+    for a in out.__dict__.values():
+        if a is not None:
+            a.flags.writeable = False
     return out
