@@ -182,11 +182,10 @@ def fold_stats(
     the chosen (item, head, statistic) entries only (the session's keys are completed there alone).
 
     The partial of the fold before it (commit 9077fb9), bit for bit (tests/corpus/test_fold_host.py holds it to
-    that code, kept in tests/corpus/fold_9077fb9.py), with the statistics session's finish at ~0.6 of its host CPU
-    (bench/RESULTS.md, session 23 fold23): the ranking key
-    ``-per-item mean`` is made in one pass, straight into its [NH·S, B] layout, ranked in batch order
-    (:func:`ranked`: no copy of the batch in item-id order), and the means, rows and keys are computed at the k
-    chosen of each row only, not for every item."""
+    that code, kept in tests/corpus/fold_9077fb9.py); with the statistics session's finish, ~0.55 of the host CPU
+    of the two (bench/RESULTS.md, session 23 fold23): the ranking key ``-per-item mean`` is made in one pass,
+    straight into its [NH·S, B] layout, ranked in batch order (:func:`ranked`: no copy of the batch in item-id
+    order), and the means, rows and keys are computed at the k chosen of each row only, not for every item."""
     b, nh, s = base.shape
     kb = min(k, b)
     base = np.ascontiguousarray(base)
