@@ -1,11 +1,11 @@
 """The corpus worker's host work after each run, cut for a GPU loop that was capped by it (issue 26, session 23:
-corpus/fold.py fold_items and fold_stats, graph_reduce.InGraphReducer.partial, runtime/statfeeds.py stat_feeds)
-gives the partials and the statistics inputs of the code it replaced, bit for bit.  That code (commit 9077fb9) is
-kept in tests/corpus/fold_9077fb9.py, unchanged but for its names, as the reference: random per-item statistics with ties (equal means,
-within the k and at the k-th), items with no counted row (padding, -inf), NaN sums, -0.0 against 0.0, k larger
-than the batch, groups of both kinds (cross attention's signs), shared and per-head counts; the statistics
-session's outputs over random right-padded batches with special keys, causal (decoder) rows or not; and real
-batches of the planted encoder and a causal decoder through the session (BatchReducer.many)."""
+corpus/fold.py fold_items, fold_stats and ranked, graph_reduce.InGraphReducer.partial, runtime/statfeeds.py
+stat_feeds) gives the partials and the statistics inputs of the code it replaced, bit for bit.  That code (commit
+9077fb9) is kept in tests/corpus/fold_9077fb9.py, unchanged but for its names, as the reference: random per-item
+statistics with ties (equal means, within the k and at the k-th), items with no counted row (padding, -inf), NaN
+sums, -0.0 against 0.0, k larger than the batch, groups of both kinds (cross attention's signs), shared and per-head
+counts; the statistics session's outputs over random right-padded batches with special keys, causal (decoder) rows
+or not; and real batches of the planted encoder and a causal decoder through the session (BatchReducer.many)."""
 
 import numpy as np
 import pytest
@@ -23,9 +23,6 @@ from attnviz.runtime.statfeeds import KEY_COLUMNS
 
 S = len(ROW_STATS)
 FIELDS = ("batch_id", "items", "tokens", "sums", "counts", "top_value", "top_item", "top_row", "top_col")
-
-
-# ---- the checks --------------------------------------------------------------------------------------------------
 
 
 def assert_same(got: Partial, want: Partial, what: str = "") -> None:
