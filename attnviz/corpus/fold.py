@@ -8,6 +8,7 @@ hand them to :func:`fold_items`, so a partial does not depend on which path made
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,69 +134,178 @@ def fold_items(
     with their best row and key.  Every path ends here:
     maps reduced by numpy (``reduce_maps``) and statistics reduced in the graph (``graph_reduce``)."""
     parts = sorted(parts, key=lambda e: e[0].offset)
-    nh = 0
-    for g, _ in parts:
-        if g.offset != nh:
-            raise AttnvizError("internal: head groups do not tile the head index")
-        nh += g.heads
-    b = len(items)
-    kb = min(k, b)
+    groups = [g for g, _ in parts]
+    heads_of(groups)
     isum = np.concatenate([st.sums for _, st in parts], 1)  # [B, NH, S]
     shared = parts[0][1].counts if parts else None
     if shared is not None and all(st.counts is shared for _, st in parts):
         # the statistics session's groups share one [B, S] (each site's rows count alike): the per-item means
         # divide by it broadcast over the heads instead of by a [B, NH, S] copy (the same float64 divisions)
         n = shared[:, None]
-        counted = np.broadcast_to(shared.sum(0), (nh, S)).copy()
     else:
         n = np.concatenate([np.broadcast_to(st.counts[:, None], st.sums.shape) for _, st in parts], 1)
-        counted = n.sum(0)
-    sign = _head_signs(tuple((g.kind, g.heads) for g, _ in parts))  # [NH, S]
-    with np.errstate(invalid="ignore", divide="ignore"):  # an item with no counted row ranks last either way
-        per_item = np.where(n > 0, sign * isum / np.maximum(n, 1), -np.inf)
+    rows = np.concatenate([st.rows for _, st in parts], 1)  # [B, NH, S], C-ordered: the chosen by flat index
+    keys = np.concatenate([st.keys for _, st in parts], 1)
+    return fold_stats(groups, isum, n, items, k, batch_id, tokens, lambda at: (rows.take(at[3]), keys.take(at[3])))
+
+
+def heads_of(groups: list[HeadGroup]) -> int:
+    """The heads of ``groups`` (in offset order), refused where they do not tile the head index."""
+    nh = 0
+    for g in groups:
+        if g.offset != nh:
+            raise AttnvizError("internal: head groups do not tile the head index")
+        nh += g.heads
+    return nh
+
+
+# where the chosen (item, head, statistic) entries lie, each [S, NH, kb]: the batch position, the head, the
+# statistic, and the flat index of the three in a C-ordered [B, NH, S] array
+Chosen = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def fold_stats(
+    groups: list[HeadGroup],
+    base: np.ndarray,
+    n: np.ndarray,
+    items: list[int],
+    k: int,
+    batch_id: int,
+    tokens: int,
+    picked: Callable[[Chosen], tuple[np.ndarray, np.ndarray]],
+    mult: np.ndarray | None = None,
+) -> Partial:
+    """:func:`fold_items` on the groups' statistics side by side (``groups`` in offset order, tiling the heads):
+    per-item sums ``isum [B, NH, S]`` = ``base`` times ``mult`` (``[S]``, ±1 per statistic: the
+    statistics session's sums are of signed values; None: ``base`` itself), ``n`` their counted rows (``[B, 1, S]``
+    shared by every head, or ``[B, NH, S]``), ``picked(chosen)`` the best rows and their keys ``[S, NH, kb]`` at
+    the chosen (item, head, statistic) entries only (the session's keys are completed there alone).
+
+    The partial of the fold before it (commit 9077fb9), bit for bit (tests/corpus/test_fold_host.py holds it to
+    that code, kept in tests/corpus/fold_9077fb9.py); with the statistics session's finish, ~0.55 of the host CPU
+    of the two (bench/RESULTS.md, session 23 fold23): the ranking key ``-per-item mean`` is made in one pass,
+    straight into its [NH·S, B] layout, ranked in batch order (:func:`ranked`: no copy of the batch in item-id
+    order), and the means, rows and keys are computed at the k chosen of each row only, not for every item."""
+    b, nh, s = base.shape
+    kb = min(k, b)
+    base = np.ascontiguousarray(base)
+    n = np.ascontiguousarray(n)
+    lay = _layout(tuple((g.kind, g.heads) for g in groups), None if mult is None else tuple(mult.tolist()), kb)
     item_ids = np.asarray(items, np.int64)
-    # highest per-item mean first; ties go to the earlier item (deterministic across engines): a stable sort of
-    # the items taken in id order, each (head, statistic) a contiguous row (measured 1.6x faster than lexsort)
-    by_id = np.argsort(item_ids, kind="stable")
-    key = np.ascontiguousarray(-per_item[by_id].reshape(b, -1).T)  # [NH·S, B]
-    order = by_id[stable_smallest(key, kb).T.reshape(kb, *per_item.shape[1:])]
-
-    def top(a: np.ndarray) -> np.ndarray:
-        return np.take_along_axis(a, order, 0).transpose(2, 1, 0)  # [S, NH, kb]
-
+    nmax = np.maximum(n, 1)
+    # the key -(sign · isum / n) as isum / (-sign · n), ±1 products being exact: the same values (a NaN's sign
+    # aside, which no comparison sees); where every head has the same signs, the divisor is [S, B]
+    div = lay.flip[..., None] * nmax.transpose(1, 2, 0)  # [1 or NH, S, B]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        key = np.divide(base.transpose(1, 2, 0), div, order="C")
+    empty = n <= 0  # an item with no counted row ranks last (its mean -inf)
+    if empty.any():
+        np.copyto(key, np.inf, where=empty.transpose(1, 2, 0))
+    best = ranked(key.reshape(nh * s, b), item_ids, kb)  # [NH·S, kb] batch positions
+    pos = best.reshape(nh, s, kb).transpose(1, 0, 2)  # [S, NH, kb]
+    flat = pos * (nh * s) + lay.at_hs
+    # each chosen mean by the float64 operations the fold made over every item: isum, times the sign, / n
+    isum = base.take(flat)
+    if lay.mult_at is not None:
+        isum *= lay.mult_at
+    n_at = n.take(flat if n.shape[1] > 1 else pos * s + lay.at_s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top_value = lay.sign_at * isum
+        if n_at.all():  # (max(n, 1) is n; no -inf)
+            top_value /= n_at
+        else:
+            top_value = np.where(n_at > 0, top_value / np.maximum(n_at, 1), -np.inf)
+    top_row, top_col = picked((pos, lay.at_h, lay.at_s, flat))
     return Partial(
         batch_id,
         b,
         tokens,
-        isum.sum(0),
-        counted,
-        top(per_item),
-        item_ids[order].transpose(2, 1, 0),
-        top(np.concatenate([st.rows for _, st in parts], 1)),
-        top(np.concatenate([st.keys for _, st in parts], 1)),
+        _summed(base, mult),
+        np.broadcast_to(n.sum(0), (nh, s)).copy(),
+        top_value,
+        item_ids.take(pos),
+        top_row,
+        top_col,
     )
 
 
-def stable_smallest(key: np.ndarray, kb: int) -> np.ndarray:
-    """``np.argsort(key, axis=-1, kind="stable")[:, :kb]`` of ``key [R, B]`` without sorting whole rows: each row's
-    ``kb`` smallest are found by a partition, and only they are sorted (stably, in column order), where exactly
-    ``kb`` values lie at or below the row's ``kb``-th smallest; a row with a tie there (or NaN) is sorted whole.
-    A batch's fold ranks 32 items for the k=5 best per (head, statistic): sorting whole rows was ~0.4 ms of a
-    worker's ~2.5 ms outside each batch's run; this ~0.3 ms (MiniLM, 720 rows)."""
-    r, b = key.shape
-    if kb >= b or kb < 1:
-        return np.argsort(key, axis=-1, kind="stable")[:, :kb]
+def _summed(base: np.ndarray, mult: np.ndarray | None) -> np.ndarray:
+    """``(base * mult).sum(0)`` (float64, items added in batch order) as ``base.sum(0) * mult`` where that is the
+    same bits: a sum of ±x is ± the sum of x, step by step, unless a step's sign of zero differs (+0 + -0 is +0
+    either way round) or a NaN's sign bit, which a final sum that is finite and not zero rules out."""
+    total = base.sum(0)
+    if mult is None:
+        return total
+    if np.isfinite(total).all() and total.all():
+        return total * mult
+    return (base * mult).sum(0)
+
+
+def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
+    """Per row of ``key [R, B]`` the columns of its ``kb`` smallest, smallest first, ties to the lower id (then
+    the earlier column), NaN last: ``np.lexsort((ids, key), axis=-1)[:, :kb]``, without sorting whole rows.
+    ``ids``: each column's ``[B]`` (a batch's items, in batch order), or anything that broadcasts to ``key``.
+    Where exactly ``kb`` values lie at or below the row's ``kb``-th smallest (a partition finds it) and no two of
+    them are equal, they are its ``kb``, each placed by how many of them are smaller; any other row (a tie, a NaN)
+    is sorted whole, as above.  A batch's fold ranks 32 items for the k=5 best of 720 rows (MiniLM)."""
     key = np.ascontiguousarray(key)
-    inside = key <= np.partition(key, kb - 1, axis=-1)[:, kb - 1 : kb]  # NaN is never inside
-    clear = np.count_nonzero(inside, axis=-1) == kb
-    every = bool(clear.all())
-    flat = np.flatnonzero(inside if every else inside & clear[:, None])  # row by row, each in column order
-    cols = (flat % b).reshape(-1, kb)
-    best = np.take_along_axis(cols, np.argsort(key.ravel()[flat].reshape(-1, kb), axis=-1, kind="stable"), -1)
-    if every:
-        return best
+    r, b = key.shape
     out = np.empty((r, kb), np.intp)
-    out[clear] = best
-    rest = ~clear
-    out[rest] = np.argsort(key[rest], axis=-1, kind="stable")[:, :kb]
+    if kb < 1:
+        return out
+    rest = np.ones(r, bool)
+    if kb < b:
+        kth = np.partition(key, kb - 1, axis=-1)[:, kb - 1 : kb]
+        flat = np.flatnonzero(key <= kth)  # row by row, in column order; NaN is never inside
+        row, col = np.divmod(flat, b)
+        clear = np.bincount(row, minlength=r) == kb
+        if not clear.all():
+            flat, col = flat[clear[row]], col[clear[row]]
+        if flat.size:
+            cols = col.reshape(-1, kb)
+            v = np.ascontiguousarray(key.ravel()[flat].reshape(-1, kb).T)  # [kb, rows]: numpy's loops run long
+            place = np.add.reduce(v[:, None] < v[None], axis=0, dtype=np.intp)  # [kb, rows]: how many are smaller
+            place += np.arange(0, cols.size, kb)
+            best = np.full(cols.shape, -1, np.intp)
+            best.ravel()[place.ravel()] = cols.T.ravel()
+            if flat.size == out.size and best.min() >= 0:  # every row clear, no two values equal (the usual)
+                return best
+            whole = (best >= 0).all(1)  # two equal values take one place and leave another empty: sorted whole
+            done = np.flatnonzero(clear)[whole]
+            out[done] = best[whole]
+            rest[done] = False
+    if rest.any():
+        some = key[rest]
+        out[rest] = np.lexsort((np.broadcast_to(ids, key.shape)[rest], some), axis=-1)[:, :kb]
+    return out
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a fold of these groups (and ``mult``) with ``kb`` places needs that no batch changes, made once
+    (read-only arrays: every batch shares them).  The chosen entries' arrays are [S, NH, kb]."""
+
+    flip: np.ndarray  # -sign · mult, [NH, S]; [1, S] where every head's are the same
+    at_h: np.ndarray  # each place's head
+    at_s: np.ndarray  # its statistic
+    at_hs: np.ndarray  # head · S + statistic
+    sign_at: np.ndarray  # float64 _head_signs there (the same ±1 the int64 ones were cast to in the product)
+    mult_at: np.ndarray | None  # mult there
+
+
+@functools.lru_cache(maxsize=16)
+def _layout(groups: tuple[tuple[str, int], ...], mult: tuple[float, ...] | None, kb: int) -> _Layout:
+    sign = _head_signs(groups).astype(np.float64)  # [NH, S]
+    nh, s = sign.shape
+    flip = -sign if mult is None else -(sign * np.array(mult))
+    if (flip == flip[:1]).all():
+        flip = flip[:1]
+    at_s, at_h = np.meshgrid(np.arange(s), np.arange(nh), indexing="ij")
+    at_h, at_s, at_hs = (
+        np.ascontiguousarray(np.broadcast_to(a[..., None], (s, nh, kb))) for a in (at_h, at_s, at_h * s + at_s)
+    )
+    out = _Layout(flip, at_h, at_s, at_hs, sign.take(at_hs), None if mult is None else np.array(mult).take(at_s))
+    for a in out.__dict__.values():
+        if a is not None:
+            a.flags.writeable = False
     return out

@@ -294,8 +294,7 @@ class BatchReducer:
             nxt = next(ahead, None)
             if nxt is not None:
                 pending.append(submit(nxt))
-            parts = red.finish(ran, lengths, special, causal)
-            out.append(fold_items(parts, spec.items, self.k, spec.batch_id, int(lengths.sum())))
+            out.append(red.partial(ran, lengths, special, causal, spec.items, self.k, spec.batch_id))
         return out
 
     def _runner(self, depth: int) -> ThreadPoolExecutor:
@@ -522,7 +521,10 @@ class Accumulator:
         both = [np.concatenate([a[rows], b[rows]], -1) for a, b in zip(old, new)]
         v, i = both[0], both[1]
         order = np.lexsort((np.where(i < 0, _NO_ITEM, i), -v), axis=-1)[..., : self.k]
-        picked = [np.take_along_axis(a, order, -1) for a in both]
+        # each row's picks as flat places of the (contiguous) candidates: one index for the four arrays, where
+        # take_along_axis made its broadcast index four times (~0.04 ms each: most of a fold, 720 rows of 10)
+        order += np.arange(0, v.size, v.shape[-1]).reshape(*v.shape[:-1], 1)
+        picked = [a.take(order) for a in both]
         if isinstance(rows, slice):
             return picked[0], picked[1], picked[2], picked[3]
         out = [a.copy() for a in old]

@@ -10,6 +10,7 @@ statistics session is read back whole from the cache (runtime/light_model.py), i
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -67,6 +68,18 @@ _KEY_FROM = [
 ]
 # the graph works on each statistic times its sign (the interesting end highest): best rows are plain maxima
 SIGN = np.array([direction(n, "self").sign for n in ROW_STATS], np.float32)
+SIGN64 = SIGN.astype(np.float64)  # (what item_stats multiplies the sums by)
+# the special statistics (in the order of SP_OFF's two rows), side by side in ROW_STATS (asserted above): a slice
+_SPECIAL_KEYED = slice(_SP, _SP + 2)
+assert ROW_STATS[_SPECIAL_KEYED] == ("special", "special_other")
+# the statistics whose key follows from the row (FIXED_KEYS): key = row · mul + add, [len, 1, 1] against [S, ...]
+_FIXED_STATS = slice(ROW_STATS.index("prev"), ROW_STATS.index("prev") + len(FIXED_KEYS))  # (side by side: asserted)
+assert ROW_STATS[_FIXED_STATS] == tuple(FIXED_KEYS)
+_FIXED_MUL = np.array([0 if off is None else 1 for off in FIXED_KEYS.values()], np.int64)[:, None, None]
+_FIXED_ADD = np.array([off or 0 for off in FIXED_KEYS.values()], np.int64)[:, None, None]
+_SPECIAL_SIDE = np.arange(2)[:, None, None]  # SP_OFF's row of each of _SPECIAL_KEYED
+_BROAD = ROW_STATS.index("broad")
+_ZERO, _ONE, _INF = np.float32(0.0), np.float32(1.0), np.float32(np.inf)
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,19 +125,23 @@ def stat_feeds(
     sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
     sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
     valid, seen = valid_rows(lengths, t, causal)
-    ok = np.stack([valid[name] for name in ROW_STATS], 1)[:, None]  # [B, 1, S, T]
-    divisor = np.ones(ok.shape, np.float32)
-    divisor[:, 0, ROW_STATS.index("broad")] = np.log2(np.maximum(seen, 2))
-    # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first
-    divisor = np.where(ok, divisor, np.float32(np.inf)).transpose(0, 1, 3, 2).copy()
+    ok = np.empty((b, len(ROW_STATS), t), bool)  # [B, S, T]
+    ok[:] = real[:, None]
+    for s, name in enumerate(ROW_STATS):  # (most statistics count the real rows: valid_rows' same array)
+        if valid[name] is not real:
+            ok[:, s] = valid[name]
+    # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first;
+    # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed)
+    divisor = np.where(ok.transpose(0, 2, 1), _ONE, _INF)
+    divisor[:, :, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
     dist, near = _per_length(t)
     feeds = {
         REAL: np.broadcast_to(real.astype(np.float32)[:, None, None, :], (b, 1, t, t)).copy(),
         KEYW: keyw[:, None],
         DIST: dist,
         SP_OFF: sp_off[:, None],
-        OFF: np.where(ok, 0.0, -np.inf).astype(np.float32),
-        DIVISOR: divisor,
+        OFF: np.where(ok, _ZERO, -_INF)[:, None],
+        DIVISOR: divisor[:, None],
         NEAR: near,
         BHTT: np.array([b, -1, t, t], np.int64),
     }
@@ -145,5 +162,35 @@ def item_stats(sums: np.ndarray, picks: np.ndarray, feeds: dict[str, np.ndarray]
         any_key = (off[:, j] == 0).any(-1)[:, None]
         # none kept: numpy's argmax of all -1 is 0
         keys[..., c] = np.where(any_key, idx[b, keys[..., c] - len(KEY_COLUMNS)], 0)
-    counts = (feeds[OFF][:, 0] == 0).sum(-1).astype(np.int64)  # [B, S]
-    return ItemStats.with_fixed_keys(sums * SIGN.astype(np.float64), counts, rows, keys)
+    return ItemStats.with_fixed_keys(sums * SIGN64, counted(feeds), rows, keys)
+
+
+def counted(feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """:func:`item_stats`' ``counts [B, S]``: the rows each statistic counts in each item."""
+    return (feeds[OFF][:, 0] == 0).sum(-1).astype(np.int64)
+
+
+def picked_keys(
+    picks: np.ndarray, feeds: dict[str, np.ndarray], idx: np.ndarray
+) -> Callable[[tuple[np.ndarray, ...]], tuple[np.ndarray, np.ndarray]]:
+    """:func:`item_stats`' ``rows`` and ``keys`` at chosen entries only: ``chosen`` = (batch position, head,
+    statistic, their flat index in a C-ordered [B, heads, S]), arrays of one shape, each statistic's along the
+    first axis (corpus/fold.py fold_stats) -> the rows and keys there, each key completed as :func:`item_stats`
+    completes it (a special slot to its key position, a fixed statistic's key from its row).  A fold needs k of
+    each (head, statistic)'s B."""
+    s = len(ROW_STATS)
+    picks = np.ascontiguousarray(picks)
+
+    def at(chosen: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+        pos, _, stat, flat = chosen
+        where = 2 * flat - stat  # (b, h, 0, s) of [B, heads, 2, S]: its key lies S after it
+        rows = picks.take(where)
+        keys = picks.take(where + s).astype(np.int64, copy=False)
+        any_key = (feeds[SP_OFF][:, 0, :, len(KEY_COLUMNS) :] == 0).any(-1)  # [B, 2]: an item with a slot kept
+        p = pos[_SPECIAL_KEYED]  # [2, ...]: special, special_other
+        # none kept: numpy's argmax of all -1 is 0
+        keys[_SPECIAL_KEYED] = np.where(any_key[p, _SPECIAL_SIDE], idx[p, keys[_SPECIAL_KEYED] - len(KEY_COLUMNS)], 0)
+        keys[_FIXED_STATS] = rows[_FIXED_STATS] * _FIXED_MUL + _FIXED_ADD  # (first: row · 0 + 0)
+        return rows, keys
+
+    return at

@@ -1,8 +1,11 @@
 """Why ``BatchReducer.many`` stops at ~2.7 ms a batch on an H100 at every depth while 4 threads on the raw statistics
 session reach ~1.5 (bench/corpus_loop_split.py, session 23): the hypothesis is the GIL — the host work of a batch
 (statistics feeds, the session wrapper, ``finish``, ``fold_items``) held under one lock.  Rows, interleaved, in one
-process, ms a batch: plain; ``many d4`` as shipped; with a shorter GIL switch interval; with ``fold_items`` skipped;
-with ``finish`` and the fold skipped; the raw session and the wrapped one from 4 threads.
+process, ms a batch: plain; ``many d4`` as shipped; with a shorter GIL switch interval; with the host code of 9077fb9
+(before session 23's fold23: its stat_feeds, finish and fold_items, kept in tests/corpus/fold_9077fb9.py) in place of
+this tree's (the same partials, more host CPU); with each batch's fold skipped (``InGraphReducer.partial``: finish and
+fold_items); with the task's ``combine`` after it (a worker's whole task); the raw session, the wrapped one and the
+memory check with onnxruntime's plain run (no I/O binding) from 4 threads.
 
     OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
 """
@@ -20,6 +23,7 @@ from pathlib import Path
 os.environ["ATTNVIZ_INPROCESS"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "corpus"))
 
 import corpus_bench as cb
 import numpy as np
@@ -34,6 +38,7 @@ def main() -> None:
     ap.add_argument("--minilm", metavar="DIR")
     a = ap.parse_args()
     from attnviz.corpus import reduce as rd
+    from attnviz.corpus.engines import SHARED_CHUNK
     from attnviz.corpus.items import read_texts
     from attnviz.corpus.plan import encode_items, plan_text
     from attnviz.runtime import statfeeds as sf
@@ -60,23 +65,31 @@ def main() -> None:
         t = next(v.shape[-1] for v in f.values() if v.ndim == 2) if special is None else special.shape[1]
         stats_feeds.append({**f, **sf.stat_feeds(lengths, special, t, False)[0]})
     rs = raw(ig.sess)
+    guarded = ig.sess._sess if hasattr(ig.sess._sess, "memory") else rs  # (GuardedSession: its run is the plain one)
     ex = ThreadPoolExecutor(4)
-    fold, finish = rd.fold_items, ig.finish
+    from fold_9077fb9 import reference_finish, reference_fold, reference_stat_feeds
 
-    def many(patch=None, interval=None):
+    partial, stat_feeds = ig.partial, sf.stat_feeds
+
+    def old_tail(ran, lengths, special, causal, items, k, batch_id):
+        return reference_fold(reference_finish(ig.groups, ran), items, k, batch_id, int(lengths.sum()))
+
+    def many(patch=None, interval=None, combine=False):
         def go():
             old = sys.getswitchinterval()
             if interval:
                 sys.setswitchinterval(interval)
-            if patch == "fold":
-                rd.fold_items = lambda *x, **k: None
-            if patch == "finish":
-                rd.fold_items = lambda *x, **k: None
-                ig.finish = lambda *x, **k: []
+            if patch == "9077fb9":
+                ig.partial, sf.stat_feeds = old_tail, reference_stat_feeds
+            if patch == "no fold":
+                ig.partial = lambda *x, **k: None
             try:
-                red.many(specs, 4)
+                parts = red.many(specs, 4)
+                if combine:
+                    for i in range(0, len(parts), SHARED_CHUNK):  # a GPU worker's tasks (the shared layout)
+                        rd.combine(parts[i : i + SHARED_CHUNK], red.k)
             finally:
-                rd.fold_items, ig.finish = fold, finish
+                ig.partial, sf.stat_feeds = partial, stat_feeds
                 sys.setswitchinterval(old)
 
         return go
@@ -84,11 +97,15 @@ def main() -> None:
     rows = {
         "plain": lambda: [plain.run(None, f) for f in plain_feeds],
         "many d4": many(),
+        "many d4, 9077fb9's host code": many("9077fb9"),
         "many d4, switch interval 0.1 ms": many(interval=1e-4),
-        "many d4, no fold_items": many("fold"),
-        "many d4, no finish, no fold": many("finish"),
+        "many d4, no finish or fold (partial skipped)": many("no fold"),
+        "many d4 + combine (a worker's tasks)": many(combine=True),
         "stats raw ×4": lambda: list(ex.map(lambda f: rs.run(ig.fetch, f), stats_feeds)),
         "stats wrapped ×4": lambda: list(ex.map(lambda f: ig.sess.run(ig.fetch, f), stats_feeds)),
+        # the memory check and onnxruntime's plain run (no I/O binding, no page-locked outputs): what the wrapper's
+        # binding costs or saves for outputs this small ([B, heads, S] sums and picks)
+        "stats guarded, plain run ×4": lambda: list(ex.map(lambda f: guarded.run(ig.fetch, f), stats_feeds)),
     }
     print(
         f"{n} items, {len(specs)} batches; wrapper {type(ig.sess).__name__}; load {os.getloadavg()[0]:.1f}", flush=True

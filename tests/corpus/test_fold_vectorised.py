@@ -267,11 +267,13 @@ def test_real_batches_through_the_statistics_session(tmp_path, monkeypatch, left
 
 
 @pytest.mark.parametrize("kb", [1, 2, 5, 31, 32])
-def test_stable_smallest_is_a_stable_sorts_first_columns(kb):
-    """fold_items' ranking takes each row's kb smallest by partition and sorts only those: the same columns, in
-    the same order, as numpy's stable argsort of the whole row, with ties at the kb-th value (equal means of
-    several items), NaN (sorted last), -inf, -0.0 against 0.0 and rows of one value."""
-    from attnviz.corpus.fold import stable_smallest
+@pytest.mark.parametrize("order", ["in id order", "shuffled ids", "repeated ids"])
+def test_ranked_is_a_stable_sort_by_id(kb, order):
+    """fold_items' ranking takes each row's kb smallest by partition and places only those: the same columns, in
+    the same order, as numpy's stable argsort of the whole row with the items taken in id order, with ties at the
+    kb-th value (equal means of several items) and among the kb, NaN (sorted last), -inf, -0.0 against 0.0 and
+    rows of one value; the items in batch order, not id order (a length-sorted plan's)."""
+    from attnviz.corpus.fold import ranked
 
     rng = np.random.default_rng(7)
     key = rng.standard_normal((400, 32))
@@ -282,5 +284,12 @@ def test_stable_smallest_is_a_stable_sorts_first_columns(kb):
     key[4, ::2] = np.nan
     key[6, :] = 1.0
     key[8, 1], key[8, 2], key[8, 3:] = -0.0, 0.0, 5.0
-    expected = np.argsort(key, axis=-1, kind="stable")[:, :kb]
-    assert np.array_equal(stable_smallest(key, kb), expected)
+    key[9, :2] = -7.0  # a tie inside the kb smallest only
+    ids = {
+        "in id order": np.arange(32),
+        "shuffled ids": rng.permutation(np.arange(100, 132)),
+        "repeated ids": rng.integers(0, 6, 32),  # (then the earlier column first)
+    }[order]
+    by_id = np.argsort(ids, kind="stable")
+    expected = by_id[np.argsort(key[:, by_id], axis=-1, kind="stable")[:, :kb]]
+    assert np.array_equal(ranked(key, ids, kb), expected)

@@ -1,0 +1,273 @@
+"""The host CPU of one corpus batch outside onnxruntime, part by part, old code against new (issue 26: on a GPU the
+worker's loop is capped by this work under the GIL, bench/gpu/corpus_gil.py).
+
+Batches of MiniLM (bench/corpus_bench.py's model and corpus, batches of 32 as a worker plans them) are run through
+the statistics session ONCE, here, and what each run returned is kept (a pickle under /tmp/attnviz_corpus_bench);
+then child processes, each importing one copy of attnviz (``--old DIR``: e.g. ``git archive 9077fb9 attnviz | tar
+-x -C DIR``; the new one: this worktree), time each part on those same batches, rounds interleaved (old, new, new,
+old, ...), the median round reported:
+
+- ``stat_feeds``: runtime/statfeeds.py's extra inputs of a batch (in the run's thread);
+- ``wrapper``: ExtraSession -> GuardedSession (memory check) -> chain.run_bound on an onnxruntime-shaped session
+  that hands back the kept outputs (the Python around ``run_with_iobinding``, nothing of onnxruntime itself);
+  ``wrapper pinned``: the same with the CUDA path's PinnedOutputs (page-locking replaced by a no-op pinner);
+- ``finish``: InGraphReducer.finish (incl. statfeeds.item_stats); ``fold``: corpus/fold.py fold_items on its parts;
+- ``tail``: what the worker's loop (BatchReducer.many) does after a run: the old code finish then fold_items, the
+  new one InGraphReducer.partial (the same fold on the session's joined outputs, keys completed where chosen);
+- ``host``: stat_feeds + wrapper + tail, wall and process CPU time (what bench/gpu/corpus_gil.py's ``many`` loop
+  does on the host besides the feeds); ``combine``: the worker's task of these batches made one partial
+  (reduce.combine, once a task, per batch here), and the host part with it.
+
+Each pass takes the batches in order and each batch's parts one after the other (what one part frees and
+allocates sets the next one's cost), best of ``--reps`` passes a part; CPU-bound, one thread.
+
+    OMP_NUM_THREADS=1 python bench/corpus_host_cost.py --old /tmp/fold23_old [--items 2000] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = Path("/tmp/attnviz_corpus_bench")
+PARTS = ("stat_feeds", "wrapper", "wrapper pinned", "finish", "fold", "tail")
+HOST = ("stat_feeds", "wrapper", "tail")  # what a worker does per batch besides the run and the feeds
+
+
+def capture(items: int, every: int) -> Path:
+    """Every ``every``-th batch of the planned corpus run once through the statistics session: what the timing needs."""
+    out = WORK / f"host_cost_{items}_{every}.pkl"
+    if out.exists():
+        return out
+    os.environ["ATTNVIZ_INPROCESS"] = "1"
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT))
+    import corpus_bench as cb
+    import numpy as np
+
+    from attnviz.corpus.items import read_texts
+    from attnviz.corpus.plan import encode_items, plan_text
+    from attnviz.corpus.reduce import BatchReducer
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    model, tok = cb.minilm(WORK, None)
+    red = BatchReducer(str(model), "cpu", tok, 1, 5)
+    red.prepare()
+    ig = red.in_graph
+    texts = read_texts(cb.corpus_file(WORK, items))
+    specs = plan_text(texts, encode_items(red.model, texts), None, None, 32, equal_lengths=False)
+    batches = []
+    for spec in specs[::every]:
+        feeds, lengths, special = red.feeds(spec)
+        lengths = np.asarray(lengths, np.int64)
+        ran = ig.run(feeds, lengths, special, False, ig.sess)
+        batches.append((list(spec.items), spec.batch_id, lengths, special, feeds, ran))
+    kept = {"groups": ig.groups, "outputs": ig.outputs, "fetch": ig.fetch, "k": red.k, "batches": batches}
+    with open(out, "wb") as f:
+        pickle.dump(kept, f)
+    return out
+
+
+class _Out:
+    def __init__(self, a):
+        self.a = a
+
+    def numpy(self):
+        return self.a
+
+
+class _IO:
+    """onnxruntime's IOBinding as the wrappers use it, doing nothing: outputs are the batch's kept ones."""
+
+    def __init__(self, outs):
+        self.outs = outs
+
+    def bind_cpu_input(self, name, value):
+        pass
+
+    def bind_output(self, name, device="cpu", *args):
+        pass
+
+    def get_outputs(self):
+        return [_Out(a) for a in self.outs]
+
+
+class _Sess:
+    def __init__(self):
+        self.outs: list = []
+
+    def io_binding(self):
+        return _IO(self.outs)
+
+    def run_with_iobinding(self, io, run_options=None):
+        pass
+
+    def get_providers(self):
+        return ["CPUExecutionProvider"]
+
+
+class _Pinner:
+    active = True
+    state = "yes"
+
+    def pin(self, addr, size):
+        return True
+
+    def unpin(self, addr):
+        pass
+
+
+def child(capture_path: str, reps: int) -> None:
+    """One round in this process (attnviz as PYTHONPATH / sys.path gives it): per part, µs a batch (best of reps)."""
+    import numpy as np
+
+    from attnviz.corpus.fold import fold_items
+    from attnviz.corpus.graph_reduce import InGraphReducer
+    from attnviz.corpus.reduce import combine
+    from attnviz.runtime import statfeeds as sf
+    from attnviz.runtime.extra_session import ExtraSession
+    from attnviz.runtime.guard import GuardedSession, MemoryCheck
+    from attnviz.runtime.pinned_outputs import Buffers, PinnedOutputs
+
+    with open(capture_path, "rb") as f:
+        kept = pickle.load(f)
+    red = InGraphReducer.__new__(InGraphReducer)
+    red.model, red.exposed, red.groups, red.outputs = None, None, kept["groups"], kept["outputs"]
+    k, fetch, batches = kept["k"], kept["fetch"], kept["batches"]
+
+    class _Plan:  # the memory check as it is once a shape has passed (every batch but a shape's first)
+        passed: dict = {}
+
+        def estimate(self, shapes, fetch, within):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(bytes=0)
+
+        def outputs(self):
+            return fetch
+
+    import threading
+
+    _Plan.lock = threading.Lock()
+    check = MemoryCheck(b"", "bench")
+    check._plan = _Plan()
+    fake = _Sess()
+    plain = ExtraSession(GuardedSession(fake, check))
+    pinned_guard = GuardedSession(fake, check)
+    pinned_guard.outputs = PinnedOutputs(Buffers(_Pinner()))
+    pinned = ExtraSession(pinned_guard)
+
+    tail = getattr(red, "partial", None)  # the new code's finish and fold in one (the old: finish, then fold)
+
+    def step(part: str, b) -> None:
+        items, batch_id, lengths, special, feeds, ran = b
+        if part == "stat_feeds":
+            sf.stat_feeds(lengths, special, ran[3], False)
+        elif part in ("wrapper", "wrapper pinned"):
+            fake.outs = [ran[0][n] for n in fetch]
+            (plain if part == "wrapper" else pinned).run(fetch, {**feeds, **ran[1]})
+        elif part == "finish":
+            step.parts = red.finish(ran, lengths, special, False)
+        elif part == "fold":
+            fold_items(step.parts, items, k, batch_id, int(lengths.sum()))
+        elif tail is not None:
+            step.out.append(tail(ran, lengths, special, False, items, k, batch_id))
+        else:
+            step.out.append(
+                fold_items(red.finish(ran, lengths, special, False), items, k, batch_id, int(lengths.sum()))
+            )
+
+    # each batch's parts one after another, as a worker's loop does them (what each frees and allocates shapes
+    # the next one's cost: allocator state), the batches in order; the best of ``reps`` passes per part
+    wall = {p: [] for p in (*PARTS, "combine")}
+    cpu = {p: [] for p in (*PARTS, "combine")}
+    for _ in range(reps):
+        tw = dict.fromkeys(PARTS, 0.0)
+        tc = dict.fromkeys(PARTS, 0.0)
+        step.out = []
+        for b in batches:
+            for part in PARTS:
+                w0, c0 = time.perf_counter(), time.process_time()
+                step(part, b)
+                tw[part] += time.perf_counter() - w0
+                tc[part] += time.process_time() - c0
+        # the worker's task: its batches' partials as one (reduce.combine; batch ids made consecutive)
+        parts = [dataclasses.replace(q, batch_id=i) for i, q in enumerate(step.out)]
+        w0, c0 = time.perf_counter(), time.process_time()
+        combine(parts, k)
+        tw["combine"], tc["combine"] = time.perf_counter() - w0, time.process_time() - c0
+        for part in (*PARTS, "combine"):
+            wall[part].append(tw[part])
+            cpu[part].append(tc[part])
+    res = {p: (1e6 * min(wall[p]) / len(batches), 1e6 * min(cpu[p]) / len(batches)) for p in wall}
+    res["_check"] = float(
+        np.sum([fold_items(red.finish(b[5], b[2], b[3], False), b[0], k, b[1], 1).sums for b in batches])
+    )
+    print(json.dumps(res))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", required=True, help="a folder holding the old attnviz package (git archive ... attnviz)")
+    ap.add_argument("--items", type=int, default=2000)
+    ap.add_argument("--every", type=int, default=3, help="capture every N-th batch")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.reps)
+        return
+    cap = capture(a.items, a.every)
+    with open(cap, "rb") as f:
+        nb = len(pickle.load(f)["batches"])
+    codes = {"old": str(Path(a.old).resolve()), "new": str(ROOT)}
+    rows: dict[str, list[dict]] = {"old": [], "new": []}
+    loads = [os.getloadavg()[0]]
+    for r in range(a.rounds):
+        for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            env = {**os.environ, "PYTHONPATH": codes[name], "OMP_NUM_THREADS": "1"}
+            out = subprocess.run(
+                [sys.executable, __file__, "--old", a.old, "--child", str(cap), "--reps", str(a.reps)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=codes[name],
+            )
+            rows[name].append(json.loads(out.stdout))
+        loads.append(os.getloadavg()[0])
+    checks = {n: {r["_check"] for r in rows[n]} for n in rows}
+    print(f"{nb} batches of 32 (MiniLM, 12 heads x 6 layers), {a.rounds} rounds interleaved, best of {a.reps} a round")
+    print(f"sum of every partial's sums: old {checks['old']} new {checks['new']}")
+    print(f"{'part':<16}{'old µs':>9}{'new µs':>9}{'old/new':>9}{'old cpu':>9}{'new cpu':>9}{'cpu o/n':>9}")
+    tot = {n: [0.0, 0.0] for n in rows}
+    for part in PARTS:
+        med = {n: [statistics.median(r[part][i] for r in rows[n]) for i in (0, 1)] for n in rows}
+        if part in HOST:
+            for n in rows:
+                tot[n][0] += med[n][0]
+                tot[n][1] += med[n][1]
+        o, w = med["old"], med["new"]
+        print(f"{part:<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
+    o, w = tot["old"], tot["new"]
+    print(f"{'host (sum)':<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
+    med = {n: [statistics.median(r["combine"][i] for r in rows[n]) for i in (0, 1)] for n in rows}
+    o, w = med["old"], med["new"]
+    print(f"{'combine':<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
+    o, w = [a + b for a, b in zip(tot["old"], med["old"])], [a + b for a, b in zip(tot["new"], med["new"])]
+    print(f"{'host + combine':<16}{o[0]:9.1f}{w[0]:9.1f}{o[0] / w[0]:9.2f}{o[1]:9.1f}{w[1]:9.1f}{o[1] / w[1]:9.2f}")
+    print("load average (1 min) before and after each round:", " ".join(f"{x:.2f}" for x in loads))
+
+
+if __name__ == "__main__":
+    main()
