@@ -83,9 +83,34 @@ STAT_CONTEXT_TITLES: dict[str, dict[str, str]] = {
 }
 
 
+def monotonic_alignment(m: np.ndarray) -> float:
+    """The share of a cross map's rows ``[Tq, Tk]`` (after the first) whose most-attended key is at or after the
+    previous row's: 1 for a head whose focus only moves forward through the clip (as speech is read out), near
+    1/2 for one that jumps about.  NaN for a map of one row (no step to judge)."""
+    top = np.asarray(m).argmax(-1)
+    return float(np.mean(top[1:] >= top[:-1])) if len(top) > 1 else float("nan")
+
+
+# statistics a context has in place of the position columns it leaves out, each of one head's map [Tq, Tk]
+# (core/head_stats.compute_stats): a speech decoder's text rows against the clip's frames have no diagonal,
+# but whether the head's focus moves forward through the clip says whether it aligns
+CONTEXT_STATS = {"cross-audio": {"monotonic": monotonic_alignment}}
+CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
+    "cross-audio": {
+        "monotonic": (
+            "monotonic",
+            "share of the text rows whose most-attended frame is at or after the previous row's (1 = the head's "
+            "focus only moves forward through the clip, as an aligning head's does; diagonal, previous token and "
+            "distance mean nothing between text positions and frames)",
+        )
+    }
+}
+
+
 def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
     """``STAT_COLUMNS`` with the titles and help that are true for ``context`` (text | cross | cross-image | patches |
-    frames | audio | cross-audio); a column whose statistic means nothing there is left out."""
+    frames | audio | cross-audio); a column whose statistic means nothing there is left out, and the context's own
+    columns (:data:`CONTEXT_COLUMNS`) come after the entropy."""
     extra = STAT_CONTEXT_HELP.get(context, {})
     titles = STAT_CONTEXT_TITLES.get(context, {})
     out = {}
@@ -93,6 +118,8 @@ def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
         if key in extra and extra[key] is None:
             continue
         out[key] = (titles.get(key, label), extra.get(key) or help_)
+        if key == "entropy":
+            out.update(CONTEXT_COLUMNS.get(context, {}))
     return out
 
 
