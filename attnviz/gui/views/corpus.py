@@ -228,8 +228,14 @@ class CorpusView(QWidget):
         self._show_directions()
         self._fill_table()
         self._fill_grid()
+        # a corpus mostly of the unknown token first, as `attnviz corpus` said it at the end (corpus/stream.py)
+        from attnviz.corpus.stream import MostlyUnknown  # (as open_corpus_results reads the folder: when opened)
+
+        unknown = MostlyUnknown.from_run(r)
+        self.note = None if unknown is None else unknown.report(int(r.get("items") or 0))[1]
         self.status.showMessage(
-            f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
+            (f"{_cut(self.note, 300)} · " if self.note else "")
+            + f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
             "click a head for its top examples"
         )
 
