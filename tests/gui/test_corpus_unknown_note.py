@@ -21,6 +21,7 @@ def test_the_status_line_says_the_items_mostly_unknown_first(qtbot, tmp_path):
         "2 of 3 items are mostly the unknown token '[UNK]' (words the tokenizer does not know): is the corpus in "
         "the model's language and script? · 2 heads from "
     )
+    assert v.info.text().endswith("· 2 of them mostly [UNK]") and v.info.toolTip() == v.note  # kept in the summary line
 
 
 def test_none_mostly_unknown_or_not_counted_says_nothing(qtbot, tmp_path):
@@ -30,6 +31,7 @@ def test_none_mostly_unknown_or_not_counted_says_nothing(qtbot, tmp_path):
         v = CorpusView(_results(tmp_path, extra))
         qtbot.addWidget(v)
         assert v.status.currentMessage().startswith("2 heads from ") and v.note is None
+        assert "mostly" not in v.info.text()
 
 
 def test_a_count_that_is_not_a_number_is_refused_in_one_line(tmp_path):

@@ -233,6 +233,9 @@ class CorpusView(QWidget):
 
         unknown = MostlyUnknown.from_run(r)
         self.note = None if unknown is None else unknown.report(int(r.get("items") or 0))[1]
+        if self.note and unknown is not None:  # kept in the summary line too (the status line is overwritten)
+            self.info.setText(_cut(f"{self.info.text()} · {unknown.items:,} of them mostly {unknown.token}", 700))
+            self.info.setToolTip(self.note)
         self.status.showMessage(
             (f"{_cut(self.note, 300)} · " if self.note else "")
             + f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
