@@ -19,7 +19,10 @@ STAT_COLUMNS = {
 }
 # every column above is of each row rescaled to sum to 1; this one, shown only where some head's rows sum to less
 # (attention sinks), is how much of the row there was before the rescale: a head that gives most of its mass to
-# its sink otherwise looks like any other head
+# its sink otherwise looks like any other head.  The rescale is the choice for every row statistic (the Head stats
+# and a corpus run's alike): "broad" (entropy / log2 of the keys) and the masses compare heads of models with and
+# without sinks only as distributions over the keys; the sink's share is said beside them, not folded in
+RESCALED = "each row rescaled to sum to 1 over the keys: where the head looks when it looks at a token"
 ROW_SUM_COLUMN = {
     "row_sum": (
         "row sum",
@@ -105,6 +108,20 @@ CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
         )
     }
 }
+
+
+def sink_note(sites: list[str]) -> str | None:
+    """The one note of a corpus run (run.json and its closing lines) over sites whose softmax includes an attention
+    sink (:attr:`~attnviz.core.attention.SiteInfo.sink`; labels ``sites``), None without one: their rows sum to
+    less than 1, and the row statistics rescale them, as the Head stats do."""
+    if not sites:
+        return None
+    named = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+    return (
+        f"{len(sites)} attention site{'s' if len(sites) != 1 else ''} ({named}) also attend{'s' if len(sites) == 1 else ''} "
+        f"to a sink (rows summing to less than 1): every row statistic is of {RESCALED} (the sink's share left out, "
+        "as in the window's Head stats, whose 'row sum' column says how much each head kept)"
+    )
 
 
 def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:

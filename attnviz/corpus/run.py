@@ -23,6 +23,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
 from attnviz.core.leaving import leaves_at_once
 from attnviz.core.notice import say
+from attnviz.core.stats import sink_note
 from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder, results_folder_on_failure
@@ -68,6 +69,7 @@ class CorpusSummary:
     wall_s: float
     items_per_s: float
     note: str | None = None  # said once after the run (a corpus mostly of the unknown token)
+    sink_note: str | None = None  # said once after the run (attention sinks: rows rescaled by the statistics)
 
 
 def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
@@ -174,6 +176,7 @@ def _run(
 
         speech_sites = sites_of(model)
     groups = layout(speech_sites or model.sites)
+    sinks = [s.label for s in model.sites if s.sink]  # their rows are rescaled to 1 by every row statistic
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
@@ -318,6 +321,9 @@ def _run(
         run.update(stream.cut)
     unknown, note = unknown_report(stream.unknown, acc.items)  # texts the tokenizer mostly does not know
     run.update(unknown)
+    rescaled = sink_note(sinks)
+    if rescaled is not None:  # attention sinks: what the row statistics did with their rows
+        run["sink_sites"], run["sink_note"] = sinks, rescaled
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
@@ -330,7 +336,7 @@ def _run(
     )
     ckpt.unlink(missing_ok=True)
     rate = done / run_s if run_s > 0 else 0.0
-    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, rate, note)
+    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, rate, note, rescaled)
 
 
 def _tower_frames(cfg: CorpusConfig, model):

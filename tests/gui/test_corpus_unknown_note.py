@@ -24,6 +24,18 @@ def test_the_status_line_says_the_items_mostly_unknown_first(qtbot, tmp_path):
     assert v.info.text().endswith("· 2 of them mostly [UNK]") and v.info.toolTip() == v.note  # kept in the summary line
 
 
+def test_the_status_line_says_the_sink_note(qtbot, tmp_path):
+    from attnviz.core.stats import sink_note
+    from attnviz.gui.views.corpus import CorpusView
+
+    note = sink_note(["decoder self L0", "decoder self L1"])
+    v = CorpusView(_results(tmp_path, {"sink_sites": ["decoder self L0", "decoder self L1"], "sink_note": note}))
+    qtbot.addWidget(v)
+    said = v.status.currentMessage()
+    assert said.startswith(note[:250]) and "· 2 heads from " in said  # (the whole note in the summary's tip)
+    assert v.info.text().endswith("· rows rescaled over the sinks' heads") and v.info.toolTip() == note
+
+
 def test_none_mostly_unknown_or_not_counted_says_nothing(qtbot, tmp_path):
     from attnviz.gui.views.corpus import CorpusView
 

@@ -235,9 +235,15 @@ class CorpusView(QWidget):
         self.note = None if unknown is None else unknown.report(int(r.get("items") or 0))[1]
         if self.note and unknown is not None:  # kept in the summary line too (the status line is overwritten)
             self.info.setText(_cut(f"{self.info.text()} · {unknown.items:,} of them mostly {unknown.token}", 700))
-            self.info.setToolTip(self.note)
+        # attention sinks: the row statistics rescaled each row to 1 over the keys (core/stats.py sink_note)
+        sinks = r.get("sink_note") if isinstance(r.get("sink_note"), str) else None
+        if sinks:
+            self.info.setText(_cut(f"{self.info.text()} · rows rescaled over the sinks' heads", 700))
+        said = [n for n in (self.note, sinks) if n]
+        if said:
+            self.info.setToolTip("\n\n".join(_cut(n, 600) for n in said))
         self.status.showMessage(
-            (f"{_cut(self.note, 300)} · " if self.note else "")
+            "".join(f"{_cut(n, 300)} · " for n in said)
             + f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
             "click a head for its top examples"
         )
