@@ -26,8 +26,12 @@ def tiny_text_model(
     classifier: bool = True,
     seed: int = 0,
     causal: bool = False,
+    sinks: np.ndarray | None = None,
 ) -> Path:
-    """input_ids [B,T] -> embeddings -> `layers` self-attention layers -> logits [B, n_labels]."""
+    """input_ids [B,T] -> embeddings -> `layers` self-attention layers -> logits [B, n_labels].
+
+    ``sinks`` [heads]: attention sinks as optimum exports GPT-OSS (:func:`sink_model`): each head's logit joins
+    every row of scores, the Softmax runs over T+1 columns and the sink's column is sliced off before P·V."""
     rng = np.random.default_rng(seed)
     D, H, dh = d, heads, d // heads
     nodes, inits = [], []
@@ -72,7 +76,30 @@ def tiny_text_model(
         if causal:
             nodes.append(helper.make_node("Add", [pre, "causal_mask"], [f"sm{l}"], name=p + "Add"))
             pre = f"sm{l}"
-        nodes.append(helper.make_node("Softmax", [pre], [f"p{l}"], axis=-1, name=p + "Softmax"))
+        if sinks is not None:
+            if l == 0:
+                inits += [
+                    _init("sink_logits", np.asarray(sinks, np.float32).reshape(1, H, 1, 1)),
+                    _init("sk_0", np.array([0], np.int64)),
+                    _init("sk_3", np.array([3], np.int64)),
+                    _init("sk_4", np.array([4], np.int64)),
+                    _init("sk_1", np.array([1], np.int64)),
+                    _init("sk_last", np.array([-1], np.int64)),
+                ]
+            nodes += [
+                helper.make_node("Shape", [pre], [f"sk_shape{l}"], name=p + "sink_shape"),
+                helper.make_node("Slice", [f"sk_shape{l}", "sk_0", "sk_3"], [f"sk_bht{l}"], name=p + "sink_bht"),
+                helper.make_node("Slice", [f"sk_shape{l}", "sk_3", "sk_4"], [f"sk_t{l}"], name=p + "sink_t"),
+                helper.make_node("Concat", [f"sk_bht{l}", "sk_1"], [f"sk_col{l}"], axis=0, name=p + "sink_colshape"),
+                helper.make_node("Expand", ["sink_logits", f"sk_col{l}"], [f"sk_x{l}"], name=p + "sink_expand"),
+                helper.make_node("Concat", [pre, f"sk_x{l}"], [f"sk_s{l}"], axis=-1, name=p + "sink_concat"),
+                helper.make_node("Softmax", [f"sk_s{l}"], [f"sk_p{l}"], axis=-1, name=p + "Softmax"),
+                helper.make_node(
+                    "Slice", [f"sk_p{l}", "sk_0", f"sk_t{l}", "sk_last"], [f"p{l}"], name=p + "sink_slice"
+                ),
+            ]
+        else:
+            nodes.append(helper.make_node("Softmax", [pre], [f"p{l}"], axis=-1, name=p + "Softmax"))
         nodes.append(helper.make_node("MatMul", [f"p{l}", f"v{l}_t"], [f"o{l}"], name=p + "MatMul_1"))
         nodes.append(helper.make_node("Transpose", [f"o{l}"], [f"o{l}_t"], perm=[0, 2, 1, 3], name=p + "out_transpose"))
         nodes.append(helper.make_node("Reshape", [f"o{l}_t", "shape_btd"], [f"o{l}_r"], name=p + "out_reshape"))

@@ -36,12 +36,17 @@ class SiteInfo:
     tower: str | None = None
     # what the site attends within when not the whole sequence (Qwen2.5-VL's vision windows: "32-px windows")
     window: str | None = None
+    # its softmax runs over an attention sink too (GPT-OSS: a learned logit per head, its column cut off before
+    # P·V): the map's rows sum to less than 1, the sink taking the rest
+    sink: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
         for k in ("stage", "tower", "window"):  # files of models without them keep the six keys they always had
             if d[k] is None:
                 del d[k]
+        if not d["sink"]:
+            del d["sink"]
         return d
 
     @classmethod
@@ -52,6 +57,7 @@ class SiteInfo:
             stage=int(stage) if stage is not None else None,
             tower=str(tower) if tower is not None else None,
             window=str(window) if window is not None else None,
+            sink=d.get("sink") is True,
         )
 
     @property

@@ -19,7 +19,10 @@ STAT_COLUMNS = {
 }
 # every column above is of each row rescaled to sum to 1; this one, shown only where some head's rows sum to less
 # (attention sinks), is how much of the row there was before the rescale: a head that gives most of its mass to
-# its sink otherwise looks like any other head
+# its sink otherwise looks like any other head.  The rescale is the choice for every row statistic (the Head stats
+# and a corpus run's alike): "broad" (entropy / log2 of the keys) and the masses compare heads of models with and
+# without sinks only as distributions over the keys; the sink's share is said beside them, not folded in
+RESCALED = "each row rescaled to sum to 1 over the keys: where the head looks when it looks at a token"
 ROW_SUM_COLUMN = {
     "row_sum": (
         "row sum",
@@ -83,9 +86,48 @@ STAT_CONTEXT_TITLES: dict[str, dict[str, str]] = {
 }
 
 
+def monotonic_alignment(m: np.ndarray) -> float:
+    """The share of a cross map's rows ``[Tq, Tk]`` (after the first) whose most-attended key is at or after the
+    previous row's: 1 for a head whose focus only moves forward through the clip (as speech is read out), near
+    1/2 for one that jumps about.  NaN for a map of one row (no step to judge)."""
+    top = np.asarray(m).argmax(-1)
+    return float(np.mean(top[1:] >= top[:-1])) if len(top) > 1 else float("nan")
+
+
+# statistics a context has in place of the position columns it leaves out, each of one head's map [Tq, Tk]
+# (core/head_stats.compute_stats): a speech decoder's text rows against the clip's frames have no diagonal,
+# but whether the head's focus moves forward through the clip says whether it aligns
+CONTEXT_STATS = {"cross-audio": {"monotonic": monotonic_alignment}}
+CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
+    "cross-audio": {
+        "monotonic": (
+            "monotonic",
+            "share of the text rows whose most-attended frame is at or after the previous row's (1 = the head's "
+            "focus only moves forward through the clip, as an aligning head's does; diagonal, previous token and "
+            "distance mean nothing between text positions and frames)",
+        )
+    }
+}
+
+
+def sink_note(sites: list[str]) -> str | None:
+    """The one note of a corpus run (run.json and its closing lines) over sites whose softmax includes an attention
+    sink (:attr:`~attnviz.core.attention.SiteInfo.sink`; labels ``sites``), None without one: their rows sum to
+    less than 1, and the row statistics rescale them, as the Head stats do."""
+    if not sites:
+        return None
+    named = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+    return (
+        f"{len(sites)} attention site{'s' if len(sites) != 1 else ''} ({named}) also attend{'s' if len(sites) == 1 else ''} "
+        f"to a sink (rows summing to less than 1): every row statistic is of {RESCALED} (the sink's share left out, "
+        "as in the window's Head stats, whose 'row sum' column says how much each head kept)"
+    )
+
+
 def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
     """``STAT_COLUMNS`` with the titles and help that are true for ``context`` (text | cross | cross-image | patches |
-    frames | audio | cross-audio); a column whose statistic means nothing there is left out."""
+    frames | audio | cross-audio); a column whose statistic means nothing there is left out, and the context's own
+    columns (:data:`CONTEXT_COLUMNS`) come after the entropy."""
     extra = STAT_CONTEXT_HELP.get(context, {})
     titles = STAT_CONTEXT_TITLES.get(context, {})
     out = {}
@@ -93,6 +135,8 @@ def stat_columns(context: str = "text") -> dict[str, tuple[str, str]]:
         if key in extra and extra[key] is None:
             continue
         out[key] = (titles.get(key, label), extra.get(key) or help_)
+        if key == "entropy":
+            out.update(CONTEXT_COLUMNS.get(context, {}))
     return out
 
 

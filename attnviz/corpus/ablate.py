@@ -216,6 +216,10 @@ def run_corpus(args) -> int:
         print(f"  {x['stack']} {x['kind']} {x['layer']}:{x['head']}  {kl}{dl}{da}|Δ| {x['ablation_max_dlogit']:.4g}")
     for line in run["not_ablated"]:
         print(f"not ablated: {line}")
+    if r.note:
+        from attnviz.core.notice import say
+
+        say(r.note)
     return 0
 
 

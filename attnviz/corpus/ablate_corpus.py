@@ -35,6 +35,7 @@ from attnviz import AttnvizError
 from attnviz.core.writes import make_folder, results_folder_on_failure
 from attnviz.corpus.ablate_plan import AblateCorpusConfig, check_config, plan_ablation
 from attnviz.corpus.ablate_work import AblatePartial, Off
+from attnviz.corpus.stream import unknown_report
 
 CHECKPOINT = "checkpoint.npz"
 CHECKPOINT_EVERY_S = 2.0
@@ -45,6 +46,7 @@ class AblateCorpusResult:
     rows: list[dict]
     run: dict
     out: Path
+    note: str | None = None  # said once after the run (a corpus mostly of the unknown token)
 
 
 class Totals:
@@ -182,6 +184,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
     run_s = time.perf_counter() - t0
     rows = _rows(tot, offs, sites, distribution, labels_kind is not None and distribution and tot.labelled > 0)
     sec = tot.seconds
+    said, note = unknown_report(plan.unknown, tot.items)
     run = {
         "model": {"path": str(Path(cfg.model).resolve()), "sha256": model_sha},
         "model_kind": kind,
@@ -200,6 +203,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
             if cfg.max_tokens is not None
             else {}
         ),
+        **said,  # texts the tokenizer mostly does not know (corpus/stream.py: as attnviz corpus says it)
         "batch_size": cfg.batch_size,
         "batches": tot.next_batch,
         "engine": cfg.engine,
@@ -232,7 +236,7 @@ def _run(cfg: AblateCorpusConfig, on_batch: Callable[[int], None] | None) -> Abl
 
     write_heads(out, rows, CORPUS_MEASURES, run)
     ckpt.unlink(missing_ok=True)
-    return AblateCorpusResult(rows, run, out)
+    return AblateCorpusResult(rows, run, out, note)
 
 
 # heads.parquet's columns after the head keys: means over the items (MEASURE_NOTES says how each is taken)

@@ -19,6 +19,7 @@ from attnviz import AttnvizError
 from attnviz.corpus import outfiles
 from attnviz.corpus.ablate_work import AblateSetup, LabelledSpec, Off
 from attnviz.corpus.config import EngineConfig
+from attnviz.corpus.stream import MostlyUnknown
 
 
 @dataclass
@@ -213,6 +214,7 @@ class Plan:
     data_sha: str
     cut: int | None = None  # --max-tokens: the items cut (None: not asked)
     settings: dict | None = None  # what the fingerprint hashes, by name (corpus/resume_settings.py)
+    unknown: MostlyUnknown | None = None  # the items mostly of the tokenizer's unknown token (None: not counted)
 
 
 def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
@@ -304,4 +306,5 @@ def plan_ablation(cfg: AblateCorpusConfig) -> Plan:
             "the heads switched off": repr(offs),
             "--max-tokens": cfg.max_tokens,
         },
+        MostlyUnknown.of_texts(model, kind, enc),
     )

@@ -134,10 +134,11 @@ def run(args) -> int:
         f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {s.items} items in {s.batches} batches{resumed}, "
         f"{s.items_per_s:.1f} items/s, {s.wall_s:.1f} s"
     )
-    if s.note:
-        from attnviz.core.notice import say
+    for said in (s.note, s.sink_note):
+        if said:
+            from attnviz.core.notice import say
 
-        say(s.note)
+            say(said)
     if args.gold_column:
         _print_gold(s.out)
     if args.gold_dir:

@@ -315,4 +315,8 @@ def _run_corpus(args) -> int:
     resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""
     _report(r.heads, r.outputs, r.unmatched, r.out, args.top, f" over {r.items} items ({r.batches} batches{resumed})")
     print(f"per item: {r.out / ITEMS}; {r.wall_s:.1f} s")
+    if r.note:
+        from attnviz.core.notice import say
+
+        say(r.note)
     return 0

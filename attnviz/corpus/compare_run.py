@@ -30,6 +30,7 @@ from attnviz.corpus.compare_engines import ENGINES, ComparePool
 from attnviz.corpus.compare_reduce import CompareAccumulator, CompareSetup, CompareTask, Matched
 from attnviz.corpus.config import EngineConfig
 from attnviz.corpus.cut import Read
+from attnviz.corpus.stream import MostlyUnknown, unknown_report
 from attnviz.corpus.tables import HEADS, RUN, write_heads
 
 ITEMS = "items.parquet"
@@ -59,6 +60,7 @@ class CompareCorpusResult:
     batches: int
     resumed_items: int
     wall_s: float
+    note: str | None = None  # said once after the run (a corpus mostly of the unknown token)
 
 
 def _check(cfg: CompareCorpusConfig) -> None:
@@ -135,7 +137,7 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     outputs = tuple(o.name for o in models[0].outputs if o.name in names)
     items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items)
     heads = sum(s.heads or 0 for m in models for s in m.sites)  # both models' maps are held at once
-    tasks, cuts, sides = plan(models, kind, items, cfg.batch_size, heads, cfg.max_tokens)
+    tasks, cuts, sides, unknown = plan(models, kind, items, cfg.batch_size, heads, cfg.max_tokens)
     file_sha = it.sha256_items(items) if cuts else None  # the items as the file holds them, before the cut
     items = _as_read(items, cuts)  # items.parquet shows what A and B read of each item cut
     del models  # the workers hold their own sessions
@@ -191,11 +193,13 @@ def _run(cfg: CompareCorpusConfig, on_batch, pools: list[ComparePool]) -> Compar
     run = _run_info(cfg, sha_a, sha_b, data_sha, acc, rows, out_rows, unmatched, setup, resumed, run_s, t_start)
     if cfg.max_tokens is not None:
         run.update(_truncation(cfg, kind, cuts, sides))
+    said, note = unknown_report(unknown, acc.items)  # texts the tokenizers mostly do not know
+    run.update(said)
     write_heads(out, rows, MEASURES, run)
     _write_items(out / ITEMS, acc, items, outputs)
     ckpt.unlink(missing_ok=True)
     return CompareCorpusResult(
-        out, rows, out_rows, unmatched, acc.items, acc.next_batch, resumed, time.perf_counter() - t_start
+        out, rows, out_rows, unmatched, acc.items, acc.next_batch, resumed, time.perf_counter() - t_start, note
     )
 
 
@@ -272,17 +276,18 @@ def _differ(item: it.Item, side: str, ids_a: list[int], ids_b: list[int], toks) 
 
 def plan(
     models, kind: str, items: list[it.Item], batch_size: int, heads: int, max_tokens: int | None = None
-) -> tuple[list[CompareTask], dict[int, Read], tuple[int, int] | None]:
+) -> tuple[list[CompareTask], dict[int, Read], tuple[int, int] | None, MostlyUnknown | None]:
     """Both models' tokens of every item (cut to ``max_tokens`` by corpus/cut.py, each model's own tokenizer
     cutting its own tokens), checked to agree; A's padded batches (and B's, where its ids differ: the same tokens
     cut the same batches, since lengths and file order are all that cutting depends on); and what the models read
-    of each item cut (A's reading: the tokens agree), with (sources cut, targets cut) for an encoder-decoder."""
+    of each item cut (A's reading: the tokens agree), with (sources cut, targets cut) for an encoder-decoder; and the
+    items mostly of the unknown token (A's count: the tokens agree, so B's unknown tokens are A's)."""
     cut = _plan_pairs if kind == "encoder-decoder" else _plan_text
-    specs_a, specs_b, cuts, sides = cut(models, kind, items, batch_size, heads, max_tokens)
+    specs_a, specs_b, cuts, sides, unknown = cut(models, kind, items, batch_size, heads, max_tokens)
     if specs_b is not None:
         assert [s.items for s in specs_a] == [s.items for s in specs_b]
     tasks = [CompareTask(s.batch_id, s, specs_b[n] if specs_b else None) for n, s in enumerate(specs_a)]
-    return tasks, cuts, sides
+    return tasks, cuts, sides, unknown
 
 
 def _as_read(items: list[it.Item], cuts: dict[int, Read]) -> list[it.Item]:
@@ -324,7 +329,8 @@ def _plan_pairs(models, kind, items, batch_size, heads, max_tokens=None) -> tupl
                 if (e := _differ(item, side, xa[n], xb[n], toks)) is not None:
                     raise e
     specs_a = pairs.plan_pairs(items, ea, batch_size, heads)
-    return specs_a, None if same else pairs.plan_pairs(items, eb, batch_size, heads), ea.cuts, ea.sides_cut
+    specs_b = None if same else pairs.plan_pairs(items, eb, batch_size, heads)
+    return specs_a, specs_b, ea.cuts, ea.sides_cut, MostlyUnknown.of_texts(models[0], kind, ea)
 
 
 def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple:
@@ -345,7 +351,7 @@ def _plan_text(models, kind, items, batch_size, heads, max_tokens=None) -> tuple
     equal = kind == "encoder" and not (has_mask(ma) and has_mask(mb))
     specs_a = plan_text(items, ea, None, None, batch_size, equal_lengths=equal, heads=heads)
     specs_b = None if same else plan_text(items, eb, None, None, batch_size, equal_lengths=equal, heads=heads)
-    return specs_a, specs_b, ea.cuts, None
+    return specs_a, specs_b, ea.cuts, None, MostlyUnknown.of_texts(ma, kind, ea)
 
 
 def _fingerprint(cfg, sha_a: str, sha_b: str, data_sha: str, tasks: list[CompareTask], setup: CompareSetup) -> str:

@@ -70,6 +70,9 @@ RUN_TYPES: dict[str, tuple[type, ...]] = {
     "workers": (int,),
     "items_per_s": (int, float),
     "gold": (dict,),
+    "items_mostly_unknown": (int,),  # corpus/stream.py MostlyUnknown: the Corpus view's note
+    "unknown_token": (str,),
+    "sink_note": (str,),  # attention sinks: what the row statistics did with their rows (core/stats.py sink_note)
 }
 GOLD_TYPES: dict[str, tuple[type, ...]] = {"convention": (str,), "sure_links": (int,), "best_head": (dict,)}
 BEST_HEAD_TYPES: dict[str, tuple[type, ...]] = {"layer": (int,), "head": (int,), "aer": (int, float)}

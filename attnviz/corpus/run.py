@@ -23,6 +23,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core.attention import VISION_TOWER_KEY
 from attnviz.core.leaving import leaves_at_once
 from attnviz.core.notice import say
+from attnviz.core.stats import sink_note
 from attnviz.core.untrusted import regular_file
 from attnviz.core.words import with_article
 from attnviz.core.writes import command_scope, make_folder, results_folder_on_failure
@@ -53,9 +54,8 @@ from attnviz.corpus.plan import (
 )
 from attnviz.corpus.reduce import EXAMPLE_RANKING, Accumulator, Partial, layout
 from attnviz.corpus.roles import induction_scores
-from attnviz.corpus.stream import MostlyUnknown, Stream
+from attnviz.corpus.stream import MostlyUnknown, Stream, unknown_report
 from attnviz.corpus.vlm_folder import vision_file
-from attnviz.runtime.unknown_tokens import corpus_note
 
 CHECKPOINT_EVERY_S = 2.0
 
@@ -69,6 +69,7 @@ class CorpusSummary:
     wall_s: float
     items_per_s: float
     note: str | None = None  # said once after the run (a corpus mostly of the unknown token)
+    sink_note: str | None = None  # said once after the run (attention sinks: rows rescaled by the statistics)
 
 
 def _check_generate(cfg: CorpusConfig, name: str, kind: str) -> None:
@@ -175,6 +176,7 @@ def _run(
 
         speech_sites = sites_of(model)
     groups = layout(speech_sites or model.sites)
+    sinks = [s.label for s in model.sites if s.sink]  # their rows are rescaled to 1 by every row statistic
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
@@ -317,11 +319,11 @@ def _run(
         run[VISION_TOWER_KEY] = True
     if stream.cut is not None:  # --max-tokens: the items cut (their examples show what was read), and how
         run.update(stream.cut)
-    note = None
-    if stream.unknown is not None:  # texts the tokenizer mostly does not know (runtime/unknown_tokens.py)
-        run["items_mostly_unknown"] = stream.unknown.items
-        run["unknown_token"] = stream.unknown.token
-        note = corpus_note(stream.unknown.items, acc.items, stream.unknown.token)
+    unknown, note = unknown_report(stream.unknown, acc.items)  # texts the tokenizer mostly does not know
+    run.update(unknown)
+    rescaled = sink_note(sinks)
+    if rescaled is not None:  # attention sinks: what the row statistics did with their rows
+        run["sink_sites"], run["sink_note"] = sinks, rescaled
     if stream.gold is not None:
         run["gold"] = output.gold_summary(acc, groups, stream.gold)
     if stream.audio is not None:
@@ -334,7 +336,7 @@ def _run(
     )
     ckpt.unlink(missing_ok=True)
     rate = done / run_s if run_s > 0 else 0.0
-    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, rate, note)
+    return CorpusSummary(out, acc.items, acc.next_batch, resumed, wall_s, rate, note, rescaled)
 
 
 def _tower_frames(cfg: CorpusConfig, model):
@@ -519,9 +521,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
         items = it.read_texts(cfg.texts, cfg.pair_column, cfg.max_items, cfg.gold_column)
         enc = pairs.encode_pairs(model, items, words=cfg.gold_column is not None, max_tokens=cfg.max_tokens)
         cuts, sides = enc.cuts, enc.sides_cut
-        unknown = _unknown(
-            model.tokenizers[0] or model.tokenizers[1], pairs.mostly_unknown_items(enc, *model.tokenizers)
-        )
+        unknown = MostlyUnknown.of_texts(model, kind, enc)
         plan_gold = None
         if cfg.gold_column:
             plan_gold, gold_info = _gold_plan(cfg, model, items, enc)
@@ -546,8 +546,7 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             heads=nh,
         )
         cuts = tokens.cuts
-        src, tgt = model.tokenizers
-        unknown = _unknown((tgt or src) if kind == "decoder" else src, tokens.mostly_unknown)
+        unknown = MostlyUnknown.of_texts(model, kind, tokens)
         del tokens
     else:
         size = cfg.batch_size
@@ -635,12 +634,6 @@ def _planned(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, sites=
             "example ranking (the attnviz version)": EXAMPLE_RANKING,
         },
     )
-
-
-def _unknown(tok, count: int | None) -> MostlyUnknown | None:
-    """What run.json and the closing note say of the items mostly of ``tok``'s unknown token (None: not counted)."""
-    unk = getattr(tok, "unk_id", None)
-    return None if count is None or unk is None else MostlyUnknown(count, tok.label(unk))
 
 
 def _audio_plan(cfg: CorpusConfig, model, sites):
@@ -781,7 +774,7 @@ def _ray_texts(cfg, model, kind, nh, groups, workers, gpu, model_sha, ckpt, site
         stream.items = lambda: items  # filled as the partials are folded (Ray runs read it after the fold)
         if cut is not None:
             stream.cut = _truncation(cfg, kind, cut)
-        stream.unknown = _unknown(tok, unknown)
+        stream.unknown = MostlyUnknown.of(tok, unknown)
         return parts
 
     stream = Stream(partials, dict, None, data_sha, "file", None, workers, threads)

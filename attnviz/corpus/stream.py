@@ -13,10 +13,52 @@ from attnviz.corpus.fold import Partial
 @dataclass(frozen=True)
 class MostlyUnknown:
     """The items whose text is mostly the tokenizer's unknown token (runtime/unknown_tokens.py): a corpus in a
-    language or script the model does not read.  run.json records it; the command says it once at the end."""
+    language or script the model does not read.  run.json records it; the command says it once at the end.  One
+    account for ``attnviz corpus``, ``compare --texts`` and ``ablate --texts`` (:meth:`report`), read back by the
+    window's Corpus view (:meth:`from_run`)."""
 
     items: int
     token: str  # the unknown token's label ("[UNK]", "<unk>")
+
+    KEYS = ("items_mostly_unknown", "unknown_token")  # run.json's
+
+    @classmethod
+    def of(cls, tok, count: int | None) -> MostlyUnknown | None:
+        """The count of items mostly of ``tok``'s unknown token, labelled (None: not counted, or ``tok`` names
+        no unknown token)."""
+        unk = getattr(tok, "unk_id", None)
+        return None if count is None or unk is None else cls(count, tok.label(unk))
+
+    @classmethod
+    def of_texts(cls, model, kind: str, enc) -> MostlyUnknown | None:
+        """The items of ``enc`` mostly of the unknown token, by the tokenizer that read them: ``enc`` is
+        :func:`attnviz.corpus.plan.encode_items`' (a decoder's text by its decoder tokenizer) or, for an
+        encoder-decoder, :func:`attnviz.corpus.pairs.encode_pairs`' (a source or a target mostly unknown)."""
+        src, tgt = model.tokenizers
+        if kind == "encoder-decoder":
+            from attnviz.corpus.pairs import mostly_unknown_items
+
+            return cls.of(src or tgt, mostly_unknown_items(enc, src, tgt))
+        return cls.of((tgt or src) if kind == "decoder" else src, enc.mostly_unknown)
+
+    @classmethod
+    def from_run(cls, run: dict) -> MostlyUnknown | None:
+        """What a results folder's run.json says (None: not counted)."""
+        items, token = (run.get(k) for k in cls.KEYS)
+        ok = isinstance(items, int) and not isinstance(items, bool) and isinstance(token, str)
+        return cls(items, token) if ok else None
+
+    def report(self, items: int) -> tuple[dict, str | None]:
+        """run.json's keys, and the note said once after the run (None when no item is mostly unknown) of a
+        corpus of ``items`` items."""
+        from attnviz.runtime.unknown_tokens import corpus_note
+
+        return dict(zip(self.KEYS, (self.items, self.token))), corpus_note(self.items, items, self.token)
+
+
+def unknown_report(unknown: MostlyUnknown | None, items: int) -> tuple[dict, str | None]:
+    """:meth:`MostlyUnknown.report`, or nothing where the items were not counted."""
+    return ({}, None) if unknown is None else unknown.report(items)
 
 
 @dataclass

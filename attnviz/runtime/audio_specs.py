@@ -40,3 +40,13 @@ def spec_for_model(model_file: Path) -> AudioSpec | None:
     if d.get("feature_extractor_type") == WaveSpec.feature_extractor_type:
         d = with_conv(d, sidecar_json(model_file, "config.json"))
     return audio_spec(d)
+
+
+def map_positions(meta: dict, fed) -> int:
+    """The encoder positions (the side of its maps) for ``fed``, a speech model's audio input: raw samples
+    ``(batch, samples)`` or log-mel frames ``(batch, mels, frames)``, through the model's spec (a default
+    wav2vec2 / Whisper one where the folder names none).  The memory estimate that picks ``--memory auto``'s mode
+    counts these: a 3 s clip is 48,000 samples but 149 frames of a wav2vec2 stack."""
+    a = meta.get("audio")
+    spec = audio_spec(a) if isinstance(a, dict) else WaveSpec() if len(fed.shape) == 2 else FeatureSpec()
+    return spec.positions(int(fed.shape[-1]))

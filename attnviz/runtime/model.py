@@ -383,8 +383,15 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     # -- running ---------------------------------------------------------------------
     def estimate_mb(self, feeds: dict[str, np.ndarray]) -> float:
         b = max((a.shape[0] for a in feeds.values() if np.ndim(a) >= 1), default=1)
-        t = max((a.shape[-1] for n, a in feeds.items() if np.ndim(a) == 2), default=0)
-        for a in feeds.values():
+        audio = [n for n, a in feeds.items() if self.roles.get(n) == "audio" and np.ndim(a) >= 2]
+        t = max((a.shape[-1] for n, a in feeds.items() if np.ndim(a) == 2 and n not in audio), default=0)
+        for n in audio:  # a clip's samples (or log-mel frames) are not its positions: 320 samples make one frame
+            from attnviz.runtime.audio_specs import map_positions
+
+            t = max(t, map_positions(self.meta, feeds[n]))
+        for n, a in feeds.items():
+            if n in audio:
+                continue
             if np.ndim(a) == 4:
                 t = max(t, (a.shape[-1] // 16) * (a.shape[-2] // 16) + 1)
             elif np.ndim(a) == 3 and a.dtype.kind == "f":

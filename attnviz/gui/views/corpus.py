@@ -228,8 +228,23 @@ class CorpusView(QWidget):
         self._show_directions()
         self._fill_table()
         self._fill_grid()
+        # a corpus mostly of the unknown token first, as `attnviz corpus` said it at the end (corpus/stream.py)
+        from attnviz.corpus.stream import MostlyUnknown  # (as open_corpus_results reads the folder: when opened)
+
+        unknown = MostlyUnknown.from_run(r)
+        self.note = None if unknown is None else unknown.report(int(r.get("items") or 0))[1]
+        if self.note and unknown is not None:  # kept in the summary line too (the status line is overwritten)
+            self.info.setText(_cut(f"{self.info.text()} · {unknown.items:,} of them mostly {unknown.token}", 700))
+        # attention sinks: the row statistics rescaled each row to 1 over the keys (core/stats.py sink_note)
+        sinks = r.get("sink_note") if isinstance(r.get("sink_note"), str) else None
+        if sinks:
+            self.info.setText(_cut(f"{self.info.text()} · rows rescaled over the sinks' heads", 700))
+        said = [n for n in (self.note, sinks) if n]
+        if said:
+            self.info.setToolTip("\n\n".join(_cut(n, 600) for n in said))
         self.status.showMessage(
-            f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
+            "".join(f"{_cut(n, 300)} · " for n in said)
+            + f"{len(self.heads)} heads from {results.folder} · sort the table by any score; "
             "click a head for its top examples"
         )
 

@@ -10,20 +10,10 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
-from attnviz.core.frames import FramesMap
-from attnviz.core.stats import (
-    ROW_SUM_COLUMN,
-    ROW_SUM_SHOWN_BELOW,
-    STAT_COLUMNS,
-    block_head_stats,
-    key_frame_seconds,
-    stat_columns,
-    stats_in_seconds,
-)
-from attnviz.core.view import check_not_empty
+from attnviz.core.head_stats import compute_stats, stats_context
+from attnviz.core.stats import ROW_SUM_COLUMN, ROW_SUM_SHOWN_BELOW, STAT_COLUMNS, stat_columns
 from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
-from attnviz.gui.selection import step_rows
 from attnviz.gui.views.base import View, info_label
 from attnviz.gui.workers import WorkerPool, error_text
 
@@ -57,21 +47,6 @@ def alignment_columns(table: dict, layer: int, head: int) -> dict[str, float] | 
         "precision": table["precision"]["heads"][layer][head],
         "recall": table["recall"]["heads"][layer][head],
     }
-
-
-def compute_stats(result, blk, step: int) -> list[dict]:
-    """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only)."""
-    check_not_empty(blk)  # 0 heads would give an empty table with no word why
-    n = step_rows(result, blk, step)
-    # a speech encoder's frames: the distance in seconds (the "audio" context's column), not ~500 frames
-    seconds = key_frame_seconds(blk) if blk.kind == "self" else None
-    out = []
-    for layer in range(blk.n_layers):
-        for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
-            row: dict[str, float] = {"layer": layer, "head": h}
-            row.update(block_head_stats(blk, layer, h, n))
-            out.append(row if seconds is None else stats_in_seconds(row, seconds))
-    return out
 
 
 class NumItem(QTableWidgetItem):
@@ -194,18 +169,8 @@ class StatsView(View):
 
     def context(self) -> str:
         """text | cross | cross-image | patches | frames | audio | cross-audio: what the current block's key
-        positions are."""
-        s = self.session
-        blk = s.block
-        image = blk is not None and vm.block_grid(s.result, blk) is not None
-        frames = blk is not None and key_frame_seconds(blk) is not None  # a clip's frames, with their times
-        if blk is not None and blk.kind == "cross":
-            return "cross-image" if image else "cross-audio" if frames else "cross"
-        if frames:
-            return "audio"  # compute_stats gave the distance in seconds
-        if blk is not None and isinstance(blk.result.maps[blk.sites[0]], FramesMap):
-            return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
-        return "patches" if image else "text"
+        positions are (core.head_stats.stats_context)."""
+        return stats_context(self.session.result, self.session.block)
 
     @property
     def busy(self) -> bool:
@@ -268,6 +233,7 @@ class StatsView(View):
             for c, name in enumerate(stats):
                 # a quantized copy's divergences are tiny: significant digits, not three decimals that read 0.000
                 text = f"{row[name]:.3g}" if name in COMPARE_COLUMNS else f"{row[name]:.3f}"
+                text = "—" if row[name] != row[name] else text  # NaN: not defined here (a one-row map's "monotonic")
                 t.setItem(r, c + 2, NumItem(row[name], text))
         t.setSortingEnabled(True)
         self._fit_columns()

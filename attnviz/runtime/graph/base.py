@@ -49,7 +49,18 @@ class Site:
             self.method,
             tower=tower,
             window=window,
+            sink=self.has_sink,
         )
+
+    @property
+    def has_sink(self) -> bool:
+        """A softmax over an attention sink: a Concat on the scores' way up (one learned logit per head joins every
+        row) and a Slice on the probabilities' way down (its column cut off before P·V), as optimum exports
+        GPT-OSS (graph/softmax.py walks through both)."""
+        if self.method != "softmax":
+            return False
+        ops = {self.g.nodes[i].op_type for i in self.epilogue}
+        return "Concat" in ops and "Slice" in ops
 
 
 @dataclass

@@ -1,0 +1,52 @@
+"""The Head stats table's rows and what their columns mean for the shown block (the GUI draws them as they are).
+
+What a block's key positions are (:func:`stats_context`: tokens, another sentence, patches, a tower's frames, a
+clip's frames) decides which columns mean something there (:func:`attnviz.core.stats.stat_columns`).  Where
+position columns mean nothing, a context may have its own statistic in their place
+(:data:`attnviz.core.stats.CONTEXT_STATS`): a speech decoder's cross-attention over the clip's frames gets
+"monotonic" instead of diagonal / previous-token / distance (text position i against frame i is no alignment).
+"""
+
+from __future__ import annotations
+
+from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.frames import FramesMap
+from attnviz.core.stats import CONTEXT_STATS, block_head_stats, key_frame_seconds, stats_in_seconds
+from attnviz.core.view.patches import block_grid
+from attnviz.core.view.selection import check_not_empty
+from attnviz.core.view.steps import step_rows
+
+
+def stats_context(result: AttentionResult, blk: Block | None) -> str:
+    """text | cross | cross-image | patches | frames | audio | cross-audio: what ``blk``'s key positions are."""
+    # a clip's frames, with their times, first: a grid is inferred from the key count alone, and 10 frames
+    # (3 x 3 patches and a [CLS]) or 100 (10 x 10) would otherwise read as an image's patches
+    if blk is not None and key_frame_seconds(blk) is not None:
+        return "cross-audio" if blk.kind == "cross" else "audio"  # (audio: the distance in seconds)
+    image = blk is not None and block_grid(result, blk) is not None
+    if blk is not None and blk.kind == "cross":
+        return "cross-image" if image else "cross"
+    if blk is not None and isinstance(blk.result.maps[blk.sites[0]], FramesMap):
+        return "frames"  # a tower's frames: "first" and "prev" are each frame's (core.stats.frames_head_stats)
+    return "patches" if image else "text"
+
+
+def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
+    """One row per (layer, head) of ``blk`` at generation ``step`` (worker-safe: numpy only), with the statistics
+    of :func:`stats_context`'s context (:data:`~attnviz.core.stats.CONTEXT_STATS`)."""
+    check_not_empty(blk)  # 0 heads would give an empty table with no word why
+    n = step_rows(result, blk, step)
+    # a speech encoder's frames: the distance in seconds (the "audio" context's column), not ~500 frames
+    seconds = key_frame_seconds(blk) if blk.kind == "self" else None
+    extra = CONTEXT_STATS.get(stats_context(result, blk), {})
+    out = []
+    for layer in range(blk.n_layers):
+        for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
+            row: dict[str, float] = {"layer": layer, "head": h}
+            row.update(block_head_stats(blk, layer, h, n))
+            if extra:
+                m = blk.head(layer, h)
+                m = m[:n] if n is not None else m
+                row.update({k: f(m) for k, f in extra.items()})
+            out.append(row if seconds is None else stats_in_seconds(row, seconds))
+    return out
