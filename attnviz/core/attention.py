@@ -103,18 +103,34 @@ class PooledSource(Protocol):
 
 
 class DenseMap:
-    """A map held in memory."""
+    """A map held in memory.
 
-    def __init__(self, a: np.ndarray):
+    ``rows`` (where given): batch row ``b`` is row ``rows[b]`` of the array held (``held``) -- a beam search's K
+    rows of a site every beam shares (a vision tower's or an encoder's: one run of the same input), held once and
+    each row a read-only view of it (``np.broadcast_to``), not K copies.  A reader never writes into a map."""
+
+    def __init__(self, a: np.ndarray, rows: list[int] | None = None):
         # a float32 array kept as the very object (numpy's asarray hands back a view of an unpickled one, whose
         # dtype is not its float32 singleton): what is noted of that array (runtime/finite.py) holds for the map
         if not (type(a) is np.ndarray and a.dtype == np.float32):  # a subclass (np.memmap) as a plain array
             a = np.asarray(a, dtype=np.float32)
         if a.ndim != 4:
             raise ValueError(f"attention map must be [B,H,Tq,Tk], got shape {a.shape}")
+        self.held = a
+        self.rows = None if rows is None else [int(g) for g in rows]
+        if self.rows is not None:
+            if not self.rows or min(self.rows) < 0 or max(self.rows) >= a.shape[0]:
+                raise ValueError(f"rows {self.rows} name rows outside the map's {a.shape[0]}")
+            a = _shown(a, self.rows)
         self._a = a
         b, h, tq, tk = (int(s) for s in a.shape)
         self.shape = (b, h, tq, tk)  # four named ints, so a DenseMap is a MapSource to mypy too
+
+    def shared(self, n: int) -> DenseMap:
+        """``n`` batch rows each showing this one-row map (the same array, no copy)."""
+        if self.shape[0] != 1:
+            raise ValueError(f"only a one-row map can be shared by rows, not {self.shape[0]} rows'")
+        return DenseMap(self.held, [self.rows[0] if self.rows else 0] * int(n))
 
     def head(self, b: int, h: int) -> np.ndarray:
         return self._a[b, h]
@@ -124,7 +140,25 @@ class DenseMap:
 
     @property
     def nbytes(self) -> int:
-        return self._a.nbytes
+        """The bytes held (a shared map's one row, not its rows' views)."""
+        return self.held.nbytes
+
+    def __getstate__(self) -> dict:
+        # pickled as held (a crash-isolation or job process's reply): the rows' views made again, not K copies
+        return {"held": self.held, "rows": self.rows}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["held"], state["rows"])  # type: ignore[misc]
+
+
+def _shown(a: np.ndarray, rows: list[int]) -> np.ndarray:
+    """The batch rows ``rows`` of ``a``, read-only: one row's broadcast view where all name it (no copy), else
+    the rows taken."""
+    if len(set(rows)) == 1:
+        return np.broadcast_to(a[rows[0] : rows[0] + 1], (len(rows), *a.shape[1:]))
+    out = a[rows]
+    out.flags.writeable = False
+    return out
 
 
 @dataclass

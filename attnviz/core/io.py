@@ -6,7 +6,9 @@ order, except a tower's frames (Idefics3's tiles and global image: :class:`~attn
 each row's frame count (``[B]`` int): row ``b``'s ``[H, Tq, Tk]`` is its frames' maps on the diagonal, zeros off
 it (the dense map would be the frame count times larger); frames of several sizes (one prompt's images, each at its
 own size) add ``attn_NNN_sizes`` (each frame's patches) and their ``attn_NNN`` is flat, each ``[H, P_f, P_f]`` in
-turn; ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
+turn; ``attn_NNN_rows`` (``[B]`` int) names each batch row's group of frames, or beside a dense ``attn_NNN``
+each batch row's row of it (a beam search's map every beam shares, a tower's or an encoder's, written once: row
+``b`` is ``attn_NNN[rows[b]]``); ``sites``: JSON list of site dicts; optional ``tokens``, ``key_tokens`` (str arrays),
 ``tokens_special``/``key_tokens_special`` (bool), ``tokens_pad``/``key_tokens_pad`` (bool: a padded batch's
 padding, the attention mask's 0s, of row 0; every row's is in ``info["rows"]``), ``tokens_values`` (a time
 series' values, float), ``patch_grid`` ([rows, cols, offset]), ``token_grid`` (the same, a VLM decoder's image tokens); either may add
@@ -65,6 +67,10 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
             if not m.natural:  # one row of a padded batch: its padding's keys after its frames'
                 arrays[f"attn_{i:03d}{KEYS_SUFFIX}"] = np.array(m.shape[2], dtype=np.int64)
             continue
+        if isinstance(m, DenseMap) and m.rows is not None:  # rows sharing one map (a beam search's tower / encoder)
+            arrays[f"attn_{i:03d}"] = m.held
+            arrays[f"attn_{i:03d}{ROWS_SUFFIX}"] = np.array(m.rows, dtype=np.int64)
+            continue
         arrays[f"attn_{i:03d}"] = m.array  # called when its turn to be written comes
     arrays["sites"] = np.array(result.sites_json())
     for name, ax in (("tokens", result.tokens), ("key_tokens", result.key_tokens)):
@@ -103,7 +109,7 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
 def written_bytes(m: MapSource) -> int:
     """The bytes :func:`save_npz` writes of map ``m``: its dense ``[B, H, Tq, Tk]`` float32, a tower's frames'
     own maps (``attn_NNN_frames``)."""
-    if isinstance(m, FramesMap):
+    if isinstance(m, FramesMap | DenseMap):  # frames' own maps, a shared map's one row
         return m.nbytes
     b, h, tq, tk = m.shape
     return b * h * tq * tk * 4
@@ -347,9 +353,10 @@ def _parse(z: _Entries, path: Path) -> AttentionResult:
             )
         if not _all_finite(a):
             raise AttnvizError(f"{path}: attn_{i:03d} contains NaN or Inf values; these maps cannot be shown")
-        maps.append(
-            DenseMap(a) if per_row is None else FramesMap(a, per_row, side, rows=_shared_rows(z, i, per_row, path))
-        )
+        if per_row is None:
+            maps.append(DenseMap(a, _shared_rows(z, i, [1] * a.shape[0], path, f"rows of attn_{i:03d}")))
+        else:
+            maps.append(FramesMap(a, per_row, side, rows=_shared_rows(z, i, per_row, path)))
 
     lengths = {n for m in maps for n in m.shape[2:]}  # every query and key length some map has
     notes: list[str] = []
@@ -408,7 +415,9 @@ REEXTRACT = "extract the maps again with 'attnviz extract'"
 FRAMES_SUFFIX = "_frames"  # attn_NNN_frames: attn_NNN holds a tower's frames' maps, this many frames a row
 KEYS_SUFFIX = "_keys"  # attn_NNN_keys: the keys of a padded batch's one row (its padding's after its frames')
 SIZES_SUFFIX = "_sizes"  # attn_NNN_sizes: each frame's patches, frames of several sizes (attn_NNN flat, in turn)
-ROWS_SUFFIX = "_rows"  # attn_NNN_rows: each batch row's group of frames (rows sharing one tower run: beams)
+# attn_NNN_rows: each batch row's group of frames (rows sharing one tower run: beams), or, beside a dense attn_NNN,
+# each batch row's row of it (a map every beam shares, held once: DenseMap.rows)
+ROWS_SUFFIX = "_rows"
 COUNT_SUFFIXES = (FRAMES_SUFFIX, KEYS_SUFFIX, SIZES_SUFFIX, ROWS_SUFFIX)
 MAX_SHARED_ROWS = 4096  # rows a file may show one group's frames in (a beam search's beams: at most 64)
 READ_BAND = 1 << 20  # bytes of a float64 (any non-float32) map read at a time into its float32 array (1 MiB)
@@ -464,9 +473,10 @@ def _sized_frames(z: _Entries, i: int, a: np.ndarray, heads: int, path: Path) ->
     )
 
 
-def _shared_rows(z: _Entries, i: int, groups: list[int], path: Path) -> list[int] | None:
+def _shared_rows(z: _Entries, i: int, groups: list[int], path: Path, what: str = "") -> list[int] | None:
     """Each batch row's group of frames where ``attn_NNN_rows`` names them (rows sharing one tower run: a beam
-    search's beams), checked: a file from elsewhere may name any; None where every group is a row."""
+    search's beams), checked: a file from elsewhere may name any; None where every group is a row.  A dense map's
+    (``what`` names its rows): each batch row's row of ``attn_NNN`` (a map every beam shares: one row)."""
     name = f"attn_{i:03d}{ROWS_SUFFIX}"
     if name not in z.files:
         return None
@@ -480,7 +490,7 @@ def _shared_rows(z: _Entries, i: int, groups: list[int], path: Path) -> list[int
     ):
         raise AttnvizError(
             f"{path}: {name} ({_held(rows)}) does not name, for at most {MAX_SHARED_ROWS:,} rows, one of the "
-            f"{len(groups)} groups of frames attn_{i:03d}{FRAMES_SUFFIX} counts; {REEXTRACT}"
+            f"{len(groups)} {what or f'groups of frames attn_{i:03d}{FRAMES_SUFFIX} counts'}; {REEXTRACT}"
         )
     return [int(g) for g in rows]
 

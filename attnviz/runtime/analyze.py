@@ -427,6 +427,10 @@ class AnalyzeMethod:
     """The ``analyze`` method every model kind shares (one file, a folder): request building and checks live in
     :func:`analyze_call`, so a new kind of model gets the same entry point by inheriting this."""
 
+    def prompt_feed(self) -> str | None:
+        """No feed marks where the prompt ends (a VLM's does: :meth:`attnviz.runtime.vlm.VLMSet.prompt_feed`)."""
+        return None
+
     def analyze(
         self: AttnModel,
         text: str | None = None,

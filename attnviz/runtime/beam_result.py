@@ -6,7 +6,9 @@ zeros to the longest row's queries and keys, each row's own axes with the positi
 (``TokenAxis.pad``: the views offer only a row's own tokens).  ``info["beams"]`` keeps each row's generated ids,
 words and score (:data:`attnviz.core.rows.BEAMS_KEY`: the views call such a result's rows "beams").  A vision
 tower's frames (Idefics3 / SmolVLM's tiles, one prompt's several images) are the one run on the image all beams
-share: one set of frames' maps every row shows (:meth:`attnviz.core.frames.FramesMap.shared`), not K copies.
+share: one set of frames' maps every row shows (:meth:`attnviz.core.frames.FramesMap.shared`), not K copies; and
+so is a dense map the same in every hypothesis (a tower's one image, an encoder's one source:
+:meth:`attnviz.core.attention.DenseMap.shared`, each row a read-only view of one array).
 """
 
 from __future__ import annotations
@@ -51,7 +53,12 @@ def _stacked(maps: list[MapSource], label: str) -> MapSource:
     if any(isinstance(m, FramesMap) for m in maps):  # never: a site is a tower's in every run or in none
         raise AttnvizError(f"--beams: {label} is a vision tower's frames in some hypotheses' runs only")
     arrays = [np.asarray(m.array(), np.float32) for m in maps]
-    b, h = len(arrays), arrays[0].shape[1]
+    first = arrays[0]
+    if first.shape[0] == 1 and all(a is first or (a.shape == first.shape and np.array_equal(a, first)) for a in arrays):
+        # a map every beam shares (a vision tower's or an encoder's: one run of the same input; the cache's steps
+        # hand each hypothesis the very array): held once, each row a read-only view of it (DenseMap.shared)
+        return DenseMap(first).shared(len(arrays))
+    b, h = len(arrays), first.shape[1]
     tq = max(a.shape[2] for a in arrays)
     tk = max(a.shape[3] for a in arrays)
     out = np.zeros((b, h, tq, tk), np.float32)

@@ -697,6 +697,10 @@ def decoder_feeds(model: AttnModel, prep: Prepared, rows: list[list[int]]) -> di
         roles = ENCODER_ROLES if prep.decoder_is_tokens else DECODER_ROLES
         fill_text_inputs(model, g, rows, None, roles)
     fill_auxiliary(model, g, len(rows), len(rows[0]))
+    marker = model.prompt_feed()
+    if marker is not None and prep.prompts is not None and len(rows[0]) > len(prep.prompts[0]):
+        # the rows are the prompt and generated ids (a re-run): the model learns which are which
+        g[marker] = np.asarray(len(prep.prompts[0]), np.int64)
     return g
 
 

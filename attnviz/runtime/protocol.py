@@ -124,6 +124,11 @@ class AttnModel(Protocol):
     # (None: they must share one size)
     def several_images(self, count: int) -> str | None: ...
 
+    # the feed that says how many of input_ids' leading tokens are the prompt, where a model treats a generated
+    # token otherwise than the same token in the prompt (a VLM: only the prompt's image tokens take the image's
+    # features); None: the model needs none (a re-run of prompt + generated ids is one sequence to it)
+    def prompt_feed(self) -> str | None: ...
+
     def analyze(
         self,
         text: str | None = None,

@@ -130,6 +130,10 @@ def read_family(layout: VLMLayout) -> Family:
 
 
 SIZES = "image_sizes"  # one prompt's several images of their own sizes: each one's (height, width), [N, 2]
+# a re-run of the prompt and generated ids (no cache): how many of input_ids' leading tokens are the prompt.  Only
+# the prompt's image tokens take the image's features; a generated image token is a word, embedded by the table, as
+# the cached steps embed it (transformers' generate never feeds the prompt again, so never meets one in its splice)
+PROMPT = "prompt_length"
 
 
 class VLMSet(AnalyzeMethod):
@@ -256,6 +260,9 @@ class VLMSet(AnalyzeMethod):
         check_several(self.family, count)
         return SIZES if self.family.sized_images else None
 
+    def prompt_feed(self) -> str | None:
+        return PROMPT
+
     def vision_grids(self, n_keys: int) -> list[PatchGrid]:
         """The latest run's one prompt's several images: each one's patch grid among the vision block's ``n_keys``
         keys (its maps on the diagonal, image after image), in order; [] for one image."""
@@ -286,7 +293,7 @@ class VLMSet(AnalyzeMethod):
         """Each of one prompt's images' keys in the vision block of a run of the vision file on all its images (the
         family says how many of the file's images each one is: Idefics3's tiles and global image), and their size
         (where the vision file's graph says how its keys lie: LLaVA's CLS before the patches)."""
-        ids = feeds["input_ids"]
+        ids = self._prompt_ids(feeds)  # a generated marker token names no tile
         h, w = feeds["pixel_values"].shape[-2:]
         self._image_keys, self._image_hw = [], (int(h), int(w))
         self._splits = [self.family.splits(row) for row in ids]
@@ -331,7 +338,7 @@ class VLMSet(AnalyzeMethod):
     def check_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         known = {i.name: i for i in self.inputs}
         for k in feeds:
-            if k not in known and not (k == SIZES and self.family.sized_images):
+            if k not in known and k != PROMPT and not (k == SIZES and self.family.sized_images):
                 raise AttnvizError(f"unknown input {k!r}; the model's inputs are: {', '.join(known)}")
         out: dict[str, np.ndarray] = {}
         for name, i in known.items():
@@ -346,6 +353,8 @@ class VLMSet(AnalyzeMethod):
             out[name] = a
         if out["attention_mask"].shape != out["input_ids"].shape:
             raise AttnvizError("attention_mask and input_ids have different shapes; give them the same shape")
+        if PROMPT in feeds:
+            out[PROMPT] = self._prompt_length(feeds[PROMPT], out["input_ids"].shape[1])
         images, rows = out["pixel_values"].shape[0], out["input_ids"].shape[0]
         if images != rows:
             if rows == 1 and images > 1:  # several images in one prompt, in order (where the family takes them)
@@ -357,6 +366,30 @@ class VLMSet(AnalyzeMethod):
         if SIZES in feeds:
             raise AttnvizError(f"{SIZES} is for one prompt's several images; give one row of input_ids with them")
         return out
+
+    @staticmethod
+    def _prompt_length(value, tokens: int) -> np.ndarray:
+        """``prompt_length`` checked: one integer from 1 to the ids' length."""
+        a = np.asarray(value)
+        if a.size != 1 or a.dtype.kind not in "iu" or not 1 <= int(a.reshape(-1)[0]) <= tokens:
+            raise AttnvizError(
+                f"{PROMPT} {a.tolist()}: give one integer from 1 to input_ids' length ({tokens}), the prompt's tokens"
+            )
+        return np.asarray(int(a.reshape(-1)[0]), np.int64)
+
+    @staticmethod
+    def _prompt_ids(feeds: dict) -> np.ndarray:
+        """The prompt's ids: input_ids up to ``prompt_length`` (all of them where it is not given)."""
+        ids = feeds["input_ids"]
+        return ids[:, : int(feeds[PROMPT])] if PROMPT in feeds else ids
+
+    def _image_rows(self, feeds: dict) -> np.ndarray:
+        """The tokens whose embeddings the image's features replace: the prompt's image tokens (a generated one
+        is a word: the steps through the cache embed it by the table, and so does a re-run)."""
+        ids = feeds["input_ids"]
+        rows = ids == self.family.token
+        rows[:, self._prompt_ids(feeds).shape[1] :] = False
+        return rows
 
     @staticmethod
     def _sizes(sizes, pixels: np.ndarray) -> np.ndarray:
@@ -382,6 +415,7 @@ class VLMSet(AnalyzeMethod):
     def _decoder_feeds(self, feeds: dict, emb: np.ndarray | Spliced | None) -> dict:
         """The spliced embeddings (``emb``: made where the chain runs), the mask, positions, an empty cache."""
         ids = feeds["input_ids"]
+        prompt = self._prompt_ids(feeds)
         f: dict = {}
         roles = self.decoder.roles
         for i in self.decoder.inputs:
@@ -392,11 +426,20 @@ class VLMSet(AnalyzeMethod):
                 f[i.name] = emb
             elif role == "token_types":  # PaliGemma's prefix (type 0) and suffix (type 1), from the ids
                 _ = self.tokenizers  # the family learns its tokenizer's prefix-closing token
-                f[i.name] = self.family.token_types(ids).astype(np.dtype(i.dtype))
+                # the generated tokens are suffix (type 1), as the cached steps feed them
+                types = np.ones(ids.shape, np.int64)
+                types[:, : prompt.shape[1]] = self.family.token_types(prompt)
+                f[i.name] = types.astype(np.dtype(i.dtype))
         bd.fill_auxiliary(self.decoder, f, ids.shape[0], ids.shape[1])
         self._offset_positions(f)
         # a family that computes its positions (Qwen2-VL's M-RoPE [3, B, T] from the image's grid)
-        pos = self.family.positions(ids, feeds["attention_mask"], feeds["pixel_values"], feeds.get(SIZES))
+        mask = feeds["attention_mask"]
+        pos = self.family.positions(prompt, mask[:, : prompt.shape[1]], feeds["pixel_values"], feeds.get(SIZES))
+        if pos is not None and prompt.shape[1] < ids.shape[1]:
+            # the generated tokens go on from the prompt's largest + 1, one a token on every axis (as the cached
+            # steps' rope delta does), never counted against the image's grid
+            after = pos.max(axis=(0, 2))[:, None] + 1 + np.arange(ids.shape[1] - prompt.shape[1])
+            pos = np.concatenate([pos, np.broadcast_to(after, (*pos.shape[:-1], after.shape[-1]))], axis=-1)
         if pos is not None:
             for i in self.decoder.inputs:
                 if roles[i.name] == "positions":
@@ -420,7 +463,7 @@ class VLMSet(AnalyzeMethod):
         """The decoder's ``inputs_embeds`` (its one rank-3 float input)."""
         return next((i.name for i in self.decoder.inputs if i.rank == 3 and i.dtype.startswith("float")), None)
 
-    def _spliced(self, ids: np.ndarray, width: int | None = None) -> Spliced | None:
+    def _spliced(self, feeds: dict, width: int | None = None) -> Spliced | None:
         """How the chain makes the decoder's ``inputs_embeds``: embed_tokens.onnx's output (stage 1) with the vision
         file's features (stage 0) in the image tokens' rows; None where the embeddings' width is in no file's
         shapes (the caller's memory check needs the shape before the run) and not given as ``width``, or the
@@ -433,11 +476,12 @@ class VLMSet(AnalyzeMethod):
         hidden = next((w for w in widths if isinstance(w, int) and w > 0), None)
         if hidden is None:
             return None
+        ids = feeds["input_ids"]
         return Spliced(
             name,
             (1, self.embed.outputs[0].name),
             (0, self.vision.outputs[0].name),
-            ids == self.family.token,
+            self._image_rows(feeds),
             (*ids.shape, hidden),
             dec.dtype,
             self.family.placeholder_fix(),
@@ -449,24 +493,23 @@ class VLMSet(AnalyzeMethod):
         never leave it.  Returns the vision maps one per row (one image a row, LLaVA, keeps them as the mode made
         them; several, Idefics3's tiles, each row's frames' maps on the diagonal: :meth:`_vision_maps`), the vision file's result
         (its features among the outputs), the decoder's, and the decoder's feeds (the embeddings a Spliced)."""
-        ids = feeds["input_ids"]
         if self._separate(feeds):
             return self._chain_each(feeds, mode)
         per_row, vis, emb = self._prepare_inputs(feeds, mode)
-        spliced = self._spliced(ids)
+        spliced = self._spliced(feeds)
         t0 = time.perf_counter()
         try:
             f = self._decoder_feeds(feeds, spliced)
         except AttnvizError:
             # a family's positions refused the prompt's image tokens (Qwen2-VL counts them against the image's
             # grid): the splice's line comes first, as in the model's forward, where the features decide it
-            self._embedded(vis, emb, ids)
+            self._embedded(vis, emb, feeds)
             raise
         if spliced is not None:
             dec = self.decoder.prepare(f, mode)
             got = run_stages([vis, emb, dec])
         else:  # the width unknown until the embeddings are made: the decoder is a second request
-            got, embeds = self._embedded(vis, emb, ids)
+            got, embeds = self._embedded(vis, emb, feeds)
             if self._embeds_input is not None:
                 f[self._embeds_input] = embeds
             dec = self.decoder.prepare(f, mode)
@@ -497,7 +540,7 @@ class VLMSet(AnalyzeMethod):
         if self._embeds_input is not None:
             name = self._embeds_input
             dtype = next(i.dtype for i in self.decoder.inputs if i.name == name)
-            s = Spliced(name, (1, emb_name), (0, vis_name), ids == self.family.token, base.shape, dtype, "")
+            s = Spliced(name, (1, emb_name), (0, vis_name), self._image_rows(feeds), base.shape, dtype, "")
             s = s._replace(fix=self.family.placeholder_fix())
             f[name] = splice(s, [{vis_name: features}, {emb_name: base}])
         dec = self.decoder.prepare(f, mode)
@@ -532,12 +575,12 @@ class VLMSet(AnalyzeMethod):
             return v.maps
         return [FramesMap(m.array(), per_row) for m in v.maps]  # the frames' maps kept, never laid out whole
 
-    def _embedded(self, vis: PreparedRun, emb: PreparedRun, ids: np.ndarray) -> tuple[list, np.ndarray | None]:
+    def _embedded(self, vis: PreparedRun, emb: PreparedRun, feeds: dict) -> tuple[list, np.ndarray | None]:
         """The vision file and the embeddings as one request, the features spliced here (refused in the
         splice's one line where their counts differ): the stages' outputs and the decoder's embeddings."""
         got = run_stages([vis, emb])
         made = [dict(zip(p.fetch, v)) for p, v in zip((vis, emb), got)]
-        spliced = self._spliced(ids, made[1][emb.fetch[0]].shape[-1])
+        spliced = self._spliced(feeds, made[1][emb.fetch[0]].shape[-1])
         return got, None if spliced is None else splice(spliced, made)
 
     def run(self, feeds: dict[str, np.ndarray], mode: str = "auto") -> AttentionResult:
@@ -646,7 +689,7 @@ class VLMCache:
         vs = self.vs
         feeds = vs.check_feeds(feeds)
         known = vs._chain_shapes.get(self.shape_key(feeds))
-        spliced = vs._spliced(feeds["input_ids"])
+        spliced = vs._spliced(feeds)
         if known is None or spliced is None or vs._separate(feeds):  # several images a run each: two requests
             return None
         try:

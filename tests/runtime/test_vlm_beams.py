@@ -3,7 +3,8 @@ transformers' ``LlavaForConditionalGeneration.generate(num_beams=K)`` on the sam
 hypotheses, order and scores; every hypothesis' decoder maps are transformers' attentions of each step gathered
 through ``beam_indices`` (the image's rows and columns included), its vision maps the tower's one run; and the
 search took the cache (the prompt and image run once, then one batch-K step a token), not K re-runs a step.
-Qwen2-VL (M-RoPE [3, K, 1] steps after the rope delta) and PaliGemma (positions from 1, suffix token types) too."""
+Qwen2-VL (M-RoPE [3, K, 1] steps after the rope delta) and PaliGemma (positions from 1, suffix token types) too.
+The tower's maps of the one image are held once, every beam's row a read-only view of them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
 from attnviz.runtime.vlm import VLMCache  # noqa: E402
 
 PROMPT = "<s> <image> a photo of the cat"
+
+
+def _tower_held_once(r, k: int) -> None:
+    """The tower's maps (one image every beam shares): one row held, each of the K rows a read-only view of it."""
+    from attnviz.core.attention import DenseMap
+
+    tower = [m for m, s in zip(r.maps, r.sites) if s.stack == "encoder"]
+    assert tower
+    for m in tower:
+        assert isinstance(m, DenseMap) and m.rows == [0] * k and m.nbytes * k == m.array().size * 4
+        assert all(np.shares_memory(m.array()[j], m.held) for j in range(k)) and not m.array().flags.writeable
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +71,7 @@ def test_llava_beams_through_the_cache_equal_transformers(request, repo, image, 
     assert len(reordered) == r.info["beam_steps"] - 1  # every step after the prompt's: the cache taken by parents
     assert [b["ids"] for b in r.info["beams"]] == want
     np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
+    _tower_held_once(r, k)
     vision, _, _ = vm.reference(hf, pixels, ids.numpy())
     n_vis = len(r.maps) - vm.LAYERS  # the tower's layers up to the one whose states the projector takes
     assert n_vis >= 1
@@ -112,6 +125,7 @@ def test_qwen2vl_beams_through_the_cache_continue_each_rows_mrope_positions(
     monkeypatch.setattr(VLMCache, "reorder", lambda self, rows: reordered.append(list(rows)) or reorder(self, rows))
     r = m.analyze(text=prompt, image=str(path), generate=n, beams=k)
     assert r.info["generation"] == "kv-cache" and len(reordered) == r.info["beam_steps"] - 1
+    _tower_held_once(r, k)
     assert [b["ids"] for b in r.info["beams"]] == want
     np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
     dec = r.maps[len(r.maps) - len(o.attentions[0]) :]
@@ -140,6 +154,7 @@ def test_paligemma_beams_through_the_cache_count_positions_from_one_and_type_tok
     m.meta.setdefault("special", {}).pop("eos", None)
     r = m.analyze(text=prompt, image=str(image), generate=n, beams=k)
     assert r.info["generation"] == "kv-cache"
+    _tower_held_once(r, k)
     assert [b["ids"] for b in r.info["beams"]] == want
     np.testing.assert_allclose([b["score"] for b in r.info["beams"]], o.sequences_scores.numpy(), atol=1e-5)
     dec = r.maps[len(r.maps) - len(o.attentions[0]) :]
