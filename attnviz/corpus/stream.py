@@ -45,8 +45,9 @@ class MostlyUnknown:
     def from_run(cls, run: dict) -> MostlyUnknown | None:
         """What a results folder's run.json says (None: not counted)."""
         items, token = (run.get(k) for k in cls.KEYS)
-        ok = isinstance(items, int) and not isinstance(items, bool) and isinstance(token, str)
-        return cls(items, token) if ok else None
+        if isinstance(items, int) and not isinstance(items, bool) and isinstance(token, str):
+            return cls(items, token)
+        return None
 
     def report(self, items: int) -> tuple[dict, str | None]:
         """run.json's keys, and the note said once after the run (None when no item is mostly unknown) of a
