@@ -103,7 +103,7 @@ def run_cli_each(*argvs, bound_s: float = BOUND_S, env=None) -> list[tuple[int, 
 # a process of its own forked from it, as `python -m attnviz.cli ARGV` runs (its own exit code, its own teardown, the
 # interpreter's last words on its stderr), in its own working folder, bounded on its own
 _FORKED = """
-import importlib, json, os, select, signal, sys
+import importlib, json, os, select, signal, sys, time
 with open(sys.argv[1]) as f:
     cases, preload, bound_s = json.load(f)
 for name in preload:
@@ -131,7 +131,19 @@ for argv, cwd, out, err in cases:
         os.chdir(cwd)
         sys.argv = ["attnviz", *argv]
         sys.exit(main(leave=True))  # SystemExit leaves this script: the child's interpreter ends with the code
-    fd = os.pidfd_open(pid)
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # a kernel before 5.3: the child's end polled for, up to the bound
+        deadline = time.monotonic() + bound_s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.01)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        codes.append(os.waitstatus_to_exitcode(status) if done else None)
+        continue
     ready, _, _ = select.select([fd], [], [], bound_s)
     os.close(fd)
     if not ready:  # a hang: reported as such, not waited on

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_run import bounded, run_cli, run_cli_forked
+from cli_run import bounded, run_cli_forked
 from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import tiny_text_model
 from test_hostile_fused_nan import mha_model
@@ -203,14 +203,20 @@ def test_a_read_only_out_is_one_line_for_every_command_that_writes(tmp_path, rea
         assert not any(read_only.iterdir()), name
 
 
-def test_a_read_only_out_of_export_hf_is_one_line_before_the_export(tmp_path, read_only):
+def test_a_read_only_out_of_export_hf_is_one_line_before_the_export(tmp_path, read_only, capfd, monkeypatch):
     """export-hf stages the whole folder beside --out: a folder that cannot be written was an internal error,
-    and only after the model was loaded and exported."""
+    and only after the model was loaded and exported.  Run in this process (the descriptor's stderr read back):
+    saving the folder imported torch and transformers here already, which a fresh interpreter paid for again."""
     pytest.importorskip("transformers")
     import hf_models
 
+    from attnviz.cli import main
+
     src = hf_models.save_hf_folder("bert", tmp_path / "hf")
-    rc, err = run_cli("export-hf", src, "--out", read_only / "onnx", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    rc = main(["export-hf", str(src), "--out", str(read_only / "onnx")])
+    err = capfd.readouterr().err
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err[-2000:]
     assert lines[0].startswith("attnviz: error: cannot write in") and "--out" in lines[0], lines[0]
