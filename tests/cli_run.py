@@ -99,6 +99,112 @@ def run_cli_each(*argvs, bound_s: float = BOUND_S, env=None) -> list[tuple[int, 
         return [(code, err.read_text()) for code, err in zip(codes, errs)]
 
 
+# the commands of run_cli_forked: this interpreter imports what the commands share once, then each command runs in
+# a process of its own forked from it, as `python -m attnviz.cli ARGV` runs (its own exit code, its own teardown, the
+# interpreter's last words on its stderr), in its own working folder, bounded on its own
+_FORKED = """
+import importlib, json, os, select, signal, sys, time
+with open(sys.argv[1]) as f:
+    cases, preload, bound_s = json.load(f)
+for name in preload:
+    importlib.import_module(name)
+from attnviz.cli import main
+from attnviz.runtime.child_start import NO_FORK_WITH
+# a fork copies only the forking thread: a Python thread already started (by a preloaded module) would be missing in
+# the children, holding whatever lock it held; the commands' own threads start in the children, after the fork (a
+# native pool that re-forms after a fork, OpenBLAS's, is as in the command's own early fork: child_start.forkable)
+import threading
+assert threading.active_count() == 1, f"threads after importing {preload}: {threading.enumerate()}"
+# nor may the preload change a command's path: its isolation child is forked early only where none of these is loaded
+loaded = [m for m in NO_FORK_WITH if m in sys.modules]
+assert not loaded, f"importing {preload} loaded {loaded}: the commands would start their children otherwise"
+codes = []
+for argv, cwd, out, err in cases:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the command, as python -m attnviz.cli runs it: sys.exit(main(leave=True))
+        for fd, path in ((1, out), (2, err)):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(f, fd)
+            os.close(f)
+        os.chdir(cwd)
+        sys.argv = ["attnviz", *argv]
+        sys.exit(main(leave=True))  # SystemExit leaves this script: the child's interpreter ends with the code
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # a kernel before 5.3: the child's end polled for, up to the bound
+        deadline = time.monotonic() + bound_s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.01)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        codes.append(os.waitstatus_to_exitcode(status) if done else None)
+        continue
+    ready, _, _ = select.select([fd], [], [], bound_s)
+    os.close(fd)
+    if not ready:  # a hang: reported as such, not waited on
+        os.kill(pid, signal.SIGKILL)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    codes.append(code if ready else None)
+print(json.dumps(codes))
+"""
+
+# what most commands import before they read their inputs: the model layer (onnx, numpy; not onnxruntime), the
+# figures' (matplotlib), the corpus's and PIL's (0.1-1 s a command, which then imports only what is its own)
+PRELOAD = ("attnviz.runtime.model", "attnviz.figures.render", "attnviz.figures.spec", "attnviz.corpus.run", "PIL.Image")
+
+
+def run_cli_forked(
+    *cases: tuple[list, Path], preload: tuple[str, ...] = PRELOAD, bound_s: float = BOUND_S, env=None
+) -> list[tuple[int | None, str]]:
+    """[(exit code, stderr)] of each ``(argv, cwd)`` of ``cases``, each ``attnviz ARGV`` run with that working
+    folder in a process of its own, as :func:`run_cli` runs it, but forked from one interpreter that imported
+    ``preload`` (and ``attnviz.cli``) first: the half second of imports a fresh interpreter pays for every command
+    is paid once.  A run past ``bound_s`` is killed, its code None (:func:`bounded` fails the test reading it).  Where
+    ``fork`` is not Linux's, each runs in :func:`run_cli`."""
+    import json
+    import tempfile
+
+    if sys.platform != "linux":
+        return [run_cli(*argv, cwd=cwd, bound_s=bound_s, env=env) for argv, cwd in cases]
+    env = dict(os.environ, **(env or {}))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="attnviz-cli-forked-") as tmp:
+        errs = [Path(tmp) / f"{i}.err" for i in range(len(cases))]
+        spec = [
+            [list(map(str, argv)), str(cwd), str(Path(tmp) / f"{i}.out"), str(err)]
+            for i, ((argv, cwd), err) in enumerate(zip(cases, errs))
+        ]
+        (Path(tmp) / "cases.json").write_text(json.dumps([spec, list(preload), bound_s]))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _FORKED, str(Path(tmp) / "cases.json")],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BOUND_S + bound_s * len(cases),  # (each command is bounded in there: this is a backstop)
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{len(cases)} forked attnviz commands still ran after {BOUND_S + bound_s * len(cases)} s")
+        assert done.returncode == 0, f"the interpreter forking {len(cases)} commands ended {done.returncode}: {done}"
+        codes = json.loads(done.stdout.strip().splitlines()[-1])
+        return [(code, err.read_text()) for code, err in zip(codes, errs)]
+
+
+def bounded(result: tuple[int | None, str]) -> tuple[int, str]:
+    """One command's ``(exit code, stderr)`` from :func:`run_cli_forked`; one that ran past its bound fails the test
+    that reads it (the others sharing the interpreter stand on their own)."""
+    code, err = result
+    if code is None:
+        pytest.fail(f"the command still ran after its bound (killed); its stderr: {err[-2000:]}")
+    return code, err
+
+
 def refused_in_one_line(capsys, args, *words, unwritten: Path) -> None:
     """``attnviz ARGS`` in this process exits 2 with one line on stderr holding every one of ``words``, and
     ``unwritten`` (its output) is still not there."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_run import run_cli
+from cli_run import bounded, run_cli_forked
 from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import tiny_text_model
 from test_hostile_fused_nan import mha_model
@@ -119,14 +119,26 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict:
+    """Every case, built in a folder of its own and run there in a process of its own (forked from one interpreter
+    that imported attnviz once: cli_run.run_cli_forked): case -> (the folder, its listing before, the result)."""
+    root = tmp_path_factory.mktemp("hostile-edges")
+    built = {}
+    for i, (case, (build, _)) in enumerate(CASES.items()):
+        folder = root / f"c{i}" / "case"
+        folder.mkdir(parents=True)
+        built[case] = (folder, build(folder))
+    before = {case: listing(folder) for case, (folder, _) in built.items()}
+    results = run_cli_forked(*((argv, folder) for folder, argv in built.values()))
+    return {case: (folder, before[case], r) for (case, (folder, _)), r in zip(built.items(), results)}
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_hostile_edge_is_one_line_and_writes_nothing(tmp_path, case):
-    build, words = CASES[case]
-    folder = tmp_path / "case"
-    folder.mkdir()
-    argv = build(folder)
-    before = listing(folder)
-    rc, err = run_cli(*argv, cwd=folder)
+def test_hostile_edge_is_one_line_and_writes_nothing(ran, case):
+    _, words = CASES[case]
+    folder, before, result = ran[case]
+    rc, err = bounded(result)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("attnviz: error:") and "Traceback" not in err, err
@@ -137,10 +149,13 @@ def test_hostile_edge_is_one_line_and_writes_nothing(tmp_path, case):
 
 def test_a_zero_pad_id_and_the_largest_id_are_ids_like_any_other(tmp_path):
     """The bounds are the vocabulary's own: pad = 0 and a token id of vocab-1 run (a bounded correct success)."""
-    rc, err = run_cli(*special(tmp_path, pad=0, eos=11), cwd=tmp_path)
-    assert rc == 0, err
-    rc, err = run_cli(*feeds(tmp_path, np.array([[0, 11, 1]], np.int64)), cwd=tmp_path)
-    assert rc == 0, err
+    ids, pad = tmp_path / "ids", tmp_path / "pad"  # (each builds its own model.onnx)
+    ids.mkdir()
+    pad.mkdir()
+    cases = [(special(pad, pad=0, eos=11), pad), (feeds(ids, np.array([[0, 11, 1]], np.int64)), ids)]
+    for result in run_cli_forked(*cases):
+        rc, err = bounded(result)
+        assert rc == 0, err
 
 
 @pytest.fixture
@@ -179,22 +194,29 @@ def test_a_read_only_out_is_one_line_for_every_command_that_writes(tmp_path, rea
         "ablate --texts": ["ablate", model, "--all-heads", "--texts", texts, "--out", read_only / "abl"],
     }
     commands["align"] += ["--out", read_only / "a.json"]
-    for name, argv in commands.items():
-        rc, err = run_cli(*argv, "--max-memory", "4", cwd=tmp_path)
+    results = run_cli_forked(*(([*argv, "--max-memory", "4"], tmp_path) for argv in commands.values()))
+    for name, result in zip(commands, results):
+        rc, err = bounded(result)
         lines = err.strip().splitlines()
         assert rc == 2 and len(lines) == 1, (name, err[-2000:])
         assert lines[0].startswith("attnviz: error:") and "--out" in lines[0], (name, lines[0])
         assert not any(read_only.iterdir()), name
 
 
-def test_a_read_only_out_of_export_hf_is_one_line_before_the_export(tmp_path, read_only):
+def test_a_read_only_out_of_export_hf_is_one_line_before_the_export(tmp_path, read_only, capfd, monkeypatch):
     """export-hf stages the whole folder beside --out: a folder that cannot be written was an internal error,
-    and only after the model was loaded and exported."""
+    and only after the model was loaded and exported.  Run in this process (the descriptor's stderr read back):
+    saving the folder imported torch and transformers here already, which a fresh interpreter paid for again."""
     pytest.importorskip("transformers")
     import hf_models
 
+    from attnviz.cli import main
+
     src = hf_models.save_hf_folder("bert", tmp_path / "hf")
-    rc, err = run_cli("export-hf", src, "--out", read_only / "onnx", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    rc = main(["export-hf", str(src), "--out", str(read_only / "onnx")])
+    err = capfd.readouterr().err
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err[-2000:]
     assert lines[0].startswith("attnviz: error: cannot write in") and "--out" in lines[0], lines[0]

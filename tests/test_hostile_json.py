@@ -1,9 +1,10 @@
 """Issue 24, items 6 and 7: hostile JSON, maps files, feeds and metadata are one-line refusals, never an internal
 error or a silent wrong result.
 
-Every case is generated here (no stored blobs) and run as ``python -m attnviz.cli`` in a subprocess under a time
-cap: it must exit 2 with exactly one ``attnviz: error:`` line on stderr naming the problem, and leave the folder
-exactly as it was (names and bytes).  JSON reaches attnviz through one guard (``core.untrusted.parse_json`` /
+Every case is generated here (no stored blobs) and run as ``python -m attnviz.cli`` runs it, in a process of its
+own under a time cap (forked from one interpreter that imported attnviz once: tests/cli_run.py, run_cli_forked): it
+must exit 2 with exactly one ``attnviz: error:`` line on stderr naming the problem, and leave the folder exactly as
+it was (names and bytes).  JSON reaches attnviz through one guard (``core.untrusted.parse_json`` /
 ``read_json``: nesting depth, number length, size, UTF-8); maps files through ``core.io.load_npz``.
 """
 
@@ -17,16 +18,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_run import run_cli
+from cli_run import bounded, run_cli_forked
 from onnx_builders import tiny_text_model
 
 REPO = Path(__file__).resolve().parents[1]
 DEEP = "[" * 100_000  # the issue's RecursionError: json.loads recurses once per level
 LONG_INT = "1" * 100_000  # past Python's 4,300-digit int limit: a ValueError today
-
-
-def attnviz(*argv, cwd: Path) -> tuple[int, str]:
-    return run_cli(*argv, cwd=cwd)
 
 
 def listing(folder: Path) -> dict[str, str]:
@@ -232,14 +229,41 @@ CASES: dict[str, tuple[Callable[[Path], list], tuple[str, ...]]] = {
 }
 
 
+SIDECARS = ("config.json", "generation_config.json", "tokenizer_config.json", "preprocessor_config.json")
+SIDECAR_CONTENTS = {"nested": DEEP, "long number": '{"model_max_length": ' + LONG_INT + "}", "not UTF-8": "\udcff"}
+
+
+def sidecar(tmp: Path, name: str, content: str) -> list:
+    model, img = vit(tmp)
+    (model.parent / "config.json").write_text('{"model_type": "vit"}')  # the others are read beside a config.json
+    (model.parent / name).write_text(content, errors="surrogateescape")  # the last: a byte that is not UTF-8
+    return ["extract", model, "--image", img, "--out", tmp / "o.npz"]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict:
+    """Every command of the two tests below, each built in a folder of its own and run there, in a process of its
+    own: (case) or (sidecar, content id) -> (the folder, its listing before the run, (exit code, stderr))."""
+    root = tmp_path_factory.mktemp("hostile-json")
+    built = {}
+    for i, (case, (build, _)) in enumerate(CASES.items()):
+        folder = root / f"c{i}" / "case"  # (maps() keeps its source beside it, outside the compared folder)
+        folder.mkdir(parents=True)
+        built[case] = (folder, build(folder))
+    for i, (name, (cid, content)) in enumerate((n, c) for n in SIDECARS for c in SIDECAR_CONTENTS.items()):
+        folder = root / f"s{i}"
+        folder.mkdir()
+        built[name, cid] = (folder, sidecar(folder, name, content))
+    before = {key: listing(folder) for key, (folder, _) in built.items()}
+    results = run_cli_forked(*((argv, folder) for folder, argv in built.values()))
+    return {key: (folder, before[key], r) for (key, (folder, _)), r in zip(built.items(), results)}
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_hostile_input_is_one_line_and_writes_nothing(tmp_path, case):
-    build, words = CASES[case]
-    folder = tmp_path / "case"
-    folder.mkdir()
-    argv = build(folder)
-    before = listing(folder)
-    rc, err = attnviz(*argv, cwd=folder)
+def test_hostile_input_is_one_line_and_writes_nothing(ran, case):
+    _, words = CASES[case]
+    folder, before, result = ran[case]
+    rc, err = bounded(result)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("attnviz: error:") and "Traceback" not in err, err
@@ -248,25 +272,17 @@ def test_hostile_input_is_one_line_and_writes_nothing(tmp_path, case):
     assert listing(folder) == before
 
 
-SIDECARS = ("config.json", "generation_config.json", "tokenizer_config.json", "preprocessor_config.json")
-
-
 @pytest.mark.parametrize("name", SIDECARS)
-@pytest.mark.parametrize(
-    "content", [DEEP, '{"model_max_length": ' + LONG_INT + "}", "\udcff"], ids=["nested", "long number", "not UTF-8"]
-)
-def test_a_hostile_config_file_is_passed_over_as_a_missing_one(tmp_path, name, content):
+@pytest.mark.parametrize("content", list(SIDECAR_CONTENTS))
+def test_a_hostile_config_file_is_passed_over_as_a_missing_one(ran, name, content):
     """A model folder's config file that the JSON guard refuses counts as absent (as an unreadable one always
     did): the model runs as itself, in bounded time, and only --out is written.  These raised RecursionError or
     ValueError (exit 1) before."""
-    model, img = vit(tmp_path)
-    (model.parent / "config.json").write_text('{"model_type": "vit"}')  # the others are read beside a config.json
-    (model.parent / name).write_text(content, errors="surrogateescape")  # the last: a byte that is not UTF-8
-    before = listing(tmp_path)
-    rc, err = attnviz("extract", model, "--image", img, "--out", tmp_path / "o.npz", cwd=tmp_path)
+    folder, before, result = ran[name, content]
+    rc, err = bounded(result)
     assert rc == 0, err
     assert "Traceback" not in err
-    assert set(listing(tmp_path)) - set(before) == {"o.npz"}
+    assert set(listing(folder)) - set(before) == {"o.npz"}
 
 
 @pytest.mark.parametrize("axis, labels", [("tokens", ["a", "b", "c"]), ("key_tokens", ["x", "y"])])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_run import run_cli, run_cli_each
+from cli_run import bounded, run_cli, run_cli_forked
 
 ROOT = Path(__file__).resolve().parents[1]
 VIT = ROOT / "models" / "vit-classification.onnx"
@@ -146,26 +146,48 @@ def test_a_corpus_of_texts_that_is_no_file_is_refused_at_once(tmp_path, kind):
     assert sha(model) == before and not out.exists()
 
 
-@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
-@pytest.mark.parametrize("text", ["[1, 2]", '"bert"', "7"])
-def test_a_config_file_of_valid_json_that_is_no_object_is_passed_over(tmp_path, name, text):
+CONFIG_NAMES = ("config.json", "generation_config.json")
+CONFIG_TEXTS = ("[1, 2]", '"bert"', "7")
+
+
+@pytest.fixture(scope="module")
+def configs_no_object(tmp_path_factory) -> dict:
+    """(name, text) -> (the model, the file's path, their digests before, inspect's and extract's results): both
+    commands run on each folder in turn, each in a process of its own (forked from one interpreter: run_cli_forked)."""
+    from onnx_builders import tiny_text_model
+
+    root = tmp_path_factory.mktemp("config-no-object")
+    built, cases = {}, []
+    for i, (name, text) in enumerate((n, t) for n in CONFIG_NAMES for t in CONFIG_TEXTS):
+        folder = root / str(i)
+        folder.mkdir()
+        model = tiny_text_model(folder / "model.onnx", metadata=False)
+        (folder / "config.json").write_text("{}")  # (the folder's config files are read where config.json is)
+        (folder / name).write_text(text)
+        np.savez(folder / "feeds.npz", input_ids=np.array([[1, 3, 4, 5, 2]], np.int64))
+        built[name, text] = (folder, model, sha(model, folder / name))
+        cases += [
+            (["inspect", model], Path.cwd()),
+            (["extract", model, "--inputs", folder / "feeds.npz", "--out", folder / "maps.npz"], Path.cwd()),
+        ]
+    results = run_cli_forked(*cases)
+    return {key: (*b, results[2 * i], results[2 * i + 1]) for i, (key, b) in enumerate(built.items())}
+
+
+@pytest.mark.parametrize("name", CONFIG_NAMES)
+@pytest.mark.parametrize("text", CONFIG_TEXTS)
+def test_a_config_file_of_valid_json_that_is_no_object_is_passed_over(configs_no_object, name, text):
     """config.json (or generation_config.json) holding a list, a string or a number was read for special token ids
     as if it were an object: an internal error (AttributeError) in every command that opens the model.  It is
     passed over as an unreadable one is; the model opens and runs as without the file."""
-    from onnx_builders import tiny_text_model
-
-    model = tiny_text_model(tmp_path / "model.onnx", metadata=False)
-    (tmp_path / "config.json").write_text("{}")  # (the folder's config files are read where config.json is)
-    (tmp_path / name).write_text(text)
-    before = sha(model, tmp_path / name)
-    code, err = run_cli("inspect", model)
+    folder, model, before, inspected, extracted = configs_no_object[name, text]
+    code, err = bounded(inspected)
     assert code == 0, err
-    np.savez(tmp_path / "feeds.npz", input_ids=np.array([[1, 3, 4, 5, 2]], np.int64))
-    code, err = run_cli("extract", model, "--inputs", tmp_path / "feeds.npz", "--out", tmp_path / "maps.npz")
+    code, err = bounded(extracted)
     assert code == 0, err
-    with np.load(tmp_path / "maps.npz") as z:
+    with np.load(folder / "maps.npz") as z:
         assert z["attn_000"].shape == (1, 2, 5, 5)
-    assert sha(model, tmp_path / name) == before
+    assert sha(model, folder / name) == before
 
 
 def _speech_copy(speech: Path, dst: Path) -> Path:
@@ -372,10 +394,9 @@ HOSTILE_PREPROCESSORS = {
 
 
 @pytest.fixture(scope="module")
-def hostile_preprocessor_exports(optimum_export, tmp_path_factory) -> dict[str, tuple[Path, Path, dict, int, str]]:
-    """case -> (model folder, --out, the folder's digests before, exit code, stderr) of ``export-hf`` over a copy
-    of the ViT-GPT2 folder holding that case's preprocessor_config.json: the four commands run in one interpreter
-    (cli_run.run_cli_each), each of them paid the torch and transformers imports (~4 s) before its refusal."""
+def hostile_preprocessor_exports(optimum_export, tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
+    """case -> (model folder, --out, the folder's digests before) of a copy of the ViT-GPT2 folder holding that
+    case's preprocessor_config.json."""
     root = tmp_path_factory.mktemp("hostile-preprocessors")
     cases = {}
     for name, (pre, _) in HOSTILE_PREPROCESSORS.items():
@@ -383,13 +404,20 @@ def hostile_preprocessor_exports(optimum_export, tmp_path_factory) -> dict[str, 
         shutil.copytree(optimum_export("vit-gpt2") / "hf", folder)
         (folder / "preprocessor_config.json").write_text(json.dumps(pre))
         cases[name] = (folder, root / name / "export", sha(*folder.iterdir()))
-    ran = run_cli_each(*(["export-hf", folder, "--out", out] for folder, out, _ in cases.values()))
-    return {name: (*case, code, err) for (name, case), (code, err) in zip(cases.items(), ran)}
+    return cases
 
 
 @pytest.mark.parametrize("case", list(HOSTILE_PREPROCESSORS))
-def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(hostile_preprocessor_exports, case):
-    folder, out, before, code, err = hostile_preprocessor_exports[case]
+def test_export_hf_of_a_hostile_preprocessor_config_is_one_line(hostile_preprocessor_exports, case, capfd):
+    """``export-hf`` in this process, its stderr read at the descriptor: a fresh interpreter (one for all four, in
+    session 22) paid the torch and transformers imports (~4-6 s CPU) again, which the suite's process has made by
+    then (runtime/'s exports)."""
+    from attnviz.cli import main
+
+    folder, out, before = hostile_preprocessor_exports[case]
+    capfd.readouterr()
+    code = main(["export-hf", str(folder), "--out", str(out)])
+    err = capfd.readouterr().err
     assert code == 2
     one_line(
         err,
@@ -490,23 +518,45 @@ def _special(path: Path, kind: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "link to a fifo"])
-@pytest.mark.parametrize("command", ["align", "extract", "figure"])
-def test_an_out_that_is_a_device_or_pipe_is_never_replaced(tmp_path, kind, command):
+SPECIAL_KINDS = ("fifo", "device", "link to a fifo")
+SPECIAL_COMMANDS = ("align", "extract", "figure")
+
+
+@pytest.fixture(scope="module")
+def special_outs(tmp_path_factory) -> dict:
+    """(kind, command) -> (--out, its mode before, the result): each command run in a process of its own (forked
+    from one interpreter: run_cli_forked, each bounded by 60 s); no device node where this is not root."""
+    root = tmp_path_factory.mktemp("special-outs")
+    built = {}
+    for i, (kind, command) in enumerate((k, c) for k in SPECIAL_KINDS for c in SPECIAL_COMMANDS):
+        if kind == "device" and os.geteuid() != 0:
+            continue
+        folder = root / str(i)
+        folder.mkdir()
+        texts = folder / "s.txt"
+        texts.write_text("7 2 9\n1 8 6\n")
+        out = _special(folder / {"align": "a.txt", "extract": "m.npz", "figure": "f.png"}[command], kind)
+        model = ROOT / "models" / ("translation.onnx" if command == "align" else "sequence-classification.onnx")
+        argv = {
+            "align": ["align", model, "--src", texts, "--tgt", texts, "--out", out],
+            "extract": ["extract", model, "--text", "7 2", "--out", out],
+            "figure": ["figure", model, "--text", "7 2", "--out", out],
+        }[command]
+        built[kind, command] = (out, os.stat(out).st_mode, argv)
+    results = run_cli_forked(*((argv, Path.cwd()) for _, _, argv in built.values()), bound_s=60)
+    return {key: (out, mode, r) for (key, (out, mode, _)), r in zip(built.items(), results)}
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+@pytest.mark.parametrize("command", SPECIAL_COMMANDS)
+def test_an_out_that_is_a_device_or_pipe_is_never_replaced(special_outs, kind, command):
     """The atomic rename replaces the path it lands on: `attnviz align ... --out /dev/null` run as root turned
     /dev/null into a regular file for every program on the machine.  A device, pipe or socket at --out (or a
     link to one, as /dev/stdout is) is refused and left as it was."""
-    texts = tmp_path / "s.txt"
-    texts.write_text("7 2 9\n1 8 6\n")
-    out = _special(tmp_path / {"align": "a.txt", "extract": "m.npz", "figure": "f.png"}[command], kind)
-    before = os.stat(out).st_mode
-    model = ROOT / "models" / ("translation.onnx" if command == "align" else "sequence-classification.onnx")
-    argv = {
-        "align": ["align", model, "--src", texts, "--tgt", texts, "--out", out],
-        "extract": ["extract", model, "--text", "7 2", "--out", out],
-        "figure": ["figure", model, "--text", "7 2", "--out", out],
-    }[command]
-    code, err = run_cli(*argv, bound_s=60)
+    if (kind, command) not in special_outs:
+        pytest.skip("a device node needs root")
+    out, before, result = special_outs[kind, command]
+    code, err = bounded(result)
     assert code == 2
     one_line(err, f"cannot write {out}: it is a device, pipe or socket, not a file, and writing would replace it")
     assert os.stat(out).st_mode == before and not stat.S_ISREG(before)
