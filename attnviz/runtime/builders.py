@@ -158,13 +158,17 @@ def _fed(model: AttnModel, feeds: dict, role: str):
     return feeds.get(i.name) if i is not None else None
 
 
-def labels(tok, ids, keep=None) -> TokenAxis:
+def labels(tok, ids, keep=None, prompt_len: int | None = None) -> TokenAxis:
     """Token labels of one row; positions the mask drops (padding) are special, and recorded as the row's padding
-    (a special token alone cannot tell a pad from a trailing EOS)."""
+    (a special token alone cannot tell a pad from a trailing EOS).  ``prompt_len``: the ids after it were generated,
+    each a word labelled as the token it is (a VLM that generates its image placeholder wrote ``<image>``, no image
+    patch: only the prompt's placeholders take the image's features)."""
     if tok is None:
         lab, sp = [str(int(i)) for i in ids], [False] * len(ids)
     else:
-        lab, sp = tok.row_labels(ids), [bool(tok.is_special(i)) for i in ids]
+        cut = len(ids) if prompt_len is None else min(prompt_len, len(ids))
+        lab = tok.row_labels(ids[:cut]) + [tok.label(int(i)) for i in ids[cut:]]
+        sp = [bool(tok.is_special(i)) for i in ids]
     pad = None
     if keep is not None and len(keep) != len(ids):
         keep = None  # a mask over another axis (a decoder file's encoder_attention_mask) says nothing of these tokens
@@ -707,7 +711,8 @@ def decoder_feeds(model: AttnModel, prep: Prepared, rows: list[list[int]]) -> di
 def decoder_axes(model: AttnModel, prep: Prepared, rows: list[list[int]], feeds: dict) -> list[TokenAxis]:
     role = "mask" if prep.decoder_is_tokens else "decoder_mask"
     keep = _mask_rows(feeds, model, role, len(rows))
-    return [labels(prep.tgt_tok, r, k) for r, k in zip(rows, keep)]
+    given = len(prep.prompts[0]) if prep.prompts else None  # the rows are the prompt, then the generated ids
+    return [labels(prep.tgt_tok, r, k, given) for r, k in zip(rows, keep)]
 
 
 def series_axis(values) -> TokenAxis:
