@@ -289,6 +289,25 @@ def grid_note(result: AttentionResult, blk: Block, grid: PatchGrid) -> str:
     return f"+{grid.offset} non-patch" if grid.offset else ""  # CLS / registers
 
 
+def words_query(result: AttentionResult, blk: Block) -> bool:
+    """Whether ``blk``'s queries over the image are words, a generation step naming one of them: a captioner's
+    cross-attention, a vision–language decoder's self-attention to its image tokens (each text token after the
+    image), an attention-pooling head's learned queries; not a tower's patches over patches."""
+    if blk.kind != "self":
+        return True
+    return blk.stack == "decoder" and result.token_grid_of(blk.batch) is not None
+
+
+def query_place(queries: list[tuple[str, int]], row: int) -> str:
+    """``" (word k)"``, the query's place among the choices (1-based, as the query bar's buttons run), where another
+    choice bears the same word (a caption's two "a"s): the title and the info line say which one is drawn; empty
+    where the word is the only one of its name (or the row no choice's: a patch, the patches' mean)."""
+    at = next((k for k, (_, r) in enumerate(queries) if r == row), None)
+    if at is None or row < 0 or sum(lab == queries[at][0] for lab, _ in queries) < 2:
+        return ""
+    return f" (word {at + 1})"
+
+
 def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:
     """Index into ``queries`` of generated word ``step`` (given caption words come first); 0 for no step."""
     g = n_steps(result, blk.batch)
