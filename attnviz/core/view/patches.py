@@ -43,11 +43,27 @@ def picture_label(result: AttentionResult, picture: int) -> str:
     return f"image {picture + 1} of {n}" if n > 1 else ""
 
 
+def is_vision(result: AttentionResult) -> bool:
+    """The result's axes hold an image: a patch grid, an image input shown, a vision–language model's image tokens
+    or its vision tower run alone.  Only such a result's key count may be read as a patch grid: a text of 10 or 101
+    tokens, a clip of 100 frames, are no 3×3 + 1 or 10×10 image."""
+    return (
+        result.patch_grid is not None
+        or result.image is not None
+        or bool(result.images)
+        or bool(result.vision_grids())
+        or result.vision_tower
+    )
+
+
 def patch_grid_for(result: AttentionResult, n_keys: int, batch: int = 0) -> PatchGrid | None:
-    g = result.patch_grid_of(batch)  # a padded batch's row: its own frames (Idefics3's tiles)
+    """The grid of a block's ``n_keys`` keys: the result's own (a padded batch's row: its own frames, Idefics3's
+    tiles), else guessed from the count (:meth:`PatchGrid.infer`) where the result is a vision one
+    (:func:`is_vision`); None for a text or a sound."""
+    g = result.patch_grid_of(batch)
     if g is not None and g.offset + g.n <= n_keys:
         return g
-    return PatchGrid.infer(n_keys)
+    return PatchGrid.infer(n_keys) if is_vision(result) else None
 
 
 def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
