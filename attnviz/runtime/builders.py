@@ -634,18 +634,37 @@ def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
         raise AttnvizError(
             "no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer"
         )
-    target = b.prep.tgt_tok.encode(forced, add_special=False).ids
+    enc = b.prep.tgt_tok.encode(forced, add_special=False)
+    target = enc.ids
+    what = "the caption" if b.caption is not None else TARGET_TEXT
     if b.caption is not None or b.source_cut is None:
         prompt += target
-        what = "the caption" if b.caption is not None else "the text pair (decoder side)"
+        _say_unknown_target(b, enc, len(target), what)
         check_positions(b.model, len(prompt), what, SHORTEN)
         return prompt
     rows = decoder_rows(prompt, target, b.req.max_tokens)
     cut = SourceTargetCut(b.source_cut, (len(prompt) + len(target), len(rows)))
     if cut.cut:
         b.prep.notes.append(f"source and target truncated {cut_flag(b.req.max_tokens)}: {cut.describe()}")
-    check_positions(b.model, len(rows), "the text pair (decoder side)")  # past the positions: offers --max-tokens
+    kept = max(0, len(rows) - len(prompt))
+    _say_unknown_target(b, enc, kept, f"{what} as --max-tokens cut it" if kept < len(target) else what)
+    check_positions(b.model, len(rows), TARGET_TEXT)  # past the positions: offers --max-tokens
     return rows
+
+
+TARGET_TEXT = "the text pair (decoder side)"  # a teacher-forced target: its notes name the side
+
+
+def _say_unknown_target(b: _Build, enc: ip.Encoded, kept: int, what: str) -> None:
+    """The forced target's (a text pair's, a caption's) unknown-token note, as the source text's
+    (:func:`_say_unknown`), counted over its ``kept`` first tokens (those that run), by the target's tokenizer."""
+    from attnviz.runtime.unknown_tokens import unknown_note
+
+    assert b.prep.tgt_tok is not None
+    part = ip.Encoded(enc.ids[:kept], enc.tokens[:kept], enc.special[:kept], enc.type_ids[:kept])
+    note = unknown_note(b.prep.tgt_tok, part, what)
+    if note is not None:
+        b.prep.notes.append(note)
 
 
 def _refuse_generation(b: _Build) -> None:
