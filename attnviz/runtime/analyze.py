@@ -319,11 +319,13 @@ def _labelled(
         refuse_off_tokens(model, result, feeds)
     result.audio = prep.track
     if rows is not None and prep.tgt_tok is not None:  # a vision–language decoder: its image tokens on the image
-        grids = [prep.tgt_tok.image_grid(r) for r in rows]
+        # the prompt's image tokens only: a generated placeholder is a word (runtime/builders.labels)
+        given = len(prep.prompts[0]) if prep.prompts else None
+        grids = [prep.tgt_tok.image_grid(r[:given]) for r in rows]
         result.token_grid = grids[0]
         if any(g != grids[0] for g in grids[1:]):  # a padded batch (left padding shifts a row's image tokens)
             result.info[TOKEN_GRIDS_KEY] = [g.to_dict() if g is not None else None for g in grids]
-        several = prep.tgt_tok.image_grids(rows[0]) if len(rows) == 1 else []
+        several = prep.tgt_tok.image_grids(rows[0][:given]) if len(rows) == 1 else []
         if len(several) > 1:  # one prompt's several images: where each one's tokens lie, in order (and each image)
             result.info[IMAGE_GRIDS_KEY] = [g.to_dict() for g in several]
             result.images = prep.images or []

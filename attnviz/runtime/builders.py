@@ -158,13 +158,17 @@ def _fed(model: AttnModel, feeds: dict, role: str):
     return feeds.get(i.name) if i is not None else None
 
 
-def labels(tok, ids, keep=None) -> TokenAxis:
+def labels(tok, ids, keep=None, prompt_len: int | None = None) -> TokenAxis:
     """Token labels of one row; positions the mask drops (padding) are special, and recorded as the row's padding
-    (a special token alone cannot tell a pad from a trailing EOS)."""
+    (a special token alone cannot tell a pad from a trailing EOS).  ``prompt_len``: the ids after it were generated,
+    each a word labelled as the token it is (a VLM that generates its image placeholder wrote ``<image>``, no image
+    patch: only the prompt's placeholders take the image's features)."""
     if tok is None:
         lab, sp = [str(int(i)) for i in ids], [False] * len(ids)
     else:
-        lab, sp = tok.row_labels(ids), [bool(tok.is_special(i)) for i in ids]
+        cut = len(ids) if prompt_len is None else min(prompt_len, len(ids))
+        lab = tok.row_labels(ids[:cut]) + [tok.label(int(i)) for i in ids[cut:]]
+        sp = [bool(tok.is_special(i)) for i in ids]
     pad = None
     if keep is not None and len(keep) != len(ids):
         keep = None  # a mask over another axis (a decoder file's encoder_attention_mask) says nothing of these tokens
@@ -630,18 +634,37 @@ def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
         raise AttnvizError(
             "no target tokenizer to encode the text pair; put tokenizer.json beside the model", param="tokenizer"
         )
-    target = b.prep.tgt_tok.encode(forced, add_special=False).ids
+    enc = b.prep.tgt_tok.encode(forced, add_special=False)
+    target = enc.ids
+    what = "the caption" if b.caption is not None else TARGET_TEXT
     if b.caption is not None or b.source_cut is None:
         prompt += target
-        what = "the caption" if b.caption is not None else "the text pair (decoder side)"
+        _say_unknown_target(b, enc, len(target), what)
         check_positions(b.model, len(prompt), what, SHORTEN)
         return prompt
     rows = decoder_rows(prompt, target, b.req.max_tokens)
     cut = SourceTargetCut(b.source_cut, (len(prompt) + len(target), len(rows)))
     if cut.cut:
         b.prep.notes.append(f"source and target truncated {cut_flag(b.req.max_tokens)}: {cut.describe()}")
-    check_positions(b.model, len(rows), "the text pair (decoder side)")  # past the positions: offers --max-tokens
+    kept = max(0, len(rows) - len(prompt))
+    _say_unknown_target(b, enc, kept, f"{what} as --max-tokens cut it" if kept < len(target) else what)
+    check_positions(b.model, len(rows), TARGET_TEXT)  # past the positions: offers --max-tokens
     return rows
+
+
+TARGET_TEXT = "the text pair (decoder side)"  # a teacher-forced target: its notes name the side
+
+
+def _say_unknown_target(b: _Build, enc: ip.Encoded, kept: int, what: str) -> None:
+    """The forced target's (a text pair's, a caption's) unknown-token note, as the source text's
+    (:func:`_say_unknown`), counted over its ``kept`` first tokens (those that run), by the target's tokenizer."""
+    from attnviz.runtime.unknown_tokens import unknown_note
+
+    assert b.prep.tgt_tok is not None
+    part = ip.Encoded(enc.ids[:kept], enc.tokens[:kept], enc.special[:kept], enc.type_ids[:kept])
+    note = unknown_note(b.prep.tgt_tok, part, what)
+    if note is not None:
+        b.prep.notes.append(note)
 
 
 def _refuse_generation(b: _Build) -> None:
@@ -707,7 +730,8 @@ def decoder_feeds(model: AttnModel, prep: Prepared, rows: list[list[int]]) -> di
 def decoder_axes(model: AttnModel, prep: Prepared, rows: list[list[int]], feeds: dict) -> list[TokenAxis]:
     role = "mask" if prep.decoder_is_tokens else "decoder_mask"
     keep = _mask_rows(feeds, model, role, len(rows))
-    return [labels(prep.tgt_tok, r, k) for r, k in zip(rows, keep)]
+    given = len(prep.prompts[0]) if prep.prompts else None  # the rows are the prompt, then the generated ids
+    return [labels(prep.tgt_tok, r, k, given) for r, k in zip(rows, keep)]
 
 
 def series_axis(values) -> TokenAxis:

@@ -115,3 +115,31 @@ def test_after_max_tokens_the_note_counts_the_tokens_that_ran(demo, text, n):
         ]
     else:
         assert notes == []
+
+
+SAMPLE_GREEK = "μακάριοι οἱ καθαροὶ τῇ καρδίᾳ ὅτι αὐτοὶ τὸν θεὸν ὄψονται"
+
+
+@pytest.mark.parametrize("n", [None, 4])
+def test_a_forced_target_the_decoder_does_not_know_is_said_naming_its_side(demo, n):
+    """``--text-pair`` on the encoder–decoder is the teacher-forced target: Greek typed as the English target is all
+    [UNK] by the target's own tokenizer (the library's count), said as the source text is, naming the decoder side,
+    counted over the tokens that run (--max-tokens 4: the start token and the target's first 3); an English target
+    gets none, and the Greek source no note of its own."""
+    model, _ = demo
+    target = Tokenizer.from_str(model.metadata["attnviz.target_tokenizer"])
+    enc = target.encode(SAMPLE_GREEK, add_special_tokens=False)
+    unk = target.token_to_id(target.model.unk_token)
+    ids = enc.ids if n is None else enc.ids[: n - 1]
+    k = sum(i == unk for i in ids)
+    assert k >= 0.5 * len(ids) > 0  # the premise: the target's tokenizer knows no Greek
+    notes = [
+        x for x in model.analyze(text=SAMPLE_GREEK, text_pair=SAMPLE_GREEK, max_tokens=n).info["notes"] if MARK in x
+    ]
+    cut = "" if n is None else " as --max-tokens cut it"
+    assert notes == [
+        f"{k} of {len(ids)} tokens of the text pair (decoder side){cut} {MARK} '[UNK]' (words the tokenizer does not "
+        "know): is the text in the model's language and script?"
+    ]
+    english = model.analyze(text=SAMPLE_GREEK, text_pair="blessed are the pure in heart")
+    assert not [x for x in english.info.get("notes", []) if MARK in x]

@@ -23,6 +23,7 @@ from PIL import Image  # noqa: E402
 from test_beams import TOL, _hf_beams, _hf_hypotheses  # noqa: E402
 
 from attnviz import AttnvizError  # noqa: E402
+from attnviz.core.io import load_npz, save_npz  # noqa: E402
 from attnviz.runtime import builders as bd  # noqa: E402
 from attnviz.runtime import open_model  # noqa: E402
 from attnviz.runtime.request import AnalyzeRequest  # noqa: E402
@@ -125,3 +126,29 @@ def test_the_prompts_own_image_tokens_are_still_counted_and_a_bad_prompt_length_
     # the second run of image tokens past prompt_length: words, as generated ones are
     r = m.run(dict(feeds, **{PROMPT_FEED: np.int64(ids.shape[1])}))
     assert r.maps[-1].shape[-1] == two.shape[1]
+
+
+def test_a_generated_image_token_is_labelled_as_the_word_it_is_on_both_paths(biased, image, tmp_path):
+    """The generated <image> on the decoder's token axis (the window's, the figures', the .npz's labels) is the
+    tokenizer's own token, read here from tokenizer.json by the tokenizers library, not an image patch
+    ("img2(0,0)" before); the prompt's image tokens keep their patch names and their one grid."""
+    tokenizers = pytest.importorskip("tokenizers")
+    _, repo, kw = biased
+    word = tokenizers.Tokenizer.from_file(str(repo / "tokenizer.json")).id_to_token(vm.IMAGE_TOKEN)
+    n = kw["input_ids"].shape[1]
+    for uc in (True, False):
+        r = _open(repo).analyze(text=PROMPT, image=str(image), generate=STEPS, use_cache=uc)
+        ids = r.decoder_ids[0]
+        labels = _decoder_labels(r, len(ids))
+        at = [k for k in range(n, len(ids)) if ids[k] == vm.IMAGE_TOKEN]
+        assert at and all(labels[k] == word for k in at), [labels[k] for k in at]
+        assert sum(lab == "(0,0)" for lab in labels) == 1  # the prompt's one image, named by its patches
+        assert r.token_grid is not None and r.token_grid.end <= n
+        path = tmp_path / f"r{int(uc)}.npz"
+        save_npz(r, path)
+        assert _decoder_labels(load_npz(path), len(ids)) == labels
+
+
+def _decoder_labels(r, n: int) -> list[str]:
+    """The decoder's token axis (the one of the row's prompt-and-generated length)."""
+    return next(list(a.labels) for a in r.row_axes(0) if a is not None and len(a) == n)

@@ -169,7 +169,9 @@ from attnviz.core.view.patches import (
     picture_count,
     picture_label,
     pictured,
+    query_place,
     step_query,
+    words_query,
 )
 from attnviz.core.view.pooling import pool_by, pool_note, pool_to
 from attnviz.core.view.selection import (
@@ -327,7 +329,9 @@ __all__ = [
     "row_story",
     "scale_ticks",
     "scale_top",
+    "query_place",
     "step_query",
+    "words_query",
     "step_rows",
     "strip_block",
     "strip_view",

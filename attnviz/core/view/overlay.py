@@ -23,7 +23,9 @@ from attnviz.core.view.patches import (
     patch_label,
     picture_label,
     pictured,
+    query_place,
     step_query,
+    words_query,
 )
 from attnviz.core.view.selection import Selection, ViewError, clamp, result_blocks
 
@@ -89,6 +91,12 @@ class OverlayView:
     # a tiled VLM image's global image, drawn beside the tiles on the same scale (None: one picture)
     global_panel: OverlayPanel | None = None
     share: float = 1.0  # the fraction of the query row's weight on this grid's keys (said beside a global panel)
+    query_place: str = ""  # " (word 5)" where another query bears the same word (:func:`query_place`)
+
+    @property
+    def query_text(self) -> str:
+        """``query “a” (word 5)``: the query as the title and the screen's info line name it."""
+        return f"query “{self.query_label}”{self.query_place}"
 
     def query_rect(self, width: float, height: float) -> tuple[float, float, float, float] | None:
         """``(x, y, w, h)`` of the query patch on an image ``width`` × ``height`` (pixel edges at 0 and width), or
@@ -159,7 +167,7 @@ def _drawn(result: AttentionResult, sel: Selection, blocks: list[Block] | None) 
 
 def _default_query(d: _Drawn, step: int) -> int:
     """Index into ``d.queries`` of the query the view opens on, :func:`default_image_query`'s rule."""
-    if d.kind == "self" or len(d.queries) < 2:
+    if not words_query(d.result, d.blocks[d.bi]) or len(d.queries) < 2:
         return 0
     if step >= 0:  # a step chosen: the word generated at that step
         return step_query(d.result, d.blocks[d.bi], d.queries, step)
@@ -225,9 +233,10 @@ def overlay_view(
     alpha = overlay_alpha(heat, sel.image_base)
     # the map's title less its note of several images on the diagonal: the overlay draws one of them, named
     what = [p for p in mv.title.split(" · ")[1:] if p != images_note(result, blocks[bi])]
-    title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”"])
+    place = query_place(queries, query)
+    title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”{place}"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
-    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share)
+    return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share, place)
 
 
 def _peak_label(grid: PatchGrid, cells: PatchGrid, patch: np.ndarray) -> str:

@@ -43,11 +43,27 @@ def picture_label(result: AttentionResult, picture: int) -> str:
     return f"image {picture + 1} of {n}" if n > 1 else ""
 
 
+def is_vision(result: AttentionResult) -> bool:
+    """The result's axes hold an image: a patch grid, an image input shown, a vision–language model's image tokens
+    or its vision tower run alone.  Only such a result's key count may be read as a patch grid: a text of 10 or 101
+    tokens, a clip of 100 frames, are no 3×3 + 1 or 10×10 image."""
+    return (
+        result.patch_grid is not None
+        or result.image is not None
+        or bool(result.images)
+        or bool(result.vision_grids())
+        or result.vision_tower
+    )
+
+
 def patch_grid_for(result: AttentionResult, n_keys: int, batch: int = 0) -> PatchGrid | None:
-    g = result.patch_grid_of(batch)  # a padded batch's row: its own frames (Idefics3's tiles)
+    """The grid of a block's ``n_keys`` keys: the result's own (a padded batch's row: its own frames, Idefics3's
+    tiles), else guessed from the count (:meth:`PatchGrid.infer`) where the result is a vision one
+    (:func:`is_vision`); None for a text or a sound."""
+    g = result.patch_grid_of(batch)
     if g is not None and g.offset + g.n <= n_keys:
         return g
-    return PatchGrid.infer(n_keys)
+    return PatchGrid.infer(n_keys) if is_vision(result) else None
 
 
 def block_grid(result: AttentionResult, blk: Block) -> PatchGrid | None:
@@ -287,6 +303,25 @@ def grid_note(result: AttentionResult, blk: Block, grid: PatchGrid) -> str:
     if (blk.stack, blk.kind) == ("decoder", "self"):  # a VLM's image tokens sit among the words, not before patches
         return f"image tokens at keys {grid.offset}–{grid.offset + grid.n - 1}"
     return f"+{grid.offset} non-patch" if grid.offset else ""  # CLS / registers
+
+
+def words_query(result: AttentionResult, blk: Block) -> bool:
+    """Whether ``blk``'s queries over the image are words, a generation step naming one of them: a captioner's
+    cross-attention, a vision–language decoder's self-attention to its image tokens (each text token after the
+    image), an attention-pooling head's learned queries; not a tower's patches over patches."""
+    if blk.kind != "self":
+        return True
+    return blk.stack == "decoder" and result.token_grid_of(blk.batch) is not None
+
+
+def query_place(queries: list[tuple[str, int]], row: int) -> str:
+    """``" (word k)"``, the query's place among the choices (1-based, as the query bar's buttons run), where another
+    choice bears the same word (a caption's two "a"s): the title and the info line say which one is drawn; empty
+    where the word is the only one of its name (or the row no choice's: a patch, the patches' mean)."""
+    at = next((k for k, (_, r) in enumerate(queries) if r == row), None)
+    if at is None or row < 0 or sum(lab == queries[at][0] for lab, _ in queries) < 2:
+        return ""
+    return f" (word {at + 1})"
 
 
 def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:

@@ -310,7 +310,7 @@ class ImageRegionsView(View):
             self._build_queries()
             self._struct_key = key
             self._strip_key = None
-        if kind == "cross" and s.sel.step >= 0:
+        if s.sel.step >= 0 and vm.words_query(self._pictured(), s.blocks[bi]):  # the word generated at that step
             self.query = vm.step_query(s.result, s.blocks[bi], self.queries, s.sel.step)
         self.query = min(self.query, len(self.queries) - 1)
         self.query_bar.check(self.query)
@@ -353,7 +353,7 @@ class ImageRegionsView(View):
         # the view model's words: a ViT's "+1 non-patch", SigLIP's none; the peaks named as clicked patches are
         note = vm.grid_note(self._pictured(), blk, grid)
         self.info.setText(
-            f"query “{ov.query_label}” · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols}"
+            f"{ov.query_text} · {ov.title.rsplit(' · query', 1)[0]} · grid {grid.rows}×{grid.cols}"
             f"{f' ({note})' if note else ''} · {ov.peak} · colours span 0–{ov.vmax:.3g}"
             f"{NO_PICTURE if s.result.image is None else ''}"
         )
