@@ -456,7 +456,8 @@ class Server(StepRequests, KeptRequests):
             reply = getattr(self, self.OPS[op])(*args)
             if self.trace is not None and op in ("run", "chain", "steps", "chain_steps") and not self.replied:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
-            data = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
+            # a reply already sent from inside the run is not pickled again (its bookkeeping still runs first)
+            data = b"" if self.replied else pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
         except BaseException as e:
             err = str(e) if isinstance(e, AttnvizError) else f"{type(e).__name__}: {e}"
             data = pickle.dumps(("attnviz" if isinstance(e, AttnvizError) else "error", err), pickle.HIGHEST_PROTOCOL)
