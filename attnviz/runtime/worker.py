@@ -394,13 +394,16 @@ class Server(StepRequests, KeptRequests):
             # binding is reused next run (creating and binding it anew costs ~0.15 ms of a 128-token MiniLM run,
             # measured; binding an on-demand run's 13 kept outputs ~0.1 ms more, at ~8 us each): it holds the
             # kept values, written again in place once the parent dropped them
-            got = {
+            got: dict[str, tuple[tuple, _Shaped]] = {
                 n: (("slot", bound[n].id, predicted[n][0].str, predicted[n][1]), _Shaped(*predicted[n])) for n in bound
             }
             for n in kept_names:
                 was = reuse.get(n)
+                held: tuple | None
                 if was is None:
                     held = self.keep_raw(raws[n], kids.get(n))
+                    if held is None:  # not a kept dtype: ruled out above (``whole``), so never here
+                        raise AssertionError(f"{n}: a kept output of a dtype not kept")
                     value = self.kept[held[1]]
                 else:
                     held = ("kept", kids[n] if n in kids else next(self.kept_ids), was.dtype, was.shape)
