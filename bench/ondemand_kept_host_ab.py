@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 
 
-def one(model: str, tokens: int, runs: int) -> dict:
+def one(model: str, tokens: int, runs: int, pause: float = 0.0) -> dict:
     """In a child process whose PYTHONPATH is one tree: ``runs`` traced on-demand runs, phases in ms."""
     os.environ["ATTNVIZ_TRACE"] = "1"
     sys.path.insert(0, str(ROOT))
@@ -52,6 +52,8 @@ def one(model: str, tokens: int, runs: int) -> dict:
     gc.disable()  # a collection landing in one tree's runs and not the other's is not what is compared
     c0, k0 = time.process_time(), child_cpu()
     for _ in range(runs):
+        if pause:  # --pause: the child's work after its reply (bookkeeping) done before the next request
+            time.sleep(pause)
         t0 = time.perf_counter()
         r = m.run(f, mode="ondemand")
         walls.append(time.perf_counter() - t0)
@@ -85,11 +87,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds between runs, outside the times (default 0)")
     ap.add_argument("--model", help="an exported MiniLM (default: exported here once)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one, a.tokens, a.runs)))
+        print(json.dumps(one(a.one, a.tokens, a.runs, a.pause)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         model = a.model
@@ -102,9 +105,13 @@ def main() -> None:
             for tag, tree in (("A", a.a), ("B", a.b)):
                 env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()), ATTNVIZ_QK_DEVICE="on")
                 cmd = [sys.executable, __file__, "--one", model, "--tokens", str(a.tokens), "--runs", str(a.runs)]
+                cmd += ["--pause", str(a.pause)]
                 res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 got[tag].append(json.loads(res.stdout.strip().splitlines()[-1]))
-    print(f"{a.tokens} tokens, {got['B'][0]['kind']}, {a.rounds} rounds x {a.runs} runs; load {os.getloadavg()}")
+    load = os.getloadavg()
+    print(
+        f"{a.tokens} tokens, {got['B'][0]['kind']}, {a.rounds} rounds x {a.runs} runs, pause {a.pause} s; load {load}"
+    )
     print("| phase (median of round medians, ms) | A | B | B/A |\n|---|---:|---:|---:|")
     for k in got["A"][0]:
         if k == "kind":
