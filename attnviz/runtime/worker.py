@@ -16,11 +16,14 @@ faults.  Ownership is one rule each way:
 A free slot is reused: when an output's shape is known before the run, onnxruntime writes straight into a free
 slot through I/O binding (no copy at all); otherwise onnxruntime allocates it and the child copies it into a slot
 once.  Shapes are learned per session from earlier runs (:class:`ShapeLinks`).  Free slots unused for two runs are
-deleted and the parent is told to unmap them.  A session whose outputs all went into slots keeps its I/O binding,
-and each output asks for the slot it had last time, so a repeated run rebinds only its feeds.
+deleted and the parent is told to unmap them.  A session whose outputs all went into slots (or stay on its device,
+below) keeps its I/O binding, and each output asks for the slot it had last time, so a repeated run rebinds only
+its feeds.
 
 An on-demand session's Q and Kᵀ may instead stay where onnxruntime wrote them (a CUDA session's GPU): kept here by
 id until the parent drops its handle, and fed to a site's head model when a head is drawn (``worker_kept.py``).
+The kept binding holds each such output's last value and writes the next run's into it once the parent dropped it
+(``_Held``).
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ class Server(StepRequests, KeptRequests):
         self.pool = Pool(outdir)
         self.sessions: dict[int, tuple] = {}
         self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
-        self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
+        self.bindings: dict[int, _Binding] = {}  # per session: the binding of its last all-slots-or-kept run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see feedarea.FeedArea)
         self.arena = shared_arena()
         # ATTNVIZ_TRACE=1: per run request, (received, onnxruntime started, onnxruntime done, handled) on the
