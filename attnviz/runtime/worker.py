@@ -16,11 +16,14 @@ faults.  Ownership is one rule each way:
 A free slot is reused: when an output's shape is known before the run, onnxruntime writes straight into a free
 slot through I/O binding (no copy at all); otherwise onnxruntime allocates it and the child copies it into a slot
 once.  Shapes are learned per session from earlier runs (:class:`ShapeLinks`).  Free slots unused for two runs are
-deleted and the parent is told to unmap them.  A session whose outputs all went into slots keeps its I/O binding,
-and each output asks for the slot it had last time, so a repeated run rebinds only its feeds.
+deleted and the parent is told to unmap them.  A session whose outputs all went into slots (or stay on its device,
+below) keeps its I/O binding, and each output asks for the slot it had last time, so a repeated run rebinds only
+its feeds.
 
 An on-demand session's Q and Kᵀ may instead stay where onnxruntime wrote them (a CUDA session's GPU): kept here by
 id until the parent drops its handle, and fed to a site's head model when a head is drawn (``worker_kept.py``).
+The kept binding holds each such output's last value and writes the next run's into it once the parent dropped it
+(``_Held``).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from attnviz.runtime.isolation import (  # noqa: E402  (after the child's bare p
     read_message,
     write_message,
 )
+from attnviz.runtime.kept import KEPT_TYPES  # noqa: E402
 from attnviz.runtime.slots import (  # noqa: E402, F401  (re-exported: tests and host import them from here)
     KEEP_RUNS,
     Pool,
@@ -83,7 +87,7 @@ from attnviz.runtime.slots import (  # noqa: E402, F401  (re-exported: tests and
     close_map,
 )
 from attnviz.runtime.steps import Loop  # noqa: E402
-from attnviz.runtime.worker_kept import KeptRequests  # noqa: E402
+from attnviz.runtime.worker_kept import KeptRequests, keepable, output_values, same_kept  # noqa: E402
 from attnviz.runtime.worker_steps import StepRequests  # noqa: E402
 
 
@@ -107,7 +111,7 @@ class Server(StepRequests, KeptRequests):
         self.pool = Pool(outdir)
         self.sessions: dict[int, tuple] = {}
         self.finite: dict[int, frozenset[str]] = {}  # per session: the map outputs checked (attnviz.runtime.finite)
-        self.bindings: dict[int, _Binding] = {}  # per session: the I/O binding of its last all-slots run
+        self.bindings: dict[int, _Binding] = {}  # per session: the binding of its last all-slots-or-kept run
         self.feed_area: tuple[str, mmap.mmap] | None = None  # the parent's feed file, mapped (see feedarea.FeedArea)
         self.arena = shared_arena()
         # ATTNVIZ_TRACE=1: per run request, (received, onnxruntime started, onnxruntime done, handled) on the
@@ -284,18 +288,23 @@ class Server(StepRequests, KeptRequests):
 
     def _run(self, sid, sess, names, feeds, predicted, sigs, order, early=True):
         """Run with every output bound: into a free slot where its shape is predicted, else where onnxruntime
-        puts it (then copied into a slot, and onnxruntime's copy given back at once).  ``sigs``: the feeds that
-        came through the feed area, by where they lie there; a kept binding whose input lies at the same place
-        with the same dtype and shape still points at it (the parent rewrote the bytes), so it is not rebound.
+        puts it (then copied into a slot, and onnxruntime's copy given back at once), or, for an output this
+        session keeps (runtime/kept.py), to its device.  ``sigs``: the feeds that came through the feed area, by
+        where they lie there; a kept binding whose input lies at the same place with the same dtype and shape
+        still points at it (the parent rewrote the bytes), so it is not rebound.
 
         When every output goes into a predicted slot the reply is known before the run: with ``self.send`` set
         (the child's loop) it is pickled first and sent the moment onnxruntime returns (``order``: the names
         as the request listed them), so nothing stands between the run's end and the parent's wake-up (not for
-        ``early=False``: a chain's stage, whose reply is the whole chain's)."""
+        ``early=False``: a chain's stage, whose reply is the whole chain's).  A run that also keeps outputs
+        pickles its reply first too where each kept output's dtype and shape is predicted (its ids are given
+        now), and sends it once the values onnxruntime wrote are seen to be that; otherwise it replies as
+        before, from what was written."""
         kept = self.bindings.pop(sid, None)
         last = kept.outs if kept is not None else {}
         plan: dict[str, tuple[Slot, np.dtype, tuple]] = {}
         keep, device, dev = self.keep_on.get(sid) or (frozenset(), "", 0)
+        kept_names = [n for n in names if n in keep]
         for n in names:
             if n in keep:
                 continue  # left on the device (runtime/kept.py): never a slot
@@ -304,8 +313,13 @@ class Server(StepRequests, KeptRequests):
             slot = self.pool.take(nbytes, (last.get(n) or (None,))[0]) if nbytes > INLINE_BYTES else None
             if p is not None and slot is not None:
                 plan[n] = (slot, p[0], p[1])
-        if len(plan) == len(names) and kept is not None and kept.names == names:
-            io = kept.io  # every output into a slot again: rebind only the outputs whose slot or shape changed
+        # a binding is kept across runs whose outputs all went into slots or stay on the device.  It holds each
+        # kept output's last value (onnxruntime allocated it there): written again in place where the parent
+        # has dropped it and it has the shape predicted (as a slot is; onnxruntime refuses another shape), and
+        # bound anew, empty, where the parent may still read it
+        whole = len(plan) + len(kept_names) == len(names)
+        if whole and kept is not None and kept.names == names:
+            io = kept.io  # rebind only the feeds and the outputs whose slot, shape or value changed
             outs_of = kept.outs
         else:
             io, outs_of = sess.io_binding(), {}
@@ -315,11 +329,20 @@ class Server(StepRequests, KeptRequests):
             if sig is None or ins_of.get(k) != sig:  # an inline feed is a new array: rebound every run
                 io.bind_cpu_input(k, v)
                 ins_of[k] = sig
+        # the kept outputs' predicted (dtype, shape), each a dtype kept on the device
+        ahead = {n: predicted[n] for n in kept_names if predicted.get(n) is not None and keepable(predicted[n][0])}
+        reuse: dict[str, _Held] = {}  # kept output -> its last value, dropped by the parent: written in place
         for n in names:
-            sig = (plan[n][0].id, plan[n][1], plan[n][2]) if n in plan else None
-            if sig is not None and outs_of.get(n) == sig:
+            sig = (plan[n][0].id, plan[n][1], plan[n][2]) if n in plan else _ON_DEVICE if n in keep else None
+            last_v = outs_of.get(n)
+            if type(last_v) is _Held:
+                p = ahead.get(n)
+                if last_v.kid not in self.kept and p is not None and p[0].str == last_v.dtype and p[1] == last_v.shape:
+                    reuse[n] = last_v
+                    continue
+            elif sig is not None and last_v == sig:
                 continue
-            if sig is not None:
+            if n in plan:
                 slot, dtype, shape = plan[n]
                 io.bind_output(n, "cpu", 0, dtype.type, list(shape), slot.view.ctypes.data)
             elif n in keep:
@@ -330,8 +353,11 @@ class Server(StepRequests, KeptRequests):
         bound = {n: p[0] for n, p in plan.items()}
         reply_now = early
         early = None
-        if reply_now and self.send is not None and len(bound) == len(names):
-            items = {n: ("slot", bound[n].id, predicted[n][0].str, predicted[n][1]) for n in names}
+        kids: dict[str, int] = {}
+        if reply_now and self.send is not None and len(bound) + len(ahead) == len(names):
+            kids = {n: next(self.kept_ids) for n in ahead}
+            items = {n: ("slot", bound[n].id, predicted[n][0].str, predicted[n][1]) for n in bound}
+            items.update({n: ("kept", kids[n], predicted[n][0].str, predicted[n][1]) for n in ahead})
             pool = self.pool
             reply = ([items[n] for n in order], list(pool.created), list(pool.deleted))
             early = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
@@ -342,9 +368,17 @@ class Server(StepRequests, KeptRequests):
         except Exception:
             for slot in bound.values():
                 self.pool.give_back(slot)
-            if bound:  # most likely a learned shape was wrong; the retry says what else it was
+            if bound or reuse:  # most likely a learned shape was wrong; the retry says what else it was
                 raise _Misprediction() from None
             raise
+        raws = {}
+        if whole and len(reuse) < len(kept_names):  # values onnxruntime allocated: read back, checked
+            values = output_values(io)
+            raws = {n: values[i] for i, n in enumerate(names) if n in keep and n not in reuse}
+            if not all(r.data_type() in KEPT_TYPES for r in raws.values()):
+                whole = False  # a kept output of a dtype brought to the host (below, as before)
+        if early is not None and raws and not (whole and all(same_kept(raws[n], *ahead[n]) for n in raws)):
+            early, kids = None, {}  # a kept value not as predicted: the reply is made from what was written
         if early is not None and self.send is not None:
             if self.trace is not None:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
@@ -352,19 +386,36 @@ class Server(StepRequests, KeptRequests):
             self.send(early)
             created, deleted = self.pool.changes()  # the slots it reported
             self.repeats.pop(sid, None)
-            if feeds and len(sigs) == len(feeds):
+            if feeds and len(sigs) == len(feeds) and not kept_names:
                 again = (
                     pickle.dumps(("ok", (reply[0], [], [])), pickle.HIGHEST_PROTOCOL) if created or deleted else early
                 )
                 slots = [bound[n].id for n in names]
                 self.repeats[sid] = _Repeat(list(order), tuple(sigs.items()), slots, io, again, reply[0])
-        if len(bound) == len(names):
-            # onnxruntime wrote every output into its slot: nothing to fetch, and the binding is reused next run
-            # (creating and binding it anew costs ~0.15 ms of a 128-token MiniLM run, measured)
-            self.bindings[sid] = _Binding(io, names, outs_of, ins_of)
-            return {
-                n: (("slot", bound[n].id, predicted[n][0].str, predicted[n][1]), _Shaped(*predicted[n])) for n in names
+        if whole:
+            # onnxruntime wrote every output into its slot or kept it on the device: nothing to fetch, and the
+            # binding is reused next run (creating and binding it anew costs ~0.15 ms of a 128-token MiniLM run,
+            # measured; binding an on-demand run's 13 kept outputs ~0.1 ms more, at ~8 us each): it holds the
+            # kept values, written again in place once the parent dropped them
+            got: dict[str, tuple[tuple, _Shaped]] = {
+                n: (("slot", bound[n].id, predicted[n][0].str, predicted[n][1]), _Shaped(*predicted[n])) for n in bound
             }
+            for n in kept_names:
+                was = reuse.get(n)
+                held: tuple | None
+                if was is None:
+                    held = self.keep_raw(raws[n], kids.get(n))
+                    if held is None:  # not a kept dtype: ruled out above (``whole``), so never here
+                        raise AssertionError(f"{n}: a kept output of a dtype not kept")
+                    value = self.kept[held[1]]
+                else:
+                    held = ("kept", kids[n] if n in kids else next(self.kept_ids), was.dtype, was.shape)
+                    value = self.kept[held[1]] = was.value
+                got[n] = (held, _Shaped(np.dtype(held[2]), held[3]))
+                outs_of[n] = _Held(held[1], held[2], held[3], value)
+            raws.clear()
+            self.bindings[sid] = _Binding(io, names, outs_of, ins_of)
+            return got
         outs = io.get_outputs()
         io.clear_binding_outputs()  # from here ``outs`` holds onnxruntime's buffers alone: each can go on its own
         del io
@@ -411,7 +462,8 @@ class Server(StepRequests, KeptRequests):
             reply = getattr(self, self.OPS[op])(*args)
             if self.trace is not None and op in ("run", "chain", "steps", "chain_steps") and not self.replied:
                 self.trace.append((self.received, *self._ort_span, time.perf_counter()))
-            data = pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
+            # a reply already sent from inside the run is not pickled again (its bookkeeping still runs first)
+            data = b"" if self.replied else pickle.dumps(("ok", reply), pickle.HIGHEST_PROTOCOL)
         except BaseException as e:
             err = str(e) if isinstance(e, AttnvizError) else f"{type(e).__name__}: {e}"
             data = pickle.dumps(("attnviz" if isinstance(e, AttnvizError) else "error", err), pickle.HIGHEST_PROTOCOL)
@@ -497,6 +549,21 @@ class _Repeat:
 
     def __init__(self, names: list[str], feeds: tuple, slots: list[int], io, reply: bytes, items: list):
         self.names, self.feeds, self.slots, self.io, self.reply, self.items = names, feeds, slots, io, reply, items
+
+
+_ON_DEVICE = "on the device"  # a _Binding's mark for a kept output bound (empty) to its session's device
+
+
+class _Held:
+    """A _Binding's mark for a kept output bound to the value its last run left there (kept as ``kid``, an
+    OrtValue): while ``kid`` is kept for the parent the output is bound anew before a run; once the parent
+    dropped it a run with the same dtype and shape writes into it (no allocation, no rebinding, nothing to read
+    back: the reply, pickled first, goes out the moment onnxruntime returns, as with slots)."""
+
+    __slots__ = ("kid", "dtype", "shape", "value")
+
+    def __init__(self, kid: int, dtype: str, shape: tuple, value):
+        self.kid, self.dtype, self.shape, self.value = kid, dtype, shape, value
 
 
 class _Shaped:
