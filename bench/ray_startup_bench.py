@@ -1,7 +1,7 @@
 """Where an ``attnviz corpus --engine ray`` run's time goes (session 23, ray23).
 
     OMP_NUM_THREADS=1 python bench/ray_startup_bench.py [--model planted|minilm] [--items 40] [--rounds 3]
-                                                         [--workers 1] [--engines local ray]
+                                                         [--workers 1] [--engines local ray ray@/tmp/base]
 
 Each round runs each engine as a fresh ``python -m attnviz corpus`` process (interleaved), as a user does.  In the
 Ray one the driver's phases are timed from inside (the bench wraps ray_engine's functions before calling the CLI):
@@ -97,12 +97,16 @@ def child(args: list[str], report: str) -> None:
     os._exit(rc) if os.environ.get("RAY23_EXIT_NOW") else sys.exit(rc)
 
 
-def one(engine: str, model: Path, tok: str, texts: Path, workers: int, work: Path, n: int) -> dict:
-    out = work / f"out_{engine}_{n}"
-    report = str(work / f"report_{engine}_{n}.json")
+def one(row: str, model: Path, tok: str, texts: Path, workers: int, work: Path, n: int) -> dict:
+    """``row``: an engine, or ``ENGINE@DIR`` for that engine with the attnviz under DIR (e.g. a ``git archive`` of
+    the commit before a change: the before and after rows interleaved in one run)."""
+    engine, _, code = row.partition("@")
+    tag = f"{engine}{abs(hash(code)) % 10**6 if code else ''}"
+    out = work / f"out_{tag}_{n}"
+    report = str(work / f"report_{tag}_{n}.json")
     args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--engine", engine, "--no-progress"]
     args += ["--workers", str(workers), "--threads", "1", "--provider", "cpu"] + (["--tokenizer", tok] if tok else [])
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=code or str(ROOT))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     cmd = [sys.executable, __file__, "--child", report, "--", *args]
@@ -149,10 +153,13 @@ def main() -> None:
     for e, rs in rows.items():
         best = min(rs, key=lambda r: r["wall"])
         walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
-        print(f"{e:6s} wall best {best['wall']:.2f} s (rounds {walls}); CPU {best['cpu']:.2f} s")
-        if e == "ray":
+        print(f"{e} wall best {best['wall']:.2f} s (rounds {walls}); CPU {best['cpu']:.2f} s")
+        cpus = ", ".join(f"{r['cpu']:.2f}" for r in rs)
+        print(f"   CPU rounds {cpus}")
+        if e.startswith("ray"):
             ph = best["phases"]
-            keys = ("imports", "ray_init", "read_index", "reduce_write", "keys", "fold", "main")
+            ph["sort"] = ph["reduce_write_start"] - ph["read_index_start"] - ph["read_index"]
+            keys = ("imports", "ray_init", "read_index", "sort", "reduce_write", "keys", "fold", "main")
             print("   " + ", ".join(f"{k} {ph[k]:.2f}" for k in keys if k in ph), f"exit {best['exit_after_main']:.2f}")
             if "ray_init_start" in ph and "read_index_start" in ph:
                 print(f"   read_index_start {ph['read_index_start']:.2f}, reduce_start {ph['reduce_write_start']:.2f}")
@@ -163,10 +170,11 @@ def main() -> None:
                     f"{ac['calls']} calls {ac['call_s']:.2f} s"
                 )
     outs = {e: Path(rows[e][-1]["out"]) for e in rows}
-    if {"local", "ray"} <= set(outs):
-        for name in ("heads.parquet", "examples.parquet"):
-            same = (outs["local"] / name).read_bytes() == (outs["ray"] / name).read_bytes()
-            print(f"{name}: ray {'==' if same else '!='} local bytes")
+    for e in outs:
+        if e != "local" and "local" in outs:
+            for name in ("heads.parquet", "examples.parquet"):
+                same = (outs["local"] / name).read_bytes() == (outs[e] / name).read_bytes()
+                print(f"{name}: {e} {'==' if same else '!='} local bytes")
 
 
 if __name__ == "__main__":

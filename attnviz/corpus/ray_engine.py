@@ -24,6 +24,7 @@ over the batch specs (resumable from the driver's checkpoint).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -170,6 +171,7 @@ def _init(setup):
             ray.init(address=setup.ray_address, **kw)
         else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
             ray.init(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0, **kw)
+            atexit.register(_stop_monitor)  # runs before Ray's own shutdown at exit (registered at its import)
     except AttnvizError:
         raise
     except Exception as e:  # Ray's own failure to start or connect: its text is long and internal
@@ -183,6 +185,23 @@ def _init(setup):
             )
         ) from None
     return ray
+
+
+def _stop_monitor() -> None:
+    """Kill the local cluster's autoscaler monitor before Ray's shutdown at exit: Ray stops its processes one at a
+    time, each given a second to leave after SIGTERM, and the monitor alone never leaves in it (1.0 of Ray's 1.2 s
+    shutdown, bench/RESULTS.md session 23 ray23).  A one-machine cluster that attnviz started has nothing to scale;
+    Ray's shutdown then finds the monitor gone and stops the rest as before (no process is left).  Ray's private
+    node record: where it is not there (another Ray), Ray's shutdown does it all, as before."""
+    try:
+        from ray._private import ray_constants, worker
+
+        node = worker._global_node
+        for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node else []:
+            info.process.kill()
+            info.process.wait(timeout=5)
+    except Exception:  # (a Ray without that record: its own shutdown stops the monitor)
+        pass
 
 
 RAY_CONNECT_S = 5.0  # how long the address gets to answer before the run is refused
