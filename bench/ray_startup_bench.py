@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,8 @@ def child(args: list[str], report: str) -> None:
 
     phases: dict[str, float] = {}
     actors_dir = Path(report + ".actors")
-    actors_dir.mkdir(exist_ok=True)
+    shutil.rmtree(actors_dir, ignore_errors=True)  # a previous run's records
+    actors_dir.mkdir()
 
     def timed(name, fn):
         def wrap(*a, **kw):

@@ -5,7 +5,8 @@ Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray. 
     read_json / read_parquet (.txt / .tsv / .csv: the local reader in a read task) -> drop blank items
     -> limit -> zip with range (item index)
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
-    -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
+    -> sort(length, index) (one plain task up to SORT_IN_ONE_TASK items, else Ray Data's sort + repartition)
+    -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
 The driver then folds the partials Parquet streamed: the fold keys of every batch first, then the batches' arrays
 a row group at a time in fold order (``Pieces``), never the whole table.  A batch Ray hands an actor is cut
@@ -196,7 +197,7 @@ def _stop_monitor() -> None:
     try:
         from ray._private import ray_constants, worker
 
-        node = worker._global_node
+        node = getattr(worker, "_global_node", None)  # (Ray's, absent from another Ray version)
         for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node else []:
             info.process.kill()
             info.process.wait(timeout=5)
@@ -530,10 +531,10 @@ def _read(job: TextJob):
     return readers[Path(path).suffix.lower()]()
 
 
-def _with_index(ds, refs: bool = False):
+def _with_index(ds, as_refs: bool = False):
     """Add ``id``, each item's position after the blank rows are dropped (as the local readers number them).
     Blocks come back in order (preserve_order); each gets its offset, and no row passes through the driver.
-    ``refs``: (the indexed blocks' refs, their rows) instead of a Dataset."""
+    ``as_refs``: (the indexed blocks' refs, their rows) instead of a Dataset."""
     import ray
 
     @ray.remote
@@ -546,14 +547,13 @@ def _with_index(ds, refs: bool = False):
 
         return t.append_column("id", pa.array(np.arange(start, start + t.num_rows, dtype=np.int64)))
 
-    want_refs = refs
     refs = ds.to_arrow_refs()
     counts = ray.get([rows.remote(r) for r in refs])
     if sum(counts) == 0:
         return None
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-    indexed = [index.remote(r, int(s)) for r, s in zip(refs, starts)]
-    return (indexed, int(sum(counts))) if want_refs else ray.data.from_arrow_refs(indexed)
+    indexed: list = [index.remote(r, int(s)) for r, s in zip(refs, starts)]
+    return (indexed, int(sum(counts))) if as_refs else ray.data.from_arrow_refs(indexed)
 
 
 # Up to this many items (a corpus that fits one task's memory many times over: ~6 bytes a token), the tokenised
@@ -636,7 +636,7 @@ def run_texts(
         )
         if job.max_items is not None:
             ds = ds.limit(job.max_items)
-        indexed = _with_index(ds, refs=True)
+        indexed = _with_index(ds, as_refs=True)
         if indexed is None:
             raise AttnvizError(f"--texts {Path(job.path).name}: no items (empty lines are skipped)")
         refs, rows = indexed

@@ -396,7 +396,7 @@ def test_the_one_task_sort_gives_ray_datas_blocks(planted, tmp_path):
         ds = ray_engine._read(job).map_batches(
             ray_engine._keep_texts, batch_format="pyarrow", fn_kwargs={"pair_column": None, "name": texts.name}
         )
-        refs, rows = ray_engine._with_index(ds, refs=True)
+        refs, rows = ray_engine._with_index(ds, as_refs=True)
         ds = sorter(refs, rows, done)
         return [ray.get(r).to_pylist() for r in ds.to_arrow_refs()]
 
