@@ -5,7 +5,8 @@ Imported only when asked for, so ``import attnviz.runtime`` never pays for Ray. 
     read_json / read_parquet (.txt / .tsv / .csv: the local reader in a read task) -> drop blank items
     -> limit -> zip with range (item index)
     -> map_batches(tokenise; --max-tokens cuts each item there, by corpus/cut.py's rule, as the local plan does)
-    -> sort(length, index) -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
+    -> sort(length, index) (one plain task up to SORT_IN_ONE_TASK items, else Ray Data's sort + repartition)
+    -> map_batches(ReduceActor, one session per actor) -> write_parquet(partials)
 
 The driver then folds the partials Parquet streamed: the fold keys of every batch first, then the batches' arrays
 a row group at a time in fold order (``Pieces``), never the whole table.  A batch Ray hands an actor is cut
@@ -24,6 +25,7 @@ over the batch specs (resumable from the driver's checkpoint).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -157,10 +159,11 @@ def quiet_notices() -> None:
         notices.addFilter(_quiet_token_notice)
 
 
-def _init(setup) -> None:
+def _init(setup):
+    """Ray, connected (a local cluster started, or the one at --ray-address); returns the module."""
     ray = _ray()
     if ray.is_initialized():
-        return
+        return ray
     quiet_notices()
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
@@ -169,6 +172,7 @@ def _init(setup) -> None:
             ray.init(address=setup.ray_address, **kw)
         else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
             ray.init(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0, **kw)
+            atexit.register(_stop_monitor)  # runs before Ray's own shutdown at exit (registered at its import)
     except AttnvizError:
         raise
     except Exception as e:  # Ray's own failure to start or connect: its text is long and internal
@@ -181,6 +185,24 @@ def _init(setup) -> None:
                 else "check 'ray start --head' works on this machine, or use --engine local"
             )
         ) from None
+    return ray
+
+
+def _stop_monitor() -> None:
+    """Kill the local cluster's autoscaler monitor before Ray's shutdown at exit: Ray stops its processes one at a
+    time, each given a second to leave after SIGTERM, and the monitor alone never leaves in it (1.0 of Ray's 1.2 s
+    shutdown, bench/RESULTS.md session 23 ray23).  A one-machine cluster that attnviz started has nothing to scale;
+    Ray's shutdown then finds the monitor gone and stops the rest as before (no process is left).  Ray's private
+    node record: where it is not there (another Ray), Ray's shutdown does it all, as before."""
+    try:
+        from ray._private import ray_constants, worker
+
+        node = getattr(worker, "_global_node", None)  # (Ray's, absent from another Ray version)
+        for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []) if node else []:
+            info.process.kill()
+            info.process.wait(timeout=5)
+    except Exception:  # (a Ray without that record: its own shutdown stops the monitor)
+        pass
 
 
 RAY_CONNECT_S = 5.0  # how long the address gets to answer before the run is refused
@@ -509,9 +531,10 @@ def _read(job: TextJob):
     return readers[Path(path).suffix.lower()]()
 
 
-def _with_index(ds):
+def _with_index(ds, as_refs: bool = False):
     """Add ``id``, each item's position after the blank rows are dropped (as the local readers number them).
-    Blocks come back in order (preserve_order); each gets its offset, and no row passes through the driver."""
+    Blocks come back in order (preserve_order); each gets its offset, and no row passes through the driver.
+    ``as_refs``: (the indexed blocks' refs, their rows) instead of a Dataset."""
     import ray
 
     @ray.remote
@@ -529,7 +552,62 @@ def _with_index(ds):
     if sum(counts) == 0:
         return None
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-    return ray.data.from_arrow_refs([index.remote(r, int(s)) for r, s in zip(refs, starts)])
+    indexed: list = [index.remote(r, int(s)) for r, s in zip(refs, starts)]
+    return (indexed, int(sum(counts))) if as_refs else ray.data.from_arrow_refs(indexed)
+
+
+# Up to this many items (a corpus that fits one task's memory many times over: ~6 bytes a token), the tokenised
+# blocks are sorted and cut in one plain Ray task (:func:`_sorted_small`); above it, by Ray Data's distributed sort
+# and repartition (:func:`_sorted_by_ray_data`).  Ray Data's two all-to-all stages cost seconds of scheduling
+# whatever the size (bench/ray_startup_bench.py: 3-8 s of a 10-20 s run on the tests' 40 items, 2 cores); the one
+# task costs milliseconds.  Both give the same rows in the same blocks, hence the same partials and result bytes.
+SORT_IN_ONE_TASK = 200_000
+
+
+def _sorted_by_ray_data(ds, job: TextJob, done: list[int]):
+    """Tokenise, sort by (length, id) and cut into blocks of RESUME_BATCHES batches, in Ray Data's stages."""
+    if done:
+        ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
+    ds = ds.map_batches(
+        _tokenise,
+        batch_format="pyarrow",
+        fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder, "max_tokens": job.max_tokens},
+    )
+    # sorted and materialised before the actors start: an actor pool holding every CPU would starve these tasks
+    ds = ds.sort(["length", "id"])
+    # blocks of RESUME_BATCHES batches: each becomes one partial file as soon as it is reduced, so a Ctrl-C
+    # loses at most the blocks in flight (one sorted block would hold back every file to the end)
+    return ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
+
+
+def _sorted_small(refs: list, rows: int, job: TextJob, done: list[int]):
+    """:func:`_sorted_by_ray_data`'s blocks from plain Ray tasks: each indexed block tokenised in its own task
+    (in parallel, as Ray Data's map), then one task sorts them all by (length, id) and cuts blocks of
+    RESUME_BATCHES batches; ``rows``: the items left after ``done``.  The rows stay in Ray's object store."""
+    import ray
+
+    per_block = job.batch_size * RESUME_BATCHES
+    blocks = max(1, -(-rows // per_block))
+
+    @ray.remote
+    def tokenise(t, tokenizer: bytes, decoder: bool, max_tokens: int | None, done: list[int]):
+        if done:
+            t = _drop_done(t, done)
+        return _tokenise(t, tokenizer, decoder, max_tokens)
+
+    @ray.remote(num_returns=blocks)
+    def sort_and_cut(*tables):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = pa.concat_tables(tables)
+        t = t.take(pc.sort_indices(t, [("length", "ascending"), ("id", "ascending")]))
+        cut = [t.slice(b * per_block, per_block) for b in range(blocks)]
+        return cut if blocks > 1 else cut[0]
+
+    tok, gone = ray.put(job.tokenizer), ray.put(done)
+    out = sort_and_cut.remote(*[tokenise.remote(r, tok, job.decoder, job.max_tokens, gone) for r in refs])
+    return ray.data.from_arrow_refs(out if blocks > 1 else [out])
 
 
 def run_texts(
@@ -547,7 +625,7 @@ def run_texts(
         _check_parquet(Path(job.path), job.pair_column)
     else:  # .txt, .tsv, .csv: the header here, every row in the read task
         _check_rows(Path(job.path), job.pair_column)
-    _init(setup)
+    ray = _init(setup)
     _context(progress)
     store = PartialsStore(out / PARTIALS, job.fingerprint)
     done, n_done, tokens_done = store.start()
@@ -558,21 +636,14 @@ def run_texts(
         )
         if job.max_items is not None:
             ds = ds.limit(job.max_items)
-        ds = _with_index(ds)
-        if ds is None:
+        indexed = _with_index(ds, as_refs=True)
+        if indexed is None:
             raise AttnvizError(f"--texts {Path(job.path).name}: no items (empty lines are skipped)")
-        if done:
-            ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
-        ds = ds.map_batches(
-            _tokenise,
-            batch_format="pyarrow",
-            fn_kwargs={"tokenizer": job.tokenizer, "decoder": job.decoder, "max_tokens": job.max_tokens},
-        )
-        # sorted and materialised before the actors start: an actor pool holding every CPU would starve these tasks
-        ds = ds.sort(["length", "id"])
-        # blocks of RESUME_BATCHES batches: each becomes one partial file as soon as it is reduced, so a Ctrl-C
-        # loses at most the blocks in flight (one sorted block would hold back every file to the end)
-        ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
+        refs, rows = indexed
+        if rows - len(done) <= SORT_IN_ONE_TASK:
+            ds = _sorted_small(refs, rows - len(done), job, done)
+        else:
+            ds = _sorted_by_ray_data(ray.data.from_arrow_refs(refs), job, done)
         _reduce_and_write(ds, setup, job, partials)
         small = ("cut",) if job.max_tokens is not None else ()
         keys = _keys(store.files(), ("first_length", "first_item"), (*small, "unknown"))
