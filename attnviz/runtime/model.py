@@ -404,7 +404,13 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             return mode
         if mode != "auto":
             raise AttnvizError(f"unknown mode {mode!r}; use auto, dense or ondemand")
-        if self.estimate_mb(feeds) <= DENSE_LIMIT_MB:
+        from attnviz.core.limits import memory_cap
+
+        # dense keeps every map and makes each from scores as large: past half the memory cap (--max-memory) the
+        # run is refused where on-demand fits, and a refusal's --max-seconds suggestion (found on the plan of the
+        # mode this run took) must not take the run that follows it to the other mode (a 0.2 GB cap: 60 s on
+        # demand said 45.4 s, which went dense and was refused again)
+        if self.estimate_mb(feeds) <= min(DENSE_LIMIT_MB, memory_cap()[0] / 2 / 2**20):
             return "dense"
         # sites that cannot be recomputed per head stay dense inside the on-demand session
         return "ondemand" if any(gr.can_recompute(self.graph, s) for s in self._sites) else "dense"

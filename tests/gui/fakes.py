@@ -112,6 +112,9 @@ class FakeModel:
     def pair_with_encoder(self):
         return None
 
+    def prompt_feed(self):
+        return None  # no feed marks where a prompt ends (a VLM's does: runtime/vlm.py)
+
     def load_image(self, source, spec):
         return None
 
