@@ -52,6 +52,7 @@ PARAM_FLAGS = {
     "variant": "--variant",
     "generate": "--generate",
     "max_tokens": "--max-tokens",
+    "max_seconds": "--max-seconds",
     "inputs": "--inputs",
     "memory": "--memory",
     "block": "--block",

@@ -280,7 +280,12 @@ def run(args) -> int:
     if args.tokenizer:
         win.tokenizer = Path(args.tokenizer)
     win.variant = args.variant
-    win.max_seconds = args.max_seconds
+    if args.max_seconds:  # the input panel's field (shown once a speech model opens)
+        win.inputs.set_values(max_seconds=args.max_seconds)
+    if args.screenshot:  # the window's message becomes this command's line: it names the flags it was given
+        from attnviz.core.setting_words import FLAGS
+
+        win.wording = FLAGS
     if args.max_tokens:
         win.inputs.set_values(max_tokens=args.max_tokens)
     win.resize(w, h)

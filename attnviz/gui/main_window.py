@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from attnviz import AttnvizError
 from attnviz.app import gold, rules, word_times
 from attnviz.app.compare import save_compared
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
+from attnviz.core.setting_words import Wording
 from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
@@ -59,6 +59,7 @@ from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.request import AnalyzeRequest
 
 MAX_RECENT = 10
+REOPENED = ("text", "text_pair", "image", "generate", "audio", "beams")  # the input fields open_model takes
 DOCK_FLOOR = 240  # px a dock keeps when the view tabs need its width (_fit_tabs)
 # the window opens models with this (a module global, so a test can swap it for a stuck one)
 _default_opener = open_model_ready
@@ -97,7 +98,7 @@ class MainWindow(QMainWindow):
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
-        self.max_seconds: float | None = None  # keep the first S seconds of each clip (attnviz open --max-seconds)
+        self.wording: Wording | None = None  # how a run's refusal names its fix (None: the input panel's fields)
 
         # views
         self.tabs = QTabWidget()
@@ -322,6 +323,7 @@ class MainWindow(QMainWindow):
             "generate": i.generate,
             "beams": i.beams,
             "max_tokens": i.max_tokens,
+            "max_seconds": i.max_seconds,
             "block": c.block,
             "layer": c.layer,
             "layers": c.layer_lo,
@@ -548,13 +550,11 @@ class MainWindow(QMainWindow):
             rules.check_runnable(m)
             if request is None:
                 request = self.inputs.request()
-                if self.max_seconds is not None:  # the flag a long clip's refusal names (no field for it yet)
-                    request = dataclasses.replace(request, max_seconds=self.max_seconds)
         except AttnvizError as e:
             self.show_error(str(e), param=e.param)
             return
         self.workers.cancel("run")  # the older run's result will be dropped
-        w = self.workers.start(analyze, m, request, kind="run")
+        w = self.workers.start(analyze, m, request, wording=self.wording, kind="run")
         self._latest["run"] = w.request_id
         self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")
@@ -700,8 +700,9 @@ class MainWindow(QMainWindow):
         self.tokenizer = p
         self.statusBar().showMessage(f"Tokenizer: {p}")
         m = self.session.model
-        if m is not None:
-            self.open_model(m.path, **{k: v for k, v in self.inputs.values().items() if v not in (None, "")})
+        if m is not None:  # the inputs open_model takes; the spin boxes (max tokens, max seconds) keep theirs
+            given = {k: v for k, v in self.inputs.values().items() if k in REOPENED and v not in (None, "")}
+            self.open_model(m.path, **given)
 
     def export_view_dialog(self) -> None:
         title = self.tabs.tabText(self.tabs.currentIndex()).lower().replace(" ", "-")

@@ -24,6 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.setting_words import give
 from attnviz.runtime.audio_notes import cut_note
 from attnviz.runtime.sidecar import sidecar
 
@@ -128,9 +129,9 @@ class FeatureSpec:
 
     def too_long(self, name: str, seconds: float) -> AttnvizError:
         return AttnvizError(
-            f"{name}: {seconds:.2f} s long; the model hears at most {self.seconds:g} s at a time: give "
-            f"--max-seconds {self.seconds:g} to keep the first {self.seconds:g} s, or cut the file",
-            param="audio",
+            f"{name}: {seconds:.2f} s long; the model hears at most {self.seconds:g} s at a time: "
+            f"{give('max_seconds', self.seconds)} to keep the first {self.seconds:g} s, or cut the file",
+            param="max_seconds",
         )
 
     def too_short(self, name: str, samples: int) -> AttnvizError | None:

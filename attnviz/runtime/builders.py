@@ -363,7 +363,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     n = spec.positions(values.shape[-1])
     prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
     if isinstance(spec, WaveSpec):  # an encoder alone on the sound: each clip's loudness above its frames' columns
-        prep.shorten = Shorten(aud_in.name, spec.sampling_rate, "--max-seconds", "the clip")  # samples grow the need
+        prep.shorten = Shorten(aud_in.name, spec.sampling_rate, "max_seconds", "the clip")  # samples grow the need
         padded = len({len(w) for w in waves}) > 1
         prep.src_rows = [
             TokenAxis(

@@ -13,21 +13,23 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Shorten:
-    """``feed``'s last axis holds ``per`` positions per unit of ``flag`` (16000 samples a second of
-    ``--max-seconds``), which the user gives to ``step`` of that unit (a tenth of a second)."""
+    """``feed``'s last axis holds ``per`` positions per unit of the setting ``param`` (16000 samples a second of
+    ``max_seconds``), which the user gives to ``step`` of that unit (a tenth of a second)."""
 
     feed: str
     per: float
-    flag: str
-    what: str  # "the clip": what the flag cuts, for the message
+    param: str  # AttnvizError.param: named as the command line's flag, or the window's field (core/setting_words)
+    what: str  # "the clip": what the setting cuts, for the message
     step: float = 0.1
 
     def positions(self, value: float) -> int:
-        """The positions ``flag value`` keeps (as the audio reader rounds ``--max-seconds``)."""
+        """The positions the setting at ``value`` keeps (as the audio reader rounds ``--max-seconds``)."""
         return int(round(value * self.per))
 
     def said(self, value: float) -> str:
-        return f"cut {self.what} with {self.flag} {value:g}"
+        from attnviz.core.setting_words import by
+
+        return f"cut {self.what} {by(self.param, value)}"
 
 
 _SHORTEN: ContextVar[Shorten | None] = ContextVar("attnviz_shorten", default=None)

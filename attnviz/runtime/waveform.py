@@ -23,6 +23,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, TokenAxis
+from attnviz.core.setting_words import again, give
 from attnviz.runtime.audio import PREPROCESSOR, FeatureSpec, log_mel
 
 EXTRACTOR = "Wav2Vec2FeatureExtractor"
@@ -146,9 +147,9 @@ class WaveSpec:
         frames = self.positions(int(seconds * self.sampling_rate))
         return AttnvizError(
             f"{name}: {seconds:.2f} s long ({frames} frames of {self.frame_seconds * 1000:g} ms; each map holds "
-            f"frames x frames weights per head and layer): give --max-seconds {self.seconds:g} to keep the first "
-            f"{self.seconds:g} s, or --max-seconds {math.ceil(seconds)} to take it all",
-            param="audio",
+            f"frames x frames weights per head and layer): {give('max_seconds', self.seconds)} to keep the first "
+            f"{self.seconds:g} s, or {again('max_seconds', math.ceil(seconds))} to take it all",
+            param="max_seconds",
         )
 
     def too_short(self, name: str, samples: int) -> AttnvizError | None:

@@ -80,16 +80,17 @@ def test_sound_files_mixed_down_resampled_and_refused(tmp_path):
     wave, notes = au.load_audio(ogg, spec)
     assert len(wave) == RATE and notes == [] and np.abs(wave).max() > 0.3
 
-    def refused(path, *words, **kw):
+    def refused(path, *words, param="audio", **kw):
         with pytest.raises(AttnvizError) as e:
             au.load_audio(path, spec, **kw)
         line = str(e.value)
         assert "\n" not in line and all(w in line for w in words), line
-        assert e.value.param == "audio"
+        assert e.value.param == param
 
     long = tmp_path / "long.wav"
     sf.write(long, np.tile(chirp(1.0), 31), RATE)
-    refused(long, "long.wav", "31.00 s", "at most 30 s", "--max-seconds 30")
+    # the fix is the setting that cuts it (the window frames its field, the CLI names its flag)
+    refused(long, "long.wav", "31.00 s", "at most 30 s", "give --max-seconds 30", param="max_seconds")
     wave, notes = au.load_audio(long, spec, max_seconds=30)
     assert len(wave) == 30 * RATE and "cut to the first 30 s" in notes[0]
     silent = tmp_path / "silent.wav"

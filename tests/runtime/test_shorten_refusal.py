@@ -41,7 +41,7 @@ def test_the_refusal_names_the_largest_tenth_of_a_second_whose_need_fits(monkeyp
     monkeypatch.setenv(limits.MEMORY_ENV, "0.5")
     cap = 500_000_000
     feeds = {"input_values": np.zeros((1, 60 * RATE), np.float32)}
-    with shortening(Shorten("input_values", RATE, "--max-seconds", "the clip")):
+    with shortening(Shorten("input_values", RATE, "max_seconds", "the clip")):
         with pytest.raises(limits.MemoryRefused) as e:
             check_run(ClosedFormPlan(), feeds, None, "model.onnx")
     base = ClosedFormPlan.need(RATE // 10)

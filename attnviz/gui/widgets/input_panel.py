@@ -1,4 +1,4 @@
-"""Input panel: text, text pair, image, audio, number of generation steps, run / cancel, progress."""
+"""Input panel: text, text pair, image, audio (and how much of it), generation steps, run / cancel, progress."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -17,6 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.app.fields import LABELS
+from attnviz.app.rules import takes_audio
 from attnviz.core import preprocess
 from attnviz.runtime.request import MAX_BEAMS, AnalyzeRequest
 
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from attnviz.runtime.protocol import AttnModel
 
 EDITED = "input changed: press Run to see it"  # the progress bar after an edit (the views keep the last run)
+MAX_SECONDS = 86400.0  # a day of sound: the field's top (the reader takes the first S seconds from the header)
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp *.tif *.tiff)"
 AUDIO_FILTER = "Sound files (*.wav *.flac *.ogg);;All files (*)"
 # a speech model's decoder text is its transcript: what `--text-pair` means on the command line for the same model
@@ -49,11 +53,6 @@ def takes_caption(model: AttnModel | None) -> bool:
     if model is None or model.kind != "vision-decoder":
         return False
     return bool({"decoder_tokens", "tokens"} & set(model.roles.values()))
-
-
-def takes_audio(model: AttnModel | None) -> bool:
-    """A speech model (Whisper): its encoder hears a sound file."""
-    return model is not None and "audio" in set(model.roles.values())
 
 
 IMAGE_SEPARATOR = "; "  # between the files of one prompt's several images in the image box
@@ -92,6 +91,16 @@ class InputPanel(QWidget):
         self.audio.setPlaceholderText("sound file (WAV, FLAC, OGG) for speech models")
         self.audio_browse = QPushButton("…")
         self.audio_browse.setFixedWidth(28)
+        # what `--max-seconds S` sets on the command line: a long recording's refusal names this field
+        self.max_seconds = QDoubleSpinBox()
+        self.max_seconds.setRange(0.0, MAX_SECONDS)
+        self.max_seconds.setDecimals(2)
+        self.max_seconds.setSuffix(" s")
+        self.max_seconds.setSpecialValueText("whole clip")  # 0: not cut (a clip over the model's limit is refused)
+        self.max_seconds.setToolTip(
+            "keep only the first S seconds of the sound (whole clip: all of it; one longer than the model takes "
+            "is refused, naming the value to set here), as --max-seconds S on the command line"
+        )
         # image normalisation: the model's metadata by default, or a named preset (what was used shows in the run info)
         self.preprocess = QComboBox()
         self.preprocess.addItem("model default", None)
@@ -147,6 +156,9 @@ class InputPanel(QWidget):
         form.addRow("text pair", self.text_pair)
         form.addRow("image", img_row)
         form.addRow("audio", audio_row)
+        form.addRow(LABELS["max_seconds"], self.max_seconds)
+        form.setRowVisible(self.max_seconds, False)  # a speech model's only (configure_for)
+        self.max_seconds.setEnabled(False)
         prep_row = QHBoxLayout()
         prep_row.addWidget(self.preprocess, 1)
         prep_row.addWidget(self.image_size)
@@ -169,7 +181,7 @@ class InputPanel(QWidget):
         self._busy = False
         for box in (self.text, self.text_pair, self.image, self.audio):
             box.textChanged.connect(self._on_edited)
-        for spin in (self.generate, self.beams, self.max_tokens, self.image_size):
+        for spin in (self.generate, self.beams, self.max_tokens, self.image_size, self.max_seconds):
             spin.valueChanged.connect(self._on_edited)
         self.preprocess.currentIndexChanged.connect(self._on_edited)
 
@@ -191,6 +203,7 @@ class InputPanel(QWidget):
             # beams search a generation: with none to search (generate 0, a model that generates nothing) greedy
             "beams": int(self.beams.value()) if self.generate.isEnabled() and self.generate.value() else 1,
             "max_tokens": (int(self.max_tokens.value()) or None) if self.max_tokens.isEnabled() else None,
+            "max_seconds": (float(self.max_seconds.value()) or None) if self.max_seconds.isEnabled() else None,
             **self.image_options(),
         }
 
@@ -207,7 +220,15 @@ class InputPanel(QWidget):
         return out
 
     def set_values(
-        self, text=None, text_pair=None, image=None, generate=None, max_tokens=None, audio=None, beams=None
+        self,
+        text=None,
+        text_pair=None,
+        image=None,
+        generate=None,
+        max_tokens=None,
+        audio=None,
+        beams=None,
+        max_seconds=None,
     ) -> None:
         if text is not None:
             self.text.setText(text)
@@ -225,6 +246,8 @@ class InputPanel(QWidget):
             self.beams.setValue(int(beams))
         if max_tokens is not None:
             self.max_tokens.setValue(int(max_tokens))
+        if max_seconds is not None:
+            self.max_seconds.setValue(float(max_seconds))
 
     def configure_for(self, model: AttnModel | None) -> None:
         """Show the inputs the model can take."""
@@ -242,6 +265,8 @@ class InputPanel(QWidget):
         speech = takes_audio(model)
         self.audio.setEnabled(speech or model is None)
         self.audio_browse.setEnabled(speech or model is None)
+        self.max_seconds.setEnabled(speech)  # disabled: not sent (values); hidden: not there to wonder about
+        self.form.setRowVisible(self.max_seconds, speech)
         if speech:  # the encoder hears the sound; the only text is the decoder's transcript
             self.text.setEnabled(False)
         self.text_pair.setEnabled(not vision or model is None)
