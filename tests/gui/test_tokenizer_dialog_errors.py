@@ -39,3 +39,21 @@ def test_a_bad_tokenizer_is_one_message(real_window, qtbot, tmp_path, name):
     with qtbot.waitSignal(win.result_shown, timeout=60000):  # the window still works, with the good file
         win.open_path(model, text="the cat")
     assert win.session.result.tokens.labels == ["the", "cat"]
+
+
+def test_choosing_a_tokenizer_with_max_tokens_set_reopens_and_keeps_the_cut(real_window, qtbot, tmp_path):
+    """The reopen passed every input field to open_model, which takes no max tokens: a set max tokens raised
+    TypeError in the slot (nothing reopened).  The spin box keeps its value and the rerun cuts to it."""
+    win = real_window
+    model = tiny_text_model(tmp_path / "model.onnx")
+    with qtbot.waitSignal(win.result_shown, timeout=60000):
+        win.open_path(model, text="the cat")
+    good = tmp_path / "good.json"
+    t = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1, "cat": 2}, "[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    good.write_text(t.to_str())
+    win.inputs.set_values(max_tokens=1)
+    with strict():
+        with qtbot.waitSignal(win.result_shown, timeout=60000):
+            win.set_tokenizer(good)
+    assert win.session.result.tokens.labels == ["the"] and win.inputs.max_tokens.value() == 1
