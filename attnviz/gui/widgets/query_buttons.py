@@ -25,8 +25,9 @@ class QueryButtons(QScrollArea):
         self.setWidget(wrap)
         self.setFixedHeight(48)
 
-    def fill(self, labels: Sequence[str], on_click: Callable[[int], None]) -> None:
-        """One button per label, in order; a click calls ``on_click`` with the button's index."""
+    def fill(self, labels: Sequence[str], on_click: Callable[[int], None], tips: Sequence[str] = ()) -> None:
+        """One button per label, in order (``tips``: each button's tooltip, where given); a click calls ``on_click``
+        with the button's index."""
         for b in self.buttons:
             self.group.removeButton(b)
             self.bar.removeWidget(b)
@@ -38,6 +39,8 @@ class QueryButtons(QScrollArea):
             b.setCheckable(True)
             b.setFlat(True)
             b.setStyleSheet(STYLE)
+            if i < len(tips) and tips[i]:
+                b.setToolTip(tips[i])
             b.clicked.connect(lambda _=False, i=i: on_click(i))
             self.group.addButton(b)
             self.bar.addWidget(b)
