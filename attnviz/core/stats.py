@@ -102,9 +102,11 @@ CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
     "cross-audio": {
         "monotonic": (
             "monotonic",
-            "share of the text rows whose most-attended frame is at or after the previous row's (1 = the head's "
-            "focus only moves forward through the clip, as an aligning head's does; diagonal, previous token and "
-            "distance mean nothing between text positions and frames)",
+            "share of the transcript's rows whose most-attended frame is at or after the previous row's (1 = the "
+            "head's focus only moves forward through the clip, as an aligning head's does; diagonal, previous token "
+            "and distance mean nothing between text positions and frames). Only the rows reading the transcript's "
+            "tokens count, as word timestamps align them: Whisper's forced prompt rows (<|startoftranscript|>, "
+            "language, task, <|notimestamps|>) attend before any word is spoken and are left out",
         )
     }
 }
