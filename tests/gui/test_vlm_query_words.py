@@ -56,6 +56,12 @@ def test_each_step_checks_the_button_reading_its_word(qtbot, real_window, llava_
     assert texts == [f"{x} ({k + 1})" if counts[x] > 1 else x for k, x in enumerate(produced)]
     assert texts[:6] == ["photo", "of (2)", "the (3)", "cat", "of (5)", "the (6)"]
     assert len(set(texts)) == len(texts)  # no two buttons look alike
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    for b in w.image_regions.query_bar.buttons:  # a checked (bold) label is never clipped ("photc")
+        bold = QFont(b.font())
+        bold.setBold(True)
+        assert b.minimumWidth() >= QFontMetrics(bold).horizontalAdvance(b.text()), b.text()
     assert tips[5] == f"decoder row {first - 1}: reads “of”, produced “the”"
     assert tips[6] == f"decoder row {first}: reads “the”, produced “{words[0]}”"
     view = w.image_regions

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QWidget
 
+PAD_PX = 16  # STYLE's 6 px padding on each side, and a little for the frame
 STYLE = "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
 
 
@@ -39,6 +41,10 @@ class QueryButtons(QScrollArea):
             b.setCheckable(True)
             b.setFlat(True)
             b.setStyleSheet(STYLE)
+            # room for the label in bold: the checked button's bold text was clipped ("photc") where the bar is full
+            bold = QFont(b.font())
+            bold.setBold(True)
+            b.setMinimumWidth(QFontMetrics(bold).horizontalAdvance(label) + PAD_PX)
             if i < len(tips) and tips[i]:
                 b.setToolTip(tips[i])
             b.clicked.connect(lambda _=False, i=i: on_click(i))
