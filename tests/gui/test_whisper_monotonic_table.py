@@ -45,3 +45,4 @@ def test_the_tables_monotonic_counts_the_transcripts_rows(qtbot, window, optimum
         assert float(v.cell(row, c).value) == pytest.approx(_by_hand(maps[4:]), abs=1e-12), (layer, head)
         moved += _by_hand(maps[4:]) != _by_hand(maps)
     assert moved  # the prompt's rows would have changed what the table says
+    assert w.sidebar.values("Run")["forced prompt (tokens)"] == "4"  # the sidebar names the fact the run keeps
