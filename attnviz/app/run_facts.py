@@ -35,6 +35,8 @@ RUN_FACTS: dict[str, RunFact] = {
     "provider_note": RunFact("device note"),
     "map_dtype": RunFact("map precision"),
     "pinned": RunFact("pinned outputs"),
+    # a speech decoder's forced prompt (core.attention.SPEECH_PROMPT_KEY): Whisper's four tokens before the words
+    "speech_prompt_len": RunFact("forced prompt (tokens)"),
     # the model's timings (AttnModel.timings, seconds): one onnxruntime session per way of keeping the maps
     "session_dense": RunFact("session set-up (all maps)"),
     "session_ondemand": RunFact("session set-up (maps per head)"),

@@ -403,6 +403,9 @@ VISION_GRIDS_KEY = "vision_grids"
 # info: the maps are a vision–language model's vision tower run alone (its vision file opened by itself,
 # runtime/vlm_tower.py): its encoder block is named as the whole model names it (Block.name)
 VISION_TOWER_KEY = "vision_tower"
+# info: a speech decoder's forced prompt length (Whisper's <|startoftranscript|>, language, task, <|notimestamps|>),
+# the decoder positions before the transcript's (prompt_len also counts a transcript given to teacher-force)
+SPEECH_PROMPT_KEY = "speech_prompt_len"
 VISION_STACK = "vision"  # what a vision–language model's encoder sites are called wherever a user reads them
 
 

@@ -218,6 +218,8 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
         else:  # the generated word of the step shown, else the first word
             query = rows[vm.step_query(result, blk, words, sel.step)] if rows else 0
         label = dict((r, w) for w, r in words).get(query) or vm.clean_label(blk.query_axis.labels[query])
+    # a word the transcript holds twice: its place among the words, as its button reads it ("the (3)")
+    place = vm.query_place(words, query) if kind == "word" else ""
     row = np.asarray(mv.matrix[min(query, mv.matrix.shape[0] - 1)], np.float64)
     curve = row[:n].astype(np.float32)
     times, lo, hi = envelope(track.waves[batch], track.rate)
@@ -237,7 +239,7 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
         env_hi=hi,
         spec=spec,
         spec_seconds=spec_seconds,
-        title=" · ".join([blk.name, what, f"query “{label}”"]),
+        title=" · ".join([blk.name, what, f"query “{label}”{place}"]),
         words=words,
         padding_mass=float(row[n:].sum()) if len(row) > n else None,
         spans=word_spans(result),

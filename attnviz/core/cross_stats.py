@@ -75,6 +75,7 @@ def cross_row_stats(
         "special": spm[..., 0],
         "special_other": spm[..., 1],
         "max": pm.max(-1) * inv,
+        "sink_share": pm[:, :, :, 0],  # not rescaled (core/stats.py SINK_SHARE_HELP)
     }
     assert set(values) == set(ROW_STATS)  # one registry of names for self and cross rows
     valid = {k: qreal for k in values}

@@ -9,7 +9,7 @@ position columns mean nothing, a context may have its own statistic in their pla
 
 from __future__ import annotations
 
-from attnviz.core.attention import AttentionResult, Block
+from attnviz.core.attention import SPEECH_PROMPT_KEY, AttentionResult, Block
 from attnviz.core.frames import FramesMap
 from attnviz.core.stats import CONTEXT_STATS, block_head_stats, key_frame_seconds, stats_in_seconds
 from attnviz.core.view.patches import block_grid
@@ -39,6 +39,10 @@ def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
     # a speech encoder's frames: the distance in seconds (the "audio" context's column), not ~500 frames
     seconds = key_frame_seconds(blk) if blk.kind == "self" else None
     extra = CONTEXT_STATS.get(stats_context(result, blk), {})
+    # the context's own statistics ("monotonic") are of the transcript's rows: a speech decoder's forced prompt
+    # rows (<|startoftranscript|>, language, task, <|notimestamps|>) attend before any word is spoken, and word
+    # timestamps leave them out too (core/audio_align: the rows from the prompt's length on)
+    forced = forced_prompt(result) if extra else 0
     out = []
     for layer in range(blk.n_layers):
         for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
@@ -47,6 +51,14 @@ def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
             if extra:
                 m = blk.head(layer, h)
                 m = m[:n] if n is not None else m
-                row.update({k: f(m) for k, f in extra.items()})
+                row.update({k: f(m[forced:]) for k, f in extra.items()})
             out.append(row if seconds is None else stats_in_seconds(row, seconds))
     return out
+
+
+def forced_prompt(result: AttentionResult) -> int:
+    """How many decoder positions a speech decoder's forced prompt takes (``info[SPEECH_PROMPT_KEY]``, written where
+    the run builds it: runtime/builders, runtime/analyze); 0 for any other result, or one saved before it was kept
+    (its rows all count, as they did)."""
+    n = result.info.get(SPEECH_PROMPT_KEY)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0

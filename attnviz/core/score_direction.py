@@ -73,6 +73,7 @@ DIRECTIONS: dict[str, dict[str, Direction]] = {
         "cross": Direction(True, "attends to the monotone source diagonal"),
     },
     "first": _both(True, "a sink on the first key ([CLS]/BOS)"),
+    "sink_share": _both(True, "a sink on the first key ([CLS]/BOS), as a share of the row before rescaling"),
     "special": _both(True, "attends to special tokens"),
     "special_other": _both(True, "attends to special tokens after the first ([SEP], </s>)"),
     "max": _both(True, "one key takes most of the row"),

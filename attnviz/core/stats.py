@@ -102,9 +102,11 @@ CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
     "cross-audio": {
         "monotonic": (
             "monotonic",
-            "share of the text rows whose most-attended frame is at or after the previous row's (1 = the head's "
-            "focus only moves forward through the clip, as an aligning head's does; diagonal, previous token and "
-            "distance mean nothing between text positions and frames)",
+            "share of the transcript's rows whose most-attended frame is at or after the previous row's (1 = the "
+            "head's focus only moves forward through the clip, as an aligning head's does; diagonal, previous token "
+            "and distance mean nothing between text positions and frames). Only the rows reading the transcript's "
+            "tokens count, as word timestamps align them: Whisper's forced prompt rows (<|startoftranscript|>, "
+            "language, task, <|notimestamps|>) attend before any word is spoken and are left out",
         )
     }
 }
@@ -119,8 +121,9 @@ def sink_note(sites: list[str]) -> str | None:
     named = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
     return (
         f"{len(sites)} attention site{'s' if len(sites) != 1 else ''} ({named}) also attend{'s' if len(sites) == 1 else ''} "
-        f"to a sink (rows summing to less than 1): every row statistic is of {RESCALED} (the sink's share left out, "
-        "as in the window's Head stats, whose 'row sum' column says how much each head kept)"
+        f"to a sink (rows summing to less than 1): every row statistic but sink_share is of {RESCALED} (the sink's "
+        "share left out, as in the window's Head stats, whose 'row sum' column says how much each head kept); "
+        "sink_share is the first key's share of the whole row, before the rescale"
     )
 
 
@@ -259,9 +262,31 @@ def block_stats(block: Block) -> list[dict[str, float]]:
 # -- corpus statistics: the same quantities per query row of padded batches ----------------------------------
 # "broad" is the row entropy divided by log2 of the keys the row may see (1 = uniform), so it compares across
 # lengths; "special_other" leaves out position 0 so that a [CLS] sink is not also counted as a special head.
-ROW_STATS = ("entropy", "broad", "distance", "prev", "next", "diag", "first", "special", "special_other", "max")
+# "sink_share" is the one statistic of each row as the softmax left it, not rescaled: the share of the row's whole
+# mass on key 0, so that at a site with an attention sink (rows summing to less than 1) a head's sink on the first
+# key reads as the part of its attention it is (elsewhere it equals "first"); it is last, so that every column
+# before it stays where it was (heads.parquet gains a column, nothing moves)
+ROW_STATS = (
+    "entropy",
+    "broad",
+    "distance",
+    "prev",
+    "next",
+    "diag",
+    "first",
+    "special",
+    "special_other",
+    "max",
+    "sink_share",
+)
+SINK_SHARE_HELP = (
+    "sink share: mean share of each row's whole mass on key position 0 (the first key: [CLS] / BOS), before the "
+    "row is rescaled: where a site's rows sum to less than 1 (an attention sink took the rest) this is the first "
+    "key's part of all the head's attention, and 'first' its part of what the row kept; elsewhere the two are equal"
+)
 ROW_STAT_HELP = {
     **{k: v[1] for k, v in STAT_COLUMNS.items()},
+    "sink_share": SINK_SHARE_HELP,
     "next": "mean mass on the next token (query i -> key i+1)",
     "broad": "mean row entropy / log2(keys the row may see): 1 = uniform",
     "special_other": "mean mass on special tokens after position 0 (e.g. [SEP])",
@@ -272,6 +297,8 @@ TOWER_STAT_HELP = {
     **{k: v for k, v in STAT_CONTEXT_HELP["frames"].items() if v is not None},  # the stats table's words for frames
     "next": "mean mass on the patch after in raster order within the frame (the right neighbour; at a row end, "
     "the first patch of the row below)",
+    "sink_share": "mean share of each row's whole mass on its frame's first patch before the row is rescaled "
+    "(equal to 'first' where rows sum to 1)",
 }
 
 
@@ -353,6 +380,7 @@ def _row_stats(
         "special": spm[..., 0],
         "special_other": spm[..., 1],
         "max": pm.max(-1) * inv,
+        "sink_share": pm[:, :, :, 0],  # not rescaled: the first key's share of the whole row (SINK_SHARE_HELP)
     }
     valid = {k: real for k in values}
     valid["prev"] = real & (ar[None, :] >= 1)

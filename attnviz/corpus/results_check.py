@@ -22,8 +22,8 @@ from attnviz.core.untrusted import inside_folder, parquet_problem
 
 # the window lists every head in one table: 10,000 rows draw in about two seconds (Llama-70B has 5,120 heads)
 MAX_HEADS = 10_000
-# top examples: heads × statistics × --top-k; 10,000 heads × 10 statistics × 10 examples
-MAX_EXAMPLES = 1_000_000
+# top examples: heads × statistics × --top-k; 10,000 heads × 11 statistics (ROW_STATS, sink_share the 11th) × 10
+MAX_EXAMPLES = 1_100_000
 # a layer or head number past this is no model's (the largest have about 100 layers and 128 heads)
 MAX_INDEX = 4096
 KINDS = ("self", "cross")
@@ -34,7 +34,9 @@ NAMES = ("stack", "kind", "role", "score")
 # column -> what it holds: "text", "index" (0..MAX_INDEX), "count" (0 or more), "signed" (any whole number),
 # "number" (float; NaN allowed)
 HEAD_COLUMNS = {"stack": "text", "kind": "text", "layer": "index", "head": "index", "role": "text"}
-HEAD_NUMBERS = ("role_score", *ROW_STATS, "induction", "items", "tokens", *GOLD_SCORES)  # absent: NaN
+# absent: NaN (a results folder written before a statistic was added, e.g. "sink_share" before session 24, opens
+# with that column empty rather than refused: the Parquet schema only ever grows)
+HEAD_NUMBERS = ("role_score", *ROW_STATS, "induction", "items", "tokens", *GOLD_SCORES)
 EXAMPLE_COLUMNS = {
     "stack": "text",
     "kind": "text",

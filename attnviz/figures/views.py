@@ -565,8 +565,8 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
             as_vector_cells(ax.imshow(image, interpolation="auto"))
             word, weight = "(input)", "normal"
         else:
-            row, word = rows[k - 1]
-            word, weight = display_label(word), "bold"
+            row, _word = rows[k - 1]
+            word, weight = _panel_name(sv.panels[k - 1]), "bold"
             # each panel on its own scale, as in Xu et al.: where does this word look?
             _overlay(ax, image, vm.overlay_view(result, isel.with_(query=row), image.shape[:2]), cmap)
         fig.text(
@@ -583,10 +583,16 @@ def _image_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle,
     return fig
 
 
+def _panel_name(panel: vm.StripPanel) -> str:
+    """A strip panel's caption as the window's query buttons name it ("a (5)" where a word is written twice; the
+    name is cleaned already, so a long word keeps its place), ``$`` escaped for matplotlib."""
+    return panel.name.replace("$", r"\$") if panel.name else display_label(panel.word)
+
+
 def _text_strip(result: AttentionResult, sel: vm.Selection, style: FigureStyle, sv: vm.StripView):
     spec = style
     fs = float(spec.font_size)
-    panels = [(display_label(p.word), display_labels(p.k_labels), p.k_special, p.weights) for p in sv.panels]
+    panels = [(_panel_name(p), display_labels(p.k_labels), p.k_special, p.weights) for p in sv.panels]
     norm = _norm(style, sel.log, sv.vmax)
     # light-to-dark for shading text: unattended tokens stay on a near-white background
     cmap = _cmap(style if style.cmap else replace(style, cmap="magma_r"), "strip")

@@ -23,6 +23,7 @@ from attnviz.core import metadata as md
 from attnviz.core.attention import (
     IMAGE_GRIDS_KEY,
     PATCH_GRIDS_KEY,
+    SPEECH_PROMPT_KEY,
     TOKEN_GRIDS_KEY,
     VISION_GRIDS_KEY,
     AttentionResult,
@@ -331,6 +332,8 @@ def _labelled(
             result.images = prep.images or []
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
+        if prep.speech_prompt:  # the transcript's rows begin after it (core/head_stats: "monotonic" counts those)
+            result.info[SPEECH_PROMPT_KEY] = prep.speech_prompt
         result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []
         tok = prep.tgt_tok
         result.generated = [tok.label(i) if tok else str(i) for i in generated]

@@ -58,6 +58,7 @@ class Prepared:
     image_count: int = 0  # the images given (a vision–language prompt may hold several)
     images: list[np.ndarray] | None = None  # several images: each as the model saw it, in order (shown: the first)
     image_tiles_each: list = field(default_factory=list)  # each image's split (image_tiles: the last), in order
+    speech_prompt: int = 0  # a speech decoder's forced prompt length (the transcript is fed after it); 0: none
 
 
 def fit_positions(model: AttnModel, enc, max_tokens, notes: list[str] | None, pair: tuple | None = None):
@@ -609,6 +610,8 @@ def _decoder_prompts(b: _Build) -> None:
         )
         if starts:
             from attnviz.runtime.speech import SpeechPrompt
+
+            prep.speech_prompt = len(starts[0])  # every row's forced prompt is as long (its language may differ)
 
             SpeechPrompt.from_meta(md.section(b.model.meta, "speech_prompt")).check_room(
                 len(prep.prompts[0]), b.req.generate, b.model.name

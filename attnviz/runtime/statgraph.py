@@ -58,10 +58,11 @@ EPS = 1e-30  # the same guard as core.stats.row_stats: 0·log(0 + eps) = 0 and l
 LOWEST = float(np.finfo(np.float32).min)  # a -inf score clipped to it: 0·LOWEST = 0 where 0·-inf is NaN
 
 
-# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, MIXED) / s]
-# against MIX: entropy in bits = (ln s - plogp / s) / ln 2, the rest copied into ROW_STATS order, all signed
-# (the column of a one in MIX is an exact copy: x·1 + 0·y)
-_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *MIXED)
+# each row's statistics are one small MatMul of [ln s, then (plogp, dist, prev, next, diag, max, MIXED) / s, then
+# key 0's weight as it is] against MIX: entropy in bits = (ln s - plogp / s) / ln 2, the rest copied into ROW_STATS
+# order, all signed (the column of a one in MIX is an exact copy: x·1 + 0·y); "sink_share" is the one not divided
+# by the row sum (core/stats.py SINK_SHARE_HELP)
+_PARTS = ("log_sum", "plogp", "distance", "prev", "next", "diag", "max", *MIXED, "sink_share")
 
 
 def _mix() -> np.ndarray:
@@ -223,10 +224,11 @@ def _site_nodes(
         parts[1:-1] = [nd("Expand", [nd("Concat", parts[1:-1], axis=2), BATCH_1111])]
     lin = nd("Mul", [nd("Concat", parts, axis=2), nd("Reciprocal", [ms])])
     log_sum = nd("Log", [ms])
+    raw_first = nd("Slice", [kwt, nd.const([1]), nd.const([2]), nd.const([2])])  # [B, H, 1, T]: key 0, not rescaled
     # back to rows before statistics for the MatMul against MIX and the division (a small transpose): each
     # value then comes out of the same arithmetic, and _item_nodes adds rows in the same order, as before the
     # tail put rows last (the float64 sums run.json's means and examples.parquet carry stay bit for bit)
-    x = nd("Transpose", [nd("Concat", [log_sum, lin], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 11]
+    x = nd("Transpose", [nd("Concat", [log_sum, lin, raw_first], axis=2)], perm=[0, 1, 3, 2])  # [B, H, T, 12]
     mixed = nd("MatMul", [x, nd.const(MIX, np.float32)])
     values = nd("Div", [mixed, DIVISOR])  # "broad": entropy / log2(keys seen); the others / 1; rows not counted 0
     return values, pm, kw

@@ -124,7 +124,7 @@ def test_the_words_rows_are_drawn_by_default_and_the_choice_is_checked():
     ov = vm.overlay_view(r, vm.Selection(block=0, mode="head", layer=0, head=1, picture=1, query=6))
     assert ov.block_index == 0  # a selected tower block is drawn, as `figure --block 0` asks
     ov = vm.overlay_view(r, vm.Selection(block=1, mode="head", layer=0, head=1, picture=1, query=6))
-    assert ov.block_index == 1 and ov.query_label == "where"
+    assert ov.block_index == 1 and ov.query_label == "cat"  # row 6 reads "where" and produced "cat" (words24)
     np.testing.assert_allclose(ov.patch, placed(DECODER, r.maps[2].array()[0, 1, 6], r"img2\((\d+),(\d+)\)"), rtol=1e-6)
     with pytest.raises(vm.ViewError) as e:
         vm.overlay_view(r, vm.Selection(image_from="pixels"))
@@ -167,7 +167,7 @@ def test_a_block_picked_is_the_attention_drawn_over_the_image(picture):
         words = vm.follow_block(r, blocks, sel.with_(block=1, query=6))
         assert words.image_from == "words"
         ov = vm.overlay_view(r, words)
-        assert ov.block_index == 1 and ov.query_label == "where"
+        assert ov.block_index == 1 and ov.query_label == "cat"  # row 6 reads "where" and produced "cat" (words24)
         want = r.maps[3].array()[0, 2, 6]
         np.testing.assert_allclose(ov.patch, placed(DECODER, want, rf"img{picture + 1}\((\d+),(\d+)\)"), rtol=1e-6)
     # a ViT's one encoder is its tower (its one entry, the words' fallback too): picking it names the tower

@@ -82,9 +82,9 @@ def test_a_patch_or_the_patches_mean_has_no_place(captioner):
 
 @pytest.mark.parametrize("which", ["captioner", "vlm"])
 def test_the_query_opened_on_follows_the_step_shown(which, request):
-    """At step k the view opens on the row that chose word k: for the captioner, word k itself (row k, from <s>);
-    for the VLM, the token at row len(PROMPT)-1+k (the prompt's last token chose the first word), the k-th
-    choice after the image (its first choice "describe" at row 17)."""
+    """At step k the view opens on the row that chose word k: for the captioner row k (from <s>), for the VLM row
+    len(PROMPT)-1+k (the prompt's last token chose the first word); either way the choice reads word k itself,
+    the row's output (a VLM's choices were named by the token each row reads, "describe" at step 0)."""
     result = request.getfixturevalue(which)
     blocks = result.blocks()
     for step in range(len(CAPTION)):
@@ -94,4 +94,68 @@ def test_the_query_opened_on_follows_the_step_shown(which, request):
         i = vm.default_image_query(result, sel, blocks)
         want_row = step if which == "captioner" else len(PROMPT) - 1 + step
         assert queries[i][1] == want_row, (step, queries[i])
-        assert queries[i][0] == (CAPTION[step] if which == "captioner" else result.tokens.labels[want_row])
+        assert queries[i][0] == CAPTION[step]
+
+
+def test_a_vlms_choices_are_named_by_the_word_each_row_produced(vlm):
+    """words24: a VLM's text rows are named as a captioner's words are, by their output.  By hand: the prompt's
+    last token "describe" (row 17, the first after the 16 image tokens at rows 1..16) chose CAPTION[0], and row
+    17 + k chose CAPTION[k]; the rows read "describe", "a", "man", ... (the old names, one word behind)."""
+    blocks = vlm.blocks()
+    bi, grid, _ = vm.image_source(vlm, blocks)
+    queries = vm.image_queries(vlm, blocks[bi], grid)
+    assert queries == [(w, len(PROMPT) - 1 + k) for k, w in enumerate(CAPTION)]
+    # the title and the screen's text of each choice name the same word
+    for k, (word, row) in enumerate(queries):
+        ov = vm.overlay_view(vlm, vm.Selection(block=bi, query=row), (32, 32), blocks)
+        assert ov.query_label == word == CAPTION[k]
+    # a row's tooltip says both: the token it reads and the word it produced
+    assert vm.query_tip(vlm, blocks[bi], 17) == "decoder row 17: reads “describe”, produced “a”"
+    assert vm.query_tip(vlm, blocks[bi], 18) == "decoder row 18: reads “a”, produced “man”"
+
+
+def test_a_vlm_run_that_generated_nothing_names_its_last_row_next(vlm):
+    """A prompt alone (no word generated): each text row produced the prompt's next token; the last row's word was
+    never chosen, so it reads "(next)" (and its tooltip says why), not the token it reads."""
+    toks = [*PROMPT, "what", "is"]
+    rng = np.random.default_rng(7)
+    r = AttentionResult(
+        [_maps(rng, len(toks), len(toks), causal=True)],
+        [SiteInfo("decoder", "self", 0, 2, "ds0", "softmax")],
+        tokens=_axis(toks),
+        token_grid=PatchGrid(4, 4, 1),
+        image=np.zeros((32, 32, 3), np.uint8),
+        prompt_len=len(toks),
+    )
+    blocks = r.blocks()
+    bi, grid, _ = vm.image_source(r, blocks)
+    assert vm.image_queries(r, blocks[bi], grid) == [("what", 17), ("is", 18), (vm.NEXT_WORD, 19)]
+    assert "reads “is”; the word it produces was not generated" in vm.query_tip(r, blocks[bi], 19)
+    # a row that is no choice's (figure --query 0, before the image): named by its output too
+    assert vm.overlay_view(r, vm.Selection(block=bi, query=0), (32, 32), blocks).query_label == "(0,0)"
+
+
+def test_two_choices_with_one_word_differ_on_their_names(captioner, vlm):
+    """words24: "a" twice reads "a (1)" and "a (4)" (its place among the choices, the number the title's
+    “a” (word 4) gives); every other word as it is; a patch or the patches' mean never gets a number."""
+    for result in (captioner, vlm):
+        blocks = result.blocks()
+        bi, grid, _ = vm.image_source(result, blocks)
+        queries = vm.image_queries(result, blocks[bi], grid)
+        assert vm.query_names(queries) == ["a (1)", "man", "on", "a (4)", "horse", "</s>"]
+        for k, name in enumerate(vm.query_names(queries)):
+            ov = vm.overlay_view(result, vm.Selection(block=bi, query=queries[k][1]), (32, 32), blocks)
+            if "(" in name:  # the title names the same place
+                assert ov.query_text == f"query “{ov.query_label}” (word {name.split('(')[1][:-1]})"
+    assert vm.query_names([("x", 3), ("all patches (mean)", -1)]) == ["x", "all patches (mean)"]
+
+
+def test_the_strips_panels_are_named_as_the_buttons(captioner):
+    """The strip (the window's thumbnails, the strip figure) names a word written twice as its button does, numbered
+    among all the words even where the step shows fewer."""
+    blocks = captioner.blocks()
+    bi = next(i for i, b in enumerate(blocks) if b.kind == "cross")
+    sv = vm.strip_view(captioner, vm.Selection(block=bi), blocks)
+    assert [p.name for p in sv.panels] == ["a (1)", "man", "on", "a (4)", "horse", "</s>"]
+    sv = vm.strip_view(captioner, vm.Selection(block=bi, step=3), blocks)
+    assert [p.name for p in sv.panels] == ["a (1)", "man", "on", "a (4)"]

@@ -83,3 +83,93 @@ def test_a_model_without_sinks_says_nothing_of_them(tmp_path, capsys):
     run = json.loads((out / "run.json").read_text())
     assert "sink_sites" not in run and "sink_note" not in run
     assert "sink" not in capsys.readouterr().err
+
+
+def test_each_heads_sink_share_is_its_rows_whole_mass_on_the_first_key(sink_text_model, tmp_path):
+    """words24: heads.parquet's "sink_share" is, per head, the mean over every row of the corpus of the row's weight on
+    key 0 ([CLS]) as the softmax left it (hand maps, the sink's share still in the row), not rescaled: below "first"
+    (the same rows rescaled to 1) by about the rows' sum; the Corpus view's table shows it with its help."""
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(LINES) + "\n")
+    out = tmp_path / "out"
+    args = ["corpus", str(sink_text_model), "--texts", str(texts), "--out", str(out), "--no-progress"]
+    assert main([*args, "--workers", "1", "--batch-size", "2"]) == 0
+    maps = [_hand_maps(sink_text_model, line) for line in LINES]
+    raw = np.concatenate([m[..., 0] for m in maps], -1).mean(-1)  # [H]: each row's whole mass on key 0
+    rescaled = np.concatenate([m[..., 0] / m.sum(-1) for m in maps], -1).mean(-1)
+    assert (rescaled - raw).min() > 1e-3  # the sink's share tells the two apart (far past the tolerance below)
+    heads = sorted(pq.read_table(out / "heads.parquet").to_pylist(), key=lambda r: r["head"])
+    np.testing.assert_allclose([r["sink_share"] for r in heads], raw, rtol=1e-5)
+    np.testing.assert_allclose([r["first"] for r in heads], rescaled, rtol=1e-5)
+    columns = pq.read_schema(out / "heads.parquet").names
+    assert columns[columns.index("max") + 1] == "sink_share"  # after every column a run wrote before (additive)
+
+
+def test_without_a_sink_the_sink_share_is_the_first_keys_mass(tmp_path):
+    """Rows summing to 1: "sink_share" and "first" are the same number, the hand's mean of each row's key-0 weight."""
+    model = tiny_text_model(tmp_path / "plain.onnx", layers=1, heads=2, d=8)
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(LINES) + "\n")
+    out = tmp_path / "out"
+    assert (
+        main(["corpus", str(model), "--texts", str(texts), "--out", str(out), "--no-progress", "--workers", "1"]) == 0
+    )
+    for r in pq.read_table(out / "heads.parquet").to_pylist():
+        assert r["sink_share"] == pytest.approx(r["first"], rel=1e-5)
+
+
+def test_the_corpus_view_shows_each_heads_sink_share_with_its_help(qtbot, sink_text_model, tmp_path):
+    """The window's Corpus view: a "sink_share" column beside "first", its tooltip saying what it is, each head's cell
+    the hand's mean of its rows' key-0 weight before rescaling."""
+    pytest.importorskip("pytestqt")
+    from PySide6.QtCore import QSettings
+
+    from attnviz.gui.main_window import MainWindow
+    from attnviz.gui.views.corpus import open_corpus_results
+
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(LINES) + "\n")
+    out = tmp_path / "out"
+    args = ["corpus", str(sink_text_model), "--texts", str(texts), "--out", str(out), "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 0
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(w)
+    v = open_corpus_results(w, out)
+    t = v.table
+    names = [t.horizontalHeaderItem(i).text() for i in range(t.columnCount())]
+    c = names.index("sink_share")
+    assert names[c - 1] == "first"
+    tip = t.horizontalHeaderItem(c).toolTip()
+    assert "before the row is rescaled" in tip and "key position 0" in tip
+    maps = [_hand_maps(sink_text_model, line) for line in LINES]
+    raw = np.concatenate([m[..., 0] for m in maps], -1).mean(-1)
+    head_c = names.index("head")
+    shown = {int(t.item(r, head_c).value): float(t.item(r, c).value) for r in range(t.rowCount())}
+    assert shown == {h: pytest.approx(float(raw[h]), rel=1e-5) for h in range(2)}
+    v.close()
+
+
+def test_results_written_before_the_sink_share_still_open(tmp_path):
+    """A results folder from before the column (its heads.parquet without "sink_share") reads back with the column
+    NaN, every other number as written: the schema grew, nothing was renamed or moved."""
+    import math
+
+    from attnviz.corpus import results_check
+
+    model = tiny_text_model(tmp_path / "plain.onnx", layers=1, heads=2, d=8)
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(LINES) + "\n")
+    out = tmp_path / "out"
+    assert (
+        main(["corpus", str(model), "--texts", str(texts), "--out", str(out), "--no-progress", "--workers", "1"]) == 0
+    )
+    table = pq.read_table(out / "heads.parquet")
+    new = results_check.heads(out / "heads.parquet")
+    pq.write_table(table.drop(["sink_share"]), out / "heads.parquet")
+    old = results_check.heads(out / "heads.parquet")
+    assert all(math.isnan(h["sink_share"]) for h in old)
+
+    def rest(heads):  # every other column, NaN equal to NaN
+        return [repr(sorted((k, v) for k, v in h.items() if k != "sink_share")) for h in heads]
+
+    assert rest(old) == rest(new)

@@ -95,12 +95,14 @@ def test_image_regions_query_words_follow_the_beam(qtbot, real_window):
         w.controls.batch.setValue(b)
         own = beams[b]["generated"]
         assert [label for label, _ in ir.queries] == own, b
-        assert [t.text() for t in ir.strip] == own
+        # a word the beam writes twice reads with its place on its button and its thumbnail (words24)
+        named = [f"{x} ({k + 1})" if own.count(x) > 1 else x for k, x in enumerate(own)]
+        assert [t.text() for t in ir.strip] == named
         # the word checked is the word whose map is drawn (the map the view model draws for that beam's row)
         label, _ = ir.queries[ir.query]
         assert ir.info.text().startswith(f"query “{label}”")
-        assert [x.text() for x in ir.query_bar.buttons] == own
-        assert [x.text() for x in ir.query_bar.buttons if x.isChecked()] == [label]
+        assert [x.text() for x in ir.query_bar.buttons] == named
+        assert [x.text() for x in ir.query_bar.buttons if x.isChecked()] == [named[ir.query]]
 
 
 def test_head_stats_follow_the_beam(qtbot, real_window):
@@ -161,11 +163,12 @@ def test_a_tiled_images_beams_show_their_own_words_beside_the_one_towers_tiles(q
         s.select(block=dec, mode="head", layer=1, head=0)
         ir = w.image_regions
         own = beams[b]["generated"]
-        # the prompt's words, then the beam's own but its last (never fed back: no row reads it)
-        assert [label for label, _ in ir.queries] == "a photo of the cat".split() + own[:-1], b
+        # each row after the image named by the word it produced (words24): the prompt's next tokens, then the
+        # beam's own words, its last one too (chosen by the last row, never fed back)
+        assert [label for label, _ in ir.queries] == "photo of the cat".split() + own, b
         ir.query_bar.buttons[-1].click()  # the beam's last row (its own word), as a user picks it
         label, row = ir.queries[ir.query]
-        assert label == own[-2] and ir.info.text().startswith(f"query “{label}”")
+        assert label == own[-1] and ir.info.text().startswith(f"query “{label}”")
         want = v.overlay_view(r, v.Selection(batch=b, block=dec, mode="head", layer=1, head=0, query=row))
         np.testing.assert_array_equal(ir.patch_map, want.patch)
         grid = r.token_grid_of(b)  # that row's weights on the tiles' image tokens, each at its cell

@@ -68,12 +68,15 @@ def test_typed_caption_is_teacher_forced_and_the_regions_follow_it(qtbot, captio
         np.testing.assert_allclose(v.patch_map, cross[0, 0, qi].reshape(8, 8), atol=1e-7)
         assert v.info.text().startswith(f"query “{words[qi]}”")
     same_maps(r, cli(tmp_path, "--text", "a red square below a green circle"))
-    # the exported strip: the input image, then one panel per typed word, captioned by it
+    # the exported strip: the input image, then one panel per typed word, captioned by it as its button reads
+    # ("a" twice: "a (1)" and "a (5)", words24), and the window's thumbnails the same
     from attnviz.figures import FigureSpec, render_spec
 
+    named = ["a (1)", "red", "square", "below", "a (5)", "green", "circle"]
+    assert [b.text() for b in v.query_bar.buttons] == named == [b.text() for b in v.strip]
     fig = render_spec(r, FigureSpec(view="strip", dpi=30))
     assert len(fig.axes) == len(words) + 1
-    assert [t.get_text() for t in fig.texts][1 : len(words) + 1] == words
+    assert [t.get_text() for t in fig.texts][1 : len(words) + 1] == named
 
 
 def test_caption_start_is_continued_and_empty_generates(qtbot, captioning, tmp_path):

@@ -85,13 +85,15 @@ def test_each_caption_word_shows_its_row_over_the_image_on_screen_and_in_the_fig
     blk = w.session.blocks[bi]
     assert (blk.stack, kind) == ("decoder", "self")
     keys = list(blk.key_axis.labels)
-    assert [q for q, _ in v.queries] == CAPTION.split()  # the strip of words: the caption, not the image tokens
+    # the strip of words: the caption, not the image tokens; each row named by the word it produced (words24): the
+    # caption's next word, and the last row's "(next)" (nothing was generated)
+    assert [q for q, _ in v.queries] == [*CAPTION.split()[1:], "(next)"]
     decoder = [i for i, s in enumerate(r.sites) if (s.stack, s.kind) == ("decoder", "self")]
     for mode, layer, head in (("head", 1, 2), ("head", 0, 0), ("mean", 1, 0)):
         w.session.select(block=bi, mode=mode, layer=layer, head=head, layer_lo=layer, layer_hi=layer)
         for i, (word, row) in enumerate(v.queries):
             v.set_query(i)
-            assert keys[row] == word
+            assert (keys[row + 1] if row + 1 < len(keys) else "(next)") == word
             att = r.maps[decoder[layer]].array()[0]  # [heads, query, key]
             want_row = att[head, row] if mode == "head" else att.mean(axis=0)[row]
             want = placed_by_hand(keys, want_row)

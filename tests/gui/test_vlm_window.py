@@ -41,7 +41,8 @@ def test_image_regions_draw_a_word_over_the_tiles(qtbot, real_window, idefics3_r
     view = w.image_regions
     bi, grid, kind = view.source()
     assert kind == "self" and grid.columns is not None and (grid.rows, grid.cols) == (3, 6)  # 1 x 2 tiles of 3 x 3
-    assert [q for q, _ in view.queries] == "a photo of the cat".split()
-    view.set_query(4)  # "cat"
+    # each row named by the word it produced (words24): the prompt's next token, "(next)" for the last row
+    assert [q for q, _ in view.queries] == "photo of the cat (next)".split()
+    view.set_query(4)  # the row reading "cat"
     want = vm.overlay_view(w.session.result, w.session.sel.with_(block=bi, query=view.queries[4][1]))
     assert np.array_equal(view.patch_map, want.patch)

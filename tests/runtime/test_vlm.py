@@ -216,7 +216,8 @@ def test_image_regions_show_a_word_over_the_image(llava_repo, image, torch_model
     dec = next(i for i, b in enumerate(blocks) if b.stack == "decoder")
     assert v.image_source(r, blocks)[:2] == (dec, r.token_grid)  # the words' attention, not the vision tower's
     queries = v.image_queries(r, blocks[dec], r.token_grid)
-    assert [w for w, _ in queries] == "a photo of the cat".split()
+    # each row named by the word it produced (words24): the next prompt token, "(next)" for the last row
+    assert [w for w, _ in queries] == "photo of the cat (next)".split()
     prep = bd.prepare(m, AnalyzeRequest(text=PROMPT, image=str(image)))
     _, decoder, _ = vm.reference(torch_model, prep.feeds["pixel_values"], np.asarray(prep.prompts, np.int64))
     row = dict(queries)["cat"]

@@ -195,8 +195,8 @@ def check_rows_placed(r, enc, attentions, tmp_path) -> None:
         image = np.flatnonzero(enc["input_ids"][b] == pm.IMAGE_TOKEN)
         grid = v.image_source(r, blocks)[1]
         assert [grid.key(*divmod(k, pm.GRID)) for k in range(pm.N_IMAGE)] == image.tolist()
-        row = dict(v.image_queries(r, blocks[dec], grid))[word]
-        assert enc["input_ids"][b, row] == pm.vocab()[word]
+        row = dict(v.image_queries(r, blocks[dec], grid))[word]  # the row that produced the word (words24)
+        assert enc["input_ids"][b, row + 1] == pm.vocab()[word]
         ov = v.overlay_view(r, v.Selection(block=dec, batch=b, layer=1, head=2, query=row), blocks=blocks)
         want = attentions[1][b, 2, row].numpy()[image].reshape(pm.GRID, pm.GRID)
         assert np.abs(ov.patch - want).max() < TOL

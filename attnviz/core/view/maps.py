@@ -104,6 +104,9 @@ def compute_map(
     if sel.keep < 1.0:
         m = reduce.keep_mass(m, max(sel.keep, 1e-3))
     notes += _after_hiding(result, blk, sel)
+    # a row is named by the token it reads (its input), as its column is: the map is tokens × tokens, its diagonal a
+    # token attending to itself (a decoder row's hover says the word it chose too; the words' views name rows by
+    # their output: core/view/steps.py says which view does which, and why)
     q_labels = clean_labels(blk.query_axis.labels, q_pos)
     k_labels = clean_labels(blk.key_axis.labels, k_pos)
     xt, yt = ("source (key)", "target (query)") if blk.kind == "cross" else ("key", "query")

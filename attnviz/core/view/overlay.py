@@ -28,6 +28,7 @@ from attnviz.core.view.patches import (
     words_query,
 )
 from attnviz.core.view.selection import Selection, ViewError, clamp, result_blocks
+from attnviz.core.view.steps import row_outputs
 
 QUERY_OUTLINE = "white"  # the outline of a query patch on the image: screen and figure draw it alike
 
@@ -204,7 +205,7 @@ def overlay_view(
         vec, label = mv.mean(grid.offset, grid.end), "all patches (mean)"
     else:
         vec = mv.row(min(query, mv.n_rows - 1))
-        label = dict((r, lab) for lab, r in queries).get(query) or clean_label(blocks[bi].query_axis.labels[query])
+        label = dict((r, lab) for lab, r in queries).get(query) or _row_name(result, blocks[bi], query)
         if kind == "self" and grid.cell(query) is not None:  # a patch as the query
             label = patch_label(grid, query)
             cell = grid.cell(query)
@@ -237,6 +238,16 @@ def overlay_view(
     title = " · ".join([blocks[bi].name, *what, *([which] if which else []), f"query “{label}”{place}"])
     share = float(patch.sum()) / max(float(np.sum(vec)), 1e-12) if glob is not None else 1.0
     return OverlayView(patch, grid, label, bi, heat, alpha, vmax, title, sel.image_base, cell, glob, share, place)
+
+
+def _row_name(result: AttentionResult, blk: Block, row: int) -> str:
+    """A query row that is no choice's (``attnviz figure --query`` on a row before a VLM's image): a decoder's words
+    named by the word the row produced, as the choices are (:func:`row_outputs`); any other row by its token."""
+    if blk.stack == "decoder" and words_query(result, blk):
+        out = row_outputs(result, blk, [row])
+        if out:
+            return clean_label(out[0][1])
+    return clean_label(blk.query_axis.labels[row])
 
 
 def _peak_label(grid: PatchGrid, cells: PatchGrid, patch: np.ndarray) -> str:

@@ -7,12 +7,14 @@ one query's row into the picture, :mod:`.heat` draws it over the image.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from attnviz.core import windows
 from attnviz.core.attention import AttentionResult, Block, PatchGrid
 from attnviz.core.view.image_from import DEFAULT_IMAGE_FROM, IMAGE_FROM, ImageFrom, image_from_entry
 from attnviz.core.view.labels import clean_label
 from attnviz.core.view.selection import Selection, ViewError, blk_len, real_rows
-from attnviz.core.view.steps import generation_rows, n_steps, producing_row
+from attnviz.core.view.steps import NEXT_WORD, generation_rows, n_steps, producing_row, row_outputs
 
 POOLING_QUERY = "pooling query"  # an attention-pooling head's learned query, wherever it is named
 GLOBAL_PANEL = "global image"  # a tiled image's global image (Idefics3 / SmolVLM), wherever it is named
@@ -226,13 +228,15 @@ def image_queries(result: AttentionResult, blk: Block, grid: PatchGrid) -> list[
         ]
     g = result.token_grid_of(blk.batch)
     if g is not None and blk.stack == "decoder" and blk.kind == "self" and len(blk.query_axis) > g.end:
-        # a vision–language decoder: each text token after the image, at its own row (where that word looks)
+        # a vision–language decoder: each text row after the image, named as a captioner's words are, by the word
+        # it produced (its output: the next prompt token, or the word generated there; :func:`row_outputs`), so
+        # generation step k highlights a button reading word k, not the token before it
         # (a padded batch's row: its pads are no word to ask about)
         # one prompt's several images: another image's tokens are no word either
         others = [range(o.offset, o.end) for o in result.image_grids() if o.offset != g.offset]
         after = [r for r in range(g.end, len(blk.query_axis)) if not any(r in span for span in others)]
-        rows = real_rows(blk, [(r, blk.query_axis.labels[r]) for r in after])
-        return [(clean_label(w), r) for r, w in rows]
+        rows = real_rows(blk, [(r, "") for r in after])
+        return [(clean_label(w), r) for r, w in row_outputs(result, blk, [r for r, _ in rows])]
     # one prompt's several images in a vision tower: this image's keys begin after the earlier images'
     start = max((g.end for g in result.vision_grids() if g.end <= grid.offset), default=0)
     first = clean_label(blk.query_axis.labels[start]) if len(blk.query_axis) > start else "CLS"
@@ -322,6 +326,30 @@ def query_place(queries: list[tuple[str, int]], row: int) -> str:
     if at is None or row < 0 or sum(lab == queries[at][0] for lab, _ in queries) < 2:
         return ""
     return f" (word {at + 1})"
+
+
+def query_names(queries: list[tuple[str, int]]) -> list[str]:
+    """The query choices' names as their buttons read them: a word that another choice bears too followed by its
+    place, "a (5)" (1-based, as :func:`query_place` numbers it in the title's “a” (word 5)), so two "a"s differ on
+    the button itself; every other name as it is."""
+    seen = Counter(label for label, _ in queries)
+    return [f"{label} ({k + 1})" if seen[label] > 1 and row >= 0 else label for k, (label, row) in enumerate(queries)]
+
+
+def query_tip(result: AttentionResult, blk: Block, row: int) -> str:
+    """A query button's tooltip: a decoder row is the token it reads and the word it produced (the button's name),
+    ``decoder row 21: reads “the”, produced “cat”``; a row whose word was not generated says so; empty for other
+    queries (a patch, CLS, the patches' mean)."""
+    if blk.stack != "decoder" or not 0 <= row < min(blk_len(blk, 0), len(blk.query_axis)):
+        return ""
+    own = clean_label(blk.query_axis.labels[row])
+    out = row_outputs(result, blk, [row])
+    if not out:
+        return ""
+    word = out[0][1]
+    if word == NEXT_WORD:
+        return f"decoder row {row}: reads “{own}”; the word it produces was not generated (generate 1 or more words)"
+    return f"decoder row {row}: reads “{own}”, produced “{clean_label(word)}”"
 
 
 def step_query(result: AttentionResult, blk: Block, queries: list[tuple[str, int]], step: int) -> int:

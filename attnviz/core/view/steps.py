@@ -2,6 +2,17 @@
 
 One rule for every view (heatmap, alignment, strip, image regions): the query at decoder position ``p`` predicts
 the token at ``p + 1``.  A teacher-forced target's rows follow the same convention (:func:`target_rows`).
+
+Which word names a decoder row differs by view, each for a reason:
+
+- **Heatmap, Token links** (a decoder's self-attention, GPT-2's, a VLM's): a row is named by the token it *reads*
+  (its input), as its column is; the square map's diagonal is then a token attending to itself and the rows and
+  columns read as one sentence.  Hovering a row says both (:func:`~attnviz.core.view.alignment.row_story`: “the”
+  → “cat”).
+- **Alignment, the strip, Image regions' words** (a captioner's, a VLM's): a row is named by the word it
+  *produced* (its output, :func:`row_outputs`): each asks "where did the model look to choose this word?", and a
+  generation step is the row that chose its word, so the step's highlighted row reads the word generated at that
+  step.  Alignment's Shift-Att choice (``rows="input"``) names each word by the row that reads it instead.
 """
 
 from __future__ import annotations
@@ -40,6 +51,29 @@ def producing_row(result: AttentionResult, tq: int, k: int, batch: int = 0) -> i
     if result.prompt_len and result.prompt_len > 0:
         return int(result.prompt_len) - 1 + k
     return tq - n_steps(result, batch) + k
+
+
+NEXT_WORD = "(next)"  # a row whose output nobody saw: the run's last row when it generated nothing
+
+
+def row_outputs(result: AttentionResult, blk: Block, rows: list[int]) -> list[tuple[int, str]]:
+    """``(query row, the word that row produced)`` for decoder query ``rows`` (the row's *output*, one rule for
+    Image regions' words on screen and in a figure, a VLM's as a captioner's): the word generated at its producing
+    row (:func:`producing_row`), else the token fed at the next position (a prompt's or a typed caption's: forced
+    there, so what the row was made to produce), else :data:`NEXT_WORD` (the last row of a run that generated
+    nothing: its word was never chosen).  Rows out of the block are left out."""
+    tq = blk_len(blk, 0)
+    chosen: dict[int, str] = {}
+    for k, w in enumerate(generated_words(result, blk.batch)):
+        r = producing_row(result, tq, k, blk.batch)
+        if 0 <= r < tq:
+            chosen.setdefault(r, str(w))
+    labels = blk.query_axis.labels
+    out = []
+    for r in rows:
+        if 0 <= r < tq:
+            out.append((r, chosen.get(r, str(labels[r + 1]) if r + 1 < min(tq, len(labels)) else NEXT_WORD)))
+    return out
 
 
 def generation_rows(result: AttentionResult, blk: Block) -> list[tuple[int, str]]:

@@ -17,7 +17,7 @@ from attnviz.core.view.labels import clean_label
 from attnviz.core.view.maps import compute_map
 from attnviz.core.view.overview import scale_top
 from attnviz.core.view.palette import DEFAULT_SCALE
-from attnviz.core.view.patches import block_grid, caption_rows
+from attnviz.core.view.patches import block_grid, caption_rows, query_names
 from attnviz.core.view.selection import Selection, ViewError, _pad, blk_len, hide_mask, real_rows, result_blocks
 from attnviz.core.view.steps import generation_rows, n_steps
 
@@ -32,6 +32,7 @@ class StripPanel:
     k_labels: list[str]
     k_special: list[bool]
     weights: np.ndarray
+    name: str = ""  # the panel's caption: the word, with its place where another panel bears it too ("a (5)")
 
 
 @dataclass
@@ -84,6 +85,10 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
     if not image and blk.kind == "cross" and sel.rows == "input":  # Alignment's rows: word k on the row reading it
         rows = [(r + 1, w) for r, w in rows if r + 1 < mv.matrix.shape[0]]
     notes: list[str] = []
+    # each panel named as Image regions' query buttons are (a word written twice with its place, "a (5)"),
+    # numbered among all the words whatever the step shows, so a panel and its button read alike
+    every = real_rows(blk, (caption_rows(result, blk) if image else []) + rows)
+    names = {r: n for (r, _), n in zip(every, query_names([(clean_label(w), r) for r, w in every]))}
     if sel.step >= 0 and rows:
         rows = rows[: sel.step + 1]
         notes.append(f"step {min(sel.step + 1, g)}/{g}")
@@ -107,7 +112,10 @@ def strip_view(result: AttentionResult, sel: Selection, blocks: list[Block] | No
             hidden = hidden or bool(drop.any())
         if not image and sel.keep < 1.0:
             w = reduce.keep_mass(w[None], max(sel.keep, 1e-3))[0]
-        panels.append(StripPanel(clean_label(word), row, cols, [mv.k_labels[j] for j in cols], special.tolist(), w))
+        word = clean_label(word)
+        panels.append(
+            StripPanel(word, row, cols, [mv.k_labels[j] for j in cols], special.tolist(), w, names.get(row, word))
+        )
     if hidden:
         notes.append(HIDDEN_NOTE)
     if not image and sel.keep < 1.0:

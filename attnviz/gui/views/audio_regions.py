@@ -16,6 +16,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QVBoxLayout
 
 from attnviz.core import audio_view as av
+from attnviz.core.view import query_names
 from attnviz.core.view_names import tab_title
 from attnviz.gui import style
 from attnviz.gui.views import declared as declared_heads
@@ -158,7 +159,8 @@ class AudioRegionsView(View):
         rows = [row for _, row in v.words]
         if key != self._words_key:
             self._words_key = key
-            self.word_bar.fill([label for label, _ in v.words], lambda i: self.select_word(rows[i]))
+            # a word the transcript holds twice reads with its place, "the (3)", as the title names it
+            self.word_bar.fill(query_names(v.words), lambda i: self.select_word(rows[i]))
             self.word_bar.setVisible(bool(v.words))  # an encoder alone on the sound (wav2vec2) has no words
         # a frame query (a click on the sound) checks no word
         self.word_bar.check(rows.index(v.query) if v.query_kind == "word" and v.query in rows else None)
@@ -188,7 +190,7 @@ class AudioRegionsView(View):
         self.wave_plot.setXRange(0.0, v.duration, padding=0)
         self._draw_marks(v, peak)
         self.block_name = s.blocks[v.block_index].name
-        what = v.title.rsplit(" · query", 1)[0]
+        what, query = v.title.rsplit(" · query", 1)  # the title's query: "“the” (word 3)" where the word is twice
         where = (
             "click the sound to see where a frame looks"
             if v.query_kind == "word" or not v.words
@@ -196,7 +198,7 @@ class AudioRegionsView(View):
         )
         padding = "" if v.padding_mass is None else f" · weight after the clip (padding): {v.padding_mass:.2f}"
         self.info.setText(
-            f"query “{v.query_label}” · {what} · peak at {v.peak_time:.2f} s · frames of "
+            f"query{query} · {what} · peak at {v.peak_time:.2f} s · frames of "
             f"{v.frame_seconds * 1000:.0f} ms{padding} · {where}"
         )
 

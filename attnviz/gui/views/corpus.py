@@ -59,6 +59,7 @@ TABLE_COLUMNS = (
     "next",
     "diag",
     "first",
+    "sink_share",
     "special",
     "special_other",
     "max",

@@ -204,7 +204,12 @@ class ImageRegionsView(View):
         )
 
     def _make_buttons(self) -> None:
-        self.query_bar.fill([label for label, _ in self.queries], self.set_query)
+        """One button per query, named as the view model names it (a word written twice with its place, "a (5)"),
+        a decoder row's tooltip saying the token it reads and the word it produced."""
+        s = self.session
+        blk = s.blocks[self.source()[0]]
+        tips = [vm.query_tip(self._pictured(), blk, row) for _, row in self.queries]
+        self.query_bar.fill(vm.query_names(self.queries), self.set_query, tips)
 
     def _on_click(self, ev) -> None:
         """A click on the image makes the patch under it the query (self-attention over patches: a ViT, a Swin
@@ -410,7 +415,7 @@ class ImageRegionsView(View):
             return
         self.strip_scroll.show()
         small = _resize(img, THUMB_PX)
-        for qi, (label, _) in enumerate(self.queries):
+        for qi, label in enumerate(vm.query_names(self.queries)):  # named as the query buttons are
             ov = self.overlay_for(qi, small.shape[:2])
             icon = vm.composite(small, heat_rgba(ov)[..., :3] / 255.0, ov.alpha, ov.base)
             b = QToolButton()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QWidget
 
+PAD_PX = 16  # STYLE's 6 px padding on each side, and a little for the frame
 STYLE = "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
 
 
@@ -25,8 +27,9 @@ class QueryButtons(QScrollArea):
         self.setWidget(wrap)
         self.setFixedHeight(48)
 
-    def fill(self, labels: Sequence[str], on_click: Callable[[int], None]) -> None:
-        """One button per label, in order; a click calls ``on_click`` with the button's index."""
+    def fill(self, labels: Sequence[str], on_click: Callable[[int], None], tips: Sequence[str] = ()) -> None:
+        """One button per label, in order (``tips``: each button's tooltip, where given); a click calls ``on_click``
+        with the button's index."""
         for b in self.buttons:
             self.group.removeButton(b)
             self.bar.removeWidget(b)
@@ -38,6 +41,12 @@ class QueryButtons(QScrollArea):
             b.setCheckable(True)
             b.setFlat(True)
             b.setStyleSheet(STYLE)
+            # room for the label in bold: the checked button's bold text was clipped ("photc") where the bar is full
+            bold = QFont(b.font())
+            bold.setBold(True)
+            b.setMinimumWidth(QFontMetrics(bold).horizontalAdvance(label) + PAD_PX)
+            if i < len(tips) and tips[i]:
+                b.setToolTip(tips[i])
             b.clicked.connect(lambda _=False, i=i: on_click(i))
             self.group.addButton(b)
             self.bar.addWidget(b)

@@ -1,0 +1,68 @@
+"""words24: the Head stats' "monotonic" of a Whisper's cross-attention counts the transcript's rows only, not the
+forced prompt's (<|startoftranscript|>, <|en|>, <|transcribe|>, <|notimestamps|>: they attend before any word is
+spoken), on the tiny random-init Whisper of tests/runtime/test_optimum_whisper.py, generating and teacher-forced
+(where the result's prompt_len counts the transcript too).  Against a hand computation over the run's own cross
+maps (each one equals transformers' there): the share of transcript rows whose argmax frame is at or after the
+previous row's."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from attnviz.core.attention import SPEECH_PROMPT_KEY  # noqa: E402
+from attnviz.core.head_stats import compute_stats, stats_context  # noqa: E402
+from attnviz.core.stats import stat_columns  # noqa: E402
+from attnviz.runtime import open_model  # noqa: E402
+
+pytestmark = pytest.mark.slow
+RATE = 16000
+PROMPT = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]  # the folder's forced ids
+
+
+def chirp(seconds=2.5, f0=100.0, f1=4000.0):
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.5 * np.sin(2 * np.pi * (f0 * t + (f1 - f0) / (2 * seconds) * t**2))).astype(np.float32)
+
+
+def _by_hand(rows: np.ndarray) -> float:
+    top = [int(np.argmax(r)) for r in rows]
+    steps = [b >= a for a, b in zip(top, top[1:])]
+    return sum(steps) / len(steps) if steps else float("nan")
+
+
+@pytest.fixture(scope="module")
+def model(optimum_export):
+    return open_model(optimum_export("whisper") / "onnx", provider="cpu")
+
+
+@pytest.mark.parametrize("how", ["generate", "transcript"])
+def test_monotonic_counts_the_transcripts_rows_only(model, how):
+    clip = chirp()
+    r = (
+        model.analyze(audio=clip, generate=12)
+        if how == "generate"
+        else model.analyze(audio=clip, text_pair=" w3 w17 w5 w8 w3 w9 w12 w4")
+    )
+    cross = next(b for b in r.blocks() if b.kind == "cross")
+    assert stats_context(r, cross) == "cross-audio"
+    # the forced prompt, kept where the run is made: four rows, whatever else was given (prompt_len counts a
+    # transcript given to teacher-force, so it is no measure of the prompt)
+    assert r.info[SPEECH_PROMPT_KEY] == 4 and cross.query_axis.labels[:4] == PROMPT
+    assert r.prompt_len == (4 if how == "generate" else 4 + 8)
+    n_text = len(cross.query_axis) - 4
+    assert n_text >= 3, cross.query_axis.labels
+    rows = compute_stats(r, cross, -1)
+    sites = [i for i, s in enumerate(r.sites) if s.kind == "cross"]
+    moved = 0
+    for row in rows:
+        maps = r.maps[sites[row["layer"]]].array()[0, row["head"]]  # [rows, frames]
+        assert row["monotonic"] == pytest.approx(_by_hand(maps[4:]), abs=1e-12), row
+        moved += _by_hand(maps[4:]) != _by_hand(maps)  # what counting the prompt's rows too gave
+    assert moved, "no head's number depends on the prompt rows: the test could not tell the two apart"
+
+
+def test_the_columns_help_says_which_rows_count():
+    help_ = stat_columns("cross-audio")["monotonic"][1]
+    assert "<|notimestamps|>" in help_ and "left out" in help_
