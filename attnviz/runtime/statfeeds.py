@@ -19,8 +19,8 @@ from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
-# [B, 1, T, T] float32: 1 where the key is a real token (the same for every row: a mask as wide as the map's last two
-# axes multiplies it at a quarter less cost than a [B, 1, 1, T] one, which onnxruntime broadcasts one row at a time)
+# [B, 1, 1, T] float32: 1 where the key is a real token, the same for every row: the graph expands it to [B, 1, T, T]
+# (statgraph._Nodes.real), where the host built and fed B·T² floats a batch (1 MB at T = 88, sent to the device)
 REAL = "attnviz_stat_real"
 # [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
 # special key (slots 0, 1, ... of each item, in key order)
@@ -136,7 +136,7 @@ def stat_feeds(
     divisor[:, :, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
     dist, near = _per_length(t)
     feeds = {
-        REAL: np.broadcast_to(real.astype(np.float32)[:, None, None, :], (b, 1, t, t)).copy(),
+        REAL: real.astype(np.float32)[:, None, None, :],
         KEYW: keyw[:, None],
         DIST: dist,
         SP_OFF: sp_off[:, None],
