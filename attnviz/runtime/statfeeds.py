@@ -10,6 +10,8 @@ statistics session is read back whole from the cache (runtime/light_model.py), i
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -94,12 +96,40 @@ def _per_length(t: int) -> tuple[np.ndarray, np.ndarray]:
     return dist, near
 
 
+# the last batches' feeds (read-only): a length-sorted corpus cuts runs of batches of one length whose items all have
+# the same special keys ([CLS] and [SEP] where a BERT tokenizer puts them): half the batches of a 10k-line corpus
+# repeat the batch before them (bench/RESULTS.md, session 24), and each cost ~0.1-0.15 ms of host time under the GIL
+_MEMO: OrderedDict[tuple, tuple[dict[str, np.ndarray], np.ndarray]] = OrderedDict()
+_MEMO_SIZE = 4  # (a few MB at most: ~0.3 MB an entry at T = 88, B = 32; a repeat is the batch before, or just before)
+_MEMO_LOCK = threading.Lock()  # (the runs in flight of BatchReducer.many call this from several threads)
+
+
 def stat_feeds(
     lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool = False
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The extra inputs for one right-padded batch (``lengths [B]`` real tokens, ``special [B, T]`` special
-    keys), and the key position of each special slot ``[B, n]``."""
+    keys), and the key position of each special slot ``[B, n]``: read-only arrays, the same ones for a batch of
+    the same lengths, special keys, T and ``causal`` as one of the last few (what they depend on, byte for byte)."""
     lengths = np.asarray(lengths, np.int64)
+    sp = None if special is None else np.asarray(special, bool)[:, :t]
+    key = (int(t), bool(causal), lengths.shape, lengths.tobytes(), None if sp is None else (sp.shape, sp.tobytes()))
+    with _MEMO_LOCK:
+        got = _MEMO.get(key)
+        if got is not None:
+            _MEMO.move_to_end(key)
+    if got is None:
+        got = _made(lengths, sp, int(t), bool(causal))
+        with _MEMO_LOCK:
+            _MEMO[key] = got
+            while len(_MEMO) > _MEMO_SIZE:
+                _MEMO.popitem(last=False)
+    return dict(got[0]), got[1]
+
+
+def _made(
+    lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """:func:`stat_feeds` computed (``special`` bool and cut to ``t`` already), its arrays made read-only."""
     b = len(lengths)
     ar = np.arange(t)
     real = ar[None, :] < lengths[:, None]
@@ -145,6 +175,8 @@ def stat_feeds(
         NEAR: near,
         BHTT: np.array([b, -1, t, t], np.int64),
     }
+    for a in (*feeds.values(), idx):
+        a.flags.writeable = False
     return feeds, idx
 
 
