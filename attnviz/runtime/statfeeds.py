@@ -155,10 +155,11 @@ def _made(
     sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
     sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
     valid, seen = valid_rows(lengths, t, causal)
+    common = valid[ROW_STATS[0]]  # valid_rows' real rows: most statistics' mask is that one array
     ok = np.empty((b, len(ROW_STATS), t), bool)  # [B, S, T]
-    ok[:] = real[:, None]
-    for s, name in enumerate(ROW_STATS):  # (most statistics count the real rows: valid_rows' same array)
-        if valid[name] is not real:
+    ok[:] = common[:, None]
+    for s, name in enumerate(ROW_STATS):  # (compared with valid_rows' own array: the local real is another)
+        if valid[name] is not common:
             ok[:, s] = valid[name]
     # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first;
     # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed)

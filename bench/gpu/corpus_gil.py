@@ -5,7 +5,10 @@ process, ms a batch: plain; ``many d4`` as shipped; with a shorter GIL switch in
 (before session 23's fold23: its stat_feeds, finish and fold_items, kept in tests/corpus/fold_9077fb9.py) in place of
 this tree's (the same partials, more host CPU); with each batch's fold skipped (``InGraphReducer.partial``: finish and
 fold_items); with the task's ``combine`` after it (a worker's whole task); the raw session, the wrapped one and the
-memory check with onnxruntime's plain run (no I/O binding) from 4 threads.
+memory check with onnxruntime's plain run (no I/O binding) from 4 threads.  Session 24 (gil24): ``many d4`` with
+the host work of before gil24 (REAL built and fed [B, 1, T, T], every batch's statistics feeds made anew, the
+statistics run bound: page-locked on CUDA, onnxruntime-allocated on the CPU), and with the statistics through
+onnxruntime's plain run (what gil24 does on the CPU; on CUDA the page-locked binding stays until these rows say).
 
     OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
 """
@@ -70,6 +73,16 @@ def main() -> None:
     from fold_9077fb9 import reference_finish, reference_fold, reference_stat_feeds
 
     partial, stat_feeds = ig.partial, sf.stat_feeds
+    from attnviz.runtime.guard import GuardedSession
+
+    run_small = GuardedSession.run_small
+
+    def gil23_feeds(lengths, special, t, causal=False):  # before gil24: made each batch, REAL [B, 1, T, T] fed
+        lengths = np.asarray(lengths, np.int64)
+        f, idx = sf._made(lengths, None if special is None else np.asarray(special, bool)[:, :t], t, causal)
+        f = dict(f)
+        f[sf.REAL] = np.broadcast_to(f[sf.REAL], (len(lengths), 1, t, t)).copy()  # (the graph expands it alike)
+        return f, idx
 
     def old_tail(ran, lengths, special, causal, items, k, batch_id):
         return reference_fold(reference_finish(ig.groups, ran), items, k, batch_id, int(lengths.sum()))
@@ -83,13 +96,17 @@ def main() -> None:
                 ig.partial, sf.stat_feeds = old_tail, reference_stat_feeds
             if patch == "no fold":
                 ig.partial = lambda *x, **k: None
+            if patch == "gil23":
+                sf.stat_feeds, GuardedSession.run_small = gil23_feeds, GuardedSession.run_bound
+            if patch == "plain run":
+                GuardedSession.run_small = GuardedSession.run
             try:
                 parts = red.many(specs, 4)
                 if combine:
                     for i in range(0, len(parts), SHARED_CHUNK):  # a GPU worker's tasks (the shared layout)
                         rd.combine(parts[i : i + SHARED_CHUNK], red.k)
             finally:
-                ig.partial, sf.stat_feeds = partial, stat_feeds
+                ig.partial, sf.stat_feeds, GuardedSession.run_small = partial, stat_feeds, run_small
                 sys.setswitchinterval(old)
 
         return go
@@ -97,6 +114,8 @@ def main() -> None:
     rows = {
         "plain": lambda: [plain.run(None, f) for f in plain_feeds],
         "many d4": many(),
+        "many d4, gil23's host code (REAL [B,1,T,T], feeds each batch, bound run)": many("gil23"),
+        "many d4, statistics by onnxruntime's plain run": many("plain run"),
         "many d4, 9077fb9's host code": many("9077fb9"),
         "many d4, switch interval 0.1 ms": many(interval=1e-4),
         "many d4, no finish or fold (partial skipped)": many("no fold"),
