@@ -45,6 +45,7 @@ def main() -> None:
         help="the statistics session replaced by a null graph (every statistics input, the longest batch's outputs "
         "sliced to each batch: next to no compute): the rows other than plain are then the loop's host work alone",
     )
+    ap.add_argument("--only", nargs="+", metavar="TEXT", help="only the rows whose names contain one of these")
     a = ap.parse_args()
     from attnviz.corpus import reduce as rd
     from attnviz.corpus.engines import SHARED_CHUNK
@@ -136,6 +137,8 @@ def main() -> None:
     }
     if a.null:
         del rows["plain"]
+    if a.only:
+        rows = {k: f for k, f in rows.items() if k in ("plain", "many d4") or any(t in k for t in a.only)}
     print(
         f"{n} items, {len(specs)} batches; wrapper {type(ig.sess).__name__}; load {os.getloadavg()[0]:.1f}", flush=True
     )
