@@ -162,9 +162,12 @@ def _made(
         if valid[name] is not common:
             ok[:, s] = valid[name]
     # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first;
-    # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed)
-    divisor = np.where(ok.transpose(0, 2, 1), _ONE, _INF)
-    divisor[:, :, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
+    # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed).  Made [B, S, T] and
+    # copied C-ordered once: np.where of the transposed mask was laid out as the mask, and every run's binding (or
+    # onnxruntime's own run) copied the feed to read it (~14 µs a run of a MiniLM batch, bench/RESULTS.md session 24)
+    divisor = np.where(ok, _ONE, _INF)
+    divisor[:, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
+    divisor = np.ascontiguousarray(divisor.transpose(0, 2, 1))
     dist, near = _per_length(t)
     feeds = {
         REAL: real.astype(np.float32)[:, None, None, :],

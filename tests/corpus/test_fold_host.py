@@ -150,7 +150,7 @@ def test_stat_feeds_of_a_batch_like_a_recent_one_are_its_own():
     """The last batches' feeds are kept (a length-sorted corpus repeats them): a batch that differs from a kept one
     in one thing only (a length, a special key, a special key past T, T itself, causal rows, one item less, special
     keys given or not) gets its own feeds, equal to 9077fb9's; the same batch again gets the same read-only
-    arrays; the caller's arrays changed in place after a call change nothing kept."""
+    C-ordered arrays; the caller's arrays changed in place after a call change nothing kept."""
     rng = np.random.default_rng(7)
     b, t = 6, 10
     lengths = np.full(b, t)
@@ -184,6 +184,7 @@ def test_stat_feeds_of_a_batch_like_a_recent_one_are_its_own():
     again = sf.stat_feeds(lengths.copy(), special.copy(), t)
     assert all(again[0][n] is a for n, a in first[0].items()) and again[1] is first[1]
     assert not any(a.flags.writeable for a in (*first[0].values(), first[1]))
+    assert all(a.flags.c_contiguous for a in first[0].values())  # (fed as they are: no binding copies one a run)
     ln, sp = lengths.copy(), special.copy()
     sf.stat_feeds(ln, sp, t)
     ln[0], sp[0, 3] = 4, True  # (the caller's arrays, reused for the next batch)
