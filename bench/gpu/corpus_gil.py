@@ -6,8 +6,8 @@ process, ms a batch: plain; ``many d4`` as shipped; with a shorter GIL switch in
 this tree's (the same partials, more host CPU); with each batch's fold skipped (``InGraphReducer.partial``: finish and
 fold_items); with the task's ``combine`` after it (a worker's whole task); the raw session, the wrapped one and the
 memory check with onnxruntime's plain run (no I/O binding) from 4 threads.  Session 24 (gil24): ``many d4`` with
-the host work of before gil24 (REAL built and fed [B, 1, T, T], every batch's statistics feeds made anew, the
-statistics run bound: page-locked on CUDA, onnxruntime-allocated on the CPU), and with the statistics through
+the host work of before gil24 (REAL built and fed [B, 1, T, T], every batch's statistics feeds made anew, DIVISOR
+not C-ordered, the statistics run bound: page-locked on CUDA, onnxruntime-allocated on the CPU), and with the statistics through
 onnxruntime's plain run (what gil24 does on the CPU; on CUDA the page-locked binding stays until these rows say).
 
     OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
@@ -86,11 +86,13 @@ def main() -> None:
 
     run_small = GuardedSession.run_small
 
-    def gil23_feeds(lengths, special, t, causal=False):  # before gil24: made each batch, REAL [B, 1, T, T] fed
+    def gil23_feeds(lengths, special, t, causal=False):  # before gil24: made each batch, REAL [B, 1, T, T] fed,
+        # DIVISOR a [B, 1, T, S] view of a [B, 1, S, T] array (copied by every run's binding)
         lengths = np.asarray(lengths, np.int64)
         f, idx = sf._made(lengths, None if special is None else np.asarray(special, bool)[:, :t], t, causal)
         f = dict(f)
         f[sf.REAL] = np.broadcast_to(f[sf.REAL], (len(lengths), 1, t, t)).copy()  # (the graph expands it alike)
+        f[sf.DIVISOR] = np.ascontiguousarray(f[sf.DIVISOR].transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # its layout
         return f, idx
 
     def old_tail(ran, lengths, special, causal, items, k, batch_id):
