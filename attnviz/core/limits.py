@@ -7,6 +7,7 @@ line saying how to raise it (``ATTNVIZ_MAX_<NAME>=N``), so the CLI, the GUI and 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -95,7 +96,13 @@ def set_memory_cap(gb: float | None) -> None:
 
 def memory_cap() -> tuple[int, str]:
     """(bytes, where the number came from) for the memory a single run may need."""
-    raw = os.environ.get(MEMORY_ENV)
+    return _cap(os.environ.get(MEMORY_ENV))
+
+
+@functools.lru_cache(maxsize=8)
+def _cap(raw: str | None) -> tuple[int, str]:
+    """:func:`memory_cap` of the environment's ``raw`` setting: kept, as the machine's memory does not change (every
+    run's memory check asks, ~5 µs a time, most of it the sentence; a bad setting raises each time: not kept)."""
     if raw:
         try:
             gb = float(raw)

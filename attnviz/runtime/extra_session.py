@@ -27,3 +27,10 @@ class ExtraSession:
     def run(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The ``fetch`` outputs for ``feeds`` (onnxruntime's errors pass through unchanged)."""
         return run_bound(self._sess, fetch, feeds)
+
+    def run_small(self, fetch: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """:meth:`run` for outputs of a few hundred kB at most (a corpus batch's statistics): an in-process session's
+        cheapest way to them (:meth:`attnviz.runtime.guard.GuardedSession.run_small`); the crash-isolation child's
+        as :meth:`run` (its replies are pickled or in its slots already)."""
+        small = getattr(self._sess, "run_small", None)
+        return small(fetch, feeds) if small is not None else run_bound(self._sess, fetch, feeds)

@@ -100,6 +100,17 @@ class GuardedSession:
             return self.outputs.run(self._sess, list(names), feeds)
         return run_bound(self._sess, list(names), feeds)  # onnxruntime's session: bound as any in-process run is
 
+    def run_small(self, names, feeds) -> list:
+        """:meth:`run_bound` for outputs of a few hundred kB at most (a corpus batch's statistics): where nothing is
+        bound (no output kept on the device, no page-locked buffers: a CPU session) onnxruntime's own run, which
+        costs less host time than a binding for such outputs (a MiniLM batch's sums and picks, bench/RESULTS.md
+        session 24: ~20 µs a run, most of it under the GIL).  On CUDA they still go into page-locked buffers (a
+        copy the device makes itself, where a pageable one is staged through the driver on the host), until a
+        device measures that the plain run costs less there too (bench/gpu/corpus_gil.py's plain-run rows)."""
+        if self.keep is None and self.outputs is None:
+            return self.run(names, feeds)
+        return self.run_bound(names, feeds)
+
     def helper_memory(self):
         """How this session holds memory (:func:`attnviz.runtime.kept.helper_memory`)."""
         from attnviz.runtime.kept import helper_memory

@@ -10,6 +10,8 @@ statistics session is read back whole from the cache (runtime/light_model.py), i
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -19,8 +21,8 @@ from attnviz.core.score_direction import direction
 from attnviz.core.stats import ROW_STATS
 
 # extra graph inputs, shared by every site (built per batch by :func:`stat_feeds`)
-# [B, 1, T, T] float32: 1 where the key is a real token (the same for every row: a mask as wide as the map's last two
-# axes multiplies it at a quarter less cost than a [B, 1, 1, T] one, which onnxruntime broadcasts one row at a time)
+# [B, 1, 1, T] float32: 1 where the key is a real token, the same for every row: the graph expands it to [B, 1, T, T]
+# (statgraph._Nodes.real), where the host built and fed B·T² floats a batch (1 MB at T = 88, sent to the device)
 REAL = "attnviz_stat_real"
 # [B, 1, T, K] float32: the key-weight table one MatMul reads every row against: KEY_COLUMNS, then one column per
 # special key (slots 0, 1, ... of each item, in key order)
@@ -94,12 +96,40 @@ def _per_length(t: int) -> tuple[np.ndarray, np.ndarray]:
     return dist, near
 
 
+# the last batches' feeds (read-only): a length-sorted corpus cuts runs of batches of one length whose items all have
+# the same special keys ([CLS] and [SEP] where a BERT tokenizer puts them): half the batches of a 10k-line corpus
+# repeat the batch before them (bench/RESULTS.md, session 24), and each cost ~0.1-0.15 ms of host time under the GIL
+_MEMO: OrderedDict[tuple, tuple[dict[str, np.ndarray], np.ndarray]] = OrderedDict()
+_MEMO_SIZE = 4  # (a few MB at most: ~0.3 MB an entry at T = 88, B = 32; a repeat is the batch before, or just before)
+_MEMO_LOCK = threading.Lock()  # (the runs in flight of BatchReducer.many call this from several threads)
+
+
 def stat_feeds(
     lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool = False
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The extra inputs for one right-padded batch (``lengths [B]`` real tokens, ``special [B, T]`` special
-    keys), and the key position of each special slot ``[B, n]``."""
+    keys), and the key position of each special slot ``[B, n]``: read-only arrays, the same ones for a batch of
+    the same lengths, special keys, T and ``causal`` as one of the last few (what they depend on, byte for byte)."""
     lengths = np.asarray(lengths, np.int64)
+    sp = None if special is None else np.asarray(special, bool)[:, :t]
+    key = (int(t), bool(causal), lengths.shape, lengths.tobytes(), None if sp is None else (sp.shape, sp.tobytes()))
+    with _MEMO_LOCK:
+        got = _MEMO.get(key)
+        if got is not None:
+            _MEMO.move_to_end(key)
+    if got is None:
+        got = _made(lengths, sp, int(t), bool(causal))
+        with _MEMO_LOCK:
+            _MEMO[key] = got
+            while len(_MEMO) > _MEMO_SIZE:
+                _MEMO.popitem(last=False)
+    return dict(got[0]), got[1]
+
+
+def _made(
+    lengths: np.ndarray, special: np.ndarray | None, t: int, causal: bool
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """:func:`stat_feeds` computed (``special`` bool and cut to ``t`` already), its arrays made read-only."""
     b = len(lengths)
     ar = np.arange(t)
     real = ar[None, :] < lengths[:, None]
@@ -125,18 +155,22 @@ def stat_feeds(
     sp_off[:, 0, k:] = np.where(keep, 0.0, -2.0)
     sp_off[:, 1, k:] = np.where(keep & (idx > 0), 0.0, -2.0)
     valid, seen = valid_rows(lengths, t, causal)
+    common = valid[ROW_STATS[0]]  # valid_rows' real rows: most statistics' mask is that one array
     ok = np.empty((b, len(ROW_STATS), t), bool)  # [B, S, T]
-    ok[:] = real[:, None]
-    for s, name in enumerate(ROW_STATS):  # (most statistics count the real rows: valid_rows' same array)
-        if valid[name] is not real:
+    ok[:] = common[:, None]
+    for s, name in enumerate(ROW_STATS):  # (compared with valid_rows' own array: the local real is another)
+        if valid[name] is not common:
             ok[:, s] = valid[name]
     # finite / inf = 0: rows that do not count add nothing.  [B, 1, T, S]: the values are divided rows first;
-    # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed)
-    divisor = np.where(ok.transpose(0, 2, 1), _ONE, _INF)
-    divisor[:, :, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
+    # "broad"'s divisor is log2 of the keys a row sees (float64, then float32 as the feed).  Made [B, S, T] and
+    # copied C-ordered once: np.where of the transposed mask was laid out as the mask, and every run's binding (or
+    # onnxruntime's own run) copied the feed to read it (~14 µs a run of a MiniLM batch, bench/RESULTS.md session 24)
+    divisor = np.where(ok, _ONE, _INF)
+    divisor[:, _BROAD] = np.where(ok[:, _BROAD], np.log2(np.maximum(seen, 2)).astype(np.float32), _INF)
+    divisor = np.ascontiguousarray(divisor.transpose(0, 2, 1))
     dist, near = _per_length(t)
     feeds = {
-        REAL: np.broadcast_to(real.astype(np.float32)[:, None, None, :], (b, 1, t, t)).copy(),
+        REAL: real.astype(np.float32)[:, None, None, :],
         KEYW: keyw[:, None],
         DIST: dist,
         SP_OFF: sp_off[:, None],
@@ -145,6 +179,8 @@ def stat_feeds(
         NEAR: near,
         BHTT: np.array([b, -1, t, t], np.int64),
     }
+    for a in (*feeds.values(), idx):
+        a.flags.writeable = False
     return feeds, idx
 
 

@@ -97,8 +97,10 @@ def supported(g: gr.Graph, s: gr.Site) -> bool:
 class _Nodes:
     """Appends nodes with fresh names to a graph (only ops whose signature is the same from opset 11 on)."""
 
-    def __init__(self, graph: onnx.GraphProto, prefix: str):
+    def __init__(self, graph: onnx.GraphProto, prefix: str, made: dict[str, str] | None = None):
+        """``made``: tensors made once for every set in ``graph`` (shared by the sets' own ``_Nodes``)."""
         self.graph, self.prefix, self.n = graph, prefix, 0
+        self.made = {} if made is None else made
 
     def __call__(self, op: str, inputs: list[str], **attrs) -> str:
         self.n += 1
@@ -108,6 +110,18 @@ class _Nodes:
 
     def const(self, value, dtype=np.int64) -> str:
         return self("Constant", [], value=numpy_helper.from_array(np.asarray(value, dtype)))
+
+    def real(self) -> str:
+        """REAL (fed ``[B, 1, 1, T]``) expanded to ``[B, 1, T, T]``, once in this graph, where a set first reads it:
+        the host neither builds nor sends B·T² floats (on a GPU a copy to the device each batch), and the Mul reads
+        a mask as wide as the map, which onnxruntime's CPU kernel multiplies a quarter faster than a broadcast row.
+        Made in the graph of the set that reads it: a trusting set's exact branch (an If body) expands it only
+        when it runs."""
+        if "real" not in self.made:
+            t = self("Slice", [self("Shape", [REAL]), self.const([-1]), self.const([np.iinfo(np.int64).max])])
+            to = self("Concat", [self.const([1, 1]), t, self.const([1])], axis=0)
+            self.made["real"] = self("Expand", [REAL, to])
+        return self.made["real"]
 
     def multi(self, op: str, inputs: list[str], n: int, **attrs) -> list[str]:
         self.n += 1
@@ -187,7 +201,7 @@ def _site_nodes(
     0, the special keys, each special key alone).  Diagonal, previous and next are read at 3T points a map; the
     rest works on ``[B, H, k, T]``: one reciprocal of the row sum per row (row_stats' arithmetic), then one MatMul
     against MIX puts entropy (bits) and the normalised masses into ROW_STATS order, signed."""
-    pm = nd("Mul", [p, REAL]) if exact or x is None else p  # padded keys dropped; rows renormalised by the row sum
+    pm = nd("Mul", [p, nd.real()]) if exact or x is None else p  # padded keys dropped; rows renormalised by the row sum
     row = nd.const([0, 0, 1, -1])  # a [B, H, T] (or [B, H, T, 1]) column as one [B, H, 1, T] row of the tail
 
     def across(x: str) -> str:
@@ -329,7 +343,7 @@ def stats_model(
     s = len(ROW_STATS)
     m.graph.input.extend(
         [
-            helper.make_tensor_value_info(REAL, f32, ["B", 1, "T", "T"]),
+            helper.make_tensor_value_info(REAL, f32, ["B", 1, 1, "T"]),
             helper.make_tensor_value_info(KEYW, f32, ["B", 1, "T", "K"]),
             helper.make_tensor_value_info(DIST, f32, ["T", "T"]),
             helper.make_tensor_value_info(SP_OFF, f32, ["B", 1, 2, "K"]),
@@ -345,14 +359,15 @@ def stats_model(
     batch = None
     # per-site sets read ln p off the scores where the map is a Softmax's own float32 output (no Log over the map)
     scores = {} if join else _softmax_inputs(m, g, [exposed.outputs[i] for i in on])
+    made: dict[str, str] = {}  # (the expanded REAL, made once for every set of the graph: _Nodes.real)
     if not join:  # (the statistics' nodes read the masked map, which has B whatever the site's leading axis)
-        shared = _Nodes(m.graph, "attnviz_stat_")
+        shared = _Nodes(m.graph, "attnviz_stat_", made)
         batch = shared("Slice", [shared("Shape", [REAL]), shared.const([0]), shared.const([1])])
         shared.graph.node.append(
             helper.make_node("Concat", [batch, shared.const([1, 1, 1])], [BATCH_1111], name=BATCH_1111, axis=0)
         )
     for members in [on] if join else [[i] for i in on]:
-        nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_")
+        nd = _Nodes(m.graph, f"attnviz_stat{members[0]}_", made)
         x = None
         if join:  # [B, heads, T, T] for every rank but 2 (and [H, T, T] for B items): those fail, see above
             ps = [nd("Reshape", [nd("Cast", [exposed.outputs[i]], to=f32), BHTT]) for i in members]

@@ -128,14 +128,70 @@ def test_stat_feeds_are_the_feeds_they_replaced(causal):
         b, t = int(rng.integers(1, 9)), int(rng.integers(1, 20))
         lengths = rng.integers(0, t + 1, b)
         special = None if i % 5 == 0 else rng.random((b, t + int(rng.integers(0, 3)))) < rng.choice([0.0, 0.2, 0.6])
-        got, idx = sf.stat_feeds(lengths, special, t, causal)
         want, want_idx = reference_stat_feeds(lengths, special, t, causal)
-        assert np.array_equal(idx, want_idx) and idx.dtype == want_idx.dtype
-        assert got.keys() == want.keys()
-        for name, w in want.items():
-            a = got[name]
-            assert (a.dtype, a.shape) == (w.dtype, w.shape), name
-            assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(w).tobytes(), (i, name)
+        for _ in range(2):  # made, then the same batch again (sf._MEMO's)
+            _assert_feeds(sf.stat_feeds(lengths, special, t, causal), want, want_idx, i)
+
+
+def _assert_feeds(got_idx, want: dict, want_idx: np.ndarray, what: object = "") -> None:
+    got, idx = got_idx
+    assert np.array_equal(idx, want_idx) and idx.dtype == want_idx.dtype
+    assert got.keys() == want.keys()
+    for name, w in want.items():
+        a = got[name]
+        if name == sf.REAL:  # fed [B, 1, 1, T] now: the graph expands it to the [B, 1, T, T] it was fed
+            assert a.shape == (*w.shape[:2], 1, w.shape[3]), a.shape
+            a = np.broadcast_to(a, w.shape)
+        assert (a.dtype, a.shape) == (w.dtype, w.shape), name
+        assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(w).tobytes(), (what, name)
+
+
+def test_stat_feeds_of_a_batch_like_a_recent_one_are_its_own():
+    """The last batches' feeds are kept (a length-sorted corpus repeats them): a batch that differs from a kept one
+    in one thing only (a length, a special key, a special key past T, T itself, causal rows, one item less, special
+    keys given or not) gets its own feeds, equal to 9077fb9's; the same batch again gets the same read-only
+    C-ordered arrays; the caller's arrays changed in place after a call change nothing kept."""
+    rng = np.random.default_rng(7)
+    b, t = 6, 10
+    lengths = np.full(b, t)
+    lengths[-1] = 7
+    special = np.zeros((b, t + 2), bool)
+    special[:, 0] = special[np.arange(b), lengths - 1] = True
+    more = special.copy()
+    more[2, 4] = True
+    past = special.copy()
+    past[1, t] = True  # beyond T: cut off, the same batch
+    shorter = lengths.copy()
+    shorter[-1] = 6
+    cases = [
+        (lengths, special, t, False),
+        (lengths, more, t, False),
+        (shorter, special, t, False),
+        (lengths, special, t, True),
+        (lengths, None, t, False),
+        (lengths[:-1], special[:-1], t, False),
+        (np.minimum(lengths, t - 1), special, t - 1, False),
+        (np.minimum(lengths, t - 1), None, t - 1, False),
+        (np.minimum(lengths, t - 1), None, t, False),
+        (lengths, past, t, False),
+    ]
+    for _ in range(3):
+        for j in rng.permutation(len(cases)):
+            ln, sp, tt, causal = cases[j]
+            want, want_idx = reference_stat_feeds(ln, sp, tt, causal)
+            _assert_feeds(sf.stat_feeds(ln, sp, tt, causal), want, want_idx, j)
+    first = sf.stat_feeds(lengths, special, t)
+    again = sf.stat_feeds(lengths.copy(), special.copy(), t)
+    assert all(again[0][n] is a for n, a in first[0].items()) and again[1] is first[1]
+    assert not any(a.flags.writeable for a in (*first[0].values(), first[1]))
+    assert all(a.flags.c_contiguous for a in first[0].values())  # (fed as they are: no binding copies one a run)
+    ln, sp = lengths.copy(), special.copy()
+    sf.stat_feeds(ln, sp, t)
+    ln[0], sp[0, 3] = 4, True  # (the caller's arrays, reused for the next batch)
+    want, want_idx = reference_stat_feeds(ln, sp, t, False)
+    _assert_feeds(sf.stat_feeds(ln, sp, t), want, want_idx)
+    want, want_idx = reference_stat_feeds(lengths, special, t, False)
+    _assert_feeds(sf.stat_feeds(lengths, special, t), want, want_idx)
 
 
 def test_real_batches_through_the_session(tmp_path):
