@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from attnviz import AttnvizError
+from attnviz.core.setting_words import fix
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def memory_cap() -> tuple[int, str]:
             gb = math.nan
         if not (math.isfinite(gb) and gb > 0):
             raise AttnvizError(f"{MEMORY_ENV}={raw!r}: give a size in GB above 0 (e.g. 16)")
-        return int(gb * GB), f"--max-memory {gb:g}"
+        return int(gb * GB), fix("cap_given", gb=f"{gb:g}")
     ram = physical_memory()
     if ram is None:
         return int(8 * GB), "the default of 8 GB"
@@ -157,7 +158,7 @@ def check_memory(
         more = math.ceil(need / GB * 1.1)
         raise MemoryRefused(
             f"{what} needs about {size_text(need)}{detail}, over the memory cap of {size_text(cap)} ({source}); "
-            f"{hint}, or raise the cap with --max-memory {more} (or {MEMORY_ENV}={more}) if this machine has it",
+            f"{hint}, or {fix('raise_cap_or_env', gb=more, env=MEMORY_ENV)} if this machine has it",
             int(min(need, 2**63 - 1)),
             cap,
         )
