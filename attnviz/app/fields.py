@@ -34,6 +34,8 @@ WINDOW_FIXES = {
     "beams_frames": "beams: the hypotheses' runs gave {label} different frames; set beams to 1",
     "beams_frames_some": "beams: {label} is a vision tower's frames in some hypotheses' runs only; set beams to 1",
     "more_steps": "set generate higher",
+    "fewer_steps": "set generate lower",
+    "smaller_figure": "export a view of fewer tokens",  # the window's export sizes the figure by the map
     "room": "{name}'s decoder holds {positions} positions; a prompt of {prompt} tokens and generate {generate} need "
     "{fed}: set generate to {most} or fewer",
     "room_pair": " (or a shorter transcript)",
@@ -63,7 +65,7 @@ WINDOW_FIXES = {
 # what a refusal raised by a window's run says (core/setting_words.py): the field, never a flag the window has no
 # place for ("set max seconds to 30 to keep the first 30 s, or to 31 to take it all")
 WINDOW = Wording(
-    names=LABELS,
+    names={**LABELS, "output": ""},  # an export's file: the one its dialog chose ("choose a writable folder")
     give="set {name} to {value}",
     again="to {value}",
     by="by setting {name} to {value}",

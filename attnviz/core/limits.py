@@ -20,6 +20,7 @@ class Limit:
     default: int
     unit: str
     hint: str  # what the user can change instead of raising the limit
+    fix: str | None = None  # ... where that names a setting: its key in core/setting_words.FIXES (hint: the CLI's)
 
     def env(self, name: str) -> str:
         return f"ATTNVIZ_MAX_{name.upper()}"
@@ -29,8 +30,8 @@ class Limit:
 LIMITS = {
     "tokens": Limit(16_384, "tokens", "shorten the text"),
     "pixels": Limit(40_000_000, "pixels", "shrink the image"),
-    "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in"),
-    "generate": Limit(1_024, "steps", "ask for fewer --generate steps"),
+    "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in", fix="smaller_figure"),
+    "generate": Limit(1_024, "steps", "ask for fewer --generate steps", fix="fewer_steps"),
     "output_mb": Limit(8_192, "MB", "use a shorter input or fewer layers"),
     # real exports stay far below (GPT-2 ~3,000 nodes, 32-layer decoders ~30,000): graph work is per node in Python
     "nodes": Limit(100_000, "nodes", "simplify or split the graph"),
@@ -62,7 +63,7 @@ def check(name: str, value: float, what: str) -> None:
         shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
         raise AttnvizError(
             f"{what}: {shown} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
-            f"{lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}"
+            f"{fix(lim.fix) if lim.fix else lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}"
         )
 
 

@@ -53,6 +53,8 @@ FIXES = {
     "beams_frames": "--beams: the hypotheses' runs gave {label} different frames; drop --beams",
     "beams_frames_some": "--beams: {label} is a vision tower's frames in some hypotheses' runs only",
     "more_steps": "give more --generate steps",
+    "fewer_steps": "ask for fewer --generate steps",  # over the steps' limit (core/limits.py)
+    "smaller_figure": "lower --dpi or --width-in",  # over the figure's pixels' limit
     "room": "{name}'s decoder holds {positions} positions; a prompt of {prompt} tokens and --generate {generate} need "
     "{fed}: give --generate {most} or fewer",
     "room_pair": " (or a shorter --text-pair)",
@@ -89,6 +91,7 @@ FLAGS = Wording(
         "max_tokens": "--max-tokens",
         "generate": "--generate",
         "beams": "--beams",
+        "output": "--out",  # the file a run writes (core/writes.py's messages name it)
     },
     give="give {name} {value}",
     again="{name} {value}",
@@ -100,10 +103,9 @@ _WORDING: ContextVar[Wording] = ContextVar("attnviz_setting_words", default=FLAG
 
 
 def _say(template: str, param: str, value: float | None) -> str:
-    w = _WORDING.get()
     # a count as it is (":g" wrote a million tokens as 1e+06), seconds without trailing zeros
     shown = f"{value:g}" if isinstance(value, float) else str(value)
-    return template.format(name=w.names.get(param) or FLAGS.names[param], value=shown)
+    return template.format(name=name(param), value=shown)
 
 
 def setting(param: str, value: float | None) -> str:
@@ -112,11 +114,13 @@ def setting(param: str, value: float | None) -> str:
 
 
 def name(param: str) -> str:
-    """The setting itself: ``--max-tokens`` (the window: ``max tokens``)."""
-    return _WORDING.get().names.get(param) or FLAGS.names[param]
+    """The setting itself: ``--max-tokens`` (the window: ``max tokens``; "" where the window's message needs no name:
+    its export file is the one its dialog just chose)."""
+    names = _WORDING.get().names
+    return names[param] if param in names else FLAGS.names[param]
 
 
-def fix(key: str, wording: Wording | None = None, **values: object) -> str:
+def fix(key: str, wording: Wording | None = None, /, **values: object) -> str:
     """The fix ``key`` of :data:`FIXES` in the words of who asked (or of ``wording``), its values filled in."""
     w = wording or _WORDING.get()
     return (w.fixes.get(key) or FLAGS.fixes[key]).format(**values)
