@@ -59,6 +59,7 @@ WINDOW_FIXES = {
     "alignment_heads": "fix it",
     "alignment_head": "fix it",
     "no_audio": OPEN_AUDIO,
+    "gold_file": "word times file",
     "cut_text": "the text as max tokens cut it",
     "cut_what": "{what} as max tokens cut it",
 }

@@ -79,6 +79,7 @@ FIXES = {
     "alignment_heads": "fix it or name the heads with --heads",
     "alignment_head": "fix it or give --heads",
     "no_audio": "File ▸ Open audio…, or --audio FILE",
+    "gold_file": "--gold file",  # reference word times (align-audio --gold; the window's File ▸ Load word times)
     # a run's notes (info["notes"]): what the cut kept, named as it was set
     "cut_text": "the text as --max-tokens cut it",
     "cut_what": "{what} as --max-tokens cut it",

@@ -311,4 +311,4 @@ def read_gold(path: str | Path, tier: str | None = None) -> list[ag.GoldWord]:
     from attnviz.core.untrusted import read_bytes
 
     p = Path(path)
-    return ag.parse_gold(read_bytes(p, "--gold file", ag.MAX_BYTES), p.name, tier)
+    return ag.parse_gold(read_bytes(p, fix("gold_file"), ag.MAX_BYTES), p.name, tier)

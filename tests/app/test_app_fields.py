@@ -75,12 +75,13 @@ def _said(make) -> str:
     return out if isinstance(out, str) else str(out)
 
 
-def _messages(monkeypatch) -> dict[str, object]:
+def _messages(monkeypatch, big) -> dict[str, object]:
     """Each changed producer, by name: called as a run calls it (the refusal raised, or the note or line made)."""
     from attnviz.app.run_facts import run_fact
     from attnviz.core import audio_view, limits
     from attnviz.runtime import errors, inputs, sample
     from attnviz.runtime.audio_notes import cut_note
+    from attnviz.runtime.audio_words import read_gold
     from attnviz.runtime.beam_result import merge_beams
     from attnviz.runtime.limits import PositionLimit
     from attnviz.runtime.request import AnalyzeRequest
@@ -109,6 +110,7 @@ def _messages(monkeypatch) -> dict[str, object]:
         "cut_flag": lambda: cut_flag(1_000_000),
         "no_audio": audio_view.no_audio,
         "maps_kept": lambda: run_fact("mode", "ondemand")[1],
+        "gold_file": lambda: read_gold(big),
     }
 
 
@@ -140,6 +142,7 @@ CLI = {
     "cut_flag": "(--max-tokens 1000000)",
     "no_audio": "Audio regions need a speech model run on a sound (a Whisper or wav2vec2 folder with an audio file: "
     "File ▸ Open audio…, or --audio FILE); this result has no audio",
+    "gold_file": "--gold file {big}: larger than 16 MB; this is not a --gold file attnviz can use",
 }
 
 # ... and the window's: the field as the input panel labels it, or what its user can do there
@@ -172,17 +175,23 @@ IN_WINDOW = {
     "cut_flag": "(max tokens 1000000)",
     "no_audio": "Audio regions need a speech model run on a sound (a Whisper or wav2vec2 folder with an audio file: "
     "File ▸ Open audio…); this result has no audio",
+    "gold_file": "word times file {big}: larger than 16 MB; this is not a word times file attnviz can use",
 }
 
 
-def test_the_command_line_keeps_its_words_and_the_window_says_its_own(monkeypatch):
-    made = _messages(monkeypatch)
+def test_the_command_line_keeps_its_words_and_the_window_says_its_own(monkeypatch, tmp_path):
+    from attnviz.core import audio_gold
+
+    big = tmp_path / "times.tsv"
+    with open(big, "wb") as f:  # one byte past the reader's cap (a sparse file: nothing written)
+        f.truncate(audio_gold.MAX_BYTES + 1)
+    made = _messages(monkeypatch, big)
     for key, want in CLI.items():
-        assert _said(made[key]) == want, key
+        assert _said(made[key]) == want.format(big=big), key
     with worded(WINDOW):
         for key, want in IN_WINDOW.items():
             got = _said(made[key])
-            assert got == want, key
+            assert got == want.format(big=big), key
             assert "--" not in got, key
     assert _said(made["maps_kept"]) == "per head, recomputed when shown"  # the sidebar's alone: no flag anywhere
 
