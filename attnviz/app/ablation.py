@@ -20,6 +20,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import shown_stack
+from attnviz.core.setting_words import fix
 
 if TYPE_CHECKING:
     from attnviz.core.attention import Block, SiteInfo
@@ -145,7 +146,7 @@ def check_ablatable(model: AttnModel | None, request: AnalyzeRequest | None) -> 
     if request.feeds is None and model.pair_with_encoder() is not None:
         raise AttnvizError(
             f"{model.path.name} is the decoder of an export: switching its heads off needs the encoder's states "
-            "(open the merged model file, or run attnviz ablate --inputs FEEDS.npz)"
+            f"{fix('ablate_feeds')}"
         )
 
 

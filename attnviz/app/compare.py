@@ -143,11 +143,8 @@ def compare_with(
     require_input(request, model_b.path)
     if progress is not None:
         progress(-1, f"running {name} for the comparison…")
-    from attnviz.app.fields import WINDOW
-    from attnviz.core.setting_words import worded
-
-    with worded(WINDOW):  # the window's comparison: B's refusal names the field A's run was set with
-        result_b = model_b.analyze_request(request, progress=progress, cancelled=cancelled)
+    # in the window's worker pool, whose wording (app/fields.WINDOW) names the field A's run was set with
+    result_b = model_b.analyze_request(request, progress=progress, cancelled=cancelled)
     if request.generate and result_a.info.get("generated_ids") != result_b.info.get("generated_ids"):
         raise AttnvizError(
             f"A and {name} generated different words, so their maps are over different sequences; compare them "

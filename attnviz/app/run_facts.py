@@ -21,11 +21,9 @@ class RunFact:
 
 
 RUN_FACTS: dict[str, RunFact] = {
-    # --memory auto|dense|ondemand (the CLI's flag): how the maps were kept
-    "mode": RunFact(
-        "maps kept",
-        {"dense": "all in memory (--memory dense)", "ondemand": "per head, recomputed when shown (--memory ondemand)"},
-    ),
+    # how the maps were kept (the CLI's --memory auto|dense|ondemand; the window has no such control, so its
+    # sidebar says what the mode means and names no flag)
+    "mode": RunFact("maps kept", {"dense": "all in memory", "ondemand": "per head, recomputed when shown"}),
     # where a generation's loop kept its key/value cache between steps (runtime/model_loop.py)
     "loop_cache": RunFact(
         "generation cache", {"numpy": "host memory", "cpu": "host memory (IO binding)", "cuda": "GPU memory"}

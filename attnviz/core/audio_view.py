@@ -20,16 +20,21 @@ import numpy as np
 
 from attnviz.core import view as vm
 from attnviz.core.attention import AttentionResult, AudioTrack, Block
+from attnviz.core.setting_words import Wording, fix
 
 ENVELOPE_BINS = 2000  # the waveform is drawn as min/max per bin: the same few thousand numbers on screen and paper
 SPEC_FLOOR = 0.15  # the loudest spectrogram cell's grey (0 = black): dark enough to read, not so dark the heat hides
 CURVE_COLOUR = vm.HEAD_COLOURS[0]
 QUERY_COLOUR = vm.HEAD_COLOURS[1]  # the clicked frame's mark on the sound
 SPAN_COLOUR = vm.HEAD_COLOURS[2]  # word spans (start-end) on the waveform
-NO_AUDIO = (
-    "Audio regions need a speech model run on a sound (a Whisper or wav2vec2 folder with an audio file: File ▸ "
-    "Open audio…, or --audio FILE); this result has no audio"
-)
+
+
+def no_audio(wording: Wording | None = None) -> str:
+    """Why Audio regions draw nothing, naming how to give a sound in the words of who asks (the window: its menu)."""
+    return (
+        "Audio regions need a speech model run on a sound (a Whisper or wav2vec2 folder with an audio file: "
+        f"{fix('no_audio', wording)}); this result has no audio"
+    )
 
 
 @dataclass(frozen=True)
@@ -189,7 +194,7 @@ def audio_view(result: AttentionResult, sel: vm.Selection, blocks: list[Block] |
     src = audio_source(result, blocks, sel)
     track = result.audio
     if src is None or track is None:
-        raise vm.ViewError(NO_AUDIO, param="audio")
+        raise vm.ViewError(no_audio(), param="audio")
     bi, kind = src
     blk = blocks[bi]
     s = vm.clamp(

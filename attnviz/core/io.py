@@ -43,6 +43,7 @@ from attnviz.core.attention import (
     TokenAxis,
 )
 from attnviz.core.frames import MAX_FRAMES, FramesMap
+from attnviz.core.setting_words import name as setting_name
 from attnviz.core.untrusted import npz_problem, open_regular, parse_json
 from attnviz.core.words import dtype_words
 from attnviz.core.writes import atomic_path
@@ -94,7 +95,7 @@ def save_npz(result: AttentionResult, path: str | os.PathLike) -> Path:
         arrays["generated"] = np.array(result.generated, dtype=str)
     arrays["prompt_len"] = np.array(result.prompt_len, dtype=np.int64)
     arrays["info"] = np.array(json.dumps(result.info, default=str))
-    with atomic_path(path, "--out") as tmp:
+    with atomic_path(path, setting_name("output")) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for name, value in arrays.items():
                 a = np.asarray(value() if callable(value) else value)

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from attnviz import AttnvizError
+from attnviz.core.setting_words import fix
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Limit:
     default: int
     unit: str
     hint: str  # what the user can change instead of raising the limit
+    fix: str | None = None  # ... where that names a setting: its key in core/setting_words.FIXES (hint: the CLI's)
 
     def env(self, name: str) -> str:
         return f"ATTNVIZ_MAX_{name.upper()}"
@@ -29,8 +31,8 @@ class Limit:
 LIMITS = {
     "tokens": Limit(16_384, "tokens", "shorten the text"),
     "pixels": Limit(40_000_000, "pixels", "shrink the image"),
-    "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in"),
-    "generate": Limit(1_024, "steps", "ask for fewer --generate steps"),
+    "figure_pixels": Limit(100_000_000, "pixels", "lower --dpi or --width-in", fix="smaller_figure"),
+    "generate": Limit(1_024, "steps", "ask for fewer --generate steps", fix="fewer_steps"),
     "output_mb": Limit(8_192, "MB", "use a shorter input or fewer layers"),
     # real exports stay far below (GPT-2 ~3,000 nodes, 32-layer decoders ~30,000): graph work is per node in Python
     "nodes": Limit(100_000, "nodes", "simplify or split the graph"),
@@ -62,7 +64,7 @@ def check(name: str, value: float, what: str) -> None:
         shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
         raise AttnvizError(
             f"{what}: {shown} {lim.unit} is over the limit of {cap:,} {lim.unit}; "
-            f"{lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}"
+            f"{fix(lim.fix) if lim.fix else lim.hint}, or raise the limit with {lim.env(name)}={math.ceil(value)}"
         )
 
 
@@ -110,7 +112,7 @@ def _cap(raw: str | None) -> tuple[int, str]:
             gb = math.nan
         if not (math.isfinite(gb) and gb > 0):
             raise AttnvizError(f"{MEMORY_ENV}={raw!r}: give a size in GB above 0 (e.g. 16)")
-        return int(gb * GB), f"--max-memory {gb:g}"
+        return int(gb * GB), fix("cap_given", gb=f"{gb:g}")
     ram = physical_memory()
     if ram is None:
         return int(8 * GB), "the default of 8 GB"
@@ -164,7 +166,7 @@ def check_memory(
         more = math.ceil(need / GB * 1.1)
         raise MemoryRefused(
             f"{what} needs about {size_text(need)}{detail}, over the memory cap of {size_text(cap)} ({source}); "
-            f"{hint}, or raise the cap with --max-memory {more} (or {MEMORY_ENV}={more}) if this machine has it",
+            f"{hint}, or {fix('raise_cap_or_env', gb=more, env=MEMORY_ENV)} if this machine has it",
             int(min(need, 2**63 - 1)),
             cap,
         )

@@ -24,6 +24,7 @@ from attnviz import AttnvizError, __version__
 from attnviz.core import limits
 from attnviz.core.attention import AttentionResult
 from attnviz.core.rows import beam_rows, pick_row
+from attnviz.core.setting_words import name as setting_name
 from attnviz.core.view import Selection
 from attnviz.core.writes import atomic_write_bytes
 from attnviz.figures.spec import FORMATS, VIEWS, FigureSpec, FigureStyle
@@ -221,12 +222,13 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: float | None = None) -> byt
     return buf.getvalue()
 
 
-def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str = "--out") -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str | None = None) -> Path:
     """Write ``fig`` to ``path`` (format from the suffix) atomically: temp file in the same folder + rename.
 
     A failed write never leaves a half-written file or touches an existing one.  ``flag``: the option that named
-    ``path``, for the messages (``compare --figure``).
+    ``path``, for the messages (``compare --figure``; by default ``--out``, and no flag in the window's export).
     """
+    flag = setting_name("output") if flag is None else flag
     return atomic_write_bytes(path, encoded_figure(fig, path, dpi, flag), flag)
 
 
@@ -240,20 +242,25 @@ def save_figure_and_recipe(
     from attnviz.figures.recipe import RECIPE_FLAG, recipe_bytes
 
     data = encoded_figure(fig, path, dpi)
-    atomic_write_files([(path, data, "--out"), (recipe_path, recipe_bytes(recipe, recipe_path), RECIPE_FLAG)])
+    atomic_write_files(
+        [(path, data, setting_name("output")), (recipe_path, recipe_bytes(recipe, recipe_path), RECIPE_FLAG)]
+    )
     return Path(path)
 
 
-def encoded_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str = "--out") -> bytes:
+def encoded_figure(fig: Figure, path: str | os.PathLike, dpi: float | None = None, flag: str | None = None) -> bytes:
     """``fig`` encoded in the format ``path``'s suffix names, once ``path`` is checked to be writable there (not a
     folder, in one that exists) and a PNG's size within the limit: the bytes :func:`save_figure` writes."""
+    flag = setting_name("output") if flag is None else flag  # "--out"; "" in the window, whose dialog chose the file
     path = Path(path)
     fmt = figure_format(path)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise AttnvizError(f"cannot write {path}: it is a folder; give a file name ending in .{fmt}")
     if not parent.is_dir():
-        raise AttnvizError(f"cannot write {path}: folder {parent} does not exist; create it or choose another {flag}")
+        raise AttnvizError(
+            f"cannot write {path}: folder {parent} does not exist; create it or choose another {flag or 'folder'}"
+        )
     if fmt == "png":  # a raster's memory grows with (inches × dpi)²: estimate before drawing
         w, h = fig.get_size_inches() * float(dpi or fig.dpi)
         limits.check("figure_pixels", w * h, f"the figure {path.name} ({w:.0f}×{h:.0f} px)")

@@ -22,8 +22,9 @@ from PySide6.QtWidgets import (
 from attnviz import AttnvizError
 from attnviz.app import gold, rules, word_times
 from attnviz.app.compare import save_compared
+from attnviz.app.fields import WINDOW
 from attnviz.app.jobs import analyze, open_model_ready, render_and_save
-from attnviz.core.setting_words import Wording
+from attnviz.core.setting_words import Wording, worded
 from attnviz.core.view import Selection
 from attnviz.core.view_names import FIGURE_VIEWS, TAB_VIEWS, tab_title, view_key
 from attnviz.core.writes import command_scope, guard
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else make_settings()
         self.session = Session(self)
         self.workers = WorkerPool(max_threads=2, parent=self)
+        self.workers.wording = WINDOW  # every job's refusal or note names the window's fields, not the CLI's flags
         self._context: dict[int, tuple] = {}  # request id -> what the request was about
         self.workers.returned.connect(self._on_worker_returned)
         self.workers.errored.connect(self._on_worker_errored)
@@ -98,7 +100,6 @@ class MainWindow(QMainWindow):
         self.last_export: Path | None = None
         self.tokenizer: Path | None = None  # a tokenizer.json the user chose (else: metadata / beside the model)
         self.variant: str | None = None  # a Hub repository's quantized siblings (attnviz open --variant)
-        self.wording: Wording | None = None  # how a run's refusal names its fix (None: the input panel's fields)
 
         # views
         self.tabs = QTabWidget()
@@ -172,6 +173,16 @@ class MainWindow(QMainWindow):
         self._build_keys()
         self._restore_layout()
         self.statusBar().showMessage("Open an ONNX model: File ▸ Open model…, or drop an .onnx file on the window.")
+
+    @property
+    def wording(self) -> Wording:
+        """How the window's messages name their fixes: its fields (:data:`attnviz.app.fields.WINDOW`), or the flags
+        of the command that started it where its message is that command's line (``open --screenshot``)."""
+        return self.workers.wording or WINDOW
+
+    @wording.setter
+    def wording(self, wording: Wording) -> None:
+        self.workers.wording = wording
 
     # -- menus ---------------------------------------------------------------------
     def _action(
@@ -549,7 +560,8 @@ class MainWindow(QMainWindow):
         try:
             rules.check_runnable(m)
             if request is None:
-                request = self.inputs.request()
+                with worded(self.wording):  # the fields' own check (beams without generate) names the fields
+                    request = self.inputs.request()
         except AttnvizError as e:
             self.show_error(str(e), param=e.param)
             return

@@ -5,6 +5,9 @@ A QRunnable is not a QObject, so each :class:`Worker` owns a :class:`WorkerSigna
 it may accept ``progress`` (``progress(percent, text)``) and ``cancelled`` (``cancelled() -> bool``)
 keyword arguments, which are passed only when its signature names them.
 
+A pool's ``wording`` (:mod:`attnviz.core.setting_words`) is how its jobs' refusals and notes name their fixes: the
+window's pool names its fields (:data:`attnviz.app.fields.WINDOW`), never a flag it has no place for.
+
 Every worker carries a ``request_id``; the window drops results whose id is not the newest
 (latest request wins).  Cancelling a worker really stops onnxruntime: the callable runs inside
 :func:`attnviz.runtime.host.cancel_scope`, so a remote run in progress kills the child process.
@@ -21,6 +24,7 @@ finished(int)           request id, always last
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import traceback
@@ -28,6 +32,7 @@ from collections.abc import Mapping
 
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
 
+from attnviz.core.setting_words import Wording, worded
 from attnviz.runtime.errors import Cancelled  # the one cancellation type: a progress call raises it here too
 
 
@@ -39,8 +44,9 @@ class WorkerSignals(QObject):
 
 
 class Worker(QRunnable):
-    def __init__(self, fn, *args, request_id: int = 0, kind: str = "", **kwargs):
+    def __init__(self, fn, *args, request_id: int = 0, kind: str = "", words: Wording | None = None, **kwargs):
         super().__init__()
+        self.words = words  # None: the words of whoever runs the callable (the command line's flags)
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
@@ -75,8 +81,9 @@ class Worker(QRunnable):
         from attnviz.runtime.host import cancel_scope
 
         rid = self.request_id
+        words = worded(self.words) if self.words is not None else contextlib.nullcontext()
         try:
-            with cancel_scope(self._cancel.is_set):
+            with cancel_scope(self._cancel.is_set), words:
                 out = self.fn(*self.args, **self.kwargs)
         except BaseException as e:
             # the window prints this under ATTNVIZ_DEBUG=1 after the exception crossed threads, where
@@ -113,6 +120,7 @@ class WorkerPool(QObject):
         self.max_threads = max_threads
         self._live: dict[int, Worker] = {}
         self._next = 0
+        self.wording: Wording | None = None  # how its jobs' messages name their fixes (None: the flags)
 
     def new_id(self) -> int:
         self._next += 1
@@ -120,7 +128,7 @@ class WorkerPool(QObject):
 
     def start(self, fn, *args, kind: str = "", request_id: int | None = None, **kwargs) -> Worker:
         rid = self.new_id() if request_id is None else request_id
-        w = Worker(fn, *args, request_id=rid, kind=kind, **kwargs)
+        w = Worker(fn, *args, request_id=rid, kind=kind, words=self.wording, **kwargs)
         self._live[rid] = w
         w.signals.progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
         w.signals.returned.connect(self._on_returned, Qt.ConnectionType.QueuedConnection)

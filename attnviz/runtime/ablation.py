@@ -20,6 +20,7 @@ from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import SiteInfo, shown_label, site_stack
 from attnviz.core.compare import is_logits, log_softmax, output_difference
+from attnviz.core.setting_words import fix
 from attnviz.runtime import builders as bd
 from attnviz.runtime import generate as gen
 from attnviz.runtime.graph.ablate import Gate, GateRefused, gate_heads, gate_method
@@ -100,7 +101,7 @@ class Ablation:
         self.base_generated: list[int] = []
         if self.steps:
             if self.prep.prompts is None or self.prep.batch > 1:
-                raise AttnvizError("--generate needs a decoder or encoder-decoder model and one input row")
+                raise AttnvizError(fix("generate_ablate"))
             self.base_generated = self.generate({})
         self.feeds = self._feeds(self.base_generated)
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ from attnviz import AttnvizError
 from attnviz.core import align
 from attnviz.core import metadata as md
 from attnviz.core.rows import beam_rows
+from attnviz.core.setting_words import fix
 from attnviz.core.words import with_article
 from attnviz.runtime.errors import Cancelled
 from attnviz.runtime.inputs import HFTokenizer, TextEncoder
@@ -101,7 +102,7 @@ class Aligner:
         src_tok, tgt_tok = model.tokenizers
         if src_tok is None:
             raise AttnvizError(
-                f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or pass --tokenizer FILE"
+                f"no tokenizer for {model.path.name}: put tokenizer.json beside the model or {fix('tokenizer')}"
             )
         self.src_tok: TextEncoder = src_tok
         self.tgt_tok: TextEncoder = tgt_tok or src_tok

@@ -33,6 +33,7 @@ from attnviz.core.attention import (
 )
 from attnviz.core.frames import FramesMap
 from attnviz.core.rows import RowAxes, set_row_axes
+from attnviz.core.setting_words import fix
 from attnviz.core.windows import WindowedMap
 from attnviz.runtime import builders as bd
 from attnviz.runtime.finite import all_finite, noted
@@ -52,10 +53,7 @@ def _generate(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, progress
     from attnviz.runtime import generate as gen
 
     if prep.batch > 1:
-        raise AttnvizError(
-            f"--generate runs one sequence; these inputs hold a batch of {prep.batch} rows: "
-            "give one row, or drop --generate to see every row"
-        )
+        raise AttnvizError(fix("generate_batch", rows=prep.batch))
     prompt = prep.prompts[0]
     eos = md.section(model.meta, "special").get("eos")
     suppress = gen.suppress_of(model.meta)
@@ -149,9 +147,7 @@ def _analyze_beams(model: AttnModel, req: AnalyzeRequest, prep: bd.Prepared, pro
     from attnviz.runtime.beam_result import merge_beams
 
     if prep.batch > 1:
-        raise AttnvizError(
-            f"--beams searches one sequence; these inputs hold a batch of {prep.batch} rows: give one row"
-        )
+        raise AttnvizError(fix("beams_batch", rows=prep.batch))
     guessed, kind = _guessed(model), model.kind
     assert prep.prompts is not None  # the caller's condition: there is a decoder input to generate from
     prompt = prep.prompts[0]
@@ -371,7 +367,7 @@ def refuse_non_finite(result: AttentionResult) -> None:
                 raise AttnvizError(
                     f"the float16 graph produced NaN/Inf attention at {site.label} (float16's range overflowing, "
                     "a row with every key masked, or NaN/Inf in its weights or inputs); try the full-precision file "
-                    "(a Hub repository: --variant full)"
+                    f"{fix('full_variant')}"
                 )
             raise AttnvizError(
                 f"the model produced NaN/Inf attention at {site.label} (a NaN scale, or weights or inputs holding "

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import re
 
+from attnviz.core.setting_words import setting
+
 CTC_TRANSCRIPT = "CTC transcript (greedy)"
 LANGUAGE = "language detected from the audio"
 _PRINTED = re.compile(
-    r"\(--max-seconds [0-9.e+-]+\)$"  # the cut (cut_note)
+    r"\((?:--max-seconds|max seconds) [0-9.e+-]+\)$"  # the cut (cut_note), named in either front end's words
     r"|: \d+ channels mixed down to mono$|: resampled from \d+ Hz to \d+ Hz$"
     rf"|^{re.escape(CTC_TRANSCRIPT)}|^{re.escape(LANGUAGE)}: "
 )
 
 
 def cut_note(name: str, seconds: float, max_seconds: float) -> str:
-    return f"{name}: {seconds:.2f} s cut to the first {max_seconds:g} s (--max-seconds {max_seconds:g})"
+    return f"{name}: {seconds:.2f} s cut to the first {max_seconds:g} s ({setting('max_seconds', float(max_seconds))})"
 
 
 def audio_notes(notes: object) -> list[str]:

@@ -19,6 +19,7 @@ from attnviz import AttnvizError
 from attnviz.core import audio_align as aa
 from attnviz.core import audio_gold as ag
 from attnviz.core.attention import AttentionResult, SiteInfo
+from attnviz.core.setting_words import fix
 from attnviz.runtime.audio import FeatureSpec
 
 Head = tuple[int, int]  # (decoder layer, head)
@@ -74,8 +75,7 @@ class AlignConfig:
         )
         if not ok or not raw:
             raise AttnvizError(
-                "generation_config.json: alignment_heads is not a list of [layer, head] pairs; fix it or name the "
-                "heads with --heads"
+                f"generation_config.json: alignment_heads is not a list of [layer, head] pairs; {fix('alignment_heads')}"
             )
         return cls(tuple((int(a), int(b)) for a, b in raw), width)
 
@@ -105,7 +105,7 @@ def choose_heads(
             if layer not in layers or not 0 <= head < heads:
                 raise AttnvizError(
                     f"generation_config.json: alignment head [{layer}, {head}] does not exist (the decoder has "
-                    f"{len(layers)} cross-attention layers of {heads} heads); fix it or give --heads"
+                    f"{len(layers)} cross-attention layers of {heads} heads); {fix('alignment_head')}"
                 )
         return HeadChoice(config.heads, "generation_config.json alignment_heads")
     half = layers[len(layers) // 2 :]
@@ -311,4 +311,4 @@ def read_gold(path: str | Path, tier: str | None = None) -> list[ag.GoldWord]:
     from attnviz.core.untrusted import read_bytes
 
     p = Path(path)
-    return ag.parse_gold(read_bytes(p, "--gold file", ag.MAX_BYTES), p.name, tier)
+    return ag.parse_gold(read_bytes(p, fix("gold_file"), ag.MAX_BYTES), p.name, tier)

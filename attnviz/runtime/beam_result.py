@@ -21,6 +21,7 @@ from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, DenseMap, MapSource, TokenAxis
 from attnviz.core.frames import FramesMap
 from attnviz.core.rows import BEAMS_KEY, RowAxes, set_row_axes
+from attnviz.core.setting_words import fix
 from attnviz.runtime.beams import Hypothesis
 
 
@@ -41,7 +42,7 @@ def _shared(maps: list[FramesMap], label: str) -> FramesMap:
     hypothesis' re-run ran the tower again on the same pixels: the first run's maps are kept.)"""
     first = maps[0]
     if any(m.shape != first.shape or m.sizes != first.sizes for m in maps):  # never: one image, one processor
-        raise AttnvizError(f"--beams: the hypotheses' runs gave {label} different frames; drop --beams")
+        raise AttnvizError(fix("beams_frames", label=label))
     return first.shared(len(maps))
 
 
@@ -51,7 +52,7 @@ def _stacked(maps: list[MapSource], label: str) -> MapSource:
     if all(isinstance(m, FramesMap) for m in maps):
         return _shared([m for m in maps if isinstance(m, FramesMap)], label)
     if any(isinstance(m, FramesMap) for m in maps):  # never: a site is a tower's in every run or in none
-        raise AttnvizError(f"--beams: {label} is a vision tower's frames in some hypotheses' runs only")
+        raise AttnvizError(fix("beams_frames_some", label=label))
     arrays = [np.asarray(m.array(), np.float32) for m in maps]
     first = arrays[0]
     if first.shape[0] == 1 and all(a is first or (a.shape == first.shape and np.array_equal(a, first)) for a in arrays):
@@ -70,7 +71,7 @@ def _stacked(maps: list[MapSource], label: str) -> MapSource:
 def merge_beams(results: list[AttentionResult], hyps: list[Hypothesis]) -> AttentionResult:
     """The hypotheses' one-row results as one result whose batch rows they are, in their order (best first)."""
     if not results:
-        raise AttnvizError("beam search finished no hypothesis; give more --generate steps")
+        raise AttnvizError(f"beam search finished no hypothesis; {fix('more_steps')}")
     first = results[0]
     maps: list[MapSource] = [_stacked([r.maps[i] for r in results], s.label) for i, s in enumerate(first.sites)]
     axes = [r.row_axes(0) for r in results]

@@ -19,6 +19,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import AudioTrack, TokenAxis
+from attnviz.core.setting_words import fix
 from attnviz.core.words import with_article
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.audio_notes import LANGUAGE
@@ -215,11 +216,11 @@ def _image(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     if spec.source == "defaults" and req.image_size is None:  # said first with any run failure: the likely cause
         prep.notes.append(
             f"the model does not declare its image size, so the image was resized to {spec.height}x{spec.width}; "
-            "give --image-size H W"
+            f"{fix('image_size')}"
         )
         prep.hint = (
             f"{model.path.name} does not declare its image size and the {spec.height}x{spec.width} guess failed: "
-            "give --image-size H W, the size it was trained on"
+            f"{fix('image_size')}, the size it was trained on"
         )
     sources = list(req.image) if isinstance(req.image, (list, tuple)) else [req.image]
     prep.image_count = len(sources)
@@ -286,8 +287,7 @@ def _load_image(model: AttnModel, source, spec: ip.ImageSpec, prep: Prepared) ->
         raise AttnvizError(
             f"{model.path.name} takes {prep.img_in.describe()}: several images a row (a vision–language model's "
             f"tiles), which only the model family's processor makes ({alone}); put the repository's config.json and "
-            "preprocessor_config.json beside the file (or in the repository above onnx/), or give "
-            f"{prep.img_in.name} with --inputs FEEDS.npz",
+            f"preprocessor_config.json beside the file (or in the repository above onnx/){fix('feeds', what=prep.img_in.name)}",
             param="image",
         )
     if loaded is None:
@@ -315,9 +315,7 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
                 n = spec.positions(int(np.shape(feeds[aud_in.name])[-1]))
                 prep.src_rows = [TokenAxis(au.frame_labels(n, spec))]
         elif aud_in is not None:
-            raise AttnvizError(
-                f"{model.name} takes audio ({aud_in.describe()}); give a sound file (--audio FILE)", param="audio"
-            )
+            raise AttnvizError(f"{model.name} takes audio ({aud_in.describe()}); {fix('sound_file')}", param="audio")
         return
     if aud_in is None:
         raise AttnvizError(
@@ -328,14 +326,14 @@ def _audio(model: AttnModel, req: AnalyzeRequest, feeds: dict, prep: Prepared) -
     if not known:
         raise AttnvizError(
             f"{model.name} takes {aud_in.describe()} and no Whisper or wav2vec2 preprocessor_config.json is beside "
-            "it to say how a sound becomes that input; put the model's feature extractor config there, or give "
-            f"{aud_in.name} with --inputs FEEDS.npz",
+            "it to say how a sound becomes that input; put the model's feature extractor config there"
+            f"{fix('feeds', what=aud_in.name)}",
             param="audio",
         )
     spec = audio_spec(known)
     clips = list(req.audio) if isinstance(req.audio, (list, tuple)) else [req.audio]
     if not clips:
-        raise AttnvizError("no audio clip given; give a sound file (--audio FILE)", param="audio")
+        raise AttnvizError(f"no audio clip given; {fix('sound_file')}", param="audio")
     waves, names = [], []
     for clip in clips:
         if isinstance(clip, np.ndarray):  # samples already at the model's rate (the window, a script)
@@ -420,7 +418,7 @@ def _check_encoder_cache(model: AttnModel, feeds: dict) -> None:
         raise AttnvizError(
             f"{model.path.name} runs one cached step after an earlier run: {missing[0]} is the encoder half of its "
             "KV cache, which it does not make itself; open the export folder (it runs the encoder and the first "
-            "step first), or give the cache with --inputs FEEDS.npz"
+            f"step first){fix('feeds', what='the cache')}"
         )
 
 
@@ -492,13 +490,15 @@ def _say_unknown(b: _Build, tok, kept, cut: bool) -> None:
     five tokens were all known, and nothing of one whose kept tokens were all [UNK]."""
     from attnviz.runtime.unknown_tokens import unknown_note
 
-    note = unknown_note(tok, kept, KEPT_TEXT if cut else "the text")
+    note = unknown_note(tok, kept, kept_text() if cut else "the text")
     if note is not None:
         b.prep.notes.append(note)
 
 
 # what the note counts where --max-tokens cut the text (no "(--max-tokens N)": that marks the cut's own note)
-KEPT_TEXT = "the text as --max-tokens cut it"
+def kept_text() -> str:
+    """What the note counts where max tokens cut the text, in the words of who asked."""
+    return fix("cut_text")
 
 
 def _caption_text(b: _Build) -> None:
@@ -650,7 +650,7 @@ def _start_prompt(b: _Build, start_ids: list[int] | None = None) -> list[int]:
     if cut.cut:
         b.prep.notes.append(f"source and target truncated {cut_flag(b.req.max_tokens)}: {cut.describe()}")
     kept = max(0, len(rows) - len(prompt))
-    _say_unknown_target(b, enc, kept, f"{what} as --max-tokens cut it" if kept < len(target) else what)
+    _say_unknown_target(b, enc, kept, fix("cut_what", what=what) if kept < len(target) else what)
     check_positions(b.model, len(rows), TARGET_TEXT)  # past the positions: offers --max-tokens
     return rows
 
@@ -675,8 +675,7 @@ def _refuse_generation(b: _Build) -> None:
     name = b.model.path.name
     if by_role(b.model, "encoder_states") is not None:  # a decoder file, with raw feeds
         raise AttnvizError(
-            f"{name} is the decoder of an export: to generate, give the encoder's input (--text or "
-            "--image; the encoder_model.onnx beside it runs) or open the export folder",
+            f"{name} is the decoder of an export: to generate, {fix('encoder_input')}",
             param="generate",
         )
     raise AttnvizError(

@@ -7,6 +7,7 @@ import re
 
 from attnviz import AttnvizError
 from attnviz.core import limits
+from attnviz.core.setting_words import fix
 
 
 class Cancelled(AttnvizError):
@@ -43,13 +44,12 @@ def ort_message(e: BaseException) -> str:
         left, asked = (int(x) for x in full.groups())
         if limits.beyond_any_machine(asked):  # no cap worth raising: what lowers the need
             return (
-                f"it asked for {limits.size_text(asked)} at once, more memory than any machine has; cut the input "
-                "with --max-tokens N, or keep the maps per head with --memory ondemand"
+                f"it asked for {limits.size_text(asked)} at once, more memory than any machine has; {fix('lower_need')}"
             )
+        gb = math.ceil(limits.memory_cap()[0] / limits.GB + asked / limits.GB)
         return (
             f"it asked for {limits.size_text(asked)} at once with {limits.size_text(left)} of the memory cap left; "
-            f"raise the cap with --max-memory {math.ceil(limits.memory_cap()[0] / limits.GB + asked / limits.GB)} "
-            "if this machine has the memory"
+            f"{fix('raise_cap', gb=gb)} if this machine has the memory"
         )
     s = _ORT_CODE.sub("", s)
     s = _CPP_PLACE.sub("", s).strip()

@@ -28,6 +28,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
+from attnviz.core.setting_words import fix
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -726,8 +727,8 @@ class EncoderPairing:
         if not enc.is_file():
             raise AttnvizError(
                 f"{model.path.name} takes {states} from an encoder, and there is no {ENCODER_FILE} beside it; "
-                f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder), "
-                f"or give {states} with --inputs FEEDS.npz"
+                f"put the export's {ENCODER_FILE} in {folder} (or open the whole export folder)"
+                f"{fix('feeds', what=states)}"
             )
         beside(model.path, enc)  # found beside the file, not named: a link out of its folder is refused (core.links)
         layout = FolderLayout(folder, enc, model.path, None)  # steps through this file's own cache, if it has one

@@ -15,6 +15,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
 from attnviz.core.attention import PatchGrid
+from attnviz.core.setting_words import fix as fix_words
 from attnviz.core.untrusted import npz_problem, open_regular, parse_json, read_bytes, regular_file
 from attnviz.core.words import dtype_words
 from attnviz.runtime import tokenizer_file as tf
@@ -150,7 +151,7 @@ def one_image_per_run(name: str, count: int) -> None:
     whose family takes several), in one line."""
     if count > 1:
         raise AttnvizError(
-            f"{count} images given and {name} takes one image per run; give one image (--image once)", param="image"
+            f"{count} images given and {name} takes one image per run; {fix_words('one_image')}", param="image"
         )
 
 
@@ -618,7 +619,7 @@ def _image_int(v, key: str) -> int:
     if type(v) is not int or not 0 < v <= (IMAGE_MAX_SIDE if key == "size" else 4):
         raise AttnvizError(
             f"the model's image {key} {str(v)[:40]} (its metadata or preprocessor_config.json) is not a whole number "
-            f"in 1..{IMAGE_MAX_SIDE if key == 'size' else 4}; give --image-size or fix the file"
+            f"in 1..{IMAGE_MAX_SIDE if key == 'size' else 4}; {fix_words('image_size_file')}"
         )
     return v
 
@@ -630,7 +631,7 @@ def _image_floats(v, key: str) -> list | None:
     if not isinstance(v, list) or not 0 < len(v) <= 4 or not all(type(x) in (int, float) for x in v):
         raise AttnvizError(
             f"the model's image {key} {str(v)[:40]} (its metadata or preprocessor_config.json) is not a list of "
-            f"numbers per channel; give --image-{key}"
+            f"numbers per channel; {fix_words('image_stat', key=key)}"
         )
     return v
 
@@ -642,10 +643,10 @@ def load_image(path: str | Path, spec: ImageSpec) -> tuple[np.ndarray, np.ndarra
     p = Path(path)
     for name, vals in (("mean", spec.mean), ("std", spec.std)):
         if not all(np.isfinite(vals)):
-            raise AttnvizError(f"image {name} {vals} is not finite; give numbers with --image-{name}")
+            raise AttnvizError(f"image {name} {vals} is not finite; {fix_words('image_stat_finite', key=name)}")
     if any(v == 0 for v in spec.std):
         raise AttnvizError(
-            f"image std {spec.std} contains 0 (every pixel would divide by zero); give a non-zero --image-std"
+            f"image std {spec.std} contains 0 (every pixel would divide by zero); {fix_words('image_std_zero')}"
         )
     with open_raster(p) as im:  # raster formats only, pixel cap, first frame
         img = im.convert("L" if spec.channels == 1 else "RGB")

@@ -27,7 +27,9 @@ class PositionLimit:
     source: str  # where the number came from, for the message
 
     def message(self, n: int, what: str = "tokens", fix: str | None = None) -> str:
-        fix = fix or f"use --max-tokens {self.tokens} to truncate"
+        from attnviz.core.setting_words import fix as words
+
+        fix = fix or words("truncate", n=self.tokens)
         return f"{n} {what}; this model's positions stop at {self.tokens} ({self.source}); {fix}"
 
 

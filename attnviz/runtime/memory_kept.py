@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.core import limits
+from attnviz.core.setting_words import fix
 from attnviz.runtime.optcache import GraphKey
 
 _CACHE = 64  # estimates remembered per session (by the shapes fed)
@@ -266,9 +267,7 @@ def check_run(plan: EstimateCache, feeds: dict, fetch: list[str] | None, label: 
         f"{label}: running it on {fed}" if fed else f"{label}: running it",
         est.detail(),
         hint=cut or "shorten the input if the need grows with it",
-        lower=cut
-        or "if the need grows with the input, cut it with --max-tokens N, or keep the maps per head with "
-        "--memory ondemand",
+        lower=cut or fix("lower_need_if"),
     )
 
 

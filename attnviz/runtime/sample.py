@@ -102,20 +102,21 @@ def require_input(req: AnalyzeRequest, model_path: str | Path) -> None:
 def no_input(model_path) -> str:
     """The line for a request with no input: what this model takes, shown by its own sample when it has one
     (a forecaster's series goes in --text as numbers, which the generic line never said)."""
+    from attnviz.core.setting_words import fix
     from attnviz.core.words import with_article
 
-    generic = "no input: give --text T, --image PATH, --audio FILE or --inputs FEEDS.npz"
+    generic = fix("no_input")
     path = Path(str(model_path))
     sample = sample_for_path(path) if path.is_file() else None
     if sample is None or not (set(sample.values) & {"text", "image"}):
         return generic
-    flag, value = next((f"--{k}", str(sample.values[k])) for k in ("text", "image") if k in sample.values)
+    key, value = next((k, str(sample.values[k])) for k in ("text", "image") if k in sample.values)
     what = sample.describe().split(",")[0]
     what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
-    if flag == "--image":  # a path to paste as it is: cut short it named no file
+    if key == "image":  # a path to paste as it is: cut short it named no file
         import shlex
 
         shown = shlex.quote(value)
     else:
         shown = repr(value if len(value) <= 40 else value[:40] + "…")
-    return f"no input: {path.name} takes {what}; give {flag} (its sample: {flag} {shown}) or --inputs FEEDS.npz"
+    return f"no input: {path.name} takes {what}; {fix(f'no_input_{key}', shown=shown)}"

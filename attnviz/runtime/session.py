@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import onnxruntime as ort
 
 from attnviz import AttnvizError
+from attnviz.core.setting_words import fix
 from attnviz.runtime.isolation import PROVIDERS, gpu_present  # here without onnxruntime: the parent uses them
 
 if TYPE_CHECKING:  # (the cache's module and cuda_kept are imported where used: a CPU session needs neither)
@@ -71,7 +72,7 @@ def make_session(
     want_cuda = want_cuda and not known
     if provider == "cuda" and CUDA not in available:
         raise AttnvizError(
-            "CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or use --provider cpu"
+            f"CUDA was requested but this onnxruntime has no CUDA provider; install onnxruntime-gpu or {fix('cpu')}"
         )
     so = session_options(threads, arena)
     if arena and shared_arena:  # the process-wide arena the crash-isolation child registers (runtime/worker.py)
@@ -84,7 +85,7 @@ def make_session(
             if provider == "cuda":
                 raise AttnvizError(
                     "CUDA was requested but onnxruntime could not use it (CUDA/cuDNN libraries missing or no GPU); "
-                    "use --provider cpu, or install the CUDA 12/13 runtime wheels"
+                    f"{fix('cpu')}, or install the CUDA 12/13 runtime wheels"
                 )
             cuda_kept.keep_unusable()
             note = CUDA_UNUSABLE

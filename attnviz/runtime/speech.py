@@ -17,6 +17,7 @@ import numpy as np
 
 from attnviz import AttnvizError
 from attnviz.core.metadata import is_token_id
+from attnviz.core.setting_words import fix
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,16 @@ class SpeechPrompt:
             return
         most = self.max_positions - prompt_len + 1
         raise AttnvizError(
-            f"{name}'s decoder holds {self.max_positions} positions; a prompt of {prompt_len} tokens and --generate "
-            f"{generate} need {fed}: give --generate {most} or fewer"
-            + (" (or a shorter --text-pair)" if most < 1 else ""),
+            fix(
+                "room",
+                name=name,
+                positions=self.max_positions,
+                prompt=prompt_len,
+                generate=generate,
+                fed=fed,
+                most=most,
+            )
+            + (fix("room_pair") if most < 1 else ""),
             param="generate",
         )
 

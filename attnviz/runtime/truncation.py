@@ -23,17 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz import AttnvizError
+from attnviz.core.setting_words import fix, give, setting
 
 RULE = "longest first, special tokens kept, as Hugging Face tokenizers cut a pair"  # the note's words
 ROWS_RULE = "the decoder rows are the start token, then the target's tokens; each side to its first N, as a corpus cuts"
 
 
 def cut_flag(n: int | None) -> str:
-    """How every note of a cut names it, "(--max-tokens N)" (:func:`cut_notes` finds them by it)."""
-    return f"(--max-tokens {n})"
+    """How every note of a cut names it, "(--max-tokens N)", in the window "(max tokens N)" (:func:`cut_notes` finds
+    them by it)."""
+    return f"({setting('max_tokens', n)})"
 
 
-_CUT_FLAG = re.compile(r"\(--max-tokens \d+\)")
+# the note's mark in either front end's words: "(--max-tokens 8)", "(max tokens 8)"
+_CUT_FLAG = re.compile(r"\((?:--max-tokens|max tokens) \d+\)")
 
 
 def cut_notes(notes: object) -> list[str]:
@@ -89,14 +92,14 @@ def cut_pair(tok, text: str, pair: str, special: np.ndarray, n: int) -> PairCut:
     if la + lb != len(words):
         raise AttnvizError(
             f"this pair reads as {len(words)} tokens and its sentences as {la} + {lb} (a special token typed in the "
-            "text?), so --max-tokens cannot tell them apart; remove it from the text, or leave out --max-tokens",
+            f"text?), {fix('pair_apart')}",
             param="max_tokens",
         )
     fixed = len(special) - len(words)
     if n < fixed + 2:
         raise AttnvizError(
-            f"--max-tokens {n} leaves no token of one sentence of this pair (its {fixed} special tokens stay); "
-            f"give --max-tokens {fixed + 2} or more",
+            f"{setting('max_tokens', n)} leaves no token of one sentence of this pair (its {fixed} special tokens "
+            f"stay); {give('max_tokens', fixed + 2)} or more",
             param="max_tokens",
         )
     ka, kb = split_budget(la, lb, n - fixed)

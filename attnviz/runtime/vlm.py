@@ -30,6 +30,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.attention import AttentionResult, PatchGrid, SiteInfo
 from attnviz.core.frames import FramesMap
+from attnviz.core.setting_words import fix
 from attnviz.runtime import builders as bd
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.analyze import AnalyzeMethod
@@ -106,7 +107,7 @@ class VLMLayout:
                 raise AttnvizError(
                     f"{folder}: no {'full-precision' if variant is None else repr(variant)} set of "
                     f"{', '.join(n for n in (VISION_FILE, EMBED_FILE, DECODER_FILE))}; its variants: "
-                    f"{', '.join(have)} (choose one with --variant NAME)",
+                    f"{', '.join(have)} {fix('choose_variant')}",
                     param="variant",
                 )
             suffix = "" if want == FULL else f"_{want}"

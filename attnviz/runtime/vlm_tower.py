@@ -24,6 +24,7 @@ import numpy as np
 from attnviz import AttnvizError
 from attnviz.core.attention import PatchGrid
 from attnviz.core.frames import FramesMap
+from attnviz.core.setting_words import fix
 from attnviz.runtime import inputs as ip
 from attnviz.runtime.sidecar import sidecar, sidecar_json
 from attnviz.runtime.vlm_families import FAMILIES, Family, LoadedImage, Tiles, family_for, laid_out
@@ -84,7 +85,7 @@ class TowerFrames:
         if self.family is None:
             param = "image" if raw else None
             if sidecar(self.path, PREPROCESSOR) is None:
-                also = f", or give {self.image_input.describe()} with --inputs FEEDS.npz" if raw else ""
+                also = fix("feeds", what=self.image_input.describe()) if raw else ""
                 raise AttnvizError(
                     f"{self.path.name}: {self.family_name}'s vision encoder takes an image as its processor's tiles "
                     f"and global image, and no {PREPROCESSOR} is beside it (or in the repository above onnx/) to say "

@@ -167,7 +167,8 @@ def test_a_sound_without_a_speech_model_is_one_message(qtbot, window, files, sou
     assert shown.args[0].endswith(f" does not hear sound; open a speech model (a Whisper folder) for {sound.name}")
     w.select_view("audio")
     assert w.audio_regions.message.startswith("Audio regions need a speech model")
-    assert av.NO_AUDIO.startswith("Audio regions need")
+    assert "File ▸ Open audio…)" in w.audio_regions.message and "--" not in w.audio_regions.message  # no flag
+    assert av.no_audio().startswith("Audio regions need") and "--audio FILE" in av.no_audio()  # a figure's: the flag
 
 
 def test_open_command_takes_the_sound(whisper, sound, tmp_path):

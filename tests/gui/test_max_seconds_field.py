@@ -80,7 +80,13 @@ def test_a_long_recording_is_refused_naming_the_field_and_runs_cut_with_it(
     assert len(r.maps) == config["num_hidden_layers"]
     assert {m.shape[-2:] for m in r.maps} == {(n, n)}
     assert w.last_request.max_seconds == 2.5
-    assert any(note.startswith("lecture.wav: 31.00 s cut to the first 2.5 s") for note in r.info["notes"])
+    assert "lecture.wav: 31.00 s cut to the first 2.5 s (max seconds 2.5)" in r.info["notes"]  # the field, no flag
+    shown = [v for v in w.sidebar.values("Run").values() if "cut to the first" in v]
+    assert len(shown) == 1 and "(max seconds 2.5)" in shown[0] and "--" not in shown[0], shown
+    # the command line's note of the same cut names its flag
+    assert au.load_audio(sound, spec, max_seconds=2.5)[-1] == [
+        "lecture.wav: 31.00 s cut to the first 2.5 s (--max-seconds 2.5)"
+    ]
 
     # a text model: the row hidden and nothing sent, though the field keeps its value for the next speech model
     open_and_wait(qtbot, w, TEXT_MODEL, timeout=120000)

@@ -1,5 +1,6 @@
 """One request, one check: the window's input panel builds the same :class:`AnalyzeRequest` the CLI builds from the
-equivalent flags, and a bad request gets the same line from `attnviz extract` as from the window (the real panel and
+equivalent flags, and a bad request gets the same refusal from `attnviz extract` as from the window, its fix named
+in each one's words: the flag on the command line, the field (or what to do) in the window (the real panel and
 worker path on the shipped demo models, not a stand-in)."""
 
 from __future__ import annotations
@@ -86,11 +87,17 @@ def test_too_many_steps_same_line_from_cli_panel_and_window(qtbot, real_window, 
     assert "ATTNVIZ_MAX_GENERATE" in cli and not (tmp_path / "o.npz").exists()
     real_window.inputs.set_values(generate=5)
     with pytest.raises(AttnvizError) as e:
-        real_window.inputs.request()
+        real_window.inputs.request()  # outside the window's run: the command line's words
     assert str(e.value) == cli
     with qtbot.waitSignal(real_window.error_shown, timeout=10000) as sig:
         real_window.inputs.run_button.click()
-    assert sig.args[0] == cli
+    assert cli == "--generate: 5 steps is over the limit of 3 steps; ask for fewer --generate steps, or raise the " + (
+        "limit with ATTNVIZ_MAX_GENERATE=5"
+    )
+    assert sig.args[0] == (
+        "generate: 5 steps is over the limit of 3 steps; set generate lower, or raise the limit with "
+        "ATTNVIZ_MAX_GENERATE=5"
+    )
 
 
 def test_negative_steps_same_line_from_extract_and_open(capsys, tmp_path):
@@ -111,7 +118,16 @@ def test_no_input_same_line_from_cli_and_window(qtbot, real_window, capsys, tmp_
     real_window.inputs.text.clear()
     with qtbot.waitSignal(real_window.error_shown, timeout=60000) as sig:
         real_window.inputs.run_button.click()
-    assert sig.args[0] == cli
+    sample = "'7 2 9 5 1 8 6 3'"  # the model's own sample (resources/samples), shown as the CLI shows it
+    assert (
+        cli
+        == f"no input: sequence-classification.onnx takes text; give --text (its sample: --text {sample}) or "
+        + ("--inputs FEEDS.npz")
+    )
+    assert (
+        sig.args[0]
+        == f"no input: sequence-classification.onnx takes text; type one in the text box (its sample: {sample})"
+    )
 
 
 def test_cancelling_is_recognised_by_type_not_by_words(qtbot, window, files):

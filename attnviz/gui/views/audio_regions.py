@@ -15,6 +15,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QVBoxLayout
 
+from attnviz.app.fields import WINDOW
 from attnviz.core import audio_view as av
 from attnviz.core.view import query_names
 from attnviz.core.view_names import tab_title
@@ -116,7 +117,7 @@ class AudioRegionsView(View):
         if why:
             return why
         if self.blocks() is None:
-            return av.NO_AUDIO + "."
+            return av.no_audio(WINDOW) + "."
         return None
 
     def on_result(self) -> None:

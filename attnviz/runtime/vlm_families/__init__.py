@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnviz import AttnvizError
+from attnviz.core.setting_words import fix
 from attnviz.runtime.vlm_families.base import Family, LoadedImage, Tiles, block_diagonal, laid_out
 from attnviz.runtime.vlm_families.idefics3 import Idefics3
 from attnviz.runtime.vlm_families.llava import Llava
@@ -37,7 +38,7 @@ def check_several(family: Family, count: int) -> None:
         takes = ", ".join(cls.name for cls in FAMILIES.values() if cls.several_images)
         raise AttnvizError(
             f"{count} images given and attnviz runs one image per prompt for {family.name} (several images per "
-            f"prompt: {takes}); give one image (--image once), or ask about each image in a run of its own",
+            f"prompt: {takes}); {fix('one_image')}, or ask about each image in a run of its own",
             param="image",
         )
 
