@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 from attnviz import AttnvizError
-from attnviz.core.setting_words import fix
+from attnviz.core.setting_words import Wording, fix
+from attnviz.core.setting_words import current as current_wording
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,14 @@ def set_memory_cap(gb: float | None) -> None:
 
 def memory_cap() -> tuple[int, str]:
     """(bytes, where the number came from) for the memory a single run may need."""
-    return _cap(os.environ.get(MEMORY_ENV))
+    return _cap(os.environ.get(MEMORY_ENV), current_wording())
 
 
 @functools.lru_cache(maxsize=8)
-def _cap(raw: str | None) -> tuple[int, str]:
-    """:func:`memory_cap` of the environment's ``raw`` setting: kept, as the machine's memory does not change (every
-    run's memory check asks, ~5 µs a time, most of it the sentence; a bad setting raises each time: not kept)."""
+def _cap(raw: str | None, wording: Wording) -> tuple[int, str]:
+    """:func:`memory_cap` of the environment's ``raw`` setting, its sentence in ``wording`` (the front end asking:
+    the window's words are not the command line's): kept, as the machine's memory does not change (every run's
+    memory check asks, ~5 µs a time, most of it the sentence; a bad setting raises each time: not kept)."""
     if raw:
         try:
             gb = float(raw)
@@ -112,7 +114,7 @@ def _cap(raw: str | None) -> tuple[int, str]:
             gb = math.nan
         if not (math.isfinite(gb) and gb > 0):
             raise AttnvizError(f"{MEMORY_ENV}={raw!r}: give a size in GB above 0 (e.g. 16)")
-        return int(gb * GB), fix("cap_given", gb=f"{gb:g}")
+        return int(gb * GB), fix("cap_given", wording, gb=f"{gb:g}")
     ram = physical_memory()
     if ram is None:
         return int(8 * GB), "the default of 8 GB"

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per front end: hashed by identity (a cache key beside a setting)
 class Wording:
     """The phrases that name a setting (by :class:`~attnviz.AttnvizError` ``param``) with a value to give it, and
     the fixes whose words differ by more than a setting's name (:data:`FIXES`)."""
@@ -101,6 +101,11 @@ FLAGS = Wording(
 )
 
 _WORDING: ContextVar[Wording] = ContextVar("attnviz_setting_words", default=FLAGS)
+
+
+def current() -> Wording:
+    """The wording of who is asking now (the command line's unless inside :func:`worded`)."""
+    return _WORDING.get()
 
 
 def _say(template: str, param: str, value: float | None) -> str:
