@@ -32,6 +32,29 @@ ROW_SUM_COLUMN = {
     )
 }
 ROW_SUM_SHOWN_BELOW = 0.99  # float16 softmax rows sum to 1 within ~1e-3: only a sink's missing mass is shown
+# beside "first" where "row sum" is shown: the corpus's sink_share (:data:`SINK_SHARE_HELP`) of one input's heads,
+# the first key's share of the whole row as the softmax left it.  Where every row sums to 1 it is "first" to the
+# last digit, so the table leaves it out there as it leaves out "row sum"
+SINK_SHARE_COLUMN = {
+    "sink_share": (
+        "sink share",
+        "mean share of each row's whole weight on key position 0 (the first key: [CLS] / BOS) before the statistics "
+        "rescale the row to 1, as a corpus run's sink_share: the first key's part of all the head's attention "
+        "('first token' is its part of what the sink left)",
+    )
+}
+
+
+def with_sink_columns(shown: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """``shown`` (:func:`stat_columns`) for a block where some head's rows sum to less than 1: "sink share" just
+    after "first" (its rescaled twin; at the end where a context has no "first") and "row sum" last."""
+    out: dict[str, tuple[str, str]] = {}
+    for key, col in shown.items():
+        out[key] = col
+        if key == "first":
+            out.update(SINK_SHARE_COLUMN)
+    return {**out, **SINK_SHARE_COLUMN, **ROW_SUM_COLUMN}
+
 
 # what the position-based columns measure where the keys are not the query's own tokens.  Cross-attention over
 # text: another sentence, so "diagonal" is the monotone diagonal (kept: translation is roughly monotone).
@@ -188,6 +211,7 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
         "diag": float(np.mean([rows[i, i + shift] for i in range(tq) if i + shift < tk])),
         "max": float(rows.max(-1).mean()),
         "row_sum": mean_row_sum(sums[:, 0]),
+        "sink_share": float(m[:, 0].mean()),  # not rescaled: "first" of the row as the softmax left it
     }
     return out
 
@@ -212,7 +236,7 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     rows that have a previous patch in their frame (a frame's first row has none)."""
     side = m.shape[2]
     sp = np.asarray(key_special, bool) if key_special is not None and np.any(key_special) else None
-    sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max"), 0.0)
+    sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max", "sink_share"), 0.0)
     row_sums = []
     for frame, (o, p) in zip(m.frames(b), m.spans(b)):  # frames of one size or several (each its own P)
         i = np.arange(p)
@@ -225,6 +249,7 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
         sums["distance"] += float((rows * dist).sum())
         sums["prev"] += float(rows[i[1:], i[:-1]].sum())  # a frame's first row: its previous key is another frame's
         sums["first"] += float(rows[:, 0].sum())  # each frame's top-left patch
+        sums["sink_share"] += float(block[:, 0].sum())  # the same, not rescaled (TOWER_STAT_HELP's sink_share)
         sums["special"] += float(rows[:, sp[o : o + p]].sum()) if sp is not None else 0.0
         sums["diag"] += float(np.trace(rows))
         sums["max"] += float(rows.max(-1).sum())
