@@ -309,6 +309,10 @@ SINK_SHARE_HELP = (
     "row is rescaled: where a site's rows sum to less than 1 (an attention sink took the rest) this is the first "
     "key's part of all the head's attention, and 'first' its part of what the row kept; elsewhere the two are equal"
 )
+# a row statistic that is another's to the rounding at a site without an attention sink (rows summing to 1: the
+# rescale divides by 1), and that other: a corpus run writes no top examples of it for such a site's heads (they
+# would repeat the other's, ~10 % more examples.parquet), and the Corpus view lists the other's there
+SAME_WITHOUT_SINK = {"sink_share": "first"}
 ROW_STAT_HELP = {
     **{k: v[1] for k, v in STAT_COLUMNS.items()},
     "sink_share": SINK_SHARE_HELP,
