@@ -12,7 +12,12 @@ STAT_COLUMNS = {
     "entropy": ("entropy", "mean row entropy in bits (low = focused)"),
     "distance": ("mean dist.", "mean |query - key| distance weighted by attention"),
     "prev": ("prev. token", "mean mass on the previous token (query i -> key i-1)"),
-    "first": ("first token", "mean mass on key position 0 (CLS/BOS sink)"),
+    "first": (
+        "first token",
+        "mean mass on key position 0 (CLS/BOS sink), of each row rescaled to 1: at an attention-sink site (rows "
+        "summing to less than 1) its share of what the sink left, not of the whole row; that is sink_share ('sink "
+        "share' in Head stats)",
+    ),
     "special": ("special", "mean mass on special tokens"),
     "diag": ("diagonal", "mean mass on the same position (query i -> key i)"),
     "max": ("max weight", "mean of each row's largest weight"),

@@ -183,7 +183,7 @@ def test_without_a_sink_no_sink_share_examples_repeat_the_firsts(tmp_path, qtbot
     """polish24: where no site has a sink, sink_share is 'first' to the rounding, and its top examples were the same
     items again (~10 % of examples.parquet): the file holds none of them, every other statistic's as before; the
     Corpus view lists 'first''s for a head when sink_share is the score, and says why."""
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, Qt
 
     from attnviz.core.stats import ROW_STATS
     from attnviz.gui.main_window import MainWindow
@@ -212,6 +212,15 @@ def test_without_a_sink_no_sink_share_examples_repeat_the_firsts(tmp_path, qtbot
         (e["item"], e["row"], e["value"]) for e in want
     ]
     assert "top items by first" in v.examples_label.text() and "sink_share is first here" in v.examples_label.text()
+    # polish24: what the user reads of "first" (the column's and the score list's tooltip) says it is rescaled at a
+    # sink site and points at sink_share
+    t = v.table
+    c = next(c for c in range(t.columnCount()) if t.horizontalHeaderItem(c).text() == "first")
+    first_tip = t.horizontalHeaderItem(c).toolTip()
+    listed = v.score.itemData(v.score.findText("first"), Qt.ItemDataRole.ToolTipRole)
+    for tip in (first_tip, listed):
+        assert "rescaled to 1" in tip and "sink_share" in tip and "attention-sink site" in tip, tip
+        assert tip.count("sink_share") >= 2  # the statistic's help and its direction's ("high = ...") both
     v.close()
 
 

@@ -66,6 +66,9 @@ def test_head_stats_give_each_heads_sink_share_as_the_corpus_does(qtbot, real_wi
     tip = t.horizontalHeaderItem(names.index("sink share")).toolTip()
     assert "before the statistics rescale" in tip and "sink_share" in tip
     assert "'sink share' the first key's share of the whole row" in w.stats.info.text()
+    # and "first token" says it is of the rescaled rows, and where the whole row's share is
+    first_tip = t.horizontalHeaderItem(names.index("first token")).toolTip()
+    assert "rescaled to 1" in first_tip and "sink_share" in first_tip and "'sink share'" in first_tip
 
 
 def test_a_softmax_over_the_keys_shows_no_row_sum_column(qtbot, real_window):
