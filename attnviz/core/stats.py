@@ -132,9 +132,11 @@ CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
             "monotonic",
             "share of the transcript's rows whose most-attended frame is at or after the previous row's (1 = the "
             "head's focus only moves forward through the clip, as an aligning head's does; diagonal, previous token "
-            "and distance mean nothing between text positions and frames). Only the rows reading the transcript's "
-            "tokens count, as word timestamps align them: Whisper's forced prompt rows (<|startoftranscript|>, "
-            "language, task, <|notimestamps|>) attend before any word is spoken and are left out",
+            "and distance mean nothing between text positions and frames). Only the rows that chose the transcript's "
+            "words count, each the row before its word (where Audio regions shows the word, and where Whisper's word "
+            "timestamps put it): the first is the <|notimestamps|> row, which chose the first word; the forced "
+            "prompt's rows before it (<|startoftranscript|>, language, task) attend before any word is spoken and "
+            "are left out, as is the row that chose the end of text",
         )
     }
 }
