@@ -20,6 +20,17 @@ def per_frame_first_prev(head: np.ndarray, sizes: list[int]) -> tuple[float, flo
     return first / len(head), prev / (len(head) - len(sizes))
 
 
+def per_frame_sink_share(head: np.ndarray, sizes: list[int]) -> float:
+    """By hand, as :func:`per_frame_first_prev`'s first but of the rows as they are (not rescaled): the mean weight
+    on each frame's first patch over all T rows (a corpus's sink_share over a tower's frames)."""
+    rows = head.astype(np.float64)
+    o, first = 0, 0.0
+    for p in sizes:
+        first += rows[o : o + p, o].sum()
+        o += p
+    return first / len(head)
+
+
 def block_diagonal_by_hand(frames: list[np.ndarray], per_row: list[int], side: int) -> np.ndarray:
     """The dense ``[rows, H, side, side]`` of ``frames`` (``[H, P, P]`` each, ``per_row[b]`` of them in row b): each
     row's frames on the diagonal one after another, zeros elsewhere."""

@@ -9,7 +9,10 @@ position columns mean nothing, a context may have its own statistic in their pla
 
 from __future__ import annotations
 
+import numpy as np
+
 from attnviz.core.attention import SPEECH_PROMPT_KEY, AttentionResult, Block
+from attnviz.core.audio_view import audio_words
 from attnviz.core.frames import FramesMap
 from attnviz.core.stats import CONTEXT_STATS, block_head_stats, key_frame_seconds, stats_in_seconds
 from attnviz.core.view.patches import block_grid
@@ -39,10 +42,7 @@ def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
     # a speech encoder's frames: the distance in seconds (the "audio" context's column), not ~500 frames
     seconds = key_frame_seconds(blk) if blk.kind == "self" else None
     extra = CONTEXT_STATS.get(stats_context(result, blk), {})
-    # the context's own statistics ("monotonic") are of the transcript's rows: a speech decoder's forced prompt
-    # rows (<|startoftranscript|>, language, task, <|notimestamps|>) attend before any word is spoken, and word
-    # timestamps leave them out too (core/audio_align: the rows from the prompt's length on)
-    forced = forced_prompt(result) if extra else 0
+    words = word_rows(result, blk) if extra else None
     out = []
     for layer in range(blk.n_layers):
         for h in range(blk.heads_in(layer)):  # a head at a time (a tower's frames: frame by frame, never laid out)
@@ -51,9 +51,28 @@ def compute_stats(result: AttentionResult, blk: Block, step: int) -> list[dict]:
             if extra:
                 m = blk.head(layer, h)
                 m = m[:n] if n is not None else m
-                row.update({k: f(m[forced:]) for k, f in extra.items()})
+                m = m[words[words < len(m)]] if words is not None else m
+                row.update({k: f(m) for k, f in extra.items()})
             out.append(row if seconds is None else stats_in_seconds(row, seconds))
     return out
+
+
+def word_rows(result: AttentionResult, blk: Block) -> np.ndarray | None:
+    """The decoder rows a speech decoder's own statistics ("monotonic") count, in order: the rows that chose the
+    transcript's words, each the row before its word's own position, where Audio regions names that word
+    (core/audio_view.audio_words).  None: every row (no forced prompt known: another decoder, or a result saved
+    before the run kept it).
+
+    Why the row that chose a word and not the row that reads it: that row's attention is where the word is heard.
+    Whisper's word timestamps say so: OpenAI's ``find_alignment`` warps the rows ``[len(sot_sequence):-1]``, from
+    the <|notimestamps|> row (which chose the first word) to the row that chose <|endoftext|>; transformers'
+    ``_extract_token_timestamps`` warps the rows from the prompt's length on, but a token at position p spans
+    ``times[p - 1]`` to ``times[p]`` (its ASR pipeline, core/audio_align.word_times), the time the DTW path spends on
+    row p - 1.  The forced prompt's other rows (<|startoftranscript|>, language, task: they chose the prompt's next
+    tokens) attend before any word is spoken, and the end of text chosen is no word: both are left out."""
+    if not forced_prompt(result):
+        return None
+    return np.array([r for _, r in audio_words(result, blk)], np.int64)
 
 
 def forced_prompt(result: AttentionResult) -> int:

@@ -72,7 +72,12 @@ DIRECTIONS: dict[str, dict[str, Direction]] = {
         "self": Direction(True, "attends to its own position"),
         "cross": Direction(True, "attends to the monotone source diagonal"),
     },
-    "first": _both(True, "a sink on the first key ([CLS]/BOS)"),
+    # rescaled like every row statistic: at a site with an attention sink, of what the sink left (sink_share: whole)
+    "first": _both(
+        True,
+        "a sink on the first key ([CLS]/BOS), of each row rescaled to 1 (at an attention-sink site: of what the "
+        "sink left; sink_share is of the whole row)",
+    ),
     "sink_share": _both(True, "a sink on the first key ([CLS]/BOS), as a share of the row before rescaling"),
     "special": _both(True, "attends to special tokens"),
     "special_other": _both(True, "attends to special tokens after the first ([SEP], </s>)"),

@@ -12,7 +12,12 @@ STAT_COLUMNS = {
     "entropy": ("entropy", "mean row entropy in bits (low = focused)"),
     "distance": ("mean dist.", "mean |query - key| distance weighted by attention"),
     "prev": ("prev. token", "mean mass on the previous token (query i -> key i-1)"),
-    "first": ("first token", "mean mass on key position 0 (CLS/BOS sink)"),
+    "first": (
+        "first token",
+        "mean mass on key position 0 (CLS/BOS sink), of each row rescaled to 1: at an attention-sink site (rows "
+        "summing to less than 1) its share of what the sink left, not of the whole row; that is sink_share ('sink "
+        "share' in Head stats)",
+    ),
     "special": ("special", "mean mass on special tokens"),
     "diag": ("diagonal", "mean mass on the same position (query i -> key i)"),
     "max": ("max weight", "mean of each row's largest weight"),
@@ -32,6 +37,29 @@ ROW_SUM_COLUMN = {
     )
 }
 ROW_SUM_SHOWN_BELOW = 0.99  # float16 softmax rows sum to 1 within ~1e-3: only a sink's missing mass is shown
+# beside "first" where "row sum" is shown: the corpus's sink_share (:data:`SINK_SHARE_HELP`) of one input's heads,
+# the first key's share of the whole row as the softmax left it.  Where every row sums to 1 it is "first" to the
+# last digit, so the table leaves it out there as it leaves out "row sum"
+SINK_SHARE_COLUMN = {
+    "sink_share": (
+        "sink share",
+        "mean share of each row's whole weight on key position 0 (the first key: [CLS] / BOS) before the statistics "
+        "rescale the row to 1, as a corpus run's sink_share: the first key's part of all the head's attention "
+        "('first token' is its part of what the sink left)",
+    )
+}
+
+
+def with_sink_columns(shown: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """``shown`` (:func:`stat_columns`) for a block where some head's rows sum to less than 1: "sink share" just
+    after "first" (its rescaled twin; at the end where a context has no "first") and "row sum" last."""
+    out: dict[str, tuple[str, str]] = {}
+    for key, col in shown.items():
+        out[key] = col
+        if key == "first":
+            out.update(SINK_SHARE_COLUMN)
+    return {**out, **SINK_SHARE_COLUMN, **ROW_SUM_COLUMN}
+
 
 # what the position-based columns measure where the keys are not the query's own tokens.  Cross-attention over
 # text: another sentence, so "diagonal" is the monotone diagonal (kept: translation is roughly monotone).
@@ -104,9 +132,11 @@ CONTEXT_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
             "monotonic",
             "share of the transcript's rows whose most-attended frame is at or after the previous row's (1 = the "
             "head's focus only moves forward through the clip, as an aligning head's does; diagonal, previous token "
-            "and distance mean nothing between text positions and frames). Only the rows reading the transcript's "
-            "tokens count, as word timestamps align them: Whisper's forced prompt rows (<|startoftranscript|>, "
-            "language, task, <|notimestamps|>) attend before any word is spoken and are left out",
+            "and distance mean nothing between text positions and frames). Only the rows that chose the transcript's "
+            "words count, each the row before its word (where Audio regions shows the word, and where Whisper's word "
+            "timestamps put it): the first is the <|notimestamps|> row, which chose the first word; the forced "
+            "prompt's rows before it (<|startoftranscript|>, language, task) attend before any word is spoken and "
+            "are left out, as is the row that chose the end of text",
         )
     }
 }
@@ -188,6 +218,7 @@ def head_stats(m: np.ndarray, key_special: np.ndarray | None = None) -> dict[str
         "diag": float(np.mean([rows[i, i + shift] for i in range(tq) if i + shift < tk])),
         "max": float(rows.max(-1).mean()),
         "row_sum": mean_row_sum(sums[:, 0]),
+        "sink_share": float(m[:, 0].mean()),  # not rescaled: "first" of the row as the softmax left it
     }
     return out
 
@@ -212,7 +243,7 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
     rows that have a previous patch in their frame (a frame's first row has none)."""
     side = m.shape[2]
     sp = np.asarray(key_special, bool) if key_special is not None and np.any(key_special) else None
-    sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max"), 0.0)
+    sums = dict.fromkeys(("entropy", "distance", "prev", "first", "special", "diag", "max", "sink_share"), 0.0)
     row_sums = []
     for frame, (o, p) in zip(m.frames(b), m.spans(b)):  # frames of one size or several (each its own P)
         i = np.arange(p)
@@ -225,6 +256,7 @@ def frames_head_stats(m: FramesMap, b: int, h: int, key_special: np.ndarray | No
         sums["distance"] += float((rows * dist).sum())
         sums["prev"] += float(rows[i[1:], i[:-1]].sum())  # a frame's first row: its previous key is another frame's
         sums["first"] += float(rows[:, 0].sum())  # each frame's top-left patch
+        sums["sink_share"] += float(block[:, 0].sum())  # the same, not rescaled (TOWER_STAT_HELP's sink_share)
         sums["special"] += float(rows[:, sp[o : o + p]].sum()) if sp is not None else 0.0
         sums["diag"] += float(np.trace(rows))
         sums["max"] += float(rows.max(-1).sum())
@@ -284,6 +316,10 @@ SINK_SHARE_HELP = (
     "row is rescaled: where a site's rows sum to less than 1 (an attention sink took the rest) this is the first "
     "key's part of all the head's attention, and 'first' its part of what the row kept; elsewhere the two are equal"
 )
+# a row statistic that is another's to the rounding at a site without an attention sink (rows summing to 1: the
+# rescale divides by 1), and that other: a corpus run writes no top examples of it for such a site's heads (they
+# would repeat the other's, ~10 % more examples.parquet), and the Corpus view lists the other's there
+SAME_WITHOUT_SINK = {"sink_share": "first"}
 ROW_STAT_HELP = {
     **{k: v[1] for k, v in STAT_COLUMNS.items()},
     "sink_share": SINK_SHARE_HELP,

@@ -12,7 +12,7 @@ from attnviz import AttnvizError
 from attnviz.core import writes
 from attnviz.core.attention import shown_stack
 from attnviz.core.score_direction import GOLD_SCORES
-from attnviz.core.stats import ROW_STATS
+from attnviz.core.stats import ROW_STATS, SAME_WITHOUT_SINK
 from attnviz.core.untrusted import read_json
 from attnviz.corpus.fold import FrameShape
 from attnviz.corpus.items import Item
@@ -114,8 +114,16 @@ def gold_summary(acc: Accumulator, groups: list[HeadGroup], info: dict) -> dict:
 
 
 def example_rows(
-    acc: Accumulator, groups: list[HeadGroup], items: dict[int, Item], vision_tower: bool = False
+    acc: Accumulator,
+    groups: list[HeadGroup],
+    items: dict[int, Item],
+    vision_tower: bool = False,
+    sink_sites: frozenset[int] = frozenset(),
 ) -> list[dict]:
+    """The top examples of each head and row statistic.  ``sink_sites``: the sites (:attr:`HeadGroup.site`) whose
+    softmax has an attention sink; elsewhere each row sums to 1 over its keys (padding keys are masked or never
+    seen), so a statistic of :data:`~attnviz.core.stats.SAME_WITHOUT_SINK` is its twin to the rounding and its
+    examples, the same items, are left out."""
     from attnviz.corpus.reduce import signs
 
     names = _patch_names(acc)
@@ -125,6 +133,8 @@ def example_rows(
         for h in range(g.heads):
             i = g.offset + h
             for s, name in enumerate(ROW_STATS):
+                if name in SAME_WITHOUT_SINK and g.site not in sink_sites:
+                    continue
                 for rank in range(acc.k):
                     it = int(acc.top_item[s, i, rank])
                     if it < 0 or not np.isfinite(acc.top_value[s, i, rank]):

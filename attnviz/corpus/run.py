@@ -177,6 +177,7 @@ def _run(
         speech_sites = sites_of(model)
     groups = layout(speech_sites or model.sites)
     sinks = [s.label for s in model.sites if s.sink]  # their rows are rescaled to 1 by every row statistic
+    sink_sites = frozenset(g.site for g in groups if (speech_sites or model.sites)[g.site].sink)
     if not groups:
         raise AttnvizError(f"{model.path.name}: no self-attention sites to analyse")
     if cfg.gold_column and not (kind == "encoder-decoder" and any(g.kind == "cross" for g in groups)):
@@ -331,7 +332,7 @@ def _run(
     output.write(
         out,
         output.head_rows(acc, groups, induction, vision_tower),
-        output.example_rows(acc, groups, items, vision_tower),
+        output.example_rows(acc, groups, items, vision_tower, sink_sites),
         run,
     )
     ckpt.unlink(missing_ok=True)

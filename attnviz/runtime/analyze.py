@@ -328,7 +328,7 @@ def _labelled(
             result.images = prep.images or []
     if prep.prompts is not None:
         result.prompt_len = len(prep.prompts[0])
-        if prep.speech_prompt:  # the transcript's rows begin after it (core/head_stats: "monotonic" counts those)
+        if prep.speech_prompt:  # the transcript's words follow it (core/head_stats.word_rows: "monotonic"'s rows)
             result.info[SPEECH_PROMPT_KEY] = prep.speech_prompt
         result.decoder_ids = [list(map(int, r)) for r in rows] if rows is not None else []
         tok = prep.tgt_tok

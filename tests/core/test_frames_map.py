@@ -8,7 +8,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from frames_by_hand import per_frame_first_prev
+from frames_by_hand import per_frame_first_prev, per_frame_sink_share
 
 from attnviz import AttnvizError
 from attnviz.core import io
@@ -198,6 +198,7 @@ def test_head_stats_frame_by_frame_are_the_laid_out_heads(pair, batch):
             got, want = block_head_stats(fb, layer, h), head_stats(db.head(layer, h), special)
             assert got.keys() == want.keys()
             want["first"], want["prev"] = per_frame_first_prev(db.head(layer, h), [P] * PER_ROW[batch])
+            want["sink_share"] = per_frame_sink_share(db.head(layer, h), [P] * PER_ROW[batch])
             for k in want:
                 assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15), k
             assert block_head_stats(db, layer, h) == head_stats(db.head(layer, h), special)  # any other map: as before

@@ -134,7 +134,7 @@ def test_the_head_maps_frame_is_the_dense_maps_block(pair, mode, never_laid_out)
 
 
 def test_the_stats_frame_by_frame_are_the_laid_out_heads(pair):
-    from frames_by_hand import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev, per_frame_sink_share
 
     from attnviz.core.stats import block_head_stats, head_stats
 
@@ -147,6 +147,7 @@ def test_the_stats_frame_by_frame_are_the_laid_out_heads(pair):
                 got, want = block_head_stats(fb, layer, h), head_stats(db.head(layer, h), special)
                 sizes = SIZES[: PER_ROW[0]] if batch == 0 else SIZES[PER_ROW[0] :]
                 want["first"], want["prev"] = per_frame_first_prev(db.head(layer, h), sizes)  # each frame's
+                want["sink_share"] = per_frame_sink_share(db.head(layer, h), sizes)
                 for k in want:
                     assert got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15), k
 

@@ -173,3 +173,70 @@ def test_results_written_before_the_sink_share_still_open(tmp_path):
         return [repr(sorted((k, v) for k, v in h.items() if k != "sink_share")) for h in heads]
 
     assert rest(old) == rest(new)
+
+
+def _examples(out: Path) -> list[dict]:
+    return pq.read_table(out / "examples.parquet").to_pylist()
+
+
+def test_without_a_sink_no_sink_share_examples_repeat_the_firsts(tmp_path, qtbot):
+    """polish24: where no site has a sink, sink_share is 'first' to the rounding, and its top examples were the same
+    items again (~10 % of examples.parquet): the file holds none of them, every other statistic's as before; the
+    Corpus view lists 'first''s for a head when sink_share is the score, and says why."""
+    from PySide6.QtCore import QSettings, Qt
+
+    from attnviz.core.stats import ROW_STATS
+    from attnviz.gui.main_window import MainWindow
+    from attnviz.gui.views.corpus import open_corpus_results
+
+    model = tiny_text_model(tmp_path / "plain.onnx", layers=1, heads=2, d=8)
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(LINES) + "\n")
+    out = tmp_path / "out"
+    args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--no-progress", "--workers", "1"]
+    assert main([*args, "--top-k", "3"]) == 0
+    ex = _examples(out)
+    scores = {e["score"] for e in ex}
+    assert "sink_share" not in scores
+    assert scores == set(ROW_STATS) - {"sink_share"}
+    for h in range(2):  # every other statistic keeps its 3 per head
+        assert sum(e["head"] == h and e["score"] == "first" for e in ex) == 3
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(w)
+    v = open_corpus_results(w, out)
+    v.score.setCurrentText("sink_share")
+    head = next(h for h in v.heads if h["head"] == 1)
+    v.show_head(head)
+    want = sorted((e for e in ex if e["head"] == 1 and e["score"] == "first"), key=lambda e: e["rank"])
+    assert [(e["item"], e["row"], e["value"]) for e in v.shown_examples] == [
+        (e["item"], e["row"], e["value"]) for e in want
+    ]
+    assert "top items by first" in v.examples_label.text() and "sink_share is first here" in v.examples_label.text()
+    # polish24: what the user reads of "first" (the column's and the score list's tooltip) says it is rescaled at a
+    # sink site and points at sink_share
+    t = v.table
+    c = next(c for c in range(t.columnCount()) if t.horizontalHeaderItem(c).text() == "first")
+    first_tip = t.horizontalHeaderItem(c).toolTip()
+    listed = v.score.itemData(v.score.findText("first"), Qt.ItemDataRole.ToolTipRole)
+    for tip in (first_tip, listed):
+        assert "rescaled to 1" in tip and "sink_share" in tip and "attention-sink site" in tip, tip
+        assert tip.count("sink_share") >= 2  # the statistic's help and its direction's ("high = ...") both
+    v.close()
+
+
+def test_at_a_sink_site_the_sink_share_examples_are_the_rows_whole_key0_weights(sink_text_model, tmp_path):
+    """Where the site has a sink, sink_share's top examples are written: each head's best is the item whose rows give
+    key 0 the most weight on average as the softmax left them (the hand maps), not 'first''s rescaled rows."""
+    texts = tmp_path / "c.txt"
+    texts.write_text("\n".join(LINES) + "\n")
+    out = tmp_path / "out"
+    args = ["corpus", str(sink_text_model), "--texts", str(texts), "--out", str(out), "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 0
+    ex = _examples(out)
+    maps = [_hand_maps(sink_text_model, line) for line in LINES]
+    for h in range(2):
+        best = max((m[h, :, 0].mean(), i) for i, m in enumerate(maps))  # (the item's mean over its rows, item)
+        top = next(e for e in ex if e["head"] == h and e["score"] == "sink_share" and e["rank"] == 0)
+        assert (top["value"], top["item"]) == (pytest.approx(float(best[0]), rel=1e-5), best[1])
+        first = next(e for e in ex if e["head"] == h and e["score"] == "first" and e["rank"] == 0)
+        assert first["value"] > top["value"] + 1e-3  # rescaled: the sink's share put back into the row

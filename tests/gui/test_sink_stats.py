@@ -42,11 +42,41 @@ def test_head_stats_say_how_much_of_each_row_the_sink_took(qtbot, real_window, t
     np.testing.assert_allclose(cols["entropy"], (-(p * np.log2(p)).sum(-1)).mean(-1), atol=1e-5)
 
 
+def test_head_stats_give_each_heads_sink_share_as_the_corpus_does(qtbot, real_window, tmp_path):
+    """polish24: the table's "sink share" is, per head, the mean of each row's weight on key 0 as the softmax left it
+    (the builder's numpy probabilities, the sink's share still out of the row), the corpus's sink_share; "first
+    token" beside it is the same rows rescaled to 1, told apart from it by the sink."""
+    from attnviz.cli import main
+
+    path, feeds, want = sink_model(tmp_path / "sinks.onnx", seq=8, heads=4, d=8)
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    out = tmp_path / "sinks.npz"
+    assert main(["extract", str(path), "--inputs", str(tmp_path / "feeds.npz"), "--out", str(out)]) == 0
+    w = real_window
+    open_and_wait(qtbot, w, out)
+    cols = _table(qtbot, w, 4)
+    raw = want[0][..., 0].mean(-1)  # [H]: each row's whole weight on key 0
+    rescaled = (want[0][..., 0] / want[0].sum(-1)).mean(-1)
+    assert np.abs(rescaled - raw).min() > 1e-3  # far past the tolerance below: the two readings differ
+    np.testing.assert_allclose(cols["sink share"], raw, atol=1e-5)
+    np.testing.assert_allclose(cols["first token"], rescaled, atol=1e-5)
+    names = list(cols)
+    assert names[names.index("first token") + 1] == "sink share"  # beside its rescaled twin
+    t = w.stats.table
+    tip = t.horizontalHeaderItem(names.index("sink share")).toolTip()
+    assert "before the statistics rescale" in tip and "sink_share" in tip
+    assert "'sink share' the first key's share of the whole row" in w.stats.info.text()
+    # and "first token" says it is of the rescaled rows, and where the whole row's share is
+    first_tip = t.horizontalHeaderItem(names.index("first token")).toolTip()
+    assert "rescaled to 1" in first_tip and "sink_share" in first_tip and "'sink share'" in first_tip
+
+
 def test_a_softmax_over_the_keys_shows_no_row_sum_column(qtbot, real_window):
     w = real_window
     open_and_wait(qtbot, w, DEMO, text="3 1 4 1 5 9 2 6")
     cols = _table(qtbot, w, len(w.session.block.sites) * w.session.block.heads_in(0))
     assert "row sum" not in cols and "entropy" in cols
+    assert "sink share" not in cols  # rows summing to 1: it is "first token" to the last digit
     assert "Rows sum" not in w.stats.info.text()
 
 

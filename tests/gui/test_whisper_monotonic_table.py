@@ -1,6 +1,8 @@
-"""words24 in the window: a Whisper run's Head stats table shows "monotonic" of the transcript's rows only (the
-forced prompt's four rows left out), each cell the hand computation over the run's own cross maps, and the column's
-tooltip says so.  The tiny random-init Whisper of tests/runtime/test_optimum_whisper.py, generating."""
+"""A Whisper run's Head stats table shows "monotonic" of the rows that chose the transcript's words (polish24: from
+the <|notimestamps|> row, which chose the first word, as Audio regions names each word at the row that chose it;
+the forced prompt's three rows before it left out), each cell the hand computation over the run's own cross maps,
+and the column's tooltip says so.  The tiny random-init Whisper of tests/runtime/test_optimum_whisper.py,
+generating."""
 
 from __future__ import annotations
 
@@ -38,11 +40,13 @@ def test_the_tables_monotonic_counts_the_transcripts_rows(qtbot, window, optimum
     qtbot.waitUntil(lambda: table.rowCount() == n and not v.busy and "monotonic" in v.columns, timeout=20000)
     c = v.columns.index("monotonic")
     assert "<|notimestamps|>" in table.horizontalHeaderItem(c).toolTip()
+    assert not any(w.startswith("<|") for w in r.generated)  # every generated token is a word (no end of text)
+    chose = [3 + k for k in range(len(r.generated))]  # generated word k at position 4 + k, chosen by the row before
     moved = 0
     for row in range(table.rowCount()):
         layer, head = (int(v.cell(row, v.columns.index(k)).value) for k in ("layer", "head"))
         maps = r.maps[cross[layer]].array()[0, head]  # [rows, frames]: 4 forced rows, then the transcript's
-        assert float(v.cell(row, c).value) == pytest.approx(_by_hand(maps[4:]), abs=1e-12), (layer, head)
-        moved += _by_hand(maps[4:]) != _by_hand(maps)
+        assert float(v.cell(row, c).value) == pytest.approx(_by_hand(maps[chose]), abs=1e-12), (layer, head)
+        moved += _by_hand(maps[chose]) != _by_hand(maps)
     assert moved  # the prompt's rows would have changed what the table says
     assert w.sidebar.values("Run")["forced prompt (tokens)"] == "4"  # the sidebar names the fact the run keeps

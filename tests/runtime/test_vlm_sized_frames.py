@@ -81,7 +81,7 @@ def test_image_regions_of_each_image_are_the_dense_paths(r, mode):
 
 
 def test_the_token_map_thumbnails_stats_and_figures_are_the_dense_paths(r):
-    from frames_by_hand import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev, per_frame_sink_share
 
     from attnviz.core.stats import block_stats
     from attnviz.figures import figure_bytes, render_figure
@@ -95,6 +95,7 @@ def test_the_token_map_thumbnails_stats_and_figures_are_the_dense_paths(r):
     for g, w in zip(got, want, strict=True):
         # "first" and "prev" are each image's own (core.stats.frames_head_stats), by hand from the laid-out head
         w["first"], w["prev"] = per_frame_first_prev(want_r.blocks()[0].head(w["layer"], w["head"]), [48, 60])
+        w["sink_share"] = per_frame_sink_share(want_r.blocks()[0].head(w["layer"], w["head"]), [48, 60])
         assert g == pytest.approx(w, rel=1e-9, abs=1e-12)
     sel = v.Selection(layer=1, head=2, image_from="tower", picture=1)
     for view in ("overview", "image"):

@@ -157,7 +157,7 @@ def test_a_comparison_draws_the_selected_frame_of_both(tower, images, square, tm
 
 def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
     pytest.importorskip("PySide6")
-    from frames_by_hand import per_frame_first_prev
+    from frames_by_hand import per_frame_first_prev, per_frame_sink_share
 
     from attnviz.gui.views.stats_table import compute_stats
 
@@ -167,6 +167,7 @@ def test_the_stats_tables_rows_frame_by_frame_are_the_dense_paths(square):
     for g, w in zip(got, want, strict=True):
         # "first" and "prev" are each frame's own (core.stats.frames_head_stats), by hand from the laid-out head
         w["first"], w["prev"] = per_frame_first_prev(want_blk.head(w["layer"], w["head"]), [P] * 5)
+        w["sink_share"] = per_frame_sink_share(want_blk.head(w["layer"], w["head"]), [P] * 5)
         assert g == pytest.approx(w, rel=1e-9, abs=1e-12)
 
 

@@ -33,7 +33,7 @@ from attnviz.app.corpus_patches import example_image, frames_of, is_tower_exampl
 from attnviz.core.attention import VISION_TOWER_KEY, shown_stack
 from attnviz.core.cross_stats import CROSS_STAT_HELP
 from attnviz.core.score_direction import DIRECTIONS, GOLD_SCORES, direction, examples_end
-from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS, row_stat_help
+from attnviz.core.stats import ROW_STAT_HELP, ROW_STATS, SAME_WITHOUT_SINK, row_stat_help
 from attnviz.gui.views.corpus_patch import PatchPreview
 
 # role -> colour (Okabe–Ito, colour-blind safe); "mixed" stays uncoloured
@@ -376,6 +376,8 @@ class CorpusView(QWidget):
             }.get(head["role"], "max")
         key = (head["stack"], head["kind"], head["layer"], head["head"], score)
         ex = [e for e in self.results.examples if (e["stack"], e["kind"], e["layer"], e["head"], e["score"]) == key]
+        if not ex and score in SAME_WITHOUT_SINK:  # a site without a sink: the run wrote its twin's, the same items
+            return self.examples_for(head, SAME_WITHOUT_SINK[score])
         return sorted(ex, key=lambda e: e["rank"])
 
     def show_head(self, head: dict) -> None:
@@ -401,6 +403,8 @@ class CorpusView(QWidget):
                     t.setItem(r, c, item)
         stat = ex[0]["score"] if ex else score
         what = f"top items by {stat} — {self.listed_end(stat, head['kind'])} — click one to open it"
+        if stat != score and SAME_WITHOUT_SINK.get(score) == stat:
+            what += f" ({score} is {stat} here: no attention sink at this site, its rows sum to 1)"
         if stat in GOLD_SCORES:  # a corpus count: the head's value, and for AER the pairs it aligns worst
             what = f"{stat} {_fmt(head.get(stat, math.nan))} over the corpus" + (
                 f"; {self.listed_end(stat, head['kind'])} — click one to open it in the Alignment view"

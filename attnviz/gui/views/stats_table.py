@@ -11,7 +11,7 @@ from attnviz.app.ablation import head_at
 from attnviz.app.compare import COMPARE_COLUMNS
 from attnviz.core import view as vm
 from attnviz.core.head_stats import compute_stats, stats_context
-from attnviz.core.stats import ROW_SUM_COLUMN, ROW_SUM_SHOWN_BELOW, STAT_COLUMNS, stat_columns
+from attnviz.core.stats import ROW_SUM_SHOWN_BELOW, STAT_COLUMNS, stat_columns, with_sink_columns
 from attnviz.core.view_names import tab_title
 from attnviz.core.words import count
 from attnviz.gui.views.base import View, info_label
@@ -206,10 +206,11 @@ class StatsView(View):
         compared = self._compare_rows(rows)
         shown = stat_columns(self.context())  # what each column means for this block, or not shown at all
         # heads whose rows sum to less than 1 (attention sinks): how much each row kept, before the statistics
-        # rescale it to 1 (a head that gives its sink most of its mass looks like any other head otherwise)
+        # rescale it to 1 (a head that gives its sink most of its mass looks like any other head otherwise), and
+        # the first key's share of the whole row (a corpus run's sink_share)
         sunk = [row["row_sum"] for row in rows if row.get("row_sum", 1.0) < ROW_SUM_SHOWN_BELOW]
         if sunk:
-            shown = {**shown, **ROW_SUM_COLUMN}
+            shown = with_sink_columns(shown)
         stats = (
             (list(ALIGN_COLUMNS) if aligned else [])
             + (list(WORD_TIME_COLUMNS) if timed else [])
@@ -267,7 +268,8 @@ class StatsView(View):
         if sunk:
             text += (
                 f" Rows sum to less than 1 in {count(len(sunk), 'head')} (head means down to {min(sunk):.2f}: an attention "
-                "sink took the rest); the statistics are of each row rescaled to 1, 'row sum' is how much it kept."
+                "sink took the rest); the statistics are of each row rescaled to 1, 'row sum' is how much it kept, "
+                "'sink share' the first key's share of the whole row (a corpus run's sink_share)."
             )
         c = self.session.comparison
         if compared and c is not None:

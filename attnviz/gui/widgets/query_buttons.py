@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QWidget
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QPushButton, QScrollArea, QStyle, QWidget
 
 PAD_PX = 16  # STYLE's 6 px padding on each side, and a little for the frame
 STYLE = "QPushButton { padding: 2px 6px; } QPushButton:checked { background: #ffd27f; font-weight: bold; }"
@@ -25,6 +26,9 @@ class QueryButtons(QScrollArea):
         wrap.setLayout(self.bar)
         self.setWidgetResizable(True)
         self.setWidget(wrap)
+        # one row scrolls sideways only: a fixed height that left the row a few pixels short beside the horizontal
+        # bar showed a vertical scrollbar too (fill sizes the height to the row plus that bar instead)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setFixedHeight(48)
 
     def fill(self, labels: Sequence[str], on_click: Callable[[int], None], tips: Sequence[str] = ()) -> None:
@@ -51,6 +55,13 @@ class QueryButtons(QScrollArea):
             self.group.addButton(b)
             self.bar.addWidget(b)
             self.buttons.append(b)
+        if self.buttons:  # the row whole, above the horizontal bar a long row shows (never cut at the bottom)
+            # from the buttons' own heights: in a shown window the new buttons are not shown until the event loop
+            # runs, so the layout's size hint still counts its margins alone
+            margins = self.bar.contentsMargins()
+            row = max(b.sizeHint().height() for b in self.buttons) + margins.top() + margins.bottom()
+            bar_px = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+            self.setFixedHeight(row + bar_px + 2 * self.frameWidth())
 
     def check(self, index: int | None) -> None:
         """Button ``index`` checked and the others not; None: none (a query that is no button's)."""
