@@ -302,6 +302,11 @@ def _context(progress: bool) -> None:
     ctx.print_on_execution_start = False
     # Ray Data logs a failed task's stack before re-raising it; attnviz turns it into one line (run_texts)
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+    # Ray Data's advice when --workers exceeds the corpus's blocks (a small corpus: the extra actors idle), a
+    # UserWarning on stderr naming its own settings (``override_num_blocks``) that a user of attnviz cannot set
+    import warnings
+
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
 
 
 # -- stage functions (run in Ray tasks / actors) ---------------------------------------------------------------

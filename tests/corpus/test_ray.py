@@ -497,7 +497,8 @@ def test_an_actor_killed_mid_run_ends_it_in_one_line(planted, tmp_path, capfd):
 def test_a_cli_run_on_a_running_cluster_via_ray_address_prints_no_ray_text(planted, tmp_path):
     """--ray-address: the command joins a running cluster (this folder's, as `ray start --head` leaves one) instead
     of starting one; its results are the local engine's bytes, and its real stderr holds nothing: no Ray line
-    (core_worker's max_restarts warning, Ray Data's deprecations, the token notice; ray24), stdout only attnviz's."""
+    (core_worker's max_restarts warning, Ray Data's deprecations and its advice when --workers 2 exceeds the
+    corpus's one block, the token notice; ray24), stdout only attnviz's."""
     import os
     import subprocess
     import sys
@@ -507,7 +508,7 @@ def test_a_cli_run_on_a_running_cluster_via_ray_address_prints_no_ray_text(plant
     model, texts = planted
     address = ray.get_runtime_context().gcs_address  # host:port, as `ray start --head` prints it
     args = ["corpus", str(model), "--texts", str(texts), "--out", str(tmp_path / "ray"), "--engine", "ray"]
-    args += ["--ray-address", address, "--workers", "1", "--threads", "1", "--provider", "cpu", "--no-progress"]
+    args += ["--ray-address", address, "--workers", "2", "--threads", "1", "--provider", "cpu", "--no-progress"]
     args += ["--batch-size", "6"]  # (_cfg's)
     done = subprocess.run(
         [sys.executable, "-m", "attnviz", *args],
