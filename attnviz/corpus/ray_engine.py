@@ -159,8 +159,10 @@ def quiet_notices() -> None:
     notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
     if _quiet_token_notice not in notices.filters:
         notices.addFilter(_quiet_token_notice)
-    from ray._private import worker  # (Ray's private: left alone where it is not there)
-
+    try:
+        from ray._private import worker  # (Ray's private: left alone where it is not there)
+    except ImportError:
+        return
     shown = getattr(worker, "print_to_stdstream", None)
     if callable(shown) and not getattr(shown, "routed_by_attnviz", False):
         worker.print_to_stdstream = _routed(shown)
@@ -183,7 +185,7 @@ def _routed(shown):
             return None
         return shown(data, ignore_prefix, *args, **kwargs)
 
-    print_to_stdstream.routed_by_attnviz = True  # type: ignore[attr-defined]
+    print_to_stdstream.routed_by_attnviz = True
     return print_to_stdstream
 
 
@@ -231,12 +233,19 @@ def start_local(num_cpus: int, num_gpus: int = 0) -> None:
     logging left as it is, and without :data:`SKIPPED_HEAD_PROCESSES` (those of Ray's Node methods that exist are
     replaced by no-ops for the start, and put back after it: a Ray without them starts them all, as before)."""
     import ray
-    from ray._private import node  # (Ray's private: each name is looked up, and left alone where absent)
 
+    node: Any = None
+    try:
+        from ray._private.node import Node  # (Ray's private: each name is looked up, and left alone where absent)
+
+        node = Node
+    except ImportError:
+        pass
     quiet_notices()
-    saved = {n: node.Node.__dict__[n] for n in SKIPPED_HEAD_PROCESSES if callable(node.Node.__dict__.get(n))}
+    methods = vars(node) if node is not None else {}
+    saved = {n: methods[n] for n in SKIPPED_HEAD_PROCESSES if callable(methods.get(n))}
     for n in saved:
-        setattr(node.Node, n, _not_started)
+        setattr(node, n, _not_started)
     try:
         ray.init(
             num_cpus=num_cpus,
@@ -247,7 +256,7 @@ def start_local(num_cpus: int, num_gpus: int = 0) -> None:
         )
     finally:
         for n, f in saved.items():
-            setattr(node.Node, n, f)
+            setattr(node, n, f)
 
 
 def _not_started(self, *args, **kwargs) -> None:
@@ -954,9 +963,9 @@ def _images_sorted_small(refs: list, n: int, job: ImageJob, done: list[int]):
 
 def _read_images(folder: str):
     """The folder's own image files (``path``, ``bytes``), read by Ray Data's read tasks, in no particular order."""
-    import ray.data
-
     from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    ray = _ray()
 
     exts = sorted({e.lstrip(".") for e in IMAGE_SUFFIXES} | {e.lstrip(".").upper() for e in IMAGE_SUFFIXES})
     ds = ray.data.read_binary_files(folder, include_paths=True, file_extensions=exts)
