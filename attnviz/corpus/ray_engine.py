@@ -268,7 +268,8 @@ def _stop_monitor() -> None:
     time, each given a second to leave after SIGTERM, and the monitor alone never leaves in it (1.0 of Ray's 1.2 s
     shutdown, bench/RESULTS.md session 23 ray23).  A one-machine cluster that attnviz started has nothing to scale;
     Ray's shutdown then finds the monitor gone and stops the rest as before (no process is left).  Ray's private
-    node record: where it is not there (another Ray), Ray's shutdown does it all, as before."""
+    node record: where it is not there (another Ray), Ray's shutdown does it all, as before.  (Since session 24
+    :func:`start_local` starts no monitor at all; this stays for a Ray whose Node has no ``start_monitor``.)"""
     try:
         from ray._private import ray_constants, worker
 
