@@ -106,7 +106,8 @@ def one(row: str, model: Path, tok: str, texts: Path, workers: int, work: Path, 
     tag = f"{engine}{abs(hash(code)) % 10**6 if code else ''}"
     out = work / f"out_{tag}_{n}"
     report = str(work / f"report_{tag}_{n}.json")
-    args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--engine", engine, "--no-progress"]
+    source = "--images" if texts.is_dir() else "--texts"  # (--model vit: a folder of images)
+    args = ["corpus", str(model), source, str(texts), "--out", str(out), "--engine", engine, "--no-progress"]
     args += ["--workers", str(workers), "--threads", "1", "--provider", "cpu"] + (["--tokenizer", tok] if tok else [])
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=code or str(ROOT))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -130,7 +131,7 @@ def main() -> None:
         child(sys.argv[i + 3 :], sys.argv[i + 1])
         return
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=("planted", "minilm"), default="planted")
+    ap.add_argument("--model", choices=("planted", "minilm", "vit"), default="planted")  # vit: --images
     ap.add_argument("--items", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=1)
@@ -144,6 +145,16 @@ def main() -> None:
     if a.model == "planted":
         model, tok = cb.planted(work)
         texts = cb.planted_corpus(work, a.items)
+    elif a.model == "vit":  # the shipped ViT over a folder of random 40x40 images (session 24: --images' sort)
+        import numpy as np
+        from PIL import Image
+
+        model, tok = ROOT / "models" / "vit-classification.onnx", ""
+        texts = work / f"images_{a.items}"
+        texts.mkdir(exist_ok=True)
+        rng = np.random.default_rng(0)
+        for i in range(a.items):
+            Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(texts / f"{i:05d}.png")
     else:
         model, tok = cb.minilm(work)
         texts = cb.corpus_file(work, a.items)
@@ -160,10 +171,11 @@ def main() -> None:
         print(f"   CPU rounds {cpus}")
         if e.startswith("ray"):
             ph = best["phases"]
-            ph["sort"] = ph["reduce_write_start"] - ph["read_index_start"] - ph["read_index"]
+            if "read_index_start" in ph:  # (the text path's; --images indexes in its sort task since session 24)
+                ph["sort"] = ph["reduce_write_start"] - ph["read_index_start"] - ph["read_index"]
             keys = ("imports", "ray_init", "read_index", "sort", "reduce_write", "keys", "fold", "main")
             print("   " + ", ".join(f"{k} {ph[k]:.2f}" for k in keys if k in ph), f"exit {best['exit_after_main']:.2f}")
-            if "ray_init_start" in ph and "read_index_start" in ph:
+            if "ray_init_start" in ph and "read_index_start" in ph and "reduce_write_start" in ph:
                 print(f"   read_index_start {ph['read_index_start']:.2f}, reduce_start {ph['reduce_write_start']:.2f}")
             for ac in best["actors"]:
                 lag = ac["init_start"] - ac["proc_start"]

@@ -15,7 +15,8 @@ each padded batch obeys the same rules as the local engine's.  Sums fold in (len
 top-k ties go to the lower item index, so results equal the local engine's up to float64 summation order.
 
 ``--images`` (:func:`run_images`): ``read_binary_files`` lists and reads the folder's image files in Ray tasks
-(the folder itself, not sub-folders, as the local reader), sorted by path and numbered; each actor decodes its
+(the folder itself, not sub-folders, as the local reader), sorted by path and numbered (one plain task up to
+SORT_IMAGES_IN_ONE_TASK bytes of images, else Ray Data's sort + repartition); each actor decodes its
 batch with the local engine's own image loader, reduces it and reports each image's sha256, so run.json's data
 hash equals the local engine's without the driver reading a single image.
 
@@ -153,10 +154,39 @@ def _quiet_token_notice(record: logging.LogRecord) -> bool:
 
 
 def quiet_notices() -> None:
-    """Drop Ray's token notice (:func:`_quiet_token_notice`) from here on; idempotent."""
+    """Drop Ray's token notice (:func:`_quiet_token_notice`) and route the raylet's messages (:func:`_routed`)
+    from here on; idempotent."""
     notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
     if _quiet_token_notice not in notices.filters:
         notices.addFilter(_quiet_token_notice)
+    try:
+        from ray._private import worker  # (Ray's private: left alone where it is not there)
+    except ImportError:
+        return
+    shown = getattr(worker, "print_to_stdstream", None)
+    if callable(shown) and not getattr(shown, "routed_by_attnviz", False):
+        worker.print_to_stdstream = _routed(shown)
+
+
+RAYLET_LOG = logging.getLogger("attnviz.ray.raylet")
+
+
+def _routed(shown):
+    """Ray's driver prints the raylet's error messages on stdout from a thread of its own, whatever log_to_driver
+    says: ``(raylet) A worker died or was killed while executing a task by an unexpected system error ...`` (six
+    lines' worth) beside attnviz's own line when an actor dies.  attnviz's line says it (:func:`_ray_error`) and
+    Ray's logs keep the raylet's account; the driver's copy goes to the ``attnviz.ray.raylet`` logger (debug).
+    Every other stream (a worker's output, were log_to_driver on) is printed by Ray as before."""
+
+    def print_to_stdstream(data, ignore_prefix, *args, **kwargs):
+        if isinstance(data, dict) and data.get("pid") == "raylet":
+            for line in data.get("lines", ()):
+                RAYLET_LOG.debug("%s", line)
+            return None
+        return shown(data, ignore_prefix, *args, **kwargs)
+
+    print_to_stdstream.routed_by_attnviz = True
+    return print_to_stdstream
 
 
 def _init(setup):
@@ -171,7 +201,7 @@ def _init(setup):
             _reachable(setup.ray_address)  # Ray itself retries an unreachable address for minutes
             ray.init(address=setup.ray_address, **kw)
         else:  # a local cluster sized to the workers asked for (Ray would otherwise take every core)
-            ray.init(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0, **kw)
+            start_local(num_cpus=setup.workers * setup.threads, num_gpus=1 if setup.gpu else 0)
             atexit.register(_stop_monitor)  # runs before Ray's own shutdown at exit (registered at its import)
     except AttnvizError:
         raise
@@ -188,12 +218,58 @@ def _init(setup):
     return ray
 
 
+# The head processes a local ``ray.init`` starts that a run of attnviz on its own cluster never uses, and that
+# ``ray.init`` has no switch for (Ray's Node methods that start them; bench/ray_init_knobs.py, RESULTS session 24):
+# - the dashboard's API server, started even with include_dashboard=False (its usage-stats module alone): ray.init
+#   waits for it to come up, ~3 s of a 7-8 s start on 2 busy cores;
+# - the autoscaler monitor: one machine has nothing to scale, and at exit it alone took 1 s of Ray's shutdown;
+# - the log monitor: it tails the workers' logs to print them in the driver, which log_to_driver=False turns off.
+# The raylet, GCS, the workers and the per-node agents start as before; so does everything with --ray-address.
+SKIPPED_HEAD_PROCESSES = ("start_api_server", "start_monitor", "start_log_monitor")
+
+
+def start_local(num_cpus: int, num_gpus: int = 0) -> None:
+    """``ray.init`` of a local cluster for attnviz alone: no dashboard, no worker output in the driver, Ray's
+    logging left as it is, and without :data:`SKIPPED_HEAD_PROCESSES` (those of Ray's Node methods that exist are
+    replaced by no-ops for the start, and put back after it: a Ray without them starts them all, as before)."""
+    import ray
+
+    node: Any = None
+    try:
+        from ray._private.node import Node  # (Ray's private: each name is looked up, and left alone where absent)
+
+        node = Node
+    except ImportError:
+        pass
+    quiet_notices()
+    methods = vars(node) if node is not None else {}
+    saved = {n: methods[n] for n in SKIPPED_HEAD_PROCESSES if callable(methods.get(n))}
+    for n in saved:
+        setattr(node, n, _not_started)
+    try:
+        ray.init(
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    finally:
+        for n, f in saved.items():
+            setattr(node, n, f)
+
+
+def _not_started(self, *args, **kwargs) -> None:
+    """(Stands in for a Node method of :data:`SKIPPED_HEAD_PROCESSES` while attnviz's local cluster starts.)"""
+
+
 def _stop_monitor() -> None:
     """Kill the local cluster's autoscaler monitor before Ray's shutdown at exit: Ray stops its processes one at a
     time, each given a second to leave after SIGTERM, and the monitor alone never leaves in it (1.0 of Ray's 1.2 s
     shutdown, bench/RESULTS.md session 23 ray23).  A one-machine cluster that attnviz started has nothing to scale;
     Ray's shutdown then finds the monitor gone and stops the rest as before (no process is left).  Ray's private
-    node record: where it is not there (another Ray), Ray's shutdown does it all, as before."""
+    node record: where it is not there (another Ray), Ray's shutdown does it all, as before.  (Since session 24
+    :func:`start_local` starts no monitor at all; this stays for a Ray whose Node has no ``start_monitor``.)"""
     try:
         from ray._private import ray_constants, worker
 
@@ -236,6 +312,11 @@ def _context(progress: bool) -> None:
     ctx.print_on_execution_start = False
     # Ray Data logs a failed task's stack before re-raising it; attnviz turns it into one line (run_texts)
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+    # Ray Data's advice when --workers exceeds the corpus's blocks (a small corpus: the extra actors idle), a
+    # UserWarning on stderr naming its own settings (``override_num_blocks``) that a user of attnviz cannot set
+    import warnings
+
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
 
 
 # -- stage functions (run in Ray tasks / actors) ---------------------------------------------------------------
@@ -524,7 +605,7 @@ def _read(job: TextJob):
     readers = {
         ".txt": lines,
         ".jsonl": lambda: ray.data.read_json(path, lines=True),  # _keep_texts names a missing field
-        ".parquet": lambda: ray.data.read_parquet(path, columns=cols),
+        ".parquet": lambda: ray.data.read_parquet(path).select_columns(cols),  # (columns= is deprecated)
         ".tsv": lines,
         ".csv": lines,
     }
@@ -577,7 +658,8 @@ def _sorted_by_ray_data(ds, job: TextJob, done: list[int]):
     ds = ds.sort(["length", "id"])
     # blocks of RESUME_BATCHES batches: each becomes one partial file as soon as it is reduced, so a Ctrl-C
     # loses at most the blocks in flight (one sorted block would hold back every file to the end)
-    return ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES).materialize()
+    # strict: exactly RESUME_BATCHES batches a block, whatever blocks the sort gave (:func:`_images_sorted_by_ray_data`)
+    return ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES, strict=True).materialize()
 
 
 def _sorted_small(refs: list, rows: int, job: TextJob, done: list[int]):
@@ -755,11 +837,31 @@ def _fold(store: PartialsStore, keys: list[RowKey], each=None, pieces: Pieces | 
     store.drop()
 
 
+def _actors(ds, **kw):
+    """``ds.map_batches(ReduceActor, **kw)``, its actors never restarted.  Ray Data restarts a dead map actor and
+    retries its batch without end by default (max_restarts=-1): an actor that dies on a batch (onnxruntime
+    crashing on it, the OOM killer) then died and restarted for as long as the run was left running, and the driver
+    printed Ray's ``core_worker.cc ... max_restarts > 0`` warning on every run.  Without restarts an actor's death
+    ends the run in one line (:func:`_ray_error`), as an error raised in it does.
+    Ray 2.60 takes ``max_restarts`` only through its deprecated ``**ray_remote_args`` (no named parameter yet):
+    its deprecation warning for that is dropped here, and a Ray whose map_batches has no such catch-all gets the
+    call without it."""
+    import inspect
+    import warnings
+
+    params = inspect.signature(ds.map_batches).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        kw["max_restarts"] = 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`ray_remote_args` is deprecated")
+        return ds.map_batches(ReduceActor, **kw)
+
+
 def _reduce_and_write(ds, setup, job, partials: Path) -> None:
     """The actor pool reduces each batch; every block's partials become one Parquet file as soon as it is done."""
     ray = _ray()
-    ds.map_batches(
-        ReduceActor,
+    _actors(
+        ds,
         fn_constructor_args=(pickle.dumps(setup), pickle.dumps(job)),
         batch_size=job.batch_size,
         compute=ray.data.ActorPoolStrategy(size=setup.workers),
@@ -772,10 +874,17 @@ def _reduce_and_write(ds, setup, job, partials: Path) -> None:
 
 
 def _ray_error(e: Exception, what: str, check: str) -> AttnvizError:
-    """One line for an error Ray wrapped: ours as it was raised, anything else named with its input."""
+    """One line for an error Ray wrapped: ours as it was raised, a worker's death as that, anything else named with
+    its input."""
     name, msg = _user_error(e) or (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
     if name == "AttnvizError":
         return AttnvizError(msg)
+    if _actor_died(e):  # (actors are not restarted: _actors)
+        return AttnvizError(
+            f"{what}: a Ray worker process died while reducing a batch (killed, out of memory, or a crash in "
+            "onnxruntime; Ray's logs say which: /tmp/ray/session_latest/logs on its node); run again, or with "
+            "--engine local"
+        )
     return AttnvizError(
         f"{what}: Ray Data could not read or process it ({name}: {msg[:160]}); check {check}, or run with --engine local"
     )
@@ -792,6 +901,78 @@ def _direct_images(batch, folder: str):
     return batch.filter(pa.array(keep, pa.bool_()))
 
 
+# Up to this many bytes of image files, the folder's rows are sorted by path, numbered and cut in one plain Ray task
+# (:func:`_images_sorted_small`), as the text path's SORT_IN_ONE_TASK: Ray Data's sort + repartition cost 3.7-4.1 s
+# of scheduling a run whatever the size (bench/RESULTS.md, session 23).  The one task holds every image's bytes
+# (twice, while it sorts), so a larger folder keeps Ray Data's distributed stages (:func:`_images_sorted_by_ray_data`).
+SORT_IMAGES_IN_ONE_TASK = 256 * 2**20
+
+
+def _rows_and_bytes(refs: list) -> tuple[int, int]:
+    """(rows, bytes) of the blocks, counted where they lie (no image passes through the driver)."""
+    import ray
+
+    @ray.remote
+    def size(t) -> tuple[int, int]:
+        return t.num_rows, t.nbytes
+
+    counts = ray.get([size.remote(r) for r in refs])
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
+
+def _images_sorted_by_ray_data(ds, job: ImageJob, done: list[int]):
+    """The folder's rows sorted by path (the local reader's order: item numbers match), the first ``max_items``
+    numbered, the ``done`` ones left out, cut in blocks of RESUME_BATCHES batches (one partial file a block)."""
+    ds = ds.sort("path")
+    if job.max_items is not None:
+        ds = ds.limit(job.max_items)
+    indexed = _with_index(ds.materialize())
+    assert indexed is not None  # (run_images refuses a folder without images first)
+    if done:
+        indexed = indexed.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
+    # strict: every block exactly RESUME_BATCHES batches (the last the rest).  Without it Ray Data only splits blocks
+    # and never joins them: the sort's blocks of 16-22 images were cut into batches at their own ends, other batches
+    # than the local engine's (equal only within float noise; ray24's test of the blocks found it)
+    return indexed.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES, strict=True).materialize()
+
+
+def _images_sorted_small(refs: list, n: int, job: ImageJob, done: list[int]):
+    """:func:`_images_sorted_by_ray_data`'s blocks from one plain Ray task; ``n``: the items numbered (the folder's
+    images up to ``max_items``).  The rows stay in Ray's object store."""
+    import ray
+
+    per_block = job.batch_size * RESUME_BATCHES
+    left = n - len({d for d in done if d < n})
+    blocks = max(1, -(-left // per_block))
+
+    @ray.remote(num_returns=blocks)
+    def sort_and_cut(done: list[int], *tables):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        t = pa.concat_tables(tables)
+        t = t.take(pc.sort_indices(t, [("path", "ascending")])).slice(0, n)
+        t = t.append_column("id", pa.array(np.arange(n, dtype=np.int64)))
+        if done:
+            t = _drop_done(t, done)
+        cut = [t.slice(b * per_block, per_block) for b in range(blocks)]
+        return cut if blocks > 1 else cut[0]
+
+    out = sort_and_cut.remote(done, *refs)
+    return ray.data.from_arrow_refs(out if blocks > 1 else [out])
+
+
+def _read_images(folder: str):
+    """The folder's own image files (``path``, ``bytes``), read by Ray Data's read tasks, in no particular order."""
+    from attnviz.runtime.raster import IMAGE_SUFFIXES
+
+    ray = _ray()
+
+    exts = sorted({e.lstrip(".") for e in IMAGE_SUFFIXES} | {e.lstrip(".").upper() for e in IMAGE_SUFFIXES})
+    ds = ray.data.read_binary_files(folder, include_paths=True, file_extensions=exts)
+    return ds.map_batches(_direct_images, batch_format="pyarrow", fn_kwargs={"folder": folder})
+
+
 def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
     """Ray Data reads the image folder; returns (partials in fold order, the examples' items (filled as the fold
     goes), the data sha256 computed as :func:`attnviz.corpus.items.sha256_items` does, the number of items,
@@ -806,19 +987,16 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
     store = PartialsStore(out / PARTIALS, job.fingerprint)
     done, n_done, tok_done = store.start()
     partials = store.folder
-    exts = sorted({e.lstrip(".") for e in IMAGE_SUFFIXES} | {e.lstrip(".").upper() for e in IMAGE_SUFFIXES})
     try:
-        ds = ray.data.read_binary_files(folder, include_paths=True, file_extensions=exts)
-        ds = ds.map_batches(_direct_images, batch_format="pyarrow", fn_kwargs={"folder": folder})
-        ds = ds.sort("path")  # the local reader's order: item numbers match
-        if job.max_items is not None:
-            ds = ds.limit(job.max_items)
-        ds = _with_index(ds.materialize())
-        if ds is None:
+        refs = _read_images(folder).to_arrow_refs()
+        rows, size = _rows_and_bytes(refs)
+        n = rows if job.max_items is None else min(rows, job.max_items)
+        if n == 0:
             raise AttnvizError(f"--images {job.folder}: no image files ({', '.join(IMAGE_SUFFIXES)})")
-        if done:
-            ds = ds.map_batches(_drop_done, batch_format="pyarrow", fn_kwargs={"done": done})
-        ds = ds.repartition(target_num_rows_per_block=job.batch_size * RESUME_BATCHES)  # one file per block
+        if size <= SORT_IMAGES_IN_ONE_TASK:
+            ds = _images_sorted_small(refs, n, job, done)
+        else:
+            ds = _images_sorted_by_ray_data(ray.data.from_arrow_refs(refs), job, done)
         _reduce_and_write(ds, setup, job, partials)
         keys = _keys(store.files(), ("first_item",), ("digests",))
     except AttnvizError:
@@ -842,6 +1020,20 @@ def run_images(setup, job: ImageJob, out: Path, progress: bool = False):
             items[int(i)] = Item(int(i), image=path)
 
     return _fold(store, keys, named), items, h.hexdigest(), len(digests), (n_done, tok_done)
+
+
+def _actor_died(e: BaseException) -> bool:
+    """Whether Ray reports an actor's process gone (RayActorError: ActorDiedError and kin) anywhere in the chain."""
+    from ray.exceptions import RayActorError
+
+    seen: BaseException | None = e
+    for _ in range(16):  # (a bounded walk of the cause chain)
+        if seen is None:
+            return False
+        if isinstance(seen, RayActorError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
@@ -873,8 +1065,8 @@ def run_specs(setup, specs: list[BatchSpec]) -> Iterator[Partial]:
     ds = ray.data.from_items(
         [{"batch_id": s.batch_id, "spec": pickle.dumps(s)} for s in specs], override_num_blocks=len(specs)
     )
-    out = ds.map_batches(
-        ReduceActor,
+    out = _actors(
+        ds,
         fn_constructor_args=(blob,),
         batch_size=1,
         compute=ray.data.ActorPoolStrategy(size=setup.workers),

@@ -37,8 +37,10 @@ def ray_local():
     """One local Ray cluster (2 CPUs) for this folder's Ray tests: started by the first that asks (seconds of
     start-up each time) and kept for the next, shut down when the run leaves the folder (pytest_runtest_teardown)."""
     ray = pytest.importorskip("ray")
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not ray.is_initialized():  # as --engine ray starts its own (without the head processes it never uses)
+        from attnviz.corpus.ray_engine import start_local
+
+        start_local(num_cpus=2)
     return ray
 
 

@@ -4,7 +4,9 @@ the results equal the local engine's (within 1e-6; another item only where float
 Ray starts once for this module (its start-up is most of the cost on a small machine)."""
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 from onnx_builders import tiny_text_model
 from planted import corpus_lines
@@ -290,6 +292,8 @@ def test_ray_reads_an_image_folder_itself_equal_local(tmp_path):
     }
     assert {Path(e["image"]).name for e in ray.examples} <= {"a.PNG", "b.png", "c.jpg", "d.png"}
     assert not (tmp_path / "ray" / PARTIALS).exists()
+    for name in ("heads.parquet", "examples.parquet"):  # the one-task sort (ray24): the local engine's very bytes
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
 
 
 def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_path):
@@ -337,6 +341,8 @@ def test_ray_run_interrupted_by_ctrl_c_resumes_from_its_partials(planted, tmp_pa
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    # the real stderr of a CLI run that started Ray itself: attnviz's own line only, no Ray text (ray24)
+    assert all(line.startswith("attnviz") for line in err.strip().splitlines()), err[-2000:]
     kept = list(partials.glob("*.parquet"))
     assert kept and (partials / "fingerprint.json").exists() and not (out / "heads.parquet").exists()
 
@@ -409,3 +415,114 @@ def test_the_one_task_sort_gives_ray_datas_blocks(planted, tmp_path):
         assert sorted(ids) == sorted(set(range(90)) - set(done))
         keys = [(r["length"], r["id"]) for b in small for r in b]
         assert keys == sorted(keys)
+
+
+def test_the_one_task_image_sort_gives_ray_datas_blocks(tmp_path):
+    """--images: up to ray_engine.SORT_IMAGES_IN_ONE_TASK bytes the folder's rows are sorted by path, numbered and
+    cut in one plain Ray task instead of Ray Data's sort + repartition (ray24): the same rows in the same blocks
+    (each block one partial file), with --max-items and already-reduced items left out as there."""
+    import ray
+
+    from attnviz.corpus import ray_engine
+
+    d = tmp_path / "imgs"
+    (d / "sub").mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    names = [f"{i:03d}{'.PNG' if i % 7 == 0 else '.jpg' if i % 5 == 0 else '.png'}" for i in range(75)]
+    for i in rng.permutation(75):  # written out of order: the listing's order is not the items' order
+        (d / names[i]).write_bytes(f"image {i}".encode() * (1 + i % 3))  # the sort reads no pixels
+    (d / "sub" / "000.png").write_bytes(b"below")
+    (d / "notes.txt").write_text("not an image")
+    ray_engine._context(False)
+
+    def blocks(sorter):
+        return [ray.get(r).to_pylist() for r in sorter(ray_engine._read_images(str(d)).to_arrow_refs()).to_arrow_refs()]
+
+    for max_items, done in ((70, [0, 5, 17, 40, 69]),):  # (a fresh run: the image test above, byte for byte)
+        job = ray_engine.ImageJob(str(d), max_items, 2)
+        n = max_items
+        small = blocks(lambda refs: ray_engine._images_sorted_small(refs, n, job, done))
+        big = blocks(lambda refs: ray_engine._images_sorted_by_ray_data(ray.data.from_arrow_refs(refs), job, done))
+        assert [len(b) for b in small] == [32, 32, n - len(done) - 64]  # 16 batches of 2 a block
+        assert small == big
+        rows = [r for b in small for r in b]
+        assert [r["id"] for r in rows] == sorted(set(range(n)) - set(done))
+        assert [Path(r["path"]).name for r in rows] == [names[i] for i in range(n) if i not in done]
+        assert all(r["bytes"] == (d / names[r["id"]]).read_bytes() for r in rows)
+
+
+def test_an_actor_killed_mid_run_ends_it_in_one_line(planted, tmp_path, capfd):
+    """A reduce actor that dies mid-run (here SIGKILL, as the OOM killer or a crash in onnxruntime would) ends the
+    run: one line naming it, exit 2, the partials folder removed.  Ray Data's default restarted the actor and
+    retried its batch without end (ray24: a batch that kills its actor every time ran for ever)."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    model, _ = planted
+    texts = tmp_path / "big.txt"
+    texts.write_text("\n".join(corpus_lines(200, seed=9)) + "\n")  # 7 partial files at batch 2 (as the Ctrl-C test)
+    out = tmp_path / "out"
+    args = ["corpus", str(model), "--texts", str(texts), "--out", str(out), "--batch-size", "2", "--engine", "ray"]
+    killed: list[int] = []
+
+    def kill_the_actor() -> None:
+        deadline = time.monotonic() + 120
+        while not killed and time.monotonic() < deadline:
+            for p in psutil.Process().children(recursive=True):
+                try:  # Ray titles an actor's process by the call it is in: ...(ReduceActor)).submit = a batch
+                    title = " ".join(p.cmdline())
+                    if "ReduceActor" in title and title.strip().endswith(".submit"):
+                        p.send_signal(signal.SIGKILL)
+                        killed.append(p.pid)
+                except psutil.Error:
+                    pass
+            time.sleep(0.02)  # polls for the actor's first batch (the event), not a stand-in delay
+
+    watcher = threading.Thread(target=kill_the_actor)
+    watcher.start()
+    rc = main([*args, "--workers", "1", "--threads", "1", "--provider", "cpu", "--no-progress"])
+    watcher.join()
+    captured = capfd.readouterr()
+    err = captured.err.strip().splitlines()
+    assert killed and rc == 2, (killed, rc, captured.err[-2000:])
+    assert len(err) == 1 and err[0].startswith("attnviz: error:") and "worker process died" in err[0], err
+    assert "--engine local" in err[0] and "big.txt" in err[0]
+    assert "(raylet)" not in captured.out and "worker died" not in captured.out, captured.out  # (Ray's own account)
+    assert not (out / PARTIALS).exists()
+
+
+def test_a_cli_run_on_a_running_cluster_via_ray_address_prints_no_ray_text(planted, tmp_path):
+    """--ray-address: the command joins a running cluster (this folder's, as `ray start --head` leaves one) instead
+    of starting one; its results are the local engine's bytes, and its real stderr holds nothing: no Ray line
+    (core_worker's max_restarts warning, Ray Data's deprecations and its advice when --workers 2 exceeds the
+    corpus's one block, the token notice; ray24), stdout only attnviz's."""
+    import os
+    import subprocess
+    import sys
+
+    import ray
+
+    model, texts = planted
+    address = ray.get_runtime_context().gcs_address  # host:port, as `ray start --head` prints it
+    args = ["corpus", str(model), "--texts", str(texts), "--out", str(tmp_path / "ray"), "--engine", "ray"]
+    args += ["--ray-address", address, "--workers", "2", "--threads", "1", "--provider", "cpu", "--no-progress"]
+    args += ["--batch-size", "6"]  # (_cfg's)
+    done = subprocess.run(
+        [sys.executable, "-m", "attnviz", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == "", done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == 1 and done.stdout.startswith("wrote "), done.stdout
+    run = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert run["engine"] == "ray" and run["items"] == 40
+    run_corpus(_cfg(model, texts, tmp_path / "local"))
+    for name in ("heads.parquet", "examples.parquet"):
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
