@@ -28,18 +28,10 @@ def unescape(s: str) -> str:
     return s.replace("\\$", "$")
 
 
-def figure(w, view, drawn: dict | None = None):
-    """The figure "File ▸ Export view" draws for ``view``.  ``drawn``: figures already drawn for this result, by
-    (view, selection): render_figure is a function of (result, view, selection, style) alone, so a cell of a grid
-    whose export selection an earlier cell had (the Alignment and Image views draw a block of their own whatever
-    block is selected) is compared with that figure, not a copy of it drawn again."""
+def figure(w, view):
     what = w.figure_selection(view)
     assert what is not None
-    if drawn is None:
-        return render_figure(w.session.result, *what, FigureStyle(dpi=40))
-    if what not in drawn:
-        drawn[what] = render_figure(w.session.result, *what, FigureStyle(dpi=40))
-    return drawn[what]
+    return render_figure(w.session.result, *what, FigureStyle(dpi=40))
 
 
 def check_map(hm, fig):
@@ -205,7 +197,6 @@ def check_grid(w, result, settings=None) -> int:
     w._show_result(result)
     views = views_for(w)
     checked = 0
-    drawn: dict = {}  # (view, selection) -> its figure, for this result
     for bi, blk in enumerate(w.session.blocks):
         for _name, changes in settings or SETTINGS:
             if changes.get("step", -1) >= 0 and not result.generated:
@@ -218,7 +209,7 @@ def check_grid(w, result, settings=None) -> int:
                 if widget.message:  # the view says why this combination is undefined (rollout on cross)
                     assert changes["mode"] == "rollout" and (blk.kind == "cross" or view == "alignment"), widget.message
                     continue
-                fig = figure(w, widget, drawn)
+                fig = figure(w, widget)
                 CHECKS[view](w, fig)
                 checked += 1
     return checked
