@@ -93,11 +93,14 @@ def _capped_cases(root: Path) -> dict[str, tuple[list, Alone]]:
     corpus = ["corpus", swell, "--texts", texts, "--out", root / "corpus" / "out", "--no-progress", "--workers", "1"]
     return {
         "3.6 GB": (extract(swell, "3.6 GB", "--max-memory", "2"), capped),
-        "in-process": (extract(swell, "in-process", "--max-memory", "2"), Alone(AS_GB, {"ATTNVIZ_INPROCESS": "1"})),
+        "in-process": (
+            extract(swell, "in-process", "--max-memory", "2"),
+            Alone(memory_gb=AS_GB, env={"ATTNVIZ_INPROCESS": "1"}),
+        ),
         "4 TB": (extract(swollen(root / "tb.onnx", [1_000_000, 1_000_000], op="ConstantOfShape"), "4 TB"), capped),
         "data-sized": (
             extract(data_sized(root / "data.onnx", 6000), "data-sized"),  # ids up to 8: 48,000² floats = 9.2 GB
-            Alone(AS_GB, {"ATTNVIZ_MAX_MEMORY": "2"}),
+            Alone(memory_gb=AS_GB, env={"ATTNVIZ_MAX_MEMORY": "2"}),
         ),
         "corpus": ([*corpus, "--max-memory", "2"], capped),
         "small swollen": (extract(small, "small swollen", "--max-memory", "1"), capped),
