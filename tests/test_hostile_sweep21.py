@@ -591,47 +591,28 @@ def test_an_out_that_is_a_device_or_pipe_is_never_replaced(special_outs, kind, c
     assert os.stat(out).st_mode == before and not stat.S_ISREG(before)
 
 
-CHECKPOINTED = ("corpus", "compare", "ablate")
-
-
-@pytest.fixture(scope="module")
-def unwritable_checkpoints(tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
-    """command -> (--out, exit code, stderr) of each command of the test below, in a folder of its own with its
-    files unable to grow past 3,000 bytes, each a process of its own forked from one interpreter
-    (cli_run.run_cli_forked; RLIMIT_FSIZE set in it before the command, as _cli_with_files_up_to sets it in a fresh
-    interpreter, whose start and imports each paid before); stderr a file, as the pipe was not a terminal."""
-    from cli_run import Alone
-
-    root = tmp_path_factory.mktemp("unwritable-checkpoints")
-    model = ROOT / "models" / "sequence-classification.onnx"
-    outs, cases = {}, []
-    for command in CHECKPOINTED:
-        folder = root / command
-        folder.mkdir()
-        texts = folder / "t.txt"
-        texts.write_text("7 2 9 5\n1 8 6 3\n")
-        argv = {
-            "corpus": ["corpus", model, "--texts", texts],
-            "compare": ["compare", model, model, "--texts", texts],
-            "ablate": ["ablate", model, "--texts", texts, "--all-heads"],
-        }[command]
-        outs[command] = folder / "results"
-        cases.append(([*argv, "--out", outs[command]], folder, Alone(file_size=3000)))
-    ran = run_cli_forked(*cases)
-    return {command: (outs[command], *bounded(r)) for command, r in zip(CHECKPOINTED, ran)}
-
-
-@pytest.mark.parametrize("command", CHECKPOINTED)
-def test_a_checkpoint_that_cannot_be_written_is_a_line_of_its_own_after_the_bar(unwritable_checkpoints, command):
+@pytest.mark.parametrize("command", ["corpus", "compare", "ablate"])
+def test_a_checkpoint_that_cannot_be_written_is_a_line_of_its_own_after_the_bar(tmp_path, command):
     """A full disk at the first checkpoint: the progress bar was closed only after the failing save, so the line
     came out glued to the bar ("... 18.51item/s]attnviz: error: cannot write ...") and the bar was drawn again
     below it at exit.  Here the file-size limit fails the write as a full disk does."""
-    out, code, err = unwritable_checkpoints[command]
-    assert code == 2
-    lines = [ln for ln in err.replace("\r", "\n").split("\n") if ln.strip()]
+
+    model = ROOT / "models" / "sequence-classification.onnx"
+    texts = tmp_path / "t.txt"
+    texts.write_text("7 2 9 5\n1 8 6 3\n")
+    out = tmp_path / "results"
+    argv = {
+        "corpus": ["corpus", model, "--texts", texts],
+        "compare": ["compare", model, model, "--texts", texts],
+        "ablate": ["ablate", model, "--texts", texts, "--all-heads"],
+    }[command]
+
+    done = _cli_with_files_up_to(3000, [*map(str, argv), "--out", str(out)], tmp_path)
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.replace("\r", "\n").split("\n") if ln.strip()]
     line = (
         f"attnviz: error: cannot write {out / 'checkpoint.npz'}: File too large; check the folder is writable and "
         "has space"
     )
-    assert lines[-1] == line, err
-    assert sum("attnviz: error:" in ln for ln in lines) == 1 and "Traceback" not in err, err
+    assert lines[-1] == line, done.stderr
+    assert sum("attnviz: error:" in ln for ln in lines) == 1 and "Traceback" not in done.stderr, done.stderr
