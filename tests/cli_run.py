@@ -121,7 +121,7 @@ assert threading.active_count() == 1, f"threads after importing {preload}: {thre
 loaded = [m for m in NO_FORK_WITH if m in sys.modules]
 assert not loaded, f"importing {preload} loaded {loaded}: the commands would start their children otherwise"
 codes = []
-for argv, cwd, out, err, cap, fsize, env, leave in cases:
+for argv, cwd, out, err, cap, env, leave in cases:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -134,8 +134,6 @@ for argv, cwd, out, err, cap, fsize, env, leave in cases:
         os.environ.update(env)  # (attnviz reads its variables when a command runs, not when it is imported)
         if cap is not None:  # as run_cli's memory_gb: this process and every child it starts
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        if fsize is not None:  # no file written past it (Python ignores SIGXFSZ: the write fails as on a full disk)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         sys.argv = ["attnviz", *argv]
         sys.exit(main(leave=leave))  # SystemExit leaves this script: the child's interpreter ends with the code
     try:
@@ -172,7 +170,6 @@ class Alone:
     there, as run_cli's are), ``env`` sets variables in it only."""
 
     memory_gb: float | None = None
-    file_size: int | None = None  # bytes a file it (or a child) writes may grow to: past it a write fails
     env: dict[str, str] = field(default_factory=dict)
     leave: bool = True  # False: main(leave=False), the interpreter's teardown after it (a script calling main())
 
@@ -188,11 +185,11 @@ def run_cli_forked(
     """[(exit code, stderr)] of each ``(argv, cwd)`` of ``cases``, each ``attnviz ARGV`` run with that working
     folder in a process of its own, as :func:`run_cli` runs it, but forked from one interpreter that imported
     ``preload`` (and ``attnviz.cli``) first: the half second of imports a fresh interpreter pays for every command
-    is paid once.  ``(argv, cwd, Alone(...))``: that command's own memory cap, file size limit and variables.  A run past ``bound_s``
+    is paid once.  ``(argv, cwd, Alone(...))``: that command's own memory cap and variables.  A run past ``bound_s``
     is killed, its code None (:func:`bounded` fails the test reading it).  ``prelude``: code the forking interpreter
     runs once before the commands (its names are the commands' script's, as a ``python -c`` script's).
     ``with_stdout``: (exit code, stderr, stdout) each.  Where ``fork`` is not Linux's, each runs in :func:`run_cli`
-    (neither of those two then, nor a file size limit)."""
+    (neither of those two then)."""
     import json
     import tempfile
 
@@ -213,7 +210,6 @@ def run_cli_forked(
                 str(Path(tmp) / f"{i}.out"),
                 str(err),
                 None if alone.memory_gb is None else int(alone.memory_gb * 2**30),
-                alone.file_size,
                 alone.env,
                 alone.leave,
             ]

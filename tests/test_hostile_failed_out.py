@@ -37,54 +37,27 @@ def _argv(command: str, model: Path, texts: Path) -> list[str]:
     }[command]
 
 
-REMOVED = ("corpus", "compare", "ablate", "testset")  # commands whose --out folder (and its parent) they made
-KEPT_BY = ("corpus", "testset")  # commands given a folder of the user's own
+@pytest.mark.parametrize("command", ["corpus", "compare", "ablate", "testset"])
+def test_a_failed_run_removes_the_out_folder_it_made_and_its_parents(tmp_path, command):
+    model, texts = _inputs(tmp_path)
+    before = sha(model, texts)
+    out = tmp_path / "new" / "results"  # two levels made by the command
+    done = _cli_with_files_up_to(3000, [*map(str, _argv(command, model, texts)), "--out", str(out)], tmp_path)
+    assert done.returncode == 2 and "File too large" in done.stderr, done.stderr
+    assert not (tmp_path / "new").exists()  # the folder and the parent it made are gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "t.txt"] and sha(model, texts) == before
 
 
-@pytest.fixture(scope="module")
-def failed(tmp_path_factory) -> dict[tuple[str, str], tuple[Path, Path, dict, int, str]]:
-    """(case, command) -> (its folder, --out, the inputs' digests before, exit code, stderr) of each command of the
-    two tests below, each in a folder of its own with its files unable to grow past 3,000 bytes (the full disk), each
-    a process of its own forked from one interpreter (cli_run.run_cli_forked; RLIMIT_FSIZE set in it before the
-    command, so its workers inherit it as a fresh interpreter's did): each paid a fresh interpreter's start and
-    imports before."""
-    from cli_run import Alone, bounded, run_cli_forked
-
-    root = tmp_path_factory.mktemp("failed-out")
-    built, cases = {}, []
-    for case, commands in (("made", REMOVED), ("mine", KEPT_BY)):
-        for command in commands:
-            folder = root / f"{case}-{command}"
-            folder.mkdir()
-            model, texts = _inputs(folder)
-            before = sha(model, texts)
-            if case == "made":
-                out = folder / "new" / "results"  # two levels made by the command
-            else:
-                out = folder / "mine"
-                out.mkdir()
-                (out / "notes.txt").write_text("my notes\n")
-            built[case, command] = (folder, out, before)
-            cases.append(([*_argv(command, model, texts), "--out", out], folder, Alone(file_size=3000)))
-    ran = run_cli_forked(*cases)
-    return {key: (*b, *bounded(r)) for (key, b), r in zip(built.items(), ran)}
-
-
-@pytest.mark.parametrize("command", REMOVED)
-def test_a_failed_run_removes_the_out_folder_it_made_and_its_parents(failed, command):
-    folder, _, before, code, err = failed["made", command]
-    model, texts = folder / "model.onnx", folder / "t.txt"
-    assert code == 2 and "File too large" in err, err
-    assert not (folder / "new").exists()  # the folder and the parent it made are gone
-    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "t.txt"] and sha(model, texts) == before
-
-
-@pytest.mark.parametrize("command", KEPT_BY)
-def test_a_failed_run_keeps_the_users_own_folder_and_files(failed, command):
-    _, out, _, code, err = failed["mine", command]
-    assert code == 2 and "File too large" in err, err
+@pytest.mark.parametrize("command", ["corpus", "testset"])
+def test_a_failed_run_keeps_the_users_own_folder_and_files(tmp_path, command):
+    model, texts = _inputs(tmp_path)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes\n")
+    done = _cli_with_files_up_to(3000, [*map(str, _argv(command, model, texts)), "--out", str(out)], tmp_path)
+    assert done.returncode == 2 and "File too large" in done.stderr, done.stderr
     assert (out / "notes.txt").read_text() == "my notes\n"
-    assert "partial results kept" not in err  # nothing of this run's to resume
+    assert "partial results kept" not in done.stderr  # nothing of this run's to resume
 
 
 def test_a_failed_training_run_removes_the_folder_it_made(tmp_path):
