@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -103,11 +104,12 @@ def run_cli_each(*argvs, bound_s: float = BOUND_S, env=None) -> list[tuple[int, 
 # a process of its own forked from it, as `python -m attnviz.cli ARGV` runs (its own exit code, its own teardown, the
 # interpreter's last words on its stderr), in its own working folder, bounded on its own
 _FORKED = """
-import importlib, json, os, select, signal, sys, time
+import importlib, json, os, resource, select, signal, sys, time
 with open(sys.argv[1]) as f:
-    cases, preload, bound_s = json.load(f)
+    cases, preload, bound_s, prelude = json.load(f)
 for name in preload:
     importlib.import_module(name)
+exec(prelude)  # (this script's globals: what it defines lives until a command's interpreter ends, or is left)
 from attnviz.cli import main
 from attnviz.runtime.child_start import NO_FORK_WITH
 # a fork copies only the forking thread: a Python thread already started (by a preloaded module) would be missing in
@@ -119,7 +121,7 @@ assert threading.active_count() == 1, f"threads after importing {preload}: {thre
 loaded = [m for m in NO_FORK_WITH if m in sys.modules]
 assert not loaded, f"importing {preload} loaded {loaded}: the commands would start their children otherwise"
 codes = []
-for argv, cwd, out, err in cases:
+for argv, cwd, out, err, cap, env, leave in cases:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -129,8 +131,11 @@ for argv, cwd, out, err in cases:
             os.dup2(f, fd)
             os.close(f)
         os.chdir(cwd)
+        os.environ.update(env)  # (attnviz reads its variables when a command runs, not when it is imported)
+        if cap is not None:  # as run_cli's memory_gb: this process and every child it starts
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         sys.argv = ["attnviz", *argv]
-        sys.exit(main(leave=True))  # SystemExit leaves this script: the child's interpreter ends with the code
+        sys.exit(main(leave=leave))  # SystemExit leaves this script: the child's interpreter ends with the code
     try:
         fd = os.pidfd_open(pid)
     except OSError:  # a kernel before 5.3: the child's end polled for, up to the bound
@@ -158,28 +163,59 @@ print(json.dumps(codes))
 PRELOAD = ("attnviz.runtime.model", "attnviz.figures.render", "attnviz.figures.spec", "attnviz.corpus.run", "PIL.Image")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Alone:
+    """What :func:`run_cli` gives one command, for a command of :func:`run_cli_forked`: ``memory_gb`` caps its
+    forked process's address space (RLIMIT_AS, set before the command starts: it and every child it starts are held
+    there, as run_cli's are), ``env`` sets variables in it only."""
+
+    memory_gb: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    leave: bool = True  # False: main(leave=False), the interpreter's teardown after it (a script calling main())
+
+
 def run_cli_forked(
-    *cases: tuple[list, Path], preload: tuple[str, ...] = PRELOAD, bound_s: float = BOUND_S, env=None
-) -> list[tuple[int | None, str]]:
+    *cases: tuple[list, Path] | tuple[list, Path, Alone],
+    preload: tuple[str, ...] = PRELOAD,
+    bound_s: float = BOUND_S,
+    env=None,
+    prelude: str = "",
+    with_stdout: bool = False,
+) -> list[tuple[int | None, str]] | list[tuple[int | None, str, str]]:
     """[(exit code, stderr)] of each ``(argv, cwd)`` of ``cases``, each ``attnviz ARGV`` run with that working
     folder in a process of its own, as :func:`run_cli` runs it, but forked from one interpreter that imported
     ``preload`` (and ``attnviz.cli``) first: the half second of imports a fresh interpreter pays for every command
-    is paid once.  A run past ``bound_s`` is killed, its code None (:func:`bounded` fails the test reading it).  Where
-    ``fork`` is not Linux's, each runs in :func:`run_cli`."""
+    is paid once.  ``(argv, cwd, Alone(...))``: that command's own memory cap and variables.  A run past ``bound_s``
+    is killed, its code None (:func:`bounded` fails the test reading it).  ``prelude``: code the forking interpreter
+    runs once before the commands (its names are the commands' script's, as a ``python -c`` script's).
+    ``with_stdout``: (exit code, stderr, stdout) each.  Where ``fork`` is not Linux's, each runs in :func:`run_cli`
+    (neither of those two then)."""
     import json
     import tempfile
 
+    cases = tuple((*case, Alone()) if len(case) == 2 else case for case in cases)
     if sys.platform != "linux":
-        return [run_cli(*argv, cwd=cwd, bound_s=bound_s, env=env) for argv, cwd in cases]
+        return [
+            run_cli(*argv, cwd=cwd, bound_s=bound_s, memory_gb=alone.memory_gb, env={**(env or {}), **alone.env})
+            for argv, cwd, alone in cases
+        ]
     env = dict(os.environ, **(env or {}))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="attnviz-cli-forked-") as tmp:
         errs = [Path(tmp) / f"{i}.err" for i in range(len(cases))]
         spec = [
-            [list(map(str, argv)), str(cwd), str(Path(tmp) / f"{i}.out"), str(err)]
-            for i, ((argv, cwd), err) in enumerate(zip(cases, errs))
+            [
+                list(map(str, argv)),
+                str(cwd),
+                str(Path(tmp) / f"{i}.out"),
+                str(err),
+                None if alone.memory_gb is None else int(alone.memory_gb * 2**30),
+                alone.env,
+                alone.leave,
+            ]
+            for i, ((argv, cwd, alone), err) in enumerate(zip(cases, errs))
         ]
-        (Path(tmp) / "cases.json").write_text(json.dumps([spec, list(preload), bound_s]))
+        (Path(tmp) / "cases.json").write_text(json.dumps([spec, list(preload), bound_s, prelude]))
         try:
             done = subprocess.run(
                 [sys.executable, "-c", _FORKED, str(Path(tmp) / "cases.json")],
@@ -193,6 +229,10 @@ def run_cli_forked(
             pytest.fail(f"{len(cases)} forked attnviz commands still ran after {BOUND_S + bound_s * len(cases)} s")
         assert done.returncode == 0, f"the interpreter forking {len(cases)} commands ended {done.returncode}: {done}"
         codes = json.loads(done.stdout.strip().splitlines()[-1])
+        if with_stdout:
+            return [
+                (code, err.read_text(), Path(out).read_text()) for code, err, (_, _, out, *_) in zip(codes, errs, spec)
+            ]
         return [(code, err.read_text()) for code, err in zip(codes, errs)]
 
 

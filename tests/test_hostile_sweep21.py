@@ -467,41 +467,70 @@ def test_eval_of_a_model_that_is_no_file_is_refused_at_once(tmp_path, kind):
     one_line(err, f"model {model}: not a regular file (a pipe, socket or device); give a regular file")
 
 
-@pytest.mark.parametrize("kind", ["fifo", "folder", "junk"])
-def test_average_weights_that_are_no_checkpoint_are_one_plain_line(tmp_path, kind):
-    """--weights naming a FIFO waited for ever; a folder said "(No such device (os error 19))" and a file of junk
-    "(Error while deserializing header: header too small)": safetensors' own words."""
+# each case of average_weights in the child below: what it said (its AttnvizError's line), printed as it ends
+_AVERAGE = """
+import json, sys
+from attnviz import AttnvizError
+from attnviz.training.average import average_weights
+for kind, bad in json.loads(sys.argv[2]):
+    try:
+        average_weights([sys.argv[1], bad])
+        said = "no error"
+    except AttnvizError as e:
+        said = str(e)
+    except Exception as e:  # an internal error: this case's test fails on it, the others still run
+        said = f"internal error: {e!r}"
+    print(json.dumps([kind, said]), flush=True)
+"""
+AVERAGE_KINDS = ("folder", "junk", "fifo")  # the FIFO, which hung for ever, last: see averaged_junk
+
+
+@pytest.fixture(scope="module")
+def averaged_junk(tmp_path_factory) -> dict[str, tuple[Path, str | None]]:
+    """kind -> (the --weights file that is no checkpoint, what average_weights said of it), the three kinds in ONE
+    child under a time bound (each paid its own torch import before): the FIFO case hung for ever and must fail its
+    test, not block the suite.  Each case's line is printed as it ends and the FIFO's case runs last, so a hang
+    there is killed at the bound and fails the FIFO's test alone (None: nothing said), the lines before it kept."""
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
 
-    good = tmp_path / "a.safetensors"
+    root = tmp_path_factory.mktemp("average-junk")
+    good = root / "a.safetensors"
     save_file({"model.w": torch.tensor([1.0, 2.0])}, good)
-    bad = tmp_path / "b.safetensors"
-    if kind == "fifo":
-        os.mkfifo(bad)
-    elif kind == "folder":
-        bad.mkdir()
-    else:
-        bad.write_bytes(bytes(range(100)))
+    bads = {}
+    for kind in AVERAGE_KINDS:
+        bad = root / kind / "b.safetensors"
+        bad.parent.mkdir()
+        if kind == "fifo":
+            os.mkfifo(bad)
+        elif kind == "folder":
+            bad.mkdir()
+        else:
+            bad.write_bytes(bytes(range(100)))
+        bads[kind] = bad
+    argv = [sys.executable, "-c", _AVERAGE, str(good), json.dumps([[k, str(b)] for k, b in bads.items()])]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    try:  # 120 s for the three: most of it the torch import, which a loaded 2-core machine takes ~60 s for
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        said = out.stdout
+    except subprocess.TimeoutExpired as e:  # the lines printed before the hang
+        said = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    lines = dict(json.loads(line) for line in said.splitlines() if line.startswith("["))
+    return {kind: (bad, lines.get(kind)) for kind, bad in bads.items()}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "junk"])
+def test_average_weights_that_are_no_checkpoint_are_one_plain_line(averaged_junk, kind):
+    """--weights naming a FIFO waited for ever; a folder said "(No such device (os error 19))" and a file of junk
+    "(Error while deserializing header: header too small)": safetensors' own words."""
     why = {
         "fifo": "not a regular file (a pipe, socket or device); give a regular file",
         "folder": "is a folder; give a file",
         "junk": "not a safetensors checkpoint (damaged, cut short or another format); pass checkpoint files",
     }[kind]
-    # in a child under a time bound: the FIFO case hung for ever, and must fail this test, not block the suite
-    code = (
-        "import sys\nfrom attnviz import AttnvizError\nfrom attnviz.training.average import average_weights\n"
-        "try:\n    average_weights(sys.argv[1:])\nexcept AttnvizError as e:\n    print(e)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(good), str(bad)],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.stdout.strip() == f"cannot read weights {bad}: {why}", done.stderr
+    bad, said = averaged_junk[kind]
+    assert said is not None, f"average_weights still read {bad} after the bound (killed)"
+    assert said == f"cannot read weights {bad}: {why}"
 
 
 def _special(path: Path, kind: str) -> Path:
