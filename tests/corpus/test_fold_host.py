@@ -12,6 +12,7 @@ import pytest
 from fold_9077fb9 import reference_finish, reference_fold, reference_stat_feeds
 from onnx_builders import tiny_text_model
 from planted import corpus_lines, planted_model
+from ranked_93201d0 import reference_ranked
 
 from attnviz import AttnvizError
 from attnviz.core.row_sums import ItemStats
@@ -287,3 +288,4 @@ def test_ranked_packed_sort_edges(b):
             want = np.lexsort((np.broadcast_to(ids, key.shape), key), axis=-1)[:, :kb]
             got = ranked(key, ids, kb)
             assert got.dtype == want.dtype and np.array_equal(got, want), (b, kb)
+            assert np.array_equal(reference_ranked(key, ids, kb), want)  # (the code it replaced: the same)
