@@ -470,6 +470,11 @@ def _fold_at_once(acc: Accumulator, parts: list[Partial]) -> bool:
     order, ok = ranked_fast(key, k, _scratch("packed", (r, c), np.int64))
     if not ok.all():  # (a tie, a NaN, two zeros: lexsorted whole by item id, an empty slot's after every item's)
         rest = ~ok
+        if np.count_nonzero(rest) * 8 > r:
+            # values that repeat from batch to batch (duplicate lines; bench/gpu/corpus_gil.py --null's outputs, the
+            # same each batch): a lexsort of many whole rows of every candidate costs more than the folds (~12 µs
+            # a row of 165: 10 ms a task where the folds took 5), which sort only the rows a batch enters
+            return False
         item = stacked[1].transpose(1, 2, 0, 3).reshape(r, c)[rest]
         order[rest] = np.lexsort((np.where(item < 0, _NO_ITEM, item), key[rest]), axis=-1)[:, :k]
     # column j·k + slot of a row is stacked[j, that row, slot]: its flat place (j·S·NH + row)·k + slot

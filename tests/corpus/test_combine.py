@@ -78,7 +78,8 @@ def test_a_task_ranked_at_once_is_the_folds_one_by_one(seed):
     """combine ranks a task's candidates once (reduce._fold_at_once): the partial it makes has the bytes and dtypes
     of the Accumulator's folds of the batches one by one (the merge it replaced), on top lists of distinct values
     (the integer sort's rows), near ties a few ulps apart, -0.0 beside 0.0, values equal across batches (ties to
-    the lower item id), rows of NaN (empty slots kept before NaN), -inf, and batches smaller than k."""
+    the lower item id), rows of NaN (empty slots kept before NaN), -inf, and batches smaller than k; and values
+    the same in every batch (ties in most rows), which it leaves to the folds."""
     from attnviz.corpus.reduce import _fold_at_once
 
     rng = np.random.default_rng(100 + seed)
@@ -92,9 +93,12 @@ def test_a_task_ranked_at_once_is_the_folds_one_by_one(seed):
         v = rng.standard_normal(p.top_value.shape)
         v[rng.random(v.shape) < 0.1] = 0.25
         v[rng.random(v.shape) < 0.05] = np.nextafter(0.25, 1)
-        v[rng.random(v.shape) < 0.05] = rng.choice([-0.0, 0.0, -np.inf, np.nan])
-        v[seed] = np.nan  # a whole statistic of NaN
-        v[seed + 1] = -np.inf  # and one of items with no counted row: before the empty slots
+        v[rng.random(v.shape) < 0.05] = rng.choice([-0.0, 0.0, -np.inf])
+        # one (statistic, head) row of NaN (empty slots kept before them; a row with a NaN is lexsorted, a task with
+        # many such rows left to the folds: test_combined_tasks_fold_to_the_same_bytes), one of items with no counted row (before
+        # the empty slots), one of a value every batch repeats at the top (ties to the lower item id): rows the
+        # integer sort leaves to the lexsort, fewer than an eighth of them
+        v[seed, 0], v[seed + 1, 0], v[seed + 2, 0, :2] = np.nan, -np.inf, 5.0
         order = np.lexsort((p.top_item, -v), axis=-1)
         p.top_value, p.top_item = np.take_along_axis(v, order, -1), np.take_along_axis(p.top_item, order, -1)
         batches.append(p)
@@ -106,6 +110,12 @@ def test_a_task_ranked_at_once_is_the_folds_one_by_one(seed):
     assert (got.items, got.tokens, got.batches) == (one.items, one.tokens, len(batches))
     # (the new path made it, not the folds; a batch of fewer items than k is left to them)
     assert _fold_at_once(Accumulator(NH, K), batches) == (min(sizes) >= K)
+    same = [_batch(rng, i, 0, K) for i in range(3)]  # (the same values a batch: ties in every row)
+    for p in same[1:]:
+        p.top_value = same[0].top_value
+    assert not _fold_at_once(Accumulator(NH, K), same)  # left to the folds: a lexsort of most rows costs more
+    (tied,) = combine(same, K)
+    assert tied.top_item.tobytes() == _fold(same).top_item.tobytes()
     late = Accumulator(NH, K)
     late.next_batch = 1
     assert not _fold_at_once(late, batches)  # batch ids that do not follow: left to the folds' own check
