@@ -460,21 +460,23 @@ def _fold_at_once(acc: Accumulator, parts: list[Partial]) -> bool:
     s, nh, k = acc.top_value.shape
     m = len(parts) + 1
     r, c = s * nh, m * k
-    stacked = [
-        np.stack([getattr(acc, f)] + [getattr(p, f) for p in parts], out=_scratch(f, (m, s, nh, k), t))
-        for f, t in zip(fields, (np.float64, np.int64, np.int64, np.int64))  # (the Accumulator's dtypes)
-    ]
+
+    def stacked_(f: str, dtype) -> np.ndarray:  # (the Accumulator's dtypes)
+        return np.stack([getattr(acc, f)] + [getattr(p, f) for p in parts], out=_scratch(f, (m, s, nh, k), dtype))
+
+    value = stacked_("top_value", np.float64)
     # the folds' key, row by row: -value, each row's candidates side by side ([S·NH, (batches + 1)·k])
-    key = np.negative(stacked[0].transpose(1, 2, 0, 3), out=_scratch("key", (s, nh, m, k), np.float64))
+    key = np.negative(value.transpose(1, 2, 0, 3), out=_scratch("key", (s, nh, m, k), np.float64))
     key = key.reshape(r, c)
     order, ok = ranked_fast(key, k, _scratch("packed", (r, c), np.int64))
-    if not ok.all():  # (a tie, a NaN, two zeros: lexsorted whole by item id, an empty slot's after every item's)
-        rest = ~ok
-        if np.count_nonzero(rest) * 8 > r:
-            # values that repeat from batch to batch (duplicate lines; bench/gpu/corpus_gil.py --null's outputs, the
-            # same each batch): a lexsort of many whole rows of every candidate costs more than the folds (~12 µs
-            # a row of 165: 10 ms a task where the folds took 5), which sort only the rows a batch enters
-            return False
+    rest = ~ok
+    if np.count_nonzero(rest) * 8 > r:
+        # values that repeat from batch to batch (duplicate lines; bench/gpu/corpus_gil.py --null's outputs, the
+        # same each batch): a lexsort of many whole rows of every candidate costs more than the folds (~12 µs a
+        # row of 165: 10 ms a task where the folds took 5), which sort only the rows a batch enters
+        return False
+    stacked = [value] + [stacked_(f, np.int64) for f in fields[1:]]
+    if rest.any():  # (a tie, a NaN, two zeros: lexsorted whole by item id, an empty slot's after every item's)
         item = stacked[1].transpose(1, 2, 0, 3).reshape(r, c)[rest]
         order[rest] = np.lexsort((np.where(item < 0, _NO_ITEM, item), key[rest]), axis=-1)[:, :k]
     # column j·k + slot of a row is stacked[j, that row, slot]: its flat place (j·S·NH + row)·k + slot
