@@ -49,7 +49,9 @@ HOST = ("stat_feeds", "wrapper", "tail")  # what a worker does per batch besides
 
 def capture(items: int, every: int) -> Path:
     """Every ``every``-th batch of the planned corpus run once through the statistics session: what the timing needs."""
-    out = WORK / f"host_cost_{items}_{every}.pkl"
+    from attnviz.core.stats import ROW_STATS  # (a capture of fewer statistics is another file: sink_share made 11)
+
+    out = WORK / f"host_cost_{items}_{every}_s{len(ROW_STATS)}.pkl"
     if out.exists():
         return out
     os.environ["ATTNVIZ_INPROCESS"] = "1"

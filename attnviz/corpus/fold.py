@@ -243,41 +243,73 @@ def _summed(base: np.ndarray, mult: np.ndarray | None) -> np.ndarray:
 
 def ranked(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
     """Per row of ``key [R, B]`` the columns of its ``kb`` smallest, smallest first, ties to the lower id (then
-    the earlier column), NaN last: ``np.lexsort((ids, key), axis=-1)[:, :kb]``, without sorting whole rows.
+    the earlier column), NaN last: ``np.lexsort((ids, key), axis=-1)[:, :kb]``, without a lexsort of whole rows.
     ``ids``: each column's ``[B]`` (a batch's items, in batch order), or anything that broadcasts to ``key``.
-    Where exactly ``kb`` values lie at or below the row's ``kb``-th smallest (a partition finds it) and no two of
-    them are equal, they are its ``kb``, each placed by how many of them are smaller; any other row (a tie, a NaN)
-    is sorted whole, as above.  A batch's fold ranks 32 items for the k=5 best of 720 rows (MiniLM)."""
+
+    Each float64 key becomes an int64 of the same order (:func:`_packed`) whose lowest bits are replaced by its
+    column, and the rows are sorted as integers (numpy's vectorised sort: one call, no partition, no placing).
+    Where the first ``kb + 1`` of a row differ above those bits, hold no NaN and at most one zero (-0.0 and 0.0
+    are equal to lexsort, not to the integers; nothing lies between them), they are its ``kb`` smallest, in
+    order, with no tie for an id to break: each column is read back from its low bits.  Any other row (a tie or
+    a near tie, a NaN, two zeros) is lexsorted whole, as above.  A batch's fold ranks 32 items for the k=5 best
+    of 792 rows (MiniLM): ~330 -> ~170 µs a batch (bench/RESULTS.md, session 24, fold24); a task's ``combine``
+    ranks every batch's candidates at once."""
     key = np.ascontiguousarray(key)
     r, b = key.shape
-    out = np.empty((r, kb), np.intp)
     if kb < 1:
-        return out
-    rest = np.ones(r, bool)
-    if kb < b:
-        kth = np.partition(key, kb - 1, axis=-1)[:, kb - 1 : kb]
-        flat = np.flatnonzero(key <= kth)  # row by row, in column order; NaN is never inside
-        row, col = np.divmod(flat, b)
-        clear = np.bincount(row, minlength=r) == kb
-        if not clear.all():
-            flat, col = flat[clear[row]], col[clear[row]]
-        if flat.size:
-            cols = col.reshape(-1, kb)
-            v = np.ascontiguousarray(key.ravel()[flat].reshape(-1, kb).T)  # [kb, rows]: numpy's loops run long
-            place = np.add.reduce(v[:, None] < v[None], axis=0, dtype=np.intp)  # [kb, rows]: how many are smaller
-            place += np.arange(0, cols.size, kb)
-            best = np.full(cols.shape, -1, np.intp)
-            best.ravel()[place.ravel()] = cols.T.ravel()
-            if flat.size == out.size and best.min() >= 0:  # every row clear, no two values equal (the usual)
-                return best
-            whole = (best >= 0).all(1)  # two equal values take one place and leave another empty: sorted whole
-            done = np.flatnonzero(clear)[whole]
-            out[done] = best[whole]
-            rest[done] = False
-    if rest.any():
-        some = key[rest]
-        out[rest] = np.lexsort((np.broadcast_to(ids, key.shape)[rest], some), axis=-1)[:, :kb]
+        return np.empty((r, 0), np.intp)
+    if kb >= b or key.dtype != np.float64:
+        return _lexsorted(key, np.broadcast_to(ids, key.shape), kb)
+    cols, ok = ranked_fast(key, kb)
+    if not ok.all():
+        rest = ~ok
+        cols[rest] = _lexsorted(key[rest], np.broadcast_to(ids, key.shape)[rest], kb)
+    return cols
+
+
+def ranked_fast(key: np.ndarray, kb: int, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ranked`'s integer sort alone (``key`` C-ordered float64 ``[R, B]``, 0 < ``kb`` < B): per row the
+    columns of its ``kb`` smallest, and whether that row is settled by them (False: a tie or near tie, a NaN or
+    two zeros among its first ``kb + 1``, which the caller ranks whole by id).  Long rows (a task's candidates
+    side by side) are partitioned at ``kb`` and only their first ``kb + 1`` sorted.  ``out``: an int64 array of
+    ``key``'s shape to make the integers in (overwritten)."""
+    r, b = key.shape
+    bits = (b - 1).bit_length() or 1
+    packed = _packed(key, bits, out)
+    packed |= np.arange(b)
+    if b > 64:
+        packed.partition(kb, axis=-1)  # (every value differs in its low bits: the kb + 1 smallest, unordered)
+        top = np.sort(packed[:, : kb + 1], axis=-1)
+    else:
+        packed.sort(axis=-1)
+        top = packed[:, : kb + 1]
+    cols = (top & np.int64((1 << bits) - 1)).astype(np.intp, copy=False)  # [R, kb + 1]
+    high = top >> bits
+    vals = key.ravel().take(cols + np.arange(0, r * b, b)[:, None])
+    ok = (high[:, 1:] > high[:, :-1]).all(1)
+    ok &= ~np.isnan(vals[:, :kb]).any(1)
+    ok &= (vals == 0).sum(1) < 2
+    return cols[:, :kb], ok
+
+
+_MAGNITUDE = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _packed(key: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``key``'s float64 bits as int64 integers of the same order (a negative float's magnitude bits flipped: -0.0
+    just below 0.0, NaN beyond ±inf by its sign), the lowest ``bits`` cleared.  Four passes, made in place (in
+    ``out`` where given)."""
+    v = key.view(np.int64)
+    out = np.right_shift(v, 63, out=out)  # -1 where negative
+    out &= _MAGNITUDE
+    out ^= v
+    out &= ~np.int64((1 << bits) - 1)
     return out
+
+
+def _lexsorted(key: np.ndarray, ids: np.ndarray, kb: int) -> np.ndarray:
+    """``np.lexsort((ids, key), axis=-1)[:, :kb]`` (rows of ``key`` with ``ids`` of the same shape)."""
+    return np.lexsort((ids, key), axis=-1)[:, :kb]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -403,8 +405,9 @@ def combine(parts: list[Partial], k: int) -> list[Partial]:
         return parts
     acc = Accumulator(parts[0].sums.shape[0], k)
     acc.next_batch = parts[0].batch_id
-    for p in parts:
-        acc.fold(p)
+    if not _fold_at_once(acc, parts):
+        for p in parts:
+            acc.fold(p)
     return [
         Partial(
             parts[0].batch_id,
@@ -420,6 +423,100 @@ def combine(parts: list[Partial], k: int) -> list[Partial]:
             batch_sums=np.stack([p.sums for p in parts]),
         )
     ]
+
+
+_TOPS = ("top_value", "top_item", "top_row", "top_col")
+
+
+def _fold_at_once(acc: Accumulator, parts: list[Partial]) -> bool:
+    """``acc.fold`` of each of ``parts`` in turn, made at once where it can be (False: nothing done; an empty
+    ``acc``, plain partials of k candidates a list): the sums and counts added one partial after another as the
+    folds add them, and each (statistic, head) row's top list ranked once over ``acc``'s empty slots and every
+    partial's candidates side by side, by the folds' order (value high to low, ties to the lower item id, an
+    empty slot's id after every item's, NaN last: :func:`~attnviz.corpus.fold.ranked_fast`, the rows it does not
+    settle lexsorted).  The k best of all of them are what the folds keep one merge after another (an order of
+    whole rows, and no (value, item) twice: the batches' items differ), so the partial is the same bytes; a
+    task's 21 merges were ~0.15 ms a batch of 32 on this CPU, at once ~0.05 (bench/RESULTS.md, session 24,
+    fold24)."""
+    from attnviz.corpus.fold import ranked_fast
+
+    first = acc.next_batch
+    if (
+        acc.k < 1
+        or acc.items
+        or any(
+            p.batch_id != first + i
+            or p.batch_sums is not None
+            or p.sums.shape != acc.sums.shape
+            or p.top_value.shape != acc.top_value.shape  # (a batch of fewer items than k: the folds)
+            or any(getattr(p, f).dtype != getattr(acc, f).dtype for f in _TOPS)
+            for i, p in enumerate(parts)
+        )
+    ):
+        return False  # (the folds one by one: their checks name what is wrong)
+    fields = _TOPS
+    # [batches + 1, S, NH, k]: the empty slots, then each partial's list (stacked whole: a concatenation along
+    # the last axis copied 5 values at a time, ~0.1 ms an array)
+    s, nh, k = acc.top_value.shape
+    m = len(parts) + 1
+    r, c = s * nh, m * k
+
+    def stacked_(f: str, dtype) -> np.ndarray:  # (the Accumulator's dtypes)
+        return np.stack([getattr(acc, f)] + [getattr(p, f) for p in parts], out=_scratch(f, (m, s, nh, k), dtype))
+
+    value = stacked_("top_value", np.float64)
+    # the folds' key, row by row: -value, each row's candidates side by side ([S·NH, (batches + 1)·k])
+    key = np.negative(value.transpose(1, 2, 0, 3), out=_scratch("key", (s, nh, m, k), np.float64))
+    key = key.reshape(r, c)
+    order, ok = ranked_fast(key, k, _scratch("packed", (r, c), np.int64))
+    rest = ~ok
+    if np.count_nonzero(rest) * 8 > r:
+        # values that repeat from batch to batch (duplicate lines; bench/gpu/corpus_gil.py --null's outputs, the
+        # same each batch): a lexsort of many whole rows of every candidate costs more than the folds (~12 µs a
+        # row of 165: 10 ms a task where the folds took 5), which sort only the rows a batch enters
+        return False
+    stacked = [value] + [stacked_(f, np.int64) for f in fields[1:]]
+    if rest.any():  # (a tie, a NaN, two zeros: lexsorted whole by item id, an empty slot's after every item's)
+        item = stacked[1].transpose(1, 2, 0, 3).reshape(r, c)[rest]
+        order[rest] = np.lexsort((np.where(item < 0, _NO_ITEM, item), key[rest]), axis=-1)[:, :k]
+    # column j·k + slot of a row is stacked[j, that row, slot]: its flat place (j·S·NH + row)·k + slot
+    j, slot = np.divmod(order, k)
+    flat = (j * r + np.arange(r)[:, None]) * k + slot
+    top = [a.take(flat).reshape(s, nh, k) for a in stacked]
+    sums, counts, items, tokens = acc.sums, acc.counts, acc.items, acc.tokens
+    for p in parts:
+        sums, counts, items, tokens = sums + p.sums, counts + p.counts, items + p.items, tokens + p.tokens
+    acc.__dict__.update(
+        sums=sums,
+        counts=counts,
+        items=items,
+        tokens=tokens,
+        top_value=top[0],
+        top_item=top[1],
+        top_row=top[2],
+        top_col=top[3],
+        next_batch=first + len(parts),
+    )
+    return True
+
+
+_SCRATCH = threading.local()
+SCRATCH_BYTES = 1 << 24  # the largest array kept for the next task (MiniLM, 32 batches of 32: ~1 MB each)
+
+
+def _scratch(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An array of ``shape`` in memory this thread keeps for ``name`` between tasks (its values undefined): the
+    task's at-once fold made its ~1 MB arrays fresh each task, which glibc handed back to the kernel at each free,
+    and the next task's first writes paid the page faults: ~1.7 ms of its ~2.4 (bench/RESULTS.md, session 24,
+    fold24).  Above :data:`SCRATCH_BYTES` a fresh array (not held)."""
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    if size > SCRATCH_BYTES:
+        return np.empty(shape, dtype)
+    held = _SCRATCH.__dict__.setdefault("bufs", {})
+    buf = held.get(name)
+    if buf is None or buf.size < size:
+        buf = held[name] = np.empty(size, np.uint8)
+    return buf[:size].view(dtype).reshape(shape)
 
 
 def _plain_partial(p: object) -> bool:

@@ -9,6 +9,9 @@ memory check with onnxruntime's plain run (no I/O binding) from 4 threads.  Sess
 the host work of before gil24 (REAL built and fed [B, 1, T, T], every batch's statistics feeds made anew, DIVISOR
 not C-ordered, the statistics run bound: page-locked on CUDA, onnxruntime-allocated on the CPU), and with the statistics through
 onnxruntime's plain run (what gil24 does on the CPU; on CUDA the page-locked binding stays until these rows say).
+Session 24 (fold24): ``many d4 + combine`` with gil24's fold (93201d0's ``ranked``, kept in
+tests/corpus/ranked_93201d0.py, and ``combine`` as one merge a batch) against this tree's (the integer sort, a
+task ranked at once).
 
     OMP_NUM_THREADS=1 python bench/gpu/corpus_gil.py --provider cuda --items 10000 --rounds 3
 """
@@ -80,8 +83,12 @@ def main() -> None:
     guarded = ig.sess._sess if hasattr(ig.sess._sess, "memory") else rs  # (GuardedSession: its run is the plain one)
     ex = ThreadPoolExecutor(4)
     from fold_9077fb9 import reference_finish, reference_fold, reference_stat_feeds
+    from ranked_93201d0 import reference_ranked
+
+    from attnviz.corpus import fold as fd
 
     partial, stat_feeds = ig.partial, sf.stat_feeds
+    ranked, fold_at_once = fd.ranked, rd._fold_at_once
     from attnviz.runtime.guard import GuardedSession
 
     run_small = GuardedSession.run_small
@@ -115,6 +122,8 @@ def main() -> None:
                 GuardedSession.run_small = GuardedSession.run_bound
             if patch == "plain run":
                 GuardedSession.run_small = GuardedSession.run
+            if patch == "gil24 fold":
+                fd.ranked, rd._fold_at_once = reference_ranked, lambda acc, parts: False
             try:
                 parts = red.many(specs, 4)
                 if combine:
@@ -122,6 +131,7 @@ def main() -> None:
                         rd.combine(parts[i : i + SHARED_CHUNK], red.k)
             finally:
                 ig.partial, sf.stat_feeds, GuardedSession.run_small = partial, stat_feeds, run_small
+                fd.ranked, rd._fold_at_once = ranked, fold_at_once
                 sys.setswitchinterval(old)
 
         return go
@@ -137,6 +147,7 @@ def main() -> None:
         "many d4, switch interval 0.1 ms": many(interval=1e-4),
         "many d4, no finish or fold (partial skipped)": many("no fold"),
         "many d4 + combine (a worker's tasks)": many(combine=True),
+        "many d4 + combine, gil24's fold (93201d0's ranked, a merge a batch)": many("gil24 fold", combine=True),
         "stats raw ×4": lambda: list(ex.map(lambda f: rs.run(ig.fetch, f), stats_feeds)),
         "stats wrapped ×4": lambda: list(ex.map(lambda f: ig.sess.run(ig.fetch, f), stats_feeds)),
         # the memory check and onnxruntime's plain run (no I/O binding, no page-locked outputs): what the wrapper's

@@ -71,3 +71,51 @@ def test_partials_that_carry_more_than_statistics_are_left_as_they_are():
     b.generated = {7: ["the", "</s>"]}
     assert combine([a, b], K) == [a, b]
     assert combine([a], K) == [a]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_task_ranked_at_once_is_the_folds_one_by_one(seed):
+    """combine ranks a task's candidates once (reduce._fold_at_once): the partial it makes has the bytes and dtypes
+    of the Accumulator's folds of the batches one by one (the merge it replaced), on top lists of distinct values
+    (the integer sort's rows), near ties a few ulps apart, -0.0 beside 0.0, values equal across batches (ties to
+    the lower item id), rows of NaN (empty slots kept before NaN), -inf, and batches smaller than k; and values
+    the same in every batch (ties in most rows), which it leaves to the folds."""
+    from attnviz.corpus.reduce import _fold_at_once
+
+    rng = np.random.default_rng(100 + seed)
+    sizes = [int(x) for x in rng.integers(1 if seed % 2 else K, 12, int(rng.integers(2, 40)))]
+    starts = np.cumsum([0, *sizes[:-1]])
+    batches = []
+    renamed = rng.permutation(sum(sizes))  # a later batch's items may have lower ids (a length-sorted plan)
+    for i, (s, b) in enumerate(zip(starts, sizes)):
+        p = _batch(rng, i, int(s), b)
+        p.top_item = renamed[p.top_item]
+        v = rng.standard_normal(p.top_value.shape)
+        v[rng.random(v.shape) < 0.1] = 0.25
+        v[rng.random(v.shape) < 0.05] = np.nextafter(0.25, 1)
+        v[rng.random(v.shape) < 0.05] = rng.choice([-0.0, 0.0, -np.inf])
+        # one (statistic, head) row of NaN (empty slots kept before them; a row with a NaN is lexsorted, a task with
+        # many such rows left to the folds: test_combined_tasks_fold_to_the_same_bytes), one of items with no counted row (before
+        # the empty slots), one of a value every batch repeats at the top (ties to the lower item id): rows the
+        # integer sort leaves to the lexsort, fewer than an eighth of them
+        v[seed, 0], v[seed + 1, 0], v[seed + 2, 0, :2] = np.nan, -np.inf, 5.0
+        order = np.lexsort((p.top_item, -v), axis=-1)
+        p.top_value, p.top_item = np.take_along_axis(v, order, -1), np.take_along_axis(p.top_item, order, -1)
+        batches.append(p)
+    (got,) = combine(batches, K)
+    one = _fold(batches)
+    for f in ("sums", "counts", "top_value", "top_item", "top_row", "top_col"):
+        a, b = getattr(got, f), getattr(one, f)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), f
+    assert (got.items, got.tokens, got.batches) == (one.items, one.tokens, len(batches))
+    # (the new path made it, not the folds; a batch of fewer items than k is left to them)
+    assert _fold_at_once(Accumulator(NH, K), batches) == (min(sizes) >= K)
+    same = [_batch(rng, i, 0, K) for i in range(3)]  # (the same values a batch: ties in every row)
+    for p in same[1:]:
+        p.top_value = same[0].top_value
+    assert not _fold_at_once(Accumulator(NH, K), same)  # left to the folds: a lexsort of most rows costs more
+    (tied,) = combine(same, K)
+    assert tied.top_item.tobytes() == _fold(same).top_item.tobytes()
+    late = Accumulator(NH, K)
+    late.next_batch = 1
+    assert not _fold_at_once(late, batches)  # batch ids that do not follow: left to the folds' own check

@@ -12,6 +12,7 @@ import pytest
 from fold_9077fb9 import reference_finish, reference_fold, reference_stat_feeds
 from onnx_builders import tiny_text_model
 from planted import corpus_lines, planted_model
+from ranked_93201d0 import reference_ranked
 
 from attnviz import AttnvizError
 from attnviz.core.row_sums import ItemStats
@@ -252,3 +253,39 @@ def test_ranked_ties_inside_the_k_where_every_row_is_clear(at):
     by_id = np.argsort(ids, kind="stable")
     want = by_id[np.argsort(key[:, by_id], axis=-1, kind="stable")[:, :5]]
     assert np.array_equal(ranked(key, ids, 5), want)
+
+
+@pytest.mark.parametrize("b", [6, 32, 33, 100])
+def test_ranked_packed_sort_edges(b):
+    """The integer sort's edges against numpy's lexsort of whole rows: near ties (values a few ulps apart, below
+    the bits that hold the column's place), -0.0 and 0.0 alone or together at and around the k-th place, NaN of
+    either sign (a negative NaN's bits sort first as integers), ±inf, one value per row, batches that are no power
+    of two (the place's bits), and items in no id order with repeated ids."""
+    from attnviz.corpus.fold import ranked
+
+    rng = np.random.default_rng(b)
+    key = rng.standard_normal((600, b))
+    near = np.nextafter(key[::6, :1], np.inf)
+    key[::6, 1:4] = near  # 1 ulp from column 0: one place apart as integers, the same above the place's bits
+    key[1::6, :3] = np.array([1.5, np.nextafter(1.5, 2), np.nextafter(np.nextafter(1.5, 2), 2)])
+    key[2::6, rng.integers(0, b, 2)] = [-0.0, 0.0]
+    key[3::12, rng.integers(0, b)] = -0.0  # a single zero (the fast path's)
+    key[9::12, rng.integers(0, b)] = 0.0
+    neg_nan = -np.abs(np.full(1, np.nan))
+    assert np.signbit(neg_nan[0])
+    key[4::6, rng.integers(0, b, 3)] = neg_nan[0]
+    key[5::12, rng.integers(0, b, 2)] = [np.inf, -np.inf]
+    key[11::12] = -2.0
+    key[13, 4], key[19, 4] = neg_nan[0], np.nan  # one NaN of each sign in a row of distinct values
+    # the -0.0 at the k-th place and a 0.0 of a lower id further on; and below -0.0 only a few values
+    key[7, :] = 3.0
+    key[7, :5], key[7, 5] = [-4.0, -3.0, -2.0, -1.0, -0.0], 0.0
+    for ids in (rng.permutation(np.arange(1000, 1000 + b)), rng.integers(0, 5, b), np.arange(b)[::-1]):
+        if b > 5:
+            ids = ids.copy()
+            ids[5] = ids.min() - 1  # the 0.0 of row 7 has the lowest id
+        for kb in {1, 2, 5, b - 1}:
+            want = np.lexsort((np.broadcast_to(ids, key.shape), key), axis=-1)[:, :kb]
+            got = ranked(key, ids, kb)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (b, kb)
+            assert np.array_equal(reference_ranked(key, ids, kb), want)  # (the code it replaced: the same)
