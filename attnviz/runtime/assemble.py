@@ -6,11 +6,10 @@ windowed attention placed on the image."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-import onnx
 
 from attnviz import AttnvizError
 from attnviz.core import metadata as md
@@ -68,7 +67,7 @@ def site_map(
     batch: int,
     mode: str,
     epilogue: Callable[[gr.Site, dict], Any],
-    head_session: Callable[[gr.Site, dict, dict], Any] | None = None,
+    head_session: Callable[[gr.Site, dict, Mapping], Any] | None = None,
 ):
     """Site ``s``'s map from the tensors a run fetched (``ex``: what its session exposes for it): Q and Kᵀ kept
     for per-head recompute through ``epilogue(site, fetched)``'s session (None: it could not be rebuilt) -- or,
@@ -77,8 +76,7 @@ def site_map(
     Attention's inputs, or the probabilities as fetched."""
     if "q" in ex:
         q, k = got[ex["q"]], got[ex["k"]]
-        node = graph.nodes[graph.producer[s.qk]]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        attrs = graph.attributes(graph.producer[s.qk])
         side = {n: got[n] for n in ex.get("side", [])}
         on_device = not isinstance(q, np.ndarray) or not isinstance(k, np.ndarray)
         if on_device:

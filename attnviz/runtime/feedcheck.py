@@ -13,6 +13,11 @@ from attnviz.core.words import dtype_words
 from attnviz.runtime import graph as gr
 from attnviz.runtime.inputs import IOInfo
 
+# a signed id dtype (native byte order) -> the unsigned one of its size, and its own largest value
+_UNSIGNED = {
+    np.dtype(t): (np.dtype(u), int(np.iinfo(t).max))
+    for t, u in ((np.int8, np.uint8), (np.int16, np.uint16), (np.int32, np.uint32), (np.int64, np.uint64))
+}
 CASTABLE = ("float32", "float16", "float64", "int64", "int32", "bool", "uint8", "int8")
 
 
@@ -42,8 +47,14 @@ def check_values(name: str, a: np.ndarray, vocab: int | None) -> None:
         raise AttnvizError(f"input {name!r} contains NaN values; every map would be NaN — fix the inputs")
     if vocab is None or a.dtype.kind not in "iu" or a.size == 0:
         return
-    hi, lo = int(a.max()), int(a.min())
-    if hi >= vocab or lo < 0:  # a negative id is no token: Gather would wrap it to the end of the vocabulary
+    unsigned = _UNSIGNED.get(a.dtype)
+    if unsigned is not None and vocab <= unsigned[1]:
+        # one pass, not a max and a min (a run's feeds are checked before each run): seen as unsigned, a negative
+        # id is 2**(bits-1) or more, above this vocabulary's last id
+        bad_ids = int(a.view(unsigned[0]).max()) >= vocab
+    else:
+        bad_ids = int(a.max()) >= vocab or int(a.min()) < 0
+    if bad_ids:  # a negative id is no token: Gather would wrap it to the end of the vocabulary
         bad = a[(a >= vocab) | (a < 0)]
         raise AttnvizError(
             f"token id {int(bad.flat[0])} in input {name!r} is out of range: the model's vocabulary has {vocab} "

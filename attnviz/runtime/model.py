@@ -6,7 +6,7 @@ import dataclasses
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from attnviz.runtime.steps import Loop
     from attnviz.runtime.vlm_tower import TowerFrames
 
+# a dtype compared with a dtype, not with the type np.float16: numpy makes a dtype of that for each comparison
+_FLOAT16 = np.dtype(np.float16)
 DENSE_LIMIT_MB = 512.0  # above this estimate of L·H·Tq·Tk·4·B bytes, keep Q/K and recompute heads on demand
 ONNX_DTYPES = {
     1: "float32",
@@ -455,7 +457,8 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
         if self.frames is not None:  # a VLM's tower alone: each row's frames' maps as one (as the whole model's)
             maps = self.frames.maps(feeds, maps)
         elif self.maps_per_image:
-            image = next((i.name for i in self.inputs if self.roles[i.name] == "image" and i.name in feeds), None)
+            roles = self.roles  # (a copy each time it is asked)
+            image = next((i.name for i in self.inputs if roles[i.name] == "image" and i.name in feeds), None)
             maps = asm.place_windows(self.path.name, self.meta, image, kept, maps, feeds)
         sites = [s.info(m.shape[1]) for s, m in zip(kept, maps)]
         if not self._stack_confirmed:
@@ -482,7 +485,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
             info["notes"] = notes  # analyze() appends its own notes to these
         if fidelity:
             info["fidelity"] = fidelity  # the export's maps differ from the model's eager attention (also a note)
-        if any(getattr(got.get(n), "dtype", None) == np.float16 for n in fetch[len(own) :]):
+        if any(getattr(got.get(n), "dtype", None) == _FLOAT16 for n in fetch[len(own) :]):
             # an fp16 graph (a Hub _fp16 file): its maps are float16 numbers shown as float32, and a NaN/Inf in
             # them is float16's range overflowing, not broken weights (analyze.refuse_non_finite says so)
             info["map_dtype"] = "float16"
@@ -515,7 +518,7 @@ class AttentionModel(ModelLoop, engine.AnalyzeMethod):
     def _site_map(self, s: gr.Site, ex: dict, got: dict, batch: int, mode: str):
         return asm.site_map(self.graph, s, ex, got, batch, mode, self._epilogue_session, self._head_session)
 
-    def _head_session(self, s: gr.Site, got: dict, attrs: dict):
+    def _head_session(self, s: gr.Site, got: dict, attrs: Mapping):
         """Site ``s``'s head model's session and its pooling twin's (:func:`attnviz.runtime.graph.head_model`; the
         twin None below its opset), made once beside the session that keeps its Q and Kᵀ on their device: the
         same provider, in the same process (the child's); each made on its first request.  None: no head model."""

@@ -5,6 +5,10 @@ besides the sessions a :class:`RecomputeMap` and a :class:`KeptMap` are handed."
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import numpy as np
 
 from attnviz import AttnvizError
@@ -53,7 +57,7 @@ class RecomputeMap:
         epi_session,
         qk_name: str,
         batch: int,
-        matmul_attrs: dict,
+        matmul_attrs: Mapping,
     ):
         q = np.asarray(q)
         k = np.asarray(k)
@@ -128,15 +132,11 @@ class KeptMap:
     SITE_ELEMS = 1 << 26
 
     def __init__(
-        self, q, k, side: dict[str, np.ndarray], head_session, batch: int, matmul_attrs: dict, pool_session=None
+        self, q, k, side: dict[str, np.ndarray], head_session, batch: int, matmul_attrs: Mapping, pool_session=None
     ):
         self.q, self.k = q, k
-        qs, ks = tuple(q.shape), tuple(k.shape)
-        # rank 3 is [B·H, ., .] (RecomputeMap reshapes it to [B, H, ., .]); the head model indexes the flat axis
-        self.qbh = (batch, qs[0] // batch) if len(qs) == 3 else (qs[0], qs[1])
-        self.kbh = (batch, ks[0] // batch) if len(ks) == 3 else (ks[0], ks[1])
-        tq = qs[-1] if matmul_attrs.get("transA") else qs[-2]
-        tk = ks[-2] if matmul_attrs.get("transB") else ks[-1]
+        trans = (bool(matmul_attrs.get("transA")), bool(matmul_attrs.get("transB")))
+        self.qbh, self.kbh, self.shape, self.fixed = _kept_layout(tuple(q.shape), tuple(k.shape), batch, *trans)
         # host arrays sliced here, as RecomputeMap slices them; values kept beside Q and Kᵀ (a mask: runtime/kept.py)
         # are bound whole and sliced by the head model, from the index feeds kept.side_feeds makes
         self.side = {
@@ -148,12 +148,7 @@ class KeptMap:
         self.sess = head_session
         self.pool = pool_session
         self.batch = batch
-        self.shape = (batch, int(max(self.qbh[1], self.kbh[1])), int(tq), int(tk))
         self._outs: dict[int, tuple[str, str]] = {}  # a session's output and dtype, read on its first request
-        self.fixed = {
-            kept.Q_SHAPE: np.array([-1, qs[-2], qs[-1]], np.int64),
-            kept.K_SHAPE: np.array([-1, ks[-2], ks[-1]], np.int64),
-        }
 
     def _out(self, sess) -> tuple[str, str]:
         """``sess``'s output name and dtype, asked of it on its first request (it is made then: model.LazySession)."""
@@ -266,6 +261,30 @@ class KeptMap:
     @property
     def nbytes(self) -> int:
         return self.q.nbytes + self.k.nbytes  # held on their device (a result kept keeps them)
+
+
+Layout = tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int], Mapping[str, np.ndarray]]
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_layout(qs: tuple, ks: tuple, batch: int, trans_a: bool, trans_b: bool) -> Layout:
+    """What a :class:`KeptMap` reads off its Q and Kᵀ shapes, its batch and its QK node's transposes: Q's and Kᵀ's
+    (batch, heads) as the head model indexes them, the map's ``[B, H, Tq, Tk]``, and the head model's fixed shape
+    feeds.  Kept per shapes: every site of a run has the same, and every run of a length again (an on-demand run
+    made them for each of a dozen sites, ~4 us each, measured).  The feeds are shared by the maps of those shapes,
+    so read-only: a request copies the dict and adds its own."""
+    # rank 3 is [B·H, ., .] (RecomputeMap reshapes it to [B, H, ., .]); the head model indexes the flat axis
+    qbh = (batch, qs[0] // batch) if len(qs) == 3 else (qs[0], qs[1])
+    kbh = (batch, ks[0] // batch) if len(ks) == 3 else (ks[0], ks[1])
+    tq = qs[-1] if trans_a else qs[-2]
+    tk = ks[-2] if trans_b else ks[-1]
+    fixed = {
+        kept.Q_SHAPE: np.array([-1, qs[-2], qs[-1]], np.int64),
+        kept.K_SHAPE: np.array([-1, ks[-2], ks[-1]], np.int64),
+    }
+    for v in fixed.values():
+        v.setflags(write=False)
+    return qbh, kbh, (batch, int(max(qbh[1], kbh[1])), int(tq), int(tk)), MappingProxyType(fixed)
 
 
 class PackedMap:

@@ -36,21 +36,22 @@ class Site:
     twin: Site | None = field(default=None, repr=False)  # the same layer in the other branch of an If
     loop: str = ""  # "Loop" / "Scan": the body runs per iteration, its tensor comes out stacked on axis 0
     body_probs: str = ""  # for a site inside a body: the tensor there (``probs`` is its top-level output)
+    # the last info() made, with what it was made from: every run's result asks each site for its info, and a
+    # SiteInfo (frozen) made anew each time was ~3 us a site a run (has_sink walks the epilogue's nodes; measured)
+    _info: tuple[tuple, SiteInfo] | None = field(default=None, init=False, repr=False, compare=False)
 
     def info(self, heads: int | None = None) -> SiteInfo:
         tower = self.extra.get("tower")  # a dual encoder's (labels.py)
         window = self.extra.get("window")  # a windowed vision block's (a VLM family's, vlm.py)
-        return SiteInfo(
-            self.stack,
-            self.kind,
-            self.layer,
-            int(heads or self.heads),
-            self.node_name,
-            self.method,
-            tower=tower,
-            window=window,
-            sink=self.has_sink,
-        )
+        # every field the info reads that can change after the site is found (probe, relabelling, a copy's
+        # numbering); has_sink reads method, epilogue and graph, which the finders set once
+        key = (self.stack, self.kind, self.layer, int(heads or self.heads), self.node_name, self.method, tower, window)
+        last = self._info
+        if last is not None and last[0] == key:
+            return last[1]
+        made = SiteInfo(*key[:6], tower=tower, window=window, sink=self.has_sink)
+        self._info = (key, made)
+        return made
 
     @property
     def has_sink(self) -> bool:

@@ -13,6 +13,8 @@ model's own opset applies, as its epilogue nodes need it.  The pooling adds Slic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -49,7 +51,7 @@ def head_model(
     s: Site,
     opset_imports,
     dtypes: dict[str, tuple],
-    attrs: dict,
+    attrs: Mapping,
     ranks: tuple[int, int],
     pool: bool = False,
     kept_side: dict[str, int] | None = None,

@@ -7,7 +7,10 @@ passes the same way).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import onnx
@@ -55,6 +58,7 @@ class Graph:
         self.input_names = [i.name for i in self.inputs]
         self.order = _topological_order(self)
         self._site_depths: dict[int, int] | None = None  # filled by local_depths on first use
+        self._attributes: dict[int, Mapping[str, Any]] = {}  # filled by attributes() on first use per node
         self.bodies: list[Graph] = []  # direct subgraphs, in node order
         for i, n in enumerate(self.nodes):
             for a in n.attribute:
@@ -66,6 +70,17 @@ class Graph:
         yield self
         for b in self.bodies:
             yield from b.walk()
+
+    def attributes(self, i: int) -> Mapping[str, Any]:
+        """Node ``i``'s attributes by name, as values (``onnx.helper.get_attribute_value``), read-only: parsed on the
+        first request, then kept, as the graph never changes (an instrumented session edits a deep copy).  Every
+        on-demand run reads its QK nodes' (``transA``, ``alpha``...): ~7 us a site a run where parsed each time,
+        most of it protobuf access that the run's onnxruntime work has evicted from the caches (measured)."""
+        got = self._attributes.get(i)
+        if got is None:
+            got = MappingProxyType({a.name: helper.get_attribute_value(a) for a in self.nodes[i].attribute})
+            self._attributes[i] = got
+        return got
 
     def is_const(self, name: str) -> bool:
         """An initializer here or in an enclosing scope (not shadowed by a local node output)."""
