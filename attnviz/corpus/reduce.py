@@ -483,7 +483,9 @@ def _fold_at_once(acc: Accumulator, parts: list[Partial]) -> bool:
     j, slot = np.divmod(order, k)
     flat = (j * r + np.arange(r)[:, None]) * k + slot
     top = [a.take(flat).reshape(s, nh, k) for a in stacked]
-    sums, counts, items, tokens = acc.sums, acc.counts, acc.items, acc.tokens
+    items: int = acc.items  # (0 here: the check above; typed so the sums below may grow it)
+    tokens: int = acc.tokens
+    sums, counts = acc.sums, acc.counts
     for p in parts:
         sums, counts, items, tokens = sums + p.sums, counts + p.counts, items + p.items, tokens + p.tokens
     acc.__dict__.update(
