@@ -13,7 +13,6 @@ from attnviz.runtime.sample import require_input
 
 if TYPE_CHECKING:
     from attnviz.core.attention import AttentionResult
-    from attnviz.core.setting_words import Wording
     from attnviz.runtime.request import AnalyzeRequest
 
 
@@ -48,22 +47,18 @@ def analyze(
     req: AnalyzeRequest,
     progress: Callable[[int, str], None] | None = None,
     cancelled=None,
-    wording: Wording | None = None,
 ) -> AttentionResult:
     """Run the input panel's request off the GUI thread, then the overview's max-pooled thumbnails, so the GUI
     thread only draws them.  The request was checked when the panel built it (the CLI's flags get the same check).
-    A refusal names its fix in ``wording``: the input panel's fields (:data:`attnviz.app.fields.WINDOW`) unless the
-    caller says otherwise (``open --screenshot`` prints the window's message as its command's own line)."""
-    from attnviz.app.fields import WINDOW
-    from attnviz.core.setting_words import worded
+    A refusal names its fix in the words of who runs it: the window's worker pool runs every job under its own
+    wording (gui/workers.py: the input panel's fields, the flags for ``open --screenshot``)."""
     from attnviz.core.view import THUMB, thumbnails
 
     require_input(req, model.path)
     if progress is not None:
         progress(-1, "running the model…" if not req.generate else f"generating {req.generate} steps…")
     t0 = time.perf_counter()
-    with worded(wording or WINDOW):  # a refusal names the field that fixes it, not a flag the window lacks
-        result = model.analyze_request(req, progress=progress, cancelled=cancelled)
+    result = model.analyze_request(req, progress=progress, cancelled=cancelled)
     result.info.setdefault("timings", {})
     if isinstance(result.info["timings"], dict):
         result.info["timings"].setdefault("analyze (wall)", time.perf_counter() - t0)

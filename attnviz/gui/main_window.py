@@ -566,7 +566,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(e), param=e.param)
             return
         self.workers.cancel("run")  # the older run's result will be dropped
-        w = self.workers.start(analyze, m, request, wording=self.wording, kind="run")
+        w = self.workers.start(analyze, m, request, kind="run")
         self._latest["run"] = w.request_id
         self._context[w.request_id] = (request,)
         self.inputs.set_busy(True, "running…")

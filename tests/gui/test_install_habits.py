@@ -76,11 +76,11 @@ def test_too_long_text_offers_truncation_and_reruns(qtbot, window, files, monkey
     real = mw.analyze
     seen = []
 
-    def limited(model, req, progress=None, cancelled=None, **kw):  # a model whose positions stop at 4
+    def limited(model, req, progress=None, cancelled=None):  # a model whose positions stop at 4
         seen.append(req.max_tokens)
         if not req.max_tokens:
             raise InputTooLong(9, PositionLimit(4, "position table pos.weight"))
-        return real(model, req, progress, cancelled, **kw)
+        return real(model, req, progress, cancelled)
 
     monkeypatch.setattr(mw, "analyze", limited)
     window.inputs.set_values(text="one two three four five six seven", generate=0)

@@ -47,7 +47,7 @@ def test_too_long_input_says_how_to_fit(qtbot, window, files, monkeypatch):
     import attnviz.gui.main_window as mw
     from attnviz.runtime.limits import InputTooLong, PositionLimit
 
-    def limited(model, req, progress=None, cancelled=None, **kw):  # (analyze also takes the wording)
+    def limited(model, req, progress=None, cancelled=None):
         raise InputTooLong(9, PositionLimit(4, "position table pos.weight"))
 
     monkeypatch.setattr(mw, "analyze", limited)
