@@ -1,4 +1,9 @@
-"""``--screenshot``: save the window once the first result is drawn, then quit."""
+"""``--screenshot``: save the window once the first result is drawn, then quit.
+
+A refused run (bad input, a flag out of range) saves nothing: the command says its one line and exits 2, as every
+other command leaves its ``--out`` alone when it refuses.  Saving the window "for the record" overwrote a good
+screenshot from an earlier run at that path with a picture whose only sign of the error was the status bar (a
+``--layer`` out of range drew the last layer's overview), and a script that checks for the file took it for success."""
 
 from __future__ import annotations
 
@@ -47,6 +52,9 @@ class ScreenshotTaker:
         QTimer.singleShot(400, lambda: self._take(view))
 
     def _take(self, widget=None) -> None:
+        if self.error is not None:  # refused after the result was shown (--layer out of range): nothing to save
+            _quit()
+            return
         view = self.window.current_view() if widget is None and hasattr(self.window, "current_view") else None
         if getattr(view, "busy", False) and self._waits < BUSY_WAITS:  # Head stats computing: its table is empty
             self._waits += 1
@@ -60,14 +68,7 @@ class ScreenshotTaker:
 
     def _on_error(self, text: str) -> None:
         self.error = text
-        QTimer.singleShot(300, self._save_and_quit)
-
-    def _save_and_quit(self) -> None:
-        try:
-            export_widget(self.window, self.path)  # the window with its message, for the record
-        except Exception:
-            pass
-        _quit()
+        QTimer.singleShot(0, _quit)
 
     def fail_later(self, text: str) -> None:
         self.error = self.error or text

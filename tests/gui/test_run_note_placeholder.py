@@ -77,8 +77,8 @@ def test_a_speech_model_without_sound_asks_for_one_in_the_views(qtbot, real_wind
 @pytest.mark.slow  # the Whisper export (cached per machine under ~/.cache/attnviz-tests)
 def test_open_screenshot_of_a_speech_model_without_sound_says_so_at_once(optimum_export, tmp_path):
     """`attnviz open WHISPER --screenshot X` with no --audio: one line naming the fix and exit code 2 as soon as the
-    model is open, with the window saved for the record (it waited 120 s for a run that never started, then said
-    "no result within 120 s" and saved nothing)."""
+    model is open, and no PNG (it waited 120 s for a run that never started, then said "no result within 120 s"; a
+    refused screenshot saves nothing: tests/gui/test_screenshot_refused.py)."""
     import time
 
     from cli_run import run_cli
@@ -94,4 +94,4 @@ def test_open_screenshot_of_a_speech_model_without_sound_says_so_at_once(optimum
     assert lines[0].startswith("attnviz: error: ") and "is a speech model: choose a sound file" in lines[0]
     assert lines[0].endswith("; or give one with --audio FILE")
     assert took < 100  # not the 120 s wait for a result
-    assert shot.exists()  # the window with its note, for the record
+    assert not shot.exists()

@@ -1,0 +1,52 @@
+"""`attnviz open MODEL --screenshot X.png` refused (exit 2) saves nothing, whether the window refuses the run itself
+(an image that is not there) or the result is drawn first and the flags are refused on it (`--layer 7` on a
+two-layer model): one line, exit 2, and a PNG already at X is left as it was.  It saved the window "for the record",
+overwriting a good earlier shot with one whose only sign of the error was the status bar (audit25)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_run import run_cli
+
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+EARLIER = b"\x89PNG\r\n\x1a\n an earlier run's screenshot"
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "said"),
+    [
+        ("vit-classification.onnx", ("--image", "no-such.png"), "no-such.png: no such file"),
+        ("sequence-classification.onnx", ("--text", "1 2 3", "--layer", "7"), "layer 7 is out of range"),
+    ],
+    ids=["run refused", "flags refused on the drawn result"],
+)
+def test_a_refused_screenshot_writes_nothing(tmp_path, model, flags, said):
+    if not (MODELS / model).exists():
+        pytest.skip(f"the {model} demo is not in this checkout")
+    shot = tmp_path / "x.png"
+    shot.write_bytes(EARLIER)
+    code, err = run_cli(
+        "open", MODELS / model, *flags, "--screenshot", shot, cwd=tmp_path, env={"QT_QPA_PLATFORM": "offscreen"}
+    )
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("attnviz: error: ") and said in lines[0], err[-2000:]
+    assert shot.read_bytes() == EARLIER
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # no temporary file left beside it either
+
+
+def test_a_shown_result_is_still_saved(tmp_path):
+    """The other side: the same command with a layer that is there saves a PNG of the window (exit 0)."""
+    model = MODELS / "sequence-classification.onnx"
+    if not model.exists():
+        pytest.skip("the sequence-classification demo is not in this checkout")
+    shot = tmp_path / "x.png"
+    code, err = run_cli(
+        "open", model, "--text", "1 2 3", "--layer", "1", "--screenshot", shot, env={"QT_QPA_PLATFORM": "offscreen"}
+    )
+    assert code == 0, err[-2000:]
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and len(shot.read_bytes()) > 10_000
