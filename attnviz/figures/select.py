@@ -135,9 +135,17 @@ def declared_defaults(result: AttentionResult, spec: FigureSpec) -> tuple[Figure
     unset = (spec.block, spec.head, spec.heads, spec.agg, spec.layer, spec.layer_from)
     if all(v is None for v in unset) and default.mode == "head":
         chosen.update(block=default.block, layer=default.layer, head=default.head)
+        if spec.view == "overview":
+            # the block the window focuses, every layer of it as the window's overview shows them: a layer given to
+            # the overview draws that layer's heads alone (the translation demo's drew "layer 2, all heads")
+            chosen.update(layer=None, head=None)
     said = {k for k in chosen if k != "rows" or spec.view == "alignment"}  # rows change only the alignment
     if not said:
         return FigureSpec(**dict(spec.to_dict(), **chosen)), None
+    if "head" in chosen and spec.view == "overview":
+        name = result.blocks()[default.block].name
+        note = f"drawn as the window opens it: {name}, the block of the model's declared alignment head (--block to change)"
+        return FigureSpec(**dict(spec.to_dict(), **chosen)), note
     what = [f"alignment head (decoder layer {default.layer} head {default.head})"] if "head" in chosen else []
     what += [f"row convention ({rows})"] if "rows" in said else []
     flags = " and ".join(f for f, k in (("--head/--layer/--aggregate", "head"), ("--rows", "rows")) if k in said)

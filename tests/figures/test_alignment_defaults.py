@@ -90,3 +90,26 @@ def test_a_refused_view_is_its_one_error_line_without_the_note(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("attnviz: error: the image view needs the input image"), err
     assert not out.exists()
+
+
+def test_the_overview_draws_every_layer_of_the_declared_heads_block(run, tmp_path, capsys):
+    """`figure --view overview` with no selection flags: the declared head's block, every layer of it, as the window's
+    overview shows them.  It drew layer 2 alone ("layer 2, all heads"; a layer given to the overview means that
+    layer's heads only) while its note said "drawn as the window opens it" (audit25).  Checked against the same
+    figure with that block named by hand, and against layer 2 alone, which must differ."""
+    from matplotlib.image import imread
+
+    maps = tmp_path / "mt.npz"
+    assert main(["extract", str(TRANSLATION), "--text", SRC, "--text-pair", TGT, "--out", str(maps)]) == 0
+    capsys.readouterr()
+    base = ["--maps", maps, "--view", "overview", "--dpi", 60]
+    assert fig(*base, "--out", tmp_path / "d.png") == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decoder cross-attention, the block of the model's declared alignment head" in err[0]
+    v = _view(tmp_path, "d.png")
+    assert (run.blocks()[v["block"]].name, v["layer"], v["head"]) == ("decoder cross-attention", None, None)
+    assert fig(*base, "--block", "decoder cross", "--out", tmp_path / "b.png") == 0
+    assert fig(*base, "--block", "decoder cross", "--layer", 2, "--out", tmp_path / "l2.png") == 0
+    drawn, by_hand, one_layer = (imread(tmp_path / f"{n}.png") for n in ("d", "b", "l2"))
+    assert drawn.shape == by_hand.shape and np.array_equal(drawn, by_hand)
+    assert drawn.shape != one_layer.shape or not np.array_equal(drawn, one_layer)
