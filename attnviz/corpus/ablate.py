@@ -344,6 +344,9 @@ def run_one(args) -> int:
             + (f", prediction {said[joint['prediction_changed']]}" if joint["prediction_changed"] is not None else "")
             + (f", generation {said[bool(joint['generation_changed'])]}" if args.generate else "")
         )
+        if args.generate:  # the words themselves, as `extract` prints them: "changed" alone sent users to run.json
+            print(f"generated (base):    {' '.join(run_info['base_generated'] or [])}")
+            print(f"generated (ablated): {' '.join(joint['generated'] or [])}")
     else:
         top = sorted(rows, key=lambda r: (-(r["ablation_kl"] or 0.0), -r["ablation_max_dlogit"]))
         print(f"heads that matter most (KL(base ‖ ablated), bits; max |Δ{ab.output}|):")

@@ -454,3 +454,29 @@ def test_an_export_folder_is_refused_in_one_line(tmp_path, capsys):
     folder = split_export(Path(__file__).resolve().parents[2] / "models" / "translation.onnx", tmp_path / "export")
     rc, _, err = _run(["ablate", str(folder), "--text", "λόγος", "--all-heads", "--out", str(tmp_path / "o")], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "ablate runs one ONNX file" in err, err
+
+
+def test_one_input_generation_prints_both_generations(tmp_path, capsys):
+    """`ablate --generate N --heads ...` prints the words before and after, as `extract` prints what it generated: it
+    said "generation changed" alone, and the README's "Blessed are the poor , the Holy Spirit" becomes "... the poor
+    will" was in run.json only (audit25).  The base line is `extract --generate 8`'s; the ablated one the gated
+    session's greedy tokens, run by hand."""
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "models" / "translation.onnx"
+    if not demo.exists():
+        pytest.skip("the translation demo is not in this checkout")
+    src = "μακάριοι οἱ πτωχοὶ τῷ πνεύματι"
+    assert main(["extract", str(demo), "--text", src, "--generate", "8", "--out", str(tmp_path / "m.npz")]) == 0
+    said = capsys.readouterr().out.splitlines()
+    base = next(line for line in said if line.startswith("generated: ")).removeprefix("generated: ")
+    flags = ["--text", src, "--generate", "8", "--heads", "decoder cross 2:1", "--out", str(tmp_path / "a")]
+    rc, printed, err = _run(["ablate", str(demo), *flags], capsys)
+    assert rc == 0, err
+    model = open_model(demo, provider="cpu")
+    cross2 = next(i for i, s in enumerate(model.sites) if (s.stack, s.kind, s.layer) == ("decoder", "cross", 2))
+    ab = Ablation(model, [cross2], "zero", AnalyzeRequest(text=src, generate=8))
+    off = " ".join(ab.prep.tgt_tok.label(i) for i in ab.generate({cross2: [1]}))
+    lines = printed.splitlines()
+    assert lines[-2:] == [f"generated (base):    {base}", f"generated (ablated): {off}"]
+    assert off != base  # the case at stake: this head changes the words
