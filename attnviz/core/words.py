@@ -17,9 +17,10 @@ def with_article(word: str) -> str:
     return f"{'an' if word[:1] in _VOWELS else 'a'} {word}"
 
 
-def count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: "1 layer", "2 layers", "0 heads" (nouns that take an -s)."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 layer", "2 layers", "0 heads" (nouns that take an -s; give
+    ``plural`` for the others: "1 batch", "2 batches")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 # numpy's kind letters in words: a refusal says "text", not "<U1" (numpy's own code for one-character text)

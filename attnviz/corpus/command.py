@@ -129,9 +129,12 @@ def run(args) -> int:
         from attnviz.corpus.run import run_corpus
 
         s = run_corpus(cfg)
+    from attnviz.core.words import count
+
     resumed = f" (resumed after {s.resumed_items})" if s.resumed_items else ""
     print(
-        f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {s.items} items in {s.batches} batches{resumed}, "
+        f"wrote {s.out}/heads.parquet, examples.parquet, run.json: {count(s.items, 'item')} in "
+        f"{count(s.batches, 'batch', 'batches')}{resumed}, "
         f"{s.items_per_s:.1f} items/s, {s.wall_s:.1f} s"
     )
     for said in (s.note, s.sink_note):

@@ -312,8 +312,11 @@ def _run_corpus(args) -> int:
         **engine_flags(args),
     )
     r = run_compare_corpus(cfg)
+    from attnviz.core.words import count
+
     resumed = f", resumed after {r.resumed_items}" if r.resumed_items else ""
-    _report(r.heads, r.outputs, r.unmatched, r.out, args.top, f" over {r.items} items ({r.batches} batches{resumed})")
+    over = f" over {count(r.items, 'item')} ({count(r.batches, 'batch', 'batches')}{resumed})"
+    _report(r.heads, r.outputs, r.unmatched, r.out, args.top, over)
     print(f"per item: {r.out / ITEMS}; {r.wall_s:.1f} s")
     if r.note:
         from attnviz.core.notice import say
