@@ -224,6 +224,13 @@ def _run_command(args: argparse.Namespace) -> int:
             return 130
         if os.environ.get("ATTNVIZ_DEBUG"):
             raise
+        if isinstance(e, ModuleNotFoundError):  # an extra not installed (torch for train): the install step, not a bug
+            from attnviz.core.extras import missing_line
+
+            missing = missing_line(args.command, e)
+            if missing is not None:
+                print(f"attnviz: error: {missing}", file=sys.stderr)
+                return 2
         print(
             f"attnviz: error: internal error ({type(e).__name__}: {one_line(str(e))[:200]}); this is a bug in attnviz, "
             "please report it — set ATTNVIZ_DEBUG=1 for the traceback",

@@ -28,6 +28,9 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
+    from attnviz.core.extras import require
+
+    require("average", "torch", "safetensors")
     from attnviz import AttnvizError
     from attnviz.core.untrusted import read_json
     from attnviz.training import checkpoint as ckpt

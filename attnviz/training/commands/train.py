@@ -123,6 +123,9 @@ def _apply_overrides(mcfg, tcfg, overrides: list[str]) -> None:
 
 
 def run(args) -> int:
+    from attnviz.core.extras import require
+
+    require("train", "torch", "safetensors")  # before any work: safetensors was first needed after the last step
     from attnviz.core.writes import results_folder_on_failure
     from attnviz.training.checkpoint import STATE
 
