@@ -99,6 +99,9 @@ def require_input(req: AnalyzeRequest, model_path: str | Path) -> None:
         raise AttnvizError(no_input(model_path))
 
 
+SAMPLE_SHOWN_WHOLE = 240  # characters of a sample text a refusal quotes whole (past it, its first 40 and "…")
+
+
 def no_input(model_path) -> str:
     """The line for a request with no input: what this model takes, shown by its own sample when it has one
     (a forecaster's series goes in --text as numbers, which the generic line never said)."""
@@ -113,10 +116,12 @@ def no_input(model_path) -> str:
     key, value = next((k, str(sample.values[k])) for k in ("text", "image") if k in sample.values)
     what = sample.describe().split(",")[0]
     what = what if what == "text" else with_article(what)  # "text", "an image", "a numeric series"
-    if key == "image":  # a path to paste as it is: cut short it named no file
-        import shlex
+    import shlex
 
+    if key == "image" or len(value) <= SAMPLE_SHOWN_WHOLE:
+        # pasted as it is, the line's own flag runs the sample: a path cut short named no file, and a text cut at 40
+        # characters with "…" (the translation demo's verse, the forecaster's 32 numbers) ran on that cut text
         shown = shlex.quote(value)
     else:
-        shown = repr(value if len(value) <= 40 else value[:40] + "…")
+        shown = repr(value[:40] + "…")
     return f"no input: {path.name} takes {what}; {fix(f'no_input_{key}', shown=shown)}"

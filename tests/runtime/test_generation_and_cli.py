@@ -221,11 +221,15 @@ def test_extract_without_input_says_what_this_model_takes(tmp_path, capsys, name
     assert says in err[0] and err[0].endswith("or --inputs FEEDS.npz")
     value = next(iter(sample_for_path(model).values.values()))
     assert str(value)[:20] in err[0]  # the sample really is the model's own
-    if name.startswith("vit"):  # a path is shown whole, pasted as it is: the line's own flag opens the sample
-        import shlex
+    import shlex
 
-        shown = shlex.split(err[0].split("(its sample: ", 1)[1].split(") or --inputs")[0])
+    # shown whole, pasted as it is: the line's own flag runs the sample (a path, the translation demo's verse, the
+    # forecaster's 32 numbers; text was cut at 40 characters with "…", which then ran as part of the input: audit25)
+    shown = shlex.split(err[0].split("(its sample: ", 1)[1].split(") or --inputs")[0])
+    if name.startswith("vit"):
         assert shown[0] == "--image" and Path(shown[1]).is_file()
+    else:
+        assert shown == ["--text", str(value)]
     assert not (tmp_path / "x.npz").exists()
 
 
