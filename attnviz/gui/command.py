@@ -315,7 +315,7 @@ def run(args) -> int:
         for k in ("text", "text_pair", "image", "audio", "generate", "beams")
         if getattr(args, k) is not None
     }
-    taker = ScreenshotTaker(win, Path(args.screenshot)) if args.screenshot else None
+    taker = ScreenshotTaker(win, Path(args.screenshot), args.view) if args.screenshot else None
     from attnviz.gui import restore
 
     last = restore.load(win.settings) if not (args.model or args.screenshot or values or focus or args.view) else None

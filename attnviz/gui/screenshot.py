@@ -28,9 +28,10 @@ def _quit() -> None:
 
 
 class ScreenshotTaker:
-    def __init__(self, window, path: Path):
+    def __init__(self, window, path: Path, view: str | None = None):
         self.window = window
         self.path = path
+        self.view = view  # the --view asked for: one that has nothing to show for the result is refused, as in figure
         self.error: str | None = None
         self._waits = 0  # polls of a busy view (Head stats computing) before the shot
         window.result_shown.connect(self._soon)
@@ -59,6 +60,13 @@ class ScreenshotTaker:
         if getattr(view, "busy", False) and self._waits < BUSY_WAITS:  # Head stats computing: its table is empty
             self._waits += 1
             QTimer.singleShot(BUSY_POLL_MS, self._take)
+            return
+        why = view.reason() if self.view and widget is None and hasattr(view, "reason") else None
+        if why:
+            # `--view alignment` of an encoder saved the view's "Alignment needs cross-attention" and exit 0, where
+            # `figure --view alignment` refuses: the picture asked for is not there, so nothing is saved
+            self.error = f"--view {self.view}: {why}"
+            _quit()
             return
         try:
             export_widget(widget if widget is not None else self.window, self.path)

@@ -1,6 +1,7 @@
 """`attnviz open MODEL --screenshot X.png` refused (exit 2) saves nothing, whether the window refuses the run itself
 (an image that is not there) or the result is drawn first and the flags are refused on it (`--layer 7` on a
-two-layer model): one line, exit 2, and a PNG already at X is left as it was.  It saved the window "for the record",
+two-layer model, `--view alignment` of an encoder, which saved the view's "Alignment needs cross-attention" with
+exit 0 where `figure --view alignment` refuses): one line, exit 2, and a PNG already at X is left as it was.  It saved the window "for the record",
 overwriting a good earlier shot with one whose only sign of the error was the status bar (audit25)."""
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ EARLIER = b"\x89PNG\r\n\x1a\n an earlier run's screenshot"
     [
         ("vit-classification.onnx", ("--image", "no-such.png"), "no-such.png: no such file"),
         ("sequence-classification.onnx", ("--text", "1 2 3", "--layer", "7"), "layer 7 is out of range"),
+        # a view with nothing to show for the result: the window's reason, where `figure --view` refuses too
+        (
+            "sequence-classification.onnx",
+            ("--text", "1 2 3", "--view", "alignment"),
+            "--view alignment: Alignment needs",
+        ),
+        ("sequence-classification.onnx", ("--text", "1 2 3", "--view", "image"), "--view image: Image regions need"),
     ],
-    ids=["run refused", "flags refused on the drawn result"],
+    ids=["run refused", "flags refused on the drawn result", "no alignment", "no image"],
 )
 def test_a_refused_screenshot_writes_nothing(tmp_path, model, flags, said):
     if not (MODELS / model).exists():
@@ -39,14 +47,27 @@ def test_a_refused_screenshot_writes_nothing(tmp_path, model, flags, said):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]  # no temporary file left beside it either
 
 
-def test_a_shown_result_is_still_saved(tmp_path):
-    """The other side: the same command with a layer that is there saves a PNG of the window (exit 0)."""
+def test_figure_refuses_the_same_views(tmp_path, capsys):
+    """The window's refusals above match the figure command's: neither draws a view the result cannot show."""
+    from attnviz.cli import main
+
     model = MODELS / "sequence-classification.onnx"
     if not model.exists():
         pytest.skip("the sequence-classification demo is not in this checkout")
+    for view in ("alignment", "image"):
+        out = tmp_path / f"{view}.png"
+        assert main(["figure", str(model), "--text", "1 2 3", "--view", view, "--out", str(out)]) == 2
+        assert f"the {view} view needs" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_shown_result_is_still_saved(tmp_path):
+    """The other side: a layer that is there, a view that has something to show (the translation demo's alignment):
+    a PNG of the window, exit 0."""
+    model = MODELS / "translation.onnx"
+    if not model.exists():
+        pytest.skip("the translation demo is not in this checkout")
     shot = tmp_path / "x.png"
-    code, err = run_cli(
-        "open", model, "--text", "1 2 3", "--layer", "1", "--screenshot", shot, env={"QT_QPA_PLATFORM": "offscreen"}
-    )
+    flags = ("--text", "μακάριοι οἱ πτωχοὶ", "--generate", "4", "--view", "alignment", "--layer", "1")
+    code, err = run_cli("open", model, *flags, "--screenshot", shot, env={"QT_QPA_PLATFORM": "offscreen"})
     assert code == 0, err[-2000:]
     assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and len(shot.read_bytes()) > 10_000
