@@ -2,10 +2,11 @@
 
 Examples::
 
-  attnviz figure models/bert.onnx --text "the cat sat" --view heatmap --layer 2 --head 1 --width single --out fig.pdf
+  attnviz figure models/translation.onnx --text "ἐν ἀρχῇ ἦν ὁ λόγος" --view heatmap --layer 2 --head 1 --width single --out fig.pdf
+  attnviz extract models/translation.onnx --text "ἐν ἀρχῇ ἦν ὁ λόγος" --generate 8 --out maps.npz
   attnviz figure --maps maps.npz --view overview --out overview.svg
   attnviz figure --recipe fig.pdf.recipe.json              # the same bytes again
-  attnviz figure models/bert.onnx --text "the cat sat" --all-heads --out heads/ --format png
+  attnviz figure models/translation.onnx --text "ἐν ἀρχῇ ἦν ὁ λόγος" --all-heads --out heads/ --format png
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = (
         "views:\n"
         + "\n".join(f"  {k:<10} {v}" for k, v in VIEW_HELP.items())
-        + "\n\nexamples:"
+        + "\n\nexamples (the translation demo, from a checkout's root; each runs as shown, in this order):"
         + __doc__.split("Examples::")[1]
     )
     p.add_argument(
